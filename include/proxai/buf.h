@@ -1,0 +1,72 @@
+/**
+ * buf.h - one growable, capped byte buffer and one {ptr,len} view.
+ *
+ * Every px_buf_t has a cap: growing past it fails with PX_ETOOBIG and leaves
+ * the buffer as it was. The owner of a px_buf_t is whoever embeds it; call
+ * px_buf_free() to release its storage.
+ */
+#ifndef PROXAI_BUF_H
+#define PROXAI_BUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/** Negative error codes of our own (errno and UV_E* are negative too). */
+enum {
+  PX_ETOOBIG = -20001,  /**< a capped buffer would exceed its cap */
+  PX_EPROTO = -20002,   /**< peer broke its protocol */
+  PX_EINVAL = -20003,   /**< invalid input */
+  PX_ENOMEM = -20004,   /**< allocation failed */
+};
+
+/** A view on bytes owned elsewhere. */
+typedef struct px_str {
+  const char *ptr;
+  size_t len;
+} px_str_t;
+
+#define PX_STR(lit) ((px_str_t){(lit), sizeof(lit) - 1})
+#define PX_STR_NULL ((px_str_t){NULL, 0})
+
+static inline px_str_t px_str(const char *s) {
+  return (px_str_t){s, s ? strlen(s) : 0};
+}
+static inline int px_str_eq(px_str_t a, const char *lit) {
+  size_t n = strlen(lit);
+  return a.len == n && memcmp(a.ptr, lit, n) == 0;
+}
+
+/** Growable byte buffer with a hard cap. */
+typedef struct px_buf {
+  char *data;
+  size_t len;
+  size_t size;  /**< allocated */
+  size_t cap;   /**< never grows past this */
+} px_buf_t;
+
+/** Initialise an empty buffer that may grow up to cap bytes. */
+void px_buf_init(px_buf_t *b, size_t cap);
+/** Release storage; the buffer is empty and reusable afterwards. */
+void px_buf_free(px_buf_t *b);
+/** Make room for n more bytes; 0 or PX_ETOOBIG / PX_ENOMEM. */
+int px_buf_reserve(px_buf_t *b, size_t n);
+/** Append bytes; 0 or PX_ETOOBIG / PX_ENOMEM (buffer unchanged on failure). */
+int px_buf_append(px_buf_t *b, const void *p, size_t n);
+static inline int px_buf_puts(px_buf_t *b, const char *s) {
+  return px_buf_append(b, s, strlen(s));
+}
+/** printf-style append. */
+int px_buf_printf(px_buf_t *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/** Append s as the body of a JSON string (escaped, without quotes). */
+int px_buf_json_escape(px_buf_t *b, const char *s, size_t n);
+/** Append s as a quoted JSON string. */
+int px_buf_json_str(px_buf_t *b, const char *s, size_t n);
+/** Drop the first n bytes. */
+void px_buf_consume(px_buf_t *b, size_t n);
+/** Detach the storage (caller frees with free()); buffer becomes empty. */
+char *px_buf_steal(px_buf_t *b, size_t *len);
+static inline void px_buf_reset(px_buf_t *b) { b->len = 0; }
+
+#endif

@@ -1,0 +1,35 @@
+/**
+ * metrics.h - Prometheus counters, gauges and histograms (SPEC section 8).
+ * Per process; all calls happen on the loop thread (no locking).
+ */
+#ifndef PROXAI_METRICS_H
+#define PROXAI_METRICS_H
+
+#include <stdint.h>
+
+#include "proxai/buf.h"
+
+typedef enum px_gauge {
+  PX_G_CONNECTIONS,    /**< open client connections */
+  PX_G_ACTIVE_STREAMS, /**< streaming responses in flight */
+  PX_G_PAUSED_STREAMS, /**< upstream transfers paused by backpressure */
+  PX_G_COUNT
+} px_gauge_t;
+
+/** Count one finished request. inbound/upstream may be NULL ("none").
+ *  duration and ttft in seconds; ttft < 0 when no token was streamed. */
+void px_metrics_request(const char *inbound, const char *upstream, int status,
+                        double duration_s, double ttft_s);
+/** Count one upstream attempt; error_type NULL on success, else e.g.
+ *  "connect", "timeout", "http_429", "http_5xx", "reset". */
+void px_metrics_attempt(const char *upstream, const char *error_type);
+/** Count tokens by client key name (NULL = "none") and upstream. */
+void px_metrics_tokens(const char *key, const char *upstream, int64_t in,
+                       int64_t out);
+void px_metrics_gauge_add(px_gauge_t g, int64_t delta);
+/** Append the Prometheus text exposition to out. */
+int px_metrics_render(px_buf_t *out);
+/** Free everything (tests, shutdown). */
+void px_metrics_reset(void);
+
+#endif

@@ -1,0 +1,382 @@
+/**
+ * proto.h - the protocol plug-in table, the protocol-neutral intermediate
+ * representation (IR) and the shared stream event model.
+ *
+ * Translators do no I/O. Cross-protocol translation goes through a hub:
+ *
+ *   client request  --in->decode_request-->  IR request  --out->encode_request-->  upstream request
+ *   upstream body   --out->decode_response-> IR response --in->encode_response-> client body
+ *   upstream SSE    --out->stream decoder--> px_ev_t ...  --in->stream encoder--> client SSE
+ *
+ * Same-protocol pairs bypass all of this (pass-through, src/passthru.c).
+ *
+ * Adding a protocol = one translator file, one XX() line, one fixtures dir.
+ */
+#ifndef PROXAI_PROTO_H
+#define PROXAI_PROTO_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "proxai/buf.h"
+
+/* XX(enum suffix, config name, inbound path, upstream path, symbol prefix) */
+#define PX_PROTO_MAP(XX)                                                       \
+  XX(CHAT, "openai_chat_completions", "/chat/completions", "/chat/completions", chat) \
+  XX(RESPONSES, "openai_responses", "/responses", "/responses", responses)     \
+  XX(ANTHROPIC, "anthropic_messages", "/messages", "/v1/messages", anthropic)
+
+typedef enum px_proto {
+#define XX(e, name, inpath, uppath, sym) PX_PROTO_##e,
+  PX_PROTO_MAP(XX)
+#undef XX
+  PX_PROTO_COUNT
+} px_proto_t;
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                   */
+
+/** Protocol-neutral error kinds (SPEC section 6). */
+#define PX_ERRKIND_MAP(XX)                                                   \
+  /* kind,        status, openai type,             anthropic type */        \
+  XX(INVALID,     400, "invalid_request_error", "invalid_request_error")     \
+  XX(AUTH,        401, "authentication_error",  "authentication_error")      \
+  XX(PERMISSION,  403, "permission_error",      "permission_error")          \
+  XX(NOT_FOUND,   404, "not_found_error",       "not_found_error")           \
+  XX(TOO_LARGE,   413, "invalid_request_error", "request_too_large")         \
+  XX(RATE_LIMIT,  429, "rate_limit_error",      "rate_limit_error")          \
+  XX(API,         500, "api_error",             "api_error")                 \
+  XX(BAD_GATEWAY, 502, "api_error",             "api_error")                 \
+  XX(TIMEOUT,     504, "timeout_error",         "api_error")                 \
+  XX(OVERLOADED,  503, "api_error",             "overloaded_error")          \
+  XX(UNAVAILABLE, 503, "api_error",             "api_error")                 \
+  XX(NOT_IMPL,    501, "invalid_request_error", "invalid_request_error")     \
+  XX(METHOD,      405, "invalid_request_error", "invalid_request_error")
+
+typedef enum px_errkind {
+#define XX(k, st, ot, at) PX_ERR_##k,
+  PX_ERRKIND_MAP(XX)
+#undef XX
+  PX_ERR_COUNT
+} px_errkind_t;
+
+/** Default HTTP status of an error kind. */
+int px_errkind_status(px_errkind_t k);
+/** OpenAI "type" string of an error kind. */
+const char *px_errkind_openai(px_errkind_t k);
+/** Anthropic "error.type" string of an error kind. */
+const char *px_errkind_anthropic(px_errkind_t k);
+/** Map an error type string of either family back to a kind (unknown ->
+ *  guess from status). */
+px_errkind_t px_errkind_from_type(const char *type, int status);
+
+/** A translation failure: the request cannot be represented. */
+typedef struct px_tr_err {
+  px_errkind_t kind;  /**< usually PX_ERR_INVALID */
+  char param[96];     /**< offending field path, e.g. "messages[2].role" */
+  char message[256];  /**< human readable, names the field */
+} px_tr_err_t;
+
+/** Set err (printf-style message) and return PX_EINVAL. */
+int px_tr_fail(px_tr_err_t *err, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/** An upstream error body decoded to neutral form (message may be NULL). */
+typedef struct px_upstream_err {
+  px_errkind_t kind;
+  char type[64];      /**< the upstream's own type string, "" if none */
+  char message[1024]; /**< kept verbatim (truncated at the buffer size) */
+} px_upstream_err_t;
+
+/* ------------------------------------------------------------------------ */
+/* Lossy field list (x-proxai-lossy)                                        */
+
+/** Set of field paths dropped on purpose; comma-joined into the header. */
+typedef struct px_lossy {
+  char buf[1024];
+  size_t len;
+} px_lossy_t;
+
+/** Add a field path (deduplicated; silently stops when the buffer is full,
+ *  ending the list with "..."). */
+void px_lossy_add(px_lossy_t *l, const char *path);
+static inline void px_lossy_init(px_lossy_t *l) { l->len = 0; l->buf[0] = 0; }
+
+/* ------------------------------------------------------------------------ */
+/* Translation context                                                       */
+
+/** What translators may know about the request besides its body. */
+typedef struct px_tr_ctx {
+  px_proto_t in;             /**< client protocol */
+  px_proto_t out;            /**< upstream protocol */
+  const char *client_model;  /**< model the client asked for (responses echo it) */
+  const char *upstream_model;/**< model sent upstream */
+  int64_t default_max_tokens;/**< route max_tokens, 0 = unset (4096 used) */
+  int client_include_usage;  /**< Chat client asked stream_options.include_usage */
+  int stream;                /**< the request streams */
+  int64_t created;           /**< unix time for `created` / `created_at` */
+  size_t max_accum;          /**< cap for stream accumulation (Responses .done) */
+} px_tr_ctx_t;
+
+/* ------------------------------------------------------------------------ */
+/* The IR (jansson documents with a fixed canonical shape)                   */
+
+/*
+ * IR REQUEST (json object). Absent keys mean "not specified".
+ *
+ * {
+ *   "model": "name",
+ *   "system": [                              // system + developer, in order
+ *     {"type":"text","text":"...","role":"system"|"developer",
+ *      "cache_control":{...}?}
+ *   ],
+ *   "messages": [                            // user/assistant turns, in order
+ *     {"role":"user"|"assistant", "content":[ PART, ... ]}
+ *   ],
+ *   "tools": [ {"name":"..","description":"..","parameters":{schema},
+ *               "strict":bool?, "cache_control":{...}?} ],
+ *   "tool_choice": {"type":"auto"|"none"|"required"} | {"type":"tool","name":".."},
+ *   "parallel_tool_calls": bool,
+ *   "max_tokens": int, "temperature": num, "top_p": num, "top_k": int,
+ *   "stop": ["..", ...],
+ *   "response_format": {"type":"text"} | {"type":"json_object"} |
+ *                      {"type":"json_schema","name":"..","schema":{..},"strict":bool?,
+ *                       "description":".."?},
+ *   "reasoning": {"effort":"none"|"minimal"|"low"|"medium"|"high"|"xhigh"?,
+ *                 "budget_tokens": int?, "summary": ".."?, "enabled": bool?},
+ *   "user": "..",                            // Chat user / Anthropic metadata.user_id / Responses user|safety_identifier
+ *   "metadata": {..},                        // Chat/Responses metadata (string map)
+ *   "stream": bool,
+ *   "include_usage": bool,                   // client asked stream usage (Chat)
+ *   "previous_response_id": ".."             // only Responses can hold it
+ * }
+ *
+ * PART (in messages[].content):
+ *   {"type":"text","text":"..","cache_control":{..}?}
+ *   {"type":"image","url":"https://.."}                      // remote image
+ *   {"type":"image","media_type":"image/png","data":"<base64>"}
+ *   {"type":"file","media_type":"application/pdf","data":"<base64>","filename":".."?}
+ *   {"type":"file","url":"https://.."} | {"type":"file","file_id":".."}
+ *   {"type":"refusal","text":".."}                          // assistant only
+ *   {"type":"reasoning","text":"..","signature":".."?,        // assistant only
+ *    "encrypted_content":".."?, "id":".."?, "redacted_data":".."?}
+ *   {"type":"tool_call","id":"call_1","name":"..","arguments":"<JSON text>"}  // assistant only
+ *   {"type":"tool_result","tool_call_id":"call_1",            // user only
+ *    "content":[ text/image PARTs ], "is_error":bool?}
+ *
+ * IR RESPONSE (json object):
+ * {
+ *   "id": "upstream id",
+ *   "model": "upstream model",
+ *   "created": int?,
+ *   "content": [                              // output in order
+ *     {"type":"text","text":"..","annotations":[..]?},
+ *     {"type":"refusal","text":".."},
+ *     {"type":"reasoning","text":"..","signature":".."?,"encrypted_content":".."?,
+ *      "id":".."?,"redacted_data":".."?},
+ *     {"type":"tool_call","id":"call_1","name":"..","arguments":"<JSON text>"}
+ *   ],
+ *   "stop_reason": "end_turn"|"max_tokens"|"stop_sequence"|"tool_use"|
+ *                  "pause_turn"|"refusal"|"content_filter",
+ *   "stop_sequence": ".."?,
+ *   "refusal_explanation": ".."?,             // Anthropic stop_details.explanation
+ *   "usage": {"input_tokens":n,"output_tokens":n,"cache_read_tokens":n?,
+ *             "cache_creation_tokens":n?,"reasoning_tokens":n?}
+ * }
+ *
+ * Refusal rule (SPEC 5): a Chat message.refusal decodes to a "refusal" part
+ * with stop_reason end_turn; an Anthropic stop_reason "refusal" decodes its
+ * text blocks to "refusal" parts with stop_reason "refusal".
+ */
+
+/* ------------------------------------------------------------------------ */
+/* Stop reasons: one mapping, used by streaming and non-streaming code.       */
+
+typedef enum px_stop {
+  PX_STOP_NONE = 0,
+  PX_STOP_END_TURN,
+  PX_STOP_MAX_TOKENS,
+  PX_STOP_STOP_SEQUENCE,
+  PX_STOP_TOOL_USE,
+  PX_STOP_PAUSE_TURN,
+  PX_STOP_REFUSAL,
+  PX_STOP_CONTENT_FILTER,
+} px_stop_t;
+
+/** IR / Anthropic spelling of a stop reason ("end_turn", ...); NULL for NONE. */
+const char *px_stop_name(px_stop_t s);
+/** Parse an IR / Anthropic spelling; unknown -> PX_STOP_END_TURN. */
+px_stop_t px_stop_parse(const char *s);
+/** Chat finish_reason of a stop reason. */
+const char *px_stop_to_chat(px_stop_t s);
+/** Stop reason of a Chat finish_reason. */
+px_stop_t px_stop_from_chat(const char *fr);
+/** Anthropic stop_reason spelling (content_filter -> "refusal"). */
+const char *px_stop_to_anthropic(px_stop_t s);
+/** Responses status ("completed" | "incomplete" | "failed") and, for
+ *  incomplete, the incomplete_details.reason (else NULL). */
+const char *px_stop_to_responses(px_stop_t s, int has_refusal_part,
+                                 const char **incomplete_reason);
+/** Stop reason of a Responses status + incomplete reason + output shape. */
+px_stop_t px_stop_from_responses(const char *status, const char *incomplete_reason,
+                                 int has_tool_call);
+
+/* ------------------------------------------------------------------------ */
+/* Stream event model                                                        */
+
+typedef enum px_ev_type {
+  PX_EV_MESSAGE_START, /**< id, model, usage (input side) */
+  PX_EV_BLOCK_START,   /**< index, block; id/name for tool calls */
+  PX_EV_DELTA,         /**< index, delta kind, text */
+  PX_EV_BLOCK_STOP,    /**< index */
+  PX_EV_MESSAGE_DELTA, /**< stop reason, stop_sequence, usage */
+  PX_EV_MESSAGE_STOP,  /**< the terminal event: stream complete */
+  PX_EV_ERROR,         /**< upstream error event / truncation: errkind + text */
+} px_ev_type_t;
+
+typedef enum px_block {
+  PX_BLOCK_TEXT,
+  PX_BLOCK_REFUSAL,
+  PX_BLOCK_THINKING,
+  PX_BLOCK_REDACTED_THINKING,
+  PX_BLOCK_TOOL_CALL,
+} px_block_t;
+
+typedef enum px_delta {
+  PX_DELTA_TEXT,
+  PX_DELTA_REFUSAL,
+  PX_DELTA_THINKING,
+  PX_DELTA_SIGNATURE,   /**< thinking signature / encrypted_content */
+  PX_DELTA_TOOL_ARGS,   /**< partial JSON of tool arguments */
+} px_delta_t;
+
+typedef struct px_usage {
+  int64_t input_tokens;       /**< -1 = unknown */
+  int64_t output_tokens;      /**< -1 = unknown */
+  int64_t cache_read_tokens;  /**< -1 = unknown */
+  int64_t cache_creation_tokens;
+  int64_t reasoning_tokens;
+} px_usage_t;
+
+/** One event. Strings are views valid only during the sink call. */
+typedef struct px_ev {
+  px_ev_type_t type;
+  int index;            /**< block index, 0-based, increasing in start order */
+  px_block_t block;     /**< BLOCK_START */
+  px_delta_t delta;     /**< DELTA */
+  px_str_t text;        /**< DELTA text; ERROR message; BLOCK_START initial
+                             text (redacted data) */
+  px_str_t id;          /**< MESSAGE_START message id; BLOCK_START tool call id
+                             or reasoning item id */
+  px_str_t name;        /**< BLOCK_START tool name */
+  px_str_t model;       /**< MESSAGE_START upstream model */
+  px_stop_t stop;       /**< MESSAGE_DELTA */
+  px_str_t stop_sequence;
+  px_str_t refusal_explanation; /**< MESSAGE_DELTA (Anthropic stop_details) */
+  px_usage_t usage;     /**< MESSAGE_START (input), MESSAGE_DELTA (final) */
+  px_errkind_t errkind; /**< ERROR */
+} px_ev_t;
+
+/** Receives decoded events; returns 0 or a negative error to stop. */
+typedef int (*px_ev_sink_fn)(void *arg, const px_ev_t *ev);
+
+/** Zero a px_ev_t with usage fields set to -1 (unknown). */
+void px_ev_init(px_ev_t *ev, px_ev_type_t type);
+
+/* SSE event as parsed by sse.h (views valid during the call). */
+struct px_sse_event;
+
+/** Per-protocol stream decoder (upstream SSE -> events). Opaque. */
+typedef struct px_sdec px_sdec_t;
+/** Per-protocol stream encoder (events -> client SSE bytes). Opaque. */
+typedef struct px_senc px_senc_t;
+
+/* ------------------------------------------------------------------------ */
+/* The protocol table                                                         */
+
+typedef struct px_proto_ops {
+  px_proto_t id;
+  const char *name;          /**< config name */
+  const char *inbound_path;  /**< without /v1 */
+  const char *upstream_path; /**< appended to base_url */
+
+  /** Client body -> IR request. On failure fill err and return <0. */
+  int (*decode_request)(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
+                        px_lossy_t *lossy, px_tr_err_t *err);
+  /** IR request -> upstream body (model = ctx->upstream_model). */
+  int (*encode_request)(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
+                        px_lossy_t *lossy, px_tr_err_t *err);
+  /** Upstream success body -> IR response. */
+  int (*decode_response)(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
+                         px_lossy_t *lossy, px_tr_err_t *err);
+  /** IR response -> client body (model = ctx->client_model). */
+  int (*encode_response)(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
+                         px_lossy_t *lossy, px_tr_err_t *err);
+  /** Upstream error body (any bytes, maybe not JSON) -> neutral error.
+   *  Returns 0 when the body was this protocol's error shape, <0 if not. */
+  int (*decode_error)(int status, const char *body, size_t len,
+                      px_upstream_err_t *out);
+  /** Append this protocol's error JSON body to out. */
+  int (*encode_error)(px_buf_t *out, px_errkind_t kind, const char *type,
+                      const char *message, const char *param,
+                      const char *request_id);
+  /** Append this protocol's mid-stream error event (SSE bytes) to out. */
+  int (*encode_stream_error)(px_buf_t *out, px_errkind_t kind,
+                             const char *message);
+
+  /* Streaming (issue 4). NULL until implemented. */
+  px_sdec_t *(*sdec_new)(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg);
+  /** Feed one upstream SSE event; the decoder calls sink 0..n times. */
+  int (*sdec_feed)(px_sdec_t *d, const struct px_sse_event *sse);
+  /** Upstream body ended: emits ERROR if no terminal event was seen. */
+  int (*sdec_finish)(px_sdec_t *d);
+  void (*sdec_free)(px_sdec_t *d);
+
+  px_senc_t *(*senc_new)(const px_tr_ctx_t *ctx, px_buf_t *out);
+  /** Encode one event, appending SSE bytes to the out buffer. */
+  int (*senc_event)(px_senc_t *e, const px_ev_t *ev);
+  void (*senc_free)(px_senc_t *e);
+} px_proto_ops_t;
+
+/** The table entry of a protocol. */
+const px_proto_ops_t *px_proto_get(px_proto_t p);
+/** Protocol by config name; -1 if unknown. */
+int px_proto_by_name(const char *name);
+/** Protocol of an inbound path (with or without /v1, query ignored); -1. */
+int px_proto_by_path(const char *path, size_t len);
+
+#define XX(e, name, inpath, uppath, sym) extern const px_proto_ops_t px_proto_##sym;
+PX_PROTO_MAP(XX)
+#undef XX
+
+/* ------------------------------------------------------------------------ */
+/* The hub (src/translate.c)                                                 */
+
+/** Translate a client request body to the upstream protocol's body. */
+int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
+                         json_t **upstream_body, px_lossy_t *lossy,
+                         px_tr_err_t *err);
+/** Translate an upstream success body to the client protocol's body. */
+int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,
+                          json_t **client_body, px_lossy_t *lossy,
+                          px_tr_err_t *err);
+
+/** A running stream translation: upstream SSE bytes in, client SSE out. */
+typedef struct px_stream_tr px_stream_tr_t;
+/** out: buffer the encoder appends client bytes to (owned by caller). */
+px_stream_tr_t *px_stream_tr_new(const px_tr_ctx_t *ctx, px_buf_t *out);
+/** Feed raw upstream body bytes (split anywhere). <0 = stream is broken; an
+ *  error event has then been written to out. */
+int px_stream_tr_feed(px_stream_tr_t *t, const char *p, size_t n);
+/** Upstream ended (ok=1: transfer succeeded; 0: it failed/timed out). Writes
+ *  the client's error event if no terminal event was seen. Returns 0 if the
+ *  stream completed normally. */
+int px_stream_tr_finish(px_stream_tr_t *t, int ok, px_errkind_t kind,
+                        const char *message);
+/** Whether a terminal event has been written. */
+int px_stream_tr_done(const px_stream_tr_t *t);
+/** Final usage seen (for logs/metrics/tpm). */
+const px_usage_t *px_stream_tr_usage(const px_stream_tr_t *t);
+void px_stream_tr_free(px_stream_tr_t *t);
+
+#endif

@@ -1,0 +1,116 @@
+/* buf.c - growable capped buffer. */
+#include "proxai/buf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+void px_buf_init(px_buf_t *b, size_t cap) {
+  b->data = NULL;
+  b->len = b->size = 0;
+  b->cap = cap;
+}
+
+void px_buf_free(px_buf_t *b) {
+  free(b->data);
+  b->data = NULL;
+  b->len = b->size = 0;
+}
+
+int px_buf_reserve(px_buf_t *b, size_t n) {
+  if (n > b->cap || b->len > b->cap - n) return PX_ETOOBIG;
+  size_t need = b->len + n;
+  if (need <= b->size) return 0;
+  size_t sz = b->size ? b->size : 256;
+  while (sz < need) sz = sz > SIZE_MAX / 2 ? need : sz * 2;
+  if (sz > b->cap) sz = b->cap;
+  char *p = realloc(b->data, sz);
+  if (p == NULL) return PX_ENOMEM;
+  b->data = p;
+  b->size = sz;
+  return 0;
+}
+
+int px_buf_append(px_buf_t *b, const void *p, size_t n) {
+  if (n == 0) return 0;
+  int rc = px_buf_reserve(b, n);
+  if (rc < 0) return rc;
+  memcpy(b->data + b->len, p, n);
+  b->len += n;
+  return 0;
+}
+
+int px_buf_printf(px_buf_t *b, const char *fmt, ...) {
+  char tmp[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+  va_end(ap);
+  if (n < 0) return PX_EINVAL;
+  if ((size_t)n < sizeof(tmp)) return px_buf_append(b, tmp, (size_t)n);
+  int rc = px_buf_reserve(b, (size_t)n + 1);
+  if (rc < 0) return rc;
+  va_start(ap, fmt);
+  vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
+  return 0;
+}
+
+int px_buf_json_escape(px_buf_t *b, const char *s, size_t n) {
+  static const char hex[] = "0123456789abcdef";
+  /* worst case 6 bytes per input byte */
+  size_t start = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    const char *esc = NULL;
+    char u[6];
+    size_t elen = 2;
+    switch (c) {
+    case '"': esc = "\\\""; break;
+    case '\\': esc = "\\\\"; break;
+    case '\n': esc = "\\n"; break;
+    case '\r': esc = "\\r"; break;
+    case '\t': esc = "\\t"; break;
+    case '\b': esc = "\\b"; break;
+    case '\f': esc = "\\f"; break;
+    default:
+      if (c < 0x20) {
+        u[0] = '\\'; u[1] = 'u'; u[2] = '0'; u[3] = '0';
+        u[4] = hex[c >> 4]; u[5] = hex[c & 15];
+        esc = u;
+        elen = 6;
+      }
+    }
+    if (esc == NULL) continue;
+    int rc = px_buf_append(b, s + start, i - start);
+    if (rc == 0) rc = px_buf_append(b, esc, elen);
+    if (rc < 0) return rc;
+    start = i + 1;
+  }
+  return px_buf_append(b, s + start, n - start);
+}
+
+int px_buf_json_str(px_buf_t *b, const char *s, size_t n) {
+  int rc = px_buf_append(b, "\"", 1);
+  if (rc == 0) rc = px_buf_json_escape(b, s, n);
+  if (rc == 0) rc = px_buf_append(b, "\"", 1);
+  return rc;
+}
+
+void px_buf_consume(px_buf_t *b, size_t n) {
+  if (n >= b->len) {
+    b->len = 0;
+    return;
+  }
+  memmove(b->data, b->data + n, b->len - n);
+  b->len -= n;
+}
+
+char *px_buf_steal(px_buf_t *b, size_t *len) {
+  char *p = b->data;
+  if (len) *len = b->len;
+  b->data = NULL;
+  b->len = b->size = 0;
+  return p;
+}

@@ -1,0 +1,1 @@
+/* passthru.c - placeholder */

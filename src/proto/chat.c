@@ -1,0 +1,6 @@
+/* chat.c - translator for this protocol (work in progress). */
+#include "proxai/proto.h"
+
+const px_proto_ops_t px_proto_chat = {
+    .id = PX_PROTO_CHAT,
+};

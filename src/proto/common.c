@@ -1,0 +1,201 @@
+/* common.c - the protocol table, error kinds, the one stop-reason mapping
+ * (shared by streaming and non-streaming code), lossy lists. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "proxai/proto.h"
+
+static const struct {
+  int status;
+  const char *openai;
+  const char *anthropic;
+} errkinds[] = {
+#define XX(k, st, ot, at) {st, ot, at},
+    PX_ERRKIND_MAP(XX)
+#undef XX
+};
+
+int px_errkind_status(px_errkind_t k) { return errkinds[k].status; }
+const char *px_errkind_openai(px_errkind_t k) { return errkinds[k].openai; }
+const char *px_errkind_anthropic(px_errkind_t k) { return errkinds[k].anthropic; }
+
+px_errkind_t px_errkind_from_type(const char *type, int status) {
+  static const struct { const char *type; px_errkind_t kind; } names[] = {
+      {"invalid_request_error", PX_ERR_INVALID},
+      {"authentication_error", PX_ERR_AUTH},
+      {"permission_error", PX_ERR_PERMISSION},
+      {"insufficient_quota", PX_ERR_PERMISSION},
+      {"not_found_error", PX_ERR_NOT_FOUND},
+      {"request_too_large", PX_ERR_TOO_LARGE},
+      {"rate_limit_error", PX_ERR_RATE_LIMIT},
+      {"overloaded_error", PX_ERR_OVERLOADED},
+      {"timeout_error", PX_ERR_TIMEOUT},
+      {"api_error", PX_ERR_API},
+      {"server_error", PX_ERR_API},
+  };
+  if (type != NULL)
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+      if (strcmp(type, names[i].type) == 0) return names[i].kind;
+  switch (status) {
+  case 400: case 422: return PX_ERR_INVALID;
+  case 401: return PX_ERR_AUTH;
+  case 403: return PX_ERR_PERMISSION;
+  case 404: return PX_ERR_NOT_FOUND;
+  case 413: return PX_ERR_TOO_LARGE;
+  case 429: return PX_ERR_RATE_LIMIT;
+  case 503: case 529: return PX_ERR_OVERLOADED;
+  case 504: return PX_ERR_TIMEOUT;
+  default: return status >= 400 && status < 500 ? PX_ERR_INVALID : PX_ERR_API;
+  }
+}
+
+int px_tr_fail(px_tr_err_t *err, const char *param, const char *fmt, ...) {
+  if (err != NULL) {
+    err->kind = PX_ERR_INVALID;
+    snprintf(err->param, sizeof(err->param), "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+  }
+  return PX_EINVAL;
+}
+
+void px_lossy_add(px_lossy_t *l, const char *path) {
+  size_t n = strlen(path);
+  /* dedupe: look for path as a whole comma-separated element */
+  const char *p = l->buf;
+  while (p < l->buf + l->len) {
+    const char *e = memchr(p, ',', (size_t)(l->buf + l->len - p));
+    size_t el = e ? (size_t)(e - p) : (size_t)(l->buf + l->len - p);
+    if (el == n && memcmp(p, path, n) == 0) return;
+    if (e == NULL) break;
+    p = e + 1;
+  }
+  size_t need = n + (l->len ? 1 : 0);
+  if (l->len + need + 4 >= sizeof(l->buf)) {
+    if (l->len < 3 || memcmp(l->buf + l->len - 3, "...", 3) != 0) {
+      if (l->len + 4 < sizeof(l->buf)) {
+        memcpy(l->buf + l->len, l->len ? ",..." : "...", l->len ? 4 : 3);
+        l->len += l->len ? 4 : 3;
+        l->buf[l->len] = 0;
+      }
+    }
+    return;
+  }
+  if (l->len) l->buf[l->len++] = ',';
+  memcpy(l->buf + l->len, path, n);
+  l->len += n;
+  l->buf[l->len] = 0;
+}
+
+/* ---- stop reasons: the single source of truth ---- */
+
+static const char *stop_names[] = {
+    NULL, "end_turn", "max_tokens", "stop_sequence", "tool_use",
+    "pause_turn", "refusal", "content_filter",
+};
+
+const char *px_stop_name(px_stop_t s) { return stop_names[s]; }
+
+px_stop_t px_stop_parse(const char *s) {
+  if (s == NULL) return PX_STOP_NONE;
+  for (int i = 1; i < (int)(sizeof(stop_names) / sizeof(stop_names[0])); i++)
+    if (strcmp(s, stop_names[i]) == 0) return (px_stop_t)i;
+  return PX_STOP_END_TURN;
+}
+
+const char *px_stop_to_chat(px_stop_t s) {
+  switch (s) {
+  case PX_STOP_NONE: return NULL;
+  case PX_STOP_MAX_TOKENS: return "length";
+  case PX_STOP_TOOL_USE: return "tool_calls";
+  case PX_STOP_CONTENT_FILTER: return "content_filter";
+  default: return "stop"; /* end_turn, stop_sequence, pause_turn, refusal */
+  }
+}
+
+px_stop_t px_stop_from_chat(const char *fr) {
+  if (fr == NULL) return PX_STOP_NONE;
+  if (strcmp(fr, "length") == 0) return PX_STOP_MAX_TOKENS;
+  if (strcmp(fr, "tool_calls") == 0 || strcmp(fr, "function_call") == 0)
+    return PX_STOP_TOOL_USE;
+  if (strcmp(fr, "content_filter") == 0) return PX_STOP_CONTENT_FILTER;
+  return PX_STOP_END_TURN;
+}
+
+const char *px_stop_to_anthropic(px_stop_t s) {
+  if (s == PX_STOP_CONTENT_FILTER) return "refusal";
+  return stop_names[s];
+}
+
+const char *px_stop_to_responses(px_stop_t s, int has_refusal_part,
+                                 const char **incomplete_reason) {
+  (void)has_refusal_part;
+  *incomplete_reason = NULL;
+  switch (s) {
+  case PX_STOP_NONE: return "in_progress";
+  case PX_STOP_MAX_TOKENS:
+    *incomplete_reason = "max_output_tokens";
+    return "incomplete";
+  case PX_STOP_CONTENT_FILTER:
+    *incomplete_reason = "content_filter";
+    return "incomplete";
+  case PX_STOP_REFUSAL: return "failed";
+  default: return "completed";
+  }
+}
+
+px_stop_t px_stop_from_responses(const char *status, const char *reason,
+                                 int has_tool_call) {
+  if (status == NULL) return PX_STOP_NONE;
+  if (strcmp(status, "completed") == 0)
+    return has_tool_call ? PX_STOP_TOOL_USE : PX_STOP_END_TURN;
+  if (strcmp(status, "incomplete") == 0)
+    return reason && strcmp(reason, "content_filter") == 0
+               ? PX_STOP_CONTENT_FILTER
+               : PX_STOP_MAX_TOKENS;
+  if (strcmp(status, "failed") == 0) return PX_STOP_REFUSAL;
+  return PX_STOP_NONE;
+}
+
+void px_ev_init(px_ev_t *ev, px_ev_type_t type) {
+  memset(ev, 0, sizeof(*ev));
+  ev->type = type;
+  ev->usage.input_tokens = ev->usage.output_tokens = -1;
+  ev->usage.cache_read_tokens = ev->usage.cache_creation_tokens = -1;
+  ev->usage.reasoning_tokens = -1;
+}
+
+/* ---- the table ---- */
+
+static const px_proto_ops_t *const protos[] = {
+#define XX(e, name, inpath, uppath, sym) &px_proto_##sym,
+    PX_PROTO_MAP(XX)
+#undef XX
+};
+
+const px_proto_ops_t *px_proto_get(px_proto_t p) { return protos[p]; }
+
+int px_proto_by_name(const char *name) {
+#define XX(e, nm, inpath, uppath, sym) \
+  if (strcmp(name, nm) == 0) return PX_PROTO_##e;
+  PX_PROTO_MAP(XX)
+#undef XX
+  return -1;
+}
+
+int px_proto_by_path(const char *path, size_t len) {
+  const char *q = memchr(path, '?', len);
+  if (q != NULL) len = (size_t)(q - path);
+  if (len >= 3 && memcmp(path, "/v1", 3) == 0 && (len == 3 || path[3] == '/')) {
+    path += 3;
+    len -= 3;
+  }
+#define XX(e, nm, inpath, uppath, sym) \
+  if (len == sizeof(inpath) - 1 && memcmp(path, inpath, len) == 0) return PX_PROTO_##e;
+  PX_PROTO_MAP(XX)
+#undef XX
+  return -1;
+}

@@ -1,0 +1,6 @@
+/* responses.c - translator for this protocol (work in progress). */
+#include "proxai/proto.h"
+
+const px_proto_ops_t px_proto_responses = {
+    .id = PX_PROTO_RESPONSES,
+};
