@@ -1,0 +1,1 @@
+/* anthropic_stream.c - stream decoder/encoder of this protocol (work in progress). */

@@ -1,0 +1,1 @@
+/* chat_stream.c - stream decoder/encoder of this protocol (work in progress). */

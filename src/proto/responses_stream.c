@@ -1,0 +1,1 @@
+/* responses_stream.c - stream decoder/encoder of this protocol (work in progress). */
