@@ -184,6 +184,13 @@ typedef struct px_tr_ctx {
  *             "cache_creation_tokens":n?,"reasoning_tokens":n?}
  * }
  *
+ * Usage convention (IR and px_usage_t): input_tokens is the TOTAL prompt
+ * size, cache reads and cache writes included (OpenAI prompt_tokens /
+ * input_tokens semantics); cache_read_tokens and cache_creation_tokens are
+ * parts of it. Anthropic decode: input = input_tokens + cache_read_input_tokens
+ * + cache_creation_input_tokens; Anthropic encode subtracts them again.
+ * output_tokens includes reasoning_tokens (OpenAI semantics).
+ *
  * Refusal rule (SPEC 5): a Chat message.refusal decodes to a "refusal" part
  * with stop_reason end_turn; an Anthropic stop_reason "refusal" decodes its
  * text blocks to "refusal" parts with stop_reason "refusal".
