@@ -1,1 +1,209 @@
-/* sse.c - placeholder */
+/* sse.c - incremental Server-Sent Events parser and writer (no I/O).
+ *
+ * Follows the WHATWG event-stream rules: lines end with LF, CRLF or CR (a CR
+ * at the end of one feed and an LF at the start of the next are one line
+ * end); a line starting with ':' is a comment; "field:value" drops one
+ * optional space after the colon; a line without a colon is a field with an
+ * empty value; a blank line dispatches the event, but only if at least one
+ * data line was seen (an `event:`-only block is discarded). Unlike the
+ * browser's "last event id", `id` here belongs to the event it appears in.
+ *
+ * Zero copy when possible: a single-line `data:` whose line lies wholly in
+ * the fed chunk is handed to the callback as a view into that chunk; only
+ * partial lines and multi-line data are copied.
+ *
+ * After PX_ETOOBIG the parser stays broken (every later feed returns
+ * PX_ETOOBIG): the stream it belonged to is no longer trustworthy.
+ */
+#include "proxai/sse.h"
+
+#include <string.h>
+
+/* The data of the event being built: either a view into the current chunk
+ * (active) or p->data. Lives for one px_sse_feed call. */
+typedef struct {
+  const char *ptr;
+  size_t len;
+  int active;
+} dview_t;
+
+void px_sse_init(px_sse_t *p, size_t cap, px_sse_cb cb, void *arg) {
+  memset(p, 0, sizeof(*p));
+  px_buf_init(&p->line, cap);
+  px_buf_init(&p->data, cap);
+  px_buf_init(&p->event, cap < 4096 ? cap : 4096);
+  px_buf_init(&p->id, cap < 4096 ? cap : 4096);
+  p->cb = cb;
+  p->arg = arg;
+}
+
+void px_sse_done(px_sse_t *p) {
+  px_buf_free(&p->line);
+  px_buf_free(&p->data);
+  px_buf_free(&p->event);
+  px_buf_free(&p->id);
+}
+
+static void reset_event(px_sse_t *p, dview_t *v) {
+  p->data.len = 0;
+  p->event.len = 0;
+  p->id.len = 0;
+  p->has_data = 0;
+  v->active = 0;
+}
+
+static int materialize(px_sse_t *p, dview_t *v) {
+  if (!v->active) return 0;
+  v->active = 0;
+  return px_buf_append(&p->data, v->ptr, v->len);
+}
+
+static int dispatch(px_sse_t *p, dview_t *v) {
+  if (!p->has_data) {
+    reset_event(p, v);
+    return 0;
+  }
+  px_sse_event_t ev;
+  ev.event.ptr = p->event.data;
+  ev.event.len = p->event.len;
+  ev.id.ptr = p->id.data;
+  ev.id.len = p->id.len;
+  if (v->active) {
+    ev.data.ptr = v->ptr;
+    ev.data.len = v->len;
+  } else {
+    ev.data.ptr = p->data.len ? p->data.data : "";
+    ev.data.len = p->data.len;
+  }
+  if (ev.event.ptr == NULL) ev.event.ptr = "";
+  if (ev.id.ptr == NULL) ev.id.ptr = "";
+  int rc = p->cb ? p->cb(p->arg, &ev) : 0;
+  reset_event(p, v);
+  return rc;
+}
+
+/* One complete line (without its terminator). in_chunk: the line lives in
+ * the caller's chunk (a view on it may be kept until the feed returns). */
+static int process_line(px_sse_t *p, dview_t *v, const char *line, size_t n,
+                        int in_chunk) {
+  if (n == 0) return dispatch(p, v);
+  if (line[0] == ':') return 0; /* comment */
+  const char *colon = memchr(line, ':', n);
+  size_t flen = colon ? (size_t)(colon - line) : n;
+  const char *val = colon ? colon + 1 : line + n;
+  size_t vlen = (size_t)(line + n - val);
+  if (vlen > 0 && val[0] == ' ') {
+    val++;
+    vlen--;
+  }
+  if (flen == 4 && memcmp(line, "data", 4) == 0) {
+    if (!p->has_data) {
+      p->has_data = 1;
+      if (vlen > p->data.cap) return PX_ETOOBIG;
+      if (in_chunk) {
+        v->ptr = val;
+        v->len = vlen;
+        v->active = 1;
+        return 0;
+      }
+      return px_buf_append(&p->data, val, vlen);
+    }
+    int rc = materialize(p, v);
+    if (rc == 0) rc = px_buf_append(&p->data, "\n", 1);
+    if (rc == 0) rc = px_buf_append(&p->data, val, vlen);
+    return rc;
+  }
+  if (flen == 5 && memcmp(line, "event", 5) == 0) {
+    p->event.len = 0;
+    return px_buf_append(&p->event, val, vlen);
+  }
+  if (flen == 2 && memcmp(line, "id", 2) == 0) {
+    if (memchr(val, 0, vlen) != NULL) return 0; /* ignored per spec */
+    p->id.len = 0;
+    return px_buf_append(&p->id, val, vlen);
+  }
+  return 0; /* retry and unknown fields: ignored */
+}
+
+static int broken(px_sse_t *p, dview_t *v) {
+  reset_event(p, v);
+  p->line.len = 0;
+  p->saw_cr = 0;
+  p->err = PX_ETOOBIG; /* sticky: see the file comment */
+  return PX_ETOOBIG;
+}
+
+static const char *find_eol(const char *s, const char *end) {
+  for (; s < end; s++)
+    if (*s == '\n' || *s == '\r') return s;
+  return end;
+}
+
+int px_sse_feed(px_sse_t *p, const char *d, size_t n) {
+  dview_t v = {NULL, 0, 0};
+  int rc = 0;
+  if (p->err) return p->err;
+  const char *s = d, *end = d + n;
+  if (p->saw_cr && s < end) {
+    p->saw_cr = 0;
+    if (*s == '\n') s++;
+  }
+  while (s < end) {
+    const char *e = find_eol(s, end);
+    if (e == end) { /* partial line: keep it */
+      rc = px_buf_append(&p->line, s, (size_t)(end - s));
+      if (rc < 0) return broken(p, &v);
+      break;
+    }
+    if (p->line.len > 0) {
+      rc = px_buf_append(&p->line, s, (size_t)(e - s));
+      if (rc < 0) return broken(p, &v);
+      rc = process_line(p, &v, p->line.data, p->line.len, 0);
+      p->line.len = 0;
+    } else {
+      rc = process_line(p, &v, s, (size_t)(e - s), 1);
+    }
+    s = e + 1;
+    if (*e == '\r') {
+      if (s < end) {
+        if (*s == '\n') s++;
+      } else {
+        p->saw_cr = 1;
+      }
+    }
+    if (rc == PX_ETOOBIG || rc == PX_ENOMEM) return broken(p, &v);
+    if (rc != 0) {
+      /* callback asked to stop: keep the parser consistent for a later
+       * feed (the rest of this chunk is dropped). */
+      reset_event(p, &v);
+      return rc;
+    }
+    if (p->data.len + (v.active ? v.len : 0) + p->event.len > p->data.cap)
+      return broken(p, &v);
+  }
+  if (materialize(p, &v) < 0) return broken(p, &v);
+  return 0;
+}
+
+int px_sse_write(px_buf_t *out, const char *event, const char *data, size_t len) {
+  size_t elen = event ? strlen(event) : 0;
+  size_t need = (event ? 8 + elen : 0) + 6 + len + 2;
+  int rc = px_buf_reserve(out, need);
+  if (rc < 0) return rc;
+  char *w = out->data + out->len;
+  if (event) {
+    memcpy(w, "event: ", 7);
+    w += 7;
+    memcpy(w, event, elen);
+    w += elen;
+    *w++ = '\n';
+  }
+  memcpy(w, "data: ", 6);
+  w += 6;
+  memcpy(w, data, len);
+  w += len;
+  *w++ = '\n';
+  *w++ = '\n';
+  out->len = (size_t)(w - out->data);
+  return 0;
+}

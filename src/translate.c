@@ -1,1 +1,363 @@
-/* translate.c - placeholder */
+/* translate.c - the translation hub: request, response, error and stream
+ * pipelines between any two protocols, through the IR and the event model
+ * (include/proxai/proto.h). No I/O. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxai/proto.h"
+#include "proxai/sse.h"
+
+static int not_impl(px_tr_err_t *err, const px_tr_ctx_t *ctx, const char *what) {
+  px_tr_fail(err, "", "translation %s -> %s: %s not implemented",
+             px_proto_get(ctx->in)->name, px_proto_get(ctx->out)->name, what);
+  if (err != NULL) err->kind = PX_ERR_NOT_IMPL;
+  return PX_EINVAL;
+}
+
+static int bad_proto(const px_tr_ctx_t *ctx) {
+  return (unsigned)ctx->in >= PX_PROTO_COUNT || (unsigned)ctx->out >= PX_PROTO_COUNT;
+}
+
+int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
+                         json_t **upstream_body, px_lossy_t *lossy,
+                         px_tr_err_t *err) {
+  if (bad_proto(ctx)) return px_tr_fail(err, "", "unknown protocol");
+  const px_proto_ops_t *in = px_proto_get(ctx->in), *out = px_proto_get(ctx->out);
+  if (in->decode_request == NULL) return not_impl(err, ctx, "request decoding");
+  if (out->encode_request == NULL) return not_impl(err, ctx, "request encoding");
+  if (!json_is_object(client_body))
+    return px_tr_fail(err, "", "request body must be a JSON object");
+
+  px_tr_ctx_t c = *ctx;
+  json_t *m = json_object_get(client_body, "model");
+  if (c.client_model == NULL && json_is_string(m)) c.client_model = json_string_value(m);
+  if (c.upstream_model == NULL) c.upstream_model = c.client_model;
+
+  json_t *ir = NULL, *body = NULL;
+  int rc = in->decode_request(&c, client_body, &ir, lossy, err);
+  if (rc < 0) goto fail;
+  if (ir == NULL) {
+    rc = px_tr_fail(err, "", "request decoder produced nothing");
+    goto fail;
+  }
+  if (c.upstream_model != NULL)
+    json_object_set_new(ir, "model", json_string(c.upstream_model));
+  rc = out->encode_request(&c, ir, &body, lossy, err);
+  if (rc < 0) goto fail;
+  if (body == NULL) {
+    rc = px_tr_fail(err, "", "request encoder produced nothing");
+    goto fail;
+  }
+  json_decref(ir);
+  *upstream_body = body;
+  return 0;
+fail:
+  json_decref(ir);
+  json_decref(body);
+  return rc < 0 ? rc : PX_EINVAL;
+}
+
+int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,
+                          json_t **client_body, px_lossy_t *lossy,
+                          px_tr_err_t *err) {
+  if (bad_proto(ctx)) return px_tr_fail(err, "", "unknown protocol");
+  const px_proto_ops_t *in = px_proto_get(ctx->in), *out = px_proto_get(ctx->out);
+  if (out->decode_response == NULL) return not_impl(err, ctx, "response decoding");
+  if (in->encode_response == NULL) return not_impl(err, ctx, "response encoding");
+  if (!json_is_object(upstream_body)) {
+    px_tr_fail(err, "", "upstream response body is not a JSON object");
+    if (err) err->kind = PX_ERR_BAD_GATEWAY;
+    return PX_EPROTO;
+  }
+  px_tr_ctx_t c = *ctx;
+  json_t *ir = NULL, *body = NULL;
+  int rc = out->decode_response(&c, upstream_body, &ir, lossy, err);
+  if (rc < 0) goto fail;
+  if (ir == NULL) {
+    rc = px_tr_fail(err, "", "response decoder produced nothing");
+    goto fail;
+  }
+  if (c.client_model == NULL) {
+    json_t *m = json_object_get(ir, "model");
+    if (json_is_string(m)) c.client_model = json_string_value(m);
+  }
+  rc = in->encode_response(&c, ir, &body, lossy, err);
+  if (rc < 0) goto fail;
+  if (body == NULL) {
+    rc = px_tr_fail(err, "", "response encoder produced nothing");
+    goto fail;
+  }
+  json_decref(ir);
+  *client_body = body;
+  return 0;
+fail:
+  json_decref(ir);
+  json_decref(body);
+  return rc < 0 ? rc : PX_EINVAL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+
+int px_translate_error(const px_tr_ctx_t *ctx, int status, const char *body,
+                       size_t len, const char *request_id, px_buf_t *out,
+                       int *client_status) {
+  if (bad_proto(ctx)) return PX_EINVAL;
+  const px_proto_ops_t *in = px_proto_get(ctx->in);
+  px_upstream_err_t ue;
+  int found = 0;
+  /* the upstream's own protocol first, then the others (a gateway or a
+   * compatible server may answer in another family's shape) */
+  for (int k = 0; k < PX_PROTO_COUNT && !found; k++) {
+    px_proto_t p = k == 0 ? ctx->out : (px_proto_t)(k <= (int)ctx->out ? k - 1 : k);
+    const px_proto_ops_t *ops = px_proto_get(p);
+    if (ops->decode_error == NULL) continue;
+    memset(&ue, 0, sizeof(ue));
+    if (ops->decode_error(status, body ? body : "", body ? len : 0, &ue) == 0) found = 1;
+  }
+  int st = status;
+  if (!found) {
+    memset(&ue, 0, sizeof(ue));
+    if (status >= 400 && status <= 599) {
+      ue.kind = px_errkind_from_type(NULL, status);
+      snprintf(ue.message, sizeof(ue.message),
+               "upstream returned HTTP %d with a body that is not a %s error",
+               status, px_proto_get(ctx->out)->name);
+    } else {
+      st = 502;
+      ue.kind = PX_ERR_BAD_GATEWAY;
+      snprintf(ue.message, sizeof(ue.message),
+               "bad gateway: upstream returned HTTP %d with an unrecognised body",
+               status);
+    }
+  } else if (status < 400 || status > 599) {
+    st = px_errkind_status(ue.kind);
+  }
+  if (in->encode_error == NULL) return PX_EINVAL;
+  /* the type is mapped to the client family; the upstream's own spelling is
+   * kept only when it is a type of the client's family */
+  const char *type = ctx->in == PX_PROTO_ANTHROPIC ? px_errkind_anthropic(ue.kind)
+                                                   : px_errkind_openai(ue.kind);
+  int rc = in->encode_error(out, ue.kind, type, ue.message, NULL, request_id);
+  if (rc < 0) return rc;
+  if (client_status) *client_status = st;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Streams                                                                   */
+
+struct px_stream_tr {
+  px_tr_ctx_t ctx;
+  const px_proto_ops_t *in, *out;
+  px_buf_t *buf;
+  px_sse_t sse;
+  px_sdec_t *dec;
+  px_senc_t *enc;
+  int done;        /* terminal written (normal stop or error) */
+  int failed;      /* the terminal was an error event */
+  int started;     /* MESSAGE_START passed */
+  int stopped;     /* a MESSAGE_DELTA with a stop reason passed */
+  int deltas;      /* MESSAGE_DELTAs passed */
+  int nblocks;     /* blocks started */
+  unsigned char *open; /* open flag per block index */
+  int open_cap;
+  int nopen;
+  px_usage_t usage;
+};
+
+#define PX_MAX_BLOCKS 65536
+
+static int write_error(px_stream_tr_t *t, px_errkind_t kind, const char *msg) {
+  if (t->done) return t->failed ? PX_EPROTO : 0;
+  t->done = 1;
+  t->failed = 1;
+  if (t->in->encode_stream_error != NULL)
+    t->in->encode_stream_error(t->buf, kind, msg ? msg : "upstream stream failed");
+  return PX_EPROTO;
+}
+
+static void merge_usage(px_usage_t *d, const px_usage_t *s) {
+  if (s->input_tokens >= 0) d->input_tokens = s->input_tokens;
+  if (s->output_tokens >= 0) d->output_tokens = s->output_tokens;
+  if (s->cache_read_tokens >= 0) d->cache_read_tokens = s->cache_read_tokens;
+  if (s->cache_creation_tokens >= 0) d->cache_creation_tokens = s->cache_creation_tokens;
+  if (s->reasoning_tokens >= 0) d->reasoning_tokens = s->reasoning_tokens;
+}
+
+static int enc(px_stream_tr_t *t, const px_ev_t *ev) {
+  int rc = t->in->senc_event(t->enc, ev);
+  if (rc < 0)
+    return write_error(t, rc == PX_ETOOBIG ? PX_ERR_BAD_GATEWAY : PX_ERR_API,
+                       rc == PX_ETOOBIG ? "stream translation exceeded its buffer limit"
+                                        : "stream translation failed");
+  return 0;
+}
+
+static int is_open(px_stream_tr_t *t, int i) {
+  return i >= 0 && i < t->nblocks && t->open[i];
+}
+
+static int close_all(px_stream_tr_t *t) {
+  for (int i = 0; i < t->nblocks && t->nopen > 0; i++) {
+    if (!t->open[i]) continue;
+    px_ev_t e;
+    px_ev_init(&e, PX_EV_BLOCK_STOP);
+    e.index = i;
+    t->open[i] = 0;
+    t->nopen--;
+    int rc = enc(t, &e);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+static int illegal(px_stream_tr_t *t, const char *what) {
+  char msg[160];
+  snprintf(msg, sizeof(msg), "upstream stream protocol error: %s", what);
+  return write_error(t, PX_ERR_BAD_GATEWAY, msg);
+}
+
+/* The decoder's sink: validate the order, then encode. */
+static int on_event(void *arg, const px_ev_t *ev) {
+  px_stream_tr_t *t = arg;
+  if (t->done) return t->failed ? PX_EPROTO : 0;
+  switch (ev->type) {
+  case PX_EV_MESSAGE_START:
+    if (t->started) return illegal(t, "second message start");
+    t->started = 1;
+    merge_usage(&t->usage, &ev->usage);
+    return enc(t, ev);
+  case PX_EV_BLOCK_START:
+    if (!t->started) return illegal(t, "content before message start");
+    if (t->deltas) return illegal(t, "content block after the stop reason");
+    if (ev->index != t->nblocks) return illegal(t, "content block index out of order");
+    if (t->nblocks >= PX_MAX_BLOCKS) return illegal(t, "too many content blocks");
+    if (t->nblocks >= t->open_cap) {
+      int nc = t->open_cap ? t->open_cap * 2 : 16;
+      unsigned char *o = realloc(t->open, (size_t)nc);
+      if (o == NULL) return write_error(t, PX_ERR_API, "out of memory");
+      memset(o + t->open_cap, 0, (size_t)(nc - t->open_cap));
+      t->open = o;
+      t->open_cap = nc;
+    }
+    t->open[t->nblocks++] = 1;
+    t->nopen++;
+    return enc(t, ev);
+  case PX_EV_DELTA:
+    if (!is_open(t, ev->index)) return illegal(t, "delta for a block that is not open");
+    return enc(t, ev);
+  case PX_EV_BLOCK_STOP:
+    if (!is_open(t, ev->index)) return illegal(t, "stop for a block that is not open");
+    t->open[ev->index] = 0;
+    t->nopen--;
+    return enc(t, ev);
+  case PX_EV_MESSAGE_DELTA: {
+    if (!t->started) return illegal(t, "stop reason before message start");
+    int rc = close_all(t);
+    if (rc < 0) return rc;
+    t->deltas++;
+    if (ev->stop != PX_STOP_NONE) t->stopped = 1;
+    merge_usage(&t->usage, &ev->usage);
+    return enc(t, ev);
+  }
+  case PX_EV_MESSAGE_STOP: {
+    if (!t->started) return illegal(t, "message stop before message start");
+    if (!t->stopped) return illegal(t, "message stop without a stop reason");
+    int rc = close_all(t);
+    if (rc < 0) return rc;
+    rc = enc(t, ev);
+    if (rc < 0) return rc;
+    t->done = 1;
+    return 0;
+  }
+  case PX_EV_ERROR: {
+    char msg[1024];
+    snprintf(msg, sizeof(msg), "%.*s", (int)(ev->text.len < 1000 ? ev->text.len : 1000),
+             ev->text.ptr ? ev->text.ptr : "");
+    return write_error(t, ev->errkind, msg[0] ? msg : "upstream stream error");
+  }
+  }
+  return illegal(t, "unknown event");
+}
+
+/* The SSE parser's callback: one upstream event to the decoder. */
+static int on_sse(void *arg, const px_sse_event_t *ev) {
+  px_stream_tr_t *t = arg;
+  if (t->done) return 0; /* trailing bytes after the terminal: ignored */
+  int rc = t->out->sdec_feed(t->dec, ev);
+  if (rc < 0 && !t->done)
+    return write_error(t, PX_ERR_BAD_GATEWAY, "upstream sent a malformed stream event");
+  return t->done && t->failed ? PX_EPROTO : 0;
+}
+
+px_stream_tr_t *px_stream_tr_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
+  if (bad_proto(ctx)) return NULL;
+  const px_proto_ops_t *in = px_proto_get(ctx->in), *up = px_proto_get(ctx->out);
+  if (up->sdec_new == NULL || up->sdec_feed == NULL || up->sdec_finish == NULL ||
+      up->sdec_free == NULL || in->senc_new == NULL || in->senc_event == NULL ||
+      in->senc_free == NULL)
+    return NULL;
+  px_stream_tr_t *t = calloc(1, sizeof(*t));
+  if (t == NULL) return NULL;
+  t->ctx = *ctx;
+  t->in = in;
+  t->out = up;
+  t->buf = out;
+  px_ev_t z;
+  px_ev_init(&z, PX_EV_MESSAGE_DELTA);
+  t->usage = z.usage;
+  px_sse_init(&t->sse, PX_MAX_SSE_EVENT, on_sse, t);
+  t->dec = up->sdec_new(&t->ctx, on_event, t);
+  t->enc = in->senc_new(&t->ctx, out);
+  if (t->dec == NULL || t->enc == NULL) {
+    px_stream_tr_free(t);
+    return NULL;
+  }
+  return t;
+}
+
+int px_stream_tr_feed(px_stream_tr_t *t, const char *p, size_t n) {
+  if (t->done) return t->failed ? PX_EPROTO : 0;
+  int rc = px_sse_feed(&t->sse, p, n);
+  if (rc == PX_ETOOBIG)
+    return write_error(t, PX_ERR_BAD_GATEWAY, "upstream stream event too large");
+  if (rc < 0) return write_error(t, PX_ERR_BAD_GATEWAY, "upstream stream failed");
+  return 0;
+}
+
+int px_stream_tr_finish(px_stream_tr_t *t, int ok, px_errkind_t kind,
+                        const char *message) {
+  if (!t->done && ok) {
+    /* lenient end: an event whose blank line never came is still complete
+     * if its lines were (a truncated JSON line fails in the decoder) */
+    int rc = px_sse_feed(&t->sse, "\n\n", 2);
+    if (rc < 0 && !t->done)
+      write_error(t, PX_ERR_BAD_GATEWAY, "upstream stream event too large");
+    if (!t->done) {
+      rc = t->out->sdec_finish(t->dec);
+      if (rc < 0 && !t->done)
+        write_error(t, PX_ERR_BAD_GATEWAY,
+                    "upstream stream ended before its terminal event");
+    }
+  }
+  if (!t->done)
+    write_error(t, ok ? PX_ERR_BAD_GATEWAY : kind,
+                ok || message == NULL ? "upstream stream ended before its terminal event"
+                                      : message);
+  return t->failed ? PX_EPROTO : 0;
+}
+
+int px_stream_tr_done(const px_stream_tr_t *t) { return t->done; }
+
+const px_usage_t *px_stream_tr_usage(const px_stream_tr_t *t) { return &t->usage; }
+
+void px_stream_tr_free(px_stream_tr_t *t) {
+  if (t == NULL) return;
+  if (t->dec) t->out->sdec_free(t->dec);
+  if (t->enc) t->in->senc_free(t->enc);
+  px_sse_done(&t->sse);
+  free(t->open);
+  free(t);
+}

@@ -368,6 +368,34 @@ int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,
                           json_t **client_body, px_lossy_t *lossy,
                           px_tr_err_t *err);
 
+/** Translate an upstream error response (status + raw body, any bytes) into
+ *  the client protocol's error body, appended to out. The body is decoded
+ *  with the upstream protocol's decode_error, then the other protocols'; the
+ *  message is kept and the type mapped. A body no decoder understands (HTML,
+ *  plain text, empty) keeps an error status (400..599) with a message naming
+ *  it, else becomes 502 bad gateway. *client_status gets the status to send
+ *  (upstream status kept, e.g. 529 stays 529). request_id may be NULL. */
+int px_translate_error(const px_tr_ctx_t *ctx, int status, const char *body,
+                       size_t len, const char *request_id, px_buf_t *out,
+                       int *client_status);
+
+/*
+ * Stream rules enforced by the hub (px_stream_tr_*), so decoders and
+ * encoders need not re-check them:
+ *  - Encoders never see PX_EV_ERROR. An ERROR event from the decoder, a
+ *    transfer failure, an over-long SSE event, an illegal event order, a
+ *    decoder/encoder failure, or an upstream end without MESSAGE_STOP makes
+ *    the hub append the client protocol's encode_stream_error exactly once;
+ *    nothing is encoded after it (never a fabricated normal stop).
+ *  - Order: MESSAGE_START first and once; BLOCK_START index == number of
+ *    blocks started so far; DELTA / BLOCK_STOP only on an open block; no
+ *    BLOCK_START after the first MESSAGE_DELTA; blocks still open at the
+ *    first MESSAGE_DELTA are closed by hub-made BLOCK_STOP events;
+ *    MESSAGE_DELTA may repeat (e.g. a late usage-only delta, stop NONE);
+ *    MESSAGE_STOP requires a MESSAGE_DELTA with a stop reason before it.
+ *    Events after MESSAGE_STOP are ignored.
+ */
+
 /** A running stream translation: upstream SSE bytes in, client SSE out. */
 typedef struct px_stream_tr px_stream_tr_t;
 /** out: buffer the encoder appends client bytes to (owned by caller). */

@@ -34,6 +34,7 @@ typedef struct px_sse {
   int saw_cr;       /**< last byte fed was CR (a following LF is skipped) */
   px_sse_cb cb;
   void *arg;
+  int err;          /**< sticky PX_ETOOBIG after an over-long event */
 } px_sse_t;
 
 /** Initialise a parser calling cb for each event; cap bounds one event. */
