@@ -348,6 +348,7 @@ static int set_str(parse_t *p, const directive_t *d, void *obj, char *v) {
 
 /* Empty means "no key". */
 static int set_opt_str(parse_t *p, const directive_t *d, void *obj, char *v) {
+  (void)p;
   char **f = FIELD(obj, d, char *);
   free(*f);
   *f = NULL;
@@ -486,6 +487,7 @@ static int set_log_level(parse_t *p, const directive_t *d, void *obj, char *v) {
 }
 
 static int set_header(parse_t *p, const directive_t *d, void *obj, char *v) {
+  (void)d;
   px_upstream_conf_t *u = obj;
   const char *colon = strchr(v, ':');
   size_t nlen = colon ? (size_t)(colon - v) : 0;
@@ -524,6 +526,7 @@ static int set_header(parse_t *p, const directive_t *d, void *obj, char *v) {
 }
 
 static int set_route_upstream(parse_t *p, const directive_t *d, void *obj, char *v) {
+  (void)obj;
   if (!need_value(p, d, v)) return 0;
   route_refs_t *r = &p->refs[p->idx];
   free(r->upstream);
@@ -533,6 +536,7 @@ static int set_route_upstream(parse_t *p, const directive_t *d, void *obj, char 
 }
 
 static int set_fallback(parse_t *p, const directive_t *d, void *obj, char *v) {
+  (void)obj;
   if (!need_value(p, d, v)) return 0;
   route_refs_t *r = &p->refs[p->idx];
   size_t n = r->nfallback;
