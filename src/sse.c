@@ -161,6 +161,9 @@ int px_sse_feed(px_sse_t *p, const char *d, size_t n) {
       rc = process_line(p, &v, p->line.data, p->line.len, 0);
       p->line.len = 0;
     } else {
+      /* same limit as for a line carried between feeds, so that the result
+       * never depends on how the stream was chunked */
+      if ((size_t)(e - s) > p->line.cap) return broken(p, &v);
       rc = process_line(p, &v, s, (size_t)(e - s), 1);
     }
     s = e + 1;
