@@ -1,1 +1,245 @@
-int main(void) { return 0; }
+/* main.c - command line, configuration, workers, signals, drain. */
+#include <curl/curl.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "proxai/config.h"
+#include "proxai/log.h"
+#include "proxai/proxy.h"
+#include "proxai/server.h"
+#include "proxai/upstream.h"
+
+typedef struct worker {
+  uv_loop_t *loop;
+  px_server_t srv;
+  const char *config_path;
+  uv_signal_t sig_term, sig_int, sig_hup;
+  uv_timer_t shutdown_timer;
+  int stopping;
+} worker_t;
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: proxai [-c FILE] [--check] [--version] [--help]\n"
+          "\n"
+          "  -c FILE     configuration file (default ./proxai.conf if present,\n"
+          "              else the embedded default built from OPENAI_API_KEY /\n"
+          "              ANTHROPIC_API_KEY)\n"
+          "  --check     validate the configuration, print the resolved routes, exit\n"
+          "  --version   print the version\n"
+          "  --help      this text\n");
+}
+
+static void on_handle_close_noop(uv_handle_t *h) { (void)h; }
+
+static void close_walk(uv_handle_t *h, void *arg) {
+  (void)arg;
+  if (!uv_is_closing(h)) uv_close(h, on_handle_close_noop);
+}
+
+static void on_uclient_closed(void *arg) {
+  worker_t *w = arg;
+  w->srv.uclient = NULL;
+  uv_walk(w->loop, close_walk, NULL);
+}
+
+static void finish(worker_t *w) {
+  if (w->stopping == 2) return;
+  w->stopping = 2;
+  px_server_close_all(&w->srv);
+  uv_timer_stop(&w->shutdown_timer);
+  if (w->srv.uclient) px_uclient_close(w->srv.uclient, on_uclient_closed, w);
+  else uv_walk(w->loop, close_walk, NULL);
+}
+
+static void on_idle(px_server_t *s) {
+  worker_t *w = (worker_t *)((char *)s - offsetof(worker_t, srv));
+  if (w->stopping) finish(w);
+}
+
+static void on_shutdown_timeout(uv_timer_t *t) {
+  worker_t *w = t->data;
+  px_log_warn("shutdown timeout: closing %zu request(s) still in flight", w->srv.active);
+  finish(w);
+}
+
+static void on_stop_signal(uv_signal_t *sig, int signum) {
+  worker_t *w = sig->data;
+  if (w->stopping) {
+    if (signum == SIGINT) finish(w); /* second ^C: now */
+    return;
+  }
+  w->stopping = 1;
+  px_log_info("signal %d: draining (up to %llu ms)", signum,
+              (unsigned long long)w->srv.config->server.shutdown_timeout_ms);
+  w->shutdown_timer.data = w;
+  uv_timer_start(&w->shutdown_timer, on_shutdown_timeout,
+                 w->srv.config->server.shutdown_timeout_ms, 0);
+  px_server_drain(&w->srv);
+}
+
+static void on_hup(uv_signal_t *sig, int signum) {
+  (void)signum;
+  worker_t *w = sig->data;
+  char err[512];
+  px_config_t *c = px_config_load(w->config_path, err, sizeof(err));
+  if (c == NULL) {
+    px_log_error("reload rejected, keeping the running configuration: %s", err);
+    return;
+  }
+  if (strcmp(c->server.listen, w->srv.config->server.listen) != 0)
+    px_log_warn("reload: a new listen address needs a restart; keeping %s",
+                w->srv.config->server.listen);
+  px_log_init(c->server.log_level, c->server.access_log);
+  px_config_unref(w->srv.config);
+  w->srv.config = c;
+  px_log_info("configuration reloaded (%zu upstreams, %zu routes)", c->nupstreams,
+              c->nroutes);
+}
+
+static int run_worker(const char *path, px_config_t *cfg) {
+  worker_t w;
+  memset(&w, 0, sizeof(w));
+  w.loop = uv_default_loop();
+  w.config_path = path;
+  w.srv.loop = w.loop;
+  w.srv.config = cfg;
+  w.srv.on_request = px_proxy_request;
+  w.srv.on_idle = on_idle;
+  w.srv.uclient = px_uclient_new(w.loop);
+  if (w.srv.uclient == NULL) {
+    fprintf(stderr, "proxai: cannot initialise the upstream client\n");
+    return 1;
+  }
+  char err[512];
+  if (px_server_listen(&w.srv, err, sizeof(err)) < 0) {
+    fprintf(stderr, "proxai: %s\n", err);
+    return 1;
+  }
+  uv_timer_init(w.loop, &w.shutdown_timer);
+  uv_signal_init(w.loop, &w.sig_term);
+  uv_signal_init(w.loop, &w.sig_int);
+  uv_signal_init(w.loop, &w.sig_hup);
+  w.sig_term.data = w.sig_int.data = w.sig_hup.data = &w;
+  uv_signal_start(&w.sig_term, on_stop_signal, SIGTERM);
+  uv_signal_start(&w.sig_int, on_stop_signal, SIGINT);
+  uv_signal_start(&w.sig_hup, on_hup, SIGHUP);
+  px_log_info("proxai %s listening on %s (%zu upstreams, %zu routes)", PROXAI_VERSION,
+              cfg->server.listen, cfg->nupstreams, cfg->nroutes);
+  if (cfg->unconfigured_message) px_log_warn("%s", cfg->unconfigured_message);
+  uv_run(w.loop, UV_RUN_DEFAULT);
+  uv_walk(w.loop, close_walk, NULL);
+  uv_run(w.loop, UV_RUN_DEFAULT);
+  uv_loop_close(w.loop);
+  px_config_unref(w.srv.config);
+  px_log_info("stopped");
+  return 0;
+}
+
+static volatile sig_atomic_t parent_sig;
+static void parent_handler(int s) { parent_sig = s; }
+
+/* Several workers: each child binds its own SO_REUSEPORT socket. */
+static int run_workers(const char *path, px_config_t *cfg, unsigned n) {
+  pid_t *pids = calloc(n, sizeof(pid_t));
+  for (unsigned i = 0; i < n; i++) {
+    pid_t p = fork();
+    if (p < 0) {
+      perror("proxai: fork");
+      n = i;
+      break;
+    }
+    if (p == 0) {
+      free(pids);
+      int rc = run_worker(path, cfg);
+      curl_global_cleanup();
+      _exit(rc);
+    }
+    pids[i] = p;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = parent_handler;
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+  int rc = 0;
+  unsigned alive = n;
+  while (alive > 0) {
+    int st;
+    pid_t p = waitpid(-1, &st, 0);
+    if (p < 0) {
+      if (errno == EINTR) {
+        int s = parent_sig;
+        parent_sig = 0;
+        for (unsigned i = 0; i < n; i++)
+          if (pids[i] > 0) kill(pids[i], s);
+        continue;
+      }
+      break;
+    }
+    for (unsigned i = 0; i < n; i++)
+      if (pids[i] == p) pids[i] = 0;
+    alive--;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      rc = 1;
+      for (unsigned i = 0; i < n; i++) /* one failed: stop the rest */
+        if (pids[i] > 0) kill(pids[i], SIGTERM);
+    }
+  }
+  free(pids);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  const char *path = NULL;
+  int check = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "-c") == 0 && i + 1 < argc) path = argv[++i];
+    else if (strcmp(argv[i], "--check") == 0) check = 1;
+    else if (strcmp(argv[i], "--version") == 0) {
+      printf("proxai %s\n", PROXAI_VERSION);
+      return 0;
+    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      return 0;
+    } else {
+      fprintf(stderr, "proxai: unknown argument '%s'\n", argv[i]);
+      usage(stderr);
+      return 2;
+    }
+  }
+  char err[1024];
+  px_config_t *cfg = px_config_load(path, err, sizeof(err));
+  if (cfg == NULL) {
+    fprintf(stderr, "proxai: %s\n", err);
+    return 2;
+  }
+  if (check) {
+    px_config_print(cfg, stdout);
+    px_config_unref(cfg);
+    return 0;
+  }
+  if (px_log_init(cfg->server.log_level, cfg->server.access_log) < 0) {
+    fprintf(stderr, "proxai: cannot open access log '%s'\n", cfg->server.access_log);
+    px_config_unref(cfg);
+    return 1;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+  unsigned workers = cfg->server.workers;
+  if (workers == 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    workers = n > 0 ? (unsigned)n : 1;
+  }
+  int rc = workers > 1 ? run_workers(path, cfg, workers) : run_worker(path, cfg);
+  if (workers > 1) px_config_unref(cfg);
+  px_log_done();
+  curl_global_cleanup();
+  return rc;
+}

@@ -1,1 +1,287 @@
-/* passthru.c - placeholder */
+/* passthru.c - same-protocol forwarding: a JSON member scanner that finds
+ * `model` without parsing the document, the stream rewriter, and terminal
+ * event detection.
+ *
+ * The scanner walks raw JSON text and never decodes strings: member names
+ * are compared byte for byte (the names we look for need no escaping).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxai/passthru.h"
+
+#define END ((size_t)-1)
+#define MORE ((size_t)-2)
+
+static size_t skip_ws(const char *p, size_t i, size_t n) {
+  while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r')) i++;
+  return i;
+}
+
+static size_t skip_string(const char *p, size_t i, size_t n) {
+  for (i++; i < n; i++) {
+    if (p[i] == '\\') i++;
+    else if (p[i] == '"') return i + 1;
+  }
+  return MORE;
+}
+
+static size_t skip_value(const char *p, size_t i, size_t n) {
+  if (i >= n) return MORE;
+  char c = p[i];
+  if (c == '"') return skip_string(p, i, n);
+  if (c == '{' || c == '[') {
+    int depth = 0;
+    while (i < n) {
+      c = p[i];
+      if (c == '"') {
+        i = skip_string(p, i, n);
+        if (i == MORE) return MORE;
+        continue;
+      }
+      if (c == '{' || c == '[') depth++;
+      else if (c == '}' || c == ']') {
+        if (--depth == 0) return i + 1;
+      }
+      i++;
+    }
+    return MORE;
+  }
+  size_t s = i;
+  while (i < n && strchr(",}] \t\r\n", p[i]) == NULL) i++;
+  if (i == n) return MORE;
+  return i > s ? i : END;
+}
+
+int px_json_find(const char *p, size_t n, const char *const *path, size_t depth,
+                 size_t *start, size_t *len) {
+  size_t i = skip_ws(p, 0, n);
+  size_t level = 0;
+  for (;;) {
+    if (i >= n) return PX_JSON_MORE;
+    if (p[i] != '{') return level == 0 ? PX_JSON_BAD : PX_JSON_ABSENT;
+    i = skip_ws(p, i + 1, n);
+    if (i >= n) return PX_JSON_MORE;
+    if (p[i] == '}') return PX_JSON_ABSENT;
+    const char *want = path[level];
+    size_t wl = strlen(want);
+    for (;;) {
+      if (i >= n) return PX_JSON_MORE;
+      if (p[i] != '"') return PX_JSON_BAD;
+      size_t ke = skip_string(p, i, n);
+      if (ke == MORE) return PX_JSON_MORE;
+      int match = ke - i - 2 == wl && memcmp(p + i + 1, want, wl) == 0;
+      i = skip_ws(p, ke, n);
+      if (i >= n) return PX_JSON_MORE;
+      if (p[i] != ':') return PX_JSON_BAD;
+      i = skip_ws(p, i + 1, n);
+      if (match) {
+        if (level + 1 == depth) {
+          size_t ve = skip_value(p, i, n);
+          if (ve == MORE) return PX_JSON_MORE;
+          if (ve == END) return PX_JSON_BAD;
+          *start = i;
+          *len = ve - i;
+          return PX_JSON_FOUND;
+        }
+        level++;
+        break; /* descend into this value */
+      }
+      size_t ve = skip_value(p, i, n);
+      if (ve == MORE) return PX_JSON_MORE;
+      if (ve == END) return PX_JSON_BAD;
+      i = skip_ws(p, ve, n);
+      if (i >= n) return PX_JSON_MORE;
+      if (p[i] == '}') return PX_JSON_ABSENT;
+      if (p[i] != ',') return PX_JSON_BAD;
+      i = skip_ws(p, i + 1, n);
+    }
+  }
+}
+
+int px_json_replace_str(px_buf_t *out, const char *p, size_t n,
+                        const char *const *path, size_t depth, const char *value) {
+  size_t s, l;
+  int rc = px_json_find(p, n, path, depth, &s, &l);
+  if (rc != PX_JSON_FOUND || p[s] != '"') {
+    int e = px_buf_append(out, p, n);
+    return e < 0 ? e : (rc == PX_JSON_FOUND ? PX_JSON_ABSENT : rc);
+  }
+  int e = px_buf_append(out, p, s);
+  if (e == 0) e = px_buf_json_str(out, value, strlen(value));
+  if (e == 0) e = px_buf_append(out, p + s + l, n - s - l);
+  return e < 0 ? e : PX_JSON_FOUND;
+}
+
+/* ---------------------------------------------------------------------- */
+/* usage                                                                     */
+
+static int64_t find_int(const char *p, size_t n, const char *const *path, size_t depth) {
+  size_t s, l;
+  if (px_json_find(p, n, path, depth, &s, &l) != PX_JSON_FOUND) return -1;
+  if (p[s] < '0' || p[s] > '9') return -1;
+  return strtoll(p + s, NULL, 10);
+}
+
+/* Usage object member names per protocol, and where the object sits. */
+static void usage_at(px_proto_t proto, const char *p, size_t n, const char *outer,
+                     px_usage_t *u) {
+  const char *in_name, *out_name;
+  switch (proto) {
+  case PX_PROTO_CHAT: in_name = "prompt_tokens"; out_name = "completion_tokens"; break;
+  default: in_name = "input_tokens"; out_name = "output_tokens"; break;
+  }
+  const char *pin[3], *pout[3];
+  size_t d = 0;
+  if (outer) pin[d] = pout[d] = outer, d++;
+  pin[d] = pout[d] = "usage";
+  d++;
+  pin[d] = in_name;
+  pout[d] = out_name;
+  d++;
+  int64_t v = find_int(p, n, pin, d);
+  if (v >= 0) {
+    u->input_tokens = v;
+    if (proto == PX_PROTO_ANTHROPIC) {
+      const char *pc[3];
+      memcpy(pc, pin, sizeof(pc));
+      pc[d - 1] = "cache_read_input_tokens";
+      int64_t c = find_int(p, n, pc, d);
+      if (c > 0) u->input_tokens += c;
+      pc[d - 1] = "cache_creation_input_tokens";
+      c = find_int(p, n, pc, d);
+      if (c > 0) u->input_tokens += c;
+    }
+  }
+  v = find_int(p, n, pout, d);
+  if (v >= 0) u->output_tokens = v;
+}
+
+void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *u) {
+  usage_at(p, body, len, NULL, u);
+}
+
+/* ---------------------------------------------------------------------- */
+/* stream watcher                                                            */
+
+static int on_event(void *arg, const px_sse_event_t *ev) {
+  px_passthru_t *pt = arg;
+  const char *d = ev->data.ptr;
+  size_t n = ev->data.len;
+  switch (pt->proto) {
+  case PX_PROTO_CHAT:
+    if (px_str_eq(ev->data, "[DONE]")) pt->terminal = 1;
+    else if (n > 9 && memcmp(d, "{\"error\"", 8) == 0) pt->upstream_error = 1;
+    else if (n > 0 && memmem(d, n, "\"usage\"", 7) != NULL) usage_at(pt->proto, d, n, NULL, &pt->usage);
+    break;
+  case PX_PROTO_ANTHROPIC:
+    if (px_str_eq(ev->event, "message_stop")) pt->terminal = 1;
+    else if (px_str_eq(ev->event, "error")) pt->upstream_error = 1;
+    else if (px_str_eq(ev->event, "message_start")) usage_at(pt->proto, d, n, "message", &pt->usage);
+    else if (px_str_eq(ev->event, "message_delta")) {
+      px_usage_t u = pt->usage;
+      usage_at(pt->proto, d, n, NULL, &u);
+      pt->usage.output_tokens = u.output_tokens;
+    }
+    break;
+  case PX_PROTO_RESPONSES:
+    if (px_str_eq(ev->event, "response.completed") ||
+        px_str_eq(ev->event, "response.incomplete") ||
+        px_str_eq(ev->event, "response.failed")) {
+      pt->terminal = 1;
+      usage_at(pt->proto, d, n, "response", &pt->usage);
+    } else if (px_str_eq(ev->event, "error")) {
+      pt->upstream_error = 1;
+    }
+    break;
+  default:
+    break;
+  }
+  return 0;
+}
+
+void px_passthru_init(px_passthru_t *pt, px_proto_t proto, const char *model) {
+  memset(pt, 0, sizeof(*pt));
+  pt->proto = proto;
+  pt->model = model;
+  pt->usage.input_tokens = pt->usage.output_tokens = -1;
+  px_sse_init(&pt->sse, PX_MAX_SSE_EVENT, on_event, pt);
+  px_buf_init(&pt->raw, PX_MAX_SSE_EVENT);
+}
+
+/* Rewrite the model in one complete raw event and append it to out. */
+static int emit_event(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out) {
+  static const char *const top[] = {"model"};
+  static const char *const msg[] = {"message", "model"};
+  static const char *const resp[] = {"response", "model"};
+  const char *dl = NULL;
+  for (size_t i = 0; i + 5 <= n; i++) {
+    if ((i == 0 || p[i - 1] == '\n' || p[i - 1] == '\r') && memcmp(p + i, "data:", 5) == 0) {
+      dl = p + i;
+      break;
+    }
+  }
+  if (dl == NULL) return px_buf_append(out, p, n);
+  size_t ds = (size_t)(dl - p) + 5;
+  if (ds < n && p[ds] == ' ') ds++;
+  size_t de = ds;
+  while (de < n && p[de] != '\n' && p[de] != '\r') de++;
+  if (ds >= de || p[ds] != '{') return px_buf_append(out, p, n);
+  int rc = px_buf_append(out, p, ds);
+  if (rc < 0) return rc;
+  const char *const *path = top;
+  size_t depth = 1;
+  if (pt->proto == PX_PROTO_ANTHROPIC) path = msg, depth = 2;
+  else if (pt->proto == PX_PROTO_RESPONSES) path = resp, depth = 2;
+  rc = px_json_replace_str(out, p + ds, de - ds, path, depth, pt->model);
+  if (rc < 0) return rc;
+  return px_buf_append(out, p + de, n - de);
+}
+
+int px_passthru_feed(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out) {
+  int rc = px_sse_feed(&pt->sse, p, n);
+  if (rc < 0) return rc;
+  if (pt->model == NULL) return 0;
+  size_t start = 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = p[i];
+    if (c == '\n' && pt->last_cr) {
+      pt->last_cr = 0;
+      continue; /* second half of CRLF */
+    }
+    pt->last_cr = c == '\r';
+    if (c != '\n' && c != '\r') {
+      pt->line_len++;
+      continue;
+    }
+    if (pt->line_len > 0) {
+      pt->line_len = 0;
+      continue;
+    }
+    /* blank line: the event ends here */
+    if (pt->raw.len > 0) {
+      rc = px_buf_append(&pt->raw, p + start, i + 1 - start);
+      if (rc == 0) rc = emit_event(pt, pt->raw.data, pt->raw.len, out);
+      px_buf_reset(&pt->raw);
+    } else {
+      rc = emit_event(pt, p + start, i + 1 - start, out);
+    }
+    if (rc < 0) return rc;
+    start = i + 1;
+  }
+  if (start < n) return px_buf_append(&pt->raw, p + start, n - start);
+  return 0;
+}
+
+int px_passthru_finish(px_passthru_t *pt, px_buf_t *out) {
+  if (pt->model != NULL && pt->raw.len > 0) {
+    px_buf_append(out, pt->raw.data, pt->raw.len);
+    px_buf_reset(&pt->raw);
+  }
+  return pt->terminal || pt->upstream_error;
+}
+
+void px_passthru_done(px_passthru_t *pt) {
+  px_sse_done(&pt->sse);
+  px_buf_free(&pt->raw);
+}

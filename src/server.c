@@ -1,1 +1,784 @@
-/* server.c - placeholder */
+/* server.c - listener, connections, llhttp parsing, limits, timers, and the
+ * response writer with its write queue.
+ *
+ * Connection states:
+ *
+ *   IDLE --first byte--> READING --message complete--> BUSY --resp_end--> IDLE
+ *     |                     |                            |
+ *     +-- idle timeout      +-- header timeout / limit   +-- client EOF: handler
+ *         close                 error response + close       on_close, close
+ *
+ * One request at a time per connection: the parser pauses on each complete
+ * message and pipelined bytes wait in `in` until the response has ended, so
+ * answers leave in request order.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "proxai/log.h"
+#include "proxai/metrics.h"
+#include "proxai/server.h"
+
+#define PX_MAX_PIPELINED (1u << 20) /* unread input kept while busy */
+
+typedef enum { C_IDLE, C_READING, C_BUSY } conn_state_t;
+
+typedef struct hdr_off {
+  size_t no, nl, vo, vl;
+} hdr_off_t;
+
+typedef struct wreq {
+  uv_write_t req;
+  px_conn_t *conn;
+  size_t len;
+  char data[];
+} wreq_t;
+
+struct px_conn {
+  union {
+    uv_handle_t handle;
+    uv_stream_t stream;
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+  } h;
+  uv_timer_t timer;
+  int open_handles;
+  px_server_t *srv;
+  llhttp_t parser;
+  conn_state_t state;
+  px_req_t req;
+  hdr_off_t *offs;
+  size_t noffs, offs_size;
+  int last_was_value;
+  size_t head_bytes;
+  int err_status;          /* error found by a parser callback */
+  px_buf_t in;             /* bytes read while busy */
+  int reading;             /* uv_read_start active */
+  int closing;
+  int close_after_flush;
+  int resp_started, resp_chunked;
+  size_t pending;
+  int above_high;
+  uint64_t bytes_out;
+  const px_conn_handler_t *handler;
+  void *harg;
+  struct px_conn *next, *prev;
+};
+
+static llhttp_settings_t parser_settings;
+static uint64_t rid_state;
+
+static void conn_close(px_conn_t *c);
+static void conn_feed(px_conn_t *c, const char *p, size_t n);
+static void conn_error(px_conn_t *c, int status, const char *msg);
+
+/* ---------------------------------------------------------------------- */
+/* request ids                                                              */
+
+static uint64_t splitmix(void) {
+  uint64_t z = (rid_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static void make_request_id(px_req_t *r) {
+  const char *given = px_req_header(r, "x-request-id");
+  if (given != NULL) {
+    size_t n = strlen(given);
+    int ok = n > 0 && n < sizeof(r->request_id);
+    for (size_t i = 0; ok && i < n; i++)
+      ok = given[i] > 0x20 && given[i] < 0x7f && given[i] != '"' && given[i] != '\\';
+    if (ok) {
+      memcpy(r->request_id, given, n + 1);
+      return;
+    }
+  }
+  if (rid_state == 0) rid_state = uv_hrtime() ^ ((uint64_t)getpid() << 32);
+  snprintf(r->request_id, sizeof(r->request_id), "req_%016llx%08llx",
+           (unsigned long long)splitmix(), (unsigned long long)(splitmix() >> 32));
+}
+
+const char *px_req_header(const px_req_t *r, const char *name) {
+  for (size_t i = 0; i < r->nhdrs; i++)
+    if (r->hdrs[i].name.len == strlen(name) &&
+        strncasecmp(r->hdrs[i].name.ptr, name, r->hdrs[i].name.len) == 0)
+      return r->hdrs[i].value.ptr;
+  return NULL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* write queue                                                              */
+
+static void on_write_done(uv_write_t *w, int status) {
+  wreq_t *wr = (wreq_t *)w;
+  px_conn_t *c = wr->conn;
+  c->pending -= wr->len;
+  free(wr);
+  if (status < 0) {
+    conn_close(c);
+    return;
+  }
+  if (c->closing) return;
+  if (c->above_high && c->pending < PX_WQ_LOW) {
+    c->above_high = 0;
+    if (c->handler && c->handler->on_drain) c->handler->on_drain(c->harg);
+  }
+  if (c->close_after_flush && c->pending == 0) conn_close(c);
+}
+
+static int conn_writev(px_conn_t *c, uv_buf_t *bufs, unsigned n) {
+  if (c->closing) return UV_ECANCELED;
+  size_t total = 0;
+  for (unsigned i = 0; i < n; i++) total += bufs[i].len;
+  c->bytes_out += total;
+  size_t done = 0;
+  if (c->pending == 0) {
+    int rc = uv_try_write(&c->h.stream, bufs, n);
+    if (rc > 0) done = (size_t)rc;
+    else if (rc < 0 && rc != UV_EAGAIN && rc != UV_ENOSYS) {
+      conn_close(c);
+      return rc;
+    }
+    if (done == total) return 0;
+  }
+  wreq_t *wr = malloc(sizeof(*wr) + total - done);
+  if (wr == NULL) {
+    conn_close(c);
+    return UV_ENOMEM;
+  }
+  size_t off = 0, skip = done;
+  for (unsigned i = 0; i < n; i++) {
+    size_t l = bufs[i].len;
+    if (skip >= l) {
+      skip -= l;
+      continue;
+    }
+    memcpy(wr->data + off, bufs[i].base + skip, l - skip);
+    off += l - skip;
+    skip = 0;
+  }
+  wr->conn = c;
+  wr->len = off;
+  uv_buf_t b = uv_buf_init(wr->data, (unsigned)off);
+  int rc = uv_write(&wr->req, &c->h.stream, &b, 1, on_write_done);
+  if (rc < 0) {
+    free(wr);
+    conn_close(c);
+    return rc;
+  }
+  c->pending += off;
+  if (c->pending > PX_WQ_HIGH) c->above_high = 1;
+  return 0;
+}
+
+static int conn_write(px_conn_t *c, const char *p, size_t n) {
+  uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
+  return conn_writev(c, &b, 1);
+}
+
+size_t px_conn_pending(const px_conn_t *c) { return c->pending; }
+px_server_t *px_conn_server(const px_conn_t *c) { return c->srv; }
+uint64_t px_conn_bytes_out(const px_conn_t *c) { return c->bytes_out; }
+
+void px_conn_set_handler(px_conn_t *c, const px_conn_handler_t *h, void *arg) {
+  c->handler = h;
+  c->harg = arg;
+}
+
+static const char *status_text(int st) {
+  switch (st) {
+  case 100: return "Continue";
+  case 200: return "OK";
+  case 201: return "Created";
+  case 204: return "No Content";
+  case 400: return "Bad Request";
+  case 401: return "Unauthorized";
+  case 403: return "Forbidden";
+  case 404: return "Not Found";
+  case 405: return "Method Not Allowed";
+  case 408: return "Request Timeout";
+  case 413: return "Payload Too Large";
+  case 429: return "Too Many Requests";
+  case 431: return "Request Header Fields Too Large";
+  case 500: return "Internal Server Error";
+  case 501: return "Not Implemented";
+  case 502: return "Bad Gateway";
+  case 503: return "Service Unavailable";
+  case 504: return "Gateway Timeout";
+  case 529: return "Overloaded";
+  default: return st < 300 ? "OK" : st < 500 ? "Client Error" : "Server Error";
+  }
+}
+
+int px_resp_start(px_conn_t *c, int status, const px_hdr_t *hdrs, size_t n,
+                  int64_t content_length) {
+  if (c->closing || c->resp_started) return UV_ECANCELED;
+  char head[8192];
+  px_buf_t b = {head, 0, sizeof(head), sizeof(head)};
+  px_buf_t big;
+  px_buf_init(&big, 1u << 20);
+  px_buf_t *out = &b;
+  int rc = 0;
+again:
+  rc = px_buf_printf(out, "HTTP/1.1 %d %s\r\n", status, status_text(status));
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    rc = px_buf_append(out, hdrs[i].name.ptr, hdrs[i].name.len);
+    if (rc == 0) rc = px_buf_append(out, ": ", 2);
+    if (rc == 0) rc = px_buf_append(out, hdrs[i].value.ptr, hdrs[i].value.len);
+    if (rc == 0) rc = px_buf_append(out, "\r\n", 2);
+  }
+  if (rc == 0) rc = px_buf_printf(out, "x-request-id: %s\r\n", c->req.request_id);
+  if (rc == 0) {
+    if (content_length >= 0)
+      rc = px_buf_printf(out, "content-length: %lld\r\n", (long long)content_length);
+    else
+      rc = px_buf_puts(out, "transfer-encoding: chunked\r\n");
+  }
+  if (rc == 0 && (!c->req.keep_alive || c->srv->draining))
+    rc = px_buf_puts(out, "connection: close\r\n");
+  if (rc == 0) rc = px_buf_append(out, "\r\n", 2);
+  if (rc == PX_ETOOBIG && out == &b) {
+    out = &big;
+    goto again;
+  }
+  if (rc == 0) {
+    c->resp_started = 1;
+    c->resp_chunked = content_length < 0;
+    rc = conn_write(c, out->data, out->len);
+    c->bytes_out -= out->len; /* count body bytes only */
+  }
+  px_buf_free(&big);
+  return rc;
+}
+
+int px_resp_write(px_conn_t *c, const char *p, size_t n) {
+  if (c->closing || !c->resp_started) return UV_ECANCELED;
+  if (n == 0) return 0;
+  if (!c->resp_chunked) return conn_write(c, p, n);
+  char sz[24];
+  int l = snprintf(sz, sizeof(sz), "%zx\r\n", n);
+  uv_buf_t bufs[3] = {uv_buf_init(sz, (unsigned)l), uv_buf_init((char *)p, (unsigned)n),
+                      uv_buf_init("\r\n", 2)};
+  c->bytes_out -= (size_t)l + 2;
+  return conn_writev(c, bufs, 3);
+}
+
+static void req_reset(px_conn_t *c) {
+  px_req_t *r = &c->req;
+  r->url.len = 0;
+  r->path_len = 0;
+  r->hbuf.len = 0;
+  r->nhdrs = 0;
+  r->body.len = 0;
+  r->keep_alive = 0;
+  r->request_id[0] = 0;
+  c->noffs = 0;
+  c->last_was_value = 0;
+  c->head_bytes = 0;
+  c->err_status = 0;
+  c->resp_started = c->resp_chunked = 0;
+}
+
+static void on_timer(uv_timer_t *t);
+
+static void on_resume_pipeline(uv_timer_t *t) {
+  px_conn_t *c = t->data;
+  if (c->closing || c->state == C_BUSY) return;
+  px_buf_t in = c->in;
+  px_buf_init(&c->in, PX_MAX_PIPELINED);
+  if (in.len > 0) conn_feed(c, in.data, in.len);
+  px_buf_free(&in);
+  if (!c->closing && !c->reading) {
+    /* defensive: keep reading when the pipeline drained */
+  }
+}
+
+static void start_idle_timer(px_conn_t *c) {
+  c->timer.data = c;
+  uv_timer_start(&c->timer, on_timer, c->srv->config->server.idle_timeout_ms, 0);
+}
+
+void px_resp_end(px_conn_t *c) {
+  if (c->state != C_BUSY) return;
+  if (c->resp_started && c->resp_chunked && !c->closing)
+    conn_write(c, "0\r\n\r\n", 5);
+  c->state = C_IDLE;
+  c->handler = NULL;
+  c->harg = NULL;
+  c->srv->active--;
+  int keep = c->req.keep_alive && !c->srv->draining;
+  req_reset(c);
+  if (c->closing) goto out;
+  if (!keep) {
+    if (c->pending == 0) conn_close(c);
+    else c->close_after_flush = 1;
+    goto out;
+  }
+  llhttp_resume(&c->parser);
+  if (c->in.len > 0) {
+    c->timer.data = c;
+    uv_timer_start(&c->timer, on_resume_pipeline, 0, 0);
+  } else {
+    start_idle_timer(c);
+  }
+out:
+  if (c->srv->draining && c->srv->active == 0 && c->srv->on_idle)
+    c->srv->on_idle(c->srv);
+}
+
+void px_resp_abort(px_conn_t *c) {
+  c->handler = NULL;
+  conn_close(c);
+}
+
+int px_resp_simple(px_conn_t *c, int status, const char *content_type,
+                   const char *body, size_t len, const px_hdr_t *hdrs, size_t n) {
+  px_hdr_t all[32];
+  size_t k = 0;
+  if (content_type) all[k++] = (px_hdr_t){px_str("content-type"), px_str(content_type)};
+  for (size_t i = 0; i < n && k < 32; i++) all[k++] = hdrs[i];
+  int rc = px_resp_start(c, status, all, k, (int64_t)len);
+  if (rc == 0) rc = px_resp_write(c, body, len);
+  px_resp_end(c);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+/* parser callbacks                                                         */
+
+static int head_add(px_conn_t *c, size_t n) {
+  c->head_bytes += n;
+  if (c->head_bytes > c->srv->config->server.max_header) {
+    c->err_status = 431;
+    return -1;
+  }
+  return 0;
+}
+
+static int on_message_begin(llhttp_t *p) {
+  px_conn_t *c = p->data;
+  if (c->state == C_IDLE) {
+    c->state = C_READING;
+    c->req.start_ns = uv_hrtime();
+    c->timer.data = c;
+    uv_timer_start(&c->timer, on_timer, c->srv->config->server.header_timeout_ms, 0);
+  }
+  return 0;
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t n) {
+  px_conn_t *c = p->data;
+  if (head_add(c, n) < 0) return -1;
+  if (px_buf_append(&c->req.url, at, n) < 0) {
+    c->err_status = 414;
+    return -1;
+  }
+  return 0;
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t n) {
+  px_conn_t *c = p->data;
+  if (head_add(c, n) < 0) return -1;
+  if (c->noffs == 0 || c->last_was_value) {
+    if (c->noffs == c->offs_size) {
+      size_t ns = c->offs_size ? c->offs_size * 2 : 16;
+      hdr_off_t *o = realloc(c->offs, ns * sizeof(*o));
+      if (o == NULL) return -1;
+      c->offs = o;
+      c->offs_size = ns;
+    }
+    if (c->noffs > 0 && px_buf_append(&c->req.hbuf, "", 1) < 0) goto big;
+    hdr_off_t *h = &c->offs[c->noffs++];
+    h->no = c->req.hbuf.len;
+    h->nl = 0;
+    h->vo = h->vl = 0;
+    c->last_was_value = 0;
+  }
+  if (px_buf_append(&c->req.hbuf, at, n) < 0) goto big;
+  c->offs[c->noffs - 1].nl += n;
+  return 0;
+big:
+  c->err_status = 431;
+  return -1;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t n) {
+  px_conn_t *c = p->data;
+  if (head_add(c, n) < 0) return -1;
+  hdr_off_t *h = &c->offs[c->noffs - 1];
+  if (!c->last_was_value) {
+    if (px_buf_append(&c->req.hbuf, "", 1) < 0) goto big;
+    h->vo = c->req.hbuf.len;
+    c->last_was_value = 1;
+  }
+  if (px_buf_append(&c->req.hbuf, at, n) < 0) goto big;
+  h->vl += n;
+  return 0;
+big:
+  c->err_status = 431;
+  return -1;
+}
+
+static int on_headers_complete(llhttp_t *p) {
+  px_conn_t *c = p->data;
+  px_req_t *r = &c->req;
+  if (px_buf_append(&r->hbuf, "", 1) < 0 || px_buf_append(&r->url, "", 1) < 0) {
+    c->err_status = 431;
+    return -1;
+  }
+  r->url.len--;
+  if (c->noffs > r->hdrs_size) {
+    px_hdr_t *h = realloc(r->hdrs, c->noffs * sizeof(*h));
+    if (h == NULL) return -1;
+    r->hdrs = h;
+    r->hdrs_size = c->noffs;
+  }
+  for (size_t i = 0; i < c->noffs; i++) {
+    r->hdrs[i].name = (px_str_t){r->hbuf.data + c->offs[i].no, c->offs[i].nl};
+    if (c->offs[i].vo == 0) /* header without value */
+      r->hdrs[i].value = (px_str_t){r->hbuf.data + r->hbuf.len - 1, 0};
+    else
+      r->hdrs[i].value = (px_str_t){r->hbuf.data + c->offs[i].vo, c->offs[i].vl};
+  }
+  r->nhdrs = c->noffs;
+  const char *q = memchr(r->url.data, '?', r->url.len);
+  r->path_len = q ? (size_t)(q - r->url.data) : r->url.len;
+  r->method = llhttp_get_method(p);
+  r->keep_alive = llhttp_should_keep_alive(p);
+  make_request_id(r);
+  uint64_t max_body = c->srv->config->server.max_body;
+  if (p->content_length > max_body && p->content_length != UINT64_MAX &&
+      (p->flags & F_CONTENT_LENGTH)) {
+    c->err_status = 413;
+    return -1;
+  }
+  const char *expect = px_req_header(r, "expect");
+  if (expect && strcasecmp(expect, "100-continue") == 0 &&
+      (p->flags & (F_CONTENT_LENGTH | F_CHUNKED)))
+    conn_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+  /* head is in: from here on the slow-body clock is the idle timeout */
+  uv_timer_start(&c->timer, on_timer, c->srv->config->server.idle_timeout_ms, 0);
+  return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t n) {
+  px_conn_t *c = p->data;
+  if (c->req.body.len + n > c->srv->config->server.max_body) {
+    c->err_status = 413;
+    return -1;
+  }
+  if (px_buf_append(&c->req.body, at, n) < 0) {
+    c->err_status = 413;
+    return -1;
+  }
+  return 0;
+}
+
+static int on_message_complete(llhttp_t *p) {
+  px_conn_t *c = p->data;
+  if (px_buf_reserve(&c->req.body, 1) == 0) c->req.body.data[c->req.body.len] = 0;
+  uv_timer_stop(&c->timer);
+  c->state = C_BUSY;
+  c->srv->active++;
+  return HPE_PAUSED;
+}
+
+/* ---------------------------------------------------------------------- */
+/* connection I/O                                                           */
+
+static void conn_feed(px_conn_t *c, const char *p, size_t n) {
+  while (n > 0 && !c->closing) {
+    if (c->state == C_BUSY) {
+      if (px_buf_append(&c->in, p, n) < 0) {
+        uv_read_stop(&c->h.stream);
+        c->reading = 0;
+      }
+      return;
+    }
+    llhttp_errno_t err = llhttp_execute(&c->parser, p, n);
+    if (err == HPE_OK) return;
+    if (err == HPE_PAUSED) {
+      const char *pos = llhttp_get_error_pos(&c->parser);
+      size_t used = pos ? (size_t)(pos - p) : n;
+      if (used > n) used = n;
+      px_buf_reset(&c->in);
+      if (n - used > 0 && px_buf_append(&c->in, p + used, n - used) < 0) {
+        uv_read_stop(&c->h.stream);
+        c->reading = 0;
+      }
+      c->srv->on_request(c->srv, c, &c->req);
+      return;
+    }
+    int st = c->err_status ? c->err_status : 400;
+    conn_error(c, st, st == 413   ? "request body too large"
+                      : st == 431 ? "request header fields too large"
+                                  : llhttp_errno_name(err));
+    return;
+  }
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  static char slab[65536];
+  (void)h;
+  (void)suggested;
+  buf->base = slab;
+  buf->len = sizeof(slab);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  px_conn_t *c = s->data;
+  if (nread < 0) {
+    conn_close(c);
+    return;
+  }
+  if (nread == 0) return;
+  if (c->state == C_IDLE && c->in.len == 0) uv_timer_stop(&c->timer);
+  if (c->state == C_BUSY || c->in.len > 0) {
+    if (px_buf_append(&c->in, buf->base, (size_t)nread) < 0) {
+      uv_read_stop(&c->h.stream);
+      c->reading = 0;
+    }
+    return;
+  }
+  conn_feed(c, buf->base, (size_t)nread);
+}
+
+static void on_conn_handle_closed(uv_handle_t *h) {
+  px_conn_t *c = h->data;
+  if (--c->open_handles > 0) return;
+  px_server_t *s = c->srv;
+  if (c->prev) c->prev->next = c->next;
+  else s->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  s->nconns--;
+  px_metrics_gauge_add(PX_G_CONNECTIONS, -1);
+  px_buf_free(&c->req.url);
+  px_buf_free(&c->req.hbuf);
+  px_buf_free(&c->req.body);
+  px_buf_free(&c->in);
+  free(c->req.hdrs);
+  free(c->offs);
+  free(c);
+}
+
+static void conn_close(px_conn_t *c) {
+  if (c->closing) return;
+  c->closing = 1;
+  if (c->state == C_BUSY) {
+    const px_conn_handler_t *h = c->handler;
+    c->handler = NULL;
+    if (h && h->on_close) h->on_close(c->harg);
+    /* the handler is gone; the request no longer counts as in flight */
+    if (c->state == C_BUSY) {
+      c->state = C_IDLE;
+      c->srv->active--;
+      if (c->srv->draining && c->srv->active == 0 && c->srv->on_idle)
+        c->srv->on_idle(c->srv);
+    }
+  }
+  uv_timer_stop(&c->timer);
+  uv_close((uv_handle_t *)&c->timer, on_conn_handle_closed);
+  uv_close(&c->h.handle, on_conn_handle_closed);
+}
+
+/* A gateway-level error before any handler exists: OpenAI shape (the
+ * inbound protocol is not known yet at this level), then close. */
+static void conn_error(px_conn_t *c, int status, const char *msg) {
+  char body[512];
+  const char *type = status == 413 || status == 431 || status == 400 || status == 414
+                         ? "invalid_request_error"
+                         : "timeout_error";
+  int n = snprintf(body, sizeof(body),
+                   "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,"
+                   "\"code\":null}}",
+                   msg, type);
+  if (c->req.request_id[0] == 0) make_request_id(&c->req);
+  c->req.keep_alive = 0;
+  if (c->state != C_BUSY) {
+    c->state = C_BUSY;
+    c->srv->active++;
+  }
+  px_hdr_t h[1] = {{px_str("content-type"), px_str("application/json")}};
+  if (px_resp_start(c, status, h, 1, n) == 0) conn_write(c, body, (size_t)n);
+  c->resp_started = 0;
+  c->state = C_IDLE;
+  c->srv->active--;
+  if (c->pending == 0) conn_close(c);
+  else c->close_after_flush = 1;
+  uv_read_stop(&c->h.stream);
+}
+
+static void on_timer(uv_timer_t *t) {
+  px_conn_t *c = t->data;
+  if (c->closing) return;
+  if (c->state == C_READING) {
+    conn_error(c, 408, "request header timeout");
+    return;
+  }
+  if (c->state == C_IDLE) conn_close(c); /* keep-alive idle */
+}
+
+static void on_connection(uv_stream_t *ls, int status) {
+  px_server_t *s = ls->data;
+  if (status < 0) return;
+  px_conn_t *c = calloc(1, sizeof(*c));
+  if (c == NULL) return;
+  int is_pipe = ls->type == UV_NAMED_PIPE;
+  if (is_pipe) uv_pipe_init(s->loop, &c->h.pipe, 0);
+  else uv_tcp_init(s->loop, &c->h.tcp);
+  c->h.handle.data = c;
+  c->srv = s;
+  c->open_handles = 1;
+  if (uv_accept(ls, &c->h.stream) < 0 || s->draining ||
+      s->nconns >= s->config->server.max_connections) {
+    c->closing = 1;
+    /* not counted yet: close the single handle and free */
+    s->nconns++;
+    px_metrics_gauge_add(PX_G_CONNECTIONS, 1);
+    c->next = s->conns;
+    if (s->conns) s->conns->prev = c;
+    s->conns = c;
+    uv_close(&c->h.handle, on_conn_handle_closed);
+    return;
+  }
+  uv_timer_init(s->loop, &c->timer);
+  c->timer.data = c;
+  c->open_handles = 2;
+  if (!is_pipe) uv_tcp_nodelay(&c->h.tcp, 1);
+  llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
+  c->parser.data = c;
+  px_buf_init(&c->req.url, 16384);
+  px_buf_init(&c->req.hbuf, s->config->server.max_header + 1024);
+  px_buf_init(&c->req.body, s->config->server.max_body + 1);
+  px_buf_init(&c->in, PX_MAX_PIPELINED);
+  c->next = s->conns;
+  if (s->conns) s->conns->prev = c;
+  s->conns = c;
+  s->nconns++;
+  px_metrics_gauge_add(PX_G_CONNECTIONS, 1);
+  uv_timer_start(&c->timer, on_timer, s->config->server.header_timeout_ms, 0);
+  c->state = C_IDLE;
+  if (uv_read_start(&c->h.stream, on_alloc, on_read) == 0) c->reading = 1;
+  else conn_close(c);
+}
+
+/* ---------------------------------------------------------------------- */
+/* listener                                                                 */
+
+static int tcp_socket(const struct sockaddr *sa, socklen_t len, int reuseport) {
+  int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -errno;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (reuseport) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  if (sa->sa_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  if (bind(fd, sa, len) < 0) {
+    int e = -errno;
+    close(fd);
+    return e;
+  }
+  return fd;
+}
+
+int px_server_listen(px_server_t *s, char *errmsg, size_t elen) {
+  static int settings_ready;
+  if (!settings_ready) {
+    llhttp_settings_init(&parser_settings);
+    parser_settings.on_message_begin = on_message_begin;
+    parser_settings.on_url = on_url;
+    parser_settings.on_header_field = on_header_field;
+    parser_settings.on_header_value = on_header_value;
+    parser_settings.on_headers_complete = on_headers_complete;
+    parser_settings.on_body = on_body;
+    parser_settings.on_message_complete = on_message_complete;
+    settings_ready = 1;
+  }
+  const char *l = s->config->server.listen;
+  int rc;
+  if (strncmp(l, "unix:", 5) == 0) {
+    uv_pipe_t *p = calloc(1, sizeof(*p));
+    uv_pipe_init(s->loop, p, 0);
+    unlink(l + 5);
+    rc = uv_pipe_bind(p, l + 5);
+    s->listener = (uv_handle_t *)p;
+  } else {
+    char host[256];
+    const char *colon = strrchr(l, ':');
+    if (colon == NULL) {
+      snprintf(errmsg, elen, "bad listen address '%s'", l);
+      return UV_EINVAL;
+    }
+    int port = atoi(colon + 1);
+    size_t hl = (size_t)(colon - l);
+    if (hl >= sizeof(host)) hl = sizeof(host) - 1;
+    memcpy(host, l, hl);
+    host[hl] = 0;
+    struct sockaddr_storage ss;
+    socklen_t slen;
+    if (host[0] == '[') {
+      char h6[256];
+      snprintf(h6, sizeof(h6), "%.*s", (int)(hl > 2 ? hl - 2 : 0), host + 1);
+      rc = uv_ip6_addr(h6, port, (struct sockaddr_in6 *)&ss);
+      slen = sizeof(struct sockaddr_in6);
+    } else {
+      if (strcmp(host, "localhost") == 0 || host[0] == 0)
+        snprintf(host, sizeof(host), "%s", host[0] ? "127.0.0.1" : "0.0.0.0");
+      rc = uv_ip4_addr(host, port, (struct sockaddr_in *)&ss);
+      slen = sizeof(struct sockaddr_in);
+    }
+    if (rc < 0) {
+      snprintf(errmsg, elen, "bad listen address '%s'", l);
+      return rc;
+    }
+    int fd = tcp_socket((struct sockaddr *)&ss, slen, s->config->server.workers != 1);
+    if (fd < 0) {
+      snprintf(errmsg, elen, "cannot bind %s: %s", l, strerror(-fd));
+      return fd;
+    }
+    uv_tcp_t *t = calloc(1, sizeof(*t));
+    uv_tcp_init(s->loop, t);
+    rc = uv_tcp_open(t, fd);
+    s->listener = (uv_handle_t *)t;
+  }
+  s->listener->data = s;
+  if (rc == 0) rc = uv_listen((uv_stream_t *)s->listener, 1024, on_connection);
+  if (rc < 0) snprintf(errmsg, elen, "cannot listen on %s: %s", l, uv_strerror(rc));
+  return rc;
+}
+
+static void free_handle(uv_handle_t *h) { free(h); }
+
+void px_server_drain(px_server_t *s) {
+  if (s->draining) return;
+  s->draining = 1;
+  if (s->listener) {
+    uv_close(s->listener, free_handle);
+    s->listener = NULL;
+  }
+  for (px_conn_t *c = s->conns, *n; c; c = n) {
+    n = c->next;
+    if (c->state != C_BUSY) conn_close(c);
+  }
+  if (s->active == 0 && s->on_idle) s->on_idle(s);
+}
+
+void px_server_close_all(px_server_t *s) {
+  s->draining = 1;
+  if (s->listener) {
+    uv_close(s->listener, free_handle);
+    s->listener = NULL;
+  }
+  for (px_conn_t *c = s->conns, *n; c; c = n) {
+    n = c->next;
+    conn_close(c);
+  }
+}

@@ -1,0 +1,13 @@
+/**
+ * proxy.h - the protocol-neutral request core (routing, auth, retries,
+ * fallbacks, pass-through and translation of answers, finalize).
+ */
+#ifndef PROXAI_PROXY_H
+#define PROXAI_PROXY_H
+
+#include "proxai/server.h"
+
+/** The server's request handler: answers every endpoint of SPEC section 4. */
+void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r);
+
+#endif

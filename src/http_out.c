@@ -1,1 +1,0 @@
-/* http_out.c - placeholder */
