@@ -1,1 +1,673 @@
-/* chat_stream.c - stream decoder/encoder of this protocol (work in progress). */
+/* chat_stream.c - OpenAI Chat Completions streams: the chunk decoder
+ * (upstream `data: {chat.completion.chunk}` ... `data: [DONE]` -> px_ev_t)
+ * and the chunk encoder (px_ev_t -> client chunks).
+ *
+ * Decoder states (one function, dec_set(), changes them):
+ *
+ *   INIT --first chunk with a choice--> OPEN --finish_reason--> FINISHED
+ *                                                                 |
+ *        FINISHED --usage-only chunk (choices: [])--> USAGE       |
+ *        FINISHED | USAGE --[DONE]--> DONE (MESSAGE_DELTA held until here
+ *                                           or the usage chunk; MESSAGE_STOP)
+ *   INIT | OPEN --[DONE]--> ERROR (no finish_reason: never a fabricated stop)
+ *   any --{"error":..} / multi-choice / logprobs / bad order--> ERROR
+ *
+ * Chat streams tool calls as fragments keyed by a per-call index, and some
+ * servers interleave the fragments of parallel calls. Our events need one
+ * block at a time, so the first tool call streams live and everything that
+ * starts while it is open (other calls, later text) is deferred, bounded by
+ * ctx->max_accum, and flushed in start order when finish_reason arrives.
+ *
+ * Encoder states: INIT --MESSAGE_START (role chunk)--> OPEN --MESSAGE_DELTA
+ * with a stop (finish chunk)--> FINISHED --MESSAGE_STOP (usage chunk when the
+ * client asked, [DONE])--> DONE.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "proxai/proto.h"
+#include "proxai/sse.h"
+
+px_sdec_t *px_chat_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg);
+int px_chat_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse);
+int px_chat_sdec_finish(px_sdec_t *d);
+void px_chat_sdec_free(px_sdec_t *d);
+px_senc_t *px_chat_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out);
+int px_chat_senc_event(px_senc_t *e, const px_ev_t *ev);
+void px_chat_senc_free(px_senc_t *e);
+
+#define CHAT_MAX_TOOLS 1024           /* distinct tool-call indexes per stream */
+#define CHAT_DEFAULT_ACCUM (8u << 20) /* when ctx->max_accum is 0 */
+
+/* ======================================================================== */
+/* Decoder                                                                   */
+
+typedef enum { D_INIT, D_OPEN, D_FINISHED, D_USAGE, D_DONE, D_ERROR } dstate_t;
+
+typedef enum { LIVE_NONE, LIVE_TEXT, LIVE_REFUSAL, LIVE_THINKING, LIVE_TOOL } live_t;
+
+typedef struct deferred {
+  px_block_t block;
+  int tool;     /* chat tool index, -1 for text kinds */
+  char *id;     /* tool calls */
+  char *name;
+  px_buf_t data;
+} deferred_t;
+
+typedef struct tool_slot {
+  int seen;
+  int live;     /* this call is the live block */
+  int deferred; /* index into d->defs, valid when !live */
+} tool_slot_t;
+
+struct px_sdec {
+  px_tr_ctx_t ctx;
+  px_ev_sink_fn sink;
+  void *arg;
+  dstate_t state;
+  int nblocks;       /* events' next block index */
+  live_t live;       /* the open block, if any */
+  int live_index;    /* its event index */
+  tool_slot_t *tools;
+  int ntools;        /* slots allocated */
+  deferred_t *defs;
+  int ndefs, capdefs;
+  size_t accum;      /* bytes deferred */
+  size_t max_accum;
+  px_stop_t stop;
+  px_usage_t usage;  /* final usage (usage-only chunk, else finish chunk's) */
+};
+
+static void dec_set(px_sdec_t *d, dstate_t s) { d->state = s; }
+
+static int emit(px_sdec_t *d, px_ev_t *ev) { return d->sink(d->arg, ev); }
+
+static int dec_error(px_sdec_t *d, px_errkind_t kind, const char *msg) {
+  if (d->state == D_ERROR) return PX_EPROTO;
+  dec_set(d, D_ERROR);
+  px_ev_t ev;
+  px_ev_init(&ev, PX_EV_ERROR);
+  ev.errkind = kind;
+  ev.text = px_str(msg);
+  emit(d, &ev);
+  return PX_EPROTO;
+}
+
+static int proto_error(px_sdec_t *d, const char *msg) {
+  char m[200];
+  snprintf(m, sizeof(m), "upstream chat stream: %s", msg);
+  return dec_error(d, PX_ERR_BAD_GATEWAY, m);
+}
+
+px_sdec_t *px_chat_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg) {
+  px_sdec_t *d = calloc(1, sizeof(*d));
+  if (d == NULL) return NULL;
+  d->ctx = *ctx;
+  d->sink = sink;
+  d->arg = arg;
+  d->max_accum = ctx->max_accum ? ctx->max_accum : CHAT_DEFAULT_ACCUM;
+  px_ev_t z;
+  px_ev_init(&z, PX_EV_MESSAGE_DELTA);
+  d->usage = z.usage;
+  dec_set(d, D_INIT);
+  return d;
+}
+
+void px_chat_sdec_free(px_sdec_t *d) {
+  if (d == NULL) return;
+  for (int i = 0; i < d->ndefs; i++) {
+    free(d->defs[i].id);
+    free(d->defs[i].name);
+    px_buf_free(&d->defs[i].data);
+  }
+  free(d->defs);
+  free(d->tools);
+  free(d);
+}
+
+static void read_usage(json_t *u, px_usage_t *out) {
+  json_t *v;
+  if (json_is_integer(v = json_object_get(u, "prompt_tokens")))
+    out->input_tokens = json_integer_value(v);
+  if (json_is_integer(v = json_object_get(u, "completion_tokens")))
+    out->output_tokens = json_integer_value(v);
+  if (json_is_integer(v = json_object_get(json_object_get(u, "prompt_tokens_details"),
+                                          "cached_tokens")))
+    out->cache_read_tokens = json_integer_value(v);
+  if (json_is_integer(v = json_object_get(json_object_get(u, "completion_tokens_details"),
+                                          "reasoning_tokens")))
+    out->reasoning_tokens = json_integer_value(v);
+}
+
+static int block_start(px_sdec_t *d, px_block_t b, const char *id, const char *name) {
+  px_ev_t ev;
+  px_ev_init(&ev, PX_EV_BLOCK_START);
+  ev.index = d->nblocks++;
+  ev.block = b;
+  ev.id = px_str(id);
+  ev.name = px_str(name);
+  return emit(d, &ev);
+}
+
+static int delta(px_sdec_t *d, int index, px_delta_t k, const char *p, size_t n) {
+  px_ev_t ev;
+  px_ev_init(&ev, PX_EV_DELTA);
+  ev.index = index;
+  ev.delta = k;
+  ev.text = (px_str_t){p, n};
+  return emit(d, &ev);
+}
+
+static int block_stop(px_sdec_t *d, int index) {
+  px_ev_t ev;
+  px_ev_init(&ev, PX_EV_BLOCK_STOP);
+  ev.index = index;
+  return emit(d, &ev);
+}
+
+static int close_live(px_sdec_t *d) {
+  if (d->live == LIVE_NONE) return 0;
+  d->live = LIVE_NONE;
+  return block_stop(d, d->live_index);
+}
+
+static px_block_t block_of(live_t l) {
+  return l == LIVE_TEXT ? PX_BLOCK_TEXT
+         : l == LIVE_REFUSAL ? PX_BLOCK_REFUSAL
+         : l == LIVE_THINKING ? PX_BLOCK_THINKING
+                              : PX_BLOCK_TOOL_CALL;
+}
+
+static px_delta_t delta_of(live_t l) {
+  return l == LIVE_TEXT ? PX_DELTA_TEXT
+         : l == LIVE_REFUSAL ? PX_DELTA_REFUSAL
+         : l == LIVE_THINKING ? PX_DELTA_THINKING
+                              : PX_DELTA_TOOL_ARGS;
+}
+
+static deferred_t *new_deferred(px_sdec_t *d, px_block_t b, int tool, const char *id,
+                                const char *name) {
+  if (d->ndefs == d->capdefs) {
+    int nc = d->capdefs ? d->capdefs * 2 : 4;
+    deferred_t *n = realloc(d->defs, sizeof(*n) * (size_t)nc);
+    if (n == NULL) return NULL;
+    d->defs = n;
+    d->capdefs = nc;
+  }
+  deferred_t *x = &d->defs[d->ndefs++];
+  memset(x, 0, sizeof(*x));
+  x->block = b;
+  x->tool = tool;
+  x->id = id ? strdup(id) : NULL;
+  x->name = name ? strdup(name) : NULL;
+  px_buf_init(&x->data, d->max_accum);
+  return x;
+}
+
+static int defer_bytes(px_sdec_t *d, deferred_t *x, const char *p, size_t n) {
+  if (d->accum + n > d->max_accum)
+    return dec_error(d, PX_ERR_BAD_GATEWAY,
+                     "upstream chat stream: interleaved output exceeds the buffer limit");
+  d->accum += n;
+  if (px_buf_append(&x->data, p, n) < 0)
+    return dec_error(d, PX_ERR_API, "out of memory");
+  return 0;
+}
+
+/* A text-like fragment (content, refusal, reasoning). */
+static int text_like(px_sdec_t *d, live_t kind, const char *p, size_t n) {
+  if (n == 0) return 0;
+  if (d->live == kind && d->ndefs == 0) return delta(d, d->live_index, delta_of(kind), p, n);
+  if (d->live == LIVE_TOOL || d->ndefs > 0) {
+    deferred_t *x = d->ndefs ? &d->defs[d->ndefs - 1] : NULL;
+    if (x == NULL || x->block != block_of(kind)) {
+      x = new_deferred(d, block_of(kind), -1, NULL, NULL);
+      if (x == NULL) return dec_error(d, PX_ERR_API, "out of memory");
+    }
+    return defer_bytes(d, x, p, n);
+  }
+  int rc = close_live(d);
+  if (rc < 0) return rc;
+  d->live = kind;
+  d->live_index = d->nblocks;
+  rc = block_start(d, block_of(kind), NULL, NULL);
+  if (rc < 0) return rc;
+  return delta(d, d->live_index, delta_of(kind), p, n);
+}
+
+static int tool_fragment(px_sdec_t *d, json_t *tc, size_t pos) {
+  json_t *jidx = json_object_get(tc, "index");
+  json_int_t k = json_is_integer(jidx) ? json_integer_value(jidx) : (json_int_t)pos;
+  if (k < 0 || k >= CHAT_MAX_TOOLS) return proto_error(d, "tool call index out of range");
+  const char *type = json_string_value(json_object_get(tc, "type"));
+  if (type != NULL && strcmp(type, "function") != 0)
+    return proto_error(d, "tool call of a type other than function");
+  json_t *fn = json_object_get(tc, "function");
+  const char *name = json_string_value(json_object_get(fn, "name"));
+  const char *id = json_string_value(json_object_get(tc, "id"));
+  json_t *ja = json_object_get(fn, "arguments");
+  const char *args = json_string_value(ja);
+  size_t alen = json_is_string(ja) ? json_string_length(ja) : 0;
+  if (k >= d->ntools) {
+    int nc = d->ntools ? d->ntools : 8;
+    while (nc <= k) nc *= 2;
+    tool_slot_t *t = realloc(d->tools, sizeof(*t) * (size_t)nc);
+    if (t == NULL) return dec_error(d, PX_ERR_API, "out of memory");
+    memset(t + d->ntools, 0, sizeof(*t) * (size_t)(nc - d->ntools));
+    d->tools = t;
+    d->ntools = nc;
+  }
+  tool_slot_t *s = &d->tools[k];
+  if (!s->seen) {
+    /* first fragment: carries id and name */
+    if (name == NULL || *name == 0) return proto_error(d, "tool call without a name");
+    if (id == NULL || *id == 0) return proto_error(d, "tool call without an id");
+    s->seen = 1;
+    if (d->live != LIVE_TOOL && d->ndefs == 0) {
+      int rc = close_live(d);
+      if (rc < 0) return rc;
+      d->live = LIVE_TOOL;
+      d->live_index = d->nblocks;
+      s->live = 1;
+      rc = block_start(d, PX_BLOCK_TOOL_CALL, id, name);
+      if (rc < 0) return rc;
+    } else {
+      if (new_deferred(d, PX_BLOCK_TOOL_CALL, (int)k, id, name) == NULL)
+        return dec_error(d, PX_ERR_API, "out of memory");
+      s->deferred = d->ndefs - 1;
+    }
+  }
+  if (alen == 0) return 0;
+  if (s->live) return delta(d, d->live_index, PX_DELTA_TOOL_ARGS, args, alen);
+  return defer_bytes(d, &d->defs[s->deferred], args, alen);
+}
+
+/* finish_reason: close the live block, flush deferred blocks in order. */
+static int finish(px_sdec_t *d, const char *fr) {
+  int rc = close_live(d);
+  for (int i = 0; rc == 0 && i < d->ndefs; i++) {
+    deferred_t *x = &d->defs[i];
+    int index = d->nblocks;
+    rc = block_start(d, x->block, x->id, x->name);
+    if (rc == 0 && x->data.len > 0) {
+      px_delta_t k = x->block == PX_BLOCK_TOOL_CALL ? PX_DELTA_TOOL_ARGS
+                     : x->block == PX_BLOCK_REFUSAL ? PX_DELTA_REFUSAL
+                     : x->block == PX_BLOCK_THINKING ? PX_DELTA_THINKING
+                                                     : PX_DELTA_TEXT;
+      rc = delta(d, index, k, x->data.data, x->data.len);
+    }
+    if (rc == 0) rc = block_stop(d, index);
+    px_buf_free(&x->data);
+  }
+  if (rc < 0) return rc;
+  d->stop = px_stop_from_chat(fr);
+  dec_set(d, D_FINISHED);
+  return 0;
+}
+
+static int message_delta(px_sdec_t *d) {
+  px_ev_t ev;
+  px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
+  ev.stop = d->stop;
+  ev.usage = d->usage;
+  return emit(d, &ev);
+}
+
+static int on_choice(px_sdec_t *d, json_t *chunk, json_t *ch) {
+  json_t *v = json_object_get(ch, "index");
+  if (v != NULL && (!json_is_integer(v) || json_integer_value(v) != 0))
+    return proto_error(d, "choice index other than 0 (n > 1 cannot be translated)");
+  v = json_object_get(ch, "logprobs");
+  if (v != NULL && !json_is_null(v)) return proto_error(d, "logprobs cannot be translated");
+  json_t *dl = json_object_get(ch, "delta");
+  const char *fr = json_string_value(json_object_get(ch, "finish_reason"));
+  const char *role = json_string_value(json_object_get(dl, "role"));
+  if (role != NULL && strcmp(role, "assistant") != 0)
+    return proto_error(d, "delta role other than assistant");
+
+  json_t *rc_ = json_object_get(dl, "reasoning_content");
+  if (!json_is_string(rc_)) rc_ = json_object_get(dl, "reasoning"); /* vLLM, OpenRouter */
+  json_t *content = json_object_get(dl, "content");
+  json_t *refusal = json_object_get(dl, "refusal");
+  json_t *tcs = json_object_get(dl, "tool_calls");
+  int has_content = (json_is_string(rc_) && json_string_length(rc_) > 0) ||
+                    (json_is_string(content) && json_string_length(content) > 0) ||
+                    (json_is_string(refusal) && json_string_length(refusal) > 0) ||
+                    json_array_size(tcs) > 0;
+  if (d->state == D_FINISHED || d->state == D_USAGE) {
+    /* some servers repeat an empty choice after finish_reason (with usage) */
+    if (has_content) return proto_error(d, "content after finish_reason");
+    json_t *u = json_object_get(chunk, "usage");
+    if (json_is_object(u) && d->state == D_FINISHED) read_usage(u, &d->usage);
+    return 0;
+  }
+  if (d->state == D_INIT) {
+    px_ev_t ev;
+    px_ev_init(&ev, PX_EV_MESSAGE_START);
+    ev.id = px_str(json_string_value(json_object_get(chunk, "id")));
+    ev.model = px_str(json_string_value(json_object_get(chunk, "model")));
+    dec_set(d, D_OPEN);
+    int rc = emit(d, &ev);
+    if (rc < 0) return rc;
+  }
+  int rc = 0;
+  if (json_is_string(rc_))
+    rc = text_like(d, LIVE_THINKING, json_string_value(rc_), json_string_length(rc_));
+  if (rc == 0 && json_is_string(content))
+    rc = text_like(d, LIVE_TEXT, json_string_value(content), json_string_length(content));
+  if (rc == 0 && json_is_string(refusal))
+    rc = text_like(d, LIVE_REFUSAL, json_string_value(refusal), json_string_length(refusal));
+  if (rc == 0 && tcs != NULL && !json_is_null(tcs)) {
+    if (!json_is_array(tcs)) return proto_error(d, "tool_calls is not an array");
+    size_t i;
+    json_t *tc;
+    json_array_foreach(tcs, i, tc) {
+      rc = tool_fragment(d, tc, i);
+      if (rc < 0) return rc;
+    }
+  }
+  if (rc < 0) return rc;
+  if (fr != NULL) {
+    rc = finish(d, fr);
+    if (rc < 0) return rc;
+    /* a server that puts the final usage on the finish chunk and sends no
+     * usage-only chunk: keep it until a usage-only chunk overrides it */
+    json_t *u = json_object_get(chunk, "usage");
+    if (json_is_object(u)) read_usage(u, &d->usage);
+  }
+  return 0;
+}
+
+static int on_chunk(px_sdec_t *d, json_t *chunk) {
+  json_t *err = json_object_get(chunk, "error");
+  if (err != NULL && !json_is_null(err)) {
+    const char *msg = json_is_string(err) ? json_string_value(err)
+                                          : json_string_value(json_object_get(err, "message"));
+    const char *type = json_string_value(json_object_get(err, "type"));
+    if (type == NULL) type = json_string_value(json_object_get(err, "code"));
+    return dec_error(d, px_errkind_from_type(type, 0), msg ? msg : "upstream stream error");
+  }
+  json_t *choices = json_object_get(chunk, "choices");
+  if (!json_is_array(choices)) return proto_error(d, "chunk without choices");
+  size_t n = json_array_size(choices);
+  if (n > 1) return proto_error(d, "multi-choice chunk (n > 1 cannot be translated)");
+  if (n == 1) {
+    if (d->state == D_USAGE) return proto_error(d, "choice after the usage chunk");
+    return on_choice(d, chunk, json_array_get(choices, 0));
+  }
+  json_t *u = json_object_get(chunk, "usage");
+  if (!json_is_object(u)) return 0; /* e.g. Azure prompt_filter_results */
+  if (d->state != D_FINISHED) return proto_error(d, "usage-only chunk before finish_reason");
+  read_usage(u, &d->usage);
+  dec_set(d, D_USAGE);
+  return message_delta(d);
+}
+
+int px_chat_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
+  if (d->state == D_ERROR) return PX_EPROTO;
+  if (d->state == D_DONE) return 0;
+  px_str_t data = sse->data;
+  /* skip leading blanks */
+  while (data.len > 0 && (*data.ptr == ' ' || *data.ptr == '\t')) {
+    data.ptr++;
+    data.len--;
+  }
+  if (data.len == 0) return 0; /* keep-alive */
+  if (px_str_eq(data, "[DONE]")) {
+    if (d->state != D_FINISHED && d->state != D_USAGE)
+      return proto_error(d, "[DONE] before finish_reason");
+    int rc = 0;
+    if (d->state == D_FINISHED) rc = message_delta(d);
+    if (rc < 0) return rc;
+    dec_set(d, D_DONE);
+    px_ev_t ev;
+    px_ev_init(&ev, PX_EV_MESSAGE_STOP);
+    return emit(d, &ev);
+  }
+  json_error_t je;
+  json_t *chunk = json_loadb(data.ptr, data.len, 0, &je);
+  if (chunk == NULL) return proto_error(d, "malformed chunk JSON");
+  int rc = json_is_object(chunk) ? on_chunk(d, chunk) : proto_error(d, "chunk is not an object");
+  json_decref(chunk);
+  return rc;
+}
+
+int px_chat_sdec_finish(px_sdec_t *d) {
+  if (d->state == D_DONE) return 0;
+  if (d->state == D_ERROR) return PX_EPROTO;
+  return proto_error(d, "stream ended before data: [DONE]");
+}
+
+/* ======================================================================== */
+/* Encoder                                                                   */
+
+typedef enum { E_INIT, E_OPEN, E_FINISHED, E_DONE } estate_t;
+
+typedef struct eblock {
+  px_block_t block;
+  int tool; /* chat tool index of tool blocks */
+} eblock_t;
+
+struct px_senc {
+  px_tr_ctx_t ctx;
+  px_buf_t *out;
+  estate_t state;
+  px_buf_t prefix;  /* `data: {"id":..,"object":..,"created":..,"model":..,"choices":` */
+  eblock_t *blocks;
+  int nblocks, capblocks;
+  int ntools;
+  int any_content;  /* delta.content emitted */
+  int any_refusal;  /* delta.refusal emitted */
+  px_usage_t usage;
+};
+
+static void enc_set(px_senc_t *e, estate_t s) { e->state = s; }
+
+px_senc_t *px_chat_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
+  px_senc_t *e = calloc(1, sizeof(*e));
+  if (e == NULL) return NULL;
+  e->ctx = *ctx;
+  e->out = out;
+  px_buf_init(&e->prefix, 4096);
+  px_ev_t z;
+  px_ev_init(&z, PX_EV_MESSAGE_DELTA);
+  e->usage = z.usage;
+  enc_set(e, E_INIT);
+  return e;
+}
+
+void px_chat_senc_free(px_senc_t *e) {
+  if (e == NULL) return;
+  px_buf_free(&e->prefix);
+  free(e->blocks);
+  free(e);
+}
+
+static int build_prefix(px_senc_t *e, px_str_t id) {
+  px_buf_t *b = &e->prefix;
+  int rc = px_buf_puts(b, "data: {\"id\":\"");
+  if (rc == 0 && !(id.len >= 9 && memcmp(id.ptr, "chatcmpl-", 9) == 0))
+    rc = px_buf_puts(b, "chatcmpl-");
+  if (rc == 0) {
+    if (id.len > 0)
+      rc = px_buf_json_escape(b, id.ptr, id.len);
+    else
+      rc = px_buf_puts(b, "proxai");
+  }
+  const char *model = e->ctx.client_model ? e->ctx.client_model : "";
+  if (rc == 0)
+    rc = px_buf_printf(b, "\",\"object\":\"chat.completion.chunk\",\"created\":%lld,\"model\":",
+                       (long long)e->ctx.created);
+  if (rc == 0) rc = px_buf_json_str(b, model, strlen(model));
+  if (rc == 0) rc = px_buf_puts(b, ",\"choices\":");
+  return rc;
+}
+
+/* chunk with one choice: prefix [{"index":0,"delta":{DELTA},"logprobs":null,
+ * "finish_reason":FR}]} */
+static int chunk_open(px_senc_t *e) {
+  int rc = px_buf_append(e->out, e->prefix.data, e->prefix.len);
+  if (rc == 0) rc = px_buf_puts(e->out, "[{\"index\":0,\"delta\":{");
+  return rc;
+}
+
+static int chunk_close(px_senc_t *e, const char *fr) {
+  int rc = px_buf_puts(e->out, "},\"logprobs\":null,\"finish_reason\":");
+  if (rc == 0) {
+    if (fr)
+      rc = px_buf_json_str(e->out, fr, strlen(fr));
+    else
+      rc = px_buf_puts(e->out, "null");
+  }
+  if (rc == 0) rc = px_buf_puts(e->out, "}]}\n\n");
+  return rc;
+}
+
+/* {"<field>":"<text>"} delta chunk */
+static int text_chunk(px_senc_t *e, const char *field, px_str_t t) {
+  int rc = chunk_open(e);
+  if (rc == 0) rc = px_buf_printf(e->out, "\"%s\":", field);
+  if (rc == 0) rc = px_buf_json_str(e->out, t.ptr ? t.ptr : "", t.len);
+  if (rc == 0) rc = chunk_close(e, NULL);
+  return rc;
+}
+
+static int64_t nz(int64_t v) { return v < 0 ? 0 : v; }
+
+static void merge(px_usage_t *d, const px_usage_t *s) {
+  if (s->input_tokens >= 0) d->input_tokens = s->input_tokens;
+  if (s->output_tokens >= 0) d->output_tokens = s->output_tokens;
+  if (s->cache_read_tokens >= 0) d->cache_read_tokens = s->cache_read_tokens;
+  if (s->cache_creation_tokens >= 0) d->cache_creation_tokens = s->cache_creation_tokens;
+  if (s->reasoning_tokens >= 0) d->reasoning_tokens = s->reasoning_tokens;
+}
+
+static eblock_t *eblock(px_senc_t *e, int index) {
+  return index >= 0 && index < e->nblocks ? &e->blocks[index] : NULL;
+}
+
+static int on_block_start(px_senc_t *e, const px_ev_t *ev) {
+  if (ev->index != e->nblocks) return PX_EPROTO;
+  if (e->nblocks == e->capblocks) {
+    int nc = e->capblocks ? e->capblocks * 2 : 8;
+    eblock_t *n = realloc(e->blocks, sizeof(*n) * (size_t)nc);
+    if (n == NULL) return PX_ENOMEM;
+    e->blocks = n;
+    e->capblocks = nc;
+  }
+  eblock_t *b = &e->blocks[e->nblocks++];
+  b->block = ev->block;
+  b->tool = -1;
+  if (ev->block != PX_BLOCK_TOOL_CALL) return 0;
+  b->tool = e->ntools++;
+  int rc = chunk_open(e);
+  if (rc == 0)
+    rc = px_buf_printf(e->out, "\"tool_calls\":[{\"index\":%d,\"id\":", b->tool);
+  if (rc == 0) rc = px_buf_json_str(e->out, ev->id.ptr ? ev->id.ptr : "", ev->id.len);
+  if (rc == 0) rc = px_buf_puts(e->out, ",\"type\":\"function\",\"function\":{\"name\":");
+  if (rc == 0) rc = px_buf_json_str(e->out, ev->name.ptr ? ev->name.ptr : "", ev->name.len);
+  if (rc == 0) rc = px_buf_puts(e->out, ",\"arguments\":\"\"}}]");
+  if (rc == 0) rc = chunk_close(e, NULL);
+  return rc;
+}
+
+static int on_delta(px_senc_t *e, const px_ev_t *ev) {
+  eblock_t *b = eblock(e, ev->index);
+  if (b == NULL) return PX_EPROTO;
+  if (ev->text.len == 0) return 0;
+  switch (ev->delta) {
+  case PX_DELTA_TEXT:
+    e->any_content = 1;
+    return text_chunk(e, "content", ev->text);
+  case PX_DELTA_REFUSAL:
+    /* seed 000: delta.refusal only before any content; after content the
+     * wording stays visible as content rather than being lost */
+    if (e->any_content) return text_chunk(e, "content", ev->text);
+    e->any_refusal = 1;
+    return text_chunk(e, "refusal", ev->text);
+  case PX_DELTA_THINKING:
+    return text_chunk(e, "reasoning_content", ev->text);
+  case PX_DELTA_SIGNATURE:
+    return 0; /* Chat has no field for thinking signatures */
+  case PX_DELTA_TOOL_ARGS: {
+    if (b->tool < 0) return PX_EPROTO;
+    int rc = chunk_open(e);
+    if (rc == 0)
+      rc = px_buf_printf(e->out, "\"tool_calls\":[{\"index\":%d,\"function\":{\"arguments\":",
+                         b->tool);
+    if (rc == 0) rc = px_buf_json_str(e->out, ev->text.ptr, ev->text.len);
+    if (rc == 0) rc = px_buf_puts(e->out, "}}]");
+    if (rc == 0) rc = chunk_close(e, NULL);
+    return rc;
+  }
+  }
+  return 0;
+}
+
+static int on_message_delta(px_senc_t *e, const px_ev_t *ev) {
+  merge(&e->usage, &ev->usage);
+  if (ev->stop == PX_STOP_NONE || e->state != E_OPEN) return 0;
+  int rc = 0;
+  /* Anthropic refusal with no visible wording: its explanation */
+  if (ev->refusal_explanation.len > 0 && !e->any_content && !e->any_refusal) {
+    e->any_refusal = 1;
+    rc = text_chunk(e, "refusal", ev->refusal_explanation);
+  }
+  if (rc == 0) rc = chunk_open(e);
+  if (rc == 0) rc = chunk_close(e, px_stop_to_chat(ev->stop));
+  enc_set(e, E_FINISHED);
+  return rc;
+}
+
+static int on_message_stop(px_senc_t *e) {
+  int rc = 0;
+  if (e->ctx.client_include_usage) {
+    const px_usage_t *u = &e->usage;
+    rc = px_buf_append(e->out, e->prefix.data, e->prefix.len);
+    if (rc == 0)
+      rc = px_buf_printf(
+          e->out,
+          "[],\"usage\":{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,"
+          "\"total_tokens\":%lld,\"prompt_tokens_details\":{\"cached_tokens\":%lld},"
+          "\"completion_tokens_details\":{\"reasoning_tokens\":%lld}}}\n\n",
+          (long long)nz(u->input_tokens), (long long)nz(u->output_tokens),
+          (long long)(nz(u->input_tokens) + nz(u->output_tokens)),
+          (long long)nz(u->cache_read_tokens), (long long)nz(u->reasoning_tokens));
+  }
+  if (rc == 0) rc = px_buf_puts(e->out, "data: [DONE]\n\n");
+  enc_set(e, E_DONE);
+  return rc;
+}
+
+int px_chat_senc_event(px_senc_t *e, const px_ev_t *ev) {
+  if (e->state == E_DONE) return 0;
+  switch (ev->type) {
+  case PX_EV_MESSAGE_START: {
+    if (e->state != E_INIT) return PX_EPROTO;
+    merge(&e->usage, &ev->usage);
+    int rc = build_prefix(e, ev->id);
+    if (rc == 0) rc = chunk_open(e);
+    if (rc == 0) rc = px_buf_puts(e->out, "\"role\":\"assistant\",\"content\":\"\"");
+    if (rc == 0) rc = chunk_close(e, NULL);
+    enc_set(e, E_OPEN);
+    return rc;
+  }
+  case PX_EV_BLOCK_START:
+    return e->state == E_OPEN ? on_block_start(e, ev) : PX_EPROTO;
+  case PX_EV_DELTA:
+    return e->state == E_OPEN ? on_delta(e, ev) : PX_EPROTO;
+  case PX_EV_BLOCK_STOP:
+    return e->state == E_INIT ? PX_EPROTO : 0;
+  case PX_EV_MESSAGE_DELTA:
+    return e->state == E_INIT ? PX_EPROTO : on_message_delta(e, ev);
+  case PX_EV_MESSAGE_STOP:
+    return e->state == E_FINISHED ? on_message_stop(e) : PX_EPROTO;
+  case PX_EV_ERROR:
+    /* the hub writes errors with encode_stream_error; never reached */
+    return PX_EPROTO;
+  }
+  return PX_EPROTO;
+}
