@@ -1,6 +1,1357 @@
-/* anthropic.c - translator for this protocol (work in progress). */
+/* anthropic.c - Anthropic Messages translator: request/response <-> IR,
+ * error bodies. The stream half lives in anthropic_stream.c.
+ *
+ * Decoders read what a real client (Claude Code) sends and never reject a
+ * field it may send: what the IR cannot hold is dropped and named in the
+ * lossy list. Encoders produce what api.anthropic.com accepts: required
+ * max_tokens, alternating roles, tool results first in their user turn,
+ * only signed thinking blocks, no temperature with thinking. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "proxai/proto.h"
+
+/* stream half (anthropic_stream.c) */
+px_sdec_t *px_anthropic_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg);
+int px_anthropic_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse);
+int px_anthropic_sdec_finish(px_sdec_t *d);
+void px_anthropic_sdec_free(px_sdec_t *d);
+px_senc_t *px_anthropic_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out);
+int px_anthropic_senc_event(px_senc_t *e, const px_ev_t *ev);
+void px_anthropic_senc_free(px_senc_t *e);
+
+/* Reasoning effort -> thinking budget_tokens (documented in
+ * docs/translation-anthropic.md). Anthropic's minimum budget is 1024. */
+#define PX_ANTH_MIN_BUDGET 1024
+#define PX_ANTH_DEFAULT_MAX_TOKENS 4096
+
+/* field path for error messages; truncation is harmless there */
+static void pathf(char *p, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void pathf(char *p, size_t n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(p, n, fmt, ap);
+  va_end(ap);
+}
+
+static const char *jstr(json_t *o, const char *k) {
+  return json_string_value(json_object_get(o, k));
+}
+
+static int is_type(json_t *o, const char *t) {
+  const char *s = jstr(o, "type");
+  return s != NULL && strcmp(s, t) == 0;
+}
+
+static void set_new(json_t *o, const char *k, json_t *v) {
+  if (v != NULL) json_object_set_new(o, k, v);
+}
+
+static json_t *text_part(const char *text) {
+  return json_pack("{s:s,s:s}", "type", "text", "text", text);
+}
+
+/* ======================================================================== */
+/* Request decode: Anthropic body -> IR                                      */
+
+/* An Anthropic block type that records a server-side tool's work (history
+ * of server tools, MCP connector, code execution ...): it cannot be replayed
+ * to another provider, so it is dropped and named. */
+static int server_use_type(const char *t) {
+  return strcmp(t, "server_tool_use") == 0 || strcmp(t, "mcp_tool_use") == 0;
+}
+static int server_result_type(const char *t) {
+  size_t n = strlen(t);
+  if (strcmp(t, "tool_result") == 0) return 0;
+  if (strcmp(t, "mcp_tool_result") == 0) return 1;
+  return n > 12 && strcmp(t + n - 12, "_tool_result") == 0;
+}
+
+/* image/document source -> IR part fields. Returns 0 or fails. */
+static int decode_image(json_t *blk, const char *path, json_t **out, px_tr_err_t *err) {
+  json_t *src = json_object_get(blk, "source");
+  char p[96];
+  pathf(p, sizeof(p), "%s.source", path);
+  if (!json_is_object(src)) return px_tr_fail(err, p, "%s: missing image source", p);
+  const char *st = jstr(src, "type");
+  if (st != NULL && strcmp(st, "base64") == 0) {
+    const char *mt = jstr(src, "media_type"), *data = jstr(src, "data");
+    if (mt == NULL || data == NULL)
+      return px_tr_fail(err, p, "%s: base64 image needs media_type and data", p);
+    *out = json_pack("{s:s,s:s,s:s}", "type", "image", "media_type", mt, "data", data);
+    return 0;
+  }
+  if (st != NULL && strcmp(st, "url") == 0 && jstr(src, "url") != NULL) {
+    *out = json_pack("{s:s,s:s}", "type", "image", "url", jstr(src, "url"));
+    return 0;
+  }
+  pathf(p, sizeof(p), "%s.source.type", path);
+  return px_tr_fail(err, p, "%s: image source type '%s' cannot be translated", p,
+                    st ? st : "(none)");
+}
+
+/* document block -> appends IR parts (file, or text for text sources). */
+static int decode_document(json_t *blk, const char *path, json_t *parts,
+                           px_lossy_t *lossy, px_tr_err_t *err) {
+  json_t *src = json_object_get(blk, "source");
+  char p[96];
+  pathf(p, sizeof(p), "%s.source", path);
+  if (!json_is_object(src)) return px_tr_fail(err, p, "%s: missing document source", p);
+  const char *st = jstr(src, "type");
+  const char *title = jstr(blk, "title");
+  if (json_object_get(blk, "context") != NULL) px_lossy_add(lossy, "document.context");
+  if (json_object_get(blk, "citations") != NULL) px_lossy_add(lossy, "document.citations");
+  if (json_object_get(blk, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
+  if (st != NULL && strcmp(st, "base64") == 0) {
+    const char *mt = jstr(src, "media_type"), *data = jstr(src, "data");
+    if (mt == NULL || data == NULL)
+      return px_tr_fail(err, p, "%s: base64 document needs media_type and data", p);
+    json_t *f = json_pack("{s:s,s:s,s:s}", "type", "file", "media_type", mt, "data", data);
+    if (title != NULL) json_object_set_new(f, "filename", json_string(title));
+    json_array_append_new(parts, f);
+    return 0;
+  }
+  if (st != NULL && strcmp(st, "url") == 0 && jstr(src, "url") != NULL) {
+    json_array_append_new(parts, json_pack("{s:s,s:s}", "type", "file", "url",
+                                           jstr(src, "url")));
+    if (title != NULL) px_lossy_add(lossy, "document.title");
+    return 0;
+  }
+  if (st != NULL && strcmp(st, "file") == 0 && jstr(src, "file_id") != NULL) {
+    json_array_append_new(parts, json_pack("{s:s,s:s}", "type", "file", "file_id",
+                                           jstr(src, "file_id")));
+    if (title != NULL) px_lossy_add(lossy, "document.title");
+    return 0;
+  }
+  /* plain-text documents become text parts: the words are the content */
+  if (st != NULL && strcmp(st, "text") == 0 && jstr(src, "data") != NULL) {
+    json_array_append_new(parts, text_part(jstr(src, "data")));
+    if (title != NULL) px_lossy_add(lossy, "document.title");
+    return 0;
+  }
+  if (st != NULL && strcmp(st, "content") == 0) {
+    json_t *c = json_object_get(src, "content");
+    if (json_is_string(c)) {
+      json_array_append_new(parts, text_part(json_string_value(c)));
+    } else if (json_is_array(c)) {
+      size_t i;
+      json_t *b;
+      json_array_foreach(c, i, b) {
+        if (is_type(b, "text") && jstr(b, "text") != NULL) {
+          json_array_append_new(parts, text_part(jstr(b, "text")));
+        } else if (is_type(b, "image")) {
+          char q[96];
+          json_t *img = NULL;
+          pathf(q, sizeof(q), "%s.source.content[%zu]", path, i);
+          if (decode_image(b, q, &img, err) < 0) return PX_EINVAL;
+          json_array_append_new(parts, img);
+        } else {
+          pathf(p, sizeof(p), "%s.source.content[%zu].type", path, i);
+          return px_tr_fail(err, p, "%s: unsupported document content block", p);
+        }
+      }
+    }
+    if (title != NULL) px_lossy_add(lossy, "document.title");
+    return 0;
+  }
+  pathf(p, sizeof(p), "%s.source.type", path);
+  return px_tr_fail(err, p, "%s: document source type '%s' cannot be translated", p,
+                    st ? st : "(none)");
+}
+
+/* tool_result.content (string or blocks) -> IR parts */
+static int decode_tool_result_content(json_t *c, const char *path, json_t *parts,
+                                      px_lossy_t *lossy, px_tr_err_t *err) {
+  char p[96];
+  if (c == NULL || json_is_null(c)) return 0;
+  if (json_is_string(c)) {
+    json_array_append_new(parts, text_part(json_string_value(c)));
+    return 0;
+  }
+  if (!json_is_array(c)) {
+    pathf(p, sizeof(p), "%s.content", path);
+    return px_tr_fail(err, p, "%s: must be a string or an array of blocks", p);
+  }
+  size_t i;
+  json_t *b;
+  json_array_foreach(c, i, b) {
+    const char *t = jstr(b, "type");
+    pathf(p, sizeof(p), "%s.content[%zu]", path, i);
+    if (t != NULL && strcmp(t, "text") == 0 && jstr(b, "text") != NULL) {
+      json_array_append_new(parts, text_part(jstr(b, "text")));
+      if (json_object_get(b, "citations") != NULL) px_lossy_add(lossy, "text.citations");
+    } else if (t != NULL && strcmp(t, "image") == 0) {
+      json_t *img = NULL;
+      if (decode_image(b, p, &img, err) < 0) return PX_EINVAL;
+      json_array_append_new(parts, img);
+    } else if (t != NULL && strcmp(t, "document") == 0) {
+      if (decode_document(b, p, parts, lossy, err) < 0) return PX_EINVAL;
+    } else {
+      char q[112];
+      pathf(q, sizeof(q), "%s.type", p);
+      return px_tr_fail(err, q, "%s: tool_result content type '%s' is not supported", q,
+                        t ? t : "(none)");
+    }
+    if (json_object_get(b, "cache_control") != NULL && t != NULL &&
+        strcmp(t, "document") != 0)
+      px_lossy_add(lossy, "cache_control");
+  }
+  return 0;
+}
+
+/* One content block of a messages[] entry -> 0..n IR parts. */
+static int decode_block(json_t *b, const char *role, const char *path, json_t *parts,
+                        px_lossy_t *lossy, px_tr_err_t *err) {
+  const char *t = jstr(b, "type");
+  char p[96];
+  pathf(p, sizeof(p), "%s.type", path);
+  if (t == NULL) return px_tr_fail(err, p, "%s: content block without a type", p);
+  int assistant = strcmp(role, "assistant") == 0;
+
+  if (strcmp(t, "text") == 0) {
+    const char *text = jstr(b, "text");
+    if (text == NULL) {
+      pathf(p, sizeof(p), "%s.text", path);
+      return px_tr_fail(err, p, "%s: text block without text", p);
+    }
+    json_t *part = text_part(text);
+    json_t *cc = json_object_get(b, "cache_control");
+    if (cc != NULL) json_object_set(part, "cache_control", cc);
+    if (json_object_get(b, "citations") != NULL &&
+        !json_is_null(json_object_get(b, "citations")))
+      px_lossy_add(lossy, "text.citations");
+    json_array_append_new(parts, part);
+    return 0;
+  }
+  if (strcmp(t, "image") == 0) {
+    json_t *img = NULL;
+    if (decode_image(b, path, &img, err) < 0) return PX_EINVAL;
+    if (json_object_get(b, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
+    json_array_append_new(parts, img);
+    return 0;
+  }
+  if (strcmp(t, "document") == 0) return decode_document(b, path, parts, lossy, err);
+  if (strcmp(t, "tool_use") == 0) {
+    const char *id = jstr(b, "id"), *name = jstr(b, "name");
+    json_t *input = json_object_get(b, "input");
+    if (!assistant) return px_tr_fail(err, p, "%s: tool_use only in assistant turns", p);
+    if (id == NULL || name == NULL) {
+      pathf(p, sizeof(p), "%s.id", path);
+      return px_tr_fail(err, p, "%s: tool_use needs id and name", p);
+    }
+    char *args = input != NULL ? json_dumps(input, JSON_COMPACT | JSON_ENCODE_ANY)
+                               : strdup("{}");
+    if (args == NULL) return PX_ENOMEM;
+    json_array_append_new(parts, json_pack("{s:s,s:s,s:s,s:s}", "type", "tool_call", "id",
+                                           id, "name", name, "arguments", args));
+    free(args);
+    if (json_object_get(b, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
+    return 0;
+  }
+  if (strcmp(t, "tool_result") == 0) {
+    const char *id = jstr(b, "tool_use_id");
+    if (assistant) return px_tr_fail(err, p, "%s: tool_result only in user turns", p);
+    if (id == NULL) {
+      pathf(p, sizeof(p), "%s.tool_use_id", path);
+      return px_tr_fail(err, p, "%s: tool_result needs tool_use_id", p);
+    }
+    json_t *content = json_array();
+    if (decode_tool_result_content(json_object_get(b, "content"), path, content, lossy,
+                                   err) < 0) {
+      json_decref(content);
+      return PX_EINVAL;
+    }
+    json_t *part = json_pack("{s:s,s:s,s:o}", "type", "tool_result", "tool_call_id", id,
+                             "content", content);
+    json_t *ie = json_object_get(b, "is_error");
+    if (json_is_boolean(ie)) json_object_set(part, "is_error", ie);
+    if (json_object_get(b, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
+    json_array_append_new(parts, part);
+    return 0;
+  }
+  if (strcmp(t, "thinking") == 0) {
+    json_t *part = json_pack("{s:s,s:s}", "type", "reasoning", "text",
+                             jstr(b, "thinking") ? jstr(b, "thinking") : "");
+    if (jstr(b, "signature") != NULL && jstr(b, "signature")[0] != 0)
+      json_object_set_new(part, "signature", json_string(jstr(b, "signature")));
+    json_array_append_new(parts, part);
+    return 0;
+  }
+  if (strcmp(t, "redacted_thinking") == 0) {
+    json_array_append_new(parts,
+                          json_pack("{s:s,s:s,s:s}", "type", "reasoning", "text", "",
+                                    "redacted_data", jstr(b, "data") ? jstr(b, "data") : ""));
+    return 0;
+  }
+  if (server_use_type(t)) {
+    px_lossy_add(lossy, "content.server_tool_use");
+    return 0;
+  }
+  if (server_result_type(t)) {
+    px_lossy_add(lossy, "content.server_tool_result");
+    return 0;
+  }
+  return px_tr_fail(err, p, "%s: content block type '%s' cannot be translated", p, t);
+}
+
+/* system (string | text blocks) -> IR system parts */
+static int decode_system(json_t *sys, const char *path, json_t *out, px_lossy_t *lossy,
+                         px_tr_err_t *err) {
+  char p[96];
+  if (json_is_string(sys)) {
+    if (json_string_length(sys) > 0)
+      json_array_append_new(out, json_pack("{s:s,s:O,s:s}", "type", "text", "text", sys,
+                                           "role", "system"));
+    return 0;
+  }
+  if (!json_is_array(sys))
+    return px_tr_fail(err, path, "%s: must be a string or an array of text blocks", path);
+  size_t i;
+  json_t *b;
+  json_array_foreach(sys, i, b) {
+    pathf(p, sizeof(p), "%s[%zu].type", path, i);
+    if (!is_type(b, "text") || jstr(b, "text") == NULL)
+      return px_tr_fail(err, p, "%s: system blocks must be text", p);
+    json_t *part = json_pack("{s:s,s:s,s:s}", "type", "text", "text", jstr(b, "text"),
+                             "role", "system");
+    json_t *cc = json_object_get(b, "cache_control");
+    if (cc != NULL) json_object_set(part, "cache_control", cc);
+    if (json_object_get(b, "citations") != NULL &&
+        !json_is_null(json_object_get(b, "citations")))
+      px_lossy_add(lossy, "text.citations");
+    json_array_append_new(out, part);
+  }
+  return 0;
+}
+
+static int decode_messages(json_t *msgs, json_t *ir_msgs, json_t *ir_sys,
+                           px_lossy_t *lossy, px_tr_err_t *err) {
+  char p[96];
+  if (!json_is_array(msgs)) return px_tr_fail(err, "messages", "messages: must be an array");
+  size_t i;
+  json_t *m;
+  json_array_foreach(msgs, i, m) {
+    const char *role = jstr(m, "role");
+    json_t *c = json_object_get(m, "content");
+    pathf(p, sizeof(p), "messages[%zu].role", i);
+    if (role == NULL) return px_tr_fail(err, p, "%s: missing role", p);
+    if (strcmp(role, "system") == 0) {
+      /* some clients put a system turn in messages[]: fold it into system */
+      pathf(p, sizeof(p), "messages[%zu].content", i);
+      if (decode_system(c, p, ir_sys, lossy, err) < 0) return PX_EINVAL;
+      continue;
+    }
+    if (strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0)
+      return px_tr_fail(err, p, "%s: role '%s' is not supported", p, role);
+    json_t *parts = json_array();
+    if (json_is_string(c)) {
+      json_array_append_new(parts, text_part(json_string_value(c)));
+    } else if (json_is_array(c)) {
+      size_t j;
+      json_t *b;
+      json_array_foreach(c, j, b) {
+        pathf(p, sizeof(p), "messages[%zu].content[%zu]", i, j);
+        if (decode_block(b, role, p, parts, lossy, err) < 0) {
+          json_decref(parts);
+          return PX_EINVAL;
+        }
+      }
+    } else {
+      json_decref(parts);
+      pathf(p, sizeof(p), "messages[%zu].content", i);
+      return px_tr_fail(err, p, "%s: must be a string or an array of blocks", p);
+    }
+    json_array_append_new(ir_msgs, json_pack("{s:s,s:o}", "role", role, "content", parts));
+  }
+  return 0;
+}
+
+static int decode_tools(json_t *tools, json_t **out, px_lossy_t *lossy, px_tr_err_t *err) {
+  char p[96];
+  if (!json_is_array(tools)) return px_tr_fail(err, "tools", "tools: must be an array");
+  json_t *arr = json_array();
+  size_t i;
+  json_t *t;
+  json_array_foreach(tools, i, t) {
+    const char *type = jstr(t, "type");
+    if (type != NULL && strcmp(type, "custom") != 0) {
+      /* server tools (web_search_*, bash_*, text_editor_*, code_execution_*,
+       * computer_*, web_fetch_*, memory_*, ...) run at Anthropic only */
+      px_lossy_add(lossy, "tools.server_tool");
+      continue;
+    }
+    const char *name = jstr(t, "name");
+    if (name == NULL) {
+      json_decref(arr);
+      pathf(p, sizeof(p), "tools[%zu].name", i);
+      return px_tr_fail(err, p, "%s: missing tool name", p);
+    }
+    json_t *schema = json_object_get(t, "input_schema");
+    json_t *o = json_pack("{s:s}", "name", name);
+    if (jstr(t, "description") != NULL)
+      json_object_set(o, "description", json_object_get(t, "description"));
+    json_object_set_new(o, "parameters",
+                        json_is_object(schema) ? json_incref(schema)
+                                               : json_pack("{s:s}", "type", "object"));
+    if (json_is_boolean(json_object_get(t, "strict")))
+      json_object_set(o, "strict", json_object_get(t, "strict"));
+    if (json_object_get(t, "cache_control") != NULL)
+      json_object_set(o, "cache_control", json_object_get(t, "cache_control"));
+    const char *k;
+    json_t *v;
+    json_object_foreach(t, k, v) {
+      if (strcmp(k, "type") == 0 || strcmp(k, "name") == 0 ||
+          strcmp(k, "description") == 0 || strcmp(k, "input_schema") == 0 ||
+          strcmp(k, "strict") == 0 || strcmp(k, "cache_control") == 0)
+        continue;
+      if (strcmp(k, "defer_loading") == 0)
+        px_lossy_add(lossy, "tools.defer_loading");
+      else if (strcmp(k, "input_examples") == 0)
+        px_lossy_add(lossy, "tools.input_examples");
+      else if (strcmp(k, "eager_input_streaming") == 0)
+        px_lossy_add(lossy, "tools.eager_input_streaming");
+      else if (strcmp(k, "allowed_callers") == 0)
+        px_lossy_add(lossy, "tools.allowed_callers");
+      else
+        px_lossy_add(lossy, "tools.unknown_field");
+    }
+    json_array_append_new(arr, o);
+  }
+  *out = arr;
+  return 0;
+}
+
+static int decode_tool_choice(json_t *tc, json_t *ir, px_tr_err_t *err) {
+  const char *t = jstr(tc, "type");
+  if (t == NULL) return px_tr_fail(err, "tool_choice.type", "tool_choice.type: missing");
+  if (strcmp(t, "auto") == 0)
+    json_object_set_new(ir, "tool_choice", json_pack("{s:s}", "type", "auto"));
+  else if (strcmp(t, "any") == 0)
+    json_object_set_new(ir, "tool_choice", json_pack("{s:s}", "type", "required"));
+  else if (strcmp(t, "none") == 0)
+    json_object_set_new(ir, "tool_choice", json_pack("{s:s}", "type", "none"));
+  else if (strcmp(t, "tool") == 0 && jstr(tc, "name") != NULL)
+    json_object_set_new(ir, "tool_choice",
+                        json_pack("{s:s,s:s}", "type", "tool", "name", jstr(tc, "name")));
+  else
+    return px_tr_fail(err, "tool_choice.type", "tool_choice.type: '%s' is not supported", t);
+  if (json_is_true(json_object_get(tc, "disable_parallel_tool_use")))
+    json_object_set_new(ir, "parallel_tool_calls", json_false());
+  return 0;
+}
+
+/* Anthropic effort -> IR effort */
+static const char *effort_from_anthropic(const char *e) {
+  if (e == NULL) return NULL;
+  if (strcmp(e, "max") == 0 || strcmp(e, "xhigh") == 0) return "xhigh";
+  if (strcmp(e, "low") == 0 || strcmp(e, "medium") == 0 || strcmp(e, "high") == 0) return e;
+  return NULL;
+}
+
+/* budget_tokens -> IR effort: the inverse of budget_of_effort's table */
+static const char *effort_of_budget(json_int_t b) {
+  if (b < 4096) return "low";
+  if (b < 16384) return "medium";
+  if (b < 32768) return "high";
+  return "xhigh";
+}
+
+static int decode_json_format(json_t *fmt, const char *path, json_t *ir, px_tr_err_t *err) {
+  char p[96];
+  pathf(p, sizeof(p), "%s.type", path);
+  if (!is_type(fmt, "json_schema"))
+    return px_tr_fail(err, p, "%s: only json_schema output formats are supported", p);
+  json_t *schema = json_object_get(fmt, "schema");
+  if (!json_is_object(schema)) {
+    pathf(p, sizeof(p), "%s.schema", path);
+    return px_tr_fail(err, p, "%s: must be an object", p);
+  }
+  /* OpenAI requires a schema name; Anthropic has none */
+  json_object_set_new(ir, "response_format", json_pack("{s:s,s:s,s:O}", "type", "json_schema",
+                                                       "name", "response", "schema", schema));
+  return 0;
+}
+
+static int anth_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **irp,
+                               px_lossy_t *lossy, px_tr_err_t *err) {
+  (void)ctx;
+  if (!json_is_object(body)) return px_tr_fail(err, "", "request body must be a JSON object");
+  json_t *ir = json_object();
+  json_t *sys = json_array(), *msgs = json_array();
+  json_t *v;
+  const char *k;
+
+  if (jstr(body, "model") != NULL) json_object_set(ir, "model", json_object_get(body, "model"));
+  v = json_object_get(body, "system");
+  if (v != NULL && !json_is_null(v) && decode_system(v, "system", sys, lossy, err) < 0)
+    goto fail;
+  if (decode_messages(json_object_get(body, "messages"), msgs, sys, lossy, err) < 0)
+    goto fail;
+
+  json_object_foreach(body, k, v) {
+    if (json_is_null(v)) continue;
+    if (strcmp(k, "model") == 0 || strcmp(k, "system") == 0 || strcmp(k, "messages") == 0) {
+      continue;
+    } else if (strcmp(k, "max_tokens") == 0) {
+      if (!json_is_integer(v) || json_integer_value(v) < 1) {
+        px_tr_fail(err, "max_tokens", "max_tokens: must be a positive integer");
+        goto fail;
+      }
+      json_object_set(ir, "max_tokens", v);
+    } else if (strcmp(k, "temperature") == 0 || strcmp(k, "top_p") == 0) {
+      if (!json_is_number(v)) {
+        px_tr_fail(err, k, "%s: must be a number", k);
+        goto fail;
+      }
+      json_object_set(ir, k, v);
+    } else if (strcmp(k, "top_k") == 0) {
+      if (!json_is_integer(v)) {
+        px_tr_fail(err, "top_k", "top_k: must be an integer");
+        goto fail;
+      }
+      json_object_set(ir, "top_k", v);
+    } else if (strcmp(k, "stop_sequences") == 0) {
+      if (!json_is_array(v)) {
+        px_tr_fail(err, "stop_sequences", "stop_sequences: must be an array of strings");
+        goto fail;
+      }
+      if (json_array_size(v) > 0) json_object_set(ir, "stop", v);
+    } else if (strcmp(k, "stream") == 0) {
+      json_object_set_new(ir, "stream", json_boolean(json_is_true(v)));
+    } else if (strcmp(k, "tools") == 0) {
+      json_t *tools = NULL;
+      if (decode_tools(v, &tools, lossy, err) < 0) goto fail;
+      if (json_array_size(tools) > 0)
+        json_object_set_new(ir, "tools", tools);
+      else
+        json_decref(tools);
+    } else if (strcmp(k, "tool_choice") == 0) {
+      if (decode_tool_choice(v, ir, err) < 0) goto fail;
+    } else if (strcmp(k, "thinking") == 0) {
+      const char *t = jstr(v, "type");
+      json_t *r = json_object_get(ir, "reasoning");
+      if (r == NULL) {
+        r = json_object();
+        json_object_set_new(ir, "reasoning", r);
+      }
+      if (t != NULL && strcmp(t, "enabled") == 0) {
+        json_t *b = json_object_get(v, "budget_tokens");
+        json_object_set_new(r, "enabled", json_true());
+        if (json_is_integer(b)) {
+          json_object_set(r, "budget_tokens", b);
+          if (json_object_get(r, "effort") == NULL)
+            json_object_set_new(r, "effort",
+                                json_string(effort_of_budget(json_integer_value(b))));
+        }
+      } else if (t != NULL && strcmp(t, "adaptive") == 0) {
+        json_object_set_new(r, "enabled", json_true());
+      } else if (t != NULL && strcmp(t, "disabled") == 0) {
+        json_object_set_new(r, "enabled", json_false());
+      } else {
+        px_tr_fail(err, "thinking.type", "thinking.type: '%s' is not supported",
+                   t ? t : "(none)");
+        goto fail;
+      }
+      if (json_object_get(v, "display") != NULL) px_lossy_add(lossy, "thinking.display");
+    } else if (strcmp(k, "output_config") == 0) {
+      const char *ok;
+      json_t *ov;
+      json_object_foreach(v, ok, ov) {
+        if (json_is_null(ov)) continue;
+        if (strcmp(ok, "effort") == 0) {
+          const char *e = effort_from_anthropic(json_string_value(ov));
+          json_t *r = json_object_get(ir, "reasoning");
+          if (e == NULL) {
+            px_tr_fail(err, "output_config.effort", "output_config.effort: unknown value");
+            goto fail;
+          }
+          if (r == NULL) {
+            r = json_object();
+            json_object_set_new(ir, "reasoning", r);
+          }
+          /* the explicit effort wins over one derived from budget_tokens */
+          json_object_set_new(r, "effort", json_string(e));
+        } else if (strcmp(ok, "format") == 0) {
+          if (decode_json_format(ov, "output_config.format", ir, err) < 0) goto fail;
+        } else {
+          px_lossy_add(lossy, "output_config");
+        }
+      }
+    } else if (strcmp(k, "output_format") == 0) {
+      if (decode_json_format(v, "output_format", ir, err) < 0) goto fail;
+    } else if (strcmp(k, "metadata") == 0) {
+      const char *mk;
+      json_t *mv;
+      json_object_foreach(v, mk, mv) {
+        if (strcmp(mk, "user_id") == 0 && json_is_string(mv))
+          json_object_set(ir, "user", mv);
+        else if (!json_is_null(mv))
+          px_lossy_add(lossy, "metadata");
+      }
+    } else if (strcmp(k, "context_management") == 0) {
+      px_lossy_add(lossy, "context_management");
+    } else if (strcmp(k, "service_tier") == 0) {
+      px_lossy_add(lossy, "service_tier");
+    } else if (strcmp(k, "container") == 0) {
+      px_lossy_add(lossy, "container");
+    } else if (strcmp(k, "mcp_servers") == 0) {
+      px_lossy_add(lossy, "mcp_servers");
+    } else if (strcmp(k, "inference_geo") == 0) {
+      px_lossy_add(lossy, "inference_geo");
+    } else {
+      /* unknown top-level field: dropped, named by its own key */
+      px_lossy_add(lossy, k);
+    }
+  }
+  /* a thinking budget without an explicit effort keeps the derived one;
+   * adaptive thinking without effort leaves the choice to the target */
+  if (json_array_size(sys) > 0)
+    json_object_set_new(ir, "system", sys);
+  else
+    json_decref(sys);
+  json_object_set_new(ir, "messages", msgs);
+  *irp = ir;
+  return 0;
+fail:
+  json_decref(sys);
+  json_decref(msgs);
+  json_decref(ir);
+  return PX_EINVAL;
+}
+
+/* ======================================================================== */
+/* Request encode: IR -> Anthropic body                                      */
+
+/* "data:<mt>;base64,<data>" -> media type + data views */
+static int split_data_url(const char *url, char *mt, size_t mtsz, const char **data) {
+  if (strncmp(url, "data:", 5) != 0) return -1;
+  const char *semi = strstr(url, ";base64,");
+  if (semi == NULL) return -1;
+  size_t n = (size_t)(semi - (url + 5));
+  if (n == 0 || n >= mtsz) return -1;
+  memcpy(mt, url + 5, n);
+  mt[n] = 0;
+  *data = semi + 8;
+  return 0;
+}
+
+static const char *args_param(const px_tr_ctx_t *ctx) {
+  switch (ctx->in) {
+  case PX_PROTO_CHAT: return "messages.tool_calls.function.arguments";
+  case PX_PROTO_RESPONSES: return "input.arguments";
+  default: return "messages.content.input";
+  }
+}
+
+static int encode_image(json_t *part, json_t **out, px_tr_err_t *err) {
+  const char *url = jstr(part, "url");
+  if (url != NULL) {
+    char mt[64];
+    const char *data;
+    if (split_data_url(url, mt, sizeof(mt), &data) == 0)
+      *out = json_pack("{s:s,s:{s:s,s:s,s:s}}", "type", "image", "source", "type", "base64",
+                       "media_type", mt, "data", data);
+    else
+      *out = json_pack("{s:s,s:{s:s,s:s}}", "type", "image", "source", "type", "url", "url",
+                       url);
+    return 0;
+  }
+  if (jstr(part, "data") != NULL && jstr(part, "media_type") != NULL) {
+    *out = json_pack("{s:s,s:{s:s,s:s,s:s}}", "type", "image", "source", "type", "base64",
+                     "media_type", jstr(part, "media_type"), "data", jstr(part, "data"));
+    return 0;
+  }
+  return px_tr_fail(err, "image", "image part without url or data");
+}
+
+static int encode_file(json_t *part, json_t **out, px_tr_err_t *err) {
+  const char *url = jstr(part, "url"), *mt = jstr(part, "media_type");
+  const char *data = jstr(part, "data"), *fname = jstr(part, "filename");
+  char dmt[64];
+  if (url != NULL && split_data_url(url, dmt, sizeof(dmt), &data) == 0) {
+    mt = dmt;
+    url = NULL;
+  }
+  if (url != NULL) {
+    *out = json_pack("{s:s,s:{s:s,s:s}}", "type", "document", "source", "type", "url", "url",
+                     url);
+  } else if (data != NULL && mt != NULL && strcmp(mt, "application/pdf") == 0) {
+    *out = json_pack("{s:s,s:{s:s,s:s,s:s}}", "type", "document", "source", "type", "base64",
+                     "media_type", mt, "data", data);
+  } else if (jstr(part, "file_id") != NULL) {
+    return px_tr_fail(err, "file_id",
+                      "file_id: uploaded file references cannot be sent to an Anthropic "
+                      "upstream; send the file data");
+  } else {
+    return px_tr_fail(err, "file", "file: only PDF data or URLs can be sent to an Anthropic "
+                                   "upstream (got %s)", mt ? mt : "no media type");
+  }
+  if (fname != NULL) json_object_set_new(*out, "title", json_string(fname));
+  return 0;
+}
+
+/* tool_result content parts -> string (one text part) or blocks */
+static int encode_tool_result(json_t *part, json_t **out, px_tr_err_t *err) {
+  json_t *c = json_object_get(part, "content");
+  json_t *blk = json_pack("{s:s,s:s}", "type", "tool_result", "tool_use_id",
+                          jstr(part, "tool_call_id") ? jstr(part, "tool_call_id") : "");
+  if (json_array_size(c) == 1 && is_type(json_array_get(c, 0), "text")) {
+    json_object_set(blk, "content", json_object_get(json_array_get(c, 0), "text"));
+  } else if (json_array_size(c) > 0) {
+    json_t *arr = json_array();
+    size_t i;
+    json_t *p;
+    json_array_foreach(c, i, p) {
+      json_t *o = NULL;
+      if (is_type(p, "text")) {
+        if (jstr(p, "text") == NULL || jstr(p, "text")[0] == 0) continue;
+        o = text_part(jstr(p, "text"));
+      } else if (is_type(p, "image")) {
+        if (encode_image(p, &o, err) < 0) goto fail;
+      } else if (is_type(p, "file")) {
+        if (encode_file(p, &o, err) < 0) goto fail;
+      } else {
+        px_tr_fail(err, "tool_result.content", "tool_result.content: unsupported part");
+        goto fail;
+      }
+      json_array_append_new(arr, o);
+      continue;
+    fail:
+      json_decref(arr);
+      json_decref(blk);
+      return PX_EINVAL;
+    }
+    json_object_set_new(blk, "content", arr);
+  }
+  if (json_is_true(json_object_get(part, "is_error")))
+    json_object_set_new(blk, "is_error", json_true());
+  *out = blk;
+  return 0;
+}
+
+/* IR part -> Anthropic block (NULL *out = dropped). */
+static int encode_part(const px_tr_ctx_t *ctx, json_t *part, const char *role, json_t **out,
+                       px_lossy_t *lossy, px_tr_err_t *err) {
+  const char *t = jstr(part, "type");
+  *out = NULL;
+  if (t == NULL) return px_tr_fail(err, "content", "content part without type");
+  if (strcmp(t, "text") == 0) {
+    const char *text = jstr(part, "text");
+    if (text == NULL || text[0] == 0) return 0; /* Anthropic rejects empty text blocks */
+    *out = text_part(text);
+    if (json_object_get(part, "cache_control") != NULL)
+      json_object_set(*out, "cache_control", json_object_get(part, "cache_control"));
+    return 0;
+  }
+  if (strcmp(t, "refusal") == 0) {
+    /* no refusal block in Anthropic: the wording stays as assistant text */
+    px_lossy_add(lossy, "refusal");
+    if (jstr(part, "text") != NULL && jstr(part, "text")[0] != 0)
+      *out = text_part(jstr(part, "text"));
+    return 0;
+  }
+  if (strcmp(t, "image") == 0) return encode_image(part, out, err);
+  if (strcmp(t, "file") == 0) return encode_file(part, out, err);
+  if (strcmp(t, "reasoning") == 0) {
+    if (strcmp(role, "assistant") != 0) return 0;
+    if (jstr(part, "redacted_data") != NULL) {
+      *out = json_pack("{s:s,s:s}", "type", "redacted_thinking", "data",
+                       jstr(part, "redacted_data"));
+    } else if (jstr(part, "signature") != NULL) {
+      *out = json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking",
+                       jstr(part, "text") ? jstr(part, "text") : "", "signature",
+                       jstr(part, "signature"));
+    } else {
+      /* Anthropic rejects thinking without a valid signature */
+      if (jstr(part, "encrypted_content") != NULL)
+        px_lossy_add(lossy, "reasoning.encrypted_content");
+      else
+        px_lossy_add(lossy, "reasoning");
+    }
+    return 0;
+  }
+  if (strcmp(t, "tool_call") == 0) {
+    const char *args = jstr(part, "arguments");
+    json_t *input;
+    json_error_t je;
+    if (args == NULL || args[strspn(args, " \t\r\n")] == 0) {
+      input = json_object(); /* no-argument call */
+    } else {
+      input = json_loads(args, JSON_DECODE_ANY, &je);
+      if (!json_is_object(input)) {
+        json_decref(input);
+        return px_tr_fail(err, args_param(ctx),
+                          "%s: arguments of tool call '%s' are not a JSON object",
+                          args_param(ctx), jstr(part, "id") ? jstr(part, "id") : "");
+      }
+    }
+    *out = json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id",
+                     jstr(part, "id") ? jstr(part, "id") : "", "name",
+                     jstr(part, "name") ? jstr(part, "name") : "", "input", input);
+    return 0;
+  }
+  if (strcmp(t, "tool_result") == 0) return encode_tool_result(part, out, err);
+  return px_tr_fail(err, "content", "content part type '%s' cannot be sent to Anthropic", t);
+}
+
+/* Append blocks to the last message when it has the same role, else start a
+ * new message: Anthropic needs alternating roles. In a user turn tool_result
+ * blocks go first, as the API requires. */
+static void push_turn(json_t *msgs, const char *role, json_t *blocks) {
+  json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+  json_t *content;
+  if (last != NULL && strcmp(jstr(last, "role"), role) == 0) {
+    content = json_object_get(last, "content");
+  } else {
+    content = json_array();
+    json_array_append_new(msgs, json_pack("{s:s,s:o}", "role", role, "content", content));
+  }
+  json_array_extend(content, blocks);
+  if (strcmp(role, "user") == 0) {
+    json_t *sorted = json_array();
+    size_t i;
+    json_t *b;
+    json_array_foreach(content, i, b) if (is_type(b, "tool_result"))
+        json_array_append(sorted, b);
+    json_array_foreach(content, i, b) if (!is_type(b, "tool_result"))
+        json_array_append(sorted, b);
+    json_array_clear(content);
+    json_array_extend(content, sorted);
+    json_decref(sorted);
+  }
+}
+
+static json_int_t budget_of_effort(const char *e) {
+  if (e == NULL) return 8192;
+  if (strcmp(e, "minimal") == 0 || strcmp(e, "low") == 0) return 1024;
+  if (strcmp(e, "medium") == 0) return 8192;
+  if (strcmp(e, "high") == 0) return 24576;
+  if (strcmp(e, "xhigh") == 0) return 32768;
+  return 8192;
+}
+
+static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp,
+                               px_lossy_t *lossy, px_tr_err_t *err) {
+  json_t *body = json_object();
+  json_t *v;
+  const char *model = ctx->upstream_model ? ctx->upstream_model : jstr(ir, "model");
+
+  if (json_object_get(ir, "previous_response_id") != NULL) {
+    px_tr_fail(err, "previous_response_id",
+               "previous_response_id: stored responses exist only at an OpenAI Responses "
+               "upstream; send the full conversation");
+    goto fail;
+  }
+  if (model != NULL) json_object_set_new(body, "model", json_string(model));
+
+  /* system: a string for one plain part, blocks otherwise */
+  json_t *sys = json_object_get(ir, "system");
+  json_t *sysb = json_array();
+  size_t i;
+  json_array_foreach(sys, i, v) {
+    if (jstr(v, "text") == NULL || jstr(v, "text")[0] == 0) continue;
+    json_t *b = text_part(jstr(v, "text"));
+    if (json_object_get(v, "cache_control") != NULL)
+      json_object_set(b, "cache_control", json_object_get(v, "cache_control"));
+    json_array_append_new(sysb, b);
+  }
+  if (json_array_size(sysb) == 1 &&
+      json_object_get(json_array_get(sysb, 0), "cache_control") == NULL)
+    json_object_set(body, "system", json_object_get(json_array_get(sysb, 0), "text"));
+  else if (json_array_size(sysb) > 0)
+    json_object_set(body, "system", sysb);
+  json_decref(sysb);
+
+  /* messages */
+  json_t *msgs = json_array();
+  json_object_set_new(body, "messages", msgs);
+  json_array_foreach(json_object_get(ir, "messages"), i, v) {
+    const char *role = jstr(v, "role");
+    if (role == NULL || (strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0)) {
+      px_tr_fail(err, "messages", "messages: role '%s' cannot be sent to Anthropic",
+                 role ? role : "(none)");
+      goto fail;
+    }
+    json_t *blocks = json_array();
+    size_t j;
+    json_t *part;
+    json_array_foreach(json_object_get(v, "content"), j, part) {
+      json_t *o = NULL;
+      if (encode_part(ctx, part, role, &o, lossy, err) < 0) {
+        json_decref(blocks);
+        goto fail;
+      }
+      if (o != NULL) json_array_append_new(blocks, o);
+    }
+    if (json_array_size(blocks) > 0) push_turn(msgs, role, blocks);
+    json_decref(blocks);
+  }
+
+  /* max_tokens (required) and thinking */
+  json_int_t max_tokens = json_integer_value(json_object_get(ir, "max_tokens"));
+  int defaulted = 0;
+  if (max_tokens <= 0) {
+    max_tokens = ctx->default_max_tokens > 0 ? ctx->default_max_tokens
+                                             : PX_ANTH_DEFAULT_MAX_TOKENS;
+    defaulted = 1;
+    px_lossy_add(lossy, "max_tokens");
+  }
+  json_t *r = json_object_get(ir, "reasoning");
+  int thinking = 0;
+  if (json_is_object(r)) {
+    const char *effort = jstr(r, "effort");
+    json_t *en = json_object_get(r, "enabled");
+    json_t *bt = json_object_get(r, "budget_tokens");
+    if (json_is_false(en) || (effort != NULL && strcmp(effort, "none") == 0)) {
+      json_object_set_new(body, "thinking", json_pack("{s:s}", "type", "disabled"));
+    } else if (json_is_true(en) || effort != NULL || json_is_integer(bt)) {
+      json_int_t budget = json_is_integer(bt) ? json_integer_value(bt)
+                                              : budget_of_effort(effort);
+      if (budget < PX_ANTH_MIN_BUDGET) budget = PX_ANTH_MIN_BUDGET;
+      /* Anthropic needs max_tokens > budget_tokens. A defaulted max_tokens
+       * is raised to budget + default; a client's own limit is kept and the
+       * budget lowered, unless that would go below the minimum budget. */
+      if (max_tokens <= budget) {
+        if (!defaulted && max_tokens - 1 >= PX_ANTH_MIN_BUDGET) {
+          budget = max_tokens - 1;
+        } else {
+          if (!defaulted) {
+            budget = PX_ANTH_MIN_BUDGET;
+            px_lossy_add(lossy, "max_tokens");
+          }
+          max_tokens += budget;
+        }
+      }
+      json_object_set_new(body, "thinking", json_pack("{s:s,s:I}", "type", "enabled",
+                                                      "budget_tokens", budget));
+      thinking = 1;
+    }
+  }
+  json_object_set_new(body, "max_tokens", json_integer(max_tokens));
+
+  v = json_object_get(ir, "temperature");
+  if (json_is_number(v)) {
+    if (thinking)
+      px_lossy_add(lossy, "temperature"); /* rejected with thinking */
+    else
+      json_object_set(body, "temperature", v);
+  }
+  v = json_object_get(ir, "top_p");
+  if (json_is_number(v)) {
+    if (thinking && json_number_value(v) < 0.95)
+      px_lossy_add(lossy, "top_p"); /* thinking allows only 0.95..1 */
+    else
+      json_object_set(body, "top_p", v);
+  }
+  v = json_object_get(ir, "top_k");
+  if (json_is_integer(v)) {
+    if (thinking)
+      px_lossy_add(lossy, "top_k");
+    else
+      json_object_set(body, "top_k", v);
+  }
+  v = json_object_get(ir, "stop");
+  if (json_is_string(v))
+    json_object_set_new(body, "stop_sequences", json_pack("[O]", v));
+  else if (json_array_size(v) > 0)
+    json_object_set(body, "stop_sequences", v);
+
+  /* tools */
+  json_t *tools = json_object_get(ir, "tools");
+  if (json_array_size(tools) > 0) {
+    json_t *arr = json_array();
+    json_object_set_new(body, "tools", arr);
+    json_array_foreach(tools, i, v) {
+      json_t *params = json_object_get(v, "parameters");
+      json_t *o = json_pack("{s:s?}", "name", jstr(v, "name"));
+      if (jstr(v, "description") != NULL)
+        json_object_set(o, "description", json_object_get(v, "description"));
+      json_object_set_new(o, "input_schema",
+                          json_is_object(params)
+                              ? json_incref(params)
+                              : json_pack("{s:s,s:{}}", "type", "object", "properties"));
+      if (json_is_true(json_object_get(v, "strict")))
+        json_object_set_new(o, "strict", json_true());
+      if (json_object_get(v, "cache_control") != NULL)
+        json_object_set(o, "cache_control", json_object_get(v, "cache_control"));
+      json_array_append_new(arr, o);
+    }
+    json_t *tc = json_object_get(ir, "tool_choice");
+    const char *tct = jstr(tc, "type");
+    json_t *atc = NULL;
+    if (tct == NULL || strcmp(tct, "auto") == 0)
+      atc = json_is_false(json_object_get(ir, "parallel_tool_calls"))
+                ? json_pack("{s:s}", "type", "auto")
+                : NULL;
+    else if (strcmp(tct, "required") == 0)
+      atc = json_pack("{s:s}", "type", "any");
+    else if (strcmp(tct, "none") == 0)
+      atc = json_pack("{s:s}", "type", "none");
+    else if (strcmp(tct, "tool") == 0)
+      atc = json_pack("{s:s,s:s?}", "type", "tool", "name", jstr(tc, "name"));
+    else {
+      px_tr_fail(err, "tool_choice", "tool_choice: '%s' cannot be sent to Anthropic", tct);
+      goto fail;
+    }
+    if (atc != NULL && json_is_false(json_object_get(ir, "parallel_tool_calls")) &&
+        !is_type(atc, "none"))
+      json_object_set_new(atc, "disable_parallel_tool_use", json_true());
+    set_new(body, "tool_choice", atc);
+  } else if (json_object_get(ir, "tool_choice") != NULL) {
+    const char *tct = jstr(json_object_get(ir, "tool_choice"), "type");
+    if (tct != NULL && strcmp(tct, "none") != 0 && strcmp(tct, "auto") != 0)
+      px_lossy_add(lossy, "tool_choice");
+  }
+
+  /* structured output */
+  json_t *rf = json_object_get(ir, "response_format");
+  if (is_type(rf, "json_schema")) {
+    json_t *schema = json_object_get(rf, "schema");
+    json_object_set_new(body, "output_config",
+                        json_pack("{s:{s:s,s:O}}", "format", "type", "json_schema", "schema",
+                                  json_is_object(schema) ? schema : json_object()));
+  } else if (is_type(rf, "json_object")) {
+    px_lossy_add(lossy, "response_format");
+  }
+
+  if (jstr(ir, "user") != NULL)
+    json_object_set_new(body, "metadata", json_pack("{s:O}", "user_id",
+                                                    json_object_get(ir, "user")));
+  if (json_object_size(json_object_get(ir, "metadata")) > 0) px_lossy_add(lossy, "metadata");
+  if (json_is_true(json_object_get(ir, "stream")))
+    json_object_set_new(body, "stream", json_true());
+
+  *bodyp = body;
+  return 0;
+fail:
+  json_decref(body);
+  return PX_EINVAL;
+}
+
+/* ======================================================================== */
+/* Response decode: Anthropic message -> IR                                  */
+
+static int64_t jint(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
+}
+
+/* Anthropic citation -> IR annotation (url_citation) when it has a URL. */
+static json_t *citations_to_annotations(json_t *cits, const char *text, px_lossy_t *lossy) {
+  json_t *arr = json_array();
+  size_t i, chars = 0;
+  json_t *c;
+  for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+    if ((*p & 0xC0) != 0x80) chars++;
+  json_array_foreach(cits, i, c) {
+    if (jstr(c, "url") != NULL) {
+      json_t *a = json_pack("{s:s,s:s,s:I,s:I}", "type", "url_citation", "url",
+                            jstr(c, "url"), "start_index", (json_int_t)0, "end_index",
+                            (json_int_t)chars);
+      if (jstr(c, "title") != NULL) json_object_set(a, "title", json_object_get(c, "title"));
+      json_array_append_new(arr, a);
+    } else {
+      px_lossy_add(lossy, "content.citations");
+    }
+  }
+  return arr;
+}
+
+static int anth_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **irp,
+                                px_lossy_t *lossy, px_tr_err_t *err) {
+  (void)ctx;
+  if (!json_is_object(body) || !json_is_array(json_object_get(body, "content"))) {
+    px_tr_fail(err, "content", "upstream response is not an Anthropic message");
+    err->kind = PX_ERR_BAD_GATEWAY;
+    return PX_EINVAL;
+  }
+  json_t *ir = json_object();
+  json_t *content = json_array();
+  const char *sr = jstr(body, "stop_reason");
+  int refusal = sr != NULL && strcmp(sr, "refusal") == 0;
+  size_t i;
+  json_t *b;
+
+  if (jstr(body, "id") != NULL) json_object_set(ir, "id", json_object_get(body, "id"));
+  if (jstr(body, "model") != NULL) json_object_set(ir, "model", json_object_get(body, "model"));
+  json_object_set_new(ir, "content", content);
+  json_array_foreach(json_object_get(body, "content"), i, b) {
+    const char *t = jstr(b, "type");
+    if (t == NULL) continue;
+    if (strcmp(t, "text") == 0) {
+      const char *text = jstr(b, "text") ? jstr(b, "text") : "";
+      json_t *part = json_pack("{s:s,s:s}", "type", refusal ? "refusal" : "text", "text", text);
+      json_t *cits = json_object_get(b, "citations");
+      if (json_array_size(cits) > 0 && !refusal) {
+        json_t *ann = citations_to_annotations(cits, text, lossy);
+        if (json_array_size(ann) > 0)
+          json_object_set_new(part, "annotations", ann);
+        else
+          json_decref(ann);
+      }
+      json_array_append_new(content, part);
+    } else if (strcmp(t, "thinking") == 0) {
+      json_t *part = json_pack("{s:s,s:s}", "type", "reasoning", "text",
+                               jstr(b, "thinking") ? jstr(b, "thinking") : "");
+      if (jstr(b, "signature") != NULL && jstr(b, "signature")[0] != 0)
+        json_object_set(part, "signature", json_object_get(b, "signature"));
+      json_array_append_new(content, part);
+    } else if (strcmp(t, "redacted_thinking") == 0) {
+      json_array_append_new(content, json_pack("{s:s,s:s,s:s}", "type", "reasoning", "text", "",
+                                               "redacted_data",
+                                               jstr(b, "data") ? jstr(b, "data") : ""));
+    } else if (strcmp(t, "tool_use") == 0) {
+      json_t *input = json_object_get(b, "input");
+      char *args = json_dumps(input ? input : json_object(), JSON_COMPACT | JSON_ENCODE_ANY);
+      if (args == NULL) {
+        json_decref(ir);
+        return PX_ENOMEM;
+      }
+      json_array_append_new(content,
+                            json_pack("{s:s,s:s,s:s,s:s}", "type", "tool_call", "id",
+                                      jstr(b, "id") ? jstr(b, "id") : "", "name",
+                                      jstr(b, "name") ? jstr(b, "name") : "", "arguments", args));
+      free(args);
+    } else if (server_use_type(t)) {
+      px_lossy_add(lossy, "content.server_tool_use");
+    } else if (server_result_type(t)) {
+      px_lossy_add(lossy, "content.server_tool_result");
+    } else {
+      px_lossy_add(lossy, "content.unknown_block");
+    }
+  }
+  if (sr != NULL) {
+    px_stop_t st = px_stop_parse(sr);
+    /* newer Anthropic reasons with an existing IR equivalent */
+    if (strcmp(sr, "model_context_window_exceeded") == 0) st = PX_STOP_MAX_TOKENS;
+    json_object_set_new(ir, "stop_reason", json_string(px_stop_name(st)));
+  }
+  if (jstr(body, "stop_sequence") != NULL)
+    json_object_set(ir, "stop_sequence", json_object_get(body, "stop_sequence"));
+  json_t *sd = json_object_get(body, "stop_details");
+  if (json_is_object(sd)) {
+    if (jstr(sd, "explanation") != NULL)
+      json_object_set(ir, "refusal_explanation", json_object_get(sd, "explanation"));
+    if (jstr(sd, "category") != NULL) px_lossy_add(lossy, "stop_details.category");
+  }
+  json_t *u = json_object_get(body, "usage");
+  if (json_is_object(u)) {
+    int64_t in = jint(u, "input_tokens"), out = jint(u, "output_tokens");
+    int64_t cr = jint(u, "cache_read_input_tokens"), cc = jint(u, "cache_creation_input_tokens");
+    json_t *iu = json_object();
+    json_object_set_new(iu, "input_tokens", json_integer((in > 0 ? in : 0) + (cr > 0 ? cr : 0) +
+                                                         (cc > 0 ? cc : 0)));
+    json_object_set_new(iu, "output_tokens", json_integer(out > 0 ? out : 0));
+    if (cr >= 0) json_object_set_new(iu, "cache_read_tokens", json_integer(cr));
+    if (cc >= 0) json_object_set_new(iu, "cache_creation_tokens", json_integer(cc));
+    json_object_set_new(ir, "usage", iu);
+  }
+  *irp = ir;
+  return 0;
+}
+
+/* ======================================================================== */
+/* Response encode: IR -> Anthropic message                                   */
+
+/* prefix + id unless id already starts with prefix */
+static json_t *mint_id(const char *prefix, const char *id) {
+  size_t pl = strlen(prefix);
+  if (id == NULL || id[0] == 0) id = "proxai";
+  if (strncmp(id, prefix, pl) == 0) return json_string(id);
+  size_t n = pl + strlen(id) + 1;
+  char *s = malloc(n);
+  if (s == NULL) return NULL;
+  snprintf(s, n, "%s%s", prefix, id);
+  json_t *j = json_string(s);
+  free(s);
+  return j;
+}
+
+static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp,
+                                px_lossy_t *lossy, px_tr_err_t *err) {
+  json_t *content = json_array();
+  json_t *refusal_text = NULL; /* first refusal wording */
+  size_t i;
+  json_t *p;
+  json_array_foreach(json_object_get(ir, "content"), i, p) {
+    const char *t = jstr(p, "type");
+    if (t == NULL) continue;
+    if (strcmp(t, "text") == 0) {
+      json_array_append_new(content, text_part(jstr(p, "text") ? jstr(p, "text") : ""));
+      if (json_array_size(json_object_get(p, "annotations")) > 0)
+        px_lossy_add(lossy, "annotations");
+    } else if (strcmp(t, "refusal") == 0) {
+      json_array_append_new(content, text_part(jstr(p, "text") ? jstr(p, "text") : ""));
+      if (refusal_text == NULL) refusal_text = json_object_get(p, "text");
+    } else if (strcmp(t, "reasoning") == 0) {
+      if (jstr(p, "redacted_data") != NULL) {
+        json_array_append_new(content, json_pack("{s:s,s:s}", "type", "redacted_thinking",
+                                                 "data", jstr(p, "redacted_data")));
+      } else if (jstr(p, "text") != NULL && jstr(p, "text")[0] != 0) {
+        /* unsigned reasoning (Chat reasoning_content, Responses summaries)
+         * is shown with an empty signature so the client keeps it */
+        json_array_append_new(content,
+                              json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking",
+                                        jstr(p, "text"), "signature",
+                                        jstr(p, "signature") ? jstr(p, "signature") : ""));
+        if (jstr(p, "signature") == NULL && jstr(p, "encrypted_content") != NULL)
+          px_lossy_add(lossy, "reasoning.encrypted_content");
+      } else if (jstr(p, "encrypted_content") != NULL) {
+        px_lossy_add(lossy, "reasoning.encrypted_content");
+      }
+    } else if (strcmp(t, "tool_call") == 0) {
+      const char *args = jstr(p, "arguments");
+      json_t *input;
+      if (args == NULL || args[strspn(args, " \t\r\n")] == 0) {
+        input = json_object();
+      } else {
+        input = json_loads(args, JSON_DECODE_ANY, NULL);
+        if (!json_is_object(input)) {
+          json_decref(input);
+          json_decref(content);
+          px_tr_fail(err, "tool_calls.arguments",
+                     "upstream tool call '%s' has arguments that are not a JSON object",
+                     jstr(p, "id") ? jstr(p, "id") : "");
+          err->kind = PX_ERR_BAD_GATEWAY;
+          return PX_EINVAL;
+        }
+      }
+      json_array_append_new(content, json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id",
+                                               jstr(p, "id") ? jstr(p, "id") : "", "name",
+                                               jstr(p, "name") ? jstr(p, "name") : "",
+                                               "input", input));
+    }
+  }
+
+  px_stop_t st = px_stop_parse(jstr(ir, "stop_reason"));
+  if (st == PX_STOP_NONE) st = PX_STOP_END_TURN;
+  if (refusal_text != NULL) st = PX_STOP_REFUSAL;
+  const char *sr = px_stop_to_anthropic(st);
+  json_t *body = json_object();
+  json_object_set_new(body, "id", mint_id("msg_", jstr(ir, "id")));
+  json_object_set_new(body, "type", json_string("message"));
+  json_object_set_new(body, "role", json_string("assistant"));
+  json_object_set_new(body, "model", json_string(ctx->client_model ? ctx->client_model
+                                                 : jstr(ir, "model") ? jstr(ir, "model")
+                                                                     : ""));
+  json_object_set_new(body, "content", content);
+  json_object_set_new(body, "stop_reason", json_string(sr));
+  json_object_set_new(body, "stop_sequence", jstr(ir, "stop_sequence")
+                                                 ? json_string(jstr(ir, "stop_sequence"))
+                                                 : json_null());
+  if (strcmp(sr, "refusal") == 0) {
+    json_t *expl = json_object_get(ir, "refusal_explanation");
+    if (!json_is_string(expl)) expl = refusal_text;
+    json_object_set_new(body, "stop_details",
+                        json_pack("{s:s,s:n,s:O?}", "type", "refusal", "category",
+                                  "explanation", json_is_string(expl) ? expl : NULL));
+    if (json_object_get(json_object_get(body, "stop_details"), "explanation") == NULL)
+      json_object_set_new(json_object_get(body, "stop_details"), "explanation", json_null());
+  }
+  json_t *u = json_object_get(ir, "usage");
+  int64_t in = jint(u, "input_tokens"), out = jint(u, "output_tokens");
+  int64_t cr = jint(u, "cache_read_tokens"), cc = jint(u, "cache_creation_tokens");
+  if (cr < 0) cr = 0;
+  if (cc < 0) cc = 0;
+  if (in < 0) in = 0;
+  in -= cr + cc;
+  if (in < 0) in = 0;
+  json_object_set_new(body, "usage",
+                      json_pack("{s:I,s:I,s:I,s:I}", "input_tokens", (json_int_t)in,
+                                "output_tokens", (json_int_t)(out > 0 ? out : 0),
+                                "cache_creation_input_tokens", (json_int_t)cc,
+                                "cache_read_input_tokens", (json_int_t)cr));
+  *bodyp = body;
+  return 0;
+}
+
+/* ======================================================================== */
+/* Errors                                                                     */
+
+static int anth_decode_error(int status, const char *body, size_t len,
+                             px_upstream_err_t *out) {
+  json_t *j = json_loadb(body, len, 0, NULL);
+  json_t *e = json_object_get(j, "error");
+  if (!json_is_object(e) || !is_type(j, "error")) {
+    json_decref(j);
+    return PX_EINVAL;
+  }
+  const char *type = jstr(e, "type"), *msg = jstr(e, "message");
+  memset(out, 0, sizeof(*out));
+  out->kind = px_errkind_from_type(type, status);
+  snprintf(out->type, sizeof(out->type), "%s", type ? type : "");
+  snprintf(out->message, sizeof(out->message), "%s", msg ? msg : "");
+  json_decref(j);
+  return 0;
+}
+
+/* An Anthropic error type string, or NULL when type belongs to another family. */
+static const char *anthropic_type(const char *type) {
+  static const char *const known[] = {
+      "invalid_request_error", "authentication_error", "billing_error",
+      "permission_error",      "not_found_error",      "request_too_large",
+      "rate_limit_error",      "api_error",            "overloaded_error",
+      "timeout_error",
+  };
+  if (type == NULL) return NULL;
+  for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+    if (strcmp(type, known[i]) == 0) return known[i];
+  return NULL;
+}
+
+static int error_object(px_buf_t *out, px_errkind_t kind, const char *type,
+                        const char *message) {
+  const char *t = anthropic_type(type);
+  if (t == NULL) t = px_errkind_anthropic(kind);
+  if (message == NULL) message = "";
+  int rc = px_buf_puts(out, "{\"type\":\"error\",\"error\":{\"type\":");
+  if (rc == 0) rc = px_buf_json_str(out, t, strlen(t));
+  if (rc == 0) rc = px_buf_puts(out, ",\"message\":");
+  if (rc == 0) rc = px_buf_json_str(out, message, strlen(message));
+  if (rc == 0) rc = px_buf_puts(out, "}");
+  return rc;
+}
+
+static int anth_encode_error(px_buf_t *out, px_errkind_t kind, const char *type,
+                             const char *message, const char *param,
+                             const char *request_id) {
+  (void)param; /* Anthropic errors have no param; messages name the field */
+  int rc = error_object(out, kind, type, message);
+  if (rc == 0) rc = px_buf_puts(out, ",\"request_id\":");
+  if (rc == 0)
+    rc = request_id ? px_buf_json_str(out, request_id, strlen(request_id))
+                    : px_buf_puts(out, "null");
+  if (rc == 0) rc = px_buf_puts(out, "}");
+  return rc;
+}
+
+static int anth_encode_stream_error(px_buf_t *out, px_errkind_t kind, const char *message) {
+  int rc = px_buf_puts(out, "event: error\ndata: ");
+  if (rc == 0) rc = error_object(out, kind, NULL, message);
+  if (rc == 0) rc = px_buf_puts(out, "}\n\n");
+  return rc;
+}
 
 const px_proto_ops_t px_proto_anthropic = {
     .id = PX_PROTO_ANTHROPIC,
+    .name = "anthropic_messages",
+    .inbound_path = "/messages",
+    .upstream_path = "/v1/messages",
+    .decode_request = anth_decode_request,
+    .encode_request = anth_encode_request,
+    .decode_response = anth_decode_response,
+    .encode_response = anth_encode_response,
+    .decode_error = anth_decode_error,
+    .encode_error = anth_encode_error,
+    .encode_stream_error = anth_encode_stream_error,
+    .sdec_new = px_anthropic_sdec_new,
+    .sdec_feed = px_anthropic_sdec_feed,
+    .sdec_finish = px_anthropic_sdec_finish,
+    .sdec_free = px_anthropic_sdec_free,
+    .senc_new = px_anthropic_senc_new,
+    .senc_event = px_anthropic_senc_event,
+    .senc_free = px_anthropic_senc_free,
 };

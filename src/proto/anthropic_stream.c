@@ -1,1 +1,716 @@
-/* anthropic_stream.c - stream decoder/encoder of this protocol (work in progress). */
+/* anthropic_stream.c - Anthropic Messages SSE: upstream decoder (SSE ->
+ * px_ev_t) and client encoder (px_ev_t -> SSE).
+ *
+ * Decoder states (one function, sd_set, changes them):
+ *
+ *   INIT --message_start--> MESSAGE --content_block_start--> BLOCK
+ *                             ^  |                             |  (deltas)
+ *                             |  +--content_block_start(server tool)--> SKIP
+ *                             +------content_block_stop--------+-------+
+ *   MESSAGE --message_delta--> ENDING --message_delta--> ENDING
+ *   ENDING --message_stop--> DONE
+ *   any --error--> FAILED;  anything illegal --> FAILED (PX_EV_ERROR, 502)
+ *
+ * Encoder states (se_set):
+ *
+ *   INIT --(any event)--> STARTED (message_start written)
+ *   STARTED --MESSAGE_DELTA--> ENDING --MESSAGE_STOP--> DONE
+ *   any --ERROR--> DONE (event: error written)
+ *
+ * Anthropic clients expect one content block open at a time. Upstreams that
+ * interleave blocks (two parallel Chat tool calls) have the later blocks
+ * held back, their fragments accumulated (bounded by ctx->max_accum), and
+ * written whole once the open block stops.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxai/proto.h"
+#include "proxai/sse.h"
+
+px_sdec_t *px_anthropic_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg);
+int px_anthropic_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse);
+int px_anthropic_sdec_finish(px_sdec_t *d);
+void px_anthropic_sdec_free(px_sdec_t *d);
+px_senc_t *px_anthropic_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out);
+int px_anthropic_senc_event(px_senc_t *e, const px_ev_t *ev);
+void px_anthropic_senc_free(px_senc_t *e);
+
+static px_str_t jview(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_string(v)) return PX_STR_NULL;
+  return (px_str_t){json_string_value(v), json_string_length(v)};
+}
+
+static int jtype_is(json_t *o, const char *t) {
+  const char *s = json_string_value(json_object_get(o, "type"));
+  return s != NULL && strcmp(s, t) == 0;
+}
+
+static int64_t jint(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
+}
+
+/* ======================================================================== */
+/* Decoder                                                                    */
+
+typedef enum sd_state {
+  SD_INIT,
+  SD_MESSAGE,
+  SD_BLOCK,
+  SD_SKIP, /* inside a server-tool block we do not forward */
+  SD_ENDING,
+  SD_DONE,
+  SD_FAILED,
+} sd_state_t;
+
+struct px_sdec {
+  const px_tr_ctx_t *ctx;
+  px_ev_sink_fn sink;
+  void *arg;
+  sd_state_t st;
+  int64_t up_index;   /* upstream index of the open block */
+  int cur;            /* our index of the open block */
+  int next;           /* next index we hand out */
+  px_block_t block;
+  /* message_start usage, raw Anthropic numbers */
+  int64_t in_raw, cache_read, cache_creation;
+};
+
+static void sd_set(px_sdec_t *d, sd_state_t st) { d->st = st; }
+
+static int sd_fail(px_sdec_t *d, px_errkind_t kind, const char *msg, size_t len) {
+  px_ev_t ev;
+  px_ev_init(&ev, PX_EV_ERROR);
+  ev.errkind = kind;
+  ev.text = (px_str_t){msg, len};
+  sd_set(d, SD_FAILED);
+  int rc = d->sink(d->arg, &ev);
+  return rc < 0 ? rc : PX_EPROTO;
+}
+
+static int sd_proto(px_sdec_t *d, const char *msg) {
+  return sd_fail(d, PX_ERR_BAD_GATEWAY, msg, strlen(msg));
+}
+
+px_sdec_t *px_anthropic_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg) {
+  px_sdec_t *d = calloc(1, sizeof(*d));
+  if (d == NULL) return NULL;
+  d->ctx = ctx;
+  d->sink = sink;
+  d->arg = arg;
+  d->in_raw = d->cache_read = d->cache_creation = -1;
+  sd_set(d, SD_INIT);
+  return d;
+}
+
+void px_anthropic_sdec_free(px_sdec_t *d) { free(d); }
+
+static int64_t sum_pos(int64_t a, int64_t b, int64_t c) {
+  if (a < 0) return -1;
+  return a + (b > 0 ? b : 0) + (c > 0 ? c : 0);
+}
+
+static int sd_message_start(px_sdec_t *d, json_t *j) {
+  json_t *m = json_object_get(j, "message");
+  json_t *u = json_object_get(m, "usage");
+  px_ev_t ev;
+  if (d->st != SD_INIT) return sd_proto(d, "upstream sent message_start twice");
+  px_ev_init(&ev, PX_EV_MESSAGE_START);
+  ev.id = jview(m, "id");
+  ev.model = jview(m, "model");
+  d->in_raw = jint(u, "input_tokens");
+  d->cache_read = jint(u, "cache_read_input_tokens");
+  d->cache_creation = jint(u, "cache_creation_input_tokens");
+  ev.usage.input_tokens = sum_pos(d->in_raw, d->cache_read, d->cache_creation);
+  ev.usage.output_tokens = jint(u, "output_tokens");
+  ev.usage.cache_read_tokens = d->cache_read;
+  ev.usage.cache_creation_tokens = d->cache_creation;
+  sd_set(d, SD_MESSAGE);
+  return d->sink(d->arg, &ev);
+}
+
+static int sd_delta(px_sdec_t *d, px_delta_t kind, px_str_t text) {
+  px_ev_t ev;
+  if (text.len == 0) return 0;
+  px_ev_init(&ev, PX_EV_DELTA);
+  ev.index = d->cur;
+  ev.delta = kind;
+  ev.text = text;
+  return d->sink(d->arg, &ev);
+}
+
+static int sd_block_start(px_sdec_t *d, json_t *j) {
+  json_t *cb = json_object_get(j, "content_block");
+  const char *t = json_string_value(json_object_get(cb, "type"));
+  px_ev_t ev;
+  int rc;
+  if (d->st != SD_MESSAGE) return sd_proto(d, "upstream content_block_start out of order");
+  d->up_index = jint(j, "index");
+  if (t == NULL) return sd_proto(d, "upstream content block without a type");
+  px_ev_init(&ev, PX_EV_BLOCK_START);
+  if (strcmp(t, "text") == 0) {
+    ev.block = PX_BLOCK_TEXT;
+  } else if (strcmp(t, "thinking") == 0) {
+    ev.block = PX_BLOCK_THINKING;
+  } else if (strcmp(t, "redacted_thinking") == 0) {
+    ev.block = PX_BLOCK_REDACTED_THINKING;
+    ev.text = jview(cb, "data");
+  } else if (strcmp(t, "tool_use") == 0) {
+    ev.block = PX_BLOCK_TOOL_CALL;
+    ev.id = jview(cb, "id");
+    ev.name = jview(cb, "name");
+  } else {
+    /* server tool use / results and future block types: not forwarded */
+    sd_set(d, SD_SKIP);
+    return 0;
+  }
+  d->cur = d->next++;
+  d->block = ev.block;
+  ev.index = d->cur;
+  sd_set(d, SD_BLOCK);
+  rc = d->sink(d->arg, &ev);
+  if (rc < 0) return rc;
+  /* initial content carried by the start event itself */
+  if (ev.block == PX_BLOCK_TEXT) return sd_delta(d, PX_DELTA_TEXT, jview(cb, "text"));
+  if (ev.block == PX_BLOCK_THINKING) {
+    rc = sd_delta(d, PX_DELTA_THINKING, jview(cb, "thinking"));
+    if (rc == 0) rc = sd_delta(d, PX_DELTA_SIGNATURE, jview(cb, "signature"));
+    return rc;
+  }
+  if (ev.block == PX_BLOCK_TOOL_CALL) {
+    json_t *in = json_object_get(cb, "input");
+    if (json_is_object(in) && json_object_size(in) > 0) {
+      char *s = json_dumps(in, JSON_COMPACT);
+      if (s == NULL) return PX_ENOMEM;
+      rc = sd_delta(d, PX_DELTA_TOOL_ARGS, px_str(s));
+      free(s);
+    }
+  }
+  return rc;
+}
+
+static int sd_block_delta(px_sdec_t *d, json_t *j) {
+  json_t *dl = json_object_get(j, "delta");
+  const char *t = json_string_value(json_object_get(dl, "type"));
+  if (d->st == SD_SKIP) return 0;
+  if (d->st != SD_BLOCK || jint(j, "index") != d->up_index)
+    return sd_proto(d, "upstream content_block_delta out of order");
+  if (t == NULL) return sd_proto(d, "upstream delta without a type");
+  if (strcmp(t, "text_delta") == 0 && d->block == PX_BLOCK_TEXT)
+    return sd_delta(d, PX_DELTA_TEXT, jview(dl, "text"));
+  if (strcmp(t, "thinking_delta") == 0 && d->block == PX_BLOCK_THINKING)
+    return sd_delta(d, PX_DELTA_THINKING, jview(dl, "thinking"));
+  if (strcmp(t, "signature_delta") == 0 && d->block == PX_BLOCK_THINKING)
+    return sd_delta(d, PX_DELTA_SIGNATURE, jview(dl, "signature"));
+  if (strcmp(t, "input_json_delta") == 0 && d->block == PX_BLOCK_TOOL_CALL)
+    return sd_delta(d, PX_DELTA_TOOL_ARGS, jview(dl, "partial_json"));
+  if (strcmp(t, "citations_delta") == 0) return 0; /* no event carries citations */
+  if (strcmp(t, "text_delta") == 0 || strcmp(t, "thinking_delta") == 0 ||
+      strcmp(t, "signature_delta") == 0 || strcmp(t, "input_json_delta") == 0)
+    return sd_proto(d, "upstream delta does not match its content block");
+  return 0; /* future delta types */
+}
+
+static int sd_block_stop(px_sdec_t *d, json_t *j) {
+  px_ev_t ev;
+  if (d->st == SD_SKIP) {
+    sd_set(d, SD_MESSAGE);
+    return 0;
+  }
+  if (d->st != SD_BLOCK || jint(j, "index") != d->up_index)
+    return sd_proto(d, "upstream content_block_stop out of order");
+  px_ev_init(&ev, PX_EV_BLOCK_STOP);
+  ev.index = d->cur;
+  sd_set(d, SD_MESSAGE);
+  return d->sink(d->arg, &ev);
+}
+
+static int sd_message_delta(px_sdec_t *d, json_t *j) {
+  json_t *dl = json_object_get(j, "delta");
+  json_t *u = json_object_get(j, "usage");
+  json_t *sd = json_object_get(dl, "stop_details");
+  px_ev_t ev;
+  if (d->st != SD_MESSAGE && d->st != SD_ENDING)
+    return sd_proto(d, "upstream message_delta out of order");
+  px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
+  const char *sr = json_string_value(json_object_get(dl, "stop_reason"));
+  ev.stop = px_stop_parse(sr);
+  /* newer Anthropic reason with an existing IR equivalent */
+  if (sr != NULL && strcmp(sr, "model_context_window_exceeded") == 0)
+    ev.stop = PX_STOP_MAX_TOKENS;
+  ev.stop_sequence = jview(dl, "stop_sequence");
+  ev.refusal_explanation = jview(sd, "explanation");
+  /* message_delta usage is cumulative; fields it omits keep message_start's */
+  int64_t in = jint(u, "input_tokens"), cr = jint(u, "cache_read_input_tokens");
+  int64_t cc = jint(u, "cache_creation_input_tokens");
+  if (in < 0) in = d->in_raw;
+  if (cr < 0) cr = d->cache_read;
+  if (cc < 0) cc = d->cache_creation;
+  ev.usage.input_tokens = sum_pos(in, cr, cc);
+  ev.usage.output_tokens = jint(u, "output_tokens");
+  ev.usage.cache_read_tokens = cr;
+  ev.usage.cache_creation_tokens = cc;
+  sd_set(d, SD_ENDING);
+  return d->sink(d->arg, &ev);
+}
+
+static int sd_error(px_sdec_t *d, json_t *j) {
+  json_t *e = json_object_get(j, "error");
+  const char *type = json_string_value(json_object_get(e, "type"));
+  px_str_t msg = jview(e, "message");
+  if (msg.ptr == NULL) msg = PX_STR("upstream stream error");
+  return sd_fail(d, px_errkind_from_type(type, 0), msg.ptr, msg.len);
+}
+
+int px_anthropic_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
+  if (d->st == SD_FAILED) return PX_EPROTO;
+  if (d->st == SD_DONE) return 0; /* the stream is complete; ignore trailers */
+  if (sse->data.len == 0) return 0;
+  json_t *j = json_loadb(sse->data.ptr, sse->data.len, 0, NULL);
+  if (!json_is_object(j)) {
+    json_decref(j);
+    return sd_proto(d, "upstream sent an event that is not JSON");
+  }
+  const char *t = json_string_value(json_object_get(j, "type"));
+  int rc = 0;
+  if (t == NULL) {
+    rc = sd_proto(d, "upstream event without a type");
+  } else if (strcmp(t, "message_start") == 0) {
+    rc = sd_message_start(d, j);
+  } else if (strcmp(t, "content_block_start") == 0) {
+    rc = sd_block_start(d, j);
+  } else if (strcmp(t, "content_block_delta") == 0) {
+    rc = sd_block_delta(d, j);
+  } else if (strcmp(t, "content_block_stop") == 0) {
+    rc = sd_block_stop(d, j);
+  } else if (strcmp(t, "message_delta") == 0) {
+    rc = sd_message_delta(d, j);
+  } else if (strcmp(t, "message_stop") == 0) {
+    if (d->st != SD_ENDING) {
+      rc = sd_proto(d, "upstream message_stop before message_delta");
+    } else {
+      px_ev_t ev;
+      px_ev_init(&ev, PX_EV_MESSAGE_STOP);
+      sd_set(d, SD_DONE);
+      rc = d->sink(d->arg, &ev);
+    }
+  } else if (strcmp(t, "error") == 0) {
+    rc = sd_error(d, j);
+  }
+  /* ping and future event types are ignored */
+  json_decref(j);
+  return rc;
+}
+
+int px_anthropic_sdec_finish(px_sdec_t *d) {
+  if (d->st == SD_DONE) return 0;
+  if (d->st == SD_FAILED) return PX_EPROTO;
+  return sd_proto(d, "upstream stream ended before message_stop");
+}
+
+/* ======================================================================== */
+/* Encoder                                                                    */
+
+typedef enum se_state { SE_INIT, SE_STARTED, SE_ENDING, SE_DONE } se_state_t;
+
+#define SE_MAX_BLOCKS 256      /* blocks open at once */
+#define SE_MAX_EXPLANATION 4096
+
+typedef struct se_block {
+  int ir_index;
+  px_block_t kind;
+  int out_index;  /* -1 until written */
+  int stopped;    /* the IR block has stopped (held blocks) */
+  char *id, *name;
+  px_buf_t text;  /* held fragments (text / thinking / args / redacted data) */
+  px_buf_t sig;   /* held signature */
+} se_block_t;
+
+struct px_senc {
+  const px_tr_ctx_t *ctx;
+  px_buf_t *out;
+  se_state_t st;
+  int next_out;
+  int active;          /* position in blocks[] of the block open on the wire, -1 */
+  se_block_t *blocks;  /* open or held blocks in start order */
+  int nblocks;
+  size_t held;         /* bytes held across blocks (max_accum) */
+  int refusal;         /* a refusal block was seen */
+  px_buf_t refusal_text;
+};
+
+static void se_set(px_senc_t *e, se_state_t st) { e->st = st; }
+
+px_senc_t *px_anthropic_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
+  px_senc_t *e = calloc(1, sizeof(*e));
+  if (e == NULL) return NULL;
+  e->blocks = calloc(SE_MAX_BLOCKS, sizeof(*e->blocks));
+  if (e->blocks == NULL) {
+    free(e);
+    return NULL;
+  }
+  e->ctx = ctx;
+  e->out = out;
+  e->active = -1;
+  px_buf_init(&e->refusal_text, SE_MAX_EXPLANATION);
+  se_set(e, SE_INIT);
+  return e;
+}
+
+static void blk_free(se_block_t *b) {
+  free(b->id);
+  free(b->name);
+  px_buf_free(&b->text);
+  px_buf_free(&b->sig);
+}
+
+void px_anthropic_senc_free(px_senc_t *e) {
+  if (e == NULL) return;
+  for (int i = 0; i < e->nblocks; i++) blk_free(&e->blocks[i]);
+  free(e->blocks);
+  px_buf_free(&e->refusal_text);
+  free(e);
+}
+
+/* ---- writers ---- */
+
+static int w(px_senc_t *e, const char *s) { return px_buf_puts(e->out, s); }
+static int wstr(px_senc_t *e, px_str_t s) {
+  return px_buf_json_str(e->out, s.ptr ? s.ptr : "", s.ptr ? s.len : 0);
+}
+
+static int write_usage_num(px_senc_t *e, const char *key, int64_t v, int first) {
+  return px_buf_printf(e->out, "%s\"%s\":%lld", first ? "" : ",", key,
+                       (long long)(v > 0 ? v : 0));
+}
+
+static int write_message_start(px_senc_t *e, const px_ev_t *ev) {
+  const char *model = e->ctx->client_model ? e->ctx->client_model : "";
+  px_str_t id = ev ? ev->id : PX_STR_NULL;
+  int rc = w(e, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":"
+                "{\"id\":\"");
+  if (rc == 0 && !(id.len >= 4 && memcmp(id.ptr, "msg_", 4) == 0)) rc = w(e, "msg_");
+  if (rc == 0)
+    rc = id.len ? px_buf_json_escape(e->out, id.ptr, id.len) : w(e, "proxai");
+  if (rc == 0) rc = w(e, "\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],"
+                         "\"model\":");
+  if (rc == 0) rc = px_buf_json_str(e->out, model, strlen(model));
+  if (rc == 0) rc = w(e, ",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{");
+  int64_t in = -1, out = -1, cr = -1, cc = -1;
+  if (ev != NULL) {
+    in = ev->usage.input_tokens;
+    out = ev->usage.output_tokens;
+    cr = ev->usage.cache_read_tokens;
+    cc = ev->usage.cache_creation_tokens;
+  }
+  in -= (cr > 0 ? cr : 0) + (cc > 0 ? cc : 0);
+  if (rc == 0) rc = write_usage_num(e, "input_tokens", in, 1);
+  if (rc == 0) rc = write_usage_num(e, "output_tokens", out, 0);
+  if (rc == 0) rc = write_usage_num(e, "cache_creation_input_tokens", cc, 0);
+  if (rc == 0) rc = write_usage_num(e, "cache_read_input_tokens", cr, 0);
+  if (rc == 0) rc = w(e, "}}}\n\n");
+  if (rc == 0) se_set(e, SE_STARTED);
+  return rc;
+}
+
+static int ensure_started(px_senc_t *e) {
+  return e->st == SE_INIT ? write_message_start(e, NULL) : 0;
+}
+
+static int write_block_start(px_senc_t *e, se_block_t *b, px_str_t id, px_str_t name,
+                             px_str_t data) {
+  b->out_index = e->next_out++;
+  int rc = px_buf_printf(e->out,
+                         "event: content_block_start\ndata: {\"type\":\"content_block_start\","
+                         "\"index\":%d,\"content_block\":",
+                         b->out_index);
+  if (rc < 0) return rc;
+  switch (b->kind) {
+  case PX_BLOCK_TEXT:
+  case PX_BLOCK_REFUSAL: rc = w(e, "{\"type\":\"text\",\"text\":\"\"}"); break;
+  case PX_BLOCK_THINKING:
+    rc = w(e, "{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}");
+    break;
+  case PX_BLOCK_REDACTED_THINKING:
+    rc = w(e, "{\"type\":\"redacted_thinking\",\"data\":");
+    if (rc == 0) rc = wstr(e, data);
+    if (rc == 0) rc = w(e, "}");
+    break;
+  case PX_BLOCK_TOOL_CALL:
+    rc = w(e, "{\"type\":\"tool_use\",\"id\":");
+    if (rc == 0) rc = wstr(e, id);
+    if (rc == 0) rc = w(e, ",\"name\":");
+    if (rc == 0) rc = wstr(e, name);
+    if (rc == 0) rc = w(e, ",\"input\":{}}");
+    break;
+  }
+  if (rc == 0) rc = w(e, "}\n\n");
+  return rc;
+}
+
+static int write_delta(px_senc_t *e, se_block_t *b, px_delta_t kind, const char *p,
+                       size_t n) {
+  const char *head;
+  if (n == 0) return 0;
+  switch (kind) {
+  case PX_DELTA_TEXT:
+  case PX_DELTA_REFUSAL: head = "{\"type\":\"text_delta\",\"text\":\""; break;
+  case PX_DELTA_THINKING: head = "{\"type\":\"thinking_delta\",\"thinking\":\""; break;
+  case PX_DELTA_SIGNATURE: head = "{\"type\":\"signature_delta\",\"signature\":\""; break;
+  default: head = "{\"type\":\"input_json_delta\",\"partial_json\":\""; break;
+  }
+  int rc = px_buf_printf(e->out,
+                         "event: content_block_delta\ndata: {\"type\":\"content_block_delta\","
+                         "\"index\":%d,\"delta\":%s",
+                         b->out_index, head);
+  if (rc == 0) rc = px_buf_json_escape(e->out, p, n);
+  if (rc == 0) rc = w(e, "\"}}\n\n");
+  return rc;
+}
+
+static int write_block_stop(px_senc_t *e, se_block_t *b) {
+  return px_buf_printf(e->out,
+                       "event: content_block_stop\ndata: {\"type\":\"content_block_stop\","
+                       "\"index\":%d}\n\n",
+                       b->out_index);
+}
+
+/* ---- block bookkeeping ---- */
+
+static int find_block(px_senc_t *e, int ir_index) {
+  for (int i = 0; i < e->nblocks; i++)
+    if (e->blocks[i].ir_index == ir_index) return i;
+  return -1;
+}
+
+static void drop_block(px_senc_t *e, int pos) {
+  se_block_t *b = &e->blocks[pos];
+  e->held -= b->text.len + b->sig.len;
+  blk_free(b);
+  memmove(&e->blocks[pos], &e->blocks[pos + 1],
+          (size_t)(e->nblocks - pos - 1) * sizeof(*b));
+  e->nblocks--;
+  if (e->active > pos) e->active--;
+}
+
+static px_delta_t main_delta(px_block_t k) {
+  switch (k) {
+  case PX_BLOCK_THINKING: return PX_DELTA_THINKING;
+  case PX_BLOCK_TOOL_CALL: return PX_DELTA_TOOL_ARGS;
+  default: return PX_DELTA_TEXT;
+  }
+}
+
+/* Write a held block (start + held fragments) and, if it has stopped, its
+ * stop. Returns 1 when it became the open block. */
+static int release_block(px_senc_t *e, int pos) {
+  se_block_t *b = &e->blocks[pos];
+  px_str_t data = {b->text.data, b->text.len};
+  int rc = write_block_start(e, b, px_str(b->id), px_str(b->name), data);
+  if (rc == 0 && b->kind != PX_BLOCK_REDACTED_THINKING)
+    rc = write_delta(e, b, main_delta(b->kind), b->text.data, b->text.len);
+  if (rc == 0) rc = write_delta(e, b, PX_DELTA_SIGNATURE, b->sig.data, b->sig.len);
+  if (rc < 0) return rc;
+  e->held -= b->text.len + b->sig.len;
+  px_buf_free(&b->text);
+  px_buf_free(&b->sig);
+  if (b->stopped) {
+    rc = write_block_stop(e, b);
+    drop_block(e, pos);
+    return rc;
+  }
+  e->active = pos;
+  return 1;
+}
+
+/* The open block stopped: write held blocks until one stays open. */
+static int release_held(px_senc_t *e) {
+  while (e->active < 0 && e->nblocks > 0) {
+    int rc = release_block(e, 0);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+static int hold(px_senc_t *e, px_buf_t *b, const char *p, size_t n) {
+  if (e->ctx->max_accum > 0 && e->held + n > e->ctx->max_accum) return PX_ETOOBIG;
+  if (b->cap == 0) px_buf_init(b, e->ctx->max_accum ? e->ctx->max_accum : (64u << 20));
+  int rc = px_buf_append(b, p, n);
+  if (rc == 0) e->held += n;
+  return rc;
+}
+
+static char *dupstr(px_str_t s) {
+  char *p = malloc(s.len + 1);
+  if (p == NULL) return NULL;
+  if (s.len) memcpy(p, s.ptr, s.len);
+  p[s.len] = 0;
+  return p;
+}
+
+static int se_block_start(px_senc_t *e, const px_ev_t *ev) {
+  if (find_block(e, ev->index) >= 0 || e->nblocks >= SE_MAX_BLOCKS) return PX_EINVAL;
+  se_block_t *b = &e->blocks[e->nblocks];
+  memset(b, 0, sizeof(*b));
+  b->ir_index = ev->index;
+  b->kind = ev->block;
+  b->out_index = -1;
+  if (ev->block == PX_BLOCK_REFUSAL) e->refusal = 1;
+  if (e->active >= 0) {
+    /* another block is open: hold this one */
+    b->id = dupstr(ev->id);
+    b->name = dupstr(ev->name);
+    if (b->id == NULL || b->name == NULL) {
+      blk_free(b);
+      return PX_ENOMEM;
+    }
+    e->nblocks++;
+    if (ev->block == PX_BLOCK_REDACTED_THINKING)
+      return hold(e, &b->text, ev->text.ptr, ev->text.len);
+    return 0;
+  }
+  e->nblocks++;
+  e->active = e->nblocks - 1;
+  return write_block_start(e, b, ev->id, ev->name, ev->text);
+}
+
+static int se_delta(px_senc_t *e, const px_ev_t *ev) {
+  int pos = find_block(e, ev->index);
+  if (pos < 0) return PX_EINVAL;
+  se_block_t *b = &e->blocks[pos];
+  int ok;
+  switch (ev->delta) {
+  case PX_DELTA_TEXT:
+  case PX_DELTA_REFUSAL: ok = b->kind == PX_BLOCK_TEXT || b->kind == PX_BLOCK_REFUSAL; break;
+  case PX_DELTA_THINKING:
+  case PX_DELTA_SIGNATURE: ok = b->kind == PX_BLOCK_THINKING; break;
+  default: ok = b->kind == PX_BLOCK_TOOL_CALL; break;
+  }
+  if (!ok) return PX_EINVAL;
+  if (b->kind == PX_BLOCK_REFUSAL || ev->delta == PX_DELTA_REFUSAL) {
+    e->refusal = 1;
+    size_t room = e->refusal_text.cap - e->refusal_text.len;
+    px_buf_append(&e->refusal_text, ev->text.ptr, ev->text.len < room ? ev->text.len : room);
+  }
+  if (pos == e->active) return write_delta(e, b, ev->delta, ev->text.ptr, ev->text.len);
+  return hold(e, ev->delta == PX_DELTA_SIGNATURE ? &b->sig : &b->text, ev->text.ptr,
+              ev->text.len);
+}
+
+static int se_block_stop(px_senc_t *e, const px_ev_t *ev) {
+  int pos = find_block(e, ev->index);
+  if (pos < 0) return PX_EINVAL;
+  if (pos != e->active) {
+    e->blocks[pos].stopped = 1;
+    return 0;
+  }
+  int rc = write_block_stop(e, &e->blocks[pos]);
+  if (rc < 0) return rc;
+  e->active = -1;
+  drop_block(e, pos);
+  return release_held(e);
+}
+
+/* Close everything still open or held (the message is ending). */
+static int close_all(px_senc_t *e) {
+  while (e->nblocks > 0) {
+    int rc;
+    if (e->active >= 0) {
+      rc = write_block_stop(e, &e->blocks[e->active]);
+      if (rc < 0) return rc;
+      int pos = e->active;
+      e->active = -1;
+      drop_block(e, pos);
+    }
+    if (e->nblocks > 0) {
+      e->blocks[0].stopped = 1;
+      rc = release_block(e, 0);
+      if (rc < 0) return rc;
+    }
+  }
+  return 0;
+}
+
+static int se_message_delta(px_senc_t *e, const px_ev_t *ev) {
+  px_stop_t stop = ev ? ev->stop : PX_STOP_END_TURN;
+  if (stop == PX_STOP_NONE) stop = PX_STOP_END_TURN;
+  if (e->refusal) stop = PX_STOP_REFUSAL;
+  const char *sr = px_stop_to_anthropic(stop);
+  int rc = close_all(e);
+  if (rc == 0) rc = w(e, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":"
+                         "{\"stop_reason\":");
+  if (rc == 0) rc = px_buf_json_str(e->out, sr, strlen(sr));
+  if (rc == 0) rc = w(e, ",\"stop_sequence\":");
+  if (rc == 0)
+    rc = ev && ev->stop_sequence.len ? wstr(e, ev->stop_sequence) : w(e, "null");
+  if (rc == 0 && strcmp(sr, "refusal") == 0) {
+    rc = w(e, ",\"stop_details\":{\"type\":\"refusal\",\"category\":null,\"explanation\":");
+    if (rc == 0) {
+      if (ev && ev->refusal_explanation.len)
+        rc = wstr(e, ev->refusal_explanation);
+      else if (e->refusal_text.len)
+        rc = px_buf_json_str(e->out, e->refusal_text.data, e->refusal_text.len);
+      else
+        rc = w(e, "null");
+    }
+    if (rc == 0) rc = w(e, "}");
+  }
+  if (rc == 0) rc = w(e, "},\"usage\":{");
+  const px_usage_t *u = ev ? &ev->usage : NULL;
+  int64_t out = u ? u->output_tokens : -1;
+  if (rc == 0) rc = write_usage_num(e, "output_tokens", out, 1);
+  if (rc == 0 && u && u->input_tokens >= 0) {
+    int64_t cr = u->cache_read_tokens > 0 ? u->cache_read_tokens : 0;
+    int64_t cc = u->cache_creation_tokens > 0 ? u->cache_creation_tokens : 0;
+    rc = write_usage_num(e, "input_tokens", u->input_tokens - cr - cc, 0);
+    if (rc == 0) rc = write_usage_num(e, "cache_creation_input_tokens", cc, 0);
+    if (rc == 0) rc = write_usage_num(e, "cache_read_input_tokens", cr, 0);
+  }
+  if (rc == 0) rc = w(e, "}}\n\n");
+  if (rc == 0) se_set(e, SE_ENDING);
+  return rc;
+}
+
+static int se_error(px_senc_t *e, const px_ev_t *ev) {
+  char msg[1024];
+  size_t n = ev->text.len < sizeof(msg) - 1 ? ev->text.len : sizeof(msg) - 1;
+  if (n) memcpy(msg, ev->text.ptr, n);
+  msg[n] = 0;
+  se_set(e, SE_DONE);
+  return px_proto_anthropic.encode_stream_error(e->out, ev->errkind,
+                                                n ? msg : "upstream stream failed");
+}
+
+int px_anthropic_senc_event(px_senc_t *e, const px_ev_t *ev) {
+  int rc;
+  if (e->st == SE_DONE) return ev->type == PX_EV_ERROR ? 0 : PX_EINVAL;
+  if (ev->type == PX_EV_ERROR) return se_error(e, ev);
+  if (ev->type == PX_EV_MESSAGE_START) {
+    if (e->st != SE_INIT) return 0; /* a repeated start adds nothing */
+    return write_message_start(e, ev);
+  }
+  rc = ensure_started(e);
+  if (rc < 0) return rc;
+  if (e->st == SE_ENDING && ev->type != PX_EV_MESSAGE_STOP &&
+      ev->type != PX_EV_MESSAGE_DELTA)
+    return PX_EINVAL;
+  switch (ev->type) {
+  case PX_EV_BLOCK_START: return se_block_start(e, ev);
+  case PX_EV_DELTA: return se_delta(e, ev);
+  case PX_EV_BLOCK_STOP: return se_block_stop(e, ev);
+  case PX_EV_MESSAGE_DELTA:
+    if (e->st == SE_ENDING) return 0; /* Anthropic sends one message_delta */
+    return se_message_delta(e, ev);
+  case PX_EV_MESSAGE_STOP:
+    if (e->st != SE_ENDING) {
+      rc = se_message_delta(e, NULL);
+      if (rc < 0) return rc;
+    }
+    se_set(e, SE_DONE);
+    return w(e, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+  default: return PX_EINVAL;
+  }
+}
