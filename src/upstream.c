@@ -41,11 +41,17 @@ typedef struct px_link {
   struct px_link *prev, *next;
 } px_link_t;
 
-#define PX_CONTAINER(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
+#define PX_CONTAINER(p, type, member) ((type *)((char *)(p)-offsetof(type, member)))
 
-static void dl_init(px_link_t *l) { l->prev = l->next = l; }
-static bool dl_empty(const px_link_t *h) { return h->next == h; }
-static bool dl_linked(const px_link_t *l) { return l->next != l; }
+static void dl_init(px_link_t *l) {
+  l->prev = l->next = l;
+}
+static bool dl_empty(const px_link_t *h) {
+  return h->next == h;
+}
+static bool dl_linked(const px_link_t *l) {
+  return l->next != l;
+}
 static void dl_push(px_link_t *h, px_link_t *n) {
   n->prev = h->prev;
   n->next = h;
@@ -70,8 +76,8 @@ typedef struct px_sock {
   px_uclient_t *c;
   uv_poll_t poll;
   curl_socket_t fd;
-  int events; /* UV_READABLE|UV_WRITABLE curl asked for */
-  bool owned; /* opened by on_opensocket: we close the fd after the poll */
+  int events;   /* UV_READABLE|UV_WRITABLE curl asked for */
+  bool owned;   /* opened by on_opensocket: we close the fd after the poll */
   bool polling; /* poll handle initialised */
 } px_sock_t;
 
@@ -101,7 +107,7 @@ struct px_xfer {
   bool aborted; /* on_data returned < 0 */
   bool in_multi;
   bool holds_slot;
-  bool uncounted; /* already left c->active (cancel deferred to reaping) */
+  bool uncounted;   /* already left c->active (cancel deferred to reaping) */
   const char *fail; /* our own reason to abort from a callback */
   char errbuf[CURL_ERROR_SIZE];
 };
@@ -131,13 +137,14 @@ struct px_uclient {
 
 static void after_curl(px_uclient_t *c);
 static void finish_close(px_uclient_t *c);
-static void finish_xfer(px_xfer_t *x, px_xfer_result_t res, const char *msg,
-                        bool notify);
+static void finish_xfer(px_xfer_t *x, px_xfer_result_t res, const char *msg, bool notify);
 static void pool_kick(px_uclient_t *c, px_pool_t *p);
 
 /* ---- handle bookkeeping ---- */
 
-static void enter(px_uclient_t *c) { c->depth++; }
+static void enter(px_uclient_t *c) {
+  c->depth++;
+}
 
 static void leave(px_uclient_t *c) {
   if (--c->depth == 0 && c->closing && !c->closed) finish_close(c);
@@ -601,11 +608,12 @@ static int setup_easy(px_xfer_t *x, const px_xfer_opts_t *o) {
   SET(CURLOPT_NOSIGNAL, 1L);
   SET(CURLOPT_TCP_NODELAY, 1L);
   SET(CURLOPT_PROTOCOLS_STR, "http,https");
+  /* A proxy's CONNECT reply must not look like the response's headers. */
+  SET(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L);
   SET(CURLOPT_HTTP_VERSION,
       o->http2 ? (long)CURL_HTTP_VERSION_2TLS : (long)CURL_HTTP_VERSION_1_1);
   if (o->http2) SET(CURLOPT_PIPEWAIT, 1L);
-  if (o->connect_timeout_ms)
-    SET(CURLOPT_CONNECTTIMEOUT_MS, (long)o->connect_timeout_ms);
+  if (o->connect_timeout_ms) SET(CURLOPT_CONNECTTIMEOUT_MS, (long)o->connect_timeout_ms);
   SET(CURLOPT_OPENSOCKETFUNCTION, on_opensocket);
   SET(CURLOPT_OPENSOCKETDATA, (void *)c);
   SET(CURLOPT_CLOSESOCKETFUNCTION, on_closesocket);
@@ -731,7 +739,9 @@ void px_xfer_resume(px_xfer_t *x) {
   leave(c);
 }
 
-int px_xfer_paused(const px_xfer_t *x) { return x && x->paused; }
+int px_xfer_paused(const px_xfer_t *x) {
+  return x && x->paused;
+}
 
 void px_xfer_cancel(px_xfer_t *x) {
   if (!x || x->state == XS_DONE || x->cancelled) return;
@@ -775,15 +785,18 @@ px_uclient_t *px_uclient_new(uv_loop_t *loop) {
   return c;
 }
 
-size_t px_uclient_active(const px_uclient_t *c) { return c ? c->active : 0; }
+size_t px_uclient_active(const px_uclient_t *c) {
+  return c ? c->active : 0;
+}
 
-static void on_client_timer_closed(uv_handle_t *h) { handle_closed(h->data); }
+static void on_client_timer_closed(uv_handle_t *h) {
+  handle_closed(h->data);
+}
 
 static void finish_close(px_uclient_t *c) {
   c->closed = true;
   while (!dl_empty(&c->xfers))
-    finish_xfer(PX_CONTAINER(c->xfers.next, px_xfer_t, all), PX_XFER_EOTHER, NULL,
-                false);
+    finish_xfer(PX_CONTAINER(c->xfers.next, px_xfer_t, all), PX_XFER_EOTHER, NULL, false);
   /* Closes the cached connections through on_closesocket. */
   c->in_curl++;
   curl_multi_cleanup(c->multi);

@@ -13,12 +13,12 @@
 
 #include "proxai/upstream.h"
 
-#define CHECK(cond)                                                          \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
-      exit(1);                                                               \
-    }                                                                        \
+      exit(1);                                                                 \
+    }                                                                          \
   } while (0)
 
 /* ---- tiny server ---- */
@@ -90,7 +90,9 @@ static void conn_write(conn_t *c, const void *p, size_t n) {
   CHECK(uv_write(w, (uv_stream_t *)&c->tcp, &b, 1, on_written) == 0);
 }
 
-static void conn_puts(conn_t *c, const char *s) { conn_write(c, s, strlen(s)); }
+static void conn_puts(conn_t *c, const char *s) {
+  conn_write(c, s, strlen(s));
+}
 
 static void on_alloc(uv_handle_t *h, size_t sz, uv_buf_t *b) {
   conn_t *c = h->data;
@@ -223,7 +225,9 @@ static void on_watchdog(uv_timer_t *h) {
   exit(1);
 }
 
-static void on_client_closed(void *arg) { ((t_t *)arg)->closed_cb++; }
+static void on_client_closed(void *arg) {
+  ((t_t *)arg)->closed_cb++;
+}
 
 /* The received body stays readable after the loop closed: freed by the next
  * t_init() or at exit. */
@@ -316,7 +320,9 @@ static px_xfer_opts_t opts_for(t_t *t) {
                           .idle_timeout_ms = 5000};
 }
 
-static char pattern_at(size_t i) { return (char)('a' + (i * 7) % 26); }
+static char pattern_at(size_t i) {
+  return (char)('a' + (i * 7) % 26);
+}
 
 static char *make_pattern(size_t n) {
   char *p = malloc(n);
@@ -513,7 +519,9 @@ static int cb_data_pause(void *arg, const char *p, size_t n) {
   t_t *t = arg;
   CHECK(!px_xfer_paused(t->x));
   t->ndata++;
-  if (t->ndata % 4 == 1) { /* the first call, then every fourth */
+  /* the first call, then every fourth; with step set also the call right
+   * after, which is the re-delivery inside curl_easy_pause() */
+  if (t->ndata % 4 == 1 || (t->step && t->ndata % 4 == 2)) {
     t->pauses++;
     uv_timer_start(&t->aux, on_resume_timer, 5, 0);
     return PX_XFER_PAUSE;
@@ -523,9 +531,10 @@ static int cb_data_pause(void *arg, const char *p, size_t n) {
   return 0;
 }
 
-static void test_pause_resume(void) {
+static void test_pause_resume(int twice) {
   t_t t;
   t_init(&t);
+  t.step = twice;
   t.srv.handler = h_big;
   px_xfer_opts_t o = opts_for(&t);
   o.idle_timeout_ms = 1; /* paused time does not count as idle */
@@ -537,13 +546,73 @@ static void test_pause_resume(void) {
   CHECK(t.body_len == BIG);
 }
 
+/* ---- 4b. calls from inside curl callbacks: start, resume ---- */
+
+static void h_big_or_small(srv_t *s, conn_t *c, const req_t *r) {
+  if (strcmp(r->path, "/y") == 0)
+    conn_puts(c, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nY");
+  else
+    h_big(s, c, r);
+}
+
+static int cb_headers_y(void *arg, int status, const px_hdr_t *h, size_t n) {
+  t_t *t = arg;
+  CHECK(px_xfer_paused(t->x));
+  px_xfer_resume(t->x); /* inside Y's curl callback: deferred */
+  CHECK(px_xfer_paused(t->x));
+  t->step = 2;
+  return 0;
+}
+
+static void cb_done_both(void *arg, px_xfer_result_t res, const char *msg) {
+  t_t *t = arg;
+  CHECK(res == PX_XFER_OK);
+  if (++t->ndone == 2) t_finish(t);
+}
+
+static int cb_data_start_y(void *arg, const char *p, size_t n) {
+  t_t *t = arg;
+  t->ndata++;
+  if (t->ndata == 1) {
+    /* start Y from inside X's write callback, then pause X */
+    char u[128];
+    snprintf(u, sizeof(u), "http://127.0.0.1:%d/y", t->srv.port);
+    px_xfer_opts_t o = opts_for(t);
+    o.url = u;
+    px_xfer_cbs_t cbs = {cb_headers_y, NULL, cb_done_both};
+    CHECK((t->x2 = px_xfer_start(t->c, &o, &cbs, t)));
+    CHECK(px_uclient_active(t->c) == 2);
+    t->pauses++;
+    return PX_XFER_PAUSE;
+  }
+  CHECK(t->step == 2); /* resumed only through Y */
+  for (size_t i = 0; i < n; i++) CHECK(p[i] == pattern_at(t->body_len + i));
+  t->body_len += n;
+  return 0;
+}
+
+static void test_inside_callbacks(void) {
+  t_t t;
+  t_init(&t);
+  t.srv.handler = h_big_or_small;
+  px_xfer_opts_t o = opts_for(&t);
+  px_xfer_cbs_t cbs = {NULL, cb_data_start_y, cb_done_both};
+  CHECK((t.x = px_xfer_start(t.c, &o, &cbs, &t)));
+  t_run_and_close(&t);
+  CHECK(t.ndone == 2);
+  CHECK(t.body_len == BIG);
+  CHECK(t.srv.nconns == 2);
+}
+
 /* ---- 5. cancel mid-body: no callback after, the server sees the close ---- */
 
 static void h_partial(srv_t *s, conn_t *c, const req_t *r) {
   conn_puts(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n0123456789");
 }
 
-static void srv_closed_finish(srv_t *s) { t_finish(s->ud); }
+static void srv_closed_finish(srv_t *s) {
+  t_finish(s->ud);
+}
 
 static void cb_done_never(void *arg, px_xfer_result_t res, const char *msg) {
   CHECK(!"on_done must not fire");
@@ -581,7 +650,8 @@ static void test_cancel(int mode) {
   t.srv.on_close = srv_closed_finish;
   t.pauses = mode == 2; /* cancel a paused transfer */
   px_xfer_opts_t o = opts_for(&t);
-  px_xfer_cbs_t cbs = {cb_headers, mode == 0 ? cb_data_cancel_inside : cb_data_cancel_later,
+  px_xfer_cbs_t cbs = {cb_headers,
+                       mode == 0 ? cb_data_cancel_inside : cb_data_cancel_later,
                        cb_done_never};
   CHECK((t.x = px_xfer_start(t.c, &o, &cbs, &t)));
   t_run_and_close(&t);
@@ -833,7 +903,9 @@ int main(void) {
   test_post_big();
   test_reuse();
   test_stream();
-  test_pause_resume();
+  test_pause_resume(0);
+  test_pause_resume(1);
+  test_inside_callbacks();
   test_cancel(0);
   test_cancel(1);
   test_cancel(2);
