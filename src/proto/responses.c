@@ -1,6 +1,1526 @@
-/* responses.c - translator for this protocol (work in progress). */
+/* responses.c - OpenAI Responses (`openai_responses`) translator:
+ * request decode/encode, response decode/encode, error bodies.
+ *
+ * Client side (decode_request / encode_response) is built for Codex: items
+ * (message, function_call, function_call_output, reasoning), function tools,
+ * hosted and namespace tools (dropped toward the other protocols and named in
+ * x-proxai-lossy), reasoning items carrying encrypted_content.
+ *
+ * Anthropic thinking signatures have no Responses field; they travel to a
+ * Responses client inside reasoning.encrypted_content with a "pxa1:sig:"
+ * (or "pxa1:red:" for redacted thinking data) prefix, so that Codex, which
+ * replays encrypted_content verbatim, hands them back and the next Anthropic
+ * request carries its thinking blocks whole. See docs/translation-responses.md.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "proxai/proto.h"
+#include "proxai/sse.h"
+
+#define SIG_PREFIX "pxa1:sig:"
+#define RED_PREFIX "pxa1:red:"
+
+/* ---------------------------------------------------------------------- */
+/* small helpers                                                           */
+
+static const char *jstr(const json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static int set_str(json_t *o, const char *k, const char *v) {
+  return json_object_set_new(o, k, json_string(v));
+}
+
+/* "data:<media>;base64,<data>" -> media type and data views. */
+static int parse_data_url(const char *url, char *mt, size_t mtsz,
+                          const char **data) {
+  if (strncmp(url, "data:", 5) != 0) return -1;
+  const char *semi = strstr(url + 5, ";base64,");
+  if (semi == NULL) return -1;
+  size_t n = (size_t)(semi - (url + 5));
+  if (n == 0 || n >= mtsz) return -1;
+  memcpy(mt, url + 5, n);
+  mt[n] = 0;
+  *data = semi + 8;
+  return 0;
+}
+
+static char *data_url(const char *mt, const char *data) {
+  size_t n = strlen(mt) + strlen(data) + 16;
+  char *s = malloc(n);
+  if (s != NULL) snprintf(s, n, "data:%s;base64,%s", mt, data);
+  return s;
+}
+
+static int is_valid_json_text(const char *s) {
+  json_error_t e;
+  json_t *v = json_loads(s, JSON_DECODE_ANY, &e);
+  if (v == NULL) return 0;
+  json_decref(v);
+  return 1;
+}
+
+/* ---------------------------------------------------------------------- */
+/* ids (shared with responses_stream.c)                                    */
+
+/** "resp_" + id unless id already starts with "resp_". */
+void px_responses_resp_id(const char *id, char *out, size_t n) {
+  if (id == NULL || *id == 0) id = "proxai";
+  if (strncmp(id, "resp_", 5) == 0)
+    snprintf(out, n, "%s", id);
+  else
+    snprintf(out, n, "resp_%s", id);
+}
+
+/** Base of item ids: the upstream id without a "resp_" prefix. */
+static const char *id_base(const char *id) {
+  if (id == NULL || *id == 0) return "proxai";
+  if (strncmp(id, "resp_", 5) == 0 && id[5] != 0) return id + 5;
+  return id;
+}
+
+/** Message item id: "msg_" + base (+ "_" + n for the n-th extra message). */
+void px_responses_msg_id(const char *id, int nth, char *out, size_t n) {
+  const char *b = id_base(id);
+  const char *pfx = strncmp(b, "msg_", 4) == 0 ? "" : "msg_";
+  if (nth == 0)
+    snprintf(out, n, "%s%s", pfx, b);
+  else
+    snprintf(out, n, "%s%s_%d", pfx, b, nth);
+}
+
+/** Function call item id: "fc_" + call id (or base + output index). */
+void px_responses_fc_id(const char *resp_id, const char *call_id, int oi,
+                        char *out, size_t n) {
+  if (call_id != NULL && *call_id != 0) {
+    if (strncmp(call_id, "fc_", 3) == 0)
+      snprintf(out, n, "%s", call_id);
+    else
+      snprintf(out, n, "fc_%s", call_id);
+  } else {
+    snprintf(out, n, "fc_%s_%d", id_base(resp_id), oi);
+  }
+}
+
+/** Reasoning item id: the upstream one if given, else "rs_" + base + index. */
+void px_responses_rs_id(const char *resp_id, const char *rid, int oi,
+                        char *out, size_t n) {
+  if (rid != NULL && *rid != 0)
+    snprintf(out, n, "%s", rid);
+  else
+    snprintf(out, n, "rs_%s_%d", id_base(resp_id), oi);
+}
+
+/* ---------------------------------------------------------------------- */
+/* decode_request: Responses client body -> IR                             */
+
+typedef struct dec {
+  const px_tr_ctx_t *ctx;
+  json_t *ir;
+  json_t *system;   /* IR system array */
+  json_t *messages; /* IR messages array */
+  px_lossy_t *lossy;
+  px_tr_err_t *err;
+} dec_t;
+
+static json_t *text_part(const char *t) {
+  return json_pack("{s:s, s:s}", "type", "text", "text", t);
+}
+
+/* An input_image / input_file / input_text part of user content (also used
+ * for function_call_output content lists). */
+static int dec_user_part(dec_t *d, json_t *p, const char *path, json_t *out) {
+  char pp[256];
+  const char *type = jstr(p, "type");
+  if (!json_is_object(p) || type == NULL) {
+    snprintf(pp, sizeof(pp), "%s.type", path);
+    return px_tr_fail(d->err, pp, "%s: content part without a type", path);
+  }
+  if (strcmp(type, "input_text") == 0 || strcmp(type, "output_text") == 0 ||
+      strcmp(type, "text") == 0) {
+    const char *t = jstr(p, "text");
+    if (t == NULL) {
+      snprintf(pp, sizeof(pp), "%s.text", path);
+      return px_tr_fail(d->err, pp, "%s.text must be a string", path);
+    }
+    return json_array_append_new(out, text_part(t));
+  }
+  if (strcmp(type, "input_image") == 0) {
+    const char *url = jstr(p, "image_url");
+    const char *detail = jstr(p, "detail");
+    if (detail != NULL && strcmp(detail, "auto") != 0)
+      px_lossy_add(d->lossy, "input.content.detail");
+    if (url == NULL) {
+      snprintf(pp, sizeof(pp), "%s.file_id", path);
+      if (jstr(p, "file_id") != NULL)
+        return px_tr_fail(d->err, pp,
+                          "%s.file_id: image file ids cannot be sent to this "
+                          "upstream; send image_url",
+                          path);
+      snprintf(pp, sizeof(pp), "%s.image_url", path);
+      return px_tr_fail(d->err, pp, "%s.image_url is required", path);
+    }
+    char mt[128];
+    const char *data;
+    if (parse_data_url(url, mt, sizeof(mt), &data) == 0)
+      return json_array_append_new(
+          out, json_pack("{s:s, s:s, s:s}", "type", "image", "media_type", mt,
+                         "data", data));
+    if (strncmp(url, "data:", 5) == 0) {
+      snprintf(pp, sizeof(pp), "%s.image_url", path);
+      return px_tr_fail(d->err, pp, "%s.image_url: not a base64 data URL",
+                        path);
+    }
+    return json_array_append_new(
+        out, json_pack("{s:s, s:s}", "type", "image", "url", url));
+  }
+  if (strcmp(type, "input_file") == 0) {
+    const char *fd = jstr(p, "file_data");
+    const char *fu = jstr(p, "file_url");
+    const char *fid = jstr(p, "file_id");
+    const char *fname = jstr(p, "filename");
+    json_t *f = NULL;
+    if (fd != NULL) {
+      char mt[128];
+      const char *data;
+      if (parse_data_url(fd, mt, sizeof(mt), &data) == 0)
+        f = json_pack("{s:s, s:s, s:s}", "type", "file", "media_type", mt,
+                      "data", data);
+      else /* raw base64 without a data URL: Responses documents PDFs */
+        f = json_pack("{s:s, s:s, s:s}", "type", "file", "media_type",
+                      "application/pdf", "data", fd);
+      if (f != NULL && fname != NULL) set_str(f, "filename", fname);
+    } else if (fu != NULL) {
+      f = json_pack("{s:s, s:s}", "type", "file", "url", fu);
+    } else if (fid != NULL) {
+      f = json_pack("{s:s, s:s}", "type", "file", "file_id", fid);
+    } else {
+      snprintf(pp, sizeof(pp), "%s.file_data", path);
+      return px_tr_fail(d->err, pp,
+                        "%s: input_file needs file_data, file_url or file_id",
+                        path);
+    }
+    if (f == NULL) return PX_ENOMEM;
+    return json_array_append_new(out, f);
+  }
+  if (strcmp(type, "input_audio") == 0) {
+    snprintf(pp, sizeof(pp), "%s.type", path);
+    return px_tr_fail(d->err, pp, "%s: audio input is not supported", path);
+  }
+  snprintf(pp, sizeof(pp), "%s.type", path);
+  return px_tr_fail(d->err, pp, "%s.type: unsupported content part '%s'", path,
+                    type);
+}
+
+static json_t *last_msg(dec_t *d, const char *role) {
+  size_t n = json_array_size(d->messages);
+  if (n == 0) return NULL;
+  json_t *m = json_array_get(d->messages, n - 1);
+  const char *r = jstr(m, "role");
+  return r && strcmp(r, role) == 0 ? m : NULL;
+}
+
+static json_t *new_msg(dec_t *d, const char *role) {
+  json_t *m = json_pack("{s:s, s:[]}", "role", role, "content");
+  if (m == NULL || json_array_append_new(d->messages, m) != 0) return NULL;
+  return m;
+}
+
+static json_t *asst_content(dec_t *d) {
+  json_t *m = last_msg(d, "assistant");
+  if (m == NULL) m = new_msg(d, "assistant");
+  return m ? json_object_get(m, "content") : NULL;
+}
+
+static int dec_system_msg(dec_t *d, json_t *item, const char *role,
+                          const char *path) {
+  json_t *c = json_object_get(item, "content");
+  char pp[256];
+  if (json_is_string(c)) {
+    json_t *p = json_pack("{s:s, s:s, s:s}", "type", "text", "text",
+                          json_string_value(c), "role", role);
+    return json_array_append_new(d->system, p);
+  }
+  if (!json_is_array(c)) {
+    snprintf(pp, sizeof(pp), "%s.content", path);
+    return px_tr_fail(d->err, pp, "%s.content must be a string or a list",
+                      path);
+  }
+  size_t i;
+  json_t *p;
+  json_array_foreach(c, i, p) {
+    const char *t = jstr(p, "type");
+    const char *txt = jstr(p, "text");
+    if (t == NULL || txt == NULL ||
+        (strcmp(t, "input_text") != 0 && strcmp(t, "text") != 0 &&
+         strcmp(t, "output_text") != 0)) {
+      snprintf(pp, sizeof(pp), "%s.content[%zu].type", path, i);
+      return px_tr_fail(d->err, pp,
+                        "%s.content[%zu]: only text is allowed in %s messages",
+                        path, i, role);
+    }
+    if (json_array_append_new(d->system,
+                              json_pack("{s:s, s:s, s:s}", "type", "text",
+                                        "text", txt, "role", role)) != 0)
+      return PX_ENOMEM;
+  }
+  return 0;
+}
+
+static int dec_message(dec_t *d, json_t *item, const char *path) {
+  const char *role = jstr(item, "role");
+  char pp[256];
+  if (role == NULL) {
+    snprintf(pp, sizeof(pp), "%s.role", path);
+    return px_tr_fail(d->err, pp, "%s.role is required", path);
+  }
+  if (strcmp(role, "system") == 0 || strcmp(role, "developer") == 0)
+    return dec_system_msg(d, item, role, path);
+  json_t *c = json_object_get(item, "content");
+  if (strcmp(role, "user") == 0) {
+    json_t *m = new_msg(d, "user");
+    if (m == NULL) return PX_ENOMEM;
+    json_t *out = json_object_get(m, "content");
+    if (json_is_string(c))
+      return json_array_append_new(out, text_part(json_string_value(c)));
+    if (!json_is_array(c)) {
+      snprintf(pp, sizeof(pp), "%s.content", path);
+      return px_tr_fail(d->err, pp, "%s.content must be a string or a list",
+                        path);
+    }
+    size_t i;
+    json_t *p;
+    json_array_foreach(c, i, p) {
+      char sub[128];
+      snprintf(sub, sizeof(sub), "%s.content[%zu]", path, i);
+      int rc = dec_user_part(d, p, sub, out);
+      if (rc != 0) return rc;
+    }
+    return 0;
+  }
+  if (strcmp(role, "assistant") == 0) {
+    json_t *out = asst_content(d);
+    if (out == NULL) return PX_ENOMEM;
+    if (json_is_string(c))
+      return json_array_append_new(out, text_part(json_string_value(c)));
+    if (!json_is_array(c)) {
+      snprintf(pp, sizeof(pp), "%s.content", path);
+      return px_tr_fail(d->err, pp, "%s.content must be a string or a list",
+                        path);
+    }
+    size_t i;
+    json_t *p;
+    json_array_foreach(c, i, p) {
+      const char *t = jstr(p, "type");
+      snprintf(pp, sizeof(pp), "%s.content[%zu].type", path, i);
+      if (t == NULL)
+        return px_tr_fail(d->err, pp, "%s.content[%zu] has no type", path, i);
+      if (strcmp(t, "output_text") == 0 || strcmp(t, "input_text") == 0 ||
+          strcmp(t, "text") == 0) {
+        const char *txt = jstr(p, "text");
+        if (txt == NULL)
+          return px_tr_fail(d->err, pp, "%s.content[%zu].text is required",
+                            path, i);
+        json_t *ann = json_object_get(p, "annotations");
+        if (json_array_size(ann) > 0)
+          px_lossy_add(d->lossy, "input.content.annotations");
+        if (json_array_append_new(out, text_part(txt)) != 0) return PX_ENOMEM;
+      } else if (strcmp(t, "refusal") == 0) {
+        const char *txt = jstr(p, "refusal");
+        if (txt == NULL)
+          return px_tr_fail(d->err, pp, "%s.content[%zu].refusal is required",
+                            path, i);
+        if (json_array_append_new(out, json_pack("{s:s, s:s}", "type",
+                                                 "refusal", "text", txt)) != 0)
+          return PX_ENOMEM;
+      } else {
+        return px_tr_fail(d->err, pp,
+                          "%s.content[%zu].type: unsupported assistant "
+                          "content part '%s'",
+                          path, i, t);
+      }
+    }
+    return 0;
+  }
+  snprintf(pp, sizeof(pp), "%s.role", path);
+  return px_tr_fail(d->err, pp, "%s.role: unsupported role '%s'", path, role);
+}
+
+static int dec_function_call(dec_t *d, json_t *item, const char *path) {
+  char pp[256];
+  const char *call_id = jstr(item, "call_id");
+  const char *name = jstr(item, "name");
+  const char *args = jstr(item, "arguments");
+  if (call_id == NULL) {
+    snprintf(pp, sizeof(pp), "%s.call_id", path);
+    return px_tr_fail(d->err, pp, "%s.call_id is required", path);
+  }
+  if (name == NULL) {
+    snprintf(pp, sizeof(pp), "%s.name", path);
+    return px_tr_fail(d->err, pp, "%s.name is required", path);
+  }
+  if (args == NULL) {
+    snprintf(pp, sizeof(pp), "%s.arguments", path);
+    return px_tr_fail(d->err, pp, "%s.arguments must be a JSON string", path);
+  }
+  if (!is_valid_json_text(args)) {
+    snprintf(pp, sizeof(pp), "%s.arguments", path);
+    return px_tr_fail(d->err, pp, "%s.arguments is not valid JSON", path);
+  }
+  if (jstr(item, "namespace") != NULL)
+    px_lossy_add(d->lossy, "input.function_call.namespace");
+  json_t *out = asst_content(d);
+  if (out == NULL) return PX_ENOMEM;
+  return json_array_append_new(
+      out, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id",
+                     call_id, "name", name, "arguments", args));
+}
+
+static int dec_function_output(dec_t *d, json_t *item, const char *path) {
+  char pp[256];
+  const char *call_id = jstr(item, "call_id");
+  if (call_id == NULL) {
+    snprintf(pp, sizeof(pp), "%s.call_id", path);
+    return px_tr_fail(d->err, pp, "%s.call_id is required", path);
+  }
+  json_t *o = json_object_get(item, "output");
+  json_t *content = json_array();
+  if (content == NULL) return PX_ENOMEM;
+  int rc = 0;
+  if (json_is_string(o)) {
+    if (json_string_length(o) > 0)
+      rc = json_array_append_new(content, text_part(json_string_value(o)));
+  } else if (json_is_array(o)) {
+    size_t i;
+    json_t *p;
+    json_array_foreach(o, i, p) {
+      char sub[128];
+      snprintf(sub, sizeof(sub), "%s.output[%zu]", path, i);
+      rc = dec_user_part(d, p, sub, content);
+      if (rc != 0) break;
+    }
+  } else {
+    snprintf(pp, sizeof(pp), "%s.output", path);
+    rc = px_tr_fail(d->err, pp, "%s.output must be a string or a list", path);
+  }
+  if (rc != 0) {
+    json_decref(content);
+    return rc;
+  }
+  json_t *m = last_msg(d, "user");
+  json_t *mc = m ? json_object_get(m, "content") : NULL;
+  json_t *lastp = mc ? json_array_get(mc, json_array_size(mc) - 1) : NULL;
+  const char *lt = lastp ? jstr(lastp, "type") : NULL;
+  if (lt == NULL || strcmp(lt, "tool_result") != 0) {
+    m = new_msg(d, "user");
+    if (m == NULL) {
+      json_decref(content);
+      return PX_ENOMEM;
+    }
+    mc = json_object_get(m, "content");
+  }
+  json_t *tr = json_pack("{s:s, s:s, s:o}", "type", "tool_result",
+                         "tool_call_id", call_id, "content", content);
+  if (tr == NULL) return PX_ENOMEM;
+  return json_array_append_new(mc, tr);
+}
+
+static int append_texts(px_buf_t *b, json_t *arr, const char *want) {
+  size_t i;
+  json_t *p;
+  json_array_foreach(arr, i, p) {
+    const char *t = jstr(p, "type");
+    const char *txt = jstr(p, "text");
+    if (t == NULL || txt == NULL || strcmp(t, want) != 0) continue;
+    if (b->len > 0 && px_buf_puts(b, "\n\n") != 0) return PX_ENOMEM;
+    if (px_buf_puts(b, txt) != 0) return PX_ENOMEM;
+  }
+  return 0;
+}
+
+static int dec_reasoning(dec_t *d, json_t *item, const char *path) {
+  px_buf_t b;
+  px_buf_init(&b, 64u << 20);
+  int rc = append_texts(&b, json_object_get(item, "content"), "reasoning_text");
+  if (rc == 0 && b.len == 0)
+    rc = append_texts(&b, json_object_get(item, "summary"), "summary_text");
+  if (rc != 0) {
+    px_buf_free(&b);
+    return rc;
+  }
+  json_t *part = json_pack("{s:s, s:s#}", "type", "reasoning", "text",
+                           b.data ? b.data : "", b.len);
+  px_buf_free(&b);
+  if (part == NULL) return PX_ENOMEM;
+  const char *enc = jstr(item, "encrypted_content");
+  const char *id = jstr(item, "id");
+  if (enc != NULL) {
+    if (strncmp(enc, SIG_PREFIX, strlen(SIG_PREFIX)) == 0)
+      set_str(part, "signature", enc + strlen(SIG_PREFIX));
+    else if (strncmp(enc, RED_PREFIX, strlen(RED_PREFIX)) == 0)
+      set_str(part, "redacted_data", enc + strlen(RED_PREFIX));
+    else
+      set_str(part, "encrypted_content", enc);
+  }
+  if (id != NULL) set_str(part, "id", id);
+  (void)path;
+  json_t *out = asst_content(d);
+  if (out == NULL) {
+    json_decref(part);
+    return PX_ENOMEM;
+  }
+  return json_array_append_new(out, part);
+}
+
+static int dec_input(dec_t *d, json_t *input) {
+  if (json_is_string(input)) {
+    json_t *m = new_msg(d, "user");
+    if (m == NULL) return PX_ENOMEM;
+    return json_array_append_new(json_object_get(m, "content"),
+                                 text_part(json_string_value(input)));
+  }
+  if (!json_is_array(input))
+    return px_tr_fail(d->err, "input", "input must be a string or a list");
+  size_t i;
+  json_t *item;
+  json_array_foreach(input, i, item) {
+    char path[64];
+    snprintf(path, sizeof(path), "input[%zu]", i);
+    if (!json_is_object(item))
+      return px_tr_fail(d->err, path, "%s must be an object", path);
+    const char *type = jstr(item, "type");
+    int rc;
+    if (type == NULL || strcmp(type, "message") == 0)
+      rc = dec_message(d, item, path);
+    else if (strcmp(type, "function_call") == 0)
+      rc = dec_function_call(d, item, path);
+    else if (strcmp(type, "function_call_output") == 0)
+      rc = dec_function_output(d, item, path);
+    else if (strcmp(type, "reasoning") == 0)
+      rc = dec_reasoning(d, item, path);
+    else {
+      char pp[256];
+      snprintf(pp, sizeof(pp), "%s.type", path);
+      rc = px_tr_fail(d->err, pp,
+                      "%s.type: input item '%s' cannot be sent to this "
+                      "upstream",
+                      path, type);
+    }
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+static void lossy_hosted_tool(px_lossy_t *l, const char *type) {
+  if (strcmp(type, "web_search") == 0 ||
+      strncmp(type, "web_search_preview", 18) == 0)
+    px_lossy_add(l, "tools.web_search");
+  else if (strcmp(type, "file_search") == 0)
+    px_lossy_add(l, "tools.file_search");
+  else if (strcmp(type, "code_interpreter") == 0)
+    px_lossy_add(l, "tools.code_interpreter");
+  else if (strcmp(type, "image_generation") == 0)
+    px_lossy_add(l, "tools.image_generation");
+  else if (strcmp(type, "computer_use_preview") == 0 ||
+           strcmp(type, "computer") == 0)
+    px_lossy_add(l, "tools.computer");
+  else if (strcmp(type, "mcp") == 0)
+    px_lossy_add(l, "tools.mcp");
+  else if (strcmp(type, "local_shell") == 0 || strcmp(type, "shell") == 0)
+    px_lossy_add(l, "tools.shell");
+  else if (strcmp(type, "apply_patch") == 0)
+    px_lossy_add(l, "tools.apply_patch");
+  else if (strcmp(type, "custom") == 0)
+    px_lossy_add(l, "tools.custom");
+  else if (strcmp(type, "namespace") == 0)
+    px_lossy_add(l, "tools.namespace");
+  else
+    px_lossy_add(l, "tools.other");
+}
+
+static int dec_tools(dec_t *d, json_t *tools) {
+  if (!json_is_array(tools))
+    return px_tr_fail(d->err, "tools", "tools must be a list");
+  json_t *out = json_array();
+  if (out == NULL) return PX_ENOMEM;
+  size_t i;
+  json_t *t;
+  json_array_foreach(tools, i, t) {
+    const char *type = jstr(t, "type");
+    char pp[64];
+    snprintf(pp, sizeof(pp), "tools[%zu].type", i);
+    if (type == NULL) {
+      json_decref(out);
+      return px_tr_fail(d->err, pp, "%s is required", pp);
+    }
+    if (strcmp(type, "function") != 0) {
+      lossy_hosted_tool(d->lossy, type);
+      continue;
+    }
+    const char *name = jstr(t, "name");
+    if (name == NULL) {
+      json_decref(out);
+      snprintf(pp, sizeof(pp), "tools[%zu].name", i);
+      return px_tr_fail(d->err, pp, "%s is required", pp);
+    }
+    json_t *o = json_pack("{s:s}", "name", name);
+    const char *desc = jstr(t, "description");
+    if (desc != NULL) set_str(o, "description", desc);
+    json_t *params = json_object_get(t, "parameters");
+    if (json_is_object(params))
+      json_object_set(o, "parameters", params);
+    else
+      json_object_set_new(o, "parameters",
+                          json_pack("{s:s, s:{}}", "type", "object",
+                                    "properties"));
+    json_t *strict = json_object_get(t, "strict");
+    if (json_is_boolean(strict)) json_object_set(o, "strict", strict);
+    if (json_is_true(json_object_get(t, "defer_loading")))
+      px_lossy_add(d->lossy, "tools.defer_loading");
+    json_array_append_new(out, o);
+  }
+  if (json_array_size(out) > 0)
+    json_object_set_new(d->ir, "tools", out);
+  else
+    json_decref(out);
+  return 0;
+}
+
+static int dec_tool_choice(dec_t *d, json_t *tc) {
+  if (json_is_string(tc)) {
+    const char *s = json_string_value(tc);
+    if (strcmp(s, "auto") == 0 || strcmp(s, "none") == 0 ||
+        strcmp(s, "required") == 0)
+      return json_object_set_new(d->ir, "tool_choice",
+                                 json_pack("{s:s}", "type", s));
+    return px_tr_fail(d->err, "tool_choice", "tool_choice: unknown value '%s'",
+                      s);
+  }
+  const char *type = jstr(tc, "type");
+  if (type != NULL && strcmp(type, "function") == 0 &&
+      jstr(tc, "name") != NULL)
+    return json_object_set_new(
+        d->ir, "tool_choice",
+        json_pack("{s:s, s:s}", "type", "tool", "name", jstr(tc, "name")));
+  /* allowed_tools, hosted tool types, custom, mcp: no equivalent */
+  px_lossy_add(d->lossy, "tool_choice");
+  return 0;
+}
+
+static int dec_text(dec_t *d, json_t *text) {
+  if (!json_is_object(text))
+    return px_tr_fail(d->err, "text", "text must be an object");
+  if (json_object_get(text, "verbosity") != NULL &&
+      !json_is_null(json_object_get(text, "verbosity")))
+    px_lossy_add(d->lossy, "text.verbosity");
+  json_t *f = json_object_get(text, "format");
+  if (f == NULL || json_is_null(f)) return 0;
+  const char *type = jstr(f, "type");
+  if (type == NULL)
+    return px_tr_fail(d->err, "text.format.type", "text.format.type is required");
+  if (strcmp(type, "text") == 0 || strcmp(type, "json_object") == 0)
+    return json_object_set_new(d->ir, "response_format",
+                               json_pack("{s:s}", "type", type));
+  if (strcmp(type, "json_schema") == 0) {
+    json_t *schema = json_object_get(f, "schema");
+    if (!json_is_object(schema))
+      return px_tr_fail(d->err, "text.format.schema",
+                        "text.format.schema must be an object");
+    json_t *rf = json_pack("{s:s, s:s, s:O}", "type", "json_schema", "name",
+                           jstr(f, "name") ? jstr(f, "name") : "response",
+                           "schema", schema);
+    if (rf == NULL) return PX_ENOMEM;
+    json_t *strict = json_object_get(f, "strict");
+    if (json_is_boolean(strict)) json_object_set(rf, "strict", strict);
+    if (jstr(f, "description") != NULL)
+      set_str(rf, "description", jstr(f, "description"));
+    return json_object_set_new(d->ir, "response_format", rf);
+  }
+  return px_tr_fail(d->err, "text.format.type",
+                    "text.format.type: unsupported format '%s'", type);
+}
+
+static int dec_reasoning_cfg(dec_t *d, json_t *r) {
+  if (json_is_null(r)) return 0;
+  if (!json_is_object(r))
+    return px_tr_fail(d->err, "reasoning", "reasoning must be an object");
+  json_t *o = json_object();
+  if (o == NULL) return PX_ENOMEM;
+  const char *effort = jstr(r, "effort");
+  const char *summary = jstr(r, "summary");
+  if (summary == NULL) summary = jstr(r, "generate_summary");
+  if (effort != NULL) set_str(o, "effort", effort);
+  if (summary != NULL) set_str(o, "summary", summary);
+  if (json_object_size(o) > 0) return json_object_set_new(d->ir, "reasoning", o);
+  json_decref(o);
+  return 0;
+}
+
+static int decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
+                          px_lossy_t *lossy, px_tr_err_t *err) {
+  if (!json_is_object(body))
+    return px_tr_fail(err, "", "request body must be a JSON object");
+  dec_t d = {.ctx = ctx, .lossy = lossy, .err = err};
+  d.ir = json_object();
+  d.system = json_array();
+  d.messages = json_array();
+  int rc = PX_ENOMEM;
+  if (d.ir == NULL || d.system == NULL || d.messages == NULL) goto fail;
+
+  const char *key;
+  json_t *v;
+  json_object_foreach(body, key, v) {
+    rc = 0;
+    if (strcmp(key, "model") == 0) {
+      if (!json_is_string(v)) {
+        rc = px_tr_fail(err, "model", "model must be a string");
+      } else {
+        json_object_set(d.ir, "model", v);
+      }
+    } else if (strcmp(key, "instructions") == 0) {
+      if (json_is_string(v)) {
+        if (json_string_length(v) > 0)
+          rc = json_array_append_new(
+              d.system, json_pack("{s:s, s:s, s:s}", "type", "text", "text",
+                                  json_string_value(v), "role", "system"));
+      } else if (!json_is_null(v)) {
+        rc = px_tr_fail(err, "instructions", "instructions must be a string");
+      }
+    } else if (strcmp(key, "input") == 0) {
+      /* handled after the loop so that instructions come first */
+    } else if (strcmp(key, "tools") == 0) {
+      rc = dec_tools(&d, v);
+    } else if (strcmp(key, "tool_choice") == 0) {
+      rc = dec_tool_choice(&d, v);
+    } else if (strcmp(key, "parallel_tool_calls") == 0) {
+      if (json_is_boolean(v)) json_object_set(d.ir, "parallel_tool_calls", v);
+    } else if (strcmp(key, "max_output_tokens") == 0) {
+      if (json_is_integer(v))
+        json_object_set(d.ir, "max_tokens", v);
+      else if (!json_is_null(v))
+        rc = px_tr_fail(err, "max_output_tokens",
+                        "max_output_tokens must be an integer");
+    } else if (strcmp(key, "temperature") == 0 || strcmp(key, "top_p") == 0) {
+      if (json_is_number(v))
+        json_object_set(d.ir, key, v);
+      else if (!json_is_null(v))
+        rc = px_tr_fail(err, key, "%s must be a number", key);
+    } else if (strcmp(key, "text") == 0) {
+      rc = dec_text(&d, v);
+    } else if (strcmp(key, "reasoning") == 0) {
+      rc = dec_reasoning_cfg(&d, v);
+    } else if (strcmp(key, "user") == 0) {
+      if (json_is_string(v)) json_object_set(d.ir, "user", v);
+    } else if (strcmp(key, "safety_identifier") == 0) {
+      /* user wins when both are given; handled below */
+    } else if (strcmp(key, "metadata") == 0) {
+      if (json_is_object(v) && json_object_size(v) > 0)
+        json_object_set(d.ir, "metadata", v);
+    } else if (strcmp(key, "stream") == 0) {
+      if (json_is_boolean(v)) json_object_set(d.ir, "stream", v);
+    } else if (strcmp(key, "stream_options") == 0) {
+      if (json_object_size(v) > 0) px_lossy_add(lossy, "stream_options");
+    } else if (strcmp(key, "previous_response_id") == 0) {
+      if (!json_is_null(v))
+        rc = px_tr_fail(err, "previous_response_id",
+                        "previous_response_id needs an openai_responses "
+                        "upstream; send the full conversation in input");
+    } else if (strcmp(key, "conversation") == 0) {
+      if (!json_is_null(v))
+        rc = px_tr_fail(err, "conversation",
+                        "conversation needs an openai_responses upstream; send "
+                        "the full conversation in input");
+    } else if (strcmp(key, "background") == 0) {
+      if (json_is_true(v))
+        rc = px_tr_fail(err, "background",
+                        "background mode needs an openai_responses upstream");
+    } else if (strcmp(key, "store") == 0) {
+      if (json_is_true(v)) px_lossy_add(lossy, "store");
+    } else if (strcmp(key, "include") == 0) {
+      if (json_array_size(v) > 0) px_lossy_add(lossy, "include");
+    } else if (strcmp(key, "truncation") == 0) {
+      if (json_is_string(v) && strcmp(json_string_value(v), "disabled") != 0)
+        px_lossy_add(lossy, "truncation");
+    } else if (strcmp(key, "prompt_cache_key") == 0) {
+      if (!json_is_null(v)) px_lossy_add(lossy, "prompt_cache_key");
+    } else if (strcmp(key, "prompt_cache_retention") == 0) {
+      if (!json_is_null(v)) px_lossy_add(lossy, "prompt_cache_retention");
+    } else if (strcmp(key, "service_tier") == 0) {
+      if (!json_is_null(v)) px_lossy_add(lossy, "service_tier");
+    } else if (strcmp(key, "client_metadata") == 0) {
+      if (!json_is_null(v)) px_lossy_add(lossy, "client_metadata");
+    } else if (strcmp(key, "max_tool_calls") == 0) {
+      if (!json_is_null(v)) px_lossy_add(lossy, "max_tool_calls");
+    } else if (strcmp(key, "top_logprobs") == 0) {
+      if (!json_is_null(v)) px_lossy_add(lossy, "top_logprobs");
+    } else if (strcmp(key, "prompt") == 0) {
+      if (!json_is_null(v))
+        rc = px_tr_fail(err, "prompt",
+                        "prompt templates need an openai_responses upstream");
+    } else if (!json_is_null(v)) {
+      /* unknown top-level field: dropped, named as itself */
+      px_lossy_add(lossy, key);
+    }
+    if (rc != 0) goto fail;
+  }
+  const char *sid = jstr(body, "safety_identifier");
+  if (sid != NULL) {
+    if (json_object_get(d.ir, "user") == NULL)
+      set_str(d.ir, "user", sid);
+    else
+      px_lossy_add(lossy, "safety_identifier");
+  }
+  json_t *input = json_object_get(body, "input");
+  if (input == NULL) {
+    rc = px_tr_fail(err, "input", "input is required");
+    goto fail;
+  }
+  rc = dec_input(&d, input);
+  if (rc != 0) goto fail;
+  if (json_array_size(d.system) > 0)
+    json_object_set(d.ir, "system", d.system);
+  json_object_set(d.ir, "messages", d.messages);
+  json_decref(d.system);
+  json_decref(d.messages);
+  *ir = d.ir;
+  return 0;
+fail:
+  json_decref(d.ir);
+  json_decref(d.system);
+  json_decref(d.messages);
+  return rc < 0 ? rc : PX_EINVAL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* encode_request: IR -> Responses upstream body                           */
+
+static json_t *enc_user_part(json_t *p, px_lossy_t *lossy) {
+  const char *t = jstr(p, "type");
+  if (t == NULL) return NULL;
+  if (json_object_get(p, "cache_control") != NULL)
+    px_lossy_add(lossy, "messages.content.cache_control");
+  if (strcmp(t, "text") == 0)
+    return json_pack("{s:s, s:s}", "type", "input_text", "text",
+                     jstr(p, "text") ? jstr(p, "text") : "");
+  if (strcmp(t, "image") == 0) {
+    if (jstr(p, "url") != NULL)
+      return json_pack("{s:s, s:s}", "type", "input_image", "image_url",
+                       jstr(p, "url"));
+    if (jstr(p, "data") != NULL) {
+      char *u = data_url(jstr(p, "media_type") ? jstr(p, "media_type")
+                                               : "image/png",
+                         jstr(p, "data"));
+      if (u == NULL) return NULL;
+      json_t *o = json_pack("{s:s, s:s}", "type", "input_image", "image_url", u);
+      free(u);
+      return o;
+    }
+    return NULL;
+  }
+  if (strcmp(t, "file") == 0) {
+    json_t *o = NULL;
+    if (jstr(p, "data") != NULL) {
+      char *u = data_url(jstr(p, "media_type") ? jstr(p, "media_type")
+                                               : "application/pdf",
+                         jstr(p, "data"));
+      if (u == NULL) return NULL;
+      o = json_pack("{s:s, s:s}", "type", "input_file", "file_data", u);
+      free(u);
+      if (o != NULL && jstr(p, "filename") != NULL)
+        set_str(o, "filename", jstr(p, "filename"));
+    } else if (jstr(p, "url") != NULL) {
+      o = json_pack("{s:s, s:s}", "type", "input_file", "file_url",
+                    jstr(p, "url"));
+    } else if (jstr(p, "file_id") != NULL) {
+      o = json_pack("{s:s, s:s}", "type", "input_file", "file_id",
+                    jstr(p, "file_id"));
+    }
+    return o;
+  }
+  return NULL;
+}
+
+static int flush_msg(json_t *input, const char *role, json_t **content) {
+  if (*content == NULL) return 0;
+  int rc = 0;
+  if (json_array_size(*content) > 0)
+    rc = json_array_append_new(
+        input, json_pack("{s:s, s:s, s:O}", "type", "message", "role", role,
+                         "content", *content));
+  json_decref(*content);
+  *content = NULL;
+  return rc;
+}
+
+static int enc_tool_output(json_t *input, json_t *p, const char *path,
+                           px_lossy_t *lossy, px_tr_err_t *err) {
+  const char *id = jstr(p, "tool_call_id");
+  if (id == NULL)
+    return px_tr_fail(err, path, "%s: tool result without a call id", path);
+  if (json_is_true(json_object_get(p, "is_error")))
+    px_lossy_add(lossy, "tool_result.is_error");
+  json_t *c = json_object_get(p, "content");
+  int only_text = 1;
+  size_t i;
+  json_t *q;
+  json_array_foreach(c, i, q) {
+    const char *t = jstr(q, "type");
+    if (t == NULL || strcmp(t, "text") != 0) only_text = 0;
+  }
+  json_t *out;
+  if (only_text) {
+    px_buf_t b;
+    px_buf_init(&b, 64u << 20);
+    json_array_foreach(c, i, q) {
+      if (px_buf_puts(&b, jstr(q, "text") ? jstr(q, "text") : "") != 0) {
+        px_buf_free(&b);
+        return PX_ENOMEM;
+      }
+    }
+    out = json_stringn(b.data ? b.data : "", b.len);
+    px_buf_free(&b);
+  } else {
+    out = json_array();
+    json_array_foreach(c, i, q) {
+      json_t *e = enc_user_part(q, lossy);
+      if (e == NULL) {
+        json_decref(out);
+        return px_tr_fail(err, path, "%s: unsupported tool result content",
+                          path);
+      }
+      json_array_append_new(out, e);
+    }
+  }
+  if (out == NULL) return PX_ENOMEM;
+  return json_array_append_new(
+      input, json_pack("{s:s, s:s, s:o}", "type", "function_call_output",
+                       "call_id", id, "output", out));
+}
+
+static int enc_messages(json_t *msgs, json_t *input, px_lossy_t *lossy,
+                        px_tr_err_t *err) {
+  size_t i;
+  json_t *m;
+  json_array_foreach(msgs, i, m) {
+    const char *role = jstr(m, "role");
+    int asst = role != NULL && strcmp(role, "assistant") == 0;
+    json_t *content = NULL; /* pending message content parts */
+    size_t j;
+    json_t *p;
+    json_array_foreach(json_object_get(m, "content"), j, p) {
+      char path[64];
+      snprintf(path, sizeof(path), "messages[%zu].content[%zu]", i, j);
+      const char *t = jstr(p, "type");
+      if (t == NULL) return px_tr_fail(err, path, "%s has no type", path);
+      int rc = 0;
+      if (strcmp(t, "tool_result") == 0) {
+        rc = flush_msg(input, role, &content);
+        if (rc == 0) rc = enc_tool_output(input, p, path, lossy, err);
+      } else if (strcmp(t, "tool_call") == 0) {
+        rc = flush_msg(input, role, &content);
+        if (rc == 0)
+          rc = json_array_append_new(
+              input,
+              json_pack("{s:s, s:s, s:s, s:s}", "type", "function_call",
+                        "call_id", jstr(p, "id") ? jstr(p, "id") : "", "name",
+                        jstr(p, "name") ? jstr(p, "name") : "", "arguments",
+                        jstr(p, "arguments") ? jstr(p, "arguments") : "{}"));
+      } else if (strcmp(t, "reasoning") == 0) {
+        const char *enc = jstr(p, "encrypted_content");
+        if (enc == NULL) {
+          px_lossy_add(lossy, "messages.content.reasoning");
+          continue;
+        }
+        rc = flush_msg(input, role, &content);
+        json_t *r = json_pack("{s:s, s:[], s:s}", "type", "reasoning",
+                              "summary", "encrypted_content", enc);
+        if (r == NULL) return PX_ENOMEM;
+        const char *txt = jstr(p, "text");
+        if (txt != NULL && *txt != 0)
+          json_array_append_new(json_object_get(r, "summary"),
+                                json_pack("{s:s, s:s}", "type", "summary_text",
+                                          "text", txt));
+        if (jstr(p, "id") != NULL) set_str(r, "id", jstr(p, "id"));
+        if (rc == 0) rc = json_array_append_new(input, r);
+        else json_decref(r);
+      } else {
+        if (content == NULL && (content = json_array()) == NULL)
+          return PX_ENOMEM;
+        json_t *e = NULL;
+        if (asst && strcmp(t, "text") == 0) {
+          if (json_object_get(p, "cache_control") != NULL)
+            px_lossy_add(lossy, "messages.content.cache_control");
+          e = json_pack("{s:s, s:s, s:[]}", "type", "output_text", "text",
+                        jstr(p, "text") ? jstr(p, "text") : "", "annotations");
+        } else if (asst && strcmp(t, "refusal") == 0) {
+          e = json_pack("{s:s, s:s}", "type", "refusal", "refusal",
+                        jstr(p, "text") ? jstr(p, "text") : "");
+        } else if (!asst) {
+          e = enc_user_part(p, lossy);
+        }
+        if (e == NULL) {
+          json_decref(content);
+          return px_tr_fail(err, path, "%s: unsupported content part '%s'",
+                            path, t);
+        }
+        rc = json_array_append_new(content, e);
+      }
+      if (rc != 0) {
+        json_decref(content);
+        return rc;
+      }
+    }
+    int rc = flush_msg(input, role ? role : "user", &content);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+static const char *effort_from_budget(json_int_t b) {
+  /* inverse of the budget table low 1024 / medium 8192 / high 24576 */
+  if (b < 4096) return "low";
+  if (b < 16384) return "medium";
+  return "high";
+}
+
+static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
+                          px_lossy_t *lossy, px_tr_err_t *err) {
+  json_t *b = json_object();
+  json_t *input = json_array();
+  int rc = PX_ENOMEM;
+  if (b == NULL || input == NULL) goto fail;
+  set_str(b, "model", ctx->upstream_model ? ctx->upstream_model
+                                          : (jstr(ir, "model") ? jstr(ir, "model") : ""));
+  /* system -> instructions */
+  json_t *sys = json_object_get(ir, "system");
+  if (json_array_size(sys) > 0) {
+    px_buf_t sb;
+    px_buf_init(&sb, 64u << 20);
+    size_t i;
+    json_t *p;
+    json_array_foreach(sys, i, p) {
+      if (json_object_get(p, "cache_control") != NULL)
+        px_lossy_add(lossy, "system.cache_control");
+      if ((i > 0 && px_buf_puts(&sb, "\n\n") != 0) ||
+          px_buf_puts(&sb, jstr(p, "text") ? jstr(p, "text") : "") != 0) {
+        px_buf_free(&sb);
+        goto fail;
+      }
+    }
+    json_object_set_new(b, "instructions",
+                        json_stringn(sb.data ? sb.data : "", sb.len));
+    px_buf_free(&sb);
+  }
+  rc = enc_messages(json_object_get(ir, "messages"), input, lossy, err);
+  if (rc != 0) goto fail;
+  json_object_set(b, "input", input);
+
+  json_t *tools = json_object_get(ir, "tools");
+  if (json_array_size(tools) > 0) {
+    json_t *ot = json_array();
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+      json_t *o = json_pack("{s:s, s:s}", "type", "function", "name",
+                            jstr(t, "name") ? jstr(t, "name") : "");
+      if (jstr(t, "description") != NULL)
+        set_str(o, "description", jstr(t, "description"));
+      json_t *params = json_object_get(t, "parameters");
+      json_object_set_new(o, "parameters",
+                          params ? json_incref(params)
+                                 : json_pack("{s:s, s:{}}", "type", "object",
+                                             "properties"));
+      /* Responses defaults strict to true, which rejects most schemas: say
+       * false unless the client asked for strict. */
+      json_t *strict = json_object_get(t, "strict");
+      json_object_set_new(o, "strict", json_boolean(json_is_true(strict)));
+      if (json_object_get(t, "cache_control") != NULL)
+        px_lossy_add(lossy, "tools.cache_control");
+      json_array_append_new(ot, o);
+    }
+    json_object_set_new(b, "tools", ot);
+  }
+  json_t *tc = json_object_get(ir, "tool_choice");
+  if (json_is_object(tc)) {
+    const char *t = jstr(tc, "type");
+    if (t != NULL && strcmp(t, "tool") == 0)
+      json_object_set_new(b, "tool_choice",
+                          json_pack("{s:s, s:s}", "type", "function", "name",
+                                    jstr(tc, "name") ? jstr(tc, "name") : ""));
+    else if (t != NULL)
+      set_str(b, "tool_choice", t);
+  }
+  json_t *v;
+  if ((v = json_object_get(ir, "parallel_tool_calls")) != NULL)
+    json_object_set(b, "parallel_tool_calls", v);
+  if ((v = json_object_get(ir, "max_tokens")) != NULL)
+    json_object_set(b, "max_output_tokens", v);
+  if ((v = json_object_get(ir, "temperature")) != NULL)
+    json_object_set(b, "temperature", v);
+  if ((v = json_object_get(ir, "top_p")) != NULL) json_object_set(b, "top_p", v);
+  if (json_object_get(ir, "top_k") != NULL) px_lossy_add(lossy, "top_k");
+  if (json_array_size(json_object_get(ir, "stop")) > 0)
+    px_lossy_add(lossy, "stop");
+  json_t *rf = json_object_get(ir, "response_format");
+  if (json_is_object(rf)) {
+    json_t *f = json_deep_copy(rf);
+    json_object_set_new(b, "text", json_pack("{s:o}", "format", f));
+  }
+  json_t *r = json_object_get(ir, "reasoning");
+  if (json_is_object(r)) {
+    json_t *o = json_object();
+    const char *effort = jstr(r, "effort");
+    json_t *bt = json_object_get(r, "budget_tokens");
+    if (effort != NULL)
+      set_str(o, "effort", effort);
+    else if (json_is_false(json_object_get(r, "enabled")))
+      ; /* thinking disabled: leave the model default */
+    else if (json_is_integer(bt))
+      set_str(o, "effort", effort_from_budget(json_integer_value(bt)));
+    if (jstr(r, "summary") != NULL) set_str(o, "summary", jstr(r, "summary"));
+    if (json_object_size(o) > 0)
+      json_object_set_new(b, "reasoning", o);
+    else
+      json_decref(o);
+  }
+  if ((v = json_object_get(ir, "user")) != NULL) json_object_set(b, "user", v);
+  if ((v = json_object_get(ir, "metadata")) != NULL)
+    json_object_set(b, "metadata", v);
+  if ((v = json_object_get(ir, "stream")) != NULL)
+    json_object_set(b, "stream", v);
+  if ((v = json_object_get(ir, "previous_response_id")) != NULL)
+    json_object_set(b, "previous_response_id", v);
+  json_decref(input);
+  *body = b;
+  return 0;
+fail:
+  json_decref(b);
+  json_decref(input);
+  return rc < 0 ? rc : PX_EINVAL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* decode_response: Responses upstream body -> IR                          */
+
+static void lossy_output_item(px_lossy_t *l, const char *type) {
+  if (strcmp(type, "web_search_call") == 0)
+    px_lossy_add(l, "output.web_search_call");
+  else if (strcmp(type, "file_search_call") == 0)
+    px_lossy_add(l, "output.file_search_call");
+  else if (strcmp(type, "code_interpreter_call") == 0)
+    px_lossy_add(l, "output.code_interpreter_call");
+  else if (strcmp(type, "image_generation_call") == 0)
+    px_lossy_add(l, "output.image_generation_call");
+  else if (strcmp(type, "custom_tool_call") == 0)
+    px_lossy_add(l, "output.custom_tool_call");
+  else
+    px_lossy_add(l, "output.other");
+}
+
+static int bad_gateway(px_tr_err_t *err, const char *fmt, const char *arg) {
+  px_tr_fail(err, "", fmt, arg);
+  if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+  return PX_EPROTO;
+}
+
+static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
+                           px_lossy_t *lossy, px_tr_err_t *err) {
+  (void)ctx;
+  if (!json_is_object(body) || !json_is_array(json_object_get(body, "output")))
+    return bad_gateway(err, "upstream response has no output%s", "");
+  const char *status = jstr(body, "status");
+  if (status == NULL) status = "completed";
+  json_t *error = json_object_get(body, "error");
+  if (strcmp(status, "failed") == 0 && json_is_object(error)) {
+    const char *msg = jstr(error, "message");
+    return bad_gateway(err, "upstream response failed: %s",
+                       msg ? msg : "(no message)");
+  }
+  if (strcmp(status, "completed") != 0 && strcmp(status, "incomplete") != 0 &&
+      strcmp(status, "failed") != 0)
+    return bad_gateway(err, "upstream response is not finished (status %s)",
+                       status);
+  json_t *out = json_object();
+  json_t *content = json_array();
+  if (out == NULL || content == NULL) goto nomem;
+  set_str(out, "id", jstr(body, "id") ? jstr(body, "id") : "");
+  if (jstr(body, "model") != NULL) set_str(out, "model", jstr(body, "model"));
+  json_t *ca = json_object_get(body, "created_at");
+  if (json_is_integer(ca)) json_object_set(out, "created", ca);
+  int has_tool = 0;
+  size_t i;
+  json_t *it;
+  json_array_foreach(json_object_get(body, "output"), i, it) {
+    const char *type = jstr(it, "type");
+    if (type == NULL) continue;
+    if (strcmp(type, "message") == 0) {
+      size_t j;
+      json_t *p;
+      json_array_foreach(json_object_get(it, "content"), j, p) {
+        const char *pt = jstr(p, "type");
+        if (pt == NULL) continue;
+        if (strcmp(pt, "output_text") == 0) {
+          json_t *tp = text_part(jstr(p, "text") ? jstr(p, "text") : "");
+          json_t *ann = json_object_get(p, "annotations");
+          if (json_array_size(ann) > 0) json_object_set(tp, "annotations", ann);
+          if (json_array_size(json_object_get(p, "logprobs")) > 0)
+            px_lossy_add(lossy, "output.content.logprobs");
+          json_array_append_new(content, tp);
+        } else if (strcmp(pt, "refusal") == 0) {
+          json_array_append_new(
+              content, json_pack("{s:s, s:s}", "type", "refusal", "text",
+                                 jstr(p, "refusal") ? jstr(p, "refusal") : ""));
+        } else {
+          px_lossy_add(lossy, "output.content.other");
+        }
+      }
+    } else if (strcmp(type, "function_call") == 0) {
+      has_tool = 1;
+      json_array_append_new(
+          content,
+          json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id",
+                    jstr(it, "call_id") ? jstr(it, "call_id") : "", "name",
+                    jstr(it, "name") ? jstr(it, "name") : "", "arguments",
+                    jstr(it, "arguments") ? jstr(it, "arguments") : ""));
+      if (jstr(it, "namespace") != NULL)
+        px_lossy_add(lossy, "output.function_call.namespace");
+    } else if (strcmp(type, "reasoning") == 0) {
+      px_buf_t b;
+      px_buf_init(&b, 64u << 20);
+      int rc = append_texts(&b, json_object_get(it, "content"), "reasoning_text");
+      if (rc == 0 && b.len == 0)
+        rc = append_texts(&b, json_object_get(it, "summary"), "summary_text");
+      if (rc != 0) {
+        px_buf_free(&b);
+        goto nomem;
+      }
+      json_t *rp = json_pack("{s:s, s:s#}", "type", "reasoning", "text",
+                             b.data ? b.data : "", b.len);
+      px_buf_free(&b);
+      if (rp == NULL) goto nomem;
+      if (jstr(it, "encrypted_content") != NULL)
+        set_str(rp, "encrypted_content", jstr(it, "encrypted_content"));
+      if (jstr(it, "id") != NULL) set_str(rp, "id", jstr(it, "id"));
+      json_array_append_new(content, rp);
+    } else {
+      lossy_output_item(lossy, type);
+    }
+  }
+  json_object_set_new(out, "content", content);
+  content = NULL;
+  const char *reason = jstr(json_object_get(body, "incomplete_details"), "reason");
+  px_stop_t stop = px_stop_from_responses(status, reason, has_tool);
+  set_str(out, "stop_reason", px_stop_name(stop));
+  json_t *u = json_object_get(body, "usage");
+  if (json_is_object(u)) {
+    json_t *iu = json_pack("{s:I, s:I}", "input_tokens",
+                           json_integer_value(json_object_get(u, "input_tokens")),
+                           "output_tokens",
+                           json_integer_value(json_object_get(u, "output_tokens")));
+    json_t *c = json_object_get(json_object_get(u, "input_tokens_details"),
+                                "cached_tokens");
+    if (json_is_integer(c)) json_object_set(iu, "cache_read_tokens", c);
+    json_t *r = json_object_get(json_object_get(u, "output_tokens_details"),
+                                "reasoning_tokens");
+    if (json_is_integer(r)) json_object_set(iu, "reasoning_tokens", r);
+    json_object_set_new(out, "usage", iu);
+  }
+  *ir = out;
+  return 0;
+nomem:
+  json_decref(out);
+  json_decref(content);
+  return PX_ENOMEM;
+}
+
+/* ---------------------------------------------------------------------- */
+/* encode_response: IR -> Responses client body                            */
+
+/** Annotations in the Responses shape (Chat nests url_citation). */
+json_t *px_responses_annotations(json_t *ann, px_lossy_t *lossy) {
+  json_t *out = json_array();
+  size_t i;
+  json_t *a;
+  json_array_foreach(ann, i, a) {
+    const char *t = jstr(a, "type");
+    if (t == NULL) continue;
+    json_t *nested = json_object_get(a, t);
+    if (strcmp(t, "url_citation") == 0 && json_is_object(nested)) {
+      json_t *o = json_deep_copy(nested);
+      set_str(o, "type", "url_citation");
+      json_array_append_new(out, o);
+    } else if (strcmp(t, "url_citation") == 0 ||
+               strcmp(t, "file_citation") == 0 ||
+               strcmp(t, "container_file_citation") == 0 ||
+               strcmp(t, "file_path") == 0) {
+      json_array_append(out, a);
+    } else {
+      px_lossy_add(lossy, "content.annotations");
+    }
+  }
+  return out;
+}
+
+/** Usage object of the Responses shape. */
+json_t *px_responses_usage(const px_usage_t *u) {
+  int64_t in = u->input_tokens < 0 ? 0 : u->input_tokens;
+  int64_t out = u->output_tokens < 0 ? 0 : u->output_tokens;
+  int64_t cr = u->cache_read_tokens < 0 ? 0 : u->cache_read_tokens;
+  int64_t rt = u->reasoning_tokens < 0 ? 0 : u->reasoning_tokens;
+  return json_pack("{s:I, s:{s:I}, s:I, s:{s:I}, s:I}", "input_tokens",
+                   (json_int_t)in, "input_tokens_details", "cached_tokens",
+                   (json_int_t)cr, "output_tokens", (json_int_t)out,
+                   "output_tokens_details", "reasoning_tokens", (json_int_t)rt,
+                   "total_tokens", (json_int_t)(in + out));
+}
+
+/** The Response object skeleton shared by bodies and stream events. */
+json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id,
+                            int64_t created, const char *status,
+                            const char *incomplete_reason) {
+  json_t *o = json_pack(
+      "{s:s, s:s, s:I, s:s, s:n, s:n, s:n, s:n, s:s, s:[], s:b, s:n, s:n, s:s, "
+      "s:[], s:n}",
+      "id", resp_id, "object", "response", "created_at", (json_int_t)created,
+      "status", status, "error", "incomplete_details", "instructions",
+      "max_output_tokens", "model",
+      ctx->client_model ? ctx->client_model : "", "output",
+      "parallel_tool_calls", 1, "previous_response_id", "temperature",
+      "tool_choice", "auto", "tools", "top_p");
+  if (o == NULL) return NULL;
+  json_object_set_new(o, "metadata", json_object());
+  if (incomplete_reason != NULL)
+    json_object_set_new(o, "incomplete_details",
+                        json_pack("{s:s}", "reason", incomplete_reason));
+  return o;
+}
+
+static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
+                           px_lossy_t *lossy, px_tr_err_t *err) {
+  (void)err;
+  const char *uid = jstr(ir, "id");
+  char rid[160], mid[160], iid[200];
+  px_responses_resp_id(uid, rid, sizeof(rid));
+  json_t *content = json_object_get(ir, "content");
+  px_stop_t stop = px_stop_parse(jstr(ir, "stop_reason"));
+  if (stop == PX_STOP_NONE) stop = PX_STOP_END_TURN;
+  int has_refusal = 0;
+  size_t i;
+  json_t *p;
+  json_array_foreach(content, i, p) {
+    const char *t = jstr(p, "type");
+    if (t != NULL && strcmp(t, "refusal") == 0) has_refusal = 1;
+  }
+  const char *reason = NULL;
+  const char *status = px_stop_to_responses(stop, has_refusal, &reason);
+  json_t *created = json_object_get(ir, "created");
+  int64_t ts = json_is_integer(created) ? (int64_t)json_integer_value(created)
+                                        : ctx->created;
+  json_t *o = px_responses_object(ctx, rid, ts, status, reason);
+  if (o == NULL) return PX_ENOMEM;
+  json_t *output = json_object_get(o, "output");
+  json_t *msg = NULL; /* current message item content */
+  int nmsg = 0;
+  const char *expl = jstr(ir, "refusal_explanation");
+  json_array_foreach(content, i, p) {
+    const char *t = jstr(p, "type");
+    if (t == NULL) continue;
+    int oi = (int)json_array_size(output);
+    if (strcmp(t, "text") == 0 || strcmp(t, "refusal") == 0) {
+      if (msg == NULL) {
+        px_responses_msg_id(uid, nmsg++, mid, sizeof(mid));
+        json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:[]}", "id", mid, "type",
+                              "message", "status", "completed", "role",
+                              "assistant", "content");
+        json_array_append_new(output, m);
+        msg = json_object_get(m, "content");
+      }
+      if (strcmp(t, "text") == 0) {
+        json_t *ann = px_responses_annotations(json_object_get(p, "annotations"),
+                                               lossy);
+        json_array_append_new(
+            msg, json_pack("{s:s, s:s, s:o}", "type", "output_text", "text",
+                           jstr(p, "text") ? jstr(p, "text") : "",
+                           "annotations", ann));
+      } else {
+        json_array_append_new(
+            msg, json_pack("{s:s, s:s}", "type", "refusal", "refusal",
+                           jstr(p, "text") ? jstr(p, "text") : ""));
+      }
+      continue;
+    }
+    msg = NULL;
+    if (strcmp(t, "tool_call") == 0) {
+      px_responses_fc_id(uid, jstr(p, "id"), oi, iid, sizeof(iid));
+      json_array_append_new(
+          output,
+          json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", iid, "type",
+                    "function_call", "status", "completed", "call_id",
+                    jstr(p, "id") ? jstr(p, "id") : "", "name",
+                    jstr(p, "name") ? jstr(p, "name") : "", "arguments",
+                    jstr(p, "arguments") ? jstr(p, "arguments") : ""));
+    } else if (strcmp(t, "reasoning") == 0) {
+      px_responses_rs_id(uid, jstr(p, "id"), oi, iid, sizeof(iid));
+      json_t *r = json_pack("{s:s, s:s, s:[]}", "id", iid, "type", "reasoning",
+                            "summary");
+      const char *txt = jstr(p, "text");
+      if (txt != NULL && *txt != 0)
+        json_array_append_new(json_object_get(r, "summary"),
+                              json_pack("{s:s, s:s}", "type", "summary_text",
+                                        "text", txt));
+      const char *enc = jstr(p, "encrypted_content");
+      const char *sig = jstr(p, "signature");
+      const char *red = jstr(p, "redacted_data");
+      if (enc != NULL) {
+        set_str(r, "encrypted_content", enc);
+      } else if (sig != NULL || red != NULL) {
+        size_t n = strlen(sig ? sig : red) + 16;
+        char *s = malloc(n);
+        if (s != NULL) {
+          snprintf(s, n, "%s%s", sig ? SIG_PREFIX : RED_PREFIX, sig ? sig : red);
+          set_str(r, "encrypted_content", s);
+          free(s);
+        }
+      }
+      json_array_append_new(output, r);
+    }
+  }
+  if (stop == PX_STOP_REFUSAL && expl != NULL) {
+    if (!has_refusal) {
+      /* an Anthropic refusal with no visible wording: the explanation is the
+       * only wording there is */
+      px_responses_msg_id(uid, nmsg++, mid, sizeof(mid));
+      json_array_append_new(
+          output, json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:s}]}", "id", mid,
+                            "type", "message", "status", "completed", "role",
+                            "assistant", "content", "type", "refusal",
+                            "refusal", expl));
+    } else {
+      px_lossy_add(lossy, "stop_details.explanation");
+    }
+  }
+  json_t *u = json_object_get(ir, "usage");
+  if (json_is_object(u)) {
+    px_usage_t us = {
+        .input_tokens = json_integer_value(json_object_get(u, "input_tokens")),
+        .output_tokens = json_integer_value(json_object_get(u, "output_tokens")),
+        .cache_read_tokens =
+            json_integer_value(json_object_get(u, "cache_read_tokens")),
+        .cache_creation_tokens = 0,
+        .reasoning_tokens =
+            json_integer_value(json_object_get(u, "reasoning_tokens")),
+    };
+    json_object_set_new(o, "usage", px_responses_usage(&us));
+  }
+  if (jstr(ir, "stop_sequence") != NULL)
+    px_lossy_add(lossy, "stop_sequence");
+  *body = o;
+  return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* errors                                                                  */
+
+static int decode_error(int status, const char *body, size_t len,
+                        px_upstream_err_t *out) {
+  json_error_t e;
+  json_t *j = json_loadb(body, len, 0, &e);
+  if (j == NULL) return PX_EINVAL;
+  json_t *er = json_object_get(j, "error");
+  if (!json_is_object(er)) {
+    json_decref(j);
+    return PX_EINVAL;
+  }
+  const char *type = jstr(er, "type");
+  const char *code = jstr(er, "code");
+  const char *msg = jstr(er, "message");
+  out->kind = px_errkind_from_type(type, status);
+  /* OpenAI sends 401/403/404/429 with type invalid_request_error (the code
+   * says invalid_api_key, ...): the status is the better witness then. */
+  if (out->kind == PX_ERR_INVALID && status != 400 && status != 422 &&
+      status >= 400)
+    out->kind = px_errkind_from_type(NULL, status);
+  snprintf(out->type, sizeof(out->type), "%s", type ? type : (code ? code : ""));
+  snprintf(out->message, sizeof(out->message), "%s", msg ? msg : "");
+  json_decref(j);
+  return 0;
+}
+
+static int encode_error(px_buf_t *out, px_errkind_t kind, const char *type,
+                        const char *message, const char *param,
+                        const char *request_id) {
+  (void)request_id;
+  if (type == NULL) type = px_errkind_openai(kind);
+  int rc = px_buf_puts(out, "{\"error\":{\"message\":");
+  if (rc == 0) rc = px_buf_json_str(out, message ? message : "",
+                                    message ? strlen(message) : 0);
+  if (rc == 0) rc = px_buf_puts(out, ",\"type\":");
+  if (rc == 0) rc = px_buf_json_str(out, type, strlen(type));
+  if (rc == 0) rc = px_buf_puts(out, ",\"param\":");
+  if (rc == 0)
+    rc = param && *param ? px_buf_json_str(out, param, strlen(param))
+                         : px_buf_puts(out, "null");
+  if (rc == 0) rc = px_buf_puts(out, ",\"code\":null}}");
+  return rc;
+}
+
+/* Stateless mid-stream error (used when no stream encoder exists): a
+ * response.failed event carrying a failed response object. */
+static int encode_stream_error(px_buf_t *out, px_errkind_t kind,
+                               const char *message) {
+  px_buf_t d;
+  px_buf_init(&d, 64u << 10);
+  int rc = px_buf_puts(
+      &d, "{\"type\":\"response.failed\",\"sequence_number\":0,\"response\":{"
+          "\"id\":\"resp_proxai_error\",\"object\":\"response\","
+          "\"created_at\":0,\"status\":\"failed\",\"error\":{\"code\":");
+  const char *code = kind == PX_ERR_RATE_LIMIT ? "rate_limit_exceeded"
+                                               : "server_error";
+  if (rc == 0) rc = px_buf_json_str(&d, code, strlen(code));
+  if (rc == 0) rc = px_buf_puts(&d, ",\"message\":");
+  if (rc == 0)
+    rc = px_buf_json_str(&d, message ? message : "upstream error",
+                         message ? strlen(message) : 14);
+  if (rc == 0)
+    rc = px_buf_puts(&d, "},\"incomplete_details\":null,\"instructions\":null,"
+                         "\"metadata\":{},\"model\":\"\",\"output\":[],"
+                         "\"parallel_tool_calls\":true,\"temperature\":null,"
+                         "\"tool_choice\":\"auto\",\"tools\":[],\"top_p\":null}}");
+  if (rc == 0) rc = px_sse_write(out, "response.failed", d.data, d.len);
+  px_buf_free(&d);
+  return rc;
+}
+
+/* stream functions live in responses_stream.c */
+px_sdec_t *px_responses_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink,
+                                 void *arg);
+int px_responses_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse);
+int px_responses_sdec_finish(px_sdec_t *d);
+void px_responses_sdec_free(px_sdec_t *d);
+px_senc_t *px_responses_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out);
+int px_responses_senc_event(px_senc_t *e, const px_ev_t *ev);
+void px_responses_senc_free(px_senc_t *e);
 
 const px_proto_ops_t px_proto_responses = {
     .id = PX_PROTO_RESPONSES,
+    .name = "openai_responses",
+    .inbound_path = "/responses",
+    .upstream_path = "/responses",
+    .decode_request = decode_request,
+    .encode_request = encode_request,
+    .decode_response = decode_response,
+    .encode_response = encode_response,
+    .decode_error = decode_error,
+    .encode_error = encode_error,
+    .encode_stream_error = encode_stream_error,
+    .sdec_new = px_responses_sdec_new,
+    .sdec_feed = px_responses_sdec_feed,
+    .sdec_finish = px_responses_sdec_finish,
+    .sdec_free = px_responses_sdec_free,
+    .senc_new = px_responses_senc_new,
+    .senc_event = px_responses_senc_event,
+    .senc_free = px_responses_senc_free,
 };

@@ -1,1 +1,980 @@
-/* responses_stream.c - stream decoder/encoder of this protocol (work in progress). */
+/* responses_stream.c - OpenAI Responses stream decoder (upstream SSE ->
+ * px_ev_t) and encoder (px_ev_t -> client SSE).
+ *
+ * Decoder states:
+ *
+ *   INIT --response.created--> RUNNING --response.completed|incomplete|failed--> DONE
+ *     |                          |
+ *     +----------error / bad event / failed with error--------------------> ERROR
+ *
+ *   In RUNNING, output items map to blocks: a message's content parts
+ *   (output_text, refusal) and each function_call / reasoning item are one
+ *   block each. Finishing without DONE emits PX_EV_ERROR.
+ *
+ * Encoder states:
+ *
+ *   INIT --MESSAGE_START--> OPEN --MESSAGE_STOP--> DONE
+ *                             |
+ *                             +--ERROR--> DONE (response.failed)
+ *
+ *   The final response object (response.completed / incomplete / failed)
+ *   carries the whole output; it is accumulated as items finish, bounded by
+ *   ctx->max_accum.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxai/proto.h"
+#include "proxai/sse.h"
+
+#define SIG_PREFIX "pxa1:sig:"
+#define RED_PREFIX "pxa1:red:"
+#define MAX_BLOCKS 4096
+#define DEFAULT_ACCUM (64u << 20)
+
+/* from responses.c */
+void px_responses_resp_id(const char *id, char *out, size_t n);
+void px_responses_msg_id(const char *id, int nth, char *out, size_t n);
+void px_responses_fc_id(const char *resp_id, const char *call_id, int oi,
+                        char *out, size_t n);
+void px_responses_rs_id(const char *resp_id, const char *rid, int oi,
+                        char *out, size_t n);
+json_t *px_responses_usage(const px_usage_t *u);
+json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id,
+                            int64_t created, const char *status,
+                            const char *incomplete_reason);
+
+static const char *jstr(const json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/* ====================================================================== */
+/* Decoder                                                                 */
+
+typedef enum { D_INIT, D_RUNNING, D_DONE, D_ERROR } dstate_t;
+
+typedef struct dblock {
+  int output_index;
+  int content_index; /* -1 for item-level blocks */
+  int index;         /* event block index */
+  px_block_t kind;
+  int got_delta;
+  int open;
+  int nsummary; /* reasoning: summary parts seen */
+} dblock_t;
+
+struct px_sdec {
+  px_tr_ctx_t ctx;
+  px_ev_sink_fn sink;
+  void *arg;
+  dstate_t state;
+  int next_index;
+  int has_tool;
+  dblock_t *blocks; /* open/known blocks (bounded by MAX_BLOCKS) */
+  size_t nblocks, cap;
+};
+
+static void dset(px_sdec_t *d, dstate_t s) { d->state = s; }
+
+static int demit(px_sdec_t *d, const px_ev_t *ev) {
+  return d->sink(d->arg, ev);
+}
+
+static int derror(px_sdec_t *d, px_errkind_t kind, const char *msg) {
+  px_ev_t ev;
+  px_ev_init(&ev, PX_EV_ERROR);
+  ev.errkind = kind;
+  ev.text = px_str(msg);
+  dset(d, D_ERROR);
+  int rc = demit(d, &ev);
+  return rc < 0 ? rc : PX_EPROTO;
+}
+
+static dblock_t *dfind(px_sdec_t *d, int oi, int ci) {
+  for (size_t i = d->nblocks; i > 0; i--) {
+    dblock_t *b = &d->blocks[i - 1];
+    if (b->output_index == oi && b->content_index == ci) return b;
+  }
+  return NULL;
+}
+
+static dblock_t *dstart(px_sdec_t *d, int oi, int ci, px_block_t kind,
+                        const char *id, const char *name) {
+  if (d->nblocks >= MAX_BLOCKS) return NULL;
+  if (d->nblocks == d->cap) {
+    size_t nc = d->cap ? d->cap * 2 : 8;
+    dblock_t *nb = realloc(d->blocks, nc * sizeof(*nb));
+    if (nb == NULL) return NULL;
+    d->blocks = nb;
+    d->cap = nc;
+  }
+  dblock_t *b = &d->blocks[d->nblocks++];
+  memset(b, 0, sizeof(*b));
+  b->output_index = oi;
+  b->content_index = ci;
+  b->kind = kind;
+  b->index = d->next_index++;
+  b->open = 1;
+  px_ev_t ev;
+  px_ev_init(&ev, PX_EV_BLOCK_START);
+  ev.index = b->index;
+  ev.block = kind;
+  ev.id = px_str(id);
+  ev.name = px_str(name);
+  if (demit(d, &ev) < 0) return NULL;
+  return b;
+}
+
+static int ddelta(px_sdec_t *d, dblock_t *b, px_delta_t kind, const char *s,
+                  size_t n) {
+  px_ev_t ev;
+  px_ev_init(&ev, PX_EV_DELTA);
+  ev.index = b->index;
+  ev.delta = kind;
+  ev.text = (px_str_t){s, n};
+  b->got_delta = 1;
+  return demit(d, &ev);
+}
+
+static int dstop(px_sdec_t *d, dblock_t *b) {
+  if (!b->open) return 0;
+  b->open = 0;
+  px_ev_t ev;
+  px_ev_init(&ev, PX_EV_BLOCK_STOP);
+  ev.index = b->index;
+  return demit(d, &ev);
+}
+
+static int dstop_all(px_sdec_t *d, int oi) {
+  for (size_t i = 0; i < d->nblocks; i++) {
+    dblock_t *b = &d->blocks[i];
+    if (b->open && (oi < 0 || b->output_index == oi)) {
+      int rc = dstop(d, b);
+      if (rc < 0) return rc;
+    }
+  }
+  return 0;
+}
+
+static int oindex(json_t *j) {
+  json_t *v = json_object_get(j, "output_index");
+  return json_is_integer(v) ? (int)json_integer_value(v) : -1;
+}
+
+static int cindex(json_t *j) {
+  json_t *v = json_object_get(j, "content_index");
+  return json_is_integer(v) ? (int)json_integer_value(v) : 0;
+}
+
+static int d_item_added(px_sdec_t *d, json_t *j) {
+  json_t *item = json_object_get(j, "item");
+  const char *t = jstr(item, "type");
+  int oi = oindex(j);
+  if (t == NULL || oi < 0)
+    return derror(d, PX_ERR_BAD_GATEWAY, "upstream sent a malformed output item");
+  if (strcmp(t, "function_call") == 0) {
+    d->has_tool = 1;
+    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, jstr(item, "call_id"),
+                         jstr(item, "name"));
+    if (b == NULL) return PX_ENOMEM;
+    const char *a = jstr(item, "arguments");
+    if (a != NULL && *a != 0) return ddelta(d, b, PX_DELTA_TOOL_ARGS, a, strlen(a));
+    return 0;
+  }
+  if (strcmp(t, "reasoning") == 0) {
+    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_THINKING, jstr(item, "id"), NULL);
+    return b ? 0 : PX_ENOMEM;
+  }
+  /* message: its parts open blocks; hosted tool items are not carried */
+  return 0;
+}
+
+static int d_part_added(px_sdec_t *d, json_t *j) {
+  json_t *part = json_object_get(j, "part");
+  const char *t = jstr(part, "type");
+  int oi = oindex(j), ci = cindex(j);
+  if (t == NULL) return 0;
+  px_block_t kind;
+  if (strcmp(t, "output_text") == 0)
+    kind = PX_BLOCK_TEXT;
+  else if (strcmp(t, "refusal") == 0)
+    kind = PX_BLOCK_REFUSAL;
+  else
+    return 0; /* reasoning_text parts belong to the reasoning block */
+  dblock_t *b = dstart(d, oi, ci, kind, NULL, NULL);
+  if (b == NULL) return PX_ENOMEM;
+  const char *init = jstr(part, kind == PX_BLOCK_TEXT ? "text" : "refusal");
+  if (init != NULL && *init != 0)
+    return ddelta(d, b, kind == PX_BLOCK_TEXT ? PX_DELTA_TEXT : PX_DELTA_REFUSAL,
+                  init, strlen(init));
+  return 0;
+}
+
+static int d_item_done(px_sdec_t *d, json_t *j) {
+  json_t *item = json_object_get(j, "item");
+  const char *t = jstr(item, "type");
+  int oi = oindex(j);
+  if (t == NULL) return 0;
+  dblock_t *b = dfind(d, oi, -1);
+  if (strcmp(t, "function_call") == 0 && b != NULL) {
+    const char *a = jstr(item, "arguments");
+    if (!b->got_delta && a != NULL && *a != 0) {
+      int rc = ddelta(d, b, PX_DELTA_TOOL_ARGS, a, strlen(a));
+      if (rc < 0) return rc;
+    }
+    return dstop(d, b);
+  }
+  if (strcmp(t, "reasoning") == 0 && b != NULL) {
+    if (!b->got_delta) {
+      /* no deltas streamed: take the text from the finished item */
+      json_t *arr = json_object_get(item, "summary");
+      size_t i;
+      json_t *p;
+      int first = 1;
+      json_array_foreach(arr, i, p) {
+        const char *s = jstr(p, "text");
+        if (s == NULL) continue;
+        if (!first) ddelta(d, b, PX_DELTA_THINKING, "\n\n", 2);
+        first = 0;
+        int rc = ddelta(d, b, PX_DELTA_THINKING, s, strlen(s));
+        if (rc < 0) return rc;
+      }
+    }
+    const char *enc = jstr(item, "encrypted_content");
+    if (enc != NULL && *enc != 0) {
+      int rc = ddelta(d, b, PX_DELTA_SIGNATURE, enc, strlen(enc));
+      if (rc < 0) return rc;
+    }
+    return dstop(d, b);
+  }
+  return dstop_all(d, oi);
+}
+
+static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
+  json_t *r = json_object_get(j, "response");
+  const char *status = jstr(r, "status");
+  if (status == NULL) {
+    if (strcmp(type, "response.completed") == 0) status = "completed";
+    else if (strcmp(type, "response.incomplete") == 0) status = "incomplete";
+    else status = "failed";
+  }
+  json_t *err = json_object_get(r, "error");
+  if (strcmp(status, "failed") == 0 && json_is_object(err)) {
+    const char *code = jstr(err, "code");
+    const char *msg = jstr(err, "message");
+    px_errkind_t k = code && strcmp(code, "rate_limit_exceeded") == 0
+                         ? PX_ERR_RATE_LIMIT
+                         : PX_ERR_API;
+    return derror(d, k, msg ? msg : "upstream response failed");
+  }
+  int rc = dstop_all(d, -1);
+  if (rc < 0) return rc;
+  px_ev_t ev;
+  px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
+  ev.stop = px_stop_from_responses(
+      status, jstr(json_object_get(r, "incomplete_details"), "reason"),
+      d->has_tool);
+  if (ev.stop == PX_STOP_NONE)
+    return derror(d, PX_ERR_BAD_GATEWAY,
+                  "upstream ended the response without a final status");
+  json_t *u = json_object_get(r, "usage");
+  if (json_is_object(u)) {
+    json_t *v;
+    if (json_is_integer(v = json_object_get(u, "input_tokens")))
+      ev.usage.input_tokens = json_integer_value(v);
+    if (json_is_integer(v = json_object_get(u, "output_tokens")))
+      ev.usage.output_tokens = json_integer_value(v);
+    if (json_is_integer(v = json_object_get(
+                            json_object_get(u, "input_tokens_details"),
+                            "cached_tokens")))
+      ev.usage.cache_read_tokens = json_integer_value(v);
+    if (json_is_integer(v = json_object_get(
+                            json_object_get(u, "output_tokens_details"),
+                            "reasoning_tokens")))
+      ev.usage.reasoning_tokens = json_integer_value(v);
+  }
+  rc = demit(d, &ev);
+  if (rc < 0) return rc;
+  dset(d, D_DONE);
+  px_ev_init(&ev, PX_EV_MESSAGE_STOP);
+  return demit(d, &ev);
+}
+
+static int d_delta(px_sdec_t *d, json_t *j, px_delta_t kind, int item_level) {
+  const char *s = jstr(j, "delta");
+  if (s == NULL) return 0;
+  dblock_t *b = dfind(d, oindex(j), item_level ? -1 : cindex(j));
+  if (b == NULL || !b->open)
+    return derror(d, PX_ERR_BAD_GATEWAY,
+                  "upstream sent a delta for an unknown output item");
+  return ddelta(d, b, kind, s, json_string_length(json_object_get(j, "delta")));
+}
+
+px_sdec_t *px_responses_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink,
+                                 void *arg) {
+  px_sdec_t *d = calloc(1, sizeof(*d));
+  if (d == NULL) return NULL;
+  d->ctx = *ctx;
+  d->sink = sink;
+  d->arg = arg;
+  dset(d, D_INIT);
+  return d;
+}
+
+int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
+  if (d->state == D_DONE || d->state == D_ERROR) return 0;
+  if (px_str_eq(sse->data, "[DONE]") || sse->data.len == 0) return 0;
+  json_error_t e;
+  json_t *j = json_loadb(sse->data.ptr, sse->data.len, 0, &e);
+  if (!json_is_object(j)) {
+    json_decref(j);
+    return derror(d, PX_ERR_BAD_GATEWAY, "upstream sent a non-JSON event");
+  }
+  const char *type = jstr(j, "type");
+  char tbuf[96];
+  if (type == NULL && sse->event.len > 0 && sse->event.len < sizeof(tbuf)) {
+    memcpy(tbuf, sse->event.ptr, sse->event.len);
+    tbuf[sse->event.len] = 0;
+    type = tbuf;
+  }
+  int rc = 0;
+  if (type == NULL) {
+    rc = derror(d, PX_ERR_BAD_GATEWAY, "upstream sent an event without a type");
+  } else if (strcmp(type, "error") == 0) {
+    const char *msg = jstr(j, "message");
+    const char *code = jstr(j, "code");
+    json_t *inner = json_object_get(j, "error");
+    if (msg == NULL && json_is_object(inner)) {
+      msg = jstr(inner, "message");
+      code = jstr(inner, "code") ? jstr(inner, "code") : jstr(inner, "type");
+    }
+    px_errkind_t k = PX_ERR_API;
+    if (code != NULL && (strcmp(code, "rate_limit_exceeded") == 0 ||
+                         strcmp(code, "rate_limit_error") == 0))
+      k = PX_ERR_RATE_LIMIT;
+    else if (code != NULL)
+      k = px_errkind_from_type(code, 500);
+    rc = derror(d, k, msg ? msg : "upstream stream error");
+  } else if (d->state == D_INIT) {
+    if (strcmp(type, "response.created") == 0 ||
+        strcmp(type, "response.in_progress") == 0 ||
+        strcmp(type, "response.queued") == 0) {
+      json_t *r = json_object_get(j, "response");
+      px_ev_t ev;
+      px_ev_init(&ev, PX_EV_MESSAGE_START);
+      ev.id = px_str(jstr(r, "id"));
+      ev.model = px_str(jstr(r, "model"));
+      dset(d, D_RUNNING);
+      rc = demit(d, &ev);
+    } else {
+      rc = derror(d, PX_ERR_BAD_GATEWAY,
+                  "upstream stream did not start with response.created");
+    }
+  } else if (strcmp(type, "response.output_item.added") == 0) {
+    rc = d_item_added(d, j);
+  } else if (strcmp(type, "response.content_part.added") == 0) {
+    rc = d_part_added(d, j);
+  } else if (strcmp(type, "response.output_text.delta") == 0) {
+    rc = d_delta(d, j, PX_DELTA_TEXT, 0);
+  } else if (strcmp(type, "response.refusal.delta") == 0) {
+    rc = d_delta(d, j, PX_DELTA_REFUSAL, 0);
+  } else if (strcmp(type, "response.function_call_arguments.delta") == 0) {
+    rc = d_delta(d, j, PX_DELTA_TOOL_ARGS, 1);
+  } else if (strcmp(type, "response.reasoning_summary_text.delta") == 0 ||
+             strcmp(type, "response.reasoning_text.delta") == 0) {
+    rc = d_delta(d, j, PX_DELTA_THINKING, 1);
+  } else if (strcmp(type, "response.reasoning_summary_part.added") == 0) {
+    dblock_t *b = dfind(d, oindex(j), -1);
+    if (b != NULL && b->nsummary++ > 0 && b->got_delta)
+      rc = ddelta(d, b, PX_DELTA_THINKING, "\n\n", 2);
+  } else if (strcmp(type, "response.content_part.done") == 0) {
+    dblock_t *b = dfind(d, oindex(j), cindex(j));
+    if (b != NULL) rc = dstop(d, b);
+  } else if (strcmp(type, "response.output_item.done") == 0) {
+    rc = d_item_done(d, j);
+  } else if (strcmp(type, "response.completed") == 0 ||
+             strcmp(type, "response.incomplete") == 0 ||
+             strcmp(type, "response.failed") == 0) {
+    rc = d_terminal(d, j, type);
+  } else if (strcmp(type, "response.created") == 0) {
+    rc = derror(d, PX_ERR_BAD_GATEWAY, "upstream sent response.created twice");
+  }
+  /* everything else (.done echoes, in_progress, annotations, hosted tool
+   * progress) carries nothing the event model needs */
+  json_decref(j);
+  return rc < 0 ? rc : 0;
+}
+
+int px_responses_sdec_finish(px_sdec_t *d) {
+  if (d->state == D_DONE || d->state == D_ERROR) return 0;
+  return derror(d, PX_ERR_BAD_GATEWAY,
+                "upstream stream ended before response.completed");
+}
+
+void px_responses_sdec_free(px_sdec_t *d) {
+  if (d == NULL) return;
+  free(d->blocks);
+  free(d);
+}
+
+/* ====================================================================== */
+/* Encoder                                                                 */
+
+typedef enum { E_INIT, E_OPEN, E_DONE } estate_t;
+
+typedef struct eblock {
+  int used;
+  px_block_t kind;
+  int output_index;
+  int content_index;
+  int summary_open;
+  char *item_id;
+  char *call_id;
+  char *name;
+  px_buf_t text; /* accumulated text / arguments */
+  px_buf_t enc;  /* reasoning encrypted content */
+} eblock_t;
+
+struct px_senc {
+  px_tr_ctx_t ctx;
+  px_buf_t *out;
+  estate_t state;
+  int64_t seq;
+  char resp_id[160];
+  char up_id[160];
+  int next_oi;
+  int nmsg;
+  /* open message item */
+  int msg_oi;
+  char msg_id[200];
+  json_t *msg_content;
+  int msg_nparts;
+  int has_refusal;
+  int any_output;
+  json_t *output; /* final output array; null placeholders for open items */
+  eblock_t *blocks;
+  size_t nblocks;
+  size_t accum;
+  px_stop_t stop;
+  px_usage_t usage;
+  char *explanation;
+  px_buf_t scratch;
+};
+
+static void eset(px_senc_t *e, estate_t s) { e->state = s; }
+
+static int eaccum(px_senc_t *e, size_t n) {
+  size_t cap = e->ctx.max_accum ? e->ctx.max_accum : DEFAULT_ACCUM;
+  if (e->accum + n > cap) return PX_ETOOBIG;
+  e->accum += n;
+  return 0;
+}
+
+/* Emit a jansson event: type and sequence_number are set here. */
+static int eemit(px_senc_t *e, const char *type, json_t *obj) {
+  if (obj == NULL) return PX_ENOMEM;
+  json_t *full = json_pack("{s:s, s:I}", "type", type, "sequence_number",
+                           (json_int_t)e->seq++);
+  if (full == NULL) {
+    json_decref(obj);
+    return PX_ENOMEM;
+  }
+  json_object_update(full, obj);
+  json_decref(obj);
+  char *s = json_dumps(full, JSON_COMPACT);
+  json_decref(full);
+  if (s == NULL) return PX_ENOMEM;
+  int rc = px_sse_write(e->out, type, s, strlen(s));
+  free(s);
+  return rc;
+}
+
+/* Emit a delta event without building a tree. */
+static int edelta(px_senc_t *e, const char *type, const char *item_id, int oi,
+                  int ci, int summary, const char *s, size_t n) {
+  px_buf_t *b = &e->scratch;
+  px_buf_reset(b);
+  int rc = px_buf_printf(b, "{\"type\":\"%s\",\"sequence_number\":%lld,"
+                            "\"item_id\":",
+                         type, (long long)e->seq++);
+  if (rc == 0) rc = px_buf_json_str(b, item_id, strlen(item_id));
+  if (rc == 0) rc = px_buf_printf(b, ",\"output_index\":%d", oi);
+  if (rc == 0 && ci >= 0) rc = px_buf_printf(b, ",\"content_index\":%d", ci);
+  if (rc == 0 && summary >= 0)
+    rc = px_buf_printf(b, ",\"summary_index\":%d", summary);
+  if (rc == 0) rc = px_buf_puts(b, ",\"delta\":");
+  if (rc == 0) rc = px_buf_json_str(b, s, n);
+  if (rc == 0 && strcmp(type, "response.output_text.delta") == 0)
+    rc = px_buf_puts(b, ",\"logprobs\":[]");
+  if (rc == 0) rc = px_buf_puts(b, "}");
+  if (rc == 0) rc = px_sse_write(e->out, type, b->data, b->len);
+  return rc;
+}
+
+static json_t *eresponse(px_senc_t *e, const char *status, const char *reason,
+                         int with_output) {
+  json_t *o = px_responses_object(&e->ctx, e->resp_id, e->ctx.created, status,
+                                  reason);
+  if (o == NULL) return NULL;
+  if (with_output) {
+    /* drop placeholders of items that never finished */
+    json_t *out = json_array();
+    size_t i;
+    json_t *it;
+    json_array_foreach(e->output, i, it) {
+      if (!json_is_null(it)) json_array_append(out, it);
+    }
+    json_object_set_new(o, "output", out);
+    json_object_set_new(o, "usage", px_responses_usage(&e->usage));
+  } else {
+    json_object_set_new(o, "usage", json_null());
+  }
+  return o;
+}
+
+static int eclose_msg(px_senc_t *e) {
+  if (e->msg_oi < 0) return 0;
+  json_t *item = json_pack("{s:s, s:s, s:s, s:s, s:O}", "id", e->msg_id, "type",
+                           "message", "status", "completed", "role",
+                           "assistant", "content", e->msg_content);
+  if (item == NULL) return PX_ENOMEM;
+  json_array_set(e->output, (size_t)e->msg_oi, item);
+  int rc = eemit(e, "response.output_item.done",
+                 json_pack("{s:i, s:o}", "output_index", e->msg_oi, "item",
+                           item));
+  json_decref(e->msg_content);
+  e->msg_content = NULL;
+  e->msg_oi = -1;
+  return rc;
+}
+
+static int enew_item(px_senc_t *e, json_t *item) {
+  int oi = e->next_oi++;
+  json_array_append_new(e->output, json_null());
+  e->any_output = 1;
+  return eemit(e, "response.output_item.added",
+               json_pack("{s:i, s:o}", "output_index", oi, "item", item)) < 0
+             ? -1
+             : oi;
+}
+
+static int eopen_msg(px_senc_t *e) {
+  if (e->msg_oi >= 0) return 0;
+  px_responses_msg_id(e->up_id, e->nmsg++, e->msg_id, sizeof(e->msg_id));
+  e->msg_content = json_array();
+  e->msg_nparts = 0;
+  int oi = enew_item(e, json_pack("{s:s, s:s, s:s, s:s, s:[]}", "id", e->msg_id,
+                                  "type", "message", "status", "in_progress",
+                                  "role", "assistant", "content"));
+  if (oi < 0) return PX_ENOMEM;
+  e->msg_oi = oi;
+  return 0;
+}
+
+static eblock_t *eblock(px_senc_t *e, int index) {
+  if (index < 0 || index >= MAX_BLOCKS) return NULL;
+  if ((size_t)index >= e->nblocks) {
+    size_t n = (size_t)index + 8;
+    eblock_t *nb = realloc(e->blocks, n * sizeof(*nb));
+    if (nb == NULL) return NULL;
+    memset(nb + e->nblocks, 0, (n - e->nblocks) * sizeof(*nb));
+    e->blocks = nb;
+    e->nblocks = n;
+  }
+  return &e->blocks[index];
+}
+
+static char *dupn(px_str_t s) {
+  char *p = malloc(s.len + 1);
+  if (p == NULL) return NULL;
+  if (s.len) memcpy(p, s.ptr, s.len);
+  p[s.len] = 0;
+  return p;
+}
+
+static void efree_block(eblock_t *b) {
+  free(b->item_id);
+  free(b->call_id);
+  free(b->name);
+  px_buf_free(&b->text);
+  px_buf_free(&b->enc);
+  memset(b, 0, sizeof(*b));
+}
+
+static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
+  eblock_t *b = eblock(e, ev->index);
+  if (b == NULL || b->used) return PX_EPROTO;
+  b->used = 1;
+  b->kind = ev->block;
+  px_buf_init(&b->text, SIZE_MAX);
+  px_buf_init(&b->enc, SIZE_MAX);
+  char id[200];
+  int rc;
+  switch (ev->block) {
+  case PX_BLOCK_TEXT:
+  case PX_BLOCK_REFUSAL:
+    rc = eopen_msg(e);
+    if (rc < 0) return rc;
+    b->output_index = e->msg_oi;
+    b->content_index = e->msg_nparts++;
+    b->item_id = strdup(e->msg_id);
+    if (ev->block == PX_BLOCK_REFUSAL) e->has_refusal = 1;
+    rc = eemit(e, "response.content_part.added",
+               json_pack("{s:s, s:i, s:i, s:o}", "item_id", e->msg_id,
+                         "output_index", b->output_index, "content_index",
+                         b->content_index, "part",
+                         ev->block == PX_BLOCK_TEXT
+                             ? json_pack("{s:s, s:s, s:[]}", "type",
+                                         "output_text", "text", "",
+                                         "annotations")
+                             : json_pack("{s:s, s:s}", "type", "refusal",
+                                         "refusal", "")));
+    if (rc == 0 && ev->text.len > 0) {
+      rc = eaccum(e, ev->text.len);
+      if (rc == 0) rc = px_buf_append(&b->text, ev->text.ptr, ev->text.len);
+      if (rc == 0)
+        rc = edelta(e,
+                    ev->block == PX_BLOCK_TEXT ? "response.output_text.delta"
+                                               : "response.refusal.delta",
+                    b->item_id, b->output_index, b->content_index, -1,
+                    ev->text.ptr, ev->text.len);
+    }
+    return rc;
+  case PX_BLOCK_THINKING:
+  case PX_BLOCK_REDACTED_THINKING: {
+    rc = eclose_msg(e);
+    if (rc < 0) return rc;
+    char *rid = dupn(ev->id);
+    px_responses_rs_id(e->up_id, rid, e->next_oi, id, sizeof(id));
+    free(rid);
+    b->item_id = strdup(id);
+    b->content_index = -1;
+    if (ev->block == PX_BLOCK_REDACTED_THINKING && ev->text.len > 0) {
+      rc = px_buf_puts(&b->enc, RED_PREFIX);
+      if (rc == 0) rc = px_buf_append(&b->enc, ev->text.ptr, ev->text.len);
+      if (rc < 0) return rc;
+    }
+    int oi = enew_item(e, json_pack("{s:s, s:s, s:[]}", "id", id, "type",
+                                    "reasoning", "summary"));
+    if (oi < 0) return PX_ENOMEM;
+    b->output_index = oi;
+    return 0;
+  }
+  case PX_BLOCK_TOOL_CALL: {
+    rc = eclose_msg(e);
+    if (rc < 0) return rc;
+    b->call_id = dupn(ev->id);
+    b->name = dupn(ev->name);
+    if (b->call_id == NULL || b->name == NULL) return PX_ENOMEM;
+    px_responses_fc_id(e->up_id, b->call_id, e->next_oi, id, sizeof(id));
+    b->item_id = strdup(id);
+    b->content_index = -1;
+    int oi = enew_item(e, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", id,
+                                    "type", "function_call", "status",
+                                    "in_progress", "call_id", b->call_id,
+                                    "name", b->name, "arguments", ""));
+    if (oi < 0) return PX_ENOMEM;
+    b->output_index = oi;
+    return 0;
+  }
+  }
+  return PX_EPROTO;
+}
+
+static int e_delta(px_senc_t *e, const px_ev_t *ev) {
+  eblock_t *b = eblock(e, ev->index);
+  if (b == NULL || !b->used) return PX_EPROTO;
+  int rc;
+  if (ev->delta == PX_DELTA_SIGNATURE) {
+    if (b->kind != PX_BLOCK_THINKING && b->kind != PX_BLOCK_REDACTED_THINKING)
+      return PX_EPROTO;
+    rc = eaccum(e, ev->text.len);
+    /* OpenAI encrypted_content arrives whole; an Anthropic signature is
+     * marked so that it finds its way back to an Anthropic upstream */
+    if (rc == 0 && b->enc.len == 0 && e->ctx.out == PX_PROTO_ANTHROPIC)
+      rc = px_buf_puts(&b->enc, SIG_PREFIX);
+    if (rc == 0) rc = px_buf_append(&b->enc, ev->text.ptr, ev->text.len);
+    return rc;
+  }
+  if (ev->text.len == 0) return 0;
+  rc = eaccum(e, ev->text.len);
+  if (rc == 0) rc = px_buf_append(&b->text, ev->text.ptr, ev->text.len);
+  if (rc < 0) return rc;
+  switch (b->kind) {
+  case PX_BLOCK_TEXT:
+    return edelta(e, "response.output_text.delta", b->item_id, b->output_index,
+                  b->content_index, -1, ev->text.ptr, ev->text.len);
+  case PX_BLOCK_REFUSAL:
+    return edelta(e, "response.refusal.delta", b->item_id, b->output_index,
+                  b->content_index, -1, ev->text.ptr, ev->text.len);
+  case PX_BLOCK_TOOL_CALL:
+    return edelta(e, "response.function_call_arguments.delta", b->item_id,
+                  b->output_index, -1, -1, ev->text.ptr, ev->text.len);
+  case PX_BLOCK_THINKING:
+  case PX_BLOCK_REDACTED_THINKING:
+    if (!b->summary_open) {
+      b->summary_open = 1;
+      rc = eemit(e, "response.reasoning_summary_part.added",
+                 json_pack("{s:s, s:i, s:i, s:{s:s, s:s}}", "item_id",
+                           b->item_id, "output_index", b->output_index,
+                           "summary_index", 0, "part", "type", "summary_text",
+                           "text", ""));
+      if (rc < 0) return rc;
+    }
+    return edelta(e, "response.reasoning_summary_text.delta", b->item_id,
+                  b->output_index, -1, 0, ev->text.ptr, ev->text.len);
+  }
+  return PX_EPROTO;
+}
+
+static int e_block_stop(px_senc_t *e, const px_ev_t *ev) {
+  eblock_t *b = eblock(e, ev->index);
+  if (b == NULL || !b->used) return PX_EPROTO;
+  int rc = 0;
+  json_t *text = json_stringn(b->text.data ? b->text.data : "", b->text.len);
+  if (text == NULL) return PX_ENOMEM;
+  switch (b->kind) {
+  case PX_BLOCK_TEXT:
+  case PX_BLOCK_REFUSAL: {
+    int is_text = b->kind == PX_BLOCK_TEXT;
+    rc = eemit(e, is_text ? "response.output_text.done" : "response.refusal.done",
+               is_text ? json_pack("{s:s, s:i, s:i, s:O, s:[]}", "item_id",
+                                   b->item_id, "output_index", b->output_index,
+                                   "content_index", b->content_index, "text",
+                                   text, "logprobs")
+                       : json_pack("{s:s, s:i, s:i, s:O}", "item_id",
+                                   b->item_id, "output_index", b->output_index,
+                                   "content_index", b->content_index,
+                                   "refusal", text));
+    json_t *part = is_text ? json_pack("{s:s, s:O, s:[]}", "type", "output_text",
+                                       "text", text, "annotations")
+                           : json_pack("{s:s, s:O}", "type", "refusal",
+                                       "refusal", text);
+    if (rc == 0)
+      rc = eemit(e, "response.content_part.done",
+                 json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id,
+                           "output_index", b->output_index, "content_index",
+                           b->content_index, "part", part));
+    if (e->msg_content != NULL && b->output_index == e->msg_oi)
+      json_array_append(e->msg_content, part);
+    json_decref(part);
+    break;
+  }
+  case PX_BLOCK_THINKING:
+  case PX_BLOCK_REDACTED_THINKING: {
+    json_t *summary = json_array();
+    if (b->summary_open) {
+      rc = eemit(e, "response.reasoning_summary_text.done",
+                 json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id,
+                           "output_index", b->output_index, "summary_index", 0,
+                           "text", text));
+      if (rc == 0)
+        rc = eemit(e, "response.reasoning_summary_part.done",
+                   json_pack("{s:s, s:i, s:i, s:{s:s, s:O}}", "item_id",
+                             b->item_id, "output_index", b->output_index,
+                             "summary_index", 0, "part", "type",
+                             "summary_text", "text", text));
+      json_array_append_new(summary, json_pack("{s:s, s:O}", "type",
+                                               "summary_text", "text", text));
+    }
+    json_t *item = json_pack("{s:s, s:s, s:o}", "id", b->item_id, "type",
+                             "reasoning", "summary", summary);
+    if (item != NULL && b->enc.len > 0)
+      json_object_set_new(item, "encrypted_content",
+                          json_stringn(b->enc.data, b->enc.len));
+    if (item == NULL) rc = PX_ENOMEM;
+    if (rc == 0) {
+      json_array_set(e->output, (size_t)b->output_index, item);
+      rc = eemit(e, "response.output_item.done",
+                 json_pack("{s:i, s:O}", "output_index", b->output_index,
+                           "item", item));
+    }
+    json_decref(item);
+    break;
+  }
+  case PX_BLOCK_TOOL_CALL: {
+    rc = eemit(e, "response.function_call_arguments.done",
+               json_pack("{s:s, s:i, s:s, s:O}", "item_id", b->item_id,
+                         "output_index", b->output_index, "name", b->name,
+                         "arguments", text));
+    json_t *item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:O}", "id", b->item_id,
+                             "type", "function_call", "status", "completed",
+                             "call_id", b->call_id, "name", b->name,
+                             "arguments", text);
+    if (item == NULL) rc = PX_ENOMEM;
+    if (rc == 0) {
+      json_array_set(e->output, (size_t)b->output_index, item);
+      rc = eemit(e, "response.output_item.done",
+                 json_pack("{s:i, s:O}", "output_index", b->output_index,
+                           "item", item));
+    }
+    json_decref(item);
+    break;
+  }
+  }
+  json_decref(text);
+  efree_block(b);
+  return rc;
+}
+
+static int e_start(px_senc_t *e, const px_ev_t *ev) {
+  char idb[160];
+  size_t n = ev->id.len < sizeof(idb) - 1 ? ev->id.len : sizeof(idb) - 1;
+  if (n) memcpy(idb, ev->id.ptr, n);
+  idb[n] = 0;
+  snprintf(e->up_id, sizeof(e->up_id), "%s", idb);
+  px_responses_resp_id(idb, e->resp_id, sizeof(e->resp_id));
+  if (ev->usage.input_tokens >= 0) e->usage.input_tokens = ev->usage.input_tokens;
+  if (ev->usage.cache_read_tokens >= 0)
+    e->usage.cache_read_tokens = ev->usage.cache_read_tokens;
+  eset(e, E_OPEN);
+  int rc = eemit(e, "response.created",
+                 json_pack("{s:o}", "response",
+                           eresponse(e, "in_progress", NULL, 0)));
+  if (rc == 0)
+    rc = eemit(e, "response.in_progress",
+               json_pack("{s:o}", "response",
+                         eresponse(e, "in_progress", NULL, 0)));
+  return rc;
+}
+
+/* Close whatever is open: message item; blocks are closed by the decoder. */
+static int e_finish_items(px_senc_t *e) { return eclose_msg(e); }
+
+static int e_stop(px_senc_t *e) {
+  int rc = 0;
+  /* a refusal without any visible wording: the explanation is the wording */
+  if (e->stop == PX_STOP_REFUSAL && !e->has_refusal && e->explanation != NULL &&
+      !e->any_output) {
+    px_ev_t ev;
+    px_ev_init(&ev, PX_EV_BLOCK_START);
+    ev.index = (int)e->nblocks; /* a fresh block index */
+    ev.block = PX_BLOCK_REFUSAL;
+    rc = e_block_start(e, &ev);
+    if (rc == 0) {
+      px_ev_t dv;
+      px_ev_init(&dv, PX_EV_DELTA);
+      dv.index = ev.index;
+      dv.delta = PX_DELTA_REFUSAL;
+      dv.text = px_str(e->explanation);
+      rc = e_delta(e, &dv);
+    }
+    if (rc == 0) {
+      px_ev_t sv;
+      px_ev_init(&sv, PX_EV_BLOCK_STOP);
+      sv.index = ev.index;
+      rc = e_block_stop(e, &sv);
+    }
+  }
+  if (rc == 0) rc = e_finish_items(e);
+  if (rc < 0) return rc;
+  const char *reason = NULL;
+  px_stop_t st = e->stop == PX_STOP_NONE ? PX_STOP_END_TURN : e->stop;
+  const char *status = px_stop_to_responses(st, e->has_refusal, &reason);
+  const char *type = strcmp(status, "completed") == 0    ? "response.completed"
+                     : strcmp(status, "incomplete") == 0 ? "response.incomplete"
+                                                         : "response.failed";
+  eset(e, E_DONE);
+  return eemit(e, type,
+               json_pack("{s:o}", "response", eresponse(e, status, reason, 1)));
+}
+
+static int e_error(px_senc_t *e, px_errkind_t kind, px_str_t msg) {
+  int rc = 0;
+  if (e->state == E_INIT) {
+    snprintf(e->resp_id, sizeof(e->resp_id), "resp_proxai_error");
+    rc = eemit(e, "response.created",
+               json_pack("{s:o}", "response",
+                         eresponse(e, "in_progress", NULL, 0)));
+    if (rc < 0) return rc;
+  }
+  eset(e, E_DONE);
+  json_t *r = eresponse(e, "failed", NULL, 1);
+  if (r == NULL) return PX_ENOMEM;
+  const char *code = kind == PX_ERR_RATE_LIMIT ? "rate_limit_exceeded"
+                                               : "server_error";
+  json_object_set_new(r, "error",
+                      json_pack("{s:s, s:s#}", "code", code, "message",
+                                msg.ptr ? msg.ptr : "", msg.len));
+  return eemit(e, "response.failed", json_pack("{s:o}", "response", r));
+}
+
+px_senc_t *px_responses_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
+  px_senc_t *e = calloc(1, sizeof(*e));
+  if (e == NULL) return NULL;
+  e->ctx = *ctx;
+  e->out = out;
+  e->msg_oi = -1;
+  e->output = json_array();
+  e->usage.input_tokens = e->usage.output_tokens = -1;
+  e->usage.cache_read_tokens = e->usage.cache_creation_tokens = -1;
+  e->usage.reasoning_tokens = -1;
+  px_buf_init(&e->scratch, SIZE_MAX);
+  if (e->output == NULL) {
+    free(e);
+    return NULL;
+  }
+  eset(e, E_INIT);
+  return e;
+}
+
+int px_responses_senc_event(px_senc_t *e, const px_ev_t *ev) {
+  if (e->state == E_DONE) return 0;
+  int rc;
+  if (ev->type == PX_EV_ERROR) return e_error(e, ev->errkind, ev->text);
+  if (e->state == E_INIT && ev->type != PX_EV_MESSAGE_START) {
+    rc = PX_EPROTO;
+    goto fail;
+  }
+  switch (ev->type) {
+  case PX_EV_MESSAGE_START:
+    if (e->state != E_INIT) {
+      rc = PX_EPROTO;
+      break;
+    }
+    rc = e_start(e, ev);
+    break;
+  case PX_EV_BLOCK_START: rc = e_block_start(e, ev); break;
+  case PX_EV_DELTA: rc = e_delta(e, ev); break;
+  case PX_EV_BLOCK_STOP: rc = e_block_stop(e, ev); break;
+  case PX_EV_MESSAGE_DELTA:
+    if (ev->stop != PX_STOP_NONE) e->stop = ev->stop;
+    if (ev->usage.input_tokens >= 0) e->usage.input_tokens = ev->usage.input_tokens;
+    if (ev->usage.output_tokens >= 0)
+      e->usage.output_tokens = ev->usage.output_tokens;
+    if (ev->usage.cache_read_tokens >= 0)
+      e->usage.cache_read_tokens = ev->usage.cache_read_tokens;
+    if (ev->usage.reasoning_tokens >= 0)
+      e->usage.reasoning_tokens = ev->usage.reasoning_tokens;
+    if (ev->refusal_explanation.len > 0) {
+      free(e->explanation);
+      e->explanation = dupn(ev->refusal_explanation);
+    }
+    rc = 0;
+    break;
+  case PX_EV_MESSAGE_STOP: rc = e_stop(e); break;
+  default: rc = PX_EPROTO; break;
+  }
+  if (rc >= 0) return 0;
+fail:
+  if (rc == PX_ETOOBIG)
+    e_error(e, PX_ERR_BAD_GATEWAY,
+            PX_STR("response too large to accumulate for the final event"));
+  else
+    e_error(e, PX_ERR_BAD_GATEWAY, PX_STR("stream translation failed"));
+  return rc;
+}
+
+void px_responses_senc_free(px_senc_t *e) {
+  if (e == NULL) return;
+  for (size_t i = 0; i < e->nblocks; i++)
+    if (e->blocks[i].used) efree_block(&e->blocks[i]);
+  free(e->blocks);
+  json_decref(e->output);
+  json_decref(e->msg_content);
+  free(e->explanation);
+  px_buf_free(&e->scratch);
+  free(e);
+}
