@@ -624,8 +624,12 @@ static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
     schedule_retry(x);
     return;
   case M_ERROR: {
-    if (x->in == x->out && x->ep == EP_GATEWAY) {
-      /* same protocol: the upstream's error body as it is */
+    px_upstream_err_t ue;
+    const px_proto_ops_t *uops = px_proto_get(x->out);
+    if (x->in == x->out && x->ep == EP_GATEWAY && uops->decode_error &&
+        uops->decode_error(x->up_status, x->acc.data ? x->acc.data : "", x->acc.len,
+                           &ue) == 0) {
+      /* same protocol and a proper error body: forwarded as it is */
       x->error_type = "upstream_error";
       if (start_response(x, x->up_status,
                          x->content_type[0] ? x->content_type : "application/json", 0,
