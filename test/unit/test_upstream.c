@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "proxai/upstream.h"
@@ -693,6 +695,36 @@ static void test_connect_fail(void) {
   CHECK(t.nheaders == 0);
 }
 
+/* ---- 6b. connect timeout: a listener whose accept queue is full ---- */
+
+static void test_connect_timeout(void) {
+  t_t t;
+  t_init(&t);
+  int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a;
+  socklen_t len = sizeof(a);
+  uv_ip4_addr("127.0.0.1", 0, &a);
+  CHECK(bind(l, (struct sockaddr *)&a, sizeof(a)) == 0);
+  CHECK(listen(l, 0) == 0);
+  CHECK(getsockname(l, (struct sockaddr *)&a, &len) == 0);
+  /* fill the accept queue (never accepted) so further SYNs are dropped */
+  int fill[8], nfill = 0;
+  for (; nfill < 8; nfill++) {
+    fill[nfill] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    connect(fill[nfill], (struct sockaddr *)&a, sizeof(a));
+  }
+  snprintf(t.url, sizeof(t.url), "http://127.0.0.1:%d/", ntohs(a.sin_port));
+  px_xfer_opts_t o = opts_for(&t);
+  o.connect_timeout_ms = 100;
+  px_xfer_cbs_t cbs = {cb_headers, cb_data, cb_done_finish};
+  CHECK(px_xfer_start(t.c, &o, &cbs, &t));
+  t_run_and_close(&t);
+  for (int i = 0; i < nfill; i++) close(fill[i]);
+  close(l);
+  CHECK(t.ndone == 1);
+  CHECK(t.res == PX_XFER_ETIMEOUT_CONNECT);
+}
+
 /* ---- 7/8. first byte and idle timeouts ---- */
 
 static void cb_done_then_wait_close(void *arg, px_xfer_result_t res, const char *msg) {
@@ -910,6 +942,7 @@ int main(void) {
   test_cancel(1);
   test_cancel(2);
   test_connect_fail();
+  test_connect_timeout();
   test_first_byte_timeout();
   test_idle_timeout();
   test_pool_limit();
