@@ -152,7 +152,7 @@ static int dec_user_part(dec_t *d, json_t *p, const char *path, json_t *out) {
     const char *url = jstr(p, "image_url");
     const char *detail = jstr(p, "detail");
     if (detail != NULL && strcmp(detail, "auto") != 0)
-      px_lossy_add(d->lossy, "input.content.detail");
+      px_lossy_add(d->lossy, "input[].content[].detail");
     if (url == NULL) {
       snprintf(pp, sizeof(pp), "%s.file_id", path);
       if (jstr(p, "file_id") != NULL)
@@ -326,7 +326,7 @@ static int dec_message(dec_t *d, json_t *item, const char *path) {
                             path, i);
         json_t *ann = json_object_get(p, "annotations");
         if (json_array_size(ann) > 0)
-          px_lossy_add(d->lossy, "input.content.annotations");
+          px_lossy_add(d->lossy, "input[].content[].annotations");
         if (json_array_append_new(out, text_part(txt)) != 0) return PX_ENOMEM;
       } else if (strcmp(t, "refusal") == 0) {
         const char *txt = jstr(p, "refusal");
@@ -371,7 +371,7 @@ static int dec_function_call(dec_t *d, json_t *item, const char *path) {
     return px_tr_fail(d->err, pp, "%s.arguments is not valid JSON", path);
   }
   if (jstr(item, "namespace") != NULL)
-    px_lossy_add(d->lossy, "input.function_call.namespace");
+    px_lossy_add(d->lossy, "input[].namespace");
   json_t *out = asst_content(d);
   if (out == NULL) return PX_ENOMEM;
   return json_array_append_new(
@@ -517,28 +517,28 @@ static int dec_input(dec_t *d, json_t *input) {
 static void lossy_hosted_tool(px_lossy_t *l, const char *type) {
   if (strcmp(type, "web_search") == 0 ||
       strncmp(type, "web_search_preview", 18) == 0)
-    px_lossy_add(l, "tools.web_search");
+    px_lossy_add(l, "tools[].web_search");
   else if (strcmp(type, "file_search") == 0)
-    px_lossy_add(l, "tools.file_search");
+    px_lossy_add(l, "tools[].file_search");
   else if (strcmp(type, "code_interpreter") == 0)
-    px_lossy_add(l, "tools.code_interpreter");
+    px_lossy_add(l, "tools[].code_interpreter");
   else if (strcmp(type, "image_generation") == 0)
-    px_lossy_add(l, "tools.image_generation");
+    px_lossy_add(l, "tools[].image_generation");
   else if (strcmp(type, "computer_use_preview") == 0 ||
            strcmp(type, "computer") == 0)
-    px_lossy_add(l, "tools.computer");
+    px_lossy_add(l, "tools[].computer");
   else if (strcmp(type, "mcp") == 0)
-    px_lossy_add(l, "tools.mcp");
+    px_lossy_add(l, "tools[].mcp");
   else if (strcmp(type, "local_shell") == 0 || strcmp(type, "shell") == 0)
-    px_lossy_add(l, "tools.shell");
+    px_lossy_add(l, "tools[].shell");
   else if (strcmp(type, "apply_patch") == 0)
-    px_lossy_add(l, "tools.apply_patch");
+    px_lossy_add(l, "tools[].apply_patch");
   else if (strcmp(type, "custom") == 0)
-    px_lossy_add(l, "tools.custom");
+    px_lossy_add(l, "tools[].custom");
   else if (strcmp(type, "namespace") == 0)
-    px_lossy_add(l, "tools.namespace");
+    px_lossy_add(l, "tools[].namespace");
   else
-    px_lossy_add(l, "tools.other");
+    px_lossy_add(l, "tools[].other");
 }
 
 static int dec_tools(dec_t *d, json_t *tools) {
@@ -579,7 +579,7 @@ static int dec_tools(dec_t *d, json_t *tools) {
     json_t *strict = json_object_get(t, "strict");
     if (json_is_boolean(strict)) json_object_set(o, "strict", strict);
     if (json_is_true(json_object_get(t, "defer_loading")))
-      px_lossy_add(d->lossy, "tools.defer_loading");
+      px_lossy_add(d->lossy, "tools[].defer_loading");
     json_array_append_new(out, o);
   }
   if (json_array_size(out) > 0)
@@ -801,7 +801,7 @@ static json_t *enc_user_part(json_t *p, px_lossy_t *lossy) {
   const char *t = jstr(p, "type");
   if (t == NULL) return NULL;
   if (json_object_get(p, "cache_control") != NULL)
-    px_lossy_add(lossy, "messages.content.cache_control");
+    px_lossy_add(lossy, "cache_control");
   if (strcmp(t, "text") == 0)
     return json_pack("{s:s, s:s}", "type", "input_text", "text",
                      jstr(p, "text") ? jstr(p, "text") : "");
@@ -861,7 +861,7 @@ static int enc_tool_output(json_t *input, json_t *p, const char *path,
   if (id == NULL)
     return px_tr_fail(err, path, "%s: tool result without a call id", path);
   if (json_is_true(json_object_get(p, "is_error")))
-    px_lossy_add(lossy, "tool_result.is_error");
+    px_lossy_add(lossy, "messages[].content[].is_error");
   json_t *c = json_object_get(p, "content");
   int only_text = 1;
   size_t i;
@@ -900,8 +900,8 @@ static int enc_tool_output(json_t *input, json_t *p, const char *path,
                        "call_id", id, "output", out));
 }
 
-static int enc_messages(json_t *msgs, json_t *input, px_lossy_t *lossy,
-                        px_tr_err_t *err) {
+static int enc_messages(json_t *msgs, json_t *input, int anth,
+                        px_lossy_t *lossy, px_tr_err_t *err) {
   size_t i;
   json_t *m;
   json_array_foreach(msgs, i, m) {
@@ -931,7 +931,12 @@ static int enc_messages(json_t *msgs, json_t *input, px_lossy_t *lossy,
       } else if (strcmp(t, "reasoning") == 0) {
         const char *enc = jstr(p, "encrypted_content");
         if (enc == NULL) {
-          px_lossy_add(lossy, "messages.content.reasoning");
+          if (anth && jstr(p, "redacted_data") != NULL)
+            px_lossy_add(lossy, "messages[].content[].redacted_thinking");
+          else if (anth)
+            px_lossy_add(lossy, "messages[].content[].thinking");
+          else
+            px_lossy_add(lossy, "messages[].reasoning_content");
           continue;
         }
         rc = flush_msg(input, role, &content);
@@ -952,7 +957,7 @@ static int enc_messages(json_t *msgs, json_t *input, px_lossy_t *lossy,
         json_t *e = NULL;
         if (asst && strcmp(t, "text") == 0) {
           if (json_object_get(p, "cache_control") != NULL)
-            px_lossy_add(lossy, "messages.content.cache_control");
+            px_lossy_add(lossy, "cache_control");
           e = json_pack("{s:s, s:s, s:[]}", "type", "output_text", "text",
                         jstr(p, "text") ? jstr(p, "text") : "", "annotations");
         } else if (asst && strcmp(t, "refusal") == 0) {
@@ -1003,7 +1008,7 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
     json_t *p;
     json_array_foreach(sys, i, p) {
       if (json_object_get(p, "cache_control") != NULL)
-        px_lossy_add(lossy, "system.cache_control");
+        px_lossy_add(lossy, "cache_control");
       if ((i > 0 && px_buf_puts(&sb, "\n\n") != 0) ||
           px_buf_puts(&sb, jstr(p, "text") ? jstr(p, "text") : "") != 0) {
         px_buf_free(&sb);
@@ -1014,7 +1019,8 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
                         json_stringn(sb.data ? sb.data : "", sb.len));
     px_buf_free(&sb);
   }
-  rc = enc_messages(json_object_get(ir, "messages"), input, lossy, err);
+  int anth = ctx->in == PX_PROTO_ANTHROPIC;
+  rc = enc_messages(json_object_get(ir, "messages"), input, anth, lossy, err);
   if (rc != 0) goto fail;
   json_object_set(b, "input", input);
 
@@ -1038,7 +1044,7 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
       json_t *strict = json_object_get(t, "strict");
       json_object_set_new(o, "strict", json_boolean(json_is_true(strict)));
       if (json_object_get(t, "cache_control") != NULL)
-        px_lossy_add(lossy, "tools.cache_control");
+        px_lossy_add(lossy, "cache_control");
       json_array_append_new(ot, o);
     }
     json_object_set_new(b, "tools", ot);
@@ -1063,7 +1069,7 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
   if ((v = json_object_get(ir, "top_p")) != NULL) json_object_set(b, "top_p", v);
   if (json_object_get(ir, "top_k") != NULL) px_lossy_add(lossy, "top_k");
   if (json_array_size(json_object_get(ir, "stop")) > 0)
-    px_lossy_add(lossy, "stop");
+    px_lossy_add(lossy, anth ? "stop_sequences" : "stop");
   json_t *rf = json_object_get(ir, "response_format");
   if (json_is_object(rf)) {
     json_t *f = json_deep_copy(rf);
@@ -1107,17 +1113,17 @@ fail:
 
 static void lossy_output_item(px_lossy_t *l, const char *type) {
   if (strcmp(type, "web_search_call") == 0)
-    px_lossy_add(l, "output.web_search_call");
+    px_lossy_add(l, "output[].web_search_call");
   else if (strcmp(type, "file_search_call") == 0)
-    px_lossy_add(l, "output.file_search_call");
+    px_lossy_add(l, "output[].file_search_call");
   else if (strcmp(type, "code_interpreter_call") == 0)
-    px_lossy_add(l, "output.code_interpreter_call");
+    px_lossy_add(l, "output[].code_interpreter_call");
   else if (strcmp(type, "image_generation_call") == 0)
-    px_lossy_add(l, "output.image_generation_call");
+    px_lossy_add(l, "output[].image_generation_call");
   else if (strcmp(type, "custom_tool_call") == 0)
-    px_lossy_add(l, "output.custom_tool_call");
+    px_lossy_add(l, "output[].custom_tool_call");
   else
-    px_lossy_add(l, "output.other");
+    px_lossy_add(l, "output[].other");
 }
 
 static int bad_gateway(px_tr_err_t *err, const char *fmt, const char *arg) {
@@ -1167,14 +1173,14 @@ static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
           json_t *ann = json_object_get(p, "annotations");
           if (json_array_size(ann) > 0) json_object_set(tp, "annotations", ann);
           if (json_array_size(json_object_get(p, "logprobs")) > 0)
-            px_lossy_add(lossy, "output.content.logprobs");
+            px_lossy_add(lossy, "output[].content[].logprobs");
           json_array_append_new(content, tp);
         } else if (strcmp(pt, "refusal") == 0) {
           json_array_append_new(
               content, json_pack("{s:s, s:s}", "type", "refusal", "text",
                                  jstr(p, "refusal") ? jstr(p, "refusal") : ""));
         } else {
-          px_lossy_add(lossy, "output.content.other");
+          px_lossy_add(lossy, "output[].content[].other");
         }
       }
     } else if (strcmp(type, "function_call") == 0) {
@@ -1186,7 +1192,7 @@ static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
                     jstr(it, "name") ? jstr(it, "name") : "", "arguments",
                     jstr(it, "arguments") ? jstr(it, "arguments") : ""));
       if (jstr(it, "namespace") != NULL)
-        px_lossy_add(lossy, "output.function_call.namespace");
+        px_lossy_add(lossy, "output[].namespace");
     } else if (strcmp(type, "reasoning") == 0) {
       px_buf_t b;
       px_buf_init(&b, 64u << 20);
@@ -1258,7 +1264,7 @@ json_t *px_responses_annotations(json_t *ann, px_lossy_t *lossy) {
                strcmp(t, "file_path") == 0) {
       json_array_append(out, a);
     } else {
-      px_lossy_add(lossy, "content.annotations");
+      px_lossy_add(lossy, "output[].content[].annotations");
     }
   }
   return out;
@@ -1469,8 +1475,12 @@ static int encode_error(px_buf_t *out, px_errkind_t kind, const char *type,
 
 /* Stateless mid-stream error (used when no stream encoder exists): a
  * response.failed event carrying a failed response object. */
+int px_responses_stream_error(px_buf_t *out, px_errkind_t kind,
+                              const char *message);
+
 static int encode_stream_error(px_buf_t *out, px_errkind_t kind,
                                const char *message) {
+  if (px_responses_stream_error(out, kind, message) == 0) return 0;
   px_buf_t d;
   px_buf_init(&d, 64u << 10);
   int rc = px_buf_puts(

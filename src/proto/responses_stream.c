@@ -461,7 +461,15 @@ struct px_senc {
   px_usage_t usage;
   char *explanation;
   px_buf_t scratch;
+  px_senc_t *next, *prev; /* live encoders of this thread (see below) */
 };
+
+/* The hub reports a broken stream through the stateless
+ * encode_stream_error(out, ...). A Responses client needs that error inside
+ * the stream it already has (same response id, next sequence_number, the
+ * output so far), so live encoders are listed by their out buffer and
+ * encode_stream_error asks px_responses_stream_error() first. */
+static __thread px_senc_t *live;
 
 static void eset(px_senc_t *e, estate_t s) { e->state = s; }
 
@@ -901,6 +909,18 @@ static int e_error(px_senc_t *e, px_errkind_t kind, px_str_t msg) {
   return eemit(e, "response.failed", json_pack("{s:o}", "response", r));
 }
 
+/** 0 when a live encoder writing to out took the error (or had already
+ *  ended its stream), <0 when no encoder writes to out. */
+int px_responses_stream_error(px_buf_t *out, px_errkind_t kind,
+                              const char *message) {
+  for (px_senc_t *e = live; e != NULL; e = e->next) {
+    if (e->out != out) continue;
+    if (e->state == E_DONE) return 0;
+    return e_error(e, kind, px_str(message ? message : "upstream error"));
+  }
+  return PX_EINVAL;
+}
+
 px_senc_t *px_responses_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
   px_senc_t *e = calloc(1, sizeof(*e));
   if (e == NULL) return NULL;
@@ -917,6 +937,9 @@ px_senc_t *px_responses_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
     return NULL;
   }
   eset(e, E_INIT);
+  e->next = live;
+  if (live != NULL) live->prev = e;
+  live = e;
   return e;
 }
 
@@ -969,6 +992,9 @@ fail:
 
 void px_responses_senc_free(px_senc_t *e) {
   if (e == NULL) return;
+  if (e->prev != NULL) e->prev->next = e->next;
+  else if (live == e) live = e->next;
+  if (e->next != NULL) e->next->prev = e->prev;
   for (size_t i = 0; i < e->nblocks; i++)
     if (e->blocks[i].used) efree_block(&e->blocks[i]);
   free(e->blocks);
