@@ -1105,12 +1105,11 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
   else
     json_object_set_new(msg, "content", json_null());
   const char *expl = jstr(ir, "refusal_explanation");
-  if (refusal != NULL)
-    add_str(msg, "refusal", refusal);
-  else if (expl != NULL && ntext == 0)
+  if (refusal == NULL && expl != NULL && ntext == 0)
     add_str(msg, "refusal", expl); /* Anthropic refusal without visible wording */
   else if (expl != NULL)
     px_lossy_add(lossy, "stop_details.explanation");
+  if (refusal != NULL) add_str(msg, "refusal", refusal);
   free(refusal);
   if (nreason > 0)
     json_object_set_new(msg, "reasoning_content", json_stringn(reasoning.data, reasoning.len));
