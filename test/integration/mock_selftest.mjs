@@ -32,13 +32,15 @@ async function post(pathname, body, headers = {}) {
 /** Raw HTTP/1.1 exchange on a fresh socket; resolves to everything received until close. */
 function rawExchange(bytes, { endAfterMs } = {}) {
   return new Promise((resolve, reject) => {
-    const sock = net.connect(mock.port, '127.0.0.1', () => sock.write(bytes));
+    const sock = net.connect(mock.port, '127.0.0.1', () => {
+      sock.write(bytes);
+      if (endAfterMs) setTimeout(() => sock.end(), endAfterMs);
+    });
     let data = '';
     sock.setEncoding('latin1');
     sock.on('data', (d) => (data += d));
     sock.on('error', reject);
     sock.on('close', () => resolve(data));
-    if (endAfterMs) setTimeout(() => sock.end(), endAfterMs);
   });
 }
 
