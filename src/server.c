@@ -590,18 +590,41 @@ static void conn_close(px_conn_t *c) {
   uv_close(&c->h.handle, on_conn_handle_closed);
 }
 
-/* A gateway-level error before any handler exists: OpenAI shape (the
- * inbound protocol is not known yet at this level), then close. */
+/* Is the (already parsed) request path an Anthropic Messages endpoint? */
+static int path_is_anthropic(const px_req_t *r) {
+  static const char *const paths[] = {"/v1/messages", "/messages", "/v1/messages/count_tokens",
+                                      "/messages/count_tokens"};
+  if (r->url.data == NULL) return 0;
+  for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+    if (r->path_len == strlen(paths[i]) && memcmp(r->url.data, paths[i], r->path_len) == 0)
+      return 1;
+  return 0;
+}
+
+/* A gateway-level error before any handler exists: Anthropic shape when the
+ * path is already known to be an Anthropic endpoint, else OpenAI shape;
+ * then close. */
 static void conn_error(px_conn_t *c, int status, const char *msg) {
   char body[512];
-  const char *type = status == 413 || status == 431 || status == 400 || status == 414
-                         ? "invalid_request_error"
-                         : "timeout_error";
-  int n = snprintf(body, sizeof(body),
-                   "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,"
-                   "\"code\":null}}",
-                   msg, type);
+  int n;
   if (c->req.request_id[0] == 0) make_request_id(&c->req);
+  if (path_is_anthropic(&c->req)) {
+    const char *type = status == 413   ? "request_too_large"
+                       : status == 408 ? "api_error"
+                                       : "invalid_request_error";
+    n = snprintf(body, sizeof(body),
+                 "{\"type\":\"error\",\"error\":{\"type\":\"%s\",\"message\":\"%s\"},"
+                 "\"request_id\":\"%s\"}",
+                 type, msg, c->req.request_id);
+  } else {
+    const char *type = status == 413 || status == 431 || status == 400 || status == 414
+                           ? "invalid_request_error"
+                           : "timeout_error";
+    n = snprintf(body, sizeof(body),
+                 "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,"
+                 "\"code\":null}}",
+                 msg, type);
+  }
   c->req.keep_alive = 0;
   if (c->state != C_BUSY) {
     c->state = C_BUSY;
