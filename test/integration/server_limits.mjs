@@ -1,0 +1,391 @@
+// The HTTP server edge of proxai, on raw sockets: body and head limits, the
+// slow-header timeout, keep-alive, pipelining, chunked bodies,
+// Expect: 100-continue, max_connections, unix socket and IPv6 listeners.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { startMock, startProxai, test, run, sleep, freePort } from './lib/harness.mjs';
+
+const mock = await startMock();
+const upstreams = `
+[upstream oc]
+protocol = openai_chat_completions
+base_url = ${mock.url}/v1
+api_key = up-key
+retries = 0
+[upstream an]
+protocol = anthropic_messages
+base_url = ${mock.url}
+api_key = up-ant
+retries = 0
+[route claude-*]
+upstream = an
+[route *]
+upstream = oc
+`;
+const px = await startProxai(`[server]
+listen = 127.0.0.1:{{PORT}}
+access_log = off
+max_body = 4k
+max_header = 2k
+header_timeout = 1s
+${upstreams}`);
+
+const chatBody = JSON.stringify({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] });
+
+/**
+ * A raw client socket: collects everything received (latin1), resolves
+ * `closed` on close. `waitFor(pred, ms)` resolves once pred(data) is true.
+ */
+function rawClient(connectOpts) {
+  const sock = net.connect(connectOpts);
+  const st = { data: '', closed: false, error: null };
+  sock.setEncoding('latin1');
+  sock.on('data', (d) => (st.data += d));
+  sock.on('error', (e) => (st.error = e));
+  const closed = new Promise((resolve) => sock.on('close', () => {
+    st.closed = true;
+    resolve();
+  }));
+  const connected = new Promise((resolve, reject) => {
+    sock.once('connect', resolve);
+    sock.once('error', reject);
+  });
+  const waitFor = async (pred, ms = 10000, what = 'data') => {
+    const end = Date.now() + ms;
+    while (!pred(st.data)) {
+      if (st.closed && !pred(st.data)) throw new Error(`socket closed while waiting for ${what}; got: ${JSON.stringify(st.data.slice(0, 2000))}`);
+      if (Date.now() > end) throw new Error(`timed out waiting for ${what}; got: ${JSON.stringify(st.data.slice(0, 2000))}`);
+      await sleep(10);
+    }
+  };
+  return { sock, st, closed, connected, waitFor };
+}
+const tcp = (port = px.port) => rawClient({ port, host: '127.0.0.1' });
+
+/** Splits `data` into complete HTTP/1.1 responses (Content-Length or chunked). */
+function parseResponses(data) {
+  const out = [];
+  let rest = data;
+  for (;;) {
+    const he = rest.indexOf('\r\n\r\n');
+    if (he < 0) break;
+    const head = rest.slice(0, he);
+    const [statusLine, ...hl] = head.split('\r\n');
+    const status = Number(statusLine.split(' ')[1]);
+    const headers = {};
+    for (const l of hl) {
+      const i = l.indexOf(':');
+      headers[l.slice(0, i).trim().toLowerCase()] = l.slice(i + 1).trim();
+    }
+    let body = '';
+    let p = he + 4;
+    if (status === 100) {
+      out.push({ status, headers, body });
+      rest = rest.slice(p);
+      continue;
+    }
+    if (headers['content-length'] !== undefined) {
+      const n = Number(headers['content-length']);
+      if (rest.length < p + n) break;
+      body = rest.slice(p, p + n);
+      p += n;
+    } else if (/chunked/i.test(headers['transfer-encoding'] || '')) {
+      let complete = false;
+      for (;;) {
+        const le = rest.indexOf('\r\n', p);
+        if (le < 0) break;
+        const size = parseInt(rest.slice(p, le), 16);
+        if (size === 0) {
+          if (rest.length < le + 4) break;
+          p = le + 4;
+          complete = true;
+          break;
+        }
+        if (rest.length < le + 2 + size + 2) break;
+        body += rest.slice(le + 2, le + 2 + size);
+        p = le + 2 + size + 2;
+      }
+      if (!complete) break;
+    }
+    out.push({ status, headers, body });
+    rest = rest.slice(p);
+  }
+  return out;
+}
+
+const post = (pathname, body, extra = '') =>
+  `POST ${pathname} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${extra}\r\n${body}`;
+
+test('413 for a body over max_body with Content-Length (OpenAI and Anthropic shape)', async () => {
+  await mock.reset();
+  const big = JSON.stringify({ model: 'gpt-4o', messages: [{ role: 'user', content: 'x'.repeat(8000) }] });
+  const c = tcp();
+  await c.connected;
+  c.sock.write(post('/v1/chat/completions', big));
+  await c.waitFor((d) => parseResponses(d).length >= 1, 10000, '413');
+  const [r] = parseResponses(c.st.data);
+  assert.equal(r.status, 413, c.st.data);
+  const j = JSON.parse(r.body);
+  assert.equal(j.error.type, 'invalid_request_error');
+  c.sock.destroy();
+
+  const a = tcp();
+  await a.connected;
+  a.sock.write(post('/v1/messages', JSON.stringify({ model: 'claude-x', max_tokens: 5, messages: [{ role: 'user', content: 'y'.repeat(8000) }] })));
+  await a.waitFor((d) => parseResponses(d).length >= 1, 10000, '413');
+  const [ra] = parseResponses(a.st.data);
+  assert.equal(ra.status, 413);
+  const ja = JSON.parse(ra.body);
+  assert.equal(ja.type, 'error');
+  assert.equal(ja.error.type, 'request_too_large');
+  a.sock.destroy();
+  assert.equal((await mock.stats()).requests, 0);
+});
+
+test('413 for a chunked body over max_body', async () => {
+  const c = tcp();
+  await c.connected;
+  c.sock.write('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n');
+  const piece = 'a'.repeat(1000);
+  for (let i = 0; i < 8 && !c.st.closed; i++) {
+    c.sock.write(`${piece.length.toString(16)}\r\n${piece}\r\n`);
+    await sleep(5);
+  }
+  await c.waitFor((d) => parseResponses(d).length >= 1, 10000, '413');
+  assert.equal(parseResponses(c.st.data)[0].status, 413, c.st.data);
+  c.sock.destroy();
+});
+
+test('431 for a request head over max_header', async () => {
+  const c = tcp();
+  await c.connected;
+  c.sock.write(`GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'b'.repeat(4000)}\r\n\r\n`);
+  await c.waitFor((d) => parseResponses(d).length >= 1, 10000, '431');
+  const [r] = parseResponses(c.st.data);
+  assert.equal(r.status, 431, c.st.data);
+  c.sock.destroy();
+  // many small headers add up too
+  const d = tcp();
+  await d.connected;
+  let head = 'GET /healthz HTTP/1.1\r\nHost: x\r\n';
+  for (let i = 0; i < 200; i++) head += `X-H${i}: ${'v'.repeat(20)}\r\n`;
+  d.sock.write(head + '\r\n');
+  await d.waitFor((x) => parseResponses(x).length >= 1, 10000, '431');
+  assert.equal(parseResponses(d.st.data)[0].status, 431);
+  d.sock.destroy();
+});
+
+test('slow request head is cut after header_timeout (408 or close)', async () => {
+  const c = tcp();
+  await c.connected;
+  c.sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ');
+  const t0 = Date.now();
+  await Promise.race([c.closed, sleep(8000)]);
+  assert.ok(c.st.closed, `connection still open ${Date.now() - t0} ms after a half head (header_timeout = 1s)`);
+  if (c.st.data) assert.match(c.st.data, /^HTTP\/1\.1 408 /);
+});
+
+test('keep-alive: two requests on one socket, the socket stays open', async () => {
+  const c = tcp();
+  await c.connected;
+  c.sock.write(post('/v1/chat/completions', chatBody));
+  await c.waitFor((d) => parseResponses(d).length >= 1, 10000, 'first response');
+  c.sock.write(post('/v1/chat/completions', chatBody.replace('gpt-4o', 'gpt-second')));
+  await c.waitFor((d) => parseResponses(d).length >= 2, 10000, 'second response');
+  const rs = parseResponses(c.st.data);
+  assert.equal(rs[0].status, 200);
+  assert.equal(rs[1].status, 200);
+  assert.equal(JSON.parse(rs[0].body).model, 'gpt-4o');
+  assert.equal(JSON.parse(rs[1].body).model, 'gpt-second');
+  await sleep(300);
+  assert.equal(c.st.closed, false, 'keep-alive socket closed');
+  // and a third, GET this time
+  c.sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+  await c.waitFor((d) => parseResponses(d).length >= 3, 10000, 'third response');
+  assert.equal(parseResponses(c.st.data)[2].status, 200);
+  c.sock.destroy();
+});
+
+test('pipelined requests are answered in order', async () => {
+  await mock.reset();
+  // the first is slow upstream, the second fast: order must still hold
+  await mock.script([{ match: 'gpt-slow', default: true, headers_delay_ms: 300 }]);
+  const c = tcp();
+  await c.connected;
+  c.sock.write(
+    post('/v1/chat/completions', chatBody.replace('gpt-4o', 'gpt-slow')) +
+      post('/v1/chat/completions', chatBody.replace('gpt-4o', 'gpt-fast')) +
+      'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n',
+  );
+  await c.waitFor((d) => parseResponses(d).length >= 3, 10000, 'three responses');
+  const rs = parseResponses(c.st.data);
+  assert.deepEqual(rs.map((r) => r.status), [200, 200, 200]);
+  assert.equal(JSON.parse(rs[0].body).model, 'gpt-slow');
+  assert.equal(JSON.parse(rs[1].body).model, 'gpt-fast');
+  assert.match(rs[2].body, /ok|status|alive|/);
+  c.sock.destroy();
+});
+
+test('chunked request body is forwarded whole', async () => {
+  await mock.reset();
+  const c = tcp();
+  await c.connected;
+  c.sock.write('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n');
+  const parts = [chatBody.slice(0, 10), chatBody.slice(10, 31), chatBody.slice(31)];
+  for (const p of parts) {
+    c.sock.write(`${Buffer.byteLength(p).toString(16)}\r\n${p}\r\n`);
+    await sleep(20);
+  }
+  c.sock.write('0\r\n\r\n');
+  await c.waitFor((d) => parseResponses(d).length >= 1, 10000, 'response');
+  const [r] = parseResponses(c.st.data);
+  assert.equal(r.status, 200, c.st.data);
+  assert.equal(JSON.parse(r.body).choices[0].message.content, 'Hello from mock');
+  const [rec] = await mock.requests();
+  assert.deepEqual(rec.body, JSON.parse(chatBody));
+  c.sock.destroy();
+});
+
+test('Expect: 100-continue gets 100 Continue, then the answer', async () => {
+  const c = tcp();
+  await c.connected;
+  c.sock.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${chatBody.length}\r\nExpect: 100-continue\r\n\r\n`);
+  await c.waitFor((d) => /^HTTP\/1\.1 100 /.test(d) && d.includes('\r\n\r\n'), 5000, '100 Continue');
+  c.sock.write(chatBody);
+  await c.waitFor((d) => parseResponses(d).length >= 2, 10000, 'final response');
+  const rs = parseResponses(c.st.data);
+  assert.equal(rs[0].status, 100);
+  assert.equal(rs[1].status, 200);
+  assert.equal(JSON.parse(rs[1].body).choices[0].message.content, 'Hello from mock');
+  c.sock.destroy();
+});
+
+test('max_connections = 2: the third concurrent connection is closed at once', async () => {
+  const p2 = await startProxai(`[server]
+listen = 127.0.0.1:{{PORT}}
+access_log = off
+max_connections = 2
+idle_timeout = 1s
+${upstreams}`);
+  try {
+    // startProxai's /healthz poll left a keep-alive fetch connection: let
+    // proxai's idle_timeout (1s) close it so that only ours count
+    await sleep(1500);
+    const a = tcp(p2.port);
+    const b = tcp(p2.port);
+    await a.connected;
+    await b.connected;
+    a.sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+    b.sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+    await a.waitFor((d) => parseResponses(d).length >= 1, 5000, 'a');
+    await b.waitFor((d) => parseResponses(d).length >= 1, 5000, 'b');
+    const c = tcp(p2.port);
+    c.sock.on('connect', () => c.sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'));
+    await Promise.race([c.closed, sleep(5000)]);
+    assert.ok(c.st.closed, 'third connection not closed');
+    assert.ok(!/^HTTP\/1\.1 200/.test(c.st.data), `third connection was served: ${c.st.data}`);
+    assert.equal(a.st.closed, false);
+    // the first two still work
+    a.sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+    await a.waitFor((d) => parseResponses(d).length >= 2, 5000, 'a again');
+    // after one leaves, a new one is accepted
+    b.sock.destroy();
+    await b.closed;
+    await sleep(200);
+    const d = tcp(p2.port);
+    await d.connected;
+    d.sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+    await d.waitFor((x) => parseResponses(x).length >= 1, 5000, 'd');
+    assert.equal(parseResponses(d.st.data)[0].status, 200);
+    a.sock.destroy();
+    d.sock.destroy();
+  } finally {
+    await p2.stop();
+  }
+});
+
+test('unix socket listener', async () => {
+  const sockPath = path.join(os.tmpdir(), `proxai-integ-${process.pid}.sock`);
+  fs.rmSync(sockPath, { force: true });
+  const { spawn } = await import('node:child_process');
+  const bin = process.env.PROXAI_BIN || 'build/proxai';
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-unix-'));
+  const conf = path.join(dir, 'proxai.conf');
+  fs.writeFileSync(conf, `[server]\nlisten = unix:${sockPath}\naccess_log = off\n${upstreams}`);
+  const child = spawn(bin, ['-c', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d) => (stderr += d));
+  const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+  try {
+    const end = Date.now() + 10000;
+    while (!fs.existsSync(sockPath)) {
+      if (Date.now() > end) throw new Error(`unix socket never appeared; stderr: ${stderr}`);
+      await sleep(25);
+    }
+    const c = rawClient({ path: sockPath });
+    await c.connected;
+    c.sock.write(post('/v1/chat/completions', chatBody));
+    await c.waitFor((d) => parseResponses(d).length >= 1, 10000, 'response over unix socket');
+    const [r] = parseResponses(c.st.data);
+    assert.equal(r.status, 200);
+    assert.equal(JSON.parse(r.body).choices[0].message.content, 'Hello from mock');
+    c.sock.destroy();
+  } finally {
+    process.kill(child.pid, 'SIGTERM');
+    const r = await Promise.race([exited, sleep(10000).then(() => null)]);
+    if (!r) process.kill(child.pid, 'SIGKILL');
+    else assert.equal(r.code, 0, `exit ${JSON.stringify(r)}; stderr ${stderr}`);
+    fs.rmSync(dir, { recursive: true, force: true });
+    fs.rmSync(sockPath, { force: true });
+  }
+});
+
+function hasIPv6Loopback() {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.once('error', () => resolve(false));
+    s.listen(0, '::1', () => s.close(() => resolve(true)));
+  });
+}
+
+test('IPv6 [::1]:port listener (when the machine has ::1)', async () => {
+  if (!(await hasIPv6Loopback())) {
+    console.log('# skip: no ::1 on this machine');
+    return;
+  }
+  const port = await freePort();
+  const { spawn } = await import('node:child_process');
+  const bin = process.env.PROXAI_BIN || 'build/proxai';
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-v6-'));
+  const conf = path.join(dir, 'proxai.conf');
+  fs.writeFileSync(conf, `[server]\nlisten = [::1]:${port}\naccess_log = off\n${upstreams}`);
+  const child = spawn(bin, ['-c', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d) => (stderr += d));
+  const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+  try {
+    const end = Date.now() + 10000;
+    let res;
+    for (;;) {
+      try {
+        res = await fetch(`http://[::1]:${port}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: chatBody });
+        break;
+      } catch {
+        if (Date.now() > end) throw new Error(`no answer on [::1]:${port}; stderr: ${stderr}`);
+        await sleep(25);
+      }
+    }
+    assert.equal(res.status, 200);
+    assert.equal((await res.json()).choices[0].message.content, 'Hello from mock');
+  } finally {
+    process.kill(child.pid, 'SIGTERM');
+    const r = await Promise.race([exited, sleep(10000).then(() => null)]);
+    if (!r) process.kill(child.pid, 'SIGKILL');
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+await run();
