@@ -102,8 +102,8 @@ static int decode_document(json_t *blk, const char *path, json_t *parts,
   if (!json_is_object(src)) return px_tr_fail(err, p, "%s: missing document source", p);
   const char *st = jstr(src, "type");
   const char *title = jstr(blk, "title");
-  if (json_object_get(blk, "context") != NULL) px_lossy_add(lossy, "document.context");
-  if (json_object_get(blk, "citations") != NULL) px_lossy_add(lossy, "document.citations");
+  if (json_object_get(blk, "context") != NULL) px_lossy_add(lossy, "messages[].content[].context");
+  if (json_object_get(blk, "citations") != NULL) px_lossy_add(lossy, "messages[].content[].citations");
   if (json_object_get(blk, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
   if (st != NULL && strcmp(st, "base64") == 0) {
     const char *mt = jstr(src, "media_type"), *data = jstr(src, "data");
@@ -117,19 +117,19 @@ static int decode_document(json_t *blk, const char *path, json_t *parts,
   if (st != NULL && strcmp(st, "url") == 0 && jstr(src, "url") != NULL) {
     json_array_append_new(parts, json_pack("{s:s,s:s}", "type", "file", "url",
                                            jstr(src, "url")));
-    if (title != NULL) px_lossy_add(lossy, "document.title");
+    if (title != NULL) px_lossy_add(lossy, "messages[].content[].title");
     return 0;
   }
   if (st != NULL && strcmp(st, "file") == 0 && jstr(src, "file_id") != NULL) {
     json_array_append_new(parts, json_pack("{s:s,s:s}", "type", "file", "file_id",
                                            jstr(src, "file_id")));
-    if (title != NULL) px_lossy_add(lossy, "document.title");
+    if (title != NULL) px_lossy_add(lossy, "messages[].content[].title");
     return 0;
   }
   /* plain-text documents become text parts: the words are the content */
   if (st != NULL && strcmp(st, "text") == 0 && jstr(src, "data") != NULL) {
     json_array_append_new(parts, text_part(jstr(src, "data")));
-    if (title != NULL) px_lossy_add(lossy, "document.title");
+    if (title != NULL) px_lossy_add(lossy, "messages[].content[].title");
     return 0;
   }
   if (st != NULL && strcmp(st, "content") == 0) {
@@ -154,7 +154,7 @@ static int decode_document(json_t *blk, const char *path, json_t *parts,
         }
       }
     }
-    if (title != NULL) px_lossy_add(lossy, "document.title");
+    if (title != NULL) px_lossy_add(lossy, "messages[].content[].title");
     return 0;
   }
   pathf(p, sizeof(p), "%s.source.type", path);
@@ -182,7 +182,7 @@ static int decode_tool_result_content(json_t *c, const char *path, json_t *parts
     pathf(p, sizeof(p), "%s.content[%zu]", path, i);
     if (t != NULL && strcmp(t, "text") == 0 && jstr(b, "text") != NULL) {
       json_array_append_new(parts, text_part(jstr(b, "text")));
-      if (json_object_get(b, "citations") != NULL) px_lossy_add(lossy, "text.citations");
+      if (json_object_get(b, "citations") != NULL) px_lossy_add(lossy, "messages[].content[].citations");
     } else if (t != NULL && strcmp(t, "image") == 0) {
       json_t *img = NULL;
       if (decode_image(b, p, &img, err) < 0) return PX_EINVAL;
@@ -222,7 +222,7 @@ static int decode_block(json_t *b, const char *role, const char *path, json_t *p
     if (cc != NULL) json_object_set(part, "cache_control", cc);
     if (json_object_get(b, "citations") != NULL &&
         !json_is_null(json_object_get(b, "citations")))
-      px_lossy_add(lossy, "text.citations");
+      px_lossy_add(lossy, "messages[].content[].citations");
     json_array_append_new(parts, part);
     return 0;
   }
@@ -287,11 +287,11 @@ static int decode_block(json_t *b, const char *role, const char *path, json_t *p
     return 0;
   }
   if (server_use_type(t)) {
-    px_lossy_add(lossy, "content.server_tool_use");
+    px_lossy_add(lossy, "messages[].content[].server_tool_use");
     return 0;
   }
   if (server_result_type(t)) {
-    px_lossy_add(lossy, "content.server_tool_result");
+    px_lossy_add(lossy, "messages[].content[].server_tool_result");
     return 0;
   }
   return px_tr_fail(err, p, "%s: content block type '%s' cannot be translated", p, t);
@@ -321,7 +321,7 @@ static int decode_system(json_t *sys, const char *path, json_t *out, px_lossy_t 
     if (cc != NULL) json_object_set(part, "cache_control", cc);
     if (json_object_get(b, "citations") != NULL &&
         !json_is_null(json_object_get(b, "citations")))
-      px_lossy_add(lossy, "text.citations");
+      px_lossy_add(lossy, "messages[].content[].citations");
     json_array_append_new(out, part);
   }
   return 0;
@@ -380,7 +380,7 @@ static int decode_tools(json_t *tools, json_t **out, px_lossy_t *lossy, px_tr_er
     if (type != NULL && strcmp(type, "custom") != 0) {
       /* server tools (web_search_*, bash_*, text_editor_*, code_execution_*,
        * computer_*, web_fetch_*, memory_*, ...) run at Anthropic only */
-      px_lossy_add(lossy, "tools.server_tool");
+      px_lossy_add(lossy, "tools[].server_tool");
       continue;
     }
     const char *name = jstr(t, "name");
@@ -408,15 +408,15 @@ static int decode_tools(json_t *tools, json_t **out, px_lossy_t *lossy, px_tr_er
           strcmp(k, "strict") == 0 || strcmp(k, "cache_control") == 0)
         continue;
       if (strcmp(k, "defer_loading") == 0)
-        px_lossy_add(lossy, "tools.defer_loading");
+        px_lossy_add(lossy, "tools[].defer_loading");
       else if (strcmp(k, "input_examples") == 0)
-        px_lossy_add(lossy, "tools.input_examples");
+        px_lossy_add(lossy, "tools[].input_examples");
       else if (strcmp(k, "eager_input_streaming") == 0)
-        px_lossy_add(lossy, "tools.eager_input_streaming");
+        px_lossy_add(lossy, "tools[].eager_input_streaming");
       else if (strcmp(k, "allowed_callers") == 0)
-        px_lossy_add(lossy, "tools.allowed_callers");
+        px_lossy_add(lossy, "tools[].allowed_callers");
       else
-        px_lossy_add(lossy, "tools.unknown_field");
+        px_lossy_add(lossy, "tools[].unknown_field");
     }
     json_array_append_new(arr, o);
   }
@@ -455,8 +455,7 @@ static const char *effort_from_anthropic(const char *e) {
 static const char *effort_of_budget(json_int_t b) {
   if (b < 4096) return "low";
   if (b < 16384) return "medium";
-  if (b < 32768) return "high";
-  return "xhigh";
+  return "high";
 }
 
 static int decode_json_format(json_t *fmt, const char *path, json_t *ir, px_tr_err_t *err) {
@@ -748,7 +747,10 @@ static int encode_part(const px_tr_ctx_t *ctx, json_t *part, const char *role, j
   }
   if (strcmp(t, "refusal") == 0) {
     /* no refusal block in Anthropic: the wording stays as assistant text */
-    px_lossy_add(lossy, "refusal");
+    if (ctx->in == PX_PROTO_CHAT)
+      px_lossy_add(lossy, "messages[].refusal");
+    else
+      px_lossy_add(lossy, "input[].content[].refusal");
     if (jstr(part, "text") != NULL && jstr(part, "text")[0] != 0)
       *out = text_part(jstr(part, "text"));
     return 0;
@@ -766,10 +768,12 @@ static int encode_part(const px_tr_ctx_t *ctx, json_t *part, const char *role, j
                        jstr(part, "signature"));
     } else {
       /* Anthropic rejects thinking without a valid signature */
-      if (jstr(part, "encrypted_content") != NULL)
-        px_lossy_add(lossy, "reasoning.encrypted_content");
+      if (ctx->in == PX_PROTO_CHAT)
+        px_lossy_add(lossy, "messages[].reasoning_content");
+      else if (jstr(part, "encrypted_content") != NULL)
+        px_lossy_add(lossy, "input[].encrypted_content");
       else
-        px_lossy_add(lossy, "reasoning");
+        px_lossy_add(lossy, "input[].summary");
     }
     return 0;
   }
@@ -1054,7 +1058,7 @@ static json_t *citations_to_annotations(json_t *cits, const char *text, px_lossy
       if (jstr(c, "title") != NULL) json_object_set(a, "title", json_object_get(c, "title"));
       json_array_append_new(arr, a);
     } else {
-      px_lossy_add(lossy, "content.citations");
+      px_lossy_add(lossy, "content[].citations");
     }
   }
   return arr;
@@ -1116,11 +1120,11 @@ static int anth_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
                                       jstr(b, "name") ? jstr(b, "name") : "", "arguments", args));
       free(args);
     } else if (server_use_type(t)) {
-      px_lossy_add(lossy, "content.server_tool_use");
+      px_lossy_add(lossy, "content[].server_tool_use");
     } else if (server_result_type(t)) {
-      px_lossy_add(lossy, "content.server_tool_result");
+      px_lossy_add(lossy, "content[].server_tool_result");
     } else {
-      px_lossy_add(lossy, "content.unknown_block");
+      px_lossy_add(lossy, "content[].unknown_block");
     }
   }
   if (sr != NULL) {
@@ -1181,8 +1185,12 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
     if (t == NULL) continue;
     if (strcmp(t, "text") == 0) {
       json_array_append_new(content, text_part(jstr(p, "text") ? jstr(p, "text") : ""));
-      if (json_array_size(json_object_get(p, "annotations")) > 0)
-        px_lossy_add(lossy, "annotations");
+      if (json_array_size(json_object_get(p, "annotations")) > 0) {
+        if (ctx->out == PX_PROTO_CHAT)
+          px_lossy_add(lossy, "choices[].message.annotations");
+        else
+          px_lossy_add(lossy, "output[].content[].annotations");
+      }
     } else if (strcmp(t, "refusal") == 0) {
       json_array_append_new(content, text_part(jstr(p, "text") ? jstr(p, "text") : ""));
       if (refusal_text == NULL) refusal_text = json_object_get(p, "text");
@@ -1198,9 +1206,9 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
                                         jstr(p, "text"), "signature",
                                         jstr(p, "signature") ? jstr(p, "signature") : ""));
         if (jstr(p, "signature") == NULL && jstr(p, "encrypted_content") != NULL)
-          px_lossy_add(lossy, "reasoning.encrypted_content");
+          px_lossy_add(lossy, "output[].encrypted_content");
       } else if (jstr(p, "encrypted_content") != NULL) {
-        px_lossy_add(lossy, "reasoning.encrypted_content");
+        px_lossy_add(lossy, "output[].encrypted_content");
       }
     } else if (strcmp(t, "tool_call") == 0) {
       const char *args = jstr(p, "arguments");
