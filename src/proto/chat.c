@@ -1172,6 +1172,10 @@ static int chat_decode_error(int status, const char *body, size_t len,
   if (msg == NULL) goto done;
   memset(out, 0, sizeof(*out));
   out->kind = px_errkind_from_type(type, status);
+  /* OpenAI says invalid_request_error for bad keys (401) and more: the
+   * status is the better witness then */
+  if (out->kind == PX_ERR_INVALID && status != 400 && status >= 401 && status < 500)
+    out->kind = px_errkind_from_type(NULL, status);
   snprintf(out->type, sizeof(out->type), "%s", type ? type : "");
   snprintf(out->message, sizeof(out->message), "%s", msg);
   rc = 0;
