@@ -787,10 +787,9 @@ void px_server_drain(px_server_t *s) {
     uv_close(s->listener, free_handle);
     s->listener = NULL;
   }
-  for (px_conn_t *c = s->conns, *n; c; c = n) {
-    n = c->next;
-    if (c->state != C_BUSY) conn_close(c);
-  }
+  /* Idle keep-alive connections stay open while requests are in flight, so
+   * that a load balancer polling /readyz on one sees 503; every response now
+   * carries `connection: close`, and on_idle closes whatever is left. */
   if (s->active == 0 && s->on_idle) s->on_idle(s);
 }
 
