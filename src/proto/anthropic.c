@@ -162,6 +162,17 @@ static int decode_document(json_t *blk, const char *path, json_t *parts,
                     st ? st : "(none)");
 }
 
+/* search_result block (RAG content with a source) -> its text as text parts;
+ * the source/title/citation metadata has no IR slot. */
+static void decode_search_result(json_t *b, json_t *parts, px_lossy_t *lossy) {
+  size_t i;
+  json_t *c;
+  json_array_foreach(json_object_get(b, "content"), i, c) {
+    if (jstr(c, "text") != NULL) json_array_append_new(parts, text_part(jstr(c, "text")));
+  }
+  px_lossy_add(lossy, "messages[].content[].search_result");
+}
+
 /* tool_result.content (string or blocks) -> IR parts */
 static int decode_tool_result_content(json_t *c, const char *path, json_t *parts,
                                       px_lossy_t *lossy, px_tr_err_t *err) {
@@ -189,6 +200,12 @@ static int decode_tool_result_content(json_t *c, const char *path, json_t *parts
       json_array_append_new(parts, img);
     } else if (t != NULL && strcmp(t, "document") == 0) {
       if (decode_document(b, p, parts, lossy, err) < 0) return PX_EINVAL;
+    } else if (t != NULL && strcmp(t, "search_result") == 0) {
+      decode_search_result(b, parts, lossy);
+    } else if (t != NULL && strcmp(t, "tool_reference") == 0) {
+      /* tool search: "this deferred tool is now loaded"; every tool is
+       * always loaded at the target, so nothing is lost but the marker */
+      px_lossy_add(lossy, "messages[].content[].content[].tool_reference");
     } else {
       char q[112];
       pathf(q, sizeof(q), "%s.type", p);
@@ -234,6 +251,10 @@ static int decode_block(json_t *b, const char *role, const char *path, json_t *p
     return 0;
   }
   if (strcmp(t, "document") == 0) return decode_document(b, path, parts, lossy, err);
+  if (strcmp(t, "search_result") == 0) {
+    decode_search_result(b, parts, lossy);
+    return 0;
+  }
   if (strcmp(t, "tool_use") == 0) {
     const char *id = jstr(b, "id"), *name = jstr(b, "name");
     json_t *input = json_object_get(b, "input");

@@ -43,11 +43,6 @@ static px_str_t jview(json_t *o, const char *k) {
   return (px_str_t){json_string_value(v), json_string_length(v)};
 }
 
-static int jtype_is(json_t *o, const char *t) {
-  const char *s = json_string_value(json_object_get(o, "type"));
-  return s != NULL && strcmp(s, t) == 0;
-}
-
 static int64_t jint(json_t *o, const char *k) {
   json_t *v = json_object_get(o, k);
   return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
