@@ -1,0 +1,195 @@
+// Codex (the real CLI, pinned in test/agents/package.json) as a client of
+// proxai, against each upstream protocol: responses (pass-through), chat and
+// anthropic (translated). Codex speaks only the Responses API; the C mock
+// upstream plays the model in the UPSTREAM protocol and proxai translates.
+//
+// For each upstream: (a) a text answer reaches `codex exec`'s output; (b) a
+// tool round trip: the model calls Codex's own shell tool `exec_command` with
+// `{"cmd": "echo proxai-tool-ok"}`, Codex runs it and sends the next turn,
+// whose upstream form must carry the shell's output in that protocol's
+// tool-result shape with the call id verbatim (and the reasoning of the
+// tool-call turn replayed); the model's final text is printed. proxai must
+// never answer an agent request with an error.
+//
+// Skips (exit 77, visible `SKIP:` line) only when Codex is not installed in
+// test/agents/node_modules or cannot start here.
+import fs from 'node:fs';
+import path from 'node:path';
+import { startMock, startProxai, test, run } from '../integration/lib/harness.mjs';
+import {
+  CALL_ID,
+  UPSTREAM_MODEL,
+  accessLog,
+  assertNoRejects,
+  describeRequests,
+  hasOutputLine,
+  offlineEnv,
+  proxaiConfig,
+  replayedReasoning,
+  replayedToolCall,
+  requireAgent,
+  runProcess,
+  saveArtifacts,
+  startTap,
+  textAnswerSSE,
+  tmpDir,
+  toolCallSSE,
+  toolResultText,
+} from './lib/agents.mjs';
+
+const codex = await requireAgent('codex');
+console.log(`# ${codex.version}`);
+
+const UPSTREAM_PATH = { anthropic: '/v1/messages', chat: '/chat/completions', responses: '/responses' };
+const AGENT_TIMEOUT = 120000;
+
+// Two client models on purpose: gpt-5.5 is known to this Codex version and
+// makes it send a `custom` (freeform grammar) apply_patch tool, a hosted
+// `tool_search` and `web_search`, `reasoning.effort` and `text.verbosity`;
+// an unknown model (fallback metadata) makes it send a `namespace` tool
+// (multi_agent_v1) and `reasoning.summary` instead.
+const TEXT_MODEL = 'gpt-5.1-codex';
+const TOOL_MODEL = 'gpt-5.5';
+
+/**
+ * The Codex configuration the tests use (also in docs/agents.md): a model
+ * provider whose base_url is proxai, Responses wire API, no retries, and
+ * nothing that looks outside (plugins, analytics, update checks).
+ */
+export function codexConfig(proxaiUrl, model) {
+  return `model = "${model}"
+model_provider = "proxai"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+check_for_update_on_startup = false
+
+[model_providers.proxai]
+name = "proxai"
+base_url = "${proxaiUrl}/v1"
+wire_api = "responses"
+env_key = "PROXAI_API_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+
+[features]
+plugins = false
+
+[analytics]
+enabled = false
+`;
+}
+
+const mock = await startMock();
+
+/** Runs `codex exec` against proxai at pxUrl; resolves to {r, last}. */
+async function runCodex(pxUrl, prompt, model) {
+  const home = tmpDir('proxai-codex-home-');
+  const codexHome = path.join(home, '.codex');
+  const work = tmpDir('proxai-codex-work-');
+  fs.mkdirSync(codexHome);
+  fs.writeFileSync(path.join(codexHome, 'config.toml'), codexConfig(pxUrl, model));
+  const lastFile = path.join(home, 'last-message.txt');
+  const env = offlineEnv({ HOME: home, CODEX_HOME: codexHome, PROXAI_API_KEY: 'proxai-client-key' });
+  const args = [
+    'exec',
+    '--skip-git-repo-check',
+    '--dangerously-bypass-approvals-and-sandbox',
+    '--ephemeral',
+    '--color',
+    'never',
+    '-o',
+    lastFile,
+    prompt,
+  ];
+  const r = await runProcess(codex.path, args, { env, cwd: work, timeoutMs: AGENT_TIMEOUT });
+  const last = fs.existsSync(lastFile) ? fs.readFileSync(lastFile, 'utf8') : '';
+  return { r, last };
+}
+
+function agentFailure(what, r) {
+  return new Error(
+    `${what}: exit ${r.code}${r.signal ? ' ' + r.signal : ''}${r.timedOut ? ' (timed out)' : ''}\n` +
+      `stdout: ${r.stdout.slice(-3000)}\nstderr: ${r.stderr.slice(-3000)}`,
+  );
+}
+
+async function withProxai(upstream, fn) {
+  const dir = tmpDir('proxai-codex-px-');
+  const logFile = path.join(dir, 'access.log');
+  const px = await startProxai(proxaiConfig(upstream, mock.url, logFile));
+  // AGENTS_TAP=1: the agent talks to a recording relay in front of proxai
+  // (diagnostics only; the records go to the artifacts).
+  const tap = process.env.AGENTS_TAP === '1' ? await startTap(px.url) : null;
+  try {
+    return await fn(tap ? { ...px, url: tap.url, tap } : px, logFile);
+  } finally {
+    if (tap) await tap.stop();
+    await px.stop();
+  }
+}
+
+for (const upstream of ['responses', 'chat', 'anthropic']) {
+  const upPath = UPSTREAM_PATH[upstream];
+
+  test(`codex -> ${upstream} upstream: text answer`, async () => {
+    await mock.reset();
+    const answer = `PROXAI-TEXT-${upstream.toUpperCase()} says hello`;
+    await mock.script([{ match: 'proxai-marker-text', path: upPath, sse: textAnswerSSE(upstream, answer) }]);
+    await withProxai(upstream, async (px, logFile) => {
+      const { r, last } = await runCodex(px.url, 'proxai-marker-text: reply with a short greeting.', TEXT_MODEL);
+      const reqs = await mock.requests();
+      saveArtifacts(`codex_${upstream}_text`, { r, last, reqs, log: accessLog(logFile), proxai: px.logs().stderr, tap: px.tap?.records });
+      assertNoRejects(logFile);
+      const main = reqs.filter((q) => q.path.endsWith(upPath) && JSON.stringify(q.body).includes('proxai-marker-text'));
+      if (main.length === 0) throw new Error(`the mock never saw the agent's turn on ${upPath}; saw: ${describeRequests(reqs)}; agent: ${agentFailure('codex', r).message}`);
+      if (main[0].body.model !== UPSTREAM_MODEL) throw new Error(`upstream model ${main[0].body.model}, want ${UPSTREAM_MODEL}`);
+      if (JSON.stringify(main[0].headers).includes('proxai-client-key')) throw new Error('the client credential was forwarded upstream');
+      if (r.code !== 0) throw agentFailure('codex exec failed', r);
+      if (!last.includes(answer) || !r.stdout.includes(answer)) {
+        throw new Error(`codex did not print the answer ${JSON.stringify(answer)}; last message: ${JSON.stringify(last)}; ${agentFailure('codex', r).message}`);
+      }
+      const left = await mock.queue();
+      if (left.length) throw new Error(`scripted answer not used: ${JSON.stringify(left).slice(0, 300)}`);
+    });
+  }, { timeout: AGENT_TIMEOUT + 30000 });
+
+  test(`codex -> ${upstream} upstream: exec_command tool round trip`, async () => {
+    await mock.reset();
+    const final = `PROXAI-FINAL-${upstream.toUpperCase()} the check passed`;
+    await mock.script([
+      // second turn: carries the tool output -> final text
+      { match: 'proxai-tool-ok', path: upPath, sse: textAnswerSSE(upstream, final) },
+      // first turn -> call Codex's own shell tool
+      { match: 'proxai-marker-tool', path: upPath, sse: toolCallSSE(upstream, 'exec_command', { cmd: 'echo proxai-tool-ok' }) },
+    ]);
+    await withProxai(upstream, async (px, logFile) => {
+      const { r, last } = await runCodex(px.url, 'proxai-marker-tool: run the shell check, then report.', TOOL_MODEL);
+      const reqs = await mock.requests();
+      saveArtifacts(`codex_${upstream}_tool`, { r, last, reqs, log: accessLog(logFile), proxai: px.logs().stderr, tap: px.tap?.records });
+      assertNoRejects(logFile);
+      const turns = reqs.filter((q) => q.path.endsWith(upPath) && JSON.stringify(q.body).includes('proxai-marker-tool'));
+      if (turns.length < 2) {
+        throw new Error(`want 2 model turns on ${upPath}, mock saw ${turns.length}: ${describeRequests(reqs)}; agent: ${agentFailure('codex', r).message}`);
+      }
+      const second = turns[1].body;
+      const call = replayedToolCall(upstream, second);
+      if (call.name !== 'exec_command' || call.args.cmd !== 'echo proxai-tool-ok') throw new Error(`replayed tool call is ${JSON.stringify(call)}`);
+      const out = toolResultText(upstream, second);
+      if (!hasOutputLine(out, 'proxai-tool-ok')) {
+        throw new Error(`tool result for ${CALL_ID[upstream]} does not carry the shell output: ${JSON.stringify(out).slice(0, 500)}`);
+      }
+      if (r.code !== 0) throw agentFailure('codex exec failed', r);
+      if (!last.includes(final) || !r.stdout.includes(final)) {
+        throw new Error(`codex did not print the final text ${JSON.stringify(final)}; last message: ${JSON.stringify(last)}; ${agentFailure('codex', r).message}`);
+      }
+      // The reasoning of the tool-call turn is replayed upstream in the
+      // upstream's own form (checked last: the round trip above is the
+      // primary contract).
+      replayedReasoning(upstream, second);
+      const left = await mock.queue();
+      if (left.length) throw new Error(`scripted answers not used: ${JSON.stringify(left).slice(0, 300)}`);
+    });
+  }, { timeout: AGENT_TIMEOUT + 30000 });
+}
+
+await run();
