@@ -33,6 +33,14 @@ if [ "${1:-}" != "--no-npm" ] && [ -f test/package-lock.json ]; then
   fi
 fi
 
+# The real coding agents (Claude Code, Codex) for the 'agents' test suite.
+if [ "${1:-}" != "--no-npm" ] && [ -f test/agents/package-lock.json ]; then
+  if [ ! -d test/agents/node_modules ] || [ test/agents/package-lock.json -nt test/agents/node_modules/.package-lock.json ]; then
+    echo "setup: npm ci in test/agents/" >&2
+    (cd test/agents && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+fi
+
 [ -d build ] || meson setup build --buildtype=release >/dev/null
 ninja -C build >/dev/null
 echo "setup: built build/proxai" >&2

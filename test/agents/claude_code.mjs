@@ -18,10 +18,10 @@ import {
   CALL_ID,
   UPSTREAM_MODEL,
   assertNoRejects,
+  claudeEnv,
   accessLog,
   describeRequests,
   hasOutputLine,
-  offlineEnv,
   proxaiConfig,
   replayedReasoning,
   replayedToolCall,
@@ -53,17 +53,7 @@ const mock = await startMock();
 async function runClaude(pxUrl, prompt, model) {
   const home = tmpDir('proxai-claude-home-');
   const work = tmpDir('proxai-claude-work-');
-  const env = offlineEnv({
-    HOME: home,
-    CLAUDE_CONFIG_DIR: path.join(home, '.claude'),
-    ANTHROPIC_BASE_URL: pxUrl,
-    ANTHROPIC_API_KEY: 'proxai-client-key',
-    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
-    DISABLE_TELEMETRY: '1',
-    DISABLE_AUTOUPDATER: '1',
-    DISABLE_ERROR_REPORTING: '1',
-    CLAUDE_CODE_MAX_RETRIES: '0',
-  });
+  const env = claudeEnv(pxUrl, home);
   const args = ['-p', prompt, '--model', model, '--output-format', 'json', '--allowedTools', 'Bash', '--no-session-persistence'];
   const r = await runProcess(claude.path, args, { env, cwd: work, timeoutMs: AGENT_TIMEOUT });
   let json = null;

@@ -21,6 +21,7 @@ import {
   UPSTREAM_MODEL,
   accessLog,
   assertNoRejects,
+  codexConfig,
   describeRequests,
   hasOutputLine,
   offlineEnv,
@@ -50,34 +51,6 @@ const AGENT_TIMEOUT = 120000;
 // (multi_agent_v1) and `reasoning.summary` instead.
 const TEXT_MODEL = 'gpt-5.1-codex';
 const TOOL_MODEL = 'gpt-5.5';
-
-/**
- * The Codex configuration the tests use (also in docs/agents.md): a model
- * provider whose base_url is proxai, Responses wire API, no retries, and
- * nothing that looks outside (plugins, analytics, update checks).
- */
-export function codexConfig(proxaiUrl, model) {
-  return `model = "${model}"
-model_provider = "proxai"
-approval_policy = "never"
-sandbox_mode = "danger-full-access"
-check_for_update_on_startup = false
-
-[model_providers.proxai]
-name = "proxai"
-base_url = "${proxaiUrl}/v1"
-wire_api = "responses"
-env_key = "PROXAI_API_KEY"
-request_max_retries = 0
-stream_max_retries = 0
-
-[features]
-plugins = false
-
-[analytics]
-enabled = false
-`;
-}
 
 const mock = await startMock();
 

@@ -183,6 +183,53 @@ export function assertNoRejects(file) {
   if (bad.length) throw new Error(`proxai answered with errors: ${JSON.stringify(bad)}`);
 }
 
+/**
+ * The Codex configuration the tests use (also in docs/agents.md): a model
+ * provider whose base_url is proxai, Responses wire API, no retries, and
+ * nothing that looks outside (plugins, analytics, update checks).
+ */
+export function codexConfig(proxaiUrl, model) {
+  return `model = "${model}"
+model_provider = "proxai"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+check_for_update_on_startup = false
+
+[model_providers.proxai]
+name = "proxai"
+base_url = "${proxaiUrl}/v1"
+wire_api = "responses"
+env_key = "PROXAI_API_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+
+[features]
+plugins = false
+
+[analytics]
+enabled = false
+`;
+}
+
+/**
+ * Claude Code's environment for a run against baseUrl (proxai, or the mock
+ * directly): temporary HOME/CLAUDE_CONFIG_DIR, no telemetry, update checks,
+ * error reporting, non-essential traffic or retries (also in docs/agents.md).
+ */
+export function claudeEnv(baseUrl, home, apiKey = 'proxai-client-key') {
+  return offlineEnv({
+    HOME: home,
+    CLAUDE_CONFIG_DIR: path.join(home, '.claude'),
+    ANTHROPIC_BASE_URL: baseUrl,
+    ANTHROPIC_API_KEY: apiKey,
+    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
+    DISABLE_TELEMETRY: '1',
+    DISABLE_AUTOUPDATER: '1',
+    DISABLE_ERROR_REPORTING: '1',
+    CLAUDE_CODE_MAX_RETRIES: '0',
+  });
+}
+
 // ---- scripted upstream answers ---------------------------------------------
 
 const usage = { input_tokens: 12, output_tokens: 7 };
