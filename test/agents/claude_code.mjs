@@ -114,7 +114,21 @@ for (const upstream of ['anthropic', 'chat', 'responses']) {
     });
   }, { timeout: AGENT_TIMEOUT + 30000 });
 
-  test(`claude code -> ${upstream} upstream: Bash tool round trip`, async () => {
+  toolRoundTrip(upstream, TOOL_MODEL, 'Bash tool round trip');
+  // A non-Claude model name, as gateway users run it: Claude Code then adds
+  // the mid-conversation-tool-changes beta and moves its environment text
+  // into `role: system` messages INSIDE `messages` (array content in turn 1,
+  // string content in turn 2). That text must reach the upstream.
+  toolRoundTrip(upstream, 'gpt-5.5', 'non-Claude model name (system role inside messages), Bash tool round trip', (body) => {
+    if (!JSON.stringify(body).includes('You are powered by the model gpt-5.5')) {
+      throw new Error('the text of the in-messages system message did not reach the upstream');
+    }
+  });
+}
+
+function toolRoundTrip(upstream, model, title, extraCheck = () => {}) {
+  const upPath = UPSTREAM_PATH[upstream];
+  test(`claude code -> ${upstream} upstream: ${title}`, async () => {
     await mock.reset();
     const final = `PROXAI-FINAL-${upstream.toUpperCase()} the check passed`;
     await mock.script([
@@ -128,9 +142,9 @@ for (const upstream of ['anthropic', 'chat', 'responses']) {
       },
     ]);
     await withProxai(upstream, async (px, logFile) => {
-      const { r, json } = await runClaude(px.url, 'proxai-marker-tool: run the shell check, then report.', TOOL_MODEL);
+      const { r, json } = await runClaude(px.url, 'proxai-marker-tool: run the shell check, then report.', model);
       const reqs = await mock.requests();
-      saveArtifacts(`claude_${upstream}_tool`, { r, reqs, log: accessLog(logFile), proxai: px.logs().stderr, tap: px.tap?.records });
+      saveArtifacts(`claude_${upstream}_tool_${model}`, { r, reqs, log: accessLog(logFile), proxai: px.logs().stderr, tap: px.tap?.records });
       assertNoRejects(logFile);
       const turns = reqs.filter((q) => q.path.endsWith(upPath) && JSON.stringify(q.body).includes('proxai-marker-tool'));
       if (turns.length < 2) {
@@ -153,6 +167,7 @@ for (const upstream of ['anthropic', 'chat', 'responses']) {
       // the upstream's own form (SPEC 5: signature / encrypted_content
       // survive a round trip where the target can hold them). Checked last:
       // the round trip above is the primary contract.
+      for (const t of turns) extraCheck(t.body);
       replayedReasoning(upstream, second);
       const left = await mock.queue();
       if (left.length) throw new Error(`scripted answers not used: ${JSON.stringify(left).slice(0, 300)}`);
