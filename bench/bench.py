@@ -860,6 +860,25 @@ def main():
     with open(os.path.splitext(out)[0] + ".json", "w") as f:
         json.dump({"started": started.isoformat(), "results": b.results}, f, indent=1)
     log("written", out)
+    if not a.quick and not a.out and set(only) >= {"rps", "lat", "ttfe", "tput", "streams"}:
+        update_readme(text, os.path.relpath(out, HERE))
+
+
+def update_readme(text, rel):
+    """Copy the newest full run into bench/README.md between the markers."""
+    path = os.path.join(HERE, "README.md")
+    with open(path) as f:
+        readme = f.read()
+    start, end = "<!-- latest -->\n", "<!-- /latest -->"
+    i, j = readme.find(start), readme.find(end)
+    if i < 0 or j < i:
+        return
+    body = "\n".join(("#" + l if l.startswith("#") else l) for l in text.splitlines())
+    body = body.replace("\n# proxai benchmark", "\n### proxai benchmark", 1)
+    readme = readme[:i + len(start)] + "From `%s`:\n\n" % rel + body.strip() + "\n" + \
+        readme[j:]
+    with open(path, "w") as f:
+        f.write(readme)
 
 
 if __name__ == "__main__":
