@@ -193,6 +193,14 @@ static int put_label(px_buf_t *b, const char *name, const char *v, int first) {
   return rc;
 }
 
+/* "} value\n" with the shortest of %.15g / %.17g that reads back exactly. */
+static int put_double(px_buf_t *b, double v) {
+  char tmp[40];
+  snprintf(tmp, sizeof(tmp), "%.15g", v);
+  if (strtod(tmp, NULL) != v) snprintf(tmp, sizeof(tmp), "%.17g", v);
+  return px_buf_printf(b, "} %s\n", tmp);
+}
+
 static int put_head(px_buf_t *b, const char *name, const char *type, const char *help) {
   return px_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
@@ -229,7 +237,7 @@ static int render_hist(px_buf_t *b, int which, const char *name, const char *hel
     }
     if (rc == 0) rc = px_buf_printf(b, "%s_sum{", name);
     if (rc == 0) rc = put_label(b, "inbound", s->labels[0], 1);
-    if (rc == 0) rc = px_buf_printf(b, "} %.17g\n", h->sum);
+    if (rc == 0) rc = put_double(b, h->sum);
     if (rc == 0) rc = px_buf_printf(b, "%s_count{", name);
     if (rc == 0) rc = put_label(b, "inbound", s->labels[0], 1);
     if (rc == 0) rc = px_buf_printf(b, "} %" PRIu64 "\n", h->count);
