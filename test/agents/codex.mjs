@@ -65,6 +65,7 @@ async function runCodex(pxUrl, prompt, model) {
   const env = offlineEnv({ HOME: home, CODEX_HOME: codexHome, PROXAI_API_KEY: 'proxai-client-key' });
   const args = [
     'exec',
+    '--strict-config', // an unknown config key fails loudly after a Codex bump
     '--skip-git-repo-check',
     '--dangerously-bypass-approvals-and-sandbox',
     '--ephemeral',
