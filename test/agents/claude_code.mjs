@@ -72,6 +72,14 @@ function agentFailure(what, r) {
   );
 }
 
+/** Every scripted upstream turn reports 12 input / 7 output tokens; Claude Code sums its turns. */
+function checkUsage(json, turns) {
+  const u = json.usage || {};
+  if (u.input_tokens !== 12 * turns || u.output_tokens !== 7 * turns) {
+    throw new Error(`claude's usage ${JSON.stringify(u)}, want input ${12 * turns} / output ${7 * turns} (message_start / message_delta usage)`);
+  }
+}
+
 async function withProxai(upstream, fn) {
   const dir = tmpDir('proxai-claude-px-');
   const logFile = path.join(dir, 'access.log');
@@ -109,6 +117,7 @@ for (const upstream of ['anthropic', 'chat', 'responses']) {
       if (json.is_error || typeof json.result !== 'string' || !json.result.includes(answer)) {
         throw new Error(`claude's result does not carry the answer ${JSON.stringify(answer)}: ${r.stdout.slice(-2000)}`);
       }
+      checkUsage(json, 1);
       const left = await mock.queue();
       if (left.length) throw new Error(`scripted answer not used: ${JSON.stringify(left).slice(0, 300)}`);
     });
@@ -163,6 +172,7 @@ function toolRoundTrip(upstream, model, title, extraCheck = () => {}) {
       if (json.is_error || typeof json.result !== 'string' || !json.result.includes(final)) {
         throw new Error(`claude's result does not carry the final text ${JSON.stringify(final)}: ${r.stdout.slice(-2000)}`);
       }
+      checkUsage(json, 2);
       // The reasoning that came with the tool call is replayed upstream in
       // the upstream's own form (SPEC 5: signature / encrypted_content
       // survive a round trip where the target can hold them). Checked last:

@@ -65,6 +65,7 @@ async function runCodex(pxUrl, prompt, model) {
   const env = offlineEnv({ HOME: home, CODEX_HOME: codexHome, PROXAI_API_KEY: 'proxai-client-key' });
   const args = [
     'exec',
+    '--json', // JSONL events on stdout: items (reasoning, agent_message, command_execution) and turn usage
     '--strict-config', // an unknown config key fails loudly after a Codex bump
     '--skip-git-repo-check',
     '--dangerously-bypass-approvals-and-sandbox',
@@ -77,7 +78,30 @@ async function runCodex(pxUrl, prompt, model) {
   ];
   const r = await runProcess(codex.path, args, { env, cwd: work, timeoutMs: AGENT_TIMEOUT });
   const last = fs.existsSync(lastFile) ? fs.readFileSync(lastFile, 'utf8') : '';
-  return { r, last };
+  const events = [];
+  for (const line of r.stdout.split('\n')) {
+    try {
+      if (line.trim().startsWith('{')) events.push(JSON.parse(line));
+    } catch {
+      // not an event line
+    }
+  }
+  const items = events.filter((e) => e.type === 'item.completed').map((e) => e.item);
+  const usage = events.filter((e) => e.type === 'turn.completed').map((e) => e.usage).pop();
+  return { r, last, items, usage };
+}
+
+/** Checks Codex's --json events: reasoning shown, final message, usage from response.completed. */
+function checkEvents({ items, usage, r }, final, turns) {
+  const msgs = items.filter((i) => i.type === 'agent_message').map((i) => i.text);
+  if (!msgs.some((t) => t.includes(final))) throw new Error(`no agent_message with ${JSON.stringify(final)}: ${JSON.stringify(items)}; ${agentFailure('codex', r).message}`);
+  if (!items.some((i) => i.type === 'reasoning' && /answer|command/.test(i.text || ''))) {
+    throw new Error(`the upstream reasoning did not reach Codex as a reasoning item: ${JSON.stringify(items)}`);
+  }
+  // Every scripted upstream turn reports 12 input / 7 output tokens.
+  if (!usage || usage.input_tokens !== 12 * turns || usage.output_tokens !== 7 * turns) {
+    throw new Error(`turn usage ${JSON.stringify(usage)}, want input ${12 * turns} / output ${7 * turns} (response.completed usage)`);
+  }
 }
 
 function agentFailure(what, r) {
@@ -110,8 +134,9 @@ for (const upstream of ['responses', 'chat', 'anthropic']) {
     const answer = `PROXAI-TEXT-${upstream.toUpperCase()} says hello`;
     await mock.script([{ match: 'proxai-marker-text', path: upPath, sse: textAnswerSSE(upstream, answer) }]);
     await withProxai(upstream, async (px, logFile) => {
-      const { r, last } = await runCodex(px.url, 'proxai-marker-text: reply with a short greeting.', TEXT_MODEL);
+      const run1 = await runCodex(px.url, 'proxai-marker-text: reply with a short greeting.', TEXT_MODEL);
       const reqs = await mock.requests();
+      const { r, last } = run1;
       saveArtifacts(`codex_${upstream}_text`, { r, last, reqs, log: accessLog(logFile), proxai: px.logs().stderr, tap: px.tap?.records });
       assertNoRejects(logFile);
       const main = reqs.filter((q) => q.path.endsWith(upPath) && JSON.stringify(q.body).includes('proxai-marker-text'));
@@ -119,7 +144,8 @@ for (const upstream of ['responses', 'chat', 'anthropic']) {
       if (main[0].body.model !== UPSTREAM_MODEL) throw new Error(`upstream model ${main[0].body.model}, want ${UPSTREAM_MODEL}`);
       if (JSON.stringify(main[0].headers).includes('proxai-client-key')) throw new Error('the client credential was forwarded upstream');
       if (r.code !== 0) throw agentFailure('codex exec failed', r);
-      if (!last.includes(answer) || !r.stdout.includes(answer)) {
+      checkEvents(run1, answer, 1);
+      if (!last.includes(answer)) {
         throw new Error(`codex did not print the answer ${JSON.stringify(answer)}; last message: ${JSON.stringify(last)}; ${agentFailure('codex', r).message}`);
       }
       const left = await mock.queue();
@@ -137,8 +163,9 @@ for (const upstream of ['responses', 'chat', 'anthropic']) {
       { match: 'proxai-marker-tool', path: upPath, sse: toolCallSSE(upstream, 'exec_command', { cmd: 'echo proxai-tool-ok' }) },
     ]);
     await withProxai(upstream, async (px, logFile) => {
-      const { r, last } = await runCodex(px.url, 'proxai-marker-tool: run the shell check, then report.', TOOL_MODEL);
+      const run1 = await runCodex(px.url, 'proxai-marker-tool: run the shell check, then report.', TOOL_MODEL);
       const reqs = await mock.requests();
+      const { r, last } = run1;
       saveArtifacts(`codex_${upstream}_tool`, { r, last, reqs, log: accessLog(logFile), proxai: px.logs().stderr, tap: px.tap?.records });
       assertNoRejects(logFile);
       const turns = reqs.filter((q) => q.path.endsWith(upPath) && JSON.stringify(q.body).includes('proxai-marker-tool'));
@@ -153,7 +180,10 @@ for (const upstream of ['responses', 'chat', 'anthropic']) {
         throw new Error(`tool result for ${CALL_ID[upstream]} does not carry the shell output: ${JSON.stringify(out).slice(0, 500)}`);
       }
       if (r.code !== 0) throw agentFailure('codex exec failed', r);
-      if (!last.includes(final) || !r.stdout.includes(final)) {
+      checkEvents(run1, final, 2);
+      const ran = run1.items.find((i) => i.type === 'command_execution');
+      if (!ran || !hasOutputLine(ran.aggregated_output || '', 'proxai-tool-ok')) throw new Error(`no command_execution with the output: ${JSON.stringify(run1.items)}`);
+      if (!last.includes(final)) {
         throw new Error(`codex did not print the final text ${JSON.stringify(final)}; last message: ${JSON.stringify(last)}; ${agentFailure('codex', r).message}`);
       }
       // The reasoning of the tool-call turn is replayed upstream in the
