@@ -392,7 +392,8 @@ static int up_on_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
     return 0;
   }
   int sse = strncasecmp(x->content_type, "text/event-stream", 17) == 0;
-  int same = x->in == x->out && x->ep == EP_GATEWAY;
+  /* same protocol: the gateway endpoints, and Anthropic count_tokens forwarded as is */
+  int same = x->in == x->out;
   if (sse && x->stream) {
     x->streaming_gauge = 1;
     px_metrics_gauge_add(PX_G_ACTIVE_STREAMS, 1);
