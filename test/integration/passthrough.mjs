@@ -408,6 +408,87 @@ test('anthropic-beta and openai-organization forwarded; ?beta=true and paths wit
   assert.deepEqual(recs.slice(2).map((x) => x.path), ['/v1/messages', '/v1/chat/completions', '/v1/responses', '/v1/messages']);
 });
 
+test('anthropic count_tokens is forwarded to an Anthropic upstream (with and without model rewrite)', async () => {
+  await mock.reset();
+  const body = { model: 'claude-x', messages: msgs };
+  const r = await post(px.url, '/v1/messages/count_tokens', body, { 'anthropic-version': '2023-06-01', 'x-api-key': CLIENT_SECRET });
+  assert.equal(r.status, 200, r.text);
+  assert.ok(Number.isInteger(r.json.input_tokens) && r.json.input_tokens > 0, r.text);
+  const r2 = await post(px.url, '/v1/messages/count_tokens', { model: 'claude-rw', messages: msgs }, { 'anthropic-version': '2023-06-01' });
+  assert.equal(r2.status, 200, r2.text);
+  assert.ok(Number.isInteger(r2.json.input_tokens), r2.text);
+  const sdk = await anthropic.messages.countTokens({ model: 'claude-x', messages: msgs });
+  assert.ok(sdk.input_tokens > 0);
+  const recs = await mock.requests();
+  assert.equal(recs.length, 3);
+  assert.deepEqual(recs.map((x) => x.path), ['/v1/messages/count_tokens', '/v1/messages/count_tokens', '/v1/messages/count_tokens']);
+  assert.deepEqual(recs[0].body, body);
+  assert.equal(recs[1].body.model, 'up-claude-model');
+  assert.equal(recs[0].headers['x-api-key'], 'up-ant-key');
+  for (const rec of recs) assertNoClientSecret(rec);
+});
+
+test('hop-by-hop headers are not forwarded; the upstream request id comes back', async () => {
+  await mock.reset();
+  const body = JSON.stringify({ model: 'claude-x', max_tokens: 5, messages: msgs });
+  const res = await new Promise((resolve, reject) => {
+    const q = http.request(`${px.url}/v1/messages`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json', 'anthropic-version': '2023-06-01', 'content-length': Buffer.byteLength(body),
+        'proxy-authorization': 'Basic c2VjcmV0', te: 'trailers', connection: 'keep-alive, x-hop-named', 'x-hop-named': '1',
+        'keep-alive': 'timeout=5', upgrade: 'h2c', 'x-api-key': CLIENT_SECRET,
+      },
+    }, (r) => {
+      let t = '';
+      r.setEncoding('utf8');
+      r.on('data', (d) => (t += d));
+      r.on('end', () => resolve({ status: r.statusCode, headers: r.headers, text: t }));
+    });
+    q.on('error', reject);
+    q.end(body);
+  });
+  assert.equal(res.status, 200, res.text);
+  assert.match(res.headers['request-id'] || '', /^req_mock\d+$/, 'upstream request-id passed back');
+  assert.ok(res.headers['x-request-id']);
+  assert.equal(res.headers['content-length'], String(Buffer.byteLength(res.text)));
+  const [rec] = await mock.requests();
+  for (const h of ['proxy-authorization', 'te', 'x-hop-named', 'keep-alive', 'upgrade']) {
+    assert.equal(rec.headers[h], undefined, `hop-by-hop header forwarded: ${h}`);
+  }
+  assert.notEqual((rec.headers.connection || '').toLowerCase().includes('x-hop-named'), true);
+  assertNoClientSecret(rec);
+});
+
+for (const sc of [
+  { kind: 'chat', path: '/v1/chat/completions', body: { model: 'gpt-4o', messages: msgs, stream: true }, up: '/chat/completions' },
+  { kind: 'responses', path: '/v1/responses', body: { model: 'resp-a', input: 'hi', stream: true }, up: '/responses' },
+  { kind: 'anthropic', path: '/v1/messages', body: { model: 'claude-rw', max_tokens: 5, messages: msgs, stream: true }, up: '/v1/messages' },
+]) {
+  test(`${sc.kind}: stream events are forwarded as they arrive (first event before the upstream finished)`, async () => {
+    await mock.reset();
+    await mock.script([{ default: true, path: sc.up, delay_ms: 250 }]);
+    const res = await fetch(px.url + sc.path, { method: 'POST', headers: { 'content-type': 'application/json', 'anthropic-version': '2023-06-01' }, body: JSON.stringify(sc.body) });
+    assert.equal(res.status, 200);
+    const reader = res.body.getReader();
+    let text = '';
+    while (!text.includes('\n\n')) {
+      const { value, done } = await reader.read();
+      assert.ok(!done, 'stream ended before the first event');
+      text += Buffer.from(value).toString();
+    }
+    const st = await mock.stats();
+    assert.equal(st.responses_completed, 0, 'the client got its first event only after the upstream had finished');
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += Buffer.from(value).toString();
+    }
+    assert.ok(parseSSE(text).length >= 5, text);
+    assert.equal((await mock.stats()).responses_completed, 1);
+  });
+}
+
 // ---- upstream errors ---------------------------------------------------------
 
 const rl429 = (type) => ({
