@@ -28,6 +28,8 @@ import {
   requireAgent,
   runProcess,
   saveArtifacts,
+  startProxyTrap,
+  outsideAttempts,
   startTap,
   textAnswerSSE,
   tmpDir,
@@ -48,6 +50,12 @@ const TEXT_MODEL = 'claude-sonnet-4-5';
 const TOOL_MODEL = 'claude-opus-4-6';
 
 const mock = await startMock();
+await startProxyTrap();
+// Runs after run() has printed its summary (run() exits the process).
+process.on('exit', () => {
+  const hosts = [...new Set(outsideAttempts)];
+  console.log(hosts.length ? `# note: ${hosts.length} outside request(s) refused by the loopback proxy trap: ${hosts.join(' | ')}` : '# no outside network attempts');
+});
 
 /** Runs `claude -p` against proxai at pxUrl; resolves to {r, json}. */
 async function runClaude(pxUrl, prompt, model) {

@@ -31,6 +31,8 @@ import {
   requireAgent,
   runProcess,
   saveArtifacts,
+  startProxyTrap,
+  outsideAttempts,
   startTap,
   textAnswerSSE,
   tmpDir,
@@ -53,6 +55,12 @@ const TEXT_MODEL = 'gpt-5.1-codex';
 const TOOL_MODEL = 'gpt-5.5';
 
 const mock = await startMock();
+await startProxyTrap();
+// Runs after run() has printed its summary (run() exits the process).
+process.on('exit', () => {
+  const hosts = [...new Set(outsideAttempts)];
+  console.log(hosts.length ? `# note: ${hosts.length} outside request(s) refused by the loopback proxy trap: ${hosts.join(' | ')}` : '# no outside network attempts');
+});
 
 /** Runs `codex exec` against proxai at pxUrl; resolves to {r, last}. */
 async function runCodex(pxUrl, prompt, model) {

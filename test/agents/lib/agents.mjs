@@ -4,8 +4,9 @@
 // timeout, and checks on proxai's access log.
 //
 // Everything talks to 127.0.0.1 only: the agents get loopback base URLs, a
-// dead loopback HTTP(S) proxy for anything else (NO_PROXY=127.0.0.1), and
-// their telemetry / update checks / non-essential traffic switched off.
+// loopback HTTP(S) proxy for anything else that refuses and records it
+// (startProxyTrap; NO_PROXY=127.0.0.1), and their telemetry / update checks /
+// non-essential traffic switched off.
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -57,16 +58,46 @@ export function tmpDir(prefix) {
  * Environment that keeps a child off the network: only PATH is inherited, any
  * non-loopback HTTP(S) goes to a dead loopback proxy.
  */
+let trapUrl = 'http://127.0.0.1:9';
+export const outsideAttempts = [];
+
+/**
+ * Starts a loopback "proxy" that refuses everything and records what an agent
+ * tried to reach outside 127.0.0.1 (first request line, e.g. `CONNECT
+ * host:443`); offlineEnv() points HTTP(S)_PROXY at it from then on. Without
+ * it the proxy is a closed port.
+ */
+export async function startProxyTrap() {
+  const net = await import('node:net');
+  const server = net.createServer((sock) => {
+    let head = '';
+    sock.setEncoding('latin1');
+    sock.on('data', (d) => {
+      head += d;
+      const i = head.indexOf('\r\n');
+      if (i >= 0 || head.length > 2048) {
+        outsideAttempts.push(head.slice(0, i >= 0 ? i : 200));
+        sock.end('HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
+      }
+    });
+    sock.on('error', () => {});
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  server.unref();
+  trapUrl = `http://127.0.0.1:${server.address().port}`;
+  return server;
+}
+
 export function offlineEnv(extra) {
   return {
     PATH: process.env.PATH || '/usr/bin:/bin',
     LANG: 'C.UTF-8',
     TERM: 'dumb',
     NO_COLOR: '1',
-    HTTP_PROXY: 'http://127.0.0.1:9',
-    HTTPS_PROXY: 'http://127.0.0.1:9',
-    http_proxy: 'http://127.0.0.1:9',
-    https_proxy: 'http://127.0.0.1:9',
+    HTTP_PROXY: trapUrl,
+    HTTPS_PROXY: trapUrl,
+    http_proxy: trapUrl,
+    https_proxy: trapUrl,
     NO_PROXY: '127.0.0.1,localhost',
     no_proxy: '127.0.0.1,localhost',
     ...extra,
