@@ -112,7 +112,12 @@ def cpu_seconds(pids):
     return total / tck
 
 
+NICE = 0  # --nice: applied to every process the run starts, all targets alike
+
+
 def pinned(cpu, cmd):
+    if NICE:
+        cmd = ["nice", "-n", str(NICE)] + cmd
     return (["taskset", "-c", str(cpu)] + cmd) if cpu is not None else cmd
 
 
@@ -610,8 +615,8 @@ def report(b, started):
       (mi["cpu"], mi["cpus"], mi.get("mem_gib", "?"), mi["kernel"], mi["virt"]))
     w("Load average (1/5/15 min) before the run: %s; after: %s. Other work on the machine "
       "during the run distorts every figure." % (b.load_before, mi["load"]))
-    w("System under test pinned to CPU %s; mock and load generators on CPU %s." %
-      (b.sut_cpu, b.load_cpu))
+    w("System under test pinned to CPU %s; mock and load generators on CPU %s%s." %
+      (b.sut_cpu, b.load_cpu, "; all at nice %d" % a.nice if a.nice else ""))
     w("Versions: proxai %s (commit %s, %s build), %s, %s, %s." %
       (ve.get("proxai"), ve.get("commit"), ve.get("buildtype", "?"), ve.get("nginx"),
        ve.get("wrk"), ve.get("cc")))
@@ -810,7 +815,12 @@ def main():
     ap.add_argument("--duration", type=float, help="seconds per wrk measurement")
     ap.add_argument("--out", help="markdown output (default bench/results/DATE.md)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="nice value for every process started (negative needs root); "
+                    "reduces interference from other work on a shared machine")
     a = ap.parse_args()
+    global NICE
+    NICE = a.nice
     a.targets = a.targets.split(",")
     a.rounds = a.rounds or (2 if a.quick else 5)
     a.duration = a.duration or (2.0 if a.quick else 5.0)
