@@ -773,6 +773,16 @@ static int decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
     else
       px_lossy_add(lossy, "safety_identifier");
   }
+  /* Only hosted/namespace tools (all dropped): OpenAI rejects tool_choice and
+   * parallel_tool_calls without tools, and they mean nothing then. */
+  if (json_object_get(d.ir, "tools") == NULL) {
+    json_t *tc = json_object_get(d.ir, "tool_choice");
+    const char *tct = jstr(tc, "type");
+    if (tct != NULL && strcmp(tct, "auto") != 0 && strcmp(tct, "none") != 0)
+      px_lossy_add(lossy, "tool_choice");
+    json_object_del(d.ir, "tool_choice");
+    json_object_del(d.ir, "parallel_tool_calls");
+  }
   json_t *input = json_object_get(body, "input");
   if (input == NULL) {
     rc = px_tr_fail(err, "input", "input is required");
@@ -1069,7 +1079,12 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
   if ((v = json_object_get(ir, "top_p")) != NULL) json_object_set(b, "top_p", v);
   if (json_object_get(ir, "top_k") != NULL) px_lossy_add(lossy, "top_k");
   if (json_array_size(json_object_get(ir, "stop")) > 0)
-    px_lossy_add(lossy, anth ? "stop_sequences" : "stop");
+  {
+    if (anth)
+      px_lossy_add(lossy, "stop_sequences");
+    else
+      px_lossy_add(lossy, "stop");
+  }
   json_t *rf = json_object_get(ir, "response_format");
   if (json_is_object(rf)) {
     json_t *f = json_deep_copy(rf);
