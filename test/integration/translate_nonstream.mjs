@@ -251,6 +251,17 @@ for (const [client, upstream] of S.PAIRS) {
     }
   });
 
+  if (upstream === 'chat') {
+    test(`${pair}: Chat finish_reason content_filter (SPEC 5)`, async () => {
+      const x = await exchange(client, upstream, { user: 'x' }, { id: 'cf1', text: 'Partial', stop: 'content_filter' });
+      if (client === 'anthropic') assert.equal(x.data.stop_reason, 'refusal', JSON.stringify(x.data));
+      else {
+        assert.equal(x.data.status, 'incomplete', JSON.stringify(x.data));
+        assert.equal(x.data.incomplete_details?.reason, 'content_filter');
+      }
+    });
+  }
+
   test(`${pair}: max tokens (request limit mapped, truncation reported)`, async () => {
     const x = await exchange(client, upstream, { user: 'write a lot', maxTokens: 77 }, { id: 'len1', text: 'Once upon a ti', stop: 'length' });
     const upMax = { chat: x.up.body.max_completion_tokens ?? x.up.body.max_tokens, anthropic: x.up.body.max_tokens, responses: x.up.body.max_output_tokens }[upstream];
@@ -274,6 +285,52 @@ for (const [client, upstream] of S.PAIRS) {
       assert.ok(kinds.indexOf('reasoning') < kinds.indexOf('message'), `reasoning item first: ${kinds}`);
     }
     if (client === 'anthropic') assert.equal(x.data.content[0].type, 'thinking');
+  });
+
+  test(`${pair}: reasoning sent back in history is carried or named as lossy`, async () => {
+    const R = 'Six times seven is 42.';
+    const x1 = await exchange(client, upstream, { user: 'think' }, { id: 'rsh1', reasoning: { text: R, signature: 'sig-XYZ' }, text: '42' });
+    const req2 = structuredClone(x1.req);
+    if (client === 'chat') {
+      const m = x1.data.choices[0].message;
+      req2.messages.push({ role: 'assistant', content: m.content, reasoning_content: m.reasoning_content });
+      req2.messages.push({ role: 'user', content: 'and again?' });
+    } else if (client === 'anthropic') {
+      req2.messages.push({ role: 'assistant', content: x1.data.content });
+      req2.messages.push({ role: 'user', content: 'and again?' });
+    } else {
+      req2.input.push(...x1.data.output);
+      req2.input.push({ role: 'user', content: 'and again?' });
+    }
+    await mock.reset();
+    await mock.script([{ path: S.UPSTREAM_PATH[upstream], body: S.bodyFor(upstream, { id: 'rsh2', model: S.UPSTREAM_MODEL[upstream], text: 'ok' }) }]);
+    const { response } = await send(client, req2);
+    const lossy = response.headers.get('x-proxai-lossy') || '';
+    const [up] = await mock.requests();
+    const b = up.body;
+    let carried;
+    let signature;
+    if (upstream === 'chat') {
+      const a = b.messages.find((m) => m.role === 'assistant');
+      carried = a?.reasoning_content;
+    } else if (upstream === 'anthropic') {
+      const t = b.messages.find((m) => m.role === 'assistant')?.content.find((c) => c.type === 'thinking');
+      carried = t?.thinking;
+      signature = t?.signature;
+    } else {
+      const r = b.input.find((i) => i.type === 'reasoning');
+      carried = r && [...(r.summary || []), ...(r.content || [])].map((s) => s.text).join('');
+      signature = r?.encrypted_content;
+    }
+    const where = `upstream ${JSON.stringify(b.messages ?? b.input)}; x-proxai-lossy: ${lossy}`;
+    if (upstream === 'chat') assert.equal(carried, R, `Chat can hold reasoning_content: ${where}`);
+    else if (client === 'responses' && upstream === 'anthropic') {
+      // A thinking signature that made the round trip Anthropic -> Responses client -> Anthropic survives.
+      assert.equal(carried, R, where);
+      assert.equal(signature, 'sig-XYZ', where);
+    } else {
+      assert.ok(carried === R || /reasoning|thinking|encrypted|signature|summary/.test(lossy), `reasoning neither carried nor named as lossy: ${where}`);
+    }
   });
 
   test(`${pair}: image input (URL and base64) in the upstream's own form`, async () => {

@@ -137,6 +137,22 @@ for (const [client, upstream] of S.PAIRS) {
     });
   }
 
+  test(`${pair}: upstream SSE split into 3-byte writes (mid-line, mid-UTF-8) gives the same result`, async () => {
+    const answer = { ...ANSWERS.tools, text: upstream === 'responses' ? undefined : 'Héllo 🌍 wörld', model: upModel };
+    if (upstream === 'anthropic') answer.toolCalls = answer.toolCalls.map((t, i) => ({ ...t, id: `toolu_0${i + 1}X` }));
+    const req = clientRequest(client, model, { tools: true });
+    await mock.reset();
+    await mock.script([
+      { path: S.UPSTREAM_PATH[upstream], sse: S.sseFor(upstream, answer, { interleave: true }) },
+      { path: S.UPSTREAM_PATH[upstream], sse: S.sseFor(upstream, answer, { interleave: true }), chunk: 3 },
+    ]);
+    const whole = await streamFinal(client, req);
+    const split = await streamFinal(client, req);
+    assert.deepEqual(split.norm.toolCalls, answer.toolCalls.map(({ id, name: n, args }) => ({ id, name: n, args })));
+    assert.deepEqual(meaningful(split.norm), meaningful(whole.norm));
+    assert.equal(split.norm.text, answer.text ?? null);
+  });
+
   test(`${pair}: raw SSE lifecycle of a streamed tool-call answer`, async () => {
     const answer = { ...ANSWERS.tools, model: upModel };
     await mock.reset();
@@ -144,6 +160,7 @@ for (const [client, upstream] of S.PAIRS) {
     const r = await rawPost(client, { ...clientRequest(client, model, { tools: true }), stream: true });
     assert.equal(r.status, 200);
     assert.match(r.headers.get('content-type'), /text\/event-stream/);
+    assert.equal(r.headers.get('x-proxai-upstream'), `${S.UPSTREAM_NAME[upstream]}/${upModel}`);
     const ev = r.events;
     if (client === 'chat') {
       assert.equal(ev.at(-1).data, '[DONE]');
@@ -165,6 +182,8 @@ for (const [client, upstream] of S.PAIRS) {
         answer.toolCalls.map((t, i) => ({ id: upstream === 'anthropic' ? t.id : t.id, name: t.name, args: t.args })),
       );
       assert.equal(chunks.filter((c) => c.choices[0]?.finish_reason).map((c) => c.choices[0].finish_reason).join(), 'tool_calls');
+      // The client did not ask for include_usage: no usage-only chunk.
+      assert.ok(!chunks.some((c) => c.choices.length === 0 || c.usage), 'no usage chunk without stream_options.include_usage');
     } else if (client === 'anthropic') {
       assert.equal(ev[0].event, 'message_start');
       const start = JSON.parse(ev[0].data);
@@ -191,6 +210,7 @@ for (const [client, upstream] of S.PAIRS) {
       const md = ev.filter((e) => e.event === 'message_delta').map((e) => JSON.parse(e.data));
       assert.equal(md.length, 1);
       assert.equal(md[0].delta.stop_reason, 'tool_use');
+      assert.equal(md[0].usage?.output_tokens, answer.usage.output, 'final usage in message_delta');
     } else {
       const ds = ev.map((e) => JSON.parse(e.data));
       assert.equal(ds[0].type, 'response.created');
