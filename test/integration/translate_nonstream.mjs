@@ -407,6 +407,75 @@ for (const [client, upstream] of S.PAIRS) {
     });
   }
 
+  test(`${pair}: HTML upstream error -> 502 in the client's shape`, async () => {
+    await mock.reset();
+    await mock.script([{ path: S.UPSTREAM_PATH[upstream], status: 502, headers: { 'content-type': 'text/html' }, body: '<html><body><h1>502 Bad Gateway</h1></body></html>' }]);
+    const err = await send(client, clientRequest(client, model, { user: 'hi' })).then(
+      () => null,
+      (e) => e,
+    );
+    assert.ok(err, 'must throw');
+    assert.equal(err.status, 502, `${err.status} ${err.message}`);
+    assert.ok(err instanceof (client === 'anthropic' ? Anthropic : OpenAI).InternalServerError, err.constructor.name);
+    assert.ok(!err.message.includes('<html>'), `no raw HTML in the message: ${err.message}`);
+    if (client === 'anthropic') assert.equal(err.error?.error?.type, 'api_error', JSON.stringify(err.error));
+    else assert.equal(err.error?.type, 'api_error', JSON.stringify(err.error));
+  });
+
+  if (upstream === 'chat') {
+    test(`${pair}: multi-choice Chat response is rejected, never merged or truncated`, async () => {
+      const body = S.chatBody({ id: 'mc1', model: S.UPSTREAM_MODEL.chat, text: 'Option A' });
+      body.choices.push({ index: 1, message: { role: 'assistant', content: 'Option B', refusal: null }, logprobs: null, finish_reason: 'stop' });
+      await mock.reset();
+      await mock.script([{ path: S.UPSTREAM_PATH.chat, body }]);
+      const err = await send(client, clientRequest(client, model, { user: 'hi' })).then(
+        (r) => r.data,
+        (e) => e,
+      );
+      assert.ok(err instanceof Error, `must be an error, got ${JSON.stringify(err)}`);
+      assert.ok(err.status >= 500, `${err.status} ${err.message}`);
+    });
+  }
+
+  if (upstream !== 'chat' || client !== 'responses') {
+    test(`${pair}: invalid tool-call arguments in history are rejected with a 400, never replaced by {}`, async () => {
+      const req = clientRequest(client, model, { user: 'hi', tools: TOOLS });
+      if (client === 'chat') {
+        req.messages.push({ role: 'assistant', content: null, tool_calls: [{ id: 'call_bad', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Par' } }] });
+        req.messages.push({ role: 'tool', tool_call_id: 'call_bad', content: 'x' });
+      } else if (client === 'responses') {
+        req.input.push({ type: 'function_call', call_id: 'call_bad', name: 'get_weather', arguments: '{"city": "Par' });
+        req.input.push({ type: 'function_call_output', call_id: 'call_bad', output: 'x' });
+      } else {
+        return; // Anthropic tool_use.input is an object: nothing to parse
+      }
+      await mock.reset();
+      const err = await send(client, req).then(
+        () => null,
+        (e) => e,
+      );
+      const reqs = await mock.requests();
+      if (upstream === 'anthropic') {
+        assert.ok(err, `must be rejected; upstream got ${JSON.stringify(reqs.map((r) => r.body.messages))}`);
+        assert.equal(err.status, 400, err.message);
+        assert.ok(err instanceof OpenAI.BadRequestError, err.constructor.name);
+        assert.equal(reqs.length, 0, 'nothing sent upstream');
+      } else {
+        // Chat <-> Responses carry arguments as a string: passed verbatim, not parsed.
+        if (err) {
+          assert.equal(err.status, 400, err.message);
+          assert.equal(reqs.length, 0, 'nothing sent upstream');
+        } else {
+          const b = reqs[0].body;
+          const args = upstream === 'chat'
+            ? b.messages.find((m) => m.tool_calls)?.tool_calls[0].function.arguments
+            : b.input.find((i) => i.type === 'function_call')?.arguments;
+          assert.equal(args, '{"city": "Par', 'kept verbatim, never replaced');
+        }
+      }
+    });
+  }
+
   test(`${pair}: x-proxai-lossy names what was dropped`, async () => {
     // A parameter the upstream cannot hold, per client protocol.
     const extra = { chat: { frequency_penalty: 0.5 }, responses: { max_tool_calls: 3 }, anthropic: { top_k: 5 } }[client];
