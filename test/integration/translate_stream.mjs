@@ -230,6 +230,37 @@ for (const [client, upstream] of S.PAIRS) {
     }
   });
 
+  test(`${pair}: upstream 429 on a streaming request -> the SDK stream helper throws RateLimitError`, async () => {
+    await mock.reset();
+    await mock.script([{ path: S.UPSTREAM_PATH[upstream], status: 429, headers: { 'retry-after': '3' }, body: S.errorBodyFor(upstream, 429, 'Too many streams, slow down') }]);
+    const err = await streamFinal(client, clientRequest(client, model)).then(
+      (r) => r.final,
+      (e) => e,
+    );
+    const SDK = client === 'anthropic' ? Anthropic : OpenAI;
+    assert.ok(err instanceof SDK.RateLimitError, `expected RateLimitError, got ${err?.constructor?.name}: ${err?.message ?? JSON.stringify(err)}`);
+    assert.ok(err.message.includes('Too many streams, slow down'), err.message);
+    assert.equal(err.headers.get('retry-after'), '3');
+  });
+
+  test(`${pair}: upstream connection closed mid-stream -> the client's error event`, async () => {
+    await mock.reset();
+    await mock.script([{ path: S.UPSTREAM_PATH[upstream], sse: S.sseFor(upstream, { ...ANSWERS.text, model: upModel }), fault: 'close', fault_after: 4 }]);
+    const r = await rawPost(client, { ...clientRequest(client, model), stream: true });
+    const last = r.events.at(-1);
+    const dump = r.text.slice(-800);
+    if (client === 'chat') {
+      assert.ok(!r.events.some((e) => e.data === '[DONE]'), dump);
+      assert.ok(JSON.parse(last.data).error, dump);
+    } else if (client === 'anthropic') {
+      assert.ok(!r.events.some((e) => e.event === 'message_stop'), dump);
+      assert.equal(last.event, 'error', dump);
+    } else {
+      assert.ok(!r.events.some((e) => e.event === 'response.completed'), dump);
+      assert.equal(JSON.parse(last.data).type, 'response.failed', dump);
+    }
+  });
+
   for (const kind of ['truncated', 'error-event']) {
     test(`${pair}: upstream stream ${kind} -> the client's error event, never a normal stop`, async () => {
       const answer = { ...ANSWERS.text, model: upModel };
