@@ -8,9 +8,16 @@
 #include "proxai/proto.h"
 #include "proxai/sse.h"
 
+/* config names from the X-macro (a table entry may not be filled in yet) */
+static const char *const proto_names[] = {
+#define XX(e, name, inpath, uppath, sym) name,
+    PX_PROTO_MAP(XX)
+#undef XX
+};
+
 static int not_impl(px_tr_err_t *err, const px_tr_ctx_t *ctx, const char *what) {
   px_tr_fail(err, "", "translation %s -> %s: %s not implemented",
-             px_proto_get(ctx->in)->name, px_proto_get(ctx->out)->name, what);
+             proto_names[ctx->in], proto_names[ctx->out], what);
   if (err != NULL) err->kind = PX_ERR_NOT_IMPL;
   return PX_EINVAL;
 }
@@ -117,13 +124,19 @@ int px_translate_error(const px_tr_ctx_t *ctx, int status, const char *body,
     if (ops->decode_error(status, body ? body : "", body ? len : 0, &ue) == 0) found = 1;
   }
   int st = status;
+  if (found && (ue.kind == PX_ERR_INVALID || ue.kind == PX_ERR_API)) {
+    /* a generic type under a specific status: the status says more (OpenAI
+     * answers a bad key with 401 + invalid_request_error) */
+    px_errkind_t k = px_errkind_from_type(NULL, status);
+    if (k != PX_ERR_INVALID && k != PX_ERR_API) ue.kind = k;
+  }
   if (!found) {
     memset(&ue, 0, sizeof(ue));
     if (status >= 400 && status <= 599) {
       ue.kind = px_errkind_from_type(NULL, status);
       snprintf(ue.message, sizeof(ue.message),
                "upstream returned HTTP %d with a body that is not a %s error",
-               status, px_proto_get(ctx->out)->name);
+               status, proto_names[ctx->out]);
     } else {
       st = 502;
       ue.kind = PX_ERR_BAD_GATEWAY;
