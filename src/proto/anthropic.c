@@ -849,6 +849,24 @@ static void push_turn(json_t *msgs, const char *role, json_t *blocks) {
   }
 }
 
+/* With thinking on, Anthropic requires the assistant turn that a tool-use
+ * loop continues (the last assistant message, answered only by tool
+ * results) to start with a thinking block. History from OpenAI clients has
+ * no signed thinking there, so thinking must stay off for that request. */
+static int tool_loop_without_thinking(json_t *msgs) {
+  size_t n = json_array_size(msgs);
+  if (n < 2) return 0;
+  json_t *last = json_array_get(msgs, n - 1), *prev = json_array_get(msgs, n - 2);
+  if (strcmp(jstr(last, "role"), "user") != 0 || strcmp(jstr(prev, "role"), "assistant") != 0)
+    return 0;
+  size_t i;
+  json_t *b;
+  json_array_foreach(json_object_get(last, "content"), i, b) if (!is_type(b, "tool_result"))
+      return 0;
+  json_t *first = json_array_get(json_object_get(prev, "content"), 0);
+  return !is_type(first, "thinking") && !is_type(first, "redacted_thinking");
+}
+
 static json_int_t budget_of_effort(const char *e) {
   if (e == NULL) return 8192;
   if (strcmp(e, "minimal") == 0 || strcmp(e, "low") == 0) return 1024;
@@ -932,6 +950,12 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     json_t *bt = json_object_get(r, "budget_tokens");
     if (json_is_false(en) || (effort != NULL && strcmp(effort, "none") == 0)) {
       json_object_set_new(body, "thinking", json_pack("{s:s}", "type", "disabled"));
+    } else if ((json_is_true(en) || effort != NULL || json_is_integer(bt)) &&
+               tool_loop_without_thinking(msgs)) {
+      if (ctx->in == PX_PROTO_CHAT)
+        px_lossy_add(lossy, "reasoning_effort");
+      else
+        px_lossy_add(lossy, "reasoning");
     } else if (json_is_true(en) || effort != NULL || json_is_integer(bt)) {
       json_int_t budget = json_is_integer(bt) ? json_integer_value(bt)
                                               : budget_of_effort(effort);
