@@ -609,19 +609,15 @@ fail:
 /* ------------------------------------------------------------------------ */
 /* encode_request: IR -> Chat upstream body                                 */
 
-/* Lossy path of a reasoning field as the CLIENT spelled it. */
+/* Lossy path of a dropped reasoning field as the CLIENT spelled it. */
 static void lossy_reasoning_field(const px_tr_ctx_t *ctx, px_lossy_t *lossy,
                                   const char *field) {
-  int anth = ctx->in == PX_PROTO_ANTHROPIC;
-  if (strcmp(field, "signature") == 0)
-    px_lossy_add(lossy, anth ? "messages[].content[].signature"
-                             : "input[].encrypted_content");
-  else if (strcmp(field, "encrypted_content") == 0)
-    px_lossy_add(lossy, anth ? "messages[].content[].signature"
-                             : "input[].encrypted_content");
+  if (ctx->in != PX_PROTO_ANTHROPIC)
+    px_lossy_add(lossy, "input[].encrypted_content");
+  else if (strcmp(field, "redacted_data") == 0)
+    px_lossy_add(lossy, "messages[].content[].redacted_thinking");
   else
-    px_lossy_add(lossy, anth ? "messages[].content[].redacted_thinking"
-                             : "input[].encrypted_content");
+    px_lossy_add(lossy, "messages[].content[].signature");
 }
 
 static json_t *image_part_out(json_t *p, const char *path, px_tr_err_t *err) {
@@ -671,10 +667,10 @@ static json_t *tool_msg_out(const px_tr_ctx_t *ctx, json_t *p, px_lossy_t *lossy
       json_t *tx = json_object_get(q, "text");
       if (t != NULL && strcmp(t, "text") == 0 && json_is_string(tx))
         px_buf_append(&b, json_string_value(tx), json_string_length(tx));
+      else if (ctx->in == PX_PROTO_ANTHROPIC)
+        px_lossy_add(lossy, "messages[].content[].content[].image");
       else
-        px_lossy_add(lossy, ctx->in == PX_PROTO_ANTHROPIC
-                                ? "messages[].content[].content[].image"
-                                : "input[].output[].image");
+        px_lossy_add(lossy, "input[].output[].image");
     }
   }
   if (json_is_true(json_object_get(p, "is_error")))
@@ -850,7 +846,13 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
       json_array_append_new(tools, json_pack("{s:s, s:o}", "type", "function", "function", fn));
     }
   }
-  if ((v = json_object_get(ir, "tool_choice")) != NULL) {
+  /* OpenAI rejects tool_choice and parallel_tool_calls without tools */
+  int has_tools = json_object_get(body, "tools") != NULL;
+  if ((v = json_object_get(ir, "tool_choice")) != NULL && !has_tools) {
+    const char *t = jstr(v, "type");
+    if (t != NULL && strcmp(t, "auto") != 0 && strcmp(t, "none") != 0)
+      px_lossy_add(lossy, "tool_choice");
+  } else if (v != NULL) {
     const char *t = jstr(v, "type");
     if (t != NULL && strcmp(t, "tool") == 0)
       json_object_set_new(body, "tool_choice",
@@ -859,7 +861,7 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     else if (t != NULL)
       add_str(body, "tool_choice", t);
   }
-  if ((v = json_object_get(ir, "parallel_tool_calls")) != NULL)
+  if ((v = json_object_get(ir, "parallel_tool_calls")) != NULL && has_tools)
     json_object_set(body, "parallel_tool_calls", v);
   if ((v = json_object_get(ir, "max_tokens")) != NULL)
     json_object_set(body, "max_completion_tokens", v);
@@ -1038,8 +1040,10 @@ static json_t *annotations_out(const px_tr_ctx_t *ctx, json_t *anns, px_lossy_t 
   json_array_foreach(anns, i, a) {
     const char *t = jstr(a, "type");
     if (t == NULL || strcmp(t, "url_citation") != 0 || jstr(a, "url") == NULL) {
-      px_lossy_add(lossy, ctx->out == PX_PROTO_ANTHROPIC ? "content[].citations"
-                                                         : "output[].content[].annotations");
+      if (ctx->out == PX_PROTO_ANTHROPIC)
+        px_lossy_add(lossy, "content[].citations");
+      else
+        px_lossy_add(lossy, "output[].content[].annotations");
       continue;
     }
     json_t *uc = json_object();
@@ -1084,10 +1088,12 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
         nreason++;
       }
       int anth = ctx->out == PX_PROTO_ANTHROPIC;
-      if (jstr(c, "signature") != NULL || jstr(c, "encrypted_content") != NULL)
-        px_lossy_add(lossy, anth ? "content[].signature" : "output[].encrypted_content");
-      if (jstr(c, "redacted_data") != NULL)
-        px_lossy_add(lossy, anth ? "content[].redacted_thinking" : "output[].encrypted_content");
+      int sig = jstr(c, "signature") != NULL || jstr(c, "encrypted_content") != NULL;
+      int red = jstr(c, "redacted_data") != NULL;
+      if (!anth && (sig || red))
+        px_lossy_add(lossy, "output[].encrypted_content");
+      if (anth && sig) px_lossy_add(lossy, "content[].signature");
+      if (anth && red) px_lossy_add(lossy, "content[].redacted_thinking");
     } else if (strcmp(t, "tool_call") == 0) {
       const char *args = jstr(c, "arguments");
       json_array_append_new(
