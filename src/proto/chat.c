@@ -170,6 +170,12 @@ static int user_part(const px_tr_ctx_t *ctx, json_t *c, const char *p, json_t *o
         add_str(part, "data", fd);
       }
     } else if (fid != NULL) {
+      if (ctx->out == PX_PROTO_ANTHROPIC) {
+        json_decref(part);
+        snprintf(q, sizeof(q), "%s.file.file_id", p);
+        return px_tr_fail(err, q, "%s: uploaded OpenAI files cannot be sent to "
+                          "anthropic_messages; send file_data", q);
+      }
       add_str(part, "file_id", fid);
     } else {
       json_decref(part);
