@@ -363,6 +363,16 @@ ${upstreams}`);
   await waitFor(() => /\r\n\r\n\{[^}]*\}/.test(kaData), { what: 'first readyz' });
   assert.match(kaData, /^HTTP\/1\.1 200 /);
   kaData = '';
+  // a second kept-alive connection, for a model request while draining
+  const ka2 = net.connect(p.port, '127.0.0.1');
+  let ka2Data = '';
+  ka2.setEncoding('latin1');
+  ka2.on('data', (d) => (ka2Data += d));
+  ka2.on('error', () => {});
+  await new Promise((resolve) => ka2.once('connect', resolve));
+  ka2.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+  await waitFor(() => /^HTTP\/1\.1 200 [^]*\r\n\r\n./.test(ka2Data), { what: 'healthz on the second connection' });
+  ka2Data = '';
 
   const res = await fetch(p.url + paths.chat, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(bodies.chat()) });
   assert.equal(res.status, 200);
@@ -383,6 +393,12 @@ ${upstreams}`);
   ka.write('GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n');
   await waitFor(() => kaClosed || /\r\n\r\n\{[^}]*\}/.test(kaData), { timeout: 3000, what: 'readyz while draining' });
   const readyWhileDraining = kaData;
+  // SPEC 6: a model request while draining gets 503 (Anthropic: overloaded_error)
+  const mb = JSON.stringify({ model: 'claude-x', max_tokens: 5, messages: msgs });
+  ka2.write(`POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nanthropic-version: 2023-06-01\r\nContent-Length: ${mb.length}\r\n\r\n${mb}`);
+  await waitFor(() => /\r\n\r\n\{.*\}$/s.test(ka2Data) || ka2.destroyed || ka2.readyState === 'closed', { timeout: 3000, what: 'model request while draining' }).catch(() => {});
+  const modelWhileDraining = ka2Data;
+  ka2.destroy();
   // stop accepting: a new connection is refused (or closed without an answer)
   const fresh = await new Promise((resolve) => {
     const s = net.connect(p.port, '127.0.0.1');
@@ -408,6 +424,10 @@ ${upstreams}`);
   assert.notEqual(r, 'timeout', 'proxai did not exit after the stream finished');
   assert.equal(r.code, 0, JSON.stringify(r));
   assert.match(readyWhileDraining, /^HTTP\/1\.1 503 /, `readyz on a kept-alive connection while draining: ${JSON.stringify(readyWhileDraining)} (connection closed: ${kaClosed})`);
+  assert.match(modelWhileDraining, /^HTTP\/1\.1 503 /, `model request while draining: ${JSON.stringify(modelWhileDraining)}`);
+  const dj = JSON.parse(modelWhileDraining.slice(modelWhileDraining.indexOf('\r\n\r\n') + 4));
+  assert.equal(dj.type, 'error');
+  assert.equal(dj.error.type, 'overloaded_error');
 }, { timeout: 60000 });
 
 // ---- broken upstream streams ---------------------------------------------------
