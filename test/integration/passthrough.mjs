@@ -6,7 +6,7 @@
 // /v1/models, /healthz, /readyz, /metrics.
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { startMock, startProxai, test, run, parseSSE } from './lib/harness.mjs';
+import { startMock, startProxai, test, run, parseSSE, waitFor } from './lib/harness.mjs';
 
 let OpenAI, Anthropic;
 try {
@@ -595,6 +595,38 @@ test('fallback upstream is used when the first keeps failing', async () => {
   assert.deepEqual(recs[0].body, recs[1].body);
 });
 
+test('retries honour retry-after: a 429 (retry-after: 1) then a 200 succeeds on the retry', async () => {
+  await mock.reset();
+  await mock.script([{ ...rl429('openai'), headers: { 'retry-after': '1' } }]);
+  const c = await openai.chat.completions.create({ model: 'retry-2', messages: msgs });
+  assert.equal(c.choices[0].message.content, 'Hello from mock');
+  assert.equal((await mock.requests()).length, 2);
+});
+
+test('upstream connections are reused across requests', async () => {
+  await mock.reset();
+  for (let i = 0; i < 4; i++) await openai.chat.completions.create({ model: 'gpt-4o', messages: msgs });
+  await openai.chat.completions.stream({ model: 'gpt-4o', messages: msgs }).finalChatCompletion();
+  const st = await mock.stats();
+  assert.equal(st.requests, 5);
+  assert.equal(st.connections_total, 1, JSON.stringify(st));
+});
+
+test('a client that disconnects before the upstream answered cancels the upstream request', async () => {
+  await mock.reset();
+  await mock.script([{ path: '/chat/completions', headers_delay_ms: 5000, body: { never: true } }]);
+  const ac = new AbortController();
+  const p = fetch(`${px.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'gpt-4o', messages: msgs }), signal: ac.signal });
+  await waitFor(async () => (await mock.stats()).requests === 1, { what: 'request upstream' });
+  ac.abort();
+  await assert.rejects(p);
+  const st = await waitFor(async () => {
+    const x = await mock.stats();
+    return x.connections_closed_by_peer >= 1 ? x : null;
+  }, { timeout: 4000, what: 'upstream connection closed by proxai' });
+  assert.equal(st.responses_completed, 0);
+});
+
 // ---- gateway-generated errors and endpoints -----------------------------------
 
 test('no route -> 404 in the client protocol shape', async () => {
@@ -741,6 +773,34 @@ rpm = 2
     assert.equal((await chat({ authorization: 'Bearer ka-secret-1234' })).status, 200);
   } finally {
     await pk.stop();
+  }
+});
+
+test('upstream max_connections = 1: concurrent requests queue and all succeed over one connection', async () => {
+  const pq = await startProxai(`[server]
+listen = 127.0.0.1:{{PORT}}
+access_log = off
+[upstream oc]
+protocol = openai_chat_completions
+base_url = ${mock.url}/v1
+api_key = k
+retries = 0
+max_connections = 1
+[route *]
+upstream = oc
+`);
+  try {
+    await mock.reset();
+    await mock.script([{ path: '/chat/completions', default: true, headers_delay_ms: 200, repeat: true }]);
+    const c = new OpenAI({ baseURL: `${pq.url}/v1`, apiKey: 'x', maxRetries: 0 });
+    const all = await Promise.all([1, 2, 3, 4].map((i) => c.chat.completions.create({ model: `gpt-q${i}`, messages: msgs })));
+    assert.deepEqual(all.map((x) => x.model), ['gpt-q1', 'gpt-q2', 'gpt-q3', 'gpt-q4']);
+    const st = await mock.stats();
+    assert.equal(st.requests, 4);
+    assert.equal(st.connections_total, 1, `more than one upstream connection: ${JSON.stringify(st)}`);
+  } finally {
+    await mock.reset();
+    await pq.stop();
   }
 });
 
