@@ -430,6 +430,38 @@ ${upstreams}`);
   assert.equal(dj.error.type, 'overloaded_error');
 }, { timeout: 60000 });
 
+test('shutdown_timeout: a stream longer than it is cut, the process still exits 0 (SIGINT)', async () => {
+  const p = await startProxai(`[server]
+listen = 127.0.0.1:{{PORT}}
+access_log = off
+shutdown_timeout = 1s
+${upstreams}`);
+  await mock.reset();
+  await mock.script([{
+    sse: [], sse_repeat: { event: { data: { id: 'c', object: 'chat.completion.chunk', created: 1, model: 'gpt-4o', choices: [{ index: 0, delta: { content: 't' }, finish_reason: null }] } }, count: 200 },
+    sse_tail: ['data: [DONE]\n\n'], delay_ms: 100,
+  }]);
+  const res = await fetch(p.url + paths.chat, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(bodies.chat()) });
+  assert.equal(res.status, 200);
+  let text = '';
+  const readAll = (async () => {
+    try {
+      for await (const chunk of res.body) text += Buffer.from(chunk).toString();
+      return 'ended';
+    } catch (e) {
+      return `error: ${e.message}`;
+    }
+  })();
+  await waitFor(() => (text.match(/data: /g) || []).length >= 2, { what: 'first events' });
+  process.kill(p.pid, 'SIGINT');
+  const r = await Promise.race([p.exited, sleep(10000).then(() => 'timeout')]);
+  assert.notEqual(r, 'timeout', 'proxai did not exit after shutdown_timeout');
+  assert.equal(r.code, 0, JSON.stringify(r));
+  await readAll;
+  assert.ok(!text.includes('[DONE]'), 'the 20 s stream cannot have completed within a 1 s shutdown_timeout');
+  await waitFor(async () => (await mock.stats()).responses_aborted >= 1, { timeout: 5000, what: 'upstream transfer cancelled' });
+}, { timeout: 30000 });
+
 // ---- broken upstream streams ---------------------------------------------------
 
 for (const kind of ['chat', 'responses', 'anthropic']) {
