@@ -209,6 +209,36 @@ test('keep-alive: two requests on one socket, the socket stays open', async () =
   c.sock.destroy();
 });
 
+test('an idle keep-alive connection is closed after idle_timeout', async () => {
+  const p2 = await startProxai(`[server]
+listen = 127.0.0.1:{{PORT}}
+access_log = off
+idle_timeout = 1s
+${upstreams}`);
+  try {
+    const c = tcp(p2.port);
+    await c.connected;
+    c.sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+    await c.waitFor((d) => parseResponses(d).length >= 1, 5000, 'healthz');
+    assert.equal(c.st.closed, false);
+    await Promise.race([c.closed, sleep(8000)]);
+    assert.ok(c.st.closed, 'idle keep-alive connection still open long after idle_timeout = 1s');
+  } finally {
+    await p2.stop();
+  }
+});
+
+test('a request with Connection: close is answered and the connection closed', async () => {
+  const c = tcp();
+  await c.connected;
+  c.sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+  await Promise.race([c.closed, sleep(5000)]);
+  assert.ok(c.st.closed, 'connection not closed');
+  const [r] = parseResponses(c.st.data);
+  assert.equal(r.status, 200);
+  assert.match(r.headers.connection || '', /close/i);
+});
+
 test('pipelined requests are answered in order', async () => {
   await mock.reset();
   // the first is slow upstream, the second fast: order must still hold
