@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { startMock, startProxai, test, run, waitFor, sleep, repoRoot } from './lib/harness.mjs';
+import { startMock, startProxai, test, run, waitFor, sleep, repoRoot, parseSSE } from './lib/harness.mjs';
 
 const BIN = path.resolve(process.env.PROXAI_BIN || path.join(repoRoot, 'build/proxai'));
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-cli-'));
@@ -188,6 +188,56 @@ model = served-llama
     assert.equal(px.proc.exitCode, null, 'proxai still runs');
     const st = await px.stop();
     assert.equal(st.code, 0);
+  } finally {
+    await px.stop();
+    await mock.stop();
+  }
+});
+
+test('SIGHUP reload: an in-flight stream finishes on the configuration it started with', async () => {
+  const mock = await startMock();
+  const conf = (model) => `[server]
+listen = 127.0.0.1:{{PORT}}
+access_log = off
+[upstream oc]
+protocol = openai_chat_completions
+base_url = ${mock.url}/v1
+api_key = k
+retries = 0
+[route gpt-*]
+upstream = oc
+model = ${model}
+`;
+  const px = await startProxai(conf('first-model'));
+  try {
+    await mock.script([{
+      sse: [], sse_repeat: { event: { data: { id: 'c', object: 'chat.completion.chunk', created: 1, model: 'first-model', choices: [{ index: 0, delta: { content: 't' }, finish_reason: null }] } }, count: 10 },
+      sse_tail: [{ data: { id: 'c', object: 'chat.completion.chunk', created: 1, model: 'first-model', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] } }, 'data: [DONE]\n\n'],
+      delay_ms: 100,
+    }]);
+    const res = await fetch(`${px.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'gpt-x', messages: [{ role: 'user', content: 'hi' }], stream: true }) });
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get('x-proxai-upstream'), 'oc/first-model');
+    const reader = res.body.getReader();
+    let text = '';
+    while ((text.match(/data: /g) || []).length < 2) text += Buffer.from((await reader.read()).value).toString();
+    fs.writeFileSync(px.configPath, conf('second-model').replace('{{PORT}}', String(px.port)));
+    process.kill(px.pid, 'SIGHUP');
+    await waitFor(async () => {
+      const r = await fetch(`${px.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'gpt-y', messages: [{ role: 'user', content: 'hi' }] }) });
+      await r.arrayBuffer();
+      return r.headers.get('x-proxai-upstream') === 'oc/second-model';
+    }, { timeout: 5000, what: 'the reload' });
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += Buffer.from(value).toString();
+    }
+    const events = parseSSE(text);
+    assert.equal(events.at(-1).data, '[DONE]');
+    const chunks = events.filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    assert.equal(chunks.length, 11);
+    for (const ch of chunks) assert.equal(ch.model, 'gpt-x', 'the requested name in every event, before and after the reload');
   } finally {
     await px.stop();
     await mock.stop();
