@@ -133,10 +133,13 @@ static int broken(px_sse_t *p, dview_t *v) {
   return PX_ETOOBIG;
 }
 
+/* First CR or LF in [s, end), else end (two memchr passes beat a byte
+ * loop: CR is rare in practice). */
 static const char *find_eol(const char *s, const char *end) {
-  for (; s < end; s++)
-    if (*s == '\n' || *s == '\r') return s;
-  return end;
+  const char *lf = memchr(s, '\n', (size_t)(end - s));
+  if (lf == NULL) lf = end;
+  const char *cr = memchr(s, '\r', (size_t)(lf - s));
+  return cr ? cr : lf;
 }
 
 int px_sse_feed(px_sse_t *p, const char *d, size_t n) {
