@@ -45,33 +45,45 @@ static void close_walk(uv_handle_t *h, void *arg) {
 static void on_uclient_closed(void *arg) {
   worker_t *w = arg;
   w->srv.uclient = NULL;
-  uv_walk(w->loop, close_walk, NULL);
 }
 
-static void finish(worker_t *w) {
+/* Stop the worker: graceful once every request has ended (last writes are
+ * flushed, the shutdown timer stays armed as a backstop), hard when the
+ * shutdown timeout fires. */
+static void finish(worker_t *w, int graceful) {
+  if (w->stopping == 3) return;
+  if (!graceful) {
+    w->stopping = 3;
+    px_server_close_all(&w->srv, 0);
+    if (w->srv.uclient) px_uclient_close(w->srv.uclient, on_uclient_closed, w);
+    uv_walk(w->loop, close_walk, NULL);
+    return;
+  }
   if (w->stopping == 2) return;
   w->stopping = 2;
-  px_server_close_all(&w->srv);
-  uv_timer_stop(&w->shutdown_timer);
+  px_server_close_all(&w->srv, 1);
+  uv_close((uv_handle_t *)&w->sig_term, on_handle_close_noop);
+  uv_close((uv_handle_t *)&w->sig_int, on_handle_close_noop);
+  uv_close((uv_handle_t *)&w->sig_hup, on_handle_close_noop);
+  uv_unref((uv_handle_t *)&w->shutdown_timer);
   if (w->srv.uclient) px_uclient_close(w->srv.uclient, on_uclient_closed, w);
-  else uv_walk(w->loop, close_walk, NULL);
 }
 
 static void on_idle(px_server_t *s) {
   worker_t *w = (worker_t *)((char *)s - offsetof(worker_t, srv));
-  if (w->stopping) finish(w);
+  if (w->stopping) finish(w, 1);
 }
 
 static void on_shutdown_timeout(uv_timer_t *t) {
   worker_t *w = t->data;
   px_log_warn("shutdown timeout: closing %zu request(s) still in flight", w->srv.active);
-  finish(w);
+  finish(w, 0);
 }
 
 static void on_stop_signal(uv_signal_t *sig, int signum) {
   worker_t *w = sig->data;
   if (w->stopping) {
-    if (signum == SIGINT) finish(w); /* second ^C: now */
+    if (signum == SIGINT) finish(w, 0); /* second ^C: now */
     return;
   }
   w->stopping = 1;

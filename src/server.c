@@ -793,7 +793,7 @@ void px_server_drain(px_server_t *s) {
   if (s->active == 0 && s->on_idle) s->on_idle(s);
 }
 
-void px_server_close_all(px_server_t *s) {
+void px_server_close_all(px_server_t *s, int graceful) {
   s->draining = 1;
   if (s->listener) {
     uv_close(s->listener, free_handle);
@@ -801,6 +801,9 @@ void px_server_close_all(px_server_t *s) {
   }
   for (px_conn_t *c = s->conns, *n; c; c = n) {
     n = c->next;
-    conn_close(c);
+    /* graceful: idle connections still flushing a last response close
+     * once their writes are done */
+    if (graceful && c->state != C_BUSY && c->pending > 0) c->close_after_flush = 1;
+    else conn_close(c);
   }
 }

@@ -73,8 +73,9 @@ int px_server_listen(px_server_t *s, char *errmsg, size_t len);
 /** Stop accepting; close idle connections; in-flight ones close when their
  *  response ends. */
 void px_server_drain(px_server_t *s);
-/** Close every connection and the listener now. */
-void px_server_close_all(px_server_t *s);
+/** Close the listener and every connection; graceful: connections still
+ *  flushing a finished response close when their writes are done. */
+void px_server_close_all(px_server_t *s, int graceful);
 
 void px_conn_set_handler(px_conn_t *c, const px_conn_handler_t *h, void *arg);
 /** Bytes queued to the client and not yet written. */
