@@ -10,6 +10,7 @@
 
 #include "proxai/buf.h"
 #include "proxai/proto.h"
+#include "proxai/sse.h"
 
 static int failures;
 #define CHECK(c)                                                              \
@@ -391,6 +392,131 @@ static void test_hub_errors(void) {
     }
 }
 
+
+/* ---- the stream hub over the real Anthropic decoder ---- */
+
+#define A_START                                                                   \
+  "event: message_start\n"                                                        \
+  "data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":"     \
+  "\"message\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[],"     \
+  "\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":10,"   \
+  "\"output_tokens\":1}}}\n\n"
+#define A_TEXT                                                                    \
+  "event: content_block_start\n"                                                  \
+  "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":"        \
+  "{\"type\":\"text\",\"text\":\"\"}}\n\n"                                        \
+  "event: content_block_delta\n"                                                  \
+  "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":"                \
+  "{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n"                                \
+  "event: content_block_stop\n"                                                   \
+  "data: {\"type\":\"content_block_stop\",\"index\":0}\n\n"
+#define A_END                                                                     \
+  "event: message_delta\n"                                                        \
+  "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\","   \
+  "\"stop_sequence\":null},\"usage\":{\"output_tokens\":5}}\n\n"                  \
+  "event: message_stop\n"                                                         \
+  "data: {\"type\":\"message_stop\"}\n\n"
+
+static size_t count(const px_buf_t *b, const char *needle) {
+  size_t n = 0, l = strlen(needle);
+  for (size_t i = 0; i + l <= b->len; i++)
+    if (memcmp(b->data + i, needle, l) == 0) n++;
+  return n;
+}
+
+/* run one upstream Anthropic stream toward a client protocol */
+static int run_anthropic_stream(px_proto_t in, const char *up, int ok, px_buf_t *out,
+                                px_usage_t *usage) {
+  px_tr_ctx_t ctx;
+  memset(&ctx, 0, sizeof(ctx));
+  ctx.in = in;
+  ctx.out = PX_PROTO_ANTHROPIC;
+  ctx.stream = 1;
+  ctx.client_model = "m";
+  ctx.upstream_model = "claude-x";
+  ctx.created = 1700000000;
+  ctx.max_accum = 1 << 20;
+  px_buf_init(out, 1 << 20);
+  px_stream_tr_t *t = px_stream_tr_new(&ctx, out);
+  CHECK(t != NULL);
+  if (t == NULL) return -1000;
+  px_stream_tr_feed(t, up, strlen(up));
+  int rc = px_stream_tr_finish(t, ok, PX_ERR_TIMEOUT, "upstream timed out");
+  CHECK(px_stream_tr_done(t));
+  if (usage) *usage = *px_stream_tr_usage(t);
+  px_stream_tr_free(t);
+  return rc;
+}
+
+static void test_hub_stream(void) {
+  static const struct {
+    px_proto_t in;
+    const char *stop;  /* the normal terminal marker */
+    const char *error; /* the error terminal marker */
+  } cl[] = {
+      {PX_PROTO_CHAT, "data: [DONE]", "data: {\"error\""},
+      {PX_PROTO_RESPONSES, "event: response.completed", "event: response.failed"},
+  };
+  for (size_t i = 0; i < sizeof(cl) / sizeof(cl[0]); i++) {
+    px_buf_t b;
+    px_usage_t u;
+    /* complete: normal stop, usage kept */
+    CHECK(run_anthropic_stream(cl[i].in, A_START A_TEXT A_END, 1, &b, &u) == 0);
+    CHECK(count(&b, cl[i].stop) == 1);
+    CHECK(count(&b, cl[i].error) == 0);
+    CHECK(u.output_tokens == 5);
+    CHECK(u.input_tokens == 10);
+    px_buf_free(&b);
+    /* truncated: one error event, never a normal stop */
+    CHECK(run_anthropic_stream(cl[i].in, A_START A_TEXT, 1, &b, NULL) < 0);
+    CHECK(count(&b, cl[i].stop) == 0);
+    CHECK(count(&b, cl[i].error) == 1);
+    px_buf_free(&b);
+    /* transfer failed (timeout) after a clean prefix */
+    CHECK(run_anthropic_stream(cl[i].in, A_START A_TEXT, 0, &b, NULL) < 0);
+    CHECK(count(&b, cl[i].stop) == 0);
+    CHECK(count(&b, cl[i].error) == 1);
+    CHECK(count(&b, "upstream timed out") == 1);
+    px_buf_free(&b);
+    /* upstream error event */
+    CHECK(run_anthropic_stream(cl[i].in,
+                               A_START "event: error\ndata: {\"type\":\"error\",\"error\":"
+                                       "{\"type\":\"overloaded_error\",\"message\":\"Busy\"}}\n\n",
+                               1, &b, NULL) < 0);
+    CHECK(count(&b, cl[i].stop) == 0);
+    CHECK(count(&b, cl[i].error) == 1);
+    CHECK(count(&b, "Busy") >= 1);
+    px_buf_free(&b);
+    /* illegal order: a delta for a block never started, then a normal end:
+     * the error wins and nothing follows it */
+    CHECK(run_anthropic_stream(cl[i].in,
+                               A_START "event: content_block_delta\ndata: {\"type\":"
+                                       "\"content_block_delta\",\"index\":3,\"delta\":{\"type\":"
+                                       "\"text_delta\",\"text\":\"x\"}}\n\n" A_END,
+                               1, &b, NULL) < 0);
+    CHECK(count(&b, cl[i].stop) == 0);
+    CHECK(count(&b, cl[i].error) == 1);
+    px_buf_free(&b);
+    /* content after the terminal is ignored */
+    CHECK(run_anthropic_stream(cl[i].in, A_START A_TEXT A_END A_START A_TEXT, 1, &b, NULL) == 0);
+    CHECK(count(&b, cl[i].stop) == 1);
+    CHECK(count(&b, cl[i].error) == 0);
+    px_buf_free(&b);
+    /* an over-long SSE event: error event, not unbounded growth */
+    size_t big = PX_MAX_SSE_EVENT + 16;
+    char *s = malloc(sizeof(A_START) + 6 + big + 1);
+    memcpy(s, A_START, sizeof(A_START) - 1);
+    memcpy(s + sizeof(A_START) - 1, "data: ", 6);
+    memset(s + sizeof(A_START) - 1 + 6, 'x', big);
+    s[sizeof(A_START) - 1 + 6 + big] = 0;
+    CHECK(run_anthropic_stream(cl[i].in, s, 1, &b, NULL) < 0);
+    CHECK(count(&b, cl[i].error) == 1);
+    CHECK(b.len < 1 << 16);
+    px_buf_free(&b);
+    free(s);
+  }
+}
+
 int main(void) {
   test_stop_names();
   test_stop_chat();
@@ -402,6 +528,7 @@ int main(void) {
   test_errkinds();
   test_json_escape();
   test_hub_errors();
+  test_hub_stream();
   if (failures) {
     fprintf(stderr, "%d failure(s)\n", failures);
     return 1;
