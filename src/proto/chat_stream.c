@@ -79,6 +79,8 @@ struct px_sdec {
   size_t max_accum;
   px_stop_t stop;
   px_usage_t usage;  /* final usage (usage-only chunk, else finish chunk's) */
+  struct jp *fast;   /* fast-path tokenizer state (lazily allocated) */
+  px_buf_t scratch[4]; /* unescaped strings of the fast path */
 };
 
 static void dec_set(px_sdec_t *d, dstate_t s) { d->state = s; }
@@ -109,6 +111,7 @@ px_sdec_t *px_chat_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *ar
   d->sink = sink;
   d->arg = arg;
   d->max_accum = ctx->max_accum ? ctx->max_accum : CHAT_DEFAULT_ACCUM;
+  for (int i = 0; i < 4; i++) px_buf_init(&d->scratch[i], PX_MAX_SSE_EVENT);
   px_ev_t z;
   px_ev_init(&z, PX_EV_MESSAGE_DELTA);
   d->usage = z.usage;
@@ -125,6 +128,8 @@ void px_chat_sdec_free(px_sdec_t *d) {
   }
   free(d->defs);
   free(d->tools);
+  free(d->fast);
+  for (int i = 0; i < 4; i++) px_buf_free(&d->scratch[i]);
   free(d);
 }
 
@@ -381,6 +386,402 @@ static int on_choice(px_sdec_t *d, json_t *chunk, json_t *ch) {
   return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Fast path. Most chunks are one text / reasoning / tool-argument fragment;
+ * building a jansson tree for each costs ~10x the rest of the translation.
+ * A flat, allocation-free tokenizer (jsmn-like) reads those chunks; any
+ * chunk it does not fully understand or cannot prove valid (other shapes,
+ * escaped keys, bad UTF-8, lone surrogates, too many tokens) goes to the
+ * jansson path, which stays the arbiter. The fast path acts only after the
+ * whole chunk has been checked, so it never half-applies a chunk. */
+
+enum { T_OBJ, T_ARR, T_STR, T_NUM, T_TRUE, T_FALSE, T_NULL };
+
+typedef struct jtok {
+  unsigned char type;
+  unsigned char esc; /* string contains escapes */
+  int start, end;    /* strings: content without quotes; others: the text */
+  int next;          /* index of the token after this subtree */
+  int size;          /* object: members; array: elements */
+} jtok_t;
+
+#define JT_MAX 96
+#define JT_DEPTH 16
+
+typedef struct jp {
+  const char *p;
+  int n, i;
+  jtok_t t[JT_MAX];
+  int nt;
+  int key_esc; /* an object key had escapes: bail out */
+} jp_t;
+
+static void jp_ws(jp_t *j) {
+  while (j->i < j->n &&
+         (j->p[j->i] == ' ' || j->p[j->i] == '\n' || j->p[j->i] == '\r' || j->p[j->i] == '\t'))
+    j->i++;
+}
+
+/* One UTF-8 sequence at s[0..n); its length, or 0 if invalid. */
+static int utf8_len(const unsigned char *s, int n) {
+  unsigned c = s[0];
+  if (c < 0x80) return 1;
+  if (c < 0xC2) return 0;
+  if (c < 0xE0) return n >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
+  if (c < 0xF0) {
+    if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
+    if (c == 0xE0 && s[1] < 0xA0) return 0; /* overlong */
+    if (c == 0xED && s[1] >= 0xA0) return 0; /* surrogate */
+    return 3;
+  }
+  if (c < 0xF5) {
+    if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
+      return 0;
+    if (c == 0xF0 && s[1] < 0x90) return 0;
+    if (c == 0xF4 && s[1] >= 0x90) return 0;
+    return 4;
+  }
+  return 0;
+}
+
+static int is_hex(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+static int hexval(char c) {
+  return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
+}
+
+/* The 4 hex digits at j->p[at..], or -1. */
+static int hex4(const jp_t *j, int at) {
+  if (at + 4 > j->n) return -1;
+  int v = 0;
+  for (int k = 0; k < 4; k++) {
+    if (!is_hex(j->p[at + k])) return -1;
+    v = v << 4 | hexval(j->p[at + k]);
+  }
+  return v;
+}
+
+static int jp_string(jp_t *j, jtok_t *t) {
+  const unsigned char *p = (const unsigned char *)j->p;
+  j->i++; /* opening quote */
+  t->type = T_STR;
+  t->start = j->i;
+  while (j->i < j->n) {
+    unsigned c = p[j->i];
+    if (c == '"') {
+      t->end = j->i++;
+      return 0;
+    }
+    if (c < 0x20) return -1;
+    if (c == '\\') {
+      if (j->i + 1 >= j->n) return -1;
+      char e = (char)p[j->i + 1];
+      t->esc = 1;
+      if (e == 'u') {
+        /* as strict as jansson: no \u0000, surrogates only in pairs */
+        int u = hex4(j, j->i + 2);
+        if (u <= 0 || (u >= 0xDC00 && u <= 0xDFFF)) return -1;
+        j->i += 6;
+        if (u >= 0xD800 && u <= 0xDBFF) {
+          int lo = j->i + 1 < j->n && p[j->i] == '\\' && p[j->i + 1] == 'u'
+                       ? hex4(j, j->i + 2)
+                       : -1;
+          if (lo < 0xDC00 || lo > 0xDFFF) return -1;
+          j->i += 6;
+        }
+      } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' ||
+                 e == 'r' || e == 't') {
+        j->i += 2;
+      } else {
+        return -1;
+      }
+      continue;
+    }
+    if (c < 0x80) {
+      j->i++;
+      continue;
+    }
+    int l = utf8_len(p + j->i, j->n - j->i);
+    if (l == 0) return -1;
+    j->i += l;
+  }
+  return -1;
+}
+
+static int jp_number(jp_t *j, jtok_t *t) {
+  const char *p = j->p;
+  t->type = T_NUM;
+  t->start = j->i;
+  if (j->i < j->n && p[j->i] == '-') j->i++;
+  if (j->i >= j->n) return -1;
+  if (p[j->i] == '0') {
+    j->i++;
+  } else if (p[j->i] >= '1' && p[j->i] <= '9') {
+    while (j->i < j->n && p[j->i] >= '0' && p[j->i] <= '9') j->i++;
+  } else {
+    return -1;
+  }
+  if (j->i < j->n && p[j->i] == '.') {
+    j->i++;
+    if (j->i >= j->n || p[j->i] < '0' || p[j->i] > '9') return -1;
+    while (j->i < j->n && p[j->i] >= '0' && p[j->i] <= '9') j->i++;
+  }
+  if (j->i < j->n && (p[j->i] == 'e' || p[j->i] == 'E')) {
+    j->i++;
+    if (j->i < j->n && (p[j->i] == '+' || p[j->i] == '-')) j->i++;
+    if (j->i >= j->n || p[j->i] < '0' || p[j->i] > '9') return -1;
+    while (j->i < j->n && p[j->i] >= '0' && p[j->i] <= '9') j->i++;
+  }
+  t->end = j->i;
+  return 0;
+}
+
+static int jp_lit(jp_t *j, jtok_t *t, const char *lit, int type) {
+  int l = (int)strlen(lit);
+  if (j->n - j->i < l || memcmp(j->p + j->i, lit, (size_t)l) != 0) return -1;
+  t->type = (unsigned char)type;
+  t->start = j->i;
+  j->i += l;
+  t->end = j->i;
+  return 0;
+}
+
+static int jp_value(jp_t *j, int depth) {
+  jp_ws(j);
+  if (j->i >= j->n || j->nt >= JT_MAX || depth > JT_DEPTH) return -1;
+  int ti = j->nt++;
+  jtok_t *t = &j->t[ti];
+  memset(t, 0, sizeof(*t));
+  char c = j->p[j->i];
+  int rc = 0;
+  if (c == '{' || c == '[') {
+    int obj = c == '{';
+    t->type = obj ? T_OBJ : T_ARR;
+    t->start = j->i++;
+    jp_ws(j);
+    if (j->i < j->n && j->p[j->i] == (obj ? '}' : ']')) {
+      j->i++;
+    } else {
+      for (;;) {
+        if (obj) {
+          jp_ws(j);
+          if (j->i >= j->n || j->p[j->i] != '"') return -1;
+          int k = jp_value(j, depth + 1);
+          if (k < 0) return -1;
+          if (j->t[k].esc) j->key_esc = 1;
+          jp_ws(j);
+          if (j->i >= j->n || j->p[j->i] != ':') return -1;
+          j->i++;
+        }
+        if (jp_value(j, depth + 1) < 0) return -1;
+        j->t[ti].size++;
+        jp_ws(j);
+        if (j->i >= j->n) return -1;
+        if (j->p[j->i] == ',') {
+          j->i++;
+          continue;
+        }
+        if (j->p[j->i] == (obj ? '}' : ']')) {
+          j->i++;
+          break;
+        }
+        return -1;
+      }
+    }
+    t = &j->t[ti];
+    t->end = j->i;
+  } else if (c == '"') {
+    rc = jp_string(j, t);
+  } else if (c == 't') {
+    rc = jp_lit(j, t, "true", T_TRUE);
+  } else if (c == 'f') {
+    rc = jp_lit(j, t, "false", T_FALSE);
+  } else if (c == 'n') {
+    rc = jp_lit(j, t, "null", T_NULL);
+  } else {
+    rc = jp_number(j, t);
+  }
+  if (rc < 0) return -1;
+  j->t[ti].next = j->nt;
+  return ti;
+}
+
+/* Value token of key in object token o, -1 if absent. */
+static int jp_get(const jp_t *j, int o, const char *key) {
+  if (o < 0 || j->t[o].type != T_OBJ) return -1;
+  size_t kl = strlen(key);
+  int k = o + 1, found = -1;
+  for (int m = 0; m < j->t[o].size; m++) {
+    const jtok_t *kt = &j->t[k];
+    /* the last duplicate wins, as in jansson */
+    if ((size_t)(kt->end - kt->start) == kl && memcmp(j->p + kt->start, key, kl) == 0)
+      found = k + 1;
+    k = j->t[k + 1].next;
+  }
+  return found;
+}
+
+static int jp_is(const jp_t *j, int t, int type) { return t >= 0 && j->t[t].type == type; }
+static int jp_absent_or_null(const jp_t *j, int t) { return t < 0 || j->t[t].type == T_NULL; }
+
+/* String token -> view (unescaped into b when needed). <0 on a lone
+ * surrogate or \u0000 (left to jansson). */
+static int jp_text(const jp_t *j, int t, px_buf_t *b, px_str_t *out) {
+  const jtok_t *k = &j->t[t];
+  const char *s = j->p + k->start;
+  size_t n = (size_t)(k->end - k->start);
+  if (!k->esc) {
+    *out = (px_str_t){s, n};
+    return 0;
+  }
+  px_buf_reset(b);
+  size_t i = 0, run = 0;
+  while (i < n) {
+    if (s[i] != '\\') {
+      i++;
+      continue;
+    }
+    if (px_buf_append(b, s + run, i - run) < 0) return -1;
+    char e = s[i + 1];
+    char ch[4];
+    size_t cl = 1;
+    i += 2;
+    switch (e) {
+    case 'b': ch[0] = '\b'; break;
+    case 'f': ch[0] = '\f'; break;
+    case 'n': ch[0] = '\n'; break;
+    case 'r': ch[0] = '\r'; break;
+    case 't': ch[0] = '\t'; break;
+    case 'u': {
+      unsigned u = (unsigned)(hexval(s[i]) << 12 | hexval(s[i + 1]) << 8 |
+                              hexval(s[i + 2]) << 4 | hexval(s[i + 3]));
+      i += 4;
+      if (u >= 0xD800 && u <= 0xDBFF) {
+        if (i + 6 > n || s[i] != '\\' || s[i + 1] != 'u') return -1;
+        unsigned lo = (unsigned)(hexval(s[i + 2]) << 12 | hexval(s[i + 3]) << 8 |
+                                 hexval(s[i + 4]) << 4 | hexval(s[i + 5]));
+        if (lo < 0xDC00 || lo > 0xDFFF) return -1;
+        i += 6;
+        u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+      } else if ((u >= 0xDC00 && u <= 0xDFFF) || u == 0) {
+        return -1;
+      }
+      if (u < 0x80) {
+        ch[0] = (char)u;
+      } else if (u < 0x800) {
+        ch[0] = (char)(0xC0 | u >> 6);
+        ch[1] = (char)(0x80 | (u & 0x3F));
+        cl = 2;
+      } else if (u < 0x10000) {
+        ch[0] = (char)(0xE0 | u >> 12);
+        ch[1] = (char)(0x80 | ((u >> 6) & 0x3F));
+        ch[2] = (char)(0x80 | (u & 0x3F));
+        cl = 3;
+      } else {
+        ch[0] = (char)(0xF0 | u >> 18);
+        ch[1] = (char)(0x80 | ((u >> 12) & 0x3F));
+        ch[2] = (char)(0x80 | ((u >> 6) & 0x3F));
+        ch[3] = (char)(0x80 | (u & 0x3F));
+        cl = 4;
+      }
+      break;
+    }
+    default: ch[0] = e; break; /* " \ / */
+    }
+    if (px_buf_append(b, ch, cl) < 0) return -1;
+    run = i;
+  }
+  if (px_buf_append(b, s + run, n - run) < 0) return -1;
+  *out = (px_str_t){b->data ? b->data : "", b->len};
+  return 0;
+}
+
+/* Returns 1 when the chunk was handled, 0 to fall back to jansson, <0 on a
+ * sink error. */
+static int fast_chunk(px_sdec_t *d, const char *p, size_t n) {
+  if (d->state != D_OPEN || n > (1u << 30)) return 0;
+  if (d->fast == NULL && (d->fast = malloc(sizeof(jp_t))) == NULL) return 0;
+  jp_t *j = d->fast;
+  j->p = p;
+  j->n = (int)n;
+  j->i = 0;
+  j->nt = 0;
+  j->key_esc = 0;
+  if (jp_value(j, 0) != 0 || j->key_esc || j->t[0].type != T_OBJ) return 0;
+  jp_ws(j);
+  if (j->i != j->n) return 0;
+  if (!jp_absent_or_null(j, jp_get(j, 0, "error")) ||
+      !jp_absent_or_null(j, jp_get(j, 0, "usage")))
+    return 0;
+  int ch = jp_get(j, 0, "choices");
+  if (!jp_is(j, ch, T_ARR) || j->t[ch].size != 1 || !jp_is(j, ch + 1, T_OBJ)) return 0;
+  int c = ch + 1;
+  int idx = jp_get(j, c, "index");
+  if (idx >= 0 && !(j->t[idx].type == T_NUM && j->t[idx].end - j->t[idx].start == 1 &&
+                    p[j->t[idx].start] == '0'))
+    return 0;
+  if (!jp_absent_or_null(j, jp_get(j, c, "logprobs")) ||
+      !jp_absent_or_null(j, jp_get(j, c, "finish_reason")))
+    return 0;
+  int dl = jp_get(j, c, "delta");
+  if (!jp_is(j, dl, T_OBJ)) return 0;
+  int role = jp_get(j, dl, "role");
+  if (!jp_absent_or_null(j, role)) {
+    if (!jp_is(j, role, T_STR) || j->t[role].end - j->t[role].start != 9 ||
+        memcmp(p + j->t[role].start, "assistant", 9) != 0)
+      return 0;
+  }
+  int rs = jp_get(j, dl, "reasoning_content");
+  if (!jp_is(j, rs, T_STR)) rs = jp_get(j, dl, "reasoning");
+  int ct = jp_get(j, dl, "content"), rf = jp_get(j, dl, "refusal");
+  int tcs = jp_get(j, dl, "tool_calls");
+  if ((rs >= 0 && !jp_is(j, rs, T_STR) && !jp_is(j, rs, T_NULL)) ||
+      (ct >= 0 && !jp_is(j, ct, T_STR) && !jp_is(j, ct, T_NULL)) ||
+      (rf >= 0 && !jp_is(j, rf, T_STR) && !jp_is(j, rf, T_NULL)))
+    return 0;
+  /* tool calls: only an argument fragment of a call already started */
+  int args = -1;
+  long tk = -1;
+  if (!jp_absent_or_null(j, tcs)) {
+    if (!jp_is(j, tcs, T_ARR) || j->t[tcs].size != 1 || !jp_is(j, tcs + 1, T_OBJ)) return 0;
+    int tc = tcs + 1;
+    int ti = jp_get(j, tc, "index");
+    if (!jp_is(j, ti, T_NUM) || j->t[ti].end - j->t[ti].start > 4) return 0;
+    tk = 0;
+    for (int q = j->t[ti].start; q < j->t[ti].end; q++) {
+      if (p[q] < '0' || p[q] > '9') return 0;
+      tk = tk * 10 + (p[q] - '0');
+    }
+    if (tk >= d->ntools || !d->tools[tk].seen) return 0;
+    if (!jp_absent_or_null(j, jp_get(j, tc, "id")) ||
+        !jp_absent_or_null(j, jp_get(j, tc, "type")))
+      return 0;
+    int fn = jp_get(j, tc, "function");
+    if (!jp_is(j, fn, T_OBJ) || !jp_absent_or_null(j, jp_get(j, fn, "name"))) return 0;
+    args = jp_get(j, fn, "arguments");
+    if (!jp_is(j, args, T_STR)) return 0;
+  }
+  px_str_t vr = PX_STR_NULL, vc = PX_STR_NULL, vf = PX_STR_NULL, va = PX_STR_NULL;
+  if ((jp_is(j, rs, T_STR) && jp_text(j, rs, &d->scratch[0], &vr) < 0) ||
+      (jp_is(j, ct, T_STR) && jp_text(j, ct, &d->scratch[1], &vc) < 0) ||
+      (jp_is(j, rf, T_STR) && jp_text(j, rf, &d->scratch[2], &vf) < 0) ||
+      (args >= 0 && jp_text(j, args, &d->scratch[3], &va) < 0))
+    return 0;
+  /* checked: act exactly as on_choice would */
+  int rc = 0;
+  if (vr.ptr) rc = text_like(d, LIVE_THINKING, vr.ptr, vr.len);
+  if (rc == 0 && vc.ptr) rc = text_like(d, LIVE_TEXT, vc.ptr, vc.len);
+  if (rc == 0 && vf.ptr) rc = text_like(d, LIVE_REFUSAL, vf.ptr, vf.len);
+  if (rc == 0 && va.ptr && va.len > 0) {
+    tool_slot_t *s = &d->tools[tk];
+    rc = s->live ? delta(d, d->live_index, PX_DELTA_TOOL_ARGS, va.ptr, va.len)
+                 : defer_bytes(d, &d->defs[s->deferred], va.ptr, va.len);
+  }
+  return rc < 0 ? rc : 1;
+}
+
 static int on_chunk(px_sdec_t *d, json_t *chunk) {
   json_t *err = json_object_get(chunk, "error");
   if (err != NULL && !json_is_null(err)) {
@@ -427,6 +828,10 @@ int px_chat_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
     px_ev_init(&ev, PX_EV_MESSAGE_STOP);
     return emit(d, &ev);
   }
+#ifndef PX_CHAT_NO_FAST_PATH /* defined only by differential tests */
+  int frc = fast_chunk(d, data.ptr, data.len);
+  if (frc != 0) return frc < 0 ? frc : 0;
+#endif
   json_error_t je;
   json_t *chunk = json_loadb(data.ptr, data.len, 0, &je);
   if (chunk == NULL) return proto_error(d, "malformed chunk JSON");
