@@ -674,6 +674,7 @@ static int decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
   json_t *v;
   json_object_foreach(body, key, v) {
     rc = 0;
+    if (json_is_null(v)) continue; /* null = not given, for every field */
     if (strcmp(key, "model") == 0) {
       if (!json_is_string(v)) {
         rc = px_tr_fail(err, "model", "model must be a string");

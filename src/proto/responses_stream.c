@@ -306,6 +306,14 @@ static int d_delta(px_sdec_t *d, json_t *j, px_delta_t kind, int item_level) {
   const char *s = jstr(j, "delta");
   if (s == NULL) return 0;
   dblock_t *b = dfind(d, oindex(j), item_level ? -1 : cindex(j));
+  if (b == NULL && !item_level && oindex(j) >= 0) {
+    /* a server that skips response.content_part.added: the part starts
+     * with its first delta */
+    b = dstart(d, oindex(j), cindex(j),
+               kind == PX_DELTA_TEXT ? PX_BLOCK_TEXT : PX_BLOCK_REFUSAL, NULL,
+               NULL);
+    if (b == NULL) return PX_ENOMEM;
+  }
   if (b == NULL || !b->open)
     return derror(d, PX_ERR_BAD_GATEWAY,
                   "upstream sent a delta for an unknown output item");
