@@ -883,8 +883,7 @@ def update_readme(text, rel):
     i, j = readme.find(start), readme.find(end)
     if i < 0 or j < i:
         return
-    body = "\n".join(("#" + l if l.startswith("#") else l) for l in text.splitlines())
-    body = body.replace("\n# proxai benchmark", "\n### proxai benchmark", 1)
+    body = "\n".join(("##" + l if l.startswith("#") else l) for l in text.splitlines())
     readme = readme[:i + len(start)] + "From `%s`:\n\n" % rel + body.strip() + "\n" + \
         readme[j:]
     with open(path, "w") as f:
