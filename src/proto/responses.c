@@ -35,8 +35,7 @@ static int set_str(json_t *o, const char *k, const char *v) {
 }
 
 /* "data:<media>;base64,<data>" -> media type and data views. */
-static int parse_data_url(const char *url, char *mt, size_t mtsz,
-                          const char **data) {
+static int parse_data_url(const char *url, char *mt, size_t mtsz, const char **data) {
   if (strncmp(url, "data:", 5) != 0) return -1;
   const char *semi = strstr(url + 5, ";base64,");
   if (semi == NULL) return -1;
@@ -93,8 +92,8 @@ void px_responses_msg_id(const char *id, int nth, char *out, size_t n) {
 }
 
 /** Function call item id: "fc_" + call id (or base + output index). */
-void px_responses_fc_id(const char *resp_id, const char *call_id, int oi,
-                        char *out, size_t n) {
+void px_responses_fc_id(const char *resp_id, const char *call_id, int oi, char *out,
+                        size_t n) {
   if (call_id != NULL && *call_id != 0) {
     if (strncmp(call_id, "fc_", 3) == 0)
       snprintf(out, n, "%s", call_id);
@@ -106,8 +105,8 @@ void px_responses_fc_id(const char *resp_id, const char *call_id, int oi,
 }
 
 /** Reasoning item id: the upstream one if given, else "rs_" + base + index. */
-void px_responses_rs_id(const char *resp_id, const char *rid, int oi,
-                        char *out, size_t n) {
+void px_responses_rs_id(const char *resp_id, const char *rid, int oi, char *out,
+                        size_t n) {
   if (rid != NULL && *rid != 0)
     snprintf(out, n, "%s", rid);
   else
@@ -166,16 +165,14 @@ static int dec_user_part(dec_t *d, json_t *p, const char *path, json_t *out) {
     char mt[128];
     const char *data;
     if (parse_data_url(url, mt, sizeof(mt), &data) == 0)
-      return json_array_append_new(
-          out, json_pack("{s:s, s:s, s:s}", "type", "image", "media_type", mt,
-                         "data", data));
+      return json_array_append_new(out, json_pack("{s:s, s:s, s:s}", "type", "image",
+                                                  "media_type", mt, "data", data));
     if (strncmp(url, "data:", 5) == 0) {
       snprintf(pp, sizeof(pp), "%s.image_url", path);
-      return px_tr_fail(d->err, pp, "%s.image_url: not a base64 data URL",
-                        path);
+      return px_tr_fail(d->err, pp, "%s.image_url: not a base64 data URL", path);
     }
-    return json_array_append_new(
-        out, json_pack("{s:s, s:s}", "type", "image", "url", url));
+    return json_array_append_new(out,
+                                 json_pack("{s:s, s:s}", "type", "image", "url", url));
   }
   if (strcmp(type, "input_file") == 0) {
     const char *fd = jstr(p, "file_data");
@@ -187,11 +184,10 @@ static int dec_user_part(dec_t *d, json_t *p, const char *path, json_t *out) {
       char mt[128];
       const char *data;
       if (parse_data_url(fd, mt, sizeof(mt), &data) == 0)
-        f = json_pack("{s:s, s:s, s:s}", "type", "file", "media_type", mt,
-                      "data", data);
+        f = json_pack("{s:s, s:s, s:s}", "type", "file", "media_type", mt, "data", data);
       else /* raw base64 without a data URL: Responses documents PDFs */
-        f = json_pack("{s:s, s:s, s:s}", "type", "file", "media_type",
-                      "application/pdf", "data", fd);
+        f = json_pack("{s:s, s:s, s:s}", "type", "file", "media_type", "application/pdf",
+                      "data", fd);
       if (f != NULL && fname != NULL) set_str(f, "filename", fname);
     } else if (fu != NULL) {
       f = json_pack("{s:s, s:s}", "type", "file", "url", fu);
@@ -199,8 +195,7 @@ static int dec_user_part(dec_t *d, json_t *p, const char *path, json_t *out) {
       f = json_pack("{s:s, s:s}", "type", "file", "file_id", fid);
     } else {
       snprintf(pp, sizeof(pp), "%s.file_data", path);
-      return px_tr_fail(d->err, pp,
-                        "%s: input_file needs file_data, file_url or file_id",
+      return px_tr_fail(d->err, pp, "%s: input_file needs file_data, file_url or file_id",
                         path);
     }
     if (f == NULL) return PX_ENOMEM;
@@ -211,8 +206,7 @@ static int dec_user_part(dec_t *d, json_t *p, const char *path, json_t *out) {
     return px_tr_fail(d->err, pp, "%s: audio input is not supported", path);
   }
   snprintf(pp, sizeof(pp), "%s.type", path);
-  return px_tr_fail(d->err, pp, "%s.type: unsupported content part '%s'", path,
-                    type);
+  return px_tr_fail(d->err, pp, "%s.type: unsupported content part '%s'", path, type);
 }
 
 static json_t *last_msg(dec_t *d, const char *role) {
@@ -235,19 +229,17 @@ static json_t *asst_content(dec_t *d) {
   return m ? json_object_get(m, "content") : NULL;
 }
 
-static int dec_system_msg(dec_t *d, json_t *item, const char *role,
-                          const char *path) {
+static int dec_system_msg(dec_t *d, json_t *item, const char *role, const char *path) {
   json_t *c = json_object_get(item, "content");
   char pp[256];
   if (json_is_string(c)) {
-    json_t *p = json_pack("{s:s, s:s, s:s}", "type", "text", "text",
-                          json_string_value(c), "role", role);
+    json_t *p = json_pack("{s:s, s:s, s:s}", "type", "text", "text", json_string_value(c),
+                          "role", role);
     return json_array_append_new(d->system, p);
   }
   if (!json_is_array(c)) {
     snprintf(pp, sizeof(pp), "%s.content", path);
-    return px_tr_fail(d->err, pp, "%s.content must be a string or a list",
-                      path);
+    return px_tr_fail(d->err, pp, "%s.content must be a string or a list", path);
   }
   size_t i;
   json_t *p;
@@ -259,12 +251,11 @@ static int dec_system_msg(dec_t *d, json_t *item, const char *role,
          strcmp(t, "output_text") != 0)) {
       snprintf(pp, sizeof(pp), "%s.content[%zu].type", path, i);
       return px_tr_fail(d->err, pp,
-                        "%s.content[%zu]: only text is allowed in %s messages",
-                        path, i, role);
+                        "%s.content[%zu]: only text is allowed in %s messages", path, i,
+                        role);
     }
-    if (json_array_append_new(d->system,
-                              json_pack("{s:s, s:s, s:s}", "type", "text",
-                                        "text", txt, "role", role)) != 0)
+    if (json_array_append_new(d->system, json_pack("{s:s, s:s, s:s}", "type", "text",
+                                                   "text", txt, "role", role)) != 0)
       return PX_ENOMEM;
   }
   return 0;
@@ -288,8 +279,7 @@ static int dec_message(dec_t *d, json_t *item, const char *path) {
       return json_array_append_new(out, text_part(json_string_value(c)));
     if (!json_is_array(c)) {
       snprintf(pp, sizeof(pp), "%s.content", path);
-      return px_tr_fail(d->err, pp, "%s.content must be a string or a list",
-                        path);
+      return px_tr_fail(d->err, pp, "%s.content must be a string or a list", path);
     }
     size_t i;
     json_t *p;
@@ -308,8 +298,7 @@ static int dec_message(dec_t *d, json_t *item, const char *path) {
       return json_array_append_new(out, text_part(json_string_value(c)));
     if (!json_is_array(c)) {
       snprintf(pp, sizeof(pp), "%s.content", path);
-      return px_tr_fail(d->err, pp, "%s.content must be a string or a list",
-                        path);
+      return px_tr_fail(d->err, pp, "%s.content must be a string or a list", path);
     }
     size_t i;
     json_t *p;
@@ -322,8 +311,7 @@ static int dec_message(dec_t *d, json_t *item, const char *path) {
           strcmp(t, "text") == 0) {
         const char *txt = jstr(p, "text");
         if (txt == NULL)
-          return px_tr_fail(d->err, pp, "%s.content[%zu].text is required",
-                            path, i);
+          return px_tr_fail(d->err, pp, "%s.content[%zu].text is required", path, i);
         json_t *ann = json_object_get(p, "annotations");
         if (json_array_size(ann) > 0)
           px_lossy_add(d->lossy, "input[].content[].annotations");
@@ -331,10 +319,9 @@ static int dec_message(dec_t *d, json_t *item, const char *path) {
       } else if (strcmp(t, "refusal") == 0) {
         const char *txt = jstr(p, "refusal");
         if (txt == NULL)
-          return px_tr_fail(d->err, pp, "%s.content[%zu].refusal is required",
-                            path, i);
-        if (json_array_append_new(out, json_pack("{s:s, s:s}", "type",
-                                                 "refusal", "text", txt)) != 0)
+          return px_tr_fail(d->err, pp, "%s.content[%zu].refusal is required", path, i);
+        if (json_array_append_new(
+                out, json_pack("{s:s, s:s}", "type", "refusal", "text", txt)) != 0)
           return PX_ENOMEM;
       } else {
         return px_tr_fail(d->err, pp,
@@ -370,13 +357,12 @@ static int dec_function_call(dec_t *d, json_t *item, const char *path) {
     snprintf(pp, sizeof(pp), "%s.arguments", path);
     return px_tr_fail(d->err, pp, "%s.arguments is not valid JSON", path);
   }
-  if (jstr(item, "namespace") != NULL)
-    px_lossy_add(d->lossy, "input[].namespace");
+  if (jstr(item, "namespace") != NULL) px_lossy_add(d->lossy, "input[].namespace");
   json_t *out = asst_content(d);
   if (out == NULL) return PX_ENOMEM;
   return json_array_append_new(
-      out, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id",
-                     call_id, "name", name, "arguments", args));
+      out, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id", call_id, "name",
+                     name, "arguments", args));
 }
 
 static int dec_function_output(dec_t *d, json_t *item, const char *path) {
@@ -422,8 +408,8 @@ static int dec_function_output(dec_t *d, json_t *item, const char *path) {
     }
     mc = json_object_get(m, "content");
   }
-  json_t *tr = json_pack("{s:s, s:s, s:o}", "type", "tool_result",
-                         "tool_call_id", call_id, "content", content);
+  json_t *tr = json_pack("{s:s, s:s, s:o}", "type", "tool_result", "tool_call_id",
+                         call_id, "content", content);
   if (tr == NULL) return PX_ENOMEM;
   return json_array_append_new(mc, tr);
 }
@@ -451,8 +437,8 @@ static int dec_reasoning(dec_t *d, json_t *item, const char *path) {
     px_buf_free(&b);
     return rc;
   }
-  json_t *part = json_pack("{s:s, s:s#}", "type", "reasoning", "text",
-                           b.data ? b.data : "", b.len);
+  json_t *part =
+      json_pack("{s:s, s:s#}", "type", "reasoning", "text", b.data ? b.data : "", b.len);
   px_buf_free(&b);
   if (part == NULL) return PX_ENOMEM;
   const char *enc = jstr(item, "encrypted_content");
@@ -515,8 +501,7 @@ static int dec_input(dec_t *d, json_t *input) {
 }
 
 static void lossy_hosted_tool(px_lossy_t *l, const char *type) {
-  if (strcmp(type, "web_search") == 0 ||
-      strncmp(type, "web_search_preview", 18) == 0)
+  if (strcmp(type, "web_search") == 0 || strncmp(type, "web_search_preview", 18) == 0)
     px_lossy_add(l, "tools[].web_search");
   else if (strcmp(type, "file_search") == 0)
     px_lossy_add(l, "tools[].file_search");
@@ -524,8 +509,7 @@ static void lossy_hosted_tool(px_lossy_t *l, const char *type) {
     px_lossy_add(l, "tools[].code_interpreter");
   else if (strcmp(type, "image_generation") == 0)
     px_lossy_add(l, "tools[].image_generation");
-  else if (strcmp(type, "computer_use_preview") == 0 ||
-           strcmp(type, "computer") == 0)
+  else if (strcmp(type, "computer_use_preview") == 0 || strcmp(type, "computer") == 0)
     px_lossy_add(l, "tools[].computer");
   else if (strcmp(type, "mcp") == 0)
     px_lossy_add(l, "tools[].mcp");
@@ -542,8 +526,7 @@ static void lossy_hosted_tool(px_lossy_t *l, const char *type) {
 }
 
 static int dec_tools(dec_t *d, json_t *tools) {
-  if (!json_is_array(tools))
-    return px_tr_fail(d->err, "tools", "tools must be a list");
+  if (!json_is_array(tools)) return px_tr_fail(d->err, "tools", "tools must be a list");
   json_t *out = json_array();
   if (out == NULL) return PX_ENOMEM;
   size_t i;
@@ -574,8 +557,7 @@ static int dec_tools(dec_t *d, json_t *tools) {
       json_object_set(o, "parameters", params);
     else
       json_object_set_new(o, "parameters",
-                          json_pack("{s:s, s:{}}", "type", "object",
-                                    "properties"));
+                          json_pack("{s:s, s:{}}", "type", "object", "properties"));
     json_t *strict = json_object_get(t, "strict");
     if (json_is_boolean(strict)) json_object_set(o, "strict", strict);
     if (json_is_true(json_object_get(t, "defer_loading")))
@@ -592,16 +574,12 @@ static int dec_tools(dec_t *d, json_t *tools) {
 static int dec_tool_choice(dec_t *d, json_t *tc) {
   if (json_is_string(tc)) {
     const char *s = json_string_value(tc);
-    if (strcmp(s, "auto") == 0 || strcmp(s, "none") == 0 ||
-        strcmp(s, "required") == 0)
-      return json_object_set_new(d->ir, "tool_choice",
-                                 json_pack("{s:s}", "type", s));
-    return px_tr_fail(d->err, "tool_choice", "tool_choice: unknown value '%s'",
-                      s);
+    if (strcmp(s, "auto") == 0 || strcmp(s, "none") == 0 || strcmp(s, "required") == 0)
+      return json_object_set_new(d->ir, "tool_choice", json_pack("{s:s}", "type", s));
+    return px_tr_fail(d->err, "tool_choice", "tool_choice: unknown value '%s'", s);
   }
   const char *type = jstr(tc, "type");
-  if (type != NULL && strcmp(type, "function") == 0 &&
-      jstr(tc, "name") != NULL)
+  if (type != NULL && strcmp(type, "function") == 0 && jstr(tc, "name") != NULL)
     return json_object_set_new(
         d->ir, "tool_choice",
         json_pack("{s:s, s:s}", "type", "tool", "name", jstr(tc, "name")));
@@ -611,8 +589,7 @@ static int dec_tool_choice(dec_t *d, json_t *tc) {
 }
 
 static int dec_text(dec_t *d, json_t *text) {
-  if (!json_is_object(text))
-    return px_tr_fail(d->err, "text", "text must be an object");
+  if (!json_is_object(text)) return px_tr_fail(d->err, "text", "text must be an object");
   if (json_object_get(text, "verbosity") != NULL &&
       !json_is_null(json_object_get(text, "verbosity")))
     px_lossy_add(d->lossy, "text.verbosity");
@@ -629,9 +606,9 @@ static int dec_text(dec_t *d, json_t *text) {
     if (!json_is_object(schema))
       return px_tr_fail(d->err, "text.format.schema",
                         "text.format.schema must be an object");
-    json_t *rf = json_pack("{s:s, s:s, s:O}", "type", "json_schema", "name",
-                           jstr(f, "name") ? jstr(f, "name") : "response",
-                           "schema", schema);
+    json_t *rf =
+        json_pack("{s:s, s:s, s:O}", "type", "json_schema", "name",
+                  jstr(f, "name") ? jstr(f, "name") : "response", "schema", schema);
     if (rf == NULL) return PX_ENOMEM;
     json_t *strict = json_object_get(f, "strict");
     if (json_is_boolean(strict)) json_object_set(rf, "strict", strict);
@@ -684,9 +661,9 @@ static int decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
     } else if (strcmp(key, "instructions") == 0) {
       if (json_is_string(v)) {
         if (json_string_length(v) > 0)
-          rc = json_array_append_new(
-              d.system, json_pack("{s:s, s:s, s:s}", "type", "text", "text",
-                                  json_string_value(v), "role", "system"));
+          rc = json_array_append_new(d.system,
+                                     json_pack("{s:s, s:s, s:s}", "type", "text", "text",
+                                               json_string_value(v), "role", "system"));
       } else if (!json_is_null(v)) {
         rc = px_tr_fail(err, "instructions", "instructions must be a string");
       }
@@ -702,8 +679,7 @@ static int decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
       if (json_is_integer(v))
         json_object_set(d.ir, "max_tokens", v);
       else if (!json_is_null(v))
-        rc = px_tr_fail(err, "max_output_tokens",
-                        "max_output_tokens must be an integer");
+        rc = px_tr_fail(err, "max_output_tokens", "max_output_tokens must be an integer");
     } else if (strcmp(key, "temperature") == 0 || strcmp(key, "top_p") == 0) {
       if (json_is_number(v))
         json_object_set(d.ir, key, v);
@@ -791,8 +767,7 @@ static int decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
   }
   rc = dec_input(&d, input);
   if (rc != 0) goto fail;
-  if (json_array_size(d.system) > 0)
-    json_object_set(d.ir, "system", d.system);
+  if (json_array_size(d.system) > 0) json_object_set(d.ir, "system", d.system);
   json_object_set(d.ir, "messages", d.messages);
   json_decref(d.system);
   json_decref(d.messages);
@@ -811,18 +786,15 @@ fail:
 static json_t *enc_user_part(json_t *p, px_lossy_t *lossy) {
   const char *t = jstr(p, "type");
   if (t == NULL) return NULL;
-  if (json_object_get(p, "cache_control") != NULL)
-    px_lossy_add(lossy, "cache_control");
+  if (json_object_get(p, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
   if (strcmp(t, "text") == 0)
     return json_pack("{s:s, s:s}", "type", "input_text", "text",
                      jstr(p, "text") ? jstr(p, "text") : "");
   if (strcmp(t, "image") == 0) {
     if (jstr(p, "url") != NULL)
-      return json_pack("{s:s, s:s}", "type", "input_image", "image_url",
-                       jstr(p, "url"));
+      return json_pack("{s:s, s:s}", "type", "input_image", "image_url", jstr(p, "url"));
     if (jstr(p, "data") != NULL) {
-      char *u = data_url(jstr(p, "media_type") ? jstr(p, "media_type")
-                                               : "image/png",
+      char *u = data_url(jstr(p, "media_type") ? jstr(p, "media_type") : "image/png",
                          jstr(p, "data"));
       if (u == NULL) return NULL;
       json_t *o = json_pack("{s:s, s:s}", "type", "input_image", "image_url", u);
@@ -834,20 +806,18 @@ static json_t *enc_user_part(json_t *p, px_lossy_t *lossy) {
   if (strcmp(t, "file") == 0) {
     json_t *o = NULL;
     if (jstr(p, "data") != NULL) {
-      char *u = data_url(jstr(p, "media_type") ? jstr(p, "media_type")
-                                               : "application/pdf",
-                         jstr(p, "data"));
+      char *u =
+          data_url(jstr(p, "media_type") ? jstr(p, "media_type") : "application/pdf",
+                   jstr(p, "data"));
       if (u == NULL) return NULL;
       o = json_pack("{s:s, s:s}", "type", "input_file", "file_data", u);
       free(u);
       if (o != NULL && jstr(p, "filename") != NULL)
         set_str(o, "filename", jstr(p, "filename"));
     } else if (jstr(p, "url") != NULL) {
-      o = json_pack("{s:s, s:s}", "type", "input_file", "file_url",
-                    jstr(p, "url"));
+      o = json_pack("{s:s, s:s}", "type", "input_file", "file_url", jstr(p, "url"));
     } else if (jstr(p, "file_id") != NULL) {
-      o = json_pack("{s:s, s:s}", "type", "input_file", "file_id",
-                    jstr(p, "file_id"));
+      o = json_pack("{s:s, s:s}", "type", "input_file", "file_id", jstr(p, "file_id"));
     }
     return o;
   }
@@ -858,19 +828,17 @@ static int flush_msg(json_t *input, const char *role, json_t **content) {
   if (*content == NULL) return 0;
   int rc = 0;
   if (json_array_size(*content) > 0)
-    rc = json_array_append_new(
-        input, json_pack("{s:s, s:s, s:O}", "type", "message", "role", role,
-                         "content", *content));
+    rc = json_array_append_new(input, json_pack("{s:s, s:s, s:O}", "type", "message",
+                                                "role", role, "content", *content));
   json_decref(*content);
   *content = NULL;
   return rc;
 }
 
-static int enc_tool_output(json_t *input, json_t *p, const char *path,
-                           px_lossy_t *lossy, px_tr_err_t *err) {
+static int enc_tool_output(json_t *input, json_t *p, const char *path, px_lossy_t *lossy,
+                           px_tr_err_t *err) {
   const char *id = jstr(p, "tool_call_id");
-  if (id == NULL)
-    return px_tr_fail(err, path, "%s: tool result without a call id", path);
+  if (id == NULL) return px_tr_fail(err, path, "%s: tool result without a call id", path);
   if (json_is_true(json_object_get(p, "is_error")))
     px_lossy_add(lossy, "messages[].content[].is_error");
   json_t *c = json_object_get(p, "content");
@@ -899,20 +867,19 @@ static int enc_tool_output(json_t *input, json_t *p, const char *path,
       json_t *e = enc_user_part(q, lossy);
       if (e == NULL) {
         json_decref(out);
-        return px_tr_fail(err, path, "%s: unsupported tool result content",
-                          path);
+        return px_tr_fail(err, path, "%s: unsupported tool result content", path);
       }
       json_array_append_new(out, e);
     }
   }
   if (out == NULL) return PX_ENOMEM;
   return json_array_append_new(
-      input, json_pack("{s:s, s:s, s:o}", "type", "function_call_output",
-                       "call_id", id, "output", out));
+      input, json_pack("{s:s, s:s, s:o}", "type", "function_call_output", "call_id", id,
+                       "output", out));
 }
 
-static int enc_messages(json_t *msgs, json_t *input, int anth,
-                        px_lossy_t *lossy, px_tr_err_t *err) {
+static int enc_messages(json_t *msgs, json_t *input, int anth, px_lossy_t *lossy,
+                        px_tr_err_t *err) {
   size_t i;
   json_t *m;
   json_array_foreach(msgs, i, m) {
@@ -934,11 +901,10 @@ static int enc_messages(json_t *msgs, json_t *input, int anth,
         rc = flush_msg(input, role, &content);
         if (rc == 0)
           rc = json_array_append_new(
-              input,
-              json_pack("{s:s, s:s, s:s, s:s}", "type", "function_call",
-                        "call_id", jstr(p, "id") ? jstr(p, "id") : "", "name",
-                        jstr(p, "name") ? jstr(p, "name") : "", "arguments",
-                        jstr(p, "arguments") ? jstr(p, "arguments") : "{}"));
+              input, json_pack("{s:s, s:s, s:s, s:s}", "type", "function_call", "call_id",
+                               jstr(p, "id") ? jstr(p, "id") : "", "name",
+                               jstr(p, "name") ? jstr(p, "name") : "", "arguments",
+                               jstr(p, "arguments") ? jstr(p, "arguments") : "{}"));
       } else if (strcmp(t, "reasoning") == 0) {
         const char *enc = jstr(p, "encrypted_content");
         if (enc == NULL) {
@@ -951,20 +917,21 @@ static int enc_messages(json_t *msgs, json_t *input, int anth,
           continue;
         }
         rc = flush_msg(input, role, &content);
-        json_t *r = json_pack("{s:s, s:[], s:s}", "type", "reasoning",
-                              "summary", "encrypted_content", enc);
+        json_t *r = json_pack("{s:s, s:[], s:s}", "type", "reasoning", "summary",
+                              "encrypted_content", enc);
         if (r == NULL) return PX_ENOMEM;
         const char *txt = jstr(p, "text");
         if (txt != NULL && *txt != 0)
-          json_array_append_new(json_object_get(r, "summary"),
-                                json_pack("{s:s, s:s}", "type", "summary_text",
-                                          "text", txt));
+          json_array_append_new(
+              json_object_get(r, "summary"),
+              json_pack("{s:s, s:s}", "type", "summary_text", "text", txt));
         if (jstr(p, "id") != NULL) set_str(r, "id", jstr(p, "id"));
-        if (rc == 0) rc = json_array_append_new(input, r);
-        else json_decref(r);
+        if (rc == 0)
+          rc = json_array_append_new(input, r);
+        else
+          json_decref(r);
       } else {
-        if (content == NULL && (content = json_array()) == NULL)
-          return PX_ENOMEM;
+        if (content == NULL && (content = json_array()) == NULL) return PX_ENOMEM;
         json_t *e = NULL;
         if (asst && strcmp(t, "text") == 0) {
           if (json_object_get(p, "cache_control") != NULL)
@@ -979,8 +946,7 @@ static int enc_messages(json_t *msgs, json_t *input, int anth,
         }
         if (e == NULL) {
           json_decref(content);
-          return px_tr_fail(err, path, "%s: unsupported content part '%s'",
-                            path, t);
+          return px_tr_fail(err, path, "%s: unsupported content part '%s'", path, t);
         }
         rc = json_array_append_new(content, e);
       }
@@ -1008,8 +974,9 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
   json_t *input = json_array();
   int rc = PX_ENOMEM;
   if (b == NULL || input == NULL) goto fail;
-  set_str(b, "model", ctx->upstream_model ? ctx->upstream_model
-                                          : (jstr(ir, "model") ? jstr(ir, "model") : ""));
+  set_str(b, "model",
+          ctx->upstream_model ? ctx->upstream_model
+                              : (jstr(ir, "model") ? jstr(ir, "model") : ""));
   /* system -> instructions */
   json_t *sys = json_object_get(ir, "system");
   if (json_array_size(sys) > 0) {
@@ -1026,8 +993,7 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
         goto fail;
       }
     }
-    json_object_set_new(b, "instructions",
-                        json_stringn(sb.data ? sb.data : "", sb.len));
+    json_object_set_new(b, "instructions", json_stringn(sb.data ? sb.data : "", sb.len));
     px_buf_free(&sb);
   }
   int anth = ctx->in == PX_PROTO_ANTHROPIC;
@@ -1047,9 +1013,9 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
         set_str(o, "description", jstr(t, "description"));
       json_t *params = json_object_get(t, "parameters");
       json_object_set_new(o, "parameters",
-                          params ? json_incref(params)
-                                 : json_pack("{s:s, s:{}}", "type", "object",
-                                             "properties"));
+                          params
+                              ? json_incref(params)
+                              : json_pack("{s:s, s:{}}", "type", "object", "properties"));
       /* Responses defaults strict to true, which rejects most schemas: say
        * false unless the client asked for strict. */
       json_t *strict = json_object_get(t, "strict");
@@ -1079,8 +1045,7 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
     json_object_set(b, "temperature", v);
   if ((v = json_object_get(ir, "top_p")) != NULL) json_object_set(b, "top_p", v);
   if (json_object_get(ir, "top_k") != NULL) px_lossy_add(lossy, "top_k");
-  if (json_array_size(json_object_get(ir, "stop")) > 0)
-  {
+  if (json_array_size(json_object_get(ir, "stop")) > 0) {
     if (anth)
       px_lossy_add(lossy, "stop_sequences");
     else
@@ -1109,10 +1074,8 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
       json_decref(o);
   }
   if ((v = json_object_get(ir, "user")) != NULL) json_object_set(b, "user", v);
-  if ((v = json_object_get(ir, "metadata")) != NULL)
-    json_object_set(b, "metadata", v);
-  if ((v = json_object_get(ir, "stream")) != NULL)
-    json_object_set(b, "stream", v);
+  if ((v = json_object_get(ir, "metadata")) != NULL) json_object_set(b, "metadata", v);
+  if ((v = json_object_get(ir, "stream")) != NULL) json_object_set(b, "stream", v);
   if ((v = json_object_get(ir, "previous_response_id")) != NULL)
     json_object_set(b, "previous_response_id", v);
   json_decref(input);
@@ -1158,13 +1121,11 @@ static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
   json_t *error = json_object_get(body, "error");
   if (strcmp(status, "failed") == 0 && json_is_object(error)) {
     const char *msg = jstr(error, "message");
-    return bad_gateway(err, "upstream response failed: %s",
-                       msg ? msg : "(no message)");
+    return bad_gateway(err, "upstream response failed: %s", msg ? msg : "(no message)");
   }
   if (strcmp(status, "completed") != 0 && strcmp(status, "incomplete") != 0 &&
       strcmp(status, "failed") != 0)
-    return bad_gateway(err, "upstream response is not finished (status %s)",
-                       status);
+    return bad_gateway(err, "upstream response is not finished (status %s)", status);
   json_t *out = json_object();
   json_t *content = json_array();
   if (out == NULL || content == NULL) goto nomem;
@@ -1192,9 +1153,9 @@ static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
             px_lossy_add(lossy, "output[].content[].logprobs");
           json_array_append_new(content, tp);
         } else if (strcmp(pt, "refusal") == 0) {
-          json_array_append_new(
-              content, json_pack("{s:s, s:s}", "type", "refusal", "text",
-                                 jstr(p, "refusal") ? jstr(p, "refusal") : ""));
+          json_array_append_new(content,
+                                json_pack("{s:s, s:s}", "type", "refusal", "text",
+                                          jstr(p, "refusal") ? jstr(p, "refusal") : ""));
         } else {
           px_lossy_add(lossy, "output[].content[].other");
         }
@@ -1202,13 +1163,11 @@ static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
     } else if (strcmp(type, "function_call") == 0) {
       has_tool = 1;
       json_array_append_new(
-          content,
-          json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id",
-                    jstr(it, "call_id") ? jstr(it, "call_id") : "", "name",
-                    jstr(it, "name") ? jstr(it, "name") : "", "arguments",
-                    jstr(it, "arguments") ? jstr(it, "arguments") : ""));
-      if (jstr(it, "namespace") != NULL)
-        px_lossy_add(lossy, "output[].namespace");
+          content, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id",
+                             jstr(it, "call_id") ? jstr(it, "call_id") : "", "name",
+                             jstr(it, "name") ? jstr(it, "name") : "", "arguments",
+                             jstr(it, "arguments") ? jstr(it, "arguments") : ""));
+      if (jstr(it, "namespace") != NULL) px_lossy_add(lossy, "output[].namespace");
     } else if (strcmp(type, "reasoning") == 0) {
       px_buf_t b;
       px_buf_init(&b, 64u << 20);
@@ -1238,15 +1197,15 @@ static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
   set_str(out, "stop_reason", px_stop_name(stop));
   json_t *u = json_object_get(body, "usage");
   if (json_is_object(u)) {
-    json_t *iu = json_pack("{s:I, s:I}", "input_tokens",
-                           json_integer_value(json_object_get(u, "input_tokens")),
-                           "output_tokens",
-                           json_integer_value(json_object_get(u, "output_tokens")));
-    json_t *c = json_object_get(json_object_get(u, "input_tokens_details"),
-                                "cached_tokens");
+    json_t *iu =
+        json_pack("{s:I, s:I}", "input_tokens",
+                  json_integer_value(json_object_get(u, "input_tokens")), "output_tokens",
+                  json_integer_value(json_object_get(u, "output_tokens")));
+    json_t *c =
+        json_object_get(json_object_get(u, "input_tokens_details"), "cached_tokens");
     if (json_is_integer(c)) json_object_set(iu, "cache_read_tokens", c);
-    json_t *r = json_object_get(json_object_get(u, "output_tokens_details"),
-                                "reasoning_tokens");
+    json_t *r =
+        json_object_get(json_object_get(u, "output_tokens_details"), "reasoning_tokens");
     if (json_is_integer(r)) json_object_set(iu, "reasoning_tokens", r);
     json_object_set_new(out, "usage", iu);
   }
@@ -1274,10 +1233,8 @@ json_t *px_responses_annotations(json_t *ann, px_lossy_t *lossy) {
       json_t *o = json_deep_copy(nested);
       set_str(o, "type", "url_citation");
       json_array_append_new(out, o);
-    } else if (strcmp(t, "url_citation") == 0 ||
-               strcmp(t, "file_citation") == 0 ||
-               strcmp(t, "container_file_citation") == 0 ||
-               strcmp(t, "file_path") == 0) {
+    } else if (strcmp(t, "url_citation") == 0 || strcmp(t, "file_citation") == 0 ||
+               strcmp(t, "container_file_citation") == 0 || strcmp(t, "file_path") == 0) {
       json_array_append(out, a);
     } else {
       px_lossy_add(lossy, "output[].content[].annotations");
@@ -1292,26 +1249,23 @@ json_t *px_responses_usage(const px_usage_t *u) {
   int64_t out = u->output_tokens < 0 ? 0 : u->output_tokens;
   int64_t cr = u->cache_read_tokens < 0 ? 0 : u->cache_read_tokens;
   int64_t rt = u->reasoning_tokens < 0 ? 0 : u->reasoning_tokens;
-  return json_pack("{s:I, s:{s:I}, s:I, s:{s:I}, s:I}", "input_tokens",
-                   (json_int_t)in, "input_tokens_details", "cached_tokens",
-                   (json_int_t)cr, "output_tokens", (json_int_t)out,
-                   "output_tokens_details", "reasoning_tokens", (json_int_t)rt,
-                   "total_tokens", (json_int_t)(in + out));
+  return json_pack("{s:I, s:{s:I}, s:I, s:{s:I}, s:I}", "input_tokens", (json_int_t)in,
+                   "input_tokens_details", "cached_tokens", (json_int_t)cr,
+                   "output_tokens", (json_int_t)out, "output_tokens_details",
+                   "reasoning_tokens", (json_int_t)rt, "total_tokens",
+                   (json_int_t)(in + out));
 }
 
 /** The Response object skeleton shared by bodies and stream events. */
-json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id,
-                            int64_t created, const char *status,
-                            const char *incomplete_reason) {
+json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id, int64_t created,
+                            const char *status, const char *incomplete_reason) {
   json_t *o = json_pack(
       "{s:s, s:s, s:I, s:s, s:n, s:n, s:n, s:n, s:s, s:[], s:b, s:n, s:n, s:s, "
       "s:[], s:n}",
-      "id", resp_id, "object", "response", "created_at", (json_int_t)created,
-      "status", status, "error", "incomplete_details", "instructions",
-      "max_output_tokens", "model",
-      ctx->client_model ? ctx->client_model : "", "output",
-      "parallel_tool_calls", 1, "previous_response_id", "temperature",
-      "tool_choice", "auto", "tools", "top_p");
+      "id", resp_id, "object", "response", "created_at", (json_int_t)created, "status",
+      status, "error", "incomplete_details", "instructions", "max_output_tokens", "model",
+      ctx->client_model ? ctx->client_model : "", "output", "parallel_tool_calls", 1,
+      "previous_response_id", "temperature", "tool_choice", "auto", "tools", "top_p");
   if (o == NULL) return NULL;
   json_object_set_new(o, "metadata", json_object());
   if (incomplete_reason != NULL)
@@ -1339,8 +1293,8 @@ static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
   const char *reason = NULL;
   const char *status = px_stop_to_responses(stop, has_refusal, &reason);
   json_t *created = json_object_get(ir, "created");
-  int64_t ts = json_is_integer(created) ? (int64_t)json_integer_value(created)
-                                        : ctx->created;
+  int64_t ts =
+      json_is_integer(created) ? (int64_t)json_integer_value(created) : ctx->created;
   json_t *o = px_responses_object(ctx, rid, ts, status, reason);
   if (o == NULL) return PX_ENOMEM;
   json_t *output = json_object_get(o, "output");
@@ -1354,23 +1308,19 @@ static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
     if (strcmp(t, "text") == 0 || strcmp(t, "refusal") == 0) {
       if (msg == NULL) {
         px_responses_msg_id(uid, nmsg++, mid, sizeof(mid));
-        json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:[]}", "id", mid, "type",
-                              "message", "status", "completed", "role",
-                              "assistant", "content");
+        json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:[]}", "id", mid, "type", "message",
+                              "status", "completed", "role", "assistant", "content");
         json_array_append_new(output, m);
         msg = json_object_get(m, "content");
       }
       if (strcmp(t, "text") == 0) {
-        json_t *ann = px_responses_annotations(json_object_get(p, "annotations"),
-                                               lossy);
+        json_t *ann = px_responses_annotations(json_object_get(p, "annotations"), lossy);
         json_array_append_new(
             msg, json_pack("{s:s, s:s, s:o}", "type", "output_text", "text",
-                           jstr(p, "text") ? jstr(p, "text") : "",
-                           "annotations", ann));
+                           jstr(p, "text") ? jstr(p, "text") : "", "annotations", ann));
       } else {
-        json_array_append_new(
-            msg, json_pack("{s:s, s:s}", "type", "refusal", "refusal",
-                           jstr(p, "text") ? jstr(p, "text") : ""));
+        json_array_append_new(msg, json_pack("{s:s, s:s}", "type", "refusal", "refusal",
+                                             jstr(p, "text") ? jstr(p, "text") : ""));
       }
       continue;
     }
@@ -1379,20 +1329,19 @@ static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
       px_responses_fc_id(uid, jstr(p, "id"), oi, iid, sizeof(iid));
       json_array_append_new(
           output,
-          json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", iid, "type",
-                    "function_call", "status", "completed", "call_id",
-                    jstr(p, "id") ? jstr(p, "id") : "", "name",
-                    jstr(p, "name") ? jstr(p, "name") : "", "arguments",
+          json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", iid, "type", "function_call",
+                    "status", "completed", "call_id", jstr(p, "id") ? jstr(p, "id") : "",
+                    "name", jstr(p, "name") ? jstr(p, "name") : "", "arguments",
                     jstr(p, "arguments") ? jstr(p, "arguments") : ""));
     } else if (strcmp(t, "reasoning") == 0) {
       px_responses_rs_id(uid, jstr(p, "id"), oi, iid, sizeof(iid));
-      json_t *r = json_pack("{s:s, s:s, s:[]}", "id", iid, "type", "reasoning",
-                            "summary");
+      json_t *r =
+          json_pack("{s:s, s:s, s:[]}", "id", iid, "type", "reasoning", "summary");
       const char *txt = jstr(p, "text");
       if (txt != NULL && *txt != 0)
-        json_array_append_new(json_object_get(r, "summary"),
-                              json_pack("{s:s, s:s}", "type", "summary_text",
-                                        "text", txt));
+        json_array_append_new(
+            json_object_get(r, "summary"),
+            json_pack("{s:s, s:s}", "type", "summary_text", "text", txt));
       const char *enc = jstr(p, "encrypted_content");
       const char *sig = jstr(p, "signature");
       const char *red = jstr(p, "redacted_data");
@@ -1416,10 +1365,9 @@ static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
        * only wording there is */
       px_responses_msg_id(uid, nmsg++, mid, sizeof(mid));
       json_array_append_new(
-          output, json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:s}]}", "id", mid,
-                            "type", "message", "status", "completed", "role",
-                            "assistant", "content", "type", "refusal",
-                            "refusal", expl));
+          output, json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:s}]}", "id", mid, "type",
+                            "message", "status", "completed", "role", "assistant",
+                            "content", "type", "refusal", "refusal", expl));
     } else {
       px_lossy_add(lossy, "stop_details.explanation");
     }
@@ -1429,16 +1377,13 @@ static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
     px_usage_t us = {
         .input_tokens = json_integer_value(json_object_get(u, "input_tokens")),
         .output_tokens = json_integer_value(json_object_get(u, "output_tokens")),
-        .cache_read_tokens =
-            json_integer_value(json_object_get(u, "cache_read_tokens")),
+        .cache_read_tokens = json_integer_value(json_object_get(u, "cache_read_tokens")),
         .cache_creation_tokens = 0,
-        .reasoning_tokens =
-            json_integer_value(json_object_get(u, "reasoning_tokens")),
+        .reasoning_tokens = json_integer_value(json_object_get(u, "reasoning_tokens")),
     };
     json_object_set_new(o, "usage", px_responses_usage(&us));
   }
-  if (jstr(ir, "stop_sequence") != NULL)
-    px_lossy_add(lossy, "stop_sequence");
+  if (jstr(ir, "stop_sequence") != NULL) px_lossy_add(lossy, "stop_sequence");
   *body = o;
   return 0;
 }
@@ -1462,8 +1407,7 @@ static int decode_error(int status, const char *body, size_t len,
   out->kind = px_errkind_from_type(type, status);
   /* OpenAI sends 401/403/404/429 with type invalid_request_error (the code
    * says invalid_api_key, ...): the status is the better witness then. */
-  if (out->kind == PX_ERR_INVALID && status != 400 && status != 422 &&
-      status >= 400)
+  if (out->kind == PX_ERR_INVALID && status != 400 && status != 422 && status >= 400)
     out->kind = px_errkind_from_type(NULL, status);
   snprintf(out->type, sizeof(out->type), "%s", type ? type : (code ? code : ""));
   snprintf(out->message, sizeof(out->message), "%s", msg ? msg : "");
@@ -1472,13 +1416,12 @@ static int decode_error(int status, const char *body, size_t len,
 }
 
 static int encode_error(px_buf_t *out, px_errkind_t kind, const char *type,
-                        const char *message, const char *param,
-                        const char *request_id) {
+                        const char *message, const char *param, const char *request_id) {
   (void)request_id;
   if (type == NULL) type = px_errkind_openai(kind);
   int rc = px_buf_puts(out, "{\"error\":{\"message\":");
-  if (rc == 0) rc = px_buf_json_str(out, message ? message : "",
-                                    message ? strlen(message) : 0);
+  if (rc == 0)
+    rc = px_buf_json_str(out, message ? message : "", message ? strlen(message) : 0);
   if (rc == 0) rc = px_buf_puts(out, ",\"type\":");
   if (rc == 0) rc = px_buf_json_str(out, type, strlen(type));
   if (rc == 0) rc = px_buf_puts(out, ",\"param\":");
@@ -1491,38 +1434,36 @@ static int encode_error(px_buf_t *out, px_errkind_t kind, const char *type,
 
 /* Stateless mid-stream error (used when no stream encoder exists): a
  * response.failed event carrying a failed response object. */
-int px_responses_stream_error(px_buf_t *out, px_errkind_t kind,
-                              const char *message);
+int px_responses_stream_error(px_buf_t *out, px_errkind_t kind, const char *message);
 
-static int encode_stream_error(px_buf_t *out, px_errkind_t kind,
-                               const char *message) {
+static int encode_stream_error(px_buf_t *out, px_errkind_t kind, const char *message) {
   if (px_responses_stream_error(out, kind, message) == 0) return 0;
   px_buf_t d;
   px_buf_init(&d, 64u << 10);
-  int rc = px_buf_puts(
-      &d, "{\"type\":\"response.failed\",\"sequence_number\":0,\"response\":{"
-          "\"id\":\"resp_proxai_error\",\"object\":\"response\","
-          "\"created_at\":0,\"status\":\"failed\",\"error\":{\"code\":");
-  const char *code = kind == PX_ERR_RATE_LIMIT ? "rate_limit_exceeded"
-                                               : "server_error";
+  int rc =
+      px_buf_puts(&d,
+                  "{\"type\":\"response.failed\",\"sequence_number\":0,\"response\":{"
+                  "\"id\":\"resp_proxai_error\",\"object\":\"response\","
+                  "\"created_at\":0,\"status\":\"failed\",\"error\":{\"code\":");
+  const char *code = kind == PX_ERR_RATE_LIMIT ? "rate_limit_exceeded" : "server_error";
   if (rc == 0) rc = px_buf_json_str(&d, code, strlen(code));
   if (rc == 0) rc = px_buf_puts(&d, ",\"message\":");
   if (rc == 0)
     rc = px_buf_json_str(&d, message ? message : "upstream error",
                          message ? strlen(message) : 14);
   if (rc == 0)
-    rc = px_buf_puts(&d, "},\"incomplete_details\":null,\"instructions\":null,"
-                         "\"metadata\":{},\"model\":\"\",\"output\":[],"
-                         "\"parallel_tool_calls\":true,\"temperature\":null,"
-                         "\"tool_choice\":\"auto\",\"tools\":[],\"top_p\":null}}");
+    rc = px_buf_puts(&d,
+                     "},\"incomplete_details\":null,\"instructions\":null,"
+                     "\"metadata\":{},\"model\":\"\",\"output\":[],"
+                     "\"parallel_tool_calls\":true,\"temperature\":null,"
+                     "\"tool_choice\":\"auto\",\"tools\":[],\"top_p\":null}}");
   if (rc == 0) rc = px_sse_write(out, "response.failed", d.data, d.len);
   px_buf_free(&d);
   return rc;
 }
 
 /* stream functions live in responses_stream.c */
-px_sdec_t *px_responses_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink,
-                                 void *arg);
+px_sdec_t *px_responses_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg);
 int px_responses_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse);
 int px_responses_sdec_finish(px_sdec_t *d);
 void px_responses_sdec_free(px_sdec_t *d);

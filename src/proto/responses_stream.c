@@ -36,14 +36,13 @@
 /* from responses.c */
 void px_responses_resp_id(const char *id, char *out, size_t n);
 void px_responses_msg_id(const char *id, int nth, char *out, size_t n);
-void px_responses_fc_id(const char *resp_id, const char *call_id, int oi,
-                        char *out, size_t n);
-void px_responses_rs_id(const char *resp_id, const char *rid, int oi,
-                        char *out, size_t n);
+void px_responses_fc_id(const char *resp_id, const char *call_id, int oi, char *out,
+                        size_t n);
+void px_responses_rs_id(const char *resp_id, const char *rid, int oi, char *out,
+                        size_t n);
 json_t *px_responses_usage(const px_usage_t *u);
-json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id,
-                            int64_t created, const char *status,
-                            const char *incomplete_reason);
+json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id, int64_t created,
+                            const char *status, const char *incomplete_reason);
 
 static const char *jstr(const json_t *o, const char *k) {
   json_t *v = json_object_get(o, k);
@@ -76,7 +75,9 @@ struct px_sdec {
   size_t nblocks, cap;
 };
 
-static void dset(px_sdec_t *d, dstate_t s) { d->state = s; }
+static void dset(px_sdec_t *d, dstate_t s) {
+  d->state = s;
+}
 
 static int demit(px_sdec_t *d, const px_ev_t *ev) {
   return d->sink(d->arg, ev);
@@ -100,8 +101,8 @@ static dblock_t *dfind(px_sdec_t *d, int oi, int ci) {
   return NULL;
 }
 
-static dblock_t *dstart(px_sdec_t *d, int oi, int ci, px_block_t kind,
-                        const char *id, const char *name) {
+static dblock_t *dstart(px_sdec_t *d, int oi, int ci, px_block_t kind, const char *id,
+                        const char *name) {
   if (d->nblocks >= MAX_BLOCKS) return NULL;
   if (d->nblocks == d->cap) {
     size_t nc = d->cap ? d->cap * 2 : 8;
@@ -127,8 +128,7 @@ static dblock_t *dstart(px_sdec_t *d, int oi, int ci, px_block_t kind,
   return b;
 }
 
-static int ddelta(px_sdec_t *d, dblock_t *b, px_delta_t kind, const char *s,
-                  size_t n) {
+static int ddelta(px_sdec_t *d, dblock_t *b, px_delta_t kind, const char *s, size_t n) {
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_DELTA);
   ev.index = b->index;
@@ -176,8 +176,8 @@ static int d_item_added(px_sdec_t *d, json_t *j) {
     return derror(d, PX_ERR_BAD_GATEWAY, "upstream sent a malformed output item");
   if (strcmp(t, "function_call") == 0) {
     d->has_tool = 1;
-    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, jstr(item, "call_id"),
-                         jstr(item, "name"));
+    dblock_t *b =
+        dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, jstr(item, "call_id"), jstr(item, "name"));
     if (b == NULL) return PX_ENOMEM;
     const char *a = jstr(item, "arguments");
     if (a != NULL && *a != 0) return ddelta(d, b, PX_DELTA_TOOL_ARGS, a, strlen(a));
@@ -207,8 +207,8 @@ static int d_part_added(px_sdec_t *d, json_t *j) {
   if (b == NULL) return PX_ENOMEM;
   const char *init = jstr(part, kind == PX_BLOCK_TEXT ? "text" : "refusal");
   if (init != NULL && *init != 0)
-    return ddelta(d, b, kind == PX_BLOCK_TEXT ? PX_DELTA_TEXT : PX_DELTA_REFUSAL,
-                  init, strlen(init));
+    return ddelta(d, b, kind == PX_BLOCK_TEXT ? PX_DELTA_TEXT : PX_DELTA_REFUSAL, init,
+                  strlen(init));
   return 0;
 }
 
@@ -256,17 +256,19 @@ static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
   json_t *r = json_object_get(j, "response");
   const char *status = jstr(r, "status");
   if (status == NULL) {
-    if (strcmp(type, "response.completed") == 0) status = "completed";
-    else if (strcmp(type, "response.incomplete") == 0) status = "incomplete";
-    else status = "failed";
+    if (strcmp(type, "response.completed") == 0)
+      status = "completed";
+    else if (strcmp(type, "response.incomplete") == 0)
+      status = "incomplete";
+    else
+      status = "failed";
   }
   json_t *err = json_object_get(r, "error");
   if (strcmp(status, "failed") == 0 && json_is_object(err)) {
     const char *code = jstr(err, "code");
     const char *msg = jstr(err, "message");
-    px_errkind_t k = code && strcmp(code, "rate_limit_exceeded") == 0
-                         ? PX_ERR_RATE_LIMIT
-                         : PX_ERR_API;
+    px_errkind_t k =
+        code && strcmp(code, "rate_limit_exceeded") == 0 ? PX_ERR_RATE_LIMIT : PX_ERR_API;
     return derror(d, k, msg ? msg : "upstream response failed");
   }
   int rc = dstop_all(d, -1);
@@ -274,8 +276,7 @@ static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
   ev.stop = px_stop_from_responses(
-      status, jstr(json_object_get(r, "incomplete_details"), "reason"),
-      d->has_tool);
+      status, jstr(json_object_get(r, "incomplete_details"), "reason"), d->has_tool);
   if (ev.stop == PX_STOP_NONE)
     return derror(d, PX_ERR_BAD_GATEWAY,
                   "upstream ended the response without a final status");
@@ -286,13 +287,11 @@ static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
       ev.usage.input_tokens = json_integer_value(v);
     if (json_is_integer(v = json_object_get(u, "output_tokens")))
       ev.usage.output_tokens = json_integer_value(v);
-    if (json_is_integer(v = json_object_get(
-                            json_object_get(u, "input_tokens_details"),
-                            "cached_tokens")))
+    if (json_is_integer(v = json_object_get(json_object_get(u, "input_tokens_details"),
+                                            "cached_tokens")))
       ev.usage.cache_read_tokens = json_integer_value(v);
-    if (json_is_integer(v = json_object_get(
-                            json_object_get(u, "output_tokens_details"),
-                            "reasoning_tokens")))
+    if (json_is_integer(v = json_object_get(json_object_get(u, "output_tokens_details"),
+                                            "reasoning_tokens")))
       ev.usage.reasoning_tokens = json_integer_value(v);
   }
   rc = demit(d, &ev);
@@ -310,8 +309,7 @@ static int d_delta(px_sdec_t *d, json_t *j, px_delta_t kind, int item_level) {
     /* a server that skips response.content_part.added: the part starts
      * with its first delta */
     b = dstart(d, oindex(j), cindex(j),
-               kind == PX_DELTA_TEXT ? PX_BLOCK_TEXT : PX_BLOCK_REFUSAL, NULL,
-               NULL);
+               kind == PX_DELTA_TEXT ? PX_BLOCK_TEXT : PX_BLOCK_REFUSAL, NULL, NULL);
     if (b == NULL) return PX_ENOMEM;
   }
   if (b == NULL || !b->open)
@@ -320,8 +318,7 @@ static int d_delta(px_sdec_t *d, json_t *j, px_delta_t kind, int item_level) {
   return ddelta(d, b, kind, s, json_string_length(json_object_get(j, "delta")));
 }
 
-px_sdec_t *px_responses_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink,
-                                 void *arg) {
+px_sdec_t *px_responses_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg) {
   px_sdec_t *d = calloc(1, sizeof(*d));
   if (d == NULL) return NULL;
   d->ctx = *ctx;
@@ -417,8 +414,7 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
 
 int px_responses_sdec_finish(px_sdec_t *d) {
   if (d->state == D_DONE || d->state == D_ERROR) return 0;
-  return derror(d, PX_ERR_BAD_GATEWAY,
-                "upstream stream ended before response.completed");
+  return derror(d, PX_ERR_BAD_GATEWAY, "upstream stream ended before response.completed");
 }
 
 void px_responses_sdec_free(px_sdec_t *d) {
@@ -479,7 +475,9 @@ struct px_senc {
  * encode_stream_error asks px_responses_stream_error() first. */
 static __thread px_senc_t *live;
 
-static void eset(px_senc_t *e, estate_t s) { e->state = s; }
+static void eset(px_senc_t *e, estate_t s) {
+  e->state = s;
+}
 
 static int eaccum(px_senc_t *e, size_t n) {
   size_t cap = e->ctx.max_accum ? e->ctx.max_accum : DEFAULT_ACCUM;
@@ -491,8 +489,8 @@ static int eaccum(px_senc_t *e, size_t n) {
 /* Emit a jansson event: type and sequence_number are set here. */
 static int eemit(px_senc_t *e, const char *type, json_t *obj) {
   if (obj == NULL) return PX_ENOMEM;
-  json_t *full = json_pack("{s:s, s:I}", "type", type, "sequence_number",
-                           (json_int_t)e->seq++);
+  json_t *full =
+      json_pack("{s:s, s:I}", "type", type, "sequence_number", (json_int_t)e->seq++);
   if (full == NULL) {
     json_decref(obj);
     return PX_ENOMEM;
@@ -508,18 +506,18 @@ static int eemit(px_senc_t *e, const char *type, json_t *obj) {
 }
 
 /* Emit a delta event without building a tree. */
-static int edelta(px_senc_t *e, const char *type, const char *item_id, int oi,
-                  int ci, int summary, const char *s, size_t n) {
+static int edelta(px_senc_t *e, const char *type, const char *item_id, int oi, int ci,
+                  int summary, const char *s, size_t n) {
   px_buf_t *b = &e->scratch;
   px_buf_reset(b);
-  int rc = px_buf_printf(b, "{\"type\":\"%s\",\"sequence_number\":%lld,"
-                            "\"item_id\":",
+  int rc = px_buf_printf(b,
+                         "{\"type\":\"%s\",\"sequence_number\":%lld,"
+                         "\"item_id\":",
                          type, (long long)e->seq++);
   if (rc == 0) rc = px_buf_json_str(b, item_id, strlen(item_id));
   if (rc == 0) rc = px_buf_printf(b, ",\"output_index\":%d", oi);
   if (rc == 0 && ci >= 0) rc = px_buf_printf(b, ",\"content_index\":%d", ci);
-  if (rc == 0 && summary >= 0)
-    rc = px_buf_printf(b, ",\"summary_index\":%d", summary);
+  if (rc == 0 && summary >= 0) rc = px_buf_printf(b, ",\"summary_index\":%d", summary);
   if (rc == 0) rc = px_buf_puts(b, ",\"delta\":");
   if (rc == 0) rc = px_buf_json_str(b, s, n);
   if (rc == 0 && strcmp(type, "response.output_text.delta") == 0)
@@ -531,8 +529,7 @@ static int edelta(px_senc_t *e, const char *type, const char *item_id, int oi,
 
 static json_t *eresponse(px_senc_t *e, const char *status, const char *reason,
                          int with_output) {
-  json_t *o = px_responses_object(&e->ctx, e->resp_id, e->ctx.created, status,
-                                  reason);
+  json_t *o = px_responses_object(&e->ctx, e->resp_id, e->ctx.created, status, reason);
   if (o == NULL) return NULL;
   if (with_output) {
     /* drop placeholders of items that never finished */
@@ -552,14 +549,13 @@ static json_t *eresponse(px_senc_t *e, const char *status, const char *reason,
 
 static int eclose_msg(px_senc_t *e) {
   if (e->msg_oi < 0) return 0;
-  json_t *item = json_pack("{s:s, s:s, s:s, s:s, s:O}", "id", e->msg_id, "type",
-                           "message", "status", "completed", "role",
-                           "assistant", "content", e->msg_content);
+  json_t *item =
+      json_pack("{s:s, s:s, s:s, s:s, s:O}", "id", e->msg_id, "type", "message", "status",
+                "completed", "role", "assistant", "content", e->msg_content);
   if (item == NULL) return PX_ENOMEM;
   json_array_set(e->output, (size_t)e->msg_oi, item);
   int rc = eemit(e, "response.output_item.done",
-                 json_pack("{s:i, s:o}", "output_index", e->msg_oi, "item",
-                           item));
+                 json_pack("{s:i, s:o}", "output_index", e->msg_oi, "item", item));
   json_decref(e->msg_content);
   e->msg_content = NULL;
   e->msg_oi = -1;
@@ -581,9 +577,9 @@ static int eopen_msg(px_senc_t *e) {
   px_responses_msg_id(e->up_id, e->nmsg++, e->msg_id, sizeof(e->msg_id));
   e->msg_content = json_array();
   e->msg_nparts = 0;
-  int oi = enew_item(e, json_pack("{s:s, s:s, s:s, s:s, s:[]}", "id", e->msg_id,
-                                  "type", "message", "status", "in_progress",
-                                  "role", "assistant", "content"));
+  int oi = enew_item(
+      e, json_pack("{s:s, s:s, s:s, s:s, s:[]}", "id", e->msg_id, "type", "message",
+                   "status", "in_progress", "role", "assistant", "content"));
   if (oi < 0) return PX_ENOMEM;
   e->msg_oi = oi;
   return 0;
@@ -629,72 +625,69 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
   char id[200];
   int rc;
   switch (ev->block) {
-  case PX_BLOCK_TEXT:
-  case PX_BLOCK_REFUSAL:
-    rc = eopen_msg(e);
-    if (rc < 0) return rc;
-    b->output_index = e->msg_oi;
-    b->content_index = e->msg_nparts++;
-    b->item_id = strdup(e->msg_id);
-    if (ev->block == PX_BLOCK_REFUSAL) e->has_refusal = 1;
-    rc = eemit(e, "response.content_part.added",
-               json_pack("{s:s, s:i, s:i, s:o}", "item_id", e->msg_id,
-                         "output_index", b->output_index, "content_index",
-                         b->content_index, "part",
-                         ev->block == PX_BLOCK_TEXT
-                             ? json_pack("{s:s, s:s, s:[]}", "type",
-                                         "output_text", "text", "",
-                                         "annotations")
-                             : json_pack("{s:s, s:s}", "type", "refusal",
-                                         "refusal", "")));
-    if (rc == 0 && ev->text.len > 0) {
-      rc = eaccum(e, ev->text.len);
-      if (rc == 0) rc = px_buf_append(&b->text, ev->text.ptr, ev->text.len);
-      if (rc == 0)
-        rc = edelta(e,
-                    ev->block == PX_BLOCK_TEXT ? "response.output_text.delta"
-                                               : "response.refusal.delta",
-                    b->item_id, b->output_index, b->content_index, -1,
-                    ev->text.ptr, ev->text.len);
-    }
-    return rc;
-  case PX_BLOCK_THINKING:
-  case PX_BLOCK_REDACTED_THINKING: {
-    rc = eclose_msg(e);
-    if (rc < 0) return rc;
-    char *rid = dupn(ev->id);
-    px_responses_rs_id(e->up_id, rid, e->next_oi, id, sizeof(id));
-    free(rid);
-    b->item_id = strdup(id);
-    b->content_index = -1;
-    if (ev->block == PX_BLOCK_REDACTED_THINKING && ev->text.len > 0) {
-      rc = px_buf_puts(&b->enc, RED_PREFIX);
-      if (rc == 0) rc = px_buf_append(&b->enc, ev->text.ptr, ev->text.len);
+    case PX_BLOCK_TEXT:
+    case PX_BLOCK_REFUSAL:
+      rc = eopen_msg(e);
       if (rc < 0) return rc;
+      b->output_index = e->msg_oi;
+      b->content_index = e->msg_nparts++;
+      b->item_id = strdup(e->msg_id);
+      if (ev->block == PX_BLOCK_REFUSAL) e->has_refusal = 1;
+      rc = eemit(
+          e, "response.content_part.added",
+          json_pack("{s:s, s:i, s:i, s:o}", "item_id", e->msg_id, "output_index",
+                    b->output_index, "content_index", b->content_index, "part",
+                    ev->block == PX_BLOCK_TEXT
+                        ? json_pack("{s:s, s:s, s:[]}", "type", "output_text", "text", "",
+                                    "annotations")
+                        : json_pack("{s:s, s:s}", "type", "refusal", "refusal", "")));
+      if (rc == 0 && ev->text.len > 0) {
+        rc = eaccum(e, ev->text.len);
+        if (rc == 0) rc = px_buf_append(&b->text, ev->text.ptr, ev->text.len);
+        if (rc == 0)
+          rc = edelta(e,
+                      ev->block == PX_BLOCK_TEXT ? "response.output_text.delta"
+                                                 : "response.refusal.delta",
+                      b->item_id, b->output_index, b->content_index, -1, ev->text.ptr,
+                      ev->text.len);
+      }
+      return rc;
+    case PX_BLOCK_THINKING:
+    case PX_BLOCK_REDACTED_THINKING: {
+      rc = eclose_msg(e);
+      if (rc < 0) return rc;
+      char *rid = dupn(ev->id);
+      px_responses_rs_id(e->up_id, rid, e->next_oi, id, sizeof(id));
+      free(rid);
+      b->item_id = strdup(id);
+      b->content_index = -1;
+      if (ev->block == PX_BLOCK_REDACTED_THINKING && ev->text.len > 0) {
+        rc = px_buf_puts(&b->enc, RED_PREFIX);
+        if (rc == 0) rc = px_buf_append(&b->enc, ev->text.ptr, ev->text.len);
+        if (rc < 0) return rc;
+      }
+      int oi = enew_item(
+          e, json_pack("{s:s, s:s, s:[]}", "id", id, "type", "reasoning", "summary"));
+      if (oi < 0) return PX_ENOMEM;
+      b->output_index = oi;
+      return 0;
     }
-    int oi = enew_item(e, json_pack("{s:s, s:s, s:[]}", "id", id, "type",
-                                    "reasoning", "summary"));
-    if (oi < 0) return PX_ENOMEM;
-    b->output_index = oi;
-    return 0;
-  }
-  case PX_BLOCK_TOOL_CALL: {
-    rc = eclose_msg(e);
-    if (rc < 0) return rc;
-    b->call_id = dupn(ev->id);
-    b->name = dupn(ev->name);
-    if (b->call_id == NULL || b->name == NULL) return PX_ENOMEM;
-    px_responses_fc_id(e->up_id, b->call_id, e->next_oi, id, sizeof(id));
-    b->item_id = strdup(id);
-    b->content_index = -1;
-    int oi = enew_item(e, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", id,
-                                    "type", "function_call", "status",
-                                    "in_progress", "call_id", b->call_id,
-                                    "name", b->name, "arguments", ""));
-    if (oi < 0) return PX_ENOMEM;
-    b->output_index = oi;
-    return 0;
-  }
+    case PX_BLOCK_TOOL_CALL: {
+      rc = eclose_msg(e);
+      if (rc < 0) return rc;
+      b->call_id = dupn(ev->id);
+      b->name = dupn(ev->name);
+      if (b->call_id == NULL || b->name == NULL) return PX_ENOMEM;
+      px_responses_fc_id(e->up_id, b->call_id, e->next_oi, id, sizeof(id));
+      b->item_id = strdup(id);
+      b->content_index = -1;
+      int oi = enew_item(e, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", id, "type",
+                                      "function_call", "status", "in_progress", "call_id",
+                                      b->call_id, "name", b->name, "arguments", ""));
+      if (oi < 0) return PX_ENOMEM;
+      b->output_index = oi;
+      return 0;
+    }
   }
   return PX_EPROTO;
 }
@@ -719,28 +712,27 @@ static int e_delta(px_senc_t *e, const px_ev_t *ev) {
   if (rc == 0) rc = px_buf_append(&b->text, ev->text.ptr, ev->text.len);
   if (rc < 0) return rc;
   switch (b->kind) {
-  case PX_BLOCK_TEXT:
-    return edelta(e, "response.output_text.delta", b->item_id, b->output_index,
-                  b->content_index, -1, ev->text.ptr, ev->text.len);
-  case PX_BLOCK_REFUSAL:
-    return edelta(e, "response.refusal.delta", b->item_id, b->output_index,
-                  b->content_index, -1, ev->text.ptr, ev->text.len);
-  case PX_BLOCK_TOOL_CALL:
-    return edelta(e, "response.function_call_arguments.delta", b->item_id,
-                  b->output_index, -1, -1, ev->text.ptr, ev->text.len);
-  case PX_BLOCK_THINKING:
-  case PX_BLOCK_REDACTED_THINKING:
-    if (!b->summary_open) {
-      b->summary_open = 1;
-      rc = eemit(e, "response.reasoning_summary_part.added",
-                 json_pack("{s:s, s:i, s:i, s:{s:s, s:s}}", "item_id",
-                           b->item_id, "output_index", b->output_index,
-                           "summary_index", 0, "part", "type", "summary_text",
-                           "text", ""));
-      if (rc < 0) return rc;
-    }
-    return edelta(e, "response.reasoning_summary_text.delta", b->item_id,
-                  b->output_index, -1, 0, ev->text.ptr, ev->text.len);
+    case PX_BLOCK_TEXT:
+      return edelta(e, "response.output_text.delta", b->item_id, b->output_index,
+                    b->content_index, -1, ev->text.ptr, ev->text.len);
+    case PX_BLOCK_REFUSAL:
+      return edelta(e, "response.refusal.delta", b->item_id, b->output_index,
+                    b->content_index, -1, ev->text.ptr, ev->text.len);
+    case PX_BLOCK_TOOL_CALL:
+      return edelta(e, "response.function_call_arguments.delta", b->item_id,
+                    b->output_index, -1, -1, ev->text.ptr, ev->text.len);
+    case PX_BLOCK_THINKING:
+    case PX_BLOCK_REDACTED_THINKING:
+      if (!b->summary_open) {
+        b->summary_open = 1;
+        rc = eemit(e, "response.reasoning_summary_part.added",
+                   json_pack("{s:s, s:i, s:i, s:{s:s, s:s}}", "item_id", b->item_id,
+                             "output_index", b->output_index, "summary_index", 0, "part",
+                             "type", "summary_text", "text", ""));
+        if (rc < 0) return rc;
+      }
+      return edelta(e, "response.reasoning_summary_text.delta", b->item_id,
+                    b->output_index, -1, 0, ev->text.ptr, ev->text.len);
   }
   return PX_EPROTO;
 }
@@ -752,83 +744,78 @@ static int e_block_stop(px_senc_t *e, const px_ev_t *ev) {
   json_t *text = json_stringn(b->text.data ? b->text.data : "", b->text.len);
   if (text == NULL) return PX_ENOMEM;
   switch (b->kind) {
-  case PX_BLOCK_TEXT:
-  case PX_BLOCK_REFUSAL: {
-    int is_text = b->kind == PX_BLOCK_TEXT;
-    rc = eemit(e, is_text ? "response.output_text.done" : "response.refusal.done",
-               is_text ? json_pack("{s:s, s:i, s:i, s:O, s:[]}", "item_id",
-                                   b->item_id, "output_index", b->output_index,
-                                   "content_index", b->content_index, "text",
-                                   text, "logprobs")
-                       : json_pack("{s:s, s:i, s:i, s:O}", "item_id",
-                                   b->item_id, "output_index", b->output_index,
-                                   "content_index", b->content_index,
-                                   "refusal", text));
-    json_t *part = is_text ? json_pack("{s:s, s:O, s:[]}", "type", "output_text",
-                                       "text", text, "annotations")
-                           : json_pack("{s:s, s:O}", "type", "refusal",
-                                       "refusal", text);
-    if (rc == 0)
-      rc = eemit(e, "response.content_part.done",
-                 json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id,
-                           "output_index", b->output_index, "content_index",
-                           b->content_index, "part", part));
-    if (e->msg_content != NULL && b->output_index == e->msg_oi)
-      json_array_append(e->msg_content, part);
-    json_decref(part);
-    break;
-  }
-  case PX_BLOCK_THINKING:
-  case PX_BLOCK_REDACTED_THINKING: {
-    json_t *summary = json_array();
-    if (b->summary_open) {
-      rc = eemit(e, "response.reasoning_summary_text.done",
-                 json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id,
-                           "output_index", b->output_index, "summary_index", 0,
-                           "text", text));
+    case PX_BLOCK_TEXT:
+    case PX_BLOCK_REFUSAL: {
+      int is_text = b->kind == PX_BLOCK_TEXT;
+      rc = eemit(e, is_text ? "response.output_text.done" : "response.refusal.done",
+                 is_text ? json_pack("{s:s, s:i, s:i, s:O, s:[]}", "item_id", b->item_id,
+                                     "output_index", b->output_index, "content_index",
+                                     b->content_index, "text", text, "logprobs")
+                         : json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id,
+                                     "output_index", b->output_index, "content_index",
+                                     b->content_index, "refusal", text));
+      json_t *part = is_text
+                         ? json_pack("{s:s, s:O, s:[]}", "type", "output_text", "text",
+                                     text, "annotations")
+                         : json_pack("{s:s, s:O}", "type", "refusal", "refusal", text);
       if (rc == 0)
-        rc = eemit(e, "response.reasoning_summary_part.done",
-                   json_pack("{s:s, s:i, s:i, s:{s:s, s:O}}", "item_id",
-                             b->item_id, "output_index", b->output_index,
-                             "summary_index", 0, "part", "type",
-                             "summary_text", "text", text));
-      json_array_append_new(summary, json_pack("{s:s, s:O}", "type",
-                                               "summary_text", "text", text));
+        rc = eemit(
+            e, "response.content_part.done",
+            json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id, "output_index",
+                      b->output_index, "content_index", b->content_index, "part", part));
+      if (e->msg_content != NULL && b->output_index == e->msg_oi)
+        json_array_append(e->msg_content, part);
+      json_decref(part);
+      break;
     }
-    json_t *item = json_pack("{s:s, s:s, s:o}", "id", b->item_id, "type",
-                             "reasoning", "summary", summary);
-    if (item != NULL && b->enc.len > 0)
-      json_object_set_new(item, "encrypted_content",
-                          json_stringn(b->enc.data, b->enc.len));
-    if (item == NULL) rc = PX_ENOMEM;
-    if (rc == 0) {
-      json_array_set(e->output, (size_t)b->output_index, item);
-      rc = eemit(e, "response.output_item.done",
-                 json_pack("{s:i, s:O}", "output_index", b->output_index,
-                           "item", item));
+    case PX_BLOCK_THINKING:
+    case PX_BLOCK_REDACTED_THINKING: {
+      json_t *summary = json_array();
+      if (b->summary_open) {
+        rc =
+            eemit(e, "response.reasoning_summary_text.done",
+                  json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id, "output_index",
+                            b->output_index, "summary_index", 0, "text", text));
+        if (rc == 0)
+          rc = eemit(e, "response.reasoning_summary_part.done",
+                     json_pack("{s:s, s:i, s:i, s:{s:s, s:O}}", "item_id", b->item_id,
+                               "output_index", b->output_index, "summary_index", 0,
+                               "part", "type", "summary_text", "text", text));
+        json_array_append_new(
+            summary, json_pack("{s:s, s:O}", "type", "summary_text", "text", text));
+      }
+      json_t *item = json_pack("{s:s, s:s, s:o}", "id", b->item_id, "type", "reasoning",
+                               "summary", summary);
+      if (item != NULL && b->enc.len > 0)
+        json_object_set_new(item, "encrypted_content",
+                            json_stringn(b->enc.data, b->enc.len));
+      if (item == NULL) rc = PX_ENOMEM;
+      if (rc == 0) {
+        json_array_set(e->output, (size_t)b->output_index, item);
+        rc =
+            eemit(e, "response.output_item.done",
+                  json_pack("{s:i, s:O}", "output_index", b->output_index, "item", item));
+      }
+      json_decref(item);
+      break;
     }
-    json_decref(item);
-    break;
-  }
-  case PX_BLOCK_TOOL_CALL: {
-    rc = eemit(e, "response.function_call_arguments.done",
-               json_pack("{s:s, s:i, s:s, s:O}", "item_id", b->item_id,
-                         "output_index", b->output_index, "name", b->name,
-                         "arguments", text));
-    json_t *item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:O}", "id", b->item_id,
-                             "type", "function_call", "status", "completed",
-                             "call_id", b->call_id, "name", b->name,
-                             "arguments", text);
-    if (item == NULL) rc = PX_ENOMEM;
-    if (rc == 0) {
-      json_array_set(e->output, (size_t)b->output_index, item);
-      rc = eemit(e, "response.output_item.done",
-                 json_pack("{s:i, s:O}", "output_index", b->output_index,
-                           "item", item));
+    case PX_BLOCK_TOOL_CALL: {
+      rc = eemit(e, "response.function_call_arguments.done",
+                 json_pack("{s:s, s:i, s:s, s:O}", "item_id", b->item_id, "output_index",
+                           b->output_index, "name", b->name, "arguments", text));
+      json_t *item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:O}", "id", b->item_id, "type",
+                               "function_call", "status", "completed", "call_id",
+                               b->call_id, "name", b->name, "arguments", text);
+      if (item == NULL) rc = PX_ENOMEM;
+      if (rc == 0) {
+        json_array_set(e->output, (size_t)b->output_index, item);
+        rc =
+            eemit(e, "response.output_item.done",
+                  json_pack("{s:i, s:O}", "output_index", b->output_index, "item", item));
+      }
+      json_decref(item);
+      break;
     }
-    json_decref(item);
-    break;
-  }
   }
   json_decref(text);
   efree_block(b);
@@ -847,17 +834,17 @@ static int e_start(px_senc_t *e, const px_ev_t *ev) {
     e->usage.cache_read_tokens = ev->usage.cache_read_tokens;
   eset(e, E_OPEN);
   int rc = eemit(e, "response.created",
-                 json_pack("{s:o}", "response",
-                           eresponse(e, "in_progress", NULL, 0)));
+                 json_pack("{s:o}", "response", eresponse(e, "in_progress", NULL, 0)));
   if (rc == 0)
     rc = eemit(e, "response.in_progress",
-               json_pack("{s:o}", "response",
-                         eresponse(e, "in_progress", NULL, 0)));
+               json_pack("{s:o}", "response", eresponse(e, "in_progress", NULL, 0)));
   return rc;
 }
 
 /* Close whatever is open: message item; blocks are closed by the decoder. */
-static int e_finish_items(px_senc_t *e) { return eclose_msg(e); }
+static int e_finish_items(px_senc_t *e) {
+  return eclose_msg(e);
+}
 
 static int e_stop(px_senc_t *e) {
   int rc = 0;
@@ -893,8 +880,7 @@ static int e_stop(px_senc_t *e) {
                      : strcmp(status, "incomplete") == 0 ? "response.incomplete"
                                                          : "response.failed";
   eset(e, E_DONE);
-  return eemit(e, type,
-               json_pack("{s:o}", "response", eresponse(e, status, reason, 1)));
+  return eemit(e, type, json_pack("{s:o}", "response", eresponse(e, status, reason, 1)));
 }
 
 static int e_error(px_senc_t *e, px_errkind_t kind, px_str_t msg) {
@@ -902,25 +888,22 @@ static int e_error(px_senc_t *e, px_errkind_t kind, px_str_t msg) {
   if (e->state == E_INIT) {
     snprintf(e->resp_id, sizeof(e->resp_id), "resp_proxai_error");
     rc = eemit(e, "response.created",
-               json_pack("{s:o}", "response",
-                         eresponse(e, "in_progress", NULL, 0)));
+               json_pack("{s:o}", "response", eresponse(e, "in_progress", NULL, 0)));
     if (rc < 0) return rc;
   }
   eset(e, E_DONE);
   json_t *r = eresponse(e, "failed", NULL, 1);
   if (r == NULL) return PX_ENOMEM;
-  const char *code = kind == PX_ERR_RATE_LIMIT ? "rate_limit_exceeded"
-                                               : "server_error";
-  json_object_set_new(r, "error",
-                      json_pack("{s:s, s:s#}", "code", code, "message",
-                                msg.ptr ? msg.ptr : "", msg.len));
+  const char *code = kind == PX_ERR_RATE_LIMIT ? "rate_limit_exceeded" : "server_error";
+  json_object_set_new(
+      r, "error",
+      json_pack("{s:s, s:s#}", "code", code, "message", msg.ptr ? msg.ptr : "", msg.len));
   return eemit(e, "response.failed", json_pack("{s:o}", "response", r));
 }
 
 /** 0 when a live encoder writing to out took the error (or had already
  *  ended its stream), <0 when no encoder writes to out. */
-int px_responses_stream_error(px_buf_t *out, px_errkind_t kind,
-                              const char *message) {
+int px_responses_stream_error(px_buf_t *out, px_errkind_t kind, const char *message) {
   for (px_senc_t *e = live; e != NULL; e = e->next) {
     if (e->out != out) continue;
     if (e->state == E_DONE) return 0;
@@ -960,33 +943,42 @@ int px_responses_senc_event(px_senc_t *e, const px_ev_t *ev) {
     goto fail;
   }
   switch (ev->type) {
-  case PX_EV_MESSAGE_START:
-    if (e->state != E_INIT) {
+    case PX_EV_MESSAGE_START:
+      if (e->state != E_INIT) {
+        rc = PX_EPROTO;
+        break;
+      }
+      rc = e_start(e, ev);
+      break;
+    case PX_EV_BLOCK_START:
+      rc = e_block_start(e, ev);
+      break;
+    case PX_EV_DELTA:
+      rc = e_delta(e, ev);
+      break;
+    case PX_EV_BLOCK_STOP:
+      rc = e_block_stop(e, ev);
+      break;
+    case PX_EV_MESSAGE_DELTA:
+      if (ev->stop != PX_STOP_NONE) e->stop = ev->stop;
+      if (ev->usage.input_tokens >= 0) e->usage.input_tokens = ev->usage.input_tokens;
+      if (ev->usage.output_tokens >= 0) e->usage.output_tokens = ev->usage.output_tokens;
+      if (ev->usage.cache_read_tokens >= 0)
+        e->usage.cache_read_tokens = ev->usage.cache_read_tokens;
+      if (ev->usage.reasoning_tokens >= 0)
+        e->usage.reasoning_tokens = ev->usage.reasoning_tokens;
+      if (ev->refusal_explanation.len > 0) {
+        free(e->explanation);
+        e->explanation = dupn(ev->refusal_explanation);
+      }
+      rc = 0;
+      break;
+    case PX_EV_MESSAGE_STOP:
+      rc = e_stop(e);
+      break;
+    default:
       rc = PX_EPROTO;
       break;
-    }
-    rc = e_start(e, ev);
-    break;
-  case PX_EV_BLOCK_START: rc = e_block_start(e, ev); break;
-  case PX_EV_DELTA: rc = e_delta(e, ev); break;
-  case PX_EV_BLOCK_STOP: rc = e_block_stop(e, ev); break;
-  case PX_EV_MESSAGE_DELTA:
-    if (ev->stop != PX_STOP_NONE) e->stop = ev->stop;
-    if (ev->usage.input_tokens >= 0) e->usage.input_tokens = ev->usage.input_tokens;
-    if (ev->usage.output_tokens >= 0)
-      e->usage.output_tokens = ev->usage.output_tokens;
-    if (ev->usage.cache_read_tokens >= 0)
-      e->usage.cache_read_tokens = ev->usage.cache_read_tokens;
-    if (ev->usage.reasoning_tokens >= 0)
-      e->usage.reasoning_tokens = ev->usage.reasoning_tokens;
-    if (ev->refusal_explanation.len > 0) {
-      free(e->explanation);
-      e->explanation = dupn(ev->refusal_explanation);
-    }
-    rc = 0;
-    break;
-  case PX_EV_MESSAGE_STOP: rc = e_stop(e); break;
-  default: rc = PX_EPROTO; break;
   }
   if (rc >= 0) return 0;
 fail:
@@ -1000,8 +992,10 @@ fail:
 
 void px_responses_senc_free(px_senc_t *e) {
   if (e == NULL) return;
-  if (e->prev != NULL) e->prev->next = e->next;
-  else if (live == e) live = e->next;
+  if (e->prev != NULL)
+    e->prev->next = e->next;
+  else if (live == e)
+    live = e->next;
   if (e->next != NULL) e->next->prev = e->prev;
   for (size_t i = 0; i < e->nblocks; i++)
     if (e->blocks[i].used) efree_block(&e->blocks[i]);
