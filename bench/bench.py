@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -837,6 +838,19 @@ def main():
             raise SystemExit("%s not found (apt install %s)" % (tool, tool))
     if "nginx" in a.targets and not os.path.exists(a.nginx):
         raise SystemExit("nginx not found (apt install nginx) or use --targets direct,proxai")
+
+    # Each proxied stream takes two descriptors in the target and one in the
+    # client: raise the soft limit, and scale the stream count down if the
+    # hard limit is too low.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    if soft != resource.RLIM_INFINITY and soft < 2 * a.streams + 200:
+        n = max(100, (soft - 200) // 2)
+        log("warning: open files limit %d: %d concurrent streams instead of %d" %
+            (soft, n, a.streams))
+        a.streams = n
 
     started = datetime.datetime.now(datetime.timezone.utc)
     b = Bench(a)
