@@ -2,7 +2,7 @@
  *
  * usage: fuzz_X [CORPUS_DIR [ITERATIONS]]
  * Replays every file of the corpus (default: the target's committed corpus,
- * FUZZ_CORPUS_DIR), then ITERATIONS (default 3000, or $FUZZ_ITERS)
+ * FUZZ_CORPUS_DIR), then ITERATIONS (default 10000, or $FUZZ_ITERS)
  * deterministic pseudo-random mutations of them: bit flips, byte changes,
  * insertions of SSE/JSON tokens, deletions, duplications, truncations and
  * splices. A crash or abort() in the target fails the test. */
@@ -104,7 +104,7 @@ static void mutate(input_t *in, const input_t *all, size_t nall) {
 
 int main(int argc, char **argv) {
   const char *dir = argc > 1 ? argv[1] : FUZZ_CORPUS_DIR;
-  long iters = argc > 2 ? atol(argv[2]) : getenv("FUZZ_ITERS") ? atol(getenv("FUZZ_ITERS")) : 3000;
+  long iters = argc > 2 ? atol(argv[2]) : getenv("FUZZ_ITERS") ? atol(getenv("FUZZ_ITERS")) : 10000;
   DIR *d = opendir(dir);
   if (d == NULL) {
     fprintf(stderr, "cannot open corpus %s\n", dir);
