@@ -63,6 +63,7 @@ struct px_conn {
   px_buf_t in;             /* bytes read while busy */
   int reading;             /* uv_read_start active */
   int closing;
+  int failing;             /* a write failed: close on the next tick */
   int close_after_flush;
   int resp_started, resp_chunked;
   size_t pending;
@@ -118,6 +119,20 @@ const char *px_req_header(const px_req_t *r, const char *name) {
 /* ---------------------------------------------------------------------- */
 /* write queue                                                              */
 
+static void on_fail_timer(uv_timer_t *t) { conn_close(t->data); }
+
+/* A write failed while the request handler may be on the stack: closing now
+ * would run its on_close (and free its state) under its feet, so the close
+ * happens on the next loop iteration; later writes are dropped. */
+static void conn_fail(px_conn_t *c) {
+  if (c->closing || c->failing) return;
+  c->failing = 1;
+  uv_read_stop(&c->h.stream);
+  c->reading = 0;
+  c->timer.data = c;
+  uv_timer_start(&c->timer, on_fail_timer, 0, 0);
+}
+
 static void on_write_done(uv_write_t *w, int status) {
   wreq_t *wr = (wreq_t *)w;
   px_conn_t *c = wr->conn;
@@ -136,7 +151,7 @@ static void on_write_done(uv_write_t *w, int status) {
 }
 
 static int conn_writev(px_conn_t *c, uv_buf_t *bufs, unsigned n) {
-  if (c->closing) return UV_ECANCELED;
+  if (c->closing || c->failing) return UV_ECANCELED;
   size_t total = 0;
   for (unsigned i = 0; i < n; i++) total += bufs[i].len;
   c->bytes_out += total;
@@ -145,14 +160,14 @@ static int conn_writev(px_conn_t *c, uv_buf_t *bufs, unsigned n) {
     int rc = uv_try_write(&c->h.stream, bufs, n);
     if (rc > 0) done = (size_t)rc;
     else if (rc < 0 && rc != UV_EAGAIN && rc != UV_ENOSYS) {
-      conn_close(c);
+      conn_fail(c);
       return rc;
     }
     if (done == total) return 0;
   }
   wreq_t *wr = malloc(sizeof(*wr) + total - done);
   if (wr == NULL) {
-    conn_close(c);
+    conn_fail(c);
     return UV_ENOMEM;
   }
   size_t off = 0, skip = done;
@@ -172,7 +187,7 @@ static int conn_writev(px_conn_t *c, uv_buf_t *bufs, unsigned n) {
   int rc = uv_write(&wr->req, &c->h.stream, &b, 1, on_write_done);
   if (rc < 0) {
     free(wr);
-    conn_close(c);
+    conn_fail(c);
     return rc;
   }
   c->pending += off;
@@ -221,7 +236,7 @@ static const char *status_text(int st) {
 
 int px_resp_start(px_conn_t *c, int status, const px_hdr_t *hdrs, size_t n,
                   int64_t content_length) {
-  if (c->closing || c->resp_started) return UV_ECANCELED;
+  if (c->closing || c->failing || c->resp_started) return UV_ECANCELED;
   char head[8192];
   px_buf_t b = {head, 0, sizeof(head), sizeof(head)};
   px_buf_t big;
@@ -261,7 +276,7 @@ again:
 }
 
 int px_resp_write(px_conn_t *c, const char *p, size_t n) {
-  if (c->closing || !c->resp_started) return UV_ECANCELED;
+  if (c->closing || c->failing || !c->resp_started) return UV_ECANCELED;
   if (n == 0) return 0;
   if (!c->resp_chunked) return conn_write(c, p, n);
   char sz[24];
@@ -309,7 +324,7 @@ static void start_idle_timer(px_conn_t *c) {
 
 void px_resp_end(px_conn_t *c) {
   if (c->state != C_BUSY) return;
-  if (c->resp_started && c->resp_chunked && !c->closing)
+  if (c->resp_started && c->resp_chunked && !c->closing && !c->failing)
     conn_write(c, "0\r\n\r\n", 5);
   c->state = C_IDLE;
   c->handler = NULL;
@@ -317,7 +332,7 @@ void px_resp_end(px_conn_t *c) {
   c->srv->active--;
   int keep = c->req.keep_alive && !c->srv->draining;
   req_reset(c);
-  if (c->closing) goto out;
+  if (c->closing || c->failing) goto out;
   if (!keep) {
     if (c->pending == 0) conn_close(c);
     else c->close_after_flush = 1;
