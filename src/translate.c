@@ -182,12 +182,27 @@ struct px_stream_tr {
 
 #define PX_MAX_BLOCKS 65536
 
+/* The one place a stream ends in error (rule in proto.h): the client
+ * encoder is offered PX_EV_ERROR first, so that a stateful encoder can end
+ * its stream properly (Responses: response.failed carrying the output so
+ * far); when it declines (<0 or no bytes), encode_stream_error writes the
+ * protocol's stateless error event. Exactly once. */
 static int write_error(px_stream_tr_t *t, px_errkind_t kind, const char *msg) {
   if (t->done) return t->failed ? PX_EPROTO : 0;
   t->done = 1;
   t->failed = 1;
-  if (t->in->encode_stream_error != NULL)
-    t->in->encode_stream_error(t->buf, kind, msg ? msg : "upstream stream failed");
+  if (msg == NULL || msg[0] == 0) msg = "upstream stream failed";
+  if (t->enc != NULL) {
+    px_ev_t e;
+    px_ev_init(&e, PX_EV_ERROR);
+    e.errkind = kind;
+    e.text = px_str(msg);
+    size_t before = t->buf->len;
+    int rc = t->in->senc_event(t->enc, &e);
+    if (rc == 0 && t->buf->len > before) return PX_EPROTO;
+    t->buf->len = before; /* drop a partial attempt */
+  }
+  if (t->in->encode_stream_error != NULL) t->in->encode_stream_error(t->buf, kind, msg);
   return PX_EPROTO;
 }
 
@@ -289,7 +304,7 @@ static int on_event(void *arg, const px_ev_t *ev) {
     char msg[1024];
     snprintf(msg, sizeof(msg), "%.*s", (int)(ev->text.len < 1000 ? ev->text.len : 1000),
              ev->text.ptr ? ev->text.ptr : "");
-    return write_error(t, ev->errkind, msg[0] ? msg : "upstream stream error");
+    return write_error(t, ev->errkind, msg);
   }
   }
   return illegal(t, "unknown event");

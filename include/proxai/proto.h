@@ -382,11 +382,15 @@ int px_translate_error(const px_tr_ctx_t *ctx, int status, const char *body,
 /*
  * Stream rules enforced by the hub (px_stream_tr_*), so decoders and
  * encoders need not re-check them:
- *  - Encoders never see PX_EV_ERROR. An ERROR event from the decoder, a
- *    transfer failure, an over-long SSE event, an illegal event order, a
- *    decoder/encoder failure, or an upstream end without MESSAGE_STOP makes
- *    the hub append the client protocol's encode_stream_error exactly once;
- *    nothing is encoded after it (never a fabricated normal stop).
+ *  - An ERROR event from the decoder, a transfer failure, an over-long SSE
+ *    event, an illegal event order, a decoder/encoder failure, or an
+ *    upstream end without MESSAGE_STOP ends the client stream in error
+ *    exactly once, and nothing is encoded after it (never a fabricated
+ *    normal stop): the hub first passes a PX_EV_ERROR (errkind, text) to the
+ *    client encoder's senc_event, so a stateful encoder can end its stream
+ *    properly (e.g. response.failed carrying the output so far); if the
+ *    encoder returns <0 or appends nothing, its bytes are dropped and the
+ *    hub appends the protocol's encode_stream_error instead.
  *  - Order: MESSAGE_START first and once; BLOCK_START index == number of
  *    blocks started so far; DELTA / BLOCK_STOP only on an open block; no
  *    BLOCK_START after the first MESSAGE_DELTA; blocks still open at the
