@@ -1038,8 +1038,18 @@ fail:
 /* ------------------------------------------------------------------------ */
 /* encode_response: IR -> Chat client body                                  */
 
-/* Flat IR url_citation -> Chat {type, url_citation:{...}}. */
-static json_t *annotations_out(const px_tr_ctx_t *ctx, json_t *anns, px_lossy_t *lossy) {
+/* Code points in UTF-8 text (annotation indexes count characters). */
+static json_int_t utf8_chars(const char *s, size_t n) {
+  json_int_t c = 0;
+  for (size_t i = 0; i < n; i++)
+    if (((unsigned char)s[i] & 0xC0) != 0x80) c++;
+  return c;
+}
+
+/* Flat IR url_citation -> Chat {type, url_citation:{...}}; indexes shifted
+ * by the characters of the text parts joined before this one. */
+static json_t *annotations_out(const px_tr_ctx_t *ctx, json_t *anns, json_int_t shift,
+                               px_lossy_t *lossy) {
   json_t *out = json_array();
   size_t i;
   json_t *a;
@@ -1056,7 +1066,12 @@ static json_t *annotations_out(const px_tr_ctx_t *ctx, json_t *anns, px_lossy_t 
     const char *k;
     json_t *x;
     json_object_foreach(a, k, x) {
-      if (strcmp(k, "type") != 0) json_object_set(uc, k, x);
+      if (strcmp(k, "type") == 0) continue;
+      if ((strcmp(k, "start_index") == 0 || strcmp(k, "end_index") == 0) &&
+          json_is_integer(x))
+        json_object_set_new(uc, k, json_integer(json_integer_value(x) + shift));
+      else
+        json_object_set(uc, k, x);
     }
     json_array_append_new(out, json_pack("{s:s, s:o}", "type", "url_citation",
                                          "url_citation", uc));
@@ -1080,11 +1095,12 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
     json_t *tx = json_object_get(c, "text");
     if (t == NULL) continue;
     if (strcmp(t, "text") == 0) {
+      json_int_t shift = utf8_chars(text.data, text.len);
       if (json_is_string(tx)) px_buf_append(&text, json_string_value(tx), json_string_length(tx));
       ntext++;
       json_t *a = json_object_get(c, "annotations");
       if (json_array_size(a) > 0) {
-        json_t *conv = annotations_out(ctx, a, lossy);
+        json_t *conv = annotations_out(ctx, a, shift, lossy);
         json_array_extend(anns, conv);
         json_decref(conv);
       }
