@@ -41,6 +41,7 @@ void px_chat_senc_free(px_senc_t *e);
 
 #define CHAT_MAX_TOOLS 1024           /* distinct tool-call indexes per stream */
 #define CHAT_DEFAULT_ACCUM (8u << 20) /* when ctx->max_accum is 0 */
+#define CHAT_MAX_DEFERRED 4096        /* deferred blocks per stream */
 
 /* ======================================================================== */
 /* Decoder                                                                   */
@@ -195,6 +196,7 @@ static px_delta_t delta_of(live_t l) {
 
 static deferred_t *new_deferred(px_sdec_t *d, px_block_t b, int tool, const char *id,
                                 const char *name) {
+  if (d->ndefs >= CHAT_MAX_DEFERRED) return NULL;
   if (d->ndefs == d->capdefs) {
     int nc = d->capdefs ? d->capdefs * 2 : 4;
     deferred_t *n = realloc(d->defs, sizeof(*n) * (size_t)nc);
@@ -230,7 +232,7 @@ static int text_like(px_sdec_t *d, live_t kind, const char *p, size_t n) {
     deferred_t *x = d->ndefs ? &d->defs[d->ndefs - 1] : NULL;
     if (x == NULL || x->block != block_of(kind)) {
       x = new_deferred(d, block_of(kind), -1, NULL, NULL);
-      if (x == NULL) return dec_error(d, PX_ERR_API, "out of memory");
+      if (x == NULL) return proto_error(d, "too many interleaved blocks");
     }
     return defer_bytes(d, x, p, n);
   }
@@ -281,7 +283,7 @@ static int tool_fragment(px_sdec_t *d, json_t *tc, size_t pos) {
       if (rc < 0) return rc;
     } else {
       if (new_deferred(d, PX_BLOCK_TOOL_CALL, (int)k, id, name) == NULL)
-        return dec_error(d, PX_ERR_API, "out of memory");
+        return proto_error(d, "too many interleaved blocks");
       s->deferred = d->ndefs - 1;
     }
   }
