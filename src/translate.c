@@ -131,25 +131,20 @@ int px_translate_error(const px_tr_ctx_t *ctx, int status, const char *body,
     if (k != PX_ERR_INVALID && k != PX_ERR_API) ue.kind = k;
   }
   if (!found) {
+    /* not an error body of any protocol (HTML from a load balancer, plain
+     * text, empty): a bad gateway response (SPEC 6), whatever the status */
     memset(&ue, 0, sizeof(ue));
-    if (status >= 400 && status <= 599) {
-      ue.kind = px_errkind_from_type(NULL, status);
-      snprintf(ue.message, sizeof(ue.message),
-               "upstream returned HTTP %d with a body that is not a %s error",
-               status, proto_names[ctx->out]);
-    } else {
-      st = 502;
-      ue.kind = PX_ERR_BAD_GATEWAY;
-      snprintf(ue.message, sizeof(ue.message),
-               "bad gateway: upstream returned HTTP %d with an unrecognised body",
-               status);
-    }
+    st = 502;
+    ue.kind = PX_ERR_BAD_GATEWAY;
+    snprintf(ue.message, sizeof(ue.message),
+             "upstream returned HTTP %d with a body that is not a %s error", status,
+             proto_names[ctx->out]);
   } else if (status < 400 || status > 599) {
     st = px_errkind_status(ue.kind);
   }
   if (in->encode_error == NULL) return PX_EINVAL;
-  /* the type is mapped to the client family; the upstream's own spelling is
-   * kept only when it is a type of the client's family */
+  /* always the client family's canonical spelling of the kind (SPEC 6
+   * table), so clients see one vocabulary whatever the upstream */
   const char *type = ctx->in == PX_PROTO_ANTHROPIC ? px_errkind_anthropic(ue.kind)
                                                    : px_errkind_openai(ue.kind);
   int rc = in->encode_error(out, ue.kind, type, ue.message, NULL, request_id);

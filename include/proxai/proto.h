@@ -371,10 +371,12 @@ int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,
 /** Translate an upstream error response (status + raw body, any bytes) into
  *  the client protocol's error body, appended to out. The body is decoded
  *  with the upstream protocol's decode_error, then the other protocols'; the
- *  message is kept and the type mapped. A body no decoder understands (HTML,
- *  plain text, empty) keeps an error status (400..599) with a message naming
- *  it, else becomes 502 bad gateway. *client_status gets the status to send
- *  (upstream status kept, e.g. 529 stays 529). request_id may be NULL. */
+ *  message is kept and the type mapped (a generic type under a specific
+ *  status takes the status's kind: 401 + invalid_request_error is an auth
+ *  error). A body no decoder understands (HTML, plain text, empty) becomes a
+ *  502 bad gateway naming the upstream status. *client_status gets the
+ *  status to send (upstream status kept for real error bodies, e.g. 529
+ *  stays 529). request_id may be NULL. */
 int px_translate_error(const px_tr_ctx_t *ctx, int status, const char *body,
                        size_t len, const char *request_id, px_buf_t *out,
                        int *client_status);
