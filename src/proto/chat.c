@@ -832,11 +832,27 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", role, "content",
                                           json_object_get(c, "text")));
   }
-  json_array_foreach(json_object_get(ir, "messages"), i, c) {
+  json_t *irm = json_object_get(ir, "messages");
+  for (i = 0; i < json_array_size(irm); i++) {
+    c = json_array_get(irm, i);
     const char *role = jstr(c, "role");
-    int rc = role && strcmp(role, "assistant") == 0
-                 ? encode_assistant(ctx, c, i, msgs, lossy, err)
-                 : encode_user(ctx, c, i, msgs, lossy, err);
+    int rc;
+    if (role && strcmp(role, "assistant") == 0) {
+      /* consecutive assistant turns become ONE Chat message: tool calls split
+       * over several would each need their tool messages right after */
+      json_t *merged = json_pack("{s:s, s:[]}", "role", "assistant", "content");
+      size_t first = i;
+      for (; i < json_array_size(irm); i++) {
+        json_t *m = json_array_get(irm, i);
+        if (jstr(m, "role") == NULL || strcmp(jstr(m, "role"), "assistant") != 0) break;
+        json_array_extend(json_object_get(merged, "content"), json_object_get(m, "content"));
+      }
+      i--;
+      rc = encode_assistant(ctx, merged, first, msgs, lossy, err);
+      json_decref(merged);
+    } else {
+      rc = encode_user(ctx, c, i, msgs, lossy, err);
+    }
     if (rc < 0) goto fail;
   }
   if ((v = json_object_get(ir, "tools")) != NULL && json_array_size(v) > 0) {
