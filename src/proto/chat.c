@@ -241,10 +241,17 @@ static int assistant_msg(const px_tr_ctx_t *ctx, json_t *m, size_t mi, json_t *p
     return px_tr_fail(err, p, "%s must be a string, an array or null", p);
   }
   json_t *refusal = json_object_get(m, "refusal");
-  if (json_is_string(refusal) && json_string_length(refusal) > 0)
+  int has_refusal_part = 0;
+  size_t k;
+  json_t *x;
+  json_array_foreach(parts, k, x) {
+    if (strcmp(jstr(x, "type"), "refusal") == 0) has_refusal_part = 1;
+  }
+  if (json_is_string(refusal) && json_string_length(refusal) > 0 && !has_refusal_part)
     json_array_append_new(parts,
                           json_pack("{s:s, s:O}", "type", "refusal", "text", refusal));
-  if (json_object_get(m, "function_call") != NULL) {
+  if (json_object_get(m, "function_call") != NULL &&
+      !json_is_null(json_object_get(m, "function_call"))) {
     snprintf(p, sizeof(p), "messages[%zu].function_call", mi);
     return px_tr_fail(err, p, "%s: legacy function calls are not supported, use tool_calls",
                       p);
@@ -569,6 +576,7 @@ static int chat_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
       px_tr_fail(err, "audio", "audio: audio output cannot be translated");
       goto fail;
     } else if (strcmp(key, "functions") == 0 || strcmp(key, "function_call") == 0) {
+      if (json_is_null(v)) continue;
       px_tr_fail(err, key, "%s: legacy function calling is not supported, use tools", key);
       goto fail;
     } else if (strcmp(key, "logprobs") == 0) {
