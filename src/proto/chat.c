@@ -973,14 +973,14 @@ static int chat_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
     px_tr_fail(err, "choices",
                "upstream returned %zu choices; exactly one can be translated to %s",
                json_array_size(choices), px_proto_get(ctx->in)->name);
-    err->kind = PX_ERR_BAD_GATEWAY;
+    if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
     return PX_EPROTO;
   }
   json_t *ch = json_array_get(choices, 0);
   json_t *msg = json_object_get(ch, "message");
   if (!json_is_object(msg)) {
     px_tr_fail(err, "choices[0].message", "upstream choice has no message");
-    err->kind = PX_ERR_BAD_GATEWAY;
+    if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
     return PX_EPROTO;
   }
   json_t *ir = json_object();
@@ -1023,7 +1023,7 @@ static int chat_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
     if ((type != NULL && strcmp(type, "function") != 0) || !json_is_object(fn)) {
       px_tr_fail(err, "choices[0].message.tool_calls",
                  "upstream returned a tool call that cannot be translated");
-      err->kind = PX_ERR_BAD_GATEWAY;
+      if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
       goto fail;
     }
     const char *args = jstr(fn, "arguments");
