@@ -49,7 +49,8 @@ typedef struct px_exch {
   endpoint_t ep;
   px_proto_t in, out;
   json_t *body;
-  const char *model;     /* client's model (in body) */
+  const char *model;     /* client's model (in body or model_buf) */
+  char *model_buf;
   int stream;
   int include_usage;
   const px_key_conf_t *key;
@@ -92,6 +93,7 @@ typedef struct px_exch {
 
 static void start_attempt(px_exch_t *x);
 static void finalize(px_exch_t *x);
+static int parse_body(px_exch_t *x);
 
 static const px_conn_handler_t conn_handler;
 
@@ -259,6 +261,7 @@ static void finalize(px_exch_t *x) {
     x->conn = NULL;
   }
   json_decref(x->body);
+  free(x->model_buf);
   free(x->up_body_owned);
   free_hdrs(x->up_hdrs);
   free(x->url);
@@ -799,6 +802,7 @@ static void start_attempt(px_exch_t *x) {
       x->up_body_len = x->req->body.len;
     }
   } else {
+    if (parse_body(x) < 0) return;
     json_t *ub = NULL;
     px_tr_err_t err;
     memset(&err, 0, sizeof(err));
@@ -925,6 +929,22 @@ static const char *client_secret(const px_req_t *r, size_t *len) {
   return NULL;
 }
 
+/* Parse the client body; on failure answer 400 and return <0. */
+static int parse_body(px_exch_t *x) {
+  if (x->body != NULL) return 0;
+  json_error_t je;
+  x->body = json_loadb(x->req->body.data ? x->req->body.data : "", x->req->body.len, 0, &je);
+  if (json_is_object(x->body)) return 0;
+  char msg[300];
+  if (x->body == NULL)
+    snprintf(msg, sizeof(msg), "request body is not valid JSON: %s (line %d, column %d)",
+             je.text, je.line, je.column);
+  else
+    snprintf(msg, sizeof(msg), "request body must be a JSON object");
+  send_error(x, PX_ERR_INVALID, msg, NULL);
+  return -1;
+}
+
 static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, px_proto_t in, endpoint_t ep) {
   px_exch_t *x = calloc(1, sizeof(*x));
   if (x == NULL) {
@@ -944,28 +964,38 @@ static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, px_proto_t in, en
   px_buf_init(&x->acc, 0);
   px_conn_set_handler(c, &conn_handler, x);
 
-  json_error_t je;
-  x->body = json_loadb(r->body.data, r->body.len, 0, &je);
-  if (!json_is_object(x->body)) {
-    char msg[300];
-    if (x->body == NULL)
-      snprintf(msg, sizeof(msg), "request body is not valid JSON: %s (line %d, column %d)",
-               je.text, je.line, je.column);
-    else
-      snprintf(msg, sizeof(msg), "request body must be a JSON object");
-    send_error(x, PX_ERR_INVALID, msg, NULL);
-    return;
+  /* The fast path reads model/stream with the raw scanner: a request that
+   * stays in its own protocol is never parsed. Anything unusual (escapes in
+   * the model, a body the scanner rejects) takes the full parse, which also
+   * gives the precise error message. */
+  static const char *const P_MODEL[] = {"model"};
+  static const char *const P_STREAM[] = {"stream"};
+  static const char *const P_USAGE[] = {"stream_options", "include_usage"};
+  size_t vs, vl;
+  const char *bd = r->body.data ? r->body.data : "";
+  if (px_json_find(bd, r->body.len, P_MODEL, 1, &vs, &vl) == PX_JSON_FOUND && vl > 2 &&
+      bd[vs] == '"' && memchr(bd + vs, '\\', vl) == NULL &&
+      px_json_complete(bd, r->body.len)) {
+    x->model_buf = strndup(bd + vs + 1, vl - 2);
+    x->model = x->model_buf;
+    x->stream = ep == EP_GATEWAY &&
+                px_json_find(bd, r->body.len, P_STREAM, 1, &vs, &vl) == PX_JSON_FOUND &&
+                vl == 4 && memcmp(bd + vs, "true", 4) == 0;
+    x->include_usage = px_json_find(bd, r->body.len, P_USAGE, 2, &vs, &vl) == PX_JSON_FOUND &&
+                       vl == 4 && memcmp(bd + vs, "true", 4) == 0;
+  } else {
+    if (parse_body(x) < 0) return;
+    json_t *m = json_object_get(x->body, "model");
+    if (!json_is_string(m) || json_string_length(m) == 0) {
+      send_error(x, PX_ERR_INVALID, "'model' is required and must be a non-empty string",
+                 "model");
+      return;
+    }
+    x->model = json_string_value(m);
+    x->stream = ep == EP_GATEWAY && json_is_true(json_object_get(x->body, "stream"));
+    json_t *so = json_object_get(x->body, "stream_options");
+    x->include_usage = json_is_true(json_object_get(so, "include_usage"));
   }
-  json_t *m = json_object_get(x->body, "model");
-  if (!json_is_string(m) || json_string_length(m) == 0) {
-    send_error(x, PX_ERR_INVALID, "'model' is required and must be a non-empty string",
-               "model");
-    return;
-  }
-  x->model = json_string_value(m);
-  x->stream = ep == EP_GATEWAY && json_is_true(json_object_get(x->body, "stream"));
-  json_t *so = json_object_get(x->body, "stream_options");
-  x->include_usage = json_is_true(json_object_get(so, "include_usage"));
 
   px_config_t *cfg = x->cfg;
   if (cfg->nkeys > 0) {

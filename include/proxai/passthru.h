@@ -20,6 +20,10 @@ enum { PX_JSON_FOUND = 1, PX_JSON_ABSENT = 0, PX_JSON_BAD = -1, PX_JSON_MORE = -
 int px_json_find(const char *p, size_t n, const char *const *path, size_t depth,
                  size_t *start, size_t *len);
 
+/** Whether p is one balanced JSON object with nothing after it (strings
+ *  closed, brackets matched). A cheap structural check, not a full parse. */
+int px_json_complete(const char *p, size_t n);
+
 /** Append p with the string value at path replaced by `value` (escaped) to
  *  out. Returns PX_JSON_FOUND when replaced, else appends p unchanged and
  *  returns the px_json_find result; <0 only for buffer errors. */

@@ -37,6 +37,12 @@ static void test_find(void) {
   CHECK(px_json_find("{\"a\" 1}", 7, TOP, 1, &s, &l) == PX_JSON_BAD);
   CHECK(px_json_find("{}", 2, TOP, 1, &s, &l) == PX_JSON_ABSENT);
   CHECK(px_json_find("{\"model\":12}", 12, TOP, 1, &s, &l) == PX_JSON_FOUND && l == 2);
+  /* structural completeness */
+  CHECK(px_json_complete(j, strlen(j)) == 1);
+  CHECK(px_json_complete("{\"model\": \"gpt-4o\", ", 20) == 0);
+  CHECK(px_json_complete("{\"a\":\"}\"} x", 12) == 0);
+  { const char *ok = " {\"a\":[1,{}]} \n"; CHECK(px_json_complete(ok, strlen(ok)) == 1); }
+  CHECK(px_json_complete("[1]", 3) == 0);
 }
 
 static void test_replace(void) {
