@@ -479,30 +479,60 @@ static void eset(px_senc_t *e, estate_t s) {
   e->state = s;
 }
 
+/* The closing events repeat a block's full text four times (.done,
+ * content_part.done, output_item.done, the terminal response), and when the
+ * upstream's last chunk ends the block and the response at once, all four
+ * land in the out buffer before the client can read any: the accumulation
+ * bound is the smaller of max_accum and a quarter of the out buffer's cap
+ * (less some room). Past it the stream ends with response.failed. */
 static int eaccum(px_senc_t *e, size_t n) {
   size_t cap = e->ctx.max_accum ? e->ctx.max_accum : DEFAULT_ACCUM;
+  if (e->out->cap > (256u << 10) && (e->out->cap - (128u << 10)) / 4 < cap)
+    cap = (e->out->cap - (128u << 10)) / 4;
   if (e->accum + n > cap) return PX_ETOOBIG;
   e->accum += n;
   return 0;
 }
 
-/* Emit a jansson event: type and sequence_number are set here. */
+typedef struct dump_ctx {
+  px_buf_t *out;
+  int rc;
+} dump_ctx_t;
+
+static int dump_cb(const char *buf, size_t size, void *data) {
+  dump_ctx_t *d = data;
+  d->rc = px_buf_append(d->out, buf, size);
+  return d->rc < 0 ? -1 : 0;
+}
+
+/* Emit a jansson event straight into the out buffer (no intermediate
+ * string): type and sequence_number are set here. On failure the out
+ * buffer is left as it was. */
 static int eemit(px_senc_t *e, const char *type, json_t *obj) {
   if (obj == NULL) return PX_ENOMEM;
   json_t *full =
-      json_pack("{s:s, s:I}", "type", type, "sequence_number", (json_int_t)e->seq++);
+      json_pack("{s:s, s:I}", "type", type, "sequence_number", (json_int_t)e->seq);
   if (full == NULL) {
     json_decref(obj);
     return PX_ENOMEM;
   }
   json_object_update(full, obj);
   json_decref(obj);
-  char *s = json_dumps(full, JSON_COMPACT);
+  size_t mark = e->out->len;
+  int rc = px_buf_puts(e->out, "event: ");
+  if (rc == 0) rc = px_buf_puts(e->out, type);
+  if (rc == 0) rc = px_buf_puts(e->out, "\ndata: ");
+  dump_ctx_t dc = {e->out, 0};
+  if (rc == 0 && json_dump_callback(full, dump_cb, &dc, JSON_COMPACT) != 0)
+    rc = dc.rc < 0 ? dc.rc : PX_ENOMEM;
+  if (rc == 0) rc = px_buf_puts(e->out, "\n\n");
   json_decref(full);
-  if (s == NULL) return PX_ENOMEM;
-  int rc = px_sse_write(e->out, type, s, strlen(s));
-  free(s);
-  return rc;
+  if (rc < 0) {
+    e->out->len = mark;
+    return rc;
+  }
+  e->seq++;
+  return 0;
 }
 
 /* Emit a delta event without building a tree. */
@@ -846,6 +876,28 @@ static int e_finish_items(px_senc_t *e) {
   return eclose_msg(e);
 }
 
+/* An Anthropic refusal is known only at its end, after its wording went out
+ * as output_text deltas, which cannot be taken back. The terminal response
+ * object still tells the truth: the wording becomes refusal parts there, as
+ * in the non-streaming translation. */
+static void erefusal_parts(px_senc_t *e) {
+  size_t i, j;
+  json_t *it, *p;
+  json_array_foreach(e->output, i, it) {
+    const char *t = jstr(it, "type");
+    if (t == NULL || strcmp(t, "message") != 0) continue;
+    json_t *c = json_object_get(it, "content");
+    json_array_foreach(c, j, p) {
+      const char *pt = jstr(p, "type");
+      if (pt == NULL || strcmp(pt, "output_text") != 0) continue;
+      json_t *r = json_pack("{s:s, s:O}", "type", "refusal", "refusal",
+                            json_object_get(p, "text"));
+      if (r != NULL) json_array_set_new(c, j, r);
+      e->has_refusal = 1;
+    }
+  }
+}
+
 static int e_stop(px_senc_t *e) {
   int rc = 0;
   /* a refusal without any visible wording: the explanation is the wording */
@@ -875,12 +927,54 @@ static int e_stop(px_senc_t *e) {
   if (rc < 0) return rc;
   const char *reason = NULL;
   px_stop_t st = e->stop == PX_STOP_NONE ? PX_STOP_END_TURN : e->stop;
+  if (st == PX_STOP_REFUSAL) erefusal_parts(e);
   const char *status = px_stop_to_responses(st, e->has_refusal, &reason);
   const char *type = strcmp(status, "completed") == 0    ? "response.completed"
                      : strcmp(status, "incomplete") == 0 ? "response.incomplete"
                                                          : "response.failed";
   eset(e, E_DONE);
   return eemit(e, type, json_pack("{s:o}", "response", eresponse(e, status, reason, 1)));
+}
+
+/* An item that has not finished, as far as it got (status incomplete). */
+static json_t *epartial_item(px_senc_t *e, int oi) {
+  json_t *item = NULL;
+  if (oi == e->msg_oi) {
+    item = json_pack("{s:s, s:s, s:s, s:s, s:O}", "id", e->msg_id, "type", "message",
+                     "status", "incomplete", "role", "assistant", "content",
+                     e->msg_content ? e->msg_content : json_array());
+    if (item != NULL && e->msg_content == NULL)
+      json_decref(json_object_get(item, "content")); /* O took a new ref */
+  }
+  for (size_t i = 0; i < e->nblocks; i++) {
+    eblock_t *b = &e->blocks[i];
+    if (!b->used || b->output_index != oi) continue;
+    json_t *text = json_stringn(b->text.data ? b->text.data : "", b->text.len);
+    if (text == NULL) continue;
+    if ((b->kind == PX_BLOCK_TEXT || b->kind == PX_BLOCK_REFUSAL) && item != NULL) {
+      json_t *part = b->kind == PX_BLOCK_TEXT
+                         ? json_pack("{s:s, s:O, s:[]}", "type", "output_text", "text",
+                                     text, "annotations")
+                         : json_pack("{s:s, s:O}", "type", "refusal", "refusal", text);
+      json_array_append_new(json_object_get(item, "content"), part);
+    } else if (b->kind == PX_BLOCK_TOOL_CALL && item == NULL) {
+      item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:O}", "id", b->item_id, "type",
+                       "function_call", "status", "incomplete", "call_id", b->call_id,
+                       "name", b->name, "arguments", text);
+    } else if (item == NULL) {
+      item = json_pack("{s:s, s:s, s:s, s:[]}", "id", b->item_id, "type", "reasoning",
+                       "status", "incomplete", "summary");
+      if (item != NULL && b->text.len > 0)
+        json_array_append_new(
+            json_object_get(item, "summary"),
+            json_pack("{s:s, s:O}", "type", "summary_text", "text", text));
+      if (item != NULL && b->enc.len > 0)
+        json_object_set_new(item, "encrypted_content",
+                            json_stringn(b->enc.data, b->enc.len));
+    }
+    json_decref(text);
+  }
+  return item;
 }
 
 static int e_error(px_senc_t *e, px_errkind_t kind, px_str_t msg) {
@@ -892,13 +986,30 @@ static int e_error(px_senc_t *e, px_errkind_t kind, px_str_t msg) {
     if (rc < 0) return rc;
   }
   eset(e, E_DONE);
-  json_t *r = eresponse(e, "failed", NULL, 1);
-  if (r == NULL) return PX_ENOMEM;
   const char *code = kind == PX_ERR_RATE_LIMIT ? "rate_limit_exceeded" : "server_error";
-  json_object_set_new(
-      r, "error",
-      json_pack("{s:s, s:s#}", "code", code, "message", msg.ptr ? msg.ptr : "", msg.len));
-  return eemit(e, "response.failed", json_pack("{s:o}", "response", r));
+  /* the output so far, unfinished items included; if that does not fit
+   * the out buffer, the error alone */
+  for (int with_output = 1; with_output >= 0; with_output--) {
+    json_t *r = eresponse(e, "failed", NULL, 1);
+    if (r == NULL) return PX_ENOMEM;
+    json_t *out = json_object_get(r, "output");
+    json_array_clear(out);
+    size_t i;
+    json_t *it;
+    json_array_foreach(e->output, i, it) {
+      if (!with_output) break;
+      if (!json_is_null(it))
+        json_array_append(out, it);
+      else if ((it = epartial_item(e, (int)i)) != NULL)
+        json_array_append_new(out, it);
+    }
+    json_object_set_new(r, "error",
+                        json_pack("{s:s, s:s#}", "code", code, "message",
+                                  msg.ptr ? msg.ptr : "", msg.len));
+    rc = eemit(e, "response.failed", json_pack("{s:o}", "response", r));
+    if (rc != PX_ETOOBIG) break;
+  }
+  return rc;
 }
 
 /** 0 when a live encoder writing to out took the error (or had already
