@@ -52,7 +52,9 @@ static int parse_data_url(const char *url, px_str_t *media, px_str_t *data) {
   return 0;
 }
 
-static json_t *json_stringn_view(px_str_t s) { return json_stringn(s.ptr, s.len); }
+static json_t *json_stringn_view(px_str_t s) {
+  return json_stringn(s.ptr, s.len);
+}
 
 /* Join the "text" of every part of the given type in arr; NULL if none. */
 static char *join_parts(json_t *arr, const char *type, int *count) {
@@ -84,8 +86,8 @@ static char *join_parts(json_t *arr, const char *type, int *count) {
 /* Text-only content (system, developer, tool): string or array of text
  * parts. Appends {"type":"text","text":..} objects (plus extra fields) to
  * out. */
-static int text_content(json_t *content, const char *path, json_t *out,
-                        const char *role, px_tr_err_t *err) {
+static int text_content(json_t *content, const char *path, json_t *out, const char *role,
+                        px_tr_err_t *err) {
   char p[SUBPATH_LEN];
   if (json_is_string(content)) {
     json_t *part = json_pack("{s:s, s:O}", "type", "text", "text", content);
@@ -173,8 +175,10 @@ static int user_part(const px_tr_ctx_t *ctx, json_t *c, const char *p, json_t *o
       if (ctx->out == PX_PROTO_ANTHROPIC) {
         json_decref(part);
         snprintf(q, sizeof(q), "%s.file.file_id", p);
-        return px_tr_fail(err, q, "%s: uploaded OpenAI files cannot be sent to "
-                          "anthropic_messages; send file_data", q);
+        return px_tr_fail(err, q,
+                          "%s: uploaded OpenAI files cannot be sent to "
+                          "anthropic_messages; send file_data",
+                          q);
       }
       add_str(part, "file_id", fid);
     } else {
@@ -212,7 +216,8 @@ static int assistant_msg(const px_tr_ctx_t *ctx, json_t *m, size_t mi, json_t *p
   char p[PATH_MAX_LEN];
   json_t *rc = json_object_get(m, "reasoning_content");
   if (json_is_string(rc) && json_string_length(rc) > 0)
-    json_array_append_new(parts, json_pack("{s:s, s:O}", "type", "reasoning", "text", rc));
+    json_array_append_new(parts,
+                          json_pack("{s:s, s:O}", "type", "reasoning", "text", rc));
   json_t *content = json_object_get(m, "content");
   snprintf(p, sizeof(p), "messages[%zu].content", mi);
   if (json_is_string(content)) {
@@ -226,7 +231,8 @@ static int assistant_msg(const px_tr_ctx_t *ctx, json_t *m, size_t mi, json_t *p
       char q[PATH_MAX_LEN];
       snprintf(q, sizeof(q), "messages[%zu].content[%zu]", mi, i);
       const char *t = jstr(c, "type");
-      if (t != NULL && strcmp(t, "text") == 0 && json_is_string(json_object_get(c, "text")))
+      if (t != NULL && strcmp(t, "text") == 0 &&
+          json_is_string(json_object_get(c, "text")))
         json_array_append_new(parts, json_pack("{s:s, s:O}", "type", "text", "text",
                                                json_object_get(c, "text")));
       else if (t != NULL && strcmp(t, "refusal") == 0 &&
@@ -253,8 +259,8 @@ static int assistant_msg(const px_tr_ctx_t *ctx, json_t *m, size_t mi, json_t *p
   if (json_object_get(m, "function_call") != NULL &&
       !json_is_null(json_object_get(m, "function_call"))) {
     snprintf(p, sizeof(p), "messages[%zu].function_call", mi);
-    return px_tr_fail(err, p, "%s: legacy function calls are not supported, use tool_calls",
-                      p);
+    return px_tr_fail(err, p,
+                      "%s: legacy function calls are not supported, use tool_calls", p);
   }
   if (json_object_get(m, "audio") != NULL && !json_is_null(json_object_get(m, "audio"))) {
     snprintf(p, sizeof(p), "messages[%zu].audio", mi);
@@ -282,9 +288,9 @@ static int assistant_msg(const px_tr_ctx_t *ctx, json_t *m, size_t mi, json_t *p
         snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu].function.arguments", mi, i);
         if (check_arguments(ctx, args, p, err) < 0) return PX_EINVAL;
       }
-      json_array_append_new(parts, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call",
-                                             "id", id, "name", jstr(fn, "name"),
-                                             "arguments", args));
+      json_array_append_new(
+          parts, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id", id, "name",
+                           jstr(fn, "name"), "arguments", args));
     }
   }
   (void)lossy;
@@ -309,7 +315,8 @@ static json_t *tool_result_tail(json_t *msgs) {
 static int decode_messages(const px_tr_ctx_t *ctx, json_t *msgs, json_t *ir,
                            px_lossy_t *lossy, px_tr_err_t *err) {
   char p[PATH_MAX_LEN];
-  if (!json_is_array(msgs)) return px_tr_fail(err, "messages", "messages must be an array");
+  if (!json_is_array(msgs))
+    return px_tr_fail(err, "messages", "messages must be an array");
   json_t *system = json_array();
   json_t *out = json_array();
   json_object_set_new(ir, "system", system);
@@ -344,14 +351,15 @@ static int decode_messages(const px_tr_ctx_t *ctx, json_t *msgs, json_t *ir,
       } else {
         return px_tr_fail(err, cp, "%s must be a string or an array", cp);
       }
-      json_array_append_new(out, json_pack("{s:s, s:O}", "role", "user", "content", parts));
+      json_array_append_new(out,
+                            json_pack("{s:s, s:O}", "role", "user", "content", parts));
       json_object_del(ir, "_tmp");
     } else if (strcmp(role, "assistant") == 0) {
       json_t *parts = json_array();
       json_object_set_new(ir, "_tmp", parts);
       if (assistant_msg(ctx, m, mi, parts, lossy, err) < 0) return PX_EINVAL;
-      json_array_append_new(out,
-                            json_pack("{s:s, s:O}", "role", "assistant", "content", parts));
+      json_array_append_new(
+          out, json_pack("{s:s, s:O}", "role", "assistant", "content", parts));
       json_object_del(ir, "_tmp");
     } else if (strcmp(role, "tool") == 0) {
       const char *id = jstr(m, "tool_call_id");
@@ -362,8 +370,8 @@ static int decode_messages(const px_tr_ctx_t *ctx, json_t *msgs, json_t *ir,
       json_t *tc = json_array();
       json_object_set_new(ir, "_tmp", tc);
       if (text_content(content, cp, tc, NULL, err) < 0) return PX_EINVAL;
-      json_t *res = json_pack("{s:s, s:s, s:O}", "type", "tool_result", "tool_call_id", id,
-                              "content", tc);
+      json_t *res = json_pack("{s:s, s:s, s:O}", "type", "tool_result", "tool_call_id",
+                              id, "content", tc);
       json_object_del(ir, "_tmp");
       /* consecutive tool results share one IR user message */
       json_t *tail = tool_result_tail(out);
@@ -375,8 +383,10 @@ static int decode_messages(const px_tr_ctx_t *ctx, json_t *msgs, json_t *ir,
         json_array_append_new(out, um);
       }
     } else if (strcmp(role, "function") == 0) {
-      return px_tr_fail(err, p, "%s: the legacy 'function' role cannot be translated "
-                        "(it has no tool_call_id); use 'tool'", p);
+      return px_tr_fail(err, p,
+                        "%s: the legacy 'function' role cannot be translated "
+                        "(it has no tool_call_id); use 'tool'",
+                        p);
     } else {
       return px_tr_fail(err, p, "%s: unknown role '%s'", p, role);
     }
@@ -397,8 +407,9 @@ static int decode_tools(const px_tr_ctx_t *ctx, json_t *tools, json_t *ir,
     const char *type = jstr(t, "type");
     snprintf(p, sizeof(p), "tools[%zu].type", i);
     if (type != NULL && strcmp(type, "custom") == 0)
-      return px_tr_fail(err, p, "%s: custom (freeform text) tools cannot be translated to %s",
-                        p, px_proto_get(ctx->out)->name);
+      return px_tr_fail(err, p,
+                        "%s: custom (freeform text) tools cannot be translated to %s", p,
+                        px_proto_get(ctx->out)->name);
     if (type == NULL || strcmp(type, "function") != 0)
       return px_tr_fail(err, p, "%s: unsupported tool type", p);
     json_t *fn = json_object_get(t, "function");
@@ -415,8 +426,8 @@ static int decode_tools(const px_tr_ctx_t *ctx, json_t *tools, json_t *ir,
     if (json_is_object(v))
       json_object_set(o, "parameters", v);
     else
-      json_object_set_new(o, "parameters", json_pack("{s:s, s:{}}", "type", "object",
-                                                     "properties"));
+      json_object_set_new(o, "parameters",
+                          json_pack("{s:s, s:{}}", "type", "object", "properties"));
     if ((v = json_object_get(fn, "strict")) != NULL && json_is_boolean(v))
       json_object_set(o, "strict", v);
     json_array_append_new(out, o);
@@ -437,20 +448,21 @@ static int decode_tool_choice(json_t *tc, json_t *ir, px_lossy_t *lossy,
   if (type != NULL && strcmp(type, "function") == 0) {
     const char *name = jstr(json_object_get(tc, "function"), "name");
     if (name == NULL)
-      return px_tr_fail(err, "tool_choice.function.name", "tool_choice.function.name is "
+      return px_tr_fail(err, "tool_choice.function.name",
+                        "tool_choice.function.name is "
                         "required");
-    json_object_set_new(ir, "tool_choice", json_pack("{s:s, s:s}", "type", "tool", "name",
-                                                     name));
+    json_object_set_new(ir, "tool_choice",
+                        json_pack("{s:s, s:s}", "type", "tool", "name", name));
     return 0;
   }
   if (type != NULL && strcmp(type, "allowed_tools") == 0) {
     /* the restriction to a subset cannot be carried; the mode can */
     const char *mode = jstr(json_object_get(tc, "allowed_tools"), "mode");
     px_lossy_add(lossy, "tool_choice.allowed_tools");
-    json_object_set_new(ir, "tool_choice",
-                        json_pack("{s:s}", "type",
-                                  mode && strcmp(mode, "required") == 0 ? "required"
-                                                                         : "auto"));
+    json_object_set_new(
+        ir, "tool_choice",
+        json_pack("{s:s}", "type",
+                  mode && strcmp(mode, "required") == 0 ? "required" : "auto"));
     return 0;
   }
   return px_tr_fail(err, "tool_choice", "tool_choice: type '%s' cannot be translated",
@@ -459,7 +471,8 @@ static int decode_tool_choice(json_t *tc, json_t *ir, px_lossy_t *lossy,
 
 static int decode_response_format(json_t *rf, json_t *ir, px_tr_err_t *err) {
   const char *type = jstr(rf, "type");
-  if (type == NULL) return px_tr_fail(err, "response_format", "response_format.type is required");
+  if (type == NULL)
+    return px_tr_fail(err, "response_format", "response_format.type is required");
   if (strcmp(type, "text") == 0 || strcmp(type, "json_object") == 0) {
     json_object_set_new(ir, "response_format", json_pack("{s:s}", "type", type));
     return 0;
@@ -484,7 +497,8 @@ static int decode_response_format(json_t *rf, json_t *ir, px_tr_err_t *err) {
 
 static int chat_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **irp,
                                px_lossy_t *lossy, px_tr_err_t *err) {
-  if (!json_is_object(body)) return px_tr_fail(err, "", "request body must be a JSON object");
+  if (!json_is_object(body))
+    return px_tr_fail(err, "", "request body must be a JSON object");
   json_t *ir = json_object();
   const char *key;
   json_t *v;
@@ -503,7 +517,8 @@ static int chat_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
       if (!json_is_null(v) && decode_tool_choice(v, ir, lossy, err) < 0) goto fail;
     } else if (strcmp(key, "parallel_tool_calls") == 0) {
       if (json_is_boolean(v)) json_object_set(ir, "parallel_tool_calls", v);
-    } else if (strcmp(key, "max_tokens") == 0 || strcmp(key, "max_completion_tokens") == 0) {
+    } else if (strcmp(key, "max_tokens") == 0 ||
+               strcmp(key, "max_completion_tokens") == 0) {
       if (json_is_null(v)) continue;
       if (!json_is_integer(v) || json_integer_value(v) < 1) {
         px_tr_fail(err, key, "%s must be a positive integer", key);
@@ -577,7 +592,8 @@ static int chat_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
       goto fail;
     } else if (strcmp(key, "functions") == 0 || strcmp(key, "function_call") == 0) {
       if (json_is_null(v)) continue;
-      px_tr_fail(err, key, "%s: legacy function calling is not supported, use tools", key);
+      px_tr_fail(err, key, "%s: legacy function calling is not supported, use tools",
+                 key);
       goto fail;
     } else if (strcmp(key, "logprobs") == 0) {
       if (json_is_true(v)) px_lossy_add(lossy, "logprobs");
@@ -659,7 +675,8 @@ static json_t *file_part_out(json_t *p, const char *path, px_tr_err_t *err) {
     add_str(f, "filename", fname ? fname : "document.pdf");
   } else {
     json_decref(f);
-    px_tr_fail(err, path, "%s: files by URL cannot be sent to openai_chat_completions", path);
+    px_tr_fail(err, path, "%s: files by URL cannot be sent to openai_chat_completions",
+               path);
     return NULL;
   }
   if (fid != NULL && fname != NULL) add_str(f, "filename", fname);
@@ -721,8 +738,8 @@ static int encode_user(const px_tr_ctx_t *ctx, json_t *im, size_t mi, json_t *ou
       o = file_part_out(c, p, err);
       only_text = 0;
     } else {
-      px_tr_fail(err, p, "%s: part type '%s' cannot be sent to openai_chat_completions", p,
-                 t);
+      px_tr_fail(err, p, "%s: part type '%s' cannot be sent to openai_chat_completions",
+                 p, t);
     }
     if (o == NULL) {
       json_decref(parts);
@@ -761,7 +778,8 @@ static int encode_assistant(const px_tr_ctx_t *ctx, json_t *im, size_t mi, json_
     if (t == NULL) t = "";
     if (json_object_get(c, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
     if (strcmp(t, "text") == 0) {
-      if (json_is_string(tx)) px_buf_append(&text, json_string_value(tx), json_string_length(tx));
+      if (json_is_string(tx))
+        px_buf_append(&text, json_string_value(tx), json_string_length(tx));
       ntext++;
     } else if (strcmp(t, "refusal") == 0) {
       if (json_is_string(tx))
@@ -780,13 +798,13 @@ static int encode_assistant(const px_tr_ctx_t *ctx, json_t *im, size_t mi, json_
     } else if (strcmp(t, "tool_call") == 0) {
       const char *args = jstr(c, "arguments");
       json_array_append_new(
-          tcs, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", jstr(c, "id") ? jstr(c, "id") : "",
-                         "type", "function", "function", "name",
-                         jstr(c, "name") ? jstr(c, "name") : "", "arguments",
-                         args ? args : "{}"));
+          tcs, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id",
+                         jstr(c, "id") ? jstr(c, "id") : "", "type", "function",
+                         "function", "name", jstr(c, "name") ? jstr(c, "name") : "",
+                         "arguments", args ? args : "{}"));
     } else {
-      rc = px_tr_fail(err, p, "%s: part type '%s' cannot be sent to openai_chat_completions",
-                      p, t);
+      rc = px_tr_fail(
+          err, p, "%s: part type '%s' cannot be sent to openai_chat_completions", p, t);
       goto done;
     }
   }
@@ -794,12 +812,14 @@ static int encode_assistant(const px_tr_ctx_t *ctx, json_t *im, size_t mi, json_
   if (ntext > 0)
     json_object_set_new(m, "content", json_stringn(text.data ? text.data : "", text.len));
   else
-    json_object_set_new(m, "content", json_array_size(tcs) ? json_null() : json_string(""));
+    json_object_set_new(m, "content",
+                        json_array_size(tcs) ? json_null() : json_string(""));
   if (nref > 0)
-    json_object_set_new(m, "refusal", json_stringn(refusal.data ? refusal.data : "",
-                                                   refusal.len));
+    json_object_set_new(m, "refusal",
+                        json_stringn(refusal.data ? refusal.data : "", refusal.len));
   if (nreason > 0)
-    json_object_set_new(m, "reasoning_content", json_stringn(reasoning.data, reasoning.len));
+    json_object_set_new(m, "reasoning_content",
+                        json_stringn(reasoning.data, reasoning.len));
   if (json_array_size(tcs) > 0) json_object_set(m, "tool_calls", tcs);
   json_array_append_new(out, m);
 done:
@@ -827,8 +847,9 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   json_object_set_new(body, "messages", msgs);
 
   if (jstr(ir, "previous_response_id") != NULL) {
-    px_tr_fail(err, "previous_response_id",
-               "previous_response_id cannot be sent to an openai_chat_completions upstream");
+    px_tr_fail(
+        err, "previous_response_id",
+        "previous_response_id cannot be sent to an openai_chat_completions upstream");
     goto fail;
   }
   size_t i;
@@ -853,7 +874,8 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
       for (; i < json_array_size(irm); i++) {
         json_t *m = json_array_get(irm, i);
         if (jstr(m, "role") == NULL || strcmp(jstr(m, "role"), "assistant") != 0) break;
-        json_array_extend(json_object_get(merged, "content"), json_object_get(m, "content"));
+        json_array_extend(json_object_get(merged, "content"),
+                          json_object_get(m, "content"));
       }
       i--;
       rc = encode_assistant(ctx, merged, first, msgs, lossy, err);
@@ -869,11 +891,15 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     json_array_foreach(v, i, c) {
       json_t *fn = json_pack("{s:O?}", "name", json_object_get(c, "name"));
       json_t *x;
-      if ((x = json_object_get(c, "description")) != NULL) json_object_set(fn, "description", x);
-      if ((x = json_object_get(c, "parameters")) != NULL) json_object_set(fn, "parameters", x);
+      if ((x = json_object_get(c, "description")) != NULL)
+        json_object_set(fn, "description", x);
+      if ((x = json_object_get(c, "parameters")) != NULL)
+        json_object_set(fn, "parameters", x);
       if ((x = json_object_get(c, "strict")) != NULL) json_object_set(fn, "strict", x);
-      if (json_object_get(c, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
-      json_array_append_new(tools, json_pack("{s:s, s:o}", "type", "function", "function", fn));
+      if (json_object_get(c, "cache_control") != NULL)
+        px_lossy_add(lossy, "cache_control");
+      json_array_append_new(tools,
+                            json_pack("{s:s, s:o}", "type", "function", "function", fn));
     }
   }
   /* OpenAI rejects tool_choice and parallel_tool_calls without tools */
@@ -886,8 +912,8 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     const char *t = jstr(v, "type");
     if (t != NULL && strcmp(t, "tool") == 0)
       json_object_set_new(body, "tool_choice",
-                          json_pack("{s:s, s:{s:O?}}", "type", "function", "function", "name",
-                                    json_object_get(v, "name")));
+                          json_pack("{s:s, s:{s:O?}}", "type", "function", "function",
+                                    "name", json_object_get(v, "name")));
     else if (t != NULL)
       add_str(body, "tool_choice", t);
   }
@@ -895,7 +921,8 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     json_object_set(body, "parallel_tool_calls", v);
   if ((v = json_object_get(ir, "max_tokens")) != NULL)
     json_object_set(body, "max_completion_tokens", v);
-  if ((v = json_object_get(ir, "temperature")) != NULL) json_object_set(body, "temperature", v);
+  if ((v = json_object_get(ir, "temperature")) != NULL)
+    json_object_set(body, "temperature", v);
   if ((v = json_object_get(ir, "top_p")) != NULL) json_object_set(body, "top_p", v);
   if (json_object_get(ir, "top_k") != NULL) px_lossy_add(lossy, "top_k");
   if ((v = json_object_get(ir, "stop")) != NULL && json_array_size(v) > 0)
@@ -903,13 +930,16 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   if ((v = json_object_get(ir, "response_format")) != NULL) {
     const char *t = jstr(v, "type");
     if (t != NULL && strcmp(t, "json_schema") == 0) {
-      json_t *js = json_pack("{s:s, s:O?}", "name", jstr(v, "name") ? jstr(v, "name") : "response",
-                             "schema", json_object_get(v, "schema"));
+      json_t *js =
+          json_pack("{s:s, s:O?}", "name", jstr(v, "name") ? jstr(v, "name") : "response",
+                    "schema", json_object_get(v, "schema"));
       json_t *x;
-      if ((x = json_object_get(v, "description")) != NULL) json_object_set(js, "description", x);
+      if ((x = json_object_get(v, "description")) != NULL)
+        json_object_set(js, "description", x);
       if ((x = json_object_get(v, "strict")) != NULL) json_object_set(js, "strict", x);
-      json_object_set_new(body, "response_format",
-                          json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", js));
+      json_object_set_new(
+          body, "response_format",
+          json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", js));
     } else if (t != NULL) {
       json_object_set_new(body, "response_format", json_pack("{s:s}", "type", t));
     }
@@ -996,7 +1026,8 @@ static int chat_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
 
   v = json_object_get(msg, "reasoning_content");
   if (json_is_string(v) && json_string_length(v) > 0)
-    json_array_append_new(content, json_pack("{s:s, s:O}", "type", "reasoning", "text", v));
+    json_array_append_new(content,
+                          json_pack("{s:s, s:O}", "type", "reasoning", "text", v));
   v = json_object_get(msg, "content");
   json_t *text = NULL;
   if (json_is_string(v) && json_string_length(v) > 0) {
@@ -1027,13 +1058,14 @@ static int chat_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
       goto fail;
     }
     const char *args = jstr(fn, "arguments");
-    json_array_append_new(
-        content, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id",
-                           jstr(tc, "id") ? jstr(tc, "id") : "", "name",
-                           jstr(fn, "name") ? jstr(fn, "name") : "", "arguments",
-                           args && !is_blank(args) ? args : "{}"));
+    json_array_append_new(content,
+                          json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id",
+                                    jstr(tc, "id") ? jstr(tc, "id") : "", "name",
+                                    jstr(fn, "name") ? jstr(fn, "name") : "", "arguments",
+                                    args && !is_blank(args) ? args : "{}"));
   }
-  if (json_object_get(msg, "audio") != NULL && !json_is_null(json_object_get(msg, "audio")))
+  if (json_object_get(msg, "audio") != NULL &&
+      !json_is_null(json_object_get(msg, "audio")))
     px_lossy_add(lossy, "choices[].message.audio");
   v = json_object_get(ch, "logprobs");
   if (v != NULL && !json_is_null(v)) px_lossy_add(lossy, "choices[].logprobs");
@@ -1043,9 +1075,11 @@ static int chat_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
 
   json_t *u = json_object_get(body, "usage");
   if (json_is_object(u)) {
-    json_t *iu = json_pack("{s:I, s:I}", "input_tokens", (json_int_t)jint(u, "prompt_tokens", 0),
-                           "output_tokens", (json_int_t)jint(u, "completion_tokens", 0));
-    int64_t cached = jint(json_object_get(u, "prompt_tokens_details"), "cached_tokens", -1);
+    json_t *iu =
+        json_pack("{s:I, s:I}", "input_tokens", (json_int_t)jint(u, "prompt_tokens", 0),
+                  "output_tokens", (json_int_t)jint(u, "completion_tokens", 0));
+    int64_t cached =
+        jint(json_object_get(u, "prompt_tokens_details"), "cached_tokens", -1);
     int64_t reason =
         jint(json_object_get(u, "completion_tokens_details"), "reasoning_tokens", -1);
     if (cached >= 0) json_object_set_new(iu, "cache_read_tokens", json_integer(cached));
@@ -1097,8 +1131,8 @@ static json_t *annotations_out(const px_tr_ctx_t *ctx, json_t *anns, json_int_t 
       else
         json_object_set(uc, k, x);
     }
-    json_array_append_new(out, json_pack("{s:s, s:o}", "type", "url_citation",
-                                         "url_citation", uc));
+    json_array_append_new(
+        out, json_pack("{s:s, s:o}", "type", "url_citation", "url_citation", uc));
   }
   return out;
 }
@@ -1120,7 +1154,8 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
     if (t == NULL) continue;
     if (strcmp(t, "text") == 0) {
       json_int_t shift = utf8_chars(text.data, text.len);
-      if (json_is_string(tx)) px_buf_append(&text, json_string_value(tx), json_string_length(tx));
+      if (json_is_string(tx))
+        px_buf_append(&text, json_string_value(tx), json_string_length(tx));
       ntext++;
       json_t *a = json_object_get(c, "annotations");
       if (json_array_size(a) > 0) {
@@ -1136,24 +1171,24 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
       int anth = ctx->out == PX_PROTO_ANTHROPIC;
       int sig = jstr(c, "signature") != NULL || jstr(c, "encrypted_content") != NULL;
       int red = jstr(c, "redacted_data") != NULL;
-      if (!anth && (sig || red))
-        px_lossy_add(lossy, "output[].encrypted_content");
+      if (!anth && (sig || red)) px_lossy_add(lossy, "output[].encrypted_content");
       if (anth && sig) px_lossy_add(lossy, "content[].signature");
       if (anth && red) px_lossy_add(lossy, "content[].redacted_thinking");
     } else if (strcmp(t, "tool_call") == 0) {
       const char *args = jstr(c, "arguments");
       json_array_append_new(
-          tcs, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", jstr(c, "id") ? jstr(c, "id") : "",
-                         "type", "function", "function", "name",
-                         jstr(c, "name") ? jstr(c, "name") : "", "arguments",
-                         args ? args : "{}"));
+          tcs, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id",
+                         jstr(c, "id") ? jstr(c, "id") : "", "type", "function",
+                         "function", "name", jstr(c, "name") ? jstr(c, "name") : "",
+                         "arguments", args ? args : "{}"));
     }
   }
   int nref = 0;
   char *refusal = join_parts(content, "refusal", &nref);
   json_t *msg = json_pack("{s:s}", "role", "assistant");
   if (ntext > 0)
-    json_object_set_new(msg, "content", json_stringn(text.data ? text.data : "", text.len));
+    json_object_set_new(msg, "content",
+                        json_stringn(text.data ? text.data : "", text.len));
   else
     json_object_set_new(msg, "content", json_null());
   const char *expl = jstr(ir, "refusal_explanation");
@@ -1164,7 +1199,8 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
   if (refusal != NULL) add_str(msg, "refusal", refusal);
   free(refusal);
   if (nreason > 0)
-    json_object_set_new(msg, "reasoning_content", json_stringn(reasoning.data, reasoning.len));
+    json_object_set_new(msg, "reasoning_content",
+                        json_stringn(reasoning.data, reasoning.len));
   if (json_array_size(tcs) > 0) json_object_set(msg, "tool_calls", tcs);
   if (json_array_size(anns) > 0) json_object_set(msg, "annotations", anns);
   px_buf_free(&text);
@@ -1177,16 +1213,16 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
   if (jstr(ir, "stop_sequence") != NULL) px_lossy_add(lossy, "stop_sequence");
 
   const char *id = jstr(ir, "id");
-  json_t *jid = id == NULL                               ? json_string("chatcmpl-proxai")
+  json_t *jid = id == NULL                         ? json_string("chatcmpl-proxai")
                 : strncmp(id, "chatcmpl-", 9) == 0 ? json_string(id)
-                                                       : json_sprintf("chatcmpl-%s", id);
+                                                   : json_sprintf("chatcmpl-%s", id);
   json_t *created = json_object_get(ir, "created");
   json_t *body = json_pack(
       "{s:o, s:s, s:I, s:s?, s:[{s:i, s:o, s:n, s:s}]}", "id", jid, "object",
       "chat.completion", "created",
       (json_int_t)(json_is_integer(created) ? json_integer_value(created) : ctx->created),
-      "model", ctx->client_model ? ctx->client_model : jstr(ir, "model"), "choices", "index",
-      0, "message", msg, "logprobs", "finish_reason", fr);
+      "model", ctx->client_model ? ctx->client_model : jstr(ir, "model"), "choices",
+      "index", 0, "message", msg, "logprobs", "finish_reason", fr);
   json_t *u = json_object_get(ir, "usage");
   if (json_is_object(u)) {
     int64_t in = jint(u, "input_tokens", 0), out = jint(u, "output_tokens", 0);
@@ -1195,8 +1231,9 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
         json_pack("{s:I, s:I, s:I, s:{s:I}, s:{s:I}}", "prompt_tokens", (json_int_t)in,
                   "completion_tokens", (json_int_t)out, "total_tokens",
                   (json_int_t)(in + out), "prompt_tokens_details", "cached_tokens",
-                  (json_int_t)jint(u, "cache_read_tokens", 0), "completion_tokens_details",
-                  "reasoning_tokens", (json_int_t)jint(u, "reasoning_tokens", 0)));
+                  (json_int_t)jint(u, "cache_read_tokens", 0),
+                  "completion_tokens_details", "reasoning_tokens",
+                  (json_int_t)jint(u, "reasoning_tokens", 0)));
   }
   *bodyp = body;
   return 0;
@@ -1240,13 +1277,15 @@ done:
 static int error_object(px_buf_t *out, px_errkind_t kind, const char *type,
                         const char *message, const char *param) {
   int rc = px_buf_puts(out, "{\"error\":{\"message\":");
-  if (rc == 0) rc = px_buf_json_str(out, message ? message : "", message ? strlen(message) : 0);
+  if (rc == 0)
+    rc = px_buf_json_str(out, message ? message : "", message ? strlen(message) : 0);
   if (rc == 0) rc = px_buf_puts(out, ",\"type\":");
   if (type == NULL || *type == 0) type = px_errkind_openai(kind);
   if (rc == 0) rc = px_buf_json_str(out, type, strlen(type));
   if (rc == 0) rc = px_buf_puts(out, ",\"param\":");
   if (rc == 0)
-    rc = param && *param ? px_buf_json_str(out, param, strlen(param)) : px_buf_puts(out, "null");
+    rc = param && *param ? px_buf_json_str(out, param, strlen(param))
+                         : px_buf_puts(out, "null");
   if (rc == 0) rc = px_buf_puts(out, ",\"code\":null}}");
   return rc;
 }
@@ -1258,7 +1297,8 @@ static int chat_encode_error(px_buf_t *out, px_errkind_t kind, const char *type,
   return error_object(out, kind, type, message, param);
 }
 
-static int chat_encode_stream_error(px_buf_t *out, px_errkind_t kind, const char *message) {
+static int chat_encode_stream_error(px_buf_t *out, px_errkind_t kind,
+                                    const char *message) {
   int rc = px_buf_puts(out, "data: ");
   if (rc == 0) rc = error_object(out, kind, NULL, message, NULL);
   if (rc == 0) rc = px_buf_puts(out, "\n\n");

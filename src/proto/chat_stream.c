@@ -22,11 +22,10 @@
  * with a stop (finish chunk)--> FINISHED --MESSAGE_STOP (usage chunk when the
  * client asked, [DONE])--> DONE.
  */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <jansson.h>
 
 #include "proxai/proto.h"
 #include "proxai/sse.h"
@@ -52,8 +51,8 @@ typedef enum { LIVE_NONE, LIVE_TEXT, LIVE_REFUSAL, LIVE_THINKING, LIVE_TOOL } li
 
 typedef struct deferred {
   px_block_t block;
-  int tool;     /* chat tool index, -1 for text kinds */
-  char *id;     /* tool calls */
+  int tool; /* chat tool index, -1 for text kinds */
+  char *id; /* tool calls */
   char *name;
   px_buf_t data;
 } deferred_t;
@@ -69,24 +68,28 @@ struct px_sdec {
   px_ev_sink_fn sink;
   void *arg;
   dstate_t state;
-  int nblocks;       /* events' next block index */
-  live_t live;       /* the open block, if any */
-  int live_index;    /* its event index */
+  int nblocks;    /* events' next block index */
+  live_t live;    /* the open block, if any */
+  int live_index; /* its event index */
   tool_slot_t *tools;
-  int ntools;        /* slots allocated */
+  int ntools; /* slots allocated */
   deferred_t *defs;
   int ndefs, capdefs;
-  size_t accum;      /* bytes deferred */
+  size_t accum; /* bytes deferred */
   size_t max_accum;
   px_stop_t stop;
-  px_usage_t usage;  /* final usage (usage-only chunk, else finish chunk's) */
-  struct jp *fast;   /* fast-path tokenizer state (lazily allocated) */
+  px_usage_t usage;    /* final usage (usage-only chunk, else finish chunk's) */
+  struct jp *fast;     /* fast-path tokenizer state (lazily allocated) */
   px_buf_t scratch[4]; /* unescaped strings of the fast path */
 };
 
-static void dec_set(px_sdec_t *d, dstate_t s) { d->state = s; }
+static void dec_set(px_sdec_t *d, dstate_t s) {
+  d->state = s;
+}
 
-static int emit(px_sdec_t *d, px_ev_t *ev) { return d->sink(d->arg, ev); }
+static int emit(px_sdec_t *d, px_ev_t *ev) {
+  return d->sink(d->arg, ev);
+}
 
 static int dec_error(px_sdec_t *d, px_errkind_t kind, const char *msg) {
   if (d->state == D_ERROR) return PX_EPROTO;
@@ -181,15 +184,15 @@ static int close_live(px_sdec_t *d) {
 }
 
 static px_block_t block_of(live_t l) {
-  return l == LIVE_TEXT ? PX_BLOCK_TEXT
-         : l == LIVE_REFUSAL ? PX_BLOCK_REFUSAL
+  return l == LIVE_TEXT       ? PX_BLOCK_TEXT
+         : l == LIVE_REFUSAL  ? PX_BLOCK_REFUSAL
          : l == LIVE_THINKING ? PX_BLOCK_THINKING
                               : PX_BLOCK_TOOL_CALL;
 }
 
 static px_delta_t delta_of(live_t l) {
-  return l == LIVE_TEXT ? PX_DELTA_TEXT
-         : l == LIVE_REFUSAL ? PX_DELTA_REFUSAL
+  return l == LIVE_TEXT       ? PX_DELTA_TEXT
+         : l == LIVE_REFUSAL  ? PX_DELTA_REFUSAL
          : l == LIVE_THINKING ? PX_DELTA_THINKING
                               : PX_DELTA_TOOL_ARGS;
 }
@@ -219,15 +222,15 @@ static int defer_bytes(px_sdec_t *d, deferred_t *x, const char *p, size_t n) {
     return dec_error(d, PX_ERR_BAD_GATEWAY,
                      "upstream chat stream: interleaved output exceeds the buffer limit");
   d->accum += n;
-  if (px_buf_append(&x->data, p, n) < 0)
-    return dec_error(d, PX_ERR_API, "out of memory");
+  if (px_buf_append(&x->data, p, n) < 0) return dec_error(d, PX_ERR_API, "out of memory");
   return 0;
 }
 
 /* A text-like fragment (content, refusal, reasoning). */
 static int text_like(px_sdec_t *d, live_t kind, const char *p, size_t n) {
   if (n == 0) return 0;
-  if (d->live == kind && d->ndefs == 0) return delta(d, d->live_index, delta_of(kind), p, n);
+  if (d->live == kind && d->ndefs == 0)
+    return delta(d, d->live_index, delta_of(kind), p, n);
   if (d->live == LIVE_TOOL || d->ndefs > 0) {
     deferred_t *x = d->ndefs ? &d->defs[d->ndefs - 1] : NULL;
     if (x == NULL || x->block != block_of(kind)) {
@@ -300,8 +303,8 @@ static int finish(px_sdec_t *d, const char *fr) {
     int index = d->nblocks;
     rc = block_start(d, x->block, x->id, x->name);
     if (rc == 0 && x->data.len > 0) {
-      px_delta_t k = x->block == PX_BLOCK_TOOL_CALL ? PX_DELTA_TOOL_ARGS
-                     : x->block == PX_BLOCK_REFUSAL ? PX_DELTA_REFUSAL
+      px_delta_t k = x->block == PX_BLOCK_TOOL_CALL  ? PX_DELTA_TOOL_ARGS
+                     : x->block == PX_BLOCK_REFUSAL  ? PX_DELTA_REFUSAL
                      : x->block == PX_BLOCK_THINKING ? PX_DELTA_THINKING
                                                      : PX_DELTA_TEXT;
       rc = delta(d, index, k, x->data.data, x->data.len);
@@ -328,7 +331,8 @@ static int on_choice(px_sdec_t *d, json_t *chunk, json_t *ch) {
   if (v != NULL && (!json_is_integer(v) || json_integer_value(v) != 0))
     return proto_error(d, "choice index other than 0 (n > 1 cannot be translated)");
   v = json_object_get(ch, "logprobs");
-  if (v != NULL && !json_is_null(v)) return proto_error(d, "logprobs cannot be translated");
+  if (v != NULL && !json_is_null(v))
+    return proto_error(d, "logprobs cannot be translated");
   json_t *dl = json_object_get(ch, "delta");
   const char *fr = json_string_value(json_object_get(ch, "finish_reason"));
   const char *role = json_string_value(json_object_get(dl, "role"));
@@ -366,7 +370,8 @@ static int on_choice(px_sdec_t *d, json_t *chunk, json_t *ch) {
   if (rc == 0 && json_is_string(content))
     rc = text_like(d, LIVE_TEXT, json_string_value(content), json_string_length(content));
   if (rc == 0 && json_is_string(refusal))
-    rc = text_like(d, LIVE_REFUSAL, json_string_value(refusal), json_string_length(refusal));
+    rc = text_like(d, LIVE_REFUSAL, json_string_value(refusal),
+                   json_string_length(refusal));
   if (rc == 0 && tcs != NULL && !json_is_null(tcs)) {
     if (!json_is_array(tcs)) return proto_error(d, "tool_calls is not an array");
     size_t i;
@@ -419,8 +424,8 @@ typedef struct jp {
 } jp_t;
 
 static void jp_ws(jp_t *j) {
-  while (j->i < j->n &&
-         (j->p[j->i] == ' ' || j->p[j->i] == '\n' || j->p[j->i] == '\r' || j->p[j->i] == '\t'))
+  while (j->i < j->n && (j->p[j->i] == ' ' || j->p[j->i] == '\n' || j->p[j->i] == '\r' ||
+                         j->p[j->i] == '\t'))
     j->i++;
 }
 
@@ -432,7 +437,7 @@ static int utf8_len(const unsigned char *s, int n) {
   if (c < 0xE0) return n >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
   if (c < 0xF0) {
     if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
-    if (c == 0xE0 && s[1] < 0xA0) return 0; /* overlong */
+    if (c == 0xE0 && s[1] < 0xA0) return 0;  /* overlong */
     if (c == 0xED && s[1] >= 0xA0) return 0; /* surrogate */
     return 3;
   }
@@ -625,8 +630,12 @@ static int jp_get(const jp_t *j, int o, const char *key) {
   return found;
 }
 
-static int jp_is(const jp_t *j, int t, int type) { return t >= 0 && j->t[t].type == type; }
-static int jp_absent_or_null(const jp_t *j, int t) { return t < 0 || j->t[t].type == T_NULL; }
+static int jp_is(const jp_t *j, int t, int type) {
+  return t >= 0 && j->t[t].type == type;
+}
+static int jp_absent_or_null(const jp_t *j, int t) {
+  return t < 0 || j->t[t].type == T_NULL;
+}
 
 /* String token -> view (unescaped into b when needed). <0 on a lone
  * surrogate or \u0000 (left to jansson). */
@@ -651,46 +660,58 @@ static int jp_text(const jp_t *j, int t, px_buf_t *b, px_str_t *out) {
     size_t cl = 1;
     i += 2;
     switch (e) {
-    case 'b': ch[0] = '\b'; break;
-    case 'f': ch[0] = '\f'; break;
-    case 'n': ch[0] = '\n'; break;
-    case 'r': ch[0] = '\r'; break;
-    case 't': ch[0] = '\t'; break;
-    case 'u': {
-      unsigned u = (unsigned)(hexval(s[i]) << 12 | hexval(s[i + 1]) << 8 |
-                              hexval(s[i + 2]) << 4 | hexval(s[i + 3]));
-      i += 4;
-      if (u >= 0xD800 && u <= 0xDBFF) {
-        if (i + 6 > n || s[i] != '\\' || s[i + 1] != 'u') return -1;
-        unsigned lo = (unsigned)(hexval(s[i + 2]) << 12 | hexval(s[i + 3]) << 8 |
-                                 hexval(s[i + 4]) << 4 | hexval(s[i + 5]));
-        if (lo < 0xDC00 || lo > 0xDFFF) return -1;
-        i += 6;
-        u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
-      } else if ((u >= 0xDC00 && u <= 0xDFFF) || u == 0) {
-        return -1;
+      case 'b':
+        ch[0] = '\b';
+        break;
+      case 'f':
+        ch[0] = '\f';
+        break;
+      case 'n':
+        ch[0] = '\n';
+        break;
+      case 'r':
+        ch[0] = '\r';
+        break;
+      case 't':
+        ch[0] = '\t';
+        break;
+      case 'u': {
+        unsigned u = (unsigned)(hexval(s[i]) << 12 | hexval(s[i + 1]) << 8 |
+                                hexval(s[i + 2]) << 4 | hexval(s[i + 3]));
+        i += 4;
+        if (u >= 0xD800 && u <= 0xDBFF) {
+          if (i + 6 > n || s[i] != '\\' || s[i + 1] != 'u') return -1;
+          unsigned lo = (unsigned)(hexval(s[i + 2]) << 12 | hexval(s[i + 3]) << 8 |
+                                   hexval(s[i + 4]) << 4 | hexval(s[i + 5]));
+          if (lo < 0xDC00 || lo > 0xDFFF) return -1;
+          i += 6;
+          u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+        } else if ((u >= 0xDC00 && u <= 0xDFFF) || u == 0) {
+          return -1;
+        }
+        if (u < 0x80) {
+          ch[0] = (char)u;
+        } else if (u < 0x800) {
+          ch[0] = (char)(0xC0 | u >> 6);
+          ch[1] = (char)(0x80 | (u & 0x3F));
+          cl = 2;
+        } else if (u < 0x10000) {
+          ch[0] = (char)(0xE0 | u >> 12);
+          ch[1] = (char)(0x80 | ((u >> 6) & 0x3F));
+          ch[2] = (char)(0x80 | (u & 0x3F));
+          cl = 3;
+        } else {
+          ch[0] = (char)(0xF0 | u >> 18);
+          ch[1] = (char)(0x80 | ((u >> 12) & 0x3F));
+          ch[2] = (char)(0x80 | ((u >> 6) & 0x3F));
+          ch[3] = (char)(0x80 | (u & 0x3F));
+          cl = 4;
+        }
+        break;
       }
-      if (u < 0x80) {
-        ch[0] = (char)u;
-      } else if (u < 0x800) {
-        ch[0] = (char)(0xC0 | u >> 6);
-        ch[1] = (char)(0x80 | (u & 0x3F));
-        cl = 2;
-      } else if (u < 0x10000) {
-        ch[0] = (char)(0xE0 | u >> 12);
-        ch[1] = (char)(0x80 | ((u >> 6) & 0x3F));
-        ch[2] = (char)(0x80 | (u & 0x3F));
-        cl = 3;
-      } else {
-        ch[0] = (char)(0xF0 | u >> 18);
-        ch[1] = (char)(0x80 | ((u >> 12) & 0x3F));
-        ch[2] = (char)(0x80 | ((u >> 6) & 0x3F));
-        ch[3] = (char)(0x80 | (u & 0x3F));
-        cl = 4;
-      }
-      break;
-    }
-    default: ch[0] = e; break; /* " \ / */
+      default:
+        ch[0] = e;
+        break; /* " \ / */
     }
     if (px_buf_append(b, ch, cl) < 0) return -1;
     run = i;
@@ -747,7 +768,8 @@ static int fast_chunk(px_sdec_t *d, const char *p, size_t n) {
   int args = -1;
   long tk = -1;
   if (!jp_absent_or_null(j, tcs)) {
-    if (!jp_is(j, tcs, T_ARR) || j->t[tcs].size != 1 || !jp_is(j, tcs + 1, T_OBJ)) return 0;
+    if (!jp_is(j, tcs, T_ARR) || j->t[tcs].size != 1 || !jp_is(j, tcs + 1, T_OBJ))
+      return 0;
     int tc = tcs + 1;
     int ti = jp_get(j, tc, "index");
     if (!jp_is(j, ti, T_NUM) || j->t[ti].end - j->t[ti].start > 4) return 0;
@@ -787,11 +809,13 @@ static int fast_chunk(px_sdec_t *d, const char *p, size_t n) {
 static int on_chunk(px_sdec_t *d, json_t *chunk) {
   json_t *err = json_object_get(chunk, "error");
   if (err != NULL && !json_is_null(err)) {
-    const char *msg = json_is_string(err) ? json_string_value(err)
-                                          : json_string_value(json_object_get(err, "message"));
+    const char *msg = json_is_string(err)
+                          ? json_string_value(err)
+                          : json_string_value(json_object_get(err, "message"));
     const char *type = json_string_value(json_object_get(err, "type"));
     if (type == NULL) type = json_string_value(json_object_get(err, "code"));
-    return dec_error(d, px_errkind_from_type(type, 0), msg ? msg : "upstream stream error");
+    return dec_error(d, px_errkind_from_type(type, 0),
+                     msg ? msg : "upstream stream error");
   }
   json_t *choices = json_object_get(chunk, "choices");
   if (!json_is_array(choices)) return proto_error(d, "chunk without choices");
@@ -803,7 +827,8 @@ static int on_chunk(px_sdec_t *d, json_t *chunk) {
   }
   json_t *u = json_object_get(chunk, "usage");
   if (!json_is_object(u)) return 0; /* e.g. Azure prompt_filter_results */
-  if (d->state != D_FINISHED) return proto_error(d, "usage-only chunk before finish_reason");
+  if (d->state != D_FINISHED)
+    return proto_error(d, "usage-only chunk before finish_reason");
   read_usage(u, &d->usage);
   dec_set(d, D_USAGE);
   return message_delta(d);
@@ -837,7 +862,8 @@ int px_chat_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
   json_error_t je;
   json_t *chunk = json_loadb(data.ptr, data.len, 0, &je);
   if (chunk == NULL) return proto_error(d, "malformed chunk JSON");
-  int rc = json_is_object(chunk) ? on_chunk(d, chunk) : proto_error(d, "chunk is not an object");
+  int rc = json_is_object(chunk) ? on_chunk(d, chunk)
+                                 : proto_error(d, "chunk is not an object");
   json_decref(chunk);
   return rc;
 }
@@ -862,16 +888,18 @@ struct px_senc {
   px_tr_ctx_t ctx;
   px_buf_t *out;
   estate_t state;
-  px_buf_t prefix;  /* `data: {"id":..,"object":..,"created":..,"model":..,"choices":` */
+  px_buf_t prefix; /* `data: {"id":..,"object":..,"created":..,"model":..,"choices":` */
   eblock_t *blocks;
   int nblocks, capblocks;
   int ntools;
-  int any_content;  /* delta.content emitted */
-  int any_refusal;  /* delta.refusal emitted */
+  int any_content; /* delta.content emitted */
+  int any_refusal; /* delta.refusal emitted */
   px_usage_t usage;
 };
 
-static void enc_set(px_senc_t *e, estate_t s) { e->state = s; }
+static void enc_set(px_senc_t *e, estate_t s) {
+  e->state = s;
+}
 
 px_senc_t *px_chat_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
   px_senc_t *e = calloc(1, sizeof(*e));
@@ -906,8 +934,9 @@ static int build_prefix(px_senc_t *e, px_str_t id) {
   }
   const char *model = e->ctx.client_model ? e->ctx.client_model : "";
   if (rc == 0)
-    rc = px_buf_printf(b, "\",\"object\":\"chat.completion.chunk\",\"created\":%lld,\"model\":",
-                       (long long)e->ctx.created);
+    rc = px_buf_printf(
+        b, "\",\"object\":\"chat.completion.chunk\",\"created\":%lld,\"model\":",
+        (long long)e->ctx.created);
   if (rc == 0) rc = px_buf_json_str(b, model, strlen(model));
   if (rc == 0) rc = px_buf_puts(b, ",\"choices\":");
   return rc;
@@ -942,7 +971,9 @@ static int text_chunk(px_senc_t *e, const char *field, px_str_t t) {
   return rc;
 }
 
-static int64_t nz(int64_t v) { return v < 0 ? 0 : v; }
+static int64_t nz(int64_t v) {
+  return v < 0 ? 0 : v;
+}
 
 static void merge(px_usage_t *d, const px_usage_t *s) {
   if (s->input_tokens >= 0) d->input_tokens = s->input_tokens;
@@ -975,7 +1006,8 @@ static int on_block_start(px_senc_t *e, const px_ev_t *ev) {
     rc = px_buf_printf(e->out, "\"tool_calls\":[{\"index\":%d,\"id\":", b->tool);
   if (rc == 0) rc = px_buf_json_str(e->out, ev->id.ptr ? ev->id.ptr : "", ev->id.len);
   if (rc == 0) rc = px_buf_puts(e->out, ",\"type\":\"function\",\"function\":{\"name\":");
-  if (rc == 0) rc = px_buf_json_str(e->out, ev->name.ptr ? ev->name.ptr : "", ev->name.len);
+  if (rc == 0)
+    rc = px_buf_json_str(e->out, ev->name.ptr ? ev->name.ptr : "", ev->name.len);
   if (rc == 0) rc = px_buf_puts(e->out, ",\"arguments\":\"\"}}]");
   if (rc == 0) rc = chunk_close(e, NULL);
   return rc;
@@ -986,30 +1018,31 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
   if (b == NULL) return PX_EPROTO;
   if (ev->text.len == 0) return 0;
   switch (ev->delta) {
-  case PX_DELTA_TEXT:
-    e->any_content = 1;
-    return text_chunk(e, "content", ev->text);
-  case PX_DELTA_REFUSAL:
-    /* seed 000: delta.refusal only before any content; after content the
-     * wording stays visible as content rather than being lost */
-    if (e->any_content) return text_chunk(e, "content", ev->text);
-    e->any_refusal = 1;
-    return text_chunk(e, "refusal", ev->text);
-  case PX_DELTA_THINKING:
-    return text_chunk(e, "reasoning_content", ev->text);
-  case PX_DELTA_SIGNATURE:
-    return 0; /* Chat has no field for thinking signatures */
-  case PX_DELTA_TOOL_ARGS: {
-    if (b->tool < 0) return PX_EPROTO;
-    int rc = chunk_open(e);
-    if (rc == 0)
-      rc = px_buf_printf(e->out, "\"tool_calls\":[{\"index\":%d,\"function\":{\"arguments\":",
-                         b->tool);
-    if (rc == 0) rc = px_buf_json_str(e->out, ev->text.ptr, ev->text.len);
-    if (rc == 0) rc = px_buf_puts(e->out, "}}]");
-    if (rc == 0) rc = chunk_close(e, NULL);
-    return rc;
-  }
+    case PX_DELTA_TEXT:
+      e->any_content = 1;
+      return text_chunk(e, "content", ev->text);
+    case PX_DELTA_REFUSAL:
+      /* seed 000: delta.refusal only before any content; after content the
+       * wording stays visible as content rather than being lost */
+      if (e->any_content) return text_chunk(e, "content", ev->text);
+      e->any_refusal = 1;
+      return text_chunk(e, "refusal", ev->text);
+    case PX_DELTA_THINKING:
+      return text_chunk(e, "reasoning_content", ev->text);
+    case PX_DELTA_SIGNATURE:
+      return 0; /* Chat has no field for thinking signatures */
+    case PX_DELTA_TOOL_ARGS: {
+      if (b->tool < 0) return PX_EPROTO;
+      int rc = chunk_open(e);
+      if (rc == 0)
+        rc = px_buf_printf(
+            e->out,
+            "\"tool_calls\":[{\"index\":%d,\"function\":{\"arguments\":", b->tool);
+      if (rc == 0) rc = px_buf_json_str(e->out, ev->text.ptr, ev->text.len);
+      if (rc == 0) rc = px_buf_puts(e->out, "}}]");
+      if (rc == 0) rc = chunk_close(e, NULL);
+      return rc;
+    }
   }
   return 0;
 }
@@ -1052,29 +1085,29 @@ static int on_message_stop(px_senc_t *e) {
 int px_chat_senc_event(px_senc_t *e, const px_ev_t *ev) {
   if (e->state == E_DONE) return 0;
   switch (ev->type) {
-  case PX_EV_MESSAGE_START: {
-    if (e->state != E_INIT) return PX_EPROTO;
-    merge(&e->usage, &ev->usage);
-    int rc = build_prefix(e, ev->id);
-    if (rc == 0) rc = chunk_open(e);
-    if (rc == 0) rc = px_buf_puts(e->out, "\"role\":\"assistant\",\"content\":\"\"");
-    if (rc == 0) rc = chunk_close(e, NULL);
-    enc_set(e, E_OPEN);
-    return rc;
-  }
-  case PX_EV_BLOCK_START:
-    return e->state == E_OPEN ? on_block_start(e, ev) : PX_EPROTO;
-  case PX_EV_DELTA:
-    return e->state == E_OPEN ? on_delta(e, ev) : PX_EPROTO;
-  case PX_EV_BLOCK_STOP:
-    return e->state == E_INIT ? PX_EPROTO : 0;
-  case PX_EV_MESSAGE_DELTA:
-    return e->state == E_INIT ? PX_EPROTO : on_message_delta(e, ev);
-  case PX_EV_MESSAGE_STOP:
-    return e->state == E_FINISHED ? on_message_stop(e) : PX_EPROTO;
-  case PX_EV_ERROR:
-    /* the hub writes errors with encode_stream_error; never reached */
-    return PX_EPROTO;
+    case PX_EV_MESSAGE_START: {
+      if (e->state != E_INIT) return PX_EPROTO;
+      merge(&e->usage, &ev->usage);
+      int rc = build_prefix(e, ev->id);
+      if (rc == 0) rc = chunk_open(e);
+      if (rc == 0) rc = px_buf_puts(e->out, "\"role\":\"assistant\",\"content\":\"\"");
+      if (rc == 0) rc = chunk_close(e, NULL);
+      enc_set(e, E_OPEN);
+      return rc;
+    }
+    case PX_EV_BLOCK_START:
+      return e->state == E_OPEN ? on_block_start(e, ev) : PX_EPROTO;
+    case PX_EV_DELTA:
+      return e->state == E_OPEN ? on_delta(e, ev) : PX_EPROTO;
+    case PX_EV_BLOCK_STOP:
+      return e->state == E_INIT ? PX_EPROTO : 0;
+    case PX_EV_MESSAGE_DELTA:
+      return e->state == E_INIT ? PX_EPROTO : on_message_delta(e, ev);
+    case PX_EV_MESSAGE_STOP:
+      return e->state == E_FINISHED ? on_message_stop(e) : PX_EPROTO;
+    case PX_EV_ERROR:
+      /* the hub writes errors with encode_stream_error; never reached */
+      return PX_EPROTO;
   }
   return PX_EPROTO;
 }
