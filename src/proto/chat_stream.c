@@ -1106,7 +1106,8 @@ int px_chat_senc_event(px_senc_t *e, const px_ev_t *ev) {
     case PX_EV_MESSAGE_STOP:
       return e->state == E_FINISHED ? on_message_stop(e) : PX_EPROTO;
     case PX_EV_ERROR:
-      /* the hub writes errors with encode_stream_error; never reached */
+      /* Chat's error frame needs no stream state: declining makes the hub
+       * append encode_stream_error (data: {"error":..}, no [DONE]) */
       return PX_EPROTO;
   }
   return PX_EPROTO;
