@@ -834,6 +834,27 @@ static int on_chunk(px_sdec_t *d, json_t *chunk) {
   return message_delta(d);
 }
 
+/* `event: error` (some OpenAI-compatible servers): the upstream's message
+ * from {"error":{"message"}}, {"message"} or the raw text. */
+static int event_error(px_sdec_t *d, px_str_t data) {
+  json_t *j = json_loadb(data.ptr, data.len, 0, NULL);
+  json_t *e = json_object_get(j, "error");
+  const char *msg = json_string_value(json_object_get(e, "message"));
+  if (msg == NULL) msg = json_string_value(e);
+  if (msg == NULL) msg = json_string_value(json_object_get(j, "message"));
+  const char *type = json_string_value(json_object_get(e, "type"));
+  if (type == NULL) type = json_string_value(json_object_get(j, "type"));
+  char raw[512];
+  if (msg == NULL && j == NULL) {
+    snprintf(raw, sizeof(raw), "%.*s", (int)(data.len < 500 ? data.len : 500), data.ptr);
+    msg = raw;
+  }
+  int rc =
+      dec_error(d, px_errkind_from_type(type, 0), msg ? msg : "upstream stream error");
+  json_decref(j);
+  return rc;
+}
+
 int px_chat_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
   if (d->state == D_ERROR) return PX_EPROTO;
   if (d->state == D_DONE) return 0;
@@ -855,6 +876,7 @@ int px_chat_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
     px_ev_init(&ev, PX_EV_MESSAGE_STOP);
     return emit(d, &ev);
   }
+  if (px_str_eq(sse->event, "error")) return event_error(d, data);
 #ifndef PX_CHAT_NO_FAST_PATH /* defined only by differential tests */
   int frc = fast_chunk(d, data.ptr, data.len);
   if (frc != 0) return frc < 0 ? frc : 0;
