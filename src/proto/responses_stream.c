@@ -479,16 +479,12 @@ static void eset(px_senc_t *e, estate_t s) {
   e->state = s;
 }
 
-/* The closing events repeat a block's full text four times (.done,
- * content_part.done, output_item.done, the terminal response), and when the
- * upstream's last chunk ends the block and the response at once, all four
- * land in the out buffer before the client can read any: the accumulation
- * bound is the smaller of max_accum and a quarter of the out buffer's cap
- * (less some room). Past it the stream ends with response.failed. */
+/* Accumulated text is bounded by max_accum. The closing events repeat a
+ * text four times (.done, content_part.done, output_item.done, the terminal
+ * response); if they do not fit the out buffer the write fails cleanly and
+ * the stream ends with response.failed (see e_error). */
 static int eaccum(px_senc_t *e, size_t n) {
   size_t cap = e->ctx.max_accum ? e->ctx.max_accum : DEFAULT_ACCUM;
-  if (e->out->cap > (256u << 10) && (e->out->cap - (128u << 10)) / 4 < cap)
-    cap = (e->out->cap - (128u << 10)) / 4;
   if (e->accum + n > cap) return PX_ETOOBIG;
   e->accum += n;
   return 0;
@@ -773,6 +769,7 @@ static int e_block_stop(px_senc_t *e, const px_ev_t *ev) {
   int rc = 0;
   json_t *text = json_stringn(b->text.data ? b->text.data : "", b->text.len);
   if (text == NULL) return PX_ENOMEM;
+  px_buf_free(&b->text); /* the closing events are big: one copy less */
   switch (b->kind) {
     case PX_BLOCK_TEXT:
     case PX_BLOCK_REFUSAL: {
