@@ -25,6 +25,7 @@ typedef struct {
   const char *ptr;
   size_t len;
   int active;
+  int stop; /* the callback returned non-zero */
 } dview_t;
 
 void px_sse_init(px_sse_t *p, size_t cap, px_sse_cb cb, void *arg) {
@@ -79,6 +80,7 @@ static int dispatch(px_sse_t *p, dview_t *v) {
   if (ev.id.ptr == NULL) ev.id.ptr = "";
   int rc = p->cb ? p->cb(p->arg, &ev) : 0;
   reset_event(p, v);
+  if (rc != 0) v->stop = 1;
   return rc;
 }
 
@@ -143,7 +145,7 @@ static const char *find_eol(const char *s, const char *end) {
 }
 
 int px_sse_feed(px_sse_t *p, const char *d, size_t n) {
-  dview_t v = {NULL, 0, 0};
+  dview_t v = {NULL, 0, 0, 0};
   int rc = 0;
   if (p->err) return p->err;
   const char *s = d, *end = d + n;
@@ -177,13 +179,14 @@ int px_sse_feed(px_sse_t *p, const char *d, size_t n) {
         p->saw_cr = 1;
       }
     }
-    if (rc == PX_ETOOBIG || rc == PX_ENOMEM) return broken(p, &v);
-    if (rc != 0) {
-      /* callback asked to stop: keep the parser consistent for a later
-       * feed (the rest of this chunk is dropped). */
+    if (v.stop) {
+      /* the callback asked to stop: its code is returned as is; the parser
+       * stays consistent for a later feed (the rest of this chunk is
+       * dropped) */
       reset_event(p, &v);
       return rc;
     }
+    if (rc < 0) return broken(p, &v); /* PX_ETOOBIG / PX_ENOMEM */
     if (p->data.len + (v.active ? v.len : 0) + p->event.len > p->data.cap)
       return broken(p, &v);
   }

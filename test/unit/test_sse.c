@@ -28,7 +28,8 @@ typedef struct {
   char s[65536];
   size_t n;
   int count;
-  int stop_after; /* return 7 from the callback after this many (0 = never) */
+  int stop_after; /* return stop_rc (default 7) after this many (0 = never) */
+  int stop_rc;
 } sink_t;
 
 static int on_ev(void *arg, const px_sse_event_t *ev) {
@@ -48,7 +49,7 @@ static int on_ev(void *arg, const px_sse_event_t *ev) {
     k->s[k->n] = 0;
   }
   k->count++;
-  if (k->stop_after && k->count >= k->stop_after) return 7;
+  if (k->stop_after && k->count >= k->stop_after) return k->stop_rc ? k->stop_rc : 7;
   return 0;
 }
 
@@ -242,6 +243,21 @@ static void test_callback_stop(void) {
   CHECK(px_sse_feed(&p, "data: a\n\ndata: b\n\n", 18) == 7);
   CHECK(k.count == 1);
   CHECK_STR(k.s, "|a|\n");
+  /* the parser is still usable after a stop */
+  k.stop_after = 0;
+  CHECK(px_sse_feed(&p, "data: c\n\n", 9) == 0);
+  CHECK_STR(k.s, "|a|\n|c|\n");
+  px_sse_done(&p);
+  /* a callback's own negative code (even PX_ETOOBIG) is returned and does
+   * not break the parser */
+  memset(&k, 0, sizeof(k));
+  k.stop_after = 1;
+  k.stop_rc = PX_ETOOBIG;
+  px_sse_init(&p, 1 << 20, on_ev, &k);
+  CHECK(px_sse_feed(&p, "data: a\n\n", 9) == PX_ETOOBIG);
+  k.stop_after = 0;
+  CHECK(px_sse_feed(&p, "data: b\n\n", 9) == 0);
+  CHECK(k.count == 2);
   px_sse_done(&p);
 }
 
