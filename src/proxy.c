@@ -26,6 +26,9 @@
 #define PX_MAX_UPSTREAM_JSON (64u << 20) /* translated non-stream body cap */
 #define PX_MAX_UPSTREAM_ERROR (1u << 20)
 #define PX_MAX_STREAM_ACCUM (16u << 20)
+/* client output of one upstream chunk: the Responses closing events repeat
+ * the accumulated text up to four times */
+#define PX_MAX_STREAM_OUT (4 * PX_MAX_STREAM_ACCUM + (1u << 20))
 #define PX_MAX_RETRY_AFTER_MS 30000
 
 typedef enum {
@@ -199,6 +202,20 @@ static void client_write(px_exch_t *x, const char *p, size_t n) {
   if (x->conn == NULL || n == 0) return;
   if (x->t_first == 0) x->t_first = uv_hrtime();
   px_resp_write(x->conn, p, n);
+}
+
+/* Send what the encoder wrote. Large output (the closing events of a
+ * Responses stream repeat the whole text) is handed over, not copied. */
+static void flush_obuf(px_exch_t *x) {
+  if (x->obuf.len >= (64u << 10) && x->conn) {
+    if (x->t_first == 0) x->t_first = uv_hrtime();
+    size_t n;
+    char *d = px_buf_steal(&x->obuf, &n);
+    px_resp_write_take(x->conn, d, n);
+    return;
+  }
+  client_write(x, x->obuf.data, x->obuf.len);
+  px_buf_reset(&x->obuf);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -467,8 +484,7 @@ static int up_on_data(void *arg, const char *p, size_t n) {
   }
   case M_TR_STREAM: {
     int rc = px_stream_tr_feed(x->str, p, n);
-    client_write(x, x->obuf.data, x->obuf.len);
-    px_buf_reset(&x->obuf);
+    flush_obuf(x);
     if (rc < 0) {
       x->error_type = "upstream_protocol";
       return -1;
@@ -684,7 +700,7 @@ static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
     if (px_stream_tr_finish(x->str, 1, PX_ERR_BAD_GATEWAY,
                             "upstream stream ended before its terminal event") != 0)
       x->error_type = "truncated_stream";
-    client_write(x, x->obuf.data, x->obuf.len);
+    flush_obuf(x);
     x->usage = *px_stream_tr_usage(x->str);
     finalize(x);
     return;
@@ -960,7 +976,7 @@ static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, px_proto_t in, en
   x->t_start = r->start_ns;
   x->usage.input_tokens = x->usage.output_tokens = -1;
   px_buf_init(&x->passhdrs, 64 * 1024);
-  px_buf_init(&x->obuf, PX_MAX_STREAM_ACCUM);
+  px_buf_init(&x->obuf, PX_MAX_STREAM_OUT);
   px_buf_init(&x->acc, 0);
   px_conn_set_handler(c, &conn_handler, x);
 

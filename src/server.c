@@ -39,6 +39,7 @@ typedef struct wreq {
   uv_write_t req;
   px_conn_t *conn;
   size_t len;
+  char *owned;     /* a body handed over by px_resp_write_take, or NULL */
   char data[];
 } wreq_t;
 
@@ -137,6 +138,7 @@ static void on_write_done(uv_write_t *w, int status) {
   wreq_t *wr = (wreq_t *)w;
   px_conn_t *c = wr->conn;
   c->pending -= wr->len;
+  free(wr->owned);
   free(wr);
   if (status < 0) {
     conn_close(c);
@@ -182,6 +184,7 @@ static int conn_writev(px_conn_t *c, uv_buf_t *bufs, unsigned n) {
     skip = 0;
   }
   wr->conn = c;
+  wr->owned = NULL;
   wr->len = off;
   uv_buf_t b = uv_buf_init(wr->data, (unsigned)off);
   int rc = uv_write(&wr->req, &c->h.stream, &b, 1, on_write_done);
@@ -285,6 +288,74 @@ int px_resp_write(px_conn_t *c, const char *p, size_t n) {
                       uv_buf_init("\r\n", 2)};
   c->bytes_out -= (size_t)l + 2;
   return conn_writev(c, bufs, 3);
+}
+
+int px_resp_write_take(px_conn_t *c, char *p, size_t n) {
+  if (c->closing || c->failing || !c->resp_started || n == 0) {
+    free(p);
+    return n == 0 ? 0 : UV_ECANCELED;
+  }
+  char sz[24];
+  int l = c->resp_chunked ? snprintf(sz, sizeof(sz), "%zx\r\n", n) : 0;
+  uv_buf_t bufs[3];
+  unsigned nb = 0;
+  if (l) bufs[nb++] = uv_buf_init(sz, (unsigned)l);
+  bufs[nb++] = uv_buf_init(p, (unsigned)n);
+  if (l) bufs[nb++] = uv_buf_init("\r\n", 2);
+  size_t total = n + (l ? (size_t)l + 2 : 0), done = 0;
+  c->bytes_out += n;
+  if (c->pending == 0) {
+    int rc = uv_try_write(&c->h.stream, bufs, nb);
+    if (rc > 0) done = (size_t)rc;
+    else if (rc < 0 && rc != UV_EAGAIN && rc != UV_ENOSYS) {
+      free(p);
+      conn_fail(c);
+      return rc;
+    }
+    if (done == total) {
+      free(p);
+      return 0;
+    }
+  }
+  wreq_t *wr = malloc(sizeof(*wr) + sizeof(sz));
+  if (wr == NULL) {
+    free(p);
+    conn_fail(c);
+    return UV_ENOMEM;
+  }
+  /* what try_write left: the rest of the chunk head (copied), the body in
+   * place, the chunk trailer (static) */
+  uv_buf_t rem[3];
+  unsigned nr = 0;
+  size_t skip = done, left = 0;
+  for (unsigned i = 0; i < nb; i++) {
+    if (skip >= bufs[i].len) {
+      skip -= bufs[i].len;
+      continue;
+    }
+    char *base = bufs[i].base + skip;
+    size_t len = bufs[i].len - skip;
+    skip = 0;
+    if (bufs[i].base == sz) {
+      memcpy(wr->data, base, len);
+      base = wr->data;
+    }
+    rem[nr++] = uv_buf_init(base, (unsigned)len);
+    left += len;
+  }
+  wr->conn = c;
+  wr->owned = p;
+  wr->len = left;
+  int rc = uv_write(&wr->req, &c->h.stream, rem, nr, on_write_done);
+  if (rc < 0) {
+    free(p);
+    free(wr);
+    conn_fail(c);
+    return rc;
+  }
+  c->pending += left;
+  if (c->pending > PX_WQ_HIGH) c->above_high = 1;
+  return 0;
 }
 
 static void req_reset(px_conn_t *c) {

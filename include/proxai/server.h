@@ -88,6 +88,9 @@ int px_resp_start(px_conn_t *c, int status, const px_hdr_t *hdrs, size_t n,
                   int64_t content_length);
 /** Append body bytes (copied). */
 int px_resp_write(px_conn_t *c, const char *p, size_t n);
+/** Append body bytes without a copy: takes ownership of p (malloc'd; freed
+ *  once written, or at once on failure). For large pieces. */
+int px_resp_write_take(px_conn_t *c, char *p, size_t n);
 /** End the response; the connection goes on with the next request or
  *  closes. The request is freed; the handler must not use it afterwards. */
 void px_resp_end(px_conn_t *c);
