@@ -27,6 +27,14 @@ void px_anthropic_senc_free(px_senc_t *e);
 #define PX_ANTH_MIN_BUDGET 1024
 #define PX_ANTH_DEFAULT_MAX_TOKENS 4096
 
+/* OpenAI reasoning (a Responses item's encrypted_content) reaches Anthropic
+ * clients as a thinking block whose signature is this prefix + the
+ * encrypted_content; the request decoder turns such a signature back into
+ * IR encrypted_content. Mirrors the "pxa1:sig:" tag of responses.c. The
+ * stream encoder (anthropic_stream.c) uses the same spelling. */
+#define OAI_ENC_PREFIX "pxo1:enc:"
+#define OAI_ENC_PREFIX_LEN (sizeof(OAI_ENC_PREFIX) - 1)
+
 /* field path for error messages; truncation is harmless there */
 static void pathf(char *p, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -294,10 +302,18 @@ static int decode_block(json_t *b, const char *role, const char *path, json_t *p
     return 0;
   }
   if (strcmp(t, "thinking") == 0) {
+    const char *sig = jstr(b, "signature");
     json_t *part = json_pack("{s:s,s:s}", "type", "reasoning", "text",
                              jstr(b, "thinking") ? jstr(b, "thinking") : "");
-    if (jstr(b, "signature") != NULL && jstr(b, "signature")[0] != 0)
-      json_object_set_new(part, "signature", json_string(jstr(b, "signature")));
+    if (part == NULL) return PX_ENOMEM;
+    /* a signature proxai minted from OpenAI encrypted_content goes back to
+     * being encrypted_content; any other signature is Anthropic's own */
+    if (sig != NULL && strncmp(sig, OAI_ENC_PREFIX, OAI_ENC_PREFIX_LEN) == 0) {
+      if (sig[OAI_ENC_PREFIX_LEN] != 0)
+        json_object_set_new(part, "encrypted_content", json_string(sig + OAI_ENC_PREFIX_LEN));
+    } else if (sig != NULL && sig[0] != 0) {
+      json_object_set_new(part, "signature", json_string(sig));
+    }
     json_array_append_new(parts, part);
     return 0;
   }
@@ -1060,8 +1076,9 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   if (is_type(rf, "json_schema")) {
     json_t *schema = json_object_get(rf, "schema");
     json_object_set_new(body, "output_config",
-                        json_pack("{s:{s:s,s:O}}", "format", "type", "json_schema", "schema",
-                                  json_is_object(schema) ? schema : json_object()));
+                        json_pack("{s:{s:s,s:o}}", "format", "type", "json_schema", "schema",
+                                  json_is_object(schema) ? json_incref(schema)
+                                                         : json_object()));
   } else if (is_type(rf, "json_object")) {
     px_lossy_add(lossy, "response_format");
   }
@@ -1154,7 +1171,9 @@ static int anth_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
                                                jstr(b, "data") ? jstr(b, "data") : ""));
     } else if (strcmp(t, "tool_use") == 0) {
       json_t *input = json_object_get(b, "input");
-      char *args = json_dumps(input ? input : json_object(), JSON_COMPACT | JSON_ENCODE_ANY);
+      /* no input: a no-argument call ("{}") */
+      char *args = input != NULL ? json_dumps(input, JSON_COMPACT | JSON_ENCODE_ANY)
+                                 : strdup("{}");
       if (args == NULL) {
         json_decref(ir);
         return PX_ENOMEM;
@@ -1243,17 +1262,35 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
       if (jstr(p, "redacted_data") != NULL) {
         json_array_append_new(content, json_pack("{s:s,s:s}", "type", "redacted_thinking",
                                                  "data", jstr(p, "redacted_data")));
+      } else if (jstr(p, "signature") != NULL ||
+                 (jstr(p, "encrypted_content") != NULL && jstr(p, "encrypted_content")[0])) {
+        /* signed reasoning; OpenAI encrypted_content travels tagged in the
+         * signature (even without summary text) so the client replays it */
+        const char *text = jstr(p, "text") ? jstr(p, "text") : "";
+        json_t *sig;
+        if (jstr(p, "signature") != NULL) {
+          sig = json_string(jstr(p, "signature"));
+        } else {
+          const char *enc = jstr(p, "encrypted_content");
+          size_t n = OAI_ENC_PREFIX_LEN + strlen(enc);
+          char *s = malloc(n + 1);
+          if (s == NULL) {
+            json_decref(content);
+            return PX_ENOMEM;
+          }
+          memcpy(s, OAI_ENC_PREFIX, OAI_ENC_PREFIX_LEN);
+          memcpy(s + OAI_ENC_PREFIX_LEN, enc, n - OAI_ENC_PREFIX_LEN + 1);
+          sig = json_string(s);
+          free(s);
+        }
+        json_array_append_new(content, json_pack("{s:s,s:s,s:o}", "type", "thinking",
+                                                 "thinking", text, "signature", sig));
       } else if (jstr(p, "text") != NULL && jstr(p, "text")[0] != 0) {
-        /* unsigned reasoning (Chat reasoning_content, Responses summaries)
-         * is shown with an empty signature so the client keeps it */
-        json_array_append_new(content,
-                              json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking",
-                                        jstr(p, "text"), "signature",
-                                        jstr(p, "signature") ? jstr(p, "signature") : ""));
-        if (jstr(p, "signature") == NULL && jstr(p, "encrypted_content") != NULL)
-          px_lossy_add(lossy, "output[].encrypted_content");
-      } else if (jstr(p, "encrypted_content") != NULL) {
-        px_lossy_add(lossy, "output[].encrypted_content");
+        /* unsigned reasoning (Chat reasoning_content, Responses summaries
+         * without encrypted_content) is shown with an empty signature so
+         * the client keeps it */
+        json_array_append_new(content, json_pack("{s:s,s:s,s:s}", "type", "thinking",
+                                                 "thinking", jstr(p, "text"), "signature", ""));
       }
     } else if (strcmp(t, "tool_call") == 0) {
       const char *args = jstr(p, "arguments");

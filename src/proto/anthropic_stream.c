@@ -29,6 +29,9 @@
 #include "proxai/proto.h"
 #include "proxai/sse.h"
 
+/* see anthropic.c: OpenAI encrypted_content travels as a tagged signature */
+#define OAI_ENC_PREFIX "pxo1:enc:"
+
 px_sdec_t *px_anthropic_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg);
 int px_anthropic_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse);
 int px_anthropic_sdec_finish(px_sdec_t *d);
@@ -322,6 +325,7 @@ typedef struct se_block {
   char *id, *name;
   px_buf_t text;  /* held fragments (text / thinking / args / redacted data) */
   px_buf_t sig;   /* held signature */
+  int sig_seen;   /* a signature fragment was written or held (tag once) */
 } se_block_t;
 
 struct px_senc {
@@ -446,8 +450,10 @@ static int write_block_start(px_senc_t *e, se_block_t *b, px_str_t id, px_str_t 
   return rc;
 }
 
-static int write_delta(px_senc_t *e, se_block_t *b, px_delta_t kind, const char *p,
-                       size_t n) {
+/* pre: raw bytes written before p inside the same delta string (the
+ * signature tag), NULL for none */
+static int write_delta_pre(px_senc_t *e, se_block_t *b, px_delta_t kind, const char *pre,
+                           const char *p, size_t n) {
   const char *head;
   if (n == 0) return 0;
   switch (kind) {
@@ -461,9 +467,15 @@ static int write_delta(px_senc_t *e, se_block_t *b, px_delta_t kind, const char 
                          "event: content_block_delta\ndata: {\"type\":\"content_block_delta\","
                          "\"index\":%d,\"delta\":%s",
                          b->out_index, head);
+  if (rc == 0 && pre != NULL) rc = w(e, pre);
   if (rc == 0) rc = px_buf_json_escape(e->out, p, n);
   if (rc == 0) rc = w(e, "\"}}\n\n");
   return rc;
+}
+
+static int write_delta(px_senc_t *e, se_block_t *b, px_delta_t kind, const char *p,
+                       size_t n) {
+  return write_delta_pre(e, b, kind, NULL, p, n);
 }
 
 static int write_block_stop(px_senc_t *e, se_block_t *b) {
@@ -590,7 +602,19 @@ static int se_delta(px_senc_t *e, const px_ev_t *ev) {
     size_t room = e->refusal_text.cap - e->refusal_text.len;
     px_buf_append(&e->refusal_text, ev->text.ptr, ev->text.len < room ? ev->text.len : room);
   }
-  if (pos == e->active) return write_delta(e, b, ev->delta, ev->text.ptr, ev->text.len);
+  const char *tag = NULL;
+  if (ev->delta == PX_DELTA_SIGNATURE && ev->text.len > 0) {
+    /* a signature from a non-Anthropic upstream is OpenAI encrypted_content:
+     * tagged so the request decoder (anthropic.c) can tell it back */
+    if (!b->sig_seen && e->ctx->out != PX_PROTO_ANTHROPIC) tag = OAI_ENC_PREFIX;
+    b->sig_seen = 1;
+  }
+  if (pos == e->active)
+    return write_delta_pre(e, b, ev->delta, tag, ev->text.ptr, ev->text.len);
+  if (tag != NULL) {
+    int rc = hold(e, &b->sig, tag, strlen(tag));
+    if (rc < 0) return rc;
+  }
   return hold(e, ev->delta == PX_DELTA_SIGNATURE ? &b->sig : &b->text, ev->text.ptr,
               ev->text.len);
 }
