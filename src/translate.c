@@ -169,7 +169,7 @@ struct px_stream_tr {
   int stopped;     /* a MESSAGE_DELTA with a stop reason passed */
   int deltas;      /* MESSAGE_DELTAs passed */
   int nblocks;     /* blocks started */
-  unsigned char *open; /* open flag per block index */
+  unsigned char *open; /* per block index: 0 closed, else 1 + px_block_t */
   int open_cap;
   int nopen;
   px_usage_t usage;
@@ -215,6 +215,18 @@ static int enc(px_stream_tr_t *t, const px_ev_t *ev) {
     return write_error(t, rc == PX_ETOOBIG ? PX_ERR_BAD_GATEWAY : PX_ERR_API,
                        rc == PX_ETOOBIG ? "stream translation exceeded its buffer limit"
                                         : "stream translation failed");
+  return 0;
+}
+
+/* which delta kinds a block may carry */
+static int delta_fits(px_block_t b, px_delta_t d) {
+  switch (b) {
+  case PX_BLOCK_TEXT: return d == PX_DELTA_TEXT;
+  case PX_BLOCK_REFUSAL: return d == PX_DELTA_REFUSAL;
+  case PX_BLOCK_THINKING: return d == PX_DELTA_THINKING || d == PX_DELTA_SIGNATURE;
+  case PX_BLOCK_REDACTED_THINKING: return d == PX_DELTA_SIGNATURE;
+  case PX_BLOCK_TOOL_CALL: return d == PX_DELTA_TOOL_ARGS;
+  }
   return 0;
 }
 
@@ -265,11 +277,14 @@ static int on_event(void *arg, const px_ev_t *ev) {
       t->open = o;
       t->open_cap = nc;
     }
-    t->open[t->nblocks++] = 1;
+    if ((unsigned)ev->block > PX_BLOCK_TOOL_CALL) return illegal(t, "unknown block type");
+    t->open[t->nblocks++] = (unsigned char)(1 + ev->block);
     t->nopen++;
     return enc(t, ev);
   case PX_EV_DELTA:
     if (!is_open(t, ev->index)) return illegal(t, "delta for a block that is not open");
+    if (!delta_fits((px_block_t)(t->open[ev->index] - 1), ev->delta))
+      return illegal(t, "delta of the wrong kind for its block");
     return enc(t, ev);
   case PX_EV_BLOCK_STOP:
     if (!is_open(t, ev->index)) return illegal(t, "stop for a block that is not open");

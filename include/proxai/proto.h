@@ -394,7 +394,10 @@ int px_translate_error(const px_tr_ctx_t *ctx, int status, const char *body,
  *    encoder returns <0 or appends nothing, its bytes are dropped and the
  *    hub appends the protocol's encode_stream_error instead.
  *  - Order: MESSAGE_START first and once; BLOCK_START index == number of
- *    blocks started so far; DELTA / BLOCK_STOP only on an open block; no
+ *    blocks started so far; DELTA / BLOCK_STOP only on an open block, and
+ *    a DELTA only of its block's kind (TEXT: text; REFUSAL: refusal;
+ *    THINKING: thinking or signature; REDACTED_THINKING: signature;
+ *    TOOL_CALL: tool args); no
  *    BLOCK_START after the first MESSAGE_DELTA; blocks still open at the
  *    first MESSAGE_DELTA are closed by hub-made BLOCK_STOP events;
  *    MESSAGE_DELTA may repeat (e.g. a late usage-only delta, stop NONE);
