@@ -23,8 +23,10 @@ static void mix(digest_t *d, const char *p, size_t n) {
 
 static int on_ev(void *arg, const px_sse_event_t *ev) {
   digest_t *d = arg;
-  if (ev->event.len) mix(d, ev->event.ptr, ev->event.len);
-  else mix(d, "", 0);
+  if (ev->event.len)
+    mix(d, ev->event.ptr, ev->event.len);
+  else
+    mix(d, "", 0);
   mix(d, ev->data.ptr, ev->data.len);
   mix(d, ev->id.len ? ev->id.ptr : "", ev->id.len);
   d->n++;

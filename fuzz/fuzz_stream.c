@@ -12,8 +12,8 @@
 
 #include "proxai/proto.h"
 
-static int run(const px_tr_ctx_t *ctx, const uint8_t *p, size_t n, uint32_t seed,
-               int ok, px_buf_t *out, int *frc) {
+static int run(const px_tr_ctx_t *ctx, const uint8_t *p, size_t n, uint32_t seed, int ok,
+               px_buf_t *out, int *frc) {
   px_buf_init(out, 8u << 20);
   px_stream_tr_t *t = px_stream_tr_new(ctx, out);
   if (t == NULL) return -1;
@@ -66,7 +66,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int ra = run(&ctx, data + 2, size - 2, 0, ok, &a, &fa);
   int rb = run(&ctx, data + 2, size - 2, seed, ok, &b, &fb);
   if (ra != rb) abort();
-  if (ra == 0 && (fa != fb || a.len != b.len || (a.len && memcmp(a.data, b.data, a.len)))) {
+  if (ra == 0 &&
+      (fa != fb || a.len != b.len || (a.len && memcmp(a.data, b.data, a.len)))) {
     fprintf(stderr, "fuzz_stream: chunking changed the client bytes\n");
     abort();
   }

@@ -37,11 +37,39 @@ static int cmp(const void *a, const void *b) {
 }
 
 static const char *tokens[] = {
-    "\n", "\r", "\r\n", "\n\n", ":", "data: ", "event: ", "id: ", "[DONE]", "{",
-    "}", "[", "]", "\"", ",", "null", "true", "0", "-1", "1e999", "\\u0000",
-    "\"type\"", "\"text\"", "\"index\":", "\"content\":", "\"tool_calls\"",
-    "\"message_stop\"", "\"content_block_delta\"", "\"response.completed\"",
-    "\"finish_reason\":\"stop\"", "\"role\":\"assistant\"", "\xff", "\xc3",
+    "\n",
+    "\r",
+    "\r\n",
+    "\n\n",
+    ":",
+    "data: ",
+    "event: ",
+    "id: ",
+    "[DONE]",
+    "{",
+    "}",
+    "[",
+    "]",
+    "\"",
+    ",",
+    "null",
+    "true",
+    "0",
+    "-1",
+    "1e999",
+    "\\u0000",
+    "\"type\"",
+    "\"text\"",
+    "\"index\":",
+    "\"content\":",
+    "\"tool_calls\"",
+    "\"message_stop\"",
+    "\"content_block_delta\"",
+    "\"response.completed\"",
+    "\"finish_reason\":\"stop\"",
+    "\"role\":\"assistant\"",
+    "\xff",
+    "\xc3",
 };
 
 static void mutate(input_t *in, const input_t *all, size_t nall) {
@@ -49,53 +77,53 @@ static void mutate(input_t *in, const input_t *all, size_t nall) {
   for (int s = 0; s < steps; s++) {
     size_t n = in->n;
     switch (rnd() % 8) {
-    case 0: /* bit flip */
-      if (n) in->d[rnd() % n] ^= (uint8_t)(1u << (rnd() % 8));
-      break;
-    case 1: /* random byte */
-      if (n) in->d[rnd() % n] = (uint8_t)rnd();
-      break;
-    case 2:
-    case 3: { /* insert a token */
-      const char *t = tokens[rnd() % (sizeof(tokens) / sizeof(tokens[0]))];
-      size_t tl = strlen(t), at = n ? rnd() % (n + 1) : 0;
-      in->d = realloc(in->d, n + tl + 1);
-      memmove(in->d + at + tl, in->d + at, n - at);
-      memcpy(in->d + at, t, tl);
-      in->n = n + tl;
-      break;
-    }
-    case 4: /* delete a range */
-      if (n > 2) {
-        size_t at = 2 + rnd() % (n - 2), len = 1 + rnd() % 32;
-        if (len > n - at) len = n - at;
-        memmove(in->d + at, in->d + at + len, n - at - len);
-        in->n = n - len;
+      case 0: /* bit flip */
+        if (n) in->d[rnd() % n] ^= (uint8_t)(1u << (rnd() % 8));
+        break;
+      case 1: /* random byte */
+        if (n) in->d[rnd() % n] = (uint8_t)rnd();
+        break;
+      case 2:
+      case 3: { /* insert a token */
+        const char *t = tokens[rnd() % (sizeof(tokens) / sizeof(tokens[0]))];
+        size_t tl = strlen(t), at = n ? rnd() % (n + 1) : 0;
+        in->d = realloc(in->d, n + tl + 1);
+        memmove(in->d + at + tl, in->d + at, n - at);
+        memcpy(in->d + at, t, tl);
+        in->n = n + tl;
+        break;
       }
-      break;
-    case 5: /* duplicate a range */
-      if (n > 2) {
-        size_t at = 2 + rnd() % (n - 2), len = 1 + rnd() % 64;
-        if (len > n - at) len = n - at;
-        in->d = realloc(in->d, n + len + 1);
-        memmove(in->d + at + len, in->d + at, n - at);
-        in->n = n + len;
+      case 4: /* delete a range */
+        if (n > 2) {
+          size_t at = 2 + rnd() % (n - 2), len = 1 + rnd() % 32;
+          if (len > n - at) len = n - at;
+          memmove(in->d + at, in->d + at + len, n - at - len);
+          in->n = n - len;
+        }
+        break;
+      case 5: /* duplicate a range */
+        if (n > 2) {
+          size_t at = 2 + rnd() % (n - 2), len = 1 + rnd() % 64;
+          if (len > n - at) len = n - at;
+          in->d = realloc(in->d, n + len + 1);
+          memmove(in->d + at + len, in->d + at, n - at);
+          in->n = n + len;
+        }
+        break;
+      case 6: /* truncate */
+        if (n > 2) in->n = 2 + rnd() % (n - 2);
+        break;
+      case 7: { /* splice the tail of another input */
+        const input_t *o = &all[rnd() % nall];
+        if (o->n > 2 && n > 2) {
+          size_t at = 2 + rnd() % (n - 2), from = 2 + rnd() % (o->n - 2);
+          size_t len = o->n - from;
+          in->d = realloc(in->d, at + len + 1);
+          memcpy(in->d + at, o->d + from, len);
+          in->n = at + len;
+        }
+        break;
       }
-      break;
-    case 6: /* truncate */
-      if (n > 2) in->n = 2 + rnd() % (n - 2);
-      break;
-    case 7: { /* splice the tail of another input */
-      const input_t *o = &all[rnd() % nall];
-      if (o->n > 2 && n > 2) {
-        size_t at = 2 + rnd() % (n - 2), from = 2 + rnd() % (o->n - 2);
-        size_t len = o->n - from;
-        in->d = realloc(in->d, at + len + 1);
-        memcpy(in->d + at, o->d + from, len);
-        in->n = at + len;
-      }
-      break;
-    }
     }
   }
   if (in->n >= 1 && rnd() % 4 == 0) in->d[0] = (uint8_t)rnd(); /* other pair/flags */
@@ -104,7 +132,9 @@ static void mutate(input_t *in, const input_t *all, size_t nall) {
 
 int main(int argc, char **argv) {
   const char *dir = argc > 1 ? argv[1] : FUZZ_CORPUS_DIR;
-  long iters = argc > 2 ? atol(argv[2]) : getenv("FUZZ_ITERS") ? atol(getenv("FUZZ_ITERS")) : 10000;
+  long iters = argc > 2               ? atol(argv[2])
+               : getenv("FUZZ_ITERS") ? atol(getenv("FUZZ_ITERS"))
+                                      : 10000;
   DIR *d = opendir(dir);
   if (d == NULL) {
     fprintf(stderr, "cannot open corpus %s\n", dir);

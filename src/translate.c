@@ -16,8 +16,8 @@ static const char *const proto_names[] = {
 };
 
 static int not_impl(px_tr_err_t *err, const px_tr_ctx_t *ctx, const char *what) {
-  px_tr_fail(err, "", "translation %s -> %s: %s not implemented",
-             proto_names[ctx->in], proto_names[ctx->out], what);
+  px_tr_fail(err, "", "translation %s -> %s: %s not implemented", proto_names[ctx->in],
+             proto_names[ctx->out], what);
   if (err != NULL) err->kind = PX_ERR_NOT_IMPL;
   return PX_EINVAL;
 }
@@ -27,8 +27,7 @@ static int bad_proto(const px_tr_ctx_t *ctx) {
 }
 
 int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
-                         json_t **upstream_body, px_lossy_t *lossy,
-                         px_tr_err_t *err) {
+                         json_t **upstream_body, px_lossy_t *lossy, px_tr_err_t *err) {
   if (bad_proto(ctx)) return px_tr_fail(err, "", "unknown protocol");
   const px_proto_ops_t *in = px_proto_get(ctx->in), *out = px_proto_get(ctx->out);
   if (in->decode_request == NULL) return not_impl(err, ctx, "request decoding");
@@ -66,8 +65,7 @@ fail:
 }
 
 int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,
-                          json_t **client_body, px_lossy_t *lossy,
-                          px_tr_err_t *err) {
+                          json_t **client_body, px_lossy_t *lossy, px_tr_err_t *err) {
   if (bad_proto(ctx)) return px_tr_fail(err, "", "unknown protocol");
   const px_proto_ops_t *in = px_proto_get(ctx->in), *out = px_proto_get(ctx->out);
   if (out->decode_response == NULL) return not_impl(err, ctx, "response decoding");
@@ -107,9 +105,8 @@ fail:
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                    */
 
-int px_translate_error(const px_tr_ctx_t *ctx, int status, const char *body,
-                       size_t len, const char *request_id, px_buf_t *out,
-                       int *client_status) {
+int px_translate_error(const px_tr_ctx_t *ctx, int status, const char *body, size_t len,
+                       const char *request_id, px_buf_t *out, int *client_status) {
   if (bad_proto(ctx)) return PX_EINVAL;
   const px_proto_ops_t *in = px_proto_get(ctx->in);
   px_upstream_err_t ue;
@@ -163,12 +160,12 @@ struct px_stream_tr {
   px_sse_t sse;
   px_sdec_t *dec;
   px_senc_t *enc;
-  int done;        /* terminal written (normal stop or error) */
-  int failed;      /* the terminal was an error event */
-  int started;     /* MESSAGE_START passed */
-  int stopped;     /* a MESSAGE_DELTA with a stop reason passed */
-  int deltas;      /* MESSAGE_DELTAs passed */
-  int nblocks;     /* blocks started */
+  int done;            /* terminal written (normal stop or error) */
+  int failed;          /* the terminal was an error event */
+  int started;         /* MESSAGE_START passed */
+  int stopped;         /* a MESSAGE_DELTA with a stop reason passed */
+  int deltas;          /* MESSAGE_DELTAs passed */
+  int nblocks;         /* blocks started */
   unsigned char *open; /* per block index: 0 closed, else 1 + px_block_t */
   int open_cap;
   int nopen;
@@ -221,11 +218,16 @@ static int enc(px_stream_tr_t *t, const px_ev_t *ev) {
 /* which delta kinds a block may carry */
 static int delta_fits(px_block_t b, px_delta_t d) {
   switch (b) {
-  case PX_BLOCK_TEXT: return d == PX_DELTA_TEXT;
-  case PX_BLOCK_REFUSAL: return d == PX_DELTA_REFUSAL;
-  case PX_BLOCK_THINKING: return d == PX_DELTA_THINKING || d == PX_DELTA_SIGNATURE;
-  case PX_BLOCK_REDACTED_THINKING: return d == PX_DELTA_SIGNATURE;
-  case PX_BLOCK_TOOL_CALL: return d == PX_DELTA_TOOL_ARGS;
+    case PX_BLOCK_TEXT:
+      return d == PX_DELTA_TEXT;
+    case PX_BLOCK_REFUSAL:
+      return d == PX_DELTA_REFUSAL;
+    case PX_BLOCK_THINKING:
+      return d == PX_DELTA_THINKING || d == PX_DELTA_SIGNATURE;
+    case PX_BLOCK_REDACTED_THINKING:
+      return d == PX_DELTA_SIGNATURE;
+    case PX_BLOCK_TOOL_CALL:
+      return d == PX_DELTA_TOOL_ARGS;
   }
   return 0;
 }
@@ -259,63 +261,64 @@ static int on_event(void *arg, const px_ev_t *ev) {
   px_stream_tr_t *t = arg;
   if (t->done) return t->failed ? PX_EPROTO : 0;
   switch (ev->type) {
-  case PX_EV_MESSAGE_START:
-    if (t->started) return illegal(t, "second message start");
-    t->started = 1;
-    merge_usage(&t->usage, &ev->usage);
-    return enc(t, ev);
-  case PX_EV_BLOCK_START:
-    if (!t->started) return illegal(t, "content before message start");
-    if (t->deltas) return illegal(t, "content block after the stop reason");
-    if (ev->index != t->nblocks) return illegal(t, "content block index out of order");
-    if (t->nblocks >= PX_MAX_BLOCKS) return illegal(t, "too many content blocks");
-    if (t->nblocks >= t->open_cap) {
-      int nc = t->open_cap ? t->open_cap * 2 : 16;
-      unsigned char *o = realloc(t->open, (size_t)nc);
-      if (o == NULL) return write_error(t, PX_ERR_API, "out of memory");
-      memset(o + t->open_cap, 0, (size_t)(nc - t->open_cap));
-      t->open = o;
-      t->open_cap = nc;
+    case PX_EV_MESSAGE_START:
+      if (t->started) return illegal(t, "second message start");
+      t->started = 1;
+      merge_usage(&t->usage, &ev->usage);
+      return enc(t, ev);
+    case PX_EV_BLOCK_START:
+      if (!t->started) return illegal(t, "content before message start");
+      if (t->deltas) return illegal(t, "content block after the stop reason");
+      if (ev->index != t->nblocks) return illegal(t, "content block index out of order");
+      if (t->nblocks >= PX_MAX_BLOCKS) return illegal(t, "too many content blocks");
+      if (t->nblocks >= t->open_cap) {
+        int nc = t->open_cap ? t->open_cap * 2 : 16;
+        unsigned char *o = realloc(t->open, (size_t)nc);
+        if (o == NULL) return write_error(t, PX_ERR_API, "out of memory");
+        memset(o + t->open_cap, 0, (size_t)(nc - t->open_cap));
+        t->open = o;
+        t->open_cap = nc;
+      }
+      if ((unsigned)ev->block > PX_BLOCK_TOOL_CALL)
+        return illegal(t, "unknown block type");
+      t->open[t->nblocks++] = (unsigned char)(1 + ev->block);
+      t->nopen++;
+      return enc(t, ev);
+    case PX_EV_DELTA:
+      if (!is_open(t, ev->index)) return illegal(t, "delta for a block that is not open");
+      if (!delta_fits((px_block_t)(t->open[ev->index] - 1), ev->delta))
+        return illegal(t, "delta of the wrong kind for its block");
+      return enc(t, ev);
+    case PX_EV_BLOCK_STOP:
+      if (!is_open(t, ev->index)) return illegal(t, "stop for a block that is not open");
+      t->open[ev->index] = 0;
+      t->nopen--;
+      return enc(t, ev);
+    case PX_EV_MESSAGE_DELTA: {
+      if (!t->started) return illegal(t, "stop reason before message start");
+      int rc = close_all(t);
+      if (rc < 0) return rc;
+      t->deltas++;
+      if (ev->stop != PX_STOP_NONE) t->stopped = 1;
+      merge_usage(&t->usage, &ev->usage);
+      return enc(t, ev);
     }
-    if ((unsigned)ev->block > PX_BLOCK_TOOL_CALL) return illegal(t, "unknown block type");
-    t->open[t->nblocks++] = (unsigned char)(1 + ev->block);
-    t->nopen++;
-    return enc(t, ev);
-  case PX_EV_DELTA:
-    if (!is_open(t, ev->index)) return illegal(t, "delta for a block that is not open");
-    if (!delta_fits((px_block_t)(t->open[ev->index] - 1), ev->delta))
-      return illegal(t, "delta of the wrong kind for its block");
-    return enc(t, ev);
-  case PX_EV_BLOCK_STOP:
-    if (!is_open(t, ev->index)) return illegal(t, "stop for a block that is not open");
-    t->open[ev->index] = 0;
-    t->nopen--;
-    return enc(t, ev);
-  case PX_EV_MESSAGE_DELTA: {
-    if (!t->started) return illegal(t, "stop reason before message start");
-    int rc = close_all(t);
-    if (rc < 0) return rc;
-    t->deltas++;
-    if (ev->stop != PX_STOP_NONE) t->stopped = 1;
-    merge_usage(&t->usage, &ev->usage);
-    return enc(t, ev);
-  }
-  case PX_EV_MESSAGE_STOP: {
-    if (!t->started) return illegal(t, "message stop before message start");
-    if (!t->stopped) return illegal(t, "message stop without a stop reason");
-    int rc = close_all(t);
-    if (rc < 0) return rc;
-    rc = enc(t, ev);
-    if (rc < 0) return rc;
-    t->done = 1;
-    return 0;
-  }
-  case PX_EV_ERROR: {
-    char msg[1024];
-    snprintf(msg, sizeof(msg), "%.*s", (int)(ev->text.len < 1000 ? ev->text.len : 1000),
-             ev->text.ptr ? ev->text.ptr : "");
-    return write_error(t, ev->errkind, msg);
-  }
+    case PX_EV_MESSAGE_STOP: {
+      if (!t->started) return illegal(t, "message stop before message start");
+      if (!t->stopped) return illegal(t, "message stop without a stop reason");
+      int rc = close_all(t);
+      if (rc < 0) return rc;
+      rc = enc(t, ev);
+      if (rc < 0) return rc;
+      t->done = 1;
+      return 0;
+    }
+    case PX_EV_ERROR: {
+      char msg[1024];
+      snprintf(msg, sizeof(msg), "%.*s", (int)(ev->text.len < 1000 ? ev->text.len : 1000),
+               ev->text.ptr ? ev->text.ptr : "");
+      return write_error(t, ev->errkind, msg);
+    }
   }
   return illegal(t, "unknown event");
 }
@@ -387,9 +390,13 @@ int px_stream_tr_finish(px_stream_tr_t *t, int ok, px_errkind_t kind,
   return t->failed ? PX_EPROTO : 0;
 }
 
-int px_stream_tr_done(const px_stream_tr_t *t) { return t->done; }
+int px_stream_tr_done(const px_stream_tr_t *t) {
+  return t->done;
+}
 
-const px_usage_t *px_stream_tr_usage(const px_stream_tr_t *t) { return &t->usage; }
+const px_usage_t *px_stream_tr_usage(const px_stream_tr_t *t) {
+  return &t->usage;
+}
 
 void px_stream_tr_free(px_stream_tr_t *t) {
   if (t == NULL) return;

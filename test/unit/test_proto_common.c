@@ -2,23 +2,22 @@
  * stop-reason mapping (seeds 000/001, SPEC 5), lossy lists, the protocol
  * table and paths, error kinds, JSON escaping of px_buf; plus the hub's
  * protocol-independent behaviour (src/translate.c). */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <jansson.h>
 
 #include "proxai/buf.h"
 #include "proxai/proto.h"
 #include "proxai/sse.h"
 
 static int failures;
-#define CHECK(c)                                                              \
-  do {                                                                        \
-    if (!(c)) {                                                               \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);   \
-      failures++;                                                             \
-    }                                                                         \
+#define CHECK(c)                                                            \
+  do {                                                                      \
+    if (!(c)) {                                                             \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
+      failures++;                                                           \
+    }                                                                       \
   } while (0)
 static int streq(const char *a, const char *b) {
   if (a == NULL || b == NULL) return a == b;
@@ -41,9 +40,12 @@ static void test_stop_names(void) {
     px_stop_t s;
     const char *name;
   } t[] = {
-      {PX_STOP_END_TURN, "end_turn"},     {PX_STOP_MAX_TOKENS, "max_tokens"},
-      {PX_STOP_STOP_SEQUENCE, "stop_sequence"}, {PX_STOP_TOOL_USE, "tool_use"},
-      {PX_STOP_PAUSE_TURN, "pause_turn"}, {PX_STOP_REFUSAL, "refusal"},
+      {PX_STOP_END_TURN, "end_turn"},
+      {PX_STOP_MAX_TOKENS, "max_tokens"},
+      {PX_STOP_STOP_SEQUENCE, "stop_sequence"},
+      {PX_STOP_TOOL_USE, "tool_use"},
+      {PX_STOP_PAUSE_TURN, "pause_turn"},
+      {PX_STOP_REFUSAL, "refusal"},
       {PX_STOP_CONTENT_FILTER, "content_filter"},
   };
   CHECK(px_stop_name(PX_STOP_NONE) == NULL);
@@ -61,9 +63,12 @@ static void test_stop_chat(void) {
     px_stop_t s;
     const char *fr;
   } to[] = {
-      {PX_STOP_END_TURN, "stop"},        {PX_STOP_STOP_SEQUENCE, "stop"},
-      {PX_STOP_MAX_TOKENS, "length"},    {PX_STOP_TOOL_USE, "tool_calls"},
-      {PX_STOP_PAUSE_TURN, "stop"},      {PX_STOP_REFUSAL, "stop"},
+      {PX_STOP_END_TURN, "stop"},
+      {PX_STOP_STOP_SEQUENCE, "stop"},
+      {PX_STOP_MAX_TOKENS, "length"},
+      {PX_STOP_TOOL_USE, "tool_calls"},
+      {PX_STOP_PAUSE_TURN, "stop"},
+      {PX_STOP_REFUSAL, "stop"},
       {PX_STOP_CONTENT_FILTER, "content_filter"},
   };
   CHECK(px_stop_to_chat(PX_STOP_NONE) == NULL);
@@ -110,7 +115,7 @@ static void test_stop_responses(void) {
       {PX_STOP_TOOL_USE, "completed", NULL},
       {PX_STOP_PAUSE_TURN, "completed", NULL},
       {PX_STOP_MAX_TOKENS, "incomplete", "max_output_tokens"},
-      {PX_STOP_REFUSAL, "failed", NULL},               /* seed 000, SPEC 5 */
+      {PX_STOP_REFUSAL, "failed", NULL},                        /* seed 000, SPEC 5 */
       {PX_STOP_CONTENT_FILTER, "incomplete", "content_filter"}, /* SPEC 5 */
   };
   for (size_t i = 0; i < sizeof(to) / sizeof(to[0]); i++) {
@@ -121,9 +126,11 @@ static void test_stop_responses(void) {
   /* seed 000 reverse table */
   CHECK(px_stop_from_responses("completed", NULL, 0) == PX_STOP_END_TURN);
   CHECK(px_stop_from_responses("completed", NULL, 1) == PX_STOP_TOOL_USE);
-  CHECK(px_stop_from_responses("incomplete", "max_output_tokens", 0) == PX_STOP_MAX_TOKENS);
+  CHECK(px_stop_from_responses("incomplete", "max_output_tokens", 0) ==
+        PX_STOP_MAX_TOKENS);
   CHECK(px_stop_from_responses("incomplete", NULL, 0) == PX_STOP_MAX_TOKENS);
-  CHECK(px_stop_from_responses("incomplete", "content_filter", 0) == PX_STOP_CONTENT_FILTER);
+  CHECK(px_stop_from_responses("incomplete", "content_filter", 0) ==
+        PX_STOP_CONTENT_FILTER);
   CHECK(px_stop_from_responses("failed", NULL, 0) == PX_STOP_REFUSAL); /* -> refusal */
   CHECK(px_stop_from_responses("cancelled", NULL, 0) == PX_STOP_NONE);
   CHECK(px_stop_from_responses("queued", NULL, 0) == PX_STOP_NONE);
@@ -152,7 +159,7 @@ static void test_lossy(void) {
   px_lossy_add(&l, "top_k");
   px_lossy_add(&l, "messages[1].content[0].is_error");
   px_lossy_add(&l, "top_k");
-  px_lossy_add(&l, "top");   /* a prefix of an element is not a duplicate */
+  px_lossy_add(&l, "top");    /* a prefix of an element is not a duplicate */
   px_lossy_add(&l, "top_k2"); /* nor is an extension */
   CHECK_STR(l.buf, "top_k,messages[1].content[0].is_error,top,top_k2");
   CHECK(l.len == strlen(l.buf));
@@ -195,7 +202,9 @@ static void test_table(void) {
   CHECK_STR(px_proto_get(PX_PROTO_RESPONSES)->upstream_path, "/responses");
 }
 
-static int bypath(const char *s) { return px_proto_by_path(s, strlen(s)); }
+static int bypath(const char *s) {
+  return px_proto_by_path(s, strlen(s));
+}
 
 static void test_paths(void) {
   CHECK(bypath("/v1/chat/completions") == PX_PROTO_CHAT);
@@ -276,7 +285,8 @@ static void test_errkinds(void) {
   px_tr_err_t e;
   memset(&e, 0, sizeof(e));
   e.kind = PX_ERR_API;
-  CHECK(px_tr_fail(&e, "messages[2].role", "unsupported role '%s'", "function") == PX_EINVAL);
+  CHECK(px_tr_fail(&e, "messages[2].role", "unsupported role '%s'", "function") ==
+        PX_EINVAL);
   CHECK(e.kind == PX_ERR_INVALID);
   CHECK_STR(e.param, "messages[2].role");
   CHECK_STR(e.message, "unsupported role 'function'");
@@ -392,29 +402,28 @@ static void test_hub_errors(void) {
     }
 }
 
-
 /* ---- the stream hub over the real Anthropic decoder ---- */
 
-#define A_START                                                                   \
-  "event: message_start\n"                                                        \
-  "data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":"     \
-  "\"message\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[],"     \
-  "\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":10,"   \
+#define A_START                                                                 \
+  "event: message_start\n"                                                      \
+  "data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":"   \
+  "\"message\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[],"   \
+  "\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":10," \
   "\"output_tokens\":1}}}\n\n"
-#define A_TEXT                                                                    \
-  "event: content_block_start\n"                                                  \
-  "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":"        \
-  "{\"type\":\"text\",\"text\":\"\"}}\n\n"                                        \
-  "event: content_block_delta\n"                                                  \
-  "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":"                \
-  "{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n"                                \
-  "event: content_block_stop\n"                                                   \
+#define A_TEXT                                                             \
+  "event: content_block_start\n"                                           \
+  "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":" \
+  "{\"type\":\"text\",\"text\":\"\"}}\n\n"                                 \
+  "event: content_block_delta\n"                                           \
+  "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":"         \
+  "{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n"                         \
+  "event: content_block_stop\n"                                            \
   "data: {\"type\":\"content_block_stop\",\"index\":0}\n\n"
-#define A_END                                                                     \
-  "event: message_delta\n"                                                        \
-  "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\","   \
-  "\"stop_sequence\":null},\"usage\":{\"output_tokens\":5}}\n\n"                  \
-  "event: message_stop\n"                                                         \
+#define A_END                                                                  \
+  "event: message_delta\n"                                                     \
+  "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"," \
+  "\"stop_sequence\":null},\"usage\":{\"output_tokens\":5}}\n\n"               \
+  "event: message_stop\n"                                                      \
   "data: {\"type\":\"message_stop\"}\n\n"
 
 static size_t count(const px_buf_t *b, const char *needle) {
@@ -479,10 +488,11 @@ static void test_hub_stream(void) {
     CHECK(count(&b, "upstream timed out") == 1);
     px_buf_free(&b);
     /* upstream error event */
-    CHECK(run_anthropic_stream(cl[i].in,
-                               A_START "event: error\ndata: {\"type\":\"error\",\"error\":"
-                                       "{\"type\":\"overloaded_error\",\"message\":\"Busy\"}}\n\n",
-                               1, &b, NULL) < 0);
+    CHECK(run_anthropic_stream(
+              cl[i].in,
+              A_START "event: error\ndata: {\"type\":\"error\",\"error\":"
+                      "{\"type\":\"overloaded_error\",\"message\":\"Busy\"}}\n\n",
+              1, &b, NULL) < 0);
     CHECK(count(&b, cl[i].stop) == 0);
     CHECK(count(&b, cl[i].error) == 1);
     CHECK(count(&b, "Busy") >= 1);
@@ -490,15 +500,17 @@ static void test_hub_stream(void) {
     /* illegal order: a delta for a block never started, then a normal end:
      * the error wins and nothing follows it */
     CHECK(run_anthropic_stream(cl[i].in,
-                               A_START "event: content_block_delta\ndata: {\"type\":"
-                                       "\"content_block_delta\",\"index\":3,\"delta\":{\"type\":"
-                                       "\"text_delta\",\"text\":\"x\"}}\n\n" A_END,
+                               A_START
+                               "event: content_block_delta\ndata: {\"type\":"
+                               "\"content_block_delta\",\"index\":3,\"delta\":{\"type\":"
+                               "\"text_delta\",\"text\":\"x\"}}\n\n" A_END,
                                1, &b, NULL) < 0);
     CHECK(count(&b, cl[i].stop) == 0);
     CHECK(count(&b, cl[i].error) == 1);
     px_buf_free(&b);
     /* content after the terminal is ignored */
-    CHECK(run_anthropic_stream(cl[i].in, A_START A_TEXT A_END A_START A_TEXT, 1, &b, NULL) == 0);
+    CHECK(run_anthropic_stream(cl[i].in, A_START A_TEXT A_END A_START A_TEXT, 1, &b,
+                               NULL) == 0);
     CHECK(count(&b, cl[i].stop) == 1);
     CHECK(count(&b, cl[i].error) == 0);
     px_buf_free(&b);

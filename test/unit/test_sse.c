@@ -6,21 +6,20 @@
 #include "proxai/sse.h"
 
 static int failures;
-#define CHECK(c)                                                              \
-  do {                                                                        \
-    if (!(c)) {                                                               \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);   \
-      failures++;                                                             \
-    }                                                                         \
+#define CHECK(c)                                                            \
+  do {                                                                      \
+    if (!(c)) {                                                             \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
+      failures++;                                                           \
+    }                                                                       \
   } while (0)
-#define CHECK_STR(a, b)                                                       \
-  do {                                                                        \
-    const char *a_ = (a), *b_ = (b);                                          \
-    if (strcmp(a_, b_) != 0) {                                                \
-      fprintf(stderr, "%s:%d: got\n[%s]\nexpected\n[%s]\n", __FILE__,         \
-              __LINE__, a_, b_);                                              \
-      failures++;                                                             \
-    }                                                                         \
+#define CHECK_STR(a, b)                                                                  \
+  do {                                                                                   \
+    const char *a_ = (a), *b_ = (b);                                                     \
+    if (strcmp(a_, b_) != 0) {                                                           \
+      fprintf(stderr, "%s:%d: got\n[%s]\nexpected\n[%s]\n", __FILE__, __LINE__, a_, b_); \
+      failures++;                                                                        \
+    }                                                                                    \
   } while (0)
 
 /* Events rendered as "event|data|id\n" lines (data's \n shown as '~'). */
@@ -124,7 +123,8 @@ static void test_basic(void) {
 static void test_line_ends(void) {
   /* CRLF, CR only, and mixed: identical events, whatever the split */
   const char *expect = "e1|x|\n|y~z|7\n";
-  check_all_splits("event: e1\r\ndata: x\r\n\r\ndata: y\r\ndata: z\r\nid: 7\r\n\r\n", expect);
+  check_all_splits("event: e1\r\ndata: x\r\n\r\ndata: y\r\ndata: z\r\nid: 7\r\n\r\n",
+                   expect);
   check_all_splits("event: e1\rdata: x\r\rdata: y\rdata: z\rid: 7\r\r", expect);
   check_all_splits("event: e1\r\ndata: x\n\rdata: y\rdata: z\r\nid: 7\n\n", expect);
   /* CR at the end of one chunk, LF at the start of the next: one line end,
@@ -267,7 +267,8 @@ static void test_write(void) {
   CHECK(px_sse_write(&b, "message_start", "{\"a\":1}", 7) == 0);
   CHECK(px_sse_write(&b, NULL, "[DONE]", 6) == 0);
   CHECK(b.len == strlen("event: message_start\ndata: {\"a\":1}\n\ndata: [DONE]\n\n"));
-  CHECK(memcmp(b.data, "event: message_start\ndata: {\"a\":1}\n\ndata: [DONE]\n\n", b.len) == 0);
+  CHECK(memcmp(b.data, "event: message_start\ndata: {\"a\":1}\n\ndata: [DONE]\n\n",
+               b.len) == 0);
   /* round trip through the parser */
   sink_t k;
   char *s = strndup(b.data, b.len);
