@@ -4,6 +4,7 @@
  * Input: byte 0 picks the pair (in = b % 9 / 3, out = b % 9 % 3) and, in its
  * high bits, the stream flag; byte 1 an HTTP status; the rest is the body. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +50,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (res == NULL) abort();
     char *s = json_dumps(res, JSON_COMPACT);
     free(s);
+    /* what we send upstream is a valid request of the upstream protocol, as
+     * its own decoder judges it */
+    const px_proto_ops_t *up = px_proto_get(ctx.out);
+    if (ctx.in != ctx.out && up->decode_request != NULL) {
+      px_tr_ctx_t c2 = ctx;
+      c2.in = ctx.out;
+      json_t *ir = NULL;
+      px_lossy_t l2;
+      px_tr_err_t e2;
+      px_lossy_init(&l2);
+      memset(&e2, 0, sizeof(e2));
+      if (up->decode_request(&c2, res, &ir, &l2, &e2) < 0) {
+        char *d = json_dumps(res, JSON_COMPACT);
+        fprintf(stderr, "fuzz_translate: %s rejects our own request: %s [%s]\n%s\n",
+                up->name, e2.message, e2.param, d ? d : "");
+        free(d);
+        abort();
+      }
+      json_decref(ir);
+    }
     json_decref(res);
   } else if (err.message[0] == 0) {
     abort(); /* a rejection must say why */
