@@ -26,8 +26,9 @@ long px_anthropic_sdec_fast(px_sdec_t *d, int on);
 
 static int rec(void *arg, const px_ev_t *ev) {
   px_buf_t *b = arg;
-  const px_str_t *s[] = {&ev->text, &ev->id, &ev->name, &ev->model, &ev->stop_sequence,
-                         &ev->refusal_explanation};
+  const px_str_t *s[] = {&ev->text,          &ev->id,
+                         &ev->name,          &ev->model,
+                         &ev->stop_sequence, &ev->refusal_explanation};
   if (px_buf_printf(b, "T%d I%d B%d D%d S%d E%d U%lld,%lld,%lld,%lld,%lld", (int)ev->type,
                     ev->index, (int)ev->block, (int)ev->delta, (int)ev->stop,
                     (int)ev->errkind, (long long)ev->usage.input_tokens,
@@ -48,8 +49,8 @@ typedef struct pair {
   px_tr_ctx_t ctx;
   px_sdec_t *d[2]; /* [0] fast path, [1] jansson only */
   px_buf_t out[2];
-  int kind;        /* block kind of start() */
-  long hits;       /* events the fast path handled, over restarts */
+  int kind;  /* block kind of start() */
+  long hits; /* events the fast path handled, over restarts */
 } pair_t;
 
 static void pair_init(pair_t *p) {
@@ -118,17 +119,21 @@ static int on_sse(void *arg, const px_sse_event_t *ev) {
 static const char *const starts[3] = {
     "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\","
     "\"text\":\"\"}}",
-    "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\","
+    "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":"
+    "\"thinking\","
     "\"thinking\":\"\",\"signature\":\"\"}}",
-    "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\","
+    "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_"
+    "use\","
     "\"id\":\"toolu_1\",\"name\":\"f\",\"input\":{}}}",
 };
 static const char *const heads[3] = {
     "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\","
     "\"text\":\"",
-    "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\","
+    "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_"
+    "delta\","
     "\"thinking\":\"",
-    "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\","
+    "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_"
+    "delta\","
     "\"partial_json\":\"",
 };
 
@@ -136,7 +141,8 @@ static void start(pair_t *p, int kind) {
   p->kind = kind;
   static const char ms[] =
       "{\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\","
-      "\"role\":\"assistant\",\"content\":[],\"model\":\"m\",\"usage\":{\"input_tokens\":3,"
+      "\"role\":\"assistant\",\"content\":[],\"model\":\"m\",\"usage\":{\"input_tokens\":"
+      "3,"
       "\"output_tokens\":1}}}";
   feed(p, ms, sizeof(ms) - 1);
   feed(p, starts[kind], strlen(starts[kind]));
@@ -153,8 +159,8 @@ static void lines_mode(const uint8_t *data, size_t size, int kind) {
     const uint8_t *nl = at < size ? memchr(data + at, '\n', size - at) : NULL;
     size_t end = nl ? (size_t)(nl - data) : size;
     ev.len = 0;
-    if (px_buf_puts(&ev, heads[kind]) < 0 || px_buf_append(&ev, data + at, end - at) < 0 ||
-        px_buf_puts(&ev, "\"}}") < 0)
+    if (px_buf_puts(&ev, heads[kind]) < 0 ||
+        px_buf_append(&ev, data + at, end - at) < 0 || px_buf_puts(&ev, "\"}}") < 0)
       abort();
     feed(&p, ev.data, ev.len);
     if (end > at) feed(&p, (const char *)data + at, end - at);
@@ -167,15 +173,29 @@ static void lines_mode(const uint8_t *data, size_t size, int kind) {
 static void self_check(void) {
   static const char body[] =
       "event: message_start\n"
-      "data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"usage\":{\"input_tokens\":3}}}\n\n"
-      "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\"}}\n\n"
-      "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"a\\u00e9\\ud83d\\ude00\\n\"}}\n\n"
-      "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"c2ln\"}}\n\n"
+      "data: "
+      "{\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"usage\":{\"input_"
+      "tokens\":3}}}\n\n"
+      "data: "
+      "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":"
+      "\"thinking\",\"thinking\":\"\"}}\n\n"
+      "data: "
+      "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_"
+      "delta\",\"thinking\":\"a\\u00e9\\ud83d\\ude00\\n\"}}\n\n"
+      "data: "
+      "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_"
+      "delta\",\"signature\":\"c2ln\"}}\n\n"
       "data: {\"type\":\"content_block_stop\",\"index\":0}\n\n"
       "data: {\"type\": \"ping\"}\n\n"
-      "data: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"
-      "data: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi \\\"x\\\"\"}}\n\n"
-      "data: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"lone \\ud800\"}}\n\n";
+      "data: "
+      "{\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":"
+      "\"text\",\"text\":\"\"}}\n\n"
+      "data: "
+      "{\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\","
+      "\"text\":\"hi \\\"x\\\"\"}}\n\n"
+      "data: "
+      "{\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\","
+      "\"text\":\"lone \\ud800\"}}\n\n";
   pair_t p = {.kind = 0};
   pair_init(&p);
   px_sse_t s;
