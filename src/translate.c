@@ -281,6 +281,8 @@ static int on_event(void *arg, const px_ev_t *ev) {
       }
       if ((unsigned)ev->block > PX_BLOCK_TOOL_CALL)
         return illegal(t, "unknown block type");
+      if (ev->block == PX_BLOCK_TOOL_CALL && ev->name.len == 0)
+        return illegal(t, "tool call without a name");
       t->open[t->nblocks++] = (unsigned char)(1 + ev->block);
       t->nopen++;
       return enc(t, ev);

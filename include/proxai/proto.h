@@ -397,7 +397,7 @@ int px_translate_error(const px_tr_ctx_t *ctx, int status, const char *body,
  *    blocks started so far; DELTA / BLOCK_STOP only on an open block, and
  *    a DELTA only of its block's kind (TEXT: text; REFUSAL: refusal;
  *    THINKING: thinking or signature; REDACTED_THINKING: signature;
- *    TOOL_CALL: tool args); no
+ *    TOOL_CALL: tool args); a TOOL_CALL block needs a name; no
  *    BLOCK_START after the first MESSAGE_DELTA; blocks still open at the
  *    first MESSAGE_DELTA are closed by hub-made BLOCK_STOP events;
  *    MESSAGE_DELTA may repeat (e.g. a late usage-only delta, stop NONE);
