@@ -968,6 +968,21 @@ static const char *effort_from_budget(json_int_t b) {
   return "high";
 }
 
+/* Reasoning can occur: reasoning controls that do not switch it off, or
+ * reasoning items replayed in the input. */
+static int reasoning_possible(json_t *b) {
+  json_t *r = json_object_get(b, "reasoning");
+  const char *effort = jstr(r, "effort");
+  if (json_object_size(r) > 0 && (effort == NULL || strcmp(effort, "none") != 0)) return 1;
+  size_t i;
+  json_t *it;
+  json_array_foreach(json_object_get(b, "input"), i, it) {
+    const char *t = jstr(it, "type");
+    if (t != NULL && strcmp(t, "reasoning") == 0) return 1;
+  }
+  return 0;
+}
+
 static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
                           px_lossy_t *lossy, px_tr_err_t *err) {
   json_t *b = json_object();
@@ -1078,6 +1093,16 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
   if ((v = json_object_get(ir, "stream")) != NULL) json_object_set(b, "stream", v);
   if ((v = json_object_get(ir, "previous_response_id")) != NULL)
     json_object_set(b, "previous_response_id", v);
+  if (ctx->in != PX_PROTO_RESPONSES) {
+    /* A Chat / Anthropic client cannot name a stored response (it has no
+     * previous_response_id), so the gateway is stateless toward Responses:
+     * never store, and ask for the encrypted reasoning whenever reasoning can
+     * occur, so the next turn can replay it (Anthropic clients carry it as a
+     * pxo1:enc: tagged thinking signature; Chat clients cannot hold it). */
+    json_object_set_new(b, "store", json_false());
+    if (reasoning_possible(b))
+      json_object_set_new(b, "include", json_pack("[s]", "reasoning.encrypted_content"));
+  }
   json_decref(input);
   *body = b;
   return 0;
