@@ -105,6 +105,44 @@ fail:
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                    */
 
+/* Copy s into out (NUL-terminated, at most cap-1 bytes) keeping only valid
+ * UTF-8 and no control characters: error texts may quote upstream bytes,
+ * and JSON encoders reject invalid UTF-8. */
+static void clean_text(char *out, size_t cap, const char *s, size_t n) {
+  size_t o = 0;
+  const unsigned char *p = (const unsigned char *)s;
+  for (size_t i = 0; i < n && o + 4 < cap;) {
+    unsigned c = p[i];
+    size_t len = c < 0x80             ? 1
+                 : (c & 0xe0) == 0xc0 ? 2
+                 : (c & 0xf0) == 0xe0 ? 3
+                 : (c & 0xf8) == 0xf0 ? 4
+                                      : 0;
+    int ok = len > 0 && i + len <= n;
+    for (size_t k = 1; ok && k < len; k++) ok = (p[i + k] & 0xc0) == 0x80;
+    if (ok && len == 2) ok = c >= 0xc2; /* overlong */
+    if (ok && len == 3)
+      ok = !(c == 0xe0 && p[i + 1] < 0xa0) && /* overlong */
+           !(c == 0xed && p[i + 1] >= 0xa0);  /* surrogate */
+    if (ok && len == 4)
+      ok = c <= 0xf4 && !(c == 0xf0 && p[i + 1] < 0x90) &&
+           !(c == 0xf4 && p[i + 1] >= 0x90);
+    if (!ok) {
+      out[o++] = '?';
+      i++;
+      continue;
+    }
+    if (len == 1 && c < 0x20) {
+      out[o++] = ' ';
+    } else {
+      memcpy(out + o, s + i, len);
+      o += len;
+    }
+    i += len;
+  }
+  out[o] = 0;
+}
+
 int px_translate_error(const px_tr_ctx_t *ctx, int status, const char *body, size_t len,
                        const char *request_id, px_buf_t *out, int *client_status) {
   if (bad_proto(ctx)) return PX_EINVAL;
@@ -140,11 +178,13 @@ int px_translate_error(const px_tr_ctx_t *ctx, int status, const char *body, siz
     st = px_errkind_status(ue.kind);
   }
   if (in->encode_error == NULL) return PX_EINVAL;
+  char msg[sizeof(ue.message)];
+  clean_text(msg, sizeof(msg), ue.message, strnlen(ue.message, sizeof(ue.message)));
   /* always the client family's canonical spelling of the kind (SPEC 6
    * table), so clients see one vocabulary whatever the upstream */
   const char *type = ctx->in == PX_PROTO_ANTHROPIC ? px_errkind_anthropic(ue.kind)
                                                    : px_errkind_openai(ue.kind);
-  int rc = in->encode_error(out, ue.kind, type, ue.message, NULL, request_id);
+  int rc = in->encode_error(out, ue.kind, type, msg, NULL, request_id);
   if (rc < 0) return rc;
   if (client_status) *client_status = st;
   return 0;
@@ -183,7 +223,9 @@ static int write_error(px_stream_tr_t *t, px_errkind_t kind, const char *msg) {
   if (t->done) return t->failed ? PX_EPROTO : 0;
   t->done = 1;
   t->failed = 1;
-  if (msg == NULL || msg[0] == 0) msg = "upstream stream failed";
+  char clean[1024];
+  clean_text(clean, sizeof(clean), msg ? msg : "", msg ? strlen(msg) : 0);
+  msg = clean[0] ? clean : "upstream stream failed";
   if (t->enc != NULL) {
     px_ev_t e;
     px_ev_init(&e, PX_EV_ERROR);
