@@ -148,8 +148,12 @@ typedef struct px_tr_ctx {
  *   "metadata": {..},                        // Chat/Responses metadata (string map)
  *   "stream": bool,
  *   "include_usage": bool,                   // client asked stream usage (Chat)
- *   "previous_response_id": ".."             // only Responses can hold it
+ *   "previous_response_id": "..",            // only Responses can hold it
+ *   "prompt_cache_key": "..",                // Chat / Responses prompt_cache_key
+ *   "verbosity": "low"|"medium"|"high"       // Chat verbosity / Responses text.verbosity
  * }
+ * (prompt_cache_key and verbosity are put in the IR only when the upstream is
+ * the other OpenAI protocol; toward Anthropic the decoders name them lossy.)
  *
  * PART (in messages[].content):
  *   {"type":"text","text":"..","cache_control":{..}?}

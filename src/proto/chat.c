@@ -614,11 +614,17 @@ static int chat_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
     } else if (strcmp(key, "store") == 0) {
       if (!json_is_null(v)) px_lossy_add(lossy, "store");
     } else if (strcmp(key, "prompt_cache_key") == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, "prompt_cache_key");
+      if (json_is_string(v) && ctx->out == PX_PROTO_RESPONSES)
+        json_object_set(ir, "prompt_cache_key", v); /* Responses has it too */
+      else if (!json_is_null(v))
+        px_lossy_add(lossy, "prompt_cache_key");
     } else if (strcmp(key, "prompt_cache_retention") == 0) {
       if (!json_is_null(v)) px_lossy_add(lossy, "prompt_cache_retention");
     } else if (strcmp(key, "verbosity") == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, "verbosity");
+      if (json_is_string(v) && ctx->out == PX_PROTO_RESPONSES)
+        json_object_set(ir, "verbosity", v); /* Responses text.verbosity */
+      else if (!json_is_null(v))
+        px_lossy_add(lossy, "verbosity");
     } else if (strcmp(key, "web_search_options") == 0) {
       if (!json_is_null(v)) px_lossy_add(lossy, "web_search_options");
     } else if (!json_is_null(v)) {
@@ -955,6 +961,9 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   }
   if ((v = json_object_get(ir, "user")) != NULL) json_object_set(body, "user", v);
   if ((v = json_object_get(ir, "metadata")) != NULL) json_object_set(body, "metadata", v);
+  if ((v = json_object_get(ir, "prompt_cache_key")) != NULL)
+    json_object_set(body, "prompt_cache_key", v);
+  if ((v = json_object_get(ir, "verbosity")) != NULL) json_object_set(body, "verbosity", v);
   if (ctx->stream || json_is_true(json_object_get(ir, "stream"))) {
     json_object_set_new(body, "stream", json_true());
     /* always: the final usage must be real whatever the client asked */

@@ -590,9 +590,14 @@ static int dec_tool_choice(dec_t *d, json_t *tc) {
 
 static int dec_text(dec_t *d, json_t *text) {
   if (!json_is_object(text)) return px_tr_fail(d->err, "text", "text must be an object");
-  if (json_object_get(text, "verbosity") != NULL &&
-      !json_is_null(json_object_get(text, "verbosity")))
-    px_lossy_add(d->lossy, "text.verbosity");
+  json_t *verb = json_object_get(text, "verbosity");
+  if (verb != NULL && !json_is_null(verb)) {
+    /* Chat has the same knob (top-level verbosity); Anthropic has none */
+    if (json_is_string(verb) && d->ctx->out == PX_PROTO_CHAT)
+      json_object_set(d->ir, "verbosity", verb);
+    else
+      px_lossy_add(d->lossy, "text.verbosity");
+  }
   json_t *f = json_object_get(text, "format");
   if (f == NULL || json_is_null(f)) return 0;
   const char *type = jstr(f, "type");
@@ -722,7 +727,10 @@ static int decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
       if (json_is_string(v) && strcmp(json_string_value(v), "disabled") != 0)
         px_lossy_add(lossy, "truncation");
     } else if (strcmp(key, "prompt_cache_key") == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, "prompt_cache_key");
+      if (json_is_string(v) && ctx->out == PX_PROTO_CHAT)
+        json_object_set(d.ir, "prompt_cache_key", v); /* Chat has it too */
+      else
+        px_lossy_add(lossy, "prompt_cache_key");
     } else if (strcmp(key, "prompt_cache_retention") == 0) {
       if (!json_is_null(v)) px_lossy_add(lossy, "prompt_cache_retention");
     } else if (strcmp(key, "service_tier") == 0) {
@@ -1067,10 +1075,15 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
       px_lossy_add(lossy, "stop");
   }
   json_t *rf = json_object_get(ir, "response_format");
-  if (json_is_object(rf)) {
-    json_t *f = json_deep_copy(rf);
-    json_object_set_new(b, "text", json_pack("{s:o}", "format", f));
+  json_t *verb = json_object_get(ir, "verbosity");
+  if (json_is_object(rf) || json_is_string(verb)) {
+    json_t *text = json_object();
+    if (json_is_object(rf)) json_object_set_new(text, "format", json_deep_copy(rf));
+    if (json_is_string(verb)) json_object_set(text, "verbosity", verb);
+    json_object_set_new(b, "text", text);
   }
+  if ((v = json_object_get(ir, "prompt_cache_key")) != NULL)
+    json_object_set(b, "prompt_cache_key", v);
   json_t *r = json_object_get(ir, "reasoning");
   if (json_is_object(r)) {
     json_t *o = json_object();
