@@ -30,7 +30,7 @@ if [ "${PROXAI_NO_SANITIZE:-0}" != 1 ]; then
       --buildtype=debug >/dev/null
   fi
   if ninja -C build-asan >/dev/null; then
-    ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:quarantine_size_mb=8 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    PROXAI_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:quarantine_size_mb=8 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       meson test -C build-asan --print-errorlogs --num-processes 2 \
       --no-suite agents ${PROXAI_TEST_ARGS:-} 2>&1 | tee "$log"
     tally "$log"
