@@ -614,6 +614,8 @@ static const directive_t directives[] = {
     {SEC_UPSTREAM, "max_connections", set_uint, UP(max_connections), 1, 1000000, 0},
     {SEC_UPSTREAM, "retries", set_uint, UP(retries), 0, 100, 0},
     {SEC_UPSTREAM, "http2", set_bool, UP(http2), 0, 0, 0},
+    {SEC_UPSTREAM, "ca_file", set_opt_str, UP(ca_file), 0, 0, 0},
+    {SEC_UPSTREAM, "tls_verify", set_bool, UP(tls_verify), 0, 0, 0},
 
     {SEC_ROUTE, "upstream", set_route_upstream, 0, 0, 0, D_REQUIRED},
     {SEC_ROUTE, "model", set_str, RT(model), 0, 0, 0},
@@ -648,6 +650,7 @@ static void config_free(px_config_t *c) {
     free(u->api_key);
     free_strv(u->headers, u->nheaders);
     free(u->anthropic_version);
+    free(u->ca_file);
   }
   free(c->upstreams);
   for (size_t i = 0; i < c->nroutes; i++) {
@@ -702,6 +705,7 @@ static px_upstream_conf_t *add_upstream(px_config_t *c, const char *name) {
   u->max_connections = 256;
   u->retries = 2;
   u->http2 = 0;
+  u->tls_verify = 1;
   if (u->name == NULL || u->anthropic_version == NULL) return NULL;
   return u;
 }
@@ -1326,6 +1330,8 @@ void px_config_print(const px_config_t *c, FILE *out) {
     print_ms(out, "idle_timeout", u->idle_timeout_ms);
     fprintf(out, "  max_connections: %u\n  retries: %u\n  http2: %s\n",
             u->max_connections, u->retries, u->http2 ? "on" : "off");
+    if (u->ca_file) fprintf(out, "  ca_file: %s\n", u->ca_file);
+    if (!u->tls_verify) fprintf(out, "  tls_verify: off\n");
   }
   for (size_t i = 0; i < c->nroutes; i++) {
     const px_route_conf_t *r = &c->routes[i];

@@ -28,6 +28,8 @@ typedef struct px_upstream_conf {
   unsigned max_connections;       /**< default 256 */
   unsigned retries;               /**< default 2 */
   int http2;                      /**< default 0 */
+  char *ca_file;                  /**< CA bundle for HTTPS; NULL = system default */
+  int tls_verify;                 /**< default 1: verify peer and host name */
 } px_upstream_conf_t;
 
 typedef struct px_route_conf {
