@@ -409,7 +409,12 @@ static int fj_int(fj_t *j, int64_t *v) {
   }
   size_t d0 = i;
   int64_t x = 0;
-  while (i < n && p[i] >= '0' && p[i] <= '9') x = x * 10 + (p[i++] - '0');
+  /* digits past the 15th are only counted (the number is refused below),
+   * so the accumulator cannot overflow */
+  while (i < n && p[i] >= '0' && p[i] <= '9') {
+    if (i - d0 < 16) x = x * 10 + (p[i] - '0');
+    i++;
+  }
   size_t nd = i - d0;
   if (nd == 0 || nd > 15 || (nd > 1 && p[d0] == '0')) return -1;
   if (i < n && (p[i] == '.' || p[i] == 'e' || p[i] == 'E')) return -1;
