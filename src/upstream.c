@@ -26,9 +26,13 @@
 #include "proxai/upstream.h"
 
 #include <curl/curl.h>
+#include <llhttp.h>
+#include <netinet/in.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -83,6 +87,26 @@ typedef struct px_sock {
 
 enum { XS_QUEUED, XS_RUNNING, XS_DONE };
 
+/* Most idle keep-alive connections the HTTP/1.1 fast path keeps. */
+#define PX_H1_MAX_IDLE 256
+
+/* One connection of the HTTP/1.1 fast path (plain http, IP literal). */
+typedef struct px_h1conn {
+  px_uclient_t *c;
+  uv_tcp_t tcp;
+  uv_connect_t creq;
+  uv_write_t wreq;
+  px_link_t idle;    /* c->h1idle while idle */
+  struct px_xfer *x; /* current transfer */
+  char key[80];      /* "host:port" */
+  bool connected;
+  bool reused;  /* carried an earlier response */
+  bool reading;
+  bool writing; /* a request write is in flight */
+  bool dead;    /* not reusable (EOF, error, stray bytes) */
+  bool closing;
+} px_h1conn_t;
+
 struct px_xfer {
   px_uclient_t *c;
   px_link_t all;    /* c->xfers */
@@ -95,7 +119,7 @@ struct px_xfer {
   px_xfer_cbs_t cbs;
   void *arg;
   uv_timer_t timer; /* first byte, then idle */
-  uint64_t first_byte_ms, idle_ms;
+  uint64_t first_byte_ms, idle_ms, connect_ms;
   uint64_t last_activity;
   px_buf_t hbuf; /* current header block, "name: value\n" lines */
   int status;
@@ -109,6 +133,25 @@ struct px_xfer {
   bool holds_slot;
   bool uncounted;   /* already left c->active (cancel deferred to reaping) */
   const char *fail; /* our own reason to abort from a callback */
+  /* HTTP/1.1 fast path (easy == NULL) */
+  bool h1;
+  bool h1_got;      /* response bytes seen on this connection */
+  bool h1_retried;  /* already retried once on a fresh connection */
+  bool h1_msg_done; /* final response complete */
+  bool h1_val;      /* last header callback was a value */
+  bool h1_keep;     /* the response allows keep-alive */
+  bool h1_ok;       /* completed: the connection may be parked */
+  px_h1conn_t *hc;
+  llhttp_t parser;
+  char *reqhead; /* request line and headers */
+  size_t reqhead_len;
+  const char *body;
+  size_t body_len;
+  struct sockaddr_storage addr;
+  char key[80];
+  px_buf_t pend;   /* body bytes received while paused */
+  uint64_t connect_deadline;
+  uint64_t first_byte_deadline;
   char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -121,6 +164,10 @@ struct px_uclient {
   px_link_t reap;
   px_link_t resumes;
   px_link_t pools;
+  px_link_t h1idle;  /* idle fast-path connections, most recent last */
+  size_t nh1idle;
+  bool no_h1;        /* a proxy is configured in the environment: curl only */
+  char *h1slab;      /* read buffer of the fast path */
   px_sock_t **socks; /* by descriptor */
   size_t nsocks;
   size_t active;
@@ -139,6 +186,8 @@ static void after_curl(px_uclient_t *c);
 static void finish_close(px_uclient_t *c);
 static void finish_xfer(px_xfer_t *x, px_xfer_result_t res, const char *msg, bool notify);
 static void pool_kick(px_uclient_t *c, px_pool_t *p);
+static int h1_begin(px_xfer_t *x);
+static void h1_detach(px_xfer_t *x);
 
 /* ---- handle bookkeeping ---- */
 
@@ -154,6 +203,7 @@ static void handle_closed(px_uclient_t *c) {
   if (--c->nhandles == 0 && c->closed) {
     void (*cb)(void *) = c->close_cb;
     void *arg = c->close_arg;
+    free(c->h1slab);
     free(c);
     if (cb) cb(arg);
   }
@@ -356,6 +406,7 @@ static px_xfer_result_t map_result(px_xfer_t *x, CURLcode rc) {
 static void on_xfer_closed(uv_handle_t *h) {
   px_xfer_t *x = h->data;
   px_uclient_t *c = x->c;
+  free(x->reqhead);
   free(x);
   handle_closed(c);
 }
@@ -378,6 +429,8 @@ static void finish_xfer(px_xfer_t *x, px_xfer_result_t res, const char *msg,
     c->in_curl--;
     x->in_multi = false;
   }
+  if (x->h1) h1_detach(x); /* parked when reusable, else closed */
+  px_buf_free(&x->pend);
   curl_easy_cleanup(x->easy);
   x->easy = NULL;
   curl_slist_free_all(x->hdrs);
@@ -395,17 +448,36 @@ static void finish_xfer(px_xfer_t *x, px_xfer_result_t res, const char *msg,
     x->cbs.on_done(x->arg, res, msg);
 }
 
+static bool h1_waiting(px_xfer_t *x);
+
 static void on_xfer_timer(uv_timer_t *t) {
   px_xfer_t *x = t->data;
   px_uclient_t *c = x->c;
   if (x->state != XS_RUNNING || x->cancelled || c->closing) return;
   enter(c);
-  if (!x->hdrs_done) {
+  uint64_t now = uv_now(c->loop);
+  if (x->h1 && !x->hdrs_done) {
+    /* one timer for two deadlines: connect, then first byte */
+    bool connecting = !x->hc || !x->hc->connected;
+    if (connecting && x->connect_deadline && now >= x->connect_deadline)
+      finish_xfer(x, PX_XFER_ETIMEOUT_CONNECT, "upstream connect timeout", true);
+    else if (x->first_byte_deadline && now >= x->first_byte_deadline)
+      finish_xfer(x, PX_XFER_ETIMEOUT_FIRST_BYTE, "upstream first byte timeout", true);
+    else {
+      uint64_t next = x->first_byte_deadline;
+      if (connecting && x->connect_deadline && (!next || x->connect_deadline < next))
+        next = x->connect_deadline;
+      if (next) uv_timer_start(t, on_xfer_timer, next > now ? next - now : 0, 0);
+    }
+  } else if (!x->hdrs_done) {
     finish_xfer(x, PX_XFER_ETIMEOUT_FIRST_BYTE, "upstream first byte timeout", true);
   } else if (x->paused) {
     uv_timer_start(t, on_xfer_timer, x->idle_ms, 0); /* paused: not idle */
   } else {
     uint64_t el = uv_now(c->loop) - x->last_activity;
+    /* Fast path: bytes already waiting in the socket (read in this loop
+     * iteration's poll phase, after the timers) are not idleness. */
+    if (el >= x->idle_ms && x->h1 && h1_waiting(x)) el = 0;
     if (el >= x->idle_ms)
       finish_xfer(x, PX_XFER_ETIMEOUT_IDLE, "upstream idle timeout", true);
     else
@@ -419,6 +491,16 @@ static int start_running(px_xfer_t *x) {
   x->state = XS_RUNNING;
   x->holds_slot = true;
   x->pool->running++;
+  if (x->h1) {
+    uint64_t now = uv_now(c->loop);
+    x->first_byte_deadline = x->first_byte_ms ? now + x->first_byte_ms : 0;
+    /* curl's default connect timeout is 300 s */
+    x->connect_deadline = now + (x->connect_ms ? x->connect_ms : 300000);
+    uint64_t next = x->connect_deadline;
+    if (x->first_byte_deadline && x->first_byte_deadline < next) next = x->first_byte_deadline;
+    uv_timer_start(&x->timer, on_xfer_timer, next - now, 0);
+    return h1_begin(x);
+  }
   c->in_curl++;
   CURLMcode rc = curl_multi_add_handle(c->multi, x->easy);
   c->in_curl--;
@@ -651,6 +733,501 @@ fail:
   return -1;
 }
 
+/* ---- HTTP/1.1 fast path ----
+ *
+ * A plain-HTTP upstream named by an IP literal (no TLS, no name to resolve,
+ * no HTTP/2, no proxy in the environment) is spoken to directly: one uv_tcp_t
+ * per connection, llhttp for the response, keep-alive connections parked in
+ * c->h1idle. It costs a fraction of a libcurl transfer (profiles in
+ * bench/README.md) and keeps curl's observable behaviour: the same
+ * callbacks, timeouts and results; Host and Accept: * / * as curl sends them;
+ * a request that fails on a reused connection before any response byte is
+ * sent once more on a fresh one. Everything else goes through libcurl.
+ * Parser callbacks run with in_curl raised, so that cancels, starts and
+ * resumes from inside them are deferred exactly as for curl callbacks. */
+
+static llhttp_settings_t h1_settings;
+
+/* "http://IP[:port][/path]": fills the address, the pool key "IP:port" and
+ * the Host value; false for anything the fast path does not take. */
+static bool h1_parse_url(const char *url, struct sockaddr_storage *ss, char *key,
+                         size_t klen, char *host, size_t hlen, const char **path) {
+  if (strncasecmp(url, "http://", 7) != 0) return false;
+  const char *a = url + 7, *e = a + strcspn(a, "/?#");
+  if (*e == '#' || strpbrk(url, "# \t\r\n@%") != NULL) return false;
+  char ip[64];
+  const char *pe;
+  int port = 80;
+  if (*a == '[') {
+    const char *rb = memchr(a, ']', (size_t)(e - a));
+    if (!rb || (size_t)(rb - a - 1) >= sizeof(ip)) return false;
+    memcpy(ip, a + 1, (size_t)(rb - a - 1));
+    ip[rb - a - 1] = 0;
+    pe = rb + 1;
+  } else {
+    pe = memchr(a, ':', (size_t)(e - a));
+    if (!pe) pe = e;
+    if ((size_t)(pe - a) >= sizeof(ip) || pe == a) return false;
+    memcpy(ip, a, (size_t)(pe - a));
+    ip[pe - a] = 0;
+  }
+  if (pe < e) {
+    if (*pe != ':' || pe + 1 == e) return false;
+    port = 0;
+    for (const char *q = pe + 1; q < e; q++) {
+      if (*q < '0' || *q > '9' || port > 65535) return false;
+      port = port * 10 + (*q - '0');
+    }
+    if (port < 1 || port > 65535) return false;
+  }
+  if (*a == '[') {
+    if (uv_ip6_addr(ip, port, (struct sockaddr_in6 *)ss) != 0) return false;
+  } else {
+    /* dotted quad only: "localhost" or a name goes through curl's resolver */
+    for (const char *q = ip; *q; q++)
+      if ((*q < '0' || *q > '9') && *q != '.') return false;
+    if (uv_ip4_addr(ip, port, (struct sockaddr_in *)ss) != 0) return false;
+  }
+  int kn = snprintf(key, klen, "%.*s", (int)(e - a), a);
+  if (kn < 0 || (size_t)kn >= klen) return false;
+  /* curl leaves the default port out of Host */
+  if (port == 80) snprintf(host, hlen, "%.*s", (int)(pe - a), a);
+  else snprintf(host, hlen, "%s", key);
+  *path = e;
+  return true;
+}
+
+static bool hdr_named(const char *h, const char *name) {
+  size_t n = strlen(name);
+  return strncasecmp(h, name, n) == 0 && (h[n] == ':' || h[n] == ';');
+}
+
+/* Request head as curl would send it for these options. */
+static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o, const char *m) {
+  char host[96];
+  const char *path;
+  if (!h1_parse_url(o->url, &x->addr, x->key, sizeof(x->key), host, sizeof(host), &path))
+    return -1;
+  bool post = strcmp(m, "POST") == 0;
+  bool has_host = false, has_accept = false, has_ctype = false, has_clen = false;
+  px_buf_t b;
+  px_buf_init(&b, 1u << 20);
+  int rc = px_buf_printf(&b, "%s %s%s HTTP/1.1\r\n", m, *path == '/' ? "" : "/", path);
+  for (const char *const *h = o->headers; h && *h; h++) {
+    if (hdr_named(*h, "host")) has_host = true;
+    if (hdr_named(*h, "accept")) has_accept = true;
+    if (hdr_named(*h, "content-type")) has_ctype = true;
+    if (hdr_named(*h, "content-length")) has_clen = true;
+  }
+  if (!has_host && rc == 0) rc = px_buf_printf(&b, "Host: %s\r\n", host);
+  if (!has_accept && rc == 0) rc = px_buf_puts(&b, "Accept: */*\r\n");
+  for (const char *const *h = o->headers; rc == 0 && h && *h; h++) {
+    const char *colon = strchr(*h, ':');
+    const char *semi = strchr(*h, ';');
+    if (colon && (!semi || colon < semi)) {
+      const char *v = colon + 1;
+      while (*v == ' ' || *v == '\t') v++;
+      if (*v == 0) continue; /* "Name:" removes the header, as in curl */
+      rc = px_buf_puts(&b, *h);
+    } else if (semi) { /* "Name;" sends it empty */
+      rc = px_buf_append(&b, *h, (size_t)(semi - *h));
+      if (rc == 0) rc = px_buf_puts(&b, ":");
+    } else {
+      continue;
+    }
+    if (rc == 0) rc = px_buf_puts(&b, "\r\n");
+  }
+  if (post && rc == 0) {
+    if (!has_clen) rc = px_buf_printf(&b, "Content-Length: %zu\r\n", o->body_len);
+    if (!has_ctype && rc == 0)
+      rc = px_buf_puts(&b, "Content-Type: application/x-www-form-urlencoded\r\n");
+  }
+  if (rc == 0) rc = px_buf_puts(&b, "\r\n");
+  if (rc != 0) {
+    px_buf_free(&b);
+    return -1;
+  }
+  x->reqhead = px_buf_steal(&b, &x->reqhead_len);
+  x->body = post ? (o->body ? o->body : "") : NULL;
+  x->body_len = post ? o->body_len : 0;
+  return 0;
+}
+
+static void h1_on_closed(uv_handle_t *h) {
+  px_h1conn_t *hc = h->data;
+  px_uclient_t *c = hc->c;
+  free(hc);
+  handle_closed(c);
+}
+
+static void h1_close(px_h1conn_t *hc) {
+  if (hc->closing) return;
+  hc->closing = true;
+  if (dl_linked(&hc->idle)) {
+    dl_del(&hc->idle);
+    hc->c->nh1idle--;
+  }
+  if (hc->x) hc->x->hc = NULL;
+  hc->x = NULL;
+  uv_close((uv_handle_t *)&hc->tcp, h1_on_closed);
+}
+
+static void h1_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  px_h1conn_t *hc = h->data;
+  (void)suggested;
+  if (!hc->c->h1slab) hc->c->h1slab = malloc(65536);
+  buf->base = hc->c->h1slab;
+  buf->len = hc->c->h1slab ? 65536 : 0;
+}
+
+static void h1_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+static void h1_read_start(px_h1conn_t *hc) {
+  if (hc->reading || hc->closing) return;
+  if (uv_read_start((uv_stream_t *)&hc->tcp, h1_alloc, h1_on_read) == 0) hc->reading = true;
+}
+
+static void h1_read_stop(px_h1conn_t *hc) {
+  if (!hc->reading) return;
+  uv_read_stop((uv_stream_t *)&hc->tcp);
+  hc->reading = false;
+}
+
+/* finish_xfer's part: park the connection when the response completed and
+ * the connection may carry another one, else close it. */
+static void h1_detach(px_xfer_t *x) {
+  px_h1conn_t *hc = x->hc;
+  if (!hc) return;
+  px_uclient_t *c = x->c;
+  x->hc = NULL;
+  hc->x = NULL;
+  if (!x->h1_ok || !x->h1_keep || hc->dead || hc->writing || c->closing || c->closed) {
+    h1_close(hc);
+    return;
+  }
+  hc->reused = true;
+  dl_push(&c->h1idle, &hc->idle);
+  if (++c->nh1idle > PX_H1_MAX_IDLE)
+    h1_close(PX_CONTAINER(c->h1idle.next, px_h1conn_t, idle));
+  h1_read_start(hc); /* an idle connection's EOF closes it */
+}
+
+static int h1_connect(px_xfer_t *x);
+
+static void h1_on_written(uv_write_t *w, int status);
+
+static int h1_send(px_xfer_t *x) {
+  px_h1conn_t *hc = x->hc;
+  llhttp_init(&x->parser, HTTP_RESPONSE, &h1_settings);
+  x->parser.data = x;
+  x->h1_got = false;
+  x->h1_val = false;
+  x->status = 0;
+  px_buf_reset(&x->hbuf);
+  uv_buf_t b[2] = {uv_buf_init(x->reqhead, (unsigned)x->reqhead_len),
+                   uv_buf_init((char *)(x->body ? x->body : ""), (unsigned)x->body_len)};
+  hc->wreq.data = hc;
+  int rc = uv_write(&hc->wreq, (uv_stream_t *)&hc->tcp, b, x->body_len ? 2 : 1, h1_on_written);
+  if (rc < 0) return rc;
+  hc->writing = true;
+  h1_read_start(hc);
+  return 0;
+}
+
+/* The connection failed under x (EOF, reset, write error). A reused
+ * connection that failed before any response byte gets one fresh retry. */
+static void h1_conn_failed(px_xfer_t *x, int err) {
+  px_h1conn_t *hc = x->hc;
+  if (hc) {
+    hc->dead = true;
+    if (hc->reused && !x->h1_got && !x->h1_retried) {
+      x->h1_retried = true;
+      h1_close(hc);
+      if (h1_connect(x) == 0) return;
+      finish_xfer(x, PX_XFER_ECONNECT, "cannot open a connection", true);
+      return;
+    }
+  }
+  snprintf(x->errbuf, sizeof(x->errbuf), "%s (%s)",
+           x->h1_got ? "connection closed before the response was complete"
+                     : "empty reply from upstream",
+           uv_strerror(err));
+  finish_xfer(x, PX_XFER_ERECV, x->errbuf, true);
+}
+
+static void h1_on_written(uv_write_t *w, int status) {
+  px_h1conn_t *hc = w->data;
+  hc->writing = false;
+  if (status == 0 || status == UV_ECANCELED || hc->closing || !hc->x) return;
+  px_xfer_t *x = hc->x;
+  px_uclient_t *c = hc->c;
+  if (x->state != XS_RUNNING || x->cancelled || c->closing) return;
+  enter(c);
+  h1_conn_failed(x, status);
+  after_curl(c);
+  leave(c);
+}
+
+static void h1_on_connect(uv_connect_t *req, int status) {
+  px_h1conn_t *hc = req->data;
+  if (status == UV_ECANCELED || hc->closing) return;
+  px_xfer_t *x = hc->x;
+  px_uclient_t *c = hc->c;
+  if (!x) {
+    h1_close(hc);
+    return;
+  }
+  if (x->state != XS_RUNNING || x->cancelled || c->closing) return;
+  enter(c);
+  if (status < 0) {
+    snprintf(x->errbuf, sizeof(x->errbuf), "Failed to connect to %s: %s", x->key,
+             uv_strerror(status));
+    hc->dead = true;
+    finish_xfer(x, PX_XFER_ECONNECT, x->errbuf, true);
+  } else {
+    hc->connected = true;
+    int rc = h1_send(x);
+    if (rc < 0) {
+      hc->dead = true;
+      h1_conn_failed(x, rc);
+    }
+  }
+  after_curl(c);
+  leave(c);
+}
+
+static int h1_connect(px_xfer_t *x) {
+  px_uclient_t *c = x->c;
+  px_h1conn_t *hc = calloc(1, sizeof(*hc));
+  if (!hc) return -1;
+  hc->c = c;
+  dl_init(&hc->idle);
+  memcpy(hc->key, x->key, sizeof(hc->key));
+  if (uv_tcp_init(c->loop, &hc->tcp) < 0) {
+    free(hc);
+    return -1;
+  }
+  hc->tcp.data = hc;
+  c->nhandles++;
+  uv_tcp_nodelay(&hc->tcp, 1); /* applied when the socket is created */
+  hc->x = x;
+  x->hc = hc;
+  hc->creq.data = hc;
+  if (uv_tcp_connect(&hc->creq, &hc->tcp, (const struct sockaddr *)&x->addr, h1_on_connect) < 0) {
+    h1_close(hc);
+    return -1;
+  }
+  return 0;
+}
+
+static int h1_begin(px_xfer_t *x) {
+  px_uclient_t *c = x->c;
+  for (px_link_t *l = c->h1idle.prev; l != &c->h1idle; l = l->prev) {
+    px_h1conn_t *hc = PX_CONTAINER(l, px_h1conn_t, idle);
+    if (strcmp(hc->key, x->key) != 0) continue;
+    dl_del(&hc->idle);
+    c->nh1idle--;
+    hc->x = x;
+    x->hc = hc;
+    if (h1_send(x) == 0) return 0;
+    hc->dead = true;
+    h1_close(hc);
+    break;
+  }
+  return h1_connect(x);
+}
+
+static bool h1_waiting(px_xfer_t *x) {
+  uv_os_fd_t fd;
+  char b;
+  if (!x->hc || !x->hc->connected || !x->hc->reading ||
+      uv_fileno((uv_handle_t *)&x->hc->tcp, &fd) != 0)
+    return false;
+  return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+}
+
+/* Response complete and every byte delivered. */
+static void h1_complete(px_xfer_t *x) {
+  x->h1_ok = true;
+  finish_xfer(x, PX_XFER_OK, "ok", true);
+}
+
+static void h1_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  px_h1conn_t *hc = s->data;
+  px_uclient_t *c = hc->c;
+  if (hc->closing) return;
+  px_xfer_t *x = hc->x;
+  if (!x) { /* idle: the server closed it (or sent stray bytes) */
+    if (nread != 0) h1_close(hc);
+    return;
+  }
+  if (nread == 0) return;
+  if (x->state != XS_RUNNING || x->cancelled || c->closing) return;
+  enter(c);
+  if (nread < 0) {
+    hc->dead = true;
+    if (nread == UV_EOF && x->h1_got) {
+      c->in_curl++;
+      llhttp_finish(&x->parser); /* completes a body delimited by the close */
+      c->in_curl--;
+    }
+    if (x->state == XS_RUNNING && !x->cancelled && !c->closing) {
+      if (x->h1_msg_done && !x->paused)
+        h1_complete(x);
+      else if (!x->h1_msg_done)
+        h1_conn_failed(x, (int)nread);
+    }
+    after_curl(c);
+    leave(c);
+    return;
+  }
+  x->h1_got = true;
+  c->in_curl++;
+  llhttp_errno_t e = llhttp_execute(&x->parser, buf->base, (size_t)nread);
+  c->in_curl--;
+  if (x->state == XS_RUNNING && !x->cancelled && !c->closing && x->hc == hc) {
+    if (x->h1_msg_done) {
+      const char *pos = llhttp_get_error_pos(&x->parser);
+      if (e != HPE_PAUSED || (pos && pos != buf->base + nread)) hc->dead = true;
+      if (x->paused)
+        h1_read_stop(hc);
+      else
+        h1_complete(x);
+    } else if (e != HPE_OK) {
+      hc->dead = true;
+      if (x->aborted)
+        finish_xfer(x, PX_XFER_EOTHER, "aborted by on_data", true);
+      else if (x->fail)
+        finish_xfer(x, PX_XFER_EOTHER, x->fail, true);
+      else {
+        snprintf(x->errbuf, sizeof(x->errbuf), "bad upstream response: %s",
+                 llhttp_errno_name(e));
+        finish_xfer(x, PX_XFER_ERECV, x->errbuf, true);
+      }
+    } else if (x->paused) {
+      h1_read_stop(hc);
+    }
+  }
+  after_curl(c);
+  leave(c);
+}
+
+static px_xfer_t *h1_x(llhttp_t *p) {
+  px_xfer_t *x = p->data;
+  return x->cancelled || x->c->closing || x->state != XS_RUNNING ? NULL : x;
+}
+
+static int h1_hdr_append(px_xfer_t *x, const char *p, size_t n) {
+  if (px_buf_append(&x->hbuf, p, n) < 0) {
+    x->fail = "upstream response headers too large";
+    return -1;
+  }
+  return 0;
+}
+
+static int h1_on_header_field(llhttp_t *p, const char *at, size_t n) {
+  px_xfer_t *x = h1_x(p);
+  if (!x) return -1;
+  if (x->h1_val) { /* a header without a value-complete callback */
+    if (h1_hdr_append(x, "\n", 1) < 0) return -1;
+    x->h1_val = false;
+  }
+  return h1_hdr_append(x, at, n);
+}
+
+static int h1_on_header_field_complete(llhttp_t *p) {
+  px_xfer_t *x = h1_x(p);
+  if (!x) return -1;
+  x->h1_val = true;
+  return h1_hdr_append(x, ":", 1);
+}
+
+static int h1_on_header_value(llhttp_t *p, const char *at, size_t n) {
+  px_xfer_t *x = h1_x(p);
+  return x ? h1_hdr_append(x, at, n) : -1;
+}
+
+static int h1_on_header_value_complete(llhttp_t *p) {
+  px_xfer_t *x = h1_x(p);
+  if (!x) return -1;
+  x->h1_val = false;
+  return h1_hdr_append(x, "\n", 1);
+}
+
+static int h1_on_headers_complete(llhttp_t *p) {
+  px_xfer_t *x = h1_x(p);
+  if (!x) return -1;
+  if (x->h1_val && h1_hdr_append(x, "\n", 1) < 0) return -1;
+  x->h1_val = false;
+  x->status = p->status_code;
+  if (x->status >= 100 && x->status < 200) { /* interim */
+    px_buf_reset(&x->hbuf);
+    return 0;
+  }
+  return headers_complete(x) ? 0 : -1;
+}
+
+static int h1_on_body(llhttp_t *p, const char *at, size_t n) {
+  px_xfer_t *x = h1_x(p);
+  if (!x) return -1;
+  if (!x->paused && x->pend.len == 0) {
+    size_t r = on_write((char *)at, 1, n, x);
+    if (r == n) return 0;
+    if (r != CURL_WRITEFUNC_PAUSE) return -1;
+  }
+  /* paused: kept until px_xfer_resume (reading stops after this buffer) */
+  return px_buf_append(&x->pend, at, n) < 0 ? -1 : 0;
+}
+
+static int h1_on_message_complete(llhttp_t *p) {
+  px_xfer_t *x = h1_x(p);
+  if (!x) return -1;
+  if (!x->hdrs_done) return 0; /* end of an interim response */
+  x->h1_msg_done = true;
+  x->h1_keep = llhttp_should_keep_alive(p);
+  return HPE_PAUSED;
+}
+
+static void h1_settings_init(void) {
+  static bool done;
+  if (done) return;
+  llhttp_settings_init(&h1_settings);
+  h1_settings.on_header_field = h1_on_header_field;
+  h1_settings.on_header_field_complete = h1_on_header_field_complete;
+  h1_settings.on_header_value = h1_on_header_value;
+  h1_settings.on_header_value_complete = h1_on_header_value_complete;
+  h1_settings.on_headers_complete = h1_on_headers_complete;
+  h1_settings.on_body = h1_on_body;
+  h1_settings.on_message_complete = h1_on_message_complete;
+  done = true;
+}
+
+/* px_xfer_resume for the fast path: deliver what waited, then read on. */
+static void h1_resume(px_xfer_t *x) {
+  px_uclient_t *c = x->c;
+  enter(c);
+  x->paused = false;
+  x->last_activity = uv_now(c->loop);
+  size_t n = x->pend.len;
+  if (n) {
+    c->in_curl++;
+    size_t r = on_write(x->pend.data, 1, n, x); /* may pause again */
+    c->in_curl--;
+    if (r == n) px_buf_reset(&x->pend);
+    else if (r != CURL_WRITEFUNC_PAUSE) x->aborted = true;
+  }
+  if (x->state == XS_RUNNING && !x->cancelled && !c->closing && !x->paused) {
+    if (x->aborted)
+      finish_xfer(x, PX_XFER_EOTHER, "aborted by on_data", true);
+    else if (x->h1_msg_done)
+      h1_complete(x);
+    else if (x->hc)
+      h1_read_start(x->hc);
+  }
+  after_curl(c);
+  leave(c);
+}
+
 px_xfer_t *px_xfer_start(px_uclient_t *c, const px_xfer_opts_t *o,
                          const px_xfer_cbs_t *cbs, void *arg) {
   if (!c || c->closing || !o || !o->url) return NULL;
@@ -665,10 +1242,19 @@ px_xfer_t *px_xfer_start(px_uclient_t *c, const px_xfer_opts_t *o,
   x->arg = arg;
   x->first_byte_ms = o->first_byte_timeout_ms;
   x->idle_ms = o->idle_timeout_ms;
+  x->connect_ms = o->connect_timeout_ms;
   px_buf_init(&x->hbuf, PX_UP_MAX_HEADER_BYTES);
+  px_buf_init(&x->pend, 1u << 20);
   x->state = XS_QUEUED;
-  if (!(x->easy = curl_easy_init())) goto fail;
-  if (setup_easy(x, o) < 0) goto fail;
+  const char *m = o->method ? o->method : (o->body ? "POST" : "GET");
+  if (!c->no_h1 && !o->http2 && (strcmp(m, "POST") == 0 || strcmp(m, "GET") == 0) &&
+      h1_prepare(x, o, m) == 0) {
+    x->h1 = true;
+    h1_settings_init();
+  } else {
+    if (!(x->easy = curl_easy_init())) goto fail;
+    if (setup_easy(x, o) < 0) goto fail;
+  }
   if (!(x->pool = pool_get(c, o->pool, o->max_connections))) goto fail;
   uv_timer_init(c->loop, &x->timer);
   x->timer.data = x;
@@ -693,6 +1279,8 @@ fail:
   if (x->easy) curl_easy_cleanup(x->easy);
   curl_slist_free_all(x->hdrs);
   px_buf_free(&x->hbuf);
+  px_buf_free(&x->pend);
+  free(x->reqhead);
   free(x);
   return NULL;
 }
@@ -722,6 +1310,10 @@ void px_xfer_resume(px_xfer_t *x) {
     uv_timer_start(&c->defer, on_defer, 0, 0);
     return;
   }
+  if (x->h1) {
+    h1_resume(x);
+    return;
+  }
   enter(c);
   x->paused = false;
   x->last_activity = uv_now(c->loop);
@@ -747,7 +1339,7 @@ void px_xfer_cancel(px_xfer_t *x) {
   if (!x || x->state == XS_DONE || x->cancelled) return;
   px_uclient_t *c = x->c;
   x->cancelled = true;
-  if (c->in_curl && x->in_multi) {
+  if (c->in_curl && (x->in_multi || x->hc)) {
     /* Inside a curl call: its callbacks now fail; reaped after the call. */
     dl_push(&c->reap, &x->reap);
     x->uncounted = true;
@@ -769,6 +1361,14 @@ px_uclient_t *px_uclient_new(uv_loop_t *loop) {
   dl_init(&c->reap);
   dl_init(&c->resumes);
   dl_init(&c->pools);
+  dl_init(&c->h1idle);
+  /* curl honours these; the fast path does not speak to proxies */
+  static const char *const proxy_env[] = {"http_proxy", "all_proxy", "ALL_PROXY",
+                                          "PROXAI_UPSTREAM_CURL"};
+  for (size_t i = 0; i < sizeof(proxy_env) / sizeof(proxy_env[0]); i++) {
+    const char *v = getenv(proxy_env[i]);
+    if (v && *v) c->no_h1 = true;
+  }
   if (!(c->multi = curl_multi_init())) {
     free(c);
     return NULL;
@@ -802,6 +1402,7 @@ static void finish_close(px_uclient_t *c) {
   curl_multi_cleanup(c->multi);
   c->in_curl--;
   c->multi = NULL;
+  while (!dl_empty(&c->h1idle)) h1_close(PX_CONTAINER(c->h1idle.next, px_h1conn_t, idle));
   for (size_t i = 0; i < c->nsocks; i++)
     if (c->socks[i]) sock_drop(c, c->socks[i]);
   free(c->socks);
