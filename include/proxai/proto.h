@@ -134,7 +134,14 @@ typedef struct px_tr_ctx {
  *     {"role":"user"|"assistant", "content":[ PART, ... ]}
  *   ],
  *   "tools": [ {"name":"..","description":"..","parameters":{schema},
- *               "strict":bool?, "cache_control":{...}?} ],
+ *               "strict":bool?, "cache_control":{...}?}
+ *            | {"type":"custom","name":"..","description":".."?,   // freeform
+ *               "format":{"type":"text"} |                          // (OpenAI
+ *                        {"type":"grammar","syntax":"lark"|"regex",  // custom tool)
+ *                         "definition":".."}?} ],
+ *            (custom tools, custom tool_call parts and custom stream blocks
+ *             are put in the IR only when both ends are OpenAI protocols;
+ *             the Anthropic translator never sees them)
  *   "tool_choice": {"type":"auto"|"none"|"required"} | {"type":"tool","name":".."},
  *   "parallel_tool_calls": bool,
  *   "max_tokens": int, "temperature": num, "top_p": num, "top_k": int,
@@ -165,6 +172,8 @@ typedef struct px_tr_ctx {
  *   {"type":"reasoning","text":"..","signature":".."?,        // assistant only
  *    "encrypted_content":".."?, "id":".."?, "redacted_data":".."?}
  *   {"type":"tool_call","id":"call_1","name":"..","arguments":"<JSON text>"}  // assistant only
+ *   {"type":"tool_call","id":"call_1","name":"..","custom":true,"input":"<free text>"}
+ *                                                            // a custom tool's call
  *   {"type":"tool_result","tool_call_id":"call_1",            // user only
  *    "content":[ text/image PARTs ], "is_error":bool?}
  *
@@ -178,7 +187,8 @@ typedef struct px_tr_ctx {
  *     {"type":"refusal","text":".."},
  *     {"type":"reasoning","text":"..","signature":".."?,"encrypted_content":".."?,
  *      "id":".."?,"redacted_data":".."?},
- *     {"type":"tool_call","id":"call_1","name":"..","arguments":"<JSON text>"}
+ *     {"type":"tool_call","id":"call_1","name":"..","arguments":"<JSON text>"},
+ *     {"type":"tool_call","id":"call_1","name":"..","custom":true,"input":".."}
  *   ],
  *   "stop_reason": "end_turn"|"max_tokens"|"stop_sequence"|"tool_use"|
  *                  "pause_turn"|"refusal"|"content_filter",
@@ -286,6 +296,9 @@ typedef struct px_ev {
   px_str_t refusal_explanation; /**< MESSAGE_DELTA (Anthropic stop_details) */
   px_usage_t usage;     /**< MESSAGE_START (input), MESSAGE_DELTA (final) */
   px_errkind_t errkind; /**< ERROR */
+  int custom;           /**< BLOCK_START of a TOOL_CALL: a custom (freeform)
+                             tool call; its TOOL_ARGS deltas are raw input
+                             text, not JSON (OpenAI protocols only) */
 } px_ev_t;
 
 /** Receives decoded events; returns 0 or a negative error to stop. */

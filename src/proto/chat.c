@@ -211,6 +211,29 @@ static int is_blank(const char *s) {
   return 1;
 }
 
+/* Chat custom tool format {type:text} | {type:grammar, grammar:{definition,
+ * syntax}} -> the IR (Responses) shape {type:grammar, syntax, definition}. */
+static json_t *format_in(json_t *f) {
+  const char *t = jstr(f, "type");
+  if (t == NULL) return NULL;
+  if (strcmp(t, "grammar") == 0) {
+    json_t *g = json_object_get(f, "grammar");
+    return json_pack("{s:s, s:s?, s:s?}", "type", "grammar", "syntax", jstr(g, "syntax"),
+                     "definition", jstr(g, "definition"));
+  }
+  return json_pack("{s:s}", "type", t);
+}
+
+/* IR custom tool format -> the Chat shape. */
+static json_t *format_out(json_t *f) {
+  const char *t = jstr(f, "type");
+  if (t == NULL) return NULL;
+  if (strcmp(t, "grammar") == 0)
+    return json_pack("{s:s, s:{s:s?, s:s?}}", "type", "grammar", "grammar", "syntax",
+                     jstr(f, "syntax"), "definition", jstr(f, "definition"));
+  return json_pack("{s:s}", "type", t);
+}
+
 static int assistant_msg(const px_tr_ctx_t *ctx, json_t *m, size_t mi, json_t *parts,
                          px_lossy_t *lossy, px_tr_err_t *err) {
   char p[PATH_MAX_LEN];
@@ -277,6 +300,18 @@ static int assistant_msg(const px_tr_ctx_t *ctx, json_t *m, size_t mi, json_t *p
       json_t *fn = json_object_get(tc, "function");
       const char *id = jstr(tc, "id");
       snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu]", mi, i);
+      if (type != NULL && strcmp(type, "custom") == 0 && ctx->out == PX_PROTO_RESPONSES) {
+        /* a custom (freeform) tool call: only Responses can hold it */
+        json_t *cu = json_object_get(tc, "custom");
+        if (id == NULL || jstr(cu, "name") == NULL)
+          return px_tr_fail(err, p, "%s needs id and custom.name", p);
+        const char *in = jstr(cu, "input");
+        json_array_append_new(
+            parts,
+            json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id", id, "name",
+                      jstr(cu, "name"), "custom", 1, "input", in ? in : ""));
+        continue;
+      }
       if (type != NULL && strcmp(type, "function") != 0)
         return px_tr_fail(err, p, "%s: %s tool calls cannot be translated", p, type);
       if (id == NULL || !json_is_object(fn) || jstr(fn, "name") == NULL)
@@ -406,6 +441,21 @@ static int decode_tools(const px_tr_ctx_t *ctx, json_t *tools, json_t *ir,
   json_array_foreach(tools, i, t) {
     const char *type = jstr(t, "type");
     snprintf(p, sizeof(p), "tools[%zu].type", i);
+    if (type != NULL && strcmp(type, "custom") == 0 && ctx->out == PX_PROTO_RESPONSES) {
+      json_t *cu = json_object_get(t, "custom");
+      const char *name = jstr(cu, "name");
+      if (name == NULL) {
+        snprintf(p, sizeof(p), "tools[%zu].custom.name", i);
+        return px_tr_fail(err, p, "%s is required", p);
+      }
+      json_t *o = json_pack("{s:s, s:s}", "type", "custom", "name", name);
+      if (jstr(cu, "description") != NULL)
+        add_str(o, "description", jstr(cu, "description"));
+      json_t *f = format_in(json_object_get(cu, "format"));
+      if (f != NULL) json_object_set_new(o, "format", f);
+      json_array_append_new(out, o);
+      continue;
+    }
     if (type != NULL && strcmp(type, "custom") == 0)
       return px_tr_fail(err, p,
                         "%s: custom (freeform text) tools cannot be translated to %s", p,
@@ -435,8 +485,8 @@ static int decode_tools(const px_tr_ctx_t *ctx, json_t *tools, json_t *ir,
   return 0;
 }
 
-static int decode_tool_choice(json_t *tc, json_t *ir, px_lossy_t *lossy,
-                              px_tr_err_t *err) {
+static int decode_tool_choice(const px_tr_ctx_t *ctx, json_t *tc, json_t *ir,
+                              px_lossy_t *lossy, px_tr_err_t *err) {
   if (json_is_string(tc)) {
     const char *s = json_string_value(tc);
     if (strcmp(s, "auto") != 0 && strcmp(s, "none") != 0 && strcmp(s, "required") != 0)
@@ -451,6 +501,15 @@ static int decode_tool_choice(json_t *tc, json_t *ir, px_lossy_t *lossy,
       return px_tr_fail(err, "tool_choice.function.name",
                         "tool_choice.function.name is "
                         "required");
+    json_object_set_new(ir, "tool_choice",
+                        json_pack("{s:s, s:s}", "type", "tool", "name", name));
+    return 0;
+  }
+  if (type != NULL && strcmp(type, "custom") == 0 && ctx->out == PX_PROTO_RESPONSES) {
+    const char *name = jstr(json_object_get(tc, "custom"), "name");
+    if (name == NULL)
+      return px_tr_fail(err, "tool_choice.custom.name",
+                        "tool_choice.custom.name is required");
     json_object_set_new(ir, "tool_choice",
                         json_pack("{s:s, s:s}", "type", "tool", "name", name));
     return 0;
@@ -514,7 +573,7 @@ static int chat_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
     } else if (strcmp(key, "tools") == 0) {
       if (!json_is_null(v) && decode_tools(ctx, v, ir, err) < 0) goto fail;
     } else if (strcmp(key, "tool_choice") == 0) {
-      if (!json_is_null(v) && decode_tool_choice(v, ir, lossy, err) < 0) goto fail;
+      if (!json_is_null(v) && decode_tool_choice(ctx, v, ir, lossy, err) < 0) goto fail;
     } else if (strcmp(key, "parallel_tool_calls") == 0) {
       if (json_is_boolean(v)) json_object_set(ir, "parallel_tool_calls", v);
     } else if (strcmp(key, "max_tokens") == 0 ||
@@ -766,6 +825,18 @@ static int encode_user(const px_tr_ctx_t *ctx, json_t *im, size_t mi, json_t *ou
   return 0;
 }
 
+/* IR tool_call part -> Chat tool call (function, or custom with free input). */
+static json_t *tool_call_out(json_t *c) {
+  const char *id = jstr(c, "id") ? jstr(c, "id") : "";
+  const char *name = jstr(c, "name") ? jstr(c, "name") : "";
+  if (json_is_true(json_object_get(c, "custom")))
+    return json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "custom", "custom",
+                     "name", name, "input", jstr(c, "input") ? jstr(c, "input") : "");
+  const char *args = jstr(c, "arguments");
+  return json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function",
+                   "name", name, "arguments", args ? args : "{}");
+}
+
 static int encode_assistant(const px_tr_ctx_t *ctx, json_t *im, size_t mi, json_t *out,
                             px_lossy_t *lossy, px_tr_err_t *err) {
   char p[PATH_MAX_LEN];
@@ -802,12 +873,7 @@ static int encode_assistant(const px_tr_ctx_t *ctx, json_t *im, size_t mi, json_
       if (jstr(c, "redacted_data") != NULL)
         lossy_reasoning_field(ctx, lossy, "redacted_data");
     } else if (strcmp(t, "tool_call") == 0) {
-      const char *args = jstr(c, "arguments");
-      json_array_append_new(
-          tcs, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id",
-                         jstr(c, "id") ? jstr(c, "id") : "", "type", "function",
-                         "function", "name", jstr(c, "name") ? jstr(c, "name") : "",
-                         "arguments", args ? args : "{}"));
+      json_array_append_new(tcs, tool_call_out(c));
     } else {
       rc = px_tr_fail(
           err, p, "%s: part type '%s' cannot be sent to openai_chat_completions", p, t);
@@ -841,6 +907,18 @@ static const char *effort_of_budget(json_int_t b) {
   if (b < 4096) return "low";
   if (b < 16384) return "medium";
   return "high";
+}
+
+/* Whether the IR tool list names a custom tool `name`. */
+static int is_custom_tool(json_t *tools, const char *name) {
+  size_t i;
+  json_t *t;
+  if (name == NULL) return 0;
+  json_array_foreach(tools, i, t) {
+    const char *n = jstr(t, "name"), *ty = jstr(t, "type");
+    if (n != NULL && strcmp(n, name) == 0) return ty != NULL && strcmp(ty, "custom") == 0;
+  }
+  return 0;
 }
 
 static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp,
@@ -895,6 +973,17 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     json_t *tools = json_array();
     json_object_set_new(body, "tools", tools);
     json_array_foreach(v, i, c) {
+      if (jstr(c, "type") != NULL && strcmp(jstr(c, "type"), "custom") == 0) {
+        json_t *cu = json_pack("{s:O?}", "name", json_object_get(c, "name"));
+        json_t *x;
+        if ((x = json_object_get(c, "description")) != NULL)
+          json_object_set(cu, "description", x);
+        if ((x = format_out(json_object_get(c, "format"))) != NULL)
+          json_object_set_new(cu, "format", x);
+        json_array_append_new(tools,
+                              json_pack("{s:s, s:o}", "type", "custom", "custom", cu));
+        continue;
+      }
       json_t *fn = json_pack("{s:O?}", "name", json_object_get(c, "name"));
       json_t *x;
       if ((x = json_object_get(c, "description")) != NULL)
@@ -916,7 +1005,12 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
       px_lossy_add(lossy, "tool_choice");
   } else if (v != NULL) {
     const char *t = jstr(v, "type");
-    if (t != NULL && strcmp(t, "tool") == 0)
+    if (t != NULL && strcmp(t, "tool") == 0 &&
+        is_custom_tool(json_object_get(ir, "tools"), jstr(v, "name")))
+      json_object_set_new(body, "tool_choice",
+                          json_pack("{s:s, s:{s:O?}}", "type", "custom", "custom", "name",
+                                    json_object_get(v, "name")));
+    else if (t != NULL && strcmp(t, "tool") == 0)
       json_object_set_new(body, "tool_choice",
                           json_pack("{s:s, s:{s:O?}}", "type", "function", "function",
                                     "name", json_object_get(v, "name")));
@@ -963,7 +1057,8 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   if ((v = json_object_get(ir, "metadata")) != NULL) json_object_set(body, "metadata", v);
   if ((v = json_object_get(ir, "prompt_cache_key")) != NULL)
     json_object_set(body, "prompt_cache_key", v);
-  if ((v = json_object_get(ir, "verbosity")) != NULL) json_object_set(body, "verbosity", v);
+  if ((v = json_object_get(ir, "verbosity")) != NULL)
+    json_object_set(body, "verbosity", v);
   if (ctx->stream || json_is_true(json_object_get(ir, "stream"))) {
     json_object_set_new(body, "stream", json_true());
     /* always: the final usage must be real whatever the client asked */
@@ -1060,6 +1155,17 @@ static int chat_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
   json_array_foreach(json_object_get(msg, "tool_calls"), i, tc) {
     json_t *fn = json_object_get(tc, "function");
     const char *type = jstr(tc, "type");
+    json_t *cu = json_object_get(tc, "custom");
+    if (type != NULL && strcmp(type, "custom") == 0 && ctx->in == PX_PROTO_RESPONSES &&
+        json_is_object(cu)) {
+      /* a custom tool call: only a Responses client can hold it */
+      json_array_append_new(
+          content, json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id",
+                             jstr(tc, "id") ? jstr(tc, "id") : "", "name",
+                             jstr(cu, "name") ? jstr(cu, "name") : "", "custom", 1,
+                             "input", jstr(cu, "input") ? jstr(cu, "input") : ""));
+      continue;
+    }
     if ((type != NULL && strcmp(type, "function") != 0) || !json_is_object(fn)) {
       px_tr_fail(err, "choices[0].message.tool_calls",
                  "upstream returned a tool call that cannot be translated");
@@ -1184,12 +1290,7 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
       if (anth && sig) px_lossy_add(lossy, "content[].signature");
       if (anth && red) px_lossy_add(lossy, "content[].redacted_thinking");
     } else if (strcmp(t, "tool_call") == 0) {
-      const char *args = jstr(c, "arguments");
-      json_array_append_new(
-          tcs, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id",
-                         jstr(c, "id") ? jstr(c, "id") : "", "type", "function",
-                         "function", "name", jstr(c, "name") ? jstr(c, "name") : "",
-                         "arguments", args ? args : "{}"));
+      json_array_append_new(tcs, tool_call_out(c));
     }
   }
   int nref = 0;

@@ -54,11 +54,13 @@ typedef struct deferred {
   int tool; /* chat tool index, -1 for text kinds */
   char *id; /* tool calls */
   char *name;
+  int custom; /* a custom (freeform) tool call */
   px_buf_t data;
 } deferred_t;
 
 typedef struct tool_slot {
   int seen;
+  int custom;   /* a custom tool call: fragments in "custom": {"input"} */
   int live;     /* this call is the live block */
   int deferred; /* index into d->defs, valid when !live */
 } tool_slot_t;
@@ -151,9 +153,11 @@ static void read_usage(json_t *u, px_usage_t *out) {
     out->reasoning_tokens = json_integer_value(v);
 }
 
-static int block_start(px_sdec_t *d, px_block_t b, const char *id, const char *name) {
+static int block_start(px_sdec_t *d, px_block_t b, const char *id, const char *name,
+                       int custom) {
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_BLOCK_START);
+  ev.custom = custom;
   ev.index = d->nblocks++;
   ev.block = b;
   ev.id = px_str(id);
@@ -243,7 +247,7 @@ static int text_like(px_sdec_t *d, live_t kind, const char *p, size_t n) {
   if (rc < 0) return rc;
   d->live = kind;
   d->live_index = d->nblocks;
-  rc = block_start(d, block_of(kind), NULL, NULL);
+  rc = block_start(d, block_of(kind), NULL, NULL, 0);
   if (rc < 0) return rc;
   return delta(d, d->live_index, delta_of(kind), p, n);
 }
@@ -253,12 +257,20 @@ static int tool_fragment(px_sdec_t *d, json_t *tc, size_t pos) {
   json_int_t k = json_is_integer(jidx) ? json_integer_value(jidx) : (json_int_t)pos;
   if (k < 0 || k >= CHAT_MAX_TOOLS) return proto_error(d, "tool call index out of range");
   const char *type = json_string_value(json_object_get(tc, "type"));
-  if (type != NULL && strcmp(type, "function") != 0)
+  /* custom (freeform) tool calls: {"type":"custom","custom":{"name","input"}};
+   * only a Responses client can hold them */
+  int custom = type != NULL && strcmp(type, "custom") == 0;
+  if (custom && d->ctx.in != PX_PROTO_RESPONSES)
+    return proto_error(d, "custom tool call cannot be translated");
+  if (type != NULL && !custom && strcmp(type, "function") != 0)
     return proto_error(d, "tool call of a type other than function");
-  json_t *fn = json_object_get(tc, "function");
+  json_t *fn = json_object_get(tc, custom ? "custom" : "function");
+  if (!custom && fn == NULL && json_is_object(json_object_get(tc, "custom")) &&
+      d->ctx.in == PX_PROTO_RESPONSES)
+    fn = json_object_get(tc, "custom"); /* a later fragment of a custom call */
   const char *name = json_string_value(json_object_get(fn, "name"));
   const char *id = json_string_value(json_object_get(tc, "id"));
-  json_t *ja = json_object_get(fn, "arguments");
+  json_t *ja = json_object_get(fn, json_object_get(fn, "input") ? "input" : "arguments");
   const char *args = json_string_value(ja);
   size_t alen = json_is_string(ja) ? json_string_length(ja) : 0;
   if (k >= d->ntools) {
@@ -276,17 +288,19 @@ static int tool_fragment(px_sdec_t *d, json_t *tc, size_t pos) {
     if (name == NULL || *name == 0) return proto_error(d, "tool call without a name");
     if (id == NULL || *id == 0) return proto_error(d, "tool call without an id");
     s->seen = 1;
+    s->custom = custom;
     if (d->live != LIVE_TOOL && d->ndefs == 0) {
       int rc = close_live(d);
       if (rc < 0) return rc;
       d->live = LIVE_TOOL;
       d->live_index = d->nblocks;
       s->live = 1;
-      rc = block_start(d, PX_BLOCK_TOOL_CALL, id, name);
+      rc = block_start(d, PX_BLOCK_TOOL_CALL, id, name, custom);
       if (rc < 0) return rc;
     } else {
-      if (new_deferred(d, PX_BLOCK_TOOL_CALL, (int)k, id, name) == NULL)
-        return proto_error(d, "too many interleaved blocks");
+      deferred_t *x = new_deferred(d, PX_BLOCK_TOOL_CALL, (int)k, id, name);
+      if (x == NULL) return proto_error(d, "too many interleaved blocks");
+      x->custom = custom;
       s->deferred = d->ndefs - 1;
     }
   }
@@ -301,7 +315,7 @@ static int finish(px_sdec_t *d, const char *fr) {
   for (int i = 0; rc == 0 && i < d->ndefs; i++) {
     deferred_t *x = &d->defs[i];
     int index = d->nblocks;
-    rc = block_start(d, x->block, x->id, x->name);
+    rc = block_start(d, x->block, x->id, x->name, x->custom);
     if (rc == 0 && x->data.len > 0) {
       px_delta_t k = x->block == PX_BLOCK_TOOL_CALL  ? PX_DELTA_TOOL_ARGS
                      : x->block == PX_BLOCK_REFUSAL  ? PX_DELTA_REFUSAL
@@ -903,7 +917,8 @@ typedef enum { E_INIT, E_OPEN, E_FINISHED, E_DONE } estate_t;
 
 typedef struct eblock {
   px_block_t block;
-  int tool; /* chat tool index of tool blocks */
+  int tool;   /* chat tool index of tool blocks */
+  int custom; /* a custom tool call (input, not arguments) */
 } eblock_t;
 
 struct px_senc {
@@ -1021,16 +1036,23 @@ static int on_block_start(px_senc_t *e, const px_ev_t *ev) {
   eblock_t *b = &e->blocks[e->nblocks++];
   b->block = ev->block;
   b->tool = -1;
+  b->custom = 0;
   if (ev->block != PX_BLOCK_TOOL_CALL) return 0;
   b->tool = e->ntools++;
   int rc = chunk_open(e);
   if (rc == 0)
     rc = px_buf_printf(e->out, "\"tool_calls\":[{\"index\":%d,\"id\":", b->tool);
   if (rc == 0) rc = px_buf_json_str(e->out, ev->id.ptr ? ev->id.ptr : "", ev->id.len);
-  if (rc == 0) rc = px_buf_puts(e->out, ",\"type\":\"function\",\"function\":{\"name\":");
+  b->custom = ev->custom;
+  if (rc == 0)
+    rc = px_buf_puts(e->out, ev->custom
+                                 ? ",\"type\":\"custom\",\"custom\":{\"name\":"
+                                 : ",\"type\":\"function\",\"function\":{\"name\":");
   if (rc == 0)
     rc = px_buf_json_str(e->out, ev->name.ptr ? ev->name.ptr : "", ev->name.len);
-  if (rc == 0) rc = px_buf_puts(e->out, ",\"arguments\":\"\"}}]");
+  if (rc == 0)
+    rc =
+        px_buf_puts(e->out, ev->custom ? ",\"input\":\"\"}}]" : ",\"arguments\":\"\"}}]");
   if (rc == 0) rc = chunk_close(e, NULL);
   return rc;
 }
@@ -1057,9 +1079,12 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
       if (b->tool < 0) return PX_EPROTO;
       int rc = chunk_open(e);
       if (rc == 0)
-        rc = px_buf_printf(
-            e->out,
-            "\"tool_calls\":[{\"index\":%d,\"function\":{\"arguments\":", b->tool);
+        rc = px_buf_printf(e->out,
+                           b->custom
+                               ? "\"tool_calls\":[{\"index\":%d,\"custom\":{\"input\":"
+                               : "\"tool_calls\":[{\"index\":%d,\"function\":{"
+                                 "\"arguments\":",
+                           b->tool);
       if (rc == 0) rc = px_buf_json_str(e->out, ev->text.ptr, ev->text.len);
       if (rc == 0) rc = px_buf_puts(e->out, "}}]");
       if (rc == 0) rc = chunk_close(e, NULL);

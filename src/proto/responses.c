@@ -104,6 +104,19 @@ void px_responses_fc_id(const char *resp_id, const char *call_id, int oi, char *
   }
 }
 
+/** Custom tool call item id: "ctc_" + call id (or base + output index). */
+void px_responses_ctc_id(const char *resp_id, const char *call_id, int oi, char *out,
+                         size_t n) {
+  if (call_id != NULL && *call_id != 0) {
+    if (strncmp(call_id, "ctc_", 4) == 0)
+      snprintf(out, n, "%s", call_id);
+    else
+      snprintf(out, n, "ctc_%s", call_id);
+  } else {
+    snprintf(out, n, "ctc_%s_%d", id_base(resp_id), oi);
+  }
+}
+
 /** Reasoning item id: the upstream one if given, else "rs_" + base + index. */
 void px_responses_rs_id(const char *resp_id, const char *rid, int oi, char *out,
                         size_t n) {
@@ -365,6 +378,39 @@ static int dec_function_call(dec_t *d, json_t *item, const char *path) {
                      name, "arguments", args));
 }
 
+/* custom_tool_call: toward Chat a custom tool_call part; toward Anthropic
+ * (no freeform tools) a function-style call with arguments {"input": text},
+ * so that the history and its tool result still pair up. */
+static int dec_custom_call(dec_t *d, json_t *item, const char *path) {
+  char pp[256];
+  const char *call_id = jstr(item, "call_id");
+  const char *name = jstr(item, "name");
+  const char *in = jstr(item, "input");
+  if (call_id == NULL || name == NULL || in == NULL) {
+    snprintf(pp, sizeof(pp), "%s.%s", path,
+             call_id == NULL ? "call_id"
+             : name == NULL  ? "name"
+                             : "input");
+    return px_tr_fail(d->err, pp, "%s is required (a string)", pp);
+  }
+  json_t *out = asst_content(d);
+  if (out == NULL) return PX_ENOMEM;
+  if (d->ctx->out == PX_PROTO_CHAT)
+    return json_array_append_new(
+        out, json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id", call_id,
+                       "name", name, "custom", 1, "input", in));
+  px_lossy_add(d->lossy, "input[].custom_tool_call");
+  json_t *args = json_pack("{s:s}", "input", in);
+  char *a = args ? json_dumps(args, JSON_COMPACT) : NULL;
+  json_decref(args);
+  if (a == NULL) return PX_ENOMEM;
+  int rc =
+      json_array_append_new(out, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call",
+                                           "id", call_id, "name", name, "arguments", a));
+  free(a);
+  return rc;
+}
+
 static int dec_function_output(dec_t *d, json_t *item, const char *path) {
   char pp[256];
   const char *call_id = jstr(item, "call_id");
@@ -483,8 +529,11 @@ static int dec_input(dec_t *d, json_t *input) {
       rc = dec_message(d, item, path);
     else if (strcmp(type, "function_call") == 0)
       rc = dec_function_call(d, item, path);
-    else if (strcmp(type, "function_call_output") == 0)
+    else if (strcmp(type, "function_call_output") == 0 ||
+             strcmp(type, "custom_tool_call_output") == 0)
       rc = dec_function_output(d, item, path);
+    else if (strcmp(type, "custom_tool_call") == 0)
+      rc = dec_custom_call(d, item, path);
     else if (strcmp(type, "reasoning") == 0)
       rc = dec_reasoning(d, item, path);
     else {
@@ -539,6 +588,17 @@ static int dec_tools(dec_t *d, json_t *tools) {
       json_decref(out);
       return px_tr_fail(d->err, pp, "%s is required", pp);
     }
+    if (strcmp(type, "custom") == 0 && d->ctx->out == PX_PROTO_CHAT &&
+        jstr(t, "name") != NULL) {
+      /* freeform tool: Chat has custom tools too (Anthropic has none) */
+      json_t *o = json_pack("{s:s, s:s}", "type", "custom", "name", jstr(t, "name"));
+      if (jstr(t, "description") != NULL)
+        set_str(o, "description", jstr(t, "description"));
+      json_t *f = json_object_get(t, "format");
+      if (json_is_object(f)) json_object_set(o, "format", f);
+      json_array_append_new(out, o);
+      continue;
+    }
     if (strcmp(type, "function") != 0) {
       lossy_hosted_tool(d->lossy, type);
       continue;
@@ -579,7 +639,9 @@ static int dec_tool_choice(dec_t *d, json_t *tc) {
     return px_tr_fail(d->err, "tool_choice", "tool_choice: unknown value '%s'", s);
   }
   const char *type = jstr(tc, "type");
-  if (type != NULL && strcmp(type, "function") == 0 && jstr(tc, "name") != NULL)
+  if (type != NULL && jstr(tc, "name") != NULL &&
+      (strcmp(type, "function") == 0 ||
+       (strcmp(type, "custom") == 0 && d->ctx->out == PX_PROTO_CHAT)))
     return json_object_set_new(
         d->ir, "tool_choice",
         json_pack("{s:s, s:s}", "type", "tool", "name", jstr(tc, "name")));
@@ -843,8 +905,22 @@ static int flush_msg(json_t *input, const char *role, json_t **content) {
   return rc;
 }
 
+/* Whether an earlier IR tool_call part with this id was a custom call. */
+static int custom_call_id(json_t *msgs, const char *id) {
+  size_t i, j;
+  json_t *m, *p;
+  json_array_foreach(msgs, i, m) {
+    json_array_foreach(json_object_get(m, "content"), j, p) {
+      const char *t = jstr(p, "type"), *pid = jstr(p, "id");
+      if (t != NULL && pid != NULL && strcmp(t, "tool_call") == 0 && strcmp(pid, id) == 0)
+        return json_is_true(json_object_get(p, "custom"));
+    }
+  }
+  return 0;
+}
+
 static int enc_tool_output(json_t *input, json_t *p, const char *path, px_lossy_t *lossy,
-                           px_tr_err_t *err) {
+                           px_tr_err_t *err, int custom) {
   const char *id = jstr(p, "tool_call_id");
   if (id == NULL) return px_tr_fail(err, path, "%s: tool result without a call id", path);
   if (json_is_true(json_object_get(p, "is_error")))
@@ -882,8 +958,9 @@ static int enc_tool_output(json_t *input, json_t *p, const char *path, px_lossy_
   }
   if (out == NULL) return PX_ENOMEM;
   return json_array_append_new(
-      input, json_pack("{s:s, s:s, s:o}", "type", "function_call_output", "call_id", id,
-                       "output", out));
+      input, json_pack("{s:s, s:s, s:o}", "type",
+                       custom ? "custom_tool_call_output" : "function_call_output",
+                       "call_id", id, "output", out));
 }
 
 static int enc_messages(json_t *msgs, json_t *input, int anth, px_lossy_t *lossy,
@@ -904,7 +981,19 @@ static int enc_messages(json_t *msgs, json_t *input, int anth, px_lossy_t *lossy
       int rc = 0;
       if (strcmp(t, "tool_result") == 0) {
         rc = flush_msg(input, role, &content);
-        if (rc == 0) rc = enc_tool_output(input, p, path, lossy, err);
+        if (rc == 0)
+          rc = enc_tool_output(input, p, path, lossy, err,
+                               jstr(p, "tool_call_id") != NULL &&
+                                   custom_call_id(msgs, jstr(p, "tool_call_id")));
+      } else if (strcmp(t, "tool_call") == 0 &&
+                 json_is_true(json_object_get(p, "custom"))) {
+        rc = flush_msg(input, role, &content);
+        if (rc == 0)
+          rc = json_array_append_new(
+              input, json_pack("{s:s, s:s, s:s, s:s}", "type", "custom_tool_call",
+                               "call_id", jstr(p, "id") ? jstr(p, "id") : "", "name",
+                               jstr(p, "name") ? jstr(p, "name") : "", "input",
+                               jstr(p, "input") ? jstr(p, "input") : ""));
       } else if (strcmp(t, "tool_call") == 0) {
         rc = flush_msg(input, role, &content);
         if (rc == 0)
@@ -976,12 +1065,25 @@ static const char *effort_from_budget(json_int_t b) {
   return "high";
 }
 
+/* Whether the IR tool list names a custom tool `name`. */
+static int is_custom_tool(json_t *tools, const char *name) {
+  size_t i;
+  json_t *t;
+  if (name == NULL) return 0;
+  json_array_foreach(tools, i, t) {
+    const char *n = jstr(t, "name"), *ty = jstr(t, "type");
+    if (n != NULL && strcmp(n, name) == 0) return ty != NULL && strcmp(ty, "custom") == 0;
+  }
+  return 0;
+}
+
 /* Reasoning can occur: reasoning controls that do not switch it off, or
  * reasoning items replayed in the input. */
 static int reasoning_possible(json_t *b) {
   json_t *r = json_object_get(b, "reasoning");
   const char *effort = jstr(r, "effort");
-  if (json_object_size(r) > 0 && (effort == NULL || strcmp(effort, "none") != 0)) return 1;
+  if (json_object_size(r) > 0 && (effort == NULL || strcmp(effort, "none") != 0))
+    return 1;
   size_t i;
   json_t *it;
   json_array_foreach(json_object_get(b, "input"), i, it) {
@@ -1030,6 +1132,16 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
     size_t i;
     json_t *t;
     json_array_foreach(tools, i, t) {
+      if (jstr(t, "type") != NULL && strcmp(jstr(t, "type"), "custom") == 0) {
+        json_t *o = json_pack("{s:s, s:s}", "type", "custom", "name",
+                              jstr(t, "name") ? jstr(t, "name") : "");
+        if (jstr(t, "description") != NULL)
+          set_str(o, "description", jstr(t, "description"));
+        json_t *f = json_object_get(t, "format");
+        if (json_is_object(f)) json_object_set(o, "format", f);
+        json_array_append_new(ot, o);
+        continue;
+      }
       json_t *o = json_pack("{s:s, s:s}", "type", "function", "name",
                             jstr(t, "name") ? jstr(t, "name") : "");
       if (jstr(t, "description") != NULL)
@@ -1053,9 +1165,11 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
   if (json_is_object(tc)) {
     const char *t = jstr(tc, "type");
     if (t != NULL && strcmp(t, "tool") == 0)
-      json_object_set_new(b, "tool_choice",
-                          json_pack("{s:s, s:s}", "type", "function", "name",
-                                    jstr(tc, "name") ? jstr(tc, "name") : ""));
+      json_object_set_new(
+          b, "tool_choice",
+          json_pack("{s:s, s:s}", "type",
+                    is_custom_tool(tools, jstr(tc, "name")) ? "custom" : "function",
+                    "name", jstr(tc, "name") ? jstr(tc, "name") : ""));
     else if (t != NULL)
       set_str(b, "tool_choice", t);
   }
@@ -1151,7 +1265,6 @@ static int bad_gateway(px_tr_err_t *err, const char *fmt, const char *arg) {
 
 static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
                            px_lossy_t *lossy, px_tr_err_t *err) {
-  (void)ctx;
   if (!json_is_object(body) || !json_is_array(json_object_get(body, "output")))
     return bad_gateway(err, "upstream response has no output%s", "");
   const char *status = jstr(body, "status");
@@ -1206,6 +1319,14 @@ static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
                              jstr(it, "name") ? jstr(it, "name") : "", "arguments",
                              jstr(it, "arguments") ? jstr(it, "arguments") : ""));
       if (jstr(it, "namespace") != NULL) px_lossy_add(lossy, "output[].namespace");
+    } else if (strcmp(type, "custom_tool_call") == 0 && ctx->in == PX_PROTO_CHAT) {
+      /* a Chat client has custom tools too (an Anthropic one has not) */
+      has_tool = 1;
+      json_array_append_new(
+          content, json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id",
+                             jstr(it, "call_id") ? jstr(it, "call_id") : "", "name",
+                             jstr(it, "name") ? jstr(it, "name") : "", "custom", 1,
+                             "input", jstr(it, "input") ? jstr(it, "input") : ""));
     } else if (strcmp(type, "reasoning") == 0) {
       px_buf_t b;
       px_buf_init(&b, 64u << 20);
@@ -1363,7 +1484,15 @@ static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
       continue;
     }
     msg = NULL;
-    if (strcmp(t, "tool_call") == 0) {
+    if (strcmp(t, "tool_call") == 0 && json_is_true(json_object_get(p, "custom"))) {
+      px_responses_ctc_id(uid, jstr(p, "id"), oi, iid, sizeof(iid));
+      json_array_append_new(
+          output, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", iid, "type",
+                            "custom_tool_call", "status", "completed", "call_id",
+                            jstr(p, "id") ? jstr(p, "id") : "", "name",
+                            jstr(p, "name") ? jstr(p, "name") : "", "input",
+                            jstr(p, "input") ? jstr(p, "input") : ""));
+    } else if (strcmp(t, "tool_call") == 0) {
       px_responses_fc_id(uid, jstr(p, "id"), oi, iid, sizeof(iid));
       json_array_append_new(
           output,

@@ -40,6 +40,8 @@ void px_responses_fc_id(const char *resp_id, const char *call_id, int oi, char *
                         size_t n);
 void px_responses_rs_id(const char *resp_id, const char *rid, int oi, char *out,
                         size_t n);
+void px_responses_ctc_id(const char *resp_id, const char *call_id, int oi, char *out,
+                         size_t n);
 json_t *px_responses_usage(const px_usage_t *u);
 json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id, int64_t created,
                             const char *status, const char *incomplete_reason);
@@ -102,7 +104,7 @@ static dblock_t *dfind(px_sdec_t *d, int oi, int ci) {
 }
 
 static dblock_t *dstart(px_sdec_t *d, int oi, int ci, px_block_t kind, const char *id,
-                        const char *name) {
+                        const char *name, int custom) {
   if (d->nblocks >= MAX_BLOCKS) return NULL;
   if (d->nblocks == d->cap) {
     size_t nc = d->cap ? d->cap * 2 : 8;
@@ -124,6 +126,7 @@ static dblock_t *dstart(px_sdec_t *d, int oi, int ci, px_block_t kind, const cha
   ev.block = kind;
   ev.id = px_str(id);
   ev.name = px_str(name);
+  ev.custom = custom;
   if (demit(d, &ev) < 0) return NULL;
   return b;
 }
@@ -176,15 +179,25 @@ static int d_item_added(px_sdec_t *d, json_t *j) {
     return derror(d, PX_ERR_BAD_GATEWAY, "upstream sent a malformed output item");
   if (strcmp(t, "function_call") == 0) {
     d->has_tool = 1;
-    dblock_t *b =
-        dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, jstr(item, "call_id"), jstr(item, "name"));
+    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, jstr(item, "call_id"),
+                         jstr(item, "name"), 0);
     if (b == NULL) return PX_ENOMEM;
     const char *a = jstr(item, "arguments");
     if (a != NULL && *a != 0) return ddelta(d, b, PX_DELTA_TOOL_ARGS, a, strlen(a));
     return 0;
   }
+  if (strcmp(t, "custom_tool_call") == 0 && d->ctx.in == PX_PROTO_CHAT) {
+    /* freeform tool call: only a Chat client has custom tools too */
+    d->has_tool = 1;
+    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, jstr(item, "call_id"),
+                         jstr(item, "name"), 1);
+    if (b == NULL) return PX_ENOMEM;
+    const char *a = jstr(item, "input");
+    if (a != NULL && *a != 0) return ddelta(d, b, PX_DELTA_TOOL_ARGS, a, strlen(a));
+    return 0;
+  }
   if (strcmp(t, "reasoning") == 0) {
-    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_THINKING, jstr(item, "id"), NULL);
+    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_THINKING, jstr(item, "id"), NULL, 0);
     return b ? 0 : PX_ENOMEM;
   }
   /* message: its parts open blocks; hosted tool items are not carried */
@@ -203,7 +216,7 @@ static int d_part_added(px_sdec_t *d, json_t *j) {
     kind = PX_BLOCK_REFUSAL;
   else
     return 0; /* reasoning_text parts belong to the reasoning block */
-  dblock_t *b = dstart(d, oi, ci, kind, NULL, NULL);
+  dblock_t *b = dstart(d, oi, ci, kind, NULL, NULL, 0);
   if (b == NULL) return PX_ENOMEM;
   const char *init = jstr(part, kind == PX_BLOCK_TEXT ? "text" : "refusal");
   if (init != NULL && *init != 0)
@@ -218,8 +231,9 @@ static int d_item_done(px_sdec_t *d, json_t *j) {
   int oi = oindex(j);
   if (t == NULL) return 0;
   dblock_t *b = dfind(d, oi, -1);
-  if (strcmp(t, "function_call") == 0 && b != NULL) {
-    const char *a = jstr(item, "arguments");
+  int custom = strcmp(t, "custom_tool_call") == 0;
+  if ((strcmp(t, "function_call") == 0 || custom) && b != NULL) {
+    const char *a = jstr(item, custom ? "input" : "arguments");
     if (!b->got_delta && a != NULL && *a != 0) {
       int rc = ddelta(d, b, PX_DELTA_TOOL_ARGS, a, strlen(a));
       if (rc < 0) return rc;
@@ -309,7 +323,7 @@ static int d_delta(px_sdec_t *d, json_t *j, px_delta_t kind, int item_level) {
     /* a server that skips response.content_part.added: the part starts
      * with its first delta */
     b = dstart(d, oindex(j), cindex(j),
-               kind == PX_DELTA_TEXT ? PX_BLOCK_TEXT : PX_BLOCK_REFUSAL, NULL, NULL);
+               kind == PX_DELTA_TEXT ? PX_BLOCK_TEXT : PX_BLOCK_REFUSAL, NULL, NULL, 0);
     if (b == NULL) return PX_ENOMEM;
   }
   if (b == NULL || !b->open)
@@ -387,6 +401,9 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
     rc = d_delta(d, j, PX_DELTA_REFUSAL, 0);
   } else if (strcmp(type, "response.function_call_arguments.delta") == 0) {
     rc = d_delta(d, j, PX_DELTA_TOOL_ARGS, 1);
+  } else if (strcmp(type, "response.custom_tool_call_input.delta") == 0) {
+    /* not carried toward Anthropic clients (no freeform tools): ignored */
+    if (d->ctx.in == PX_PROTO_CHAT) rc = d_delta(d, j, PX_DELTA_TOOL_ARGS, 1);
   } else if (strcmp(type, "response.reasoning_summary_text.delta") == 0 ||
              strcmp(type, "response.reasoning_text.delta") == 0) {
     rc = d_delta(d, j, PX_DELTA_THINKING, 1);
@@ -434,6 +451,7 @@ typedef struct eblock {
   int output_index;
   int content_index;
   int summary_open;
+  int custom; /* a custom (freeform) tool call */
   char *item_id;
   char *call_id;
   char *name;
@@ -704,12 +722,18 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
       b->call_id = dupn(ev->id);
       b->name = dupn(ev->name);
       if (b->call_id == NULL || b->name == NULL) return PX_ENOMEM;
-      px_responses_fc_id(e->up_id, b->call_id, e->next_oi, id, sizeof(id));
+      b->custom = ev->custom;
+      if (b->custom)
+        px_responses_ctc_id(e->up_id, b->call_id, e->next_oi, id, sizeof(id));
+      else
+        px_responses_fc_id(e->up_id, b->call_id, e->next_oi, id, sizeof(id));
       b->item_id = strdup(id);
       b->content_index = -1;
-      int oi = enew_item(e, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", id, "type",
-                                      "function_call", "status", "in_progress", "call_id",
-                                      b->call_id, "name", b->name, "arguments", ""));
+      int oi =
+          enew_item(e, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", id, "type",
+                                 b->custom ? "custom_tool_call" : "function_call",
+                                 "status", "in_progress", "call_id", b->call_id, "name",
+                                 b->name, b->custom ? "input" : "arguments", ""));
       if (oi < 0) return PX_ENOMEM;
       b->output_index = oi;
       return 0;
@@ -745,8 +769,10 @@ static int e_delta(px_senc_t *e, const px_ev_t *ev) {
       return edelta(e, "response.refusal.delta", b->item_id, b->output_index,
                     b->content_index, -1, ev->text.ptr, ev->text.len);
     case PX_BLOCK_TOOL_CALL:
-      return edelta(e, "response.function_call_arguments.delta", b->item_id,
-                    b->output_index, -1, -1, ev->text.ptr, ev->text.len);
+      return edelta(e,
+                    b->custom ? "response.custom_tool_call_input.delta"
+                              : "response.function_call_arguments.delta",
+                    b->item_id, b->output_index, -1, -1, ev->text.ptr, ev->text.len);
     case PX_BLOCK_THINKING:
     case PX_BLOCK_REDACTED_THINKING:
       if (!b->summary_open) {
@@ -827,12 +853,19 @@ static int e_block_stop(px_senc_t *e, const px_ev_t *ev) {
       break;
     }
     case PX_BLOCK_TOOL_CALL: {
-      rc = eemit(e, "response.function_call_arguments.done",
-                 json_pack("{s:s, s:i, s:s, s:O}", "item_id", b->item_id, "output_index",
-                           b->output_index, "name", b->name, "arguments", text));
+      if (b->custom)
+        rc = eemit(e, "response.custom_tool_call_input.done",
+                   json_pack("{s:s, s:i, s:O}", "item_id", b->item_id, "output_index",
+                             b->output_index, "input", text));
+      else
+        rc =
+            eemit(e, "response.function_call_arguments.done",
+                  json_pack("{s:s, s:i, s:s, s:O}", "item_id", b->item_id, "output_index",
+                            b->output_index, "name", b->name, "arguments", text));
       json_t *item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:O}", "id", b->item_id, "type",
-                               "function_call", "status", "completed", "call_id",
-                               b->call_id, "name", b->name, "arguments", text);
+                               b->custom ? "custom_tool_call" : "function_call", "status",
+                               "completed", "call_id", b->call_id, "name", b->name,
+                               b->custom ? "input" : "arguments", text);
       if (item == NULL) rc = PX_ENOMEM;
       if (rc == 0) {
         json_array_set(e->output, (size_t)b->output_index, item);
@@ -956,8 +989,9 @@ static json_t *epartial_item(px_senc_t *e, int oi) {
       json_array_append_new(json_object_get(item, "content"), part);
     } else if (b->kind == PX_BLOCK_TOOL_CALL && item == NULL) {
       item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:O}", "id", b->item_id, "type",
-                       "function_call", "status", "incomplete", "call_id", b->call_id,
-                       "name", b->name, "arguments", text);
+                       b->custom ? "custom_tool_call" : "function_call", "status",
+                       "incomplete", "call_id", b->call_id, "name", b->name,
+                       b->custom ? "input" : "arguments", text);
     } else if (item == NULL) {
       item = json_pack("{s:s, s:s, s:s, s:[]}", "id", b->item_id, "type", "reasoning",
                        "status", "incomplete", "summary");
