@@ -18,13 +18,27 @@ static size_t skip_ws(const char *p, size_t i, size_t n) {
   return i;
 }
 
+/* i at the opening quote; returns the index after the closing one. */
 static size_t skip_string(const char *p, size_t i, size_t n) {
-  for (i++; i < n; i++) {
-    if (p[i] == '\\') i++;
-    else if (p[i] == '"') return i + 1;
+  for (i++; i < n;) {
+    const char *q = memchr(p + i, '"', n - i);
+    if (q == NULL) return MORE;
+    size_t j = (size_t)(q - p), k = j;
+    while (k > i && p[k - 1] == '\\') k--;
+    if (((j - k) & 1) == 0) return j + 1; /* an even run of backslashes */
+    i = j + 1;
   }
   return MORE;
 }
+
+/* Bytes that matter inside a container: quotes and brackets. */
+static const unsigned char structural[256] = {
+    ['"'] = 1, ['{'] = 2, ['['] = 2, ['}'] = 3, [']'] = 3,
+};
+/* Bytes that end a scalar. */
+static const unsigned char scalar_end[256] = {
+    [0] = 1, [','] = 1, ['}'] = 1, [']'] = 1, [' '] = 1, ['\t'] = 1, ['\r'] = 1, ['\n'] = 1,
+};
 
 static size_t skip_value(const char *p, size_t i, size_t n) {
   if (i >= n) return MORE;
@@ -33,22 +47,24 @@ static size_t skip_value(const char *p, size_t i, size_t n) {
   if (c == '{' || c == '[') {
     int depth = 0;
     while (i < n) {
-      c = p[i];
-      if (c == '"') {
+      unsigned char k = structural[(unsigned char)p[i]];
+      if (k == 0) {
+        i++;
+        continue;
+      }
+      if (k == 1) {
         i = skip_string(p, i, n);
         if (i == MORE) return MORE;
         continue;
       }
-      if (c == '{' || c == '[') depth++;
-      else if (c == '}' || c == ']') {
-        if (--depth == 0) return i + 1;
-      }
+      if (k == 2) depth++;
+      else if (--depth == 0) return i + 1;
       i++;
     }
     return MORE;
   }
   size_t s = i;
-  while (i < n && strchr(",}] \t\r\n", p[i]) == NULL) i++;
+  while (i < n && !scalar_end[(unsigned char)p[i]]) i++;
   if (i == n) return MORE;
   return i > s ? i : END;
 }
