@@ -997,7 +997,9 @@ static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, px_proto_t in, en
     x->stream = ep == EP_GATEWAY &&
                 px_json_find(bd, r->body.len, P_STREAM, 1, &vs, &vl) == PX_JSON_FOUND &&
                 vl == 4 && memcmp(bd + vs, "true", 4) == 0;
-    x->include_usage = px_json_find(bd, r->body.len, P_USAGE, 2, &vs, &vl) == PX_JSON_FOUND &&
+    /* only a stream uses it: no third scan of the body otherwise */
+    x->include_usage = x->stream &&
+                       px_json_find(bd, r->body.len, P_USAGE, 2, &vs, &vl) == PX_JSON_FOUND &&
                        vl == 4 && memcmp(bd + vs, "true", 4) == 0;
   } else {
     if (parse_body(x) < 0) return;
