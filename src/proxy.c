@@ -859,6 +859,8 @@ static void start_attempt(px_exch_t *x) {
       .first_byte_timeout_ms = x->up->first_byte_timeout_ms,
       .idle_timeout_ms = x->up->idle_timeout_ms,
       .http2 = x->up->http2,
+      .ca_file = x->up->ca_file,
+      .tls_no_verify = !x->up->tls_verify,
       .pool = x->up->name,
       .max_connections = x->up->max_connections,
   };

@@ -695,6 +695,11 @@ static int setup_easy(px_xfer_t *x, const px_xfer_opts_t *o) {
   SET(CURLOPT_HTTP_VERSION,
       o->http2 ? (long)CURL_HTTP_VERSION_2TLS : (long)CURL_HTTP_VERSION_1_1);
   if (o->http2) SET(CURLOPT_PIPEWAIT, 1L);
+  if (o->ca_file) SET(CURLOPT_CAINFO, o->ca_file);
+  if (o->tls_no_verify) {
+    SET(CURLOPT_SSL_VERIFYPEER, 0L);
+    SET(CURLOPT_SSL_VERIFYHOST, 0L);
+  }
   if (o->connect_timeout_ms) SET(CURLOPT_CONNECTTIMEOUT_MS, (long)o->connect_timeout_ms);
   SET(CURLOPT_OPENSOCKETFUNCTION, on_opensocket);
   SET(CURLOPT_OPENSOCKETDATA, (void *)c);

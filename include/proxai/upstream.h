@@ -65,6 +65,8 @@ typedef struct px_xfer_opts {
   uint64_t first_byte_timeout_ms;
   uint64_t idle_timeout_ms;
   int http2;                 /**< 0: HTTP/1.1 only; 1: negotiate h2 */
+  const char *ca_file;       /**< CA bundle for HTTPS; NULL = system default */
+  int tls_no_verify;         /**< 1: skip peer and host name verification */
   const char *pool;          /**< name of the connection limit group */
   unsigned max_connections;  /**< per pool; excess transfers wait FIFO; 0 = no limit */
 } px_xfer_opts_t;
