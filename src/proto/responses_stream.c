@@ -451,12 +451,13 @@ typedef struct eblock {
   int output_index;
   int content_index;
   int summary_open;
-  int custom; /* a custom (freeform) tool call */
+  int custom;    /* a custom (freeform) tool call */
+  int tix;       /* its text slot (escaped text / arguments), see etext() */
+  px_buf_t dpre; /* delta event head after the sequence number */
   char *item_id;
   char *call_id;
   char *name;
-  px_buf_t text; /* accumulated text / arguments */
-  px_buf_t enc;  /* reasoning encrypted content */
+  px_buf_t enc; /* reasoning encrypted content */
 } eblock_t;
 
 struct px_senc {
@@ -483,6 +484,15 @@ struct px_senc {
   px_usage_t usage;
   char *explanation;
   px_buf_t scratch;
+  /* Text slots: the text of every block, JSON-escaped once as its deltas
+   * go out. jansson trees (items, the final response) hold a placeholder
+   * string for a slot; eemit() splices the escaped bytes in while writing,
+   * so a text is never copied into jansson nor escaped again (the closing
+   * events repeat it four times). */
+  px_buf_t *texts;
+  size_t ntexts, captexts;
+  char marker[48];        /* placeholder prefix as dumped: \u0001pxtx<hex>_ */
+  char mraw[32];          /* the same, raw: 0x01 pxtx<hex>_ */
   px_senc_t *next, *prev; /* live encoders of this thread (see below) */
 };
 
@@ -519,9 +529,76 @@ static int dump_cb(const char *buf, size_t size, void *data) {
   return d->rc < 0 ? -1 : 0;
 }
 
-/* Emit a jansson event straight into the out buffer (no intermediate
- * string): type and sequence_number are set here. On failure the out
- * buffer is left as it was. */
+/* A new text slot; its index, or <0. */
+static int etext_new(px_senc_t *e) {
+  if (e->ntexts == e->captexts) {
+    size_t nc = e->captexts ? e->captexts * 2 : 8;
+    px_buf_t *n = realloc(e->texts, nc * sizeof(*n));
+    if (n == NULL) return PX_ENOMEM;
+    e->texts = n;
+    e->captexts = nc;
+  }
+  px_buf_init(&e->texts[e->ntexts], SIZE_MAX);
+  return (int)e->ntexts++;
+}
+
+/* The placeholder string of a text slot (a jansson string). */
+static json_t *etext(px_senc_t *e, int tix) {
+  char ph[64];
+  snprintf(ph, sizeof(ph), "%s%d\x01", e->mraw, tix);
+  return json_string(ph);
+}
+
+/* The real text of a slot as a jansson string (slow path: error output). */
+static json_t *etext_value(px_senc_t *e, int tix) {
+  px_buf_t *t = &e->texts[tix];
+  px_buf_t q;
+  px_buf_init(&q, SIZE_MAX);
+  json_t *v = NULL;
+  if (px_buf_append(&q, "\"", 1) == 0 && px_buf_append(&q, t->data, t->len) == 0 &&
+      px_buf_append(&q, "\"", 1) == 0)
+    v = json_loadb(q.data, q.len, JSON_DECODE_ANY, NULL);
+  px_buf_free(&q);
+  return v;
+}
+
+/* Copy a dumped event to out, replacing each quoted placeholder with the
+ * escaped text of its slot. */
+static int esplice(px_senc_t *e, const char *p, size_t n) {
+  size_t ml = strlen(e->marker);
+  while (n > 0) {
+    const char *m = memmem(p, n, e->marker, ml);
+    if (m == NULL) return px_buf_append(e->out, p, n);
+    size_t head = (size_t)(m - p);
+    const char *q = m + ml;
+    const char *end = p + n;
+    size_t ix = 0;
+    int nd = 0;
+    while (q < end && *q >= '0' && *q <= '9' && nd < 9)
+      ix = ix * 10 + (size_t)(*q++ - '0'), nd++;
+    if (head == 0 || p[head - 1] != '"' || nd == 0 || end - q < 7 ||
+        memcmp(q, "\\u0001\"", 7) != 0 || ix >= e->ntexts) {
+      /* not a placeholder after all: copy through the marker */
+      int rc = px_buf_append(e->out, p, head + ml);
+      if (rc < 0) return rc;
+      p += head + ml;
+      n -= head + ml;
+      continue;
+    }
+    px_buf_t *t = &e->texts[ix];
+    int rc = px_buf_append(e->out, p, head); /* up to and with the quote */
+    if (rc == 0 && t->len) rc = px_buf_append(e->out, t->data, t->len);
+    if (rc < 0) return rc;
+    q += 6; /* the closing quote stays */
+    n -= (size_t)(q - p);
+    p = q;
+  }
+  return 0;
+}
+
+/* Emit a jansson event into the out buffer: type and sequence_number are
+ * set here, text placeholders spliced. On failure the out buffer is left as
+ * it was. */
 static int eemit(px_senc_t *e, const char *type, json_t *obj) {
   if (obj == NULL) return PX_ENOMEM;
   json_t *full =
@@ -533,14 +610,17 @@ static int eemit(px_senc_t *e, const char *type, json_t *obj) {
   json_object_update(full, obj);
   json_decref(obj);
   size_t mark = e->out->len;
+  px_buf_reset(&e->scratch);
+  dump_ctx_t dc = {&e->scratch, 0};
   int rc = px_buf_puts(e->out, "event: ");
   if (rc == 0) rc = px_buf_puts(e->out, type);
   if (rc == 0) rc = px_buf_puts(e->out, "\ndata: ");
-  dump_ctx_t dc = {e->out, 0};
   if (rc == 0 && json_dump_callback(full, dump_cb, &dc, JSON_COMPACT) != 0)
     rc = dc.rc < 0 ? dc.rc : PX_ENOMEM;
+  if (rc == 0) rc = esplice(e, e->scratch.data, e->scratch.len);
   if (rc == 0) rc = px_buf_puts(e->out, "\n\n");
   json_decref(full);
+  if (e->scratch.size > (64u << 10)) px_buf_free(&e->scratch);
   if (rc < 0) {
     e->out->len = mark;
     return rc;
@@ -549,26 +629,62 @@ static int eemit(px_senc_t *e, const char *type, json_t *obj) {
   return 0;
 }
 
-/* Emit a delta event without building a tree. */
-static int edelta(px_senc_t *e, const char *type, const char *item_id, int oi, int ci,
-                  int summary, const char *s, size_t n) {
-  px_buf_t *b = &e->scratch;
-  px_buf_reset(b);
-  int rc = px_buf_printf(b,
-                         "{\"type\":\"%s\",\"sequence_number\":%lld,"
-                         "\"item_id\":",
-                         type, (long long)e->seq++);
-  if (rc == 0) rc = px_buf_json_str(b, item_id, strlen(item_id));
-  if (rc == 0) rc = px_buf_printf(b, ",\"output_index\":%d", oi);
-  if (rc == 0 && ci >= 0) rc = px_buf_printf(b, ",\"content_index\":%d", ci);
-  if (rc == 0 && summary >= 0) rc = px_buf_printf(b, ",\"summary_index\":%d", summary);
-  if (rc == 0) rc = px_buf_puts(b, ",\"delta\":");
-  if (rc == 0) rc = px_buf_json_str(b, s, n);
-  if (rc == 0 && strcmp(type, "response.output_text.delta") == 0)
-    rc = px_buf_puts(b, ",\"logprobs\":[]");
-  if (rc == 0) rc = px_buf_puts(b, "}");
-  if (rc == 0) rc = px_sse_write(e->out, type, b->data, b->len);
+static char *utoa(char *end, unsigned long long v) {
+  *--end = 0;
+  do {
+    *--end = (char)('0' + v % 10);
+    v /= 10;
+  } while (v);
+  return end;
+}
+
+/* The delta event head of a block after its sequence number:
+ * ,"item_id":..,"output_index":N[,"content_index":M][,"summary_index":S],"delta":" */
+static int edelta_head(eblock_t *b, int ci, int summary) {
+  px_buf_t *h = &b->dpre;
+  px_buf_reset(h);
+  int rc = px_buf_puts(h, ",\"item_id\":");
+  if (rc == 0) rc = px_buf_json_str(h, b->item_id, strlen(b->item_id));
+  if (rc == 0) rc = px_buf_printf(h, ",\"output_index\":%d", b->output_index);
+  if (rc == 0 && ci >= 0) rc = px_buf_printf(h, ",\"content_index\":%d", ci);
+  if (rc == 0 && summary >= 0) rc = px_buf_printf(h, ",\"summary_index\":%d", summary);
+  if (rc == 0) rc = px_buf_puts(h, ",\"delta\":\"");
   return rc;
+}
+
+/* Emit a delta event by hand, escaping the text once, straight into the out
+ * buffer, and append the escaped bytes to the block's text slot. */
+static int edelta(px_senc_t *e, eblock_t *b, const char *type, const char *s, size_t n) {
+  px_buf_t *o = e->out;
+  size_t mark = o->len, tl = strlen(type);
+  char num[24];
+  const char *ns = utoa(num + sizeof(num), (unsigned long long)e->seq);
+  size_t nl = (size_t)(num + sizeof(num) - 1 - ns);
+  int lp = strcmp(type, "response.output_text.delta") == 0;
+  int rc = px_buf_reserve(o, 7 + tl + 16 + tl + 20 + nl + b->dpre.len + n + 24);
+  if (rc < 0) return rc;
+  char *w = o->data + o->len;
+  memcpy(w, "event: ", 7), w += 7;
+  memcpy(w, type, tl), w += tl;
+  memcpy(w, "\ndata: {\"type\":\"", 16), w += 16;
+  memcpy(w, type, tl), w += tl;
+  memcpy(w, "\",\"sequence_number\":", 20), w += 20;
+  memcpy(w, ns, nl), w += nl;
+  memcpy(w, b->dpre.data, b->dpre.len), w += b->dpre.len;
+  o->len = (size_t)(w - o->data);
+  size_t es = o->len;
+  rc = px_buf_json_escape(o, s, n);
+  size_t ee = o->len;
+  if (rc == 0) rc = px_buf_append(&e->texts[b->tix], o->data + es, ee - es);
+  if (rc == 0)
+    rc = lp ? px_buf_append(o, "\",\"logprobs\":[]}\n\n", 18)
+            : px_buf_append(o, "\"}\n\n", 4);
+  if (rc < 0) {
+    o->len = mark;
+    return rc;
+  }
+  e->seq++;
+  return 0;
 }
 
 static json_t *eresponse(px_senc_t *e, const char *status, const char *reason,
@@ -654,7 +770,7 @@ static void efree_block(eblock_t *b) {
   free(b->item_id);
   free(b->call_id);
   free(b->name);
-  px_buf_free(&b->text);
+  px_buf_free(&b->dpre);
   px_buf_free(&b->enc);
   memset(b, 0, sizeof(*b));
 }
@@ -664,8 +780,10 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
   if (b == NULL || b->used) return PX_EPROTO;
   b->used = 1;
   b->kind = ev->block;
-  px_buf_init(&b->text, SIZE_MAX);
   px_buf_init(&b->enc, SIZE_MAX);
+  px_buf_init(&b->dpre, 1024);
+  b->tix = etext_new(e);
+  if (b->tix < 0) return PX_ENOMEM;
   char id[200];
   int rc;
   switch (ev->block) {
@@ -685,15 +803,14 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
                         ? json_pack("{s:s, s:s, s:[]}", "type", "output_text", "text", "",
                                     "annotations")
                         : json_pack("{s:s, s:s}", "type", "refusal", "refusal", "")));
+      if (rc == 0) rc = edelta_head(b, b->content_index, -1);
       if (rc == 0 && ev->text.len > 0) {
         rc = eaccum(e, ev->text.len);
-        if (rc == 0) rc = px_buf_append(&b->text, ev->text.ptr, ev->text.len);
         if (rc == 0)
-          rc = edelta(e,
+          rc = edelta(e, b,
                       ev->block == PX_BLOCK_TEXT ? "response.output_text.delta"
                                                  : "response.refusal.delta",
-                      b->item_id, b->output_index, b->content_index, -1, ev->text.ptr,
-                      ev->text.len);
+                      ev->text.ptr, ev->text.len);
       }
       return rc;
     case PX_BLOCK_THINKING:
@@ -714,7 +831,7 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
           e, json_pack("{s:s, s:s, s:[]}", "id", id, "type", "reasoning", "summary"));
       if (oi < 0) return PX_ENOMEM;
       b->output_index = oi;
-      return 0;
+      return edelta_head(b, -1, 0);
     }
     case PX_BLOCK_TOOL_CALL: {
       rc = eclose_msg(e);
@@ -736,7 +853,7 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
                                  b->name, b->custom ? "input" : "arguments", ""));
       if (oi < 0) return PX_ENOMEM;
       b->output_index = oi;
-      return 0;
+      return edelta_head(b, -1, -1);
     }
   }
   return PX_EPROTO;
@@ -759,20 +876,17 @@ static int e_delta(px_senc_t *e, const px_ev_t *ev) {
   }
   if (ev->text.len == 0) return 0;
   rc = eaccum(e, ev->text.len);
-  if (rc == 0) rc = px_buf_append(&b->text, ev->text.ptr, ev->text.len);
   if (rc < 0) return rc;
   switch (b->kind) {
     case PX_BLOCK_TEXT:
-      return edelta(e, "response.output_text.delta", b->item_id, b->output_index,
-                    b->content_index, -1, ev->text.ptr, ev->text.len);
+      return edelta(e, b, "response.output_text.delta", ev->text.ptr, ev->text.len);
     case PX_BLOCK_REFUSAL:
-      return edelta(e, "response.refusal.delta", b->item_id, b->output_index,
-                    b->content_index, -1, ev->text.ptr, ev->text.len);
+      return edelta(e, b, "response.refusal.delta", ev->text.ptr, ev->text.len);
     case PX_BLOCK_TOOL_CALL:
-      return edelta(e,
+      return edelta(e, b,
                     b->custom ? "response.custom_tool_call_input.delta"
                               : "response.function_call_arguments.delta",
-                    b->item_id, b->output_index, -1, -1, ev->text.ptr, ev->text.len);
+                    ev->text.ptr, ev->text.len);
     case PX_BLOCK_THINKING:
     case PX_BLOCK_REDACTED_THINKING:
       if (!b->summary_open) {
@@ -783,8 +897,8 @@ static int e_delta(px_senc_t *e, const px_ev_t *ev) {
                              "type", "summary_text", "text", ""));
         if (rc < 0) return rc;
       }
-      return edelta(e, "response.reasoning_summary_text.delta", b->item_id,
-                    b->output_index, -1, 0, ev->text.ptr, ev->text.len);
+      return edelta(e, b, "response.reasoning_summary_text.delta", ev->text.ptr,
+                    ev->text.len);
   }
   return PX_EPROTO;
 }
@@ -793,9 +907,8 @@ static int e_block_stop(px_senc_t *e, const px_ev_t *ev) {
   eblock_t *b = eblock(e, ev->index);
   if (b == NULL || !b->used) return PX_EPROTO;
   int rc = 0;
-  json_t *text = json_stringn(b->text.data ? b->text.data : "", b->text.len);
+  json_t *text = etext(e, b->tix);
   if (text == NULL) return PX_ENOMEM;
-  px_buf_free(&b->text); /* the closing events are big: one copy less */
   switch (b->kind) {
     case PX_BLOCK_TEXT:
     case PX_BLOCK_REFUSAL: {
@@ -979,7 +1092,7 @@ static json_t *epartial_item(px_senc_t *e, int oi) {
   for (size_t i = 0; i < e->nblocks; i++) {
     eblock_t *b = &e->blocks[i];
     if (!b->used || b->output_index != oi) continue;
-    json_t *text = json_stringn(b->text.data ? b->text.data : "", b->text.len);
+    json_t *text = etext_value(e, b->tix);
     if (text == NULL) continue;
     if ((b->kind == PX_BLOCK_TEXT || b->kind == PX_BLOCK_REFUSAL) && item != NULL) {
       json_t *part = b->kind == PX_BLOCK_TEXT
@@ -995,7 +1108,7 @@ static json_t *epartial_item(px_senc_t *e, int oi) {
     } else if (item == NULL) {
       item = json_pack("{s:s, s:s, s:s, s:[]}", "id", b->item_id, "type", "reasoning",
                        "status", "incomplete", "summary");
-      if (item != NULL && b->text.len > 0)
+      if (item != NULL && json_string_length(text) > 0)
         json_array_append_new(
             json_object_get(item, "summary"),
             json_pack("{s:s, s:O}", "type", "summary_text", "text", text));
@@ -1065,6 +1178,12 @@ px_senc_t *px_responses_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
   e->usage.cache_read_tokens = e->usage.cache_creation_tokens = -1;
   e->usage.reasoning_tokens = -1;
   px_buf_init(&e->scratch, SIZE_MAX);
+  /* placeholder prefix: not guessable from the content (address entropy) */
+  unsigned long long h = (unsigned long long)(uintptr_t)e * 0x9E3779B97F4A7C15ull;
+  h ^= (unsigned long long)(uintptr_t)&live * 0xC2B2AE3D27D4EB4Full;
+  h ^= (unsigned long long)ctx->created * 0x165667B19E3779F9ull;
+  snprintf(e->mraw, sizeof(e->mraw), "\x01pxtx%016llx_", h);
+  snprintf(e->marker, sizeof(e->marker), "\\u0001pxtx%016llx_", h);
   if (e->output == NULL) {
     free(e);
     return NULL;
@@ -1142,6 +1261,8 @@ void px_responses_senc_free(px_senc_t *e) {
   for (size_t i = 0; i < e->nblocks; i++)
     if (e->blocks[i].used) efree_block(&e->blocks[i]);
   free(e->blocks);
+  for (size_t i = 0; i < e->ntexts; i++) px_buf_free(&e->texts[i]);
+  free(e->texts);
   json_decref(e->output);
   json_decref(e->msg_content);
   free(e->explanation);
