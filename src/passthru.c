@@ -147,7 +147,8 @@ static int64_t find_int(const char *p, size_t n, const char *const *path, size_t
   return strtoll(p + s, NULL, 10);
 }
 
-/* Usage object member names per protocol, and where the object sits. */
+/* Usage object member names per protocol, and where the object sits. The
+ * usage object is located once; its members are read inside it. */
 static void usage_at(px_proto_t proto, const char *p, size_t n, const char *outer,
                      px_usage_t *u) {
   const char *in_name, *out_name;
@@ -155,29 +156,37 @@ static void usage_at(px_proto_t proto, const char *p, size_t n, const char *oute
   case PX_PROTO_CHAT: in_name = "prompt_tokens"; out_name = "completion_tokens"; break;
   default: in_name = "input_tokens"; out_name = "output_tokens"; break;
   }
-  const char *pin[3], *pout[3];
-  size_t d = 0;
-  if (outer) pin[d] = pout[d] = outer, d++;
-  pin[d] = pout[d] = "usage";
-  d++;
-  pin[d] = in_name;
-  pout[d] = out_name;
-  d++;
-  int64_t v = find_int(p, n, pin, d);
+  const char *path[2];
+  size_t d = 0, s, l;
+  if (outer) path[d++] = outer;
+  path[d++] = "usage";
+  int rc = px_json_find(p, n, path, d, &s, &l);
+  if (rc == PX_JSON_MORE) { /* a prefix cut inside usage: read what is there */
+    const char *pin[3] = {path[0], path[1], NULL}, *pout[3] = {path[0], path[1], NULL};
+    pin[d] = in_name;
+    pout[d] = out_name;
+    int64_t v = find_int(p, n, pin, d + 1);
+    if (v >= 0) u->input_tokens = v;
+    v = find_int(p, n, pout, d + 1);
+    if (v >= 0) u->output_tokens = v;
+    return;
+  }
+  if (rc != PX_JSON_FOUND || p[s] != '{') return;
+  p += s;
+  n = l;
+  int64_t v = find_int(p, n, &in_name, 1);
   if (v >= 0) {
     u->input_tokens = v;
     if (proto == PX_PROTO_ANTHROPIC) {
-      const char *pc[3];
-      memcpy(pc, pin, sizeof(pc));
-      pc[d - 1] = "cache_read_input_tokens";
-      int64_t c = find_int(p, n, pc, d);
+      static const char *const cr[] = {"cache_read_input_tokens"};
+      static const char *const cc[] = {"cache_creation_input_tokens"};
+      int64_t c = find_int(p, n, cr, 1);
       if (c > 0) u->input_tokens += c;
-      pc[d - 1] = "cache_creation_input_tokens";
-      c = find_int(p, n, pc, d);
+      c = find_int(p, n, cc, 1);
       if (c > 0) u->input_tokens += c;
     }
   }
-  v = find_int(p, n, pout, d);
+  v = find_int(p, n, &out_name, 1);
   if (v >= 0) u->output_tokens = v;
 }
 
