@@ -67,6 +67,8 @@ struct px_conn {
   int failing;             /* a write failed: close on the next tick */
   int close_after_flush;
   int resp_started, resp_chunked;
+  px_buf_t head;           /* response head held back for the first body bytes */
+  int head_pending;
   size_t pending;
   int above_high;
   uint64_t bytes_out;
@@ -105,8 +107,14 @@ static void make_request_id(px_req_t *r) {
     }
   }
   if (rid_state == 0) rid_state = uv_hrtime() ^ ((uint64_t)getpid() << 32);
-  snprintf(r->request_id, sizeof(r->request_id), "req_%016llx%08llx",
-           (unsigned long long)splitmix(), (unsigned long long)(splitmix() >> 32));
+  /* "req_" + 16 + 8 hex digits, as "req_%016llx%08llx" (no printf per request) */
+  static const char hex[] = "0123456789abcdef";
+  uint64_t a = splitmix(), b = splitmix() >> 32;
+  char *o = r->request_id;
+  memcpy(o, "req_", 4);
+  for (int i = 0; i < 16; i++) o[4 + i] = hex[(a >> (60 - 4 * i)) & 15];
+  for (int i = 0; i < 8; i++) o[20 + i] = hex[(b >> (28 - 4 * i)) & 15];
+  o[28] = 0;
 }
 
 const char *px_req_header(const px_req_t *r, const char *name) {
@@ -128,6 +136,7 @@ static void on_fail_timer(uv_timer_t *t) { conn_close(t->data); }
 static void conn_fail(px_conn_t *c) {
   if (c->closing || c->failing) return;
   c->failing = 1;
+  c->head_pending = 0;
   uv_read_stop(&c->h.stream);
   c->reading = 0;
   c->timer.data = c;
@@ -156,7 +165,24 @@ static int conn_writev(px_conn_t *c, uv_buf_t *bufs, unsigned n) {
   if (c->closing || c->failing) return UV_ECANCELED;
   size_t total = 0;
   for (unsigned i = 0; i < n; i++) total += bufs[i].len;
-  c->bytes_out += total;
+  c->bytes_out += total; /* the held-back head below is not body */
+  uv_buf_t all[8];
+  if (c->head_pending) { /* head and body leave in one write */
+    c->head_pending = 0;
+    uv_timer_stop(&c->timer);
+    all[0] = uv_buf_init(c->head.data, (unsigned)c->head.len);
+    total += c->head.len;
+    if (n >= sizeof(all) / sizeof(all[0])) { /* not from this file: head alone first */
+      c->bytes_out -= total - c->head.len; /* both calls below count again */
+      int rc = conn_writev(c, all, 1);
+      c->bytes_out -= all[0].len;
+      if (rc < 0) return rc;
+      return conn_writev(c, bufs, n);
+    }
+    for (unsigned i = 0; i < n; i++) all[i + 1] = bufs[i];
+    bufs = all;
+    n++;
+  }
   size_t done = 0;
   if (c->pending == 0) {
     int rc = uv_try_write(&c->h.stream, bufs, n);
@@ -196,6 +222,11 @@ static int conn_writev(px_conn_t *c, uv_buf_t *bufs, unsigned n) {
   c->pending += off;
   if (c->pending > PX_WQ_HIGH) c->above_high = 1;
   return 0;
+}
+
+static void on_head_flush(uv_timer_t *t) {
+  px_conn_t *c = t->data;
+  if (c->head_pending && !c->closing) conn_writev(c, NULL, 0);
 }
 
 static int conn_write(px_conn_t *c, const char *p, size_t n) {
@@ -247,18 +278,37 @@ int px_resp_start(px_conn_t *c, int status, const px_hdr_t *hdrs, size_t n,
   px_buf_t *out = &b;
   int rc = 0;
 again:
-  rc = px_buf_printf(out, "HTTP/1.1 %d %s\r\n", status, status_text(status));
+  if (status < 100 || status > 999) {
+    rc = px_buf_printf(out, "HTTP/1.1 %d %s\r\n", status, status_text(status));
+  } else {
+    char sl[16] = "HTTP/1.1 ";
+    sl[9] = (char)('0' + status / 100);
+    sl[10] = (char)('0' + status / 10 % 10);
+    sl[11] = (char)('0' + status % 10);
+    sl[12] = ' ';
+    rc = px_buf_append(out, sl, 13);
+    if (rc == 0) rc = px_buf_puts(out, status_text(status));
+    if (rc == 0) rc = px_buf_append(out, "\r\n", 2);
+  }
   for (size_t i = 0; rc == 0 && i < n; i++) {
     rc = px_buf_append(out, hdrs[i].name.ptr, hdrs[i].name.len);
     if (rc == 0) rc = px_buf_append(out, ": ", 2);
     if (rc == 0) rc = px_buf_append(out, hdrs[i].value.ptr, hdrs[i].value.len);
     if (rc == 0) rc = px_buf_append(out, "\r\n", 2);
   }
-  if (rc == 0) rc = px_buf_printf(out, "x-request-id: %s\r\n", c->req.request_id);
+  if (rc == 0) rc = px_buf_append(out, "x-request-id: ", 14);
+  if (rc == 0) rc = px_buf_puts(out, c->req.request_id);
+  if (rc == 0) rc = px_buf_append(out, "\r\n", 2);
   if (rc == 0) {
-    if (content_length >= 0)
-      rc = px_buf_printf(out, "content-length: %lld\r\n", (long long)content_length);
-    else
+    if (content_length >= 0) {
+      char num[24];
+      size_t k = sizeof(num);
+      uint64_t v = (uint64_t)content_length;
+      do num[--k] = (char)('0' + v % 10); while ((v /= 10) != 0);
+      rc = px_buf_append(out, "content-length: ", 16);
+      if (rc == 0) rc = px_buf_append(out, num + k, sizeof(num) - k);
+      if (rc == 0) rc = px_buf_append(out, "\r\n", 2);
+    } else
       rc = px_buf_puts(out, "transfer-encoding: chunked\r\n");
   }
   if (rc == 0 && (!c->req.keep_alive || c->srv->draining))
@@ -267,6 +317,22 @@ again:
   if (rc == PX_ETOOBIG && out == &b) {
     out = &big;
     goto again;
+  }
+  if (rc == 0 && content_length > 0 && out == &b) {
+    /* A body follows: the head waits for its first bytes (one write, not
+     * two), at most until the end of this loop iteration. */
+    px_buf_reset(&c->head);
+    rc = px_buf_append(&c->head, out->data, out->len);
+    if (rc == 0) {
+      c->resp_started = 1;
+      c->resp_chunked = 0;
+      c->head_pending = 1;
+      c->timer.data = c;
+      uv_timer_start(&c->timer, on_head_flush, 0, 0);
+      px_buf_free(&big);
+      return 0;
+    }
+    rc = 0;
   }
   if (rc == 0) {
     c->resp_started = 1;
@@ -294,6 +360,11 @@ int px_resp_write_take(px_conn_t *c, char *p, size_t n) {
   if (c->closing || c->failing || !c->resp_started || n == 0) {
     free(p);
     return n == 0 ? 0 : UV_ECANCELED;
+  }
+  if (c->head_pending) conn_writev(c, NULL, 0);
+  if (c->closing || c->failing) {
+    free(p);
+    return UV_ECANCELED;
   }
   char sz[24];
   int l = c->resp_chunked ? snprintf(sz, sizeof(sz), "%zx\r\n", n) : 0;
@@ -395,6 +466,8 @@ static void start_idle_timer(px_conn_t *c) {
 
 void px_resp_end(px_conn_t *c) {
   if (c->state != C_BUSY) return;
+  if (c->head_pending && !c->closing && !c->failing) conn_writev(c, NULL, 0);
+  c->head_pending = 0;
   if (c->resp_started && c->resp_chunked && !c->closing && !c->failing)
     conn_write(c, "0\r\n\r\n", 5);
   c->state = C_IDLE;
@@ -423,6 +496,7 @@ out:
 
 void px_resp_abort(px_conn_t *c) {
   c->handler = NULL;
+  c->head_pending = 0;
   conn_close(c);
 }
 
@@ -651,6 +725,7 @@ static void on_conn_handle_closed(uv_handle_t *h) {
   px_buf_free(&c->req.hbuf);
   px_buf_free(&c->req.body);
   px_buf_free(&c->in);
+  px_buf_free(&c->head);
   free(c->req.hdrs);
   free(c->offs);
   free(c);
@@ -659,6 +734,7 @@ static void on_conn_handle_closed(uv_handle_t *h) {
 static void conn_close(px_conn_t *c) {
   if (c->closing) return;
   c->closing = 1;
+  c->head_pending = 0;
   if (c->state == C_BUSY) {
     const px_conn_handler_t *h = c->handler;
     c->handler = NULL;
@@ -769,6 +845,7 @@ static void on_connection(uv_stream_t *ls, int status) {
   px_buf_init(&c->req.hbuf, s->config->server.max_header + 1024);
   px_buf_init(&c->req.body, s->config->server.max_body + 1);
   px_buf_init(&c->in, PX_MAX_PIPELINED);
+  px_buf_init(&c->head, 16384);
   c->next = s->conns;
   if (s->conns) s->conns->prev = c;
   s->conns = c;
