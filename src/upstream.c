@@ -931,11 +931,25 @@ static int h1_send(px_xfer_t *x) {
   px_buf_reset(&x->hbuf);
   uv_buf_t b[2] = {uv_buf_init(x->reqhead, (unsigned)x->reqhead_len),
                    uv_buf_init((char *)(x->body ? x->body : ""), (unsigned)x->body_len)};
+  unsigned nb = x->body_len ? 2 : 1;
+  /* most requests leave in one writev, without a write request */
+  int rc = uv_try_write((uv_stream_t *)&hc->tcp, b, nb);
+  if (rc < 0 && rc != UV_EAGAIN) return rc;
+  size_t done = rc > 0 ? (size_t)rc : 0;
+  uv_buf_t *rest = b;
+  while (nb > 0 && done >= rest->len) {
+    done -= rest->len;
+    rest++;
+    nb--;
+  }
+  h1_read_start(hc);
+  if (nb == 0) return 0;
+  rest->base += done;
+  rest->len -= done;
   hc->wreq.data = hc;
-  int rc = uv_write(&hc->wreq, (uv_stream_t *)&hc->tcp, b, x->body_len ? 2 : 1, h1_on_written);
+  rc = uv_write(&hc->wreq, (uv_stream_t *)&hc->tcp, rest, nb, h1_on_written);
   if (rc < 0) return rc;
   hc->writing = true;
-  h1_read_start(hc);
   return 0;
 }
 
