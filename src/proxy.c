@@ -734,33 +734,48 @@ static int forward_header(const px_str_t name, px_proto_t out) {
   return 0;
 }
 
+/* "a" "b" "c" joined into a new string, at most 4095 bytes (as the
+ * snprintf into a 4096-byte buffer it replaces); no printf per header. */
+static char *hdr_join(px_str_t a, px_str_t b, px_str_t c) {
+  char tmp[4096];
+  size_t k = 0;
+  const px_str_t parts[3] = {a, b, c};
+  for (size_t i = 0; i < 3; i++) {
+    size_t l = parts[i].len < sizeof(tmp) - 1 - k ? parts[i].len : sizeof(tmp) - 1 - k;
+    if (l) memcpy(tmp + k, parts[i].ptr, l);
+    k += l;
+  }
+  char *s = malloc(k + 1);
+  if (s) {
+    memcpy(s, tmp, k);
+    s[k] = 0;
+  }
+  return s;
+}
+
 static char **build_upstream_headers(px_exch_t *x) {
   size_t max = 16 + x->req->nhdrs + x->up->nheaders;
   char **h = calloc(max + 1, sizeof(char *));
   if (h == NULL) return NULL;
   size_t n = 0;
-  char tmp[4096];
-#define ADD(...)                                        \
-  do {                                                  \
-    snprintf(tmp, sizeof(tmp), __VA_ARGS__);            \
-    h[n++] = strdup(tmp);                               \
-  } while (0)
-  ADD("Content-Type: application/json");
-  if (x->stream) ADD("Accept: text/event-stream");
-  else ADD("Accept: application/json");
+#define ADD(a, b, c) h[n++] = hdr_join(a, b, c)
+  ADD(PX_STR("Content-Type: application/json"), PX_STR(""), PX_STR(""));
+  if (x->stream) ADD(PX_STR("Accept: text/event-stream"), PX_STR(""), PX_STR(""));
+  else ADD(PX_STR("Accept: application/json"), PX_STR(""), PX_STR(""));
   if (x->up->api_key) {
-    if (x->out == PX_PROTO_ANTHROPIC) ADD("x-api-key: %s", x->up->api_key);
-    else ADD("Authorization: Bearer %s", x->up->api_key);
+    if (x->out == PX_PROTO_ANTHROPIC) ADD(PX_STR("x-api-key: "), px_str(x->up->api_key), PX_STR(""));
+    else ADD(PX_STR("Authorization: Bearer "), px_str(x->up->api_key), PX_STR(""));
   }
   if (x->out == PX_PROTO_ANTHROPIC) {
     const char *v = px_req_header(x->req, "anthropic-version");
-    ADD("anthropic-version: %s", v && *v ? v : x->up->anthropic_version);
+    ADD(PX_STR("anthropic-version: "), px_str(v && *v ? v : x->up->anthropic_version),
+        PX_STR(""));
   }
-  ADD("x-request-id: %s", x->req->request_id);
+  ADD(PX_STR("x-request-id: "), px_str(x->req->request_id), PX_STR(""));
   for (size_t i = 0; i < x->req->nhdrs && n < max - x->up->nheaders - 1; i++) {
     const px_hdr_t *rh = &x->req->hdrs[i];
     if (!forward_header(rh->name, x->out)) continue;
-    ADD("%.*s: %.*s", (int)rh->name.len, rh->name.ptr, (int)rh->value.len, rh->value.ptr);
+    ADD(rh->name, PX_STR(": "), rh->value);
   }
   for (size_t i = 0; i < x->up->nheaders; i++) h[n++] = strdup(x->up->headers[i]);
 #undef ADD
