@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "proxai/proto.h"
+#include "proxai/protoutil.h"
 #include "proxai/sse.h"
 
 /* config names from the X-macro (a table entry may not be filled in yet) */
@@ -113,21 +114,8 @@ static void clean_text(char *out, size_t cap, const char *s, size_t n) {
   const unsigned char *p = (const unsigned char *)s;
   for (size_t i = 0; i < n && o + 4 < cap;) {
     unsigned c = p[i];
-    size_t len = c < 0x80             ? 1
-                 : (c & 0xe0) == 0xc0 ? 2
-                 : (c & 0xf0) == 0xe0 ? 3
-                 : (c & 0xf8) == 0xf0 ? 4
-                                      : 0;
-    int ok = len > 0 && i + len <= n;
-    for (size_t k = 1; ok && k < len; k++) ok = (p[i + k] & 0xc0) == 0x80;
-    if (ok && len == 2) ok = c >= 0xc2; /* overlong */
-    if (ok && len == 3)
-      ok = !(c == 0xe0 && p[i + 1] < 0xa0) && /* overlong */
-           !(c == 0xed && p[i + 1] >= 0xa0);  /* surrogate */
-    if (ok && len == 4)
-      ok = c <= 0xf4 && !(c == 0xf0 && p[i + 1] < 0x90) &&
-           !(c == 0xf4 && p[i + 1] >= 0x90);
-    if (!ok) {
+    size_t len = px_utf8_seq(p + i, n - i);
+    if (len == 0) {
       out[o++] = '?';
       i++;
       continue;

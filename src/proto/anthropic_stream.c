@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "proxai/proto.h"
+#include "proxai/protoutil.h"
 #include "proxai/sse.h"
 
 /* see anthropic.c: OpenAI encrypted_content travels as a tagged signature */
@@ -290,333 +291,12 @@ static int sd_error(px_sdec_t *d, json_t *j) {
  * can prove jansson would accept and read the same way: the whole event
  * must be one well-formed JSON object (strings: valid UTF-8, no raw control
  * characters, valid escapes, no \u0000, surrogate escapes only as pairs;
- * numbers: plain integers of at most 15 digits; nesting at most 32 deep),
+ * numbers: plain integers of at most 15 digits; nesting at most 32 deep;
+ * the scanner is px_fj_* in util.c, shared with responses_stream.c),
  * with no escaped or repeated keys where the fields are read. Anything else
  * (other events, errors, unexpected states, odd shapes) returns "not
  * handled" and goes to the jansson path, which stays the arbiter. Nothing is
  * emitted before the whole event has been checked. */
-
-typedef struct fj {
-  const unsigned char *p;
-  size_t n, i;
-} fj_t;
-
-#define FJ_MAX_DEPTH 32
-
-static void fj_ws(fj_t *j) {
-  while (j->i < j->n &&
-         (j->p[j->i] == ' ' || j->p[j->i] == '\n' || j->p[j->i] == '\r' || j->p[j->i] == '\t'))
-    j->i++;
-}
-
-/* One UTF-8 sequence at s[0..n): its length, or 0 if invalid (overlong,
- * surrogate, above U+10FFFF, truncated). */
-static size_t fj_utf8(const unsigned char *s, size_t n) {
-  unsigned c = s[0];
-  if (c < 0xC2) return 0;
-  if (c < 0xE0) return n >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
-  if (c < 0xF0) {
-    if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
-    if (c == 0xE0 && s[1] < 0xA0) return 0;
-    if (c == 0xED && s[1] >= 0xA0) return 0;
-    return 3;
-  }
-  if (c < 0xF5) {
-    if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
-      return 0;
-    if (c == 0xF0 && s[1] < 0x90) return 0;
-    if (c == 0xF4 && s[1] >= 0x90) return 0;
-    return 4;
-  }
-  return 0;
-}
-
-/* 4 hex digits at p -> value, or -1 */
-static long fj_hex4(const unsigned char *p) {
-  long v = 0;
-  for (int k = 0; k < 4; k++) {
-    unsigned c = p[k];
-    v <<= 4;
-    if (c >= '0' && c <= '9')
-      v |= c - '0';
-    else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
-      v |= (c | 0x20) - 'a' + 10;
-    else
-      return -1;
-  }
-  return v;
-}
-
-/* The string at j->i (its opening quote). Sets [*s, *e) to its raw content
- * and *esc when it has escapes; j->i moves past the closing quote.
- * Returns 0, or -1 for anything jansson would reject. */
-static int fj_string(fj_t *j, size_t *s, size_t *e, int *esc) {
-  const unsigned char *p = j->p;
-  size_t i = j->i + 1, n = j->n;
-  *esc = 0;
-  *s = i;
-  for (;;) {
-    /* plain ASCII run */
-    while (i < n && p[i] >= 0x20 && p[i] < 0x80 && p[i] != '"' && p[i] != '\\') i++;
-    if (i >= n) return -1;
-    unsigned c = p[i];
-    if (c == '"') break;
-    if (c < 0x20) return -1;
-    if (c >= 0x80) {
-      size_t l = fj_utf8(p + i, n - i);
-      if (l == 0) return -1;
-      i += l;
-      continue;
-    }
-    /* backslash */
-    *esc = 1;
-    if (i + 1 >= n) return -1;
-    c = p[i + 1];
-    if (c == 'u') {
-      if (i + 6 > n) return -1;
-      long v = fj_hex4(p + i + 2);
-      if (v <= 0) return -1; /* bad hex, or \u0000 (jansson refuses NUL) */
-      if (v >= 0xDC00 && v <= 0xDFFF) return -1; /* lone low surrogate */
-      if (v >= 0xD800 && v <= 0xDBFF) {
-        if (i + 12 > n || p[i + 6] != '\\' || p[i + 7] != 'u') return -1;
-        long lo = fj_hex4(p + i + 8);
-        if (lo < 0xDC00 || lo > 0xDFFF) return -1;
-        i += 12;
-      } else {
-        i += 6;
-      }
-    } else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' ||
-               c == 'r' || c == 't') {
-      i += 2;
-    } else {
-      return -1;
-    }
-  }
-  *e = i;
-  j->i = i + 1;
-  return 0;
-}
-
-/* A number at j->i: only a plain integer of at most 15 digits (jansson
- * reads it as the same integer). *v gets its value. */
-static int fj_int(fj_t *j, int64_t *v) {
-  const unsigned char *p = j->p;
-  size_t i = j->i, n = j->n;
-  int neg = 0;
-  if (i < n && p[i] == '-') {
-    neg = 1;
-    i++;
-  }
-  size_t d0 = i;
-  int64_t x = 0;
-  /* digits past the 15th are only counted (the number is refused below),
-   * so the accumulator cannot overflow */
-  while (i < n && p[i] >= '0' && p[i] <= '9') {
-    if (i - d0 < 16) x = x * 10 + (p[i] - '0');
-    i++;
-  }
-  size_t nd = i - d0;
-  if (nd == 0 || nd > 15 || (nd > 1 && p[d0] == '0')) return -1;
-  if (i < n && (p[i] == '.' || p[i] == 'e' || p[i] == 'E')) return -1;
-  *v = neg ? -x : x;
-  j->i = i;
-  return 0;
-}
-
-static int fj_lit(fj_t *j, const char *lit, size_t l) {
-  if (j->n - j->i < l || memcmp(j->p + j->i, lit, l) != 0) return -1;
-  j->i += l;
-  return 0;
-}
-
-/* Validate and skip any value at j->i. */
-static int fj_skip(fj_t *j, int depth) {
-  size_t s, e;
-  int esc;
-  int64_t v;
-  if (j->i >= j->n) return -1;
-  switch (j->p[j->i]) {
-  case '"': return fj_string(j, &s, &e, &esc);
-  case 't': return fj_lit(j, "true", 4);
-  case 'f': return fj_lit(j, "false", 5);
-  case 'n': return fj_lit(j, "null", 4);
-  case '{':
-  case '[': {
-    int obj = j->p[j->i] == '{';
-    unsigned char close = obj ? '}' : ']';
-    if (depth >= FJ_MAX_DEPTH) return -1;
-    j->i++;
-    fj_ws(j);
-    if (j->i < j->n && j->p[j->i] == close) {
-      j->i++;
-      return 0;
-    }
-    for (;;) {
-      if (obj) {
-        if (j->i >= j->n || j->p[j->i] != '"' || fj_string(j, &s, &e, &esc) < 0) return -1;
-        fj_ws(j);
-        if (j->i >= j->n || j->p[j->i] != ':') return -1;
-        j->i++;
-        fj_ws(j);
-      }
-      if (fj_skip(j, depth + 1) < 0) return -1;
-      fj_ws(j);
-      if (j->i >= j->n) return -1;
-      if (j->p[j->i] == close) {
-        j->i++;
-        return 0;
-      }
-      if (j->p[j->i] != ',') return -1;
-      j->i++;
-      fj_ws(j);
-    }
-  }
-  default: return fj_int(j, &v);
-  }
-}
-
-/* A string member value remembered by the scanner. */
-typedef struct fj_str {
-  size_t s, e;
-  int esc, set;
-} fj_str_t;
-
-static int fj_key_is(fj_t *j, size_t s, size_t e, const char *k) {
-  size_t l = strlen(k);
-  return e - s == l && memcmp(j->p + s, k, l) == 0;
-}
-
-/* Walk the members of the object at j->i. Keys named in keys[] are read:
- * string values into strs[k] (a non-string value fails), except the key
- * at obj_key (an object: *obj_at gets its offset, then skipped) and the key
- * at int_key (integer into *iv). A repeated or escaped key fails. */
-typedef struct fj_want {
-  const char *const *keys;
-  int nkeys;
-  fj_str_t *strs;
-  int int_key, obj_key;
-  int64_t iv;
-  int iv_set;
-  size_t obj_at;
-  int obj_set;
-} fj_want_t;
-
-static int fj_object(fj_t *j, fj_want_t *w, int depth) {
-  size_t s, e;
-  int esc;
-  if (j->i >= j->n || j->p[j->i] != '{') return -1;
-  j->i++;
-  fj_ws(j);
-  if (j->i < j->n && j->p[j->i] == '}') {
-    j->i++;
-    return 0;
-  }
-  for (;;) {
-    if (j->i >= j->n || j->p[j->i] != '"' || fj_string(j, &s, &e, &esc) < 0) return -1;
-    if (esc) return -1; /* an escaped key might spell a key we read */
-    fj_ws(j);
-    if (j->i >= j->n || j->p[j->i] != ':') return -1;
-    j->i++;
-    fj_ws(j);
-    int k = 0;
-    while (k < w->nkeys && !fj_key_is(j, s, e, w->keys[k])) k++;
-    if (k == w->nkeys) {
-      if (fj_skip(j, depth + 1) < 0) return -1;
-    } else if (k == w->int_key) {
-      if (w->iv_set || fj_int(j, &w->iv) < 0) return -1;
-      w->iv_set = 1;
-    } else if (k == w->obj_key) {
-      if (w->obj_set || j->i >= j->n || j->p[j->i] != '{') return -1;
-      w->obj_set = 1;
-      w->obj_at = j->i;
-      if (fj_skip(j, depth + 1) < 0) return -1;
-    } else {
-      fj_str_t *st = &w->strs[k];
-      if (st->set || j->i >= j->n || j->p[j->i] != '"') return -1;
-      if (fj_string(j, &st->s, &st->e, &st->esc) < 0) return -1;
-      st->set = 1;
-    }
-    fj_ws(j);
-    if (j->i >= j->n) return -1;
-    if (j->p[j->i] == '}') {
-      j->i++;
-      return 0;
-    }
-    if (j->p[j->i] != ',') return -1;
-    j->i++;
-    fj_ws(j);
-  }
-}
-
-/* Append one code point as UTF-8. */
-static size_t fj_put_utf8(char *o, unsigned long cp) {
-  if (cp < 0x80) {
-    o[0] = (char)cp;
-    return 1;
-  }
-  if (cp < 0x800) {
-    o[0] = (char)(0xC0 | (cp >> 6));
-    o[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    o[0] = (char)(0xE0 | (cp >> 12));
-    o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[2] = (char)(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  o[0] = (char)(0xF0 | (cp >> 18));
-  o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-  o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-  o[3] = (char)(0x80 | (cp & 0x3F));
-  return 4;
-}
-
-/* The value of a checked string (fj_string succeeded on it): a view of the
- * raw bytes when it has no escapes, else unescaped into scratch. */
-static int fj_value(px_sdec_t *d, const fj_t *j, const fj_str_t *st, px_str_t *out) {
-  const unsigned char *p = j->p;
-  if (!st->esc) {
-    *out = (px_str_t){(const char *)p + st->s, st->e - st->s};
-    return 0;
-  }
-  px_buf_t *b = &d->scratch;
-  b->len = 0;
-  /* unescaping never makes a string longer */
-  int rc = px_buf_reserve(b, st->e - st->s);
-  if (rc < 0) return rc;
-  char *o = b->data;
-  size_t i = st->s;
-  while (i < st->e) {
-    if (p[i] != '\\') {
-      o[b->len++] = (char)p[i++];
-      continue;
-    }
-    unsigned c = p[i + 1];
-    switch (c) {
-    case 'b': o[b->len++] = '\b'; break;
-    case 'f': o[b->len++] = '\f'; break;
-    case 'n': o[b->len++] = '\n'; break;
-    case 'r': o[b->len++] = '\r'; break;
-    case 't': o[b->len++] = '\t'; break;
-    case 'u': {
-      unsigned long cp = (unsigned long)fj_hex4(p + i + 2);
-      if (cp >= 0xD800 && cp <= 0xDBFF) {
-        unsigned long lo = (unsigned long)fj_hex4(p + i + 8);
-        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-        i += 6;
-      }
-      b->len += fj_put_utf8(o + b->len, cp);
-      i += 6;
-      continue;
-    }
-    default: o[b->len++] = (char)c; break; /* " \ / */
-    }
-    i += 2;
-  }
-  *out = (px_str_t){b->data, b->len};
-  return 0;
-}
 
 /* Returns 1 when the event was handled, 0 to use the jansson path, <0 on a
  * sink error. */
@@ -624,14 +304,15 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   static const char *const top_keys[] = {"type", "index", "delta"};
   static const char *const delta_keys[] = {"type", "text", "thinking", "signature",
                                            "partial_json"};
-  fj_t j = {(const unsigned char *)data, n, 0};
-  fj_str_t top[3], dl[5];
+  px_fj_t j = {(const unsigned char *)data, n, 0};
+  px_fj_str_t top[3], dl[5];
   memset(top, 0, sizeof(top));
   memset(dl, 0, sizeof(dl));
-  fj_want_t wt = {top_keys, 3, top, 1, 2, 0, 0, 0, 0};
-  fj_ws(&j);
-  if (fj_object(&j, &wt, 0) < 0) return 0;
-  fj_ws(&j);
+  px_fj_want_t wt = {
+      .keys = top_keys, .nkeys = 3, .strs = top, .int_key = 1, .int_key2 = -1, .obj_key = 2};
+  px_fj_ws(&j);
+  if (px_fj_object(&j, &wt, 0) < 0) return 0;
+  px_fj_ws(&j);
   if (j.i != j.n || !top[0].set || top[0].esc) return 0;
   const char *tp = data + top[0].s;
   size_t tl = top[0].e - top[0].s;
@@ -640,9 +321,10 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   if (d->st == SD_SKIP) return 1;
   if (d->st != SD_BLOCK || !wt.iv_set || wt.iv != d->up_index || !wt.obj_set) return 0;
   /* the delta object */
-  fj_want_t wd = {delta_keys, 5, dl, -1, -1, 0, 0, 0, 0};
+  px_fj_want_t wd = {
+      .keys = delta_keys, .nkeys = 5, .strs = dl, .int_key = -1, .int_key2 = -1, .obj_key = -1};
   j.i = wt.obj_at;
-  if (fj_object(&j, &wd, 1) < 0 || !dl[0].set || dl[0].esc) return 0;
+  if (px_fj_object(&j, &wd, 1) < 0 || !dl[0].set || dl[0].esc) return 0;
   const char *dt = data + dl[0].s;
   size_t dtl = dl[0].e - dl[0].s;
   int field;
@@ -667,7 +349,7 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   }
   if (!dl[field].set) return 0;
   px_str_t text;
-  int rc = fj_value(d, &j, &dl[field], &text);
+  int rc = px_fj_value(&j, &dl[field], &d->scratch, &text);
   if (rc < 0) return 0; /* scratch too small: let jansson decide */
   rc = sd_delta(d, kind, text);
   return rc < 0 ? rc : 1;

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "proxai/proto.h"
+#include "proxai/protoutil.h"
 #include "proxai/sse.h"
 
 px_sdec_t *px_chat_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg);
@@ -438,97 +439,23 @@ typedef struct jp {
 } jp_t;
 
 static void jp_ws(jp_t *j) {
-  while (j->i < j->n && (j->p[j->i] == ' ' || j->p[j->i] == '\n' || j->p[j->i] == '\r' ||
-                         j->p[j->i] == '\t'))
-    j->i++;
+  j->i = (int)px_json_ws((const unsigned char *)j->p, (size_t)j->n, (size_t)j->i);
 }
 
-/* One UTF-8 sequence at s[0..n); its length, or 0 if invalid. */
-static int utf8_len(const unsigned char *s, int n) {
-  unsigned c = s[0];
-  if (c < 0x80) return 1;
-  if (c < 0xC2) return 0;
-  if (c < 0xE0) return n >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
-  if (c < 0xF0) {
-    if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
-    if (c == 0xE0 && s[1] < 0xA0) return 0;  /* overlong */
-    if (c == 0xED && s[1] >= 0xA0) return 0; /* surrogate */
-    return 3;
-  }
-  if (c < 0xF5) {
-    if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
-      return 0;
-    if (c == 0xF0 && s[1] < 0x90) return 0;
-    if (c == 0xF4 && s[1] >= 0x90) return 0;
-    return 4;
-  }
-  return 0;
-}
-
-static int is_hex(char c) {
-  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
-static int hexval(char c) {
-  return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
-}
-
-/* The 4 hex digits at j->p[at..], or -1. */
-static int hex4(const jp_t *j, int at) {
-  if (at + 4 > j->n) return -1;
-  int v = 0;
-  for (int k = 0; k < 4; k++) {
-    if (!is_hex(j->p[at + k])) return -1;
-    v = v << 4 | hexval(j->p[at + k]);
-  }
-  return v;
-}
-
+/* The string at j->i (its opening quote), checked by px_json_string (as
+ * strict as jansson). */
 static int jp_string(jp_t *j, jtok_t *t) {
-  const unsigned char *p = (const unsigned char *)j->p;
-  j->i++; /* opening quote */
+  size_t end;
+  int esc;
   t->type = T_STR;
-  t->start = j->i;
-  while (j->i < j->n) {
-    unsigned c = p[j->i];
-    if (c == '"') {
-      t->end = j->i++;
-      return 0;
-    }
-    if (c < 0x20) return -1;
-    if (c == '\\') {
-      if (j->i + 1 >= j->n) return -1;
-      char e = (char)p[j->i + 1];
-      t->esc = 1;
-      if (e == 'u') {
-        /* as strict as jansson: no \u0000, surrogates only in pairs */
-        int u = hex4(j, j->i + 2);
-        if (u <= 0 || (u >= 0xDC00 && u <= 0xDFFF)) return -1;
-        j->i += 6;
-        if (u >= 0xD800 && u <= 0xDBFF) {
-          int lo = j->i + 1 < j->n && p[j->i] == '\\' && p[j->i + 1] == 'u'
-                       ? hex4(j, j->i + 2)
-                       : -1;
-          if (lo < 0xDC00 || lo > 0xDFFF) return -1;
-          j->i += 6;
-        }
-      } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' ||
-                 e == 'r' || e == 't') {
-        j->i += 2;
-      } else {
-        return -1;
-      }
-      continue;
-    }
-    if (c < 0x80) {
-      j->i++;
-      continue;
-    }
-    int l = utf8_len(p + j->i, j->n - j->i);
-    if (l == 0) return -1;
-    j->i += l;
-  }
-  return -1;
+  t->start = j->i + 1;
+  if (px_json_string((const unsigned char *)j->p, (size_t)j->n, (size_t)t->start, &end,
+                     &esc) < 0)
+    return -1;
+  t->esc = (unsigned char)esc;
+  t->end = (int)end;
+  j->i = t->end + 1;
+  return 0;
 }
 
 static int jp_number(jp_t *j, jtok_t *t) {
@@ -651,88 +578,10 @@ static int jp_absent_or_null(const jp_t *j, int t) {
   return t < 0 || j->t[t].type == T_NULL;
 }
 
-/* String token -> view (unescaped into b when needed). <0 on a lone
- * surrogate or \u0000 (left to jansson). */
+/* String token -> view (unescaped into b when needed). */
 static int jp_text(const jp_t *j, int t, px_buf_t *b, px_str_t *out) {
   const jtok_t *k = &j->t[t];
-  const char *s = j->p + k->start;
-  size_t n = (size_t)(k->end - k->start);
-  if (!k->esc) {
-    *out = (px_str_t){s, n};
-    return 0;
-  }
-  px_buf_reset(b);
-  size_t i = 0, run = 0;
-  while (i < n) {
-    if (s[i] != '\\') {
-      i++;
-      continue;
-    }
-    if (px_buf_append(b, s + run, i - run) < 0) return -1;
-    char e = s[i + 1];
-    char ch[4];
-    size_t cl = 1;
-    i += 2;
-    switch (e) {
-      case 'b':
-        ch[0] = '\b';
-        break;
-      case 'f':
-        ch[0] = '\f';
-        break;
-      case 'n':
-        ch[0] = '\n';
-        break;
-      case 'r':
-        ch[0] = '\r';
-        break;
-      case 't':
-        ch[0] = '\t';
-        break;
-      case 'u': {
-        unsigned u = (unsigned)(hexval(s[i]) << 12 | hexval(s[i + 1]) << 8 |
-                                hexval(s[i + 2]) << 4 | hexval(s[i + 3]));
-        i += 4;
-        if (u >= 0xD800 && u <= 0xDBFF) {
-          if (i + 6 > n || s[i] != '\\' || s[i + 1] != 'u') return -1;
-          unsigned lo = (unsigned)(hexval(s[i + 2]) << 12 | hexval(s[i + 3]) << 8 |
-                                   hexval(s[i + 4]) << 4 | hexval(s[i + 5]));
-          if (lo < 0xDC00 || lo > 0xDFFF) return -1;
-          i += 6;
-          u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
-        } else if ((u >= 0xDC00 && u <= 0xDFFF) || u == 0) {
-          return -1;
-        }
-        if (u < 0x80) {
-          ch[0] = (char)u;
-        } else if (u < 0x800) {
-          ch[0] = (char)(0xC0 | u >> 6);
-          ch[1] = (char)(0x80 | (u & 0x3F));
-          cl = 2;
-        } else if (u < 0x10000) {
-          ch[0] = (char)(0xE0 | u >> 12);
-          ch[1] = (char)(0x80 | ((u >> 6) & 0x3F));
-          ch[2] = (char)(0x80 | (u & 0x3F));
-          cl = 3;
-        } else {
-          ch[0] = (char)(0xF0 | u >> 18);
-          ch[1] = (char)(0x80 | ((u >> 12) & 0x3F));
-          ch[2] = (char)(0x80 | ((u >> 6) & 0x3F));
-          ch[3] = (char)(0x80 | (u & 0x3F));
-          cl = 4;
-        }
-        break;
-      }
-      default:
-        ch[0] = e;
-        break; /* " \ / */
-    }
-    if (px_buf_append(b, ch, cl) < 0) return -1;
-    run = i;
-  }
-  if (px_buf_append(b, s + run, n - run) < 0) return -1;
-  *out = (px_str_t){b->data ? b->data : "", b->len};
-  return 0;
+  return px_json_unescape(j->p + k->start, (size_t)(k->end - k->start), k->esc, b, out);
 }
 
 /* Returns 1 when the chunk was handled, 0 to fall back to jansson, <0 on a

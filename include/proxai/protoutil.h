@@ -1,0 +1,194 @@
+/**
+ * protoutil.h - helpers shared by the protocol translators (src/proto/)
+ * and the hub (src/translate.c); implemented in src/proto/util.c. Internal:
+ * nothing outside the translators should need it (the fast-path
+ * differential fuzz targets do, for the px_*_sdec_fast switches).
+ *
+ * Also the cross-file prototypes of the translators (each protocol's stream
+ * half and the Responses id/object helpers), declared once here.
+ *
+ * No I/O, no allocation except where said (px_mint_id, px_fj_value's
+ * scratch buffer).
+ */
+#ifndef PROXAI_PROTOUTIL_H
+#define PROXAI_PROTOUTIL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proxai/buf.h"
+#include "proxai/proto.h"
+
+struct px_sse_event;
+
+/* ------------------------------------------------------------------------ */
+/* jansson getters                                                          */
+
+/** The string member k of o, or NULL (absent, not a string, o not an object). */
+static inline const char *px_jstr(const json_t *o, const char *k) {
+  return json_string_value(json_object_get(o, k));
+}
+/** The string member k of o as a view (with its length), or PX_STR_NULL. */
+static inline px_str_t px_jview(const json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_string(v)) return PX_STR_NULL;
+  return (px_str_t){json_string_value(v), json_string_length(v)};
+}
+/** The integer member k of o, or dflt. */
+static inline int64_t px_jint(const json_t *o, const char *k, int64_t dflt) {
+  json_t *v = json_object_get(o, k);
+  return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+}
+
+/* ------------------------------------------------------------------------ */
+/* UTF-8 and JSON string syntax                                             */
+
+/** One UTF-8 sequence at s[0..n), n >= 1: its length (1 for ASCII), or 0 if
+ *  invalid (stray continuation byte, overlong, surrogate, above U+10FFFF,
+ *  truncated). */
+size_t px_utf8_seq(const unsigned char *s, size_t n);
+/** Code points in the UTF-8 text s[0..n) (bytes that are not continuation
+ *  bytes). */
+size_t px_utf8_chars(const char *s, size_t n);
+/** Write code point cp (<= U+10FFFF) as UTF-8 at o (room for 4); its length. */
+size_t px_utf8_put(char *o, unsigned long cp);
+/** The 4 hex digits at p (all 4 readable) -> value, or -1. */
+long px_hex4(const unsigned char *p);
+
+/** First index >= i of p[0..n) that is not JSON whitespace. */
+size_t px_json_ws(const unsigned char *p, size_t n, size_t i);
+/** Check the JSON string whose content starts at p[i] (just past its opening
+ *  quote) exactly as strictly as jansson reads it: valid UTF-8, no raw
+ *  control characters, valid escapes, no \u0000, surrogate escapes only as
+ *  pairs. 0 with *end = index of the closing quote and *esc = whether it has
+ *  escapes; -1 when jansson would reject it or it is unterminated. */
+int px_json_string(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc);
+/** The value of the content s[0..n) of a string px_json_string accepted: a
+ *  view of s itself without escapes, else unescaped into b (reset first).
+ *  0, or b's error (PX_ETOOBIG / PX_ENOMEM). */
+int px_json_unescape(const char *s, size_t n, int esc, px_buf_t *b, px_str_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* The validating fast JSON scanner of the stream decoders' fast paths.     */
+/* It accepts only what it can prove jansson would accept and read the same */
+/* way (see px_json_string; numbers: plain integers of at most 15 digits;   */
+/* nesting at most PX_FJ_MAX_DEPTH); anything else fails, and the caller    */
+/* falls back to jansson, which stays the arbiter.                          */
+
+#define PX_FJ_MAX_DEPTH 32
+
+typedef struct px_fj {
+  const unsigned char *p;
+  size_t n, i;
+} px_fj_t;
+
+/** A string member value remembered by the scanner: raw content p[s..e). */
+typedef struct px_fj_str {
+  size_t s, e;
+  int esc, set;
+} px_fj_str_t;
+
+/** What px_fj_object reads. Keys named in keys[] are read: string values
+ *  into strs[k] (a non-string value fails), except the key at obj_key (an
+ *  object: obj_at gets its offset, then it is skipped) and the keys at
+ *  int_key / int_key2 (integers into iv / iv2). Unused slots are -1. A
+ *  repeated or escaped key fails. */
+typedef struct px_fj_want {
+  const char *const *keys;
+  int nkeys;
+  px_fj_str_t *strs;
+  int int_key, int_key2, obj_key;
+  int64_t iv, iv2;
+  int iv_set, iv2_set;
+  size_t obj_at;
+  int obj_set;
+} px_fj_want_t;
+
+/** Skip whitespace at j->i. */
+void px_fj_ws(px_fj_t *j);
+/** Walk and check the object at j->i (see px_fj_want_t); j->i moves past it.
+ *  0, or -1 for anything not proven valid. */
+int px_fj_object(px_fj_t *j, px_fj_want_t *w, int depth);
+/** The value of a string member px_fj_object read: see px_json_unescape. */
+int px_fj_value(const px_fj_t *j, const px_fj_str_t *st, px_buf_t *scratch, px_str_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* Mapping tables and small encoders                                        */
+
+/** Thinking budget_tokens -> reasoning effort: the inverse of the budget
+ *  table low 1024 / medium 8192 / high 24576 (docs). */
+const char *px_effort_of_budget(json_int_t budget);
+
+/** "data:<mt>;base64,<data>" -> media type copied into mt (NUL-terminated,
+ *  non-empty, shorter than mtsz) and *data pointing into url. 0 or -1. */
+int px_data_url_split(const char *url, char *mt, size_t mtsz, const char **data);
+
+/** The prefix to put before id so that it carries prefix: "" when id
+ *  already starts with it, else prefix. A NULL or empty *id becomes
+ *  "proxai". */
+const char *px_id_prefix(const char *prefix, const char **id);
+/** prefix + id unless id already starts with prefix, as a JSON string;
+ *  NULL or empty id -> prefix + "proxai". NULL on allocation failure. */
+json_t *px_mint_id(const char *prefix, const char *id);
+/** The same minted id written into a JSON string body (escaped, no quotes). */
+int px_buf_mint_id(px_buf_t *b, const char *prefix, px_str_t id);
+
+/** OpenAI error object {"error":{"message","type","param","code":null}}
+ *  (Chat and Responses share it). type is written as given (not NULL);
+ *  a NULL or empty param is null. */
+int px_openai_error_body(px_buf_t *out, const char *type, const char *message,
+                         const char *param);
+
+/** Usage fields of s that are known (>= 0) overwrite those of d. */
+void px_usage_merge(px_usage_t *d, const px_usage_t *s);
+
+/* ------------------------------------------------------------------------ */
+/* Cross-file prototypes of the translators                                 */
+
+px_sdec_t *px_chat_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg);
+int px_chat_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse);
+int px_chat_sdec_finish(px_sdec_t *d);
+void px_chat_sdec_free(px_sdec_t *d);
+px_senc_t *px_chat_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out);
+int px_chat_senc_event(px_senc_t *e, const px_ev_t *ev);
+void px_chat_senc_free(px_senc_t *e);
+
+px_sdec_t *px_anthropic_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg);
+int px_anthropic_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse);
+int px_anthropic_sdec_finish(px_sdec_t *d);
+void px_anthropic_sdec_free(px_sdec_t *d);
+px_senc_t *px_anthropic_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out);
+int px_anthropic_senc_event(px_senc_t *e, const px_ev_t *ev);
+void px_anthropic_senc_free(px_senc_t *e);
+
+px_sdec_t *px_responses_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg);
+int px_responses_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse);
+int px_responses_sdec_finish(px_sdec_t *d);
+void px_responses_sdec_free(px_sdec_t *d);
+px_senc_t *px_responses_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out);
+int px_responses_senc_event(px_senc_t *e, const px_ev_t *ev);
+void px_responses_senc_free(px_senc_t *e);
+
+/** For the differential tests (fuzz/fuzz_*_fast.c), not part of the protocol
+ *  table: turn a decoder's fast path on (1) or off (0), or leave it (<0);
+ *  returns how many events the fast path has handled so far. */
+long px_anthropic_sdec_fast(px_sdec_t *d, int on);
+long px_responses_sdec_fast(px_sdec_t *d, int on);
+
+/* Responses ids and objects (responses.c), shared with responses_stream.c */
+void px_responses_resp_id(const char *id, char *out, size_t n);
+void px_responses_msg_id(const char *id, int nth, char *out, size_t n);
+void px_responses_fc_id(const char *resp_id, const char *call_id, int oi, char *out,
+                        size_t n);
+void px_responses_ctc_id(const char *resp_id, const char *call_id, int oi, char *out,
+                         size_t n);
+void px_responses_rs_id(const char *resp_id, const char *rid, int oi, char *out, size_t n);
+json_t *px_responses_usage(const px_usage_t *u);
+json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id, int64_t created,
+                            const char *status, const char *incomplete_reason);
+/** Stateless mid-stream error (responses_stream.c): a response.failed event
+ *  carrying a failed response object. */
+int px_responses_stream_error(px_buf_t *out, px_errkind_t kind, const char *message);
+
+#endif
