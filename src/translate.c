@@ -228,14 +228,6 @@ static int write_error(px_stream_tr_t *t, px_errkind_t kind, const char *msg) {
   return PX_EPROTO;
 }
 
-static void merge_usage(px_usage_t *d, const px_usage_t *s) {
-  if (s->input_tokens >= 0) d->input_tokens = s->input_tokens;
-  if (s->output_tokens >= 0) d->output_tokens = s->output_tokens;
-  if (s->cache_read_tokens >= 0) d->cache_read_tokens = s->cache_read_tokens;
-  if (s->cache_creation_tokens >= 0) d->cache_creation_tokens = s->cache_creation_tokens;
-  if (s->reasoning_tokens >= 0) d->reasoning_tokens = s->reasoning_tokens;
-}
-
 static int enc(px_stream_tr_t *t, const px_ev_t *ev) {
   int rc = t->in->senc_event(t->enc, ev);
   if (rc < 0)
@@ -294,7 +286,7 @@ static int on_event(void *arg, const px_ev_t *ev) {
     case PX_EV_MESSAGE_START:
       if (t->started) return illegal(t, "second message start");
       t->started = 1;
-      merge_usage(&t->usage, &ev->usage);
+      px_usage_merge(&t->usage, &ev->usage);
       return enc(t, ev);
     case PX_EV_BLOCK_START:
       if (!t->started) return illegal(t, "content before message start");
@@ -332,7 +324,7 @@ static int on_event(void *arg, const px_ev_t *ev) {
       if (rc < 0) return rc;
       t->deltas++;
       if (ev->stop != PX_STOP_NONE) t->stopped = 1;
-      merge_usage(&t->usage, &ev->usage);
+      px_usage_merge(&t->usage, &ev->usage);
       return enc(t, ev);
     }
     case PX_EV_MESSAGE_STOP: {

@@ -12,15 +12,7 @@
 #include <string.h>
 
 #include "proxai/proto.h"
-
-/* stream half (anthropic_stream.c) */
-px_sdec_t *px_anthropic_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg);
-int px_anthropic_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse);
-int px_anthropic_sdec_finish(px_sdec_t *d);
-void px_anthropic_sdec_free(px_sdec_t *d);
-px_senc_t *px_anthropic_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out);
-int px_anthropic_senc_event(px_senc_t *e, const px_ev_t *ev);
-void px_anthropic_senc_free(px_senc_t *e);
+#include "proxai/protoutil.h"
 
 /* Reasoning effort -> thinking budget_tokens (documented in
  * docs/translation-anthropic.md). Anthropic's minimum budget is 1024. */
@@ -45,12 +37,8 @@ static void pathf(char *p, size_t n, const char *fmt, ...) {
   va_end(ap);
 }
 
-static const char *jstr(json_t *o, const char *k) {
-  return json_string_value(json_object_get(o, k));
-}
-
 static int is_type(json_t *o, const char *t) {
-  const char *s = jstr(o, "type");
+  const char *s = px_jstr(o, "type");
   return s != NULL && strcmp(s, t) == 0;
 }
 
@@ -84,16 +72,16 @@ static int decode_image(json_t *blk, const char *path, json_t **out, px_tr_err_t
   char p[96];
   pathf(p, sizeof(p), "%s.source", path);
   if (!json_is_object(src)) return px_tr_fail(err, p, "%s: missing image source", p);
-  const char *st = jstr(src, "type");
+  const char *st = px_jstr(src, "type");
   if (st != NULL && strcmp(st, "base64") == 0) {
-    const char *mt = jstr(src, "media_type"), *data = jstr(src, "data");
+    const char *mt = px_jstr(src, "media_type"), *data = px_jstr(src, "data");
     if (mt == NULL || data == NULL)
       return px_tr_fail(err, p, "%s: base64 image needs media_type and data", p);
     *out = json_pack("{s:s,s:s,s:s}", "type", "image", "media_type", mt, "data", data);
     return 0;
   }
-  if (st != NULL && strcmp(st, "url") == 0 && jstr(src, "url") != NULL) {
-    *out = json_pack("{s:s,s:s}", "type", "image", "url", jstr(src, "url"));
+  if (st != NULL && strcmp(st, "url") == 0 && px_jstr(src, "url") != NULL) {
+    *out = json_pack("{s:s,s:s}", "type", "image", "url", px_jstr(src, "url"));
     return 0;
   }
   pathf(p, sizeof(p), "%s.source.type", path);
@@ -108,13 +96,13 @@ static int decode_document(json_t *blk, const char *path, json_t *parts,
   char p[96];
   pathf(p, sizeof(p), "%s.source", path);
   if (!json_is_object(src)) return px_tr_fail(err, p, "%s: missing document source", p);
-  const char *st = jstr(src, "type");
-  const char *title = jstr(blk, "title");
+  const char *st = px_jstr(src, "type");
+  const char *title = px_jstr(blk, "title");
   if (json_object_get(blk, "context") != NULL) px_lossy_add(lossy, "messages[].content[].context");
   if (json_object_get(blk, "citations") != NULL) px_lossy_add(lossy, "messages[].content[].citations");
   if (json_object_get(blk, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
   if (st != NULL && strcmp(st, "base64") == 0) {
-    const char *mt = jstr(src, "media_type"), *data = jstr(src, "data");
+    const char *mt = px_jstr(src, "media_type"), *data = px_jstr(src, "data");
     if (mt == NULL || data == NULL)
       return px_tr_fail(err, p, "%s: base64 document needs media_type and data", p);
     json_t *f = json_pack("{s:s,s:s,s:s}", "type", "file", "media_type", mt, "data", data);
@@ -122,21 +110,21 @@ static int decode_document(json_t *blk, const char *path, json_t *parts,
     json_array_append_new(parts, f);
     return 0;
   }
-  if (st != NULL && strcmp(st, "url") == 0 && jstr(src, "url") != NULL) {
-    json_array_append_new(parts, json_pack("{s:s,s:s}", "type", "file", "url",
-                                           jstr(src, "url")));
+  if (st != NULL && strcmp(st, "url") == 0 && px_jstr(src, "url") != NULL) {
+    json_array_append_new(
+        parts, json_pack("{s:s,s:s}", "type", "file", "url", px_jstr(src, "url")));
     if (title != NULL) px_lossy_add(lossy, "messages[].content[].title");
     return 0;
   }
-  if (st != NULL && strcmp(st, "file") == 0 && jstr(src, "file_id") != NULL) {
+  if (st != NULL && strcmp(st, "file") == 0 && px_jstr(src, "file_id") != NULL) {
     json_array_append_new(parts, json_pack("{s:s,s:s}", "type", "file", "file_id",
-                                           jstr(src, "file_id")));
+                                           px_jstr(src, "file_id")));
     if (title != NULL) px_lossy_add(lossy, "messages[].content[].title");
     return 0;
   }
   /* plain-text documents become text parts: the words are the content */
-  if (st != NULL && strcmp(st, "text") == 0 && jstr(src, "data") != NULL) {
-    json_array_append_new(parts, text_part(jstr(src, "data")));
+  if (st != NULL && strcmp(st, "text") == 0 && px_jstr(src, "data") != NULL) {
+    json_array_append_new(parts, text_part(px_jstr(src, "data")));
     if (title != NULL) px_lossy_add(lossy, "messages[].content[].title");
     return 0;
   }
@@ -148,8 +136,8 @@ static int decode_document(json_t *blk, const char *path, json_t *parts,
       size_t i;
       json_t *b;
       json_array_foreach(c, i, b) {
-        if (is_type(b, "text") && jstr(b, "text") != NULL) {
-          json_array_append_new(parts, text_part(jstr(b, "text")));
+        if (is_type(b, "text") && px_jstr(b, "text") != NULL) {
+          json_array_append_new(parts, text_part(px_jstr(b, "text")));
         } else if (is_type(b, "image")) {
           char q[96];
           json_t *img = NULL;
@@ -176,7 +164,8 @@ static void decode_search_result(json_t *b, json_t *parts, px_lossy_t *lossy) {
   size_t i;
   json_t *c;
   json_array_foreach(json_object_get(b, "content"), i, c) {
-    if (jstr(c, "text") != NULL) json_array_append_new(parts, text_part(jstr(c, "text")));
+    if (px_jstr(c, "text") != NULL)
+      json_array_append_new(parts, text_part(px_jstr(c, "text")));
   }
   px_lossy_add(lossy, "messages[].content[].search_result");
 }
@@ -197,10 +186,10 @@ static int decode_tool_result_content(json_t *c, const char *path, json_t *parts
   size_t i;
   json_t *b;
   json_array_foreach(c, i, b) {
-    const char *t = jstr(b, "type");
+    const char *t = px_jstr(b, "type");
     pathf(p, sizeof(p), "%s.content[%zu]", path, i);
-    if (t != NULL && strcmp(t, "text") == 0 && jstr(b, "text") != NULL) {
-      json_array_append_new(parts, text_part(jstr(b, "text")));
+    if (t != NULL && strcmp(t, "text") == 0 && px_jstr(b, "text") != NULL) {
+      json_array_append_new(parts, text_part(px_jstr(b, "text")));
       if (json_object_get(b, "citations") != NULL) px_lossy_add(lossy, "messages[].content[].citations");
     } else if (t != NULL && strcmp(t, "image") == 0) {
       json_t *img = NULL;
@@ -230,14 +219,14 @@ static int decode_tool_result_content(json_t *c, const char *path, json_t *parts
 /* One content block of a messages[] entry -> 0..n IR parts. */
 static int decode_block(json_t *b, const char *role, const char *path, json_t *parts,
                         px_lossy_t *lossy, px_tr_err_t *err) {
-  const char *t = jstr(b, "type");
+  const char *t = px_jstr(b, "type");
   char p[96];
   pathf(p, sizeof(p), "%s.type", path);
   if (t == NULL) return px_tr_fail(err, p, "%s: content block without a type", p);
   int assistant = strcmp(role, "assistant") == 0;
 
   if (strcmp(t, "text") == 0) {
-    const char *text = jstr(b, "text");
+    const char *text = px_jstr(b, "text");
     if (text == NULL) {
       pathf(p, sizeof(p), "%s.text", path);
       return px_tr_fail(err, p, "%s: text block without text", p);
@@ -264,7 +253,7 @@ static int decode_block(json_t *b, const char *role, const char *path, json_t *p
     return 0;
   }
   if (strcmp(t, "tool_use") == 0) {
-    const char *id = jstr(b, "id"), *name = jstr(b, "name");
+    const char *id = px_jstr(b, "id"), *name = px_jstr(b, "name");
     json_t *input = json_object_get(b, "input");
     if (!assistant) return px_tr_fail(err, p, "%s: tool_use only in assistant turns", p);
     if (id == NULL || name == NULL) {
@@ -281,7 +270,7 @@ static int decode_block(json_t *b, const char *role, const char *path, json_t *p
     return 0;
   }
   if (strcmp(t, "tool_result") == 0) {
-    const char *id = jstr(b, "tool_use_id");
+    const char *id = px_jstr(b, "tool_use_id");
     if (assistant) return px_tr_fail(err, p, "%s: tool_result only in user turns", p);
     if (id == NULL) {
       pathf(p, sizeof(p), "%s.tool_use_id", path);
@@ -302,9 +291,9 @@ static int decode_block(json_t *b, const char *role, const char *path, json_t *p
     return 0;
   }
   if (strcmp(t, "thinking") == 0) {
-    const char *sig = jstr(b, "signature");
+    const char *sig = px_jstr(b, "signature");
     json_t *part = json_pack("{s:s,s:s}", "type", "reasoning", "text",
-                             jstr(b, "thinking") ? jstr(b, "thinking") : "");
+                             px_jstr(b, "thinking") ? px_jstr(b, "thinking") : "");
     if (part == NULL) return PX_ENOMEM;
     /* a signature proxai minted from OpenAI encrypted_content goes back to
      * being encrypted_content; any other signature is Anthropic's own */
@@ -318,9 +307,9 @@ static int decode_block(json_t *b, const char *role, const char *path, json_t *p
     return 0;
   }
   if (strcmp(t, "redacted_thinking") == 0) {
-    json_array_append_new(parts,
-                          json_pack("{s:s,s:s,s:s}", "type", "reasoning", "text", "",
-                                    "redacted_data", jstr(b, "data") ? jstr(b, "data") : ""));
+    json_array_append_new(
+        parts, json_pack("{s:s,s:s,s:s}", "type", "reasoning", "text", "",
+                         "redacted_data", px_jstr(b, "data") ? px_jstr(b, "data") : ""));
     return 0;
   }
   if (server_use_type(t)) {
@@ -350,9 +339,9 @@ static int decode_system(json_t *sys, const char *path, json_t *out, px_lossy_t 
   json_t *b;
   json_array_foreach(sys, i, b) {
     pathf(p, sizeof(p), "%s[%zu].type", path, i);
-    if (!is_type(b, "text") || jstr(b, "text") == NULL)
+    if (!is_type(b, "text") || px_jstr(b, "text") == NULL)
       return px_tr_fail(err, p, "%s: system blocks must be text", p);
-    json_t *part = json_pack("{s:s,s:s,s:s}", "type", "text", "text", jstr(b, "text"),
+    json_t *part = json_pack("{s:s,s:s,s:s}", "type", "text", "text", px_jstr(b, "text"),
                              "role", "system");
     json_t *cc = json_object_get(b, "cache_control");
     if (cc != NULL) json_object_set(part, "cache_control", cc);
@@ -371,7 +360,7 @@ static int decode_messages(json_t *msgs, json_t *ir_msgs, json_t *ir_sys,
   size_t i;
   json_t *m;
   json_array_foreach(msgs, i, m) {
-    const char *role = jstr(m, "role");
+    const char *role = px_jstr(m, "role");
     json_t *c = json_object_get(m, "content");
     pathf(p, sizeof(p), "messages[%zu].role", i);
     if (role == NULL) return px_tr_fail(err, p, "%s: missing role", p);
@@ -413,14 +402,14 @@ static int decode_tools(json_t *tools, json_t **out, px_lossy_t *lossy, px_tr_er
   size_t i;
   json_t *t;
   json_array_foreach(tools, i, t) {
-    const char *type = jstr(t, "type");
+    const char *type = px_jstr(t, "type");
     if (type != NULL && strcmp(type, "custom") != 0) {
       /* server tools (web_search_*, bash_*, text_editor_*, code_execution_*,
        * computer_*, web_fetch_*, memory_*, ...) run at Anthropic only */
       px_lossy_add(lossy, "tools[].server_tool");
       continue;
     }
-    const char *name = jstr(t, "name");
+    const char *name = px_jstr(t, "name");
     if (name == NULL) {
       json_decref(arr);
       pathf(p, sizeof(p), "tools[%zu].name", i);
@@ -428,7 +417,7 @@ static int decode_tools(json_t *tools, json_t **out, px_lossy_t *lossy, px_tr_er
     }
     json_t *schema = json_object_get(t, "input_schema");
     json_t *o = json_pack("{s:s}", "name", name);
-    if (jstr(t, "description") != NULL)
+    if (px_jstr(t, "description") != NULL)
       json_object_set(o, "description", json_object_get(t, "description"));
     json_object_set_new(o, "parameters",
                         json_is_object(schema) ? json_incref(schema)
@@ -462,7 +451,7 @@ static int decode_tools(json_t *tools, json_t **out, px_lossy_t *lossy, px_tr_er
 }
 
 static int decode_tool_choice(json_t *tc, json_t *ir, px_tr_err_t *err) {
-  const char *t = jstr(tc, "type");
+  const char *t = px_jstr(tc, "type");
   if (t == NULL) return px_tr_fail(err, "tool_choice.type", "tool_choice.type: missing");
   if (strcmp(t, "auto") == 0)
     json_object_set_new(ir, "tool_choice", json_pack("{s:s}", "type", "auto"));
@@ -470,9 +459,10 @@ static int decode_tool_choice(json_t *tc, json_t *ir, px_tr_err_t *err) {
     json_object_set_new(ir, "tool_choice", json_pack("{s:s}", "type", "required"));
   else if (strcmp(t, "none") == 0)
     json_object_set_new(ir, "tool_choice", json_pack("{s:s}", "type", "none"));
-  else if (strcmp(t, "tool") == 0 && jstr(tc, "name") != NULL)
-    json_object_set_new(ir, "tool_choice",
-                        json_pack("{s:s,s:s}", "type", "tool", "name", jstr(tc, "name")));
+  else if (strcmp(t, "tool") == 0 && px_jstr(tc, "name") != NULL)
+    json_object_set_new(
+        ir, "tool_choice",
+        json_pack("{s:s,s:s}", "type", "tool", "name", px_jstr(tc, "name")));
   else
     return px_tr_fail(err, "tool_choice.type", "tool_choice.type: '%s' is not supported", t);
   if (json_is_true(json_object_get(tc, "disable_parallel_tool_use")))
@@ -486,13 +476,6 @@ static const char *effort_from_anthropic(const char *e) {
   if (strcmp(e, "max") == 0 || strcmp(e, "xhigh") == 0) return "xhigh";
   if (strcmp(e, "low") == 0 || strcmp(e, "medium") == 0 || strcmp(e, "high") == 0) return e;
   return NULL;
-}
-
-/* budget_tokens -> IR effort: the inverse of budget_of_effort's table */
-static const char *effort_of_budget(json_int_t b) {
-  if (b < 4096) return "low";
-  if (b < 16384) return "medium";
-  return "high";
 }
 
 static int decode_json_format(json_t *fmt, const char *path, json_t *ir, px_tr_err_t *err) {
@@ -520,7 +503,8 @@ static int anth_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
   json_t *v;
   const char *k;
 
-  if (jstr(body, "model") != NULL) json_object_set(ir, "model", json_object_get(body, "model"));
+  if (px_jstr(body, "model") != NULL)
+    json_object_set(ir, "model", json_object_get(body, "model"));
   v = json_object_get(body, "system");
   if (v != NULL && !json_is_null(v) && decode_system(v, "system", sys, lossy, err) < 0)
     goto fail;
@@ -567,7 +551,7 @@ static int anth_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
     } else if (strcmp(k, "tool_choice") == 0) {
       if (decode_tool_choice(v, ir, err) < 0) goto fail;
     } else if (strcmp(k, "thinking") == 0) {
-      const char *t = jstr(v, "type");
+      const char *t = px_jstr(v, "type");
       json_t *r = json_object_get(ir, "reasoning");
       if (r == NULL) {
         r = json_object();
@@ -580,7 +564,7 @@ static int anth_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
           json_object_set(r, "budget_tokens", b);
           if (json_object_get(r, "effort") == NULL)
             json_object_set_new(r, "effort",
-                                json_string(effort_of_budget(json_integer_value(b))));
+                                json_string(px_effort_of_budget(json_integer_value(b))));
         }
       } else if (t != NULL && strcmp(t, "adaptive") == 0) {
         json_object_set_new(r, "enabled", json_true());
@@ -661,19 +645,6 @@ fail:
 /* ======================================================================== */
 /* Request encode: IR -> Anthropic body                                      */
 
-/* "data:<mt>;base64,<data>" -> media type + data views */
-static int split_data_url(const char *url, char *mt, size_t mtsz, const char **data) {
-  if (strncmp(url, "data:", 5) != 0) return -1;
-  const char *semi = strstr(url, ";base64,");
-  if (semi == NULL) return -1;
-  size_t n = (size_t)(semi - (url + 5));
-  if (n == 0 || n >= mtsz) return -1;
-  memcpy(mt, url + 5, n);
-  mt[n] = 0;
-  *data = semi + 8;
-  return 0;
-}
-
 static const char *args_param(const px_tr_ctx_t *ctx) {
   switch (ctx->in) {
   case PX_PROTO_CHAT: return "messages.tool_calls.function.arguments";
@@ -683,11 +654,11 @@ static const char *args_param(const px_tr_ctx_t *ctx) {
 }
 
 static int encode_image(json_t *part, json_t **out, px_tr_err_t *err) {
-  const char *url = jstr(part, "url");
+  const char *url = px_jstr(part, "url");
   if (url != NULL) {
     char mt[64];
     const char *data;
-    if (split_data_url(url, mt, sizeof(mt), &data) == 0)
+    if (px_data_url_split(url, mt, sizeof(mt), &data) == 0)
       *out = json_pack("{s:s,s:{s:s,s:s,s:s}}", "type", "image", "source", "type", "base64",
                        "media_type", mt, "data", data);
     else
@@ -695,19 +666,20 @@ static int encode_image(json_t *part, json_t **out, px_tr_err_t *err) {
                        url);
     return 0;
   }
-  if (jstr(part, "data") != NULL && jstr(part, "media_type") != NULL) {
+  if (px_jstr(part, "data") != NULL && px_jstr(part, "media_type") != NULL) {
     *out = json_pack("{s:s,s:{s:s,s:s,s:s}}", "type", "image", "source", "type", "base64",
-                     "media_type", jstr(part, "media_type"), "data", jstr(part, "data"));
+                     "media_type", px_jstr(part, "media_type"), "data",
+                     px_jstr(part, "data"));
     return 0;
   }
   return px_tr_fail(err, "image", "image part without url or data");
 }
 
 static int encode_file(json_t *part, json_t **out, px_tr_err_t *err) {
-  const char *url = jstr(part, "url"), *mt = jstr(part, "media_type");
-  const char *data = jstr(part, "data"), *fname = jstr(part, "filename");
+  const char *url = px_jstr(part, "url"), *mt = px_jstr(part, "media_type");
+  const char *data = px_jstr(part, "data"), *fname = px_jstr(part, "filename");
   char dmt[64];
-  if (url != NULL && split_data_url(url, dmt, sizeof(dmt), &data) == 0) {
+  if (url != NULL && px_data_url_split(url, dmt, sizeof(dmt), &data) == 0) {
     mt = dmt;
     url = NULL;
   }
@@ -717,7 +689,7 @@ static int encode_file(json_t *part, json_t **out, px_tr_err_t *err) {
   } else if (data != NULL && mt != NULL && strcmp(mt, "application/pdf") == 0) {
     *out = json_pack("{s:s,s:{s:s,s:s,s:s}}", "type", "document", "source", "type", "base64",
                      "media_type", mt, "data", data);
-  } else if (jstr(part, "file_id") != NULL) {
+  } else if (px_jstr(part, "file_id") != NULL) {
     return px_tr_fail(err, "file_id",
                       "file_id: uploaded file references cannot be sent to an Anthropic "
                       "upstream; send the file data");
@@ -732,8 +704,9 @@ static int encode_file(json_t *part, json_t **out, px_tr_err_t *err) {
 /* tool_result content parts -> string (one text part) or blocks */
 static int encode_tool_result(json_t *part, json_t **out, px_tr_err_t *err) {
   json_t *c = json_object_get(part, "content");
-  json_t *blk = json_pack("{s:s,s:s}", "type", "tool_result", "tool_use_id",
-                          jstr(part, "tool_call_id") ? jstr(part, "tool_call_id") : "");
+  json_t *blk =
+      json_pack("{s:s,s:s}", "type", "tool_result", "tool_use_id",
+                px_jstr(part, "tool_call_id") ? px_jstr(part, "tool_call_id") : "");
   if (json_array_size(c) == 1 && is_type(json_array_get(c, 0), "text")) {
     json_object_set(blk, "content", json_object_get(json_array_get(c, 0), "text"));
   } else if (json_array_size(c) > 0) {
@@ -743,8 +716,8 @@ static int encode_tool_result(json_t *part, json_t **out, px_tr_err_t *err) {
     json_array_foreach(c, i, p) {
       json_t *o = NULL;
       if (is_type(p, "text")) {
-        if (jstr(p, "text") == NULL || jstr(p, "text")[0] == 0) continue;
-        o = text_part(jstr(p, "text"));
+        if (px_jstr(p, "text") == NULL || px_jstr(p, "text")[0] == 0) continue;
+        o = text_part(px_jstr(p, "text"));
       } else if (is_type(p, "image")) {
         if (encode_image(p, &o, err) < 0) goto fail;
       } else if (is_type(p, "file")) {
@@ -771,11 +744,11 @@ static int encode_tool_result(json_t *part, json_t **out, px_tr_err_t *err) {
 /* IR part -> Anthropic block (NULL *out = dropped). */
 static int encode_part(const px_tr_ctx_t *ctx, json_t *part, const char *role, json_t **out,
                        px_lossy_t *lossy, px_tr_err_t *err) {
-  const char *t = jstr(part, "type");
+  const char *t = px_jstr(part, "type");
   *out = NULL;
   if (t == NULL) return px_tr_fail(err, "content", "content part without type");
   if (strcmp(t, "text") == 0) {
-    const char *text = jstr(part, "text");
+    const char *text = px_jstr(part, "text");
     if (text == NULL || text[0] == 0) return 0; /* Anthropic rejects empty text blocks */
     *out = text_part(text);
     if (json_object_get(part, "cache_control") != NULL)
@@ -788,26 +761,26 @@ static int encode_part(const px_tr_ctx_t *ctx, json_t *part, const char *role, j
       px_lossy_add(lossy, "messages[].refusal");
     else
       px_lossy_add(lossy, "input[].content[].refusal");
-    if (jstr(part, "text") != NULL && jstr(part, "text")[0] != 0)
-      *out = text_part(jstr(part, "text"));
+    if (px_jstr(part, "text") != NULL && px_jstr(part, "text")[0] != 0)
+      *out = text_part(px_jstr(part, "text"));
     return 0;
   }
   if (strcmp(t, "image") == 0) return encode_image(part, out, err);
   if (strcmp(t, "file") == 0) return encode_file(part, out, err);
   if (strcmp(t, "reasoning") == 0) {
     if (strcmp(role, "assistant") != 0) return 0;
-    if (jstr(part, "redacted_data") != NULL) {
+    if (px_jstr(part, "redacted_data") != NULL) {
       *out = json_pack("{s:s,s:s}", "type", "redacted_thinking", "data",
-                       jstr(part, "redacted_data"));
-    } else if (jstr(part, "signature") != NULL) {
+                       px_jstr(part, "redacted_data"));
+    } else if (px_jstr(part, "signature") != NULL) {
       *out = json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking",
-                       jstr(part, "text") ? jstr(part, "text") : "", "signature",
-                       jstr(part, "signature"));
+                       px_jstr(part, "text") ? px_jstr(part, "text") : "", "signature",
+                       px_jstr(part, "signature"));
     } else {
       /* Anthropic rejects thinking without a valid signature */
       if (ctx->in == PX_PROTO_CHAT)
         px_lossy_add(lossy, "messages[].reasoning_content");
-      else if (jstr(part, "encrypted_content") != NULL)
+      else if (px_jstr(part, "encrypted_content") != NULL)
         px_lossy_add(lossy, "input[].encrypted_content");
       else
         px_lossy_add(lossy, "input[].summary");
@@ -815,7 +788,7 @@ static int encode_part(const px_tr_ctx_t *ctx, json_t *part, const char *role, j
     return 0;
   }
   if (strcmp(t, "tool_call") == 0) {
-    const char *args = jstr(part, "arguments");
+    const char *args = px_jstr(part, "arguments");
     json_t *input;
     json_error_t je;
     if (args == NULL || args[strspn(args, " \t\r\n")] == 0) {
@@ -824,14 +797,14 @@ static int encode_part(const px_tr_ctx_t *ctx, json_t *part, const char *role, j
       input = json_loads(args, JSON_DECODE_ANY, &je);
       if (!json_is_object(input)) {
         json_decref(input);
-        return px_tr_fail(err, args_param(ctx),
-                          "%s: arguments of tool call '%s' are not a JSON object",
-                          args_param(ctx), jstr(part, "id") ? jstr(part, "id") : "");
+        return px_tr_fail(
+            err, args_param(ctx), "%s: arguments of tool call '%s' are not a JSON object",
+            args_param(ctx), px_jstr(part, "id") ? px_jstr(part, "id") : "");
       }
     }
     *out = json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id",
-                     jstr(part, "id") ? jstr(part, "id") : "", "name",
-                     jstr(part, "name") ? jstr(part, "name") : "", "input", input);
+                     px_jstr(part, "id") ? px_jstr(part, "id") : "", "name",
+                     px_jstr(part, "name") ? px_jstr(part, "name") : "", "input", input);
     return 0;
   }
   if (strcmp(t, "tool_result") == 0) return encode_tool_result(part, out, err);
@@ -844,7 +817,7 @@ static int encode_part(const px_tr_ctx_t *ctx, json_t *part, const char *role, j
 static void push_turn(json_t *msgs, const char *role, json_t *blocks) {
   json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
   json_t *content;
-  if (last != NULL && strcmp(jstr(last, "role"), role) == 0) {
+  if (last != NULL && strcmp(px_jstr(last, "role"), role) == 0) {
     content = json_object_get(last, "content");
   } else {
     content = json_array();
@@ -873,7 +846,8 @@ static int tool_loop_without_thinking(json_t *msgs) {
   size_t n = json_array_size(msgs);
   if (n < 2) return 0;
   json_t *last = json_array_get(msgs, n - 1), *prev = json_array_get(msgs, n - 2);
-  if (strcmp(jstr(last, "role"), "user") != 0 || strcmp(jstr(prev, "role"), "assistant") != 0)
+  if (strcmp(px_jstr(last, "role"), "user") != 0 ||
+      strcmp(px_jstr(prev, "role"), "assistant") != 0)
     return 0;
   size_t i;
   json_t *b;
@@ -896,7 +870,7 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
                                px_lossy_t *lossy, px_tr_err_t *err) {
   json_t *body = json_object();
   json_t *v;
-  const char *model = ctx->upstream_model ? ctx->upstream_model : jstr(ir, "model");
+  const char *model = ctx->upstream_model ? ctx->upstream_model : px_jstr(ir, "model");
 
   if (json_object_get(ir, "previous_response_id") != NULL) {
     px_tr_fail(err, "previous_response_id",
@@ -911,8 +885,8 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   json_t *sysb = json_array();
   size_t i;
   json_array_foreach(sys, i, v) {
-    if (jstr(v, "text") == NULL || jstr(v, "text")[0] == 0) continue;
-    json_t *b = text_part(jstr(v, "text"));
+    if (px_jstr(v, "text") == NULL || px_jstr(v, "text")[0] == 0) continue;
+    json_t *b = text_part(px_jstr(v, "text"));
     if (json_object_get(v, "cache_control") != NULL)
       json_object_set(b, "cache_control", json_object_get(v, "cache_control"));
     json_array_append_new(sysb, b);
@@ -928,7 +902,7 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   json_t *msgs = json_array();
   json_object_set_new(body, "messages", msgs);
   json_array_foreach(json_object_get(ir, "messages"), i, v) {
-    const char *role = jstr(v, "role");
+    const char *role = px_jstr(v, "role");
     if (role == NULL || (strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0)) {
       px_tr_fail(err, "messages", "messages: role '%s' cannot be sent to Anthropic",
                  role ? role : "(none)");
@@ -961,7 +935,7 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   json_t *r = json_object_get(ir, "reasoning");
   int thinking = 0;
   if (json_is_object(r)) {
-    const char *effort = jstr(r, "effort");
+    const char *effort = px_jstr(r, "effort");
     json_t *en = json_object_get(r, "enabled");
     json_t *bt = json_object_get(r, "budget_tokens");
     if (json_is_false(en) || (effort != NULL && strcmp(effort, "none") == 0)) {
@@ -1031,8 +1005,8 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     json_object_set_new(body, "tools", arr);
     json_array_foreach(tools, i, v) {
       json_t *params = json_object_get(v, "parameters");
-      json_t *o = json_pack("{s:s?}", "name", jstr(v, "name"));
-      if (jstr(v, "description") != NULL)
+      json_t *o = json_pack("{s:s?}", "name", px_jstr(v, "name"));
+      if (px_jstr(v, "description") != NULL)
         json_object_set(o, "description", json_object_get(v, "description"));
       json_object_set_new(o, "input_schema",
                           json_is_object(params)
@@ -1045,7 +1019,7 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
       json_array_append_new(arr, o);
     }
     json_t *tc = json_object_get(ir, "tool_choice");
-    const char *tct = jstr(tc, "type");
+    const char *tct = px_jstr(tc, "type");
     json_t *atc = NULL;
     if (tct == NULL || strcmp(tct, "auto") == 0)
       atc = json_is_false(json_object_get(ir, "parallel_tool_calls"))
@@ -1056,7 +1030,7 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     else if (strcmp(tct, "none") == 0)
       atc = json_pack("{s:s}", "type", "none");
     else if (strcmp(tct, "tool") == 0)
-      atc = json_pack("{s:s,s:s?}", "type", "tool", "name", jstr(tc, "name"));
+      atc = json_pack("{s:s,s:s?}", "type", "tool", "name", px_jstr(tc, "name"));
     else {
       px_tr_fail(err, "tool_choice", "tool_choice: '%s' cannot be sent to Anthropic", tct);
       goto fail;
@@ -1066,7 +1040,7 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
       json_object_set_new(atc, "disable_parallel_tool_use", json_true());
     set_new(body, "tool_choice", atc);
   } else if (json_object_get(ir, "tool_choice") != NULL) {
-    const char *tct = jstr(json_object_get(ir, "tool_choice"), "type");
+    const char *tct = px_jstr(json_object_get(ir, "tool_choice"), "type");
     if (tct != NULL && strcmp(tct, "none") != 0 && strcmp(tct, "auto") != 0)
       px_lossy_add(lossy, "tool_choice");
   }
@@ -1083,7 +1057,7 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     px_lossy_add(lossy, "response_format");
   }
 
-  if (jstr(ir, "user") != NULL)
+  if (px_jstr(ir, "user") != NULL)
     json_object_set_new(body, "metadata", json_pack("{s:O}", "user_id",
                                                     json_object_get(ir, "user")));
   if (json_object_size(json_object_get(ir, "metadata")) > 0) px_lossy_add(lossy, "metadata");
@@ -1100,24 +1074,18 @@ fail:
 /* ======================================================================== */
 /* Response decode: Anthropic message -> IR                                  */
 
-static int64_t jint(json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
-}
-
 /* Anthropic citation -> IR annotation (url_citation) when it has a URL. */
 static json_t *citations_to_annotations(json_t *cits, const char *text, px_lossy_t *lossy) {
   json_t *arr = json_array();
-  size_t i, chars = 0;
+  size_t i, chars = px_utf8_chars(text, strlen(text));
   json_t *c;
-  for (const unsigned char *p = (const unsigned char *)text; *p; p++)
-    if ((*p & 0xC0) != 0x80) chars++;
   json_array_foreach(cits, i, c) {
-    if (jstr(c, "url") != NULL) {
-      json_t *a = json_pack("{s:s,s:s,s:I,s:I}", "type", "url_citation", "url",
-                            jstr(c, "url"), "start_index", (json_int_t)0, "end_index",
-                            (json_int_t)chars);
-      if (jstr(c, "title") != NULL) json_object_set(a, "title", json_object_get(c, "title"));
+    if (px_jstr(c, "url") != NULL) {
+      json_t *a =
+          json_pack("{s:s,s:s,s:I,s:I}", "type", "url_citation", "url", px_jstr(c, "url"),
+                    "start_index", (json_int_t)0, "end_index", (json_int_t)chars);
+      if (px_jstr(c, "title") != NULL)
+        json_object_set(a, "title", json_object_get(c, "title"));
       json_array_append_new(arr, a);
     } else {
       px_lossy_add(lossy, "content[].citations");
@@ -1136,19 +1104,20 @@ static int anth_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
   }
   json_t *ir = json_object();
   json_t *content = json_array();
-  const char *sr = jstr(body, "stop_reason");
+  const char *sr = px_jstr(body, "stop_reason");
   int refusal = sr != NULL && strcmp(sr, "refusal") == 0;
   size_t i;
   json_t *b;
 
-  if (jstr(body, "id") != NULL) json_object_set(ir, "id", json_object_get(body, "id"));
-  if (jstr(body, "model") != NULL) json_object_set(ir, "model", json_object_get(body, "model"));
+  if (px_jstr(body, "id") != NULL) json_object_set(ir, "id", json_object_get(body, "id"));
+  if (px_jstr(body, "model") != NULL)
+    json_object_set(ir, "model", json_object_get(body, "model"));
   json_object_set_new(ir, "content", content);
   json_array_foreach(json_object_get(body, "content"), i, b) {
-    const char *t = jstr(b, "type");
+    const char *t = px_jstr(b, "type");
     if (t == NULL) continue;
     if (strcmp(t, "text") == 0) {
-      const char *text = jstr(b, "text") ? jstr(b, "text") : "";
+      const char *text = px_jstr(b, "text") ? px_jstr(b, "text") : "";
       json_t *part = json_pack("{s:s,s:s}", "type", refusal ? "refusal" : "text", "text", text);
       json_t *cits = json_object_get(b, "citations");
       if (json_array_size(cits) > 0 && !refusal) {
@@ -1161,14 +1130,15 @@ static int anth_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
       json_array_append_new(content, part);
     } else if (strcmp(t, "thinking") == 0) {
       json_t *part = json_pack("{s:s,s:s}", "type", "reasoning", "text",
-                               jstr(b, "thinking") ? jstr(b, "thinking") : "");
-      if (jstr(b, "signature") != NULL && jstr(b, "signature")[0] != 0)
+                               px_jstr(b, "thinking") ? px_jstr(b, "thinking") : "");
+      if (px_jstr(b, "signature") != NULL && px_jstr(b, "signature")[0] != 0)
         json_object_set(part, "signature", json_object_get(b, "signature"));
       json_array_append_new(content, part);
     } else if (strcmp(t, "redacted_thinking") == 0) {
-      json_array_append_new(content, json_pack("{s:s,s:s,s:s}", "type", "reasoning", "text", "",
-                                               "redacted_data",
-                                               jstr(b, "data") ? jstr(b, "data") : ""));
+      json_array_append_new(
+          content,
+          json_pack("{s:s,s:s,s:s}", "type", "reasoning", "text", "", "redacted_data",
+                    px_jstr(b, "data") ? px_jstr(b, "data") : ""));
     } else if (strcmp(t, "tool_use") == 0) {
       json_t *input = json_object_get(b, "input");
       /* no input: a no-argument call ("{}") */
@@ -1178,10 +1148,11 @@ static int anth_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
         json_decref(ir);
         return PX_ENOMEM;
       }
-      json_array_append_new(content,
-                            json_pack("{s:s,s:s,s:s,s:s}", "type", "tool_call", "id",
-                                      jstr(b, "id") ? jstr(b, "id") : "", "name",
-                                      jstr(b, "name") ? jstr(b, "name") : "", "arguments", args));
+      json_array_append_new(
+          content,
+          json_pack("{s:s,s:s,s:s,s:s}", "type", "tool_call", "id",
+                    px_jstr(b, "id") ? px_jstr(b, "id") : "", "name",
+                    px_jstr(b, "name") ? px_jstr(b, "name") : "", "arguments", args));
       free(args);
     } else if (server_use_type(t)) {
       px_lossy_add(lossy, "content[].server_tool_use");
@@ -1197,18 +1168,19 @@ static int anth_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
     if (strcmp(sr, "model_context_window_exceeded") == 0) st = PX_STOP_MAX_TOKENS;
     json_object_set_new(ir, "stop_reason", json_string(px_stop_name(st)));
   }
-  if (jstr(body, "stop_sequence") != NULL)
+  if (px_jstr(body, "stop_sequence") != NULL)
     json_object_set(ir, "stop_sequence", json_object_get(body, "stop_sequence"));
   json_t *sd = json_object_get(body, "stop_details");
   if (json_is_object(sd)) {
-    if (jstr(sd, "explanation") != NULL)
+    if (px_jstr(sd, "explanation") != NULL)
       json_object_set(ir, "refusal_explanation", json_object_get(sd, "explanation"));
-    if (jstr(sd, "category") != NULL) px_lossy_add(lossy, "stop_details.category");
+    if (px_jstr(sd, "category") != NULL) px_lossy_add(lossy, "stop_details.category");
   }
   json_t *u = json_object_get(body, "usage");
   if (json_is_object(u)) {
-    int64_t in = jint(u, "input_tokens"), out = jint(u, "output_tokens");
-    int64_t cr = jint(u, "cache_read_input_tokens"), cc = jint(u, "cache_creation_input_tokens");
+    int64_t in = px_jint(u, "input_tokens", -1), out = px_jint(u, "output_tokens", -1);
+    int64_t cr = px_jint(u, "cache_read_input_tokens", -1),
+            cc = px_jint(u, "cache_creation_input_tokens", -1);
     json_t *iu = json_object();
     json_object_set_new(iu, "input_tokens", json_integer((in > 0 ? in : 0) + (cr > 0 ? cr : 0) +
                                                          (cc > 0 ? cc : 0)));
@@ -1224,20 +1196,6 @@ static int anth_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
 /* ======================================================================== */
 /* Response encode: IR -> Anthropic message                                   */
 
-/* prefix + id unless id already starts with prefix */
-static json_t *mint_id(const char *prefix, const char *id) {
-  size_t pl = strlen(prefix);
-  if (id == NULL || id[0] == 0) id = "proxai";
-  if (strncmp(id, prefix, pl) == 0) return json_string(id);
-  size_t n = pl + strlen(id) + 1;
-  char *s = malloc(n);
-  if (s == NULL) return NULL;
-  snprintf(s, n, "%s%s", prefix, id);
-  json_t *j = json_string(s);
-  free(s);
-  return j;
-}
-
 static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp,
                                 px_lossy_t *lossy, px_tr_err_t *err) {
   json_t *content = json_array();
@@ -1245,10 +1203,11 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
   size_t i;
   json_t *p;
   json_array_foreach(json_object_get(ir, "content"), i, p) {
-    const char *t = jstr(p, "type");
+    const char *t = px_jstr(p, "type");
     if (t == NULL) continue;
     if (strcmp(t, "text") == 0) {
-      json_array_append_new(content, text_part(jstr(p, "text") ? jstr(p, "text") : ""));
+      json_array_append_new(content,
+                            text_part(px_jstr(p, "text") ? px_jstr(p, "text") : ""));
       if (json_array_size(json_object_get(p, "annotations")) > 0) {
         if (ctx->out == PX_PROTO_CHAT)
           px_lossy_add(lossy, "choices[].message.annotations");
@@ -1256,22 +1215,24 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
           px_lossy_add(lossy, "output[].content[].annotations");
       }
     } else if (strcmp(t, "refusal") == 0) {
-      json_array_append_new(content, text_part(jstr(p, "text") ? jstr(p, "text") : ""));
+      json_array_append_new(content,
+                            text_part(px_jstr(p, "text") ? px_jstr(p, "text") : ""));
       if (refusal_text == NULL) refusal_text = json_object_get(p, "text");
     } else if (strcmp(t, "reasoning") == 0) {
-      if (jstr(p, "redacted_data") != NULL) {
+      if (px_jstr(p, "redacted_data") != NULL) {
         json_array_append_new(content, json_pack("{s:s,s:s}", "type", "redacted_thinking",
-                                                 "data", jstr(p, "redacted_data")));
-      } else if (jstr(p, "signature") != NULL ||
-                 (jstr(p, "encrypted_content") != NULL && jstr(p, "encrypted_content")[0])) {
+                                                 "data", px_jstr(p, "redacted_data")));
+      } else if (px_jstr(p, "signature") != NULL ||
+                 (px_jstr(p, "encrypted_content") != NULL &&
+                  px_jstr(p, "encrypted_content")[0])) {
         /* signed reasoning; OpenAI encrypted_content travels tagged in the
          * signature (even without summary text) so the client replays it */
-        const char *text = jstr(p, "text") ? jstr(p, "text") : "";
+        const char *text = px_jstr(p, "text") ? px_jstr(p, "text") : "";
         json_t *sig;
-        if (jstr(p, "signature") != NULL) {
-          sig = json_string(jstr(p, "signature"));
+        if (px_jstr(p, "signature") != NULL) {
+          sig = json_string(px_jstr(p, "signature"));
         } else {
-          const char *enc = jstr(p, "encrypted_content");
+          const char *enc = px_jstr(p, "encrypted_content");
           size_t n = OAI_ENC_PREFIX_LEN + strlen(enc);
           char *s = malloc(n + 1);
           if (s == NULL) {
@@ -1285,15 +1246,16 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
         }
         json_array_append_new(content, json_pack("{s:s,s:s,s:o}", "type", "thinking",
                                                  "thinking", text, "signature", sig));
-      } else if (jstr(p, "text") != NULL && jstr(p, "text")[0] != 0) {
+      } else if (px_jstr(p, "text") != NULL && px_jstr(p, "text")[0] != 0) {
         /* unsigned reasoning (Chat reasoning_content, Responses summaries
          * without encrypted_content) is shown with an empty signature so
          * the client keeps it */
-        json_array_append_new(content, json_pack("{s:s,s:s,s:s}", "type", "thinking",
-                                                 "thinking", jstr(p, "text"), "signature", ""));
+        json_array_append_new(content,
+                              json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking",
+                                        px_jstr(p, "text"), "signature", ""));
       }
     } else if (strcmp(t, "tool_call") == 0) {
-      const char *args = jstr(p, "arguments");
+      const char *args = px_jstr(p, "arguments");
       json_t *input;
       if (args == NULL || args[strspn(args, " \t\r\n")] == 0) {
         input = json_object();
@@ -1304,34 +1266,37 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
           json_decref(content);
           px_tr_fail(err, "tool_calls.arguments",
                      "upstream tool call '%s' has arguments that are not a JSON object",
-                     jstr(p, "id") ? jstr(p, "id") : "");
+                     px_jstr(p, "id") ? px_jstr(p, "id") : "");
           err->kind = PX_ERR_BAD_GATEWAY;
           return PX_EINVAL;
         }
       }
-      json_array_append_new(content, json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id",
-                                               jstr(p, "id") ? jstr(p, "id") : "", "name",
-                                               jstr(p, "name") ? jstr(p, "name") : "",
-                                               "input", input));
+      json_array_append_new(
+          content,
+          json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id",
+                    px_jstr(p, "id") ? px_jstr(p, "id") : "", "name",
+                    px_jstr(p, "name") ? px_jstr(p, "name") : "", "input", input));
     }
   }
 
-  px_stop_t st = px_stop_parse(jstr(ir, "stop_reason"));
+  px_stop_t st = px_stop_parse(px_jstr(ir, "stop_reason"));
   if (st == PX_STOP_NONE) st = PX_STOP_END_TURN;
   if (refusal_text != NULL) st = PX_STOP_REFUSAL;
   const char *sr = px_stop_to_anthropic(st);
   json_t *body = json_object();
-  json_object_set_new(body, "id", mint_id("msg_", jstr(ir, "id")));
+  json_object_set_new(body, "id", px_mint_id("msg_", px_jstr(ir, "id")));
   json_object_set_new(body, "type", json_string("message"));
   json_object_set_new(body, "role", json_string("assistant"));
-  json_object_set_new(body, "model", json_string(ctx->client_model ? ctx->client_model
-                                                 : jstr(ir, "model") ? jstr(ir, "model")
-                                                                     : ""));
+  json_object_set_new(body, "model",
+                      json_string(ctx->client_model      ? ctx->client_model
+                                  : px_jstr(ir, "model") ? px_jstr(ir, "model")
+                                                         : ""));
   json_object_set_new(body, "content", content);
   json_object_set_new(body, "stop_reason", json_string(sr));
-  json_object_set_new(body, "stop_sequence", jstr(ir, "stop_sequence")
-                                                 ? json_string(jstr(ir, "stop_sequence"))
-                                                 : json_null());
+  json_object_set_new(body, "stop_sequence",
+                      px_jstr(ir, "stop_sequence")
+                          ? json_string(px_jstr(ir, "stop_sequence"))
+                          : json_null());
   if (strcmp(sr, "refusal") == 0) {
     json_t *expl = json_object_get(ir, "refusal_explanation");
     if (!json_is_string(expl)) expl = refusal_text;
@@ -1342,8 +1307,9 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
       json_object_set_new(json_object_get(body, "stop_details"), "explanation", json_null());
   }
   json_t *u = json_object_get(ir, "usage");
-  int64_t in = jint(u, "input_tokens"), out = jint(u, "output_tokens");
-  int64_t cr = jint(u, "cache_read_tokens"), cc = jint(u, "cache_creation_tokens");
+  int64_t in = px_jint(u, "input_tokens", -1), out = px_jint(u, "output_tokens", -1);
+  int64_t cr = px_jint(u, "cache_read_tokens", -1),
+          cc = px_jint(u, "cache_creation_tokens", -1);
   if (cr < 0) cr = 0;
   if (cc < 0) cc = 0;
   if (in < 0) in = 0;
@@ -1369,7 +1335,7 @@ static int anth_decode_error(int status, const char *body, size_t len,
     json_decref(j);
     return PX_EINVAL;
   }
-  const char *type = jstr(e, "type"), *msg = jstr(e, "message");
+  const char *type = px_jstr(e, "type"), *msg = px_jstr(e, "message");
   memset(out, 0, sizeof(*out));
   out->kind = px_errkind_from_type(type, status);
   snprintf(out->type, sizeof(out->type), "%s", type ? type : "");

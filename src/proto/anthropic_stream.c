@@ -33,25 +33,6 @@
 /* see anthropic.c: OpenAI encrypted_content travels as a tagged signature */
 #define OAI_ENC_PREFIX "pxo1:enc:"
 
-px_sdec_t *px_anthropic_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg);
-int px_anthropic_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse);
-int px_anthropic_sdec_finish(px_sdec_t *d);
-void px_anthropic_sdec_free(px_sdec_t *d);
-px_senc_t *px_anthropic_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out);
-int px_anthropic_senc_event(px_senc_t *e, const px_ev_t *ev);
-void px_anthropic_senc_free(px_senc_t *e);
-
-static px_str_t jview(json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  if (!json_is_string(v)) return PX_STR_NULL;
-  return (px_str_t){json_string_value(v), json_string_length(v)};
-}
-
-static int64_t jint(json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
-}
-
 /* ======================================================================== */
 /* Decoder                                                                    */
 
@@ -119,7 +100,6 @@ void px_anthropic_sdec_free(px_sdec_t *d) {
 /* For the differential test (fuzz/fuzz_anthropic_fast.c), not part of the
  * protocol table: turn the fast path on (1) or off (0), or leave it (<0);
  * returns how many events the fast path has handled so far. */
-long px_anthropic_sdec_fast(px_sdec_t *d, int on);
 long px_anthropic_sdec_fast(px_sdec_t *d, int on) {
   if (on >= 0) d->fast = on;
   return d->fast_hits;
@@ -136,13 +116,13 @@ static int sd_message_start(px_sdec_t *d, json_t *j) {
   px_ev_t ev;
   if (d->st != SD_INIT) return sd_proto(d, "upstream sent message_start twice");
   px_ev_init(&ev, PX_EV_MESSAGE_START);
-  ev.id = jview(m, "id");
-  ev.model = jview(m, "model");
-  d->in_raw = jint(u, "input_tokens");
-  d->cache_read = jint(u, "cache_read_input_tokens");
-  d->cache_creation = jint(u, "cache_creation_input_tokens");
+  ev.id = px_jview(m, "id");
+  ev.model = px_jview(m, "model");
+  d->in_raw = px_jint(u, "input_tokens", -1);
+  d->cache_read = px_jint(u, "cache_read_input_tokens", -1);
+  d->cache_creation = px_jint(u, "cache_creation_input_tokens", -1);
   ev.usage.input_tokens = sum_pos(d->in_raw, d->cache_read, d->cache_creation);
-  ev.usage.output_tokens = jint(u, "output_tokens");
+  ev.usage.output_tokens = px_jint(u, "output_tokens", -1);
   ev.usage.cache_read_tokens = d->cache_read;
   ev.usage.cache_creation_tokens = d->cache_creation;
   sd_set(d, SD_MESSAGE);
@@ -165,7 +145,7 @@ static int sd_block_start(px_sdec_t *d, json_t *j) {
   px_ev_t ev;
   int rc;
   if (d->st != SD_MESSAGE) return sd_proto(d, "upstream content_block_start out of order");
-  d->up_index = jint(j, "index");
+  d->up_index = px_jint(j, "index", -1);
   if (t == NULL) return sd_proto(d, "upstream content block without a type");
   px_ev_init(&ev, PX_EV_BLOCK_START);
   if (strcmp(t, "text") == 0) {
@@ -174,11 +154,11 @@ static int sd_block_start(px_sdec_t *d, json_t *j) {
     ev.block = PX_BLOCK_THINKING;
   } else if (strcmp(t, "redacted_thinking") == 0) {
     ev.block = PX_BLOCK_REDACTED_THINKING;
-    ev.text = jview(cb, "data");
+    ev.text = px_jview(cb, "data");
   } else if (strcmp(t, "tool_use") == 0) {
     ev.block = PX_BLOCK_TOOL_CALL;
-    ev.id = jview(cb, "id");
-    ev.name = jview(cb, "name");
+    ev.id = px_jview(cb, "id");
+    ev.name = px_jview(cb, "name");
   } else {
     /* server tool use / results and future block types: not forwarded */
     sd_set(d, SD_SKIP);
@@ -191,10 +171,10 @@ static int sd_block_start(px_sdec_t *d, json_t *j) {
   rc = d->sink(d->arg, &ev);
   if (rc < 0) return rc;
   /* initial content carried by the start event itself */
-  if (ev.block == PX_BLOCK_TEXT) return sd_delta(d, PX_DELTA_TEXT, jview(cb, "text"));
+  if (ev.block == PX_BLOCK_TEXT) return sd_delta(d, PX_DELTA_TEXT, px_jview(cb, "text"));
   if (ev.block == PX_BLOCK_THINKING) {
-    rc = sd_delta(d, PX_DELTA_THINKING, jview(cb, "thinking"));
-    if (rc == 0) rc = sd_delta(d, PX_DELTA_SIGNATURE, jview(cb, "signature"));
+    rc = sd_delta(d, PX_DELTA_THINKING, px_jview(cb, "thinking"));
+    if (rc == 0) rc = sd_delta(d, PX_DELTA_SIGNATURE, px_jview(cb, "signature"));
     return rc;
   }
   if (ev.block == PX_BLOCK_TOOL_CALL) {
@@ -213,17 +193,17 @@ static int sd_block_delta(px_sdec_t *d, json_t *j) {
   json_t *dl = json_object_get(j, "delta");
   const char *t = json_string_value(json_object_get(dl, "type"));
   if (d->st == SD_SKIP) return 0;
-  if (d->st != SD_BLOCK || jint(j, "index") != d->up_index)
+  if (d->st != SD_BLOCK || px_jint(j, "index", -1) != d->up_index)
     return sd_proto(d, "upstream content_block_delta out of order");
   if (t == NULL) return sd_proto(d, "upstream delta without a type");
   if (strcmp(t, "text_delta") == 0 && d->block == PX_BLOCK_TEXT)
-    return sd_delta(d, PX_DELTA_TEXT, jview(dl, "text"));
+    return sd_delta(d, PX_DELTA_TEXT, px_jview(dl, "text"));
   if (strcmp(t, "thinking_delta") == 0 && d->block == PX_BLOCK_THINKING)
-    return sd_delta(d, PX_DELTA_THINKING, jview(dl, "thinking"));
+    return sd_delta(d, PX_DELTA_THINKING, px_jview(dl, "thinking"));
   if (strcmp(t, "signature_delta") == 0 && d->block == PX_BLOCK_THINKING)
-    return sd_delta(d, PX_DELTA_SIGNATURE, jview(dl, "signature"));
+    return sd_delta(d, PX_DELTA_SIGNATURE, px_jview(dl, "signature"));
   if (strcmp(t, "input_json_delta") == 0 && d->block == PX_BLOCK_TOOL_CALL)
-    return sd_delta(d, PX_DELTA_TOOL_ARGS, jview(dl, "partial_json"));
+    return sd_delta(d, PX_DELTA_TOOL_ARGS, px_jview(dl, "partial_json"));
   if (strcmp(t, "citations_delta") == 0) return 0; /* no event carries citations */
   if (strcmp(t, "text_delta") == 0 || strcmp(t, "thinking_delta") == 0 ||
       strcmp(t, "signature_delta") == 0 || strcmp(t, "input_json_delta") == 0)
@@ -237,7 +217,7 @@ static int sd_block_stop(px_sdec_t *d, json_t *j) {
     sd_set(d, SD_MESSAGE);
     return 0;
   }
-  if (d->st != SD_BLOCK || jint(j, "index") != d->up_index)
+  if (d->st != SD_BLOCK || px_jint(j, "index", -1) != d->up_index)
     return sd_proto(d, "upstream content_block_stop out of order");
   px_ev_init(&ev, PX_EV_BLOCK_STOP);
   ev.index = d->cur;
@@ -258,16 +238,17 @@ static int sd_message_delta(px_sdec_t *d, json_t *j) {
   /* newer Anthropic reason with an existing IR equivalent */
   if (sr != NULL && strcmp(sr, "model_context_window_exceeded") == 0)
     ev.stop = PX_STOP_MAX_TOKENS;
-  ev.stop_sequence = jview(dl, "stop_sequence");
-  ev.refusal_explanation = jview(sd, "explanation");
+  ev.stop_sequence = px_jview(dl, "stop_sequence");
+  ev.refusal_explanation = px_jview(sd, "explanation");
   /* message_delta usage is cumulative; fields it omits keep message_start's */
-  int64_t in = jint(u, "input_tokens"), cr = jint(u, "cache_read_input_tokens");
-  int64_t cc = jint(u, "cache_creation_input_tokens");
+  int64_t in = px_jint(u, "input_tokens", -1),
+          cr = px_jint(u, "cache_read_input_tokens", -1);
+  int64_t cc = px_jint(u, "cache_creation_input_tokens", -1);
   if (in < 0) in = d->in_raw;
   if (cr < 0) cr = d->cache_read;
   if (cc < 0) cc = d->cache_creation;
   ev.usage.input_tokens = sum_pos(in, cr, cc);
-  ev.usage.output_tokens = jint(u, "output_tokens");
+  ev.usage.output_tokens = px_jint(u, "output_tokens", -1);
   ev.usage.cache_read_tokens = cr;
   ev.usage.cache_creation_tokens = cc;
   sd_set(d, SD_ENDING);
@@ -277,7 +258,7 @@ static int sd_message_delta(px_sdec_t *d, json_t *j) {
 static int sd_error(px_sdec_t *d, json_t *j) {
   json_t *e = json_object_get(j, "error");
   const char *type = json_string_value(json_object_get(e, "type"));
-  px_str_t msg = jview(e, "message");
+  px_str_t msg = px_jview(e, "message");
   if (msg.ptr == NULL) msg = PX_STR("upstream stream error");
   return sd_fail(d, px_errkind_from_type(type, 0), msg.ptr, msg.len);
 }
@@ -490,9 +471,7 @@ static int write_message_start(px_senc_t *e, const px_ev_t *ev) {
   px_str_t id = ev ? ev->id : PX_STR_NULL;
   int rc = w(e, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":"
                 "{\"id\":\"");
-  if (rc == 0 && !(id.len >= 4 && memcmp(id.ptr, "msg_", 4) == 0)) rc = w(e, "msg_");
-  if (rc == 0)
-    rc = id.len ? px_buf_json_escape(e->out, id.ptr, id.len) : w(e, "proxai");
+  if (rc == 0) rc = px_buf_mint_id(e->out, "msg_", id);
   if (rc == 0) rc = w(e, "\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],"
                          "\"model\":");
   if (rc == 0) rc = px_buf_json_str(e->out, model, strlen(model));

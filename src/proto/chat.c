@@ -9,26 +9,13 @@
 #include <string.h>
 
 #include "proxai/proto.h"
-
-/* chat_stream.c */
-px_sdec_t *px_chat_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg);
-int px_chat_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse);
-int px_chat_sdec_finish(px_sdec_t *d);
-void px_chat_sdec_free(px_sdec_t *d);
-px_senc_t *px_chat_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out);
-int px_chat_senc_event(px_senc_t *e, const px_ev_t *ev);
-void px_chat_senc_free(px_senc_t *e);
+#include "proxai/protoutil.h"
 
 #define PATH_MAX_LEN 96
 #define SUBPATH_LEN 128
 
 /* ------------------------------------------------------------------------ */
 /* small helpers                                                             */
-
-static const char *jstr(json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  return json_is_string(v) ? json_string_value(v) : NULL;
-}
 
 static void add_str(json_t *o, const char *k, const char *s) {
   json_object_set_new(o, k, json_string(s));
@@ -64,7 +51,7 @@ static char *join_parts(json_t *arr, const char *type, int *count) {
   json_t *p;
   int n = 0;
   json_array_foreach(arr, i, p) {
-    const char *t = jstr(p, "type");
+    const char *t = px_jstr(p, "type");
     if (t == NULL || strcmp(t, type) != 0) continue;
     json_t *tx = json_object_get(p, "text");
     if (json_is_string(tx))
@@ -101,7 +88,7 @@ static int text_content(json_t *content, const char *path, json_t *out, const ch
   json_t *c;
   json_array_foreach(content, i, c) {
     snprintf(p, sizeof(p), "%s[%zu]", path, i);
-    const char *t = jstr(c, "type");
+    const char *t = px_jstr(c, "type");
     json_t *tx = json_object_get(c, "text");
     if (t == NULL || strcmp(t, "text") != 0 || !json_is_string(tx))
       return px_tr_fail(err, p, "%s: only text parts are allowed here", p);
@@ -116,7 +103,7 @@ static int text_content(json_t *content, const char *path, json_t *out, const ch
 static int user_part(const px_tr_ctx_t *ctx, json_t *c, const char *p, json_t *out,
                      px_lossy_t *lossy, px_tr_err_t *err) {
   char q[SUBPATH_LEN];
-  const char *t = jstr(c, "type");
+  const char *t = px_jstr(c, "type");
   if (t == NULL) return px_tr_fail(err, p, "%s.type is required", p);
   if (strcmp(t, "text") == 0) {
     json_t *tx = json_object_get(c, "text");
@@ -126,10 +113,10 @@ static int user_part(const px_tr_ctx_t *ctx, json_t *c, const char *p, json_t *o
   }
   if (strcmp(t, "image_url") == 0) {
     json_t *iu = json_object_get(c, "image_url");
-    const char *url = json_is_string(iu) ? json_string_value(iu) : jstr(iu, "url");
+    const char *url = json_is_string(iu) ? json_string_value(iu) : px_jstr(iu, "url");
     snprintf(q, sizeof(q), "%s.image_url.url", p);
     if (url == NULL) return px_tr_fail(err, q, "%s is required", q);
-    const char *detail = jstr(iu, "detail");
+    const char *detail = px_jstr(iu, "detail");
     if (detail != NULL && strcmp(detail, "auto") != 0)
       px_lossy_add(lossy, "messages[].content[].image_url.detail");
     px_str_t media, data;
@@ -152,9 +139,9 @@ static int user_part(const px_tr_ctx_t *ctx, json_t *c, const char *p, json_t *o
     json_t *f = json_object_get(c, "file");
     snprintf(q, sizeof(q), "%s.file", p);
     if (!json_is_object(f)) return px_tr_fail(err, q, "%s must be an object", q);
-    const char *fd = jstr(f, "file_data");
-    const char *fid = jstr(f, "file_id");
-    const char *fname = jstr(f, "filename");
+    const char *fd = px_jstr(f, "file_data");
+    const char *fid = px_jstr(f, "file_id");
+    const char *fname = px_jstr(f, "filename");
     json_t *part = json_pack("{s:s}", "type", "file");
     if (fd != NULL) {
       px_str_t media, data;
@@ -214,23 +201,23 @@ static int is_blank(const char *s) {
 /* Chat custom tool format {type:text} | {type:grammar, grammar:{definition,
  * syntax}} -> the IR (Responses) shape {type:grammar, syntax, definition}. */
 static json_t *format_in(json_t *f) {
-  const char *t = jstr(f, "type");
+  const char *t = px_jstr(f, "type");
   if (t == NULL) return NULL;
   if (strcmp(t, "grammar") == 0) {
     json_t *g = json_object_get(f, "grammar");
-    return json_pack("{s:s, s:s?, s:s?}", "type", "grammar", "syntax", jstr(g, "syntax"),
-                     "definition", jstr(g, "definition"));
+    return json_pack("{s:s, s:s?, s:s?}", "type", "grammar", "syntax",
+                     px_jstr(g, "syntax"), "definition", px_jstr(g, "definition"));
   }
   return json_pack("{s:s}", "type", t);
 }
 
 /* IR custom tool format -> the Chat shape. */
 static json_t *format_out(json_t *f) {
-  const char *t = jstr(f, "type");
+  const char *t = px_jstr(f, "type");
   if (t == NULL) return NULL;
   if (strcmp(t, "grammar") == 0)
     return json_pack("{s:s, s:{s:s?, s:s?}}", "type", "grammar", "grammar", "syntax",
-                     jstr(f, "syntax"), "definition", jstr(f, "definition"));
+                     px_jstr(f, "syntax"), "definition", px_jstr(f, "definition"));
   return json_pack("{s:s}", "type", t);
 }
 
@@ -253,7 +240,7 @@ static int assistant_msg(const px_tr_ctx_t *ctx, json_t *m, size_t mi, json_t *p
     json_array_foreach(content, i, c) {
       char q[PATH_MAX_LEN];
       snprintf(q, sizeof(q), "messages[%zu].content[%zu]", mi, i);
-      const char *t = jstr(c, "type");
+      const char *t = px_jstr(c, "type");
       if (t != NULL && strcmp(t, "text") == 0 &&
           json_is_string(json_object_get(c, "text")))
         json_array_append_new(parts, json_pack("{s:s, s:O}", "type", "text", "text",
@@ -274,7 +261,7 @@ static int assistant_msg(const px_tr_ctx_t *ctx, json_t *m, size_t mi, json_t *p
   size_t k;
   json_t *x;
   json_array_foreach(parts, k, x) {
-    if (strcmp(jstr(x, "type"), "refusal") == 0) has_refusal_part = 1;
+    if (strcmp(px_jstr(x, "type"), "refusal") == 0) has_refusal_part = 1;
   }
   if (json_is_string(refusal) && json_string_length(refusal) > 0 && !has_refusal_part)
     json_array_append_new(parts,
@@ -296,27 +283,27 @@ static int assistant_msg(const px_tr_ctx_t *ctx, json_t *m, size_t mi, json_t *p
     size_t i;
     json_t *tc;
     json_array_foreach(tcs, i, tc) {
-      const char *type = jstr(tc, "type");
+      const char *type = px_jstr(tc, "type");
       json_t *fn = json_object_get(tc, "function");
-      const char *id = jstr(tc, "id");
+      const char *id = px_jstr(tc, "id");
       snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu]", mi, i);
       if (type != NULL && strcmp(type, "custom") == 0 && ctx->out == PX_PROTO_RESPONSES) {
         /* a custom (freeform) tool call: only Responses can hold it */
         json_t *cu = json_object_get(tc, "custom");
-        if (id == NULL || jstr(cu, "name") == NULL)
+        if (id == NULL || px_jstr(cu, "name") == NULL)
           return px_tr_fail(err, p, "%s needs id and custom.name", p);
-        const char *in = jstr(cu, "input");
+        const char *in = px_jstr(cu, "input");
         json_array_append_new(
             parts,
             json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id", id, "name",
-                      jstr(cu, "name"), "custom", 1, "input", in ? in : ""));
+                      px_jstr(cu, "name"), "custom", 1, "input", in ? in : ""));
         continue;
       }
       if (type != NULL && strcmp(type, "function") != 0)
         return px_tr_fail(err, p, "%s: %s tool calls cannot be translated", p, type);
-      if (id == NULL || !json_is_object(fn) || jstr(fn, "name") == NULL)
+      if (id == NULL || !json_is_object(fn) || px_jstr(fn, "name") == NULL)
         return px_tr_fail(err, p, "%s needs id, function.name and function.arguments", p);
-      const char *args = jstr(fn, "arguments");
+      const char *args = px_jstr(fn, "arguments");
       if (args == NULL || is_blank(args)) {
         args = "{}"; /* a call without arguments, not invalid JSON */
       } else {
@@ -325,7 +312,7 @@ static int assistant_msg(const px_tr_ctx_t *ctx, json_t *m, size_t mi, json_t *p
       }
       json_array_append_new(
           parts, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id", id, "name",
-                           jstr(fn, "name"), "arguments", args));
+                           px_jstr(fn, "name"), "arguments", args));
     }
   }
   (void)lossy;
@@ -337,12 +324,12 @@ static json_t *tool_result_tail(json_t *msgs) {
   size_t n = json_array_size(msgs);
   if (n == 0) return NULL;
   json_t *last = json_array_get(msgs, n - 1);
-  if (strcmp(jstr(last, "role"), "user") != 0) return NULL;
+  if (strcmp(px_jstr(last, "role"), "user") != 0) return NULL;
   if (json_array_size(json_object_get(last, "content")) == 0) return NULL;
   size_t i;
   json_t *p;
   json_array_foreach(json_object_get(last, "content"), i, p) {
-    if (strcmp(jstr(p, "type"), "tool_result") != 0) return NULL;
+    if (strcmp(px_jstr(p, "type"), "tool_result") != 0) return NULL;
   }
   return last;
 }
@@ -360,7 +347,7 @@ static int decode_messages(const px_tr_ctx_t *ctx, json_t *msgs, json_t *ir,
   json_t *m;
   json_array_foreach(msgs, mi, m) {
     snprintf(p, sizeof(p), "messages[%zu].role", mi);
-    const char *role = jstr(m, "role");
+    const char *role = px_jstr(m, "role");
     if (!json_is_object(m) || role == NULL)
       return px_tr_fail(err, p, "%s is required", p);
     if (json_object_get(m, "name") != NULL) px_lossy_add(lossy, "messages[].name");
@@ -397,7 +384,7 @@ static int decode_messages(const px_tr_ctx_t *ctx, json_t *msgs, json_t *ir,
           out, json_pack("{s:s, s:O}", "role", "assistant", "content", parts));
       json_object_del(ir, "_tmp");
     } else if (strcmp(role, "tool") == 0) {
-      const char *id = jstr(m, "tool_call_id");
+      const char *id = px_jstr(m, "tool_call_id");
       if (id == NULL) {
         snprintf(p, sizeof(p), "messages[%zu].tool_call_id", mi);
         return px_tr_fail(err, p, "%s is required", p);
@@ -439,18 +426,18 @@ static int decode_tools(const px_tr_ctx_t *ctx, json_t *tools, json_t *ir,
   size_t i;
   json_t *t;
   json_array_foreach(tools, i, t) {
-    const char *type = jstr(t, "type");
+    const char *type = px_jstr(t, "type");
     snprintf(p, sizeof(p), "tools[%zu].type", i);
     if (type != NULL && strcmp(type, "custom") == 0 && ctx->out == PX_PROTO_RESPONSES) {
       json_t *cu = json_object_get(t, "custom");
-      const char *name = jstr(cu, "name");
+      const char *name = px_jstr(cu, "name");
       if (name == NULL) {
         snprintf(p, sizeof(p), "tools[%zu].custom.name", i);
         return px_tr_fail(err, p, "%s is required", p);
       }
       json_t *o = json_pack("{s:s, s:s}", "type", "custom", "name", name);
-      if (jstr(cu, "description") != NULL)
-        add_str(o, "description", jstr(cu, "description"));
+      if (px_jstr(cu, "description") != NULL)
+        add_str(o, "description", px_jstr(cu, "description"));
       json_t *f = format_in(json_object_get(cu, "format"));
       if (f != NULL) json_object_set_new(o, "format", f);
       json_array_append_new(out, o);
@@ -463,7 +450,7 @@ static int decode_tools(const px_tr_ctx_t *ctx, json_t *tools, json_t *ir,
     if (type == NULL || strcmp(type, "function") != 0)
       return px_tr_fail(err, p, "%s: unsupported tool type", p);
     json_t *fn = json_object_get(t, "function");
-    const char *name = jstr(fn, "name");
+    const char *name = px_jstr(fn, "name");
     if (name == NULL) {
       snprintf(p, sizeof(p), "tools[%zu].function.name", i);
       return px_tr_fail(err, p, "%s is required", p);
@@ -494,9 +481,9 @@ static int decode_tool_choice(const px_tr_ctx_t *ctx, json_t *tc, json_t *ir,
     json_object_set_new(ir, "tool_choice", json_pack("{s:s}", "type", s));
     return 0;
   }
-  const char *type = jstr(tc, "type");
+  const char *type = px_jstr(tc, "type");
   if (type != NULL && strcmp(type, "function") == 0) {
-    const char *name = jstr(json_object_get(tc, "function"), "name");
+    const char *name = px_jstr(json_object_get(tc, "function"), "name");
     if (name == NULL)
       return px_tr_fail(err, "tool_choice.function.name",
                         "tool_choice.function.name is "
@@ -506,7 +493,7 @@ static int decode_tool_choice(const px_tr_ctx_t *ctx, json_t *tc, json_t *ir,
     return 0;
   }
   if (type != NULL && strcmp(type, "custom") == 0 && ctx->out == PX_PROTO_RESPONSES) {
-    const char *name = jstr(json_object_get(tc, "custom"), "name");
+    const char *name = px_jstr(json_object_get(tc, "custom"), "name");
     if (name == NULL)
       return px_tr_fail(err, "tool_choice.custom.name",
                         "tool_choice.custom.name is required");
@@ -516,7 +503,7 @@ static int decode_tool_choice(const px_tr_ctx_t *ctx, json_t *tc, json_t *ir,
   }
   if (type != NULL && strcmp(type, "allowed_tools") == 0) {
     /* the restriction to a subset cannot be carried; the mode can */
-    const char *mode = jstr(json_object_get(tc, "allowed_tools"), "mode");
+    const char *mode = px_jstr(json_object_get(tc, "allowed_tools"), "mode");
     px_lossy_add(lossy, "tool_choice.allowed_tools");
     json_object_set_new(
         ir, "tool_choice",
@@ -529,7 +516,7 @@ static int decode_tool_choice(const px_tr_ctx_t *ctx, json_t *tc, json_t *ir,
 }
 
 static int decode_response_format(json_t *rf, json_t *ir, px_tr_err_t *err) {
-  const char *type = jstr(rf, "type");
+  const char *type = px_jstr(rf, "type");
   if (type == NULL)
     return px_tr_fail(err, "response_format", "response_format.type is required");
   if (strcmp(type, "text") == 0 || strcmp(type, "json_object") == 0) {
@@ -546,8 +533,8 @@ static int decode_response_format(json_t *rf, json_t *ir, px_tr_err_t *err) {
   json_t *o = json_pack("{s:s, s:O}", "type", "json_schema", "schema",
                         json_object_get(js, "schema"));
   const char *s;
-  if ((s = jstr(js, "name")) != NULL) add_str(o, "name", s);
-  if ((s = jstr(js, "description")) != NULL) add_str(o, "description", s);
+  if ((s = px_jstr(js, "name")) != NULL) add_str(o, "name", s);
+  if ((s = px_jstr(js, "description")) != NULL) add_str(o, "description", s);
   json_t *st = json_object_get(js, "strict");
   if (json_is_boolean(st)) json_object_set(o, "strict", st);
   json_object_set_new(ir, "response_format", o);
@@ -616,7 +603,7 @@ static int chat_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
       if (json_is_string(v)) json_object_set(ir, "user", v);
     } else if (strcmp(key, "safety_identifier") == 0) {
       if (!json_is_string(v)) continue;
-      if (jstr(body, "user") == NULL)
+      if (px_jstr(body, "user") == NULL)
         json_object_set(ir, "user", v);
       else
         px_lossy_add(lossy, "safety_identifier");
@@ -716,10 +703,10 @@ static void lossy_reasoning_field(const px_tr_ctx_t *ctx, px_lossy_t *lossy,
 }
 
 static json_t *image_part_out(json_t *p, const char *path, px_tr_err_t *err) {
-  const char *url = jstr(p, "url");
+  const char *url = px_jstr(p, "url");
   if (url != NULL)
     return json_pack("{s:s, s:{s:s}}", "type", "image_url", "image_url", "url", url);
-  const char *mt = jstr(p, "media_type"), *data = jstr(p, "data");
+  const char *mt = px_jstr(p, "media_type"), *data = px_jstr(p, "data");
   if (mt == NULL || data == NULL) {
     px_tr_fail(err, path, "%s: image needs url or media_type and data", path);
     return NULL;
@@ -729,8 +716,8 @@ static json_t *image_part_out(json_t *p, const char *path, px_tr_err_t *err) {
 }
 
 static json_t *file_part_out(json_t *p, const char *path, px_tr_err_t *err) {
-  const char *fid = jstr(p, "file_id"), *mt = jstr(p, "media_type"),
-             *data = jstr(p, "data"), *fname = jstr(p, "filename");
+  const char *fid = px_jstr(p, "file_id"), *mt = px_jstr(p, "media_type"),
+             *data = px_jstr(p, "data"), *fname = px_jstr(p, "filename");
   json_t *f = json_object();
   if (fid != NULL) {
     add_str(f, "file_id", fid);
@@ -759,7 +746,7 @@ static json_t *tool_msg_out(const px_tr_ctx_t *ctx, json_t *p, px_lossy_t *lossy
     size_t i;
     json_t *q;
     json_array_foreach(c, i, q) {
-      const char *t = jstr(q, "type");
+      const char *t = px_jstr(q, "type");
       json_t *tx = json_object_get(q, "text");
       if (t != NULL && strcmp(t, "text") == 0 && json_is_string(tx))
         px_buf_append(&b, json_string_value(tx), json_string_length(tx));
@@ -772,8 +759,8 @@ static json_t *tool_msg_out(const px_tr_ctx_t *ctx, json_t *p, px_lossy_t *lossy
   if (json_is_true(json_object_get(p, "is_error")))
     px_lossy_add(lossy, "messages[].content[].is_error");
   json_t *m = json_pack("{s:s, s:s, s:s%}", "role", "tool", "tool_call_id",
-                        jstr(p, "tool_call_id") ? jstr(p, "tool_call_id") : "", "content",
-                        b.data ? b.data : "", b.len);
+                        px_jstr(p, "tool_call_id") ? px_jstr(p, "tool_call_id") : "",
+                        "content", b.data ? b.data : "", b.len);
   px_buf_free(&b);
   return m;
 }
@@ -786,7 +773,7 @@ static int encode_user(const px_tr_ctx_t *ctx, json_t *im, size_t mi, json_t *ou
   json_t *c;
   int only_text = 1;
   json_array_foreach(json_object_get(im, "content"), i, c) {
-    const char *t = jstr(c, "type");
+    const char *t = px_jstr(c, "type");
     snprintf(p, sizeof(p), "messages[%zu].content[%zu]", mi, i);
     if (t == NULL) t = "";
     if (json_object_get(c, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
@@ -827,12 +814,13 @@ static int encode_user(const px_tr_ctx_t *ctx, json_t *im, size_t mi, json_t *ou
 
 /* IR tool_call part -> Chat tool call (function, or custom with free input). */
 static json_t *tool_call_out(json_t *c) {
-  const char *id = jstr(c, "id") ? jstr(c, "id") : "";
-  const char *name = jstr(c, "name") ? jstr(c, "name") : "";
+  const char *id = px_jstr(c, "id") ? px_jstr(c, "id") : "";
+  const char *name = px_jstr(c, "name") ? px_jstr(c, "name") : "";
   if (json_is_true(json_object_get(c, "custom")))
     return json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "custom", "custom",
-                     "name", name, "input", jstr(c, "input") ? jstr(c, "input") : "");
-  const char *args = jstr(c, "arguments");
+                     "name", name, "input",
+                     px_jstr(c, "input") ? px_jstr(c, "input") : "");
+  const char *args = px_jstr(c, "arguments");
   return json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function",
                    "name", name, "arguments", args ? args : "{}");
 }
@@ -849,7 +837,7 @@ static int encode_assistant(const px_tr_ctx_t *ctx, json_t *im, size_t mi, json_
   size_t i;
   json_t *c;
   json_array_foreach(json_object_get(im, "content"), i, c) {
-    const char *t = jstr(c, "type");
+    const char *t = px_jstr(c, "type");
     json_t *tx = json_object_get(c, "text");
     snprintf(p, sizeof(p), "messages[%zu].content[%zu]", mi, i);
     if (t == NULL) t = "";
@@ -867,10 +855,10 @@ static int encode_assistant(const px_tr_ctx_t *ctx, json_t *im, size_t mi, json_
         px_buf_append(&reasoning, json_string_value(tx), json_string_length(tx));
         nreason++;
       }
-      if (jstr(c, "signature") != NULL) lossy_reasoning_field(ctx, lossy, "signature");
-      if (jstr(c, "encrypted_content") != NULL)
+      if (px_jstr(c, "signature") != NULL) lossy_reasoning_field(ctx, lossy, "signature");
+      if (px_jstr(c, "encrypted_content") != NULL)
         lossy_reasoning_field(ctx, lossy, "encrypted_content");
-      if (jstr(c, "redacted_data") != NULL)
+      if (px_jstr(c, "redacted_data") != NULL)
         lossy_reasoning_field(ctx, lossy, "redacted_data");
     } else if (strcmp(t, "tool_call") == 0) {
       json_array_append_new(tcs, tool_call_out(c));
@@ -902,20 +890,13 @@ done:
   return rc;
 }
 
-/* Budget -> effort when only a thinking budget is known (docs table). */
-static const char *effort_of_budget(json_int_t b) {
-  if (b < 4096) return "low";
-  if (b < 16384) return "medium";
-  return "high";
-}
-
 /* Whether the IR tool list names a custom tool `name`. */
 static int is_custom_tool(json_t *tools, const char *name) {
   size_t i;
   json_t *t;
   if (name == NULL) return 0;
   json_array_foreach(tools, i, t) {
-    const char *n = jstr(t, "name"), *ty = jstr(t, "type");
+    const char *n = px_jstr(t, "name"), *ty = px_jstr(t, "type");
     if (n != NULL && strcmp(n, name) == 0) return ty != NULL && strcmp(ty, "custom") == 0;
   }
   return 0;
@@ -926,11 +907,11 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   json_t *body = json_object();
   json_t *msgs = json_array();
   json_t *v;
-  const char *model = ctx->upstream_model ? ctx->upstream_model : jstr(ir, "model");
+  const char *model = ctx->upstream_model ? ctx->upstream_model : px_jstr(ir, "model");
   if (model) add_str(body, "model", model);
   json_object_set_new(body, "messages", msgs);
 
-  if (jstr(ir, "previous_response_id") != NULL) {
+  if (px_jstr(ir, "previous_response_id") != NULL) {
     px_tr_fail(
         err, "previous_response_id",
         "previous_response_id cannot be sent to an openai_chat_completions upstream");
@@ -939,7 +920,7 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   size_t i;
   json_t *c;
   json_array_foreach(json_object_get(ir, "system"), i, c) {
-    const char *role = jstr(c, "role");
+    const char *role = px_jstr(c, "role");
     if (role == NULL || strcmp(role, "developer") != 0) role = "system";
     if (json_object_get(c, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
     json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", role, "content",
@@ -948,7 +929,7 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   json_t *irm = json_object_get(ir, "messages");
   for (i = 0; i < json_array_size(irm); i++) {
     c = json_array_get(irm, i);
-    const char *role = jstr(c, "role");
+    const char *role = px_jstr(c, "role");
     int rc;
     if (role && strcmp(role, "assistant") == 0) {
       /* consecutive assistant turns become ONE Chat message: tool calls split
@@ -957,7 +938,8 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
       size_t first = i;
       for (; i < json_array_size(irm); i++) {
         json_t *m = json_array_get(irm, i);
-        if (jstr(m, "role") == NULL || strcmp(jstr(m, "role"), "assistant") != 0) break;
+        if (px_jstr(m, "role") == NULL || strcmp(px_jstr(m, "role"), "assistant") != 0)
+          break;
         json_array_extend(json_object_get(merged, "content"),
                           json_object_get(m, "content"));
       }
@@ -973,7 +955,7 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     json_t *tools = json_array();
     json_object_set_new(body, "tools", tools);
     json_array_foreach(v, i, c) {
-      if (jstr(c, "type") != NULL && strcmp(jstr(c, "type"), "custom") == 0) {
+      if (px_jstr(c, "type") != NULL && strcmp(px_jstr(c, "type"), "custom") == 0) {
         json_t *cu = json_pack("{s:O?}", "name", json_object_get(c, "name"));
         json_t *x;
         if ((x = json_object_get(c, "description")) != NULL)
@@ -1000,13 +982,13 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   /* OpenAI rejects tool_choice and parallel_tool_calls without tools */
   int has_tools = json_object_get(body, "tools") != NULL;
   if ((v = json_object_get(ir, "tool_choice")) != NULL && !has_tools) {
-    const char *t = jstr(v, "type");
+    const char *t = px_jstr(v, "type");
     if (t != NULL && strcmp(t, "auto") != 0 && strcmp(t, "none") != 0)
       px_lossy_add(lossy, "tool_choice");
   } else if (v != NULL) {
-    const char *t = jstr(v, "type");
+    const char *t = px_jstr(v, "type");
     if (t != NULL && strcmp(t, "tool") == 0 &&
-        is_custom_tool(json_object_get(ir, "tools"), jstr(v, "name")))
+        is_custom_tool(json_object_get(ir, "tools"), px_jstr(v, "name")))
       json_object_set_new(body, "tool_choice",
                           json_pack("{s:s, s:{s:O?}}", "type", "custom", "custom", "name",
                                     json_object_get(v, "name")));
@@ -1028,11 +1010,11 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   if ((v = json_object_get(ir, "stop")) != NULL && json_array_size(v) > 0)
     json_object_set(body, "stop", v);
   if ((v = json_object_get(ir, "response_format")) != NULL) {
-    const char *t = jstr(v, "type");
+    const char *t = px_jstr(v, "type");
     if (t != NULL && strcmp(t, "json_schema") == 0) {
-      json_t *js =
-          json_pack("{s:s, s:O?}", "name", jstr(v, "name") ? jstr(v, "name") : "response",
-                    "schema", json_object_get(v, "schema"));
+      json_t *js = json_pack("{s:s, s:O?}", "name",
+                             px_jstr(v, "name") ? px_jstr(v, "name") : "response",
+                             "schema", json_object_get(v, "schema"));
       json_t *x;
       if ((x = json_object_get(v, "description")) != NULL)
         json_object_set(js, "description", x);
@@ -1045,13 +1027,13 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     }
   }
   if ((v = json_object_get(ir, "reasoning")) != NULL) {
-    const char *effort = jstr(v, "effort");
+    const char *effort = px_jstr(v, "effort");
     json_t *budget = json_object_get(v, "budget_tokens");
     if (effort == NULL && json_is_integer(budget))
-      effort = effort_of_budget(json_integer_value(budget));
+      effort = px_effort_of_budget(json_integer_value(budget));
     if (effort == NULL && json_is_false(json_object_get(v, "enabled"))) effort = NULL;
     if (effort != NULL) add_str(body, "reasoning_effort", effort);
-    if (jstr(v, "summary") != NULL) px_lossy_add(lossy, "reasoning.summary");
+    if (px_jstr(v, "summary") != NULL) px_lossy_add(lossy, "reasoning.summary");
   }
   if ((v = json_object_get(ir, "user")) != NULL) json_object_set(body, "user", v);
   if ((v = json_object_get(ir, "metadata")) != NULL) json_object_set(body, "metadata", v);
@@ -1074,11 +1056,6 @@ fail:
 /* ------------------------------------------------------------------------ */
 /* decode_response: Chat upstream body -> IR                                */
 
-static int64_t jint(json_t *o, const char *k, int64_t dflt) {
-  json_t *v = json_object_get(o, k);
-  return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
-}
-
 /* Chat url_citation {type, url_citation:{...}} -> flat IR annotation. */
 static json_t *annotations_in(json_t *anns, px_lossy_t *lossy) {
   json_t *out = json_array();
@@ -1086,7 +1063,7 @@ static json_t *annotations_in(json_t *anns, px_lossy_t *lossy) {
   json_t *a;
   json_array_foreach(anns, i, a) {
     json_t *uc = json_object_get(a, "url_citation");
-    const char *t = jstr(a, "type");
+    const char *t = px_jstr(a, "type");
     if (t == NULL || strcmp(t, "url_citation") != 0 || !json_is_object(uc)) {
       px_lossy_add(lossy, "choices[].message.annotations");
       continue;
@@ -1154,16 +1131,16 @@ static int chat_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
   json_t *tc;
   json_array_foreach(json_object_get(msg, "tool_calls"), i, tc) {
     json_t *fn = json_object_get(tc, "function");
-    const char *type = jstr(tc, "type");
+    const char *type = px_jstr(tc, "type");
     json_t *cu = json_object_get(tc, "custom");
     if (type != NULL && strcmp(type, "custom") == 0 && ctx->in == PX_PROTO_RESPONSES &&
         json_is_object(cu)) {
       /* a custom tool call: only a Responses client can hold it */
       json_array_append_new(
           content, json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id",
-                             jstr(tc, "id") ? jstr(tc, "id") : "", "name",
-                             jstr(cu, "name") ? jstr(cu, "name") : "", "custom", 1,
-                             "input", jstr(cu, "input") ? jstr(cu, "input") : ""));
+                             px_jstr(tc, "id") ? px_jstr(tc, "id") : "", "name",
+                             px_jstr(cu, "name") ? px_jstr(cu, "name") : "", "custom", 1,
+                             "input", px_jstr(cu, "input") ? px_jstr(cu, "input") : ""));
       continue;
     }
     if ((type != NULL && strcmp(type, "function") != 0) || !json_is_object(fn)) {
@@ -1172,12 +1149,12 @@ static int chat_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
       if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
       goto fail;
     }
-    const char *args = jstr(fn, "arguments");
-    json_array_append_new(content,
-                          json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id",
-                                    jstr(tc, "id") ? jstr(tc, "id") : "", "name",
-                                    jstr(fn, "name") ? jstr(fn, "name") : "", "arguments",
-                                    args && !is_blank(args) ? args : "{}"));
+    const char *args = px_jstr(fn, "arguments");
+    json_array_append_new(
+        content, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id",
+                           px_jstr(tc, "id") ? px_jstr(tc, "id") : "", "name",
+                           px_jstr(fn, "name") ? px_jstr(fn, "name") : "", "arguments",
+                           args && !is_blank(args) ? args : "{}"));
   }
   if (json_object_get(msg, "audio") != NULL &&
       !json_is_null(json_object_get(msg, "audio")))
@@ -1185,18 +1162,18 @@ static int chat_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
   v = json_object_get(ch, "logprobs");
   if (v != NULL && !json_is_null(v)) px_lossy_add(lossy, "choices[].logprobs");
 
-  px_stop_t st = px_stop_from_chat(jstr(ch, "finish_reason"));
+  px_stop_t st = px_stop_from_chat(px_jstr(ch, "finish_reason"));
   if (st != PX_STOP_NONE) add_str(ir, "stop_reason", px_stop_name(st));
 
   json_t *u = json_object_get(body, "usage");
   if (json_is_object(u)) {
-    json_t *iu =
-        json_pack("{s:I, s:I}", "input_tokens", (json_int_t)jint(u, "prompt_tokens", 0),
-                  "output_tokens", (json_int_t)jint(u, "completion_tokens", 0));
+    json_t *iu = json_pack("{s:I, s:I}", "input_tokens",
+                           (json_int_t)px_jint(u, "prompt_tokens", 0), "output_tokens",
+                           (json_int_t)px_jint(u, "completion_tokens", 0));
     int64_t cached =
-        jint(json_object_get(u, "prompt_tokens_details"), "cached_tokens", -1);
+        px_jint(json_object_get(u, "prompt_tokens_details"), "cached_tokens", -1);
     int64_t reason =
-        jint(json_object_get(u, "completion_tokens_details"), "reasoning_tokens", -1);
+        px_jint(json_object_get(u, "completion_tokens_details"), "reasoning_tokens", -1);
     if (cached >= 0) json_object_set_new(iu, "cache_read_tokens", json_integer(cached));
     if (reason >= 0) json_object_set_new(iu, "reasoning_tokens", json_integer(reason));
     json_object_set_new(ir, "usage", iu);
@@ -1211,14 +1188,6 @@ fail:
 /* ------------------------------------------------------------------------ */
 /* encode_response: IR -> Chat client body                                  */
 
-/* Code points in UTF-8 text (annotation indexes count characters). */
-static json_int_t utf8_chars(const char *s, size_t n) {
-  json_int_t c = 0;
-  for (size_t i = 0; i < n; i++)
-    if (((unsigned char)s[i] & 0xC0) != 0x80) c++;
-  return c;
-}
-
 /* Flat IR url_citation -> Chat {type, url_citation:{...}}; indexes shifted
  * by the characters of the text parts joined before this one. */
 static json_t *annotations_out(const px_tr_ctx_t *ctx, json_t *anns, json_int_t shift,
@@ -1227,8 +1196,8 @@ static json_t *annotations_out(const px_tr_ctx_t *ctx, json_t *anns, json_int_t 
   size_t i;
   json_t *a;
   json_array_foreach(anns, i, a) {
-    const char *t = jstr(a, "type");
-    if (t == NULL || strcmp(t, "url_citation") != 0 || jstr(a, "url") == NULL) {
+    const char *t = px_jstr(a, "type");
+    if (t == NULL || strcmp(t, "url_citation") != 0 || px_jstr(a, "url") == NULL) {
       if (ctx->out == PX_PROTO_ANTHROPIC)
         px_lossy_add(lossy, "content[].citations");
       else
@@ -1264,11 +1233,11 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
   size_t i;
   json_t *c;
   json_array_foreach(content, i, c) {
-    const char *t = jstr(c, "type");
+    const char *t = px_jstr(c, "type");
     json_t *tx = json_object_get(c, "text");
     if (t == NULL) continue;
     if (strcmp(t, "text") == 0) {
-      json_int_t shift = utf8_chars(text.data, text.len);
+      json_int_t shift = (json_int_t)px_utf8_chars(text.data, text.len);
       if (json_is_string(tx))
         px_buf_append(&text, json_string_value(tx), json_string_length(tx));
       ntext++;
@@ -1284,8 +1253,9 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
         nreason++;
       }
       int anth = ctx->out == PX_PROTO_ANTHROPIC;
-      int sig = jstr(c, "signature") != NULL || jstr(c, "encrypted_content") != NULL;
-      int red = jstr(c, "redacted_data") != NULL;
+      int sig =
+          px_jstr(c, "signature") != NULL || px_jstr(c, "encrypted_content") != NULL;
+      int red = px_jstr(c, "redacted_data") != NULL;
       if (!anth && (sig || red)) px_lossy_add(lossy, "output[].encrypted_content");
       if (anth && sig) px_lossy_add(lossy, "content[].signature");
       if (anth && red) px_lossy_add(lossy, "content[].redacted_thinking");
@@ -1301,7 +1271,7 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
                         json_stringn(text.data ? text.data : "", text.len));
   else
     json_object_set_new(msg, "content", json_null());
-  const char *expl = jstr(ir, "refusal_explanation");
+  const char *expl = px_jstr(ir, "refusal_explanation");
   if (refusal == NULL && expl != NULL && ntext == 0)
     add_str(msg, "refusal", expl); /* Anthropic refusal without visible wording */
   else if (expl != NULL)
@@ -1318,11 +1288,11 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
   json_decref(tcs);
   json_decref(anns);
 
-  px_stop_t st = px_stop_parse(jstr(ir, "stop_reason"));
+  px_stop_t st = px_stop_parse(px_jstr(ir, "stop_reason"));
   const char *fr = px_stop_to_chat(st == PX_STOP_NONE ? PX_STOP_END_TURN : st);
-  if (jstr(ir, "stop_sequence") != NULL) px_lossy_add(lossy, "stop_sequence");
+  if (px_jstr(ir, "stop_sequence") != NULL) px_lossy_add(lossy, "stop_sequence");
 
-  const char *id = jstr(ir, "id");
+  const char *id = px_jstr(ir, "id");
   json_t *jid = id == NULL                         ? json_string("chatcmpl-proxai")
                 : strncmp(id, "chatcmpl-", 9) == 0 ? json_string(id)
                                                    : json_sprintf("chatcmpl-%s", id);
@@ -1331,19 +1301,19 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
       "{s:o, s:s, s:I, s:s?, s:[{s:i, s:o, s:n, s:s}]}", "id", jid, "object",
       "chat.completion", "created",
       (json_int_t)(json_is_integer(created) ? json_integer_value(created) : ctx->created),
-      "model", ctx->client_model ? ctx->client_model : jstr(ir, "model"), "choices",
+      "model", ctx->client_model ? ctx->client_model : px_jstr(ir, "model"), "choices",
       "index", 0, "message", msg, "logprobs", "finish_reason", fr);
   json_t *u = json_object_get(ir, "usage");
   if (json_is_object(u)) {
-    int64_t in = jint(u, "input_tokens", 0), out = jint(u, "output_tokens", 0);
+    int64_t in = px_jint(u, "input_tokens", 0), out = px_jint(u, "output_tokens", 0);
     json_object_set_new(
         body, "usage",
         json_pack("{s:I, s:I, s:I, s:{s:I}, s:{s:I}}", "prompt_tokens", (json_int_t)in,
                   "completion_tokens", (json_int_t)out, "total_tokens",
                   (json_int_t)(in + out), "prompt_tokens_details", "cached_tokens",
-                  (json_int_t)jint(u, "cache_read_tokens", 0),
+                  (json_int_t)px_jint(u, "cache_read_tokens", 0),
                   "completion_tokens_details", "reasoning_tokens",
-                  (json_int_t)jint(u, "reasoning_tokens", 0)));
+                  (json_int_t)px_jint(u, "reasoning_tokens", 0)));
   }
   *bodyp = body;
   return 0;
@@ -1359,12 +1329,12 @@ static int chat_decode_error(int status, const char *body, size_t len,
   json_t *e = json_object_get(root, "error");
   const char *msg = NULL, *type = NULL;
   int rc = PX_EINVAL;
-  if (jstr(root, "type") != NULL && strcmp(jstr(root, "type"), "error") == 0)
+  if (px_jstr(root, "type") != NULL && strcmp(px_jstr(root, "type"), "error") == 0)
     goto done; /* Anthropic's shape */
   if (json_is_object(e)) {
-    msg = jstr(e, "message");
-    type = jstr(e, "type");
-    if (type == NULL) type = jstr(e, "code");
+    msg = px_jstr(e, "message");
+    type = px_jstr(e, "type");
+    if (type == NULL) type = px_jstr(e, "code");
   } else if (json_is_string(e)) {
     msg = json_string_value(e);
   }
@@ -1383,34 +1353,18 @@ done:
   return rc;
 }
 
-/* {"error":{"message":..,"type":..,"param":..,"code":null}} without a tree. */
-static int error_object(px_buf_t *out, px_errkind_t kind, const char *type,
-                        const char *message, const char *param) {
-  int rc = px_buf_puts(out, "{\"error\":{\"message\":");
-  if (rc == 0)
-    rc = px_buf_json_str(out, message ? message : "", message ? strlen(message) : 0);
-  if (rc == 0) rc = px_buf_puts(out, ",\"type\":");
-  if (type == NULL || *type == 0) type = px_errkind_openai(kind);
-  if (rc == 0) rc = px_buf_json_str(out, type, strlen(type));
-  if (rc == 0) rc = px_buf_puts(out, ",\"param\":");
-  if (rc == 0)
-    rc = param && *param ? px_buf_json_str(out, param, strlen(param))
-                         : px_buf_puts(out, "null");
-  if (rc == 0) rc = px_buf_puts(out, ",\"code\":null}}");
-  return rc;
-}
-
 static int chat_encode_error(px_buf_t *out, px_errkind_t kind, const char *type,
                              const char *message, const char *param,
                              const char *request_id) {
   (void)request_id;
-  return error_object(out, kind, type, message, param);
+  if (type == NULL || *type == 0) type = px_errkind_openai(kind);
+  return px_openai_error_body(out, type, message, param);
 }
 
 static int chat_encode_stream_error(px_buf_t *out, px_errkind_t kind,
                                     const char *message) {
   int rc = px_buf_puts(out, "data: ");
-  if (rc == 0) rc = error_object(out, kind, NULL, message, NULL);
+  if (rc == 0) rc = px_openai_error_body(out, px_errkind_openai(kind), message, NULL);
   if (rc == 0) rc = px_buf_puts(out, "\n\n");
   return rc;
 }

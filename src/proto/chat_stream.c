@@ -31,14 +31,6 @@
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
 
-px_sdec_t *px_chat_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg);
-int px_chat_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse);
-int px_chat_sdec_finish(px_sdec_t *d);
-void px_chat_sdec_free(px_sdec_t *d);
-px_senc_t *px_chat_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out);
-int px_chat_senc_event(px_senc_t *e, const px_ev_t *ev);
-void px_chat_senc_free(px_senc_t *e);
-
 #define CHAT_MAX_TOOLS 1024           /* distinct tool-call indexes per stream */
 #define CHAT_DEFAULT_ACCUM (8u << 20) /* when ctx->max_accum is 0 */
 #define CHAT_MAX_DEFERRED 4096        /* deferred blocks per stream */
@@ -810,14 +802,7 @@ void px_chat_senc_free(px_senc_t *e) {
 static int build_prefix(px_senc_t *e, px_str_t id) {
   px_buf_t *b = &e->prefix;
   int rc = px_buf_puts(b, "data: {\"id\":\"");
-  if (rc == 0 && !(id.len >= 9 && memcmp(id.ptr, "chatcmpl-", 9) == 0))
-    rc = px_buf_puts(b, "chatcmpl-");
-  if (rc == 0) {
-    if (id.len > 0)
-      rc = px_buf_json_escape(b, id.ptr, id.len);
-    else
-      rc = px_buf_puts(b, "proxai");
-  }
+  if (rc == 0) rc = px_buf_mint_id(b, "chatcmpl-", id);
   const char *model = e->ctx.client_model ? e->ctx.client_model : "";
   if (rc == 0)
     rc = px_buf_printf(
@@ -859,14 +844,6 @@ static int text_chunk(px_senc_t *e, const char *field, px_str_t t) {
 
 static int64_t nz(int64_t v) {
   return v < 0 ? 0 : v;
-}
-
-static void merge(px_usage_t *d, const px_usage_t *s) {
-  if (s->input_tokens >= 0) d->input_tokens = s->input_tokens;
-  if (s->output_tokens >= 0) d->output_tokens = s->output_tokens;
-  if (s->cache_read_tokens >= 0) d->cache_read_tokens = s->cache_read_tokens;
-  if (s->cache_creation_tokens >= 0) d->cache_creation_tokens = s->cache_creation_tokens;
-  if (s->reasoning_tokens >= 0) d->reasoning_tokens = s->reasoning_tokens;
 }
 
 static eblock_t *eblock(px_senc_t *e, int index) {
@@ -944,7 +921,7 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
 }
 
 static int on_message_delta(px_senc_t *e, const px_ev_t *ev) {
-  merge(&e->usage, &ev->usage);
+  px_usage_merge(&e->usage, &ev->usage);
   if (ev->stop == PX_STOP_NONE || e->state != E_OPEN) return 0;
   int rc = 0;
   /* Anthropic refusal with no visible wording: its explanation */
@@ -983,7 +960,7 @@ int px_chat_senc_event(px_senc_t *e, const px_ev_t *ev) {
   switch (ev->type) {
     case PX_EV_MESSAGE_START: {
       if (e->state != E_INIT) return PX_EPROTO;
-      merge(&e->usage, &ev->usage);
+      px_usage_merge(&e->usage, &ev->usage);
       int rc = build_prefix(e, ev->id);
       if (rc == 0) rc = chunk_open(e);
       if (rc == 0) rc = px_buf_puts(e->out, "\"role\":\"assistant\",\"content\":\"\"");

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "proxai/proto.h"
+#include "proxai/protoutil.h"
 #include "proxai/sse.h"
 
 #define SIG_PREFIX "pxa1:sig:"
@@ -25,26 +26,8 @@
 /* ---------------------------------------------------------------------- */
 /* small helpers                                                           */
 
-static const char *jstr(const json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  return json_is_string(v) ? json_string_value(v) : NULL;
-}
-
 static int set_str(json_t *o, const char *k, const char *v) {
   return json_object_set_new(o, k, json_string(v));
-}
-
-/* "data:<media>;base64,<data>" -> media type and data views. */
-static int parse_data_url(const char *url, char *mt, size_t mtsz, const char **data) {
-  if (strncmp(url, "data:", 5) != 0) return -1;
-  const char *semi = strstr(url + 5, ";base64,");
-  if (semi == NULL) return -1;
-  size_t n = (size_t)(semi - (url + 5));
-  if (n == 0 || n >= mtsz) return -1;
-  memcpy(mt, url + 5, n);
-  mt[n] = 0;
-  *data = semi + 8;
-  return 0;
 }
 
 static char *data_url(const char *mt, const char *data) {
@@ -67,11 +50,8 @@ static int is_valid_json_text(const char *s) {
 
 /** "resp_" + id unless id already starts with "resp_". */
 void px_responses_resp_id(const char *id, char *out, size_t n) {
-  if (id == NULL || *id == 0) id = "proxai";
-  if (strncmp(id, "resp_", 5) == 0)
-    snprintf(out, n, "%s", id);
-  else
-    snprintf(out, n, "resp_%s", id);
+  const char *pfx = px_id_prefix("resp_", &id);
+  snprintf(out, n, "%s%s", pfx, id);
 }
 
 /** Base of item ids: the upstream id without a "resp_" prefix. */
@@ -146,14 +126,14 @@ static json_t *text_part(const char *t) {
  * for function_call_output content lists). */
 static int dec_user_part(dec_t *d, json_t *p, const char *path, json_t *out) {
   char pp[256];
-  const char *type = jstr(p, "type");
+  const char *type = px_jstr(p, "type");
   if (!json_is_object(p) || type == NULL) {
     snprintf(pp, sizeof(pp), "%s.type", path);
     return px_tr_fail(d->err, pp, "%s: content part without a type", path);
   }
   if (strcmp(type, "input_text") == 0 || strcmp(type, "output_text") == 0 ||
       strcmp(type, "text") == 0) {
-    const char *t = jstr(p, "text");
+    const char *t = px_jstr(p, "text");
     if (t == NULL) {
       snprintf(pp, sizeof(pp), "%s.text", path);
       return px_tr_fail(d->err, pp, "%s.text must be a string", path);
@@ -161,13 +141,13 @@ static int dec_user_part(dec_t *d, json_t *p, const char *path, json_t *out) {
     return json_array_append_new(out, text_part(t));
   }
   if (strcmp(type, "input_image") == 0) {
-    const char *url = jstr(p, "image_url");
-    const char *detail = jstr(p, "detail");
+    const char *url = px_jstr(p, "image_url");
+    const char *detail = px_jstr(p, "detail");
     if (detail != NULL && strcmp(detail, "auto") != 0)
       px_lossy_add(d->lossy, "input[].content[].detail");
     if (url == NULL) {
       snprintf(pp, sizeof(pp), "%s.file_id", path);
-      if (jstr(p, "file_id") != NULL)
+      if (px_jstr(p, "file_id") != NULL)
         return px_tr_fail(d->err, pp,
                           "%s.file_id: image file ids cannot be sent to this "
                           "upstream; send image_url",
@@ -177,7 +157,7 @@ static int dec_user_part(dec_t *d, json_t *p, const char *path, json_t *out) {
     }
     char mt[128];
     const char *data;
-    if (parse_data_url(url, mt, sizeof(mt), &data) == 0)
+    if (px_data_url_split(url, mt, sizeof(mt), &data) == 0)
       return json_array_append_new(out, json_pack("{s:s, s:s, s:s}", "type", "image",
                                                   "media_type", mt, "data", data));
     if (strncmp(url, "data:", 5) == 0) {
@@ -188,15 +168,15 @@ static int dec_user_part(dec_t *d, json_t *p, const char *path, json_t *out) {
                                  json_pack("{s:s, s:s}", "type", "image", "url", url));
   }
   if (strcmp(type, "input_file") == 0) {
-    const char *fd = jstr(p, "file_data");
-    const char *fu = jstr(p, "file_url");
-    const char *fid = jstr(p, "file_id");
-    const char *fname = jstr(p, "filename");
+    const char *fd = px_jstr(p, "file_data");
+    const char *fu = px_jstr(p, "file_url");
+    const char *fid = px_jstr(p, "file_id");
+    const char *fname = px_jstr(p, "filename");
     json_t *f = NULL;
     if (fd != NULL) {
       char mt[128];
       const char *data;
-      if (parse_data_url(fd, mt, sizeof(mt), &data) == 0)
+      if (px_data_url_split(fd, mt, sizeof(mt), &data) == 0)
         f = json_pack("{s:s, s:s, s:s}", "type", "file", "media_type", mt, "data", data);
       else /* raw base64 without a data URL: Responses documents PDFs */
         f = json_pack("{s:s, s:s, s:s}", "type", "file", "media_type", "application/pdf",
@@ -226,7 +206,7 @@ static json_t *last_msg(dec_t *d, const char *role) {
   size_t n = json_array_size(d->messages);
   if (n == 0) return NULL;
   json_t *m = json_array_get(d->messages, n - 1);
-  const char *r = jstr(m, "role");
+  const char *r = px_jstr(m, "role");
   return r && strcmp(r, role) == 0 ? m : NULL;
 }
 
@@ -257,8 +237,8 @@ static int dec_system_msg(dec_t *d, json_t *item, const char *role, const char *
   size_t i;
   json_t *p;
   json_array_foreach(c, i, p) {
-    const char *t = jstr(p, "type");
-    const char *txt = jstr(p, "text");
+    const char *t = px_jstr(p, "type");
+    const char *txt = px_jstr(p, "text");
     if (t == NULL || txt == NULL ||
         (strcmp(t, "input_text") != 0 && strcmp(t, "text") != 0 &&
          strcmp(t, "output_text") != 0)) {
@@ -275,7 +255,7 @@ static int dec_system_msg(dec_t *d, json_t *item, const char *role, const char *
 }
 
 static int dec_message(dec_t *d, json_t *item, const char *path) {
-  const char *role = jstr(item, "role");
+  const char *role = px_jstr(item, "role");
   char pp[256];
   if (role == NULL) {
     snprintf(pp, sizeof(pp), "%s.role", path);
@@ -316,13 +296,13 @@ static int dec_message(dec_t *d, json_t *item, const char *path) {
     size_t i;
     json_t *p;
     json_array_foreach(c, i, p) {
-      const char *t = jstr(p, "type");
+      const char *t = px_jstr(p, "type");
       snprintf(pp, sizeof(pp), "%s.content[%zu].type", path, i);
       if (t == NULL)
         return px_tr_fail(d->err, pp, "%s.content[%zu] has no type", path, i);
       if (strcmp(t, "output_text") == 0 || strcmp(t, "input_text") == 0 ||
           strcmp(t, "text") == 0) {
-        const char *txt = jstr(p, "text");
+        const char *txt = px_jstr(p, "text");
         if (txt == NULL)
           return px_tr_fail(d->err, pp, "%s.content[%zu].text is required", path, i);
         json_t *ann = json_object_get(p, "annotations");
@@ -330,7 +310,7 @@ static int dec_message(dec_t *d, json_t *item, const char *path) {
           px_lossy_add(d->lossy, "input[].content[].annotations");
         if (json_array_append_new(out, text_part(txt)) != 0) return PX_ENOMEM;
       } else if (strcmp(t, "refusal") == 0) {
-        const char *txt = jstr(p, "refusal");
+        const char *txt = px_jstr(p, "refusal");
         if (txt == NULL)
           return px_tr_fail(d->err, pp, "%s.content[%zu].refusal is required", path, i);
         if (json_array_append_new(
@@ -351,9 +331,9 @@ static int dec_message(dec_t *d, json_t *item, const char *path) {
 
 static int dec_function_call(dec_t *d, json_t *item, const char *path) {
   char pp[256];
-  const char *call_id = jstr(item, "call_id");
-  const char *name = jstr(item, "name");
-  const char *args = jstr(item, "arguments");
+  const char *call_id = px_jstr(item, "call_id");
+  const char *name = px_jstr(item, "name");
+  const char *args = px_jstr(item, "arguments");
   if (call_id == NULL) {
     snprintf(pp, sizeof(pp), "%s.call_id", path);
     return px_tr_fail(d->err, pp, "%s.call_id is required", path);
@@ -370,7 +350,7 @@ static int dec_function_call(dec_t *d, json_t *item, const char *path) {
     snprintf(pp, sizeof(pp), "%s.arguments", path);
     return px_tr_fail(d->err, pp, "%s.arguments is not valid JSON", path);
   }
-  if (jstr(item, "namespace") != NULL) px_lossy_add(d->lossy, "input[].namespace");
+  if (px_jstr(item, "namespace") != NULL) px_lossy_add(d->lossy, "input[].namespace");
   json_t *out = asst_content(d);
   if (out == NULL) return PX_ENOMEM;
   return json_array_append_new(
@@ -383,9 +363,9 @@ static int dec_function_call(dec_t *d, json_t *item, const char *path) {
  * so that the history and its tool result still pair up. */
 static int dec_custom_call(dec_t *d, json_t *item, const char *path) {
   char pp[256];
-  const char *call_id = jstr(item, "call_id");
-  const char *name = jstr(item, "name");
-  const char *in = jstr(item, "input");
+  const char *call_id = px_jstr(item, "call_id");
+  const char *name = px_jstr(item, "name");
+  const char *in = px_jstr(item, "input");
   if (call_id == NULL || name == NULL || in == NULL) {
     snprintf(pp, sizeof(pp), "%s.%s", path,
              call_id == NULL ? "call_id"
@@ -413,7 +393,7 @@ static int dec_custom_call(dec_t *d, json_t *item, const char *path) {
 
 static int dec_function_output(dec_t *d, json_t *item, const char *path) {
   char pp[256];
-  const char *call_id = jstr(item, "call_id");
+  const char *call_id = px_jstr(item, "call_id");
   if (call_id == NULL) {
     snprintf(pp, sizeof(pp), "%s.call_id", path);
     return px_tr_fail(d->err, pp, "%s.call_id is required", path);
@@ -445,7 +425,7 @@ static int dec_function_output(dec_t *d, json_t *item, const char *path) {
   json_t *m = last_msg(d, "user");
   json_t *mc = m ? json_object_get(m, "content") : NULL;
   json_t *lastp = mc ? json_array_get(mc, json_array_size(mc) - 1) : NULL;
-  const char *lt = lastp ? jstr(lastp, "type") : NULL;
+  const char *lt = lastp ? px_jstr(lastp, "type") : NULL;
   if (lt == NULL || strcmp(lt, "tool_result") != 0) {
     m = new_msg(d, "user");
     if (m == NULL) {
@@ -464,8 +444,8 @@ static int append_texts(px_buf_t *b, json_t *arr, const char *want) {
   size_t i;
   json_t *p;
   json_array_foreach(arr, i, p) {
-    const char *t = jstr(p, "type");
-    const char *txt = jstr(p, "text");
+    const char *t = px_jstr(p, "type");
+    const char *txt = px_jstr(p, "text");
     if (t == NULL || txt == NULL || strcmp(t, want) != 0) continue;
     if (b->len > 0 && px_buf_puts(b, "\n\n") != 0) return PX_ENOMEM;
     if (px_buf_puts(b, txt) != 0) return PX_ENOMEM;
@@ -487,8 +467,8 @@ static int dec_reasoning(dec_t *d, json_t *item, const char *path) {
       json_pack("{s:s, s:s#}", "type", "reasoning", "text", b.data ? b.data : "", b.len);
   px_buf_free(&b);
   if (part == NULL) return PX_ENOMEM;
-  const char *enc = jstr(item, "encrypted_content");
-  const char *id = jstr(item, "id");
+  const char *enc = px_jstr(item, "encrypted_content");
+  const char *id = px_jstr(item, "id");
   if (enc != NULL) {
     if (strncmp(enc, SIG_PREFIX, strlen(SIG_PREFIX)) == 0)
       set_str(part, "signature", enc + strlen(SIG_PREFIX));
@@ -523,7 +503,7 @@ static int dec_input(dec_t *d, json_t *input) {
     snprintf(path, sizeof(path), "input[%zu]", i);
     if (!json_is_object(item))
       return px_tr_fail(d->err, path, "%s must be an object", path);
-    const char *type = jstr(item, "type");
+    const char *type = px_jstr(item, "type");
     int rc;
     if (type == NULL || strcmp(type, "message") == 0)
       rc = dec_message(d, item, path);
@@ -581,7 +561,7 @@ static int dec_tools(dec_t *d, json_t *tools) {
   size_t i;
   json_t *t;
   json_array_foreach(tools, i, t) {
-    const char *type = jstr(t, "type");
+    const char *type = px_jstr(t, "type");
     char pp[64];
     snprintf(pp, sizeof(pp), "tools[%zu].type", i);
     if (type == NULL) {
@@ -589,11 +569,11 @@ static int dec_tools(dec_t *d, json_t *tools) {
       return px_tr_fail(d->err, pp, "%s is required", pp);
     }
     if (strcmp(type, "custom") == 0 && d->ctx->out == PX_PROTO_CHAT &&
-        jstr(t, "name") != NULL) {
+        px_jstr(t, "name") != NULL) {
       /* freeform tool: Chat has custom tools too (Anthropic has none) */
-      json_t *o = json_pack("{s:s, s:s}", "type", "custom", "name", jstr(t, "name"));
-      if (jstr(t, "description") != NULL)
-        set_str(o, "description", jstr(t, "description"));
+      json_t *o = json_pack("{s:s, s:s}", "type", "custom", "name", px_jstr(t, "name"));
+      if (px_jstr(t, "description") != NULL)
+        set_str(o, "description", px_jstr(t, "description"));
       json_t *f = json_object_get(t, "format");
       if (json_is_object(f)) json_object_set(o, "format", f);
       json_array_append_new(out, o);
@@ -603,14 +583,14 @@ static int dec_tools(dec_t *d, json_t *tools) {
       lossy_hosted_tool(d->lossy, type);
       continue;
     }
-    const char *name = jstr(t, "name");
+    const char *name = px_jstr(t, "name");
     if (name == NULL) {
       json_decref(out);
       snprintf(pp, sizeof(pp), "tools[%zu].name", i);
       return px_tr_fail(d->err, pp, "%s is required", pp);
     }
     json_t *o = json_pack("{s:s}", "name", name);
-    const char *desc = jstr(t, "description");
+    const char *desc = px_jstr(t, "description");
     if (desc != NULL) set_str(o, "description", desc);
     json_t *params = json_object_get(t, "parameters");
     if (json_is_object(params))
@@ -638,13 +618,13 @@ static int dec_tool_choice(dec_t *d, json_t *tc) {
       return json_object_set_new(d->ir, "tool_choice", json_pack("{s:s}", "type", s));
     return px_tr_fail(d->err, "tool_choice", "tool_choice: unknown value '%s'", s);
   }
-  const char *type = jstr(tc, "type");
-  if (type != NULL && jstr(tc, "name") != NULL &&
+  const char *type = px_jstr(tc, "type");
+  if (type != NULL && px_jstr(tc, "name") != NULL &&
       (strcmp(type, "function") == 0 ||
        (strcmp(type, "custom") == 0 && d->ctx->out == PX_PROTO_CHAT)))
     return json_object_set_new(
         d->ir, "tool_choice",
-        json_pack("{s:s, s:s}", "type", "tool", "name", jstr(tc, "name")));
+        json_pack("{s:s, s:s}", "type", "tool", "name", px_jstr(tc, "name")));
   /* allowed_tools, hosted tool types, custom, mcp: no equivalent */
   px_lossy_add(d->lossy, "tool_choice");
   return 0;
@@ -662,7 +642,7 @@ static int dec_text(dec_t *d, json_t *text) {
   }
   json_t *f = json_object_get(text, "format");
   if (f == NULL || json_is_null(f)) return 0;
-  const char *type = jstr(f, "type");
+  const char *type = px_jstr(f, "type");
   if (type == NULL)
     return px_tr_fail(d->err, "text.format.type", "text.format.type is required");
   if (strcmp(type, "text") == 0 || strcmp(type, "json_object") == 0)
@@ -675,12 +655,12 @@ static int dec_text(dec_t *d, json_t *text) {
                         "text.format.schema must be an object");
     json_t *rf =
         json_pack("{s:s, s:s, s:O}", "type", "json_schema", "name",
-                  jstr(f, "name") ? jstr(f, "name") : "response", "schema", schema);
+                  px_jstr(f, "name") ? px_jstr(f, "name") : "response", "schema", schema);
     if (rf == NULL) return PX_ENOMEM;
     json_t *strict = json_object_get(f, "strict");
     if (json_is_boolean(strict)) json_object_set(rf, "strict", strict);
-    if (jstr(f, "description") != NULL)
-      set_str(rf, "description", jstr(f, "description"));
+    if (px_jstr(f, "description") != NULL)
+      set_str(rf, "description", px_jstr(f, "description"));
     return json_object_set_new(d->ir, "response_format", rf);
   }
   return px_tr_fail(d->err, "text.format.type",
@@ -693,9 +673,9 @@ static int dec_reasoning_cfg(dec_t *d, json_t *r) {
     return px_tr_fail(d->err, "reasoning", "reasoning must be an object");
   json_t *o = json_object();
   if (o == NULL) return PX_ENOMEM;
-  const char *effort = jstr(r, "effort");
-  const char *summary = jstr(r, "summary");
-  if (summary == NULL) summary = jstr(r, "generate_summary");
+  const char *effort = px_jstr(r, "effort");
+  const char *summary = px_jstr(r, "summary");
+  if (summary == NULL) summary = px_jstr(r, "generate_summary");
   if (effort != NULL) set_str(o, "effort", effort);
   if (summary != NULL) set_str(o, "summary", summary);
   if (json_object_size(o) > 0) return json_object_set_new(d->ir, "reasoning", o);
@@ -813,7 +793,7 @@ static int decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
     }
     if (rc != 0) goto fail;
   }
-  const char *sid = jstr(body, "safety_identifier");
+  const char *sid = px_jstr(body, "safety_identifier");
   if (sid != NULL) {
     if (json_object_get(d.ir, "user") == NULL)
       set_str(d.ir, "user", sid);
@@ -824,7 +804,7 @@ static int decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
    * parallel_tool_calls without tools, and they mean nothing then. */
   if (json_object_get(d.ir, "tools") == NULL) {
     json_t *tc = json_object_get(d.ir, "tool_choice");
-    const char *tct = jstr(tc, "type");
+    const char *tct = px_jstr(tc, "type");
     if (tct != NULL && strcmp(tct, "auto") != 0 && strcmp(tct, "none") != 0)
       px_lossy_add(lossy, "tool_choice");
     json_object_del(d.ir, "tool_choice");
@@ -854,18 +834,20 @@ fail:
 /* encode_request: IR -> Responses upstream body                           */
 
 static json_t *enc_user_part(json_t *p, px_lossy_t *lossy) {
-  const char *t = jstr(p, "type");
+  const char *t = px_jstr(p, "type");
   if (t == NULL) return NULL;
   if (json_object_get(p, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
   if (strcmp(t, "text") == 0)
     return json_pack("{s:s, s:s}", "type", "input_text", "text",
-                     jstr(p, "text") ? jstr(p, "text") : "");
+                     px_jstr(p, "text") ? px_jstr(p, "text") : "");
   if (strcmp(t, "image") == 0) {
-    if (jstr(p, "url") != NULL)
-      return json_pack("{s:s, s:s}", "type", "input_image", "image_url", jstr(p, "url"));
-    if (jstr(p, "data") != NULL) {
-      char *u = data_url(jstr(p, "media_type") ? jstr(p, "media_type") : "image/png",
-                         jstr(p, "data"));
+    if (px_jstr(p, "url") != NULL)
+      return json_pack("{s:s, s:s}", "type", "input_image", "image_url",
+                       px_jstr(p, "url"));
+    if (px_jstr(p, "data") != NULL) {
+      char *u =
+          data_url(px_jstr(p, "media_type") ? px_jstr(p, "media_type") : "image/png",
+                   px_jstr(p, "data"));
       if (u == NULL) return NULL;
       json_t *o = json_pack("{s:s, s:s}", "type", "input_image", "image_url", u);
       free(u);
@@ -875,19 +857,19 @@ static json_t *enc_user_part(json_t *p, px_lossy_t *lossy) {
   }
   if (strcmp(t, "file") == 0) {
     json_t *o = NULL;
-    if (jstr(p, "data") != NULL) {
-      char *u =
-          data_url(jstr(p, "media_type") ? jstr(p, "media_type") : "application/pdf",
-                   jstr(p, "data"));
+    if (px_jstr(p, "data") != NULL) {
+      char *u = data_url(
+          px_jstr(p, "media_type") ? px_jstr(p, "media_type") : "application/pdf",
+          px_jstr(p, "data"));
       if (u == NULL) return NULL;
       o = json_pack("{s:s, s:s}", "type", "input_file", "file_data", u);
       free(u);
-      if (o != NULL && jstr(p, "filename") != NULL)
-        set_str(o, "filename", jstr(p, "filename"));
-    } else if (jstr(p, "url") != NULL) {
-      o = json_pack("{s:s, s:s}", "type", "input_file", "file_url", jstr(p, "url"));
-    } else if (jstr(p, "file_id") != NULL) {
-      o = json_pack("{s:s, s:s}", "type", "input_file", "file_id", jstr(p, "file_id"));
+      if (o != NULL && px_jstr(p, "filename") != NULL)
+        set_str(o, "filename", px_jstr(p, "filename"));
+    } else if (px_jstr(p, "url") != NULL) {
+      o = json_pack("{s:s, s:s}", "type", "input_file", "file_url", px_jstr(p, "url"));
+    } else if (px_jstr(p, "file_id") != NULL) {
+      o = json_pack("{s:s, s:s}", "type", "input_file", "file_id", px_jstr(p, "file_id"));
     }
     return o;
   }
@@ -911,7 +893,7 @@ static int custom_call_id(json_t *msgs, const char *id) {
   json_t *m, *p;
   json_array_foreach(msgs, i, m) {
     json_array_foreach(json_object_get(m, "content"), j, p) {
-      const char *t = jstr(p, "type"), *pid = jstr(p, "id");
+      const char *t = px_jstr(p, "type"), *pid = px_jstr(p, "id");
       if (t != NULL && pid != NULL && strcmp(t, "tool_call") == 0 && strcmp(pid, id) == 0)
         return json_is_true(json_object_get(p, "custom"));
     }
@@ -921,7 +903,7 @@ static int custom_call_id(json_t *msgs, const char *id) {
 
 static int enc_tool_output(json_t *input, json_t *p, const char *path, px_lossy_t *lossy,
                            px_tr_err_t *err, int custom) {
-  const char *id = jstr(p, "tool_call_id");
+  const char *id = px_jstr(p, "tool_call_id");
   if (id == NULL) return px_tr_fail(err, path, "%s: tool result without a call id", path);
   if (json_is_true(json_object_get(p, "is_error")))
     px_lossy_add(lossy, "messages[].content[].is_error");
@@ -930,7 +912,7 @@ static int enc_tool_output(json_t *input, json_t *p, const char *path, px_lossy_
   size_t i;
   json_t *q;
   json_array_foreach(c, i, q) {
-    const char *t = jstr(q, "type");
+    const char *t = px_jstr(q, "type");
     if (t == NULL || strcmp(t, "text") != 0) only_text = 0;
   }
   json_t *out;
@@ -938,7 +920,7 @@ static int enc_tool_output(json_t *input, json_t *p, const char *path, px_lossy_
     px_buf_t b;
     px_buf_init(&b, 64u << 20);
     json_array_foreach(c, i, q) {
-      if (px_buf_puts(&b, jstr(q, "text") ? jstr(q, "text") : "") != 0) {
+      if (px_buf_puts(&b, px_jstr(q, "text") ? px_jstr(q, "text") : "") != 0) {
         px_buf_free(&b);
         return PX_ENOMEM;
       }
@@ -968,7 +950,7 @@ static int enc_messages(json_t *msgs, json_t *input, int anth, px_lossy_t *lossy
   size_t i;
   json_t *m;
   json_array_foreach(msgs, i, m) {
-    const char *role = jstr(m, "role");
+    const char *role = px_jstr(m, "role");
     int asst = role != NULL && strcmp(role, "assistant") == 0;
     json_t *content = NULL; /* pending message content parts */
     size_t j;
@@ -976,36 +958,36 @@ static int enc_messages(json_t *msgs, json_t *input, int anth, px_lossy_t *lossy
     json_array_foreach(json_object_get(m, "content"), j, p) {
       char path[64];
       snprintf(path, sizeof(path), "messages[%zu].content[%zu]", i, j);
-      const char *t = jstr(p, "type");
+      const char *t = px_jstr(p, "type");
       if (t == NULL) return px_tr_fail(err, path, "%s has no type", path);
       int rc = 0;
       if (strcmp(t, "tool_result") == 0) {
         rc = flush_msg(input, role, &content);
         if (rc == 0)
           rc = enc_tool_output(input, p, path, lossy, err,
-                               jstr(p, "tool_call_id") != NULL &&
-                                   custom_call_id(msgs, jstr(p, "tool_call_id")));
+                               px_jstr(p, "tool_call_id") != NULL &&
+                                   custom_call_id(msgs, px_jstr(p, "tool_call_id")));
       } else if (strcmp(t, "tool_call") == 0 &&
                  json_is_true(json_object_get(p, "custom"))) {
         rc = flush_msg(input, role, &content);
         if (rc == 0)
           rc = json_array_append_new(
               input, json_pack("{s:s, s:s, s:s, s:s}", "type", "custom_tool_call",
-                               "call_id", jstr(p, "id") ? jstr(p, "id") : "", "name",
-                               jstr(p, "name") ? jstr(p, "name") : "", "input",
-                               jstr(p, "input") ? jstr(p, "input") : ""));
+                               "call_id", px_jstr(p, "id") ? px_jstr(p, "id") : "",
+                               "name", px_jstr(p, "name") ? px_jstr(p, "name") : "",
+                               "input", px_jstr(p, "input") ? px_jstr(p, "input") : ""));
       } else if (strcmp(t, "tool_call") == 0) {
         rc = flush_msg(input, role, &content);
         if (rc == 0)
           rc = json_array_append_new(
               input, json_pack("{s:s, s:s, s:s, s:s}", "type", "function_call", "call_id",
-                               jstr(p, "id") ? jstr(p, "id") : "", "name",
-                               jstr(p, "name") ? jstr(p, "name") : "", "arguments",
-                               jstr(p, "arguments") ? jstr(p, "arguments") : "{}"));
+                               px_jstr(p, "id") ? px_jstr(p, "id") : "", "name",
+                               px_jstr(p, "name") ? px_jstr(p, "name") : "", "arguments",
+                               px_jstr(p, "arguments") ? px_jstr(p, "arguments") : "{}"));
       } else if (strcmp(t, "reasoning") == 0) {
-        const char *enc = jstr(p, "encrypted_content");
+        const char *enc = px_jstr(p, "encrypted_content");
         if (enc == NULL) {
-          if (anth && jstr(p, "redacted_data") != NULL)
+          if (anth && px_jstr(p, "redacted_data") != NULL)
             px_lossy_add(lossy, "messages[].content[].redacted_thinking");
           else if (anth)
             px_lossy_add(lossy, "messages[].content[].thinking");
@@ -1017,12 +999,12 @@ static int enc_messages(json_t *msgs, json_t *input, int anth, px_lossy_t *lossy
         json_t *r = json_pack("{s:s, s:[], s:s}", "type", "reasoning", "summary",
                               "encrypted_content", enc);
         if (r == NULL) return PX_ENOMEM;
-        const char *txt = jstr(p, "text");
+        const char *txt = px_jstr(p, "text");
         if (txt != NULL && *txt != 0)
           json_array_append_new(
               json_object_get(r, "summary"),
               json_pack("{s:s, s:s}", "type", "summary_text", "text", txt));
-        if (jstr(p, "id") != NULL) set_str(r, "id", jstr(p, "id"));
+        if (px_jstr(p, "id") != NULL) set_str(r, "id", px_jstr(p, "id"));
         if (rc == 0)
           rc = json_array_append_new(input, r);
         else
@@ -1034,10 +1016,10 @@ static int enc_messages(json_t *msgs, json_t *input, int anth, px_lossy_t *lossy
           if (json_object_get(p, "cache_control") != NULL)
             px_lossy_add(lossy, "cache_control");
           e = json_pack("{s:s, s:s, s:[]}", "type", "output_text", "text",
-                        jstr(p, "text") ? jstr(p, "text") : "", "annotations");
+                        px_jstr(p, "text") ? px_jstr(p, "text") : "", "annotations");
         } else if (asst && strcmp(t, "refusal") == 0) {
           e = json_pack("{s:s, s:s}", "type", "refusal", "refusal",
-                        jstr(p, "text") ? jstr(p, "text") : "");
+                        px_jstr(p, "text") ? px_jstr(p, "text") : "");
         } else if (!asst) {
           e = enc_user_part(p, lossy);
         }
@@ -1058,20 +1040,13 @@ static int enc_messages(json_t *msgs, json_t *input, int anth, px_lossy_t *lossy
   return 0;
 }
 
-static const char *effort_from_budget(json_int_t b) {
-  /* inverse of the budget table low 1024 / medium 8192 / high 24576 */
-  if (b < 4096) return "low";
-  if (b < 16384) return "medium";
-  return "high";
-}
-
 /* Whether the IR tool list names a custom tool `name`. */
 static int is_custom_tool(json_t *tools, const char *name) {
   size_t i;
   json_t *t;
   if (name == NULL) return 0;
   json_array_foreach(tools, i, t) {
-    const char *n = jstr(t, "name"), *ty = jstr(t, "type");
+    const char *n = px_jstr(t, "name"), *ty = px_jstr(t, "type");
     if (n != NULL && strcmp(n, name) == 0) return ty != NULL && strcmp(ty, "custom") == 0;
   }
   return 0;
@@ -1081,13 +1056,13 @@ static int is_custom_tool(json_t *tools, const char *name) {
  * reasoning items replayed in the input. */
 static int reasoning_possible(json_t *b) {
   json_t *r = json_object_get(b, "reasoning");
-  const char *effort = jstr(r, "effort");
+  const char *effort = px_jstr(r, "effort");
   if (json_object_size(r) > 0 && (effort == NULL || strcmp(effort, "none") != 0))
     return 1;
   size_t i;
   json_t *it;
   json_array_foreach(json_object_get(b, "input"), i, it) {
-    const char *t = jstr(it, "type");
+    const char *t = px_jstr(it, "type");
     if (t != NULL && strcmp(t, "reasoning") == 0) return 1;
   }
   return 0;
@@ -1101,7 +1076,7 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
   if (b == NULL || input == NULL) goto fail;
   set_str(b, "model",
           ctx->upstream_model ? ctx->upstream_model
-                              : (jstr(ir, "model") ? jstr(ir, "model") : ""));
+                              : (px_jstr(ir, "model") ? px_jstr(ir, "model") : ""));
   /* system -> instructions */
   json_t *sys = json_object_get(ir, "system");
   if (json_array_size(sys) > 0) {
@@ -1113,7 +1088,7 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
       if (json_object_get(p, "cache_control") != NULL)
         px_lossy_add(lossy, "cache_control");
       if ((i > 0 && px_buf_puts(&sb, "\n\n") != 0) ||
-          px_buf_puts(&sb, jstr(p, "text") ? jstr(p, "text") : "") != 0) {
+          px_buf_puts(&sb, px_jstr(p, "text") ? px_jstr(p, "text") : "") != 0) {
         px_buf_free(&sb);
         goto fail;
       }
@@ -1132,20 +1107,20 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
     size_t i;
     json_t *t;
     json_array_foreach(tools, i, t) {
-      if (jstr(t, "type") != NULL && strcmp(jstr(t, "type"), "custom") == 0) {
+      if (px_jstr(t, "type") != NULL && strcmp(px_jstr(t, "type"), "custom") == 0) {
         json_t *o = json_pack("{s:s, s:s}", "type", "custom", "name",
-                              jstr(t, "name") ? jstr(t, "name") : "");
-        if (jstr(t, "description") != NULL)
-          set_str(o, "description", jstr(t, "description"));
+                              px_jstr(t, "name") ? px_jstr(t, "name") : "");
+        if (px_jstr(t, "description") != NULL)
+          set_str(o, "description", px_jstr(t, "description"));
         json_t *f = json_object_get(t, "format");
         if (json_is_object(f)) json_object_set(o, "format", f);
         json_array_append_new(ot, o);
         continue;
       }
       json_t *o = json_pack("{s:s, s:s}", "type", "function", "name",
-                            jstr(t, "name") ? jstr(t, "name") : "");
-      if (jstr(t, "description") != NULL)
-        set_str(o, "description", jstr(t, "description"));
+                            px_jstr(t, "name") ? px_jstr(t, "name") : "");
+      if (px_jstr(t, "description") != NULL)
+        set_str(o, "description", px_jstr(t, "description"));
       json_t *params = json_object_get(t, "parameters");
       json_object_set_new(o, "parameters",
                           params
@@ -1163,13 +1138,13 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
   }
   json_t *tc = json_object_get(ir, "tool_choice");
   if (json_is_object(tc)) {
-    const char *t = jstr(tc, "type");
+    const char *t = px_jstr(tc, "type");
     if (t != NULL && strcmp(t, "tool") == 0)
       json_object_set_new(
           b, "tool_choice",
           json_pack("{s:s, s:s}", "type",
-                    is_custom_tool(tools, jstr(tc, "name")) ? "custom" : "function",
-                    "name", jstr(tc, "name") ? jstr(tc, "name") : ""));
+                    is_custom_tool(tools, px_jstr(tc, "name")) ? "custom" : "function",
+                    "name", px_jstr(tc, "name") ? px_jstr(tc, "name") : ""));
     else if (t != NULL)
       set_str(b, "tool_choice", t);
   }
@@ -1201,15 +1176,15 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
   json_t *r = json_object_get(ir, "reasoning");
   if (json_is_object(r)) {
     json_t *o = json_object();
-    const char *effort = jstr(r, "effort");
+    const char *effort = px_jstr(r, "effort");
     json_t *bt = json_object_get(r, "budget_tokens");
     if (effort != NULL)
       set_str(o, "effort", effort);
     else if (json_is_false(json_object_get(r, "enabled")))
       ; /* thinking disabled: leave the model default */
     else if (json_is_integer(bt))
-      set_str(o, "effort", effort_from_budget(json_integer_value(bt)));
-    if (jstr(r, "summary") != NULL) set_str(o, "summary", jstr(r, "summary"));
+      set_str(o, "effort", px_effort_of_budget(json_integer_value(bt)));
+    if (px_jstr(r, "summary") != NULL) set_str(o, "summary", px_jstr(r, "summary"));
     if (json_object_size(o) > 0)
       json_object_set_new(b, "reasoning", o);
     else
@@ -1267,11 +1242,11 @@ static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
                            px_lossy_t *lossy, px_tr_err_t *err) {
   if (!json_is_object(body) || !json_is_array(json_object_get(body, "output")))
     return bad_gateway(err, "upstream response has no output%s", "");
-  const char *status = jstr(body, "status");
+  const char *status = px_jstr(body, "status");
   if (status == NULL) status = "completed";
   json_t *error = json_object_get(body, "error");
   if (strcmp(status, "failed") == 0 && json_is_object(error)) {
-    const char *msg = jstr(error, "message");
+    const char *msg = px_jstr(error, "message");
     return bad_gateway(err, "upstream response failed: %s", msg ? msg : "(no message)");
   }
   if (strcmp(status, "completed") != 0 && strcmp(status, "incomplete") != 0 &&
@@ -1280,33 +1255,33 @@ static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
   json_t *out = json_object();
   json_t *content = json_array();
   if (out == NULL || content == NULL) goto nomem;
-  set_str(out, "id", jstr(body, "id") ? jstr(body, "id") : "");
-  if (jstr(body, "model") != NULL) set_str(out, "model", jstr(body, "model"));
+  set_str(out, "id", px_jstr(body, "id") ? px_jstr(body, "id") : "");
+  if (px_jstr(body, "model") != NULL) set_str(out, "model", px_jstr(body, "model"));
   json_t *ca = json_object_get(body, "created_at");
   if (json_is_integer(ca)) json_object_set(out, "created", ca);
   int has_tool = 0;
   size_t i;
   json_t *it;
   json_array_foreach(json_object_get(body, "output"), i, it) {
-    const char *type = jstr(it, "type");
+    const char *type = px_jstr(it, "type");
     if (type == NULL) continue;
     if (strcmp(type, "message") == 0) {
       size_t j;
       json_t *p;
       json_array_foreach(json_object_get(it, "content"), j, p) {
-        const char *pt = jstr(p, "type");
+        const char *pt = px_jstr(p, "type");
         if (pt == NULL) continue;
         if (strcmp(pt, "output_text") == 0) {
-          json_t *tp = text_part(jstr(p, "text") ? jstr(p, "text") : "");
+          json_t *tp = text_part(px_jstr(p, "text") ? px_jstr(p, "text") : "");
           json_t *ann = json_object_get(p, "annotations");
           if (json_array_size(ann) > 0) json_object_set(tp, "annotations", ann);
           if (json_array_size(json_object_get(p, "logprobs")) > 0)
             px_lossy_add(lossy, "output[].content[].logprobs");
           json_array_append_new(content, tp);
         } else if (strcmp(pt, "refusal") == 0) {
-          json_array_append_new(content,
-                                json_pack("{s:s, s:s}", "type", "refusal", "text",
-                                          jstr(p, "refusal") ? jstr(p, "refusal") : ""));
+          json_array_append_new(
+              content, json_pack("{s:s, s:s}", "type", "refusal", "text",
+                                 px_jstr(p, "refusal") ? px_jstr(p, "refusal") : ""));
         } else {
           px_lossy_add(lossy, "output[].content[].other");
         }
@@ -1315,18 +1290,18 @@ static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
       has_tool = 1;
       json_array_append_new(
           content, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id",
-                             jstr(it, "call_id") ? jstr(it, "call_id") : "", "name",
-                             jstr(it, "name") ? jstr(it, "name") : "", "arguments",
-                             jstr(it, "arguments") ? jstr(it, "arguments") : ""));
-      if (jstr(it, "namespace") != NULL) px_lossy_add(lossy, "output[].namespace");
+                             px_jstr(it, "call_id") ? px_jstr(it, "call_id") : "", "name",
+                             px_jstr(it, "name") ? px_jstr(it, "name") : "", "arguments",
+                             px_jstr(it, "arguments") ? px_jstr(it, "arguments") : ""));
+      if (px_jstr(it, "namespace") != NULL) px_lossy_add(lossy, "output[].namespace");
     } else if (strcmp(type, "custom_tool_call") == 0 && ctx->in == PX_PROTO_CHAT) {
       /* a Chat client has custom tools too (an Anthropic one has not) */
       has_tool = 1;
       json_array_append_new(
           content, json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id",
-                             jstr(it, "call_id") ? jstr(it, "call_id") : "", "name",
-                             jstr(it, "name") ? jstr(it, "name") : "", "custom", 1,
-                             "input", jstr(it, "input") ? jstr(it, "input") : ""));
+                             px_jstr(it, "call_id") ? px_jstr(it, "call_id") : "", "name",
+                             px_jstr(it, "name") ? px_jstr(it, "name") : "", "custom", 1,
+                             "input", px_jstr(it, "input") ? px_jstr(it, "input") : ""));
     } else if (strcmp(type, "reasoning") == 0) {
       px_buf_t b;
       px_buf_init(&b, 64u << 20);
@@ -1341,9 +1316,9 @@ static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
                              b.data ? b.data : "", b.len);
       px_buf_free(&b);
       if (rp == NULL) goto nomem;
-      if (jstr(it, "encrypted_content") != NULL)
-        set_str(rp, "encrypted_content", jstr(it, "encrypted_content"));
-      if (jstr(it, "id") != NULL) set_str(rp, "id", jstr(it, "id"));
+      if (px_jstr(it, "encrypted_content") != NULL)
+        set_str(rp, "encrypted_content", px_jstr(it, "encrypted_content"));
+      if (px_jstr(it, "id") != NULL) set_str(rp, "id", px_jstr(it, "id"));
       json_array_append_new(content, rp);
     } else {
       lossy_output_item(lossy, type);
@@ -1351,7 +1326,7 @@ static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
   }
   json_object_set_new(out, "content", content);
   content = NULL;
-  const char *reason = jstr(json_object_get(body, "incomplete_details"), "reason");
+  const char *reason = px_jstr(json_object_get(body, "incomplete_details"), "reason");
   px_stop_t stop = px_stop_from_responses(status, reason, has_tool);
   set_str(out, "stop_reason", px_stop_name(stop));
   json_t *u = json_object_get(body, "usage");
@@ -1385,7 +1360,7 @@ json_t *px_responses_annotations(json_t *ann, px_lossy_t *lossy) {
   size_t i;
   json_t *a;
   json_array_foreach(ann, i, a) {
-    const char *t = jstr(a, "type");
+    const char *t = px_jstr(a, "type");
     if (t == NULL) continue;
     json_t *nested = json_object_get(a, t);
     if (strcmp(t, "url_citation") == 0 && json_is_object(nested)) {
@@ -1436,17 +1411,17 @@ json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id, int64_t
 static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
                            px_lossy_t *lossy, px_tr_err_t *err) {
   (void)err;
-  const char *uid = jstr(ir, "id");
+  const char *uid = px_jstr(ir, "id");
   char rid[160], mid[160], iid[200];
   px_responses_resp_id(uid, rid, sizeof(rid));
   json_t *content = json_object_get(ir, "content");
-  px_stop_t stop = px_stop_parse(jstr(ir, "stop_reason"));
+  px_stop_t stop = px_stop_parse(px_jstr(ir, "stop_reason"));
   if (stop == PX_STOP_NONE) stop = PX_STOP_END_TURN;
   int has_refusal = 0;
   size_t i;
   json_t *p;
   json_array_foreach(content, i, p) {
-    const char *t = jstr(p, "type");
+    const char *t = px_jstr(p, "type");
     if (t != NULL && strcmp(t, "refusal") == 0) has_refusal = 1;
   }
   const char *reason = NULL;
@@ -1459,9 +1434,9 @@ static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
   json_t *output = json_object_get(o, "output");
   json_t *msg = NULL; /* current message item content */
   int nmsg = 0;
-  const char *expl = jstr(ir, "refusal_explanation");
+  const char *expl = px_jstr(ir, "refusal_explanation");
   json_array_foreach(content, i, p) {
-    const char *t = jstr(p, "type");
+    const char *t = px_jstr(p, "type");
     if (t == NULL) continue;
     int oi = (int)json_array_size(output);
     if (strcmp(t, "text") == 0 || strcmp(t, "refusal") == 0) {
@@ -1475,43 +1450,45 @@ static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
       if (strcmp(t, "text") == 0) {
         json_t *ann = px_responses_annotations(json_object_get(p, "annotations"), lossy);
         json_array_append_new(
-            msg, json_pack("{s:s, s:s, s:o}", "type", "output_text", "text",
-                           jstr(p, "text") ? jstr(p, "text") : "", "annotations", ann));
+            msg,
+            json_pack("{s:s, s:s, s:o}", "type", "output_text", "text",
+                      px_jstr(p, "text") ? px_jstr(p, "text") : "", "annotations", ann));
       } else {
-        json_array_append_new(msg, json_pack("{s:s, s:s}", "type", "refusal", "refusal",
-                                             jstr(p, "text") ? jstr(p, "text") : ""));
+        json_array_append_new(msg,
+                              json_pack("{s:s, s:s}", "type", "refusal", "refusal",
+                                        px_jstr(p, "text") ? px_jstr(p, "text") : ""));
       }
       continue;
     }
     msg = NULL;
     if (strcmp(t, "tool_call") == 0 && json_is_true(json_object_get(p, "custom"))) {
-      px_responses_ctc_id(uid, jstr(p, "id"), oi, iid, sizeof(iid));
+      px_responses_ctc_id(uid, px_jstr(p, "id"), oi, iid, sizeof(iid));
       json_array_append_new(
           output, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", iid, "type",
                             "custom_tool_call", "status", "completed", "call_id",
-                            jstr(p, "id") ? jstr(p, "id") : "", "name",
-                            jstr(p, "name") ? jstr(p, "name") : "", "input",
-                            jstr(p, "input") ? jstr(p, "input") : ""));
+                            px_jstr(p, "id") ? px_jstr(p, "id") : "", "name",
+                            px_jstr(p, "name") ? px_jstr(p, "name") : "", "input",
+                            px_jstr(p, "input") ? px_jstr(p, "input") : ""));
     } else if (strcmp(t, "tool_call") == 0) {
-      px_responses_fc_id(uid, jstr(p, "id"), oi, iid, sizeof(iid));
+      px_responses_fc_id(uid, px_jstr(p, "id"), oi, iid, sizeof(iid));
       json_array_append_new(
-          output,
-          json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", iid, "type", "function_call",
-                    "status", "completed", "call_id", jstr(p, "id") ? jstr(p, "id") : "",
-                    "name", jstr(p, "name") ? jstr(p, "name") : "", "arguments",
-                    jstr(p, "arguments") ? jstr(p, "arguments") : ""));
+          output, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", iid, "type",
+                            "function_call", "status", "completed", "call_id",
+                            px_jstr(p, "id") ? px_jstr(p, "id") : "", "name",
+                            px_jstr(p, "name") ? px_jstr(p, "name") : "", "arguments",
+                            px_jstr(p, "arguments") ? px_jstr(p, "arguments") : ""));
     } else if (strcmp(t, "reasoning") == 0) {
-      px_responses_rs_id(uid, jstr(p, "id"), oi, iid, sizeof(iid));
+      px_responses_rs_id(uid, px_jstr(p, "id"), oi, iid, sizeof(iid));
       json_t *r =
           json_pack("{s:s, s:s, s:[]}", "id", iid, "type", "reasoning", "summary");
-      const char *txt = jstr(p, "text");
+      const char *txt = px_jstr(p, "text");
       if (txt != NULL && *txt != 0)
         json_array_append_new(
             json_object_get(r, "summary"),
             json_pack("{s:s, s:s}", "type", "summary_text", "text", txt));
-      const char *enc = jstr(p, "encrypted_content");
-      const char *sig = jstr(p, "signature");
-      const char *red = jstr(p, "redacted_data");
+      const char *enc = px_jstr(p, "encrypted_content");
+      const char *sig = px_jstr(p, "signature");
+      const char *red = px_jstr(p, "redacted_data");
       if (enc != NULL) {
         set_str(r, "encrypted_content", enc);
       } else if (sig != NULL || red != NULL) {
@@ -1550,7 +1527,7 @@ static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
     };
     json_object_set_new(o, "usage", px_responses_usage(&us));
   }
-  if (jstr(ir, "stop_sequence") != NULL) px_lossy_add(lossy, "stop_sequence");
+  if (px_jstr(ir, "stop_sequence") != NULL) px_lossy_add(lossy, "stop_sequence");
   *body = o;
   return 0;
 }
@@ -1568,9 +1545,9 @@ static int decode_error(int status, const char *body, size_t len,
     json_decref(j);
     return PX_EINVAL;
   }
-  const char *type = jstr(er, "type");
-  const char *code = jstr(er, "code");
-  const char *msg = jstr(er, "message");
+  const char *type = px_jstr(er, "type");
+  const char *code = px_jstr(er, "code");
+  const char *msg = px_jstr(er, "message");
   out->kind = px_errkind_from_type(type, status);
   /* OpenAI sends 401/403/404/429 with type invalid_request_error (the code
    * says invalid_api_key, ...): the status is the better witness then. */
@@ -1586,22 +1563,8 @@ static int encode_error(px_buf_t *out, px_errkind_t kind, const char *type,
                         const char *message, const char *param, const char *request_id) {
   (void)request_id;
   if (type == NULL) type = px_errkind_openai(kind);
-  int rc = px_buf_puts(out, "{\"error\":{\"message\":");
-  if (rc == 0)
-    rc = px_buf_json_str(out, message ? message : "", message ? strlen(message) : 0);
-  if (rc == 0) rc = px_buf_puts(out, ",\"type\":");
-  if (rc == 0) rc = px_buf_json_str(out, type, strlen(type));
-  if (rc == 0) rc = px_buf_puts(out, ",\"param\":");
-  if (rc == 0)
-    rc = param && *param ? px_buf_json_str(out, param, strlen(param))
-                         : px_buf_puts(out, "null");
-  if (rc == 0) rc = px_buf_puts(out, ",\"code\":null}}");
-  return rc;
+  return px_openai_error_body(out, type, message, param);
 }
-
-/* Stateless mid-stream error (used when no stream encoder exists): a
- * response.failed event carrying a failed response object. */
-int px_responses_stream_error(px_buf_t *out, px_errkind_t kind, const char *message);
 
 static int encode_stream_error(px_buf_t *out, px_errkind_t kind, const char *message) {
   if (px_responses_stream_error(out, kind, message) == 0) return 0;
@@ -1628,15 +1591,6 @@ static int encode_stream_error(px_buf_t *out, px_errkind_t kind, const char *mes
   px_buf_free(&d);
   return rc;
 }
-
-/* stream functions live in responses_stream.c */
-px_sdec_t *px_responses_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg);
-int px_responses_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse);
-int px_responses_sdec_finish(px_sdec_t *d);
-void px_responses_sdec_free(px_sdec_t *d);
-px_senc_t *px_responses_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out);
-int px_responses_senc_event(px_senc_t *e, const px_ev_t *ev);
-void px_responses_senc_free(px_senc_t *e);
 
 const px_proto_ops_t px_proto_responses = {
     .id = PX_PROTO_RESPONSES,

@@ -34,24 +34,6 @@
 #define MAX_BLOCKS 4096
 #define DEFAULT_ACCUM (64u << 20)
 
-/* from responses.c */
-void px_responses_resp_id(const char *id, char *out, size_t n);
-void px_responses_msg_id(const char *id, int nth, char *out, size_t n);
-void px_responses_fc_id(const char *resp_id, const char *call_id, int oi, char *out,
-                        size_t n);
-void px_responses_rs_id(const char *resp_id, const char *rid, int oi, char *out,
-                        size_t n);
-void px_responses_ctc_id(const char *resp_id, const char *call_id, int oi, char *out,
-                         size_t n);
-json_t *px_responses_usage(const px_usage_t *u);
-json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id, int64_t created,
-                            const char *status, const char *incomplete_reason);
-
-static const char *jstr(const json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  return json_is_string(v) ? json_string_value(v) : NULL;
-}
-
 /* ====================================================================== */
 /* Decoder                                                                 */
 
@@ -177,31 +159,31 @@ static int cindex(json_t *j) {
 
 static int d_item_added(px_sdec_t *d, json_t *j) {
   json_t *item = json_object_get(j, "item");
-  const char *t = jstr(item, "type");
+  const char *t = px_jstr(item, "type");
   int oi = oindex(j);
   if (t == NULL || oi < 0)
     return derror(d, PX_ERR_BAD_GATEWAY, "upstream sent a malformed output item");
   if (strcmp(t, "function_call") == 0) {
     d->has_tool = 1;
-    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, jstr(item, "call_id"),
-                         jstr(item, "name"), 0);
+    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, px_jstr(item, "call_id"),
+                         px_jstr(item, "name"), 0);
     if (b == NULL) return PX_ENOMEM;
-    const char *a = jstr(item, "arguments");
+    const char *a = px_jstr(item, "arguments");
     if (a != NULL && *a != 0) return ddelta(d, b, PX_DELTA_TOOL_ARGS, a, strlen(a));
     return 0;
   }
   if (strcmp(t, "custom_tool_call") == 0 && d->ctx.in == PX_PROTO_CHAT) {
     /* freeform tool call: only a Chat client has custom tools too */
     d->has_tool = 1;
-    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, jstr(item, "call_id"),
-                         jstr(item, "name"), 1);
+    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, px_jstr(item, "call_id"),
+                         px_jstr(item, "name"), 1);
     if (b == NULL) return PX_ENOMEM;
-    const char *a = jstr(item, "input");
+    const char *a = px_jstr(item, "input");
     if (a != NULL && *a != 0) return ddelta(d, b, PX_DELTA_TOOL_ARGS, a, strlen(a));
     return 0;
   }
   if (strcmp(t, "reasoning") == 0) {
-    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_THINKING, jstr(item, "id"), NULL, 0);
+    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_THINKING, px_jstr(item, "id"), NULL, 0);
     return b ? 0 : PX_ENOMEM;
   }
   /* message: its parts open blocks; hosted tool items are not carried */
@@ -210,7 +192,7 @@ static int d_item_added(px_sdec_t *d, json_t *j) {
 
 static int d_part_added(px_sdec_t *d, json_t *j) {
   json_t *part = json_object_get(j, "part");
-  const char *t = jstr(part, "type");
+  const char *t = px_jstr(part, "type");
   int oi = oindex(j), ci = cindex(j);
   if (t == NULL) return 0;
   px_block_t kind;
@@ -222,7 +204,7 @@ static int d_part_added(px_sdec_t *d, json_t *j) {
     return 0; /* reasoning_text parts belong to the reasoning block */
   dblock_t *b = dstart(d, oi, ci, kind, NULL, NULL, 0);
   if (b == NULL) return PX_ENOMEM;
-  const char *init = jstr(part, kind == PX_BLOCK_TEXT ? "text" : "refusal");
+  const char *init = px_jstr(part, kind == PX_BLOCK_TEXT ? "text" : "refusal");
   if (init != NULL && *init != 0)
     return ddelta(d, b, kind == PX_BLOCK_TEXT ? PX_DELTA_TEXT : PX_DELTA_REFUSAL, init,
                   strlen(init));
@@ -231,13 +213,13 @@ static int d_part_added(px_sdec_t *d, json_t *j) {
 
 static int d_item_done(px_sdec_t *d, json_t *j) {
   json_t *item = json_object_get(j, "item");
-  const char *t = jstr(item, "type");
+  const char *t = px_jstr(item, "type");
   int oi = oindex(j);
   if (t == NULL) return 0;
   dblock_t *b = dfind(d, oi, -1);
   int custom = strcmp(t, "custom_tool_call") == 0;
   if ((strcmp(t, "function_call") == 0 || custom) && b != NULL) {
-    const char *a = jstr(item, custom ? "input" : "arguments");
+    const char *a = px_jstr(item, custom ? "input" : "arguments");
     if (!b->got_delta && a != NULL && *a != 0) {
       int rc = ddelta(d, b, PX_DELTA_TOOL_ARGS, a, strlen(a));
       if (rc < 0) return rc;
@@ -252,7 +234,7 @@ static int d_item_done(px_sdec_t *d, json_t *j) {
       json_t *p;
       int first = 1;
       json_array_foreach(arr, i, p) {
-        const char *s = jstr(p, "text");
+        const char *s = px_jstr(p, "text");
         if (s == NULL) continue;
         if (!first) ddelta(d, b, PX_DELTA_THINKING, "\n\n", 2);
         first = 0;
@@ -260,7 +242,7 @@ static int d_item_done(px_sdec_t *d, json_t *j) {
         if (rc < 0) return rc;
       }
     }
-    const char *enc = jstr(item, "encrypted_content");
+    const char *enc = px_jstr(item, "encrypted_content");
     if (enc != NULL && *enc != 0) {
       int rc = ddelta(d, b, PX_DELTA_SIGNATURE, enc, strlen(enc));
       if (rc < 0) return rc;
@@ -272,7 +254,7 @@ static int d_item_done(px_sdec_t *d, json_t *j) {
 
 static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
   json_t *r = json_object_get(j, "response");
-  const char *status = jstr(r, "status");
+  const char *status = px_jstr(r, "status");
   if (status == NULL) {
     if (strcmp(type, "response.completed") == 0)
       status = "completed";
@@ -283,8 +265,8 @@ static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
   }
   json_t *err = json_object_get(r, "error");
   if (strcmp(status, "failed") == 0 && json_is_object(err)) {
-    const char *code = jstr(err, "code");
-    const char *msg = jstr(err, "message");
+    const char *code = px_jstr(err, "code");
+    const char *msg = px_jstr(err, "message");
     px_errkind_t k =
         code && strcmp(code, "rate_limit_exceeded") == 0 ? PX_ERR_RATE_LIMIT : PX_ERR_API;
     return derror(d, k, msg ? msg : "upstream response failed");
@@ -294,7 +276,7 @@ static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
   ev.stop = px_stop_from_responses(
-      status, jstr(json_object_get(r, "incomplete_details"), "reason"), d->has_tool);
+      status, px_jstr(json_object_get(r, "incomplete_details"), "reason"), d->has_tool);
   if (ev.stop == PX_STOP_NONE)
     return derror(d, PX_ERR_BAD_GATEWAY,
                   "upstream ended the response without a final status");
@@ -320,7 +302,7 @@ static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
 }
 
 static int d_delta(px_sdec_t *d, json_t *j, px_delta_t kind, int item_level) {
-  const char *s = jstr(j, "delta");
+  const char *s = px_jstr(j, "delta");
   if (s == NULL) return 0;
   dblock_t *b = dfind(d, oindex(j), item_level ? -1 : cindex(j));
   if (b == NULL && !item_level && oindex(j) >= 0) {
@@ -412,7 +394,6 @@ px_sdec_t *px_responses_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, voi
 /* For the differential test (fuzz/fuzz_responses_fast.c), not part of the
  * protocol table: turn the fast path on (1) or off (0), or leave it (<0);
  * returns how many events the fast path has handled so far. */
-long px_responses_sdec_fast(px_sdec_t *d, int on);
 long px_responses_sdec_fast(px_sdec_t *d, int on) {
   if (on >= 0) d->fast = on;
   return d->fast_hits;
@@ -434,7 +415,7 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
     json_decref(j);
     return derror(d, PX_ERR_BAD_GATEWAY, "upstream sent a non-JSON event");
   }
-  const char *type = jstr(j, "type");
+  const char *type = px_jstr(j, "type");
   char tbuf[96];
   if (type == NULL && sse->event.len > 0 && sse->event.len < sizeof(tbuf)) {
     memcpy(tbuf, sse->event.ptr, sse->event.len);
@@ -445,12 +426,12 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
   if (type == NULL) {
     rc = derror(d, PX_ERR_BAD_GATEWAY, "upstream sent an event without a type");
   } else if (strcmp(type, "error") == 0) {
-    const char *msg = jstr(j, "message");
-    const char *code = jstr(j, "code");
+    const char *msg = px_jstr(j, "message");
+    const char *code = px_jstr(j, "code");
     json_t *inner = json_object_get(j, "error");
     if (msg == NULL && json_is_object(inner)) {
-      msg = jstr(inner, "message");
-      code = jstr(inner, "code") ? jstr(inner, "code") : jstr(inner, "type");
+      msg = px_jstr(inner, "message");
+      code = px_jstr(inner, "code") ? px_jstr(inner, "code") : px_jstr(inner, "type");
     }
     px_errkind_t k = PX_ERR_API;
     if (code != NULL && (strcmp(code, "rate_limit_exceeded") == 0 ||
@@ -466,8 +447,8 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
       json_t *r = json_object_get(j, "response");
       px_ev_t ev;
       px_ev_init(&ev, PX_EV_MESSAGE_START);
-      ev.id = px_str(jstr(r, "id"));
-      ev.model = px_str(jstr(r, "model"));
+      ev.id = px_str(px_jstr(r, "id"));
+      ev.model = px_str(px_jstr(r, "model"));
       dset(d, D_RUNNING);
       rc = demit(d, &ev);
     } else {
@@ -1111,11 +1092,11 @@ static void erefusal_parts(px_senc_t *e) {
   size_t i, j;
   json_t *it, *p;
   json_array_foreach(e->output, i, it) {
-    const char *t = jstr(it, "type");
+    const char *t = px_jstr(it, "type");
     if (t == NULL || strcmp(t, "message") != 0) continue;
     json_t *c = json_object_get(it, "content");
     json_array_foreach(c, j, p) {
-      const char *pt = jstr(p, "type");
+      const char *pt = px_jstr(p, "type");
       if (pt == NULL || strcmp(pt, "output_text") != 0) continue;
       json_t *r = json_pack("{s:s, s:O}", "type", "refusal", "refusal",
                             json_object_get(p, "text"));
