@@ -27,6 +27,43 @@ static int bad_proto(const px_tr_ctx_t *ctx) {
   return (unsigned)ctx->in >= PX_PROTO_COUNT || (unsigned)ctx->out >= PX_PROTO_COUNT;
 }
 
+typedef int (*tr_fn)(const px_tr_ctx_t *, json_t *, json_t **, px_lossy_t *,
+                     px_tr_err_t *);
+
+/* decode (src -> IR) then encode (IR -> *dst), for a request (is_request)
+ * or a response. Between the two, a request's IR gets the upstream model,
+ * and a response's IR model is the client model when the context has none. */
+static int pipeline(px_tr_ctx_t *c, int is_request, tr_fn decode, tr_fn encode,
+                    json_t *src, json_t **dst, px_lossy_t *lossy, px_tr_err_t *err) {
+  const char *what = is_request ? "request" : "response";
+  json_t *ir = NULL, *body = NULL;
+  int rc = decode(c, src, &ir, lossy, err);
+  if (rc < 0) goto fail;
+  if (ir == NULL) {
+    rc = px_tr_fail(err, "", "%s decoder produced nothing", what);
+    goto fail;
+  }
+  if (is_request && c->upstream_model != NULL)
+    json_object_set_new(ir, "model", json_string(c->upstream_model));
+  if (!is_request && c->client_model == NULL) {
+    json_t *m = json_object_get(ir, "model");
+    if (json_is_string(m)) c->client_model = json_string_value(m);
+  }
+  rc = encode(c, ir, &body, lossy, err);
+  if (rc < 0) goto fail;
+  if (body == NULL) {
+    rc = px_tr_fail(err, "", "%s encoder produced nothing", what);
+    goto fail;
+  }
+  json_decref(ir);
+  *dst = body;
+  return 0;
+fail:
+  json_decref(ir);
+  json_decref(body);
+  return rc < 0 ? rc : PX_EINVAL;
+}
+
 int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
                          json_t **upstream_body, px_lossy_t *lossy, px_tr_err_t *err) {
   if (bad_proto(ctx)) return px_tr_fail(err, "", "unknown protocol");
@@ -40,29 +77,8 @@ int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
   json_t *m = json_object_get(client_body, "model");
   if (c.client_model == NULL && json_is_string(m)) c.client_model = json_string_value(m);
   if (c.upstream_model == NULL) c.upstream_model = c.client_model;
-
-  json_t *ir = NULL, *body = NULL;
-  int rc = in->decode_request(&c, client_body, &ir, lossy, err);
-  if (rc < 0) goto fail;
-  if (ir == NULL) {
-    rc = px_tr_fail(err, "", "request decoder produced nothing");
-    goto fail;
-  }
-  if (c.upstream_model != NULL)
-    json_object_set_new(ir, "model", json_string(c.upstream_model));
-  rc = out->encode_request(&c, ir, &body, lossy, err);
-  if (rc < 0) goto fail;
-  if (body == NULL) {
-    rc = px_tr_fail(err, "", "request encoder produced nothing");
-    goto fail;
-  }
-  json_decref(ir);
-  *upstream_body = body;
-  return 0;
-fail:
-  json_decref(ir);
-  json_decref(body);
-  return rc < 0 ? rc : PX_EINVAL;
+  return pipeline(&c, 1, in->decode_request, out->encode_request, client_body,
+                  upstream_body, lossy, err);
 }
 
 int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,
@@ -77,30 +93,8 @@ int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,
     return PX_EPROTO;
   }
   px_tr_ctx_t c = *ctx;
-  json_t *ir = NULL, *body = NULL;
-  int rc = out->decode_response(&c, upstream_body, &ir, lossy, err);
-  if (rc < 0) goto fail;
-  if (ir == NULL) {
-    rc = px_tr_fail(err, "", "response decoder produced nothing");
-    goto fail;
-  }
-  if (c.client_model == NULL) {
-    json_t *m = json_object_get(ir, "model");
-    if (json_is_string(m)) c.client_model = json_string_value(m);
-  }
-  rc = in->encode_response(&c, ir, &body, lossy, err);
-  if (rc < 0) goto fail;
-  if (body == NULL) {
-    rc = px_tr_fail(err, "", "response encoder produced nothing");
-    goto fail;
-  }
-  json_decref(ir);
-  *client_body = body;
-  return 0;
-fail:
-  json_decref(ir);
-  json_decref(body);
-  return rc < 0 ? rc : PX_EINVAL;
+  return pipeline(&c, 0, out->decode_response, in->encode_response, upstream_body,
+                  client_body, lossy, err);
 }
 
 /* ------------------------------------------------------------------------ */

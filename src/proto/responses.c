@@ -64,37 +64,33 @@ static const char *id_base(const char *id) {
 /** Message item id: "msg_" + base (+ "_" + n for the n-th extra message). */
 void px_responses_msg_id(const char *id, int nth, char *out, size_t n) {
   const char *b = id_base(id);
-  const char *pfx = strncmp(b, "msg_", 4) == 0 ? "" : "msg_";
+  const char *pfx = px_id_prefix("msg_", &b);
   if (nth == 0)
     snprintf(out, n, "%s%s", pfx, b);
   else
     snprintf(out, n, "%s%s_%d", pfx, b, nth);
 }
 
+/* Tool call item id: prefix + call id unless it has it already (or prefix +
+ * base + output index when the call has no id). */
+static void call_item_id(const char *prefix, const char *resp_id, const char *call_id,
+                         int oi, char *out, size_t n) {
+  if (call_id != NULL && *call_id != 0)
+    snprintf(out, n, "%s%s", px_id_prefix(prefix, &call_id), call_id);
+  else
+    snprintf(out, n, "%s%s_%d", prefix, id_base(resp_id), oi);
+}
+
 /** Function call item id: "fc_" + call id (or base + output index). */
 void px_responses_fc_id(const char *resp_id, const char *call_id, int oi, char *out,
                         size_t n) {
-  if (call_id != NULL && *call_id != 0) {
-    if (strncmp(call_id, "fc_", 3) == 0)
-      snprintf(out, n, "%s", call_id);
-    else
-      snprintf(out, n, "fc_%s", call_id);
-  } else {
-    snprintf(out, n, "fc_%s_%d", id_base(resp_id), oi);
-  }
+  call_item_id("fc_", resp_id, call_id, oi, out, n);
 }
 
 /** Custom tool call item id: "ctc_" + call id (or base + output index). */
 void px_responses_ctc_id(const char *resp_id, const char *call_id, int oi, char *out,
                          size_t n) {
-  if (call_id != NULL && *call_id != 0) {
-    if (strncmp(call_id, "ctc_", 4) == 0)
-      snprintf(out, n, "%s", call_id);
-    else
-      snprintf(out, n, "ctc_%s", call_id);
-  } else {
-    snprintf(out, n, "ctc_%s_%d", id_base(resp_id), oi);
-  }
+  call_item_id("ctc_", resp_id, call_id, oi, out, n);
 }
 
 /** Reasoning item id: the upstream one if given, else "rs_" + base + index. */

@@ -772,15 +772,21 @@ static json_t *eresponse(px_senc_t *e, const char *status, const char *reason,
   return o;
 }
 
+/* A finished output item: stored at its index of the response's output and
+ * announced (response.output_item.done). Takes the caller's reference. */
+static int eitem_done(px_senc_t *e, int oi, json_t *item) {
+  json_array_set(e->output, (size_t)oi, item);
+  return eemit(e, "response.output_item.done",
+               json_pack("{s:i, s:o}", "output_index", oi, "item", item));
+}
+
 static int eclose_msg(px_senc_t *e) {
   if (e->msg_oi < 0) return 0;
   json_t *item =
       json_pack("{s:s, s:s, s:s, s:s, s:O}", "id", e->msg_id, "type", "message", "status",
                 "completed", "role", "assistant", "content", e->msg_content);
   if (item == NULL) return PX_ENOMEM;
-  json_array_set(e->output, (size_t)e->msg_oi, item);
-  int rc = eemit(e, "response.output_item.done",
-                 json_pack("{s:i, s:o}", "output_index", e->msg_oi, "item", item));
+  int rc = eitem_done(e, e->msg_oi, item);
   json_decref(e->msg_content);
   e->msg_content = NULL;
   e->msg_oi = -1;
@@ -1021,13 +1027,10 @@ static int e_block_stop(px_senc_t *e, const px_ev_t *ev) {
         json_object_set_new(item, "encrypted_content",
                             json_stringn(b->enc.data, b->enc.len));
       if (item == NULL) rc = PX_ENOMEM;
-      if (rc == 0) {
-        json_array_set(e->output, (size_t)b->output_index, item);
-        rc =
-            eemit(e, "response.output_item.done",
-                  json_pack("{s:i, s:O}", "output_index", b->output_index, "item", item));
-      }
-      json_decref(item);
+      if (rc == 0)
+        rc = eitem_done(e, b->output_index, item);
+      else
+        json_decref(item);
       break;
     }
     case PX_BLOCK_TOOL_CALL: {
@@ -1045,13 +1048,10 @@ static int e_block_stop(px_senc_t *e, const px_ev_t *ev) {
                                "completed", "call_id", b->call_id, "name", b->name,
                                b->custom ? "input" : "arguments", text);
       if (item == NULL) rc = PX_ENOMEM;
-      if (rc == 0) {
-        json_array_set(e->output, (size_t)b->output_index, item);
-        rc =
-            eemit(e, "response.output_item.done",
-                  json_pack("{s:i, s:O}", "output_index", b->output_index, "item", item));
-      }
-      json_decref(item);
+      if (rc == 0)
+        rc = eitem_done(e, b->output_index, item);
+      else
+        json_decref(item);
       break;
     }
   }
