@@ -21,9 +21,8 @@
 #include <string.h>
 
 #include "proxai/proto.h"
+#include "proxai/protoutil.h" /* px_responses_sdec_fast */
 #include "proxai/sse.h"
-
-long px_responses_sdec_fast(px_sdec_t *d, int on);
 
 static int rec(void *arg, const px_ev_t *ev) {
   px_buf_t *b = arg;
