@@ -83,6 +83,7 @@ typedef struct px_sock {
   int events;   /* UV_READABLE|UV_WRITABLE curl asked for */
   bool owned;   /* opened by on_opensocket: we close the fd after the poll */
   bool polling; /* poll handle initialised */
+  bool dropped; /* owned, poll closing: the fd closes in its close callback */
 } px_sock_t;
 
 enum { XS_QUEUED, XS_RUNNING, XS_DONE };
@@ -233,18 +234,26 @@ static int sock_set(px_uclient_t *c, curl_socket_t fd, px_sock_t *s) {
 static void on_sock_closed(uv_handle_t *h) {
   px_sock_t *s = h->data;
   px_uclient_t *c = s->c;
+  if (sock_get(c, s->fd) == s) c->socks[s->fd] = NULL;
   if (s->owned) close(s->fd);
   free(s);
   handle_closed(c);
 }
 
-/* Forget s: its poll handle is closed before the descriptor (if ours). */
+/* Forget s: its poll handle is closed before the descriptor (if ours).
+ * An owned descriptor stays in c->socks, marked dropped, until it is really
+ * closed: curl has been seen asking to watch a socket after its
+ * CLOSESOCKETFUNCTION ran (under wrk load, curl 7.88), and a watcher started
+ * on a descriptor we are about to close makes libuv abort (epoll_ctl EBADF). */
 static void sock_drop(px_uclient_t *c, px_sock_t *s) {
-  if (sock_get(c, s->fd) == s) c->socks[s->fd] = NULL;
+  if (s->dropped) return;
   if (s->polling) {
+    if (s->owned) s->dropped = true;
+    else if (sock_get(c, s->fd) == s) c->socks[s->fd] = NULL;
     uv_close((uv_handle_t *)&s->poll, on_sock_closed);
     return;
   }
+  if (sock_get(c, s->fd) == s) c->socks[s->fd] = NULL;
   if (s->owned) close(s->fd);
   free(s);
 }
@@ -260,7 +269,15 @@ static curl_socket_t on_opensocket(void *ud, curlsocktype purpose,
   s->fd = fd;
   s->owned = true;
   px_sock_t *old = sock_get(c, fd);
-  if (old) sock_drop(c, old); /* stale entry of a descriptor closed by curl */
+  if (old) {
+    /* A stale entry: the kernel handed out its number again, so curl closed
+     * that descriptor without our CLOSESOCKETFUNCTION (seen with curl 7.88
+     * under load). Closing "it" in on_sock_closed would close the new
+     * socket under its watcher (libuv aborts on epoll_ctl EBADF). */
+    old->owned = false;
+    if (sock_get(c, fd) == old) c->socks[fd] = NULL;
+    if (!old->dropped) sock_drop(c, old);
+  }
   if (sock_set(c, fd, s) < 0) goto fail;
   return fd;
 fail:
@@ -273,6 +290,7 @@ static int on_closesocket(void *ud, curl_socket_t fd) {
   px_uclient_t *c = ud;
   px_sock_t *s = sock_get(c, fd);
   if (!s) return close(fd);
+  if (s->dropped) return 0; /* already closing */
   if (!s->owned) {
     sock_drop(c, s);
     return close(fd);
@@ -312,6 +330,7 @@ static void on_poll(uv_poll_t *h, int status, int events) {
 static int on_curl_socket(CURL *e, curl_socket_t fd, int what, void *ud, void *sp) {
   px_uclient_t *c = ud;
   px_sock_t *s = sock_get(c, fd);
+  if (s && s->dropped) return 0; /* closed by us already: nothing to watch */
   if (what == CURL_POLL_REMOVE) {
     if (!s) return 0;
     s->events = 0;
@@ -1439,7 +1458,7 @@ static void finish_close(px_uclient_t *c) {
   c->multi = NULL;
   while (!dl_empty(&c->h1idle)) h1_close(PX_CONTAINER(c->h1idle.next, px_h1conn_t, idle));
   for (size_t i = 0; i < c->nsocks; i++)
-    if (c->socks[i]) sock_drop(c, c->socks[i]);
+    if (c->socks[i] && !c->socks[i]->dropped) sock_drop(c, c->socks[i]);
   free(c->socks);
   c->socks = NULL;
   c->nsocks = 0;
