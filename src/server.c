@@ -318,14 +318,15 @@ again:
     out = &big;
     goto again;
   }
-  if (rc == 0 && content_length > 0 && out == &b) {
-    /* A body follows: the head waits for its first bytes (one write, not
-     * two), at most until the end of this loop iteration. */
+  if (rc == 0 && content_length != 0 && out == &b) {
+    /* A body (or a chunked stream) follows: the head waits for its first
+     * bytes, so both leave in one write, at most until the next loop
+     * iteration (a 0 ms timer; the poll does not block meanwhile). */
     px_buf_reset(&c->head);
     rc = px_buf_append(&c->head, out->data, out->len);
     if (rc == 0) {
       c->resp_started = 1;
-      c->resp_chunked = 0;
+      c->resp_chunked = content_length < 0;
       c->head_pending = 1;
       c->timer.data = c;
       uv_timer_start(&c->timer, on_head_flush, 0, 0);
