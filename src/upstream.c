@@ -1416,9 +1416,12 @@ px_uclient_t *px_uclient_new(uv_loop_t *loop) {
   dl_init(&c->resumes);
   dl_init(&c->pools);
   dl_init(&c->h1idle);
-  /* curl honours these; the fast path does not speak to proxies */
-  static const char *const proxy_env[] = {"http_proxy", "all_proxy", "ALL_PROXY",
-                                          "PROXAI_UPSTREAM_CURL"};
+  /* libcurl is the upstream client. The built-in HTTP/1.1 path (plain
+   * http:// to an IP literal) is an experimental opt-in for local upstreams:
+   * PROXAI_UPSTREAM_NATIVE=1. It never speaks to proxies. */
+  const char *native = getenv("PROXAI_UPSTREAM_NATIVE");
+  c->no_h1 = !(native && strcmp(native, "1") == 0);
+  static const char *const proxy_env[] = {"http_proxy", "all_proxy", "ALL_PROXY"};
   for (size_t i = 0; i < sizeof(proxy_env) / sizeof(proxy_env[0]); i++) {
     const char *v = getenv(proxy_env[i]);
     if (v && *v) c->no_h1 = true;
