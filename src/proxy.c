@@ -363,7 +363,7 @@ static void schedule_retry(px_exch_t *x) {
 
 static uint64_t parse_retry_after(const px_hdr_t *h, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    if (px_str_eq(h[i].name, "retry-after-ms") || px_str_eq(h[i].name, "Retry-After-Ms"))
+    if (h[i].name.len == 14 && strncasecmp(h[i].name.ptr, "retry-after-ms", 14) == 0)
       return strtoull(h[i].value.ptr, NULL, 10);
   }
   for (size_t i = 0; i < n; i++) {
@@ -373,6 +373,15 @@ static uint64_t parse_retry_after(const px_hdr_t *h, size_t n) {
     }
   }
   return 0;
+}
+
+/* on_headers refuses the transfer: upstream.c frees it without on_done, so
+ * the exchange lets go of it and ends here. */
+static int headers_failed(px_exch_t *x) {
+  x->xfer = NULL;
+  x->error_type = "client_write";
+  finalize(x);
+  return -1;
 }
 
 static int up_on_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
@@ -424,10 +433,10 @@ static int up_on_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
       x->mode = M_PASS_STREAM;
     } else {
       x->str = px_stream_tr_new(&x->ctx, &x->obuf);
-      if (x->str == NULL) return -1;
+      if (x->str == NULL) return headers_failed(x);
       x->mode = M_TR_STREAM;
     }
-    return start_response(x, 200, "text/event-stream", 1, -1) < 0 ? -1 : 0;
+    return start_response(x, 200, "text/event-stream", 1, -1) < 0 ? headers_failed(x) : 0;
   }
   if (same) {
     if (strcmp(x->up_model, x->model) != 0) {
@@ -438,7 +447,7 @@ static int up_on_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
     x->mode = M_PASS_JSON;
     px_buf_init(&x->acc, 1u << 16); /* a prefix, for the usage scan */
     return start_response(x, status, x->content_type[0] ? x->content_type : "application/json",
-                          0, x->up_content_length) < 0 ? -1 : 0;
+                          0, x->up_content_length) < 0 ? headers_failed(x) : 0;
   }
   x->mode = M_TR_JSON;
   px_buf_init(&x->acc, PX_MAX_UPSTREAM_JSON);

@@ -347,7 +347,7 @@ again:
 
 int px_resp_write(px_conn_t *c, const char *p, size_t n) {
   if (c->closing || c->failing || !c->resp_started) return UV_ECANCELED;
-  if (n == 0) return 0;
+  if (n == 0 || c->req.method == HTTP_HEAD) return 0; /* HEAD: headers only */
   if (!c->resp_chunked) return conn_write(c, p, n);
   char sz[24];
   int l = snprintf(sz, sizeof(sz), "%zx\r\n", n);
@@ -358,9 +358,10 @@ int px_resp_write(px_conn_t *c, const char *p, size_t n) {
 }
 
 int px_resp_write_take(px_conn_t *c, char *p, size_t n) {
-  if (c->closing || c->failing || !c->resp_started || n == 0) {
+  if (c->closing || c->failing || !c->resp_started || n == 0 ||
+      c->req.method == HTTP_HEAD) {
     free(p);
-    return n == 0 ? 0 : UV_ECANCELED;
+    return n == 0 || c->req.method == HTTP_HEAD ? 0 : UV_ECANCELED;
   }
   if (c->head_pending) conn_writev(c, NULL, 0);
   if (c->closing || c->failing) {
@@ -437,6 +438,9 @@ static void req_reset(px_conn_t *c) {
   r->hbuf.len = 0;
   r->nhdrs = 0;
   r->body.len = 0;
+  /* an idle keep-alive connection does not keep a large request's buffers */
+  if (r->body.size > (64u << 10)) px_buf_free(&r->body);
+  if (r->hbuf.size > (64u << 10)) px_buf_free(&r->hbuf);
   r->keep_alive = 0;
   r->request_id[0] = 0;
   c->noffs = 0;
@@ -447,6 +451,8 @@ static void req_reset(px_conn_t *c) {
 }
 
 static void on_timer(uv_timer_t *t);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 static void on_resume_pipeline(uv_timer_t *t) {
   px_conn_t *c = t->data;
@@ -455,9 +461,10 @@ static void on_resume_pipeline(uv_timer_t *t) {
   px_buf_init(&c->in, PX_MAX_PIPELINED);
   if (in.len > 0) conn_feed(c, in.data, in.len);
   px_buf_free(&in);
-  if (!c->closing && !c->reading) {
-    /* defensive: keep reading when the pipeline drained */
-  }
+  /* reading stopped when too much was pipelined: take it up again */
+  if (!c->closing && !c->failing && !c->reading && c->state != C_BUSY &&
+      uv_read_start(&c->h.stream, on_alloc, on_read) == 0)
+    c->reading = 1;
 }
 
 static void start_idle_timer(px_conn_t *c) {
@@ -469,7 +476,8 @@ void px_resp_end(px_conn_t *c) {
   if (c->state != C_BUSY) return;
   if (c->head_pending && !c->closing && !c->failing) conn_writev(c, NULL, 0);
   c->head_pending = 0;
-  if (c->resp_started && c->resp_chunked && !c->closing && !c->failing)
+  if (c->resp_started && c->resp_chunked && !c->closing && !c->failing &&
+      c->req.method != HTTP_HEAD)
     conn_write(c, "0\r\n\r\n", 5);
   c->state = C_IDLE;
   c->handler = NULL;
@@ -488,6 +496,7 @@ void px_resp_end(px_conn_t *c) {
     c->timer.data = c;
     uv_timer_start(&c->timer, on_resume_pipeline, 0, 0);
   } else {
+    if (!c->reading && uv_read_start(&c->h.stream, on_alloc, on_read) == 0) c->reading = 1;
     start_idle_timer(c);
   }
 out:

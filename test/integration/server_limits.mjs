@@ -119,6 +119,23 @@ function parseResponses(data) {
 const post = (pathname, body, extra = '') =>
   `POST ${pathname} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${extra}\r\n${body}`;
 
+test('HEAD gets the headers without a body; the next keep-alive answer is intact', async () => {
+  const u = new URL(px.url);
+  const data = await new Promise((resolve, reject) => {
+    const sock = net.connect(Number(u.port), u.hostname);
+    let buf = '';
+    sock.on('data', (d) => (buf += d));
+    sock.on('end', () => resolve(buf));
+    sock.on('error', reject);
+    sock.write('HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+  });
+  const parts = data.split('HTTP/1.1 ');
+  assert.equal(parts.length, 3, data);
+  assert.match(parts[1], /^200 /);
+  assert.ok(parts[1].endsWith('\r\n\r\n'), `HEAD answer carries no body: ${JSON.stringify(parts[1])}`);
+  assert.match(parts[2], /^200 [\s\S]*\r\n\r\n\{"status":"ok"\}$/);
+});
+
 test('413 for a body over max_body with Content-Length (OpenAI and Anthropic shape)', async () => {
   await mock.reset();
   const big = JSON.stringify({ model: 'gpt-4o', messages: [{ role: 'user', content: 'x'.repeat(8000) }] });
