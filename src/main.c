@@ -131,6 +131,11 @@ static int run_worker(const char *path, px_config_t *cfg) {
   char err[512];
   if (px_server_listen(&w.srv, err, sizeof(err)) < 0) {
     fprintf(stderr, "proxai: %s\n", err);
+    px_server_close_all(&w.srv, 0);
+    px_uclient_close(w.srv.uclient, NULL, NULL);
+    uv_run(w.loop, UV_RUN_DEFAULT);
+    uv_loop_close(w.loop);
+    px_config_unref(w.srv.config);
     return 1;
   }
   uv_timer_init(w.loop, &w.shutdown_timer);

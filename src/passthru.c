@@ -272,7 +272,13 @@ static int emit_event(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out)
 }
 
 int px_passthru_feed(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out) {
-  int rc = px_sse_feed(&pt->sse, p, n);
+  int rc = pt->blind ? 0 : px_sse_feed(&pt->sse, p, n);
+  if (rc == PX_ETOOBIG && pt->model == NULL) {
+    /* watch-only: an event over the cap is still forwarded untouched; the
+     * watcher stops judging the stream rather than breaking it */
+    pt->blind = 1;
+    rc = 0;
+  }
   if (rc < 0) return rc;
   if (pt->model == NULL) return 0;
   size_t start = 0;
@@ -311,7 +317,7 @@ int px_passthru_finish(px_passthru_t *pt, px_buf_t *out) {
     px_buf_append(out, pt->raw.data, pt->raw.len);
     px_buf_reset(&pt->raw);
   }
-  return pt->terminal || pt->upstream_error;
+  return pt->terminal || pt->upstream_error || pt->blind;
 }
 
 void px_passthru_done(px_passthru_t *pt) {

@@ -40,6 +40,8 @@ typedef struct px_passthru {
   int last_cr;
   int terminal;       /**< terminal event seen */
   int upstream_error; /**< the upstream sent its own error event */
+  int blind;          /**< watch-only mode met an event over the cap: the
+                           bytes flow on, the end is no longer judged */
   px_usage_t usage;   /**< final usage seen, for logs and tpm */
 } px_passthru_t;
 

@@ -138,6 +138,30 @@ static void test_streams(void) {
              1);
 }
 
+/* Watch-only mode never breaks a stream on an event over the SSE cap; the
+ * rewrite mode (which must hold the event) reports it. */
+static void test_oversize(void) {
+  size_t big = PX_MAX_SSE_EVENT + 1024;
+  char *ev = malloc(big + 64);
+  memcpy(ev, "data: {\"x\":\"", 13);
+  memset(ev + 13, 'a', big);
+  memcpy(ev + 13 + big, "\"}\n\n", 5);
+  size_t n = 13 + big + 5;
+  px_passthru_t pt;
+  px_buf_t out;
+  px_buf_init(&out, 64u << 20);
+  px_passthru_init(&pt, PX_PROTO_CHAT, NULL);
+  CHECK(px_passthru_feed(&pt, ev, n, &out) == 0);
+  CHECK(px_passthru_feed(&pt, "data: [DONE]\n\n", 14, &out) == 0);
+  CHECK(px_passthru_finish(&pt, &out) == 1 && out.len == 0);
+  px_passthru_done(&pt);
+  px_passthru_init(&pt, PX_PROTO_CHAT, "cli");
+  CHECK(px_passthru_feed(&pt, ev, n, &out) < 0);
+  px_passthru_done(&pt);
+  px_buf_free(&out);
+  free(ev);
+}
+
 static void test_usage(void) {
   px_usage_t u = {-1, -1, -1, -1, -1};
   const char *b = "{\"id\":\"x\",\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":22}}";
@@ -150,6 +174,7 @@ int main(void) {
   test_replace();
   test_streams();
   test_usage();
+  test_oversize();
   if (failures) fprintf(stderr, "%d failure(s)\n", failures);
   else printf("passthru: ok\n");
   return failures ? 1 : 0;
