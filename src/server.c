@@ -143,6 +143,24 @@ static void conn_fail(px_conn_t *c) {
   uv_timer_start(&c->timer, on_fail_timer, 0, 0);
 }
 
+static void on_timer(uv_timer_t *t);
+
+/* Send timeout (nginx's send_timeout, here the server idle_timeout): while a
+ * response is being written, a client that takes no bytes for that long is
+ * dropped, which also cancels its upstream transfer. Armed when a write is
+ * queued, pushed back on every completed write, stopped when the queue is
+ * empty. */
+static void send_timer(px_conn_t *c, int progress) {
+  if (c->closing || c->failing) return;
+  if (c->state != C_BUSY && !c->close_after_flush) return;
+  if (c->pending == 0) {
+    uv_timer_stop(&c->timer);
+  } else if (progress || !uv_is_active((uv_handle_t *)&c->timer)) {
+    c->timer.data = c;
+    uv_timer_start(&c->timer, on_timer, c->srv->config->server.idle_timeout_ms, 0);
+  }
+}
+
 static void on_write_done(uv_write_t *w, int status) {
   wreq_t *wr = (wreq_t *)w;
   px_conn_t *c = wr->conn;
@@ -159,6 +177,7 @@ static void on_write_done(uv_write_t *w, int status) {
     if (c->handler && c->handler->on_drain) c->handler->on_drain(c->harg);
   }
   if (c->close_after_flush && c->pending == 0) conn_close(c);
+  else send_timer(c, 1);
 }
 
 static int conn_writev(px_conn_t *c, uv_buf_t *bufs, unsigned n) {
@@ -220,6 +239,7 @@ static int conn_writev(px_conn_t *c, uv_buf_t *bufs, unsigned n) {
     return rc;
   }
   c->pending += off;
+  send_timer(c, 0);
   if (c->pending > PX_WQ_HIGH) c->above_high = 1;
   return 0;
 }
@@ -427,6 +447,7 @@ int px_resp_write_take(px_conn_t *c, char *p, size_t n) {
     return rc;
   }
   c->pending += left;
+  send_timer(c, 0);
   if (c->pending > PX_WQ_HIGH) c->above_high = 1;
   return 0;
 }
@@ -817,6 +838,14 @@ static void on_timer(uv_timer_t *t) {
   if (c->closing) return;
   if (c->state == C_READING) {
     conn_error(c, 408, "request header timeout");
+    return;
+  }
+  if (c->state == C_BUSY || c->close_after_flush) {
+    if (c->pending > 0) {
+      px_log_warn("%s: client took no bytes for %llu ms: closing", c->req.request_id,
+                  (unsigned long long)c->srv->config->server.idle_timeout_ms);
+      conn_close(c); /* send timeout */
+    }
     return;
   }
   if (c->state == C_IDLE) conn_close(c); /* keep-alive idle */

@@ -1,0 +1,49 @@
+// Send timeout: a client that stops reading a stream for longer than the
+// server's idle_timeout is dropped, and its upstream transfer is cancelled,
+// so a non-reading client cannot hold an upstream connection forever.
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { startMock, startProxai, test, run, waitFor, sleep } from './lib/harness.mjs';
+
+const mock = await startMock();
+const px = await startProxai(`[server]
+listen = 127.0.0.1:{{PORT}}
+idle_timeout = 1s
+[upstream m]
+protocol = openai_chat_completions
+base_url = ${mock.url}/v1
+api_key = k
+retries = 0
+idle_timeout = 60s
+[route *]
+upstream = m
+`);
+process.on('exit', () => { px.stop(); mock.stop(); });
+
+test('a client that takes no bytes is dropped after idle_timeout; the upstream is cancelled', async () => {
+  await mock.reset();
+  const ev = `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"${'x'.repeat(4000)}"},"finish_reason":null}]}\n\n`;
+  await mock.script([{ sse: [], sse_repeat: { event: ev, count: 200000 }, sse_tail: ['data: [DONE]\n\n'] }]);
+  const body = JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'hi' }] });
+  const sock = net.connect(px.port, '127.0.0.1');
+  let closed = false;
+  sock.on('close', () => (closed = true));
+  sock.on('error', () => {});
+  await new Promise((r) => sock.once('connect', r));
+  sock.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  sock.pause(); // never read: the kernel buffers fill, then proxai's queue
+  await sleep(500);
+  assert.equal(closed, false, 'not dropped before the timeout');
+  const s = await waitFor(async () => {
+    const st = await mock.stats();
+    return st.responses_aborted >= 1 ? st : null;
+  }, { timeout: 15000, what: 'upstream transfer cancelled after the send timeout' });
+  assert.ok(s.responses_aborted >= 1);
+  sock.resume();
+  await waitFor(() => closed, { timeout: 5000, what: 'client connection closed' });
+  // the gateway keeps serving
+  const r = await fetch(`${px.url}/healthz`);
+  assert.equal(r.status, 200);
+});
+
+await run();
