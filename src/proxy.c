@@ -445,7 +445,7 @@ static int up_on_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
       return 0;
     }
     x->mode = M_PASS_JSON;
-    px_buf_init(&x->acc, 1u << 16); /* a prefix, for the usage scan */
+    px_buf_init(&x->acc, 1u << 16); /* the last 64 KiB, for the usage scan */
     return start_response(x, status, x->content_type[0] ? x->content_type : "application/json",
                           0, x->up_content_length) < 0 ? headers_failed(x) : 0;
   }
@@ -478,8 +478,14 @@ static int up_on_data(void *arg, const char *p, size_t n) {
   }
   switch (x->mode) {
   case M_PASS_JSON:
-    if (x->acc.len < x->acc.cap)
-      px_buf_append(&x->acc, p, n < x->acc.cap - x->acc.len ? n : x->acc.cap - x->acc.len);
+    /* keep the tail: every protocol puts usage at the end of the body */
+    if (n >= x->acc.cap) {
+      px_buf_reset(&x->acc);
+      px_buf_append(&x->acc, p + n - x->acc.cap, x->acc.cap);
+    } else {
+      if (x->acc.len + n > x->acc.cap) px_buf_consume(&x->acc, x->acc.len + n - x->acc.cap);
+      px_buf_append(&x->acc, p, n);
+    }
     client_write(x, p, n);
     return 0;
   case M_PASS_STREAM: {
@@ -525,6 +531,28 @@ static const char *result_name(px_xfer_result_t r) {
   case PX_XFER_ERECV: return "reset";
   default: return "upstream_error";
   }
+}
+
+/* Usage of a pass-through JSON answer from the last 64 KiB of its body: the
+ * whole body when it fits, else the top-level "usage" member found in the
+ * tail, read as if it opened an object of its own. */
+static void usage_from_tail(px_exch_t *x) {
+  const char *d = x->acc.data;
+  size_t n = x->acc.len;
+  if (d == NULL || n == 0) return;
+  if (px_json_complete(d, n)) {
+    px_usage_from_body(x->out, d, n, &x->usage);
+    return;
+  }
+  const char *u = NULL;
+  for (const char *q = d; (q = memmem(q, (size_t)(d + n - q), "\"usage\"", 7)) != NULL; q += 7)
+    u = q;
+  if (u == NULL) return;
+  px_buf_t b;
+  px_buf_init(&b, n + 2);
+  if (px_buf_append(&b, "{", 1) == 0 && px_buf_append(&b, u, (size_t)(d + n - u)) == 0)
+    px_usage_from_body(x->out, b.data, b.len, &x->usage);
+  px_buf_free(&b);
 }
 
 /* Translated or rewritten JSON answer is complete. */
@@ -683,7 +711,7 @@ static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
     return;
   }
   case M_PASS_JSON:
-    px_usage_from_body(x->out, x->acc.data, x->acc.len, &x->usage);
+    usage_from_tail(x);
     finalize(x);
     return;
   case M_PASS_REWRITE:

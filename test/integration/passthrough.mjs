@@ -695,6 +695,21 @@ test('/metrics counts requests by inbound protocol, upstream and status', async 
   assert.match(after, /proxai_requests_total\{inbound="anthropic_messages",upstream="an",status="200"\} \d+/);
 });
 
+test('/metrics counts the tokens of a large pass-through answer (usage at the end of a 200 KB body)', async () => {
+  await mock.reset();
+  const tok = (txt) => {
+    const m = /proxai_tokens_total\{key="none",upstream="oc",direction="out"\} (\d+)/.exec(txt);
+    return m ? Number(m[1]) : 0;
+  };
+  const before = tok(await (await fetch(`${px.url}/metrics`)).text());
+  const body = { id: 'c', object: 'chat.completion', created: 1, model: 'gpt-4o', choices: [{ index: 0, message: { role: 'assistant', content: 'y'.repeat(200000) }, finish_reason: 'stop' }], usage: { prompt_tokens: 17, completion_tokens: 4242, total_tokens: 4259 } };
+  await mock.script([{ body }]);
+  const r = await openai.chat.completions.create({ model: 'gpt-4o', messages: msgs });
+  assert.equal(r.choices[0].message.content.length, 200000);
+  const after = await (await fetch(`${px.url}/metrics`)).text();
+  assert.equal(tok(after) - before, 4242, after.split('\n').filter((l) => l.includes('tokens_total')).join('\n'));
+});
+
 // ---- client keys -----------------------------------------------------------
 
 test('client keys: 401, 403, success with Bearer and x-api-key, rpm 429, in each shape', async () => {
