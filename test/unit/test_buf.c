@@ -3,16 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "proxai/buf.h"
-
-static int failures;
-#define CHECK(c)                                                   \
-  do {                                                             \
-    if (!(c)) {                                                    \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-      failures++;                                                  \
-    }                                                              \
-  } while (0)
 
 int main(void) {
   px_buf_t b;
@@ -57,7 +49,5 @@ int main(void) {
   CHECK(px_buf_append(&b, "a", 1) == PX_ETOOBIG);
   CHECK(px_buf_append(&b, "", 0) == 0);
   px_buf_free(&b);
-  if (failures) fprintf(stderr, "%d failure(s)\n", failures);
-  else printf("buf: ok\n");
-  return failures ? 1 : 0;
+  return check_report("test_buf");
 }

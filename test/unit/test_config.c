@@ -4,17 +4,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "proxai/config.h"
-
-static int failures;
-
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                              \
-    }                                                                          \
-  } while (0)
 
 #define CHECK_STR(a, b)                                                                  \
   do {                                                                                   \
@@ -767,10 +758,5 @@ int main(void) {
   test_errors();
   test_embedded_default();
   test_example();
-  if (failures) {
-    fprintf(stderr, "test_config: %d check(s) failed\n", failures);
-    return 1;
-  }
-  printf("test_config: ok\n");
-  return 0;
+  return check_report("test_config");
 }

@@ -8,17 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
-
-static int failures;
-#define CHECK(c)                                                            \
-  do {                                                                      \
-    if (!(c)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c); \
-      failures++;                                                           \
-    }                                                                       \
-  } while (0)
 
 /* ---- a small parser of the text exposition format ---- */
 
@@ -553,10 +545,5 @@ int main(void) {
   test_metrics_escaping();
   test_access_log();
   test_error_log();
-  if (failures) {
-    fprintf(stderr, "%d check(s) failed\n", failures);
-    return 1;
-  }
-  printf("log_metrics: ok\n");
-  return 0;
+  return check_report("test_log_metrics");
 }

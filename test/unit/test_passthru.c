@@ -4,27 +4,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "proxai/passthru.h"
-
-static int failures;
-#define CHECK(c)                                                   \
-  do {                                                             \
-    if (!(c)) {                                                    \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-      failures++;                                                  \
-    }                                                              \
-  } while (0)
 
 static const char *const TOP[] = {"model"};
 static const char *const MSG[] = {"message", "model"};
 
 static void test_find(void) {
-  const char *j = " {\"a\": [1, {\"model\": \"x\"}], \"s\": \"q\\\"model\\\":\", \"model\" : \"gpt-4o\" }";
+  const char *j =
+      " {\"a\": [1, {\"model\": \"x\"}], \"s\": \"q\\\"model\\\":\", \"model\" : "
+      "\"gpt-4o\" }";
   size_t s, l;
   CHECK(px_json_find(j, strlen(j), TOP, 1, &s, &l) == PX_JSON_FOUND);
   CHECK(l == 8 && memcmp(j + s, "\"gpt-4o\"", 8) == 0);
   /* nested path */
-  const char *m = "{\"type\":\"message_start\",\"message\":{\"id\":\"x\",\"model\":\"m1\"}}";
+  const char *m =
+      "{\"type\":\"message_start\",\"message\":{\"id\":\"x\",\"model\":\"m1\"}}";
   CHECK(px_json_find(m, strlen(m), MSG, 2, &s, &l) == PX_JSON_FOUND);
   CHECK(l == 4 && memcmp(m + s, "\"m1\"", 4) == 0);
   CHECK(px_json_find(m, strlen(m), TOP, 1, &s, &l) == PX_JSON_ABSENT);
@@ -41,7 +36,10 @@ static void test_find(void) {
   CHECK(px_json_complete(j, strlen(j)) == 1);
   CHECK(px_json_complete("{\"model\": \"gpt-4o\", ", 20) == 0);
   CHECK(px_json_complete("{\"a\":\"}\"} x", 12) == 0);
-  { const char *ok = " {\"a\":[1,{}]} \n"; CHECK(px_json_complete(ok, strlen(ok)) == 1); }
+  {
+    const char *ok = " {\"a\":[1,{}]} \n";
+    CHECK(px_json_complete(ok, strlen(ok)) == 1);
+  }
   CHECK(px_json_complete("[1]", 3) == 0);
 }
 
@@ -50,7 +48,8 @@ static void test_replace(void) {
   px_buf_init(&b, 4096);
   const char *j = "{\"model\": \"gpt-4o\",\n \"messages\":[{\"content\":\"model\"}]}";
   CHECK(px_json_replace_str(&b, j, strlen(j), TOP, 1, "my\"model") == PX_JSON_FOUND);
-  const char *want = "{\"model\": \"my\\\"model\",\n \"messages\":[{\"content\":\"model\"}]}";
+  const char *want =
+      "{\"model\": \"my\\\"model\",\n \"messages\":[{\"content\":\"model\"}]}";
   CHECK(b.len == strlen(want) && memcmp(b.data, want, b.len) == 0);
   px_buf_reset(&b);
   /* absent: bytes unchanged */
@@ -91,12 +90,16 @@ static void test_streams(void) {
   const char *chat =
       "data: {\"id\":\"1\",\"model\":\"up\",\"choices\":[]}\r\n\r\n"
       ": keep-alive\n\n"
-      "data: {\"id\":\"1\",\"model\":\"up\",\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n"
+      "data: "
+      "{\"id\":\"1\",\"model\":\"up\",\"usage\":{\"prompt_tokens\":3,\"completion_"
+      "tokens\":4}}\n\n"
       "data: [DONE]\n\n";
   const char *chat_want =
       "data: {\"id\":\"1\",\"model\":\"cli\",\"choices\":[]}\r\n\r\n"
       ": keep-alive\n\n"
-      "data: {\"id\":\"1\",\"model\":\"cli\",\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n"
+      "data: "
+      "{\"id\":\"1\",\"model\":\"cli\",\"usage\":{\"prompt_tokens\":3,\"completion_"
+      "tokens\":4}}\n\n"
       "data: [DONE]\n\n";
   run_stream(PX_PROTO_CHAT, "cli", chat, chat_want, 1);
   run_stream(PX_PROTO_CHAT, NULL, chat, NULL, 1);
@@ -104,10 +107,13 @@ static void test_streams(void) {
   run_stream(PX_PROTO_CHAT, NULL, "data: {\"model\":\"up\"}\n\n", NULL, 0);
 
   const char *an =
-      "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"up\","
+      "event: message_start\ndata: "
+      "{\"type\":\"message_start\",\"message\":{\"model\":\"up\","
       "\"usage\":{\"input_tokens\":5,\"cache_read_input_tokens\":2}}}\n\n"
-      "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"model\"}}\n\n"
-      "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n"
+      "event: content_block_delta\ndata: "
+      "{\"type\":\"content_block_delta\",\"delta\":{\"text\":\"model\"}}\n\n"
+      "event: message_delta\ndata: "
+      "{\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n"
       "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
   px_passthru_t pt;
   px_buf_t out;
@@ -124,17 +130,23 @@ static void test_streams(void) {
   /* an upstream error event ends the stream properly (no extra error) */
   px_buf_init(&out, 1 << 20);
   px_passthru_init(&pt, PX_PROTO_ANTHROPIC, NULL);
-  const char *err = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n";
+  const char *err =
+      "event: error\ndata: "
+      "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n";
   CHECK(px_passthru_feed(&pt, err, strlen(err), &out) == 0);
   CHECK(px_passthru_finish(&pt, &out) == 1 && pt.upstream_error == 1 && pt.terminal == 0);
   px_passthru_done(&pt);
   px_buf_free(&out);
 
   run_stream(PX_PROTO_RESPONSES, "cli",
-             "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"model\":\"up\"}}\n\n"
-             "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"model\":\"up\"}}\n\n",
-             "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"model\":\"cli\"}}\n\n"
-             "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"model\":\"cli\"}}\n\n",
+             "event: response.created\ndata: "
+             "{\"type\":\"response.created\",\"response\":{\"model\":\"up\"}}\n\n"
+             "event: response.completed\ndata: "
+             "{\"type\":\"response.completed\",\"response\":{\"model\":\"up\"}}\n\n",
+             "event: response.created\ndata: "
+             "{\"type\":\"response.created\",\"response\":{\"model\":\"cli\"}}\n\n"
+             "event: response.completed\ndata: "
+             "{\"type\":\"response.completed\",\"response\":{\"model\":\"cli\"}}\n\n",
              1);
 }
 
@@ -164,7 +176,8 @@ static void test_oversize(void) {
 
 static void test_usage(void) {
   px_usage_t u = {-1, -1, -1, -1, -1};
-  const char *b = "{\"id\":\"x\",\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":22}}";
+  const char *b =
+      "{\"id\":\"x\",\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":22}}";
   px_usage_from_body(PX_PROTO_CHAT, b, strlen(b), &u);
   CHECK(u.input_tokens == 11 && u.output_tokens == 22);
 }
@@ -175,7 +188,5 @@ int main(void) {
   test_streams();
   test_usage();
   test_oversize();
-  if (failures) fprintf(stderr, "%d failure(s)\n", failures);
-  else printf("passthru: ok\n");
-  return failures ? 1 : 0;
+  return check_report("test_passthru");
 }

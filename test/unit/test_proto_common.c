@@ -7,18 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "proxai/buf.h"
 #include "proxai/proto.h"
 #include "proxai/sse.h"
 
-static int failures;
-#define CHECK(c)                                                            \
-  do {                                                                      \
-    if (!(c)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
-      failures++;                                                           \
-    }                                                                       \
-  } while (0)
 static int streq(const char *a, const char *b) {
   if (a == NULL || b == NULL) return a == b;
   return strcmp(a, b) == 0;
@@ -541,10 +534,5 @@ int main(void) {
   test_json_escape();
   test_hub_errors();
   test_hub_stream();
-  if (failures) {
-    fprintf(stderr, "%d failure(s)\n", failures);
-    return 1;
-  }
-  printf("test_proto_common: all passed\n");
-  return 0;
+  return check_report("test_proto_common");
 }

@@ -2,16 +2,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "check.h"
 #include "proxai/ratelimit.h"
 
-static int failures;
-#define CHECK(c)                                                            \
-  do {                                                                      \
-    if (!(c)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c); \
-      failures++;                                                           \
-    }                                                                       \
-  } while (0)
 #define CHECK_EQ(a, b)                                                                  \
   do {                                                                                  \
     unsigned long long a_ = (a), b_ = (b);                                              \
@@ -114,10 +107,5 @@ int main(void) {
   test_rpm_burst_refill();
   test_rpm_reload();
   test_tpm_debt();
-  if (failures) {
-    fprintf(stderr, "%d check(s) failed\n", failures);
-    return 1;
-  }
-  printf("ratelimit: ok\n");
-  return 0;
+  return check_report("test_ratelimit");
 }

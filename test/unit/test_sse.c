@@ -3,16 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "proxai/sse.h"
 
-static int failures;
-#define CHECK(c)                                                            \
-  do {                                                                      \
-    if (!(c)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
-      failures++;                                                           \
-    }                                                                       \
-  } while (0)
 #define CHECK_STR(a, b)                                                                  \
   do {                                                                                   \
     const char *a_ = (a), *b_ = (b);                                                     \
@@ -292,10 +285,5 @@ int main(void) {
   test_cap();
   test_callback_stop();
   test_write();
-  if (failures) {
-    fprintf(stderr, "%d failure(s)\n", failures);
-    return 1;
-  }
-  printf("test_sse: all passed\n");
-  return 0;
+  return check_report("test_sse");
 }
