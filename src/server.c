@@ -794,12 +794,34 @@ static int path_is_anthropic(const px_req_t *r) {
   return 0;
 }
 
+/* The client's x-request-id from a head that never completed (a limit or a
+ * timeout hit first): read from the raw header offsets. */
+static void early_request_id(px_conn_t *c) {
+  const char *hb = c->req.hbuf.data;
+  for (size_t i = 0; hb && i < c->noffs; i++) {
+    const hdr_off_t *h = &c->offs[i];
+    if (h->nl != 12 || h->vo == 0 || strncasecmp(hb + h->no, "x-request-id", 12) != 0) continue;
+    size_t n = h->vl;
+    int ok = n > 0 && n < sizeof(c->req.request_id);
+    for (size_t k = 0; ok && k < n; k++) {
+      char ch = hb[h->vo + k];
+      ok = ch > 0x20 && ch < 0x7f && ch != '"' && ch != '\\';
+    }
+    if (ok) {
+      memcpy(c->req.request_id, hb + h->vo, n);
+      c->req.request_id[n] = 0;
+    }
+    return;
+  }
+}
+
 /* A gateway-level error before any handler exists: Anthropic shape when the
  * path is already known to be an Anthropic endpoint, else OpenAI shape;
  * then close. */
 static void conn_error(px_conn_t *c, int status, const char *msg) {
   char body[512];
   int n;
+  if (c->req.request_id[0] == 0 && c->req.nhdrs == 0) early_request_id(c);
   if (c->req.request_id[0] == 0) make_request_id(&c->req);
   if (path_is_anthropic(&c->req)) {
     const char *type = status == 413   ? "request_too_large"
@@ -837,7 +859,8 @@ static void on_timer(uv_timer_t *t) {
   px_conn_t *c = t->data;
   if (c->closing) return;
   if (c->state == C_READING) {
-    conn_error(c, 408, "request header timeout");
+    /* headers resolved means the body was the slow part */
+    conn_error(c, 408, c->req.nhdrs > 0 ? "request body timeout" : "request header timeout");
     return;
   }
   if (c->state == C_BUSY || c->close_after_flush) {

@@ -179,10 +179,11 @@ test('413 for a chunked body over max_body', async () => {
 test('431 for a request head over max_header', async () => {
   const c = tcp();
   await c.connected;
-  c.sock.write(`GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'b'.repeat(4000)}\r\n\r\n`);
+  c.sock.write(`GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: cli-431\r\nX-Big: ${'b'.repeat(4000)}\r\n\r\n`);
   await c.waitFor((d) => parseResponses(d).length >= 1, 10000, '431');
   const [r] = parseResponses(c.st.data);
   assert.equal(r.status, 431, c.st.data);
+  assert.match(c.st.data, /\r\nx-request-id: cli-431\r\n/i, 'the client\'s request id even on a head that never completed');
   c.sock.destroy();
   // many small headers add up too
   const d = tcp();
