@@ -8,6 +8,7 @@
  *                  retry / fallback (timer) ---+   +-- data --> client
  *                                                  +-- done --> finalize
  */
+#include <curl/curl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -368,8 +369,14 @@ static uint64_t parse_retry_after(const px_hdr_t *h, size_t n) {
   }
   for (size_t i = 0; i < n; i++) {
     if (h[i].name.len == 11 && strncasecmp(h[i].name.ptr, "retry-after", 11) == 0) {
-      double s = strtod(h[i].value.ptr, NULL);
-      return s > 0 ? (uint64_t)(s * 1000) : 0;
+      char *end;
+      double s = strtod(h[i].value.ptr, &end);
+      if (end != h[i].value.ptr) return s > 0 ? (uint64_t)(s * 1000) : 0;
+      /* an HTTP-date */
+      char date[128];
+      snprintf(date, sizeof(date), "%.*s", (int)h[i].value.len, h[i].value.ptr);
+      time_t when = curl_getdate(date, NULL), now = time(NULL);
+      return when > now ? (uint64_t)(when - now) * 1000 : 0;
     }
   }
   return 0;
