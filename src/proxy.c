@@ -126,14 +126,7 @@ static void send_error_h(px_exch_t *x, px_errkind_t kind, int status, const char
   const px_proto_ops_t *ops = client_ops(x);
   const char *type =
       x->in == PX_PROTO_ANTHROPIC ? px_errkind_anthropic(kind) : px_errkind_openai(kind);
-  if (ops->encode_error == NULL ||
-      ops->encode_error(&b, kind, type, msg, param, x->req->request_id) < 0) {
-    px_buf_reset(&b);
-    px_buf_puts(&b, "{\"error\":{\"message\":");
-    px_buf_json_str(&b, msg, strlen(msg));
-    px_buf_printf(&b, ",\"type\":\"%s\",\"param\":null,\"code\":null}}",
-                  px_errkind_openai(kind));
-  }
+  ops->encode_error(&b, kind, type, msg, param, x->req->request_id);
   x->status = status ? status : px_errkind_status(kind);
   x->error_type = type;
   px_log_debug("%s: %d %s", x->req->request_id, x->status, type);
@@ -937,9 +930,7 @@ static void simple_json(px_conn_t *c, int status, const char *body) {
 static void openai_error(px_conn_t *c, px_errkind_t kind, const char *msg) {
   px_buf_t b;
   px_buf_init(&b, 4096);
-  px_proto_chat.encode_error
-      ? px_proto_chat.encode_error(&b, kind, px_errkind_openai(kind), msg, NULL, NULL)
-      : px_buf_puts(&b, "{\"error\":{\"message\":\"error\"}}");
+  px_proto_chat.encode_error(&b, kind, px_errkind_openai(kind), msg, NULL, NULL);
   px_resp_simple(c, px_errkind_status(kind), "application/json", b.data, b.len, NULL, 0);
   px_buf_free(&b);
 }

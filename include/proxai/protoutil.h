@@ -191,4 +191,7 @@ json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id, int64_t
  *  carrying a failed response object. */
 int px_responses_stream_error(px_buf_t *out, px_errkind_t kind, const char *message);
 
+/** Whether the IR tool list names a custom (freeform) tool `name`. */
+int px_ir_is_custom_tool(json_t *tools, const char *name);
+
 #endif

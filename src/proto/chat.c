@@ -890,18 +890,6 @@ done:
   return rc;
 }
 
-/* Whether the IR tool list names a custom tool `name`. */
-static int is_custom_tool(json_t *tools, const char *name) {
-  size_t i;
-  json_t *t;
-  if (name == NULL) return 0;
-  json_array_foreach(tools, i, t) {
-    const char *n = px_jstr(t, "name"), *ty = px_jstr(t, "type");
-    if (n != NULL && strcmp(n, name) == 0) return ty != NULL && strcmp(ty, "custom") == 0;
-  }
-  return 0;
-}
-
 static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp,
                                px_lossy_t *lossy, px_tr_err_t *err) {
   json_t *body = json_object();
@@ -988,7 +976,7 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   } else if (v != NULL) {
     const char *t = px_jstr(v, "type");
     if (t != NULL && strcmp(t, "tool") == 0 &&
-        is_custom_tool(json_object_get(ir, "tools"), px_jstr(v, "name")))
+        px_ir_is_custom_tool(json_object_get(ir, "tools"), px_jstr(v, "name")))
       json_object_set_new(body, "tool_choice",
                           json_pack("{s:s, s:{s:O?}}", "type", "custom", "custom", "name",
                                     json_object_get(v, "name")));

@@ -1036,18 +1036,6 @@ static int enc_messages(json_t *msgs, json_t *input, int anth, px_lossy_t *lossy
   return 0;
 }
 
-/* Whether the IR tool list names a custom tool `name`. */
-static int is_custom_tool(json_t *tools, const char *name) {
-  size_t i;
-  json_t *t;
-  if (name == NULL) return 0;
-  json_array_foreach(tools, i, t) {
-    const char *n = px_jstr(t, "name"), *ty = px_jstr(t, "type");
-    if (n != NULL && strcmp(n, name) == 0) return ty != NULL && strcmp(ty, "custom") == 0;
-  }
-  return 0;
-}
-
 /* Reasoning can occur: reasoning controls that do not switch it off, or
  * reasoning items replayed in the input. */
 static int reasoning_possible(json_t *b) {
@@ -1139,7 +1127,7 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
       json_object_set_new(
           b, "tool_choice",
           json_pack("{s:s, s:s}", "type",
-                    is_custom_tool(tools, px_jstr(tc, "name")) ? "custom" : "function",
+                    px_ir_is_custom_tool(tools, px_jstr(tc, "name")) ? "custom" : "function",
                     "name", px_jstr(tc, "name") ? px_jstr(tc, "name") : ""));
     else if (t != NULL)
       set_str(b, "tool_choice", t);

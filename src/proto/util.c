@@ -379,3 +379,14 @@ void px_usage_merge(px_usage_t *d, const px_usage_t *s) {
   if (s->cache_creation_tokens >= 0) d->cache_creation_tokens = s->cache_creation_tokens;
   if (s->reasoning_tokens >= 0) d->reasoning_tokens = s->reasoning_tokens;
 }
+
+int px_ir_is_custom_tool(json_t *tools, const char *name) {
+  size_t i;
+  json_t *t;
+  if (name == NULL) return 0;
+  json_array_foreach(tools, i, t) {
+    const char *n = px_jstr(t, "name"), *ty = px_jstr(t, "type");
+    if (n != NULL && strcmp(n, name) == 0) return ty != NULL && strcmp(ty, "custom") == 0;
+  }
+  return 0;
+}
