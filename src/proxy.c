@@ -830,7 +830,9 @@ static void start_attempt(px_exch_t *x) {
   x->mode = M_NONE;
   snprintf(x->label, sizeof(x->label), "%s/%s", x->up->name, x->up_model);
 
-  /* body: rebuilt per attempt only when the target protocol changes */
+  /* a retry on the same target sends the body, URL and headers it built */
+  if (x->attempt > 1 && x->up_body != NULL && x->url != NULL && x->up_hdrs != NULL)
+    goto send;
   free(x->up_body_owned);
   x->up_body_owned = NULL;
   px_tr_ctx_t *ctx = &x->ctx;
@@ -901,6 +903,7 @@ static void start_attempt(px_exch_t *x) {
   free_hdrs(x->up_hdrs);
   x->up_hdrs = build_upstream_headers(x);
 
+send:;
   px_xfer_opts_t o = {
       .method = "POST",
       .url = x->url,
