@@ -32,6 +32,18 @@ typedef struct px_str {
 static inline px_str_t px_str(const char *s) {
   return (px_str_t){s, s ? strlen(s) : 0};
 }
+/**
+ * The one header-value rule (SPEC section 10): a value may be written into a
+ * response header, an upstream header or a URL only when it holds no CR, LF
+ * or NUL. Every place that writes a header checks with this.
+ */
+static inline int px_header_value_ok(const char *v, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)v[i];
+    if (ch == '\r' || ch == '\n' || ch == '\0') return 0;
+  }
+  return 1;
+}
 static inline int px_str_eq(px_str_t a, const char *lit) {
   size_t n = strlen(lit);
   return a.len == n && memcmp(a.ptr, lit, n) == 0;
