@@ -26,7 +26,7 @@ typedef struct worker {
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: proxai [-c FILE] [--listen ADDR] [--check] [--version] [--help]\n"
+          "usage: proxai [-c FILE] [--check] [--version] [--help] [--listen ADDR]\n"
           "\n"
           "  -c FILE        configuration file (default $PROXAI_CONFIG, else\n"
           "                 ./proxai.conf if present, else the embedded default built\n"
