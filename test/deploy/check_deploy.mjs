@@ -257,6 +257,7 @@ test('the runtime role holds the package of every library the built binary links
   for (const lib of needed) {
     const file = where.get(lib);
     if (!file) continue; // the dynamic loader itself
+    if (/^lib(a|ub|l|t)san\.so/.test(lib)) continue; // a sanitizer build; the image is a release build
     const real = fs.realpathSync(file);
     cands.set(lib, [...new Set([file, real, real.replace(/^\/usr\/lib\//, '/lib/'), file.replace(/^\/usr\/lib\//, '/lib/')])]);
   }
