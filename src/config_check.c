@@ -35,7 +35,7 @@ static int glob_relation(const char *a, const char *b, int q) {
   if ((na + 1) > PX_CHECK_MAX_CELLS / w) return -1;
   bool *t = calloc((na + 1) * w, sizeof *t);
   if (t == NULL) return -1;
-#define T(i, j) t[(i) * w + (j)]
+#define T(i, j) t[(i)*w + (j)]
   for (size_t i = na + 1; i-- > 0;) {
     for (size_t j = nb + 1; j-- > 0;) {
       bool v;

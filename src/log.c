@@ -123,7 +123,9 @@ int px_log_enabled(px_log_level_t level) {
   return level <= g_level;
 }
 
-void px_log_set_format(px_log_format_t format) { g_format = format; }
+void px_log_set_format(px_log_format_t format) {
+  g_format = format;
+}
 
 /* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid:
  * a JSON line with raw invalid bytes is rejected by strict collectors. */
@@ -133,10 +135,14 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
   unsigned min;
   unsigned cp;
   if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F, min = 0x80;
-  else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F, min = 0x800;
-  else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07, min = 0x10000;
-  else return 0;
+  if (c >= 0xC2 && c <= 0xDF)
+    len = 2, cp = c & 0x1F, min = 0x80;
+  else if (c >= 0xE0 && c <= 0xEF)
+    len = 3, cp = c & 0x0F, min = 0x800;
+  else if (c >= 0xF0 && c <= 0xF4)
+    len = 4, cp = c & 0x07, min = 0x10000;
+  else
+    return 0;
   if (len > n) return 0;
   for (size_t i = 1; i < len; i++) {
     if ((s[i] & 0xC0) != 0x80) return 0;
@@ -190,7 +196,8 @@ static int json_line(px_buf_t *b, const char *ts, size_t tn, unsigned li, const 
       if (rc == 0) rc = put_json_text(b, fields[i], strlen(fields[i]), PX_MAX_LOG_FIELD);
       if (rc == 0) rc = px_buf_append(b, ":", 1);
       if (rc == 0)
-        rc = v ? put_json_text(b, v, strlen(v), PX_MAX_LOG_FIELD) : px_buf_puts(b, "null");
+        rc =
+            v ? put_json_text(b, v, strlen(v), PX_MAX_LOG_FIELD) : px_buf_puts(b, "null");
     }
     if (rc == 0) rc = px_buf_append(b, "}", 1);
   }

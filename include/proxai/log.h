@@ -36,41 +36,46 @@ void px_log(px_log_level_t level, const char *fmt, ...)
  * NULL name, copies of values the message names, for log collectors; JSON
  * lines carry them as a "fields" object, text lines leave them out.
  */
-void px_log_ctx(px_log_level_t level, const char *request_id,
-                const char *const *fields, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+void px_log_ctx(px_log_level_t level, const char *request_id, const char *const *fields,
+                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 #define px_log_error(...) px_log(PX_LOG_ERROR, __VA_ARGS__)
 #define px_log_warn(...) px_log(PX_LOG_WARN, __VA_ARGS__)
-#define px_log_info(...) \
-  do { if (px_log_enabled(PX_LOG_INFO)) px_log(PX_LOG_INFO, __VA_ARGS__); } while (0)
-#define px_log_debug(...) \
-  do { if (px_log_enabled(PX_LOG_DEBUG)) px_log(PX_LOG_DEBUG, __VA_ARGS__); } while (0)
+#define px_log_info(...)                                               \
+  do {                                                                 \
+    if (px_log_enabled(PX_LOG_INFO)) px_log(PX_LOG_INFO, __VA_ARGS__); \
+  } while (0)
+#define px_log_debug(...)                                                \
+  do {                                                                   \
+    if (px_log_enabled(PX_LOG_DEBUG)) px_log(PX_LOG_DEBUG, __VA_ARGS__); \
+  } while (0)
 /** Level-checked px_log_ctx for one request: px_log_req(PX_LOG_WARN, rid, ...). */
-#define px_log_req(level, rid, ...) \
-  do { if (px_log_enabled(level)) px_log_ctx(level, rid, NULL, __VA_ARGS__); } while (0)
+#define px_log_req(level, rid, ...)                                       \
+  do {                                                                    \
+    if (px_log_enabled(level)) px_log_ctx(level, rid, NULL, __VA_ARGS__); \
+  } while (0)
 
 /** One finished request. NULL strings are written as null. */
 typedef struct px_access_rec {
   const char *request_id;
-  const char *key_name;      /**< client key name, never its secret */
+  const char *key_name; /**< client key name, never its secret */
   const char *method;
-  const char *path;          /**< without query string */
-  const char *inbound;       /**< protocol config name, or NULL */
-  const char *route;         /**< route pattern */
-  const char *upstream;      /**< upstream name */
-  const char *model;         /**< requested model */
+  const char *path;     /**< without query string */
+  const char *inbound;  /**< protocol config name, or NULL */
+  const char *route;    /**< route pattern */
+  const char *upstream; /**< upstream name */
+  const char *model;    /**< requested model */
   const char *upstream_model;
   int stream;
   int status;
   uint64_t bytes_in;
   uint64_t bytes_out;
-  int64_t input_tokens;      /**< -1 unknown */
-  int64_t output_tokens;     /**< -1 unknown */
+  int64_t input_tokens;  /**< -1 unknown */
+  int64_t output_tokens; /**< -1 unknown */
   double duration_ms;
-  double ttfb_ms;            /**< -1 when no byte was sent */
+  double ttfb_ms; /**< -1 when no byte was sent */
   unsigned attempts;
-  const char *error_type;    /**< NULL when none */
+  const char *error_type; /**< NULL when none */
 } px_access_rec_t;
 
 /** Write one JSON line to the access log (no-op when off). */

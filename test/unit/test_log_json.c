@@ -46,11 +46,14 @@ static json_t **parse_lines(char *text, size_t *n) {
   return out;
 }
 
-static const char *str(json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
+static const char *str(json_t *o, const char *k) {
+  return json_string_value(json_object_get(o, k));
+}
 
 static void log_some(void) {
   px_log_error("plain %d", 42);
-  px_log_ctx(PX_LOG_WARN, "rid-7", NULL, "quote \" backslash \\ newline\n tab\t bell\a end");
+  px_log_ctx(PX_LOG_WARN, "rid-7", NULL,
+             "quote \" backslash \\ newline\n tab\t bell\a end");
   const char *const fields[] = {"upstream", "up\"stream", "error_type", NULL, NULL};
   px_log_ctx(PX_LOG_WARN, "rid-8", fields, "bad utf-8 \xff\xfe and cut \xe2\x82");
   px_log_ctx(PX_LOG_INFO, "", NULL, "empty request id is none");
@@ -72,7 +75,8 @@ static void test_json_lines(void) {
   CHECK(n == 5);
   for (size_t i = 0; i < n; i++) {
     CHECK(json_is_object(l[i]));
-    CHECK(str(l[i], "time") && strlen(str(l[i], "time")) == 24 && str(l[i], "time")[23] == 'Z');
+    CHECK(str(l[i], "time") && strlen(str(l[i], "time")) == 24 &&
+          str(l[i], "time")[23] == 'Z');
     CHECK(json_integer_value(json_object_get(l[i], "pid")) == (json_int_t)getpid());
     CHECK(str(l[i], "level") != NULL);
     CHECK(str(l[i], "message") != NULL);
@@ -90,8 +94,9 @@ static void test_json_lines(void) {
                  "quote \" backslash \\ newline\n tab\t bell\a end") == 0);
 
     CHECK(strcmp(str(l[2], "request_id"), "rid-8") == 0);
-    CHECK(strcmp(str(l[2], "message"), "bad utf-8 \xef\xbf\xbd\xef\xbf\xbd and cut "
-                                       "\xef\xbf\xbd\xef\xbf\xbd") == 0);
+    CHECK(strcmp(str(l[2], "message"),
+                 "bad utf-8 \xef\xbf\xbd\xef\xbf\xbd and cut "
+                 "\xef\xbf\xbd\xef\xbf\xbd") == 0);
     json_t *f = json_object_get(l[2], "fields");
     CHECK(json_is_object(f) && json_object_size(f) == 2);
     CHECK(strcmp(json_string_value(json_object_get(f, "upstream")), "up\"stream") == 0);
