@@ -4,8 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(meson ninja-build pkg-config gcc libuv1-dev libcurl4-openssl-dev libjansson-dev
-      libssl-dev libinih-dev node-llhttp nodejs npm curl)
+# One package list for this script and deploy/Dockerfile: scripts/packages.txt.
+mapfile -t pkgs < <(scripts/packages.sh build test)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -486,6 +486,22 @@ static int set_log_level(parse_t *p, const directive_t *d, void *obj, char *v) {
   return 0;
 }
 
+static int set_log_format(parse_t *p, const directive_t *d, void *obj, char *v) {
+  px_log_format_t f;
+  if (strcmp(v, "text") == 0)
+    f = PX_LOG_TEXT;
+  else if (strcmp(v, "json") == 0)
+    f = PX_LOG_JSON;
+  else {
+    fail(p, p->line, "invalid log_format '%s' (text or json)", v);
+    free(v);
+    return 0;
+  }
+  *FIELD(obj, d, px_log_format_t) = f;
+  free(v);
+  return 1;
+}
+
 static int set_header(parse_t *p, const directive_t *d, void *obj, char *v) {
   (void)d;
   px_upstream_conf_t *u = obj;
@@ -601,6 +617,7 @@ static const directive_t directives[] = {
     {SEC_SERVER, "shutdown_timeout", set_duration, SRV(shutdown_timeout_ms), 0, 0, 0},
     {SEC_SERVER, "access_log", set_str, SRV(access_log), 0, 0, 0},
     {SEC_SERVER, "log_level", set_log_level, SRV(log_level), 0, 0, 0},
+    {SEC_SERVER, "log_format", set_log_format, SRV(log_format), 0, 0, 0},
 
     {SEC_UPSTREAM, "protocol", set_proto, UP(protocol), 0, 0, D_REQUIRED},
     {SEC_UPSTREAM, "base_url", set_base_url, UP(base_url), 0, 0, D_REQUIRED},
@@ -1248,6 +1265,23 @@ px_config_t *px_config_load(const char *path, char *err, size_t errlen) {
   return c;
 }
 
+int px_config_set_listen(px_config_t *c, const char *listen, char *err, size_t errlen) {
+  if (!valid_listen(listen)) {
+    set_err(err, errlen,
+            "invalid listen address '%s' (expected host:port, [v6]:port or unix:/path)",
+            listen);
+    return -1;
+  }
+  char *v = strdup(listen);
+  if (v == NULL) {
+    set_err(err, errlen, "out of memory");
+    return -1;
+  }
+  free(c->server.listen);
+  c->server.listen = v;
+  return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Lookups                                                                  */
 
@@ -1308,6 +1342,7 @@ void px_config_print(const px_config_t *c, FILE *out) {
   print_ms(out, "shutdown_timeout", s->shutdown_timeout_ms);
   fprintf(out, "  access_log: %s\n  log_level: %s\n", s->access_log,
           (unsigned)s->log_level < 4 ? lv[s->log_level] : "?");
+  fprintf(out, "  log_format: %s\n", s->log_format == PX_LOG_JSON ? "json" : "text");
   for (size_t i = 0; i < c->nupstreams; i++) {
     const px_upstream_conf_t *u = &c->upstreams[i];
     const char *pname = "?";

@@ -1,8 +1,9 @@
-/* log.c - error log lines on stderr and the JSON access log (SPEC section 8).
+/* log.c - diagnostic log lines on stderr (text or JSON) and the JSON access
+ * log (SPEC section 8).
  *
- * Each line, error or access, leaves in one write(): worker processes share
- * stderr and the access log file (opened O_APPEND), and a single write keeps
- * their lines from interleaving.
+ * Each line, diagnostic or access, leaves in one write(): worker processes
+ * share stderr and the access log file (opened O_APPEND), and a single write
+ * keeps their lines from interleaving.
  */
 #include "proxai/log.h"
 
@@ -22,8 +23,14 @@
 #define PX_MAX_LOG_LINE 2048
 /** Longest access log line; a record that does not fit is dropped. */
 #define PX_MAX_ACCESS_LINE (64 * 1024)
+/** Longest JSON diagnostic line (the message is cut at PX_MAX_LOG_LINE first;
+ *  escaping can grow it sixfold, plus the request id and fields). */
+#define PX_MAX_JSON_LOG_LINE (64 * 1024)
+/** Longest request id or field value written to a JSON diagnostic line. */
+#define PX_MAX_LOG_FIELD 1024
 
 static px_log_level_t g_level = PX_LOG_INFO;
+static px_log_format_t g_format = PX_LOG_TEXT;
 static int g_access_fd = STDERR_FILENO; /* -1 = off */
 static char *g_access_path;             /* owned; NULL unless a file */
 
@@ -70,6 +77,9 @@ int px_log_init(px_log_level_t level, const char *access_log) {
   if (!access_log || strcmp(access_log, "stderr") == 0) {
     close_access();
     g_access_fd = STDERR_FILENO;
+  } else if (strcmp(access_log, "stdout") == 0) {
+    close_access();
+    g_access_fd = STDOUT_FILENO;
   } else if (strcmp(access_log, "off") == 0) {
     close_access();
   } else {
@@ -113,19 +123,118 @@ int px_log_enabled(px_log_level_t level) {
   return level <= g_level;
 }
 
-void px_log(px_log_level_t level, const char *fmt, ...) {
-  if (!px_log_enabled(level)) return;
+void px_log_set_format(px_log_format_t format) {
+  g_format = format;
+}
+
+/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid:
+ * a JSON line with raw invalid bytes is rejected by strict collectors. */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+  unsigned char c = s[0];
+  size_t len;
+  unsigned min;
+  unsigned cp;
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF)
+    len = 2, cp = c & 0x1F, min = 0x80;
+  else if (c >= 0xE0 && c <= 0xEF)
+    len = 3, cp = c & 0x0F, min = 0x800;
+  else if (c >= 0xF0 && c <= 0xF4)
+    len = 4, cp = c & 0x07, min = 0x10000;
+  else
+    return 0;
+  if (len > n) return 0;
+  for (size_t i = 1; i < len; i++) {
+    if ((s[i] & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (s[i] & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return len;
+}
+
+/* s as a quoted JSON string, at most max bytes of it; invalid UTF-8 (and a
+ * sequence cut at max) becomes U+FFFD. */
+static int put_json_text(px_buf_t *b, const char *s, size_t n, size_t max) {
+  if (n > max) n = max;
+  const unsigned char *u = (const unsigned char *)s;
+  int rc = px_buf_append(b, "\"", 1);
+  size_t start = 0, i = 0;
+  while (rc == 0 && i < n) {
+    size_t k = utf8_seq(u + i, n - i);
+    if (k > 0) {
+      i += k;
+      continue;
+    }
+    rc = px_buf_json_escape(b, s + start, i - start);
+    if (rc == 0) rc = px_buf_puts(b, "\\ufffd");
+    start = ++i;
+  }
+  if (rc == 0) rc = px_buf_json_escape(b, s + start, n - start);
+  if (rc == 0) rc = px_buf_append(b, "\"", 1);
+  return rc;
+}
+
+/* {"time","level","pid","request_id"?,"message","fields"?} and a newline. */
+static int json_line(px_buf_t *b, const char *ts, size_t tn, unsigned li, const char *rid,
+                     const char *const *fields, const char *msg, size_t mlen) {
+  int rc = px_buf_puts(b, "{\"time\":");
+  if (rc == 0) rc = px_buf_json_str(b, ts, tn);
+  if (rc == 0)
+    rc = px_buf_printf(b, ",\"level\":\"%s\",\"pid\":%ld", level_names[li],
+                       (long)getpid());
+  if (rc == 0 && rid) {
+    rc = px_buf_puts(b, ",\"request_id\":");
+    if (rc == 0) rc = put_json_text(b, rid, strlen(rid), PX_MAX_LOG_FIELD);
+  }
+  if (rc == 0) rc = px_buf_puts(b, ",\"message\":");
+  if (rc == 0) rc = put_json_text(b, msg, mlen, mlen);
+  if (rc == 0 && fields && fields[0]) {
+    rc = px_buf_puts(b, ",\"fields\":{");
+    for (size_t i = 0; rc == 0 && fields[i]; i += 2) {
+      const char *v = fields[i + 1];
+      if (i > 0) rc = px_buf_append(b, ",", 1);
+      if (rc == 0) rc = put_json_text(b, fields[i], strlen(fields[i]), PX_MAX_LOG_FIELD);
+      if (rc == 0) rc = px_buf_append(b, ":", 1);
+      if (rc == 0)
+        rc =
+            v ? put_json_text(b, v, strlen(v), PX_MAX_LOG_FIELD) : px_buf_puts(b, "null");
+    }
+    if (rc == 0) rc = px_buf_append(b, "}", 1);
+  }
+  if (rc == 0) rc = px_buf_append(b, "}\n", 2);
+  return rc;
+}
+
+static void vlog(px_log_level_t level, const char *rid, const char *const *fields,
+                 const char *fmt, va_list ap) {
   char line[PX_MAX_LOG_LINE];
-  size_t n = fmt_time(line, sizeof(line));
   unsigned li = (unsigned)level < 4 ? (unsigned)level : 3;
+  if (rid != NULL && *rid == '\0') rid = NULL;
+  if (g_format == PX_LOG_JSON) {
+    /* Reused between calls (one event loop per process). */
+    static px_buf_t b = {NULL, 0, 0, PX_MAX_JSON_LOG_LINE};
+    char ts[40];
+    size_t tn = fmt_time(ts, sizeof(ts));
+    int m = vsnprintf(line, sizeof(line), fmt, ap);
+    size_t mlen = m < 0 ? 0 : (size_t)m < sizeof(line) ? (size_t)m : sizeof(line) - 1;
+    px_buf_reset(&b);
+    if (json_line(&b, ts, tn, li, rid, fields, line, mlen) < 0) {
+      px_buf_reset(&b); /* too long with its fields: keep the message */
+      if (json_line(&b, ts, tn, li, rid, NULL, line, mlen) < 0) return;
+    }
+    write_all(STDERR_FILENO, b.data, b.len);
+    return;
+  }
+  size_t n = fmt_time(line, sizeof(line));
   int m =
       snprintf(line + n, sizeof(line) - n, " %s [%ld] ", level_names[li], (long)getpid());
   if (m > 0) n += (size_t)m;
   size_t start = n;
-  va_list ap;
-  va_start(ap, fmt);
+  if (rid) {
+    m = snprintf(line + n, sizeof(line) - n, "%s: ", rid);
+    if (m > 0) n += (size_t)m < sizeof(line) - n ? (size_t)m : sizeof(line) - n - 1;
+  }
   m = vsnprintf(line + n, sizeof(line) - n, fmt, ap);
-  va_end(ap);
   if (m > 0) n += (size_t)m < sizeof(line) - n ? (size_t)m : sizeof(line) - n - 1;
   /* One entry is one line: control characters in the message would let a
    * peer-supplied string forge log lines. */
@@ -134,6 +243,23 @@ void px_log(px_log_level_t level, const char *fmt, ...) {
   if (n >= sizeof(line) - 1) n = sizeof(line) - 2;
   line[n++] = '\n';
   write_all(STDERR_FILENO, line, n);
+}
+
+void px_log(px_log_level_t level, const char *fmt, ...) {
+  if (!px_log_enabled(level)) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, NULL, NULL, fmt, ap);
+  va_end(ap);
+}
+
+void px_log_ctx(px_log_level_t level, const char *request_id, const char *const *fields,
+                const char *fmt, ...) {
+  if (!px_log_enabled(level)) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, request_id, fields, fmt, ap);
+  va_end(ap);
 }
 
 static int put_key(px_buf_t *b, const char *k, int first) {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,14 +26,39 @@ typedef struct worker {
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: proxai [-c FILE] [--check] [--version] [--help]\n"
+          "usage: proxai [-c FILE] [--check] [--version] [--help] [--listen ADDR]\n"
           "\n"
-          "  -c FILE     configuration file (default ./proxai.conf if present,\n"
-          "              else the embedded default built from OPENAI_API_KEY /\n"
-          "              ANTHROPIC_API_KEY)\n"
-          "  --check     validate the configuration, print the resolved routes, exit\n"
-          "  --version   print the version\n"
-          "  --help      this text\n");
+          "  -c FILE        configuration file (default $PROXAI_CONFIG, else\n"
+          "                 ./proxai.conf if present, else the embedded default built\n"
+          "                 from OPENAI_API_KEY / ANTHROPIC_API_KEY); -c /dev/stdin\n"
+          "                 reads it from a pipe (kept on SIGHUP)\n"
+          "  --listen ADDR  listen address (host:port, [v6]:port, unix:/path), over the\n"
+          "                 file's and $PROXAI_LISTEN\n"
+          "  --check        validate the configuration, print the resolved routes, warn\n"
+          "                 (stderr) about parts no request can reach, exit\n"
+          "  --version      print the version\n"
+          "  --help         this text\n");
+}
+
+/* --listen, else PROXAI_LISTEN: applied to every configuration loaded, the
+ * reloaded ones included. NULL: the file's (or the default's) listen. */
+static const char *g_listen;
+
+/* The configuration of path with the command line's overrides applied. */
+static px_config_t *load_config(const char *path, char *err, size_t errlen) {
+  px_config_t *c = px_config_load(path, err, errlen);
+  if (c != NULL && g_listen != NULL && px_config_set_listen(c, g_listen, err, errlen) < 0) {
+    px_config_unref(c);
+    return NULL;
+  }
+  return c;
+}
+
+/* A pipe (-c /dev/stdin, <(...)) or other non-regular file can be read only
+ * once: a reload would read an empty stream. */
+static int rereadable(const char *path) {
+  struct stat st;
+  return path == NULL || stat(path, &st) != 0 || S_ISREG(st.st_mode);
 }
 
 static void on_handle_close_noop(uv_handle_t *h) { (void)h; }
@@ -99,7 +125,14 @@ static void on_hup(uv_signal_t *sig, int signum) {
   (void)signum;
   worker_t *w = sig->data;
   char err[512];
-  px_config_t *c = px_config_load(w->config_path, err, sizeof(err));
+  if (!rereadable(w->config_path)) {
+    px_log_warn("SIGHUP: %s is not a regular file (a pipe?) and was read once at start; "
+                "keeping the running configuration (reload re-reads regular files only)",
+                w->config_path);
+    px_log_reopen();
+    return;
+  }
+  px_config_t *c = load_config(w->config_path, err, sizeof(err));
   if (c == NULL) {
     px_log_error("reload rejected, keeping the running configuration: %s", err);
     return;
@@ -108,6 +141,7 @@ static void on_hup(uv_signal_t *sig, int signum) {
     px_log_warn("reload: a new listen address needs a restart; keeping %s",
                 w->srv.config->server.listen);
   px_log_init(c->server.log_level, c->server.access_log);
+  px_log_set_format(c->server.log_format);
   px_config_unref(w->srv.config);
   w->srv.config = c;
   px_log_info("configuration reloaded (%zu upstreams, %zu routes)", c->nupstreams,
@@ -125,12 +159,12 @@ static int run_worker(const char *path, px_config_t *cfg) {
   w.srv.on_idle = on_idle;
   w.srv.uclient = px_uclient_new(w.loop);
   if (w.srv.uclient == NULL) {
-    fprintf(stderr, "proxai: cannot initialise the upstream client\n");
+    px_log_error("cannot initialise the upstream client");
     return 1;
   }
   char err[512];
   if (px_server_listen(&w.srv, err, sizeof(err)) < 0) {
-    fprintf(stderr, "proxai: %s\n", err);
+    px_log_error("%s", err);
     px_server_close_all(&w.srv, 0);
     px_uclient_close(w.srv.uclient, NULL, NULL);
     uv_run(w.loop, UV_RUN_DEFAULT);
@@ -146,8 +180,10 @@ static int run_worker(const char *path, px_config_t *cfg) {
   uv_signal_start(&w.sig_term, on_stop_signal, SIGTERM);
   uv_signal_start(&w.sig_int, on_stop_signal, SIGINT);
   uv_signal_start(&w.sig_hup, on_hup, SIGHUP);
-  px_log_info("proxai %s listening on %s (%zu upstreams, %zu routes)", PROXAI_VERSION,
-              cfg->server.listen, cfg->nupstreams, cfg->nroutes);
+  const char *const fields[] = {"version", PROXAI_VERSION, "listen", cfg->server.listen,
+                                NULL};
+  px_log_ctx(PX_LOG_INFO, NULL, fields, "proxai %s listening on %s (%zu upstreams, %zu routes)",
+             PROXAI_VERSION, cfg->server.listen, cfg->nupstreams, cfg->nroutes);
   if (cfg->unconfigured_message) px_log_warn("%s", cfg->unconfigured_message);
   uv_run(w.loop, UV_RUN_DEFAULT);
   uv_walk(w.loop, close_walk, NULL);
@@ -218,6 +254,8 @@ int main(int argc, char **argv) {
   int check = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "-c") == 0 && i + 1 < argc) path = argv[++i];
+    else if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc) g_listen = argv[++i];
+    else if (strncmp(argv[i], "--listen=", 9) == 0) g_listen = argv[i] + 9;
     else if (strcmp(argv[i], "--check") == 0) check = 1;
     else if (strcmp(argv[i], "--version") == 0) {
       printf("proxai %s\n", PROXAI_VERSION);
@@ -231,14 +269,20 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  /* Containers configure through the environment; the command line wins. */
+  const char *env = getenv("PROXAI_CONFIG");
+  if (path == NULL && env != NULL && *env != '\0') path = env;
+  env = getenv("PROXAI_LISTEN");
+  if (g_listen == NULL && env != NULL && *env != '\0') g_listen = env;
   char err[1024];
-  px_config_t *cfg = px_config_load(path, err, sizeof(err));
+  px_config_t *cfg = load_config(path, err, sizeof(err));
   if (cfg == NULL) {
     fprintf(stderr, "proxai: %s\n", err);
     return 2;
   }
   if (check) {
     px_config_print(cfg, stdout);
+    px_config_warn(cfg, stderr);
     px_config_unref(cfg);
     return 0;
   }
@@ -247,6 +291,7 @@ int main(int argc, char **argv) {
     px_config_unref(cfg);
     return 1;
   }
+  px_log_set_format(cfg->server.log_format);
   signal(SIGPIPE, SIG_IGN);
   curl_global_init(CURL_GLOBAL_DEFAULT);
   unsigned workers = cfg->server.workers;

@@ -129,7 +129,7 @@ static void send_error_h(px_exch_t *x, px_errkind_t kind, int status, const char
   ops->encode_error(&b, kind, type, msg, param, x->req->request_id);
   x->status = status ? status : px_errkind_status(kind);
   x->error_type = type;
-  px_log_debug("%s: %d %s", x->req->request_id, x->status, type);
+  px_log_req(PX_LOG_DEBUG, x->req->request_id, "%d %s", x->status, type);
   px_hdr_t h[8];
   size_t n = 0;
   for (size_t i = 0; i < nextra && n < 6; i++) h[n++] = extra[i];
@@ -630,8 +630,10 @@ static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
     return;
   }
   if (result != PX_XFER_OK) {
-    px_log_warn("%s: upstream %s: %s (%s)", x->req->request_id, x->up->name,
-                result_name(result), errmsg ? errmsg : "");
+    const char *const fields[] = {"upstream", x->up->name, "error_type",
+                                  result_name(result), NULL};
+    px_log_ctx(PX_LOG_WARN, x->req->request_id, fields, "upstream %s: %s (%s)",
+               x->up->name, result_name(result), errmsg ? errmsg : "");
     if (x->mode == M_NONE || x->mode == M_DISCARD) px_metrics_attempt(x->up->name, result_name(result));
     x->error_type = result_name(result);
     if (!x->started) {

@@ -865,8 +865,8 @@ static void on_timer(uv_timer_t *t) {
   }
   if (c->state == C_BUSY || c->close_after_flush) {
     if (c->pending > 0) {
-      px_log_warn("%s: client took no bytes for %llu ms: closing", c->req.request_id,
-                  (unsigned long long)c->srv->config->server.idle_timeout_ms);
+      px_log_req(PX_LOG_WARN, c->req.request_id, "client took no bytes for %llu ms: closing",
+                 (unsigned long long)c->srv->config->server.idle_timeout_ms);
       conn_close(c); /* send timeout */
     }
     return;

@@ -54,6 +54,9 @@ typedef enum px_log_level {
   PX_LOG_ERROR, PX_LOG_WARN, PX_LOG_INFO, PX_LOG_DEBUG
 } px_log_level_t;
 
+/** log_format: shape of the diagnostic log lines. */
+typedef enum px_log_format { PX_LOG_TEXT, PX_LOG_JSON } px_log_format_t;
+
 typedef struct px_server_conf {
   char *listen;             /**< "host:port", "[v6]:port" or "unix:/path" */
   unsigned workers;         /**< default 1; 0 = one per core */
@@ -63,8 +66,9 @@ typedef struct px_server_conf {
   uint64_t header_timeout_ms;   /**< default 10s */
   uint64_t idle_timeout_ms;     /**< default 75s */
   uint64_t shutdown_timeout_ms; /**< default 30s */
-  char *access_log;         /**< "stderr" | "off" | path */
+  char *access_log;         /**< "stderr" | "stdout" | "off" | path */
   px_log_level_t log_level; /**< default info */
+  px_log_format_t log_format; /**< default text */
 } px_server_conf_t;
 
 typedef struct px_config {
@@ -92,6 +96,13 @@ px_config_t *px_config_load(const char *path, char *err, size_t errlen);
 /** Load from an in-memory INI text; name is used in error messages. */
 px_config_t *px_config_parse(const char *text, const char *name, char *err,
                              size_t errlen);
+/** Replace server.listen (--listen / PROXAI_LISTEN) on a configuration not
+ *  shared yet. 0, or -1 with "invalid listen address ..." in err. */
+int px_config_set_listen(px_config_t *c, const char *listen, char *err, size_t errlen);
+/** --check warnings, one "warning: ..." line each to out: upstreams no route
+ *  uses, routes an earlier route shadows, keys whose models match no route.
+ *  Returns how many. */
+size_t px_config_warn(const px_config_t *c, FILE *out);
 px_config_t *px_config_ref(px_config_t *c);
 /** Drop a reference; frees at zero. */
 void px_config_unref(px_config_t *c);

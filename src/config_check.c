@@ -1,0 +1,114 @@
+/*
+ * config_check.c - the warnings of --check (SPEC section 2): a configuration
+ * that loads but has parts that can never be used.
+ *
+ *   - an upstream no route names, neither as its upstream nor as a fallback;
+ *   - a route every model of which an earlier route already takes (routes
+ *     match in file order: `[route *]` before `[route gpt-4o]`);
+ *   - a key `models` glob that no route pattern can match.
+ *
+ * Patterns are globs with `*` and `?` and no escapes (px_glob_match). Two
+ * questions are asked of pattern pairs, each answered by a table over
+ * (position in a, position in b) filled from the ends:
+ *
+ *   covers(a, b):    every name b matches, a matches too (sound: a yes is
+ *                    always right; a rare no may be a miss, never a false
+ *                    warning);
+ *   overlaps(a, b):  some name matches both.
+ */
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxai/config.h"
+
+/** Largest table (pattern lengths multiplied) worth filling; beyond it the
+ *  question is left unanswered and nothing is reported. */
+#define PX_CHECK_MAX_CELLS (1u << 20)
+
+enum { Q_COVERS, Q_OVERLAPS };
+
+/* 1 yes, 0 no, -1 not answered (patterns too long or out of memory). */
+static int glob_relation(const char *a, const char *b, int q) {
+  size_t na = strlen(a), nb = strlen(b);
+  size_t w = nb + 1;
+  if ((na + 1) > PX_CHECK_MAX_CELLS / w) return -1;
+  bool *t = calloc((na + 1) * w, sizeof *t);
+  if (t == NULL) return -1;
+#define T(i, j) t[(i)*w + (j)]
+  for (size_t i = na + 1; i-- > 0;) {
+    for (size_t j = nb + 1; j-- > 0;) {
+      bool v;
+      if (i == na) {
+        /* a is used up: b must produce nothing more (only stars left, and
+         * for covers not even those: a star of b makes names a lacks) */
+        v = j == nb || (q == Q_OVERLAPS && b[j] == '*' && T(i, j + 1));
+      } else if (a[i] == '*') {
+        /* a's star matches nothing, or takes what b[j] produces */
+        v = T(i + 1, j) || (j < nb && T(i, j + 1));
+      } else if (q == Q_OVERLAPS && j < nb && b[j] == '*') {
+        v = T(i, j + 1) || T(i + 1, j);
+      } else if (j == nb || b[j] == '*') {
+        v = false;
+      } else if (a[i] == '?') {
+        v = T(i + 1, j + 1);
+      } else {
+        v = (b[j] == a[i] || (q == Q_OVERLAPS && b[j] == '?')) && T(i + 1, j + 1);
+      }
+      T(i, j) = v;
+    }
+  }
+  int r = T(0, 0) ? 1 : 0;
+#undef T
+  free(t);
+  return r;
+}
+
+static bool route_uses(const px_route_conf_t *r, size_t u) {
+  if (r->upstream == u) return true;
+  for (size_t k = 0; k < r->nfallbacks; k++)
+    if (r->fallbacks[k] == u) return true;
+  return false;
+}
+
+size_t px_config_warn(const px_config_t *c, FILE *out) {
+  size_t n = 0;
+  const char *file = c->path ? c->path : "(embedded default)";
+  for (size_t u = 0; u < c->nupstreams; u++) {
+    bool used = false;
+    for (size_t i = 0; i < c->nroutes && !used; i++) used = route_uses(&c->routes[i], u);
+    if (used) continue;
+    fprintf(out,
+            "proxai: warning: %s: [upstream %s] is used by no route (neither as upstream "
+            "nor as fallback)\n",
+            file, c->upstreams[u].name);
+    n++;
+  }
+  for (size_t j = 0; j < c->nroutes; j++) {
+    for (size_t i = 0; i < j; i++) {
+      if (glob_relation(c->routes[i].pattern, c->routes[j].pattern, Q_COVERS) != 1)
+        continue;
+      fprintf(out,
+              "proxai: warning: %s: [route %s] is never used: the earlier [route %s] "
+              "matches every model it matches (routes match in file order)\n",
+              file, c->routes[j].pattern, c->routes[i].pattern);
+      n++;
+      break;
+    }
+  }
+  for (size_t k = 0; k < c->nkeys; k++) {
+    const px_key_conf_t *key = &c->keys[k];
+    for (size_t g = 0; g < key->nmodels; g++) {
+      bool any = false;
+      for (size_t i = 0; i < c->nroutes && !any; i++)
+        any = glob_relation(key->models[g], c->routes[i].pattern, Q_OVERLAPS) != 0;
+      if (any) continue;
+      fprintf(out,
+              "proxai: warning: %s: [key %s] models '%s' matches no route: requests for "
+              "those models fail\n",
+              file, key->name, key->models[g]);
+      n++;
+    }
+  }
+  return n;
+}
