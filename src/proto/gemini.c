@@ -167,7 +167,7 @@ static int decode_part(json_t *pt, int model, const char *path, json_t *parts,
     if (!model || name == NULL)
       return px_tr_fail(err, path, "%s.functionCall needs a name in a model turn", path);
     json_t *args = json_object_get(v, "args");
-    char *a = json_dumps(json_is_object(args) ? args : json_object(), JSON_COMPACT);
+    char *a = json_is_object(args) ? json_dumps(args, JSON_COMPACT) : strdup("{}");
     const char *id = call_open(calls, px_jstr(v, "id"), name, idbuf, sizeof(idbuf));
     json_array_append_new(parts, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call",
                                            "id", id, "name", name, "arguments", a ? a : "{}"));
@@ -723,7 +723,7 @@ static int gem_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
       if (cid == NULL) px_gemini_call_id(rid, calls, id, sizeof(id));
       calls++;
       json_t *args = json_object_get(fc, "args");
-      char *a = json_dumps(json_is_object(args) ? args : json_object(), JSON_COMPACT);
+      char *a = json_is_object(args) ? json_dumps(args, JSON_COMPACT) : strdup("{}");
       json_array_append_new(content, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call",
                                                "id", cid ? cid : id, "name",
                                                px_jstr(fc, "name") ? px_jstr(fc, "name") : "",

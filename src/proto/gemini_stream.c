@@ -119,7 +119,7 @@ static int sd_call(px_sdec_t *d, json_t *fc) {
   if (name.len == 0) return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream functionCall without a name");
   int rc = sd_open(d, PX_BLOCK_TOOL_CALL, px_str(cid ? cid : id), name);
   json_t *args = json_object_get(fc, "args");
-  char *a = json_dumps(json_is_object(args) ? args : json_object(), JSON_COMPACT);
+  char *a = json_is_object(args) ? json_dumps(args, JSON_COMPACT) : strdup("{}");
   if (rc == 0 && a == NULL) rc = PX_ENOMEM;
   if (rc == 0) {
     px_ev_t ev;
