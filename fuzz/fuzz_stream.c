@@ -1,7 +1,7 @@
 /* fuzz_stream.c - the stream pipeline (SSE parser -> upstream decoder ->
  * hub order checks -> client encoder) with arbitrary bytes, every pair.
  *
- * Input: byte 0 picks the pair (in = b % 9 / 3, out = b % 9 % 3) and flags;
+ * Input: byte 0 picks the pair (in = (b & 15) >> 2, out = b & 3: 16 pairs) and flags;
  * byte 1 a chunking seed; the rest is the upstream body. Properties: never a
  * crash or leak; after finish a terminal has been written; the client bytes
  * do not depend on how the upstream bytes were chunked. */
@@ -51,8 +51,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 2) return 0;
   px_tr_ctx_t ctx;
   memset(&ctx, 0, sizeof(ctx));
-  ctx.in = (px_proto_t)(data[0] % 9 / 3);
-  ctx.out = (px_proto_t)(data[0] % 9 % 3);
+  ctx.in = (px_proto_t)((data[0] & 15) >> 2);
+  ctx.out = (px_proto_t)(data[0] & 3);
   ctx.stream = 1;
   ctx.client_include_usage = (data[0] >> 7) & 1;
   ctx.client_model = "client-model";

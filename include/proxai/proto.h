@@ -24,7 +24,8 @@
 #define PX_PROTO_MAP(XX)                                                       \
   XX(CHAT, "openai_chat_completions", "/chat/completions", "/chat/completions", chat) \
   XX(RESPONSES, "openai_responses", "/responses", "/responses", responses)     \
-  XX(ANTHROPIC, "anthropic_messages", "/messages", "/v1/messages", anthropic)
+  XX(ANTHROPIC, "anthropic_messages", "/messages", "/v1/messages", anthropic) \
+  XX(GEMINI, "gemini_generate_content", "/models/", "/v1beta/models/", gemini)
 
 typedef enum px_proto {
 #define XX(e, name, inpath, uppath, sym) PX_PROTO_##e,

@@ -170,6 +170,29 @@ px_senc_t *px_responses_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out);
 int px_responses_senc_event(px_senc_t *e, const px_ev_t *ev);
 void px_responses_senc_free(px_senc_t *e);
 
+px_sdec_t *px_gemini_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg);
+int px_gemini_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse);
+int px_gemini_sdec_finish(px_sdec_t *d);
+void px_gemini_sdec_free(px_sdec_t *d);
+px_senc_t *px_gemini_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out);
+int px_gemini_senc_event(px_senc_t *e, const px_ev_t *ev);
+void px_gemini_senc_free(px_senc_t *e);
+
+/* Gemini mapping helpers (gemini.c), shared with gemini_stream.c */
+/** Stop reason of a finishReason (STOP with calls -> tool_use; SAFETY,
+ *  RECITATION and the other blocks -> refusal); NULL -> NONE. */
+px_stop_t px_gemini_stop(const char *finish_reason, int has_tool_call);
+/** finishReason of a stop reason; NULL for NONE. */
+const char *px_gemini_finish(px_stop_t s);
+/** usageMetadata -> usage (output includes thoughts; cached is part of input). */
+void px_gemini_usage_in(json_t *usage_metadata, px_usage_t *u);
+/** usage -> a new usageMetadata object. */
+json_t *px_gemini_usage_out(const px_usage_t *u);
+/** The id minted for the n-th (0-based) functionCall of a response. */
+void px_gemini_call_id(const char *resp_id, int n, char *out, size_t size);
+/** {"error":{"code","message","status"}} of an error kind. */
+int px_gemini_error_body(px_buf_t *out, px_errkind_t kind, const char *message, size_t len);
+
 /** For the differential tests (fuzz/fuzz_*_fast.c), not part of the protocol
  *  table: turn a decoder's fast path on (1) or off (0), or leave it (<0);
  *  returns how many events the fast path has handled so far. */

@@ -916,6 +916,102 @@ static int ends_with(const char *s, size_t n, const char *suffix) {
   return n >= m && memcmp(s + n - m, suffix, m) == 0;
 }
 
+/* Gemini generateContent: the model is in the path. The mock rejects what
+ * the real API rejects: unknown top-level fields (another protocol's
+ * `model`, `messages`, `stream` ...), roles other than user/model, empty
+ * contents, and a functionResponse turn that does not follow a functionCall
+ * turn. */
+static json_t *gemini_error(int status, const char *st, const char *msg) {
+  return json_pack("{s:i,s:{s:{s:i,s:s,s:s}}}", "status", status, "body", "error", "code",
+                   status, "message", msg, "status", st);
+}
+
+static const char *gemini_invalid(json_t *req) {
+  static const char *const known[] = {"contents", "systemInstruction", "tools", "toolConfig",
+                                      "generationConfig", "safetySettings", "cachedContent",
+                                      "labels"};
+  if (!json_is_object(req)) return "Invalid JSON payload received.";
+  const char *k;
+  json_t *v;
+  json_object_foreach(req, k, v) {
+    size_t i = 0;
+    while (i < sizeof known / sizeof known[0] && strcmp(k, known[i])) i++;
+    if (i == sizeof known / sizeof known[0]) return "Invalid JSON payload received. Unknown name.";
+  }
+  json_t *contents = json_object_get(req, "contents");
+  if (json_array_size(contents) == 0) return "* GenerateContentRequest.contents: contents is not specified";
+  size_t i;
+  json_t *c;
+  int prev_call = 0;
+  json_array_foreach(contents, i, c) {
+    const char *role = json_string_value(json_object_get(c, "role"));
+    json_t *parts = json_object_get(c, "parts");
+    if (role && strcmp(role, "user") && strcmp(role, "model"))
+      return "Please use a valid role: user, model.";
+    if (json_array_size(parts) == 0) return "* GenerateContentRequest.contents.parts: contents.parts must not be empty.";
+    int has_call = 0, has_resp = 0;
+    size_t k2;
+    json_t *pt;
+    json_array_foreach(parts, k2, pt) {
+      if (json_object_get(pt, "functionCall")) has_call = 1;
+      if (json_object_get(pt, "functionResponse")) has_resp = 1;
+    }
+    if (has_call && (role == NULL || strcmp(role, "model")))
+      return "functionCall parts belong to model turns.";
+    if (has_resp && !prev_call)
+      return "Please ensure that function response turn comes immediately after a function call turn.";
+    prev_call = has_call;
+  }
+  return NULL;
+}
+
+static json_t *gemini_chunk(const char *model, const char *id, const char *text,
+                            const char *finish) {
+  json_t *cand = json_pack("{s:{s:s,s:[{s:s}]},s:i}", "content", "role", "model", "parts",
+                           "text", text, "index", 0);
+  json_t *o = json_pack("{s:[o],s:s,s:s}", "candidates", cand, "modelVersion", model,
+                        "responseId", id);
+  if (finish) {
+    json_object_set_new(cand, "finishReason", json_string(finish));
+    json_object_set_new(o, "usageMetadata",
+                        json_pack("{s:i,s:i,s:i}", "promptTokenCount", USAGE_IN,
+                                  "candidatesTokenCount", USAGE_OUT, "totalTokenCount",
+                                  USAGE_IN + USAGE_OUT));
+  }
+  return o;
+}
+
+static json_t *gemini_default(const char *path, size_t plen, json_t *req, uint64_t n) {
+  const char *m = memmem(path, plen, "/models/", 8);
+  const char *colon = m ? memchr(m + 8, ':', (size_t)(path + plen - m - 8)) : NULL;
+  if (colon == NULL) return gemini_error(404, "NOT_FOUND", "mock: no model in the path");
+  char model[256], id[64];
+  snprintf(model, sizeof model, "%.*s", (int)(colon - m - 8), m + 8);
+  snprintf(id, sizeof id, "gem_mock%" PRIu64, n);
+  const char *bad = gemini_invalid(req);
+  if (ends_with(path, plen, ":countTokens"))
+    return json_pack("{s:i,s:{s:i}}", "status", 200, "body", "totalTokens", USAGE_IN);
+  if (bad) return gemini_error(400, "INVALID_ARGUMENT", bad);
+  if (ends_with(path, plen, ":generateContent"))
+    return json_pack("{s:i,s:o}", "status", 200, "body",
+                     gemini_chunk(model, id, HELLO_TEXT, "STOP"));
+  json_t *sse = json_array();
+  for (int i = 0; i < 3; i++) {
+    json_t *ch = gemini_chunk(model, id, hello_pieces[i], i == 2 ? "STOP" : NULL);
+    char *s = json_dumps(ch, JSON_COMPACT);
+    json_decref(ch);
+    sbuf_t b = {0};
+    sbuf_adds(&b, "data: ");
+    sbuf_adds(&b, s);
+    sbuf_adds(&b, "\r\n\r\n");
+    free(s);
+    json_array_append_new(sse, json_stringn(b.p, b.len));
+    sbuf_free(&b);
+  }
+  return json_pack("{s:i,s:o}", "status", 200, "sse", sse);
+}
+
+
 /* The default answer for a request, as a script entry (NULL: out of memory). */
 static json_t *default_entry(const char *method, const char *path, size_t plen,
                              json_t *req, const char *body, size_t body_len,
@@ -937,6 +1033,11 @@ static json_t *default_entry(const char *method, const char *path, size_t plen,
     return json_pack("{s:i,s:{s:s,s:[{s:s,s:s,s:i,s:s}]}}", "status", 200, "body",
                      "object", "list", "data", "id", "mock-model", "object", "model",
                      "created", 0, "owned_by", "mock");
+  }
+  if (memmem(path, plen, "/models/", 8) && memchr(path, ':', plen)) {
+    if (!post)
+      return gemini_error(405, "INVALID_ARGUMENT", "mock: method not allowed");
+    return gemini_default(path, plen, req, n);
   }
   int known = ends_with(path, plen, "/chat/completions") ||
               ends_with(path, plen, "/responses") ||
