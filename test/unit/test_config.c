@@ -435,7 +435,7 @@ static void test_errors(void) {
   /* values */
   EXPECT_ERR("[upstream u]\nprotocol = openai_chat\nbase_url = http://x\n",
              "t.conf:2: unknown protocol 'openai_chat' (expected one of: "
-             "openai_chat_completions, openai_responses, anthropic_messages)");
+             "openai_chat_completions, openai_responses, anthropic_messages, gemini_generate_content)");
   EXPECT_ERR("[upstream u]\nprotocol = anthropic_messages\nbase_url = ftp://x\n",
              "t.conf:3: invalid base_url 'ftp://x': must start with http:// or https://");
   EXPECT_ERR(
