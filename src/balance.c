@@ -237,8 +237,10 @@ static size_t nth_member(uint64_t set, unsigned k) {
 static size_t choose(const px_config_t *c, const px_route_conf_t *r, px_bal_up_t **ups,
                      uint64_t set, uint64_t now) {
   int n = popcount64(set);
-  if (n == 1) return nth_member(set, 0);
   size_t nd = r->ndeployments;
+  /* round robin moves on even when the choice is forced (a retry), so the
+   * next request does not go where the retry just went */
+  if (n == 1 && r->balance != PX_BALANCE_ROUND_ROBIN) return nth_member(set, 0);
   bal_route_t *st = table_get(&g_routes, r->pattern, route_name, route_make);
   switch (r->balance) {
     case PX_BALANCE_ROUND_ROBIN: {
