@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
-import { startMock, startProxai, test, run, waitFor, freePort, repoRoot } from './lib/harness.mjs';
+import { startMock, startProxai, test, run, waitFor, freePort, parseSSE, repoRoot } from './lib/harness.mjs';
 
 const mocks = [await startMock(), await startMock(), await startMock()];
 const [ma, mb, mc] = mocks;
@@ -210,6 +210,20 @@ test('a fallback to another protocol receives its own model, translated', async 
       assert.equal(got[0].body.model, 'claude-fallback-1');
       assert.equal(got[0].headers['x-api-key'], 'k-claude');
       await logMatch(px, /fallback 1 on upstream claude after http_503 from upstream primary/);
+      // streaming too: the fallback's stream is translated to the client's
+      const rs = await chat(px, 'gpt-primary', { stream: true });
+      assert.equal(rs.status, 200, rs.text);
+      const events = parseSSE(rs.text);
+      const text = events
+        .filter((e) => e.data && e.data !== '[DONE]')
+        .map((e) => JSON.parse(e.data).choices?.[0]?.delta?.content ?? '')
+        .join('');
+      assert.equal(text, 'Hello from mock');
+      assert.equal(events.at(-1).data, '[DONE]');
+      const got3 = await mb.requests();
+      assert.equal(got3.length, 2);
+      assert.equal(got3[1].body.model, 'claude-fallback-1');
+      assert.equal(got3[1].body.stream, true);
       // a fallback without a model gets the requested name
       const r2 = await chat(px, 'gpt-plain');
       assert.equal(r2.status, 200, r2.text);
