@@ -21,31 +21,31 @@
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 
-#define PX_BAL_MAX 4096          /* entries per table */
-#define PX_BAL_ALPHA 0.3         /* weight of a new latency sample */
-#define PX_BAL_DECAY_MS 10000.0  /* EWMA half-life without samples */
-#define PX_BAL_FAIL_MS 1000      /* latency sample of a failure, at least */
+#define PX_BAL_MAX 4096         /* entries per table */
+#define PX_BAL_ALPHA 0.3        /* weight of a new latency sample */
+#define PX_BAL_DECAY_MS 10000.0 /* EWMA half-life without samples */
+#define PX_BAL_FAIL_MS 1000     /* latency sample of a failure, at least */
 
 struct px_bal_up {
   char *name;
   unsigned inflight;
-  unsigned fails;       /* consecutive failures */
-  unsigned ejections;   /* ejections since the last success */
-  double ewma_ms;       /* < 0: no sample yet */
-  uint64_t sampled_at;  /* time of the last sample */
-  uint64_t until;       /* ejected until; 0 = in rotation */
+  unsigned fails;      /* consecutive failures */
+  unsigned ejections;  /* ejections since the last success */
+  double ewma_ms;      /* < 0: no sample yet */
+  uint64_t sampled_at; /* time of the last sample */
+  uint64_t until;      /* ejected until; 0 = in rotation */
   uint64_t ejected_at;
 };
 
 typedef struct bal_route {
   char *pattern;
-  uint64_t rr;          /* next round-robin position */
-  int64_t *cur;         /* smooth weighted round robin, per deployment */
+  uint64_t rr;  /* next round-robin position */
+  int64_t *cur; /* smooth weighted round robin, per deployment */
   size_t ncur;
 } bal_route_t;
 
 typedef struct table {
-  void **slot;          /* px_bal_up_t * or bal_route_t * */
+  void **slot; /* px_bal_up_t * or bal_route_t * */
   size_t size, n;
 } table_t;
 
@@ -98,8 +98,12 @@ static void *table_get(table_t *t, const char *name, const char *(*name_of)(void
   return e;
 }
 
-static const char *up_name(void *e) { return ((px_bal_up_t *)e)->name; }
-static const char *route_name(void *e) { return ((bal_route_t *)e)->pattern; }
+static const char *up_name(void *e) {
+  return ((px_bal_up_t *)e)->name;
+}
+static const char *route_name(void *e) {
+  return ((bal_route_t *)e)->pattern;
+}
 
 static void *up_make(const char *name) {
   px_bal_up_t *b = calloc(1, sizeof(*b));
@@ -150,9 +154,13 @@ void px_balance_end(px_bal_up_t *b) {
   if (b && b->inflight > 0) b->inflight--;
 }
 
-unsigned px_balance_inflight(const px_bal_up_t *b) { return b ? b->inflight : 0; }
+unsigned px_balance_inflight(const px_bal_up_t *b) {
+  return b ? b->inflight : 0;
+}
 
-double px_balance_ewma_ms(const px_bal_up_t *b) { return b ? b->ewma_ms : -1; }
+double px_balance_ewma_ms(const px_bal_up_t *b) {
+  return b ? b->ewma_ms : -1;
+}
 
 static void sample(px_bal_up_t *b, double ms, uint64_t now) {
   b->ewma_ms = b->ewma_ms < 0 ? ms : b->ewma_ms + PX_BAL_ALPHA * (ms - b->ewma_ms);
@@ -210,7 +218,9 @@ static uint64_t next_rand(void) { /* xorshift64* */
   return g_rand * 2685821657736338717ull;
 }
 
-void px_balance_seed(uint64_t seed) { g_rand = seed ? seed : 0x9e3779b97f4a7c15ull; }
+void px_balance_seed(uint64_t seed) {
+  g_rand = seed ? seed : 0x9e3779b97f4a7c15ull;
+}
 
 static double cost(const px_bal_up_t *b, uint64_t now) {
   if (b == NULL) return 1;
@@ -222,7 +232,9 @@ static double cost(const px_bal_up_t *b, uint64_t now) {
   return ((double)b->inflight + 1) * (lat + 1);
 }
 
-static int popcount64(uint64_t v) { return __builtin_popcountll(v); }
+static int popcount64(uint64_t v) {
+  return __builtin_popcountll(v);
+}
 
 /* The k-th (0-based) member of set. */
 static size_t nth_member(uint64_t set, unsigned k) {
@@ -291,7 +303,8 @@ static size_t choose(const px_config_t *c, const px_route_conf_t *r, px_bal_up_t
     }
     default: {
       size_t a = nth_member(set, (unsigned)(next_rand() % (uint64_t)n));
-      size_t b = nth_member(set & ~(1ull << a), (unsigned)(next_rand() % (uint64_t)(n - 1)));
+      size_t b =
+          nth_member(set & ~(1ull << a), (unsigned)(next_rand() % (uint64_t)(n - 1)));
       double ca = cost(ups[a], now), cb = cost(ups[b], now);
       if (ca != cb) return ca < cb ? a : b;
       return a; /* a is already a random draw */
@@ -317,7 +330,8 @@ size_t px_balance_pick(const px_config_t *c, const px_route_conf_t *r, uint64_t 
   uint64_t set = (all & ~tried) ? all & ~tried : all;
   size_t best = nth_member(set, 0);
   for (size_t i = 0; i < nd; i++)
-    if (((set >> i) & 1) && ups[i] && ups[best] && ups[i]->ejected_at < ups[best]->ejected_at)
+    if (((set >> i) & 1) && ups[i] && ups[best] &&
+        ups[i]->ejected_at < ups[best]->ejected_at)
       best = i;
   return best;
 }

@@ -1147,7 +1147,8 @@ static void parse_done(parse_t *p) {
   free(p->key_line);
   for (size_t i = 0; p->refs != NULL && i < p->c->nroutes; i++) {
     route_refs_t *rf = &p->refs[i];
-    for (size_t j = 0; j < rf->ndeps; j++) free(rf->deps[j].name), free(rf->deps[j].model);
+    for (size_t j = 0; j < rf->ndeps; j++)
+      free(rf->deps[j].name), free(rf->deps[j].model);
     free(rf->deps);
     for (size_t j = 0; j < rf->nfallback; j++)
       free(rf->fallback[j].name), free(rf->fallback[j].model);
@@ -1170,8 +1171,9 @@ static const char *ref_text(const target_ref_t *t, char *buf, size_t len) {
 /* Resolves refs into out (allocated, n entries), taking the models. An entry
  * equal to one in out[0..i) or in `others` is an error. */
 static int resolve_targets(parse_t *p, const px_route_conf_t *r, const char *what,
-                           const char *unknown, target_ref_t *refs, size_t n, px_target_t **out,
-                           size_t *nout, const px_target_t *others, size_t nothers) {
+                           const char *unknown, target_ref_t *refs, size_t n,
+                           px_target_t **out, size_t *nout, const px_target_t *others,
+                           size_t nothers) {
   char tbuf[512];
   if (n == 0) return 1;
   *out = calloc(n, sizeof **out);
@@ -1207,10 +1209,10 @@ static int resolve(parse_t *p) {
     if (rf->ndeps > PX_MAX_DEPLOYMENTS)
       return fail(p, rf->deps[0].line, "more than %d upstreams in [route %s]",
                   PX_MAX_DEPLOYMENTS, r->pattern);
-    if (!resolve_targets(p, r, "upstream", "upstream", rf->deps, rf->ndeps, &r->deployments,
-                         &r->ndeployments, NULL, 0) ||
-        !resolve_targets(p, r, "fallback", "fallback upstream", rf->fallback, rf->nfallback,
-                         &r->fallbacks, &r->nfallbacks, r->deployments,
+    if (!resolve_targets(p, r, "upstream", "upstream", rf->deps, rf->ndeps,
+                         &r->deployments, &r->ndeployments, NULL, 0) ||
+        !resolve_targets(p, r, "fallback", "fallback upstream", rf->fallback,
+                         rf->nfallback, &r->fallbacks, &r->nfallbacks, r->deployments,
                          r->ndeployments))
       return 0;
     r->upstream = r->deployments[0].upstream;
@@ -1334,7 +1336,8 @@ static px_config_t *config_default(char *err, size_t errlen) {
   }
   ssize_t oai = find_upstream(c, "openai"), ant = find_upstream(c, "anthropic");
   px_route_conf_t *r;
-  if ((r = add_route(c, "claude-*")) == NULL || add_deployment(r, ant >= 0 ? ant : oai) < 0)
+  if ((r = add_route(c, "claude-*")) == NULL ||
+      add_deployment(r, ant >= 0 ? ant : oai) < 0)
     goto oom;
   if ((r = add_route(c, "*")) == NULL || add_deployment(r, oai >= 0 ? oai : ant) < 0)
     goto oom;
@@ -1392,9 +1395,12 @@ const char *px_target_model(const px_route_conf_t *r, const px_target_t *t,
 
 const char *px_balance_name(px_balance_t b) {
   switch (b) {
-    case PX_BALANCE_ROUND_ROBIN: return "round_robin";
-    case PX_BALANCE_WEIGHTED: return "weighted";
-    default: return "least_busy";
+    case PX_BALANCE_ROUND_ROBIN:
+      return "round_robin";
+    case PX_BALANCE_WEIGHTED:
+      return "weighted";
+    default:
+      return "least_busy";
   }
 }
 
@@ -1507,7 +1513,8 @@ void px_config_print(const px_config_t *c, FILE *out) {
     if (r->max_tokens > 0) fprintf(out, "  max_tokens: %lld\n", (long long)r->max_tokens);
     if (r->nmodels > 0) {
       fprintf(out, "  models:");
-      for (size_t j = 0; j < r->nmodels; j++) fprintf(out, "%s %s", j ? "," : "", r->models[j]);
+      for (size_t j = 0; j < r->nmodels; j++)
+        fprintf(out, "%s %s", j ? "," : "", r->models[j]);
       fprintf(out, "\n");
     }
   }

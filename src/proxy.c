@@ -8,6 +8,8 @@
  *                  retry / fallback (timer) ---+   +-- data --> client
  *                                                  +-- done --> finalize
  */
+#include "proxai/proxy.h"
+
 #include <curl/curl.h>
 #include <jansson.h>
 #include <math.h>
@@ -21,7 +23,6 @@
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxai/passthru.h"
-#include "proxai/proxy.h"
 #include "proxai/ratelimit.h"
 #include "proxai/server.h"
 
@@ -368,9 +369,9 @@ static void attempt_health(px_exch_t *x, int ok, const char *why) {
   uint64_t now = now_ms(x);
   uint64_t d = px_balance_result(x->bal, x->up, ok, now - x->t_attempt, now);
   if (d == 0) return;
-  px_log_warn("%s: upstream %s ejected for %llu ms after %u consecutive failures (last: %s)",
-              x->req->request_id, x->up->name, (unsigned long long)d, x->up->eject_after,
-              why);
+  px_log_warn(
+      "%s: upstream %s ejected for %llu ms after %u consecutive failures (last: %s)",
+      x->req->request_id, x->up->name, (unsigned long long)d, x->up->eject_after, why);
   arm_eject_timer(x->srv->loop, d);
 }
 
@@ -453,8 +454,8 @@ static int retry_planned(px_exch_t *x, int status, const px_hdr_t *h, size_t n) 
   int skip = ra > x->up->retry_after_max_ms;
   char why[96];
   if (skip)
-    snprintf(why, sizeof(why), "http_%d, retry-after %llu ms above retry_after_max", status,
-             (unsigned long long)ra);
+    snprintf(why, sizeof(why), "http_%d, retry-after %llu ms above retry_after_max",
+             status, (unsigned long long)ra);
   else
     snprintf(why, sizeof(why), "http_%d", status);
   return plan_retry(x, skip, ra, why);

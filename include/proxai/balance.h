@@ -38,8 +38,8 @@ size_t px_balance_pick(const px_config_t *c, const px_route_conf_t *r, uint64_t 
                        uint64_t now_ms);
 
 /** Whether some deployment of r is neither in tried nor ejected. */
-int px_balance_has_untried(const px_config_t *c, const px_route_conf_t *r,
-                           uint64_t tried, uint64_t now_ms);
+int px_balance_has_untried(const px_config_t *c, const px_route_conf_t *r, uint64_t tried,
+                           uint64_t now_ms);
 
 /** Whether b is out of rotation at now_ms. */
 int px_balance_ejected(px_bal_up_t *b, uint64_t now_ms);

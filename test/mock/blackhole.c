@@ -22,7 +22,10 @@
 #define FILLERS 8
 
 static volatile sig_atomic_t stop;
-static void on_signal(int sig) { (void)sig; stop = 1; }
+static void on_signal(int sig) {
+  (void)sig;
+  stop = 1;
+}
 
 int main(int argc, char **argv) {
   const char *port_file = NULL;
@@ -35,7 +38,8 @@ int main(int argc, char **argv) {
     }
   }
   int ls = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t alen = sizeof a;
   if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) < 0 || listen(ls, 0) < 0 ||
       getsockname(ls, (struct sockaddr *)&a, &alen) < 0) {
@@ -47,8 +51,8 @@ int main(int argc, char **argv) {
   int fillers[FILLERS];
   for (int i = 0; i < FILLERS; i++) {
     fillers[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    if (fillers[i] < 0 ||
-        (connect(fillers[i], (struct sockaddr *)&a, sizeof a) < 0 && errno != EINPROGRESS)) {
+    if (fillers[i] < 0 || (connect(fillers[i], (struct sockaddr *)&a, sizeof a) < 0 &&
+                           errno != EINPROGRESS)) {
       perror("blackhole: connect");
       return 1;
     }

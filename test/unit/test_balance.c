@@ -20,8 +20,9 @@
     }                                                                                   \
   } while (0)
 
-#define UP(name, extra)                                \
-  "[upstream " name "]\nprotocol = openai_chat_completions\n" \
+#define UP(name, extra)                     \
+  "[upstream " name                         \
+  "]\nprotocol = openai_chat_completions\n" \
   "base_url = http://127.0.0.1:1/v1\n" extra
 
 static px_config_t *parse(const char *text) {
@@ -71,7 +72,8 @@ static void test_config_keys(void) {
   CHECK_EQ(r->ndeployments, 2);
   CHECK_EQ(r->upstream, 0);
   CHECK(r->deployments[0].upstream == 0 && r->deployments[0].model == NULL);
-  CHECK(r->deployments[1].upstream == 1 && strcmp(r->deployments[1].model, "model-b") == 0);
+  CHECK(r->deployments[1].upstream == 1 &&
+        strcmp(r->deployments[1].model, "model-b") == 0);
   CHECK(r->balance == PX_BALANCE_WEIGHTED);
   CHECK_EQ(r->nfallbacks, 2);
   CHECK(r->fallbacks[0].upstream == 2 && strcmp(r->fallbacks[0].model, "claude-x") == 0);
@@ -110,8 +112,8 @@ static void test_config_keys(void) {
     CHECK(strstr(buf, "  eject_for: 500ms\n") != NULL);
   }
   /* route model applies to deployments and fallbacks without their own */
-  px_config_t *c2 = parse(UP("a", "") UP("b", "")
-                          "[route m]\nupstream = a, b/bm\nmodel = rm\nfallback = b\n");
+  px_config_t *c2 = parse(UP("a", "") UP(
+      "b", "") "[route m]\nupstream = a, b/bm\nmodel = rm\nfallback = b\n");
   if (c2 != NULL) {
     const px_route_conf_t *r2 = &c2->routes[0];
     CHECK(strcmp(px_target_model(r2, &r2->deployments[0], "m"), "rm") == 0);
@@ -123,7 +125,8 @@ static void test_config_keys(void) {
 }
 
 static void test_config_errors(void) {
-  expect_err(UP("a", "") "[route x]\nupstream = a,\n", "t.conf:5: empty entry in upstream list");
+  expect_err(UP("a", "") "[route x]\nupstream = a,\n",
+             "t.conf:5: empty entry in upstream list");
   expect_err(UP("a", "") "[route x]\nupstream = a, nope/m\n",
              "t.conf:5: unknown upstream 'nope' in [route x]");
   expect_err(UP("a", "") "[route x]\nupstream = a/\n", "t.conf:5: invalid upstream 'a/'");
@@ -135,11 +138,13 @@ static void test_config_errors(void) {
              "t.conf:9: fallback 'b/m' is the route's own upstream in [route x]");
   expect_err(UP("a", "") "[route x]\nupstream = a\nfallback = /m\n",
              "t.conf:6: invalid fallback '/m'");
-  expect_err(UP("a", "") "[route gpt-*]\nupstream = a\nmodels = gpt-4o, claude-3\n",
-             "t.conf:6: model 'claude-3' in [route gpt-*] does not match the route's pattern");
+  expect_err(
+      UP("a", "") "[route gpt-*]\nupstream = a\nmodels = gpt-4o, claude-3\n",
+      "t.conf:6: model 'claude-3' in [route gpt-*] does not match the route's pattern");
   expect_err(UP("a", "") "[route gpt-*]\nupstream = a\nmodels = gpt-*\n",
              "is not a concrete model name");
-  expect_err(UP("a", "weight = 0\n") "[route x]\nupstream = a\n", "t.conf:4: invalid value '0' for 'weight'");
+  expect_err(UP("a", "weight = 0\n") "[route x]\nupstream = a\n",
+             "t.conf:4: invalid value '0' for 'weight'");
   expect_err(UP("a", "eject_for = soon\n") "[route x]\nupstream = a\n",
              "t.conf:4: invalid duration 'soon' for 'eject_for'");
   char text[8192];
@@ -151,8 +156,8 @@ static void test_config_errors(void) {
 }
 
 static void test_round_robin(void) {
-  px_config_t *c = parse(UP("a", "") UP("b", "") UP("c", "")
-                         "[route x]\nupstream = a, b, c\nbalance = round_robin\n");
+  px_config_t *c = parse(UP("a", "") UP("b", "") UP(
+      "c", "") "[route x]\nupstream = a, b, c\nbalance = round_robin\n");
   if (c == NULL) return;
   const px_route_conf_t *r = &c->routes[0];
   for (int i = 0; i < 9; i++) CHECK_EQ(px_balance_pick(c, r, 0, 1000), (size_t)(i % 3));
@@ -166,8 +171,8 @@ static void test_round_robin(void) {
 }
 
 static void test_weighted(void) {
-  px_config_t *c = parse(UP("a", "weight = 3\n") UP("b", "")
-                         "[route x]\nupstream = a, b\nbalance = weighted\n");
+  px_config_t *c = parse(UP("a", "weight = 3\n") UP(
+      "b", "") "[route x]\nupstream = a, b\nbalance = weighted\n");
   if (c == NULL) return;
   const px_route_conf_t *r = &c->routes[0];
   unsigned cnt[2] = {0, 0};
@@ -189,9 +194,9 @@ static void test_weighted(void) {
 
 static void test_least_busy(void) {
   px_balance_seed(42);
-  px_config_t *c = parse(UP("a", "") UP("b", "") UP("c", "")
-                         "[route two]\nupstream = a, b\n"
-                         "[route three]\nupstream = a, b, c\n");
+  px_config_t *c = parse(UP("a", "") UP("b", "") UP(
+      "c", "") "[route two]\nupstream = a, b\n"
+               "[route three]\nupstream = a, b, c\n");
   if (c == NULL) return;
   const px_route_conf_t *two = &c->routes[0], *three = &c->routes[1];
   px_bal_up_t *a = bal(c, "a"), *b = bal(c, "b"), *cc = bal(c, "c");
@@ -233,8 +238,8 @@ static void test_least_busy(void) {
 
 static void test_ejection(void) {
   px_metrics_reset();
-  px_config_t *c = parse(UP("a", "eject_after = 3\neject_for = 1s\n") UP("b", "")
-                         "[route x]\nupstream = a, b\nbalance = round_robin\n");
+  px_config_t *c = parse(UP("a", "eject_after = 3\neject_for = 1s\n") UP(
+      "b", "") "[route x]\nupstream = a, b\nbalance = round_robin\n");
   if (c == NULL) return;
   const px_route_conf_t *r = &c->routes[0];
   const px_upstream_conf_t *ua = upc(c, "a");
@@ -298,10 +303,10 @@ static void test_ejection(void) {
 }
 
 static void test_all_ejected_and_never(void) {
-  px_config_t *c = parse(UP("a", "eject_after = 1\n") UP("b", "eject_after = 1\n")
-                         UP("c", "eject_after = 0\n")
-                         "[route x]\nupstream = a, b\nbalance = round_robin\n"
-                         "[route y]\nupstream = c\n");
+  px_config_t *c = parse(UP("a", "eject_after = 1\n") UP("b", "eject_after = 1\n") UP(
+      "c",
+      "eject_after = 0\n") "[route x]\nupstream = a, b\nbalance = round_robin\n"
+                           "[route y]\nupstream = c\n");
   if (c == NULL) return;
   const px_route_conf_t *r = &c->routes[0];
   px_bal_up_t *a = bal(c, "a"), *b = bal(c, "b"), *cc = bal(c, "c");
@@ -314,7 +319,8 @@ static void test_all_ejected_and_never(void) {
   CHECK(!px_balance_has_untried(c, r, 0, 3000));
   CHECK_EQ(px_balance_sweep(3000), 28000);
   /* eject_after = 0: never ejected */
-  for (int i = 0; i < 100; i++) CHECK_EQ(px_balance_result(cc, upc(c, "c"), 0, 5, 1000), 0);
+  for (int i = 0; i < 100; i++)
+    CHECK_EQ(px_balance_result(cc, upc(c, "c"), 0, 5, 1000), 0);
   CHECK(!px_balance_ejected(cc, 1000));
   px_config_unref(c);
   px_balance_reset();
@@ -323,8 +329,8 @@ static void test_all_ejected_and_never(void) {
 
 /* State is kept by upstream name: a reload keeps an ejection. */
 static void test_reload_keeps_state(void) {
-  const char *text = UP("a", "eject_after = 1\n") UP("b", "")
-      "[route x]\nupstream = a, b\nbalance = round_robin\n";
+  const char *text = UP("a", "eject_after = 1\n")
+      UP("b", "") "[route x]\nupstream = a, b\nbalance = round_robin\n";
   px_config_t *c1 = parse(text);
   if (c1 == NULL) return;
   CHECK(px_balance_result(bal(c1, "a"), upc(c1, "a"), 0, 5, 1000) > 0);
