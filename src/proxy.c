@@ -8,8 +8,6 @@
  *                  retry / fallback (timer) ---+   +-- data --> client
  *                                                  +-- done --> finalize
  */
-#include "proxai/proxy.h"
-
 #include <curl/curl.h>
 #include <jansson.h>
 #include <math.h>
@@ -23,6 +21,7 @@
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxai/passthru.h"
+#include "proxai/proxy.h"
 #include "proxai/ratelimit.h"
 #include "proxai/server.h"
 
