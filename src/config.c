@@ -43,12 +43,18 @@ typedef enum sec_kind {
 
 static const char *const sec_names[] = {"", "", "server", "upstream", "route", "key"};
 
+/* `NAME[/MODEL]` as written, resolved to a px_target_t after parsing. */
+typedef struct target_ref {
+  char *name;
+  char *model; /* NULL when none was given */
+  int line;
+} target_ref_t;
+
 /* Route references by name, resolved after parsing. */
 typedef struct route_refs {
-  char *upstream;
-  int upstream_line;
-  char **fallback;
-  int *fallback_line;
+  target_ref_t *deps; /* `upstream = A, B/model` */
+  size_t ndeps;
+  target_ref_t *fallback;
   size_t nfallback;
 } route_refs_t;
 
@@ -541,63 +547,136 @@ static int set_header(parse_t *p, const directive_t *d, void *obj, char *v) {
   return 1;
 }
 
+/* Appends `NAME[/MODEL]` (s, n: trimmed, not empty) to *refs. The name is an
+ * upstream section name (which has no '/'); the model is the rest. */
+static int add_target_ref(parse_t *p, const char *what, const char *s, size_t n,
+                          target_ref_t **refs, size_t *nrefs) {
+  const char *slash = memchr(s, '/', n);
+  size_t nlen = slash ? (size_t)(slash - s) : n;
+  size_t mlen = slash ? n - nlen - 1 : 0;
+  if (nlen == 0 || (slash != NULL && mlen == 0))
+    return fail(p, p->line, "invalid %s '%.*s' in [%s] (expected NAME or NAME/MODEL)",
+                what, (int)n, s, p->sec_title);
+  for (size_t i = 0; i < n; i++)
+    if (is_space(s[i]))
+      return fail(p, p->line, "invalid %s '%.*s' in [%s] (no spaces)", what, (int)n, s,
+                  p->sec_title);
+  if (*nrefs >= PX_CONF_MAX_LIST)
+    return fail(p, p->line, "too many entries for '%s' in [%s]", what, p->sec_title);
+  char *name = dup_range(s, nlen);
+  char *model = slash ? dup_range(slash + 1, mlen) : NULL;
+  if (name == NULL || (slash && model == NULL) ||
+      push((void **)refs, nrefs, sizeof **refs) < 0) {
+    free(name);
+    free(model);
+    return fail(p, p->line, "out of memory");
+  }
+  (*refs)[*nrefs - 1] = (target_ref_t){name, model, p->line};
+  return 1;
+}
+
+/* Calls each(p, entry, len, arg) for every entry of a comma-separated list
+ * (trimmed); an empty entry is an error. Frees v. */
+static int each_in_list(parse_t *p, const char *what, char *v,
+                        int (*each)(parse_t *, const char *, size_t, void *), void *arg) {
+  int ok = 1;
+  for (const char *s = v; ok;) {
+    const char *comma = strchr(s, ',');
+    const char *e = comma ? comma : s + strlen(s);
+    while (s < e && is_space(*s)) s++;
+    while (e > s && is_space(e[-1])) e--;
+    if (e == s) {
+      ok = fail(p, p->line, "empty entry in %s list '%s'", what, v);
+      break;
+    }
+    ok = each(p, s, (size_t)(e - s), arg);
+    if (comma == NULL) break;
+    s = comma + 1;
+  }
+  free(v);
+  return ok;
+}
+
+static int each_deployment(parse_t *p, const char *s, size_t n, void *arg) {
+  route_refs_t *r = arg;
+  return add_target_ref(p, "upstream", s, n, &r->deps, &r->ndeps);
+}
+
 static int set_route_upstream(parse_t *p, const directive_t *d, void *obj, char *v) {
   (void)obj;
   if (!need_value(p, d, v)) return 0;
-  route_refs_t *r = &p->refs[p->idx];
-  free(r->upstream);
-  r->upstream = v;
-  r->upstream_line = p->line;
-  return 1;
+  return each_in_list(p, "upstream", v, each_deployment, &p->refs[p->idx]);
 }
 
 static int set_fallback(parse_t *p, const directive_t *d, void *obj, char *v) {
   (void)obj;
   if (!need_value(p, d, v)) return 0;
   route_refs_t *r = &p->refs[p->idx];
-  size_t n = r->nfallback;
-  if (n >= PX_CONF_MAX_LIST) {
-    free(v);
-    return fail(p, p->line, "too many fallbacks in [%s]", p->sec_title);
+  int ok = add_target_ref(p, "fallback", v, strlen(v), &r->fallback, &r->nfallback);
+  free(v);
+  return ok;
+}
+
+static int set_balance(parse_t *p, const directive_t *d, void *obj, char *v) {
+  static const px_balance_t all[] = {PX_BALANCE_LEAST_BUSY, PX_BALANCE_ROUND_ROBIN,
+                                     PX_BALANCE_WEIGHTED};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+    if (strcmp(v, px_balance_name(all[i])) == 0) {
+      *FIELD(obj, d, px_balance_t) = all[i];
+      free(v);
+      return 1;
+    }
   }
-  if (push((void **)&r->fallback, &n, sizeof(char *)) < 0 ||
-      grow_to((void **)&r->fallback_line, n, sizeof(int)) < 0) {
-    if (n > r->nfallback) r->fallback[n - 1] = NULL;
-    free(v);
+  fail(p, p->line, "invalid balance '%s' (least_busy, round_robin or weighted)", v);
+  free(v);
+  return 0;
+}
+
+typedef struct name_list {
+  char ***v;
+  size_t *n;
+  const char *route; /* route pattern every name must match; NULL for keys */
+} name_list_t;
+
+static int each_name(parse_t *p, const char *s, size_t n, void *arg) {
+  name_list_t *l = arg;
+  if (*l->n >= PX_CONF_MAX_LIST)
+    return fail(p, p->line, "too many models in [%s]", p->sec_title);
+  char *m = dup_range(s, n);
+  if (m == NULL) return fail(p, p->line, "out of memory");
+  if (l->route != NULL) {
+    const char *why = NULL;
+    if (strpbrk(m, "*? \t") != NULL)
+      why = "is not a concrete model name";
+    else if (!px_glob_match(l->route, m))
+      why = "does not match the route's pattern";
+    if (why != NULL) {
+      fail(p, p->line, "model '%s' in [%s] %s", m, p->sec_title, why);
+      free(m);
+      return 0;
+    }
+  }
+  if (push((void **)l->v, l->n, sizeof(char *)) < 0) {
+    free(m);
     return fail(p, p->line, "out of memory");
   }
-  r->fallback[n - 1] = v;
-  r->fallback_line[n - 1] = p->line;
-  r->nfallback = n;
+  (*l->v)[*l->n - 1] = m;
   return 1;
 }
 
 static int set_models(parse_t *p, const directive_t *d, void *obj, char *v) {
   px_key_conf_t *k = obj;
   if (!need_value(p, d, v)) return 0;
-  for (const char *s = v;;) {
-    const char *comma = strchr(s, ',');
-    const char *e = comma ? comma : s + strlen(s);
-    while (s < e && is_space(*s)) s++;
-    while (e > s && is_space(e[-1])) e--;
-    if (e == s) {
-      fail(p, p->line, "empty entry in models list '%s'", v);
-      free(v);
-      return 0;
-    }
-    char *m = dup_range(s, (size_t)(e - s));
-    if (m == NULL || k->nmodels >= PX_CONF_MAX_LIST ||
-        push((void **)&k->models, &k->nmodels, sizeof(char *)) < 0) {
-      free(m);
-      free(v);
-      return fail(p, p->line, "too many models in [%s]", p->sec_title);
-    }
-    k->models[k->nmodels - 1] = m;
-    if (comma == NULL) break;
-    s = comma + 1;
-  }
-  free(v);
-  return 1;
+  name_list_t l = {&k->models, &k->nmodels, NULL};
+  return each_in_list(p, "models", v, each_name, &l);
+}
+
+/* Glob routes: the concrete names /v1/models lists. */
+static int set_route_models(parse_t *p, const directive_t *d, void *obj, char *v) {
+  px_route_conf_t *r = obj;
+  if (!need_value(p, d, v)) return 0;
+  name_list_t l = {&r->models, &r->nmodels, r->pattern};
+  return each_in_list(p, "models", v, each_name, &l);
 }
 
 #define SRV(f) offsetof(px_server_conf_t, f)
@@ -633,11 +712,17 @@ static const directive_t directives[] = {
     {SEC_UPSTREAM, "http2", set_bool, UP(http2), 0, 0, 0},
     {SEC_UPSTREAM, "ca_file", set_opt_str, UP(ca_file), 0, 0, 0},
     {SEC_UPSTREAM, "tls_verify", set_bool, UP(tls_verify), 0, 0, 0},
+    {SEC_UPSTREAM, "retry_after_max", set_duration, UP(retry_after_max_ms), 0, 0, 0},
+    {SEC_UPSTREAM, "eject_after", set_uint, UP(eject_after), 0, 1000000, 0},
+    {SEC_UPSTREAM, "eject_for", set_duration, UP(eject_for_ms), 0, 0, 0},
+    {SEC_UPSTREAM, "weight", set_uint, UP(weight), 1, 1000000, 0},
 
     {SEC_ROUTE, "upstream", set_route_upstream, 0, 0, 0, D_REQUIRED},
     {SEC_ROUTE, "model", set_str, RT(model), 0, 0, 0},
+    {SEC_ROUTE, "balance", set_balance, RT(balance), 0, 0, 0},
     {SEC_ROUTE, "fallback", set_fallback, 0, 0, 0, D_REPEATABLE},
     {SEC_ROUTE, "max_tokens", set_i64, RT(max_tokens), 1, U32MAX, 0},
+    {SEC_ROUTE, "models", set_route_models, 0, 0, 0, 0},
 
     {SEC_KEY, "secret", set_str, KEY(secret), 0, 0, D_REQUIRED},
     {SEC_KEY, "models", set_models, 0, 0, 0, 0},
@@ -671,9 +756,14 @@ static void config_free(px_config_t *c) {
   }
   free(c->upstreams);
   for (size_t i = 0; i < c->nroutes; i++) {
-    free(c->routes[i].pattern);
-    free(c->routes[i].model);
-    free(c->routes[i].fallbacks);
+    px_route_conf_t *r = &c->routes[i];
+    free(r->pattern);
+    free(r->model);
+    for (size_t j = 0; j < r->ndeployments; j++) free(r->deployments[j].model);
+    free(r->deployments);
+    for (size_t j = 0; j < r->nfallbacks; j++) free(r->fallbacks[j].model);
+    free(r->fallbacks);
+    free_strv(r->models, r->nmodels);
   }
   free(c->routes);
   for (size_t i = 0; i < c->nkeys; i++) {
@@ -723,6 +813,10 @@ static px_upstream_conf_t *add_upstream(px_config_t *c, const char *name) {
   u->retries = 2;
   u->http2 = 0;
   u->tls_verify = 1;
+  u->retry_after_max_ms = 10000;
+  u->eject_after = 5;
+  u->eject_for_ms = 30000;
+  u->weight = 1;
   if (u->name == NULL || u->anthropic_version == NULL) return NULL;
   return u;
 }
@@ -732,6 +826,15 @@ static px_route_conf_t *add_route(px_config_t *c, const char *pattern) {
   px_route_conf_t *r = &c->routes[c->nroutes - 1];
   r->pattern = strdup(pattern);
   return r->pattern ? r : NULL;
+}
+
+/* The embedded default's routes: one deployment each. */
+static int add_deployment(px_route_conf_t *r, ssize_t u) {
+  if (push((void **)&r->deployments, &r->ndeployments, sizeof *r->deployments) < 0)
+    return -1;
+  r->deployments[r->ndeployments - 1].upstream = (size_t)u;
+  r->upstream = r->deployments[0].upstream;
+  return 0;
 }
 
 static px_key_conf_t *add_key(px_config_t *c, const char *name) {
@@ -1060,11 +1163,58 @@ static void parse_done(parse_t *p) {
   free(p->route_line);
   free(p->key_line);
   for (size_t i = 0; p->refs != NULL && i < p->c->nroutes; i++) {
-    free(p->refs[i].upstream);
-    free_strv(p->refs[i].fallback, p->refs[i].nfallback);
-    free(p->refs[i].fallback_line);
+    route_refs_t *rf = &p->refs[i];
+    for (size_t j = 0; j < rf->ndeps; j++)
+      free(rf->deps[j].name), free(rf->deps[j].model);
+    free(rf->deps);
+    for (size_t j = 0; j < rf->nfallback; j++)
+      free(rf->fallback[j].name), free(rf->fallback[j].model);
+    free(rf->fallback);
   }
   free(p->refs);
+}
+
+static bool same_target(const px_target_t *a, const px_target_t *b) {
+  if (a->upstream != b->upstream) return false;
+  if (a->model == NULL || b->model == NULL) return a->model == b->model;
+  return strcmp(a->model, b->model) == 0;
+}
+
+static const char *ref_text(const target_ref_t *t, char *buf, size_t len) {
+  snprintf(buf, len, "%s%s%s", t->name, t->model ? "/" : "", t->model ? t->model : "");
+  return buf;
+}
+
+/* Resolves refs into out (allocated, n entries), taking the models. An entry
+ * equal to one in out[0..i) or in `others` is an error. */
+static int resolve_targets(parse_t *p, const px_route_conf_t *r, const char *what,
+                           const char *unknown, target_ref_t *refs, size_t n,
+                           px_target_t **out, size_t *nout, const px_target_t *others,
+                           size_t nothers) {
+  char tbuf[512];
+  if (n == 0) return 1;
+  *out = calloc(n, sizeof **out);
+  if (*out == NULL) return fail(p, refs[0].line, "out of memory");
+  for (size_t j = 0; j < n; j++) {
+    ssize_t u = find_upstream(p->c, refs[j].name);
+    if (u < 0)
+      return fail(p, refs[j].line, "unknown %s '%s' in [route %s]", unknown, refs[j].name,
+                  r->pattern);
+    px_target_t t = {(size_t)u, refs[j].model};
+    for (size_t k = 0; k < nothers; k++)
+      if (same_target(&t, &others[k]))
+        return fail(p, refs[j].line,
+                    "fallback '%s' is the route's own upstream in [route %s]",
+                    ref_text(&refs[j], tbuf, sizeof tbuf), r->pattern);
+    for (size_t k = 0; k < j; k++)
+      if (same_target(&t, &(*out)[k]))
+        return fail(p, refs[j].line, "%s '%s' listed twice in [route %s]", what,
+                    ref_text(&refs[j], tbuf, sizeof tbuf), r->pattern);
+    refs[j].model = NULL; /* owned by the config now */
+    (*out)[j] = t;
+    *nout = j + 1;
+  }
+  return 1;
 }
 
 /* Route -> upstream names, once every upstream is known. */
@@ -1073,31 +1223,16 @@ static int resolve(parse_t *p) {
   for (size_t i = 0; i < c->nroutes; i++) {
     px_route_conf_t *r = &c->routes[i];
     route_refs_t *rf = &p->refs[i];
-    ssize_t u = find_upstream(c, rf->upstream);
-    if (u < 0)
-      return fail(p, rf->upstream_line, "unknown upstream '%s' in [route %s]",
-                  rf->upstream, r->pattern);
-    r->upstream = (size_t)u;
-    if (rf->nfallback == 0) continue;
-    r->fallbacks = calloc(rf->nfallback, sizeof *r->fallbacks);
-    if (r->fallbacks == NULL) return fail(p, rf->fallback_line[0], "out of memory");
-    for (size_t j = 0; j < rf->nfallback; j++) {
-      ssize_t f = find_upstream(c, rf->fallback[j]);
-      if (f < 0)
-        return fail(p, rf->fallback_line[j],
-                    "unknown fallback upstream '%s' in [route %s]", rf->fallback[j],
-                    r->pattern);
-      if (f == u)
-        return fail(p, rf->fallback_line[j],
-                    "fallback '%s' is the route's own upstream in [route %s]",
-                    rf->fallback[j], r->pattern);
-      for (size_t k = 0; k < j; k++)
-        if (r->fallbacks[k] == (size_t)f)
-          return fail(p, rf->fallback_line[j], "fallback '%s' listed twice in [route %s]",
-                      rf->fallback[j], r->pattern);
-      r->fallbacks[j] = (size_t)f;
-      r->nfallbacks = j + 1;
-    }
+    if (rf->ndeps > PX_MAX_DEPLOYMENTS)
+      return fail(p, rf->deps[0].line, "more than %d upstreams in [route %s]",
+                  PX_MAX_DEPLOYMENTS, r->pattern);
+    if (!resolve_targets(p, r, "upstream", "upstream", rf->deps, rf->ndeps,
+                         &r->deployments, &r->ndeployments, NULL, 0) ||
+        !resolve_targets(p, r, "fallback", "fallback upstream", rf->fallback,
+                         rf->nfallback, &r->fallbacks, &r->nfallbacks, r->deployments,
+                         r->ndeployments))
+      return 0;
+    r->upstream = r->deployments[0].upstream;
   }
   for (size_t i = 0; i < c->nkeys; i++)
     for (size_t j = 0; j < i; j++)
@@ -1218,10 +1353,11 @@ static px_config_t *config_default(char *err, size_t errlen) {
   }
   ssize_t oai = find_upstream(c, "openai"), ant = find_upstream(c, "anthropic");
   px_route_conf_t *r;
-  if ((r = add_route(c, "claude-*")) == NULL) goto oom;
-  r->upstream = (size_t)(ant >= 0 ? ant : oai);
-  if ((r = add_route(c, "*")) == NULL) goto oom;
-  r->upstream = (size_t)(oai >= 0 ? oai : ant);
+  if ((r = add_route(c, "claude-*")) == NULL ||
+      add_deployment(r, ant >= 0 ? ant : oai) < 0)
+    goto oom;
+  if ((r = add_route(c, "*")) == NULL || add_deployment(r, oai >= 0 ? oai : ant) < 0)
+    goto oom;
   return c;
 oom:
   set_err(err, errlen, "out of memory");
@@ -1284,6 +1420,23 @@ int px_config_set_listen(px_config_t *c, const char *listen, char *err, size_t e
 
 /* ------------------------------------------------------------------------ */
 /* Lookups                                                                  */
+
+const char *px_target_model(const px_route_conf_t *r, const px_target_t *t,
+                            const char *requested) {
+  if (t != NULL && t->model != NULL) return t->model;
+  return r->model != NULL ? r->model : requested;
+}
+
+const char *px_balance_name(px_balance_t b) {
+  switch (b) {
+    case PX_BALANCE_ROUND_ROBIN:
+      return "round_robin";
+    case PX_BALANCE_WEIGHTED:
+      return "weighted";
+    default:
+      return "least_busy";
+  }
+}
 
 const px_route_conf_t *px_config_route(const px_config_t *c, const char *model) {
   if (c == NULL || model == NULL) return NULL;
@@ -1367,18 +1520,38 @@ void px_config_print(const px_config_t *c, FILE *out) {
             u->max_connections, u->retries, u->http2 ? "on" : "off");
     if (u->ca_file) fprintf(out, "  ca_file: %s\n", u->ca_file);
     if (!u->tls_verify) fprintf(out, "  tls_verify: off\n");
+    print_ms(out, "retry_after_max", u->retry_after_max_ms);
+    fprintf(out, "  eject_after: %u\n", u->eject_after);
+    print_ms(out, "eject_for", u->eject_for_ms);
+    fprintf(out, "  weight: %u\n", u->weight);
   }
   for (size_t i = 0; i < c->nroutes; i++) {
     const px_route_conf_t *r = &c->routes[i];
-    fprintf(out, "route %s -> %s\n", r->pattern, c->upstreams[r->upstream].name);
+    fprintf(out, "route %s ->", r->pattern);
+    for (size_t j = 0; j < r->ndeployments; j++) {
+      const px_target_t *t = &r->deployments[j];
+      fprintf(out, "%s %s%s%s", j ? "," : "", c->upstreams[t->upstream].name,
+              t->model ? "/" : "", t->model ? t->model : "");
+    }
+    fprintf(out, "\n");
     if (r->model) fprintf(out, "  model: %s\n", r->model);
+    if (r->ndeployments > 1) fprintf(out, "  balance: %s\n", px_balance_name(r->balance));
     if (r->nfallbacks > 0) {
       fprintf(out, "  fallback:");
-      for (size_t j = 0; j < r->nfallbacks; j++)
-        fprintf(out, "%s %s", j ? "," : "", c->upstreams[r->fallbacks[j]].name);
+      for (size_t j = 0; j < r->nfallbacks; j++) {
+        const px_target_t *t = &r->fallbacks[j];
+        fprintf(out, "%s %s%s%s", j ? "," : "", c->upstreams[t->upstream].name,
+                t->model ? "/" : "", t->model ? t->model : "");
+      }
       fprintf(out, "\n");
     }
     if (r->max_tokens > 0) fprintf(out, "  max_tokens: %lld\n", (long long)r->max_tokens);
+    if (r->nmodels > 0) {
+      fprintf(out, "  models:");
+      for (size_t j = 0; j < r->nmodels; j++)
+        fprintf(out, "%s %s", j ? "," : "", r->models[j]);
+      fprintf(out, "\n");
+    }
   }
   for (size_t i = 0; i < c->nkeys; i++) {
     const px_key_conf_t *k = &c->keys[i];

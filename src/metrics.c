@@ -46,7 +46,7 @@ typedef struct family {
   size_t index_size;
 } family_t;
 
-enum { F_REQUESTS, F_HIST, F_ATTEMPTS, F_TOKENS, F_COUNT };
+enum { F_REQUESTS, F_HIST, F_ATTEMPTS, F_TOKENS, F_EJECTED, F_EJECTIONS, F_COUNT };
 
 static family_t g_fam[F_COUNT];
 static int64_t g_gauge[PX_G_COUNT];
@@ -179,6 +179,16 @@ void px_metrics_gauge_add(px_gauge_t g, int64_t delta) {
   if ((unsigned)g < PX_G_COUNT) g_gauge[g] += delta;
 }
 
+void px_metrics_ejection(const char *upstream, int ejected) {
+  const char *l[NLABELS] = {upstream ? upstream : "none", NULL, NULL};
+  series_t *g = get_series(&g_fam[F_EJECTED], l);
+  if (g) g->value += ejected ? 1 : (uint64_t)-1; /* read as int64_t */
+  if (ejected) {
+    series_t *s = get_series(&g_fam[F_EJECTIONS], l);
+    if (s) s->value++;
+  }
+}
+
 /* Label value escaping of the text exposition format: \\, \" and \n. */
 static int put_label(px_buf_t *b, const char *name, const char *v, int first) {
   int rc = px_buf_printf(b, "%s%s=\"", first ? "" : ",", name);
@@ -271,6 +281,20 @@ int px_metrics_render(px_buf_t *out) {
   if (rc == 0)
     rc = render_counter(out, F_TOKENS, "proxai_tokens_total",
                         "Tokens by client key, upstream and direction.", tok_l);
+  static const char *const up_l[] = {"upstream", NULL, NULL};
+  if (rc == 0)
+    rc = render_counter(out, F_EJECTIONS, "proxai_upstream_ejections_total",
+                        "Times an upstream was taken out of rotation (passive health).",
+                        up_l);
+  if (rc == 0)
+    rc = put_head(out, "proxai_upstream_ejected", "gauge",
+                  "Upstreams out of rotation now (per worker that ejected them).");
+  for (size_t i = 0; rc == 0 && i < g_fam[F_EJECTED].n; i++) {
+    const series_t *s = &g_fam[F_EJECTED].v[i];
+    rc = px_buf_printf(out, "proxai_upstream_ejected{");
+    if (rc == 0) rc = put_label(out, "upstream", s->labels[0], 1);
+    if (rc == 0) rc = px_buf_printf(out, "} %" PRId64 "\n", (int64_t)s->value);
+  }
   for (int g = 0; rc == 0 && g < PX_G_COUNT; g++) {
     rc = put_head(out, gauges[g].name, "gauge", gauges[g].help);
     if (rc == 0) rc = px_buf_printf(out, "%s %" PRId64 "\n", gauges[g].name, g_gauge[g]);

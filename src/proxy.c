@@ -17,6 +17,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "proxai/balance.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxai/passthru.h"
@@ -30,7 +31,6 @@
 /* client output of one upstream chunk: the Responses closing events repeat
  * the accumulated text up to four times */
 #define PX_MAX_STREAM_OUT (4 * PX_MAX_STREAM_ACCUM + (1u << 20))
-#define PX_MAX_RETRY_AFTER_MS 30000
 
 typedef enum {
   M_NONE,        /* waiting for upstream headers */
@@ -59,11 +59,21 @@ typedef struct px_exch {
   int include_usage;
   const px_key_conf_t *key;
   const px_route_conf_t *route;
-  size_t target;         /* 0 = route upstream, k = fallback k-1 */
+  size_t target;         /* 0 = the route's deployments, k = fallback k-1 */
   unsigned attempt;      /* attempts on this target */
   unsigned attempts;     /* attempts in all */
+  size_t dep;            /* deployment of this attempt (target 0) */
+  uint64_t tried;        /* deployments tried, bit per index */
+  px_bal_up_t *bal;      /* health entry while the attempt's transfer runs */
+  int health_done;       /* this attempt's outcome is recorded */
+  uint64_t t_attempt;    /* ms, start of this attempt */
+  size_t next_target;    /* planned by plan_retry() */
+  uint64_t next_delay;
+  char retry_reason[96]; /* why the last attempt is retried (for the log) */
   const px_upstream_conf_t *up;
   const char *up_model;
+  const px_upstream_conf_t *built_up; /* what up_body/url/up_hdrs were built for */
+  const char *built_model;
   char *up_body_owned;
   const char *up_body;
   size_t up_body_len;
@@ -75,7 +85,6 @@ typedef struct px_exch {
   int64_t up_content_length;
   px_buf_t passhdrs;     /* "name\0value\0" pairs to pass back */
   char content_type[128];
-  uint64_t retry_after_ms;
   int started;           /* client response head sent */
   int paused;
   int streaming_gauge;
@@ -217,11 +226,14 @@ static void flush_obuf(px_exch_t *x) {
 
 static void on_timer_closed(uv_handle_t *h) { free(h->data); }
 
+static void attempt_end(px_exch_t *x);
+
 static void finalize(px_exch_t *x) {
   if (x->xfer) {
     px_xfer_cancel(x->xfer);
     x->xfer = NULL;
   }
+  attempt_end(x);
   if (x->paused) px_metrics_gauge_add(PX_G_PAUSED_STREAMS, -1);
   if (x->streaming_gauge) px_metrics_gauge_add(PX_G_ACTIVE_STREAMS, -1);
   uint64_t end = uv_hrtime();
@@ -320,10 +332,73 @@ static int retryable_status(int st) {
   return st == 429 || st == 500 || st == 502 || st == 503 || st == 504 || st == 529;
 }
 
-/* Is another attempt possible (same target again, or a fallback)? */
-static int can_retry(px_exch_t *x) {
-  if (x->attempt <= x->up->retries) return 1;
-  return x->target < x->route->nfallbacks;
+/* Ejections end by themselves (balance.c reads the clock); this per-process
+ * timer only brings the ejected gauge back when no request looks first. */
+static uv_timer_t g_eject_timer;
+static int g_eject_timer_init;
+
+static void on_eject_timer(uv_timer_t *t) {
+  uint64_t next = px_balance_sweep(uv_now(t->loop));
+  if (next) uv_timer_start(t, on_eject_timer, next, 0);
+}
+
+static void arm_eject_timer(uv_loop_t *loop, uint64_t ms) {
+  uv_handle_t *h = (uv_handle_t *)&g_eject_timer;
+  if (!g_eject_timer_init || (g_eject_timer.loop != loop && uv_is_closing(h))) {
+    uv_timer_init(loop, &g_eject_timer);
+    uv_unref(h); /* never keeps a draining worker alive */
+    g_eject_timer_init = 1;
+  }
+  if (g_eject_timer.loop != loop || uv_is_closing(h)) return;
+  if (!uv_is_active(h) || uv_timer_get_due_in(&g_eject_timer) > ms)
+    uv_timer_start(&g_eject_timer, on_eject_timer, ms, 0);
+}
+
+/* The attempt's transfer is over (done, refused or cancelled). */
+static void attempt_end(px_exch_t *x) {
+  px_balance_end(x->bal);
+  x->bal = NULL;
+}
+
+/* Passive health: the outcome of this attempt, once. ok: an answer that is
+ * neither 429 nor 5xx; a failure is that or a connect error / timeout. */
+static void attempt_health(px_exch_t *x, int ok, const char *why) {
+  if (x->bal == NULL || x->health_done) return;
+  x->health_done = 1;
+  uint64_t now = now_ms(x);
+  uint64_t d = px_balance_result(x->bal, x->up, ok, now - x->t_attempt, now);
+  if (d == 0) return;
+  px_log_warn(
+      "%s: upstream %s ejected for %llu ms after %u consecutive failures (last: %s)",
+      x->req->request_id, x->up->name, (unsigned long long)d, x->up->eject_after, why);
+  arm_eject_timer(x->srv->loop, d);
+}
+
+/* Plans the attempt after a retryable failure of this one; 0 when nothing is
+ * left. Untried deployments of the route come first and at once; then the
+ * same target again (up to its `retries`, with backoff and its retry-after),
+ * unless skip (a retry-after above retry_after_max); then the next fallback,
+ * at once. why: the failure, for the log. */
+static int plan_retry(px_exch_t *x, int skip, uint64_t retry_after_ms, const char *why) {
+  snprintf(x->retry_reason, sizeof(x->retry_reason), "%s", why);
+  x->next_delay = 0;
+  if (x->target == 0 && px_balance_has_untried(x->cfg, x->route, x->tried, now_ms(x))) {
+    x->next_target = 0;
+    return 1;
+  }
+  if (!skip && x->attempt <= x->up->retries) {
+    unsigned shift = x->attempt > 6 ? 6 : x->attempt;
+    uint64_t base = 100ull << shift;
+    x->next_delay = base / 2 + (uint64_t)rand() % (base / 2 + 1);
+    if (retry_after_ms > x->next_delay) x->next_delay = retry_after_ms;
+    x->next_target = x->target;
+    return 1;
+  }
+  if (x->target < x->route->nfallbacks) {
+    x->next_target = x->target + 1;
+    return 1;
+  }
+  return 0;
 }
 
 static void on_retry_timer(uv_timer_t *t) {
@@ -331,25 +406,19 @@ static void on_retry_timer(uv_timer_t *t) {
   start_attempt(x);
 }
 
+/* Runs the plan of plan_retry(). */
 static void schedule_retry(px_exch_t *x) {
-  uint64_t delay = 0;
-  if (x->attempt > x->up->retries) {
-    x->target++; /* fallbacks are tried at once */
+  if (x->next_target != x->target) {
+    x->target = x->next_target;
     x->attempt = 0;
-  } else {
-    unsigned shift = x->attempt > 6 ? 6 : x->attempt;
-    uint64_t base = 100ull << shift;
-    delay = base / 2 + (uint64_t)rand() % (base / 2 + 1);
-    if (x->retry_after_ms > delay) delay = x->retry_after_ms;
   }
-  x->retry_after_ms = 0;
   x->mode = M_NONE;
   if (!x->timer_init) {
     uv_timer_init(x->srv->loop, &x->timer);
     x->timer_init = 1;
   }
   x->timer.data = x;
-  uv_timer_start(&x->timer, on_retry_timer, delay, 0);
+  uv_timer_start(&x->timer, on_retry_timer, x->next_delay, 0);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -375,10 +444,27 @@ static uint64_t parse_retry_after(const px_hdr_t *h, size_t n) {
   return 0;
 }
 
+/* A retryable status: is there a next attempt? A retry-after above the
+ * upstream's retry_after_max is not waited for: the next deployment or
+ * fallback is tried at once, and the client gets this answer only when
+ * nothing is left. */
+static int retry_planned(px_exch_t *x, int status, const px_hdr_t *h, size_t n) {
+  uint64_t ra = parse_retry_after(h, n);
+  int skip = ra > x->up->retry_after_max_ms;
+  char why[96];
+  if (skip)
+    snprintf(why, sizeof(why), "http_%d, retry-after %llu ms above retry_after_max",
+             status, (unsigned long long)ra);
+  else
+    snprintf(why, sizeof(why), "http_%d", status);
+  return plan_retry(x, skip, ra, why);
+}
+
 /* on_headers refuses the transfer: upstream.c frees it without on_done, so
  * the exchange lets go of it and ends here. */
 static int headers_failed(px_exch_t *x) {
   x->xfer = NULL;
+  attempt_end(x);
   x->error_type = "client_write";
   finalize(x);
   return -1;
@@ -404,15 +490,12 @@ static int up_on_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
       px_buf_append(&x->passhdrs, "", 1);
     }
   }
-  if (retryable_status(status) && can_retry(x)) {
-    x->retry_after_ms = parse_retry_after(h, n);
-    if (x->retry_after_ms <= PX_MAX_RETRY_AFTER_MS ||
-        x->target < x->route->nfallbacks) {
-      if (x->retry_after_ms > PX_MAX_RETRY_AFTER_MS) x->attempt = x->up->retries + 1;
-      x->mode = M_DISCARD;
-      px_metrics_attempt(x->up->name, status == 429 ? "http_429" : "http_5xx");
-      return 0;
-    }
+  attempt_health(x, !retryable_status(status) && status < 500,
+                 status == 429 ? "http_429" : "http_5xx");
+  if (retryable_status(status) && retry_planned(x, status, h, n)) {
+    x->mode = M_DISCARD;
+    px_metrics_attempt(x->up->name, status == 429 ? "http_429" : "http_5xx");
+    return 0;
   }
   px_metrics_attempt(x->up->name, status >= 400 ? (status == 429 ? "http_429" : status >= 500 ? "http_5xx" : "http_4xx") : NULL);
   if (status >= 400 || status < 200) {
@@ -621,6 +704,8 @@ static void finish_count_tokens(px_exch_t *x) {
 static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
   px_exch_t *x = arg;
   x->xfer = NULL;
+  if (result != PX_XFER_OK && x->conn != NULL) attempt_health(x, 0, result_name(result));
+  attempt_end(x);
   if (x->paused) {
     x->paused = 0;
     px_metrics_gauge_add(PX_G_PAUSED_STREAMS, -1);
@@ -637,11 +722,13 @@ static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
     if (x->mode == M_NONE || x->mode == M_DISCARD) px_metrics_attempt(x->up->name, result_name(result));
     x->error_type = result_name(result);
     if (!x->started) {
-      if (result == PX_XFER_ECONNECT && x->mode == M_NONE && can_retry(x)) {
+      /* connect errors and timeouts fail over like a 503 */
+      int conn_fail = result == PX_XFER_ECONNECT || result == PX_XFER_ETIMEOUT_CONNECT;
+      if (conn_fail && x->mode == M_NONE && plan_retry(x, 0, 0, result_name(result))) {
         schedule_retry(x);
         return;
       }
-      if (x->mode == M_DISCARD && can_retry(x)) {
+      if (x->mode == M_DISCARD) { /* planned at the headers */
         schedule_retry(x);
         return;
       }
@@ -823,18 +910,33 @@ static char **build_upstream_headers(px_exch_t *x) {
 }
 
 static void start_attempt(px_exch_t *x) {
-  size_t up_index = x->target == 0 ? x->route->upstream : x->route->fallbacks[x->target - 1];
-  x->up = &x->cfg->upstreams[up_index];
+  const px_route_conf_t *rt = x->route;
+  const px_target_t *t;
+  if (x->target == 0) {
+    x->dep = px_balance_pick(x->cfg, rt, x->tried, now_ms(x));
+    x->tried |= 1ull << x->dep;
+    t = &rt->deployments[x->dep];
+  } else {
+    t = &rt->fallbacks[x->target - 1];
+  }
+  const px_upstream_conf_t *prev = x->up;
+  x->up = &x->cfg->upstreams[t->upstream];
   x->out = x->up->protocol;
-  x->up_model = x->route->model ? x->route->model : x->model;
+  x->up_model = px_target_model(rt, t, x->model);
   x->attempt++;
   x->attempts++;
   x->mode = M_NONE;
   snprintf(x->label, sizeof(x->label), "%s/%s", x->up->name, x->up_model);
+  if (prev != NULL)
+    px_log_info("%s: %s %u on upstream %s after %s from upstream %s", x->req->request_id,
+                x->target > 0 && x->attempt == 1 ? "fallback" : "retry", x->attempts - 1,
+                x->up->name, x->retry_reason, prev->name);
 
   /* a retry on the same target sends the body, URL and headers it built */
-  if (x->attempt > 1 && x->up_body != NULL && x->url != NULL && x->up_hdrs != NULL)
+  if (x->built_up == x->up && x->built_model == x->up_model && x->up_body != NULL &&
+      x->url != NULL && x->up_hdrs != NULL)
     goto send;
+  x->built_up = NULL;
   free(x->up_body_owned);
   x->up_body_owned = NULL;
   px_tr_ctx_t *ctx = &x->ctx;
@@ -904,6 +1006,8 @@ static void start_attempt(px_exch_t *x) {
   snprintf(x->url, ul, "%s%s", x->up->base_url, path);
   free_hdrs(x->up_hdrs);
   x->up_hdrs = build_upstream_headers(x);
+  x->built_up = x->up;
+  x->built_model = x->up_model;
 
 send:;
   px_xfer_opts_t o = {
@@ -921,8 +1025,15 @@ send:;
       .pool = x->up->name,
       .max_connections = x->up->max_connections,
   };
+  x->bal = px_balance_up(x->up);
+  x->health_done = 0;
+  x->t_attempt = now_ms(x);
+  px_balance_begin(x->bal);
   x->xfer = px_xfer_start(x->srv->uclient, &o, &xfer_cbs, x);
-  if (x->xfer == NULL) send_error(x, PX_ERR_API, "cannot start the upstream request", NULL);
+  if (x->xfer == NULL) {
+    attempt_end(x);
+    send_error(x, PX_ERR_API, "cannot start the upstream request", NULL);
+  }
 }
 
 /* ---------------------------------------------------------------------- */

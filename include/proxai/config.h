@@ -30,15 +30,42 @@ typedef struct px_upstream_conf {
   int http2;                      /**< default 0 */
   char *ca_file;                  /**< CA bundle for HTTPS; NULL = system default */
   int tls_verify;                 /**< default 1: verify peer and host name */
+  uint64_t retry_after_max_ms;    /**< default 10000: a longer retry-after moves on */
+  unsigned eject_after;           /**< default 5 consecutive failures; 0 = never eject */
+  uint64_t eject_for_ms;          /**< default 30000; doubles per repeat, capped at 5m */
+  unsigned weight;                /**< default 1, for balance = weighted */
 } px_upstream_conf_t;
+
+/** Longest ejection of an upstream, whatever eject_for and its repeats. */
+#define PX_EJECT_MAX_MS 300000u
+/** Deployments per route (a retry tracks the tried ones in a 64-bit set). */
+#define PX_MAX_DEPLOYMENTS 64
+
+/** One place a route sends requests to: `NAME[/MODEL]`. */
+typedef struct px_target {
+  size_t upstream;          /**< index into px_config_t.upstreams */
+  char *model;              /**< model sent there; NULL = the route's model, else
+                                 the requested name */
+} px_target_t;
+
+typedef enum px_balance {
+  PX_BALANCE_LEAST_BUSY,    /**< power of two choices: in-flight, then latency */
+  PX_BALANCE_ROUND_ROBIN,
+  PX_BALANCE_WEIGHTED,      /**< smooth weighted round robin on `weight` */
+} px_balance_t;
 
 typedef struct px_route_conf {
   char *pattern;            /**< exact model name or glob (* ?) */
-  size_t upstream;          /**< index into px_config_t.upstreams */
+  size_t upstream;          /**< the first deployment's upstream (= deployments[0]) */
   char *model;              /**< rewrite; NULL = keep the requested name */
-  size_t *fallbacks;        /**< indexes into upstreams, in order */
+  px_target_t *deployments; /**< `upstream = A, B/model`: at least one */
+  size_t ndeployments;
+  px_balance_t balance;     /**< default least_busy */
+  px_target_t *fallbacks;   /**< `fallback = NAME[/MODEL]`, in order */
   size_t nfallbacks;
   int64_t max_tokens;       /**< 0 = unset */
+  char **models;            /**< `models =`: concrete names for /v1/models */
+  size_t nmodels;
 } px_route_conf_t;
 
 typedef struct px_key_conf {
@@ -115,6 +142,13 @@ int px_parse_duration_ms(const char *s, uint64_t *out);
 int px_parse_size(const char *s, uint64_t *out);
 /** Glob match with * and ?. */
 int px_glob_match(const char *pattern, const char *s);
+
+/** The model sent to target t of route r for a client that asked for
+ *  `requested`: the target's own, else the route's, else the requested one. */
+const char *px_target_model(const px_route_conf_t *r, const px_target_t *t,
+                            const char *requested);
+/** "least_busy", "round_robin" or "weighted". */
+const char *px_balance_name(px_balance_t b);
 
 /** First route matching model (file order), or NULL. */
 const px_route_conf_t *px_config_route(const px_config_t *c, const char *model);

@@ -27,6 +27,10 @@ void px_metrics_attempt(const char *upstream, const char *error_type);
 void px_metrics_tokens(const char *key, const char *upstream, int64_t in,
                        int64_t out);
 void px_metrics_gauge_add(px_gauge_t g, int64_t delta);
+/** Passive health (balance.c): ejected 1 when this process takes upstream
+ *  out of rotation (proxai_upstream_ejected gauge + 1, and
+ *  proxai_upstream_ejections_total + 1), 0 when it returns (gauge - 1). */
+void px_metrics_ejection(const char *upstream, int ejected);
 /** Append the Prometheus text exposition to out. */
 int px_metrics_render(px_buf_t *out);
 /** Free everything (tests, shutdown). */

@@ -225,7 +225,7 @@ static void test_full(void) {
   CHECK(r0->upstream == 1);
   CHECK_STR(r0->model, "claude-sonnet-4-5");
   CHECK(r0->nfallbacks == 2);
-  if (r0->nfallbacks == 2) CHECK(r0->fallbacks[0] == 0 && r0->fallbacks[1] == 2);
+  if (r0->nfallbacks == 2) CHECK(r0->fallbacks[0].upstream == 0 && r0->fallbacks[1].upstream == 2);
   CHECK(r0->max_tokens == 8192);
   CHECK_STR(c->routes[1].pattern, "gpt-4o");
   CHECK(c->routes[1].upstream == 0);
