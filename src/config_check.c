@@ -65,9 +65,10 @@ static int glob_relation(const char *a, const char *b, int q) {
 }
 
 static bool route_uses(const px_route_conf_t *r, size_t u) {
-  if (r->upstream == u) return true;
+  for (size_t k = 0; k < r->ndeployments; k++)
+    if (r->deployments[k].upstream == u) return true;
   for (size_t k = 0; k < r->nfallbacks; k++)
-    if (r->fallbacks[k] == u) return true;
+    if (r->fallbacks[k].upstream == u) return true;
   return false;
 }
 
