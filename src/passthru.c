@@ -318,12 +318,18 @@ int px_passthru_feed(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out) 
     char c = p[i];
     if (c == '\n' && pt->last_cr) {
       pt->last_cr = 0;
-      /* the LF of a dropped event's closing CRLF goes with it */
-      if (pt->dropped_cr && start == i) start = ev_start = i + 1;
-      pt->dropped_cr = 0;
+      /* the LF of an event's closing CRLF goes with that event: passed on
+       * (or dropped) with it, never left over for the next one */
+      if (pt->cr_end == 1 && per_event) rc = px_buf_append(out, "\n", 1);
+      if (pt->cr_end) {
+        ev_start = i + 1; /* watch-only: inside the region passed on below */
+        if (per_event) start = i + 1;
+      }
+      pt->cr_end = 0;
+      if (rc < 0) break;
       continue; /* second half of CRLF */
     }
-    pt->dropped_cr = 0;
+    pt->cr_end = 0;
     pt->last_cr = c == '\r';
     if (c != '\n' && c != '\r') {
       pt->line_len++;
@@ -339,6 +345,7 @@ int px_passthru_feed(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out) 
       break;
     }
     ev_start = i + 1;
+    pt->cr_end = c == '\r';
     if (!per_event) {
       if (pt->raw.len > 0) { /* its first bytes came in an earlier piece */
         rc = px_buf_append(out, pt->raw.data, pt->raw.len);
@@ -355,7 +362,7 @@ int px_passthru_feed(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out) 
       rc = emit_event(pt, p + start, i + 1 - start, out);
     }
     if (rc < 0) break;
-    pt->dropped_cr = rc == 1 && c == '\r';
+    if (rc == 1 && pt->cr_end) pt->cr_end = 2; /* dropped: its LF too */
     rc = 0;
     start = i + 1;
   }

@@ -42,7 +42,8 @@ typedef struct px_passthru {
   px_buf_t raw;       /**< bytes of the unfinished event, not passed on yet */
   size_t line_len;    /**< bytes on the current raw line */
   int last_cr;
-  int dropped_cr;     /**< the event just dropped ended on CR: skip its LF */
+  int cr_end;         /**< the last event ended on CR (1 passed on, 2 dropped):
+                           a following LF belongs to it */
   int terminal;       /**< terminal event seen */
   int upstream_error; /**< the upstream sent its own error event */
   int failed;         /**< <0: an event over the cap (PX_ETOOBIG) or a buffer
