@@ -294,7 +294,9 @@ static int emit_event(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out)
   if (pt->proto == PX_PROTO_ANTHROPIC) path = msg, depth = 2;
   else if (pt->proto == PX_PROTO_RESPONSES) path = resp, depth = 2;
   rc = px_json_replace_str(out, p + ds, de - ds, path, depth, pt->model);
-  if (rc < 0) return rc;
+  /* data that is not a JSON object went out as it came (PX_JSON_BAD or
+   * MORE): only a buffer error breaks the stream */
+  if (rc < PX_JSON_MORE) return rc;
   return px_buf_append(out, p + de, n - de);
 }
 

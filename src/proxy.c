@@ -1056,7 +1056,7 @@ static int pass_body(px_exch_t *x) {
     static const char *const top[] = {"model"};
     px_buf_t b;
     px_buf_init(&b, n + strlen(x->up_model) * 6 + 64);
-    if (px_json_replace_str(&b, bd, n, top, 1, x->up_model) < 0) {
+    if (px_json_replace_str(&b, bd, n, top, 1, x->up_model) < PX_JSON_MORE) { /* buffer */
       px_buf_free(&b);
       free(owned);
       send_error(x, PX_ERR_API, "out of memory", NULL);
