@@ -240,6 +240,18 @@ function accessRecord(id) {
 }
 const waitRecord = (id) => waitFor(() => accessRecord(id), { timeout: 10000, what: `access log record ${id}` });
 
+const fdCount = () => fs.readdirSync(`/proc/${px.pid}/fd`).length;
+let fdBaseline = 0;
+
+test('warm-up: a healthy exchange; descriptor baseline', async () => {
+  const r = await onePlusHealthy('chat', 'chat-a', healthy('chat'));
+  assert.equal(r.status, 200);
+  await waitFor(() => {
+    fdBaseline = fdCount();
+    return true;
+  });
+});
+
 // ---- framing (SPEC 10: the gateway frames every response itself) ------------
 
 test('TE: chunked plus Content-Length upstream: one response, no smuggled second one', async () => {
@@ -648,7 +660,14 @@ test('OpenAI-Organization / Project dropped when the upstream sets its own; head
 
 // ---- the process ----------------------------------------------------------------
 
-test('the gateway still serves, and exits cleanly without a sanitizer report', async () => {
+test('the gateway still serves, with its descriptors back to the baseline', async () => {
+  const r = await onePlusHealthy('claude', 'claude-a', healthy('claude'));
+  assert.equal(r.status, 200);
+  up.reset(); // no upstream connection left open
+  await waitFor(() => fdCount() <= fdBaseline, { timeout: 10000, what: `descriptors back to ${fdBaseline} (now ${fdCount()})` });
+});
+
+test('the gateway exits cleanly without a sanitizer report', async () => {
   const res = await fetch(`${px.url}/healthz`);
   assert.equal(res.status, 200);
   await res.arrayBuffer();
