@@ -392,9 +392,8 @@ test('obs-folded upstream header: the continuation never becomes a client header
 for (const [kind, model] of [['chat', 'chat-a'], ['claude', 'claude-a'], ['resp', 'resp-a']]) {
   test(`${kind}: a model with CR LF never reaches a header: 400 naming model, nothing sent upstream`, async () => {
     const r = await onePlusHealthy(kind, `${model}\r\nSet-Cookie: evil=1`, healthy(kind), { follow: false });
-    const m = assertError(r, kind, 400, 'invalid_request_error', /model/);
+    assertError(r, kind, 400, 'invalid_request_error', /model/);
     if (kind !== 'claude') assert.equal(r.json.error.param, 'model');
-    assert.ok(!/evil/.test(m) || true);
     assert.equal(up.requests.length, 0, 'nothing sent upstream');
     assert.ok(!('x-proxai-upstream' in r.headers));
   });
@@ -416,7 +415,7 @@ test('a model with raw (unescaped) CR LF bytes in the JSON: 400, no header injec
   assert.equal(up.requests.length, 0);
 });
 
-test('the route model reaches x-proxai-upstream; client headers chosen by the upstream config are replaced', async () => {
+test('a valid route model reaches x-proxai-upstream and the upstream body', async () => {
   const r = await onePlusHealthy('chat', 'rw-a', healthy('chat'));
   assert.equal(r.status, 200);
   assert.equal(r.headers['x-proxai-upstream'], 'uc/up-model');
