@@ -498,6 +498,30 @@ test('an HTML error page: 502 naming the upstream status', async () => {
   badGateway(r, 'chat', /503/);
 });
 
+// ---- the same rules on the translated path (Chat client, Anthropic upstream) ---
+
+test('translated: a redirect is a 502 in the client\'s (Chat) shape', async () => {
+  const r = await onePlusHealthy('chat', 'xclaude-a', http(302, { Location: 'http://evil.example/' }, ''));
+  badGateway(r, 'chat', /redirect/);
+});
+
+test('translated: a gzip answer is a 502 in the Chat shape', async () => {
+  const r = await onePlusHealthy('chat', 'xclaude-a', http(200, { ...JSON_CT, 'Content-Encoding': 'gzip' }, zlib.gzipSync(claudeJson())));
+  badGateway(r, 'chat', /Content-Encoding/);
+});
+
+test('translated: an Anthropic error body over the cap keeps 529, in the Chat shape', async () => {
+  const err = JSON.stringify({ type: 'error', error: { type: 'overloaded_error', message: 'busy ' + 'D'.repeat(1100 * 1024) } });
+  const r = await onePlusHealthy('chat', 'xclaude-a', http(529, JSON_CT, err));
+  const m = assertError(r, 'chat', 529, 'api_error', /^busy DDD/); // SPEC 6: overloaded is api_error for OpenAI clients
+  assert.match(m, /truncated/);
+});
+
+test('translated: an invalid chunk is a 502 in the Chat shape', async () => {
+  const r = await onePlusHealthy('chat', 'xclaude-a', `HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nq\r\n{}\r\n0\r\n\r\n`);
+  badGateway(r, 'chat');
+});
+
 // ---- retry-after (SPEC 7): no UB, clamped ----------------------------------------
 
 const r429 = (h) => http(429, { ...JSON_CT, ...h }, '{"error":{"message":"slow","type":"rate_limit_error"}}');
