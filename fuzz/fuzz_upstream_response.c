@@ -86,10 +86,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   result_t ra, rb;
   watch(proto, mode, p, n, 0, &a, &ra);
   watch(proto, mode, p, n, seed, &b, &rb);
-  if (ra.rc != rb.rc || ra.fin != rb.fin || a.len != b.len || (a.len && memcmp(a.data, b.data, a.len) != 0) ||
+  if (ra.rc != rb.rc || ra.fin != rb.fin || a.len != b.len ||
+      (a.len && memcmp(a.data, b.data, a.len) != 0) ||
       ra.usage.input_tokens != rb.usage.input_tokens ||
       ra.usage.output_tokens != rb.usage.output_tokens) {
-    fprintf(stderr, "fuzz_upstream_response: chunking changed the result (rc %d/%d fin %d/%d len %zu/%zu)\n",
+    fprintf(stderr,
+            "fuzz_upstream_response: chunking changed the result (rc %d/%d fin %d/%d len "
+            "%zu/%zu)\n",
             ra.rc, rb.rc, ra.fin, rb.fin, a.len, b.len);
     abort();
   }
@@ -98,7 +101,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   }
   if (mode == 0 && a.len && (a.len > n || memcmp(a.data, p, a.len) != 0)) {
-    fprintf(stderr, "fuzz_upstream_response: watch-only output is not a prefix of the input\n");
+    fprintf(stderr,
+            "fuzz_upstream_response: watch-only output is not a prefix of the input\n");
     abort();
   }
   px_buf_free(&a);
