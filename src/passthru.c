@@ -197,6 +197,13 @@ void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *
 /* ---------------------------------------------------------------------- */
 /* stream watcher                                                            */
 
+/* A Chat stream's error frame: a top-level "error" member that is not null. */
+static int chat_error(const char *d, size_t n) {
+  static const char *const err[] = {"error"};
+  size_t s, l;
+  return px_json_find(d, n, err, 1, &s, &l) == PX_JSON_FOUND && d[s] != 'n';
+}
+
 static int on_event(void *arg, const px_sse_event_t *ev) {
   px_passthru_t *pt = arg;
   const char *d = ev->data.ptr;
@@ -204,7 +211,8 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
   switch (pt->proto) {
   case PX_PROTO_CHAT:
     if (px_str_eq(ev->data, "[DONE]")) pt->terminal = 1;
-    else if (n > 9 && memcmp(d, "{\"error\"", 8) == 0) pt->upstream_error = 1;
+    else if (n > 9 && d[0] == '{' && memmem(d, n, "\"error\"", 7) != NULL && chat_error(d, n))
+      pt->upstream_error = 1;
     else if (n > 0 && memmem(d, n, "\"usage\"", 7) != NULL) usage_at(pt->proto, d, n, NULL, &pt->usage);
     break;
   case PX_PROTO_ANTHROPIC:
@@ -242,7 +250,24 @@ void px_passthru_init(px_passthru_t *pt, px_proto_t proto, const char *model) {
   px_buf_init(&pt->raw, PX_MAX_SSE_EVENT);
 }
 
-/* Rewrite the model in one complete raw event and append it to out. */
+/* The usage-only chunk a Chat upstream sends when asked for
+ * stream_options.include_usage: usage is an object and choices is empty (or
+ * absent). data is the event's data text. */
+static int usage_only_chunk(const char *d, size_t n) {
+  static const char *const usage[] = {"usage"};
+  static const char *const choices[] = {"choices"};
+  size_t s, l;
+  if (px_json_find(d, n, usage, 1, &s, &l) != PX_JSON_FOUND || d[s] != '{') return 0;
+  int rc = px_json_find(d, n, choices, 1, &s, &l);
+  if (rc == PX_JSON_ABSENT) return 1;
+  if (rc != PX_JSON_FOUND || d[s] != '[') return 0;
+  for (size_t i = s + 1; i < s + l; i++)
+    if (d[i] != ' ' && d[i] != '\t' && d[i] != '\r' && d[i] != '\n') return d[i] == ']';
+  return 0;
+}
+
+/* One complete raw event: rewrite the model, or drop it (the usage chunk
+ * the client did not ask for), and append it to out. 1: dropped. */
 static int emit_event(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out) {
   static const char *const top[] = {"model"};
   static const char *const msg[] = {"message", "model"};
@@ -260,6 +285,8 @@ static int emit_event(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out)
   size_t de = ds;
   while (de < n && p[de] != '\n' && p[de] != '\r') de++;
   if (ds >= de || p[ds] != '{') return px_buf_append(out, p, n);
+  if (pt->strip_usage && usage_only_chunk(p + ds, de - ds)) return 1; /* dropped */
+  if (pt->model == NULL) return px_buf_append(out, p, n);
   int rc = px_buf_append(out, p, ds);
   if (rc < 0) return rc;
   const char *const *path = top;
@@ -267,27 +294,44 @@ static int emit_event(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out)
   if (pt->proto == PX_PROTO_ANTHROPIC) path = msg, depth = 2;
   else if (pt->proto == PX_PROTO_RESPONSES) path = resp, depth = 2;
   rc = px_json_replace_str(out, p + ds, de - ds, path, depth, pt->model);
-  if (rc < 0) return rc;
+  /* data that is not a JSON object went out as it came (PX_JSON_BAD or
+   * MORE): only a buffer error breaks the stream */
+  if (rc < PX_JSON_MORE) return rc;
   return px_buf_append(out, p + de, n - de);
 }
 
+static int fail(px_passthru_t *pt, int rc) {
+  pt->failed = rc;
+  px_buf_free(&pt->raw);
+  return rc;
+}
+
+/* Only complete events are passed on: the client's stream always stands at
+ * an event boundary, so an error event can end it at any time. The bytes of
+ * an unfinished event wait in pt->raw; an event over PX_MAX_SSE_EVENT
+ * breaks the stream (none of its bytes are passed on). */
 int px_passthru_feed(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out) {
-  int rc = pt->blind ? 0 : px_sse_feed(&pt->sse, p, n);
-  if (rc == PX_ETOOBIG && pt->model == NULL) {
-    /* watch-only: an event over the cap is still forwarded untouched; the
-     * watcher stops judging the stream rather than breaking it */
-    pt->blind = 1;
-    rc = 0;
-  }
-  if (rc < 0) return rc;
-  if (pt->model == NULL) return 0;
-  size_t start = 0;
+  if (pt->failed) return pt->failed;
+  int per_event = pt->model != NULL || pt->strip_usage;
+  size_t start = 0;    /* first byte of p not passed on yet */
+  size_t ev_start = 0; /* where the current event began in p (raw: before) */
+  int rc = 0;
   for (size_t i = 0; i < n; i++) {
     char c = p[i];
     if (c == '\n' && pt->last_cr) {
       pt->last_cr = 0;
+      /* the LF of an event's closing CRLF goes with that event: passed on
+       * (or dropped) with it, never left over for the next one */
+      if (pt->cr_end == 1 && per_event) rc = px_buf_append(out, "\n", 1);
+      if (pt->cr_end) {
+        ev_start = i + 1; /* watch-only: inside the region passed on below */
+        if (per_event) start = i + 1;
+      }
+      pt->cr_end = 0;
+      if (rc < 0) break;
       continue; /* second half of CRLF */
     }
+    pt->cr_end = 0;
     pt->last_cr = c == '\r';
     if (c != '\n' && c != '\r') {
       pt->line_len++;
@@ -298,6 +342,20 @@ int px_passthru_feed(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out) 
       continue;
     }
     /* blank line: the event ends here */
+    if (pt->raw.len + (i + 1 - ev_start) > PX_MAX_SSE_EVENT) {
+      rc = PX_ETOOBIG;
+      break;
+    }
+    ev_start = i + 1;
+    pt->cr_end = c == '\r';
+    if (!per_event) {
+      if (pt->raw.len > 0) { /* its first bytes came in an earlier piece */
+        rc = px_buf_append(out, pt->raw.data, pt->raw.len);
+        px_buf_reset(&pt->raw);
+        if (rc < 0) break;
+      }
+      continue; /* p[start..ev_start) goes out in one piece below */
+    }
     if (pt->raw.len > 0) {
       rc = px_buf_append(&pt->raw, p + start, i + 1 - start);
       if (rc == 0) rc = emit_event(pt, pt->raw.data, pt->raw.len, out);
@@ -305,19 +363,25 @@ int px_passthru_feed(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out) 
     } else {
       rc = emit_event(pt, p + start, i + 1 - start, out);
     }
-    if (rc < 0) return rc;
+    if (rc < 0) break;
+    if (rc == 1 && pt->cr_end) pt->cr_end = 2; /* dropped: its LF too */
+    rc = 0;
     start = i + 1;
   }
-  if (start < n) return px_buf_append(&pt->raw, p + start, n - start);
-  return 0;
+  /* watch-only: the complete events of this piece (also before a failure) */
+  if (!per_event && ev_start > start) {
+    int e = px_buf_append(out, p + start, ev_start - start);
+    if (rc == 0) rc = e;
+    start = ev_start;
+  }
+  if (rc == 0 && start < n) rc = px_buf_append(&pt->raw, p + start, n - start);
+  if (rc == 0) rc = px_sse_feed(&pt->sse, p, n);
+  return rc < 0 ? fail(pt, rc) : 0;
 }
 
-int px_passthru_finish(px_passthru_t *pt, px_buf_t *out) {
-  if (pt->model != NULL && pt->raw.len > 0) {
-    px_buf_append(out, pt->raw.data, pt->raw.len);
-    px_buf_reset(&pt->raw);
-  }
-  return pt->terminal || pt->upstream_error || pt->blind;
+int px_passthru_finish(const px_passthru_t *pt) {
+  /* an unfinished last event is dropped (SSE: it is never dispatched) */
+  return !pt->failed && (pt->terminal || pt->upstream_error);
 }
 
 void px_passthru_done(px_passthru_t *pt) {

@@ -21,6 +21,7 @@
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxai/passthru.h"
+#include "proxai/protoutil.h"
 #include "proxai/proxy.h"
 #include "proxai/ratelimit.h"
 #include "proxai/server.h"
@@ -31,9 +32,17 @@
 /* client output of one upstream chunk: the Responses closing events repeat
  * the accumulated text up to four times */
 #define PX_MAX_STREAM_OUT (4 * PX_MAX_STREAM_ACCUM + (1u << 20))
+/* a parsed retry-after never exceeds this (one day): no overflow downstream */
+#define PX_RETRY_AFTER_CLAMP_MS 86400000ull
+/* a pass-through JSON answer up to this size is held and sent with our own
+ * Content-Length once complete; a larger one goes on chunked as it arrives */
+#define PX_PASS_HOLD (256u << 10)
+/* the tail kept of a larger one, for the usage scan */
+#define PX_USAGE_TAIL (64u << 10)
 
 typedef enum {
   M_NONE,        /* waiting for upstream headers */
+  M_BAD,         /* unusable answer (3xx, encoded body, ...): 502 on done */
   M_DISCARD,     /* retryable answer: drop the body, retry on done */
   M_ERROR,       /* upstream error body: collect, translate on done */
   M_PASS_JSON,   /* same protocol, forwarded as it arrives */
@@ -82,7 +91,8 @@ typedef struct px_exch {
   px_xfer_t *xfer;
   mode_t_ mode;
   int up_status;
-  int64_t up_content_length;
+  int acc_trunc;         /* M_ERROR: the body went over PX_MAX_UPSTREAM_ERROR */
+  char bad_msg[200];     /* M_BAD: the 502 message */
   px_buf_t passhdrs;     /* "name\0value\0" pairs to pass back */
   char content_type[128];
   int started;           /* client response head sent */
@@ -141,8 +151,10 @@ static void send_error_h(px_exch_t *x, px_errkind_t kind, int status, const char
   px_log_req(PX_LOG_DEBUG, x->req->request_id, "%d %s", x->status, type);
   px_hdr_t h[8];
   size_t n = 0;
-  for (size_t i = 0; i < nextra && n < 6; i++) h[n++] = extra[i];
-  if (x->lossy.len) h[n++] = (px_hdr_t){px_str("x-proxai-lossy"), px_str(x->lossy.buf)};
+  for (size_t i = 0; i < nextra && n < 6; i++)
+    if (px_header_value_ok(extra[i].value.ptr, extra[i].value.len)) h[n++] = extra[i];
+  if (x->lossy.len && px_header_value_ok(x->lossy.buf, x->lossy.len))
+    h[n++] = (px_hdr_t){px_str("x-proxai-lossy"), px_str(x->lossy.buf)};
   h[n++] = (px_hdr_t){px_str("content-type"), px_str("application/json")};
   x->started = 1;
   if (px_resp_start(x->conn, x->status, h, n, (int64_t)b.len) == 0)
@@ -168,17 +180,23 @@ static int pass_back(const px_hdr_t *h) {
   return 0;
 }
 
-/* Response head for the client: passed-back headers plus ours. */
+static int value_ok(const char *v) { return px_header_value_ok(v, strlen(v)); }
+
+/* Response head for the client: passed-back headers plus ours. Every value
+ * goes through the one header-value rule (SPEC 10); the framing headers
+ * (Content-Length, Transfer-Encoding) are the server's, never an upstream's. */
 static size_t build_head(px_exch_t *x, px_hdr_t *h, size_t max, const char *ctype,
                          int stream) {
   size_t n = 0;
-  h[n++] = (px_hdr_t){px_str("content-type"), px_str(ctype)};
+  h[n++] = (px_hdr_t){px_str("content-type"), px_str(value_ok(ctype) ? ctype : "application/json")};
   if (stream) {
     h[n++] = (px_hdr_t){px_str("cache-control"), px_str("no-cache")};
     h[n++] = (px_hdr_t){px_str("x-accel-buffering"), px_str("no")};
   }
-  if (x->label[0]) h[n++] = (px_hdr_t){px_str("x-proxai-upstream"), px_str(x->label)};
-  if (x->lossy.len) h[n++] = (px_hdr_t){px_str("x-proxai-lossy"), px_str(x->lossy.buf)};
+  if (x->label[0] && value_ok(x->label))
+    h[n++] = (px_hdr_t){px_str("x-proxai-upstream"), px_str(x->label)};
+  if (x->lossy.len && px_header_value_ok(x->lossy.buf, x->lossy.len))
+    h[n++] = (px_hdr_t){px_str("x-proxai-lossy"), px_str(x->lossy.buf)};
   const char *p = x->passhdrs.data, *e = p + x->passhdrs.len;
   while (p < e && n + 1 < max) {
     const char *name = p;
@@ -236,6 +254,10 @@ static void finalize(px_exch_t *x) {
   attempt_end(x);
   if (x->paused) px_metrics_gauge_add(PX_G_PAUSED_STREAMS, -1);
   if (x->streaming_gauge) px_metrics_gauge_add(PX_G_ACTIVE_STREAMS, -1);
+  /* what a stream has shown so far is charged, however it ended (cut,
+   * failed, client gone): a client cannot dodge tpm by leaving early */
+  if (x->pt_init) px_usage_merge(&x->usage, &x->pt.usage);
+  if (x->str) px_usage_merge(&x->usage, px_stream_tr_usage(x->str));
   uint64_t end = uv_hrtime();
   double dur = (double)(end - x->t_start) / 1e9;
   double ttft = x->t_first ? (double)(x->t_first - x->t_start) / 1e9 : -1;
@@ -424,21 +446,42 @@ static void schedule_retry(px_exch_t *x) {
 /* ---------------------------------------------------------------------- */
 /* upstream callbacks                                                        */
 
+/* A number of seconds (or ms) from a header value: finite, clamped to
+ * [0, one day] in ms before any conversion, so 1e30, inf, nan, negative or
+ * huge values never reach an integer cast out of range. -1: not a number. */
+static int64_t retry_ms(px_str_t v, double unit_ms) {
+  char tmp[64];
+  size_t len = v.len < sizeof(tmp) - 1 ? v.len : sizeof(tmp) - 1;
+  memcpy(tmp, v.ptr, len); /* the view is not NUL-terminated */
+  tmp[len] = 0;
+  char *end;
+  double d = strtod(tmp, &end);
+  if (end == tmp) return -1;
+  while (*end == ' ' || *end == '\t') end++;
+  if (*end != 0 || isnan(d) || d <= 0) return 0; /* "1s", nan, negative: no wait */
+  double ms = d * unit_ms;
+  if (!(ms < (double)PX_RETRY_AFTER_CLAMP_MS)) return (int64_t)PX_RETRY_AFTER_CLAMP_MS;
+  return (int64_t)ms;
+}
+
 static uint64_t parse_retry_after(const px_hdr_t *h, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    if (h[i].name.len == 14 && strncasecmp(h[i].name.ptr, "retry-after-ms", 14) == 0)
-      return strtoull(h[i].value.ptr, NULL, 10);
+    if (h[i].name.len == 14 && strncasecmp(h[i].name.ptr, "retry-after-ms", 14) == 0) {
+      int64_t ms = retry_ms(h[i].value, 1);
+      return ms > 0 ? (uint64_t)ms : 0;
+    }
   }
   for (size_t i = 0; i < n; i++) {
     if (h[i].name.len == 11 && strncasecmp(h[i].name.ptr, "retry-after", 11) == 0) {
-      char *end;
-      double s = strtod(h[i].value.ptr, &end);
-      if (end != h[i].value.ptr) return s > 0 ? (uint64_t)(s * 1000) : 0;
+      int64_t ms = retry_ms(h[i].value, 1000);
+      if (ms >= 0) return (uint64_t)ms;
       /* an HTTP-date */
       char date[128];
       snprintf(date, sizeof(date), "%.*s", (int)h[i].value.len, h[i].value.ptr);
       time_t when = curl_getdate(date, NULL), now = time(NULL);
-      return when > now ? (uint64_t)(when - now) * 1000 : 0;
+      if (when <= now) return 0;
+      uint64_t d = (uint64_t)(when - now);
+      return d >= PX_RETRY_AFTER_CLAMP_MS / 1000 ? PX_RETRY_AFTER_CLAMP_MS : d * 1000;
     }
   }
   return 0;
@@ -473,15 +516,20 @@ static int headers_failed(px_exch_t *x) {
 static int up_on_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
   px_exch_t *x = arg;
   x->up_status = status;
-  x->up_content_length = -1;
+  x->bad_msg[0] = 0;
   px_buf_reset(&x->passhdrs);
   x->content_type[0] = 0;
+  char encoding[48] = "";
   for (size_t i = 0; i < n; i++) {
+    /* a value that breaks the header rule is dropped (SPEC 10) */
+    if (!px_header_value_ok(h[i].value.ptr, h[i].value.len)) continue;
     if (h[i].name.len == 12 && strncasecmp(h[i].name.ptr, "content-type", 12) == 0)
       snprintf(x->content_type, sizeof(x->content_type), "%.*s", (int)h[i].value.len,
                h[i].value.ptr);
-    else if (h[i].name.len == 14 && strncasecmp(h[i].name.ptr, "content-length", 14) == 0)
-      x->up_content_length = strtoll(h[i].value.ptr, NULL, 10);
+    else if (h[i].name.len == 16 && strncasecmp(h[i].name.ptr, "content-encoding", 16) == 0 &&
+             h[i].value.len > 0 &&
+             !(h[i].value.len == 8 && strncasecmp(h[i].value.ptr, "identity", 8) == 0))
+      snprintf(encoding, sizeof(encoding), "%.*s", (int)h[i].value.len, h[i].value.ptr);
     if (pass_back(&h[i]) ||
         (h[i].name.len == 12 && strncasecmp(h[i].name.ptr, "x-request-id", 12) == 0)) {
       px_buf_append(&x->passhdrs, h[i].name.ptr, h[i].name.len);
@@ -498,12 +546,36 @@ static int up_on_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
     return 0;
   }
   px_metrics_attempt(x->up->name, status >= 400 ? (status == 429 ? "http_429" : status >= 500 ? "http_5xx" : "http_4xx") : NULL);
+  int sse = strncasecmp(x->content_type, "text/event-stream", 17) == 0;
+  /* answers the gateway cannot pass on or read: a 502 in the client's shape
+   * once the body is drained (the client sees neither a redirect nor bytes
+   * it cannot decode) */
+  if (encoding[0])
+    snprintf(x->bad_msg, sizeof(x->bad_msg),
+             "bad gateway: upstream '%s' answered with Content-Encoding '%s'", x->up->name,
+             encoding);
+  else if (status >= 300 && status < 400)
+    snprintf(x->bad_msg, sizeof(x->bad_msg),
+             "bad gateway: upstream '%s' answered with a redirect (HTTP %d)", x->up->name, status);
+  else if (status == 204 || status == 205 || status == 206)
+    snprintf(x->bad_msg, sizeof(x->bad_msg),
+             "bad gateway: upstream '%s' answered HTTP %d without a body", x->up->name, status);
+  else if (status >= 200 && status < 300 && x->stream && !sse)
+    snprintf(x->bad_msg, sizeof(x->bad_msg),
+             "bad gateway: upstream '%s' answered a streaming request with Content-Type '%.60s'",
+             x->up->name, x->content_type[0] ? x->content_type : "(none)");
+  if (x->bad_msg[0]) {
+    x->error_type = "bad_gateway";
+    x->mode = M_BAD;
+    return 0;
+  }
   if (status >= 400 || status < 200) {
     x->mode = M_ERROR;
+    x->acc_trunc = 0;
+    px_buf_free(&x->acc);
     px_buf_init(&x->acc, PX_MAX_UPSTREAM_ERROR);
     return 0;
   }
-  int sse = strncasecmp(x->content_type, "text/event-stream", 17) == 0;
   /* same protocol: the gateway endpoints, and Anthropic count_tokens forwarded as is */
   int same = x->in == x->out;
   if (sse && x->stream) {
@@ -512,6 +584,8 @@ static int up_on_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
     if (same) {
       const char *rw = strcmp(x->up_model, x->model) != 0 ? x->model : NULL;
       px_passthru_init(&x->pt, x->in, rw);
+      /* the gateway asked a Chat upstream for usage (start_attempt) */
+      x->pt.strip_usage = x->in == PX_PROTO_CHAT && !x->include_usage;
       x->pt_init = 1;
       x->mode = M_PASS_STREAM;
     } else {
@@ -524,15 +598,19 @@ static int up_on_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
   if (same) {
     if (strcmp(x->up_model, x->model) != 0) {
       x->mode = M_PASS_REWRITE;
+      px_buf_free(&x->acc);
       px_buf_init(&x->acc, PX_MAX_UPSTREAM_JSON);
       return 0;
     }
+    /* held until complete (or PX_PASS_HOLD): framed by us, and a broken
+     * upstream body still gets a 502 in shape (SPEC 10) */
     x->mode = M_PASS_JSON;
-    px_buf_init(&x->acc, 1u << 16); /* the last 64 KiB, for the usage scan */
-    return start_response(x, status, x->content_type[0] ? x->content_type : "application/json",
-                          0, x->up_content_length) < 0 ? headers_failed(x) : 0;
+    px_buf_free(&x->acc);
+    px_buf_init(&x->acc, PX_PASS_HOLD);
+    return 0;
   }
   x->mode = M_TR_JSON;
+  px_buf_free(&x->acc);
   px_buf_init(&x->acc, PX_MAX_UPSTREAM_JSON);
   return 0;
 }
@@ -542,10 +620,26 @@ static int up_on_data(void *arg, const char *p, size_t n) {
   if (x->conn == NULL) return -1;
   switch (x->mode) {
   case M_DISCARD:
+  case M_BAD:
     return 0;
   case M_ERROR:
-    px_buf_append(&x->acc, p, n); /* capped: the rest of a huge error is dropped */
+    /* capped: the rest of a huge error is dropped, its start kept */
+    if (!x->acc_trunc && px_buf_append(&x->acc, p, n) < 0) {
+      size_t room = x->acc.cap - x->acc.len;
+      px_buf_append(&x->acc, p, room < n ? room : n);
+      x->acc_trunc = 1;
+    }
     return 0;
+  case M_PASS_JSON:
+    if (x->started) break;
+    if (px_buf_append(&x->acc, p, n) == 0) return 0;
+    /* too large to hold: our chunked framing from here on */
+    if (start_response(x, x->up_status,
+                       x->content_type[0] ? x->content_type : "application/json", 0, -1) < 0)
+      return -1;
+    client_write(x, x->acc.data, x->acc.len);
+    if (x->acc.len > PX_USAGE_TAIL) px_buf_consume(&x->acc, x->acc.len - PX_USAGE_TAIL);
+    break;
   case M_PASS_REWRITE:
   case M_TR_JSON:
     return px_buf_append(&x->acc, p, n) < 0 ? -1 : 0;
@@ -562,21 +656,23 @@ static int up_on_data(void *arg, const char *p, size_t n) {
   switch (x->mode) {
   case M_PASS_JSON:
     /* keep the tail: every protocol puts usage at the end of the body */
-    if (n >= x->acc.cap) {
+    if (n >= PX_USAGE_TAIL) {
       px_buf_reset(&x->acc);
-      px_buf_append(&x->acc, p + n - x->acc.cap, x->acc.cap);
+      px_buf_append(&x->acc, p + n - PX_USAGE_TAIL, PX_USAGE_TAIL);
     } else {
-      if (x->acc.len + n > x->acc.cap) px_buf_consume(&x->acc, x->acc.len + n - x->acc.cap);
+      if (x->acc.len + n > PX_USAGE_TAIL) px_buf_consume(&x->acc, x->acc.len + n - PX_USAGE_TAIL);
       px_buf_append(&x->acc, p, n);
     }
     client_write(x, p, n);
     return 0;
   case M_PASS_STREAM: {
-    if (px_passthru_feed(&x->pt, p, n, &x->obuf) < 0) return -1;
-    if (x->pt.model == NULL) client_write(x, p, n);
-    else {
-      client_write(x, x->obuf.data, x->obuf.len);
-      px_buf_reset(&x->obuf);
+    int rc = px_passthru_feed(&x->pt, p, n, &x->obuf);
+    client_write(x, x->obuf.data, x->obuf.len);
+    px_buf_reset(&x->obuf);
+    if (rc < 0) {
+      /* an event over the cap: the stream ends in error (up_on_done) */
+      x->error_type = "upstream_protocol";
+      return -1;
     }
     return 0;
   }
@@ -701,6 +797,47 @@ static void finish_count_tokens(px_exch_t *x) {
   finalize(x);
 }
 
+/* End a pass-through stream that did not end properly with the client
+ * protocol's error event (the watcher keeps the client at an event
+ * boundary, so the event stands on its own). */
+static void pass_stream_error(px_exch_t *x, px_errkind_t kind, const char *msg) {
+  const px_proto_ops_t *ops = client_ops(x);
+  px_buf_reset(&x->obuf);
+  if (ops->encode_stream_error) ops->encode_stream_error(&x->obuf, kind, msg);
+  client_write(x, x->obuf.data, x->obuf.len);
+  px_buf_reset(&x->obuf);
+}
+
+/* An upstream error body over PX_MAX_UPSTREAM_ERROR: the upstream status
+ * is kept, with as much of its message as arrived (SPEC 6). */
+static void send_truncated_error(px_exch_t *x) {
+  char part[256];
+  size_t k = 0;
+  const char *d = x->acc.data, *e = d + x->acc.len;
+  const char *m = d ? memmem(d, x->acc.len, "\"message\"", 9) : NULL;
+  if (m) {
+    const char *q = m + 9;
+    while (q < e && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n' || *q == ':')) q++;
+    if (q < e && *q == '"') {
+      for (q++; q < e && *q != '"' && k + 4 < 200;) {
+        if (*q == '\\' && q + 1 < e) q++; /* an escape: its letter stands for it */
+        size_t l = px_utf8_seq((const unsigned char *)q, (size_t)(e - q));
+        if (l == 0) l = 1, part[k++] = '?';
+        else if (l == 1 && (unsigned char)*q < 0x20) part[k++] = ' ';
+        else memcpy(part + k, q, l), k += l;
+        q += l;
+      }
+    }
+  }
+  part[k] = 0;
+  char msg[400];
+  snprintf(msg, sizeof(msg), "%s%s(upstream error body over %u KiB, truncated)", part,
+           k ? "... " : "", PX_MAX_UPSTREAM_ERROR >> 10);
+  int st = x->up_status >= 400 && x->up_status <= 599 ? x->up_status : 502;
+  x->error_type = "upstream_error";
+  send_error_h(x, px_errkind_from_type(NULL, st), st, msg, NULL, NULL, 0);
+}
+
 static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
   px_exch_t *x = arg;
   x->xfer = NULL;
@@ -720,7 +857,13 @@ static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
     px_log_ctx(PX_LOG_WARN, x->req->request_id, fields, "upstream %s: %s (%s)",
                x->up->name, result_name(result), errmsg ? errmsg : "");
     if (x->mode == M_NONE || x->mode == M_DISCARD) px_metrics_attempt(x->up->name, result_name(result));
-    x->error_type = result_name(result);
+    int broken = x->pt_init && x->pt.failed; /* an event over the cap */
+    x->error_type = broken ? "upstream_protocol" : result_name(result);
+    if (x->mode == M_BAD && !x->started) {
+      x->error_type = "bad_gateway";
+      send_error(x, PX_ERR_BAD_GATEWAY, x->bad_msg, NULL);
+      return;
+    }
     if (!x->started) {
       /* connect errors and timeouts fail over like a 503 */
       int conn_fail = result == PX_XFER_ECONNECT || result == PX_XFER_ETIMEOUT_CONNECT;
@@ -748,14 +891,11 @@ static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
       client_write(x, x->obuf.data, x->obuf.len);
       px_buf_reset(&x->obuf);
     } else if (x->mode == M_PASS_STREAM) {
-      if (!px_passthru_finish(&x->pt, &x->obuf)) {
-        client_write(x, x->obuf.data, x->obuf.len);
-        px_buf_reset(&x->obuf);
-        const px_proto_ops_t *ops = client_ops(x);
-        if (ops->encode_stream_error)
-          ops->encode_stream_error(&x->obuf, result_kind(result), "upstream stream failed");
-        client_write(x, x->obuf.data, x->obuf.len);
-      }
+      if (broken)
+        pass_stream_error(x, PX_ERR_BAD_GATEWAY,
+                          "bad gateway: upstream stream event over the size limit");
+      else if (!px_passthru_finish(&x->pt))
+        pass_stream_error(x, result_kind(result), "upstream stream failed");
     } else {
       /* a JSON body cut short cannot be repaired: drop the connection */
       px_conn_set_handler(x->conn, NULL, NULL);
@@ -769,7 +909,14 @@ static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
   case M_DISCARD:
     schedule_retry(x);
     return;
+  case M_BAD:
+    send_error(x, PX_ERR_BAD_GATEWAY, x->bad_msg, NULL);
+    return;
   case M_ERROR: {
+    if (x->acc_trunc) {
+      send_truncated_error(x);
+      return;
+    }
     px_upstream_err_t ue;
     const px_proto_ops_t *uops = px_proto_get(x->out);
     if (x->in == x->out && x->ep == EP_GATEWAY && uops->decode_error &&
@@ -800,7 +947,15 @@ static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
     return;
   }
   case M_PASS_JSON:
-    usage_from_tail(x);
+    if (!x->started) { /* held whole: sent with our own Content-Length */
+      px_usage_from_body(x->out, x->acc.data ? x->acc.data : "", x->acc.len, &x->usage);
+      if (start_response(x, x->up_status,
+                         x->content_type[0] ? x->content_type : "application/json", 0,
+                         (int64_t)x->acc.len) == 0)
+        client_write(x, x->acc.data, x->acc.len);
+    } else {
+      usage_from_tail(x);
+    }
     finalize(x);
     return;
   case M_PASS_REWRITE:
@@ -809,17 +964,11 @@ static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
     else finish_json(x);
     return;
   case M_PASS_STREAM:
-    if (!px_passthru_finish(&x->pt, &x->obuf)) {
-      client_write(x, x->obuf.data, x->obuf.len);
-      px_buf_reset(&x->obuf);
-      const px_proto_ops_t *ops = client_ops(x);
-      if (ops->encode_stream_error)
-        ops->encode_stream_error(&x->obuf, PX_ERR_BAD_GATEWAY,
-                                 "upstream stream ended before its terminal event");
+    if (!px_passthru_finish(&x->pt)) {
+      pass_stream_error(x, PX_ERR_BAD_GATEWAY,
+                        "upstream stream ended before its terminal event");
       x->error_type = "truncated_stream";
     }
-    client_write(x, x->obuf.data, x->obuf.len);
-    x->usage = x->pt.usage;
     finalize(x);
     return;
   case M_TR_STREAM:
@@ -827,7 +976,6 @@ static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
                             "upstream stream ended before its terminal event") != 0)
       x->error_type = "truncated_stream";
     flush_obuf(x);
-    x->usage = *px_stream_tr_usage(x->str);
     finalize(x);
     return;
   default:
@@ -879,34 +1027,138 @@ static char *hdr_join(px_str_t a, px_str_t b, px_str_t c) {
   return s;
 }
 
+/* Whether the upstream's configured `header =` lines name this header
+ * (case-insensitive): a configured header replaces whatever the gateway or
+ * the client would send under that name (SPEC 10). */
+static int configured(const px_upstream_conf_t *up, px_str_t name) {
+  for (size_t i = 0; i < up->nheaders; i++) {
+    const char *h = up->headers[i];
+    const char *c = strchr(h, ':');
+    size_t l = c ? (size_t)(c - h) : strlen(h);
+    while (l > 0 && (h[l - 1] == ' ' || h[l - 1] == '\t')) l--;
+    if (l == name.len && strncasecmp(h, name.ptr, l) == 0) return 1;
+  }
+  return 0;
+}
+
+static int tenancy_header(px_str_t name) {
+  return (name.len == 19 && strncasecmp(name.ptr, "openai-organization", 19) == 0) ||
+         (name.len == 14 && strncasecmp(name.ptr, "openai-project", 14) == 0);
+}
+
 static char **build_upstream_headers(px_exch_t *x) {
-  size_t max = 16 + x->req->nhdrs + x->up->nheaders;
+  const px_upstream_conf_t *up = x->up;
+  size_t max = 16 + x->req->nhdrs + up->nheaders;
   char **h = calloc(max + 1, sizeof(char *));
   if (h == NULL) return NULL;
+  /* the upstream bills to its own organization / project: the client's
+   * choice of either is dropped when it configures one */
+  int own_tenancy = configured(up, PX_STR("openai-organization")) ||
+                    configured(up, PX_STR("openai-project"));
   size_t n = 0;
-#define ADD(a, b, c) h[n++] = hdr_join(a, b, c)
-  ADD(PX_STR("Content-Type: application/json"), PX_STR(""), PX_STR(""));
-  if (x->stream) ADD(PX_STR("Accept: text/event-stream"), PX_STR(""), PX_STR(""));
-  else ADD(PX_STR("Accept: application/json"), PX_STR(""), PX_STR(""));
-  if (x->up->api_key) {
-    if (x->out == PX_PROTO_ANTHROPIC) ADD(PX_STR("x-api-key: "), px_str(x->up->api_key), PX_STR(""));
-    else ADD(PX_STR("Authorization: Bearer "), px_str(x->up->api_key), PX_STR(""));
+  /* every value passes the one header-value rule; a name the upstream
+   * configures is left to its `header =` line */
+#define ADD(name, sep, value)                                                            \
+  do {                                                                                   \
+    px_str_t nm_ = (name), v_ = (value);                                                 \
+    if (px_header_value_ok(v_.ptr, v_.len) && !configured(up, nm_))                      \
+      h[n++] = hdr_join(nm_, sep, v_);                                                   \
+  } while (0)
+  ADD(PX_STR("Content-Type"), PX_STR(": "), PX_STR("application/json"));
+  ADD(PX_STR("Accept"), PX_STR(": "), x->stream ? PX_STR("text/event-stream") : PX_STR("application/json"));
+  if (up->api_key) {
+    if (x->out == PX_PROTO_ANTHROPIC) ADD(PX_STR("x-api-key"), PX_STR(": "), px_str(up->api_key));
+    else ADD(PX_STR("Authorization"), PX_STR(": Bearer "), px_str(up->api_key));
   }
   if (x->out == PX_PROTO_ANTHROPIC) {
     const char *v = px_req_header(x->req, "anthropic-version");
-    ADD(PX_STR("anthropic-version: "), px_str(v && *v ? v : x->up->anthropic_version),
-        PX_STR(""));
+    ADD(PX_STR("anthropic-version"), PX_STR(": "),
+        px_str(v && *v && value_ok(v) ? v : up->anthropic_version));
   }
-  ADD(PX_STR("x-request-id: "), px_str(x->req->request_id), PX_STR(""));
-  for (size_t i = 0; i < x->req->nhdrs && n < max - x->up->nheaders - 1; i++) {
+  ADD(PX_STR("x-request-id"), PX_STR(": "), px_str(x->req->request_id));
+  for (size_t i = 0; i < x->req->nhdrs && n < max - up->nheaders - 1; i++) {
     const px_hdr_t *rh = &x->req->hdrs[i];
     if (!forward_header(rh->name, x->out)) continue;
+    if (own_tenancy && tenancy_header(rh->name)) continue;
     ADD(rh->name, PX_STR(": "), rh->value);
   }
-  for (size_t i = 0; i < x->up->nheaders; i++) h[n++] = strdup(x->up->headers[i]);
 #undef ADD
+  for (size_t i = 0; i < up->nheaders; i++)
+    if (value_ok(up->headers[i])) h[n++] = strdup(up->headers[i]);
   h[n] = NULL;
   return h;
+}
+
+/* The Chat stream body asking for usage (SPEC 5: the final usage must be
+ * real, for tpm and metrics, whatever the client asked; the watcher strips
+ * the extra chunk for a client that did not ask). Without stream_options the
+ * member is put first, bytes otherwise untouched; with one, the body is
+ * parsed (the last duplicate wins, as upstream) and x->include_usage set
+ * from what the client really asked. NULL: nothing to change. */
+static char *chat_usage_body(px_exch_t *x, size_t *len) {
+  static const char *const P_SO[] = {"stream_options"};
+  const char *bd = x->req->body.data ? x->req->body.data : "";
+  size_t n = x->req->body.len, vs, vl;
+  int rc = px_json_find(bd, n, P_SO, 1, &vs, &vl);
+  if (rc == PX_JSON_ABSENT) {
+    static const char ins[] = "\"stream_options\":{\"include_usage\":true},";
+    size_t i = 0;
+    while (i < n && bd[i] != '{') i++;
+    if (i == n) return NULL;
+    char *b = malloc(n + sizeof(ins));
+    if (b == NULL) return NULL;
+    memcpy(b, bd, i + 1);
+    memcpy(b + i + 1, ins, sizeof(ins) - 1);
+    memcpy(b + i + sizeof(ins), bd + i + 1, n - i - 1);
+    *len = n + sizeof(ins) - 1;
+    b[*len] = 0;
+    return b;
+  }
+  json_t *body = x->body ? json_incref(x->body) : json_loadb(bd, n, 0, NULL);
+  json_t *so = json_object_get(body, "stream_options");
+  char *out = NULL;
+  x->include_usage = json_is_true(json_object_get(so, "include_usage"));
+  if (json_is_object(body) && !x->include_usage) {
+    json_t *copy = json_copy(body); /* shallow: x->body stays the client's */
+    json_t *nso = json_is_object(so) ? json_copy(so) : json_object();
+    json_object_set_new(nso, "include_usage", json_true());
+    json_object_set_new(copy, "stream_options", nso);
+    out = json_dumps(copy, JSON_COMPACT);
+    json_decref(copy);
+    if (out) *len = strlen(out);
+  }
+  json_decref(body);
+  return out;
+}
+
+/* Same-protocol upstream body: the client's bytes, with the usage request
+ * of a Chat stream and the route's model, when either applies. */
+static int pass_body(px_exch_t *x) {
+  const char *bd = x->req->body.data;
+  size_t n = x->req->body.len;
+  char *owned = NULL;
+  if (x->in == PX_PROTO_CHAT && x->stream && x->ep == EP_GATEWAY) {
+    size_t l = 0;
+    if ((owned = chat_usage_body(x, &l)) != NULL) bd = owned, n = l;
+  }
+  if (strcmp(x->up_model, x->model) != 0) {
+    static const char *const top[] = {"model"};
+    px_buf_t b;
+    px_buf_init(&b, n + strlen(x->up_model) * 6 + 64);
+    if (px_json_replace_str(&b, bd, n, top, 1, x->up_model) < PX_JSON_MORE) { /* buffer */
+      px_buf_free(&b);
+      free(owned);
+      send_error(x, PX_ERR_API, "out of memory", NULL);
+      return -1;
+    }
+    free(owned);
+    n = b.len;
+    bd = owned = px_buf_steal(&b, NULL);
+  }
+  x->up_body = bd;
+  x->up_body_len = n;
+  x->up_body_owned = owned;
+  return 0;
 }
 
 static void start_attempt(px_exch_t *x) {
@@ -964,17 +1216,7 @@ static void start_attempt(px_exch_t *x) {
 
   px_lossy_init(&x->lossy);
   if (x->in == x->out) {
-    if (strcmp(x->up_model, x->model) != 0) {
-      static const char *const top[] = {"model"};
-      px_buf_t b;
-      px_buf_init(&b, x->req->body.len + strlen(x->up_model) * 6 + 64);
-      px_json_replace_str(&b, x->req->body.data, x->req->body.len, top, 1, x->up_model);
-      x->up_body_len = b.len;
-      x->up_body = x->up_body_owned = px_buf_steal(&b, NULL);
-    } else {
-      x->up_body = x->req->body.data;
-      x->up_body_len = x->req->body.len;
-    }
+    if (pass_body(x) < 0) return;
   } else {
     if (parse_body(x) < 0) return;
     json_t *ub = NULL;
@@ -1161,7 +1403,8 @@ static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, px_proto_t in, en
       bd[vs] == '"' && memchr(bd + vs, '\\', vl) == NULL &&
       px_json_complete(bd, r->body.len)) {
     x->model_buf = strndup(bd + vs + 1, vl - 2);
-    x->model = x->model_buf;
+    /* a raw NUL would cut the copy short: refused like CR and LF */
+    x->model = px_header_value_ok(bd + vs + 1, vl - 2) ? x->model_buf : "\n";
     x->stream = ep == EP_GATEWAY &&
                 px_json_find(bd, r->body.len, P_STREAM, 1, &vs, &vl) == PX_JSON_FOUND &&
                 vl == 4 && memcmp(bd + vs, "true", 4) == 0;
@@ -1178,9 +1421,21 @@ static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, px_proto_t in, en
       return;
     }
     x->model = json_string_value(m);
+    if (strlen(x->model) != json_string_length(m)) x->model = "\n"; /* a NUL: refused below */
     x->stream = ep == EP_GATEWAY && json_is_true(json_object_get(x->body, "stream"));
     json_t *so = json_object_get(x->body, "stream_options");
     x->include_usage = json_is_true(json_object_get(so, "include_usage"));
+  }
+
+  /* the model reaches the x-proxai-upstream header and the upstream
+   * request: it must be a valid header value (SPEC 10) */
+  if (!px_header_value_ok(x->model, strlen(x->model))) {
+    x->model = NULL; /* never logged either */
+    send_error(x, PX_ERR_INVALID,
+               "'model' is not a valid model name: it contains a control character (CR, LF "
+               "or NUL)",
+               "model");
+    return;
   }
 
   px_config_t *cfg = x->cfg;

@@ -30,28 +30,38 @@ int px_json_complete(const char *p, size_t n);
 int px_json_replace_str(px_buf_t *out, const char *p, size_t n,
                         const char *const *path, size_t depth, const char *value);
 
-/** Stream watcher/rewriter for a pass-through SSE body. */
+/** Stream watcher/rewriter for a pass-through SSE body. Only complete
+ *  events are passed on, so the client's stream always stands at an event
+ *  boundary and an error event can end it at any point (SPEC section 5). */
 typedef struct px_passthru {
   px_proto_t proto;
   const char *model;  /**< client model to write into events; NULL = no rewrite */
+  int strip_usage;    /**< Chat: drop the usage-only chunk (the gateway asked
+                           for include_usage, the client did not) */
   px_sse_t sse;       /**< observes events for the terminal / error state */
-  px_buf_t raw;       /**< rewrite mode: bytes of the event being collected */
+  px_buf_t raw;       /**< bytes of the unfinished event, not passed on yet */
   size_t line_len;    /**< bytes on the current raw line */
   int last_cr;
+  int cr_end;         /**< the last event ended on CR (1 passed on, 2 dropped):
+                           a following LF belongs to it */
   int terminal;       /**< terminal event seen */
   int upstream_error; /**< the upstream sent its own error event */
-  int blind;          /**< watch-only mode met an event over the cap: the
-                           bytes flow on, the end is no longer judged */
-  px_usage_t usage;   /**< final usage seen, for logs and tpm */
+  int failed;         /**< <0: an event over the cap (PX_ETOOBIG) or a buffer
+                           error; the stream is broken, feed refuses more */
+  px_usage_t usage;   /**< usage seen so far, for logs and tpm */
 } px_passthru_t;
 
 void px_passthru_init(px_passthru_t *pt, px_proto_t proto, const char *model);
-/** Feed upstream bytes. Without rewrite nothing is appended (forward the
- *  input as is); with rewrite complete events are appended to out. */
+/** Feed upstream bytes; the bytes to send to the client (complete events,
+ *  rewritten or dropped as configured) are appended to out. Returns 0, or <0
+ *  when the stream is broken (an event over PX_MAX_SSE_EVENT): out then holds
+ *  the complete events before the failure, and the caller ends the client's
+ *  stream with its protocol's error event. */
 int px_passthru_feed(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out);
-/** Upstream ended: flush what is left (rewrite mode). Returns 1 when the
- *  stream ended properly (terminal or upstream error event seen), else 0. */
-int px_passthru_finish(px_passthru_t *pt, px_buf_t *out);
+/** Upstream ended: 1 when the stream ended properly (terminal or upstream
+ *  error event seen, nothing broken), else 0. An unfinished last event is
+ *  dropped, never passed on. */
+int px_passthru_finish(const px_passthru_t *pt);
 void px_passthru_done(px_passthru_t *pt);
 
 /** Read usage from a non-streaming response body of protocol p. */

@@ -70,16 +70,13 @@ static void run_stream(px_proto_t p, const char *model, const char *in, const ch
     px_passthru_init(&pt, p, model);
     CHECK(px_passthru_feed(&pt, in, cut, &out) == 0);
     CHECK(px_passthru_feed(&pt, in + cut, n - cut, &out) == 0);
-    int term = px_passthru_finish(&pt, &out);
+    int term = px_passthru_finish(&pt);
     CHECK(term == want_terminal);
-    if (model) {
-      if (!(out.len == strlen(want) && memcmp(out.data, want, out.len) == 0)) {
-        fprintf(stderr, "cut %zu: got [%.*s]\n", cut, (int)out.len, out.data);
-        failures++;
-        cut = n; /* one report is enough */
-      }
-    } else {
-      CHECK(out.len == 0); /* no rewrite: caller forwards the input */
+    if (want == NULL) want = in; /* no rewrite: the complete events as they came */
+    if (!(out.len == strlen(want) && memcmp(out.data, want, out.len) == 0)) {
+      fprintf(stderr, "cut %zu: got [%.*s]\n", cut, (int)out.len, out.data);
+      failures++;
+      cut = n; /* one report is enough */
     }
     px_passthru_done(&pt);
     px_buf_free(&out);
@@ -120,7 +117,7 @@ static void test_streams(void) {
   px_buf_init(&out, 1 << 20);
   px_passthru_init(&pt, PX_PROTO_ANTHROPIC, "cli");
   CHECK(px_passthru_feed(&pt, an, strlen(an), &out) == 0);
-  CHECK(px_passthru_finish(&pt, &out) == 1);
+  CHECK(px_passthru_finish(&pt) == 1);
   CHECK(memmem(out.data, out.len, "\"model\":\"cli\"", 13) != NULL);
   CHECK(memmem(out.data, out.len, "\"up\"", 4) == NULL);
   CHECK(pt.usage.input_tokens == 7 && pt.usage.output_tokens == 9);
@@ -134,7 +131,7 @@ static void test_streams(void) {
       "event: error\ndata: "
       "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n";
   CHECK(px_passthru_feed(&pt, err, strlen(err), &out) == 0);
-  CHECK(px_passthru_finish(&pt, &out) == 1 && pt.upstream_error == 1 && pt.terminal == 0);
+  CHECK(px_passthru_finish(&pt) == 1 && pt.upstream_error == 1 && pt.terminal == 0);
   px_passthru_done(&pt);
   px_buf_free(&out);
 
@@ -150,8 +147,9 @@ static void test_streams(void) {
              1);
 }
 
-/* Watch-only mode never breaks a stream on an event over the SSE cap; the
- * rewrite mode (which must hold the event) reports it. */
+/* An event over the SSE cap breaks the stream in both modes (SPEC 5: it
+ * ends with the client's error event): the complete events before it are
+ * passed on, none of its bytes, and the stream is no longer complete. */
 static void test_oversize(void) {
   size_t big = PX_MAX_SSE_EVENT + 1024;
   char *ev = malloc(big + 64);
@@ -159,19 +157,56 @@ static void test_oversize(void) {
   memset(ev + 13, 'a', big);
   memcpy(ev + 13 + big, "\"}\n\n", 5);
   size_t n = 13 + big + 5;
-  px_passthru_t pt;
-  px_buf_t out;
-  px_buf_init(&out, 64u << 20);
-  px_passthru_init(&pt, PX_PROTO_CHAT, NULL);
-  CHECK(px_passthru_feed(&pt, ev, n, &out) == 0);
-  CHECK(px_passthru_feed(&pt, "data: [DONE]\n\n", 14, &out) == 0);
-  CHECK(px_passthru_finish(&pt, &out) == 1 && out.len == 0);
-  px_passthru_done(&pt);
-  px_passthru_init(&pt, PX_PROTO_CHAT, "cli");
-  CHECK(px_passthru_feed(&pt, ev, n, &out) < 0);
-  px_passthru_done(&pt);
-  px_buf_free(&out);
+  static const char first[] = "data: {\"id\":\"1\",\"choices\":[]}\n\n";
+  for (int rw = 0; rw < 2; rw++) {
+    px_passthru_t pt;
+    px_buf_t out;
+    px_buf_init(&out, 64u << 20);
+    px_passthru_init(&pt, PX_PROTO_CHAT, rw ? "cli" : NULL);
+    CHECK(px_passthru_feed(&pt, first, strlen(first), &out) == 0);
+    CHECK(px_passthru_feed(&pt, ev, n, &out) == PX_ETOOBIG);
+    CHECK(out.len == strlen(first) && memcmp(out.data, first, out.len) == 0);
+    CHECK(px_passthru_feed(&pt, "data: [DONE]\n\n", 14, &out) < 0);
+    CHECK(px_passthru_finish(&pt) == 0);
+    px_passthru_done(&pt);
+    px_buf_free(&out);
+  }
   free(ev);
+}
+
+/* The usage-only chunk the gateway asked for is dropped for a client that
+ * did not ask; its usage is still read; other chunks pass untouched. */
+static void test_strip_usage(void) {
+  const char *in =
+      "data: {\"id\":\"1\",\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n"
+      "data: {\"id\":\"1\",\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}],"
+      "\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\n\n"
+      "data: {\"id\":\"1\",\"choices\":[ ],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":8}}\r\n\r\n"
+      "data: [DONE]\n\n";
+  const char *want =
+      "data: {\"id\":\"1\",\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n"
+      "data: {\"id\":\"1\",\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}],"
+      "\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\n\n"
+      "data: [DONE]\n\n";
+  size_t n = strlen(in);
+  for (size_t cut = 0; cut <= n; cut++) {
+    px_passthru_t pt;
+    px_buf_t out;
+    px_buf_init(&out, 1 << 20);
+    px_passthru_init(&pt, PX_PROTO_CHAT, NULL);
+    pt.strip_usage = 1;
+    CHECK(px_passthru_feed(&pt, in, cut, &out) == 0);
+    CHECK(px_passthru_feed(&pt, in + cut, n - cut, &out) == 0);
+    CHECK(px_passthru_finish(&pt) == 1);
+    CHECK(pt.usage.input_tokens == 7 && pt.usage.output_tokens == 8);
+    if (!(out.len == strlen(want) && memcmp(out.data, want, out.len) == 0)) {
+      fprintf(stderr, "strip cut %zu: got [%.*s]\n", cut, (int)out.len, out.data);
+      failures++;
+      cut = n;
+    }
+    px_passthru_done(&pt);
+    px_buf_free(&out);
+  }
 }
 
 static void test_usage(void) {
@@ -188,5 +223,6 @@ int main(void) {
   test_streams();
   test_usage();
   test_oversize();
+  test_strip_usage();
   return check_report("test_passthru");
 }

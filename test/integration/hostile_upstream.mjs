@@ -1,0 +1,704 @@
+// The security boundary, upstream side (SPEC sections 5, 6, 7, 10): proxai
+// against a raw-TCP fault upstream (lib/faultup.mjs) that answers with broken
+// framing, bad headers, gzip, redirects, over-long or cut streams, huge error
+// bodies and hostile retry-after values. Every case reads the client side with
+// a strict HTTP/1.1 parser on one keep-alive connection and asserts the exact
+// answer: status, protocol-shaped error, no injected or upstream framing
+// header, and exactly one well-formed response per request (a healthy second
+// request on the same connection gets its own answer, nothing more).
+//
+// Runs on the libcurl lane (default) and the built-in HTTP/1.1 lane
+// (PROXAI_UPSTREAM_NATIVE=1, registered as hostile_upstream_native).
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import zlib from 'node:zlib';
+import { startProxai, test, run, parseSSE, waitFor } from './lib/harness.mjs';
+import { startFaultUpstream, http, chunked, sse, post, exchange, openRaw } from './lib/faultup.mjs';
+
+const NATIVE = process.env.PROXAI_UPSTREAM_NATIVE === '1';
+const up = await startFaultUpstream();
+const logDir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-hostile-up-'));
+const accessLog = path.join(logDir, 'access.log');
+process.on('exit', () => fs.rmSync(logDir, { recursive: true, force: true }));
+
+const px = await startProxai(`[server]
+listen = 127.0.0.1:{{PORT}}
+access_log = ${accessLog}
+
+[upstream uc]
+protocol = openai_chat_completions
+base_url = ${up.url}/v1
+api_key = up-key
+retries = 0
+
+[upstream ur]
+protocol = openai_responses
+base_url = ${up.url}/v1
+api_key = up-key
+retries = 0
+
+[upstream ua]
+protocol = anthropic_messages
+base_url = ${up.url}
+api_key = up-key
+retries = 0
+
+[upstream uc_retry]
+protocol = openai_chat_completions
+base_url = ${up.url}/v1
+api_key = up-key
+retries = 1
+
+[upstream uc_org]
+protocol = openai_chat_completions
+base_url = ${up.url}/v1
+api_key = up-key
+retries = 0
+header = OpenAI-Organization: org-gateway
+header = user-agent: gateway-agent
+
+[route chat-*]
+upstream = uc
+
+[route rw-*]
+upstream = uc
+model = up-model
+
+[route resp-*]
+upstream = ur
+
+[route claude-*]
+upstream = ua
+
+[route xclaude-*]
+upstream = ua
+
+[route retry-*]
+upstream = uc_retry
+
+[route org-*]
+upstream = uc_org
+
+[key main]
+secret = sk-main
+
+[key metered]
+secret = sk-metered
+tpm = 100
+`);
+
+const KEY = { authorization: 'Bearer sk-main' };
+const AV = { 'anthropic-version': '2023-06-01' };
+const PATH = { chat: '/v1/chat/completions', resp: '/v1/responses', claude: '/v1/messages' };
+const msgs = [{ role: 'user', content: 'hi' }];
+function reqBody(kind, model, extra = {}) {
+  if (kind === 'chat') return { model, messages: msgs, ...extra };
+  if (kind === 'resp') return { model, input: 'hi', ...extra };
+  return { model, max_tokens: 16, messages: msgs, ...extra };
+}
+const JSON_CT = { 'content-type': 'application/json' };
+const SSE_CT = { 'content-type': 'text/event-stream' };
+
+// ---- upstream answers ----------------------------------------------------------
+
+const chatJson = (text = 'fine', usage = { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 }) =>
+  JSON.stringify({ id: 'chatcmpl-1', object: 'chat.completion', created: 1, model: 'm', choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: 'stop' }], usage });
+const respJson = (text = 'fine') =>
+  JSON.stringify({ id: 'resp_1', object: 'response', created_at: 1, status: 'completed', model: 'm', output: [{ type: 'message', id: 'msg_1', status: 'completed', role: 'assistant', content: [{ type: 'output_text', text, annotations: [] }] }], usage: { input_tokens: 3, output_tokens: 1, total_tokens: 4 } });
+const claudeJson = (text = 'fine') =>
+  JSON.stringify({ id: 'msg_1', type: 'message', role: 'assistant', model: 'm', content: [{ type: 'text', text }], stop_reason: 'end_turn', stop_sequence: null, usage: { input_tokens: 3, output_tokens: 1 } });
+const okJson = { chat: chatJson, resp: respJson, claude: claudeJson };
+
+const chatChunk = (delta, finish = null) => ({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta, finish_reason: finish }] });
+const chatUsageChunk = { id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [], usage: { prompt_tokens: 11, completion_tokens: 2, total_tokens: 13 } };
+const chatEvents = () => [{ data: chatChunk({ role: 'assistant', content: 'Hi' }) }, { data: chatChunk({}, 'stop') }, { data: chatUsageChunk }, { data: '[DONE]' }];
+const claudeStart = { event: 'message_start', data: { type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', model: 'm', content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 500, output_tokens: 1 } } } };
+const claudeEvents = () => [
+  claudeStart,
+  { event: 'content_block_start', data: { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } } },
+  { event: 'content_block_delta', data: { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Hi' } } },
+  { event: 'content_block_stop', data: { type: 'content_block_stop', index: 0 } },
+  { event: 'message_delta', data: { type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 3 } } },
+  { event: 'message_stop', data: { type: 'message_stop' } },
+];
+const respResponse = (status) => ({ id: 'resp_1', object: 'response', created_at: 1, status, model: 'm', output: [], usage: status === 'completed' ? { input_tokens: 5, output_tokens: 2, total_tokens: 7 } : null });
+const respEvents = () => [
+  { event: 'response.created', data: { type: 'response.created', sequence_number: 0, response: respResponse('in_progress') } },
+  { event: 'response.output_text.delta', data: { type: 'response.output_text.delta', sequence_number: 1, item_id: 'msg_1', output_index: 0, content_index: 0, delta: 'Hi' } },
+  { event: 'response.completed', data: { type: 'response.completed', sequence_number: 2, response: respResponse('completed') } },
+];
+const streamEvents = { chat: chatEvents, resp: respEvents, claude: claudeEvents };
+
+/** A complete, healthy answer of protocol kind (stream or JSON), closing. */
+const healthy = (kind = 'chat', stream = false) =>
+  stream ? http(200, SSE_CT, sse(streamEvents[kind]())) : http(200, JSON_CT, okJson[kind]());
+
+// ---- client side helpers -------------------------------------------------------
+
+let rid = 0;
+const nextId = () => `hostile-up-${++rid}`;
+
+/**
+ * One hostile case: the upstream answers `fault` to a `kind` request (model,
+ * stream as given), then `healthy()` to a second request sent on the SAME
+ * client connection, which must get exactly its own 200. Returns the first
+ * response (plus its request id).
+ */
+async function onePlusHealthy(kind, model, fault, { stream = false, extra = {}, headers = {}, follow = true } = {}) {
+  up.reset();
+  up.script(...(Array.isArray(fault) ? fault : [fault]));
+  if (follow) up.script(healthy('chat'));
+  const id = nextId();
+  const body = reqBody(kind, model, stream ? { stream: true, ...extra } : extra);
+  const reqs = [post(PATH[kind], body, { ...KEY, ...AV, 'x-request-id': id, ...headers }, { close: !follow })];
+  if (follow) reqs.push(post(PATH.chat, reqBody('chat', 'chat-follow'), { ...KEY, 'x-request-id': `${id}-follow` }, { close: true }));
+  const { responses, extra: trailing } = await exchange(px.port, reqs);
+  assert.equal(responses.length, reqs.length);
+  assert.equal(trailing.length, 0, `bytes after the last response: ${JSON.stringify(trailing.toString('latin1').slice(0, 200))}`);
+  for (const r of responses) assertOurFraming(r);
+  if (follow) {
+    const f = responses[1];
+    assert.equal(f.status, 200, f.text);
+    assert.equal(f.json.choices[0].message.content, 'fine', 'the second request got its own answer');
+    assert.equal(f.headers['x-request-id'], `${id}-follow`);
+  }
+  const r = responses[0];
+  r.id = id;
+  assert.equal(r.headers['x-request-id'], id);
+  return r;
+}
+
+/** The gateway's own framing and header set: nothing of the upstream's. */
+function assertOurFraming(r) {
+  const names = r.list.map(([k]) => k);
+  const framing = names.filter((k) => k === 'content-length' || k === 'transfer-encoding');
+  assert.equal(framing.length, 1, `exactly one framing header: ${r.head}`);
+  for (const bad of ['set-cookie', 'content-encoding', 'location', 'x-evil', 'trailer']) {
+    assert.ok(!names.includes(bad), `${bad} reached the client: ${r.head}`);
+  }
+  // a header line of its own, never a value (an obs-fold may be joined into
+  // the value it continues, RFC 9112 5.2)
+  assert.ok(!/^(set-cookie|x-evil)/im.test(r.head), `injected header in the head: ${r.head}`);
+}
+
+/** An error in the client protocol's shape (the gateway's own, or an
+ *  upstream error body of the client's protocol passed on as it came). */
+function assertError(r, kind, status, type, msg, { own = true } = {}) {
+  assert.equal(r.status, status, r.text);
+  assert.match(r.headers['content-type'], /^application\/json/);
+  assert.ok(r.json, `JSON error body: ${r.text.slice(0, 300)}`);
+  let m;
+  if (kind === 'claude') {
+    assert.equal(r.json.type, 'error', r.text);
+    assert.equal(r.json.error.type, type, r.text);
+    m = r.json.error.message;
+  } else {
+    assert.equal(r.json.error.type, type, r.text);
+    if (own) assert.ok('param' in r.json.error && 'code' in r.json.error, r.text);
+    m = r.json.error.message;
+  }
+  assert.equal(typeof m, 'string');
+  if (msg) assert.match(m, msg);
+  return m;
+}
+const badGateway = (r, kind, msg) => assertError(r, kind, 502, 'api_error', msg);
+
+/** The stream ended with the client protocol's error event, never cleanly. */
+function assertStreamError(r, kind) {
+  assert.equal(r.status, 200);
+  assert.match(r.headers['content-type'], /^text\/event-stream/);
+  const events = parseSSE(r.text);
+  assert.ok(events.length >= 1, r.text);
+  const last = events.at(-1);
+  for (const ev of events) {
+    if (ev.data !== undefined && ev.data !== '[DONE]') JSON.parse(ev.data); // every event whole
+  }
+  if (kind === 'chat') {
+    assert.ok(!events.some((e) => e.data === '[DONE]'), 'no [DONE] after a failure');
+    assert.ok(JSON.parse(last.data).error, `last event is the error frame: ${last.data}`);
+  } else if (kind === 'claude') {
+    assert.equal(last.event, 'error', r.text.slice(-400));
+    assert.equal(JSON.parse(last.data).type, 'error');
+    assert.ok(!events.some((e) => e.event === 'message_stop'));
+  } else {
+    assert.equal(last.event, 'response.failed', r.text.slice(-400));
+    assert.equal(JSON.parse(last.data).response.status, 'failed');
+  }
+  return events;
+}
+
+function accessRecord(id) {
+  if (!fs.existsSync(accessLog)) return undefined;
+  for (const line of fs.readFileSync(accessLog, 'utf8').split('\n')) {
+    if (!line) continue;
+    const j = JSON.parse(line);
+    if (j.request_id === id) return j;
+  }
+  return undefined;
+}
+const waitRecord = (id) => waitFor(() => accessRecord(id), { timeout: 10000, what: `access log record ${id}` });
+
+const fdCount = () => fs.readdirSync(`/proc/${px.pid}/fd`).length;
+let fdBaseline = 0;
+
+test('warm-up: a healthy exchange; descriptor baseline', async () => {
+  const r = await onePlusHealthy('chat', 'chat-a', healthy('chat'));
+  assert.equal(r.status, 200);
+  await waitFor(() => {
+    fdBaseline = fdCount();
+    return true;
+  });
+});
+
+// ---- framing (SPEC 10: the gateway frames every response itself) ------------
+
+test('TE: chunked plus Content-Length upstream: one response, no smuggled second one', async () => {
+  const smuggled = 'HTTP/1.1 200 OK\r\nX-Evil: 1\r\nContent-Length: 5\r\n\r\nevil!';
+  const body = chatJson('abc');
+  const fault = `HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nTransfer-Encoding: chunked\r\n\r\n` +
+    chunked(body, smuggled).toString('latin1');
+  const r = await onePlusHealthy('chat', 'chat-a', fault);
+  if (r.status === 200) {
+    // curl: chunked wins; the client gets the de-chunked bytes, framed by us
+    assert.equal(r.text, body + smuggled);
+    assert.equal(r.headers['content-length'], String(Buffer.byteLength(r.text)));
+  } else {
+    badGateway(r, 'chat'); // llhttp refuses the ambiguous framing
+  }
+  assert.ok(!NATIVE || r.status === 502, `native lane: ${r.status}`);
+});
+
+test('chunked upstream answer reaches the client with our Content-Length, bytes intact', async () => {
+  const body = claudeJson('chunks');
+  const r = await onePlusHealthy('claude', 'claude-a', http(200, { ...JSON_CT, 'Transfer-Encoding': 'chunked' }, chunked(body.slice(0, 10), body.slice(10))));
+  assert.equal(r.status, 200);
+  assert.equal(r.text, body);
+  assert.equal(r.headers['content-length'], String(body.length));
+});
+
+test('upstream Content-Length shorter than what it sends: only the framed bytes, next request fine', async () => {
+  const body = respJson('short');
+  const r = await onePlusHealthy('resp', 'resp-a', http(200, { ...JSON_CT, 'Content-Length': body.length }, body + 'HTTP/1.1 200 OK\r\nX-Evil: 1\r\n\r\n'));
+  assert.equal(r.status, 200);
+  assert.equal(r.text, body);
+});
+
+test('upstream Content-Length longer than the body, then close: 502 in shape, nothing half-sent', async () => {
+  const body = chatJson('cut');
+  const r = await onePlusHealthy('chat', 'chat-a', http(200, { ...JSON_CT, 'Content-Length': body.length + 50 }, body));
+  badGateway(r, 'chat');
+});
+
+test('invalid chunk size from the upstream: 502 in shape (nothing was sent yet)', async () => {
+  const r = await onePlusHealthy('claude', 'claude-a', `HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"id"\r\nzz\r\nxx\r\n0\r\n\r\n`);
+  badGateway(r, 'claude');
+});
+
+test('chunk data not followed by CRLF: 502 in shape', async () => {
+  const r = await onePlusHealthy('chat', 'chat-a', `HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{"aXYZ\r\n0\r\n\r\n`);
+  badGateway(r, 'chat');
+});
+
+test('chunked body cut before the last chunk: 502 in shape', async () => {
+  const body = respJson('x');
+  const r = await onePlusHealthy('resp', 'resp-a', `HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n${body.length.toString(16)}\r\n${body}\r\n`);
+  badGateway(r, 'resp');
+});
+
+test('chunk extensions are legal: 200 with the body', async () => {
+  const body = chatJson('ext');
+  const r = await onePlusHealthy('chat', 'chat-a', `HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n${body.length.toString(16)};name=v\r\n${body}\r\n0\r\n\r\n`);
+  assert.equal(r.status, 200);
+  assert.equal(r.text, body);
+});
+
+test('HTTP/1.0 close-delimited upstream body: 200, framed by us', async () => {
+  const body = claudeJson('ten');
+  const r = await onePlusHealthy('claude', 'claude-a', `HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n${body}`);
+  assert.equal(r.status, 200);
+  assert.equal(r.text, body);
+  assert.equal(r.headers['content-length'], String(body.length));
+});
+
+test('100 Continue before the answer: the final answer only', async () => {
+  const r = await onePlusHealthy('chat', 'chat-a', Buffer.concat([Buffer.from('HTTP/1.1 100 Continue\r\n\r\n'), http(200, JSON_CT, chatJson('after100'))]));
+  assert.equal(r.status, 200);
+  assert.equal(r.json.choices[0].message.content, 'after100');
+});
+
+test('upstream closes without a byte: 502 in shape', async () => {
+  const r = await onePlusHealthy('claude', 'claude-a', { raw: [], close: true });
+  badGateway(r, 'claude');
+});
+
+test('garbage status line: 502 in shape', async () => {
+  const r = await onePlusHealthy('resp', 'resp-a', 'HTTP/1.1 2x0 What\r\nContent-Length: 2\r\n\r\n{}');
+  badGateway(r, 'resp');
+});
+
+test('upstream framing and cookies never reach the client; x-request-id is renamed', async () => {
+  const body = chatJson('hdrs');
+  const r = await onePlusHealthy('chat', 'chat-a', http(200, { ...JSON_CT, 'Set-Cookie': 'evil=1', Connection: 'keep-alive', 'x-request-id': 'up-42', Trailer: 'x-evil', 'X-Ratelimit-Remaining-Requests': '7' }, body));
+  assert.equal(r.status, 200);
+  assert.equal(r.text, body);
+  assert.equal(r.headers['x-upstream-request-id'], 'up-42');
+  assert.equal(r.headers['x-ratelimit-remaining-requests'], '7');
+});
+
+test('a pass-through answer over the hold size goes on chunked by us, bytes and usage intact', async () => {
+  const big = chatJson('y'.repeat(600 * 1024), { prompt_tokens: 21, completion_tokens: 22, total_tokens: 43 });
+  const r = await onePlusHealthy('chat', 'chat-a', http(200, JSON_CT, big));
+  assert.equal(r.status, 200);
+  assert.equal(r.headers['transfer-encoding'], 'chunked');
+  assert.equal(r.text, big);
+  const rec = await waitRecord(r.id);
+  assert.equal(rec.input_tokens, 21);
+  assert.equal(rec.output_tokens, 22);
+});
+
+// ---- bad header values (SPEC 10: no CR, LF or NUL in any header) ---------------
+
+test('upstream header value with a bare CR: dropped, never split into a client header', async () => {
+  const body = chatJson('cr');
+  const r = await onePlusHealthy('chat', 'chat-a', Buffer.from(`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Ratelimit-Limit-Requests: 5\rSet-Cookie: evil=1\r\nContent-Length: ${body.length}\r\n\r\n${body}`, 'latin1'));
+  if (r.status === 200) {
+    assert.equal(r.text, body);
+    assert.ok(!('x-ratelimit-limit-requests' in r.headers), r.head);
+  } else {
+    badGateway(r, 'chat');
+  }
+});
+
+test('upstream header value with a NUL: dropped', async () => {
+  const body = claudeJson('nul');
+  const r = await onePlusHealthy('claude', 'claude-a', Buffer.from(`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nanthropic-ratelimit-requests-limit: 5\0evil\r\nContent-Length: ${body.length}\r\n\r\n${body}`, 'latin1'));
+  if (r.status === 200) {
+    assert.equal(r.text, body);
+    assert.ok(!('anthropic-ratelimit-requests-limit' in r.headers), r.head);
+  } else {
+    badGateway(r, 'claude');
+  }
+});
+
+test('obs-folded upstream header: the continuation never becomes a client header', async () => {
+  const body = respJson('fold');
+  const r = await onePlusHealthy('resp', 'resp-a', `HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Ratelimit-Limit-Tokens: 5\r\n Set-Cookie: evil=1\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+  if (r.status === 200) assert.equal(r.text, body);
+  else badGateway(r, 'resp');
+});
+
+for (const [kind, model] of [['chat', 'chat-a'], ['claude', 'claude-a'], ['resp', 'resp-a']]) {
+  test(`${kind}: a model with CR LF never reaches a header: 400 naming model, nothing sent upstream`, async () => {
+    const r = await onePlusHealthy(kind, `${model}\r\nSet-Cookie: evil=1`, healthy(kind), { follow: false });
+    assertError(r, kind, 400, 'invalid_request_error', /model/);
+    if (kind !== 'claude') assert.equal(r.json.error.param, 'model');
+    assert.equal(up.requests.length, 0, 'nothing sent upstream');
+    assert.ok(!('x-proxai-upstream' in r.headers));
+  });
+}
+
+test('a model with an escaped NUL: 400 naming model', async () => {
+  const r = await onePlusHealthy('chat', 'chat-a\u0000evil', healthy('chat'), { follow: false });
+  assertError(r, 'chat', 400, 'invalid_request_error');
+  assert.equal(up.requests.length, 0);
+});
+
+test('a model with raw (unescaped) CR LF bytes in the JSON: 400, no header injection', async () => {
+  up.reset();
+  const id = nextId();
+  const raw = Buffer.from(`{"model":"chat-a\r\nSet-Cookie: evil=1","messages":[{"role":"user","content":"hi"}]}`, 'latin1');
+  const { responses } = await exchange(px.port, [post(PATH.chat, raw, { ...KEY, 'x-request-id': id }, { close: true })]);
+  assertOurFraming(responses[0]);
+  assertError(responses[0], 'chat', 400, 'invalid_request_error');
+  assert.equal(up.requests.length, 0);
+});
+
+test('a valid route model reaches x-proxai-upstream and the upstream body', async () => {
+  const r = await onePlusHealthy('chat', 'rw-a', healthy('chat'));
+  assert.equal(r.status, 200);
+  assert.equal(r.headers['x-proxai-upstream'], 'uc/up-model');
+  assert.equal(up.requests[0].json.model, 'up-model');
+});
+
+// ---- encodings, redirects, odd statuses ----------------------------------------
+
+test('Content-Encoding: gzip upstream answer: 502 in shape, never gzip bytes', async () => {
+  const r = await onePlusHealthy('chat', 'chat-a', http(200, { ...JSON_CT, 'Content-Encoding': 'gzip' }, zlib.gzipSync(chatJson('zipped'))));
+  badGateway(r, 'chat', /Content-Encoding/);
+});
+
+test('Content-Encoding: br on a stream: 502 in the Anthropic shape', async () => {
+  const r = await onePlusHealthy('claude', 'claude-a', http(200, { ...SSE_CT, 'Content-Encoding': 'br' }, 'garbage'), { stream: true });
+  badGateway(r, 'claude', /Content-Encoding/);
+});
+
+test('Content-Encoding: gzip on an upstream error: 502 in shape', async () => {
+  const r = await onePlusHealthy('resp', 'resp-a', http(400, { ...JSON_CT, 'Content-Encoding': 'gzip' }, zlib.gzipSync('{"error":{"message":"x","type":"invalid_request_error"}}')));
+  badGateway(r, 'resp');
+});
+
+test('Content-Encoding: identity is fine', async () => {
+  const body = chatJson('plain');
+  const r = await onePlusHealthy('chat', 'chat-a', http(200, { ...JSON_CT, 'Content-Encoding': 'identity' }, body));
+  assert.equal(r.status, 200);
+  assert.equal(r.text, body);
+});
+
+for (const [kind, model, st] of [['chat', 'chat-a', 302], ['claude', 'claude-a', 301], ['resp', 'resp-a', 307]]) {
+  test(`${kind}: a ${st} redirect from the upstream is a 502 in shape, no Location`, async () => {
+    const r = await onePlusHealthy(kind, model, http(st, { Location: 'http://evil.example/', ...JSON_CT }, '{"moved":true}'));
+    badGateway(r, kind, /redirect/);
+  });
+}
+
+test('a redirect on a stream request: 502 in shape', async () => {
+  const r = await onePlusHealthy('chat', 'chat-a', http(303, { Location: '/x' }, ''), { stream: true });
+  badGateway(r, 'chat', /redirect/);
+});
+
+test('304 and 204 from the upstream: 502 in shape', async () => {
+  let r = await onePlusHealthy('chat', 'chat-a', 'HTTP/1.1 304 Not Modified\r\n\r\n');
+  badGateway(r, 'chat');
+  r = await onePlusHealthy('claude', 'claude-a', 'HTTP/1.1 204 No Content\r\n\r\n');
+  badGateway(r, 'claude');
+});
+
+test('a JSON answer to a stream request: 502 in shape, never a JSON body for a stream', async () => {
+  const r = await onePlusHealthy('claude', 'claude-a', healthy('claude'), { stream: true });
+  badGateway(r, 'claude', /Content-Type/);
+});
+
+// ---- error bodies (SPEC 6) ------------------------------------------------------
+
+test('an error body over the 1 MiB cap keeps the upstream status, message truncated (Chat)', async () => {
+  const err = JSON.stringify({ error: { message: 'too long: ' + 'A'.repeat(1536 * 1024), type: 'invalid_request_error', param: null, code: null } });
+  const r = await onePlusHealthy('chat', 'chat-a', http(400, JSON_CT, err));
+  const m = assertError(r, 'chat', 400, 'invalid_request_error', /^too long: AAAA/);
+  assert.match(m, /truncated/);
+  assert.ok(m.length < 4096, `message length ${m.length}`);
+});
+
+test('an error body over the cap keeps 529 and the Anthropic type', async () => {
+  const err = JSON.stringify({ type: 'error', error: { type: 'overloaded_error', message: 'busy ' + 'B'.repeat(1200 * 1024) } });
+  const r = await onePlusHealthy('claude', 'claude-a', http(529, JSON_CT, err));
+  const m = assertError(r, 'claude', 529, 'overloaded_error', /^busy BBB/);
+  assert.match(m, /truncated/);
+});
+
+test('an error body over the cap, chunked, 429: rate_limit_error (Responses)', async () => {
+  const err = JSON.stringify({ error: { message: 'slow down ' + 'C'.repeat(1100 * 1024), type: 'rate_limit_error', code: 'rate_limit_exceeded' } });
+  const r = await onePlusHealthy('resp', 'resp-a', http(429, { ...JSON_CT, 'Transfer-Encoding': 'chunked' }, chunked(err.slice(0, 70000), err.slice(70000))));
+  assertError(r, 'resp', 429, 'rate_limit_error', /^slow down CCC/);
+});
+
+test('an HTML error page: 502 naming the upstream status', async () => {
+  const r = await onePlusHealthy('chat', 'chat-a', http(503, { 'content-type': 'text/html' }, '<html>down</html>'));
+  badGateway(r, 'chat', /503/);
+});
+
+// ---- the same rules on the translated path (Chat client, Anthropic upstream) ---
+
+test('translated: a redirect is a 502 in the client\'s (Chat) shape', async () => {
+  const r = await onePlusHealthy('chat', 'xclaude-a', http(302, { Location: 'http://evil.example/' }, ''));
+  badGateway(r, 'chat', /redirect/);
+});
+
+test('translated: a gzip answer is a 502 in the Chat shape', async () => {
+  const r = await onePlusHealthy('chat', 'xclaude-a', http(200, { ...JSON_CT, 'Content-Encoding': 'gzip' }, zlib.gzipSync(claudeJson())));
+  badGateway(r, 'chat', /Content-Encoding/);
+});
+
+test('translated: an Anthropic error body over the cap keeps 529, in the Chat shape', async () => {
+  const err = JSON.stringify({ type: 'error', error: { type: 'overloaded_error', message: 'busy ' + 'D'.repeat(1100 * 1024) } });
+  const r = await onePlusHealthy('chat', 'xclaude-a', http(529, JSON_CT, err));
+  const m = assertError(r, 'chat', 529, 'api_error', /^busy DDD/); // SPEC 6: overloaded is api_error for OpenAI clients
+  assert.match(m, /truncated/);
+});
+
+test('translated: an invalid chunk is a 502 in the Chat shape', async () => {
+  const r = await onePlusHealthy('chat', 'xclaude-a', `HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nq\r\n{}\r\n0\r\n\r\n`);
+  badGateway(r, 'chat');
+});
+
+// ---- retry-after (SPEC 7): no UB, clamped ----------------------------------------
+
+const r429 = (h) => http(429, { ...JSON_CT, ...h }, '{"error":{"message":"slow","type":"rate_limit_error"}}');
+for (const [name, value, retried] of [
+  ['retry-after-ms', '-5', true],
+  ['retry-after-ms', '1e30', false],
+  ['retry-after-ms', '18446744073709551621', false],
+  ['retry-after', 'inf', false],
+  ['retry-after', '1e30', false],
+  ['retry-after', 'nan', true],
+  ['retry-after', '-3', true],
+  ['retry-after', '99999999999999999999999999', false],
+]) {
+  test(`${name}: ${value} is ${retried ? 'retried at once' : 'not waited for (the 429 goes to the client)'}`, async () => {
+    const r = await onePlusHealthy('chat', 'retry-a', [r429({ [name]: value }), healthy('chat')], { follow: false });
+    if (retried) {
+      assert.equal(r.status, 200, r.text);
+      assert.equal(up.requests.length, 2);
+    } else {
+      assertError(r, 'chat', 429, 'rate_limit_error', /^slow$/, { own: false });
+      assert.equal(r.headers[name], value, 'the upstream retry-after is passed back');
+      assert.equal(up.requests.length, 1);
+    }
+  });
+}
+
+// ---- pass-through streams (SPEC 5: never a clean end after a failure) ---------------
+
+for (const [kind, model] of [['chat', 'chat-a'], ['claude', 'claude-a'], ['resp', 'resp-a']]) {
+  test(`${kind}: an SSE line over the cap ends the stream with the protocol's error event`, async () => {
+    const first = sse(streamEvents[kind]().slice(0, 1));
+    const r = await onePlusHealthy(kind, model, { raw: [http(200, SSE_CT, '', { length: false }), first, 'data: {"x":"', 'z'.repeat(5 << 20)] }, { stream: true });
+    const events = assertStreamError(r, kind);
+    assert.ok(!r.text.includes('zzzz'), 'no byte of the over-long event');
+    assert.equal(events.length, 2, r.text.slice(0, 500));
+  });
+}
+
+test('chat: a non-SSE body under text/event-stream: only the error event', async () => {
+  const r = await onePlusHealthy('chat', 'chat-a', http(200, SSE_CT, '<html><body>proxy error</body></html>'), { stream: true });
+  const events = assertStreamError(r, 'chat');
+  assert.equal(events.length, 1);
+  assert.ok(!r.text.includes('html'));
+});
+
+test('anthropic: a stream cut inside an event: the whole events, then event: error', async () => {
+  const evs = claudeEvents();
+  const r = await onePlusHealthy('claude', 'claude-a', { raw: [http(200, SSE_CT, '', { length: false }), sse(evs.slice(0, 3)), 'event: content_block_delta\ndata: {"type":"content_bl'] }, { stream: true });
+  const events = assertStreamError(r, 'claude');
+  assert.equal(events.length, 4);
+  assert.ok(!r.text.includes('"content_bl\n') && !r.text.includes('"content_blevent'), 'the cut event is not passed on');
+});
+
+test('responses: a stream without its terminal event ends with response.failed', async () => {
+  const r = await onePlusHealthy('resp', 'resp-a', http(200, SSE_CT, sse(respEvents().slice(0, 2))), { stream: true });
+  assertStreamError(r, 'resp');
+});
+
+test('anthropic: an upstream error event is passed on as the end, no second error', async () => {
+  const evs = [claudeStart, { event: 'error', data: { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } } }];
+  const r = await onePlusHealthy('claude', 'claude-a', http(200, SSE_CT, sse(evs)), { stream: true });
+  const events = assertStreamError(r, 'claude');
+  assert.equal(events.length, 2);
+  assert.equal(JSON.parse(events[1].data).error.type, 'overloaded_error');
+});
+
+test('chat: CRLF line ends and comments: a complete stream passes whole', async () => {
+  const text = sse(chatEvents()).replaceAll('\n', '\r\n');
+  const r = await onePlusHealthy('chat', 'chat-a', http(200, SSE_CT, ': hello\r\n\r\n' + text), { stream: true, extra: { stream_options: { include_usage: true } } });
+  assert.equal(r.status, 200);
+  assert.equal(r.text, ': hello\r\n\r\n' + text);
+});
+
+/** A chunked SSE answer that breaks off inside a chunk: a transfer error. */
+const cutChunked = (first) => ({
+  raw: [http(200, { ...SSE_CT, 'Transfer-Encoding': 'chunked' }, '', { length: false }), chunked(first).subarray(0, -5), '400\r\nevent: content_bl'],
+});
+
+// ---- usage: asked for always, charged however the stream ends (SPEC 5, 7) -------
+
+test('chat stream without include_usage: the upstream is asked for usage, the client does not see the chunk, tokens counted', async () => {
+  const r = await onePlusHealthy('chat', 'chat-a', http(200, SSE_CT, sse(chatEvents())), { stream: true });
+  assert.equal(r.status, 200);
+  const events = parseSSE(r.text);
+  assert.equal(events.at(-1).data, '[DONE]');
+  assert.ok(!events.some((e) => e.data !== '[DONE]' && JSON.parse(e.data).usage), r.text);
+  assert.equal(events.length, 3);
+  const sent = up.requests[0].json;
+  assert.deepEqual(sent.stream_options, { include_usage: true });
+  assert.equal(sent.stream, true);
+  assert.deepEqual(sent.messages, msgs);
+  const rec = await waitRecord(r.id);
+  assert.equal(rec.input_tokens, 11);
+  assert.equal(rec.output_tokens, 2);
+});
+
+test('chat stream with include_usage: false and another option: usage asked, the option kept, chunk stripped', async () => {
+  const r = await onePlusHealthy('chat', 'chat-a', http(200, SSE_CT, sse(chatEvents())), { stream: true, extra: { stream_options: { include_usage: false, include_obfuscation: false } } });
+  assert.equal(r.status, 200);
+  assert.deepEqual(up.requests[0].json.stream_options, { include_usage: true, include_obfuscation: false });
+  assert.ok(!parseSSE(r.text).some((e) => e.data !== '[DONE]' && JSON.parse(e.data).usage));
+});
+
+test('chat stream with include_usage: true: the client gets its usage chunk', async () => {
+  const r = await onePlusHealthy('chat', 'chat-a', http(200, SSE_CT, sse(chatEvents())), { stream: true, extra: { stream_options: { include_usage: true } } });
+  assert.equal(r.text, sse(chatEvents()));
+});
+
+test('a stream cut after message_start is charged its input tokens (tpm, access log)', async () => {
+  const id = nextId();
+  up.reset();
+  up.script(cutChunked(sse([claudeStart])));
+  const { responses } = await exchange(px.port, [post(PATH.claude, reqBody('claude', 'claude-a', { stream: true }), { authorization: 'Bearer sk-metered', ...AV, 'x-request-id': id }, { close: true })]);
+  assertStreamError(responses[0], 'claude');
+  const rec = await waitRecord(id);
+  assert.equal(rec.input_tokens, 500);
+  // tpm = 100: the 500 tokens put the key in debt
+  up.script(healthy('claude'));
+  const { responses: r2 } = await exchange(px.port, [post(PATH.claude, reqBody('claude', 'claude-a'), { authorization: 'Bearer sk-metered', ...AV }, { close: true })]);
+  assertError(r2[0], 'claude', 429, 'rate_limit_error');
+  assert.equal(up.requests.length, 1, 'the limited request never went upstream');
+});
+
+test('a translated stream cut after message_start is charged too (Chat client, Anthropic upstream)', async () => {
+  const r = await onePlusHealthy('chat', 'xclaude-a', cutChunked(sse([claudeStart])), { stream: true });
+  assertStreamError(r, 'chat');
+  const rec = await waitRecord(r.id);
+  assert.equal(rec.input_tokens, 500);
+});
+
+test('a client that disconnects mid-stream is charged what was seen', async () => {
+  up.reset();
+  up.script({ raw: [http(200, SSE_CT, '', { length: false }), sse([claudeStart])], hang: true });
+  const id = nextId();
+  const c = await openRaw(px.port, post(PATH.claude, reqBody('claude', 'claude-a', { stream: true }), { ...KEY, ...AV, 'x-request-id': id }));
+  await c.reader.until('message_start', 'message_start');
+  c.sock.destroy();
+  const rec = await waitRecord(id);
+  assert.equal(rec.input_tokens, 500);
+  assert.equal(rec.error_type, 'client_closed');
+});
+
+// ---- upstream headers (SPEC 10) -------------------------------------------------
+
+test('OpenAI-Organization / Project dropped when the upstream sets its own; header = replaces the client header', async () => {
+  const r = await onePlusHealthy('chat', 'org-a', healthy('chat'), { headers: { 'OpenAI-Organization': 'org-client', 'OpenAI-Project': 'proj-client', 'User-Agent': 'client-agent' } });
+  assert.equal(r.status, 200);
+  const h = up.requests[0].headers;
+  assert.equal(h['openai-organization'], 'org-gateway');
+  assert.equal(h['openai-project'], undefined);
+  assert.equal(h['user-agent'], 'gateway-agent');
+  assert.equal((up.requests[0].rawHead.match(/^user-agent:/gim) || []).length, 1);
+  // without a configured one, the client's are forwarded
+  const r2 = await onePlusHealthy('chat', 'chat-a', healthy('chat'), { headers: { 'OpenAI-Organization': 'org-client', 'OpenAI-Project': 'proj-client' } });
+  assert.equal(r2.status, 200);
+  assert.equal(up.requests[0].headers['openai-organization'], 'org-client');
+  assert.equal(up.requests[0].headers['openai-project'], 'proj-client');
+});
+
+// ---- the process ----------------------------------------------------------------
+
+test('the gateway still serves, with its descriptors back to the baseline', async () => {
+  const r = await onePlusHealthy('claude', 'claude-a', healthy('claude'));
+  assert.equal(r.status, 200);
+  up.reset(); // no upstream connection left open
+  await waitFor(() => fdCount() <= fdBaseline, { timeout: 10000, what: `descriptors back to ${fdBaseline} (now ${fdCount()})` });
+});
+
+test('the gateway exits cleanly without a sanitizer report', async () => {
+  const res = await fetch(`${px.url}/healthz`);
+  assert.equal(res.status, 200);
+  await res.arrayBuffer();
+  const info = await px.stop('SIGTERM');
+  assert.equal(info.code, 0, px.logs().stderr.slice(-2000));
+  const err = px.logs().stderr;
+  assert.ok(!/AddressSanitizer|LeakSanitizer|runtime error/.test(err), err.slice(-4000));
+  await up.close();
+});
+
+await run();
