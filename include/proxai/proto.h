@@ -355,8 +355,10 @@ typedef struct px_wire_watch {
                                        arrived and the upstream ends cleanly */
   const char *error_event;        /**< event name of an upstream error */
   int error_data;                 /**< a payload starting {"error" is an error */
-  const char *model_path[2];      /**< where the model sits in a body / event */
+  const char *model_path[2];      /**< where the model sits in an event */
   int model_depth;
+  const char *body_model;         /**< the model's member in a response body;
+                                       NULL: "model" */
 } px_wire_watch_t;
 
 /* ------------------------------------------------------------------------ */
@@ -448,6 +450,9 @@ typedef struct px_proto_ops {
   const char *(*error_type)(px_errkind_t kind);
   /** The model is named by the path, never by the body. */
   int model_in_path;
+  /** Streams carry usage only when asked by `stream_options.include_usage`
+   *  (the gateway always asks, and strips it for a client that did not). */
+  int stream_usage_opt_in;
   /** The embedded default (SPEC section 2): the upstream made when env_key
    *  is set, its name, base_url (env_base overrides default_base) and the
    *  glob of model names routed to it (NULL: it takes the rest). */

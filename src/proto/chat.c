@@ -1376,6 +1376,7 @@ const px_proto_ops_t px_proto_chat = {
     .senc_new = px_chat_senc_new,
     .senc_event = px_chat_senc_event,
     .senc_free = px_chat_senc_free,
+    .stream_usage_opt_in = 1,
     .forward_headers = px_openai_forward_headers,
     .tenancy_headers = px_openai_tenancy_headers,
     .auth_header = "Authorization: Bearer ",
