@@ -938,7 +938,7 @@ static int gem_match(const char *path, size_t len, px_inbound_t *in) {
     }
     if (path[rl] != '/') return 0;
     const char *m = path + rl + 1, *end = path + len;
-    const char *colon = memchr(m, ':', (size_t)(end - m));
+    const char *colon = memrchr(m, ':', (size_t)(end - m)); /* methods hold none */
     if (colon == NULL || colon == m || memchr(m, '/', (size_t)(colon - m))) return 0;
     px_str_t method = {colon + 1, (size_t)(end - colon - 1)};
     in->model = (px_str_t){m, (size_t)(colon - m)};
