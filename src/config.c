@@ -29,8 +29,6 @@
 
 #define DEFAULT_LISTEN "127.0.0.1:8080"
 #define DEFAULT_ANTHROPIC_VERSION "2023-06-01"
-#define DEFAULT_OPENAI_BASE "https://api.openai.com/v1"
-#define DEFAULT_ANTHROPIC_BASE "https://api.anthropic.com"
 
 typedef enum sec_kind {
   SEC_NONE,
@@ -803,7 +801,7 @@ static px_config_t *config_new(void) {
 static px_upstream_conf_t *add_upstream(px_config_t *c, const char *name) {
   if (push((void **)&c->upstreams, &c->nupstreams, sizeof *c->upstreams) < 0) return NULL;
   px_upstream_conf_t *u = &c->upstreams[c->nupstreams - 1];
-  u->protocol = PX_PROTO_CHAT;
+  u->protocol = (px_proto_t)0; /* the first protocol of the table */
   u->name = strdup(name);
   u->anthropic_version = strdup(DEFAULT_ANTHROPIC_VERSION);
   u->connect_timeout_ms = 5000;
@@ -1339,25 +1337,35 @@ static int default_upstream(px_config_t *c, const char *name, px_proto_t proto,
   return 0;
 }
 
+/* The embedded default (SPEC section 2): an upstream for every protocol
+ * whose key variable is set; each protocol's model glob routes to it, and
+ * everything else to the one without a glob (else the first). */
 static px_config_t *config_default(char *err, size_t errlen) {
   px_config_t *c = config_new();
   if (c == NULL) goto oom;
-  if (default_upstream(c, "openai", PX_PROTO_CHAT, "OPENAI_API_KEY", "OPENAI_BASE_URL",
-                       DEFAULT_OPENAI_BASE, err, errlen) < 0 ||
-      default_upstream(c, "anthropic", PX_PROTO_ANTHROPIC, "ANTHROPIC_API_KEY",
-                       "ANTHROPIC_BASE_URL", DEFAULT_ANTHROPIC_BASE, err, errlen) < 0)
-    goto fail;
+  for (int p = 0; p < PX_PROTO_COUNT; p++) {
+    const px_proto_ops_t *ops = px_proto_get((px_proto_t)p);
+    if (ops->env_key != NULL &&
+        default_upstream(c, ops->default_name, (px_proto_t)p, ops->env_key, ops->env_base,
+                         ops->default_base, err, errlen) < 0)
+      goto fail;
+  }
   if (c->nupstreams == 0) {
     if ((c->unconfigured_message = strdup(unconfigured)) == NULL) goto oom;
     return c;
   }
-  ssize_t oai = find_upstream(c, "openai"), ant = find_upstream(c, "anthropic");
+  size_t rest = 0;
   px_route_conf_t *r;
-  if ((r = add_route(c, "claude-*")) == NULL ||
-      add_deployment(r, ant >= 0 ? ant : oai) < 0)
-    goto oom;
-  if ((r = add_route(c, "*")) == NULL || add_deployment(r, oai >= 0 ? oai : ant) < 0)
-    goto oom;
+  for (size_t u = c->nupstreams; u-- > 0;) {
+    const px_proto_ops_t *ops = px_proto_get(c->upstreams[u].protocol);
+    if (ops->default_glob == NULL) rest = u;
+  }
+  for (size_t u = 0; u < c->nupstreams; u++) {
+    const char *glob = px_proto_get(c->upstreams[u].protocol)->default_glob;
+    if (glob != NULL && ((r = add_route(c, glob)) == NULL || add_deployment(r, u) < 0))
+      goto oom;
+  }
+  if ((r = add_route(c, "*")) == NULL || add_deployment(r, rest) < 0) goto oom;
   return c;
 oom:
   set_err(err, errlen, "out of memory");
@@ -1511,7 +1519,7 @@ void px_config_print(const px_config_t *c, FILE *out) {
       const char *colon = strchr(h, ':');
       fprintf(out, "  header: %.*s (value hidden)\n", colon ? (int)(colon - h) : 0, h);
     }
-    if (u->protocol == PX_PROTO_ANTHROPIC)
+    if (px_proto_get(u->protocol)->version_header)
       fprintf(out, "  anthropic_version: %s\n", u->anthropic_version);
     print_ms(out, "connect_timeout", u->connect_timeout_ms);
     print_ms(out, "first_byte_timeout", u->first_byte_timeout_ms);

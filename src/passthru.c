@@ -147,19 +147,16 @@ static int64_t find_int(const char *p, size_t n, const char *const *path, size_t
   return strtoll(p + s, NULL, 10);
 }
 
-/* Usage object member names per protocol, and where the object sits. The
- * usage object is located once; its members are read inside it. */
-static void usage_at(px_proto_t proto, const char *p, size_t n, const char *outer,
+/* Usage in a body or event of a protocol, its usage object under outer (or
+ * at the top): the member names come from the protocol's watch descriptor.
+ * The usage object is located once; its members are read inside it. */
+static void usage_at(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
                      px_usage_t *u) {
-  const char *in_name, *out_name;
-  switch (proto) {
-  case PX_PROTO_CHAT: in_name = "prompt_tokens"; out_name = "completion_tokens"; break;
-  default: in_name = "input_tokens"; out_name = "output_tokens"; break;
-  }
+  const char *in_name = w->usage_in, *out_name = w->usage_out;
   const char *path[2];
   size_t d = 0, s, l;
   if (outer) path[d++] = outer;
-  path[d++] = "usage";
+  path[d++] = w->usage_obj;
   int rc = px_json_find(p, n, path, d, &s, &l);
   if (rc == PX_JSON_MORE) { /* a prefix cut inside usage: read what is there */
     const char *pin[3] = {path[0], path[1], NULL}, *pout[3] = {path[0], path[1], NULL};
@@ -177,67 +174,72 @@ static void usage_at(px_proto_t proto, const char *p, size_t n, const char *oute
   int64_t v = find_int(p, n, &in_name, 1);
   if (v >= 0) {
     u->input_tokens = v;
-    if (proto == PX_PROTO_ANTHROPIC) {
-      static const char *const cr[] = {"cache_read_input_tokens"};
-      static const char *const cc[] = {"cache_creation_input_tokens"};
-      int64_t c = find_int(p, n, cr, 1);
-      if (c > 0) u->input_tokens += c;
-      c = find_int(p, n, cc, 1);
+    for (size_t k = 0; k < 2 && w->usage_in_extra[k]; k++) {
+      int64_t c = find_int(p, n, &w->usage_in_extra[k], 1);
       if (c > 0) u->input_tokens += c;
     }
   }
   v = find_int(p, n, &out_name, 1);
-  if (v >= 0) u->output_tokens = v;
+  if (v >= 0) {
+    int64_t c = w->usage_out_extra ? find_int(p, n, &w->usage_out_extra, 1) : -1;
+    u->output_tokens = v + (c > 0 ? c : 0);
+  }
 }
 
 void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *u) {
-  usage_at(p, body, len, NULL, u);
+  usage_at(&px_proto_get(p)->watch, body, len, NULL, u);
 }
 
 /* ---------------------------------------------------------------------- */
 /* stream watcher                                                            */
 
-/* A Chat stream's error frame: a top-level "error" member that is not null. */
-static int chat_error(const char *d, size_t n) {
+/* An error frame in data: a top-level "error" member that is not null. */
+static int data_error(const char *d, size_t n) {
   static const char *const err[] = {"error"};
   size_t s, l;
-  return px_json_find(d, n, err, 1, &s, &l) == PX_JSON_FOUND && d[s] != 'n';
+  return n > 9 && d[0] == '{' && memmem(d, n, "\"error\"", 7) != NULL &&
+         px_json_find(d, n, err, 1, &s, &l) == PX_JSON_FOUND && d[s] != 'n';
 }
 
+/* d[0..n) holds "key" (a quick test before a scan) */
+static int has_key(const char *d, size_t n, const char *key) {
+  size_t kl = strlen(key);
+  for (const char *p = d; (p = memchr(p, '"', (size_t)(d + n - p))) != NULL; p++)
+    if ((size_t)(d + n - p) > kl + 1 && memcmp(p + 1, key, kl) == 0 && p[kl + 1] == '"')
+      return 1;
+  return 0;
+}
+
+/* One event, judged by the protocol's watch descriptor: terminal, error,
+ * finish and usage. */
 static int on_event(void *arg, const px_sse_event_t *ev) {
   px_passthru_t *pt = arg;
+  const px_wire_watch_t *w = &px_proto_get(pt->proto)->watch;
   const char *d = ev->data.ptr;
   size_t n = ev->data.len;
-  switch (pt->proto) {
-  case PX_PROTO_CHAT:
-    if (px_str_eq(ev->data, "[DONE]")) pt->terminal = 1;
-    else if (n > 9 && d[0] == '{' && memmem(d, n, "\"error\"", 7) != NULL && chat_error(d, n))
-      pt->upstream_error = 1;
-    else if (n > 0 && memmem(d, n, "\"usage\"", 7) != NULL) usage_at(pt->proto, d, n, NULL, &pt->usage);
-    break;
-  case PX_PROTO_ANTHROPIC:
-    if (px_str_eq(ev->event, "message_stop")) pt->terminal = 1;
-    else if (px_str_eq(ev->event, "error")) pt->upstream_error = 1;
-    else if (px_str_eq(ev->event, "message_start")) usage_at(pt->proto, d, n, "message", &pt->usage);
-    else if (px_str_eq(ev->event, "message_delta")) {
-      px_usage_t u = pt->usage;
-      usage_at(pt->proto, d, n, NULL, &u);
-      pt->usage.output_tokens = u.output_tokens;
-    }
-    break;
-  case PX_PROTO_RESPONSES:
-    if (px_str_eq(ev->event, "response.completed") ||
-        px_str_eq(ev->event, "response.incomplete") ||
-        px_str_eq(ev->event, "response.failed")) {
+  for (size_t k = 0; k < 3 && w->terminal_events[k]; k++)
+    if (px_str_eq(ev->event, w->terminal_events[k])) {
       pt->terminal = 1;
-      usage_at(pt->proto, d, n, "response", &pt->usage);
-    } else if (px_str_eq(ev->event, "error")) {
-      pt->upstream_error = 1;
+      usage_at(w, d, n, w->terminal_outer, &pt->usage);
+      return 0;
     }
-    break;
-  default:
-    break;
+  if (w->error_event && px_str_eq(ev->event, w->error_event)) {
+    pt->upstream_error = 1;
+  } else if (w->start_event && px_str_eq(ev->event, w->start_event)) {
+    usage_at(w, d, n, w->start_outer, &pt->usage);
+  } else if (w->delta_event && px_str_eq(ev->event, w->delta_event)) {
+    px_usage_t u = pt->usage;
+    usage_at(w, d, n, NULL, &u);
+    pt->usage.output_tokens = u.output_tokens;
+  } else if (w->terminal_data && px_str_eq(ev->data, w->terminal_data)) {
+    pt->terminal = 1;
+  } else if (w->error_data && data_error(d, n)) {
+    pt->upstream_error = 1;
+  } else if (!w->start_event && !w->terminal_events[0] && n > 0 &&
+             has_key(d, n, w->usage_obj)) {
+    usage_at(w, d, n, NULL, &pt->usage); /* usage rides on a data chunk */
   }
+  if (w->finish_key && n > 0 && has_key(d, n, w->finish_key)) pt->terminal = 1;
   return 0;
 }
 
@@ -269,9 +271,7 @@ static int usage_only_chunk(const char *d, size_t n) {
 /* One complete raw event: rewrite the model, or drop it (the usage chunk
  * the client did not ask for), and append it to out. 1: dropped. */
 static int emit_event(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out) {
-  static const char *const top[] = {"model"};
-  static const char *const msg[] = {"message", "model"};
-  static const char *const resp[] = {"response", "model"};
+  const px_wire_watch_t *w = &px_proto_get(pt->proto)->watch;
   const char *dl = NULL;
   for (size_t i = 0; i + 5 <= n; i++) {
     if ((i == 0 || p[i - 1] == '\n' || p[i - 1] == '\r') && memcmp(p + i, "data:", 5) == 0) {
@@ -289,11 +289,8 @@ static int emit_event(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out)
   if (pt->model == NULL) return px_buf_append(out, p, n);
   int rc = px_buf_append(out, p, ds);
   if (rc < 0) return rc;
-  const char *const *path = top;
-  size_t depth = 1;
-  if (pt->proto == PX_PROTO_ANTHROPIC) path = msg, depth = 2;
-  else if (pt->proto == PX_PROTO_RESPONSES) path = resp, depth = 2;
-  rc = px_json_replace_str(out, p + ds, de - ds, path, depth, pt->model);
+  rc = px_json_replace_str(out, p + ds, de - ds, w->model_path, (size_t)w->model_depth,
+                           pt->model);
   /* data that is not a JSON object went out as it came (PX_JSON_BAD or
    * MORE): only a buffer error breaks the stream */
   if (rc < PX_JSON_MORE) return rc;

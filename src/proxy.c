@@ -52,14 +52,13 @@ typedef enum {
   M_TR_STREAM,   /* translated SSE */
 } mode_t_;
 
-typedef enum { EP_GATEWAY, EP_COUNT_TOKENS } endpoint_t;
 
 typedef struct px_exch {
   px_server_t *srv;
   px_conn_t *conn;       /* NULL once the client is gone */
   px_req_t *req;
   px_config_t *cfg;      /* reference held until finalize */
-  endpoint_t ep;
+  px_endpoint_t ep;
   px_proto_t in, out;
   json_t *body;
   const char *model;     /* client's model (in body or model_buf) */
@@ -143,8 +142,7 @@ static void send_error_h(px_exch_t *x, px_errkind_t kind, int status, const char
   px_buf_t b;
   px_buf_init(&b, 1u << 20);
   const px_proto_ops_t *ops = client_ops(x);
-  const char *type =
-      x->in == PX_PROTO_ANTHROPIC ? px_errkind_anthropic(kind) : px_errkind_openai(kind);
+  const char *type = ops->error_type(kind);
   ops->encode_error(&b, kind, type, msg, param, x->req->request_id);
   x->status = status ? status : px_errkind_status(kind);
   x->error_type = type;
@@ -261,9 +259,7 @@ static void finalize(px_exch_t *x) {
   uint64_t end = uv_hrtime();
   double dur = (double)(end - x->t_start) / 1e9;
   double ttft = x->t_first ? (double)(x->t_first - x->t_start) / 1e9 : -1;
-  const char *inbound = x->ep == EP_GATEWAY || x->ep == EP_COUNT_TOKENS
-                            ? px_proto_get(x->in)->name
-                            : NULL;
+  const char *inbound = px_proto_get(x->in)->name;
   const char *upname = x->up ? x->up->name : NULL;
   px_access_rec_t rec = {
       .request_id = x->req->request_id,
@@ -585,7 +581,7 @@ static int up_on_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
       const char *rw = strcmp(x->up_model, x->model) != 0 ? x->model : NULL;
       px_passthru_init(&x->pt, x->in, rw);
       /* the gateway asked a Chat upstream for usage (start_attempt) */
-      x->pt.strip_usage = x->in == PX_PROTO_CHAT && !x->include_usage;
+      x->pt.strip_usage = client_ops(x)->stream_usage_opt_in && !x->include_usage;
       x->pt_init = 1;
       x->mode = M_PASS_STREAM;
     } else {
@@ -737,7 +733,8 @@ static void usage_from_tail(px_exch_t *x) {
 /* Translated or rewritten JSON answer is complete. */
 static void finish_json(px_exch_t *x) {
   if (x->mode == M_PASS_REWRITE) {
-    static const char *const top[] = {"model"};
+    const char *key = client_ops(x)->watch.body_model;
+    const char *const top[] = {key ? key : "model"};
     px_buf_t b;
     px_buf_init(&b, PX_MAX_UPSTREAM_JSON + 4096);
     px_json_replace_str(&b, x->acc.data, x->acc.len, top, 1, x->model);
@@ -783,17 +780,18 @@ static void finish_json(px_exch_t *x) {
 
 static void finish_count_tokens(px_exch_t *x) {
   json_t *ub = json_loadb(x->acc.data, x->acc.len, 0, NULL);
-  json_t *n = ub ? json_object_get(ub, "input_tokens") : NULL;
-  if (!json_is_integer(n)) {
-    json_decref(ub);
+  int64_t n = px_proto_get(x->out)->count_decode(ub);
+  json_decref(ub);
+  if (n < 0) {
     send_error(x, PX_ERR_BAD_GATEWAY, "bad gateway: upstream token count is not understood", NULL);
     return;
   }
-  char body[64];
-  int len = snprintf(body, sizeof(body), "{\"input_tokens\":%lld}",
-                     (long long)json_integer_value(n));
-  json_decref(ub);
-  if (start_response(x, 200, "application/json", 0, len) == 0) client_write(x, body, (size_t)len);
+  px_buf_t b;
+  px_buf_init(&b, 256);
+  client_ops(x)->count_encode(&b, n);
+  if (start_response(x, 200, "application/json", 0, (int64_t)b.len) == 0)
+    client_write(x, b.data, b.len);
+  px_buf_free(&b);
   finalize(x);
 }
 
@@ -919,7 +917,7 @@ static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
     }
     px_upstream_err_t ue;
     const px_proto_ops_t *uops = px_proto_get(x->out);
-    if (x->in == x->out && x->ep == EP_GATEWAY && uops->decode_error &&
+    if (x->in == x->out && x->ep == PX_EP_GENERATE && uops->decode_error &&
         uops->decode_error(x->up_status, x->acc.data ? x->acc.data : "", x->acc.len,
                            &ue) == 0) {
       /* same protocol and a proper error body: forwarded as it is */
@@ -960,7 +958,7 @@ static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
     return;
   case M_PASS_REWRITE:
   case M_TR_JSON:
-    if (x->ep == EP_COUNT_TOKENS && x->out == PX_PROTO_RESPONSES) finish_count_tokens(x);
+    if (x->ep == PX_EP_COUNT_TOKENS && x->in != x->out) finish_count_tokens(x);
     else finish_json(x);
     return;
   case M_PASS_STREAM:
@@ -989,23 +987,16 @@ static const px_xfer_cbs_t xfer_cbs = {up_on_headers, up_on_data, up_on_done};
 /* ---------------------------------------------------------------------- */
 /* building the upstream request                                             */
 
-static int forward_header(const px_str_t name, px_proto_t out) {
-  static const char *const openai[] = {"openai-organization", "openai-project",
-                                       "openai-beta"};
-  static const char *const anthropic[] = {"anthropic-beta"};
-  static const char *const any[] = {"user-agent", "traceparent", "tracestate"};
-  for (size_t i = 0; i < sizeof(any) / sizeof(any[0]); i++)
-    if (name.len == strlen(any[i]) && strncasecmp(name.ptr, any[i], name.len) == 0) return 1;
-  if (out == PX_PROTO_ANTHROPIC) {
-    for (size_t i = 0; i < sizeof(anthropic) / sizeof(anthropic[0]); i++)
-      if (name.len == strlen(anthropic[i]) && strncasecmp(name.ptr, anthropic[i], name.len) == 0)
-        return 1;
-  } else {
-    for (size_t i = 0; i < sizeof(openai) / sizeof(openai[0]); i++)
-      if (name.len == strlen(openai[i]) && strncasecmp(name.ptr, openai[i], name.len) == 0)
-        return 1;
-  }
+/* name is one of list (NULL-ended, lower case), case-insensitively */
+static int header_in(px_str_t name, const char *const *list) {
+  for (; list && *list; list++)
+    if (name.len == strlen(*list) && strncasecmp(name.ptr, *list, name.len) == 0) return 1;
   return 0;
+}
+
+static int forward_header(const px_str_t name, const px_proto_ops_t *out) {
+  static const char *const any[] = {"user-agent", "traceparent", "tracestate", NULL};
+  return header_in(name, any) || header_in(name, out->forward_headers);
 }
 
 /* "a" "b" "c" joined into a new string, at most 4095 bytes (as the
@@ -1041,9 +1032,12 @@ static int configured(const px_upstream_conf_t *up, px_str_t name) {
   return 0;
 }
 
-static int tenancy_header(px_str_t name) {
-  return (name.len == 19 && strncasecmp(name.ptr, "openai-organization", 19) == 0) ||
-         (name.len == 14 && strncasecmp(name.ptr, "openai-project", 14) == 0);
+/* the upstream chooses its own billing / tenancy when it configures any
+ * of the protocol's tenancy headers */
+static int own_tenancy(const px_upstream_conf_t *up, const px_proto_ops_t *ops) {
+  for (const char *const *t = ops->tenancy_headers; t && *t; t++)
+    if (configured(up, px_str(*t))) return 1;
+  return 0;
 }
 
 static char **build_upstream_headers(px_exch_t *x) {
@@ -1053,8 +1047,8 @@ static char **build_upstream_headers(px_exch_t *x) {
   if (h == NULL) return NULL;
   /* the upstream bills to its own organization / project: the client's
    * choice of either is dropped when it configures one */
-  int own_tenancy = configured(up, PX_STR("openai-organization")) ||
-                    configured(up, PX_STR("openai-project"));
+  const px_proto_ops_t *ops = px_proto_get(x->out);
+  int own = own_tenancy(up, ops);
   size_t n = 0;
   /* every value passes the one header-value rule; a name the upstream
    * configures is left to its `header =` line */
@@ -1066,20 +1060,20 @@ static char **build_upstream_headers(px_exch_t *x) {
   } while (0)
   ADD(PX_STR("Content-Type"), PX_STR(": "), PX_STR("application/json"));
   ADD(PX_STR("Accept"), PX_STR(": "), x->stream ? PX_STR("text/event-stream") : PX_STR("application/json"));
-  if (up->api_key) {
-    if (x->out == PX_PROTO_ANTHROPIC) ADD(PX_STR("x-api-key"), PX_STR(": "), px_str(up->api_key));
-    else ADD(PX_STR("Authorization"), PX_STR(": Bearer "), px_str(up->api_key));
+  if (up->api_key) { /* "x-api-key: " = name, separator, key */
+    const char *a = ops->auth_header, *colon = strchr(a, ':');
+    ADD(((px_str_t){a, (size_t)(colon - a)}), px_str(colon), px_str(up->api_key));
   }
-  if (x->out == PX_PROTO_ANTHROPIC) {
-    const char *v = px_req_header(x->req, "anthropic-version");
-    ADD(PX_STR("anthropic-version"), PX_STR(": "),
+  if (ops->version_header) {
+    const char *v = px_req_header(x->req, ops->version_header);
+    ADD(px_str(ops->version_header), PX_STR(": "),
         px_str(v && *v && value_ok(v) ? v : up->anthropic_version));
   }
   ADD(PX_STR("x-request-id"), PX_STR(": "), px_str(x->req->request_id));
   for (size_t i = 0; i < x->req->nhdrs && n < max - up->nheaders - 1; i++) {
     const px_hdr_t *rh = &x->req->hdrs[i];
-    if (!forward_header(rh->name, x->out)) continue;
-    if (own_tenancy && tenancy_header(rh->name)) continue;
+    if (!forward_header(rh->name, ops)) continue;
+    if (own && header_in(rh->name, ops->tenancy_headers)) continue;
     ADD(rh->name, PX_STR(": "), rh->value);
   }
 #undef ADD
@@ -1137,11 +1131,11 @@ static int pass_body(px_exch_t *x) {
   const char *bd = x->req->body.data;
   size_t n = x->req->body.len;
   char *owned = NULL;
-  if (x->in == PX_PROTO_CHAT && x->stream && x->ep == EP_GATEWAY) {
+  if (client_ops(x)->stream_usage_opt_in && x->stream && x->ep == PX_EP_GENERATE) {
     size_t l = 0;
     if ((owned = chat_usage_body(x, &l)) != NULL) bd = owned, n = l;
   }
-  if (strcmp(x->up_model, x->model) != 0) {
+  if (strcmp(x->up_model, x->model) != 0 && !client_ops(x)->model_in_path) {
     static const char *const top[] = {"model"};
     px_buf_t b;
     px_buf_init(&b, n + strlen(x->up_model) * 6 + 64);
@@ -1202,16 +1196,14 @@ static void start_attempt(px_exch_t *x) {
   ctx->stream = x->stream;
   ctx->created = (int64_t)time(NULL);
   ctx->max_accum = PX_MAX_STREAM_ACCUM;
-  const char *path = px_proto_get(x->out)->upstream_path;
-
-  if (x->ep == EP_COUNT_TOKENS) {
-    if (x->out == PX_PROTO_CHAT) {
-      send_error(x, PX_ERR_NOT_IMPL,
-                 "count_tokens is not available for an openai_chat_completions upstream",
-                 NULL);
-      return;
-    }
-    path = x->out == PX_PROTO_ANTHROPIC ? "/v1/messages/count_tokens" : "/responses/input_tokens";
+  const px_proto_ops_t *uops = px_proto_get(x->out);
+  if (x->ep == PX_EP_COUNT_TOKENS && x->in != x->out &&
+      (uops->count_decode == NULL || client_ops(x)->count_encode == NULL)) {
+    char msg[160];
+    snprintf(msg, sizeof(msg), "token counting is not available for an %s upstream",
+             uops->name);
+    send_error(x, PX_ERR_NOT_IMPL, msg, NULL);
+    return;
   }
 
   px_lossy_init(&x->lossy);
@@ -1227,12 +1219,7 @@ static void start_attempt(px_exch_t *x) {
                  err.param[0] ? err.param : NULL);
       return;
     }
-    if (x->ep == EP_COUNT_TOKENS) {
-      /* input_tokens takes the request minus generation controls */
-      json_object_del(ub, "stream");
-      json_object_del(ub, "max_output_tokens");
-      json_object_del(ub, "stream_options");
-    }
+    if (x->ep == PX_EP_COUNT_TOKENS && uops->count_request) uops->count_request(ub, x->up_model);
     x->up_body_owned = json_dumps(ub, JSON_COMPACT);
     json_decref(ub);
     if (x->up_body_owned == NULL) {
@@ -1243,9 +1230,19 @@ static void start_attempt(px_exch_t *x) {
     x->up_body_len = strlen(x->up_body_owned);
   }
   free(x->url);
-  size_t ul = strlen(x->up->base_url) + strlen(path) + 1;
-  x->url = malloc(ul);
-  snprintf(x->url, ul, "%s%s", x->up->base_url, path);
+  x->url = NULL;
+  px_buf_t ub;
+  px_buf_init(&ub, 64u << 10);
+  if (px_buf_puts(&ub, x->up->base_url) < 0 ||
+      px_proto_upstream_url(uops, &ub, x->up_model, x->stream, x->ep) < 0 ||
+      px_buf_append(&ub, "", 1) < 0) {
+    px_buf_free(&ub);
+    char msg[160];
+    snprintf(msg, sizeof(msg), "this endpoint is not available for an %s upstream", uops->name);
+    send_error(x, PX_ERR_NOT_IMPL, msg, NULL);
+    return;
+  }
+  x->url = px_buf_steal(&ub, NULL);
   free_hdrs(x->up_hdrs);
   x->up_hdrs = build_upstream_headers(x);
   x->built_up = x->up;
@@ -1285,53 +1282,50 @@ static void simple_json(px_conn_t *c, int status, const char *body) {
   px_resp_simple(c, status, "application/json", body, strlen(body), NULL, 0);
 }
 
-static void openai_error(px_conn_t *c, px_errkind_t kind, const char *msg) {
+/* An error for a path in the shape of the protocol that owns it (else the
+ * default protocol's). */
+static void path_error(px_conn_t *c, const px_proto_ops_t *ops, px_errkind_t kind,
+                       const char *msg) {
+  if (ops == NULL) ops = px_proto_default();
   px_buf_t b;
   px_buf_init(&b, 4096);
-  px_proto_chat.encode_error(&b, kind, px_errkind_openai(kind), msg, NULL, NULL);
+  ops->encode_error(&b, kind, ops->error_type(kind), msg, NULL, NULL);
   px_resp_simple(c, px_errkind_status(kind), "application/json", b.data, b.len, NULL, 0);
   px_buf_free(&b);
 }
 
-static void serve_models(px_server_t *s, px_conn_t *c, px_req_t *r) {
+/* The model list in the shape ops gives (the protocol the request names). */
+static void serve_models(px_server_t *s, px_conn_t *c, const px_proto_ops_t *ops) {
   px_config_t *cfg = s->config;
-  int anthropic = px_req_header(r, "anthropic-version") != NULL;
+  const char **ids = calloc(cfg->nroutes + 1, sizeof(char *));
+  const char **owners = calloc(cfg->nroutes + 1, sizeof(char *));
   px_buf_t b;
   px_buf_init(&b, 1u << 20);
-  px_buf_puts(&b, anthropic ? "{\"data\":[" : "{\"object\":\"list\",\"data\":[");
+  if (ids == NULL || owners == NULL) {
+    free(ids);
+    free(owners);
+    px_resp_abort(c);
+    return;
+  }
   for (size_t i = 0; i < cfg->nroutes; i++) {
-    const px_route_conf_t *rt = &cfg->routes[i];
-    const char *id = rt->pattern;
-    if (i) px_buf_puts(&b, ",");
-    if (anthropic) {
-      px_buf_puts(&b, "{\"type\":\"model\",\"id\":");
-      px_buf_json_str(&b, id, strlen(id));
-      px_buf_puts(&b, ",\"display_name\":");
-      px_buf_json_str(&b, id, strlen(id));
-      px_buf_puts(&b, ",\"created_at\":\"1970-01-01T00:00:00Z\"}");
-    } else {
-      px_buf_puts(&b, "{\"id\":");
-      px_buf_json_str(&b, id, strlen(id));
-      px_buf_puts(&b, ",\"object\":\"model\",\"created\":0,\"owned_by\":");
-      const char *up = cfg->upstreams[rt->upstream].name;
-      px_buf_json_str(&b, up, strlen(up));
-      px_buf_puts(&b, "}");
-    }
+    ids[i] = cfg->routes[i].pattern;
+    owners[i] = cfg->upstreams[cfg->routes[i].upstream].name;
   }
-  px_buf_puts(&b, "]");
-  if (anthropic) {
-    px_buf_puts(&b, ",\"has_more\":false,\"first_id\":");
-    if (cfg->nroutes) px_buf_json_str(&b, cfg->routes[0].pattern, strlen(cfg->routes[0].pattern));
-    else px_buf_puts(&b, "null");
-    px_buf_puts(&b, ",\"last_id\":");
-    if (cfg->nroutes)
-      px_buf_json_str(&b, cfg->routes[cfg->nroutes - 1].pattern,
-                      strlen(cfg->routes[cfg->nroutes - 1].pattern));
-    else px_buf_puts(&b, "null");
-  }
-  px_buf_puts(&b, "}");
+  ops->encode_models(&b, ids, owners, cfg->nroutes);
   px_resp_simple(c, 200, "application/json", b.data, b.len, NULL, 0);
   px_buf_free(&b);
+  free(ids);
+  free(owners);
+}
+
+/* The protocol whose model list a GET /v1/models asks for: the one whose
+ * marker header the request carries, else the default. */
+static const px_proto_ops_t *models_shape(const px_req_t *r) {
+  for (int p = 0; p < PX_PROTO_COUNT; p++) {
+    const px_proto_ops_t *ops = px_proto_get((px_proto_t)p);
+    if (ops->models_marker_header && px_req_header(r, ops->models_marker_header)) return ops;
+  }
+  return px_proto_default();
 }
 
 static int path_is(const px_req_t *r, const char *p) {
@@ -1339,7 +1333,9 @@ static int path_is(const px_req_t *r, const char *p) {
   return r->path_len == n && memcmp(r->url.data, p, n) == 0;
 }
 
-static const char *client_secret(const px_req_t *r, size_t *len) {
+/* The client key: Authorization: Bearer, x-api-key, or the protocol's own
+ * header or query parameter (Gemini's x-goog-api-key, ?key=). */
+static const char *client_secret(const px_req_t *r, const px_proto_ops_t *ops, size_t *len) {
   const char *a = px_req_header(r, "authorization");
   if (a && strncasecmp(a, "Bearer ", 7) == 0) {
     a += 7;
@@ -1348,11 +1344,55 @@ static const char *client_secret(const px_req_t *r, size_t *len) {
     return a;
   }
   a = px_req_header(r, "x-api-key");
+  if (a == NULL && ops->client_key_header) a = px_req_header(r, ops->client_key_header);
   if (a) {
     *len = strlen(a);
     return a;
   }
+  const char *q = r->url.data + r->path_len, *end = r->url.data + r->url.len;
+  size_t kl = ops->client_key_query ? strlen(ops->client_key_query) : 0;
+  if (kl == 0 || q >= end || *q != '?') return NULL;
+  for (const char *p = q + 1; p < end;) {
+    const char *amp = memchr(p, '&', (size_t)(end - p));
+    const char *e = amp ? amp : end;
+    if ((size_t)(e - p) > kl && memcmp(p, ops->client_key_query, kl) == 0 && p[kl] == '=') {
+      *len = (size_t)(e - p - kl - 1);
+      return p + kl + 1;
+    }
+    p = e + 1;
+  }
   return NULL;
+}
+
+static int hexval(char ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+  return -1;
+}
+
+/* A percent-decoded copy of a path segment; NULL when it decodes to a byte
+ * no header value may hold (CR, LF, NUL): such a model is refused. */
+static char *url_decode(px_str_t s) {
+  char *o = malloc(s.len + 1);
+  if (o == NULL) return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < s.len; i++) {
+    int hi = -1, lo = -1;
+    if (s.ptr[i] == '%' && i + 2 < s.len) hi = hexval(s.ptr[i + 1]), lo = hexval(s.ptr[i + 2]);
+    if (hi >= 0 && lo >= 0) {
+      o[k++] = (char)(hi * 16 + lo);
+      i += 2;
+    } else {
+      o[k++] = s.ptr[i];
+    }
+  }
+  if (!px_header_value_ok(o, k)) {
+    free(o);
+    return NULL;
+  }
+  o[k] = 0;
+  return o;
 }
 
 /* Parse the client body; on failure answer 400 and return <0. */
@@ -1371,7 +1411,7 @@ static int parse_body(px_exch_t *x) {
   return -1;
 }
 
-static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, px_proto_t in, endpoint_t ep) {
+static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, const px_inbound_t *in) {
   px_exch_t *x = calloc(1, sizeof(*x));
   if (x == NULL) {
     px_resp_abort(c);
@@ -1381,8 +1421,9 @@ static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, px_proto_t in, en
   x->conn = c;
   x->req = r;
   x->cfg = px_config_ref(s->config);
-  x->in = in;
-  x->ep = ep;
+  x->in = in->proto;
+  x->ep = in->ep;
+  px_endpoint_t ep = in->ep;
   x->t_start = r->start_ns;
   x->usage.input_tokens = x->usage.output_tokens = -1;
   px_buf_init(&x->passhdrs, 64 * 1024);
@@ -1399,13 +1440,18 @@ static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, px_proto_t in, en
   static const char *const P_USAGE[] = {"stream_options", "include_usage"};
   size_t vs, vl;
   const char *bd = r->body.data ? r->body.data : "";
-  if (px_json_find(bd, r->body.len, P_MODEL, 1, &vs, &vl) == PX_JSON_FOUND && vl > 2 &&
+  if (in->model.len > 0) { /* the path names the model (and whether it streams) */
+    if (!px_json_complete(bd, r->body.len) && parse_body(x) < 0) return;
+    x->model_buf = url_decode(in->model);
+    x->model = x->model_buf ? x->model_buf : "\n"; /* "\n": refused below */
+    x->stream = in->stream > 0;
+  } else if (px_json_find(bd, r->body.len, P_MODEL, 1, &vs, &vl) == PX_JSON_FOUND && vl > 2 &&
       bd[vs] == '"' && memchr(bd + vs, '\\', vl) == NULL &&
       px_json_complete(bd, r->body.len)) {
     x->model_buf = strndup(bd + vs + 1, vl - 2);
     /* a raw NUL would cut the copy short: refused like CR and LF */
     x->model = px_header_value_ok(bd + vs + 1, vl - 2) ? x->model_buf : "\n";
-    x->stream = ep == EP_GATEWAY &&
+    x->stream = ep == PX_EP_GENERATE &&
                 px_json_find(bd, r->body.len, P_STREAM, 1, &vs, &vl) == PX_JSON_FOUND &&
                 vl == 4 && memcmp(bd + vs, "true", 4) == 0;
     /* only a stream uses it: no third scan of the body otherwise */
@@ -1422,7 +1468,7 @@ static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, px_proto_t in, en
     }
     x->model = json_string_value(m);
     if (strlen(x->model) != json_string_length(m)) x->model = "\n"; /* a NUL: refused below */
-    x->stream = ep == EP_GATEWAY && json_is_true(json_object_get(x->body, "stream"));
+    x->stream = ep == PX_EP_GENERATE && json_is_true(json_object_get(x->body, "stream"));
     json_t *so = json_object_get(x->body, "stream_options");
     x->include_usage = json_is_true(json_object_get(so, "include_usage"));
   }
@@ -1441,7 +1487,7 @@ static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, px_proto_t in, en
   px_config_t *cfg = x->cfg;
   if (cfg->nkeys > 0) {
     size_t sl = 0;
-    const char *sec = client_secret(r, &sl);
+    const char *sec = client_secret(r, client_ops(x), &sl);
     x->key = sec ? px_config_key(cfg, sec, sl) : NULL;
     if (x->key == NULL) {
       send_error(x, PX_ERR_AUTH,
@@ -1486,19 +1532,18 @@ static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, px_proto_t in, en
 
 void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
   const char *path = r->url.data;
-  size_t plen = r->path_len;
   int get = r->method == HTTP_GET || r->method == HTTP_HEAD;
   if (path_is(r, "/healthz")) {
-    if (!get) return openai_error(c, PX_ERR_METHOD, "method not allowed");
+    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
     return simple_json(c, 200, "{\"status\":\"ok\"}");
   }
   if (path_is(r, "/readyz")) {
-    if (!get) return openai_error(c, PX_ERR_METHOD, "method not allowed");
+    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
     if (s->draining) return simple_json(c, 503, "{\"status\":\"draining\"}");
     return simple_json(c, 200, "{\"status\":\"ready\"}");
   }
   if (path_is(r, "/metrics")) {
-    if (!get) return openai_error(c, PX_ERR_METHOD, "method not allowed");
+    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
     px_buf_t b;
     px_buf_init(&b, 16u << 20);
     px_metrics_render(&b);
@@ -1507,15 +1552,17 @@ void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
     return;
   }
   if (path_is(r, "/v1/models") || path_is(r, "/models")) {
-    if (!get) return openai_error(c, PX_ERR_METHOD, "method not allowed");
-    return serve_models(s, c, r);
+    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
+    return serve_models(s, c, models_shape(r));
   }
-  if (path_is(r, "/v1/messages/count_tokens") || path_is(r, "/messages/count_tokens")) {
-    if (r->method != HTTP_POST) return openai_error(c, PX_ERR_METHOD, "method not allowed");
-    return gateway(s, c, r, PX_PROTO_ANTHROPIC, EP_COUNT_TOKENS);
+  px_inbound_t in;
+  if (!px_proto_match(path, r->url.len, &in))
+    return path_error(c, NULL, PX_ERR_NOT_FOUND, "not found");
+  const px_proto_ops_t *ops = px_proto_get(in.proto);
+  if (in.ep == PX_EP_MODELS) {
+    if (!get) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
+    return serve_models(s, c, ops);
   }
-  int p = px_proto_by_path(path, plen);
-  if (p < 0) return openai_error(c, PX_ERR_NOT_FOUND, "not found");
-  if (r->method != HTTP_POST) return openai_error(c, PX_ERR_METHOD, "method not allowed");
-  gateway(s, c, r, (px_proto_t)p, EP_GATEWAY);
+  if (r->method != HTTP_POST) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
+  gateway(s, c, r, &in);
 }

@@ -164,8 +164,7 @@ int px_translate_error(const px_tr_ctx_t *ctx, int status, const char *body, siz
   clean_text(msg, sizeof(msg), ue.message, strnlen(ue.message, sizeof(ue.message)));
   /* always the client family's canonical spelling of the kind (SPEC 6
    * table), so clients see one vocabulary whatever the upstream */
-  const char *type = ctx->in == PX_PROTO_ANTHROPIC ? px_errkind_anthropic(ue.kind)
-                                                   : px_errkind_openai(ue.kind);
+  const char *type = in->error_type(ue.kind);
   int rc = in->encode_error(out, ue.kind, type, msg, NULL, request_id);
   if (rc < 0) return rc;
   if (client_status) *client_status = st;

@@ -317,6 +317,51 @@ typedef struct px_sdec px_sdec_t;
 typedef struct px_senc px_senc_t;
 
 /* ------------------------------------------------------------------------ */
+/* The wire: what the core asks a protocol instead of naming it              */
+
+/** What an inbound request asks for. */
+typedef enum px_endpoint {
+  PX_EP_GENERATE,     /**< the protocol's generation endpoint */
+  PX_EP_COUNT_TOKENS, /**< its token counting endpoint */
+  PX_EP_MODELS,       /**< its model list (GET) */
+} px_endpoint_t;
+
+/** An inbound path matched to a protocol (px_proto_match). */
+typedef struct px_inbound {
+  px_proto_t proto;
+  px_endpoint_t ep;
+  px_str_t model; /**< the model named by the path (model-in-path protocols); a
+                       view into the path, still percent-encoded; empty else */
+  int stream;     /**< 1/0: the path decides streaming; -1: the body's `stream` */
+} px_inbound_t;
+
+/** Where the pass-through watchers find things in this protocol's JSON
+ *  bodies and SSE events (src/passthru.c reads it; no code per protocol). */
+typedef struct px_wire_watch {
+  const char *usage_obj;          /**< member holding usage ("usage") */
+  const char *usage_in;           /**< input token member in it */
+  const char *usage_out;          /**< output token member in it */
+  const char *usage_in_extra[2];  /**< members added to input (cache counts) */
+  const char *usage_out_extra;    /**< member added to output (thoughts) */
+  const char *start_event;        /**< event carrying input usage ... */
+  const char *start_outer;        /**< ... inside this object */
+  const char *delta_event;        /**< event whose usage gives output only */
+  const char *terminal_events[3]; /**< events that end the stream (usage inside
+                                       terminal_outer); NULL-padded */
+  const char *terminal_outer;
+  const char *terminal_data;      /**< a data payload that ends the stream */
+  const char *finish_key;         /**< no terminal event: the stream is complete
+                                       when a data payload holding this key has
+                                       arrived and the upstream ends cleanly */
+  const char *error_event;        /**< event name of an upstream error */
+  int error_data;                 /**< a payload starting {"error" is an error */
+  const char *model_path[2];      /**< where the model sits in an event */
+  int model_depth;
+  const char *body_model;         /**< the model's member in a response body;
+                                       NULL: "model" */
+} px_wire_watch_t;
+
+/* ------------------------------------------------------------------------ */
 /* The protocol table                                                         */
 
 typedef struct px_proto_ops {
@@ -361,6 +406,58 @@ typedef struct px_proto_ops {
   /** Encode one event, appending SSE bytes to the out buffer. */
   int (*senc_event)(px_senc_t *e, const px_ev_t *ev);
   void (*senc_free)(px_senc_t *e);
+
+  /* ---- the wire ---- */
+  /** Match an inbound path (query ignored). NULL: `inbound_path` with or
+   *  without /v1 is the generation endpoint, `count_path` (inbound form) the
+   *  count endpoint. Returns 1 and fills *in when the path is this protocol's. */
+  int (*match)(const char *path, size_t len, px_inbound_t *in);
+  /** Inbound count_tokens path (without /v1), NULL if none. */
+  const char *count_inbound_path;
+  /** Append the upstream path (after base_url) for a model, stream flag and
+   *  endpoint. NULL: upstream_path / count_upstream_path. <0 when the
+   *  endpoint does not exist upstream. */
+  int (*upstream_url)(px_buf_t *out, const char *model, int stream, px_endpoint_t ep);
+  /** Upstream count_tokens path, NULL if the protocol has none. */
+  const char *count_upstream_path;
+  /** The token count of an upstream count answer; <0 if not understood. */
+  int64_t (*count_decode)(json_t *body);
+  /** Append this protocol's count answer for n tokens. */
+  int (*count_encode)(px_buf_t *out, int64_t n);
+  /** Shape a translated request body into this protocol's count request. */
+  void (*count_request)(json_t *body, const char *model);
+  /** Append this protocol's model list of ids (owners may be NULL). */
+  int (*encode_models)(px_buf_t *out, const char *const *ids, const char *const *owners,
+                       size_t n);
+  /** A request header whose presence on GET /v1/models asks for this
+   *  protocol's list shape (Anthropic: anthropic-version). */
+  const char *models_marker_header;
+  /** Upstream auth header prefix, the key appended ("x-api-key: "). */
+  const char *auth_header;
+  /** A required upstream header: the client's value, else the upstream's
+   *  configured version (`anthropic_version`); NULL if none. */
+  const char *version_header;
+  /** Client headers forwarded to an upstream of this protocol (NULL-ended). */
+  const char *const *forward_headers;
+  /** Headers that choose billing / tenancy upstream: dropped when the
+   *  upstream configures its own headers (SPEC section 10). NULL-ended. */
+  const char *const *tenancy_headers;
+  /** A client key header besides Authorization / x-api-key, and a query
+   *  parameter carrying it (never logged or forwarded); NULL if none. */
+  const char *client_key_header;
+  const char *client_key_query;
+  /** The error `type` string of a kind in this protocol's family. */
+  const char *(*error_type)(px_errkind_t kind);
+  /** The model is named by the path, never by the body. */
+  int model_in_path;
+  /** Streams carry usage only when asked by `stream_options.include_usage`
+   *  (the gateway always asks, and strips it for a client that did not). */
+  int stream_usage_opt_in;
+  /** The embedded default (SPEC section 2): the upstream made when env_key
+   *  is set, its name, base_url (env_base overrides default_base) and the
+   *  glob of model names routed to it (NULL: it takes the rest). */
+  const char *env_key, *env_base, *default_base, *default_name, *default_glob;
+  px_wire_watch_t watch;
 } px_proto_ops_t;
 
 /** The table entry of a protocol. */
@@ -369,6 +466,15 @@ const px_proto_ops_t *px_proto_get(px_proto_t p);
 int px_proto_by_name(const char *name);
 /** Protocol of an inbound path (with or without /v1, query ignored); -1. */
 int px_proto_by_path(const char *path, size_t len);
+/** Match an inbound path against every protocol's wire (px_inbound_t); 0 if
+ *  none claims it. */
+int px_proto_match(const char *path, size_t len, px_inbound_t *in);
+/** The protocol of errors for paths no protocol claims (404, 405 ...). */
+const px_proto_ops_t *px_proto_default(void);
+/** The upstream path of ops for model / stream / endpoint (see upstream_url);
+ *  <0 when that endpoint does not exist upstream. */
+int px_proto_upstream_url(const px_proto_ops_t *ops, px_buf_t *out, const char *model,
+                          int stream, px_endpoint_t ep);
 
 #define XX(e, name, inpath, uppath, sym) extern const px_proto_ops_t px_proto_##sym;
 PX_PROTO_MAP(XX)

@@ -140,6 +140,15 @@ int px_buf_mint_id(px_buf_t *b, const char *prefix, px_str_t id);
 int px_openai_error_body(px_buf_t *out, const char *type, const char *message,
                          const char *param);
 
+/** The OpenAI protocols' forwarded and tenancy client headers (NULL-ended). */
+extern const char *const px_openai_forward_headers[];
+extern const char *const px_openai_tenancy_headers[];
+/** The OpenAI model list {"object":"list","data":[...]}. */
+int px_openai_models(px_buf_t *out, const char *const *ids, const char *const *owners,
+                     size_t n);
+/** `input_tokens` of a count answer (Anthropic, Responses); -1 if absent. */
+int64_t px_count_input_tokens(json_t *body);
+
 /** Usage fields of s that are known (>= 0) overwrite those of d. */
 void px_usage_merge(px_usage_t *d, const px_usage_t *s);
 

@@ -1391,6 +1391,47 @@ static int anth_encode_stream_error(px_buf_t *out, px_errkind_t kind, const char
   return rc;
 }
 
+/* ---- the wire: count_tokens, the model list, forwarded headers ---- */
+
+static int anth_count_encode(px_buf_t *out, int64_t n) {
+  char num[24];
+  snprintf(num, sizeof(num), "%lld", (long long)n);
+  int rc = px_buf_puts(out, "{\"input_tokens\":");
+  if (rc == 0) rc = px_buf_puts(out, num);
+  if (rc == 0) rc = px_buf_puts(out, "}");
+  return rc;
+}
+
+/* count_tokens takes the request minus generation controls */
+static void anth_count_request(json_t *body, const char *model) {
+  static const char *const drop[] = {"stream", "max_tokens", "temperature", "top_p",
+                                     "top_k", "stop_sequences", "metadata"};
+  (void)model;
+  for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++) json_object_del(body, drop[i]);
+}
+
+static int anth_models(px_buf_t *out, const char *const *ids, const char *const *owners,
+                       size_t n) {
+  (void)owners;
+  int rc = px_buf_puts(out, "{\"data\":[");
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    rc = px_buf_puts(out, i ? ",{\"type\":\"model\",\"id\":" : "{\"type\":\"model\",\"id\":");
+    if (rc == 0) rc = px_buf_json_str(out, ids[i], strlen(ids[i]));
+    if (rc == 0) rc = px_buf_puts(out, ",\"display_name\":");
+    if (rc == 0) rc = px_buf_json_str(out, ids[i], strlen(ids[i]));
+    if (rc == 0) rc = px_buf_puts(out, ",\"created_at\":\"1970-01-01T00:00:00Z\"}");
+  }
+  if (rc == 0) rc = px_buf_puts(out, "],\"has_more\":false,\"first_id\":");
+  if (rc == 0) rc = n ? px_buf_json_str(out, ids[0], strlen(ids[0])) : px_buf_puts(out, "null");
+  if (rc == 0) rc = px_buf_puts(out, ",\"last_id\":");
+  if (rc == 0)
+    rc = n ? px_buf_json_str(out, ids[n - 1], strlen(ids[n - 1])) : px_buf_puts(out, "null");
+  if (rc == 0) rc = px_buf_puts(out, "}");
+  return rc;
+}
+
+static const char *const anth_forward[] = {"anthropic-beta", NULL};
+
 const px_proto_ops_t px_proto_anthropic = {
     .id = PX_PROTO_ANTHROPIC,
     .name = "anthropic_messages",
@@ -1410,4 +1451,25 @@ const px_proto_ops_t px_proto_anthropic = {
     .senc_new = px_anthropic_senc_new,
     .senc_event = px_anthropic_senc_event,
     .senc_free = px_anthropic_senc_free,
+    .count_inbound_path = "/messages/count_tokens",
+    .count_upstream_path = "/v1/messages/count_tokens",
+    .count_decode = px_count_input_tokens,
+    .count_encode = anth_count_encode,
+    .count_request = anth_count_request,
+    .encode_models = anth_models,
+    .models_marker_header = "anthropic-version",
+    .forward_headers = anth_forward,
+    .auth_header = "x-api-key: ",
+    .version_header = "anthropic-version",
+    .error_type = px_errkind_anthropic,
+    .env_key = "ANTHROPIC_API_KEY",
+    .env_base = "ANTHROPIC_BASE_URL",
+    .default_base = "https://api.anthropic.com",
+    .default_name = "anthropic",
+    .default_glob = "claude-*",
+    .watch = {.usage_obj = "usage", .usage_in = "input_tokens", .usage_out = "output_tokens",
+              .usage_in_extra = {"cache_read_input_tokens", "cache_creation_input_tokens"},
+              .start_event = "message_start", .start_outer = "message",
+              .delta_event = "message_delta", .terminal_events = {"message_stop"},
+              .error_event = "error", .model_path = {"message", "model"}, .model_depth = 2},
 };

@@ -199,3 +199,48 @@ int px_proto_by_path(const char *path, size_t len) {
 #undef XX
   return -1;
 }
+
+/* path without its query and a leading "/v1" segment */
+static px_str_t bare_path(const char *path, size_t len) {
+  const char *q = memchr(path, '?', len);
+  if (q != NULL) len = (size_t)(q - path);
+  if (len >= 3 && memcmp(path, "/v1", 3) == 0 && (len == 3 || path[3] == '/')) {
+    path += 3;
+    len -= 3;
+  }
+  return (px_str_t){path, len};
+}
+
+int px_proto_match(const char *path, size_t len, px_inbound_t *in) {
+  px_str_t b = bare_path(path, len);
+  const char *q = memchr(path, '?', len);
+  size_t full = q ? (size_t)(q - path) : len;
+  for (int p = 0; p < PX_PROTO_COUNT; p++) {
+    const px_proto_ops_t *ops = protos[p];
+    memset(in, 0, sizeof(*in));
+    in->proto = (px_proto_t)p;
+    in->stream = -1;
+    if (ops->match != NULL) {
+      if (ops->match(path, full, in)) return 1;
+      continue;
+    }
+    if (px_str_eq(b, ops->inbound_path)) return 1;
+    if (ops->count_inbound_path && px_str_eq(b, ops->count_inbound_path)) {
+      in->ep = PX_EP_COUNT_TOKENS;
+      in->stream = 0;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+const px_proto_ops_t *px_proto_default(void) { return protos[0]; }
+
+int px_proto_upstream_url(const px_proto_ops_t *ops, px_buf_t *out, const char *model,
+                          int stream, px_endpoint_t ep) {
+  if (ops->upstream_url != NULL) return ops->upstream_url(out, model, stream, ep);
+  const char *p = ep == PX_EP_GENERATE ? ops->upstream_path
+                  : ep == PX_EP_COUNT_TOKENS ? ops->count_upstream_path
+                                             : NULL;
+  return p != NULL ? px_buf_puts(out, p) : PX_EINVAL;
+}

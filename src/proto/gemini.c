@@ -355,6 +355,8 @@ static int decode_generation(json_t *gc, json_t *ir, px_lossy_t *lossy, px_tr_er
 static int gem_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **irp,
                               px_lossy_t *lossy, px_tr_err_t *err) {
   if (!json_is_object(body)) return px_tr_fail(err, "", "the request body must be an object");
+  json_t *wrapped = json_object_get(body, "generateContentRequest"); /* countTokens */
+  if (json_is_object(wrapped)) body = wrapped;
   json_t *contents = json_object_get(body, "contents");
   if (!json_is_array(contents))
     return px_tr_fail(err, "contents", "contents must be an array");
@@ -921,6 +923,101 @@ static int gem_encode_stream_error(px_buf_t *out, px_errkind_t kind, const char 
   return rc;
 }
 
+/* ---- the wire: model-in-path URLs, countTokens, the model list ---- */
+
+/* /v1beta/models/{model}:{method} or /v1/models/{model}:{method} */
+static int gem_match(const char *path, size_t len, px_inbound_t *in) {
+  static const char *const roots[] = {"/v1beta/models", "/v1/models"};
+  for (size_t r = 0; r < 2; r++) {
+    size_t rl = strlen(roots[r]);
+    if (len < rl || memcmp(path, roots[r], rl) != 0) continue;
+    if (len == rl) {
+      if (r == 1) return 0; /* GET /v1/models is every protocol's list */
+      in->ep = PX_EP_MODELS;
+      return 1;
+    }
+    if (path[rl] != '/') return 0;
+    const char *m = path + rl + 1, *end = path + len;
+    const char *colon = memrchr(m, ':', (size_t)(end - m)); /* methods hold none */
+    if (colon == NULL || colon == m || memchr(m, '/', (size_t)(colon - m))) return 0;
+    px_str_t method = {colon + 1, (size_t)(end - colon - 1)};
+    in->model = (px_str_t){m, (size_t)(colon - m)};
+    if (px_str_eq(method, "generateContent")) in->stream = 0;
+    else if (px_str_eq(method, "streamGenerateContent")) in->stream = 1;
+    else if (px_str_eq(method, "countTokens")) in->ep = PX_EP_COUNT_TOKENS, in->stream = 0;
+    else return 0;
+    return 1;
+  }
+  return 0;
+}
+
+/* percent-encode everything but RFC 3986 unreserved characters */
+static int put_encoded(px_buf_t *out, const char *s) {
+  static const char hex[] = "0123456789ABCDEF";
+  int rc = 0;
+  for (const unsigned char *p = (const unsigned char *)s; *p && rc == 0; p++) {
+    if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+        *p == '-' || *p == '.' || *p == '_' || *p == '~') {
+      rc = px_buf_append(out, p, 1);
+    } else {
+      char e[3] = {'%', hex[*p >> 4], hex[*p & 15]};
+      rc = px_buf_append(out, e, 3);
+    }
+  }
+  return rc;
+}
+
+static int gem_upstream_url(px_buf_t *out, const char *model, int stream, px_endpoint_t ep) {
+  if (ep == PX_EP_MODELS) return PX_EINVAL;
+  int rc = px_buf_puts(out, "/v1beta/models/");
+  if (rc == 0) rc = put_encoded(out, model ? model : "");
+  if (rc == 0)
+    rc = px_buf_puts(out, ep == PX_EP_COUNT_TOKENS ? ":countTokens"
+                          : stream                  ? ":streamGenerateContent?alt=sse"
+                                                    : ":generateContent");
+  return rc;
+}
+
+static int64_t gem_count_decode(json_t *body) { return px_jint(body, "totalTokens", -1); }
+
+static int gem_count_encode(px_buf_t *out, int64_t n) {
+  char num[24];
+  snprintf(num, sizeof(num), "%lld", (long long)n);
+  int rc = px_buf_puts(out, "{\"totalTokens\":");
+  if (rc == 0) rc = px_buf_puts(out, num);
+  if (rc == 0) rc = px_buf_puts(out, "}");
+  return rc;
+}
+
+/* countTokens takes {"generateContentRequest": {"model": "models/X", ...}} */
+static void gem_count_request(json_t *body, const char *model) {
+  json_t *inner = json_deep_copy(body);
+  json_object_clear(body);
+  char m[320];
+  snprintf(m, sizeof(m), "models/%s", model ? model : "");
+  json_object_set_new(inner, "model", json_string(m));
+  json_object_set_new(body, "generateContentRequest", inner);
+}
+
+static int gem_models(px_buf_t *out, const char *const *ids, const char *const *owners,
+                      size_t n) {
+  (void)owners;
+  int rc = px_buf_puts(out, "{\"models\":[");
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    rc = px_buf_puts(out, i ? ",{\"name\":\"models/" : "{\"name\":\"models/");
+    if (rc == 0) rc = px_buf_json_escape(out, ids[i], strlen(ids[i]));
+    if (rc == 0) rc = px_buf_puts(out, "\",\"displayName\":");
+    if (rc == 0) rc = px_buf_json_str(out, ids[i], strlen(ids[i]));
+    if (rc == 0)
+      rc = px_buf_puts(out, ",\"supportedGenerationMethods\":[\"generateContent\","
+                            "\"streamGenerateContent\",\"countTokens\"]}");
+  }
+  if (rc == 0) rc = px_buf_puts(out, "]}");
+  return rc;
+}
+
+static const char *const gem_forward[] = {NULL};
+
 const px_proto_ops_t px_proto_gemini = {
     .id = PX_PROTO_GEMINI,
     .name = "gemini_generate_content",
@@ -940,4 +1037,26 @@ const px_proto_ops_t px_proto_gemini = {
     .senc_new = px_gemini_senc_new,
     .senc_event = px_gemini_senc_event,
     .senc_free = px_gemini_senc_free,
+    .match = gem_match,
+    .upstream_url = gem_upstream_url,
+    .count_decode = gem_count_decode,
+    .count_encode = gem_count_encode,
+    .count_request = gem_count_request,
+    .encode_models = gem_models,
+    .forward_headers = gem_forward,
+    .auth_header = "x-goog-api-key: ",
+    .client_key_header = "x-goog-api-key",
+    .client_key_query = "key",
+    .error_type = status_of_kind,
+    .model_in_path = 1,
+    .env_key = "GEMINI_API_KEY",
+    .env_base = "GEMINI_BASE_URL",
+    .default_base = "https://generativelanguage.googleapis.com",
+    .default_name = "gemini",
+    .default_glob = "gemini-*",
+    .watch = {.usage_obj = "usageMetadata", .usage_in = "promptTokenCount",
+              .usage_out = "candidatesTokenCount", .usage_out_extra = "thoughtsTokenCount",
+              .finish_key = "finishReason", .error_data = 1,
+              .model_path = {"modelVersion"}, .model_depth = 1,
+              .body_model = "modelVersion"},
 };

@@ -1576,6 +1576,25 @@ static int encode_stream_error(px_buf_t *out, px_errkind_t kind, const char *mes
   return rc;
 }
 
+/* ---- token counting: POST /responses/input_tokens ---- */
+
+static int responses_count_encode(px_buf_t *out, int64_t n) {
+  char num[24];
+  snprintf(num, sizeof(num), "%lld", (long long)n);
+  int rc = px_buf_puts(out, "{\"object\":\"response.input_tokens\",\"input_tokens\":");
+  if (rc == 0) rc = px_buf_puts(out, num);
+  if (rc == 0) rc = px_buf_puts(out, "}");
+  return rc;
+}
+
+/* input_tokens takes the request minus generation controls */
+static void responses_count_request(json_t *body, const char *model) {
+  (void)model;
+  json_object_del(body, "stream");
+  json_object_del(body, "max_output_tokens");
+  json_object_del(body, "stream_options");
+}
+
 const px_proto_ops_t px_proto_responses = {
     .id = PX_PROTO_RESPONSES,
     .name = "openai_responses",
@@ -1595,4 +1614,18 @@ const px_proto_ops_t px_proto_responses = {
     .senc_new = px_responses_senc_new,
     .senc_event = px_responses_senc_event,
     .senc_free = px_responses_senc_free,
+    .count_upstream_path = "/responses/input_tokens",
+    .count_decode = px_count_input_tokens,
+    .count_encode = responses_count_encode,
+    .count_request = responses_count_request,
+    .forward_headers = px_openai_forward_headers,
+    .tenancy_headers = px_openai_tenancy_headers,
+    .auth_header = "Authorization: Bearer ",
+    .error_type = px_errkind_openai,
+    .encode_models = px_openai_models,
+    .watch = {.usage_obj = "usage", .usage_in = "input_tokens", .usage_out = "output_tokens",
+              .terminal_events = {"response.completed", "response.incomplete",
+                                  "response.failed"},
+              .terminal_outer = "response", .error_event = "error",
+              .model_path = {"response", "model"}, .model_depth = 2},
 };

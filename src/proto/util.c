@@ -390,3 +390,29 @@ int px_ir_is_custom_tool(json_t *tools, const char *name) {
   }
   return 0;
 }
+
+/* ---- the wire pieces the OpenAI protocols share ---- */
+
+const char *const px_openai_forward_headers[] = {"openai-organization", "openai-project",
+                                                 "openai-beta", NULL};
+const char *const px_openai_tenancy_headers[] = {"openai-organization", "openai-project",
+                                                 NULL};
+
+int px_openai_models(px_buf_t *out, const char *const *ids, const char *const *owners,
+                     size_t n) {
+  int rc = px_buf_puts(out, "{\"object\":\"list\",\"data\":[");
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    const char *own = owners && owners[i] ? owners[i] : "proxai";
+    rc = px_buf_puts(out, i ? ",{\"id\":" : "{\"id\":");
+    if (rc == 0) rc = px_buf_json_str(out, ids[i], strlen(ids[i]));
+    if (rc == 0) rc = px_buf_puts(out, ",\"object\":\"model\",\"created\":0,\"owned_by\":");
+    if (rc == 0) rc = px_buf_json_str(out, own, strlen(own));
+    if (rc == 0) rc = px_buf_puts(out, "}");
+  }
+  if (rc == 0) rc = px_buf_puts(out, "]}");
+  return rc;
+}
+
+int64_t px_count_input_tokens(json_t *body) {
+  return px_jint(body, "input_tokens", -1);
+}
