@@ -1303,9 +1303,10 @@ px_config_t *px_config_parse(const char *text, const char *name, char *err,
 /* The embedded default (SPEC section 2)                                    */
 
 static const char unconfigured[] =
-    "proxai has no upstream configured: set OPENAI_API_KEY and/or ANTHROPIC_API_KEY in "
-    "proxai's environment (optionally OPENAI_BASE_URL / ANTHROPIC_BASE_URL), or start it "
-    "with -c proxai.conf (see proxai.conf.example)";
+    "proxai has no upstream configured: set OPENAI_API_KEY, ANTHROPIC_API_KEY and/or "
+    "GEMINI_API_KEY in proxai's environment (optionally OPENAI_BASE_URL / "
+    "ANTHROPIC_BASE_URL / GEMINI_BASE_URL), or start it with -c proxai.conf (see "
+    "proxai.conf.example)";
 
 static const char *env_nonempty(const char *name) {
   const char *v = getenv(name);

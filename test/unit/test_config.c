@@ -566,6 +566,8 @@ static void clear_default_env(void) {
   unsetenv("ANTHROPIC_API_KEY");
   unsetenv("OPENAI_BASE_URL");
   unsetenv("ANTHROPIC_BASE_URL");
+  unsetenv("GEMINI_API_KEY");
+  unsetenv("GEMINI_BASE_URL");
 }
 
 static void test_embedded_default(void) {
@@ -679,6 +681,36 @@ static void test_embedded_default(void) {
   CHECK_STR(err,
             "OPENAI_BASE_URL: invalid base_url 'api.example.com': must start with "
             "http:// or https://");
+  clear_default_env();
+
+  /* GEMINI_API_KEY beside OPENAI_API_KEY: gemini-* goes to Gemini, the rest
+   * to OpenAI; alone, everything goes to Gemini */
+  setenv("OPENAI_API_KEY", "sk-o", 1);
+  setenv("GEMINI_API_KEY", "g-key", 1);
+  c = px_config_load(NULL, err, sizeof err);
+  CHECK(c != NULL);
+  if (c != NULL && c->nupstreams == 2) {
+    CHECK_STR(c->upstreams[1].name, "gemini");
+    CHECK(c->upstreams[1].protocol == PX_PROTO_GEMINI);
+    CHECK_STR(c->upstreams[1].base_url, "https://generativelanguage.googleapis.com");
+    const px_route_conf_t *r = px_config_route(c, "gemini-2.5-pro");
+    CHECK(r != NULL && r->upstream == 1);
+    r = px_config_route(c, "gpt-4o");
+    CHECK(r != NULL && r->upstream == 0);
+  } else {
+    CHECK(!"default with OpenAI and Gemini keys");
+  }
+  px_config_unref(c);
+  unsetenv("OPENAI_API_KEY");
+  setenv("GEMINI_BASE_URL", "http://127.0.0.1:7778", 1);
+  c = px_config_load(NULL, err, sizeof err);
+  CHECK(c != NULL && c->nupstreams == 1);
+  if (c != NULL && c->nupstreams == 1) {
+    CHECK_STR(c->upstreams[0].base_url, "http://127.0.0.1:7778");
+    const px_route_conf_t *r = px_config_route(c, "gpt-4o");
+    CHECK(r != NULL && r->upstream == 0);
+  }
+  px_config_unref(c);
   clear_default_env();
 
   /* ./proxai.conf wins over the default */
