@@ -134,6 +134,20 @@ json_t *px_mint_id(const char *prefix, const char *id);
 /** The same minted id written into a JSON string body (escaped, no quotes). */
 int px_buf_mint_id(px_buf_t *b, const char *prefix, px_str_t id);
 
+/** The tool-call ids of one message as sent to a client: every call gets a
+ *  non-empty id unique in the message (Chat and Anthropic clients key tool
+ *  results by it). An upstream id is kept unless it is empty or repeats an
+ *  earlier call's; then "call_proxai_<nth>" (nth: the call's position) is
+ *  minted, stable for the whole stream. */
+typedef struct px_idset {
+  char **ids;
+  int n, cap;
+} px_idset_t;
+/** The id to send for the nth call (NUL-terminated, owned by the set until
+ *  px_idset_free); NULL on allocation failure. */
+const char *px_idset_unique(px_idset_t *s, px_str_t id, int nth);
+void px_idset_free(px_idset_t *s);
+
 /** OpenAI error object {"error":{"message","type","param","code":null}}
  *  (Chat and Responses share it). type is written as given (not NULL);
  *  a NULL or empty param is null. */

@@ -1218,6 +1218,7 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
   px_buf_init(&reasoning, SIZE_MAX);
   int ntext = 0, nreason = 0;
   json_t *tcs = json_array(), *anns = json_array();
+  px_idset_t ids = {0};
   size_t i;
   json_t *c;
   json_array_foreach(content, i, c) {
@@ -1248,9 +1249,14 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
       if (anth && sig) px_lossy_add(lossy, "content[].signature");
       if (anth && red) px_lossy_add(lossy, "content[].redacted_thinking");
     } else if (strcmp(t, "tool_call") == 0) {
-      json_array_append_new(tcs, tool_call_out(c));
+      json_t *tc = tool_call_out(c);
+      const char *uid =
+          px_idset_unique(&ids, px_str(px_jstr(c, "id")), (int)json_array_size(tcs));
+      if (tc != NULL && uid != NULL) json_object_set_new(tc, "id", json_string(uid));
+      json_array_append_new(tcs, tc);
     }
   }
+  px_idset_free(&ids);
   int nref = 0;
   char *refusal = join_parts(content, "refusal", &nref);
   json_t *msg = json_pack("{s:s}", "role", "assistant");

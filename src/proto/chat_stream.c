@@ -770,8 +770,9 @@ struct px_senc {
   eblock_t *blocks;
   int nblocks, capblocks;
   int ntools;
-  int any_content; /* delta.content emitted */
-  int any_refusal; /* delta.refusal emitted */
+  int any_content;     /* delta.content emitted */
+  int any_refusal;     /* delta.refusal emitted */
+  px_idset_t call_ids; /* tool-call ids sent (unique, non-empty) */
   px_usage_t usage;
 };
 
@@ -795,6 +796,7 @@ px_senc_t *px_chat_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
 void px_chat_senc_free(px_senc_t *e) {
   if (e == NULL) return;
   px_buf_free(&e->prefix);
+  px_idset_free(&e->call_ids);
   free(e->blocks);
   free(e);
 }
@@ -865,10 +867,12 @@ static int on_block_start(px_senc_t *e, const px_ev_t *ev) {
   b->custom = 0;
   if (ev->block != PX_BLOCK_TOOL_CALL) return 0;
   b->tool = e->ntools++;
+  const char *id = px_idset_unique(&e->call_ids, ev->id, b->tool);
+  if (id == NULL) return PX_ENOMEM;
   int rc = chunk_open(e);
   if (rc == 0)
     rc = px_buf_printf(e->out, "\"tool_calls\":[{\"index\":%d,\"id\":", b->tool);
-  if (rc == 0) rc = px_buf_json_str(e->out, ev->id.ptr ? ev->id.ptr : "", ev->id.len);
+  if (rc == 0) rc = px_buf_json_str(e->out, id, strlen(id));
   b->custom = ev->custom;
   if (rc == 0)
     rc = px_buf_puts(e->out, ev->custom

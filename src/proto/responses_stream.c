@@ -516,6 +516,7 @@ typedef struct eblock {
   int output_index;
   int content_index;
   int summary_open;
+  int suspended; /* text/refusal whose message item another block closed */
   int custom;    /* a custom (freeform) tool call */
   int tix;       /* its text slot (escaped text / arguments), see etext() */
   px_buf_t dpre; /* delta event head after the sequence number */
@@ -780,8 +781,24 @@ static int eitem_done(px_senc_t *e, int oi, json_t *item) {
                json_pack("{s:i, s:o}", "output_index", oi, "item", item));
 }
 
+static int eclose_part(px_senc_t *e, eblock_t *b);
+
+/* Close the open message item. A text or refusal block still open in it
+ * (another block started while it streamed: Responses cannot interleave
+ * content parts with other items) gets its closing events first and is
+ * suspended; a later delta continues it in a new message item (never an
+ * event for an item after its output_item.done). */
 static int eclose_msg(px_senc_t *e) {
   if (e->msg_oi < 0) return 0;
+  for (size_t i = 0; i < e->nblocks; i++) {
+    eblock_t *b = &e->blocks[i];
+    if (!b->used || b->suspended || b->output_index != e->msg_oi ||
+        (b->kind != PX_BLOCK_TEXT && b->kind != PX_BLOCK_REFUSAL))
+      continue;
+    int rc = eclose_part(e, b);
+    if (rc < 0) return rc;
+    b->suspended = 1;
+  }
   json_t *item =
       json_pack("{s:s, s:s, s:s, s:s, s:O}", "id", e->msg_id, "type", "message", "status",
                 "completed", "role", "assistant", "content", e->msg_content);
@@ -846,6 +863,27 @@ static void efree_block(eblock_t *b) {
   memset(b, 0, sizeof(*b));
 }
 
+/* A text or refusal block's content part in the open message item (opened
+ * when there is none). */
+static int eopen_part(px_senc_t *e, eblock_t *b) {
+  int rc = eopen_msg(e);
+  if (rc < 0) return rc;
+  b->output_index = e->msg_oi;
+  b->content_index = e->msg_nparts++;
+  free(b->item_id);
+  b->item_id = strdup(e->msg_id);
+  if (b->item_id == NULL) return PX_ENOMEM;
+  rc = eemit(e, "response.content_part.added",
+             json_pack("{s:s, s:i, s:i, s:o}", "item_id", e->msg_id, "output_index",
+                       b->output_index, "content_index", b->content_index, "part",
+                       b->kind == PX_BLOCK_TEXT
+                           ? json_pack("{s:s, s:s, s:[]}", "type", "output_text", "text",
+                                       "", "annotations")
+                           : json_pack("{s:s, s:s}", "type", "refusal", "refusal", "")));
+  if (rc == 0) rc = edelta_head(b, b->content_index, -1);
+  return rc;
+}
+
 static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
   eblock_t *b = eblock(e, ev->index);
   if (b == NULL || b->used) return PX_EPROTO;
@@ -860,21 +898,8 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
   switch (ev->block) {
     case PX_BLOCK_TEXT:
     case PX_BLOCK_REFUSAL:
-      rc = eopen_msg(e);
-      if (rc < 0) return rc;
-      b->output_index = e->msg_oi;
-      b->content_index = e->msg_nparts++;
-      b->item_id = strdup(e->msg_id);
       if (ev->block == PX_BLOCK_REFUSAL) e->has_refusal = 1;
-      rc = eemit(
-          e, "response.content_part.added",
-          json_pack("{s:s, s:i, s:i, s:o}", "item_id", e->msg_id, "output_index",
-                    b->output_index, "content_index", b->content_index, "part",
-                    ev->block == PX_BLOCK_TEXT
-                        ? json_pack("{s:s, s:s, s:[]}", "type", "output_text", "text", "",
-                                    "annotations")
-                        : json_pack("{s:s, s:s}", "type", "refusal", "refusal", "")));
-      if (rc == 0) rc = edelta_head(b, b->content_index, -1);
+      rc = eopen_part(e, b);
       if (rc == 0 && ev->text.len > 0) {
         rc = eaccum(e, ev->text.len);
         if (rc == 0)
@@ -948,6 +973,14 @@ static int e_delta(px_senc_t *e, const px_ev_t *ev) {
   if (ev->text.len == 0) return 0;
   rc = eaccum(e, ev->text.len);
   if (rc < 0) return rc;
+  if (b->suspended) {
+    /* continued after its message item closed: a new part in a new item */
+    b->suspended = 0;
+    b->tix = etext_new(e);
+    if (b->tix < 0) return PX_ENOMEM;
+    rc = eopen_part(e, b);
+    if (rc < 0) return rc;
+  }
   switch (b->kind) {
     case PX_BLOCK_TEXT:
       return edelta(e, b, "response.output_text.delta", ev->text.ptr, ev->text.len);
@@ -974,37 +1007,50 @@ static int e_delta(px_senc_t *e, const px_ev_t *ev) {
   return PX_EPROTO;
 }
 
+/* The closing events of a text or refusal part; the part joins the open
+ * message item's content. */
+static int eclose_part(px_senc_t *e, eblock_t *b) {
+  int rc = 0;
+  json_t *text = etext(e, b->tix);
+  if (text == NULL) return PX_ENOMEM;
+  int is_text = b->kind == PX_BLOCK_TEXT;
+  rc = eemit(e, is_text ? "response.output_text.done" : "response.refusal.done",
+             is_text ? json_pack("{s:s, s:i, s:i, s:O, s:[]}", "item_id", b->item_id,
+                                 "output_index", b->output_index, "content_index",
+                                 b->content_index, "text", text, "logprobs")
+                     : json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id,
+                                 "output_index", b->output_index, "content_index",
+                                 b->content_index, "refusal", text));
+  json_t *part = is_text ? json_pack("{s:s, s:O, s:[]}", "type", "output_text", "text",
+                                     text, "annotations")
+                         : json_pack("{s:s, s:O}", "type", "refusal", "refusal", text);
+  if (rc == 0)
+    rc = eemit(
+        e, "response.content_part.done",
+        json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id, "output_index",
+                  b->output_index, "content_index", b->content_index, "part", part));
+  if (e->msg_content != NULL && b->output_index == e->msg_oi)
+    json_array_append(e->msg_content, part);
+  json_decref(part);
+  json_decref(text);
+  return rc;
+}
+
 static int e_block_stop(px_senc_t *e, const px_ev_t *ev) {
   eblock_t *b = eblock(e, ev->index);
   if (b == NULL || !b->used) return PX_EPROTO;
   int rc = 0;
+  if (b->suspended) { /* its part was closed with its message item */
+    efree_block(b);
+    return 0;
+  }
   json_t *text = etext(e, b->tix);
   if (text == NULL) return PX_ENOMEM;
   switch (b->kind) {
     case PX_BLOCK_TEXT:
-    case PX_BLOCK_REFUSAL: {
-      int is_text = b->kind == PX_BLOCK_TEXT;
-      rc = eemit(e, is_text ? "response.output_text.done" : "response.refusal.done",
-                 is_text ? json_pack("{s:s, s:i, s:i, s:O, s:[]}", "item_id", b->item_id,
-                                     "output_index", b->output_index, "content_index",
-                                     b->content_index, "text", text, "logprobs")
-                         : json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id,
-                                     "output_index", b->output_index, "content_index",
-                                     b->content_index, "refusal", text));
-      json_t *part = is_text
-                         ? json_pack("{s:s, s:O, s:[]}", "type", "output_text", "text",
-                                     text, "annotations")
-                         : json_pack("{s:s, s:O}", "type", "refusal", "refusal", text);
-      if (rc == 0)
-        rc = eemit(
-            e, "response.content_part.done",
-            json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id, "output_index",
-                      b->output_index, "content_index", b->content_index, "part", part));
-      if (e->msg_content != NULL && b->output_index == e->msg_oi)
-        json_array_append(e->msg_content, part);
-      json_decref(part);
+    case PX_BLOCK_REFUSAL:
+      rc = eclose_part(e, b);
       break;
-    }
     case PX_BLOCK_THINKING:
     case PX_BLOCK_REDACTED_THINKING: {
       json_t *summary = json_array();
