@@ -20,12 +20,17 @@ int px_errkind_status(px_errkind_t k) { return errkinds[k].status; }
 const char *px_errkind_openai(px_errkind_t k) { return errkinds[k].openai; }
 const char *px_errkind_anthropic(px_errkind_t k) { return errkinds[k].anthropic; }
 
+/* The error kind of an upstream error (SPEC 6): its type when the type is
+ * one of the two families' error types and says more than the status; else
+ * the status decides (a type or code with no counterpart in the client's
+ * protocol, e.g. OpenAI's insufficient_quota under 429, must not become an
+ * unrelated type). Codes only help when there is no error status (an error
+ * event inside a 200 stream). */
 px_errkind_t px_errkind_from_type(const char *type, int status) {
   static const struct { const char *type; px_errkind_t kind; } names[] = {
       {"invalid_request_error", PX_ERR_INVALID},
       {"authentication_error", PX_ERR_AUTH},
       {"permission_error", PX_ERR_PERMISSION},
-      {"insufficient_quota", PX_ERR_PERMISSION},
       {"not_found_error", PX_ERR_NOT_FOUND},
       {"request_too_large", PX_ERR_TOO_LARGE},
       {"rate_limit_error", PX_ERR_RATE_LIMIT},
@@ -34,20 +39,40 @@ px_errkind_t px_errkind_from_type(const char *type, int status) {
       {"api_error", PX_ERR_API},
       {"server_error", PX_ERR_API},
   };
-  if (type != NULL)
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-      if (strcmp(type, names[i].type) == 0) return names[i].kind;
+  static const struct { const char *code; px_errkind_t kind; } codes[] = {
+      {"insufficient_quota", PX_ERR_RATE_LIMIT},
+      {"rate_limit_exceeded", PX_ERR_RATE_LIMIT},
+      {"invalid_api_key", PX_ERR_AUTH},
+      {"model_not_found", PX_ERR_NOT_FOUND},
+  };
+  px_errkind_t by_status;
   switch (status) {
-  case 400: case 422: return PX_ERR_INVALID;
-  case 401: return PX_ERR_AUTH;
-  case 403: return PX_ERR_PERMISSION;
-  case 404: return PX_ERR_NOT_FOUND;
-  case 413: return PX_ERR_TOO_LARGE;
-  case 429: return PX_ERR_RATE_LIMIT;
-  case 503: case 529: return PX_ERR_OVERLOADED;
-  case 504: return PX_ERR_TIMEOUT;
-  default: return status >= 400 && status < 500 ? PX_ERR_INVALID : PX_ERR_API;
+  case 400: case 422: by_status = PX_ERR_INVALID; break;
+  case 401: by_status = PX_ERR_AUTH; break;
+  case 403: by_status = PX_ERR_PERMISSION; break;
+  case 404: by_status = PX_ERR_NOT_FOUND; break;
+  case 413: by_status = PX_ERR_TOO_LARGE; break;
+  case 429: by_status = PX_ERR_RATE_LIMIT; break;
+  case 503: case 529: by_status = PX_ERR_OVERLOADED; break;
+  case 504: by_status = PX_ERR_TIMEOUT; break;
+  default: by_status = status >= 400 && status < 500 ? PX_ERR_INVALID : PX_ERR_API;
   }
+  int error_status = status >= 400 && status <= 599;
+  if (type != NULL) {
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+      if (strcmp(type, names[i].type) != 0) continue;
+      px_errkind_t k = names[i].kind;
+      /* a generic type under a specific status: the status says more */
+      if (error_status && (k == PX_ERR_INVALID || k == PX_ERR_API) &&
+          by_status != PX_ERR_INVALID && by_status != PX_ERR_API)
+        return by_status;
+      return k;
+    }
+    if (!error_status)
+      for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
+        if (strcmp(type, codes[i].code) == 0) return codes[i].kind;
+  }
+  return by_status;
 }
 
 int px_tr_fail(px_tr_err_t *err, const char *param, const char *fmt, ...) {

@@ -267,8 +267,7 @@ static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
   if (strcmp(status, "failed") == 0 && json_is_object(err)) {
     const char *code = px_jstr(err, "code");
     const char *msg = px_jstr(err, "message");
-    px_errkind_t k =
-        code && strcmp(code, "rate_limit_exceeded") == 0 ? PX_ERR_RATE_LIMIT : PX_ERR_API;
+    px_errkind_t k = px_errkind_from_type(code, 0);
     return derror(d, k, msg ? msg : "upstream response failed");
   }
   int rc = dstop_all(d, -1);
@@ -438,7 +437,7 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
                          strcmp(code, "rate_limit_error") == 0))
       k = PX_ERR_RATE_LIMIT;
     else if (code != NULL)
-      k = px_errkind_from_type(code, 500);
+      k = px_errkind_from_type(code, 0);
     rc = derror(d, k, msg ? msg : "upstream stream error");
   } else if (d->state == D_INIT) {
     if (strcmp(type, "response.created") == 0 ||
