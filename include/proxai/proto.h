@@ -116,6 +116,8 @@ typedef struct px_tr_ctx {
   int stream;                /**< the request streams */
   int64_t created;           /**< unix time for `created` / `created_at` */
   size_t max_accum;          /**< cap for stream accumulation (Responses .done) */
+  px_lossy_t *dropped;       /**< streams: what was actually dropped (set by
+                                  the hub; NULL elsewhere) */
 } px_tr_ctx_t;
 
 /* ------------------------------------------------------------------------ */
@@ -269,6 +271,11 @@ typedef enum px_delta {
   PX_DELTA_THINKING,
   PX_DELTA_SIGNATURE,   /**< thinking signature / encrypted_content */
   PX_DELTA_TOOL_ARGS,   /**< partial JSON of tool arguments */
+  PX_DELTA_ANNOTATION,  /**< TEXT blocks: one IR annotation as compact JSON
+                             ({"type":"url_citation","url","title"?,
+                             "start_index","end_index"}, indexes in characters
+                             of the block's text; other Responses annotation
+                             types as they are) */
 } px_delta_t;
 
 typedef struct px_usage {
@@ -380,6 +387,12 @@ PX_PROTO_MAP(XX)
 int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
                          json_t **upstream_body, px_lossy_t *lossy,
                          px_tr_err_t *err);
+/** The response fields a stream of this request may drop, predicted from the
+ *  IR request (x-proxai-lossy leaves before the stream; the names are those
+ *  the non-streaming encoders use for the same content). Called by
+ *  px_translate_request when ctx->stream. */
+void px_lossy_predict(const px_tr_ctx_t *ctx, json_t *ir_request, px_lossy_t *lossy);
+
 /** Translate an upstream success body to the client protocol's body. */
 int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,
                           json_t **client_body, px_lossy_t *lossy,
@@ -438,6 +451,10 @@ int px_stream_tr_finish(px_stream_tr_t *t, int ok, px_errkind_t kind,
 int px_stream_tr_done(const px_stream_tr_t *t);
 /** Final usage seen (for logs/metrics/tpm). */
 const px_usage_t *px_stream_tr_usage(const px_stream_tr_t *t);
+/** Fields the stream actually dropped so far (access log `lossy`); the
+ *  x-proxai-lossy header of a stream is predicted from the request by
+ *  px_translate_request (px_lossy_predict, one rule set with these). */
+const px_lossy_t *px_stream_tr_dropped(const px_stream_tr_t *t);
 void px_stream_tr_free(px_stream_tr_t *t);
 
 #endif

@@ -154,6 +154,14 @@ void px_idset_free(px_idset_t *s);
 int px_openai_error_body(px_buf_t *out, const char *type, const char *message,
                          const char *param);
 
+/** A stream dropped a field: recorded for the access log (ctx->dropped). */
+static inline void px_dropped(const px_tr_ctx_t *ctx, const char *path) {
+  if (ctx->dropped != NULL) px_lossy_add(ctx->dropped, path);
+}
+
+/** The annotation of a DELTA_ANNOTATION event as JSON (NULL if malformed). */
+json_t *px_annotation_parse(px_str_t text);
+
 /** Usage fields of s that are known (>= 0) overwrite those of d. */
 void px_usage_merge(px_usage_t *d, const px_usage_t *s);
 
@@ -204,6 +212,18 @@ json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id, int64_t
 /** Stateless mid-stream error (responses_stream.c): a response.failed event
  *  carrying a failed response object. */
 int px_responses_stream_error(px_buf_t *out, px_errkind_t kind, const char *message);
+
+/** IR annotations -> Chat message annotations (url_citation nested),
+ *  character indexes shifted by shift; others named in lossy. */
+json_t *px_chat_annotations(const px_tr_ctx_t *ctx, json_t *anns, json_int_t shift,
+                            px_lossy_t *lossy);
+
+/** IR annotations -> Responses annotations (flat); others named in lossy. */
+json_t *px_responses_annotations(json_t *ann, px_lossy_t *lossy);
+
+/** The lossy name of a Responses output item the IR cannot hold (hosted
+ *  tool calls ...); streams and bodies share it. */
+void px_responses_lossy_item(px_lossy_t *l, const char *type);
 
 /** Whether the IR tool list names a custom (freeform) tool `name`. */
 int px_ir_is_custom_tool(json_t *tools, const char *name);

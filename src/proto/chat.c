@@ -1178,8 +1178,8 @@ fail:
 
 /* Flat IR url_citation -> Chat {type, url_citation:{...}}; indexes shifted
  * by the characters of the text parts joined before this one. */
-static json_t *annotations_out(const px_tr_ctx_t *ctx, json_t *anns, json_int_t shift,
-                               px_lossy_t *lossy) {
+json_t *px_chat_annotations(const px_tr_ctx_t *ctx, json_t *anns, json_int_t shift,
+                            px_lossy_t *lossy) {
   json_t *out = json_array();
   size_t i;
   json_t *a;
@@ -1232,7 +1232,7 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
       ntext++;
       json_t *a = json_object_get(c, "annotations");
       if (json_array_size(a) > 0) {
-        json_t *conv = annotations_out(ctx, a, shift, lossy);
+        json_t *conv = px_chat_annotations(ctx, a, shift, lossy);
         json_array_extend(anns, conv);
         json_decref(conv);
       }

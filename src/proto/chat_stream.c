@@ -758,6 +758,7 @@ typedef enum { E_INIT, E_OPEN, E_FINISHED, E_DONE } estate_t;
 
 typedef struct eblock {
   px_block_t block;
+  int64_t shift; /* characters of content sent before this block */
   int tool;   /* chat tool index of tool blocks */
   int custom; /* a custom tool call (input, not arguments) */
 } eblock_t;
@@ -773,6 +774,7 @@ struct px_senc {
   int any_content;     /* delta.content emitted */
   int any_refusal;     /* delta.refusal emitted */
   px_idset_t call_ids; /* tool-call ids sent (unique, non-empty) */
+  int64_t chars;       /* characters of delta.content sent */
   px_usage_t usage;
 };
 
@@ -863,8 +865,11 @@ static int on_block_start(px_senc_t *e, const px_ev_t *ev) {
   }
   eblock_t *b = &e->blocks[e->nblocks++];
   b->block = ev->block;
+  b->shift = e->chars;
   b->tool = -1;
   b->custom = 0;
+  if (ev->block == PX_BLOCK_REDACTED_THINKING)
+    px_dropped(&e->ctx, "output[].encrypted_content");
   if (ev->block != PX_BLOCK_TOOL_CALL) return 0;
   b->tool = e->ntools++;
   const char *id = px_idset_unique(&e->call_ids, ev->id, b->tool);
@@ -894,7 +899,31 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
   switch (ev->delta) {
     case PX_DELTA_TEXT:
       e->any_content = 1;
+      e->chars += (int64_t)px_utf8_chars(ev->text.ptr, ev->text.len);
       return text_chunk(e, "content", ev->text);
+    case PX_DELTA_ANNOTATION: {
+      /* delta.annotations, as the non-streaming message.annotations */
+      json_t *a = px_annotation_parse(ev->text);
+      if (a == NULL) return 0;
+      json_t *arr = json_pack("[o]", a);
+      px_lossy_t scratch;
+      px_lossy_init(&scratch);
+      json_t *conv = px_chat_annotations(&e->ctx, arr, (json_int_t)b->shift,
+                                         e->ctx.dropped ? e->ctx.dropped : &scratch);
+      json_decref(arr);
+      int rc = 0;
+      if (json_array_size(conv) > 0) {
+        rc = chunk_open(e);
+        if (rc == 0) rc = px_buf_puts(e->out, "\"annotations\":");
+        char *s = rc == 0 ? json_dumps(conv, JSON_COMPACT) : NULL;
+        if (rc == 0 && s == NULL) rc = PX_ENOMEM;
+        if (rc == 0) rc = px_buf_puts(e->out, s);
+        free(s);
+        if (rc == 0) rc = chunk_close(e, NULL);
+      }
+      json_decref(conv);
+      return rc;
+    }
     case PX_DELTA_REFUSAL:
       /* seed 000: delta.refusal only before any content; after content the
        * wording stays visible as content rather than being lost */
@@ -904,7 +933,10 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
     case PX_DELTA_THINKING:
       return text_chunk(e, "reasoning_content", ev->text);
     case PX_DELTA_SIGNATURE:
-      return 0; /* Chat has no field for thinking signatures */
+      /* Chat has no field for thinking signatures (the non-streaming
+       * encoder names the same field) */
+      px_dropped(&e->ctx, "output[].encrypted_content");
+      return 0;
     case PX_DELTA_TOOL_ARGS: {
       if (b->tool < 0) return PX_EPROTO;
       int rc = chunk_open(e);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "proxai/proto.h"
+#include "proxai/protoutil.h"
 
 static const struct {
   int status;
@@ -223,4 +224,21 @@ int px_proto_by_path(const char *path, size_t len) {
   PX_PROTO_MAP(XX)
 #undef XX
   return -1;
+}
+
+/* The rule set of x-proxai-lossy for streams (SPEC 5): what the client's
+ * protocol cannot hold of what this request may bring back. The names are
+ * those of the non-streaming encoders (chat.c, anthropic.c), which name the
+ * same content when it is actually present; what a stream actually drops
+ * goes to px_stream_tr_dropped (the access log). */
+void px_lossy_predict(const px_tr_ctx_t *ctx, json_t *ir, px_lossy_t *lossy) {
+  json_t *r = json_object_get(ir, "reasoning");
+  const char *effort = px_jstr(r, "effort");
+  int reasoning = json_is_object(r) && !json_is_false(json_object_get(r, "enabled")) &&
+                  !(effort != NULL && strcmp(effort, "none") == 0);
+  /* Chat has no carrier for opaque reasoning: Anthropic thinking
+   * signatures / redacted thinking, Responses encrypted_content (asked for
+   * by the Responses encoder whenever reasoning is on) */
+  if (ctx->in == PX_PROTO_CHAT && ctx->out != PX_PROTO_CHAT && reasoning)
+    px_lossy_add(lossy, "output[].encrypted_content");
 }

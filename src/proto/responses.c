@@ -1201,7 +1201,7 @@ fail:
 /* ---------------------------------------------------------------------- */
 /* decode_response: Responses upstream body -> IR                          */
 
-static void lossy_output_item(px_lossy_t *l, const char *type) {
+void px_responses_lossy_item(px_lossy_t *l, const char *type) {
   if (strcmp(type, "web_search_call") == 0)
     px_lossy_add(l, "output[].web_search_call");
   else if (strcmp(type, "file_search_call") == 0)
@@ -1305,7 +1305,7 @@ static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
       if (px_jstr(it, "id") != NULL) set_str(rp, "id", px_jstr(it, "id"));
       json_array_append_new(content, rp);
     } else {
-      lossy_output_item(lossy, type);
+      px_responses_lossy_item(lossy, type);
     }
   }
   json_object_set_new(out, "content", content);

@@ -186,8 +186,29 @@ static int d_item_added(px_sdec_t *d, json_t *j) {
     dblock_t *b = dstart(d, oi, -1, PX_BLOCK_THINKING, px_jstr(item, "id"), NULL, 0);
     return b ? 0 : PX_ENOMEM;
   }
-  /* message: its parts open blocks; hosted tool items are not carried */
+  /* message: its parts open blocks; hosted tool items are not carried
+   * (named as by the non-streaming decoder) */
+  if (strcmp(t, "message") != 0 && d->ctx.dropped != NULL &&
+      !(strcmp(t, "custom_tool_call") == 0 && d->ctx.in == PX_PROTO_CHAT))
+    px_responses_lossy_item(d->ctx.dropped, t);
   return 0;
+}
+
+/* response.output_text.annotation.added: an annotation of a text part */
+static int d_annotation(px_sdec_t *d, json_t *j) {
+  json_t *a = json_object_get(j, "annotation");
+  dblock_t *b = dfind(d, oindex(j), cindex(j));
+  if (!json_is_object(a) || b == NULL || !b->open || b->kind != PX_BLOCK_TEXT) return 0;
+  char *s = json_dumps(a, JSON_COMPACT);
+  if (s == NULL) return PX_ENOMEM;
+  px_ev_t ev;
+  px_ev_init(&ev, PX_EV_DELTA);
+  ev.index = b->index;
+  ev.delta = PX_DELTA_ANNOTATION;
+  ev.text = px_str(s);
+  int rc = demit(d, &ev);
+  free(s);
+  return rc;
 }
 
 static int d_part_added(px_sdec_t *d, json_t *j) {
@@ -474,6 +495,8 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
     dblock_t *b = dfind(d, oindex(j), -1);
     if (b != NULL && b->nsummary++ > 0 && b->got_delta)
       rc = ddelta(d, b, PX_DELTA_THINKING, "\n\n", 2);
+  } else if (strcmp(type, "response.output_text.annotation.added") == 0) {
+    rc = d_annotation(d, j);
   } else if (strcmp(type, "response.content_part.done") == 0) {
     dblock_t *b = dfind(d, oindex(j), cindex(j));
     if (b != NULL) rc = dstop(d, b);
@@ -523,6 +546,7 @@ typedef struct eblock {
   char *call_id;
   char *name;
   px_buf_t enc; /* reasoning encrypted content */
+  json_t *anns; /* text: annotations so far (Responses shape) */
 } eblock_t;
 
 struct px_senc {
@@ -859,6 +883,7 @@ static void efree_block(eblock_t *b) {
   free(b->name);
   px_buf_free(&b->dpre);
   px_buf_free(&b->enc);
+  json_decref(b->anns);
   memset(b, 0, sizeof(*b));
 }
 
@@ -954,6 +979,34 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
   return PX_EPROTO;
 }
 
+/* An annotation of a text part: response.output_text.annotation.added, and
+ * kept for the part's closing events (as the non-streaming encoder). */
+static int eannotation(px_senc_t *e, eblock_t *b, px_str_t text) {
+  if (b->kind != PX_BLOCK_TEXT) return PX_EPROTO;
+  json_t *a = px_annotation_parse(text);
+  if (a == NULL) return 0;
+  json_t *arr = json_pack("[o]", a);
+  px_lossy_t scratch;
+  px_lossy_init(&scratch);
+  json_t *conv = px_responses_annotations(arr, e->ctx.dropped ? e->ctx.dropped : &scratch);
+  json_decref(arr);
+  if (b->anns == NULL) b->anns = json_array();
+  size_t i;
+  json_t *x;
+  int rc = 0;
+  json_array_foreach(conv, i, x) {
+    if (rc < 0) break;
+    size_t ai = json_array_size(b->anns);
+    json_array_append(b->anns, x);
+    rc = eemit(e, "response.output_text.annotation.added",
+               json_pack("{s:s, s:i, s:i, s:i, s:O}", "item_id", b->item_id,
+                         "output_index", b->output_index, "content_index",
+                         b->content_index, "annotation_index", (int)ai, "annotation", x));
+  }
+  json_decref(conv);
+  return rc;
+}
+
 static int e_delta(px_senc_t *e, const px_ev_t *ev) {
   eblock_t *b = eblock(e, ev->index);
   if (b == NULL || !b->used) return PX_EPROTO;
@@ -980,6 +1033,7 @@ static int e_delta(px_senc_t *e, const px_ev_t *ev) {
     rc = eopen_part(e, b);
     if (rc < 0) return rc;
   }
+  if (ev->delta == PX_DELTA_ANNOTATION) return eannotation(e, b, ev->text);
   switch (b->kind) {
     case PX_BLOCK_TEXT:
       return edelta(e, b, "response.output_text.delta", ev->text.ptr, ev->text.len);
@@ -1020,8 +1074,9 @@ static int eclose_part(px_senc_t *e, eblock_t *b) {
                      : json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id,
                                  "output_index", b->output_index, "content_index",
                                  b->content_index, "refusal", text));
-  json_t *part = is_text ? json_pack("{s:s, s:O, s:[]}", "type", "output_text", "text",
-                                     text, "annotations")
+  json_t *part = is_text ? json_pack("{s:s, s:O, s:o}", "type", "output_text", "text",
+                                     text, "annotations",
+                                     b->anns ? json_deep_copy(b->anns) : json_array())
                          : json_pack("{s:s, s:O}", "type", "refusal", "refusal", text);
   if (rc == 0)
     rc = eemit(
