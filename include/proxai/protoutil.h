@@ -221,6 +221,11 @@ json_t *px_chat_annotations(const px_tr_ctx_t *ctx, json_t *anns, json_int_t shi
 /** IR annotations -> Responses annotations (flat); others named in lossy. */
 json_t *px_responses_annotations(json_t *ann, px_lossy_t *lossy);
 
+/** The filename of an IR file part sent inline to OpenAI (which rejects
+ *  file_data without one): its own, else "document" + the media type's
+ *  usual extension. */
+const char *px_inline_filename(json_t *part);
+
 /** The lossy name of a Responses output item the IR cannot hold (hosted
  *  tool calls ...); streams and bodies share it. */
 void px_responses_lossy_item(px_lossy_t *l, const char *type);

@@ -450,3 +450,11 @@ json_t *px_annotation_parse(px_str_t text) {
   }
   return a;
 }
+
+const char *px_inline_filename(json_t *part) {
+  const char *f = px_jstr(part, "filename");
+  if (f != NULL && *f != 0) return f;
+  const char *mt = px_jstr(part, "media_type");
+  if (mt != NULL && strcmp(mt, "text/plain") == 0) return "document.txt";
+  return "document.pdf";
+}
