@@ -97,6 +97,10 @@ typedef struct px_lossy {
   size_t len;
 } px_lossy_t;
 
+/** Marks a lossy field name that is not written in a px_lossy_add call (the
+ *  docs test, test/docs/check_lossy_docs.mjs, collects both). */
+#define PX_LOSSY(path) (path)
+
 /** Add a field path (deduplicated; silently stops when the buffer is full,
  *  ending the list with "..."). */
 void px_lossy_add(px_lossy_t *l, const char *path);
@@ -392,6 +396,9 @@ int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
  *  the non-streaming encoders use for the same content). Called by
  *  px_translate_request when ctx->stream. */
 void px_lossy_predict(const px_tr_ctx_t *ctx, json_t *ir_request, px_lossy_t *lossy);
+/** The lossy name of opaque reasoning (signature / encrypted_content, or a
+ *  redacted block) a Chat client cannot hold, by upstream protocol. */
+const char *px_lossy_opaque_reasoning(const px_tr_ctx_t *ctx, int redacted);
 
 /** Translate an upstream success body to the client protocol's body. */
 int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,

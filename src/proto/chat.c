@@ -1274,13 +1274,11 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
         px_buf_append(&reasoning, json_string_value(tx), json_string_length(tx));
         nreason++;
       }
-      int anth = ctx->out == PX_PROTO_ANTHROPIC;
       int sig =
           px_jstr(c, "signature") != NULL || px_jstr(c, "encrypted_content") != NULL;
       int red = px_jstr(c, "redacted_data") != NULL;
-      if (!anth && (sig || red)) px_lossy_add(lossy, "output[].encrypted_content");
-      if (anth && sig) px_lossy_add(lossy, "content[].signature");
-      if (anth && red) px_lossy_add(lossy, "content[].redacted_thinking");
+      if (sig) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
+      if (red) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 1));
     } else if (strcmp(t, "tool_call") == 0) {
       json_t *tc = tool_call_out(c);
       const char *uid =

@@ -869,7 +869,7 @@ static int on_block_start(px_senc_t *e, const px_ev_t *ev) {
   b->tool = -1;
   b->custom = 0;
   if (ev->block == PX_BLOCK_REDACTED_THINKING)
-    px_dropped(&e->ctx, "output[].encrypted_content");
+    px_dropped(&e->ctx, px_lossy_opaque_reasoning(&e->ctx, 1));
   if (ev->block != PX_BLOCK_TOOL_CALL) return 0;
   b->tool = e->ntools++;
   const char *id = px_idset_unique(&e->call_ids, ev->id, b->tool);
@@ -935,7 +935,7 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
     case PX_DELTA_SIGNATURE:
       /* Chat has no field for thinking signatures (the non-streaming
        * encoder names the same field) */
-      px_dropped(&e->ctx, "output[].encrypted_content");
+      px_dropped(&e->ctx, px_lossy_opaque_reasoning(&e->ctx, 0));
       return 0;
     case PX_DELTA_TOOL_ARGS: {
       if (b->tool < 0) return PX_EPROTO;

@@ -239,6 +239,16 @@ void px_lossy_predict(const px_tr_ctx_t *ctx, json_t *ir, px_lossy_t *lossy) {
   /* Chat has no carrier for opaque reasoning: Anthropic thinking
    * signatures / redacted thinking, Responses encrypted_content (asked for
    * by the Responses encoder whenever reasoning is on) */
-  if (ctx->in == PX_PROTO_CHAT && ctx->out != PX_PROTO_CHAT && reasoning)
-    px_lossy_add(lossy, "output[].encrypted_content");
+  if (ctx->in == PX_PROTO_CHAT && ctx->out != PX_PROTO_CHAT && reasoning) {
+    px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
+    px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 1));
+  }
+}
+
+/* Opaque reasoning a Chat client cannot hold, by the upstream's name for it
+ * (bodies, streams and the stream prediction use this one rule). */
+const char *px_lossy_opaque_reasoning(const px_tr_ctx_t *ctx, int redacted) {
+  if (ctx->out == PX_PROTO_ANTHROPIC)
+    return redacted ? PX_LOSSY("content[].redacted_thinking") : PX_LOSSY("content[].signature");
+  return PX_LOSSY("output[].encrypted_content");
 }
