@@ -76,6 +76,8 @@ struct px_sdec {
   px_usage_t usage;    /* final usage (usage-only chunk, else finish chunk's) */
   struct jp *fast;     /* fast-path tokenizer state (lazily allocated) */
   px_buf_t scratch[4]; /* unescaped strings of the fast path */
+  int64_t chars;       /* characters of delta.content read */
+  int64_t text_start;  /* ... before the live text block */
 };
 
 static void dec_set(px_sdec_t *d, dstate_t s) {
@@ -226,6 +228,8 @@ static int defer_bytes(px_sdec_t *d, deferred_t *x, const char *p, size_t n) {
 /* A text-like fragment (content, refusal, reasoning). */
 static int text_like(px_sdec_t *d, live_t kind, const char *p, size_t n) {
   if (n == 0) return 0;
+  int64_t before = d->chars;
+  if (kind == LIVE_TEXT) d->chars += (int64_t)px_utf8_chars(p, n);
   if (d->live == kind && d->ndefs == 0)
     return delta(d, d->live_index, delta_of(kind), p, n);
   if (d->live == LIVE_TOOL || d->ndefs > 0) {
@@ -240,9 +244,45 @@ static int text_like(px_sdec_t *d, live_t kind, const char *p, size_t n) {
   if (rc < 0) return rc;
   d->live = kind;
   d->live_index = d->nblocks;
+  if (kind == LIVE_TEXT) d->text_start = before;
   rc = block_start(d, block_of(kind), NULL, NULL, 0);
   if (rc < 0) return rc;
   return delta(d, d->live_index, delta_of(kind), p, n);
+}
+
+/* delta.annotations (search models: url_citation with message-wide
+ * character indexes) -> annotation events on the live text block, indexes
+ * made relative to it; elsewhere they cannot be placed: dropped, named as
+ * the non-streaming decoder names them. */
+static int annotations(px_sdec_t *d, json_t *anns) {
+  size_t i;
+  json_t *a;
+  json_array_foreach(anns, i, a) {
+    json_t *uc = json_object_get(a, "url_citation");
+    const char *t = json_string_value(json_object_get(a, "type"));
+    if (t == NULL || strcmp(t, "url_citation") != 0 || !json_is_object(uc) ||
+        d->live != LIVE_TEXT || d->ndefs > 0) {
+      px_dropped(&d->ctx, "choices[].message.annotations");
+      continue;
+    }
+    json_t *o = json_pack("{s:s}", "type", "url_citation");
+    const char *k;
+    json_t *x;
+    json_object_foreach(uc, k, x) {
+      if ((strcmp(k, "start_index") == 0 || strcmp(k, "end_index") == 0) &&
+          json_is_integer(x))
+        json_object_set_new(o, k, json_integer(json_integer_value(x) - d->text_start));
+      else
+        json_object_set(o, k, x);
+    }
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (s == NULL) return dec_error(d, PX_ERR_API, "out of memory");
+    int rc = delta(d, d->live_index, PX_DELTA_ANNOTATION, s, strlen(s));
+    free(s);
+    if (rc < 0) return rc;
+  }
+  return 0;
 }
 
 static int tool_fragment(px_sdec_t *d, json_t *tc, size_t pos) {
@@ -379,6 +419,8 @@ static int on_choice(px_sdec_t *d, json_t *chunk, json_t *ch) {
   if (rc == 0 && json_is_string(refusal))
     rc = text_like(d, LIVE_REFUSAL, json_string_value(refusal),
                    json_string_length(refusal));
+  if (rc == 0 && json_array_size(json_object_get(dl, "annotations")) > 0)
+    rc = annotations(d, json_object_get(dl, "annotations"));
   if (rc == 0 && tcs != NULL && !json_is_null(tcs)) {
     if (!json_is_array(tcs)) return proto_error(d, "tool_calls is not an array");
     size_t i;
@@ -615,6 +657,7 @@ static int fast_chunk(px_sdec_t *d, const char *p, size_t n) {
   if (!jp_is(j, rs, T_STR)) rs = jp_get(j, dl, "reasoning");
   int ct = jp_get(j, dl, "content"), rf = jp_get(j, dl, "refusal");
   int tcs = jp_get(j, dl, "tool_calls");
+  if (!jp_absent_or_null(j, jp_get(j, dl, "annotations"))) return 0;
   if ((rs >= 0 && !jp_is(j, rs, T_STR) && !jp_is(j, rs, T_NULL)) ||
       (ct >= 0 && !jp_is(j, ct, T_STR) && !jp_is(j, ct, T_NULL)) ||
       (rf >= 0 && !jp_is(j, rf, T_STR) && !jp_is(j, rf, T_NULL)))
