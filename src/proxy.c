@@ -231,6 +231,8 @@ static void finalize(px_exch_t *x) {
                             ? px_proto_get(x->in)->name
                             : NULL;
   const char *upname = x->up ? x->up->name : NULL;
+  /* what a translated stream actually dropped joins what the headers named */
+  if (x->str) px_lossy_merge(&x->lossy, px_stream_tr_dropped(x->str));
   px_access_rec_t rec = {
       .request_id = x->req->request_id,
       .key_name = x->key ? x->key->name : NULL,
@@ -251,6 +253,7 @@ static void finalize(px_exch_t *x) {
       .ttfb_ms = ttft < 0 ? -1 : ttft * 1e3,
       .attempts = x->attempts,
       .error_type = x->error_type,
+      .lossy = x->lossy.len ? x->lossy.buf : NULL,
   };
   char path[256];
   snprintf(path, sizeof(path), "%.*s", (int)x->req->path_len, x->req->url.data);

@@ -105,6 +105,8 @@ typedef struct px_lossy {
  *  ending the list with "..."). */
 void px_lossy_add(px_lossy_t *l, const char *path);
 static inline void px_lossy_init(px_lossy_t *l) { l->len = 0; l->buf[0] = 0; }
+/** Add every path of src to dst. */
+void px_lossy_merge(px_lossy_t *dst, const px_lossy_t *src);
 
 /* ------------------------------------------------------------------------ */
 /* Translation context                                                       */

@@ -252,3 +252,19 @@ const char *px_lossy_opaque_reasoning(const px_tr_ctx_t *ctx, int redacted) {
     return redacted ? PX_LOSSY("content[].redacted_thinking") : PX_LOSSY("content[].signature");
   return PX_LOSSY("output[].encrypted_content");
 }
+
+void px_lossy_merge(px_lossy_t *dst, const px_lossy_t *src) {
+  char path[sizeof(src->buf)];
+  const char *p = src->buf;
+  while (*p) {
+    const char *e = strchr(p, ',');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (n > 0 && n < sizeof(path) && !(n == 3 && memcmp(p, "...", 3) == 0)) {
+      memcpy(path, p, n);
+      path[n] = 0;
+      px_lossy_add(dst, path);
+    }
+    p += n;
+    if (*p == ',') p++;
+  }
+}
