@@ -1246,6 +1246,8 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
                                 px_lossy_t *lossy, px_tr_err_t *err) {
   json_t *content = json_array();
   json_t *refusal_text = NULL; /* first refusal wording */
+  px_idset_t ids = {0};        /* tool_use ids: non-empty, unique */
+  int ncalls = 0;
   size_t i;
   json_t *p;
   json_array_foreach(json_object_get(ir, "content"), i, p) {
@@ -1310,6 +1312,7 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
         if (!json_is_object(input)) {
           json_decref(input);
           json_decref(content);
+          px_idset_free(&ids);
           px_tr_fail(err, "tool_calls.arguments",
                      "upstream tool call '%s' has arguments that are not a JSON object",
                      px_jstr(p, "id") ? px_jstr(p, "id") : "");
@@ -1317,13 +1320,14 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
           return PX_EINVAL;
         }
       }
+      const char *uid = px_idset_unique(&ids, px_str(px_jstr(p, "id")), ncalls++);
       json_array_append_new(
           content,
-          json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id",
-                    px_jstr(p, "id") ? px_jstr(p, "id") : "", "name",
+          json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id", uid ? uid : "", "name",
                     px_jstr(p, "name") ? px_jstr(p, "name") : "", "input", input));
     }
   }
+  px_idset_free(&ids);
 
   px_stop_t st = px_stop_parse(px_jstr(ir, "stop_reason"));
   if (st == PX_STOP_NONE) st = PX_STOP_END_TURN;

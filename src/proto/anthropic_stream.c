@@ -476,6 +476,8 @@ struct px_senc {
   size_t held;         /* bytes held across blocks (max_accum) */
   int refusal;         /* a refusal block was seen */
   px_buf_t refusal_text;
+  px_idset_t call_ids; /* tool_use ids written (unique, non-empty) */
+  int ncalls;
 };
 
 static void se_set(px_senc_t *e, se_state_t st) { e->st = st; }
@@ -508,6 +510,7 @@ void px_anthropic_senc_free(px_senc_t *e) {
   for (int i = 0; i < e->nblocks; i++) blk_free(&e->blocks[i]);
   free(e->blocks);
   px_buf_free(&e->refusal_text);
+  px_idset_free(&e->call_ids);
   free(e);
 }
 
@@ -573,13 +576,18 @@ static int write_block_start(px_senc_t *e, se_block_t *b, px_str_t id, px_str_t 
     if (rc == 0) rc = wstr(e, data);
     if (rc == 0) rc = w(e, "}");
     break;
-  case PX_BLOCK_TOOL_CALL:
+  case PX_BLOCK_TOOL_CALL: {
+    /* tool_result blocks name their call: an empty or repeated upstream
+     * id becomes a minted one (the rule of every client encoder) */
+    const char *uid = px_idset_unique(&e->call_ids, id, e->ncalls++);
+    if (uid == NULL) return PX_ENOMEM;
     rc = w(e, "{\"type\":\"tool_use\",\"id\":");
-    if (rc == 0) rc = wstr(e, id);
+    if (rc == 0) rc = wstr(e, px_str(uid));
     if (rc == 0) rc = w(e, ",\"name\":");
     if (rc == 0) rc = wstr(e, name);
     if (rc == 0) rc = w(e, ",\"input\":{}}");
     break;
+  }
   }
   if (rc == 0) rc = w(e, "}\n\n");
   return rc;
