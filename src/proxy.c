@@ -260,6 +260,17 @@ static void finalize(px_exch_t *x) {
   rec.path = path;
   px_access_log(&rec);
   px_metrics_request(inbound, upname, x->status, dur, x->stream ? ttft : -1);
+  for (const char *p = x->lossy.buf; *p;) { /* one count per dropped field */
+    const char *e = strchr(p, ',');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    char field[160];
+    if (n > 0 && n < sizeof(field) && !(n == 3 && memcmp(p, "...", 3) == 0)) {
+      memcpy(field, p, n);
+      field[n] = 0;
+      px_metrics_lossy(inbound, upname, field);
+    }
+    p += n + (e != NULL);
+  }
   int64_t toks = (x->usage.input_tokens > 0 ? x->usage.input_tokens : 0) +
                  (x->usage.output_tokens > 0 ? x->usage.output_tokens : 0);
   if (toks > 0 || x->usage.input_tokens >= 0) {

@@ -72,6 +72,8 @@ test('chat client: citations arrive as delta.annotations; signatures named at th
   assert.ok(line, 'access log line');
   for (const f of ['content[].signature', 'content[].server_tool_use', 'content[].server_tool_result'])
     assert.ok((line.lossy || '').split(',').includes(f), `access log lossy ${line.lossy} lacks ${f}`);
+  const m = await (await fetch(`${px.url}/metrics`, { headers: { authorization: 'Bearer client-key' } })).text();
+  assert.match(m, /proxai_lossy_fields_total\{[^}]*field="content\[\]\.server_tool_use"\} 1/, m);
 });
 
 test('responses client: citations arrive as response.output_text.annotation.added and in the final part', async () => {
