@@ -29,6 +29,8 @@ static void translate(px_proto_t in, px_proto_t out, const char *sse, px_buf_t *
   px_stream_tr_feed(t, sse, strlen(sse));
   CHECK(px_stream_tr_finish(t, 1, PX_ERR_BAD_GATEWAY, NULL) == 0);
   px_stream_tr_free(t);
+  /* NUL-terminated for the string searches below */
+  if (px_buf_append(o, "", 1) == 0) o->len--;
 }
 
 /* Responses upstream: two function calls with the same call_id, one empty */
