@@ -46,7 +46,7 @@ typedef struct family {
   size_t index_size;
 } family_t;
 
-enum { F_REQUESTS, F_HIST, F_ATTEMPTS, F_TOKENS, F_EJECTED, F_EJECTIONS, F_COUNT };
+enum { F_REQUESTS, F_HIST, F_ATTEMPTS, F_TOKENS, F_EJECTED, F_EJECTIONS, F_LOSSY, F_COUNT };
 
 static family_t g_fam[F_COUNT];
 static int64_t g_gauge[PX_G_COUNT];
@@ -175,6 +175,13 @@ void px_metrics_tokens(const char *key, const char *upstream, int64_t in, int64_
   }
 }
 
+void px_metrics_lossy(const char *inbound, const char *upstream, const char *field) {
+  const char *l[NLABELS] = {inbound ? inbound : "none", upstream ? upstream : "none",
+                            field};
+  series_t *s = get_series(&g_fam[F_LOSSY], l);
+  if (s) s->value++;
+}
+
 void px_metrics_gauge_add(px_gauge_t g, int64_t delta) {
   if ((unsigned)g < PX_G_COUNT) g_gauge[g] += delta;
 }
@@ -259,6 +266,7 @@ int px_metrics_render(px_buf_t *out) {
   static const char *const req_l[] = {"inbound", "upstream", "status"};
   static const char *const att_l[] = {"upstream", "result", NULL};
   static const char *const tok_l[] = {"key", "upstream", "direction"};
+  static const char *const lossy_l[] = {"inbound", "upstream", "field"};
   static const struct {
     const char *name, *help;
   } gauges[PX_G_COUNT] = {
@@ -295,6 +303,9 @@ int px_metrics_render(px_buf_t *out) {
     if (rc == 0) rc = put_label(out, "upstream", s->labels[0], 1);
     if (rc == 0) rc = px_buf_printf(out, "} %" PRId64 "\n", (int64_t)s->value);
   }
+  if (rc == 0)
+    rc = render_counter(out, F_LOSSY, "proxai_lossy_fields_total",
+                        "Translated requests that dropped a field, by field.", lossy_l);
   for (int g = 0; rc == 0 && g < PX_G_COUNT; g++) {
     rc = put_head(out, gauges[g].name, "gauge", gauges[g].help);
     if (rc == 0) rc = px_buf_printf(out, "%s %" PRId64 "\n", gauges[g].name, g_gauge[g]);

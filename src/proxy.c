@@ -261,6 +261,8 @@ static void finalize(px_exch_t *x) {
   double ttft = x->t_first ? (double)(x->t_first - x->t_start) / 1e9 : -1;
   const char *inbound = px_proto_get(x->in)->name;
   const char *upname = x->up ? x->up->name : NULL;
+  /* what a translated stream actually dropped joins what the headers named */
+  if (x->str) px_lossy_merge(&x->lossy, px_stream_tr_dropped(x->str));
   px_access_rec_t rec = {
       .request_id = x->req->request_id,
       .key_name = x->key ? x->key->name : NULL,
@@ -281,12 +283,24 @@ static void finalize(px_exch_t *x) {
       .ttfb_ms = ttft < 0 ? -1 : ttft * 1e3,
       .attempts = x->attempts,
       .error_type = x->error_type,
+      .lossy = x->lossy.len ? x->lossy.buf : NULL,
   };
   char path[256];
   snprintf(path, sizeof(path), "%.*s", (int)x->req->path_len, x->req->url.data);
   rec.path = path;
   px_access_log(&rec);
   px_metrics_request(inbound, upname, x->status, dur, x->stream ? ttft : -1);
+  for (const char *p = x->lossy.buf; *p;) { /* one count per dropped field */
+    const char *e = strchr(p, ',');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    char field[160];
+    if (n > 0 && n < sizeof(field) && !(n == 3 && memcmp(p, "...", 3) == 0)) {
+      memcpy(field, p, n);
+      field[n] = 0;
+      px_metrics_lossy(inbound, upname, field);
+    }
+    p += n + (e != NULL);
+  }
   int64_t toks = (x->usage.input_tokens > 0 ? x->usage.input_tokens : 0) +
                  (x->usage.output_tokens > 0 ? x->usage.output_tokens : 0);
   if (toks > 0 || x->usage.input_tokens >= 0) {

@@ -45,6 +45,9 @@ static int pipeline(px_tr_ctx_t *c, int is_request, tr_fn decode, tr_fn encode,
   }
   if (is_request && c->upstream_model != NULL)
     json_object_set_new(ir, "model", json_string(c->upstream_model));
+  /* a stream's headers leave before its content: what it may drop is
+   * named now, from the request (the rules of the non-streaming path) */
+  if (is_request && c->stream) px_lossy_predict(c, ir, lossy);
   if (!is_request && c->client_model == NULL) {
     json_t *m = json_object_get(ir, "model");
     if (json_is_string(m)) c->client_model = json_string_value(m);
@@ -191,6 +194,7 @@ struct px_stream_tr {
   int open_cap;
   int nopen;
   px_usage_t usage;
+  px_lossy_t dropped;
 };
 
 #define PX_MAX_BLOCKS 65536
@@ -234,7 +238,7 @@ static int enc(px_stream_tr_t *t, const px_ev_t *ev) {
 static int delta_fits(px_block_t b, px_delta_t d) {
   switch (b) {
     case PX_BLOCK_TEXT:
-      return d == PX_DELTA_TEXT;
+      return d == PX_DELTA_TEXT || d == PX_DELTA_ANNOTATION;
     case PX_BLOCK_REFUSAL:
       return d == PX_DELTA_REFUSAL;
     case PX_BLOCK_THINKING:
@@ -360,6 +364,8 @@ px_stream_tr_t *px_stream_tr_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
   px_stream_tr_t *t = calloc(1, sizeof(*t));
   if (t == NULL) return NULL;
   t->ctx = *ctx;
+  px_lossy_init(&t->dropped);
+  t->ctx.dropped = &t->dropped;
   t->in = in;
   t->out = up;
   t->buf = out;
@@ -413,6 +419,10 @@ int px_stream_tr_done(const px_stream_tr_t *t) {
 
 const px_usage_t *px_stream_tr_usage(const px_stream_tr_t *t) {
   return &t->usage;
+}
+
+const px_lossy_t *px_stream_tr_dropped(const px_stream_tr_t *t) {
+  return &t->dropped;
 }
 
 void px_stream_tr_free(px_stream_tr_t *t) {

@@ -75,7 +75,10 @@ typedef struct px_access_rec {
   double duration_ms;
   double ttfb_ms; /**< -1 when no byte was sent */
   unsigned attempts;
-  const char *error_type; /**< NULL when none */
+  const char *error_type;    /**< NULL when none */
+  const char *lossy;         /**< fields dropped in translation (comma list:
+                                  x-proxai-lossy plus what a stream dropped),
+                                  NULL when none */
 } px_access_rec_t;
 
 /** Write one JSON line to the access log (no-op when off). */

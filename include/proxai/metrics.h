@@ -26,6 +26,9 @@ void px_metrics_attempt(const char *upstream, const char *error_type);
 /** Count tokens by client key name (NULL = "none") and upstream. */
 void px_metrics_tokens(const char *key, const char *upstream, int64_t in,
                        int64_t out);
+/** Count one translated request that dropped `field` (x-proxai-lossy plus
+ *  what a stream dropped). */
+void px_metrics_lossy(const char *inbound, const char *upstream, const char *field);
 void px_metrics_gauge_add(px_gauge_t g, int64_t delta);
 /** Passive health (balance.c): ejected 1 when this process takes upstream
  *  out of rotation (proxai_upstream_ejected gauge + 1, and

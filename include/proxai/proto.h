@@ -98,10 +98,16 @@ typedef struct px_lossy {
   size_t len;
 } px_lossy_t;
 
+/** Marks a lossy field name that is not written in a px_lossy_add call (the
+ *  docs test, test/docs/check_lossy_docs.mjs, collects both). */
+#define PX_LOSSY(path) (path)
+
 /** Add a field path (deduplicated; silently stops when the buffer is full,
  *  ending the list with "..."). */
 void px_lossy_add(px_lossy_t *l, const char *path);
 static inline void px_lossy_init(px_lossy_t *l) { l->len = 0; l->buf[0] = 0; }
+/** Add every path of src to dst. */
+void px_lossy_merge(px_lossy_t *dst, const px_lossy_t *src);
 
 /* ------------------------------------------------------------------------ */
 /* Translation context                                                       */
@@ -117,6 +123,8 @@ typedef struct px_tr_ctx {
   int stream;                /**< the request streams */
   int64_t created;           /**< unix time for `created` / `created_at` */
   size_t max_accum;          /**< cap for stream accumulation (Responses .done) */
+  px_lossy_t *dropped;       /**< streams: what was actually dropped (set by
+                                  the hub; NULL elsewhere) */
 } px_tr_ctx_t;
 
 /* ------------------------------------------------------------------------ */
@@ -270,6 +278,11 @@ typedef enum px_delta {
   PX_DELTA_THINKING,
   PX_DELTA_SIGNATURE,   /**< thinking signature / encrypted_content */
   PX_DELTA_TOOL_ARGS,   /**< partial JSON of tool arguments */
+  PX_DELTA_ANNOTATION,  /**< TEXT blocks: one IR annotation as compact JSON
+                             ({"type":"url_citation","url","title"?,
+                             "start_index","end_index"}, indexes in characters
+                             of the block's text; other Responses annotation
+                             types as they are) */
 } px_delta_t;
 
 typedef struct px_usage {
@@ -487,6 +500,17 @@ PX_PROTO_MAP(XX)
 int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
                          json_t **upstream_body, px_lossy_t *lossy,
                          px_tr_err_t *err);
+/** The response fields a stream of this request may drop, predicted from the
+ *  IR request (x-proxai-lossy leaves before the stream; the names are those
+ *  the non-streaming encoders use for the same content). Called by
+ *  px_translate_request when ctx->stream. */
+void px_lossy_predict(const px_tr_ctx_t *ctx, json_t *ir_request, px_lossy_t *lossy);
+/** The lossy name of opaque reasoning (signature / encrypted_content, or a
+ *  redacted block) a Chat client cannot hold, by upstream protocol. */
+const char *px_lossy_opaque_reasoning(const px_tr_ctx_t *ctx, int redacted);
+/** Annotations (citations) a client cannot hold, by the upstream's name. */
+const char *px_lossy_annotations(const px_tr_ctx_t *ctx);
+
 /** Translate an upstream success body to the client protocol's body. */
 int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,
                           json_t **client_body, px_lossy_t *lossy,
@@ -545,6 +569,10 @@ int px_stream_tr_finish(px_stream_tr_t *t, int ok, px_errkind_t kind,
 int px_stream_tr_done(const px_stream_tr_t *t);
 /** Final usage seen (for logs/metrics/tpm). */
 const px_usage_t *px_stream_tr_usage(const px_stream_tr_t *t);
+/** Fields the stream actually dropped so far (access log `lossy`); the
+ *  x-proxai-lossy header of a stream is predicted from the request by
+ *  px_translate_request (px_lossy_predict, one rule set with these). */
+const px_lossy_t *px_stream_tr_dropped(const px_stream_tr_t *t);
 void px_stream_tr_free(px_stream_tr_t *t);
 
 #endif

@@ -134,6 +134,20 @@ json_t *px_mint_id(const char *prefix, const char *id);
 /** The same minted id written into a JSON string body (escaped, no quotes). */
 int px_buf_mint_id(px_buf_t *b, const char *prefix, px_str_t id);
 
+/** The tool-call ids of one message as sent to a client: every call gets a
+ *  non-empty id unique in the message (Chat and Anthropic clients key tool
+ *  results by it). An upstream id is kept unless it is empty or repeats an
+ *  earlier call's; then "call_proxai_<nth>" (nth: the call's position) is
+ *  minted, stable for the whole stream. */
+typedef struct px_idset {
+  char **ids;
+  int n, cap;
+} px_idset_t;
+/** The id to send for the nth call (NUL-terminated, owned by the set until
+ *  px_idset_free); NULL on allocation failure. */
+const char *px_idset_unique(px_idset_t *s, px_str_t id, int nth);
+void px_idset_free(px_idset_t *s);
+
 /** OpenAI error object {"error":{"message","type","param","code":null}}
  *  (Chat and Responses share it). type is written as given (not NULL);
  *  a NULL or empty param is null. */
@@ -148,6 +162,13 @@ int px_openai_models(px_buf_t *out, const char *const *ids, const char *const *o
                      size_t n);
 /** `input_tokens` of a count answer (Anthropic, Responses); -1 if absent. */
 int64_t px_count_input_tokens(json_t *body);
+/** A stream dropped a field: recorded for the access log (ctx->dropped). */
+static inline void px_dropped(const px_tr_ctx_t *ctx, const char *path) {
+  if (ctx->dropped != NULL) px_lossy_add(ctx->dropped, path);
+}
+
+/** The annotation of a DELTA_ANNOTATION event as JSON (NULL if malformed). */
+json_t *px_annotation_parse(px_str_t text);
 
 /** Usage fields of s that are known (>= 0) overwrite those of d. */
 void px_usage_merge(px_usage_t *d, const px_usage_t *s);
@@ -222,6 +243,23 @@ json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id, int64_t
 /** Stateless mid-stream error (responses_stream.c): a response.failed event
  *  carrying a failed response object. */
 int px_responses_stream_error(px_buf_t *out, px_errkind_t kind, const char *message);
+
+/** IR annotations -> Chat message annotations (url_citation nested),
+ *  character indexes shifted by shift; others named in lossy. */
+json_t *px_chat_annotations(const px_tr_ctx_t *ctx, json_t *anns, json_int_t shift,
+                            px_lossy_t *lossy);
+
+/** IR annotations -> Responses annotations (flat); others named in lossy. */
+json_t *px_responses_annotations(json_t *ann, px_lossy_t *lossy);
+
+/** The filename of an IR file part sent inline to OpenAI (which rejects
+ *  file_data without one): its own, else "document" + the media type's
+ *  usual extension. */
+const char *px_inline_filename(json_t *part);
+
+/** The lossy name of a Responses output item the IR cannot hold (hosted
+ *  tool calls ...); streams and bodies share it. */
+void px_responses_lossy_item(px_lossy_t *l, const char *type);
 
 /** Whether the IR tool list names a custom (freeform) tool `name`. */
 int px_ir_is_custom_tool(json_t *tools, const char *name);

@@ -353,6 +353,19 @@ static int decode_system(json_t *sys, const char *path, json_t *out, px_lossy_t 
   return 0;
 }
 
+/* Whether the last IR turn is an assistant turn with tool calls. */
+static int after_tool_calls(json_t *ir_msgs) {
+  json_t *last = json_array_get(ir_msgs, json_array_size(ir_msgs) - 1);
+  const char *r = px_jstr(last, "role");
+  if (r == NULL || strcmp(r, "assistant") != 0) return 0;
+  size_t i;
+  json_t *p;
+  json_array_foreach(json_object_get(last, "content"), i, p) {
+    if (is_type(p, "tool_call")) return 1;
+  }
+  return 0;
+}
+
 static int decode_messages(json_t *msgs, json_t *ir_msgs, json_t *ir_sys,
                            px_lossy_t *lossy, px_tr_err_t *err) {
   char p[96];
@@ -365,9 +378,31 @@ static int decode_messages(json_t *msgs, json_t *ir_msgs, json_t *ir_sys,
     pathf(p, sizeof(p), "messages[%zu].role", i);
     if (role == NULL) return px_tr_fail(err, p, "%s: missing role", p);
     if (strcmp(role, "system") == 0) {
-      /* some clients put a system turn in messages[]: fold it into system */
+      /* some clients put a system turn in messages[]: before any turn it
+       * joins system; later (Claude Code's mid-conversation reminders) it
+       * keeps its place as a user turn marked system_note, which the
+       * OpenAI encoders send as a system message where it was and the
+       * Anthropic encoder as user text */
       pathf(p, sizeof(p), "messages[%zu].content", i);
-      if (decode_system(c, p, ir_sys, lossy, err) < 0) return PX_EINVAL;
+      /* (also folded right after tool calls: their results must follow
+       * them directly in the OpenAI protocols) */
+      if (json_array_size(ir_msgs) == 0 || after_tool_calls(ir_msgs)) {
+        if (decode_system(c, p, ir_sys, lossy, err) < 0) return PX_EINVAL;
+        continue;
+      }
+      json_t *note = json_array();
+      if (decode_system(c, p, note, lossy, err) < 0) {
+        json_decref(note);
+        return PX_EINVAL;
+      }
+      size_t k;
+      json_t *np;
+      json_array_foreach(note, k, np) json_object_del(np, "role");
+      if (json_array_size(note) > 0)
+        json_array_append_new(ir_msgs, json_pack("{s:s,s:o,s:b}", "role", "user",
+                                                 "content", note, "system_note", 1));
+      else
+        json_decref(note);
       continue;
     }
     if (strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0)
@@ -842,6 +877,14 @@ static void push_turn(json_t *msgs, const char *role, json_t *blocks) {
  * loop continues (the last assistant message, answered only by tool
  * results) to start with a thinking block. History from OpenAI clients has
  * no signed thinking there, so thinking must stay off for that request. */
+/* The IR forces a tool call (tool_choice required or a named tool) and
+ * offers tools: Anthropic accepts only auto / none with thinking. */
+static int forced_tool_choice(json_t *ir) {
+  const char *t = px_jstr(json_object_get(ir, "tool_choice"), "type");
+  return t != NULL && (strcmp(t, "required") == 0 || strcmp(t, "tool") == 0) &&
+         json_array_size(json_object_get(ir, "tools")) > 0;
+}
+
 static int tool_loop_without_thinking(json_t *msgs) {
   size_t n = json_array_size(msgs);
   if (n < 2) return 0;
@@ -941,7 +984,10 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     if (json_is_false(en) || (effort != NULL && strcmp(effort, "none") == 0)) {
       json_object_set_new(body, "thinking", json_pack("{s:s}", "type", "disabled"));
     } else if ((json_is_true(en) || effort != NULL || json_is_integer(bt)) &&
-               tool_loop_without_thinking(msgs)) {
+               (tool_loop_without_thinking(msgs) || forced_tool_choice(ir))) {
+      /* Anthropic rejects thinking with tool_choice any / tool: the forced
+       * call is the client's contract (structured output through a tool),
+       * so the call is kept and thinking stays off, named lossy */
       if (ctx->in == PX_PROTO_CHAT)
         px_lossy_add(lossy, "reasoning_effort");
       else
@@ -1200,6 +1246,8 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
                                 px_lossy_t *lossy, px_tr_err_t *err) {
   json_t *content = json_array();
   json_t *refusal_text = NULL; /* first refusal wording */
+  px_idset_t ids = {0};        /* tool_use ids: non-empty, unique */
+  int ncalls = 0;
   size_t i;
   json_t *p;
   json_array_foreach(json_object_get(ir, "content"), i, p) {
@@ -1264,6 +1312,7 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
         if (!json_is_object(input)) {
           json_decref(input);
           json_decref(content);
+          px_idset_free(&ids);
           px_tr_fail(err, "tool_calls.arguments",
                      "upstream tool call '%s' has arguments that are not a JSON object",
                      px_jstr(p, "id") ? px_jstr(p, "id") : "");
@@ -1271,13 +1320,14 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
           return PX_EINVAL;
         }
       }
+      const char *uid = px_idset_unique(&ids, px_str(px_jstr(p, "id")), ncalls++);
       json_array_append_new(
           content,
-          json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id",
-                    px_jstr(p, "id") ? px_jstr(p, "id") : "", "name",
+          json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id", uid ? uid : "", "name",
                     px_jstr(p, "name") ? px_jstr(p, "name") : "", "input", input));
     }
   }
+  px_idset_free(&ids);
 
   px_stop_t st = px_stop_parse(px_jstr(ir, "stop_reason"));
   if (st == PX_STOP_NONE) st = PX_STOP_END_TURN;

@@ -60,6 +60,8 @@ struct px_sdec {
   int fast;           /* fast path on (differential tests turn it off) */
   long fast_hits;     /* events the fast path handled */
   px_buf_t scratch;   /* unescaped delta text of the fast path */
+  json_t *cits;       /* citations of the open text block */
+  int64_t chars;      /* characters of the open text block */
 };
 
 static void sd_set(px_sdec_t *d, sd_state_t st) { d->st = st; }
@@ -94,6 +96,7 @@ px_sdec_t *px_anthropic_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, voi
 void px_anthropic_sdec_free(px_sdec_t *d) {
   if (d == NULL) return;
   px_buf_free(&d->scratch);
+  json_decref(d->cits);
   free(d);
 }
 
@@ -132,6 +135,7 @@ static int sd_message_start(px_sdec_t *d, json_t *j) {
 static int sd_delta(px_sdec_t *d, px_delta_t kind, px_str_t text) {
   px_ev_t ev;
   if (text.len == 0) return 0;
+  if (kind == PX_DELTA_TEXT) d->chars += (int64_t)px_utf8_chars(text.ptr, text.len);
   px_ev_init(&ev, PX_EV_DELTA);
   ev.index = d->cur;
   ev.delta = kind;
@@ -160,7 +164,15 @@ static int sd_block_start(px_sdec_t *d, json_t *j) {
     ev.id = px_jview(cb, "id");
     ev.name = px_jview(cb, "name");
   } else {
-    /* server tool use / results and future block types: not forwarded */
+    /* server tool use / results and future block types: not forwarded
+     * (the same names as the non-streaming decoder, anthropic.c) */
+    size_t tl = strlen(t);
+    if (strcmp(t, "server_tool_use") == 0 || strcmp(t, "mcp_tool_use") == 0)
+      px_dropped(d->ctx, "content[].server_tool_use");
+    else if (tl > 12 && strcmp(t + tl - 12, "_tool_result") == 0)
+      px_dropped(d->ctx, "content[].server_tool_result");
+    else
+      px_dropped(d->ctx, "content[].unknown_block");
     sd_set(d, SD_SKIP);
     return 0;
   }
@@ -171,7 +183,14 @@ static int sd_block_start(px_sdec_t *d, json_t *j) {
   rc = d->sink(d->arg, &ev);
   if (rc < 0) return rc;
   /* initial content carried by the start event itself */
-  if (ev.block == PX_BLOCK_TEXT) return sd_delta(d, PX_DELTA_TEXT, px_jview(cb, "text"));
+  if (ev.block == PX_BLOCK_TEXT) {
+    d->chars = 0;
+    json_decref(d->cits);
+    d->cits = NULL;
+    json_t *c = json_object_get(cb, "citations");
+    if (json_array_size(c) > 0) d->cits = json_deep_copy(c);
+    return sd_delta(d, PX_DELTA_TEXT, px_jview(cb, "text"));
+  }
   if (ev.block == PX_BLOCK_THINKING) {
     rc = sd_delta(d, PX_DELTA_THINKING, px_jview(cb, "thinking"));
     if (rc == 0) rc = sd_delta(d, PX_DELTA_SIGNATURE, px_jview(cb, "signature"));
@@ -204,7 +223,14 @@ static int sd_block_delta(px_sdec_t *d, json_t *j) {
     return sd_delta(d, PX_DELTA_SIGNATURE, px_jview(dl, "signature"));
   if (strcmp(t, "input_json_delta") == 0 && d->block == PX_BLOCK_TOOL_CALL)
     return sd_delta(d, PX_DELTA_TOOL_ARGS, px_jview(dl, "partial_json"));
-  if (strcmp(t, "citations_delta") == 0) return 0; /* no event carries citations */
+  if (strcmp(t, "citations_delta") == 0) {
+    /* held to the block's end: an annotation spans the block's text, whose
+     * length is known only then */
+    json_t *c = json_object_get(dl, "citation");
+    if (!json_is_object(c) || d->block != PX_BLOCK_TEXT) return 0;
+    if (d->cits == NULL) d->cits = json_array();
+    return json_array_append(d->cits, c) == 0 ? 0 : PX_ENOMEM;
+  }
   if (strcmp(t, "text_delta") == 0 || strcmp(t, "thinking_delta") == 0 ||
       strcmp(t, "signature_delta") == 0 || strcmp(t, "input_json_delta") == 0)
     return sd_proto(d, "upstream delta does not match its content block");
@@ -219,6 +245,37 @@ static int sd_block_stop(px_sdec_t *d, json_t *j) {
   }
   if (d->st != SD_BLOCK || px_jint(j, "index", -1) != d->up_index)
     return sd_proto(d, "upstream content_block_stop out of order");
+  if (d->block == PX_BLOCK_TEXT && d->cits != NULL) {
+    /* the same rule as citations_to_annotations (anthropic.c): a citation
+     * with a URL is a url_citation over the block's text */
+    size_t i;
+    json_t *c;
+    int rc = 0;
+    json_array_foreach(d->cits, i, c) {
+      if (px_jstr(c, "url") == NULL) {
+        px_dropped(d->ctx, "content[].citations");
+        continue;
+      }
+      json_t *a = json_pack("{s:s,s:s,s:I,s:I}", "type", "url_citation", "url",
+                            px_jstr(c, "url"), "start_index", (json_int_t)0, "end_index",
+                            (json_int_t)d->chars);
+      if (a != NULL && px_jstr(c, "title") != NULL)
+        json_object_set(a, "title", json_object_get(c, "title"));
+      char *s = a ? json_dumps(a, JSON_COMPACT) : NULL;
+      json_decref(a);
+      if (s == NULL) return PX_ENOMEM;
+      px_ev_t av;
+      px_ev_init(&av, PX_EV_DELTA);
+      av.index = d->cur;
+      av.delta = PX_DELTA_ANNOTATION;
+      av.text = px_str(s);
+      rc = d->sink(d->arg, &av);
+      free(s);
+      if (rc < 0) return rc;
+    }
+    json_decref(d->cits);
+    d->cits = NULL;
+  }
   px_ev_init(&ev, PX_EV_BLOCK_STOP);
   ev.index = d->cur;
   sd_set(d, SD_MESSAGE);
@@ -419,6 +476,8 @@ struct px_senc {
   size_t held;         /* bytes held across blocks (max_accum) */
   int refusal;         /* a refusal block was seen */
   px_buf_t refusal_text;
+  px_idset_t call_ids; /* tool_use ids written (unique, non-empty) */
+  int ncalls;
 };
 
 static void se_set(px_senc_t *e, se_state_t st) { e->st = st; }
@@ -451,6 +510,7 @@ void px_anthropic_senc_free(px_senc_t *e) {
   for (int i = 0; i < e->nblocks; i++) blk_free(&e->blocks[i]);
   free(e->blocks);
   px_buf_free(&e->refusal_text);
+  px_idset_free(&e->call_ids);
   free(e);
 }
 
@@ -516,13 +576,18 @@ static int write_block_start(px_senc_t *e, se_block_t *b, px_str_t id, px_str_t 
     if (rc == 0) rc = wstr(e, data);
     if (rc == 0) rc = w(e, "}");
     break;
-  case PX_BLOCK_TOOL_CALL:
+  case PX_BLOCK_TOOL_CALL: {
+    /* tool_result blocks name their call: an empty or repeated upstream
+     * id becomes a minted one (the rule of every client encoder) */
+    const char *uid = px_idset_unique(&e->call_ids, id, e->ncalls++);
+    if (uid == NULL) return PX_ENOMEM;
     rc = w(e, "{\"type\":\"tool_use\",\"id\":");
-    if (rc == 0) rc = wstr(e, id);
+    if (rc == 0) rc = wstr(e, px_str(uid));
     if (rc == 0) rc = w(e, ",\"name\":");
     if (rc == 0) rc = wstr(e, name);
     if (rc == 0) rc = w(e, ",\"input\":{}}");
     break;
+  }
   }
   if (rc == 0) rc = w(e, "}\n\n");
   return rc;
@@ -667,6 +732,12 @@ static int se_delta(px_senc_t *e, const px_ev_t *ev) {
   if (pos < 0) return PX_EINVAL;
   se_block_t *b = &e->blocks[pos];
   int ok;
+  if (ev->delta == PX_DELTA_ANNOTATION) {
+    /* not carried: the same name as the non-streaming encoder */
+    px_dropped(e->ctx, e->ctx->out == PX_PROTO_CHAT ? "choices[].message.annotations"
+                                                   : "output[].content[].annotations");
+    return 0;
+  }
   switch (ev->delta) {
   case PX_DELTA_TEXT:
   case PX_DELTA_REFUSAL: ok = b->kind == PX_BLOCK_TEXT || b->kind == PX_BLOCK_REFUSAL; break;

@@ -724,7 +724,7 @@ static json_t *file_part_out(json_t *p, const char *path, px_tr_err_t *err) {
   } else if (mt != NULL && data != NULL) {
     json_object_set_new(f, "file_data", json_sprintf("data:%s;base64,%s", mt, data));
     /* OpenAI wants a filename with inline file data */
-    add_str(f, "filename", fname ? fname : "document.pdf");
+    add_str(f, "filename", px_inline_filename(p));
   } else {
     json_decref(f);
     px_tr_fail(err, path, "%s: files by URL cannot be sent to openai_chat_completions",
@@ -748,10 +748,15 @@ static json_t *tool_msg_out(const px_tr_ctx_t *ctx, json_t *p, px_lossy_t *lossy
     json_array_foreach(c, i, q) {
       const char *t = px_jstr(q, "type");
       json_t *tx = json_object_get(q, "text");
+      int file = t != NULL && strcmp(t, "file") == 0;
       if (t != NULL && strcmp(t, "text") == 0 && json_is_string(tx))
         px_buf_append(&b, json_string_value(tx), json_string_length(tx));
+      else if (ctx->in == PX_PROTO_ANTHROPIC && file)
+        px_lossy_add(lossy, "messages[].content[].content[].document");
       else if (ctx->in == PX_PROTO_ANTHROPIC)
         px_lossy_add(lossy, "messages[].content[].content[].image");
+      else if (file)
+        px_lossy_add(lossy, "input[].output[].file");
       else
         px_lossy_add(lossy, "input[].output[].image");
     }
@@ -809,6 +814,28 @@ static int encode_user(const px_tr_ctx_t *ctx, json_t *im, size_t mi, json_t *ou
     json_decref(parts);
   }
   json_array_append_new(out, json_pack("{s:s, s:o}", "role", "user", "content", content));
+  return 0;
+}
+
+/* An IR system note (a system turn in the middle of the conversation) ->
+ * a system message at its place. */
+static int system_note_out(json_t *m, json_t *out, px_lossy_t *lossy) {
+  px_buf_t b;
+  px_buf_init(&b, SIZE_MAX);
+  size_t i;
+  json_t *p;
+  json_array_foreach(json_object_get(m, "content"), i, p) {
+    const char *tx = px_jstr(p, "text");
+    if (json_object_get(p, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
+    if (tx == NULL) continue;
+    if ((b.len > 0 && px_buf_puts(&b, "\n\n") < 0) || px_buf_puts(&b, tx) < 0) {
+      px_buf_free(&b);
+      return PX_ENOMEM;
+    }
+  }
+  json_array_append_new(out, json_pack("{s:s, s:s%}", "role", "system", "content",
+                                       b.data ? b.data : "", b.len));
+  px_buf_free(&b);
   return 0;
 }
 
@@ -934,6 +961,8 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
       i--;
       rc = encode_assistant(ctx, merged, first, msgs, lossy, err);
       json_decref(merged);
+    } else if (json_is_true(json_object_get(c, "system_note"))) {
+      rc = system_note_out(c, msgs, lossy);
     } else {
       rc = encode_user(ctx, c, i, msgs, lossy, err);
     }
@@ -1021,6 +1050,10 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
       effort = px_effort_of_budget(json_integer_value(budget));
     if (effort == NULL && json_is_false(json_object_get(v, "enabled"))) effort = NULL;
     if (effort != NULL) add_str(body, "reasoning_effort", effort);
+    /* Anthropic adaptive thinking (on, no budget): the model's default
+     * effort is the adaptive one, but Chat cannot ask for visible thinking */
+    if (effort == NULL && json_is_true(json_object_get(v, "enabled")))
+      px_lossy_add(lossy, "thinking");
     if (px_jstr(v, "summary") != NULL) px_lossy_add(lossy, "reasoning.summary");
   }
   if ((v = json_object_get(ir, "user")) != NULL) json_object_set(body, "user", v);
@@ -1178,8 +1211,8 @@ fail:
 
 /* Flat IR url_citation -> Chat {type, url_citation:{...}}; indexes shifted
  * by the characters of the text parts joined before this one. */
-static json_t *annotations_out(const px_tr_ctx_t *ctx, json_t *anns, json_int_t shift,
-                               px_lossy_t *lossy) {
+json_t *px_chat_annotations(const px_tr_ctx_t *ctx, json_t *anns, json_int_t shift,
+                            px_lossy_t *lossy) {
   json_t *out = json_array();
   size_t i;
   json_t *a;
@@ -1218,6 +1251,7 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
   px_buf_init(&reasoning, SIZE_MAX);
   int ntext = 0, nreason = 0;
   json_t *tcs = json_array(), *anns = json_array();
+  px_idset_t ids = {0};
   size_t i;
   json_t *c;
   json_array_foreach(content, i, c) {
@@ -1231,7 +1265,7 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
       ntext++;
       json_t *a = json_object_get(c, "annotations");
       if (json_array_size(a) > 0) {
-        json_t *conv = annotations_out(ctx, a, shift, lossy);
+        json_t *conv = px_chat_annotations(ctx, a, shift, lossy);
         json_array_extend(anns, conv);
         json_decref(conv);
       }
@@ -1240,17 +1274,20 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
         px_buf_append(&reasoning, json_string_value(tx), json_string_length(tx));
         nreason++;
       }
-      int anth = ctx->out == PX_PROTO_ANTHROPIC;
       int sig =
           px_jstr(c, "signature") != NULL || px_jstr(c, "encrypted_content") != NULL;
       int red = px_jstr(c, "redacted_data") != NULL;
-      if (!anth && (sig || red)) px_lossy_add(lossy, "output[].encrypted_content");
-      if (anth && sig) px_lossy_add(lossy, "content[].signature");
-      if (anth && red) px_lossy_add(lossy, "content[].redacted_thinking");
+      if (sig) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
+      if (red) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 1));
     } else if (strcmp(t, "tool_call") == 0) {
-      json_array_append_new(tcs, tool_call_out(c));
+      json_t *tc = tool_call_out(c);
+      const char *uid =
+          px_idset_unique(&ids, px_str(px_jstr(c, "id")), (int)json_array_size(tcs));
+      if (tc != NULL && uid != NULL) json_object_set_new(tc, "id", json_string(uid));
+      json_array_append_new(tcs, tc);
     }
   }
+  px_idset_free(&ids);
   int nref = 0;
   char *refusal = join_parts(content, "refusal", &nref);
   json_t *msg = json_pack("{s:s}", "role", "assistant");

@@ -76,6 +76,8 @@ struct px_sdec {
   px_usage_t usage;    /* final usage (usage-only chunk, else finish chunk's) */
   struct jp *fast;     /* fast-path tokenizer state (lazily allocated) */
   px_buf_t scratch[4]; /* unescaped strings of the fast path */
+  int64_t chars;       /* characters of delta.content read */
+  int64_t text_start;  /* ... before the live text block */
 };
 
 static void dec_set(px_sdec_t *d, dstate_t s) {
@@ -226,6 +228,8 @@ static int defer_bytes(px_sdec_t *d, deferred_t *x, const char *p, size_t n) {
 /* A text-like fragment (content, refusal, reasoning). */
 static int text_like(px_sdec_t *d, live_t kind, const char *p, size_t n) {
   if (n == 0) return 0;
+  int64_t before = d->chars;
+  if (kind == LIVE_TEXT) d->chars += (int64_t)px_utf8_chars(p, n);
   if (d->live == kind && d->ndefs == 0)
     return delta(d, d->live_index, delta_of(kind), p, n);
   if (d->live == LIVE_TOOL || d->ndefs > 0) {
@@ -240,9 +244,45 @@ static int text_like(px_sdec_t *d, live_t kind, const char *p, size_t n) {
   if (rc < 0) return rc;
   d->live = kind;
   d->live_index = d->nblocks;
+  if (kind == LIVE_TEXT) d->text_start = before;
   rc = block_start(d, block_of(kind), NULL, NULL, 0);
   if (rc < 0) return rc;
   return delta(d, d->live_index, delta_of(kind), p, n);
+}
+
+/* delta.annotations (search models: url_citation with message-wide
+ * character indexes) -> annotation events on the live text block, indexes
+ * made relative to it; elsewhere they cannot be placed: dropped, named as
+ * the non-streaming decoder names them. */
+static int annotations(px_sdec_t *d, json_t *anns) {
+  size_t i;
+  json_t *a;
+  json_array_foreach(anns, i, a) {
+    json_t *uc = json_object_get(a, "url_citation");
+    const char *t = json_string_value(json_object_get(a, "type"));
+    if (t == NULL || strcmp(t, "url_citation") != 0 || !json_is_object(uc) ||
+        d->live != LIVE_TEXT || d->ndefs > 0) {
+      px_dropped(&d->ctx, "choices[].message.annotations");
+      continue;
+    }
+    json_t *o = json_pack("{s:s}", "type", "url_citation");
+    const char *k;
+    json_t *x;
+    json_object_foreach(uc, k, x) {
+      if ((strcmp(k, "start_index") == 0 || strcmp(k, "end_index") == 0) &&
+          json_is_integer(x))
+        json_object_set_new(o, k, json_integer(json_integer_value(x) - d->text_start));
+      else
+        json_object_set(o, k, x);
+    }
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (s == NULL) return dec_error(d, PX_ERR_API, "out of memory");
+    int rc = delta(d, d->live_index, PX_DELTA_ANNOTATION, s, strlen(s));
+    free(s);
+    if (rc < 0) return rc;
+  }
+  return 0;
 }
 
 static int tool_fragment(px_sdec_t *d, json_t *tc, size_t pos) {
@@ -379,6 +419,8 @@ static int on_choice(px_sdec_t *d, json_t *chunk, json_t *ch) {
   if (rc == 0 && json_is_string(refusal))
     rc = text_like(d, LIVE_REFUSAL, json_string_value(refusal),
                    json_string_length(refusal));
+  if (rc == 0 && json_array_size(json_object_get(dl, "annotations")) > 0)
+    rc = annotations(d, json_object_get(dl, "annotations"));
   if (rc == 0 && tcs != NULL && !json_is_null(tcs)) {
     if (!json_is_array(tcs)) return proto_error(d, "tool_calls is not an array");
     size_t i;
@@ -615,6 +657,7 @@ static int fast_chunk(px_sdec_t *d, const char *p, size_t n) {
   if (!jp_is(j, rs, T_STR)) rs = jp_get(j, dl, "reasoning");
   int ct = jp_get(j, dl, "content"), rf = jp_get(j, dl, "refusal");
   int tcs = jp_get(j, dl, "tool_calls");
+  if (!jp_absent_or_null(j, jp_get(j, dl, "annotations"))) return 0;
   if ((rs >= 0 && !jp_is(j, rs, T_STR) && !jp_is(j, rs, T_NULL)) ||
       (ct >= 0 && !jp_is(j, ct, T_STR) && !jp_is(j, ct, T_NULL)) ||
       (rf >= 0 && !jp_is(j, rf, T_STR) && !jp_is(j, rf, T_NULL)))
@@ -758,6 +801,7 @@ typedef enum { E_INIT, E_OPEN, E_FINISHED, E_DONE } estate_t;
 
 typedef struct eblock {
   px_block_t block;
+  int64_t shift; /* characters of content sent before this block */
   int tool;   /* chat tool index of tool blocks */
   int custom; /* a custom tool call (input, not arguments) */
 } eblock_t;
@@ -770,8 +814,10 @@ struct px_senc {
   eblock_t *blocks;
   int nblocks, capblocks;
   int ntools;
-  int any_content; /* delta.content emitted */
-  int any_refusal; /* delta.refusal emitted */
+  int any_content;     /* delta.content emitted */
+  int any_refusal;     /* delta.refusal emitted */
+  px_idset_t call_ids; /* tool-call ids sent (unique, non-empty) */
+  int64_t chars;       /* characters of delta.content sent */
   px_usage_t usage;
 };
 
@@ -795,6 +841,7 @@ px_senc_t *px_chat_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
 void px_chat_senc_free(px_senc_t *e) {
   if (e == NULL) return;
   px_buf_free(&e->prefix);
+  px_idset_free(&e->call_ids);
   free(e->blocks);
   free(e);
 }
@@ -861,14 +908,19 @@ static int on_block_start(px_senc_t *e, const px_ev_t *ev) {
   }
   eblock_t *b = &e->blocks[e->nblocks++];
   b->block = ev->block;
+  b->shift = e->chars;
   b->tool = -1;
   b->custom = 0;
+  if (ev->block == PX_BLOCK_REDACTED_THINKING)
+    px_dropped(&e->ctx, px_lossy_opaque_reasoning(&e->ctx, 1));
   if (ev->block != PX_BLOCK_TOOL_CALL) return 0;
   b->tool = e->ntools++;
+  const char *id = px_idset_unique(&e->call_ids, ev->id, b->tool);
+  if (id == NULL) return PX_ENOMEM;
   int rc = chunk_open(e);
   if (rc == 0)
     rc = px_buf_printf(e->out, "\"tool_calls\":[{\"index\":%d,\"id\":", b->tool);
-  if (rc == 0) rc = px_buf_json_str(e->out, ev->id.ptr ? ev->id.ptr : "", ev->id.len);
+  if (rc == 0) rc = px_buf_json_str(e->out, id, strlen(id));
   b->custom = ev->custom;
   if (rc == 0)
     rc = px_buf_puts(e->out, ev->custom
@@ -890,7 +942,31 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
   switch (ev->delta) {
     case PX_DELTA_TEXT:
       e->any_content = 1;
+      e->chars += (int64_t)px_utf8_chars(ev->text.ptr, ev->text.len);
       return text_chunk(e, "content", ev->text);
+    case PX_DELTA_ANNOTATION: {
+      /* delta.annotations, as the non-streaming message.annotations */
+      json_t *a = px_annotation_parse(ev->text);
+      if (a == NULL) return 0;
+      json_t *arr = json_pack("[o]", a);
+      px_lossy_t scratch;
+      px_lossy_init(&scratch);
+      json_t *conv = px_chat_annotations(&e->ctx, arr, (json_int_t)b->shift,
+                                         e->ctx.dropped ? e->ctx.dropped : &scratch);
+      json_decref(arr);
+      int rc = 0;
+      if (json_array_size(conv) > 0) {
+        rc = chunk_open(e);
+        if (rc == 0) rc = px_buf_puts(e->out, "\"annotations\":");
+        char *s = rc == 0 ? json_dumps(conv, JSON_COMPACT) : NULL;
+        if (rc == 0 && s == NULL) rc = PX_ENOMEM;
+        if (rc == 0) rc = px_buf_puts(e->out, s);
+        free(s);
+        if (rc == 0) rc = chunk_close(e, NULL);
+      }
+      json_decref(conv);
+      return rc;
+    }
     case PX_DELTA_REFUSAL:
       /* seed 000: delta.refusal only before any content; after content the
        * wording stays visible as content rather than being lost */
@@ -900,7 +976,10 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
     case PX_DELTA_THINKING:
       return text_chunk(e, "reasoning_content", ev->text);
     case PX_DELTA_SIGNATURE:
-      return 0; /* Chat has no field for thinking signatures */
+      /* Chat has no field for thinking signatures (the non-streaming
+       * encoder names the same field) */
+      px_dropped(&e->ctx, px_lossy_opaque_reasoning(&e->ctx, 0));
+      return 0;
     case PX_DELTA_TOOL_ARGS: {
       if (b->tool < 0) return PX_EPROTO;
       int rc = chunk_open(e);

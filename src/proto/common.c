@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "proxai/proto.h"
+#include "proxai/protoutil.h"
 
 static const struct {
   int status;
@@ -20,12 +21,17 @@ int px_errkind_status(px_errkind_t k) { return errkinds[k].status; }
 const char *px_errkind_openai(px_errkind_t k) { return errkinds[k].openai; }
 const char *px_errkind_anthropic(px_errkind_t k) { return errkinds[k].anthropic; }
 
+/* The error kind of an upstream error (SPEC 6): its type when the type is
+ * one of the two families' error types and says more than the status; else
+ * the status decides (a type or code with no counterpart in the client's
+ * protocol, e.g. OpenAI's insufficient_quota under 429, must not become an
+ * unrelated type). Codes only help when there is no error status (an error
+ * event inside a 200 stream). */
 px_errkind_t px_errkind_from_type(const char *type, int status) {
   static const struct { const char *type; px_errkind_t kind; } names[] = {
       {"invalid_request_error", PX_ERR_INVALID},
       {"authentication_error", PX_ERR_AUTH},
       {"permission_error", PX_ERR_PERMISSION},
-      {"insufficient_quota", PX_ERR_PERMISSION},
       {"not_found_error", PX_ERR_NOT_FOUND},
       {"request_too_large", PX_ERR_TOO_LARGE},
       {"rate_limit_error", PX_ERR_RATE_LIMIT},
@@ -34,20 +40,40 @@ px_errkind_t px_errkind_from_type(const char *type, int status) {
       {"api_error", PX_ERR_API},
       {"server_error", PX_ERR_API},
   };
-  if (type != NULL)
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-      if (strcmp(type, names[i].type) == 0) return names[i].kind;
+  static const struct { const char *code; px_errkind_t kind; } codes[] = {
+      {"insufficient_quota", PX_ERR_RATE_LIMIT},
+      {"rate_limit_exceeded", PX_ERR_RATE_LIMIT},
+      {"invalid_api_key", PX_ERR_AUTH},
+      {"model_not_found", PX_ERR_NOT_FOUND},
+  };
+  px_errkind_t by_status;
   switch (status) {
-  case 400: case 422: return PX_ERR_INVALID;
-  case 401: return PX_ERR_AUTH;
-  case 403: return PX_ERR_PERMISSION;
-  case 404: return PX_ERR_NOT_FOUND;
-  case 413: return PX_ERR_TOO_LARGE;
-  case 429: return PX_ERR_RATE_LIMIT;
-  case 503: case 529: return PX_ERR_OVERLOADED;
-  case 504: return PX_ERR_TIMEOUT;
-  default: return status >= 400 && status < 500 ? PX_ERR_INVALID : PX_ERR_API;
+  case 400: case 422: by_status = PX_ERR_INVALID; break;
+  case 401: by_status = PX_ERR_AUTH; break;
+  case 403: by_status = PX_ERR_PERMISSION; break;
+  case 404: by_status = PX_ERR_NOT_FOUND; break;
+  case 413: by_status = PX_ERR_TOO_LARGE; break;
+  case 429: by_status = PX_ERR_RATE_LIMIT; break;
+  case 503: case 529: by_status = PX_ERR_OVERLOADED; break;
+  case 504: by_status = PX_ERR_TIMEOUT; break;
+  default: by_status = status >= 400 && status < 500 ? PX_ERR_INVALID : PX_ERR_API;
   }
+  int error_status = status >= 400 && status <= 599;
+  if (type != NULL) {
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+      if (strcmp(type, names[i].type) != 0) continue;
+      px_errkind_t k = names[i].kind;
+      /* a generic type under a specific status: the status says more */
+      if (error_status && (k == PX_ERR_INVALID || k == PX_ERR_API) &&
+          by_status != PX_ERR_INVALID && by_status != PX_ERR_API)
+        return by_status;
+      return k;
+    }
+    if (!error_status)
+      for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
+        if (strcmp(type, codes[i].code) == 0) return codes[i].kind;
+  }
+  return by_status;
 }
 
 int px_tr_fail(px_tr_err_t *err, const char *param, const char *fmt, ...) {
@@ -243,4 +269,58 @@ int px_proto_upstream_url(const px_proto_ops_t *ops, px_buf_t *out, const char *
                   : ep == PX_EP_COUNT_TOKENS ? ops->count_upstream_path
                                              : NULL;
   return p != NULL ? px_buf_puts(out, p) : PX_EINVAL;
+}
+
+/* The rule set of x-proxai-lossy for streams (SPEC 5): what the client's
+ * protocol cannot hold of what this request may bring back. The names are
+ * those of the non-streaming encoders (chat.c, anthropic.c), which name the
+ * same content when it is actually present; what a stream actually drops
+ * goes to px_stream_tr_dropped (the access log). */
+void px_lossy_predict(const px_tr_ctx_t *ctx, json_t *ir, px_lossy_t *lossy) {
+  json_t *r = json_object_get(ir, "reasoning");
+  const char *effort = px_jstr(r, "effort");
+  int reasoning = json_is_object(r) && !json_is_false(json_object_get(r, "enabled")) &&
+                  !(effort != NULL && strcmp(effort, "none") == 0);
+  /* Chat has no carrier for opaque reasoning: Anthropic thinking
+   * signatures / redacted thinking, Responses encrypted_content (asked for
+   * by the Responses encoder whenever reasoning is on) */
+  if ((ctx->in == PX_PROTO_CHAT || ctx->in == PX_PROTO_GEMINI) && ctx->out != ctx->in &&
+      reasoning) {
+    px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
+    px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 1));
+  }
+}
+
+/* Opaque reasoning a Chat client cannot hold, by the upstream's name for it
+ * (bodies, streams and the stream prediction use this one rule). */
+const char *px_lossy_opaque_reasoning(const px_tr_ctx_t *ctx, int redacted) {
+  if (ctx->out == PX_PROTO_GEMINI) return PX_LOSSY("candidates[].content.parts[].thoughtSignature");
+  if (ctx->out == PX_PROTO_ANTHROPIC)
+    return redacted ? PX_LOSSY("content[].redacted_thinking") : PX_LOSSY("content[].signature");
+  return PX_LOSSY("output[].encrypted_content");
+}
+
+const char *px_lossy_annotations(const px_tr_ctx_t *ctx) {
+  switch (ctx->out) {
+  case PX_PROTO_CHAT: return PX_LOSSY("choices[].message.annotations");
+  case PX_PROTO_ANTHROPIC: return PX_LOSSY("content[].citations");
+  case PX_PROTO_GEMINI: return PX_LOSSY("candidates[].groundingMetadata");
+  default: return PX_LOSSY("output[].content[].annotations");
+  }
+}
+
+void px_lossy_merge(px_lossy_t *dst, const px_lossy_t *src) {
+  char path[sizeof(src->buf)];
+  const char *p = src->buf;
+  while (*p) {
+    const char *e = strchr(p, ',');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (n > 0 && n < sizeof(path) && !(n == 3 && memcmp(p, "...", 3) == 0)) {
+      memcpy(path, p, n);
+      path[n] = 0;
+      px_lossy_add(dst, path);
+    }
+    p += n;
+    if (*p == ',') p++;
+  }
 }

@@ -788,9 +788,9 @@ static int gem_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     if (strcmp(type, "reasoning") == 0) {
       const char *ts = px_jstr(p, "thought_signature");
       const char *text = px_jstr(p, "text");
-      if (px_jstr(p, "signature") || px_jstr(p, "encrypted_content") ||
-          px_jstr(p, "redacted_data"))
-        px_lossy_add(lossy, "content[].reasoning.signature");
+      if (px_jstr(p, "signature") || px_jstr(p, "encrypted_content"))
+        px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
+      if (px_jstr(p, "redacted_data")) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 1));
       if (text != NULL && *text) {
         json_t *o = json_pack("{s:s, s:b}", "text", text, "thought", 1);
         if (ts) json_object_set_new(o, "thoughtSignature", json_string(ts));
@@ -803,7 +803,8 @@ static int gem_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     json_t *o = NULL;
     if (strcmp(type, "text") == 0 || strcmp(type, "refusal") == 0) {
       o = json_pack("{s:s}", "text", px_jstr(p, "text") ? px_jstr(p, "text") : "");
-      if (json_object_get(p, "annotations")) px_lossy_add(lossy, "content[].annotations");
+      if (json_array_size(json_object_get(p, "annotations")) > 0)
+        px_lossy_add(lossy, px_lossy_annotations(ctx));
     } else if (strcmp(type, "tool_call") == 0) {
       const char *a = px_jstr(p, "arguments");
       json_t *args = a ? json_loads(a, 0, NULL) : NULL;

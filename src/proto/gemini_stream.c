@@ -227,6 +227,7 @@ struct px_senc {
   px_buf_t args;         /* its arguments so far */
   px_buf_t sig;          /* a signature waiting for the next part */
   int refusal;
+  int redacted;          /* the open block is redacted thinking */
   int finished;
 };
 
@@ -326,8 +327,16 @@ static int se_delta(px_senc_t *e, const px_ev_t *ev) {
   case PX_DELTA_THINKING:
     return ev->text.len ? text_chunk(e, ev->text, 1) : 0;
   case PX_DELTA_SIGNATURE:
-    /* Gemini's own signatures ride on the next part; others mean nothing here */
+    /* Gemini's own signatures ride on the next part; others mean nothing
+     * to a Gemini client: dropped and declared */
+    if (e->ctx->out != PX_PROTO_GEMINI) {
+      px_dropped(e->ctx, px_lossy_opaque_reasoning(e->ctx, e->redacted));
+      return 0;
+    }
     return px_buf_append(&e->sig, ev->text.ptr, ev->text.len);
+  case PX_DELTA_ANNOTATION:
+    px_dropped(e->ctx, px_lossy_annotations(e->ctx));
+    return 0;
   case PX_DELTA_TOOL_ARGS:
     return px_buf_append(&e->args, ev->text.ptr, ev->text.len);
   }
@@ -374,6 +383,9 @@ int px_gemini_senc_event(px_senc_t *e, const px_ev_t *ev) {
     return 0;
   case PX_EV_BLOCK_START:
     if (ev->block == PX_BLOCK_REFUSAL) e->refusal = 1;
+    e->redacted = ev->block == PX_BLOCK_REDACTED_THINKING;
+    if (e->redacted && e->ctx->out != PX_PROTO_GEMINI)
+      px_dropped(e->ctx, px_lossy_opaque_reasoning(e->ctx, 1));
     if (ev->block != PX_BLOCK_TOOL_CALL) return 0;
     if (ev->custom) return PX_EINVAL;
     free(e->tool_id);

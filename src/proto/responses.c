@@ -860,8 +860,8 @@ static json_t *enc_user_part(json_t *p, px_lossy_t *lossy) {
       if (u == NULL) return NULL;
       o = json_pack("{s:s, s:s}", "type", "input_file", "file_data", u);
       free(u);
-      if (o != NULL && px_jstr(p, "filename") != NULL)
-        set_str(o, "filename", px_jstr(p, "filename"));
+      /* OpenAI rejects inline file data without a filename */
+      if (o != NULL) set_str(o, "filename", px_inline_filename(p));
     } else if (px_jstr(p, "url") != NULL) {
       o = json_pack("{s:s, s:s}", "type", "input_file", "file_url", px_jstr(p, "url"));
     } else if (px_jstr(p, "file_id") != NULL) {
@@ -947,6 +947,7 @@ static int enc_messages(json_t *msgs, json_t *input, int anth, px_lossy_t *lossy
   json_t *m;
   json_array_foreach(msgs, i, m) {
     const char *role = px_jstr(m, "role");
+    if (json_is_true(json_object_get(m, "system_note"))) role = "system"; /* in place */
     int asst = role != NULL && strcmp(role, "assistant") == 0;
     json_t *content = NULL; /* pending message content parts */
     size_t j;
@@ -1169,6 +1170,10 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
     else if (json_is_integer(bt))
       set_str(o, "effort", px_effort_of_budget(json_integer_value(bt)));
     if (px_jstr(r, "summary") != NULL) set_str(o, "summary", px_jstr(r, "summary"));
+    /* Anthropic adaptive thinking (on, no budget): the model's own effort,
+     * with its reasoning shown (summaries, as Anthropic shows thinking) */
+    if (json_object_size(o) == 0 && json_is_true(json_object_get(r, "enabled")))
+      set_str(o, "summary", "auto");
     if (json_object_size(o) > 0)
       json_object_set_new(b, "reasoning", o);
     else
@@ -1201,7 +1206,7 @@ fail:
 /* ---------------------------------------------------------------------- */
 /* decode_response: Responses upstream body -> IR                          */
 
-static void lossy_output_item(px_lossy_t *l, const char *type) {
+void px_responses_lossy_item(px_lossy_t *l, const char *type) {
   if (strcmp(type, "web_search_call") == 0)
     px_lossy_add(l, "output[].web_search_call");
   else if (strcmp(type, "file_search_call") == 0)
@@ -1305,7 +1310,7 @@ static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
       if (px_jstr(it, "id") != NULL) set_str(rp, "id", px_jstr(it, "id"));
       json_array_append_new(content, rp);
     } else {
-      lossy_output_item(lossy, type);
+      px_responses_lossy_item(lossy, type);
     }
   }
   json_object_set_new(out, "content", content);

@@ -186,8 +186,29 @@ static int d_item_added(px_sdec_t *d, json_t *j) {
     dblock_t *b = dstart(d, oi, -1, PX_BLOCK_THINKING, px_jstr(item, "id"), NULL, 0);
     return b ? 0 : PX_ENOMEM;
   }
-  /* message: its parts open blocks; hosted tool items are not carried */
+  /* message: its parts open blocks; hosted tool items are not carried
+   * (named as by the non-streaming decoder) */
+  if (strcmp(t, "message") != 0 && d->ctx.dropped != NULL &&
+      !(strcmp(t, "custom_tool_call") == 0 && d->ctx.in == PX_PROTO_CHAT))
+    px_responses_lossy_item(d->ctx.dropped, t);
   return 0;
+}
+
+/* response.output_text.annotation.added: an annotation of a text part */
+static int d_annotation(px_sdec_t *d, json_t *j) {
+  json_t *a = json_object_get(j, "annotation");
+  dblock_t *b = dfind(d, oindex(j), cindex(j));
+  if (!json_is_object(a) || b == NULL || !b->open || b->kind != PX_BLOCK_TEXT) return 0;
+  char *s = json_dumps(a, JSON_COMPACT);
+  if (s == NULL) return PX_ENOMEM;
+  px_ev_t ev;
+  px_ev_init(&ev, PX_EV_DELTA);
+  ev.index = b->index;
+  ev.delta = PX_DELTA_ANNOTATION;
+  ev.text = px_str(s);
+  int rc = demit(d, &ev);
+  free(s);
+  return rc;
 }
 
 static int d_part_added(px_sdec_t *d, json_t *j) {
@@ -267,8 +288,7 @@ static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
   if (strcmp(status, "failed") == 0 && json_is_object(err)) {
     const char *code = px_jstr(err, "code");
     const char *msg = px_jstr(err, "message");
-    px_errkind_t k =
-        code && strcmp(code, "rate_limit_exceeded") == 0 ? PX_ERR_RATE_LIMIT : PX_ERR_API;
+    px_errkind_t k = px_errkind_from_type(code, 0);
     return derror(d, k, msg ? msg : "upstream response failed");
   }
   int rc = dstop_all(d, -1);
@@ -438,7 +458,7 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
                          strcmp(code, "rate_limit_error") == 0))
       k = PX_ERR_RATE_LIMIT;
     else if (code != NULL)
-      k = px_errkind_from_type(code, 500);
+      k = px_errkind_from_type(code, 0);
     rc = derror(d, k, msg ? msg : "upstream stream error");
   } else if (d->state == D_INIT) {
     if (strcmp(type, "response.created") == 0 ||
@@ -475,6 +495,8 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
     dblock_t *b = dfind(d, oindex(j), -1);
     if (b != NULL && b->nsummary++ > 0 && b->got_delta)
       rc = ddelta(d, b, PX_DELTA_THINKING, "\n\n", 2);
+  } else if (strcmp(type, "response.output_text.annotation.added") == 0) {
+    rc = d_annotation(d, j);
   } else if (strcmp(type, "response.content_part.done") == 0) {
     dblock_t *b = dfind(d, oindex(j), cindex(j));
     if (b != NULL) rc = dstop(d, b);
@@ -516,6 +538,7 @@ typedef struct eblock {
   int output_index;
   int content_index;
   int summary_open;
+  int suspended; /* text/refusal whose message item another block closed */
   int custom;    /* a custom (freeform) tool call */
   int tix;       /* its text slot (escaped text / arguments), see etext() */
   px_buf_t dpre; /* delta event head after the sequence number */
@@ -523,6 +546,7 @@ typedef struct eblock {
   char *call_id;
   char *name;
   px_buf_t enc; /* reasoning encrypted content */
+  json_t *anns; /* text: annotations so far (Responses shape) */
 } eblock_t;
 
 struct px_senc {
@@ -780,8 +804,24 @@ static int eitem_done(px_senc_t *e, int oi, json_t *item) {
                json_pack("{s:i, s:o}", "output_index", oi, "item", item));
 }
 
+static int eclose_part(px_senc_t *e, eblock_t *b);
+
+/* Close the open message item. A text or refusal block still open in it
+ * (another block started while it streamed: Responses cannot interleave
+ * content parts with other items) gets its closing events first and is
+ * suspended; a later delta continues it in a new message item (never an
+ * event for an item after its output_item.done). */
 static int eclose_msg(px_senc_t *e) {
   if (e->msg_oi < 0) return 0;
+  for (size_t i = 0; i < e->nblocks; i++) {
+    eblock_t *b = &e->blocks[i];
+    if (!b->used || b->suspended || b->output_index != e->msg_oi ||
+        (b->kind != PX_BLOCK_TEXT && b->kind != PX_BLOCK_REFUSAL))
+      continue;
+    int rc = eclose_part(e, b);
+    if (rc < 0) return rc;
+    b->suspended = 1;
+  }
   json_t *item =
       json_pack("{s:s, s:s, s:s, s:s, s:O}", "id", e->msg_id, "type", "message", "status",
                 "completed", "role", "assistant", "content", e->msg_content);
@@ -843,7 +883,29 @@ static void efree_block(eblock_t *b) {
   free(b->name);
   px_buf_free(&b->dpre);
   px_buf_free(&b->enc);
+  json_decref(b->anns);
   memset(b, 0, sizeof(*b));
+}
+
+/* A text or refusal block's content part in the open message item (opened
+ * when there is none). */
+static int eopen_part(px_senc_t *e, eblock_t *b) {
+  int rc = eopen_msg(e);
+  if (rc < 0) return rc;
+  b->output_index = e->msg_oi;
+  b->content_index = e->msg_nparts++;
+  free(b->item_id);
+  b->item_id = strdup(e->msg_id);
+  if (b->item_id == NULL) return PX_ENOMEM;
+  rc = eemit(e, "response.content_part.added",
+             json_pack("{s:s, s:i, s:i, s:o}", "item_id", e->msg_id, "output_index",
+                       b->output_index, "content_index", b->content_index, "part",
+                       b->kind == PX_BLOCK_TEXT
+                           ? json_pack("{s:s, s:s, s:[]}", "type", "output_text", "text",
+                                       "", "annotations")
+                           : json_pack("{s:s, s:s}", "type", "refusal", "refusal", "")));
+  if (rc == 0) rc = edelta_head(b, b->content_index, -1);
+  return rc;
 }
 
 static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
@@ -860,21 +922,8 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
   switch (ev->block) {
     case PX_BLOCK_TEXT:
     case PX_BLOCK_REFUSAL:
-      rc = eopen_msg(e);
-      if (rc < 0) return rc;
-      b->output_index = e->msg_oi;
-      b->content_index = e->msg_nparts++;
-      b->item_id = strdup(e->msg_id);
       if (ev->block == PX_BLOCK_REFUSAL) e->has_refusal = 1;
-      rc = eemit(
-          e, "response.content_part.added",
-          json_pack("{s:s, s:i, s:i, s:o}", "item_id", e->msg_id, "output_index",
-                    b->output_index, "content_index", b->content_index, "part",
-                    ev->block == PX_BLOCK_TEXT
-                        ? json_pack("{s:s, s:s, s:[]}", "type", "output_text", "text", "",
-                                    "annotations")
-                        : json_pack("{s:s, s:s}", "type", "refusal", "refusal", "")));
-      if (rc == 0) rc = edelta_head(b, b->content_index, -1);
+      rc = eopen_part(e, b);
       if (rc == 0 && ev->text.len > 0) {
         rc = eaccum(e, ev->text.len);
         if (rc == 0)
@@ -930,6 +979,34 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
   return PX_EPROTO;
 }
 
+/* An annotation of a text part: response.output_text.annotation.added, and
+ * kept for the part's closing events (as the non-streaming encoder). */
+static int eannotation(px_senc_t *e, eblock_t *b, px_str_t text) {
+  if (b->kind != PX_BLOCK_TEXT) return PX_EPROTO;
+  json_t *a = px_annotation_parse(text);
+  if (a == NULL) return 0;
+  json_t *arr = json_pack("[o]", a);
+  px_lossy_t scratch;
+  px_lossy_init(&scratch);
+  json_t *conv = px_responses_annotations(arr, e->ctx.dropped ? e->ctx.dropped : &scratch);
+  json_decref(arr);
+  if (b->anns == NULL) b->anns = json_array();
+  size_t i;
+  json_t *x;
+  int rc = 0;
+  json_array_foreach(conv, i, x) {
+    if (rc < 0) break;
+    size_t ai = json_array_size(b->anns);
+    json_array_append(b->anns, x);
+    rc = eemit(e, "response.output_text.annotation.added",
+               json_pack("{s:s, s:i, s:i, s:i, s:O}", "item_id", b->item_id,
+                         "output_index", b->output_index, "content_index",
+                         b->content_index, "annotation_index", (int)ai, "annotation", x));
+  }
+  json_decref(conv);
+  return rc;
+}
+
 static int e_delta(px_senc_t *e, const px_ev_t *ev) {
   eblock_t *b = eblock(e, ev->index);
   if (b == NULL || !b->used) return PX_EPROTO;
@@ -948,6 +1025,15 @@ static int e_delta(px_senc_t *e, const px_ev_t *ev) {
   if (ev->text.len == 0) return 0;
   rc = eaccum(e, ev->text.len);
   if (rc < 0) return rc;
+  if (b->suspended) {
+    /* continued after its message item closed: a new part in a new item */
+    b->suspended = 0;
+    b->tix = etext_new(e);
+    if (b->tix < 0) return PX_ENOMEM;
+    rc = eopen_part(e, b);
+    if (rc < 0) return rc;
+  }
+  if (ev->delta == PX_DELTA_ANNOTATION) return eannotation(e, b, ev->text);
   switch (b->kind) {
     case PX_BLOCK_TEXT:
       return edelta(e, b, "response.output_text.delta", ev->text.ptr, ev->text.len);
@@ -974,37 +1060,51 @@ static int e_delta(px_senc_t *e, const px_ev_t *ev) {
   return PX_EPROTO;
 }
 
+/* The closing events of a text or refusal part; the part joins the open
+ * message item's content. */
+static int eclose_part(px_senc_t *e, eblock_t *b) {
+  int rc = 0;
+  json_t *text = etext(e, b->tix);
+  if (text == NULL) return PX_ENOMEM;
+  int is_text = b->kind == PX_BLOCK_TEXT;
+  rc = eemit(e, is_text ? "response.output_text.done" : "response.refusal.done",
+             is_text ? json_pack("{s:s, s:i, s:i, s:O, s:[]}", "item_id", b->item_id,
+                                 "output_index", b->output_index, "content_index",
+                                 b->content_index, "text", text, "logprobs")
+                     : json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id,
+                                 "output_index", b->output_index, "content_index",
+                                 b->content_index, "refusal", text));
+  json_t *part = is_text ? json_pack("{s:s, s:O, s:o}", "type", "output_text", "text",
+                                     text, "annotations",
+                                     b->anns ? json_deep_copy(b->anns) : json_array())
+                         : json_pack("{s:s, s:O}", "type", "refusal", "refusal", text);
+  if (rc == 0)
+    rc = eemit(
+        e, "response.content_part.done",
+        json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id, "output_index",
+                  b->output_index, "content_index", b->content_index, "part", part));
+  if (e->msg_content != NULL && b->output_index == e->msg_oi)
+    json_array_append(e->msg_content, part);
+  json_decref(part);
+  json_decref(text);
+  return rc;
+}
+
 static int e_block_stop(px_senc_t *e, const px_ev_t *ev) {
   eblock_t *b = eblock(e, ev->index);
   if (b == NULL || !b->used) return PX_EPROTO;
   int rc = 0;
+  if (b->suspended) { /* its part was closed with its message item */
+    efree_block(b);
+    return 0;
+  }
   json_t *text = etext(e, b->tix);
   if (text == NULL) return PX_ENOMEM;
   switch (b->kind) {
     case PX_BLOCK_TEXT:
-    case PX_BLOCK_REFUSAL: {
-      int is_text = b->kind == PX_BLOCK_TEXT;
-      rc = eemit(e, is_text ? "response.output_text.done" : "response.refusal.done",
-                 is_text ? json_pack("{s:s, s:i, s:i, s:O, s:[]}", "item_id", b->item_id,
-                                     "output_index", b->output_index, "content_index",
-                                     b->content_index, "text", text, "logprobs")
-                         : json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id,
-                                     "output_index", b->output_index, "content_index",
-                                     b->content_index, "refusal", text));
-      json_t *part = is_text
-                         ? json_pack("{s:s, s:O, s:[]}", "type", "output_text", "text",
-                                     text, "annotations")
-                         : json_pack("{s:s, s:O}", "type", "refusal", "refusal", text);
-      if (rc == 0)
-        rc = eemit(
-            e, "response.content_part.done",
-            json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id, "output_index",
-                      b->output_index, "content_index", b->content_index, "part", part));
-      if (e->msg_content != NULL && b->output_index == e->msg_oi)
-        json_array_append(e->msg_content, part);
-      json_decref(part);
+    case PX_BLOCK_REFUSAL:
+      rc = eclose_part(e, b);
       break;
-    }
     case PX_BLOCK_THINKING:
     case PX_BLOCK_REDACTED_THINKING: {
       json_t *summary = json_array();

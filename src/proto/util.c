@@ -3,6 +3,7 @@
  * stream decoders' fast paths, the effort/budget table, data URLs, id
  * minting, the OpenAI error object, usage merging. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "proxai/protoutil.h"
@@ -415,4 +416,71 @@ int px_openai_models(px_buf_t *out, const char *const *ids, const char *const *o
 
 int64_t px_count_input_tokens(json_t *body) {
   return px_jint(body, "input_tokens", -1);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tool-call ids toward clients                                              */
+
+void px_idset_free(px_idset_t *s) {
+  for (int i = 0; i < s->n; i++) free(s->ids[i]);
+  free(s->ids);
+  memset(s, 0, sizeof(*s));
+}
+
+static int idset_has(const px_idset_t *s, const char *id, size_t len) {
+  for (int i = 0; i < s->n; i++)
+    if (strlen(s->ids[i]) == len && memcmp(s->ids[i], id, len) == 0) return 1;
+  return 0;
+}
+
+const char *px_idset_unique(px_idset_t *s, px_str_t id, int nth) {
+  char minted[48];
+  const char *use = NULL;
+  size_t len = id.len;
+  if (id.len > 0 && memchr(id.ptr, 0, id.len) == NULL && !idset_has(s, id.ptr, id.len)) {
+    use = id.ptr;
+  } else {
+    /* empty, or the same id as an earlier call of this message: a stable
+     * id of our own (deterministic from the call's position) */
+    for (int k = 0;; k++) {
+      if (k == 0)
+        snprintf(minted, sizeof(minted), "call_proxai_%d", nth);
+      else
+        snprintf(minted, sizeof(minted), "call_proxai_%d_%d", nth, k);
+      if (!idset_has(s, minted, strlen(minted))) break;
+    }
+    use = minted;
+    len = strlen(minted);
+  }
+  if (s->n == s->cap) {
+    int nc = s->cap ? s->cap * 2 : 8;
+    char **n = realloc(s->ids, sizeof(*n) * (size_t)nc);
+    if (n == NULL) return NULL;
+    s->ids = n;
+    s->cap = nc;
+  }
+  char *copy = malloc(len + 1);
+  if (copy == NULL) return NULL;
+  memcpy(copy, use, len);
+  copy[len] = 0;
+  s->ids[s->n++] = copy;
+  return copy;
+}
+
+json_t *px_annotation_parse(px_str_t text) {
+  if (text.ptr == NULL || text.len == 0) return NULL;
+  json_t *a = json_loadb(text.ptr, text.len, 0, NULL);
+  if (!json_is_object(a) || px_jstr(a, "type") == NULL) {
+    json_decref(a);
+    return NULL;
+  }
+  return a;
+}
+
+const char *px_inline_filename(json_t *part) {
+  const char *f = px_jstr(part, "filename");
+  if (f != NULL && *f != 0) return f;
+  const char *mt = px_jstr(part, "media_type");
+  if (mt != NULL && strcmp(mt, "text/plain") == 0) return "document.txt";
+  return "document.pdf";
 }

@@ -1,5 +1,5 @@
 // Every lossy field path the translators can emit (each a string literal in a
-// px_lossy_add call) must be listed in docs/translation*.md under a
+// px_lossy_add or px_dropped call, or marked PX_LOSSY) must be listed in docs/translation*.md under a
 // "## Lossy fields" heading, and every listed path must exist in the code, so
 // the documentation and the code cannot drift apart.
 import { readFileSync, readdirSync } from 'node:fs';
@@ -11,6 +11,10 @@ const code = new Map(); // path -> file
 for (const f of readdirSync(srcDir).filter((f) => f.endsWith('.c'))) {
   const text = readFileSync(join(srcDir, f), 'utf8');
   for (const m of text.matchAll(/px_lossy_add\s*\(\s*[^,]+,\s*"([^"]+)"\s*\)/g)) code.set(m[1], f);
+  // names dropped by streams (px_dropped) and names returned by the shared
+  // rules (PX_LOSSY) are lossy names too
+  for (const m of text.matchAll(/px_dropped\s*\(\s*[^,]+,\s*"([^"]+)"\s*\)/g)) code.set(m[1], f);
+  for (const m of text.matchAll(/PX_LOSSY\s*\(\s*"([^"]+)"\s*\)/g)) code.set(m[1], f);
 }
 const docsDir = join(root, 'docs');
 const docs = new Map(); // path -> doc file

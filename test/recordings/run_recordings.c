@@ -1,0 +1,985 @@
+/* run_recordings.c - real recorded provider traffic through every client
+ * protocol (issue 11).
+ *
+ * usage: run_recordings RECORDINGS_DIR [FILTER]
+ *
+ * Each case folder holds a published cassette (cassette.yaml, kept whole,
+ * its source named in source.txt) and the interactions extract.py took from
+ * it: NN-request.json, NN-response.json | NN-response.sse, NN-meta.json
+ * ({"proto","status"}). For every interaction:
+ *
+ *  - responses (status 200) are translated for the two other client
+ *    protocols: bodies with px_translate_response, streams with the stream
+ *    hub whole, at every byte split (sampled past 4 KiB) and one byte at a
+ *    time; the client's output is decoded again with the client protocol's
+ *    own decoder and compared with the recording as its own protocol's
+ *    decoder reads it: text, tool calls (name, arguments), reasoning, usage
+ *    (cached tokens included), stop reason, annotations. What is missing
+ *    must be declared: in the translation's lossy list (bodies), or in the
+ *    x-proxai-lossy prediction or the stream's dropped list (streams).
+ *    A stream is also accumulated into the body its provider would have
+ *    answered without streaming, and both paths must agree: the same
+ *    visible outcome, and every field the body path declares is declared
+ *    by the stream path too.
+ *  - error responses: the client error keeps the status and its type
+ *    follows the status (SPEC 6).
+ *  - requests are translated to the two other upstream protocols; the
+ *    result must decode again, keep every turn, text, tool call, tool
+ *    result, image and file, or declare what it drops, and obey rules the
+ *    target API enforces. */
+#include <dirent.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+#include "proxai/buf.h"
+#include "proxai/proto.h"
+#include "proxai/protoutil.h"
+#include "proxai/sse.h"
+
+#define OUT_CAP (64u << 20)
+
+static const char *const pnames[] = {"chat", "responses", "anthropic"};
+
+static int failures, checks;
+static char cur_case[512];
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "FAIL %s: ", cur_case);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  failures++;
+}
+
+static char *read_all(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) return NULL;
+  px_buf_t b;
+  px_buf_init(&b, SIZE_MAX);
+  char tmp[65536];
+  size_t k;
+  while ((k = fread(tmp, 1, sizeof(tmp), f)) > 0) px_buf_append(&b, tmp, k);
+  fclose(f);
+  px_buf_append(&b, "", 1);
+  *n = b.len - 1;
+  return b.data;
+}
+
+static int proto_of(const char *s) {
+  for (int i = 0; i < PX_PROTO_COUNT; i++)
+    if (s != NULL && strcmp(s, pnames[i]) == 0) return i;
+  return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The outcome of a response, as a client reads it                          */
+
+typedef struct outcome {
+  px_buf_t text;      /* text (and refusal) in order */
+  px_buf_t reasoning; /* reasoning text */
+  px_buf_t tools;     /* "name(args-normalized);" per call, in order */
+  int ntools;
+  int nann;           /* annotations */
+  int signature;      /* opaque reasoning present */
+  px_stop_t stop;
+  px_usage_t usage;
+  int failed;         /* the stream ended in error */
+} outcome_t;
+
+static void oc_init(outcome_t *o) {
+  memset(o, 0, sizeof(*o));
+  px_buf_init(&o->text, SIZE_MAX);
+  px_buf_init(&o->reasoning, SIZE_MAX);
+  px_buf_init(&o->tools, SIZE_MAX);
+  o->usage.input_tokens = o->usage.output_tokens = -1;
+  o->usage.cache_read_tokens = o->usage.cache_creation_tokens = -1;
+  o->usage.reasoning_tokens = -1;
+}
+
+static void oc_free(outcome_t *o) {
+  px_buf_free(&o->text);
+  px_buf_free(&o->reasoning);
+  px_buf_free(&o->tools);
+}
+
+/* tool arguments compared as JSON (key order and spacing free) */
+static void add_tool(outcome_t *o, const char *name, const char *args, size_t alen) {
+  px_buf_puts(&o->tools, name ? name : "?");
+  px_buf_puts(&o->tools, "(");
+  json_t *j = alen ? json_loadb(args, alen, 0, NULL) : json_object();
+  char *s = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  if (s != NULL)
+    px_buf_puts(&o->tools, s);
+  else
+    px_buf_append(&o->tools, args, alen);
+  free(s);
+  json_decref(j);
+  px_buf_puts(&o->tools, ");");
+  o->ntools++;
+}
+
+/* IR response -> outcome */
+static void oc_from_ir(outcome_t *o, json_t *ir) {
+  size_t i;
+  json_t *p;
+  json_array_foreach(json_object_get(ir, "content"), i, p) {
+    const char *t = json_string_value(json_object_get(p, "type"));
+    const char *tx = json_string_value(json_object_get(p, "text"));
+    if (t == NULL) continue;
+    if ((strcmp(t, "text") == 0 || strcmp(t, "refusal") == 0) && tx)
+      px_buf_puts(&o->text, tx);
+    if (strcmp(t, "text") == 0) o->nann += (int)json_array_size(json_object_get(p, "annotations"));
+    if (strcmp(t, "reasoning") == 0) {
+      if (tx) px_buf_puts(&o->reasoning, tx);
+      if (json_object_get(p, "signature") || json_object_get(p, "encrypted_content") ||
+          json_object_get(p, "redacted_data"))
+        o->signature = 1;
+    }
+    if (strcmp(t, "tool_call") == 0) {
+      const char *a = json_string_value(json_object_get(p, "arguments"));
+      add_tool(o, json_string_value(json_object_get(p, "name")), a ? a : "",
+               a ? strlen(a) : 0);
+    }
+  }
+  o->stop = px_stop_parse(json_string_value(json_object_get(ir, "stop_reason")));
+  json_t *u = json_object_get(ir, "usage");
+  json_t *v;
+  if ((v = json_object_get(u, "input_tokens")) != NULL) o->usage.input_tokens = json_integer_value(v);
+  if ((v = json_object_get(u, "output_tokens")) != NULL) o->usage.output_tokens = json_integer_value(v);
+  if ((v = json_object_get(u, "cache_read_tokens")) != NULL)
+    o->usage.cache_read_tokens = json_integer_value(v);
+}
+
+/* stream events -> outcome */
+typedef struct ev_state {
+  outcome_t *o;
+  px_block_t kind[4096];
+  px_buf_t args[4096];
+  char *names[4096];
+  int n;
+} ev_state_t;
+
+static int ev_sink(void *arg, const px_ev_t *ev) {
+  ev_state_t *s = arg;
+  outcome_t *o = s->o;
+  switch (ev->type) {
+    case PX_EV_MESSAGE_START:
+      px_usage_merge(&o->usage, &ev->usage);
+      break;
+    case PX_EV_BLOCK_START:
+      if (ev->index < 0 || ev->index >= 4096) return -1;
+      if (ev->index >= s->n) s->n = ev->index + 1;
+      s->kind[ev->index] = ev->block;
+      px_buf_init(&s->args[ev->index], SIZE_MAX);
+      s->names[ev->index] = strndup(ev->name.ptr ? ev->name.ptr : "", ev->name.len);
+      if (ev->block == PX_BLOCK_REDACTED_THINKING) o->signature = 1;
+      if (ev->text.len && (ev->block == PX_BLOCK_TEXT || ev->block == PX_BLOCK_REFUSAL))
+        px_buf_append(&o->text, ev->text.ptr, ev->text.len);
+      break;
+    case PX_EV_DELTA:
+      if (ev->index < 0 || ev->index >= s->n) return -1;
+      switch (ev->delta) {
+        case PX_DELTA_TEXT:
+        case PX_DELTA_REFUSAL:
+          px_buf_append(&o->text, ev->text.ptr, ev->text.len);
+          break;
+        case PX_DELTA_THINKING:
+          px_buf_append(&o->reasoning, ev->text.ptr, ev->text.len);
+          break;
+        case PX_DELTA_SIGNATURE:
+          if (ev->text.len) o->signature = 1;
+          break;
+        case PX_DELTA_TOOL_ARGS:
+          px_buf_append(&s->args[ev->index], ev->text.ptr, ev->text.len);
+          break;
+        case PX_DELTA_ANNOTATION:
+          o->nann++;
+          break;
+      }
+      break;
+    case PX_EV_BLOCK_STOP:
+      if (ev->index >= 0 && ev->index < s->n && s->kind[ev->index] == PX_BLOCK_TOOL_CALL)
+        add_tool(o, s->names[ev->index], s->args[ev->index].data ? s->args[ev->index].data : "",
+                 s->args[ev->index].len);
+      break;
+    case PX_EV_MESSAGE_DELTA:
+      if (ev->stop != PX_STOP_NONE) o->stop = ev->stop;
+      px_usage_merge(&o->usage, &ev->usage);
+      break;
+    case PX_EV_MESSAGE_STOP:
+      break;
+    case PX_EV_ERROR:
+      o->failed = 1;
+      break;
+  }
+  return 0;
+}
+
+typedef struct sse_ctx {
+  const px_proto_ops_t *ops;
+  px_sdec_t *d;
+} sse_ctx_t;
+
+static int sse_cb(void *arg, const px_sse_event_t *ev) {
+  sse_ctx_t *c = arg;
+  return c->ops->sdec_feed(c->d, ev) < 0 ? -1 : 0;
+}
+
+/* Decode a stream of protocol p with p's own decoder. 0 when complete. */
+static int oc_from_stream(outcome_t *o, px_proto_t p, px_proto_t peer, const char *s,
+                          size_t n) {
+  px_tr_ctx_t ctx;
+  memset(&ctx, 0, sizeof(ctx));
+  ctx.in = peer;
+  ctx.out = p;
+  ctx.stream = 1;
+  ev_state_t *st = calloc(1, sizeof(*st));
+  st->o = o;
+  const px_proto_ops_t *ops = px_proto_get(p);
+  sse_ctx_t c = {ops, ops->sdec_new(&ctx, ev_sink, st)};
+  px_sse_t sse;
+  px_sse_init(&sse, 64u << 20, sse_cb, &c);
+  int rc = px_sse_feed(&sse, s, n);
+  if (rc == 0) rc = px_sse_feed(&sse, "\n\n", 2);
+  if (rc == 0) rc = ops->sdec_finish(c.d);
+  ops->sdec_free(c.d);
+  px_sse_done(&sse);
+  for (int i = 0; i < st->n; i++) {
+    px_buf_free(&st->args[i]);
+    free(st->names[i]);
+  }
+  free(st);
+  return rc < 0 || o->failed ? -1 : 0;
+}
+
+static int lossy_has(const char *list, const char *path) {
+  size_t n = strlen(path);
+  for (const char *p = list; (p = strstr(p, path)) != NULL; p += n)
+    if ((p == list || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return 1;
+  return 0;
+}
+
+static int lossy_any(const char *list, const char *const *paths) {
+  for (; *paths; paths++)
+    if (lossy_has(list, *paths)) return 1;
+  return 0;
+}
+
+static const char *const ann_names[] = {"content[].citations", "choices[].message.annotations",
+                                        "output[].content[].annotations", NULL};
+static const char *const sig_names[] = {"output[].encrypted_content", "content[].signature",
+                                        "content[].redacted_thinking", NULL};
+
+/* compare what the client got (c) with the recording (u); declared is the
+ * comma list of what the translation named as dropped */
+static void compare(const char *what, const outcome_t *u, const outcome_t *c,
+                    const char *declared, px_proto_t client) {
+  checks++;
+  if (u->text.len != c->text.len ||
+      (u->text.len && memcmp(u->text.data, c->text.data, u->text.len) != 0))
+    fail("%s: text differs (%zu vs %zu bytes)", what, u->text.len, c->text.len);
+  if (u->tools.len != c->tools.len ||
+      (u->tools.len && memcmp(u->tools.data, c->tools.data, u->tools.len) != 0))
+    fail("%s: tool calls differ: %.*s | %.*s", what, (int)u->tools.len,
+         u->tools.data ? u->tools.data : "", (int)c->tools.len,
+         c->tools.data ? c->tools.data : "");
+  if (u->reasoning.len != c->reasoning.len && !lossy_has(declared, "reasoning"))
+    fail("%s: reasoning differs (%zu vs %zu bytes)", what, u->reasoning.len,
+         c->reasoning.len);
+  if (u->nann != c->nann && !lossy_any(declared, ann_names))
+    fail("%s: %d annotations became %d, undeclared", what, u->nann, c->nann);
+  if (u->signature && !c->signature && !lossy_any(declared, sig_names))
+    fail("%s: opaque reasoning dropped, undeclared", what);
+  px_stop_t us = u->stop, cs = c->stop;
+  /* one-way spellings: Chat has no pause_turn/refusal-by-stop;
+   * content_filter reads back as refusal from Anthropic */
+  int stop_ok = us == cs || (us == PX_STOP_CONTENT_FILTER && cs == PX_STOP_REFUSAL) ||
+                (client == PX_PROTO_CHAT && us == PX_STOP_PAUSE_TURN) ||
+                (us == PX_STOP_STOP_SEQUENCE && cs == PX_STOP_END_TURN) ||
+                (us == PX_STOP_REFUSAL && cs == PX_STOP_END_TURN);
+  if (!stop_ok) fail("%s: stop reason %s became %s", what, px_stop_name(us), px_stop_name(cs));
+  if (u->usage.input_tokens >= 0 && u->usage.input_tokens != c->usage.input_tokens)
+    fail("%s: input tokens %lld became %lld", what, (long long)u->usage.input_tokens,
+         (long long)c->usage.input_tokens);
+  if (u->usage.output_tokens >= 0 && u->usage.output_tokens != c->usage.output_tokens)
+    fail("%s: output tokens %lld became %lld", what, (long long)u->usage.output_tokens,
+         (long long)c->usage.output_tokens);
+  if (u->usage.cache_read_tokens > 0 &&
+      u->usage.cache_read_tokens != c->usage.cache_read_tokens)
+    fail("%s: cached tokens %lld became %lld", what, (long long)u->usage.cache_read_tokens,
+         (long long)c->usage.cache_read_tokens);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Streams accumulated to the body the provider answers without streaming    */
+
+/* Anthropic: content blocks rebuilt from their events */
+static json_t *accum_anthropic(const char *s, size_t n);
+/* Chat: choices[0].message from the deltas */
+static json_t *accum_chat(const char *s, size_t n);
+
+typedef struct list_ctx {
+  json_t *events; /* array of parsed data objects */
+} list_ctx_t;
+
+static int list_cb(void *arg, const px_sse_event_t *ev) {
+  list_ctx_t *l = arg;
+  json_t *j = json_loadb(ev->data.ptr, ev->data.len, 0, NULL);
+  if (j != NULL) json_array_append_new(l->events, j);
+  return 0;
+}
+
+static json_t *sse_events(const char *s, size_t n) {
+  list_ctx_t l = {json_array()};
+  px_sse_t sse;
+  px_sse_init(&sse, 64u << 20, list_cb, &l);
+  px_sse_feed(&sse, s, n);
+  px_sse_feed(&sse, "\n\n", 2);
+  px_sse_done(&sse);
+  return l.events;
+}
+
+static json_t *accum_anthropic(const char *s, size_t n) {
+  json_t *evs = sse_events(s, n), *msg = NULL;
+  json_t *partial = json_object(); /* index -> partial_json text */
+  size_t i;
+  json_t *e;
+  json_array_foreach(evs, i, e) {
+    const char *t = json_string_value(json_object_get(e, "type"));
+    if (t == NULL) continue;
+    if (strcmp(t, "message_start") == 0) {
+      msg = json_deep_copy(json_object_get(e, "message"));
+    } else if (msg && strcmp(t, "content_block_start") == 0) {
+      json_array_append(json_object_get(msg, "content"), json_object_get(e, "content_block"));
+    } else if (msg && strcmp(t, "content_block_delta") == 0) {
+      json_t *content = json_object_get(msg, "content");
+      json_t *b = json_array_get(content, json_array_size(content) - 1);
+      json_t *d = json_object_get(e, "delta");
+      const char *dt = json_string_value(json_object_get(d, "type"));
+      const char *field = NULL, *val = NULL;
+      if (b == NULL || dt == NULL) continue;
+      if (strcmp(dt, "text_delta") == 0) field = "text", val = json_string_value(json_object_get(d, "text"));
+      if (strcmp(dt, "thinking_delta") == 0) field = "thinking", val = json_string_value(json_object_get(d, "thinking"));
+      if (strcmp(dt, "signature_delta") == 0) field = "signature", val = json_string_value(json_object_get(d, "signature"));
+      if (field && val) {
+        const char *old = json_string_value(json_object_get(b, field));
+        size_t ol = old ? strlen(old) : 0, vl = strlen(val);
+        char *nv = malloc(ol + vl + 1);
+        memcpy(nv, old ? old : "", ol);
+        memcpy(nv + ol, val, vl + 1);
+        json_object_set_new(b, field, json_string(nv));
+        free(nv);
+      } else if (strcmp(dt, "input_json_delta") == 0) {
+        char key[32];
+        snprintf(key, sizeof(key), "%zu", json_array_size(content) - 1);
+        const char *old = json_string_value(json_object_get(partial, key));
+        const char *pj = json_string_value(json_object_get(d, "partial_json"));
+        size_t ol = old ? strlen(old) : 0, vl = pj ? strlen(pj) : 0;
+        char *nv = malloc(ol + vl + 1);
+        memcpy(nv, old ? old : "", ol);
+        memcpy(nv + ol, pj ? pj : "", vl);
+        nv[ol + vl] = 0;
+        json_object_set_new(partial, key, json_string(nv));
+        free(nv);
+      } else if (strcmp(dt, "citations_delta") == 0) {
+        json_t *c = json_object_get(b, "citations");
+        if (!json_is_array(c)) {
+          c = json_array();
+          json_object_set_new(b, "citations", c);
+        }
+        json_array_append(c, json_object_get(d, "citation"));
+      }
+    } else if (msg && strcmp(t, "message_delta") == 0) {
+      json_t *d = json_object_get(e, "delta");
+      const char *k;
+      json_t *v;
+      json_object_foreach(d, k, v) json_object_set(msg, k, v);
+      json_t *u = json_object_get(msg, "usage"), *du = json_object_get(e, "usage");
+      json_object_foreach(du, k, v) {
+        if (!json_is_null(v)) json_object_set(u, k, v);
+      }
+    }
+  }
+  if (msg != NULL) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(partial, k, v) {
+      json_t *b = json_array_get(json_object_get(msg, "content"), (size_t)atoi(k));
+      json_t *in = json_loads(json_string_value(v), 0, NULL);
+      if (b && in) json_object_set_new(b, "input", in);
+      else json_decref(in);
+    }
+  }
+  json_decref(partial);
+  json_decref(evs);
+  return msg;
+}
+
+static json_t *accum_chat(const char *s, size_t n) {
+  json_t *evs = sse_events(s, n), *body = NULL, *msg = NULL, *tcs = NULL;
+  px_buf_t text, reasoning;
+  px_buf_init(&text, SIZE_MAX);
+  px_buf_init(&reasoning, SIZE_MAX);
+  json_t *anns = json_array();
+  const char *finish = NULL;
+  int any_text = 0;
+  size_t i;
+  json_t *e;
+  json_array_foreach(evs, i, e) {
+    if (body == NULL) {
+      body = json_pack("{s:O?, s:s, s:O?, s:O?}", "id", json_object_get(e, "id"), "object",
+                       "chat.completion", "created", json_object_get(e, "created"), "model",
+                       json_object_get(e, "model"));
+      msg = json_pack("{s:s}", "role", "assistant");
+      tcs = json_array();
+    }
+    if (json_is_object(json_object_get(e, "usage")))
+      json_object_set(body, "usage", json_object_get(e, "usage"));
+    json_t *ch = json_array_get(json_object_get(e, "choices"), 0);
+    if (ch == NULL) continue;
+    if (json_string_value(json_object_get(ch, "finish_reason")))
+      finish = json_string_value(json_object_get(ch, "finish_reason"));
+    json_t *d = json_object_get(ch, "delta");
+    const char *c = json_string_value(json_object_get(d, "content"));
+    if (c) px_buf_puts(&text, c), any_text = 1;
+    const char *r = json_string_value(json_object_get(d, "reasoning_content"));
+    if (r) px_buf_puts(&reasoning, r);
+    json_array_extend(anns, json_object_get(d, "annotations"));
+    size_t k;
+    json_t *tc;
+    json_array_foreach(json_object_get(d, "tool_calls"), k, tc) {
+      json_int_t idx = json_integer_value(json_object_get(tc, "index"));
+      while ((json_int_t)json_array_size(tcs) <= idx)
+        json_array_append_new(tcs, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", "", "type",
+                                             "function", "function", "name", "", "arguments", ""));
+      json_t *slot = json_array_get(tcs, (size_t)idx);
+      json_t *fn = json_object_get(slot, "function"), *f2 = json_object_get(tc, "function");
+      if (json_string_value(json_object_get(tc, "id")))
+        json_object_set(slot, "id", json_object_get(tc, "id"));
+      if (json_string_value(json_object_get(f2, "name")))
+        json_object_set(fn, "name", json_object_get(f2, "name"));
+      const char *a = json_string_value(json_object_get(f2, "arguments"));
+      if (a) {
+        const char *old = json_string_value(json_object_get(fn, "arguments"));
+        px_buf_t nb;
+        px_buf_init(&nb, SIZE_MAX);
+        px_buf_puts(&nb, old ? old : "");
+        px_buf_puts(&nb, a);
+        json_object_set_new(fn, "arguments", json_stringn(nb.data ? nb.data : "", nb.len));
+        px_buf_free(&nb);
+      }
+    }
+  }
+  if (body != NULL) {
+    json_object_set_new(msg, "content", any_text ? json_stringn(text.data ? text.data : "", text.len)
+                                                 : json_null());
+    if (reasoning.len) json_object_set_new(msg, "reasoning_content", json_stringn(reasoning.data, reasoning.len));
+    if (json_array_size(tcs)) json_object_set(msg, "tool_calls", tcs);
+    if (json_array_size(anns)) json_object_set(msg, "annotations", anns);
+    json_object_set_new(body, "choices",
+                        json_pack("[{s:i, s:O, s:s?}]", "index", 0, "message", msg,
+                                  "finish_reason", finish));
+  }
+  json_decref(msg);
+  json_decref(tcs);
+  json_decref(anns);
+  px_buf_free(&text);
+  px_buf_free(&reasoning);
+  json_decref(evs);
+  return body;
+}
+
+static json_t *accum_responses(const char *s, size_t n) {
+  json_t *evs = sse_events(s, n), *r = NULL;
+  size_t i;
+  json_t *e;
+  json_array_foreach(evs, i, e) {
+    const char *t = json_string_value(json_object_get(e, "type"));
+    if (t && (strcmp(t, "response.completed") == 0 || strcmp(t, "response.incomplete") == 0))
+      r = json_incref(json_object_get(e, "response"));
+  }
+  json_decref(evs);
+  return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Responses                                                                 */
+
+static void ctx_for(px_tr_ctx_t *ctx, px_proto_t client, px_proto_t up, int stream) {
+  memset(ctx, 0, sizeof(*ctx));
+  ctx->in = client;
+  ctx->out = up;
+  ctx->client_model = "client-model";
+  ctx->upstream_model = "upstream-model";
+  ctx->stream = stream;
+  ctx->created = 1700000000;
+  ctx->client_include_usage = 1;
+  ctx->max_accum = 64u << 20;
+}
+
+/* the lossy list a stream's headers carry: the request translated with
+ * stream on (prediction included) */
+static void stream_header_lossy(px_proto_t client, px_proto_t up, json_t *upstream_req,
+                                px_lossy_t *out) {
+  px_lossy_init(out);
+  if (upstream_req == NULL) return;
+  /* the recorded request is in the upstream's protocol: bring it to the
+   * client's first, then back (what a client of that protocol would send) */
+  px_tr_ctx_t c1;
+  ctx_for(&c1, up, client, 1);
+  px_lossy_t l1;
+  px_lossy_init(&l1);
+  px_tr_err_t err;
+  json_t *creq = NULL, *ureq = NULL;
+  if (px_translate_request(&c1, upstream_req, &creq, &l1, &err) < 0) return;
+  px_tr_ctx_t c2;
+  ctx_for(&c2, client, up, 1);
+  if (px_translate_request(&c2, creq, &ureq, out, &err) < 0) px_lossy_init(out);
+  json_decref(creq);
+  json_decref(ureq);
+}
+
+static void check_body(px_proto_t up, json_t *body, const char *name) {
+  outcome_t ou;
+  oc_init(&ou);
+  px_tr_ctx_t c0;
+  ctx_for(&c0, up, up, 0);
+  px_lossy_t l0;
+  px_lossy_init(&l0);
+  px_tr_err_t err;
+  json_t *ir = NULL;
+  if (px_proto_get(up)->decode_response(&c0, body, &ir, &l0, &err) < 0) {
+    fail("%s: the recorded %s body does not decode: %s", name, pnames[up], err.message);
+    oc_free(&ou);
+    return;
+  }
+  oc_from_ir(&ou, ir);
+  json_decref(ir);
+  for (int c = 0; c < PX_PROTO_COUNT; c++) {
+    if (c == (int)up) continue;
+    char what[600];
+    snprintf(what, sizeof(what), "%s body -> %s client", name, pnames[c]);
+    px_tr_ctx_t ctx;
+    ctx_for(&ctx, (px_proto_t)c, up, 0);
+    px_lossy_t lossy;
+    px_lossy_init(&lossy);
+    json_t *cb = NULL;
+    if (px_translate_response(&ctx, body, &cb, &lossy, &err) < 0) {
+      fail("%s: translation failed: %s", what, err.message);
+      continue;
+    }
+    /* read back as the client's protocol */
+    px_tr_ctx_t cr;
+    ctx_for(&cr, (px_proto_t)c, (px_proto_t)c, 0);
+    px_lossy_t l2;
+    px_lossy_init(&l2);
+    json_t *ir2 = NULL;
+    outcome_t oc;
+    oc_init(&oc);
+    if (px_proto_get((px_proto_t)c)->decode_response(&cr, cb, &ir2, &l2, &err) < 0) {
+      fail("%s: client body does not decode as %s: %s", what, pnames[c], err.message);
+    } else {
+      oc_from_ir(&oc, ir2);
+      compare(what, &ou, &oc, lossy.buf, (px_proto_t)c);
+    }
+    json_decref(ir2);
+    json_decref(cb);
+    oc_free(&oc);
+  }
+  oc_free(&ou);
+}
+
+static int run_stream(const px_tr_ctx_t *ctx, const char *p, size_t n, size_t step,
+                      px_buf_t *out, px_lossy_t *dropped) {
+  px_buf_init(out, OUT_CAP);
+  px_stream_tr_t *t = px_stream_tr_new(ctx, out);
+  if (t == NULL) return -1;
+  size_t at = 0;
+  while (at < n) {
+    size_t k = step == 0 ? n - at : (step < n - at ? step : n - at);
+    if (px_stream_tr_feed(t, p + at, k) < 0) break;
+    at += k;
+  }
+  int rc = px_stream_tr_finish(t, 1, PX_ERR_BAD_GATEWAY, NULL);
+  if (dropped) *dropped = *px_stream_tr_dropped(t);
+  px_stream_tr_free(t);
+  return rc;
+}
+
+/* feed split at one position */
+static int run_split(const px_tr_ctx_t *ctx, const char *p, size_t n, size_t cut,
+                     px_buf_t *out) {
+  px_buf_init(out, OUT_CAP);
+  px_stream_tr_t *t = px_stream_tr_new(ctx, out);
+  if (t == NULL) return -1;
+  if (px_stream_tr_feed(t, p, cut) == 0) px_stream_tr_feed(t, p + cut, n - cut);
+  int rc = px_stream_tr_finish(t, 1, PX_ERR_BAD_GATEWAY, NULL);
+  px_stream_tr_free(t);
+  return rc;
+}
+
+static void check_stream(px_proto_t up, const char *s, size_t n, json_t *req, const char *name) {
+  outcome_t ou;
+  oc_init(&ou);
+  if (oc_from_stream(&ou, up, up, s, n) < 0) {
+    fail("%s: the recorded %s stream does not decode", name, pnames[up]);
+    oc_free(&ou);
+    return;
+  }
+  json_t *acc = up == PX_PROTO_ANTHROPIC ? accum_anthropic(s, n)
+                : up == PX_PROTO_CHAT    ? accum_chat(s, n)
+                                         : accum_responses(s, n);
+  for (int c = 0; c < PX_PROTO_COUNT; c++) {
+    if (c == (int)up) continue;
+    char what[600];
+    snprintf(what, sizeof(what), "%s stream -> %s client", name, pnames[c]);
+    px_tr_ctx_t ctx;
+    ctx_for(&ctx, (px_proto_t)c, up, 1);
+    px_buf_t whole;
+    px_lossy_t dropped;
+    px_lossy_init(&dropped);
+    int frc = run_stream(&ctx, s, n, 0, &whole, &dropped);
+    checks++;
+    if (frc != 0) fail("%s: the translated stream ended in error", what);
+    /* byte splits: identical client bytes */
+    size_t stride = n <= 4096 ? 1 : n / 512 + 1;
+    for (size_t cut = 1; cut < n; cut += stride) {
+      px_buf_t o2;
+      run_split(&ctx, s, n, cut, &o2);
+      if (o2.len != whole.len || memcmp(o2.data, whole.data, whole.len) != 0) {
+        fail("%s: split at byte %zu changes the client bytes", what, cut);
+        px_buf_free(&o2);
+        break;
+      }
+      px_buf_free(&o2);
+    }
+    px_buf_t o1;
+    run_stream(&ctx, s, n, 1, &o1, NULL);
+    if (o1.len != whole.len || memcmp(o1.data, whole.data, whole.len) != 0)
+      fail("%s: byte-at-a-time feeding changes the client bytes", what);
+    px_buf_free(&o1);
+    /* what the client reads */
+    px_lossy_t header;
+    stream_header_lossy((px_proto_t)c, up, req, &header);
+    char declared[2200];
+    snprintf(declared, sizeof(declared), "%s,%s", header.buf, dropped.buf);
+    outcome_t oc;
+    oc_init(&oc);
+    if (oc_from_stream(&oc, (px_proto_t)c, (px_proto_t)c, whole.data ? whole.data : "",
+                       whole.len) < 0)
+      fail("%s: the client stream does not decode as %s", what, pnames[c]);
+    else
+      compare(what, &ou, &oc, declared, (px_proto_t)c);
+    /* the same response without streaming: the same outcome, and what the
+     * body path declares, the stream path declares too */
+    if (acc != NULL) {
+      px_tr_ctx_t bctx;
+      ctx_for(&bctx, (px_proto_t)c, up, 0);
+      px_lossy_t bl;
+      px_lossy_init(&bl);
+      px_tr_err_t err;
+      json_t *cb = NULL, *ir2 = NULL;
+      if (px_translate_response(&bctx, acc, &cb, &bl, &err) < 0) {
+        fail("%s: the accumulated body does not translate: %s", what, err.message);
+      } else {
+        px_tr_ctx_t cr;
+        ctx_for(&cr, (px_proto_t)c, (px_proto_t)c, 0);
+        px_lossy_t l2;
+        px_lossy_init(&l2);
+        outcome_t ob;
+        oc_init(&ob);
+        if (px_proto_get((px_proto_t)c)->decode_response(&cr, cb, &ir2, &l2, &err) == 0) {
+          oc_from_ir(&ob, ir2);
+          char w2[700];
+          snprintf(w2, sizeof(w2), "%s (stream vs body)", what);
+          /* same visible outcome, usage aside (a body has one final count) */
+          ob.usage = oc.usage;
+          compare(w2, &oc, &ob, bl.buf, (px_proto_t)c);
+        }
+        oc_free(&ob);
+        /* every name the body path declares for the response */
+        char *list = strdup(bl.buf);
+        for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+          if (strcmp(tok, "...") == 0) continue;
+          if (!lossy_has(declared, tok))
+            fail("%s: the body path declares %s, the stream path does not", what, tok);
+        }
+        free(list);
+      }
+      json_decref(cb);
+      json_decref(ir2);
+    }
+    oc_free(&oc);
+    px_buf_free(&whole);
+  }
+  json_decref(acc);
+  oc_free(&ou);
+}
+
+static void check_error(px_proto_t up, int status, const char *body, size_t n,
+                        const char *name) {
+  for (int c = 0; c < PX_PROTO_COUNT; c++) {
+    if (c == (int)up) continue;
+    px_tr_ctx_t ctx;
+    ctx_for(&ctx, (px_proto_t)c, up, 0);
+    px_buf_t out;
+    px_buf_init(&out, 1 << 20);
+    int st = 0;
+    checks++;
+    if (px_translate_error(&ctx, status, body, n, NULL, &out, &st) < 0) {
+      fail("%s error -> %s: not translated", name, pnames[c]);
+    } else {
+      json_t *j = json_loadb(out.data, out.len, 0, NULL);
+      const char *type =
+          json_string_value(json_object_get(json_object_get(j, "error"), "type"));
+      px_errkind_t want = px_errkind_from_type(NULL, status);
+      const char *wt = c == PX_PROTO_ANTHROPIC ? px_errkind_anthropic(want)
+                                               : px_errkind_openai(want);
+      if (st != status) fail("%s error -> %s: status %d became %d", name, pnames[c], status, st);
+      /* a specific status decides the type (generic 400/500 may be finer) */
+      if (status != 400 && status != 500 && (type == NULL || strcmp(type, wt) != 0))
+        fail("%s error -> %s: type %s, the status says %s", name, pnames[c],
+             type ? type : "(none)", wt);
+      json_decref(j);
+    }
+    px_buf_free(&out);
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Requests                                                                  */
+
+typedef struct req_sum {
+  int turns, tool_calls, tool_results, images, files, reasoning;
+  size_t text;
+} req_sum_t;
+
+static void req_summary(json_t *ir, req_sum_t *s) {
+  memset(s, 0, sizeof(*s));
+  size_t i, j, k;
+  json_t *m, *p, *q;
+  json_array_foreach(json_object_get(ir, "system"), i, p) {
+    const char *t = json_string_value(json_object_get(p, "text"));
+    if (t) s->text += strlen(t);
+  }
+  json_array_foreach(json_object_get(ir, "messages"), i, m) {
+    s->turns++;
+    json_array_foreach(json_object_get(m, "content"), j, p) {
+      const char *t = json_string_value(json_object_get(p, "type"));
+      const char *tx = json_string_value(json_object_get(p, "text"));
+      if (t == NULL) continue;
+      if (strcmp(t, "text") == 0 && tx) s->text += strlen(tx);
+      if (strcmp(t, "image") == 0) s->images++;
+      if (strcmp(t, "file") == 0) s->files++;
+      if (strcmp(t, "tool_call") == 0) s->tool_calls++;
+      if (strcmp(t, "reasoning") == 0) s->reasoning++;
+      if (strcmp(t, "tool_result") == 0) {
+        s->tool_results++;
+        json_array_foreach(json_object_get(p, "content"), k, q) {
+          const char *qt = json_string_value(json_object_get(q, "type"));
+          const char *qx = json_string_value(json_object_get(q, "text"));
+          if (qt && strcmp(qt, "text") == 0 && qx) s->text += strlen(qx);
+          if (qt && strcmp(qt, "image") == 0) s->images++;
+          if (qt && strcmp(qt, "file") == 0) s->files++;
+        }
+      }
+    }
+  }
+}
+
+/* rules the target APIs enforce that the translation must respect */
+static void target_rules(px_proto_t t, json_t *b, const char *what) {
+  if (t == PX_PROTO_ANTHROPIC) {
+    json_t *th = json_object_get(b, "thinking");
+    const char *tt = json_string_value(json_object_get(th, "type"));
+    const char *tc = json_string_value(json_object_get(json_object_get(b, "tool_choice"), "type"));
+    if (tt && strcmp(tt, "enabled") == 0 && tc && (strcmp(tc, "any") == 0 || strcmp(tc, "tool") == 0))
+      fail("%s: thinking with tool_choice %s (Anthropic rejects it)", what, tc);
+    if (tt && strcmp(tt, "enabled") == 0 &&
+        json_integer_value(json_object_get(th, "budget_tokens")) >=
+            json_integer_value(json_object_get(b, "max_tokens")))
+      fail("%s: budget_tokens >= max_tokens", what);
+  }
+  if (t == PX_PROTO_RESPONSES) {
+    size_t i, j;
+    json_t *it, *p;
+    json_array_foreach(json_object_get(b, "input"), i, it) {
+      json_array_foreach(json_object_get(it, "content"), j, p) {
+        const char *pt = json_string_value(json_object_get(p, "type"));
+        if (pt && strcmp(pt, "input_file") == 0 && json_object_get(p, "file_data") &&
+            !json_string_value(json_object_get(p, "filename")))
+          fail("%s: input_file with file_data but no filename", what);
+      }
+    }
+  }
+  if (t == PX_PROTO_CHAT) {
+    /* tool messages follow the assistant message with their calls */
+    json_t *msgs = json_object_get(b, "messages");
+    size_t i;
+    json_t *m;
+    int open = 0;
+    json_array_foreach(msgs, i, m) {
+      const char *r = json_string_value(json_object_get(m, "role"));
+      if (r && strcmp(r, "assistant") == 0) open = json_array_size(json_object_get(m, "tool_calls")) > 0;
+      else if (r && strcmp(r, "tool") == 0) {
+        if (!open) fail("%s: messages[%zu] tool message without its assistant call", what, i);
+      } else open = 0;
+    }
+  }
+}
+
+static void check_request(px_proto_t up, json_t *req, const char *name) {
+  px_tr_ctx_t c0;
+  ctx_for(&c0, up, up, 0);
+  px_lossy_t l0;
+  px_lossy_init(&l0);
+  px_tr_err_t err;
+  json_t *ir0 = NULL;
+  if (px_proto_get(up)->decode_request(&c0, req, &ir0, &l0, &err) < 0) {
+    fail("%s request: does not decode as %s: %s", name, pnames[up], err.message);
+    return;
+  }
+  req_sum_t s0;
+  req_summary(ir0, &s0);
+  json_decref(ir0);
+  int stream = json_is_true(json_object_get(req, "stream"));
+  for (int t = 0; t < PX_PROTO_COUNT; t++) {
+    if (t == (int)up) continue;
+    char what[600];
+    snprintf(what, sizeof(what), "%s request -> %s upstream", name, pnames[t]);
+    px_tr_ctx_t ctx;
+    ctx_for(&ctx, up, (px_proto_t)t, stream);
+    px_lossy_t lossy;
+    px_lossy_init(&lossy);
+    json_t *ub = NULL;
+    checks++;
+    if (px_translate_request(&ctx, req, &ub, &lossy, &err) < 0) {
+      /* a clear refusal (a 400 naming the field) is an answer, not a drop */
+      if (err.kind != PX_ERR_INVALID && err.kind != PX_ERR_NOT_IMPL)
+        fail("%s: failed with kind %d: %s", what, err.kind, err.message);
+      continue;
+    }
+    target_rules((px_proto_t)t, ub, what);
+    px_tr_ctx_t cb;
+    ctx_for(&cb, (px_proto_t)t, (px_proto_t)t, stream);
+    px_lossy_t l2;
+    px_lossy_init(&l2);
+    json_t *ir1 = NULL;
+    if (px_proto_get((px_proto_t)t)->decode_request(&cb, ub, &ir1, &l2, &err) < 0) {
+      fail("%s: the translated body does not decode as %s: %s", what, pnames[t], err.message);
+    } else {
+      req_sum_t s1;
+      req_summary(ir1, &s1);
+      int declared = lossy.len > 0;
+      if (s1.tool_calls != s0.tool_calls)
+        fail("%s: %d tool calls became %d", what, s0.tool_calls, s1.tool_calls);
+      if (s1.tool_results != s0.tool_results)
+        fail("%s: %d tool results became %d", what, s0.tool_results, s1.tool_results);
+      if (s1.images < s0.images && !declared)
+        fail("%s: %d images became %d, undeclared", what, s0.images, s1.images);
+      if (s1.files < s0.files && !declared)
+        fail("%s: %d files became %d, undeclared", what, s0.files, s1.files);
+      if (s1.text + 64 < s0.text && !declared)
+        fail("%s: text shrank from %zu to %zu bytes, undeclared", what, s0.text, s1.text);
+      if (s1.reasoning < s0.reasoning && !declared)
+        fail("%s: reasoning parts dropped, undeclared", what);
+    }
+    json_decref(ir1);
+    json_decref(ub);
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void run_case(const char *dir, const char *cname) {
+  for (int k = 0; k < 100; k++) {
+    char pre[4200], path[4300];
+    snprintf(pre, sizeof(pre), "%s/%02d-", dir, k);
+    snprintf(path, sizeof(path), "%smeta.json", pre);
+    json_t *meta = json_load_file(path, 0, NULL);
+    if (meta == NULL) break;
+    int up = proto_of(json_string_value(json_object_get(meta, "proto")));
+    int status = (int)json_integer_value(json_object_get(meta, "status"));
+    snprintf(cur_case, sizeof(cur_case), "%s/%02d", cname, k);
+    snprintf(path, sizeof(path), "%srequest.json", pre);
+    json_t *req = json_load_file(path, 0, NULL);
+    if (up < 0) {
+      fail("unknown protocol");
+      json_decref(meta);
+      json_decref(req);
+      continue;
+    }
+    if (req != NULL) check_request((px_proto_t)up, req, cur_case);
+    size_t n = 0;
+    snprintf(path, sizeof(path), "%sresponse.sse", pre);
+    char *sse = read_all(path, &n);
+    if (sse != NULL && status == 200) {
+      check_stream((px_proto_t)up, sse, n, req, cur_case);
+    } else {
+      snprintf(path, sizeof(path), "%sresponse.json", pre);
+      char *raw = read_all(path, &n);
+      if (raw != NULL && status == 200) {
+        json_t *body = json_loadb(raw, n, 0, NULL);
+        if (body) check_body((px_proto_t)up, body, cur_case);
+        json_decref(body);
+      } else if (raw != NULL && status >= 400) {
+        check_error((px_proto_t)up, status, raw, n, cur_case);
+      }
+      free(raw);
+    }
+    free(sse);
+    json_decref(req);
+    json_decref(meta);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s RECORDINGS_DIR [FILTER]\n", argv[0]);
+    return 2;
+  }
+  const char *root = argv[1], *filter = argc > 2 ? argv[2] : NULL;
+  DIR *d = opendir(root);
+  if (d == NULL) {
+    perror(root);
+    return 2;
+  }
+  char *names[4096];
+  size_t nn = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL && nn < 4096) {
+    if (de->d_name[0] == '.') continue;
+    char p[4096];
+    snprintf(p, sizeof(p), "%s/%s/00-meta.json", root, de->d_name);
+    struct stat st;
+    if (stat(p, &st) == 0) names[nn++] = strdup(de->d_name);
+  }
+  closedir(d);
+  qsort(names, nn, sizeof(names[0]), cmp_str);
+  size_t ncases = 0;
+  for (size_t i = 0; i < nn; i++) {
+    if (filter == NULL || strstr(names[i], filter) != NULL) {
+      char dir[4096];
+      snprintf(dir, sizeof(dir), "%s/%s", root, names[i]);
+      run_case(dir, names[i]);
+      ncases++;
+    }
+    free(names[i]);
+  }
+  printf("%zu recordings, %d checks, %d failure(s)\n", ncases, checks, failures);
+  if (ncases == 0) return 1;
+  return failures ? 1 : 0;
+}
