@@ -99,7 +99,13 @@ void px_resp_abort(px_conn_t *c);
 /** Whole response in one call. */
 int px_resp_simple(px_conn_t *c, int status, const char *content_type,
                    const char *body, size_t len, const px_hdr_t *hdrs, size_t n);
-/** Bytes of response body sent so far (for logs). */
+/** Bytes of the current response (head, framing and body) actually written
+ *  to the socket so far, not merely queued (for the access log). */
 uint64_t px_conn_bytes_out(const px_conn_t *c);
+
+/** Serve an already connected stream socket (AF_UNIX) as a client
+ *  connection, as if accepted: for tests and the request fuzz target. The
+ *  server takes the descriptor. 0 or a negative error. */
+int px_server_adopt_fd(px_server_t *s, int fd);
 
 #endif
