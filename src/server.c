@@ -820,6 +820,7 @@ static int on_headers_complete(llhttp_t *p) {
     /* RFC 9112 section 5.1: no whitespace between name and colon */
     if (nl > 0 && (name[nl - 1] == ' ' || name[nl - 1] == '\t'))
       return parse_fail(c, 400, "whitespace between a header field name and its colon");
+    if (!header_name_ok(name, nl)) return parse_fail(c, 400, "invalid character in a header field name");
     r->hdrs[i].name = (px_str_t){name, nl};
     if (c->offs[i].vo == 0) { /* header without value */
       r->hdrs[i].value = (px_str_t){r->hbuf.data + r->hbuf.len - 1, 0};
