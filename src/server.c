@@ -31,6 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -76,6 +78,8 @@ struct px_conn {
   uv_timer_t t_read;       /* head/body deadline, then lingering deadline */
   uv_timer_t t_idle;       /* keep-alive idle, nothing queued */
   uv_timer_t t_send;       /* send timeout, bytes queued */
+  uint64_t queued;         /* bytes ever handed to the kernel or uv_write */
+  uint64_t send_mark;      /* bytes_taken() when t_send was armed */
   uv_timer_t t_tick;       /* 0 ms deferred jobs (TICK_*) */
   unsigned tick_jobs;
   uv_shutdown_t shut;
@@ -186,6 +190,19 @@ static void conn_fail(px_conn_t *c) {
   tick(c, TICK_FAIL);
 }
 
+/* Bytes of this connection the client has taken: handed to the kernel
+ * (libuv's queue excluded) minus what still waits in the socket's send queue
+ * (SIOCOUTQ; without it, what left libuv). Never decreases. */
+static uint64_t bytes_taken(px_conn_t *c) {
+  uint64_t w = c->queued - c->h.stream.write_queue_size;
+  uv_os_fd_t fd;
+  int q = 0;
+  if (uv_fileno(&c->h.handle, &fd) == 0 && ioctl(fd, SIOCOUTQ, &q) == 0 && q > 0 &&
+      (uint64_t)q <= w)
+    w -= (uint64_t)q;
+  return w;
+}
+
 /* Send timeout (nginx's send_timeout, here the server idle_timeout): while
  * bytes are queued, a client that takes none for that long is dropped, which
  * also cancels its upstream transfer. Armed when a write is queued, pushed
@@ -195,6 +212,10 @@ static void send_timer(px_conn_t *c, int progress) {
   if (c->pending == 0) {
     uv_timer_stop(&c->t_send);
   } else if (progress || !uv_is_active((uv_handle_t *)&c->t_send)) {
+    c->send_mark = bytes_taken(c);
+    /* the loop's cached time can be far behind after a long piece of work
+     * (a large body translated in this iteration): not a client stall */
+    uv_update_time(c->srv->loop);
     uv_timer_start(&c->t_send, on_send_timer, c->srv->config->server.idle_timeout_ms, 0);
   }
 }
@@ -202,6 +223,12 @@ static void send_timer(px_conn_t *c, int progress) {
 static void on_send_timer(uv_timer_t *t) {
   px_conn_t *c = t->data;
   if (c->closing || c->pending == 0) return;
+  /* one large write completes only at its end: bytes the client took
+   * meanwhile are progress too */
+  if (bytes_taken(c) > c->send_mark) {
+    send_timer(c, 1);
+    return;
+  }
   px_log_warn("%s: client took no bytes for %llu ms: closing", c->req.request_id,
               (unsigned long long)c->srv->config->server.idle_timeout_ms);
   conn_close(c);
@@ -278,6 +305,7 @@ static int conn_queue(px_conn_t *c, uv_buf_t *bufs, unsigned n, size_t done, cha
     return rc;
   }
   c->pending += left;
+  c->queued += left;
   uv_timer_stop(&c->t_idle);
   send_timer(c, 0);
   if (c->pending > PX_WQ_HIGH) c->above_high = 1;
@@ -314,6 +342,7 @@ static int conn_send(px_conn_t *c, uv_buf_t *bufs, unsigned n, char *owned,
       return rc;
     }
     c->bytes_out += done;
+    c->queued += done;
     if (done == total) {
       free(owned);
       return 0;
