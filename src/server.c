@@ -97,6 +97,7 @@ struct px_conn {
   const char *err_msg;     /* its message (static), or NULL */
   int eof;                 /* the client half-closed while idle */
   px_buf_t in;             /* bytes read while busy */
+  size_t in_off;           /* of them, those already fed to the parser */
   int reading;             /* uv_read_start active */
   int closing;
   int failing;             /* a write failed: close on the next tick */
@@ -120,7 +121,8 @@ static llhttp_settings_t parser_settings;
 static uint64_t rid_state;
 
 static void conn_close(px_conn_t *c);
-static void conn_feed(px_conn_t *c, const char *p, size_t n);
+static void conn_feed(px_conn_t *c, const char *p, size_t n, int buffered);
+static size_t in_left(const px_conn_t *c) { return c->in.len - c->in_off; }
 static void conn_error(px_conn_t *c, int status, const char *msg);
 
 /* ---------------------------------------------------------------------- */
@@ -570,6 +572,7 @@ static void conn_linger(px_conn_t *c) {
   uv_timer_stop(&c->t_idle);
   uv_timer_stop(&c->t_send);
   px_buf_free(&c->in);
+  c->in_off = 0;
   if (uv_shutdown(&c->shut, &c->h.stream, on_shutdown) < 0) {
     conn_close(c);
     return;
@@ -587,7 +590,7 @@ static void conn_done_flushing(px_conn_t *c) {
     return;
   }
   /* keep-alive idle starts only now that the last answer is fully written */
-  if (c->state == C_IDLE && c->in.len == 0 && c->reading) start_idle_timer(c);
+  if (c->state == C_IDLE && in_left(c) == 0 && c->reading) start_idle_timer(c);
 }
 
 /* No request in flight and nothing buffered: read the next request, or, the
@@ -609,10 +612,8 @@ static void conn_wait(px_conn_t *c) {
 
 static void resume_pipeline(px_conn_t *c) {
   if (c->closing || c->failing || c->state == C_BUSY) return;
-  px_buf_t in = c->in;
-  px_buf_init(&c->in, PX_MAX_PIPELINED);
-  if (in.len > 0) conn_feed(c, in.data, in.len);
-  px_buf_free(&in);
+  /* fed in place: a pause only moves in_off (no copy per request) */
+  if (in_left(c) > 0) conn_feed(c, c->in.data + c->in_off, in_left(c), 1);
   if (c->closing || c->failing || c->close_after_flush || c->state == C_BUSY) return;
   conn_wait(c);
 }
@@ -649,13 +650,13 @@ void px_resp_end(px_conn_t *c) {
   if (c->closing || c->failing) goto out;
   if (!keep) {
     stop_reading(c);
-    c->linger = c->in.len > 0; /* the client sent more than will be answered */
+    c->linger = in_left(c) > 0; /* the client sent more than will be answered */
     c->close_after_flush = 1;
     if (c->pending == 0) conn_done_flushing(c);
     goto out;
   }
   llhttp_resume(&c->parser);
-  if (c->in.len > 0) tick(c, TICK_RESUME);
+  if (in_left(c) > 0) tick(c, TICK_RESUME);
   else conn_wait(c);
 out:
   if (c->srv->draining && c->srv->active == 0 && c->srv->on_idle)
@@ -911,23 +912,39 @@ static int on_message_complete(llhttp_t *p) {
 /* ---------------------------------------------------------------------- */
 /* connection I/O                                                           */
 
-static void conn_feed(px_conn_t *c, const char *p, size_t n) {
+/* Feed client bytes to the parser; buffered: p points into `in`. */
+static void conn_feed(px_conn_t *c, const char *p, size_t n, int buffered) {
   if (n == 0 || c->closing) return;
   if (head_scan(c, p, n) < 0) {
     conn_error(c, 400, "obsolete line folding (obs-fold) in the request head");
     return;
   }
   llhttp_errno_t err = llhttp_execute(&c->parser, p, n);
-  if (err == HPE_OK) return;
+  if (err == HPE_OK) {
+    if (buffered) {
+      px_buf_reset(&c->in);
+      c->in_off = 0;
+    }
+    return;
+  }
   if (err == HPE_PAUSED) {
     const char *pos = llhttp_get_error_pos(&c->parser);
     size_t used = pos ? (size_t)(pos - p) : n;
     if (used > n) used = n;
-    px_buf_reset(&c->in);
-    /* n never exceeds the cap of `in` (see on_alloc) */
-    if (n - used > 0 && px_buf_append(&c->in, p + used, n - used) < 0) {
-      conn_close(c);
-      return;
+    if (buffered) {
+      c->in_off += used;
+    } else {
+      px_buf_reset(&c->in);
+      c->in_off = 0;
+      /* n never exceeds the cap of `in` (see on_alloc) */
+      if (n - used > 0 && px_buf_append(&c->in, p + used, n - used) < 0) {
+        conn_close(c);
+        return;
+      }
+    }
+    if (in_left(c) == 0) {
+      px_buf_reset(&c->in);
+      c->in_off = 0;
     }
     c->srv->on_request(c->srv, c, &c->req);
     return;
@@ -947,7 +964,11 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   px_conn_t *c = h->data;
   size_t room = sizeof(slab);
   (void)suggested;
-  if (!c->lingering && (c->state == C_BUSY || c->in.len > 0) && c->in.cap - c->in.len < room)
+  if (c->in_off > 0 && c->in_off >= c->in.len / 2) { /* amortised compaction */
+    px_buf_consume(&c->in, c->in_off);
+    c->in_off = 0;
+  }
+  if (!c->lingering && (c->state == C_BUSY || in_left(c) > 0) && c->in.cap - c->in.len < room)
     room = c->in.cap - c->in.len;
   buf->base = slab;
   buf->len = room;
@@ -963,11 +984,11 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     stop_reading(c);
     return;
   }
-  if (nread == UV_EOF && c->state == C_IDLE && (c->in.len > 0 || c->pending > 0)) {
+  if (nread == UV_EOF && c->state == C_IDLE && (in_left(c) > 0 || c->pending > 0)) {
     /* half-close: answer what was sent, then close */
     c->eof = 1;
     stop_reading(c);
-    if (c->in.len == 0) conn_wait(c);
+    if (in_left(c) == 0) conn_wait(c);
     return;
   }
   if (nread < 0) {
@@ -980,7 +1001,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (!uv_is_active((uv_handle_t *)&c->t_read))
       uv_timer_start(&c->t_read, on_read_timer, c->srv->config->server.header_timeout_ms, 0);
   }
-  if (c->state == C_BUSY || c->in.len > 0) {
+  if (c->state == C_BUSY || in_left(c) > 0) {
     if (px_buf_append(&c->in, buf->base, (size_t)nread) < 0) {
       conn_close(c); /* out of memory: on_alloc offered no more than the room */
       return;
@@ -988,7 +1009,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (c->in.len >= c->in.cap) stop_reading(c);
     return;
   }
-  conn_feed(c, buf->base, (size_t)nread);
+  conn_feed(c, buf->base, (size_t)nread, 0);
 }
 
 static void on_conn_handle_closed(uv_handle_t *h) {
