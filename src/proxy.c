@@ -255,7 +255,8 @@ static void finalize(px_exch_t *x) {
   char path[256];
   snprintf(path, sizeof(path), "%.*s", (int)x->req->path_len, x->req->url.data);
   rec.path = path;
-  px_access_log(&rec);
+  if (x->conn) px_conn_access_log(x->conn, &rec); /* once the bytes are out */
+  else px_access_log(&rec);
   px_metrics_request(inbound, upname, x->status, dur, x->stream ? ttft : -1);
   int64_t toks = (x->usage.input_tokens > 0 ? x->usage.input_tokens : 0) +
                  (x->usage.output_tokens > 0 ? x->usage.output_tokens : 0);

@@ -112,6 +112,7 @@ struct px_conn {
   int above_high;
   uint64_t bytes_out;      /* bytes of the current response written */
   unsigned resp_gen;       /* which response a queued write belongs to */
+  px_access_rec_t *log;    /* access log record waiting for the last byte */
   const px_conn_handler_t *handler;
   void *harg;
   struct px_conn *next, *prev;
@@ -164,6 +165,49 @@ const char *px_req_header(const px_req_t *r, const char *name) {
         strncasecmp(r->hdrs[i].name.ptr, name, r->hdrs[i].name.len) == 0)
       return r->hdrs[i].value.ptr;
   return NULL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* access log: written once the response has left (or the connection died),
+ * with the bytes actually written                                          */
+
+static void log_emit(px_conn_t *c) {
+  px_access_rec_t *r = c->log;
+  if (r == NULL) return;
+  c->log = NULL;
+  r->bytes_out = c->bytes_out;
+  px_access_log(r);
+  free(r);
+}
+
+void px_conn_access_log(px_conn_t *c, const px_access_rec_t *r) {
+  const char *const *src[] = {&r->request_id, &r->key_name, &r->method, &r->path,
+                              &r->inbound, &r->route, &r->upstream, &r->model,
+                              &r->upstream_model, &r->error_type};
+  size_t n = sizeof(src) / sizeof(src[0]), need = 0;
+  for (size_t i = 0; i < n; i++) need += *src[i] ? strlen(*src[i]) + 1 : 0;
+  log_emit(c);
+  px_access_rec_t *copy = malloc(sizeof(*copy) + need);
+  if (copy == NULL || c->closing) {
+    free(copy);
+    px_access_rec_t now = *r;
+    now.bytes_out = c->bytes_out;
+    px_access_log(&now);
+    return;
+  }
+  *copy = *r;
+  const char **dst[] = {&copy->request_id, &copy->key_name, &copy->method, &copy->path,
+                        &copy->inbound, &copy->route, &copy->upstream, &copy->model,
+                        &copy->upstream_model, &copy->error_type};
+  char *o = (char *)(copy + 1);
+  for (size_t i = 0; i < n; i++) {
+    if (*src[i] == NULL) continue;
+    size_t l = strlen(*src[i]) + 1;
+    memcpy(o, *src[i], l);
+    *dst[i] = o;
+    o += l;
+  }
+  c->log = copy;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -254,7 +298,10 @@ static void on_write_done(uv_write_t *w, int status) {
   }
   if (c->closing) return;
   send_timer(c, 1);
-  if (c->pending == 0) conn_done_flushing(c);
+  if (c->pending == 0) {
+    if (c->state != C_BUSY) log_emit(c);
+    conn_done_flushing(c);
+  }
 }
 
 /* Queue what try_write left of bufs (its first done bytes went out). Every
@@ -471,6 +518,7 @@ again:;
   }
   /* a new response: written bytes count from here (the previous response's
    * queued writes still complete under their own generation) */
+  log_emit(c); /* a previous response still flushing: what it got so far */
   c->resp_gen++;
   c->bytes_out = 0;
   c->resp_started = 1;
@@ -659,6 +707,7 @@ void px_resp_end(px_conn_t *c) {
   if (in_left(c) > 0) tick(c, TICK_RESUME);
   else conn_wait(c);
 out:
+  if (c->pending == 0) log_emit(c);
   if (c->srv->draining && c->srv->active == 0 && c->srv->on_idle)
     c->srv->on_idle(c->srv);
 }
@@ -1035,6 +1084,7 @@ static void conn_close(px_conn_t *c) {
   if (c->closing) return;
   c->closing = 1;
   c->head_pending = 0;
+  log_emit(c);
   if (c->state == C_BUSY) {
     const px_conn_handler_t *h = c->handler;
     c->handler = NULL;

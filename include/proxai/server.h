@@ -17,6 +17,7 @@
 
 #include "proxai/buf.h"
 #include "proxai/config.h"
+#include "proxai/log.h"
 #include "proxai/upstream.h"
 
 typedef struct px_server px_server_t;
@@ -102,6 +103,11 @@ int px_resp_simple(px_conn_t *c, int status, const char *content_type,
 /** Bytes of the current response (head, framing and body) actually written
  *  to the socket so far, not merely queued (for the access log). */
 uint64_t px_conn_bytes_out(const px_conn_t *c);
+
+/** Write the access log record of the current response once its last byte
+ *  was written (or the connection closed), with bytes_out set to the bytes
+ *  actually written. The record is copied. */
+void px_conn_access_log(px_conn_t *c, const px_access_rec_t *r);
 
 /** Serve an already connected stream socket (AF_UNIX) as a client
  *  connection, as if accepted: for tests and the request fuzz target. The

@@ -574,6 +574,57 @@ hcase('many connections opened and dropped: fds back to baseline', async () => {
   for (const c of socks) c.sock.destroy();
 });
 
+test('access log bytes_out counts bytes written to the socket, not queued', async () => {
+  const logPath = `${fs.mkdtempSync('/tmp/proxai-hostile-')}/access.log`;
+  const px2 = await startProxai(`[server]
+listen = 127.0.0.1:{{PORT}}
+access_log = ${logPath}
+idle_timeout = 5s
+[upstream oc]
+protocol = openai_chat_completions
+base_url = ${mock.url}/v1
+api_key = up-key
+retries = 0
+[route *]
+upstream = oc
+`);
+  try {
+    const size = 6 << 20;
+    const answer = { status: 200, body: { id: 'b', object: 'chat.completion', created: 1, model: 'gpt-4o', choices: [{ index: 0, message: { role: 'assistant', content: 'q'.repeat(size) }, finish_reason: 'stop' }] } };
+    const req = post('/v1/messages', JSON.stringify({ model: 'gpt-4o', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] }), 'Connection: close\r\n');
+    const records = () => (fs.existsSync(logPath) ? fs.readFileSync(logPath, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l)) : []);
+    // read in full: bytes_out is what the client received (head included)
+    await mock.reset();
+    await mock.script([answer]);
+    let got = 0;
+    await new Promise((resolve, reject) => {
+      const sock = net.connect(px2.port, '127.0.0.1', () => sock.write(req));
+      sock.on('data', (d) => (got += d.length));
+      sock.on('close', resolve);
+      sock.on('error', reject);
+    });
+    await waitFor(() => records().length === 1, { what: 'first access log record' });
+    assert.ok(got > size);
+    assert.equal(records()[0].bytes_out, got);
+    // never read, then disconnect: far less than the answer was written
+    await mock.script([answer]);
+    const sock = net.connect(px2.port, '127.0.0.1');
+    sock.on('error', () => {});
+    await new Promise((r) => sock.once('connect', r));
+    sock.pause();
+    sock.write(req);
+    await waitFor(async () => (await mock.stats()).requests >= 2, { what: 'second request upstream' });
+    await sleep(500);
+    sock.destroy();
+    await waitFor(() => records().length === 2, { what: 'second access log record' });
+    const r2 = records()[1];
+    assert.equal(r2.status, 200);
+    assert.ok(r2.bytes_out < size, `bytes_out ${r2.bytes_out} counts only what was written`);
+  } finally {
+    await px2.stop();
+  }
+}, { timeout: 60000 });
+
 test('fds back to baseline at the end', async () => {
   await waitFor(() => fdCount() <= fdBase + 4, { timeout: 6000, what: `fd count back to ${fdBase} (+ upstream pool)` });
 });
