@@ -431,6 +431,7 @@ static const char *status_text(int st) {
   case 405: return "Method Not Allowed";
   case 408: return "Request Timeout";
   case 413: return "Payload Too Large";
+  case 414: return "URI Too Long";
   case 429: return "Too Many Requests";
   case 431: return "Request Header Fields Too Large";
   case 500: return "Internal Server Error";

@@ -245,6 +245,7 @@ hcase('HTTP/2 prior-knowledge preface on the HTTP/1.1 port: an error, closed', a
 hcase('20 KB URL on /v1/messages: 414 in the Anthropic shape with a real message', async () => {
   const r = await exchange(`POST /v1/messages?q=${'a'.repeat(20000)} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n`);
   assertOneError(r, 414, 'anthropic', { type: 'invalid_request_error', message: /too long/ });
+  assert.match(r.st.data, /^HTTP\/1\.1 414 URI Too Long\r\n/);
 });
 
 hcase('20 KB URL on /v1/chat/completions: 414 in the OpenAI shape', async () => {
