@@ -288,7 +288,8 @@ static void finalize(px_exch_t *x) {
   char path[256];
   snprintf(path, sizeof(path), "%.*s", (int)x->req->path_len, x->req->url.data);
   rec.path = path;
-  px_access_log(&rec);
+  if (x->conn) px_conn_access_log(x->conn, &rec); /* once the bytes are out */
+  else px_access_log(&rec);
   px_metrics_request(inbound, upname, x->status, dur, x->stream ? ttft : -1);
   for (const char *p = x->lossy.buf; *p;) { /* one count per dropped field */
     const char *e = strchr(p, ',');

@@ -6,11 +6,23 @@
  *   IDLE --first byte--> READING --message complete--> BUSY --resp_end--> IDLE
  *     |                     |                            |
  *     +-- idle timeout      +-- header timeout / limit   +-- client EOF: handler
- *         close                 error response + close       on_close, close
+ *         close                 error response, linger       on_close, close
  *
  * One request at a time per connection: the parser pauses on each complete
  * message and pipelined bytes wait in `in` until the response has ended, so
- * answers leave in request order.
+ * answers leave in request order. When `in` is full, reading stops (the read
+ * buffer offered to libuv is never larger than the room left) and resumes
+ * once it has drained: no byte is ever dropped.
+ *
+ * One timer per job: t_read (header/body deadline of the request being read,
+ * then the lingering-close deadline), t_idle (keep-alive idle: armed only
+ * when nothing is queued), t_send (send timeout: armed while bytes are
+ * queued), t_tick (0 ms: the deferred jobs of TICK_*).
+ *
+ * Closing after an error with input still unread is lingering (nginx's
+ * lingering_close): shut down the write side, read and discard for at most
+ * PX_LINGER_MS / PX_LINGER_MAX bytes, then close; a plain close() with unread
+ * input sends a TCP RST that can destroy the error response in flight.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,15 +31,27 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "proxai/log.h"
 #include "proxai/metrics.h"
+#include "proxai/proto.h"
 #include "proxai/server.h"
 
 #define PX_MAX_PIPELINED (1u << 20) /* unread input kept while busy */
+#define PX_MAX_URL 16384            /* request target -> 414 */
+#define PX_LINGER_MS 2000           /* lingering close: longest drain */
+#define PX_LINGER_MAX (1u << 20)    /* lingering close: most bytes drained */
+
+/* deferred jobs run by t_tick on the next loop iteration */
+enum { TICK_FLUSH_HEAD = 1, TICK_FAIL = 2, TICK_RESUME = 4 };
+
+/* where the raw head scan is (obs-fold detection, see head_scan) */
+enum { HS_PRE, HS_LINE, HS_SOL, HS_CR, HS_BODY };
 
 typedef enum { C_IDLE, C_READING, C_BUSY } conn_state_t;
 
@@ -40,6 +64,7 @@ typedef struct wreq {
   px_conn_t *conn;
   size_t len;
   char *owned;     /* a body handed over by px_resp_write_take, or NULL */
+  unsigned gen;    /* resp_gen when queued */
   char data[];
 } wreq_t;
 
@@ -50,7 +75,14 @@ struct px_conn {
     uv_tcp_t tcp;
     uv_pipe_t pipe;
   } h;
-  uv_timer_t timer;
+  uv_timer_t t_read;       /* head/body deadline, then lingering deadline */
+  uv_timer_t t_idle;       /* keep-alive idle, nothing queued */
+  uv_timer_t t_send;       /* send timeout, bytes queued */
+  uint64_t queued;         /* bytes ever handed to the kernel or uv_write */
+  uint64_t send_mark;      /* bytes_taken() when t_send was armed */
+  uv_timer_t t_tick;       /* 0 ms deferred jobs (TICK_*) */
+  unsigned tick_jobs;
+  uv_shutdown_t shut;
   int open_handles;
   px_server_t *srv;
   llhttp_t parser;
@@ -59,19 +91,28 @@ struct px_conn {
   hdr_off_t *offs;
   size_t noffs, offs_size;
   int last_was_value;
+  int head_scan;           /* HS_*: raw head bytes seen so far */
   size_t head_bytes;
   int err_status;          /* error found by a parser callback */
+  const char *err_msg;     /* its message (static), or NULL */
+  int eof;                 /* the client half-closed while idle */
   px_buf_t in;             /* bytes read while busy */
+  size_t in_off;           /* of them, those already fed to the parser */
   int reading;             /* uv_read_start active */
   int closing;
   int failing;             /* a write failed: close on the next tick */
   int close_after_flush;
+  int linger;              /* close lingering once flushed */
+  int lingering;           /* write side shut down, draining input */
+  size_t linger_bytes;
   int resp_started, resp_chunked;
   px_buf_t head;           /* response head held back for the first body bytes */
   int head_pending;
   size_t pending;
   int above_high;
-  uint64_t bytes_out;
+  uint64_t bytes_out;      /* bytes of the current response written */
+  unsigned resp_gen;       /* which response a queued write belongs to */
+  px_access_rec_t *log;    /* access log record waiting for the last byte */
   const px_conn_handler_t *handler;
   void *harg;
   struct px_conn *next, *prev;
@@ -81,7 +122,8 @@ static llhttp_settings_t parser_settings;
 static uint64_t rid_state;
 
 static void conn_close(px_conn_t *c);
-static void conn_feed(px_conn_t *c, const char *p, size_t n);
+static void conn_feed(px_conn_t *c, const char *p, size_t n, int buffered);
+static size_t in_left(const px_conn_t *c) { return c->in.len - c->in_off; }
 static void conn_error(px_conn_t *c, int status, const char *msg);
 
 /* ---------------------------------------------------------------------- */
@@ -126,9 +168,61 @@ const char *px_req_header(const px_req_t *r, const char *name) {
 }
 
 /* ---------------------------------------------------------------------- */
+/* access log: written once the response has left (or the connection died),
+ * with the bytes actually written                                          */
+
+static void log_emit(px_conn_t *c) {
+  px_access_rec_t *r = c->log;
+  if (r == NULL) return;
+  c->log = NULL;
+  r->bytes_out = c->bytes_out;
+  px_access_log(r);
+  free(r);
+}
+
+void px_conn_access_log(px_conn_t *c, const px_access_rec_t *r) {
+  const char *const *src[] = {&r->request_id, &r->key_name, &r->method, &r->path,
+                              &r->inbound, &r->route, &r->upstream, &r->model,
+                              &r->upstream_model, &r->error_type};
+  size_t n = sizeof(src) / sizeof(src[0]), need = 0;
+  for (size_t i = 0; i < n; i++) need += *src[i] ? strlen(*src[i]) + 1 : 0;
+  log_emit(c);
+  px_access_rec_t *copy = malloc(sizeof(*copy) + need);
+  if (copy == NULL || c->closing) {
+    free(copy);
+    px_access_rec_t now = *r;
+    now.bytes_out = c->bytes_out;
+    px_access_log(&now);
+    return;
+  }
+  *copy = *r;
+  const char **dst[] = {&copy->request_id, &copy->key_name, &copy->method, &copy->path,
+                        &copy->inbound, &copy->route, &copy->upstream, &copy->model,
+                        &copy->upstream_model, &copy->error_type};
+  char *o = (char *)(copy + 1);
+  for (size_t i = 0; i < n; i++) {
+    if (*src[i] == NULL) continue;
+    size_t l = strlen(*src[i]) + 1;
+    memcpy(o, *src[i], l);
+    *dst[i] = o;
+    o += l;
+  }
+  c->log = copy;
+}
+
+/* ---------------------------------------------------------------------- */
 /* write queue                                                              */
 
-static void on_fail_timer(uv_timer_t *t) { conn_close(t->data); }
+static void on_tick(uv_timer_t *t);
+static void on_send_timer(uv_timer_t *t);
+static void on_idle_timer(uv_timer_t *t);
+static void conn_done_flushing(px_conn_t *c);
+
+/* Run job on the next loop iteration (the poll does not block meanwhile). */
+static void tick(px_conn_t *c, unsigned job) {
+  c->tick_jobs |= job;
+  if (!uv_is_active((uv_handle_t *)&c->t_tick)) uv_timer_start(&c->t_tick, on_tick, 0, 0);
+}
 
 /* A write failed while the request handler may be on the stack: closing now
  * would run its on_close (and free its state) under its feet, so the close
@@ -139,32 +233,58 @@ static void conn_fail(px_conn_t *c) {
   c->head_pending = 0;
   uv_read_stop(&c->h.stream);
   c->reading = 0;
-  c->timer.data = c;
-  uv_timer_start(&c->timer, on_fail_timer, 0, 0);
+  tick(c, TICK_FAIL);
 }
 
-static void on_timer(uv_timer_t *t);
+/* Bytes of this connection the client has taken: handed to the kernel
+ * (libuv's queue excluded) minus what still waits in the socket's send queue
+ * (SIOCOUTQ; without it, what left libuv). Never decreases. */
+static uint64_t bytes_taken(px_conn_t *c) {
+  uint64_t w = c->queued - c->h.stream.write_queue_size;
+  uv_os_fd_t fd;
+  int q = 0;
+  if (uv_fileno(&c->h.handle, &fd) == 0 && ioctl(fd, SIOCOUTQ, &q) == 0 && q > 0 &&
+      (uint64_t)q <= w)
+    w -= (uint64_t)q;
+  return w;
+}
 
-/* Send timeout (nginx's send_timeout, here the server idle_timeout): while a
- * response is being written, a client that takes no bytes for that long is
- * dropped, which also cancels its upstream transfer. Armed when a write is
- * queued, pushed back on every completed write, stopped when the queue is
- * empty. */
+/* Send timeout (nginx's send_timeout, here the server idle_timeout): while
+ * bytes are queued, a client that takes none for that long is dropped, which
+ * also cancels its upstream transfer. Armed when a write is queued, pushed
+ * back on every completed write, stopped when the queue is empty. */
 static void send_timer(px_conn_t *c, int progress) {
   if (c->closing || c->failing) return;
-  if (c->state != C_BUSY && !c->close_after_flush) return;
   if (c->pending == 0) {
-    uv_timer_stop(&c->timer);
-  } else if (progress || !uv_is_active((uv_handle_t *)&c->timer)) {
-    c->timer.data = c;
-    uv_timer_start(&c->timer, on_timer, c->srv->config->server.idle_timeout_ms, 0);
+    uv_timer_stop(&c->t_send);
+  } else if (progress || !uv_is_active((uv_handle_t *)&c->t_send)) {
+    c->send_mark = bytes_taken(c);
+    /* the loop's cached time can be far behind after a long piece of work
+     * (a large body translated in this iteration): not a client stall */
+    uv_update_time(c->srv->loop);
+    uv_timer_start(&c->t_send, on_send_timer, c->srv->config->server.idle_timeout_ms, 0);
   }
+}
+
+static void on_send_timer(uv_timer_t *t) {
+  px_conn_t *c = t->data;
+  if (c->closing || c->pending == 0) return;
+  /* one large write completes only at its end: bytes the client took
+   * meanwhile are progress too */
+  if (bytes_taken(c) > c->send_mark) {
+    send_timer(c, 1);
+    return;
+  }
+  px_log_warn("%s: client took no bytes for %llu ms: closing", c->req.request_id,
+              (unsigned long long)c->srv->config->server.idle_timeout_ms);
+  conn_close(c);
 }
 
 static void on_write_done(uv_write_t *w, int status) {
   wreq_t *wr = (wreq_t *)w;
   px_conn_t *c = wr->conn;
   c->pending -= wr->len;
+  if (status == 0 && wr->gen == c->resp_gen) c->bytes_out += wr->len;
   free(wr->owned);
   free(wr);
   if (status < 0) {
@@ -176,77 +296,112 @@ static void on_write_done(uv_write_t *w, int status) {
     c->above_high = 0;
     if (c->handler && c->handler->on_drain) c->handler->on_drain(c->harg);
   }
-  if (c->close_after_flush && c->pending == 0) conn_close(c);
-  else send_timer(c, 1);
+  if (c->closing) return;
+  send_timer(c, 1);
+  if (c->pending == 0) {
+    if (c->state != C_BUSY) log_emit(c);
+    conn_done_flushing(c);
+  }
 }
 
-static int conn_writev(px_conn_t *c, uv_buf_t *bufs, unsigned n) {
-  if (c->closing || c->failing) return UV_ECANCELED;
-  size_t total = 0;
-  for (unsigned i = 0; i < n; i++) total += bufs[i].len;
-  c->bytes_out += total; /* the held-back head below is not body */
-  uv_buf_t all[8];
-  if (c->head_pending) { /* head and body leave in one write */
-    c->head_pending = 0;
-    uv_timer_stop(&c->timer);
-    all[0] = uv_buf_init(c->head.data, (unsigned)c->head.len);
-    total += c->head.len;
-    if (n >= sizeof(all) / sizeof(all[0])) { /* not from this file: head alone first */
-      c->bytes_out -= total - c->head.len; /* both calls below count again */
-      int rc = conn_writev(c, all, 1);
-      c->bytes_out -= all[0].len;
-      if (rc < 0) return rc;
-      return conn_writev(c, bufs, n);
-    }
-    for (unsigned i = 0; i < n; i++) all[i + 1] = bufs[i];
-    bufs = all;
-    n++;
-  }
-  size_t done = 0;
-  if (c->pending == 0) {
-    int rc = uv_try_write(&c->h.stream, bufs, n);
-    if (rc > 0) done = (size_t)rc;
-    else if (rc < 0 && rc != UV_EAGAIN && rc != UV_ENOSYS) {
-      conn_fail(c);
-      return rc;
-    }
-    if (done == total) return 0;
-  }
-  wreq_t *wr = malloc(sizeof(*wr) + total - done);
-  if (wr == NULL) {
-    conn_fail(c);
-    return UV_ENOMEM;
-  }
-  size_t off = 0, skip = done;
-  for (unsigned i = 0; i < n; i++) {
+/* Queue what try_write left of bufs (its first done bytes went out). Every
+ * piece is copied into the write request except the owned body (owned,
+ * owned_len), which stays in place and is freed once written. */
+static int conn_queue(px_conn_t *c, uv_buf_t *bufs, unsigned n, size_t done, char *owned,
+                      size_t owned_len) {
+  uv_buf_t rem[8];
+  unsigned nr = 0;
+  size_t skip = done, left = 0, copy = 0;
+  for (unsigned i = 0; i < n && nr < 8; i++) {
     size_t l = bufs[i].len;
     if (skip >= l) {
       skip -= l;
       continue;
     }
-    memcpy(wr->data + off, bufs[i].base + skip, l - skip);
-    off += l - skip;
+    rem[nr++] = uv_buf_init(bufs[i].base + skip, (unsigned)(l - skip));
     skip = 0;
   }
+  for (unsigned i = 0; i < nr; i++) {
+    left += rem[i].len;
+    if (!(owned && rem[i].base >= owned && rem[i].base < owned + owned_len)) copy += rem[i].len;
+  }
+  wreq_t *wr = malloc(sizeof(*wr) + copy);
+  if (wr == NULL) {
+    free(owned);
+    conn_fail(c);
+    return UV_ENOMEM;
+  }
+  size_t off = 0;
+  for (unsigned i = 0; i < nr; i++) {
+    if (owned && rem[i].base >= owned && rem[i].base < owned + owned_len) continue;
+    memcpy(wr->data + off, rem[i].base, rem[i].len);
+    rem[i].base = wr->data + off;
+    off += rem[i].len;
+  }
+  if (owned == NULL && nr > 1) { /* all copied: one contiguous piece */
+    rem[0] = uv_buf_init(wr->data, (unsigned)left);
+    nr = 1;
+  }
   wr->conn = c;
-  wr->owned = NULL;
-  wr->len = off;
-  uv_buf_t b = uv_buf_init(wr->data, (unsigned)off);
-  int rc = uv_write(&wr->req, &c->h.stream, &b, 1, on_write_done);
+  wr->owned = owned;
+  wr->len = left;
+  wr->gen = c->resp_gen;
+  int rc = uv_write(&wr->req, &c->h.stream, rem, nr, on_write_done);
   if (rc < 0) {
+    free(owned);
     free(wr);
     conn_fail(c);
     return rc;
   }
-  c->pending += off;
+  c->pending += left;
+  c->queued += left;
+  uv_timer_stop(&c->t_idle);
   send_timer(c, 0);
   if (c->pending > PX_WQ_HIGH) c->above_high = 1;
   return 0;
 }
 
-static void on_head_flush(uv_timer_t *t) {
-  px_conn_t *c = t->data;
-  if (c->head_pending && !c->closing) conn_writev(c, NULL, 0);
+/* Write bufs (the held-back response head first, if any): what the socket
+ * takes at once, then the rest queued. owned (may be NULL) is a malloc'd
+ * buffer among bufs, freed once written. */
+static int conn_send(px_conn_t *c, uv_buf_t *bufs, unsigned n, char *owned,
+                     size_t owned_len) {
+  if (c->closing || c->failing) {
+    free(owned);
+    return UV_ECANCELED;
+  }
+  uv_buf_t all[8];
+  if (c->head_pending) { /* head and body leave in one write */
+    c->head_pending = 0;
+    c->tick_jobs &= ~(unsigned)TICK_FLUSH_HEAD;
+    if (n + 1 > sizeof(all) / sizeof(all[0])) return UV_EINVAL;
+    all[0] = uv_buf_init(c->head.data, (unsigned)c->head.len);
+    for (unsigned i = 0; i < n; i++) all[i + 1] = bufs[i];
+    bufs = all;
+    n++;
+  }
+  size_t total = 0, done = 0;
+  for (unsigned i = 0; i < n; i++) total += bufs[i].len;
+  if (c->pending == 0) {
+    int rc = uv_try_write(&c->h.stream, bufs, n);
+    if (rc > 0) done = (size_t)rc;
+    else if (rc < 0 && rc != UV_EAGAIN && rc != UV_ENOSYS) {
+      free(owned);
+      conn_fail(c);
+      return rc;
+    }
+    c->bytes_out += done;
+    c->queued += done;
+    if (done == total) {
+      free(owned);
+      return 0;
+    }
+  }
+  return conn_queue(c, bufs, n, done, owned, owned_len);
+}
+
+static int conn_writev(px_conn_t *c, uv_buf_t *bufs, unsigned n) {
+  return conn_send(c, bufs, n, NULL, 0);
 }
 
 static int conn_write(px_conn_t *c, const char *p, size_t n) {
@@ -276,6 +431,7 @@ static const char *status_text(int st) {
   case 405: return "Method Not Allowed";
   case 408: return "Request Timeout";
   case 413: return "Payload Too Large";
+  case 414: return "URI Too Long";
   case 429: return "Too Many Requests";
   case 431: return "Request Header Fields Too Large";
   case 500: return "Internal Server Error";
@@ -288,29 +444,48 @@ static const char *status_text(int st) {
   }
 }
 
+/* RFC 9110 token characters: what a header name may hold. */
+static int header_name_ok(const char *p, size_t n) {
+  static const char extra[] = "!#$%&'*+-.^_`|~";
+  if (n == 0) return 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)p[i];
+    if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+          (ch != 0 && strchr(extra, ch) != NULL)))
+      return 0;
+  }
+  return 1;
+}
+
 int px_resp_start(px_conn_t *c, int status, const px_hdr_t *hdrs, size_t n,
                   int64_t content_length) {
   if (c->closing || c->failing || c->resp_started) return UV_ECANCELED;
+  if (status < 100 || status > 999) status = 500;
   char head[8192];
   px_buf_t b = {head, 0, sizeof(head), sizeof(head)};
   px_buf_t big;
   px_buf_init(&big, 1u << 20);
   px_buf_t *out = &b;
   int rc = 0;
-again:
-  if (status < 100 || status > 999) {
-    rc = px_buf_printf(out, "HTTP/1.1 %d %s\r\n", status, status_text(status));
-  } else {
-    char sl[16] = "HTTP/1.1 ";
-    sl[9] = (char)('0' + status / 100);
-    sl[10] = (char)('0' + status / 10 % 10);
-    sl[11] = (char)('0' + status % 10);
-    sl[12] = ' ';
-    rc = px_buf_append(out, sl, 13);
-    if (rc == 0) rc = px_buf_puts(out, status_text(status));
-    if (rc == 0) rc = px_buf_append(out, "\r\n", 2);
-  }
+again:;
+  char sl[16] = "HTTP/1.1 ";
+  sl[9] = (char)('0' + status / 100);
+  sl[10] = (char)('0' + status / 10 % 10);
+  sl[11] = (char)('0' + status % 10);
+  sl[12] = ' ';
+  rc = px_buf_append(out, sl, 13);
+  if (rc == 0) rc = px_buf_puts(out, status_text(status));
+  if (rc == 0) rc = px_buf_append(out, "\r\n", 2);
   for (size_t i = 0; rc == 0 && i < n; i++) {
+    /* SPEC section 10: a header that could split the head is never written */
+    if (!header_name_ok(hdrs[i].name.ptr, hdrs[i].name.len) ||
+        !px_header_value_ok(hdrs[i].value.ptr, hdrs[i].value.len)) {
+      if (out == &b)
+        px_log_warn("%s: response header '%.*s' dropped: invalid name or value",
+                    c->req.request_id, (int)(hdrs[i].name.len > 64 ? 64 : hdrs[i].name.len),
+                    hdrs[i].name.ptr ? hdrs[i].name.ptr : "");
+      continue;
+    }
     rc = px_buf_append(out, hdrs[i].name.ptr, hdrs[i].name.len);
     if (rc == 0) rc = px_buf_append(out, ": ", 2);
     if (rc == 0) rc = px_buf_append(out, hdrs[i].value.ptr, hdrs[i].value.len);
@@ -338,29 +513,28 @@ again:
     out = &big;
     goto again;
   }
-  if (rc == 0 && content_length != 0 && out == &b) {
+  if (rc < 0) {
+    px_buf_free(&big);
+    return rc;
+  }
+  /* a new response: written bytes count from here (the previous response's
+   * queued writes still complete under their own generation) */
+  log_emit(c); /* a previous response still flushing: what it got so far */
+  c->resp_gen++;
+  c->bytes_out = 0;
+  c->resp_started = 1;
+  c->resp_chunked = content_length < 0;
+  px_buf_reset(&c->head);
+  if (content_length != 0 && px_buf_append(&c->head, out->data, out->len) == 0) {
     /* A body (or a chunked stream) follows: the head waits for its first
      * bytes, so both leave in one write, at most until the next loop
-     * iteration (a 0 ms timer; the poll does not block meanwhile). */
-    px_buf_reset(&c->head);
-    rc = px_buf_append(&c->head, out->data, out->len);
-    if (rc == 0) {
-      c->resp_started = 1;
-      c->resp_chunked = content_length < 0;
-      c->head_pending = 1;
-      c->timer.data = c;
-      uv_timer_start(&c->timer, on_head_flush, 0, 0);
-      px_buf_free(&big);
-      return 0;
-    }
-    rc = 0;
+     * iteration. */
+    c->head_pending = 1;
+    tick(c, TICK_FLUSH_HEAD);
+    px_buf_free(&big);
+    return 0;
   }
-  if (rc == 0) {
-    c->resp_started = 1;
-    c->resp_chunked = content_length < 0;
-    rc = conn_write(c, out->data, out->len);
-    c->bytes_out -= out->len; /* count body bytes only */
-  }
+  rc = conn_write(c, out->data, out->len);
   px_buf_free(&big);
   return rc;
 }
@@ -373,7 +547,6 @@ int px_resp_write(px_conn_t *c, const char *p, size_t n) {
   int l = snprintf(sz, sizeof(sz), "%zx\r\n", n);
   uv_buf_t bufs[3] = {uv_buf_init(sz, (unsigned)l), uv_buf_init((char *)p, (unsigned)n),
                       uv_buf_init("\r\n", 2)};
-  c->bytes_out -= (size_t)l + 2;
   return conn_writev(c, bufs, 3);
 }
 
@@ -383,11 +556,6 @@ int px_resp_write_take(px_conn_t *c, char *p, size_t n) {
     free(p);
     return n == 0 || c->req.method == HTTP_HEAD ? 0 : UV_ECANCELED;
   }
-  if (c->head_pending) conn_writev(c, NULL, 0);
-  if (c->closing || c->failing) {
-    free(p);
-    return UV_ECANCELED;
-  }
   char sz[24];
   int l = c->resp_chunked ? snprintf(sz, sizeof(sz), "%zx\r\n", n) : 0;
   uv_buf_t bufs[3];
@@ -395,61 +563,7 @@ int px_resp_write_take(px_conn_t *c, char *p, size_t n) {
   if (l) bufs[nb++] = uv_buf_init(sz, (unsigned)l);
   bufs[nb++] = uv_buf_init(p, (unsigned)n);
   if (l) bufs[nb++] = uv_buf_init("\r\n", 2);
-  size_t total = n + (l ? (size_t)l + 2 : 0), done = 0;
-  c->bytes_out += n;
-  if (c->pending == 0) {
-    int rc = uv_try_write(&c->h.stream, bufs, nb);
-    if (rc > 0) done = (size_t)rc;
-    else if (rc < 0 && rc != UV_EAGAIN && rc != UV_ENOSYS) {
-      free(p);
-      conn_fail(c);
-      return rc;
-    }
-    if (done == total) {
-      free(p);
-      return 0;
-    }
-  }
-  wreq_t *wr = malloc(sizeof(*wr) + sizeof(sz));
-  if (wr == NULL) {
-    free(p);
-    conn_fail(c);
-    return UV_ENOMEM;
-  }
-  /* what try_write left: the rest of the chunk head (copied), the body in
-   * place, the chunk trailer (static) */
-  uv_buf_t rem[3];
-  unsigned nr = 0;
-  size_t skip = done, left = 0;
-  for (unsigned i = 0; i < nb; i++) {
-    if (skip >= bufs[i].len) {
-      skip -= bufs[i].len;
-      continue;
-    }
-    char *base = bufs[i].base + skip;
-    size_t len = bufs[i].len - skip;
-    skip = 0;
-    if (bufs[i].base == sz) {
-      memcpy(wr->data, base, len);
-      base = wr->data;
-    }
-    rem[nr++] = uv_buf_init(base, (unsigned)len);
-    left += len;
-  }
-  wr->conn = c;
-  wr->owned = p;
-  wr->len = left;
-  int rc = uv_write(&wr->req, &c->h.stream, rem, nr, on_write_done);
-  if (rc < 0) {
-    free(p);
-    free(wr);
-    conn_fail(c);
-    return rc;
-  }
-  c->pending += left;
-  send_timer(c, 0);
-  if (c->pending > PX_WQ_HIGH) c->above_high = 1;
-  return 0;
+  return conn_send(c, bufs, nb, p, n);
 }
 
 static void req_reset(px_conn_t *c) {
@@ -468,29 +582,105 @@ static void req_reset(px_conn_t *c) {
   c->last_was_value = 0;
   c->head_bytes = 0;
   c->err_status = 0;
+  c->err_msg = NULL;
   c->resp_started = c->resp_chunked = 0;
 }
 
-static void on_timer(uv_timer_t *t);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void on_read_timer(uv_timer_t *t);
 
-static void on_resume_pipeline(uv_timer_t *t) {
+static void start_reading(px_conn_t *c) {
+  if (c->reading || c->closing || c->failing) return;
+  if (uv_read_start(&c->h.stream, on_alloc, on_read) == 0) c->reading = 1;
+  else conn_close(c);
+}
+
+static void stop_reading(px_conn_t *c) {
+  if (c->reading) uv_read_stop(&c->h.stream);
+  c->reading = 0;
+}
+
+static void on_idle_timer(uv_timer_t *t) {
   px_conn_t *c = t->data;
-  if (c->closing || c->state == C_BUSY) return;
-  px_buf_t in = c->in;
-  px_buf_init(&c->in, PX_MAX_PIPELINED);
-  if (in.len > 0) conn_feed(c, in.data, in.len);
-  px_buf_free(&in);
-  /* reading stopped when too much was pipelined: take it up again */
-  if (!c->closing && !c->failing && !c->reading && c->state != C_BUSY &&
-      uv_read_start(&c->h.stream, on_alloc, on_read) == 0)
-    c->reading = 1;
+  if (!c->closing && !c->lingering && c->state == C_IDLE && c->pending == 0) conn_close(c);
 }
 
 static void start_idle_timer(px_conn_t *c) {
-  c->timer.data = c;
-  uv_timer_start(&c->timer, on_timer, c->srv->config->server.idle_timeout_ms, 0);
+  uv_timer_start(&c->t_idle, on_idle_timer, c->srv->config->server.idle_timeout_ms, 0);
+}
+
+static void on_shutdown(uv_shutdown_t *r, int status) {
+  (void)r;
+  (void)status;
+}
+
+/* Close without destroying the last answer (see the top of the file). */
+static void conn_linger(px_conn_t *c) {
+  c->lingering = 1;
+  uv_timer_stop(&c->t_idle);
+  uv_timer_stop(&c->t_send);
+  px_buf_free(&c->in);
+  c->in_off = 0;
+  if (uv_shutdown(&c->shut, &c->h.stream, on_shutdown) < 0) {
+    conn_close(c);
+    return;
+  }
+  uv_timer_start(&c->t_read, on_read_timer, PX_LINGER_MS, 0);
+  start_reading(c);
+}
+
+/* The write queue is empty. */
+static void conn_done_flushing(px_conn_t *c) {
+  if (c->closing || c->failing || c->lingering || c->head_pending) return;
+  if (c->close_after_flush) {
+    if (c->linger) conn_linger(c);
+    else conn_close(c);
+    return;
+  }
+  /* keep-alive idle starts only now that the last answer is fully written */
+  if (c->state == C_IDLE && in_left(c) == 0 && c->reading) start_idle_timer(c);
+}
+
+/* No request in flight and nothing buffered: read the next request, or, the
+ * client having half-closed, close once the last answer is out. */
+static void conn_wait(px_conn_t *c) {
+  if (c->closing || c->failing) return;
+  if (c->eof) {
+    if (c->state != C_IDLE) { /* a request cut short by the client's EOF */
+      conn_close(c);
+      return;
+    }
+    c->close_after_flush = 1;
+    if (c->pending == 0) conn_close(c);
+    return;
+  }
+  start_reading(c);
+  if (c->state == C_IDLE && c->pending == 0) start_idle_timer(c);
+}
+
+static void resume_pipeline(px_conn_t *c) {
+  if (c->closing || c->failing || c->state == C_BUSY) return;
+  /* fed in place: a pause only moves in_off (no copy per request) */
+  if (in_left(c) > 0) conn_feed(c, c->in.data + c->in_off, in_left(c), 1);
+  if (c->closing || c->failing || c->close_after_flush || c->state == C_BUSY) return;
+  conn_wait(c);
+}
+
+static void on_tick(uv_timer_t *t) {
+  px_conn_t *c = t->data;
+  unsigned jobs = c->tick_jobs;
+  c->tick_jobs = 0;
+  if (c->closing) return;
+  if (jobs & TICK_FAIL) {
+    conn_close(c);
+    return;
+  }
+  if ((jobs & TICK_FLUSH_HEAD) && c->head_pending && !c->failing) {
+    conn_writev(c, NULL, 0);
+    if (c->pending == 0) conn_done_flushing(c);
+  }
+  if (jobs & TICK_RESUME) resume_pipeline(c);
 }
 
 void px_resp_end(px_conn_t *c) {
@@ -508,19 +698,17 @@ void px_resp_end(px_conn_t *c) {
   req_reset(c);
   if (c->closing || c->failing) goto out;
   if (!keep) {
-    if (c->pending == 0) conn_close(c);
-    else c->close_after_flush = 1;
+    stop_reading(c);
+    c->linger = in_left(c) > 0; /* the client sent more than will be answered */
+    c->close_after_flush = 1;
+    if (c->pending == 0) conn_done_flushing(c);
     goto out;
   }
   llhttp_resume(&c->parser);
-  if (c->in.len > 0) {
-    c->timer.data = c;
-    uv_timer_start(&c->timer, on_resume_pipeline, 0, 0);
-  } else {
-    if (!c->reading && uv_read_start(&c->h.stream, on_alloc, on_read) == 0) c->reading = 1;
-    start_idle_timer(c);
-  }
+  if (in_left(c) > 0) tick(c, TICK_RESUME);
+  else conn_wait(c);
 out:
+  if (c->pending == 0) log_emit(c);
   if (c->srv->draining && c->srv->active == 0 && c->srv->on_idle)
     c->srv->on_idle(c->srv);
 }
@@ -546,12 +734,50 @@ int px_resp_simple(px_conn_t *c, int status, const char *content_type,
 /* ---------------------------------------------------------------------- */
 /* parser callbacks                                                         */
 
+static int parse_fail(px_conn_t *c, int status, const char *msg) {
+  c->err_status = status;
+  c->err_msg = msg;
+  return -1;
+}
+
 static int head_add(px_conn_t *c, size_t n) {
   c->head_bytes += n;
-  if (c->head_bytes > c->srv->config->server.max_header) {
-    c->err_status = 431;
-    return -1;
+  if (c->head_bytes > c->srv->config->server.max_header)
+    return parse_fail(c, 431, "request header fields too large");
+  return 0;
+}
+
+/* RFC 9112 section 5.2: a head line starting with SP or HTAB (obs-fold) is
+ * a 400. llhttp 8 accepts it and joins the lines, and its callbacks do not
+ * show the line breaks, so the raw head bytes are scanned (up to the empty
+ * line that ends the head; the state carries over split reads). */
+static int head_scan(px_conn_t *c, const char *p, size_t n) {
+  int st = c->head_scan;
+  for (size_t i = 0; i < n && st != HS_BODY; i++) {
+    char ch = p[i];
+    switch (st) {
+    case HS_PRE:
+      if (ch != '\r' && ch != '\n') st = HS_LINE;
+      break;
+    case HS_LINE: {
+      const char *lf = memchr(p + i, '\n', n - i);
+      if (lf == NULL) i = n;
+      else {
+        i = (size_t)(lf - p);
+        st = HS_SOL;
+      }
+      break;
+    }
+    case HS_SOL:
+      if (ch == ' ' || ch == '\t') return -1;
+      st = ch == '\r' ? HS_CR : ch == '\n' ? HS_BODY : HS_LINE;
+      break;
+    case HS_CR:
+      st = ch == '\n' ? HS_BODY : HS_LINE;
+      break;
+    }
   }
+  c->head_scan = st;
   return 0;
 }
 
@@ -560,19 +786,44 @@ static int on_message_begin(llhttp_t *p) {
   if (c->state == C_IDLE) {
     c->state = C_READING;
     c->req.start_ns = uv_hrtime();
-    c->timer.data = c;
-    uv_timer_start(&c->timer, on_timer, c->srv->config->server.header_timeout_ms, 0);
+    uv_timer_stop(&c->t_idle);
+    if (!uv_is_active((uv_handle_t *)&c->t_read))
+      uv_timer_start(&c->t_read, on_read_timer, c->srv->config->server.header_timeout_ms, 0);
   }
   return 0;
+}
+
+/* The path of a request target: origin-form as is, absolute-form
+ * (http://host/path?q, RFC 9112 section 3.2.2) without scheme and authority.
+ * *plen: the length up to the query. */
+static const char *target_path(const char *u, size_t n, size_t *plen) {
+  if (u == NULL) {
+    *plen = 0;
+    return "";
+  }
+  size_t i = 0;
+  if (n >= 7 && strncasecmp(u, "http://", 7) == 0) i = 7;
+  else if (n >= 8 && strncasecmp(u, "https://", 8) == 0) i = 8;
+  if (i > 0) {
+    while (i < n && u[i] != '/' && u[i] != '?') i++;
+    u += i;
+    n -= i;
+  }
+  const char *q = memchr(u, '?', n);
+  *plen = q ? (size_t)(q - u) : n;
+  return u;
 }
 
 static int on_url(llhttp_t *p, const char *at, size_t n) {
   px_conn_t *c = p->data;
   if (head_add(c, n) < 0) return -1;
-  if (px_buf_append(&c->req.url, at, n) < 0) {
-    c->err_status = 414;
-    return -1;
+  px_buf_t *u = &c->req.url;
+  if (u->len + n >= PX_MAX_URL) { /* room for the NUL stays */
+    /* keep what fits: the path decides the shape of the error */
+    px_buf_append(u, at, PX_MAX_URL - 1 - u->len);
+    return parse_fail(c, 414, "request target too long (limit 16383 bytes)");
   }
+  if (px_buf_append(u, at, n) < 0) return parse_fail(c, 500, "out of memory");
   return 0;
 }
 
@@ -583,7 +834,7 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n) {
     if (c->noffs == c->offs_size) {
       size_t ns = c->offs_size ? c->offs_size * 2 : 16;
       hdr_off_t *o = realloc(c->offs, ns * sizeof(*o));
-      if (o == NULL) return -1;
+      if (o == NULL) return parse_fail(c, 500, "out of memory");
       c->offs = o;
       c->offs_size = ns;
     }
@@ -598,8 +849,7 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n) {
   c->offs[c->noffs - 1].nl += n;
   return 0;
 big:
-  c->err_status = 431;
-  return -1;
+  return parse_fail(c, 431, "request header fields too large");
 }
 
 static int on_header_value(llhttp_t *p, const char *at, size_t n) {
@@ -615,30 +865,52 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
   h->vl += n;
   return 0;
 big:
-  c->err_status = 431;
-  return -1;
+  return parse_fail(c, 431, "request header fields too large");
 }
 
 static int on_headers_complete(llhttp_t *p) {
   px_conn_t *c = p->data;
   px_req_t *r = &c->req;
-  if (px_buf_append(&r->hbuf, "", 1) < 0 || px_buf_append(&r->url, "", 1) < 0) {
-    c->err_status = 431;
-    return -1;
+  if (px_buf_append(&r->hbuf, "", 1) < 0)
+    return parse_fail(c, 431, "request header fields too large");
+  /* absolute-form routes like origin-form: keep only the path and query */
+  size_t plen;
+  const char *path = target_path(r->url.data, r->url.len, &plen);
+  if (r->url.data != NULL && path != r->url.data) {
+    size_t skip = (size_t)(path - r->url.data);
+    memmove(r->url.data, path, r->url.len - skip);
+    r->url.len -= skip;
+    if (r->url.len == 0 || r->url.data[0] != '/') { /* "http://h" or "http://h?q" */
+      memmove(r->url.data + 1, r->url.data, r->url.len);
+      r->url.data[0] = '/';
+      r->url.len++;
+    }
   }
+  if (px_buf_append(&r->url, "", 1) < 0) return parse_fail(c, 500, "out of memory");
   r->url.len--;
   if (c->noffs > r->hdrs_size) {
     px_hdr_t *h = realloc(r->hdrs, c->noffs * sizeof(*h));
-    if (h == NULL) return -1;
+    if (h == NULL) return parse_fail(c, 500, "out of memory");
     r->hdrs = h;
     r->hdrs_size = c->noffs;
   }
   for (size_t i = 0; i < c->noffs; i++) {
-    r->hdrs[i].name = (px_str_t){r->hbuf.data + c->offs[i].no, c->offs[i].nl};
-    if (c->offs[i].vo == 0) /* header without value */
+    const char *name = r->hbuf.data + c->offs[i].no;
+    size_t nl = c->offs[i].nl;
+    /* RFC 9112 section 5.1: no whitespace between name and colon */
+    if (nl > 0 && (name[nl - 1] == ' ' || name[nl - 1] == '\t'))
+      return parse_fail(c, 400, "whitespace between a header field name and its colon");
+    if (!header_name_ok(name, nl)) return parse_fail(c, 400, "invalid character in a header field name");
+    r->hdrs[i].name = (px_str_t){name, nl};
+    if (c->offs[i].vo == 0) { /* header without value */
       r->hdrs[i].value = (px_str_t){r->hbuf.data + r->hbuf.len - 1, 0};
-    else
-      r->hdrs[i].value = (px_str_t){r->hbuf.data + c->offs[i].vo, c->offs[i].vl};
+    } else {
+      /* trailing whitespace is not part of the value (RFC 9110 5.5) */
+      char *v = r->hbuf.data + c->offs[i].vo;
+      size_t vl = c->offs[i].vl;
+      while (vl > 0 && (v[vl - 1] == ' ' || v[vl - 1] == '\t')) v[--vl] = 0;
+      r->hdrs[i].value = (px_str_t){v, vl};
+    }
   }
   r->nhdrs = c->noffs;
   const char *q = memchr(r->url.data, '?', r->url.len);
@@ -648,36 +920,40 @@ static int on_headers_complete(llhttp_t *p) {
   make_request_id(r);
   uint64_t max_body = c->srv->config->server.max_body;
   if (p->content_length > max_body && p->content_length != UINT64_MAX &&
-      (p->flags & F_CONTENT_LENGTH)) {
-    c->err_status = 413;
-    return -1;
-  }
+      (p->flags & F_CONTENT_LENGTH))
+    return parse_fail(c, 413, "request body too large");
   const char *expect = px_req_header(r, "expect");
   if (expect && strcasecmp(expect, "100-continue") == 0 &&
       (p->flags & (F_CONTENT_LENGTH | F_CHUNKED)))
     conn_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
   /* head is in: from here on the slow-body clock is the idle timeout */
-  uv_timer_start(&c->timer, on_timer, c->srv->config->server.idle_timeout_ms, 0);
+  uv_timer_start(&c->t_read, on_read_timer, c->srv->config->server.idle_timeout_ms, 0);
+  return 0;
+}
+
+/* A chunk that cannot fit is refused at its size line, not after its bytes
+ * (or the body timeout) arrived. */
+static int on_chunk_header(llhttp_t *p) {
+  px_conn_t *c = p->data;
+  uint64_t max = c->srv->config->server.max_body;
+  if (p->content_length > max || c->req.body.len > max - p->content_length)
+    return parse_fail(c, 413, "request body too large");
   return 0;
 }
 
 static int on_body(llhttp_t *p, const char *at, size_t n) {
   px_conn_t *c = p->data;
-  if (c->req.body.len + n > c->srv->config->server.max_body) {
-    c->err_status = 413;
-    return -1;
-  }
-  if (px_buf_append(&c->req.body, at, n) < 0) {
-    c->err_status = 413;
-    return -1;
-  }
+  if (c->req.body.len + n > c->srv->config->server.max_body ||
+      px_buf_append(&c->req.body, at, n) < 0)
+    return parse_fail(c, 413, "request body too large");
   return 0;
 }
 
 static int on_message_complete(llhttp_t *p) {
   px_conn_t *c = p->data;
   if (px_buf_reserve(&c->req.body, 1) == 0) c->req.body.data[c->req.body.len] = 0;
-  uv_timer_stop(&c->timer);
+  uv_timer_stop(&c->t_read);
+  c->head_scan = HS_PRE;
   c->state = C_BUSY;
   c->srv->active++;
   return HPE_PAUSED;
@@ -686,61 +962,104 @@ static int on_message_complete(llhttp_t *p) {
 /* ---------------------------------------------------------------------- */
 /* connection I/O                                                           */
 
-static void conn_feed(px_conn_t *c, const char *p, size_t n) {
-  while (n > 0 && !c->closing) {
-    if (c->state == C_BUSY) {
-      if (px_buf_append(&c->in, p, n) < 0) {
-        uv_read_stop(&c->h.stream);
-        c->reading = 0;
-      }
-      return;
-    }
-    llhttp_errno_t err = llhttp_execute(&c->parser, p, n);
-    if (err == HPE_OK) return;
-    if (err == HPE_PAUSED) {
-      const char *pos = llhttp_get_error_pos(&c->parser);
-      size_t used = pos ? (size_t)(pos - p) : n;
-      if (used > n) used = n;
-      px_buf_reset(&c->in);
-      if (n - used > 0 && px_buf_append(&c->in, p + used, n - used) < 0) {
-        uv_read_stop(&c->h.stream);
-        c->reading = 0;
-      }
-      c->srv->on_request(c->srv, c, &c->req);
-      return;
-    }
-    int st = c->err_status ? c->err_status : 400;
-    conn_error(c, st, st == 413   ? "request body too large"
-                      : st == 431 ? "request header fields too large"
-                                  : llhttp_errno_name(err));
+/* Feed client bytes to the parser; buffered: p points into `in`. */
+static void conn_feed(px_conn_t *c, const char *p, size_t n, int buffered) {
+  if (n == 0 || c->closing) return;
+  if (head_scan(c, p, n) < 0) {
+    conn_error(c, 400, "obsolete line folding (obs-fold) in the request head");
     return;
   }
+  llhttp_errno_t err = llhttp_execute(&c->parser, p, n);
+  if (err == HPE_OK) {
+    if (buffered) {
+      px_buf_reset(&c->in);
+      c->in_off = 0;
+    }
+    return;
+  }
+  if (err == HPE_PAUSED) {
+    const char *pos = llhttp_get_error_pos(&c->parser);
+    size_t used = pos ? (size_t)(pos - p) : n;
+    if (used > n) used = n;
+    if (buffered) {
+      c->in_off += used;
+    } else {
+      px_buf_reset(&c->in);
+      c->in_off = 0;
+      /* n never exceeds the cap of `in` (see on_alloc) */
+      if (n - used > 0 && px_buf_append(&c->in, p + used, n - used) < 0) {
+        conn_close(c);
+        return;
+      }
+    }
+    if (in_left(c) == 0) {
+      px_buf_reset(&c->in);
+      c->in_off = 0;
+    }
+    c->srv->on_request(c->srv, c, &c->req);
+    return;
+  }
+  int st = c->err_status ? c->err_status : 400;
+  const char *msg = c->err_msg;
+  if (msg == NULL) msg = llhttp_get_error_reason(&c->parser);
+  if (msg == NULL || *msg == 0) msg = llhttp_errno_name(err);
+  conn_error(c, st, msg);
 }
 
+/* While input waits in `in`, libuv is never offered more room than `in` has
+ * left: nothing read is ever dropped; a full `in` stops reading (UV_ENOBUFS
+ * in on_read) until the pipeline has drained. */
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   static char slab[65536];
-  (void)h;
+  px_conn_t *c = h->data;
+  size_t room = sizeof(slab);
   (void)suggested;
+  if (c->in_off > 0 && c->in_off >= c->in.len / 2) { /* amortised compaction */
+    px_buf_consume(&c->in, c->in_off);
+    c->in_off = 0;
+  }
+  if (!c->lingering && (c->state == C_BUSY || in_left(c) > 0) && c->in.cap - c->in.len < room)
+    room = c->in.cap - c->in.len;
   buf->base = slab;
-  buf->len = sizeof(slab);
+  buf->len = room;
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   px_conn_t *c = s->data;
+  if (c->lingering) {
+    if (nread < 0 || (c->linger_bytes += (size_t)nread) > PX_LINGER_MAX) conn_close(c);
+    return;
+  }
+  if (nread == UV_ENOBUFS) { /* `in` is full: resumed when it drains */
+    stop_reading(c);
+    return;
+  }
+  if (nread == UV_EOF && c->state == C_IDLE && (in_left(c) > 0 || c->pending > 0)) {
+    /* half-close: answer what was sent, then close */
+    c->eof = 1;
+    stop_reading(c);
+    if (in_left(c) == 0) conn_wait(c);
+    return;
+  }
   if (nread < 0) {
     conn_close(c);
     return;
   }
   if (nread == 0) return;
-  if (c->state == C_IDLE && c->in.len == 0) uv_timer_stop(&c->timer);
-  if (c->state == C_BUSY || c->in.len > 0) {
+  if (c->state == C_IDLE) {
+    uv_timer_stop(&c->t_idle);
+    if (!uv_is_active((uv_handle_t *)&c->t_read))
+      uv_timer_start(&c->t_read, on_read_timer, c->srv->config->server.header_timeout_ms, 0);
+  }
+  if (c->state == C_BUSY || in_left(c) > 0) {
     if (px_buf_append(&c->in, buf->base, (size_t)nread) < 0) {
-      uv_read_stop(&c->h.stream);
-      c->reading = 0;
+      conn_close(c); /* out of memory: on_alloc offered no more than the room */
+      return;
     }
+    if (c->in.len >= c->in.cap) stop_reading(c);
     return;
   }
-  conn_feed(c, buf->base, (size_t)nread);
+  conn_feed(c, buf->base, (size_t)nread, 0);
 }
 
 static void on_conn_handle_closed(uv_handle_t *h) {
@@ -766,6 +1085,7 @@ static void conn_close(px_conn_t *c) {
   if (c->closing) return;
   c->closing = 1;
   c->head_pending = 0;
+  log_emit(c);
   if (c->state == C_BUSY) {
     const px_conn_handler_t *h = c->handler;
     c->handler = NULL;
@@ -778,20 +1098,21 @@ static void conn_close(px_conn_t *c) {
         c->srv->on_idle(c->srv);
     }
   }
-  uv_timer_stop(&c->timer);
-  uv_close((uv_handle_t *)&c->timer, on_conn_handle_closed);
+  uv_close((uv_handle_t *)&c->t_read, on_conn_handle_closed);
+  uv_close((uv_handle_t *)&c->t_idle, on_conn_handle_closed);
+  uv_close((uv_handle_t *)&c->t_send, on_conn_handle_closed);
+  uv_close((uv_handle_t *)&c->t_tick, on_conn_handle_closed);
   uv_close(&c->h.handle, on_conn_handle_closed);
 }
 
-/* Is the (already parsed) request path an Anthropic Messages endpoint? */
-static int path_is_anthropic(const px_req_t *r) {
-  static const char *const paths[] = {"/v1/messages", "/messages", "/v1/messages/count_tokens",
-                                      "/messages/count_tokens"};
-  if (r->url.data == NULL) return 0;
-  for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
-    if (r->path_len == strlen(paths[i]) && memcmp(r->url.data, paths[i], r->path_len) == 0)
-      return 1;
-  return 0;
+/* Which protocol's error shape a request target names: the protocol whose
+ * wire claims the path (its count endpoint too), the default protocol's
+ * otherwise (SPEC section 4: unknown paths answer in the OpenAI shape). */
+static const px_proto_ops_t *error_ops(const px_req_t *r) {
+  size_t plen;
+  const char *path = target_path(r->url.data, r->url.len, &plen);
+  px_inbound_t in;
+  return px_proto_match(path, plen, &in) ? px_proto_get(in.proto) : px_proto_default();
 }
 
 /* The client's x-request-id from a head that never completed (a limit or a
@@ -815,63 +1136,76 @@ static void early_request_id(px_conn_t *c) {
   }
 }
 
-/* A gateway-level error before any handler exists: Anthropic shape when the
- * path is already known to be an Anthropic endpoint, else OpenAI shape;
- * then close. */
+/* A gateway-level error before any handler exists, in the error shape of the
+ * protocol the path names (encoded by that protocol, like every error the
+ * gateway writes); then a lingering close. */
 static void conn_error(px_conn_t *c, int status, const char *msg) {
-  char body[512];
-  int n;
   if (c->req.request_id[0] == 0 && c->req.nhdrs == 0) early_request_id(c);
   if (c->req.request_id[0] == 0) make_request_id(&c->req);
-  if (path_is_anthropic(&c->req)) {
-    const char *type = status == 413   ? "request_too_large"
-                       : status == 408 ? "api_error"
-                                       : "invalid_request_error";
-    n = snprintf(body, sizeof(body),
-                 "{\"type\":\"error\",\"error\":{\"type\":\"%s\",\"message\":\"%s\"},"
-                 "\"request_id\":\"%s\"}",
-                 type, msg, c->req.request_id);
-  } else {
-    const char *type = status == 413 || status == 431 || status == 400 || status == 414
-                           ? "invalid_request_error"
-                           : "timeout_error";
-    n = snprintf(body, sizeof(body),
-                 "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,"
-                 "\"code\":null}}",
-                 msg, type);
-  }
+  px_errkind_t kind = status == 413   ? PX_ERR_TOO_LARGE
+                      : status == 408 ? PX_ERR_TIMEOUT
+                      : status >= 500 ? PX_ERR_API
+                                      : PX_ERR_INVALID;
+  px_buf_t b;
+  px_buf_init(&b, 4096);
+  int rc = error_ops(&c->req)->encode_error(&b, kind, NULL, msg, NULL, c->req.request_id);
   c->req.keep_alive = 0;
   if (c->state != C_BUSY) {
     c->state = C_BUSY;
     c->srv->active++;
   }
+  uv_timer_stop(&c->t_read);
+  stop_reading(c);
   px_hdr_t h[1] = {{px_str("content-type"), px_str("application/json")}};
-  if (px_resp_start(c, status, h, 1, n) == 0) conn_write(c, body, (size_t)n);
+  if (rc == 0 && px_resp_start(c, status, h, 1, (int64_t)b.len) == 0)
+    conn_write(c, b.data, b.len);
+  px_buf_free(&b);
   c->resp_started = 0;
   c->state = C_IDLE;
   c->srv->active--;
-  if (c->pending == 0) conn_close(c);
-  else c->close_after_flush = 1;
-  uv_read_stop(&c->h.stream);
+  c->linger = 1;
+  c->close_after_flush = 1;
+  if (c->pending == 0) conn_done_flushing(c);
 }
 
-static void on_timer(uv_timer_t *t) {
+static void on_read_timer(uv_timer_t *t) {
   px_conn_t *c = t->data;
   if (c->closing) return;
-  if (c->state == C_READING) {
-    /* headers resolved means the body was the slow part */
-    conn_error(c, 408, c->req.nhdrs > 0 ? "request body timeout" : "request header timeout");
+  if (c->lingering) {
+    conn_close(c);
     return;
   }
-  if (c->state == C_BUSY || c->close_after_flush) {
-    if (c->pending > 0) {
-      px_log_req(PX_LOG_WARN, c->req.request_id, "client took no bytes for %llu ms: closing",
-                 (unsigned long long)c->srv->config->server.idle_timeout_ms);
-      conn_close(c); /* send timeout */
-    }
-    return;
+  if (c->state == C_BUSY || c->close_after_flush) return;
+  /* headers resolved means the body was the slow part */
+  conn_error(c, 408, c->req.nhdrs > 0 ? "request body timeout" : "request header timeout");
+}
+
+/* Set up an accepted (or adopted) client connection whose stream handle is
+ * initialised: timers, parser, buffers, first deadline, reading. */
+static void conn_start(px_server_t *s, px_conn_t *c, int is_pipe) {
+  uv_timer_t *timers[] = {&c->t_read, &c->t_idle, &c->t_send, &c->t_tick};
+  for (size_t i = 0; i < sizeof(timers) / sizeof(timers[0]); i++) {
+    uv_timer_init(s->loop, timers[i]);
+    timers[i]->data = c;
   }
-  if (c->state == C_IDLE) conn_close(c); /* keep-alive idle */
+  c->open_handles = 5;
+  if (!is_pipe) uv_tcp_nodelay(&c->h.tcp, 1);
+  llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
+  c->parser.data = c;
+  px_buf_init(&c->req.url, PX_MAX_URL);
+  px_buf_init(&c->req.hbuf, s->config->server.max_header + 1024);
+  px_buf_init(&c->req.body, s->config->server.max_body + 1);
+  px_buf_init(&c->in, PX_MAX_PIPELINED);
+  px_buf_init(&c->head, 16384);
+  c->next = s->conns;
+  if (s->conns) s->conns->prev = c;
+  s->conns = c;
+  s->nconns++;
+  px_metrics_gauge_add(PX_G_CONNECTIONS, 1);
+  /* a connection that sends nothing is closed after header_timeout */
+  uv_timer_start(&c->t_idle, on_idle_timer, s->config->server.header_timeout_ms, 0);
+  c->state = C_IDLE;
+  start_reading(c);
 }
 
 static void on_connection(uv_stream_t *ls, int status) {
@@ -897,26 +1231,38 @@ static void on_connection(uv_stream_t *ls, int status) {
     uv_close(&c->h.handle, on_conn_handle_closed);
     return;
   }
-  uv_timer_init(s->loop, &c->timer);
-  c->timer.data = c;
-  c->open_handles = 2;
-  if (!is_pipe) uv_tcp_nodelay(&c->h.tcp, 1);
-  llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
-  c->parser.data = c;
-  px_buf_init(&c->req.url, 16384);
-  px_buf_init(&c->req.hbuf, s->config->server.max_header + 1024);
-  px_buf_init(&c->req.body, s->config->server.max_body + 1);
-  px_buf_init(&c->in, PX_MAX_PIPELINED);
-  px_buf_init(&c->head, 16384);
-  c->next = s->conns;
-  if (s->conns) s->conns->prev = c;
-  s->conns = c;
-  s->nconns++;
-  px_metrics_gauge_add(PX_G_CONNECTIONS, 1);
-  uv_timer_start(&c->timer, on_timer, s->config->server.header_timeout_ms, 0);
-  c->state = C_IDLE;
-  if (uv_read_start(&c->h.stream, on_alloc, on_read) == 0) c->reading = 1;
-  else conn_close(c);
+  conn_start(s, c, is_pipe);
+}
+
+static void parser_settings_init(void) {
+  static int ready;
+  if (ready) return;
+  llhttp_settings_init(&parser_settings);
+  parser_settings.on_message_begin = on_message_begin;
+  parser_settings.on_url = on_url;
+  parser_settings.on_header_field = on_header_field;
+  parser_settings.on_header_value = on_header_value;
+  parser_settings.on_headers_complete = on_headers_complete;
+  parser_settings.on_chunk_header = on_chunk_header;
+  parser_settings.on_body = on_body;
+  parser_settings.on_message_complete = on_message_complete;
+  ready = 1;
+}
+
+int px_server_adopt_fd(px_server_t *s, int fd) {
+  parser_settings_init();
+  px_conn_t *c = calloc(1, sizeof(*c));
+  if (c == NULL) return UV_ENOMEM;
+  uv_pipe_init(s->loop, &c->h.pipe, 0);
+  int rc = uv_pipe_open(&c->h.pipe, fd);
+  if (rc < 0) {
+    free(c); /* uv_pipe_init allocates nothing; the handle was never active */
+    return rc;
+  }
+  c->h.handle.data = c;
+  c->srv = s;
+  conn_start(s, c, 1);
+  return 0;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -938,18 +1284,7 @@ static int tcp_socket(const struct sockaddr *sa, socklen_t len, int reuseport) {
 }
 
 int px_server_listen(px_server_t *s, char *errmsg, size_t elen) {
-  static int settings_ready;
-  if (!settings_ready) {
-    llhttp_settings_init(&parser_settings);
-    parser_settings.on_message_begin = on_message_begin;
-    parser_settings.on_url = on_url;
-    parser_settings.on_header_field = on_header_field;
-    parser_settings.on_header_value = on_header_value;
-    parser_settings.on_headers_complete = on_headers_complete;
-    parser_settings.on_body = on_body;
-    parser_settings.on_message_complete = on_message_complete;
-    settings_ready = 1;
-  }
+  parser_settings_init();
   const char *l = s->config->server.listen;
   int rc;
   if (strncmp(l, "unix:", 5) == 0) {

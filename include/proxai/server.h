@@ -17,6 +17,7 @@
 
 #include "proxai/buf.h"
 #include "proxai/config.h"
+#include "proxai/log.h"
 #include "proxai/upstream.h"
 
 typedef struct px_server px_server_t;
@@ -99,7 +100,18 @@ void px_resp_abort(px_conn_t *c);
 /** Whole response in one call. */
 int px_resp_simple(px_conn_t *c, int status, const char *content_type,
                    const char *body, size_t len, const px_hdr_t *hdrs, size_t n);
-/** Bytes of response body sent so far (for logs). */
+/** Bytes of the current response (head, framing and body) actually written
+ *  to the socket so far, not merely queued (for the access log). */
 uint64_t px_conn_bytes_out(const px_conn_t *c);
+
+/** Write the access log record of the current response once its last byte
+ *  was written (or the connection closed), with bytes_out set to the bytes
+ *  actually written. The record is copied. */
+void px_conn_access_log(px_conn_t *c, const px_access_rec_t *r);
+
+/** Serve an already connected stream socket (AF_UNIX) as a client
+ *  connection, as if accepted: for tests and the request fuzz target. The
+ *  server takes the descriptor. 0 or a negative error. */
+int px_server_adopt_fd(px_server_t *s, int fd);
 
 #endif
