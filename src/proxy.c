@@ -17,6 +17,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "proxai/json.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxai/passthru.h"
@@ -52,8 +53,8 @@ typedef struct px_exch {
   px_config_t *cfg;      /* reference held until finalize */
   endpoint_t ep;
   px_proto_t in, out;
-  json_t *body;
-  const char *model;     /* client's model (in body or model_buf) */
+  px_json_req_t jreq;    /* the request scan: model/stream spans in req->body */
+  const char *model;     /* client's model (model_buf) */
   char *model_buf;
   int stream;
   int include_usage;
@@ -97,7 +98,6 @@ typedef struct px_exch {
 
 static void start_attempt(px_exch_t *x);
 static void finalize(px_exch_t *x);
-static int parse_body(px_exch_t *x);
 
 static const px_conn_handler_t conn_handler;
 
@@ -271,7 +271,6 @@ static void finalize(px_exch_t *x) {
     else px_resp_abort(x->conn);
     x->conn = NULL;
   }
-  json_decref(x->body);
   free(x->model_buf);
   free(x->up_body_owned);
   free_hdrs(x->up_hdrs);
@@ -861,10 +860,10 @@ static void start_attempt(px_exch_t *x) {
   px_lossy_init(&x->lossy);
   if (x->in == x->out) {
     if (strcmp(x->up_model, x->model) != 0) {
-      static const char *const top[] = {"model"};
       px_buf_t b;
       px_buf_init(&b, x->req->body.len + strlen(x->up_model) * 6 + 64);
-      px_json_replace_str(&b, x->req->body.data, x->req->body.len, top, 1, x->up_model);
+      px_json_splice_str(&b, x->req->body.data, x->req->body.len, x->jreq.model_at,
+                         x->jreq.model_len, x->up_model);
       x->up_body_len = b.len;
       x->up_body = x->up_body_owned = px_buf_steal(&b, NULL);
     } else {
@@ -872,29 +871,17 @@ static void start_attempt(px_exch_t *x) {
       x->up_body_len = x->req->body.len;
     }
   } else {
-    if (parse_body(x) < 0) return;
-    json_t *ub = NULL;
     px_tr_err_t err;
     memset(&err, 0, sizeof(err));
-    if (px_translate_request(ctx, x->body, &ub, &x->lossy, &err) < 0) {
+    if (px_translate_request_body(ctx, x->req->body.data ? x->req->body.data : "",
+                                  x->req->body.len,
+                                  x->ep == EP_COUNT_TOKENS ? PX_TR_COUNT_TOKENS : 0,
+                                  &x->up_body_owned, &x->up_body_len, &x->lossy, &err) < 0) {
       send_error(x, err.kind, err.message[0] ? err.message : "request cannot be translated",
                  err.param[0] ? err.param : NULL);
       return;
     }
-    if (x->ep == EP_COUNT_TOKENS) {
-      /* input_tokens takes the request minus generation controls */
-      json_object_del(ub, "stream");
-      json_object_del(ub, "max_output_tokens");
-      json_object_del(ub, "stream_options");
-    }
-    x->up_body_owned = json_dumps(ub, JSON_COMPACT);
-    json_decref(ub);
-    if (x->up_body_owned == NULL) {
-      send_error(x, PX_ERR_API, "out of memory", NULL);
-      return;
-    }
     x->up_body = x->up_body_owned;
-    x->up_body_len = strlen(x->up_body_owned);
   }
   free(x->url);
   size_t ul = strlen(x->up->base_url) + strlen(path) + 1;
@@ -1000,22 +987,6 @@ static const char *client_secret(const px_req_t *r, size_t *len) {
   return NULL;
 }
 
-/* Parse the client body; on failure answer 400 and return <0. */
-static int parse_body(px_exch_t *x) {
-  if (x->body != NULL) return 0;
-  json_error_t je;
-  x->body = json_loadb(x->req->body.data ? x->req->body.data : "", x->req->body.len, 0, &je);
-  if (json_is_object(x->body)) return 0;
-  char msg[300];
-  if (x->body == NULL)
-    snprintf(msg, sizeof(msg), "request body is not valid JSON: %s (line %d, column %d)",
-             je.text, je.line, je.column);
-  else
-    snprintf(msg, sizeof(msg), "request body must be a JSON object");
-  send_error(x, PX_ERR_INVALID, msg, NULL);
-  return -1;
-}
-
 static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, px_proto_t in, endpoint_t ep) {
   px_exch_t *x = calloc(1, sizeof(*x));
   if (x == NULL) {
@@ -1035,40 +1006,37 @@ static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, px_proto_t in, en
   px_buf_init(&x->acc, 0);
   px_conn_set_handler(c, &conn_handler, x);
 
-  /* The fast path reads model/stream with the raw scanner: a request that
-   * stays in its own protocol is never parsed. Anything unusual (escapes in
-   * the model, a body the scanner rejects) takes the full parse, which also
-   * gives the precise error message. */
-  static const char *const P_MODEL[] = {"model"};
-  static const char *const P_STREAM[] = {"stream"};
-  static const char *const P_USAGE[] = {"stream_options", "include_usage"};
-  size_t vs, vl;
+  /* One scan validates the body by the rules of SPEC section 10 (jansson's
+   * syntax, nesting, no repeated model/stream) and finds what the gateway
+   * acts on; a request that stays in its own protocol is never parsed. */
   const char *bd = r->body.data ? r->body.data : "";
-  if (px_json_find(bd, r->body.len, P_MODEL, 1, &vs, &vl) == PX_JSON_FOUND && vl > 2 &&
-      bd[vs] == '"' && memchr(bd + vs, '\\', vl) == NULL &&
-      px_json_complete(bd, r->body.len)) {
-    x->model_buf = strndup(bd + vs + 1, vl - 2);
-    x->model = x->model_buf;
-    x->stream = ep == EP_GATEWAY &&
-                px_json_find(bd, r->body.len, P_STREAM, 1, &vs, &vl) == PX_JSON_FOUND &&
-                vl == 4 && memcmp(bd + vs, "true", 4) == 0;
-    /* only a stream uses it: no third scan of the body otherwise */
-    x->include_usage = x->stream &&
-                       px_json_find(bd, r->body.len, P_USAGE, 2, &vs, &vl) == PX_JSON_FOUND &&
-                       vl == 4 && memcmp(bd + vs, "true", 4) == 0;
-  } else {
-    if (parse_body(x) < 0) return;
-    json_t *m = json_object_get(x->body, "model");
-    if (!json_is_string(m) || json_string_length(m) == 0) {
-      send_error(x, PX_ERR_INVALID, "'model' is required and must be a non-empty string",
-                 "model");
-      return;
-    }
-    x->model = json_string_value(m);
-    x->stream = ep == EP_GATEWAY && json_is_true(json_object_get(x->body, "stream"));
-    json_t *so = json_object_get(x->body, "stream_options");
-    x->include_usage = json_is_true(json_object_get(so, "include_usage"));
+  if (px_json_request(bd, r->body.len, &x->jreq) < 0) {
+    const px_json_req_t *jr = &x->jreq;
+    char msg[300];
+    if (jr->err == PX_JREQ_DUPLICATE)
+      snprintf(msg, sizeof(msg), "request body has '%s' more than once", jr->key);
+    else if (jr->err == PX_JREQ_NOT_OBJECT)
+      snprintf(msg, sizeof(msg), "request body must be a JSON object");
+    else
+      snprintf(msg, sizeof(msg), "request body is not valid JSON: %s (at byte %zu)",
+               jr->reason, jr->err_at);
+    send_error(x, PX_ERR_INVALID, msg, jr->err == PX_JREQ_DUPLICATE ? jr->key : NULL);
+    return;
   }
+  x->model = x->model_buf = px_json_req_model(bd, &x->jreq);
+  if (x->model == NULL || x->model[0] == 0) {
+    send_error(x, PX_ERR_INVALID, "'model' is required and must be a non-empty string",
+               "model");
+    return;
+  }
+  if (x->jreq.stream_len > 0 && !x->jreq.stream &&
+      !(x->jreq.stream_len == 5 && memcmp(bd + x->jreq.stream_at, "false", 5) == 0) &&
+      !(x->jreq.stream_len == 4 && memcmp(bd + x->jreq.stream_at, "null", 4) == 0)) {
+    send_error(x, PX_ERR_INVALID, "'stream' must be a boolean", "stream");
+    return;
+  }
+  x->stream = ep == EP_GATEWAY && x->jreq.stream;
+  x->include_usage = x->jreq.include_usage;
 
   px_config_t *cfg = x->cfg;
   if (cfg->nkeys > 0) {

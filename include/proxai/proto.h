@@ -380,6 +380,20 @@ PX_PROTO_MAP(XX)
 int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
                          json_t **upstream_body, px_lossy_t *lossy,
                          px_tr_err_t *err);
+/** px_translate_request_body flag: the body of a count_tokens call (no
+ *  generation controls: stream, stream_options, max_output_tokens). */
+#define PX_TR_COUNT_TOKENS 1
+/** Memory a translated request may use (jansson's allocations while it is
+ *  parsed, translated and written): PX_TR_MEM_FACTOR times its body size
+ *  plus PX_TR_MEM_BASE. Past it the request fails with PX_ERR_TOO_LARGE. */
+#define PX_TR_MEM_FACTOR 16
+#define PX_TR_MEM_BASE (4u << 20)
+/** The raw client request body (accepted by px_json_request) -> the raw
+ *  upstream body (*out, malloc'd, NUL-terminated, *out_len bytes), within
+ *  the memory budget above. ctx->client_model must be set. */
+int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                              int flags, char **out, size_t *out_len, px_lossy_t *lossy,
+                              px_tr_err_t *err);
 /** Translate an upstream success body to the client protocol's body. */
 int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,
                           json_t **client_body, px_lossy_t *lossy,
