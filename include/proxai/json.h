@@ -129,6 +129,9 @@ typedef struct px_json_req {
  * with each of `model`, `stream`, `stream_options` (and `include_usage`
  * inside it) at most once, whatever the escapes in the member names; else
  * -1 with r->err, r->err_at and r->reason set.
+ * One deliberate difference: jansson 2.14 skips a NUL byte right after a
+ * number or a literal ({"a":1<NUL>} parses); a NUL outside a string is not
+ * JSON, and this scanner refuses it (on both paths, as it runs first).
  */
 int px_json_request(const char *p, size_t n, px_json_req_t *r);
 
