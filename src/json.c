@@ -386,7 +386,8 @@ static const char *const watched[W_COUNT] = {"model", "stream", "stream_options"
 /* Which watched member the key p[s..e) names (escapes decoded), among
  * [from, to). An escaped spelling longer than 6 bytes a character cannot
  * name one of them. */
-static int watched_key(const unsigned char *p, size_t s, size_t e, int esc, int from, int to) {
+static int watched_key(const unsigned char *p, size_t s, size_t e, int esc, int from,
+                       int to) {
   char tmp[96];
   const char *k = (const char *)p + s;
   size_t l = e - s;
@@ -478,7 +479,8 @@ value:
 
 key:
   /* at the opening quote of a member name in the object at depth */
-  if (i >= n || p[i] != '"') return req_fail(r, PX_JREQ_SYNTAX, i, "a member name expected");
+  if (i >= n || p[i] != '"')
+    return req_fail(r, PX_JREQ_SYNTAX, i, "a member name expected");
   {
     size_t e;
     int esc;

@@ -147,7 +147,8 @@ int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t l
   mem_begin(len);
   src = json_loadb(body, len, 0, &je);
   if (src == NULL || !json_is_object(src)) {
-    if (!mem.exceeded) px_tr_fail(err, "", "request body is not a JSON object: %s", je.text);
+    if (!mem.exceeded)
+      px_tr_fail(err, "", "request body is not a JSON object: %s", je.text);
     goto done;
   }
   rc = in->decode_request(&c, src, &ir, lossy, err);
