@@ -14,7 +14,11 @@
  *                skips after a number or a literal); DEPTH: jansson
  *                refuses it or it is nested deeper than the limit;
  *                NOT_OBJECT: jansson reads a non-object; DUPLICATE: jansson
- *                with JSON_REJECT_DUPLICATES refuses it (when it parses). */
+ *                with JSON_REJECT_DUPLICATES refuses it (when it parses).
+ * An accepted body is also translated for every pair of protocols, by the
+ * gateway's raw path (px_translate_request_body: parse, translate, write,
+ * each document freed as the next is built, under the memory budget) and by
+ * the DOM path (px_translate_request): the same result, byte for byte. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +26,7 @@
 #include <string.h>
 
 #include "proxai/json.h"
+#include "proxai/proto.h"
 
 static size_t depth_of(const json_t *j) {
   size_t d = 0, k;
@@ -67,6 +72,53 @@ static int same_kind(const char *p, size_t at, size_t len, const json_t *v) {
   }
 }
 
+/* The raw and the DOM translation of an accepted body agree. */
+static void translate_both(const char *p, size_t size, json_t *j) {
+  for (int k = 0; k < PX_PROTO_COUNT * PX_PROTO_COUNT; k++) {
+    px_tr_ctx_t ctx;
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.in = (px_proto_t)(k / PX_PROTO_COUNT);
+    ctx.out = (px_proto_t)(k % PX_PROTO_COUNT);
+    if (ctx.in == ctx.out) continue;
+    ctx.client_model = "client-model";
+    ctx.upstream_model = "upstream-model";
+    ctx.created = 1700000000;
+    ctx.max_accum = 1 << 20;
+    px_lossy_t l1, l2;
+    px_tr_err_t e1, e2;
+    px_lossy_init(&l1);
+    px_lossy_init(&l2);
+    memset(&e1, 0, sizeof(e1));
+    memset(&e2, 0, sizeof(e2));
+    char *raw = NULL;
+    size_t rlen = 0;
+    int rc1 = px_translate_request_body(&ctx, p, size, 0, &raw, &rlen, &l1, &e1);
+    json_t *ub = NULL;
+    int rc2 = px_translate_request(&ctx, j, &ub, &l2, &e2);
+    if ((rc1 < 0) != (rc2 < 0)) {
+      fprintf(stderr, "fuzz_request_scan: %d -> %d: raw %d (%s), dom %d (%s)\n", ctx.in,
+              ctx.out, rc1, e1.message, rc2, e2.message);
+      abort();
+    }
+    if (rc1 == 0) {
+      char *dom = json_dumps(ub, JSON_COMPACT);
+      if (dom == NULL || strcmp(raw, dom) != 0 || rlen != strlen(raw) ||
+          strcmp(l1.buf, l2.buf) != 0) {
+        fprintf(stderr, "fuzz_request_scan: %d -> %d: raw and DOM translations differ\n",
+                ctx.in, ctx.out);
+        abort();
+      }
+      free(dom);
+    } else if (strcmp(e1.message, e2.message) != 0) {
+      fprintf(stderr, "fuzz_request_scan: %d -> %d: errors differ: %s / %s\n", ctx.in,
+              ctx.out, e1.message, e2.message);
+      abort();
+    }
+    free(raw);
+    json_decref(ub);
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *p = (const char *)data;
   px_json_req_t r;
@@ -94,11 +146,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       CHECK(px_json_splice_str(&b, p, size, r.model_at, r.model_len, "re\"written") == 0);
       json_t *k = json_loadb(b.data, b.len, 0, NULL);
       CHECK(k != NULL);
+      json_incref(m);
       json_object_set_new(j, "model", json_string("re\"written"));
       CHECK(json_equal(j, k));
       json_decref(k);
       px_buf_free(&b);
+      json_object_set_new(j, "model", m); /* back to the client's */
     }
+    translate_both(p, size, j);
   } else {
     switch (r.err) {
     case PX_JREQ_SYNTAX:
