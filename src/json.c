@@ -404,6 +404,10 @@ static int watched_key(const unsigned char *p, size_t s, size_t e, int esc, int 
   return W_NONE;
 }
 
+#define TEXT_(x) #x
+#define TEXT(x) TEXT_(x)
+#define DEPTH_TEXT TEXT(PX_JSON_MAX_DEPTH)
+
 static int req_fail(px_json_req_t *r, px_jreq_err_t err, size_t at, const char *reason) {
   r->err = err;
   r->err_at = at;
@@ -434,7 +438,7 @@ value:
     case '{':
     case '[':
       if (depth >= PX_JSON_MAX_DEPTH)
-        return req_fail(r, PX_JREQ_DEPTH, i, "nested too deeply (more than 256 levels)");
+        return req_fail(r, PX_JREQ_DEPTH, i, "nested too deeply (more than " DEPTH_TEXT " levels)");
       is_obj[++depth] = p[i] == '{';
       if (rec == TOP_SO && p[i] == '{') so_depth = depth;
       if (rec != W_NONE) at[rec] = s, len[rec] = 1; /* the type is all we need */
