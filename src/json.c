@@ -404,6 +404,20 @@ static int watched_key(const unsigned char *p, size_t s, size_t e, int esc, int 
   return W_NONE;
 }
 
+/* What jansson 2.14 allocates to hold each part of a document, rounded up
+ * with malloc's overhead (a json_object_t and its first 8 hash buckets, a
+ * json_array_t and its first 8 slots, a json_string_t and its copy, a pair
+ * with its share of bucket growth): px_json_req_t.cost is a bound, not a
+ * guess, so that a parse can be refused before it starts. */
+enum {
+  COST_OBJECT = 288,
+  COST_ARRAY = 144,
+  COST_MEMBER = 144,  /* + the name's length */
+  COST_ELEMENT = 24,
+  COST_STRING = 80,   /* + the length */
+  COST_NUMBER = 32,
+};
+
 #define TEXT_(x) #x
 #define TEXT(x) TEXT_(x)
 #define DEPTH_TEXT TEXT(PX_JSON_MAX_DEPTH)
@@ -422,6 +436,7 @@ int px_json_request(const char *text, size_t n, px_json_req_t *r) {
   size_t at[W_COUNT] = {0}, len[W_COUNT] = {0}; /* value token of each member */
   size_t depth = 0, so_depth = 0; /* so_depth: depth of stream_options' object */
   int pending = W_NONE;           /* the value about to be read is this member */
+  size_t cost = 0;
   memset(r, 0, sizeof(*r));
   size_t i = px_json_ws(p, n, 0);
   if (i >= n) return req_fail(r, PX_JREQ_SYNTAX, i, "the body is empty");
@@ -434,12 +449,15 @@ value:
     int rec = pending;
     size_t s = i;
     pending = W_NONE;
+    if (depth > 0 && !is_obj[depth]) cost += COST_ELEMENT;
     switch (p[i]) {
     case '{':
     case '[':
       if (depth >= PX_JSON_MAX_DEPTH)
-        return req_fail(r, PX_JREQ_DEPTH, i, "nested too deeply (more than " DEPTH_TEXT " levels)");
+        return req_fail(r, PX_JREQ_DEPTH, i,
+                        "nested too deeply (more than " DEPTH_TEXT " levels)");
       is_obj[++depth] = p[i] == '{';
+      cost += is_obj[depth] ? COST_OBJECT : COST_ARRAY;
       if (rec == TOP_SO && p[i] == '{') so_depth = depth;
       if (rec != W_NONE) at[rec] = s, len[rec] = 1; /* the type is all we need */
       i = px_json_ws(p, n, i + 1);
@@ -457,6 +475,7 @@ value:
                         "invalid string (a raw control character, invalid UTF-8, a bad "
                         "escape or no closing quote)");
       if (rec == TOP_MODEL) r->model_esc = esc;
+      cost += COST_STRING + (e - i);
       i = e + 1;
       break;
     }
@@ -475,6 +494,7 @@ value:
         return req_fail(r, PX_JREQ_SYNTAX, i, "a value expected");
       if (scan_number(p, n, &i) < 0)
         return req_fail(r, PX_JREQ_SYNTAX, s, "invalid number or number out of range");
+      cost += COST_NUMBER;
       break;
     }
     if (rec != W_NONE) at[rec] = s, len[rec] = i - s;
@@ -500,6 +520,7 @@ key:
       r->key = watched[pending];
       return req_fail(r, PX_JREQ_DUPLICATE, i, "duplicate member");
     }
+    cost += COST_MEMBER + (e - i);
     i = px_json_ws(p, n, e + 1);
     if (i >= n || p[i] != ':') return req_fail(r, PX_JREQ_SYNTAX, i, "':' expected");
     i = px_json_ws(p, n, i + 1);
@@ -516,6 +537,7 @@ after:
     r->stream_at = at[TOP_STREAM], r->stream_len = len[TOP_STREAM];
     r->stream = len[TOP_STREAM] == 4 && memcmp(p + at[TOP_STREAM], "true", 4) == 0;
     r->include_usage = len[SO_USAGE] == 4 && memcmp(p + at[SO_USAGE], "true", 4) == 0;
+    r->cost = cost;
     return 0;
   }
   i = px_json_ws(p, n, i);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/json.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
@@ -87,21 +88,25 @@ int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
 
 /* jansson allocates through these for the whole process (installed once;
  * the worker is one thread). Outside a budgeted section they are malloc and
- * free; inside, live bytes are counted and an allocation past the limit
- * fails, which jansson and the codecs report as a failed call. */
+ * free; inside, live bytes are counted. An allocation never fails: jansson's
+ * lexer does not survive a failed one (2.14 asserts on a string it lost
+ * bytes of), and the codecs parse tool-call arguments with it. So the parse
+ * is admitted by the scanner's cost bound before it starts, and each stage
+ * (parse, decode, encode, write) is checked when it ends: a request past
+ * its budget stops there with PX_ERR_TOO_LARGE. */
 static struct {
   int active, exceeded;
   long long used, limit;
-} mem;
+  long long forced; /* px_translate_mem_limit, tests only; < 0: none */
+} mem = {.forced = -1};
+
+void px_translate_mem_limit(long long limit) { mem.forced = limit; }
 
 static void *mem_malloc(size_t n) {
   if (!mem.active) return malloc(n);
-  if (mem.used + (long long)n > mem.limit) {
-    mem.exceeded = 1;
-    return NULL;
-  }
   void *p = malloc(n);
   if (p != NULL) mem.used += (long long)malloc_usable_size(p);
+  if (mem.used > mem.limit) mem.exceeded = 1;
   return p;
 }
 
@@ -119,7 +124,8 @@ static void mem_begin(size_t body_len) {
   mem.active = 1;
   mem.exceeded = 0;
   mem.used = 0;
-  mem.limit = (long long)body_len * PX_TR_MEM_FACTOR + PX_TR_MEM_BASE;
+  mem.limit = mem.forced >= 0 ? mem.forced
+                              : (long long)body_len * PX_TR_MEM_FACTOR + PX_TR_MEM_BASE;
 }
 
 /* Ends the section; whether the budget held. */
@@ -144,9 +150,19 @@ int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t l
   json_error_t je;
   /* each document is released as soon as the next one is built: the peak
    * is two of them, never three */
+  px_json_req_t scan;
+  if (px_json_request(body, len, &scan) < 0)
+    return px_tr_fail(err, "", "request body is not a valid JSON object: %s", scan.reason);
   mem_begin(len);
+  /* the pipeline holds up to about three documents of the body's size at
+   * once (client + IR, then IR + upstream, each up to twice the client's):
+   * a body that cannot fit is refused before anything is built */
+  if ((long long)scan.cost * 3 > mem.limit) {
+    mem.exceeded = 1;
+    goto done;
+  }
   src = json_loadb(body, len, 0, &je);
-  if (src == NULL || !json_is_object(src)) {
+  if (src == NULL || !json_is_object(src) || mem.exceeded) {
     if (!mem.exceeded)
       px_tr_fail(err, "", "request body is not a JSON object: %s", je.text);
     goto done;

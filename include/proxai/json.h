@@ -116,6 +116,8 @@ typedef struct px_json_req {
   size_t stream_at, stream_len; /**< `stream` value token */
   int stream;                   /**< `stream` is true */
   int include_usage;            /**< `stream_options.include_usage` is true */
+  size_t cost;                  /**< bytes jansson needs at most to hold the
+                                     body as a document (before any parse) */
   px_jreq_err_t err;            /**< why the body was refused */
   size_t err_at;                /**< byte offset of the fault */
   const char *reason;           /**< static text for the client, with err */

@@ -1,6 +1,7 @@
 /* test_json.c - the request scanner (SPEC section 10: one rule set for the
  * fast and the translated path) and the memory budget of a translated
  * request. */
+#include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,11 +174,79 @@ static void test_budget(void) {
   px_buf_free(&b);
 }
 
+/* Every fixture request, translated under budgets from nothing up to what
+ * it needs: each run stops cleanly at some stage (PX_ERR_TOO_LARGE, no
+ * output, nothing leaked: the sanitizer build checks) or gives exactly the
+ * unbounded result. */
+static void test_budget_sweep(void) {
+  const char *src = getenv("PROXAI_TEST_SRCDIR");
+  char dir[4096];
+  snprintf(dir, sizeof(dir), "%s/test/fixtures", src ? src : ".");
+  static const char *const names[] = {"chat", "responses", "anthropic"};
+  int cases = 0;
+  for (int in = 0; in < 3; in++) {
+    for (int out = 0; out < 3; out++) {
+      if (in == out) continue;
+      char pair[4200];
+      snprintf(pair, sizeof(pair), "%s/%s__%s", dir, names[in], names[out]);
+      DIR *d = opendir(pair);
+      if (d == NULL) continue;
+      struct dirent *e;
+      while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char path[8400];
+        snprintf(path, sizeof(path), "%s/%s/client_request.json", pair, e->d_name);
+        FILE *f = fopen(path, "rb");
+        if (f == NULL) continue;
+        static char body[1 << 20];
+        size_t len = fread(body, 1, sizeof(body), f);
+        fclose(f);
+        px_json_req_t r;
+        if (px_json_request(body, len, &r) < 0) continue;
+        px_tr_ctx_t ctx = {.in = (px_proto_t)in, .out = (px_proto_t)out,
+                           .client_model = "client-model", .upstream_model = "up-model",
+                           .created = 1700000000, .max_accum = 1 << 20};
+        px_lossy_t lossy;
+        px_tr_err_t err;
+        char *want = NULL, *got;
+        size_t wl = 0, gl;
+        px_lossy_init(&lossy);
+        memset(&err, 0, sizeof(err));
+        if (px_translate_request_body(&ctx, body, len, 0, &want, &wl, &lossy, &err) < 0)
+          continue; /* a request the translation refuses anyway */
+        cases++;
+        for (long long lim = 0;; lim += 97) {
+          px_translate_mem_limit(lim);
+          got = NULL;
+          memset(&err, 0, sizeof(err));
+          int rc = px_translate_request_body(&ctx, body, len, 0, &got, &gl, &lossy, &err);
+          px_translate_mem_limit(-1);
+          if (rc < 0) {
+            CHECK(err.kind == PX_ERR_TOO_LARGE && got == NULL);
+            if (err.kind != PX_ERR_TOO_LARGE) {
+              fprintf(stderr, "  %s at %lld: %s\n", path, lim, err.message);
+              break;
+            }
+            continue;
+          }
+          CHECK(gl == wl && memcmp(got, want, wl) == 0);
+          free(got);
+          break;
+        }
+        free(want);
+      }
+      closedir(d);
+    }
+  }
+  CHECK(cases > 50);
+}
+
 int main(void) {
   test_members();
   test_duplicates();
   test_syntax();
   test_depth();
   test_budget();
+  test_budget_sweep();
   return check_report("test_json");
 }
