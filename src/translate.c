@@ -148,8 +148,6 @@ int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t l
   char *text = NULL;
   int rc = PX_EINVAL;
   json_error_t je;
-  /* each document is released as soon as the next one is built: the peak
-   * is two of them, never three */
   px_json_req_t scan;
   if (px_json_request(body, len, &scan) < 0)
     return px_tr_fail(err, "", "request body is not a valid JSON object: %s", scan.reason);
@@ -167,6 +165,8 @@ int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t l
       px_tr_fail(err, "", "request body is not a JSON object: %s", je.text);
     goto done;
   }
+  /* each document is released as soon as the next one is built: the peak
+   * is two of them, never three */
   rc = in->decode_request(&c, src, &ir, lossy, err);
   json_decref(src);
   src = NULL;
