@@ -1407,6 +1407,14 @@ px_config_t *px_config_load(const char *path, char *err, size_t errlen) {
   else
     c = parse_text(text, len, path, err, errlen);
   free(text);
+  if (c != NULL && c->nroutes == 0) {
+    /* an empty or truncated file would leave the gateway routing nothing
+     * and, with no [key], open to anyone: a file must route something */
+    set_err(err, errlen,
+            "%s: no [route] section: the file routes no model (empty or truncated?)", path);
+    config_free(c);
+    c = NULL;
+  }
   return c;
 }
 

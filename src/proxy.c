@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "proxai/balance.h"
+#include "proxai/json.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxai/passthru.h"
@@ -60,8 +61,8 @@ typedef struct px_exch {
   px_config_t *cfg;      /* reference held until finalize */
   px_endpoint_t ep;
   px_proto_t in, out;
-  json_t *body;
-  const char *model;     /* client's model (in body or model_buf) */
+  px_json_req_t jreq;    /* the request scan: model/stream spans in req->body */
+  const char *model;     /* client's model (model_buf) */
   char *model_buf;
   int stream;
   int include_usage;
@@ -115,7 +116,6 @@ typedef struct px_exch {
 
 static void start_attempt(px_exch_t *x);
 static void finalize(px_exch_t *x);
-static int parse_body(px_exch_t *x);
 
 static const px_conn_handler_t conn_handler;
 
@@ -316,7 +316,6 @@ static void finalize(px_exch_t *x) {
     else px_resp_abort(x->conn);
     x->conn = NULL;
   }
-  json_decref(x->body);
   free(x->model_buf);
   free(x->up_body_owned);
   free_hdrs(x->up_hdrs);
@@ -1098,18 +1097,16 @@ static char **build_upstream_headers(px_exch_t *x) {
   return h;
 }
 
-/* The Chat stream body asking for usage (SPEC 5: the final usage must be
- * real, for tpm and metrics, whatever the client asked; the watcher strips
- * the extra chunk for a client that did not ask). Without stream_options the
- * member is put first, bytes otherwise untouched; with one, the body is
- * parsed (the last duplicate wins, as upstream) and x->include_usage set
- * from what the client really asked. NULL: nothing to change. */
-static char *chat_usage_body(px_exch_t *x, size_t *len) {
+/* A stream body that asks for usage (SPEC 5: the final usage must be real,
+ * for tpm and metrics, whatever the client asked; the watcher strips the
+ * extra chunk for a client that did not ask), for protocols whose streams
+ * carry usage only on request. Without stream_options the member is put
+ * first, bytes otherwise untouched; with one (include_usage not true), the
+ * body is parsed and include_usage set. NULL: nothing to change. */
+static char *usage_body(const char *bd, size_t n, size_t *len) {
   static const char *const P_SO[] = {"stream_options"};
-  const char *bd = x->req->body.data ? x->req->body.data : "";
-  size_t n = x->req->body.len, vs, vl;
-  int rc = px_json_find(bd, n, P_SO, 1, &vs, &vl);
-  if (rc == PX_JSON_ABSENT) {
+  size_t vs, vl;
+  if (px_json_find(bd, n, P_SO, 1, &vs, &vl) == PX_JSON_ABSENT) {
     static const char ins[] = "\"stream_options\":{\"include_usage\":true},";
     size_t i = 0;
     while (i < n && bd[i] != '{') i++;
@@ -1123,46 +1120,47 @@ static char *chat_usage_body(px_exch_t *x, size_t *len) {
     b[*len] = 0;
     return b;
   }
-  json_t *body = x->body ? json_incref(x->body) : json_loadb(bd, n, 0, NULL);
+  json_t *body = json_loadb(bd, n, 0, NULL);
   json_t *so = json_object_get(body, "stream_options");
   char *out = NULL;
-  x->include_usage = json_is_true(json_object_get(so, "include_usage"));
-  if (json_is_object(body) && !x->include_usage) {
-    json_t *copy = json_copy(body); /* shallow: x->body stays the client's */
+  if (json_is_object(body)) {
     json_t *nso = json_is_object(so) ? json_copy(so) : json_object();
     json_object_set_new(nso, "include_usage", json_true());
-    json_object_set_new(copy, "stream_options", nso);
-    out = json_dumps(copy, JSON_COMPACT);
-    json_decref(copy);
+    json_object_set_new(body, "stream_options", nso);
+    out = json_dumps(body, JSON_COMPACT);
     if (out) *len = strlen(out);
   }
   json_decref(body);
   return out;
 }
 
-/* Same-protocol upstream body: the client's bytes, with the usage request
- * of a Chat stream and the route's model, when either applies. */
+/* Same-protocol upstream body: the client's bytes, with the route's model
+ * (spliced where the scanner found it) and the usage request of a stream
+ * that carries usage only on request, when either applies. */
 static int pass_body(px_exch_t *x) {
-  const char *bd = x->req->body.data;
+  const char *bd = x->req->body.data ? x->req->body.data : "";
   size_t n = x->req->body.len;
   char *owned = NULL;
-  if (client_ops(x)->stream_usage_opt_in && x->stream && x->ep == PX_EP_GENERATE) {
-    size_t l = 0;
-    if ((owned = chat_usage_body(x, &l)) != NULL) bd = owned, n = l;
-  }
   if (strcmp(x->up_model, x->model) != 0 && !client_ops(x)->model_in_path) {
-    static const char *const top[] = {"model"};
     px_buf_t b;
     px_buf_init(&b, n + strlen(x->up_model) * 6 + 64);
-    if (px_json_replace_str(&b, bd, n, top, 1, x->up_model) < PX_JSON_MORE) { /* buffer */
+    if (px_json_splice_str(&b, bd, n, x->jreq.model_at, x->jreq.model_len, x->up_model) < 0) {
       px_buf_free(&b);
-      free(owned);
       send_error(x, PX_ERR_API, "out of memory", NULL);
       return -1;
     }
-    free(owned);
     n = b.len;
     bd = owned = px_buf_steal(&b, NULL);
+  }
+  if (client_ops(x)->stream_usage_opt_in && x->stream && x->ep == PX_EP_GENERATE &&
+      !x->include_usage) {
+    size_t l = 0;
+    char *u = usage_body(bd, n, &l);
+    if (u != NULL) {
+      free(owned);
+      bd = owned = u;
+      n = l;
+    }
   }
   x->up_body = bd;
   x->up_body_len = n;
@@ -1225,24 +1223,17 @@ static void start_attempt(px_exch_t *x) {
   if (x->in == x->out) {
     if (pass_body(x) < 0) return;
   } else {
-    if (parse_body(x) < 0) return;
-    json_t *ub = NULL;
     px_tr_err_t err;
     memset(&err, 0, sizeof(err));
-    if (px_translate_request(ctx, x->body, &ub, &x->lossy, &err) < 0) {
+    if (px_translate_request_body(ctx, x->req->body.data ? x->req->body.data : "",
+                                  x->req->body.len,
+                                  x->ep == PX_EP_COUNT_TOKENS ? PX_TR_COUNT_TOKENS : 0,
+                                  &x->up_body_owned, &x->up_body_len, &x->lossy, &err) < 0) {
       send_error(x, err.kind, err.message[0] ? err.message : "request cannot be translated",
                  err.param[0] ? err.param : NULL);
       return;
     }
-    if (x->ep == PX_EP_COUNT_TOKENS && uops->count_request) uops->count_request(ub, x->up_model);
-    x->up_body_owned = json_dumps(ub, JSON_COMPACT);
-    json_decref(ub);
-    if (x->up_body_owned == NULL) {
-      send_error(x, PX_ERR_API, "out of memory", NULL);
-      return;
-    }
     x->up_body = x->up_body_owned;
-    x->up_body_len = strlen(x->up_body_owned);
   }
   free(x->url);
   x->url = NULL;
@@ -1410,22 +1401,6 @@ static char *url_decode(px_str_t s) {
   return o;
 }
 
-/* Parse the client body; on failure answer 400 and return <0. */
-static int parse_body(px_exch_t *x) {
-  if (x->body != NULL) return 0;
-  json_error_t je;
-  x->body = json_loadb(x->req->body.data ? x->req->body.data : "", x->req->body.len, 0, &je);
-  if (json_is_object(x->body)) return 0;
-  char msg[300];
-  if (x->body == NULL)
-    snprintf(msg, sizeof(msg), "request body is not valid JSON: %s (line %d, column %d)",
-             je.text, je.line, je.column);
-  else
-    snprintf(msg, sizeof(msg), "request body must be a JSON object");
-  send_error(x, PX_ERR_INVALID, msg, NULL);
-  return -1;
-}
-
 static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, const px_inbound_t *in) {
   px_exch_t *x = calloc(1, sizeof(*x));
   if (x == NULL) {
@@ -1446,47 +1421,42 @@ static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, const px_inbound_
   px_buf_init(&x->acc, 0);
   px_conn_set_handler(c, &conn_handler, x);
 
-  /* The fast path reads model/stream with the raw scanner: a request that
-   * stays in its own protocol is never parsed. Anything unusual (escapes in
-   * the model, a body the scanner rejects) takes the full parse, which also
-   * gives the precise error message. */
-  static const char *const P_MODEL[] = {"model"};
-  static const char *const P_STREAM[] = {"stream"};
-  static const char *const P_USAGE[] = {"stream_options", "include_usage"};
-  size_t vs, vl;
+  /* One scan validates the body by the rules of SPEC section 10 (jansson's
+   * syntax, nesting, no repeated model/stream) and finds what the gateway
+   * acts on; a request that stays in its own protocol is never parsed. */
   const char *bd = r->body.data ? r->body.data : "";
-  if (in->model.len > 0) { /* the path names the model (and whether it streams) */
-    if (!px_json_complete(bd, r->body.len) && parse_body(x) < 0) return;
-    x->model_buf = url_decode(in->model);
-    x->model = x->model_buf ? x->model_buf : "\n"; /* "\n": refused below */
-    x->stream = in->stream > 0;
-  } else if (px_json_find(bd, r->body.len, P_MODEL, 1, &vs, &vl) == PX_JSON_FOUND && vl > 2 &&
-      bd[vs] == '"' && memchr(bd + vs, '\\', vl) == NULL &&
-      px_json_complete(bd, r->body.len)) {
-    x->model_buf = strndup(bd + vs + 1, vl - 2);
-    /* a raw NUL would cut the copy short: refused like CR and LF */
-    x->model = px_header_value_ok(bd + vs + 1, vl - 2) ? x->model_buf : "\n";
-    x->stream = ep == PX_EP_GENERATE &&
-                px_json_find(bd, r->body.len, P_STREAM, 1, &vs, &vl) == PX_JSON_FOUND &&
-                vl == 4 && memcmp(bd + vs, "true", 4) == 0;
-    /* only a stream uses it: no third scan of the body otherwise */
-    x->include_usage = x->stream &&
-                       px_json_find(bd, r->body.len, P_USAGE, 2, &vs, &vl) == PX_JSON_FOUND &&
-                       vl == 4 && memcmp(bd + vs, "true", 4) == 0;
-  } else {
-    if (parse_body(x) < 0) return;
-    json_t *m = json_object_get(x->body, "model");
-    if (!json_is_string(m) || json_string_length(m) == 0) {
-      send_error(x, PX_ERR_INVALID, "'model' is required and must be a non-empty string",
-                 "model");
-      return;
-    }
-    x->model = json_string_value(m);
-    if (strlen(x->model) != json_string_length(m)) x->model = "\n"; /* a NUL: refused below */
-    x->stream = ep == PX_EP_GENERATE && json_is_true(json_object_get(x->body, "stream"));
-    json_t *so = json_object_get(x->body, "stream_options");
-    x->include_usage = json_is_true(json_object_get(so, "include_usage"));
+  if (px_json_request(bd, r->body.len, &x->jreq) < 0) {
+    const px_json_req_t *jr = &x->jreq;
+    char msg[300];
+    if (jr->err == PX_JREQ_DUPLICATE)
+      snprintf(msg, sizeof(msg), "request body has '%s' more than once", jr->key);
+    else if (jr->err == PX_JREQ_NOT_OBJECT)
+      snprintf(msg, sizeof(msg), "request body must be a JSON object");
+    else
+      snprintf(msg, sizeof(msg), "request body is not valid JSON: %s (at byte %zu)",
+               jr->reason, jr->err_at);
+    send_error(x, PX_ERR_INVALID, msg, jr->err == PX_JREQ_DUPLICATE ? jr->key : NULL);
+    return;
   }
+  if (in->model.len > 0) { /* the path names the model (and whether it streams) */
+    x->model = x->model_buf = url_decode(in->model);
+    if (x->model == NULL) x->model = "\n"; /* CR, LF or NUL: refused below */
+  } else {
+    x->model = x->model_buf = px_json_req_model(bd, &x->jreq);
+  }
+  if (x->model == NULL || x->model[0] == 0) {
+    send_error(x, PX_ERR_INVALID, "'model' is required and must be a non-empty string",
+               "model");
+    return;
+  }
+  if (x->jreq.stream_len > 0 && !x->jreq.stream &&
+      !(x->jreq.stream_len == 5 && memcmp(bd + x->jreq.stream_at, "false", 5) == 0) &&
+      !(x->jreq.stream_len == 4 && memcmp(bd + x->jreq.stream_at, "null", 4) == 0)) {
+    send_error(x, PX_ERR_INVALID, "'stream' must be a boolean", "stream");
+    return;
+  }
+  x->stream = in->stream >= 0 ? in->stream > 0 : ep == PX_EP_GENERATE && x->jreq.stream;
+  x->include_usage = x->jreq.include_usage;
 
   /* the model reaches the x-proxai-upstream header and the upstream
    * request: it must be a valid header value (SPEC 10) */

@@ -1,10 +1,12 @@
 /* translate.c - the translation hub: request, response, error and stream
  * pipelines between any two protocols, through the IR and the event model
  * (include/proxai/proto.h). No I/O. */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/json.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
@@ -82,6 +84,140 @@ int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
   if (c.upstream_model == NULL) c.upstream_model = c.client_model;
   return pipeline(&c, 1, in->decode_request, out->encode_request, client_body,
                   upstream_body, lossy, err);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The memory budget of a translated request (SPEC section 10)             */
+
+/* jansson allocates through these for the whole process (installed once;
+ * the worker is one thread). Outside a budgeted section they are malloc and
+ * free; inside, live bytes are counted. An allocation never fails: jansson's
+ * lexer does not survive a failed one (2.14 asserts on a string it lost
+ * bytes of), and the codecs parse tool-call arguments with it. So the parse
+ * is admitted by the scanner's cost bound before it starts, and each stage
+ * (parse, decode, encode, write) is checked when it ends: a request past
+ * its budget stops there with PX_ERR_TOO_LARGE. */
+static struct {
+  int active, exceeded;
+  long long used, limit;
+  long long forced; /* px_translate_mem_limit, tests only; < 0: none */
+} mem = {.forced = -1};
+
+void px_translate_mem_limit(long long limit) { mem.forced = limit; }
+
+static void *mem_malloc(size_t n) {
+  if (!mem.active) return malloc(n);
+  void *p = malloc(n);
+  if (p != NULL) mem.used += (long long)malloc_usable_size(p);
+  if (mem.used > mem.limit) mem.exceeded = 1;
+  return p;
+}
+
+static void mem_free(void *p) {
+  if (p != NULL && mem.active) mem.used -= (long long)malloc_usable_size(p);
+  free(p);
+}
+
+static void mem_begin(size_t body_len) {
+  static int installed;
+  if (!installed) {
+    json_set_alloc_funcs(mem_malloc, mem_free);
+    installed = 1;
+  }
+  mem.active = 1;
+  mem.exceeded = 0;
+  mem.used = 0;
+  mem.limit = mem.forced >= 0 ? mem.forced
+                              : (long long)body_len * PX_TR_MEM_FACTOR + PX_TR_MEM_BASE;
+}
+
+/* Ends the section; whether the budget held. */
+static int mem_end(void) {
+  mem.active = 0;
+  return !mem.exceeded;
+}
+
+int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                              int flags, char **out, size_t *out_len, px_lossy_t *lossy,
+                              px_tr_err_t *err) {
+  if (bad_proto(ctx)) return px_tr_fail(err, "", "unknown protocol");
+  const px_proto_ops_t *in = px_proto_get(ctx->in), *op = px_proto_get(ctx->out);
+  if (in->decode_request == NULL) return not_impl(err, ctx, "request decoding");
+  if (op->encode_request == NULL) return not_impl(err, ctx, "request encoding");
+  if (ctx->client_model == NULL) return px_tr_fail(err, "", "no client model");
+  px_tr_ctx_t c = *ctx;
+  if (c.upstream_model == NULL) c.upstream_model = c.client_model;
+  json_t *src = NULL, *ir = NULL, *ub = NULL;
+  char *text = NULL;
+  int rc = PX_EINVAL;
+  json_error_t je;
+  px_json_req_t scan;
+  if (px_json_request(body, len, &scan) < 0)
+    return px_tr_fail(err, "", "request body is not a valid JSON object: %s", scan.reason);
+  mem_begin(len);
+  /* the pipeline holds up to about three documents of the body's size at
+   * once (client + IR, then IR + upstream, each up to twice the client's):
+   * a body that cannot fit is refused before anything is built */
+  if ((long long)scan.cost * 3 > mem.limit) {
+    mem.exceeded = 1;
+    goto done;
+  }
+  src = json_loadb(body, len, 0, &je);
+  if (src == NULL || !json_is_object(src) || mem.exceeded) {
+    if (!mem.exceeded)
+      px_tr_fail(err, "", "request body is not a JSON object: %s", je.text);
+    goto done;
+  }
+  /* each document is released as soon as the next one is built: the peak
+   * is two of them, never three */
+  rc = in->decode_request(&c, src, &ir, lossy, err);
+  json_decref(src);
+  src = NULL;
+  if (rc < 0 || mem.exceeded) goto done;
+  rc = PX_EINVAL;
+  if (ir == NULL) {
+    px_tr_fail(err, "", "request decoder produced nothing");
+    goto done;
+  }
+  json_object_set_new(ir, "model", json_string(c.upstream_model));
+  rc = op->encode_request(&c, ir, &ub, lossy, err);
+  json_decref(ir);
+  ir = NULL;
+  if (rc < 0 || mem.exceeded) goto done;
+  rc = PX_EINVAL;
+  if (ub == NULL) {
+    px_tr_fail(err, "", "request encoder produced nothing");
+    goto done;
+  }
+  if ((flags & PX_TR_COUNT_TOKENS) && px_proto_get(ctx->out)->count_request)
+    px_proto_get(ctx->out)->count_request(ub, ctx->upstream_model);
+  text = json_dumps(ub, JSON_COMPACT);
+  if (text == NULL && !mem.exceeded) {
+    rc = px_tr_fail(err, "", "out of memory");
+    if (err) err->kind = PX_ERR_API;
+    goto done;
+  }
+  rc = 0;
+done:
+  json_decref(src);
+  json_decref(ir);
+  json_decref(ub);
+  if (!mem_end()) {
+    free(text);
+    text = NULL;
+    rc = px_tr_fail(err, "",
+                    "the request is too complex to translate within %u times its size "
+                    "in memory",
+                    (unsigned)PX_TR_MEM_FACTOR);
+    if (err) err->kind = PX_ERR_TOO_LARGE;
+  }
+  if (rc < 0) {
+    free(text);
+    return rc;
+  }
+  *out = text;
+  *out_len = strlen(text);
+  return 0;
 }
 
 int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,

@@ -511,6 +511,26 @@ const char *px_lossy_opaque_reasoning(const px_tr_ctx_t *ctx, int redacted);
 /** Annotations (citations) a client cannot hold, by the upstream's name. */
 const char *px_lossy_annotations(const px_tr_ctx_t *ctx);
 
+/** px_translate_request_body flag: the body of a count_tokens call, shaped
+ *  by the upstream protocol's count_request. */
+#define PX_TR_COUNT_TOKENS 1
+/** Memory a translated request may use (jansson's allocations while it is
+ *  parsed, translated and written): PX_TR_MEM_FACTOR times its body size
+ *  plus PX_TR_MEM_BASE. A body whose document would not fit is refused
+ *  before the parse (px_json_req_t.cost); a stage (decode, encode, write)
+ *  that goes past it ends the request there. Either way: PX_ERR_TOO_LARGE. */
+#define PX_TR_MEM_FACTOR 16
+#define PX_TR_MEM_BASE (4u << 20)
+/** The raw client request body (accepted by px_json_request) -> the raw
+ *  upstream body (*out, malloc'd, NUL-terminated, *out_len bytes), within
+ *  the memory budget above. ctx->client_model must be set. */
+int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                              int flags, char **out, size_t *out_len, px_lossy_t *lossy,
+                              px_tr_err_t *err);
+/** Tests only: the budget of px_translate_request_body is `limit` bytes
+ *  whatever the body size (to stop at every stage); <0 restores the rule
+ *  above. */
+void px_translate_mem_limit(long long limit);
 /** Translate an upstream success body to the client protocol's body. */
 int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,
                           json_t **client_body, px_lossy_t *lossy,

@@ -7,8 +7,8 @@
  * Also the cross-file prototypes of the translators (each protocol's stream
  * half and the Responses id/object helpers), declared once here.
  *
- * No I/O, no allocation except where said (px_mint_id, px_fj_value's
- * scratch buffer).
+ * No I/O, no allocation except where said (px_mint_id). The JSON scanner
+ * (UTF-8, string syntax, the fast scanner px_fj_*) is in proxai/json.h.
  */
 #ifndef PROXAI_PROTOUTIL_H
 #define PROXAI_PROTOUTIL_H
@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "proxai/buf.h"
+#include "proxai/json.h"
 #include "proxai/proto.h"
 
 struct px_sse_event;
@@ -40,78 +41,6 @@ static inline int64_t px_jint(const json_t *o, const char *k, int64_t dflt) {
   json_t *v = json_object_get(o, k);
   return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
 }
-
-/* ------------------------------------------------------------------------ */
-/* UTF-8 and JSON string syntax                                             */
-
-/** One UTF-8 sequence at s[0..n), n >= 1: its length (1 for ASCII), or 0 if
- *  invalid (stray continuation byte, overlong, surrogate, above U+10FFFF,
- *  truncated). */
-size_t px_utf8_seq(const unsigned char *s, size_t n);
-/** Code points in the UTF-8 text s[0..n) (bytes that are not continuation
- *  bytes). */
-size_t px_utf8_chars(const char *s, size_t n);
-/** Write code point cp (<= U+10FFFF) as UTF-8 at o (room for 4); its length. */
-size_t px_utf8_put(char *o, unsigned long cp);
-/** The 4 hex digits at p (all 4 readable) -> value, or -1. */
-long px_hex4(const unsigned char *p);
-
-/** First index >= i of p[0..n) that is not JSON whitespace. */
-size_t px_json_ws(const unsigned char *p, size_t n, size_t i);
-/** Check the JSON string whose content starts at p[i] (just past its opening
- *  quote) exactly as strictly as jansson reads it: valid UTF-8, no raw
- *  control characters, valid escapes, no \u0000, surrogate escapes only as
- *  pairs. 0 with *end = index of the closing quote and *esc = whether it has
- *  escapes; -1 when jansson would reject it or it is unterminated. */
-int px_json_string(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc);
-/** The value of the content s[0..n) of a string px_json_string accepted: a
- *  view of s itself without escapes, else unescaped into b (reset first).
- *  0, or b's error (PX_ETOOBIG / PX_ENOMEM). */
-int px_json_unescape(const char *s, size_t n, int esc, px_buf_t *b, px_str_t *out);
-
-/* ------------------------------------------------------------------------ */
-/* The validating fast JSON scanner of the stream decoders' fast paths.     */
-/* It accepts only what it can prove jansson would accept and read the same */
-/* way (see px_json_string; numbers: plain integers of at most 15 digits;   */
-/* nesting at most PX_FJ_MAX_DEPTH); anything else fails, and the caller    */
-/* falls back to jansson, which stays the arbiter.                          */
-
-#define PX_FJ_MAX_DEPTH 32
-
-typedef struct px_fj {
-  const unsigned char *p;
-  size_t n, i;
-} px_fj_t;
-
-/** A string member value remembered by the scanner: raw content p[s..e). */
-typedef struct px_fj_str {
-  size_t s, e;
-  int esc, set;
-} px_fj_str_t;
-
-/** What px_fj_object reads. Keys named in keys[] are read: string values
- *  into strs[k] (a non-string value fails), except the key at obj_key (an
- *  object: obj_at gets its offset, then it is skipped) and the keys at
- *  int_key / int_key2 (integers into iv / iv2). Unused slots are -1. A
- *  repeated or escaped key fails. */
-typedef struct px_fj_want {
-  const char *const *keys;
-  int nkeys;
-  px_fj_str_t *strs;
-  int int_key, int_key2, obj_key;
-  int64_t iv, iv2;
-  int iv_set, iv2_set;
-  size_t obj_at;
-  int obj_set;
-} px_fj_want_t;
-
-/** Skip whitespace at j->i. */
-void px_fj_ws(px_fj_t *j);
-/** Walk and check the object at j->i (see px_fj_want_t); j->i moves past it.
- *  0, or -1 for anything not proven valid. */
-int px_fj_object(px_fj_t *j, px_fj_want_t *w, int depth);
-/** The value of a string member px_fj_object read: see px_json_unescape. */
-int px_fj_value(const px_fj_t *j, const px_fj_str_t *st, px_buf_t *scratch, px_str_t *out);
 
 /* ------------------------------------------------------------------------ */
 /* Mapping tables and small encoders                                        */

@@ -724,8 +724,18 @@ static void test_embedded_default(void) {
     CHECK_STR(err,
               "proxai.conf:4: unknown section [servr] (expected [server], [upstream "
               "NAME], [route PATTERN] or [key NAME])");
+    /* a file that routes nothing (empty, truncated) is refused */
     f = fopen("proxai.conf", "w");
     fputs("[server]\nlisten = 127.0.0.1:9191\n", f);
+    fclose(f);
+    c = px_config_load(NULL, err, sizeof err);
+    CHECK(c == NULL);
+    CHECK_STR(err, "proxai.conf: no [route] section: the file routes no model (empty or "
+                   "truncated?)");
+    f = fopen("proxai.conf", "w");
+    fputs("[server]\nlisten = 127.0.0.1:9191\n[upstream u]\nprotocol = "
+          "openai_chat_completions\nbase_url = http://127.0.0.1:9\n[route *]\nupstream = u\n",
+          f);
     fclose(f);
     c = px_config_load(NULL, err, sizeof err);
     CHECK(c != NULL);

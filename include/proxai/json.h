@@ -1,0 +1,149 @@
+/**
+ * json.h - the one JSON scanner (src/json.c): UTF-8 and JSON string syntax,
+ * the validating request scanner of SPEC section 10, and the fast scanner
+ * of the stream decoders. Every reader here accepts exactly what jansson
+ * (json_loadb, flags 0) accepts, or less: jansson stays the arbiter and the
+ * DOM builder where a DOM is worth it.
+ *
+ * No I/O, no allocation except where said (px_json_unescape's buffer).
+ */
+#ifndef PROXAI_JSON_H
+#define PROXAI_JSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proxai/buf.h"
+
+/* ------------------------------------------------------------------------ */
+/* UTF-8 and JSON string syntax                                             */
+
+/** One UTF-8 sequence at s[0..n), n >= 1: its length (1 for ASCII), or 0 if
+ *  invalid (stray continuation byte, overlong, surrogate, above U+10FFFF,
+ *  truncated). */
+size_t px_utf8_seq(const unsigned char *s, size_t n);
+/** Code points in the UTF-8 text s[0..n) (bytes that are not continuation
+ *  bytes). */
+size_t px_utf8_chars(const char *s, size_t n);
+/** Write code point cp (<= U+10FFFF) as UTF-8 at o (room for 4); its length. */
+size_t px_utf8_put(char *o, unsigned long cp);
+/** The 4 hex digits at p (all 4 readable) -> value, or -1. */
+long px_hex4(const unsigned char *p);
+
+/** First index >= i of p[0..n) that is not JSON whitespace. */
+size_t px_json_ws(const unsigned char *p, size_t n, size_t i);
+/** Check the JSON string whose content starts at p[i] (just past its opening
+ *  quote) exactly as strictly as jansson reads it: valid UTF-8, no raw
+ *  control characters, valid escapes, no \u0000, surrogate escapes only as
+ *  pairs. 0 with *end = index of the closing quote and *esc = whether it has
+ *  escapes; -1 when jansson would reject it or it is unterminated. */
+int px_json_string(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc);
+/** The value of the content s[0..n) of a string px_json_string accepted: a
+ *  view of s itself without escapes, else unescaped into b (reset first).
+ *  0, or b's error (PX_ETOOBIG / PX_ENOMEM). */
+int px_json_unescape(const char *s, size_t n, int esc, px_buf_t *b, px_str_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* The validating fast JSON scanner of the stream decoders' fast paths.     */
+/* It accepts only what it can prove jansson would accept and read the same */
+/* way (see px_json_string; numbers: plain integers of at most 15 digits;   */
+/* nesting at most PX_FJ_MAX_DEPTH); anything else fails, and the caller    */
+/* falls back to jansson, which stays the arbiter.                          */
+
+#define PX_FJ_MAX_DEPTH 32
+
+typedef struct px_fj {
+  const unsigned char *p;
+  size_t n, i;
+} px_fj_t;
+
+/** A string member value remembered by the scanner: raw content p[s..e). */
+typedef struct px_fj_str {
+  size_t s, e;
+  int esc, set;
+} px_fj_str_t;
+
+/** What px_fj_object reads. Keys named in keys[] are read: string values
+ *  into strs[k] (a non-string value fails), except the key at obj_key (an
+ *  object: obj_at gets its offset, then it is skipped) and the keys at
+ *  int_key / int_key2 (integers into iv / iv2). Unused slots are -1. A
+ *  repeated or escaped key fails. */
+typedef struct px_fj_want {
+  const char *const *keys;
+  int nkeys;
+  px_fj_str_t *strs;
+  int int_key, int_key2, obj_key;
+  int64_t iv, iv2;
+  int iv_set, iv2_set;
+  size_t obj_at;
+  int obj_set;
+} px_fj_want_t;
+
+/** Skip whitespace at j->i. */
+void px_fj_ws(px_fj_t *j);
+/** Walk and check the object at j->i (see px_fj_want_t); j->i moves past it.
+ *  0, or -1 for anything not proven valid. */
+int px_fj_object(px_fj_t *j, px_fj_want_t *w, int depth);
+/** The value of a string member px_fj_object read: see px_json_unescape. */
+int px_fj_value(const px_fj_t *j, const px_fj_str_t *st, px_buf_t *scratch, px_str_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* The request scanner (SPEC section 10): one pass over a client body that  */
+/* validates it by jansson's rules and finds the members the gateway acts   */
+/* on. The same rules hold on the fast path (the body is forwarded as is)   */
+/* and on the translated path (jansson builds the DOM after this scan).     */
+
+/** Deepest nesting of arrays and objects a request may have (the top-level
+ *  object is 1). jansson's own limit (JSON_PARSER_MAX_DEPTH, 2048 in 2.14)
+ *  is higher; this one holds on both paths, so no translator recursion ever
+ *  sees more. */
+#define PX_JSON_MAX_DEPTH 256
+
+/** Why px_json_request refused a body. */
+typedef enum {
+  PX_JREQ_OK = 0,
+  PX_JREQ_SYNTAX,    /**< not JSON as jansson reads it */
+  PX_JREQ_DEPTH,     /**< valid JSON nested deeper than PX_JSON_MAX_DEPTH */
+  PX_JREQ_NOT_OBJECT,/**< valid JSON, not an object */
+  PX_JREQ_DUPLICATE, /**< a member the gateway acts on appears twice */
+} px_jreq_err_t;
+
+/** What px_json_request found. Spans are byte ranges of the body; a
+ *  member's len is 0 when it is absent. */
+typedef struct px_json_req {
+  size_t model_at, model_len;   /**< `model` value token (a string with its quotes) */
+  int model_esc;                /**< the model string has escapes */
+  size_t stream_at, stream_len; /**< `stream` value token */
+  int stream;                   /**< `stream` is true */
+  int include_usage;            /**< `stream_options.include_usage` is true */
+  size_t cost;                  /**< bytes jansson needs at most to hold the
+                                     body as a document (before any parse) */
+  px_jreq_err_t err;            /**< why the body was refused */
+  size_t err_at;                /**< byte offset of the fault */
+  const char *reason;           /**< static text for the client, with err */
+  const char *key;              /**< PX_JREQ_DUPLICATE: the member name */
+} px_json_req_t;
+
+/**
+ * Validate a request body p[0..n) and find `model`, `stream` and
+ * `stream_options.include_usage` at the top level. 0 when the body is one
+ * JSON object that jansson accepts, nested at most PX_JSON_MAX_DEPTH deep,
+ * with each of `model`, `stream`, `stream_options` (and `include_usage`
+ * inside it) at most once, whatever the escapes in the member names; else
+ * -1 with r->err, r->err_at and r->reason set.
+ * One deliberate difference: jansson 2.14 skips a NUL byte right after a
+ * number or a literal ({"a":1<NUL>} parses); a NUL outside a string is not
+ * JSON, and this scanner refuses it (on both paths, as it runs first).
+ */
+int px_json_request(const char *p, size_t n, px_json_req_t *r);
+
+/** The model of a scanned request as a NUL-terminated malloc'd string
+ *  (unescaped), or NULL: absent, not a string, or out of memory. */
+char *px_json_req_model(const char *p, const px_json_req_t *r);
+
+/** Append p[0..n) to out with the token p[at..at+len) replaced by the JSON
+ *  string `value` (escaped). 0 or a px_buf error. */
+int px_json_splice_str(px_buf_t *out, const char *p, size_t n, size_t at, size_t len,
+                       const char *value);
+
+#endif

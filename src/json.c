@@ -1,0 +1,579 @@
+/* json.c - the one JSON scanner (include/proxai/json.h): UTF-8 and JSON
+ * string syntax, the validating request scanner (SPEC section 10), and the
+ * validating fast scanner of the stream decoders' fast paths. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxai/json.h"
+
+/* ------------------------------------------------------------------------ */
+/* UTF-8 and JSON string syntax                                             */
+
+size_t px_utf8_seq(const unsigned char *s, size_t n) {
+  unsigned c = s[0];
+  if (c < 0x80) return 1;
+  if (c < 0xC2) return 0;
+  if (c < 0xE0) return n >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
+  if (c < 0xF0) {
+    if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
+    if (c == 0xE0 && s[1] < 0xA0) return 0;  /* overlong */
+    if (c == 0xED && s[1] >= 0xA0) return 0; /* surrogate */
+    return 3;
+  }
+  if (c < 0xF5) {
+    if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
+      return 0;
+    if (c == 0xF0 && s[1] < 0x90) return 0;  /* overlong */
+    if (c == 0xF4 && s[1] >= 0x90) return 0; /* above U+10FFFF */
+    return 4;
+  }
+  return 0;
+}
+
+size_t px_utf8_chars(const char *s, size_t n) {
+  size_t c = 0;
+  for (size_t i = 0; i < n; i++)
+    if (((unsigned char)s[i] & 0xC0) != 0x80) c++;
+  return c;
+}
+
+size_t px_utf8_put(char *o, unsigned long cp) {
+  if (cp < 0x80) {
+    o[0] = (char)cp;
+    return 1;
+  }
+  if (cp < 0x800) {
+    o[0] = (char)(0xC0 | (cp >> 6));
+    o[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    o[0] = (char)(0xE0 | (cp >> 12));
+    o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    o[2] = (char)(0x80 | (cp & 0x3F));
+    return 3;
+  }
+  o[0] = (char)(0xF0 | (cp >> 18));
+  o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+  o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+  o[3] = (char)(0x80 | (cp & 0x3F));
+  return 4;
+}
+
+long px_hex4(const unsigned char *p) {
+  long v = 0;
+  for (int k = 0; k < 4; k++) {
+    unsigned c = p[k];
+    v <<= 4;
+    if (c >= '0' && c <= '9')
+      v |= c - '0';
+    else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
+      v |= (c | 0x20) - 'a' + 10;
+    else
+      return -1;
+  }
+  return v;
+}
+
+size_t px_json_ws(const unsigned char *p, size_t n, size_t i) {
+  while (i < n && (p[i] == ' ' || p[i] == '\n' || p[i] == '\r' || p[i] == '\t')) i++;
+  return i;
+}
+
+int px_json_string(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
+  *esc = 0;
+  for (;;) {
+    /* plain ASCII run */
+    while (i < n && p[i] >= 0x20 && p[i] < 0x80 && p[i] != '"' && p[i] != '\\') i++;
+    if (i >= n) return -1;
+    unsigned c = p[i];
+    if (c == '"') break;
+    if (c < 0x20) return -1;
+    if (c >= 0x80) {
+      size_t l = px_utf8_seq(p + i, n - i);
+      if (l == 0) return -1;
+      i += l;
+      continue;
+    }
+    /* backslash */
+    *esc = 1;
+    if (i + 1 >= n) return -1;
+    c = p[i + 1];
+    if (c == 'u') {
+      if (i + 6 > n) return -1;
+      long v = px_hex4(p + i + 2);
+      if (v <= 0) return -1; /* bad hex, or \u0000 (jansson refuses NUL) */
+      if (v >= 0xDC00 && v <= 0xDFFF) return -1; /* lone low surrogate */
+      if (v >= 0xD800 && v <= 0xDBFF) {
+        if (i + 12 > n || p[i + 6] != '\\' || p[i + 7] != 'u') return -1;
+        long lo = px_hex4(p + i + 8);
+        if (lo < 0xDC00 || lo > 0xDFFF) return -1;
+        i += 12;
+      } else {
+        i += 6;
+      }
+    } else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' ||
+               c == 'r' || c == 't') {
+      i += 2;
+    } else {
+      return -1;
+    }
+  }
+  *end = i;
+  return 0;
+}
+
+int px_json_unescape(const char *s, size_t n, int esc, px_buf_t *b, px_str_t *out) {
+  const unsigned char *p = (const unsigned char *)s;
+  if (!esc) {
+    *out = (px_str_t){s, n};
+    return 0;
+  }
+  b->len = 0;
+  /* unescaping never makes a string longer */
+  int rc = px_buf_reserve(b, n);
+  if (rc < 0) return rc;
+  char *o = b->data;
+  size_t i = 0;
+  while (i < n) {
+    if (p[i] != '\\') {
+      o[b->len++] = (char)p[i++];
+      continue;
+    }
+    unsigned c = p[i + 1];
+    switch (c) {
+    case 'b': o[b->len++] = '\b'; break;
+    case 'f': o[b->len++] = '\f'; break;
+    case 'n': o[b->len++] = '\n'; break;
+    case 'r': o[b->len++] = '\r'; break;
+    case 't': o[b->len++] = '\t'; break;
+    case 'u': {
+      unsigned long cp = (unsigned long)px_hex4(p + i + 2);
+      if (cp >= 0xD800 && cp <= 0xDBFF) {
+        unsigned long lo = (unsigned long)px_hex4(p + i + 8);
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+        i += 6;
+      }
+      b->len += px_utf8_put(o + b->len, cp);
+      i += 6;
+      continue;
+    }
+    default: o[b->len++] = (char)c; break; /* " \ / */
+    }
+    i += 2;
+  }
+  *out = (px_str_t){b->data, b->len};
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The fast scanner                                                          */
+
+void px_fj_ws(px_fj_t *j) { j->i = px_json_ws(j->p, j->n, j->i); }
+
+/* The string at j->i (its opening quote): [*s, *e) its raw content, *esc
+ * whether it has escapes; j->i moves past the closing quote. */
+static int fj_string(px_fj_t *j, size_t *s, size_t *e, int *esc) {
+  *s = j->i + 1;
+  if (px_json_string(j->p, j->n, *s, e, esc) < 0) return -1;
+  j->i = *e + 1;
+  return 0;
+}
+
+/* A number at j->i: only a plain integer of at most 15 digits (jansson
+ * reads it as the same integer). *v gets its value. */
+static int fj_int(px_fj_t *j, int64_t *v) {
+  const unsigned char *p = j->p;
+  size_t i = j->i, n = j->n;
+  int neg = 0;
+  if (i < n && p[i] == '-') {
+    neg = 1;
+    i++;
+  }
+  size_t d0 = i;
+  int64_t x = 0;
+  /* digits past the 15th are only counted (the number is refused below),
+   * so the accumulator cannot overflow */
+  while (i < n && p[i] >= '0' && p[i] <= '9') {
+    if (i - d0 < 16) x = x * 10 + (p[i] - '0');
+    i++;
+  }
+  size_t nd = i - d0;
+  if (nd == 0 || nd > 15 || (nd > 1 && p[d0] == '0')) return -1;
+  if (i < n && (p[i] == '.' || p[i] == 'e' || p[i] == 'E')) return -1;
+  *v = neg ? -x : x;
+  j->i = i;
+  return 0;
+}
+
+static int fj_lit(px_fj_t *j, const char *lit, size_t l) {
+  if (j->n - j->i < l || memcmp(j->p + j->i, lit, l) != 0) return -1;
+  j->i += l;
+  return 0;
+}
+
+/* Validate and skip any value at j->i. */
+static int fj_skip(px_fj_t *j, int depth) {
+  size_t s, e;
+  int esc;
+  int64_t v;
+  if (j->i >= j->n) return -1;
+  switch (j->p[j->i]) {
+  case '"': return fj_string(j, &s, &e, &esc);
+  case 't': return fj_lit(j, "true", 4);
+  case 'f': return fj_lit(j, "false", 5);
+  case 'n': return fj_lit(j, "null", 4);
+  case '{':
+  case '[': {
+    int obj = j->p[j->i] == '{';
+    unsigned char close = obj ? '}' : ']';
+    if (depth >= PX_FJ_MAX_DEPTH) return -1;
+    j->i++;
+    px_fj_ws(j);
+    if (j->i < j->n && j->p[j->i] == close) {
+      j->i++;
+      return 0;
+    }
+    for (;;) {
+      if (obj) {
+        if (j->i >= j->n || j->p[j->i] != '"' || fj_string(j, &s, &e, &esc) < 0) return -1;
+        px_fj_ws(j);
+        if (j->i >= j->n || j->p[j->i] != ':') return -1;
+        j->i++;
+        px_fj_ws(j);
+      }
+      if (fj_skip(j, depth + 1) < 0) return -1;
+      px_fj_ws(j);
+      if (j->i >= j->n) return -1;
+      if (j->p[j->i] == close) {
+        j->i++;
+        return 0;
+      }
+      if (j->p[j->i] != ',') return -1;
+      j->i++;
+      px_fj_ws(j);
+    }
+  }
+  default: return fj_int(j, &v);
+  }
+}
+
+static int fj_key_is(px_fj_t *j, size_t s, size_t e, const char *k) {
+  size_t l = strlen(k);
+  return e - s == l && memcmp(j->p + s, k, l) == 0;
+}
+
+int px_fj_object(px_fj_t *j, px_fj_want_t *w, int depth) {
+  size_t s, e;
+  int esc;
+  if (j->i >= j->n || j->p[j->i] != '{') return -1;
+  j->i++;
+  px_fj_ws(j);
+  if (j->i < j->n && j->p[j->i] == '}') {
+    j->i++;
+    return 0;
+  }
+  for (;;) {
+    if (j->i >= j->n || j->p[j->i] != '"' || fj_string(j, &s, &e, &esc) < 0) return -1;
+    if (esc) return -1; /* an escaped key might spell a key we read */
+    px_fj_ws(j);
+    if (j->i >= j->n || j->p[j->i] != ':') return -1;
+    j->i++;
+    px_fj_ws(j);
+    int k = 0;
+    while (k < w->nkeys && !fj_key_is(j, s, e, w->keys[k])) k++;
+    if (k == w->nkeys) {
+      if (fj_skip(j, depth + 1) < 0) return -1;
+    } else if (k == w->int_key) {
+      if (w->iv_set || fj_int(j, &w->iv) < 0) return -1;
+      w->iv_set = 1;
+    } else if (k == w->int_key2) {
+      if (w->iv2_set || fj_int(j, &w->iv2) < 0) return -1;
+      w->iv2_set = 1;
+    } else if (k == w->obj_key) {
+      if (w->obj_set || j->i >= j->n || j->p[j->i] != '{') return -1;
+      w->obj_set = 1;
+      w->obj_at = j->i;
+      if (fj_skip(j, depth + 1) < 0) return -1;
+    } else {
+      px_fj_str_t *st = &w->strs[k];
+      if (st->set || j->i >= j->n || j->p[j->i] != '"') return -1;
+      if (fj_string(j, &st->s, &st->e, &st->esc) < 0) return -1;
+      st->set = 1;
+    }
+    px_fj_ws(j);
+    if (j->i >= j->n) return -1;
+    if (j->p[j->i] == '}') {
+      j->i++;
+      return 0;
+    }
+    if (j->p[j->i] != ',') return -1;
+    j->i++;
+    px_fj_ws(j);
+  }
+}
+
+int px_fj_value(const px_fj_t *j, const px_fj_str_t *st, px_buf_t *scratch, px_str_t *out) {
+  return px_json_unescape((const char *)j->p + st->s, st->e - st->s, st->esc, scratch, out);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The request scanner                                                      */
+
+/* A number at p[*i] by JSON's grammar, as jansson reads it: an integer must
+ * fit json_int_t (int64), a real must not overflow to infinity (strtod,
+ * ERANGE; underflow is accepted). *i moves past it. */
+static int scan_number(const unsigned char *p, size_t n, size_t *i) {
+  size_t s = *i, k = s;
+  if (k < n && p[k] == '-') k++;
+  size_t d0 = k;
+  if (k < n && p[k] == '0') {
+    k++;
+  } else {
+    while (k < n && p[k] >= '0' && p[k] <= '9') k++;
+  }
+  if (k == d0) return -1;
+  size_t nint = k - d0;
+  int real = 0;
+  if (k < n && p[k] == '.') {
+    real = 1;
+    size_t f = ++k;
+    while (k < n && p[k] >= '0' && p[k] <= '9') k++;
+    if (k == f) return -1;
+  }
+  if (k < n && (p[k] == 'e' || p[k] == 'E')) {
+    real = 1;
+    k++;
+    if (k < n && (p[k] == '+' || p[k] == '-')) k++;
+    size_t e = k;
+    while (k < n && p[k] >= '0' && p[k] <= '9') k++;
+    if (k == e) return -1;
+  }
+  /* jansson's lexer reads the longest run of number characters; one
+   * directly after the token makes it invalid (e.g. "01", "1.5.2") */
+  if (k < n && ((p[k] >= '0' && p[k] <= '9') || p[k] == '.' || p[k] == 'e' || p[k] == 'E' ||
+                p[k] == '+' || p[k] == '-'))
+    return -1;
+  *i = k;
+  if (!real) {
+    if (nint < 19) return 0;
+    if (nint > 19) return -1;
+    const char *lim = p[s] == '-' ? "9223372036854775808" : "9223372036854775807";
+    return memcmp(p + d0, lim, 19) <= 0 ? 0 : -1;
+  }
+  /* a plain real with few integer digits and no exponent cannot overflow */
+  if (nint <= 300 && memchr(p + s, 'e', k - s) == NULL && memchr(p + s, 'E', k - s) == NULL)
+    return 0;
+  char small[64], *t = k - s < sizeof(small) ? small : malloc(k - s + 1);
+  if (t == NULL) return -1;
+  memcpy(t, p + s, k - s);
+  t[k - s] = 0;
+  errno = 0;
+  double v = strtod(t, NULL);
+  int bad = errno == ERANGE && (v == HUGE_VAL || v == -HUGE_VAL);
+  if (t != small) free(t);
+  return bad ? -1 : 0;
+}
+
+/* The members the request scanner watches, at the top level (TOP_*) and in
+ * stream_options (SO_*). */
+enum { W_NONE = -1, TOP_MODEL, TOP_STREAM, TOP_SO, SO_USAGE, W_COUNT };
+static const char *const watched[W_COUNT] = {"model", "stream", "stream_options",
+                                              "include_usage"};
+
+/* Which watched member the key p[s..e) names (escapes decoded), among
+ * [from, to). An escaped spelling longer than 6 bytes a character cannot
+ * name one of them. */
+static int watched_key(const unsigned char *p, size_t s, size_t e, int esc, int from,
+                       int to) {
+  char tmp[96];
+  const char *k = (const char *)p + s;
+  size_t l = e - s;
+  if (esc) {
+    if (l > sizeof(tmp)) return W_NONE;
+    px_buf_t b = {.data = tmp, .len = 0, .size = sizeof(tmp), .cap = sizeof(tmp)};
+    px_str_t v;
+    if (px_json_unescape(k, l, 1, &b, &v) < 0) return W_NONE;
+    k = v.ptr;
+    l = v.len;
+  }
+  for (int w = from; w < to; w++)
+    if (strlen(watched[w]) == l && memcmp(watched[w], k, l) == 0) return w;
+  return W_NONE;
+}
+
+/* What jansson 2.14 allocates to hold each part of a document, rounded up
+ * with malloc's overhead (a json_object_t and its first 8 hash buckets, a
+ * json_array_t and its first 8 slots, a json_string_t and its copy, a pair
+ * with its share of bucket growth): px_json_req_t.cost is a bound, not a
+ * guess, so that a parse can be refused before it starts. */
+enum {
+  COST_OBJECT = 288,
+  COST_ARRAY = 144,
+  COST_MEMBER = 144,  /* + the name's length */
+  COST_ELEMENT = 24,
+  COST_STRING = 80,   /* + the length */
+  COST_NUMBER = 32,
+};
+
+#define TEXT_(x) #x
+#define TEXT(x) TEXT_(x)
+#define DEPTH_TEXT TEXT(PX_JSON_MAX_DEPTH)
+
+static int req_fail(px_json_req_t *r, px_jreq_err_t err, size_t at, const char *reason) {
+  r->err = err;
+  r->err_at = at;
+  r->reason = reason;
+  return -1;
+}
+
+int px_json_request(const char *text, size_t n, px_json_req_t *r) {
+  const unsigned char *p = (const unsigned char *)text;
+  unsigned char is_obj[PX_JSON_MAX_DEPTH + 1]; /* per depth: object (1) or array */
+  int seen[W_COUNT] = {0};
+  size_t at[W_COUNT] = {0}, len[W_COUNT] = {0}; /* value token of each member */
+  size_t depth = 0, so_depth = 0; /* so_depth: depth of stream_options' object */
+  int pending = W_NONE;           /* the value about to be read is this member */
+  size_t cost = 0;
+  memset(r, 0, sizeof(*r));
+  size_t i = px_json_ws(p, n, 0);
+  if (i >= n) return req_fail(r, PX_JREQ_SYNTAX, i, "the body is empty");
+  if (p[i] != '{' && p[i] != '[') return req_fail(r, PX_JREQ_SYNTAX, i, "'{' expected");
+  int top_obj = p[i] == '{';
+
+value:
+  if (i >= n) return req_fail(r, PX_JREQ_SYNTAX, i, "unexpected end of the body");
+  {
+    int rec = pending;
+    size_t s = i;
+    pending = W_NONE;
+    if (depth > 0 && !is_obj[depth]) cost += COST_ELEMENT;
+    switch (p[i]) {
+    case '{':
+    case '[':
+      if (depth >= PX_JSON_MAX_DEPTH)
+        return req_fail(r, PX_JREQ_DEPTH, i,
+                        "nested too deeply (more than " DEPTH_TEXT " levels)");
+      is_obj[++depth] = p[i] == '{';
+      cost += is_obj[depth] ? COST_OBJECT : COST_ARRAY;
+      if (rec == TOP_SO && p[i] == '{') so_depth = depth;
+      if (rec != W_NONE) at[rec] = s, len[rec] = 1; /* the type is all we need */
+      i = px_json_ws(p, n, i + 1);
+      if (i < n && p[i] == (is_obj[depth] ? '}' : ']')) {
+        i++;
+        goto close;
+      }
+      if (is_obj[depth]) goto key;
+      goto value;
+    case '"': {
+      size_t e;
+      int esc;
+      if (px_json_string(p, n, i + 1, &e, &esc) < 0)
+        return req_fail(r, PX_JREQ_SYNTAX, i,
+                        "invalid string (a raw control character, invalid UTF-8, a bad "
+                        "escape or no closing quote)");
+      if (rec == TOP_MODEL) r->model_esc = esc;
+      cost += COST_STRING + (e - i);
+      i = e + 1;
+      break;
+    }
+    case 't':
+    case 'f':
+    case 'n': {
+      const char *lit = p[i] == 't' ? "true" : p[i] == 'f' ? "false" : "null";
+      size_t l = strlen(lit);
+      if (n - i < l || memcmp(p + i, lit, l) != 0)
+        return req_fail(r, PX_JREQ_SYNTAX, i, "invalid literal");
+      i += l;
+      break;
+    }
+    default:
+      if (p[i] != '-' && (p[i] < '0' || p[i] > '9'))
+        return req_fail(r, PX_JREQ_SYNTAX, i, "a value expected");
+      if (scan_number(p, n, &i) < 0)
+        return req_fail(r, PX_JREQ_SYNTAX, s, "invalid number or number out of range");
+      cost += COST_NUMBER;
+      break;
+    }
+    if (rec != W_NONE) at[rec] = s, len[rec] = i - s;
+    goto after;
+  }
+
+key:
+  /* at the opening quote of a member name in the object at depth */
+  if (i >= n || p[i] != '"')
+    return req_fail(r, PX_JREQ_SYNTAX, i, "a member name expected");
+  {
+    size_t e;
+    int esc;
+    if (px_json_string(p, n, i + 1, &e, &esc) < 0)
+      return req_fail(r, PX_JREQ_SYNTAX, i,
+                      "invalid member name (a raw control character, invalid UTF-8, a "
+                      "bad escape or no closing quote)");
+    if (depth == 1 && top_obj)
+      pending = watched_key(p, i + 1, e, esc, TOP_MODEL, TOP_SO + 1);
+    else if (depth == 2 && so_depth == 2)
+      pending = watched_key(p, i + 1, e, esc, SO_USAGE, SO_USAGE + 1);
+    if (pending != W_NONE && seen[pending]++) {
+      r->key = watched[pending];
+      return req_fail(r, PX_JREQ_DUPLICATE, i, "duplicate member");
+    }
+    cost += COST_MEMBER + (e - i);
+    i = px_json_ws(p, n, e + 1);
+    if (i >= n || p[i] != ':') return req_fail(r, PX_JREQ_SYNTAX, i, "':' expected");
+    i = px_json_ws(p, n, i + 1);
+    goto value;
+  }
+
+after:
+  /* a value ended at i, inside the container at depth (0: the top) */
+  if (depth == 0) {
+    i = px_json_ws(p, n, i);
+    if (i != n) return req_fail(r, PX_JREQ_SYNTAX, i, "data after the JSON value");
+    if (!top_obj) return req_fail(r, PX_JREQ_NOT_OBJECT, 0, "not a JSON object");
+    r->model_at = at[TOP_MODEL], r->model_len = len[TOP_MODEL];
+    r->stream_at = at[TOP_STREAM], r->stream_len = len[TOP_STREAM];
+    r->stream = len[TOP_STREAM] == 4 && memcmp(p + at[TOP_STREAM], "true", 4) == 0;
+    r->include_usage = len[SO_USAGE] == 4 && memcmp(p + at[SO_USAGE], "true", 4) == 0;
+    r->cost = cost;
+    return 0;
+  }
+  i = px_json_ws(p, n, i);
+  if (i >= n) return req_fail(r, PX_JREQ_SYNTAX, i, "unexpected end of the body");
+  if (p[i] == ',') {
+    i = px_json_ws(p, n, i + 1);
+    if (is_obj[depth]) goto key;
+    goto value;
+  }
+  if (p[i] != (is_obj[depth] ? '}' : ']'))
+    return req_fail(r, PX_JREQ_SYNTAX, i,
+                    is_obj[depth] ? "',' or '}' expected" : "',' or ']' expected");
+  i++;
+close:
+  if (depth == so_depth) so_depth = 0;
+  depth--;
+  goto after;
+}
+
+char *px_json_req_model(const char *p, const px_json_req_t *r) {
+  if (r->model_len < 2 || p[r->model_at] != '"') return NULL;
+  px_buf_t b;
+  px_buf_init(&b, r->model_len + 1);
+  px_str_t v;
+  if (px_json_unescape(p + r->model_at + 1, r->model_len - 2, 1, &b, &v) < 0 ||
+      px_buf_append(&b, "", 1) < 0) {
+    px_buf_free(&b);
+    return NULL;
+  }
+  return px_buf_steal(&b, NULL);
+}
+
+int px_json_splice_str(px_buf_t *out, const char *p, size_t n, size_t at, size_t len,
+                       const char *value) {
+  int rc = px_buf_append(out, p, at);
+  if (rc == 0) rc = px_buf_json_str(out, value, strlen(value));
+  if (rc == 0) rc = px_buf_append(out, p + at + len, n - at - len);
+  return rc;
+}

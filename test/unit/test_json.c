@@ -1,0 +1,252 @@
+/* test_json.c - the request scanner (SPEC section 10: one rule set for the
+ * fast and the translated path) and the memory budget of a translated
+ * request. */
+#include <dirent.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "proxai/json.h"
+#include "proxai/proto.h"
+
+static int scan(const char *s, px_json_req_t *r) { return px_json_request(s, strlen(s), r); }
+
+/* rc of the scan and of jansson agree, and the refusal has this reason */
+static void refused(int line, const char *s, size_t n, px_jreq_err_t why) {
+  px_json_req_t r;
+  if (px_json_request(s, n, &r) == 0 || r.err != why) {
+    fprintf(stderr, "test line %d: want refusal %d, got rc/err %d\n", line, (int)why,
+            (int)r.err);
+    failures++;
+  }
+}
+#define REFUSED(s, why) refused(__LINE__, s, sizeof(s) - 1, why)
+
+static void test_members(void) {
+  px_json_req_t r;
+  const char *b = "{\"messages\":[{\"model\":\"inner\"}],\"model\":\"gpt-4o\",\"stream\":true,"
+                  "\"stream_options\":{\"include_usage\":true}}";
+  CHECK(scan(b, &r) == 0);
+  CHECK(r.model_len == 8 && memcmp(b + r.model_at, "\"gpt-4o\"", 8) == 0);
+  CHECK(r.stream == 1 && r.include_usage == 1);
+  char *m = px_json_req_model(b, &r);
+  CHECK(m != NULL && strcmp(m, "gpt-4o") == 0);
+  free(m);
+  /* an escaped name and value are read as jansson reads them */
+  b = "{\"mod\\u0065l\":\"a\\u002db\",\"str\\u0065am\":false}";
+  CHECK(scan(b, &r) == 0 && r.model_esc && r.stream == 0 && r.stream_len == 5);
+  m = px_json_req_model(b, &r);
+  CHECK(m != NULL && strcmp(m, "a-b") == 0);
+  free(m);
+  /* the rewrite replaces exactly the model token */
+  px_buf_t o;
+  px_buf_init(&o, 1024);
+  CHECK(px_json_splice_str(&o, b, strlen(b), r.model_at, r.model_len, "x\"y") == 0);
+  CHECK(o.len == strlen("{\"mod\\u0065l\":\"x\\\"y\",\"str\\u0065am\":false}") &&
+        memcmp(o.data, "{\"mod\\u0065l\":\"x\\\"y\",\"str\\u0065am\":false}", o.len) == 0);
+  px_buf_free(&o);
+  /* absent, other types */
+  CHECK(scan("{}", &r) == 0 && r.model_len == 0 && px_json_req_model("{}", &r) == NULL);
+  b = "{\"model\":{\"a\":1},\"stream\":[true]}";
+  CHECK(scan(b, &r) == 0 && b[r.model_at] == '{' && b[r.stream_at] == '[' && !r.stream);
+  CHECK(px_json_req_model(b, &r) == NULL);
+  /* include_usage only counts inside the top-level stream_options */
+  CHECK(scan("{\"x\":{\"stream_options\":{\"include_usage\":true}}}", &r) == 0 &&
+        !r.include_usage);
+  CHECK(scan("{\"include_usage\":true}", &r) == 0 && !r.include_usage);
+}
+
+static void test_duplicates(void) {
+  px_json_req_t r;
+  CHECK(scan("{\"model\":\"a\",\"model\":\"b\"}", &r) < 0 && r.err == PX_JREQ_DUPLICATE &&
+        strcmp(r.key, "model") == 0);
+  CHECK(scan("{\"model\":\"a\",\"m\\u006fdel\":\"b\"}", &r) < 0 && r.err == PX_JREQ_DUPLICATE);
+  CHECK(scan("{\"stream\":true,\"x\":1,\"stream\":false}", &r) < 0 &&
+        strcmp(r.key, "stream") == 0);
+  CHECK(scan("{\"stream_options\":{},\"stream_options\":{}}", &r) < 0);
+  CHECK(scan("{\"stream_options\":{\"include_usage\":1,\"include_usage\":2}}", &r) < 0 &&
+        strcmp(r.key, "include_usage") == 0);
+  /* members the gateway does not act on may repeat (jansson: the last) */
+  CHECK(scan("{\"a\":1,\"a\":2,\"x\":{\"model\":1,\"model\":2}}", &r) == 0);
+  CHECK(scan("[{\"model\":1,\"model\":2}]", &r) < 0 && r.err == PX_JREQ_NOT_OBJECT);
+}
+
+static void test_syntax(void) {
+  REFUSED("", PX_JREQ_SYNTAX);
+  REFUSED(" ", PX_JREQ_SYNTAX);
+  REFUSED("\xef\xbb\xbf{}", PX_JREQ_SYNTAX);
+  REFUSED("{} x", PX_JREQ_SYNTAX);
+  REFUSED("{}{}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":1,}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\" 1}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":\"x\0y\"}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":\"x\ny\"}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":\"\\u0000\"}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":\"\\ud800\"}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":\"\\udc00\\ud800\"}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":\"\xc0\xaf\"}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":\"\xed\xa0\x80\"}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":\"\xff\"}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":01}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":1.}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":.5}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":+1}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":1e}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":1e400}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":-1e400}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":9223372036854775808}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":-9223372036854775809}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":tru}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":truex}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":[1,2}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":{\"b\":1]}", PX_JREQ_SYNTAX);
+  REFUSED("[1]", PX_JREQ_NOT_OBJECT);
+  px_json_req_t r;
+  CHECK(scan("{\"a\":[-0,0.5e-3,1E+2,9223372036854775807,-9223372036854775808,1e-400,"
+             "\"\\ud83d\\ude00\xe2\x82\xac\\/\"],\"b\":null}",
+             &r) == 0);
+  /* every proper prefix of a valid body is refused */
+  const char *b = "{\"model\":\"m\",\"x\":[1,{\"y\":\"z\"}]}";
+  for (size_t i = 0; i < strlen(b); i++) CHECK(px_json_request(b, i, &r) < 0);
+}
+
+/* {"a": + levels-1 arrays + } : levels deep in all */
+static size_t nested(char *b, size_t levels) {
+  size_t k = 0;
+  memcpy(b, "{\"a\":", 5);
+  k = 5;
+  for (size_t i = 1; i < levels; i++) b[k++] = '[';
+  for (size_t i = 1; i < levels; i++) b[k++] = ']';
+  b[k++] = '}';
+  return k;
+}
+
+static void test_depth(void) {
+  char *b = malloc(2 * PX_JSON_MAX_DEPTH + 16);
+  px_json_req_t r;
+  size_t k = nested(b, PX_JSON_MAX_DEPTH);
+  CHECK(px_json_request(b, k, &r) == 0);
+  json_t *j = json_loadb(b, k, 0, NULL);
+  CHECK(j != NULL);
+  json_decref(j);
+  k = nested(b, PX_JSON_MAX_DEPTH + 1);
+  CHECK(px_json_request(b, k, &r) < 0 && r.err == PX_JREQ_DEPTH);
+  j = json_loadb(b, k, 0, NULL); /* jansson's own limit is higher */
+  CHECK(j != NULL);
+  json_decref(j);
+  free(b);
+}
+
+static void test_budget(void) {
+  /* a body of many tiny messages needs more than the budget: refused with
+   * PX_ERR_TOO_LARGE, nothing leaks, and the next request works */
+  px_buf_t b;
+  px_buf_init(&b, 64u << 20);
+  px_buf_puts(&b, "{\"model\":\"m\",\"messages\":[");
+  for (int i = 0; i < 100000; i++)
+    px_buf_puts(&b, i ? ",{\"role\":\"user\",\"content\":\"m\"}"
+                      : "{\"role\":\"user\",\"content\":\"m\"}");
+  px_buf_puts(&b, "]}");
+  px_tr_ctx_t ctx = {.in = PX_PROTO_CHAT, .out = PX_PROTO_ANTHROPIC, .client_model = "m"};
+  px_lossy_t lossy;
+  px_tr_err_t err;
+  char *out = NULL;
+  size_t len = 0;
+  px_lossy_init(&lossy);
+  memset(&err, 0, sizeof(err));
+  CHECK(px_translate_request_body(&ctx, b.data, b.len, 0, &out, &len, &lossy, &err) < 0);
+  CHECK(err.kind == PX_ERR_TOO_LARGE && out == NULL);
+  const char *small = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                      "\"stream\":true}";
+  memset(&err, 0, sizeof(err));
+  CHECK(px_translate_request_body(&ctx, small, strlen(small), 0, &out, &len, &lossy, &err) ==
+        0);
+  CHECK(out != NULL && len == strlen(out) && strstr(out, "\"stream\":true") != NULL);
+  free(out);
+  /* count_tokens drops the generation controls */
+  out = NULL;
+  CHECK(px_translate_request_body(&ctx, small, strlen(small), PX_TR_COUNT_TOKENS, &out, &len,
+                                  &lossy, &err) == 0);
+  CHECK(out != NULL && strstr(out, "\"stream\"") == NULL);
+  free(out);
+  px_buf_free(&b);
+}
+
+/* Every fixture request, translated under budgets from nothing up to what
+ * it needs: each run stops cleanly at some stage (PX_ERR_TOO_LARGE, no
+ * output, nothing leaked: the sanitizer build checks) or gives exactly the
+ * unbounded result. */
+static void test_budget_sweep(void) {
+  const char *src = getenv("PROXAI_TEST_SRCDIR");
+  char dir[4096];
+  snprintf(dir, sizeof(dir), "%s/test/fixtures", src ? src : ".");
+  static const char *const names[] = {"chat", "responses", "anthropic"};
+  int cases = 0;
+  for (int in = 0; in < 3; in++) {
+    for (int out = 0; out < 3; out++) {
+      if (in == out) continue;
+      char pair[4200];
+      snprintf(pair, sizeof(pair), "%s/%s__%s", dir, names[in], names[out]);
+      DIR *d = opendir(pair);
+      if (d == NULL) continue;
+      struct dirent *e;
+      while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char path[8400];
+        snprintf(path, sizeof(path), "%s/%s/client_request.json", pair, e->d_name);
+        FILE *f = fopen(path, "rb");
+        if (f == NULL) continue;
+        static char body[1 << 20];
+        size_t len = fread(body, 1, sizeof(body), f);
+        fclose(f);
+        px_json_req_t r;
+        if (px_json_request(body, len, &r) < 0) continue;
+        px_tr_ctx_t ctx = {.in = (px_proto_t)in, .out = (px_proto_t)out,
+                           .client_model = "client-model", .upstream_model = "up-model",
+                           .created = 1700000000, .max_accum = 1 << 20};
+        px_lossy_t lossy;
+        px_tr_err_t err;
+        char *want = NULL, *got;
+        size_t wl = 0, gl;
+        px_lossy_init(&lossy);
+        memset(&err, 0, sizeof(err));
+        if (px_translate_request_body(&ctx, body, len, 0, &want, &wl, &lossy, &err) < 0)
+          continue; /* a request the translation refuses anyway */
+        cases++;
+        for (long long lim = 0;; lim += 97) {
+          px_translate_mem_limit(lim);
+          got = NULL;
+          memset(&err, 0, sizeof(err));
+          int rc = px_translate_request_body(&ctx, body, len, 0, &got, &gl, &lossy, &err);
+          px_translate_mem_limit(-1);
+          if (rc < 0) {
+            CHECK(err.kind == PX_ERR_TOO_LARGE && got == NULL);
+            if (err.kind != PX_ERR_TOO_LARGE) {
+              fprintf(stderr, "  %s at %lld: %s\n", path, lim, err.message);
+              break;
+            }
+            continue;
+          }
+          CHECK(gl == wl && memcmp(got, want, wl) == 0);
+          free(got);
+          break;
+        }
+        free(want);
+      }
+      closedir(d);
+    }
+  }
+  CHECK(cases > 50);
+}
+
+int main(void) {
+  test_members();
+  test_duplicates();
+  test_syntax();
+  test_depth();
+  test_budget();
+  test_budget_sweep();
+  return check_report("test_json");
+}
