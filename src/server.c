@@ -20,6 +20,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -52,6 +53,7 @@ struct px_conn {
   } h;
   uv_timer_t timer;
   int open_handles;
+  int admin; /* accepted on admin_listen */
   px_server_t *srv;
   llhttp_t parser;
   conn_state_t state;
@@ -255,6 +257,8 @@ static int conn_write(px_conn_t *c, const char *p, size_t n) {
 }
 
 size_t px_conn_pending(const px_conn_t *c) { return c->pending; }
+int px_conn_is_admin(const px_conn_t *c) { return c->admin; }
+
 px_server_t *px_conn_server(const px_conn_t *c) { return c->srv; }
 uint64_t px_conn_bytes_out(const px_conn_t *c) { return c->bytes_out; }
 
@@ -884,6 +888,7 @@ static void on_connection(uv_stream_t *ls, int status) {
   else uv_tcp_init(s->loop, &c->h.tcp);
   c->h.handle.data = c;
   c->srv = s;
+  c->admin = ls == (uv_stream_t *)s->admin;
   c->open_handles = 1;
   if (uv_accept(ls, &c->h.stream) < 0 || s->draining ||
       s->nconns >= s->config->server.max_connections) {
@@ -937,27 +942,19 @@ static int tcp_socket(const struct sockaddr *sa, socklen_t len, int reuseport) {
   return fd;
 }
 
-int px_server_listen(px_server_t *s, char *errmsg, size_t elen) {
-  static int settings_ready;
-  if (!settings_ready) {
-    llhttp_settings_init(&parser_settings);
-    parser_settings.on_message_begin = on_message_begin;
-    parser_settings.on_url = on_url;
-    parser_settings.on_header_field = on_header_field;
-    parser_settings.on_header_value = on_header_value;
-    parser_settings.on_headers_complete = on_headers_complete;
-    parser_settings.on_body = on_body;
-    parser_settings.on_message_complete = on_message_complete;
-    settings_ready = 1;
-  }
-  const char *l = s->config->server.listen;
+/* Listen on address l; *out gets the handle (also on failure, to be closed). */
+static int listen_on(px_server_t *s, const char *l, uv_handle_t **out, char *errmsg,
+                     size_t elen) {
   int rc;
   if (strncmp(l, "unix:", 5) == 0) {
     uv_pipe_t *p = calloc(1, sizeof(*p));
     uv_pipe_init(s->loop, p, 0);
     unlink(l + 5);
     rc = uv_pipe_bind(p, l + 5);
-    s->listener = (uv_handle_t *)p;
+    /* the mode the operator chose (default 0660: a proxy in the group can
+     * connect), not the umask's */
+    if (rc == 0 && chmod(l + 5, s->config->server.socket_mode) < 0) rc = -errno;
+    *out = (uv_handle_t *)p;
   } else {
     char host[256];
     const char *colon = strrchr(l, ':');
@@ -995,11 +992,30 @@ int px_server_listen(px_server_t *s, char *errmsg, size_t elen) {
     uv_tcp_t *t = calloc(1, sizeof(*t));
     uv_tcp_init(s->loop, t);
     rc = uv_tcp_open(t, fd);
-    s->listener = (uv_handle_t *)t;
+    *out = (uv_handle_t *)t;
   }
-  s->listener->data = s;
-  if (rc == 0) rc = uv_listen((uv_stream_t *)s->listener, 1024, on_connection);
+  (*out)->data = s;
+  if (rc == 0) rc = uv_listen((uv_stream_t *)*out, 1024, on_connection);
   if (rc < 0) snprintf(errmsg, elen, "cannot listen on %s: %s", l, uv_strerror(rc));
+  return rc;
+}
+
+int px_server_listen(px_server_t *s, char *errmsg, size_t elen) {
+  static int settings_ready;
+  if (!settings_ready) {
+    llhttp_settings_init(&parser_settings);
+    parser_settings.on_message_begin = on_message_begin;
+    parser_settings.on_url = on_url;
+    parser_settings.on_header_field = on_header_field;
+    parser_settings.on_header_value = on_header_value;
+    parser_settings.on_headers_complete = on_headers_complete;
+    parser_settings.on_body = on_body;
+    parser_settings.on_message_complete = on_message_complete;
+    settings_ready = 1;
+  }
+  int rc = listen_on(s, s->config->server.listen, &s->listener, errmsg, elen);
+  if (rc == 0 && s->config->server.admin_listen)
+    rc = listen_on(s, s->config->server.admin_listen, &s->admin, errmsg, elen);
   return rc;
 }
 
@@ -1012,6 +1028,10 @@ void px_server_drain(px_server_t *s) {
     uv_close(s->listener, free_handle);
     s->listener = NULL;
   }
+  if (s->admin) {
+    uv_close(s->admin, free_handle);
+    s->admin = NULL;
+  }
   /* Idle keep-alive connections stay open while requests are in flight, so
    * that a load balancer polling /readyz on one sees 503; every response now
    * carries `connection: close`, and on_idle closes whatever is left. */
@@ -1023,6 +1043,10 @@ void px_server_close_all(px_server_t *s, int graceful) {
   if (s->listener) {
     uv_close(s->listener, free_handle);
     s->listener = NULL;
+  }
+  if (s->admin) {
+    uv_close(s->admin, free_handle);
+    s->admin = NULL;
   }
   for (px_conn_t *c = s->conns, *n; c; c = n) {
     n = c->next;

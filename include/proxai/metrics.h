@@ -1,6 +1,7 @@
 /**
  * metrics.h - Prometheus counters, gauges and histograms (SPEC section 8).
- * Per process; all calls happen on the loop thread (no locking).
+ * Host totals: the series live in the shared mapping of shm.h, updated with
+ * atomic adds by every worker of the host.
  */
 #ifndef PROXAI_METRICS_H
 #define PROXAI_METRICS_H
@@ -26,10 +27,16 @@ void px_metrics_attempt(const char *upstream, const char *error_type);
 /** Count tokens by client key name (NULL = "none") and upstream. */
 void px_metrics_tokens(const char *key, const char *upstream, int64_t in,
                        int64_t out);
+/** Count one event of the shared state backend (backend "redis"; event
+ *  "error", "allowed" or "denied"). */
+void px_metrics_state(const char *backend, const char *event);
+/** Add to this worker's gauge; the rendered value is the sum of workers. */
 void px_metrics_gauge_add(px_gauge_t g, int64_t delta);
+/** Zero the gauges of a worker slot (its process died). */
+void px_metrics_worker_reset(unsigned worker);
 /** Append the Prometheus text exposition to out. */
 int px_metrics_render(px_buf_t *out);
-/** Free everything (tests, shutdown). */
+/** Zero every series and gauge (tests). */
 void px_metrics_reset(void);
 
 #endif

@@ -60,6 +60,7 @@ struct px_server {
   px_uclient_t *uclient;
   px_request_fn on_request;
   uv_handle_t *listener;     /**< uv_tcp_t or uv_pipe_t */
+  uv_handle_t *admin;        /**< admin_listen (/metrics), or NULL */
   int draining;
   size_t nconns;
   size_t active;             /**< requests in flight */
@@ -81,6 +82,8 @@ void px_conn_set_handler(px_conn_t *c, const px_conn_handler_t *h, void *arg);
 /** Bytes queued to the client and not yet written. */
 size_t px_conn_pending(const px_conn_t *c);
 px_server_t *px_conn_server(const px_conn_t *c);
+/** Whether the connection came in on admin_listen. */
+int px_conn_is_admin(const px_conn_t *c);
 
 /** Start the response. content_length < 0: chunked. Extra headers are
  *  "Name: value" pairs. x-request-id is added here. */
