@@ -105,6 +105,7 @@ static struct {
 } g;
 
 static void connect_now(void);
+static void schedule_reconnect(void);
 
 static uint64_t hash_str(const char *s) {
   uint64_t h = 1469598103934665603ULL;
@@ -146,8 +147,13 @@ static void on_timer(uv_timer_t *t) {
   }
   /* watchdog: a connected Redis that stopped answering */
   if (g.inflight > 0 && uv_now(g.loop) - g.last_progress_ms > REPLY_TIMEOUT_MS) {
+    redisAsyncContext *ac = g.ac;
+    g.ac = NULL;
+    g.connected = 0;
+    g.inflight = 0;
     incident("no reply");
-    redisAsyncDisconnect(g.ac);
+    redisAsyncFree(ac); /* waiting admissions follow on_error */
+    schedule_reconnect();
   }
 }
 
@@ -169,8 +175,6 @@ static void on_connect(const redisAsyncContext *ac, int status) {
   }
   g.connected = 1;
   g.backoff_ms = BACKOFF_MIN_MS;
-  g.last_progress_ms = uv_now(g.loop);
-  uv_timer_start(&g.timer, on_timer, REPLY_TIMEOUT_MS / 2, REPLY_TIMEOUT_MS / 2);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status) {
@@ -192,6 +196,30 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv) {
     px_log_error("redis %s failed: %.200s", (const char *)priv, reply->str);
 }
 
+/* hiredis 0.14's libuv adapter drops a poll error (status < 0) on the floor,
+ * so a refused connection is never noticed; libuv has stopped the poll by
+ * then. These replace its four event hooks with the same bookkeeping on its
+ * own redisLibuvEvents, and on an error let hiredis read or write, which
+ * finds the socket error and fails the connection properly. */
+static void on_poll(uv_poll_t *h, int status, int events) {
+  redisLibuvEvents *p = h->data;
+  int ev = status < 0 ? p->events : events;
+  if (p->context && (ev & UV_READABLE)) redisAsyncHandleRead(p->context);
+  if (p->context && (ev & UV_WRITABLE)) redisAsyncHandleWrite(p->context);
+}
+
+static void set_events(void *privdata, int add, int del) {
+  redisLibuvEvents *p = privdata;
+  p->events = (p->events | add) & ~del;
+  if (p->events) uv_poll_start(&p->handle, p->events, on_poll);
+  else uv_poll_stop(&p->handle);
+}
+
+static void add_read(void *p) { set_events(p, UV_READABLE, 0); }
+static void del_read(void *p) { set_events(p, 0, UV_READABLE); }
+static void add_write(void *p) { set_events(p, UV_WRITABLE, 0); }
+static void del_write(void *p) { set_events(p, 0, UV_WRITABLE); }
+
 static void connect_now(void) {
   redisAsyncContext *ac =
       g.path ? redisAsyncConnectUnix(g.path) : redisAsyncConnect(g.host, g.port);
@@ -207,6 +235,10 @@ static void connect_now(void) {
     schedule_reconnect();
     return;
   }
+  ac->ev.addRead = add_read;
+  ac->ev.delRead = del_read;
+  ac->ev.addWrite = add_write;
+  ac->ev.delWrite = del_write;
   redisAsyncSetConnectCallback(ac, on_connect);
   redisAsyncSetDisconnectCallback(ac, on_disconnect);
   g.ac = ac;
@@ -222,6 +254,12 @@ static void connect_now(void) {
     redisAsyncCommand(ac, on_setup_reply, "SELECT", "SELECT %d", g.db);
     g.inflight++;
   }
+  /* hiredis 0.14 watches the socket only once a command is queued: without
+   * one the connection would never complete */
+  redisAsyncCommand(ac, on_setup_reply, "PING", "PING");
+  g.inflight++;
+  g.last_progress_ms = uv_now(g.loop);
+  uv_timer_start(&g.timer, on_timer, REPLY_TIMEOUT_MS / 2, REPLY_TIMEOUT_MS / 2);
 }
 
 /* redis://[[user]:password@]host[:port][/db] or unix:/path */
