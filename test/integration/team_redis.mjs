@@ -230,7 +230,11 @@ test('Redis killed: on_error = allow serves (logged once per worker, counted), d
 }, { timeout: 90000 });
 
 test('instances and nginx stop cleanly', async () => {
-  for (const px of [pxA, pxB]) assert.equal((await px.stop()).code, 0);
+  for (const px of [pxA, pxB]) {
+    const st = await px.stop();
+    assert.ok(!/Sanitizer|runtime error:/.test(px.logs().stderr), px.logs().stderr);
+    assert.equal(st.code, 0, px.logs().stderr);
+  }
   await nginx.stop('SIGQUIT');
   await redis.stop();
 });

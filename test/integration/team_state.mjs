@@ -64,6 +64,13 @@ function childrenOf(pid) {
   return out.sort((a, b) => a - b);
 }
 
+/** Stop proxai; it must exit 0 without a sanitizer report (ASan build). */
+async function stopClean(px) {
+  const st = await px.stop();
+  assert.ok(!/Sanitizer|runtime error:/.test(px.logs().stderr), px.logs().stderr);
+  assert.equal(st.code, 0, px.logs().stderr);
+}
+
 function metricValue(text, re) {
   const m = re.exec(text);
   return m ? Number(m[1]) : 0;
@@ -108,6 +115,7 @@ rpm = 10
     assert.equal(metricValue(s, new RegExp(`proxai_request_duration_seconds_bucket\\{${inb},le="\\+Inf"\\} (\\d+)`)), 20, s);
     assert.equal(metricValue(s, /proxai_upstream_attempts_total\{upstream="oc",result="ok"\} (\d+)/), 10, s);
     assert.equal(metricValue(s, /proxai_tokens_total\{key="team-a",upstream="oc",direction="in"\} (\d+)/), 50, s);
+    await stopClean(px);
   } finally {
     await px.stop();
   }
@@ -136,6 +144,7 @@ secret = ${KEY}
     assert.equal(c.status, 404);
     // and /metrics is not served on the client listener, key or not
     assert.equal((await request(px.url, { path: '/metrics', headers: auth })).status, 404);
+    await stopClean(px);
   } finally {
     await px.stop();
   }
@@ -177,6 +186,7 @@ secret = sk-wide
     assert.equal(none.status, 401);
     assert.equal(JSON.parse(none.text).error.type, 'authentication_error');
     assert.equal((await request(px.url, { path: '/v1/models', headers: { authorization: 'Bearer nope' } })).status, 401);
+    await stopClean(px);
   } finally {
     await px.stop();
   }
@@ -216,8 +226,7 @@ upstream = oc
     for (let i = 0; i < 6; i++) assert.equal((await chat(px.url)).status, 200);
     assert.equal(px.proc.exitCode, null, 'the master is still running');
     // the master still stops cleanly
-    const st = await px.stop();
-    assert.equal(st.code, 0);
+    await stopClean(px);
   } finally {
     await px.stop();
   }
@@ -247,6 +256,7 @@ upstream = oc
       const old = fs.readFileSync(`${log}.1`, 'utf8');
       assert.ok(old.includes('before-rotate') && !old.includes('after-rotate'));
       assert.equal(px.proc.exitCode, null, 'SIGUSR1 must not kill the process');
+      await stopClean(px);
     } finally {
       await px.stop();
     }
@@ -269,6 +279,7 @@ upstream = oc
       assert.equal(fs.statSync(sock).mode & 0o777, want, `mode of ${sock}`);
       const r = await request({ socketPath: sock }, { method: 'POST', path: '/v1/chat/completions', body: chatBody });
       assert.equal(r.status, 200);
+      await stopClean(px);
     } finally {
       await px.stop();
     }
@@ -298,6 +309,7 @@ upstream = oc
     assert.equal(metricValue(m, /proxai_requests_total\{inbound="openai_chat_completions",upstream="oc",status="502"\} (\d+)/), 1, m);
     assert.equal(metricValue(m, /proxai_upstream_attempts_total\{upstream="oc",result="ok"\} (\d+)/), 0, m);
     assert.equal(metricValue(m, /proxai_upstream_attempts_total\{upstream="oc",result="reset"\} (\d+)/), 1, m);
+    await stopClean(px);
   } finally {
     await px.stop();
   }
