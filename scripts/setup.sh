@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(meson ninja-build pkg-config gcc libuv1-dev libcurl4-openssl-dev libjansson-dev
-      libssl-dev libinih-dev node-llhttp nodejs npm curl)
+      libssl-dev libinih-dev node-llhttp nodejs npm curl libhiredis-dev redis-server nginx)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
