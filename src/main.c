@@ -370,6 +370,11 @@ int main(int argc, char **argv) {
     px_config_unref(cfg);
     return 1;
   }
+  if (workers > 1 && px_server_prebind(cfg, err, sizeof(err)) < 0) {
+    fprintf(stderr, "proxai: %s\n", err);
+    px_config_unref(cfg);
+    return 1;
+  }
   int rc = workers > 1 ? run_workers(path, cfg, workers) : run_worker(path, cfg, 0);
   px_log_done();
   curl_global_cleanup();

@@ -942,6 +942,48 @@ static int tcp_socket(const struct sockaddr *sa, socklen_t len, int reuseport) {
   return fd;
 }
 
+/* Unix listeners bound once by the master before it forks (workers > 1):
+ * each worker binding the path itself would unlink its siblings' socket. */
+static struct {
+  char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+  int fd;
+} g_prebound[2];
+static int g_nprebound;
+
+static int prebound_fd(const char *path) {
+  for (int i = 0; i < g_nprebound; i++)
+    if (strcmp(g_prebound[i].path, path) == 0) return g_prebound[i].fd;
+  return -1;
+}
+
+int px_server_prebind(const px_config_t *cfg, char *errmsg, size_t elen) {
+  const char *addrs[2] = {cfg->server.listen, cfg->server.admin_listen};
+  for (int i = 0; i < 2; i++) {
+    const char *a = addrs[i];
+    if (!a || strncmp(a, "unix:", 5) != 0 || prebound_fd(a + 5) >= 0) continue;
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    if (strlen(a + 5) >= sizeof(sa.sun_path)) {
+      snprintf(errmsg, elen, "unix socket path too long: %s", a + 5);
+      return UV_ENAMETOOLONG;
+    }
+    strcpy(sa.sun_path, a + 5);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    unlink(a + 5);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        chmod(a + 5, cfg->server.socket_mode) < 0) {
+      int e = -errno;
+      if (fd >= 0) close(fd);
+      snprintf(errmsg, elen, "cannot listen on %s: %s", a, strerror(-e));
+      return e;
+    }
+    strcpy(g_prebound[g_nprebound].path, a + 5);
+    g_prebound[g_nprebound++].fd = fd;
+  }
+  return 0;
+}
+
 /* Listen on address l; *out gets the handle (also on failure, to be closed). */
 static int listen_on(px_server_t *s, const char *l, uv_handle_t **out, char *errmsg,
                      size_t elen) {
@@ -949,11 +991,16 @@ static int listen_on(px_server_t *s, const char *l, uv_handle_t **out, char *err
   if (strncmp(l, "unix:", 5) == 0) {
     uv_pipe_t *p = calloc(1, sizeof(*p));
     uv_pipe_init(s->loop, p, 0);
-    unlink(l + 5);
-    rc = uv_pipe_bind(p, l + 5);
-    /* the mode the operator chose (default 0660: a proxy in the group can
-     * connect), not the umask's */
-    if (rc == 0 && chmod(l + 5, s->config->server.socket_mode) < 0) rc = -errno;
+    int fd = prebound_fd(l + 5);
+    if (fd >= 0) {
+      rc = uv_pipe_open(p, fd); /* bound by the master for every worker */
+    } else {
+      unlink(l + 5);
+      rc = uv_pipe_bind(p, l + 5);
+      /* the mode the operator chose (default 0660: a proxy in the group can
+       * connect), not the umask's */
+      if (rc == 0 && chmod(l + 5, s->config->server.socket_mode) < 0) rc = -errno;
+    }
     *out = (uv_handle_t *)p;
   } else {
     char host[256];

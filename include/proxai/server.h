@@ -71,6 +71,10 @@ struct px_server {
 /** Start listening on cfg->server.listen (fd >= 0: use that bound socket).
  *  Returns 0 or a negative error; errmsg filled. */
 int px_server_listen(px_server_t *s, char *errmsg, size_t len);
+/** Bind the unix: listeners of cfg once, before forking workers, so that
+ *  they all accept on one socket. Returns 0 or a negative error; errmsg
+ *  filled. */
+int px_server_prebind(const px_config_t *cfg, char *errmsg, size_t len);
 /** Stop accepting; close idle connections; in-flight ones close when their
  *  response ends. */
 void px_server_drain(px_server_t *s);

@@ -286,6 +286,46 @@ upstream = oc
   }
 });
 
+test('workers = 2 on a unix listener: every worker accepts on the one socket at the path', async () => {
+  const sock = path.join(tmp, 'px-workers.sock');
+  const px = await startProxai(`[server]
+listen = unix:${sock}
+admin_listen = 127.0.0.1:{{PORT}}
+workers = 2
+access_log = off
+${upstreams}
+[route *]
+upstream = oc
+`);
+  try {
+    const workers = await waitFor(() => {
+      const c = childrenOf(px.pid);
+      return c.length === 2 && c;
+    }, { what: 'two workers' });
+    // the inode of the socket bound at the path (/proc/net/unix: ... Inode Path)
+    const line = fs.readFileSync('/proc/net/unix', 'utf8').split('\n').find((l) => l.endsWith(` ${sock}`));
+    assert.ok(line, 'socket listed in /proc/net/unix');
+    const inode = line.trim().split(/\s+/)[6];
+    for (const w of workers) {
+      const fds = fs.readdirSync(`/proc/${w}/fd`).map((fd) => {
+        try {
+          return fs.readlinkSync(`/proc/${w}/fd/${fd}`);
+        } catch {
+          return '';
+        }
+      });
+      assert.ok(fds.includes(`socket:[${inode}]`), `worker ${w} listens on the socket at ${sock}`);
+    }
+    for (let i = 0; i < 4; i++) {
+      const r = await request({ socketPath: sock }, { method: 'POST', path: '/v1/chat/completions', body: chatBody });
+      assert.equal(r.status, 200);
+    }
+    await stopClean(px);
+  } finally {
+    await px.stop();
+  }
+});
+
 test('a stream cut by the upstream counts as a failure in /metrics, not as 200 / ok', async () => {
   const px = await startProxai(`[server]
 listen = 127.0.0.1:{{PORT}}
