@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -105,10 +107,31 @@ static void on_stop_signal(uv_signal_t *sig, int signum) {
   px_server_drain(&w->srv);
 }
 
+/* The diagnostic log is stderr; when the operator pointed it at a file
+ * (proxai 2>>/var/log/proxai.log), SIGUSR1 reopens that file by name too.
+ * The name is taken once at start, before any rename. */
+static char g_stderr_path[512];
+
+static void remember_stderr_file(void) {
+  struct stat st;
+  if (fstat(STDERR_FILENO, &st) < 0 || !S_ISREG(st.st_mode)) return;
+  ssize_t n = readlink("/proc/self/fd/2", g_stderr_path, sizeof(g_stderr_path) - 1);
+  g_stderr_path[n > 0 && (size_t)n < sizeof(g_stderr_path) - 1 ? n : 0] = 0;
+}
+
+static void reopen_stderr_file(void) {
+  if (!g_stderr_path[0]) return;
+  int fd = open(g_stderr_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  dup2(fd, STDERR_FILENO); /* dup2 clears O_CLOEXEC on fd 2 */
+  close(fd);
+}
+
 /* logrotate: reopen the access log file under its configured name */
 static void on_usr1(uv_signal_t *sig, int signum) {
   (void)sig;
   (void)signum;
+  reopen_stderr_file();
   int rc = px_log_reopen();
   if (rc < 0) px_log_error("SIGUSR1: cannot reopen the access log: %s", strerror(-rc));
   else px_log_info("SIGUSR1: log files reopened");
@@ -258,7 +281,10 @@ static int run_workers(const char *path, px_config_t *cfg, unsigned n) {
     if (sig < 0) continue; /* EINTR */
     if (sig != SIGCHLD) {
       if (sig == SIGTERM || sig == SIGINT) stopping = 1;
-      if (sig == SIGUSR1) px_log_reopen();
+      if (sig == SIGUSR1) {
+        reopen_stderr_file();
+        px_log_reopen();
+      }
       if (sig == SIGHUP) { /* workers started from now on get the new file too */
         char err[512];
         px_config_t *c = px_config_load(path, err, sizeof(err));
@@ -357,6 +383,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   signal(SIGPIPE, SIG_IGN);
+  remember_stderr_file();
   curl_global_init(CURL_GLOBAL_DEFAULT);
   unsigned workers = cfg->server.workers;
   if (workers == 0) {

@@ -232,6 +232,33 @@ upstream = oc
   }
 }, { timeout: 30000 });
 
+test('workers dying in a loop: after 10 deaths within 60 s the master stops (exit 1) instead of respawning forever', async () => {
+  const px = await startProxai(`[server]
+listen = 127.0.0.1:{{PORT}}
+workers = 2
+access_log = off
+${upstreams}
+[route *]
+upstream = oc
+`);
+  try {
+    for (let i = 0; i < 10; i++) {
+      const c = await waitFor(() => {
+        const k = childrenOf(px.pid);
+        return k.length === 2 && k;
+      }, { what: `two workers (round ${i})` });
+      process.kill(c[0], 'SIGKILL');
+      await waitFor(() => !childrenOf(px.pid).includes(c[0]), { what: 'the worker gone' });
+    }
+    const info = await Promise.race([px.exited, sleep(10000).then(() => null)]);
+    assert.ok(info, 'the master exited');
+    assert.equal(info.code, 1);
+    assert.match(px.logs().stderr, /workers are dying too fast \(10 in 60 s\): stopping/);
+  } finally {
+    await px.stop();
+  }
+}, { timeout: 40000 });
+
 for (const workers of [1, 2]) {
   test(`SIGUSR1 reopens the access log after logrotate renamed it (workers = ${workers})`, async () => {
     const log = path.join(tmp, `access-${workers}.log`);
@@ -262,6 +289,35 @@ upstream = oc
     }
   }, { timeout: 30000 });
 }
+
+test('SIGUSR1 also reopens the diagnostic log when stderr is a file', async () => {
+  const { spawn } = await import('node:child_process');
+  const errLog = path.join(tmp, 'proxai-error.log');
+  const conf = path.join(tmp, 'stderr-file.conf');
+  const port = await freePort();
+  fs.writeFileSync(conf, `[server]\nlisten = 127.0.0.1:${port}\nworkers = 2\naccess_log = off\n${upstreams}\n[route *]\nupstream = oc\n`);
+  const fd = fs.openSync(errLog, 'a');
+  const child = spawn(process.env.PROXAI_BIN || 'build/proxai', ['-c', conf], { stdio: ['ignore', 'ignore', fd] });
+  fs.closeSync(fd);
+  const exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
+  try {
+    await waitFor(async () => (await request(`http://127.0.0.1:${port}`, { path: '/healthz' })).status === 200, { what: 'proxai up' });
+    await waitFor(() => childrenOf(child.pid).length === 2, { what: 'two workers' });
+    fs.renameSync(errLog, `${errLog}.1`);
+    process.kill(child.pid, 'SIGUSR1');
+    // each worker writes "log files reopened" into the file under the old name
+    await waitFor(() => fs.existsSync(errLog) && (fs.readFileSync(errLog, 'utf8').match(/log files reopened/g) || []).length === 2, { what: 'two workers logging to the new file' });
+    assert.ok(!fs.readFileSync(`${errLog}.1`, 'utf8').includes('log files reopened'));
+  } finally {
+    try {
+      process.kill(child.pid, 'SIGTERM');
+    } catch {
+      // gone
+    }
+    assert.equal(await exited, 0);
+  }
+  assert.match(fs.readFileSync(errLog, 'utf8'), /stopped/);
+});
 
 test('socket_mode: a unix listener gets 0660 by default, else the configured mode', async () => {
   for (const [line, want] of [['', 0o660], ['socket_mode = 0600', 0o600]]) {
