@@ -68,7 +68,9 @@ void px_metrics_shm_setup(void *p, unsigned nworkers) {
   px_shm_mutex_init(&((mshm_t *)p)->mu);
 }
 
-static mshm_t *shm(void) { return px_shm_metrics(); }
+static mshm_t *shm(void) {
+  return px_shm_metrics();
+}
 
 static uint64_t hash_labels(uint32_t fam, char l[NLABELS][PX_MAX_LABEL]) {
   uint64_t h = 1469598103934665603ULL ^ fam; /* FNV-1a */
@@ -113,7 +115,8 @@ static series_t *get_series(uint32_t fam, const char *const *in) {
   mshm_t *m = shm();
   if (!m) return NULL;
   char l[NLABELS][PX_MAX_LABEL];
-  for (int i = 0; i < NLABELS; i++) snprintf(l[i], PX_MAX_LABEL, "%s", in[i] ? in[i] : "");
+  for (int i = 0; i < NLABELS; i++)
+    snprintf(l[i], PX_MAX_LABEL, "%s", in[i] ? in[i] : "");
   uint64_t h = hash_labels(fam, l);
   size_t slot;
   series_t *s = probe(m, fam, h, l, &slot);
@@ -134,7 +137,9 @@ static series_t *get_series(uint32_t fam, const char *const *in) {
   return s;
 }
 
-static void add(uint64_t *v, uint64_t d) { __atomic_add_fetch(v, d, __ATOMIC_RELAXED); }
+static void add(uint64_t *v, uint64_t d) {
+  __atomic_add_fetch(v, d, __ATOMIC_RELAXED);
+}
 
 static void hist_observe(hist_t *h, double v) {
   size_t i = 0;
@@ -188,7 +193,8 @@ void px_metrics_state(const char *backend, const char *event) {
 void px_metrics_gauge_add(px_gauge_t g, int64_t delta) {
   mshm_t *m = shm();
   if (!m || (unsigned)g >= PX_G_COUNT) return;
-  __atomic_add_fetch(&m->gauge[px_shm_worker() * PX_G_COUNT + g], delta, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&m->gauge[px_shm_worker() * PX_G_COUNT + g], delta,
+                     __ATOMIC_RELAXED);
 }
 
 void px_metrics_worker_reset(unsigned worker) {
@@ -224,7 +230,9 @@ static int put_head(px_buf_t *b, const char *name, const char *type, const char 
   return px_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static uint64_t load(const uint64_t *v) { return __atomic_load_n(v, __ATOMIC_RELAXED); }
+static uint64_t load(const uint64_t *v) {
+  return __atomic_load_n(v, __ATOMIC_RELAXED);
+}
 
 static uint32_t nseries(const mshm_t *m) {
   return __atomic_load_n(&m->nseries, __ATOMIC_ACQUIRE);

@@ -51,9 +51,13 @@ typedef struct rl_shm {
   rl_entry_t e[RL_SLOTS];
 } rl_shm_t;
 
-size_t px_rl_shm_size(void) { return sizeof(rl_shm_t); }
+size_t px_rl_shm_size(void) {
+  return sizeof(rl_shm_t);
+}
 
-void px_rl_shm_setup(void *p) { px_shm_mutex_init(&((rl_shm_t *)p)->mu); }
+void px_rl_shm_setup(void *p) {
+  px_shm_mutex_init(&((rl_shm_t *)p)->mu);
+}
 
 static uint64_t hash_str(const char *s) {
   uint64_t h = 1469598103934665603ULL;
@@ -143,8 +147,10 @@ unsigned px_rl_admit(const char *key, uint64_t rpm, uint64_t tpm, uint64_t now_m
   }
   if (rpm && !wait) {
     refill(&e->rpm, rpm, now_ms);
-    if (e->rpm.level < UNITS_PER_TOKEN) wait = wait_secs(&e->rpm, UNITS_PER_TOKEN);
-    else e->rpm.level -= UNITS_PER_TOKEN;
+    if (e->rpm.level < UNITS_PER_TOKEN)
+      wait = wait_secs(&e->rpm, UNITS_PER_TOKEN);
+    else
+      e->rpm.level -= UNITS_PER_TOKEN;
   }
   px_shm_unlock(&e->mu);
   return wait;
@@ -167,7 +173,8 @@ void px_rl_reset(void) {
   rl_shm_t *t = px_shm_ratelimit();
   if (!t) return;
   px_shm_lock(&t->mu);
-  for (size_t i = 0; i < RL_SLOTS; i++) __atomic_store_n(&t->e[i].ready, 0, __ATOMIC_RELEASE);
+  for (size_t i = 0; i < RL_SLOTS; i++)
+    __atomic_store_n(&t->e[i].ready, 0, __ATOMIC_RELEASE);
   px_shm_unlock(&t->mu);
 }
 
@@ -181,8 +188,8 @@ px_rl_verdict_t px_rl_check(const px_key_conf_t *k, uint64_t reserve, uint64_t n
                             px_rl_wait_t **wait) {
   if (k->rpm == 0 && k->tpm == 0) return PX_RL_ALLOW;
   if (px_redis_running())
-    return px_redis_admit(k->name, k->rpm, k->tpm, k->tpm ? reserve : 0, now_ms, retry_after,
-                          done, arg, wait);
+    return px_redis_admit(k->name, k->rpm, k->tpm, k->tpm ? reserve : 0, now_ms,
+                          retry_after, done, arg, wait);
   unsigned w = px_rl_admit(k->name, k->rpm, k->tpm, now_ms);
   if (w == 0) return PX_RL_ALLOW;
   *retry_after = w;
@@ -193,20 +200,26 @@ void px_rl_cancel(px_rl_wait_t *w) {
   if (w) px_redis_cancel(w);
 }
 
-void px_rl_settle(const px_key_conf_t *k, uint64_t reserved, uint64_t used, uint64_t now_ms) {
+void px_rl_settle(const px_key_conf_t *k, uint64_t reserved, uint64_t used,
+                  uint64_t now_ms) {
   if (k->tpm == 0) return;
   if (px_redis_running()) {
-    if (used != reserved) px_redis_settle(k->name, k->tpm, (int64_t)used - (int64_t)reserved);
+    if (used != reserved)
+      px_redis_settle(k->name, k->tpm, (int64_t)used - (int64_t)reserved);
     return;
   }
   px_rl_charge(k->name, k->tpm, used, now_ms);
 }
 
-int px_rl_reserves(void) { return px_redis_running(); }
+int px_rl_reserves(void) {
+  return px_redis_running();
+}
 
 int px_rl_start(uv_loop_t *loop, const px_config_t *cfg) {
   if (cfg->state.backend != PX_STATE_REDIS) return 0;
   return px_redis_start(loop, &cfg->state);
 }
 
-void px_rl_stop(void) { px_redis_stop(); }
+void px_rl_stop(void) {
+  px_redis_stop();
+}

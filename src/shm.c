@@ -13,14 +13,17 @@ static char *g_base;
 static size_t g_metrics_off, g_rl_off;
 static unsigned g_nworkers = 1, g_worker;
 
-static size_t align_up(size_t n) { return (n + 4095) & ~(size_t)4095; }
+static size_t align_up(size_t n) {
+  return (n + 4095) & ~(size_t)4095;
+}
 
 int px_shm_init(unsigned nworkers) {
   if (g_base) return 0;
   if (nworkers == 0) nworkers = 1;
   size_t msz = align_up(px_metrics_shm_size(nworkers));
   size_t rsz = align_up(px_rl_shm_size());
-  void *p = mmap(NULL, msz + rsz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  void *p =
+      mmap(NULL, msz + rsz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return -errno;
   g_base = p;
   g_nworkers = nworkers;
@@ -31,9 +34,15 @@ int px_shm_init(unsigned nworkers) {
   return 0;
 }
 
-void px_shm_set_worker(unsigned index) { g_worker = index < g_nworkers ? index : 0; }
-unsigned px_shm_worker(void) { return g_worker; }
-unsigned px_shm_nworkers(void) { return g_nworkers; }
+void px_shm_set_worker(unsigned index) {
+  g_worker = index < g_nworkers ? index : 0;
+}
+unsigned px_shm_worker(void) {
+  return g_worker;
+}
+unsigned px_shm_nworkers(void) {
+  return g_nworkers;
+}
 
 void *px_shm_metrics(void) {
   if (!g_base && px_shm_init(1) < 0) return NULL;
@@ -61,4 +70,6 @@ void px_shm_lock(pthread_mutex_t *m) {
   if (pthread_mutex_lock(m) == EOWNERDEAD) pthread_mutex_consistent(m);
 }
 
-void px_shm_unlock(pthread_mutex_t *m) { pthread_mutex_unlock(m); }
+void px_shm_unlock(pthread_mutex_t *m) {
+  pthread_mutex_unlock(m);
+}

@@ -98,8 +98,8 @@ static struct {
   char *host, *path, *user, *password, *prefix;
   int port, db, deny;
   char sha[41];
-  int incident;       /* logged, not over yet */
-  size_t inflight;    /* commands sent, reply not yet seen */
+  int incident;    /* logged, not over yet */
+  size_t inflight; /* commands sent, reply not yet seen */
   uint64_t last_progress_ms;
   cache_slot_t cache[CACHE_SLOTS];
 } g;
@@ -120,8 +120,8 @@ static void incident(const char *why) {
   px_metrics_state("redis", "error");
   if (g.incident) return;
   g.incident = 1;
-  px_log_error("redis state backend unreachable (%s): on_error = %s until it is back", why,
-               g.deny ? "deny" : "allow");
+  px_log_error("redis state backend unreachable (%s): on_error = %s until it is back",
+               why, g.deny ? "deny" : "allow");
 }
 
 static void recovered(void) {
@@ -211,14 +211,24 @@ static void on_poll(uv_poll_t *h, int status, int events) {
 static void set_events(void *privdata, int add, int del) {
   redisLibuvEvents *p = privdata;
   p->events = (p->events | add) & ~del;
-  if (p->events) uv_poll_start(&p->handle, p->events, on_poll);
-  else uv_poll_stop(&p->handle);
+  if (p->events)
+    uv_poll_start(&p->handle, p->events, on_poll);
+  else
+    uv_poll_stop(&p->handle);
 }
 
-static void add_read(void *p) { set_events(p, UV_READABLE, 0); }
-static void del_read(void *p) { set_events(p, 0, UV_READABLE); }
-static void add_write(void *p) { set_events(p, UV_WRITABLE, 0); }
-static void del_write(void *p) { set_events(p, 0, UV_WRITABLE); }
+static void add_read(void *p) {
+  set_events(p, UV_READABLE, 0);
+}
+static void del_read(void *p) {
+  set_events(p, 0, UV_READABLE);
+}
+static void add_write(void *p) {
+  set_events(p, UV_WRITABLE, 0);
+}
+static void del_write(void *p) {
+  set_events(p, 0, UV_WRITABLE);
+}
 
 static void connect_now(void) {
   redisAsyncContext *ac =
@@ -315,7 +325,9 @@ int px_redis_start(uv_loop_t *loop, const px_state_conf_t *sc) {
   return 0;
 }
 
-static void on_timer_closed(uv_handle_t *h) { (void)h; }
+static void on_timer_closed(uv_handle_t *h) {
+  (void)h;
+}
 
 void px_redis_stop(void) {
   if (!g.running) return;
@@ -335,7 +347,9 @@ void px_redis_stop(void) {
   g.running = 0;
 }
 
-int px_redis_running(void) { return g.running; }
+int px_redis_running(void) {
+  return g.running;
+}
 
 /* ---- admission ------------------------------------------------------------ */
 
@@ -349,13 +363,14 @@ static int send_script(px_rl_wait_t *w, redisCallbackFn *cb) {
   argv[n++] = w->key;
   for (int i = 0; i < 4; i++) argv[n++] = w->argv[i];
   for (int i = 0; i < n; i++) argvlen[i] = strlen(argv[i]);
-  if (!g.ac || redisAsyncCommandArgv(g.ac, cb, w, n, argv, argvlen) != REDIS_OK) return -1;
+  if (!g.ac || redisAsyncCommandArgv(g.ac, cb, w, n, argv, argvlen) != REDIS_OK)
+    return -1;
   if (g.inflight++ == 0) g.last_progress_ms = uv_now(g.loop);
   return 0;
 }
 
-static px_rl_wait_t *wait_new(const char *key, const char *mode, uint64_t rpm, uint64_t tpm,
-                              long long n) {
+static px_rl_wait_t *wait_new(const char *key, const char *mode, uint64_t rpm,
+                              uint64_t tpm, long long n) {
   size_t pl = strlen(g.prefix), kl = strlen(key);
   px_rl_wait_t *w = calloc(1, sizeof(*w) + pl + 3 + kl + 1);
   if (!w) return NULL;
@@ -397,7 +412,8 @@ static void on_admit_reply(redisAsyncContext *ac, void *r, void *priv) {
       v = PX_RL_LIMITED;
       if (ms < 1) ms = 1;
       ra = (unsigned)((ms + 999) / 1000);
-      uint64_t keep = code == 2 && ms > TPM_CACHE_MAX_MS ? TPM_CACHE_MAX_MS : (uint64_t)ms;
+      uint64_t keep =
+          code == 2 && ms > TPM_CACHE_MAX_MS ? TPM_CACHE_MAX_MS : (uint64_t)ms;
       if (g.running) {
         cache_slot_t *c = &g.cache[w->hash & (CACHE_SLOTS - 1)];
         c->hash = w->hash;
@@ -420,9 +436,9 @@ static void on_admit_reply(redisAsyncContext *ac, void *r, void *priv) {
   free(w);
 }
 
-px_rl_verdict_t px_redis_admit(const char *key, uint64_t rpm, uint64_t tpm, uint64_t reserve,
-                               uint64_t now_ms, unsigned *retry_after, px_rl_done_fn done,
-                               void *arg, px_rl_wait_t **wait) {
+px_rl_verdict_t px_redis_admit(const char *key, uint64_t rpm, uint64_t tpm,
+                               uint64_t reserve, uint64_t now_ms, unsigned *retry_after,
+                               px_rl_done_fn done, void *arg, px_rl_wait_t **wait) {
   uint64_t h = hash_str(key);
   cache_slot_t *c = &g.cache[h & (CACHE_SLOTS - 1)];
   if (c->hash == h && c->until_ms > now_ms) {
@@ -443,7 +459,9 @@ px_rl_verdict_t px_redis_admit(const char *key, uint64_t rpm, uint64_t tpm, uint
   return PX_RL_PENDING;
 }
 
-void px_redis_cancel(px_rl_wait_t *w) { w->done = NULL; }
+void px_redis_cancel(px_rl_wait_t *w) {
+  w->done = NULL;
+}
 
 static void on_settle_reply(redisAsyncContext *ac, void *r, void *priv) {
   (void)ac;

@@ -25,8 +25,7 @@ void px_metrics_request(const char *inbound, const char *upstream, int status,
  *  "connect", "timeout", "http_429", "http_5xx", "reset". */
 void px_metrics_attempt(const char *upstream, const char *error_type);
 /** Count tokens by client key name (NULL = "none") and upstream. */
-void px_metrics_tokens(const char *key, const char *upstream, int64_t in,
-                       int64_t out);
+void px_metrics_tokens(const char *key, const char *upstream, int64_t in, int64_t out);
 /** Count one event of the shared state backend (backend "redis"; event
  *  "error", "allowed" or "denied"). */
 void px_metrics_state(const char *backend, const char *event);

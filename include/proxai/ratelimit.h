@@ -50,7 +50,8 @@ px_rl_verdict_t px_rl_check(const px_key_conf_t *k, uint64_t reserve, uint64_t n
 void px_rl_cancel(px_rl_wait_t *w);
 /** A finished request used `used` tokens; `reserved` were set aside at
  *  admission (0 when the admission reserved nothing). */
-void px_rl_settle(const px_key_conf_t *k, uint64_t reserved, uint64_t used, uint64_t now_ms);
+void px_rl_settle(const px_key_conf_t *k, uint64_t reserved, uint64_t used,
+                  uint64_t now_ms);
 /** Whether admissions reserve tokens (the redis backend). */
 int px_rl_reserves(void);
 

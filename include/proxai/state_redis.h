@@ -11,9 +11,9 @@
 int px_redis_start(uv_loop_t *loop, const px_state_conf_t *sc);
 void px_redis_stop(void);
 int px_redis_running(void);
-px_rl_verdict_t px_redis_admit(const char *key, uint64_t rpm, uint64_t tpm, uint64_t reserve,
-                               uint64_t now_ms, unsigned *retry_after, px_rl_done_fn done,
-                               void *arg, px_rl_wait_t **wait);
+px_rl_verdict_t px_redis_admit(const char *key, uint64_t rpm, uint64_t tpm,
+                               uint64_t reserve, uint64_t now_ms, unsigned *retry_after,
+                               px_rl_done_fn done, void *arg, px_rl_wait_t **wait);
 void px_redis_cancel(px_rl_wait_t *w);
 /** Return (delta < 0) or charge (delta > 0) tokens on key's tpm bucket. */
 void px_redis_settle(const char *key, uint64_t tpm, int64_t delta);

@@ -56,10 +56,13 @@ static void test_across_fork(void) {
   px_buf_t b;
   px_buf_init(&b, 1 << 20);
   CHECK(px_metrics_render(&b) == 0);
-  CHECK(has(&b, "proxai_requests_total{inbound=\"openai_chat_completions\",upstream=\"oc\","
-                "status=\"200\"} 3\n"));
+  CHECK(has(&b,
+            "proxai_requests_total{inbound=\"openai_chat_completions\",upstream=\"oc\","
+            "status=\"200\"} 3\n"));
   CHECK(has(&b, "status=\"429\"} 2\n"));
-  CHECK(has(&b, "proxai_request_duration_seconds_count{inbound=\"openai_chat_completions\"} 5\n"));
+  CHECK(has(
+      &b,
+      "proxai_request_duration_seconds_count{inbound=\"openai_chat_completions\"} 5\n"));
   CHECK(has(&b, "proxai_open_connections 11\n"));
   /* a dead worker's gauges are zeroed by the master */
   px_metrics_worker_reset(2);
@@ -88,7 +91,8 @@ static px_config_t *parse(const char *text, char *err, size_t n) {
 
 static void test_config(void) {
   static const char base[] =
-      "[upstream oc]\nprotocol = openai_chat_completions\nbase_url = http://127.0.0.1:1/v1\n"
+      "[upstream oc]\nprotocol = openai_chat_completions\nbase_url = "
+      "http://127.0.0.1:1/v1\n"
       "[route c-*]\nupstream = oc\nmodels = c-1, c-2\n";
   char err[512], text[2048];
   px_config_t *c = parse(base, err, sizeof(err));
