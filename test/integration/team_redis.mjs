@@ -229,6 +229,48 @@ test('Redis killed: on_error = allow serves (logged once per worker, counted), d
   await waitFor(() => pxA.logs().stderr.includes('redis state backend is back'), { what: 'recovery logged' });
 }, { timeout: 90000 });
 
+test('password (from ${VAR}) and db in the redis address; unix:/path; a refused AUTH follows on_error', async () => {
+  const port2 = await freePort();
+  const sock = path.join(tmp, 'redis.sock');
+  const redis2 = await startChild(REDIS, ['--port', String(port2), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
+    '--dir', tmp, '--requirepass', 'pw-test-1', '--unixsocket', sock, '--unixsocketperm', '700'],
+  (o) => /Ready to accept connections/.test(o), 'redis-server with a password');
+  const keyed = (addr, onError) => `[server]
+listen = 127.0.0.1:{{PORT}}
+access_log = off
+[state]
+backend = redis
+redis = ${addr}
+prefix = ${prefix}pw:
+on_error = ${onError}
+[upstream oc]
+protocol = openai_chat_completions
+base_url = ${mock.url}/v1
+retries = 0
+[route *]
+upstream = oc
+[key rpm2]
+secret = sk-rpm2
+rpm = 2
+`;
+  const pxC = await startProxai(keyed(`redis://:\${PROXAI_TEST_REDIS_PW}@127.0.0.1:${port2}/3`, 'deny'), { env: { PROXAI_TEST_REDIS_PW: 'pw-test-1' } });
+  const pxD = await startProxai(keyed(`unix:${sock}`, 'deny'));
+  try {
+    const codes = [];
+    for (let i = 0; i < 3; i++) codes.push((await post(pxC.url, 'sk-rpm2')).status);
+    assert.deepEqual(codes, [200, 200, 429]);
+    // no password on the unix socket: Redis refuses every script (NOAUTH): deny
+    assert.equal((await post(pxD.url, 'sk-rpm2')).status, 503);
+    await waitFor(() => /redis state backend unreachable \(script error: NOAUTH/.test(pxD.logs().stderr), { what: 'NOAUTH logged' });
+    assert.ok(!pxC.logs().stderr.includes('pw-test-1') && !pxD.logs().stderr.includes('pw-test-1'));
+    for (const px of [pxC, pxD]) assert.equal((await px.stop()).code, 0);
+  } finally {
+    await pxC.stop();
+    await pxD.stop();
+    await redis2.stop();
+  }
+}, { timeout: 60000 });
+
 test('instances and nginx stop cleanly', async () => {
   for (const px of [pxA, pxB]) {
     const st = await px.stop();
