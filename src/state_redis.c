@@ -344,7 +344,7 @@ void px_redis_stop(void) {
   free(g.password);
   free(g.prefix);
   g.host = g.path = g.user = g.password = g.prefix = NULL;
-  g.running = 0;
+  g.running = g.connected = 0;
 }
 
 int px_redis_running(void) {
