@@ -58,12 +58,18 @@ static const char script[] =
     "  return level, last\n"
     "end\n"
     "local f = function(x) return string.format('%.0f', x) end\n"
+    /* a bucket is kept until it would be full again (a deep tpm debt lasts
+     * as long as it takes to repay), then it expires: absent = full */
+    "local function full(level, limit)\n"
+    "  if limit <= 0 then return 1000 end\n"
+    "  return math.ceil((limit * U - level) / limit) + 1000\n"
+    "end\n"
     "local tl, tt = refill(tonumber(v[3]), tonumber(v[4]), tpm)\n"
     "if ARGV[1] == 's' then\n"
     "  tl = tl - n * U\n"
     "  if tl > tpm * U then tl = tpm * U end\n"
     "  redis.call('HSET', KEYS[1], 'tl', f(tl), 'tt', f(tt))\n"
-    "  redis.call('PEXPIRE', KEYS[1], 120000)\n"
+    "  redis.call('PEXPIRE', KEYS[1], math.max(redis.call('PTTL', KEYS[1]), full(tl, tpm)))\n"
     "  return 0\n"
     "end\n"
     "local rl, rt = refill(tonumber(v[1]), tonumber(v[2]), rpm)\n"
@@ -72,7 +78,7 @@ static const char script[] =
     "if rpm > 0 then rl = rl - U end\n"
     "if tpm > 0 then tl = tl - n * U end\n"
     "redis.call('HSET', KEYS[1], 'rl', f(rl), 'rt', f(rt), 'tl', f(tl), 'tt', f(tt))\n"
-    "redis.call('PEXPIRE', KEYS[1], 120000)\n"
+    "redis.call('PEXPIRE', KEYS[1], math.max(full(rl, rpm), full(tl, tpm)))\n"
     "return {0, 0}\n";
 
 struct px_rl_wait {
