@@ -451,7 +451,8 @@ px_rl_verdict_t px_redis_admit(const char *key, uint64_t rpm, uint64_t tpm,
     *retry_after = (unsigned)((c->until_ms - now_ms + 999) / 1000);
     return PX_RL_LIMITED;
   }
-  if (!g.connected || !g.ac) return failed_verdict();
+  /* while connecting, hiredis queues the command until the connection is up */
+  if (!g.ac) return failed_verdict();
   px_rl_wait_t *w = wait_new(key, "a", rpm, tpm, (long long)reserve);
   if (!w) return failed_verdict();
   w->done = done;
@@ -483,7 +484,7 @@ static void on_settle_reply(redisAsyncContext *ac, void *r, void *priv) {
 }
 
 void px_redis_settle(const char *key, uint64_t tpm, int64_t delta) {
-  if (!g.connected || !g.ac) return; /* lost: the bucket refills by itself */
+  if (!g.ac) return; /* lost: the bucket refills by itself */
   px_rl_wait_t *w = wait_new(key, "s", 0, tpm, (long long)delta);
   if (!w) return;
   /* tokens returned: the local over-limit mark may be stale */
