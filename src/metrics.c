@@ -72,11 +72,18 @@ static mshm_t *shm(void) {
   return px_shm_metrics();
 }
 
-static uint64_t hash_labels(uint32_t fam, char l[NLABELS][PX_MAX_LABEL]) {
+/* Label values as looked up: each cut at PX_MAX_LABEL - 1 bytes, without
+ * copying (this runs several times per request). */
+typedef struct labels {
+  const char *v[NLABELS];
+  size_t n[NLABELS];
+} labels_t;
+
+static uint64_t hash_labels(uint32_t fam, const labels_t *l) {
   uint64_t h = 1469598103934665603ULL ^ fam; /* FNV-1a */
   for (int i = 0; i < NLABELS; i++) {
-    for (const char *p = l[i]; *p; p++) {
-      h ^= (unsigned char)*p;
+    for (size_t k = 0; k < l->n[i]; k++) {
+      h ^= (unsigned char)l->v[i][k];
       h *= 1099511628211ULL;
     }
     h ^= 0xff; /* separator: ("ab","c") != ("a","bc") */
@@ -85,16 +92,16 @@ static uint64_t hash_labels(uint32_t fam, char l[NLABELS][PX_MAX_LABEL]) {
   return h;
 }
 
-static int series_eq(const series_t *s, uint32_t fam, uint64_t h,
-                     char l[NLABELS][PX_MAX_LABEL]) {
+static int series_eq(const series_t *s, uint32_t fam, uint64_t h, const labels_t *l) {
   if (s->fam != fam || s->hash != h) return 0;
   for (int i = 0; i < NLABELS; i++)
-    if (strcmp(s->labels[i], l[i]) != 0) return 0;
+    if (memcmp(s->labels[i], l->v[i], l->n[i]) != 0 || s->labels[i][l->n[i]] != 0)
+      return 0;
   return 1;
 }
 
 /* Probe for the series; *slot gets the index slot where the probe stopped. */
-static series_t *probe(mshm_t *m, uint32_t fam, uint64_t h, char l[NLABELS][PX_MAX_LABEL],
+static series_t *probe(mshm_t *m, uint32_t fam, uint64_t h, const labels_t *l,
                        size_t *slot) {
   size_t j = h & (INDEX_SIZE - 1);
   for (size_t n = 0; n < INDEX_SIZE; n++, j = (j + 1) & (INDEX_SIZE - 1)) {
@@ -114,22 +121,24 @@ static series_t *probe(mshm_t *m, uint32_t fam, uint64_t h, char l[NLABELS][PX_M
 static series_t *get_series(uint32_t fam, const char *const *in) {
   mshm_t *m = shm();
   if (!m) return NULL;
-  char l[NLABELS][PX_MAX_LABEL];
-  for (int i = 0; i < NLABELS; i++)
-    snprintf(l[i], PX_MAX_LABEL, "%s", in[i] ? in[i] : "");
-  uint64_t h = hash_labels(fam, l);
+  labels_t l;
+  for (int i = 0; i < NLABELS; i++) {
+    l.v[i] = in[i] ? in[i] : "";
+    l.n[i] = strnlen(l.v[i], PX_MAX_LABEL - 1);
+  }
+  uint64_t h = hash_labels(fam, &l);
   size_t slot;
-  series_t *s = probe(m, fam, h, l, &slot);
+  series_t *s = probe(m, fam, h, &l, &slot);
   if (s) return s;
   px_shm_lock(&m->mu);
-  s = probe(m, fam, h, l, &slot); /* another worker may have added it */
+  s = probe(m, fam, h, &l, &slot); /* another worker may have added it */
   if (!s && slot < INDEX_SIZE && m->nseries < PX_MAX_SERIES) {
     uint32_t pos = m->nseries;
     s = &m->s[pos];
     memset(s, 0, sizeof(*s));
     s->fam = fam;
     s->hash = h;
-    memcpy(s->labels, l, sizeof(l));
+    for (int i = 0; i < NLABELS; i++) memcpy(s->labels[i], l.v[i], l.n[i]);
     __atomic_store_n(&m->nseries, pos + 1, __ATOMIC_RELEASE);
     __atomic_store_n(&m->index[slot], pos + 1, __ATOMIC_RELEASE);
   }
