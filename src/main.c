@@ -32,6 +32,19 @@ typedef struct worker {
   int stopping;
 } worker_t;
 
+/* px_config_load, and a file must name at least one route: an empty or
+ * truncated file (a reload racing an editor or a deploy) is rejected like
+ * any invalid one rather than leaving every model without a route. */
+static px_config_t *load_config(const char *path, char *err, size_t n) {
+  px_config_t *c = px_config_load(path, err, n);
+  if (c && c->path && c->nroutes == 0) {
+    snprintf(err, n, "%s: no [route] section: at least one route is needed", c->path);
+    px_config_unref(c);
+    return NULL;
+  }
+  return c;
+}
+
 static void usage(FILE *out) {
   fprintf(out,
           "usage: proxai [-c FILE] [--check] [--version] [--help]\n"
@@ -141,7 +154,7 @@ static void on_hup(uv_signal_t *sig, int signum) {
   (void)signum;
   worker_t *w = sig->data;
   char err[512];
-  px_config_t *c = px_config_load(w->config_path, err, sizeof(err));
+  px_config_t *c = load_config(w->config_path, err, sizeof(err));
   if (c == NULL) {
     px_log_error("reload rejected, keeping the running configuration: %s", err);
     return;
@@ -287,7 +300,7 @@ static int run_workers(const char *path, px_config_t *cfg, unsigned n) {
       }
       if (sig == SIGHUP) { /* workers started from now on get the new file too */
         char err[512];
-        px_config_t *c = px_config_load(path, err, sizeof(err));
+        px_config_t *c = load_config(path, err, sizeof(err));
         if (c) {
           px_config_unref(cfg);
           cfg = c;
@@ -367,7 +380,7 @@ int main(int argc, char **argv) {
     }
   }
   char err[1024];
-  px_config_t *cfg = px_config_load(path, err, sizeof(err));
+  px_config_t *cfg = load_config(path, err, sizeof(err));
   if (cfg == NULL) {
     fprintf(stderr, "proxai: %s\n", err);
     return 2;

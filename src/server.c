@@ -956,27 +956,43 @@ static int prebound_fd(const char *path) {
   return -1;
 }
 
+/* A listening unix socket at path with the given mode. It is bound and set
+ * listening under a temporary name and renamed into place, so the path
+ * never names a socket that refuses connections or has the umask's mode
+ * (a client polling for the file may connect the moment it appears).
+ * Returns the fd or -errno. */
+static int unix_listener(const char *path, unsigned mode) {
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sun_family = AF_UNIX;
+  int n = snprintf(sa.sun_path, sizeof(sa.sun_path), "%s.%ld~", path, (long)getpid());
+  if (n < 0 || (size_t)n >= sizeof(sa.sun_path)) return -ENAMETOOLONG;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  unlink(sa.sun_path);
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 1024) < 0 ||
+      chmod(sa.sun_path, mode) < 0 || rename(sa.sun_path, path) < 0) {
+    int e = -errno;
+    unlink(sa.sun_path);
+    close(fd);
+    return e;
+  }
+  return fd;
+}
+
 int px_server_prebind(const px_config_t *cfg, char *errmsg, size_t elen) {
   const char *addrs[2] = {cfg->server.listen, cfg->server.admin_listen};
   for (int i = 0; i < 2; i++) {
     const char *a = addrs[i];
     if (!a || strncmp(a, "unix:", 5) != 0 || prebound_fd(a + 5) >= 0) continue;
-    struct sockaddr_un sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    if (strlen(a + 5) >= sizeof(sa.sun_path)) {
+    if (strlen(a + 5) >= sizeof(g_prebound[0].path)) {
       snprintf(errmsg, elen, "unix socket path too long: %s", a + 5);
       return UV_ENAMETOOLONG;
     }
-    strcpy(sa.sun_path, a + 5);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    unlink(a + 5);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-        chmod(a + 5, cfg->server.socket_mode) < 0) {
-      int e = -errno;
-      if (fd >= 0) close(fd);
-      snprintf(errmsg, elen, "cannot listen on %s: %s", a, strerror(-e));
-      return e;
+    int fd = unix_listener(a + 5, cfg->server.socket_mode);
+    if (fd < 0) {
+      snprintf(errmsg, elen, "cannot listen on %s: %s", a, strerror(-fd));
+      return fd;
     }
     strcpy(g_prebound[g_nprebound].path, a + 5);
     g_prebound[g_nprebound++].fd = fd;
@@ -991,16 +1007,12 @@ static int listen_on(px_server_t *s, const char *l, uv_handle_t **out, char *err
   if (strncmp(l, "unix:", 5) == 0) {
     uv_pipe_t *p = calloc(1, sizeof(*p));
     uv_pipe_init(s->loop, p, 0);
+    /* bound by the master for every worker, else here; the mode is the
+     * operator's (default 0660: a proxy in the group can connect) */
     int fd = prebound_fd(l + 5);
-    if (fd >= 0) {
-      rc = uv_pipe_open(p, fd); /* bound by the master for every worker */
-    } else {
-      unlink(l + 5);
-      rc = uv_pipe_bind(p, l + 5);
-      /* the mode the operator chose (default 0660: a proxy in the group can
-       * connect), not the umask's */
-      if (rc == 0 && chmod(l + 5, s->config->server.socket_mode) < 0) rc = -errno;
-    }
+    if (fd < 0) fd = unix_listener(l + 5, s->config->server.socket_mode);
+    rc = fd < 0 ? fd : uv_pipe_open(p, fd);
+    if (rc < 0 && fd >= 0 && prebound_fd(l + 5) < 0) close(fd);
     *out = (uv_handle_t *)p;
   } else {
     char host[256];

@@ -319,6 +319,40 @@ test('SIGUSR1 also reopens the diagnostic log when stderr is a file', async () =
   assert.match(fs.readFileSync(errLog, 'utf8'), /stopped/);
 });
 
+test('SIGHUP with an emptied or truncated file is rejected; the running configuration stays', async () => {
+  const px = await startProxai(`[server]
+listen = 127.0.0.1:{{PORT}}
+workers = 2
+access_log = off
+${upstreams}
+[route *]
+upstream = oc
+`);
+  try {
+    await waitFor(() => childrenOf(px.pid).length === 2, { what: 'two workers' });
+    const text = fs.readFileSync(px.configPath, 'utf8');
+    for (const cut of ['', text.slice(0, text.indexOf('[route'))]) {
+      const before = (px.logs().stderr.match(/reload rejected/g) || []).length;
+      fs.writeFileSync(px.configPath, cut);
+      process.kill(px.pid, 'SIGHUP');
+      await waitFor(() => (px.logs().stderr.match(/reload rejected/g) || []).length === before + 2, { what: 'both workers rejecting the file' });
+      assert.match(px.logs().stderr, /no \[route\] section/);
+      for (let i = 0; i < 4; i++) assert.equal((await chat(px.url)).status, 200);
+    }
+    // a worker started after the rejected reload still gets the good configuration
+    const c = childrenOf(px.pid);
+    process.kill(c[0], 'SIGKILL');
+    await waitFor(() => {
+      const k = childrenOf(px.pid);
+      return k.length === 2 && !k.includes(c[0]);
+    }, { what: 'a replacement worker' });
+    for (let i = 0; i < 4; i++) assert.equal((await chat(px.url)).status, 200);
+    await stopClean(px);
+  } finally {
+    await px.stop();
+  }
+});
+
 test('socket_mode: a unix listener gets 0660 by default, else the configured mode', async () => {
   for (const [line, want] of [['', 0o660], ['socket_mode = 0600', 0o600]]) {
     const sock = path.join(tmp, `px-${want.toString(8)}.sock`);
@@ -358,8 +392,10 @@ upstream = oc
       const c = childrenOf(px.pid);
       return c.length === 2 && c;
     }, { what: 'two workers' });
-    // the inode of the socket bound at the path (/proc/net/unix: ... Inode Path)
-    const line = fs.readFileSync('/proc/net/unix', 'utf8').split('\n').find((l) => l.endsWith(` ${sock}`));
+    // the inode of the listening socket (/proc/net/unix: ... Inode Path; the
+    // path is the name it was bound under, PATH.PID~, renamed to PATH once
+    // listening)
+    const line = fs.readFileSync('/proc/net/unix', 'utf8').split('\n').find((l) => l.endsWith(` ${sock}.${px.pid}~`));
     assert.ok(line, 'socket listed in /proc/net/unix');
     const inode = line.trim().split(/\s+/)[6];
     for (const w of workers) {
