@@ -36,10 +36,11 @@ typedef enum sec_kind {
   SEC_SERVER,
   SEC_UPSTREAM,
   SEC_ROUTE,
-  SEC_KEY
+  SEC_KEY,
+  SEC_STATE
 } sec_kind_t;
 
-static const char *const sec_names[] = {"", "", "server", "upstream", "route", "key"};
+static const char *const sec_names[] = {"", "", "server", "upstream", "route", "key", "state"};
 
 /* `NAME[/MODEL]` as written, resolved to a px_target_t after parsing. */
 typedef struct target_ref {
@@ -97,6 +98,7 @@ struct parse {
   /* section lines, for duplicate messages and post-parse checks */
   int server_line;
   int *up_line, *route_line, *key_line;
+  int state_line;
   route_refs_t *refs; /* parallel to c->routes */
 };
 
@@ -662,10 +664,76 @@ static int each_name(parse_t *p, const char *s, size_t n, void *arg) {
   return 1;
 }
 
+/* "a, b, c" appended to (*list, *n); takes v. */
+static int split_list(parse_t *p, const directive_t *d, char ***list, size_t *n, char *v);
+
 static int set_models(parse_t *p, const directive_t *d, void *obj, char *v) {
   px_key_conf_t *k = obj;
+  return split_list(p, d, &k->models, &k->nmodels, v);
+}
+
+static int set_mode(parse_t *p, const directive_t *d, void *obj, char *v) {
   if (!need_value(p, d, v)) return 0;
-  name_list_t l = {&k->models, &k->nmodels, NULL};
+  char *end;
+  unsigned long m = strtoul(v, &end, 8);
+  int ok = *v && *end == 0 && m <= 0777;
+  free(v);
+  if (!ok) return fail(p, p->line, "'%s' must be an octal mode like 0660", d->name);
+  *(unsigned *)((char *)obj + d->off) = (unsigned)m;
+  return 1;
+}
+
+static int set_opt_listen(parse_t *p, const directive_t *d, void *obj, char *v) {
+  if (!need_value(p, d, v)) return 0;
+  if (!valid_listen(v)) {
+    fail(p, p->line, "invalid %s address '%s'", d->name, v);
+    free(v);
+    return 0;
+  }
+  char **slot = (char **)((char *)obj + d->off);
+  free(*slot);
+  *slot = v;
+  return 1;
+}
+
+static int set_backend(parse_t *p, const directive_t *d, void *obj, char *v) {
+  if (!need_value(p, d, v)) return 0;
+  int ok = 1;
+  px_state_conf_t *st = obj;
+  if (strcmp(v, "local") == 0) st->backend = PX_STATE_LOCAL;
+  else if (strcmp(v, "redis") == 0) st->backend = PX_STATE_REDIS;
+  else ok = fail(p, p->line, "backend must be local or redis, not '%s'", v);
+  free(v);
+  return ok;
+}
+
+static int set_on_error(parse_t *p, const directive_t *d, void *obj, char *v) {
+  if (!need_value(p, d, v)) return 0;
+  int ok = 1;
+  px_state_conf_t *st = obj;
+  if (strcmp(v, "allow") == 0) st->on_error_deny = 0;
+  else if (strcmp(v, "deny") == 0) st->on_error_deny = 1;
+  else ok = fail(p, p->line, "on_error must be allow or deny, not '%s'", v);
+  free(v);
+  return ok;
+}
+
+static int set_redis(parse_t *p, const directive_t *d, void *obj, char *v) {
+  if (!need_value(p, d, v)) return 0;
+  if (strncmp(v, "redis://", 8) != 0 && strncmp(v, "unix:/", 6) != 0) {
+    fail(p, p->line, "redis must be redis://host:port[/db] or unix:/path");
+    free(v);
+    return 0;
+  }
+  px_state_conf_t *st = obj;
+  free(st->redis);
+  st->redis = v;
+  return 1;
+}
+
+static int split_list(parse_t *p, const directive_t *d, char ***list, size_t *count, char *v) {
+  if (!need_value(p, d, v)) return 0;
+  name_list_t l = {list, count, NULL};
   return each_in_list(p, "models", v, each_name, &l);
 }
 
@@ -681,6 +749,7 @@ static int set_route_models(parse_t *p, const directive_t *d, void *obj, char *v
 #define UP(f) offsetof(px_upstream_conf_t, f)
 #define RT(f) offsetof(px_route_conf_t, f)
 #define KEY(f) offsetof(px_key_conf_t, f)
+#define ST(f) offsetof(px_state_conf_t, f)
 #define U32MAX 4294967295ull
 
 static const directive_t directives[] = {
@@ -695,6 +764,8 @@ static const directive_t directives[] = {
     {SEC_SERVER, "access_log", set_str, SRV(access_log), 0, 0, 0},
     {SEC_SERVER, "log_level", set_log_level, SRV(log_level), 0, 0, 0},
     {SEC_SERVER, "log_format", set_log_format, SRV(log_format), 0, 0, 0},
+    {SEC_SERVER, "admin_listen", set_opt_listen, SRV(admin_listen), 0, 0, 0},
+    {SEC_SERVER, "socket_mode", set_mode, SRV(socket_mode), 0, 0, 0},
 
     {SEC_UPSTREAM, "protocol", set_proto, UP(protocol), 0, 0, D_REQUIRED},
     {SEC_UPSTREAM, "base_url", set_base_url, UP(base_url), 0, 0, D_REQUIRED},
@@ -726,6 +797,11 @@ static const directive_t directives[] = {
     {SEC_KEY, "models", set_models, 0, 0, 0, 0},
     {SEC_KEY, "rpm", set_u64, KEY(rpm), 0, U32MAX, 0},
     {SEC_KEY, "tpm", set_u64, KEY(tpm), 0, UINT64_MAX / 2, 0},
+
+    {SEC_STATE, "backend", set_backend, 0, 0, 0, 0},
+    {SEC_STATE, "redis", set_redis, 0, 0, 0, 0},
+    {SEC_STATE, "prefix", set_str, ST(prefix), 0, 0, 0},
+    {SEC_STATE, "on_error", set_on_error, 0, 0, 0, 0},
 };
 #define NDIR (sizeof directives / sizeof directives[0])
 _Static_assert(NDIR <= NDIRECTIVES, "seen[] too small");
@@ -743,6 +819,9 @@ static void config_free(px_config_t *c) {
   free(c->path);
   free(c->server.listen);
   free(c->server.access_log);
+  free(c->server.admin_listen);
+  free(c->state.redis);
+  free(c->state.prefix);
   for (size_t i = 0; i < c->nupstreams; i++) {
     px_upstream_conf_t *u = &c->upstreams[i];
     free(u->name);
@@ -790,7 +869,9 @@ static px_config_t *config_new(void) {
   s->shutdown_timeout_ms = 30000;
   s->access_log = strdup("stderr");
   s->log_level = PX_LOG_INFO;
-  if (s->listen == NULL || s->access_log == NULL) {
+  s->socket_mode = 0660;
+  c->state.prefix = strdup("proxai:");
+  if (s->listen == NULL || s->access_log == NULL || c->state.prefix == NULL) {
     config_free(c);
     return NULL;
   }
@@ -886,13 +967,13 @@ static int begin_section(parse_t *p, const char *title, size_t tlen) {
   while (rlen > 0 && is_space(*rest)) rest++, rlen--;
 
   sec_kind_t kind = SEC_BAD;
-  for (int k = SEC_SERVER; k <= SEC_KEY; k++)
+  for (int k = SEC_SERVER; k <= SEC_STATE; k++)
     if (strlen(sec_names[k]) == klen && strncmp(title, sec_names[k], klen) == 0)
       kind = (sec_kind_t)k;
   if (kind == SEC_BAD)
     return fail(p, p->line,
                 "unknown section [%.*s] (expected [server], [upstream NAME], "
-                "[route PATTERN] or [key NAME])",
+                "[route PATTERN], [key NAME] or [state])",
                 (int)tlen, title);
 
   char *arg = dup_range(rest, rlen);
@@ -917,6 +998,15 @@ static int begin_section(parse_t *p, const char *title, size_t tlen) {
                   p->server_line);
       } else {
         p->server_line = p->line;
+      }
+      break;
+    case SEC_STATE:
+      if (rlen != 0) {
+        ok = fail(p, p->line, "[state] takes no name");
+      } else if (p->state_line != 0) {
+        ok = fail(p, p->line, "duplicate section [state] (first at line %d)", p->state_line);
+      } else {
+        p->state_line = p->line;
       }
       break;
     case SEC_UPSTREAM:
@@ -1097,6 +1187,9 @@ static int on_pair(void *user, const char *section, const char *name, const char
     case SEC_KEY:
       obj = &p->c->keys[p->idx];
       break;
+    case SEC_STATE:
+      obj = &p->c->state;
+      break;
     default:
       break;
   }
@@ -1237,6 +1330,8 @@ static int resolve(parse_t *p) {
       if (strcmp(c->keys[i].secret, c->keys[j].secret) == 0)
         return fail(p, p->key_line[i], "key '%s' has the same secret as key '%s'",
                     c->keys[i].name, c->keys[j].name);
+  if (c->state.backend == PX_STATE_REDIS && c->state.redis == NULL)
+    return fail(p, p->state_line, "[state] backend = redis needs 'redis ='");
   return 1;
 }
 
@@ -1513,6 +1608,12 @@ void px_config_print(const px_config_t *c, FILE *out) {
   fprintf(out, "  access_log: %s\n  log_level: %s\n", s->access_log,
           (unsigned)s->log_level < 4 ? lv[s->log_level] : "?");
   fprintf(out, "  log_format: %s\n", s->log_format == PX_LOG_JSON ? "json" : "text");
+  if (s->admin_listen) fprintf(out, "  admin_listen: %s\n", s->admin_listen);
+  fprintf(out, "  socket_mode: %04o\n", s->socket_mode);
+  /* the redis address may carry a password: not printed */
+  fprintf(out, "state\n  backend: %s\n  prefix: %s\n  on_error: %s\n",
+          c->state.backend == PX_STATE_REDIS ? "redis" : "local", c->state.prefix,
+          c->state.on_error_deny ? "deny" : "allow");
   for (size_t i = 0; i < c->nupstreams; i++) {
     const px_upstream_conf_t *u = &c->upstreams[i];
     const char *pname = "?";

@@ -5,21 +5,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "proxai/config.h"
 #include "proxai/log.h"
+#include "proxai/metrics.h"
 #include "proxai/proxy.h"
+#include "proxai/ratelimit.h"
 #include "proxai/server.h"
+#include "proxai/shm.h"
+
+#define PX_STR__(x) #x
+#define PX_STR_(x) PX_STR__(x)
 #include "proxai/upstream.h"
 
 typedef struct worker {
   uv_loop_t *loop;
   px_server_t srv;
   const char *config_path;
-  uv_signal_t sig_term, sig_int, sig_hup;
+  uv_signal_t sig_term, sig_int, sig_hup, sig_usr1;
   uv_timer_t shutdown_timer;
   int stopping;
 } worker_t;
@@ -44,9 +52,17 @@ static void usage(FILE *out) {
  * reloaded ones included. NULL: the file's (or the default's) listen. */
 static const char *g_listen;
 
-/* The configuration of path with the command line's overrides applied. */
+/* The configuration of path with the command line's overrides applied. A
+ * file must name at least one route: an empty or truncated file (a reload
+ * racing an editor or a deploy) is rejected like any invalid one rather
+ * than leaving every model without a route. */
 static px_config_t *load_config(const char *path, char *err, size_t errlen) {
   px_config_t *c = px_config_load(path, err, errlen);
+  if (c && c->path && c->nroutes == 0) {
+    snprintf(err, errlen, "%s: no [route] section: at least one route is needed", c->path);
+    px_config_unref(c);
+    return NULL;
+  }
   if (c != NULL && g_listen != NULL && px_config_set_listen(c, g_listen, err, errlen) < 0) {
     px_config_unref(c);
     return NULL;
@@ -81,6 +97,7 @@ static void finish(worker_t *w, int graceful) {
   if (!graceful) {
     w->stopping = 3;
     px_server_close_all(&w->srv, 0);
+    px_rl_stop();
     if (w->srv.uclient) px_uclient_close(w->srv.uclient, on_uclient_closed, w);
     uv_walk(w->loop, close_walk, NULL);
     return;
@@ -91,6 +108,8 @@ static void finish(worker_t *w, int graceful) {
   uv_close((uv_handle_t *)&w->sig_term, on_handle_close_noop);
   uv_close((uv_handle_t *)&w->sig_int, on_handle_close_noop);
   uv_close((uv_handle_t *)&w->sig_hup, on_handle_close_noop);
+  uv_close((uv_handle_t *)&w->sig_usr1, on_handle_close_noop);
+  px_rl_stop();
   uv_unref((uv_handle_t *)&w->shutdown_timer);
   if (w->srv.uclient) px_uclient_close(w->srv.uclient, on_uclient_closed, w);
 }
@@ -121,6 +140,36 @@ static void on_stop_signal(uv_signal_t *sig, int signum) {
   px_server_drain(&w->srv);
 }
 
+/* The diagnostic log is stderr; when the operator pointed it at a file
+ * (proxai 2>>/var/log/proxai.log), SIGUSR1 reopens that file by name too.
+ * The name is taken once at start, before any rename. */
+static char g_stderr_path[512];
+
+static void remember_stderr_file(void) {
+  struct stat st;
+  if (fstat(STDERR_FILENO, &st) < 0 || !S_ISREG(st.st_mode)) return;
+  ssize_t n = readlink("/proc/self/fd/2", g_stderr_path, sizeof(g_stderr_path) - 1);
+  g_stderr_path[n > 0 && (size_t)n < sizeof(g_stderr_path) - 1 ? n : 0] = 0;
+}
+
+static void reopen_stderr_file(void) {
+  if (!g_stderr_path[0]) return;
+  int fd = open(g_stderr_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  dup2(fd, STDERR_FILENO); /* dup2 clears O_CLOEXEC on fd 2 */
+  close(fd);
+}
+
+/* logrotate: reopen the access log file under its configured name */
+static void on_usr1(uv_signal_t *sig, int signum) {
+  (void)sig;
+  (void)signum;
+  reopen_stderr_file();
+  int rc = px_log_reopen();
+  if (rc < 0) px_log_error("SIGUSR1: cannot reopen the access log: %s", strerror(-rc));
+  else px_log_info("SIGUSR1: log files reopened");
+}
+
 static void on_hup(uv_signal_t *sig, int signum) {
   (void)signum;
   worker_t *w = sig->data;
@@ -142,13 +191,19 @@ static void on_hup(uv_signal_t *sig, int signum) {
                 w->srv.config->server.listen);
   px_log_init(c->server.log_level, c->server.access_log);
   px_log_set_format(c->server.log_format);
+  const px_state_conf_t *a = &w->srv.config->state, *b = &c->state;
+  if (a->backend != b->backend || a->on_error_deny != b->on_error_deny ||
+      strcmp(a->prefix, b->prefix) != 0 ||
+      (a->redis && b->redis ? strcmp(a->redis, b->redis) != 0 : a->redis != b->redis))
+    px_log_warn("reload: a changed [state] section needs a restart; keeping the running one");
   px_config_unref(w->srv.config);
   w->srv.config = c;
   px_log_info("configuration reloaded (%zu upstreams, %zu routes)", c->nupstreams,
               c->nroutes);
 }
 
-static int run_worker(const char *path, px_config_t *cfg) {
+static int run_worker(const char *path, px_config_t *cfg, unsigned index) {
+  px_shm_set_worker(index);
   worker_t w;
   memset(&w, 0, sizeof(w));
   w.loop = uv_default_loop();
@@ -172,7 +227,19 @@ static int run_worker(const char *path, px_config_t *cfg) {
     px_config_unref(w.srv.config);
     return 1;
   }
+  if (px_rl_start(w.loop, cfg) < 0) {
+    fprintf(stderr, "proxai: cannot start the [state] backend\n");
+    px_server_close_all(&w.srv, 0);
+    px_uclient_close(w.srv.uclient, NULL, NULL);
+    uv_run(w.loop, UV_RUN_DEFAULT);
+    uv_loop_close(w.loop);
+    px_config_unref(w.srv.config);
+    return 1;
+  }
   uv_timer_init(w.loop, &w.shutdown_timer);
+  uv_signal_init(w.loop, &w.sig_usr1);
+  w.sig_usr1.data = &w;
+  uv_signal_start(&w.sig_usr1, on_usr1, SIGUSR1);
   uv_signal_init(w.loop, &w.sig_term);
   uv_signal_init(w.loop, &w.sig_int);
   uv_signal_init(w.loop, &w.sig_hup);
@@ -194,58 +261,133 @@ static int run_worker(const char *path, px_config_t *cfg) {
   return 0;
 }
 
-static volatile sig_atomic_t parent_sig;
-static void parent_handler(int s) { parent_sig = s; }
+/* The master: forks the workers, replaces any that dies (logged with its
+ * pid and signal or status), forwards signals, and gives up when workers
+ * die faster than RESPAWN_MAX in RESPAWN_WINDOW seconds (a crash loop) or
+ * one fails at start (exit status 1: cannot bind, ...). Signals are taken
+ * synchronously with sigwaitinfo(): none is lost between two waits. */
+#define RESPAWN_MAX 10
+#define RESPAWN_WINDOW 60
 
-/* Several workers: each child binds its own SO_REUSEPORT socket. */
+static pid_t spawn_worker(const char *path, px_config_t *cfg, unsigned index,
+                          const sigset_t *oldmask) {
+  pid_t p = fork();
+  if (p == 0) {
+    sigprocmask(SIG_SETMASK, oldmask, NULL);
+    int rc = run_worker(path, cfg, index);
+    curl_global_cleanup();
+    _exit(rc);
+  }
+  return p;
+}
+
+static void describe_status(int st, char *out, size_t n) {
+  if (WIFSIGNALED(st))
+    snprintf(out, n, "killed by signal %d (%s)%s", WTERMSIG(st), strsignal(WTERMSIG(st)),
+             WCOREDUMP(st) ? ", core dumped" : "");
+  else
+    snprintf(out, n, "exited with status %d", WEXITSTATUS(st));
+}
+
 static int run_workers(const char *path, px_config_t *cfg, unsigned n) {
   pid_t *pids = calloc(n, sizeof(pid_t));
+  if (!pids) return 1;
+  sigset_t set, old;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &set, &old);
+  int rc = 0, stopping = 0;
+  unsigned alive = 0;
   for (unsigned i = 0; i < n; i++) {
-    pid_t p = fork();
-    if (p < 0) {
+    pids[i] = spawn_worker(path, cfg, i, &old);
+    if (pids[i] < 0) {
       perror("proxai: fork");
-      n = i;
+      pids[i] = 0;
+      rc = 1;
+      stopping = 1;
       break;
     }
-    if (p == 0) {
-      free(pids);
-      int rc = run_worker(path, cfg);
-      curl_global_cleanup();
-      _exit(rc);
-    }
-    pids[i] = p;
+    alive++;
   }
-  struct sigaction sa;
-  memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = parent_handler;
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGHUP, &sa, NULL);
-  int rc = 0;
-  unsigned alive = n;
+  if (stopping)
+    for (unsigned i = 0; i < n; i++)
+      if (pids[i] > 0) kill(pids[i], SIGTERM);
+  time_t deaths[RESPAWN_MAX];
+  unsigned ndeaths = 0;
   while (alive > 0) {
+    siginfo_t si;
+    int sig = sigwaitinfo(&set, &si);
+    if (sig < 0) continue; /* EINTR */
+    if (sig != SIGCHLD) {
+      if (sig == SIGTERM || sig == SIGINT) stopping = 1;
+      if (sig == SIGUSR1) {
+        reopen_stderr_file();
+        px_log_reopen();
+      }
+      if (sig == SIGHUP && rereadable(path)) { /* workers started from now on get it too */
+        char err[512];
+        px_config_t *c = load_config(path, err, sizeof(err));
+        if (c) {
+          px_config_unref(cfg);
+          cfg = c;
+        }
+      }
+      for (unsigned i = 0; i < n; i++)
+        if (pids[i] > 0) kill(pids[i], sig);
+      continue;
+    }
     int st;
-    pid_t p = waitpid(-1, &st, 0);
-    if (p < 0) {
-      if (errno == EINTR) {
-        int s = parent_sig;
-        parent_sig = 0;
-        for (unsigned i = 0; i < n; i++)
-          if (pids[i] > 0) kill(pids[i], s);
+    pid_t p;
+    while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+      unsigned i = 0;
+      while (i < n && pids[i] != p) i++;
+      if (i == n) continue;
+      pids[i] = 0;
+      alive--;
+      px_metrics_worker_reset(i); /* its connections and streams are gone */
+      if (stopping) {
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
         continue;
       }
-      break;
-    }
-    for (unsigned i = 0; i < n; i++)
-      if (pids[i] == p) pids[i] = 0;
-    alive--;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      rc = 1;
-      for (unsigned i = 0; i < n; i++) /* one failed: stop the rest */
-        if (pids[i] > 0) kill(pids[i], SIGTERM);
+      char what[128];
+      describe_status(st, what, sizeof(what));
+      time_t now = time(NULL);
+      if (ndeaths == RESPAWN_MAX) {
+        memmove(deaths, deaths + 1, sizeof(deaths[0]) * (RESPAWN_MAX - 1));
+        ndeaths--;
+      }
+      deaths[ndeaths++] = now;
+      int startup = WIFEXITED(st) && WEXITSTATUS(st) == 1;
+      int loop = ndeaths == RESPAWN_MAX && now - deaths[0] < RESPAWN_WINDOW;
+      if (startup || loop) {
+        px_log_error("worker %ld %s; %s: stopping", (long)p, what,
+                     startup ? "it could not start"
+                             : "workers are dying too fast (" PX_STR_(RESPAWN_MAX)
+                               " in " PX_STR_(RESPAWN_WINDOW) " s)");
+        rc = 1;
+        stopping = 1;
+        for (unsigned k = 0; k < n; k++)
+          if (pids[k] > 0) kill(pids[k], SIGTERM);
+        continue;
+      }
+      pid_t np = spawn_worker(path, cfg, i, &old);
+      if (np < 0) {
+        px_log_error("worker %ld %s; cannot fork a new one: %s", (long)p, what,
+                     strerror(errno));
+        continue;
+      }
+      pids[i] = np;
+      alive++;
+      px_log_error("worker %ld %s; started worker %ld", (long)p, what, (long)np);
     }
   }
+  sigprocmask(SIG_SETMASK, &old, NULL);
   free(pids);
+  px_config_unref(cfg);
   return rc;
 }
 
@@ -293,14 +435,26 @@ int main(int argc, char **argv) {
   }
   px_log_set_format(cfg->server.log_format);
   signal(SIGPIPE, SIG_IGN);
+  remember_stderr_file();
   curl_global_init(CURL_GLOBAL_DEFAULT);
   unsigned workers = cfg->server.workers;
   if (workers == 0) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     workers = n > 0 ? (unsigned)n : 1;
   }
-  int rc = workers > 1 ? run_workers(path, cfg, workers) : run_worker(path, cfg);
-  if (workers > 1) px_config_unref(cfg);
+  /* the host's shared limits and counters, inherited by every worker */
+  int src = px_shm_init(workers);
+  if (src < 0) {
+    fprintf(stderr, "proxai: cannot map shared memory: %s\n", strerror(-src));
+    px_config_unref(cfg);
+    return 1;
+  }
+  if (workers > 1 && px_server_prebind(cfg, err, sizeof(err)) < 0) {
+    fprintf(stderr, "proxai: %s\n", err);
+    px_config_unref(cfg);
+    return 1;
+  }
+  int rc = workers > 1 ? run_workers(path, cfg, workers) : run_worker(path, cfg, 0);
   px_log_done();
   curl_global_cleanup();
   return rc;

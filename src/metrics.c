@@ -1,19 +1,28 @@
-/* metrics.c - Prometheus text exposition (SPEC section 8).
+/* metrics.c - Prometheus text exposition (SPEC section 8), host totals.
  *
- * Each family keeps its series in insertion order in an array, found through
- * a small open-addressing index keyed by a hash of the label values. Label
- * values come from configuration names, statuses and error types, so the
- * sets are small; a family still stops growing at PX_MAX_SERIES so that a
- * bug elsewhere cannot grow memory without bound.
+ * Every series lives in the host's shared mapping (shm.h), so whichever
+ * worker answers a scrape reports the totals of all of them. Counters and
+ * histogram buckets are atomic adds; creating a series takes the one
+ * process-shared lock: the slot is written, then published in the index
+ * (release), so lookups never lock. Series keep their creation order. The
+ * table is bounded (PX_MAX_SERIES); label values longer than PX_MAX_LABEL-1
+ * bytes are cut (they come from configuration names, statuses and error
+ * types). Gauges are per worker slot and summed when rendered, so the master
+ * can zero the slot of a worker that died.
  */
 #include "proxai/metrics.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/shm.h"
+
 #define PX_MAX_SERIES 4096
+#define PX_MAX_LABEL 96
+#define INDEX_SIZE (2 * PX_MAX_SERIES)
 #define NLABELS 3
 
 /* Bucket bounds in seconds, for durations and times to first token. LLM
@@ -29,33 +38,52 @@ static const char *const bucket_txt[] = {"0.005", "0.01", "0.025", "0.05", "0.1"
 typedef struct hist {
   uint64_t counts[NBUCKETS + 1]; /* per bucket, not cumulative; last = +Inf */
   uint64_t count;
-  double sum;
+  uint64_t sum_us; /* sum in microseconds: integer, so atomic adds */
 } hist_t;
 
+enum { F_REQUESTS, F_HIST, F_ATTEMPTS, F_TOKENS, F_STATE, F_EJECTED, F_EJECTIONS, F_LOSSY, F_COUNT };
+
 typedef struct series {
-  char *labels[NLABELS];
+  uint32_t fam;
   uint64_t hash;
-  uint64_t value;  /* counters */
-  hist_t *hist[2]; /* histograms (request family only) */
+  char labels[NLABELS][PX_MAX_LABEL];
+  uint64_t value; /* counters */
+  hist_t hist[2]; /* F_HIST: duration, time to first token */
 } series_t;
 
-typedef struct family {
-  series_t *v;
-  size_t n, size;
-  uint32_t *index; /* 0 = empty, else position + 1 */
-  size_t index_size;
-} family_t;
+typedef struct mshm {
+  pthread_mutex_t mu;
+  uint32_t nseries;
+  uint32_t index[INDEX_SIZE]; /* 0 = empty, else position + 1 */
+  series_t s[PX_MAX_SERIES];
+  int64_t gauge[]; /* nworkers x PX_G_COUNT */
+} mshm_t;
 
-enum { F_REQUESTS, F_HIST, F_ATTEMPTS, F_TOKENS, F_EJECTED, F_EJECTIONS, F_LOSSY, F_COUNT };
+size_t px_metrics_shm_size(unsigned nworkers) {
+  return sizeof(mshm_t) + (size_t)nworkers * PX_G_COUNT * sizeof(int64_t);
+}
 
-static family_t g_fam[F_COUNT];
-static int64_t g_gauge[PX_G_COUNT];
+void px_metrics_shm_setup(void *p, unsigned nworkers) {
+  (void)nworkers;
+  px_shm_mutex_init(&((mshm_t *)p)->mu);
+}
 
-static uint64_t hash_labels(const char *const *l) {
-  uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+static mshm_t *shm(void) {
+  return px_shm_metrics();
+}
+
+/* Label values as looked up: each cut at PX_MAX_LABEL - 1 bytes, without
+ * copying (this runs several times per request). */
+typedef struct labels {
+  const char *v[NLABELS];
+  size_t n[NLABELS];
+} labels_t;
+
+static uint64_t hash_labels(uint32_t fam, const labels_t *l) {
+  uint64_t h = 1469598103934665603ULL ^ fam; /* FNV-1a */
   for (int i = 0; i < NLABELS; i++) {
-    for (const char *p = l[i] ? l[i] : ""; *p; p++) {
-      h ^= (unsigned char)*p;
+    for (size_t k = 0; k < l->n[i]; k++) {
+      h ^= (unsigned char)l->v[i][k];
       h *= 1099511628211ULL;
     }
     h ^= 0xff; /* separator: ("ab","c") != ("a","bc") */
@@ -64,78 +92,70 @@ static uint64_t hash_labels(const char *const *l) {
   return h;
 }
 
-static int labels_eq(const series_t *s, const char *const *l) {
-  for (int i = 0; i < NLABELS; i++) {
-    const char *a = s->labels[i] ? s->labels[i] : "";
-    const char *b = l[i] ? l[i] : "";
-    if (strcmp(a, b) != 0) return 0;
-  }
+static int series_eq(const series_t *s, uint32_t fam, uint64_t h, const labels_t *l) {
+  if (s->fam != fam || s->hash != h) return 0;
+  for (int i = 0; i < NLABELS; i++)
+    if (memcmp(s->labels[i], l->v[i], l->n[i]) != 0 || s->labels[i][l->n[i]] != 0)
+      return 0;
   return 1;
 }
 
-static int index_grow(family_t *f) {
-  size_t ns = f->index_size ? f->index_size * 2 : 16;
-  uint32_t *idx = calloc(ns, sizeof(*idx));
-  if (!idx) return PX_ENOMEM;
-  for (size_t i = 0; i < f->n; i++) {
-    size_t j = f->v[i].hash & (ns - 1);
-    while (idx[j]) j = (j + 1) & (ns - 1);
-    idx[j] = (uint32_t)(i + 1);
-  }
-  free(f->index);
-  f->index = idx;
-  f->index_size = ns;
-  return 0;
-}
-
-/* The series with these labels, created at zero if new; NULL when out of
- * memory or the family is full. */
-static series_t *get_series(family_t *f, const char *const *l) {
-  uint64_t h = hash_labels(l);
-  size_t j = 0;
-  if (f->index_size) {
-    j = h & (f->index_size - 1);
-    while (f->index[j]) {
-      series_t *s = &f->v[f->index[j] - 1];
-      if (s->hash == h && labels_eq(s, l)) return s;
-      j = (j + 1) & (f->index_size - 1);
-    }
-  }
-  if (f->n >= PX_MAX_SERIES) return NULL;
-  if ((f->n + 1) * 2 > f->index_size) {
-    if (index_grow(f) < 0) return NULL;
-    j = h & (f->index_size - 1);
-    while (f->index[j]) j = (j + 1) & (f->index_size - 1);
-  }
-  if (f->n == f->size) {
-    size_t ns = f->size ? f->size * 2 : 8;
-    series_t *v = realloc(f->v, ns * sizeof(*v));
-    if (!v) return NULL;
-    f->v = v;
-    f->size = ns;
-  }
-  series_t *s = &f->v[f->n];
-  memset(s, 0, sizeof(*s));
-  for (int i = 0; i < NLABELS; i++) {
-    if (!l[i]) continue;
-    s->labels[i] = strdup(l[i]);
-    if (!s->labels[i]) {
-      for (int k = 0; k < i; k++) free(s->labels[k]);
+/* Probe for the series; *slot gets the index slot where the probe stopped. */
+static series_t *probe(mshm_t *m, uint32_t fam, uint64_t h, const labels_t *l,
+                       size_t *slot) {
+  size_t j = h & (INDEX_SIZE - 1);
+  for (size_t n = 0; n < INDEX_SIZE; n++, j = (j + 1) & (INDEX_SIZE - 1)) {
+    uint32_t v = __atomic_load_n(&m->index[j], __ATOMIC_ACQUIRE);
+    if (v == 0) {
+      *slot = j;
       return NULL;
     }
+    if (series_eq(&m->s[v - 1], fam, h, l)) return &m->s[v - 1];
   }
-  s->hash = h;
-  f->index[j] = (uint32_t)(f->n + 1);
-  f->n++;
+  *slot = INDEX_SIZE;
+  return NULL;
+}
+
+/* The series with these labels, created at zero if new; NULL when the
+ * table is full (or there is no mapping). */
+static series_t *get_series(uint32_t fam, const char *const *in) {
+  mshm_t *m = shm();
+  if (!m) return NULL;
+  labels_t l;
+  for (int i = 0; i < NLABELS; i++) {
+    l.v[i] = in[i] ? in[i] : "";
+    l.n[i] = strnlen(l.v[i], PX_MAX_LABEL - 1);
+  }
+  uint64_t h = hash_labels(fam, &l);
+  size_t slot;
+  series_t *s = probe(m, fam, h, &l, &slot);
+  if (s) return s;
+  px_shm_lock(&m->mu);
+  s = probe(m, fam, h, &l, &slot); /* another worker may have added it */
+  if (!s && slot < INDEX_SIZE && m->nseries < PX_MAX_SERIES) {
+    uint32_t pos = m->nseries;
+    s = &m->s[pos];
+    memset(s, 0, sizeof(*s));
+    s->fam = fam;
+    s->hash = h;
+    for (int i = 0; i < NLABELS; i++) memcpy(s->labels[i], l.v[i], l.n[i]);
+    __atomic_store_n(&m->nseries, pos + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&m->index[slot], pos + 1, __ATOMIC_RELEASE);
+  }
+  px_shm_unlock(&m->mu);
   return s;
+}
+
+static void add(uint64_t *v, uint64_t d) {
+  __atomic_add_fetch(v, d, __ATOMIC_RELAXED);
 }
 
 static void hist_observe(hist_t *h, double v) {
   size_t i = 0;
   while (i < NBUCKETS && v > bucket_le[i]) i++;
-  h->counts[i]++;
-  h->count++;
-  h->sum += v;
+  add(&h->counts[i], 1);
+  add(&h->count, 1);
+  add(&h->sum_us, (uint64_t)(v * 1e6 + 0.5));
 }
 
 void px_metrics_request(const char *inbound, const char *upstream, int status,
@@ -143,56 +163,70 @@ void px_metrics_request(const char *inbound, const char *upstream, int status,
   char st[16];
   snprintf(st, sizeof(st), "%d", status);
   const char *l[NLABELS] = {inbound ? inbound : "none", upstream ? upstream : "none", st};
-  series_t *s = get_series(&g_fam[F_REQUESTS], l);
-  if (s) s->value++;
+  series_t *s = get_series(F_REQUESTS, l);
+  if (s) add(&s->value, 1);
 
   const char *hl[NLABELS] = {inbound ? inbound : "none", NULL, NULL};
-  series_t *h = get_series(&g_fam[F_HIST], hl);
+  series_t *h = get_series(F_HIST, hl);
   if (!h) return;
-  for (int k = 0; k < 2; k++)
-    if (!h->hist[k] && !(h->hist[k] = calloc(1, sizeof(hist_t)))) return;
-  if (duration_s >= 0) hist_observe(h->hist[0], duration_s);
-  if (ttft_s >= 0) hist_observe(h->hist[1], ttft_s);
+  if (duration_s >= 0) hist_observe(&h->hist[0], duration_s);
+  if (ttft_s >= 0) hist_observe(&h->hist[1], ttft_s);
 }
 
 void px_metrics_attempt(const char *upstream, const char *error_type) {
   const char *l[NLABELS] = {upstream ? upstream : "none", error_type ? error_type : "ok",
                             NULL};
-  series_t *s = get_series(&g_fam[F_ATTEMPTS], l);
-  if (s) s->value++;
+  series_t *s = get_series(F_ATTEMPTS, l);
+  if (s) add(&s->value, 1);
 }
 
 void px_metrics_tokens(const char *key, const char *upstream, int64_t in, int64_t out) {
   const char *l[NLABELS] = {key ? key : "none", upstream ? upstream : "none", "in"};
   if (in > 0) {
-    series_t *s = get_series(&g_fam[F_TOKENS], l);
-    if (s) s->value += (uint64_t)in;
+    series_t *s = get_series(F_TOKENS, l);
+    if (s) add(&s->value, (uint64_t)in);
   }
   if (out > 0) {
     l[2] = "out";
-    series_t *s = get_series(&g_fam[F_TOKENS], l);
-    if (s) s->value += (uint64_t)out;
+    series_t *s = get_series(F_TOKENS, l);
+    if (s) add(&s->value, (uint64_t)out);
   }
 }
 
 void px_metrics_lossy(const char *inbound, const char *upstream, const char *field) {
   const char *l[NLABELS] = {inbound ? inbound : "none", upstream ? upstream : "none",
                             field};
-  series_t *s = get_series(&g_fam[F_LOSSY], l);
-  if (s) s->value++;
+  series_t *s = get_series(F_LOSSY, l);
+  if (s) add(&s->value, 1);
+}
+
+void px_metrics_state(const char *backend, const char *event) {
+  const char *l[NLABELS] = {backend, event, NULL};
+  series_t *s = get_series(F_STATE, l);
+  if (s) add(&s->value, 1);
 }
 
 void px_metrics_gauge_add(px_gauge_t g, int64_t delta) {
-  if ((unsigned)g < PX_G_COUNT) g_gauge[g] += delta;
+  mshm_t *m = shm();
+  if (!m || (unsigned)g >= PX_G_COUNT) return;
+  __atomic_add_fetch(&m->gauge[px_shm_worker() * PX_G_COUNT + g], delta,
+                     __ATOMIC_RELAXED);
+}
+
+void px_metrics_worker_reset(unsigned worker) {
+  mshm_t *m = shm();
+  if (!m || worker >= px_shm_nworkers()) return;
+  for (int g = 0; g < PX_G_COUNT; g++)
+    __atomic_store_n(&m->gauge[worker * PX_G_COUNT + g], 0, __ATOMIC_RELAXED);
 }
 
 void px_metrics_ejection(const char *upstream, int ejected) {
   const char *l[NLABELS] = {upstream ? upstream : "none", NULL, NULL};
-  series_t *g = get_series(&g_fam[F_EJECTED], l);
-  if (g) g->value += ejected ? 1 : (uint64_t)-1; /* read as int64_t */
+  series_t *g = get_series(F_EJECTED, l);
+  if (g) add(&g->value, ejected ? 1 : (uint64_t)-1); /* read as int64_t */
   if (ejected) {
-    series_t *s = get_series(&g_fam[F_EJECTIONS], l);
-    if (s) s->value++;
+    series_t *s = get_series(F_EJECTIONS, l);
+    if (s) add(&s->value, 1);
   }
 }
 
@@ -222,30 +256,53 @@ static int put_head(px_buf_t *b, const char *name, const char *type, const char 
   return px_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static int render_counter(px_buf_t *b, int fam, const char *name, const char *help,
-                          const char *const *lnames) {
-  const family_t *f = &g_fam[fam];
-  int rc = put_head(b, name, "counter", help);
-  for (size_t i = 0; rc == 0 && i < f->n; i++) {
-    const series_t *s = &f->v[i];
+static uint64_t load(const uint64_t *v) {
+  return __atomic_load_n(v, __ATOMIC_RELAXED);
+}
+
+static uint32_t nseries(const mshm_t *m) {
+  return __atomic_load_n(&m->nseries, __ATOMIC_ACQUIRE);
+}
+
+
+/* The series of one family; a signed family holds a gauge kept as counts up
+ * and down (two's complement in the counter). */
+static int render_family(px_buf_t *b, int fam, const char *name, const char *type,
+                         const char *help, const char *const *lnames, int is_signed) {
+  const mshm_t *m = shm();
+  int rc = put_head(b, name, type, help);
+  uint32_t n = m ? nseries(m) : 0;
+  for (uint32_t i = 0; rc == 0 && i < n; i++) {
+    const series_t *s = &m->s[i];
+    if (s->fam != (uint32_t)fam) continue;
     rc = px_buf_printf(b, "%s{", name);
     for (int k = 0; rc == 0 && k < NLABELS && lnames[k]; k++)
-      rc = put_label(b, lnames[k], s->labels[k] ? s->labels[k] : "", k == 0);
-    if (rc == 0) rc = px_buf_printf(b, "} %" PRIu64 "\n", s->value);
+      rc = put_label(b, lnames[k], s->labels[k], k == 0);
+    if (rc == 0)
+      rc = is_signed ? px_buf_printf(b, "} %" PRId64 "\n", (int64_t)load(&s->value))
+                     : px_buf_printf(b, "} %" PRIu64 "\n", load(&s->value));
   }
   return rc;
 }
 
+static int render_counter(px_buf_t *b, int fam, const char *name, const char *help,
+                          const char *const *lnames) {
+  return render_family(b, fam, name, "counter", help, lnames, 0);
+}
+
 static int render_hist(px_buf_t *b, int which, const char *name, const char *help) {
-  const family_t *f = &g_fam[F_HIST];
+  const mshm_t *m = shm();
   int rc = put_head(b, name, "histogram", help);
-  for (size_t i = 0; rc == 0 && i < f->n; i++) {
-    const series_t *s = &f->v[i];
-    const hist_t *h = s->hist[which];
-    if (!h) continue;
+  uint32_t n = m ? nseries(m) : 0;
+  for (uint32_t i = 0; rc == 0 && i < n; i++) {
+    const series_t *s = &m->s[i];
+    if (s->fam != F_HIST) continue;
+    const hist_t *h = &s->hist[which];
+    /* one snapshot of the buckets; _count is their sum, so +Inf == _count
+     * even while other workers keep adding */
     uint64_t cum = 0;
     for (size_t k = 0; rc == 0 && k <= NBUCKETS; k++) {
-      cum += h->counts[k];
+      cum += load(&h->counts[k]);
       rc = px_buf_printf(b, "%s_bucket{", name);
       if (rc == 0) rc = put_label(b, "inbound", s->labels[0], 1);
       if (rc == 0)
@@ -254,10 +311,10 @@ static int render_hist(px_buf_t *b, int which, const char *name, const char *hel
     }
     if (rc == 0) rc = px_buf_printf(b, "%s_sum{", name);
     if (rc == 0) rc = put_label(b, "inbound", s->labels[0], 1);
-    if (rc == 0) rc = put_double(b, h->sum);
+    if (rc == 0) rc = put_double(b, (double)load(&h->sum_us) / 1e6);
     if (rc == 0) rc = px_buf_printf(b, "%s_count{", name);
     if (rc == 0) rc = put_label(b, "inbound", s->labels[0], 1);
-    if (rc == 0) rc = px_buf_printf(b, "} %" PRIu64 "\n", h->count);
+    if (rc == 0) rc = px_buf_printf(b, "} %" PRIu64 "\n", cum);
   }
   return rc;
 }
@@ -267,6 +324,7 @@ int px_metrics_render(px_buf_t *out) {
   static const char *const att_l[] = {"upstream", "result", NULL};
   static const char *const tok_l[] = {"key", "upstream", "direction"};
   static const char *const lossy_l[] = {"inbound", "upstream", "field"};
+  static const char *const state_l[] = {"backend", "event", NULL};
   static const struct {
     const char *name, *help;
   } gauges[PX_G_COUNT] = {
@@ -291,39 +349,40 @@ int px_metrics_render(px_buf_t *out) {
                         "Tokens by client key, upstream and direction.", tok_l);
   static const char *const up_l[] = {"upstream", NULL, NULL};
   if (rc == 0)
+    rc = render_counter(out, F_STATE, "proxai_state_events_total",
+                        "Shared state backend events: errors, requests allowed or denied "
+                        "while it was unreachable.",
+                        state_l);
+  if (rc == 0)
     rc = render_counter(out, F_EJECTIONS, "proxai_upstream_ejections_total",
                         "Times an upstream was taken out of rotation (passive health).",
                         up_l);
   if (rc == 0)
-    rc = put_head(out, "proxai_upstream_ejected", "gauge",
-                  "Upstreams out of rotation now (per worker that ejected them).");
-  for (size_t i = 0; rc == 0 && i < g_fam[F_EJECTED].n; i++) {
-    const series_t *s = &g_fam[F_EJECTED].v[i];
-    rc = px_buf_printf(out, "proxai_upstream_ejected{");
-    if (rc == 0) rc = put_label(out, "upstream", s->labels[0], 1);
-    if (rc == 0) rc = px_buf_printf(out, "} %" PRId64 "\n", (int64_t)s->value);
-  }
+    rc = render_family(out, F_EJECTED, "proxai_upstream_ejected", "gauge",
+                       "Upstreams out of rotation now (summed over the workers that ejected "
+                       "them).",
+                       up_l, 1);
   if (rc == 0)
     rc = render_counter(out, F_LOSSY, "proxai_lossy_fields_total",
                         "Translated requests that dropped a field, by field.", lossy_l);
+  const mshm_t *m = shm();
   for (int g = 0; rc == 0 && g < PX_G_COUNT; g++) {
+    int64_t v = 0;
+    for (unsigned w = 0; m && w < px_shm_nworkers(); w++)
+      v += __atomic_load_n(&m->gauge[w * PX_G_COUNT + g], __ATOMIC_RELAXED);
     rc = put_head(out, gauges[g].name, "gauge", gauges[g].help);
-    if (rc == 0) rc = px_buf_printf(out, "%s %" PRId64 "\n", gauges[g].name, g_gauge[g]);
+    if (rc == 0) rc = px_buf_printf(out, "%s %" PRId64 "\n", gauges[g].name, v);
   }
   return rc;
 }
 
 void px_metrics_reset(void) {
-  for (int i = 0; i < F_COUNT; i++) {
-    family_t *f = &g_fam[i];
-    for (size_t k = 0; k < f->n; k++) {
-      for (int j = 0; j < NLABELS; j++) free(f->v[k].labels[j]);
-      free(f->v[k].hist[0]);
-      free(f->v[k].hist[1]);
-    }
-    free(f->v);
-    free(f->index);
-    memset(f, 0, sizeof(*f));
-  }
-  memset(g_gauge, 0, sizeof(g_gauge));
+  mshm_t *m = shm();
+  if (!m) return;
+  px_shm_lock(&m->mu);
+  memset(m->index, 0, sizeof(m->index));
+  memset(m->s, 0, sizeof(series_t) * m->nseries);
+  m->nseries = 0;
+  memset(m->gauge, 0, (size_t)px_shm_nworkers() * PX_G_COUNT * sizeof(int64_t));
+  px_shm_unlock(&m->mu);
 }

@@ -67,6 +67,11 @@ typedef struct px_exch {
   int stream;
   int include_usage;
   const px_key_conf_t *key;
+  px_rl_wait_t *rl_wait; /* admission waiting for the state backend */
+  uint64_t rl_reserved;  /* tpm tokens set aside at admission */
+  int rl_admitted;       /* settle the key's tpm at the end */
+  int metric_status;     /* status for /metrics when a started response failed */
+  int attempt_open;      /* a 2xx attempt, counted in /metrics when it ends */
   const px_route_conf_t *route;
   size_t target;         /* 0 = the route's deployments, k = fallback k-1 */
   unsigned attempt;      /* attempts on this target */
@@ -250,6 +255,10 @@ static void finalize(px_exch_t *x) {
     x->xfer = NULL;
   }
   attempt_end(x);
+  if (x->rl_wait) {
+    px_rl_cancel(x->rl_wait);
+    x->rl_wait = NULL;
+  }
   if (x->paused) px_metrics_gauge_add(PX_G_PAUSED_STREAMS, -1);
   if (x->streaming_gauge) px_metrics_gauge_add(PX_G_ACTIVE_STREAMS, -1);
   /* what a stream has shown so far is charged, however it ended (cut,
@@ -290,7 +299,11 @@ static void finalize(px_exch_t *x) {
   rec.path = path;
   if (x->conn) px_conn_access_log(x->conn, &rec); /* once the bytes are out */
   else px_access_log(&rec);
-  px_metrics_request(inbound, upname, x->status, dur, x->stream ? ttft : -1);
+  if (x->attempt_open && x->up)
+    px_metrics_attempt(x->up->name, x->metric_status ? x->error_type : NULL);
+  /* a response that failed after it started counts as that failure */
+  px_metrics_request(inbound, upname, x->metric_status ? x->metric_status : x->status, dur,
+                     x->stream ? ttft : -1);
   for (const char *p = x->lossy.buf; *p;) { /* one count per dropped field */
     const char *e = strchr(p, ',');
     size_t n = e ? (size_t)(e - p) : strlen(p);
@@ -304,12 +317,10 @@ static void finalize(px_exch_t *x) {
   }
   int64_t toks = (x->usage.input_tokens > 0 ? x->usage.input_tokens : 0) +
                  (x->usage.output_tokens > 0 ? x->usage.output_tokens : 0);
-  if (toks > 0 || x->usage.input_tokens >= 0) {
+  if (toks > 0 || x->usage.input_tokens >= 0)
     px_metrics_tokens(x->key ? x->key->name : NULL, upname, x->usage.input_tokens,
                       x->usage.output_tokens);
-    if (x->key && x->key->tpm)
-      px_rl_charge(x->key->name, x->key->tpm, (uint64_t)toks, now_ms(x));
-  }
+  if (x->rl_admitted) px_rl_settle(x->key, x->rl_reserved, (uint64_t)toks, now_ms(x));
   if (x->conn) {
     px_conn_set_handler(x->conn, NULL, NULL);
     if (x->started) px_resp_end(x->conn);
@@ -555,7 +566,10 @@ static int up_on_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
     px_metrics_attempt(x->up->name, status == 429 ? "http_429" : "http_5xx");
     return 0;
   }
-  px_metrics_attempt(x->up->name, status >= 400 ? (status == 429 ? "http_429" : status >= 500 ? "http_5xx" : "http_4xx") : NULL);
+  if (status >= 400)
+    px_metrics_attempt(x->up->name, status == 429 ? "http_429" : status >= 500 ? "http_5xx" : "http_4xx");
+  else
+    x->attempt_open = 1; /* ok or not is known at its end (a stream can fail midway) */
   int sse = strncasecmp(x->content_type, "text/event-stream", 17) == 0;
   /* answers the gateway cannot pass on or read: a 502 in the client's shape
    * once the body is drained (the client sees neither a redirect nor bytes
@@ -868,7 +882,10 @@ static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
                                   result_name(result), NULL};
     px_log_ctx(PX_LOG_WARN, x->req->request_id, fields, "upstream %s: %s (%s)",
                x->up->name, result_name(result), errmsg ? errmsg : "");
-    if (x->mode == M_NONE || x->mode == M_DISCARD) px_metrics_attempt(x->up->name, result_name(result));
+    if (x->mode == M_NONE || x->mode == M_DISCARD || x->attempt_open) {
+      px_metrics_attempt(x->up->name, result_name(result));
+      x->attempt_open = 0;
+    }
     int broken = x->pt_init && x->pt.failed; /* an event over the cap */
     x->error_type = broken ? "upstream_protocol" : result_name(result);
     if (x->mode == M_BAD && !x->started) {
@@ -898,6 +915,7 @@ static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
       return;
     }
     /* mid-response failure: the client's protocol error event */
+    x->metric_status = px_errkind_status(result_kind(result));
     if (x->mode == M_TR_STREAM) {
       px_stream_tr_finish(x->str, 0, result_kind(result), "upstream stream failed");
       client_write(x, x->obuf.data, x->obuf.len);
@@ -980,13 +998,16 @@ static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
       pass_stream_error(x, PX_ERR_BAD_GATEWAY,
                         "upstream stream ended before its terminal event");
       x->error_type = "truncated_stream";
+      x->metric_status = 502;
     }
     finalize(x);
     return;
   case M_TR_STREAM:
     if (px_stream_tr_finish(x->str, 1, PX_ERR_BAD_GATEWAY,
-                            "upstream stream ended before its terminal event") != 0)
+                            "upstream stream ended before its terminal event") != 0) {
       x->error_type = "truncated_stream";
+      x->metric_status = 502;
+    }
     flush_obuf(x);
     finalize(x);
     return;
@@ -1300,28 +1321,42 @@ static void path_error(px_conn_t *c, const px_proto_ops_t *ops, px_errkind_t kin
   px_buf_free(&b);
 }
 
-/* The model list in the shape ops gives (the protocol the request names). */
-static void serve_models(px_server_t *s, px_conn_t *c, const px_proto_ops_t *ops) {
+/* Whether id is already among the first n names listed. */
+static int listed(const char *const *ids, size_t n, const char *id) {
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(ids[i], id) == 0) return 1;
+  return 0;
+}
+
+/* The concrete model names key k (NULL: open gateway) may use: exact route
+ * names and the `models =` names of glob routes, never a glob, each once;
+ * in the list shape of ops (the protocol the request names). */
+static void serve_models(px_server_t *s, px_conn_t *c, const px_proto_ops_t *ops,
+                         const px_key_conf_t *k) {
   px_config_t *cfg = s->config;
-  const char **ids = calloc(cfg->nroutes + 1, sizeof(char *));
-  const char **owners = calloc(cfg->nroutes + 1, sizeof(char *));
+  size_t cap = 0;
+  for (size_t i = 0; i < cfg->nroutes; i++) cap += 1 + cfg->routes[i].nmodels;
+  const char **ids = calloc(cap ? cap : 1, sizeof(*ids));
+  const char **owner = calloc(cap ? cap : 1, sizeof(*owner));
+  size_t n = 0;
+  for (size_t i = 0; ids && owner && i < cfg->nroutes; i++) {
+    const px_route_conf_t *rt = &cfg->routes[i];
+    const char *up = cfg->upstreams[rt->upstream].name;
+    int glob = strpbrk(rt->pattern, "*?") != NULL;
+    for (size_t j = 0; j < (glob ? rt->nmodels : 1); j++) {
+      const char *id = glob ? rt->models[j] : rt->pattern;
+      if ((k && !px_key_allows(k, id)) || listed(ids, n, id)) continue;
+      owner[n] = up;
+      ids[n++] = id;
+    }
+  }
   px_buf_t b;
   px_buf_init(&b, 1u << 20);
-  if (ids == NULL || owners == NULL) {
-    free(ids);
-    free(owners);
-    px_resp_abort(c);
-    return;
-  }
-  for (size_t i = 0; i < cfg->nroutes; i++) {
-    ids[i] = cfg->routes[i].pattern;
-    owners[i] = cfg->upstreams[cfg->routes[i].upstream].name;
-  }
-  ops->encode_models(&b, ids, owners, cfg->nroutes);
+  ops->encode_models(&b, ids, owner, n);
   px_resp_simple(c, 200, "application/json", b.data, b.len, NULL, 0);
   px_buf_free(&b);
   free(ids);
-  free(owners);
+  free(owner);
 }
 
 /* The protocol whose model list a GET /v1/models asks for: the one whose
@@ -1399,6 +1434,97 @@ static char *url_decode(px_str_t s) {
   }
   o[k] = 0;
   return o;
+}
+
+/* GET endpoints that need a client key when keys exist (/v1/models, /metrics
+ * on the client listener): 0 with *k set (NULL when the gateway is open), or
+ * <0 after answering 401. */
+static int get_key(px_server_t *s, px_conn_t *c, px_req_t *r, const px_proto_ops_t *ops,
+                   const px_key_conf_t **k) {
+  *k = NULL;
+  if (s->config->nkeys == 0) return 0;
+  size_t sl = 0;
+  const char *sec = client_secret(r, ops, &sl);
+  *k = sec ? px_config_key(s->config, sec, sl) : NULL;
+  if (*k) return 0;
+  path_error(c, ops, PX_ERR_AUTH,
+             sec ? "invalid API key"
+                 : "missing API key: send Authorization: Bearer KEY or x-api-key");
+  return -1;
+}
+
+static void serve_metrics(px_conn_t *c) {
+  px_buf_t b;
+  px_buf_init(&b, 16u << 20);
+  px_metrics_render(&b);
+  px_resp_simple(c, 200, "text/plain; version=0.0.4", b.data, b.len, NULL, 0);
+  px_buf_free(&b);
+}
+
+/* Tokens to set aside on the key's tpm bucket at admission: the request's
+ * own output cap, else the route's max_tokens, else PX_RL_DEFAULT_RESERVE.
+ * Settled with the real usage when the request ends. */
+#define PX_RL_DEFAULT_RESERVE 4096
+static uint64_t reserve_estimate(px_exch_t *x) {
+  static const char *const caps[][2] = {{"max_tokens", NULL},
+                                        {"max_completion_tokens", NULL},
+                                        {"max_output_tokens", NULL},
+                                        {"generationConfig", "maxOutputTokens"}};
+  const char *bd = x->req->body.data ? x->req->body.data : "";
+  for (size_t i = 0; i < sizeof(caps) / sizeof(caps[0]); i++) {
+    size_t vs, vl;
+    if (px_json_find(bd, x->req->body.len, caps[i], caps[i][1] ? 2 : 1, &vs, &vl) ==
+            PX_JSON_FOUND &&
+        vl > 0 && bd[vs] >= '0' && bd[vs] <= '9')
+      return strtoull(bd + vs, NULL, 10);
+  }
+  const px_route_conf_t *rt = px_config_route(x->cfg, x->model);
+  if (rt && rt->max_tokens > 0) return (uint64_t)rt->max_tokens;
+  return PX_RL_DEFAULT_RESERVE;
+}
+
+/* The rate limiter's verdict; <0 when the request was answered. */
+static int admission(px_exch_t *x, px_rl_verdict_t v, unsigned wait) {
+  if (v == PX_RL_ALLOW) {
+    x->rl_admitted = 1;
+    return 0;
+  }
+  if (v == PX_RL_UNAVAILABLE) {
+    send_error(x, PX_ERR_UNAVAILABLE, "rate limits cannot be checked: the shared state "
+                                      "backend is unreachable", NULL);
+    return -1;
+  }
+  char ra[16];
+  snprintf(ra, sizeof(ra), "%u", wait ? wait : 1);
+  px_hdr_t h = {px_str("retry-after"), px_str(ra)};
+  send_error_h(x, PX_ERR_RATE_LIMIT, 429, "rate limit exceeded for this key", NULL, &h, 1);
+  return -1;
+}
+
+static void after_admission(px_exch_t *x) {
+  px_config_t *cfg = x->cfg;
+  if (x->srv->draining) {
+    send_error(x, PX_ERR_OVERLOADED, "the gateway is shutting down", NULL);
+    return;
+  }
+  x->route = px_config_route(cfg, x->model);
+  if (x->route == NULL) {
+    if (cfg->unconfigured_message) {
+      send_error(x, PX_ERR_UNAVAILABLE, cfg->unconfigured_message, NULL);
+    } else {
+      char msg[300];
+      snprintf(msg, sizeof(msg), "no route for model '%.200s'", x->model);
+      send_error(x, PX_ERR_NOT_FOUND, msg, "model");
+    }
+    return;
+  }
+  start_attempt(x);
+}
+
+static void on_admitted(void *arg, px_rl_verdict_t v, unsigned wait) {
+  px_exch_t *x = arg;
+  x->rl_wait = NULL;
+  if (admission(x, v, wait) == 0) after_admission(x);
 }
 
 static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, const px_inbound_t *in) {
@@ -1487,32 +1613,15 @@ static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, const px_inbound_
       return;
     }
     if (x->key->rpm || x->key->tpm) {
-      unsigned wait = px_rl_admit(x->key->name, x->key->rpm, x->key->tpm, now_ms(x));
-      if (wait > 0) {
-        char ra[16];
-        snprintf(ra, sizeof(ra), "%u", wait);
-        px_hdr_t h = {px_str("retry-after"), px_str(ra)};
-        send_error_h(x, PX_ERR_RATE_LIMIT, 429, "rate limit exceeded for this key", NULL, &h, 1);
-        return;
-      }
+      if (px_rl_reserves()) x->rl_reserved = reserve_estimate(x);
+      unsigned wait = 0;
+      px_rl_verdict_t v = px_rl_check(x->key, x->rl_reserved, now_ms(x), &wait, on_admitted, x,
+                                      &x->rl_wait);
+      if (v == PX_RL_PENDING) return; /* on_admitted goes on */
+      if (admission(x, v, wait) < 0) return;
     }
   }
-  if (s->draining) {
-    send_error(x, PX_ERR_OVERLOADED, "the gateway is shutting down", NULL);
-    return;
-  }
-  x->route = px_config_route(cfg, x->model);
-  if (x->route == NULL) {
-    if (cfg->unconfigured_message) {
-      send_error(x, PX_ERR_UNAVAILABLE, cfg->unconfigured_message, NULL);
-    } else {
-      char msg[300];
-      snprintf(msg, sizeof(msg), "no route for model '%.200s'", x->model);
-      send_error(x, PX_ERR_NOT_FOUND, msg, "model");
-    }
-    return;
-  }
-  start_attempt(x);
+  after_admission(x);
 }
 
 void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
@@ -1527,18 +1636,22 @@ void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
     if (s->draining) return simple_json(c, 503, "{\"status\":\"draining\"}");
     return simple_json(c, 200, "{\"status\":\"ready\"}");
   }
-  if (path_is(r, "/metrics")) {
+  const px_key_conf_t *k;
+  if (px_conn_is_admin(c)) { /* admin_listen: metrics and health only, no key */
+    if (!path_is(r, "/metrics")) return path_error(c, NULL, PX_ERR_NOT_FOUND, "not found");
     if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
-    px_buf_t b;
-    px_buf_init(&b, 16u << 20);
-    px_metrics_render(&b);
-    px_resp_simple(c, 200, "text/plain; version=0.0.4", b.data, b.len, NULL, 0);
-    px_buf_free(&b);
-    return;
+    return serve_metrics(c);
+  }
+  if (path_is(r, "/metrics") && s->config->server.admin_listen == NULL) {
+    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
+    if (get_key(s, c, r, px_proto_default(), &k) < 0) return;
+    return serve_metrics(c);
   }
   if (path_is(r, "/v1/models") || path_is(r, "/models")) {
-    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
-    return serve_models(s, c, models_shape(r));
+    const px_proto_ops_t *ops = models_shape(r);
+    if (!get) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
+    if (get_key(s, c, r, ops, &k) < 0) return;
+    return serve_models(s, c, ops, k);
   }
   px_inbound_t in;
   if (!px_proto_match(path, r->url.len, &in))
@@ -1546,7 +1659,8 @@ void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
   const px_proto_ops_t *ops = px_proto_get(in.proto);
   if (in.ep == PX_EP_MODELS) {
     if (!get) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
-    return serve_models(s, c, ops);
+    if (get_key(s, c, r, ops, &k) < 0) return;
+    return serve_models(s, c, ops, k);
   }
   if (r->method != HTTP_POST) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
   gateway(s, c, r, &in);

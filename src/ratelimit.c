@@ -11,8 +11,12 @@
  */
 #include "proxai/ratelimit.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "proxai/shm.h"
 
 #define UNITS_PER_TOKEN 60000 /* ms per minute */
 /* Debt floor: about 10^13 tokens, far past any real request, keeps the
@@ -20,6 +24,10 @@
 #define DEBT_FLOOR (-(INT64_MAX / 4))
 /* Limits above this (10^12 per minute) are treated as this. */
 #define LIMIT_MAX 1000000000000ULL
+/* Keys with buckets on this host: configuration names, so few; a full table
+ * fails open (a key it cannot hold is not limited). */
+#define RL_SLOTS 2048
+#define RL_NAME 120
 
 typedef struct bucket {
   int64_t level;  /* units */
@@ -27,14 +35,29 @@ typedef struct bucket {
   uint64_t last;  /* ms of the last refill */
 } bucket_t;
 
+/* One key's buckets in the shared mapping. `ready` is published last
+ * (release): a lookup that sees it sees the name. Names longer than
+ * RL_NAME - 1 bytes are told apart by their full hash. */
 typedef struct rl_entry {
-  struct rl_entry *next;
+  pthread_mutex_t mu;
+  uint32_t ready;
+  uint64_t hash;
+  char name[RL_NAME];
   bucket_t rpm, tpm;
-  char name[];
 } rl_entry_t;
 
-static rl_entry_t **g_tab;
-static size_t g_tab_size, g_count;
+typedef struct rl_shm {
+  pthread_mutex_t mu; /* taken only to create an entry */
+  rl_entry_t e[RL_SLOTS];
+} rl_shm_t;
+
+size_t px_rl_shm_size(void) {
+  return sizeof(rl_shm_t);
+}
+
+void px_rl_shm_setup(void *p) {
+  px_shm_mutex_init(&((rl_shm_t *)p)->mu);
+}
 
 static uint64_t hash_str(const char *s) {
   uint64_t h = 1469598103934665603ULL;
@@ -45,42 +68,37 @@ static uint64_t hash_str(const char *s) {
   return h;
 }
 
-static int grow(void) {
-  size_t ns = g_tab_size ? g_tab_size * 2 : 32;
-  rl_entry_t **t = calloc(ns, sizeof(*t));
-  if (!t) return -1;
-  for (size_t i = 0; i < g_tab_size; i++) {
-    rl_entry_t *e = g_tab[i];
-    while (e) {
-      rl_entry_t *next = e->next;
-      size_t j = hash_str(e->name) & (ns - 1);
-      e->next = t[j];
-      t[j] = e;
-      e = next;
-    }
-  }
-  free(g_tab);
-  g_tab = t;
-  g_tab_size = ns;
-  return 0;
+static int entry_is(const rl_entry_t *e, uint64_t h, const char *key) {
+  return e->hash == h && strncmp(e->name, key, RL_NAME - 1) == 0;
 }
 
+/* The key's entry, locked; NULL when the table is full. */
 static rl_entry_t *lookup(const char *key) {
+  rl_shm_t *t = px_shm_ratelimit();
+  if (!t) return NULL;
   if (!key) key = "";
-  if (g_tab_size) {
-    for (rl_entry_t *e = g_tab[hash_str(key) & (g_tab_size - 1)]; e; e = e->next)
-      if (strcmp(e->name, key) == 0) return e;
+  uint64_t h = hash_str(key);
+  size_t j = h & (RL_SLOTS - 1);
+  for (size_t n = 0; n < RL_SLOTS; n++, j = (j + 1) & (RL_SLOTS - 1)) {
+    rl_entry_t *e = &t->e[j];
+    if (!__atomic_load_n(&e->ready, __ATOMIC_ACQUIRE)) {
+      px_shm_lock(&t->mu);
+      if (!e->ready) { /* still free: ours */
+        px_shm_mutex_init(&e->mu);
+        e->hash = h;
+        snprintf(e->name, sizeof(e->name), "%s", key);
+        memset(&e->rpm, 0, sizeof(e->rpm));
+        memset(&e->tpm, 0, sizeof(e->tpm));
+        __atomic_store_n(&e->ready, 1, __ATOMIC_RELEASE);
+      }
+      px_shm_unlock(&t->mu);
+    }
+    if (entry_is(e, h, key)) {
+      px_shm_lock(&e->mu);
+      return e;
+    }
   }
-  if (g_count >= g_tab_size && grow() < 0) return NULL;
-  size_t n = strlen(key);
-  rl_entry_t *e = calloc(1, sizeof(*e) + n + 1);
-  if (!e) return NULL;
-  memcpy(e->name, key, n + 1);
-  size_t j = hash_str(key) & (g_tab_size - 1);
-  e->next = g_tab[j];
-  g_tab[j] = e;
-  g_count++;
-  return e;
+  return NULL;
 }
 
 /* Bring the bucket up to now under the current limit. A bucket seen for the
@@ -121,17 +139,21 @@ static unsigned wait_secs(const bucket_t *b, int64_t target) {
 unsigned px_rl_admit(const char *key, uint64_t rpm, uint64_t tpm, uint64_t now_ms) {
   if (rpm == 0 && tpm == 0) return 0;
   rl_entry_t *e = lookup(key);
-  if (!e) return 0; /* out of memory: fail open rather than refuse everyone */
+  if (!e) return 0; /* table full: fail open rather than refuse everyone */
+  unsigned wait = 0;
   if (tpm) {
     refill(&e->tpm, tpm, now_ms);
-    if (e->tpm.level < 0) return wait_secs(&e->tpm, 0);
+    if (e->tpm.level < 0) wait = wait_secs(&e->tpm, 0);
   }
-  if (rpm) {
+  if (rpm && !wait) {
     refill(&e->rpm, rpm, now_ms);
-    if (e->rpm.level < UNITS_PER_TOKEN) return wait_secs(&e->rpm, UNITS_PER_TOKEN);
-    e->rpm.level -= UNITS_PER_TOKEN;
+    if (e->rpm.level < UNITS_PER_TOKEN)
+      wait = wait_secs(&e->rpm, UNITS_PER_TOKEN);
+    else
+      e->rpm.level -= UNITS_PER_TOKEN;
   }
-  return 0;
+  px_shm_unlock(&e->mu);
+  return wait;
 }
 
 void px_rl_charge(const char *key, uint64_t tpm, uint64_t tokens, uint64_t now_ms) {
@@ -144,18 +166,60 @@ void px_rl_charge(const char *key, uint64_t tpm, uint64_t tokens, uint64_t now_m
     e->tpm.level = DEBT_FLOOR;
   else
     e->tpm.level -= (int64_t)tokens * UNITS_PER_TOKEN;
+  px_shm_unlock(&e->mu);
 }
 
 void px_rl_reset(void) {
-  for (size_t i = 0; i < g_tab_size; i++) {
-    rl_entry_t *e = g_tab[i];
-    while (e) {
-      rl_entry_t *next = e->next;
-      free(e);
-      e = next;
-    }
+  rl_shm_t *t = px_shm_ratelimit();
+  if (!t) return;
+  px_shm_lock(&t->mu);
+  for (size_t i = 0; i < RL_SLOTS; i++)
+    __atomic_store_n(&t->e[i].ready, 0, __ATOMIC_RELEASE);
+  px_shm_unlock(&t->mu);
+}
+
+/* ---------------------------------------------------------------------- */
+/* backend dispatch                                                         */
+
+#include "proxai/state_redis.h"
+
+px_rl_verdict_t px_rl_check(const px_key_conf_t *k, uint64_t reserve, uint64_t now_ms,
+                            unsigned *retry_after, px_rl_done_fn done, void *arg,
+                            px_rl_wait_t **wait) {
+  if (k->rpm == 0 && k->tpm == 0) return PX_RL_ALLOW;
+  if (px_redis_running())
+    return px_redis_admit(k->name, k->rpm, k->tpm, k->tpm ? reserve : 0, now_ms,
+                          retry_after, done, arg, wait);
+  unsigned w = px_rl_admit(k->name, k->rpm, k->tpm, now_ms);
+  if (w == 0) return PX_RL_ALLOW;
+  *retry_after = w;
+  return PX_RL_LIMITED;
+}
+
+void px_rl_cancel(px_rl_wait_t *w) {
+  if (w) px_redis_cancel(w);
+}
+
+void px_rl_settle(const px_key_conf_t *k, uint64_t reserved, uint64_t used,
+                  uint64_t now_ms) {
+  if (k->tpm == 0) return;
+  if (px_redis_running()) {
+    if (used != reserved)
+      px_redis_settle(k->name, k->tpm, (int64_t)used - (int64_t)reserved);
+    return;
   }
-  free(g_tab);
-  g_tab = NULL;
-  g_tab_size = g_count = 0;
+  px_rl_charge(k->name, k->tpm, used, now_ms);
+}
+
+int px_rl_reserves(void) {
+  return px_redis_running();
+}
+
+int px_rl_start(uv_loop_t *loop, const px_config_t *cfg) {
+  if (cfg->state.backend != PX_STATE_REDIS) return 0;
+  return px_redis_start(loop, &cfg->state);
+}
+
+void px_rl_stop(void) {
+  px_redis_stop();
 }

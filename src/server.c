@@ -34,6 +34,7 @@
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -84,6 +85,7 @@ struct px_conn {
   unsigned tick_jobs;
   uv_shutdown_t shut;
   int open_handles;
+  int admin; /* accepted on admin_listen */
   px_server_t *srv;
   llhttp_t parser;
   conn_state_t state;
@@ -410,6 +412,8 @@ static int conn_write(px_conn_t *c, const char *p, size_t n) {
 }
 
 size_t px_conn_pending(const px_conn_t *c) { return c->pending; }
+int px_conn_is_admin(const px_conn_t *c) { return c->admin; }
+
 px_server_t *px_conn_server(const px_conn_t *c) { return c->srv; }
 uint64_t px_conn_bytes_out(const px_conn_t *c) { return c->bytes_out; }
 
@@ -1218,6 +1222,7 @@ static void on_connection(uv_stream_t *ls, int status) {
   else uv_tcp_init(s->loop, &c->h.tcp);
   c->h.handle.data = c;
   c->srv = s;
+  c->admin = ls == (uv_stream_t *)s->admin;
   c->open_handles = 1;
   if (uv_accept(ls, &c->h.stream) < 0 || s->draining ||
       s->nconns >= s->config->server.max_connections) {
@@ -1283,16 +1288,78 @@ static int tcp_socket(const struct sockaddr *sa, socklen_t len, int reuseport) {
   return fd;
 }
 
-int px_server_listen(px_server_t *s, char *errmsg, size_t elen) {
-  parser_settings_init();
-  const char *l = s->config->server.listen;
+/* Unix listeners bound once by the master before it forks (workers > 1):
+ * each worker binding the path itself would unlink its siblings' socket. */
+static struct {
+  char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+  int fd;
+} g_prebound[2];
+static int g_nprebound;
+
+static int prebound_fd(const char *path) {
+  for (int i = 0; i < g_nprebound; i++)
+    if (strcmp(g_prebound[i].path, path) == 0) return g_prebound[i].fd;
+  return -1;
+}
+
+/* A listening unix socket at path with the given mode. It is bound and set
+ * listening under a temporary name and renamed into place, so the path
+ * never names a socket that refuses connections or has the umask's mode
+ * (a client polling for the file may connect the moment it appears).
+ * Returns the fd or -errno. */
+static int unix_listener(const char *path, unsigned mode) {
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sun_family = AF_UNIX;
+  int n = snprintf(sa.sun_path, sizeof(sa.sun_path), "%s.%ld~", path, (long)getpid());
+  if (n < 0 || (size_t)n >= sizeof(sa.sun_path)) return -ENAMETOOLONG;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  unlink(sa.sun_path);
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 1024) < 0 ||
+      chmod(sa.sun_path, mode) < 0 || rename(sa.sun_path, path) < 0) {
+    int e = -errno;
+    unlink(sa.sun_path);
+    close(fd);
+    return e;
+  }
+  return fd;
+}
+
+int px_server_prebind(const px_config_t *cfg, char *errmsg, size_t elen) {
+  const char *addrs[2] = {cfg->server.listen, cfg->server.admin_listen};
+  for (int i = 0; i < 2; i++) {
+    const char *a = addrs[i];
+    if (!a || strncmp(a, "unix:", 5) != 0 || prebound_fd(a + 5) >= 0) continue;
+    if (strlen(a + 5) >= sizeof(g_prebound[0].path)) {
+      snprintf(errmsg, elen, "unix socket path too long: %s", a + 5);
+      return UV_ENAMETOOLONG;
+    }
+    int fd = unix_listener(a + 5, cfg->server.socket_mode);
+    if (fd < 0) {
+      snprintf(errmsg, elen, "cannot listen on %s: %s", a, strerror(-fd));
+      return fd;
+    }
+    strcpy(g_prebound[g_nprebound].path, a + 5);
+    g_prebound[g_nprebound++].fd = fd;
+  }
+  return 0;
+}
+
+/* Listen on address l; *out gets the handle (also on failure, to be closed). */
+static int listen_on(px_server_t *s, const char *l, uv_handle_t **out, char *errmsg,
+                     size_t elen) {
   int rc;
   if (strncmp(l, "unix:", 5) == 0) {
     uv_pipe_t *p = calloc(1, sizeof(*p));
     uv_pipe_init(s->loop, p, 0);
-    unlink(l + 5);
-    rc = uv_pipe_bind(p, l + 5);
-    s->listener = (uv_handle_t *)p;
+    /* bound by the master for every worker, else here; the mode is the
+     * operator's (default 0660: a proxy in the group can connect) */
+    int fd = prebound_fd(l + 5);
+    if (fd < 0) fd = unix_listener(l + 5, s->config->server.socket_mode);
+    rc = fd < 0 ? fd : uv_pipe_open(p, fd);
+    if (rc < 0 && fd >= 0 && prebound_fd(l + 5) < 0) close(fd);
+    *out = (uv_handle_t *)p;
   } else {
     char host[256];
     const char *colon = strrchr(l, ':');
@@ -1330,11 +1397,19 @@ int px_server_listen(px_server_t *s, char *errmsg, size_t elen) {
     uv_tcp_t *t = calloc(1, sizeof(*t));
     uv_tcp_init(s->loop, t);
     rc = uv_tcp_open(t, fd);
-    s->listener = (uv_handle_t *)t;
+    *out = (uv_handle_t *)t;
   }
-  s->listener->data = s;
-  if (rc == 0) rc = uv_listen((uv_stream_t *)s->listener, 1024, on_connection);
+  (*out)->data = s;
+  if (rc == 0) rc = uv_listen((uv_stream_t *)*out, 1024, on_connection);
   if (rc < 0) snprintf(errmsg, elen, "cannot listen on %s: %s", l, uv_strerror(rc));
+  return rc;
+}
+
+int px_server_listen(px_server_t *s, char *errmsg, size_t elen) {
+  parser_settings_init();
+  int rc = listen_on(s, s->config->server.listen, &s->listener, errmsg, elen);
+  if (rc == 0 && s->config->server.admin_listen)
+    rc = listen_on(s, s->config->server.admin_listen, &s->admin, errmsg, elen);
   return rc;
 }
 
@@ -1347,6 +1422,10 @@ void px_server_drain(px_server_t *s) {
     uv_close(s->listener, free_handle);
     s->listener = NULL;
   }
+  if (s->admin) {
+    uv_close(s->admin, free_handle);
+    s->admin = NULL;
+  }
   /* Idle keep-alive connections stay open while requests are in flight, so
    * that a load balancer polling /readyz on one sees 503; every response now
    * carries `connection: close`, and on_idle closes whatever is left. */
@@ -1358,6 +1437,10 @@ void px_server_close_all(px_server_t *s, int graceful) {
   if (s->listener) {
     uv_close(s->listener, free_handle);
     s->listener = NULL;
+  }
+  if (s->admin) {
+    uv_close(s->admin, free_handle);
+    s->admin = NULL;
   }
   for (px_conn_t *c = s->conns, *n; c; c = n) {
     n = c->next;

@@ -180,6 +180,7 @@ int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t l
     goto done;
   }
   json_object_set_new(ir, "model", json_string(c.upstream_model));
+  if (c.stream) px_lossy_predict(&c, ir, lossy); /* as pipeline() does */
   rc = op->encode_request(&c, ir, &ub, lossy, err);
   json_decref(ir);
   ir = NULL;

@@ -64,7 +64,7 @@ typedef struct px_route_conf {
   px_target_t *fallbacks;   /**< `fallback = NAME[/MODEL]`, in order */
   size_t nfallbacks;
   int64_t max_tokens;       /**< 0 = unset */
-  char **models;            /**< `models =`: concrete names for /v1/models */
+  char **models;            /**< `models =`: concrete names /v1/models lists for a glob route */
   size_t nmodels;
 } px_route_conf_t;
 
@@ -96,12 +96,26 @@ typedef struct px_server_conf {
   char *access_log;         /**< "stderr" | "stdout" | "off" | path */
   px_log_level_t log_level; /**< default info */
   px_log_format_t log_format; /**< default text */
+  /* team-state: admin listener and unix socket permissions */
+  char *admin_listen;       /**< NULL: /metrics served on listen */
+  unsigned socket_mode;     /**< for unix: listeners; default 0660 */
 } px_server_conf_t;
+
+typedef enum px_state_backend { PX_STATE_LOCAL, PX_STATE_REDIS } px_state_backend_t;
+
+/** [state]: where rate-limit buckets live (SPEC section 3). */
+typedef struct px_state_conf {
+  px_state_backend_t backend; /**< default local (this host's shared memory) */
+  char *redis;                /**< "redis://[[user]:pass@]host:port[/db]" or "unix:/path" */
+  char *prefix;               /**< default "proxai:" */
+  int on_error_deny;          /**< on_error = deny (503); default allow */
+} px_state_conf_t;
 
 typedef struct px_config {
   int refs;
   char *path;               /**< file it came from; NULL for the default */
   px_server_conf_t server;
+  px_state_conf_t state;
   px_upstream_conf_t *upstreams;
   size_t nupstreams;
   px_route_conf_t *routes;

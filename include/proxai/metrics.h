@@ -1,6 +1,7 @@
 /**
  * metrics.h - Prometheus counters, gauges and histograms (SPEC section 8).
- * Per process; all calls happen on the loop thread (no locking).
+ * Host totals: the series live in the shared mapping of shm.h, updated with
+ * atomic adds by every worker of the host.
  */
 #ifndef PROXAI_METRICS_H
 #define PROXAI_METRICS_H
@@ -34,9 +35,14 @@ void px_metrics_gauge_add(px_gauge_t g, int64_t delta);
  *  out of rotation (proxai_upstream_ejected gauge + 1, and
  *  proxai_upstream_ejections_total + 1), 0 when it returns (gauge - 1). */
 void px_metrics_ejection(const char *upstream, int ejected);
+/** Count one event of the shared state backend (backend "redis"; event
+ *  "error", "allowed" or "denied"). */
+void px_metrics_state(const char *backend, const char *event);
+/** Zero the gauges of a worker slot (its process died). */
+void px_metrics_worker_reset(unsigned worker);
 /** Append the Prometheus text exposition to out. */
 int px_metrics_render(px_buf_t *out);
-/** Free everything (tests, shutdown). */
+/** Zero every series and gauge (tests). */
 void px_metrics_reset(void);
 
 #endif

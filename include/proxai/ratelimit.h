@@ -1,6 +1,10 @@
 /**
  * ratelimit.h - per client key token buckets: requests per minute and
- * tokens per minute (SPEC section 3 [key] rpm / tpm).
+ * tokens per minute (SPEC sections 3 [key] rpm / tpm, 7 shared state).
+ *
+ * Two backends ([state] backend): local keeps the buckets in the host's
+ * shared memory (shm.h), shared by every worker; redis keeps them in Redis,
+ * shared by every gateway on it (state_redis.c).
  *
  * Buckets are keyed by key name so they survive a configuration reload.
  * Times are milliseconds from any monotonic clock (uv_now()).
@@ -9,14 +13,51 @@
 #define PROXAI_RATELIMIT_H
 
 #include <stdint.h>
+#include <uv.h>
+
+#include "proxai/config.h"
 
 /** Take one request from key's rpm bucket and check its tpm bucket is not
- *  in debt. Returns 0 when allowed, else the seconds to wait (>= 1) for the
- *  retry-after header. rpm/tpm 0 = unlimited. */
+ *  in debt (this host's buckets). Returns 0 when allowed, else the seconds
+ *  to wait (>= 1) for the retry-after header. rpm/tpm 0 = unlimited. */
 unsigned px_rl_admit(const char *key, uint64_t rpm, uint64_t tpm, uint64_t now_ms);
 /** Charge tokens used by a finished request to key's tpm bucket. */
 void px_rl_charge(const char *key, uint64_t tpm, uint64_t tokens, uint64_t now_ms);
 /** Forget all buckets. */
 void px_rl_reset(void);
+
+typedef enum px_rl_verdict {
+  PX_RL_ALLOW,
+  PX_RL_LIMITED,     /**< 429; *retry_after set */
+  PX_RL_UNAVAILABLE, /**< the backend is unreachable and on_error = deny: 503 */
+  PX_RL_PENDING,     /**< answer comes through the callback */
+} px_rl_verdict_t;
+
+/** Called once with the verdict of a PX_RL_PENDING admission. */
+typedef void (*px_rl_done_fn)(void *arg, px_rl_verdict_t v, unsigned retry_after);
+typedef struct px_rl_wait px_rl_wait_t;
+
+/**
+ * Admit one request of key k. reserve: tokens set aside on the tpm bucket
+ * until px_rl_settle() (redis backend; the local one charges at the end).
+ * Returns the verdict at once, or PX_RL_PENDING with *wait set: done(arg)
+ * is then called later exactly once, unless px_rl_cancel(*wait) came first.
+ */
+px_rl_verdict_t px_rl_check(const px_key_conf_t *k, uint64_t reserve, uint64_t now_ms,
+                            unsigned *retry_after, px_rl_done_fn done, void *arg,
+                            px_rl_wait_t **wait);
+/** Forget a pending admission: its callback will not be called. */
+void px_rl_cancel(px_rl_wait_t *w);
+/** A finished request used `used` tokens; `reserved` were set aside at
+ *  admission (0 when the admission reserved nothing). */
+void px_rl_settle(const px_key_conf_t *k, uint64_t reserved, uint64_t used,
+                  uint64_t now_ms);
+/** Whether admissions reserve tokens (the redis backend). */
+int px_rl_reserves(void);
+
+/** Start this worker's backend from cfg->state (connects to Redis). 0 or <0. */
+int px_rl_start(uv_loop_t *loop, const px_config_t *cfg);
+/** Close the backend's handles (before the loop ends). */
+void px_rl_stop(void);
 
 #endif

@@ -61,6 +61,7 @@ struct px_server {
   px_uclient_t *uclient;
   px_request_fn on_request;
   uv_handle_t *listener;     /**< uv_tcp_t or uv_pipe_t */
+  uv_handle_t *admin;        /**< admin_listen (/metrics), or NULL */
   int draining;
   size_t nconns;
   size_t active;             /**< requests in flight */
@@ -71,6 +72,10 @@ struct px_server {
 /** Start listening on cfg->server.listen (fd >= 0: use that bound socket).
  *  Returns 0 or a negative error; errmsg filled. */
 int px_server_listen(px_server_t *s, char *errmsg, size_t len);
+/** Bind the unix: listeners of cfg once, before forking workers, so that
+ *  they all accept on one socket. Returns 0 or a negative error; errmsg
+ *  filled. */
+int px_server_prebind(const px_config_t *cfg, char *errmsg, size_t len);
 /** Stop accepting; close idle connections; in-flight ones close when their
  *  response ends. */
 void px_server_drain(px_server_t *s);
@@ -82,6 +87,8 @@ void px_conn_set_handler(px_conn_t *c, const px_conn_handler_t *h, void *arg);
 /** Bytes queued to the client and not yet written. */
 size_t px_conn_pending(const px_conn_t *c);
 px_server_t *px_conn_server(const px_conn_t *c);
+/** Whether the connection came in on admin_listen. */
+int px_conn_is_admin(const px_conn_t *c);
 
 /** Start the response. content_length < 0: chunked. Extra headers are
  *  "Name: value" pairs. x-request-id is added here. */

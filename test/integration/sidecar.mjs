@@ -36,6 +36,9 @@ function proxaiSync(args, { env = cleanEnv(), input } = {}) {
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
+/* a file must route something: the smallest route, for tests about [server] */
+const ROUTE = '\n[upstream u]\nprotocol = openai_chat_completions\nbase_url = http://127.0.0.1:9\n[route *]\nupstream = u\n';
+
 function writeConf(name, text) {
   const p = path.join(tmp, name);
   fs.writeFileSync(p, text);
@@ -116,7 +119,7 @@ test('PROXAI_LISTEN sets the embedded default\'s listen address (0.0.0.0 with on
 
 test('--listen overrides a file\'s listen and PROXAI_LISTEN; PROXAI_LISTEN overrides the file', async () => {
   const [p1, p2, p3] = [await freePort(), await freePort(), await freePort()];
-  const conf = writeConf('listen.conf', `[server]\nlisten = 127.0.0.1:${p1}\n`);
+  const conf = writeConf('listen.conf', `[server]\nlisten = 127.0.0.1:${p1}\n` + ROUTE);
   const listenOf = (r) => /^ {2}listen: (.*)$/m.exec(r.stdout)?.[1];
   assert.equal(listenOf(proxaiSync(['-c', conf, '--check'])), `127.0.0.1:${p1}`);
   assert.equal(listenOf(proxaiSync(['-c', conf, '--check'], { env: cleanEnv({ PROXAI_LISTEN: `127.0.0.1:${p2}` }) })), `127.0.0.1:${p2}`);
@@ -141,8 +144,8 @@ test('--listen overrides a file\'s listen and PROXAI_LISTEN; PROXAI_LISTEN overr
 });
 
 test('PROXAI_CONFIG is the config path when -c is not given; -c wins', () => {
-  const a = writeConf('env-a.conf', '[server]\nlisten = 127.0.0.1:1\n');
-  const b = writeConf('env-b.conf', '[server]\nlisten = 127.0.0.1:2\n');
+  const a = writeConf('env-a.conf', '[server]\nlisten = 127.0.0.1:1\n' + ROUTE);
+  const b = writeConf('env-b.conf', '[server]\nlisten = 127.0.0.1:2\n' + ROUTE);
   let r = proxaiSync(['--check'], { env: cleanEnv({ PROXAI_CONFIG: a }) });
   assert.equal(r.code, 0, r.stderr);
   assert.match(r.stdout, new RegExp(`configuration: ${a.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`));
@@ -206,12 +209,12 @@ ${upstreamConf(dead)}`);
 });
 
 test('log_format = text keeps the text lines; an unknown log_format is a config error', async () => {
-  const bad = writeConf('badfmt.conf', '[server]\nlog_format = yaml\n');
+  const bad = writeConf('badfmt.conf', '[server]\nlog_format = yaml\n' + ROUTE);
   const r = proxaiSync(['-c', bad, '--check']);
   assert.equal(r.code, 2);
   assert.match(r.stderr, /badfmt\.conf:2: invalid log_format 'yaml' \(text or json\)/);
   const port = await freePort();
-  const conf = writeConf('text.conf', `[server]\nlisten = 127.0.0.1:${port}\nlog_format = text\naccess_log = stdout\n`);
+  const conf = writeConf('text.conf', `[server]\nlisten = 127.0.0.1:${port}\nlog_format = text\naccess_log = stdout\n` + ROUTE);
   const c = proxaiSync(['-c', conf, '--check']);
   assert.match(c.stdout, /log_format: text/);
   assert.match(c.stdout, /access_log: stdout/);

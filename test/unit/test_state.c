@@ -1,0 +1,156 @@
+/* test_state.c - the host's shared state across processes (shm.c, metrics.c,
+ * ratelimit.c) and the [state] / admin_listen / socket_mode / route models
+ * configuration. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "proxai/config.h"
+#include "proxai/metrics.h"
+#include "proxai/ratelimit.h"
+#include "proxai/shm.h"
+
+/* Run fn in a child process (worker slot `slot`) and wait for it. */
+static void in_child(unsigned slot, void (*fn)(void)) {
+  pid_t p = fork();
+  if (p == 0) {
+    px_shm_set_worker(slot);
+    fn();
+    _exit(0);
+  }
+  int st = 0;
+  CHECK(p > 0 && waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void child_counts(void) {
+  px_metrics_request("openai_chat_completions", "oc", 200, 0.2, -1);
+  px_metrics_request("openai_chat_completions", "oc", 429, 0.001, -1);
+  px_metrics_gauge_add(PX_G_CONNECTIONS, 5);
+  for (int i = 0; i < 2; i++)
+    if (px_rl_admit("team", 5, 0, 1000) != 0) _exit(3);
+}
+
+static void child_dies_holding_lock(void) {
+  pthread_mutex_t *m = px_shm_metrics(); /* the first member of the part is its lock */
+  pthread_mutex_lock(m);
+  _exit(0); /* never unlocks */
+}
+
+static int has(const px_buf_t *b, const char *s) {
+  return b->data && memmem(b->data, b->len, s, strlen(s)) != NULL;
+}
+
+static void test_across_fork(void) {
+  CHECK(px_shm_init(3) == 0);
+  CHECK(px_shm_nworkers() == 3);
+  px_metrics_reset();
+  px_rl_reset();
+  px_metrics_request("openai_chat_completions", "oc", 200, 0.1, -1);
+  px_metrics_gauge_add(PX_G_CONNECTIONS, 1);
+  in_child(1, child_counts);
+  in_child(2, child_counts);
+  /* the parent sees both children's counts: host totals */
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  CHECK(px_metrics_render(&b) == 0);
+  CHECK(has(&b,
+            "proxai_requests_total{inbound=\"openai_chat_completions\",upstream=\"oc\","
+            "status=\"200\"} 3\n"));
+  CHECK(has(&b, "status=\"429\"} 2\n"));
+  CHECK(has(
+      &b,
+      "proxai_request_duration_seconds_count{inbound=\"openai_chat_completions\"} 5\n"));
+  CHECK(has(&b, "proxai_open_connections 11\n"));
+  /* a dead worker's gauges are zeroed by the master */
+  px_metrics_worker_reset(2);
+  px_buf_reset(&b);
+  CHECK(px_metrics_render(&b) == 0);
+  CHECK(has(&b, "proxai_open_connections 6\n"));
+  /* one bucket for the host: the children took 2 each of rpm 5 at the same
+   * instant; one is left */
+  CHECK(px_rl_admit("team", 5, 0, 1000) == 0);
+  CHECK(px_rl_admit("team", 5, 0, 1000) > 0);
+
+  /* a worker killed while holding a lock does not wedge the others */
+  in_child(1, child_dies_holding_lock);
+  px_metrics_attempt("oc", NULL); /* creates a series: takes that lock */
+  px_buf_reset(&b);
+  CHECK(px_metrics_render(&b) == 0);
+  CHECK(has(&b, "proxai_upstream_attempts_total{upstream=\"oc\",result=\"ok\"} 1\n"));
+  px_buf_free(&b);
+  px_metrics_reset();
+  px_rl_reset();
+}
+
+static px_config_t *parse(const char *text, char *err, size_t n) {
+  return px_config_parse(text, "t.conf", err, n);
+}
+
+static void test_config(void) {
+  static const char base[] =
+      "[upstream oc]\nprotocol = openai_chat_completions\nbase_url = "
+      "http://127.0.0.1:1/v1\n"
+      "[route c-*]\nupstream = oc\nmodels = c-1, c-2\n";
+  char err[512], text[2048];
+  px_config_t *c = parse(base, err, sizeof(err));
+  CHECK(c != NULL);
+  if (c) {
+    CHECK(c->state.backend == PX_STATE_LOCAL);
+    CHECK(strcmp(c->state.prefix, "proxai:") == 0);
+    CHECK(c->state.on_error_deny == 0);
+    CHECK(c->server.socket_mode == 0660);
+    CHECK(c->server.admin_listen == NULL);
+    CHECK(c->routes[0].nmodels == 2 && strcmp(c->routes[0].models[1], "c-2") == 0);
+    px_config_unref(c);
+  }
+  snprintf(text, sizeof(text),
+           "[server]\nadmin_listen = 127.0.0.1:9901\nsocket_mode = 0600\n"
+           "[state]\nbackend = redis\nredis = redis://127.0.0.1:6379/2\nprefix = gw1:\n"
+           "on_error = deny\n%s",
+           base);
+  c = parse(text, err, sizeof(err));
+  CHECK(c != NULL);
+  if (c) {
+    CHECK(c->state.backend == PX_STATE_REDIS);
+    CHECK(strcmp(c->state.redis, "redis://127.0.0.1:6379/2") == 0);
+    CHECK(strcmp(c->state.prefix, "gw1:") == 0);
+    CHECK(c->state.on_error_deny == 1);
+    CHECK(c->server.socket_mode == 0600);
+    CHECK(strcmp(c->server.admin_listen, "127.0.0.1:9901") == 0);
+    px_config_unref(c);
+  }
+  static const struct {
+    const char *text, *want;
+  } bad[] = {
+      {"[state]\nbackend = memcached\n", "t.conf:2: backend must be local or redis"},
+      {"[state]\nbackend = redis\n", "t.conf:1: [state] backend = redis needs 'redis ='"},
+      {"[state]\nredis = http://x\n", "t.conf:2: redis must be"},
+      {"[state]\non_error = maybe\n", "t.conf:2: on_error must be allow or deny"},
+      {"[state]\n[state]\n", "t.conf:2: duplicate section [state]"},
+      {"[server]\nsocket_mode = 0999\n", "t.conf:2: 'socket_mode' must be an octal mode"},
+      {"[server]\nadmin_listen = nowhere\n", "t.conf:2: invalid admin_listen address"},
+      {"[route x-*]\nupstream = oc\nmodels = x-*\n", "t.conf:3: model 'x-*' in [route x-*] is not a concrete model name"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    snprintf(text, sizeof(text), "%s%s", bad[i].text,
+             "[upstream oc]\nprotocol = openai_chat_completions\nbase_url = http://h/v1\n"
+             "[route *]\nupstream = oc\n");
+    err[0] = 0;
+    c = parse(text, err, sizeof(err));
+    CHECK(c == NULL);
+    if (strncmp(err, bad[i].want, strlen(bad[i].want)) != 0) {
+      fprintf(stderr, "case %zu: got '%s', want '%s...'\n", i, err, bad[i].want);
+      failures++;
+    }
+    px_config_unref(c);
+  }
+}
+
+int main(void) {
+  test_across_fork();
+  test_config();
+  return check_report("test_state");
+}
