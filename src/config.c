@@ -472,6 +472,21 @@ static int set_bool(parse_t *p, const directive_t *d, void *obj, char *v) {
   return 1;
 }
 
+/* `client = curl | builtin`: the upstream lane (include/proxai/upstream.h,
+ * px_xfer_client_t: 0 auto, 1 curl, 2 builtin). */
+static int set_client(parse_t *p, const directive_t *d, void *obj, char *v) {
+  int k = strcmp(v, "auto") == 0 ? 0 : strcmp(v, "curl") == 0 ? 1
+                                   : strcmp(v, "builtin") == 0 ? 2 : -1;
+  if (k < 0) {
+    fail(p, p->line, "invalid client '%s' (curl, builtin or auto)", v);
+    free(v);
+    return 0;
+  }
+  *FIELD(obj, d, int) = k;
+  free(v);
+  return 1;
+}
+
 static int set_log_level(parse_t *p, const directive_t *d, void *obj, char *v) {
   static const char *const lv[] = {"error", "warn", "info", "debug"};
   for (size_t i = 0; i < 4; i++) {
@@ -616,6 +631,7 @@ static const directive_t directives[] = {
     {SEC_UPSTREAM, "http2", set_bool, UP(http2), 0, 0, 0},
     {SEC_UPSTREAM, "ca_file", set_opt_str, UP(ca_file), 0, 0, 0},
     {SEC_UPSTREAM, "tls_verify", set_bool, UP(tls_verify), 0, 0, 0},
+    {SEC_UPSTREAM, "client", set_client, UP(client), 0, 0, 0},
 
     {SEC_ROUTE, "upstream", set_route_upstream, 0, 0, 0, D_REQUIRED},
     {SEC_ROUTE, "model", set_str, RT(model), 0, 0, 0},

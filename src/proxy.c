@@ -918,6 +918,7 @@ send:;
       .tls_no_verify = !x->up->tls_verify,
       .pool = x->up->name,
       .max_connections = x->up->max_connections,
+      .client = x->up->client,
   };
   x->xfer = px_xfer_start(x->srv->uclient, &o, &xfer_cbs, x);
   if (x->xfer == NULL) send_error(x, PX_ERR_API, "cannot start the upstream request", NULL);

@@ -30,6 +30,8 @@ typedef struct px_upstream_conf {
   int http2;                      /**< default 0 */
   char *ca_file;                  /**< CA bundle for HTTPS; NULL = system default */
   int tls_verify;                 /**< default 1: verify peer and host name */
+  int client;                     /**< lane: 0 auto (built-in for http://), 1 curl,
+                                       2 builtin (px_xfer_client_t) */
 } px_upstream_conf_t;
 
 typedef struct px_route_conf {
