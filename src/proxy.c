@@ -387,15 +387,14 @@ static int headers_failed(px_exch_t *x) {
 static int up_on_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
   px_exch_t *x = arg;
   x->up_status = status;
-  x->up_content_length = -1;
+  /* the lane hands up no framing header: the length it enforces */
+  x->up_content_length = px_xfer_content_length(x->xfer);
   px_buf_reset(&x->passhdrs);
   x->content_type[0] = 0;
   for (size_t i = 0; i < n; i++) {
     if (h[i].name.len == 12 && strncasecmp(h[i].name.ptr, "content-type", 12) == 0)
       snprintf(x->content_type, sizeof(x->content_type), "%.*s", (int)h[i].value.len,
                h[i].value.ptr);
-    else if (h[i].name.len == 14 && strncasecmp(h[i].name.ptr, "content-length", 14) == 0)
-      x->up_content_length = strtoll(h[i].value.ptr, NULL, 10);
     if (pass_back(&h[i]) ||
         (h[i].name.len == 12 && strncasecmp(h[i].name.ptr, "x-request-id", 12) == 0)) {
       px_buf_append(&x->passhdrs, h[i].name.ptr, h[i].name.len);

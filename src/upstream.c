@@ -14,6 +14,7 @@
  *   QUEUED --(pool slot)--> RUNNING --(lane done / timeout / cancel)--> DONE
  *      \________________________(cancel)____________________________/
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -92,6 +93,7 @@ int px_up_head_done(px_xfer_t *x) {
   size_t n = 0;
   px_str_t conn = PX_STR_NULL;
   bool clen = false, te = false;
+  int64_t len = -1;
   const char *p = x->hbuf.data, *end = p + x->hbuf.len;
   while (p < end) {
     const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -107,7 +109,15 @@ int px_up_head_done(px_xfer_t *x) {
       while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t' || ve[-1] == '\r')) ve--;
       hv[n].name = (px_str_t){p, (size_t)(colon - p)};
       hv[n].value = (px_str_t){v, (size_t)(ve - v)};
-      if (NAME_IS(hv[n].name, "content-length")) clen = true;
+      if (NAME_IS(hv[n].name, "content-length")) {
+        clen = true;
+        len = 0;
+        for (size_t i = 0; i < hv[n].value.len && len >= 0; i++) {
+          char ch = hv[n].value.ptr[i];
+          len = ch >= '0' && ch <= '9' && len < (INT64_MAX - 9) / 10 ? len * 10 + (ch - '0') : -1;
+        }
+        if (hv[n].value.len == 0) len = -1;
+      }
       if (NAME_IS(hv[n].name, "transfer-encoding")) te = true;
       if (NAME_IS(hv[n].name, "connection")) conn = hv[n].value;
       n++;
@@ -133,6 +143,9 @@ int px_up_head_done(px_xfer_t *x) {
       continue;
     hv[k++] = hv[i];
   }
+  /* the length the lane enforces (it reads exactly that many bytes, or the
+   * transfer fails): never a header to forward, but a length to reuse */
+  x->content_length = x->status == 204 || x->status == 304 ? -1 : len;
   x->hdrs_done = true;
   x->last_activity = uv_now(c->loop);
   arm_idle(x);
@@ -400,6 +413,10 @@ void px_xfer_resume(px_xfer_t *x) {
   x->lane->resume(x);
   px_up_after(c);
   px_up_leave(c);
+}
+
+int64_t px_xfer_content_length(const px_xfer_t *x) {
+  return x && x->hdrs_done ? x->content_length : -1;
 }
 
 int px_xfer_paused(const px_xfer_t *x) {

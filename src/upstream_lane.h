@@ -115,6 +115,7 @@ struct px_xfer {
   px_buf_t hbuf; /* current header block, "name:value\n" lines */
   int status;
   int state;
+  int64_t content_length; /* body length the lane enforces, -1 unknown */
   bool hdrs_done; /* on_headers fired */
   bool paused;
   bool cancelled;

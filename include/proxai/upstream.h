@@ -111,6 +111,12 @@ px_xfer_t *px_xfer_start(px_uclient_t *c, const px_xfer_opts_t *o,
  *  (from inside this transfer's callbacks it defers itself).
  *  on_data may run before this returns. */
 void px_xfer_resume(px_xfer_t *x);
+/** From on_headers on: the exact number of body bytes the transfer will
+ *  deliver when the upstream framed its body by a Content-Length (the lane
+ *  enforces it: fewer bytes end in PX_XFER_ERECV), else -1 (chunked, ended
+ *  by close, 204/304). A length to reuse for the client's framing, never
+ *  the upstream's header itself. */
+int64_t px_xfer_content_length(const px_xfer_t *x);
 /** Whether the transfer is paused. */
 int px_xfer_paused(const px_xfer_t *x);
 /** Stop the transfer now; no callback fires afterwards. Safe from inside its
