@@ -14,6 +14,7 @@
  *   QUEUED --(pool slot)--> RUNNING --(lane done / timeout / cancel)--> DONE
  *      \________________________(cancel)____________________________/
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -332,8 +333,11 @@ static const px_lane_t *pick_lane(px_uclient_t *c, const px_xfer_opts_t *o, cons
 px_xfer_t *px_xfer_start(px_uclient_t *c, const px_xfer_opts_t *o,
                          const px_xfer_cbs_t *cbs, void *arg) {
   if (!c || c->closing || !o || !o->url) return NULL;
-  px_xfer_t *x = calloc(1, sizeof(*x));
+  /* not calloc: the lanes' large arrays need no zeroing */
+  px_xfer_t *x = malloc(sizeof(*x));
   if (!x) return NULL;
+  memset(x, 0, offsetof(px_xfer_t, errbuf));
+  x->errbuf[0] = 0;
   x->c = c;
   dl_init(&x->all);
   dl_init(&x->q);
@@ -353,7 +357,6 @@ px_xfer_t *px_xfer_start(px_uclient_t *c, const px_xfer_opts_t *o,
   if (x->lane->prepare(x, o) < 0) {
     if (x->lane == &px_lane_curl) goto fail;
     x->lane = &px_lane_curl; /* a URL the built-in lane cannot take */
-    memset(&x->u, 0, sizeof(x->u));
     if (x->lane->prepare(x, o) < 0) goto fail;
   }
   uv_timer_init(c->loop, &x->timer);

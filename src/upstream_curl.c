@@ -21,6 +21,7 @@
  * connections; proxy environment variables are not read (CURLOPT_NOPROXY
  * "*": the gateway never goes through a proxy, in either lane).
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -439,6 +440,7 @@ static CURLcode setup_new_easy(px_uclient_t *c, CURL *e, const px_xfer_opts_t *o
 
 static int curl_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
   px_uclient_t *c = x->c;
+  memset(&x->u.cu, 0, offsetof(px_xfer_t, u.cu.hl) - offsetof(px_xfer_t, u.cu));
   CURL *e = pool_take_easy(x->pool, o);
   bool fresh = e == NULL;
   if (fresh && !(e = curl_easy_init())) return -1;

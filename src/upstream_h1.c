@@ -16,6 +16,7 @@
  * from inside its callbacks are deferred as for curl callbacks. Error texts
  * are formatted only on error paths.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,37 +147,47 @@ static bool hdr_named(const char *h, const char *name, size_t n) {
 }
 #define HDR_NAMED(h, lit) hdr_named((h), (lit), sizeof(lit) - 1)
 
-static int put_u(px_buf_t *b, size_t v) {
-  char num[24];
-  size_t k = sizeof(num);
-  do num[--k] = (char)('0' + v % 10);
-  while ((v /= 10) != 0);
-  return px_buf_append(b, num + k, sizeof(num) - k);
+/* ---- prepare: the request head as curl would send it ---- */
+
+/* What a caller's header line becomes: "Name: value" as is, "Name;" sent
+ * empty, "Name:" (no value) removes it, as in curl. */
+typedef enum { HL_SKIP, HL_ASIS, HL_EMPTY } hl_kind_t;
+
+static hl_kind_t hl_kind(const char *h, size_t *n) {
+  const char *colon = strchr(h, ':');
+  const char *semi = strchr(h, ';');
+  if (colon && (!semi || colon < semi)) {
+    const char *v = colon + 1;
+    while (*v == ' ' || *v == '\t') v++;
+    if (*v == 0) return HL_SKIP;
+    *n = strlen(h);
+    return HL_ASIS;
+  }
+  if (semi) {
+    *n = (size_t)(semi - h);
+    return HL_EMPTY;
+  }
+  return HL_SKIP;
 }
 
-/* ---- prepare: the request head as curl would send it ---- */
+#define CPY(lit) (memcpy(w, (lit), sizeof(lit) - 1), w += sizeof(lit) - 1)
 
 static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
   h1_url_t u;
+  memset(&x->u.h1, 0, offsetof(px_xfer_t, u.h1.parser) - offsetof(px_xfer_t, u.h1));
   if (!parse_url(o->url, &u)) return -1;
   const char *m = o->method ? o->method : (o->body ? "POST" : "GET");
   bool post = strcmp(m, "POST") == 0;
   /* pool and cache key "host:port" */
-  size_t kl = u.host_len;
+  char num[24];
+  size_t kl = u.host_len, j = sizeof(num);
   if (kl + 7 >= sizeof(x->u.h1.key)) return -1;
   memcpy(x->u.h1.key, u.host, kl);
   x->u.h1.host_len = kl;
   x->u.h1.key[kl++] = ':';
-  {
-    char num[8];
-    size_t j = sizeof(num);
-    unsigned v = u.port;
-    do num[--j] = (char)('0' + v % 10);
-    while ((v /= 10) != 0);
-    memcpy(x->u.h1.key + kl, num + j, sizeof(num) - j);
-    kl += sizeof(num) - j;
-  }
-  x->u.h1.key[kl] = 0;
+  for (unsigned v = u.port; j == sizeof(num) || v; v /= 10) num[--j] = (char)('0' + v % 10);
+  memcpy(x->u.h1.key + kl, num + j, sizeof(num) - j);
+  x->u.h1.key[kl + sizeof(num) - j] = 0;
   x->u.h1.port = (unsigned short)u.port;
   if (u.v6 || u.ip4) {
     char ip[48];
@@ -192,63 +203,63 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
     }
   }
 
+  /* one pass to size the head (and spot the headers curl would add), one
+   * to write it: no printf, one allocation */
   bool has_host = false, has_accept = false, has_ctype = false, has_clen = false;
-  size_t est = 160 + strlen(o->url);
+  size_t ml = strlen(m), pl = strlen(u.path), total = ml + 2 + pl + 11 + 2;
   for (const char *const *h = o->headers; h && *h; h++) {
-    est += strlen(*h) + 2;
-    if (HDR_NAMED(*h, "host")) has_host = true;
-    if (HDR_NAMED(*h, "accept")) has_accept = true;
-    if (HDR_NAMED(*h, "content-type")) has_ctype = true;
-    if (HDR_NAMED(*h, "content-length")) has_clen = true;
+    size_t n;
+    hl_kind_t k = hl_kind(*h, &n);
+    switch ((*h)[0] | 0x20) { /* most lines start with none of these */
+    case 'h': has_host = has_host || HDR_NAMED(*h, "host"); break;
+    case 'a':
+      has_accept = has_accept || HDR_NAMED(*h, "accept");
+      if (HDR_NAMED(*h, "accept-encoding")) k = HL_SKIP;
+      break;
+    case 'c':
+      has_ctype = has_ctype || HDR_NAMED(*h, "content-type");
+      has_clen = has_clen || HDR_NAMED(*h, "content-length");
+      break;
+    }
+    if (k != HL_SKIP) total += n + 3;
   }
-  px_buf_t b;
-  px_buf_init(&b, 1u << 20);
-  /* one allocation, appends only: printf is a visible share of a request */
-  int rc = px_buf_reserve(&b, est);
-  if (rc == 0) rc = px_buf_puts(&b, m);
-  if (rc == 0) rc = px_buf_puts(&b, *u.path == '/' ? " " : " /");
-  if (rc == 0) rc = px_buf_puts(&b, u.path);
-  if (rc == 0) rc = px_buf_puts(&b, " HTTP/1.1\r\n");
-  if (!has_host && rc == 0) {
-    rc = px_buf_puts(&b, "Host: ");
-    if (rc == 0) rc = px_buf_append(&b, u.auth, u.auth_len);
-    if (rc == 0) rc = px_buf_puts(&b, "\r\n");
+  j = sizeof(num);
+  for (size_t v = o->body_len; j == sizeof(num) || v; v /= 10) num[--j] = (char)('0' + v % 10);
+  total += 8 + u.auth_len + 2 + 13 + 27 + 16 + (sizeof(num) - j) + 2 + 50;
+  char *head = malloc(total), *w = head;
+  if (!head) return -1;
+  memcpy(w, m, ml), w += ml;
+  if (*u.path == '/') CPY(" ");
+  else CPY(" /");
+  memcpy(w, u.path, pl), w += pl;
+  CPY(" HTTP/1.1\r\n");
+  if (!has_host) {
+    CPY("Host: ");
+    memcpy(w, u.auth, u.auth_len), w += u.auth_len;
+    CPY("\r\n");
   }
-  if (!has_accept && rc == 0) rc = px_buf_puts(&b, "Accept: */*\r\n");
+  if (!has_accept) CPY("Accept: */*\r\n");
   /* the gateway passes bodies as they are: never a compressed one */
-  if (rc == 0) rc = px_buf_puts(&b, "Accept-Encoding: identity\r\n");
-  for (const char *const *h = o->headers; rc == 0 && h && *h; h++) {
-    if (HDR_NAMED(*h, "accept-encoding")) continue;
-    const char *colon = strchr(*h, ':');
-    const char *semi = strchr(*h, ';');
-    if (colon && (!semi || colon < semi)) {
-      const char *v = colon + 1;
-      while (*v == ' ' || *v == '\t') v++;
-      if (*v == 0) continue; /* "Name:" removes the header, as in curl */
-      rc = px_buf_puts(&b, *h);
-    } else if (semi) { /* "Name;" sends it empty */
-      rc = px_buf_append(&b, *h, (size_t)(semi - *h));
-      if (rc == 0) rc = px_buf_puts(&b, ":");
-    } else {
-      continue;
-    }
-    if (rc == 0) rc = px_buf_puts(&b, "\r\n");
+  CPY("Accept-Encoding: identity\r\n");
+  for (const char *const *h = o->headers; h && *h; h++) {
+    size_t n;
+    hl_kind_t k = hl_kind(*h, &n);
+    if (k == HL_SKIP || HDR_NAMED(*h, "accept-encoding")) continue;
+    memcpy(w, *h, n), w += n;
+    if (k == HL_EMPTY) *w++ = ':';
+    CPY("\r\n");
   }
-  if (post && rc == 0) {
+  if (post) {
     if (!has_clen) {
-      rc = px_buf_puts(&b, "Content-Length: ");
-      if (rc == 0) rc = put_u(&b, o->body_len);
-      if (rc == 0) rc = px_buf_puts(&b, "\r\n");
+      CPY("Content-Length: ");
+      memcpy(w, num + j, sizeof(num) - j), w += sizeof(num) - j;
+      CPY("\r\n");
     }
-    if (!has_ctype && rc == 0)
-      rc = px_buf_puts(&b, "Content-Type: application/x-www-form-urlencoded\r\n");
+    if (!has_ctype) CPY("Content-Type: application/x-www-form-urlencoded\r\n");
   }
-  if (rc == 0) rc = px_buf_puts(&b, "\r\n");
-  if (rc != 0) {
-    px_buf_free(&b);
-    return -1;
-  }
-  x->u.h1.reqhead = px_buf_steal(&b, &x->u.h1.reqhead_len);
+  CPY("\r\n");
+  x->u.h1.reqhead = head;
+  x->u.h1.reqhead_len = (size_t)(w - head);
   x->u.h1.body = post ? (o->body ? o->body : "") : NULL;
   x->u.h1.body_len = post ? o->body_len : 0;
   px_buf_init(&x->u.h1.pend, 1u << 20);

@@ -124,19 +124,18 @@ struct px_xfer {
   bool uncounted;           /* already left c->active (cancel deferred to reaping) */
   const char *fail;         /* our own reason to abort from a callback */
   px_xfer_result_t fail_res;/* its result (PX_XFER_EOTHER unless set) */
-  char errbuf[CURL_ERROR_SIZE];
+  char errbuf[CURL_ERROR_SIZE]; /* from here on, set by the lane's prepare */
   union {
-    struct { /* curl lane */
+    struct { /* curl lane; zeroed by prepare up to hl */
       CURL *easy;
       bool in_multi;
       bool in_block; /* inside a header block (status line seen) */
       struct curl_slist *hdrs;     /* hl or a heap array */
       struct curl_slist hl[PX_CURL_INLINE_HDRS];
     } cu;
-    struct { /* built-in lane */
+    struct { /* built-in lane; zeroed by prepare up to parser */
       px_h1conn_t *hc;
       px_h1res_t *res; /* name resolution in flight */
-      llhttp_t parser;
       bool got;      /* response bytes seen on this connection */
       bool retried;  /* already retried once on a fresh connection */
       bool msg_done; /* final response complete */
@@ -147,12 +146,13 @@ struct px_xfer {
       size_t reqhead_len;
       const char *body;
       size_t body_len;
-      struct sockaddr_storage addr[PX_H1_MAX_ADDRS];
       unsigned naddr, addr_i;
       unsigned short port;
-      char key[280]; /* "host:port": pool of idle connections, DNS cache */
       size_t host_len; /* key[0..host_len) is the host (no brackets) */
-      px_buf_t pend; /* body bytes received while paused */
+      px_buf_t pend;   /* body bytes received while paused */
+      llhttp_t parser; /* set by llhttp_init before each use */
+      struct sockaddr_storage addr[PX_H1_MAX_ADDRS];
+      char key[280]; /* "host:port": pool of idle connections, DNS cache */
     } h1;
   } u;
 };
