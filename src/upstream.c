@@ -325,9 +325,8 @@ static px_pool_t *pool_get(px_uclient_t *c, const char *name, unsigned max) {
 static const px_lane_t *pick_lane(px_uclient_t *c, const px_xfer_opts_t *o, const char *m) {
   int want = o->client ? o->client : c->default_client;
   if (want == PX_XFER_CLIENT_CURL || o->http2) return &px_lane_curl;
-  if ((strcmp(m, "POST") != 0 && strcmp(m, "GET") != 0) || !px_h1_takes(o->url))
-    return &px_lane_curl;
-  return &px_lane_h1;
+  if (strcmp(m, "POST") != 0 && strcmp(m, "GET") != 0) return &px_lane_curl;
+  return &px_lane_h1; /* its prepare refuses a URL it does not take: then curl */
 }
 
 px_xfer_t *px_xfer_start(px_uclient_t *c, const px_xfer_opts_t *o,

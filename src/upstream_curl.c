@@ -402,11 +402,15 @@ static CURLU *pool_url(px_pool_t *p, const char *url) {
 
 /* ---- the lane ---- */
 
+/* The lines the lane adds: each costs curl a formatted line and a name
+ * check per header it looks for, so Expect: (no 100-continue round trip)
+ * only where curl would send one, for bodies of 1 MiB and more (7.88). */
 static const char *const fixed_hdrs[] = {
-    "Expect:",                   /* no 100-continue round trip */
     "Accept-Encoding: identity", /* the gateway passes bodies as they are */
+    "Expect:",
 };
 #define NFIXED (sizeof(fixed_hdrs) / sizeof(fixed_hdrs[0]))
+#define PX_CURL_EXPECT_FROM (1u << 20)
 
 /* The options every transfer of this pool shares: set once per handle. */
 static CURLcode setup_new_easy(px_uclient_t *c, CURL *e, const px_xfer_opts_t *o) {
@@ -483,8 +487,11 @@ static int curl_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
     rc = CURLE_OUT_OF_MEMORY;
   } else {
     size_t k = 0;
-    for (size_t i = 0; i < NFIXED; i++) l[k++].data = (char *)fixed_hdrs[i];
-    for (size_t i = 0; i < n; i++) l[k++].data = (char *)o->headers[i];
+    l[k++].data = (char *)fixed_hdrs[0];
+    if (o->body_len >= PX_CURL_EXPECT_FROM) l[k++].data = (char *)fixed_hdrs[1];
+    for (size_t i = 0; i < n; i++) /* never a second line (SPEC section 10) */
+      if (px_header_value_ok(o->headers[i], strlen(o->headers[i])))
+        l[k++].data = (char *)o->headers[i];
     for (size_t i = 0; i < k; i++) l[i].next = i + 1 < k ? &l[i + 1] : NULL;
     x->u.cu.hdrs = l;
     SET(CURLOPT_HTTPHEADER, l);

@@ -137,11 +137,6 @@ static bool parse_url(const char *url, h1_url_t *u) {
   return true;
 }
 
-bool px_h1_takes(const char *url) {
-  h1_url_t u;
-  return url && parse_url(url, &u);
-}
-
 static bool hdr_named(const char *h, const char *name, size_t n) {
   return strncasecmp(h, name, n) == 0 && (h[n] == ':' || h[n] == ';');
 }
@@ -154,13 +149,15 @@ static bool hdr_named(const char *h, const char *name, size_t n) {
 typedef enum { HL_SKIP, HL_ASIS, HL_EMPTY } hl_kind_t;
 
 static hl_kind_t hl_kind(const char *h, size_t *n) {
-  const char *colon = strchr(h, ':');
-  const char *semi = strchr(h, ';');
-  if (colon && (!semi || colon < semi)) {
+  size_t len = strlen(h);
+  if (!px_header_value_ok(h, len)) return HL_SKIP; /* never a second line */
+  const char *colon = memchr(h, ':', len);
+  const char *semi = memchr(h, ';', colon ? (size_t)(colon - h) : len);
+  if (colon && !semi) {
     const char *v = colon + 1;
     while (*v == ' ' || *v == '\t') v++;
     if (*v == 0) return HL_SKIP;
-    *n = strlen(h);
+    *n = len;
     return HL_ASIS;
   }
   if (semi) {

@@ -196,7 +196,8 @@ struct px_uclient {
 struct px_lane {
   const char *name;
   /** Build the request from o (the lane may keep pointers the caller keeps
-   *  alive: body, headers). -1: not possible (nothing to release). */
+   *  alive: body, headers). A header line with a CR, LF or NUL is dropped
+   *  (SPEC section 10). -1: not possible (nothing to release). */
   int (*prepare)(px_xfer_t *x, const px_xfer_opts_t *o);
   /** A pool slot is granted: start the I/O. <0: could not start. */
   int (*run)(px_xfer_t *x);
@@ -262,7 +263,5 @@ void px_curl_client_close(px_uclient_t *c);
 void px_h1_client_close(px_uclient_t *c);
 /** Resume a curl transfer deferred with the nudge (on_defer). */
 void px_curl_nudge(px_uclient_t *c);
-/** Whether url is one the built-in lane takes (http://, host or IP). */
-bool px_h1_takes(const char *url);
 
 #endif
