@@ -872,8 +872,10 @@ def report(b, started):
           "divided by N. proxai: the default configuration (built-in lane for http://, "
           "libcurl for https://); proxai-curl: the same with `client = curl`.")
         w("")
-        w("| upstream | case | nginx | proxai | proxai / nginx | proxai-curl | "
-          "proxai-curl / nginx | target |")
+        w("Ratios: a pass-through against nginx; a translated request against the "
+          "chat pass-through of the same lane.")
+        w("")
+        w("| upstream | case | nginx | proxai | ratio | proxai-curl | ratio | target |")
         w("|---|---|---|---|---|---|---|---|")
         for key in sorted((k for k in R if k.startswith("ir")), key=passthrough_first):
             kind, pair = key.split(":")
@@ -882,13 +884,19 @@ def report(b, started):
             p = med([r["ir_per_req"] for r in R[key].get("proxai", [])])
             pc = med([r["ir_per_req"] for r in R[key].get("proxai-curl", [])])
             n = nref if inb == out == "chat" else None
+            if inb != out:  # against the same lane's pass-through
+                pt = R.get("%s:chat>chat" % kind, {})
+                ref = med([r["ir_per_req"] for r in pt.get("proxai", [])])
+                refc = med([r["ir_per_req"] for r in pt.get("proxai-curl", [])])
+            else:
+                ref = refc = nref
             target = ("≤ 1.25 x nginx" if kind == "ir" else "≤ 1.5 x nginx (issue: 2 x)") \
                 if inb == out else "≤ 2 x pass-through"
             w("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 "http" if kind == "ir" else "https",
                 "%s → %s" % (inb, out) if inb != out else "%s pass-through" % inb,
-                fmt(n), fmt(p), fmt(p / nref, 2) if p and nref else "-", fmt(pc),
-                fmt(pc / nref, 2) if pc and nref else "-", target))
+                fmt(n), fmt(p), fmt(p / ref, 2) if p and ref else "-", fmt(pc),
+                fmt(pc / refc, 2) if pc and refc else "-", target))
         w("")
 
     w("† the target crashed during a measurement (restarted; see below) or the measurement "

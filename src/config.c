@@ -1348,6 +1348,7 @@ void px_config_print(const px_config_t *c, FILE *out) {
             u->max_connections, u->retries, u->http2 ? "on" : "off");
     if (u->ca_file) fprintf(out, "  ca_file: %s\n", u->ca_file);
     if (!u->tls_verify) fprintf(out, "  tls_verify: off\n");
+    if (u->client) fprintf(out, "  client: %s\n", u->client == 1 ? "curl" : "builtin");
   }
   for (size_t i = 0; i < c->nroutes; i++) {
     const px_route_conf_t *r = &c->routes[i];
