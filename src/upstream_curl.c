@@ -374,6 +374,7 @@ static CURL *pool_take_easy(px_pool_t *p, const px_xfer_opts_t *o) {
     return p->nfree_easy ? p->free_easy[--p->nfree_easy] : NULL;
   }
   pool_flush_easy(p); /* the upstream's options changed (reload) */
+  p->sig_gen++;
   free(p->sig_ca);
   p->sig_ca = ca ? strdup(ca) : NULL;
   p->sig_set = !ca || p->sig_ca;
@@ -449,6 +450,7 @@ static int curl_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
   bool fresh = e == NULL;
   if (fresh && !(e = curl_easy_init())) return -1;
   x->u.cu.easy = e;
+  x->u.cu.gen = x->pool->sig_gen;
   CURLcode rc = fresh ? setup_new_easy(c, e, o) : CURLE_OK;
 #define SET(opt, val) \
   if (rc == CURLE_OK) rc = curl_easy_setopt(e, opt, val)
@@ -553,7 +555,8 @@ static void curl_release(px_xfer_t *x) {
   x->u.cu.hdrs = NULL;
   x->u.cu.easy = NULL;
   px_pool_t *p = x->pool;
-  if (clean && !c->closing && !x->paused && p->sig_set && p->nfree_easy < PX_POOL_FREE_EASY) {
+  if (clean && !c->closing && !x->paused && p->sig_set && x->u.cu.gen == p->sig_gen &&
+      p->nfree_easy < PX_POOL_FREE_EASY) {
     /* back to the pool, pointing at nothing of x's */
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, (struct curl_slist *)NULL);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, (char *)NULL);

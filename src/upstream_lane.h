@@ -83,6 +83,7 @@ typedef struct px_pool {
   CURL *free_easy[PX_POOL_FREE_EASY];
   size_t nfree_easy;
   bool sig_set; /* the options the idle handles carry */
+  unsigned sig_gen; /* changes with them: older handles are not kept */
   int sig_http2, sig_noverify;
   uint64_t sig_cto;
   char *sig_ca;
@@ -128,6 +129,7 @@ struct px_xfer {
   union {
     struct { /* curl lane; zeroed by prepare up to hl */
       CURL *easy;
+      unsigned gen; /* pool->sig_gen its options match */
       bool in_multi;
       bool in_block; /* inside a header block (status line seen) */
       struct curl_slist *hdrs;     /* hl or a heap array */
