@@ -584,7 +584,7 @@ class Bench:
                     if r["completed"] != n or r.get("non2xx"):
                         raise RuntimeError("callgrind run incomplete: %s" % r)
                 finally:
-                    p.stop(timeout=60)
+                    p.stop(timeout=180)  # callgrind writes its file at exit
                 irs.append(self.callgrind_total(outf))
             if None not in irs:
                 self.put("%s:%s>%s" % (kind, i, o), t,
