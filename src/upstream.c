@@ -66,7 +66,8 @@ static bool conn_lists(px_str_t conn, px_str_t token) {
     while (p < e && *p != ',') p++;
     const char *te = p;
     while (te > s && (te[-1] == ' ' || te[-1] == '\t')) te--;
-    if ((size_t)(te - s) == token.len && strncasecmp(s, token.ptr, token.len) == 0) return true;
+    if ((size_t)(te - s) == token.len && strncasecmp(s, token.ptr, token.len) == 0)
+      return true;
   }
   return false;
 }
@@ -115,7 +116,9 @@ int px_up_head_done(px_xfer_t *x) {
         len = 0;
         for (size_t i = 0; i < hv[n].value.len && len >= 0; i++) {
           char ch = hv[n].value.ptr[i];
-          len = ch >= '0' && ch <= '9' && len < (INT64_MAX - 9) / 10 ? len * 10 + (ch - '0') : -1;
+          len = ch >= '0' && ch <= '9' && len < (INT64_MAX - 9) / 10
+                    ? len * 10 + (ch - '0')
+                    : -1;
         }
         if (hv[n].value.len == 0) len = -1;
       }
@@ -260,7 +263,8 @@ static int start_running(px_xfer_t *x) {
   if (x->lane == &px_lane_h1) /* curl times its own connects */
     x->connect_deadline = now + (x->connect_ms ? x->connect_ms : 300000);
   uint64_t next = x->first_byte_deadline;
-  if (x->connect_deadline && (!next || x->connect_deadline < next)) next = x->connect_deadline;
+  if (x->connect_deadline && (!next || x->connect_deadline < next))
+    next = x->connect_deadline;
   if (next) uv_timer_start(&x->timer, on_xfer_timer, next - now, 0);
   return x->lane->run(x);
 }
@@ -274,7 +278,8 @@ static void pool_kick(px_uclient_t *c, px_pool_t *p) {
   while (!dl_empty(&p->queue) && (p->max == 0 || p->running < p->max)) {
     px_xfer_t *x = PX_CONTAINER(p->queue.next, px_xfer_t, q);
     dl_del(&x->q);
-    if (start_running(x) < 0) px_up_finish(x, PX_XFER_EOTHER, "cannot start the transfer", true);
+    if (start_running(x) < 0)
+      px_up_finish(x, PX_XFER_EOTHER, "cannot start the transfer", true);
     if (c->closing) return;
   }
 }
@@ -322,7 +327,8 @@ static px_pool_t *pool_get(px_uclient_t *c, const char *name, unsigned max) {
   return p;
 }
 
-static const px_lane_t *pick_lane(px_uclient_t *c, const px_xfer_opts_t *o, const char *m) {
+static const px_lane_t *pick_lane(px_uclient_t *c, const px_xfer_opts_t *o,
+                                  const char *m) {
   int want = o->client ? o->client : c->default_client;
   if (want == PX_XFER_CLIENT_CURL || o->http2) return &px_lane_curl;
   if (strcmp(m, "POST") != 0 && strcmp(m, "GET") != 0) return &px_lane_curl;
@@ -458,8 +464,8 @@ px_uclient_t *px_uclient_new(uv_loop_t *loop) {
    * PROXAI_UPSTREAM_CLIENT=curl overrides that default (the test suites run
    * once per lane with it). */
   const char *env = getenv("PROXAI_UPSTREAM_CLIENT");
-  c->default_client = env && strcmp(env, "curl") == 0 ? PX_XFER_CLIENT_CURL
-                                                       : PX_XFER_CLIENT_BUILTIN;
+  c->default_client =
+      env && strcmp(env, "curl") == 0 ? PX_XFER_CLIENT_CURL : PX_XFER_CLIENT_BUILTIN;
   if (px_curl_client_init(c) < 0) {
     free(c);
     return NULL;
@@ -481,7 +487,8 @@ static void on_client_timer_closed(uv_handle_t *h) {
 static void finish_close(px_uclient_t *c) {
   c->closed = true;
   while (!dl_empty(&c->xfers))
-    px_up_finish(PX_CONTAINER(c->xfers.next, px_xfer_t, all), PX_XFER_EOTHER, NULL, false);
+    px_up_finish(PX_CONTAINER(c->xfers.next, px_xfer_t, all), PX_XFER_EOTHER, NULL,
+                 false);
   px_curl_client_close(c);
   px_h1_client_close(c);
   while (!dl_empty(&c->pools)) {

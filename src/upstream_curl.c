@@ -77,8 +77,10 @@ static void on_sock_closed(uv_handle_t *h) {
 static void sock_drop(px_uclient_t *c, px_sock_t *s) {
   if (s->dropped) return;
   if (s->polling) {
-    if (s->owned) s->dropped = true;
-    else if (sock_get(c, s->fd) == s) c->cu.socks[s->fd] = NULL;
+    if (s->owned)
+      s->dropped = true;
+    else if (sock_get(c, s->fd) == s)
+      c->cu.socks[s->fd] = NULL;
     uv_close((uv_handle_t *)&s->poll, on_sock_closed);
     return;
   }
@@ -87,7 +89,8 @@ static void sock_drop(px_uclient_t *c, px_sock_t *s) {
   free(s);
 }
 
-static curl_socket_t on_opensocket(void *ud, curlsocktype purpose, struct curl_sockaddr *a) {
+static curl_socket_t on_opensocket(void *ud, curlsocktype purpose,
+                                   struct curl_sockaddr *a) {
   px_uclient_t *c = ud;
   curl_socket_t fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
   if (fd < 0) return CURL_SOCKET_BAD;

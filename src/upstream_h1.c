@@ -42,7 +42,7 @@ struct px_h1conn {
   struct px_xfer *x; /* current transfer */
   char key[280];     /* "host:port" */
   bool connected;
-  bool reused;  /* carried an earlier response */
+  bool reused; /* carried an earlier response */
   bool reading;
   bool writing; /* a request write is in flight */
   bool dead;    /* not reusable (EOF, error, stray bytes) */
@@ -89,8 +89,8 @@ typedef struct h1_url {
 } h1_url_t;
 
 static bool is_name_char(char ch) {
-  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-         ch == '-' || ch == '.' || ch == '_';
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+         (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' || ch == '_';
 }
 
 /* "http://HOST[:port][/path]" with HOST an IPv4 literal, [IPv6] or a name. */
@@ -182,7 +182,8 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
   memcpy(x->u.h1.key, u.host, kl);
   x->u.h1.host_len = kl;
   x->u.h1.key[kl++] = ':';
-  for (unsigned v = u.port; j == sizeof(num) || v; v /= 10) num[--j] = (char)('0' + v % 10);
+  for (unsigned v = u.port; j == sizeof(num) || v; v /= 10)
+    num[--j] = (char)('0' + v % 10);
   memcpy(x->u.h1.key + kl, num + j, sizeof(num) - j);
   x->u.h1.key[kl + sizeof(num) - j] = 0;
   x->u.h1.port = (unsigned short)u.port;
@@ -208,26 +209,31 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
     size_t n;
     hl_kind_t k = hl_kind(*h, &n);
     switch ((*h)[0] | 0x20) { /* most lines start with none of these */
-    case 'h': has_host = has_host || HDR_NAMED(*h, "host"); break;
-    case 'a':
-      has_accept = has_accept || HDR_NAMED(*h, "accept");
-      if (HDR_NAMED(*h, "accept-encoding")) k = HL_SKIP;
-      break;
-    case 'c':
-      has_ctype = has_ctype || HDR_NAMED(*h, "content-type");
-      has_clen = has_clen || HDR_NAMED(*h, "content-length");
-      break;
+      case 'h':
+        has_host = has_host || HDR_NAMED(*h, "host");
+        break;
+      case 'a':
+        has_accept = has_accept || HDR_NAMED(*h, "accept");
+        if (HDR_NAMED(*h, "accept-encoding")) k = HL_SKIP;
+        break;
+      case 'c':
+        has_ctype = has_ctype || HDR_NAMED(*h, "content-type");
+        has_clen = has_clen || HDR_NAMED(*h, "content-length");
+        break;
     }
     if (k != HL_SKIP) total += n + 3;
   }
   j = sizeof(num);
-  for (size_t v = o->body_len; j == sizeof(num) || v; v /= 10) num[--j] = (char)('0' + v % 10);
+  for (size_t v = o->body_len; j == sizeof(num) || v; v /= 10)
+    num[--j] = (char)('0' + v % 10);
   total += 8 + u.auth_len + 2 + 13 + 27 + 16 + (sizeof(num) - j) + 2 + 50;
   char *head = malloc(total), *w = head;
   if (!head) return -1;
   memcpy(w, m, ml), w += ml;
-  if (*u.path == '/') CPY(" ");
-  else CPY(" /");
+  if (*u.path == '/')
+    CPY(" ");
+  else
+    CPY(" /");
   memcpy(w, u.path, pl), w += pl;
   CPY(" HTTP/1.1\r\n");
   if (!has_host) {
@@ -294,7 +300,8 @@ static void h1_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 
 static void h1_read_start(px_h1conn_t *hc) {
   if (hc->reading || hc->closing) return;
-  if (uv_read_start((uv_stream_t *)&hc->tcp, h1_alloc, h1_on_read) == 0) hc->reading = true;
+  if (uv_read_start((uv_stream_t *)&hc->tcp, h1_alloc, h1_on_read) == 0)
+    hc->reading = true;
 }
 
 static void h1_read_stop(px_h1conn_t *hc) {
@@ -311,13 +318,15 @@ static void h1_detach(px_xfer_t *x) {
   px_uclient_t *c = x->c;
   x->u.h1.hc = NULL;
   hc->x = NULL;
-  if (!x->u.h1.ok || !x->u.h1.keep || hc->dead || hc->writing || c->closing || c->closed) {
+  if (!x->u.h1.ok || !x->u.h1.keep || hc->dead || hc->writing || c->closing ||
+      c->closed) {
     h1_close(hc);
     return;
   }
   hc->reused = true;
   dl_push(&c->h1.idle, &hc->idle);
-  if (++c->h1.nidle > PX_H1_MAX_IDLE) h1_close(PX_CONTAINER(c->h1.idle.next, px_h1conn_t, idle));
+  if (++c->h1.nidle > PX_H1_MAX_IDLE)
+    h1_close(PX_CONTAINER(c->h1.idle.next, px_h1conn_t, idle));
   h1_read_start(hc); /* an idle connection's EOF closes it */
 }
 
@@ -329,9 +338,9 @@ static int h1_send(px_xfer_t *x) {
   x->u.h1.val = false;
   x->status = 0;
   px_buf_reset(&x->hbuf);
-  uv_buf_t b[2] = {
-      uv_buf_init(x->u.h1.reqhead, (unsigned)x->u.h1.reqhead_len),
-      uv_buf_init((char *)(x->u.h1.body ? x->u.h1.body : ""), (unsigned)x->u.h1.body_len)};
+  uv_buf_t b[2] = {uv_buf_init(x->u.h1.reqhead, (unsigned)x->u.h1.reqhead_len),
+                   uv_buf_init((char *)(x->u.h1.body ? x->u.h1.body : ""),
+                               (unsigned)x->u.h1.body_len)};
   unsigned nb = x->u.h1.body_len ? 2 : 1;
   /* most requests leave in one writev, without a write request */
   int rc = uv_try_write((uv_stream_t *)&hc->tcp, b, nb);
@@ -404,10 +413,11 @@ static void h1_on_connect(uv_connect_t *req, int status) {
     if (x->u.h1.addr_i + 1 < x->u.h1.naddr) { /* the name's next address */
       x->u.h1.addr_i++;
       h1_close(hc);
-      if (h1_connect(x) < 0) px_up_finish(x, PX_XFER_ECONNECT, "cannot open a connection", true);
+      if (h1_connect(x) < 0)
+        px_up_finish(x, PX_XFER_ECONNECT, "cannot open a connection", true);
     } else {
-      snprintf(x->errbuf, sizeof(x->errbuf), "Failed to connect to %.200s: %s", x->u.h1.key,
-               uv_strerror(status));
+      snprintf(x->errbuf, sizeof(x->errbuf), "Failed to connect to %.200s: %s",
+               x->u.h1.key, uv_strerror(status));
       px_up_finish(x, PX_XFER_ECONNECT, x->errbuf, true);
     }
   } else {
@@ -488,7 +498,8 @@ static void dns_put(px_uclient_t *c, const px_h1res_t *r, const struct addrinfo 
       struct sockaddr_in *s = (struct sockaddr_in *)&d->addr[d->naddr++];
       memcpy(s, ai->ai_addr, sizeof(*s));
       s->sin_port = htons(r->port);
-    } else if (ai->ai_family == AF_INET6 && ai->ai_addrlen >= sizeof(struct sockaddr_in6)) {
+    } else if (ai->ai_family == AF_INET6 &&
+               ai->ai_addrlen >= sizeof(struct sockaddr_in6)) {
       struct sockaddr_in6 *s = (struct sockaddr_in6 *)&d->addr[d->naddr++];
       memcpy(s, ai->ai_addr, sizeof(*s));
       s->sin6_port = htons(r->port);
@@ -535,7 +546,8 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *ai) 
         memcpy(x->u.h1.addr, d->addr, sizeof(d->addr[0]) * d->naddr);
         x->u.h1.naddr = d->naddr;
         x->u.h1.addr_i = 0;
-        if (h1_begin(x) < 0) px_up_finish(x, PX_XFER_ECONNECT, "cannot open a connection", true);
+        if (h1_begin(x) < 0)
+          px_up_finish(x, PX_XFER_ECONNECT, "cannot open a connection", true);
       }
     }
   }
@@ -579,7 +591,8 @@ static bool h1_bytes_waiting(px_xfer_t *x) {
   px_h1conn_t *hc = x->u.h1.hc;
   uv_os_fd_t fd;
   char b;
-  if (!hc || !hc->connected || !hc->reading || uv_fileno((uv_handle_t *)&hc->tcp, &fd) != 0)
+  if (!hc || !hc->connected || !hc->reading ||
+      uv_fileno((uv_handle_t *)&hc->tcp, &fd) != 0)
     return false;
   return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
 }
@@ -803,7 +816,8 @@ const px_lane_t px_lane_h1 = {
 };
 
 void px_h1_client_close(px_uclient_t *c) {
-  while (!dl_empty(&c->h1.idle)) h1_close(PX_CONTAINER(c->h1.idle.next, px_h1conn_t, idle));
+  while (!dl_empty(&c->h1.idle))
+    h1_close(PX_CONTAINER(c->h1.idle.next, px_h1conn_t, idle));
   for (px_link_t *l = c->h1.resolving.next; l != &c->h1.resolving; l = l->next) {
     px_h1res_t *r = PX_CONTAINER(l, px_h1res_t, link);
     r->x = NULL;

@@ -82,7 +82,7 @@ typedef struct px_pool {
   /* curl lane */
   CURL *free_easy[PX_POOL_FREE_EASY];
   size_t nfree_easy;
-  bool sig_set; /* the options the idle handles carry */
+  bool sig_set;     /* the options the idle handles carry */
   unsigned sig_gen; /* changes with them: older handles are not kept */
   int sig_http2, sig_noverify;
   uint64_t sig_cto;
@@ -117,34 +117,34 @@ struct px_xfer {
   int status;
   int state;
   int64_t content_length; /* body length the lane enforces, -1 unknown */
-  bool hdrs_done; /* on_headers fired */
+  bool hdrs_done;         /* on_headers fired */
   bool paused;
   bool cancelled;
   bool aborted; /* on_data returned < 0 */
   bool holds_slot;
-  bool uncounted;           /* already left c->active (cancel deferred to reaping) */
-  const char *fail;         /* our own reason to abort from a callback */
-  px_xfer_result_t fail_res;/* its result (PX_XFER_EOTHER unless set) */
+  bool uncounted;               /* already left c->active (cancel deferred to reaping) */
+  const char *fail;             /* our own reason to abort from a callback */
+  px_xfer_result_t fail_res;    /* its result (PX_XFER_EOTHER unless set) */
   char errbuf[CURL_ERROR_SIZE]; /* from here on, set by the lane's prepare */
   union {
     struct { /* curl lane; zeroed by prepare up to hl */
       CURL *easy;
       unsigned gen; /* pool->sig_gen its options match */
       bool in_multi;
-      bool in_block; /* inside a header block (status line seen) */
-      struct curl_slist *hdrs;     /* hl or a heap array */
+      bool in_block;           /* inside a header block (status line seen) */
+      struct curl_slist *hdrs; /* hl or a heap array */
       struct curl_slist hl[PX_CURL_INLINE_HDRS];
     } cu;
     struct { /* built-in lane; zeroed by prepare up to parser */
       px_h1conn_t *hc;
       px_h1res_t *res; /* name resolution in flight */
-      bool got;      /* response bytes seen on this connection */
-      bool retried;  /* already retried once on a fresh connection */
-      bool msg_done; /* final response complete */
-      bool val;      /* last header callback was a value */
-      bool keep;     /* the response allows keep-alive */
-      bool ok;       /* completed: the connection may be parked */
-      char *reqhead; /* request line and headers */
+      bool got;        /* response bytes seen on this connection */
+      bool retried;    /* already retried once on a fresh connection */
+      bool msg_done;   /* final response complete */
+      bool val;        /* last header callback was a value */
+      bool keep;       /* the response allows keep-alive */
+      bool ok;         /* completed: the connection may be parked */
+      char *reqhead;   /* request line and headers */
       size_t reqhead_len;
       const char *body;
       size_t body_len;
@@ -167,10 +167,10 @@ struct px_uclient {
   px_link_t resumes;
   px_link_t pools;
   size_t active;
-  unsigned nhandles; /* open uv handles and requests we own */
-  unsigned depth;    /* frames of ours on the stack */
-  unsigned in_lane;  /* inside a libcurl call or llhttp_execute */
-  int default_client;/* PX_XFER_CLIENT_* for AUTO (PROXAI_UPSTREAM_CLIENT) */
+  unsigned nhandles;  /* open uv handles and requests we own */
+  unsigned depth;     /* frames of ours on the stack */
+  unsigned in_lane;   /* inside a libcurl call or llhttp_execute */
+  int default_client; /* PX_XFER_CLIENT_* for AUTO (PROXAI_UPSTREAM_CLIENT) */
   bool kick_pending;
   bool closing; /* px_uclient_close called */
   bool closed;  /* finish_close ran */
@@ -184,13 +184,13 @@ struct px_uclient {
     struct px_sock **socks; /* by descriptor */
     size_t nsocks;
   } cu;
-  struct { /* built-in lane */
+  struct {          /* built-in lane */
     px_link_t idle; /* idle connections, most recent last */
     size_t nidle;
-    px_link_t dns;  /* resolved names */
+    px_link_t dns; /* resolved names */
     size_t ndns;
     px_link_t resolving;
-    char *slab;     /* read buffer */
+    char *slab; /* read buffer */
   } h1;
 };
 

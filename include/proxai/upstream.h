@@ -43,23 +43,23 @@ typedef struct px_hdr {
 
 /** Transfer outcome passed to on_done. */
 typedef enum px_xfer_result {
-  PX_XFER_OK = 0,             /**< complete response received */
-  PX_XFER_ECONNECT,           /**< could not connect / resolve / TLS */
-  PX_XFER_ETIMEOUT_CONNECT,   /**< connect_timeout */
-  PX_XFER_ETIMEOUT_FIRST_BYTE,/**< no response headers within first_byte_timeout */
-  PX_XFER_ETIMEOUT_IDLE,      /**< gap between body bytes > idle_timeout */
-  PX_XFER_ERECV,              /**< connection reset / truncated body */
-  PX_XFER_EOTHER,             /**< anything else */
-  PX_XFER_EPROTO,             /**< the upstream broke HTTP framing: invalid
-                                   chunked encoding, both Content-Length and
-                                   Transfer-Encoding, a malformed head */
+  PX_XFER_OK = 0,              /**< complete response received */
+  PX_XFER_ECONNECT,            /**< could not connect / resolve / TLS */
+  PX_XFER_ETIMEOUT_CONNECT,    /**< connect_timeout */
+  PX_XFER_ETIMEOUT_FIRST_BYTE, /**< no response headers within first_byte_timeout */
+  PX_XFER_ETIMEOUT_IDLE,       /**< gap between body bytes > idle_timeout */
+  PX_XFER_ERECV,               /**< connection reset / truncated body */
+  PX_XFER_EOTHER,              /**< anything else */
+  PX_XFER_EPROTO,              /**< the upstream broke HTTP framing: invalid
+                                    chunked encoding, both Content-Length and
+                                    Transfer-Encoding, a malformed head */
 } px_xfer_result_t;
 
 /** Which lane carries an upstream's transfers (the config's `client`). */
 typedef enum px_xfer_client {
-  PX_XFER_CLIENT_AUTO = 0,   /**< built-in for plain http://, else curl */
-  PX_XFER_CLIENT_CURL = 1,   /**< always libcurl */
-  PX_XFER_CLIENT_BUILTIN = 2,/**< built-in where it can (http://), else curl */
+  PX_XFER_CLIENT_AUTO = 0,    /**< built-in for plain http://, else curl */
+  PX_XFER_CLIENT_CURL = 1,    /**< always libcurl */
+  PX_XFER_CLIENT_BUILTIN = 2, /**< built-in where it can (http://), else curl */
 } px_xfer_client_t;
 
 typedef struct px_xfer_cbs {
@@ -77,22 +77,22 @@ typedef struct px_xfer_cbs {
 } px_xfer_cbs_t;
 
 typedef struct px_xfer_opts {
-  const char *method;        /**< "POST" or "GET" */
+  const char *method; /**< "POST" or "GET" */
   const char *url;
-  const char *const *headers;/**< "Name: value" lines, NULL-terminated; the
-                                  caller keeps them alive until on_done/cancel */
-  const char *body;          /**< caller keeps it alive until on_done/cancel */
+  const char *const *headers; /**< "Name: value" lines, NULL-terminated; the
+                                   caller keeps them alive until on_done/cancel */
+  const char *body;           /**< caller keeps it alive until on_done/cancel */
   size_t body_len;
   uint64_t connect_timeout_ms;
   uint64_t first_byte_timeout_ms;
   uint64_t idle_timeout_ms;
-  int http2;                 /**< 0: HTTP/1.1 only; 1: negotiate h2 */
-  const char *ca_file;       /**< CA bundle for HTTPS; NULL = system default */
-  int tls_no_verify;         /**< 1: skip peer and host name verification */
-  const char *pool;          /**< name of the connection limit group */
-  unsigned max_connections;  /**< per pool; excess transfers wait FIFO; 0 = no limit */
-  int client;                /**< px_xfer_client_t; PROXAI_UPSTREAM_CLIENT=curl in the
-                                  environment makes AUTO mean curl (tests) */
+  int http2;                /**< 0: HTTP/1.1 only; 1: negotiate h2 */
+  const char *ca_file;      /**< CA bundle for HTTPS; NULL = system default */
+  int tls_no_verify;        /**< 1: skip peer and host name verification */
+  const char *pool;         /**< name of the connection limit group */
+  unsigned max_connections; /**< per pool; excess transfers wait FIFO; 0 = no limit */
+  int client;               /**< px_xfer_client_t; PROXAI_UPSTREAM_CLIENT=curl in the
+                                 environment makes AUTO mean curl (tests) */
 } px_xfer_opts_t;
 
 /** Create the client on loop. NULL on failure. */
