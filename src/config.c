@@ -478,6 +478,21 @@ static int set_bool(parse_t *p, const directive_t *d, void *obj, char *v) {
   return 1;
 }
 
+/* `client = curl | builtin`: the upstream lane (include/proxai/upstream.h,
+ * px_xfer_client_t: 0 auto, 1 curl, 2 builtin). */
+static int set_client(parse_t *p, const directive_t *d, void *obj, char *v) {
+  int k = strcmp(v, "auto") == 0 ? 0 : strcmp(v, "curl") == 0 ? 1
+                                   : strcmp(v, "builtin") == 0 ? 2 : -1;
+  if (k < 0) {
+    fail(p, p->line, "invalid client '%s' (curl, builtin or auto)", v);
+    free(v);
+    return 0;
+  }
+  *FIELD(obj, d, int) = k;
+  free(v);
+  return 1;
+}
+
 static int set_log_level(parse_t *p, const directive_t *d, void *obj, char *v) {
   static const char *const lv[] = {"error", "warn", "info", "debug"};
   for (size_t i = 0; i < 4; i++) {
@@ -785,6 +800,7 @@ static const directive_t directives[] = {
     {SEC_UPSTREAM, "eject_after", set_uint, UP(eject_after), 0, 1000000, 0},
     {SEC_UPSTREAM, "eject_for", set_duration, UP(eject_for_ms), 0, 0, 0},
     {SEC_UPSTREAM, "weight", set_uint, UP(weight), 1, 1000000, 0},
+    {SEC_UPSTREAM, "client", set_client, UP(client), 0, 0, 0},
 
     {SEC_ROUTE, "upstream", set_route_upstream, 0, 0, 0, D_REQUIRED},
     {SEC_ROUTE, "model", set_str, RT(model), 0, 0, 0},
@@ -1642,6 +1658,7 @@ void px_config_print(const px_config_t *c, FILE *out) {
     fprintf(out, "  eject_after: %u\n", u->eject_after);
     print_ms(out, "eject_for", u->eject_for_ms);
     fprintf(out, "  weight: %u\n", u->weight);
+    if (u->client) fprintf(out, "  client: %s\n", u->client == 1 ? "curl" : "builtin");
   }
   for (size_t i = 0; i < c->nroutes; i++) {
     const px_route_conf_t *r = &c->routes[i];

@@ -1290,6 +1290,7 @@ send:;
       .tls_no_verify = !x->up->tls_verify,
       .pool = x->up->name,
       .max_connections = x->up->max_connections,
+      .client = x->up->client,
   };
   x->bal = px_balance_up(x->up);
   x->health_done = 0;

@@ -46,7 +46,7 @@
 #define PX_MAX_PIPELINED (1u << 20) /* unread input kept while busy */
 #define PX_MAX_URL 16384            /* request target -> 414 */
 #define PX_LINGER_MS 2000           /* lingering close: longest drain */
-#define PX_LINGER_MAX (1u << 20)    /* lingering close: most bytes drained */
+#define PX_LINGER_MAX (8u << 20)    /* lingering close: most bytes drained */
 
 /* deferred jobs run by t_tick on the next loop iteration */
 enum { TICK_FLUSH_HEAD = 1, TICK_FAIL = 2, TICK_RESUME = 4 };

@@ -7,8 +7,9 @@
 // header, and exactly one well-formed response per request (a healthy second
 // request on the same connection gets its own answer, nothing more).
 //
-// Runs on the libcurl lane (default) and the built-in HTTP/1.1 lane
-// (PROXAI_UPSTREAM_NATIVE=1, registered as hostile_upstream_native).
+// Runs on the built-in HTTP/1.1 lane (the default for http:// upstreams) and
+// the libcurl lane (PROXAI_UPSTREAM_CLIENT=curl, registered as
+// hostile_upstream_curl).
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -17,7 +18,7 @@ import zlib from 'node:zlib';
 import { startProxai, test, run, parseSSE, waitFor } from './lib/harness.mjs';
 import { startFaultUpstream, http, chunked, sse, post, exchange, openRaw } from './lib/faultup.mjs';
 
-const NATIVE = process.env.PROXAI_UPSTREAM_NATIVE === '1';
+const NATIVE = process.env.PROXAI_UPSTREAM_CLIENT !== 'curl';
 const up = await startFaultUpstream();
 const logDir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-hostile-up-'));
 const accessLog = path.join(logDir, 'access.log');

@@ -210,6 +210,9 @@ typedef struct t {
   px_xfer_result_t res;
   char retry_after[32];
   int saw_x_test;
+  char heads[2048]; /* "name: value\n" as on_headers saw them */
+  int want_len;     /* t->x is the transfer: record its content length */
+  int64_t clen;
   char *body;
   size_t body_len, body_cap;
   int closed_cb;
@@ -285,7 +288,12 @@ static int cb_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
   t->nheaders++;
   t->status = status;
   CHECK(t->ndata == 0);
+  t->heads[0] = 0;
+  if (t->want_len) t->clen = px_xfer_content_length(t->x);
   for (size_t i = 0; i < n; i++) {
+    size_t k = strlen(t->heads);
+    snprintf(t->heads + k, sizeof(t->heads) - k, "%.*s: %.*s\n", (int)h[i].name.len,
+             h[i].name.ptr, (int)h[i].value.len, h[i].value.ptr);
     if (h[i].name.len == 11 && strncasecmp(h[i].name.ptr, "retry-after", 11) == 0) {
       CHECK(h[i].value.len < sizeof(t->retry_after));
       memcpy(t->retry_after, h[i].value.ptr, h[i].value.len);
@@ -341,8 +349,10 @@ static void h_echo(srv_t *s, conn_t *c, const req_t *r) {
   CHECK(strcmp(r->method, "POST") == 0);
   CHECK(strcmp(r->path, "/v1/x") == 0);
   CHECK(!has_header(r->head, "expect"));
-  CHECK(!has_header(r->head, "accept-encoding"));
+  /* both lanes ask for the body as it is (SPEC section 10) */
+  CHECK(strcasestr(r->head, "\r\naccept-encoding: identity\r\n"));
   CHECK(has_header(r->head, "x-custom"));
+  CHECK(!has_header(r->head, "x-evil") && !has_header(r->head, "x-inject"));
   CHECK(r->body_len == t->req_len);
   CHECK(memcmp(r->body, t->req_body, t->req_len) == 0);
   snprintf(head, sizeof(head),
@@ -359,7 +369,9 @@ static void test_post(void) {
   t.req_body = body;
   t.req_len = n;
   t.srv.handler = h_echo;
-  const char *hdrs[] = {"Content-Type: application/json", "X-Custom: 1", NULL};
+  /* a line with a CR LF never becomes a second header (SPEC section 10) */
+  const char *hdrs[] = {"Content-Type: application/json", "X-Inject: a\r\nX-Evil: 1",
+                        "X-Custom: 1", NULL};
   px_xfer_opts_t o = opts_for(&t);
   o.method = "POST";
   o.body = body;
@@ -929,6 +941,144 @@ static void test_close(void) {
   CHECK(t.ndata == 1);
 }
 
+/* ---- 13. the response head rules of SPEC section 10, in both lanes ---- */
+
+static const char *g_reply; /* the raw response the next handler writes */
+static size_t g_reply_len;
+
+static void h_raw(srv_t *s, conn_t *c, const req_t *r) {
+  conn_write(c, g_reply, g_reply_len);
+}
+
+static void run_raw(t_t *t, const char *reply, size_t len) {
+  t_init(t);
+  g_reply = reply;
+  g_reply_len = len;
+  t->srv.handler = h_raw;
+  px_xfer_opts_t o = opts_for(t);
+  px_xfer_cbs_t cbs = {cb_headers, cb_data, cb_done_finish};
+  t->clen = -2;
+  t->want_len = 1;
+  CHECK((t->x = px_xfer_start(t->c, &o, &cbs, t)));
+  t_run_and_close(t);
+  CHECK(t->ndone == 1);
+}
+#define RUN_RAW(t, lit) run_raw((t), (lit), sizeof(lit) - 1)
+
+/* Framing and hop-by-hop headers never go up: the gateway frames the
+ * response itself; Content-Encoding: identity is no encoding. */
+static void test_head_framing(void) {
+  t_t t;
+  RUN_RAW(&t, "HTTP/1.1 200 OK\r\nX-Test: yes\r\nConnection: keep-alive, X-Hop\r\n"
+              "X-Hop: 1\r\nKeep-Alive: timeout=5\r\nContent-Encoding: identity\r\n"
+              "Trailer: X-T\r\nTransfer-Encoding: chunked\r\n\r\n"
+              "5\r\nhello\r\n0\r\n\r\n");
+  CHECK(t.res == PX_XFER_OK);
+  CHECK(t.saw_x_test);
+  CHECK(t.body_len == 5 && memcmp(t.body, "hello", 5) == 0);
+  const char *gone[] = {"transfer-encoding", "connection", "keep-alive", "x-hop",
+                        "content-encoding", "trailer", "content-length"};
+  for (size_t i = 0; i < sizeof(gone) / sizeof(gone[0]); i++) CHECK(!strcasestr(t.heads, gone[i]));
+  CHECK(t.clen == -1); /* chunked: no length to reuse */
+
+  RUN_RAW(&t, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Test: yes\r\n\r\nhello");
+  CHECK(t.res == PX_XFER_OK && t.saw_x_test);
+  CHECK(!strcasestr(t.heads, "content-length"));
+  CHECK(t.body_len == 5);
+  CHECK(t.clen == 5); /* the length the lane enforced, as a number */
+}
+
+/* A non-identity Content-Encoding is reported; the bytes come as they are
+ * (never decoded or passed as plain by the lane). */
+static void test_head_encoding(void) {
+  t_t t;
+  RUN_RAW(&t, "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 4\r\n\r\n"
+              "\x1f\x8b\x08\x00");
+  CHECK(t.res == PX_XFER_OK);
+  CHECK(strcasestr(t.heads, "content-encoding: gzip\n"));
+  CHECK(t.body_len == 4 && memcmp(t.body, "\x1f\x8b\x08\x00", 4) == 0);
+}
+
+/* A header whose value holds a bare CR or a NUL never reaches on_headers
+ * (dropped, or the response refused as malformed), nor what follows the CR. */
+static void test_head_bad_values(void) {
+  static const char cr[] = "HTTP/1.1 200 OK\r\nX-Evil: a\rSet-Cookie: s=1\r\n"
+                           "X-Test: yes\r\nContent-Length: 2\r\n\r\nok";
+  static const char nul[] = "HTTP/1.1 200 OK\r\nX-Nul: a\0b\r\nX-Test: yes\r\n"
+                            "Content-Length: 2\r\n\r\nok";
+  const char *replies[] = {cr, nul};
+  size_t lens[] = {sizeof(cr) - 1, sizeof(nul) - 1};
+  for (int i = 0; i < 2; i++) {
+    t_t t;
+    run_raw(&t, replies[i], lens[i]);
+    CHECK(t.res == PX_XFER_OK || t.res == PX_XFER_EPROTO);
+    if (t.res == PX_XFER_OK) {
+      CHECK(t.nheaders == 1 && t.saw_x_test);
+      CHECK(t.body_len == 2);
+    }
+    CHECK(!strcasestr(t.heads, "set-cookie"));
+    CHECK(!strcasestr(t.heads, "x-evil"));
+    CHECK(!strcasestr(t.heads, "x-nul"));
+    CHECK(!strchr(t.heads, '\r'));
+  }
+}
+
+/* Broken framing is PX_XFER_EPROTO, distinct from a reset. */
+static void test_bad_framing(void) {
+  t_t t;
+  RUN_RAW(&t, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+              "5\r\nhello\r\nzz\r\nmore\r\n0\r\n\r\n");
+  CHECK(t.res == PX_XFER_EPROTO);
+  CHECK(t.nheaders == 1);
+
+  RUN_RAW(&t, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+              "5\r\nhello\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n\r\n");
+  CHECK(t.res == PX_XFER_EPROTO);
+  CHECK(t.nheaders == 0);
+  CHECK(t.body_len == 0);
+}
+
+/* ---- 14. host names: resolved (libuv's resolver in the built-in lane),
+ * every address tried, the answer cached for the next request ---- */
+
+static void cb_done_name(void *arg, px_xfer_result_t res, const char *msg) {
+  t_t *t = arg;
+  t->ndone++;
+  CHECK(res == PX_XFER_OK);
+  if (t->ndone == 1) {
+    px_xfer_opts_t o = opts_for(t);
+    px_xfer_cbs_t cbs = {cb_headers, cb_data, cb_done_name};
+    CHECK(px_xfer_start(t->c, &o, &cbs, t));
+  } else {
+    t_finish(t);
+  }
+}
+
+static void test_host_name(void) {
+  t_t t;
+  t_init(&t);
+  t.srv.handler = h_reuse;
+  /* the server listens on 127.0.0.1 only: "localhost" may name ::1 first */
+  snprintf(t.url, sizeof(t.url), "http://localhost:%d/b", t.srv.port);
+  px_xfer_opts_t o = opts_for(&t);
+  px_xfer_cbs_t cbs = {cb_headers, cb_data, cb_done_name};
+  CHECK(px_xfer_start(t.c, &o, &cbs, &t));
+  t_run_and_close(&t);
+  CHECK(t.ndone == 2);
+  CHECK(t.status == 200);
+  CHECK(t.srv.nconns == 1);
+
+  /* a name that does not resolve is a connect failure */
+  t_init(&t);
+  snprintf(t.url, sizeof(t.url), "http://no-such-host.invalid:%d/b", t.srv.port);
+  o = opts_for(&t);
+  cbs = (px_xfer_cbs_t){cb_headers, cb_data, cb_done_finish};
+  CHECK(px_xfer_start(t.c, &o, &cbs, &t));
+  t_run_and_close(&t);
+  CHECK(t.res == PX_XFER_ECONNECT);
+  CHECK(t.nheaders == 0);
+}
+
 int main(void) {
   CHECK(curl_global_init(CURL_GLOBAL_DEFAULT) == 0);
   test_post();
@@ -949,6 +1099,11 @@ int main(void) {
   test_status_headers();
   test_abort();
   test_close();
+  test_head_framing();
+  test_head_encoding();
+  test_head_bad_values();
+  test_bad_framing();
+  test_host_name();
   free(g_body);
   curl_global_cleanup();
   printf("test_upstream: ok\n");
