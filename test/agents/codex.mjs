@@ -19,6 +19,7 @@ import { startMock, startProxai, test, run } from '../integration/lib/harness.mj
 import {
   CALL_ID,
   UPSTREAM_MODEL,
+  UPSTREAM_PATH,
   accessLog,
   assertNoRejects,
   codexConfig,
@@ -38,12 +39,12 @@ import {
   tmpDir,
   toolCallSSE,
   toolResultText,
+  upstreamModelOf,
 } from './lib/agents.mjs';
 
 const codex = await requireAgent('codex');
 console.log(`# ${codex.version}`);
 
-const UPSTREAM_PATH = { anthropic: '/v1/messages', chat: '/chat/completions', responses: '/responses' };
 const AGENT_TIMEOUT = 120000;
 
 // Two client models on purpose: gpt-5.5 is known to this Codex version and
@@ -134,7 +135,7 @@ async function withProxai(upstream, fn) {
   }
 }
 
-for (const upstream of ['responses', 'chat', 'anthropic']) {
+for (const upstream of ['responses', 'chat', 'anthropic', 'gemini']) {
   const upPath = UPSTREAM_PATH[upstream];
 
   test(`codex -> ${upstream} upstream: text answer`, async () => {
@@ -149,7 +150,7 @@ for (const upstream of ['responses', 'chat', 'anthropic']) {
       assertNoRejects(logFile);
       const main = reqs.filter((q) => q.path.endsWith(upPath) && JSON.stringify(q.body).includes('proxai-marker-text'));
       if (main.length === 0) throw new Error(`the mock never saw the agent's turn on ${upPath}; saw: ${describeRequests(reqs)}; agent: ${agentFailure('codex', r).message}`);
-      if (main[0].body.model !== UPSTREAM_MODEL) throw new Error(`upstream model ${main[0].body.model}, want ${UPSTREAM_MODEL}`);
+      if (upstreamModelOf(main[0]) !== UPSTREAM_MODEL) throw new Error(`upstream model ${upstreamModelOf(main[0])}, want ${UPSTREAM_MODEL}`);
       if (JSON.stringify(main[0].headers).includes('proxai-client-key')) throw new Error('the client credential was forwarded upstream');
       if (r.code !== 0) throw agentFailure('codex exec failed', r);
       checkEvents(run1, answer, 1);
@@ -183,9 +184,9 @@ for (const upstream of ['responses', 'chat', 'anthropic']) {
       const second = turns[1].body;
       const call = replayedToolCall(upstream, second);
       if (call.name !== 'exec_command' || call.args.cmd !== 'echo proxai-tool-ok') throw new Error(`replayed tool call is ${JSON.stringify(call)}`);
-      const out = toolResultText(upstream, second);
+      const out = toolResultText(upstream, second, 'exec_command');
       if (!hasOutputLine(out, 'proxai-tool-ok')) {
-        throw new Error(`tool result for ${CALL_ID[upstream]} does not carry the shell output: ${JSON.stringify(out).slice(0, 500)}`);
+        throw new Error(`tool result for ${CALL_ID[upstream] ?? 'exec_command'} does not carry the shell output: ${JSON.stringify(out).slice(0, 500)}`);
       }
       if (r.code !== 0) throw agentFailure('codex exec failed', r);
       checkEvents(run1, final, 2);
