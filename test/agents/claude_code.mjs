@@ -1,13 +1,15 @@
 // Claude Code (the real CLI, pinned in test/agents/package.json) as a client
-// of proxai, against each upstream protocol: anthropic (pass-through), chat
-// and responses (translated). The C mock upstream plays the model, answering
+// of proxai, against each upstream protocol: anthropic (pass-through), chat,
+// responses and gemini (translated). The C mock upstream plays the model, answering
 // in the UPSTREAM protocol; proxai translates for Claude Code.
 //
 // For each upstream: (a) a text answer reaches `claude -p` output; (b) a tool
 // round trip: the model calls Claude Code's own `Bash` tool with
 // `echo proxai-tool-ok`, Claude Code runs it and sends the next turn, whose
 // upstream form must carry the shell's output in that protocol's tool-result
-// shape with the tool call id verbatim; the model's final text is printed.
+// shape with the tool call id verbatim (Gemini has no ids: proxai mints one
+// toward Claude Code and the result goes back as a functionResponse by name);
+// the model's final text is printed.
 // proxai must never answer an agent request with an error.
 //
 // Skips (exit 77, visible `SKIP:` line) only when Claude Code is not

@@ -1,15 +1,17 @@
 // Codex (the real CLI, pinned in test/agents/package.json) as a client of
-// proxai, against each upstream protocol: responses (pass-through), chat and
-// anthropic (translated). Codex speaks only the Responses API; the C mock
-// upstream plays the model in the UPSTREAM protocol and proxai translates.
+// proxai, against each upstream protocol: responses (pass-through), chat,
+// anthropic and gemini (translated). Codex speaks only the Responses API;
+// the C mock upstream plays the model in the UPSTREAM protocol and proxai
+// translates.
 //
 // For each upstream: (a) a text answer reaches `codex exec`'s output; (b) a
 // tool round trip: the model calls Codex's own shell tool `exec_command` with
 // `{"cmd": "echo proxai-tool-ok"}`, Codex runs it and sends the next turn,
 // whose upstream form must carry the shell's output in that protocol's
-// tool-result shape with the call id verbatim (and the reasoning of the
-// tool-call turn replayed); the model's final text is printed. proxai must
-// never answer an agent request with an error.
+// tool-result shape with the call id verbatim (Gemini has no ids: the
+// functionResponse goes back by name) and the reasoning of the tool-call
+// turn replayed; the model's final text is printed. proxai must never
+// answer an agent request with an error.
 //
 // Skips (exit 77, visible `SKIP:` line) only when Codex is not installed in
 // test/agents/node_modules or cannot start here.
