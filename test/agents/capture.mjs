@@ -1,7 +1,8 @@
 // Regenerates test/agents/captured/: what the pinned agents really send,
-// captured with each agent pointed DIRECTLY at the C mock upstream (no
-// proxai), for a tool round trip (turn 1: the prompt; turn 2: the tool call
-// replayed with its output and the model's reasoning). Prompt and system text
+// captured with each agent (Claude Code, Codex, Gemini CLI) pointed
+// DIRECTLY at the C mock upstream (no proxai), for a tool round trip (turn
+// 1: the prompt; turn 2: the tool call replayed with its output and the
+// model's reasoning). Prompt and system text
 // is replaced by placeholders ("<text: N chars>"), ids by stable
 // placeholders; shapes, field names, headers and tool definitions are kept
 // (tool descriptions shortened). Not a test: run it after bumping an agent.
@@ -10,7 +11,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { startMock } from '../integration/lib/harness.mjs';
-import { agentsDir, claudeEnv, codexConfig, offlineEnv, requireAgent, runProcess, textAnswerSSE, tmpDir, toolCallSSE } from './lib/agents.mjs';
+import { agentsDir, claudeEnv, codexConfig, geminiEnv, offlineEnv, requireAgent, runProcess, textAnswerSSE, tmpDir, toolCallSSE } from './lib/agents.mjs';
 
 const outDir = path.join(agentsDir, 'captured');
 const mock = await startMock();
@@ -48,7 +49,7 @@ function sanitizeHeaders(h) {
   const o = {};
   for (const [k, v] of Object.entries(h)) {
     if (k === 'host' || k === 'content-length') continue;
-    if (k === 'x-api-key' || k === 'authorization') o[k] = '<client key>';
+    if (k === 'x-api-key' || k === 'authorization' || k === 'x-goog-api-key') o[k] = '<client key>';
     else o[k] = v.replace(UUIDISH, (m) => placeholderId(m));
   }
   return o;
@@ -94,6 +95,21 @@ function save(name, reqs) {
     if (r.code !== 0) console.log(`codex exited ${r.code}: ${r.stderr.slice(-500)}`);
     save(`codex-${codex.version.split(' ').pop()}-${model}.json`, await mock.requests());
   }
+}
+
+// Gemini CLI -> mock (gemini protocol; the mock's host root is its base URL)
+{
+  const gemini = await requireAgent('gemini');
+  await mock.reset();
+  await mock.script([
+    { match: 'proxai-tool-ok', path: ':streamGenerateContent', sse: textAnswerSSE('gemini', 'PROXAI-FINAL done') },
+    { match: 'proxai-marker-tool', path: ':streamGenerateContent', sse: toolCallSSE('gemini', 'run_shell_command', { command: 'echo proxai-tool-ok' }) },
+  ]);
+  const home = tmpDir('proxai-cap-gemini-');
+  const env = geminiEnv(mock.url, home, 'test');
+  const r = await runProcess(gemini.path, ['-p', 'proxai-marker-tool: run the shell check, then report.', '-m', 'gemini-2.5-flash', '--output-format', 'json', '--approval-mode', 'yolo', '--skip-trust'], { env, cwd: tmpDir('proxai-cap-work-'), timeoutMs: 120000 });
+  if (r.code !== 0) console.log(`gemini exited ${r.code}: ${r.stderr.slice(-500)}`);
+  save(`gemini_cli-${gemini.version}.json`, await mock.requests());
 }
 
 await mock.stop();

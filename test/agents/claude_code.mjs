@@ -1,13 +1,15 @@
 // Claude Code (the real CLI, pinned in test/agents/package.json) as a client
-// of proxai, against each upstream protocol: anthropic (pass-through), chat
-// and responses (translated). The C mock upstream plays the model, answering
+// of proxai, against each upstream protocol: anthropic (pass-through), chat,
+// responses and gemini (translated). The C mock upstream plays the model, answering
 // in the UPSTREAM protocol; proxai translates for Claude Code.
 //
 // For each upstream: (a) a text answer reaches `claude -p` output; (b) a tool
 // round trip: the model calls Claude Code's own `Bash` tool with
 // `echo proxai-tool-ok`, Claude Code runs it and sends the next turn, whose
 // upstream form must carry the shell's output in that protocol's tool-result
-// shape with the tool call id verbatim; the model's final text is printed.
+// shape with the tool call id verbatim (Gemini has no ids: proxai mints one
+// toward Claude Code and the result goes back as a functionResponse by name);
+// the model's final text is printed.
 // proxai must never answer an agent request with an error.
 //
 // Skips (exit 77, visible `SKIP:` line) only when Claude Code is not
@@ -17,6 +19,7 @@ import { startMock, startProxai, test, run } from '../integration/lib/harness.mj
 import {
   CALL_ID,
   UPSTREAM_MODEL,
+  UPSTREAM_PATH,
   assertNoRejects,
   claudeEnv,
   accessLog,
@@ -35,12 +38,12 @@ import {
   tmpDir,
   toolCallSSE,
   toolResultText,
+  upstreamModelOf,
 } from './lib/agents.mjs';
 
 const claude = await requireAgent('claude');
 console.log(`# ${claude.version}`);
 
-const UPSTREAM_PATH = { anthropic: '/v1/messages', chat: '/chat/completions', responses: '/responses' };
 const AGENT_TIMEOUT = 120000;
 
 // Two client models on purpose: claude-sonnet-4-5 makes Claude Code send
@@ -103,7 +106,7 @@ async function withProxai(upstream, fn) {
   }
 }
 
-for (const upstream of ['anthropic', 'chat', 'responses']) {
+for (const upstream of ['anthropic', 'chat', 'responses', 'gemini']) {
   const upPath = UPSTREAM_PATH[upstream];
 
   test(`claude code -> ${upstream} upstream: text answer`, async () => {
@@ -117,8 +120,8 @@ for (const upstream of ['anthropic', 'chat', 'responses']) {
       assertNoRejects(logFile);
       const main = reqs.filter((q) => q.path.endsWith(upPath) && JSON.stringify(q.body).includes('proxai-marker-text'));
       if (main.length === 0) throw new Error(`the mock never saw the agent's turn on ${upPath}; saw: ${describeRequests(reqs)}; agent: ${agentFailure('claude', r).message}`);
-      if (main[0].body.model !== UPSTREAM_MODEL) throw new Error(`upstream model ${main[0].body.model}, want ${UPSTREAM_MODEL}`);
-      if (main[0].headers.authorization?.includes('proxai-client-key') || main[0].headers['x-api-key'] === 'proxai-client-key') {
+      if (upstreamModelOf(main[0]) !== UPSTREAM_MODEL) throw new Error(`upstream model ${upstreamModelOf(main[0])}, want ${UPSTREAM_MODEL}`);
+      if (JSON.stringify(main[0].headers).includes('proxai-client-key')) {
         throw new Error('the client credential was forwarded upstream');
       }
       if (r.code !== 0 || !json) throw agentFailure('claude -p failed', r);
@@ -172,9 +175,9 @@ function toolRoundTrip(upstream, model, title, extraCheck = () => {}) {
       if (call.name !== 'Bash' || call.args.command !== 'echo proxai-tool-ok') {
         throw new Error(`replayed tool call is ${JSON.stringify(call)}`);
       }
-      const out = toolResultText(upstream, second);
+      const out = toolResultText(upstream, second, 'Bash');
       if (!hasOutputLine(out, 'proxai-tool-ok')) {
-        throw new Error(`tool result for ${CALL_ID[upstream]} does not carry the shell output: ${JSON.stringify(out).slice(0, 500)}`);
+        throw new Error(`tool result for ${CALL_ID[upstream] ?? 'Bash'} does not carry the shell output: ${JSON.stringify(out).slice(0, 500)}`);
       }
       if (r.code !== 0 || !json) throw agentFailure('claude -p failed', r);
       if (json.is_error || typeof json.result !== 'string' || !json.result.includes(final)) {

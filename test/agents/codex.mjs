@@ -1,15 +1,17 @@
 // Codex (the real CLI, pinned in test/agents/package.json) as a client of
-// proxai, against each upstream protocol: responses (pass-through), chat and
-// anthropic (translated). Codex speaks only the Responses API; the C mock
-// upstream plays the model in the UPSTREAM protocol and proxai translates.
+// proxai, against each upstream protocol: responses (pass-through), chat,
+// anthropic and gemini (translated). Codex speaks only the Responses API;
+// the C mock upstream plays the model in the UPSTREAM protocol and proxai
+// translates.
 //
 // For each upstream: (a) a text answer reaches `codex exec`'s output; (b) a
 // tool round trip: the model calls Codex's own shell tool `exec_command` with
 // `{"cmd": "echo proxai-tool-ok"}`, Codex runs it and sends the next turn,
 // whose upstream form must carry the shell's output in that protocol's
-// tool-result shape with the call id verbatim (and the reasoning of the
-// tool-call turn replayed); the model's final text is printed. proxai must
-// never answer an agent request with an error.
+// tool-result shape with the call id verbatim (Gemini has no ids: the
+// functionResponse goes back by name) and the reasoning of the tool-call
+// turn replayed; the model's final text is printed. proxai must never
+// answer an agent request with an error.
 //
 // Skips (exit 77, visible `SKIP:` line) only when Codex is not installed in
 // test/agents/node_modules or cannot start here.
@@ -19,6 +21,7 @@ import { startMock, startProxai, test, run } from '../integration/lib/harness.mj
 import {
   CALL_ID,
   UPSTREAM_MODEL,
+  UPSTREAM_PATH,
   accessLog,
   assertNoRejects,
   codexConfig,
@@ -38,12 +41,12 @@ import {
   tmpDir,
   toolCallSSE,
   toolResultText,
+  upstreamModelOf,
 } from './lib/agents.mjs';
 
 const codex = await requireAgent('codex');
 console.log(`# ${codex.version}`);
 
-const UPSTREAM_PATH = { anthropic: '/v1/messages', chat: '/chat/completions', responses: '/responses' };
 const AGENT_TIMEOUT = 120000;
 
 // Two client models on purpose: gpt-5.5 is known to this Codex version and
@@ -134,7 +137,7 @@ async function withProxai(upstream, fn) {
   }
 }
 
-for (const upstream of ['responses', 'chat', 'anthropic']) {
+for (const upstream of ['responses', 'chat', 'anthropic', 'gemini']) {
   const upPath = UPSTREAM_PATH[upstream];
 
   test(`codex -> ${upstream} upstream: text answer`, async () => {
@@ -149,7 +152,7 @@ for (const upstream of ['responses', 'chat', 'anthropic']) {
       assertNoRejects(logFile);
       const main = reqs.filter((q) => q.path.endsWith(upPath) && JSON.stringify(q.body).includes('proxai-marker-text'));
       if (main.length === 0) throw new Error(`the mock never saw the agent's turn on ${upPath}; saw: ${describeRequests(reqs)}; agent: ${agentFailure('codex', r).message}`);
-      if (main[0].body.model !== UPSTREAM_MODEL) throw new Error(`upstream model ${main[0].body.model}, want ${UPSTREAM_MODEL}`);
+      if (upstreamModelOf(main[0]) !== UPSTREAM_MODEL) throw new Error(`upstream model ${upstreamModelOf(main[0])}, want ${UPSTREAM_MODEL}`);
       if (JSON.stringify(main[0].headers).includes('proxai-client-key')) throw new Error('the client credential was forwarded upstream');
       if (r.code !== 0) throw agentFailure('codex exec failed', r);
       checkEvents(run1, answer, 1);
@@ -183,9 +186,9 @@ for (const upstream of ['responses', 'chat', 'anthropic']) {
       const second = turns[1].body;
       const call = replayedToolCall(upstream, second);
       if (call.name !== 'exec_command' || call.args.cmd !== 'echo proxai-tool-ok') throw new Error(`replayed tool call is ${JSON.stringify(call)}`);
-      const out = toolResultText(upstream, second);
+      const out = toolResultText(upstream, second, 'exec_command');
       if (!hasOutputLine(out, 'proxai-tool-ok')) {
-        throw new Error(`tool result for ${CALL_ID[upstream]} does not carry the shell output: ${JSON.stringify(out).slice(0, 500)}`);
+        throw new Error(`tool result for ${CALL_ID[upstream] ?? 'exec_command'} does not carry the shell output: ${JSON.stringify(out).slice(0, 500)}`);
       }
       if (r.code !== 0) throw agentFailure('codex exec failed', r);
       checkEvents(run1, final, 2);

@@ -1,4 +1,5 @@
-// Shared pieces of the real-agent tests (claude_code.mjs, codex.mjs):
+// Shared pieces of the real-agent tests (claude_code.mjs, codex.mjs,
+// gemini_cli.mjs):
 // locating the pinned agents, the proxai configuration per upstream protocol,
 // scripted upstream answers in each upstream protocol, running an agent with a
 // timeout, and checks on proxai's access log.
@@ -164,7 +165,22 @@ export const PROTOCOLS = {
   anthropic: 'anthropic_messages',
   chat: 'openai_chat_completions',
   responses: 'openai_responses',
+  gemini: 'gemini_generate_content',
 };
+
+/**
+ * The upstream path suffix of a model turn per upstream protocol (the mock
+ * matches scripted answers on it). Gemini's path carries the model:
+ * /v1beta/models/{model}:streamGenerateContent (query alt=sse).
+ */
+export const UPSTREAM_PATH = { anthropic: '/v1/messages', chat: '/chat/completions', responses: '/responses', gemini: ':streamGenerateContent' };
+
+/** The model an upstream request asked for: `model` in the body, or in the path for Gemini. */
+export function upstreamModelOf(req) {
+  if (req.body && typeof req.body.model === 'string') return req.body.model;
+  const m = /\/models\/([^/:]+):/.exec(req.path || '');
+  return m ? decodeURIComponent(m[1]) : undefined;
+}
 
 /** The upstream model name every route rewrites to (seen only by the mock). */
 export const UPSTREAM_MODEL = 'mock-upstream-model';
@@ -175,7 +191,8 @@ export const UPSTREAM_MODEL = 'mock-upstream-model';
  * UPSTREAM_MODEL. Same text as the examples in docs/agents.md.
  */
 export function proxaiConfig(upstream, mockUrl, accessLog) {
-  const baseUrl = upstream === 'anthropic' ? mockUrl : `${mockUrl}/v1`;
+  // Anthropic and Gemini take the host root, the OpenAI protocols end with /v1.
+  const baseUrl = upstream === 'anthropic' || upstream === 'gemini' ? mockUrl : `${mockUrl}/v1`;
   return `[server]
 listen = 127.0.0.1:{{PORT}}
 access_log = ${accessLog}
@@ -258,6 +275,37 @@ export function claudeEnv(baseUrl, home, apiKey = 'proxai-client-key') {
     DISABLE_AUTOUPDATER: '1',
     DISABLE_ERROR_REPORTING: '1',
     CLAUDE_CODE_MAX_RETRIES: '0',
+  });
+}
+
+/**
+ * The Gemini CLI settings the tests write to $HOME/.gemini/settings.json
+ * (also in docs/agents.md): API-key auth (GOOGLE_GEMINI_BASE_URL alone
+ * selects the CLI's "gateway" auth type, which its non-interactive mode
+ * refuses with "Invalid auth method selected."), no auto-update, usage
+ * statistics or telemetry.
+ */
+export const GEMINI_SETTINGS = {
+  security: { auth: { selectedType: 'gemini-api-key' } },
+  general: { enableAutoUpdate: false, enableAutoUpdateNotification: false },
+  privacy: { usageStatisticsEnabled: false },
+  telemetry: { enabled: false },
+};
+
+/**
+ * Gemini CLI's environment for a run against baseUrl (proxai's host root;
+ * the CLI appends /v1beta/models/{model}:streamGenerateContent?alt=sse):
+ * temporary HOME holding GEMINI_SETTINGS, the client key in GEMINI_API_KEY
+ * (sent as x-goog-api-key).
+ */
+export function geminiEnv(baseUrl, home, apiKey = 'proxai-client-key') {
+  fs.mkdirSync(path.join(home, '.gemini'), { recursive: true });
+  fs.writeFileSync(path.join(home, '.gemini', 'settings.json'), JSON.stringify(GEMINI_SETTINGS, null, 2));
+  return offlineEnv({
+    HOME: home,
+    GOOGLE_GEMINI_BASE_URL: baseUrl,
+    GEMINI_API_KEY: apiKey,
+    GEMINI_CLI_NO_RELAUNCH: 'true',
   });
 }
 
@@ -391,8 +439,27 @@ function responsesStream(id, items) {
   return ev;
 }
 
-/** Tool call id per upstream protocol, in that protocol's own style. */
-export const CALL_ID = { anthropic: 'toolu_proxai01', chat: 'call_proxai01', responses: 'call_proxai01' };
+/**
+ * Gemini SSE: each chunk a whole GenerateContentResponse (`data: {...}` and
+ * CRLF CRLF, no event names, no terminal event); `finish` and usageMetadata
+ * on the last chunk only.
+ */
+function geminiChunk(parts, finish = null) {
+  const cand = { content: { role: 'model', parts }, index: 0 };
+  const o = { candidates: [cand], modelVersion: UPSTREAM_MODEL, responseId: 'gem_up_resp' };
+  if (finish) {
+    cand.finishReason = finish;
+    o.usageMetadata = { promptTokenCount: usage.input_tokens, candidatesTokenCount: usage.output_tokens, totalTokenCount: usage.input_tokens + usage.output_tokens };
+  }
+  return `data: ${JSON.stringify(o)}\r\n\r\n`;
+}
+
+/**
+ * Tool call id per upstream protocol, in that protocol's own style. Gemini
+ * has none: proxai mints ids toward the client and maps results back by
+ * name and order.
+ */
+export const CALL_ID = { anthropic: 'toolu_proxai01', chat: 'call_proxai01', responses: 'call_proxai01', gemini: null };
 
 /**
  * Streaming upstream answer with a short reasoning part and a final text, in
@@ -418,6 +485,13 @@ export function textAnswerSSE(proto, text) {
       chatChunk(id, {}, 'stop'),
       chatUsage(id),
       { data: '[DONE]' },
+    ];
+  }
+  if (proto === 'gemini') {
+    const pieces = splitIn(text, 3);
+    return [
+      geminiChunk([{ text: 'The user wants a short answer.', thought: true }]),
+      ...pieces.map((d, i) => geminiChunk([{ text: d }], i === pieces.length - 1 ? 'STOP' : null)),
     ];
   }
   return responsesStream('resp_up_text', [
@@ -456,6 +530,15 @@ export function toolCallSSE(proto, name, args) {
       { data: '[DONE]' },
     ];
   }
+  if (proto === 'gemini') {
+    // As Gemini 2.5+/3 answer: thought text, then the whole functionCall part
+    // carrying the thoughtSignature, finishReason STOP (Gemini has no
+    // tool-use finish reason).
+    return [
+      geminiChunk([{ text: 'I will run the command.', thought: true }]),
+      geminiChunk([{ functionCall: { name, args }, thoughtSignature: REASONING_TOKEN.gemini }], 'STOP'),
+    ];
+  }
   return responsesStream('resp_up_tool', [
     { type: 'reasoning', id: 'rs_up_tool', summary: 'I will run the command.', encrypted_content: REASONING_TOKEN.responses },
     { type: 'function_call', id: 'fc_up_tool', call_id: CALL_ID.responses, name, arguments: json },
@@ -482,9 +565,24 @@ export function hasOutputLine(text, line) {
  *   anthropic: user message, content block {type: tool_result, tool_use_id}
  *   chat:      message {role: tool, tool_call_id}
  *   responses: input item {type: function_call_output, call_id}
+ *   gemini:    user content, part {functionResponse: {name, response}} (no
+ *              id: the first one named `name`; its `response.output` text,
+ *              else the JSON of `response`)
  */
-export function toolResultText(proto, body) {
+export function toolResultText(proto, body, name) {
   const id = CALL_ID[proto];
+  if (proto === 'gemini') {
+    for (const c of body.contents || []) {
+      if (c.role !== 'user') continue;
+      for (const p of c.parts || []) {
+        const fr = p.functionResponse;
+        if (!fr || (name && fr.name !== name)) continue;
+        const r = fr.response || {};
+        return typeof r.output === 'string' ? r.output : JSON.stringify(r);
+      }
+    }
+    throw new Error(`no functionResponse named ${name} in a user turn: ${JSON.stringify((body.contents || []).map((c) => [c.role, (c.parts || []).map((p) => Object.keys(p).join('+'))]))}`);
+  }
   if (proto === 'anthropic') {
     for (const m of body.messages || []) {
       if (m.role !== 'user' || !Array.isArray(m.content)) continue;
@@ -512,10 +610,17 @@ export function replayedToolCall(proto, body) {
     }
   } else if (proto === 'chat') {
     for (const m of body.messages || []) for (const c of m.tool_calls || []) if (c.id === id) return { name: c.function.name, args: JSON.parse(c.function.arguments) };
+  } else if (proto === 'gemini') {
+    // No ids in Gemini: the model turn's functionCall part (an `id` toward
+    // Gemini would be another protocol's field).
+    for (const c of body.contents || []) {
+      if (c.role !== 'model') continue;
+      for (const p of c.parts || []) if (p.functionCall) return { name: p.functionCall.name, args: p.functionCall.args, id: p.functionCall.id };
+    }
   } else {
     for (const it of Array.isArray(body.input) ? body.input : []) if (it.type === 'function_call' && it.call_id === id) return { name: it.name, args: JSON.parse(it.arguments) };
   }
-  throw new Error(`the assistant's tool call ${id} is not replayed in the ${proto} request`);
+  throw new Error(`the assistant's tool call ${id ?? ''} is not replayed in the ${proto} request`);
 }
 
 /** Short description of an upstream request for error messages. */
@@ -583,17 +688,24 @@ export async function startTap(targetUrl) {
 }
 
 /** Signature / encrypted_content the scripted tool-call answers carry (toolCallSSE). */
-export const REASONING_TOKEN = { anthropic: 'c2lnLXByb3hhaS10ZXN0', responses: 'ZW5jLXByb3hhaS10b29s' };
+export const REASONING_TOKEN = { anthropic: 'c2lnLXByb3hhaS10ZXN0', responses: 'ZW5jLXByb3hhaS10b29s', gemini: 'Z2VtLXNpZy1wcm94YWk=' };
 
 /**
  * Checks that the reasoning of the tool-call turn (toolCallSSE) comes back in
  * the next upstream request in that protocol's form:
  *   anthropic: assistant thinking block with its signature;
  *   responses: reasoning input item with its encrypted_content;
- *   chat:      assistant reasoning_content (the only form Chat has).
+ *   chat:      assistant reasoning_content (the only form Chat has);
+ *   gemini:    a model-turn part with its thoughtSignature.
  * Throws describing the assistant turn otherwise.
  */
 export function replayedReasoning(proto, body) {
+  if (proto === 'gemini') {
+    for (const c of body.contents || []) {
+      if (c.role === 'model' && (c.parts || []).some((p) => p.thoughtSignature === REASONING_TOKEN.gemini)) return;
+    }
+    throw new Error(`thoughtSignature ${REASONING_TOKEN.gemini} not replayed; model turns: ${JSON.stringify((body.contents || []).filter((c) => c.role === 'model')).slice(0, 800)}`);
+  }
   if (proto === 'anthropic') {
     for (const m of body.messages || []) {
       if (m.role !== 'assistant' || !Array.isArray(m.content)) continue;
