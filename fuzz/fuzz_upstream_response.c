@@ -4,7 +4,8 @@
  * usage read from a JSON body, and the upstream error body turned into the
  * client's error.
  *
- * Input: byte 0 picks the protocol (b % 3) and the watcher mode (b / 3 % 4:
+ * Input: byte 0 picks the protocol (b % PX_PROTO_COUNT) and the watcher mode
+ * (b / PX_PROTO_COUNT % 4:
  * watch, rewrite, strip, rewrite+strip); byte 1 a chunking seed; byte 2 the
  * upstream status (400 + b % 200); the rest is the upstream body.
  * Properties: never a crash or leak; the watcher's output, result and usage
@@ -75,8 +76,8 @@ static int at_boundary(const px_buf_t *b) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 3) return 0;
-  px_proto_t proto = (px_proto_t)(data[0] % 3);
-  int mode = data[0] / 3 % 4;
+  px_proto_t proto = (px_proto_t)(data[0] % PX_PROTO_COUNT);
+  int mode = data[0] / PX_PROTO_COUNT % 4;
   uint32_t seed = (uint32_t)data[1] | 1u;
   int status = 400 + data[2] % 200;
   const uint8_t *p = data + 3;
