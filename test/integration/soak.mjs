@@ -456,6 +456,7 @@ function checkResponse(req, r) {
   if (!/^text\/event-stream/.test(r.headers['content-type'] || '')) throw new Error(`stream with content-type ${r.headers['content-type']}`);
   const events = parseSSEStrict(r.body);
   const ending = streamEnding(client, events);
+  stats.endings[`${exp.kind}:${ending}`] = (stats.endings[`${exp.kind}:${ending}`] || 0) + 1;
   if (exp.kind === 'broken') {
     if (ending !== 'error') throw new Error(`a broken upstream stream ended normally: ${r.body.slice(-300)}`);
     return;
@@ -468,7 +469,7 @@ function checkResponse(req, r) {
 // ---- one random scenario ----------------------------------------------------------
 
 const MALFORMED = ['{"model": "to-chat-x", "messages": [', 'not json at all', '{"model":"to-chat-x"}}', '\u0000\u0001{', '{"contents": [{"role": "user", "parts": [{"text": "a"}]}]', '[1,2'];
-const stats = { scenarios: 0, completed: 0, aborted: 0, byClient: {}, byUp: {}, statuses: {} };
+const stats = { scenarios: 0, completed: 0, aborted: 0, byClient: {}, byUp: {}, statuses: {}, endings: {} };
 const failures = [];
 let nextId = 0;
 
