@@ -157,7 +157,65 @@ test('gemini: an unknown method is 404 and GET /v1beta/models lists the routes i
   assert.equal(nf.status, 404);
 });
 
+test('genai: reasoning through an Anthropic upstream (thinking budget out, thought parts back)', async () => {
+  await mock.reset();
+  await mock.script({ path: '/v1/messages', sse: S.anthropicSSE({ id: 'th1', reasoning: { text: 'Check small primes.' }, text: '97 is prime.' }) });
+  const stream = await genai().models.generateContentStream({ model: 'to-anthropic-x', contents: 'Is 97 prime?',
+    config: { thinkingConfig: { includeThoughts: true, thinkingBudget: 2048 }, maxOutputTokens: 4000 } });
+  let thought = '', text = '';
+  for await (const chunk of stream)
+    for (const p of chunk.candidates?.[0]?.content?.parts ?? []) {
+      if (p.thought) thought += p.text ?? '';
+      else text += p.text ?? '';
+    }
+  assert.equal(thought, 'Check small primes.');
+  assert.equal(text, '97 is prime.');
+  const rec = await lastRequest();
+  assert.deepEqual(rec.body.thinking, { type: 'enabled', budget_tokens: 2048 });
+  assert.equal(rec.body.max_tokens, 4000);
+});
+
+test('genai: a slow Gemini stream arrives whole; a client that leaves mid-stream does not hurt the next one', async () => {
+  await mock.reset();
+  await mock.script({ path: ':streamGenerateContent', delay_ms: 150, chunk: 7, sse: gemSSE([
+    { candidates: [{ content: { role: 'model', parts: [{ text: 'slow ' }] }, index: 0 }], modelVersion: 'up', responseId: 's1' },
+    { candidates: [{ content: { role: 'model', parts: [{ text: 'but ' }] }, index: 0 }], modelVersion: 'up', responseId: 's1' },
+    { candidates: [{ content: { role: 'model', parts: [{ text: 'whole' }] }, finishReason: 'STOP', index: 0 }], modelVersion: 'up', responseId: 's1' },
+  ]) });
+  let text = '';
+  for await (const c of await genai().models.generateContentStream({ model: 'to-gemini-x', contents: 'hi' })) text += c.text ?? '';
+  assert.equal(text, 'slow but whole');
+  // a client that drops its stream after the first chunk
+  await mock.script({ path: ':streamGenerateContent', delay_ms: 300, sse: gemSSE([
+    { candidates: [{ content: { role: 'model', parts: [{ text: 'a' }] }, index: 0 }], modelVersion: 'up', responseId: 's2' },
+    { candidates: [{ content: { role: 'model', parts: [{ text: 'b' }] }, finishReason: 'STOP', index: 0 }], modelVersion: 'up', responseId: 's2' },
+  ]) });
+  const ac = new AbortController();
+  const res = await fetch(`${px.url}/v1beta/models/to-gemini-x:streamGenerateContent?alt=sse`, {
+    method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json', 'x-goog-api-key': 'k' },
+    body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }),
+  });
+  const reader = res.body.getReader();
+  await reader.read();
+  ac.abort();
+  const r = await genai().models.generateContent({ model: 'to-gemini-x', contents: 'again' });
+  assert.equal(r.text, 'Hello from mock');
+});
+
 // ---- other clients against a Gemini upstream ----
+
+test('openai chat -> gemini: reasoning effort asks for thoughts; thought parts come back as reasoning_content', async () => {
+  await mock.reset();
+  await mock.script({ path: ':generateContent', body: { candidates: [{ content: { role: 'model', parts: [{ text: 'Divisors up to 9.', thought: true }, { text: 'Yes.' }] }, finishReason: 'STOP', index: 0 }],
+    usageMetadata: { promptTokenCount: 5, candidatesTokenCount: 2, thoughtsTokenCount: 9, totalTokenCount: 16 }, modelVersion: 'up', responseId: 'rs' } });
+  const r = await oa.chat.completions.create({ model: 'to-gemini-x', reasoning_effort: 'medium', messages: [{ role: 'user', content: '97 prime?' }] });
+  assert.equal(r.choices[0].message.content, 'Yes.');
+  assert.equal(r.choices[0].message.reasoning_content, 'Divisors up to 9.');
+  assert.equal(r.usage.completion_tokens, 11);
+  assert.equal(r.usage.completion_tokens_details.reasoning_tokens, 9);
+  const rec = await lastRequest();
+  assert.deepEqual(rec.body.generationConfig.thinkingConfig, { includeThoughts: true, thinkingBudget: 8192 });
+});
 
 test('openai chat -> gemini: text, streamed and not', async () => {
   await mock.reset();
