@@ -820,7 +820,7 @@ static int gem_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
       const char *text = px_jstr(p, "text");
       if (text != NULL && *text) {
         json_t *o = json_pack("{s:s, s:b}", "text", text, "thought", 1);
-        if (ts) json_object_set_new(o, "thoughtSignature", ts);
+        if (ts) json_object_set_new(o, "thoughtSignature", ts); /* takes ts, o or not */
         json_array_append_new(parts, o);
       } else if (ts != NULL) {
         if (sig != NULL) /* two signatures in a row: the first on an empty part */
