@@ -103,6 +103,42 @@ json_t *px_annotation_parse(px_str_t text);
 void px_usage_merge(px_usage_t *d, const px_usage_t *s);
 
 /* ------------------------------------------------------------------------ */
+/* Opaque reasoning tokens across protocol families (SPEC 5)                 */
+/*
+ * An IR reasoning part holds its family's opaque token in one field:
+ * "signature" / "redacted_data" (Anthropic), "encrypted_content" (OpenAI
+ * Responses), "thought_signature" (Gemini). A client of another family
+ * carries it in its own token field (Anthropic thinking.signature, Responses
+ * reasoning.encrypted_content, Gemini thoughtSignature) behind the family
+ * tag, so that the replayed token finds its field again:
+ *   "pxa1:sig:" Anthropic signature     "pxa1:red:" Anthropic redacted data
+ *   "pxo1:enc:" Responses encrypted_content   "pxg1:sig:" Gemini signature
+ * A client's own family travels untagged; Chat clients cannot carry any.
+ */
+
+/** The IR field of protocol p's own token ("signature", "encrypted_content",
+ *  "thought_signature"); NULL for Chat. */
+const char *px_rtok_field(px_proto_t p);
+/** What goes before the value of IR field `field` in a `client` token: ""
+ *  for the client's own field, the family tag for another family's, NULL
+ *  when the client cannot carry it (Chat; Anthropic's redacted data toward
+ *  an Anthropic client, which has a block of its own). */
+const char *px_rtok_tag(px_proto_t client, const char *field);
+/** The tag of a stream SIGNATURE delta from an `upstream` upstream, toward
+ *  a `client` client (the delta is the upstream family's token); "" for a
+ *  Chat upstream, NULL when the client cannot carry it. */
+const char *px_rtok_stream_tag(px_proto_t client, px_proto_t upstream);
+/** The token a `client` client carries for IR reasoning part p: a new JSON
+ *  string, tagged; the client's own field first, then signature,
+ *  redacted_data, encrypted_content, thought_signature. NULL when p has
+ *  none the client can carry (or on allocation failure). */
+json_t *px_rtok_out(px_proto_t client, json_t *p);
+/** A token a `client` client replayed -> the IR field of its family, set on
+ *  reasoning part p (tag removed; untagged = the client's own field). An
+ *  empty token or tag body sets nothing. 0 or PX_ENOMEM. */
+int px_rtok_in(px_proto_t client, json_t *p, const char *tok);
+
+/* ------------------------------------------------------------------------ */
 /* Cross-file prototypes of the translators                                 */
 
 px_sdec_t *px_chat_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg);

@@ -19,13 +19,6 @@
 #define PX_ANTH_MIN_BUDGET 1024
 #define PX_ANTH_DEFAULT_MAX_TOKENS 4096
 
-/* OpenAI reasoning (a Responses item's encrypted_content) reaches Anthropic
- * clients as a thinking block whose signature is this prefix + the
- * encrypted_content; the request decoder turns such a signature back into
- * IR encrypted_content. Mirrors the "pxa1:sig:" tag of responses.c. The
- * stream encoder (anthropic_stream.c) uses the same spelling. */
-#define OAI_ENC_PREFIX "pxo1:enc:"
-#define OAI_ENC_PREFIX_LEN (sizeof(OAI_ENC_PREFIX) - 1)
 
 /* field path for error messages; truncation is harmless there */
 static void pathf(char *p, size_t n, const char *fmt, ...)
@@ -295,13 +288,12 @@ static int decode_block(json_t *b, const char *role, const char *path, json_t *p
     json_t *part = json_pack("{s:s,s:s}", "type", "reasoning", "text",
                              px_jstr(b, "thinking") ? px_jstr(b, "thinking") : "");
     if (part == NULL) return PX_ENOMEM;
-    /* a signature proxai minted from OpenAI encrypted_content goes back to
-     * being encrypted_content; any other signature is Anthropic's own */
-    if (sig != NULL && strncmp(sig, OAI_ENC_PREFIX, OAI_ENC_PREFIX_LEN) == 0) {
-      if (sig[OAI_ENC_PREFIX_LEN] != 0)
-        json_object_set_new(part, "encrypted_content", json_string(sig + OAI_ENC_PREFIX_LEN));
-    } else if (sig != NULL && sig[0] != 0) {
-      json_object_set_new(part, "signature", json_string(sig));
+    /* a signature proxai tagged with another family (OpenAI encrypted_content,
+     * a Gemini thoughtSignature) goes back to its field; any other signature
+     * is Anthropic's own */
+    if (px_rtok_in(PX_PROTO_ANTHROPIC, part, sig) < 0) {
+      json_decref(part);
+      return PX_ENOMEM;
     }
     json_array_append_new(parts, part);
     return 0;
@@ -1267,31 +1259,15 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
                             text_part(px_jstr(p, "text") ? px_jstr(p, "text") : ""));
       if (refusal_text == NULL) refusal_text = json_object_get(p, "text");
     } else if (strcmp(t, "reasoning") == 0) {
+      json_t *sig;
       if (px_jstr(p, "redacted_data") != NULL) {
         json_array_append_new(content, json_pack("{s:s,s:s}", "type", "redacted_thinking",
                                                  "data", px_jstr(p, "redacted_data")));
-      } else if (px_jstr(p, "signature") != NULL ||
-                 (px_jstr(p, "encrypted_content") != NULL &&
-                  px_jstr(p, "encrypted_content")[0])) {
-        /* signed reasoning; OpenAI encrypted_content travels tagged in the
-         * signature (even without summary text) so the client replays it */
+      } else if ((sig = px_rtok_out(PX_PROTO_ANTHROPIC, p)) != NULL) {
+        /* signed reasoning; another family's token (OpenAI encrypted_content,
+         * a Gemini thoughtSignature) travels tagged in the signature (even
+         * without summary text) so the client replays it */
         const char *text = px_jstr(p, "text") ? px_jstr(p, "text") : "";
-        json_t *sig;
-        if (px_jstr(p, "signature") != NULL) {
-          sig = json_string(px_jstr(p, "signature"));
-        } else {
-          const char *enc = px_jstr(p, "encrypted_content");
-          size_t n = OAI_ENC_PREFIX_LEN + strlen(enc);
-          char *s = malloc(n + 1);
-          if (s == NULL) {
-            json_decref(content);
-            return PX_ENOMEM;
-          }
-          memcpy(s, OAI_ENC_PREFIX, OAI_ENC_PREFIX_LEN);
-          memcpy(s + OAI_ENC_PREFIX_LEN, enc, n - OAI_ENC_PREFIX_LEN + 1);
-          sig = json_string(s);
-          free(s);
-        }
         json_array_append_new(content, json_pack("{s:s,s:s,s:o}", "type", "thinking",
                                                  "thinking", text, "signature", sig));
       } else if (px_jstr(p, "text") != NULL && px_jstr(p, "text")[0] != 0) {

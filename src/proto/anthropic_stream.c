@@ -30,9 +30,6 @@
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
 
-/* see anthropic.c: OpenAI encrypted_content travels as a tagged signature */
-#define OAI_ENC_PREFIX "pxo1:enc:"
-
 /* ======================================================================== */
 /* Decoder                                                                    */
 
@@ -753,9 +750,11 @@ static int se_delta(px_senc_t *e, const px_ev_t *ev) {
   }
   const char *tag = NULL;
   if (ev->delta == PX_DELTA_SIGNATURE && ev->text.len > 0) {
-    /* a signature from a non-Anthropic upstream is OpenAI encrypted_content:
-     * tagged so the request decoder (anthropic.c) can tell it back */
-    if (!b->sig_seen && e->ctx->out != PX_PROTO_ANTHROPIC) tag = OAI_ENC_PREFIX;
+    /* a signature from another family's upstream (OpenAI encrypted_content,
+     * a Gemini thoughtSignature) is tagged with its family (protoutil.h) so
+     * the request decoder (anthropic.c) can tell it back */
+    if (!b->sig_seen) tag = px_rtok_stream_tag(PX_PROTO_ANTHROPIC, e->ctx->out);
+    if (tag != NULL && *tag == 0) tag = NULL;
     b->sig_seen = 1;
   }
   if (pos == e->active)

@@ -283,9 +283,9 @@ void px_lossy_predict(const px_tr_ctx_t *ctx, json_t *ir, px_lossy_t *lossy) {
                   !(effort != NULL && strcmp(effort, "none") == 0);
   /* Chat has no carrier for opaque reasoning: Anthropic thinking
    * signatures / redacted thinking, Responses encrypted_content (asked for
-   * by the Responses encoder whenever reasoning is on) */
-  if ((ctx->in == PX_PROTO_CHAT || ctx->in == PX_PROTO_GEMINI) && ctx->out != ctx->in &&
-      reasoning) {
+   * by the Responses encoder whenever reasoning is on), Gemini thought
+   * signatures. The other clients carry them tagged (protoutil.h). */
+  if (ctx->in == PX_PROTO_CHAT && ctx->out != ctx->in && reasoning) {
     px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
     px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 1));
   }

@@ -13,6 +13,9 @@
  * the IR as "thought_signature" of a reasoning part (a part with empty text
  * when the signature rode on a functionCall or text part), and written back
  * on the part that follows when the history returns to a Gemini upstream.
+ * Toward Gemini clients the thoughtSignature also carries other families'
+ * reasoning tokens behind their tags ("pxa1:sig:", "pxa1:red:", "pxo1:enc:";
+ * px_rtok_* in protoutil.h), told back into their IR fields on replay.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,22 +135,48 @@ static json_t *response_text(json_t *resp) {
   return r;
 }
 
+/* A thoughtSignature on a call or text part of a client's model turn: a
+ * reasoning part of its own, in its family's field (protoutil.h). Another
+ * family's signature the stream encoder put on the part after the thought
+ * text it signs (it came after that text) joins that thought again. */
+static int sig_part(json_t *parts, const char *sig) {
+  json_t *r = json_pack("{s:s, s:s}", "type", "reasoning", "text", "");
+  if (r == NULL || px_rtok_in(PX_PROTO_GEMINI, r, sig) < 0) {
+    json_decref(r);
+    return PX_ENOMEM;
+  }
+  json_t *prev = json_array_get(parts, json_array_size(parts) - 1);
+  const char *pt = px_jstr(prev, "text");
+  if ((json_object_get(r, "signature") || json_object_get(r, "encrypted_content")) &&
+      strcmp(px_jstr(prev, "type") ? px_jstr(prev, "type") : "", "reasoning") == 0 &&
+      pt != NULL && *pt != 0 && json_object_size(prev) == 2) {
+    json_object_del(r, "type");
+    json_object_del(r, "text");
+    json_object_update(prev, r);
+    json_decref(r);
+    return 0;
+  }
+  return json_array_append_new(parts, r) == 0 ? 0 : PX_ENOMEM;
+}
+
 static int decode_part(json_t *pt, int model, const char *path, json_t *parts,
                        call_ids_t *calls, px_lossy_t *lossy, px_tr_err_t *err) {
   json_t *v;
+  int rc;
   char idbuf[96], p2[128];
   const char *sig = px_jstr(pt, "thoughtSignature");
   int thought = json_is_true(json_object_get(pt, "thought"));
   if (!json_is_object(pt)) return px_tr_fail(err, path, "%s must be an object", path);
-  if (sig != NULL && model && !thought)
-    json_array_append_new(parts, json_pack("{s:s, s:s, s:s}", "type", "reasoning", "text",
-                                           "", "thought_signature", sig));
+  if (sig != NULL && model && !thought && (rc = sig_part(parts, sig)) < 0) return rc;
   if ((v = json_object_get(pt, "text")) != NULL) {
     if (!json_is_string(v)) return px_tr_fail(err, path, "%s.text must be a string", path);
     if (thought) {
       if (!model) return 0; /* thoughts belong to model turns */
       json_t *r = json_pack("{s:s, s:O}", "type", "reasoning", "text", v);
-      if (sig != NULL) json_object_set_new(r, "thought_signature", json_string(sig));
+      if (r == NULL || px_rtok_in(PX_PROTO_GEMINI, r, sig) < 0) {
+        json_decref(r);
+        return PX_ENOMEM;
+      }
       json_array_append_new(parts, r);
     } else {
       json_array_append_new(parts, json_pack("{s:s, s:O}", "type", "text", "text", v));
@@ -781,21 +810,22 @@ static int gem_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   json_t *parts = json_array();
   size_t i;
   json_t *p;
-  const char *sig = NULL;
+  json_t *sig = NULL; /* a signature waiting for the next part */
   json_array_foreach(json_object_get(ir, "content"), i, p) {
     const char *type = px_jstr(p, "type");
     if (type == NULL) continue;
     if (strcmp(type, "reasoning") == 0) {
-      const char *ts = px_jstr(p, "thought_signature");
+      /* Gemini's own signature as is, another family's behind its tag */
+      json_t *ts = px_rtok_out(PX_PROTO_GEMINI, p);
       const char *text = px_jstr(p, "text");
-      if (px_jstr(p, "signature") || px_jstr(p, "encrypted_content"))
-        px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
-      if (px_jstr(p, "redacted_data")) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 1));
       if (text != NULL && *text) {
         json_t *o = json_pack("{s:s, s:b}", "text", text, "thought", 1);
-        if (ts) json_object_set_new(o, "thoughtSignature", json_string(ts));
+        if (ts) json_object_set_new(o, "thoughtSignature", ts); /* takes ts, o or not */
         json_array_append_new(parts, o);
       } else if (ts != NULL) {
+        if (sig != NULL) /* two signatures in a row: the first on an empty part */
+          json_array_append_new(parts, json_pack("{s:s, s:o}", "text", "",
+                                                 "thoughtSignature", sig));
         sig = ts;
       }
       continue;
@@ -811,6 +841,7 @@ static int gem_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
       if (!json_is_object(args)) {
         json_decref(args);
         json_decref(parts);
+        json_decref(sig);
         return bad_gateway(err, "content[].arguments",
                            "upstream tool call arguments are not a JSON object");
       }
@@ -820,11 +851,13 @@ static int gem_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     }
     if (o == NULL) continue;
     if (sig != NULL) {
-      json_object_set_new(o, "thoughtSignature", json_string(sig));
+      json_object_set_new(o, "thoughtSignature", sig);
       sig = NULL;
     }
     json_array_append_new(parts, o);
   }
+  if (sig != NULL) /* a signature nothing followed: an empty part holds it */
+    json_array_append_new(parts, json_pack("{s:s, s:o}", "text", "", "thoughtSignature", sig));
   px_stop_t st = px_stop_parse(px_jstr(ir, "stop_reason"));
   json_t *cand = json_pack("{s:{s:s, s:o}, s:s, s:i}", "content", "role", "model", "parts",
                            parts, "finishReason", px_gemini_finish(st) ? px_gemini_finish(st) : "STOP",

@@ -226,8 +226,8 @@ struct px_senc {
   char *tool_id, *tool_name;
   px_buf_t args;         /* its arguments so far */
   px_buf_t sig;          /* a signature waiting for the next part */
+  int sig_index;         /* the block that signature belongs to */
   int refusal;
-  int redacted;          /* the open block is redacted thinking */
   int finished;
 };
 
@@ -285,6 +285,25 @@ static int put_sig(px_senc_t *e) {
   return rc;
 }
 
+/* A signature fragment of block `index`, tag before a block's first one.
+ * A pending signature of an earlier block is written first on an empty
+ * part of its own (two tokens never run together). */
+static int sig_add(px_senc_t *e, int index, const char *tag, px_str_t frag) {
+  int rc = 0;
+  if (frag.len == 0) return 0;
+  if (e->sig.len && index != e->sig_index) {
+    rc = chunk_open(e);
+    if (rc == 0) rc = w(e, "\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"\"");
+    if (rc == 0) rc = put_sig(e);
+    if (rc == 0) rc = w(e, "}]},");
+    if (rc == 0) rc = chunk_close(e, NULL);
+  }
+  if (rc == 0 && e->sig.len == 0 && tag != NULL) rc = px_buf_puts(&e->sig, tag);
+  e->sig_index = index;
+  if (rc == 0) rc = px_buf_append(&e->sig, frag.ptr, frag.len);
+  return rc;
+}
+
 static int text_chunk(px_senc_t *e, px_str_t text, int thought) {
   int rc = chunk_open(e);
   if (rc == 0) rc = w(e, "\"content\":{\"role\":\"model\",\"parts\":[{\"text\":");
@@ -327,13 +346,9 @@ static int se_delta(px_senc_t *e, const px_ev_t *ev) {
   case PX_DELTA_THINKING:
     return ev->text.len ? text_chunk(e, ev->text, 1) : 0;
   case PX_DELTA_SIGNATURE:
-    /* Gemini's own signatures ride on the next part; others mean nothing
-     * to a Gemini client: dropped and declared */
-    if (e->ctx->out != PX_PROTO_GEMINI) {
-      px_dropped(e->ctx, px_lossy_opaque_reasoning(e->ctx, e->redacted));
-      return 0;
-    }
-    return px_buf_append(&e->sig, ev->text.ptr, ev->text.len);
+    /* signatures ride on the next part: Gemini's own as they are, another
+     * family's behind its tag (protoutil.h), once per block */
+    return sig_add(e, ev->index, px_rtok_stream_tag(PX_PROTO_GEMINI, e->ctx->out), ev->text);
   case PX_DELTA_ANNOTATION:
     px_dropped(e->ctx, px_lossy_annotations(e->ctx));
     return 0;
@@ -383,9 +398,8 @@ int px_gemini_senc_event(px_senc_t *e, const px_ev_t *ev) {
     return 0;
   case PX_EV_BLOCK_START:
     if (ev->block == PX_BLOCK_REFUSAL) e->refusal = 1;
-    e->redacted = ev->block == PX_BLOCK_REDACTED_THINKING;
-    if (e->redacted && e->ctx->out != PX_PROTO_GEMINI)
-      px_dropped(e->ctx, px_lossy_opaque_reasoning(e->ctx, 1));
+    if (ev->block == PX_BLOCK_REDACTED_THINKING) /* Anthropic's redacted data */
+      return sig_add(e, ev->index, px_rtok_tag(PX_PROTO_GEMINI, "redacted_data"), ev->text);
     if (ev->block != PX_BLOCK_TOOL_CALL) return 0;
     if (ev->custom) return PX_EINVAL;
     free(e->tool_id);

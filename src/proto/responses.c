@@ -6,11 +6,13 @@
  * hosted and namespace tools (dropped toward the other protocols and named in
  * x-proxai-lossy), reasoning items carrying encrypted_content.
  *
- * Anthropic thinking signatures have no Responses field; they travel to a
- * Responses client inside reasoning.encrypted_content with a "pxa1:sig:"
- * (or "pxa1:red:" for redacted thinking data) prefix, so that Codex, which
- * replays encrypted_content verbatim, hands them back and the next Anthropic
- * request carries its thinking blocks whole. See docs/translation-responses.md.
+ * Anthropic thinking signatures and Gemini thought signatures have no
+ * Responses field; they travel to a Responses client inside
+ * reasoning.encrypted_content behind their family tag ("pxa1:sig:",
+ * "pxa1:red:" for redacted thinking data, "pxg1:sig:"; px_rtok_* in
+ * protoutil.h), so that Codex, which replays encrypted_content verbatim,
+ * hands them back and the next request to that family carries them whole.
+ * See docs/translation-responses.md.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,9 +21,6 @@
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
-
-#define SIG_PREFIX "pxa1:sig:"
-#define RED_PREFIX "pxa1:red:"
 
 /* ---------------------------------------------------------------------- */
 /* small helpers                                                           */
@@ -465,13 +464,10 @@ static int dec_reasoning(dec_t *d, json_t *item, const char *path) {
   if (part == NULL) return PX_ENOMEM;
   const char *enc = px_jstr(item, "encrypted_content");
   const char *id = px_jstr(item, "id");
-  if (enc != NULL) {
-    if (strncmp(enc, SIG_PREFIX, strlen(SIG_PREFIX)) == 0)
-      set_str(part, "signature", enc + strlen(SIG_PREFIX));
-    else if (strncmp(enc, RED_PREFIX, strlen(RED_PREFIX)) == 0)
-      set_str(part, "redacted_data", enc + strlen(RED_PREFIX));
-    else
-      set_str(part, "encrypted_content", enc);
+  /* tagged tokens of other families go back to their fields (protoutil.h) */
+  if (enc != NULL && *enc != 0 && px_rtok_in(PX_PROTO_RESPONSES, part, enc) < 0) {
+    json_decref(part);
+    return PX_ENOMEM;
   }
   if (id != NULL) set_str(part, "id", id);
   (void)path;
@@ -1475,20 +1471,8 @@ static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
         json_array_append_new(
             json_object_get(r, "summary"),
             json_pack("{s:s, s:s}", "type", "summary_text", "text", txt));
-      const char *enc = px_jstr(p, "encrypted_content");
-      const char *sig = px_jstr(p, "signature");
-      const char *red = px_jstr(p, "redacted_data");
-      if (enc != NULL) {
-        set_str(r, "encrypted_content", enc);
-      } else if (sig != NULL || red != NULL) {
-        size_t n = strlen(sig ? sig : red) + 16;
-        char *s = malloc(n);
-        if (s != NULL) {
-          snprintf(s, n, "%s%s", sig ? SIG_PREFIX : RED_PREFIX, sig ? sig : red);
-          set_str(r, "encrypted_content", s);
-          free(s);
-        }
-      }
+      json_t *enc = px_rtok_out(PX_PROTO_RESPONSES, p);
+      if (enc != NULL) json_object_set_new(r, "encrypted_content", enc);
       json_array_append_new(output, r);
     }
   }

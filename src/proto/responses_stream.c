@@ -29,8 +29,6 @@
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
 
-#define SIG_PREFIX "pxa1:sig:"
-#define RED_PREFIX "pxa1:red:"
 #define MAX_BLOCKS 4096
 #define DEFAULT_ACCUM (64u << 20)
 
@@ -943,7 +941,7 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
       b->item_id = strdup(id);
       b->content_index = -1;
       if (ev->block == PX_BLOCK_REDACTED_THINKING && ev->text.len > 0) {
-        rc = px_buf_puts(&b->enc, RED_PREFIX);
+        rc = px_buf_puts(&b->enc, px_rtok_tag(PX_PROTO_RESPONSES, "redacted_data"));
         if (rc == 0) rc = px_buf_append(&b->enc, ev->text.ptr, ev->text.len);
         if (rc < 0) return rc;
       }
@@ -1015,10 +1013,11 @@ static int e_delta(px_senc_t *e, const px_ev_t *ev) {
     if (b->kind != PX_BLOCK_THINKING && b->kind != PX_BLOCK_REDACTED_THINKING)
       return PX_EPROTO;
     rc = eaccum(e, ev->text.len);
-    /* OpenAI encrypted_content arrives whole; an Anthropic signature is
-     * marked so that it finds its way back to an Anthropic upstream */
-    if (rc == 0 && b->enc.len == 0 && e->ctx.out == PX_PROTO_ANTHROPIC)
-      rc = px_buf_puts(&b->enc, SIG_PREFIX);
+    /* OpenAI encrypted_content arrives whole; another family's signature
+     * (Anthropic, Gemini) is tagged so that it finds its way back */
+    const char *tag = px_rtok_stream_tag(PX_PROTO_RESPONSES, e->ctx.out);
+    if (rc == 0 && b->enc.len == 0 && tag != NULL && *tag != 0)
+      rc = px_buf_puts(&b->enc, tag);
     if (rc == 0) rc = px_buf_append(&b->enc, ev->text.ptr, ev->text.len);
     return rc;
   }

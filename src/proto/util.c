@@ -172,3 +172,71 @@ const char *px_inline_filename(json_t *part) {
   if (mt != NULL && strcmp(mt, "text/plain") == 0) return "document.txt";
   return "document.pdf";
 }
+
+/* ------------------------------------------------------------------------ */
+/* Opaque reasoning tokens across families                                   */
+
+static const struct {
+  const char *field, *tag;
+  px_proto_t home;
+} rtoks[] = {
+    {"signature", "pxa1:sig:", PX_PROTO_ANTHROPIC},
+    {"redacted_data", "pxa1:red:", PX_PROTO_ANTHROPIC},
+    {"encrypted_content", "pxo1:enc:", PX_PROTO_RESPONSES},
+    {"thought_signature", "pxg1:sig:", PX_PROTO_GEMINI},
+};
+#define NRTOKS (sizeof(rtoks) / sizeof(rtoks[0]))
+
+const char *px_rtok_field(px_proto_t p) {
+  switch (p) {
+  case PX_PROTO_ANTHROPIC: return "signature";
+  case PX_PROTO_RESPONSES: return "encrypted_content";
+  case PX_PROTO_GEMINI: return "thought_signature";
+  default: return NULL;
+  }
+}
+
+const char *px_rtok_tag(px_proto_t client, const char *field) {
+  const char *own = px_rtok_field(client);
+  if (own == NULL || field == NULL) return NULL;
+  if (strcmp(field, own) == 0) return "";
+  for (size_t i = 0; i < NRTOKS; i++) {
+    if (strcmp(field, rtoks[i].field) != 0) continue;
+    if (rtoks[i].home == client) return NULL; /* Anthropic's redacted block */
+    return rtoks[i].tag;
+  }
+  return NULL;
+}
+
+const char *px_rtok_stream_tag(px_proto_t client, px_proto_t upstream) {
+  const char *f = px_rtok_field(upstream);
+  if (px_rtok_field(client) == NULL) return NULL;
+  return f != NULL ? px_rtok_tag(client, f) : "";
+}
+
+json_t *px_rtok_out(px_proto_t client, json_t *p) {
+  const char *own = px_rtok_field(client);
+  if (own == NULL) return NULL;
+  for (size_t i = 0; i <= NRTOKS; i++) {
+    const char *f = i == 0 ? own : rtoks[i - 1].field;
+    const char *v = px_jstr(p, f), *tag = px_rtok_tag(client, f);
+    if (v != NULL && *v != 0 && tag != NULL) return json_sprintf("%s%s", tag, v);
+  }
+  return NULL;
+}
+
+int px_rtok_in(px_proto_t client, json_t *p, const char *tok) {
+  const char *own = px_rtok_field(client), *field = own;
+  if (tok == NULL || *tok == 0 || own == NULL) return 0;
+  for (size_t i = 0; i < NRTOKS; i++) {
+    const char *tag = px_rtok_tag(client, rtoks[i].field);
+    size_t n = tag != NULL ? strlen(tag) : 0;
+    if (n > 0 && strncmp(tok, tag, n) == 0) {
+      field = rtoks[i].field;
+      tok += n;
+      break;
+    }
+  }
+  if (*tok == 0) return 0;
+  return json_object_set_new(p, field, json_string(tok)) == 0 ? 0 : PX_ENOMEM;
+}

@@ -44,7 +44,7 @@
 
 #define OUT_CAP (64u << 20)
 
-static const char *const pnames[] = {"chat", "responses", "anthropic"};
+static const char *const pnames[] = {"chat", "responses", "anthropic", "gemini"};
 
 static int failures, checks;
 static char cur_case[512];
@@ -141,7 +141,7 @@ static void oc_from_ir(outcome_t *o, json_t *ir) {
     if (strcmp(t, "reasoning") == 0) {
       if (tx) px_buf_puts(&o->reasoning, tx);
       if (json_object_get(p, "signature") || json_object_get(p, "encrypted_content") ||
-          json_object_get(p, "redacted_data"))
+          json_object_get(p, "redacted_data") || json_object_get(p, "thought_signature"))
         o->signature = 1;
     }
     if (strcmp(t, "tool_call") == 0) {
