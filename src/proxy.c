@@ -117,6 +117,7 @@ typedef struct px_exch {
   const char *error_type;
   int status;            /* status sent to the client */
   char label[256];       /* x-proxai-upstream value */
+  int finalized;         /* finalize() has run */
 } px_exch_t;
 
 static void start_attempt(px_exch_t *x);
@@ -249,7 +250,12 @@ static void on_timer_closed(uv_handle_t *h) { free(h->data); }
 
 static void attempt_end(px_exch_t *x);
 
+/* Ends the exchange once: the access log, metrics, limits, the client's
+ * response, and the exchange's memory (freed here, or when its timer has
+ * closed). A second call is a no-op. */
 static void finalize(px_exch_t *x) {
+  if (x->finalized) return;
+  x->finalized = 1;
   if (x->xfer) {
     px_xfer_cancel(x->xfer);
     x->xfer = NULL;

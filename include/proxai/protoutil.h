@@ -89,6 +89,8 @@ extern const char *const px_openai_tenancy_headers[];
 /** The OpenAI model list {"object":"list","data":[...]}. */
 int px_openai_models(px_buf_t *out, const char *const *ids, const char *const *owners,
                      size_t n);
+/** A count answer: prefix (the object up to the number), n, "}". */
+int px_count_body(px_buf_t *out, const char *prefix, int64_t n);
 /** `input_tokens` of a count answer (Anthropic, Responses); -1 if absent. */
 int64_t px_count_input_tokens(json_t *body);
 /** A stream dropped a field: recorded for the access log (ctx->dropped). */

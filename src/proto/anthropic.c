@@ -1420,12 +1420,7 @@ static int anth_encode_stream_error(px_buf_t *out, px_errkind_t kind, const char
 /* ---- the wire: count_tokens, the model list, forwarded headers ---- */
 
 static int anth_count_encode(px_buf_t *out, int64_t n) {
-  char num[24];
-  snprintf(num, sizeof(num), "%lld", (long long)n);
-  int rc = px_buf_puts(out, "{\"input_tokens\":");
-  if (rc == 0) rc = px_buf_puts(out, num);
-  if (rc == 0) rc = px_buf_puts(out, "}");
-  return rc;
+  return px_count_body(out, "{\"input_tokens\":", n);
 }
 
 /* count_tokens takes the request minus generation controls */

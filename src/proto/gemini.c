@@ -1015,12 +1015,7 @@ static int gem_upstream_url(px_buf_t *out, const char *model, int stream, px_end
 static int64_t gem_count_decode(json_t *body) { return px_jint(body, "totalTokens", -1); }
 
 static int gem_count_encode(px_buf_t *out, int64_t n) {
-  char num[24];
-  snprintf(num, sizeof(num), "%lld", (long long)n);
-  int rc = px_buf_puts(out, "{\"totalTokens\":");
-  if (rc == 0) rc = px_buf_puts(out, num);
-  if (rc == 0) rc = px_buf_puts(out, "}");
-  return rc;
+  return px_count_body(out, "{\"totalTokens\":", n);
 }
 
 /* countTokens takes {"generateContentRequest": {"model": "models/X", ...}} */

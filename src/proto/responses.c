@@ -1568,12 +1568,7 @@ static int encode_stream_error(px_buf_t *out, px_errkind_t kind, const char *mes
 /* ---- token counting: POST /responses/input_tokens ---- */
 
 static int responses_count_encode(px_buf_t *out, int64_t n) {
-  char num[24];
-  snprintf(num, sizeof(num), "%lld", (long long)n);
-  int rc = px_buf_puts(out, "{\"object\":\"response.input_tokens\",\"input_tokens\":");
-  if (rc == 0) rc = px_buf_puts(out, num);
-  if (rc == 0) rc = px_buf_puts(out, "}");
-  return rc;
+  return px_count_body(out, "{\"object\":\"response.input_tokens\",\"input_tokens\":", n);
 }
 
 /* input_tokens takes the request minus generation controls */

@@ -102,6 +102,15 @@ int px_openai_models(px_buf_t *out, const char *const *ids, const char *const *o
   return rc;
 }
 
+int px_count_body(px_buf_t *out, const char *prefix, int64_t n) {
+  char num[24];
+  snprintf(num, sizeof(num), "%lld", (long long)n);
+  int rc = px_buf_puts(out, prefix);
+  if (rc == 0) rc = px_buf_puts(out, num);
+  if (rc == 0) rc = px_buf_puts(out, "}");
+  return rc;
+}
+
 int64_t px_count_input_tokens(json_t *body) {
   return px_jint(body, "input_tokens", -1);
 }
