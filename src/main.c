@@ -202,6 +202,17 @@ static void on_hup(uv_signal_t *sig, int signum) {
               c->nroutes);
 }
 
+/* A worker that cannot start: the message logged, what it opened closed. */
+static int worker_fail(worker_t *w, const char *msg) {
+  px_log_error("%s", msg);
+  px_server_close_all(&w->srv, 0);
+  px_uclient_close(w->srv.uclient, NULL, NULL);
+  uv_run(w->loop, UV_RUN_DEFAULT);
+  uv_loop_close(w->loop);
+  px_config_unref(w->srv.config);
+  return 1;
+}
+
 static int run_worker(const char *path, px_config_t *cfg, unsigned index) {
   px_shm_set_worker(index);
   worker_t w;
@@ -218,24 +229,8 @@ static int run_worker(const char *path, px_config_t *cfg, unsigned index) {
     return 1;
   }
   char err[512];
-  if (px_server_listen(&w.srv, err, sizeof(err)) < 0) {
-    px_log_error("%s", err);
-    px_server_close_all(&w.srv, 0);
-    px_uclient_close(w.srv.uclient, NULL, NULL);
-    uv_run(w.loop, UV_RUN_DEFAULT);
-    uv_loop_close(w.loop);
-    px_config_unref(w.srv.config);
-    return 1;
-  }
-  if (px_rl_start(w.loop, cfg) < 0) {
-    fprintf(stderr, "proxai: cannot start the [state] backend\n");
-    px_server_close_all(&w.srv, 0);
-    px_uclient_close(w.srv.uclient, NULL, NULL);
-    uv_run(w.loop, UV_RUN_DEFAULT);
-    uv_loop_close(w.loop);
-    px_config_unref(w.srv.config);
-    return 1;
-  }
+  if (px_server_listen(&w.srv, err, sizeof(err)) < 0) return worker_fail(&w, err);
+  if (px_rl_start(w.loop, cfg) < 0) return worker_fail(&w, "cannot start the [state] backend");
   uv_timer_init(w.loop, &w.shutdown_timer);
   uv_signal_init(w.loop, &w.sig_usr1);
   w.sig_usr1.data = &w;

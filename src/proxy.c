@@ -1236,6 +1236,7 @@ static void start_attempt(px_exch_t *x) {
   ctx->stream = x->stream;
   ctx->created = (int64_t)time(NULL);
   ctx->max_accum = PX_MAX_STREAM_ACCUM;
+  ctx->scan = &x->jreq; /* gateway() scanned the body once */
   const px_proto_ops_t *uops = px_proto_get(x->out);
   if (x->ep == PX_EP_COUNT_TOKENS && x->in != x->out &&
       (uops->count_decode == NULL || client_ops(x)->count_encode == NULL)) {

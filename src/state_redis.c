@@ -395,16 +395,24 @@ static int noscript(const redisReply *r) {
   return r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
-static void on_admit_reply(redisAsyncContext *ac, void *r, void *priv) {
-  (void)ac;
-  redisReply *reply = r;
-  px_rl_wait_t *w = priv;
+/* A reply arrived: the connection makes progress. 1 when the script was
+ * unknown to the server and has been sent again with cb (the reply will come
+ * back there); 0 to handle this reply. */
+static int reply_resent(px_rl_wait_t *w, const redisReply *reply, redisCallbackFn *cb) {
   if (g.inflight) g.inflight--;
   if (g.running) g.last_progress_ms = uv_now(g.loop);
   if (noscript(reply) && !w->resent) {
     w->resent = 1;
-    if (send_script(w, on_admit_reply) == 0) return;
+    if (send_script(w, cb) == 0) return 1;
   }
+  return 0;
+}
+
+static void on_admit_reply(redisAsyncContext *ac, void *r, void *priv) {
+  (void)ac;
+  redisReply *reply = r;
+  px_rl_wait_t *w = priv;
+  if (reply_resent(w, reply, on_admit_reply)) return;
   px_rl_verdict_t v;
   unsigned ra = 0;
   if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
@@ -472,14 +480,8 @@ void px_redis_cancel(px_rl_wait_t *w) {
 
 static void on_settle_reply(redisAsyncContext *ac, void *r, void *priv) {
   (void)ac;
-  redisReply *reply = r;
   px_rl_wait_t *w = priv;
-  if (g.inflight) g.inflight--;
-  if (g.running) g.last_progress_ms = uv_now(g.loop);
-  if (noscript(reply) && !w->resent) {
-    w->resent = 1;
-    if (send_script(w, on_settle_reply) == 0) return;
-  }
+  if (reply_resent(w, r, on_settle_reply)) return;
   free(w);
 }
 

@@ -151,14 +151,18 @@ int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t l
   char *text = NULL;
   int rc = PX_EINVAL;
   json_error_t je;
-  px_json_req_t scan;
-  if (px_json_request(body, len, &scan) < 0)
-    return px_tr_fail(err, "", "request body is not a valid JSON object: %s", scan.reason);
+  px_json_req_t own; /* the caller's scan when it has one: one scan a body */
+  const px_json_req_t *scan = ctx->scan;
+  if (scan == NULL) {
+    if (px_json_request(body, len, &own) < 0)
+      return px_tr_fail(err, "", "request body is not a valid JSON object: %s", own.reason);
+    scan = &own;
+  }
   mem_begin(len);
   /* the pipeline holds up to about three documents of the body's size at
    * once (client + IR, then IR + upstream, each up to twice the client's):
    * a body that cannot fit is refused before anything is built */
-  if ((long long)scan.cost * 3 > mem.limit) {
+  if ((long long)scan->cost * 3 > mem.limit) {
     mem.exceeded = 1;
     goto done;
   }

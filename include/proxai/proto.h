@@ -123,6 +123,9 @@ typedef struct px_tr_ctx {
   int stream;                /**< the request streams */
   int64_t created;           /**< unix time for `created` / `created_at` */
   size_t max_accum;          /**< cap for stream accumulation (Responses .done) */
+  const struct px_json_req *scan; /**< the caller's px_json_request of the body
+                                       (px_translate_request_body), NULL: it
+                                       scans the body itself */
   px_lossy_t *dropped;       /**< streams: what was actually dropped (set by
                                   the hub; NULL elsewhere) */
 } px_tr_ctx_t;
