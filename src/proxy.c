@@ -248,6 +248,12 @@ static void flush_obuf(px_exch_t *x) {
 
 static void on_timer_closed(uv_handle_t *h) { free(h->data); }
 
+/* px_lossy_each: one proxai_lossy_fields_total count ({inbound, upstream}). */
+static void count_lossy(void *arg, const char *field) {
+  const char *const *l = arg;
+  px_metrics_lossy(l[0], l[1], field);
+}
+
 static void attempt_end(px_exch_t *x);
 
 /* Ends the exchange once: the access log, metrics, limits, the client's
@@ -310,17 +316,8 @@ static void finalize(px_exch_t *x) {
   /* a response that failed after it started counts as that failure */
   px_metrics_request(inbound, upname, x->metric_status ? x->metric_status : x->status, dur,
                      x->stream ? ttft : -1);
-  for (const char *p = x->lossy.buf; *p;) { /* one count per dropped field */
-    const char *e = strchr(p, ',');
-    size_t n = e ? (size_t)(e - p) : strlen(p);
-    char field[160];
-    if (n > 0 && n < sizeof(field) && !(n == 3 && memcmp(p, "...", 3) == 0)) {
-      memcpy(field, p, n);
-      field[n] = 0;
-      px_metrics_lossy(inbound, upname, field);
-    }
-    p += n + (e != NULL);
-  }
+  const char *labels[2] = {inbound, upname};
+  px_lossy_each(&x->lossy, count_lossy, labels); /* one count per dropped field */
   int64_t toks = (x->usage.input_tokens > 0 ? x->usage.input_tokens : 0) +
                  (x->usage.output_tokens > 0 ? x->usage.output_tokens : 0);
   if (toks > 0 || x->usage.input_tokens >= 0)

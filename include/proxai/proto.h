@@ -108,6 +108,8 @@ void px_lossy_add(px_lossy_t *l, const char *path);
 static inline void px_lossy_init(px_lossy_t *l) { l->len = 0; l->buf[0] = 0; }
 /** Add every path of src to dst. */
 void px_lossy_merge(px_lossy_t *dst, const px_lossy_t *src);
+/** Calls fn for each field path of l (the "..." overflow mark skipped). */
+void px_lossy_each(const px_lossy_t *l, void (*fn)(void *arg, const char *path), void *arg);
 
 /* ------------------------------------------------------------------------ */
 /* Translation context                                                       */

@@ -309,18 +309,22 @@ const char *px_lossy_annotations(const px_tr_ctx_t *ctx) {
   }
 }
 
-void px_lossy_merge(px_lossy_t *dst, const px_lossy_t *src) {
-  char path[sizeof(src->buf)];
-  const char *p = src->buf;
+void px_lossy_each(const px_lossy_t *l, void (*fn)(void *arg, const char *path), void *arg) {
+  char path[sizeof(l->buf)];
+  const char *p = l->buf;
   while (*p) {
     const char *e = strchr(p, ',');
     size_t n = e ? (size_t)(e - p) : strlen(p);
     if (n > 0 && n < sizeof(path) && !(n == 3 && memcmp(p, "...", 3) == 0)) {
       memcpy(path, p, n);
       path[n] = 0;
-      px_lossy_add(dst, path);
+      fn(arg, path);
     }
     p += n;
     if (*p == ',') p++;
   }
 }
+
+static void add_to(void *dst, const char *path) { px_lossy_add(dst, path); }
+
+void px_lossy_merge(px_lossy_t *dst, const px_lossy_t *src) { px_lossy_each(src, add_to, dst); }
