@@ -463,6 +463,7 @@ typedef struct se_block {
   px_buf_t said;  /* text blocks: the text written so far (the cited_text of
                      a citation is its annotation's span of it) */
   px_buf_t cits;  /* held citations, one JSON object per line */
+  int said_full;  /* said reached its cap: later text is not kept */
 } se_block_t;
 
 struct px_senc {
@@ -626,9 +627,9 @@ static int write_delta(px_senc_t *e, se_block_t *b, px_delta_t kind, const char 
 /* A text block's text as written, for the cited_text of its citations;
  * bounded by max_accum (past it, later spans are cut short). */
 static void keep_said(px_senc_t *e, se_block_t *b, const char *p, size_t n) {
-  if (b->kind != PX_BLOCK_TEXT || n == 0) return;
+  if (b->kind != PX_BLOCK_TEXT || n == 0 || b->said_full) return;
   if (b->said.cap == 0) px_buf_init(&b->said, e->ctx->max_accum ? e->ctx->max_accum : (64u << 20));
-  (void)px_buf_append(&b->said, p, n);
+  if (px_buf_append(&b->said, p, n) < 0) b->said_full = 1; /* kept text stays a prefix */
 }
 
 /* content_block_delta citations_delta with one citation (compact JSON). */
