@@ -1244,10 +1244,12 @@ static size_t utf8_offset(const char *s, size_t n, json_int_t ci) {
   return at;
 }
 
-json_t *px_anthropic_citation(json_t *ann, const char *text, size_t n) {
+json_t *px_anthropic_citation(json_t *ann, const char *text, size_t n, int64_t base) {
   const char *t = px_jstr(ann, "type"), *url = px_jstr(ann, "url");
   if (t == NULL || strcmp(t, "url_citation") != 0 || url == NULL || *url == 0) return NULL;
   json_int_t si = px_jint(ann, "start_index", 0), ei = px_jint(ann, "end_index", -1);
+  si -= base; /* text starts at character base of the block */
+  if (ei >= 0) ei = ei > base ? ei - base : 0;
   size_t a = si > 0 ? utf8_offset(text, n, si) : 0;
   size_t b = ei >= 0 ? utf8_offset(text, n, ei) : n;
   if (b < a) b = a;
@@ -1266,7 +1268,7 @@ static json_t *annotations_to_citations(const px_tr_ctx_t *ctx, json_t *p, px_lo
   size_t i;
   const char *text = px_jstr(p, "text") ? px_jstr(p, "text") : "";
   json_array_foreach(json_object_get(p, "annotations"), i, a) {
-    json_t *c = px_anthropic_citation(a, text, strlen(text));
+    json_t *c = px_anthropic_citation(a, text, strlen(text), 0);
     if (c == NULL) {
       px_lossy_add(lossy, px_lossy_annotations(ctx));
       continue;

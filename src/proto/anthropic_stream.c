@@ -460,11 +460,18 @@ typedef struct se_block {
   px_buf_t text;  /* held fragments (text / thinking / args / redacted data) */
   px_buf_t sig;   /* held signature */
   int sig_seen;   /* a signature fragment was written or held (tag once) */
-  px_buf_t said;  /* text blocks: the text written so far (the cited_text of
-                     a citation is its annotation's span of it) */
+  px_buf_t said;  /* text blocks: the last SE_SAID_WINDOW..2x bytes of the
+                     text written (a citation's cited_text is its
+                     annotation's span of it) */
+  int64_t said_base; /* characters of the text before said */
   px_buf_t cits;  /* held citations, one JSON object per line */
-  int said_full;  /* said reached its cap: later text is not kept */
 } se_block_t;
+
+/* Text kept per text block for cited_text: a window, so that a long
+ * translated stream toward an Anthropic client holds no more than this
+ * (annotations follow their span closely: Responses sends each right after
+ * the text it cites). */
+#define SE_SAID_WINDOW (32u << 10)
 
 struct px_senc {
   const px_tr_ctx_t *ctx;
@@ -624,12 +631,34 @@ static int write_delta(px_senc_t *e, se_block_t *b, px_delta_t kind, const char 
   return write_delta_pre(e, b, kind, NULL, p, n);
 }
 
-/* A text block's text as written, for the cited_text of its citations;
- * bounded by max_accum (past it, later spans are cut short). */
-static void keep_said(px_senc_t *e, se_block_t *b, const char *p, size_t n) {
-  if (b->kind != PX_BLOCK_TEXT || n == 0 || b->said_full) return;
-  if (b->said.cap == 0) px_buf_init(&b->said, e->ctx->max_accum ? e->ctx->max_accum : (64u << 20));
-  if (px_buf_append(&b->said, p, n) < 0) b->said_full = 1; /* kept text stays a prefix */
+/* The first byte at or after at that starts a UTF-8 sequence. */
+static size_t utf8_start(const char *p, size_t n, size_t at) {
+  while (at < n && ((unsigned char)p[at] & 0xC0) == 0x80) at++;
+  return at;
+}
+
+/* A text block's text as written, for the cited_text of its citations:
+ * the last SE_SAID_WINDOW bytes at least (2x at most), and the characters
+ * before them counted. */
+static void keep_said(se_block_t *b, const char *p, size_t n) {
+  if (b->kind != PX_BLOCK_TEXT || n == 0) return;
+  if (b->said.cap == 0) px_buf_init(&b->said, 2 * SE_SAID_WINDOW + 4);
+  if (n > SE_SAID_WINDOW) { /* only a long delta's tail can stay */
+    size_t skip = utf8_start(p, n, n - SE_SAID_WINDOW);
+    b->said_base += (int64_t)(px_utf8_chars(b->said.data, b->said.len) + px_utf8_chars(p, skip));
+    px_buf_reset(&b->said);
+    p += skip;
+    n -= skip;
+  }
+  if (b->said.len + n > 2 * SE_SAID_WINDOW) {
+    size_t cut = utf8_start(b->said.data, b->said.len, b->said.len + n - SE_SAID_WINDOW);
+    b->said_base += (int64_t)px_utf8_chars(b->said.data, cut);
+    px_buf_consume(&b->said, cut);
+  }
+  if (px_buf_append(&b->said, p, n) < 0) { /* no memory: forget, keep counting */
+    b->said_base += (int64_t)(px_utf8_chars(b->said.data, b->said.len) + px_utf8_chars(p, n));
+    px_buf_reset(&b->said);
+  }
 }
 
 /* content_block_delta citations_delta with one citation (compact JSON). */
@@ -692,7 +721,7 @@ static int release_block(px_senc_t *e, int pos) {
     at += n + 1;
   }
   if (rc < 0) return rc;
-  keep_said(e, b, b->text.data, b->text.len);
+  keep_said(b, b->text.data, b->text.len);
   e->held -= b->text.len + b->sig.len + b->cits.len;
   px_buf_free(&b->text);
   px_buf_free(&b->sig);
@@ -760,14 +789,16 @@ static int se_block_start(px_senc_t *e, const px_ev_t *ev) {
 /* An annotation of a text block: a url_citation becomes a citations_delta
  * (web_search_result_location, the rule of the non-streaming encoder:
  * px_anthropic_citation), its cited_text the span of the text written so
- * far (of a held block, its held text); a held block holds it until it is
- * written. Other kinds are dropped under the body path's name. */
+ * far, as far as it lies in the kept window (of a held block, its held
+ * text); a held block holds it until it is written. Other kinds are
+ * dropped under the body path's name. */
 static int se_annotation(px_senc_t *e, int pos, px_str_t js) {
   se_block_t *b = &e->blocks[pos];
   if (b->kind != PX_BLOCK_TEXT) return PX_EINVAL;
   json_t *a = px_annotation_parse(js);
   const px_buf_t *src = pos == e->active ? &b->said : &b->text;
-  json_t *c = a ? px_anthropic_citation(a, src->data ? src->data : "", src->len) : NULL;
+  int64_t base = pos == e->active ? b->said_base : 0;
+  json_t *c = a ? px_anthropic_citation(a, src->data ? src->data : "", src->len, base) : NULL;
   json_decref(a);
   if (c == NULL) {
     px_dropped(e->ctx, px_lossy_annotations(e->ctx));
@@ -816,7 +847,7 @@ static int se_delta(px_senc_t *e, const px_ev_t *ev) {
     b->sig_seen = 1;
   }
   if (pos == e->active) {
-    if (ev->delta == PX_DELTA_TEXT) keep_said(e, b, ev->text.ptr, ev->text.len);
+    if (ev->delta == PX_DELTA_TEXT) keep_said(b, ev->text.ptr, ev->text.len);
     return write_delta_pre(e, b, ev->delta, tag, ev->text.ptr, ev->text.len);
   }
   if (tag != NULL) {
