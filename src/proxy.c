@@ -243,6 +243,9 @@ static void flush_obuf(px_exch_t *x) {
   px_buf_reset(&x->obuf);
 }
 
+/* An encoder writing much in one call hands it over as it goes. */
+static void on_stream_flush(void *arg) { flush_obuf(arg); }
+
 /* ---------------------------------------------------------------------- */
 /* finalize: the one exit of every request                                  */
 
@@ -616,6 +619,8 @@ static int up_on_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
       x->pt_init = 1;
       x->mode = M_PASS_STREAM;
     } else {
+      x->ctx.flush = on_stream_flush;
+      x->ctx.flush_arg = x;
       x->str = px_stream_tr_new(&x->ctx, &x->obuf);
       if (x->str == NULL) return headers_failed(x);
       x->mode = M_TR_STREAM;

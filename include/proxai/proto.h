@@ -130,7 +130,18 @@ typedef struct px_tr_ctx {
                                        scans the body itself */
   px_lossy_t *dropped;       /**< streams: what was actually dropped (set by
                                   the hub; NULL elsewhere) */
+  void (*flush)(void *arg);  /**< streams, optional: a stream encoder that
+                                  writes much in one event (the Responses
+                                  closing events) calls it between the
+                                  events it writes, once the out buffer holds
+                                  PX_FLUSH_AT bytes; it hands the out
+                                  buffer's bytes to the client and empties
+                                  it. NULL: out grows until the call returns */
+  void *flush_arg;           /**< the flush callback's argument */
 } px_tr_ctx_t;
+
+/** Bytes of out after which a stream encoder calls ctx->flush. */
+#define PX_FLUSH_AT (64u << 10)
 
 /* ------------------------------------------------------------------------ */
 /* The IR (jansson documents with a fixed canonical shape)                   */

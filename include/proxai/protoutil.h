@@ -216,6 +216,15 @@ int px_responses_stream_error(px_buf_t *out, px_errkind_t kind, const char *mess
 json_t *px_chat_annotations(const px_tr_ctx_t *ctx, json_t *anns, json_int_t shift,
                             px_lossy_t *lossy);
 
+/** One IR annotation -> an Anthropic text-block citation
+ *  (anthropic.c): a url_citation becomes web_search_result_location {url,
+ *  title (null when absent), cited_text = the annotated span, encrypted_index
+ *  ""} (the one citation kind with a URL; the index is Anthropic's own and
+ *  unknown here). text[0..n) is the block's text from its character base
+ *  on (0: all of it); the part of the span before it is not cited. NULL for
+ *  other kinds. */
+json_t *px_anthropic_citation(json_t *ann, const char *text, size_t n, int64_t base);
+
 /** IR annotations -> Responses annotations (flat); others named in lossy. */
 json_t *px_responses_annotations(json_t *ann, px_lossy_t *lossy);
 

@@ -1234,6 +1234,51 @@ static int anth_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
 /* ======================================================================== */
 /* Response encode: IR -> Anthropic message                                   */
 
+/* The byte offset of character ci of s[0..n) (clipped to n). */
+static size_t utf8_offset(const char *s, size_t n, json_int_t ci) {
+  size_t at = 0;
+  for (json_int_t k = 0; k < ci && at < n; k++) {
+    size_t l = px_utf8_seq((const unsigned char *)s + at, n - at);
+    at += l ? l : 1;
+  }
+  return at;
+}
+
+json_t *px_anthropic_citation(json_t *ann, const char *text, size_t n, int64_t base) {
+  const char *t = px_jstr(ann, "type"), *url = px_jstr(ann, "url");
+  if (t == NULL || strcmp(t, "url_citation") != 0 || url == NULL || *url == 0) return NULL;
+  json_int_t si = px_jint(ann, "start_index", 0), ei = px_jint(ann, "end_index", -1);
+  si -= base; /* text starts at character base of the block */
+  if (ei >= 0) ei = ei > base ? ei - base : 0;
+  size_t a = si > 0 ? utf8_offset(text, n, si) : 0;
+  size_t b = ei >= 0 ? utf8_offset(text, n, ei) : n;
+  if (b < a) b = a;
+  json_t *cited = json_stringn(text + a, b - a);
+  if (cited == NULL) cited = json_string(""); /* a span cutting a sequence */
+  json_t *title = json_object_get(ann, "title");
+  return json_pack("{s:s,s:s,s:O,s:o,s:s}", "type", "web_search_result_location", "url", url,
+                   "title", json_is_string(title) ? title : json_null(), "cited_text", cited,
+                   "encrypted_index", "");
+}
+
+/* IR annotations of a text part -> the text block's citations; what has
+ * no citation form is named lossy. NULL when none maps. */
+static json_t *annotations_to_citations(const px_tr_ctx_t *ctx, json_t *p, px_lossy_t *lossy) {
+  json_t *cits = NULL, *a;
+  size_t i;
+  const char *text = px_jstr(p, "text") ? px_jstr(p, "text") : "";
+  json_array_foreach(json_object_get(p, "annotations"), i, a) {
+    json_t *c = px_anthropic_citation(a, text, strlen(text), 0);
+    if (c == NULL) {
+      px_lossy_add(lossy, px_lossy_annotations(ctx));
+      continue;
+    }
+    if (cits == NULL) cits = json_array();
+    json_array_append_new(cits, c);
+  }
+  return cits;
+}
+
 static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp,
                                 px_lossy_t *lossy, px_tr_err_t *err) {
   json_t *content = json_array();
@@ -1246,14 +1291,10 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
     const char *t = px_jstr(p, "type");
     if (t == NULL) continue;
     if (strcmp(t, "text") == 0) {
-      json_array_append_new(content,
-                            text_part(px_jstr(p, "text") ? px_jstr(p, "text") : ""));
-      if (json_array_size(json_object_get(p, "annotations")) > 0) {
-        if (ctx->out == PX_PROTO_CHAT)
-          px_lossy_add(lossy, "choices[].message.annotations");
-        else
-          px_lossy_add(lossy, "output[].content[].annotations");
-      }
+      json_t *blk = text_part(px_jstr(p, "text") ? px_jstr(p, "text") : "");
+      json_t *cits = annotations_to_citations(ctx, p, lossy);
+      if (cits != NULL) json_object_set_new(blk, "citations", cits);
+      json_array_append_new(content, blk);
     } else if (strcmp(t, "refusal") == 0) {
       json_array_append_new(content,
                             text_part(px_jstr(p, "text") ? px_jstr(p, "text") : ""));

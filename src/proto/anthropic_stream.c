@@ -460,7 +460,18 @@ typedef struct se_block {
   px_buf_t text;  /* held fragments (text / thinking / args / redacted data) */
   px_buf_t sig;   /* held signature */
   int sig_seen;   /* a signature fragment was written or held (tag once) */
+  px_buf_t said;  /* text blocks: the last SE_SAID_WINDOW..2x bytes of the
+                     text written (a citation's cited_text is its
+                     annotation's span of it) */
+  int64_t said_base; /* characters of the text before said */
+  px_buf_t cits;  /* held citations, one JSON object per line */
 } se_block_t;
+
+/* Text kept per text block for cited_text: a window, so that a long
+ * translated stream toward an Anthropic client holds no more than this
+ * (annotations follow their span closely: Responses sends each right after
+ * the text it cites). */
+#define SE_SAID_WINDOW (32u << 10)
 
 struct px_senc {
   const px_tr_ctx_t *ctx;
@@ -500,6 +511,8 @@ static void blk_free(se_block_t *b) {
   free(b->name);
   px_buf_free(&b->text);
   px_buf_free(&b->sig);
+  px_buf_free(&b->said);
+  px_buf_free(&b->cits);
 }
 
 void px_anthropic_senc_free(px_senc_t *e) {
@@ -618,6 +631,47 @@ static int write_delta(px_senc_t *e, se_block_t *b, px_delta_t kind, const char 
   return write_delta_pre(e, b, kind, NULL, p, n);
 }
 
+/* The first byte at or after at that starts a UTF-8 sequence. */
+static size_t utf8_start(const char *p, size_t n, size_t at) {
+  while (at < n && ((unsigned char)p[at] & 0xC0) == 0x80) at++;
+  return at;
+}
+
+/* A text block's text as written, for the cited_text of its citations:
+ * the last SE_SAID_WINDOW bytes at least (2x at most), and the characters
+ * before them counted. */
+static void keep_said(se_block_t *b, const char *p, size_t n) {
+  if (b->kind != PX_BLOCK_TEXT || n == 0) return;
+  if (b->said.cap == 0) px_buf_init(&b->said, 2 * SE_SAID_WINDOW + 4);
+  if (n > SE_SAID_WINDOW) { /* only a long delta's tail can stay */
+    size_t skip = utf8_start(p, n, n - SE_SAID_WINDOW);
+    b->said_base += (int64_t)(px_utf8_chars(b->said.data, b->said.len) + px_utf8_chars(p, skip));
+    px_buf_reset(&b->said);
+    p += skip;
+    n -= skip;
+  }
+  if (b->said.len + n > 2 * SE_SAID_WINDOW) {
+    size_t cut = utf8_start(b->said.data, b->said.len, b->said.len + n - SE_SAID_WINDOW);
+    b->said_base += (int64_t)px_utf8_chars(b->said.data, cut);
+    px_buf_consume(&b->said, cut);
+  }
+  if (px_buf_append(&b->said, p, n) < 0) { /* no memory: forget, keep counting */
+    b->said_base += (int64_t)(px_utf8_chars(b->said.data, b->said.len) + px_utf8_chars(p, n));
+    px_buf_reset(&b->said);
+  }
+}
+
+/* content_block_delta citations_delta with one citation (compact JSON). */
+static int write_citation(px_senc_t *e, se_block_t *b, const char *cit, size_t n) {
+  int rc = px_buf_printf(e->out,
+                         "event: content_block_delta\ndata: {\"type\":\"content_block_delta\","
+                         "\"index\":%d,\"delta\":{\"type\":\"citations_delta\",\"citation\":",
+                         b->out_index);
+  if (rc == 0) rc = px_buf_append(e->out, cit, n);
+  if (rc == 0) rc = w(e, "}}\n\n");
+  return rc;
+}
+
 static int write_block_stop(px_senc_t *e, se_block_t *b) {
   return px_buf_printf(e->out,
                        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\","
@@ -635,7 +689,7 @@ static int find_block(px_senc_t *e, int ir_index) {
 
 static void drop_block(px_senc_t *e, int pos) {
   se_block_t *b = &e->blocks[pos];
-  e->held -= b->text.len + b->sig.len;
+  e->held -= b->text.len + b->sig.len + b->cits.len;
   blk_free(b);
   memmove(&e->blocks[pos], &e->blocks[pos + 1],
           (size_t)(e->nblocks - pos - 1) * sizeof(*b));
@@ -660,10 +714,18 @@ static int release_block(px_senc_t *e, int pos) {
   if (rc == 0 && b->kind != PX_BLOCK_REDACTED_THINKING)
     rc = write_delta(e, b, main_delta(b->kind), b->text.data, b->text.len);
   if (rc == 0) rc = write_delta(e, b, PX_DELTA_SIGNATURE, b->sig.data, b->sig.len);
+  for (size_t at = 0; rc == 0 && at < b->cits.len;) {
+    const char *nl = memchr(b->cits.data + at, '\n', b->cits.len - at);
+    size_t n = nl ? (size_t)(nl - (b->cits.data + at)) : b->cits.len - at;
+    rc = write_citation(e, b, b->cits.data + at, n);
+    at += n + 1;
+  }
   if (rc < 0) return rc;
-  e->held -= b->text.len + b->sig.len;
+  keep_said(b, b->text.data, b->text.len);
+  e->held -= b->text.len + b->sig.len + b->cits.len;
   px_buf_free(&b->text);
   px_buf_free(&b->sig);
+  px_buf_free(&b->cits);
   if (b->stopped) {
     rc = write_block_stop(e, b);
     drop_block(e, pos);
@@ -724,17 +786,44 @@ static int se_block_start(px_senc_t *e, const px_ev_t *ev) {
   return write_block_start(e, b, ev->id, ev->name, ev->text);
 }
 
+/* An annotation of a text block: a url_citation becomes a citations_delta
+ * (web_search_result_location, the rule of the non-streaming encoder:
+ * px_anthropic_citation), its cited_text the span of the text written so
+ * far, as far as it lies in the kept window (of a held block, its held
+ * text); a held block holds it until it is written. Other kinds are
+ * dropped under the body path's name. */
+static int se_annotation(px_senc_t *e, int pos, px_str_t js) {
+  se_block_t *b = &e->blocks[pos];
+  if (b->kind != PX_BLOCK_TEXT) return PX_EINVAL;
+  json_t *a = px_annotation_parse(js);
+  const px_buf_t *src = pos == e->active ? &b->said : &b->text;
+  int64_t base = pos == e->active ? b->said_base : 0;
+  json_t *c = a ? px_anthropic_citation(a, src->data ? src->data : "", src->len, base) : NULL;
+  json_decref(a);
+  if (c == NULL) {
+    px_dropped(e->ctx, px_lossy_annotations(e->ctx));
+    return 0;
+  }
+  char *cj = json_dumps(c, JSON_COMPACT);
+  json_decref(c);
+  if (cj == NULL) return PX_ENOMEM;
+  int rc;
+  if (pos == e->active) {
+    rc = write_citation(e, b, cj, strlen(cj));
+  } else {
+    rc = hold(e, &b->cits, cj, strlen(cj));
+    if (rc == 0) rc = hold(e, &b->cits, "\n", 1);
+  }
+  free(cj);
+  return rc;
+}
+
 static int se_delta(px_senc_t *e, const px_ev_t *ev) {
   int pos = find_block(e, ev->index);
   if (pos < 0) return PX_EINVAL;
   se_block_t *b = &e->blocks[pos];
   int ok;
-  if (ev->delta == PX_DELTA_ANNOTATION) {
-    /* not carried: the same name as the non-streaming encoder */
-    px_dropped(e->ctx, e->ctx->out == PX_PROTO_CHAT ? "choices[].message.annotations"
-                                                   : "output[].content[].annotations");
-    return 0;
-  }
+  if (ev->delta == PX_DELTA_ANNOTATION) return se_annotation(e, pos, ev->text);
   switch (ev->delta) {
   case PX_DELTA_TEXT:
   case PX_DELTA_REFUSAL: ok = b->kind == PX_BLOCK_TEXT || b->kind == PX_BLOCK_REFUSAL; break;
@@ -757,8 +846,10 @@ static int se_delta(px_senc_t *e, const px_ev_t *ev) {
     if (tag != NULL && *tag == 0) tag = NULL;
     b->sig_seen = 1;
   }
-  if (pos == e->active)
+  if (pos == e->active) {
+    if (ev->delta == PX_DELTA_TEXT) keep_said(b, ev->text.ptr, ev->text.len);
     return write_delta_pre(e, b, ev->delta, tag, ev->text.ptr, ev->text.len);
+  }
   if (tag != NULL) {
     int rc = hold(e, &b->sig, tag, strlen(tag));
     if (rc < 0) return rc;

@@ -596,8 +596,10 @@ static void eset(px_senc_t *e, estate_t s) {
 
 /* Accumulated text is bounded by max_accum. The closing events repeat a
  * text four times (.done, content_part.done, output_item.done, the terminal
- * response); if they do not fit the out buffer the write fails cleanly and
- * the stream ends with response.failed (see e_error). */
+ * response), each spliced from the one escaped copy of its slot and handed
+ * to the client as it is written (eflush); if one does not fit the out
+ * buffer the write fails cleanly and the stream ends with response.failed
+ * (see e_error). */
 static int eaccum(px_senc_t *e, size_t n) {
   size_t cap = e->ctx.max_accum ? e->ctx.max_accum : DEFAULT_ACCUM;
   if (e->accum + n > cap) return PX_ETOOBIG;
@@ -683,6 +685,16 @@ static int esplice(px_senc_t *e, const char *p, size_t n) {
   return 0;
 }
 
+/* Between the events of one call (the closing events repeat a text four
+ * times), hand what is written to the client, so that out holds about one
+ * event, not four copies of the text. Not once the stream is done: the
+ * terminal event is the call's last, and the hub's error path measures out
+ * around the call that ends the stream. */
+static void eflush(px_senc_t *e) {
+  if (e->ctx.flush != NULL && e->state == E_OPEN && e->out->len >= PX_FLUSH_AT)
+    e->ctx.flush(e->ctx.flush_arg);
+}
+
 /* Emit a jansson event into the out buffer: type and sequence_number are
  * set here, text placeholders spliced. On failure the out buffer is left as
  * it was. */
@@ -713,6 +725,7 @@ static int eemit(px_senc_t *e, const char *type, json_t *obj) {
     return rc;
   }
   e->seq++;
+  eflush(e);
   return 0;
 }
 
