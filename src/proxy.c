@@ -57,7 +57,7 @@ void px_exch_error_h(px_exch_t *x, px_errkind_t kind, int status, const char *ms
   h[n++] = (px_hdr_t){px_str("content-type"), px_str("application/json")};
   x->started = 1;
   if (px_resp_start(x->conn, x->status, h, n, (int64_t)b.len) == 0)
-    px_resp_write(x->conn, b.data, b.len);
+    px_resp_write(x->conn, b.data, b.len, 0);
   px_buf_free(&b);
   finalize(x);
 }
@@ -107,7 +107,7 @@ int px_exch_respond(px_exch_t *x, int status, const char *ctype, int stream, int
 void px_exch_write(px_exch_t *x, const char *p, size_t n) {
   if (x->conn == NULL || n == 0) return;
   if (x->t_first == 0) x->t_first = uv_hrtime();
-  px_resp_write(x->conn, p, n);
+  px_resp_write(x->conn, p, n, 0);
 }
 
 /* Send what the encoder wrote. Large output (the closing events of a
@@ -117,7 +117,7 @@ void px_exch_flush(px_exch_t *x) {
     if (x->t_first == 0) x->t_first = uv_hrtime();
     size_t n;
     char *d = px_buf_steal(&x->obuf, &n);
-    px_resp_write_take(x->conn, d, n);
+    px_resp_write(x->conn, d, n, PX_RESP_TAKE);
     return;
   }
   px_exch_write(x, x->obuf.data, x->obuf.len);

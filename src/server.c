@@ -64,7 +64,7 @@ typedef struct wreq {
   uv_write_t req;
   px_conn_t *conn;
   size_t len;
-  char *owned;     /* a body handed over by px_resp_write_take, or NULL */
+  char *owned;     /* a body handed over (PX_RESP_TAKE), or NULL */
   unsigned gen;    /* resp_gen when queued */
   char data[];
 } wreq_t;
@@ -402,13 +402,11 @@ static int conn_send(px_conn_t *c, uv_buf_t *bufs, unsigned n, char *owned,
   return conn_queue(c, bufs, n, done, owned, owned_len);
 }
 
-static int conn_writev(px_conn_t *c, uv_buf_t *bufs, unsigned n) {
-  return conn_send(c, bufs, n, NULL, 0);
-}
-
+/* Gateway-made bytes (head, chunk terminator, 100 Continue, early error):
+ * conn_send with one piece, copied if it cannot leave at once. */
 static int conn_write(px_conn_t *c, const char *p, size_t n) {
   uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
-  return conn_writev(c, &b, 1);
+  return conn_send(c, &b, 1, NULL, 0);
 }
 
 size_t px_conn_pending(const px_conn_t *c) { return c->pending; }
@@ -543,31 +541,24 @@ again:;
   return rc;
 }
 
-int px_resp_write(px_conn_t *c, const char *p, size_t n) {
-  if (c->closing || c->failing || !c->resp_started) return UV_ECANCELED;
-  if (n == 0 || c->req.method == HTTP_HEAD) return 0; /* HEAD: headers only */
-  if (!c->resp_chunked) return conn_write(c, p, n);
-  char sz[24];
-  int l = snprintf(sz, sizeof(sz), "%zx\r\n", n);
-  uv_buf_t bufs[3] = {uv_buf_init(sz, (unsigned)l), uv_buf_init((char *)p, (unsigned)n),
-                      uv_buf_init("\r\n", 2)};
-  return conn_writev(c, bufs, 3);
-}
-
-int px_resp_write_take(px_conn_t *c, char *p, size_t n) {
-  if (c->closing || c->failing || !c->resp_started || n == 0 ||
-      c->req.method == HTTP_HEAD) {
-    free(p);
-    return n == 0 || c->req.method == HTTP_HEAD ? 0 : UV_ECANCELED;
+int px_resp_write(px_conn_t *c, const char *p, size_t n, unsigned flags) {
+  char *owned = (flags & PX_RESP_TAKE) ? (char *)p : NULL;
+  if (c->closing || c->failing || !c->resp_started) {
+    free(owned);
+    return UV_ECANCELED;
+  }
+  if (n == 0 || c->req.method == HTTP_HEAD) { /* HEAD: headers only */
+    free(owned);
+    return 0;
   }
   char sz[24];
   int l = c->resp_chunked ? snprintf(sz, sizeof(sz), "%zx\r\n", n) : 0;
   uv_buf_t bufs[3];
   unsigned nb = 0;
   if (l) bufs[nb++] = uv_buf_init(sz, (unsigned)l);
-  bufs[nb++] = uv_buf_init(p, (unsigned)n);
+  bufs[nb++] = uv_buf_init((char *)p, (unsigned)n);
   if (l) bufs[nb++] = uv_buf_init("\r\n", 2);
-  return conn_send(c, bufs, nb, p, n);
+  return conn_send(c, bufs, nb, owned, owned ? n : 0);
 }
 
 static void req_reset(px_conn_t *c) {
@@ -681,7 +672,7 @@ static void on_tick(uv_timer_t *t) {
     return;
   }
   if ((jobs & TICK_FLUSH_HEAD) && c->head_pending && !c->failing) {
-    conn_writev(c, NULL, 0);
+    conn_send(c, NULL, 0, NULL, 0);
     if (c->pending == 0) conn_done_flushing(c);
   }
   if (jobs & TICK_RESUME) resume_pipeline(c);
@@ -689,7 +680,7 @@ static void on_tick(uv_timer_t *t) {
 
 void px_resp_end(px_conn_t *c) {
   if (c->state != C_BUSY) return;
-  if (c->head_pending && !c->closing && !c->failing) conn_writev(c, NULL, 0);
+  if (c->head_pending && !c->closing && !c->failing) conn_send(c, NULL, 0, NULL, 0);
   c->head_pending = 0;
   if (c->resp_started && c->resp_chunked && !c->closing && !c->failing &&
       c->req.method != HTTP_HEAD)
@@ -730,7 +721,7 @@ int px_resp_simple(px_conn_t *c, int status, const char *content_type,
   if (content_type) all[k++] = (px_hdr_t){px_str("content-type"), px_str(content_type)};
   for (size_t i = 0; i < n && k < 32; i++) all[k++] = hdrs[i];
   int rc = px_resp_start(c, status, all, k, (int64_t)len);
-  if (rc == 0) rc = px_resp_write(c, body, len);
+  if (rc == 0) rc = px_resp_write(c, body, len, 0);
   px_resp_end(c);
   return rc;
 }
