@@ -375,7 +375,7 @@ static int pass_stream_head(px_exch_t *x) {
   stream_head(x);
   const char *rw = strcmp(x->up_model, x->model) != 0 ? x->model : NULL;
   px_passthru_init(&x->pt, x->in, rw);
-  /* the gateway asked a Chat upstream for usage (start_attempt) */
+  /* upreq.c asked an opt-in upstream for usage (pass_body) */
   x->pt.strip_usage = px_exch_client_ops(x)->stream_usage_opt_in && !x->include_usage;
   x->pt_init = 1;
   return px_exch_respond(x, 200, "text/event-stream", 1, -1);
@@ -387,7 +387,7 @@ static int pass_stream_data(px_exch_t *x, const char *p, size_t n) {
   px_exch_write(x, x->obuf.data, x->obuf.len);
   px_buf_reset(&x->obuf);
   if (rc < 0) {
-    /* an event over the cap: the stream ends in error (up_on_done) */
+    /* an event over the cap: the stream ends in error (pass_stream_cut) */
     x->error_type = "upstream_protocol";
     return -1;
   }

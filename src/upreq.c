@@ -206,7 +206,7 @@ static void tr_ctx_init(px_exch_t *x) {
   ctx->stream = x->stream;
   ctx->created = (int64_t)time(NULL);
   ctx->max_accum = PX_MAX_STREAM_ACCUM;
-  ctx->scan = &x->jreq; /* gateway() scanned the body once */
+  ctx->scan = &x->jreq; /* admit.c scanned the body once */
 }
 
 /* Another protocol's upstream body: the translation of the client's. */
