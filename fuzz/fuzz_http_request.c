@@ -42,12 +42,12 @@ static void answer(px_conn_t *c, px_req_t *r) {
                    {PX_STR("x-echo"), px_str(echo ? echo : "-")}};
   if (mode & 2) {
     if (px_resp_start(c, 200, h, 2, -1) == 0) {
-      px_resp_write(c, r->url.data, r->url.len);
+      px_resp_write(c, r->url.data, r->url.len, 0);
       size_t n = r->body.len;
       char *copy = malloc(n + 1);
       if (copy != NULL) {
         memcpy(copy, r->body.data ? r->body.data : "", n);
-        px_resp_write_take(c, copy, n);
+        px_resp_write(c, copy, n, PX_RESP_TAKE);
       }
     }
     px_resp_end(c);

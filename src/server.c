@@ -1,5 +1,7 @@
-/* server.c - listener, connections, llhttp parsing, limits, timers, and the
- * response writer with its write queue.
+/* server.c - the client server's reading half: listeners, connections,
+ * llhttp parsing, limits, timers, keep-alive and pipelining, lingering
+ * close, early errors. The response writer is server_write.c
+ * (px_resp_*, the write queue); both share server_int.h.
  *
  * Connection states:
  *
@@ -31,8 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <linux/sockios.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -41,89 +41,11 @@
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxai/proto.h"
-#include "proxai/server.h"
-
-#define PX_MAX_PIPELINED (1u << 20) /* unread input kept while busy */
-#define PX_MAX_URL 16384            /* request target -> 414 */
-#define PX_LINGER_MS 2000           /* lingering close: longest drain */
-#define PX_LINGER_MAX (8u << 20)    /* lingering close: most bytes drained */
-
-/* deferred jobs run by t_tick on the next loop iteration */
-enum { TICK_FLUSH_HEAD = 1, TICK_FAIL = 2, TICK_RESUME = 4 };
-
-/* where the raw head scan is (obs-fold detection, see head_scan) */
-enum { HS_PRE, HS_LINE, HS_SOL, HS_CR, HS_BODY };
-
-typedef enum { C_IDLE, C_READING, C_BUSY } conn_state_t;
-
-typedef struct hdr_off {
-  size_t no, nl, vo, vl;
-} hdr_off_t;
-
-typedef struct wreq {
-  uv_write_t req;
-  px_conn_t *conn;
-  size_t len;
-  char *owned;     /* a body handed over by px_resp_write_take, or NULL */
-  unsigned gen;    /* resp_gen when queued */
-  char data[];
-} wreq_t;
-
-struct px_conn {
-  union {
-    uv_handle_t handle;
-    uv_stream_t stream;
-    uv_tcp_t tcp;
-    uv_pipe_t pipe;
-  } h;
-  uv_timer_t t_read;       /* head/body deadline, then lingering deadline */
-  uv_timer_t t_idle;       /* keep-alive idle, nothing queued */
-  uv_timer_t t_send;       /* send timeout, bytes queued */
-  uint64_t queued;         /* bytes ever handed to the kernel or uv_write */
-  uint64_t send_mark;      /* bytes_taken() when t_send was armed */
-  uv_timer_t t_tick;       /* 0 ms deferred jobs (TICK_*) */
-  unsigned tick_jobs;
-  uv_shutdown_t shut;
-  int open_handles;
-  int admin; /* accepted on admin_listen */
-  px_server_t *srv;
-  llhttp_t parser;
-  conn_state_t state;
-  px_req_t req;
-  hdr_off_t *offs;
-  size_t noffs, offs_size;
-  int last_was_value;
-  int head_scan;           /* HS_*: raw head bytes seen so far */
-  size_t head_bytes;
-  int err_status;          /* error found by a parser callback */
-  const char *err_msg;     /* its message (static), or NULL */
-  int eof;                 /* the client half-closed while idle */
-  px_buf_t in;             /* bytes read while busy */
-  size_t in_off;           /* of them, those already fed to the parser */
-  int reading;             /* uv_read_start active */
-  int closing;
-  int failing;             /* a write failed: close on the next tick */
-  int close_after_flush;
-  int linger;              /* close lingering once flushed */
-  int lingering;           /* write side shut down, draining input */
-  size_t linger_bytes;
-  int resp_started, resp_chunked;
-  px_buf_t head;           /* response head held back for the first body bytes */
-  int head_pending;
-  size_t pending;
-  int above_high;
-  uint64_t bytes_out;      /* bytes of the current response written */
-  unsigned resp_gen;       /* which response a queued write belongs to */
-  px_access_rec_t *log;    /* access log record waiting for the last byte */
-  const px_conn_handler_t *handler;
-  void *harg;
-  struct px_conn *next, *prev;
-};
+#include "server_int.h"
 
 static llhttp_settings_t parser_settings;
 static uint64_t rid_state;
 
-static void conn_close(px_conn_t *c);
 static void conn_feed(px_conn_t *c, const char *p, size_t n, int buffered);
 static size_t in_left(const px_conn_t *c) { return c->in.len - c->in_off; }
 static void conn_error(px_conn_t *c, int status, const char *msg);
@@ -169,248 +91,6 @@ const char *px_req_header(const px_req_t *r, const char *name) {
   return NULL;
 }
 
-/* ---------------------------------------------------------------------- */
-/* access log: written once the response has left (or the connection died),
- * with the bytes actually written                                          */
-
-static void log_emit(px_conn_t *c) {
-  px_access_rec_t *r = c->log;
-  if (r == NULL) return;
-  c->log = NULL;
-  r->bytes_out = c->bytes_out;
-  px_access_log(r);
-  free(r);
-}
-
-void px_conn_access_log(px_conn_t *c, const px_access_rec_t *r) {
-  const char *const *src[] = {&r->request_id, &r->key_name, &r->method, &r->path,
-                              &r->inbound, &r->route, &r->upstream, &r->model,
-                              &r->upstream_model, &r->error_type};
-  size_t n = sizeof(src) / sizeof(src[0]), need = 0;
-  for (size_t i = 0; i < n; i++) need += *src[i] ? strlen(*src[i]) + 1 : 0;
-  log_emit(c);
-  px_access_rec_t *copy = malloc(sizeof(*copy) + need);
-  if (copy == NULL || c->closing) {
-    free(copy);
-    px_access_rec_t now = *r;
-    now.bytes_out = c->bytes_out;
-    px_access_log(&now);
-    return;
-  }
-  *copy = *r;
-  const char **dst[] = {&copy->request_id, &copy->key_name, &copy->method, &copy->path,
-                        &copy->inbound, &copy->route, &copy->upstream, &copy->model,
-                        &copy->upstream_model, &copy->error_type};
-  char *o = (char *)(copy + 1);
-  for (size_t i = 0; i < n; i++) {
-    if (*src[i] == NULL) continue;
-    size_t l = strlen(*src[i]) + 1;
-    memcpy(o, *src[i], l);
-    *dst[i] = o;
-    o += l;
-  }
-  c->log = copy;
-}
-
-/* ---------------------------------------------------------------------- */
-/* write queue                                                              */
-
-static void on_tick(uv_timer_t *t);
-static void on_send_timer(uv_timer_t *t);
-static void on_idle_timer(uv_timer_t *t);
-static void conn_done_flushing(px_conn_t *c);
-
-/* Run job on the next loop iteration (the poll does not block meanwhile). */
-static void tick(px_conn_t *c, unsigned job) {
-  c->tick_jobs |= job;
-  if (!uv_is_active((uv_handle_t *)&c->t_tick)) uv_timer_start(&c->t_tick, on_tick, 0, 0);
-}
-
-/* A write failed while the request handler may be on the stack: closing now
- * would run its on_close (and free its state) under its feet, so the close
- * happens on the next loop iteration; later writes are dropped. */
-static void conn_fail(px_conn_t *c) {
-  if (c->closing || c->failing) return;
-  c->failing = 1;
-  c->head_pending = 0;
-  uv_read_stop(&c->h.stream);
-  c->reading = 0;
-  tick(c, TICK_FAIL);
-}
-
-/* Bytes of this connection the client has taken: handed to the kernel
- * (libuv's queue excluded) minus what still waits in the socket's send queue
- * (SIOCOUTQ; without it, what left libuv). Never decreases. */
-static uint64_t bytes_taken(px_conn_t *c) {
-  uint64_t w = c->queued - c->h.stream.write_queue_size;
-  uv_os_fd_t fd;
-  int q = 0;
-  if (uv_fileno(&c->h.handle, &fd) == 0 && ioctl(fd, SIOCOUTQ, &q) == 0 && q > 0 &&
-      (uint64_t)q <= w)
-    w -= (uint64_t)q;
-  return w;
-}
-
-/* Send timeout (nginx's send_timeout, here the server idle_timeout): while
- * bytes are queued, a client that takes none for that long is dropped, which
- * also cancels its upstream transfer. Armed when a write is queued, pushed
- * back on every completed write, stopped when the queue is empty. */
-static void send_timer(px_conn_t *c, int progress) {
-  if (c->closing || c->failing) return;
-  if (c->pending == 0) {
-    uv_timer_stop(&c->t_send);
-  } else if (progress || !uv_is_active((uv_handle_t *)&c->t_send)) {
-    c->send_mark = bytes_taken(c);
-    /* the loop's cached time can be far behind after a long piece of work
-     * (a large body translated in this iteration): not a client stall */
-    uv_update_time(c->srv->loop);
-    uv_timer_start(&c->t_send, on_send_timer, c->srv->config->server.idle_timeout_ms, 0);
-  }
-}
-
-static void on_send_timer(uv_timer_t *t) {
-  px_conn_t *c = t->data;
-  if (c->closing || c->pending == 0) return;
-  /* one large write completes only at its end: bytes the client took
-   * meanwhile are progress too */
-  if (bytes_taken(c) > c->send_mark) {
-    send_timer(c, 1);
-    return;
-  }
-  px_log_warn("%s: client took no bytes for %llu ms: closing", c->req.request_id,
-              (unsigned long long)c->srv->config->server.idle_timeout_ms);
-  conn_close(c);
-}
-
-static void on_write_done(uv_write_t *w, int status) {
-  wreq_t *wr = (wreq_t *)w;
-  px_conn_t *c = wr->conn;
-  c->pending -= wr->len;
-  if (status == 0 && wr->gen == c->resp_gen) c->bytes_out += wr->len;
-  free(wr->owned);
-  free(wr);
-  if (status < 0) {
-    conn_close(c);
-    return;
-  }
-  if (c->closing) return;
-  if (c->above_high && c->pending < PX_WQ_LOW) {
-    c->above_high = 0;
-    if (c->handler && c->handler->on_drain) c->handler->on_drain(c->harg);
-  }
-  if (c->closing) return;
-  send_timer(c, 1);
-  if (c->pending == 0) {
-    if (c->state != C_BUSY) log_emit(c);
-    conn_done_flushing(c);
-  }
-}
-
-/* Queue what try_write left of bufs (its first done bytes went out). Every
- * piece is copied into the write request except the owned body (owned,
- * owned_len), which stays in place and is freed once written. */
-static int conn_queue(px_conn_t *c, uv_buf_t *bufs, unsigned n, size_t done, char *owned,
-                      size_t owned_len) {
-  uv_buf_t rem[8];
-  unsigned nr = 0;
-  size_t skip = done, left = 0, copy = 0;
-  for (unsigned i = 0; i < n && nr < 8; i++) {
-    size_t l = bufs[i].len;
-    if (skip >= l) {
-      skip -= l;
-      continue;
-    }
-    rem[nr++] = uv_buf_init(bufs[i].base + skip, (unsigned)(l - skip));
-    skip = 0;
-  }
-  for (unsigned i = 0; i < nr; i++) {
-    left += rem[i].len;
-    if (!(owned && rem[i].base >= owned && rem[i].base < owned + owned_len)) copy += rem[i].len;
-  }
-  wreq_t *wr = malloc(sizeof(*wr) + copy);
-  if (wr == NULL) {
-    free(owned);
-    conn_fail(c);
-    return UV_ENOMEM;
-  }
-  size_t off = 0;
-  for (unsigned i = 0; i < nr; i++) {
-    if (owned && rem[i].base >= owned && rem[i].base < owned + owned_len) continue;
-    memcpy(wr->data + off, rem[i].base, rem[i].len);
-    rem[i].base = wr->data + off;
-    off += rem[i].len;
-  }
-  if (owned == NULL && nr > 1) { /* all copied: one contiguous piece */
-    rem[0] = uv_buf_init(wr->data, (unsigned)left);
-    nr = 1;
-  }
-  wr->conn = c;
-  wr->owned = owned;
-  wr->len = left;
-  wr->gen = c->resp_gen;
-  int rc = uv_write(&wr->req, &c->h.stream, rem, nr, on_write_done);
-  if (rc < 0) {
-    free(owned);
-    free(wr);
-    conn_fail(c);
-    return rc;
-  }
-  c->pending += left;
-  c->queued += left;
-  uv_timer_stop(&c->t_idle);
-  send_timer(c, 0);
-  if (c->pending > PX_WQ_HIGH) c->above_high = 1;
-  return 0;
-}
-
-/* Write bufs (the held-back response head first, if any): what the socket
- * takes at once, then the rest queued. owned (may be NULL) is a malloc'd
- * buffer among bufs, freed once written. */
-static int conn_send(px_conn_t *c, uv_buf_t *bufs, unsigned n, char *owned,
-                     size_t owned_len) {
-  if (c->closing || c->failing) {
-    free(owned);
-    return UV_ECANCELED;
-  }
-  uv_buf_t all[8];
-  if (c->head_pending) { /* head and body leave in one write */
-    c->head_pending = 0;
-    c->tick_jobs &= ~(unsigned)TICK_FLUSH_HEAD;
-    if (n + 1 > sizeof(all) / sizeof(all[0])) return UV_EINVAL;
-    all[0] = uv_buf_init(c->head.data, (unsigned)c->head.len);
-    for (unsigned i = 0; i < n; i++) all[i + 1] = bufs[i];
-    bufs = all;
-    n++;
-  }
-  size_t total = 0, done = 0;
-  for (unsigned i = 0; i < n; i++) total += bufs[i].len;
-  if (c->pending == 0) {
-    int rc = uv_try_write(&c->h.stream, bufs, n);
-    if (rc > 0) done = (size_t)rc;
-    else if (rc < 0 && rc != UV_EAGAIN && rc != UV_ENOSYS) {
-      free(owned);
-      conn_fail(c);
-      return rc;
-    }
-    c->bytes_out += done;
-    c->queued += done;
-    if (done == total) {
-      free(owned);
-      return 0;
-    }
-  }
-  return conn_queue(c, bufs, n, done, owned, owned_len);
-}
-
-static int conn_writev(px_conn_t *c, uv_buf_t *bufs, unsigned n) {
-  return conn_send(c, bufs, n, NULL, 0);
-}
-
-static int conn_write(px_conn_t *c, const char *p, size_t n) {
-  uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
-  return conn_writev(c, &b, 1);
-}
-
 size_t px_conn_pending(const px_conn_t *c) { return c->pending; }
 int px_conn_is_admin(const px_conn_t *c) { return c->admin; }
 
@@ -422,152 +102,15 @@ void px_conn_set_handler(px_conn_t *c, const px_conn_handler_t *h, void *arg) {
   c->harg = arg;
 }
 
-static const char *status_text(int st) {
-  switch (st) {
-  case 100: return "Continue";
-  case 200: return "OK";
-  case 201: return "Created";
-  case 204: return "No Content";
-  case 400: return "Bad Request";
-  case 401: return "Unauthorized";
-  case 403: return "Forbidden";
-  case 404: return "Not Found";
-  case 405: return "Method Not Allowed";
-  case 408: return "Request Timeout";
-  case 413: return "Payload Too Large";
-  case 414: return "URI Too Long";
-  case 429: return "Too Many Requests";
-  case 431: return "Request Header Fields Too Large";
-  case 500: return "Internal Server Error";
-  case 501: return "Not Implemented";
-  case 502: return "Bad Gateway";
-  case 503: return "Service Unavailable";
-  case 504: return "Gateway Timeout";
-  case 529: return "Overloaded";
-  default: return st < 300 ? "OK" : st < 500 ? "Client Error" : "Server Error";
-  }
-}
+/* ---------------------------------------------------------------------- */
+/* connection lifecycle                                                     */
 
-/* RFC 9110 token characters: what a header name may hold. */
-static int header_name_ok(const char *p, size_t n) {
-  static const char extra[] = "!#$%&'*+-.^_`|~";
-  if (n == 0) return 0;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char ch = (unsigned char)p[i];
-    if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-          (ch != 0 && strchr(extra, ch) != NULL)))
-      return 0;
-  }
-  return 1;
-}
+static void on_tick(uv_timer_t *t);
 
-int px_resp_start(px_conn_t *c, int status, const px_hdr_t *hdrs, size_t n,
-                  int64_t content_length) {
-  if (c->closing || c->failing || c->resp_started) return UV_ECANCELED;
-  if (status < 100 || status > 999) status = 500;
-  char head[8192];
-  px_buf_t b = {head, 0, sizeof(head), sizeof(head)};
-  px_buf_t big;
-  px_buf_init(&big, 1u << 20);
-  px_buf_t *out = &b;
-  int rc = 0;
-again:;
-  char sl[16] = "HTTP/1.1 ";
-  sl[9] = (char)('0' + status / 100);
-  sl[10] = (char)('0' + status / 10 % 10);
-  sl[11] = (char)('0' + status % 10);
-  sl[12] = ' ';
-  rc = px_buf_append(out, sl, 13);
-  if (rc == 0) rc = px_buf_puts(out, status_text(status));
-  if (rc == 0) rc = px_buf_append(out, "\r\n", 2);
-  for (size_t i = 0; rc == 0 && i < n; i++) {
-    /* SPEC section 10: a header that could split the head is never written */
-    if (!header_name_ok(hdrs[i].name.ptr, hdrs[i].name.len) ||
-        !px_header_value_ok(hdrs[i].value.ptr, hdrs[i].value.len)) {
-      if (out == &b)
-        px_log_warn("%s: response header '%.*s' dropped: invalid name or value",
-                    c->req.request_id, (int)(hdrs[i].name.len > 64 ? 64 : hdrs[i].name.len),
-                    hdrs[i].name.ptr ? hdrs[i].name.ptr : "");
-      continue;
-    }
-    rc = px_buf_append(out, hdrs[i].name.ptr, hdrs[i].name.len);
-    if (rc == 0) rc = px_buf_append(out, ": ", 2);
-    if (rc == 0) rc = px_buf_append(out, hdrs[i].value.ptr, hdrs[i].value.len);
-    if (rc == 0) rc = px_buf_append(out, "\r\n", 2);
-  }
-  if (rc == 0) rc = px_buf_append(out, "x-request-id: ", 14);
-  if (rc == 0) rc = px_buf_puts(out, c->req.request_id);
-  if (rc == 0) rc = px_buf_append(out, "\r\n", 2);
-  if (rc == 0) {
-    if (content_length >= 0) {
-      char num[24];
-      size_t k = sizeof(num);
-      uint64_t v = (uint64_t)content_length;
-      do num[--k] = (char)('0' + v % 10); while ((v /= 10) != 0);
-      rc = px_buf_append(out, "content-length: ", 16);
-      if (rc == 0) rc = px_buf_append(out, num + k, sizeof(num) - k);
-      if (rc == 0) rc = px_buf_append(out, "\r\n", 2);
-    } else
-      rc = px_buf_puts(out, "transfer-encoding: chunked\r\n");
-  }
-  if (rc == 0 && (!c->req.keep_alive || c->srv->draining))
-    rc = px_buf_puts(out, "connection: close\r\n");
-  if (rc == 0) rc = px_buf_append(out, "\r\n", 2);
-  if (rc == PX_ETOOBIG && out == &b) {
-    out = &big;
-    goto again;
-  }
-  if (rc < 0) {
-    px_buf_free(&big);
-    return rc;
-  }
-  /* a new response: written bytes count from here (the previous response's
-   * queued writes still complete under their own generation) */
-  log_emit(c); /* a previous response still flushing: what it got so far */
-  c->resp_gen++;
-  c->bytes_out = 0;
-  c->resp_started = 1;
-  c->resp_chunked = content_length < 0;
-  px_buf_reset(&c->head);
-  if (content_length != 0 && px_buf_append(&c->head, out->data, out->len) == 0) {
-    /* A body (or a chunked stream) follows: the head waits for its first
-     * bytes, so both leave in one write, at most until the next loop
-     * iteration. */
-    c->head_pending = 1;
-    tick(c, TICK_FLUSH_HEAD);
-    px_buf_free(&big);
-    return 0;
-  }
-  rc = conn_write(c, out->data, out->len);
-  px_buf_free(&big);
-  return rc;
-}
-
-int px_resp_write(px_conn_t *c, const char *p, size_t n) {
-  if (c->closing || c->failing || !c->resp_started) return UV_ECANCELED;
-  if (n == 0 || c->req.method == HTTP_HEAD) return 0; /* HEAD: headers only */
-  if (!c->resp_chunked) return conn_write(c, p, n);
-  char sz[24];
-  int l = snprintf(sz, sizeof(sz), "%zx\r\n", n);
-  uv_buf_t bufs[3] = {uv_buf_init(sz, (unsigned)l), uv_buf_init((char *)p, (unsigned)n),
-                      uv_buf_init("\r\n", 2)};
-  return conn_writev(c, bufs, 3);
-}
-
-int px_resp_write_take(px_conn_t *c, char *p, size_t n) {
-  if (c->closing || c->failing || !c->resp_started || n == 0 ||
-      c->req.method == HTTP_HEAD) {
-    free(p);
-    return n == 0 || c->req.method == HTTP_HEAD ? 0 : UV_ECANCELED;
-  }
-  char sz[24];
-  int l = c->resp_chunked ? snprintf(sz, sizeof(sz), "%zx\r\n", n) : 0;
-  uv_buf_t bufs[3];
-  unsigned nb = 0;
-  if (l) bufs[nb++] = uv_buf_init(sz, (unsigned)l);
-  bufs[nb++] = uv_buf_init(p, (unsigned)n);
-  if (l) bufs[nb++] = uv_buf_init("\r\n", 2);
-  return conn_send(c, bufs, nb, p, n);
+/* Run job on the next loop iteration (the poll does not block meanwhile). */
+void px_srv_tick(px_conn_t *c, unsigned job) {
+  c->tick_jobs |= job;
+  if (!uv_is_active((uv_handle_t *)&c->t_tick)) uv_timer_start(&c->t_tick, on_tick, 0, 0);
 }
 
 static void req_reset(px_conn_t *c) {
@@ -597,7 +140,7 @@ static void on_read_timer(uv_timer_t *t);
 static void start_reading(px_conn_t *c) {
   if (c->reading || c->closing || c->failing) return;
   if (uv_read_start(&c->h.stream, on_alloc, on_read) == 0) c->reading = 1;
-  else conn_close(c);
+  else px_srv_close(c);
 }
 
 static void stop_reading(px_conn_t *c) {
@@ -607,7 +150,7 @@ static void stop_reading(px_conn_t *c) {
 
 static void on_idle_timer(uv_timer_t *t) {
   px_conn_t *c = t->data;
-  if (!c->closing && !c->lingering && c->state == C_IDLE && c->pending == 0) conn_close(c);
+  if (!c->closing && !c->lingering && c->state == C_IDLE && c->pending == 0) px_srv_close(c);
 }
 
 static void start_idle_timer(px_conn_t *c) {
@@ -627,7 +170,7 @@ static void conn_linger(px_conn_t *c) {
   px_buf_free(&c->in);
   c->in_off = 0;
   if (uv_shutdown(&c->shut, &c->h.stream, on_shutdown) < 0) {
-    conn_close(c);
+    px_srv_close(c);
     return;
   }
   uv_timer_start(&c->t_read, on_read_timer, PX_LINGER_MS, 0);
@@ -635,11 +178,11 @@ static void conn_linger(px_conn_t *c) {
 }
 
 /* The write queue is empty. */
-static void conn_done_flushing(px_conn_t *c) {
+void px_srv_flushed(px_conn_t *c) {
   if (c->closing || c->failing || c->lingering || c->head_pending) return;
   if (c->close_after_flush) {
     if (c->linger) conn_linger(c);
-    else conn_close(c);
+    else px_srv_close(c);
     return;
   }
   /* keep-alive idle starts only now that the last answer is fully written */
@@ -652,11 +195,11 @@ static void conn_wait(px_conn_t *c) {
   if (c->closing || c->failing) return;
   if (c->eof) {
     if (c->state != C_IDLE) { /* a request cut short by the client's EOF */
-      conn_close(c);
+      px_srv_close(c);
       return;
     }
     c->close_after_flush = 1;
-    if (c->pending == 0) conn_close(c);
+    if (c->pending == 0) px_srv_close(c);
     return;
   }
   start_reading(c);
@@ -677,23 +220,19 @@ static void on_tick(uv_timer_t *t) {
   c->tick_jobs = 0;
   if (c->closing) return;
   if (jobs & TICK_FAIL) {
-    conn_close(c);
+    px_srv_close(c);
     return;
   }
   if ((jobs & TICK_FLUSH_HEAD) && c->head_pending && !c->failing) {
-    conn_writev(c, NULL, 0);
-    if (c->pending == 0) conn_done_flushing(c);
+    px_srv_send(c, NULL, 0, NULL, 0);
+    if (c->pending == 0) px_srv_flushed(c);
   }
   if (jobs & TICK_RESUME) resume_pipeline(c);
 }
 
-void px_resp_end(px_conn_t *c) {
-  if (c->state != C_BUSY) return;
-  if (c->head_pending && !c->closing && !c->failing) conn_writev(c, NULL, 0);
-  c->head_pending = 0;
-  if (c->resp_started && c->resp_chunked && !c->closing && !c->failing &&
-      c->req.method != HTTP_HEAD)
-    conn_write(c, "0\r\n\r\n", 5);
+/* The response has ended (px_resp_end): the connection reads the next
+ * request (pipelined bytes first), or closes once flushed. */
+void px_srv_request_done(px_conn_t *c) {
   c->state = C_IDLE;
   c->handler = NULL;
   c->harg = NULL;
@@ -705,34 +244,16 @@ void px_resp_end(px_conn_t *c) {
     stop_reading(c);
     c->linger = in_left(c) > 0; /* the client sent more than will be answered */
     c->close_after_flush = 1;
-    if (c->pending == 0) conn_done_flushing(c);
+    if (c->pending == 0) px_srv_flushed(c);
     goto out;
   }
   llhttp_resume(&c->parser);
-  if (in_left(c) > 0) tick(c, TICK_RESUME);
+  if (in_left(c) > 0) px_srv_tick(c, TICK_RESUME);
   else conn_wait(c);
 out:
-  if (c->pending == 0) log_emit(c);
+  if (c->pending == 0) px_srv_log_emit(c);
   if (c->srv->draining && c->srv->active == 0 && c->srv->on_idle)
     c->srv->on_idle(c->srv);
-}
-
-void px_resp_abort(px_conn_t *c) {
-  c->handler = NULL;
-  c->head_pending = 0;
-  conn_close(c);
-}
-
-int px_resp_simple(px_conn_t *c, int status, const char *content_type,
-                   const char *body, size_t len, const px_hdr_t *hdrs, size_t n) {
-  px_hdr_t all[32];
-  size_t k = 0;
-  if (content_type) all[k++] = (px_hdr_t){px_str("content-type"), px_str(content_type)};
-  for (size_t i = 0; i < n && k < 32; i++) all[k++] = hdrs[i];
-  int rc = px_resp_start(c, status, all, k, (int64_t)len);
-  if (rc == 0) rc = px_resp_write(c, body, len);
-  px_resp_end(c);
-  return rc;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -904,7 +425,7 @@ static int on_headers_complete(llhttp_t *p) {
     /* RFC 9112 section 5.1: no whitespace between name and colon */
     if (nl > 0 && (name[nl - 1] == ' ' || name[nl - 1] == '\t'))
       return parse_fail(c, 400, "whitespace between a header field name and its colon");
-    if (!header_name_ok(name, nl)) return parse_fail(c, 400, "invalid character in a header field name");
+    if (!px_srv_header_name_ok(name, nl)) return parse_fail(c, 400, "invalid character in a header field name");
     r->hdrs[i].name = (px_str_t){name, nl};
     if (c->offs[i].vo == 0) { /* header without value */
       r->hdrs[i].value = (px_str_t){r->hbuf.data + r->hbuf.len - 1, 0};
@@ -929,7 +450,7 @@ static int on_headers_complete(llhttp_t *p) {
   const char *expect = px_req_header(r, "expect");
   if (expect && strcasecmp(expect, "100-continue") == 0 &&
       (p->flags & (F_CONTENT_LENGTH | F_CHUNKED)))
-    conn_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+    px_srv_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
   /* head is in: from here on the slow-body clock is the idle timeout */
   uv_timer_start(&c->t_read, on_read_timer, c->srv->config->server.idle_timeout_ms, 0);
   return 0;
@@ -992,7 +513,7 @@ static void conn_feed(px_conn_t *c, const char *p, size_t n, int buffered) {
       c->in_off = 0;
       /* n never exceeds the cap of `in` (see on_alloc) */
       if (n - used > 0 && px_buf_append(&c->in, p + used, n - used) < 0) {
-        conn_close(c);
+        px_srv_close(c);
         return;
       }
     }
@@ -1031,7 +552,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   px_conn_t *c = s->data;
   if (c->lingering) {
-    if (nread < 0 || (c->linger_bytes += (size_t)nread) > PX_LINGER_MAX) conn_close(c);
+    if (nread < 0 || (c->linger_bytes += (size_t)nread) > PX_LINGER_MAX) px_srv_close(c);
     return;
   }
   if (nread == UV_ENOBUFS) { /* `in` is full: resumed when it drains */
@@ -1046,7 +567,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   if (nread < 0) {
-    conn_close(c);
+    px_srv_close(c);
     return;
   }
   if (nread == 0) return;
@@ -1057,7 +578,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
   if (c->state == C_BUSY || in_left(c) > 0) {
     if (px_buf_append(&c->in, buf->base, (size_t)nread) < 0) {
-      conn_close(c); /* out of memory: on_alloc offered no more than the room */
+      px_srv_close(c); /* out of memory: on_alloc offered no more than the room */
       return;
     }
     if (c->in.len >= c->in.cap) stop_reading(c);
@@ -1085,11 +606,11 @@ static void on_conn_handle_closed(uv_handle_t *h) {
   free(c);
 }
 
-static void conn_close(px_conn_t *c) {
+void px_srv_close(px_conn_t *c) {
   if (c->closing) return;
   c->closing = 1;
   c->head_pending = 0;
-  log_emit(c);
+  px_srv_log_emit(c);
   if (c->state == C_BUSY) {
     const px_conn_handler_t *h = c->handler;
     c->handler = NULL;
@@ -1162,21 +683,21 @@ static void conn_error(px_conn_t *c, int status, const char *msg) {
   stop_reading(c);
   px_hdr_t h[1] = {{px_str("content-type"), px_str("application/json")}};
   if (rc == 0 && px_resp_start(c, status, h, 1, (int64_t)b.len) == 0)
-    conn_write(c, b.data, b.len);
+    px_srv_write(c, b.data, b.len);
   px_buf_free(&b);
   c->resp_started = 0;
   c->state = C_IDLE;
   c->srv->active--;
   c->linger = 1;
   c->close_after_flush = 1;
-  if (c->pending == 0) conn_done_flushing(c);
+  if (c->pending == 0) px_srv_flushed(c);
 }
 
 static void on_read_timer(uv_timer_t *t) {
   px_conn_t *c = t->data;
   if (c->closing) return;
   if (c->lingering) {
-    conn_close(c);
+    px_srv_close(c);
     return;
   }
   if (c->state == C_BUSY || c->close_after_flush) return;
@@ -1447,6 +968,6 @@ void px_server_close_all(px_server_t *s, int graceful) {
     /* graceful: idle connections still flushing a last response close
      * once their writes are done */
     if (graceful && c->state != C_BUSY && c->pending > 0) c->close_after_flush = 1;
-    else conn_close(c);
+    else px_srv_close(c);
   }
 }

@@ -32,15 +32,24 @@ static int bad_proto(const px_tr_ctx_t *ctx) {
 typedef int (*tr_fn)(const px_tr_ctx_t *, json_t *, json_t **, px_lossy_t *,
                      px_tr_err_t *);
 
-/* decode (src -> IR) then encode (IR -> *dst), for a request (is_request)
- * or a response. Between the two, a request's IR gets the upstream model,
- * and a response's IR model is the client model when the context has none. */
+static int over_budget(void);
+
+/* The one pipeline of every translation, request or response, document or
+ * raw body: decode (src -> IR), the fix-ups between the stages, encode
+ * (IR -> *dst). Between the two, a request's IR gets the upstream model (and
+ * a stream's lossy prediction), and a response's IR model is the client
+ * model when the context has none. take_src: src is the pipeline's, released
+ * as soon as the IR is built (a raw body's peak is then two documents, never
+ * three). Under a memory budget (px_translate_request_body) a stage that
+ * went past it stops the pipeline. */
 static int pipeline(px_tr_ctx_t *c, int is_request, tr_fn decode, tr_fn encode,
-                    json_t *src, json_t **dst, px_lossy_t *lossy, px_tr_err_t *err) {
+                    json_t *src, int take_src, json_t **dst, px_lossy_t *lossy,
+                    px_tr_err_t *err) {
   const char *what = is_request ? "request" : "response";
   json_t *ir = NULL, *body = NULL;
   int rc = decode(c, src, &ir, lossy, err);
-  if (rc < 0) goto fail;
+  if (take_src) json_decref(src);
+  if (rc < 0 || over_budget()) goto fail;
   if (ir == NULL) {
     rc = px_tr_fail(err, "", "%s decoder produced nothing", what);
     goto fail;
@@ -55,12 +64,13 @@ static int pipeline(px_tr_ctx_t *c, int is_request, tr_fn decode, tr_fn encode,
     if (json_is_string(m)) c->client_model = json_string_value(m);
   }
   rc = encode(c, ir, &body, lossy, err);
-  if (rc < 0) goto fail;
+  json_decref(ir);
+  ir = NULL;
+  if (rc < 0 || over_budget()) goto fail;
   if (body == NULL) {
     rc = px_tr_fail(err, "", "%s encoder produced nothing", what);
     goto fail;
   }
-  json_decref(ir);
   *dst = body;
   return 0;
 fail:
@@ -69,21 +79,35 @@ fail:
   return rc < 0 ? rc : PX_EINVAL;
 }
 
+/* Whether this pair can translate requests at all. */
+static int request_pair_ok(const px_tr_ctx_t *ctx, px_tr_err_t *err) {
+  if (bad_proto(ctx)) return px_tr_fail(err, "", "unknown protocol");
+  if (px_proto_get(ctx->in)->decode_request == NULL)
+    return not_impl(err, ctx, "request decoding");
+  if (px_proto_get(ctx->out)->encode_request == NULL)
+    return not_impl(err, ctx, "request encoding");
+  return 0;
+}
+
+/* The request pipeline (c: a copy of the caller's context, models set). */
+static int request_pipeline(px_tr_ctx_t *c, json_t *src, int take_src, json_t **dst,
+                            px_lossy_t *lossy, px_tr_err_t *err) {
+  if (c->upstream_model == NULL) c->upstream_model = c->client_model;
+  return pipeline(c, 1, px_proto_get(c->in)->decode_request,
+                  px_proto_get(c->out)->encode_request, src, take_src, dst, lossy, err);
+}
+
 int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
                          json_t **upstream_body, px_lossy_t *lossy, px_tr_err_t *err) {
-  if (bad_proto(ctx)) return px_tr_fail(err, "", "unknown protocol");
-  const px_proto_ops_t *in = px_proto_get(ctx->in), *out = px_proto_get(ctx->out);
-  if (in->decode_request == NULL) return not_impl(err, ctx, "request decoding");
-  if (out->encode_request == NULL) return not_impl(err, ctx, "request encoding");
+  int rc = request_pair_ok(ctx, err);
+  if (rc < 0) return rc;
   if (!json_is_object(client_body))
     return px_tr_fail(err, "", "request body must be a JSON object");
 
   px_tr_ctx_t c = *ctx;
   json_t *m = json_object_get(client_body, "model");
   if (c.client_model == NULL && json_is_string(m)) c.client_model = json_string_value(m);
-  if (c.upstream_model == NULL) c.upstream_model = c.client_model;
-  return pipeline(&c, 1, in->decode_request, out->encode_request, client_body,
-                  upstream_body, lossy, err);
+  return request_pipeline(&c, client_body, 0, upstream_body, lossy, err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -137,63 +161,55 @@ static int mem_end(void) {
   return !mem.exceeded;
 }
 
-int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                              int flags, char **out, size_t *out_len, px_lossy_t *lossy,
+/* Inside a budgeted section, whether a stage went past the budget. */
+static int over_budget(void) { return mem.active && mem.exceeded; }
+
+/* The parse stage of a raw body under the budget: the body's scan (the
+ * caller's, when it has one: one scan a body) admits it, then jansson
+ * builds the document. NULL: refused (over the budget, or not an object). */
+static json_t *parse_budgeted(const px_tr_ctx_t *ctx, const char *body, size_t len,
                               px_tr_err_t *err) {
-  if (bad_proto(ctx)) return px_tr_fail(err, "", "unknown protocol");
-  const px_proto_ops_t *in = px_proto_get(ctx->in), *op = px_proto_get(ctx->out);
-  if (in->decode_request == NULL) return not_impl(err, ctx, "request decoding");
-  if (op->encode_request == NULL) return not_impl(err, ctx, "request encoding");
-  if (ctx->client_model == NULL) return px_tr_fail(err, "", "no client model");
-  px_tr_ctx_t c = *ctx;
-  if (c.upstream_model == NULL) c.upstream_model = c.client_model;
-  json_t *src = NULL, *ir = NULL, *ub = NULL;
-  char *text = NULL;
-  int rc = PX_EINVAL;
-  json_error_t je;
-  px_json_req_t own; /* the caller's scan when it has one: one scan a body */
-  const px_json_req_t *scan = ctx->scan;
-  if (scan == NULL) {
-    if (px_json_request(body, len, &own) < 0)
-      return px_tr_fail(err, "", "request body is not a valid JSON object: %s", own.reason);
-    scan = &own;
-  }
-  mem_begin(len);
   /* the pipeline holds up to about three documents of the body's size at
    * once (client + IR, then IR + upstream, each up to twice the client's):
    * a body that cannot fit is refused before anything is built */
-  if ((long long)scan->cost * 3 > mem.limit) {
+  if ((long long)ctx->scan->cost * 3 > mem.limit) {
     mem.exceeded = 1;
-    goto done;
+    return NULL;
   }
-  src = json_loadb(body, len, 0, &je);
+  json_error_t je;
+  json_t *src = json_loadb(body, len, 0, &je);
   if (src == NULL || !json_is_object(src) || mem.exceeded) {
     if (!mem.exceeded)
       px_tr_fail(err, "", "request body is not a JSON object: %s", je.text);
-    goto done;
+    json_decref(src);
+    return NULL;
   }
-  /* each document is released as soon as the next one is built: the peak
-   * is two of them, never three */
-  rc = in->decode_request(&c, src, &ir, lossy, err);
-  json_decref(src);
-  src = NULL;
-  if (rc < 0 || mem.exceeded) goto done;
+  return src;
+}
+
+/* The raw-body entry: parse, the request pipeline, write; the whole under
+ * the memory budget (each stage checked as it ends). */
+int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                              int flags, char **out, size_t *out_len, px_lossy_t *lossy,
+                              px_tr_err_t *err) {
+  int rc = request_pair_ok(ctx, err);
+  if (rc < 0) return rc;
+  if (ctx->client_model == NULL) return px_tr_fail(err, "", "no client model");
+  px_tr_ctx_t c = *ctx;
+  px_json_req_t own;
+  if (c.scan == NULL) {
+    if (px_json_request(body, len, &own) < 0)
+      return px_tr_fail(err, "", "request body is not a valid JSON object: %s", own.reason);
+    c.scan = &own;
+  }
+  json_t *ub = NULL;
+  char *text = NULL;
   rc = PX_EINVAL;
-  if (ir == NULL) {
-    px_tr_fail(err, "", "request decoder produced nothing");
-    goto done;
-  }
-  json_object_set_new(ir, "model", json_string(c.upstream_model));
-  if (c.stream) px_lossy_predict(&c, ir, lossy); /* as pipeline() does */
-  rc = op->encode_request(&c, ir, &ub, lossy, err);
-  json_decref(ir);
-  ir = NULL;
-  if (rc < 0 || mem.exceeded) goto done;
-  rc = PX_EINVAL;
-  if (ub == NULL) {
-    px_tr_fail(err, "", "request encoder produced nothing");
-    goto done;
-  }
+  mem_begin(len);
+  json_t *src = parse_budgeted(&c, body, len, err);
+  if (src == NULL) goto done;
+  rc = request_pipeline(&c, src, 1, &ub, lossy, err);
+  if (rc < 0) goto done;
   if ((flags & PX_TR_COUNT_TOKENS) && px_proto_get(ctx->out)->count_request)
     px_proto_get(ctx->out)->count_request(ub, ctx->upstream_model);
   text = json_dumps(ub, JSON_COMPACT);
@@ -204,8 +220,6 @@ int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t l
   }
   rc = 0;
 done:
-  json_decref(src);
-  json_decref(ir);
   json_decref(ub);
   if (!mem_end()) {
     free(text);
@@ -237,7 +251,7 @@ int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,
     return PX_EPROTO;
   }
   px_tr_ctx_t c = *ctx;
-  return pipeline(&c, 0, out->decode_response, in->encode_response, upstream_body,
+  return pipeline(&c, 0, out->decode_response, in->encode_response, upstream_body, 0,
                   client_body, lossy, err);
 }
 

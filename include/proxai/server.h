@@ -94,11 +94,14 @@ int px_conn_is_admin(const px_conn_t *c);
  *  "Name: value" pairs. x-request-id is added here. */
 int px_resp_start(px_conn_t *c, int status, const px_hdr_t *hdrs, size_t n,
                   int64_t content_length);
-/** Append body bytes (copied). */
-int px_resp_write(px_conn_t *c, const char *p, size_t n);
-/** Append body bytes without a copy: takes ownership of p (malloc'd; freed
- *  once written, or at once on failure). For large pieces. */
-int px_resp_write_take(px_conn_t *c, char *p, size_t n);
+/** p is a malloc'd buffer the server takes (px_resp_write) */
+#define PX_RESP_TAKE 1u
+/** Append body bytes: the one write path of every response body (framed
+ *  chunked when the response is). Without PX_RESP_TAKE the bytes are copied
+ *  when they cannot leave at once; with it, p (malloc'd) belongs to the
+ *  server from the call on: freed once written, or at once on failure. For
+ *  large pieces. */
+int px_resp_write(px_conn_t *c, const char *p, size_t n, unsigned flags);
 /** End the response; the connection goes on with the next request or
  *  closes. The request is freed; the handler must not use it afterwards. */
 void px_resp_end(px_conn_t *c);

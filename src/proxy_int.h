@@ -1,0 +1,162 @@
+/* proxy_int.h - what the request core's files share (not installed).
+ *
+ * One request is one exchange (px_exch_t), owned by the core from gateway()
+ * until finalize(). Its phases live in one file each:
+ *
+ *   admit.c    the front door: gateway endpoints, the body scan, the client
+ *              key, the key's models, rate limits, the route
+ *   proxy.c    the attempt: deployment pick, transfer, the upstream head,
+ *              retries and fallbacks, the client's side, finalize()
+ *   upreq.c    the upstream request: body (pass-through or translated),
+ *              URL and headers, from the protocols' ops
+ *   respond.c  the response modes: one handler table each, chosen once
+ *              when the upstream head arrives
+ */
+#ifndef PROXAI_PROXY_INT_H
+#define PROXAI_PROXY_INT_H
+
+#include <string.h>
+
+#include "proxai/balance.h"
+#include "proxai/json.h"
+#include "proxai/passthru.h"
+#include "proxai/proto.h"
+#include "proxai/protoutil.h"
+#include "proxai/proxy.h"
+#include "proxai/ratelimit.h"
+#include "proxai/server.h"
+
+#define PX_MAX_UPSTREAM_JSON (64u << 20) /* translated non-stream body cap */
+#define PX_MAX_UPSTREAM_ERROR (1u << 20)
+#define PX_MAX_STREAM_ACCUM (16u << 20)
+/* client output of one upstream chunk: the Responses closing events repeat
+ * the accumulated text up to four times */
+#define PX_MAX_STREAM_OUT (4 * PX_MAX_STREAM_ACCUM + (1u << 20))
+
+typedef struct px_exch px_exch_t;
+
+/* A response mode: how the answer of one attempt reaches the client. The
+ * core picks one when the upstream head arrives (px_mode_choose, or the
+ * retry's discard mode) and calls only these from then on. */
+typedef struct px_mode {
+  const char *name;
+  /* the mode was chosen: buffers, stream state, the response head for a
+   * stream; <0 refuses the transfer */
+  int (*on_head)(px_exch_t *x);
+  /* upstream body bytes: 0, PX_XFER_PAUSE or <0 (the transfer fails) */
+  int (*on_data)(px_exch_t *x, const char *p, size_t n);
+  /* the transfer ended well: answer (or retry) and finalize */
+  void (*on_done)(px_exch_t *x);
+  /* the transfer failed before the client's response started */
+  void (*on_fail)(px_exch_t *x, px_xfer_result_t r);
+  /* the transfer failed after the response started: end it in the
+   * client's protocol (an error event), or drop the connection */
+  void (*on_cut)(px_exch_t *x, px_xfer_result_t r);
+  /* a failed transfer counts a failed attempt in /metrics even when no
+   * 2xx attempt is open (no head yet, or a retried answer) */
+  int count_failure;
+} px_mode_t;
+
+extern const px_mode_t px_mode_none;    /* waiting for the upstream head */
+extern const px_mode_t px_mode_discard; /* retryable answer: drop, retry at done */
+
+struct px_exch {
+  px_server_t *srv;
+  px_conn_t *conn;       /* NULL once the client is gone */
+  px_req_t *req;
+  px_config_t *cfg;      /* reference held until finalize */
+  px_endpoint_t ep;
+  px_proto_t in, out;
+  px_json_req_t jreq;    /* the request scan: model/stream spans in req->body */
+  const char *model;     /* client's model (model_buf) */
+  char *model_buf;
+  int stream;
+  int include_usage;
+  const px_key_conf_t *key;
+  px_rl_wait_t *rl_wait; /* admission waiting for the state backend */
+  uint64_t rl_reserved;  /* tpm tokens set aside at admission */
+  int rl_admitted;       /* settle the key's tpm at the end */
+  int metric_status;     /* status for /metrics when a started response failed */
+  int attempt_open;      /* a 2xx attempt, counted in /metrics when it ends */
+  const px_route_conf_t *route;
+  size_t target;         /* 0 = the route's deployments, k = fallback k-1 */
+  unsigned attempt;      /* attempts on this target */
+  unsigned attempts;     /* attempts in all */
+  size_t dep;            /* deployment of this attempt (target 0) */
+  uint64_t tried;        /* deployments tried, bit per index */
+  px_bal_up_t *bal;      /* health entry while the attempt's transfer runs */
+  int health_done;       /* this attempt's outcome is recorded */
+  uint64_t t_attempt;    /* ms, start of this attempt */
+  size_t next_target;    /* planned by plan_retry() */
+  uint64_t next_delay;
+  char retry_reason[96]; /* why the last attempt is retried (for the log) */
+  const px_upstream_conf_t *up;
+  const char *up_model;
+  const px_upstream_conf_t *built_up; /* what up_body/url/up_hdrs were built for */
+  const char *built_model;
+  char *up_body_owned;
+  const char *up_body;
+  size_t up_body_len;
+  char **up_hdrs;
+  char *url;
+  px_xfer_t *xfer;
+  const px_mode_t *mode; /* the response mode of this attempt */
+  int up_status;
+  int acc_trunc;         /* error mode: the body went over PX_MAX_UPSTREAM_ERROR */
+  char bad_msg[200];     /* bad mode: the 502 message */
+  px_buf_t passhdrs;     /* "name\0value\0" pairs to pass back */
+  char content_type[128];
+  int started;           /* client response head sent */
+  int paused;
+  int streaming_gauge;
+  px_buf_t acc;
+  px_buf_t obuf;
+  px_stream_tr_t *str;
+  px_passthru_t pt;
+  int pt_init;
+  px_lossy_t lossy;
+  px_tr_ctx_t ctx;
+  uv_timer_t timer;
+  int timer_init;
+  uint64_t t_start, t_first;
+  px_usage_t usage;
+  const char *error_type;
+  int status;            /* status sent to the client */
+  char label[256];       /* x-proxai-upstream value */
+  int finalized;         /* finalize() has run */
+};
+
+static inline uint64_t px_exch_now(px_exch_t *x) { return uv_now(x->srv->loop); }
+static inline const px_proto_ops_t *px_exch_client_ops(px_exch_t *x) {
+  return px_proto_get(x->in);
+}
+
+/* proxy.c: the attempt, the client's side, the one exit */
+void px_exch_attempt(px_exch_t *x);
+void px_exch_finalize(px_exch_t *x);
+void px_exch_schedule_retry(px_exch_t *x);
+/* a connect error or timeout before any head: 1 when a retry is planned */
+int px_exch_retry_connect(px_exch_t *x, px_xfer_result_t r);
+/* the error kind of a failed transfer (timeout or bad gateway) */
+px_errkind_t px_exch_result_kind(px_xfer_result_t r);
+/* an error in the client's protocol (status 0: the kind's), then finalize */
+void px_exch_error_h(px_exch_t *x, px_errkind_t kind, int status, const char *msg,
+                     const char *param, const px_hdr_t *extra, size_t nextra);
+void px_exch_error(px_exch_t *x, px_errkind_t kind, const char *msg, const char *param);
+/* the client's response head: passed-back headers plus the gateway's */
+int px_exch_respond(px_exch_t *x, int status, const char *ctype, int stream, int64_t clen);
+void px_exch_write(px_exch_t *x, const char *p, size_t n);
+void px_exch_flush(px_exch_t *x); /* send what an encoder wrote to x->obuf */
+extern const px_conn_handler_t px_exch_conn_handler;
+
+/* admit.c: the front door is px_proxy_request (proxy.h) */
+
+/* upreq.c: the upstream request of this attempt (body, URL, headers), reused
+ * by a retry on the same target; <0 when the request was answered */
+int px_upreq_build(px_exch_t *x);
+void px_upreq_free(px_exch_t *x);
+
+/* respond.c: the mode for a usable upstream head (not retried) */
+const px_mode_t *px_mode_choose(px_exch_t *x, int status, const char *encoding);
+
+#endif

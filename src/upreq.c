@@ -1,0 +1,284 @@
+/* upreq.c - the upstream request of an attempt: its body (the client's
+ * bytes with the route's model spliced in, or the translation of the body),
+ * its URL and its headers, all from the protocols' ops (the upstream
+ * protocol's wire: URL, auth, version, forwarded and tenancy headers). It
+ * knows no protocol. A retry on the same target reuses what was built.
+ *
+ *   px_upreq_build -> tr_ctx_init -> body: pass_body | translate_body
+ *                  -> build_url -> build_upstream_headers
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "proxy_int.h"
+
+static int value_ok(const char *v) { return px_header_value_ok(v, strlen(v)); }
+
+static void free_hdrs(char **h) {
+  if (h == NULL) return;
+  for (char **p = h; *p; p++) free(*p);
+  free(h);
+}
+
+/* name is one of list (NULL-ended, lower case), case-insensitively */
+static int header_in(px_str_t name, const char *const *list) {
+  for (; list && *list; list++)
+    if (name.len == strlen(*list) && strncasecmp(name.ptr, *list, name.len) == 0) return 1;
+  return 0;
+}
+
+static int forward_header(const px_str_t name, const px_proto_ops_t *out) {
+  static const char *const any[] = {"user-agent", "traceparent", "tracestate", NULL};
+  return header_in(name, any) || header_in(name, out->forward_headers);
+}
+
+/* "a" "b" "c" joined into a new string, at most 4095 bytes (as the
+ * snprintf into a 4096-byte buffer it replaces); no printf per header. */
+static char *hdr_join(px_str_t a, px_str_t b, px_str_t c) {
+  char tmp[4096];
+  size_t k = 0;
+  const px_str_t parts[3] = {a, b, c};
+  for (size_t i = 0; i < 3; i++) {
+    size_t l = parts[i].len < sizeof(tmp) - 1 - k ? parts[i].len : sizeof(tmp) - 1 - k;
+    if (l) memcpy(tmp + k, parts[i].ptr, l);
+    k += l;
+  }
+  char *s = malloc(k + 1);
+  if (s) {
+    memcpy(s, tmp, k);
+    s[k] = 0;
+  }
+  return s;
+}
+
+/* Whether the upstream's configured `header =` lines name this header
+ * (case-insensitive): a configured header replaces whatever the gateway or
+ * the client would send under that name (SPEC 10). */
+static int configured(const px_upstream_conf_t *up, px_str_t name) {
+  for (size_t i = 0; i < up->nheaders; i++) {
+    const char *h = up->headers[i];
+    const char *c = strchr(h, ':');
+    size_t l = c ? (size_t)(c - h) : strlen(h);
+    while (l > 0 && (h[l - 1] == ' ' || h[l - 1] == '\t')) l--;
+    if (l == name.len && strncasecmp(h, name.ptr, l) == 0) return 1;
+  }
+  return 0;
+}
+
+/* the upstream chooses its own billing / tenancy when it configures any
+ * of the protocol's tenancy headers */
+static int own_tenancy(const px_upstream_conf_t *up, const px_proto_ops_t *ops) {
+  for (const char *const *t = ops->tenancy_headers; t && *t; t++)
+    if (configured(up, px_str(*t))) return 1;
+  return 0;
+}
+
+static char **build_upstream_headers(px_exch_t *x) {
+  const px_upstream_conf_t *up = x->up;
+  size_t max = 16 + x->req->nhdrs + up->nheaders;
+  char **h = calloc(max + 1, sizeof(char *));
+  if (h == NULL) return NULL;
+  /* the upstream bills to its own organization / project: the client's
+   * choice of either is dropped when it configures one */
+  const px_proto_ops_t *ops = px_proto_get(x->out);
+  int own = own_tenancy(up, ops);
+  size_t n = 0;
+  /* every value passes the one header-value rule; a name the upstream
+   * configures is left to its `header =` line */
+#define ADD(name, sep, value)                                                            \
+  do {                                                                                   \
+    px_str_t nm_ = (name), v_ = (value);                                                 \
+    if (px_header_value_ok(v_.ptr, v_.len) && !configured(up, nm_))                      \
+      h[n++] = hdr_join(nm_, sep, v_);                                                   \
+  } while (0)
+  ADD(PX_STR("Content-Type"), PX_STR(": "), PX_STR("application/json"));
+  ADD(PX_STR("Accept"), PX_STR(": "), x->stream ? PX_STR("text/event-stream") : PX_STR("application/json"));
+  if (up->api_key) { /* "x-api-key: " = name, separator, key */
+    const char *a = ops->auth_header, *colon = strchr(a, ':');
+    ADD(((px_str_t){a, (size_t)(colon - a)}), px_str(colon), px_str(up->api_key));
+  }
+  if (ops->version_header) {
+    const char *v = px_req_header(x->req, ops->version_header);
+    ADD(px_str(ops->version_header), PX_STR(": "),
+        px_str(v && *v && value_ok(v) ? v : up->anthropic_version));
+  }
+  ADD(PX_STR("x-request-id"), PX_STR(": "), px_str(x->req->request_id));
+  for (size_t i = 0; i < x->req->nhdrs && n < max - up->nheaders - 1; i++) {
+    const px_hdr_t *rh = &x->req->hdrs[i];
+    if (!forward_header(rh->name, ops)) continue;
+    if (own && header_in(rh->name, ops->tenancy_headers)) continue;
+    ADD(rh->name, PX_STR(": "), rh->value);
+  }
+#undef ADD
+  for (size_t i = 0; i < up->nheaders; i++)
+    if (value_ok(up->headers[i])) h[n++] = strdup(up->headers[i]);
+  h[n] = NULL;
+  return h;
+}
+
+/* A stream body that asks for usage (SPEC 5: the final usage must be real,
+ * for tpm and metrics, whatever the client asked; the watcher strips the
+ * extra chunk for a client that did not ask), for protocols whose streams
+ * carry usage only on request. Without stream_options the member is put
+ * first, bytes otherwise untouched; with one (include_usage not true), the
+ * body is parsed and include_usage set. NULL: nothing to change. */
+static char *usage_body(const char *bd, size_t n, size_t *len) {
+  static const char *const P_SO[] = {"stream_options"};
+  size_t vs, vl;
+  if (px_json_find(bd, n, P_SO, 1, &vs, &vl) == PX_JSON_ABSENT) {
+    static const char ins[] = "\"stream_options\":{\"include_usage\":true},";
+    size_t i = 0;
+    while (i < n && bd[i] != '{') i++;
+    if (i == n) return NULL;
+    char *b = malloc(n + sizeof(ins));
+    if (b == NULL) return NULL;
+    memcpy(b, bd, i + 1);
+    memcpy(b + i + 1, ins, sizeof(ins) - 1);
+    memcpy(b + i + sizeof(ins), bd + i + 1, n - i - 1);
+    *len = n + sizeof(ins) - 1;
+    b[*len] = 0;
+    return b;
+  }
+  json_t *body = json_loadb(bd, n, 0, NULL);
+  json_t *so = json_object_get(body, "stream_options");
+  char *out = NULL;
+  if (json_is_object(body)) {
+    json_t *nso = json_is_object(so) ? json_copy(so) : json_object();
+    json_object_set_new(nso, "include_usage", json_true());
+    json_object_set_new(body, "stream_options", nso);
+    out = json_dumps(body, JSON_COMPACT);
+    if (out) *len = strlen(out);
+  }
+  json_decref(body);
+  return out;
+}
+
+/* Same-protocol upstream body: the client's bytes, with the route's model
+ * (spliced where the scanner found it) and the usage request of a stream
+ * that carries usage only on request, when either applies. */
+static int pass_body(px_exch_t *x) {
+  const char *bd = x->req->body.data ? x->req->body.data : "";
+  size_t n = x->req->body.len;
+  char *owned = NULL;
+  if (strcmp(x->up_model, x->model) != 0 && !px_exch_client_ops(x)->model_in_path) {
+    px_buf_t b;
+    px_buf_init(&b, n + strlen(x->up_model) * 6 + 64);
+    if (px_json_splice_str(&b, bd, n, x->jreq.model_at, x->jreq.model_len, x->up_model) < 0) {
+      px_buf_free(&b);
+      px_exch_error(x, PX_ERR_API, "out of memory", NULL);
+      return -1;
+    }
+    n = b.len;
+    bd = owned = px_buf_steal(&b, NULL);
+  }
+  if (px_exch_client_ops(x)->stream_usage_opt_in && x->stream && x->ep == PX_EP_GENERATE &&
+      !x->include_usage) {
+    size_t l = 0;
+    char *u = usage_body(bd, n, &l);
+    if (u != NULL) {
+      free(owned);
+      bd = owned = u;
+      n = l;
+    }
+  }
+  x->up_body = bd;
+  x->up_body_len = n;
+  x->up_body_owned = owned;
+  return 0;
+}
+
+
+/* The translation context of this attempt (client and upstream protocols,
+ * models, the route's defaults). */
+static void tr_ctx_init(px_exch_t *x) {
+  px_tr_ctx_t *ctx = &x->ctx;
+  memset(ctx, 0, sizeof(*ctx));
+  ctx->in = x->in;
+  ctx->out = x->out;
+  ctx->client_model = x->model;
+  ctx->upstream_model = x->up_model;
+  ctx->default_max_tokens = x->route->max_tokens;
+  ctx->client_include_usage = x->include_usage;
+  ctx->stream = x->stream;
+  ctx->created = (int64_t)time(NULL);
+  ctx->max_accum = PX_MAX_STREAM_ACCUM;
+  ctx->scan = &x->jreq; /* admit.c scanned the body once */
+}
+
+/* Another protocol's upstream body: the translation of the client's. */
+static int translate_body(px_exch_t *x) {
+  px_tr_err_t err;
+  memset(&err, 0, sizeof(err));
+  if (px_translate_request_body(&x->ctx, x->req->body.data ? x->req->body.data : "",
+                                x->req->body.len,
+                                x->ep == PX_EP_COUNT_TOKENS ? PX_TR_COUNT_TOKENS : 0,
+                                &x->up_body_owned, &x->up_body_len, &x->lossy, &err) < 0) {
+    px_exch_error(x, err.kind, err.message[0] ? err.message : "request cannot be translated",
+                  err.param[0] ? err.param : NULL);
+    return -1;
+  }
+  x->up_body = x->up_body_owned;
+  return 0;
+}
+
+/* The upstream URL from the upstream protocol's wire (endpoint, model in
+ * the path, stream variant). */
+static int build_url(px_exch_t *x, const px_proto_ops_t *uops) {
+  free(x->url);
+  x->url = NULL;
+  px_buf_t ub;
+  px_buf_init(&ub, 64u << 10);
+  if (px_buf_puts(&ub, x->up->base_url) < 0 ||
+      px_proto_upstream_url(uops, &ub, x->up_model, x->stream, x->ep) < 0 ||
+      px_buf_append(&ub, "", 1) < 0) {
+    px_buf_free(&ub);
+    char msg[160];
+    snprintf(msg, sizeof(msg), "this endpoint is not available for an %s upstream", uops->name);
+    px_exch_error(x, PX_ERR_NOT_IMPL, msg, NULL);
+    return -1;
+  }
+  x->url = px_buf_steal(&ub, NULL);
+  return 0;
+}
+
+int px_upreq_build(px_exch_t *x) {
+  /* a retry on the same target sends the body, URL and headers it built */
+  if (x->built_up == x->up && x->built_model == x->up_model && x->up_body != NULL &&
+      x->url != NULL && x->up_hdrs != NULL)
+    return 0;
+  x->built_up = NULL;
+  free(x->up_body_owned);
+  x->up_body_owned = NULL;
+  tr_ctx_init(x);
+  const px_proto_ops_t *uops = px_proto_get(x->out);
+  if (x->ep == PX_EP_COUNT_TOKENS && x->in != x->out &&
+      (uops->count_decode == NULL || px_exch_client_ops(x)->count_encode == NULL)) {
+    char msg[160];
+    snprintf(msg, sizeof(msg), "token counting is not available for an %s upstream",
+             uops->name);
+    px_exch_error(x, PX_ERR_NOT_IMPL, msg, NULL);
+    return -1;
+  }
+
+  px_lossy_init(&x->lossy);
+  if (x->in == x->out ? pass_body(x) < 0 : translate_body(x) < 0) return -1;
+  if (build_url(x, uops) < 0) return -1;
+  free_hdrs(x->up_hdrs);
+  x->up_hdrs = build_upstream_headers(x);
+  x->built_up = x->up;
+  x->built_model = x->up_model;
+  return 0;
+}
+
+void px_upreq_free(px_exch_t *x) {
+  free(x->up_body_owned);
+  free_hdrs(x->up_hdrs);
+  free(x->url);
+  x->up_body_owned = NULL;
+  x->up_hdrs = NULL;
+  x->url = NULL;
+}
