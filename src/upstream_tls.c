@@ -1,0 +1,345 @@
+/**
+ * upstream_tls.c - TLS on OpenSSL for the built-in HTTP/1.1 lane, over
+ * memory BIOs (no blocking, no socket of OpenSSL's): see upstream_tls.h.
+ *
+ * Contexts (SSL_CTX, one per ca_file / tls_verify pair) and their session
+ * caches belong to the px_uclient_t (c->h1.tls) and live until the client
+ * closes. A px_tls_t belongs to its connection and is freed in the
+ * connection's close callback, after libuv has cancelled our writes.
+ */
+#include <arpa/inet.h>
+#include <limits.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "upstream_lane.h"
+#include "upstream_tls.h"
+
+/* Sessions cached per context (one per host:port). */
+#define PX_TLS_SESSIONS 64
+
+typedef struct tls_sess {
+  SSL_SESSION *sess;
+  char key[280];
+} tls_sess_t;
+
+struct px_tls_ctx {
+  px_tls_ctx_t *next; /* c->h1.tls */
+  SSL_CTX *ssl;
+  bool no_verify;
+  size_t nsess;
+  tls_sess_t sess[PX_TLS_SESSIONS];
+  char ca_file[]; /* "" = default paths */
+};
+
+struct px_tls {
+  px_tls_ctx_t *ctx;
+  uv_stream_t *s;
+  SSL *ssl;
+  BIO *rbio, *wbio; /* owned by ssl */
+  unsigned nwrites; /* uv_writes in flight */
+  int werr;         /* a write failed */
+  bool up;          /* handshake done */
+  bool fatal;       /* no SSL_shutdown after this */
+  bool eof;         /* TCP EOF fed */
+  char err[256];
+  char key[280];
+};
+
+typedef struct tls_wr {
+  uv_write_t req;
+  px_tls_t *t;
+  char data[];
+} tls_wr_t;
+
+/* ---- contexts and sessions ---- */
+
+static int on_new_session(SSL *ssl, SSL_SESSION *sess) {
+  px_tls_t *t = SSL_get_app_data(ssl);
+  if (!t) return 0;
+  px_tls_ctx_t *x = t->ctx;
+  tls_sess_t *slot = NULL;
+  for (size_t i = 0; i < x->nsess; i++)
+    if (strcmp(x->sess[i].key, t->key) == 0) slot = &x->sess[i];
+  if (!slot) {
+    if (x->nsess < PX_TLS_SESSIONS) {
+      slot = &x->sess[x->nsess++];
+    } else { /* full: drop the oldest */
+      SSL_SESSION_free(x->sess[0].sess);
+      memmove(&x->sess[0], &x->sess[1], sizeof(x->sess[0]) * (PX_TLS_SESSIONS - 1));
+      slot = &x->sess[PX_TLS_SESSIONS - 1];
+    }
+    memcpy(slot->key, t->key, sizeof(slot->key));
+  } else {
+    SSL_SESSION_free(slot->sess);
+  }
+  slot->sess = sess;
+  return 1; /* the reference is ours */
+}
+
+static SSL_CTX *ctx_new(const char *ca_file, bool no_verify) {
+  static const unsigned char alpn[] = "\x08http/1.1";
+  SSL_CTX *s = SSL_CTX_new(TLS_client_method());
+  if (!s) return NULL;
+  if (!SSL_CTX_set_min_proto_version(s, TLS1_2_VERSION)) goto fail;
+  if (no_verify) {
+    SSL_CTX_set_verify(s, SSL_VERIFY_NONE, NULL);
+  } else {
+    SSL_CTX_set_verify(s, SSL_VERIFY_PEER, NULL);
+    if (ca_file) {
+      /* curl: CURLOPT_CAINFO, and its build's CA path beside it */
+      if (!SSL_CTX_load_verify_file(s, ca_file)) goto fail;
+      (void)SSL_CTX_load_verify_dir(s, X509_get_default_cert_dir());
+    } else if (!SSL_CTX_set_default_verify_paths(s)) {
+      goto fail;
+    }
+    /* as curl does: a CA file may hold an intermediate as trust anchor */
+    X509_STORE_set_flags(SSL_CTX_get_cert_store(s),
+                         X509_V_FLAG_PARTIAL_CHAIN | X509_V_FLAG_TRUSTED_FIRST);
+  }
+  SSL_CTX_set_session_cache_mode(s, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+  SSL_CTX_sess_set_new_cb(s, on_new_session);
+  if (SSL_CTX_set_alpn_protos(s, alpn, sizeof(alpn) - 1) != 0) goto fail;
+  return s;
+fail:
+  SSL_CTX_free(s);
+  ERR_clear_error();
+  return NULL;
+}
+
+px_tls_ctx_t *px_tls_ctx_get(px_uclient_t *c, const char *ca_file, bool no_verify) {
+  const char *cf = ca_file && !no_verify ? ca_file : "";
+  for (px_tls_ctx_t *x = c->h1.tls; x; x = x->next)
+    if (x->no_verify == no_verify && strcmp(x->ca_file, cf) == 0) return x;
+  size_t n = strlen(cf);
+  px_tls_ctx_t *x = calloc(1, sizeof(*x) + n + 1);
+  if (!x) return NULL;
+  memcpy(x->ca_file, cf, n + 1);
+  x->no_verify = no_verify;
+  if (!(x->ssl = ctx_new(n ? cf : NULL, no_verify))) {
+    free(x);
+    return NULL;
+  }
+  x->next = c->h1.tls;
+  c->h1.tls = x;
+  return x;
+}
+
+void px_tls_client_close(px_uclient_t *c) {
+  while (c->h1.tls) {
+    px_tls_ctx_t *x = c->h1.tls;
+    c->h1.tls = x->next;
+    for (size_t i = 0; i < x->nsess; i++) SSL_SESSION_free(x->sess[i].sess);
+    SSL_CTX_free(x->ssl); /* live SSL objects keep their own reference */
+    free(x);
+  }
+}
+
+/* ---- one connection ---- */
+
+px_tls_t *px_tls_new(px_tls_ctx_t *ctx, uv_stream_t *s, const char *key, size_t host_len) {
+  char host[256];
+  unsigned char ipbuf[16];
+  if (host_len >= sizeof(host) || strlen(key) >= sizeof(((px_tls_t *)0)->key)) return NULL;
+  px_tls_t *t = calloc(1, sizeof(*t));
+  if (!t) return NULL;
+  t->ctx = ctx;
+  t->s = s;
+  strcpy(t->key, key);
+  memcpy(host, key, host_len);
+  host[host_len] = 0;
+  bool ip = inet_pton(AF_INET, host, ipbuf) == 1 || inet_pton(AF_INET6, host, ipbuf) == 1;
+  if (!(t->ssl = SSL_new(ctx->ssl))) goto fail;
+  t->rbio = BIO_new(BIO_s_mem());
+  t->wbio = BIO_new(BIO_s_mem());
+  if (!t->rbio || !t->wbio) {
+    BIO_free(t->rbio);
+    BIO_free(t->wbio);
+    goto fail;
+  }
+  BIO_set_mem_eof_return(t->rbio, -1); /* empty: "retry", not EOF */
+  SSL_set_bio(t->ssl, t->rbio, t->wbio);
+  SSL_set_connect_state(t->ssl);
+  SSL_set_app_data(t->ssl, t);
+  if (!ctx->no_verify) {
+    if (ip) {
+      if (!X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(t->ssl), host)) goto fail;
+    } else {
+      SSL_set_hostflags(t->ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+      if (!SSL_set1_host(t->ssl, host)) goto fail;
+    }
+  }
+  if (!ip && !SSL_set_tlsext_host_name(t->ssl, host)) goto fail;
+  for (size_t i = 0; i < ctx->nsess; i++) {
+    if (strcmp(ctx->sess[i].key, key) != 0) continue;
+    if (SSL_SESSION_is_resumable(ctx->sess[i].sess))
+      (void)SSL_set_session(t->ssl, ctx->sess[i].sess);
+    break;
+  }
+  return t;
+fail:
+  SSL_free(t->ssl);
+  free(t);
+  ERR_clear_error();
+  return NULL;
+}
+
+void px_tls_free(px_tls_t *t) {
+  if (!t) return;
+  SSL_set_app_data(t->ssl, NULL);
+  SSL_free(t->ssl);
+  free(t);
+}
+
+static void on_tls_written(uv_write_t *req, int status) {
+  tls_wr_t *w = PX_CONTAINER(req, tls_wr_t, req);
+  px_tls_t *t = w->t;
+  t->nwrites--;
+  if (status < 0 && status != UV_ECANCELED && !t->werr) t->werr = status;
+  free(w);
+}
+
+static int fail_text(px_tls_t *t, const char *what) {
+  unsigned long e = ERR_peek_last_error();
+  char eb[120];
+  if (e) {
+    ERR_error_string_n(e, eb, sizeof(eb));
+    snprintf(t->err, sizeof(t->err), "%s: %s", what, eb);
+  } else {
+    snprintf(t->err, sizeof(t->err), "%s", what);
+  }
+  ERR_clear_error();
+  t->fatal = true;
+  return PX_TLS_ERR;
+}
+
+/* Send what OpenSSL wrote into wbio: most of it at once, the rest in a
+ * write of ours. */
+static int flush(px_tls_t *t, bool queue) {
+  char *p;
+  long n = BIO_get_mem_data(t->wbio, &p);
+  if (n <= 0) return 0;
+  int rc = 0;
+  if (t->werr) {
+    rc = t->werr;
+  } else {
+    uv_buf_t b = uv_buf_init(p, (unsigned)n);
+    rc = uv_try_write(t->s, &b, 1);
+    if (rc == UV_EAGAIN || rc == UV_ENOSYS) rc = 0;
+    if (rc >= 0 && rc < n && queue) {
+      size_t left = (size_t)(n - rc);
+      tls_wr_t *w = malloc(sizeof(*w) + left);
+      if (!w) {
+        rc = UV_ENOMEM;
+      } else {
+        memcpy(w->data, p + rc, left);
+        w->t = t;
+        b = uv_buf_init(w->data, (unsigned)left);
+        rc = uv_write(&w->req, t->s, &b, 1, on_tls_written);
+        if (rc < 0)
+          free(w);
+        else
+          t->nwrites++;
+      }
+    }
+  }
+  (void)BIO_reset(t->wbio);
+  if (rc < 0) {
+    if (!t->werr) t->werr = rc;
+    snprintf(t->err, sizeof(t->err), "TLS write failed: %s", uv_strerror(rc));
+    t->fatal = true;
+    return PX_TLS_ERR;
+  }
+  return 0;
+}
+
+int px_tls_handshake(px_tls_t *t) {
+  if (t->up) return 1;
+  ERR_clear_error();
+  int rc = SSL_do_handshake(t->ssl);
+  int e = rc == 1 ? SSL_ERROR_NONE : SSL_get_error(t->ssl, rc);
+  if (flush(t, true) < 0) return PX_TLS_ERR;
+  if (rc == 1) {
+    t->up = true;
+    return 1;
+  }
+  if (e == SSL_ERROR_WANT_READ && !t->eof) return 0;
+  long v = SSL_get_verify_result(t->ssl);
+  if (v != X509_V_OK) {
+    snprintf(t->err, sizeof(t->err), "certificate verify failed: %s",
+             X509_verify_cert_error_string(v));
+    ERR_clear_error();
+    t->fatal = true;
+    return PX_TLS_ERR;
+  }
+  return fail_text(t, t->eof && !ERR_peek_last_error()
+                          ? "connection closed during the TLS handshake"
+                          : "TLS handshake failed");
+}
+
+int px_tls_feed(px_tls_t *t, const char *p, size_t n) {
+  if (n > INT_MAX || BIO_write(t->rbio, p, (int)n) != (int)n)
+    return fail_text(t, "TLS input buffer");
+  return 0;
+}
+
+void px_tls_feed_eof(px_tls_t *t) {
+  t->eof = true;
+  BIO_set_mem_eof_return(t->rbio, 0);
+}
+
+ssize_t px_tls_read(px_tls_t *t, char *buf, size_t cap) {
+  if (t->fatal) return PX_TLS_ERR;
+  if (t->werr) {
+    snprintf(t->err, sizeof(t->err), "TLS write failed: %s", uv_strerror(t->werr));
+    t->fatal = true;
+    return PX_TLS_ERR;
+  }
+  ERR_clear_error();
+  int n = SSL_read(t->ssl, buf, cap > INT_MAX ? INT_MAX : (int)cap);
+  if (n > 0) return n;
+  int e = SSL_get_error(t->ssl, n);
+  /* a post-handshake message may want an answer (key update) */
+  if (flush(t, true) < 0) return PX_TLS_ERR;
+  if (e == SSL_ERROR_WANT_READ && !t->eof) return 0;
+  if (e == SSL_ERROR_ZERO_RETURN) return PX_TLS_EOF;
+  /* a TCP close without close_notify: the body may be truncated */
+  return fail_text(t, t->eof ? "connection closed without TLS close_notify" : "TLS read failed");
+}
+
+int px_tls_write(px_tls_t *t, const uv_buf_t *b, unsigned nb) {
+  if (t->fatal) return PX_TLS_ERR;
+  ERR_clear_error();
+  for (unsigned i = 0; i < nb; i++) {
+    if (b[i].len == 0) continue;
+    /* into a memory BIO: the whole buffer or an error */
+    if (SSL_write(t->ssl, b[i].base, (int)b[i].len) <= 0)
+      return fail_text(t, "TLS write failed");
+  }
+  return flush(t, true);
+}
+
+bool px_tls_writing(const px_tls_t *t) {
+  return t->nwrites > 0;
+}
+
+void px_tls_shutdown(px_tls_t *t) {
+  if (!t->up || t->fatal || t->werr) return;
+  ERR_clear_error();
+  (void)SSL_shutdown(t->ssl);
+  ERR_clear_error();
+  (void)flush(t, false); /* the stream is being closed: no queued write */
+  t->fatal = true;
+}
+
+const char *px_tls_error(const px_tls_t *t) {
+  return t->err[0] ? t->err : "TLS error";
+}
+
+bool px_tls_resumed(const px_tls_t *t) {
+  return SSL_session_reused(t->ssl) == 1;
+}
