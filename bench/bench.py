@@ -550,7 +550,8 @@ class Bench:
                  ("ir", "proxai", None, "chat", "anthropic"),
                  ("ir", "proxai-curl", "curl", "anthropic", "chat"),
                  ("irs", "nginx", None, "chat", "chat"),
-                 ("irs", "proxai", None, "chat", "chat")]
+                 ("irs", "proxai", None, "chat", "chat"),
+                 ("irs", "proxai-curl", "curl", "chat", "chat")]
         if a.cg_cases:
             cases = [c for c in cases if "%s:%s:%s>%s" % (c[0], c[1], c[3], c[4]) in a.cg_cases
                      or c[0] in a.cg_cases]
@@ -870,7 +871,7 @@ def report(b, started):
         w("")
         w("N and 2N sequential keep-alive requests under callgrind; the difference "
           "divided by N. proxai: the default configuration (built-in lane for http://, "
-          "libcurl for https://); proxai-curl: the same with `client = curl`.")
+          "built-in with OpenSSL for https://); proxai-curl: the same with `client = curl`.")
         w("")
         w("Ratios: a pass-through against nginx; a translated request against the "
           "chat pass-through of the same lane.")
