@@ -19,6 +19,9 @@
 #include "upstream_lane.h"
 #include "upstream_tls.h"
 
+/* Requests up to this size are sealed as one record (a TLS record holds
+ * 16 KiB of plaintext). */
+#define PX_TLS_GATHER 16384
 /* Sessions cached per context (one per host:port). */
 #define PX_TLS_SESSIONS 64
 
@@ -46,6 +49,7 @@ struct px_tls {
   bool up;          /* handshake done */
   bool fatal;       /* no SSL_shutdown after this */
   bool eof;         /* TCP EOF fed */
+  bool drained;     /* the last read took every byte fed */
   char err[256];
   char key[280];
 };
@@ -282,6 +286,7 @@ int px_tls_handshake(px_tls_t *t) {
 }
 
 int px_tls_feed(px_tls_t *t, const char *p, size_t n) {
+  t->drained = false;
   if (n > INT_MAX || BIO_write(t->rbio, p, (int)n) != (int)n)
     return fail_text(t, "TLS input buffer");
   return 0;
@@ -289,10 +294,15 @@ int px_tls_feed(px_tls_t *t, const char *p, size_t n) {
 
 void px_tls_feed_eof(px_tls_t *t) {
   t->eof = true;
+  t->drained = false;
   BIO_set_mem_eof_return(t->rbio, 0);
 }
 
 ssize_t px_tls_read(px_tls_t *t, char *buf, size_t cap) {
+  if (t->drained) {
+    t->drained = false;
+    return 0;
+  }
   if (t->fatal) return PX_TLS_ERR;
   if (t->werr) {
     snprintf(t->err, sizeof(t->err), "TLS write failed: %s", uv_strerror(t->werr));
@@ -301,7 +311,11 @@ ssize_t px_tls_read(px_tls_t *t, char *buf, size_t cap) {
   }
   ERR_clear_error();
   int n = SSL_read(t->ssl, buf, cap > INT_MAX ? INT_MAX : (int)cap);
-  if (n > 0) return n;
+  if (n > 0) {
+    /* nothing left to decrypt: the next call need not ask OpenSSL */
+    t->drained = !t->eof && SSL_pending(t->ssl) == 0 && BIO_ctrl_pending(t->rbio) == 0;
+    return n;
+  }
   int e = SSL_get_error(t->ssl, n);
   /* a post-handshake message may want an answer (key update) */
   if (flush(t, true) < 0) return PX_TLS_ERR;
@@ -314,6 +328,15 @@ ssize_t px_tls_read(px_tls_t *t, char *buf, size_t cap) {
 int px_tls_write(px_tls_t *t, const uv_buf_t *b, unsigned nb) {
   if (t->fatal) return PX_TLS_ERR;
   ERR_clear_error();
+  /* a small request (head and body) goes in one record: one seal, not two */
+  size_t total = 0;
+  for (unsigned i = 0; i < nb; i++) total += b[i].len;
+  if (nb > 1 && total <= PX_TLS_GATHER) {
+    char one[PX_TLS_GATHER], *w = one;
+    for (unsigned i = 0; i < nb; i++) memcpy(w, b[i].base, b[i].len), w += b[i].len;
+    if (SSL_write(t->ssl, one, (int)total) <= 0) return fail_text(t, "TLS write failed");
+    return flush(t, true);
+  }
   for (unsigned i = 0; i < nb; i++) {
     if (b[i].len == 0) continue;
     /* into a memory BIO: the whole buffer or an error */
