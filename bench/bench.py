@@ -233,7 +233,9 @@ idle_timeout = 120s
             if client:
                 f.write("client = %s\n" % client)
             if tls:
-                f.write("ca_file = %s\n" % tls[1])
+                # a first handshake under valgrind on a loaded machine can
+                # take more than the default 5 s
+                f.write("ca_file = %s\nconnect_timeout = 60s\n" % tls[1])
         for prefix, up in (("to_chat", "mock_chat"), ("to_resp", "mock_resp"),
                            ("to_anth", "mock_anth")):
             f.write("\n[route %s*]\nupstream = %s\n" % (prefix, up))

@@ -1,7 +1,7 @@
 /**
  * upstream_h1.c - the built-in lane: HTTP/1.1 over llhttp (the parser the
- * server uses), the default for plain http:// upstreams, as nginx, Envoy and
- * h2o keep their own upstream codecs. IP literals connect at once; host
+ * server uses), the default for http:// and https:// upstreams, as nginx,
+ * Envoy and h2o keep their own upstream codecs. IP literals connect at once; host
  * names are resolved with uv_getaddrinfo and cached PX_H1_DNS_TTL_MS (the
  * addresses are tried in order). One uv_tcp_t per connection; keep-alive
  * connections are parked per "host:port" in c->h1.idle.
@@ -9,8 +9,15 @@
  * It keeps curl's observable behaviour: the same callbacks, timeouts and
  * results; Host and Accept: * / * as curl sends them; a request that fails
  * on a reused connection before any response byte is sent once more on a
- * fresh one. Anything it does not take (https, HTTP/2, other methods, a URL
- * it does not parse) goes to the curl lane.
+ * fresh one. Anything it does not take (HTTP/2, other methods, a URL it does
+ * not parse) goes to the curl lane.
+ *
+ * https:// runs over TLS from upstream_tls.c on the same connection: after
+ * the TCP connect, the handshake (covered by the connect deadline, as in
+ * curl; its failure is a connect failure), then the request through
+ * px_tls_write; h1_on_read decrypts and hands plaintext to h1_on_bytes,
+ * the one response path of both transports. Idle TLS connections are kept
+ * per "host:port" and TLS context.
  *
  * llhttp runs with c->in_lane raised, so that cancels, starts and resumes
  * from inside its callbacks are deferred as for curl callbacks. Error texts
