@@ -145,6 +145,13 @@ void px_tls_client_close(px_uclient_t *c) {
 
 /* ---- one connection ---- */
 
+/* SSL_get_error() needs an empty error queue before the call it explains
+ * (another user of OpenSSL on this thread, libcurl, may leave one behind);
+ * clearing an empty queue costs more than looking at it. */
+static inline void err_reset(void) {
+  if (ERR_peek_error()) ERR_clear_error();
+}
+
 px_tls_t *px_tls_new(px_tls_ctx_t *ctx, uv_stream_t *s, const char *key, size_t host_len) {
   char host[256];
   unsigned char ipbuf[16];
@@ -263,7 +270,7 @@ static int flush(px_tls_t *t, bool queue) {
 
 int px_tls_handshake(px_tls_t *t) {
   if (t->up) return 1;
-  ERR_clear_error();
+  err_reset();
   int rc = SSL_do_handshake(t->ssl);
   int e = rc == 1 ? SSL_ERROR_NONE : SSL_get_error(t->ssl, rc);
   if (flush(t, true) < 0) return PX_TLS_ERR;
@@ -309,7 +316,7 @@ ssize_t px_tls_read(px_tls_t *t, char *buf, size_t cap) {
     t->fatal = true;
     return PX_TLS_ERR;
   }
-  ERR_clear_error();
+  err_reset();
   int n = SSL_read(t->ssl, buf, cap > INT_MAX ? INT_MAX : (int)cap);
   if (n > 0) {
     /* nothing left to decrypt: the next call need not ask OpenSSL */
@@ -327,7 +334,7 @@ ssize_t px_tls_read(px_tls_t *t, char *buf, size_t cap) {
 
 int px_tls_write(px_tls_t *t, const uv_buf_t *b, unsigned nb) {
   if (t->fatal) return PX_TLS_ERR;
-  ERR_clear_error();
+  err_reset();
   /* a small request (head and body) goes in one record: one seal, not two */
   size_t total = 0;
   for (unsigned i = 0; i < nb; i++) total += b[i].len;
