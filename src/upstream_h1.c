@@ -39,6 +39,10 @@
 #define PX_H1_DNS_TTL_MS 60000
 /* Most names cached. */
 #define PX_H1_DNS_MAX 64
+/* The read buffer shared by the connections, and its end where TLS
+ * connections decrypt (one record's plaintext at most). */
+#define H1_SLAB 65536
+#define H1_TLS_PLAIN 16384
 
 /* One connection. */
 struct px_h1conn {
@@ -312,9 +316,10 @@ static void h1_close(px_h1conn_t *hc) {
 static void h1_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   px_h1conn_t *hc = h->data;
   (void)suggested;
-  if (!hc->c->h1.slab) hc->c->h1.slab = malloc(65536);
+  if (!hc->c->h1.slab) hc->c->h1.slab = malloc(H1_SLAB);
   buf->base = hc->c->h1.slab;
-  buf->len = hc->c->h1.slab ? 65536 : 0;
+  /* TLS decrypts into the slab's end (h1_tls_read) */
+  buf->len = hc->c->h1.slab ? H1_SLAB - (hc->tls ? H1_TLS_PLAIN : 0) : 0;
 }
 
 static void h1_read_start(px_h1conn_t *hc) {
@@ -728,8 +733,10 @@ static void h1_tls_read(px_h1conn_t *hc, ssize_t nread, const uv_buf_t *buf) {
   }
   if (nread < 0)
     px_tls_feed_eof(hc->tls);
-  else if (!c->h1.slab || px_tls_feed(hc->tls, buf->base, (size_t)nread) < 0)
+  else if (!c->h1.slab)
     nread = UV_ENOMEM;
+  else
+    px_tls_feed(hc->tls, buf->base, (size_t)nread); /* read in place */
   if (!hc->connected) {
     if (!x) {
       h1_close(hc);
@@ -752,9 +759,10 @@ static void h1_tls_read(px_h1conn_t *hc, ssize_t nread, const uv_buf_t *buf) {
     px_up_leave(c);
     if (rc < 0) return;
   }
-  char *plain = c->h1.slab; /* its ciphertext is in the BIO now */
+  /* the ciphertext is at the start of the slab, plaintext goes after it */
+  char *plain = c->h1.slab + H1_SLAB - H1_TLS_PLAIN;
   while (!hc->closing) {
-    ssize_t n = nread == UV_ENOMEM ? PX_TLS_ERR : px_tls_read(hc->tls, plain, 65536);
+    ssize_t n = nread == UV_ENOMEM ? PX_TLS_ERR : px_tls_read(hc->tls, plain, H1_TLS_PLAIN);
     if (n == 0) return;
     /* close_notify ends the stream as EOF does; a close without it, or a
      * broken record, is not an end a body may rely on */
@@ -767,10 +775,12 @@ static void h1_tls_read(px_h1conn_t *hc, ssize_t nread, const uv_buf_t *buf) {
 
 static void h1_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   px_h1conn_t *hc = s->data;
-  if (hc->tls && !hc->closing)
+  if (hc->tls && !hc->closing) {
     h1_tls_read(hc, nread, buf);
-  else
+    px_tls_unfeed(hc->tls); /* the slab is the next read's */
+  } else {
     h1_on_bytes(s, nread, buf);
+  }
 }
 
 static px_xfer_t *h1_x(llhttp_t *p) {

@@ -1,6 +1,14 @@
 /**
- * upstream_tls.c - TLS on OpenSSL for the built-in HTTP/1.1 lane, over
- * memory BIOs (no blocking, no socket of OpenSSL's): see upstream_tls.h.
+ * upstream_tls.c - TLS on OpenSSL for the built-in HTTP/1.1 lane, over an
+ * in-memory BIO (no blocking, no socket of OpenSSL's): see upstream_tls.h.
+ *
+ * The BIO is our own rather than two BIO_s_mem(): OpenSSL reads the
+ * ciphertext straight from the lane's read buffer (a partial record stays
+ * in OpenSSL's record buffer), and writes into a px_buf_t sent and emptied
+ * after every call. Memory BIOs would copy every byte once more and keep
+ * their largest size (64 KiB after one full read) per idle connection;
+ * with SSL_MODE_RELEASE_BUFFERS an idle connection holds no record buffer
+ * either.
  *
  * Contexts (SSL_CTX, one per ca_file / tls_verify pair) and their session
  * caches belong to the px_uclient_t (c->h1.tls) and live until the client
@@ -16,9 +24,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/buf.h"
 #include "upstream_lane.h"
 #include "upstream_tls.h"
 
+/* Output kept allocated between flushes up to this size. */
+#define PX_TLS_OUT_KEEP 65536
 /* Requests up to this size are sealed as one record (a TLS record holds
  * 16 KiB of plaintext). */
 #define PX_TLS_GATHER 16384
@@ -43,7 +54,10 @@ struct px_tls {
   px_tls_ctx_t *ctx;
   uv_stream_t *s;
   SSL *ssl;
-  BIO *rbio, *wbio; /* owned by ssl */
+  BIO *bio;         /* read and write side; owned by ssl */
+  const char *in;   /* ciphertext fed, not yet taken by OpenSSL */
+  size_t in_len;
+  px_buf_t out;     /* ciphertext OpenSSL wrote, not yet sent */
   unsigned nwrites; /* uv_writes in flight */
   int werr;         /* a write failed */
   bool up;          /* handshake done */
@@ -59,6 +73,65 @@ typedef struct tls_wr {
   px_tls_t *t;
   char data[];
 } tls_wr_t;
+
+/* ---- the BIO ---- */
+
+static int bio_write_ex(BIO *b, const char *p, size_t n, size_t *done) {
+  px_tls_t *t = BIO_get_data(b);
+  if (px_buf_append(&t->out, p, n) < 0) return 0;
+  *done = n;
+  return 1;
+}
+
+static int bio_read_ex(BIO *b, char *p, size_t n, size_t *done) {
+  px_tls_t *t = BIO_get_data(b);
+  BIO_clear_retry_flags(b);
+  if (t->in_len == 0) {
+    *done = 0;
+    if (!t->eof) BIO_set_retry_read(b); /* else: EOF */
+    return 0;
+  }
+  size_t k = n < t->in_len ? n : t->in_len;
+  memcpy(p, t->in, k);
+  t->in += k;
+  t->in_len -= k;
+  *done = k;
+  return 1;
+}
+
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr) {
+  px_tls_t *t = BIO_get_data(b);
+  (void)num, (void)ptr;
+  switch (cmd) {
+    case BIO_CTRL_FLUSH:
+      return 1;
+    case BIO_CTRL_PENDING:
+      return t ? (long)t->in_len : 0;
+    case BIO_CTRL_WPENDING:
+      return t ? (long)t->out.len : 0;
+    case BIO_CTRL_EOF:
+      return t && t->eof && t->in_len == 0;
+    default:
+      return 0;
+  }
+}
+
+static int bio_create(BIO *b) {
+  BIO_set_init(b, 1);
+  return 1;
+}
+
+static BIO_METHOD *bio_method(void) {
+  static BIO_METHOD *m; /* process-wide, like OpenSSL's own methods */
+  if (m) return m;
+  BIO_METHOD *n = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "proxai uv");
+  if (!n || !BIO_meth_set_write_ex(n, bio_write_ex) || !BIO_meth_set_read_ex(n, bio_read_ex) ||
+      !BIO_meth_set_ctrl(n, bio_ctrl) || !BIO_meth_set_create(n, bio_create)) {
+    BIO_meth_free(n);
+    return NULL;
+  }
+  return m = n;
+}
 
 /* ---- contexts and sessions ---- */
 
@@ -105,6 +178,8 @@ static SSL_CTX *ctx_new(const char *ca_file, bool no_verify) {
     X509_STORE_set_flags(SSL_CTX_get_cert_store(s),
                          X509_V_FLAG_PARTIAL_CHAIN | X509_V_FLAG_TRUSTED_FIRST);
   }
+  /* an idle kept-alive connection holds no record buffer */
+  SSL_CTX_set_mode(s, SSL_MODE_RELEASE_BUFFERS);
   SSL_CTX_set_session_cache_mode(s, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
   SSL_CTX_sess_set_new_cb(s, on_new_session);
   if (SSL_CTX_set_alpn_protos(s, alpn, sizeof(alpn) - 1) != 0) goto fail;
@@ -160,20 +235,16 @@ px_tls_t *px_tls_new(px_tls_ctx_t *ctx, uv_stream_t *s, const char *key, size_t 
   if (!t) return NULL;
   t->ctx = ctx;
   t->s = s;
+  px_buf_init(&t->out, SIZE_MAX);
   strcpy(t->key, key);
   memcpy(host, key, host_len);
   host[host_len] = 0;
   bool ip = inet_pton(AF_INET, host, ipbuf) == 1 || inet_pton(AF_INET6, host, ipbuf) == 1;
-  if (!(t->ssl = SSL_new(ctx->ssl))) goto fail;
-  t->rbio = BIO_new(BIO_s_mem());
-  t->wbio = BIO_new(BIO_s_mem());
-  if (!t->rbio || !t->wbio) {
-    BIO_free(t->rbio);
-    BIO_free(t->wbio);
-    goto fail;
-  }
-  BIO_set_mem_eof_return(t->rbio, -1); /* empty: "retry", not EOF */
-  SSL_set_bio(t->ssl, t->rbio, t->wbio);
+  BIO_METHOD *m = bio_method();
+  if (!m || !(t->ssl = SSL_new(ctx->ssl))) goto fail;
+  if (!(t->bio = BIO_new(m))) goto fail;
+  BIO_set_data(t->bio, t);
+  SSL_set_bio(t->ssl, t->bio, t->bio); /* one reference for both sides */
   SSL_set_connect_state(t->ssl);
   SSL_set_app_data(t->ssl, t);
   if (!ctx->no_verify) {
@@ -203,6 +274,7 @@ void px_tls_free(px_tls_t *t) {
   if (!t) return;
   SSL_set_app_data(t->ssl, NULL);
   SSL_free(t->ssl);
+  px_buf_free(&t->out);
   free(t);
 }
 
@@ -228,12 +300,12 @@ static int fail_text(px_tls_t *t, const char *what) {
   return PX_TLS_ERR;
 }
 
-/* Send what OpenSSL wrote into wbio: most of it at once, the rest in a
+/* Send what OpenSSL wrote (t->out): most of it at once, the rest in a
  * write of ours. */
 static int flush(px_tls_t *t, bool queue) {
-  char *p;
-  long n = BIO_get_mem_data(t->wbio, &p);
-  if (n <= 0) return 0;
+  char *p = t->out.data;
+  size_t n = t->out.len;
+  if (n == 0) return 0;
   int rc = 0;
   if (t->werr) {
     rc = t->werr;
@@ -241,7 +313,7 @@ static int flush(px_tls_t *t, bool queue) {
     uv_buf_t b = uv_buf_init(p, (unsigned)n);
     rc = uv_try_write(t->s, &b, 1);
     if (rc == UV_EAGAIN || rc == UV_ENOSYS) rc = 0;
-    if (rc >= 0 && rc < n && queue) {
+    if (rc >= 0 && (size_t)rc < n && queue) {
       size_t left = (size_t)(n - rc);
       tls_wr_t *w = malloc(sizeof(*w) + left);
       if (!w) {
@@ -258,7 +330,10 @@ static int flush(px_tls_t *t, bool queue) {
       }
     }
   }
-  (void)BIO_reset(t->wbio);
+  if (t->out.size > PX_TLS_OUT_KEEP)
+    px_buf_free(&t->out); /* a large body went out: do not keep its size */
+  else
+    px_buf_reset(&t->out);
   if (rc < 0) {
     if (!t->werr) t->werr = rc;
     snprintf(t->err, sizeof(t->err), "TLS write failed: %s", uv_strerror(rc));
@@ -292,17 +367,20 @@ int px_tls_handshake(px_tls_t *t) {
                           : "TLS handshake failed");
 }
 
-int px_tls_feed(px_tls_t *t, const char *p, size_t n) {
+void px_tls_feed(px_tls_t *t, const char *p, size_t n) {
   t->drained = false;
-  if (n > INT_MAX || BIO_write(t->rbio, p, (int)n) != (int)n)
-    return fail_text(t, "TLS input buffer");
-  return 0;
+  t->in = p;
+  t->in_len = n;
+}
+
+void px_tls_unfeed(px_tls_t *t) {
+  t->in = NULL;
+  t->in_len = 0;
 }
 
 void px_tls_feed_eof(px_tls_t *t) {
   t->eof = true;
   t->drained = false;
-  BIO_set_mem_eof_return(t->rbio, 0);
 }
 
 ssize_t px_tls_read(px_tls_t *t, char *buf, size_t cap) {
@@ -320,7 +398,7 @@ ssize_t px_tls_read(px_tls_t *t, char *buf, size_t cap) {
   int n = SSL_read(t->ssl, buf, cap > INT_MAX ? INT_MAX : (int)cap);
   if (n > 0) {
     /* nothing left to decrypt: the next call need not ask OpenSSL */
-    t->drained = !t->eof && SSL_pending(t->ssl) == 0 && BIO_ctrl_pending(t->rbio) == 0;
+    t->drained = !t->eof && t->in_len == 0 && SSL_pending(t->ssl) == 0;
     return n;
   }
   int e = SSL_get_error(t->ssl, n);
@@ -346,7 +424,7 @@ int px_tls_write(px_tls_t *t, const uv_buf_t *b, unsigned nb) {
   }
   for (unsigned i = 0; i < nb; i++) {
     if (b[i].len == 0) continue;
-    /* into a memory BIO: the whole buffer or an error */
+    /* into t->out: the whole buffer or an error */
     if (SSL_write(t->ssl, b[i].base, (int)b[i].len) <= 0)
       return fail_text(t, "TLS write failed");
   }

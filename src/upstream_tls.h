@@ -2,8 +2,8 @@
  * upstream_tls.h - private to src/upstream*.c: TLS on OpenSSL under the
  * built-in HTTP/1.1 lane (https:// upstreams).
  *
- * A px_tls_t is one connection's TLS state: an SSL object over two memory
- * BIOs. The lane owns the uv stream and its reads; it feeds the ciphertext
+ * A px_tls_t is one connection's TLS state: an SSL object over an in-memory
+ * BIO. The lane owns the uv stream and its reads; it feeds the ciphertext
  * it reads (px_tls_feed) and takes plaintext out (px_tls_read). What OpenSSL
  * produces (handshake records, encrypted requests, close_notify) is written
  * to the stream by this module: uv_try_write first, the rest copied into a
@@ -55,8 +55,12 @@ void px_tls_free(px_tls_t *t);
 /** Drive the handshake, writing what it produces. 1: done; 0: needs more
  *  input; PX_TLS_ERR: failed (certificate, name, protocol, write). */
 int px_tls_handshake(px_tls_t *t);
-/** Ciphertext read from the stream. 0 or PX_TLS_ERR. */
-int px_tls_feed(px_tls_t *t, const char *p, size_t n);
+/** Ciphertext read from the stream, read by OpenSSL in place: p must stay
+ *  valid until px_tls_handshake / px_tls_read took it all (returned 0, an
+ *  error, or PX_TLS_EOF) or px_tls_unfeed. */
+void px_tls_feed(px_tls_t *t, const char *p, size_t n);
+/** Forget what is left of the fed bytes (the connection is being closed). */
+void px_tls_unfeed(px_tls_t *t);
 /** The peer closed the TCP connection: a later px_tls_read reports
  *  PX_TLS_EOF if close_notify came, else PX_TLS_ERR (truncation). */
 void px_tls_feed_eof(px_tls_t *t);
