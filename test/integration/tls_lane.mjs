@@ -7,7 +7,10 @@
 // close without close_notify, a close mid-body, garbage records).
 // Certificates are made at test time (lib/tlscerts.mjs).
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import http from 'node:http';
 import net from 'node:net';
 import tls from 'node:tls';
@@ -274,6 +277,24 @@ test('a TLS upstream that never answers the handshake: connect timeout, 502 or 5
     });
   } finally {
     silent.close();
+  }
+});
+
+test('--check warns that client = builtin with http2 = on still uses libcurl', () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-tls-check-'));
+  try {
+    const f = path.join(dir, 'p.conf');
+    fs.writeFileSync(f, conf(good, 'http2 = on', { client: 'client = builtin' }).replace('{{PORT}}', '1'));
+    const bin = process.env.PROXAI_BIN || 'build/proxai';
+    const r = spawnSync(bin, ['--check', '-c', f], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stderr, /\[upstream u\] client = builtin with http2 = on/);
+    fs.writeFileSync(path.join(dir, 'q.conf'), conf(good, '', { client: 'client = builtin' }).replace('{{PORT}}', '1'));
+    const q = spawnSync(bin, ['--check', '-c', path.join(dir, 'q.conf')], { encoding: 'utf8' });
+    assert.equal(q.status, 0, q.stderr);
+    assert.doesNotMatch(q.stderr, /http2/);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
   }
 });
 
