@@ -762,13 +762,14 @@ static void h1_tls_read(px_h1conn_t *hc, ssize_t nread, const uv_buf_t *buf) {
   /* the ciphertext is at the start of the slab, plaintext goes after it */
   char *plain = c->h1.slab + H1_SLAB - H1_TLS_PLAIN;
   while (!hc->closing) {
-    ssize_t n = nread == UV_ENOMEM ? PX_TLS_ERR : px_tls_read(hc->tls, plain, H1_TLS_PLAIN);
+    ssize_t n =
+        nread == UV_ENOMEM ? PX_TLS_ERR : px_tls_read(hc->tls, plain, H1_TLS_PLAIN);
     if (n == 0) return;
     /* close_notify ends the stream as EOF does; a close without it, or a
      * broken record, is not an end a body may rely on */
     uv_buf_t b = uv_buf_init(plain, n > 0 ? (unsigned)n : 0);
-    h1_on_bytes((uv_stream_t *)&hc->tcp, n > 0 ? n : n == PX_TLS_EOF ? UV_EOF : UV_EPROTO,
-                &b);
+    ssize_t got = n > 0 ? n : n == PX_TLS_EOF ? UV_EOF : UV_EPROTO;
+    h1_on_bytes((uv_stream_t *)&hc->tcp, got, &b);
     if (n < 0) return;
   }
 }

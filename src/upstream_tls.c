@@ -15,6 +15,8 @@
  * closes. A px_tls_t belongs to its connection and is freed in the
  * connection's close callback, after libuv has cancelled our writes.
  */
+#include "upstream_tls.h"
+
 #include <arpa/inet.h>
 #include <limits.h>
 #include <openssl/err.h>
@@ -26,7 +28,6 @@
 
 #include "proxai/buf.h"
 #include "upstream_lane.h"
-#include "upstream_tls.h"
 
 /* Output kept allocated between flushes up to this size. */
 #define PX_TLS_OUT_KEEP 65536
@@ -54,8 +55,8 @@ struct px_tls {
   px_tls_ctx_t *ctx;
   uv_stream_t *s;
   SSL *ssl;
-  BIO *bio;         /* read and write side; owned by ssl */
-  const char *in;   /* ciphertext fed, not yet taken by OpenSSL */
+  BIO *bio;       /* read and write side; owned by ssl */
+  const char *in; /* ciphertext fed, not yet taken by OpenSSL */
   size_t in_len;
   px_buf_t out;     /* ciphertext OpenSSL wrote, not yet sent */
   unsigned nwrites; /* uv_writes in flight */
@@ -125,8 +126,9 @@ static BIO_METHOD *bio_method(void) {
   static BIO_METHOD *m; /* process-wide, like OpenSSL's own methods */
   if (m) return m;
   BIO_METHOD *n = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "proxai uv");
-  if (!n || !BIO_meth_set_write_ex(n, bio_write_ex) || !BIO_meth_set_read_ex(n, bio_read_ex) ||
-      !BIO_meth_set_ctrl(n, bio_ctrl) || !BIO_meth_set_create(n, bio_create)) {
+  if (!n || !BIO_meth_set_write_ex(n, bio_write_ex) ||
+      !BIO_meth_set_read_ex(n, bio_read_ex) || !BIO_meth_set_ctrl(n, bio_ctrl) ||
+      !BIO_meth_set_create(n, bio_create)) {
     BIO_meth_free(n);
     return NULL;
   }
@@ -180,7 +182,8 @@ static SSL_CTX *ctx_new(const char *ca_file, bool no_verify) {
   }
   /* an idle kept-alive connection holds no record buffer */
   SSL_CTX_set_mode(s, SSL_MODE_RELEASE_BUFFERS);
-  SSL_CTX_set_session_cache_mode(s, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+  SSL_CTX_set_session_cache_mode(
+      s, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
   SSL_CTX_sess_set_new_cb(s, on_new_session);
   if (SSL_CTX_set_alpn_protos(s, alpn, sizeof(alpn) - 1) != 0) goto fail;
   return s;
@@ -227,10 +230,12 @@ static inline void err_reset(void) {
   if (ERR_peek_error()) ERR_clear_error();
 }
 
-px_tls_t *px_tls_new(px_tls_ctx_t *ctx, uv_stream_t *s, const char *key, size_t host_len) {
+px_tls_t *px_tls_new(px_tls_ctx_t *ctx, uv_stream_t *s, const char *key,
+                     size_t host_len) {
   char host[256];
   unsigned char ipbuf[16];
-  if (host_len >= sizeof(host) || strlen(key) >= sizeof(((px_tls_t *)0)->key)) return NULL;
+  if (host_len >= sizeof(host) || strlen(key) >= sizeof(((px_tls_t *)0)->key))
+    return NULL;
   px_tls_t *t = calloc(1, sizeof(*t));
   if (!t) return NULL;
   t->ctx = ctx;
@@ -407,7 +412,8 @@ ssize_t px_tls_read(px_tls_t *t, char *buf, size_t cap) {
   if (e == SSL_ERROR_WANT_READ && !t->eof) return 0;
   if (e == SSL_ERROR_ZERO_RETURN) return PX_TLS_EOF;
   /* a TCP close without close_notify: the body may be truncated */
-  return fail_text(t, t->eof ? "connection closed without TLS close_notify" : "TLS read failed");
+  return fail_text(
+      t, t->eof ? "connection closed without TLS close_notify" : "TLS read failed");
 }
 
 int px_tls_write(px_tls_t *t, const uv_buf_t *b, unsigned nb) {

@@ -5,8 +5,8 @@
  * a lane: the built-in HTTP/1.1 client over llhttp (the default for http://
  * and https:// upstreams: IP literals and host names resolved with
  * uv_getaddrinfo, cached 60 s; TLS on OpenSSL, verified as curl verifies) or
- * libcurl's multi interface (HTTP/2, or `client = curl`). Both lanes keep connections alive per
- * upstream and give the same callbacks, timeouts and results.
+ * libcurl's multi interface (HTTP/2, or `client = curl`). Both lanes keep connections
+ * alive per upstream and give the same callbacks, timeouts and results.
  *
  * Both lanes ask for `Accept-Encoding: identity` and hand up no framing or
  * hop-by-hop header (Content-Length, Transfer-Encoding, Connection, ...)

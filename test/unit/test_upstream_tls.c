@@ -55,9 +55,10 @@ static void *serve_conn(void *arg) {
       if (len < need) continue;
       requests++;
       bool close_after = strstr(buf, "/close") != NULL;
-      const char *resp = close_after
-                             ? "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello"
-                             : "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+      const char *resp =
+          close_after
+              ? "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello"
+              : "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
       SSL_write(ssl, resp, (int)strlen(resp));
       memmove(buf, buf + need, len - need);
       len -= need;
@@ -124,7 +125,8 @@ static px_uclient_t *client;
 static char ca[1024];
 static int port;
 
-static result_t fetch(const char *host, const char *path, const char *ca_file, int no_verify) {
+static result_t fetch(const char *host, const char *path, const char *ca_file,
+                      int no_verify) {
   static const px_xfer_cbs_t cbs = {on_headers, on_data, on_done};
   char url[256];
   snprintf(url, sizeof(url), "https://%s:%d%s", host, port, path);
@@ -177,7 +179,8 @@ int main(void) {
   CHECK(srv_ctx && SSL_CTX_use_certificate_chain_file(srv_ctx, cert) == 1 &&
         SSL_CTX_use_PrivateKey_file(srv_ctx, key, SSL_FILETYPE_PEM) == 1);
   lfd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t sl = sizeof(sa);
   CHECK(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 16) == 0 &&
         getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0);
