@@ -233,7 +233,9 @@ idle_timeout = 120s
             if client:
                 f.write("client = %s\n" % client)
             if tls:
-                f.write("ca_file = %s\n" % tls[1])
+                # a first handshake under valgrind on a loaded machine can
+                # take more than the default 5 s
+                f.write("ca_file = %s\nconnect_timeout = 60s\n" % tls[1])
         for prefix, up in (("to_chat", "mock_chat"), ("to_resp", "mock_resp"),
                            ("to_anth", "mock_anth")):
             f.write("\n[route %s*]\nupstream = %s\n" % (prefix, up))
@@ -550,7 +552,8 @@ class Bench:
                  ("ir", "proxai", None, "chat", "anthropic"),
                  ("ir", "proxai-curl", "curl", "anthropic", "chat"),
                  ("irs", "nginx", None, "chat", "chat"),
-                 ("irs", "proxai", None, "chat", "chat")]
+                 ("irs", "proxai", None, "chat", "chat"),
+                 ("irs", "proxai-curl", "curl", "chat", "chat")]
         if a.cg_cases:
             cases = [c for c in cases if "%s:%s:%s>%s" % (c[0], c[1], c[3], c[4]) in a.cg_cases
                      or c[0] in a.cg_cases]
@@ -870,7 +873,7 @@ def report(b, started):
         w("")
         w("N and 2N sequential keep-alive requests under callgrind; the difference "
           "divided by N. proxai: the default configuration (built-in lane for http://, "
-          "libcurl for https://); proxai-curl: the same with `client = curl`.")
+          "built-in with OpenSSL for https://); proxai-curl: the same with `client = curl`.")
         w("")
         w("Ratios: a pass-through against nginx; a translated request against the "
           "chat pass-through of the same lane.")

@@ -5,7 +5,9 @@
  *   - an upstream no route names, neither as its upstream nor as a fallback;
  *   - a route every model of which an earlier route already takes (routes
  *     match in file order: `[route *]` before `[route gpt-4o]`);
- *   - a key `models` glob that no route pattern can match.
+ *   - a key `models` glob that no route pattern can match;
+ *   - `client = builtin` with `http2 = on` (HTTP/2 is libcurl's: the
+ *     upstream uses libcurl anyway).
  *
  * Patterns are globs with `*` and `?` and no escapes (px_glob_match). Two
  * questions are asked of pattern pairs, each answered by a table over
@@ -78,6 +80,13 @@ size_t px_config_warn(const px_config_t *c, FILE *out) {
   for (size_t u = 0; u < c->nupstreams; u++) {
     bool used = false;
     for (size_t i = 0; i < c->nroutes && !used; i++) used = route_uses(&c->routes[i], u);
+    if (c->upstreams[u].client == 2 && c->upstreams[u].http2) {
+      fprintf(out,
+              "proxai: warning: %s: [upstream %s] client = builtin with http2 = on: the "
+              "built-in client speaks HTTP/1.1 only, libcurl carries this upstream\n",
+              file, c->upstreams[u].name);
+      n++;
+    }
     if (used) continue;
     fprintf(out,
             "proxai: warning: %s: [upstream %s] is used by no route (neither as upstream "

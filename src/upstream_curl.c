@@ -1,7 +1,7 @@
 /**
  * upstream_curl.c - the libcurl lane: curl's multi interface on the libuv
- * loop. It carries https:// (TLS), HTTP/2 and upstreams with
- * `client = curl`.
+ * loop. It carries HTTP/2 (https:// with `http2 = on`), upstreams with
+ * `client = curl`, and what the built-in lane does not take.
  *
  * Glue: curl tells us which sockets to watch (CURLMOPT_SOCKETFUNCTION) and
  * when to call it back (CURLMOPT_TIMERFUNCTION); we answer with one uv_poll_t

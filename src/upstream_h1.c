@@ -1,7 +1,7 @@
 /**
  * upstream_h1.c - the built-in lane: HTTP/1.1 over llhttp (the parser the
- * server uses), the default for plain http:// upstreams, as nginx, Envoy and
- * h2o keep their own upstream codecs. IP literals connect at once; host
+ * server uses), the default for http:// and https:// upstreams, as nginx,
+ * Envoy and h2o keep their own upstream codecs. IP literals connect at once; host
  * names are resolved with uv_getaddrinfo and cached PX_H1_DNS_TTL_MS (the
  * addresses are tried in order). One uv_tcp_t per connection; keep-alive
  * connections are parked per "host:port" in c->h1.idle.
@@ -9,8 +9,15 @@
  * It keeps curl's observable behaviour: the same callbacks, timeouts and
  * results; Host and Accept: * / * as curl sends them; a request that fails
  * on a reused connection before any response byte is sent once more on a
- * fresh one. Anything it does not take (https, HTTP/2, other methods, a URL
- * it does not parse) goes to the curl lane.
+ * fresh one. Anything it does not take (HTTP/2, other methods, a URL it does
+ * not parse) goes to the curl lane.
+ *
+ * https:// runs over TLS from upstream_tls.c on the same connection: after
+ * the TCP connect, the handshake (covered by the connect deadline, as in
+ * curl; its failure is a connect failure), then the request through
+ * px_tls_write; h1_on_read decrypts and hands plaintext to h1_on_bytes,
+ * the one response path of both transports. Idle TLS connections are kept
+ * per "host:port" and TLS context.
  *
  * llhttp runs with c->in_lane raised, so that cancels, starts and resumes
  * from inside its callbacks are deferred as for curl callbacks. Error texts
@@ -24,6 +31,7 @@
 #include <sys/socket.h>
 
 #include "upstream_lane.h"
+#include "upstream_tls.h"
 
 /* Most idle keep-alive connections kept. */
 #define PX_H1_MAX_IDLE 256
@@ -31,6 +39,10 @@
 #define PX_H1_DNS_TTL_MS 60000
 /* Most names cached. */
 #define PX_H1_DNS_MAX 64
+/* The read buffer shared by the connections, and its end where TLS
+ * connections decrypt (one record's plaintext at most). */
+#define H1_SLAB 65536
+#define H1_TLS_PLAIN 16384
 
 /* One connection. */
 struct px_h1conn {
@@ -41,7 +53,9 @@ struct px_h1conn {
   px_link_t idle;    /* c->h1.idle while idle */
   struct px_xfer *x; /* current transfer */
   char key[280];     /* "host:port" */
-  bool connected;
+  px_tls_ctx_t *tctx; /* https: with tls, the transport (upstream_tls.c) */
+  px_tls_t *tls;
+  bool connected; /* and, with TLS, the handshake done */
   bool reused; /* carried an earlier response */
   bool reading;
   bool writing; /* a request write is in flight */
@@ -75,6 +89,7 @@ static int h1_connect(px_xfer_t *x);
 static void h1_close(px_h1conn_t *hc);
 static void h1_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void h1_on_written(uv_write_t *w, int status);
+static void h1_tls_start(px_h1conn_t *hc, px_xfer_t *x);
 
 /* ---- URL ---- */
 
@@ -85,7 +100,7 @@ typedef struct h1_url {
   size_t auth_len;
   const char *path;
   unsigned port;
-  bool v6, ip4;
+  bool v6, ip4, tls;
 } h1_url_t;
 
 static bool is_name_char(char ch) {
@@ -93,10 +108,12 @@ static bool is_name_char(char ch) {
          (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' || ch == '_';
 }
 
-/* "http://HOST[:port][/path]" with HOST an IPv4 literal, [IPv6] or a name. */
+/* "http[s]://HOST[:port][/path]" with HOST an IPv4 literal, [IPv6] or a
+ * name. */
 static bool parse_url(const char *url, h1_url_t *u) {
-  if (strncasecmp(url, "http://", 7) != 0) return false;
-  const char *a = url + 7, *e = a + strcspn(a, "/?#");
+  bool tls = strncasecmp(url, "https://", 8) == 0;
+  if (!tls && strncasecmp(url, "http://", 7) != 0) return false;
+  const char *a = url + 7 + tls, *e = a + strcspn(a, "/?#");
   if (*e == '#' || strpbrk(url, "# \t\r\n@%\\") != NULL) return false;
   const char *pe;
   memset(u, 0, sizeof(*u));
@@ -119,7 +136,7 @@ static bool parse_url(const char *url, h1_url_t *u) {
     u->host = a;
     u->host_len = (size_t)(pe - a);
   }
-  unsigned port = 80;
+  unsigned port = tls ? 443 : 80;
   if (pe < e) {
     if (*pe != ':' || pe + 1 == e) return false;
     port = 0;
@@ -130,9 +147,10 @@ static bool parse_url(const char *url, h1_url_t *u) {
     if (port < 1 || port > 65535) return false;
   }
   u->port = port;
+  u->tls = tls;
   u->auth = a;
   /* curl leaves the default port out of Host */
-  u->auth_len = port == 80 ? (size_t)(pe - a) : (size_t)(e - a);
+  u->auth_len = port == (tls ? 443u : 80u) ? (size_t)(pe - a) : (size_t)(e - a);
   u->path = e;
   return true;
 }
@@ -187,6 +205,9 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
   memcpy(x->u.h1.key + kl, num + j, sizeof(num) - j);
   x->u.h1.key[kl + sizeof(num) - j] = 0;
   x->u.h1.port = (unsigned short)u.port;
+  /* an unusable ca_file: curl's lane reports it as curl does */
+  if (u.tls && !(x->u.h1.tctx = px_tls_ctx_get(x->c, o->ca_file, o->tls_no_verify != 0)))
+    return -1;
   if (u.v6 || u.ip4) {
     char ip[48];
     memcpy(ip, u.host, u.host_len);
@@ -274,6 +295,7 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
 static void h1_on_closed(uv_handle_t *h) {
   px_h1conn_t *hc = h->data;
   px_uclient_t *c = hc->c;
+  px_tls_free(hc->tls); /* after libuv cancelled its writes */
   free(hc);
   px_up_handle_closed(c);
 }
@@ -287,15 +309,17 @@ static void h1_close(px_h1conn_t *hc) {
   }
   if (hc->x) hc->x->u.h1.hc = NULL;
   hc->x = NULL;
+  if (hc->tls) px_tls_shutdown(hc->tls);
   uv_close((uv_handle_t *)&hc->tcp, h1_on_closed);
 }
 
 static void h1_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   px_h1conn_t *hc = h->data;
   (void)suggested;
-  if (!hc->c->h1.slab) hc->c->h1.slab = malloc(65536);
+  if (!hc->c->h1.slab) hc->c->h1.slab = malloc(H1_SLAB);
   buf->base = hc->c->h1.slab;
-  buf->len = hc->c->h1.slab ? 65536 : 0;
+  /* TLS decrypts into the slab's end (h1_tls_read) */
+  buf->len = hc->c->h1.slab ? H1_SLAB - (hc->tls ? H1_TLS_PLAIN : 0) : 0;
 }
 
 static void h1_read_start(px_h1conn_t *hc) {
@@ -319,7 +343,7 @@ static void h1_detach(px_xfer_t *x) {
   x->u.h1.hc = NULL;
   hc->x = NULL;
   if (!x->u.h1.ok || !x->u.h1.keep || hc->dead || hc->writing || c->closing ||
-      c->closed) {
+      c->closed || (hc->tls && px_tls_writing(hc->tls))) {
     h1_close(hc);
     return;
   }
@@ -342,6 +366,11 @@ static int h1_send(px_xfer_t *x) {
                    uv_buf_init((char *)(x->u.h1.body ? x->u.h1.body : ""),
                                (unsigned)x->u.h1.body_len)};
   unsigned nb = x->u.h1.body_len ? 2 : 1;
+  if (hc->tls) {
+    int trc = px_tls_write(hc->tls, b, nb);
+    h1_read_start(hc);
+    return trc < 0 ? UV_EPROTO : 0;
+  }
   /* most requests leave in one writev, without a write request */
   int rc = uv_try_write((uv_stream_t *)&hc->tcp, b, nb);
   if (rc < 0 && rc != UV_EAGAIN) return rc;
@@ -420,6 +449,8 @@ static void h1_on_connect(uv_connect_t *req, int status) {
                x->u.h1.key, uv_strerror(status));
       px_up_finish(x, PX_XFER_ECONNECT, x->errbuf, true);
     }
+  } else if (hc->tctx) {
+    h1_tls_start(hc, x); /* the request follows the handshake */
   } else {
     hc->connected = true;
     int rc = h1_send(x);
@@ -439,6 +470,7 @@ static int h1_connect(px_xfer_t *x) {
   hc->c = c;
   dl_init(&hc->idle);
   memcpy(hc->key, x->u.h1.key, sizeof(hc->key));
+  hc->tctx = x->u.h1.tctx;
   if (uv_tcp_init(c->loop, &hc->tcp) < 0) {
     free(hc);
     return -1;
@@ -461,7 +493,7 @@ static int h1_begin(px_xfer_t *x) {
   px_uclient_t *c = x->c;
   for (px_link_t *l = c->h1.idle.prev; l != &c->h1.idle; l = l->prev) {
     px_h1conn_t *hc = PX_CONTAINER(l, px_h1conn_t, idle);
-    if (strcmp(hc->key, x->u.h1.key) != 0) continue;
+    if (hc->tctx != x->u.h1.tctx || strcmp(hc->key, x->u.h1.key) != 0) continue;
     dl_del(&hc->idle);
     c->h1.nidle--;
     hc->x = x;
@@ -603,7 +635,8 @@ static void h1_complete(px_xfer_t *x) {
   px_up_finish(x, PX_XFER_OK, "ok", true);
 }
 
-static void h1_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+/* Plaintext (or the end of it) from the connection. */
+static void h1_on_bytes(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   px_h1conn_t *hc = s->data;
   px_uclient_t *c = hc->c;
   if (hc->closing) return;
@@ -665,6 +698,90 @@ static void h1_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
   px_up_after(c);
   px_up_leave(c);
+}
+
+/* ---- TLS under the same connection (upstream_tls.c) ---- */
+
+/* A handshake that failed is a connect failure, as in curl's lane. */
+static void h1_tls_failed(px_h1conn_t *hc, px_xfer_t *x) {
+  hc->dead = true;
+  snprintf(x->errbuf, sizeof(x->errbuf), "TLS with %.200s: %s", hc->key,
+           hc->tls ? px_tls_error(hc->tls) : "cannot set up");
+  px_up_finish(x, PX_XFER_ECONNECT, x->errbuf, true);
+}
+
+/* TCP is up: say hello (called inside px_up_enter). */
+static void h1_tls_start(px_h1conn_t *hc, px_xfer_t *x) {
+  hc->tls = px_tls_new(hc->tctx, (uv_stream_t *)&hc->tcp, hc->key, x->u.h1.host_len);
+  if (!hc->tls || px_tls_handshake(hc->tls) < 0) {
+    h1_tls_failed(hc, x);
+    return;
+  }
+  h1_read_start(hc);
+}
+
+/* Ciphertext in: finish the handshake (then send the request), and hand
+ * every byte of plaintext to h1_on_bytes, also while the transfer is
+ * paused (h1_on_body keeps it), as a plain read would. */
+static void h1_tls_read(px_h1conn_t *hc, ssize_t nread, const uv_buf_t *buf) {
+  px_uclient_t *c = hc->c;
+  px_xfer_t *x = hc->x;
+  if (nread == 0) return;
+  if (nread < 0 && nread != UV_EOF && hc->connected) { /* reset, ... */
+    h1_on_bytes((uv_stream_t *)&hc->tcp, nread, buf);
+    return;
+  }
+  if (nread < 0)
+    px_tls_feed_eof(hc->tls);
+  else if (!c->h1.slab)
+    nread = UV_ENOMEM;
+  else
+    px_tls_feed(hc->tls, buf->base, (size_t)nread); /* read in place */
+  if (!hc->connected) {
+    if (!x) {
+      h1_close(hc);
+      return;
+    }
+    if (!px_up_live(x)) return;
+    int rc = nread == UV_ENOMEM ? PX_TLS_ERR : px_tls_handshake(hc->tls);
+    if (rc == 0) return;
+    px_up_enter(c);
+    if (rc < 0) {
+      h1_tls_failed(hc, x);
+    } else {
+      hc->connected = true;
+      if ((rc = h1_send(x)) < 0) {
+        hc->dead = true;
+        h1_conn_failed(x, rc);
+      }
+    }
+    px_up_after(c);
+    px_up_leave(c);
+    if (rc < 0) return;
+  }
+  /* the ciphertext is at the start of the slab, plaintext goes after it */
+  char *plain = c->h1.slab + H1_SLAB - H1_TLS_PLAIN;
+  while (!hc->closing) {
+    ssize_t n =
+        nread == UV_ENOMEM ? PX_TLS_ERR : px_tls_read(hc->tls, plain, H1_TLS_PLAIN);
+    if (n == 0) return;
+    /* close_notify ends the stream as EOF does; a close without it, or a
+     * broken record, is not an end a body may rely on */
+    uv_buf_t b = uv_buf_init(plain, n > 0 ? (unsigned)n : 0);
+    ssize_t got = n > 0 ? n : n == PX_TLS_EOF ? UV_EOF : UV_EPROTO;
+    h1_on_bytes((uv_stream_t *)&hc->tcp, got, &b);
+    if (n < 0) return;
+  }
+}
+
+static void h1_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  px_h1conn_t *hc = s->data;
+  if (hc->tls && !hc->closing) {
+    h1_tls_read(hc, nread, buf);
+    px_tls_unfeed(hc->tls); /* the slab is the next read's */
+  } else {
+    h1_on_bytes(s, nread, buf);
+  }
 }
 
 static px_xfer_t *h1_x(llhttp_t *p) {
@@ -829,4 +946,5 @@ void px_h1_client_close(px_uclient_t *c) {
     free(d);
   }
   c->h1.ndns = 0;
+  px_tls_client_close(c);
 }

@@ -7,7 +7,8 @@
  * finish); a lane owns the bytes on the wire:
  *
  *   upstream_curl.c  libcurl multi on libuv: TLS, HTTP/2, anything unusual
- *   upstream_h1.c    built-in HTTP/1.1 over llhttp: plain http:// upstreams
+ *   upstream_h1.c    built-in HTTP/1.1 over llhttp: http:// and https://
+ *                    (TLS from upstream_tls.c) upstreams
  *
  * A lane calls back into the core through px_up_head_line() /
  * px_up_head_done(), px_up_deliver() and px_up_finish(). While a lane runs
@@ -151,6 +152,7 @@ struct px_xfer {
       unsigned naddr, addr_i;
       unsigned short port;
       size_t host_len; /* key[0..host_len) is the host (no brackets) */
+      struct px_tls_ctx *tctx; /* https://: TLS context (upstream_tls.c) */
       px_buf_t pend;   /* body bytes received while paused */
       llhttp_t parser; /* set by llhttp_init before each use */
       struct sockaddr_storage addr[PX_H1_MAX_ADDRS];
@@ -190,7 +192,8 @@ struct px_uclient {
     px_link_t dns; /* resolved names */
     size_t ndns;
     px_link_t resolving;
-    char *slab; /* read buffer */
+    char *slab;             /* read buffer */
+    struct px_tls_ctx *tls; /* TLS contexts (upstream_tls.c) */
   } h1;
 };
 

@@ -34,8 +34,9 @@ typedef struct px_upstream_conf {
   unsigned eject_after;           /**< default 5 consecutive failures; 0 = never eject */
   uint64_t eject_for_ms;          /**< default 30000; doubles per repeat, capped at 5m */
   unsigned weight;                /**< default 1, for balance = weighted */
-  int client;                     /**< lane: 0 auto (built-in for http://), 1 curl,
-                                       2 builtin (px_xfer_client_t) */
+  int client;                     /**< lane: 0 auto (built-in for http:// and
+                                       https://, curl for http2), 1 curl, 2 builtin
+                                       (px_xfer_client_t) */
 } px_upstream_conf_t;
 
 /** Longest ejection of an upstream, whatever eject_for and its repeats. */

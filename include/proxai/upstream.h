@@ -2,11 +2,11 @@
  * upstream.h - the upstream transfer interface and its two lanes.
  *
  * One px_uclient_t per loop. Each px_xfer_t is one HTTP exchange, carried by
- * a lane: the built-in HTTP/1.1 client over llhttp (the default for plain
- * http:// upstreams: IP literals and host names resolved with
- * uv_getaddrinfo, cached 60 s) or libcurl's multi interface (https://,
- * HTTP/2, or `client = curl`). Both lanes keep connections alive per
- * upstream and give the same callbacks, timeouts and results.
+ * a lane: the built-in HTTP/1.1 client over llhttp (the default for http://
+ * and https:// upstreams: IP literals and host names resolved with
+ * uv_getaddrinfo, cached 60 s; TLS on OpenSSL, verified as curl verifies) or
+ * libcurl's multi interface (HTTP/2, or `client = curl`). Both lanes keep connections
+ * alive per upstream and give the same callbacks, timeouts and results.
  *
  * Both lanes ask for `Accept-Encoding: identity` and hand up no framing or
  * hop-by-hop header (Content-Length, Transfer-Encoding, Connection, ...)
@@ -57,9 +57,11 @@ typedef enum px_xfer_result {
 
 /** Which lane carries an upstream's transfers (the config's `client`). */
 typedef enum px_xfer_client {
-  PX_XFER_CLIENT_AUTO = 0,    /**< built-in for plain http://, else curl */
+  PX_XFER_CLIENT_AUTO = 0,    /**< built-in for http:// and https://, curl for
+                                   HTTP/2 and what the built-in lane cannot
+                                   take (other methods, unusual URLs) */
   PX_XFER_CLIENT_CURL = 1,    /**< always libcurl */
-  PX_XFER_CLIENT_BUILTIN = 2, /**< built-in where it can (http://), else curl */
+  PX_XFER_CLIENT_BUILTIN = 2, /**< as AUTO */
 } px_xfer_client_t;
 
 typedef struct px_xfer_cbs {

@@ -17,7 +17,11 @@
 //                                   it open without answering further
 //   (req) => entry                  computed from the recorded request
 // With the queue empty a request gets a 599 answer that no test expects.
+// With FAULTUP_TLS_CERT and FAULTUP_TLS_KEY (PEM files) in the environment it
+// speaks the same bytes inside TLS (url https://), for the built-in TLS lane.
+import fs from 'node:fs';
 import net from 'node:net';
+import tls from 'node:tls';
 
 const MAX_REQUEST = 64 << 20;
 
@@ -93,7 +97,11 @@ export async function startFaultUpstream() {
     return true;
   }
 
-  const server = net.createServer((sock) => {
+  const tlsOpts = process.env.FAULTUP_TLS_CERT && {
+    cert: fs.readFileSync(process.env.FAULTUP_TLS_CERT),
+    key: fs.readFileSync(process.env.FAULTUP_TLS_KEY),
+  };
+  const onSocket = (sock) => {
     sockets.add(sock);
     sock.on('close', () => sockets.delete(sock));
     sock.on('error', () => {});
@@ -142,12 +150,14 @@ export async function startFaultUpstream() {
       }
       pump();
     });
-  });
+  };
+  const server = tlsOpts ? tls.createServer(tlsOpts, onSocket) : net.createServer(onSocket);
+  if (tlsOpts) server.on('tlsClientError', () => {});
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = server.address().port;
   return {
     port,
-    url: `http://127.0.0.1:${port}`,
+    url: `${tlsOpts ? 'https' : 'http'}://127.0.0.1:${port}`,
     requests,
     /** Appends script entries (answers for the next requests, in order). */
     script: (...entries) => queue.push(...entries),

@@ -12,6 +12,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
@@ -178,9 +179,11 @@ export async function startMock({ args = [], env = {} } = {}) {
     check();
   });
   const url = `http://127.0.0.1:${port}`;
+  const front = process.env.MOCK_TLS_CERT ? await tlsFront(port) : null;
   return {
     port,
-    url,
+    /** base URL for proxai: https:// through a TLS front with MOCK_TLS_CERT */
+    url: front ? front.url : url,
     pid: child.proc.pid,
     proc: child.proc,
     /** Appends scripted responses (array or single entry); resolves to the queue length. */
@@ -195,6 +198,37 @@ export async function startMock({ args = [], env = {} } = {}) {
     exited: child.exited,
     logs: () => ({ stdout: child.out.stdout, stderr: child.out.stderr }),
   };
+}
+
+/**
+ * With MOCK_TLS_CERT / MOCK_TLS_KEY (PEM files): a TLS server relaying each
+ * connection to the plain mock on port, one to one, so that the suites can
+ * run against an https:// upstream. A reset on one side destroys the other
+ * (no close_notify); an orderly end is passed on as one.
+ */
+async function tlsFront(port) {
+  const opts = { cert: fs.readFileSync(process.env.MOCK_TLS_CERT), key: fs.readFileSync(process.env.MOCK_TLS_KEY) };
+  const socks = new Set();
+  const server = tls.createServer(opts, (t) => {
+    const p = net.connect(port, '127.0.0.1');
+    socks.add(t);
+    socks.add(p);
+    t.on('close', () => socks.delete(t));
+    p.on('close', () => socks.delete(p));
+    p.setNoDelay(true);
+    t.pipe(p);
+    p.pipe(t);
+    t.on('error', () => p.destroy());
+    p.on('error', () => t.destroy());
+  });
+  server.on('tlsClientError', () => {});
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const close = () => {
+    for (const s of socks) s.destroy();
+    server.close();
+  };
+  process.on('exit', close);
+  return { url: `https://127.0.0.1:${server.address().port}` };
 }
 
 /**
