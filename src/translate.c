@@ -49,6 +49,7 @@ static int pipeline(px_tr_ctx_t *c, int is_request, tr_fn decode, tr_fn encode,
     json_object_set_new(ir, "model", json_string(c->upstream_model));
   /* a stream's headers leave before its content: what it may drop is
    * named now, from the request (the rules of the non-streaming path) */
+  if (is_request) px_ir_fit_request(c, ir, lossy);
   if (is_request && c->stream) px_lossy_predict(c, ir, lossy);
   if (!is_request && c->client_model == NULL) {
     json_t *m = json_object_get(ir, "model");
@@ -184,6 +185,7 @@ int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t l
     goto done;
   }
   json_object_set_new(ir, "model", json_string(c.upstream_model));
+  px_ir_fit_request(&c, ir, lossy);
   if (c.stream) px_lossy_predict(&c, ir, lossy); /* as pipeline() does */
   rc = op->encode_request(&c, ir, &ub, lossy, err);
   json_decref(ir);

@@ -673,11 +673,8 @@ fail:
 /* Request encode: IR -> Anthropic body                                      */
 
 static const char *args_param(const px_tr_ctx_t *ctx) {
-  switch (ctx->in) {
-  case PX_PROTO_CHAT: return "messages.tool_calls.function.arguments";
-  case PX_PROTO_RESPONSES: return "input.arguments";
-  default: return "messages.content.input";
-  }
+  const char *p = px_in_names(ctx)->tool_args_param;
+  return p != NULL ? p : "messages.content.input";
 }
 
 static int encode_image(json_t *part, json_t **out, px_tr_err_t *err) {
@@ -784,10 +781,7 @@ static int encode_part(const px_tr_ctx_t *ctx, json_t *part, const char *role, j
   }
   if (strcmp(t, "refusal") == 0) {
     /* no refusal block in Anthropic: the wording stays as assistant text */
-    if (ctx->in == PX_PROTO_CHAT)
-      px_lossy_add(lossy, "messages[].refusal");
-    else
-      px_lossy_add(lossy, "input[].content[].refusal");
+    px_lossy_add(lossy, px_in_names(ctx)->refusal);
     if (px_jstr(part, "text") != NULL && px_jstr(part, "text")[0] != 0)
       *out = text_part(px_jstr(part, "text"));
     return 0;
@@ -804,13 +798,15 @@ static int encode_part(const px_tr_ctx_t *ctx, json_t *part, const char *role, j
                        px_jstr(part, "text") ? px_jstr(part, "text") : "", "signature",
                        px_jstr(part, "signature"));
     } else {
-      /* Anthropic rejects thinking without a valid signature */
-      if (ctx->in == PX_PROTO_CHAT)
-        px_lossy_add(lossy, "messages[].reasoning_content");
-      else if (px_jstr(part, "encrypted_content") != NULL)
-        px_lossy_add(lossy, "input[].encrypted_content");
+      /* Anthropic rejects thinking without a valid signature: another
+       * family's token (named as the client spelled it), else the text */
+      const px_lossy_names_t *n = px_in_names(ctx);
+      if ((px_jstr(part, "encrypted_content") != NULL ||
+           px_jstr(part, "thought_signature") != NULL) &&
+          n->reasoning_token != NULL)
+        px_lossy_add(lossy, n->reasoning_token);
       else
-        px_lossy_add(lossy, "input[].summary");
+        px_lossy_add(lossy, n->reasoning_text);
     }
     return 0;
   }
@@ -980,10 +976,7 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
       /* Anthropic rejects thinking with tool_choice any / tool: the forced
        * call is the client's contract (structured output through a tool),
        * so the call is kept and thinking stays off, named lossy */
-      if (ctx->in == PX_PROTO_CHAT)
-        px_lossy_add(lossy, "reasoning_effort");
-      else
-        px_lossy_add(lossy, "reasoning");
+      px_lossy_add(lossy, px_in_names(ctx)->reasoning_config);
     } else if (json_is_true(en) || effort != NULL || json_is_integer(bt)) {
       json_int_t budget = json_is_integer(bt) ? json_integer_value(bt)
                                               : budget_of_effort(effort);
@@ -1248,12 +1241,8 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
     if (strcmp(t, "text") == 0) {
       json_array_append_new(content,
                             text_part(px_jstr(p, "text") ? px_jstr(p, "text") : ""));
-      if (json_array_size(json_object_get(p, "annotations")) > 0) {
-        if (ctx->out == PX_PROTO_CHAT)
-          px_lossy_add(lossy, "choices[].message.annotations");
-        else
-          px_lossy_add(lossy, "output[].content[].annotations");
-      }
+      if (json_array_size(json_object_get(p, "annotations")) > 0)
+        px_lossy_add(lossy, px_lossy_annotations(ctx));
     } else if (strcmp(t, "refusal") == 0) {
       json_array_append_new(content,
                             text_part(px_jstr(p, "text") ? px_jstr(p, "text") : ""));
@@ -1488,6 +1477,18 @@ const px_proto_ops_t px_proto_anthropic = {
     .default_base = "https://api.anthropic.com",
     .default_name = "anthropic",
     .default_glob = "claude-*",
+    .caps = PX_CAP_REASONING_TOKENS,
+    .names = {.reasoning_text = PX_LOSSY("messages[].content[].thinking"),
+              .reasoning_token = PX_LOSSY("messages[].content[].signature"),
+              .reasoning_redacted = PX_LOSSY("messages[].content[].redacted_thinking"),
+              .reasoning_config = PX_LOSSY("thinking"),
+              .stop = PX_LOSSY("stop_sequences"),
+              .tool_result_image = PX_LOSSY("messages[].content[].content[].image"),
+              .tool_result_file = PX_LOSSY("messages[].content[].content[].document"),
+              .tool_args_param = "messages.content.input",
+              .annotations = PX_LOSSY("content[].citations"),
+              .opaque_reasoning = PX_LOSSY("content[].signature"),
+              .redacted_reasoning = PX_LOSSY("content[].redacted_thinking")},
     .watch = {.usage_obj = "usage", .usage_in = "input_tokens", .usage_out = "output_tokens",
               .usage_in_extra = {"cache_read_input_tokens", "cache_creation_input_tokens"},
               .start_event = "message_start", .start_outer = "message",

@@ -731,8 +731,7 @@ static int se_delta(px_senc_t *e, const px_ev_t *ev) {
   int ok;
   if (ev->delta == PX_DELTA_ANNOTATION) {
     /* not carried: the same name as the non-streaming encoder */
-    px_dropped(e->ctx, e->ctx->out == PX_PROTO_CHAT ? "choices[].message.annotations"
-                                                   : "output[].content[].annotations");
+    px_dropped(e->ctx, px_lossy_annotations(e->ctx));
     return 0;
   }
   switch (ev->delta) {

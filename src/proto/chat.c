@@ -159,13 +159,12 @@ static int user_part(const px_tr_ctx_t *ctx, json_t *c, const char *p, json_t *o
         add_str(part, "data", fd);
       }
     } else if (fid != NULL) {
-      if (ctx->out == PX_PROTO_ANTHROPIC) {
+      if (!px_tr_out_can(ctx, PX_CAP_FILE_ID)) {
         json_decref(part);
         snprintf(q, sizeof(q), "%s.file.file_id", p);
         return px_tr_fail(err, q,
-                          "%s: uploaded OpenAI files cannot be sent to "
-                          "anthropic_messages; send file_data",
-                          q);
+                          "%s: uploaded OpenAI files cannot be sent to %s; send file_data",
+                          q, px_proto_get(ctx->out)->name);
       }
       add_str(part, "file_id", fid);
     } else {
@@ -180,13 +179,14 @@ static int user_part(const px_tr_ctx_t *ctx, json_t *c, const char *p, json_t *o
   return px_tr_fail(err, q, "%s: unknown content part type '%s'", q, t);
 }
 
-/* Validate tool-call arguments: JSON (an object toward Anthropic). */
+/* Validate tool-call arguments: JSON (an object toward an upstream without
+ * PX_CAP_ANY_TOOL_ARGS). */
 static int check_arguments(const px_tr_ctx_t *ctx, const char *args, const char *p,
                            px_tr_err_t *err) {
   json_error_t je;
   json_t *v = json_loads(args, JSON_DECODE_ANY, &je);
   if (v == NULL) return px_tr_fail(err, p, "%s is not valid JSON: %s", p, je.text);
-  int ok = json_is_object(v) || ctx->out != PX_PROTO_ANTHROPIC;
+  int ok = json_is_object(v) || px_tr_out_can(ctx, PX_CAP_ANY_TOOL_ARGS);
   json_decref(v);
   if (!ok) return px_tr_fail(err, p, "%s must be a JSON object", p);
   return 0;
@@ -287,8 +287,9 @@ static int assistant_msg(const px_tr_ctx_t *ctx, json_t *m, size_t mi, json_t *p
       json_t *fn = json_object_get(tc, "function");
       const char *id = px_jstr(tc, "id");
       snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu]", mi, i);
-      if (type != NULL && strcmp(type, "custom") == 0 && ctx->out == PX_PROTO_RESPONSES) {
-        /* a custom (freeform) tool call: only Responses can hold it */
+      if (type != NULL && strcmp(type, "custom") == 0 &&
+          px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
+        /* a custom (freeform) tool call, for an upstream that can hold it */
         json_t *cu = json_object_get(tc, "custom");
         if (id == NULL || px_jstr(cu, "name") == NULL)
           return px_tr_fail(err, p, "%s needs id and custom.name", p);
@@ -428,7 +429,8 @@ static int decode_tools(const px_tr_ctx_t *ctx, json_t *tools, json_t *ir,
   json_array_foreach(tools, i, t) {
     const char *type = px_jstr(t, "type");
     snprintf(p, sizeof(p), "tools[%zu].type", i);
-    if (type != NULL && strcmp(type, "custom") == 0 && ctx->out == PX_PROTO_RESPONSES) {
+    if (type != NULL && strcmp(type, "custom") == 0 &&
+        px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
       json_t *cu = json_object_get(t, "custom");
       const char *name = px_jstr(cu, "name");
       if (name == NULL) {
@@ -492,7 +494,7 @@ static int decode_tool_choice(const px_tr_ctx_t *ctx, json_t *tc, json_t *ir,
                         json_pack("{s:s, s:s}", "type", "tool", "name", name));
     return 0;
   }
-  if (type != NULL && strcmp(type, "custom") == 0 && ctx->out == PX_PROTO_RESPONSES) {
+  if (type != NULL && strcmp(type, "custom") == 0 && px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
     const char *name = px_jstr(json_object_get(tc, "custom"), "name");
     if (name == NULL)
       return px_tr_fail(err, "tool_choice.custom.name",
@@ -660,15 +662,15 @@ static int chat_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
     } else if (strcmp(key, "store") == 0) {
       if (!json_is_null(v)) px_lossy_add(lossy, "store");
     } else if (strcmp(key, "prompt_cache_key") == 0) {
-      if (json_is_string(v) && ctx->out == PX_PROTO_RESPONSES)
-        json_object_set(ir, "prompt_cache_key", v); /* Responses has it too */
+      if (json_is_string(v))
+        json_object_set(ir, "prompt_cache_key", v); /* px_ir_fit_request */
       else if (!json_is_null(v))
         px_lossy_add(lossy, "prompt_cache_key");
     } else if (strcmp(key, "prompt_cache_retention") == 0) {
       if (!json_is_null(v)) px_lossy_add(lossy, "prompt_cache_retention");
     } else if (strcmp(key, "verbosity") == 0) {
-      if (json_is_string(v) && ctx->out == PX_PROTO_RESPONSES)
-        json_object_set(ir, "verbosity", v); /* Responses text.verbosity */
+      if (json_is_string(v))
+        json_object_set(ir, "verbosity", v); /* px_ir_fit_request */
       else if (!json_is_null(v))
         px_lossy_add(lossy, "verbosity");
     } else if (strcmp(key, "web_search_options") == 0) {
@@ -691,15 +693,14 @@ fail:
 /* ------------------------------------------------------------------------ */
 /* encode_request: IR -> Chat upstream body                                 */
 
-/* Lossy path of a dropped reasoning field as the CLIENT spelled it. */
-static void lossy_reasoning_field(const px_tr_ctx_t *ctx, px_lossy_t *lossy,
-                                  const char *field) {
-  if (ctx->in != PX_PROTO_ANTHROPIC)
-    px_lossy_add(lossy, "input[].encrypted_content");
-  else if (strcmp(field, "redacted_data") == 0)
-    px_lossy_add(lossy, "messages[].content[].redacted_thinking");
-  else
-    px_lossy_add(lossy, "messages[].content[].signature");
+/* A replayed opaque reasoning token Chat cannot carry, named as the CLIENT
+ * spelled it. */
+static void lossy_reasoning_tokens(const px_tr_ctx_t *ctx, json_t *part, px_lossy_t *lossy) {
+  const px_lossy_names_t *n = px_in_names(ctx);
+  if (px_jstr(part, "signature") != NULL || px_jstr(part, "encrypted_content") != NULL ||
+      px_jstr(part, "thought_signature") != NULL)
+    px_lossy_add(lossy, n->reasoning_token);
+  if (px_jstr(part, "redacted_data") != NULL) px_lossy_add(lossy, n->reasoning_redacted);
 }
 
 static json_t *image_part_out(json_t *p, const char *path, px_tr_err_t *err) {
@@ -751,14 +752,9 @@ static json_t *tool_msg_out(const px_tr_ctx_t *ctx, json_t *p, px_lossy_t *lossy
       int file = t != NULL && strcmp(t, "file") == 0;
       if (t != NULL && strcmp(t, "text") == 0 && json_is_string(tx))
         px_buf_append(&b, json_string_value(tx), json_string_length(tx));
-      else if (ctx->in == PX_PROTO_ANTHROPIC && file)
-        px_lossy_add(lossy, "messages[].content[].content[].document");
-      else if (ctx->in == PX_PROTO_ANTHROPIC)
-        px_lossy_add(lossy, "messages[].content[].content[].image");
-      else if (file)
-        px_lossy_add(lossy, "input[].output[].file");
-      else
-        px_lossy_add(lossy, "input[].output[].image");
+      else /* named as the client spelled it */
+        px_lossy_add(lossy, file ? px_in_names(ctx)->tool_result_file
+                                 : px_in_names(ctx)->tool_result_image);
     }
   }
   if (json_is_true(json_object_get(p, "is_error")))
@@ -882,11 +878,7 @@ static int encode_assistant(const px_tr_ctx_t *ctx, json_t *im, size_t mi, json_
         px_buf_append(&reasoning, json_string_value(tx), json_string_length(tx));
         nreason++;
       }
-      if (px_jstr(c, "signature") != NULL) lossy_reasoning_field(ctx, lossy, "signature");
-      if (px_jstr(c, "encrypted_content") != NULL)
-        lossy_reasoning_field(ctx, lossy, "encrypted_content");
-      if (px_jstr(c, "redacted_data") != NULL)
-        lossy_reasoning_field(ctx, lossy, "redacted_data");
+      lossy_reasoning_tokens(ctx, c, lossy);
     } else if (strcmp(t, "tool_call") == 0) {
       json_array_append_new(tcs, tool_call_out(c));
     } else {
@@ -1154,9 +1146,9 @@ static int chat_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
     json_t *fn = json_object_get(tc, "function");
     const char *type = px_jstr(tc, "type");
     json_t *cu = json_object_get(tc, "custom");
-    if (type != NULL && strcmp(type, "custom") == 0 && ctx->in == PX_PROTO_RESPONSES &&
-        json_is_object(cu)) {
-      /* a custom tool call: only a Responses client can hold it */
+    if (type != NULL && strcmp(type, "custom") == 0 &&
+        px_tr_in_can(ctx, PX_CAP_CUSTOM_TOOLS) && json_is_object(cu)) {
+      /* a custom tool call, for a client that can hold it */
       json_array_append_new(
           content, json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id",
                              px_jstr(tc, "id") ? px_jstr(tc, "id") : "", "name",
@@ -1219,10 +1211,7 @@ json_t *px_chat_annotations(const px_tr_ctx_t *ctx, json_t *anns, json_int_t shi
   json_array_foreach(anns, i, a) {
     const char *t = px_jstr(a, "type");
     if (t == NULL || strcmp(t, "url_citation") != 0 || px_jstr(a, "url") == NULL) {
-      if (ctx->out == PX_PROTO_ANTHROPIC)
-        px_lossy_add(lossy, "content[].citations");
-      else
-        px_lossy_add(lossy, "output[].content[].annotations");
+      px_lossy_add(lossy, px_lossy_annotations(ctx));
       continue;
     }
     json_t *uc = json_object();
@@ -1423,6 +1412,16 @@ const px_proto_ops_t px_proto_chat = {
     .env_base = "OPENAI_BASE_URL",
     .default_base = "https://api.openai.com/v1",
     .default_name = "openai",
+    .caps = PX_CAP_CUSTOM_TOOLS | PX_CAP_PROMPT_CACHE_KEY | PX_CAP_VERBOSITY |
+            PX_CAP_FILE_ID | PX_CAP_ANY_TOOL_ARGS,
+    .names = {.refusal = PX_LOSSY("messages[].refusal"),
+              .reasoning_text = PX_LOSSY("messages[].reasoning_content"),
+              .reasoning_config = PX_LOSSY("reasoning_effort"),
+              .stop = PX_LOSSY("stop"),
+              .prompt_cache_key = PX_LOSSY("prompt_cache_key"),
+              .verbosity = PX_LOSSY("verbosity"),
+              .tool_args_param = "messages.tool_calls.function.arguments",
+              .annotations = PX_LOSSY("choices[].message.annotations")},
     .watch = {.usage_obj = "usage", .usage_in = "prompt_tokens",
               .usage_out = "completion_tokens", .terminal_data = "[DONE]",
               .error_data = 1, .model_path = {"model"}, .model_depth = 1},

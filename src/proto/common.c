@@ -1,6 +1,7 @@
 /* common.c - the protocol table, error kinds, the one stop-reason mapping
  * (shared by streaming and non-streaming code), lossy lists. */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -89,6 +90,7 @@ int px_tr_fail(px_tr_err_t *err, const char *param, const char *fmt, ...) {
 }
 
 void px_lossy_add(px_lossy_t *l, const char *path) {
+  if (path == NULL) return;
   size_t n = strlen(path);
   /* dedupe: look for path as a whole comma-separated element */
   const char *p = l->buf;
@@ -281,33 +283,48 @@ void px_lossy_predict(const px_tr_ctx_t *ctx, json_t *ir, px_lossy_t *lossy) {
   const char *effort = px_jstr(r, "effort");
   int reasoning = json_is_object(r) && !json_is_false(json_object_get(r, "enabled")) &&
                   !(effort != NULL && strcmp(effort, "none") == 0);
-  /* Chat has no carrier for opaque reasoning: Anthropic thinking
-   * signatures / redacted thinking, Responses encrypted_content (asked for
-   * by the Responses encoder whenever reasoning is on), Gemini thought
-   * signatures. The other clients carry them tagged (protoutil.h). */
-  if (ctx->in == PX_PROTO_CHAT && ctx->out != ctx->in && reasoning) {
+  /* A client without a carrier for opaque reasoning cannot hold the
+   * upstream's (Anthropic thinking signatures / redacted thinking, Responses
+   * encrypted_content, asked for by the Responses encoder whenever reasoning
+   * is on, Gemini thought signatures); the others carry them tagged
+   * (protoutil.h). */
+  if (!px_tr_in_can(ctx, PX_CAP_REASONING_TOKENS) && ctx->out != ctx->in && reasoning) {
     px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
     px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 1));
   }
 }
 
-/* Opaque reasoning a Chat client cannot hold, by the upstream's name for it
- * (bodies, streams and the stream prediction use this one rule). */
-const char *px_lossy_opaque_reasoning(const px_tr_ctx_t *ctx, int redacted) {
-  if (ctx->out == PX_PROTO_GEMINI) return PX_LOSSY("candidates[].content.parts[].thoughtSignature");
-  if (ctx->out == PX_PROTO_ANTHROPIC)
-    return redacted ? PX_LOSSY("content[].redacted_thinking") : PX_LOSSY("content[].signature");
-  return PX_LOSSY("output[].encrypted_content");
-}
+/* What the hub drops of a decoded request, in one place: an IR field whose
+ * capability the upstream lacks, named as the client spelled it. */
+static const struct {
+  const char *key;
+  unsigned cap;
+  size_t name; /* offset of the client's name in px_lossy_names_t */
+} fit_fields[] = {
+    {"prompt_cache_key", PX_CAP_PROMPT_CACHE_KEY, offsetof(px_lossy_names_t, prompt_cache_key)},
+    {"verbosity", PX_CAP_VERBOSITY, offsetof(px_lossy_names_t, verbosity)},
+};
 
-const char *px_lossy_annotations(const px_tr_ctx_t *ctx) {
-  switch (ctx->out) {
-  case PX_PROTO_CHAT: return PX_LOSSY("choices[].message.annotations");
-  case PX_PROTO_ANTHROPIC: return PX_LOSSY("content[].citations");
-  case PX_PROTO_GEMINI: return PX_LOSSY("candidates[].groundingMetadata");
-  default: return PX_LOSSY("output[].content[].annotations");
+void px_ir_fit_request(const px_tr_ctx_t *ctx, json_t *ir, px_lossy_t *lossy) {
+  const px_lossy_names_t *names = px_in_names(ctx);
+  for (size_t i = 0; i < sizeof(fit_fields) / sizeof(fit_fields[0]); i++) {
+    if (px_tr_out_can(ctx, fit_fields[i].cap) ||
+        json_object_get(ir, fit_fields[i].key) == NULL)
+      continue;
+    json_object_del(ir, fit_fields[i].key);
+    px_lossy_add(lossy, *(const char *const *)((const char *)names + fit_fields[i].name));
   }
 }
+
+/* Opaque reasoning a client cannot hold, by the upstream's name for it
+ * (bodies, streams and the stream prediction use this one rule). */
+const char *px_lossy_opaque_reasoning(const px_tr_ctx_t *ctx, int redacted) {
+  const px_lossy_names_t *n = px_out_names(ctx);
+  return redacted && n->redacted_reasoning != NULL ? n->redacted_reasoning
+                                                   : n->opaque_reasoning;
+}
+
+const char *px_lossy_annotations(const px_tr_ctx_t *ctx) { return px_out_names(ctx)->annotations; }
 
 void px_lossy_each(const px_lossy_t *l, void (*fn)(void *arg, const char *path), void *arg) {
   char path[sizeof(l->buf)];

@@ -370,7 +370,7 @@ static int dec_custom_call(dec_t *d, json_t *item, const char *path) {
   }
   json_t *out = asst_content(d);
   if (out == NULL) return PX_ENOMEM;
-  if (d->ctx->out == PX_PROTO_CHAT)
+  if (px_tr_out_can(d->ctx, PX_CAP_CUSTOM_TOOLS))
     return json_array_append_new(
         out, json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id", call_id,
                        "name", name, "custom", 1, "input", in));
@@ -560,9 +560,9 @@ static int dec_tools(dec_t *d, json_t *tools) {
       json_decref(out);
       return px_tr_fail(d->err, pp, "%s is required", pp);
     }
-    if (strcmp(type, "custom") == 0 && d->ctx->out == PX_PROTO_CHAT &&
+    if (strcmp(type, "custom") == 0 && px_tr_out_can(d->ctx, PX_CAP_CUSTOM_TOOLS) &&
         px_jstr(t, "name") != NULL) {
-      /* freeform tool: Chat has custom tools too (Anthropic has none) */
+      /* freeform tool, for an upstream that has them */
       json_t *o = json_pack("{s:s, s:s}", "type", "custom", "name", px_jstr(t, "name"));
       if (px_jstr(t, "description") != NULL)
         set_str(o, "description", px_jstr(t, "description"));
@@ -613,7 +613,7 @@ static int dec_tool_choice(dec_t *d, json_t *tc) {
   const char *type = px_jstr(tc, "type");
   if (type != NULL && px_jstr(tc, "name") != NULL &&
       (strcmp(type, "function") == 0 ||
-       (strcmp(type, "custom") == 0 && d->ctx->out == PX_PROTO_CHAT)))
+       (strcmp(type, "custom") == 0 && px_tr_out_can(d->ctx, PX_CAP_CUSTOM_TOOLS))))
     return json_object_set_new(
         d->ir, "tool_choice",
         json_pack("{s:s, s:s}", "type", "tool", "name", px_jstr(tc, "name")));
@@ -626,8 +626,7 @@ static int dec_text(dec_t *d, json_t *text) {
   if (!json_is_object(text)) return px_tr_fail(d->err, "text", "text must be an object");
   json_t *verb = json_object_get(text, "verbosity");
   if (verb != NULL && !json_is_null(verb)) {
-    /* Chat has the same knob (top-level verbosity); Anthropic has none */
-    if (json_is_string(verb) && d->ctx->out == PX_PROTO_CHAT)
+    if (json_is_string(verb)) /* px_ir_fit_request */
       json_object_set(d->ir, "verbosity", verb);
     else
       px_lossy_add(d->lossy, "text.verbosity");
@@ -761,8 +760,8 @@ static int decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
       if (json_is_string(v) && strcmp(json_string_value(v), "disabled") != 0)
         px_lossy_add(lossy, "truncation");
     } else if (strcmp(key, "prompt_cache_key") == 0) {
-      if (json_is_string(v) && ctx->out == PX_PROTO_CHAT)
-        json_object_set(d.ir, "prompt_cache_key", v); /* Chat has it too */
+      if (json_is_string(v))
+        json_object_set(d.ir, "prompt_cache_key", v); /* px_ir_fit_request */
       else
         px_lossy_add(lossy, "prompt_cache_key");
     } else if (strcmp(key, "prompt_cache_retention") == 0) {
@@ -937,8 +936,9 @@ static int enc_tool_output(json_t *input, json_t *p, const char *path, px_lossy_
                        "call_id", id, "output", out));
 }
 
-static int enc_messages(json_t *msgs, json_t *input, int anth, px_lossy_t *lossy,
-                        px_tr_err_t *err) {
+/* names: the client's, for what Responses cannot hold */
+static int enc_messages(json_t *msgs, json_t *input, const px_lossy_names_t *names,
+                        px_lossy_t *lossy, px_tr_err_t *err) {
   size_t i;
   json_t *m;
   json_array_foreach(msgs, i, m) {
@@ -980,12 +980,10 @@ static int enc_messages(json_t *msgs, json_t *input, int anth, px_lossy_t *lossy
       } else if (strcmp(t, "reasoning") == 0) {
         const char *enc = px_jstr(p, "encrypted_content");
         if (enc == NULL) {
-          if (anth && px_jstr(p, "redacted_data") != NULL)
-            px_lossy_add(lossy, "messages[].content[].redacted_thinking");
-          else if (anth)
-            px_lossy_add(lossy, "messages[].content[].thinking");
+          if (px_jstr(p, "redacted_data") != NULL && names->reasoning_redacted != NULL)
+            px_lossy_add(lossy, names->reasoning_redacted);
           else
-            px_lossy_add(lossy, "messages[].reasoning_content");
+            px_lossy_add(lossy, names->reasoning_text);
           continue;
         }
         rc = flush_msg(input, role, &content);
@@ -1077,8 +1075,7 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
     json_object_set_new(b, "instructions", json_stringn(sb.data ? sb.data : "", sb.len));
     px_buf_free(&sb);
   }
-  int anth = ctx->in == PX_PROTO_ANTHROPIC;
-  rc = enc_messages(json_object_get(ir, "messages"), input, anth, lossy, err);
+  rc = enc_messages(json_object_get(ir, "messages"), input, px_in_names(ctx), lossy, err);
   if (rc != 0) goto fail;
   json_object_set(b, "input", input);
 
@@ -1138,12 +1135,8 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
     json_object_set(b, "temperature", v);
   if ((v = json_object_get(ir, "top_p")) != NULL) json_object_set(b, "top_p", v);
   if (json_object_get(ir, "top_k") != NULL) px_lossy_add(lossy, "top_k");
-  if (json_array_size(json_object_get(ir, "stop")) > 0) {
-    if (anth)
-      px_lossy_add(lossy, "stop_sequences");
-    else
-      px_lossy_add(lossy, "stop");
-  }
+  if (json_array_size(json_object_get(ir, "stop")) > 0)
+    px_lossy_add(lossy, px_in_names(ctx)->stop);
   json_t *rf = json_object_get(ir, "response_format");
   json_t *verb = json_object_get(ir, "verbosity");
   if (json_is_object(rf) || json_is_string(verb)) {
@@ -1180,9 +1173,9 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
   if ((v = json_object_get(ir, "stream")) != NULL) json_object_set(b, "stream", v);
   if ((v = json_object_get(ir, "previous_response_id")) != NULL)
     json_object_set(b, "previous_response_id", v);
-  if (ctx->in != PX_PROTO_RESPONSES) {
-    /* A Chat / Anthropic client cannot name a stored response (it has no
-     * previous_response_id), so the gateway is stateless toward Responses:
+  if (!px_tr_in_can(ctx, PX_CAP_STORED_RESPONSES)) {
+    /* A client that cannot name a stored response (no previous_response_id)
+     * makes the gateway stateless toward Responses:
      * never store, and ask for the encrypted reasoning whenever reasoning can
      * occur, so the next turn can replay it (Anthropic clients carry it as a
      * pxo1:enc: tagged thinking signature; Chat clients cannot hold it). */
@@ -1279,8 +1272,9 @@ static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
                              px_jstr(it, "name") ? px_jstr(it, "name") : "", "arguments",
                              px_jstr(it, "arguments") ? px_jstr(it, "arguments") : ""));
       if (px_jstr(it, "namespace") != NULL) px_lossy_add(lossy, "output[].namespace");
-    } else if (strcmp(type, "custom_tool_call") == 0 && ctx->in == PX_PROTO_CHAT) {
-      /* a Chat client has custom tools too (an Anthropic one has not) */
+    } else if (strcmp(type, "custom_tool_call") == 0 &&
+               px_tr_in_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
+      /* for a client that has custom tools too */
       has_tool = 1;
       json_array_append_new(
           content, json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id",
@@ -1607,6 +1601,21 @@ const px_proto_ops_t px_proto_responses = {
     .auth_header = "Authorization: Bearer ",
     .error_type = px_errkind_openai,
     .encode_models = px_openai_models,
+    .caps = PX_CAP_CUSTOM_TOOLS | PX_CAP_PROMPT_CACHE_KEY | PX_CAP_VERBOSITY |
+            PX_CAP_FILE_ID | PX_CAP_ANY_TOOL_ARGS | PX_CAP_REASONING_TOKENS |
+            PX_CAP_STORED_RESPONSES,
+    .names = {.refusal = PX_LOSSY("input[].content[].refusal"),
+              .reasoning_text = PX_LOSSY("input[].summary"),
+              .reasoning_token = PX_LOSSY("input[].encrypted_content"),
+              .reasoning_redacted = PX_LOSSY("input[].encrypted_content"),
+              .reasoning_config = PX_LOSSY("reasoning"),
+              .tool_result_image = PX_LOSSY("input[].output[].image"),
+              .tool_result_file = PX_LOSSY("input[].output[].file"),
+              .prompt_cache_key = PX_LOSSY("prompt_cache_key"),
+              .verbosity = PX_LOSSY("text.verbosity"),
+              .tool_args_param = "input.arguments",
+              .annotations = PX_LOSSY("output[].content[].annotations"),
+              .opaque_reasoning = PX_LOSSY("output[].encrypted_content")},
     .watch = {.usage_obj = "usage", .usage_in = "input_tokens", .usage_out = "output_tokens",
               .terminal_events = {"response.completed", "response.incomplete",
                                   "response.failed"},
