@@ -1,7 +1,6 @@
 /* common.c - the protocol table, error kinds, the one stop-reason mapping
  * (shared by streaming and non-streaming code), lossy lists. */
 #include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -294,26 +293,20 @@ void px_lossy_predict(const px_tr_ctx_t *ctx, json_t *ir, px_lossy_t *lossy) {
   }
 }
 
-/* What the hub drops of a decoded request, in one place: an IR field whose
- * capability the upstream lacks, named as the client spelled it. */
-static const struct {
-  const char *key;
-  unsigned cap;
-  size_t name; /* offset of the client's name in px_lossy_names_t */
-} fit_fields[] = {
-    {"prompt_cache_key", PX_CAP_PROMPT_CACHE_KEY, offsetof(px_lossy_names_t, prompt_cache_key)},
-    {"verbosity", PX_CAP_VERBOSITY, offsetof(px_lossy_names_t, verbosity)},
-};
+/* An IR field whose capability the upstream lacks: dropped, named as the
+ * client spelled it. */
+static void fit(const px_tr_ctx_t *ctx, json_t *ir, px_lossy_t *lossy, const char *key,
+                unsigned cap, const char *client_name) {
+  if (px_tr_out_can(ctx, cap) || json_object_get(ir, key) == NULL) return;
+  json_object_del(ir, key);
+  px_lossy_add(lossy, client_name);
+}
 
+/* What the hub drops of a decoded request, in one place. */
 void px_ir_fit_request(const px_tr_ctx_t *ctx, json_t *ir, px_lossy_t *lossy) {
-  const px_lossy_names_t *names = px_in_names(ctx);
-  for (size_t i = 0; i < sizeof(fit_fields) / sizeof(fit_fields[0]); i++) {
-    if (px_tr_out_can(ctx, fit_fields[i].cap) ||
-        json_object_get(ir, fit_fields[i].key) == NULL)
-      continue;
-    json_object_del(ir, fit_fields[i].key);
-    px_lossy_add(lossy, *(const char *const *)((const char *)names + fit_fields[i].name));
-  }
+  const px_lossy_names_t *n = px_in_names(ctx);
+  fit(ctx, ir, lossy, "prompt_cache_key", PX_CAP_PROMPT_CACHE_KEY, n->prompt_cache_key);
+  fit(ctx, ir, lossy, "verbosity", PX_CAP_VERBOSITY, n->verbosity);
 }
 
 /* Opaque reasoning a client cannot hold, by the upstream's name for it
