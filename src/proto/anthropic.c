@@ -221,8 +221,8 @@ static int decode_tool_use(json_t *b, int assistant, const char *path, json_t *p
     pathf(p, sizeof(p), "%s.id", path);
     return px_tr_fail(err, p, "%s: tool_use needs id and name", p);
   }
-  char *args = input != NULL ? json_dumps(input, JSON_COMPACT | JSON_ENCODE_ANY)
-                             : strdup("{}");
+  char *args =
+      input != NULL ? json_dumps(input, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{}");
   if (args == NULL) return PX_ENOMEM;
   json_array_append_new(parts, json_pack("{s:s,s:s,s:s,s:s}", "type", "tool_call", "id",
                                          id, "name", name, "arguments", args));
@@ -310,7 +310,8 @@ static int decode_block(json_t *b, const char *role, const char *path, json_t *p
     decode_search_result(b, parts, lossy);
     return 0;
   }
-  if (strcmp(t, "tool_use") == 0) return decode_tool_use(b, assistant, path, parts, lossy, err);
+  if (strcmp(t, "tool_use") == 0)
+    return decode_tool_use(b, assistant, path, parts, lossy, err);
   if (strcmp(t, "tool_result") == 0)
     return decode_tool_result(b, assistant, path, parts, lossy, err);
   if (strcmp(t, "thinking") == 0) return decode_thinking_block(b, parts);
@@ -574,7 +575,8 @@ static int decode_thinking(json_t *v, json_t *ir, px_lossy_t *lossy, px_tr_err_t
 }
 
 /* output_config {effort, format} -> IR reasoning effort, response_format */
-static int decode_output_config(json_t *v, json_t *ir, px_lossy_t *lossy, px_tr_err_t *err) {
+static int decode_output_config(json_t *v, json_t *ir, px_lossy_t *lossy,
+                                px_tr_err_t *err) {
   const char *ok;
   json_t *ov;
   json_object_foreach(v, ok, ov) {
@@ -961,8 +963,8 @@ static void system_out(json_t *ir, json_t *body) {
 }
 
 /* messages: IR parts -> blocks, roles alternating */
-static int messages_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *body, px_lossy_t *lossy,
-                        px_tr_err_t *err) {
+static int messages_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *body,
+                        px_lossy_t *lossy, px_tr_err_t *err) {
   size_t i;
   json_t *v;
   json_t *msgs = json_array();
@@ -992,7 +994,8 @@ static int messages_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *body, px_los
 }
 
 /* max_tokens (required) and thinking; returns whether thinking is on */
-static int thinking_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *body, px_lossy_t *lossy) {
+static int thinking_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *body,
+                        px_lossy_t *lossy) {
   json_int_t max_tokens = json_integer_value(json_object_get(ir, "max_tokens"));
   int defaulted = 0;
   if (max_tokens <= 0) {
@@ -1559,9 +1562,16 @@ const px_proto_ops_t px_proto_anthropic = {
               .annotations = PX_LOSSY("content[].citations"),
               .opaque_reasoning = PX_LOSSY("content[].signature"),
               .redacted_reasoning = PX_LOSSY("content[].redacted_thinking")},
-    .watch = {.usage_obj = "usage", .usage_in = "input_tokens", .usage_out = "output_tokens",
-              .usage_in_extra = {"cache_read_input_tokens", "cache_creation_input_tokens"},
-              .start_event = "message_start", .start_outer = "message",
-              .delta_event = "message_delta", .terminal_events = {"message_stop"},
-              .error_event = "error", .model_path = {"message", "model"}, .model_depth = 2},
+    .watch = {.usage_obj = "usage",
+              .usage_in = "input_tokens",
+              .usage_out = "output_tokens",
+              .usage_in_extra = {"cache_read_input_tokens",
+                                 "cache_creation_input_tokens"},
+              .start_event = "message_start",
+              .start_outer = "message",
+              .delta_event = "message_delta",
+              .terminal_events = {"message_stop"},
+              .error_event = "error",
+              .model_path = {"message", "model"},
+              .model_depth = 2},
 };

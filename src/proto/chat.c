@@ -162,9 +162,9 @@ static int user_part(const px_tr_ctx_t *ctx, json_t *c, const char *p, json_t *o
       if (!px_tr_out_can(ctx, PX_CAP_FILE_ID)) {
         json_decref(part);
         snprintf(q, sizeof(q), "%s.file.file_id", p);
-        return px_tr_fail(err, q,
-                          "%s: uploaded OpenAI files cannot be sent to %s; send file_data",
-                          q, px_proto_get(ctx->out)->name);
+        return px_tr_fail(
+            err, q, "%s: uploaded OpenAI files cannot be sent to %s; send file_data", q,
+            px_proto_get(ctx->out)->name);
       }
       add_str(part, "file_id", fid);
     } else {
@@ -223,8 +223,8 @@ static json_t *format_out(json_t *f) {
 
 /* An assistant message's tool_calls -> IR tool_call parts (custom calls
  * only toward an upstream with PX_CAP_CUSTOM_TOOLS). */
-static int assistant_tool_calls(const px_tr_ctx_t *ctx, json_t *tcs, size_t mi, json_t *parts,
-                                px_tr_err_t *err) {
+static int assistant_tool_calls(const px_tr_ctx_t *ctx, json_t *tcs, size_t mi,
+                                json_t *parts, px_tr_err_t *err) {
   char p[PATH_MAX_LEN];
   snprintf(p, sizeof(p), "messages[%zu].tool_calls", mi);
   if (!json_is_array(tcs)) return px_tr_fail(err, p, "%s must be an array", p);
@@ -370,8 +370,7 @@ static int user_msg(const px_tr_ctx_t *ctx, json_t *content, size_t mi, const ch
   } else {
     return px_tr_fail(err, cp, "%s must be a string or an array", cp);
   }
-  json_array_append_new(out,
-                        json_pack("{s:s, s:O}", "role", "user", "content", parts));
+  json_array_append_new(out, json_pack("{s:s, s:O}", "role", "user", "content", parts));
   json_object_del(ir, "_tmp");
   return 0;
 }
@@ -388,8 +387,8 @@ static int tool_msg(json_t *m, json_t *content, size_t mi, const char *cp, json_
   json_t *tc = json_array();
   json_object_set_new(ir, "_tmp", tc);
   if (text_content(content, cp, tc, NULL, err) < 0) return PX_EINVAL;
-  json_t *res = json_pack("{s:s, s:s, s:O}", "type", "tool_result", "tool_call_id",
-                          id, "content", tc);
+  json_t *res = json_pack("{s:s, s:s, s:O}", "type", "tool_result", "tool_call_id", id,
+                          "content", tc);
   json_object_del(ir, "_tmp");
   /* consecutive tool results share one IR user message */
   json_t *tail = tool_result_tail(out);
@@ -525,7 +524,8 @@ static int decode_tool_choice(const px_tr_ctx_t *ctx, json_t *tc, json_t *ir,
                         json_pack("{s:s, s:s}", "type", "tool", "name", name));
     return 0;
   }
-  if (type != NULL && strcmp(type, "custom") == 0 && px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
+  if (type != NULL && strcmp(type, "custom") == 0 &&
+      px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
     const char *name = px_jstr(json_object_get(tc, "custom"), "name");
     if (name == NULL)
       return px_tr_fail(err, "tool_choice.custom.name",
@@ -757,7 +757,8 @@ fail:
 
 /* A replayed opaque reasoning token Chat cannot carry, named as the CLIENT
  * spelled it. */
-static void lossy_reasoning_tokens(const px_tr_ctx_t *ctx, json_t *part, px_lossy_t *lossy) {
+static void lossy_reasoning_tokens(const px_tr_ctx_t *ctx, json_t *part,
+                                   px_lossy_t *lossy) {
   const px_lossy_names_t *n = px_in_names(ctx);
   if (px_jstr(part, "signature") != NULL || px_jstr(part, "encrypted_content") != NULL ||
       px_jstr(part, "thought_signature") != NULL)
@@ -972,8 +973,8 @@ done:
 }
 
 /* system and conversation messages, in order */
-static int messages_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *msgs, px_lossy_t *lossy,
-                        px_tr_err_t *err) {
+static int messages_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *msgs,
+                        px_lossy_t *lossy, px_tr_err_t *err) {
   size_t i;
   json_t *c;
   json_array_foreach(json_object_get(ir, "system"), i, c) {
@@ -1038,8 +1039,7 @@ static void tools_out(json_t *v, json_t *body, px_lossy_t *lossy) {
     if ((x = json_object_get(c, "parameters")) != NULL)
       json_object_set(fn, "parameters", x);
     if ((x = json_object_get(c, "strict")) != NULL) json_object_set(fn, "strict", x);
-    if (json_object_get(c, "cache_control") != NULL)
-      px_lossy_add(lossy, "cache_control");
+    if (json_object_get(c, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
     json_array_append_new(tools,
                           json_pack("{s:s, s:o}", "type", "function", "function", fn));
   }
@@ -1075,8 +1075,8 @@ static void response_format_out(json_t *v, json_t *body) {
   const char *t = px_jstr(v, "type");
   if (t != NULL && strcmp(t, "json_schema") == 0) {
     json_t *js = json_pack("{s:s, s:O?}", "name",
-                           px_jstr(v, "name") ? px_jstr(v, "name") : "response",
-                           "schema", json_object_get(v, "schema"));
+                           px_jstr(v, "name") ? px_jstr(v, "name") : "response", "schema",
+                           json_object_get(v, "schema"));
     json_t *x;
     if ((x = json_object_get(v, "description")) != NULL)
       json_object_set(js, "description", x);
@@ -1507,7 +1507,11 @@ const px_proto_ops_t px_proto_chat = {
               .verbosity = PX_LOSSY("verbosity"),
               .tool_args_param = "messages.tool_calls.function.arguments",
               .annotations = PX_LOSSY("choices[].message.annotations")},
-    .watch = {.usage_obj = "usage", .usage_in = "prompt_tokens",
-              .usage_out = "completion_tokens", .terminal_data = "[DONE]",
-              .error_data = 1, .model_path = {"model"}, .model_depth = 1},
+    .watch = {.usage_obj = "usage",
+              .usage_in = "prompt_tokens",
+              .usage_out = "completion_tokens",
+              .terminal_data = "[DONE]",
+              .error_data = 1,
+              .model_path = {"model"},
+              .model_depth = 1},
 };

@@ -317,7 +317,9 @@ const char *px_lossy_opaque_reasoning(const px_tr_ctx_t *ctx, int redacted) {
                                                    : n->opaque_reasoning;
 }
 
-const char *px_lossy_annotations(const px_tr_ctx_t *ctx) { return px_out_names(ctx)->annotations; }
+const char *px_lossy_annotations(const px_tr_ctx_t *ctx) {
+  return px_out_names(ctx)->annotations;
+}
 
 void px_lossy_each(const px_lossy_t *l, void (*fn)(void *arg, const char *path), void *arg) {
   char path[sizeof(l->buf)];

@@ -1091,7 +1091,8 @@ const px_proto_ops_t px_proto_gemini = {
               .stop = PX_LOSSY("generationConfig.stopSequences"),
               .tool_args_param = "contents.parts.functionCall.args",
               .annotations = PX_LOSSY("candidates[].groundingMetadata"),
-              .opaque_reasoning = PX_LOSSY("candidates[].content.parts[].thoughtSignature")},
+              .opaque_reasoning =
+                  PX_LOSSY("candidates[].content.parts[].thoughtSignature")},
     .watch = {.usage_obj = "usageMetadata", .usage_in = "promptTokenCount",
               .usage_out = "candidatesTokenCount", .usage_out_extra = "thoughtsTokenCount",
               .finish_key = "finishReason", .error_data = 1,

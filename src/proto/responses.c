@@ -692,7 +692,8 @@ static int dec_settings(dec_t *d, const char *key, json_t *v) {
     if (json_is_integer(v))
       json_object_set(d->ir, "max_tokens", v);
     else if (!json_is_null(v))
-      return px_tr_fail(d->err, "max_output_tokens", "max_output_tokens must be an integer");
+      return px_tr_fail(d->err, "max_output_tokens",
+                        "max_output_tokens must be an integer");
   } else if (strcmp(key, "temperature") == 0 || strcmp(key, "top_p") == 0) {
     if (json_is_number(v))
       json_object_set(d->ir, key, v);
@@ -701,7 +702,8 @@ static int dec_settings(dec_t *d, const char *key, json_t *v) {
   } else if (strcmp(key, "user") == 0) {
     if (json_is_string(v)) json_object_set(d->ir, "user", v);
   } else if (strcmp(key, "metadata") == 0) {
-    if (json_is_object(v) && json_object_size(v) > 0) json_object_set(d->ir, "metadata", v);
+    if (json_is_object(v) && json_object_size(v) > 0)
+      json_object_set(d->ir, "metadata", v);
   } else if (strcmp(key, "stream") == 0) {
     if (json_is_boolean(v)) json_object_set(d->ir, "stream", v);
   } else if (strcmp(key, "stream_options") == 0) {
@@ -731,7 +733,8 @@ static int dec_stateful(const char *key, json_t *v, px_tr_err_t *err) {
                         "background mode needs an openai_responses upstream");
   } else if (strcmp(key, "prompt") == 0) {
     if (!json_is_null(v))
-      return px_tr_fail(err, "prompt", "prompt templates need an openai_responses upstream");
+      return px_tr_fail(err, "prompt",
+                        "prompt templates need an openai_responses upstream");
   } else {
     return 1;
   }
@@ -989,9 +992,8 @@ static int enc_reasoning(json_t *input, const char *role, json_t **content, json
   if (r == NULL) return PX_ENOMEM;
   const char *txt = px_jstr(p, "text");
   if (txt != NULL && *txt != 0)
-    json_array_append_new(
-        json_object_get(r, "summary"),
-        json_pack("{s:s, s:s}", "type", "summary_text", "text", txt));
+    json_array_append_new(json_object_get(r, "summary"),
+                          json_pack("{s:s, s:s}", "type", "summary_text", "text", txt));
   if (px_jstr(p, "id") != NULL) set_str(r, "id", px_jstr(p, "id"));
   if (rc == 0)
     rc = json_array_append_new(input, r);
@@ -1006,8 +1008,7 @@ static int enc_content_part(json_t **content, json_t *p, const char *t, int asst
   if (*content == NULL && (*content = json_array()) == NULL) return PX_ENOMEM;
   json_t *e = NULL;
   if (asst && strcmp(t, "text") == 0) {
-    if (json_object_get(p, "cache_control") != NULL)
-      px_lossy_add(lossy, "cache_control");
+    if (json_object_get(p, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
     e = json_pack("{s:s, s:s, s:[]}", "type", "output_text", "text",
                   px_jstr(p, "text") ? px_jstr(p, "text") : "", "annotations");
   } else if (asst && strcmp(t, "refusal") == 0) {
@@ -1101,8 +1102,7 @@ static int instructions_out(json_t *sys, json_t *b, px_lossy_t *lossy) {
   size_t i;
   json_t *p;
   json_array_foreach(sys, i, p) {
-    if (json_object_get(p, "cache_control") != NULL)
-      px_lossy_add(lossy, "cache_control");
+    if (json_object_get(p, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
     if ((i > 0 && px_buf_puts(&sb, "\n\n") != 0) ||
         px_buf_puts(&sb, px_jstr(p, "text") ? px_jstr(p, "text") : "") != 0) {
       px_buf_free(&sb);
@@ -1143,8 +1143,7 @@ static void tools_out(json_t *tools, json_t *b, px_lossy_t *lossy) {
      * false unless the client asked for strict. */
     json_t *strict = json_object_get(t, "strict");
     json_object_set_new(o, "strict", json_boolean(json_is_true(strict)));
-    if (json_object_get(t, "cache_control") != NULL)
-      px_lossy_add(lossy, "cache_control");
+    if (json_object_get(t, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
     json_array_append_new(ot, o);
   }
   json_object_set_new(b, "tools", ot);
@@ -1155,9 +1154,10 @@ static void tool_choice_out(json_t *tc, json_t *tools, json_t *b) {
   if (t != NULL && strcmp(t, "tool") == 0)
     json_object_set_new(
         b, "tool_choice",
-        json_pack("{s:s, s:s}", "type",
-                  px_ir_is_custom_tool(tools, px_jstr(tc, "name")) ? "custom" : "function",
-                  "name", px_jstr(tc, "name") ? px_jstr(tc, "name") : ""));
+        json_pack(
+            "{s:s, s:s}", "type",
+            px_ir_is_custom_tool(tools, px_jstr(tc, "name")) ? "custom" : "function",
+            "name", px_jstr(tc, "name") ? px_jstr(tc, "name") : ""));
   else if (t != NULL)
     set_str(b, "tool_choice", t);
 }
@@ -1674,9 +1674,13 @@ const px_proto_ops_t px_proto_responses = {
               .tool_args_param = "input.arguments",
               .annotations = PX_LOSSY("output[].content[].annotations"),
               .opaque_reasoning = PX_LOSSY("output[].encrypted_content")},
-    .watch = {.usage_obj = "usage", .usage_in = "input_tokens", .usage_out = "output_tokens",
+    .watch = {.usage_obj = "usage",
+              .usage_in = "input_tokens",
+              .usage_out = "output_tokens",
               .terminal_events = {"response.completed", "response.incomplete",
                                   "response.failed"},
-              .terminal_outer = "response", .error_event = "error",
-              .model_path = {"response", "model"}, .model_depth = 2},
+              .terminal_outer = "response",
+              .error_event = "error",
+              .model_path = {"response", "model"},
+              .model_depth = 2},
 };

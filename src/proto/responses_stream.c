@@ -485,7 +485,8 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
     rc = d_delta(d, j, PX_DELTA_TOOL_ARGS, 1);
   } else if (strcmp(type, "response.custom_tool_call_input.delta") == 0) {
     /* not carried toward clients without freeform tools: ignored */
-    if (px_tr_in_can(&d->ctx, PX_CAP_CUSTOM_TOOLS)) rc = d_delta(d, j, PX_DELTA_TOOL_ARGS, 1);
+    if (px_tr_in_can(&d->ctx, PX_CAP_CUSTOM_TOOLS))
+      rc = d_delta(d, j, PX_DELTA_TOOL_ARGS, 1);
   } else if (strcmp(type, "response.reasoning_summary_text.delta") == 0 ||
              strcmp(type, "response.reasoning_text.delta") == 0) {
     rc = d_delta(d, j, PX_DELTA_THINKING, 1);

@@ -71,15 +71,17 @@ static void names(void) {
 static void no_pairs(void) {
   const char *root = getenv("PROXAI_TEST_SRCDIR");
   if (root == NULL) return;
-  static const char *const files[] = {"chat.c",   "chat_stream.c",      "responses.c",
-                                      "responses_stream.c", "anthropic.c",
-                                      "anthropic_stream.c", "gemini.c",
-                                      "gemini_stream.c",    "common.c"};
+  static const char *const files[] = {
+      "chat.c",      "chat_stream.c",      "responses.c", "responses_stream.c",
+      "anthropic.c", "anthropic_stream.c", "gemini.c",    "gemini_stream.c",
+      "common.c"};
   regex_t re;
-  CHECK(regcomp(&re,
-                "ctx(->|\\.)(in|out)[ ]*[!=]=[ ]*PX_PROTO_|PX_PROTO_[A-Z]+[ ]*[!=]=[ ]*[a-z_]*"
-                "(->|\\.)?ctx|switch[ ]*\\([a-z_>.-]*ctx(->|\\.)(in|out)\\)",
-                REG_EXTENDED | REG_NOSUB) == 0);
+  CHECK(
+      regcomp(
+          &re,
+          "ctx(->|\\.)(in|out)[ ]*[!=]=[ ]*PX_PROTO_|PX_PROTO_[A-Z]+[ ]*[!=]=[ ]*[a-z_]*"
+          "(->|\\.)?ctx|switch[ ]*\\([a-z_>.-]*ctx(->|\\.)(in|out)\\)",
+          REG_EXTENDED | REG_NOSUB) == 0);
   for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
     char path[4096], line[4096];
     snprintf(path, sizeof(path), "%s/src/proto/%s", root, files[i]);
