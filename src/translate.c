@@ -56,6 +56,7 @@ static int pipeline(px_tr_ctx_t *c, int is_request, tr_fn decode, tr_fn encode,
   }
   if (is_request && c->upstream_model != NULL)
     json_object_set_new(ir, "model", json_string(c->upstream_model));
+  if (is_request) px_ir_fit_request(c, ir, lossy); /* what the upstream cannot hold */
   /* a stream's headers leave before its content: what it may drop is
    * named now, from the request (the rules of the non-streaming path) */
   if (is_request && c->stream) px_lossy_predict(c, ir, lossy);

@@ -103,7 +103,7 @@ typedef struct px_lossy {
 #define PX_LOSSY(path) (path)
 
 /** Add a field path (deduplicated; silently stops when the buffer is full,
- *  ending the list with "..."). */
+ *  ending the list with "..."). A NULL path adds nothing. */
 void px_lossy_add(px_lossy_t *l, const char *path);
 static inline void px_lossy_init(px_lossy_t *l) { l->len = 0; l->buf[0] = 0; }
 /** Add every path of src to dst. */
@@ -165,8 +165,8 @@ typedef struct px_tr_ctx {
  *                        {"type":"grammar","syntax":"lark"|"regex",  // custom tool)
  *                         "definition":".."}?} ],
  *            (custom tools, custom tool_call parts and custom stream blocks
- *             are put in the IR only when both ends are OpenAI protocols;
- *             the Anthropic translator never sees them)
+ *             are put in the IR only when the other side has
+ *             PX_CAP_CUSTOM_TOOLS; a codec without it never sees them)
  *   "tool_choice": {"type":"auto"|"none"|"required"} | {"type":"tool","name":".."},
  *   "parallel_tool_calls": bool,
  *   "max_tokens": int, "temperature": num, "top_p": num, "top_k": int,
@@ -184,8 +184,10 @@ typedef struct px_tr_ctx {
  *   "prompt_cache_key": "..",                // Chat / Responses prompt_cache_key
  *   "verbosity": "low"|"medium"|"high"       // Chat verbosity / Responses text.verbosity
  * }
- * (prompt_cache_key and verbosity are put in the IR only when the upstream is
- * the other OpenAI protocol; toward Anthropic the decoders name them lossy.)
+ * (decoders put prompt_cache_key and verbosity in the IR whenever the client
+ * sent them; the hub's px_ir_fit_request drops them, named by the client's
+ * px_lossy_names_t, when the upstream lacks PX_CAP_PROMPT_CACHE_KEY /
+ * PX_CAP_VERBOSITY.)
  *
  * PART (in messages[].content):
  *   {"type":"text","text":"..","cache_control":{..}?}
@@ -391,6 +393,55 @@ typedef struct px_wire_watch {
 } px_wire_watch_t;
 
 /* ------------------------------------------------------------------------ */
+/* Capabilities: what a protocol's wire can hold of the shared model          */
+/*
+ * A codec never asks which protocol is on the other side, only what that
+ * side can hold (px_tr_out_can / px_tr_in_can in protoutil.h), and names
+ * what it drops by the other side's own field names (px_lossy_names_t).
+ */
+
+/** Freeform (custom) tools, tool choices naming them and their calls. */
+#define PX_CAP_CUSTOM_TOOLS (1u << 0)
+/** A prompt cache routing key (prompt_cache_key). */
+#define PX_CAP_PROMPT_CACHE_KEY (1u << 1)
+/** An output verbosity knob (low / medium / high). */
+#define PX_CAP_VERBOSITY (1u << 2)
+/** Uploaded files referenced by id (an OpenAI file_id). */
+#define PX_CAP_FILE_ID (1u << 3)
+/** Tool-call arguments of any JSON value (not only an object). */
+#define PX_CAP_ANY_TOOL_ARGS (1u << 4)
+/** Opaque reasoning tokens carried across turns (signatures, encrypted
+ *  content: protoutil.h px_rtok_*). */
+#define PX_CAP_REASONING_TOKENS (1u << 5)
+/** A client can name a response stored upstream (previous_response_id), so
+ *  the upstream may keep state for it. */
+#define PX_CAP_STORED_RESPONSES (1u << 6)
+
+/** A protocol's own names (x-proxai-lossy paths, one error param) for
+ *  content another protocol may not hold. Request names are used when the
+ *  protocol is the client's (the client sent the content), response names
+ *  when it is the upstream's (the upstream produced it). NULL: the protocol
+ *  never carries such content (nothing is named). */
+typedef struct px_lossy_names {
+  /* request side */
+  const char *refusal;            /**< an assistant refusal in the history */
+  const char *reasoning_text;     /**< replayed reasoning the target drops */
+  const char *reasoning_token;    /**< a replayed opaque reasoning token */
+  const char *reasoning_redacted; /**< replayed redacted reasoning data */
+  const char *reasoning_config;   /**< the reasoning / thinking setting */
+  const char *stop;               /**< stop sequences */
+  const char *tool_result_image;  /**< an image inside a tool result */
+  const char *tool_result_file;   /**< a file inside a tool result */
+  const char *prompt_cache_key;   /**< PX_CAP_PROMPT_CACHE_KEY's field */
+  const char *verbosity;          /**< PX_CAP_VERBOSITY's field */
+  const char *tool_args_param;    /**< error param of a tool call's arguments */
+  /* response side */
+  const char *annotations;        /**< annotations / citations of text */
+  const char *opaque_reasoning;   /**< an opaque reasoning token */
+  const char *redacted_reasoning; /**< a redacted reasoning block */
+} px_lossy_names_t;
+
+/* ------------------------------------------------------------------------ */
 /* The protocol table                                                         */
 
 typedef struct px_proto_ops {
@@ -487,6 +538,10 @@ typedef struct px_proto_ops {
    *  glob of model names routed to it (NULL: it takes the rest). */
   const char *env_key, *env_base, *default_base, *default_name, *default_glob;
   px_wire_watch_t watch;
+  /** What this protocol's wire can hold (PX_CAP_*). */
+  unsigned caps;
+  /** Its names for what another protocol cannot hold. */
+  px_lossy_names_t names;
 } px_proto_ops_t;
 
 /** The table entry of a protocol. */
@@ -521,8 +576,13 @@ int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
  *  the non-streaming encoders use for the same content). Called by
  *  px_translate_request when ctx->stream. */
 void px_lossy_predict(const px_tr_ctx_t *ctx, json_t *ir_request, px_lossy_t *lossy);
-/** The lossy name of opaque reasoning (signature / encrypted_content, or a
- *  redacted block) a Chat client cannot hold, by upstream protocol. */
+/** The one place where a decoded request is fitted to the upstream's
+ *  capabilities: IR fields the upstream's caps cannot hold (prompt_cache_key,
+ *  verbosity) are removed and named in lossy by the client's names. Called by
+ *  the hub between decode_request and encode_request. */
+void px_ir_fit_request(const px_tr_ctx_t *ctx, json_t *ir_request, px_lossy_t *lossy);
+/** The lossy name of opaque reasoning (a token, or a redacted block) a
+ *  client without PX_CAP_REASONING_TOKENS cannot hold: the upstream's name. */
 const char *px_lossy_opaque_reasoning(const px_tr_ctx_t *ctx, int redacted);
 /** Annotations (citations) a client cannot hold, by the upstream's name. */
 const char *px_lossy_annotations(const px_tr_ctx_t *ctx);

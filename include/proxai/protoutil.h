@@ -98,6 +98,23 @@ static inline void px_dropped(const px_tr_ctx_t *ctx, const char *path) {
   if (ctx->dropped != NULL) px_lossy_add(ctx->dropped, path);
 }
 
+/** Whether the upstream (out) / client (in) protocol of ctx can hold a
+ *  PX_CAP_* capability: what a codec asks instead of which protocol it is. */
+static inline int px_tr_out_can(const px_tr_ctx_t *ctx, unsigned cap) {
+  return (px_proto_get(ctx->out)->caps & cap) != 0;
+}
+static inline int px_tr_in_can(const px_tr_ctx_t *ctx, unsigned cap) {
+  return (px_proto_get(ctx->in)->caps & cap) != 0;
+}
+/** The client's names (what it sent) / the upstream's (what it produced)
+ *  for content the other side cannot hold (px_lossy_names_t). */
+static inline const px_lossy_names_t *px_in_names(const px_tr_ctx_t *ctx) {
+  return &px_proto_get(ctx->in)->names;
+}
+static inline const px_lossy_names_t *px_out_names(const px_tr_ctx_t *ctx) {
+  return &px_proto_get(ctx->out)->names;
+}
+
 /** The annotation of a DELTA_ANNOTATION event as JSON (NULL if malformed). */
 json_t *px_annotation_parse(px_str_t text);
 

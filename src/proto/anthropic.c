@@ -209,6 +209,71 @@ static int decode_tool_result_content(json_t *c, const char *path, json_t *parts
   return 0;
 }
 
+/* tool_use block (assistant turns) -> IR tool_call */
+static int decode_tool_use(json_t *b, int assistant, const char *path, json_t *parts,
+                           px_lossy_t *lossy, px_tr_err_t *err) {
+  char p[96];
+  pathf(p, sizeof(p), "%s.type", path);
+  const char *id = px_jstr(b, "id"), *name = px_jstr(b, "name");
+  json_t *input = json_object_get(b, "input");
+  if (!assistant) return px_tr_fail(err, p, "%s: tool_use only in assistant turns", p);
+  if (id == NULL || name == NULL) {
+    pathf(p, sizeof(p), "%s.id", path);
+    return px_tr_fail(err, p, "%s: tool_use needs id and name", p);
+  }
+  char *args =
+      input != NULL ? json_dumps(input, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{}");
+  if (args == NULL) return PX_ENOMEM;
+  json_array_append_new(parts, json_pack("{s:s,s:s,s:s,s:s}", "type", "tool_call", "id",
+                                         id, "name", name, "arguments", args));
+  free(args);
+  if (json_object_get(b, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
+  return 0;
+}
+
+/* tool_result block (user turns) -> IR tool_result */
+static int decode_tool_result(json_t *b, int assistant, const char *path, json_t *parts,
+                              px_lossy_t *lossy, px_tr_err_t *err) {
+  char p[96];
+  pathf(p, sizeof(p), "%s.type", path);
+  const char *id = px_jstr(b, "tool_use_id");
+  if (assistant) return px_tr_fail(err, p, "%s: tool_result only in user turns", p);
+  if (id == NULL) {
+    pathf(p, sizeof(p), "%s.tool_use_id", path);
+    return px_tr_fail(err, p, "%s: tool_result needs tool_use_id", p);
+  }
+  json_t *content = json_array();
+  if (decode_tool_result_content(json_object_get(b, "content"), path, content, lossy,
+                                 err) < 0) {
+    json_decref(content);
+    return PX_EINVAL;
+  }
+  json_t *part = json_pack("{s:s,s:s,s:o}", "type", "tool_result", "tool_call_id", id,
+                           "content", content);
+  json_t *ie = json_object_get(b, "is_error");
+  if (json_is_boolean(ie)) json_object_set(part, "is_error", ie);
+  if (json_object_get(b, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
+  json_array_append_new(parts, part);
+  return 0;
+}
+
+/* thinking block -> IR reasoning (its signature back to its family's field) */
+static int decode_thinking_block(json_t *b, json_t *parts) {
+  const char *sig = px_jstr(b, "signature");
+  json_t *part = json_pack("{s:s,s:s}", "type", "reasoning", "text",
+                           px_jstr(b, "thinking") ? px_jstr(b, "thinking") : "");
+  if (part == NULL) return PX_ENOMEM;
+  /* a signature proxai tagged with another family (OpenAI encrypted_content,
+   * a Gemini thoughtSignature) goes back to its field; any other signature
+   * is Anthropic's own */
+  if (px_rtok_in(PX_PROTO_ANTHROPIC, part, sig) < 0) {
+    json_decref(part);
+    return PX_ENOMEM;
+  }
+  json_array_append_new(parts, part);
+  return 0;
+}
+
 /* One content block of a messages[] entry -> 0..n IR parts. */
 static int decode_block(json_t *b, const char *role, const char *path, json_t *parts,
                         px_lossy_t *lossy, px_tr_err_t *err) {
@@ -245,59 +310,11 @@ static int decode_block(json_t *b, const char *role, const char *path, json_t *p
     decode_search_result(b, parts, lossy);
     return 0;
   }
-  if (strcmp(t, "tool_use") == 0) {
-    const char *id = px_jstr(b, "id"), *name = px_jstr(b, "name");
-    json_t *input = json_object_get(b, "input");
-    if (!assistant) return px_tr_fail(err, p, "%s: tool_use only in assistant turns", p);
-    if (id == NULL || name == NULL) {
-      pathf(p, sizeof(p), "%s.id", path);
-      return px_tr_fail(err, p, "%s: tool_use needs id and name", p);
-    }
-    char *args = input != NULL ? json_dumps(input, JSON_COMPACT | JSON_ENCODE_ANY)
-                               : strdup("{}");
-    if (args == NULL) return PX_ENOMEM;
-    json_array_append_new(parts, json_pack("{s:s,s:s,s:s,s:s}", "type", "tool_call", "id",
-                                           id, "name", name, "arguments", args));
-    free(args);
-    if (json_object_get(b, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
-    return 0;
-  }
-  if (strcmp(t, "tool_result") == 0) {
-    const char *id = px_jstr(b, "tool_use_id");
-    if (assistant) return px_tr_fail(err, p, "%s: tool_result only in user turns", p);
-    if (id == NULL) {
-      pathf(p, sizeof(p), "%s.tool_use_id", path);
-      return px_tr_fail(err, p, "%s: tool_result needs tool_use_id", p);
-    }
-    json_t *content = json_array();
-    if (decode_tool_result_content(json_object_get(b, "content"), path, content, lossy,
-                                   err) < 0) {
-      json_decref(content);
-      return PX_EINVAL;
-    }
-    json_t *part = json_pack("{s:s,s:s,s:o}", "type", "tool_result", "tool_call_id", id,
-                             "content", content);
-    json_t *ie = json_object_get(b, "is_error");
-    if (json_is_boolean(ie)) json_object_set(part, "is_error", ie);
-    if (json_object_get(b, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
-    json_array_append_new(parts, part);
-    return 0;
-  }
-  if (strcmp(t, "thinking") == 0) {
-    const char *sig = px_jstr(b, "signature");
-    json_t *part = json_pack("{s:s,s:s}", "type", "reasoning", "text",
-                             px_jstr(b, "thinking") ? px_jstr(b, "thinking") : "");
-    if (part == NULL) return PX_ENOMEM;
-    /* a signature proxai tagged with another family (OpenAI encrypted_content,
-     * a Gemini thoughtSignature) goes back to its field; any other signature
-     * is Anthropic's own */
-    if (px_rtok_in(PX_PROTO_ANTHROPIC, part, sig) < 0) {
-      json_decref(part);
-      return PX_ENOMEM;
-    }
-    json_array_append_new(parts, part);
-    return 0;
-  }
+  if (strcmp(t, "tool_use") == 0)
+    return decode_tool_use(b, assistant, path, parts, lossy, err);
+  if (strcmp(t, "tool_result") == 0)
+    return decode_tool_result(b, assistant, path, parts, lossy, err);
+  if (strcmp(t, "thinking") == 0) return decode_thinking_block(b, parts);
   if (strcmp(t, "redacted_thinking") == 0) {
     json_array_append_new(
         parts, json_pack("{s:s,s:s,s:s}", "type", "reasoning", "text", "",
@@ -521,6 +538,102 @@ static int decode_json_format(json_t *fmt, const char *path, json_t *ir, px_tr_e
   return 0;
 }
 
+/* The IR reasoning object, made when absent. */
+static json_t *reasoning_of(json_t *ir) {
+  json_t *r = json_object_get(ir, "reasoning");
+  if (r == NULL) {
+    r = json_object();
+    json_object_set_new(ir, "reasoning", r);
+  }
+  return r;
+}
+
+/* thinking {type, budget_tokens, display} -> IR reasoning */
+static int decode_thinking(json_t *v, json_t *ir, px_lossy_t *lossy, px_tr_err_t *err) {
+  const char *t = px_jstr(v, "type");
+  json_t *r = reasoning_of(ir);
+  if (t != NULL && strcmp(t, "enabled") == 0) {
+    json_t *b = json_object_get(v, "budget_tokens");
+    json_object_set_new(r, "enabled", json_true());
+    if (json_is_integer(b)) {
+      json_object_set(r, "budget_tokens", b);
+      if (json_object_get(r, "effort") == NULL)
+        json_object_set_new(r, "effort",
+                            json_string(px_effort_of_budget(json_integer_value(b))));
+    }
+  } else if (t != NULL && strcmp(t, "adaptive") == 0) {
+    json_object_set_new(r, "enabled", json_true());
+  } else if (t != NULL && strcmp(t, "disabled") == 0) {
+    json_object_set_new(r, "enabled", json_false());
+  } else {
+    px_tr_fail(err, "thinking.type", "thinking.type: '%s' is not supported",
+               t ? t : "(none)");
+    return PX_EINVAL;
+  }
+  if (json_object_get(v, "display") != NULL) px_lossy_add(lossy, "thinking.display");
+  return 0;
+}
+
+/* output_config {effort, format} -> IR reasoning effort, response_format */
+static int decode_output_config(json_t *v, json_t *ir, px_lossy_t *lossy,
+                                px_tr_err_t *err) {
+  const char *ok;
+  json_t *ov;
+  json_object_foreach(v, ok, ov) {
+    if (json_is_null(ov)) continue;
+    if (strcmp(ok, "effort") == 0) {
+      const char *e = effort_from_anthropic(json_string_value(ov));
+      if (e == NULL) {
+        px_tr_fail(err, "output_config.effort", "output_config.effort: unknown value");
+        return PX_EINVAL;
+      }
+      json_t *r = reasoning_of(ir);
+      /* the explicit effort wins over one derived from budget_tokens */
+      json_object_set_new(r, "effort", json_string(e));
+    } else if (strcmp(ok, "format") == 0) {
+      if (decode_json_format(ov, "output_config.format", ir, err) < 0) return PX_EINVAL;
+    } else {
+      px_lossy_add(lossy, "output_config");
+    }
+  }
+  return 0;
+}
+
+/* A sampling field (max_tokens, temperature, top_p, top_k, stop_sequences,
+ * stream) -> IR: 0, <0 when invalid, 1 when k is not one of them. */
+static int decode_sampling(const char *k, json_t *v, json_t *ir, px_tr_err_t *err) {
+  if (strcmp(k, "max_tokens") == 0) {
+    if (!json_is_integer(v) || json_integer_value(v) < 1) {
+      px_tr_fail(err, "max_tokens", "max_tokens: must be a positive integer");
+      return PX_EINVAL;
+    }
+    json_object_set(ir, "max_tokens", v);
+  } else if (strcmp(k, "temperature") == 0 || strcmp(k, "top_p") == 0) {
+    if (!json_is_number(v)) {
+      px_tr_fail(err, k, "%s: must be a number", k);
+      return PX_EINVAL;
+    }
+    json_object_set(ir, k, v);
+  } else if (strcmp(k, "top_k") == 0) {
+    if (!json_is_integer(v)) {
+      px_tr_fail(err, "top_k", "top_k: must be an integer");
+      return PX_EINVAL;
+    }
+    json_object_set(ir, "top_k", v);
+  } else if (strcmp(k, "stop_sequences") == 0) {
+    if (!json_is_array(v)) {
+      px_tr_fail(err, "stop_sequences", "stop_sequences: must be an array of strings");
+      return PX_EINVAL;
+    }
+    if (json_array_size(v) > 0) json_object_set(ir, "stop", v);
+  } else if (strcmp(k, "stream") == 0) {
+    json_object_set_new(ir, "stream", json_boolean(json_is_true(v)));
+  } else {
+    return 1;
+  }
+  return 0;
+}
+
 static int anth_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **irp,
                                px_lossy_t *lossy, px_tr_err_t *err) {
   (void)ctx;
@@ -529,6 +642,7 @@ static int anth_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
   json_t *sys = json_array(), *msgs = json_array();
   json_t *v;
   const char *k;
+  int rc;
 
   if (px_jstr(body, "model") != NULL)
     json_object_set(ir, "model", json_object_get(body, "model"));
@@ -542,32 +656,8 @@ static int anth_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
     if (json_is_null(v)) continue;
     if (strcmp(k, "model") == 0 || strcmp(k, "system") == 0 || strcmp(k, "messages") == 0) {
       continue;
-    } else if (strcmp(k, "max_tokens") == 0) {
-      if (!json_is_integer(v) || json_integer_value(v) < 1) {
-        px_tr_fail(err, "max_tokens", "max_tokens: must be a positive integer");
-        goto fail;
-      }
-      json_object_set(ir, "max_tokens", v);
-    } else if (strcmp(k, "temperature") == 0 || strcmp(k, "top_p") == 0) {
-      if (!json_is_number(v)) {
-        px_tr_fail(err, k, "%s: must be a number", k);
-        goto fail;
-      }
-      json_object_set(ir, k, v);
-    } else if (strcmp(k, "top_k") == 0) {
-      if (!json_is_integer(v)) {
-        px_tr_fail(err, "top_k", "top_k: must be an integer");
-        goto fail;
-      }
-      json_object_set(ir, "top_k", v);
-    } else if (strcmp(k, "stop_sequences") == 0) {
-      if (!json_is_array(v)) {
-        px_tr_fail(err, "stop_sequences", "stop_sequences: must be an array of strings");
-        goto fail;
-      }
-      if (json_array_size(v) > 0) json_object_set(ir, "stop", v);
-    } else if (strcmp(k, "stream") == 0) {
-      json_object_set_new(ir, "stream", json_boolean(json_is_true(v)));
+    } else if ((rc = decode_sampling(k, v, ir, err)) <= 0) {
+      if (rc < 0) goto fail;
     } else if (strcmp(k, "tools") == 0) {
       json_t *tools = NULL;
       if (decode_tools(v, &tools, lossy, err) < 0) goto fail;
@@ -578,55 +668,9 @@ static int anth_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
     } else if (strcmp(k, "tool_choice") == 0) {
       if (decode_tool_choice(v, ir, err) < 0) goto fail;
     } else if (strcmp(k, "thinking") == 0) {
-      const char *t = px_jstr(v, "type");
-      json_t *r = json_object_get(ir, "reasoning");
-      if (r == NULL) {
-        r = json_object();
-        json_object_set_new(ir, "reasoning", r);
-      }
-      if (t != NULL && strcmp(t, "enabled") == 0) {
-        json_t *b = json_object_get(v, "budget_tokens");
-        json_object_set_new(r, "enabled", json_true());
-        if (json_is_integer(b)) {
-          json_object_set(r, "budget_tokens", b);
-          if (json_object_get(r, "effort") == NULL)
-            json_object_set_new(r, "effort",
-                                json_string(px_effort_of_budget(json_integer_value(b))));
-        }
-      } else if (t != NULL && strcmp(t, "adaptive") == 0) {
-        json_object_set_new(r, "enabled", json_true());
-      } else if (t != NULL && strcmp(t, "disabled") == 0) {
-        json_object_set_new(r, "enabled", json_false());
-      } else {
-        px_tr_fail(err, "thinking.type", "thinking.type: '%s' is not supported",
-                   t ? t : "(none)");
-        goto fail;
-      }
-      if (json_object_get(v, "display") != NULL) px_lossy_add(lossy, "thinking.display");
+      if (decode_thinking(v, ir, lossy, err) < 0) goto fail;
     } else if (strcmp(k, "output_config") == 0) {
-      const char *ok;
-      json_t *ov;
-      json_object_foreach(v, ok, ov) {
-        if (json_is_null(ov)) continue;
-        if (strcmp(ok, "effort") == 0) {
-          const char *e = effort_from_anthropic(json_string_value(ov));
-          json_t *r = json_object_get(ir, "reasoning");
-          if (e == NULL) {
-            px_tr_fail(err, "output_config.effort", "output_config.effort: unknown value");
-            goto fail;
-          }
-          if (r == NULL) {
-            r = json_object();
-            json_object_set_new(ir, "reasoning", r);
-          }
-          /* the explicit effort wins over one derived from budget_tokens */
-          json_object_set_new(r, "effort", json_string(e));
-        } else if (strcmp(ok, "format") == 0) {
-          if (decode_json_format(ov, "output_config.format", ir, err) < 0) goto fail;
-        } else {
-          px_lossy_add(lossy, "output_config");
-        }
-      }
+      if (decode_output_config(v, ir, lossy, err) < 0) goto fail;
     } else if (strcmp(k, "output_format") == 0) {
       if (decode_json_format(v, "output_format", ir, err) < 0) goto fail;
     } else if (strcmp(k, "metadata") == 0) {
@@ -673,11 +717,8 @@ fail:
 /* Request encode: IR -> Anthropic body                                      */
 
 static const char *args_param(const px_tr_ctx_t *ctx) {
-  switch (ctx->in) {
-  case PX_PROTO_CHAT: return "messages.tool_calls.function.arguments";
-  case PX_PROTO_RESPONSES: return "input.arguments";
-  default: return "messages.content.input";
-  }
+  const char *p = px_in_names(ctx)->tool_args_param;
+  return p != NULL ? p : "messages.content.input";
 }
 
 static int encode_image(json_t *part, json_t **out, px_tr_err_t *err) {
@@ -784,10 +825,7 @@ static int encode_part(const px_tr_ctx_t *ctx, json_t *part, const char *role, j
   }
   if (strcmp(t, "refusal") == 0) {
     /* no refusal block in Anthropic: the wording stays as assistant text */
-    if (ctx->in == PX_PROTO_CHAT)
-      px_lossy_add(lossy, "messages[].refusal");
-    else
-      px_lossy_add(lossy, "input[].content[].refusal");
+    px_lossy_add(lossy, px_in_names(ctx)->refusal);
     if (px_jstr(part, "text") != NULL && px_jstr(part, "text")[0] != 0)
       *out = text_part(px_jstr(part, "text"));
     return 0;
@@ -804,13 +842,15 @@ static int encode_part(const px_tr_ctx_t *ctx, json_t *part, const char *role, j
                        px_jstr(part, "text") ? px_jstr(part, "text") : "", "signature",
                        px_jstr(part, "signature"));
     } else {
-      /* Anthropic rejects thinking without a valid signature */
-      if (ctx->in == PX_PROTO_CHAT)
-        px_lossy_add(lossy, "messages[].reasoning_content");
-      else if (px_jstr(part, "encrypted_content") != NULL)
-        px_lossy_add(lossy, "input[].encrypted_content");
+      /* Anthropic rejects thinking without a valid signature: another
+       * family's token (named as the client spelled it), else the text */
+      const px_lossy_names_t *n = px_in_names(ctx);
+      if ((px_jstr(part, "encrypted_content") != NULL ||
+           px_jstr(part, "thought_signature") != NULL) &&
+          n->reasoning_token != NULL)
+        px_lossy_add(lossy, n->reasoning_token);
       else
-        px_lossy_add(lossy, "input[].summary");
+        px_lossy_add(lossy, n->reasoning_text);
     }
     return 0;
   }
@@ -901,24 +941,12 @@ static json_int_t budget_of_effort(const char *e) {
   return 8192;
 }
 
-static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp,
-                               px_lossy_t *lossy, px_tr_err_t *err) {
-  json_t *body = json_object();
-  json_t *v;
-  const char *model = ctx->upstream_model ? ctx->upstream_model : px_jstr(ir, "model");
-
-  if (json_object_get(ir, "previous_response_id") != NULL) {
-    px_tr_fail(err, "previous_response_id",
-               "previous_response_id: stored responses exist only at an OpenAI Responses "
-               "upstream; send the full conversation");
-    goto fail;
-  }
-  if (model != NULL) json_object_set_new(body, "model", json_string(model));
-
-  /* system: a string for one plain part, blocks otherwise */
+/* system: a string for one plain part, blocks otherwise */
+static void system_out(json_t *ir, json_t *body) {
   json_t *sys = json_object_get(ir, "system");
   json_t *sysb = json_array();
   size_t i;
+  json_t *v;
   json_array_foreach(sys, i, v) {
     if (px_jstr(v, "text") == NULL || px_jstr(v, "text")[0] == 0) continue;
     json_t *b = text_part(px_jstr(v, "text"));
@@ -932,8 +960,13 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   else if (json_array_size(sysb) > 0)
     json_object_set(body, "system", sysb);
   json_decref(sysb);
+}
 
-  /* messages */
+/* messages: IR parts -> blocks, roles alternating */
+static int messages_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *body,
+                        px_lossy_t *lossy, px_tr_err_t *err) {
+  size_t i;
+  json_t *v;
   json_t *msgs = json_array();
   json_object_set_new(body, "messages", msgs);
   json_array_foreach(json_object_get(ir, "messages"), i, v) {
@@ -941,7 +974,7 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     if (role == NULL || (strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0)) {
       px_tr_fail(err, "messages", "messages: role '%s' cannot be sent to Anthropic",
                  role ? role : "(none)");
-      goto fail;
+      return PX_EINVAL;
     }
     json_t *blocks = json_array();
     size_t j;
@@ -950,15 +983,19 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
       json_t *o = NULL;
       if (encode_part(ctx, part, role, &o, lossy, err) < 0) {
         json_decref(blocks);
-        goto fail;
+        return PX_EINVAL;
       }
       if (o != NULL) json_array_append_new(blocks, o);
     }
     if (json_array_size(blocks) > 0) push_turn(msgs, role, blocks);
     json_decref(blocks);
   }
+  return 0;
+}
 
-  /* max_tokens (required) and thinking */
+/* max_tokens (required) and thinking; returns whether thinking is on */
+static int thinking_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *body,
+                        px_lossy_t *lossy) {
   json_int_t max_tokens = json_integer_value(json_object_get(ir, "max_tokens"));
   int defaulted = 0;
   if (max_tokens <= 0) {
@@ -976,14 +1013,12 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     if (json_is_false(en) || (effort != NULL && strcmp(effort, "none") == 0)) {
       json_object_set_new(body, "thinking", json_pack("{s:s}", "type", "disabled"));
     } else if ((json_is_true(en) || effort != NULL || json_is_integer(bt)) &&
-               (tool_loop_without_thinking(msgs) || forced_tool_choice(ir))) {
+               (tool_loop_without_thinking(json_object_get(body, "messages")) ||
+                forced_tool_choice(ir))) {
       /* Anthropic rejects thinking with tool_choice any / tool: the forced
        * call is the client's contract (structured output through a tool),
        * so the call is kept and thinking stays off, named lossy */
-      if (ctx->in == PX_PROTO_CHAT)
-        px_lossy_add(lossy, "reasoning_effort");
-      else
-        px_lossy_add(lossy, "reasoning");
+      px_lossy_add(lossy, px_in_names(ctx)->reasoning_config);
     } else if (json_is_true(en) || effort != NULL || json_is_integer(bt)) {
       json_int_t budget = json_is_integer(bt) ? json_integer_value(bt)
                                               : budget_of_effort(effort);
@@ -1008,8 +1043,12 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     }
   }
   json_object_set_new(body, "max_tokens", json_integer(max_tokens));
+  return thinking;
+}
 
-  v = json_object_get(ir, "temperature");
+/* sampling: what thinking allows, and the stop sequences */
+static void sampling_out(json_t *ir, json_t *body, int thinking, px_lossy_t *lossy) {
+  json_t *v = json_object_get(ir, "temperature");
   if (json_is_number(v)) {
     if (thinking)
       px_lossy_add(lossy, "temperature"); /* rejected with thinking */
@@ -1035,8 +1074,12 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     json_object_set_new(body, "stop_sequences", json_pack("[O]", v));
   else if (json_array_size(v) > 0)
     json_object_set(body, "stop_sequences", v);
+}
 
-  /* tools */
+/* tools and tool_choice */
+static int tools_out(json_t *ir, json_t *body, px_lossy_t *lossy, px_tr_err_t *err) {
+  size_t i;
+  json_t *v;
   json_t *tools = json_object_get(ir, "tools");
   if (json_array_size(tools) > 0) {
     json_t *arr = json_array();
@@ -1071,7 +1114,7 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
       atc = json_pack("{s:s,s:s?}", "type", "tool", "name", px_jstr(tc, "name"));
     else {
       px_tr_fail(err, "tool_choice", "tool_choice: '%s' cannot be sent to Anthropic", tct);
-      goto fail;
+      return PX_EINVAL;
     }
     if (atc != NULL && json_is_false(json_object_get(ir, "parallel_tool_calls")) &&
         !is_type(atc, "none"))
@@ -1082,8 +1125,11 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     if (tct != NULL && strcmp(tct, "none") != 0 && strcmp(tct, "auto") != 0)
       px_lossy_add(lossy, "tool_choice");
   }
+  return 0;
+}
 
-  /* structured output */
+/* structured output, user, metadata, stream */
+static void output_out(json_t *ir, json_t *body, px_lossy_t *lossy) {
   json_t *rf = json_object_get(ir, "response_format");
   if (is_type(rf, "json_schema")) {
     json_t *schema = json_object_get(rf, "schema");
@@ -1101,7 +1147,27 @@ static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   if (json_object_size(json_object_get(ir, "metadata")) > 0) px_lossy_add(lossy, "metadata");
   if (json_is_true(json_object_get(ir, "stream")))
     json_object_set_new(body, "stream", json_true());
+}
 
+static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp,
+                               px_lossy_t *lossy, px_tr_err_t *err) {
+  json_t *body = json_object();
+  const char *model = ctx->upstream_model ? ctx->upstream_model : px_jstr(ir, "model");
+
+  if (json_object_get(ir, "previous_response_id") != NULL) {
+    px_tr_fail(err, "previous_response_id",
+               "previous_response_id: stored responses exist only at an OpenAI Responses "
+               "upstream; send the full conversation");
+    goto fail;
+  }
+  if (model != NULL) json_object_set_new(body, "model", json_string(model));
+
+  system_out(ir, body);
+  if (messages_out(ctx, ir, body, lossy, err) < 0) goto fail;
+  int thinking = thinking_out(ctx, ir, body, lossy);
+  sampling_out(ir, body, thinking, lossy);
+  if (tools_out(ir, body, lossy, err) < 0) goto fail;
+  output_out(ir, body, lossy);
   *bodyp = body;
   return 0;
 fail:
@@ -1529,6 +1595,18 @@ const px_proto_ops_t px_proto_anthropic = {
     .default_base = "https://api.anthropic.com",
     .default_name = "anthropic",
     .default_glob = "claude-*",
+    .caps = PX_CAP_REASONING_TOKENS,
+    .names = {.reasoning_text = PX_LOSSY("messages[].content[].thinking"),
+              .reasoning_token = PX_LOSSY("messages[].content[].signature"),
+              .reasoning_redacted = PX_LOSSY("messages[].content[].redacted_thinking"),
+              .reasoning_config = PX_LOSSY("thinking"),
+              .stop = PX_LOSSY("stop_sequences"),
+              .tool_result_image = PX_LOSSY("messages[].content[].content[].image"),
+              .tool_result_file = PX_LOSSY("messages[].content[].content[].document"),
+              .tool_args_param = "messages.content.input",
+              .annotations = PX_LOSSY("content[].citations"),
+              .opaque_reasoning = PX_LOSSY("content[].signature"),
+              .redacted_reasoning = PX_LOSSY("content[].redacted_thinking")},
     .watch = {.usage_obj = "usage", .usage_in = "input_tokens", .usage_out = "output_tokens",
               .usage_in_extra = {"cache_read_input_tokens", "cache_creation_input_tokens"},
               .start_event = "message_start", .start_outer = "message",

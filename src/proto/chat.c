@@ -159,13 +159,12 @@ static int user_part(const px_tr_ctx_t *ctx, json_t *c, const char *p, json_t *o
         add_str(part, "data", fd);
       }
     } else if (fid != NULL) {
-      if (ctx->out == PX_PROTO_ANTHROPIC) {
+      if (!px_tr_out_can(ctx, PX_CAP_FILE_ID)) {
         json_decref(part);
         snprintf(q, sizeof(q), "%s.file.file_id", p);
-        return px_tr_fail(err, q,
-                          "%s: uploaded OpenAI files cannot be sent to "
-                          "anthropic_messages; send file_data",
-                          q);
+        return px_tr_fail(
+            err, q, "%s: uploaded OpenAI files cannot be sent to %s; send file_data", q,
+            px_proto_get(ctx->out)->name);
       }
       add_str(part, "file_id", fid);
     } else {
@@ -180,13 +179,14 @@ static int user_part(const px_tr_ctx_t *ctx, json_t *c, const char *p, json_t *o
   return px_tr_fail(err, q, "%s: unknown content part type '%s'", q, t);
 }
 
-/* Validate tool-call arguments: JSON (an object toward Anthropic). */
+/* Validate tool-call arguments: JSON (an object toward an upstream without
+ * PX_CAP_ANY_TOOL_ARGS). */
 static int check_arguments(const px_tr_ctx_t *ctx, const char *args, const char *p,
                            px_tr_err_t *err) {
   json_error_t je;
   json_t *v = json_loads(args, JSON_DECODE_ANY, &je);
   if (v == NULL) return px_tr_fail(err, p, "%s is not valid JSON: %s", p, je.text);
-  int ok = json_is_object(v) || ctx->out != PX_PROTO_ANTHROPIC;
+  int ok = json_is_object(v) || px_tr_out_can(ctx, PX_CAP_ANY_TOOL_ARGS);
   json_decref(v);
   if (!ok) return px_tr_fail(err, p, "%s must be a JSON object", p);
   return 0;
@@ -221,13 +221,54 @@ static json_t *format_out(json_t *f) {
   return json_pack("{s:s}", "type", t);
 }
 
-static int assistant_msg(const px_tr_ctx_t *ctx, json_t *m, size_t mi, json_t *parts,
-                         px_lossy_t *lossy, px_tr_err_t *err) {
+/* An assistant message's tool_calls -> IR tool_call parts (custom calls
+ * only toward an upstream with PX_CAP_CUSTOM_TOOLS). */
+static int assistant_tool_calls(const px_tr_ctx_t *ctx, json_t *tcs, size_t mi,
+                                json_t *parts, px_tr_err_t *err) {
   char p[PATH_MAX_LEN];
-  json_t *rc = json_object_get(m, "reasoning_content");
-  if (json_is_string(rc) && json_string_length(rc) > 0)
-    json_array_append_new(parts,
-                          json_pack("{s:s, s:O}", "type", "reasoning", "text", rc));
+  snprintf(p, sizeof(p), "messages[%zu].tool_calls", mi);
+  if (!json_is_array(tcs)) return px_tr_fail(err, p, "%s must be an array", p);
+  size_t i;
+  json_t *tc;
+  json_array_foreach(tcs, i, tc) {
+    const char *type = px_jstr(tc, "type");
+    json_t *fn = json_object_get(tc, "function");
+    const char *id = px_jstr(tc, "id");
+    snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu]", mi, i);
+    if (type != NULL && strcmp(type, "custom") == 0 &&
+        px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
+      /* a custom (freeform) tool call, for an upstream that can hold it */
+      json_t *cu = json_object_get(tc, "custom");
+      if (id == NULL || px_jstr(cu, "name") == NULL)
+        return px_tr_fail(err, p, "%s needs id and custom.name", p);
+      const char *in = px_jstr(cu, "input");
+      json_array_append_new(
+          parts,
+          json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id", id, "name",
+                    px_jstr(cu, "name"), "custom", 1, "input", in ? in : ""));
+      continue;
+    }
+    if (type != NULL && strcmp(type, "function") != 0)
+      return px_tr_fail(err, p, "%s: %s tool calls cannot be translated", p, type);
+    if (id == NULL || !json_is_object(fn) || px_jstr(fn, "name") == NULL)
+      return px_tr_fail(err, p, "%s needs id, function.name and function.arguments", p);
+    const char *args = px_jstr(fn, "arguments");
+    if (args == NULL || is_blank(args)) {
+      args = "{}"; /* a call without arguments, not invalid JSON */
+    } else {
+      snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu].function.arguments", mi, i);
+      if (check_arguments(ctx, args, p, err) < 0) return PX_EINVAL;
+    }
+    json_array_append_new(
+        parts, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id", id, "name",
+                         px_jstr(fn, "name"), "arguments", args));
+  }
+  return 0;
+}
+
+/* An assistant message's content (string, text / refusal parts) -> IR parts */
+static int assistant_content(json_t *m, size_t mi, json_t *parts, px_tr_err_t *err) {
+  char p[PATH_MAX_LEN];
   json_t *content = json_object_get(m, "content");
   snprintf(p, sizeof(p), "messages[%zu].content", mi);
   if (json_is_string(content)) {
@@ -256,6 +297,17 @@ static int assistant_msg(const px_tr_ctx_t *ctx, json_t *m, size_t mi, json_t *p
   } else if (!json_is_null(content) && content != NULL) {
     return px_tr_fail(err, p, "%s must be a string, an array or null", p);
   }
+  return 0;
+}
+
+static int assistant_msg(const px_tr_ctx_t *ctx, json_t *m, size_t mi, json_t *parts,
+                         px_lossy_t *lossy, px_tr_err_t *err) {
+  char p[PATH_MAX_LEN];
+  json_t *rc = json_object_get(m, "reasoning_content");
+  if (json_is_string(rc) && json_string_length(rc) > 0)
+    json_array_append_new(parts,
+                          json_pack("{s:s, s:O}", "type", "reasoning", "text", rc));
+  if (assistant_content(m, mi, parts, err) < 0) return PX_EINVAL;
   json_t *refusal = json_object_get(m, "refusal");
   int has_refusal_part = 0;
   size_t k;
@@ -277,44 +329,9 @@ static int assistant_msg(const px_tr_ctx_t *ctx, json_t *m, size_t mi, json_t *p
     return px_tr_fail(err, p, "%s: audio cannot be translated", p);
   }
   json_t *tcs = json_object_get(m, "tool_calls");
-  if (tcs != NULL && !json_is_null(tcs)) {
-    snprintf(p, sizeof(p), "messages[%zu].tool_calls", mi);
-    if (!json_is_array(tcs)) return px_tr_fail(err, p, "%s must be an array", p);
-    size_t i;
-    json_t *tc;
-    json_array_foreach(tcs, i, tc) {
-      const char *type = px_jstr(tc, "type");
-      json_t *fn = json_object_get(tc, "function");
-      const char *id = px_jstr(tc, "id");
-      snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu]", mi, i);
-      if (type != NULL && strcmp(type, "custom") == 0 && ctx->out == PX_PROTO_RESPONSES) {
-        /* a custom (freeform) tool call: only Responses can hold it */
-        json_t *cu = json_object_get(tc, "custom");
-        if (id == NULL || px_jstr(cu, "name") == NULL)
-          return px_tr_fail(err, p, "%s needs id and custom.name", p);
-        const char *in = px_jstr(cu, "input");
-        json_array_append_new(
-            parts,
-            json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id", id, "name",
-                      px_jstr(cu, "name"), "custom", 1, "input", in ? in : ""));
-        continue;
-      }
-      if (type != NULL && strcmp(type, "function") != 0)
-        return px_tr_fail(err, p, "%s: %s tool calls cannot be translated", p, type);
-      if (id == NULL || !json_is_object(fn) || px_jstr(fn, "name") == NULL)
-        return px_tr_fail(err, p, "%s needs id, function.name and function.arguments", p);
-      const char *args = px_jstr(fn, "arguments");
-      if (args == NULL || is_blank(args)) {
-        args = "{}"; /* a call without arguments, not invalid JSON */
-      } else {
-        snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu].function.arguments", mi, i);
-        if (check_arguments(ctx, args, p, err) < 0) return PX_EINVAL;
-      }
-      json_array_append_new(
-          parts, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id", id, "name",
-                           px_jstr(fn, "name"), "arguments", args));
-    }
-  }
+  if (tcs != NULL && !json_is_null(tcs) &&
+      assistant_tool_calls(ctx, tcs, mi, parts, err) < 0)
+    return PX_EINVAL;
   (void)lossy;
   return 0;
 }
@@ -332,6 +349,57 @@ static json_t *tool_result_tail(json_t *msgs) {
     if (strcmp(px_jstr(p, "type"), "tool_result") != 0) return NULL;
   }
   return last;
+}
+
+/* A user message's content (string or parts) -> an IR user message */
+static int user_msg(const px_tr_ctx_t *ctx, json_t *content, size_t mi, const char *cp,
+                    json_t *ir, json_t *out, px_lossy_t *lossy, px_tr_err_t *err) {
+  json_t *parts = json_array();
+  json_object_set_new(ir, "_tmp", parts); /* freed with ir on failure */
+  if (json_is_string(content)) {
+    json_array_append_new(parts,
+                          json_pack("{s:s, s:O}", "type", "text", "text", content));
+  } else if (json_is_array(content)) {
+    size_t i;
+    json_t *c;
+    json_array_foreach(content, i, c) {
+      char q[PATH_MAX_LEN];
+      snprintf(q, sizeof(q), "messages[%zu].content[%zu]", mi, i);
+      if (user_part(ctx, c, q, parts, lossy, err) < 0) return PX_EINVAL;
+    }
+  } else {
+    return px_tr_fail(err, cp, "%s must be a string or an array", cp);
+  }
+  json_array_append_new(out, json_pack("{s:s, s:O}", "role", "user", "content", parts));
+  json_object_del(ir, "_tmp");
+  return 0;
+}
+
+/* A tool message -> an IR tool_result; consecutive ones share a user message */
+static int tool_msg(json_t *m, json_t *content, size_t mi, const char *cp, json_t *ir,
+                    json_t *out, px_tr_err_t *err) {
+  char p[PATH_MAX_LEN];
+  const char *id = px_jstr(m, "tool_call_id");
+  if (id == NULL) {
+    snprintf(p, sizeof(p), "messages[%zu].tool_call_id", mi);
+    return px_tr_fail(err, p, "%s is required", p);
+  }
+  json_t *tc = json_array();
+  json_object_set_new(ir, "_tmp", tc);
+  if (text_content(content, cp, tc, NULL, err) < 0) return PX_EINVAL;
+  json_t *res = json_pack("{s:s, s:s, s:O}", "type", "tool_result", "tool_call_id", id,
+                          "content", tc);
+  json_object_del(ir, "_tmp");
+  /* consecutive tool results share one IR user message */
+  json_t *tail = tool_result_tail(out);
+  if (tail != NULL) {
+    json_array_append_new(json_object_get(tail, "content"), res);
+  } else {
+    json_t *um = json_pack("{s:s, s:[]}", "role", "user", "content");
+    json_array_append_new(json_object_get(um, "content"), res);
+    json_array_append_new(out, um);
+  }
+  return 0;
 }
 
 static int decode_messages(const px_tr_ctx_t *ctx, json_t *msgs, json_t *ir,
@@ -357,25 +425,7 @@ static int decode_messages(const px_tr_ctx_t *ctx, json_t *msgs, json_t *ir,
     if (strcmp(role, "system") == 0 || strcmp(role, "developer") == 0) {
       if (text_content(content, cp, system, role, err) < 0) return PX_EINVAL;
     } else if (strcmp(role, "user") == 0) {
-      json_t *parts = json_array();
-      json_object_set_new(ir, "_tmp", parts); /* freed with ir on failure */
-      if (json_is_string(content)) {
-        json_array_append_new(parts,
-                              json_pack("{s:s, s:O}", "type", "text", "text", content));
-      } else if (json_is_array(content)) {
-        size_t i;
-        json_t *c;
-        json_array_foreach(content, i, c) {
-          char q[PATH_MAX_LEN];
-          snprintf(q, sizeof(q), "messages[%zu].content[%zu]", mi, i);
-          if (user_part(ctx, c, q, parts, lossy, err) < 0) return PX_EINVAL;
-        }
-      } else {
-        return px_tr_fail(err, cp, "%s must be a string or an array", cp);
-      }
-      json_array_append_new(out,
-                            json_pack("{s:s, s:O}", "role", "user", "content", parts));
-      json_object_del(ir, "_tmp");
+      if (user_msg(ctx, content, mi, cp, ir, out, lossy, err) < 0) return PX_EINVAL;
     } else if (strcmp(role, "assistant") == 0) {
       json_t *parts = json_array();
       json_object_set_new(ir, "_tmp", parts);
@@ -384,26 +434,7 @@ static int decode_messages(const px_tr_ctx_t *ctx, json_t *msgs, json_t *ir,
           out, json_pack("{s:s, s:O}", "role", "assistant", "content", parts));
       json_object_del(ir, "_tmp");
     } else if (strcmp(role, "tool") == 0) {
-      const char *id = px_jstr(m, "tool_call_id");
-      if (id == NULL) {
-        snprintf(p, sizeof(p), "messages[%zu].tool_call_id", mi);
-        return px_tr_fail(err, p, "%s is required", p);
-      }
-      json_t *tc = json_array();
-      json_object_set_new(ir, "_tmp", tc);
-      if (text_content(content, cp, tc, NULL, err) < 0) return PX_EINVAL;
-      json_t *res = json_pack("{s:s, s:s, s:O}", "type", "tool_result", "tool_call_id",
-                              id, "content", tc);
-      json_object_del(ir, "_tmp");
-      /* consecutive tool results share one IR user message */
-      json_t *tail = tool_result_tail(out);
-      if (tail != NULL) {
-        json_array_append_new(json_object_get(tail, "content"), res);
-      } else {
-        json_t *um = json_pack("{s:s, s:[]}", "role", "user", "content");
-        json_array_append_new(json_object_get(um, "content"), res);
-        json_array_append_new(out, um);
-      }
+      if (tool_msg(m, content, mi, cp, ir, out, err) < 0) return PX_EINVAL;
     } else if (strcmp(role, "function") == 0) {
       return px_tr_fail(err, p,
                         "%s: the legacy 'function' role cannot be translated "
@@ -428,7 +459,8 @@ static int decode_tools(const px_tr_ctx_t *ctx, json_t *tools, json_t *ir,
   json_array_foreach(tools, i, t) {
     const char *type = px_jstr(t, "type");
     snprintf(p, sizeof(p), "tools[%zu].type", i);
-    if (type != NULL && strcmp(type, "custom") == 0 && ctx->out == PX_PROTO_RESPONSES) {
+    if (type != NULL && strcmp(type, "custom") == 0 &&
+        px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
       json_t *cu = json_object_get(t, "custom");
       const char *name = px_jstr(cu, "name");
       if (name == NULL) {
@@ -492,7 +524,8 @@ static int decode_tool_choice(const px_tr_ctx_t *ctx, json_t *tc, json_t *ir,
                         json_pack("{s:s, s:s}", "type", "tool", "name", name));
     return 0;
   }
-  if (type != NULL && strcmp(type, "custom") == 0 && ctx->out == PX_PROTO_RESPONSES) {
+  if (type != NULL && strcmp(type, "custom") == 0 &&
+      px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
     const char *name = px_jstr(json_object_get(tc, "custom"), "name");
     if (name == NULL)
       return px_tr_fail(err, "tool_choice.custom.name",
@@ -541,6 +574,120 @@ static int decode_response_format(json_t *rf, json_t *ir, px_tr_err_t *err) {
   return 0;
 }
 
+/* max_tokens / max_completion_tokens, temperature, top_p, stop -> IR: 0,
+ * <0 when invalid, 1 when key is none of them. */
+static int decode_limits(const char *key, json_t *v, json_t *body, json_t *ir,
+                         px_tr_err_t *err) {
+  if (strcmp(key, "max_tokens") == 0 || strcmp(key, "max_completion_tokens") == 0) {
+    if (json_is_null(v)) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 1) {
+      px_tr_fail(err, key, "%s must be a positive integer", key);
+      return PX_EINVAL;
+    }
+    /* max_completion_tokens wins over the deprecated max_tokens */
+    if (strcmp(key, "max_completion_tokens") == 0 ||
+        json_object_get(body, "max_completion_tokens") == NULL ||
+        json_is_null(json_object_get(body, "max_completion_tokens")))
+      json_object_set(ir, "max_tokens", v);
+  } else if (strcmp(key, "temperature") == 0 || strcmp(key, "top_p") == 0) {
+    if (json_is_number(v)) json_object_set(ir, key, v);
+  } else if (strcmp(key, "stop") == 0) {
+    if (json_is_string(v)) {
+      json_object_set_new(ir, "stop", json_pack("[O]", v));
+    } else if (json_is_array(v)) {
+      size_t i;
+      json_t *s;
+      json_array_foreach(v, i, s) {
+        if (!json_is_string(s)) {
+          px_tr_fail(err, "stop", "stop must be a string or an array of strings");
+          return PX_EINVAL;
+        }
+      }
+      if (json_array_size(v) > 0) json_object_set(ir, "stop", v);
+    } else if (!json_is_null(v)) {
+      px_tr_fail(err, "stop", "stop must be a string or an array of strings");
+      return PX_EINVAL;
+    }
+  } else {
+    return 1;
+  }
+  return 0;
+}
+
+/* Fields whose use cannot be translated (n > 1, audio, legacy functions):
+ * <0 when used, 0 when unused, 1 when key is none of them. */
+static int decode_refused(const px_tr_ctx_t *ctx, const char *key, json_t *v,
+                          px_tr_err_t *err) {
+  if (strcmp(key, "n") == 0) {
+    if (json_is_null(v)) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) != 1) {
+      px_tr_fail(err, "n", "n: only one choice can be translated to %s",
+                 px_proto_get(ctx->out)->name);
+      return PX_EINVAL;
+    }
+  } else if (strcmp(key, "modalities") == 0) {
+    size_t i;
+    json_t *s;
+    json_array_foreach(v, i, s) {
+      if (!json_is_string(s) || strcmp(json_string_value(s), "text") != 0) {
+        px_tr_fail(err, "modalities", "modalities: only text output can be translated");
+        return PX_EINVAL;
+      }
+    }
+  } else if (strcmp(key, "audio") == 0) {
+    if (json_is_null(v)) return 0;
+    return px_tr_fail(err, "audio", "audio: audio output cannot be translated");
+  } else if (strcmp(key, "functions") == 0 || strcmp(key, "function_call") == 0) {
+    if (json_is_null(v)) return 0;
+    return px_tr_fail(err, key, "%s: legacy function calling is not supported, use tools",
+                      key);
+  } else {
+    return 1;
+  }
+  return 0;
+}
+
+/* Fields dropped by name (and the two the hub may keep, px_ir_fit_request):
+ * 0, or 1 when key is none of them. */
+static int decode_dropped(const char *key, json_t *v, json_t *ir, px_lossy_t *lossy) {
+  if (strcmp(key, "logprobs") == 0) {
+    if (json_is_true(v)) px_lossy_add(lossy, "logprobs");
+  } else if (strcmp(key, "top_logprobs") == 0) {
+    if (!json_is_null(v)) px_lossy_add(lossy, "top_logprobs");
+  } else if (strcmp(key, "logit_bias") == 0) {
+    if (!json_is_null(v)) px_lossy_add(lossy, "logit_bias");
+  } else if (strcmp(key, "seed") == 0) {
+    if (!json_is_null(v)) px_lossy_add(lossy, "seed");
+  } else if (strcmp(key, "presence_penalty") == 0) {
+    if (!json_is_null(v)) px_lossy_add(lossy, "presence_penalty");
+  } else if (strcmp(key, "frequency_penalty") == 0) {
+    if (!json_is_null(v)) px_lossy_add(lossy, "frequency_penalty");
+  } else if (strcmp(key, "service_tier") == 0) {
+    if (!json_is_null(v)) px_lossy_add(lossy, "service_tier");
+  } else if (strcmp(key, "prediction") == 0) {
+    if (!json_is_null(v)) px_lossy_add(lossy, "prediction");
+  } else if (strcmp(key, "store") == 0) {
+    if (!json_is_null(v)) px_lossy_add(lossy, "store");
+  } else if (strcmp(key, "prompt_cache_key") == 0) {
+    if (json_is_string(v))
+      json_object_set(ir, "prompt_cache_key", v); /* px_ir_fit_request */
+    else if (!json_is_null(v))
+      px_lossy_add(lossy, "prompt_cache_key");
+  } else if (strcmp(key, "prompt_cache_retention") == 0) {
+    if (!json_is_null(v)) px_lossy_add(lossy, "prompt_cache_retention");
+  } else if (strcmp(key, "verbosity") == 0) {
+    if (json_is_string(v))
+      json_object_set(ir, "verbosity", v); /* px_ir_fit_request */
+    else if (!json_is_null(v))
+      px_lossy_add(lossy, "verbosity");
+  } else if (strcmp(key, "web_search_options") == 0) {
+    if (!json_is_null(v)) px_lossy_add(lossy, "web_search_options");
+  } else {
+    return 1;
+  }
+  return 0;
+}
+
 static int chat_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **irp,
                                px_lossy_t *lossy, px_tr_err_t *err) {
   if (!json_is_object(body))
@@ -548,6 +695,7 @@ static int chat_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
   json_t *ir = json_object();
   const char *key;
   json_t *v;
+  int rc;
   json_object_foreach(body, key, v) {
     if (strcmp(key, "model") == 0) {
       if (!json_is_string(v)) {
@@ -563,37 +711,8 @@ static int chat_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
       if (!json_is_null(v) && decode_tool_choice(ctx, v, ir, lossy, err) < 0) goto fail;
     } else if (strcmp(key, "parallel_tool_calls") == 0) {
       if (json_is_boolean(v)) json_object_set(ir, "parallel_tool_calls", v);
-    } else if (strcmp(key, "max_tokens") == 0 ||
-               strcmp(key, "max_completion_tokens") == 0) {
-      if (json_is_null(v)) continue;
-      if (!json_is_integer(v) || json_integer_value(v) < 1) {
-        px_tr_fail(err, key, "%s must be a positive integer", key);
-        goto fail;
-      }
-      /* max_completion_tokens wins over the deprecated max_tokens */
-      if (strcmp(key, "max_completion_tokens") == 0 ||
-          json_object_get(body, "max_completion_tokens") == NULL ||
-          json_is_null(json_object_get(body, "max_completion_tokens")))
-        json_object_set(ir, "max_tokens", v);
-    } else if (strcmp(key, "temperature") == 0 || strcmp(key, "top_p") == 0) {
-      if (json_is_number(v)) json_object_set(ir, key, v);
-    } else if (strcmp(key, "stop") == 0) {
-      if (json_is_string(v)) {
-        json_object_set_new(ir, "stop", json_pack("[O]", v));
-      } else if (json_is_array(v)) {
-        size_t i;
-        json_t *s;
-        json_array_foreach(v, i, s) {
-          if (!json_is_string(s)) {
-            px_tr_fail(err, "stop", "stop must be a string or an array of strings");
-            goto fail;
-          }
-        }
-        if (json_array_size(v) > 0) json_object_set(ir, "stop", v);
-      } else if (!json_is_null(v)) {
-        px_tr_fail(err, "stop", "stop must be a string or an array of strings");
-        goto fail;
-      }
+    } else if ((rc = decode_limits(key, v, body, ir, err)) <= 0) {
+      if (rc < 0) goto fail;
     } else if (strcmp(key, "response_format") == 0) {
       if (!json_is_null(v) && decode_response_format(v, ir, err) < 0) goto fail;
     } else if (strcmp(key, "reasoning_effort") == 0) {
@@ -616,64 +735,9 @@ static int chat_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
       if (json_is_boolean(iu)) json_object_set(ir, "include_usage", iu);
       if (json_object_get(v, "include_obfuscation") != NULL)
         px_lossy_add(lossy, "stream_options.include_obfuscation");
-    } else if (strcmp(key, "n") == 0) {
-      if (json_is_null(v)) continue;
-      if (!json_is_integer(v) || json_integer_value(v) != 1) {
-        px_tr_fail(err, "n", "n: only one choice can be translated to %s",
-                   px_proto_get(ctx->out)->name);
-        goto fail;
-      }
-    } else if (strcmp(key, "modalities") == 0) {
-      size_t i;
-      json_t *s;
-      json_array_foreach(v, i, s) {
-        if (!json_is_string(s) || strcmp(json_string_value(s), "text") != 0) {
-          px_tr_fail(err, "modalities", "modalities: only text output can be translated");
-          goto fail;
-        }
-      }
-    } else if (strcmp(key, "audio") == 0) {
-      if (json_is_null(v)) continue;
-      px_tr_fail(err, "audio", "audio: audio output cannot be translated");
-      goto fail;
-    } else if (strcmp(key, "functions") == 0 || strcmp(key, "function_call") == 0) {
-      if (json_is_null(v)) continue;
-      px_tr_fail(err, key, "%s: legacy function calling is not supported, use tools",
-                 key);
-      goto fail;
-    } else if (strcmp(key, "logprobs") == 0) {
-      if (json_is_true(v)) px_lossy_add(lossy, "logprobs");
-    } else if (strcmp(key, "top_logprobs") == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, "top_logprobs");
-    } else if (strcmp(key, "logit_bias") == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, "logit_bias");
-    } else if (strcmp(key, "seed") == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, "seed");
-    } else if (strcmp(key, "presence_penalty") == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, "presence_penalty");
-    } else if (strcmp(key, "frequency_penalty") == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, "frequency_penalty");
-    } else if (strcmp(key, "service_tier") == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, "service_tier");
-    } else if (strcmp(key, "prediction") == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, "prediction");
-    } else if (strcmp(key, "store") == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, "store");
-    } else if (strcmp(key, "prompt_cache_key") == 0) {
-      if (json_is_string(v) && ctx->out == PX_PROTO_RESPONSES)
-        json_object_set(ir, "prompt_cache_key", v); /* Responses has it too */
-      else if (!json_is_null(v))
-        px_lossy_add(lossy, "prompt_cache_key");
-    } else if (strcmp(key, "prompt_cache_retention") == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, "prompt_cache_retention");
-    } else if (strcmp(key, "verbosity") == 0) {
-      if (json_is_string(v) && ctx->out == PX_PROTO_RESPONSES)
-        json_object_set(ir, "verbosity", v); /* Responses text.verbosity */
-      else if (!json_is_null(v))
-        px_lossy_add(lossy, "verbosity");
-    } else if (strcmp(key, "web_search_options") == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, "web_search_options");
-    } else if (!json_is_null(v)) {
+    } else if ((rc = decode_refused(ctx, key, v, err)) <= 0) {
+      if (rc < 0) goto fail;
+    } else if (decode_dropped(key, v, ir, lossy) != 0 && !json_is_null(v)) {
       px_lossy_add(lossy, key); /* unknown field: named, never silently dropped */
     }
   }
@@ -691,15 +755,15 @@ fail:
 /* ------------------------------------------------------------------------ */
 /* encode_request: IR -> Chat upstream body                                 */
 
-/* Lossy path of a dropped reasoning field as the CLIENT spelled it. */
-static void lossy_reasoning_field(const px_tr_ctx_t *ctx, px_lossy_t *lossy,
-                                  const char *field) {
-  if (ctx->in != PX_PROTO_ANTHROPIC)
-    px_lossy_add(lossy, "input[].encrypted_content");
-  else if (strcmp(field, "redacted_data") == 0)
-    px_lossy_add(lossy, "messages[].content[].redacted_thinking");
-  else
-    px_lossy_add(lossy, "messages[].content[].signature");
+/* A replayed opaque reasoning token Chat cannot carry, named as the CLIENT
+ * spelled it. */
+static void lossy_reasoning_tokens(const px_tr_ctx_t *ctx, json_t *part,
+                                   px_lossy_t *lossy) {
+  const px_lossy_names_t *n = px_in_names(ctx);
+  if (px_jstr(part, "signature") != NULL || px_jstr(part, "encrypted_content") != NULL ||
+      px_jstr(part, "thought_signature") != NULL)
+    px_lossy_add(lossy, n->reasoning_token);
+  if (px_jstr(part, "redacted_data") != NULL) px_lossy_add(lossy, n->reasoning_redacted);
 }
 
 static json_t *image_part_out(json_t *p, const char *path, px_tr_err_t *err) {
@@ -751,14 +815,9 @@ static json_t *tool_msg_out(const px_tr_ctx_t *ctx, json_t *p, px_lossy_t *lossy
       int file = t != NULL && strcmp(t, "file") == 0;
       if (t != NULL && strcmp(t, "text") == 0 && json_is_string(tx))
         px_buf_append(&b, json_string_value(tx), json_string_length(tx));
-      else if (ctx->in == PX_PROTO_ANTHROPIC && file)
-        px_lossy_add(lossy, "messages[].content[].content[].document");
-      else if (ctx->in == PX_PROTO_ANTHROPIC)
-        px_lossy_add(lossy, "messages[].content[].content[].image");
-      else if (file)
-        px_lossy_add(lossy, "input[].output[].file");
-      else
-        px_lossy_add(lossy, "input[].output[].image");
+      else /* named as the client spelled it */
+        px_lossy_add(lossy, file ? px_in_names(ctx)->tool_result_file
+                                 : px_in_names(ctx)->tool_result_image);
     }
   }
   if (json_is_true(json_object_get(p, "is_error")))
@@ -882,11 +941,7 @@ static int encode_assistant(const px_tr_ctx_t *ctx, json_t *im, size_t mi, json_
         px_buf_append(&reasoning, json_string_value(tx), json_string_length(tx));
         nreason++;
       }
-      if (px_jstr(c, "signature") != NULL) lossy_reasoning_field(ctx, lossy, "signature");
-      if (px_jstr(c, "encrypted_content") != NULL)
-        lossy_reasoning_field(ctx, lossy, "encrypted_content");
-      if (px_jstr(c, "redacted_data") != NULL)
-        lossy_reasoning_field(ctx, lossy, "redacted_data");
+      lossy_reasoning_tokens(ctx, c, lossy);
     } else if (strcmp(t, "tool_call") == 0) {
       json_array_append_new(tcs, tool_call_out(c));
     } else {
@@ -917,21 +972,9 @@ done:
   return rc;
 }
 
-static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp,
-                               px_lossy_t *lossy, px_tr_err_t *err) {
-  json_t *body = json_object();
-  json_t *msgs = json_array();
-  json_t *v;
-  const char *model = ctx->upstream_model ? ctx->upstream_model : px_jstr(ir, "model");
-  if (model) add_str(body, "model", model);
-  json_object_set_new(body, "messages", msgs);
-
-  if (px_jstr(ir, "previous_response_id") != NULL) {
-    px_tr_fail(
-        err, "previous_response_id",
-        "previous_response_id cannot be sent to an openai_chat_completions upstream");
-    goto fail;
-  }
+/* system and conversation messages, in order */
+static int messages_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *msgs,
+                        px_lossy_t *lossy, px_tr_err_t *err) {
   size_t i;
   json_t *c;
   json_array_foreach(json_object_get(ir, "system"), i, c) {
@@ -966,37 +1009,45 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     } else {
       rc = encode_user(ctx, c, i, msgs, lossy, err);
     }
-    if (rc < 0) goto fail;
+    if (rc < 0) return PX_EINVAL;
   }
-  if ((v = json_object_get(ir, "tools")) != NULL && json_array_size(v) > 0) {
-    json_t *tools = json_array();
-    json_object_set_new(body, "tools", tools);
-    json_array_foreach(v, i, c) {
-      if (px_jstr(c, "type") != NULL && strcmp(px_jstr(c, "type"), "custom") == 0) {
-        json_t *cu = json_pack("{s:O?}", "name", json_object_get(c, "name"));
-        json_t *x;
-        if ((x = json_object_get(c, "description")) != NULL)
-          json_object_set(cu, "description", x);
-        if ((x = format_out(json_object_get(c, "format"))) != NULL)
-          json_object_set_new(cu, "format", x);
-        json_array_append_new(tools,
-                              json_pack("{s:s, s:o}", "type", "custom", "custom", cu));
-        continue;
-      }
-      json_t *fn = json_pack("{s:O?}", "name", json_object_get(c, "name"));
+  return 0;
+}
+
+/* IR tools -> function and custom tools */
+static void tools_out(json_t *v, json_t *body, px_lossy_t *lossy) {
+  size_t i;
+  json_t *c;
+  json_t *tools = json_array();
+  json_object_set_new(body, "tools", tools);
+  json_array_foreach(v, i, c) {
+    if (px_jstr(c, "type") != NULL && strcmp(px_jstr(c, "type"), "custom") == 0) {
+      json_t *cu = json_pack("{s:O?}", "name", json_object_get(c, "name"));
       json_t *x;
       if ((x = json_object_get(c, "description")) != NULL)
-        json_object_set(fn, "description", x);
-      if ((x = json_object_get(c, "parameters")) != NULL)
-        json_object_set(fn, "parameters", x);
-      if ((x = json_object_get(c, "strict")) != NULL) json_object_set(fn, "strict", x);
-      if (json_object_get(c, "cache_control") != NULL)
-        px_lossy_add(lossy, "cache_control");
+        json_object_set(cu, "description", x);
+      if ((x = format_out(json_object_get(c, "format"))) != NULL)
+        json_object_set_new(cu, "format", x);
       json_array_append_new(tools,
-                            json_pack("{s:s, s:o}", "type", "function", "function", fn));
+                            json_pack("{s:s, s:o}", "type", "custom", "custom", cu));
+      continue;
     }
+    json_t *fn = json_pack("{s:O?}", "name", json_object_get(c, "name"));
+    json_t *x;
+    if ((x = json_object_get(c, "description")) != NULL)
+      json_object_set(fn, "description", x);
+    if ((x = json_object_get(c, "parameters")) != NULL)
+      json_object_set(fn, "parameters", x);
+    if ((x = json_object_get(c, "strict")) != NULL) json_object_set(fn, "strict", x);
+    if (json_object_get(c, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
+    json_array_append_new(tools,
+                          json_pack("{s:s, s:o}", "type", "function", "function", fn));
   }
-  /* OpenAI rejects tool_choice and parallel_tool_calls without tools */
+}
+
+/* tool_choice and parallel_tool_calls (OpenAI rejects both without tools) */
+static void tool_choice_out(json_t *ir, json_t *body, px_lossy_t *lossy) {
+  json_t *v;
   int has_tools = json_object_get(body, "tools") != NULL;
   if ((v = json_object_get(ir, "tool_choice")) != NULL && !has_tools) {
     const char *t = px_jstr(v, "type");
@@ -1018,6 +1069,60 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   }
   if ((v = json_object_get(ir, "parallel_tool_calls")) != NULL && has_tools)
     json_object_set(body, "parallel_tool_calls", v);
+}
+
+static void response_format_out(json_t *v, json_t *body) {
+  const char *t = px_jstr(v, "type");
+  if (t != NULL && strcmp(t, "json_schema") == 0) {
+    json_t *js = json_pack("{s:s, s:O?}", "name",
+                           px_jstr(v, "name") ? px_jstr(v, "name") : "response", "schema",
+                           json_object_get(v, "schema"));
+    json_t *x;
+    if ((x = json_object_get(v, "description")) != NULL)
+      json_object_set(js, "description", x);
+    if ((x = json_object_get(v, "strict")) != NULL) json_object_set(js, "strict", x);
+    json_object_set_new(
+        body, "response_format",
+        json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", js));
+  } else if (t != NULL) {
+    json_object_set_new(body, "response_format", json_pack("{s:s}", "type", t));
+  }
+}
+
+/* reasoning effort (from a budget when only that is given) */
+static void reasoning_out(json_t *v, json_t *body, px_lossy_t *lossy) {
+  const char *effort = px_jstr(v, "effort");
+  json_t *budget = json_object_get(v, "budget_tokens");
+  if (effort == NULL && json_is_integer(budget))
+    effort = px_effort_of_budget(json_integer_value(budget));
+  if (effort == NULL && json_is_false(json_object_get(v, "enabled"))) effort = NULL;
+  if (effort != NULL) add_str(body, "reasoning_effort", effort);
+  /* Anthropic adaptive thinking (on, no budget): the model's default
+   * effort is the adaptive one, but Chat cannot ask for visible thinking */
+  if (effort == NULL && json_is_true(json_object_get(v, "enabled")))
+    px_lossy_add(lossy, "thinking");
+  if (px_jstr(v, "summary") != NULL) px_lossy_add(lossy, "reasoning.summary");
+}
+
+static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp,
+                               px_lossy_t *lossy, px_tr_err_t *err) {
+  json_t *body = json_object();
+  json_t *msgs = json_array();
+  json_t *v;
+  const char *model = ctx->upstream_model ? ctx->upstream_model : px_jstr(ir, "model");
+  if (model) add_str(body, "model", model);
+  json_object_set_new(body, "messages", msgs);
+
+  if (px_jstr(ir, "previous_response_id") != NULL) {
+    px_tr_fail(
+        err, "previous_response_id",
+        "previous_response_id cannot be sent to an openai_chat_completions upstream");
+    goto fail;
+  }
+  if (messages_out(ctx, ir, msgs, lossy, err) < 0) goto fail;
+  if ((v = json_object_get(ir, "tools")) != NULL && json_array_size(v) > 0)
+    tools_out(v, body, lossy);
+  tool_choice_out(ir, body, lossy);
   if ((v = json_object_get(ir, "max_tokens")) != NULL)
     json_object_set(body, "max_completion_tokens", v);
   if ((v = json_object_get(ir, "temperature")) != NULL)
@@ -1026,36 +1131,8 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   if (json_object_get(ir, "top_k") != NULL) px_lossy_add(lossy, "top_k");
   if ((v = json_object_get(ir, "stop")) != NULL && json_array_size(v) > 0)
     json_object_set(body, "stop", v);
-  if ((v = json_object_get(ir, "response_format")) != NULL) {
-    const char *t = px_jstr(v, "type");
-    if (t != NULL && strcmp(t, "json_schema") == 0) {
-      json_t *js = json_pack("{s:s, s:O?}", "name",
-                             px_jstr(v, "name") ? px_jstr(v, "name") : "response",
-                             "schema", json_object_get(v, "schema"));
-      json_t *x;
-      if ((x = json_object_get(v, "description")) != NULL)
-        json_object_set(js, "description", x);
-      if ((x = json_object_get(v, "strict")) != NULL) json_object_set(js, "strict", x);
-      json_object_set_new(
-          body, "response_format",
-          json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", js));
-    } else if (t != NULL) {
-      json_object_set_new(body, "response_format", json_pack("{s:s}", "type", t));
-    }
-  }
-  if ((v = json_object_get(ir, "reasoning")) != NULL) {
-    const char *effort = px_jstr(v, "effort");
-    json_t *budget = json_object_get(v, "budget_tokens");
-    if (effort == NULL && json_is_integer(budget))
-      effort = px_effort_of_budget(json_integer_value(budget));
-    if (effort == NULL && json_is_false(json_object_get(v, "enabled"))) effort = NULL;
-    if (effort != NULL) add_str(body, "reasoning_effort", effort);
-    /* Anthropic adaptive thinking (on, no budget): the model's default
-     * effort is the adaptive one, but Chat cannot ask for visible thinking */
-    if (effort == NULL && json_is_true(json_object_get(v, "enabled")))
-      px_lossy_add(lossy, "thinking");
-    if (px_jstr(v, "summary") != NULL) px_lossy_add(lossy, "reasoning.summary");
-  }
+  if ((v = json_object_get(ir, "response_format")) != NULL) response_format_out(v, body);
+  if ((v = json_object_get(ir, "reasoning")) != NULL) reasoning_out(v, body, lossy);
   if ((v = json_object_get(ir, "user")) != NULL) json_object_set(body, "user", v);
   if ((v = json_object_get(ir, "metadata")) != NULL) json_object_set(body, "metadata", v);
   if ((v = json_object_get(ir, "prompt_cache_key")) != NULL)
@@ -1154,9 +1231,9 @@ static int chat_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
     json_t *fn = json_object_get(tc, "function");
     const char *type = px_jstr(tc, "type");
     json_t *cu = json_object_get(tc, "custom");
-    if (type != NULL && strcmp(type, "custom") == 0 && ctx->in == PX_PROTO_RESPONSES &&
-        json_is_object(cu)) {
-      /* a custom tool call: only a Responses client can hold it */
+    if (type != NULL && strcmp(type, "custom") == 0 &&
+        px_tr_in_can(ctx, PX_CAP_CUSTOM_TOOLS) && json_is_object(cu)) {
+      /* a custom tool call, for a client that can hold it */
       json_array_append_new(
           content, json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id",
                              px_jstr(tc, "id") ? px_jstr(tc, "id") : "", "name",
@@ -1219,10 +1296,7 @@ json_t *px_chat_annotations(const px_tr_ctx_t *ctx, json_t *anns, json_int_t shi
   json_array_foreach(anns, i, a) {
     const char *t = px_jstr(a, "type");
     if (t == NULL || strcmp(t, "url_citation") != 0 || px_jstr(a, "url") == NULL) {
-      if (ctx->out == PX_PROTO_ANTHROPIC)
-        px_lossy_add(lossy, "content[].citations");
-      else
-        px_lossy_add(lossy, "output[].content[].annotations");
+      px_lossy_add(lossy, px_lossy_annotations(ctx));
       continue;
     }
     json_t *uc = json_object();
@@ -1423,6 +1497,16 @@ const px_proto_ops_t px_proto_chat = {
     .env_base = "OPENAI_BASE_URL",
     .default_base = "https://api.openai.com/v1",
     .default_name = "openai",
+    .caps = PX_CAP_CUSTOM_TOOLS | PX_CAP_PROMPT_CACHE_KEY | PX_CAP_VERBOSITY |
+            PX_CAP_FILE_ID | PX_CAP_ANY_TOOL_ARGS,
+    .names = {.refusal = PX_LOSSY("messages[].refusal"),
+              .reasoning_text = PX_LOSSY("messages[].reasoning_content"),
+              .reasoning_config = PX_LOSSY("reasoning_effort"),
+              .stop = PX_LOSSY("stop"),
+              .prompt_cache_key = PX_LOSSY("prompt_cache_key"),
+              .verbosity = PX_LOSSY("verbosity"),
+              .tool_args_param = "messages.tool_calls.function.arguments",
+              .annotations = PX_LOSSY("choices[].message.annotations")},
     .watch = {.usage_obj = "usage", .usage_in = "prompt_tokens",
               .usage_out = "completion_tokens", .terminal_data = "[DONE]",
               .error_data = 1, .model_path = {"model"}, .model_depth = 1},

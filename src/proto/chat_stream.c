@@ -291,15 +291,15 @@ static int tool_fragment(px_sdec_t *d, json_t *tc, size_t pos) {
   if (k < 0 || k >= CHAT_MAX_TOOLS) return proto_error(d, "tool call index out of range");
   const char *type = json_string_value(json_object_get(tc, "type"));
   /* custom (freeform) tool calls: {"type":"custom","custom":{"name","input"}};
-   * only a Responses client can hold them */
+   * only a client with custom tools can hold them */
   int custom = type != NULL && strcmp(type, "custom") == 0;
-  if (custom && d->ctx.in != PX_PROTO_RESPONSES)
+  if (custom && !px_tr_in_can(&d->ctx, PX_CAP_CUSTOM_TOOLS))
     return proto_error(d, "custom tool call cannot be translated");
   if (type != NULL && !custom && strcmp(type, "function") != 0)
     return proto_error(d, "tool call of a type other than function");
   json_t *fn = json_object_get(tc, custom ? "custom" : "function");
   if (!custom && fn == NULL && json_is_object(json_object_get(tc, "custom")) &&
-      d->ctx.in == PX_PROTO_RESPONSES)
+      px_tr_in_can(&d->ctx, PX_CAP_CUSTOM_TOOLS))
     fn = json_object_get(tc, "custom"); /* a later fragment of a custom call */
   const char *name = json_string_value(json_object_get(fn, "name"));
   const char *id = json_string_value(json_object_get(tc, "id"));

@@ -89,6 +89,7 @@ int px_tr_fail(px_tr_err_t *err, const char *param, const char *fmt, ...) {
 }
 
 void px_lossy_add(px_lossy_t *l, const char *path) {
+  if (path == NULL) return;
   size_t n = strlen(path);
   /* dedupe: look for path as a whole comma-separated element */
   const char *p = l->buf;
@@ -281,32 +282,43 @@ void px_lossy_predict(const px_tr_ctx_t *ctx, json_t *ir, px_lossy_t *lossy) {
   const char *effort = px_jstr(r, "effort");
   int reasoning = json_is_object(r) && !json_is_false(json_object_get(r, "enabled")) &&
                   !(effort != NULL && strcmp(effort, "none") == 0);
-  /* Chat has no carrier for opaque reasoning: Anthropic thinking
-   * signatures / redacted thinking, Responses encrypted_content (asked for
-   * by the Responses encoder whenever reasoning is on), Gemini thought
-   * signatures. The other clients carry them tagged (protoutil.h). */
-  if (ctx->in == PX_PROTO_CHAT && ctx->out != ctx->in && reasoning) {
+  /* A client without a carrier for opaque reasoning cannot hold the
+   * upstream's (Anthropic thinking signatures / redacted thinking, Responses
+   * encrypted_content, asked for by the Responses encoder whenever reasoning
+   * is on, Gemini thought signatures); the others carry them tagged
+   * (protoutil.h). */
+  if (!px_tr_in_can(ctx, PX_CAP_REASONING_TOKENS) && ctx->out != ctx->in && reasoning) {
     px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
     px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 1));
   }
 }
 
-/* Opaque reasoning a Chat client cannot hold, by the upstream's name for it
+/* An IR field whose capability the upstream lacks: dropped, named as the
+ * client spelled it. */
+static void fit(const px_tr_ctx_t *ctx, json_t *ir, px_lossy_t *lossy, const char *key,
+                unsigned cap, const char *client_name) {
+  if (px_tr_out_can(ctx, cap) || json_object_get(ir, key) == NULL) return;
+  json_object_del(ir, key);
+  px_lossy_add(lossy, client_name);
+}
+
+/* What the hub drops of a decoded request, in one place. */
+void px_ir_fit_request(const px_tr_ctx_t *ctx, json_t *ir, px_lossy_t *lossy) {
+  const px_lossy_names_t *n = px_in_names(ctx);
+  fit(ctx, ir, lossy, "prompt_cache_key", PX_CAP_PROMPT_CACHE_KEY, n->prompt_cache_key);
+  fit(ctx, ir, lossy, "verbosity", PX_CAP_VERBOSITY, n->verbosity);
+}
+
+/* Opaque reasoning a client cannot hold, by the upstream's name for it
  * (bodies, streams and the stream prediction use this one rule). */
 const char *px_lossy_opaque_reasoning(const px_tr_ctx_t *ctx, int redacted) {
-  if (ctx->out == PX_PROTO_GEMINI) return PX_LOSSY("candidates[].content.parts[].thoughtSignature");
-  if (ctx->out == PX_PROTO_ANTHROPIC)
-    return redacted ? PX_LOSSY("content[].redacted_thinking") : PX_LOSSY("content[].signature");
-  return PX_LOSSY("output[].encrypted_content");
+  const px_lossy_names_t *n = px_out_names(ctx);
+  return redacted && n->redacted_reasoning != NULL ? n->redacted_reasoning
+                                                   : n->opaque_reasoning;
 }
 
 const char *px_lossy_annotations(const px_tr_ctx_t *ctx) {
-  switch (ctx->out) {
-  case PX_PROTO_CHAT: return PX_LOSSY("choices[].message.annotations");
-  case PX_PROTO_ANTHROPIC: return PX_LOSSY("content[].citations");
-  case PX_PROTO_GEMINI: return PX_LOSSY("candidates[].groundingMetadata");
-  default: return PX_LOSSY("output[].content[].annotations");
-  }
+  return px_out_names(ctx)->annotations;
 }
 
 void px_lossy_each(const px_lossy_t *l, void (*fn)(void *arg, const char *path), void *arg) {

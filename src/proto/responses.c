@@ -370,7 +370,7 @@ static int dec_custom_call(dec_t *d, json_t *item, const char *path) {
   }
   json_t *out = asst_content(d);
   if (out == NULL) return PX_ENOMEM;
-  if (d->ctx->out == PX_PROTO_CHAT)
+  if (px_tr_out_can(d->ctx, PX_CAP_CUSTOM_TOOLS))
     return json_array_append_new(
         out, json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id", call_id,
                        "name", name, "custom", 1, "input", in));
@@ -560,9 +560,9 @@ static int dec_tools(dec_t *d, json_t *tools) {
       json_decref(out);
       return px_tr_fail(d->err, pp, "%s is required", pp);
     }
-    if (strcmp(type, "custom") == 0 && d->ctx->out == PX_PROTO_CHAT &&
+    if (strcmp(type, "custom") == 0 && px_tr_out_can(d->ctx, PX_CAP_CUSTOM_TOOLS) &&
         px_jstr(t, "name") != NULL) {
-      /* freeform tool: Chat has custom tools too (Anthropic has none) */
+      /* freeform tool, for an upstream that has them */
       json_t *o = json_pack("{s:s, s:s}", "type", "custom", "name", px_jstr(t, "name"));
       if (px_jstr(t, "description") != NULL)
         set_str(o, "description", px_jstr(t, "description"));
@@ -613,7 +613,7 @@ static int dec_tool_choice(dec_t *d, json_t *tc) {
   const char *type = px_jstr(tc, "type");
   if (type != NULL && px_jstr(tc, "name") != NULL &&
       (strcmp(type, "function") == 0 ||
-       (strcmp(type, "custom") == 0 && d->ctx->out == PX_PROTO_CHAT)))
+       (strcmp(type, "custom") == 0 && px_tr_out_can(d->ctx, PX_CAP_CUSTOM_TOOLS))))
     return json_object_set_new(
         d->ir, "tool_choice",
         json_pack("{s:s, s:s}", "type", "tool", "name", px_jstr(tc, "name")));
@@ -626,8 +626,7 @@ static int dec_text(dec_t *d, json_t *text) {
   if (!json_is_object(text)) return px_tr_fail(d->err, "text", "text must be an object");
   json_t *verb = json_object_get(text, "verbosity");
   if (verb != NULL && !json_is_null(verb)) {
-    /* Chat has the same knob (top-level verbosity); Anthropic has none */
-    if (json_is_string(verb) && d->ctx->out == PX_PROTO_CHAT)
+    if (json_is_string(verb)) /* px_ir_fit_request */
       json_object_set(d->ir, "verbosity", verb);
     else
       px_lossy_add(d->lossy, "text.verbosity");
@@ -675,6 +674,116 @@ static int dec_reasoning_cfg(dec_t *d, json_t *r) {
   return 0;
 }
 
+/* instructions, generation settings, user, metadata, stream -> IR: 0, <0
+ * when invalid, 1 when key is none of them. */
+static int dec_settings(dec_t *d, const char *key, json_t *v) {
+  if (strcmp(key, "instructions") == 0) {
+    if (json_is_string(v)) {
+      if (json_string_length(v) > 0)
+        return json_array_append_new(d->system,
+                                     json_pack("{s:s, s:s, s:s}", "type", "text", "text",
+                                               json_string_value(v), "role", "system"));
+    } else if (!json_is_null(v)) {
+      return px_tr_fail(d->err, "instructions", "instructions must be a string");
+    }
+  } else if (strcmp(key, "parallel_tool_calls") == 0) {
+    if (json_is_boolean(v)) json_object_set(d->ir, "parallel_tool_calls", v);
+  } else if (strcmp(key, "max_output_tokens") == 0) {
+    if (json_is_integer(v))
+      json_object_set(d->ir, "max_tokens", v);
+    else if (!json_is_null(v))
+      return px_tr_fail(d->err, "max_output_tokens",
+                        "max_output_tokens must be an integer");
+  } else if (strcmp(key, "temperature") == 0 || strcmp(key, "top_p") == 0) {
+    if (json_is_number(v))
+      json_object_set(d->ir, key, v);
+    else if (!json_is_null(v))
+      return px_tr_fail(d->err, key, "%s must be a number", key);
+  } else if (strcmp(key, "user") == 0) {
+    if (json_is_string(v)) json_object_set(d->ir, "user", v);
+  } else if (strcmp(key, "metadata") == 0) {
+    if (json_is_object(v) && json_object_size(v) > 0)
+      json_object_set(d->ir, "metadata", v);
+  } else if (strcmp(key, "stream") == 0) {
+    if (json_is_boolean(v)) json_object_set(d->ir, "stream", v);
+  } else if (strcmp(key, "stream_options") == 0) {
+    if (json_object_size(v) > 0) px_lossy_add(d->lossy, "stream_options");
+  } else {
+    return 1;
+  }
+  return 0;
+}
+
+/* Fields that need an openai_responses upstream (stored state, background,
+ * prompt templates): <0 when used, 0 when not, 1 when key is none of them. */
+static int dec_stateful(const char *key, json_t *v, px_tr_err_t *err) {
+  if (strcmp(key, "previous_response_id") == 0) {
+    if (!json_is_null(v))
+      return px_tr_fail(err, "previous_response_id",
+                        "previous_response_id needs an openai_responses "
+                        "upstream; send the full conversation in input");
+  } else if (strcmp(key, "conversation") == 0) {
+    if (!json_is_null(v))
+      return px_tr_fail(err, "conversation",
+                        "conversation needs an openai_responses upstream; send "
+                        "the full conversation in input");
+  } else if (strcmp(key, "background") == 0) {
+    if (json_is_true(v))
+      return px_tr_fail(err, "background",
+                        "background mode needs an openai_responses upstream");
+  } else if (strcmp(key, "prompt") == 0) {
+    if (!json_is_null(v))
+      return px_tr_fail(err, "prompt",
+                        "prompt templates need an openai_responses upstream");
+  } else {
+    return 1;
+  }
+  return 0;
+}
+
+/* Fields dropped by name (and prompt_cache_key, which the hub may keep:
+ * px_ir_fit_request): 0, or 1 when key is none of them. */
+static int dec_dropped(dec_t *d, const char *key, json_t *v) {
+  if (strcmp(key, "store") == 0) {
+    if (json_is_true(v)) px_lossy_add(d->lossy, "store");
+  } else if (strcmp(key, "include") == 0) {
+    if (json_array_size(v) > 0) px_lossy_add(d->lossy, "include");
+  } else if (strcmp(key, "truncation") == 0) {
+    if (json_is_string(v) && strcmp(json_string_value(v), "disabled") != 0)
+      px_lossy_add(d->lossy, "truncation");
+  } else if (strcmp(key, "prompt_cache_key") == 0) {
+    if (json_is_string(v))
+      json_object_set(d->ir, "prompt_cache_key", v); /* px_ir_fit_request */
+    else
+      px_lossy_add(d->lossy, "prompt_cache_key");
+  } else if (strcmp(key, "prompt_cache_retention") == 0) {
+    if (!json_is_null(v)) px_lossy_add(d->lossy, "prompt_cache_retention");
+  } else if (strcmp(key, "service_tier") == 0) {
+    if (!json_is_null(v)) px_lossy_add(d->lossy, "service_tier");
+  } else if (strcmp(key, "client_metadata") == 0) {
+    if (!json_is_null(v)) px_lossy_add(d->lossy, "client_metadata");
+  } else if (strcmp(key, "max_tool_calls") == 0) {
+    if (!json_is_null(v)) px_lossy_add(d->lossy, "max_tool_calls");
+  } else if (strcmp(key, "top_logprobs") == 0) {
+    if (!json_is_null(v)) px_lossy_add(d->lossy, "top_logprobs");
+  } else {
+    return 1;
+  }
+  return 0;
+}
+
+/* Only hosted/namespace tools (all dropped): OpenAI rejects tool_choice and
+ * parallel_tool_calls without tools, and they mean nothing then. */
+static void drop_toolless_choice(dec_t *d) {
+  if (json_object_get(d->ir, "tools") != NULL) return;
+  json_t *tc = json_object_get(d->ir, "tool_choice");
+  const char *tct = px_jstr(tc, "type");
+  if (tct != NULL && strcmp(tct, "auto") != 0 && strcmp(tct, "none") != 0)
+    px_lossy_add(d->lossy, "tool_choice");
+  json_object_del(d->ir, "tool_choice");
+  json_object_del(d->ir, "parallel_tool_calls");
+}
+
 static int decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
                           px_lossy_t *lossy, px_tr_err_t *err) {
   if (!json_is_object(body))
@@ -697,91 +806,27 @@ static int decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
       } else {
         json_object_set(d.ir, "model", v);
       }
-    } else if (strcmp(key, "instructions") == 0) {
-      if (json_is_string(v)) {
-        if (json_string_length(v) > 0)
-          rc = json_array_append_new(d.system,
-                                     json_pack("{s:s, s:s, s:s}", "type", "text", "text",
-                                               json_string_value(v), "role", "system"));
-      } else if (!json_is_null(v)) {
-        rc = px_tr_fail(err, "instructions", "instructions must be a string");
-      }
     } else if (strcmp(key, "input") == 0) {
       /* handled after the loop so that instructions come first */
     } else if (strcmp(key, "tools") == 0) {
       rc = dec_tools(&d, v);
     } else if (strcmp(key, "tool_choice") == 0) {
       rc = dec_tool_choice(&d, v);
-    } else if (strcmp(key, "parallel_tool_calls") == 0) {
-      if (json_is_boolean(v)) json_object_set(d.ir, "parallel_tool_calls", v);
-    } else if (strcmp(key, "max_output_tokens") == 0) {
-      if (json_is_integer(v))
-        json_object_set(d.ir, "max_tokens", v);
-      else if (!json_is_null(v))
-        rc = px_tr_fail(err, "max_output_tokens", "max_output_tokens must be an integer");
-    } else if (strcmp(key, "temperature") == 0 || strcmp(key, "top_p") == 0) {
-      if (json_is_number(v))
-        json_object_set(d.ir, key, v);
-      else if (!json_is_null(v))
-        rc = px_tr_fail(err, key, "%s must be a number", key);
     } else if (strcmp(key, "text") == 0) {
       rc = dec_text(&d, v);
     } else if (strcmp(key, "reasoning") == 0) {
       rc = dec_reasoning_cfg(&d, v);
-    } else if (strcmp(key, "user") == 0) {
-      if (json_is_string(v)) json_object_set(d.ir, "user", v);
     } else if (strcmp(key, "safety_identifier") == 0) {
       /* user wins when both are given; handled below */
-    } else if (strcmp(key, "metadata") == 0) {
-      if (json_is_object(v) && json_object_size(v) > 0)
-        json_object_set(d.ir, "metadata", v);
-    } else if (strcmp(key, "stream") == 0) {
-      if (json_is_boolean(v)) json_object_set(d.ir, "stream", v);
-    } else if (strcmp(key, "stream_options") == 0) {
-      if (json_object_size(v) > 0) px_lossy_add(lossy, "stream_options");
-    } else if (strcmp(key, "previous_response_id") == 0) {
-      if (!json_is_null(v))
-        rc = px_tr_fail(err, "previous_response_id",
-                        "previous_response_id needs an openai_responses "
-                        "upstream; send the full conversation in input");
-    } else if (strcmp(key, "conversation") == 0) {
-      if (!json_is_null(v))
-        rc = px_tr_fail(err, "conversation",
-                        "conversation needs an openai_responses upstream; send "
-                        "the full conversation in input");
-    } else if (strcmp(key, "background") == 0) {
-      if (json_is_true(v))
-        rc = px_tr_fail(err, "background",
-                        "background mode needs an openai_responses upstream");
-    } else if (strcmp(key, "store") == 0) {
-      if (json_is_true(v)) px_lossy_add(lossy, "store");
-    } else if (strcmp(key, "include") == 0) {
-      if (json_array_size(v) > 0) px_lossy_add(lossy, "include");
-    } else if (strcmp(key, "truncation") == 0) {
-      if (json_is_string(v) && strcmp(json_string_value(v), "disabled") != 0)
-        px_lossy_add(lossy, "truncation");
-    } else if (strcmp(key, "prompt_cache_key") == 0) {
-      if (json_is_string(v) && ctx->out == PX_PROTO_CHAT)
-        json_object_set(d.ir, "prompt_cache_key", v); /* Chat has it too */
-      else
-        px_lossy_add(lossy, "prompt_cache_key");
-    } else if (strcmp(key, "prompt_cache_retention") == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, "prompt_cache_retention");
-    } else if (strcmp(key, "service_tier") == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, "service_tier");
-    } else if (strcmp(key, "client_metadata") == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, "client_metadata");
-    } else if (strcmp(key, "max_tool_calls") == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, "max_tool_calls");
-    } else if (strcmp(key, "top_logprobs") == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, "top_logprobs");
-    } else if (strcmp(key, "prompt") == 0) {
-      if (!json_is_null(v))
-        rc = px_tr_fail(err, "prompt",
-                        "prompt templates need an openai_responses upstream");
-    } else if (!json_is_null(v)) {
-      /* unknown top-level field: dropped, named as itself */
-      px_lossy_add(lossy, key);
+    } else {
+      rc = dec_settings(&d, key, v);
+      if (rc == 1) rc = dec_stateful(key, v, err);
+      if (rc == 1) rc = dec_dropped(&d, key, v);
+      if (rc == 1) {
+        /* unknown top-level field: dropped, named as itself */
+        px_lossy_add(lossy, key);
+        rc = 0;
+      }
     }
     if (rc != 0) goto fail;
   }
@@ -792,16 +837,7 @@ static int decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
     else
       px_lossy_add(lossy, "safety_identifier");
   }
-  /* Only hosted/namespace tools (all dropped): OpenAI rejects tool_choice and
-   * parallel_tool_calls without tools, and they mean nothing then. */
-  if (json_object_get(d.ir, "tools") == NULL) {
-    json_t *tc = json_object_get(d.ir, "tool_choice");
-    const char *tct = px_jstr(tc, "type");
-    if (tct != NULL && strcmp(tct, "auto") != 0 && strcmp(tct, "none") != 0)
-      px_lossy_add(lossy, "tool_choice");
-    json_object_del(d.ir, "tool_choice");
-    json_object_del(d.ir, "parallel_tool_calls");
-  }
+  drop_toolless_choice(&d);
   json_t *input = json_object_get(body, "input");
   if (input == NULL) {
     rc = px_tr_fail(err, "input", "input is required");
@@ -937,8 +973,58 @@ static int enc_tool_output(json_t *input, json_t *p, const char *path, px_lossy_
                        "call_id", id, "output", out));
 }
 
-static int enc_messages(json_t *msgs, json_t *input, int anth, px_lossy_t *lossy,
-                        px_tr_err_t *err) {
+/* An IR reasoning part: a reasoning item when it carries encrypted_content
+ * (the pending message is flushed first), else dropped and named as the
+ * client spelled it. */
+static int enc_reasoning(json_t *input, const char *role, json_t **content, json_t *p,
+                         const px_lossy_names_t *names, px_lossy_t *lossy) {
+  const char *enc = px_jstr(p, "encrypted_content");
+  if (enc == NULL) {
+    if (px_jstr(p, "redacted_data") != NULL && names->reasoning_redacted != NULL)
+      px_lossy_add(lossy, names->reasoning_redacted);
+    else
+      px_lossy_add(lossy, names->reasoning_text);
+    return 0;
+  }
+  int rc = flush_msg(input, role, content);
+  json_t *r = json_pack("{s:s, s:[], s:s}", "type", "reasoning", "summary",
+                        "encrypted_content", enc);
+  if (r == NULL) return PX_ENOMEM;
+  const char *txt = px_jstr(p, "text");
+  if (txt != NULL && *txt != 0)
+    json_array_append_new(json_object_get(r, "summary"),
+                          json_pack("{s:s, s:s}", "type", "summary_text", "text", txt));
+  if (px_jstr(p, "id") != NULL) set_str(r, "id", px_jstr(p, "id"));
+  if (rc == 0)
+    rc = json_array_append_new(input, r);
+  else
+    json_decref(r);
+  return rc;
+}
+
+/* A text / refusal (assistant) or user part -> the pending message content */
+static int enc_content_part(json_t **content, json_t *p, const char *t, int asst,
+                            const char *path, px_lossy_t *lossy, px_tr_err_t *err) {
+  if (*content == NULL && (*content = json_array()) == NULL) return PX_ENOMEM;
+  json_t *e = NULL;
+  if (asst && strcmp(t, "text") == 0) {
+    if (json_object_get(p, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
+    e = json_pack("{s:s, s:s, s:[]}", "type", "output_text", "text",
+                  px_jstr(p, "text") ? px_jstr(p, "text") : "", "annotations");
+  } else if (asst && strcmp(t, "refusal") == 0) {
+    e = json_pack("{s:s, s:s}", "type", "refusal", "refusal",
+                  px_jstr(p, "text") ? px_jstr(p, "text") : "");
+  } else if (!asst) {
+    e = enc_user_part(p, lossy);
+  }
+  if (e == NULL) /* the caller frees the pending content */
+    return px_tr_fail(err, path, "%s: unsupported content part '%s'", path, t);
+  return json_array_append_new(*content, e);
+}
+
+/* names: the client's, for what Responses cannot hold */
+static int enc_messages(json_t *msgs, json_t *input, const px_lossy_names_t *names,
+                        px_lossy_t *lossy, px_tr_err_t *err) {
   size_t i;
   json_t *m;
   json_array_foreach(msgs, i, m) {
@@ -978,49 +1064,9 @@ static int enc_messages(json_t *msgs, json_t *input, int anth, px_lossy_t *lossy
                                px_jstr(p, "name") ? px_jstr(p, "name") : "", "arguments",
                                px_jstr(p, "arguments") ? px_jstr(p, "arguments") : "{}"));
       } else if (strcmp(t, "reasoning") == 0) {
-        const char *enc = px_jstr(p, "encrypted_content");
-        if (enc == NULL) {
-          if (anth && px_jstr(p, "redacted_data") != NULL)
-            px_lossy_add(lossy, "messages[].content[].redacted_thinking");
-          else if (anth)
-            px_lossy_add(lossy, "messages[].content[].thinking");
-          else
-            px_lossy_add(lossy, "messages[].reasoning_content");
-          continue;
-        }
-        rc = flush_msg(input, role, &content);
-        json_t *r = json_pack("{s:s, s:[], s:s}", "type", "reasoning", "summary",
-                              "encrypted_content", enc);
-        if (r == NULL) return PX_ENOMEM;
-        const char *txt = px_jstr(p, "text");
-        if (txt != NULL && *txt != 0)
-          json_array_append_new(
-              json_object_get(r, "summary"),
-              json_pack("{s:s, s:s}", "type", "summary_text", "text", txt));
-        if (px_jstr(p, "id") != NULL) set_str(r, "id", px_jstr(p, "id"));
-        if (rc == 0)
-          rc = json_array_append_new(input, r);
-        else
-          json_decref(r);
+        rc = enc_reasoning(input, role, &content, p, names, lossy);
       } else {
-        if (content == NULL && (content = json_array()) == NULL) return PX_ENOMEM;
-        json_t *e = NULL;
-        if (asst && strcmp(t, "text") == 0) {
-          if (json_object_get(p, "cache_control") != NULL)
-            px_lossy_add(lossy, "cache_control");
-          e = json_pack("{s:s, s:s, s:[]}", "type", "output_text", "text",
-                        px_jstr(p, "text") ? px_jstr(p, "text") : "", "annotations");
-        } else if (asst && strcmp(t, "refusal") == 0) {
-          e = json_pack("{s:s, s:s}", "type", "refusal", "refusal",
-                        px_jstr(p, "text") ? px_jstr(p, "text") : "");
-        } else if (!asst) {
-          e = enc_user_part(p, lossy);
-        }
-        if (e == NULL) {
-          json_decref(content);
-          return px_tr_fail(err, path, "%s: unsupported content part '%s'", path, t);
-        }
-        rc = json_array_append_new(content, e);
+        rc = enc_content_part(&content, p, t, asst, path, lossy, err);
       }
       if (rc != 0) {
         json_decref(content);
@@ -1049,6 +1095,95 @@ static int reasoning_possible(json_t *b) {
   return 0;
 }
 
+/* IR system -> instructions (joined by blank lines) */
+static int instructions_out(json_t *sys, json_t *b, px_lossy_t *lossy) {
+  px_buf_t sb;
+  px_buf_init(&sb, 64u << 20);
+  size_t i;
+  json_t *p;
+  json_array_foreach(sys, i, p) {
+    if (json_object_get(p, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
+    if ((i > 0 && px_buf_puts(&sb, "\n\n") != 0) ||
+        px_buf_puts(&sb, px_jstr(p, "text") ? px_jstr(p, "text") : "") != 0) {
+      px_buf_free(&sb);
+      return PX_ENOMEM;
+    }
+  }
+  json_object_set_new(b, "instructions", json_stringn(sb.data ? sb.data : "", sb.len));
+  px_buf_free(&sb);
+  return 0;
+}
+
+/* IR tools -> function and custom tools */
+static void tools_out(json_t *tools, json_t *b, px_lossy_t *lossy) {
+  json_t *ot = json_array();
+  size_t i;
+  json_t *t;
+  json_array_foreach(tools, i, t) {
+    if (px_jstr(t, "type") != NULL && strcmp(px_jstr(t, "type"), "custom") == 0) {
+      json_t *o = json_pack("{s:s, s:s}", "type", "custom", "name",
+                            px_jstr(t, "name") ? px_jstr(t, "name") : "");
+      if (px_jstr(t, "description") != NULL)
+        set_str(o, "description", px_jstr(t, "description"));
+      json_t *f = json_object_get(t, "format");
+      if (json_is_object(f)) json_object_set(o, "format", f);
+      json_array_append_new(ot, o);
+      continue;
+    }
+    json_t *o = json_pack("{s:s, s:s}", "type", "function", "name",
+                          px_jstr(t, "name") ? px_jstr(t, "name") : "");
+    if (px_jstr(t, "description") != NULL)
+      set_str(o, "description", px_jstr(t, "description"));
+    json_t *params = json_object_get(t, "parameters");
+    json_object_set_new(o, "parameters",
+                        params
+                            ? json_incref(params)
+                            : json_pack("{s:s, s:{}}", "type", "object", "properties"));
+    /* Responses defaults strict to true, which rejects most schemas: say
+     * false unless the client asked for strict. */
+    json_t *strict = json_object_get(t, "strict");
+    json_object_set_new(o, "strict", json_boolean(json_is_true(strict)));
+    if (json_object_get(t, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
+    json_array_append_new(ot, o);
+  }
+  json_object_set_new(b, "tools", ot);
+}
+
+static void tool_choice_out(json_t *tc, json_t *tools, json_t *b) {
+  const char *t = px_jstr(tc, "type");
+  if (t != NULL && strcmp(t, "tool") == 0)
+    json_object_set_new(
+        b, "tool_choice",
+        json_pack(
+            "{s:s, s:s}", "type",
+            px_ir_is_custom_tool(tools, px_jstr(tc, "name")) ? "custom" : "function",
+            "name", px_jstr(tc, "name") ? px_jstr(tc, "name") : ""));
+  else if (t != NULL)
+    set_str(b, "tool_choice", t);
+}
+
+/* IR reasoning -> reasoning {effort, summary} */
+static void reasoning_out(json_t *r, json_t *b) {
+  json_t *o = json_object();
+  const char *effort = px_jstr(r, "effort");
+  json_t *bt = json_object_get(r, "budget_tokens");
+  if (effort != NULL)
+    set_str(o, "effort", effort);
+  else if (json_is_false(json_object_get(r, "enabled")))
+    ; /* thinking disabled: leave the model default */
+  else if (json_is_integer(bt))
+    set_str(o, "effort", px_effort_of_budget(json_integer_value(bt)));
+  if (px_jstr(r, "summary") != NULL) set_str(o, "summary", px_jstr(r, "summary"));
+  /* Anthropic adaptive thinking (on, no budget): the model's own effort,
+   * with its reasoning shown (summaries, as Anthropic shows thinking) */
+  if (json_object_size(o) == 0 && json_is_true(json_object_get(r, "enabled")))
+    set_str(o, "summary", "auto");
+  if (json_object_size(o) > 0)
+    json_object_set_new(b, "reasoning", o);
+  else
+    json_decref(o);
+}
+
 static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
                           px_lossy_t *lossy, px_tr_err_t *err) {
   json_t *b = json_object();
@@ -1058,77 +1193,16 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
   set_str(b, "model",
           ctx->upstream_model ? ctx->upstream_model
                               : (px_jstr(ir, "model") ? px_jstr(ir, "model") : ""));
-  /* system -> instructions */
   json_t *sys = json_object_get(ir, "system");
-  if (json_array_size(sys) > 0) {
-    px_buf_t sb;
-    px_buf_init(&sb, 64u << 20);
-    size_t i;
-    json_t *p;
-    json_array_foreach(sys, i, p) {
-      if (json_object_get(p, "cache_control") != NULL)
-        px_lossy_add(lossy, "cache_control");
-      if ((i > 0 && px_buf_puts(&sb, "\n\n") != 0) ||
-          px_buf_puts(&sb, px_jstr(p, "text") ? px_jstr(p, "text") : "") != 0) {
-        px_buf_free(&sb);
-        goto fail;
-      }
-    }
-    json_object_set_new(b, "instructions", json_stringn(sb.data ? sb.data : "", sb.len));
-    px_buf_free(&sb);
-  }
-  int anth = ctx->in == PX_PROTO_ANTHROPIC;
-  rc = enc_messages(json_object_get(ir, "messages"), input, anth, lossy, err);
+  if (json_array_size(sys) > 0 && instructions_out(sys, b, lossy) < 0) goto fail;
+  rc = enc_messages(json_object_get(ir, "messages"), input, px_in_names(ctx), lossy, err);
   if (rc != 0) goto fail;
   json_object_set(b, "input", input);
 
   json_t *tools = json_object_get(ir, "tools");
-  if (json_array_size(tools) > 0) {
-    json_t *ot = json_array();
-    size_t i;
-    json_t *t;
-    json_array_foreach(tools, i, t) {
-      if (px_jstr(t, "type") != NULL && strcmp(px_jstr(t, "type"), "custom") == 0) {
-        json_t *o = json_pack("{s:s, s:s}", "type", "custom", "name",
-                              px_jstr(t, "name") ? px_jstr(t, "name") : "");
-        if (px_jstr(t, "description") != NULL)
-          set_str(o, "description", px_jstr(t, "description"));
-        json_t *f = json_object_get(t, "format");
-        if (json_is_object(f)) json_object_set(o, "format", f);
-        json_array_append_new(ot, o);
-        continue;
-      }
-      json_t *o = json_pack("{s:s, s:s}", "type", "function", "name",
-                            px_jstr(t, "name") ? px_jstr(t, "name") : "");
-      if (px_jstr(t, "description") != NULL)
-        set_str(o, "description", px_jstr(t, "description"));
-      json_t *params = json_object_get(t, "parameters");
-      json_object_set_new(o, "parameters",
-                          params
-                              ? json_incref(params)
-                              : json_pack("{s:s, s:{}}", "type", "object", "properties"));
-      /* Responses defaults strict to true, which rejects most schemas: say
-       * false unless the client asked for strict. */
-      json_t *strict = json_object_get(t, "strict");
-      json_object_set_new(o, "strict", json_boolean(json_is_true(strict)));
-      if (json_object_get(t, "cache_control") != NULL)
-        px_lossy_add(lossy, "cache_control");
-      json_array_append_new(ot, o);
-    }
-    json_object_set_new(b, "tools", ot);
-  }
+  if (json_array_size(tools) > 0) tools_out(tools, b, lossy);
   json_t *tc = json_object_get(ir, "tool_choice");
-  if (json_is_object(tc)) {
-    const char *t = px_jstr(tc, "type");
-    if (t != NULL && strcmp(t, "tool") == 0)
-      json_object_set_new(
-          b, "tool_choice",
-          json_pack("{s:s, s:s}", "type",
-                    px_ir_is_custom_tool(tools, px_jstr(tc, "name")) ? "custom" : "function",
-                    "name", px_jstr(tc, "name") ? px_jstr(tc, "name") : ""));
-    else if (t != NULL)
-      set_str(b, "tool_choice", t);
-  }
+  if (json_is_object(tc)) tool_choice_out(tc, tools, b);
   json_t *v;
   if ((v = json_object_get(ir, "parallel_tool_calls")) != NULL)
     json_object_set(b, "parallel_tool_calls", v);
@@ -1138,12 +1212,8 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
     json_object_set(b, "temperature", v);
   if ((v = json_object_get(ir, "top_p")) != NULL) json_object_set(b, "top_p", v);
   if (json_object_get(ir, "top_k") != NULL) px_lossy_add(lossy, "top_k");
-  if (json_array_size(json_object_get(ir, "stop")) > 0) {
-    if (anth)
-      px_lossy_add(lossy, "stop_sequences");
-    else
-      px_lossy_add(lossy, "stop");
-  }
+  if (json_array_size(json_object_get(ir, "stop")) > 0)
+    px_lossy_add(lossy, px_in_names(ctx)->stop);
   json_t *rf = json_object_get(ir, "response_format");
   json_t *verb = json_object_get(ir, "verbosity");
   if (json_is_object(rf) || json_is_string(verb)) {
@@ -1155,37 +1225,18 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
   if ((v = json_object_get(ir, "prompt_cache_key")) != NULL)
     json_object_set(b, "prompt_cache_key", v);
   json_t *r = json_object_get(ir, "reasoning");
-  if (json_is_object(r)) {
-    json_t *o = json_object();
-    const char *effort = px_jstr(r, "effort");
-    json_t *bt = json_object_get(r, "budget_tokens");
-    if (effort != NULL)
-      set_str(o, "effort", effort);
-    else if (json_is_false(json_object_get(r, "enabled")))
-      ; /* thinking disabled: leave the model default */
-    else if (json_is_integer(bt))
-      set_str(o, "effort", px_effort_of_budget(json_integer_value(bt)));
-    if (px_jstr(r, "summary") != NULL) set_str(o, "summary", px_jstr(r, "summary"));
-    /* Anthropic adaptive thinking (on, no budget): the model's own effort,
-     * with its reasoning shown (summaries, as Anthropic shows thinking) */
-    if (json_object_size(o) == 0 && json_is_true(json_object_get(r, "enabled")))
-      set_str(o, "summary", "auto");
-    if (json_object_size(o) > 0)
-      json_object_set_new(b, "reasoning", o);
-    else
-      json_decref(o);
-  }
+  if (json_is_object(r)) reasoning_out(r, b);
   if ((v = json_object_get(ir, "user")) != NULL) json_object_set(b, "user", v);
   if ((v = json_object_get(ir, "metadata")) != NULL) json_object_set(b, "metadata", v);
   if ((v = json_object_get(ir, "stream")) != NULL) json_object_set(b, "stream", v);
   if ((v = json_object_get(ir, "previous_response_id")) != NULL)
     json_object_set(b, "previous_response_id", v);
-  if (ctx->in != PX_PROTO_RESPONSES) {
-    /* A Chat / Anthropic client cannot name a stored response (it has no
-     * previous_response_id), so the gateway is stateless toward Responses:
-     * never store, and ask for the encrypted reasoning whenever reasoning can
-     * occur, so the next turn can replay it (Anthropic clients carry it as a
-     * pxo1:enc: tagged thinking signature; Chat clients cannot hold it). */
+  if (!px_tr_in_can(ctx, PX_CAP_STORED_RESPONSES)) {
+    /* A client that cannot name a stored response (no previous_response_id)
+     * makes the gateway stateless toward Responses: never store, and ask for
+     * the encrypted reasoning whenever reasoning can occur, so the next turn
+     * can replay it (Anthropic clients carry it as a pxo1:enc: tagged
+     * thinking signature; Chat clients cannot hold it). */
     json_object_set_new(b, "store", json_false());
     if (reasoning_possible(b))
       json_object_set_new(b, "include", json_pack("[s]", "reasoning.encrypted_content"));
@@ -1279,8 +1330,9 @@ static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
                              px_jstr(it, "name") ? px_jstr(it, "name") : "", "arguments",
                              px_jstr(it, "arguments") ? px_jstr(it, "arguments") : ""));
       if (px_jstr(it, "namespace") != NULL) px_lossy_add(lossy, "output[].namespace");
-    } else if (strcmp(type, "custom_tool_call") == 0 && ctx->in == PX_PROTO_CHAT) {
-      /* a Chat client has custom tools too (an Anthropic one has not) */
+    } else if (strcmp(type, "custom_tool_call") == 0 &&
+               px_tr_in_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
+      /* for a client that has custom tools too */
       has_tool = 1;
       json_array_append_new(
           content, json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id",
@@ -1607,6 +1659,21 @@ const px_proto_ops_t px_proto_responses = {
     .auth_header = "Authorization: Bearer ",
     .error_type = px_errkind_openai,
     .encode_models = px_openai_models,
+    .caps = PX_CAP_CUSTOM_TOOLS | PX_CAP_PROMPT_CACHE_KEY | PX_CAP_VERBOSITY |
+            PX_CAP_FILE_ID | PX_CAP_ANY_TOOL_ARGS | PX_CAP_REASONING_TOKENS |
+            PX_CAP_STORED_RESPONSES,
+    .names = {.refusal = PX_LOSSY("input[].content[].refusal"),
+              .reasoning_text = PX_LOSSY("input[].summary"),
+              .reasoning_token = PX_LOSSY("input[].encrypted_content"),
+              .reasoning_redacted = PX_LOSSY("input[].encrypted_content"),
+              .reasoning_config = PX_LOSSY("reasoning"),
+              .tool_result_image = PX_LOSSY("input[].output[].image"),
+              .tool_result_file = PX_LOSSY("input[].output[].file"),
+              .prompt_cache_key = PX_LOSSY("prompt_cache_key"),
+              .verbosity = PX_LOSSY("text.verbosity"),
+              .tool_args_param = "input.arguments",
+              .annotations = PX_LOSSY("output[].content[].annotations"),
+              .opaque_reasoning = PX_LOSSY("output[].encrypted_content")},
     .watch = {.usage_obj = "usage", .usage_in = "input_tokens", .usage_out = "output_tokens",
               .terminal_events = {"response.completed", "response.incomplete",
                                   "response.failed"},

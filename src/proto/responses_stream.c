@@ -170,8 +170,8 @@ static int d_item_added(px_sdec_t *d, json_t *j) {
     if (a != NULL && *a != 0) return ddelta(d, b, PX_DELTA_TOOL_ARGS, a, strlen(a));
     return 0;
   }
-  if (strcmp(t, "custom_tool_call") == 0 && d->ctx.in == PX_PROTO_CHAT) {
-    /* freeform tool call: only a Chat client has custom tools too */
+  if (strcmp(t, "custom_tool_call") == 0 && px_tr_in_can(&d->ctx, PX_CAP_CUSTOM_TOOLS)) {
+    /* freeform tool call, for a client that has custom tools too */
     d->has_tool = 1;
     dblock_t *b = dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, px_jstr(item, "call_id"),
                          px_jstr(item, "name"), 1);
@@ -187,7 +187,7 @@ static int d_item_added(px_sdec_t *d, json_t *j) {
   /* message: its parts open blocks; hosted tool items are not carried
    * (named as by the non-streaming decoder) */
   if (strcmp(t, "message") != 0 && d->ctx.dropped != NULL &&
-      !(strcmp(t, "custom_tool_call") == 0 && d->ctx.in == PX_PROTO_CHAT))
+      !(strcmp(t, "custom_tool_call") == 0 && px_tr_in_can(&d->ctx, PX_CAP_CUSTOM_TOOLS)))
     px_responses_lossy_item(d->ctx.dropped, t);
   return 0;
 }
@@ -380,7 +380,7 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   } else if (FT("response.refusal.delta")) {
     kind = PX_DELTA_REFUSAL, item_level = 0;
   } else if (FT("response.custom_tool_call_input.delta")) {
-    if (d->ctx.in != PX_PROTO_CHAT) return 1; /* not carried: ignored */
+    if (!px_tr_in_can(&d->ctx, PX_CAP_CUSTOM_TOOLS)) return 1; /* not carried: ignored */
     kind = PX_DELTA_TOOL_ARGS, item_level = 1;
   } else {
     return 0;
@@ -484,8 +484,9 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
   } else if (strcmp(type, "response.function_call_arguments.delta") == 0) {
     rc = d_delta(d, j, PX_DELTA_TOOL_ARGS, 1);
   } else if (strcmp(type, "response.custom_tool_call_input.delta") == 0) {
-    /* not carried toward Anthropic clients (no freeform tools): ignored */
-    if (d->ctx.in == PX_PROTO_CHAT) rc = d_delta(d, j, PX_DELTA_TOOL_ARGS, 1);
+    /* not carried toward clients without freeform tools: ignored */
+    if (px_tr_in_can(&d->ctx, PX_CAP_CUSTOM_TOOLS))
+      rc = d_delta(d, j, PX_DELTA_TOOL_ARGS, 1);
   } else if (strcmp(type, "response.reasoning_summary_text.delta") == 0 ||
              strcmp(type, "response.reasoning_text.delta") == 0) {
     rc = d_delta(d, j, PX_DELTA_THINKING, 1);
