@@ -315,7 +315,7 @@ int px_translate_error(const px_tr_ctx_t *ctx, int status, const char *body, siz
     snprintf(ue.message, sizeof(ue.message),
              "upstream returned HTTP %d with a body that is not a %s error", status,
              proto_names[ctx->out]);
-  } else if (status < 400 || status > 599) {
+  } else if (status < 400 || status > 599 || in->error_status_of_kind) {
     st = px_errkind_status(ue.kind);
   }
   if (in->encode_error == NULL) return PX_EINVAL;

@@ -530,6 +530,10 @@ typedef struct px_proto_ops {
   const char *(*error_type)(px_errkind_t kind);
   /** The model is named by the path, never by the body. */
   int model_in_path;
+  /** The error body names its HTTP status (Gemini's `code`), so an upstream
+   *  status outside the family's vocabulary (Anthropic's 529) reaches the
+   *  client as its kind's status (503), body and head alike. */
+  int error_status_of_kind;
   /** Streams carry usage only when asked by `stream_options.include_usage`
    *  (the gateway always asks, and strips it for a client that did not). */
   int stream_usage_opt_in;

@@ -1078,6 +1078,7 @@ const px_proto_ops_t px_proto_gemini = {
     .client_key_query = "key",
     .error_type = status_of_kind,
     .model_in_path = 1,
+    .error_status_of_kind = 1,
     .env_key = "GEMINI_API_KEY",
     .env_base = "GEMINI_BASE_URL",
     .default_base = "https://generativelanguage.googleapis.com",
