@@ -82,10 +82,25 @@ size_t px_json_ws(const unsigned char *p, size_t n, size_t i) {
   return i;
 }
 
+/* Non-zero when one of the 8 bytes of v is '"', '\\', below 0x20 or at or
+ * above 0x80 (the bytes that end a plain ASCII run; exact per word). */
+static inline uint64_t special8(uint64_t v) {
+  const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+  uint64_t q = v ^ (ones * '"'), b = v ^ (ones * '\\');
+  return ((q - ones) & ~q & high) | ((b - ones) & ~b & high) | ((v - ones * 0x20) & ~v & high) |
+         (v & high);
+}
+
 int px_json_string(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
   *esc = 0;
   for (;;) {
-    /* plain ASCII run */
+    /* plain ASCII run: 8 bytes at a time, then byte by byte */
+    while (i + 8 <= n) {
+      uint64_t v;
+      memcpy(&v, p + i, 8);
+      if (special8(v)) break;
+      i += 8;
+    }
     while (i < n && p[i] >= 0x20 && p[i] < 0x80 && p[i] != '"' && p[i] != '\\') i++;
     if (i >= n) return -1;
     unsigned c = p[i];

@@ -514,13 +514,19 @@ void px_anthropic_senc_free(px_senc_t *e) {
 /* ---- writers ---- */
 
 static int w(px_senc_t *e, const char *s) { return px_buf_puts(e->out, s); }
+/* a string literal, its length known at compile time */
+#define W(e, lit) px_buf_append((e)->out, lit, sizeof(lit) - 1)
 static int wstr(px_senc_t *e, px_str_t s) {
   return px_buf_json_str(e->out, s.ptr ? s.ptr : "", s.ptr ? s.len : 0);
 }
 
 static int write_usage_num(px_senc_t *e, const char *key, int64_t v, int first) {
-  return px_buf_printf(e->out, "%s\"%s\":%lld", first ? "" : ",", key,
-                       (long long)(v > 0 ? v : 0));
+  int rc = first ? 0 : w(e, ",");
+  if (rc == 0) rc = w(e, "\"");
+  if (rc == 0) rc = w(e, key);
+  if (rc == 0) rc = w(e, "\":");
+  if (rc == 0) rc = px_buf_i64(e->out, v > 0 ? v : 0);
+  return rc;
 }
 
 static int write_message_start(px_senc_t *e, const px_ev_t *ev) {
@@ -557,10 +563,10 @@ static int ensure_started(px_senc_t *e) {
 static int write_block_start(px_senc_t *e, se_block_t *b, px_str_t id, px_str_t name,
                              px_str_t data) {
   b->out_index = e->next_out++;
-  int rc = px_buf_printf(e->out,
-                         "event: content_block_start\ndata: {\"type\":\"content_block_start\","
-                         "\"index\":%d,\"content_block\":",
-                         b->out_index);
+  int rc = W(e, "event: content_block_start\ndata: {\"type\":\"content_block_start\","
+                "\"index\":");
+  if (rc == 0) rc = px_buf_i64(e->out, b->out_index);
+  if (rc == 0) rc = W(e, ",\"content_block\":");
   if (rc < 0) return rc;
   switch (b->kind) {
   case PX_BLOCK_TEXT:
@@ -594,22 +600,25 @@ static int write_block_start(px_senc_t *e, se_block_t *b, px_str_t id, px_str_t 
  * signature tag), NULL for none */
 static int write_delta_pre(px_senc_t *e, se_block_t *b, px_delta_t kind, const char *pre,
                            const char *p, size_t n) {
-  const char *head;
   if (n == 0) return 0;
+  int rc = W(e, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\","
+                "\"index\":");
+  if (rc == 0) rc = px_buf_i64(e->out, b->out_index);
+  if (rc < 0) return rc;
   switch (kind) {
   case PX_DELTA_TEXT:
-  case PX_DELTA_REFUSAL: head = "{\"type\":\"text_delta\",\"text\":\""; break;
-  case PX_DELTA_THINKING: head = "{\"type\":\"thinking_delta\",\"thinking\":\""; break;
-  case PX_DELTA_SIGNATURE: head = "{\"type\":\"signature_delta\",\"signature\":\""; break;
-  default: head = "{\"type\":\"input_json_delta\",\"partial_json\":\""; break;
+  case PX_DELTA_REFUSAL: rc = W(e, ",\"delta\":{\"type\":\"text_delta\",\"text\":\""); break;
+  case PX_DELTA_THINKING:
+    rc = W(e, ",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"");
+    break;
+  case PX_DELTA_SIGNATURE:
+    rc = W(e, ",\"delta\":{\"type\":\"signature_delta\",\"signature\":\"");
+    break;
+  default: rc = W(e, ",\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\""); break;
   }
-  int rc = px_buf_printf(e->out,
-                         "event: content_block_delta\ndata: {\"type\":\"content_block_delta\","
-                         "\"index\":%d,\"delta\":%s",
-                         b->out_index, head);
   if (rc == 0 && pre != NULL) rc = w(e, pre);
   if (rc == 0) rc = px_buf_json_escape(e->out, p, n);
-  if (rc == 0) rc = w(e, "\"}}\n\n");
+  if (rc == 0) rc = W(e, "\"}}\n\n");
   return rc;
 }
 
@@ -619,10 +628,11 @@ static int write_delta(px_senc_t *e, se_block_t *b, px_delta_t kind, const char 
 }
 
 static int write_block_stop(px_senc_t *e, se_block_t *b) {
-  return px_buf_printf(e->out,
-                       "event: content_block_stop\ndata: {\"type\":\"content_block_stop\","
-                       "\"index\":%d}\n\n",
-                       b->out_index);
+  int rc = W(e, "event: content_block_stop\ndata: {\"type\":\"content_block_stop\","
+                "\"index\":");
+  if (rc == 0) rc = px_buf_i64(e->out, b->out_index);
+  if (rc == 0) rc = W(e, "}\n\n");
+  return rc;
 }
 
 /* ---- block bookkeeping ---- */

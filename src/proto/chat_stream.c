@@ -862,28 +862,27 @@ static int build_prefix(px_senc_t *e, px_str_t id) {
 
 /* chunk with one choice: prefix [{"index":0,"delta":{DELTA},"logprobs":null,
  * "finish_reason":FR}]} */
+/* a string literal, its length known at compile time */
+#define LIT(b, lit) px_buf_append((b), lit, sizeof(lit) - 1)
+
 static int chunk_open(px_senc_t *e) {
   int rc = px_buf_append(e->out, e->prefix.data, e->prefix.len);
-  if (rc == 0) rc = px_buf_puts(e->out, "[{\"index\":0,\"delta\":{");
+  if (rc == 0) rc = LIT(e->out, "[{\"index\":0,\"delta\":{");
   return rc;
 }
 
 static int chunk_close(px_senc_t *e, const char *fr) {
-  int rc = px_buf_puts(e->out, "},\"logprobs\":null,\"finish_reason\":");
-  if (rc == 0) {
-    if (fr)
-      rc = px_buf_json_str(e->out, fr, strlen(fr));
-    else
-      rc = px_buf_puts(e->out, "null");
-  }
-  if (rc == 0) rc = px_buf_puts(e->out, "}]}\n\n");
+  if (fr == NULL) return LIT(e->out, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+  int rc = LIT(e->out, "},\"logprobs\":null,\"finish_reason\":");
+  if (rc == 0) rc = px_buf_json_str(e->out, fr, strlen(fr));
+  if (rc == 0) rc = LIT(e->out, "}]}\n\n");
   return rc;
 }
 
-/* {"<field>":"<text>"} delta chunk */
-static int text_chunk(px_senc_t *e, const char *field, px_str_t t) {
+/* {"<field>":"<text>"} delta chunk; field_lit: the quoted key and colon */
+static int text_chunk(px_senc_t *e, const char *field_lit, px_str_t t) {
   int rc = chunk_open(e);
-  if (rc == 0) rc = px_buf_printf(e->out, "\"%s\":", field);
+  if (rc == 0) rc = px_buf_puts(e->out, field_lit);
   if (rc == 0) rc = px_buf_json_str(e->out, t.ptr ? t.ptr : "", t.len);
   if (rc == 0) rc = chunk_close(e, NULL);
   return rc;
@@ -919,7 +918,9 @@ static int on_block_start(px_senc_t *e, const px_ev_t *ev) {
   if (id == NULL) return PX_ENOMEM;
   int rc = chunk_open(e);
   if (rc == 0)
-    rc = px_buf_printf(e->out, "\"tool_calls\":[{\"index\":%d,\"id\":", b->tool);
+    rc = LIT(e->out, "\"tool_calls\":[{\"index\":");
+  if (rc == 0) rc = px_buf_i64(e->out, b->tool);
+  if (rc == 0) rc = LIT(e->out, ",\"id\":");
   if (rc == 0) rc = px_buf_json_str(e->out, id, strlen(id));
   b->custom = ev->custom;
   if (rc == 0)
@@ -943,7 +944,7 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
     case PX_DELTA_TEXT:
       e->any_content = 1;
       e->chars += (int64_t)px_utf8_chars(ev->text.ptr, ev->text.len);
-      return text_chunk(e, "content", ev->text);
+      return text_chunk(e, "\"content\":", ev->text);
     case PX_DELTA_ANNOTATION: {
       /* delta.annotations, as the non-streaming message.annotations */
       json_t *a = px_annotation_parse(ev->text);
@@ -970,11 +971,11 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
     case PX_DELTA_REFUSAL:
       /* seed 000: delta.refusal only before any content; after content the
        * wording stays visible as content rather than being lost */
-      if (e->any_content) return text_chunk(e, "content", ev->text);
+      if (e->any_content) return text_chunk(e, "\"content\":", ev->text);
       e->any_refusal = 1;
-      return text_chunk(e, "refusal", ev->text);
+      return text_chunk(e, "\"refusal\":", ev->text);
     case PX_DELTA_THINKING:
-      return text_chunk(e, "reasoning_content", ev->text);
+      return text_chunk(e, "\"reasoning_content\":", ev->text);
     case PX_DELTA_SIGNATURE:
       /* Chat has no field for thinking signatures (the non-streaming
        * encoder names the same field) */
@@ -983,13 +984,11 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
     case PX_DELTA_TOOL_ARGS: {
       if (b->tool < 0) return PX_EPROTO;
       int rc = chunk_open(e);
+      if (rc == 0) rc = LIT(e->out, "\"tool_calls\":[{\"index\":");
+      if (rc == 0) rc = px_buf_i64(e->out, b->tool);
       if (rc == 0)
-        rc = px_buf_printf(e->out,
-                           b->custom
-                               ? "\"tool_calls\":[{\"index\":%d,\"custom\":{\"input\":"
-                               : "\"tool_calls\":[{\"index\":%d,\"function\":{"
-                                 "\"arguments\":",
-                           b->tool);
+        rc = b->custom ? LIT(e->out, ",\"custom\":{\"input\":")
+                       : LIT(e->out, ",\"function\":{\"arguments\":");
       if (rc == 0) rc = px_buf_json_str(e->out, ev->text.ptr, ev->text.len);
       if (rc == 0) rc = px_buf_puts(e->out, "}}]");
       if (rc == 0) rc = chunk_close(e, NULL);
@@ -1006,7 +1005,7 @@ static int on_message_delta(px_senc_t *e, const px_ev_t *ev) {
   /* Anthropic refusal with no visible wording: its explanation */
   if (ev->refusal_explanation.len > 0 && !e->any_content && !e->any_refusal) {
     e->any_refusal = 1;
-    rc = text_chunk(e, "refusal", ev->refusal_explanation);
+    rc = text_chunk(e, "\"refusal\":", ev->refusal_explanation);
   }
   if (rc == 0) rc = chunk_open(e);
   if (rc == 0) rc = chunk_close(e, px_stop_to_chat(ev->stop));
