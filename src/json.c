@@ -186,7 +186,10 @@ int px_json_unescape(const char *s, size_t n, int esc, px_buf_t *b, px_str_t *ou
 /* ------------------------------------------------------------------------ */
 /* The fast scanner                                                          */
 
-void px_fj_ws(px_fj_t *j) { j->i = px_json_ws(j->p, j->n, j->i); }
+void px_fj_ws(px_fj_t *j) {
+  if (j->i < j->n && j->p[j->i] > ' ') return; /* the usual case: no blank */
+  j->i = px_json_ws(j->p, j->n, j->i);
+}
 
 /* The string at j->i (its opening quote): [*s, *e) its raw content, *esc
  * whether it has escapes; j->i moves past the closing quote. */
@@ -311,7 +314,8 @@ int px_fj_object(px_fj_t *j, px_fj_want_t *w, int depth) {
       if (w->obj_set || j->i >= j->n || j->p[j->i] != '{') return -1;
       w->obj_set = 1;
       w->obj_at = j->i;
-      if (fj_skip(j, depth + 1) < 0) return -1;
+      if ((w->sub ? px_fj_object(j, w->sub, depth + 1) : fj_skip(j, depth + 1)) < 0)
+        return -1;
     } else {
       px_fj_str_t *st = &w->strs[k];
       if (st->set || j->i >= j->n || j->p[j->i] != '"') return -1;

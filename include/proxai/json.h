@@ -77,6 +77,8 @@ typedef struct px_fj_want {
   int iv_set, iv2_set;
   size_t obj_at;
   int obj_set;
+  struct px_fj_want *sub; /**< non-NULL: the obj_key object is read with it
+                               in the same walk (else only checked) */
 } px_fj_want_t;
 
 /** Skip whitespace at j->i. */

@@ -343,8 +343,11 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   px_fj_str_t top[3], dl[5];
   memset(top, 0, sizeof(top));
   memset(dl, 0, sizeof(dl));
-  px_fj_want_t wt = {
-      .keys = top_keys, .nkeys = 3, .strs = top, .int_key = 1, .int_key2 = -1, .obj_key = 2};
+  /* the delta object is read in the same walk as the top level */
+  px_fj_want_t wd = {
+      .keys = delta_keys, .nkeys = 5, .strs = dl, .int_key = -1, .int_key2 = -1, .obj_key = -1};
+  px_fj_want_t wt = {.keys = top_keys, .nkeys = 3, .strs = top, .int_key = 1,
+                     .int_key2 = -1, .obj_key = 2, .sub = &wd};
   px_fj_ws(&j);
   if (px_fj_object(&j, &wt, 0) < 0) return 0;
   px_fj_ws(&j);
@@ -355,11 +358,7 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   if (!(tl == 19 && memcmp(tp, "content_block_delta", 19) == 0)) return 0;
   if (d->st == SD_SKIP) return 1;
   if (d->st != SD_BLOCK || !wt.iv_set || wt.iv != d->up_index || !wt.obj_set) return 0;
-  /* the delta object */
-  px_fj_want_t wd = {
-      .keys = delta_keys, .nkeys = 5, .strs = dl, .int_key = -1, .int_key2 = -1, .obj_key = -1};
-  j.i = wt.obj_at;
-  if (px_fj_object(&j, &wd, 1) < 0 || !dl[0].set || dl[0].esc) return 0;
+  if (!dl[0].set || dl[0].esc) return 0;
   const char *dt = data + dl[0].s;
   size_t dtl = dl[0].e - dl[0].s;
   int field;
