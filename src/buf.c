@@ -86,7 +86,13 @@ int px_buf_json_escape(px_buf_t *b, const char *s, size_t n) {
     while (i + 8 <= n) {
       uint64_t v;
       memcpy(&v, s + i, 8);
-      if (escapable8(v)) break;
+      uint64_t m = escapable8(v);
+      if (m) {
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        i += (size_t)__builtin_ctzll(m) >> 3; /* the lowest flag is exact */
+#endif
+        break;
+      }
       i += 8;
     }
     if (i >= n) break;

@@ -98,7 +98,13 @@ int px_json_string(const unsigned char *p, size_t n, size_t i, size_t *end, int 
     while (i + 8 <= n) {
       uint64_t v;
       memcpy(&v, p + i, 8);
-      if (special8(v)) break;
+      uint64_t m = special8(v);
+      if (m) {
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        i += (size_t)__builtin_ctzll(m) >> 3; /* the lowest flag is exact */
+#endif
+        break;
+      }
       i += 8;
     }
     while (i < n && p[i] >= 0x20 && p[i] < 0x80 && p[i] != '"' && p[i] != '\\') i++;
@@ -277,6 +283,8 @@ static int fj_skip(px_fj_t *j, int depth) {
   default: return fj_int(j, &v);
   }
 }
+
+int px_fj_skip(px_fj_t *j, int depth) { return fj_skip(j, depth); }
 
 static int fj_key_is(px_fj_t *j, size_t s, size_t e, const char *k) {
   size_t l = strlen(k);

@@ -86,6 +86,9 @@ void px_fj_ws(px_fj_t *j);
 /** Walk and check the object at j->i (see px_fj_want_t); j->i moves past it.
  *  0, or -1 for anything not proven valid. */
 int px_fj_object(px_fj_t *j, px_fj_want_t *w, int depth);
+/** Check and skip the value at j->i (nesting counted from depth). 0, or -1
+ *  for anything not proven valid. */
+int px_fj_skip(px_fj_t *j, int depth);
 /** The value of a string member px_fj_object read: see px_json_unescape. */
 int px_fj_value(const px_fj_t *j, const px_fj_str_t *st, px_buf_t *scratch, px_str_t *out);
 
