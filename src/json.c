@@ -82,32 +82,11 @@ size_t px_json_ws(const unsigned char *p, size_t n, size_t i) {
   return i;
 }
 
-/* Non-zero when one of the 8 bytes of v is '"', '\\', below 0x20 or at or
- * above 0x80 (the bytes that end a plain ASCII run; exact per word). */
-static inline uint64_t special8(uint64_t v) {
-  const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
-  uint64_t q = v ^ (ones * '"'), b = v ^ (ones * '\\');
-  return ((q - ones) & ~q & high) | ((b - ones) & ~b & high) | ((v - ones * 0x20) & ~v & high) |
-         (v & high);
-}
-
-int px_json_string(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
+/* px_json_string (json.h) past its plain ASCII start */
+int px_json_string_at(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
   *esc = 0;
   for (;;) {
-    /* plain ASCII run: 8 bytes at a time, then byte by byte */
-    while (i + 8 <= n) {
-      uint64_t v;
-      memcpy(&v, p + i, 8);
-      uint64_t m = special8(v);
-      if (m) {
-#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-        i += (size_t)__builtin_ctzll(m) >> 3; /* the lowest flag is exact */
-#endif
-        break;
-      }
-      i += 8;
-    }
-    while (i < n && p[i] >= 0x20 && p[i] < 0x80 && p[i] != '"' && p[i] != '\\') i++;
+    i = px_json_plain(p, n, i);
     if (i >= n) return -1;
     unsigned c = p[i];
     if (c == '"') break;
@@ -192,10 +171,6 @@ int px_json_unescape(const char *s, size_t n, int esc, px_buf_t *b, px_str_t *ou
 /* ------------------------------------------------------------------------ */
 /* The fast scanner                                                          */
 
-void px_fj_ws(px_fj_t *j) {
-  if (j->i < j->n && j->p[j->i] > ' ') return; /* the usual case: no blank */
-  j->i = px_json_ws(j->p, j->n, j->i);
-}
 
 /* The string at j->i (its opening quote): [*s, *e) its raw content, *esc
  * whether it has escapes; j->i moves past the closing quote. */
@@ -287,8 +262,11 @@ static int fj_skip(px_fj_t *j, int depth) {
 int px_fj_skip(px_fj_t *j, int depth) { return fj_skip(j, depth); }
 
 static int fj_key_is(px_fj_t *j, size_t s, size_t e, const char *k) {
-  size_t l = strlen(k);
-  return e - s == l && memcmp(j->p + s, k, l) == 0;
+  /* no strlen: most keys differ at their first byte */
+  const unsigned char *p = j->p + s;
+  size_t l = e - s, i = 0;
+  while (i < l && k[i] == (char)p[i]) i++;
+  return i == l && k[l] == 0;
 }
 
 int px_fj_object(px_fj_t *j, px_fj_want_t *w, int depth) {
