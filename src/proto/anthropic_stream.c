@@ -468,7 +468,7 @@ struct px_senc {
   int next_out;
   int active;          /* position in blocks[] of the block open on the wire, -1 */
   se_block_t *blocks;  /* open or held blocks in start order */
-  int nblocks;
+  int nblocks, capblocks;
   size_t held;         /* bytes held across blocks (max_accum) */
   int refusal;         /* a refusal block was seen */
   px_buf_t refusal_text;
@@ -481,11 +481,7 @@ static void se_set(px_senc_t *e, se_state_t st) { e->st = st; }
 px_senc_t *px_anthropic_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
   px_senc_t *e = calloc(1, sizeof(*e));
   if (e == NULL) return NULL;
-  e->blocks = calloc(SE_MAX_BLOCKS, sizeof(*e->blocks));
-  if (e->blocks == NULL) {
-    free(e);
-    return NULL;
-  }
+  /* blocks[] grows on demand (most streams hold one or two blocks) */
   e->ctx = ctx;
   e->out = out;
   e->active = -1;
@@ -709,6 +705,13 @@ static char *dupstr(px_str_t s) {
 
 static int se_block_start(px_senc_t *e, const px_ev_t *ev) {
   if (find_block(e, ev->index) >= 0 || e->nblocks >= SE_MAX_BLOCKS) return PX_EINVAL;
+  if (e->nblocks == e->capblocks) {
+    int nc = e->capblocks ? e->capblocks * 2 : 2;
+    se_block_t *nb = realloc(e->blocks, sizeof(*nb) * (size_t)nc);
+    if (nb == NULL) return PX_ENOMEM;
+    e->blocks = nb;
+    e->capblocks = nc;
+  }
   se_block_t *b = &e->blocks[e->nblocks];
   memset(b, 0, sizeof(*b));
   b->ir_index = ev->index;
