@@ -537,6 +537,24 @@ static int fj_val(px_fj_t *j, fval_t *v, int depth) {
   return 0;
 }
 
+/* Check and skip a member value we do not read; strings and null (most of
+ * them) without the general walk. */
+static int fj_pass(px_fj_t *j, int depth) {
+  const unsigned char c = j->p[j->i];
+  if (c == '"') {
+    size_t e;
+    int esc;
+    if (px_json_string(j->p, j->n, j->i + 1, &e, &esc) < 0) return -1;
+    j->i = e + 1;
+    return 0;
+  }
+  if (c == 'n' && j->n - j->i >= 4 && memcmp(j->p + j->i, "null", 4) == 0) {
+    j->i += 4;
+    return 0;
+  }
+  return px_fj_skip(j, depth);
+}
+
 /* `[ {object} ]` with exactly one element: j->i on the element's '{', or -1 */
 static int fj_one_elem(px_fj_t *j) {
   if (j->p[j->i] != '[') return -1;
@@ -576,12 +594,12 @@ static int walk_call(px_fj_t *j, fchunk_t *f) {
       int ff = 1, fr;
       while ((fr = fj_member(j, &fk, &ff)) > 0) {
         fval_t *fv = KEY(j, &fk, "name") ? &f->name : KEY(j, &fk, "arguments") ? &f->args : NULL;
-        if (fv ? fj_val(j, fv, 5) : px_fj_skip(j, 5)) return -1;
+        if (fv ? fj_val(j, fv, 5) : fj_pass(j, 5)) return -1;
       }
       if (fr < 0) return -1;
       continue;
     }
-    if (v ? fj_val(j, v, 4) : px_fj_skip(j, 4)) return -1;
+    if (v ? fj_val(j, v, 4) : fj_pass(j, 4)) return -1;
   }
   return r < 0 ? -1 : fj_one_elem_end(j);
 }
@@ -611,7 +629,7 @@ static int walk_choice(px_fj_t *j, fchunk_t *f) {
                     : KEY(j, &dk, "annotations")        ? &f->annotations
                     : KEY(j, &dk, "tool_calls")         ? &f->tool_calls
                                                         : NULL;
-        if (v ? fj_val(j, v, 3) : px_fj_skip(j, 3)) return -1;
+        if (v ? fj_val(j, v, 3) : fj_pass(j, 3)) return -1;
       }
       if (dr < 0) return -1;
       continue;
@@ -620,7 +638,7 @@ static int walk_choice(px_fj_t *j, fchunk_t *f) {
                 : KEY(j, &k, "logprobs")      ? &f->logprobs
                 : KEY(j, &k, "finish_reason") ? &f->finish
                                               : NULL;
-    if (v ? fj_val(j, v, 2) : px_fj_skip(j, 2)) return -1;
+    if (v ? fj_val(j, v, 2) : fj_pass(j, 2)) return -1;
   }
   return r;
 }
@@ -645,7 +663,7 @@ static int fast_chunk(px_sdec_t *d, const char *p, size_t n) {
       continue;
     }
     fval_t *v = KEY(&j, &k, "error") ? &f.error : KEY(&j, &k, "usage") ? &f.usage : NULL;
-    if (v ? fj_val(&j, v, 1) : px_fj_skip(&j, 1)) return 0;
+    if (v ? fj_val(&j, v, 1) : fj_pass(&j, 1)) return 0;
   }
   if (r < 0 || !f.choices) return 0;
   px_fj_ws(&j);
