@@ -685,6 +685,7 @@ static int fast_chunk(px_sdec_t *d, const char *p, size_t n) {
     return 0;
   /* tool calls: only an argument fragment of a call already started */
   long tk = -1;
+  if (f.tool_calls.kind == FV_STR) return 0;
   if (f.tool_calls.kind == FV_OTHER) {
     const fval_t *ti = &f.tindex;
     if (ti->kind != FV_OTHER || ti->str.e - ti->str.s > 4) return 0;
