@@ -133,7 +133,24 @@ static void test_i64(void) {
   px_buf_free(&b);
 }
 
+static void test_utf8_chars(void) {
+  /* every byte value at every offset of a 20-byte run */
+  unsigned char in[24];
+  for (unsigned c = 0; c < 256; c++) {
+    for (size_t pos = 0; pos < 20; pos++) {
+      memset(in, 'a', sizeof(in));
+      in[pos] = (unsigned char)c;
+      in[(pos + 3) % 20] = 0xA9; /* a continuation byte elsewhere */
+      size_t want = 0;
+      for (size_t i = 0; i < 20; i++) want += (in[i] & 0xC0) != 0x80;
+      CHECK(px_utf8_chars((const char *)in, 20) == want);
+    }
+  }
+  CHECK(px_utf8_chars("h\xc3\xa9llo w\xc3\xb6rld \xf0\x9f\x98\x80!", 19) == 14);
+}
+
 int main(void) {
+  test_utf8_chars();
   test_string_offsets();
   test_escape_offsets();
   test_i64();
