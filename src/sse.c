@@ -191,9 +191,6 @@ int px_sse_feed(px_sse_t *p, const char *d, size_t n) {
       return broken(p, &v);
   }
   if (materialize(p, &v) < 0) return broken(p, &v);
-  /* nothing carried to the next feed: an idle stream keeps no buffer */
-  if (p->line.len == 0 && p->line.data != NULL) px_buf_free(&p->line);
-  if (p->data.len == 0 && p->data.data != NULL) px_buf_free(&p->data);
   return 0;
 }
 
