@@ -1,6 +1,6 @@
 /* fast_diff.h - the differential-test scaffolding shared by the stream
  * decoder fast-path fuzz targets (fuzz_anthropic_fast.c,
- * fuzz_responses_fast.c): two decoders of one protocol, one with the fast
+ * fuzz_responses_fast.c, fuzz_chat_fast.c): two decoders of one protocol, one with the fast
  * path on and one with it off, get the same events; every event must give
  * the same return code and the same emitted events (types, indexes, kinds,
  * text bytes, ids, usage, errors), else the target aborts.
@@ -38,6 +38,7 @@ typedef struct fd_ops {
   int nkinds;               /* block kinds start() and heads know */
   const char *const *heads; /* [nkinds] a delta event up to its string */
   const char *tail;         /* closes a heads[] event after the string */
+  const char *const *tails; /* [nkinds] per kind instead of tail, or NULL */
   const char *self_body;    /* the self check's SSE body */
   size_t self_len;
   long self_hits; /* events of it the fast path must handle */
@@ -152,7 +153,8 @@ static inline void fd_lines_mode(const fd_ops_t *ops, const uint8_t *data, size_
     size_t end = nl ? (size_t)(nl - data) : size;
     ev.len = 0;
     if (px_buf_puts(&ev, ops->heads[kind]) < 0 ||
-        px_buf_append(&ev, data + at, end - at) < 0 || px_buf_puts(&ev, ops->tail) < 0)
+        px_buf_append(&ev, data + at, end - at) < 0 ||
+        px_buf_puts(&ev, ops->tails ? ops->tails[kind] : ops->tail) < 0)
       abort();
     fd_feed(&p, ev.data, ev.len);
     if (end > at) fd_feed(&p, (const char *)data + at, end - at);

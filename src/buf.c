@@ -57,11 +57,45 @@ int px_buf_printf(px_buf_t *b, const char *fmt, ...) {
   return 0;
 }
 
+int px_buf_i64(px_buf_t *b, long long v) {
+  char tmp[24];
+  char *e = tmp + sizeof(tmp), *w = e;
+  unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+  do {
+    *--w = (char)('0' + u % 10);
+    u /= 10;
+  } while (u != 0);
+  if (v < 0) *--w = '-';
+  return px_buf_append(b, w, (size_t)(e - w));
+}
+
+/* Non-zero when one of the 8 bytes of v is '"', '\\' or below 0x20 (the
+ * bytes JSON escapes); exact per word. */
+static inline uint64_t escapable8(uint64_t v) {
+  const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+  uint64_t q = v ^ (ones * '"'), k = v ^ (ones * '\\');
+  return (((q - ones) & ~q) | ((k - ones) & ~k) | ((v - ones * 0x20) & ~v)) & high;
+}
+
 int px_buf_json_escape(px_buf_t *b, const char *s, size_t n) {
   static const char hex[] = "0123456789abcdef";
   /* worst case 6 bytes per input byte */
   size_t start = 0;
   for (size_t i = 0; i < n; i++) {
+    /* runs without anything to escape: 8 bytes at a time */
+    while (i + 8 <= n) {
+      uint64_t v;
+      memcpy(&v, s + i, 8);
+      uint64_t m = escapable8(v);
+      if (m) {
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        i += (size_t)__builtin_ctzll(m) >> 3; /* the lowest flag is exact */
+#endif
+        break;
+      }
+      i += 8;
+    }
+    if (i >= n) break;
     unsigned char c = (unsigned char)s[i];
     const char *esc = NULL;
     char u[6];

@@ -82,11 +82,11 @@ size_t px_json_ws(const unsigned char *p, size_t n, size_t i) {
   return i;
 }
 
-int px_json_string(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
+/* px_json_string (json.h) past its plain ASCII start */
+int px_json_string_at(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
   *esc = 0;
   for (;;) {
-    /* plain ASCII run */
-    while (i < n && p[i] >= 0x20 && p[i] < 0x80 && p[i] != '"' && p[i] != '\\') i++;
+    i = px_json_plain(p, n, i);
     if (i >= n) return -1;
     unsigned c = p[i];
     if (c == '"') break;
@@ -171,7 +171,6 @@ int px_json_unescape(const char *s, size_t n, int esc, px_buf_t *b, px_str_t *ou
 /* ------------------------------------------------------------------------ */
 /* The fast scanner                                                          */
 
-void px_fj_ws(px_fj_t *j) { j->i = px_json_ws(j->p, j->n, j->i); }
 
 /* The string at j->i (its opening quote): [*s, *e) its raw content, *esc
  * whether it has escapes; j->i moves past the closing quote. */
@@ -260,9 +259,14 @@ static int fj_skip(px_fj_t *j, int depth) {
   }
 }
 
+int px_fj_skip(px_fj_t *j, int depth) { return fj_skip(j, depth); }
+
 static int fj_key_is(px_fj_t *j, size_t s, size_t e, const char *k) {
-  size_t l = strlen(k);
-  return e - s == l && memcmp(j->p + s, k, l) == 0;
+  /* no strlen: most keys differ at their first byte */
+  const unsigned char *p = j->p + s;
+  size_t l = e - s, i = 0;
+  while (i < l && k[i] == (char)p[i]) i++;
+  return i == l && k[l] == 0;
 }
 
 int px_fj_object(px_fj_t *j, px_fj_want_t *w, int depth) {
@@ -296,7 +300,8 @@ int px_fj_object(px_fj_t *j, px_fj_want_t *w, int depth) {
       if (w->obj_set || j->i >= j->n || j->p[j->i] != '{') return -1;
       w->obj_set = 1;
       w->obj_at = j->i;
-      if (fj_skip(j, depth + 1) < 0) return -1;
+      if ((w->sub ? px_fj_object(j, w->sub, depth + 1) : fj_skip(j, depth + 1)) < 0)
+        return -1;
     } else {
       px_fj_str_t *st = &w->strs[k];
       if (st->set || j->i >= j->n || j->p[j->i] != '"') return -1;

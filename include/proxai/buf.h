@@ -71,6 +71,8 @@ static inline int px_buf_puts(px_buf_t *b, const char *s) {
 /** printf-style append. */
 int px_buf_printf(px_buf_t *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/** Append v in decimal (no printf). */
+int px_buf_i64(px_buf_t *b, long long v);
 /** Append s as the body of a JSON string (escaped, without quotes). */
 int px_buf_json_escape(px_buf_t *b, const char *s, size_t n);
 /** Append s as a quoted JSON string. */

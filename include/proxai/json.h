@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "proxai/buf.h"
 
@@ -37,7 +38,42 @@ size_t px_json_ws(const unsigned char *p, size_t n, size_t i);
  *  control characters, valid escapes, no \u0000, surrogate escapes only as
  *  pairs. 0 with *end = index of the closing quote and *esc = whether it has
  *  escapes; -1 when jansson would reject it or it is unterminated. */
-int px_json_string(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc);
+int px_json_string_at(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc);
+/** Non-zero when one of the 8 bytes of v is '"', '\\', below 0x20 or at or
+ *  above 0x80 (the bytes that end a plain ASCII run of a JSON string); the
+ *  lowest flagged byte is exact (borrows only run upwards from a hit). */
+static inline uint64_t px_json_special8(uint64_t v) {
+  const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+  uint64_t q = v ^ (ones * '"'), b = v ^ (ones * '\\');
+  return (((q - ones) & ~q) | ((b - ones) & ~b) | ((v - ones * 0x20) & ~v) | v) & high;
+}
+/** End of the plain ASCII run at p[i..n): the first '"', '\\', control or
+ *  non-ASCII byte, or n. */
+static inline size_t px_json_plain(const unsigned char *p, size_t n, size_t i) {
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  while (i + 8 <= n) {
+    uint64_t v;
+    memcpy(&v, p + i, 8);
+    uint64_t m = px_json_special8(v);
+    if (m) return i + ((size_t)__builtin_ctzll(m) >> 3);
+    i += 8;
+  }
+#endif
+  while (i < n && p[i] >= 0x20 && p[i] < 0x80 && p[i] != '"' && p[i] != '\\') i++;
+  return i;
+}
+/* the usual string (plain ASCII to its closing quote) inline; the rest in
+ * px_json_string_at */
+static inline int px_json_string(const unsigned char *p, size_t n, size_t i, size_t *end,
+                                 int *esc) {
+  size_t k = px_json_plain(p, n, i);
+  if (k < n && p[k] == '"') {
+    *end = k;
+    *esc = 0;
+    return 0;
+  }
+  return px_json_string_at(p, n, k, end, esc);
+}
 /** The value of the content s[0..n) of a string px_json_string accepted: a
  *  view of s itself without escapes, else unescaped into b (reset first).
  *  0, or b's error (PX_ETOOBIG / PX_ENOMEM). */
@@ -77,13 +113,21 @@ typedef struct px_fj_want {
   int iv_set, iv2_set;
   size_t obj_at;
   int obj_set;
+  struct px_fj_want *sub; /**< non-NULL: the obj_key object is read with it
+                               in the same walk (else only checked) */
 } px_fj_want_t;
 
 /** Skip whitespace at j->i. */
-void px_fj_ws(px_fj_t *j);
+static inline void px_fj_ws(px_fj_t *j) {
+  if (j->i < j->n && j->p[j->i] > ' ') return; /* the usual case: no blank */
+  j->i = px_json_ws(j->p, j->n, j->i);
+}
 /** Walk and check the object at j->i (see px_fj_want_t); j->i moves past it.
  *  0, or -1 for anything not proven valid. */
 int px_fj_object(px_fj_t *j, px_fj_want_t *w, int depth);
+/** Check and skip the value at j->i (nesting counted from depth). 0, or -1
+ *  for anything not proven valid. */
+int px_fj_skip(px_fj_t *j, int depth);
 /** The value of a string member px_fj_object read: see px_json_unescape. */
 int px_fj_value(const px_fj_t *j, const px_fj_str_t *st, px_buf_t *scratch, px_str_t *out);
 

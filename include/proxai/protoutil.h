@@ -212,6 +212,7 @@ int px_gemini_error_body(px_buf_t *out, px_errkind_t kind, const char *message, 
  *  returns how many events the fast path has handled so far. */
 long px_anthropic_sdec_fast(px_sdec_t *d, int on);
 long px_responses_sdec_fast(px_sdec_t *d, int on);
+long px_chat_sdec_fast(px_sdec_t *d, int on);
 
 /* Responses ids and objects (responses.c), shared with responses_stream.c */
 void px_responses_resp_id(const char *id, char *out, size_t n);

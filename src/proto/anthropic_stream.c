@@ -343,8 +343,11 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   px_fj_str_t top[3], dl[5];
   memset(top, 0, sizeof(top));
   memset(dl, 0, sizeof(dl));
-  px_fj_want_t wt = {
-      .keys = top_keys, .nkeys = 3, .strs = top, .int_key = 1, .int_key2 = -1, .obj_key = 2};
+  /* the delta object is read in the same walk as the top level */
+  px_fj_want_t wd = {
+      .keys = delta_keys, .nkeys = 5, .strs = dl, .int_key = -1, .int_key2 = -1, .obj_key = -1};
+  px_fj_want_t wt = {.keys = top_keys, .nkeys = 3, .strs = top, .int_key = 1,
+                     .int_key2 = -1, .obj_key = 2, .sub = &wd};
   px_fj_ws(&j);
   if (px_fj_object(&j, &wt, 0) < 0) return 0;
   px_fj_ws(&j);
@@ -355,11 +358,7 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   if (!(tl == 19 && memcmp(tp, "content_block_delta", 19) == 0)) return 0;
   if (d->st == SD_SKIP) return 1;
   if (d->st != SD_BLOCK || !wt.iv_set || wt.iv != d->up_index || !wt.obj_set) return 0;
-  /* the delta object */
-  px_fj_want_t wd = {
-      .keys = delta_keys, .nkeys = 5, .strs = dl, .int_key = -1, .int_key2 = -1, .obj_key = -1};
-  j.i = wt.obj_at;
-  if (px_fj_object(&j, &wd, 1) < 0 || !dl[0].set || dl[0].esc) return 0;
+  if (!dl[0].set || dl[0].esc) return 0;
   const char *dt = data + dl[0].s;
   size_t dtl = dl[0].e - dl[0].s;
   int field;
@@ -480,7 +479,7 @@ struct px_senc {
   int next_out;
   int active;          /* position in blocks[] of the block open on the wire, -1 */
   se_block_t *blocks;  /* open or held blocks in start order */
-  int nblocks;
+  int nblocks, capblocks;
   size_t held;         /* bytes held across blocks (max_accum) */
   int refusal;         /* a refusal block was seen */
   px_buf_t refusal_text;
@@ -493,11 +492,7 @@ static void se_set(px_senc_t *e, se_state_t st) { e->st = st; }
 px_senc_t *px_anthropic_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
   px_senc_t *e = calloc(1, sizeof(*e));
   if (e == NULL) return NULL;
-  e->blocks = calloc(SE_MAX_BLOCKS, sizeof(*e->blocks));
-  if (e->blocks == NULL) {
-    free(e);
-    return NULL;
-  }
+  /* blocks[] grows on demand (most streams hold one or two blocks) */
   e->ctx = ctx;
   e->out = out;
   e->active = -1;
@@ -527,13 +522,19 @@ void px_anthropic_senc_free(px_senc_t *e) {
 /* ---- writers ---- */
 
 static int w(px_senc_t *e, const char *s) { return px_buf_puts(e->out, s); }
+/* a string literal, its length known at compile time */
+#define W(e, lit) px_buf_append((e)->out, lit, sizeof(lit) - 1)
 static int wstr(px_senc_t *e, px_str_t s) {
   return px_buf_json_str(e->out, s.ptr ? s.ptr : "", s.ptr ? s.len : 0);
 }
 
 static int write_usage_num(px_senc_t *e, const char *key, int64_t v, int first) {
-  return px_buf_printf(e->out, "%s\"%s\":%lld", first ? "" : ",", key,
-                       (long long)(v > 0 ? v : 0));
+  int rc = first ? 0 : w(e, ",");
+  if (rc == 0) rc = w(e, "\"");
+  if (rc == 0) rc = w(e, key);
+  if (rc == 0) rc = w(e, "\":");
+  if (rc == 0) rc = px_buf_i64(e->out, v > 0 ? v : 0);
+  return rc;
 }
 
 static int write_message_start(px_senc_t *e, const px_ev_t *ev) {
@@ -570,10 +571,10 @@ static int ensure_started(px_senc_t *e) {
 static int write_block_start(px_senc_t *e, se_block_t *b, px_str_t id, px_str_t name,
                              px_str_t data) {
   b->out_index = e->next_out++;
-  int rc = px_buf_printf(e->out,
-                         "event: content_block_start\ndata: {\"type\":\"content_block_start\","
-                         "\"index\":%d,\"content_block\":",
-                         b->out_index);
+  int rc = W(e, "event: content_block_start\ndata: {\"type\":\"content_block_start\","
+                "\"index\":");
+  if (rc == 0) rc = px_buf_i64(e->out, b->out_index);
+  if (rc == 0) rc = W(e, ",\"content_block\":");
   if (rc < 0) return rc;
   switch (b->kind) {
   case PX_BLOCK_TEXT:
@@ -607,22 +608,25 @@ static int write_block_start(px_senc_t *e, se_block_t *b, px_str_t id, px_str_t 
  * signature tag), NULL for none */
 static int write_delta_pre(px_senc_t *e, se_block_t *b, px_delta_t kind, const char *pre,
                            const char *p, size_t n) {
-  const char *head;
   if (n == 0) return 0;
+  int rc = W(e, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\","
+                "\"index\":");
+  if (rc == 0) rc = px_buf_i64(e->out, b->out_index);
+  if (rc < 0) return rc;
   switch (kind) {
   case PX_DELTA_TEXT:
-  case PX_DELTA_REFUSAL: head = "{\"type\":\"text_delta\",\"text\":\""; break;
-  case PX_DELTA_THINKING: head = "{\"type\":\"thinking_delta\",\"thinking\":\""; break;
-  case PX_DELTA_SIGNATURE: head = "{\"type\":\"signature_delta\",\"signature\":\""; break;
-  default: head = "{\"type\":\"input_json_delta\",\"partial_json\":\""; break;
+  case PX_DELTA_REFUSAL: rc = W(e, ",\"delta\":{\"type\":\"text_delta\",\"text\":\""); break;
+  case PX_DELTA_THINKING:
+    rc = W(e, ",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"");
+    break;
+  case PX_DELTA_SIGNATURE:
+    rc = W(e, ",\"delta\":{\"type\":\"signature_delta\",\"signature\":\"");
+    break;
+  default: rc = W(e, ",\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\""); break;
   }
-  int rc = px_buf_printf(e->out,
-                         "event: content_block_delta\ndata: {\"type\":\"content_block_delta\","
-                         "\"index\":%d,\"delta\":%s",
-                         b->out_index, head);
   if (rc == 0 && pre != NULL) rc = w(e, pre);
   if (rc == 0) rc = px_buf_json_escape(e->out, p, n);
-  if (rc == 0) rc = w(e, "\"}}\n\n");
+  if (rc == 0) rc = W(e, "\"}}\n\n");
   return rc;
 }
 
@@ -673,10 +677,11 @@ static int write_citation(px_senc_t *e, se_block_t *b, const char *cit, size_t n
 }
 
 static int write_block_stop(px_senc_t *e, se_block_t *b) {
-  return px_buf_printf(e->out,
-                       "event: content_block_stop\ndata: {\"type\":\"content_block_stop\","
-                       "\"index\":%d}\n\n",
-                       b->out_index);
+  int rc = W(e, "event: content_block_stop\ndata: {\"type\":\"content_block_stop\","
+                "\"index\":");
+  if (rc == 0) rc = px_buf_i64(e->out, b->out_index);
+  if (rc == 0) rc = W(e, "}\n\n");
+  return rc;
 }
 
 /* ---- block bookkeeping ---- */
@@ -762,6 +767,13 @@ static char *dupstr(px_str_t s) {
 
 static int se_block_start(px_senc_t *e, const px_ev_t *ev) {
   if (find_block(e, ev->index) >= 0 || e->nblocks >= SE_MAX_BLOCKS) return PX_EINVAL;
+  if (e->nblocks == e->capblocks) {
+    int nc = e->capblocks ? e->capblocks * 2 : 2;
+    se_block_t *nb = realloc(e->blocks, sizeof(*nb) * (size_t)nc);
+    if (nb == NULL) return PX_ENOMEM;
+    e->blocks = nb;
+    e->capblocks = nc;
+  }
   se_block_t *b = &e->blocks[e->nblocks];
   memset(b, 0, sizeof(*b));
   b->ir_index = ev->index;

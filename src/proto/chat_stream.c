@@ -74,7 +74,8 @@ struct px_sdec {
   size_t max_accum;
   px_stop_t stop;
   px_usage_t usage;    /* final usage (usage-only chunk, else finish chunk's) */
-  struct jp *fast;     /* fast-path tokenizer state (lazily allocated) */
+  int fast;            /* fast path on (differential tests turn it off) */
+  long fast_hits;      /* chunks the fast path handled */
   px_buf_t scratch[4]; /* unescaped strings of the fast path */
   int64_t chars;       /* characters of delta.content read */
   int64_t text_start;  /* ... before the live text block */
@@ -113,11 +114,20 @@ px_sdec_t *px_chat_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *ar
   d->arg = arg;
   d->max_accum = ctx->max_accum ? ctx->max_accum : CHAT_DEFAULT_ACCUM;
   for (int i = 0; i < 4; i++) px_buf_init(&d->scratch[i], PX_MAX_SSE_EVENT);
+  d->fast = 1;
   px_ev_t z;
   px_ev_init(&z, PX_EV_MESSAGE_DELTA);
   d->usage = z.usage;
   dec_set(d, D_INIT);
   return d;
+}
+
+/* For the differential test (fuzz/fuzz_chat_fast.c), not part of the
+ * protocol table: turn the fast path on (1) or off (0), or leave it (<0);
+ * returns how many chunks the fast path has handled so far. */
+long px_chat_sdec_fast(px_sdec_t *d, int on) {
+  if (on >= 0) d->fast = on;
+  return d->fast_hits;
 }
 
 void px_chat_sdec_free(px_sdec_t *d) {
@@ -129,7 +139,6 @@ void px_chat_sdec_free(px_sdec_t *d) {
   }
   free(d->defs);
   free(d->tools);
-  free(d->fast);
   for (int i = 0; i < 4; i++) px_buf_free(&d->scratch[i]);
   free(d);
 }
@@ -445,251 +454,256 @@ static int on_choice(px_sdec_t *d, json_t *chunk, json_t *ch) {
 /* ------------------------------------------------------------------------ */
 /* Fast path. Most chunks are one text / reasoning / tool-argument fragment;
  * building a jansson tree for each costs ~10x the rest of the translation.
- * A flat, allocation-free tokenizer (jsmn-like) reads those chunks; any
- * chunk it does not fully understand or cannot prove valid (other shapes,
- * escaped keys, bad UTF-8, lone surrogates, too many tokens) goes to the
- * jansson path, which stays the arbiter. The fast path acts only after the
- * whole chunk has been checked, so it never half-applies a chunk. */
+ * One walk of the chunk with the shared validating scanner (px_fj_*, no
+ * tokens, no allocation) reads the members those chunks have and checks the
+ * rest; any chunk it does not fully understand or cannot prove valid (other
+ * shapes, escaped or repeated keys where it reads, bad UTF-8, lone
+ * surrogates, non-integer numbers, deep nesting) goes to the jansson path,
+ * which stays the arbiter. The fast path acts only after the whole chunk
+ * has been checked, so it never half-applies a chunk. */
 
-enum { T_OBJ, T_ARR, T_STR, T_NUM, T_TRUE, T_FALSE, T_NULL };
+/* A member value read by the walk: its kind and, for strings, the raw
+ * content p[s..e). */
+enum { FV_ABSENT, FV_NULL, FV_STR, FV_OTHER };
+typedef struct fval {
+  int kind;
+  px_fj_str_t str;
+} fval_t;
 
-typedef struct jtok {
-  unsigned char type;
-  unsigned char esc; /* string contains escapes */
-  int start, end;    /* strings: content without quotes; others: the text */
-  int next;          /* index of the token after this subtree */
-  int size;          /* object: members; array: elements */
-} jtok_t;
-
-#define JT_MAX 96
-#define JT_DEPTH 16
-
-typedef struct jp {
-  const char *p;
-  int n, i;
-  jtok_t t[JT_MAX];
-  int nt;
-  int key_esc; /* an object key had escapes: bail out */
-} jp_t;
-
-static void jp_ws(jp_t *j) {
-  j->i = (int)px_json_ws((const unsigned char *)j->p, (size_t)j->n, (size_t)j->i);
+static int key_is(const px_fj_t *j, const px_fj_str_t *k, const char *lit, size_t l) {
+  return k->e - k->s == l && memcmp(j->p + k->s, lit, l) == 0;
 }
+#define KEY(j, k, lit) key_is((j), (k), lit, sizeof(lit) - 1)
 
-/* The string at j->i (its opening quote), checked by px_json_string (as
- * strict as jansson). */
-static int jp_string(jp_t *j, jtok_t *t) {
-  size_t end;
-  int esc;
-  t->type = T_STR;
-  t->start = j->i + 1;
-  if (px_json_string((const unsigned char *)j->p, (size_t)j->n, (size_t)t->start, &end,
-                     &esc) < 0)
-    return -1;
-  t->esc = (unsigned char)esc;
-  t->end = (int)end;
-  j->i = t->end + 1;
-  return 0;
-}
-
-static int jp_number(jp_t *j, jtok_t *t) {
-  const char *p = j->p;
-  t->type = T_NUM;
-  t->start = j->i;
-  if (j->i < j->n && p[j->i] == '-') j->i++;
+/* The next member key of the object being walked (j->i at '{' or after a
+ * value): 1 with *k set and j->i on the value, 0 at the end of the object
+ * (j->i past '}'), -1 when not proven valid or the key has escapes. *first
+ * is 1 on the call that opens the object. */
+static int fj_member(px_fj_t *j, px_fj_str_t *k, int *first) {
+  px_fj_ws(j);
   if (j->i >= j->n) return -1;
-  if (p[j->i] == '0') {
+  if (*first) {
+    *first = 0;
+    if (j->p[j->i] != '{') return -1;
     j->i++;
-  } else if (p[j->i] >= '1' && p[j->i] <= '9') {
-    while (j->i < j->n && p[j->i] >= '0' && p[j->i] <= '9') j->i++;
+    px_fj_ws(j);
+    if (j->i < j->n && j->p[j->i] == '}') {
+      j->i++;
+      return 0;
+    }
+  } else if (j->p[j->i] == '}') {
+    j->i++;
+    return 0;
+  } else if (j->p[j->i] == ',') {
+    j->i++;
+    px_fj_ws(j);
   } else {
     return -1;
   }
-  if (j->i < j->n && p[j->i] == '.') {
-    j->i++;
-    if (j->i >= j->n || p[j->i] < '0' || p[j->i] > '9') return -1;
-    while (j->i < j->n && p[j->i] >= '0' && p[j->i] <= '9') j->i++;
+  if (j->i >= j->n || j->p[j->i] != '"') return -1;
+  k->s = j->i + 1;
+  if (px_json_string(j->p, j->n, k->s, &k->e, &k->esc) < 0 || k->esc) return -1;
+  j->i = k->e + 1;
+  px_fj_ws(j);
+  if (j->i >= j->n || j->p[j->i] != ':') return -1;
+  j->i++;
+  px_fj_ws(j);
+  return j->i < j->n ? 1 : -1;
+}
+
+/* Read (or check and classify) the value at j->i into *v; a repeated key
+ * fails (jansson would keep the last one: leave that to it). */
+static int fj_val(px_fj_t *j, fval_t *v, int depth) {
+  if (v->kind != FV_ABSENT) return -1;
+  const unsigned char c = j->p[j->i];
+  if (c == '"') {
+    v->kind = FV_STR;
+    v->str.s = j->i + 1;
+    if (px_json_string(j->p, j->n, v->str.s, &v->str.e, &v->str.esc) < 0) return -1;
+    v->str.set = 1;
+    j->i = v->str.e + 1;
+    return 0;
   }
-  if (j->i < j->n && (p[j->i] == 'e' || p[j->i] == 'E')) {
-    j->i++;
-    if (j->i < j->n && (p[j->i] == '+' || p[j->i] == '-')) j->i++;
-    if (j->i >= j->n || p[j->i] < '0' || p[j->i] > '9') return -1;
-    while (j->i < j->n && p[j->i] >= '0' && p[j->i] <= '9') j->i++;
+  if (c == 'n') {
+    if (j->n - j->i < 4 || memcmp(j->p + j->i, "null", 4) != 0) return -1;
+    v->kind = FV_NULL;
+    j->i += 4;
+    return 0;
   }
-  t->end = j->i;
+  v->kind = FV_OTHER;
+  v->str.s = j->i;
+  if (px_fj_skip(j, depth) < 0) return -1;
+  v->str.e = j->i;
   return 0;
 }
 
-static int jp_lit(jp_t *j, jtok_t *t, const char *lit, int type) {
-  int l = (int)strlen(lit);
-  if (j->n - j->i < l || memcmp(j->p + j->i, lit, (size_t)l) != 0) return -1;
-  t->type = (unsigned char)type;
-  t->start = j->i;
-  j->i += l;
-  t->end = j->i;
+/* Check and skip a member value we do not read; strings and null (most of
+ * them) without the general walk. */
+static int fj_pass(px_fj_t *j, int depth) {
+  const unsigned char c = j->p[j->i];
+  if (c == '"') {
+    size_t e;
+    int esc;
+    if (px_json_string(j->p, j->n, j->i + 1, &e, &esc) < 0) return -1;
+    j->i = e + 1;
+    return 0;
+  }
+  if (c == 'n' && j->n - j->i >= 4 && memcmp(j->p + j->i, "null", 4) == 0) {
+    j->i += 4;
+    return 0;
+  }
+  return px_fj_skip(j, depth);
+}
+
+/* `[ {object} ]` with exactly one element: j->i on the element's '{', or -1 */
+static int fj_one_elem(px_fj_t *j) {
+  if (j->p[j->i] != '[') return -1;
+  j->i++;
+  px_fj_ws(j);
+  return j->i < j->n && j->p[j->i] == '{' ? 0 : -1;
+}
+static int fj_one_elem_end(px_fj_t *j) {
+  px_fj_ws(j);
+  if (j->i >= j->n || j->p[j->i] != ']') return -1;
+  j->i++;
   return 0;
 }
 
-static int jp_value(jp_t *j, int depth) {
-  jp_ws(j);
-  if (j->i >= j->n || j->nt >= JT_MAX || depth > JT_DEPTH) return -1;
-  int ti = j->nt++;
-  jtok_t *t = &j->t[ti];
-  memset(t, 0, sizeof(*t));
-  char c = j->p[j->i];
-  int rc = 0;
-  if (c == '{' || c == '[') {
-    int obj = c == '{';
-    t->type = obj ? T_OBJ : T_ARR;
-    t->start = j->i++;
-    jp_ws(j);
-    if (j->i < j->n && j->p[j->i] == (obj ? '}' : ']')) {
-      j->i++;
-    } else {
-      for (;;) {
-        if (obj) {
-          jp_ws(j);
-          if (j->i >= j->n || j->p[j->i] != '"') return -1;
-          int k = jp_value(j, depth + 1);
-          if (k < 0) return -1;
-          if (j->t[k].esc) j->key_esc = 1;
-          jp_ws(j);
-          if (j->i >= j->n || j->p[j->i] != ':') return -1;
-          j->i++;
-        }
-        if (jp_value(j, depth + 1) < 0) return -1;
-        j->t[ti].size++;
-        jp_ws(j);
-        if (j->i >= j->n) return -1;
-        if (j->p[j->i] == ',') {
-          j->i++;
+typedef struct fchunk {
+  fval_t error, usage;                   /* top level */
+  int choices;                           /* choices seen */
+  fval_t index, logprobs, finish, delta; /* the choice */
+  fval_t role, rc, rs, content, refusal, annotations, tool_calls; /* delta */
+  fval_t tindex, tid, ttype, function, name, args;                /* the call */
+} fchunk_t;
+
+/* tool_calls: [{"index":N,"id":null,"type":null,"function":{"arguments":".."}}] */
+static int walk_call(px_fj_t *j, fchunk_t *f) {
+  px_fj_str_t k;
+  int first = 1, r;
+  if (fj_one_elem(j) < 0) return -1;
+  while ((r = fj_member(j, &k, &first)) > 0) {
+    fval_t *v = KEY(j, &k, "index")  ? &f->tindex
+                : KEY(j, &k, "id")   ? &f->tid
+                : KEY(j, &k, "type") ? &f->ttype
+                                     : NULL;
+    if (KEY(j, &k, "function")) {
+      if (f->function.kind != FV_ABSENT || j->p[j->i] != '{') return -1;
+      f->function.kind = FV_OTHER;
+      px_fj_str_t fk;
+      int ff = 1, fr;
+      while ((fr = fj_member(j, &fk, &ff)) > 0) {
+        fval_t *fv = KEY(j, &fk, "name") ? &f->name : KEY(j, &fk, "arguments") ? &f->args : NULL;
+        if (fv ? fj_val(j, fv, 5) : fj_pass(j, 5)) return -1;
+      }
+      if (fr < 0) return -1;
+      continue;
+    }
+    if (v ? fj_val(j, v, 4) : fj_pass(j, 4)) return -1;
+  }
+  return r < 0 ? -1 : fj_one_elem_end(j);
+}
+
+/* {"index":0,"delta":{..},"logprobs":null,"finish_reason":null} */
+static int walk_choice(px_fj_t *j, fchunk_t *f) {
+  px_fj_str_t k;
+  int first = 1, r;
+  while ((r = fj_member(j, &k, &first)) > 0) {
+    if (KEY(j, &k, "delta")) {
+      if (f->delta.kind != FV_ABSENT || j->p[j->i] != '{') return -1;
+      f->delta.kind = FV_OTHER;
+      px_fj_str_t dk;
+      int df = 1, dr;
+      while ((dr = fj_member(j, &dk, &df)) > 0) {
+        if (KEY(j, &dk, "tool_calls") && j->p[j->i] == '[') {
+          if (f->tool_calls.kind != FV_ABSENT) return -1;
+          f->tool_calls.kind = FV_OTHER;
+          if (walk_call(j, f) < 0) return -1;
           continue;
         }
-        if (j->p[j->i] == (obj ? '}' : ']')) {
-          j->i++;
-          break;
-        }
-        return -1;
+        fval_t *v = KEY(j, &dk, "content")              ? &f->content
+                    : KEY(j, &dk, "role")               ? &f->role
+                    : KEY(j, &dk, "reasoning_content")  ? &f->rc
+                    : KEY(j, &dk, "reasoning")          ? &f->rs
+                    : KEY(j, &dk, "refusal")            ? &f->refusal
+                    : KEY(j, &dk, "annotations")        ? &f->annotations
+                    : KEY(j, &dk, "tool_calls")         ? &f->tool_calls
+                                                        : NULL;
+        if (v ? fj_val(j, v, 3) : fj_pass(j, 3)) return -1;
       }
+      if (dr < 0) return -1;
+      continue;
     }
-    t = &j->t[ti];
-    t->end = j->i;
-  } else if (c == '"') {
-    rc = jp_string(j, t);
-  } else if (c == 't') {
-    rc = jp_lit(j, t, "true", T_TRUE);
-  } else if (c == 'f') {
-    rc = jp_lit(j, t, "false", T_FALSE);
-  } else if (c == 'n') {
-    rc = jp_lit(j, t, "null", T_NULL);
-  } else {
-    rc = jp_number(j, t);
+    fval_t *v = KEY(j, &k, "index")           ? &f->index
+                : KEY(j, &k, "logprobs")      ? &f->logprobs
+                : KEY(j, &k, "finish_reason") ? &f->finish
+                                              : NULL;
+    if (v ? fj_val(j, v, 2) : fj_pass(j, 2)) return -1;
   }
-  if (rc < 0) return -1;
-  j->t[ti].next = j->nt;
-  return ti;
+  return r;
 }
 
-/* Value token of key in object token o, -1 if absent. */
-static int jp_get(const jp_t *j, int o, const char *key) {
-  if (o < 0 || j->t[o].type != T_OBJ) return -1;
-  size_t kl = strlen(key);
-  int k = o + 1, found = -1;
-  for (int m = 0; m < j->t[o].size; m++) {
-    const jtok_t *kt = &j->t[k];
-    /* the last duplicate wins, as in jansson */
-    if ((size_t)(kt->end - kt->start) == kl && memcmp(j->p + kt->start, key, kl) == 0)
-      found = k + 1;
-    k = j->t[k + 1].next;
-  }
-  return found;
-}
-
-static int jp_is(const jp_t *j, int t, int type) {
-  return t >= 0 && j->t[t].type == type;
-}
-static int jp_absent_or_null(const jp_t *j, int t) {
-  return t < 0 || j->t[t].type == T_NULL;
-}
-
-/* String token -> view (unescaped into b when needed). */
-static int jp_text(const jp_t *j, int t, px_buf_t *b, px_str_t *out) {
-  const jtok_t *k = &j->t[t];
-  return px_json_unescape(j->p + k->start, (size_t)(k->end - k->start), k->esc, b, out);
-}
+static int null_or_absent(const fval_t *v) { return v->kind == FV_ABSENT || v->kind == FV_NULL; }
+static int str_or_null(const fval_t *v) { return v->kind != FV_OTHER; }
 
 /* Returns 1 when the chunk was handled, 0 to fall back to jansson, <0 on a
  * sink error. */
 static int fast_chunk(px_sdec_t *d, const char *p, size_t n) {
-  if (d->state != D_OPEN || n > (1u << 30)) return 0;
-  if (d->fast == NULL && (d->fast = malloc(sizeof(jp_t))) == NULL) return 0;
-  jp_t *j = d->fast;
-  j->p = p;
-  j->n = (int)n;
-  j->i = 0;
-  j->nt = 0;
-  j->key_esc = 0;
-  if (jp_value(j, 0) != 0 || j->key_esc || j->t[0].type != T_OBJ) return 0;
-  jp_ws(j);
-  if (j->i != j->n) return 0;
-  if (!jp_absent_or_null(j, jp_get(j, 0, "error")) ||
-      !jp_absent_or_null(j, jp_get(j, 0, "usage")))
-    return 0;
-  int ch = jp_get(j, 0, "choices");
-  if (!jp_is(j, ch, T_ARR) || j->t[ch].size != 1 || !jp_is(j, ch + 1, T_OBJ)) return 0;
-  int c = ch + 1;
-  int idx = jp_get(j, c, "index");
-  if (idx >= 0 && !(j->t[idx].type == T_NUM && j->t[idx].end - j->t[idx].start == 1 &&
-                    p[j->t[idx].start] == '0'))
-    return 0;
-  if (!jp_absent_or_null(j, jp_get(j, c, "logprobs")) ||
-      !jp_absent_or_null(j, jp_get(j, c, "finish_reason")))
-    return 0;
-  int dl = jp_get(j, c, "delta");
-  if (!jp_is(j, dl, T_OBJ)) return 0;
-  int role = jp_get(j, dl, "role");
-  if (!jp_absent_or_null(j, role)) {
-    if (!jp_is(j, role, T_STR) || j->t[role].end - j->t[role].start != 9 ||
-        memcmp(p + j->t[role].start, "assistant", 9) != 0)
-      return 0;
+  if (d->state != D_OPEN) return 0;
+  px_fj_t j = {(const unsigned char *)p, n, 0};
+  fchunk_t f;
+  memset(&f, 0, sizeof(f));
+  px_fj_str_t k;
+  int first = 1, r;
+  while ((r = fj_member(&j, &k, &first)) > 0) {
+    if (KEY(&j, &k, "choices")) {
+      if (f.choices++ || fj_one_elem(&j) < 0 || walk_choice(&j, &f) < 0 ||
+          fj_one_elem_end(&j) < 0)
+        return 0;
+      continue;
+    }
+    fval_t *v = KEY(&j, &k, "error") ? &f.error : KEY(&j, &k, "usage") ? &f.usage : NULL;
+    if (v ? fj_val(&j, v, 1) : fj_pass(&j, 1)) return 0;
   }
-  int rs = jp_get(j, dl, "reasoning_content");
-  if (!jp_is(j, rs, T_STR)) rs = jp_get(j, dl, "reasoning");
-  int ct = jp_get(j, dl, "content"), rf = jp_get(j, dl, "refusal");
-  int tcs = jp_get(j, dl, "tool_calls");
-  if (!jp_absent_or_null(j, jp_get(j, dl, "annotations"))) return 0;
-  if ((rs >= 0 && !jp_is(j, rs, T_STR) && !jp_is(j, rs, T_NULL)) ||
-      (ct >= 0 && !jp_is(j, ct, T_STR) && !jp_is(j, ct, T_NULL)) ||
-      (rf >= 0 && !jp_is(j, rf, T_STR) && !jp_is(j, rf, T_NULL)))
+  if (r < 0 || !f.choices) return 0;
+  px_fj_ws(&j);
+  if (j.i != j.n) return 0;
+  if (!null_or_absent(&f.error) || !null_or_absent(&f.usage)) return 0;
+  if (f.index.kind != FV_ABSENT &&
+      !(f.index.kind == FV_OTHER && f.index.str.e - f.index.str.s == 1 && p[f.index.str.s] == '0'))
+    return 0;
+  if (!null_or_absent(&f.logprobs) || !null_or_absent(&f.finish)) return 0;
+  if (f.delta.kind == FV_ABSENT) return 0;
+  if (f.role.kind == FV_OTHER ||
+      (f.role.kind == FV_STR &&
+       !(f.role.str.e - f.role.str.s == 9 && memcmp(p + f.role.str.s, "assistant", 9) == 0)))
+    return 0;
+  /* reasoning_content when it is a string, else reasoning */
+  const fval_t *rs = f.rc.kind == FV_STR ? &f.rc : &f.rs;
+  if (!str_or_null(&f.rc) || !str_or_null(&f.rs) || !str_or_null(&f.content) ||
+      !str_or_null(&f.refusal) || !null_or_absent(&f.annotations))
     return 0;
   /* tool calls: only an argument fragment of a call already started */
-  int args = -1;
   long tk = -1;
-  if (!jp_absent_or_null(j, tcs)) {
-    if (!jp_is(j, tcs, T_ARR) || j->t[tcs].size != 1 || !jp_is(j, tcs + 1, T_OBJ))
-      return 0;
-    int tc = tcs + 1;
-    int ti = jp_get(j, tc, "index");
-    if (!jp_is(j, ti, T_NUM) || j->t[ti].end - j->t[ti].start > 4) return 0;
+  if (f.tool_calls.kind == FV_STR) return 0;
+  if (f.tool_calls.kind == FV_OTHER) {
+    const fval_t *ti = &f.tindex;
+    if (ti->kind != FV_OTHER || ti->str.e - ti->str.s > 4) return 0;
     tk = 0;
-    for (int q = j->t[ti].start; q < j->t[ti].end; q++) {
+    for (size_t q = ti->str.s; q < ti->str.e; q++) {
       if (p[q] < '0' || p[q] > '9') return 0;
       tk = tk * 10 + (p[q] - '0');
     }
     if (tk >= d->ntools || !d->tools[tk].seen) return 0;
-    if (!jp_absent_or_null(j, jp_get(j, tc, "id")) ||
-        !jp_absent_or_null(j, jp_get(j, tc, "type")))
+    if (!null_or_absent(&f.tid) || !null_or_absent(&f.ttype)) return 0;
+    if (f.function.kind == FV_ABSENT || !null_or_absent(&f.name) || f.args.kind != FV_STR)
       return 0;
-    int fn = jp_get(j, tc, "function");
-    if (!jp_is(j, fn, T_OBJ) || !jp_absent_or_null(j, jp_get(j, fn, "name"))) return 0;
-    args = jp_get(j, fn, "arguments");
-    if (!jp_is(j, args, T_STR)) return 0;
   }
   px_str_t vr = PX_STR_NULL, vc = PX_STR_NULL, vf = PX_STR_NULL, va = PX_STR_NULL;
-  if ((jp_is(j, rs, T_STR) && jp_text(j, rs, &d->scratch[0], &vr) < 0) ||
-      (jp_is(j, ct, T_STR) && jp_text(j, ct, &d->scratch[1], &vc) < 0) ||
-      (jp_is(j, rf, T_STR) && jp_text(j, rf, &d->scratch[2], &vf) < 0) ||
-      (args >= 0 && jp_text(j, args, &d->scratch[3], &va) < 0))
+  if ((rs->kind == FV_STR && px_fj_value(&j, &rs->str, &d->scratch[0], &vr) < 0) ||
+      (f.content.kind == FV_STR && px_fj_value(&j, &f.content.str, &d->scratch[1], &vc) < 0) ||
+      (f.refusal.kind == FV_STR && px_fj_value(&j, &f.refusal.str, &d->scratch[2], &vf) < 0) ||
+      (tk >= 0 && px_fj_value(&j, &f.args.str, &d->scratch[3], &va) < 0))
     return 0;
   /* checked: act exactly as on_choice would */
   int rc = 0;
@@ -775,10 +789,13 @@ int px_chat_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
     return emit(d, &ev);
   }
   if (px_str_eq(sse->event, "error")) return event_error(d, data);
-#ifndef PX_CHAT_NO_FAST_PATH /* defined only by differential tests */
-  int frc = fast_chunk(d, data.ptr, data.len);
-  if (frc != 0) return frc < 0 ? frc : 0;
-#endif
+  if (d->fast) {
+    int frc = fast_chunk(d, data.ptr, data.len);
+    if (frc != 0) {
+      d->fast_hits++;
+      return frc < 0 ? frc : 0;
+    }
+  }
   json_error_t je;
   json_t *chunk = json_loadb(data.ptr, data.len, 0, &je);
   if (chunk == NULL) return proto_error(d, "malformed chunk JSON");
@@ -862,28 +879,27 @@ static int build_prefix(px_senc_t *e, px_str_t id) {
 
 /* chunk with one choice: prefix [{"index":0,"delta":{DELTA},"logprobs":null,
  * "finish_reason":FR}]} */
+/* a string literal, its length known at compile time */
+#define LIT(b, lit) px_buf_append((b), lit, sizeof(lit) - 1)
+
 static int chunk_open(px_senc_t *e) {
   int rc = px_buf_append(e->out, e->prefix.data, e->prefix.len);
-  if (rc == 0) rc = px_buf_puts(e->out, "[{\"index\":0,\"delta\":{");
+  if (rc == 0) rc = LIT(e->out, "[{\"index\":0,\"delta\":{");
   return rc;
 }
 
 static int chunk_close(px_senc_t *e, const char *fr) {
-  int rc = px_buf_puts(e->out, "},\"logprobs\":null,\"finish_reason\":");
-  if (rc == 0) {
-    if (fr)
-      rc = px_buf_json_str(e->out, fr, strlen(fr));
-    else
-      rc = px_buf_puts(e->out, "null");
-  }
-  if (rc == 0) rc = px_buf_puts(e->out, "}]}\n\n");
+  if (fr == NULL) return LIT(e->out, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+  int rc = LIT(e->out, "},\"logprobs\":null,\"finish_reason\":");
+  if (rc == 0) rc = px_buf_json_str(e->out, fr, strlen(fr));
+  if (rc == 0) rc = LIT(e->out, "}]}\n\n");
   return rc;
 }
 
-/* {"<field>":"<text>"} delta chunk */
-static int text_chunk(px_senc_t *e, const char *field, px_str_t t) {
+/* {"<field>":"<text>"} delta chunk; field_lit: the quoted key and colon */
+static int text_chunk(px_senc_t *e, const char *field_lit, px_str_t t) {
   int rc = chunk_open(e);
-  if (rc == 0) rc = px_buf_printf(e->out, "\"%s\":", field);
+  if (rc == 0) rc = px_buf_puts(e->out, field_lit);
   if (rc == 0) rc = px_buf_json_str(e->out, t.ptr ? t.ptr : "", t.len);
   if (rc == 0) rc = chunk_close(e, NULL);
   return rc;
@@ -919,7 +935,9 @@ static int on_block_start(px_senc_t *e, const px_ev_t *ev) {
   if (id == NULL) return PX_ENOMEM;
   int rc = chunk_open(e);
   if (rc == 0)
-    rc = px_buf_printf(e->out, "\"tool_calls\":[{\"index\":%d,\"id\":", b->tool);
+    rc = LIT(e->out, "\"tool_calls\":[{\"index\":");
+  if (rc == 0) rc = px_buf_i64(e->out, b->tool);
+  if (rc == 0) rc = LIT(e->out, ",\"id\":");
   if (rc == 0) rc = px_buf_json_str(e->out, id, strlen(id));
   b->custom = ev->custom;
   if (rc == 0)
@@ -943,7 +961,7 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
     case PX_DELTA_TEXT:
       e->any_content = 1;
       e->chars += (int64_t)px_utf8_chars(ev->text.ptr, ev->text.len);
-      return text_chunk(e, "content", ev->text);
+      return text_chunk(e, "\"content\":", ev->text);
     case PX_DELTA_ANNOTATION: {
       /* delta.annotations, as the non-streaming message.annotations */
       json_t *a = px_annotation_parse(ev->text);
@@ -970,11 +988,11 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
     case PX_DELTA_REFUSAL:
       /* seed 000: delta.refusal only before any content; after content the
        * wording stays visible as content rather than being lost */
-      if (e->any_content) return text_chunk(e, "content", ev->text);
+      if (e->any_content) return text_chunk(e, "\"content\":", ev->text);
       e->any_refusal = 1;
-      return text_chunk(e, "refusal", ev->text);
+      return text_chunk(e, "\"refusal\":", ev->text);
     case PX_DELTA_THINKING:
-      return text_chunk(e, "reasoning_content", ev->text);
+      return text_chunk(e, "\"reasoning_content\":", ev->text);
     case PX_DELTA_SIGNATURE:
       /* Chat has no field for thinking signatures (the non-streaming
        * encoder names the same field) */
@@ -983,13 +1001,11 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
     case PX_DELTA_TOOL_ARGS: {
       if (b->tool < 0) return PX_EPROTO;
       int rc = chunk_open(e);
+      if (rc == 0) rc = LIT(e->out, "\"tool_calls\":[{\"index\":");
+      if (rc == 0) rc = px_buf_i64(e->out, b->tool);
       if (rc == 0)
-        rc = px_buf_printf(e->out,
-                           b->custom
-                               ? "\"tool_calls\":[{\"index\":%d,\"custom\":{\"input\":"
-                               : "\"tool_calls\":[{\"index\":%d,\"function\":{"
-                                 "\"arguments\":",
-                           b->tool);
+        rc = b->custom ? LIT(e->out, ",\"custom\":{\"input\":")
+                       : LIT(e->out, ",\"function\":{\"arguments\":");
       if (rc == 0) rc = px_buf_json_str(e->out, ev->text.ptr, ev->text.len);
       if (rc == 0) rc = px_buf_puts(e->out, "}}]");
       if (rc == 0) rc = chunk_close(e, NULL);
@@ -1006,7 +1022,7 @@ static int on_message_delta(px_senc_t *e, const px_ev_t *ev) {
   /* Anthropic refusal with no visible wording: its explanation */
   if (ev->refusal_explanation.len > 0 && !e->any_content && !e->any_refusal) {
     e->any_refusal = 1;
-    rc = text_chunk(e, "refusal", ev->refusal_explanation);
+    rc = text_chunk(e, "\"refusal\":", ev->refusal_explanation);
   }
   if (rc == 0) rc = chunk_open(e);
   if (rc == 0) rc = chunk_close(e, px_stop_to_chat(ev->stop));

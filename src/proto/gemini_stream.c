@@ -229,6 +229,7 @@ struct px_senc {
   int sig_index;         /* the block that signature belongs to */
   int refusal;
   int finished;
+  px_buf_t tail; /* `,"modelVersion":..,"responseId":..}` + CRLF CRLF, built once */
 };
 
 px_senc_t *px_gemini_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
@@ -239,6 +240,7 @@ px_senc_t *px_gemini_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
   snprintf(e->resp_id, sizeof(e->resp_id), "proxai");
   px_buf_init(&e->args, ctx->max_accum ? ctx->max_accum : PX_MAX_SSE_EVENT);
   px_buf_init(&e->sig, PX_MAX_SSE_EVENT);
+  px_buf_init(&e->tail, PX_MAX_SSE_EVENT);
   return e;
 }
 
@@ -248,6 +250,7 @@ void px_gemini_senc_free(px_senc_t *e) {
   free(e->tool_name);
   px_buf_free(&e->args);
   px_buf_free(&e->sig);
+  px_buf_free(&e->tail);
   free(e);
 }
 
@@ -268,11 +271,16 @@ static int chunk_close(px_senc_t *e, const px_usage_t *u) {
     if (rc == 0) rc = w(e, s);
     free(s);
   }
-  if (rc == 0) rc = w(e, ",\"modelVersion\":");
-  if (rc == 0) rc = px_buf_json_str(e->out, model, strlen(model));
-  if (rc == 0) rc = w(e, ",\"responseId\":");
-  if (rc == 0) rc = px_buf_json_str(e->out, e->resp_id, strlen(e->resp_id));
-  if (rc == 0) rc = w(e, "}\r\n\r\n");
+  if (rc == 0 && e->tail.len == 0) {
+    px_buf_t *t = &e->tail;
+    rc = px_buf_puts(t, ",\"modelVersion\":");
+    if (rc == 0) rc = px_buf_json_str(t, model, strlen(model));
+    if (rc == 0) rc = px_buf_puts(t, ",\"responseId\":");
+    if (rc == 0) rc = px_buf_json_str(t, e->resp_id, strlen(e->resp_id));
+    if (rc == 0) rc = px_buf_puts(t, "}\r\n\r\n");
+    if (rc < 0) px_buf_reset(t);
+  }
+  if (rc == 0) rc = px_buf_append(e->out, e->tail.data, e->tail.len);
   return rc;
 }
 
@@ -394,6 +402,7 @@ int px_gemini_senc_event(px_senc_t *e, const px_ev_t *ev) {
       size_t n = ev->id.len < sizeof(e->resp_id) - 1 ? ev->id.len : sizeof(e->resp_id) - 1;
       memcpy(e->resp_id, ev->id.ptr, n);
       e->resp_id[n] = 0;
+      px_buf_reset(&e->tail);
     }
     return 0;
   case PX_EV_BLOCK_START:

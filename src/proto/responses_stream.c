@@ -720,7 +720,7 @@ static int eemit(px_senc_t *e, const char *type, json_t *obj) {
   if (rc == 0) rc = esplice(e, e->scratch.data, e->scratch.len);
   if (rc == 0) rc = px_buf_puts(e->out, "\n\n");
   json_decref(full);
-  if (e->scratch.size > (64u << 10)) px_buf_free(&e->scratch);
+  px_buf_free(&e->scratch); /* lifecycle events are few: no idle copy kept */
   if (rc < 0) {
     e->out->len = mark;
     return rc;
