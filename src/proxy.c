@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "proxai/balance.h"
+#include "proxai/fastir.h"
 #include "proxai/json.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
@@ -777,6 +778,17 @@ static void finish_json(px_exch_t *x) {
     finalize(x);
     return;
   }
+  px_buf_t fb; /* the common shape: no document at all (translate_fast.c) */
+  px_buf_init(&fb, x->acc.len * 4 + (64u << 10));
+  if (px_translate_response_fast(&x->ctx, x->acc.data, x->acc.len, &fb, &x->lossy) == 0) {
+    px_usage_from_body(x->out, x->acc.data, x->acc.len, &x->usage);
+    if (start_response(x, 200, "application/json", 0, (int64_t)fb.len) == 0)
+      client_write(x, fb.data, fb.len);
+    px_buf_free(&fb);
+    finalize(x);
+    return;
+  }
+  px_buf_free(&fb);
   json_error_t je;
   json_t *ub = json_loadb(x->acc.data, x->acc.len, 0, &je);
   if (ub == NULL) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/fastir.h"
 #include "proxai/json.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
@@ -164,6 +165,12 @@ int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t l
    * a body that cannot fit is refused before anything is built */
   if ((long long)scan->cost * 3 > mem.limit) {
     mem.exceeded = 1;
+    goto done;
+  }
+  size_t fast_len; /* the common shape: no document at all (translate_fast.c) */
+  if (mem.forced < 0 && px_translate_request_fast(&c, body, len, flags, &text, &fast_len,
+                                                  lossy) == 0) {
+    rc = 0;
     goto done;
   }
   src = json_loadb(body, len, 0, &je);

@@ -382,6 +382,8 @@ typedef struct px_wire_watch {
 /* ------------------------------------------------------------------------ */
 /* The protocol table                                                         */
 
+struct px_fast_ops;
+
 typedef struct px_proto_ops {
   px_proto_t id;
   const char *name;          /**< config name */
@@ -476,6 +478,9 @@ typedef struct px_proto_ops {
    *  glob of model names routed to it (NULL: it takes the rest). */
   const char *env_key, *env_base, *default_base, *default_name, *default_glob;
   px_wire_watch_t watch;
+  /** The fast codec of non-streaming bodies (include/proxai/fastir.h);
+   *  NULL: always the jansson codecs above. */
+  const struct px_fast_ops *fast;
 } px_proto_ops_t;
 
 /** The table entry of a protocol. */

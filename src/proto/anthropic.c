@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/fastir.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 
@@ -1488,6 +1489,7 @@ const px_proto_ops_t px_proto_anthropic = {
     .default_base = "https://api.anthropic.com",
     .default_name = "anthropic",
     .default_glob = "claude-*",
+    .fast = &px_anthropic_fast,
     .watch = {.usage_obj = "usage", .usage_in = "input_tokens", .usage_out = "output_tokens",
               .usage_in_extra = {"cache_read_input_tokens", "cache_creation_input_tokens"},
               .start_event = "message_start", .start_outer = "message",

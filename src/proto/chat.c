@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/fastir.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 
@@ -1423,6 +1424,7 @@ const px_proto_ops_t px_proto_chat = {
     .env_base = "OPENAI_BASE_URL",
     .default_base = "https://api.openai.com/v1",
     .default_name = "openai",
+    .fast = &px_chat_fast,
     .watch = {.usage_obj = "usage", .usage_in = "prompt_tokens",
               .usage_out = "completion_tokens", .terminal_data = "[DONE]",
               .error_data = 1, .model_path = {"model"}, .model_depth = 1},
