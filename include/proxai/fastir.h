@@ -106,6 +106,8 @@ typedef struct px_freq {
   px_fstr_t user;
   px_str_t metadata;             /**< raw JSON object (Chat) */
   int metadata_empty;
+  int stream_false;              /**< `stream` was given false */
+  int rf_text;                   /**< response_format {"type":"text"} */
 } px_freq_t;
 
 /** A response in the common shape (text and tool calls). */
@@ -136,6 +138,7 @@ typedef struct px_fast_ops {
 /** The protocols' fast codecs (src/proto/<p>_fast.c). */
 extern const px_fast_ops_t px_chat_fast;
 extern const px_fast_ops_t px_anthropic_fast;
+extern const px_fast_ops_t px_responses_fast;
 
 /* ------------------------------------------------------------------------ */
 /* The walker over a body px_json_request accepted (never invalid JSON)      */

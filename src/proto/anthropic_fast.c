@@ -373,6 +373,7 @@ static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
           if (!px_fw_empty(v.raw)) ir->stop = v.raw;
         } else if (ki == K_STREAM) {
           if (v.kind == PX_FV_TRUE) return DECLINE; /* streams: not here */
+          ir->stream_false = 1;
         }
     }
     if (rc != 0) return DECLINE;

@@ -334,12 +334,30 @@ static int strings_only(const px_fv_t *v) {
   return r == 0;
 }
 
+/* response_format {"type":"text"} (the others: jansson) */
+static int format_text(const px_fv_t *v) {
+  if (v->kind != PX_FV_OBJ) return 0;
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  px_fstr_t k, type = {0};
+  int r, nt = 0;
+  if (px_fw_open(&w, '{') < 0) return 0;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    px_fv_t x;
+    if (px_fw_value(&w, &x) < 0 || k.esc) return 0;
+    if (px_fs_is(k, "type")) {
+      if (nt++ || x.kind != PX_FV_STR) return 0;
+      type = x.s;
+    }
+  }
+  return r == 0 && px_fs_is(type, "text");
+}
+
 enum { K_MODEL, K_MESSAGES, K_TOOLS, K_TC, K_PAR, K_MAX, K_MCT, K_TEMP, K_TOPP, K_STOP,
-       K_USER, K_META, K_STREAM, K_N, K_LOGPROBS };
+       K_USER, K_META, K_STREAM, K_N, K_LOGPROBS, K_RF };
 static const char *const top_keys[] = {
     "model", "messages", "tools", "tool_choice", "parallel_tool_calls", "max_tokens",
     "max_completion_tokens", "temperature", "top_p", "stop", "user", "metadata",
-    "stream", "n", "logprobs"};
+    "stream", "n", "logprobs", "response_format"};
 
 static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                     px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
@@ -407,6 +425,11 @@ static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     ir->metadata_empty = px_fw_empty(f[K_META].raw);
   }
   if (HAS(K_STREAM) && f[K_STREAM].kind == PX_FV_TRUE) return DECLINE;
+  if (HAS(K_STREAM) && f[K_STREAM].kind == PX_FV_FALSE) ir->stream_false = 1;
+  if (HAS(K_RF) && f[K_RF].kind != PX_FV_NULL) {
+    if (!format_text(&f[K_RF])) return DECLINE;
+    ir->rf_text = 1;
+  }
   if (HAS(K_N) && f[K_N].kind != PX_FV_NULL &&
       !(f[K_N].kind == PX_FV_NUM && f[K_N].raw.len == 1 && f[K_N].raw.ptr[0] == '1'))
     return DECLINE;
@@ -603,6 +626,7 @@ static int chat_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
     rc = px_fb_lit(b, ",\"stop\":");
     if (rc == 0) rc = px_fb_raw(b, ir->stop);
   }
+  if (rc == 0 && ir->rf_text) rc = px_fb_lit(b, ",\"response_format\":{\"type\":\"text\"}");
   if (rc == 0 && ir->user.p) {
     rc = px_fb_lit(b, ",\"user\":");
     if (rc == 0) rc = px_fb_str(b, ir->user);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/fastir.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
@@ -1607,6 +1608,7 @@ const px_proto_ops_t px_proto_responses = {
     .auth_header = "Authorization: Bearer ",
     .error_type = px_errkind_openai,
     .encode_models = px_openai_models,
+    .fast = &px_responses_fast,
     .watch = {.usage_obj = "usage", .usage_in = "input_tokens", .usage_out = "output_tokens",
               .terminal_events = {"response.completed", "response.incomplete",
                                   "response.failed"},
