@@ -1,9 +1,10 @@
-/* responses_fast.c - the fast codec of OpenAI Responses request bodies
+/* responses_fast.c - the fast codec of OpenAI Responses bodies
  * (include/proxai/fastir.h): the common shape (instructions, message,
  * function_call and function_call_output items with text, function tools,
  * sampling parameters) without a jansson document. Anything else declines
  * to responses.c, the reference: every rule here is that codec's rule for
- * the same shape. Response bodies always decline for now. */
+ * the same shape; the same for response bodies (message text and
+ * function calls). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -521,7 +522,314 @@ static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
   return rc;
 }
 
+/* ======================================================================== */
+/* Response decode                                                           */
+
+static int decode_message_item(const px_fv_t *c, px_fresp_t *ir, px_arena_t *a) {
+  if (c->kind != PX_FV_ARR) return 0; /* no content list: nothing there */
+  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    static const char *const keys[] = {"type", "text", "annotations", "logprobs"};
+    px_fv_t f[4];
+    px_fstr_t k;
+    unsigned seen = 0;
+    int rm;
+    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_open(&w, '{') < 0) return DECLINE;
+    while ((rm = px_fw_member(&w, &k)) == 1) {
+      px_fv_t v;
+      if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
+      int ki = px_fw_key_of(k, keys, 4);
+      if (ki < 0) continue;
+      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+      f[ki] = v;
+    }
+    if (rm < 0) return DECLINE;
+    if (!HAS(0) || f[0].kind != PX_FV_STR) continue; /* no type: skipped there */
+    if (!px_fs_is(f[0].s, "output_text")) return DECLINE; /* refusal, others */
+    if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw)) return DECLINE;
+    if (HAS(3) && f[3].kind == PX_FV_ARR && !px_fw_empty(f[3].raw)) return DECLINE;
+    px_fpart_t *p = px_fpart_new(a, PX_FP_TEXT);
+    if (p == NULL) return DECLINE;
+    p->text = HAS(1) && f[1].kind == PX_FV_STR ? f[1].s : (px_fstr_t){"", 0, 0};
+    if (ir->last) ir->last->next = p;
+    else ir->content = p;
+    ir->last = p;
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+static int decode_output(const px_fv_t *o, px_fresp_t *ir, px_arena_t *a, int *has_tool) {
+  px_fw_t w = {o->raw.ptr, o->raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    static const char *const keys[] = {"type", "content", "call_id", "name", "arguments",
+                                       "namespace"};
+    px_fv_t f[6];
+    px_fstr_t k;
+    unsigned seen = 0;
+    int rm;
+    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_open(&w, '{') < 0) return DECLINE;
+    while ((rm = px_fw_member(&w, &k)) == 1) {
+      px_fv_t v;
+      if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
+      int ki = px_fw_key_of(k, keys, 6);
+      if (ki < 0) continue;
+      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+      f[ki] = v;
+    }
+    if (rm < 0) return DECLINE;
+    if (!HAS(0) || f[0].kind != PX_FV_STR) continue;
+    if (px_fs_is(f[0].s, "message")) {
+      if (HAS(1) && decode_message_item(&f[1], ir, a) != 0) return DECLINE;
+    } else if (px_fs_is(f[0].s, "function_call")) {
+      if (HAS(5) && f[5].kind == PX_FV_STR) return DECLINE; /* lossy there */
+      px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
+      if (p == NULL) return DECLINE;
+      px_fstr_t empty = {"", 0, 0};
+      p->id = HAS(2) && f[2].kind == PX_FV_STR ? f[2].s : empty;
+      p->name = HAS(3) && f[3].kind == PX_FV_STR ? f[3].s : empty;
+      p->args = HAS(4) && f[4].kind == PX_FV_STR ? f[4].s : empty;
+      *has_tool = 1;
+      if (ir->last) ir->last->next = p;
+      else ir->content = p;
+      ir->last = p;
+    } else {
+      return DECLINE; /* reasoning, hosted tools ...: the jansson codec */
+    }
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* {"<key>": n} of a usage details object: -1 unless an integer */
+static int detail(const px_fv_t *v, const char *key, int64_t *out) {
+  *out = -1;
+  if (v->kind != PX_FV_OBJ) return 0;
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  px_fstr_t k;
+  int r, n = 0;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    px_fv_t x;
+    if (px_fw_value(&w, &x) < 0 || k.esc) return DECLINE;
+    if (px_fs_is(k, key) && (n++ || px_fw_jint(&x, -1, out) != 0)) return DECLINE;
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+  (void)ctx;
+  (void)lossy;
+  static const char *const keys[] = {"id",     "model", "created_at", "status",
+                                     "output", "usage", "incomplete_details"};
+  px_fv_t f[7];
+  px_fw_t w = {body, len, 0};
+  px_fstr_t k;
+  unsigned seen = 0;
+  int r;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    px_fv_t v;
+    if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
+    int ki = px_fw_key_of(k, keys, 7);
+    if (ki < 0) continue;
+    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+    f[ki] = v;
+  }
+  if (r < 0 || !HAS(4) || f[4].kind != PX_FV_ARR) return DECLINE;
+  /* finished answers only: completed, or incomplete with a reason */
+  int incomplete = 0;
+  if (HAS(3) && f[3].kind == PX_FV_STR) {
+    if (px_fs_is(f[3].s, "incomplete")) incomplete = 1;
+    else if (!px_fs_is(f[3].s, "completed")) return DECLINE;
+  }
+  ir->id = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){"", 0, 0};
+  if (HAS(1) && f[1].kind == PX_FV_STR) ir->model = f[1].s;
+  if (HAS(2) && f[2].kind == PX_FV_NUM && px_fw_is_int(f[2].raw)) {
+    if (px_fw_uint(f[2].raw, &ir->created) < 0) return DECLINE;
+    ir->has_created = 1;
+  }
+  int has_tool = 0;
+  if (decode_output(&f[4], ir, a, &has_tool) != 0) return DECLINE;
+  if (incomplete) {
+    /* the reason decides content_filter / max_tokens */
+    px_fstr_t reason = {0};
+    if (HAS(6) && f[6].kind == PX_FV_OBJ) {
+      px_fw_t dw = {f[6].raw.ptr, f[6].raw.len, 0};
+      int n = 0;
+      if (px_fw_open(&dw, '{') < 0) return DECLINE;
+      while ((r = px_fw_member(&dw, &k)) == 1) {
+        px_fv_t x;
+        if (px_fw_value(&dw, &x) < 0 || k.esc) return DECLINE;
+        if (px_fs_is(k, "reason")) {
+          if (n++) return DECLINE;
+          if (x.kind == PX_FV_STR) reason = x.s;
+        }
+      }
+      if (r < 0 || reason.esc) return DECLINE;
+    }
+    ir->stop = px_fs_is(reason, "content_filter") ? PX_STOP_CONTENT_FILTER
+                                                  : PX_STOP_MAX_TOKENS;
+  } else {
+    ir->stop = has_tool ? PX_STOP_TOOL_USE : PX_STOP_END_TURN;
+  }
+  if (HAS(5) && f[5].kind == PX_FV_OBJ) {
+    static const char *const ukeys[] = {"input_tokens", "output_tokens",
+                                        "input_tokens_details", "output_tokens_details"};
+    px_fv_t g[4];
+    px_fw_t uw = {f[5].raw.ptr, f[5].raw.len, 0};
+    unsigned us = 0;
+    if (px_fw_open(&uw, '{') < 0) return DECLINE;
+    while ((r = px_fw_member(&uw, &k)) == 1) {
+      px_fv_t v;
+      if (px_fw_value(&uw, &v) < 0 || k.esc) return DECLINE;
+      int ki = px_fw_key_of(k, ukeys, 4);
+      if (ki < 0) continue;
+      if (px_fw_seen_twice(&us, ki)) return DECLINE;
+      g[ki] = v;
+    }
+    if (r < 0) return DECLINE;
+    px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
+    ir->has_usage = 1;
+    if (px_fw_jint((us & 1) ? &g[0] : &none, 0, &ir->in) != 0 ||
+        px_fw_jint((us & 2) ? &g[1] : &none, 0, &ir->out) != 0 ||
+        detail((us & 4) ? &g[2] : &none, "cached_tokens", &ir->cache_read) != 0 ||
+        detail((us & 8) ? &g[3] : &none, "reasoning_tokens", &ir->reasoning) != 0)
+      return DECLINE;
+    ir->cache_creation = -1;
+  }
+  return 0;
+}
+
+/* ======================================================================== */
+/* Response encode                                                           */
+
+/* ids as responses.c makes them: prefix + id unless id has it already */
+static int put_prefixed(px_buf_t *b, const char *prefix, px_fstr_t id) {
+  size_t pl = strlen(prefix);
+  int rc = 0;
+  if (!(id.n >= pl && memcmp(id.p, prefix, pl) == 0)) rc = px_fb_lit(b, prefix);
+  if (rc == 0 && id.n) rc = px_buf_append(b, id.p, id.n);
+  return rc;
+}
+
+static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
+                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy) {
+  (void)a;
+  /* ids go through fixed buffers there (long ones are cut): short plain ones here */
+  px_fstr_t uid = ir->id.p && ir->id.n ? ir->id : (px_fstr_t){"proxai", 6, 0};
+  if (uid.esc || uid.n > 100) return DECLINE;
+  for (const px_fpart_t *p = ir->content; p; p = p->next)
+    if (p->type == PX_FP_TOOL_CALL && (p->id.esc || p->id.n > 100)) return DECLINE;
+  px_fstr_t base = uid; /* item ids: the id without "resp_" */
+  if (base.n > 5 && memcmp(base.p, "resp_", 5) == 0) {
+    base.p += 5;
+    base.n -= 5;
+  }
+  px_stop_t stop = ir->stop == PX_STOP_NONE ? PX_STOP_END_TURN : ir->stop;
+  const char *reason = NULL;
+  const char *status = px_stop_to_responses(stop, 0, &reason);
+  int rc = px_fb_lit(b, "{\"id\":\"");
+  if (rc == 0) rc = put_prefixed(b, "resp_", uid);
+  if (rc == 0) rc = px_fb_lit(b, "\",\"object\":\"response\",\"created_at\":");
+  if (rc == 0) rc = px_fb_i64(b, ir->has_created ? ir->created : ctx->created);
+  if (rc == 0) rc = px_fb_lit(b, ",\"status\":\"");
+  if (rc == 0) rc = px_fb_lit(b, status);
+  if (rc == 0) rc = px_fb_lit(b, "\",\"error\":null,\"incomplete_details\":");
+  if (rc == 0 && reason != NULL) {
+    rc = px_fb_lit(b, "{\"reason\":\"");
+    if (rc == 0) rc = px_fb_lit(b, reason);
+    if (rc == 0) rc = px_fb_lit(b, "\"}");
+  } else if (rc == 0) {
+    rc = px_fb_lit(b, "null");
+  }
+  if (rc == 0) rc = px_fb_lit(b, ",\"instructions\":null,\"max_output_tokens\":null,\"model\":");
+  /* the client's model, else the upstream's (as the hub's pipeline sets it) */
+  if (rc == 0)
+    rc = ctx->client_model ? px_buf_json_str(b, ctx->client_model, strlen(ctx->client_model))
+         : ir->model.p     ? px_fb_str(b, ir->model)
+                           : px_fb_lit(b, "\"\"");
+  if (rc == 0) rc = px_fb_lit(b, ",\"output\":[");
+  int oi = 0, nmsg = 0, in_msg = 0;
+  for (const px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
+    if (p->type == PX_FP_TEXT) {
+      if (!in_msg) {
+        if (oi > 0) rc = px_fb_lit(b, "]}");
+        if (rc == 0 && oi > 0) rc = px_fb_lit(b, ",");
+        if (rc == 0) rc = px_fb_lit(b, "{\"id\":\"");
+        if (rc == 0) rc = put_prefixed(b, "msg_", base);
+        if (rc == 0 && nmsg > 0) {
+          rc = px_fb_lit(b, "_");
+          if (rc == 0) rc = px_fb_i64(b, nmsg);
+        }
+        nmsg++;
+        if (rc == 0)
+          rc = px_fb_lit(b, "\",\"type\":\"message\",\"status\":\"completed\",\"role\":"
+                            "\"assistant\",\"content\":[");
+        in_msg = 1;
+        oi++;
+      } else {
+        rc = px_fb_lit(b, ",");
+      }
+      if (rc == 0) rc = px_fb_lit(b, "{\"type\":\"output_text\",\"text\":");
+      if (rc == 0) rc = px_fb_str(b, p->text);
+      if (rc == 0) rc = px_fb_lit(b, ",\"annotations\":[]}");
+      continue;
+    }
+    if (in_msg) rc = px_fb_lit(b, "]}");
+    in_msg = 0;
+    if (rc == 0 && oi > 0) rc = px_fb_lit(b, ",");
+    if (rc == 0) rc = px_fb_lit(b, "{\"id\":\"");
+    if (rc == 0 && p->id.n) {
+      rc = put_prefixed(b, "fc_", p->id);
+    } else if (rc == 0) {
+      rc = px_fb_lit(b, "fc_");
+      if (rc == 0) rc = px_buf_append(b, base.p, base.n);
+      if (rc == 0) rc = px_fb_lit(b, "_");
+      if (rc == 0) rc = px_fb_i64(b, oi);
+    }
+    if (rc == 0)
+      rc = px_fb_lit(b, "\",\"type\":\"function_call\",\"status\":\"completed\",\"call_id\":");
+    if (rc == 0) rc = px_fb_str(b, p->id);
+    if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
+    if (rc == 0) rc = px_fb_str(b, p->name);
+    if (rc == 0) rc = px_fb_lit(b, ",\"arguments\":");
+    if (rc == 0) rc = px_fb_str(b, p->args.p ? p->args : (px_fstr_t){"", 0, 0});
+    if (rc == 0) rc = px_fb_lit(b, "}");
+    oi++;
+  }
+  if (rc == 0 && in_msg) rc = px_fb_lit(b, "]}");
+  if (rc == 0)
+    rc = px_fb_lit(b, "],\"parallel_tool_calls\":true,\"previous_response_id\":null,"
+                      "\"temperature\":null,\"tool_choice\":\"auto\",\"tools\":[],"
+                      "\"top_p\":null,\"metadata\":{}");
+  if (rc == 0 && ir->has_usage) {
+    int64_t in = ir->in < 0 ? 0 : ir->in, out = ir->out < 0 ? 0 : ir->out;
+    int64_t cr = ir->cache_read < 0 ? 0 : ir->cache_read;
+    int64_t rt = ir->reasoning < 0 ? 0 : ir->reasoning;
+    rc = px_fb_lit(b, ",\"usage\":{\"input_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, in);
+    if (rc == 0) rc = px_fb_lit(b, ",\"input_tokens_details\":{\"cached_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, cr);
+    if (rc == 0) rc = px_fb_lit(b, "},\"output_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, out);
+    if (rc == 0) rc = px_fb_lit(b, ",\"output_tokens_details\":{\"reasoning_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, rt);
+    if (rc == 0) rc = px_fb_lit(b, "},\"total_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, in + out);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  if (ir->stop_sequence.p) px_lossy_add(lossy, "stop_sequence");
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
 const px_fast_ops_t px_responses_fast = {
     .decode_request = resp_fast_decode_request,
     .encode_request = resp_fast_encode_request,
+    .decode_response = resp_fast_decode_response,
+    .encode_response = resp_fast_encode_response,
 };
