@@ -182,6 +182,9 @@ int px_fw_uint(px_str_t raw, int64_t *v);
 int px_fw_empty(px_str_t raw);
 /** Whether the string content is only JSON whitespace characters (raw). */
 int px_fs_blank(px_fstr_t s);
+/** Whether the string's value (unescaped) is only whitespace: 1, 0, or -1
+ *  when it cannot be read. */
+int px_fs_blank_value(px_fstr_t s);
 
 /** Index of key k in names[0..n), -1 when absent or escaped. */
 int px_fw_key_of(px_fstr_t k, const char *const *names, int n);

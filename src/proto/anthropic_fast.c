@@ -414,7 +414,7 @@ static int put_block(px_buf_t *b, px_fpart_t *p, px_arena_t *a, int *first) {
       return put_text_block(b, p);
     case PX_FP_TOOL_CALL:
       if (p->input.ptr == NULL) {
-        if (p->args.p == NULL || (!p->args.esc && px_fs_blank(p->args)))
+        if (p->args.p == NULL || px_fs_blank_value(p->args) == 1)
           p->input = (px_str_t){"{}", 2};
         else if (px_fast_args_object(a, p) != 0)
           return DECLINE;
@@ -742,7 +742,7 @@ static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
       continue;
     }
     if (p->input.ptr == NULL) {
-      if (!p->args.esc && px_fs_blank(p->args))
+      if (px_fs_blank_value(p->args) == 1)
         p->input = (px_str_t){"{}", 2};
       else if (px_fast_args_object(a, p) != 0)
         return DECLINE; /* not an object: the jansson codec's error */

@@ -124,8 +124,7 @@ static int tool_calls(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
     if (p == NULL) return DECLINE;
     p->id = f[1].s;
     p->name = g[0].s;
-    if (!(fseen & 2) || g[1].kind != PX_FV_STR ||
-        (!g[1].s.esc && px_fs_blank(g[1].s))) {
+    if (!(fseen & 2) || g[1].kind != PX_FV_STR || px_fs_blank_value(g[1].s) == 1) {
       p->args = (px_fstr_t){"{}", 2, 0}; /* a call without arguments */
       p->input = (px_str_t){"{}", 2};
     } else {
@@ -753,10 +752,10 @@ static int decode_message_out(const px_fv_t *mv, px_fresp_t *ir, px_arena_t *a) 
     p->name = (hs & 1) && h[0].kind == PX_FV_STR ? h[0].s : (px_fstr_t){"", 0, 0};
     if (!(hs & 2) || h[1].kind != PX_FV_STR) {
       p->args = (px_fstr_t){"{}", 2, 0};
-    } else if (h[1].s.esc) {
-      return DECLINE; /* blank after unescaping? the jansson codec decides */
     } else {
-      p->args = px_fs_blank(h[1].s) ? (px_fstr_t){"{}", 2, 0} : h[1].s;
+      int blank = px_fs_blank_value(h[1].s);
+      if (blank < 0) return DECLINE;
+      p->args = blank ? (px_fstr_t){"{}", 2, 0} : h[1].s;
     }
     push_part(&ir->content, &ir->last, p);
   }

@@ -222,6 +222,26 @@ int px_fs_blank(px_fstr_t s) {
   return 1;
 }
 
+int px_fs_blank_value(px_fstr_t s) {
+  size_t i = 0;
+  while (i < s.n && (s.p[i] == ' ' || s.p[i] == '\t' || s.p[i] == '\n' || s.p[i] == '\r'))
+    i++;
+  if (i == s.n) return 1;
+  if (s.p[i] != '\\') return 0; /* the common case: JSON text starts here */
+  px_buf_t b;
+  px_str_t v;
+  px_buf_init(&b, s.n + 1);
+  int blank = -1;
+  if (px_json_unescape(s.p, s.n, 1, &b, &v) == 0) {
+    blank = 1;
+    for (size_t k = 0; k < v.len; k++)
+      if (v.ptr[k] != ' ' && v.ptr[k] != '\t' && v.ptr[k] != '\n' && v.ptr[k] != '\r')
+        blank = 0;
+  }
+  px_buf_free(&b);
+  return blank;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Writers                                                                   */
 
