@@ -207,7 +207,9 @@ int px_fast_ids_plain(const px_fpart_t *parts);
 
 /* writers */
 int px_fb_i64(px_buf_t *b, int64_t v);
-int px_fb_lit(px_buf_t *b, const char *s);
+static inline int px_fb_lit(px_buf_t *b, const char *s) {
+  return px_buf_append(b, s, strlen(s)); /* inlined: the length of a literal folds */
+}
 int px_fb_str(px_buf_t *b, px_fstr_t s); /* quoted */
 int px_fb_raw(px_buf_t *b, px_str_t r);
 int px_fb_key(px_buf_t *b, int *first, const char *key); /* ,"key": */

@@ -181,8 +181,13 @@ int px_fw_value(px_fw_t *w, px_fv_t *v) {
       w->i += 5;
       break;
     case PX_FV_NUM:
-      while (w->i < w->n && strchr("+-0123456789.eE", w->p[w->i]) != NULL && w->p[w->i])
+      while (w->i < w->n) {
+        char c = w->p[w->i];
+        if (!((c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' ||
+              c == 'E'))
+          break;
         w->i++;
+      }
       if (w->i == s) return -1;
       break;
   }
@@ -244,8 +249,6 @@ int px_fs_blank_value(px_fstr_t s) {
 
 /* ------------------------------------------------------------------------ */
 /* Writers                                                                   */
-
-int px_fb_lit(px_buf_t *b, const char *s) { return px_buf_append(b, s, strlen(s)); }
 
 int px_fb_str(px_buf_t *b, px_fstr_t s) {
   int rc = px_buf_append(b, "\"", 1);
@@ -312,9 +315,10 @@ int px_fast_dump_value(px_arena_t *a, px_str_t raw, px_fstr_t *out) {
 /* Small readers shared by the codecs                                        */
 
 int px_fw_key_of(px_fstr_t k, const char *const *names, int n) {
-  if (k.esc) return -1;
+  if (k.esc || k.n == 0) return -1;
   for (int i = 0; i < n; i++)
-    if (strlen(names[i]) == k.n && memcmp(names[i], k.p, k.n) == 0) return i;
+    if (names[i][0] == k.p[0] && strncmp(names[i], k.p, k.n) == 0 && names[i][k.n] == 0)
+      return i;
   return -1;
 }
 
