@@ -314,8 +314,8 @@ static int decode_metadata(px_fw_t *w, px_freq_t *ir) {
   if (px_fw_open(w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(w, &k)) == 1) {
     if (px_fw_value(w, &v) < 0 || k.esc) return DECLINE;
+    if (px_fs_is(k, "user_id") && nu++) return DECLINE; /* the last one counts there */
     if (px_fs_is(k, "user_id") && v.kind == PX_FV_STR) {
-      if (nu++) return DECLINE;
       ir->user = v.s;
     } else if (v.kind != PX_FV_NULL) {
       return DECLINE; /* lossy "metadata" there */

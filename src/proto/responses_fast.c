@@ -299,18 +299,17 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
   px_fv_t f[NKEYS(top_keys)];
-  unsigned seen = 0;
+  unsigned seen = 0, any = 0; /* any: also the null ones (repeats) */
   int r;
   if (px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(&w, &k)) == 1) {
     int ki = px_fw_key_of(k, top_keys, NKEYS(top_keys));
     px_fv_t v;
-    if (px_fw_value(&w, &v) < 0) return DECLINE;
-    if (v.kind == PX_FV_NULL) {
-      if (k.esc) return DECLINE;
-      continue; /* null = not given, for every field */
-    }
-    if (ki < 0 || px_fw_seen_twice(&seen, ki)) return DECLINE;
+    if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
+    if (ki >= 0 && px_fw_seen_twice(&any, ki)) return DECLINE;
+    if (v.kind == PX_FV_NULL) continue; /* null = not given, for every field */
+    if (ki < 0) return DECLINE;
+    seen |= 1u << ki;
     f[ki] = v;
   }
   if (r < 0 || !HAS(K_INPUT)) return DECLINE;
