@@ -22,6 +22,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "proxai/fastir.h"
 #include "proxai/json.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
@@ -302,7 +303,22 @@ static const px_mode_t mode_pass_rewrite = {"pass_rewrite", collect_head, data_c
 /* ---------------------------------------------------------------------- */
 /* tr_json: another protocol's JSON answer, translated                       */
 
+/* The translated body, answered and the exchange finished. */
+static void tr_json_answer(px_exch_t *x, const char *p, size_t n) {
+  if (px_exch_respond(x, 200, "application/json", 0, (int64_t)n) == 0) px_exch_write(x, p, n);
+  px_exch_finalize(x);
+}
+
 static void tr_json_done(px_exch_t *x) {
+  px_buf_t fb; /* the common shape: no document at all (translate_fast.c) */
+  px_buf_init(&fb, x->acc.len * 4 + (64u << 10));
+  if (px_translate_response_fast(&x->ctx, x->acc.data, x->acc.len, &fb, &x->lossy) == 0) {
+    px_usage_from_body(x->out, x->acc.data, x->acc.len, &x->usage);
+    tr_json_answer(x, fb.data, fb.len);
+    px_buf_free(&fb);
+    return;
+  }
+  px_buf_free(&fb);
   json_error_t je;
   json_t *ub = json_loadb(x->acc.data, x->acc.len, 0, &je);
   if (ub == NULL) {
@@ -328,11 +344,8 @@ static void tr_json_done(px_exch_t *x) {
     px_exch_error(x, PX_ERR_API, "out of memory", NULL);
     return;
   }
-  size_t len = strlen(s);
-  if (px_exch_respond(x, 200, "application/json", 0, (int64_t)len) == 0)
-    px_exch_write(x, s, len);
+  tr_json_answer(x, s, strlen(s));
   free(s);
-  px_exch_finalize(x);
 }
 
 static const px_mode_t mode_tr_json = {"tr_json", collect_head, data_collect, tr_json_done,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/fastir.h"
 #include "proxai/json.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
@@ -165,18 +166,20 @@ static int mem_end(void) {
 /* Inside a budgeted section, whether a stage went past the budget. */
 static int over_budget(void) { return mem.active && mem.exceeded; }
 
+/* Whether the budget admits the body at all: the pipeline holds up to about
+ * three documents of the body's size at once (client + IR, then IR +
+ * upstream, each up to twice the client's), so a body that cannot fit is
+ * refused before anything is built. */
+static int budget_admits(const px_tr_ctx_t *ctx) {
+  if ((long long)ctx->scan->cost * 3 > mem.limit) mem.exceeded = 1;
+  return !mem.exceeded;
+}
+
 /* The parse stage of a raw body under the budget: the body's scan (the
  * caller's, when it has one: one scan a body) admits it, then jansson
  * builds the document. NULL: refused (over the budget, or not an object). */
 static json_t *parse_budgeted(const px_tr_ctx_t *ctx, const char *body, size_t len,
                               px_tr_err_t *err) {
-  /* the pipeline holds up to about three documents of the body's size at
-   * once (client + IR, then IR + upstream, each up to twice the client's):
-   * a body that cannot fit is refused before anything is built */
-  if ((long long)ctx->scan->cost * 3 > mem.limit) {
-    mem.exceeded = 1;
-    return NULL;
-  }
   json_error_t je;
   json_t *src = json_loadb(body, len, 0, &je);
   if (src == NULL || !json_is_object(src) || mem.exceeded) {
@@ -207,6 +210,13 @@ int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t l
   char *text = NULL;
   rc = PX_EINVAL;
   mem_begin(len);
+  if (!budget_admits(&c)) goto done;
+  size_t fast_len; /* the common shape: no document at all (translate_fast.c) */
+  if (mem.forced < 0 &&
+      px_translate_request_fast(&c, body, len, flags, &text, &fast_len, lossy) == 0) {
+    rc = 0;
+    goto done;
+  }
   json_t *src = parse_budgeted(&c, body, len, err);
   if (src == NULL) goto done;
   rc = request_pipeline(&c, src, 1, &ub, lossy, err);

@@ -444,6 +444,8 @@ typedef struct px_lossy_names {
 /* ------------------------------------------------------------------------ */
 /* The protocol table                                                         */
 
+struct px_fast_ops;
+
 typedef struct px_proto_ops {
   px_proto_t id;
   const char *name;          /**< config name */
@@ -546,6 +548,9 @@ typedef struct px_proto_ops {
   unsigned caps;
   /** Its names for what another protocol cannot hold. */
   px_lossy_names_t names;
+  /** The fast codec of non-streaming bodies (include/proxai/fastir.h);
+   *  NULL: always the jansson codecs above. */
+  const struct px_fast_ops *fast;
 } px_proto_ops_t;
 
 /** The table entry of a protocol. */

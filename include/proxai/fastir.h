@@ -1,0 +1,246 @@
+/**
+ * fastir.h - the fast translation model of non-streaming bodies: a compact
+ * C IR (arena-allocated), a walker over bodies the scanner has validated,
+ * and the hub entry points (src/translate_fast.c).
+ *
+ * The fast path takes the common shape of a request or a response without
+ * building a jansson document: a per-protocol fast decoder reads the body
+ * into the C IR, a fast encoder writes the other protocol's body straight
+ * into a px_buf_t. Strings are kept as raw spans of the source body, still
+ * escaped (both sides are JSON), and copied out as they are; numbers,
+ * schemas and other passive values are copied as raw JSON spans.
+ *
+ * A fast decoder or encoder DECLINES (returns PX_FAST_DECLINE) on anything
+ * outside the shape it knows exactly: unknown or rare fields, escaped keys
+ * or enum values, repeated members, anything the jansson codec treats
+ * specially. The jansson codecs (proto.h) stay the reference and the
+ * fallback; fuzz/fuzz_translate_fast.c holds the two paths equal: the fast
+ * path declines, or its body is JSON-equal to the jansson path's and the
+ * lossy lists are equal.
+ */
+#ifndef PROXAI_FASTIR_H
+#define PROXAI_FASTIR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proxai/buf.h"
+#include "proxai/json.h"
+#include "proxai/proto.h"
+
+/** A fast decoder or encoder does not take this body (not an error). */
+#define PX_FAST_DECLINE 1
+
+/* ------------------------------------------------------------------------ */
+/* Arena                                                                     */
+
+typedef struct px_arena_blk px_arena_blk_t;
+typedef struct px_arena {
+  char *cur, *end;
+  px_arena_blk_t *blocks;
+  char first[2048];
+} px_arena_t;
+
+void px_arena_init(px_arena_t *a);
+/** n bytes, 8-aligned, zeroed; NULL when out of memory. */
+void *px_arena_alloc(px_arena_t *a, size_t n);
+void px_arena_free(px_arena_t *a);
+
+/* ------------------------------------------------------------------------ */
+/* The C IR                                                                  */
+
+/** The content of a JSON string, still escaped (esc: it has backslashes);
+ *  p == NULL: absent. */
+typedef struct px_fstr {
+  const char *p;
+  size_t n;
+  int esc;
+} px_fstr_t;
+
+typedef enum { PX_FP_TEXT, PX_FP_TOOL_CALL, PX_FP_TOOL_RESULT } px_fpart_type_t;
+
+typedef struct px_fpart {
+  struct px_fpart *next;
+  px_fpart_type_t type;
+  px_fstr_t text;         /**< TEXT */
+  px_str_t cache_control; /**< TEXT: raw JSON value, ptr NULL if absent */
+  int developer;          /**< system TEXT: role developer (Chat) */
+  px_fstr_t id, name;     /**< TOOL_CALL id and name; TOOL_RESULT: id */
+  px_fstr_t args;         /**< TOOL_CALL: arguments, a JSON string's content
+                               (JSON text, escaped); p NULL: see input */
+  px_str_t input;         /**< TOOL_CALL: the arguments as JSON text (a valid
+                               object); set with args, or alone */
+  struct px_fpart *content; /**< TOOL_RESULT: its TEXT parts */
+  int is_error;           /**< TOOL_RESULT: is_error true */
+} px_fpart_t;
+
+typedef struct px_fmsg {
+  struct px_fmsg *next;
+  int assistant; /**< 0: user */
+  px_fpart_t *parts, *last;
+} px_fmsg_t;
+
+typedef struct px_ftool {
+  struct px_ftool *next;
+  px_fstr_t name, desc;
+  px_str_t params;  /**< raw JSON object (always set by the decoders) */
+  px_str_t cache_control; /**< raw JSON value, ptr NULL if absent */
+  int strict;       /**< -1 absent, 0 false, 1 true */
+} px_ftool_t;
+
+typedef enum { PX_FTC_UNSET, PX_FTC_AUTO, PX_FTC_NONE, PX_FTC_REQUIRED, PX_FTC_TOOL } px_ftc_t;
+
+/** A request in the common shape (the IR REQUEST of proto.h, restricted). */
+typedef struct px_freq {
+  px_fpart_t *system, *system_last; /**< TEXT parts */
+  px_fmsg_t *msgs, *msgs_last;
+  px_ftool_t *tools, *tools_last;
+  px_ftc_t tool_choice;
+  px_fstr_t tc_name;
+  int parallel;                  /**< -1 unset, 0 false, 1 true */
+  px_str_t max_tokens;           /**< raw integer token, ptr NULL: unset */
+  int64_t max_tokens_v;
+  px_str_t temperature, top_p, top_k; /**< raw number tokens */
+  px_str_t stop;                 /**< raw non-empty JSON array */
+  px_fstr_t stop1;               /**< a single stop string */
+  px_fstr_t user;
+  px_str_t metadata;             /**< raw JSON object (Chat) */
+  int metadata_empty;
+  int stream_false;              /**< `stream` was given false */
+  int rf_text;                   /**< response_format {"type":"text"} */
+} px_freq_t;
+
+/** A response in the common shape (text and tool calls). */
+typedef struct px_fresp {
+  px_fstr_t id, model;
+  int64_t created;
+  int has_created;
+  px_fpart_t *content, *last; /**< TEXT and TOOL_CALL parts */
+  px_stop_t stop;
+  px_fstr_t stop_sequence;
+  int has_usage;
+  int64_t in, out, cache_read, cache_creation, reasoning; /**< -1: absent */
+} px_fresp_t;
+
+/** What a protocol's fast codec offers (px_proto_ops_t.fast; NULL members
+ *  decline). Each returns 0, PX_FAST_DECLINE, or <0 (also a decline). */
+typedef struct px_fast_ops {
+  int (*decode_request)(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                        px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy);
+  int (*encode_request)(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *out,
+                        px_arena_t *a, px_lossy_t *lossy);
+  int (*decode_response)(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                         px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy);
+  int (*encode_response)(const px_tr_ctx_t *ctx, const px_fresp_t *ir, px_buf_t *out,
+                         px_arena_t *a, px_lossy_t *lossy);
+} px_fast_ops_t;
+
+/** The protocols' fast codecs (src/proto/<p>_fast.c). */
+extern const px_fast_ops_t px_chat_fast;
+extern const px_fast_ops_t px_anthropic_fast;
+extern const px_fast_ops_t px_responses_fast;
+
+/* ------------------------------------------------------------------------ */
+/* The walker over a body px_json_request accepted (never invalid JSON)      */
+
+typedef enum { PX_FV_STR, PX_FV_NUM, PX_FV_OBJ, PX_FV_ARR, PX_FV_TRUE, PX_FV_FALSE,
+               PX_FV_NULL } px_fv_kind_t;
+
+typedef struct px_fw {
+  const char *p;
+  size_t n, i;
+} px_fw_t;
+
+/** A value: STR: s = the content (escaped); other kinds: raw = the token or
+ *  the whole container. */
+typedef struct px_fv {
+  px_fv_kind_t kind;
+  px_fstr_t s;
+  px_str_t raw;
+} px_fv_t;
+
+/** Open the object / array at the cursor; <0 if it is not one. */
+int px_fw_open(px_fw_t *w, char c);
+/** Next member of an open object: 1 with its key read and the cursor on its
+ *  value; 0 at the end (closing brace consumed); <0 on malformed input. */
+int px_fw_member(px_fw_t *w, px_fstr_t *key);
+/** Next element of an open array: 1 with the cursor on it; 0 at the end. */
+int px_fw_elem(px_fw_t *w);
+/** Read (or skip) the value at the cursor. */
+int px_fw_value(px_fw_t *w, px_fv_t *v);
+/** The kind of the value at the cursor without reading it. */
+px_fv_kind_t px_fw_peek(px_fw_t *w);
+
+/** Whether raw string content s equals the literal lit (escaped: never). */
+static inline int px_fs_is(px_fstr_t s, const char *lit) {
+  size_t n = strlen(lit);
+  return s.p != NULL && !s.esc && s.n == n && memcmp(s.p, lit, n) == 0;
+}
+/** A raw integer token with no sign, fraction or exponent -> *v (>= 0). */
+int px_fw_uint(px_str_t raw, int64_t *v);
+/** Whether a raw JSON array / object is empty. */
+int px_fw_empty(px_str_t raw);
+/** Whether the string content is only JSON whitespace characters (raw). */
+int px_fs_blank(px_fstr_t s);
+/** Whether the string's value (unescaped) is only whitespace: 1, 0, or -1
+ *  when it cannot be read. */
+int px_fs_blank_value(px_fstr_t s);
+
+/** Index of key k in names[0..n), -1 when absent or escaped. */
+int px_fw_key_of(px_fstr_t k, const char *const *names, int n);
+/** Mark key index k seen in *seen; 1 if it was already (jansson keeps the
+ *  last of repeated members, the walker would read both). */
+static inline int px_fw_seen_twice(unsigned *seen, int k) {
+  if (*seen & (1u << k)) return 1;
+  *seen |= 1u << k;
+  return 0;
+}
+/** Whether a raw number token is an integer as jansson reads it (no
+ *  fraction, no exponent). */
+int px_fw_is_int(px_str_t raw);
+/** An integer member as px_jint reads it: *out = dflt when v is not an
+ *  integer; declines on one this walker cannot read (negative, huge). */
+int px_fw_jint(const px_fv_t *v, int64_t dflt, int64_t *out);
+/** Whether the TOOL_CALL ids of a part list are non-empty, unescaped and
+ *  unique (the jansson codecs mint the others: the fast encoders decline). */
+int px_fast_ids_plain(const px_fpart_t *parts);
+
+/* writers */
+int px_fb_i64(px_buf_t *b, int64_t v);
+static inline int px_fb_lit(px_buf_t *b, const char *s) {
+  return px_buf_append(b, s, strlen(s)); /* inlined: the length of a literal folds */
+}
+int px_fb_str(px_buf_t *b, px_fstr_t s); /* quoted */
+int px_fb_raw(px_buf_t *b, px_str_t r);
+int px_fb_key(px_buf_t *b, int *first, const char *key); /* ,"key": */
+
+/** Allocate a part / message / tool (zeroed, linked by the caller). */
+px_fpart_t *px_fpart_new(px_arena_t *a, px_fpart_type_t t);
+
+/** Tool-call arguments as escaped string content -> the unescaped JSON
+ *  text checked to be one object as jansson reads it (into part->input).
+ *  0 or decline. */
+int px_fast_args_object(px_arena_t *a, px_fpart_t *part);
+/** A raw JSON value -> jansson's compact dump of it as escaped string
+ *  content (what the jansson codecs put in IR arguments). 0 or decline. */
+int px_fast_dump_value(px_arena_t *a, px_str_t raw, px_fstr_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* Hub (src/translate_fast.c)                                                */
+
+/** The fast path of px_translate_request_body: 0 with *out (malloc'd, NUL-
+ *  terminated) and lossy merged; PX_FAST_DECLINE when the body is not of
+ *  the common shape (nothing changed). */
+int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                              int flags, char **out, size_t *out_len, px_lossy_t *lossy);
+/** The fast path of a non-streaming upstream body -> client body: 0 with
+ *  out filled and lossy merged; PX_FAST_DECLINE otherwise (out reset). The
+ *  caller then parses the body and calls px_translate_response. */
+int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                               px_buf_t *out, px_lossy_t *lossy);
+/** Tests only: 0 turns the fast path off (both directions), 1 on. */
+void px_translate_fast_enable(int on);
+/** Tests only: how many requests / responses the fast path took. */
+void px_translate_fast_counts(unsigned long *requests, unsigned long *responses);
+
+#endif

@@ -1,0 +1,906 @@
+/* chat_fast.c - the fast codec of OpenAI Chat Completions bodies
+ * (include/proxai/fastir.h): the common shape of a request (system, user
+ * and assistant text, tool calls and tool messages, function tools,
+ * sampling parameters) and of a response (one choice: text and tool
+ * calls), without a jansson document. Anything else declines to chat.c,
+ * the reference: every rule here is that codec's rule for the same shape. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxai/fastir.h"
+#include "proxai/protoutil.h"
+
+#define DECLINE PX_FAST_DECLINE
+#define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define HAS(x) (seen & (1u << (x)))
+
+static px_fpart_t *text_of(px_arena_t *a, px_fstr_t s) {
+  px_fpart_t *p = px_fpart_new(a, PX_FP_TEXT);
+  if (p != NULL) p->text = s;
+  return p;
+}
+
+static void push_part(px_fpart_t **head, px_fpart_t **tail, px_fpart_t *p) {
+  if (*tail) (*tail)->next = p;
+  else *head = p;
+  *tail = p;
+}
+
+/* ======================================================================== */
+/* Request decode                                                            */
+
+/* text-only content (system, developer, tool): a string or text parts */
+static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
+                        int developer, px_arena_t *a) {
+  if (c->kind == PX_FV_STR) {
+    px_fpart_t *p = text_of(a, c->s);
+    if (p == NULL) return DECLINE;
+    p->developer = developer;
+    push_part(head, tail, p);
+    return 0;
+  }
+  if (c->kind != PX_FV_ARR) return DECLINE;
+  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    static const char *const keys[] = {"type", "text"};
+    px_fv_t f[2];
+    px_fstr_t k;
+    unsigned seen = 0;
+    int rm;
+    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_open(&w, '{') < 0) return DECLINE;
+    while ((rm = px_fw_member(&w, &k)) == 1) {
+      px_fv_t v;
+      if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
+      int ki = px_fw_key_of(k, keys, 2);
+      if (ki < 0) continue;
+      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+      f[ki] = v;
+    }
+    if (rm < 0 || !HAS(0) || !HAS(1) || f[0].kind != PX_FV_STR ||
+        !px_fs_is(f[0].s, "text") || f[1].kind != PX_FV_STR)
+      return DECLINE;
+    px_fpart_t *p = text_of(a, f[1].s);
+    if (p == NULL) return DECLINE;
+    p->developer = developer;
+    push_part(head, tail, p);
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* assistant content parts: text only here (refusal parts: jansson) */
+static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
+  /* parts: {type:"text", text} only (refusal parts: jansson) */
+  if (c->kind == PX_FV_ARR) return text_content(c, &m->parts, &m->last, 0, a);
+  if (c->kind == PX_FV_STR) {
+    if (c->s.n == 0) return 0;
+    px_fpart_t *p = text_of(a, c->s);
+    if (p == NULL) return DECLINE;
+    push_part(&m->parts, &m->last, p);
+    return 0;
+  }
+  return c->kind == PX_FV_NULL ? 0 : DECLINE;
+}
+
+static int tool_calls(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
+  if (c->kind == PX_FV_NULL) return 0;
+  if (c->kind != PX_FV_ARR) return DECLINE;
+  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    static const char *const keys[] = {"type", "id", "function"};
+    static const char *const fkeys[] = {"name", "arguments"};
+    px_fv_t f[3], g[2];
+    px_fstr_t k;
+    unsigned seen = 0, fseen = 0;
+    int rm;
+    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_open(&w, '{') < 0) return DECLINE;
+    while ((rm = px_fw_member(&w, &k)) == 1) {
+      px_fv_t v;
+      if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
+      int ki = px_fw_key_of(k, keys, 3);
+      if (ki < 0) continue;
+      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+      f[ki] = v;
+    }
+    if (rm < 0) return DECLINE;
+    if (HAS(0) && !(f[0].kind == PX_FV_STR && px_fs_is(f[0].s, "function"))) return DECLINE;
+    if (!HAS(1) || f[1].kind != PX_FV_STR || !HAS(2) || f[2].kind != PX_FV_OBJ)
+      return DECLINE;
+    px_fw_t fw = {f[2].raw.ptr, f[2].raw.len, 0};
+    if (px_fw_open(&fw, '{') < 0) return DECLINE;
+    while ((rm = px_fw_member(&fw, &k)) == 1) {
+      px_fv_t v;
+      if (px_fw_value(&fw, &v) < 0 || k.esc) return DECLINE;
+      int ki = px_fw_key_of(k, fkeys, 2);
+      if (ki < 0) continue;
+      if (px_fw_seen_twice(&fseen, ki)) return DECLINE;
+      g[ki] = v;
+    }
+    if (rm < 0 || !(fseen & 1) || g[0].kind != PX_FV_STR) return DECLINE;
+    px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
+    if (p == NULL) return DECLINE;
+    p->id = f[1].s;
+    p->name = g[0].s;
+    if (!(fseen & 2) || g[1].kind != PX_FV_STR || px_fs_blank_value(g[1].s) == 1) {
+      p->args = (px_fstr_t){"{}", 2, 0}; /* a call without arguments */
+      p->input = (px_str_t){"{}", 2};
+    } else {
+      p->args = g[1].s;
+      /* the jansson codec checks them as JSON (an object toward
+       * Anthropic); objects are the shape taken here */
+      if (px_fast_args_object(a, p) != 0) return DECLINE;
+    }
+    push_part(&m->parts, &m->last, p);
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* the last message if it is a user message of tool results only */
+static px_fmsg_t *tool_result_tail(px_freq_t *ir) {
+  px_fmsg_t *m = ir->msgs_last;
+  if (m == NULL || m->assistant || m->parts == NULL) return NULL;
+  for (px_fpart_t *p = m->parts; p; p = p->next)
+    if (p->type != PX_FP_TOOL_RESULT) return NULL;
+  return m;
+}
+
+static int push_msg(px_freq_t *ir, px_arena_t *a, int assistant, px_fmsg_t **out) {
+  px_fmsg_t *m = px_arena_alloc(a, sizeof(*m));
+  if (m == NULL) return DECLINE;
+  m->assistant = assistant;
+  if (ir->msgs_last) ir->msgs_last->next = m;
+  else ir->msgs = m;
+  ir->msgs_last = m;
+  *out = m;
+  return 0;
+}
+
+enum { M_ROLE, M_CONTENT, M_NAME, M_TCID, M_TC, M_RC, M_REFUSAL, M_FC, M_AUDIO };
+static const char *const msg_keys[] = {"role", "content", "name", "tool_call_id",
+                                       "tool_calls", "reasoning_content", "refusal",
+                                       "function_call", "audio"};
+
+static int decode_message(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
+  px_fv_t f[NKEYS(msg_keys)];
+  px_fstr_t k;
+  unsigned seen = 0;
+  int rm;
+  if (px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0) return DECLINE;
+  while ((rm = px_fw_member(w, &k)) == 1) {
+    px_fv_t v;
+    if (px_fw_value(w, &v) < 0 || k.esc) return DECLINE;
+    int ki = px_fw_key_of(k, msg_keys, NKEYS(msg_keys));
+    if (ki < 0) continue;
+    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+    f[ki] = v;
+  }
+  if (rm < 0 || !HAS(M_ROLE) || f[M_ROLE].kind != PX_FV_STR || HAS(M_NAME)) return DECLINE;
+  px_fstr_t role = f[M_ROLE].s;
+  px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
+  const px_fv_t *content = HAS(M_CONTENT) ? &f[M_CONTENT] : &none;
+  px_fmsg_t *m;
+  if (px_fs_is(role, "system") || px_fs_is(role, "developer")) {
+    return text_content(content, &ir->system, &ir->system_last,
+                        px_fs_is(role, "developer"), a);
+  }
+  if (px_fs_is(role, "user")) {
+    if (content->kind == PX_FV_STR) {
+      if (push_msg(ir, a, 0, &m) != 0) return DECLINE;
+      px_fpart_t *p = text_of(a, content->s);
+      if (p == NULL) return DECLINE;
+      push_part(&m->parts, &m->last, p);
+      return 0;
+    }
+    if (content->kind != PX_FV_ARR) return DECLINE;
+    if (push_msg(ir, a, 0, &m) != 0) return DECLINE;
+    /* user parts: text only here (images, files, audio: jansson) */
+    return text_content(content, &m->parts, &m->last, 0, a);
+  }
+  if (px_fs_is(role, "assistant")) {
+    if (HAS(M_RC) && f[M_RC].kind == PX_FV_STR && f[M_RC].s.n > 0) return DECLINE;
+    if (HAS(M_REFUSAL) && f[M_REFUSAL].kind == PX_FV_STR && f[M_REFUSAL].s.n > 0)
+      return DECLINE;
+    if (HAS(M_FC) && f[M_FC].kind != PX_FV_NULL) return DECLINE;
+    if (HAS(M_AUDIO) && f[M_AUDIO].kind != PX_FV_NULL) return DECLINE;
+    if (push_msg(ir, a, 1, &m) != 0) return DECLINE;
+    if (assistant_parts(content, m, a) != 0) return DECLINE;
+    if (HAS(M_TC) && tool_calls(&f[M_TC], m, a) != 0) return DECLINE;
+    return 0;
+  }
+  if (px_fs_is(role, "tool")) {
+    if (!HAS(M_TCID) || f[M_TCID].kind != PX_FV_STR) return DECLINE;
+    px_fpart_t *res = px_fpart_new(a, PX_FP_TOOL_RESULT), *tail = NULL;
+    if (res == NULL) return DECLINE;
+    res->id = f[M_TCID].s;
+    if (text_content(content, &res->content, &tail, 0, a) != 0) return DECLINE;
+    /* consecutive tool results share one user message */
+    m = tool_result_tail(ir);
+    if (m == NULL && push_msg(ir, a, 0, &m) != 0) return DECLINE;
+    push_part(&m->parts, &m->last, res);
+    return 0;
+  }
+  return DECLINE;
+}
+
+static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
+  if (tv->kind != PX_FV_ARR) return DECLINE;
+  px_fw_t w = {tv->raw.ptr, tv->raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    static const char *const keys[] = {"type", "function"};
+    static const char *const fkeys[] = {"name", "description", "parameters", "strict"};
+    px_fv_t f[2], g[4];
+    px_fstr_t k;
+    unsigned seen = 0, fseen = 0;
+    int rm;
+    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_open(&w, '{') < 0) return DECLINE;
+    while ((rm = px_fw_member(&w, &k)) == 1) {
+      px_fv_t v;
+      if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
+      int ki = px_fw_key_of(k, keys, 2);
+      if (ki < 0) continue;
+      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+      f[ki] = v;
+    }
+    if (rm < 0 || !HAS(0) || f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "function") ||
+        !HAS(1) || f[1].kind != PX_FV_OBJ)
+      return DECLINE;
+    px_fw_t fw = {f[1].raw.ptr, f[1].raw.len, 0};
+    if (px_fw_open(&fw, '{') < 0) return DECLINE;
+    while ((rm = px_fw_member(&fw, &k)) == 1) {
+      px_fv_t v;
+      if (px_fw_value(&fw, &v) < 0 || k.esc) return DECLINE;
+      int ki = px_fw_key_of(k, fkeys, 4);
+      if (ki < 0) continue;
+      if (px_fw_seen_twice(&fseen, ki)) return DECLINE;
+      g[ki] = v;
+    }
+    if (rm < 0 || !(fseen & 1) || g[0].kind != PX_FV_STR) return DECLINE;
+    px_ftool_t *t = px_arena_alloc(a, sizeof(*t));
+    if (t == NULL) return DECLINE;
+    t->name = g[0].s;
+    if ((fseen & 2) && g[1].kind == PX_FV_STR) t->desc = g[1].s;
+    if ((fseen & 4) && g[2].kind == PX_FV_OBJ)
+      t->params = g[2].raw;
+    else
+      t->params = (px_str_t){"{\"type\":\"object\",\"properties\":{}}", 33};
+    t->strict = -1;
+    if ((fseen & 8) && g[3].kind == PX_FV_TRUE) t->strict = 1;
+    if ((fseen & 8) && g[3].kind == PX_FV_FALSE) t->strict = 0;
+    if (ir->tools_last) ir->tools_last->next = t;
+    else ir->tools = t;
+    ir->tools_last = t;
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+static int decode_tool_choice(const px_fv_t *v, px_freq_t *ir) {
+  if (v->kind == PX_FV_STR) {
+    if (px_fs_is(v->s, "auto")) ir->tool_choice = PX_FTC_AUTO;
+    else if (px_fs_is(v->s, "none")) ir->tool_choice = PX_FTC_NONE;
+    else if (px_fs_is(v->s, "required")) ir->tool_choice = PX_FTC_REQUIRED;
+    else return DECLINE;
+    return 0;
+  }
+  if (v->kind != PX_FV_OBJ) return DECLINE;
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  px_fstr_t k, type = {0}, name = {0};
+  px_str_t fn = {0};
+  int r, nt = 0, nf = 0;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    px_fv_t x;
+    if (px_fw_value(&w, &x) < 0 || k.esc) return DECLINE;
+    if (px_fs_is(k, "type")) {
+      if (nt++ || x.kind != PX_FV_STR) return DECLINE;
+      type = x.s;
+    } else if (px_fs_is(k, "function")) {
+      if (nf++ || x.kind != PX_FV_OBJ) return DECLINE;
+      fn = x.raw;
+    }
+  }
+  if (r < 0 || !px_fs_is(type, "function") || fn.ptr == NULL) return DECLINE;
+  px_fw_t fw = {fn.ptr, fn.len, 0};
+  int nn = 0;
+  if (px_fw_open(&fw, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&fw, &k)) == 1) {
+    px_fv_t x;
+    if (px_fw_value(&fw, &x) < 0 || k.esc) return DECLINE;
+    if (px_fs_is(k, "name")) {
+      if (nn++ || x.kind != PX_FV_STR) return DECLINE;
+      name = x.s;
+    }
+  }
+  if (r < 0 || name.p == NULL) return DECLINE;
+  ir->tool_choice = PX_FTC_TOOL;
+  ir->tc_name = name;
+  return 0;
+}
+
+/* an array of strings, checked */
+static int strings_only(const px_fv_t *v) {
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return 0;
+  while ((r = px_fw_elem(&w)) == 1) {
+    px_fv_t x;
+    if (px_fw_value(&w, &x) < 0 || x.kind != PX_FV_STR) return 0;
+  }
+  return r == 0;
+}
+
+/* response_format {"type":"text"} (the others: jansson) */
+static int format_text(const px_fv_t *v) {
+  if (v->kind != PX_FV_OBJ) return 0;
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  px_fstr_t k, type = {0};
+  int r, nt = 0;
+  if (px_fw_open(&w, '{') < 0) return 0;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    px_fv_t x;
+    if (px_fw_value(&w, &x) < 0 || k.esc) return 0;
+    if (px_fs_is(k, "type")) {
+      if (nt++ || x.kind != PX_FV_STR) return 0;
+      type = x.s;
+    }
+  }
+  return r == 0 && px_fs_is(type, "text");
+}
+
+enum { K_MODEL, K_MESSAGES, K_TOOLS, K_TC, K_PAR, K_MAX, K_MCT, K_TEMP, K_TOPP, K_STOP,
+       K_USER, K_META, K_STREAM, K_N, K_LOGPROBS, K_RF };
+static const char *const top_keys[] = {
+    "model", "messages", "tools", "tool_choice", "parallel_tool_calls", "max_tokens",
+    "max_completion_tokens", "temperature", "top_p", "stop", "user", "metadata",
+    "stream", "n", "logprobs", "response_format"};
+
+static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+  (void)ctx;
+  (void)lossy;
+  px_fw_t w = {body, len, 0};
+  px_fstr_t k;
+  px_fv_t f[NKEYS(top_keys)];
+  unsigned seen = 0;
+  int r;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    int ki = px_fw_key_of(k, top_keys, NKEYS(top_keys));
+    if (ki == K_MESSAGES) {
+      /* messages are read in place, in body order */
+      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+      int re;
+      if (px_fw_peek(&w) != PX_FV_ARR || px_fw_open(&w, '[') < 0) return DECLINE;
+      while ((re = px_fw_elem(&w)) == 1)
+        if (decode_message(&w, ir, a) != 0) return DECLINE;
+      if (re < 0) return DECLINE;
+      continue;
+    }
+    px_fv_t v;
+    if (px_fw_value(&w, &v) < 0) return DECLINE;
+    if (ki < 0) {
+      /* an unknown or rare member: null is no member there, else lossy or
+       * special (jansson) */
+      if (k.esc || v.kind != PX_FV_NULL) return DECLINE;
+      continue;
+    }
+    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+    f[ki] = v;
+  }
+  if (r < 0 || !HAS(K_MESSAGES)) return DECLINE;
+  if (!HAS(K_MODEL) || f[K_MODEL].kind != PX_FV_STR) return DECLINE;
+  if (HAS(K_TOOLS) && f[K_TOOLS].kind != PX_FV_NULL && decode_tools(&f[K_TOOLS], ir, a) != 0)
+    return DECLINE;
+  if (HAS(K_TC) && f[K_TC].kind != PX_FV_NULL && decode_tool_choice(&f[K_TC], ir) != 0)
+    return DECLINE;
+  ir->parallel = -1;
+  if (HAS(K_PAR) && f[K_PAR].kind == PX_FV_TRUE) ir->parallel = 1;
+  if (HAS(K_PAR) && f[K_PAR].kind == PX_FV_FALSE) ir->parallel = 0;
+  /* max_completion_tokens wins over the deprecated max_tokens */
+  for (int i = K_MAX; i <= K_MCT; i++) {
+    if (!HAS(i) || f[i].kind == PX_FV_NULL) continue;
+    int64_t n;
+    if (f[i].kind != PX_FV_NUM || px_fw_uint(f[i].raw, &n) < 0 || n < 1) return DECLINE;
+    ir->max_tokens = f[i].raw;
+    ir->max_tokens_v = n;
+  }
+  if (HAS(K_TEMP) && f[K_TEMP].kind == PX_FV_NUM) ir->temperature = f[K_TEMP].raw;
+  if (HAS(K_TOPP) && f[K_TOPP].kind == PX_FV_NUM) ir->top_p = f[K_TOPP].raw;
+  if (HAS(K_STOP)) {
+    if (f[K_STOP].kind == PX_FV_STR) ir->stop1 = f[K_STOP].s;
+    else if (f[K_STOP].kind == PX_FV_ARR) {
+      if (!strings_only(&f[K_STOP])) return DECLINE;
+      if (!px_fw_empty(f[K_STOP].raw)) ir->stop = f[K_STOP].raw;
+    } else if (f[K_STOP].kind != PX_FV_NULL)
+      return DECLINE;
+  }
+  if (HAS(K_USER) && f[K_USER].kind == PX_FV_STR) ir->user = f[K_USER].s;
+  if (HAS(K_META) && f[K_META].kind == PX_FV_OBJ) {
+    ir->metadata = f[K_META].raw;
+    ir->metadata_empty = px_fw_empty(f[K_META].raw);
+  }
+  if (HAS(K_STREAM) && f[K_STREAM].kind == PX_FV_TRUE) return DECLINE;
+  if (HAS(K_STREAM) && f[K_STREAM].kind == PX_FV_FALSE) ir->stream_false = 1;
+  if (HAS(K_RF) && f[K_RF].kind != PX_FV_NULL) {
+    if (!format_text(&f[K_RF])) return DECLINE;
+    ir->rf_text = 1;
+  }
+  if (HAS(K_N) && f[K_N].kind != PX_FV_NULL &&
+      !(f[K_N].kind == PX_FV_NUM && f[K_N].raw.len == 1 && f[K_N].raw.ptr[0] == '1'))
+    return DECLINE;
+  if (HAS(K_LOGPROBS) && f[K_LOGPROBS].kind == PX_FV_TRUE) return DECLINE;
+  return 0;
+}
+
+/* ======================================================================== */
+/* Request encode                                                            */
+
+static int put_tool_msg(px_buf_t *b, const px_fpart_t *p) {
+  int rc = px_fb_lit(b, "{\"role\":\"tool\",\"tool_call_id\":");
+  if (rc == 0) rc = px_fb_str(b, p->id);
+  if (rc == 0) rc = px_fb_lit(b, ",\"content\":\"");
+  for (const px_fpart_t *c = p->content; c && rc == 0; c = c->next)
+    if (c->text.n) rc = px_buf_append(b, c->text.p, c->text.n);
+  if (rc == 0) rc = px_fb_lit(b, "\"}");
+  return rc;
+}
+
+static int put_call(px_buf_t *b, const px_fpart_t *p) {
+  int rc = px_fb_lit(b, "{\"id\":");
+  if (rc == 0) rc = px_fb_str(b, p->id);
+  if (rc == 0) rc = px_fb_lit(b, ",\"type\":\"function\",\"function\":{\"name\":");
+  if (rc == 0) rc = px_fb_str(b, p->name);
+  if (rc == 0) rc = px_fb_lit(b, ",\"arguments\":");
+  if (rc == 0) rc = px_fb_str(b, p->args.p ? p->args : (px_fstr_t){"{}", 2, 0});
+  if (rc == 0) rc = px_fb_lit(b, "}}");
+  return rc;
+}
+
+/* consecutive assistant messages [m, end) -> one Chat message */
+static int put_assistant(px_buf_t *b, const px_fmsg_t *m, const px_fmsg_t *end,
+                         px_lossy_t *lossy) {
+  int ntext = 0, ncalls = 0;
+  for (const px_fmsg_t *x = m; x != end; x = x->next)
+    for (const px_fpart_t *p = x->parts; p; p = p->next) {
+      if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+      if (p->type == PX_FP_TEXT) ntext++;
+      else if (p->type == PX_FP_TOOL_CALL) ncalls++;
+      else return DECLINE;
+    }
+  int rc = px_fb_lit(b, "{\"role\":\"assistant\",\"content\":");
+  if (rc == 0 && ntext > 0) {
+    rc = px_fb_lit(b, "\"");
+    for (const px_fmsg_t *x = m; x != end && rc == 0; x = x->next)
+      for (const px_fpart_t *p = x->parts; p && rc == 0; p = p->next)
+        if (p->type == PX_FP_TEXT && p->text.n) rc = px_buf_append(b, p->text.p, p->text.n);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  } else if (rc == 0) {
+    rc = px_fb_lit(b, ncalls ? "null" : "\"\"");
+  }
+  if (rc == 0 && ncalls) {
+    rc = px_fb_lit(b, ",\"tool_calls\":[");
+    int first = 1;
+    for (const px_fmsg_t *x = m; x != end && rc == 0; x = x->next)
+      for (const px_fpart_t *p = x->parts; p && rc == 0; p = p->next) {
+        if (p->type != PX_FP_TOOL_CALL) continue;
+        if (!first) rc = px_fb_lit(b, ",");
+        first = 0;
+        if (rc == 0) rc = put_call(b, p);
+      }
+    if (rc == 0) rc = px_fb_lit(b, "]");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+static int put_user(px_buf_t *b, const px_fmsg_t *m, int *first, px_lossy_t *lossy) {
+  int ntext = 0, rc = 0;
+  const px_fpart_t *one = NULL;
+  for (const px_fpart_t *p = m->parts; p; p = p->next) {
+    if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+    if (p->type == PX_FP_TOOL_RESULT) {
+      for (const px_fpart_t *c = p->content; c; c = c->next)
+        if (c->type != PX_FP_TEXT) return DECLINE;
+      if (p->is_error) px_lossy_add(lossy, "messages[].content[].is_error");
+      if (!*first) rc = px_fb_lit(b, ",");
+      *first = 0;
+      if (rc == 0) rc = put_tool_msg(b, p);
+      if (rc != 0) return rc;
+    } else if (p->type == PX_FP_TEXT) {
+      ntext++;
+      one = p;
+    } else {
+      return DECLINE;
+    }
+  }
+  if (ntext == 0) return 0;
+  if (!*first) rc = px_fb_lit(b, ",");
+  *first = 0;
+  if (rc == 0) rc = px_fb_lit(b, "{\"role\":\"user\",\"content\":");
+  if (rc == 0 && ntext == 1) {
+    rc = px_fb_str(b, one->text);
+  } else if (rc == 0) {
+    rc = px_fb_lit(b, "[");
+    int f = 1;
+    for (const px_fpart_t *p = m->parts; p && rc == 0; p = p->next) {
+      if (p->type != PX_FP_TEXT) continue;
+      rc = px_fb_lit(b, f ? "{\"type\":\"text\",\"text\":" : ",{\"type\":\"text\",\"text\":");
+      f = 0;
+      if (rc == 0) rc = px_fb_str(b, p->text);
+      if (rc == 0) rc = px_fb_lit(b, "}");
+    }
+    if (rc == 0) rc = px_fb_lit(b, "]");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+static int chat_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
+                                    px_buf_t *b, px_arena_t *a, px_lossy_t *lossy) {
+  (void)a;
+  int rc = px_fb_lit(b, "{\"model\":");
+  if (rc == 0) rc = px_buf_json_str(b, ctx->upstream_model, strlen(ctx->upstream_model));
+  if (rc == 0) rc = px_fb_lit(b, ",\"messages\":[");
+  int first = 1;
+  for (const px_fpart_t *p = ir->system; p && rc == 0; p = p->next) {
+    if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+    rc = px_fb_lit(b, first ? "{\"role\":" : ",{\"role\":");
+    first = 0;
+    if (rc == 0) rc = px_fb_lit(b, p->developer ? "\"developer\"" : "\"system\"");
+    if (rc == 0) rc = px_fb_lit(b, ",\"content\":");
+    if (rc == 0) rc = px_fb_str(b, p->text);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  const px_fmsg_t *m = ir->msgs;
+  while (rc == 0 && m != NULL) {
+    if (m->assistant) {
+      const px_fmsg_t *end = m->next;
+      while (end != NULL && end->assistant) end = end->next;
+      if (!first) rc = px_fb_lit(b, ",");
+      first = 0;
+      if (rc == 0) rc = put_assistant(b, m, end, lossy);
+      m = end;
+    } else {
+      rc = put_user(b, m, &first, lossy);
+      m = m->next;
+    }
+  }
+  if (rc == 0) rc = px_fb_lit(b, "]");
+  if (rc != 0) return rc;
+  if (ir->tools != NULL) {
+    rc = px_fb_lit(b, ",\"tools\":[");
+    for (const px_ftool_t *t = ir->tools; t && rc == 0; t = t->next) {
+      rc = px_fb_lit(b, t == ir->tools ? "{\"type\":\"function\",\"function\":{\"name\":"
+                                       : ",{\"type\":\"function\",\"function\":{\"name\":");
+      if (rc == 0) rc = px_fb_str(b, t->name);
+      if (rc == 0 && t->desc.p) {
+        rc = px_fb_lit(b, ",\"description\":");
+        if (rc == 0) rc = px_fb_str(b, t->desc);
+      }
+      if (rc == 0) rc = px_fb_lit(b, ",\"parameters\":");
+      if (rc == 0) rc = px_fb_raw(b, t->params);
+      if (rc == 0 && t->strict >= 0)
+        rc = px_fb_lit(b, t->strict ? ",\"strict\":true" : ",\"strict\":false");
+      if (rc == 0) rc = px_fb_lit(b, "}}");
+      if (t->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+    }
+    if (rc == 0) rc = px_fb_lit(b, "]");
+    if (rc == 0 && ir->tool_choice == PX_FTC_TOOL) {
+      rc = px_fb_lit(b, ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":");
+      if (rc == 0) rc = px_fb_str(b, ir->tc_name);
+      if (rc == 0) rc = px_fb_lit(b, "}}");
+    } else if (rc == 0 && ir->tool_choice != PX_FTC_UNSET) {
+      rc = px_fb_lit(b, ir->tool_choice == PX_FTC_AUTO   ? ",\"tool_choice\":\"auto\""
+                        : ir->tool_choice == PX_FTC_NONE ? ",\"tool_choice\":\"none\""
+                                                         : ",\"tool_choice\":\"required\"");
+    }
+    if (rc == 0 && ir->parallel >= 0)
+      rc = px_fb_lit(b, ir->parallel ? ",\"parallel_tool_calls\":true"
+                                     : ",\"parallel_tool_calls\":false");
+  } else if (ir->tool_choice == PX_FTC_REQUIRED || ir->tool_choice == PX_FTC_TOOL) {
+    px_lossy_add(lossy, "tool_choice");
+  }
+  if (rc == 0 && ir->max_tokens.ptr) {
+    rc = px_fb_lit(b, ",\"max_completion_tokens\":");
+    if (rc == 0) rc = px_fb_raw(b, ir->max_tokens);
+  }
+  if (rc == 0 && ir->temperature.ptr) {
+    rc = px_fb_lit(b, ",\"temperature\":");
+    if (rc == 0) rc = px_fb_raw(b, ir->temperature);
+  }
+  if (rc == 0 && ir->top_p.ptr) {
+    rc = px_fb_lit(b, ",\"top_p\":");
+    if (rc == 0) rc = px_fb_raw(b, ir->top_p);
+  }
+  if (ir->top_k.ptr) px_lossy_add(lossy, "top_k");
+  if (rc == 0 && ir->stop1.p) {
+    rc = px_fb_lit(b, ",\"stop\":[");
+    if (rc == 0) rc = px_fb_str(b, ir->stop1);
+    if (rc == 0) rc = px_fb_lit(b, "]");
+  } else if (rc == 0 && ir->stop.ptr) {
+    rc = px_fb_lit(b, ",\"stop\":");
+    if (rc == 0) rc = px_fb_raw(b, ir->stop);
+  }
+  if (rc == 0 && ir->rf_text) rc = px_fb_lit(b, ",\"response_format\":{\"type\":\"text\"}");
+  if (rc == 0 && ir->user.p) {
+    rc = px_fb_lit(b, ",\"user\":");
+    if (rc == 0) rc = px_fb_str(b, ir->user);
+  }
+  if (rc == 0 && ir->metadata.ptr) {
+    rc = px_fb_lit(b, ",\"metadata\":");
+    if (rc == 0) rc = px_fb_raw(b, ir->metadata);
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* ======================================================================== */
+/* Response decode                                                           */
+
+/* {"cached_tokens": n} / {"reasoning_tokens": n} */
+static int detail(const px_fv_t *v, const char *key, int64_t *out) {
+  *out = -1;
+  if (v->kind != PX_FV_OBJ) return 0;
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  px_fstr_t k;
+  int r, n = 0;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    px_fv_t x;
+    if (px_fw_value(&w, &x) < 0 || k.esc) return DECLINE;
+    if (px_fs_is(k, key) && (n++ || px_fw_jint(&x, -1, out) != 0)) return DECLINE;
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+static int decode_usage(const px_fv_t *u, px_fresp_t *ir) {
+  static const char *const keys[] = {"prompt_tokens", "completion_tokens",
+                                     "prompt_tokens_details", "completion_tokens_details"};
+  px_fv_t f[4];
+  px_fw_t w = {u->raw.ptr, u->raw.len, 0};
+  px_fstr_t k;
+  unsigned seen = 0;
+  int r;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    px_fv_t v;
+    if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
+    int ki = px_fw_key_of(k, keys, 4);
+    if (ki < 0) continue;
+    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+    f[ki] = v;
+  }
+  if (r < 0) return DECLINE;
+  px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
+  ir->has_usage = 1;
+  if (px_fw_jint(HAS(0) ? &f[0] : &none, 0, &ir->in) != 0 ||
+      px_fw_jint(HAS(1) ? &f[1] : &none, 0, &ir->out) != 0 ||
+      detail(HAS(2) ? &f[2] : &none, "cached_tokens", &ir->cache_read) != 0 ||
+      detail(HAS(3) ? &f[3] : &none, "reasoning_tokens", &ir->reasoning) != 0)
+    return DECLINE;
+  ir->cache_creation = -1;
+  return 0;
+}
+
+static int decode_message_out(const px_fv_t *mv, px_fresp_t *ir, px_arena_t *a) {
+  static const char *const keys[] = {"content", "refusal", "reasoning_content", "tool_calls",
+                                     "annotations", "audio"};
+  px_fv_t f[6];
+  px_fw_t w = {mv->raw.ptr, mv->raw.len, 0};
+  px_fstr_t k;
+  unsigned seen = 0;
+  int r;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    px_fv_t v;
+    if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
+    int ki = px_fw_key_of(k, keys, 6);
+    if (ki < 0) continue;
+    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+    f[ki] = v;
+  }
+  if (r < 0) return DECLINE;
+  if (HAS(2) && f[2].kind == PX_FV_STR && f[2].s.n > 0) return DECLINE;
+  if (HAS(0) && f[0].kind == PX_FV_ARR) return DECLINE;
+  if (HAS(4) && f[4].kind == PX_FV_ARR && !px_fw_empty(f[4].raw)) return DECLINE;
+  if (HAS(1) && f[1].kind == PX_FV_STR && f[1].s.n > 0) return DECLINE;
+  if (HAS(5) && f[5].kind != PX_FV_NULL) return DECLINE;
+  if (HAS(0) && f[0].kind == PX_FV_STR && f[0].s.n > 0) {
+    px_fpart_t *p = text_of(a, f[0].s);
+    if (p == NULL) return DECLINE;
+    push_part(&ir->content, &ir->last, p);
+  }
+  if (!HAS(3) || f[3].kind != PX_FV_ARR) return 0;
+  px_fw_t tw = {f[3].raw.ptr, f[3].raw.len, 0};
+  if (px_fw_open(&tw, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&tw)) == 1) {
+    static const char *const tkeys[] = {"type", "id", "function"};
+    static const char *const fkeys[] = {"name", "arguments"};
+    px_fv_t g[3], h[2];
+    unsigned gs = 0, hs = 0;
+    int rm;
+    if (px_fw_peek(&tw) != PX_FV_OBJ || px_fw_open(&tw, '{') < 0) return DECLINE;
+    while ((rm = px_fw_member(&tw, &k)) == 1) {
+      px_fv_t v;
+      if (px_fw_value(&tw, &v) < 0 || k.esc) return DECLINE;
+      int ki = px_fw_key_of(k, tkeys, 3);
+      if (ki < 0) continue;
+      if (px_fw_seen_twice(&gs, ki)) return DECLINE;
+      g[ki] = v;
+    }
+    if (rm < 0) return DECLINE;
+    if ((gs & 1) && !(g[0].kind == PX_FV_STR && px_fs_is(g[0].s, "function"))) return DECLINE;
+    if (!(gs & 4) || g[2].kind != PX_FV_OBJ) return DECLINE;
+    px_fw_t fw = {g[2].raw.ptr, g[2].raw.len, 0};
+    if (px_fw_open(&fw, '{') < 0) return DECLINE;
+    while ((rm = px_fw_member(&fw, &k)) == 1) {
+      px_fv_t v;
+      if (px_fw_value(&fw, &v) < 0 || k.esc) return DECLINE;
+      int ki = px_fw_key_of(k, fkeys, 2);
+      if (ki < 0) continue;
+      if (px_fw_seen_twice(&hs, ki)) return DECLINE;
+      h[ki] = v;
+    }
+    if (rm < 0) return DECLINE;
+    px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
+    if (p == NULL) return DECLINE;
+    p->id = (gs & 2) && g[1].kind == PX_FV_STR ? g[1].s : (px_fstr_t){"", 0, 0};
+    p->name = (hs & 1) && h[0].kind == PX_FV_STR ? h[0].s : (px_fstr_t){"", 0, 0};
+    if (!(hs & 2) || h[1].kind != PX_FV_STR) {
+      p->args = (px_fstr_t){"{}", 2, 0};
+    } else {
+      int blank = px_fs_blank_value(h[1].s);
+      if (blank < 0) return DECLINE;
+      p->args = blank ? (px_fstr_t){"{}", 2, 0} : h[1].s;
+    }
+    push_part(&ir->content, &ir->last, p);
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+  (void)ctx;
+  (void)lossy;
+  static const char *const keys[] = {"id", "model", "created", "choices", "usage"};
+  px_fv_t f[5];
+  px_fw_t w = {body, len, 0};
+  px_fstr_t k;
+  unsigned seen = 0;
+  int r;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    px_fv_t v;
+    if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
+    int ki = px_fw_key_of(k, keys, 5);
+    if (ki < 0) continue;
+    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+    f[ki] = v;
+  }
+  if (r < 0 || !HAS(3) || f[3].kind != PX_FV_ARR) return DECLINE;
+  if (HAS(0) && f[0].kind == PX_FV_STR) ir->id = f[0].s;
+  if (HAS(1) && f[1].kind == PX_FV_STR) ir->model = f[1].s;
+  if (HAS(2) && f[2].kind == PX_FV_NUM && px_fw_is_int(f[2].raw)) {
+    if (px_fw_uint(f[2].raw, &ir->created) < 0) return DECLINE;
+    ir->has_created = 1;
+  }
+  if (HAS(4) && f[4].kind == PX_FV_OBJ && decode_usage(&f[4], ir) != 0) return DECLINE;
+  /* exactly one choice */
+  px_fw_t cw = {f[3].raw.ptr, f[3].raw.len, 0};
+  px_fv_t ch;
+  if (px_fw_open(&cw, '[') < 0 || px_fw_elem(&cw) != 1 || px_fw_value(&cw, &ch) < 0 ||
+      px_fw_elem(&cw) != 0 || ch.kind != PX_FV_OBJ)
+    return DECLINE;
+  static const char *const ckeys[] = {"message", "finish_reason", "logprobs"};
+  px_fv_t g[3];
+  unsigned gs = 0;
+  px_fw_t chw = {ch.raw.ptr, ch.raw.len, 0};
+  if (px_fw_open(&chw, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&chw, &k)) == 1) {
+    px_fv_t v;
+    if (px_fw_value(&chw, &v) < 0 || k.esc) return DECLINE;
+    int ki = px_fw_key_of(k, ckeys, 3);
+    if (ki < 0) continue;
+    if (px_fw_seen_twice(&gs, ki)) return DECLINE;
+    g[ki] = v;
+  }
+  if (r < 0 || !(gs & 1) || g[0].kind != PX_FV_OBJ) return DECLINE;
+  if ((gs & 4) && g[2].kind != PX_FV_NULL) return DECLINE;
+  ir->stop = PX_STOP_NONE;
+  if ((gs & 2) && g[1].kind == PX_FV_STR) {
+    char fr[40];
+    if (g[1].s.esc) return DECLINE;
+    if (g[1].s.n >= sizeof(fr)) {
+      ir->stop = PX_STOP_END_TURN;
+    } else {
+      memcpy(fr, g[1].s.p, g[1].s.n);
+      fr[g[1].s.n] = 0;
+      ir->stop = px_stop_from_chat(fr);
+    }
+  }
+  return decode_message_out(&g[0], ir, a);
+}
+
+/* ======================================================================== */
+/* Response encode                                                           */
+
+static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
+                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy) {
+  (void)a;
+  if (ir->id.esc || !px_fast_ids_plain(ir->content)) return DECLINE;
+  int rc = px_fb_lit(b, "{\"id\":\"");
+  if (rc == 0 && ir->id.p == NULL)
+    rc = px_fb_lit(b, "chatcmpl-proxai");
+  else if (rc == 0) {
+    if (!(ir->id.n >= 9 && memcmp(ir->id.p, "chatcmpl-", 9) == 0))
+      rc = px_fb_lit(b, "chatcmpl-");
+    if (rc == 0 && ir->id.n) rc = px_buf_append(b, ir->id.p, ir->id.n);
+  }
+  if (rc == 0) rc = px_fb_lit(b, "\",\"object\":\"chat.completion\",\"created\":");
+  if (rc == 0) rc = px_fb_i64(b, ir->has_created ? ir->created : ctx->created);
+  if (rc == 0 && (ctx->client_model || ir->model.p)) {
+    rc = px_fb_lit(b, ",\"model\":");
+    if (rc == 0 && ctx->client_model)
+      rc = px_buf_json_str(b, ctx->client_model, strlen(ctx->client_model));
+    else if (rc == 0)
+      rc = px_fb_str(b, ir->model);
+  }
+  if (rc == 0) rc = px_fb_lit(b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":"
+                                 "\"assistant\",\"content\":");
+  int ntext = 0, ncalls = 0;
+  for (const px_fpart_t *p = ir->content; p; p = p->next) {
+    if (p->type == PX_FP_TEXT) ntext++;
+    else ncalls++;
+  }
+  if (rc == 0 && ntext) {
+    rc = px_fb_lit(b, "\"");
+    for (const px_fpart_t *p = ir->content; p && rc == 0; p = p->next)
+      if (p->type == PX_FP_TEXT && p->text.n) rc = px_buf_append(b, p->text.p, p->text.n);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  } else if (rc == 0) {
+    rc = px_fb_lit(b, "null");
+  }
+  if (rc == 0 && ncalls) {
+    rc = px_fb_lit(b, ",\"tool_calls\":[");
+    int first = 1;
+    for (const px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
+      if (p->type != PX_FP_TOOL_CALL) continue;
+      if (!first) rc = px_fb_lit(b, ",");
+      first = 0;
+      if (rc == 0) rc = put_call(b, p);
+    }
+    if (rc == 0) rc = px_fb_lit(b, "]");
+  }
+  px_stop_t st = ir->stop == PX_STOP_NONE ? PX_STOP_END_TURN : ir->stop;
+  if (ir->stop_sequence.p) px_lossy_add(lossy, "stop_sequence");
+  if (rc == 0) rc = px_fb_lit(b, "},\"logprobs\":null,\"finish_reason\":\"");
+  if (rc == 0) rc = px_fb_lit(b, px_stop_to_chat(st));
+  if (rc == 0) rc = px_fb_lit(b, "\"}]");
+  if (rc == 0 && ir->has_usage) {
+    int64_t in = ir->in < 0 ? 0 : ir->in, out = ir->out < 0 ? 0 : ir->out;
+    rc = px_fb_lit(b, ",\"usage\":{\"prompt_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, in);
+    if (rc == 0) rc = px_fb_lit(b, ",\"completion_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, out);
+    if (rc == 0) rc = px_fb_lit(b, ",\"total_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, in + out);
+    if (rc == 0) rc = px_fb_lit(b, ",\"prompt_tokens_details\":{\"cached_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, ir->cache_read < 0 ? 0 : ir->cache_read);
+    if (rc == 0) rc = px_fb_lit(b, "},\"completion_tokens_details\":{\"reasoning_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, ir->reasoning < 0 ? 0 : ir->reasoning);
+    if (rc == 0) rc = px_fb_lit(b, "}}");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+const px_fast_ops_t px_chat_fast = {
+    .decode_request = chat_fast_decode_request,
+    .encode_request = chat_fast_encode_request,
+    .decode_response = chat_fast_decode_response,
+    .encode_response = chat_fast_encode_response,
+};

@@ -1,0 +1,360 @@
+/* fast.c - what the fast codecs share (include/proxai/fastir.h): the arena,
+ * the walker over validated bodies, the writers, and the two places where
+ * tool-call arguments change form (a JSON string <-> a JSON object). */
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "proxai/fastir.h"
+
+/* ------------------------------------------------------------------------ */
+/* Arena                                                                     */
+
+struct px_arena_blk {
+  px_arena_blk_t *next;
+  size_t size;
+  char data[];
+};
+
+void px_arena_init(px_arena_t *a) {
+  a->cur = a->first;
+  a->end = a->first + sizeof(a->first);
+  a->blocks = NULL;
+}
+
+void *px_arena_alloc(px_arena_t *a, size_t n) {
+  n = (n + 7) & ~(size_t)7;
+  size_t pad = (size_t)(-(uintptr_t)a->cur & 7);
+  if ((size_t)(a->end - a->cur) < n + pad) {
+    size_t sz = n > 8192 ? n : 8192;
+    px_arena_blk_t *b = malloc(sizeof(*b) + sz + 8);
+    if (b == NULL) return NULL;
+    b->next = a->blocks;
+    b->size = sz;
+    a->blocks = b;
+    a->cur = b->data;
+    a->end = b->data + sz + 8;
+    pad = (size_t)(-(uintptr_t)a->cur & 7);
+  }
+  char *p = a->cur + pad;
+  a->cur = p + n;
+  memset(p, 0, n);
+  return p;
+}
+
+void px_arena_free(px_arena_t *a) {
+  px_arena_blk_t *b = a->blocks;
+  while (b != NULL) {
+    px_arena_blk_t *nx = b->next;
+    free(b);
+    b = nx;
+  }
+  px_arena_init(a);
+}
+
+px_fpart_t *px_fpart_new(px_arena_t *a, px_fpart_type_t t) {
+  px_fpart_t *p = px_arena_alloc(a, sizeof(*p));
+  if (p != NULL) p->type = t;
+  return p;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Walker: the body has passed px_json_request (jansson's rules), so it only
+ * finds boundaries; every step still stays inside the bytes.               */
+
+static void ws(px_fw_t *w) {
+  while (w->i < w->n) {
+    char c = w->p[w->i];
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+    w->i++;
+  }
+}
+
+/* at the opening quote: content span, cursor past the closing quote */
+static int str(px_fw_t *w, px_fstr_t *s) {
+  size_t i = w->i + 1;
+  int esc = 0;
+  for (;;) {
+    const char *q = memchr(w->p + i, '"', w->n - i);
+    const char *bs = memchr(w->p + i, '\\', (q ? (size_t)(q - w->p) : w->n) - i);
+    if (q == NULL) return -1;
+    if (bs == NULL) {
+      s->p = w->p + w->i + 1;
+      s->n = (size_t)(q - s->p);
+      s->esc = esc;
+      w->i = (size_t)(q - w->p) + 1;
+      return 0;
+    }
+    esc = 1;
+    i = (size_t)(bs - w->p) + 2;
+    if (i > w->n) return -1;
+  }
+}
+
+int px_fw_open(px_fw_t *w, char c) {
+  ws(w);
+  if (w->i >= w->n || w->p[w->i] != c) return -1;
+  w->i++;
+  return 0;
+}
+
+int px_fw_member(px_fw_t *w, px_fstr_t *key) {
+  ws(w);
+  if (w->i >= w->n) return -1;
+  if (w->p[w->i] == '}') {
+    w->i++;
+    return 0;
+  }
+  if (w->p[w->i] == ',') {
+    w->i++;
+    ws(w);
+  }
+  if (w->i >= w->n || w->p[w->i] != '"' || str(w, key) < 0) return -1;
+  ws(w);
+  if (w->i >= w->n || w->p[w->i] != ':') return -1;
+  w->i++;
+  ws(w);
+  return w->i < w->n ? 1 : -1;
+}
+
+int px_fw_elem(px_fw_t *w) {
+  ws(w);
+  if (w->i >= w->n) return -1;
+  if (w->p[w->i] == ']') {
+    w->i++;
+    return 0;
+  }
+  if (w->p[w->i] == ',') {
+    w->i++;
+    ws(w);
+  }
+  return w->i < w->n ? 1 : -1;
+}
+
+px_fv_kind_t px_fw_peek(px_fw_t *w) {
+  ws(w);
+  switch (w->i < w->n ? w->p[w->i] : 0) {
+    case '"': return PX_FV_STR;
+    case '{': return PX_FV_OBJ;
+    case '[': return PX_FV_ARR;
+    case 't': return PX_FV_TRUE;
+    case 'f': return PX_FV_FALSE;
+    case 'n': return PX_FV_NULL;
+    default: return PX_FV_NUM;
+  }
+}
+
+static int skip_container(px_fw_t *w) {
+  int depth = 0;
+  while (w->i < w->n) {
+    char c = w->p[w->i];
+    if (c == '"') {
+      px_fstr_t s;
+      if (str(w, &s) < 0) return -1;
+      continue;
+    }
+    w->i++;
+    if (c == '{' || c == '[') depth++;
+    else if ((c == '}' || c == ']') && --depth == 0) return 0;
+  }
+  return -1;
+}
+
+int px_fw_value(px_fw_t *w, px_fv_t *v) {
+  v->kind = px_fw_peek(w);
+  size_t s = w->i;
+  v->s.p = NULL;
+  switch (v->kind) {
+    case PX_FV_STR:
+      if (str(w, &v->s) < 0) return -1;
+      break;
+    case PX_FV_OBJ:
+    case PX_FV_ARR:
+      if (skip_container(w) < 0) return -1;
+      break;
+    case PX_FV_TRUE:
+    case PX_FV_NULL:
+      w->i += 4;
+      break;
+    case PX_FV_FALSE:
+      w->i += 5;
+      break;
+    case PX_FV_NUM:
+      while (w->i < w->n) {
+        char c = w->p[w->i];
+        if (!((c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' ||
+              c == 'E'))
+          break;
+        w->i++;
+      }
+      if (w->i == s) return -1;
+      break;
+  }
+  if (w->i > w->n) return -1;
+  v->raw.ptr = w->p + s;
+  v->raw.len = w->i - s;
+  return 0;
+}
+
+int px_fw_uint(px_str_t raw, int64_t *v) {
+  if (raw.len == 0 || raw.len > 18) return -1;
+  int64_t x = 0;
+  for (size_t i = 0; i < raw.len; i++) {
+    char c = raw.ptr[i];
+    if (c < '0' || c > '9') return -1;
+    x = x * 10 + (c - '0');
+  }
+  *v = x;
+  return 0;
+}
+
+int px_fw_empty(px_str_t raw) {
+  for (size_t i = 1; i < raw.len; i++) {
+    char c = raw.ptr[i];
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') return c == ']' || c == '}';
+  }
+  return 0;
+}
+
+int px_fs_blank(px_fstr_t s) {
+  /* escaped whitespace (\n, \t, \r, \u0020 ...) is blank too: decided on
+   * the unescaped value by the callers that care; here a raw check */
+  for (size_t i = 0; i < s.n; i++) {
+    char c = s.p[i];
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') return 0;
+  }
+  return 1;
+}
+
+int px_fs_blank_value(px_fstr_t s) {
+  size_t i = 0;
+  while (i < s.n && (s.p[i] == ' ' || s.p[i] == '\t' || s.p[i] == '\n' || s.p[i] == '\r'))
+    i++;
+  if (i == s.n) return 1;
+  if (s.p[i] != '\\') return 0; /* the common case: JSON text starts here */
+  px_buf_t b;
+  px_str_t v;
+  px_buf_init(&b, s.n + 1);
+  int blank = -1;
+  if (px_json_unescape(s.p, s.n, 1, &b, &v) == 0) {
+    blank = 1;
+    for (size_t k = 0; k < v.len; k++)
+      if (v.ptr[k] != ' ' && v.ptr[k] != '\t' && v.ptr[k] != '\n' && v.ptr[k] != '\r')
+        blank = 0;
+  }
+  px_buf_free(&b);
+  return blank;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Writers                                                                   */
+
+int px_fb_str(px_buf_t *b, px_fstr_t s) {
+  int rc = px_buf_append(b, "\"", 1);
+  if (rc == 0 && s.n) rc = px_buf_append(b, s.p, s.n);
+  if (rc == 0) rc = px_buf_append(b, "\"", 1);
+  return rc;
+}
+
+int px_fb_raw(px_buf_t *b, px_str_t r) { return px_buf_append(b, r.ptr, r.len); }
+
+int px_fb_key(px_buf_t *b, int *first, const char *key) {
+  int rc = 0;
+  if (!*first) rc = px_buf_append(b, ",", 1);
+  *first = 0;
+  if (rc == 0) rc = px_buf_append(b, "\"", 1);
+  if (rc == 0) rc = px_buf_puts(b, key);
+  if (rc == 0) rc = px_buf_append(b, "\":", 2);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tool-call arguments                                                       */
+
+int px_fast_args_object(px_arena_t *a, px_fpart_t *part) {
+  px_buf_t b;
+  px_str_t v;
+  px_buf_init(&b, part->args.n + 1);
+  if (px_json_unescape(part->args.p, part->args.n, part->args.esc, &b, &v) < 0) {
+    px_buf_free(&b);
+    return PX_FAST_DECLINE;
+  }
+  char *copy = px_arena_alloc(a, v.len + 1);
+  if (copy != NULL) memcpy(copy, v.ptr, v.len);
+  px_buf_free(&b);
+  if (copy == NULL) return PX_FAST_DECLINE;
+  /* the scanner accepts exactly what jansson reads, objects only */
+  px_json_req_t r;
+  if (px_json_request(copy, v.len, &r) < 0) return PX_FAST_DECLINE;
+  part->input.ptr = copy;
+  part->input.len = v.len;
+  return 0;
+}
+
+int px_fast_dump_value(px_arena_t *a, px_str_t raw, px_fstr_t *out) {
+  json_t *j = json_loadb(raw.ptr, raw.len, JSON_DECODE_ANY, NULL);
+  if (j == NULL) return PX_FAST_DECLINE;
+  char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+  json_decref(j);
+  if (s == NULL) return PX_FAST_DECLINE;
+  px_buf_t b;
+  px_buf_init(&b, SIZE_MAX);
+  int rc = px_buf_json_escape(&b, s, strlen(s));
+  free(s);
+  char *copy = rc == 0 ? px_arena_alloc(a, b.len + 1) : NULL;
+  if (copy != NULL && b.len) memcpy(copy, b.data, b.len);
+  out->p = copy;
+  out->n = b.len;
+  out->esc = 1;
+  px_buf_free(&b);
+  return copy != NULL ? 0 : PX_FAST_DECLINE;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Small readers shared by the codecs                                        */
+
+int px_fw_key_of(px_fstr_t k, const char *const *names, int n) {
+  if (k.esc || k.n == 0) return -1;
+  for (int i = 0; i < n; i++)
+    if (names[i][0] == k.p[0] && strncmp(names[i], k.p, k.n) == 0 && names[i][k.n] == 0)
+      return i;
+  return -1;
+}
+
+int px_fw_is_int(px_str_t raw) {
+  for (size_t i = 0; i < raw.len; i++)
+    if (raw.ptr[i] == '.' || raw.ptr[i] == 'e' || raw.ptr[i] == 'E') return 0;
+  return 1;
+}
+
+int px_fw_jint(const px_fv_t *v, int64_t dflt, int64_t *out) {
+  *out = dflt;
+  if (v->kind != PX_FV_NUM || !px_fw_is_int(v->raw)) return 0;
+  return px_fw_uint(v->raw, out) < 0 ? PX_FAST_DECLINE : 0;
+}
+
+int px_fast_ids_plain(const px_fpart_t *parts) {
+  for (const px_fpart_t *p = parts; p; p = p->next) {
+    if (p->type != PX_FP_TOOL_CALL) continue;
+    if (p->id.n == 0 || p->id.esc) return 0;
+    for (const px_fpart_t *q = parts; q != p; q = q->next)
+      if (q->type == PX_FP_TOOL_CALL && q->id.n == p->id.n &&
+          memcmp(q->id.p, p->id.p, p->id.n) == 0)
+        return 0;
+  }
+  return 1;
+}
+
+int px_fb_i64(px_buf_t *b, int64_t v) {
+  char tmp[24], out[24];
+  int n = 0;
+  uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+  do {
+    tmp[n++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (v < 0) tmp[n++] = '-';
+  for (int i = 0; i < n; i++) out[i] = tmp[n - 1 - i];
+  return px_buf_append(b, out, (size_t)n);
+}

@@ -1,0 +1,834 @@
+/* responses_fast.c - the fast codec of OpenAI Responses bodies
+ * (include/proxai/fastir.h): the common shape (instructions, message,
+ * function_call and function_call_output items with text, function tools,
+ * sampling parameters) without a jansson document. Anything else declines
+ * to responses.c, the reference: every rule here is that codec's rule for
+ * the same shape; the same for response bodies (message text and
+ * function calls). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxai/fastir.h"
+#include "proxai/protoutil.h"
+
+#define DECLINE PX_FAST_DECLINE
+#define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define HAS(x) (seen & (1u << (x)))
+
+static void push_part(px_fpart_t **head, px_fpart_t **tail, px_fpart_t *p) {
+  if (*tail) (*tail)->next = p;
+  else *head = p;
+  *tail = p;
+}
+
+static int is_text_type(px_fstr_t t) {
+  return px_fs_is(t, "input_text") || px_fs_is(t, "text") || px_fs_is(t, "output_text");
+}
+
+/* content parts of text types only -> TEXT parts; assistant: annotations
+ * must be empty (lossy there) */
+static int text_parts(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail, int sys_role,
+                      int assistant, px_arena_t *a) {
+  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    static const char *const keys[] = {"type", "text", "annotations"};
+    px_fv_t f[3];
+    px_fstr_t k;
+    unsigned seen = 0;
+    int rm;
+    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_open(&w, '{') < 0) return DECLINE;
+    while ((rm = px_fw_member(&w, &k)) == 1) {
+      px_fv_t v;
+      if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
+      int ki = px_fw_key_of(k, keys, 3);
+      if (ki < 0) continue;
+      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+      f[ki] = v;
+    }
+    if (rm < 0 || !HAS(0) || f[0].kind != PX_FV_STR || !is_text_type(f[0].s) || !HAS(1) ||
+        f[1].kind != PX_FV_STR)
+      return DECLINE;
+    if (assistant && HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw))
+      return DECLINE;
+    px_fpart_t *p = px_fpart_new(a, PX_FP_TEXT);
+    if (p == NULL) return DECLINE;
+    p->text = f[1].s;
+    p->developer = sys_role == 2;
+    push_part(head, tail, p);
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+static px_fmsg_t *new_msg(px_freq_t *ir, px_arena_t *a, int assistant) {
+  px_fmsg_t *m = px_arena_alloc(a, sizeof(*m));
+  if (m == NULL) return NULL;
+  m->assistant = assistant;
+  if (ir->msgs_last) ir->msgs_last->next = m;
+  else ir->msgs = m;
+  ir->msgs_last = m;
+  return m;
+}
+
+static px_fmsg_t *asst_msg(px_freq_t *ir, px_arena_t *a) {
+  if (ir->msgs_last != NULL && ir->msgs_last->assistant) return ir->msgs_last;
+  return new_msg(ir, a, 1);
+}
+
+enum { I_TYPE, I_ROLE, I_CONTENT, I_CALL_ID, I_NAME, I_ARGS, I_OUTPUT, I_NS };
+static const char *const item_keys[] = {"type", "role", "content", "call_id",
+                                        "name", "arguments", "output", "namespace"};
+
+static int decode_item(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
+  px_fv_t f[NKEYS(item_keys)];
+  px_fstr_t k;
+  unsigned seen = 0;
+  int rm;
+  if (px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0) return DECLINE;
+  while ((rm = px_fw_member(w, &k)) == 1) {
+    px_fv_t v;
+    if (px_fw_value(w, &v) < 0 || k.esc) return DECLINE;
+    int ki = px_fw_key_of(k, item_keys, NKEYS(item_keys));
+    if (ki < 0) continue;
+    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+    f[ki] = v;
+  }
+  if (rm < 0) return DECLINE;
+  px_fstr_t type = HAS(I_TYPE) && f[I_TYPE].kind == PX_FV_STR ? f[I_TYPE].s : (px_fstr_t){0};
+  if (type.p == NULL || px_fs_is(type, "message")) {
+    if (!HAS(I_ROLE) || f[I_ROLE].kind != PX_FV_STR) return DECLINE;
+    px_fstr_t role = f[I_ROLE].s;
+    px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
+    const px_fv_t *c = HAS(I_CONTENT) ? &f[I_CONTENT] : &none;
+    int sys = px_fs_is(role, "system") ? 1 : px_fs_is(role, "developer") ? 2 : 0;
+    px_fpart_t **head, **tail;
+    px_fmsg_t *m = NULL;
+    if (sys) {
+      head = &ir->system;
+      tail = &ir->system_last;
+    } else if (px_fs_is(role, "user")) {
+      if (c->kind != PX_FV_STR && c->kind != PX_FV_ARR) return DECLINE;
+      m = new_msg(ir, a, 0);
+    } else if (px_fs_is(role, "assistant")) {
+      if (c->kind != PX_FV_STR && c->kind != PX_FV_ARR) return DECLINE;
+      m = asst_msg(ir, a);
+    } else {
+      return DECLINE;
+    }
+    if (!sys) {
+      if (m == NULL) return DECLINE;
+      head = &m->parts;
+      tail = &m->last;
+    }
+    if (c->kind == PX_FV_STR) {
+      px_fpart_t *p = px_fpart_new(a, PX_FP_TEXT);
+      if (p == NULL) return DECLINE;
+      p->text = c->s;
+      p->developer = sys == 2;
+      push_part(head, tail, p);
+      return 0;
+    }
+    if (c->kind != PX_FV_ARR) return DECLINE;
+    return text_parts(c, head, tail, sys, m != NULL && m->assistant, a);
+  }
+  if (px_fs_is(type, "function_call")) {
+    if (!HAS(I_CALL_ID) || f[I_CALL_ID].kind != PX_FV_STR || !HAS(I_NAME) ||
+        f[I_NAME].kind != PX_FV_STR || !HAS(I_ARGS) || f[I_ARGS].kind != PX_FV_STR)
+      return DECLINE;
+    if (HAS(I_NS) && f[I_NS].kind == PX_FV_STR) return DECLINE; /* lossy there */
+    px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
+    if (p == NULL) return DECLINE;
+    p->id = f[I_CALL_ID].s;
+    p->name = f[I_NAME].s;
+    p->args = f[I_ARGS].s;
+    /* valid JSON there; objects are the shape taken here */
+    if (px_fast_args_object(a, p) != 0) return DECLINE;
+    px_fmsg_t *m = asst_msg(ir, a);
+    if (m == NULL) return DECLINE;
+    push_part(&m->parts, &m->last, p);
+    return 0;
+  }
+  if (px_fs_is(type, "function_call_output")) {
+    if (!HAS(I_CALL_ID) || f[I_CALL_ID].kind != PX_FV_STR || !HAS(I_OUTPUT)) return DECLINE;
+    px_fpart_t *res = px_fpart_new(a, PX_FP_TOOL_RESULT), *tail = NULL;
+    if (res == NULL) return DECLINE;
+    res->id = f[I_CALL_ID].s;
+    const px_fv_t *o = &f[I_OUTPUT];
+    if (o->kind == PX_FV_STR) {
+      if (o->s.n > 0) {
+        res->content = px_fpart_new(a, PX_FP_TEXT);
+        if (res->content == NULL) return DECLINE;
+        res->content->text = o->s;
+      }
+    } else if (o->kind == PX_FV_ARR) {
+      if (text_parts(o, &res->content, &tail, 0, 0, a) != 0) return DECLINE;
+    } else {
+      return DECLINE;
+    }
+    /* joins the user message whose last part is a tool result */
+    px_fmsg_t *m = ir->msgs_last;
+    if (m == NULL || m->assistant || m->last == NULL || m->last->type != PX_FP_TOOL_RESULT)
+      m = new_msg(ir, a, 0);
+    if (m == NULL) return DECLINE;
+    push_part(&m->parts, &m->last, res);
+    return 0;
+  }
+  return DECLINE;
+}
+
+static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
+  if (tv->kind != PX_FV_ARR) return DECLINE;
+  px_fw_t w = {tv->raw.ptr, tv->raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    static const char *const keys[] = {"type",   "name",         "description", "parameters",
+                                       "strict", "defer_loading"};
+    px_fv_t f[6];
+    px_fstr_t k;
+    unsigned seen = 0;
+    int rm;
+    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_open(&w, '{') < 0) return DECLINE;
+    while ((rm = px_fw_member(&w, &k)) == 1) {
+      px_fv_t v;
+      if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
+      int ki = px_fw_key_of(k, keys, 6);
+      if (ki < 0) continue;
+      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+      f[ki] = v;
+    }
+    if (rm < 0 || !HAS(0) || f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "function") ||
+        !HAS(1) || f[1].kind != PX_FV_STR)
+      return DECLINE;
+    if (HAS(5) && f[5].kind == PX_FV_TRUE) return DECLINE;
+    px_ftool_t *t = px_arena_alloc(a, sizeof(*t));
+    if (t == NULL) return DECLINE;
+    t->name = f[1].s;
+    if (HAS(2) && f[2].kind == PX_FV_STR) t->desc = f[2].s;
+    if (HAS(3) && f[3].kind == PX_FV_OBJ)
+      t->params = f[3].raw;
+    else
+      t->params = (px_str_t){"{\"type\":\"object\",\"properties\":{}}", 33};
+    t->strict = -1;
+    if (HAS(4) && f[4].kind == PX_FV_TRUE) t->strict = 1;
+    if (HAS(4) && f[4].kind == PX_FV_FALSE) t->strict = 0;
+    if (ir->tools_last) ir->tools_last->next = t;
+    else ir->tools = t;
+    ir->tools_last = t;
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+static int decode_tool_choice(const px_fv_t *v, px_freq_t *ir) {
+  if (v->kind == PX_FV_STR) {
+    if (px_fs_is(v->s, "auto")) ir->tool_choice = PX_FTC_AUTO;
+    else if (px_fs_is(v->s, "none")) ir->tool_choice = PX_FTC_NONE;
+    else if (px_fs_is(v->s, "required")) ir->tool_choice = PX_FTC_REQUIRED;
+    else return DECLINE;
+    return 0;
+  }
+  if (v->kind != PX_FV_OBJ) return DECLINE;
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  px_fstr_t k, type = {0}, name = {0};
+  int r, nt = 0, nn = 0;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    px_fv_t x;
+    if (px_fw_value(&w, &x) < 0 || k.esc) return DECLINE;
+    if (px_fs_is(k, "type")) {
+      if (nt++ || x.kind != PX_FV_STR) return DECLINE;
+      type = x.s;
+    } else if (px_fs_is(k, "name")) {
+      if (nn++ || x.kind != PX_FV_STR) return DECLINE;
+      name = x.s;
+    }
+  }
+  if (r < 0 || !px_fs_is(type, "function") || name.p == NULL) return DECLINE;
+  ir->tool_choice = PX_FTC_TOOL;
+  ir->tc_name = name;
+  return 0;
+}
+
+/* text: {format: {"type":"text"} | null, verbosity: null} */
+static int decode_text(const px_fv_t *v, px_freq_t *ir) {
+  if (v->kind != PX_FV_OBJ) return DECLINE;
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  px_fstr_t k;
+  int r, nf = 0, nv = 0;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    px_fv_t x;
+    if (px_fw_value(&w, &x) < 0 || k.esc) return DECLINE;
+    if (px_fs_is(k, "verbosity")) {
+      if (nv++ || x.kind != PX_FV_NULL) return DECLINE;
+    } else if (px_fs_is(k, "format")) {
+      if (nf++) return DECLINE;
+      if (x.kind == PX_FV_NULL) continue;
+      if (x.kind != PX_FV_OBJ) return DECLINE;
+      px_fw_t fw = {x.raw.ptr, x.raw.len, 0};
+      px_fstr_t fk, type = {0};
+      int rf, nt = 0;
+      if (px_fw_open(&fw, '{') < 0) return DECLINE;
+      while ((rf = px_fw_member(&fw, &fk)) == 1) {
+        px_fv_t y;
+        if (px_fw_value(&fw, &y) < 0 || fk.esc) return DECLINE;
+        if (px_fs_is(fk, "type")) {
+          if (nt++ || y.kind != PX_FV_STR) return DECLINE;
+          type = y.s;
+        }
+      }
+      if (rf < 0 || !px_fs_is(type, "text")) return DECLINE;
+      ir->rf_text = 1;
+    }
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+enum { K_MODEL, K_INSTR, K_INPUT, K_TOOLS, K_TC, K_PAR, K_MAX, K_TEMP, K_TOPP, K_TEXT,
+       K_USER, K_META, K_STREAM, K_STORE, K_INCLUDE, K_TRUNC };
+static const char *const top_keys[] = {
+    "model",     "instructions", "input", "tools",  "tool_choice", "parallel_tool_calls",
+    "max_output_tokens", "temperature", "top_p", "text", "user", "metadata", "stream",
+    "store",     "include",      "truncation"};
+
+static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+  (void)ctx;
+  (void)lossy;
+  px_fw_t w = {body, len, 0};
+  px_fstr_t k;
+  px_fv_t f[NKEYS(top_keys)];
+  unsigned seen = 0, any = 0; /* any: also the null ones (repeats) */
+  int r;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    int ki = px_fw_key_of(k, top_keys, NKEYS(top_keys));
+    px_fv_t v;
+    if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
+    if (ki >= 0 && px_fw_seen_twice(&any, ki)) return DECLINE;
+    if (v.kind == PX_FV_NULL) continue; /* null = not given, for every field */
+    if (ki < 0) return DECLINE;
+    seen |= 1u << ki;
+    f[ki] = v;
+  }
+  if (r < 0 || !HAS(K_INPUT)) return DECLINE;
+  if (HAS(K_MODEL) && f[K_MODEL].kind != PX_FV_STR) return DECLINE;
+  if (HAS(K_INSTR)) {
+    if (f[K_INSTR].kind != PX_FV_STR) return DECLINE;
+    if (f[K_INSTR].s.n > 0) {
+      px_fpart_t *p = px_fpart_new(a, PX_FP_TEXT);
+      if (p == NULL) return DECLINE;
+      p->text = f[K_INSTR].s;
+      push_part(&ir->system, &ir->system_last, p);
+    }
+  }
+  if (HAS(K_TOOLS) && decode_tools(&f[K_TOOLS], ir, a) != 0) return DECLINE;
+  if (HAS(K_TC) && decode_tool_choice(&f[K_TC], ir) != 0) return DECLINE;
+  ir->parallel = -1;
+  if (HAS(K_PAR) && f[K_PAR].kind == PX_FV_TRUE) ir->parallel = 1;
+  if (HAS(K_PAR) && f[K_PAR].kind == PX_FV_FALSE) ir->parallel = 0;
+  if (HAS(K_MAX)) {
+    if (f[K_MAX].kind != PX_FV_NUM || px_fw_uint(f[K_MAX].raw, &ir->max_tokens_v) < 0 ||
+        ir->max_tokens_v < 1)
+      return DECLINE;
+    ir->max_tokens = f[K_MAX].raw;
+  }
+  if (HAS(K_TEMP)) {
+    if (f[K_TEMP].kind != PX_FV_NUM) return DECLINE;
+    ir->temperature = f[K_TEMP].raw;
+  }
+  if (HAS(K_TOPP)) {
+    if (f[K_TOPP].kind != PX_FV_NUM) return DECLINE;
+    ir->top_p = f[K_TOPP].raw;
+  }
+  if (HAS(K_TEXT) && decode_text(&f[K_TEXT], ir) != 0) return DECLINE;
+  if (HAS(K_USER) && f[K_USER].kind == PX_FV_STR) ir->user = f[K_USER].s;
+  if (HAS(K_META) && f[K_META].kind == PX_FV_OBJ && !px_fw_empty(f[K_META].raw))
+    ir->metadata = f[K_META].raw;
+  if (HAS(K_STREAM)) {
+    if (f[K_STREAM].kind == PX_FV_TRUE) return DECLINE;
+    if (f[K_STREAM].kind == PX_FV_FALSE) ir->stream_false = 1;
+  }
+  if (HAS(K_STORE) && f[K_STORE].kind == PX_FV_TRUE) return DECLINE;
+  if (HAS(K_INCLUDE) && f[K_INCLUDE].kind == PX_FV_ARR && !px_fw_empty(f[K_INCLUDE].raw))
+    return DECLINE;
+  if (HAS(K_TRUNC) && f[K_TRUNC].kind == PX_FV_STR && !px_fs_is(f[K_TRUNC].s, "disabled"))
+    return DECLINE;
+  if (ir->tools == NULL) {
+    /* tool_choice and parallel_tool_calls mean nothing without tools */
+    if (ir->tool_choice == PX_FTC_REQUIRED || ir->tool_choice == PX_FTC_TOOL) return DECLINE;
+    ir->tool_choice = PX_FTC_UNSET;
+    ir->parallel = -1;
+  }
+  const px_fv_t *in = &f[K_INPUT];
+  if (in->kind == PX_FV_STR) {
+    px_fmsg_t *m = new_msg(ir, a, 0);
+    px_fpart_t *p = px_fpart_new(a, PX_FP_TEXT);
+    if (m == NULL || p == NULL) return DECLINE;
+    p->text = in->s;
+    push_part(&m->parts, &m->last, p);
+    return 0;
+  }
+  if (in->kind != PX_FV_ARR) return DECLINE;
+  px_fw_t iw = {in->raw.ptr, in->raw.len, 0};
+  if (px_fw_open(&iw, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&iw)) == 1)
+    if (decode_item(&iw, ir, a) != 0) return DECLINE;
+  return r < 0 ? DECLINE : 0;
+}
+
+/* ======================================================================== */
+/* Request encode                                                            */
+
+static int put_output(px_buf_t *b, const px_fpart_t *p, px_lossy_t *lossy) {
+  if (p->is_error) px_lossy_add(lossy, "messages[].content[].is_error");
+  int rc = px_fb_lit(b, "{\"type\":\"function_call_output\",\"call_id\":");
+  if (rc == 0) rc = px_fb_str(b, p->id);
+  if (rc == 0) rc = px_fb_lit(b, ",\"output\":\"");
+  for (const px_fpart_t *c = p->content; c && rc == 0; c = c->next)
+    if (c->text.n) rc = px_buf_append(b, c->text.p, c->text.n);
+  if (rc == 0) rc = px_fb_lit(b, "\"}");
+  return rc;
+}
+
+static int put_call(px_buf_t *b, const px_fpart_t *p) {
+  int rc = px_fb_lit(b, "{\"type\":\"function_call\",\"call_id\":");
+  if (rc == 0) rc = px_fb_str(b, p->id);
+  if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
+  if (rc == 0) rc = px_fb_str(b, p->name);
+  if (rc == 0) rc = px_fb_lit(b, ",\"arguments\":");
+  if (rc == 0) rc = px_fb_str(b, p->args.p ? p->args : (px_fstr_t){"{}", 2, 0});
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* a run of text parts [from, to) -> one message item */
+static int put_text_msg(px_buf_t *b, int assistant, const px_fpart_t *from,
+                        const px_fpart_t *to, int *first, px_lossy_t *lossy) {
+  int rc = px_fb_lit(b, *first ? "{\"type\":\"message\",\"role\":"
+                               : ",{\"type\":\"message\",\"role\":");
+  *first = 0;
+  if (rc == 0) rc = px_fb_lit(b, assistant ? "\"assistant\",\"content\":["
+                                           : "\"user\",\"content\":[");
+  for (const px_fpart_t *p = from; p != to && rc == 0; p = p->next) {
+    if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+    if (p != from) rc = px_fb_lit(b, ",");
+    if (rc == 0)
+      rc = px_fb_lit(b, assistant ? "{\"type\":\"output_text\",\"text\":"
+                                  : "{\"type\":\"input_text\",\"text\":");
+    if (rc == 0) rc = px_fb_str(b, p->text);
+    if (rc == 0) rc = px_fb_lit(b, assistant ? ",\"annotations\":[]}" : "}");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "]}");
+  return rc;
+}
+
+static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
+                                    px_buf_t *b, px_arena_t *a, px_lossy_t *lossy) {
+  (void)a;
+  int rc = px_fb_lit(b, "{\"model\":");
+  if (rc == 0) rc = px_buf_json_str(b, ctx->upstream_model, strlen(ctx->upstream_model));
+  if (rc == 0 && ir->system != NULL) {
+    rc = px_fb_lit(b, ",\"instructions\":\"");
+    for (const px_fpart_t *p = ir->system; p && rc == 0; p = p->next) {
+      if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+      if (p != ir->system) rc = px_fb_lit(b, "\\n\\n");
+      if (rc == 0 && p->text.n) rc = px_buf_append(b, p->text.p, p->text.n);
+    }
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  }
+  if (rc == 0) rc = px_fb_lit(b, ",\"input\":[");
+  int first = 1;
+  for (const px_fmsg_t *m = ir->msgs; m && rc == 0; m = m->next) {
+    const px_fpart_t *run = NULL; /* pending text parts */
+    for (const px_fpart_t *p = m->parts; p && rc == 0; p = p->next) {
+      if (p->type == PX_FP_TEXT) {
+        if (run == NULL) run = p;
+        continue;
+      }
+      if (run != NULL) rc = put_text_msg(b, m->assistant, run, p, &first, lossy);
+      run = NULL;
+      if (rc != 0) break;
+      if (p->type == PX_FP_TOOL_RESULT)
+        for (const px_fpart_t *c = p->content; c; c = c->next)
+          if (c->type != PX_FP_TEXT) return DECLINE;
+      if (!first) rc = px_fb_lit(b, ",");
+      first = 0;
+      if (rc == 0)
+        rc = p->type == PX_FP_TOOL_RESULT ? put_output(b, p, lossy) : put_call(b, p);
+    }
+    if (rc == 0 && run != NULL) rc = put_text_msg(b, m->assistant, run, NULL, &first, lossy);
+  }
+  if (rc == 0) rc = px_fb_lit(b, "]");
+  if (rc == 0 && ir->tools != NULL) {
+    rc = px_fb_lit(b, ",\"tools\":[");
+    for (const px_ftool_t *t = ir->tools; t && rc == 0; t = t->next) {
+      rc = px_fb_lit(b, t == ir->tools ? "{\"type\":\"function\",\"name\":"
+                                       : ",{\"type\":\"function\",\"name\":");
+      if (rc == 0) rc = px_fb_str(b, t->name);
+      if (rc == 0 && t->desc.p) {
+        rc = px_fb_lit(b, ",\"description\":");
+        if (rc == 0) rc = px_fb_str(b, t->desc);
+      }
+      if (rc == 0) rc = px_fb_lit(b, ",\"parameters\":");
+      if (rc == 0) rc = px_fb_raw(b, t->params);
+      if (rc == 0) rc = px_fb_lit(b, t->strict == 1 ? ",\"strict\":true}" : ",\"strict\":false}");
+      if (t->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+    }
+    if (rc == 0) rc = px_fb_lit(b, "]");
+  }
+  if (rc == 0 && ir->tool_choice == PX_FTC_TOOL) {
+    rc = px_fb_lit(b, ",\"tool_choice\":{\"type\":\"function\",\"name\":");
+    if (rc == 0) rc = px_fb_str(b, ir->tc_name);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  } else if (rc == 0 && ir->tool_choice != PX_FTC_UNSET) {
+    rc = px_fb_lit(b, ir->tool_choice == PX_FTC_AUTO   ? ",\"tool_choice\":\"auto\""
+                      : ir->tool_choice == PX_FTC_NONE ? ",\"tool_choice\":\"none\""
+                                                       : ",\"tool_choice\":\"required\"");
+  }
+  if (rc == 0 && ir->parallel >= 0)
+    rc = px_fb_lit(b, ir->parallel ? ",\"parallel_tool_calls\":true"
+                                   : ",\"parallel_tool_calls\":false");
+  if (rc == 0 && ir->max_tokens.ptr) {
+    rc = px_fb_lit(b, ",\"max_output_tokens\":");
+    if (rc == 0) rc = px_fb_raw(b, ir->max_tokens);
+  }
+  if (rc == 0 && ir->temperature.ptr) {
+    rc = px_fb_lit(b, ",\"temperature\":");
+    if (rc == 0) rc = px_fb_raw(b, ir->temperature);
+  }
+  if (rc == 0 && ir->top_p.ptr) {
+    rc = px_fb_lit(b, ",\"top_p\":");
+    if (rc == 0) rc = px_fb_raw(b, ir->top_p);
+  }
+  if (ir->top_k.ptr) px_lossy_add(lossy, "top_k");
+  if (ir->stop.ptr || ir->stop1.p)
+    px_lossy_add(lossy, ctx->in == PX_PROTO_ANTHROPIC ? "stop_sequences" : "stop");
+  if (rc == 0 && ir->rf_text) rc = px_fb_lit(b, ",\"text\":{\"format\":{\"type\":\"text\"}}");
+  if (rc == 0 && ir->user.p) {
+    rc = px_fb_lit(b, ",\"user\":");
+    if (rc == 0) rc = px_fb_str(b, ir->user);
+  }
+  if (rc == 0 && ir->metadata.ptr) {
+    rc = px_fb_lit(b, ",\"metadata\":");
+    if (rc == 0) rc = px_fb_raw(b, ir->metadata);
+  }
+  if (rc == 0 && ir->stream_false) rc = px_fb_lit(b, ",\"stream\":false");
+  /* stateless toward Responses (no reasoning in this shape: no include) */
+  if (rc == 0 && ctx->in != PX_PROTO_RESPONSES) rc = px_fb_lit(b, ",\"store\":false");
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* ======================================================================== */
+/* Response decode                                                           */
+
+static int decode_message_item(const px_fv_t *c, px_fresp_t *ir, px_arena_t *a) {
+  if (c->kind != PX_FV_ARR) return 0; /* no content list: nothing there */
+  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    static const char *const keys[] = {"type", "text", "annotations", "logprobs"};
+    px_fv_t f[4];
+    px_fstr_t k;
+    unsigned seen = 0;
+    int rm;
+    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_open(&w, '{') < 0) return DECLINE;
+    while ((rm = px_fw_member(&w, &k)) == 1) {
+      px_fv_t v;
+      if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
+      int ki = px_fw_key_of(k, keys, 4);
+      if (ki < 0) continue;
+      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+      f[ki] = v;
+    }
+    if (rm < 0) return DECLINE;
+    if (!HAS(0) || f[0].kind != PX_FV_STR) continue; /* no type: skipped there */
+    if (!px_fs_is(f[0].s, "output_text")) return DECLINE; /* refusal, others */
+    if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw)) return DECLINE;
+    if (HAS(3) && f[3].kind == PX_FV_ARR && !px_fw_empty(f[3].raw)) return DECLINE;
+    px_fpart_t *p = px_fpart_new(a, PX_FP_TEXT);
+    if (p == NULL) return DECLINE;
+    p->text = HAS(1) && f[1].kind == PX_FV_STR ? f[1].s : (px_fstr_t){"", 0, 0};
+    if (ir->last) ir->last->next = p;
+    else ir->content = p;
+    ir->last = p;
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+static int decode_output(const px_fv_t *o, px_fresp_t *ir, px_arena_t *a, int *has_tool) {
+  px_fw_t w = {o->raw.ptr, o->raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    static const char *const keys[] = {"type", "content", "call_id", "name", "arguments",
+                                       "namespace"};
+    px_fv_t f[6];
+    px_fstr_t k;
+    unsigned seen = 0;
+    int rm;
+    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_open(&w, '{') < 0) return DECLINE;
+    while ((rm = px_fw_member(&w, &k)) == 1) {
+      px_fv_t v;
+      if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
+      int ki = px_fw_key_of(k, keys, 6);
+      if (ki < 0) continue;
+      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+      f[ki] = v;
+    }
+    if (rm < 0) return DECLINE;
+    if (!HAS(0) || f[0].kind != PX_FV_STR) continue;
+    if (px_fs_is(f[0].s, "message")) {
+      if (HAS(1) && decode_message_item(&f[1], ir, a) != 0) return DECLINE;
+    } else if (px_fs_is(f[0].s, "function_call")) {
+      if (HAS(5) && f[5].kind == PX_FV_STR) return DECLINE; /* lossy there */
+      px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
+      if (p == NULL) return DECLINE;
+      px_fstr_t empty = {"", 0, 0};
+      p->id = HAS(2) && f[2].kind == PX_FV_STR ? f[2].s : empty;
+      p->name = HAS(3) && f[3].kind == PX_FV_STR ? f[3].s : empty;
+      p->args = HAS(4) && f[4].kind == PX_FV_STR ? f[4].s : empty;
+      *has_tool = 1;
+      if (ir->last) ir->last->next = p;
+      else ir->content = p;
+      ir->last = p;
+    } else {
+      return DECLINE; /* reasoning, hosted tools ...: the jansson codec */
+    }
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* {"<key>": n} of a usage details object: -1 unless an integer */
+static int detail(const px_fv_t *v, const char *key, int64_t *out) {
+  *out = -1;
+  if (v->kind != PX_FV_OBJ) return 0;
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  px_fstr_t k;
+  int r, n = 0;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    px_fv_t x;
+    if (px_fw_value(&w, &x) < 0 || k.esc) return DECLINE;
+    if (px_fs_is(k, key) && (n++ || px_fw_jint(&x, -1, out) != 0)) return DECLINE;
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+  (void)ctx;
+  (void)lossy;
+  static const char *const keys[] = {"id",     "model", "created_at", "status",
+                                     "output", "usage", "incomplete_details"};
+  px_fv_t f[7];
+  px_fw_t w = {body, len, 0};
+  px_fstr_t k;
+  unsigned seen = 0;
+  int r;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    px_fv_t v;
+    if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
+    int ki = px_fw_key_of(k, keys, 7);
+    if (ki < 0) continue;
+    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+    f[ki] = v;
+  }
+  if (r < 0 || !HAS(4) || f[4].kind != PX_FV_ARR) return DECLINE;
+  /* finished answers only: completed, or incomplete with a reason */
+  int incomplete = 0;
+  if (HAS(3) && f[3].kind == PX_FV_STR) {
+    if (px_fs_is(f[3].s, "incomplete")) incomplete = 1;
+    else if (!px_fs_is(f[3].s, "completed")) return DECLINE;
+  }
+  ir->id = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){"", 0, 0};
+  if (HAS(1) && f[1].kind == PX_FV_STR) ir->model = f[1].s;
+  if (HAS(2) && f[2].kind == PX_FV_NUM && px_fw_is_int(f[2].raw)) {
+    if (px_fw_uint(f[2].raw, &ir->created) < 0) return DECLINE;
+    ir->has_created = 1;
+  }
+  int has_tool = 0;
+  if (decode_output(&f[4], ir, a, &has_tool) != 0) return DECLINE;
+  if (incomplete) {
+    /* the reason decides content_filter / max_tokens */
+    px_fstr_t reason = {0};
+    if (HAS(6) && f[6].kind == PX_FV_OBJ) {
+      px_fw_t dw = {f[6].raw.ptr, f[6].raw.len, 0};
+      int n = 0;
+      if (px_fw_open(&dw, '{') < 0) return DECLINE;
+      while ((r = px_fw_member(&dw, &k)) == 1) {
+        px_fv_t x;
+        if (px_fw_value(&dw, &x) < 0 || k.esc) return DECLINE;
+        if (px_fs_is(k, "reason")) {
+          if (n++) return DECLINE;
+          if (x.kind == PX_FV_STR) reason = x.s;
+        }
+      }
+      if (r < 0 || reason.esc) return DECLINE;
+    }
+    ir->stop = px_fs_is(reason, "content_filter") ? PX_STOP_CONTENT_FILTER
+                                                  : PX_STOP_MAX_TOKENS;
+  } else {
+    ir->stop = has_tool ? PX_STOP_TOOL_USE : PX_STOP_END_TURN;
+  }
+  if (HAS(5) && f[5].kind == PX_FV_OBJ) {
+    static const char *const ukeys[] = {"input_tokens", "output_tokens",
+                                        "input_tokens_details", "output_tokens_details"};
+    px_fv_t g[4];
+    px_fw_t uw = {f[5].raw.ptr, f[5].raw.len, 0};
+    unsigned us = 0;
+    if (px_fw_open(&uw, '{') < 0) return DECLINE;
+    while ((r = px_fw_member(&uw, &k)) == 1) {
+      px_fv_t v;
+      if (px_fw_value(&uw, &v) < 0 || k.esc) return DECLINE;
+      int ki = px_fw_key_of(k, ukeys, 4);
+      if (ki < 0) continue;
+      if (px_fw_seen_twice(&us, ki)) return DECLINE;
+      g[ki] = v;
+    }
+    if (r < 0) return DECLINE;
+    px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
+    ir->has_usage = 1;
+    if (px_fw_jint((us & 1) ? &g[0] : &none, 0, &ir->in) != 0 ||
+        px_fw_jint((us & 2) ? &g[1] : &none, 0, &ir->out) != 0 ||
+        detail((us & 4) ? &g[2] : &none, "cached_tokens", &ir->cache_read) != 0 ||
+        detail((us & 8) ? &g[3] : &none, "reasoning_tokens", &ir->reasoning) != 0)
+      return DECLINE;
+    ir->cache_creation = -1;
+  }
+  return 0;
+}
+
+/* ======================================================================== */
+/* Response encode                                                           */
+
+/* ids as responses.c makes them: prefix + id unless id has it already */
+static int put_prefixed(px_buf_t *b, const char *prefix, px_fstr_t id) {
+  size_t pl = strlen(prefix);
+  int rc = 0;
+  if (!(id.n >= pl && memcmp(id.p, prefix, pl) == 0)) rc = px_fb_lit(b, prefix);
+  if (rc == 0 && id.n) rc = px_buf_append(b, id.p, id.n);
+  return rc;
+}
+
+static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
+                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy) {
+  (void)a;
+  /* ids go through fixed buffers there (long ones are cut): short plain ones here */
+  px_fstr_t uid = ir->id.p && ir->id.n ? ir->id : (px_fstr_t){"proxai", 6, 0};
+  if (uid.esc || uid.n > 100) return DECLINE;
+  for (const px_fpart_t *p = ir->content; p; p = p->next)
+    if (p->type == PX_FP_TOOL_CALL && (p->id.esc || p->id.n > 100)) return DECLINE;
+  px_fstr_t base = uid; /* item ids: the id without "resp_" */
+  if (base.n > 5 && memcmp(base.p, "resp_", 5) == 0) {
+    base.p += 5;
+    base.n -= 5;
+  }
+  px_stop_t stop = ir->stop == PX_STOP_NONE ? PX_STOP_END_TURN : ir->stop;
+  const char *reason = NULL;
+  const char *status = px_stop_to_responses(stop, 0, &reason);
+  int rc = px_fb_lit(b, "{\"id\":\"");
+  if (rc == 0) rc = put_prefixed(b, "resp_", uid);
+  if (rc == 0) rc = px_fb_lit(b, "\",\"object\":\"response\",\"created_at\":");
+  if (rc == 0) rc = px_fb_i64(b, ir->has_created ? ir->created : ctx->created);
+  if (rc == 0) rc = px_fb_lit(b, ",\"status\":\"");
+  if (rc == 0) rc = px_fb_lit(b, status);
+  if (rc == 0) rc = px_fb_lit(b, "\",\"error\":null,\"incomplete_details\":");
+  if (rc == 0 && reason != NULL) {
+    rc = px_fb_lit(b, "{\"reason\":\"");
+    if (rc == 0) rc = px_fb_lit(b, reason);
+    if (rc == 0) rc = px_fb_lit(b, "\"}");
+  } else if (rc == 0) {
+    rc = px_fb_lit(b, "null");
+  }
+  if (rc == 0) rc = px_fb_lit(b, ",\"instructions\":null,\"max_output_tokens\":null,\"model\":");
+  /* the client's model, else the upstream's (as the hub's pipeline sets it) */
+  if (rc == 0)
+    rc = ctx->client_model ? px_buf_json_str(b, ctx->client_model, strlen(ctx->client_model))
+         : ir->model.p     ? px_fb_str(b, ir->model)
+                           : px_fb_lit(b, "\"\"");
+  if (rc == 0) rc = px_fb_lit(b, ",\"output\":[");
+  int oi = 0, nmsg = 0, in_msg = 0;
+  for (const px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
+    if (p->type == PX_FP_TEXT) {
+      if (!in_msg) {
+        if (oi > 0) rc = px_fb_lit(b, "]}");
+        if (rc == 0 && oi > 0) rc = px_fb_lit(b, ",");
+        if (rc == 0) rc = px_fb_lit(b, "{\"id\":\"");
+        if (rc == 0) rc = put_prefixed(b, "msg_", base);
+        if (rc == 0 && nmsg > 0) {
+          rc = px_fb_lit(b, "_");
+          if (rc == 0) rc = px_fb_i64(b, nmsg);
+        }
+        nmsg++;
+        if (rc == 0)
+          rc = px_fb_lit(b, "\",\"type\":\"message\",\"status\":\"completed\",\"role\":"
+                            "\"assistant\",\"content\":[");
+        in_msg = 1;
+        oi++;
+      } else {
+        rc = px_fb_lit(b, ",");
+      }
+      if (rc == 0) rc = px_fb_lit(b, "{\"type\":\"output_text\",\"text\":");
+      if (rc == 0) rc = px_fb_str(b, p->text);
+      if (rc == 0) rc = px_fb_lit(b, ",\"annotations\":[]}");
+      continue;
+    }
+    if (in_msg) rc = px_fb_lit(b, "]}");
+    in_msg = 0;
+    if (rc == 0 && oi > 0) rc = px_fb_lit(b, ",");
+    if (rc == 0) rc = px_fb_lit(b, "{\"id\":\"");
+    if (rc == 0 && p->id.n) {
+      rc = put_prefixed(b, "fc_", p->id);
+    } else if (rc == 0) {
+      rc = px_fb_lit(b, "fc_");
+      if (rc == 0) rc = px_buf_append(b, base.p, base.n);
+      if (rc == 0) rc = px_fb_lit(b, "_");
+      if (rc == 0) rc = px_fb_i64(b, oi);
+    }
+    if (rc == 0)
+      rc = px_fb_lit(b, "\",\"type\":\"function_call\",\"status\":\"completed\",\"call_id\":");
+    if (rc == 0) rc = px_fb_str(b, p->id);
+    if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
+    if (rc == 0) rc = px_fb_str(b, p->name);
+    if (rc == 0) rc = px_fb_lit(b, ",\"arguments\":");
+    if (rc == 0) rc = px_fb_str(b, p->args.p ? p->args : (px_fstr_t){"", 0, 0});
+    if (rc == 0) rc = px_fb_lit(b, "}");
+    oi++;
+  }
+  if (rc == 0 && in_msg) rc = px_fb_lit(b, "]}");
+  if (rc == 0)
+    rc = px_fb_lit(b, "],\"parallel_tool_calls\":true,\"previous_response_id\":null,"
+                      "\"temperature\":null,\"tool_choice\":\"auto\",\"tools\":[],"
+                      "\"top_p\":null,\"metadata\":{}");
+  if (rc == 0 && ir->has_usage) {
+    int64_t in = ir->in < 0 ? 0 : ir->in, out = ir->out < 0 ? 0 : ir->out;
+    int64_t cr = ir->cache_read < 0 ? 0 : ir->cache_read;
+    int64_t rt = ir->reasoning < 0 ? 0 : ir->reasoning;
+    rc = px_fb_lit(b, ",\"usage\":{\"input_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, in);
+    if (rc == 0) rc = px_fb_lit(b, ",\"input_tokens_details\":{\"cached_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, cr);
+    if (rc == 0) rc = px_fb_lit(b, "},\"output_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, out);
+    if (rc == 0) rc = px_fb_lit(b, ",\"output_tokens_details\":{\"reasoning_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, rt);
+    if (rc == 0) rc = px_fb_lit(b, "},\"total_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, in + out);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  if (ir->stop_sequence.p) px_lossy_add(lossy, "stop_sequence");
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+const px_fast_ops_t px_responses_fast = {
+    .decode_request = resp_fast_decode_request,
+    .encode_request = resp_fast_encode_request,
+    .decode_response = resp_fast_decode_response,
+    .encode_response = resp_fast_encode_response,
+};

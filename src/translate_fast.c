@@ -1,0 +1,93 @@
+/* translate_fast.c - the fast path of non-streaming translation
+ * (include/proxai/fastir.h): the client protocol's fast decoder reads the
+ * body into the C IR, the upstream protocol's fast encoder writes the
+ * upstream body; the same for an upstream answer. When either side
+ * declines, nothing is changed and the caller takes the jansson path. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxai/fastir.h"
+
+static int enabled = 1;
+static unsigned long taken_req, taken_resp;
+
+void px_translate_fast_enable(int on) { enabled = on; }
+
+void px_translate_fast_counts(unsigned long *requests, unsigned long *responses) {
+  if (requests) *requests = taken_req;
+  if (responses) *responses = taken_resp;
+}
+
+static const px_fast_ops_t *fast_of(px_proto_t p) {
+  if ((unsigned)p >= PX_PROTO_COUNT) return NULL;
+  return px_proto_get(p)->fast;
+}
+
+/* the output may grow past the body (arguments become strings, a model
+ * name is longer): bounded all the same */
+static size_t out_cap(size_t len) { return len * 4 + (64u << 10); }
+
+int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                              int flags, char **out, size_t *out_len, px_lossy_t *lossy) {
+  if (!enabled || flags != 0 || ctx->stream || ctx->in == ctx->out) return PX_FAST_DECLINE;
+  const px_fast_ops_t *in = fast_of(ctx->in), *op = fast_of(ctx->out);
+  if (in == NULL || op == NULL || in->decode_request == NULL || op->encode_request == NULL)
+    return PX_FAST_DECLINE;
+  px_tr_ctx_t c = *ctx;
+  if (c.upstream_model == NULL) c.upstream_model = c.client_model;
+  if (c.upstream_model == NULL) return PX_FAST_DECLINE;
+  px_arena_t a;
+  px_arena_init(&a);
+  px_freq_t ir;
+  memset(&ir, 0, sizeof(ir));
+  ir.parallel = -1;
+  px_lossy_t l;
+  px_lossy_init(&l);
+  px_buf_t b;
+  px_buf_init(&b, out_cap(len));
+  int rc = in->decode_request(&c, body, len, &ir, &a, &l);
+  if (rc == 0) rc = px_buf_reserve(&b, len + 256);
+  if (rc == 0) rc = op->encode_request(&c, &ir, &b, &a, &l);
+  if (rc == 0) rc = px_buf_append(&b, "", 1);
+  px_arena_free(&a);
+  if (rc != 0) {
+    px_buf_free(&b);
+    return PX_FAST_DECLINE;
+  }
+  *out_len = b.len - 1;
+  *out = px_buf_steal(&b, NULL);
+  px_lossy_merge(lossy, &l);
+  taken_req++;
+  return 0;
+}
+
+int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                               px_buf_t *out, px_lossy_t *lossy) {
+  if (!enabled || ctx->in == ctx->out) return PX_FAST_DECLINE;
+  const px_fast_ops_t *up = fast_of(ctx->out), *cl = fast_of(ctx->in);
+  if (up == NULL || cl == NULL || up->decode_response == NULL || cl->encode_response == NULL)
+    return PX_FAST_DECLINE;
+  /* an upstream body is not checked yet: the scanner proves it is one
+   * object jansson reads the same way, or the jansson path judges it */
+  px_json_req_t scan;
+  if (body == NULL || px_json_request(body, len, &scan) < 0) return PX_FAST_DECLINE;
+  px_arena_t a;
+  px_arena_init(&a);
+  px_fresp_t ir;
+  memset(&ir, 0, sizeof(ir));
+  ir.in = ir.out = ir.cache_read = ir.cache_creation = ir.reasoning = -1;
+  px_lossy_t l;
+  px_lossy_init(&l);
+  size_t start = out->len;
+  int rc = up->decode_response(ctx, body, len, &ir, &a, &l);
+  if (rc == 0) rc = px_buf_reserve(out, len + 256);
+  if (rc == 0) rc = cl->encode_response(ctx, &ir, out, &a, &l);
+  px_arena_free(&a);
+  if (rc != 0) {
+    out->len = start;
+    return PX_FAST_DECLINE;
+  }
+  px_lossy_merge(lossy, &l);
+  taken_resp++;
+  return 0;
+}

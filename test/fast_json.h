@@ -1,0 +1,59 @@
+/* fast_json.h - the runners' way into the fast path of non-streaming
+ * translation (include/proxai/fastir.h): a document in, a document out, so
+ * that the fixture and recording runners check the path the gateway takes
+ * first. Each returns 0 when the fast path took the body (*out and lossy
+ * set), 1 when it declined (the runner then takes the jansson path). */
+#ifndef PX_TEST_FAST_JSON_H
+#define PX_TEST_FAST_JSON_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxai/fastir.h"
+
+static inline int px_test_fast_request(const px_tr_ctx_t *ctx, json_t *body, json_t **out,
+                                       px_lossy_t *lossy) {
+  px_tr_ctx_t c = *ctx;
+  json_t *m = json_object_get(body, "model");
+  if (c.client_model == NULL && json_is_string(m)) c.client_model = json_string_value(m);
+  if (c.client_model == NULL) return 1;
+  char *s = json_dumps(body, JSON_COMPACT), *o = NULL;
+  size_t ol = 0;
+  px_json_req_t scan;
+  int rc = s != NULL && px_json_request(s, strlen(s), &scan) == 0 &&
+                   px_translate_request_fast(&c, s, strlen(s), 0, &o, &ol, lossy) == 0
+               ? 0
+               : 1;
+  free(s);
+  if (rc == 0) {
+    *out = json_loadb(o, ol, 0, NULL);
+    free(o);
+    if (*out == NULL) abort(); /* the fast path wrote invalid JSON */
+  }
+  return rc;
+}
+
+static inline int px_test_fast_response(const px_tr_ctx_t *ctx, json_t *body, json_t **out,
+                                        px_lossy_t *lossy) {
+  char *s = json_dumps(body, JSON_COMPACT);
+  if (s == NULL) return 1;
+  px_buf_t b;
+  px_buf_init(&b, SIZE_MAX);
+  int rc = px_translate_response_fast(ctx, s, strlen(s), &b, lossy) == 0 ? 0 : 1;
+  free(s);
+  if (rc == 0) {
+    *out = json_loadb(b.data, b.len, 0, NULL);
+    if (*out == NULL) abort();
+  }
+  px_buf_free(&b);
+  return rc;
+}
+
+/* "N requests and M responses took the fast path" */
+static inline void px_test_fast_report(void) {
+  unsigned long rq, rs;
+  px_translate_fast_counts(&rq, &rs);
+  printf("fast path: %lu requests, %lu responses\n", rq, rs);
+}
+
+#endif
