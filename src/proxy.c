@@ -138,6 +138,16 @@ static void free_hdrs(char **h) {
 
 static const px_proto_ops_t *client_ops(px_exch_t *x) { return px_proto_get(x->in); }
 
+/* dst = a then b, cut to cap - 1 bytes and NUL-terminated (snprintf "%s%.*s"
+ * without printf: this runs per request). */
+static void copy_cut(char *dst, size_t cap, px_str_t a, px_str_t b) {
+  size_t k = a.len < cap - 1 ? a.len : cap - 1;
+  if (k) memcpy(dst, a.ptr, k);
+  size_t l = b.len < cap - 1 - k ? b.len : cap - 1 - k;
+  if (l) memcpy(dst + k, b.ptr, l);
+  dst[k + l] = 0;
+}
+
 /* Build the client-shape error body and send it. */
 static void send_error_h(px_exch_t *x, px_errkind_t kind, int status, const char *msg,
                          const char *param, const px_hdr_t *extra, size_t nextra) {
@@ -306,11 +316,15 @@ static void finalize(px_exch_t *x) {
       .error_type = x->error_type,
       .lossy = x->lossy.len ? x->lossy.buf : NULL,
   };
-  char path[256];
-  snprintf(path, sizeof(path), "%.*s", (int)x->req->path_len, x->req->url.data);
-  rec.path = path;
-  if (x->conn) px_conn_access_log(x->conn, &rec); /* once the bytes are out */
-  else px_access_log(&rec);
+  if (px_access_log_on()) {
+    char path[256];
+    size_t pl = x->req->path_len < sizeof(path) - 1 ? x->req->path_len : sizeof(path) - 1;
+    if (pl) memcpy(path, x->req->url.data, pl);
+    path[pl] = 0;
+    rec.path = path;
+    if (x->conn) px_conn_access_log(x->conn, &rec); /* once the bytes are out */
+    else px_access_log(&rec);
+  }
   if (x->attempt_open && x->up)
     px_metrics_attempt(x->up->name, x->metric_status ? x->error_type : NULL);
   /* a response that failed after it started counts as that failure */
@@ -548,12 +562,11 @@ static int up_on_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
     /* a value that breaks the header rule is dropped (SPEC 10) */
     if (!px_header_value_ok(h[i].value.ptr, h[i].value.len)) continue;
     if (h[i].name.len == 12 && strncasecmp(h[i].name.ptr, "content-type", 12) == 0)
-      snprintf(x->content_type, sizeof(x->content_type), "%.*s", (int)h[i].value.len,
-               h[i].value.ptr);
+      copy_cut(x->content_type, sizeof(x->content_type), PX_STR(""), h[i].value);
     else if (h[i].name.len == 16 && strncasecmp(h[i].name.ptr, "content-encoding", 16) == 0 &&
              h[i].value.len > 0 &&
              !(h[i].value.len == 8 && strncasecmp(h[i].value.ptr, "identity", 8) == 0))
-      snprintf(encoding, sizeof(encoding), "%.*s", (int)h[i].value.len, h[i].value.ptr);
+      copy_cut(encoding, sizeof(encoding), PX_STR(""), h[i].value);
     if (pass_back(&h[i]) ||
         (h[i].name.len == 12 && strncasecmp(h[i].name.ptr, "x-request-id", 12) == 0)) {
       px_buf_append(&x->passhdrs, h[i].name.ptr, h[i].name.len);
@@ -1209,7 +1222,9 @@ static void start_attempt(px_exch_t *x) {
   x->attempt++;
   x->attempts++;
   x->mode = M_NONE;
-  snprintf(x->label, sizeof(x->label), "%s/%s", x->up->name, x->up_model);
+  copy_cut(x->label, sizeof(x->label), px_str(x->up->name), PX_STR("/")); /* "%s/%s" */
+  size_t ll = strlen(x->label);
+  copy_cut(x->label + ll, sizeof(x->label) - ll, PX_STR(""), px_str(x->up_model));
   if (prev != NULL)
     px_log_info("%s: %s %u on upstream %s after %s from upstream %s", x->req->request_id,
                 x->target > 0 && x->attempt == 1 ? "fallback" : "retry", x->attempts - 1,
