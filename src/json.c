@@ -86,7 +86,7 @@ int px_json_string(const unsigned char *p, size_t n, size_t i, size_t *end, int 
   *esc = 0;
   for (;;) {
     /* plain ASCII run */
-    while (i < n && p[i] >= 0x20 && p[i] < 0x80 && p[i] != '"' && p[i] != '\\') i++;
+    i = px_json_plain(p, i, n);
     if (i >= n) return -1;
     unsigned c = p[i];
     if (c == '"') break;

@@ -5,9 +5,11 @@
  * The scanner walks raw JSON text and never decodes strings: member names
  * are compared byte for byte (the names we look for need no escaping).
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/json.h"
 #include "proxai/passthru.h"
 
 #define END ((size_t)-1)
@@ -20,15 +22,13 @@ static size_t skip_ws(const char *p, size_t i, size_t n) {
 
 /* i at the opening quote; returns the index after the closing one. */
 static size_t skip_string(const char *p, size_t i, size_t n) {
-  for (i++; i < n;) {
-    const char *q = memchr(p + i, '"', n - i);
-    if (q == NULL) return MORE;
-    size_t j = (size_t)(q - p), k = j;
-    while (k > i && p[k - 1] == '\\') k--;
-    if (((j - k) & 1) == 0) return j + 1; /* an even run of backslashes */
-    i = j + 1;
+  const unsigned char *u = (const unsigned char *)p;
+  for (i++;;) {
+    i = px_json_plain(u, i, n);
+    if (i >= n) return MORE;
+    if (u[i] == '"') return i + 1;
+    i += u[i] == '\\' ? 2 : 1; /* an escape takes the next byte with it */
   }
-  return MORE;
 }
 
 /* Bytes that matter inside a container: quotes and brackets. */
@@ -115,6 +115,61 @@ int px_json_find(const char *p, size_t n, const char *const *path, size_t depth,
   }
 }
 
+/* Up to PICK_MAX member names looked for in one walk of an object. */
+#define PICK_MAX 6
+typedef struct pick {
+  const char *name[PICK_MAX];
+  size_t nlen[PICK_MAX];
+  size_t n;
+  size_t at[PICK_MAX], len[PICK_MAX]; /* value spans; at == END: absent */
+} pick_t;
+
+static void pick_add(pick_t *pk, const char *name) {
+  pk->name[pk->n] = name;
+  pk->nlen[pk->n] = strlen(name);
+  pk->at[pk->n] = END;
+  pk->len[pk->n++] = 0;
+}
+
+/* One walk over the object at p[i] ('{'): the value span of the first
+ * member named like each of pk's names (compared byte for byte). Returns
+ * the index after the closing brace, MORE (cut short) or END (not an
+ * object, or broken). */
+static size_t pick_members(const char *p, size_t n, size_t i, pick_t *pk) {
+  if (i >= n) return MORE;
+  if (p[i] != '{') return END;
+  i = skip_ws(p, i + 1, n);
+  if (i >= n) return MORE;
+  if (p[i] == '}') return i + 1;
+  for (;;) {
+    if (p[i] != '"') return END;
+    size_t ke = skip_string(p, i, n);
+    if (ke == MORE) return MORE;
+    size_t kl = ke - i - 2, hit = PICK_MAX;
+    for (size_t k = 0; k < pk->n; k++)
+      if (pk->at[k] == END && pk->nlen[k] == kl && memcmp(p + i + 1, pk->name[k], kl) == 0) {
+        hit = k;
+        break;
+      }
+    i = skip_ws(p, ke, n);
+    if (i >= n) return MORE;
+    if (p[i] != ':') return END;
+    i = skip_ws(p, i + 1, n);
+    size_t ve = skip_value(p, i, n);
+    if (ve == MORE || ve == END) return ve;
+    if (hit < PICK_MAX) {
+      pk->at[hit] = i;
+      pk->len[hit] = ve - i;
+    }
+    i = skip_ws(p, ve, n);
+    if (i >= n) return MORE;
+    if (p[i] == '}') return i + 1;
+    if (p[i] != ',') return END;
+    i = skip_ws(p, i + 1, n);
+    if (i >= n) return MORE;
+  }
+}
+
 int px_json_complete(const char *p, size_t n) {
   size_t i = skip_ws(p, 0, n);
   if (i >= n || p[i] != '{') return 0;
@@ -186,8 +241,55 @@ static void usage_at(const px_wire_watch_t *w, const char *p, size_t n, const ch
   }
 }
 
+
+/* A non-negative integer value at p[0..n), else -1. */
+static int64_t int_at(const char *p, size_t n) {
+  if (n == 0 || p[0] < '0' || p[0] > '9') return -1;
+  int64_t v = 0;
+  for (size_t i = 0; i < n && p[i] >= '0' && p[i] <= '9'; i++) {
+    if (v > (INT64_MAX - (p[i] - '0')) / 10) return INT64_MAX; /* as strtoll saturates */
+    v = v * 10 + (p[i] - '0');
+  }
+  return v;
+}
+
+int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
+  const px_wire_watch_t *w = &px_proto_get(proto)->watch;
+  pick_t top = {.n = 0};
+  pick_add(&top, w->usage_obj);
+  size_t i = skip_ws(p, 0, n);
+  if (i >= n || p[i] != '{') return 0;
+  i = pick_members(p, n, i, &top);
+  if (i == MORE || i == END || skip_ws(p, i, n) != n) return 0;
+  if (top.at[0] == END || p[top.at[0]] != '{') return 1;
+  /* the usage object: its counters in one more walk of just that object */
+  enum { IN, OUT, OUT_X, IN_X };
+  pick_t us = {.n = 0};
+  pick_add(&us, w->usage_in);
+  pick_add(&us, w->usage_out);
+  pick_add(&us, w->usage_out_extra ? w->usage_out_extra : "");
+  for (size_t k = 0; k < 2 && w->usage_in_extra[k]; k++) pick_add(&us, w->usage_in_extra[k]);
+  if (!w->usage_out_extra) us.nlen[OUT_X] = (size_t)-1; /* never matches */
+  pick_members(p, top.at[0] + top.len[0], top.at[0], &us);
+  int64_t v = us.at[IN] == END ? -1 : int_at(p + us.at[IN], us.len[IN]);
+  if (v >= 0) {
+    u->input_tokens = v;
+    for (size_t k = IN_X; k < us.n; k++) {
+      int64_t c = us.at[k] == END ? -1 : int_at(p + us.at[k], us.len[k]);
+      if (c > 0) u->input_tokens += c;
+    }
+  }
+  v = us.at[OUT] == END ? -1 : int_at(p + us.at[OUT], us.len[OUT]);
+  if (v >= 0) {
+    int64_t c = us.at[OUT_X] == END ? -1 : int_at(p + us.at[OUT_X], us.len[OUT_X]);
+    u->output_tokens = v + (c > 0 ? c : 0);
+  }
+  return 1;
+}
+
 void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *u) {
-  usage_at(&px_proto_get(p)->watch, body, len, NULL, u);
+  if (px_usage_scan(p, body, len, u)) return; /* the usual case: one walk */
+  usage_at(&px_proto_get(p)->watch, body, len, NULL, u); /* a prefix */
 }
 
 /* ---------------------------------------------------------------------- */

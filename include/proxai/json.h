@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "proxai/buf.h"
 
@@ -32,6 +33,29 @@ long px_hex4(const unsigned char *p);
 
 /** First index >= i of p[0..n) that is not JSON whitespace. */
 size_t px_json_ws(const unsigned char *p, size_t n, size_t i);
+
+/** The first index j >= i (or n) where p[j] is a quote, a backslash, a
+ *  control character or a non-ASCII byte: the end of a plain run inside a
+ *  JSON string. Eight bytes at a time (the scanners spend most of their
+ *  time inside strings). */
+static inline size_t px_json_plain(const unsigned char *p, size_t i, size_t n) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+  while (i + 8 <= n) {
+    uint64_t v;
+    memcpy(&v, p + i, 8);
+    /* per byte below 0x80: x - 0x20 sets the high bit iff x < 0x20, and
+     * (x ^ c) - 1 iff x == c; a borrow only follows a byte that is a hit,
+     * so the lowest flagged byte is exact */
+    uint64_t t = ((v - ones * 0x20) | ((v ^ (ones * '"')) - ones) |
+                  ((v ^ (ones * '\\')) - ones) | v) & high;
+    if (t) return i + (size_t)(__builtin_ctzll(t) >> 3);
+    i += 8;
+  }
+#endif
+  while (i < n && p[i] >= 0x20 && p[i] < 0x80 && p[i] != '"' && p[i] != '\\') i++;
+  return i;
+}
 /** Check the JSON string whose content starts at p[i] (just past its opening
  *  quote) exactly as strictly as jansson reads it: valid UTF-8, no raw
  *  control characters, valid escapes, no \u0000, surrogate escapes only as
