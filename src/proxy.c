@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -83,7 +84,6 @@ typedef struct px_exch {
   uint64_t t_attempt;    /* ms, start of this attempt */
   size_t next_target;    /* planned by plan_retry() */
   uint64_t next_delay;
-  char retry_reason[96]; /* why the last attempt is retried (for the log) */
   const px_upstream_conf_t *up;
   const char *up_model;
   const px_upstream_conf_t *built_up; /* what up_body/url/up_hdrs were built for */
@@ -97,9 +97,7 @@ typedef struct px_exch {
   mode_t_ mode;
   int up_status;
   int acc_trunc;         /* M_ERROR: the body went over PX_MAX_UPSTREAM_ERROR */
-  char bad_msg[200];     /* M_BAD: the 502 message */
   px_buf_t passhdrs;     /* "name\0value\0" pairs to pass back */
-  char content_type[128];
   int started;           /* client response head sent */
   int paused;
   int streaming_gauge;
@@ -108,7 +106,6 @@ typedef struct px_exch {
   px_stream_tr_t *str;
   px_passthru_t pt;
   int pt_init;
-  px_lossy_t lossy;
   px_tr_ctx_t ctx;
   uv_timer_t timer;
   int timer_init;
@@ -116,8 +113,14 @@ typedef struct px_exch {
   px_usage_t usage;
   const char *error_type;
   int status;            /* status sent to the client */
-  char label[256];       /* x-proxai-upstream value */
   int finalized;         /* finalize() has run */
+  /* Text buffers, last: gateway() zeroes the fields above and only empties
+   * these (zeroing 1.7 KiB per request costs more than the rest of it). */
+  char retry_reason[96]; /* why the last attempt is retried (for the log) */
+  char bad_msg[200];     /* M_BAD: the 502 message */
+  char content_type[128];
+  char label[256];       /* x-proxai-upstream value */
+  px_lossy_t lossy;
 } px_exch_t;
 
 static void start_attempt(px_exch_t *x);
@@ -1545,11 +1548,14 @@ static void on_admitted(void *arg, px_rl_verdict_t v, unsigned wait) {
 }
 
 static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, const px_inbound_t *in) {
-  px_exch_t *x = calloc(1, sizeof(*x));
+  px_exch_t *x = malloc(sizeof(*x));
   if (x == NULL) {
     px_resp_abort(c);
     return;
   }
+  memset(x, 0, offsetof(px_exch_t, retry_reason));
+  x->retry_reason[0] = x->bad_msg[0] = x->content_type[0] = x->label[0] = 0;
+  px_lossy_init(&x->lossy);
   x->srv = s;
   x->conn = c;
   x->req = r;
