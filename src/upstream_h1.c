@@ -205,8 +205,12 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
    * to write it: no printf, one allocation */
   bool has_host = false, has_accept = false, has_ctype = false, has_clen = false;
   size_t ml = strlen(m), pl = strlen(u.path), total = ml + 2 + pl + 11 + 2;
-  for (const char *const *h = o->headers; h && *h; h++) {
-    size_t n;
+  /* the first lines' kinds and lengths, kept for the writing pass */
+  enum { KEEP = 32 };
+  unsigned char kinds[KEEP];
+  size_t lens[KEEP], hi = 0;
+  for (const char *const *h = o->headers; h && *h; h++, hi++) {
+    size_t n = 0;
     hl_kind_t k = hl_kind(*h, &n);
     switch ((*h)[0] | 0x20) { /* most lines start with none of these */
       case 'h':
@@ -222,6 +226,7 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
         break;
     }
     if (k != HL_SKIP) total += n + 3;
+    if (hi < KEEP) kinds[hi] = (unsigned char)k, lens[hi] = n;
   }
   j = sizeof(num);
   for (size_t v = o->body_len; j == sizeof(num) || v; v /= 10)
@@ -244,10 +249,11 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
   if (!has_accept) CPY("Accept: */*\r\n");
   /* the gateway passes bodies as they are: never a compressed one */
   CPY("Accept-Encoding: identity\r\n");
-  for (const char *const *h = o->headers; h && *h; h++) {
-    size_t n;
-    hl_kind_t k = hl_kind(*h, &n);
-    if (k == HL_SKIP || HDR_NAMED(*h, "accept-encoding")) continue;
+  hi = 0;
+  for (const char *const *h = o->headers; h && *h; h++, hi++) {
+    size_t n = hi < KEEP ? lens[hi] : 0;
+    hl_kind_t k = hi < KEEP ? (hl_kind_t)kinds[hi] : hl_kind(*h, &n);
+    if (k == HL_SKIP || (hi >= KEEP && HDR_NAMED(*h, "accept-encoding"))) continue;
     memcpy(w, *h, n), w += n;
     if (k == HL_EMPTY) *w++ = ':';
     CPY("\r\n");
