@@ -8,6 +8,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "proxai/json.h"
 #include "proxai/passthru.h"
@@ -253,15 +256,85 @@ static int64_t int_at(const char *p, size_t n) {
   return v;
 }
 
+/* The first index j >= i (or n) where p[j] may be a quote or a bracket,
+ * sixteen (SSE2) or eight bytes at a time. Masking off bits 0x26 maps the
+ * four brackets to 0x59 (so do 'Y', 'y', '_' and DEL: the caller checks the
+ * byte). */
+static size_t next_mark(const unsigned char *p, size_t i, size_t n) {
+#if defined(__SSE2__)
+  const __m128i mask = _mm_set1_epi8((char)~0x26), br = _mm_set1_epi8(0x59),
+                qt = _mm_set1_epi8('"');
+  for (; i + 16 <= n; i += 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+    __m128i hit = _mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(v, mask), br),
+                               _mm_cmpeq_epi8(v, qt));
+    unsigned m = (unsigned)_mm_movemask_epi8(hit);
+    if (m) return i + (size_t)__builtin_ctz(m);
+  }
+#elif defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t v, b, q;
+    memcpy(&v, p + i, 8);
+    b = (v & ~(ones * 0x26)) ^ (ones * 0x59);
+    q = v ^ (ones * '"');
+    uint64_t t = ((b - ones) & ~b & high) | ((q - ones) & ~q & high);
+    if (t) return i + (size_t)(__builtin_ctzll(t) >> 3);
+  }
+#endif
+  while (i < n && p[i] != '"' && p[i] != '{' && p[i] != '}' && p[i] != '[' && p[i] != ']') i++;
+  return i;
+}
+
+/* One walk of the object text p[0..n): 1 when it is one complete object
+ * (brackets balanced outside strings, only whitespace after it), with
+ * *vs, *vl the value of the first top-level member named `name` when that
+ * value is an object (*vs = END otherwise); else 0. Structure only, as
+ * px_json_complete: strings are skipped, not checked. */
+static int top_object_member(const char *text, size_t n, const char *name, size_t *vs,
+                             size_t *vl) {
+  const unsigned char *p = (const unsigned char *)text;
+  size_t nl = strlen(name), i = skip_ws(text, 0, n), depth = 0, open = END;
+  int seen = 0; /* the first member of that name decides, as px_json_find */
+  *vs = END;
+  if (i >= n || p[i] != '{') return 0;
+  for (;; i++) {
+    i = next_mark(p, i, n);
+    if (i >= n) return 0;
+    unsigned char c = p[i];
+    if (c == '"') {
+      size_t s = i;
+      for (i++;; i++) { /* to the closing quote; an escape takes the next byte */
+        i = px_json_plain(p, i, n);
+        if (i >= n) return 0;
+        if (p[i] == '"') break;
+        if (p[i] == '\\') i++;
+      }
+      if (depth == 1 && !seen && i - s - 1 == nl && memcmp(p + s + 1, name, nl) == 0) {
+        size_t j = skip_ws(text, i + 1, n);
+        if (j < n && p[j] == ':') { /* a member name, not a value */
+          seen = 1;
+          j = skip_ws(text, j + 1, n);
+          if (j < n && p[j] == '{') open = j;
+        }
+      }
+    } else if (c == '{' || c == '[') {
+      if (i == open) *vs = i;
+      depth++;
+    } else if (c == '}' || c == ']') {
+      if (depth == 0) return 0;
+      if (--depth == 0) return skip_ws(text, i + 1, n) == n;
+      if (depth == 1 && *vs != END && *vl == 0) *vl = i + 1 - *vs;
+    } /* else a byte that only looked like a bracket */
+  }
+}
+
 int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
   const px_wire_watch_t *w = &px_proto_get(proto)->watch;
-  pick_t top = {.n = 0};
-  pick_add(&top, w->usage_obj);
-  size_t i = skip_ws(p, 0, n);
-  if (i >= n || p[i] != '{') return 0;
-  i = pick_members(p, n, i, &top);
-  if (i == MORE || i == END || skip_ws(p, i, n) != n) return 0;
-  if (top.at[0] == END || p[top.at[0]] != '{') return 1;
+  pick_t top = {.n = 1};
+  top.len[0] = 0;
+  if (!top_object_member(p, n, w->usage_obj, &top.at[0], &top.len[0])) return 0;
+  if (top.at[0] == END) return 1;
   /* the usage object: its counters in one more walk of just that object */
   enum { IN, OUT, OUT_X, IN_X };
   pick_t us = {.n = 0};

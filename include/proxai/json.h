@@ -13,6 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "proxai/buf.h"
 
@@ -39,7 +42,18 @@ size_t px_json_ws(const unsigned char *p, size_t n, size_t i);
  *  JSON string. Eight bytes at a time (the scanners spend most of their
  *  time inside strings). */
 static inline size_t px_json_plain(const unsigned char *p, size_t i, size_t n) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#if defined(__SSE2__)
+  /* signed bytes: a control character and a non-ASCII byte are both
+   * below 0x20 */
+  const __m128i lo = _mm_set1_epi8(0x20), qt = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\');
+  for (; i + 16 <= n; i += 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+    __m128i hit = _mm_or_si128(_mm_cmplt_epi8(v, lo),
+                               _mm_or_si128(_mm_cmpeq_epi8(v, qt), _mm_cmpeq_epi8(v, bs)));
+    unsigned m = (unsigned)_mm_movemask_epi8(hit);
+    if (m) return i + (size_t)__builtin_ctz(m);
+  }
+#elif defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
   const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
   while (i + 8 <= n) {
     uint64_t v;
