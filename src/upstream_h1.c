@@ -187,12 +187,28 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
   memcpy(x->u.h1.key + kl, num + j, sizeof(num) - j);
   x->u.h1.key[kl + sizeof(num) - j] = 0;
   x->u.h1.port = (unsigned short)u.port;
-  if (u.v6 || u.ip4) {
+  /* the last literal converted: an upstream's address comes back request
+   * after request (one event loop per process) */
+  static char last_ip[48];
+  static size_t last_len;
+  static unsigned last_port;
+  static struct sockaddr_storage last_addr;
+  if ((u.v6 || u.ip4) && u.host_len == last_len && u.port == last_port &&
+      memcmp(u.host, last_ip, u.host_len) == 0) {
+    x->u.h1.addr[0] = last_addr;
+    x->u.h1.naddr = 1;
+  } else if (u.v6 || u.ip4) {
     char ip[48];
     memcpy(ip, u.host, u.host_len);
     ip[u.host_len] = 0;
     int rc = u.v6 ? uv_ip6_addr(ip, (int)u.port, (struct sockaddr_in6 *)&x->u.h1.addr[0])
                   : uv_ip4_addr(ip, (int)u.port, (struct sockaddr_in *)&x->u.h1.addr[0]);
+    if (rc == 0) {
+      memcpy(last_ip, ip, u.host_len + 1);
+      last_len = u.host_len;
+      last_port = u.port;
+      last_addr = x->u.h1.addr[0];
+    }
     if (rc != 0) {
       if (u.v6) return -1;
       /* digits and dots but not an address ("1.2.3"): a name for the resolver */

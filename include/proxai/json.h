@@ -35,7 +35,10 @@ size_t px_utf8_put(char *o, unsigned long cp);
 long px_hex4(const unsigned char *p);
 
 /** First index >= i of p[0..n) that is not JSON whitespace. */
-size_t px_json_ws(const unsigned char *p, size_t n, size_t i);
+size_t px_json_ws_run(const unsigned char *p, size_t n, size_t i);
+static inline size_t px_json_ws(const unsigned char *p, size_t n, size_t i) {
+  return i < n && p[i] > ' ' ? i : px_json_ws_run(p, n, i); /* mostly: none */
+}
 
 /** The first index j >= i (or n) where p[j] is a quote, a backslash, a
  *  control character or a non-ASCII byte: the end of a plain run inside a
