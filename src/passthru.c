@@ -329,11 +329,116 @@ static int top_object_member(const char *text, size_t n, const char *name, size_
   }
 }
 
+#if defined(__SSE2__)
+/* Bit k set when byte k of the 64 bytes at v equals c. */
+static inline uint64_t eq64(const __m128i v[4], char c) {
+  const __m128i cv = _mm_set1_epi8(c);
+  uint64_t m = 0;
+  for (int k = 0; k < 4; k++)
+    m |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v[k], cv)) << (16 * k);
+  return m;
+}
+
+/* Bit k = parity of the bits 0..k of x: inside a string, from its opening
+ * quote (set) to its closing one (clear). */
+static inline uint64_t prefix_xor(uint64_t x) {
+  x ^= x << 1;
+  x ^= x << 2;
+  x ^= x << 4;
+  x ^= x << 8;
+  x ^= x << 16;
+  x ^= x << 32;
+  return x;
+}
+
+/* Bit k set when byte k of the 64 bytes at v may be a bracket: masking off
+ * bits 0x26 maps all four to 0x59 (so do 'Y', 'y', '_' and DEL: the caller
+ * checks the byte). */
+static inline uint64_t brackets64(const __m128i v[4]) {
+  const __m128i mask = _mm_set1_epi8((char)~0x26), br = _mm_set1_epi8(0x59);
+  uint64_t m = 0;
+  for (int k = 0; k < 4; k++)
+    m |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(v[k], mask), br))
+         << (16 * k);
+  return m;
+}
+
+/* top_object_member() over 64-byte blocks, as simdjson finds structure:
+ * masks of quotes, backslashes and brackets; escaped quotes dropped; the
+ * inside of strings from a prefix XOR of the quotes; then only brackets
+ * and opening quotes outside strings are visited, never the bytes of a
+ * string. */
+static int top_object_member_blocks(const char *text, size_t n, const char *name,
+                                    size_t *vs, size_t *vl) {
+  const unsigned char *p = (const unsigned char *)text;
+  size_t nl = strlen(name), i = skip_ws(text, 0, n);
+  *vs = END;
+  if (i >= n || p[i] != '{' || nl == 0) return 0;
+  size_t depth = 0, open = END;
+  int seen = 0; /* the first member of that name decides, as px_json_find */
+  uint64_t esc_carry = 0, str_carry = 0;
+  for (size_t b = 0; b < n; b += 64) {
+    __m128i v[4];
+    if (b + 64 <= n) {
+      for (int k = 0; k < 4; k++) v[k] = _mm_loadu_si128((const __m128i *)(p + b + 16 * k));
+    } else { /* the last piece, padded with spaces */
+      unsigned char tail[64];
+      memset(tail, ' ', sizeof(tail));
+      memcpy(tail, p + b, n - b);
+      for (int k = 0; k < 4; k++) v[k] = _mm_loadu_si128((const __m128i *)(tail + 16 * k));
+    }
+    uint64_t bs = eq64(v, '\\'), qt = eq64(v, '"'), bk = brackets64(v);
+    uint64_t escaped = esc_carry; /* bytes taken by a backslash before them */
+    esc_carry = 0;
+    for (uint64_t m = bs; m; m &= m - 1) {
+      unsigned j = (unsigned)__builtin_ctzll(m);
+      if ((escaped >> j) & 1) continue; /* an escaped backslash escapes nothing */
+      if (j == 63) esc_carry = 1;
+      else escaped |= 1ull << (j + 1);
+    }
+    qt &= ~escaped;
+    uint64_t instr = prefix_xor(qt) ^ str_carry; /* set from an opening quote on */
+    str_carry = (uint64_t)((int64_t)instr >> 63);
+    for (uint64_t ev = (bk & ~instr) | (qt & instr); ev; ev &= ev - 1) {
+      size_t at = b + (size_t)__builtin_ctzll(ev);
+      unsigned char c = p[at];
+      if (c == '"') { /* an opening quote: a member name of the top object? */
+        if (depth != 1 || seen || at + nl + 1 >= n || p[at + 1] != (unsigned char)name[0] ||
+            p[at + nl + 1] != '"' || memcmp(p + at + 1, name, nl) != 0)
+          continue;
+        size_t j = skip_ws(text, at + nl + 2, n);
+        if (j < n && p[j] == ':') { /* a name, not a value */
+          seen = 1;
+          j = skip_ws(text, j + 1, n);
+          if (j < n && p[j] == '{') open = j;
+        }
+      } else if (c == '{' || c == '[') {
+        if (at == open) *vs = at;
+        depth++;
+      } else if (c == '}' || c == ']') {
+        if (depth == 0) return 0;
+        if (--depth == 0) return skip_ws(text, at + 1, n) == n;
+        if (depth == 1 && *vs != END && *vl == 0) *vl = at + 1 - *vs;
+      } /* else a byte that only looked like a bracket */
+    }
+  }
+  return 0;
+}
+#endif
+
 int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
   const px_wire_watch_t *w = &px_proto_get(proto)->watch;
   pick_t top = {.n = 1};
   top.len[0] = 0;
-  if (!top_object_member(p, n, w->usage_obj, &top.at[0], &top.len[0])) return 0;
+  int rc = -1;
+#if defined(__SSE2__)
+  rc = top_object_member_blocks(p, n, w->usage_obj, &top.at[0], &top.len[0]);
+#endif
+  if (rc < 0) {
+    top.len[0] = 0;
+    rc = top_object_member(p, n, w->usage_obj, &top.at[0], &top.len[0]);
+  }
+  if (!rc) return 0;
   if (top.at[0] == END) return 1;
   /* the usage object: its counters in one more walk of just that object */
   enum { IN, OUT, OUT_X, IN_X };
