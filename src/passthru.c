@@ -399,11 +399,16 @@ static int top_object_member_blocks(const char *text, size_t n, const char *name
     qt &= ~escaped;
     uint64_t instr = prefix_xor(qt) ^ str_carry; /* set from an opening quote on */
     str_carry = (uint64_t)((int64_t)instr >> 63);
-    for (uint64_t ev = (bk & ~instr) | (qt & instr); ev; ev &= ev - 1) {
-      size_t at = b + (size_t)__builtin_ctzll(ev);
-      unsigned char c = p[at];
-      if (c == '"') { /* an opening quote: a member name of the top object? */
-        if (depth != 1 || seen || at + nl + 1 >= n || p[at + 1] != (unsigned char)name[0] ||
+    uint64_t oq = qt & instr; /* opening quotes */
+    for (uint64_t ev = bk & ~instr;; ev &= ev - 1) {
+      unsigned k = ev ? (unsigned)__builtin_ctzll(ev) : 64;
+      /* strings before this bracket: only the top object's member names
+       * matter, so only at depth 1 are they looked at */
+      uint64_t before = k == 64 ? oq : oq & ((1ull << k) - 1);
+      oq &= ~before;
+      for (; depth == 1 && !seen && before; before &= before - 1) {
+        size_t at = b + (size_t)__builtin_ctzll(before);
+        if (at + nl + 1 >= n || p[at + 1] != (unsigned char)name[0] ||
             p[at + nl + 1] != '"' || memcmp(p + at + 1, name, nl) != 0)
           continue;
         size_t j = skip_ws(text, at + nl + 2, n);
@@ -412,7 +417,11 @@ static int top_object_member_blocks(const char *text, size_t n, const char *name
           j = skip_ws(text, j + 1, n);
           if (j < n && p[j] == '{') open = j;
         }
-      } else if (c == '{' || c == '[') {
+      }
+      if (k == 64) break;
+      size_t at = b + k;
+      unsigned char c = p[at];
+      if (c == '{' || c == '[') {
         if (at == open) *vs = at;
         depth++;
       } else if (c == '}' || c == ']') {
