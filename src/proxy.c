@@ -1037,8 +1037,12 @@ static const px_xfer_cbs_t xfer_cbs = {up_on_headers, up_on_data, up_on_done};
 
 /* name is one of list (NULL-ended, lower case), case-insensitively */
 static int header_in(px_str_t name, const char *const *list) {
+  if (name.len == 0) return 0;
+  unsigned char c0 = (unsigned char)(name.ptr[0] | 0x20); /* most names differ here */
   for (; list && *list; list++)
-    if (name.len == strlen(*list) && strncasecmp(name.ptr, *list, name.len) == 0) return 1;
+    if ((unsigned char)(*list)[0] == c0 && name.len == strlen(*list) &&
+        strncasecmp(name.ptr, *list, name.len) == 0)
+      return 1;
   return 0;
 }
 
