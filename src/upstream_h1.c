@@ -137,10 +137,12 @@ static bool parse_url(const char *url, h1_url_t *u) {
   return true;
 }
 
-static bool hdr_named(const char *h, const char *name, size_t n) {
-  return strncasecmp(h, name, n) == 0 && (h[n] == ':' || h[n] == ';');
+/* h (len bytes) is a line of header `name`; the byte after the name is
+ * tested first, so most lines need no compare at all */
+static bool hdr_named(const char *h, size_t len, const char *name, size_t n) {
+  return len > n && (h[n] == ':' || h[n] == ';') && strncasecmp(h, name, n) == 0;
 }
-#define HDR_NAMED(h, lit) hdr_named((h), (lit), sizeof(lit) - 1)
+#define HDR_NAMED(h, len, lit) hdr_named((h), (len), (lit), sizeof(lit) - 1)
 
 /* ---- prepare: the request head as curl would send it ---- */
 
@@ -148,8 +150,7 @@ static bool hdr_named(const char *h, const char *name, size_t n) {
  * empty, "Name:" (no value) removes it, as in curl. */
 typedef enum { HL_SKIP, HL_ASIS, HL_EMPTY } hl_kind_t;
 
-static hl_kind_t hl_kind(const char *h, size_t *n) {
-  size_t len = strlen(h);
+static hl_kind_t hl_kind(const char *h, size_t len, size_t *n) {
   if (!px_header_value_ok(h, len)) return HL_SKIP; /* never a second line */
   const char *colon = memchr(h, ':', len);
   const char *semi = memchr(h, ';', colon ? (size_t)(colon - h) : len);
@@ -226,19 +227,19 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
   unsigned char kinds[KEEP];
   size_t lens[KEEP], hi = 0;
   for (const char *const *h = o->headers; h && *h; h++, hi++) {
-    size_t n = 0;
-    hl_kind_t k = hl_kind(*h, &n);
+    size_t n = 0, len = strlen(*h);
+    hl_kind_t k = hl_kind(*h, len, &n);
     switch ((*h)[0] | 0x20) { /* most lines start with none of these */
       case 'h':
-        has_host = has_host || HDR_NAMED(*h, "host");
+        has_host = has_host || HDR_NAMED(*h, len, "host");
         break;
       case 'a':
-        has_accept = has_accept || HDR_NAMED(*h, "accept");
-        if (HDR_NAMED(*h, "accept-encoding")) k = HL_SKIP;
+        has_accept = has_accept || HDR_NAMED(*h, len, "accept");
+        if (HDR_NAMED(*h, len, "accept-encoding")) k = HL_SKIP;
         break;
       case 'c':
-        has_ctype = has_ctype || HDR_NAMED(*h, "content-type");
-        has_clen = has_clen || HDR_NAMED(*h, "content-length");
+        has_ctype = has_ctype || HDR_NAMED(*h, len, "content-type");
+        has_clen = has_clen || HDR_NAMED(*h, len, "content-length");
         break;
     }
     if (k != HL_SKIP) total += n + 3;
@@ -268,8 +269,8 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
   hi = 0;
   for (const char *const *h = o->headers; h && *h; h++, hi++) {
     size_t n = hi < KEEP ? lens[hi] : 0;
-    hl_kind_t k = hi < KEEP ? (hl_kind_t)kinds[hi] : hl_kind(*h, &n);
-    if (k == HL_SKIP || (hi >= KEEP && HDR_NAMED(*h, "accept-encoding"))) continue;
+    hl_kind_t k = hi < KEEP ? (hl_kind_t)kinds[hi] : hl_kind(*h, strlen(*h), &n);
+    if (k == HL_SKIP || (hi >= KEEP && HDR_NAMED(*h, strlen(*h), "accept-encoding"))) continue;
     memcpy(w, *h, n), w += n;
     if (k == HL_EMPTY) *w++ = ':';
     CPY("\r\n");
