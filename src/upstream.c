@@ -261,10 +261,17 @@ static void on_xfer_timer(uv_timer_t *t) {
 
 /* The idle timer replaces the head timers once headers are in. */
 static void arm_idle(px_xfer_t *x) {
-  if (x->idle_ms)
-    uv_timer_start(&x->timer, on_xfer_timer, x->idle_ms, 0);
-  else
+  if (!x->idle_ms) {
     uv_timer_stop(&x->timer);
+    return;
+  }
+  /* A timer due sooner (the head's deadlines) is left as it is: when it
+   * fires it finds the headers in and re-arms for what is left of the idle
+   * time, as after any activity. One timer start less per request. */
+  if (uv_is_active((const uv_handle_t *)&x->timer) &&
+      uv_timer_get_due_in(&x->timer) <= x->idle_ms)
+    return;
+  uv_timer_start(&x->timer, on_xfer_timer, x->idle_ms, 0);
 }
 
 static int start_running(px_xfer_t *x) {
