@@ -422,6 +422,19 @@ enum {
 #define TEXT(x) TEXT_(x)
 #define DEPTH_TEXT TEXT(PX_JSON_MAX_DEPTH)
 
+/* px_json_string with its common case inline: a plain run up to the
+ * closing quote (no escape, nothing above ASCII) needs no call. */
+static inline int scan_string(const unsigned char *p, size_t n, size_t i, size_t *end,
+                              int *esc) {
+  size_t j = px_json_plain(p, i, n);
+  if (j < n && p[j] == '"') {
+    *end = j;
+    *esc = 0;
+    return 0;
+  }
+  return px_json_string(p, n, j, end, esc); /* the bytes before j are plain */
+}
+
 static int req_fail(px_json_req_t *r, px_jreq_err_t err, size_t at, const char *reason) {
   r->err = err;
   r->err_at = at;
@@ -470,7 +483,7 @@ value:
     case '"': {
       size_t e;
       int esc;
-      if (px_json_string(p, n, i + 1, &e, &esc) < 0)
+      if (scan_string(p, n, i + 1, &e, &esc) < 0)
         return req_fail(r, PX_JREQ_SYNTAX, i,
                         "invalid string (a raw control character, invalid UTF-8, a bad "
                         "escape or no closing quote)");
@@ -508,7 +521,7 @@ key:
   {
     size_t e;
     int esc;
-    if (px_json_string(p, n, i + 1, &e, &esc) < 0)
+    if (scan_string(p, n, i + 1, &e, &esc) < 0)
       return req_fail(r, PX_JREQ_SYNTAX, i,
                       "invalid member name (a raw control character, invalid UTF-8, a "
                       "bad escape or no closing quote)");
