@@ -399,7 +399,9 @@ static int top_object_member_blocks(const char *text, size_t n, const char *name
     qt &= ~escaped;
     uint64_t instr = prefix_xor(qt) ^ str_carry; /* set from an opening quote on */
     str_carry = (uint64_t)((int64_t)instr >> 63);
-    uint64_t oq = qt & instr; /* opening quotes */
+    /* opening quotes whose next byte is the name's first (the last one's
+     * next byte is in the next block: kept, checked below) */
+    uint64_t oq = qt & instr & ((eq64(v, name[0]) >> 1) | (1ull << 63));
     for (uint64_t ev = bk & ~instr;; ev &= ev - 1) {
       unsigned k = ev ? (unsigned)__builtin_ctzll(ev) : 64;
       /* strings before this bracket: only the top object's member names
