@@ -9,6 +9,7 @@
  *   px_proxy_request -> endpoints | gateway -> read_request -> authorize
  *        -> (rate limit, maybe pending: on_admitted) -> route -> attempt
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,8 +243,11 @@ static void on_admitted(void *arg, px_rl_verdict_t v, unsigned wait) {
 /* The exchange of one generation request; NULL when out of memory. */
 static px_exch_t *exch_new(px_server_t *s, px_conn_t *c, px_req_t *r,
                            const px_inbound_t *in) {
-  px_exch_t *x = calloc(1, sizeof(*x));
+  px_exch_t *x = malloc(sizeof(*x));
   if (x == NULL) return NULL;
+  memset(x, 0, offsetof(px_exch_t, retry_reason));
+  x->retry_reason[0] = x->bad_msg[0] = x->content_type[0] = x->label[0] = 0;
+  px_lossy_init(&x->lossy);
   x->srv = s;
   x->conn = c;
   x->req = r;

@@ -33,8 +33,10 @@ int px_buf_reserve(px_buf_t *b, size_t n) {
 
 int px_buf_append(px_buf_t *b, const void *p, size_t n) {
   if (n == 0) return 0;
-  int rc = px_buf_reserve(b, n);
-  if (rc < 0) return rc;
+  if (n > b->size - b->len) { /* the room is there on most calls: no call */
+    int rc = px_buf_reserve(b, n);
+    if (rc < 0) return rc;
+  }
   memcpy(b->data + b->len, p, n);
   b->len += n;
   return 0;

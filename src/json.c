@@ -77,7 +77,7 @@ long px_hex4(const unsigned char *p) {
   return v;
 }
 
-size_t px_json_ws(const unsigned char *p, size_t n, size_t i) {
+size_t px_json_ws_run(const unsigned char *p, size_t n, size_t i) {
   while (i < n && (p[i] == ' ' || p[i] == '\n' || p[i] == '\r' || p[i] == '\t')) i++;
   return i;
 }

@@ -289,6 +289,8 @@ static int put_ms(px_buf_t *b, const char *k, double v, int null_if_neg) {
   return px_buf_printf(b, "%.3f", v);
 }
 
+int px_access_log_on(void) { return g_access_fd >= 0; }
+
 void px_access_log(const px_access_rec_t *r) {
   if (g_access_fd < 0 || !r) return;
   /* Reused between calls: no allocation per request once warm. */

@@ -116,9 +116,52 @@ static series_t *probe(mshm_t *m, uint32_t fam, uint64_t h, const labels_t *l,
   return NULL;
 }
 
+/* A worker-local memo in front of the shared index: label values on the
+ * request path are configuration names, protocol names and static texts, so
+ * the same pointers come back request after request. A hit is keyed by the
+ * pointers and confirmed by the label texts (a reloaded configuration may
+ * reuse an address), which costs a few byte compares instead of hashing and
+ * probing. Series are never removed (only px_metrics_reset clears the
+ * table, and the memo with it), so a confirmed entry stays valid. */
+#define MEMO_SIZE 64
+typedef struct memo {
+  const char *p[NLABELS];
+  series_t *s;
+  uint32_t fam;
+} memo_t;
+static memo_t memo[MEMO_SIZE];
+
+static size_t memo_slot(uint32_t fam, const char *const *in) {
+  uintptr_t h = fam;
+  for (int i = 0; i < NLABELS; i++) h = h * 31 + ((uintptr_t)in[i] >> 3);
+  return (size_t)(h ^ (h >> 7) ^ (h >> 15)) & (MEMO_SIZE - 1);
+}
+
+static int memo_hit(const memo_t *e, uint32_t fam, const char *const *in) {
+  if (e->s == NULL || e->fam != fam || e->s->fam != fam) return 0;
+  for (int i = 0; i < NLABELS; i++)
+    if (e->p[i] != in[i] || strncmp(e->s->labels[i], in[i] ? in[i] : "", PX_MAX_LABEL - 1))
+      return 0;
+  return 1;
+}
+
+static series_t *lookup(uint32_t fam, const char *const *in);
+
 /* The series with these labels, created at zero if new; NULL when the
  * table is full (or there is no mapping). */
 static series_t *get_series(uint32_t fam, const char *const *in) {
+  memo_t *e = &memo[memo_slot(fam, in)];
+  if (memo_hit(e, fam, in)) return e->s;
+  series_t *s = lookup(fam, in);
+  if (s) {
+    for (int i = 0; i < NLABELS; i++) e->p[i] = in[i];
+    e->fam = fam;
+    e->s = s;
+  }
+  return s;
+}
+
+static series_t *lookup(uint32_t fam, const char *const *in) {
   mshm_t *m = shm();
   if (!m) return NULL;
   labels_t l;
@@ -158,11 +201,27 @@ static void hist_observe(hist_t *h, double v) {
   add(&h->sum_us, (uint64_t)(v * 1e6 + 0.5));
 }
 
+/* The status label: one static text per status (a stable pointer for the
+ * memo, and no printf per request). */
+static const char *status_text(int status) {
+  static char txt[1000][4], other[16];
+  if (status < 100 || status > 999) { /* not an HTTP status: rare */
+    snprintf(other, sizeof(other), "%d", status);
+    return other;
+  }
+  char *t = txt[status];
+  if (t[0] == 0) {
+    t[2] = (char)('0' + status % 10);
+    t[1] = (char)('0' + status / 10 % 10);
+    t[0] = (char)('0' + status / 100);
+  }
+  return t;
+}
+
 void px_metrics_request(const char *inbound, const char *upstream, int status,
                         double duration_s, double ttft_s) {
-  char st[16];
-  snprintf(st, sizeof(st), "%d", status);
-  const char *l[NLABELS] = {inbound ? inbound : "none", upstream ? upstream : "none", st};
+  const char *l[NLABELS] = {inbound ? inbound : "none", upstream ? upstream : "none",
+                            status_text(status)};
   series_t *s = get_series(F_REQUESTS, l);
   if (s) add(&s->value, 1);
 
@@ -379,6 +438,7 @@ int px_metrics_render(px_buf_t *out) {
 void px_metrics_reset(void) {
   mshm_t *m = shm();
   if (!m) return;
+  memset(memo, 0, sizeof(memo));
   px_shm_lock(&m->mu);
   memset(m->index, 0, sizeof(m->index));
   memset(m->s, 0, sizeof(series_t) * m->nseries);

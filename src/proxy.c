@@ -139,8 +139,19 @@ static void count_lossy(void *arg, const char *field) {
 }
 
 /* The access log line of the exchange (written once its bytes are out). */
+/* dst = a then b, cut to cap - 1 bytes and NUL-terminated (snprintf "%s%.*s"
+ * without printf: this runs per request). */
+static void copy_cut(char *dst, size_t cap, px_str_t a, px_str_t b) {
+  size_t k = a.len < cap - 1 ? a.len : cap - 1;
+  if (k) memcpy(dst, a.ptr, k);
+  size_t l = b.len < cap - 1 - k ? b.len : cap - 1 - k;
+  if (l) memcpy(dst + k, b.ptr, l);
+  dst[k + l] = 0;
+}
+
 static void access_log(px_exch_t *x, const char *inbound, const char *upname, double dur,
                        double ttft) {
+  if (!px_access_log_on()) return; /* access_log = off: no record at all */
   px_access_rec_t rec = {
       .request_id = x->req->request_id,
       .key_name = x->key ? x->key->name : NULL,
@@ -164,7 +175,7 @@ static void access_log(px_exch_t *x, const char *inbound, const char *upname, do
       .lossy = x->lossy.len ? x->lossy.buf : NULL,
   };
   char path[256];
-  snprintf(path, sizeof(path), "%.*s", (int)x->req->path_len, x->req->url.data);
+  copy_cut(path, sizeof(path), (px_str_t){x->req->url.data, x->req->path_len}, PX_STR(""));
   rec.path = path;
   if (x->conn) px_conn_access_log(x->conn, &rec); /* once the bytes are out */
   else px_access_log(&rec);
@@ -480,12 +491,11 @@ static void read_head(px_exch_t *x, const px_hdr_t *h, size_t n, char *encoding,
     /* a value that breaks the header rule is dropped (SPEC 10) */
     if (!px_header_value_ok(h[i].value.ptr, h[i].value.len)) continue;
     if (h[i].name.len == 12 && strncasecmp(h[i].name.ptr, "content-type", 12) == 0)
-      snprintf(x->content_type, sizeof(x->content_type), "%.*s", (int)h[i].value.len,
-               h[i].value.ptr);
+      copy_cut(x->content_type, sizeof(x->content_type), h[i].value, PX_STR(""));
     else if (h[i].name.len == 16 && strncasecmp(h[i].name.ptr, "content-encoding", 16) == 0 &&
              h[i].value.len > 0 &&
              !(h[i].value.len == 8 && strncasecmp(h[i].value.ptr, "identity", 8) == 0))
-      snprintf(encoding, elen, "%.*s", (int)h[i].value.len, h[i].value.ptr);
+      copy_cut(encoding, elen, h[i].value, PX_STR(""));
     if (pass_back(&h[i]) ||
         (h[i].name.len == 12 && strncasecmp(h[i].name.ptr, "x-request-id", 12) == 0)) {
       px_buf_append(&x->passhdrs, h[i].name.ptr, h[i].name.len);
@@ -596,7 +606,9 @@ static void pick_target(px_exch_t *x) {
   x->attempt++;
   x->attempts++;
   x->mode = &px_mode_none;
-  snprintf(x->label, sizeof(x->label), "%s/%s", x->up->name, x->up_model);
+  copy_cut(x->label, sizeof(x->label), px_str(x->up->name), PX_STR("/")); /* "%s/%s" */
+  size_t ll = strlen(x->label);
+  copy_cut(x->label + ll, sizeof(x->label) - ll, px_str(x->up_model), PX_STR(""));
   if (prev != NULL)
     px_log_info("%s: %s %u on upstream %s after %s from upstream %s", x->req->request_id,
                 x->target > 0 && x->attempt == 1 ? "fallback" : "retry", x->attempts - 1,

@@ -247,10 +247,7 @@ static void usage_from_tail(px_exch_t *x) {
   const char *d = x->acc.data;
   size_t n = x->acc.len;
   if (d == NULL || n == 0) return;
-  if (px_json_complete(d, n)) {
-    px_usage_from_body(x->out, d, n, &x->usage);
-    return;
-  }
+  if (px_usage_scan(x->out, d, n, &x->usage)) return; /* complete: one walk */
   const char *u = NULL;
   for (const char *q = d; (q = memmem(q, (size_t)(d + n - q), "\"usage\"", 7)) != NULL; q += 7)
     u = q;

@@ -18,16 +18,17 @@
 
 static int value_ok(const char *v) { return px_header_value_ok(v, strlen(v)); }
 
-static void free_hdrs(char **h) {
-  if (h == NULL) return;
-  for (char **p = h; *p; p++) free(*p);
-  free(h);
-}
+/* The upstream header lines: one block (build_upstream_headers). */
+static void free_hdrs(char **h) { free(h); }
 
 /* name is one of list (NULL-ended, lower case), case-insensitively */
 static int header_in(px_str_t name, const char *const *list) {
+  if (name.len == 0) return 0;
+  unsigned char c0 = (unsigned char)(name.ptr[0] | 0x20); /* most names differ here */
   for (; list && *list; list++)
-    if (name.len == strlen(*list) && strncasecmp(name.ptr, *list, name.len) == 0) return 1;
+    if ((unsigned char)(*list)[0] == c0 && name.len == strlen(*list) &&
+        strncasecmp(name.ptr, *list, name.len) == 0)
+      return 1;
   return 0;
 }
 
@@ -36,24 +37,14 @@ static int forward_header(const px_str_t name, const px_proto_ops_t *out) {
   return header_in(name, any) || header_in(name, out->forward_headers);
 }
 
-/* "a" "b" "c" joined into a new string, at most 4095 bytes (as the
- * snprintf into a 4096-byte buffer it replaces); no printf per header. */
-static char *hdr_join(px_str_t a, px_str_t b, px_str_t c) {
-  char tmp[4096];
-  size_t k = 0;
-  const px_str_t parts[3] = {a, b, c};
-  for (size_t i = 0; i < 3; i++) {
-    size_t l = parts[i].len < sizeof(tmp) - 1 - k ? parts[i].len : sizeof(tmp) - 1 - k;
-    if (l) memcpy(tmp + k, parts[i].ptr, l);
-    k += l;
-  }
-  char *s = malloc(k + 1);
-  if (s) {
-    memcpy(s, tmp, k);
-    s[k] = 0;
-  }
-  return s;
-}
+/* One upstream header line as its parts: name, separator, value. */
+typedef struct hdr_parts {
+  px_str_t a, b, c;
+} hdr_parts_t;
+
+/* Most bytes of a joined line ("a" "b" "c", as the 4096-byte snprintf the
+ * join replaced); a configured line is kept whole. */
+#define HDR_LINE_MAX 4095
 
 /* Whether the upstream's configured `header =` lines name this header
  * (case-insensitive): a configured header replaces whatever the gateway or
@@ -77,11 +68,42 @@ static int own_tenancy(const px_upstream_conf_t *up, const px_proto_ops_t *ops) 
   return 0;
 }
 
+/* The n lines as a NULL-terminated array of strings in one allocation
+ * (pointers first, then the lines); the first `joined` are cut at
+ * HDR_LINE_MAX. */
+static char **join_lines(const hdr_parts_t *parts, size_t n, size_t joined) {
+  size_t bytes = (n + 1) * sizeof(char *);
+  for (size_t i = 0; i < n; i++) {
+    size_t l = parts[i].a.len + parts[i].b.len + parts[i].c.len;
+    bytes += (i < joined && l > HDR_LINE_MAX ? HDR_LINE_MAX : l) + 1;
+  }
+  char **h = malloc(bytes);
+  if (h != NULL) {
+    char *o = (char *)(h + n + 1);
+    for (size_t i = 0; i < n; i++) {
+      const px_str_t ps[3] = {parts[i].a, parts[i].b, parts[i].c};
+      size_t k = 0, cap = i < joined ? HDR_LINE_MAX : (size_t)-1;
+      for (size_t j = 0; j < 3; j++) {
+        size_t l = ps[j].len < cap - k ? ps[j].len : cap - k;
+        if (l) memcpy(o + k, ps[j].ptr, l);
+        k += l;
+      }
+      o[k] = 0;
+      h[i] = o;
+      o += k + 1;
+    }
+    h[n] = NULL;
+  }
+  return h;
+}
+
+/* The header lines, as NULL-terminated array of strings in one allocation
+ * (pointers first, then the lines): no allocation and no printf per line. */
 static char **build_upstream_headers(px_exch_t *x) {
   const px_upstream_conf_t *up = x->up;
   size_t max = 16 + x->req->nhdrs + up->nheaders;
-  char **h = calloc(max + 1, sizeof(char *));
-  if (h == NULL) return NULL;
+  hdr_parts_t stack[48], *parts = max <= 48 ? stack : malloc(max * sizeof(*parts));
+  if (parts == NULL) return NULL;
   /* the upstream bills to its own organization / project: the client's
    * choice of either is dropped when it configures one */
   const px_proto_ops_t *ops = px_proto_get(x->out);
@@ -93,7 +115,7 @@ static char **build_upstream_headers(px_exch_t *x) {
   do {                                                                                   \
     px_str_t nm_ = (name), v_ = (value);                                                 \
     if (px_header_value_ok(v_.ptr, v_.len) && !configured(up, nm_))                      \
-      h[n++] = hdr_join(nm_, sep, v_);                                                   \
+      parts[n++] = (hdr_parts_t){nm_, (sep), v_};                                        \
   } while (0)
   ADD(PX_STR("Content-Type"), PX_STR(": "), PX_STR("application/json"));
   ADD(PX_STR("Accept"), PX_STR(": "), x->stream ? PX_STR("text/event-stream") : PX_STR("application/json"));
@@ -114,9 +136,12 @@ static char **build_upstream_headers(px_exch_t *x) {
     ADD(rh->name, PX_STR(": "), rh->value);
   }
 #undef ADD
+  size_t joined = n; /* lines after this one are configured ones, kept whole */
   for (size_t i = 0; i < up->nheaders; i++)
-    if (value_ok(up->headers[i])) h[n++] = strdup(up->headers[i]);
-  h[n] = NULL;
+    if (value_ok(up->headers[i]))
+      parts[n++] = (hdr_parts_t){px_str(up->headers[i]), PX_STR(""), PX_STR("")};
+  char **h = join_lines(parts, n, joined);
+  if (parts != stack) free(parts);
   return h;
 }
 

@@ -44,6 +44,11 @@ void px_up_handle_closed(px_uclient_t *c) {
   if (--c->nhandles == 0 && c->closed) {
     void (*cb)(void *) = c->close_cb;
     void *arg = c->close_arg;
+    while (!dl_empty(&c->spare)) {
+      px_link_t *l = c->spare.next;
+      dl_del(l);
+      free(PX_CONTAINER(l, px_xfer_t, all));
+    }
     free(c->h1.slab);
     free(c);
     if (cb) cb(arg);
@@ -181,10 +186,19 @@ int px_up_deliver(px_xfer_t *x, const char *p, size_t n) {
 
 /* ---- transfers ---- */
 
+/* Most closed transfers kept for the next ones: a transfer is a large
+ * object, and malloc + free of it cost more than the rest of its set-up. */
+#define PX_UP_SPARE_XFERS 64
+
 static void on_xfer_closed(uv_handle_t *h) {
   px_xfer_t *x = h->data;
   px_uclient_t *c = x->c;
-  free(x);
+  if (!c->closed && c->nspare < PX_UP_SPARE_XFERS) {
+    dl_push(&c->spare, &x->all); /* holds nothing now: lane released, timer closed */
+    c->nspare++;
+  } else {
+    free(x);
+  }
   px_up_handle_closed(c);
 }
 
@@ -247,10 +261,17 @@ static void on_xfer_timer(uv_timer_t *t) {
 
 /* The idle timer replaces the head timers once headers are in. */
 static void arm_idle(px_xfer_t *x) {
-  if (x->idle_ms)
-    uv_timer_start(&x->timer, on_xfer_timer, x->idle_ms, 0);
-  else
+  if (!x->idle_ms) {
     uv_timer_stop(&x->timer);
+    return;
+  }
+  /* A timer due sooner (the head's deadlines) is left as it is: when it
+   * fires it finds the headers in and re-arms for what is left of the idle
+   * time, as after any activity. One timer start less per request. */
+  if (uv_is_active((const uv_handle_t *)&x->timer) &&
+      uv_timer_get_due_in(&x->timer) <= x->idle_ms)
+    return;
+  uv_timer_start(&x->timer, on_xfer_timer, x->idle_ms, 0);
 }
 
 static int start_running(px_xfer_t *x) {
@@ -339,8 +360,14 @@ px_xfer_t *px_xfer_start(px_uclient_t *c, const px_xfer_opts_t *o,
                          const px_xfer_cbs_t *cbs, void *arg) {
   if (!c || c->closing || !o || !o->url) return NULL;
   /* not calloc: the lanes' large arrays need no zeroing */
-  px_xfer_t *x = malloc(sizeof(*x));
-  if (!x) return NULL;
+  px_xfer_t *x;
+  if (!dl_empty(&c->spare)) {
+    x = PX_CONTAINER(c->spare.next, px_xfer_t, all);
+    dl_del(&x->all);
+    c->nspare--;
+  } else if (!(x = malloc(sizeof(*x)))) {
+    return NULL;
+  }
   memset(x, 0, offsetof(px_xfer_t, errbuf));
   x->errbuf[0] = 0;
   x->c = c;
@@ -457,6 +484,7 @@ px_uclient_t *px_uclient_new(uv_loop_t *loop) {
   dl_init(&c->reap);
   dl_init(&c->resumes);
   dl_init(&c->pools);
+  dl_init(&c->spare);
   dl_init(&c->h1.idle);
   dl_init(&c->h1.dns);
   dl_init(&c->h1.resolving);

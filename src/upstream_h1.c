@@ -155,10 +155,12 @@ static bool parse_url(const char *url, h1_url_t *u) {
   return true;
 }
 
-static bool hdr_named(const char *h, const char *name, size_t n) {
-  return strncasecmp(h, name, n) == 0 && (h[n] == ':' || h[n] == ';');
+/* h (len bytes) is a line of header `name`; the byte after the name is
+ * tested first, so most lines need no compare at all */
+static bool hdr_named(const char *h, size_t len, const char *name, size_t n) {
+  return len > n && (h[n] == ':' || h[n] == ';') && strncasecmp(h, name, n) == 0;
 }
-#define HDR_NAMED(h, lit) hdr_named((h), (lit), sizeof(lit) - 1)
+#define HDR_NAMED(h, len, lit) hdr_named((h), (len), (lit), sizeof(lit) - 1)
 
 /* ---- prepare: the request head as curl would send it ---- */
 
@@ -166,8 +168,7 @@ static bool hdr_named(const char *h, const char *name, size_t n) {
  * empty, "Name:" (no value) removes it, as in curl. */
 typedef enum { HL_SKIP, HL_ASIS, HL_EMPTY } hl_kind_t;
 
-static hl_kind_t hl_kind(const char *h, size_t *n) {
-  size_t len = strlen(h);
+static hl_kind_t hl_kind(const char *h, size_t len, size_t *n) {
   if (!px_header_value_ok(h, len)) return HL_SKIP; /* never a second line */
   const char *colon = memchr(h, ':', len);
   const char *semi = memchr(h, ';', colon ? (size_t)(colon - h) : len);
@@ -208,12 +209,28 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
   /* an unusable ca_file: curl's lane reports it as curl does */
   if (u.tls && !(x->u.h1.tctx = px_tls_ctx_get(x->c, o->ca_file, o->tls_no_verify != 0)))
     return -1;
-  if (u.v6 || u.ip4) {
+  /* the last literal converted: an upstream's address comes back request
+   * after request (one event loop per process) */
+  static char last_ip[48];
+  static size_t last_len;
+  static unsigned last_port;
+  static struct sockaddr_storage last_addr;
+  if ((u.v6 || u.ip4) && u.host_len == last_len && u.port == last_port &&
+      memcmp(u.host, last_ip, u.host_len) == 0) {
+    x->u.h1.addr[0] = last_addr;
+    x->u.h1.naddr = 1;
+  } else if (u.v6 || u.ip4) {
     char ip[48];
     memcpy(ip, u.host, u.host_len);
     ip[u.host_len] = 0;
     int rc = u.v6 ? uv_ip6_addr(ip, (int)u.port, (struct sockaddr_in6 *)&x->u.h1.addr[0])
                   : uv_ip4_addr(ip, (int)u.port, (struct sockaddr_in *)&x->u.h1.addr[0]);
+    if (rc == 0) {
+      memcpy(last_ip, ip, u.host_len + 1);
+      last_len = u.host_len;
+      last_port = u.port;
+      last_addr = x->u.h1.addr[0];
+    }
     if (rc != 0) {
       if (u.v6) return -1;
       /* digits and dots but not an address ("1.2.3"): a name for the resolver */
@@ -226,23 +243,28 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
    * to write it: no printf, one allocation */
   bool has_host = false, has_accept = false, has_ctype = false, has_clen = false;
   size_t ml = strlen(m), pl = strlen(u.path), total = ml + 2 + pl + 11 + 2;
-  for (const char *const *h = o->headers; h && *h; h++) {
-    size_t n;
-    hl_kind_t k = hl_kind(*h, &n);
+  /* the first lines' kinds and lengths, kept for the writing pass */
+  enum { KEEP = 32 };
+  unsigned char kinds[KEEP];
+  size_t lens[KEEP], hi = 0;
+  for (const char *const *h = o->headers; h && *h; h++, hi++) {
+    size_t n = 0, len = strlen(*h);
+    hl_kind_t k = hl_kind(*h, len, &n);
     switch ((*h)[0] | 0x20) { /* most lines start with none of these */
       case 'h':
-        has_host = has_host || HDR_NAMED(*h, "host");
+        has_host = has_host || HDR_NAMED(*h, len, "host");
         break;
       case 'a':
-        has_accept = has_accept || HDR_NAMED(*h, "accept");
-        if (HDR_NAMED(*h, "accept-encoding")) k = HL_SKIP;
+        has_accept = has_accept || HDR_NAMED(*h, len, "accept");
+        if (HDR_NAMED(*h, len, "accept-encoding")) k = HL_SKIP;
         break;
       case 'c':
-        has_ctype = has_ctype || HDR_NAMED(*h, "content-type");
-        has_clen = has_clen || HDR_NAMED(*h, "content-length");
+        has_ctype = has_ctype || HDR_NAMED(*h, len, "content-type");
+        has_clen = has_clen || HDR_NAMED(*h, len, "content-length");
         break;
     }
     if (k != HL_SKIP) total += n + 3;
+    if (hi < KEEP) kinds[hi] = (unsigned char)k, lens[hi] = n;
   }
   j = sizeof(num);
   for (size_t v = o->body_len; j == sizeof(num) || v; v /= 10)
@@ -265,10 +287,11 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
   if (!has_accept) CPY("Accept: */*\r\n");
   /* the gateway passes bodies as they are: never a compressed one */
   CPY("Accept-Encoding: identity\r\n");
-  for (const char *const *h = o->headers; h && *h; h++) {
-    size_t n;
-    hl_kind_t k = hl_kind(*h, &n);
-    if (k == HL_SKIP || HDR_NAMED(*h, "accept-encoding")) continue;
+  hi = 0;
+  for (const char *const *h = o->headers; h && *h; h++, hi++) {
+    size_t n = hi < KEEP ? lens[hi] : 0;
+    hl_kind_t k = hi < KEEP ? (hl_kind_t)kinds[hi] : hl_kind(*h, strlen(*h), &n);
+    if (k == HL_SKIP || (hi >= KEEP && HDR_NAMED(*h, strlen(*h), "accept-encoding"))) continue;
     memcpy(w, *h, n), w += n;
     if (k == HL_EMPTY) *w++ = ':';
     CPY("\r\n");

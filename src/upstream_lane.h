@@ -168,6 +168,8 @@ struct px_uclient {
   px_link_t reap;
   px_link_t resumes;
   px_link_t pools;
+  px_link_t spare;    /* closed transfers kept for reuse (px_xfer_t.all) */
+  unsigned nspare;
   size_t active;
   unsigned nhandles;  /* open uv handles and requests we own */
   unsigned depth;     /* frames of ours on the stack */

@@ -38,7 +38,20 @@ static inline px_str_t px_str(const char *s) {
  * or NUL. Every place that writes a header checks with this.
  */
 static inline int px_header_value_ok(const char *v, size_t n) {
-  for (size_t i = 0; i < n; i++) {
+  size_t i = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  /* eight bytes at a time: (x - 1) & ~x has the high bit set iff x == 0 */
+  const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w, c, l;
+    memcpy(&w, v + i, 8);
+    c = w ^ (ones * '\r');
+    l = w ^ (ones * '\n');
+    if (((w - ones) & ~w & high) | ((c - ones) & ~c & high) | ((l - ones) & ~l & high))
+      return 0;
+  }
+#endif
+  for (; i < n; i++) {
     unsigned char ch = (unsigned char)v[i];
     if (ch == '\r' || ch == '\n' || ch == '\0') return 0;
   }

@@ -81,6 +81,9 @@ typedef struct px_access_rec {
                                   NULL when none */
 } px_access_rec_t;
 
+/** Whether the access log is on (a caller can skip building a record). */
+int px_access_log_on(void);
+
 /** Write one JSON line to the access log (no-op when off). */
 void px_access_log(const px_access_rec_t *r);
 

@@ -64,6 +64,12 @@ int px_passthru_feed(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out);
 int px_passthru_finish(const px_passthru_t *pt);
 void px_passthru_done(px_passthru_t *pt);
 
+/** One walk of a non-streaming response body of protocol p: 1 when
+ *  p[0..n) is one complete JSON object (its usage, if any, read into u),
+ *  else 0 (u untouched). The same answers as px_json_complete followed by
+ *  px_usage_from_body, in one scan instead of several. */
+int px_usage_scan(px_proto_t p, const char *body, size_t len, px_usage_t *u);
+
 /** Read usage from a non-streaming response body of protocol p. */
 void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *u);
 

@@ -1,0 +1,204 @@
+/* test_usage_scan.c - px_usage_scan (the one walk of a held pass-through
+ * body) against jansson: whether the body is one complete object, and the
+ * usage it reads, for every protocol's member names, on generated bodies
+ * with escapes, brackets and the usage name inside strings and nested
+ * objects, at every alignment across the scanner's 64-byte blocks. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "proxai/buf.h"
+#include "proxai/passthru.h"
+#include "proxai/proto.h"
+
+static unsigned rnd_state = 12345;
+static unsigned rnd(unsigned n) {
+  rnd_state = rnd_state * 1103515245u + 12345u;
+  return (rnd_state >> 8) % n;
+}
+
+/* A JSON string with the tricky bytes a scanner must not mistake for
+ * structure: quotes, backslashes, brackets, the usage name itself. */
+static void gen_string(px_buf_t *b, const char *name) {
+  static const char *const parts[] = {"a", "\\\"", "\\\\", "{", "}", "[", "]", ":", ",",
+                                      "\\\\\\\"", " ", "\\n", "\xc3\xa9", "yY_", "\\u00e9"};
+  px_buf_append(b, "\"", 1);
+  unsigned k = rnd(12);
+  for (unsigned i = 0; i < k; i++) {
+    if (rnd(8) == 0) px_buf_puts(b, name);
+    else px_buf_puts(b, parts[rnd(sizeof(parts) / sizeof(parts[0]))]);
+  }
+  px_buf_append(b, "\"", 1);
+}
+
+static void gen_ws(px_buf_t *b) {
+  static const char *const ws[] = {"", "", " ", "\n", "  \t"};
+  px_buf_puts(b, ws[rnd(5)]);
+}
+
+static void gen_value(px_buf_t *b, const char *name, int depth);
+
+static void gen_object(px_buf_t *b, const char *name, int depth) {
+  px_buf_append(b, "{", 1);
+  unsigned k = rnd(depth > 2 ? 2 : 4);
+  for (unsigned i = 0; i < k; i++) {
+    if (i) px_buf_append(b, ",", 1);
+    gen_ws(b);
+    if (rnd(3) == 0) px_buf_printf(b, "\"%s\"", name); /* a nested member of that name */
+    else gen_string(b, name);
+    gen_ws(b);
+    px_buf_append(b, ":", 1);
+    gen_ws(b);
+    gen_value(b, name, depth + 1);
+  }
+  gen_ws(b);
+  px_buf_append(b, "}", 1);
+}
+
+static void gen_value(px_buf_t *b, const char *name, int depth) {
+  switch (rnd(depth > 3 ? 3 : 6)) {
+  case 0: gen_string(b, name); break;
+  case 1: px_buf_printf(b, "%u", rnd(100000)); break;
+  case 2: px_buf_puts(b, rnd(2) ? "null" : "true"); break;
+  case 3: gen_object(b, name, depth); break;
+  default: {
+    px_buf_append(b, "[", 1);
+    unsigned k = rnd(3);
+    for (unsigned i = 0; i < k; i++) {
+      if (i) px_buf_append(b, ",", 1);
+      gen_value(b, name, depth + 1);
+    }
+    px_buf_append(b, "]", 1);
+  }
+  }
+}
+
+/* The usage object: the protocol's counters (some missing, some not
+ * numbers), other members around them. */
+static void gen_usage(px_buf_t *b, const px_wire_watch_t *w) {
+  const char *names[5] = {w->usage_in, w->usage_out, w->usage_in_extra[0],
+                          w->usage_in_extra[1], w->usage_out_extra};
+  px_buf_append(b, "{", 1);
+  int first = 1;
+  for (int i = 0; i < 5; i++) {
+    if (!names[i] || rnd(5) == 0) continue;
+    if (!first) px_buf_append(b, ",", 1);
+    first = 0;
+    if (rnd(4) == 0) px_buf_puts(b, "\"other\":{\"x\":[1,\"}\"]},");
+    px_buf_printf(b, "\"%s\":", names[i]);
+    if (rnd(8) == 0) px_buf_puts(b, "null");
+    else px_buf_printf(b, "%u", rnd(1000000));
+  }
+  px_buf_append(b, "}", 1);
+}
+
+/* jansson's view: usage as the scanner should read it. */
+static int64_t ref_int(json_t *o, const char *name) {
+  json_t *v = name ? json_object_get(o, name) : NULL;
+  return json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v) : -1;
+}
+
+static void reference(const px_wire_watch_t *w, json_t *doc, px_usage_t *u) {
+  json_t *us = json_object_get(doc, w->usage_obj);
+  if (!json_is_object(us)) return;
+  int64_t v = ref_int(us, w->usage_in);
+  if (v >= 0) {
+    u->input_tokens = v;
+    for (int k = 0; k < 2; k++) {
+      int64_t c = ref_int(us, w->usage_in_extra[k]);
+      if (c > 0) u->input_tokens += c;
+    }
+  }
+  v = ref_int(us, w->usage_out);
+  if (v >= 0) {
+    int64_t c = ref_int(us, w->usage_out_extra);
+    u->output_tokens = v + (c > 0 ? c : 0);
+  }
+}
+
+static void test_generated(void) {
+  for (int p = 0; p < PX_PROTO_COUNT; p++) {
+    const px_wire_watch_t *w = &px_proto_get((px_proto_t)p)->watch;
+    if (!w->usage_obj) continue;
+    for (int round = 0; round < 3000; round++) {
+      px_buf_t b;
+      px_buf_init(&b, 1 << 20);
+      px_buf_append(&b, "   ", rnd(4)); /* shifts every block boundary */
+      px_buf_append(&b, "{", 1);
+      unsigned k = 1 + rnd(6), at = rnd(k + 1);
+      for (unsigned i = 0; i <= k; i++) {
+        if (i) px_buf_append(&b, ",", 1);
+        gen_ws(&b);
+        if (i == at) { /* the top-level usage member (or something else of that name) */
+          px_buf_printf(&b, "\"%s\":", w->usage_obj);
+          if (rnd(6) == 0) gen_value(&b, w->usage_obj, 1);
+          else gen_usage(&b, w);
+        } else {
+          gen_string(&b, w->usage_obj);
+          px_buf_append(&b, ":", 1);
+          gen_value(&b, w->usage_obj, 1);
+        }
+      }
+      px_buf_append(&b, "}", 1);
+      gen_ws(&b);
+      json_error_t je;
+      json_t *doc = json_loadb(b.data, b.len, JSON_REJECT_DUPLICATES, &je);
+      if (doc == NULL) { /* a duplicate member name: jansson's rule, not ours */
+        px_buf_free(&b);
+        continue;
+      }
+      px_usage_t want = {.input_tokens = -1, .output_tokens = -1}, got = want;
+      reference(w, doc, &want);
+      json_decref(doc);
+      CHECK(px_usage_scan((px_proto_t)p, b.data, b.len, &got) == 1);
+      CHECK(got.input_tokens == want.input_tokens);
+      CHECK(got.output_tokens == want.output_tokens);
+      if (got.input_tokens != want.input_tokens || got.output_tokens != want.output_tokens)
+        fprintf(stderr, "body: %.*s\n", (int)b.len, b.data);
+      /* a body cut anywhere before its closing brace is not complete, and
+       * reads nothing */
+      size_t end = b.len;
+      while (end > 0 && (b.data[end - 1] == ' ' || b.data[end - 1] == '\n' ||
+                         b.data[end - 1] == '\t'))
+        end--;
+      size_t cut = rnd((unsigned)end);
+      px_usage_t none = {.input_tokens = -1, .output_tokens = -1};
+      CHECK(px_usage_scan((px_proto_t)p, b.data, cut, &none) == 0);
+      CHECK(none.input_tokens == -1 && none.output_tokens == -1);
+      px_buf_free(&b);
+    }
+  }
+}
+
+static void test_cases(void) {
+  /* the first protocol with usage counters named by its watch descriptor */
+  for (int p = 0; p < PX_PROTO_COUNT; p++) {
+    const px_wire_watch_t *w = &px_proto_get((px_proto_t)p)->watch;
+    if (!w->usage_obj) continue;
+    char body[512];
+    px_usage_t u = {.input_tokens = -1, .output_tokens = -1};
+    /* usage only as a string value, and inside a nested object: none read */
+    snprintf(body, sizeof(body), "{\"a\":\"%s\",\"b\":{\"%s\":{\"%s\":7}}}", w->usage_obj,
+             w->usage_obj, w->usage_in);
+    CHECK(px_usage_scan((px_proto_t)p, body, strlen(body), &u) == 1);
+    CHECK(u.input_tokens == -1);
+    /* an escaped quote before it does not end the string early */
+    snprintf(body, sizeof(body), "{\"a\":\"x\\\",\\\"%s\\\":{\\\"%s\\\":9}\",\"%s\":{\"%s\":4}}",
+             w->usage_obj, w->usage_in, w->usage_obj, w->usage_in);
+    CHECK(px_usage_scan((px_proto_t)p, body, strlen(body), &u) == 1);
+    CHECK(u.input_tokens == 4);
+    /* not one object */
+    CHECK(px_usage_scan((px_proto_t)p, "[1]", 3, &u) == 0);
+    CHECK(px_usage_scan((px_proto_t)p, "{} {}", 5, &u) == 0);
+    CHECK(px_usage_scan((px_proto_t)p, "{\"a\":\"}\"", 8, &u) == 0);
+    CHECK(px_usage_scan((px_proto_t)p, "", 0, &u) == 0);
+  }
+}
+
+int main(void) {
+  test_cases();
+  test_generated();
+  return check_report("usage_scan");
+}
