@@ -101,14 +101,16 @@ static void translate_both(const char *p, size_t size, json_t *j) {
       abort();
     }
     if (rc1 == 0) {
-      char *dom = json_dumps(ub, JSON_COMPACT);
-      if (dom == NULL || strcmp(raw, dom) != 0 || rlen != strlen(raw) ||
+      /* the raw entry may take the fast path (translate_fast.c): its body is
+       * JSON-equal to the document path's, not byte-equal */
+      json_t *rj = json_loadb(raw, rlen, 0, NULL);
+      if (rj == NULL || !json_equal(rj, ub) || rlen != strlen(raw) ||
           strcmp(l1.buf, l2.buf) != 0) {
-        fprintf(stderr, "fuzz_request_scan: %d -> %d: raw and DOM translations differ\n",
-                ctx.in, ctx.out);
+        fprintf(stderr, "fuzz_request_scan: %d -> %d: raw and DOM translations differ\n%s\n%s / %s\n",
+                ctx.in, ctx.out, raw, l1.buf, l2.buf);
         abort();
       }
-      free(dom);
+      json_decref(rj);
     } else if (strcmp(e1.message, e2.message) != 0) {
       fprintf(stderr, "fuzz_request_scan: %d -> %d: errors differ: %s / %s\n", ctx.in,
               ctx.out, e1.message, e2.message);
