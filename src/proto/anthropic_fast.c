@@ -25,37 +25,18 @@ static const char *const text_block_keys[] = {"type", "text", "cache_control", "
 /* One text block; allow_cc: cache_control is kept (system), else it
  * declines (lossy in the jansson codec). Unknown keys are ignored there. */
 static int text_block(px_fw_t *w, px_arena_t *a, int allow_cc, px_fpart_t **out) {
-  px_fstr_t k, type = {0}, text = {0};
-  px_str_t cc = {0};
+  px_fv_t f[NKEYS(text_block_keys)];
   unsigned seen = 0;
-  int r;
-  px_fv_t v;
-  if (px_fw_open(w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(w, &k)) == 1) {
-    int ki = px_fw_key_of(k, text_block_keys, NKEYS(text_block_keys));
-    if (px_fw_value(w, &v) < 0) return DECLINE;
-    if (ki < 0) {
-      if (k.esc) return DECLINE; /* might name a key below */
-      continue;
-    }
-    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-    if (ki == TB_TYPE) {
-      if (v.kind != PX_FV_STR) return DECLINE;
-      type = v.s;
-    } else if (ki == TB_TEXT) {
-      if (v.kind != PX_FV_STR) return DECLINE;
-      text = v.s;
-    } else if (ki == TB_CC) {
-      if (!allow_cc) return DECLINE;
-      cc = v.raw;
-    } else if (v.kind != PX_FV_NULL) {
-      return DECLINE; /* citations */
-    }
-  }
-  if (r < 0 || !px_fs_is(type, "text") || text.p == NULL) return DECLINE;
-  px_fpart_t *p = px_fpart_text(a, text);
+#define HAS(x) (seen & (1u << (x)))
+  if (px_fw_fields(w, text_block_keys, NKEYS(text_block_keys), f, &seen) != 0) return DECLINE;
+  if (!HAS(TB_TYPE) || f[TB_TYPE].kind != PX_FV_STR || !px_fs_is(f[TB_TYPE].s, "text") ||
+      !HAS(TB_TEXT) || f[TB_TEXT].kind != PX_FV_STR || (HAS(TB_CC) && !allow_cc) ||
+      (HAS(TB_CIT) && f[TB_CIT].kind != PX_FV_NULL))
+    return DECLINE;
+  px_fpart_t *p = px_fpart_text(a, f[TB_TEXT].s);
   if (p == NULL) return DECLINE;
-  p->cache_control = cc;
+  if (HAS(TB_CC)) p->cache_control = f[TB_CC].raw;
+#undef HAS
   *out = p;
   return 0;
 }
@@ -160,23 +141,13 @@ static int decode_messages(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
   int r;
   if (px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(w)) == 1) {
-    px_fstr_t k, role = {0};
-    px_fv_t content = {0}, v;
-    int has_content = 0, has_role = 0;
-    if (px_fw_open(w, '{') < 0) return DECLINE;
-    int rm;
-    while ((rm = px_fw_member(w, &k)) == 1) {
-      if (px_fw_value(w, &v) < 0) return DECLINE;
-      if (k.esc) return DECLINE;
-      if (px_fs_is(k, "role")) {
-        if (has_role++ || v.kind != PX_FV_STR) return DECLINE;
-        role = v.s;
-      } else if (px_fs_is(k, "content")) {
-        if (has_content++) return DECLINE;
-        content = v;
-      }
-    }
-    if (rm < 0 || !has_role || !has_content) return DECLINE;
+    static const char *const keys[] = {"role", "content"};
+    px_fv_t f[2];
+    unsigned seen = 0;
+    if (px_fw_fields(w, keys, 2, f, &seen) != 0 || seen != 3 || f[0].kind != PX_FV_STR)
+      return DECLINE;
+    px_fstr_t role = f[0].s;
+    px_fv_t content = f[1];
     int assistant;
     if (px_fs_is(role, "user")) assistant = 0;
     else if (px_fs_is(role, "assistant")) assistant = 1;
@@ -239,24 +210,14 @@ static int decode_tools(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
 }
 
 static int decode_tool_choice(px_fw_t *w, px_freq_t *ir) {
-  px_fstr_t k, type = {0}, name = {0};
-  px_fv_t v;
-  int r, nt = 0, nn = 0, np = 0, disable = 0;
-  if (px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(w, &k)) == 1) {
-    if (px_fw_value(w, &v) < 0 || k.esc) return DECLINE;
-    if (px_fs_is(k, "type")) {
-      if (nt++ || v.kind != PX_FV_STR) return DECLINE;
-      type = v.s;
-    } else if (px_fs_is(k, "name")) {
-      if (nn++) return DECLINE;
-      if (v.kind == PX_FV_STR) name = v.s;
-    } else if (px_fs_is(k, "disable_parallel_tool_use")) {
-      if (np++) return DECLINE;
-      disable = v.kind == PX_FV_TRUE;
-    }
-  }
-  if (r < 0) return DECLINE;
+  static const char *const keys[] = {"type", "name", "disable_parallel_tool_use"};
+  px_fv_t f[3];
+  unsigned seen = 0;
+  if (px_fw_fields(w, keys, 3, f, &seen) != 0) return DECLINE;
+  if ((seen & 1) && f[0].kind != PX_FV_STR) return DECLINE;
+  px_fstr_t type = (seen & 1) ? f[0].s : (px_fstr_t){0};
+  px_fstr_t name = (seen & 2) && f[1].kind == PX_FV_STR ? f[1].s : (px_fstr_t){0};
+  int disable = (seen & 4) && f[2].kind == PX_FV_TRUE;
   if (px_fs_is(type, "auto")) ir->tool_choice = PX_FTC_AUTO;
   else if (px_fs_is(type, "any")) ir->tool_choice = PX_FTC_REQUIRED;
   else if (px_fs_is(type, "none")) ir->tool_choice = PX_FTC_NONE;
@@ -549,19 +510,11 @@ static int decode_usage(const px_fv_t *u, px_fresp_t *ir) {
                                      "cache_read_input_tokens",
                                      "cache_creation_input_tokens"};
   int64_t val[4] = {-1, -1, -1, -1};
-  px_fw_t w = {u->raw.ptr, u->raw.len, 0};
-  px_fstr_t k;
+  px_fv_t f[4];
   unsigned seen = 0;
-  int r;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(&w, &k)) == 1) {
-    px_fv_t v;
-    if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
-    int ki = px_fw_key_of(k, keys, 4);
-    if (ki < 0) continue;
-    if (px_fw_seen_twice(&seen, ki) || px_fw_jint(&v, -1, &val[ki]) != 0) return DECLINE;
-  }
-  if (r < 0) return DECLINE;
+  if (px_fv_fields(u, keys, 4, f, &seen) != 0) return DECLINE;
+  for (int i = 0; i < 4; i++)
+    if ((seen & (1u << i)) && px_fw_jint(&f[i], -1, &val[i]) != 0) return DECLINE;
   int64_t in = val[0], out = val[1], cr = val[2], cc = val[3];
   ir->has_usage = 1;
   ir->in = (in > 0 ? in : 0) + (cr > 0 ? cr : 0) + (cc > 0 ? cc : 0);

@@ -188,37 +188,17 @@ static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
 static int decode_tool_choice(const px_fv_t *v, px_freq_t *ir) {
   if (v->kind == PX_FV_STR) return px_fast_openai_tc(v->s, ir);
   if (v->kind != PX_FV_OBJ) return DECLINE;
-  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
-  px_fstr_t k, type = {0}, name = {0};
-  px_str_t fn = {0};
-  int r, nt = 0, nf = 0;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(&w, &k)) == 1) {
-    px_fv_t x;
-    if (px_fw_value(&w, &x) < 0 || k.esc) return DECLINE;
-    if (px_fs_is(k, "type")) {
-      if (nt++ || x.kind != PX_FV_STR) return DECLINE;
-      type = x.s;
-    } else if (px_fs_is(k, "function")) {
-      if (nf++ || x.kind != PX_FV_OBJ) return DECLINE;
-      fn = x.raw;
-    }
-  }
-  if (r < 0 || !px_fs_is(type, "function") || fn.ptr == NULL) return DECLINE;
-  px_fw_t fw = {fn.ptr, fn.len, 0};
-  int nn = 0;
-  if (px_fw_open(&fw, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(&fw, &k)) == 1) {
-    px_fv_t x;
-    if (px_fw_value(&fw, &x) < 0 || k.esc) return DECLINE;
-    if (px_fs_is(k, "name")) {
-      if (nn++ || x.kind != PX_FV_STR) return DECLINE;
-      name = x.s;
-    }
-  }
-  if (r < 0 || name.p == NULL) return DECLINE;
+  static const char *const keys[] = {"type", "function"};
+  static const char *const fkeys[] = {"name"};
+  px_fv_t f[2], g[1];
+  unsigned seen = 0, fseen = 0;
+  if (px_fv_fields(v, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+      !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_OBJ)
+    return DECLINE;
+  if (px_fv_fields(&f[1], fkeys, 1, g, &fseen) != 0 || !fseen || g[0].kind != PX_FV_STR)
+    return DECLINE;
   ir->tool_choice = PX_FTC_TOOL;
-  ir->tc_name = name;
+  ir->tc_name = g[0].s;
   return 0;
 }
 
@@ -236,20 +216,11 @@ static int strings_only(const px_fv_t *v) {
 
 /* response_format {"type":"text"} (the others: jansson) */
 static int format_text(const px_fv_t *v) {
-  if (v->kind != PX_FV_OBJ) return 0;
-  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
-  px_fstr_t k, type = {0};
-  int r, nt = 0;
-  if (px_fw_open(&w, '{') < 0) return 0;
-  while ((r = px_fw_member(&w, &k)) == 1) {
-    px_fv_t x;
-    if (px_fw_value(&w, &x) < 0 || k.esc) return 0;
-    if (px_fs_is(k, "type")) {
-      if (nt++ || x.kind != PX_FV_STR) return 0;
-      type = x.s;
-    }
-  }
-  return r == 0 && px_fs_is(type, "text");
+  static const char *const keys[] = {"type"};
+  px_fv_t f[1];
+  unsigned seen = 0;
+  return v->kind == PX_FV_OBJ && px_fv_fields(v, keys, 1, f, &seen) == 0 && seen &&
+         f[0].kind == PX_FV_STR && px_fs_is(f[0].s, "text");
 }
 
 enum { K_MODEL, K_MESSAGES, K_TOOLS, K_TC, K_PAR, K_MAX, K_MCT, K_TEMP, K_TOPP, K_STOP,

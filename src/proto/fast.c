@@ -407,18 +407,12 @@ int px_fv_fields(const px_fv_t *v, const char *const *names, int n, px_fv_t *f,
 }
 
 int px_fw_detail(const px_fv_t *v, const char *key, int64_t *out) {
+  px_fv_t x;
+  unsigned seen = 0;
   *out = -1;
   if (v->kind != PX_FV_OBJ) return 0;
-  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
-  px_fstr_t k;
-  int r, n = 0;
-  if (px_fw_open(&w, '{') < 0) return PX_FAST_DECLINE;
-  while ((r = px_fw_member(&w, &k)) == 1) {
-    px_fv_t x;
-    if (px_fw_value(&w, &x) < 0 || k.esc) return PX_FAST_DECLINE;
-    if (px_fs_is(k, key) && (n++ || px_fw_jint(&x, -1, out) != 0)) return PX_FAST_DECLINE;
-  }
-  return r < 0 ? PX_FAST_DECLINE : 0;
+  if (px_fv_fields(v, &key, 1, &x, &seen) != 0) return PX_FAST_DECLINE;
+  return seen ? px_fw_jint(&x, -1, out) : 0;
 }
 
 int px_fast_openai_usage(const px_fv_t *u, const char *const keys[4], px_fresp_t *ir) {

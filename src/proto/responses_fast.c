@@ -160,60 +160,32 @@ static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
 static int decode_tool_choice(const px_fv_t *v, px_freq_t *ir) {
   if (v->kind == PX_FV_STR) return px_fast_openai_tc(v->s, ir);
   if (v->kind != PX_FV_OBJ) return DECLINE;
-  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
-  px_fstr_t k, type = {0}, name = {0};
-  int r, nt = 0, nn = 0;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(&w, &k)) == 1) {
-    px_fv_t x;
-    if (px_fw_value(&w, &x) < 0 || k.esc) return DECLINE;
-    if (px_fs_is(k, "type")) {
-      if (nt++ || x.kind != PX_FV_STR) return DECLINE;
-      type = x.s;
-    } else if (px_fs_is(k, "name")) {
-      if (nn++ || x.kind != PX_FV_STR) return DECLINE;
-      name = x.s;
-    }
-  }
-  if (r < 0 || !px_fs_is(type, "function") || name.p == NULL) return DECLINE;
+  static const char *const keys[] = {"type", "name"};
+  px_fv_t f[2];
+  unsigned seen = 0;
+  if (px_fv_fields(v, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+      !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_STR)
+    return DECLINE;
   ir->tool_choice = PX_FTC_TOOL;
-  ir->tc_name = name;
+  ir->tc_name = f[1].s;
   return 0;
 }
 
 /* text: {format: {"type":"text"} | null, verbosity: null} */
 static int decode_text(const px_fv_t *v, px_freq_t *ir) {
   if (v->kind != PX_FV_OBJ) return DECLINE;
-  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
-  px_fstr_t k;
-  int r, nf = 0, nv = 0;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(&w, &k)) == 1) {
-    px_fv_t x;
-    if (px_fw_value(&w, &x) < 0 || k.esc) return DECLINE;
-    if (px_fs_is(k, "verbosity")) {
-      if (nv++ || x.kind != PX_FV_NULL) return DECLINE;
-    } else if (px_fs_is(k, "format")) {
-      if (nf++) return DECLINE;
-      if (x.kind == PX_FV_NULL) continue;
-      if (x.kind != PX_FV_OBJ) return DECLINE;
-      px_fw_t fw = {x.raw.ptr, x.raw.len, 0};
-      px_fstr_t fk, type = {0};
-      int rf, nt = 0;
-      if (px_fw_open(&fw, '{') < 0) return DECLINE;
-      while ((rf = px_fw_member(&fw, &fk)) == 1) {
-        px_fv_t y;
-        if (px_fw_value(&fw, &y) < 0 || fk.esc) return DECLINE;
-        if (px_fs_is(fk, "type")) {
-          if (nt++ || y.kind != PX_FV_STR) return DECLINE;
-          type = y.s;
-        }
-      }
-      if (rf < 0 || !px_fs_is(type, "text")) return DECLINE;
-      ir->rf_text = 1;
-    }
-  }
-  return r < 0 ? DECLINE : 0;
+  static const char *const keys[] = {"format", "verbosity"};
+  static const char *const fkeys[] = {"type"};
+  px_fv_t f[2], g[1];
+  unsigned seen = 0, fseen = 0;
+  if (px_fv_fields(v, keys, 2, f, &seen) != 0) return DECLINE;
+  if (HAS(1) && f[1].kind != PX_FV_NULL) return DECLINE;
+  if (!HAS(0) || f[0].kind == PX_FV_NULL) return 0;
+  if (f[0].kind != PX_FV_OBJ || px_fv_fields(&f[0], fkeys, 1, g, &fseen) != 0 || !fseen ||
+      g[0].kind != PX_FV_STR || !px_fs_is(g[0].s, "text"))
+    return DECLINE;
+  ir->rf_text = 1;
+  return 0;
 }
 
 enum { K_MODEL, K_INSTR, K_INPUT, K_TOOLS, K_TC, K_PAR, K_MAX, K_TEMP, K_TOPP, K_TEXT,
@@ -488,10 +460,9 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
                                      "output", "usage", "incomplete_details"};
   px_fv_t f[7];
   px_fw_t w = {body, len, 0};
-  px_fstr_t k;
   unsigned seen = 0;
-  int r;
-  if (px_fw_fields(&w, keys, 7, f, &seen) != 0 || !HAS(4) || f[4].kind != PX_FV_ARR) return DECLINE;
+  if (px_fw_fields(&w, keys, 7, f, &seen) != 0 || !HAS(4) || f[4].kind != PX_FV_ARR)
+    return DECLINE;
   /* finished answers only: completed, or incomplete with a reason */
   int incomplete = 0;
   if (HAS(3) && f[3].kind == PX_FV_STR) {
@@ -508,20 +479,14 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
   if (decode_output(&f[4], ir, a, &has_tool) != 0) return DECLINE;
   if (incomplete) {
     /* the reason decides content_filter / max_tokens */
+    static const char *const dkeys[] = {"reason"};
     px_fstr_t reason = {0};
+    px_fv_t g[1];
+    unsigned ds = 0;
     if (HAS(6) && f[6].kind == PX_FV_OBJ) {
-      px_fw_t dw = {f[6].raw.ptr, f[6].raw.len, 0};
-      int n = 0;
-      if (px_fw_open(&dw, '{') < 0) return DECLINE;
-      while ((r = px_fw_member(&dw, &k)) == 1) {
-        px_fv_t x;
-        if (px_fw_value(&dw, &x) < 0 || k.esc) return DECLINE;
-        if (px_fs_is(k, "reason")) {
-          if (n++) return DECLINE;
-          if (x.kind == PX_FV_STR) reason = x.s;
-        }
-      }
-      if (r < 0 || reason.esc) return DECLINE;
+      if (px_fv_fields(&f[6], dkeys, 1, g, &ds) != 0) return DECLINE;
+      if (ds && g[0].kind == PX_FV_STR) reason = g[0].s;
+      if (reason.esc) return DECLINE;
     }
     ir->stop = px_fs_is(reason, "content_filter") ? PX_STOP_CONTENT_FILTER
                                                   : PX_STOP_MAX_TOKENS;
