@@ -60,6 +60,18 @@ static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
   return c->kind == PX_FV_NULL ? 0 : DECLINE;
 }
 
+/* one entry of a tool_calls list (requests and responses): {type:
+ * "function" or none, id, function: {name, arguments}} -> f (type, id,
+ * function) and g (name, arguments), present as the bits of *seen, *gs */
+static int call_fields(px_fw_t *w, px_fv_t f[3], unsigned *seen, px_fv_t g[2], unsigned *gs) {
+  static const char *const keys[] = {"type", "id", "function"};
+  static const char *const fkeys[] = {"name", "arguments"};
+  if (px_fw_fields(w, keys, 3, f, seen) != 0) return DECLINE;
+  if ((*seen & 1) && !(f[0].kind == PX_FV_STR && px_fs_is(f[0].s, "function"))) return DECLINE;
+  if (!(*seen & 4) || f[2].kind != PX_FV_OBJ) return DECLINE;
+  return px_fv_fields(&f[2], fkeys, 2, g, gs);
+}
+
 static int tool_calls(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
   if (c->kind == PX_FV_NULL) return 0;
   if (c->kind != PX_FV_ARR) return DECLINE;
@@ -67,16 +79,10 @@ static int tool_calls(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
   int r;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(&w)) == 1) {
-    static const char *const keys[] = {"type", "id", "function"};
-    static const char *const fkeys[] = {"name", "arguments"};
     px_fv_t f[3], g[2];
     unsigned seen = 0, fseen = 0;
-    if (px_fw_fields(&w, keys, 3, f, &seen) != 0) return DECLINE;
-    if (HAS(0) && !(f[0].kind == PX_FV_STR && px_fs_is(f[0].s, "function"))) return DECLINE;
-    if (!HAS(1) || f[1].kind != PX_FV_STR || !HAS(2) || f[2].kind != PX_FV_OBJ)
-      return DECLINE;
-    if (px_fv_fields(&f[2], fkeys, 2, g, &fseen) != 0 || !(fseen & 1) ||
-        g[0].kind != PX_FV_STR)
+    if (call_fields(&w, f, &seen, g, &fseen) != 0 || !HAS(1) || f[1].kind != PX_FV_STR ||
+        !(fseen & 1) || g[0].kind != PX_FV_STR)
       return DECLINE;
     px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
     if (p == NULL) return DECLINE;
@@ -512,14 +518,9 @@ static int decode_message_out(const px_fv_t *mv, px_fresp_t *ir, px_arena_t *a) 
   px_fw_t tw = {f[3].raw.ptr, f[3].raw.len, 0};
   if (px_fw_open(&tw, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(&tw)) == 1) {
-    static const char *const tkeys[] = {"type", "id", "function"};
-    static const char *const fkeys[] = {"name", "arguments"};
     px_fv_t g[3], h[2];
     unsigned gs = 0, hs = 0;
-    if (px_fw_fields(&tw, tkeys, 3, g, &gs) != 0) return DECLINE;
-    if ((gs & 1) && !(g[0].kind == PX_FV_STR && px_fs_is(g[0].s, "function"))) return DECLINE;
-    if (!(gs & 4) || g[2].kind != PX_FV_OBJ) return DECLINE;
-    if (px_fv_fields(&g[2], fkeys, 2, h, &hs) != 0) return DECLINE;
+    if (call_fields(&tw, g, &gs, h, &hs) != 0) return DECLINE;
     px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
     if (p == NULL) return DECLINE;
     p->id = (gs & 2) && g[1].kind == PX_FV_STR ? g[1].s : (px_fstr_t){"", 0, 0};
