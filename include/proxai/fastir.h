@@ -216,6 +216,10 @@ int px_fw_detail(const px_fv_t *v, const char *key, int64_t *out);
  *  and output counts and their details objects (cached_tokens,
  *  reasoning_tokens), in that order. 0 or decline. */
 int px_fast_openai_usage(const px_fv_t *u, const char *const keys[4], px_fresp_t *ir);
+/** A response's creation time (Chat created, Responses created_at; v NULL:
+ *  absent): an integer sets ir->created; other values are ignored, as
+ *  px_jint would; one this walker cannot read declines. */
+int px_fast_created(const px_fv_t *v, px_fresp_t *ir);
 /** OpenAI's (Chat, Responses) string tool_choice: auto, none, required. */
 int px_fast_openai_tc(px_fstr_t s, px_freq_t *ir);
 /** Whether the TOOL_CALL ids of a part list are non-empty, unescaped and

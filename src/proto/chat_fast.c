@@ -548,10 +548,7 @@ static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
   if (px_fw_fields(&w, keys, 5, f, &seen) != 0 || !HAS(3) || f[3].kind != PX_FV_ARR) return DECLINE;
   if (HAS(0) && f[0].kind == PX_FV_STR) ir->id = f[0].s;
   if (HAS(1) && f[1].kind == PX_FV_STR) ir->model = f[1].s;
-  if (HAS(2) && f[2].kind == PX_FV_NUM && px_fw_is_int(f[2].raw)) {
-    if (px_fw_uint(f[2].raw, &ir->created) < 0) return DECLINE;
-    ir->has_created = 1;
-  }
+  if (px_fast_created(HAS(2) ? &f[2] : NULL, ir) != 0) return DECLINE;
   if (HAS(4) && f[4].kind == PX_FV_OBJ && decode_usage(&f[4], ir) != 0) return DECLINE;
   /* exactly one choice */
   px_fw_t cw = {f[3].raw.ptr, f[3].raw.len, 0};

@@ -131,10 +131,12 @@ int px_fw_open(px_fw_t *w, char c) {
   return 0;
 }
 
-int px_fw_member(px_fw_t *w, px_fstr_t *key) {
+/* to the next member / element of an open container: 1 there, 0 past its
+ * closing byte, -1 at the end of the input */
+static int step(px_fw_t *w, char close) {
   ws(w);
   if (w->i >= w->n) return -1;
-  if (w->p[w->i] == '}') {
+  if (w->p[w->i] == close) {
     w->i++;
     return 0;
   }
@@ -142,6 +144,12 @@ int px_fw_member(px_fw_t *w, px_fstr_t *key) {
     w->i++;
     ws(w);
   }
+  return 1;
+}
+
+int px_fw_member(px_fw_t *w, px_fstr_t *key) {
+  int r = step(w, '}');
+  if (r <= 0) return r;
   if (w->i >= w->n || w->p[w->i] != '"' || str(w, key) < 0) return -1;
   ws(w);
   if (w->i >= w->n || w->p[w->i] != ':') return -1;
@@ -151,16 +159,8 @@ int px_fw_member(px_fw_t *w, px_fstr_t *key) {
 }
 
 int px_fw_elem(px_fw_t *w) {
-  ws(w);
-  if (w->i >= w->n) return -1;
-  if (w->p[w->i] == ']') {
-    w->i++;
-    return 0;
-  }
-  if (w->p[w->i] == ',') {
-    w->i++;
-    ws(w);
-  }
+  int r = step(w, ']');
+  if (r <= 0) return r;
   return w->i < w->n ? 1 : -1;
 }
 
@@ -427,6 +427,13 @@ int px_fast_openai_usage(const px_fv_t *u, const char *const keys[4], px_fresp_t
       px_fw_detail((seen & 8) ? &f[3] : &none, "reasoning_tokens", &ir->reasoning) != 0)
     return PX_FAST_DECLINE;
   ir->cache_creation = -1;
+  return 0;
+}
+
+int px_fast_created(const px_fv_t *v, px_fresp_t *ir) {
+  if (v == NULL || v->kind != PX_FV_NUM || !px_fw_is_int(v->raw)) return 0;
+  if (px_fw_uint(v->raw, &ir->created) < 0) return PX_FAST_DECLINE;
+  ir->has_created = 1;
   return 0;
 }
 

@@ -471,10 +471,7 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
   }
   ir->id = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){"", 0, 0};
   if (HAS(1) && f[1].kind == PX_FV_STR) ir->model = f[1].s;
-  if (HAS(2) && f[2].kind == PX_FV_NUM && px_fw_is_int(f[2].raw)) {
-    if (px_fw_uint(f[2].raw, &ir->created) < 0) return DECLINE;
-    ir->has_created = 1;
-  }
+  if (px_fast_created(HAS(2) ? &f[2] : NULL, ir) != 0) return DECLINE;
   int has_tool = 0;
   if (decode_output(&f[4], ir, a, &has_tool) != 0) return DECLINE;
   if (incomplete) {
