@@ -260,8 +260,9 @@ px_fmsg_t *px_fmsg_push(px_freq_t *ir, px_arena_t *a, int assistant);
 /** A new tool appended to ir->tools: name, desc (when a string), params
  *  (when an object, else dflt), strict (true/false, else -1); the members
  *  not given are NULL. NULL when out of memory. */
-px_ftool_t *px_ftool_push(px_freq_t *ir, px_arena_t *a, px_fstr_t name, const px_fv_t *desc,
-                          const px_fv_t *params, const px_fv_t *strict, px_str_t dflt);
+px_ftool_t *px_ftool_push(px_freq_t *ir, px_arena_t *a, px_fstr_t name,
+                          const px_fv_t *desc, const px_fv_t *params,
+                          const px_fv_t *strict, px_str_t dflt);
 /** OpenAI's (Chat, Responses) parameters of a function tool without them. */
 #define PX_FAST_OPENAI_PARAMS ((px_str_t){"{\"type\":\"object\",\"properties\":{}}", 33})
 

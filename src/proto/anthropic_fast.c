@@ -28,7 +28,8 @@ static int text_block(px_fw_t *w, px_arena_t *a, int allow_cc, px_fpart_t **out)
   px_fv_t f[NKEYS(text_block_keys)];
   unsigned seen = 0;
 #define HAS(x) (seen & (1u << (x)))
-  if (px_fw_fields(w, text_block_keys, NKEYS(text_block_keys), f, &seen) != 0) return DECLINE;
+  if (px_fw_fields(w, text_block_keys, NKEYS(text_block_keys), f, &seen) != 0)
+    return DECLINE;
   if (!HAS(TB_TYPE) || f[TB_TYPE].kind != PX_FV_STR || !px_fs_is(f[TB_TYPE].s, "text") ||
       !HAS(TB_TEXT) || f[TB_TEXT].kind != PX_FV_STR || (HAS(TB_CC) && !allow_cc) ||
       (HAS(TB_CIT) && f[TB_CIT].kind != PX_FV_NULL))
@@ -93,7 +94,8 @@ static int decode_block(px_fw_t *w, int assistant, px_fmsg_t *m, px_arena_t *a) 
   unsigned seen = 0;
   /* the jansson codec reads only the keys above */
   if (px_fw_fields(w, block_keys, NKEYS(block_keys), f, &seen) != 0 ||
-      !(seen & (1u << B_TYPE)) || f[B_TYPE].kind != PX_FV_STR) return DECLINE;
+      !(seen & (1u << B_TYPE)) || f[B_TYPE].kind != PX_FV_STR)
+    return DECLINE;
   px_fstr_t t = f[B_TYPE].s;
 #define HAS(x) (seen & (1u << (x)))
   px_fpart_t *p;
@@ -539,7 +541,8 @@ static int decode_content(const px_fv_t *c, px_fresp_t *ir, px_arena_t *a) {
     px_fpart_t *p;
     if (px_fs_is(f[0].s, "text")) {
       if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw)) return DECLINE;
-      p = px_fpart_text(a, HAS(1) && f[1].kind == PX_FV_STR ? f[1].s : (px_fstr_t){"", 0, 0});
+      p = px_fpart_text(
+          a, HAS(1) && f[1].kind == PX_FV_STR ? f[1].s : (px_fstr_t){"", 0, 0});
       if (p == NULL) return DECLINE;
     } else if (px_fs_is(f[0].s, "tool_use")) {
       p = px_fpart_new(a, PX_FP_TOOL_CALL);
@@ -568,7 +571,8 @@ static int anth_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
   px_fw_t w = {body, len, 0};
   unsigned seen = 0;
 #define HAS(x) (seen & (1u << (x)))
-  if (px_fw_fields(&w, keys, 7, f, &seen) != 0 || !HAS(2) || f[2].kind != PX_FV_ARR) return DECLINE;
+  if (px_fw_fields(&w, keys, 7, f, &seen) != 0 || !HAS(2) || f[2].kind != PX_FV_ARR)
+    return DECLINE;
   if (HAS(0) && f[0].kind == PX_FV_STR) ir->id = f[0].s;
   if (HAS(1) && f[1].kind == PX_FV_STR) ir->model = f[1].s;
   ir->stop = PX_STOP_NONE;

@@ -35,8 +35,8 @@ static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
     static const char *const keys[] = {"type", "text"};
     px_fv_t f[2];
     unsigned seen = 0;
-    if (px_fw_fields(&w, keys, 2, f, &seen) != 0 || !HAS(0) || !HAS(1) || f[0].kind != PX_FV_STR ||
-        !px_fs_is(f[0].s, "text") || f[1].kind != PX_FV_STR)
+    if (px_fw_fields(&w, keys, 2, f, &seen) != 0 || !HAS(0) || !HAS(1) ||
+        f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "text") || f[1].kind != PX_FV_STR)
       return DECLINE;
     px_fpart_t *p = px_fpart_text(a, f[1].s);
     if (p == NULL) return DECLINE;
@@ -63,11 +63,13 @@ static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
 /* one entry of a tool_calls list (requests and responses): {type:
  * "function" or none, id, function: {name, arguments}} -> f (type, id,
  * function) and g (name, arguments), present as the bits of *seen, *gs */
-static int call_fields(px_fw_t *w, px_fv_t f[3], unsigned *seen, px_fv_t g[2], unsigned *gs) {
+static int call_fields(px_fw_t *w, px_fv_t f[3], unsigned *seen, px_fv_t g[2],
+                       unsigned *gs) {
   static const char *const keys[] = {"type", "id", "function"};
   static const char *const fkeys[] = {"name", "arguments"};
   if (px_fw_fields(w, keys, 3, f, seen) != 0) return DECLINE;
-  if ((*seen & 1) && !(f[0].kind == PX_FV_STR && px_fs_is(f[0].s, "function"))) return DECLINE;
+  if ((*seen & 1) && !(f[0].kind == PX_FV_STR && px_fs_is(f[0].s, "function")))
+    return DECLINE;
   if (!(*seen & 4) || f[2].kind != PX_FV_OBJ) return DECLINE;
   return px_fv_fields(&f[2], fkeys, 2, g, gs);
 }
@@ -178,14 +180,15 @@ static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
     static const char *const fkeys[] = {"name", "description", "parameters", "strict"};
     px_fv_t f[2], g[4];
     unsigned seen = 0, fseen = 0;
-    if (px_fw_fields(&w, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "function") ||
-        !HAS(1) || f[1].kind != PX_FV_OBJ)
+    if (px_fw_fields(&w, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+        !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_OBJ)
       return DECLINE;
     if (px_fv_fields(&f[1], fkeys, 4, g, &fseen) != 0 || !(fseen & 1) ||
         g[0].kind != PX_FV_STR)
       return DECLINE;
-    if (px_ftool_push(ir, a, g[0].s, (fseen & 2) ? &g[1] : NULL, (fseen & 4) ? &g[2] : NULL,
-                      (fseen & 8) ? &g[3] : NULL, PX_FAST_OPENAI_PARAMS) == NULL)
+    if (px_ftool_push(ir, a, g[0].s, (fseen & 2) ? &g[1] : NULL,
+                      (fseen & 4) ? &g[2] : NULL, (fseen & 8) ? &g[3] : NULL,
+                      PX_FAST_OPENAI_PARAMS) == NULL)
       return DECLINE;
   }
   return r < 0 ? DECLINE : 0;
@@ -351,7 +354,8 @@ static int put_assistant(px_buf_t *b, const px_fmsg_t *m, const px_fmsg_t *end,
   int rc = px_fb_lit(b, "{\"role\":\"assistant\",\"content\":");
   if (rc == 0 && ntext > 0) {
     rc = px_fb_lit(b, "\"");
-    for (const px_fmsg_t *x = m; x != end && rc == 0; x = x->next) rc = px_fb_texts(b, x->parts);
+    for (const px_fmsg_t *x = m; x != end && rc == 0; x = x->next)
+      rc = px_fb_texts(b, x->parts);
     if (rc == 0) rc = px_fb_lit(b, "\"");
   } else if (rc == 0) {
     rc = px_fb_lit(b, ncalls ? "null" : "\"\"");
@@ -545,7 +549,8 @@ static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
   px_fv_t f[5];
   px_fw_t w = {body, len, 0};
   unsigned seen = 0;
-  if (px_fw_fields(&w, keys, 5, f, &seen) != 0 || !HAS(3) || f[3].kind != PX_FV_ARR) return DECLINE;
+  if (px_fw_fields(&w, keys, 5, f, &seen) != 0 || !HAS(3) || f[3].kind != PX_FV_ARR)
+    return DECLINE;
   if (HAS(0) && f[0].kind == PX_FV_STR) ir->id = f[0].s;
   if (HAS(1) && f[1].kind == PX_FV_STR) ir->model = f[1].s;
   if (px_fast_created(HAS(2) ? &f[2] : NULL, ir) != 0) return DECLINE;
@@ -559,7 +564,8 @@ static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
   static const char *const ckeys[] = {"message", "finish_reason", "logprobs"};
   px_fv_t g[3];
   unsigned gs = 0;
-  if (px_fv_fields(&ch, ckeys, 3, g, &gs) != 0 || !(gs & 1) || g[0].kind != PX_FV_OBJ) return DECLINE;
+  if (px_fv_fields(&ch, ckeys, 3, g, &gs) != 0 || !(gs & 1) || g[0].kind != PX_FV_OBJ)
+    return DECLINE;
   if ((gs & 4) && g[2].kind != PX_FV_NULL) return DECLINE;
   ir->stop = PX_STOP_NONE;
   if ((gs & 2) && g[1].kind == PX_FV_STR) {

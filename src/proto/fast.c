@@ -75,8 +75,9 @@ px_fmsg_t *px_fmsg_push(px_freq_t *ir, px_arena_t *a, int assistant) {
   return m;
 }
 
-px_ftool_t *px_ftool_push(px_freq_t *ir, px_arena_t *a, px_fstr_t name, const px_fv_t *desc,
-                          const px_fv_t *params, const px_fv_t *strict, px_str_t dflt) {
+px_ftool_t *px_ftool_push(px_freq_t *ir, px_arena_t *a, px_fstr_t name,
+                          const px_fv_t *desc, const px_fv_t *params,
+                          const px_fv_t *strict, px_str_t dflt) {
   px_ftool_t *t = px_arena_alloc(a, sizeof(*t));
   if (t == NULL) return NULL;
   t->name = name;
@@ -385,7 +386,8 @@ int px_fw_key_of(px_fstr_t k, const char *const *names, int n) {
   return -1;
 }
 
-int px_fw_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f, unsigned *seen) {
+int px_fw_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f,
+                 unsigned *seen) {
   px_fstr_t k;
   int r;
   if (px_fw_open(w, '{') < 0) return PX_FAST_DECLINE;

@@ -30,8 +30,8 @@ static int text_parts(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail, in
     static const char *const keys[] = {"type", "text", "annotations"};
     px_fv_t f[3];
     unsigned seen = 0;
-    if (px_fw_fields(&w, keys, 3, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR || !is_text_type(f[0].s) || !HAS(1) ||
-        f[1].kind != PX_FV_STR)
+    if (px_fw_fields(&w, keys, 3, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+        !is_text_type(f[0].s) || !HAS(1) || f[1].kind != PX_FV_STR)
       return DECLINE;
     if (assistant && HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw))
       return DECLINE;
@@ -146,8 +146,8 @@ static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
                                        "strict", "defer_loading"};
     px_fv_t f[6];
     unsigned seen = 0;
-    if (px_fw_fields(&w, keys, 6, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "function") ||
-        !HAS(1) || f[1].kind != PX_FV_STR)
+    if (px_fw_fields(&w, keys, 6, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+        !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_STR)
       return DECLINE;
     if (HAS(5) && f[5].kind == PX_FV_TRUE) return DECLINE;
     if (px_ftool_push(ir, a, f[1].s, HAS(2) ? &f[2] : NULL, HAS(3) ? &f[3] : NULL,
@@ -414,8 +414,8 @@ static int decode_message_item(const px_fv_t *c, px_fresp_t *ir, px_arena_t *a) 
     if (!px_fs_is(f[0].s, "output_text")) return DECLINE; /* refusal, others */
     if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw)) return DECLINE;
     if (HAS(3) && f[3].kind == PX_FV_ARR && !px_fw_empty(f[3].raw)) return DECLINE;
-    px_fpart_t *p = px_fpart_text(a, HAS(1) && f[1].kind == PX_FV_STR ? f[1].s
-                                                                     : (px_fstr_t){"", 0, 0});
+    px_fpart_t *p = px_fpart_text(
+        a, HAS(1) && f[1].kind == PX_FV_STR ? f[1].s : (px_fstr_t){"", 0, 0});
     if (p == NULL) return DECLINE;
     px_fpart_push(&ir->content, &ir->last, p);
   }
