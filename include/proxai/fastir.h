@@ -188,6 +188,14 @@ int px_fs_blank_value(px_fstr_t s);
 
 /** Index of key k in names[0..n), -1 when absent or escaped. */
 int px_fw_key_of(px_fstr_t k, const char *const *names, int n);
+/** The object at the cursor: its members named in names[0..n) into
+ *  f[index], bit index set in *seen; other members skipped. Declines on an
+ *  escaped key (it might name one of them), a repeated one, or malformed
+ *  input. 0 or PX_FAST_DECLINE. */
+int px_fw_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f, unsigned *seen);
+/** px_fw_fields over the value v (declines unless an object). */
+int px_fv_fields(const px_fv_t *v, const char *const *names, int n, px_fv_t *f,
+                 unsigned *seen);
 /** Mark key index k seen in *seen; 1 if it was already (jansson keeps the
  *  last of repeated members, the walker would read both). */
 static inline int px_fw_seen_twice(unsigned *seen, int k) {
@@ -201,6 +209,19 @@ int px_fw_is_int(px_str_t raw);
 /** An integer member as px_jint reads it: *out = dflt when v is not an
  *  integer; declines on one this walker cannot read (negative, huge). */
 int px_fw_jint(const px_fv_t *v, int64_t dflt, int64_t *out);
+/** {"<key>": n} of a usage details object v: *out = the integer, -1
+ *  when v is no object or has no integer there. 0 or decline. */
+int px_fw_detail(const px_fv_t *v, const char *key, int64_t *out);
+/** An OpenAI usage object (Chat, Responses) into ir: keys names the input
+ *  and output counts and their details objects (cached_tokens,
+ *  reasoning_tokens), in that order. 0 or decline. */
+int px_fast_openai_usage(const px_fv_t *u, const char *const keys[4], px_fresp_t *ir);
+/** A response's creation time (Chat created, Responses created_at; v NULL:
+ *  absent): an integer sets ir->created; other values are ignored, as
+ *  px_jint would; one this walker cannot read declines. */
+int px_fast_created(const px_fv_t *v, px_fresp_t *ir);
+/** OpenAI's (Chat, Responses) string tool_choice: auto, none, required. */
+int px_fast_openai_tc(px_fstr_t s, px_freq_t *ir);
 /** Whether the TOOL_CALL ids of a part list are non-empty, unescaped and
  *  unique (the jansson codecs mint the others: the fast encoders decline). */
 int px_fast_ids_plain(const px_fpart_t *parts);
@@ -213,9 +234,37 @@ static inline int px_fb_lit(px_buf_t *b, const char *s) {
 int px_fb_str(px_buf_t *b, px_fstr_t s); /* quoted */
 int px_fb_raw(px_buf_t *b, px_str_t r);
 int px_fb_key(px_buf_t *b, int *first, const char *key); /* ,"key": */
+/** key_lit (`,"name":`) and the raw value, when r is set (r.ptr). */
+int px_fb_opt_raw(px_buf_t *b, const char *key_lit, px_str_t r);
+/** key_lit and the quoted string, when s is set (s.p). */
+int px_fb_opt_str(px_buf_t *b, const char *key_lit, px_fstr_t s);
+/** The texts of the TEXT parts of a list, one after the other (inside a
+ *  string the caller opens and closes). */
+int px_fb_texts(px_buf_t *b, const px_fpart_t *parts);
+/** OpenAI's (Chat, Responses) "auto" / "none" / "required" tool_choice
+ *  member (tc one of them) and parallel_tool_calls (when >= 0). */
+int px_fb_openai_tc(px_buf_t *b, px_ftc_t tc, int parallel);
 
-/** Allocate a part / message / tool (zeroed, linked by the caller). */
+/** Allocate a part (zeroed, linked by the caller). */
 px_fpart_t *px_fpart_new(px_arena_t *a, px_fpart_type_t t);
+/** A TEXT part of text s; NULL when out of memory. */
+px_fpart_t *px_fpart_text(px_arena_t *a, px_fstr_t s);
+/** Append part p to the list *head .. *tail. */
+static inline void px_fpart_push(px_fpart_t **head, px_fpart_t **tail, px_fpart_t *p) {
+  if (*tail) (*tail)->next = p;
+  else *head = p;
+  *tail = p;
+}
+/** A new message appended to ir->msgs; NULL when out of memory. */
+px_fmsg_t *px_fmsg_push(px_freq_t *ir, px_arena_t *a, int assistant);
+/** A new tool appended to ir->tools: name, desc (when a string), params
+ *  (when an object, else dflt), strict (true/false, else -1); the members
+ *  not given are NULL. NULL when out of memory. */
+px_ftool_t *px_ftool_push(px_freq_t *ir, px_arena_t *a, px_fstr_t name,
+                          const px_fv_t *desc, const px_fv_t *params,
+                          const px_fv_t *strict, px_str_t dflt);
+/** OpenAI's (Chat, Responses) parameters of a function tool without them. */
+#define PX_FAST_OPENAI_PARAMS ((px_str_t){"{\"type\":\"object\",\"properties\":{}}", 33})
 
 /** Tool-call arguments as escaped string content -> the unescaped JSON
  *  text checked to be one object as jansson reads it (into part->input).

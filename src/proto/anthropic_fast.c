@@ -15,18 +15,6 @@
 #define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define PX_ANTH_DEFAULT_MAX_TOKENS 4096
 
-static px_fpart_t *text_of(px_arena_t *a, px_fstr_t s) {
-  px_fpart_t *p = px_fpart_new(a, PX_FP_TEXT);
-  if (p != NULL) p->text = s;
-  return p;
-}
-
-static void push_part(px_fpart_t **head, px_fpart_t **tail, px_fpart_t *p) {
-  if (*tail) (*tail)->next = p;
-  else *head = p;
-  *tail = p;
-}
-
 /* ======================================================================== */
 /* Request decode                                                            */
 
@@ -37,37 +25,19 @@ static const char *const text_block_keys[] = {"type", "text", "cache_control", "
 /* One text block; allow_cc: cache_control is kept (system), else it
  * declines (lossy in the jansson codec). Unknown keys are ignored there. */
 static int text_block(px_fw_t *w, px_arena_t *a, int allow_cc, px_fpart_t **out) {
-  px_fstr_t k, type = {0}, text = {0};
-  px_str_t cc = {0};
+  px_fv_t f[NKEYS(text_block_keys)];
   unsigned seen = 0;
-  int r;
-  px_fv_t v;
-  if (px_fw_open(w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(w, &k)) == 1) {
-    int ki = px_fw_key_of(k, text_block_keys, NKEYS(text_block_keys));
-    if (px_fw_value(w, &v) < 0) return DECLINE;
-    if (ki < 0) {
-      if (k.esc) return DECLINE; /* might name a key below */
-      continue;
-    }
-    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-    if (ki == TB_TYPE) {
-      if (v.kind != PX_FV_STR) return DECLINE;
-      type = v.s;
-    } else if (ki == TB_TEXT) {
-      if (v.kind != PX_FV_STR) return DECLINE;
-      text = v.s;
-    } else if (ki == TB_CC) {
-      if (!allow_cc) return DECLINE;
-      cc = v.raw;
-    } else if (v.kind != PX_FV_NULL) {
-      return DECLINE; /* citations */
-    }
-  }
-  if (r < 0 || !px_fs_is(type, "text") || text.p == NULL) return DECLINE;
-  px_fpart_t *p = text_of(a, text);
+#define HAS(x) (seen & (1u << (x)))
+  if (px_fw_fields(w, text_block_keys, NKEYS(text_block_keys), f, &seen) != 0)
+    return DECLINE;
+  if (!HAS(TB_TYPE) || f[TB_TYPE].kind != PX_FV_STR || !px_fs_is(f[TB_TYPE].s, "text") ||
+      !HAS(TB_TEXT) || f[TB_TEXT].kind != PX_FV_STR || (HAS(TB_CC) && !allow_cc) ||
+      (HAS(TB_CIT) && f[TB_CIT].kind != PX_FV_NULL))
+    return DECLINE;
+  px_fpart_t *p = px_fpart_text(a, f[TB_TEXT].s);
   if (p == NULL) return DECLINE;
-  p->cache_control = cc;
+  if (HAS(TB_CC)) p->cache_control = f[TB_CC].raw;
+#undef HAS
   *out = p;
   return 0;
 }
@@ -78,9 +48,9 @@ static int decode_system(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
     px_fv_t v;
     if (px_fw_value(w, &v) < 0) return DECLINE;
     if (v.s.n > 0) {
-      px_fpart_t *p = text_of(a, v.s);
+      px_fpart_t *p = px_fpart_text(a, v.s);
       if (p == NULL) return DECLINE;
-      push_part(&ir->system, &ir->system_last, p);
+      px_fpart_push(&ir->system, &ir->system_last, p);
     }
     return 0;
   }
@@ -89,7 +59,7 @@ static int decode_system(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
   while ((r = px_fw_elem(w)) == 1) {
     px_fpart_t *p;
     if (text_block(w, a, 1, &p) != 0) return DECLINE;
-    push_part(&ir->system, &ir->system_last, p);
+    px_fpart_push(&ir->system, &ir->system_last, p);
   }
   return r < 0 ? DECLINE : 0;
 }
@@ -98,7 +68,7 @@ static int decode_system(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
 static int tool_result_content(px_fv_t *c, px_fpart_t *part, px_arena_t *a) {
   if (c->kind == PX_FV_NULL) return 0;
   if (c->kind == PX_FV_STR) {
-    part->content = text_of(a, c->s);
+    part->content = px_fpart_text(a, c->s);
     return part->content ? 0 : DECLINE;
   }
   if (c->kind != PX_FV_ARR) return DECLINE;
@@ -109,7 +79,7 @@ static int tool_result_content(px_fv_t *c, px_fpart_t *part, px_arena_t *a) {
   while ((r = px_fw_elem(&w)) == 1) {
     px_fpart_t *p;
     if (text_block(&w, a, 0, &p) != 0) return DECLINE;
-    push_part(&part->content, &tail, p);
+    px_fpart_push(&part->content, &tail, p);
   }
   return r < 0 ? DECLINE : 0;
 }
@@ -121,29 +91,18 @@ static const char *const block_keys[] = {"type", "text", "cache_control", "citat
 
 static int decode_block(px_fw_t *w, int assistant, px_fmsg_t *m, px_arena_t *a) {
   px_fv_t f[NKEYS(block_keys)];
-  px_fstr_t k;
   unsigned seen = 0;
-  int r;
-  if (px_fw_open(w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(w, &k)) == 1) {
-    int ki = px_fw_key_of(k, block_keys, NKEYS(block_keys));
-    px_fv_t v;
-    if (px_fw_value(w, &v) < 0) return DECLINE;
-    if (ki < 0) {
-      if (k.esc) return DECLINE;
-      continue; /* the jansson codec reads only the keys above */
-    }
-    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-    f[ki] = v;
-  }
-  if (r < 0 || !(seen & (1u << B_TYPE)) || f[B_TYPE].kind != PX_FV_STR) return DECLINE;
+  /* the jansson codec reads only the keys above */
+  if (px_fw_fields(w, block_keys, NKEYS(block_keys), f, &seen) != 0 ||
+      !(seen & (1u << B_TYPE)) || f[B_TYPE].kind != PX_FV_STR)
+    return DECLINE;
   px_fstr_t t = f[B_TYPE].s;
 #define HAS(x) (seen & (1u << (x)))
   px_fpart_t *p;
   if (px_fs_is(t, "text")) {
     if (!HAS(B_TEXT) || f[B_TEXT].kind != PX_FV_STR) return DECLINE;
     if (HAS(B_CIT) && f[B_CIT].kind != PX_FV_NULL) return DECLINE;
-    p = text_of(a, f[B_TEXT].s);
+    p = px_fpart_text(a, f[B_TEXT].s);
     if (p == NULL) return DECLINE;
     if (HAS(B_CC)) p->cache_control = f[B_CC].raw;
   } else if (px_fs_is(t, "tool_use")) {
@@ -176,7 +135,7 @@ static int decode_block(px_fw_t *w, int assistant, px_fmsg_t *m, px_arena_t *a) 
     return DECLINE;
   }
 #undef HAS
-  push_part(&m->parts, &m->last, p);
+  px_fpart_push(&m->parts, &m->last, p);
   return 0;
 }
 
@@ -184,34 +143,23 @@ static int decode_messages(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
   int r;
   if (px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(w)) == 1) {
-    px_fstr_t k, role = {0};
-    px_fv_t content = {0}, v;
-    int has_content = 0, has_role = 0;
-    if (px_fw_open(w, '{') < 0) return DECLINE;
-    int rm;
-    while ((rm = px_fw_member(w, &k)) == 1) {
-      if (px_fw_value(w, &v) < 0) return DECLINE;
-      if (k.esc) return DECLINE;
-      if (px_fs_is(k, "role")) {
-        if (has_role++ || v.kind != PX_FV_STR) return DECLINE;
-        role = v.s;
-      } else if (px_fs_is(k, "content")) {
-        if (has_content++) return DECLINE;
-        content = v;
-      }
-    }
-    if (rm < 0 || !has_role || !has_content) return DECLINE;
+    static const char *const keys[] = {"role", "content"};
+    px_fv_t f[2];
+    unsigned seen = 0;
+    if (px_fw_fields(w, keys, 2, f, &seen) != 0 || seen != 3 || f[0].kind != PX_FV_STR)
+      return DECLINE;
+    px_fstr_t role = f[0].s;
+    px_fv_t content = f[1];
     int assistant;
     if (px_fs_is(role, "user")) assistant = 0;
     else if (px_fs_is(role, "assistant")) assistant = 1;
     else return DECLINE; /* system turns: the jansson codec folds them */
-    px_fmsg_t *m = px_arena_alloc(a, sizeof(*m));
+    px_fmsg_t *m = px_fmsg_push(ir, a, assistant);
     if (m == NULL) return DECLINE;
-    m->assistant = assistant;
     if (content.kind == PX_FV_STR) {
-      px_fpart_t *p = text_of(a, content.s);
+      px_fpart_t *p = px_fpart_text(a, content.s);
       if (p == NULL) return DECLINE;
-      push_part(&m->parts, &m->last, p);
+      px_fpart_push(&m->parts, &m->last, p);
     } else if (content.kind == PX_FV_ARR) {
       px_fw_t cw = {content.raw.ptr, content.raw.len, 0};
       int rc;
@@ -222,9 +170,6 @@ static int decode_messages(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
     } else {
       return DECLINE;
     }
-    if (ir->msgs_last) ir->msgs_last->next = m;
-    else ir->msgs = m;
-    ir->msgs_last = m;
   }
   return r < 0 ? DECLINE : 0;
 }
@@ -255,45 +200,26 @@ static int decode_tools(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
       return DECLINE; /* a server tool */
     if (HAS(T_TYPE) && f[T_TYPE].kind != PX_FV_STR) return DECLINE;
     if (!HAS(T_NAME) || f[T_NAME].kind != PX_FV_STR) return DECLINE;
-    px_ftool_t *t = px_arena_alloc(a, sizeof(*t));
+    px_ftool_t *t = px_ftool_push(ir, a, f[T_NAME].s, HAS(T_DESC) ? &f[T_DESC] : NULL,
+                                  HAS(T_SCHEMA) ? &f[T_SCHEMA] : NULL,
+                                  HAS(T_STRICT) ? &f[T_STRICT] : NULL,
+                                  (px_str_t){"{\"type\":\"object\"}", 17});
     if (t == NULL) return DECLINE;
-    t->name = f[T_NAME].s;
-    if (HAS(T_DESC) && f[T_DESC].kind == PX_FV_STR) t->desc = f[T_DESC].s;
-    if (HAS(T_SCHEMA) && f[T_SCHEMA].kind == PX_FV_OBJ)
-      t->params = f[T_SCHEMA].raw;
-    else
-      t->params = (px_str_t){"{\"type\":\"object\"}", 17};
-    t->strict = -1;
-    if (HAS(T_STRICT) && f[T_STRICT].kind == PX_FV_TRUE) t->strict = 1;
-    if (HAS(T_STRICT) && f[T_STRICT].kind == PX_FV_FALSE) t->strict = 0;
     if (HAS(T_CC)) t->cache_control = f[T_CC].raw;
 #undef HAS
-    if (ir->tools_last) ir->tools_last->next = t;
-    else ir->tools = t;
-    ir->tools_last = t;
   }
   return r < 0 ? DECLINE : 0;
 }
 
 static int decode_tool_choice(px_fw_t *w, px_freq_t *ir) {
-  px_fstr_t k, type = {0}, name = {0};
-  px_fv_t v;
-  int r, nt = 0, nn = 0, np = 0, disable = 0;
-  if (px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(w, &k)) == 1) {
-    if (px_fw_value(w, &v) < 0 || k.esc) return DECLINE;
-    if (px_fs_is(k, "type")) {
-      if (nt++ || v.kind != PX_FV_STR) return DECLINE;
-      type = v.s;
-    } else if (px_fs_is(k, "name")) {
-      if (nn++) return DECLINE;
-      if (v.kind == PX_FV_STR) name = v.s;
-    } else if (px_fs_is(k, "disable_parallel_tool_use")) {
-      if (np++) return DECLINE;
-      disable = v.kind == PX_FV_TRUE;
-    }
-  }
-  if (r < 0) return DECLINE;
+  static const char *const keys[] = {"type", "name", "disable_parallel_tool_use"};
+  px_fv_t f[3];
+  unsigned seen = 0;
+  if (px_fw_fields(w, keys, 3, f, &seen) != 0) return DECLINE;
+  if ((seen & 1) && f[0].kind != PX_FV_STR) return DECLINE;
+  px_fstr_t type = (seen & 1) ? f[0].s : (px_fstr_t){0};
+  px_fstr_t name = (seen & 2) && f[1].kind == PX_FV_STR ? f[1].s : (px_fstr_t){0};
+  int disable = (seen & 4) && f[2].kind == PX_FV_TRUE;
   if (px_fs_is(type, "auto")) ir->tool_choice = PX_FTC_AUTO;
   else if (px_fs_is(type, "any")) ir->tool_choice = PX_FTC_REQUIRED;
   else if (px_fs_is(type, "none")) ir->tool_choice = PX_FTC_NONE;
@@ -395,10 +321,26 @@ static int has_blocks(const px_fmsg_t *m) {
 static int put_text_block(px_buf_t *b, const px_fpart_t *p) {
   int rc = px_fb_lit(b, "{\"type\":\"text\",\"text\":");
   if (rc == 0) rc = px_fb_str(b, p->text);
-  if (rc == 0 && p->cache_control.ptr) {
-    rc = px_fb_lit(b, ",\"cache_control\":");
-    if (rc == 0) rc = px_fb_raw(b, p->cache_control);
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"cache_control\":", p->cache_control);
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* a tool call -> a tool_use block; its input an object (declines otherwise:
+ * the jansson codec's error) */
+static int put_tool_use(px_buf_t *b, px_fpart_t *p, px_arena_t *a) {
+  if (p->input.ptr == NULL) {
+    if (px_fs_blank_value(p->args) == 1) /* also no arguments (args.p NULL) */
+      p->input = (px_str_t){"{}", 2};
+    else if (px_fast_args_object(a, p) != 0)
+      return DECLINE;
   }
+  int rc = px_fb_lit(b, "{\"type\":\"tool_use\",\"id\":");
+  if (rc == 0) rc = px_fb_str(b, p->id);
+  if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
+  if (rc == 0) rc = px_fb_str(b, p->name);
+  if (rc == 0) rc = px_fb_lit(b, ",\"input\":");
+  if (rc == 0) rc = px_fb_raw(b, p->input);
   if (rc == 0) rc = px_fb_lit(b, "}");
   return rc;
 }
@@ -413,20 +355,7 @@ static int put_block(px_buf_t *b, px_fpart_t *p, px_arena_t *a, int *first) {
     case PX_FP_TEXT:
       return put_text_block(b, p);
     case PX_FP_TOOL_CALL:
-      if (p->input.ptr == NULL) {
-        if (p->args.p == NULL || px_fs_blank_value(p->args) == 1)
-          p->input = (px_str_t){"{}", 2};
-        else if (px_fast_args_object(a, p) != 0)
-          return DECLINE;
-      }
-      rc = px_fb_lit(b, "{\"type\":\"tool_use\",\"id\":");
-      if (rc == 0) rc = px_fb_str(b, p->id);
-      if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
-      if (rc == 0) rc = px_fb_str(b, p->name);
-      if (rc == 0) rc = px_fb_lit(b, ",\"input\":");
-      if (rc == 0) rc = px_fb_raw(b, p->input);
-      if (rc == 0) rc = px_fb_lit(b, "}");
-      return rc;
+      return put_tool_use(b, p, a);
     case PX_FP_TOOL_RESULT: {
       rc = px_fb_lit(b, "{\"type\":\"tool_result\",\"tool_use_id\":");
       if (rc == 0) rc = px_fb_str(b, p->id);
@@ -523,42 +452,26 @@ static int anth_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
                                                 : PX_ANTH_DEFAULT_MAX_TOKENS);
     px_lossy_add(lossy, "max_tokens");
   }
-  if (rc == 0 && ir->temperature.ptr) {
-    rc = px_fb_lit(b, ",\"temperature\":");
-    if (rc == 0) rc = px_fb_raw(b, ir->temperature);
-  }
-  if (rc == 0 && ir->top_p.ptr) {
-    rc = px_fb_lit(b, ",\"top_p\":");
-    if (rc == 0) rc = px_fb_raw(b, ir->top_p);
-  }
-  if (rc == 0 && ir->top_k.ptr) {
-    rc = px_fb_lit(b, ",\"top_k\":");
-    if (rc == 0) rc = px_fb_raw(b, ir->top_k);
-  }
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"temperature\":", ir->temperature);
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"top_p\":", ir->top_p);
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"top_k\":", ir->top_k);
   if (rc == 0 && ir->stop1.p) {
     rc = px_fb_lit(b, ",\"stop_sequences\":[");
     if (rc == 0) rc = px_fb_str(b, ir->stop1);
     if (rc == 0) rc = px_fb_lit(b, "]");
-  } else if (rc == 0 && ir->stop.ptr) {
-    rc = px_fb_lit(b, ",\"stop_sequences\":");
-    if (rc == 0) rc = px_fb_raw(b, ir->stop);
+  } else if (rc == 0) {
+    rc = px_fb_opt_raw(b, ",\"stop_sequences\":", ir->stop);
   }
   if (rc == 0 && ir->tools != NULL) {
     rc = px_fb_lit(b, ",\"tools\":[");
     for (const px_ftool_t *t = ir->tools; t && rc == 0; t = t->next) {
       rc = px_fb_lit(b, t == ir->tools ? "{\"name\":" : ",{\"name\":");
       if (rc == 0) rc = px_fb_str(b, t->name);
-      if (rc == 0 && t->desc.p) {
-        rc = px_fb_lit(b, ",\"description\":");
-        if (rc == 0) rc = px_fb_str(b, t->desc);
-      }
+      if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", t->desc);
       if (rc == 0) rc = px_fb_lit(b, ",\"input_schema\":");
       if (rc == 0) rc = px_fb_raw(b, t->params);
       if (rc == 0 && t->strict == 1) rc = px_fb_lit(b, ",\"strict\":true");
-      if (rc == 0 && t->cache_control.ptr) {
-        rc = px_fb_lit(b, ",\"cache_control\":");
-        if (rc == 0) rc = px_fb_raw(b, t->cache_control);
-      }
+      if (rc == 0) rc = px_fb_opt_raw(b, ",\"cache_control\":", t->cache_control);
       if (rc == 0) rc = px_fb_lit(b, "}");
     }
     if (rc == 0) rc = px_fb_lit(b, "]");
@@ -599,19 +512,11 @@ static int decode_usage(const px_fv_t *u, px_fresp_t *ir) {
                                      "cache_read_input_tokens",
                                      "cache_creation_input_tokens"};
   int64_t val[4] = {-1, -1, -1, -1};
-  px_fw_t w = {u->raw.ptr, u->raw.len, 0};
-  px_fstr_t k;
+  px_fv_t f[4];
   unsigned seen = 0;
-  int r;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(&w, &k)) == 1) {
-    px_fv_t v;
-    if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
-    int ki = px_fw_key_of(k, keys, 4);
-    if (ki < 0) continue;
-    if (px_fw_seen_twice(&seen, ki) || px_fw_jint(&v, -1, &val[ki]) != 0) return DECLINE;
-  }
-  if (r < 0) return DECLINE;
+  if (px_fv_fields(u, keys, 4, f, &seen) != 0) return DECLINE;
+  for (int i = 0; i < 4; i++)
+    if ((seen & (1u << i)) && px_fw_jint(&f[i], -1, &val[i]) != 0) return DECLINE;
   int64_t in = val[0], out = val[1], cr = val[2], cc = val[3];
   ir->has_usage = 1;
   ir->in = (in > 0 ? in : 0) + (cr > 0 ? cr : 0) + (cc > 0 ? cc : 0);
@@ -629,25 +534,15 @@ static int decode_content(const px_fv_t *c, px_fresp_t *ir, px_arena_t *a) {
   while ((r = px_fw_elem(&w)) == 1) {
     static const char *const keys[] = {"type", "text", "citations", "id", "name", "input"};
     px_fv_t f[6];
-    px_fstr_t k;
     unsigned seen = 0;
-    int rm;
-    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_open(&w, '{') < 0) return DECLINE;
-    while ((rm = px_fw_member(&w, &k)) == 1) {
-      px_fv_t v;
-      if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
-      int ki = px_fw_key_of(k, keys, 6);
-      if (ki < 0) continue;
-      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-      f[ki] = v;
-    }
-    if (rm < 0) return DECLINE;
+    if (px_fw_fields(&w, keys, 6, f, &seen) != 0) return DECLINE;
 #define HAS(x) (seen & (1u << (x)))
     if (!HAS(0) || f[0].kind != PX_FV_STR) continue; /* no type: skipped there */
     px_fpart_t *p;
     if (px_fs_is(f[0].s, "text")) {
       if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw)) return DECLINE;
-      p = text_of(a, HAS(1) && f[1].kind == PX_FV_STR ? f[1].s : (px_fstr_t){"", 0, 0});
+      p = px_fpart_text(
+          a, HAS(1) && f[1].kind == PX_FV_STR ? f[1].s : (px_fstr_t){"", 0, 0});
       if (p == NULL) return DECLINE;
     } else if (px_fs_is(f[0].s, "tool_use")) {
       p = px_fpart_new(a, PX_FP_TOOL_CALL);
@@ -661,7 +556,7 @@ static int decode_content(const px_fv_t *c, px_fresp_t *ir, px_arena_t *a) {
       return DECLINE; /* thinking, server tools ...: the jansson codec */
     }
 #undef HAS
-    push_part(&ir->content, &ir->last, p);
+    px_fpart_push(&ir->content, &ir->last, p);
   }
   return r < 0 ? DECLINE : 0;
 }
@@ -674,20 +569,10 @@ static int anth_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
                                      "stop_sequence", "stop_details", "usage"};
   px_fv_t f[7];
   px_fw_t w = {body, len, 0};
-  px_fstr_t k;
   unsigned seen = 0;
-  int r;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(&w, &k)) == 1) {
-    px_fv_t v;
-    if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
-    int ki = px_fw_key_of(k, keys, 7);
-    if (ki < 0) continue;
-    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-    f[ki] = v;
-  }
 #define HAS(x) (seen & (1u << (x)))
-  if (r < 0 || !HAS(2) || f[2].kind != PX_FV_ARR) return DECLINE;
+  if (px_fw_fields(&w, keys, 7, f, &seen) != 0 || !HAS(2) || f[2].kind != PX_FV_ARR)
+    return DECLINE;
   if (HAS(0) && f[0].kind == PX_FV_STR) ir->id = f[0].s;
   if (HAS(1) && f[1].kind == PX_FV_STR) ir->model = f[1].s;
   ir->stop = PX_STOP_NONE;
@@ -741,19 +626,7 @@ static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
       if (rc == 0) rc = px_fb_lit(b, "}");
       continue;
     }
-    if (p->input.ptr == NULL) {
-      if (px_fs_blank_value(p->args) == 1)
-        p->input = (px_str_t){"{}", 2};
-      else if (px_fast_args_object(a, p) != 0)
-        return DECLINE; /* not an object: the jansson codec's error */
-    }
-    rc = px_fb_lit(b, "{\"type\":\"tool_use\",\"id\":");
-    if (rc == 0) rc = px_fb_str(b, p->id);
-    if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
-    if (rc == 0) rc = px_fb_str(b, p->name);
-    if (rc == 0) rc = px_fb_lit(b, ",\"input\":");
-    if (rc == 0) rc = px_fb_raw(b, p->input);
-    if (rc == 0) rc = px_fb_lit(b, "}");
+    rc = put_tool_use(b, p, a);
   }
   if (rc == 0) rc = px_fb_lit(b, "],\"stop_reason\":\"");
   if (rc == 0) rc = px_fb_lit(b, sr);

@@ -14,18 +14,6 @@
 #define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define HAS(x) (seen & (1u << (x)))
 
-static px_fpart_t *text_of(px_arena_t *a, px_fstr_t s) {
-  px_fpart_t *p = px_fpart_new(a, PX_FP_TEXT);
-  if (p != NULL) p->text = s;
-  return p;
-}
-
-static void push_part(px_fpart_t **head, px_fpart_t **tail, px_fpart_t *p) {
-  if (*tail) (*tail)->next = p;
-  else *head = p;
-  *tail = p;
-}
-
 /* ======================================================================== */
 /* Request decode                                                            */
 
@@ -33,10 +21,10 @@ static void push_part(px_fpart_t **head, px_fpart_t **tail, px_fpart_t *p) {
 static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
                         int developer, px_arena_t *a) {
   if (c->kind == PX_FV_STR) {
-    px_fpart_t *p = text_of(a, c->s);
+    px_fpart_t *p = px_fpart_text(a, c->s);
     if (p == NULL) return DECLINE;
     p->developer = developer;
-    push_part(head, tail, p);
+    px_fpart_push(head, tail, p);
     return 0;
   }
   if (c->kind != PX_FV_ARR) return DECLINE;
@@ -46,25 +34,14 @@ static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
   while ((r = px_fw_elem(&w)) == 1) {
     static const char *const keys[] = {"type", "text"};
     px_fv_t f[2];
-    px_fstr_t k;
     unsigned seen = 0;
-    int rm;
-    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_open(&w, '{') < 0) return DECLINE;
-    while ((rm = px_fw_member(&w, &k)) == 1) {
-      px_fv_t v;
-      if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
-      int ki = px_fw_key_of(k, keys, 2);
-      if (ki < 0) continue;
-      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-      f[ki] = v;
-    }
-    if (rm < 0 || !HAS(0) || !HAS(1) || f[0].kind != PX_FV_STR ||
-        !px_fs_is(f[0].s, "text") || f[1].kind != PX_FV_STR)
+    if (px_fw_fields(&w, keys, 2, f, &seen) != 0 || !HAS(0) || !HAS(1) ||
+        f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "text") || f[1].kind != PX_FV_STR)
       return DECLINE;
-    px_fpart_t *p = text_of(a, f[1].s);
+    px_fpart_t *p = px_fpart_text(a, f[1].s);
     if (p == NULL) return DECLINE;
     p->developer = developer;
-    push_part(head, tail, p);
+    px_fpart_push(head, tail, p);
   }
   return r < 0 ? DECLINE : 0;
 }
@@ -75,12 +52,26 @@ static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
   if (c->kind == PX_FV_ARR) return text_content(c, &m->parts, &m->last, 0, a);
   if (c->kind == PX_FV_STR) {
     if (c->s.n == 0) return 0;
-    px_fpart_t *p = text_of(a, c->s);
+    px_fpart_t *p = px_fpart_text(a, c->s);
     if (p == NULL) return DECLINE;
-    push_part(&m->parts, &m->last, p);
+    px_fpart_push(&m->parts, &m->last, p);
     return 0;
   }
   return c->kind == PX_FV_NULL ? 0 : DECLINE;
+}
+
+/* one entry of a tool_calls list (requests and responses): {type:
+ * "function" or none, id, function: {name, arguments}} -> f (type, id,
+ * function) and g (name, arguments), present as the bits of *seen, *gs */
+static int call_fields(px_fw_t *w, px_fv_t f[3], unsigned *seen, px_fv_t g[2],
+                       unsigned *gs) {
+  static const char *const keys[] = {"type", "id", "function"};
+  static const char *const fkeys[] = {"name", "arguments"};
+  if (px_fw_fields(w, keys, 3, f, seen) != 0) return DECLINE;
+  if ((*seen & 1) && !(f[0].kind == PX_FV_STR && px_fs_is(f[0].s, "function")))
+    return DECLINE;
+  if (!(*seen & 4) || f[2].kind != PX_FV_OBJ) return DECLINE;
+  return px_fv_fields(&f[2], fkeys, 2, g, gs);
 }
 
 static int tool_calls(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
@@ -90,36 +81,11 @@ static int tool_calls(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
   int r;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(&w)) == 1) {
-    static const char *const keys[] = {"type", "id", "function"};
-    static const char *const fkeys[] = {"name", "arguments"};
     px_fv_t f[3], g[2];
-    px_fstr_t k;
     unsigned seen = 0, fseen = 0;
-    int rm;
-    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_open(&w, '{') < 0) return DECLINE;
-    while ((rm = px_fw_member(&w, &k)) == 1) {
-      px_fv_t v;
-      if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
-      int ki = px_fw_key_of(k, keys, 3);
-      if (ki < 0) continue;
-      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-      f[ki] = v;
-    }
-    if (rm < 0) return DECLINE;
-    if (HAS(0) && !(f[0].kind == PX_FV_STR && px_fs_is(f[0].s, "function"))) return DECLINE;
-    if (!HAS(1) || f[1].kind != PX_FV_STR || !HAS(2) || f[2].kind != PX_FV_OBJ)
+    if (call_fields(&w, f, &seen, g, &fseen) != 0 || !HAS(1) || f[1].kind != PX_FV_STR ||
+        !(fseen & 1) || g[0].kind != PX_FV_STR)
       return DECLINE;
-    px_fw_t fw = {f[2].raw.ptr, f[2].raw.len, 0};
-    if (px_fw_open(&fw, '{') < 0) return DECLINE;
-    while ((rm = px_fw_member(&fw, &k)) == 1) {
-      px_fv_t v;
-      if (px_fw_value(&fw, &v) < 0 || k.esc) return DECLINE;
-      int ki = px_fw_key_of(k, fkeys, 2);
-      if (ki < 0) continue;
-      if (px_fw_seen_twice(&fseen, ki)) return DECLINE;
-      g[ki] = v;
-    }
-    if (rm < 0 || !(fseen & 1) || g[0].kind != PX_FV_STR) return DECLINE;
     px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
     if (p == NULL) return DECLINE;
     p->id = f[1].s;
@@ -133,7 +99,7 @@ static int tool_calls(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
        * Anthropic); objects are the shape taken here */
       if (px_fast_args_object(a, p) != 0) return DECLINE;
     }
-    push_part(&m->parts, &m->last, p);
+    px_fpart_push(&m->parts, &m->last, p);
   }
   return r < 0 ? DECLINE : 0;
 }
@@ -147,17 +113,6 @@ static px_fmsg_t *tool_result_tail(px_freq_t *ir) {
   return m;
 }
 
-static int push_msg(px_freq_t *ir, px_arena_t *a, int assistant, px_fmsg_t **out) {
-  px_fmsg_t *m = px_arena_alloc(a, sizeof(*m));
-  if (m == NULL) return DECLINE;
-  m->assistant = assistant;
-  if (ir->msgs_last) ir->msgs_last->next = m;
-  else ir->msgs = m;
-  ir->msgs_last = m;
-  *out = m;
-  return 0;
-}
-
 enum { M_ROLE, M_CONTENT, M_NAME, M_TCID, M_TC, M_RC, M_REFUSAL, M_FC, M_AUDIO };
 static const char *const msg_keys[] = {"role", "content", "name", "tool_call_id",
                                        "tool_calls", "reasoning_content", "refusal",
@@ -165,19 +120,9 @@ static const char *const msg_keys[] = {"role", "content", "name", "tool_call_id"
 
 static int decode_message(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
   px_fv_t f[NKEYS(msg_keys)];
-  px_fstr_t k;
   unsigned seen = 0;
-  int rm;
-  if (px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0) return DECLINE;
-  while ((rm = px_fw_member(w, &k)) == 1) {
-    px_fv_t v;
-    if (px_fw_value(w, &v) < 0 || k.esc) return DECLINE;
-    int ki = px_fw_key_of(k, msg_keys, NKEYS(msg_keys));
-    if (ki < 0) continue;
-    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-    f[ki] = v;
-  }
-  if (rm < 0 || !HAS(M_ROLE) || f[M_ROLE].kind != PX_FV_STR || HAS(M_NAME)) return DECLINE;
+  if (px_fw_fields(w, msg_keys, NKEYS(msg_keys), f, &seen) != 0) return DECLINE;
+  if (!HAS(M_ROLE) || f[M_ROLE].kind != PX_FV_STR || HAS(M_NAME)) return DECLINE;
   px_fstr_t role = f[M_ROLE].s;
   px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
   const px_fv_t *content = HAS(M_CONTENT) ? &f[M_CONTENT] : &none;
@@ -188,14 +133,14 @@ static int decode_message(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
   }
   if (px_fs_is(role, "user")) {
     if (content->kind == PX_FV_STR) {
-      if (push_msg(ir, a, 0, &m) != 0) return DECLINE;
-      px_fpart_t *p = text_of(a, content->s);
+      if ((m = px_fmsg_push(ir, a, 0)) == NULL) return DECLINE;
+      px_fpart_t *p = px_fpart_text(a, content->s);
       if (p == NULL) return DECLINE;
-      push_part(&m->parts, &m->last, p);
+      px_fpart_push(&m->parts, &m->last, p);
       return 0;
     }
     if (content->kind != PX_FV_ARR) return DECLINE;
-    if (push_msg(ir, a, 0, &m) != 0) return DECLINE;
+    if ((m = px_fmsg_push(ir, a, 0)) == NULL) return DECLINE;
     /* user parts: text only here (images, files, audio: jansson) */
     return text_content(content, &m->parts, &m->last, 0, a);
   }
@@ -205,7 +150,7 @@ static int decode_message(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
       return DECLINE;
     if (HAS(M_FC) && f[M_FC].kind != PX_FV_NULL) return DECLINE;
     if (HAS(M_AUDIO) && f[M_AUDIO].kind != PX_FV_NULL) return DECLINE;
-    if (push_msg(ir, a, 1, &m) != 0) return DECLINE;
+    if ((m = px_fmsg_push(ir, a, 1)) == NULL) return DECLINE;
     if (assistant_parts(content, m, a) != 0) return DECLINE;
     if (HAS(M_TC) && tool_calls(&f[M_TC], m, a) != 0) return DECLINE;
     return 0;
@@ -218,8 +163,8 @@ static int decode_message(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
     if (text_content(content, &res->content, &tail, 0, a) != 0) return DECLINE;
     /* consecutive tool results share one user message */
     m = tool_result_tail(ir);
-    if (m == NULL && push_msg(ir, a, 0, &m) != 0) return DECLINE;
-    push_part(&m->parts, &m->last, res);
+    if (m == NULL && (m = px_fmsg_push(ir, a, 0)) == NULL) return DECLINE;
+    px_fpart_push(&m->parts, &m->last, res);
     return 0;
   }
   return DECLINE;
@@ -234,90 +179,35 @@ static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
     static const char *const keys[] = {"type", "function"};
     static const char *const fkeys[] = {"name", "description", "parameters", "strict"};
     px_fv_t f[2], g[4];
-    px_fstr_t k;
     unsigned seen = 0, fseen = 0;
-    int rm;
-    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_open(&w, '{') < 0) return DECLINE;
-    while ((rm = px_fw_member(&w, &k)) == 1) {
-      px_fv_t v;
-      if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
-      int ki = px_fw_key_of(k, keys, 2);
-      if (ki < 0) continue;
-      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-      f[ki] = v;
-    }
-    if (rm < 0 || !HAS(0) || f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "function") ||
-        !HAS(1) || f[1].kind != PX_FV_OBJ)
+    if (px_fw_fields(&w, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+        !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_OBJ)
       return DECLINE;
-    px_fw_t fw = {f[1].raw.ptr, f[1].raw.len, 0};
-    if (px_fw_open(&fw, '{') < 0) return DECLINE;
-    while ((rm = px_fw_member(&fw, &k)) == 1) {
-      px_fv_t v;
-      if (px_fw_value(&fw, &v) < 0 || k.esc) return DECLINE;
-      int ki = px_fw_key_of(k, fkeys, 4);
-      if (ki < 0) continue;
-      if (px_fw_seen_twice(&fseen, ki)) return DECLINE;
-      g[ki] = v;
-    }
-    if (rm < 0 || !(fseen & 1) || g[0].kind != PX_FV_STR) return DECLINE;
-    px_ftool_t *t = px_arena_alloc(a, sizeof(*t));
-    if (t == NULL) return DECLINE;
-    t->name = g[0].s;
-    if ((fseen & 2) && g[1].kind == PX_FV_STR) t->desc = g[1].s;
-    if ((fseen & 4) && g[2].kind == PX_FV_OBJ)
-      t->params = g[2].raw;
-    else
-      t->params = (px_str_t){"{\"type\":\"object\",\"properties\":{}}", 33};
-    t->strict = -1;
-    if ((fseen & 8) && g[3].kind == PX_FV_TRUE) t->strict = 1;
-    if ((fseen & 8) && g[3].kind == PX_FV_FALSE) t->strict = 0;
-    if (ir->tools_last) ir->tools_last->next = t;
-    else ir->tools = t;
-    ir->tools_last = t;
+    if (px_fv_fields(&f[1], fkeys, 4, g, &fseen) != 0 || !(fseen & 1) ||
+        g[0].kind != PX_FV_STR)
+      return DECLINE;
+    if (px_ftool_push(ir, a, g[0].s, (fseen & 2) ? &g[1] : NULL,
+                      (fseen & 4) ? &g[2] : NULL, (fseen & 8) ? &g[3] : NULL,
+                      PX_FAST_OPENAI_PARAMS) == NULL)
+      return DECLINE;
   }
   return r < 0 ? DECLINE : 0;
 }
 
 static int decode_tool_choice(const px_fv_t *v, px_freq_t *ir) {
-  if (v->kind == PX_FV_STR) {
-    if (px_fs_is(v->s, "auto")) ir->tool_choice = PX_FTC_AUTO;
-    else if (px_fs_is(v->s, "none")) ir->tool_choice = PX_FTC_NONE;
-    else if (px_fs_is(v->s, "required")) ir->tool_choice = PX_FTC_REQUIRED;
-    else return DECLINE;
-    return 0;
-  }
+  if (v->kind == PX_FV_STR) return px_fast_openai_tc(v->s, ir);
   if (v->kind != PX_FV_OBJ) return DECLINE;
-  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
-  px_fstr_t k, type = {0}, name = {0};
-  px_str_t fn = {0};
-  int r, nt = 0, nf = 0;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(&w, &k)) == 1) {
-    px_fv_t x;
-    if (px_fw_value(&w, &x) < 0 || k.esc) return DECLINE;
-    if (px_fs_is(k, "type")) {
-      if (nt++ || x.kind != PX_FV_STR) return DECLINE;
-      type = x.s;
-    } else if (px_fs_is(k, "function")) {
-      if (nf++ || x.kind != PX_FV_OBJ) return DECLINE;
-      fn = x.raw;
-    }
-  }
-  if (r < 0 || !px_fs_is(type, "function") || fn.ptr == NULL) return DECLINE;
-  px_fw_t fw = {fn.ptr, fn.len, 0};
-  int nn = 0;
-  if (px_fw_open(&fw, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(&fw, &k)) == 1) {
-    px_fv_t x;
-    if (px_fw_value(&fw, &x) < 0 || k.esc) return DECLINE;
-    if (px_fs_is(k, "name")) {
-      if (nn++ || x.kind != PX_FV_STR) return DECLINE;
-      name = x.s;
-    }
-  }
-  if (r < 0 || name.p == NULL) return DECLINE;
+  static const char *const keys[] = {"type", "function"};
+  static const char *const fkeys[] = {"name"};
+  px_fv_t f[2], g[1];
+  unsigned seen = 0, fseen = 0;
+  if (px_fv_fields(v, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+      !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_OBJ)
+    return DECLINE;
+  if (px_fv_fields(&f[1], fkeys, 1, g, &fseen) != 0 || !fseen || g[0].kind != PX_FV_STR)
+    return DECLINE;
   ir->tool_choice = PX_FTC_TOOL;
-  ir->tc_name = name;
+  ir->tc_name = g[0].s;
   return 0;
 }
 
@@ -335,20 +225,11 @@ static int strings_only(const px_fv_t *v) {
 
 /* response_format {"type":"text"} (the others: jansson) */
 static int format_text(const px_fv_t *v) {
-  if (v->kind != PX_FV_OBJ) return 0;
-  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
-  px_fstr_t k, type = {0};
-  int r, nt = 0;
-  if (px_fw_open(&w, '{') < 0) return 0;
-  while ((r = px_fw_member(&w, &k)) == 1) {
-    px_fv_t x;
-    if (px_fw_value(&w, &x) < 0 || k.esc) return 0;
-    if (px_fs_is(k, "type")) {
-      if (nt++ || x.kind != PX_FV_STR) return 0;
-      type = x.s;
-    }
-  }
-  return r == 0 && px_fs_is(type, "text");
+  static const char *const keys[] = {"type"};
+  px_fv_t f[1];
+  unsigned seen = 0;
+  return v->kind == PX_FV_OBJ && px_fv_fields(v, keys, 1, f, &seen) == 0 && seen &&
+         f[0].kind == PX_FV_STR && px_fs_is(f[0].s, "text");
 }
 
 enum { K_MODEL, K_MESSAGES, K_TOOLS, K_TC, K_PAR, K_MAX, K_MCT, K_TEMP, K_TOPP, K_STOP,
@@ -443,8 +324,7 @@ static int put_tool_msg(px_buf_t *b, const px_fpart_t *p) {
   int rc = px_fb_lit(b, "{\"role\":\"tool\",\"tool_call_id\":");
   if (rc == 0) rc = px_fb_str(b, p->id);
   if (rc == 0) rc = px_fb_lit(b, ",\"content\":\"");
-  for (const px_fpart_t *c = p->content; c && rc == 0; c = c->next)
-    if (c->text.n) rc = px_buf_append(b, c->text.p, c->text.n);
+  if (rc == 0) rc = px_fb_texts(b, p->content);
   if (rc == 0) rc = px_fb_lit(b, "\"}");
   return rc;
 }
@@ -475,8 +355,7 @@ static int put_assistant(px_buf_t *b, const px_fmsg_t *m, const px_fmsg_t *end,
   if (rc == 0 && ntext > 0) {
     rc = px_fb_lit(b, "\"");
     for (const px_fmsg_t *x = m; x != end && rc == 0; x = x->next)
-      for (const px_fpart_t *p = x->parts; p && rc == 0; p = p->next)
-        if (p->type == PX_FP_TEXT && p->text.n) rc = px_buf_append(b, p->text.p, p->text.n);
+      rc = px_fb_texts(b, x->parts);
     if (rc == 0) rc = px_fb_lit(b, "\"");
   } else if (rc == 0) {
     rc = px_fb_lit(b, ncalls ? "null" : "\"\"");
@@ -577,10 +456,7 @@ static int chat_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
       rc = px_fb_lit(b, t == ir->tools ? "{\"type\":\"function\",\"function\":{\"name\":"
                                        : ",{\"type\":\"function\",\"function\":{\"name\":");
       if (rc == 0) rc = px_fb_str(b, t->name);
-      if (rc == 0 && t->desc.p) {
-        rc = px_fb_lit(b, ",\"description\":");
-        if (rc == 0) rc = px_fb_str(b, t->desc);
-      }
+      if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", t->desc);
       if (rc == 0) rc = px_fb_lit(b, ",\"parameters\":");
       if (rc == 0) rc = px_fb_raw(b, t->params);
       if (rc == 0 && t->strict >= 0)
@@ -593,47 +469,25 @@ static int chat_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
       rc = px_fb_lit(b, ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":");
       if (rc == 0) rc = px_fb_str(b, ir->tc_name);
       if (rc == 0) rc = px_fb_lit(b, "}}");
-    } else if (rc == 0 && ir->tool_choice != PX_FTC_UNSET) {
-      rc = px_fb_lit(b, ir->tool_choice == PX_FTC_AUTO   ? ",\"tool_choice\":\"auto\""
-                        : ir->tool_choice == PX_FTC_NONE ? ",\"tool_choice\":\"none\""
-                                                         : ",\"tool_choice\":\"required\"");
     }
-    if (rc == 0 && ir->parallel >= 0)
-      rc = px_fb_lit(b, ir->parallel ? ",\"parallel_tool_calls\":true"
-                                     : ",\"parallel_tool_calls\":false");
+    if (rc == 0) rc = px_fb_openai_tc(b, ir->tool_choice, ir->parallel);
   } else if (ir->tool_choice == PX_FTC_REQUIRED || ir->tool_choice == PX_FTC_TOOL) {
     px_lossy_add(lossy, "tool_choice");
   }
-  if (rc == 0 && ir->max_tokens.ptr) {
-    rc = px_fb_lit(b, ",\"max_completion_tokens\":");
-    if (rc == 0) rc = px_fb_raw(b, ir->max_tokens);
-  }
-  if (rc == 0 && ir->temperature.ptr) {
-    rc = px_fb_lit(b, ",\"temperature\":");
-    if (rc == 0) rc = px_fb_raw(b, ir->temperature);
-  }
-  if (rc == 0 && ir->top_p.ptr) {
-    rc = px_fb_lit(b, ",\"top_p\":");
-    if (rc == 0) rc = px_fb_raw(b, ir->top_p);
-  }
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"max_completion_tokens\":", ir->max_tokens);
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"temperature\":", ir->temperature);
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"top_p\":", ir->top_p);
   if (ir->top_k.ptr) px_lossy_add(lossy, "top_k");
   if (rc == 0 && ir->stop1.p) {
     rc = px_fb_lit(b, ",\"stop\":[");
     if (rc == 0) rc = px_fb_str(b, ir->stop1);
     if (rc == 0) rc = px_fb_lit(b, "]");
-  } else if (rc == 0 && ir->stop.ptr) {
-    rc = px_fb_lit(b, ",\"stop\":");
-    if (rc == 0) rc = px_fb_raw(b, ir->stop);
+  } else if (rc == 0) {
+    rc = px_fb_opt_raw(b, ",\"stop\":", ir->stop);
   }
   if (rc == 0 && ir->rf_text) rc = px_fb_lit(b, ",\"response_format\":{\"type\":\"text\"}");
-  if (rc == 0 && ir->user.p) {
-    rc = px_fb_lit(b, ",\"user\":");
-    if (rc == 0) rc = px_fb_str(b, ir->user);
-  }
-  if (rc == 0 && ir->metadata.ptr) {
-    rc = px_fb_lit(b, ",\"metadata\":");
-    if (rc == 0) rc = px_fb_raw(b, ir->metadata);
-  }
+  if (rc == 0) rc = px_fb_opt_str(b, ",\"user\":", ir->user);
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"metadata\":", ir->metadata);
   if (rc == 0) rc = px_fb_lit(b, "}");
   return rc;
 }
@@ -641,111 +495,36 @@ static int chat_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
 /* ======================================================================== */
 /* Response decode                                                           */
 
-/* {"cached_tokens": n} / {"reasoning_tokens": n} */
-static int detail(const px_fv_t *v, const char *key, int64_t *out) {
-  *out = -1;
-  if (v->kind != PX_FV_OBJ) return 0;
-  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
-  px_fstr_t k;
-  int r, n = 0;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(&w, &k)) == 1) {
-    px_fv_t x;
-    if (px_fw_value(&w, &x) < 0 || k.esc) return DECLINE;
-    if (px_fs_is(k, key) && (n++ || px_fw_jint(&x, -1, out) != 0)) return DECLINE;
-  }
-  return r < 0 ? DECLINE : 0;
-}
-
 static int decode_usage(const px_fv_t *u, px_fresp_t *ir) {
   static const char *const keys[] = {"prompt_tokens", "completion_tokens",
                                      "prompt_tokens_details", "completion_tokens_details"};
-  px_fv_t f[4];
-  px_fw_t w = {u->raw.ptr, u->raw.len, 0};
-  px_fstr_t k;
-  unsigned seen = 0;
-  int r;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(&w, &k)) == 1) {
-    px_fv_t v;
-    if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
-    int ki = px_fw_key_of(k, keys, 4);
-    if (ki < 0) continue;
-    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-    f[ki] = v;
-  }
-  if (r < 0) return DECLINE;
-  px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
-  ir->has_usage = 1;
-  if (px_fw_jint(HAS(0) ? &f[0] : &none, 0, &ir->in) != 0 ||
-      px_fw_jint(HAS(1) ? &f[1] : &none, 0, &ir->out) != 0 ||
-      detail(HAS(2) ? &f[2] : &none, "cached_tokens", &ir->cache_read) != 0 ||
-      detail(HAS(3) ? &f[3] : &none, "reasoning_tokens", &ir->reasoning) != 0)
-    return DECLINE;
-  ir->cache_creation = -1;
-  return 0;
+  return px_fast_openai_usage(u, keys, ir);
 }
 
 static int decode_message_out(const px_fv_t *mv, px_fresp_t *ir, px_arena_t *a) {
   static const char *const keys[] = {"content", "refusal", "reasoning_content", "tool_calls",
                                      "annotations", "audio"};
   px_fv_t f[6];
-  px_fw_t w = {mv->raw.ptr, mv->raw.len, 0};
-  px_fstr_t k;
   unsigned seen = 0;
   int r;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(&w, &k)) == 1) {
-    px_fv_t v;
-    if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
-    int ki = px_fw_key_of(k, keys, 6);
-    if (ki < 0) continue;
-    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-    f[ki] = v;
-  }
-  if (r < 0) return DECLINE;
+  if (px_fv_fields(mv, keys, 6, f, &seen) != 0) return DECLINE;
   if (HAS(2) && f[2].kind == PX_FV_STR && f[2].s.n > 0) return DECLINE;
   if (HAS(0) && f[0].kind == PX_FV_ARR) return DECLINE;
   if (HAS(4) && f[4].kind == PX_FV_ARR && !px_fw_empty(f[4].raw)) return DECLINE;
   if (HAS(1) && f[1].kind == PX_FV_STR && f[1].s.n > 0) return DECLINE;
   if (HAS(5) && f[5].kind != PX_FV_NULL) return DECLINE;
   if (HAS(0) && f[0].kind == PX_FV_STR && f[0].s.n > 0) {
-    px_fpart_t *p = text_of(a, f[0].s);
+    px_fpart_t *p = px_fpart_text(a, f[0].s);
     if (p == NULL) return DECLINE;
-    push_part(&ir->content, &ir->last, p);
+    px_fpart_push(&ir->content, &ir->last, p);
   }
   if (!HAS(3) || f[3].kind != PX_FV_ARR) return 0;
   px_fw_t tw = {f[3].raw.ptr, f[3].raw.len, 0};
   if (px_fw_open(&tw, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(&tw)) == 1) {
-    static const char *const tkeys[] = {"type", "id", "function"};
-    static const char *const fkeys[] = {"name", "arguments"};
     px_fv_t g[3], h[2];
     unsigned gs = 0, hs = 0;
-    int rm;
-    if (px_fw_peek(&tw) != PX_FV_OBJ || px_fw_open(&tw, '{') < 0) return DECLINE;
-    while ((rm = px_fw_member(&tw, &k)) == 1) {
-      px_fv_t v;
-      if (px_fw_value(&tw, &v) < 0 || k.esc) return DECLINE;
-      int ki = px_fw_key_of(k, tkeys, 3);
-      if (ki < 0) continue;
-      if (px_fw_seen_twice(&gs, ki)) return DECLINE;
-      g[ki] = v;
-    }
-    if (rm < 0) return DECLINE;
-    if ((gs & 1) && !(g[0].kind == PX_FV_STR && px_fs_is(g[0].s, "function"))) return DECLINE;
-    if (!(gs & 4) || g[2].kind != PX_FV_OBJ) return DECLINE;
-    px_fw_t fw = {g[2].raw.ptr, g[2].raw.len, 0};
-    if (px_fw_open(&fw, '{') < 0) return DECLINE;
-    while ((rm = px_fw_member(&fw, &k)) == 1) {
-      px_fv_t v;
-      if (px_fw_value(&fw, &v) < 0 || k.esc) return DECLINE;
-      int ki = px_fw_key_of(k, fkeys, 2);
-      if (ki < 0) continue;
-      if (px_fw_seen_twice(&hs, ki)) return DECLINE;
-      h[ki] = v;
-    }
-    if (rm < 0) return DECLINE;
+    if (call_fields(&tw, g, &gs, h, &hs) != 0) return DECLINE;
     px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
     if (p == NULL) return DECLINE;
     p->id = (gs & 2) && g[1].kind == PX_FV_STR ? g[1].s : (px_fstr_t){"", 0, 0};
@@ -757,7 +536,7 @@ static int decode_message_out(const px_fv_t *mv, px_fresp_t *ir, px_arena_t *a) 
       if (blank < 0) return DECLINE;
       p->args = blank ? (px_fstr_t){"{}", 2, 0} : h[1].s;
     }
-    push_part(&ir->content, &ir->last, p);
+    px_fpart_push(&ir->content, &ir->last, p);
   }
   return r < 0 ? DECLINE : 0;
 }
@@ -769,25 +548,12 @@ static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
   static const char *const keys[] = {"id", "model", "created", "choices", "usage"};
   px_fv_t f[5];
   px_fw_t w = {body, len, 0};
-  px_fstr_t k;
   unsigned seen = 0;
-  int r;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(&w, &k)) == 1) {
-    px_fv_t v;
-    if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
-    int ki = px_fw_key_of(k, keys, 5);
-    if (ki < 0) continue;
-    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-    f[ki] = v;
-  }
-  if (r < 0 || !HAS(3) || f[3].kind != PX_FV_ARR) return DECLINE;
+  if (px_fw_fields(&w, keys, 5, f, &seen) != 0 || !HAS(3) || f[3].kind != PX_FV_ARR)
+    return DECLINE;
   if (HAS(0) && f[0].kind == PX_FV_STR) ir->id = f[0].s;
   if (HAS(1) && f[1].kind == PX_FV_STR) ir->model = f[1].s;
-  if (HAS(2) && f[2].kind == PX_FV_NUM && px_fw_is_int(f[2].raw)) {
-    if (px_fw_uint(f[2].raw, &ir->created) < 0) return DECLINE;
-    ir->has_created = 1;
-  }
+  if (px_fast_created(HAS(2) ? &f[2] : NULL, ir) != 0) return DECLINE;
   if (HAS(4) && f[4].kind == PX_FV_OBJ && decode_usage(&f[4], ir) != 0) return DECLINE;
   /* exactly one choice */
   px_fw_t cw = {f[3].raw.ptr, f[3].raw.len, 0};
@@ -798,17 +564,8 @@ static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
   static const char *const ckeys[] = {"message", "finish_reason", "logprobs"};
   px_fv_t g[3];
   unsigned gs = 0;
-  px_fw_t chw = {ch.raw.ptr, ch.raw.len, 0};
-  if (px_fw_open(&chw, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(&chw, &k)) == 1) {
-    px_fv_t v;
-    if (px_fw_value(&chw, &v) < 0 || k.esc) return DECLINE;
-    int ki = px_fw_key_of(k, ckeys, 3);
-    if (ki < 0) continue;
-    if (px_fw_seen_twice(&gs, ki)) return DECLINE;
-    g[ki] = v;
-  }
-  if (r < 0 || !(gs & 1) || g[0].kind != PX_FV_OBJ) return DECLINE;
+  if (px_fv_fields(&ch, ckeys, 3, g, &gs) != 0 || !(gs & 1) || g[0].kind != PX_FV_OBJ)
+    return DECLINE;
   if ((gs & 4) && g[2].kind != PX_FV_NULL) return DECLINE;
   ir->stop = PX_STOP_NONE;
   if ((gs & 2) && g[1].kind == PX_FV_STR) {
@@ -858,8 +615,7 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   }
   if (rc == 0 && ntext) {
     rc = px_fb_lit(b, "\"");
-    for (const px_fpart_t *p = ir->content; p && rc == 0; p = p->next)
-      if (p->type == PX_FP_TEXT && p->text.n) rc = px_buf_append(b, p->text.p, p->text.n);
+    if (rc == 0) rc = px_fb_texts(b, ir->content);
     if (rc == 0) rc = px_fb_lit(b, "\"");
   } else if (rc == 0) {
     rc = px_fb_lit(b, "null");

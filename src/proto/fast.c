@@ -59,6 +59,39 @@ px_fpart_t *px_fpart_new(px_arena_t *a, px_fpart_type_t t) {
   return p;
 }
 
+px_fpart_t *px_fpart_text(px_arena_t *a, px_fstr_t s) {
+  px_fpart_t *p = px_fpart_new(a, PX_FP_TEXT);
+  if (p != NULL) p->text = s;
+  return p;
+}
+
+px_fmsg_t *px_fmsg_push(px_freq_t *ir, px_arena_t *a, int assistant) {
+  px_fmsg_t *m = px_arena_alloc(a, sizeof(*m));
+  if (m == NULL) return NULL;
+  m->assistant = assistant;
+  if (ir->msgs_last) ir->msgs_last->next = m;
+  else ir->msgs = m;
+  ir->msgs_last = m;
+  return m;
+}
+
+px_ftool_t *px_ftool_push(px_freq_t *ir, px_arena_t *a, px_fstr_t name,
+                          const px_fv_t *desc, const px_fv_t *params,
+                          const px_fv_t *strict, px_str_t dflt) {
+  px_ftool_t *t = px_arena_alloc(a, sizeof(*t));
+  if (t == NULL) return NULL;
+  t->name = name;
+  if (desc != NULL && desc->kind == PX_FV_STR) t->desc = desc->s;
+  t->params = params != NULL && params->kind == PX_FV_OBJ ? params->raw : dflt;
+  t->strict = -1;
+  if (strict != NULL && strict->kind == PX_FV_TRUE) t->strict = 1;
+  if (strict != NULL && strict->kind == PX_FV_FALSE) t->strict = 0;
+  if (ir->tools_last) ir->tools_last->next = t;
+  else ir->tools = t;
+  ir->tools_last = t;
+  return t;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Walker: the body has passed px_json_request (jansson's rules), so it only
  * finds boundaries; every step still stays inside the bytes.               */
@@ -99,10 +132,12 @@ int px_fw_open(px_fw_t *w, char c) {
   return 0;
 }
 
-int px_fw_member(px_fw_t *w, px_fstr_t *key) {
+/* to the next member / element of an open container: 1 there, 0 past its
+ * closing byte, -1 at the end of the input */
+static int step(px_fw_t *w, char close) {
   ws(w);
   if (w->i >= w->n) return -1;
-  if (w->p[w->i] == '}') {
+  if (w->p[w->i] == close) {
     w->i++;
     return 0;
   }
@@ -110,6 +145,12 @@ int px_fw_member(px_fw_t *w, px_fstr_t *key) {
     w->i++;
     ws(w);
   }
+  return 1;
+}
+
+int px_fw_member(px_fw_t *w, px_fstr_t *key) {
+  int r = step(w, '}');
+  if (r <= 0) return r;
   if (w->i >= w->n || w->p[w->i] != '"' || str(w, key) < 0) return -1;
   ws(w);
   if (w->i >= w->n || w->p[w->i] != ':') return -1;
@@ -119,16 +160,8 @@ int px_fw_member(px_fw_t *w, px_fstr_t *key) {
 }
 
 int px_fw_elem(px_fw_t *w) {
-  ws(w);
-  if (w->i >= w->n) return -1;
-  if (w->p[w->i] == ']') {
-    w->i++;
-    return 0;
-  }
-  if (w->p[w->i] == ',') {
-    w->i++;
-    ws(w);
-  }
+  int r = step(w, ']');
+  if (r <= 0) return r;
   return w->i < w->n ? 1 : -1;
 }
 
@@ -269,6 +302,37 @@ int px_fb_key(px_buf_t *b, int *first, const char *key) {
   return rc;
 }
 
+int px_fb_opt_raw(px_buf_t *b, const char *key_lit, px_str_t r) {
+  if (r.ptr == NULL) return 0;
+  int rc = px_fb_lit(b, key_lit);
+  return rc == 0 ? px_fb_raw(b, r) : rc;
+}
+
+int px_fb_opt_str(px_buf_t *b, const char *key_lit, px_fstr_t s) {
+  if (s.p == NULL) return 0;
+  int rc = px_fb_lit(b, key_lit);
+  return rc == 0 ? px_fb_str(b, s) : rc;
+}
+
+int px_fb_texts(px_buf_t *b, const px_fpart_t *parts) {
+  int rc = 0;
+  for (const px_fpart_t *p = parts; p && rc == 0; p = p->next)
+    if (p->type == PX_FP_TEXT && p->text.n) rc = px_buf_append(b, p->text.p, p->text.n);
+  return rc;
+}
+
+int px_fb_openai_tc(px_buf_t *b, px_ftc_t tc, int parallel) {
+  int rc = 0;
+  if (tc == PX_FTC_AUTO || tc == PX_FTC_NONE || tc == PX_FTC_REQUIRED)
+    rc = px_fb_lit(b, tc == PX_FTC_AUTO   ? ",\"tool_choice\":\"auto\""
+                      : tc == PX_FTC_NONE ? ",\"tool_choice\":\"none\""
+                                          : ",\"tool_choice\":\"required\"");
+  if (rc == 0 && parallel >= 0)
+    rc = px_fb_lit(b, parallel ? ",\"parallel_tool_calls\":true"
+                               : ",\"parallel_tool_calls\":false");
+  return rc;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Tool-call arguments                                                       */
 
@@ -320,6 +384,67 @@ int px_fw_key_of(px_fstr_t k, const char *const *names, int n) {
     if (names[i][0] == k.p[0] && strncmp(names[i], k.p, k.n) == 0 && names[i][k.n] == 0)
       return i;
   return -1;
+}
+
+int px_fw_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f,
+                 unsigned *seen) {
+  px_fstr_t k;
+  int r;
+  if (px_fw_open(w, '{') < 0) return PX_FAST_DECLINE;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    px_fv_t v;
+    if (px_fw_value(w, &v) < 0 || k.esc) return PX_FAST_DECLINE;
+    int ki = px_fw_key_of(k, names, n);
+    if (ki < 0) continue;
+    if (px_fw_seen_twice(seen, ki)) return PX_FAST_DECLINE;
+    f[ki] = v;
+  }
+  return r < 0 ? PX_FAST_DECLINE : 0;
+}
+
+int px_fv_fields(const px_fv_t *v, const char *const *names, int n, px_fv_t *f,
+                 unsigned *seen) {
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  return px_fw_fields(&w, names, n, f, seen);
+}
+
+int px_fw_detail(const px_fv_t *v, const char *key, int64_t *out) {
+  px_fv_t x;
+  unsigned seen = 0;
+  *out = -1;
+  if (v->kind != PX_FV_OBJ) return 0;
+  if (px_fv_fields(v, &key, 1, &x, &seen) != 0) return PX_FAST_DECLINE;
+  return seen ? px_fw_jint(&x, -1, out) : 0;
+}
+
+int px_fast_openai_usage(const px_fv_t *u, const char *const keys[4], px_fresp_t *ir) {
+  px_fv_t f[4];
+  unsigned seen = 0;
+  if (px_fv_fields(u, keys, 4, f, &seen) != 0) return PX_FAST_DECLINE;
+  px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
+  ir->has_usage = 1;
+  if (px_fw_jint((seen & 1) ? &f[0] : &none, 0, &ir->in) != 0 ||
+      px_fw_jint((seen & 2) ? &f[1] : &none, 0, &ir->out) != 0 ||
+      px_fw_detail((seen & 4) ? &f[2] : &none, "cached_tokens", &ir->cache_read) != 0 ||
+      px_fw_detail((seen & 8) ? &f[3] : &none, "reasoning_tokens", &ir->reasoning) != 0)
+    return PX_FAST_DECLINE;
+  ir->cache_creation = -1;
+  return 0;
+}
+
+int px_fast_created(const px_fv_t *v, px_fresp_t *ir) {
+  if (v == NULL || v->kind != PX_FV_NUM || !px_fw_is_int(v->raw)) return 0;
+  if (px_fw_uint(v->raw, &ir->created) < 0) return PX_FAST_DECLINE;
+  ir->has_created = 1;
+  return 0;
+}
+
+int px_fast_openai_tc(px_fstr_t s, px_freq_t *ir) {
+  if (px_fs_is(s, "auto")) ir->tool_choice = PX_FTC_AUTO;
+  else if (px_fs_is(s, "none")) ir->tool_choice = PX_FTC_NONE;
+  else if (px_fs_is(s, "required")) ir->tool_choice = PX_FTC_REQUIRED;
+  else return PX_FAST_DECLINE;
+  return 0;
 }
 
 int px_fw_is_int(px_str_t raw) {

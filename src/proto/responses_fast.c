@@ -15,12 +15,6 @@
 #define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define HAS(x) (seen & (1u << (x)))
 
-static void push_part(px_fpart_t **head, px_fpart_t **tail, px_fpart_t *p) {
-  if (*tail) (*tail)->next = p;
-  else *head = p;
-  *tail = p;
-}
-
 static int is_text_type(px_fstr_t t) {
   return px_fs_is(t, "input_text") || px_fs_is(t, "text") || px_fs_is(t, "output_text");
 }
@@ -35,45 +29,23 @@ static int text_parts(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail, in
   while ((r = px_fw_elem(&w)) == 1) {
     static const char *const keys[] = {"type", "text", "annotations"};
     px_fv_t f[3];
-    px_fstr_t k;
     unsigned seen = 0;
-    int rm;
-    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_open(&w, '{') < 0) return DECLINE;
-    while ((rm = px_fw_member(&w, &k)) == 1) {
-      px_fv_t v;
-      if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
-      int ki = px_fw_key_of(k, keys, 3);
-      if (ki < 0) continue;
-      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-      f[ki] = v;
-    }
-    if (rm < 0 || !HAS(0) || f[0].kind != PX_FV_STR || !is_text_type(f[0].s) || !HAS(1) ||
-        f[1].kind != PX_FV_STR)
+    if (px_fw_fields(&w, keys, 3, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+        !is_text_type(f[0].s) || !HAS(1) || f[1].kind != PX_FV_STR)
       return DECLINE;
     if (assistant && HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw))
       return DECLINE;
-    px_fpart_t *p = px_fpart_new(a, PX_FP_TEXT);
+    px_fpart_t *p = px_fpart_text(a, f[1].s);
     if (p == NULL) return DECLINE;
-    p->text = f[1].s;
     p->developer = sys_role == 2;
-    push_part(head, tail, p);
+    px_fpart_push(head, tail, p);
   }
   return r < 0 ? DECLINE : 0;
 }
 
-static px_fmsg_t *new_msg(px_freq_t *ir, px_arena_t *a, int assistant) {
-  px_fmsg_t *m = px_arena_alloc(a, sizeof(*m));
-  if (m == NULL) return NULL;
-  m->assistant = assistant;
-  if (ir->msgs_last) ir->msgs_last->next = m;
-  else ir->msgs = m;
-  ir->msgs_last = m;
-  return m;
-}
-
 static px_fmsg_t *asst_msg(px_freq_t *ir, px_arena_t *a) {
   if (ir->msgs_last != NULL && ir->msgs_last->assistant) return ir->msgs_last;
-  return new_msg(ir, a, 1);
+  return px_fmsg_push(ir, a, 1);
 }
 
 enum { I_TYPE, I_ROLE, I_CONTENT, I_CALL_ID, I_NAME, I_ARGS, I_OUTPUT, I_NS };
@@ -82,19 +54,8 @@ static const char *const item_keys[] = {"type", "role", "content", "call_id",
 
 static int decode_item(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
   px_fv_t f[NKEYS(item_keys)];
-  px_fstr_t k;
   unsigned seen = 0;
-  int rm;
-  if (px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0) return DECLINE;
-  while ((rm = px_fw_member(w, &k)) == 1) {
-    px_fv_t v;
-    if (px_fw_value(w, &v) < 0 || k.esc) return DECLINE;
-    int ki = px_fw_key_of(k, item_keys, NKEYS(item_keys));
-    if (ki < 0) continue;
-    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-    f[ki] = v;
-  }
-  if (rm < 0) return DECLINE;
+  if (px_fw_fields(w, item_keys, NKEYS(item_keys), f, &seen) != 0) return DECLINE;
   px_fstr_t type = HAS(I_TYPE) && f[I_TYPE].kind == PX_FV_STR ? f[I_TYPE].s : (px_fstr_t){0};
   if (type.p == NULL || px_fs_is(type, "message")) {
     if (!HAS(I_ROLE) || f[I_ROLE].kind != PX_FV_STR) return DECLINE;
@@ -109,7 +70,7 @@ static int decode_item(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
       tail = &ir->system_last;
     } else if (px_fs_is(role, "user")) {
       if (c->kind != PX_FV_STR && c->kind != PX_FV_ARR) return DECLINE;
-      m = new_msg(ir, a, 0);
+      m = px_fmsg_push(ir, a, 0);
     } else if (px_fs_is(role, "assistant")) {
       if (c->kind != PX_FV_STR && c->kind != PX_FV_ARR) return DECLINE;
       m = asst_msg(ir, a);
@@ -122,11 +83,10 @@ static int decode_item(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
       tail = &m->last;
     }
     if (c->kind == PX_FV_STR) {
-      px_fpart_t *p = px_fpart_new(a, PX_FP_TEXT);
+      px_fpart_t *p = px_fpart_text(a, c->s);
       if (p == NULL) return DECLINE;
-      p->text = c->s;
       p->developer = sys == 2;
-      push_part(head, tail, p);
+      px_fpart_push(head, tail, p);
       return 0;
     }
     if (c->kind != PX_FV_ARR) return DECLINE;
@@ -146,7 +106,7 @@ static int decode_item(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
     if (px_fast_args_object(a, p) != 0) return DECLINE;
     px_fmsg_t *m = asst_msg(ir, a);
     if (m == NULL) return DECLINE;
-    push_part(&m->parts, &m->last, p);
+    px_fpart_push(&m->parts, &m->last, p);
     return 0;
   }
   if (px_fs_is(type, "function_call_output")) {
@@ -157,9 +117,8 @@ static int decode_item(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
     const px_fv_t *o = &f[I_OUTPUT];
     if (o->kind == PX_FV_STR) {
       if (o->s.n > 0) {
-        res->content = px_fpart_new(a, PX_FP_TEXT);
+        res->content = px_fpart_text(a, o->s);
         if (res->content == NULL) return DECLINE;
-        res->content->text = o->s;
       }
     } else if (o->kind == PX_FV_ARR) {
       if (text_parts(o, &res->content, &tail, 0, 0, a) != 0) return DECLINE;
@@ -169,9 +128,9 @@ static int decode_item(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
     /* joins the user message whose last part is a tool result */
     px_fmsg_t *m = ir->msgs_last;
     if (m == NULL || m->assistant || m->last == NULL || m->last->type != PX_FP_TOOL_RESULT)
-      m = new_msg(ir, a, 0);
+      m = px_fmsg_push(ir, a, 0);
     if (m == NULL) return DECLINE;
-    push_part(&m->parts, &m->last, res);
+    px_fpart_push(&m->parts, &m->last, res);
     return 0;
   }
   return DECLINE;
@@ -186,103 +145,47 @@ static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
     static const char *const keys[] = {"type",   "name",         "description", "parameters",
                                        "strict", "defer_loading"};
     px_fv_t f[6];
-    px_fstr_t k;
     unsigned seen = 0;
-    int rm;
-    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_open(&w, '{') < 0) return DECLINE;
-    while ((rm = px_fw_member(&w, &k)) == 1) {
-      px_fv_t v;
-      if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
-      int ki = px_fw_key_of(k, keys, 6);
-      if (ki < 0) continue;
-      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-      f[ki] = v;
-    }
-    if (rm < 0 || !HAS(0) || f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "function") ||
-        !HAS(1) || f[1].kind != PX_FV_STR)
+    if (px_fw_fields(&w, keys, 6, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+        !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_STR)
       return DECLINE;
     if (HAS(5) && f[5].kind == PX_FV_TRUE) return DECLINE;
-    px_ftool_t *t = px_arena_alloc(a, sizeof(*t));
-    if (t == NULL) return DECLINE;
-    t->name = f[1].s;
-    if (HAS(2) && f[2].kind == PX_FV_STR) t->desc = f[2].s;
-    if (HAS(3) && f[3].kind == PX_FV_OBJ)
-      t->params = f[3].raw;
-    else
-      t->params = (px_str_t){"{\"type\":\"object\",\"properties\":{}}", 33};
-    t->strict = -1;
-    if (HAS(4) && f[4].kind == PX_FV_TRUE) t->strict = 1;
-    if (HAS(4) && f[4].kind == PX_FV_FALSE) t->strict = 0;
-    if (ir->tools_last) ir->tools_last->next = t;
-    else ir->tools = t;
-    ir->tools_last = t;
+    if (px_ftool_push(ir, a, f[1].s, HAS(2) ? &f[2] : NULL, HAS(3) ? &f[3] : NULL,
+                      HAS(4) ? &f[4] : NULL, PX_FAST_OPENAI_PARAMS) == NULL)
+      return DECLINE;
   }
   return r < 0 ? DECLINE : 0;
 }
 
 static int decode_tool_choice(const px_fv_t *v, px_freq_t *ir) {
-  if (v->kind == PX_FV_STR) {
-    if (px_fs_is(v->s, "auto")) ir->tool_choice = PX_FTC_AUTO;
-    else if (px_fs_is(v->s, "none")) ir->tool_choice = PX_FTC_NONE;
-    else if (px_fs_is(v->s, "required")) ir->tool_choice = PX_FTC_REQUIRED;
-    else return DECLINE;
-    return 0;
-  }
+  if (v->kind == PX_FV_STR) return px_fast_openai_tc(v->s, ir);
   if (v->kind != PX_FV_OBJ) return DECLINE;
-  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
-  px_fstr_t k, type = {0}, name = {0};
-  int r, nt = 0, nn = 0;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(&w, &k)) == 1) {
-    px_fv_t x;
-    if (px_fw_value(&w, &x) < 0 || k.esc) return DECLINE;
-    if (px_fs_is(k, "type")) {
-      if (nt++ || x.kind != PX_FV_STR) return DECLINE;
-      type = x.s;
-    } else if (px_fs_is(k, "name")) {
-      if (nn++ || x.kind != PX_FV_STR) return DECLINE;
-      name = x.s;
-    }
-  }
-  if (r < 0 || !px_fs_is(type, "function") || name.p == NULL) return DECLINE;
+  static const char *const keys[] = {"type", "name"};
+  px_fv_t f[2];
+  unsigned seen = 0;
+  if (px_fv_fields(v, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+      !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_STR)
+    return DECLINE;
   ir->tool_choice = PX_FTC_TOOL;
-  ir->tc_name = name;
+  ir->tc_name = f[1].s;
   return 0;
 }
 
 /* text: {format: {"type":"text"} | null, verbosity: null} */
 static int decode_text(const px_fv_t *v, px_freq_t *ir) {
   if (v->kind != PX_FV_OBJ) return DECLINE;
-  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
-  px_fstr_t k;
-  int r, nf = 0, nv = 0;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(&w, &k)) == 1) {
-    px_fv_t x;
-    if (px_fw_value(&w, &x) < 0 || k.esc) return DECLINE;
-    if (px_fs_is(k, "verbosity")) {
-      if (nv++ || x.kind != PX_FV_NULL) return DECLINE;
-    } else if (px_fs_is(k, "format")) {
-      if (nf++) return DECLINE;
-      if (x.kind == PX_FV_NULL) continue;
-      if (x.kind != PX_FV_OBJ) return DECLINE;
-      px_fw_t fw = {x.raw.ptr, x.raw.len, 0};
-      px_fstr_t fk, type = {0};
-      int rf, nt = 0;
-      if (px_fw_open(&fw, '{') < 0) return DECLINE;
-      while ((rf = px_fw_member(&fw, &fk)) == 1) {
-        px_fv_t y;
-        if (px_fw_value(&fw, &y) < 0 || fk.esc) return DECLINE;
-        if (px_fs_is(fk, "type")) {
-          if (nt++ || y.kind != PX_FV_STR) return DECLINE;
-          type = y.s;
-        }
-      }
-      if (rf < 0 || !px_fs_is(type, "text")) return DECLINE;
-      ir->rf_text = 1;
-    }
-  }
-  return r < 0 ? DECLINE : 0;
+  static const char *const keys[] = {"format", "verbosity"};
+  static const char *const fkeys[] = {"type"};
+  px_fv_t f[2], g[1];
+  unsigned seen = 0, fseen = 0;
+  if (px_fv_fields(v, keys, 2, f, &seen) != 0) return DECLINE;
+  if (HAS(1) && f[1].kind != PX_FV_NULL) return DECLINE;
+  if (!HAS(0) || f[0].kind == PX_FV_NULL) return 0;
+  if (f[0].kind != PX_FV_OBJ || px_fv_fields(&f[0], fkeys, 1, g, &fseen) != 0 || !fseen ||
+      g[0].kind != PX_FV_STR || !px_fs_is(g[0].s, "text"))
+    return DECLINE;
+  ir->rf_text = 1;
+  return 0;
 }
 
 enum { K_MODEL, K_INSTR, K_INPUT, K_TOOLS, K_TC, K_PAR, K_MAX, K_TEMP, K_TOPP, K_TEXT,
@@ -317,10 +220,9 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
   if (HAS(K_INSTR)) {
     if (f[K_INSTR].kind != PX_FV_STR) return DECLINE;
     if (f[K_INSTR].s.n > 0) {
-      px_fpart_t *p = px_fpart_new(a, PX_FP_TEXT);
+      px_fpart_t *p = px_fpart_text(a, f[K_INSTR].s);
       if (p == NULL) return DECLINE;
-      p->text = f[K_INSTR].s;
-      push_part(&ir->system, &ir->system_last, p);
+      px_fpart_push(&ir->system, &ir->system_last, p);
     }
   }
   if (HAS(K_TOOLS) && decode_tools(&f[K_TOOLS], ir, a) != 0) return DECLINE;
@@ -363,11 +265,10 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
   }
   const px_fv_t *in = &f[K_INPUT];
   if (in->kind == PX_FV_STR) {
-    px_fmsg_t *m = new_msg(ir, a, 0);
-    px_fpart_t *p = px_fpart_new(a, PX_FP_TEXT);
+    px_fmsg_t *m = px_fmsg_push(ir, a, 0);
+    px_fpart_t *p = px_fpart_text(a, in->s);
     if (m == NULL || p == NULL) return DECLINE;
-    p->text = in->s;
-    push_part(&m->parts, &m->last, p);
+    px_fpart_push(&m->parts, &m->last, p);
     return 0;
   }
   if (in->kind != PX_FV_ARR) return DECLINE;
@@ -386,8 +287,7 @@ static int put_output(px_buf_t *b, const px_fpart_t *p, px_lossy_t *lossy) {
   int rc = px_fb_lit(b, "{\"type\":\"function_call_output\",\"call_id\":");
   if (rc == 0) rc = px_fb_str(b, p->id);
   if (rc == 0) rc = px_fb_lit(b, ",\"output\":\"");
-  for (const px_fpart_t *c = p->content; c && rc == 0; c = c->next)
-    if (c->text.n) rc = px_buf_append(b, c->text.p, c->text.n);
+  if (rc == 0) rc = px_fb_texts(b, p->content);
   if (rc == 0) rc = px_fb_lit(b, "\"}");
   return rc;
 }
@@ -467,10 +367,7 @@ static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
       rc = px_fb_lit(b, t == ir->tools ? "{\"type\":\"function\",\"name\":"
                                        : ",{\"type\":\"function\",\"name\":");
       if (rc == 0) rc = px_fb_str(b, t->name);
-      if (rc == 0 && t->desc.p) {
-        rc = px_fb_lit(b, ",\"description\":");
-        if (rc == 0) rc = px_fb_str(b, t->desc);
-      }
+      if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", t->desc);
       if (rc == 0) rc = px_fb_lit(b, ",\"parameters\":");
       if (rc == 0) rc = px_fb_raw(b, t->params);
       if (rc == 0) rc = px_fb_lit(b, t->strict == 1 ? ",\"strict\":true}" : ",\"strict\":false}");
@@ -482,38 +379,17 @@ static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
     rc = px_fb_lit(b, ",\"tool_choice\":{\"type\":\"function\",\"name\":");
     if (rc == 0) rc = px_fb_str(b, ir->tc_name);
     if (rc == 0) rc = px_fb_lit(b, "}");
-  } else if (rc == 0 && ir->tool_choice != PX_FTC_UNSET) {
-    rc = px_fb_lit(b, ir->tool_choice == PX_FTC_AUTO   ? ",\"tool_choice\":\"auto\""
-                      : ir->tool_choice == PX_FTC_NONE ? ",\"tool_choice\":\"none\""
-                                                       : ",\"tool_choice\":\"required\"");
   }
-  if (rc == 0 && ir->parallel >= 0)
-    rc = px_fb_lit(b, ir->parallel ? ",\"parallel_tool_calls\":true"
-                                   : ",\"parallel_tool_calls\":false");
-  if (rc == 0 && ir->max_tokens.ptr) {
-    rc = px_fb_lit(b, ",\"max_output_tokens\":");
-    if (rc == 0) rc = px_fb_raw(b, ir->max_tokens);
-  }
-  if (rc == 0 && ir->temperature.ptr) {
-    rc = px_fb_lit(b, ",\"temperature\":");
-    if (rc == 0) rc = px_fb_raw(b, ir->temperature);
-  }
-  if (rc == 0 && ir->top_p.ptr) {
-    rc = px_fb_lit(b, ",\"top_p\":");
-    if (rc == 0) rc = px_fb_raw(b, ir->top_p);
-  }
+  if (rc == 0) rc = px_fb_openai_tc(b, ir->tool_choice, ir->parallel);
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"max_output_tokens\":", ir->max_tokens);
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"temperature\":", ir->temperature);
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"top_p\":", ir->top_p);
   if (ir->top_k.ptr) px_lossy_add(lossy, "top_k");
   if (ir->stop.ptr || ir->stop1.p)
     px_lossy_add(lossy, ctx->in == PX_PROTO_ANTHROPIC ? "stop_sequences" : "stop");
   if (rc == 0 && ir->rf_text) rc = px_fb_lit(b, ",\"text\":{\"format\":{\"type\":\"text\"}}");
-  if (rc == 0 && ir->user.p) {
-    rc = px_fb_lit(b, ",\"user\":");
-    if (rc == 0) rc = px_fb_str(b, ir->user);
-  }
-  if (rc == 0 && ir->metadata.ptr) {
-    rc = px_fb_lit(b, ",\"metadata\":");
-    if (rc == 0) rc = px_fb_raw(b, ir->metadata);
-  }
+  if (rc == 0) rc = px_fb_opt_str(b, ",\"user\":", ir->user);
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"metadata\":", ir->metadata);
   if (rc == 0 && ir->stream_false) rc = px_fb_lit(b, ",\"stream\":false");
   /* stateless toward Responses (no reasoning in this shape: no include) */
   if (rc == 0 && ctx->in != PX_PROTO_RESPONSES) rc = px_fb_lit(b, ",\"store\":false");
@@ -532,29 +408,16 @@ static int decode_message_item(const px_fv_t *c, px_fresp_t *ir, px_arena_t *a) 
   while ((r = px_fw_elem(&w)) == 1) {
     static const char *const keys[] = {"type", "text", "annotations", "logprobs"};
     px_fv_t f[4];
-    px_fstr_t k;
     unsigned seen = 0;
-    int rm;
-    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_open(&w, '{') < 0) return DECLINE;
-    while ((rm = px_fw_member(&w, &k)) == 1) {
-      px_fv_t v;
-      if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
-      int ki = px_fw_key_of(k, keys, 4);
-      if (ki < 0) continue;
-      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-      f[ki] = v;
-    }
-    if (rm < 0) return DECLINE;
+    if (px_fw_fields(&w, keys, 4, f, &seen) != 0) return DECLINE;
     if (!HAS(0) || f[0].kind != PX_FV_STR) continue; /* no type: skipped there */
     if (!px_fs_is(f[0].s, "output_text")) return DECLINE; /* refusal, others */
     if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw)) return DECLINE;
     if (HAS(3) && f[3].kind == PX_FV_ARR && !px_fw_empty(f[3].raw)) return DECLINE;
-    px_fpart_t *p = px_fpart_new(a, PX_FP_TEXT);
+    px_fpart_t *p = px_fpart_text(
+        a, HAS(1) && f[1].kind == PX_FV_STR ? f[1].s : (px_fstr_t){"", 0, 0});
     if (p == NULL) return DECLINE;
-    p->text = HAS(1) && f[1].kind == PX_FV_STR ? f[1].s : (px_fstr_t){"", 0, 0};
-    if (ir->last) ir->last->next = p;
-    else ir->content = p;
-    ir->last = p;
+    px_fpart_push(&ir->content, &ir->last, p);
   }
   return r < 0 ? DECLINE : 0;
 }
@@ -567,19 +430,8 @@ static int decode_output(const px_fv_t *o, px_fresp_t *ir, px_arena_t *a, int *h
     static const char *const keys[] = {"type", "content", "call_id", "name", "arguments",
                                        "namespace"};
     px_fv_t f[6];
-    px_fstr_t k;
     unsigned seen = 0;
-    int rm;
-    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_open(&w, '{') < 0) return DECLINE;
-    while ((rm = px_fw_member(&w, &k)) == 1) {
-      px_fv_t v;
-      if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
-      int ki = px_fw_key_of(k, keys, 6);
-      if (ki < 0) continue;
-      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-      f[ki] = v;
-    }
-    if (rm < 0) return DECLINE;
+    if (px_fw_fields(&w, keys, 6, f, &seen) != 0) return DECLINE;
     if (!HAS(0) || f[0].kind != PX_FV_STR) continue;
     if (px_fs_is(f[0].s, "message")) {
       if (HAS(1) && decode_message_item(&f[1], ir, a) != 0) return DECLINE;
@@ -592,28 +444,10 @@ static int decode_output(const px_fv_t *o, px_fresp_t *ir, px_arena_t *a, int *h
       p->name = HAS(3) && f[3].kind == PX_FV_STR ? f[3].s : empty;
       p->args = HAS(4) && f[4].kind == PX_FV_STR ? f[4].s : empty;
       *has_tool = 1;
-      if (ir->last) ir->last->next = p;
-      else ir->content = p;
-      ir->last = p;
+      px_fpart_push(&ir->content, &ir->last, p);
     } else {
       return DECLINE; /* reasoning, hosted tools ...: the jansson codec */
     }
-  }
-  return r < 0 ? DECLINE : 0;
-}
-
-/* {"<key>": n} of a usage details object: -1 unless an integer */
-static int detail(const px_fv_t *v, const char *key, int64_t *out) {
-  *out = -1;
-  if (v->kind != PX_FV_OBJ) return 0;
-  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
-  px_fstr_t k;
-  int r, n = 0;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(&w, &k)) == 1) {
-    px_fv_t x;
-    if (px_fw_value(&w, &x) < 0 || k.esc) return DECLINE;
-    if (px_fs_is(k, key) && (n++ || px_fw_jint(&x, -1, out) != 0)) return DECLINE;
   }
   return r < 0 ? DECLINE : 0;
 }
@@ -626,19 +460,9 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
                                      "output", "usage", "incomplete_details"};
   px_fv_t f[7];
   px_fw_t w = {body, len, 0};
-  px_fstr_t k;
   unsigned seen = 0;
-  int r;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(&w, &k)) == 1) {
-    px_fv_t v;
-    if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
-    int ki = px_fw_key_of(k, keys, 7);
-    if (ki < 0) continue;
-    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-    f[ki] = v;
-  }
-  if (r < 0 || !HAS(4) || f[4].kind != PX_FV_ARR) return DECLINE;
+  if (px_fw_fields(&w, keys, 7, f, &seen) != 0 || !HAS(4) || f[4].kind != PX_FV_ARR)
+    return DECLINE;
   /* finished answers only: completed, or incomplete with a reason */
   int incomplete = 0;
   if (HAS(3) && f[3].kind == PX_FV_STR) {
@@ -647,28 +471,19 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
   }
   ir->id = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){"", 0, 0};
   if (HAS(1) && f[1].kind == PX_FV_STR) ir->model = f[1].s;
-  if (HAS(2) && f[2].kind == PX_FV_NUM && px_fw_is_int(f[2].raw)) {
-    if (px_fw_uint(f[2].raw, &ir->created) < 0) return DECLINE;
-    ir->has_created = 1;
-  }
+  if (px_fast_created(HAS(2) ? &f[2] : NULL, ir) != 0) return DECLINE;
   int has_tool = 0;
   if (decode_output(&f[4], ir, a, &has_tool) != 0) return DECLINE;
   if (incomplete) {
     /* the reason decides content_filter / max_tokens */
+    static const char *const dkeys[] = {"reason"};
     px_fstr_t reason = {0};
+    px_fv_t g[1];
+    unsigned ds = 0;
     if (HAS(6) && f[6].kind == PX_FV_OBJ) {
-      px_fw_t dw = {f[6].raw.ptr, f[6].raw.len, 0};
-      int n = 0;
-      if (px_fw_open(&dw, '{') < 0) return DECLINE;
-      while ((r = px_fw_member(&dw, &k)) == 1) {
-        px_fv_t x;
-        if (px_fw_value(&dw, &x) < 0 || k.esc) return DECLINE;
-        if (px_fs_is(k, "reason")) {
-          if (n++) return DECLINE;
-          if (x.kind == PX_FV_STR) reason = x.s;
-        }
-      }
-      if (r < 0 || reason.esc) return DECLINE;
+      if (px_fv_fields(&f[6], dkeys, 1, g, &ds) != 0) return DECLINE;
+      if (ds && g[0].kind == PX_FV_STR) reason = g[0].s;
+      if (reason.esc) return DECLINE;
     }
     ir->stop = px_fs_is(reason, "content_filter") ? PX_STOP_CONTENT_FILTER
                                                   : PX_STOP_MAX_TOKENS;
@@ -678,27 +493,7 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
   if (HAS(5) && f[5].kind == PX_FV_OBJ) {
     static const char *const ukeys[] = {"input_tokens", "output_tokens",
                                         "input_tokens_details", "output_tokens_details"};
-    px_fv_t g[4];
-    px_fw_t uw = {f[5].raw.ptr, f[5].raw.len, 0};
-    unsigned us = 0;
-    if (px_fw_open(&uw, '{') < 0) return DECLINE;
-    while ((r = px_fw_member(&uw, &k)) == 1) {
-      px_fv_t v;
-      if (px_fw_value(&uw, &v) < 0 || k.esc) return DECLINE;
-      int ki = px_fw_key_of(k, ukeys, 4);
-      if (ki < 0) continue;
-      if (px_fw_seen_twice(&us, ki)) return DECLINE;
-      g[ki] = v;
-    }
-    if (r < 0) return DECLINE;
-    px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
-    ir->has_usage = 1;
-    if (px_fw_jint((us & 1) ? &g[0] : &none, 0, &ir->in) != 0 ||
-        px_fw_jint((us & 2) ? &g[1] : &none, 0, &ir->out) != 0 ||
-        detail((us & 4) ? &g[2] : &none, "cached_tokens", &ir->cache_read) != 0 ||
-        detail((us & 8) ? &g[3] : &none, "reasoning_tokens", &ir->reasoning) != 0)
-      return DECLINE;
-    ir->cache_creation = -1;
+    if (px_fast_openai_usage(&f[5], ukeys, ir) != 0) return DECLINE;
   }
   return 0;
 }
