@@ -446,6 +446,9 @@ typedef struct px_lossy_names {
 
 struct px_fast_ops;
 
+/** Opaque reasoning token fields one protocol carries at most. */
+#define PX_RTOKS 2
+
 typedef struct px_proto_ops {
   px_proto_t id;
   const char *name;          /**< config name */
@@ -544,6 +547,13 @@ typedef struct px_proto_ops {
    *  glob of model names routed to it (NULL: it takes the rest). */
   const char *env_key, *env_base, *default_base, *default_name, *default_glob;
   px_wire_watch_t watch;
+  /** The opaque reasoning tokens this protocol's wire carries, by IR field
+   *  ("signature", "redacted_data", ...), each with the tag its token wears
+   *  inside another family's own token field ("pxa1:sig:"; protoutil.h
+   *  px_rtok_*). The first is the protocol's own carrier; NULL-padded. */
+  struct {
+    const char *field, *tag;
+  } rtoks[PX_RTOKS];
   /** What this protocol's wire can hold (PX_CAP_*). */
   unsigned caps;
   /** Its names for what another protocol cannot hold. */

@@ -1596,6 +1596,7 @@ const px_proto_ops_t px_proto_anthropic = {
     .default_base = "https://api.anthropic.com",
     .default_name = "anthropic",
     .default_glob = "claude-*",
+    .rtoks = {{"signature", "pxa1:sig:"}, {"redacted_data", "pxa1:red:"}},
     .caps = PX_CAP_REASONING_TOKENS,
     .names = {.reasoning_text = PX_LOSSY("messages[].content[].thinking"),
               .reasoning_token = PX_LOSSY("messages[].content[].signature"),

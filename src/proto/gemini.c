@@ -1084,6 +1084,7 @@ const px_proto_ops_t px_proto_gemini = {
     .default_base = "https://generativelanguage.googleapis.com",
     .default_name = "gemini",
     .default_glob = "gemini-*",
+    .rtoks = {{"thought_signature", "pxg1:sig:"}},
     .caps = PX_CAP_REASONING_TOKENS,
     .names = {.reasoning_text = PX_LOSSY("contents[].parts[].thought"),
               .reasoning_token = PX_LOSSY("contents[].parts[].thoughtSignature"),

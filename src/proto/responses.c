@@ -1660,6 +1660,7 @@ const px_proto_ops_t px_proto_responses = {
     .auth_header = "Authorization: Bearer ",
     .error_type = px_errkind_openai,
     .encode_models = px_openai_models,
+    .rtoks = {{"encrypted_content", "pxo1:enc:"}},
     .caps = PX_CAP_CUSTOM_TOOLS | PX_CAP_PROMPT_CACHE_KEY | PX_CAP_VERBOSITY |
             PX_CAP_FILE_ID | PX_CAP_ANY_TOOL_ARGS | PX_CAP_REASONING_TOKENS |
             PX_CAP_STORED_RESPONSES,

@@ -386,13 +386,14 @@ static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
   if (rc == 0) rc = px_fb_opt_raw(b, ",\"top_p\":", ir->top_p);
   if (ir->top_k.ptr) px_lossy_add(lossy, "top_k");
   if (ir->stop.ptr || ir->stop1.p)
-    px_lossy_add(lossy, ctx->in == PX_PROTO_ANTHROPIC ? "stop_sequences" : "stop");
+    px_lossy_add(lossy, px_in_names(ctx)->stop);
   if (rc == 0 && ir->rf_text) rc = px_fb_lit(b, ",\"text\":{\"format\":{\"type\":\"text\"}}");
   if (rc == 0) rc = px_fb_opt_str(b, ",\"user\":", ir->user);
   if (rc == 0) rc = px_fb_opt_raw(b, ",\"metadata\":", ir->metadata);
   if (rc == 0 && ir->stream_false) rc = px_fb_lit(b, ",\"stream\":false");
   /* stateless toward Responses (no reasoning in this shape: no include) */
-  if (rc == 0 && ctx->in != PX_PROTO_RESPONSES) rc = px_fb_lit(b, ",\"store\":false");
+  if (rc == 0 && !px_tr_in_can(ctx, PX_CAP_STORED_RESPONSES))
+    rc = px_fb_lit(b, ",\"store\":false");
   if (rc == 0) rc = px_fb_lit(b, "}");
   return rc;
 }

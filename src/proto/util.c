@@ -185,36 +185,29 @@ const char *px_inline_filename(json_t *part) {
 /* ------------------------------------------------------------------------ */
 /* Opaque reasoning tokens across families                                   */
 
-static const struct {
-  const char *field, *tag;
-  px_proto_t home;
-} rtoks[] = {
-    {"signature", "pxa1:sig:", PX_PROTO_ANTHROPIC},
-    {"redacted_data", "pxa1:red:", PX_PROTO_ANTHROPIC},
-    {"encrypted_content", "pxo1:enc:", PX_PROTO_RESPONSES},
-    {"thought_signature", "pxg1:sig:", PX_PROTO_GEMINI},
-};
-#define NRTOKS (sizeof(rtoks) / sizeof(rtoks[0]))
-
-const char *px_rtok_field(px_proto_t p) {
-  switch (p) {
-  case PX_PROTO_ANTHROPIC: return "signature";
-  case PX_PROTO_RESPONSES: return "encrypted_content";
-  case PX_PROTO_GEMINI: return "thought_signature";
-  default: return NULL;
+/* The tag of a token field and the protocol whose wire carries it (each
+ * protocol's ops list its own token fields, rtoks); NULL if none does. */
+static const char *rtok_home(const char *field, px_proto_t *home) {
+  for (int p = 0; p < PX_PROTO_COUNT; p++) {
+    const px_proto_ops_t *ops = px_proto_get((px_proto_t)p);
+    for (size_t i = 0; i < PX_RTOKS && ops->rtoks[i].field; i++)
+      if (strcmp(field, ops->rtoks[i].field) == 0) {
+        *home = (px_proto_t)p;
+        return ops->rtoks[i].tag;
+      }
   }
+  return NULL;
 }
+
+const char *px_rtok_field(px_proto_t p) { return px_proto_get(p)->rtoks[0].field; }
 
 const char *px_rtok_tag(px_proto_t client, const char *field) {
   const char *own = px_rtok_field(client);
   if (own == NULL || field == NULL) return NULL;
   if (strcmp(field, own) == 0) return "";
-  for (size_t i = 0; i < NRTOKS; i++) {
-    if (strcmp(field, rtoks[i].field) != 0) continue;
-    if (rtoks[i].home == client) return NULL; /* Anthropic's redacted block */
-    return rtoks[i].tag;
-  }
-  return NULL;
+  px_proto_t home;
+  const char *tag = rtok_home(field, &home);
+  return tag != NULL && home != client ? tag : NULL; /* NULL: Anthropic's redacted block */
 }
 
 const char *px_rtok_stream_tag(px_proto_t client, px_proto_t upstream) {
@@ -223,11 +216,21 @@ const char *px_rtok_stream_tag(px_proto_t client, px_proto_t upstream) {
   return f != NULL ? px_rtok_tag(client, f) : "";
 }
 
+/* The k-th token field over every protocol's rtoks; NULL past the last. */
+static const char *rtok_at(size_t k) {
+  for (int p = 0; p < PX_PROTO_COUNT; p++) {
+    const px_proto_ops_t *ops = px_proto_get((px_proto_t)p);
+    for (size_t i = 0; i < PX_RTOKS && ops->rtoks[i].field; i++)
+      if (k-- == 0) return ops->rtoks[i].field;
+  }
+  return NULL;
+}
+
 json_t *px_rtok_out(px_proto_t client, json_t *p) {
   const char *own = px_rtok_field(client);
   if (own == NULL) return NULL;
-  for (size_t i = 0; i <= NRTOKS; i++) {
-    const char *f = i == 0 ? own : rtoks[i - 1].field;
+  const char *f = own;
+  for (size_t k = 0; f != NULL; f = rtok_at(k++)) {
     const char *v = px_jstr(p, f), *tag = px_rtok_tag(client, f);
     if (v != NULL && *v != 0 && tag != NULL) return json_sprintf("%s%s", tag, v);
   }
@@ -237,11 +240,12 @@ json_t *px_rtok_out(px_proto_t client, json_t *p) {
 int px_rtok_in(px_proto_t client, json_t *p, const char *tok) {
   const char *own = px_rtok_field(client), *field = own;
   if (tok == NULL || *tok == 0 || own == NULL) return 0;
-  for (size_t i = 0; i < NRTOKS; i++) {
-    const char *tag = px_rtok_tag(client, rtoks[i].field);
+  const char *f;
+  for (size_t k = 0; (f = rtok_at(k)) != NULL; k++) {
+    const char *tag = px_rtok_tag(client, f);
     size_t n = tag != NULL ? strlen(tag) : 0;
     if (n > 0 && strncmp(tok, tag, n) == 0) {
-      field = rtoks[i].field;
+      field = f;
       tok += n;
       break;
     }
