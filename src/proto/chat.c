@@ -651,38 +651,36 @@ static int decode_refused(const px_tr_ctx_t *ctx, const char *key, json_t *v,
 /* Fields dropped by name (and the two the hub may keep, px_ir_fit_request):
  * 0, or 1 when key is none of them. */
 static int decode_dropped(const char *key, json_t *v, json_t *ir, px_lossy_t *lossy) {
+  /* dropped when set (not null) */
+  static const char *const when_set[] = {
+      PX_LOSSY("top_logprobs"),
+      PX_LOSSY("logit_bias"),
+      PX_LOSSY("seed"),
+      PX_LOSSY("presence_penalty"),
+      PX_LOSSY("frequency_penalty"),
+      PX_LOSSY("service_tier"),
+      PX_LOSSY("prediction"),
+      PX_LOSSY("store"),
+      PX_LOSSY("prompt_cache_retention"),
+      PX_LOSSY("web_search_options"),
+  };
+  for (size_t i = 0; i < sizeof(when_set) / sizeof(when_set[0]); i++)
+    if (strcmp(key, when_set[i]) == 0) {
+      if (!json_is_null(v)) px_lossy_add(lossy, when_set[i]);
+      return 0;
+    }
   if (strcmp(key, "logprobs") == 0) {
     if (json_is_true(v)) px_lossy_add(lossy, "logprobs");
-  } else if (strcmp(key, "top_logprobs") == 0) {
-    if (!json_is_null(v)) px_lossy_add(lossy, "top_logprobs");
-  } else if (strcmp(key, "logit_bias") == 0) {
-    if (!json_is_null(v)) px_lossy_add(lossy, "logit_bias");
-  } else if (strcmp(key, "seed") == 0) {
-    if (!json_is_null(v)) px_lossy_add(lossy, "seed");
-  } else if (strcmp(key, "presence_penalty") == 0) {
-    if (!json_is_null(v)) px_lossy_add(lossy, "presence_penalty");
-  } else if (strcmp(key, "frequency_penalty") == 0) {
-    if (!json_is_null(v)) px_lossy_add(lossy, "frequency_penalty");
-  } else if (strcmp(key, "service_tier") == 0) {
-    if (!json_is_null(v)) px_lossy_add(lossy, "service_tier");
-  } else if (strcmp(key, "prediction") == 0) {
-    if (!json_is_null(v)) px_lossy_add(lossy, "prediction");
-  } else if (strcmp(key, "store") == 0) {
-    if (!json_is_null(v)) px_lossy_add(lossy, "store");
   } else if (strcmp(key, "prompt_cache_key") == 0) {
     if (json_is_string(v))
       json_object_set(ir, "prompt_cache_key", v); /* px_ir_fit_request */
     else if (!json_is_null(v))
       px_lossy_add(lossy, "prompt_cache_key");
-  } else if (strcmp(key, "prompt_cache_retention") == 0) {
-    if (!json_is_null(v)) px_lossy_add(lossy, "prompt_cache_retention");
   } else if (strcmp(key, "verbosity") == 0) {
     if (json_is_string(v))
       json_object_set(ir, "verbosity", v); /* px_ir_fit_request */
     else if (!json_is_null(v))
       px_lossy_add(lossy, "verbosity");
-  } else if (strcmp(key, "web_search_options") == 0) {
-    if (!json_is_null(v)) px_lossy_add(lossy, "web_search_options");
   } else {
     return 1;
   }
