@@ -24,8 +24,6 @@ import argparse
 import json
 import os
 import resource
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,47 +42,9 @@ GEMINI_BODY = ('{"systemInstruction":{"parts":[{"text":"You are a helpful assist
                '"generationConfig":{"maxOutputTokens":256,"temperature":0.7}}')
 
 
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
-
-
-class Proc:
-    def __init__(self, name, cmd, tmp):
-        self.out = open(os.path.join(tmp, name + ".log"), "wb")
-        self.p = subprocess.Popen(cmd, stdout=self.out, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
-        self.pid = self.p.pid
-
-    def stop(self, timeout=120):
-        if self.p.poll() is None:
-            os.kill(self.pid, signal.SIGTERM)
-            try:
-                self.p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(self.pid, signal.SIGKILL)
-                self.p.wait()
-        self.out.close()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait_port(port, proc, timeout=60.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        if proc.p.poll() is not None:
-            return False
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return True
-        except OSError:
-            time.sleep(0.05)
-    return False
+# the process, port and log helpers are bench.py's (same directory)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import Proc, free_port, log, wait_port  # noqa: E402
 
 
 def conf(tmp, port, mock_port, lane):
@@ -156,14 +116,14 @@ def run_ir(a, mock_port):
                      ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + outf,
                       a.proxai, "-c", conf(a.tmp, port, mock_port, a.lane)], a.tmp)
             try:
-                if not wait_port(port, p):
+                if not wait_port(port, p, 60.0):
                     raise RuntimeError("proxai under valgrind did not start")
                 model = "%s-n%d-p0-c32" % (UPSTREAMS[up], n)
                 r = stream_client(a, port, client, model, ["-n", "1"])
                 if r["completed"] != 1 or r.get("non2xx") or r["events"] < n:
                     raise RuntimeError("stream incomplete: %s" % r)
             finally:
-                p.stop()
+                p.stop(timeout=120)
             irs.append(cg_total(outf))
         per = (irs[1] - irs[0]) / a.n
         log("%s > %s: %.0f instructions per event" % (client, up, per))
@@ -187,7 +147,7 @@ def run_mem(a, mock_port):
             p = Proc("mem-%s-%s-%s" % (lane, client, up),
                      [a.proxai, "-c", conf(a.tmp, port, mock_port, lane)], a.tmp)
             try:
-                if not wait_port(port, p):
+                if not wait_port(port, p, 60.0):
                     raise RuntimeError("proxai did not start")
                 model = "%s-n10-p1000-c32" % UPSTREAMS[up]
                 stream_client(a, port, client, model, ["-n", "1"])  # warm
@@ -195,7 +155,7 @@ def run_mem(a, mock_port):
                                   ["-c", str(a.streams), "-r", "4", "-T", "120",
                                    "-m", str(p.pid)])
             finally:
-                p.stop()
+                p.stop(timeout=120)
             kib = (r["rss_max_kb"] - r["rss_base_kb"]) / a.streams
             log("%s %s > %s: %.1f KiB per stream (completed %d, stalled %d)" %
                 (lane, client, up, kib, r["completed"], r["stalled"]))
@@ -228,11 +188,11 @@ def main():
     mock = Proc("fastmock", [os.path.join(a.build, "bench", "fastmock"), "-p", str(mp)],
                 a.tmp)
     try:
-        if not wait_port(mp, mock):
+        if not wait_port(mp, mock, 60.0):
             raise SystemExit("fastmock did not start (see %s)" % a.tmp)
         (run_ir if a.mode == "ir" else run_mem)(a, mp)
     finally:
-        mock.stop()
+        mock.stop(timeout=120)
         if not a.keep:
             subprocess.run(["rm", "-rf", a.tmp])
         else:
