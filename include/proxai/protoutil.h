@@ -115,6 +115,11 @@ static inline const px_lossy_names_t *px_out_names(const px_tr_ctx_t *ctx) {
   return &px_proto_get(ctx->out)->names;
 }
 
+/** A tool_call part's arguments as a JSON object for an upstream that takes
+ *  only objects (blank: {}); NULL with err naming the client's field when
+ *  they are anything else. */
+json_t *px_tool_args_object(const px_tr_ctx_t *ctx, json_t *part, px_tr_err_t *err);
+
 /** The annotation of a DELTA_ANNOTATION event as JSON (NULL if malformed). */
 json_t *px_annotation_parse(px_str_t text);
 

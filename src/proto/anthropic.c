@@ -717,11 +717,6 @@ fail:
 /* ======================================================================== */
 /* Request encode: IR -> Anthropic body                                      */
 
-static const char *args_param(const px_tr_ctx_t *ctx) {
-  const char *p = px_in_names(ctx)->tool_args_param;
-  return p != NULL ? p : "messages.content.input";
-}
-
 static int encode_image(json_t *part, json_t **out, px_tr_err_t *err) {
   const char *url = px_jstr(part, "url");
   if (url != NULL) {
@@ -856,20 +851,8 @@ static int encode_part(const px_tr_ctx_t *ctx, json_t *part, const char *role, j
     return 0;
   }
   if (strcmp(t, "tool_call") == 0) {
-    const char *args = px_jstr(part, "arguments");
-    json_t *input;
-    json_error_t je;
-    if (args == NULL || args[strspn(args, " \t\r\n")] == 0) {
-      input = json_object(); /* no-argument call */
-    } else {
-      input = json_loads(args, JSON_DECODE_ANY, &je);
-      if (!json_is_object(input)) {
-        json_decref(input);
-        return px_tr_fail(
-            err, args_param(ctx), "%s: arguments of tool call '%s' are not a JSON object",
-            args_param(ctx), px_jstr(part, "id") ? px_jstr(part, "id") : "");
-      }
-    }
+    json_t *input = px_tool_args_object(ctx, part, err);
+    if (input == NULL) return PX_EINVAL;
     *out = json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id",
                      px_jstr(part, "id") ? px_jstr(part, "id") : "", "name",
                      px_jstr(part, "name") ? px_jstr(part, "name") : "", "input", input);

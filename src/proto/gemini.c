@@ -497,8 +497,8 @@ static json_t *blob_out(json_t *part, px_lossy_t *lossy) {
 
 /* One IR part -> Gemini part(s) appended to out. *sig carries a Gemini
  * thought signature to put on the next part. */
-static int part_out(json_t *msgs, json_t *part, int model, json_t *out, const char **sig,
-                    px_lossy_t *lossy, px_tr_err_t *err) {
+static int part_out(const px_tr_ctx_t *ctx, json_t *msgs, json_t *part, int model,
+                    json_t *out, const char **sig, px_lossy_t *lossy, px_tr_err_t *err) {
   const char *type = px_jstr(part, "type");
   json_t *o = NULL;
   if (type == NULL) return 0;
@@ -526,12 +526,8 @@ static int part_out(json_t *msgs, json_t *part, int model, json_t *out, const ch
   } else if (strcmp(type, "tool_call") == 0) {
     if (json_is_true(json_object_get(part, "custom")))
       return px_tr_fail(err, "tools", "custom tools cannot be sent to a Gemini upstream");
-    const char *a = px_jstr(part, "arguments");
-    json_t *args = a ? json_loads(a, 0, NULL) : NULL;
-    if (!json_is_object(args)) {
-      json_decref(args);
-      args = json_object();
-    }
+    json_t *args = px_tool_args_object(ctx, part, err);
+    if (args == NULL) return PX_EINVAL;
     o = json_pack("{s:{s:s, s:o}}", "functionCall", "name", px_jstr(part, "name"), "args",
                   args);
   } else if (strcmp(type, "tool_result") == 0) {
@@ -552,7 +548,8 @@ static int part_out(json_t *msgs, json_t *part, int model, json_t *out, const ch
   return 0;
 }
 
-static int contents_out(json_t *msgs, json_t *contents, px_lossy_t *lossy, px_tr_err_t *err) {
+static int contents_out(const px_tr_ctx_t *ctx, json_t *msgs, json_t *contents,
+                        px_lossy_t *lossy, px_tr_err_t *err) {
   size_t i, k;
   json_t *m, *p;
   json_array_foreach(msgs, i, m) {
@@ -562,7 +559,7 @@ static int contents_out(json_t *msgs, json_t *contents, px_lossy_t *lossy, px_tr
     json_array_foreach(json_object_get(m, "content"), k, p) {
       if (px_jstr(p, "cache_control") || json_object_get(p, "cache_control"))
         px_lossy_add(lossy, "messages[].content[].cache_control");
-      if (part_out(msgs, p, model, parts, &sig, lossy, err) < 0) {
+      if (part_out(ctx, msgs, p, model, parts, &sig, lossy, err) < 0) {
         json_decref(parts);
         return PX_EINVAL;
       }
@@ -655,7 +652,7 @@ static int gem_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp
                               px_lossy_t *lossy, px_tr_err_t *err) {
   json_t *body = json_object(), *contents = json_array();
   json_object_set_new(body, "contents", contents);
-  if (contents_out(json_object_get(ir, "messages"), contents, lossy, err) < 0) {
+  if (contents_out(ctx, json_object_get(ir, "messages"), contents, lossy, err) < 0) {
     json_decref(body);
     return PX_EINVAL;
   }

@@ -33,6 +33,22 @@ const char *px_id_prefix(const char *prefix, const char **id) {
   return strncmp(*id, prefix, strlen(prefix)) == 0 ? "" : prefix;
 }
 
+/* A tool call's arguments for an upstream that takes only an object: blank
+ * is a call without arguments, anything else that is not a JSON object is
+ * the client's error, named by the client's own field. */
+json_t *px_tool_args_object(const px_tr_ctx_t *ctx, json_t *part, px_tr_err_t *err) {
+  const char *args = px_jstr(part, "arguments");
+  if (args == NULL || args[strspn(args, " \t\r\n")] == 0) return json_object();
+  json_t *v = json_loads(args, JSON_DECODE_ANY, NULL);
+  if (json_is_object(v)) return v;
+  json_decref(v);
+  const char *p = px_in_names(ctx)->tool_args_param;
+  const char *id = px_jstr(part, "id");
+  px_tr_fail(err, p, "%s: arguments of tool call '%s' are not a JSON object", p,
+             id != NULL ? id : "");
+  return NULL;
+}
+
 json_t *px_mint_id(const char *prefix, const char *id) {
   const char *pfx = px_id_prefix(prefix, &id);
   return json_sprintf("%s%s", pfx, id);
