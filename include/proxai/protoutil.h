@@ -115,6 +115,10 @@ static inline const px_lossy_names_t *px_out_names(const px_tr_ctx_t *ctx) {
   return &px_proto_get(ctx->out)->names;
 }
 
+/** 0 when the upstream can resolve an OpenAI file id (PX_CAP_FILE_ID);
+ *  otherwise a 400 at param, the client's field. */
+int px_file_id_check(const px_tr_ctx_t *ctx, const char *param, px_tr_err_t *err);
+
 /** A tool_call part's arguments as a JSON object for an upstream that takes
  *  only objects (blank: {}); NULL with err naming the client's field when
  *  they are anything else. */

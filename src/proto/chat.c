@@ -160,12 +160,10 @@ static int user_part(const px_tr_ctx_t *ctx, json_t *c, const char *p, json_t *o
         add_str(part, "data", fd);
       }
     } else if (fid != NULL) {
-      if (!px_tr_out_can(ctx, PX_CAP_FILE_ID)) {
+      snprintf(q, sizeof(q), "%s.file.file_id", p);
+      if (px_file_id_check(ctx, q, err) < 0) {
         json_decref(part);
-        snprintf(q, sizeof(q), "%s.file.file_id", p);
-        return px_tr_fail(
-            err, q, "%s: uploaded OpenAI files cannot be sent to %s; send file_data", q,
-            px_proto_get(ctx->out)->name);
+        return PX_EINVAL;
       }
       add_str(part, "file_id", fid);
     } else {

@@ -181,6 +181,8 @@ static int dec_user_part(dec_t *d, json_t *p, const char *path, json_t *out) {
     } else if (fu != NULL) {
       f = json_pack("{s:s, s:s}", "type", "file", "url", fu);
     } else if (fid != NULL) {
+      snprintf(pp, sizeof(pp), "%s.file_id", path);
+      if (px_file_id_check(d->ctx, pp, d->err) < 0) return PX_EINVAL;
       f = json_pack("{s:s, s:s}", "type", "file", "file_id", fid);
     } else {
       snprintf(pp, sizeof(pp), "%s.file_data", path);

@@ -49,6 +49,15 @@ json_t *px_tool_args_object(const px_tr_ctx_t *ctx, json_t *part, px_tr_err_t *e
   return NULL;
 }
 
+/* An OpenAI file id reaches only an upstream that can resolve it
+ * (PX_CAP_FILE_ID); elsewhere it is the client's error at param. */
+int px_file_id_check(const px_tr_ctx_t *ctx, const char *param, px_tr_err_t *err) {
+  if (px_tr_out_can(ctx, PX_CAP_FILE_ID)) return 0;
+  return px_tr_fail(err, param,
+                    "%s: uploaded OpenAI files cannot be sent to %s; send the file data",
+                    param, px_proto_get(ctx->out)->name);
+}
+
 json_t *px_mint_id(const char *prefix, const char *id) {
   const char *pfx = px_id_prefix(prefix, &id);
   return json_sprintf("%s%s", pfx, id);
@@ -58,7 +67,8 @@ int px_buf_mint_id(px_buf_t *b, const char *prefix, px_str_t id) {
   size_t pl = strlen(prefix);
   int rc = 0;
   if (!(id.len >= pl && memcmp(id.ptr, prefix, pl) == 0)) rc = px_buf_puts(b, prefix);
-  if (rc == 0) rc = id.len ? px_buf_json_escape(b, id.ptr, id.len) : px_buf_puts(b, "proxai");
+  if (rc == 0)
+    rc = id.len ? px_buf_json_escape(b, id.ptr, id.len) : px_buf_puts(b, "proxai");
   return rc;
 }
 
