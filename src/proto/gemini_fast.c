@@ -144,14 +144,18 @@ static int response_text(const px_fv_t *resp, px_fpart_t *res, px_arena_t *a) {
     if (resp->kind == PX_FV_OBJ) {
       px_fw_t w = {resp->raw.ptr, resp->raw.len, 0};
       px_fstr_t k;
+      px_fstr_t k0 = {0};
       px_fv_t x, one = {0};
-      int r, n = 0;
+      int r, n = 0, same = 1;
       if (px_fw_open(&w, '{') < 0) return DECLINE;
       while ((r = px_fw_member(&w, &k)) == 1) {
         if (k.esc || px_fw_value(&w, &x) < 0) return DECLINE;
-        if (n++ == 0) one = x, lone = px_fs_is(k, "output") || px_fs_is(k, "content");
+        if (n++ == 0) k0 = k, lone = px_fs_is(k, "output") || px_fs_is(k, "content");
+        else same &= fs_eq(k, k0);
+        one = x; /* jansson keeps the last of repeated members */
       }
       if (r < 0) return DECLINE;
+      if (n > 1 && same) return DECLINE; /* one member there, repeated */
       if (n != 1 || one.kind != PX_FV_STR) lone = 0;
       if (lone) text = one.s;
     }
@@ -517,11 +521,16 @@ static int put_result(px_buf_t *b, const px_fpart_t *res, px_arena_t *a) {
     size_t tl = t.len;
     px_buf_free(&t);
     if (copy == NULL) return DECLINE;
-    px_json_req_t scan;
-    if (tl > 0 && (copy[0] == '{' || copy[0] == ' ' || copy[0] == '\n' || copy[0] == '\t' ||
-                   copy[0] == '\r') &&
-        px_json_request(copy, tl, &scan) == 0)
+    size_t i = 0;
+    while (i < tl && (copy[i] == ' ' || copy[i] == '\n' || copy[i] == '\t' || copy[i] == '\r'))
+      i++;
+    if (i < tl && copy[i] == '{') {
+      /* what the scanner refuses (depth, a repeated "model" ...) jansson
+       * may still read as an object: not taken here */
+      px_json_req_t scan;
+      if (px_json_request(copy, tl, &scan) != 0) return DECLINE;
       return px_buf_append(b, copy, tl);
+    }
   }
   int rc = px_fb_lit(b, res->is_error ? "{\"error\":\"" : "{\"output\":\"");
   if (rc == 0) rc = px_fb_texts(b, res->content);
