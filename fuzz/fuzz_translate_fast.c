@@ -1,7 +1,8 @@
 /* fuzz_translate_fast.c - the fast path of non-streaming translation
  * (src/translate_fast.c) against the jansson path, the arbiter.
  *
- * Input: byte 0 picks the pair (in = (b & 15) >> 2, out = b & 3), bit 4
+ * Input: byte 0 picks the pair among the four protocols, Gemini included
+ * (in = (b & 15) >> 2, out = b & 3: the PX_PROTO_ values), bit 4
  * names an upstream model, bit 5 sets a route max_tokens; the rest is a
  * body, used both as a client request and as an upstream answer. Wherever
  * the fast path takes a body, the jansson path must succeed too, with a
