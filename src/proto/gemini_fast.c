@@ -674,14 +674,18 @@ static int gem_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
 /* ======================================================================== */
 /* Response decode                                                           */
 
+/* The answer is walked once, in place: each container is read where it
+ * stands instead of skipped first and read again (a generateContent answer
+ * is nested four deep). */
+
 /* usageMetadata as px_gemini_usage_in reads it */
-static int decode_usage(const px_fv_t *u, px_fresp_t *ir) {
+static int decode_usage(px_fw_t *w, px_fresp_t *ir) {
   static const char *const keys[] = {"promptTokenCount", "candidatesTokenCount",
                                      "thoughtsTokenCount", "cachedContentTokenCount"};
   px_fv_t f[4];
   int64_t v[4] = {-1, -1, -1, -1};
   unsigned seen = 0;
-  if (px_fv_fields(u, keys, 4, f, &seen) != 0) return DECLINE;
+  if (px_fw_fields(w, keys, 4, f, &seen) != 0) return DECLINE;
   for (int i = 0; i < 4; i++)
     if (HAS(i) && px_fw_jint(&f[i], -1, &v[i]) != 0) return DECLINE;
   int64_t out = v[1] < 0 && v[2] < 0 ? -1 : (v[1] > 0 ? v[1] : 0) + (v[2] > 0 ? v[2] : 0);
@@ -694,100 +698,142 @@ static int decode_usage(const px_fv_t *u, px_fresp_t *ir) {
   return 0;
 }
 
-static int decode_parts(const px_fv_t *content, px_fresp_t *ir, px_fstr_t rid, int *calls,
-                        px_arena_t *a) {
-  static const char *const ckeys[] = {"parts"};
-  px_fv_t c[1];
-  unsigned cs = 0;
-  if (content->kind != PX_FV_OBJ) return 0; /* no parts there */
-  if (px_fv_fields(content, ckeys, 1, c, &cs) != 0) return DECLINE;
-  if (!cs || c[0].kind != PX_FV_ARR) return 0;
-  px_fw_t w = {c[0].raw.ptr, c[0].raw.len, 0};
-  int r;
-  if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
-    px_fv_t f[NKEYS(part_keys)];
-    unsigned seen = 0;
-    if (px_fw_peek(&w) != PX_FV_OBJ ||
-        px_fw_fields(&w, part_keys, NKEYS(part_keys), f, &seen) != 0)
-      return DECLINE;
-    /* thoughts, signatures: reasoning parts there */
-    if (HAS(P_SIG) || (HAS(P_THOUGHT) && f[P_THOUGHT].kind == PX_FV_TRUE)) return DECLINE;
-    px_fpart_t *p;
-    if (HAS(P_TEXT) && f[P_TEXT].kind == PX_FV_STR) {
-      if ((p = px_fpart_text(a, f[P_TEXT].s)) == NULL) return DECLINE;
-    } else if (HAS(P_FC) && f[P_FC].kind == PX_FV_OBJ) {
-      static const char *const keys[] = {"name", "args", "id"};
-      px_fv_t g[3];
-      unsigned gs = 0;
-      if (px_fv_fields(&f[P_FC], keys, 3, g, &gs) != 0) return DECLINE;
-      if ((p = px_fpart_new(a, PX_FP_TOOL_CALL)) == NULL) return DECLINE;
-      p->name = (gs & 1) && g[0].kind == PX_FV_STR ? g[0].s : (px_fstr_t){"", 0, 0};
-      if ((gs & 4) && g[2].kind == PX_FV_STR) {
-        p->id = g[2].s;
-      } else {
-        if (rid.esc || mint_id(a, "call_", rid, *calls, &p->id) != 0) return DECLINE;
-      }
-      (*calls)++;
-      if ((gs & 2) && g[1].kind == PX_FV_OBJ) {
-        if (px_fast_dump_value(a, g[1].raw, &p->args) != 0) return DECLINE;
-        p->input = g[1].raw;
-      } else {
-        p->args = (px_fstr_t){"{}", 2, 0};
-        p->input = (px_str_t){"{}", 2};
-      }
+/* one part of the candidate's content; a call without an id gets its
+ * minted one when the walk is over (responseId may come last) */
+static int decode_part_out(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
+  px_fv_t f[NKEYS(part_keys)];
+  unsigned seen = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ ||
+      px_fw_fields(w, part_keys, NKEYS(part_keys), f, &seen) != 0)
+    return DECLINE;
+  /* thoughts, signatures: reasoning parts there */
+  if (HAS(P_SIG) || (HAS(P_THOUGHT) && f[P_THOUGHT].kind == PX_FV_TRUE)) return DECLINE;
+  px_fpart_t *p;
+  if (HAS(P_TEXT) && f[P_TEXT].kind == PX_FV_STR) {
+    if ((p = px_fpart_text(a, f[P_TEXT].s)) == NULL) return DECLINE;
+  } else if (HAS(P_FC) && f[P_FC].kind == PX_FV_OBJ) {
+    static const char *const keys[] = {"name", "args", "id"};
+    px_fv_t g[3];
+    unsigned gs = 0;
+    if (px_fv_fields(&f[P_FC], keys, 3, g, &gs) != 0) return DECLINE;
+    if ((p = px_fpart_new(a, PX_FP_TOOL_CALL)) == NULL) return DECLINE;
+    p->name = (gs & 1) && g[0].kind == PX_FV_STR ? g[0].s : (px_fstr_t){"", 0, 0};
+    if ((gs & 4) && g[2].kind == PX_FV_STR) p->id = g[2].s; /* else minted */
+    if ((gs & 2) && g[1].kind == PX_FV_OBJ) {
+      if (px_fast_dump_value(a, g[1].raw, &p->args) != 0) return DECLINE;
+      p->input = g[1].raw;
     } else {
-      return DECLINE; /* blobs, code execution (lossy), others */
+      p->args = (px_fstr_t){"{}", 2, 0};
+      p->input = (px_str_t){"{}", 2};
     }
-    px_fpart_push(&ir->content, &ir->last, p);
+  } else {
+    return DECLINE; /* blobs, code execution (lossy), others */
+  }
+  px_fpart_push(&ir->content, &ir->last, p);
+  return 0;
+}
+
+/* content {parts: [...], role} */
+static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
+  px_fstr_t k;
+  px_fv_t v;
+  int r, nparts = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ) return px_fw_value(w, &v) < 0 ? DECLINE : 0;
+  if (px_fw_open(w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    if (k.esc) return DECLINE;
+    if (!px_fs_is(k, "parts") || px_fw_peek(w) != PX_FV_ARR) {
+      if (px_fs_is(k, "parts") && nparts++) return DECLINE;
+      if (px_fw_value(w, &v) < 0) return DECLINE;
+      continue;
+    }
+    if (nparts++ || px_fw_open(w, '[') < 0) return DECLINE; /* repeated: the last there */
+    int rp;
+    while ((rp = px_fw_elem(w)) == 1)
+      if (decode_part_out(w, ir, a) != 0) return DECLINE;
+    if (rp < 0) return DECLINE;
   }
   return r < 0 ? DECLINE : 0;
 }
 
+enum { C_CONTENT, C_FINISH, C_SAFETY, C_GROUND, C_CITE };
+static const char *const cand_keys[] = {"content", "finishReason", "safetyRatings",
+                                        "groundingMetadata", "citationMetadata"};
+
+/* candidates: exactly one (none: promptFeedback, the jansson codec) */
+static int decode_candidates(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, char *fr, size_t frn,
+                             unsigned *cseen) {
+  px_fstr_t k;
+  int r;
+  if (px_fw_peek(w) != PX_FV_ARR || px_fw_open(w, '[') < 0 || px_fw_elem(w) != 1 ||
+      px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0)
+    return DECLINE;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    if (k.esc) return DECLINE;
+    int ki = px_fw_key_of(k, cand_keys, NKEYS(cand_keys));
+    if (ki >= 0 && px_fw_seen_twice(cseen, ki)) return DECLINE;
+    if (ki == C_CONTENT) {
+      if (decode_content(w, ir, a) != 0) return DECLINE;
+      continue;
+    }
+    px_fv_t v;
+    if (px_fw_value(w, &v) < 0) return DECLINE;
+    if (ki == C_FINISH && v.kind == PX_FV_STR) {
+      if (v.s.esc || v.s.n >= frn) return DECLINE;
+      memcpy(fr, v.s.p, v.s.n);
+      fr[v.s.n] = 0;
+    }
+  }
+  return r < 0 || px_fw_elem(w) != 0 ? DECLINE : 0;
+}
+
+enum { R_CANDS, R_ID, R_MODEL, R_USAGE };
+static const char *const resp_keys[] = {"candidates", "responseId", "modelVersion",
+                                        "usageMetadata"};
+
 static int gem_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy) {
-  static const char *const keys[] = {"candidates", "responseId", "modelVersion",
-                                     "usageMetadata"};
-  px_fv_t f[4];
   px_fw_t w = {body, len, 0};
-  unsigned seen = 0;
-  if (px_fw_fields(&w, keys, 4, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_ARR)
-    return DECLINE;
-  /* exactly one candidate (none: promptFeedback, the jansson codec) */
-  px_fw_t cw = {f[0].raw.ptr, f[0].raw.len, 0};
-  px_fv_t cand;
-  if (px_fw_open(&cw, '[') < 0 || px_fw_elem(&cw) != 1 || px_fw_value(&cw, &cand) < 0 ||
-      px_fw_elem(&cw) != 0 || cand.kind != PX_FV_OBJ)
-    return DECLINE;
-  px_fstr_t rid = {0};
-  if (HAS(1) && f[1].kind == PX_FV_STR) rid = f[1].s;
+  px_fstr_t k, rid = {0};
+  unsigned seen = 0, cseen = 0;
+  char fr[48] = "STOP";
+  int r;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    if (k.esc) return DECLINE;
+    int ki = px_fw_key_of(k, resp_keys, NKEYS(resp_keys));
+    if (ki >= 0 && px_fw_seen_twice(&seen, ki)) return DECLINE;
+    if (ki == R_CANDS) {
+      if (decode_candidates(&w, ir, a, fr, sizeof(fr), &cseen) != 0) return DECLINE;
+      continue;
+    }
+    if (ki == R_USAGE && px_fw_peek(&w) == PX_FV_OBJ) {
+      if (decode_usage(&w, ir) != 0) return DECLINE;
+      continue;
+    }
+    px_fv_t v;
+    if (px_fw_value(&w, &v) < 0) return DECLINE;
+    if (ki == R_ID && v.kind == PX_FV_STR) rid = v.s;
+    if (ki == R_MODEL && v.kind == PX_FV_STR) ir->model = v.s;
+  }
+  if (r < 0 || !HAS(R_CANDS)) return DECLINE;
+  if (ir->model.p == NULL && ctx->client_model == NULL) return DECLINE; /* upstream model */
+  /* refused: the text parts are refusals there */
+  if (px_gemini_stop(fr, 0) == PX_STOP_REFUSAL) return DECLINE;
   ir->id = rid.p ? rid : (px_fstr_t){"gemini", 6, 0};
   /* minted call ids: call_<responseId or "gemini">_<n>, cut at 159 bytes there */
   px_fstr_t mid = rid.n > 0 ? rid : (px_fstr_t){"gemini", 6, 0};
-  if (mid.n > 120) return DECLINE;
-  if (HAS(2) && f[2].kind == PX_FV_STR) ir->model = f[2].s;
-  else if (ctx->client_model == NULL) return DECLINE; /* the upstream model there */
-  static const char *const ckeys[] = {"content", "finishReason", "safetyRatings",
-                                      "groundingMetadata", "citationMetadata"};
-  px_fv_t g[5];
-  unsigned gs = 0;
-  if (px_fv_fields(&cand, ckeys, 5, g, &gs) != 0) return DECLINE;
-  char fr[48] = "STOP";
-  if ((gs & 2) && g[1].kind == PX_FV_STR) {
-    if (g[1].s.esc || g[1].s.n >= sizeof(fr)) return DECLINE;
-    memcpy(fr, g[1].s.p, g[1].s.n);
-    fr[g[1].s.n] = 0;
-  }
-  /* refused: the text parts are refusals there */
-  if (px_gemini_stop(fr, 0) == PX_STOP_REFUSAL) return DECLINE;
   int calls = 0;
-  if ((gs & 1) && decode_parts(&g[0], ir, mid, &calls, a) != 0)
-    return DECLINE;
-  if (gs & 4) px_lossy_add(lossy, "candidates[].safetyRatings");
-  if (gs & 8) px_lossy_add(lossy, "candidates[].groundingMetadata");
-  if (gs & 16) px_lossy_add(lossy, "candidates[].citationMetadata");
+  for (px_fpart_t *p = ir->content; p; p = p->next) {
+    if (p->type != PX_FP_TOOL_CALL) continue;
+    if (p->id.p == NULL && (mid.esc || mid.n > 120 || mint_id(a, "call_", mid, calls, &p->id)))
+      return DECLINE;
+    calls++;
+  }
+  if (cseen & (1u << C_SAFETY)) px_lossy_add(lossy, "candidates[].safetyRatings");
+  if (cseen & (1u << C_GROUND)) px_lossy_add(lossy, "candidates[].groundingMetadata");
+  if (cseen & (1u << C_CITE)) px_lossy_add(lossy, "candidates[].citationMetadata");
   ir->stop = px_gemini_stop(fr, calls > 0);
-  if (HAS(3) && f[3].kind == PX_FV_OBJ && decode_usage(&f[3], ir) != 0) return DECLINE;
   return 0;
 }
 
