@@ -96,27 +96,33 @@ static int schema_lower(const px_fv_t *v, px_arena_t *a, px_str_t *out) {
   return 0;
 }
 
-/* systemInstruction: {parts: [{text}, ...]} */
-static int decode_system(const px_fv_t *si, px_freq_t *ir, px_arena_t *a) {
-  static const char *const keys[] = {"parts"};
-  px_fv_t f[1];
-  unsigned seen = 0;
-  if (si->kind != PX_FV_OBJ || px_fv_fields(si, keys, 1, f, &seen) != 0) return DECLINE;
-  if (!seen) return 0;
-  if (f[0].kind != PX_FV_ARR) return DECLINE;
-  px_fw_t w = {f[0].raw.ptr, f[0].raw.len, 0};
-  int r;
-  if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
-    static const char *const pkeys[] = {"text"};
-    px_fv_t g[1];
-    unsigned gs = 0;
-    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_fields(&w, pkeys, 1, g, &gs) != 0 || !gs ||
-        g[0].kind != PX_FV_STR)
-      return DECLINE;
-    px_fpart_t *p = px_fpart_text(a, g[0].s);
-    if (p == NULL) return DECLINE;
-    px_fpart_push(&ir->system, &ir->system_last, p);
+/* systemInstruction: {parts: [{text}, ...]}, read in place */
+static int decode_system(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
+  px_fstr_t k;
+  px_fv_t v;
+  int r, nparts = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    if (k.esc) return DECLINE;
+    if (!px_fs_is(k, "parts")) {
+      if (px_fw_value(w, &v) < 0) return DECLINE;
+      continue;
+    }
+    /* repeated: the last there */
+    if (nparts++ || px_fw_peek(w) != PX_FV_ARR || px_fw_open(w, '[') < 0) return DECLINE;
+    int rp;
+    while ((rp = px_fw_elem(w)) == 1) {
+      static const char *const pkeys[] = {"text"};
+      px_fv_t g[1];
+      unsigned gs = 0;
+      if (px_fw_peek(w) != PX_FV_OBJ || px_fw_fields(w, pkeys, 1, g, &gs) != 0 || !gs ||
+          g[0].kind != PX_FV_STR)
+        return DECLINE;
+      px_fpart_t *p = px_fpart_text(a, g[0].s);
+      if (p == NULL) return DECLINE;
+      px_fpart_push(&ir->system, &ir->system_last, p);
+    }
+    if (rp < 0) return DECLINE;
   }
   return r < 0 ? DECLINE : 0;
 }
@@ -192,7 +198,7 @@ static int decode_part(px_fw_t *w, px_fmsg_t *m, calls_t *calls, px_arena_t *a) 
     static const char *const keys[] = {"name", "args", "id"};
     px_fv_t g[3];
     unsigned gs = 0;
-    if (!m->assistant || f[P_FC].kind != PX_FV_OBJ ||
+    if (f[P_FC].kind != PX_FV_OBJ ||
         px_fv_fields(&f[P_FC], keys, 3, g, &gs) != 0 || !(gs & 1) ||
         g[0].kind != PX_FV_STR || g[0].s.esc)
       return DECLINE;
@@ -225,7 +231,7 @@ static int decode_part(px_fw_t *w, px_fmsg_t *m, calls_t *calls, px_arena_t *a) 
     static const char *const keys[] = {"name", "id", "response"};
     px_fv_t g[3];
     unsigned gs = 0;
-    if (m->assistant || f[P_FR].kind != PX_FV_OBJ ||
+    if (f[P_FR].kind != PX_FV_OBJ ||
         px_fv_fields(&f[P_FR], keys, 3, g, &gs) != 0)
       return DECLINE;
     px_fstr_t name = (gs & 1) && g[0].kind == PX_FV_STR ? g[0].s : (px_fstr_t){"", 0, 0};
@@ -251,39 +257,51 @@ static int decode_part(px_fw_t *w, px_fmsg_t *m, calls_t *calls, px_arena_t *a) 
   return DECLINE; /* code execution (lossy), signature-only, unsupported */
 }
 
+/* contents, each turn read in place: its role may follow its parts, so
+ * the parts are checked against it when the turn is over (calls belong to
+ * model turns, function responses to user turns) */
 static int decode_contents(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
   calls_t calls = {NULL, 0};
   int r;
   if (px_fw_peek(w) != PX_FV_ARR || px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(w)) == 1) {
-    static const char *const keys[] = {"role", "parts"};
-    px_fv_t f[2];
+    px_fstr_t k;
+    px_fv_t v;
+    int rk, model = 0;
     unsigned seen = 0;
-    if (px_fw_peek(w) != PX_FV_OBJ || px_fw_fields(w, keys, 2, f, &seen) != 0 || !HAS(1) ||
-        f[1].kind != PX_FV_ARR)
-      return DECLINE;
-    int model = 0;
-    if (HAS(0) && f[0].kind == PX_FV_STR) {
-      if (px_fs_is(f[0].s, "model")) model = 1;
-      else if (!px_fs_is(f[0].s, "user")) return DECLINE;
+    px_fmsg_t *m = px_fmsg_push(ir, a, 0);
+    if (m == NULL || px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0) return DECLINE;
+    while ((rk = px_fw_member(w, &k)) == 1) {
+      if (k.esc) return DECLINE;
+      if (px_fs_is(k, "parts")) {
+        if (px_fw_seen_twice(&seen, 1) || px_fw_peek(w) != PX_FV_ARR || px_fw_open(w, '[') < 0)
+          return DECLINE;
+        int rp;
+        while ((rp = px_fw_elem(w)) == 1)
+          if (decode_part(w, m, &calls, a) != 0) return DECLINE;
+        if (rp < 0) return DECLINE;
+        continue;
+      }
+      if (px_fw_value(w, &v) < 0) return DECLINE;
+      if (!px_fs_is(k, "role")) continue;
+      if (px_fw_seen_twice(&seen, 0)) return DECLINE;
+      if (v.kind != PX_FV_STR) continue; /* no role: user there */
+      if (px_fs_is(v.s, "model")) model = 1;
+      else if (!px_fs_is(v.s, "user")) return DECLINE;
     }
-    px_fmsg_t *m = px_fmsg_push(ir, a, model);
-    if (m == NULL) return DECLINE;
-    px_fw_t pw = {f[1].raw.ptr, f[1].raw.len, 0};
-    int rp;
-    if (px_fw_open(&pw, '[') < 0) return DECLINE;
-    while ((rp = px_fw_elem(&pw)) == 1)
-      if (decode_part(&pw, m, &calls, a) != 0) return DECLINE;
-    if (rp < 0 || m->parts == NULL) return DECLINE; /* an empty turn: jansson */
+    if (rk < 0 || !HAS(1) || m->parts == NULL) return DECLINE; /* an empty turn: jansson */
+    m->assistant = model;
+    for (const px_fpart_t *p = m->parts; p; p = p->next)
+      if ((p->type == PX_FP_TOOL_CALL && !model) || (p->type == PX_FP_TOOL_RESULT && model))
+        return DECLINE; /* an error there */
   }
   return r < 0 ? DECLINE : 0;
 }
 
-static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
-  if (tv->kind != PX_FV_ARR) return DECLINE;
-  px_fw_t w = {tv->raw.ptr, tv->raw.len, 0};
+static int decode_tools(px_fw_t *wp, px_freq_t *ir, px_arena_t *a) {
+  px_fw_t w = *wp;
   int r;
-  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  if (px_fw_peek(&w) != PX_FV_ARR || px_fw_open(&w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(&w)) == 1) {
     px_fstr_t k;
     int rk, ndecl = 0;
@@ -321,7 +339,9 @@ static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
     }
     if (rk < 0) return DECLINE;
   }
-  return r < 0 ? DECLINE : 0;
+  if (r < 0) return DECLINE;
+  *wp = w;
+  return 0;
 }
 
 /* toolConfig.functionCallingConfig {mode, allowedFunctionNames} */
@@ -369,7 +389,7 @@ static const char *const gen_dropped[] = {"presencePenalty", "frequencyPenalty",
 enum { G_TEMP, G_TOPP, G_TOPK, G_MAX, G_STOP, G_CAND, G_MIME, G_THINK, G_DROP0 };
 #define N_GEN (G_DROP0 + N_DROPPED)
 
-static int decode_generation(const px_fv_t *gc, px_freq_t *ir, unsigned *dropped) {
+static int decode_generation(px_fw_t *w, px_freq_t *ir, unsigned *dropped) {
   static const char *const keys[N_GEN] = {
       "temperature",     "topP",           "topK",           "maxOutputTokens",
       "stopSequences",   "candidateCount", "responseMimeType", "thinkingConfig",
@@ -378,7 +398,8 @@ static int decode_generation(const px_fv_t *gc, px_freq_t *ir, unsigned *dropped
       "logprobs",        "mediaResolution",  "speechConfig",   "responseModalities"};
   px_fv_t f[N_GEN];
   unsigned seen = 0;
-  if (gc->kind != PX_FV_OBJ || px_fv_fields(gc, keys, N_GEN, f, &seen) != 0) return DECLINE;
+  if (px_fw_peek(w) != PX_FV_OBJ || px_fw_fields(w, keys, N_GEN, f, &seen) != 0)
+    return DECLINE;
   if (HAS(G_TEMP) && f[G_TEMP].kind == PX_FV_NUM) ir->temperature = f[G_TEMP].raw;
   if (HAS(G_TOPP) && f[G_TOPP].kind == PX_FV_NUM) ir->top_p = f[G_TOPP].raw;
   if (HAS(G_TOPK) && f[G_TOPK].kind == PX_FV_NUM) {
@@ -433,19 +454,23 @@ static int gem_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, siz
     if (k.esc) return DECLINE;
     int ki = px_fw_key_of(k, top_keys, NKEYS(top_keys));
     if (ki >= 0 && px_fw_seen_twice(&seen, ki)) return DECLINE;
-    if (ki == K_CONTENTS) { /* read in place, in body order */
-      if (decode_contents(&w, ir, a) != 0) return DECLINE;
-      continue;
+    /* the large members are read in place, in body order */
+    int rc = 0, inplace = 1;
+    switch (ki) {
+      case K_CONTENTS: rc = decode_contents(&w, ir, a); break;
+      case K_SYS: rc = decode_system(&w, ir, a); break;
+      case K_TOOLS: rc = decode_tools(&w, ir, a); break;
+      case K_GEN: rc = decode_generation(&w, ir, &dropped); break;
+      default: inplace = 0; break;
     }
+    if (rc != 0) return DECLINE;
+    if (inplace) continue;
     px_fv_t v;
     if (px_fw_value(&w, &v) < 0) return DECLINE;
     if (ki >= 0) f[ki] = v; /* other members are not read there */
   }
   if (r < 0 || !HAS(K_CONTENTS) || HAS(K_CACHED) || HAS(K_WRAPPED)) return DECLINE;
-  if (HAS(K_SYS) && decode_system(&f[K_SYS], ir, a) != 0) return DECLINE;
-  if (HAS(K_TOOLS) && decode_tools(&f[K_TOOLS], ir, a) != 0) return DECLINE;
   if (HAS(K_TC) && decode_tool_config(&f[K_TC], ir) != 0) return DECLINE;
-  if (HAS(K_GEN) && decode_generation(&f[K_GEN], ir, &dropped) != 0) return DECLINE;
   ir->stream_false = 1; /* the IR says stream false there */
   for (int i = 0; i < N_DROPPED; i++)
     if (dropped & (1u << i)) {
