@@ -34,9 +34,11 @@ static const char *const gem_req[2] = {
     "\"name\":\"@N\",\"args\":{\"q\":\"@{Paris}@\",\"n\":[1,2.5,{\"k\":\"@{v}@\"}]}}}]},"
     "{\"role\":\"user\",\"parts\":[{\"functionResponse\":{\"name\":\"@N\",\"response\":"
     "{\"output\":\"@{sunny}@\"}}},{\"text\":\"@{thanks}@\"}]}],"
-    "\"tools\":[{\"functionDeclarations\":[{\"name\":\"@N\",\"description\":\"@{Look up}@\","
+    "\"tools\":[{\"functionDeclarations\":[{\"name\":\"@N\",\"description\":\"@{Look "
+    "up}@\","
     "\"parameters\":{\"type\":\"@{OBJECT}@\",\"properties\":{\"q\":{\"type\":\"STRING\","
-    "\"description\":\"@{city}@\"},\"l\":{\"type\":\"ARRAY\",\"items\":{\"type\":\"@{INTEGER}@"
+    "\"description\":\"@{city}@\"},\"l\":{\"type\":\"ARRAY\",\"items\":{\"type\":\"@{"
+    "INTEGER}@"
     "\"}}},\"required\":[\"q\"]}}]}],"
     "\"toolConfig\":{\"functionCallingConfig\":{\"mode\":\"@{AUTO}@\"}},"
     "\"generationConfig\":{\"maxOutputTokens\":@{256}@,\"temperature\":0.7,\"topK\":40,"
@@ -45,7 +47,8 @@ static const char *const gem_req[2] = {
     "{\"functionCall\":{\"id\":\"@I\",\"name\":\"@N\",\"args\":{}}},{\"functionCall\":{"
     "\"name\":\"@N\",\"args\":{\"a\":\"@{v}@\"}}}]},{\"role\":\"user\",\"parts\":["
     "{\"functionResponse\":{\"id\":\"@I\",\"name\":\"@N\",\"response\":{\"result\":"
-    "\"@{r}@\",\"n\":1}}},{\"functionResponse\":{\"name\":\"@N\",\"response\":{\"content\":"
+    "\"@{r}@\",\"n\":1}}},{\"functionResponse\":{\"name\":\"@N\",\"response\":{"
+    "\"content\":"
     "\"@{r2}@\"}}}]}],\"tools\":[{\"functionDeclarations\":[{\"name\":\"@N\","
     "\"parametersJsonSchema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
     "\"@{string}@\"}}}}]}],\"toolConfig\":{\"functionCallingConfig\":{\"mode\":\"ANY\","
@@ -55,28 +58,34 @@ static const char *const gem_req[2] = {
 
 /* Gemini upstream answers */
 static const char *const gem_resp[2] = {
-    "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"@{Hello}@\"},{\"functionCall\":{"
+    "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"@{Hello}@\"},{"
+    "\"functionCall\":{"
     "\"name\":\"@N\",\"args\":{\"city\":\"@{Paris}@\"}}}],\"role\":\"model\"},"
     "\"finishReason\":\"@{STOP}@\",\"index\":0,\"safetyRatings\":[]}],\"usageMetadata\":{"
     "\"promptTokenCount\":25,\"candidatesTokenCount\":14,\"thoughtsTokenCount\":@{3}@,"
     "\"totalTokenCount\":42},\"modelVersion\":\"@{gemini-2.5-flash}@\",\"responseId\":"
     "\"@{resp1}@\"}",
-    "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"@{a}@\"},{\"text\":\"@{b}@\"}],"
+    "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"@{a}@\"},{\"text\":\"@{b}@\"}]"
+    ","
     "\"role\":\"model\"},\"finishReason\":\"MAX_TOKENS\"}],\"usageMetadata\":{"
     "\"promptTokenCount\":@{5}@,\"cachedContentTokenCount\":2},\"responseId\":\"@{r}@\"}",
 };
 
 /* other clients' requests, by protocol (chat, responses, anthropic) */
 static const char *const other_req[3] = {
-    "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"@{sys}@\"},{\"role\":"
-    "\"user\",\"content\":\"@{hi}@\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":"
+    "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"@{sys}@\"},{"
+    "\"role\":"
+    "\"user\",\"content\":\"@{hi}@\"},{\"role\":\"assistant\",\"content\":null,\"tool_"
+    "calls\":"
     "[{\"id\":\"@I\",\"type\":\"function\",\"function\":{\"name\":\"@N\",\"arguments\":"
     "\"@{{\\\"a\\\":1}}@\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"@I\",\"content\":"
     "\"@{result}@\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"@N\","
     "\"description\":\"@{d}@\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}}],"
-    "\"tool_choice\":\"@{auto}@\",\"max_tokens\":100,\"temperature\":0.5,\"stop\":\"@{END}@\","
+    "\"tool_choice\":\"@{auto}@\",\"max_tokens\":100,\"temperature\":0.5,\"stop\":\"@{"
+    "END}@\","
     "\"user\":\"@{u}@\"}",
-    "{\"model\":\"m\",\"instructions\":\"@{sys}@\",\"input\":[{\"role\":\"user\",\"content\":"
+    "{\"model\":\"m\",\"instructions\":\"@{sys}@\",\"input\":[{\"role\":\"user\","
+    "\"content\":"
     "\"@{hi}@\"},{\"type\":\"function_call\",\"call_id\":\"@I\",\"name\":\"@N\","
     "\"arguments\":\"@{{}}@\"},{\"type\":\"function_call_output\",\"call_id\":\"@I\","
     "\"output\":\"@{out}@\"}],\"tools\":[{\"type\":\"function\",\"name\":\"@N\","
@@ -94,7 +103,8 @@ static const char *const other_req[3] = {
 /* other upstreams' answers, by protocol */
 static const char *const other_resp[3] = {
     "{\"id\":\"@{chatcmpl-1}@\",\"object\":\"chat.completion\",\"created\":1,\"model\":"
-    "\"@{gpt}@\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":"
+    "\"@{gpt}@\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+    "\"content\":"
     "\"@{hello}@\",\"tool_calls\":[{\"id\":\"@I\",\"type\":\"function\",\"function\":{"
     "\"name\":\"@N\",\"arguments\":\"@{{\\\"x\\\":1}}@\"}}]},\"finish_reason\":"
     "\"@{tool_calls}@\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":@{4}@,"
@@ -102,18 +112,25 @@ static const char *const other_resp[3] = {
     "\"cached_tokens\":1}}}",
     "{\"id\":\"@{resp_1}@\",\"object\":\"response\",\"created_at\":1,\"status\":"
     "\"completed\",\"model\":\"gpt\",\"output\":[{\"type\":\"message\",\"id\":\"m1\","
-    "\"role\":\"assistant\",\"status\":\"completed\",\"content\":[{\"type\":\"output_text\","
-    "\"text\":\"@{hi}@\",\"annotations\":[]}]},{\"type\":\"function_call\",\"id\":\"fc1\","
-    "\"call_id\":\"@I\",\"name\":\"@N\",\"arguments\":\"@{{}}@\",\"status\":\"completed\"}],"
+    "\"role\":\"assistant\",\"status\":\"completed\",\"content\":[{\"type\":\"output_"
+    "text\","
+    "\"text\":\"@{hi}@\",\"annotations\":[]}]},{\"type\":\"function_call\",\"id\":"
+    "\"fc1\","
+    "\"call_id\":\"@I\",\"name\":\"@N\",\"arguments\":\"@{{}}@\",\"status\":"
+    "\"completed\"}],"
     "\"usage\":{\"input_tokens\":3,\"output_tokens\":4,\"output_tokens_details\":{"
     "\"reasoning_tokens\":1}}}",
-    "{\"id\":\"@{msg_1}@\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude\","
-    "\"content\":[{\"type\":\"text\",\"text\":\"@{hi}@\"},{\"type\":\"tool_use\",\"id\":\"@I\","
-    "\"name\":\"@N\",\"input\":{\"a\":\"@{b}@\"}}],\"stop_reason\":\"@{tool_use}@\",\"usage\":{"
+    "{\"id\":\"@{msg_1}@\",\"type\":\"message\",\"role\":\"assistant\",\"model\":"
+    "\"claude\","
+    "\"content\":[{\"type\":\"text\",\"text\":\"@{hi}@\"},{\"type\":\"tool_use\",\"id\":"
+    "\"@I\","
+    "\"name\":\"@N\",\"input\":{\"a\":\"@{b}@\"}}],\"stop_reason\":\"@{tool_use}@\","
+    "\"usage\":{"
     "\"input_tokens\":3,\"output_tokens\":5,\"cache_read_input_tokens\":@{2}@}}",
 };
 
-static const px_proto_t others[3] = {PX_PROTO_CHAT, PX_PROTO_RESPONSES, PX_PROTO_ANTHROPIC};
+static const px_proto_t others[3] = {PX_PROTO_CHAT, PX_PROTO_RESPONSES,
+                                     PX_PROTO_ANTHROPIC};
 
 typedef struct lines {
   const char *p[MAX_LINES];
@@ -138,14 +155,18 @@ static void fill(px_buf_t *b, const char *t, const lines_t *l) {
     put(b, t, (size_t)(at - t));
     if (at[1] == 'N' || at[1] == 'I') {
       int k = at[1] == 'N' ? 0 : 1;
-      if (k < l->count) put(b, l->p[k], l->n[k]);
-      else put(b, k ? "call_1" : "get_weather", k ? 6 : 11);
+      if (k < l->count)
+        put(b, l->p[k], l->n[k]);
+      else
+        put(b, k ? "call_1" : "get_weather", k ? 6 : 11);
       t = at + 2;
     } else if (at[1] == '{') {
       const char *end = strstr(at + 2, "}@");
       if (end == NULL) abort(); /* a broken template */
-      if (next < l->count) put(b, l->p[next], l->n[next]);
-      else put(b, at + 2, (size_t)(end - at - 2));
+      if (next < l->count)
+        put(b, l->p[next], l->n[next]);
+      else
+        put(b, at + 2, (size_t)(end - at - 2));
       next++;
       t = end + 2;
     } else {
@@ -199,7 +220,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if ((f & 3) == 3) continue;
       unsigned long taken = run(f, &none);
       if (taken != 4) {
-        fprintf(stderr, "fuzz_gemini_fast: the fast path took %lu of 4 bodies (flags %d)\n",
+        fprintf(stderr,
+                "fuzz_gemini_fast: the fast path took %lu of 4 bodies (flags %d)\n",
                 taken, f);
         abort();
       }

@@ -15,8 +15,9 @@
 #include "proxai/fastir.h"
 #include "proxai/proto.h"
 
-static inline void diff_fail(const char *what, const px_tr_ctx_t *c, const char *body, size_t len,
-                      const char *fast, const char *slow, const char *lf, const char *ls) {
+static inline void diff_fail(const char *what, const px_tr_ctx_t *c, const char *body,
+                             size_t len, const char *fast, const char *slow,
+                             const char *lf, const char *ls) {
   fprintf(stderr,
           "fuzz_translate_fast: %s differs (%d -> %d)\nbody: %.*s\nfast: %s\nslow: %s\n"
           "lossy fast: %s\nlossy slow: %s\n",
@@ -25,9 +26,9 @@ static inline void diff_fail(const char *what, const px_tr_ctx_t *c, const char 
   abort();
 }
 
-static inline void check_json(const char *what, const px_tr_ctx_t *c, const char *body, size_t len,
-                       const char *fast, size_t flen, const char *slow, size_t slen,
-                       const px_lossy_t *lf, const px_lossy_t *ls) {
+static inline void check_json(const char *what, const px_tr_ctx_t *c, const char *body,
+                              size_t len, const char *fast, size_t flen, const char *slow,
+                              size_t slen, const px_lossy_t *lf, const px_lossy_t *ls) {
   json_t *a = json_loadb(fast, flen, 0, NULL);
   json_t *b = json_loadb(slow, slen, 0, NULL);
   if (a == NULL || b == NULL || !json_equal(a, b) || strcmp(lf->buf, ls->buf) != 0)
@@ -56,7 +57,8 @@ static inline void request(const px_tr_ctx_t *c, const char *body, size_t len) {
     px_translate_fast_enable(0);
     int rs = px_translate_request_body(c, body, len, 0, &so, &sl, &ls, &es);
     px_translate_fast_enable(1);
-    if (rs != 0) diff_fail("request (jansson refused)", c, body, len, fo, es.message, lf.buf, "");
+    if (rs != 0)
+      diff_fail("request (jansson refused)", c, body, len, fo, es.message, lf.buf, "");
     check_json("request", c, body, len, fo, fl, so, sl, &lf, &ls);
   }
   free(fo);
@@ -75,7 +77,8 @@ static inline void response(const px_tr_ctx_t *c, const char *body, size_t len) 
     memset(&err, 0, sizeof(err));
     if (px_buf_append(&fb, "", 1) < 0) abort();
     if (ub == NULL || px_translate_response(c, ub, &cb, &ls, &err) < 0)
-      diff_fail("response (jansson refused)", c, body, len, fb.data, err.message, lf.buf, "");
+      diff_fail("response (jansson refused)", c, body, len, fb.data, err.message, lf.buf,
+                "");
     char *s = json_dumps(cb, JSON_COMPACT);
     if (s == NULL) abort();
     check_json("response", c, body, len, fb.data, fb.len - 1, s, strlen(s), &lf, &ls);

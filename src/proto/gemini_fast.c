@@ -20,7 +20,8 @@
 #define SCHEMA_DEPTH 64
 
 /* an arena copy of "<prefix><n>" or "<prefix><mid>_<n>" (plain ASCII) */
-static int mint_id(px_arena_t *a, const char *prefix, px_fstr_t mid, int n, px_fstr_t *out) {
+static int mint_id(px_arena_t *a, const char *prefix, px_fstr_t mid, int n,
+                   px_fstr_t *out) {
   size_t pl = strlen(prefix);
   char *s = px_arena_alloc(a, pl + mid.n + 24);
   if (s == NULL) return DECLINE;
@@ -156,8 +157,10 @@ static int response_text(const px_fv_t *resp, px_fpart_t *res, px_arena_t *a) {
       if (px_fw_open(&w, '{') < 0) return DECLINE;
       while ((r = px_fw_member(&w, &k)) == 1) {
         if (k.esc || px_fw_value(&w, &x) < 0) return DECLINE;
-        if (n++ == 0) k0 = k, lone = px_fs_is(k, "output") || px_fs_is(k, "content");
-        else same &= fs_eq(k, k0);
+        if (n++ == 0)
+          k0 = k, lone = px_fs_is(k, "output") || px_fs_is(k, "content");
+        else
+          same &= fs_eq(k, k0);
         one = x; /* jansson keeps the last of repeated members */
       }
       if (r < 0) return DECLINE;
@@ -174,9 +177,10 @@ static int response_text(const px_fv_t *resp, px_fpart_t *res, px_arena_t *a) {
 }
 
 enum { P_TEXT, P_THOUGHT, P_SIG, P_FC, P_FR, P_INLINE, P_FILE, P_EXEC, P_EXECR };
-static const char *const part_keys[] = {"text", "thought", "thoughtSignature",
-                                        "functionCall", "functionResponse", "inlineData",
-                                        "fileData", "executableCode", "codeExecutionResult"};
+static const char *const part_keys[] = {
+    "text",         "thought",          "thoughtSignature",
+    "functionCall", "functionResponse", "inlineData",
+    "fileData",     "executableCode",   "codeExecutionResult"};
 
 static int decode_part(px_fw_t *w, px_fmsg_t *m, calls_t *calls, px_arena_t *a) {
   px_fv_t f[NKEYS(part_keys)];
@@ -198,9 +202,8 @@ static int decode_part(px_fw_t *w, px_fmsg_t *m, calls_t *calls, px_arena_t *a) 
     static const char *const keys[] = {"name", "args", "id"};
     px_fv_t g[3];
     unsigned gs = 0;
-    if (f[P_FC].kind != PX_FV_OBJ ||
-        px_fv_fields(&f[P_FC], keys, 3, g, &gs) != 0 || !(gs & 1) ||
-        g[0].kind != PX_FV_STR || g[0].s.esc)
+    if (f[P_FC].kind != PX_FV_OBJ || px_fv_fields(&f[P_FC], keys, 3, g, &gs) != 0 ||
+        !(gs & 1) || g[0].kind != PX_FV_STR || g[0].s.esc)
       return DECLINE;
     px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
     open_call_t *o = px_arena_alloc(a, sizeof(*o));
@@ -231,8 +234,7 @@ static int decode_part(px_fw_t *w, px_fmsg_t *m, calls_t *calls, px_arena_t *a) 
     static const char *const keys[] = {"name", "id", "response"};
     px_fv_t g[3];
     unsigned gs = 0;
-    if (f[P_FR].kind != PX_FV_OBJ ||
-        px_fv_fields(&f[P_FR], keys, 3, g, &gs) != 0)
+    if (f[P_FR].kind != PX_FV_OBJ || px_fv_fields(&f[P_FR], keys, 3, g, &gs) != 0)
       return DECLINE;
     px_fstr_t name = (gs & 1) && g[0].kind == PX_FV_STR ? g[0].s : (px_fstr_t){"", 0, 0};
     int by_id = (gs & 2) && g[1].kind == PX_FV_STR && g[1].s.n > 0;
@@ -240,7 +242,8 @@ static int decode_part(px_fw_t *w, px_fmsg_t *m, calls_t *calls, px_arena_t *a) 
     px_fpart_t *res = px_fpart_new(a, PX_FP_TOOL_RESULT);
     if (res == NULL) return DECLINE;
     open_call_t **pp = &calls->open;
-    while (*pp && !(by_id ? fs_eq((*pp)->call->id, g[1].s) : fs_eq((*pp)->call->name, name)))
+    while (*pp &&
+           !(by_id ? fs_eq((*pp)->call->id, g[1].s) : fs_eq((*pp)->call->name, name)))
       pp = &(*pp)->next;
     if (*pp) {
       res->id = (*pp)->call->id;
@@ -274,7 +277,8 @@ static int decode_contents(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
     while ((rk = px_fw_member(w, &k)) == 1) {
       if (k.esc) return DECLINE;
       if (px_fs_is(k, "parts")) {
-        if (px_fw_seen_twice(&seen, 1) || px_fw_peek(w) != PX_FV_ARR || px_fw_open(w, '[') < 0)
+        if (px_fw_seen_twice(&seen, 1) || px_fw_peek(w) != PX_FV_ARR ||
+            px_fw_open(w, '[') < 0)
           return DECLINE;
         int rp;
         while ((rp = px_fw_elem(w)) == 1)
@@ -286,13 +290,17 @@ static int decode_contents(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
       if (!px_fs_is(k, "role")) continue;
       if (px_fw_seen_twice(&seen, 0)) return DECLINE;
       if (v.kind != PX_FV_STR) continue; /* no role: user there */
-      if (px_fs_is(v.s, "model")) model = 1;
-      else if (!px_fs_is(v.s, "user")) return DECLINE;
+      if (px_fs_is(v.s, "model"))
+        model = 1;
+      else if (!px_fs_is(v.s, "user"))
+        return DECLINE;
     }
-    if (rk < 0 || !HAS(1) || m->parts == NULL) return DECLINE; /* an empty turn: jansson */
+    if (rk < 0 || !HAS(1) || m->parts == NULL)
+      return DECLINE; /* an empty turn: jansson */
     m->assistant = model;
     for (const px_fpart_t *p = m->parts; p; p = p->next)
-      if ((p->type == PX_FP_TOOL_CALL && !model) || (p->type == PX_FP_TOOL_RESULT && model))
+      if ((p->type == PX_FP_TOOL_CALL && !model) ||
+          (p->type == PX_FP_TOOL_RESULT && model))
         return DECLINE; /* an error there */
   }
   return r < 0 ? DECLINE : 0;
@@ -309,8 +317,8 @@ static int decode_tools(px_fw_t *wp, px_freq_t *ir, px_arena_t *a) {
     while ((rk = px_fw_member(&w, &k)) == 1) {
       /* other tools (googleSearch, codeExecution ...) are lossy there; a
        * repeated member is read once there */
-      if (!px_fs_is(k, "functionDeclarations") || ndecl++ || px_fw_peek(&w) != PX_FV_ARR ||
-          px_fw_open(&w, '[') < 0)
+      if (!px_fs_is(k, "functionDeclarations") || ndecl++ ||
+          px_fw_peek(&w) != PX_FV_ARR || px_fw_open(&w, '[') < 0)
         return DECLINE;
       int rd;
       while ((rd = px_fw_elem(&w)) == 1) {
@@ -352,7 +360,8 @@ static int decode_tool_config(const px_fv_t *tc, px_freq_t *ir) {
   unsigned seen = 0, gs = 0;
   if (tc->kind != PX_FV_OBJ || px_fv_fields(tc, keys, 1, f, &seen) != 0) return DECLINE;
   if (!seen) return 0;
-  if (f[0].kind != PX_FV_OBJ || px_fv_fields(&f[0], fkeys, 2, g, &gs) != 0) return DECLINE;
+  if (f[0].kind != PX_FV_OBJ || px_fv_fields(&f[0], fkeys, 2, g, &gs) != 0)
+    return DECLINE;
   if (!(gs & 1) || g[0].kind != PX_FV_STR) return 0;
   px_fstr_t mode = g[0].s;
   if (px_fs_is(mode, "AUTO") || px_fs_is(mode, "VALIDATED")) {
@@ -381,9 +390,9 @@ static int decode_tool_config(const px_fv_t *tc, px_freq_t *ir) {
 }
 
 /* the generationConfig members dropped (lossy), in gemini.c's order */
-static const char *const gen_dropped[] = {"presencePenalty", "frequencyPenalty", "seed",
-                                          "responseLogprobs", "logprobs", "mediaResolution",
-                                          "speechConfig", "responseModalities"};
+static const char *const gen_dropped[] = {
+    "presencePenalty", "frequencyPenalty", "seed",         "responseLogprobs",
+    "logprobs",        "mediaResolution",  "speechConfig", "responseModalities"};
 #define N_DROPPED NKEYS(gen_dropped)
 
 enum { G_TEMP, G_TOPP, G_TOPK, G_MAX, G_STOP, G_CAND, G_MIME, G_THINK, G_DROP0 };
@@ -391,11 +400,11 @@ enum { G_TEMP, G_TOPP, G_TOPK, G_MAX, G_STOP, G_CAND, G_MIME, G_THINK, G_DROP0 }
 
 static int decode_generation(px_fw_t *w, px_freq_t *ir, unsigned *dropped) {
   static const char *const keys[N_GEN] = {
-      "temperature",     "topP",           "topK",           "maxOutputTokens",
-      "stopSequences",   "candidateCount", "responseMimeType", "thinkingConfig",
+      "temperature", "topP", "topK", "maxOutputTokens", "stopSequences", "candidateCount",
+      "responseMimeType", "thinkingConfig",
       /* gen_dropped[] */
-      "presencePenalty", "frequencyPenalty", "seed",           "responseLogprobs",
-      "logprobs",        "mediaResolution",  "speechConfig",   "responseModalities"};
+      "presencePenalty", "frequencyPenalty", "seed", "responseLogprobs", "logprobs",
+      "mediaResolution", "speechConfig", "responseModalities"};
   px_fv_t f[N_GEN];
   unsigned seen = 0;
   if (px_fw_peek(w) != PX_FV_OBJ || px_fw_fields(w, keys, N_GEN, f, &seen) != 0)
@@ -428,7 +437,8 @@ static int decode_generation(px_fw_t *w, px_freq_t *ir, unsigned *dropped) {
                        f[G_CAND].raw.ptr[0] == '1'))
     return DECLINE;
   /* JSON output, other MIME types (lossy), thinking: the jansson codec */
-  if (HAS(G_MIME) && !(f[G_MIME].kind == PX_FV_STR && px_fs_is(f[G_MIME].s, "text/plain")))
+  if (HAS(G_MIME) &&
+      !(f[G_MIME].kind == PX_FV_STR && px_fs_is(f[G_MIME].s, "text/plain")))
     return DECLINE;
   if (HAS(G_THINK)) return DECLINE;
   *dropped = seen >> G_DROP0;
@@ -436,10 +446,10 @@ static int decode_generation(px_fw_t *w, px_freq_t *ir, unsigned *dropped) {
 }
 
 enum { K_CONTENTS, K_SYS, K_TOOLS, K_TC, K_GEN, K_SAFETY, K_LABELS, K_CACHED, K_WRAPPED };
-static const char *const top_keys[] = {"contents",       "systemInstruction", "tools",
-                                       "toolConfig",     "generationConfig",  "safetySettings",
-                                       "labels",         "cachedContent",
-                                       "generateContentRequest"};
+static const char *const top_keys[] = {
+    "contents",   "systemInstruction", "tools",
+    "toolConfig", "generationConfig",  "safetySettings",
+    "labels",     "cachedContent",     "generateContentRequest"};
 
 static int gem_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
@@ -457,11 +467,21 @@ static int gem_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, siz
     /* the large members are read in place, in body order */
     int rc = 0, inplace = 1;
     switch (ki) {
-      case K_CONTENTS: rc = decode_contents(&w, ir, a); break;
-      case K_SYS: rc = decode_system(&w, ir, a); break;
-      case K_TOOLS: rc = decode_tools(&w, ir, a); break;
-      case K_GEN: rc = decode_generation(&w, ir, &dropped); break;
-      default: inplace = 0; break;
+      case K_CONTENTS:
+        rc = decode_contents(&w, ir, a);
+        break;
+      case K_SYS:
+        rc = decode_system(&w, ir, a);
+        break;
+      case K_TOOLS:
+        rc = decode_tools(&w, ir, a);
+        break;
+      case K_GEN:
+        rc = decode_generation(&w, ir, &dropped);
+        break;
+      default:
+        inplace = 0;
+        break;
     }
     if (rc != 0) return DECLINE;
     if (inplace) continue;
@@ -547,7 +567,8 @@ static int put_result(px_buf_t *b, const px_fpart_t *res, px_arena_t *a) {
     px_buf_free(&t);
     if (copy == NULL) return DECLINE;
     size_t i = 0;
-    while (i < tl && (copy[i] == ' ' || copy[i] == '\n' || copy[i] == '\t' || copy[i] == '\r'))
+    while (i < tl &&
+           (copy[i] == ' ' || copy[i] == '\n' || copy[i] == '\t' || copy[i] == '\r'))
       i++;
     if (i < tl && copy[i] == '{') {
       /* what the scanner refuses (depth, a repeated "model" ...) jansson
@@ -563,7 +584,8 @@ static int put_result(px_buf_t *b, const px_fpart_t *res, px_arena_t *a) {
   return rc;
 }
 
-static int put_part(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p, px_arena_t *a) {
+static int put_part(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p,
+                    px_arena_t *a) {
   int rc;
   switch (p->type) {
     case PX_FP_TEXT:
@@ -646,7 +668,8 @@ static int gem_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
     switch (ir->tool_choice) {
       case PX_FTC_TOOL:
         if (rc == 0) rc = px_fb_lit(b, "\"ANY\",\"allowedFunctionNames\":[");
-        if (rc == 0) rc = px_fb_str(b, ir->tc_name.p ? ir->tc_name : (px_fstr_t){"", 0, 0});
+        if (rc == 0)
+          rc = px_fb_str(b, ir->tc_name.p ? ir->tc_name : (px_fstr_t){"", 0, 0});
         if (rc == 0) rc = px_fb_lit(b, "]");
         break;
       case PX_FTC_REQUIRED:
@@ -786,8 +809,8 @@ static const char *const cand_keys[] = {"content", "finishReason", "safetyRating
                                         "groundingMetadata", "citationMetadata"};
 
 /* candidates: exactly one (none: promptFeedback, the jansson codec) */
-static int decode_candidates(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, char *fr, size_t frn,
-                             unsigned *cseen) {
+static int decode_candidates(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, char *fr,
+                             size_t frn, unsigned *cseen) {
   px_fstr_t k;
   int r;
   if (px_fw_peek(w) != PX_FV_ARR || px_fw_open(w, '[') < 0 || px_fw_elem(w) != 1 ||
@@ -842,7 +865,8 @@ static int gem_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, si
     if (ki == R_MODEL && v.kind == PX_FV_STR) ir->model = v.s;
   }
   if (r < 0 || !HAS(R_CANDS)) return DECLINE;
-  if (ir->model.p == NULL && ctx->client_model == NULL) return DECLINE; /* upstream model */
+  if (ir->model.p == NULL && ctx->client_model == NULL)
+    return DECLINE; /* upstream model */
   /* refused: the text parts are refusals there */
   if (px_gemini_stop(fr, 0) == PX_STOP_REFUSAL) return DECLINE;
   ir->id = rid.p ? rid : (px_fstr_t){"gemini", 6, 0};
@@ -851,7 +875,8 @@ static int gem_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, si
   int calls = 0;
   for (px_fpart_t *p = ir->content; p; p = p->next) {
     if (p->type != PX_FP_TOOL_CALL) continue;
-    if (p->id.p == NULL && (mid.esc || mid.n > 120 || mint_id(a, "call_", mid, calls, &p->id)))
+    if (p->id.p == NULL &&
+        (mid.esc || mid.n > 120 || mint_id(a, "call_", mid, calls, &p->id)))
       return DECLINE;
     calls++;
   }

@@ -48,16 +48,20 @@ static const char gem_answer[] =
 static const char *const requests[3] = {
     "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
     "{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":null,"
-    "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
-    "\"arguments\":\"{\\\"a\\\": 1.5}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"call_1\","
-    "\"content\":\"{\\\"ok\\\": true}\"}],\"tools\":[{\"type\":\"function\",\"function\":{"
+    "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":"
+    "\"f\","
+    "\"arguments\":\"{\\\"a\\\": "
+    "1.5}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"call_1\","
+    "\"content\":\"{\\\"ok\\\": "
+    "true}\"}],\"tools\":[{\"type\":\"function\",\"function\":{"
     "\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}],\"tool_choice\":\"required\","
     "\"max_tokens\":256,\"stop\":\"END\",\"user\":\"u1\"}",
     "{\"model\":\"m\",\"instructions\":\"Be brief.\",\"input\":[{\"role\":\"user\","
     "\"content\":\"Hi\"},{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\","
     "\"arguments\":\"{}\"},{\"type\":\"function_call_output\",\"call_id\":\"c1\","
     "\"output\":\"ok\"}],\"tools\":[{\"type\":\"function\",\"name\":\"f\","
-    "\"parameters\":{\"type\":\"object\"}}],\"max_output_tokens\":256,\"temperature\":0.7}",
+    "\"parameters\":{\"type\":\"object\"}}],\"max_output_tokens\":256,\"temperature\":0."
+    "7}",
     "{\"model\":\"m\",\"system\":\"Be brief.\",\"messages\":[{\"role\":\"user\","
     "\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"text\","
     "\"text\":\"Let me see.\"},{\"type\":\"tool_use\",\"id\":\"tu_1\",\"name\":\"f\","
@@ -71,12 +75,15 @@ static const char *const requests[3] = {
 static const char *const answers[3] = {
     "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"u\","
     "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"Hello\","
-    "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
-    "\"arguments\":\"{\\\"a\\\":1}\"}}]},\"logprobs\":null,\"finish_reason\":\"tool_calls\"}],"
+    "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":"
+    "\"f\","
+    "\"arguments\":\"{\\\"a\\\":1}\"}}]},\"logprobs\":null,\"finish_reason\":\"tool_"
+    "calls\"}],"
     "\"usage\":{\"prompt_tokens\":25,\"completion_tokens\":14,\"total_tokens\":39,"
     "\"prompt_tokens_details\":{\"cached_tokens\":5},\"completion_tokens_details\":{"
     "\"reasoning_tokens\":4}}}",
-    "{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1,\"status\":\"completed\","
+    "{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1,\"status\":"
+    "\"completed\","
     "\"model\":\"u\",\"output\":[{\"id\":\"msg_1\",\"type\":\"message\",\"role\":"
     "\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"Hello\","
     "\"annotations\":[]}]}],\"usage\":{\"input_tokens\":25,\"output_tokens\":14}}",
@@ -185,9 +192,10 @@ static void answer_declines(int in, int out, const char *body) {
 
 static void declines(void) {
   /* thoughts and signatures, blobs, thinking, JSON output, cached content */
-  request_declines(GEM, CHAT,
-                   "{\"contents\":[{\"role\":\"model\",\"parts\":[{\"functionCall\":{\"name\":"
-                   "\"f\",\"args\":{}},\"thoughtSignature\":\"c2ln\"}]}]}");
+  request_declines(
+      GEM, CHAT,
+      "{\"contents\":[{\"role\":\"model\",\"parts\":[{\"functionCall\":{\"name\":"
+      "\"f\",\"args\":{}},\"thoughtSignature\":\"c2ln\"}]}]}");
   request_declines(GEM, ANTH,
                    "{\"contents\":[{\"role\":\"user\",\"parts\":[{\"inlineData\":{"
                    "\"mimeType\":\"image/png\",\"data\":\"AAAA\"}}]}]}");
@@ -197,8 +205,9 @@ static void declines(void) {
   request_declines(GEM, CHAT,
                    "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"generationConfig\":{"
                    "\"responseMimeType\":\"application/json\"}}");
-  request_declines(GEM, CHAT,
-                   "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"cachedContent\":\"c\"}");
+  request_declines(
+      GEM, CHAT,
+      "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"cachedContent\":\"c\"}");
   /* an escaped member name, a repeated one, a response answering no call */
   request_declines(GEM, CHAT, "{\"c\\u006fntents\":[{\"parts\":[{\"text\":\"x\"}]}]}");
   request_declines(GEM, CHAT,
@@ -207,9 +216,10 @@ static void declines(void) {
                    "{\"contents\":[{\"parts\":[{\"functionResponse\":{\"name\":\"f\","
                    "\"response\":{}}}]}]}");
   /* answers: a thought, a refusal, a blocked prompt */
-  answer_declines(CHAT, GEM,
-                  "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"hm\",\"thought\":"
-                  "true},{\"text\":\"x\"}]},\"finishReason\":\"STOP\"}]}");
+  answer_declines(
+      CHAT, GEM,
+      "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"hm\",\"thought\":"
+      "true},{\"text\":\"x\"}]},\"finishReason\":\"STOP\"}]}");
   answer_declines(ANTH, GEM,
                   "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"x\"}]},"
                   "\"finishReason\":\"SAFETY\"}]}");
