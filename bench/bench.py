@@ -29,9 +29,17 @@ PROTOS = {
     "chat": ("/v1/chat/completions", "to_chat"),
     "responses": ("/v1/responses", "to_resp"),
     "anthropic": ("/v1/messages", "to_anth"),
+    # the model is in Gemini's path; the stream is another method
+    "gemini": ("/v1beta/models/MODEL:generateContent", "to_gem"),
 }
 PAIRS = [(a, b) for a in PROTOS for b in PROTOS if a != b]
 HEADERS = {"anthropic": "anthropic-version: 2023-06-01"}
+
+
+def client_path(proto, model, stream):
+    """The path a client of proto posts to (Gemini: model and method in it)."""
+    p = PROTOS[proto][0].replace("MODEL", model)
+    return p.replace(":generateContent", ":streamGenerateContent?alt=sse") if stream else p
 
 
 def log(*a):
@@ -221,7 +229,8 @@ log_level = warn
 """ % port)
         for up, proto, base in (("mock_chat", "openai_chat_completions", "/v1"),
                                 ("mock_resp", "openai_responses", "/v1"),
-                                ("mock_anth", "anthropic_messages", "")):
+                                ("mock_anth", "anthropic_messages", ""),
+                                ("mock_gem", "gemini_generate_content", "")):
             f.write("""
 [upstream %s]
 protocol = %s
@@ -237,7 +246,7 @@ idle_timeout = 120s
                 # take more than the default 5 s
                 f.write("ca_file = %s\nconnect_timeout = 60s\n" % tls[1])
         for prefix, up in (("to_chat", "mock_chat"), ("to_resp", "mock_resp"),
-                           ("to_anth", "mock_anth")):
+                           ("to_anth", "mock_anth"), ("to_gem", "mock_gem")):
             f.write("\n[route %s*]\nupstream = %s\n" % (prefix, up))
     return path
 
@@ -272,7 +281,7 @@ class Bench:
             with open(os.path.join(HERE, "bodies", proto + ".json")) as f:
                 text = f.read().strip()
             s = ""
-            if stream:
+            if stream and proto != "gemini":
                 s = ',"stream":true'
                 if proto == "chat":
                     s += ',"stream_options":{"include_usage":true}'
@@ -363,7 +372,7 @@ class Bench:
                    BENCH_HEADERS=HEADERS.get(proto, ""))
         cmd = pinned(self.load_cpu, ["wrk", "-t1", "-c%d" % conns, "-d%ds" % max(1, round(duration)),
                                      "--latency", "-s", os.path.join(HERE, "lua", "post.lua"),
-                                     "http://127.0.0.1:%d%s" % (port, PROTOS[proto][0])])
+                                     "http://127.0.0.1:%d%s" % (port, client_path(proto, model, False))])
         pids = self.sut_pids(target)
         c0 = cpu_seconds(pids)
         self.current = "wrk %s %s model %s -c%d" % (target, proto, model, conns)
@@ -400,7 +409,7 @@ class Bench:
 
     def client_run(self, target, proto, model, stream, extra, timeout=300):
         port = self.targets[target][0]
-        cmd = [self.client, "-p", str(port), "-P", PROTOS[proto][0],
+        cmd = [self.client, "-p", str(port), "-P", client_path(proto, model, stream),
                "-b", self.body(proto, model, stream)]
         if proto in HEADERS:
             cmd += ["-H", HEADERS[proto]]

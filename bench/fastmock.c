@@ -7,9 +7,12 @@
  *   .../chat/completions -> OpenAI Chat Completions
  *   .../responses        -> OpenAI Responses
  *   .../messages         -> Anthropic Messages
+ *   .../models/M:generateContent, .../models/M:streamGenerateContent
+ *                        -> Gemini generateContent (the model is in the path)
  *
- * A body containing "stream":true gets an SSE stream (chunked), otherwise a
- * fixed JSON body. The stream's shape comes from the model name, so the same
+ * A body containing "stream":true (Gemini: the streamGenerateContent
+ * method) gets an SSE stream (chunked), otherwise a fixed JSON body. The
+ * stream's shape comes from the model name, so the same
  * request works whether it reaches fastmock directly, through nginx or through
  * proxai (which keeps the model name): the model is split on '-' and tokens
  * of the form <letter><digits> set
@@ -38,7 +41,7 @@
 #define MAX_BODY (1u << 20) /* bytes of request body kept for inspection */
 #define BATCH (64u << 10)   /* unpaced streams: bytes per write */
 
-enum { P_NONE, P_CHAT, P_RESP, P_ANTH };
+enum { P_NONE, P_CHAT, P_RESP, P_ANTH, P_GEM, P_COUNT };
 
 typedef struct obuf {
   char *p;
@@ -100,11 +103,19 @@ static const char anth_body[] =
     "short fixed "
     "answer.\"}],\"stop_reason\":\"end_turn\",\"stop_sequence\":null,\"usage\":"
     "{\"input_tokens\":25,\"output_tokens\":14}}";
+/* shaped like a real generateContent answer (gemini-2.5 family) */
+static const char gem_body[] =
+    "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"Hello from the benchmark "
+    "mock. This is a short fixed answer.\"}],\"role\":\"model\"},\"finishReason\":"
+    "\"STOP\",\"index\":0}],\"usageMetadata\":{\"promptTokenCount\":25,"
+    "\"candidatesTokenCount\":14,\"totalTokenCount\":39,\"promptTokensDetails\":[{"
+    "\"modality\":\"TEXT\",\"tokenCount\":25}]},\"modelVersion\":\"bench\","
+    "\"responseId\":\"gem_bench\"}";
 static const char notfound_body[] =
     "{\"error\":{\"type\":\"not_found_error\",\"message\":\"fastmock: unknown path\"}}";
 
-static char *resp_static[4][2]; /* [proto][keep_alive] full HTTP response */
-static size_t resp_static_len[4][2];
+static char *resp_static[P_COUNT][2]; /* [proto][keep_alive] full HTTP response */
+static size_t resp_static_len[P_COUNT][2];
 
 static void build_static(int proto, const char *status, const char *body) {
   for (int ka = 0; ka < 2; ka++) {
@@ -283,8 +294,16 @@ static void ev(obuf_t *o, const char *fmt, ...) {
   "tokens\":"                                                                     \
   "%u,\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":%u}"
 
+/* one streamGenerateContent chunk: text, then the rest of the candidate */
+#define GEM_CHUNK(text, tail, usage)                                                   \
+  "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"" text                   \
+  "\"}],\"role\":\"model\"}" tail ",\"index\":0}],\"usageMetadata\":" usage            \
+  ",\"modelVersion\":\"bench\",\"responseId\":\"gem_bench\"}\r\n\r\n"
+
 static void ev_head(conn_t *c, obuf_t *o) {
   switch (c->proto) {
+    case P_GEM: /* Gemini has no start event: the first chunk is a delta */
+      break;
     case P_CHAT:
       ev(o,
          "data: "
@@ -327,6 +346,10 @@ static void ev_delta(conn_t *c, obuf_t *o) {
   unsigned off = (c->sent * 7) % 64; /* vary the text a little */
   const char *t = text_src + off;
   switch (c->proto) {
+    case P_GEM:
+      ev(o, GEM_CHUNK("%.*s", "", "{\"promptTokenCount\":25,\"totalTokenCount\":25}"),
+         (int)k, t);
+      break;
     case P_CHAT:
       ev(o,
          "data: "
@@ -362,6 +385,13 @@ static void ev_tail(conn_t *c, obuf_t *o) {
    * stand-in so that long throughput streams do not end in one huge event. */
   const char *full = "(benchmark text)";
   switch (c->proto) {
+    case P_GEM:
+      ev(o,
+         GEM_CHUNK("", ",\"finishReason\":\"STOP\"",
+                   "{\"promptTokenCount\":25,\"candidatesTokenCount\":%u,"
+                   "\"totalTokenCount\":%u}"),
+         out, out + 25);
+      break;
     case P_CHAT:
       ev(o,
          "data: "
@@ -454,18 +484,7 @@ static void on_tick(uv_timer_t *t) {
   flush(c);
 }
 
-static void parse_model(conn_t *c) {
-  c->n = 20;
-  c->pace_ms = 0;
-  c->chunk = 16;
-  const char *b = c->body.p, *e = b + c->body.len;
-  const char *m = b ? memmem(b, c->body.len, "\"model\"", 7) : NULL;
-  if (!m) return;
-  m += 7;
-  while (m < e && (*m == ' ' || *m == ':')) m++;
-  if (m >= e || *m != '"') return;
-  const char *s = ++m;
-  while (m < e && *m != '"') m++;
+static void parse_model_tokens(conn_t *c, const char *s, const char *m) {
   while (s < m) {
     const char *tok = s;
     while (s < m && *s != '-') s++;
@@ -488,6 +507,31 @@ static void parse_model(conn_t *c) {
   }
 }
 
+static void parse_model(conn_t *c) {
+  c->n = 20;
+  c->pace_ms = 0;
+  c->chunk = 16;
+  const char *b = c->body.p, *e = b + c->body.len;
+  const char *m = b ? memmem(b, c->body.len, "\"model\"", 7) : NULL;
+  if (!m) return;
+  m += 7;
+  while (m < e && (*m == ' ' || *m == ':')) m++;
+  if (m >= e || *m != '"') return;
+  const char *s = ++m;
+  while (m < e && *m != '"') m++;
+  parse_model_tokens(c, s, m);
+}
+
+/* Gemini: .../models/<model>:<method> */
+static void parse_model_path(conn_t *c, size_t pl) {
+  c->n = 20;
+  c->pace_ms = 0;
+  c->chunk = 16;
+  const char *m = memmem(c->path, pl, "/models/", 8);
+  const char *colon = m ? memchr(m + 8, ':', pl - (size_t)(m + 8 - c->path)) : NULL;
+  if (colon) parse_model_tokens(c, m + 8, colon);
+}
+
 static int ends_with(const char *s, size_t n, const char *suf) {
   size_t m = strlen(suf);
   return n >= m && memcmp(s + n - m, suf, m) == 0;
@@ -497,15 +541,19 @@ static void respond(conn_t *c) {
   size_t pl = c->plen;
   char *q = memchr(c->path, '?', pl);
   if (q) pl = (size_t)(q - c->path);
-  int proto = P_NONE;
-  if (ends_with(c->path, pl, "/chat/completions"))
+  int proto = P_NONE, gem_stream = 0;
+  if (ends_with(c->path, pl, ":generateContent"))
+    proto = P_GEM;
+  else if (ends_with(c->path, pl, ":streamGenerateContent"))
+    proto = P_GEM, gem_stream = 1;
+  else if (ends_with(c->path, pl, "/chat/completions"))
     proto = P_CHAT;
   else if (ends_with(c->path, pl, "/responses"))
     proto = P_RESP;
   else if (ends_with(c->path, pl, "/messages"))
     proto = P_ANTH;
-  int stream = c->body.p && (memmem(c->body.p, c->body.len, "\"stream\":true", 13) ||
-                             memmem(c->body.p, c->body.len, "\"stream\": true", 14));
+  int stream = gem_stream || (proto != P_GEM && c->body.p && (memmem(c->body.p, c->body.len, "\"stream\":true", 13) ||
+                             memmem(c->body.p, c->body.len, "\"stream\": true", 14)));
   c->busy = 1;
   c->proto = proto;
   if (proto == P_NONE || !stream) {
@@ -513,7 +561,10 @@ static void respond(conn_t *c) {
                  resp_static_len[proto][c->keep_alive]);
     return;
   }
-  parse_model(c);
+  if (proto == P_GEM)
+    parse_model_path(c, pl);
+  else
+    parse_model(c);
   c->streaming = 1;
   c->sent = c->done = 0;
   c->out.len = 0;
@@ -655,6 +706,7 @@ int main(int argc, char **argv) {
   build_static(P_CHAT, "200 OK", chat_body);
   build_static(P_RESP, "200 OK", resp_body);
   build_static(P_ANTH, "200 OK", anth_body);
+  build_static(P_GEM, "200 OK", gem_body);
 
   llhttp_settings_init(&settings);
   settings.on_message_begin = on_message_begin;

@@ -1,90 +1,17 @@
 /* fuzz_translate_fast.c - the fast path of non-streaming translation
  * (src/translate_fast.c) against the jansson path, the arbiter.
  *
- * Input: byte 0 picks the pair (in = (b & 15) >> 2, out = b & 3), bit 4
+ * Input: byte 0 picks the pair among the four protocols, Gemini included
+ * (in = (b & 15) >> 2, out = b & 3: the PX_PROTO_ values), bit 4
  * names an upstream model, bit 5 sets a route max_tokens; the rest is a
  * body, used both as a client request and as an upstream answer. Wherever
  * the fast path takes a body, the jansson path must succeed too, with a
  * JSON-equal body (json_equal of both parses) and the same lossy list;
  * else the target aborts. */
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "proxai/fastir.h"
-#include "proxai/proto.h"
-
-static void diff_fail(const char *what, const px_tr_ctx_t *c, const char *body, size_t len,
-                      const char *fast, const char *slow, const char *lf, const char *ls) {
-  fprintf(stderr,
-          "fuzz_translate_fast: %s differs (%d -> %d)\nbody: %.*s\nfast: %s\nslow: %s\n"
-          "lossy fast: %s\nlossy slow: %s\n",
-          what, (int)c->in, (int)c->out, (int)len, body, fast ? fast : "(none)",
-          slow ? slow : "(none)", lf, ls);
-  abort();
-}
-
-static void check_json(const char *what, const px_tr_ctx_t *c, const char *body, size_t len,
-                       const char *fast, size_t flen, const char *slow, size_t slen,
-                       const px_lossy_t *lf, const px_lossy_t *ls) {
-  json_t *a = json_loadb(fast, flen, 0, NULL);
-  json_t *b = json_loadb(slow, slen, 0, NULL);
-  if (a == NULL || b == NULL || !json_equal(a, b) || strcmp(lf->buf, ls->buf) != 0)
-    diff_fail(what, c, body, len, fast, slow, lf->buf, ls->buf);
-  json_decref(a);
-  json_decref(b);
-}
-
-static void request(const px_tr_ctx_t *c, const char *body, size_t len) {
-  px_json_req_t scan;
-  if (px_json_request(body, len, &scan) < 0) return;
-  unsigned long before, after;
-  px_translate_fast_counts(&before, NULL);
-  char *fo = NULL, *so = NULL;
-  size_t fl = 0, sl = 0;
-  px_lossy_t lf, ls;
-  px_tr_err_t ef, es;
-  px_lossy_init(&lf);
-  px_lossy_init(&ls);
-  memset(&ef, 0, sizeof(ef));
-  memset(&es, 0, sizeof(es));
-  int rf = px_translate_request_body(c, body, len, 0, &fo, &fl, &lf, &ef);
-  px_translate_fast_counts(&after, NULL);
-  if (after != before) {
-    if (rf != 0) abort(); /* a fast answer is an answer */
-    px_translate_fast_enable(0);
-    int rs = px_translate_request_body(c, body, len, 0, &so, &sl, &ls, &es);
-    px_translate_fast_enable(1);
-    if (rs != 0) diff_fail("request (jansson refused)", c, body, len, fo, es.message, lf.buf, "");
-    check_json("request", c, body, len, fo, fl, so, sl, &lf, &ls);
-  }
-  free(fo);
-  free(so);
-}
-
-static void response(const px_tr_ctx_t *c, const char *body, size_t len) {
-  px_buf_t fb;
-  px_buf_init(&fb, len * 4 + 65536);
-  px_lossy_t lf, ls;
-  px_lossy_init(&lf);
-  px_lossy_init(&ls);
-  if (px_translate_response_fast(c, body, len, &fb, &lf) == 0) {
-    json_t *ub = json_loadb(body, len, 0, NULL), *cb = NULL;
-    px_tr_err_t err;
-    memset(&err, 0, sizeof(err));
-    if (px_buf_append(&fb, "", 1) < 0) abort();
-    if (ub == NULL || px_translate_response(c, ub, &cb, &ls, &err) < 0)
-      diff_fail("response (jansson refused)", c, body, len, fb.data, err.message, lf.buf, "");
-    char *s = json_dumps(cb, JSON_COMPACT);
-    if (s == NULL) abort();
-    check_json("response", c, body, len, fb.data, fb.len - 1, s, strlen(s), &lf, &ls);
-    free(s);
-    json_decref(cb);
-    json_decref(ub);
-  }
-  px_buf_free(&fb);
-}
+#include "xlate_diff.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;

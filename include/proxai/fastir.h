@@ -139,6 +139,7 @@ typedef struct px_fast_ops {
 extern const px_fast_ops_t px_chat_fast;
 extern const px_fast_ops_t px_anthropic_fast;
 extern const px_fast_ops_t px_responses_fast;
+extern const px_fast_ops_t px_gemini_fast;
 
 /* ------------------------------------------------------------------------ */
 /* The walker over a body px_json_request accepted (never invalid JSON)      */

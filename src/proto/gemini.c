@@ -22,6 +22,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "proxai/fastir.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 
@@ -1083,6 +1084,7 @@ const px_proto_ops_t px_proto_gemini = {
     .default_glob = "gemini-*",
     .rtoks = {{"thought_signature", "pxg1:sig:"}},
     .caps = PX_CAP_REASONING_TOKENS,
+    .fast = &px_gemini_fast,
     .names = {.reasoning_text = PX_LOSSY("contents[].parts[].thought"),
               .reasoning_token = PX_LOSSY("contents[].parts[].thoughtSignature"),
               .reasoning_redacted = PX_LOSSY("contents[].parts[].thoughtSignature"),

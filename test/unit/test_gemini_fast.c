@@ -1,0 +1,247 @@
+/* test_gemini_fast.c - the fast path of non-streaming translation with a
+ * Gemini client or a Gemini upstream (src/proto/gemini_fast.c): it takes
+ * the common shape of a generateContent request and answer toward and from
+ * Chat, Responses and Anthropic, its body is JSON-equal to the jansson
+ * path's (gemini.c) with the same lossy list, and it declines what it does
+ * not know exactly (thoughts, signatures, blobs, JSON output, ...). */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "proxai/fastir.h"
+
+#define CHAT 0
+#define RESP 1
+#define ANTH 2
+#define GEM 3
+
+/* a Gemini client's request: system, text, a call and its response, a
+ * function declaration with an upper-case schema, tool config, sampling */
+static const char gem_request[] =
+    "{\"systemInstruction\":{\"parts\":[{\"text\":\"Be brief.\"}]},\"contents\":["
+    "{\"role\":\"user\",\"parts\":[{\"text\":\"Weather in \\u00e9 \\\"Paris\\\"?\"}]},"
+    "{\"role\":\"model\",\"parts\":[{\"functionCall\":{\"name\":\"get_weather\","
+    "\"args\":{\"city\":\"Paris\",\"days\":[1,2.5]}}}]},"
+    "{\"role\":\"user\",\"parts\":[{\"functionResponse\":{\"name\":\"get_weather\","
+    "\"response\":{\"temp\":21,\"sky\":\"clear\"}}}]},"
+    "{\"role\":\"model\",\"parts\":[{\"text\":\"Clear, 21.\"}]},"
+    "{\"role\":\"user\",\"parts\":[{\"text\":\"And tomorrow?\"}]}],"
+    "\"tools\":[{\"functionDeclarations\":[{\"name\":\"get_weather\",\"description\":"
+    "\"Weather\",\"parameters\":{\"type\":\"OBJECT\",\"properties\":{\"city\":{\"type\":"
+    "\"STRING\"},\"type\":{\"type\":\"STRING\"}},\"required\":[\"city\"]}}]}],"
+    "\"toolConfig\":{\"functionCallingConfig\":{\"mode\":\"AUTO\"}},"
+    "\"generationConfig\":{\"maxOutputTokens\":256,\"temperature\":0.7,\"topP\":0.9,"
+    "\"topK\":40,\"stopSequences\":[\"END\"],\"seed\":7},\"safetySettings\":[]}";
+
+/* a Gemini upstream's answer: text and a call, usage with thoughts */
+static const char gem_answer[] =
+    "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"Let me check.\"},"
+    "{\"functionCall\":{\"name\":\"get_weather\",\"args\":{\"city\":\"Paris\"}}}],"
+    "\"role\":\"model\"},\"finishReason\":\"STOP\",\"index\":0,\"avgLogprobs\":-0.1}],"
+    "\"usageMetadata\":{\"promptTokenCount\":25,\"candidatesTokenCount\":14,"
+    "\"thoughtsTokenCount\":6,\"totalTokenCount\":45,\"promptTokensDetails\":[{"
+    "\"modality\":\"TEXT\",\"tokenCount\":25}]},\"modelVersion\":\"gemini-2.5-flash\","
+    "\"responseId\":\"abc\"}";
+
+/* the other protocols' requests and answers */
+static const char *const requests[3] = {
+    "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+    "{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":null,"
+    "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":"
+    "\"f\","
+    "\"arguments\":\"{\\\"a\\\": "
+    "1.5}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"call_1\","
+    "\"content\":\"{\\\"ok\\\": "
+    "true}\"}],\"tools\":[{\"type\":\"function\",\"function\":{"
+    "\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}],\"tool_choice\":\"required\","
+    "\"max_tokens\":256,\"stop\":\"END\",\"user\":\"u1\"}",
+    "{\"model\":\"m\",\"instructions\":\"Be brief.\",\"input\":[{\"role\":\"user\","
+    "\"content\":\"Hi\"},{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\","
+    "\"arguments\":\"{}\"},{\"type\":\"function_call_output\",\"call_id\":\"c1\","
+    "\"output\":\"ok\"}],\"tools\":[{\"type\":\"function\",\"name\":\"f\","
+    "\"parameters\":{\"type\":\"object\"}}],\"max_output_tokens\":256,\"temperature\":0."
+    "7}",
+    "{\"model\":\"m\",\"system\":\"Be brief.\",\"messages\":[{\"role\":\"user\","
+    "\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"text\","
+    "\"text\":\"Let me see.\"},{\"type\":\"tool_use\",\"id\":\"tu_1\",\"name\":\"f\","
+    "\"input\":{\"a\":[1,2.5,\"x\"]}}]},{\"role\":\"user\",\"content\":[{\"type\":"
+    "\"tool_result\",\"tool_use_id\":\"tu_1\",\"content\":\"failed\",\"is_error\":true},"
+    "{\"type\":\"text\",\"text\":\"and?\"}]}],\"tools\":[{\"name\":\"f\","
+    "\"input_schema\":{\"type\":\"object\"}}],\"tool_choice\":{\"type\":\"tool\","
+    "\"name\":\"f\"},\"max_tokens\":256,\"top_k\":5}",
+};
+
+static const char *const answers[3] = {
+    "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"u\","
+    "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"Hello\","
+    "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":"
+    "\"f\","
+    "\"arguments\":\"{\\\"a\\\":1}\"}}]},\"logprobs\":null,\"finish_reason\":\"tool_"
+    "calls\"}],"
+    "\"usage\":{\"prompt_tokens\":25,\"completion_tokens\":14,\"total_tokens\":39,"
+    "\"prompt_tokens_details\":{\"cached_tokens\":5},\"completion_tokens_details\":{"
+    "\"reasoning_tokens\":4}}}",
+    "{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1,\"status\":"
+    "\"completed\","
+    "\"model\":\"u\",\"output\":[{\"id\":\"msg_1\",\"type\":\"message\",\"role\":"
+    "\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"Hello\","
+    "\"annotations\":[]}]}],\"usage\":{\"input_tokens\":25,\"output_tokens\":14}}",
+    "{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"u\","
+    "\"content\":[{\"type\":\"text\",\"text\":\"Hello\"}],\"stop_reason\":\"max_tokens\","
+    "\"stop_sequence\":null,\"usage\":{\"input_tokens\":25,\"output_tokens\":14}}",
+};
+
+static void ctx_of(px_tr_ctx_t *c, int in, int out) {
+  memset(c, 0, sizeof(*c));
+  c->in = (px_proto_t)in;
+  c->out = (px_proto_t)out;
+  c->client_model = "client-model";
+  c->upstream_model = "upstream-model";
+  c->created = 1700000000;
+}
+
+static int same_json(const char *a, size_t an, const char *b, size_t bn) {
+  json_t *x = json_loadb(a, an, 0, NULL), *y = json_loadb(b, bn, 0, NULL);
+  int eq = x != NULL && y != NULL && json_equal(x, y);
+  json_decref(x);
+  json_decref(y);
+  return eq;
+}
+
+/* the fast path takes the request; the same body and lossy list */
+static void request_pair(int in, int out, const char *body, const char *want) {
+  px_tr_ctx_t c;
+  ctx_of(&c, in, out);
+  size_t len = strlen(body);
+  char *fo = NULL, *so = NULL;
+  size_t fl = 0, sl = 0;
+  px_lossy_t lf, ls;
+  px_tr_err_t err;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  CHECK(px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf) == 0);
+  px_translate_fast_enable(0);
+  CHECK(px_translate_request_body(&c, body, len, 0, &so, &sl, &ls, &err) == 0);
+  px_translate_fast_enable(1);
+  if (fo != NULL && so != NULL) {
+    int eq = same_json(fo, fl, so, sl) && strcmp(lf.buf, ls.buf) == 0;
+    CHECK(eq);
+    if (!eq)
+      fprintf(stderr, "%d -> %d\nfast: %s [%s]\nslow: %s [%s]\n", in, out, fo, lf.buf, so,
+              ls.buf);
+    if (want != NULL) CHECK(strstr(fo, want) != NULL);
+  }
+  free(fo);
+  free(so);
+}
+
+static void answer_pair(int in, int out, const char *body, const char *want) {
+  px_tr_ctx_t c;
+  ctx_of(&c, in, out);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  CHECK(px_translate_response_fast(&c, body, strlen(body), &b, &lf) == 0);
+  json_t *up = json_loadb(body, strlen(body), 0, NULL), *cb = NULL;
+  px_tr_err_t err;
+  CHECK(px_translate_response(&c, up, &cb, &ls, &err) == 0);
+  char *s = cb ? json_dumps(cb, JSON_COMPACT) : NULL;
+  int eq = s != NULL && same_json(b.data ? b.data : "", b.len, s, strlen(s)) &&
+           strcmp(lf.buf, ls.buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "%d <- %d\nfast: %.*s [%s]\nslow: %s [%s]\n", in, out, (int)b.len,
+            b.data, lf.buf, s ? s : "", ls.buf);
+  if (want != NULL && b.data != NULL) {
+    CHECK(px_buf_append(&b, "", 1) == 0);
+    CHECK(strstr(b.data, want) != NULL);
+  }
+  free(s);
+  json_decref(cb);
+  json_decref(up);
+  px_buf_free(&b);
+}
+
+static void request_declines(int in, int out, const char *body) {
+  px_tr_ctx_t c;
+  ctx_of(&c, in, out);
+  char *o = NULL;
+  size_t ol = 0;
+  px_lossy_t l;
+  px_lossy_init(&l);
+  CHECK(px_translate_request_fast(&c, body, strlen(body), 0, &o, &ol, &l) ==
+        PX_FAST_DECLINE);
+  CHECK(o == NULL && l.len == 0);
+  free(o);
+}
+
+static void answer_declines(int in, int out, const char *body) {
+  px_tr_ctx_t c;
+  ctx_of(&c, in, out);
+  px_buf_t b;
+  px_buf_init(&b, 4096);
+  px_lossy_t l;
+  px_lossy_init(&l);
+  CHECK(px_translate_response_fast(&c, body, strlen(body), &b, &l) == PX_FAST_DECLINE);
+  CHECK(b.len == 0 && l.len == 0);
+  px_buf_free(&b);
+}
+
+static void declines(void) {
+  /* thoughts and signatures, blobs, thinking, JSON output, cached content */
+  request_declines(
+      GEM, CHAT,
+      "{\"contents\":[{\"role\":\"model\",\"parts\":[{\"functionCall\":{\"name\":"
+      "\"f\",\"args\":{}},\"thoughtSignature\":\"c2ln\"}]}]}");
+  request_declines(GEM, ANTH,
+                   "{\"contents\":[{\"role\":\"user\",\"parts\":[{\"inlineData\":{"
+                   "\"mimeType\":\"image/png\",\"data\":\"AAAA\"}}]}]}");
+  request_declines(GEM, RESP,
+                   "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"generationConfig\":{"
+                   "\"thinkingConfig\":{\"thinkingBudget\":1024}}}");
+  request_declines(GEM, CHAT,
+                   "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"generationConfig\":{"
+                   "\"responseMimeType\":\"application/json\"}}");
+  request_declines(
+      GEM, CHAT,
+      "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"cachedContent\":\"c\"}");
+  /* an escaped member name, a repeated one, a response answering no call */
+  request_declines(GEM, CHAT, "{\"c\\u006fntents\":[{\"parts\":[{\"text\":\"x\"}]}]}");
+  request_declines(GEM, CHAT,
+                   "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"contents\":[]}");
+  request_declines(GEM, CHAT,
+                   "{\"contents\":[{\"parts\":[{\"functionResponse\":{\"name\":\"f\","
+                   "\"response\":{}}}]}]}");
+  /* answers: a thought, a refusal, a blocked prompt */
+  answer_declines(
+      CHAT, GEM,
+      "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"hm\",\"thought\":"
+      "true},{\"text\":\"x\"}]},\"finishReason\":\"STOP\"}]}");
+  answer_declines(ANTH, GEM,
+                  "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"x\"}]},"
+                  "\"finishReason\":\"SAFETY\"}]}");
+  answer_declines(RESP, GEM,
+                  "{\"candidates\":[],\"promptFeedback\":{\"blockReason\":\"SAFETY\"}}");
+}
+
+int main(void) {
+  for (int o = 0; o < 3; o++) {
+    /* a Gemini client: its request out, the other's answer back */
+    request_pair(GEM, o, gem_request, NULL);
+    answer_pair(GEM, o, answers[o], "\"finishReason\"");
+    /* a Gemini upstream: the other's request out, Gemini's answer back */
+    request_pair(o, GEM, requests[o], "\"role\":\"model\"");
+    answer_pair(o, GEM, gem_answer, NULL);
+  }
+  /* the tool result answers its call by name; an object result is kept */
+  request_pair(CHAT, GEM, requests[CHAT],
+               "{\"functionResponse\":{\"name\":\"f\",\"response\":{\"ok\": true}}}");
+  request_pair(ANTH, GEM, requests[ANTH], "\"response\":{\"error\":\"failed\"}");
+  /* Gemini's call ids are minted from the response id */
+  answer_pair(CHAT, GEM, gem_answer, "\"call_abc_0\"");
+  declines();
+  return check_report("gemini_fast");
+}
