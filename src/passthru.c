@@ -437,11 +437,72 @@ static int top_object_member_blocks(const char *text, size_t n, const char *name
 }
 #endif
 
+/* The opening quote of the string whose closing quote is p[j], or END: the
+ * nearest quote before it that no odd run of backslashes escapes. */
+static size_t string_open(const char *p, size_t j) {
+  while (j > 0) {
+    const char *q = memrchr(p, '"', j);
+    if (q == NULL) return END;
+    j = (size_t)(q - p);
+    size_t b = j;
+    while (b > 0 && p[b - 1] == '\\') b--;
+    if (((j - b) & 1) == 0) return j;
+  }
+  return END;
+}
+
+/* Every protocol puts usage last: the top-level member `name` found walking
+ * back from the closing brace, structure only (strings skipped, as the
+ * forward walk). 1 with *vs, *vl the member's value when it is an object
+ * (*vs = END when it is not); 0 when the walk reached the opening brace
+ * without meeting the member (one object, no usage); -1 when the text does
+ * not read back as one object (not ending in '}', unbalanced, a stray
+ * quote): the caller walks forward instead. Reading from the end costs the
+ * bytes after usage, not the whole answer; when a name repeats at the top,
+ * the last one counts, as in jansson and the clients' JSON parsers. */
+static int top_member_from_end(const char *p, size_t n, const char *name, size_t *vs,
+                               size_t *vl) {
+  size_t nl = strlen(name), first = skip_ws(p, 0, n), j = n;
+  while (j > first && (p[j - 1] == ' ' || p[j - 1] == '\t' || p[j - 1] == '\n' ||
+                       p[j - 1] == '\r'))
+    j--;
+  if (j <= first || p[j - 1] != '}' || p[first] != '{') return -1;
+  size_t depth = 0, open = END, close = END;
+  while (j-- > first) {
+    unsigned char c = (unsigned char)p[j];
+    if (c == '"') {
+      size_t k = string_open(p, j);
+      if (k == END || k < first) return -1;
+      if (depth == 1 && j - k - 1 == nl && memcmp(p + k + 1, name, nl) == 0) {
+        size_t e = skip_ws(p, j + 1, n);
+        if (e < n && p[e] == ':') { /* a member name, not a value */
+          e = skip_ws(p, e + 1, n);
+          *vs = e == open ? open : END;
+          *vl = e == open ? close + 1 - open : 0;
+          return 1;
+        }
+      }
+      j = k;
+    } else if (c == '}' || c == ']') {
+      if (++depth == 2) close = j;
+    } else if (c == '{' || c == '[') {
+      if (depth == 0) return -1;
+      if (depth == 2) open = c == '{' ? j : END;
+      if (--depth == 0) return j == first ? 0 : -1;
+    }
+  }
+  return -1;
+}
+
 int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
   const px_wire_watch_t *w = &px_proto_get(proto)->watch;
   pick_t top = {.n = 1};
   top.len[0] = 0;
-  int rc = -1;
+  int rc = top_member_from_end(p, n, w->usage_obj, &top.at[0], &top.len[0]);
+  if (rc >= 0) {
+    if (rc == 0) return 1;
+    goto counters;
+  }
 #if defined(__SSE2__)
   rc = top_object_member_blocks(p, n, w->usage_obj, &top.at[0], &top.len[0]);
 #endif
@@ -450,6 +511,7 @@ int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
     rc = top_object_member(p, n, w->usage_obj, &top.at[0], &top.len[0]);
   }
   if (!rc) return 0;
+counters:
   if (top.at[0] == END) return 1;
   /* the usage object: its counters in one more walk of just that object */
   enum { IN, OUT, OUT_X, IN_X };
