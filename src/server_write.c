@@ -270,16 +270,22 @@ static const char *status_text(int st) {
 }
 
 /* RFC 9110 token characters: what a header name may hold. */
+/* RFC 9110 tchar: digits, letters and !#$%&'*+-.^_`|~ */
+#define TC4(c) [c] = 1, [c + 1] = 1, [c + 2] = 1, [c + 3] = 1
+#define TC8(c) TC4(c), TC4(c + 4)
+static const unsigned char tchar[256] = {
+    TC8('0'), ['8'] = 1, ['9'] = 1, TC8('A'), TC8('I'), TC8('Q'), ['Y'] = 1, ['Z'] = 1,
+    TC8('a'), TC8('i'), TC8('q'), ['y'] = 1, ['z'] = 1, ['!'] = 1, ['#'] = 1, ['$'] = 1,
+    ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1, ['-'] = 1, ['.'] = 1, ['^'] = 1,
+    ['_'] = 1, ['`'] = 1, ['|'] = 1, ['~'] = 1};
+#undef TC8
+#undef TC4
+
 int px_srv_header_name_ok(const char *p, size_t n) {
-  static const char extra[] = "!#$%&'*+-.^_`|~";
   if (n == 0) return 0;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char ch = (unsigned char)p[i];
-    if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-          (ch != 0 && strchr(extra, ch) != NULL)))
-      return 0;
-  }
-  return 1;
+  unsigned ok = 1;
+  for (size_t i = 0; i < n; i++) ok &= tchar[(unsigned char)p[i]];
+  return (int)ok;
 }
 
 int px_resp_start(px_conn_t *c, int status, const px_hdr_t *hdrs, size_t n,
