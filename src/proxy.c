@@ -204,6 +204,7 @@ static void account(px_exch_t *x, const char *inbound, const char *upname, doubl
  * free of the exchange and the first growth of each buffer saved per
  * request. One per process (one event loop): nothing piles up. */
 static px_exch_t *spare;
+static px_buf_t spare_bufs[3]; /* its passhdrs, acc, obuf: outside it, seen by LSan */
 #define SPARE_BUF_MAX 4096 /* a larger buffer is freed, as before */
 /* While kept, the exchange is poisoned for AddressSanitizer: a use after
  * finalize is still reported as one. */
@@ -221,9 +222,10 @@ static px_exch_t *spare;
 #define SPARE_UNPOISON(p) ((void)(p))
 #endif
 
-static void buf_keep(px_buf_t *b) {
+static void buf_keep(px_buf_t *to, px_buf_t *b) {
   if (b->size > SPARE_BUF_MAX) px_buf_free(b);
   px_buf_reset(b);
+  *to = *b;
 }
 
 px_exch_t *px_exch_alloc(void) {
@@ -233,7 +235,8 @@ px_exch_t *px_exch_alloc(void) {
   if (x != NULL) {
     spare = NULL;
     SPARE_UNPOISON(x);
-    keep[0] = x->passhdrs, keep[1] = x->acc, keep[2] = x->obuf;
+    memcpy(keep, spare_bufs, sizeof(keep));
+    memset(spare_bufs, 0, sizeof(spare_bufs));
   } else if ((x = malloc(sizeof(*x))) == NULL) {
     return NULL;
   }
@@ -250,9 +253,9 @@ static void exch_free(px_exch_t *x) {
   if (x->pt_init) px_passthru_done(&x->pt);
   px_config_unref(x->cfg);
   if (!x->timer_init && spare == NULL) {
-    buf_keep(&x->passhdrs);
-    buf_keep(&x->acc);
-    buf_keep(&x->obuf);
+    buf_keep(&spare_bufs[0], &x->passhdrs);
+    buf_keep(&spare_bufs[1], &x->acc);
+    buf_keep(&spare_bufs[2], &x->obuf);
     spare = x;
     SPARE_POISON(x);
     return;
