@@ -13,12 +13,11 @@
  * an event boundary (so an error event can always follow it); an unchanged
  * watch passes on a prefix of its input; an error body always becomes a
  * client error with a status from 400 to 599. */
+#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <jansson.h>
 
 #include "proxai/passthru.h"
 #include "proxai/proto.h"
@@ -35,7 +34,8 @@ static int ref_int(json_t *o, const char *name, int64_t *v) {
 }
 
 /* A body that is one JSON object: the usage read equals jansson's. */
-static void usage_oracle(px_proto_t proto, const char *p, size_t n, const px_usage_t *got) {
+static void usage_oracle(px_proto_t proto, const char *p, size_t n,
+                         const px_usage_t *got) {
   const px_wire_watch_t *w = &px_proto_get(proto)->watch;
   if (!w->usage_obj) return;
   json_t *doc = json_loadb(p, n, JSON_DECODE_ANY, NULL);

@@ -459,8 +459,8 @@ static size_t prev_mark(const unsigned char *p, size_t lo, size_t i) {
                 qt = _mm_set1_epi8('"');
   for (; i >= lo + 16; i -= 16) {
     __m128i v = _mm_loadu_si128((const __m128i *)(p + i - 16));
-    __m128i hit = _mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(v, mask), br),
-                               _mm_cmpeq_epi8(v, qt));
+    __m128i hit =
+        _mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(v, mask), br), _mm_cmpeq_epi8(v, qt));
     unsigned m = (unsigned)_mm_movemask_epi8(hit);
     if (m) return i - 16 + (size_t)(31 - __builtin_clz(m));
   }
@@ -487,8 +487,8 @@ static size_t prev_mark(const unsigned char *p, size_t lo, size_t i) {
 static int top_member_from_end(const char *text, size_t n, const char *name, pick_t *pk) {
   const unsigned char *p = (const unsigned char *)text;
   size_t nl = strlen(name), first = skip_ws(text, 0, n), j = n;
-  while (j > first && (p[j - 1] == ' ' || p[j - 1] == '\t' || p[j - 1] == '\n' ||
-                       p[j - 1] == '\r'))
+  while (j > first &&
+         (p[j - 1] == ' ' || p[j - 1] == '\t' || p[j - 1] == '\n' || p[j - 1] == '\r'))
     j--;
   if (j <= first || p[j - 1] != '}' || p[first] != '{') return -1;
   size_t depth = 0, open = END;
@@ -502,12 +502,13 @@ static int top_member_from_end(const char *text, size_t n, const char *name, pic
       size_t kl = j - k - 1, e = skip_ws(text, j + 1, n);
       if (depth == 2 && e < n && p[e] == ':') { /* a member of a second-level object */
         for (size_t m = 0; m < pk->n; m++)
-          if (pk->at[m] == END && pk->nlen[m] == kl && memcmp(p + k + 1, pk->name[m], kl) == 0) {
+          if (pk->at[m] == END && pk->nlen[m] == kl &&
+              memcmp(p + k + 1, pk->name[m], kl) == 0) {
             pk->at[m] = skip_ws(text, e + 1, n);
             break;
           }
       } else if (depth == 1 && kl == nl && e < n && p[e] == ':' &&
-                 memcmp(p + k + 1, name, nl) == 0) { /* a top-level member name */
+                 memcmp(p + k + 1, name, nl) == 0) {    /* a top-level member name */
         if (skip_ws(text, e + 1, n) != open) pk->n = 0; /* not an object */
         return 1;
       }

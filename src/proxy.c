@@ -205,7 +205,7 @@ static void account(px_exch_t *x, const char *inbound, const char *upname, doubl
  * request. One per process (one event loop): nothing piles up. */
 static px_exch_t *spare;
 static px_buf_t spare_bufs[3]; /* its passhdrs, acc, obuf: outside it, seen by LSan */
-#define SPARE_BUF_MAX 4096 /* a larger buffer is freed, as before */
+#define SPARE_BUF_MAX 4096     /* a larger buffer is freed, as before */
 /* While kept, the exchange is poisoned for AddressSanitizer: a use after
  * finalize is still reported as one. */
 #if defined(__has_feature)

@@ -274,10 +274,10 @@ static const char *status_text(int st) {
 #define TC4(c) [c] = 1, [c + 1] = 1, [c + 2] = 1, [c + 3] = 1
 #define TC8(c) TC4(c), TC4(c + 4)
 static const unsigned char tchar[256] = {
-    TC8('0'), ['8'] = 1, ['9'] = 1, TC8('A'), TC8('I'), TC8('Q'), ['Y'] = 1, ['Z'] = 1,
-    TC8('a'), TC8('i'), TC8('q'), ['y'] = 1, ['z'] = 1, ['!'] = 1, ['#'] = 1, ['$'] = 1,
-    ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1, ['-'] = 1, ['.'] = 1, ['^'] = 1,
-    ['_'] = 1, ['`'] = 1, ['|'] = 1, ['~'] = 1};
+    TC8('0'),  ['8'] = 1, ['9'] = 1, TC8('A'),  TC8('I'),   TC8('Q'),  ['Y'] = 1,
+    ['Z'] = 1, TC8('a'),  TC8('i'),  TC8('q'),  ['y'] = 1,  ['z'] = 1, ['!'] = 1,
+    ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1,
+    ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1,  ['|'] = 1, ['~'] = 1};
 #undef TC8
 #undef TC4
 
@@ -326,7 +326,9 @@ static void write_head(const px_conn_t *c, head_w_t *w, int status, const px_hdr
     char num[24];
     size_t k = sizeof(num);
     uint64_t v = (uint64_t)content_length;
-    do num[--k] = (char)('0' + v % 10); while ((v /= 10) != 0);
+    do {
+      num[--k] = (char)('0' + v % 10);
+    } while ((v /= 10) != 0);
     PUT_LIT(w, "content-length: ");
     put(w, num + k, sizeof(num) - k);
     PUT_LIT(w, "\r\n");
@@ -343,15 +345,16 @@ int px_resp_start(px_conn_t *c, int status, const px_hdr_t *hdrs, size_t n,
   if (status < 100 || status > 999) status = 500;
   /* SPEC section 10: a header that could split the head is never written */
   unsigned char drop_stack[8], *drop = drop_stack;
-  if (n > 8 * sizeof(drop_stack) && (drop = calloc((n + 7) / 8, 1)) == NULL) return PX_ENOMEM;
+  if (n > 8 * sizeof(drop_stack) && (drop = calloc((n + 7) / 8, 1)) == NULL)
+    return PX_ENOMEM;
   memset(drop_stack, 0, sizeof(drop_stack));
   for (size_t i = 0; i < n; i++) {
     if (px_srv_header_name_ok(hdrs[i].name.ptr, hdrs[i].name.len) &&
         px_header_value_ok(hdrs[i].value.ptr, hdrs[i].value.len))
       continue;
     drop[i / 8] |= (unsigned char)(1u << (i % 8));
-    px_log_warn("%s: response header '%.*s' dropped: invalid name or value", c->req.request_id,
-                (int)(hdrs[i].name.len > 64 ? 64 : hdrs[i].name.len),
+    px_log_warn("%s: response header '%.*s' dropped: invalid name or value",
+                c->req.request_id, (int)(hdrs[i].name.len > 64 ? 64 : hdrs[i].name.len),
                 hdrs[i].name.ptr ? hdrs[i].name.ptr : "");
   }
   char head[8192];

@@ -210,8 +210,8 @@ static void test_cases(void) {
     json_decref(doc);
     /* the last member not an object: no usage read, even with an earlier one */
     u.input_tokens = -1;
-    snprintf(body, sizeof(body), "{\"%s\":{\"%s\":3},\"%s\":null}", w->usage_obj, w->usage_in,
-             w->usage_obj);
+    snprintf(body, sizeof(body), "{\"%s\":{\"%s\":3},\"%s\":null}", w->usage_obj,
+             w->usage_in, w->usage_obj);
     CHECK(px_usage_scan((px_proto_t)p, body, strlen(body), &u) == 1);
     CHECK(u.input_tokens == -1);
     /* text before the opening brace or a stray quote: read forward, not one object */
