@@ -243,9 +243,8 @@ static void on_admitted(void *arg, px_rl_verdict_t v, unsigned wait) {
 /* The exchange of one generation request; NULL when out of memory. */
 static px_exch_t *exch_new(px_server_t *s, px_conn_t *c, px_req_t *r,
                            const px_inbound_t *in) {
-  px_exch_t *x = malloc(sizeof(*x));
+  px_exch_t *x = px_exch_alloc();
   if (x == NULL) return NULL;
-  memset(x, 0, offsetof(px_exch_t, retry_reason));
   x->retry_reason[0] = x->bad_msg[0] = x->content_type[0] = x->label[0] = 0;
   px_lossy_init(&x->lossy);
   x->srv = s;
@@ -257,9 +256,8 @@ static px_exch_t *exch_new(px_server_t *s, px_conn_t *c, px_req_t *r,
   x->mode = &px_mode_none;
   x->t_start = r->start_ns;
   x->usage.input_tokens = x->usage.output_tokens = -1;
-  px_buf_init(&x->passhdrs, 64 * 1024);
-  px_buf_init(&x->obuf, PX_MAX_STREAM_OUT);
-  px_buf_init(&x->acc, 0);
+  x->passhdrs.cap = 64 * 1024;
+  x->obuf.cap = PX_MAX_STREAM_OUT;
   px_conn_set_handler(c, &px_exch_conn_handler, x);
   return x;
 }

@@ -31,12 +31,9 @@ int px_buf_reserve(px_buf_t *b, size_t n) {
   return 0;
 }
 
-int px_buf_append(px_buf_t *b, const void *p, size_t n) {
-  if (n == 0) return 0;
-  if (n > b->size - b->len) { /* the room is there on most calls: no call */
-    int rc = px_buf_reserve(b, n);
-    if (rc < 0) return rc;
-  }
+int px_buf_append_grow(px_buf_t *b, const void *p, size_t n) {
+  int rc = px_buf_reserve(b, n);
+  if (rc < 0) return rc;
   memcpy(b->data + b->len, p, n);
   b->len += n;
   return 0;

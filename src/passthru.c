@@ -437,21 +437,96 @@ static int top_object_member_blocks(const char *text, size_t n, const char *name
 }
 #endif
 
+/* The opening quote of the string whose closing quote is p[j], or END: the
+ * nearest quote before it that no odd run of backslashes escapes. */
+static size_t string_open(const char *p, size_t j) {
+  while (j > 0) {
+    const char *q = memrchr(p, '"', j);
+    if (q == NULL) return END;
+    j = (size_t)(q - p);
+    size_t b = j;
+    while (b > 0 && p[b - 1] == '\\') b--;
+    if (((j - b) & 1) == 0) return j;
+  }
+  return END;
+}
+
+/* The last index j < i (j >= lo) where p[j] may be a quote or a bracket
+ * (next_mark's test, backwards), else END. */
+static size_t prev_mark(const unsigned char *p, size_t lo, size_t i) {
+#if defined(__SSE2__)
+  const __m128i mask = _mm_set1_epi8((char)~0x26), br = _mm_set1_epi8(0x59),
+                qt = _mm_set1_epi8('"');
+  for (; i >= lo + 16; i -= 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(p + i - 16));
+    __m128i hit =
+        _mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(v, mask), br), _mm_cmpeq_epi8(v, qt));
+    unsigned m = (unsigned)_mm_movemask_epi8(hit);
+    if (m) return i - 16 + (size_t)(31 - __builtin_clz(m));
+  }
+#endif
+  while (i > lo) {
+    unsigned char c = p[--i];
+    if (c == '"' || c == '{' || c == '}' || c == '[' || c == ']') return i;
+  }
+  return END;
+}
+
+/* Every protocol puts usage last: the top-level member `name` found walking
+ * back from the closing brace, structure only (strings skipped, as the
+ * forward walk). On the way back, the members of the current second-level
+ * object named in pk are noted (pk->at: their values' first bytes, the last
+ * of a repeated name). 1 when found: its value is an object and pk holds
+ * its members, or it is not (pk->n = 0: nothing to read); 0 when the walk
+ * reached the opening brace without meeting it (one object, no usage); -1
+ * when the text does not read back as one object (not ending in '}',
+ * unbalanced, a stray quote): the caller walks forward instead. Reading
+ * from the end costs the bytes after usage, not the whole answer; when a
+ * name repeats at the top, the last one counts, as in jansson and the
+ * clients' JSON parsers. */
+static int top_member_from_end(const char *text, size_t n, const char *name, pick_t *pk) {
+  const unsigned char *p = (const unsigned char *)text;
+  size_t nl = strlen(name), first = skip_ws(text, 0, n), j = n;
+  while (j > first &&
+         (p[j - 1] == ' ' || p[j - 1] == '\t' || p[j - 1] == '\n' || p[j - 1] == '\r'))
+    j--;
+  if (j <= first || p[j - 1] != '}' || p[first] != '{') return -1;
+  size_t depth = 0, open = END;
+  for (;;) {
+    j = prev_mark(p, first, j);
+    if (j == END) return -1;
+    unsigned char c = p[j];
+    if (c == '"') {
+      size_t k = string_open(text, j);
+      if (k == END || k < first) return -1;
+      size_t kl = j - k - 1, e = skip_ws(text, j + 1, n);
+      if (depth == 2 && e < n && p[e] == ':') { /* a member of a second-level object */
+        for (size_t m = 0; m < pk->n; m++)
+          if (pk->at[m] == END && pk->nlen[m] == kl &&
+              memcmp(p + k + 1, pk->name[m], kl) == 0) {
+            pk->at[m] = skip_ws(text, e + 1, n);
+            break;
+          }
+      } else if (depth == 1 && kl == nl && e < n && p[e] == ':' &&
+                 memcmp(p + k + 1, name, nl) == 0) {    /* a top-level member name */
+        if (skip_ws(text, e + 1, n) != open) pk->n = 0; /* not an object */
+        return 1;
+      }
+      j = k;
+    } else if (c == '}' || c == ']') {
+      if (++depth == 2) /* a new second-level container: forget the last */
+        for (size_t m = 0; m < pk->n; m++) pk->at[m] = END;
+    } else if (c == '{' || c == '[') {
+      if (depth == 0) return -1;
+      if (depth == 2) open = c == '{' ? j : END;
+      if (--depth == 0) return j == first ? 0 : -1;
+    }
+  }
+}
+
 int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
   const px_wire_watch_t *w = &px_proto_get(proto)->watch;
-  pick_t top = {.n = 1};
-  top.len[0] = 0;
-  int rc = -1;
-#if defined(__SSE2__)
-  rc = top_object_member_blocks(p, n, w->usage_obj, &top.at[0], &top.len[0]);
-#endif
-  if (rc < 0) {
-    top.len[0] = 0;
-    rc = top_object_member(p, n, w->usage_obj, &top.at[0], &top.len[0]);
-  }
-  if (!rc) return 0;
-  if (top.at[0] == END) return 1;
-  /* the usage object: its counters in one more walk of just that object */
+  /* the usage object's counters */
   enum { IN, OUT, OUT_X, IN_X };
   pick_t us = {.n = 0};
   pick_add(&us, w->usage_in);
@@ -459,7 +534,27 @@ int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
   pick_add(&us, w->usage_out_extra ? w->usage_out_extra : "");
   for (size_t k = 0; k < 2 && w->usage_in_extra[k]; k++) pick_add(&us, w->usage_in_extra[k]);
   if (!w->usage_out_extra) us.nlen[OUT_X] = (size_t)-1; /* never matches */
-  pick_members(p, top.at[0] + top.len[0], top.at[0], &us);
+  size_t names = us.n;
+  int rc = top_member_from_end(p, n, w->usage_obj, &us);
+  if (rc == 0 || (rc == 1 && us.n == 0)) return 1;
+  if (rc < 0) { /* forward: the whole body once, then the usage object */
+    pick_t top = {.n = 1};
+    top.len[0] = 0;
+#if defined(__SSE2__)
+    rc = top_object_member_blocks(p, n, w->usage_obj, &top.at[0], &top.len[0]);
+#endif
+    if (rc < 0) {
+      top.len[0] = 0;
+      rc = top_object_member(p, n, w->usage_obj, &top.at[0], &top.len[0]);
+    }
+    if (!rc) return 0;
+    if (top.at[0] == END) return 1;
+    us.n = names;
+    for (size_t k = 0; k < us.n; k++) us.at[k] = END;
+    pick_members(p, top.at[0] + top.len[0], top.at[0], &us);
+  }
+  for (size_t k = 0; k < us.n; k++) /* int_at reads to the first non-digit */
+    if (us.at[k] != END) us.len[k] = n - us.at[k];
   int64_t v = us.at[IN] == END ? -1 : int_at(p + us.at[IN], us.len[IN]);
   if (v >= 0) {
     u->input_tokens = v;

@@ -134,6 +134,10 @@ static inline const px_proto_ops_t *px_exch_client_ops(px_exch_t *x) {
 }
 
 /* proxy.c: the attempt, the client's side, the one exit */
+/** A new exchange's memory: zero up to retry_reason, its passhdrs, acc and
+ *  obuf empty (cap 0; a reused one's memory kept); NULL when out of memory.
+ *  Freed by px_exch_finalize. */
+px_exch_t *px_exch_alloc(void);
 void px_exch_attempt(px_exch_t *x);
 void px_exch_finalize(px_exch_t *x);
 void px_exch_schedule_retry(px_exch_t *x);

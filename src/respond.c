@@ -38,9 +38,10 @@ static const char *up_ctype(px_exch_t *x) {
   return x->content_type[0] ? x->content_type : "application/json";
 }
 
+/* empty, up to cap bytes (the memory it has is kept: a reused exchange's) */
 static void acc_init(px_exch_t *x, size_t cap) {
-  px_buf_free(&x->acc);
-  px_buf_init(&x->acc, cap);
+  px_buf_reset(&x->acc);
+  x->acc.cap = cap;
 }
 
 /* ---------------------------------------------------------------------- */

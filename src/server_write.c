@@ -270,78 +270,108 @@ static const char *status_text(int st) {
 }
 
 /* RFC 9110 token characters: what a header name may hold. */
+/* RFC 9110 tchar: digits, letters and !#$%&'*+-.^_`|~ */
+#define TC4(c) [c] = 1, [c + 1] = 1, [c + 2] = 1, [c + 3] = 1
+#define TC8(c) TC4(c), TC4(c + 4)
+static const unsigned char tchar[256] = {
+    TC8('0'),  ['8'] = 1, ['9'] = 1, TC8('A'),  TC8('I'),   TC8('Q'),  ['Y'] = 1,
+    ['Z'] = 1, TC8('a'),  TC8('i'),  TC8('q'),  ['y'] = 1,  ['z'] = 1, ['!'] = 1,
+    ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1,
+    ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1,  ['|'] = 1, ['~'] = 1};
+#undef TC8
+#undef TC4
+
 int px_srv_header_name_ok(const char *p, size_t n) {
-  static const char extra[] = "!#$%&'*+-.^_`|~";
   if (n == 0) return 0;
+  unsigned ok = 1;
+  for (size_t i = 0; i < n; i++) ok &= tchar[(unsigned char)p[i]];
+  return (int)ok;
+}
+
+/* The head's writer: bytes go to d while they fit; len counts them all, so
+ * a head that did not fit is written again into a buffer of that size. */
+typedef struct head_w {
+  char *d;
+  size_t len, cap;
+} head_w_t;
+
+static inline void put(head_w_t *w, const char *p, size_t n) {
+  if (n <= w->cap - w->len && w->len <= w->cap) memcpy(w->d + w->len, p, n);
+  w->len += n;
+}
+#define PUT_LIT(w, lit) put((w), (lit), sizeof(lit) - 1)
+
+static void write_head(const px_conn_t *c, head_w_t *w, int status, const px_hdr_t *hdrs,
+                       size_t n, const unsigned char *drop, int64_t content_length) {
+  char sl[16] = "HTTP/1.1 ";
+  sl[9] = (char)('0' + status / 100);
+  sl[10] = (char)('0' + status / 10 % 10);
+  sl[11] = (char)('0' + status % 10);
+  sl[12] = ' ';
+  put(w, sl, 13);
+  const char *st = status_text(status);
+  put(w, st, strlen(st));
+  PUT_LIT(w, "\r\n");
   for (size_t i = 0; i < n; i++) {
-    unsigned char ch = (unsigned char)p[i];
-    if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-          (ch != 0 && strchr(extra, ch) != NULL)))
-      return 0;
+    if (drop[i / 8] & (1u << (i % 8))) continue;
+    put(w, hdrs[i].name.ptr, hdrs[i].name.len);
+    PUT_LIT(w, ": ");
+    put(w, hdrs[i].value.ptr, hdrs[i].value.len);
+    PUT_LIT(w, "\r\n");
   }
-  return 1;
+  PUT_LIT(w, "x-request-id: ");
+  put(w, c->req.request_id, strlen(c->req.request_id));
+  PUT_LIT(w, "\r\n");
+  if (content_length >= 0) {
+    char num[24];
+    size_t k = sizeof(num);
+    uint64_t v = (uint64_t)content_length;
+    do {
+      num[--k] = (char)('0' + v % 10);
+    } while ((v /= 10) != 0);
+    PUT_LIT(w, "content-length: ");
+    put(w, num + k, sizeof(num) - k);
+    PUT_LIT(w, "\r\n");
+  } else {
+    PUT_LIT(w, "transfer-encoding: chunked\r\n");
+  }
+  if (!c->req.keep_alive || c->srv->draining) PUT_LIT(w, "connection: close\r\n");
+  PUT_LIT(w, "\r\n");
 }
 
 int px_resp_start(px_conn_t *c, int status, const px_hdr_t *hdrs, size_t n,
                   int64_t content_length) {
   if (c->closing || c->failing || c->resp_started) return UV_ECANCELED;
   if (status < 100 || status > 999) status = 500;
-  char head[8192];
-  px_buf_t b = {head, 0, sizeof(head), sizeof(head)};
-  px_buf_t big;
-  px_buf_init(&big, 1u << 20);
-  px_buf_t *out = &b;
-  int rc = 0;
-again:;
-  char sl[16] = "HTTP/1.1 ";
-  sl[9] = (char)('0' + status / 100);
-  sl[10] = (char)('0' + status / 10 % 10);
-  sl[11] = (char)('0' + status % 10);
-  sl[12] = ' ';
-  rc = px_buf_append(out, sl, 13);
-  if (rc == 0) rc = px_buf_puts(out, status_text(status));
-  if (rc == 0) rc = px_buf_append(out, "\r\n", 2);
-  for (size_t i = 0; rc == 0 && i < n; i++) {
-    /* SPEC section 10: a header that could split the head is never written */
-    if (!px_srv_header_name_ok(hdrs[i].name.ptr, hdrs[i].name.len) ||
-        !px_header_value_ok(hdrs[i].value.ptr, hdrs[i].value.len)) {
-      if (out == &b)
-        px_log_warn("%s: response header '%.*s' dropped: invalid name or value",
-                    c->req.request_id, (int)(hdrs[i].name.len > 64 ? 64 : hdrs[i].name.len),
-                    hdrs[i].name.ptr ? hdrs[i].name.ptr : "");
+  /* SPEC section 10: a header that could split the head is never written */
+  unsigned char drop_stack[8], *drop = drop_stack;
+  if (n > 8 * sizeof(drop_stack) && (drop = calloc((n + 7) / 8, 1)) == NULL)
+    return PX_ENOMEM;
+  memset(drop_stack, 0, sizeof(drop_stack));
+  for (size_t i = 0; i < n; i++) {
+    if (px_srv_header_name_ok(hdrs[i].name.ptr, hdrs[i].name.len) &&
+        px_header_value_ok(hdrs[i].value.ptr, hdrs[i].value.len))
       continue;
+    drop[i / 8] |= (unsigned char)(1u << (i % 8));
+    px_log_warn("%s: response header '%.*s' dropped: invalid name or value",
+                c->req.request_id, (int)(hdrs[i].name.len > 64 ? 64 : hdrs[i].name.len),
+                hdrs[i].name.ptr ? hdrs[i].name.ptr : "");
+  }
+  char head[8192];
+  head_w_t w = {head, 0, sizeof(head)};
+  write_head(c, &w, status, hdrs, n, drop, content_length);
+  char *big = NULL;
+  if (w.len > sizeof(head)) { /* a large head: written again, into its size */
+    if (w.len > (1u << 20) || (big = malloc(w.len)) == NULL) {
+      if (drop != drop_stack) free(drop);
+      return w.len > (1u << 20) ? PX_ETOOBIG : PX_ENOMEM;
     }
-    rc = px_buf_append(out, hdrs[i].name.ptr, hdrs[i].name.len);
-    if (rc == 0) rc = px_buf_append(out, ": ", 2);
-    if (rc == 0) rc = px_buf_append(out, hdrs[i].value.ptr, hdrs[i].value.len);
-    if (rc == 0) rc = px_buf_append(out, "\r\n", 2);
+    w = (head_w_t){big, 0, w.len};
+    write_head(c, &w, status, hdrs, n, drop, content_length);
   }
-  if (rc == 0) rc = px_buf_append(out, "x-request-id: ", 14);
-  if (rc == 0) rc = px_buf_puts(out, c->req.request_id);
-  if (rc == 0) rc = px_buf_append(out, "\r\n", 2);
-  if (rc == 0) {
-    if (content_length >= 0) {
-      char num[24];
-      size_t k = sizeof(num);
-      uint64_t v = (uint64_t)content_length;
-      do num[--k] = (char)('0' + v % 10); while ((v /= 10) != 0);
-      rc = px_buf_append(out, "content-length: ", 16);
-      if (rc == 0) rc = px_buf_append(out, num + k, sizeof(num) - k);
-      if (rc == 0) rc = px_buf_append(out, "\r\n", 2);
-    } else
-      rc = px_buf_puts(out, "transfer-encoding: chunked\r\n");
-  }
-  if (rc == 0 && (!c->req.keep_alive || c->srv->draining))
-    rc = px_buf_puts(out, "connection: close\r\n");
-  if (rc == 0) rc = px_buf_append(out, "\r\n", 2);
-  if (rc == PX_ETOOBIG && out == &b) {
-    out = &big;
-    goto again;
-  }
-  if (rc < 0) {
-    px_buf_free(&big);
-    return rc;
-  }
+  if (drop != drop_stack) free(drop);
+  px_buf_t ob = {w.d, w.len, w.cap, w.cap}, *out = &ob;
+  int rc;
   /* a new response: written bytes count from here (the previous response's
    * queued writes still complete under their own generation) */
   px_srv_log_emit(c); /* a previous response still flushing: what it got so far */
@@ -356,11 +386,11 @@ again:;
      * iteration. */
     c->head_pending = 1;
     px_srv_tick(c, TICK_FLUSH_HEAD);
-    px_buf_free(&big);
+    free(big);
     return 0;
   }
   rc = px_srv_write(c, out->data, out->len);
-  px_buf_free(&big);
+  free(big);
   return rc;
 }
 

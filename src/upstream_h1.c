@@ -155,6 +155,33 @@ static bool parse_url(const char *url, h1_url_t *u) {
   return true;
 }
 
+/* parse_url() of the last URL parsed, which comes back request after
+ * request (an upstream's base URL and endpoint; one event loop per
+ * process): a compare instead of a parse. */
+static bool parse_url_cached(const char *url, h1_url_t *u) {
+  static char last[512];
+  static size_t last_len;
+  static h1_url_t last_u; /* its pointers into last[] */
+  size_t n = strlen(url);
+  if (n == last_len && n > 0 && memcmp(url, last, n) == 0) {
+    *u = last_u;
+    u->host = url + (last_u.host - last);
+    u->auth = url + (last_u.auth - last);
+    u->path = url + (last_u.path - last);
+    return true;
+  }
+  if (!parse_url(url, u)) return false;
+  if (n < sizeof(last)) {
+    memcpy(last, url, n + 1);
+    last_len = n;
+    last_u = *u;
+    last_u.host = last + (u->host - url);
+    last_u.auth = last + (u->auth - url);
+    last_u.path = last + (u->path - url);
+  }
+  return true;
+}
+
 /* h (len bytes) is a line of header `name`; the byte after the name is
  * tested first, so most lines need no compare at all */
 static bool hdr_named(const char *h, size_t len, const char *name, size_t n) {
@@ -191,7 +218,7 @@ static hl_kind_t hl_kind(const char *h, size_t len, size_t *n) {
 static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
   h1_url_t u;
   memset(&x->u.h1, 0, offsetof(px_xfer_t, u.h1.parser) - offsetof(px_xfer_t, u.h1));
-  if (!parse_url(o->url, &u)) return -1;
+  if (!parse_url_cached(o->url, &u)) return -1;
   const char *m = o->method ? o->method : (o->body ? "POST" : "GET");
   bool post = strcmp(m, "POST") == 0;
   /* pool and cache key "host:port" */

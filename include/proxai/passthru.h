@@ -64,10 +64,13 @@ int px_passthru_feed(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out);
 int px_passthru_finish(const px_passthru_t *pt);
 void px_passthru_done(px_passthru_t *pt);
 
-/** One walk of a non-streaming response body of protocol p: 1 when
- *  p[0..n) is one complete JSON object (its usage, if any, read into u),
- *  else 0 (u untouched). The same answers as px_json_complete followed by
- *  px_usage_from_body, in one scan instead of several. */
+/** Usage of a non-streaming response body of protocol p: 1 when p[0..n)
+ *  reads as one JSON object (its usage, if any, read into u), else 0 (u
+ *  untouched). Every protocol puts usage last, so a body ending in '}' is
+ *  read back from its end to the top-level usage member (the last one when
+ *  the name repeats, as JSON parsers keep): the bytes after usage are
+ *  walked, not the whole answer, and the part before usage is not checked.
+ *  Other bodies get one forward walk (px_json_complete's answer). */
 int px_usage_scan(px_proto_t p, const char *body, size_t len, px_usage_t *u);
 
 /** Read usage from a non-streaming response body of protocol p. */

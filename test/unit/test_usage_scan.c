@@ -158,12 +158,16 @@ static void test_generated(void) {
       if (got.input_tokens != want.input_tokens || got.output_tokens != want.output_tokens)
         fprintf(stderr, "body: %.*s\n", (int)b.len, b.data);
       /* a body cut anywhere before its closing brace is not complete, and
-       * reads nothing */
+       * reads nothing, unless the cut happens to end in a closing brace: a
+       * body that ends like an object is read back from its end */
       size_t end = b.len;
       while (end > 0 && (b.data[end - 1] == ' ' || b.data[end - 1] == '\n' ||
                          b.data[end - 1] == '\t'))
         end--;
       size_t cut = rnd((unsigned)end);
+      while (cut > 0 && (b.data[cut - 1] == ' ' || b.data[cut - 1] == '\n' ||
+                         b.data[cut - 1] == '\t' || b.data[cut - 1] == '}'))
+        cut--;
       px_usage_t none = {.input_tokens = -1, .output_tokens = -1};
       CHECK(px_usage_scan((px_proto_t)p, b.data, cut, &none) == 0);
       CHECK(none.input_tokens == -1 && none.output_tokens == -1);
@@ -194,6 +198,26 @@ static void test_cases(void) {
     CHECK(px_usage_scan((px_proto_t)p, "{} {}", 5, &u) == 0);
     CHECK(px_usage_scan((px_proto_t)p, "{\"a\":\"}\"", 8, &u) == 0);
     CHECK(px_usage_scan((px_proto_t)p, "", 0, &u) == 0);
+    /* a name repeated at the top: the last one counts, as in jansson */
+    u.input_tokens = -1;
+    snprintf(body, sizeof(body), "{\"%s\":{\"%s\":3},\"x\":[\"\\\\\"],\"%s\":{\"%s\":5}}",
+             w->usage_obj, w->usage_in, w->usage_obj, w->usage_in);
+    CHECK(px_usage_scan((px_proto_t)p, body, strlen(body), &u) == 1);
+    CHECK(u.input_tokens == 5);
+    json_t *doc = json_loads(body, 0, NULL);
+    CHECK(doc != NULL && json_integer_value(json_object_get(
+                             json_object_get(doc, w->usage_obj), w->usage_in)) == 5);
+    json_decref(doc);
+    /* the last member not an object: no usage read, even with an earlier one */
+    u.input_tokens = -1;
+    snprintf(body, sizeof(body), "{\"%s\":{\"%s\":3},\"%s\":null}", w->usage_obj,
+             w->usage_in, w->usage_obj);
+    CHECK(px_usage_scan((px_proto_t)p, body, strlen(body), &u) == 1);
+    CHECK(u.input_tokens == -1);
+    /* text before the opening brace or a stray quote: read forward, not one object */
+    CHECK(px_usage_scan((px_proto_t)p, "x{}", 3, &u) == 0);
+    CHECK(px_usage_scan((px_proto_t)p, "{\"a\":\"b}", 8, &u) == 0);
+    CHECK(px_usage_scan((px_proto_t)p, "{\"a\":1}}", 8, &u) == 0);
   }
 }
 
