@@ -571,21 +571,50 @@ static px_cshard_t *shard_new(px_uclient_t *c) {
 }
 
 /* The multi a transfer runs in: the first shard for HTTP/2 (its streams
- * share connections); else one with room where an idle connection may wait
- * (more connections open than transfers), else the one with room and the
- * fewest connections, else a new one. */
+ * share connections); else the first with room where an idle connection may
+ * wait (more connections open than transfers), else the first with room,
+ * else a new one. Filling the first ones first lets the last ones drain and
+ * retire when the load falls. */
 static px_cshard_t *shard_pick(px_uclient_t *c, bool h2) {
   if (h2) return c->cu.shards[0];
-  px_cshard_t *best = NULL;
+  px_cshard_t *room = NULL;
   for (size_t i = 0; i < c->cu.nshards; i++) {
     px_cshard_t *sh = c->cu.shards[i];
     if (sh->nrun >= PX_CURL_SHARD_XFERS) continue;
     if (sh->nconn > sh->nrun) return sh;
-    if (!best || sh->nconn < best->nconn) best = sh;
+    if (!room) room = sh;
   }
-  if (best) return best;
-  best = shard_new(c);
-  return best ? best : c->cu.shards[0];
+  if (room) return room;
+  room = shard_new(c);
+  return room ? room : c->cu.shards[0];
+}
+
+/* A shard other than the first whose last transfer left: its idle
+ * connections are closed (the first shard keeps up to PX_CURL_SHARD_XFERS,
+ * as the built-in lane keeps 256) and it goes. Not inside a curl call. */
+static void shard_retire(px_uclient_t *c, px_cshard_t *sh) {
+  size_t i = 1;
+  while (i < c->cu.nshards && c->cu.shards[i] != sh) i++;
+  if (i == c->cu.nshards) return;
+  memmove(&c->cu.shards[i], &c->cu.shards[i + 1],
+          (c->cu.nshards - i - 1) * sizeof(*c->cu.shards));
+  c->cu.nshards--;
+  c->in_lane++;
+  curl_multi_cleanup(sh->multi); /* its connections close through on_closesocket */
+  c->in_lane--;
+  sh->multi = NULL;
+  /* Nothing of ours may point at it any more: an entry left is a
+   * descriptor curl closed without telling us (on_opensocket deals with it
+   * when the number comes back). */
+  for (size_t fd = 0; fd < c->cu.nsocks; fd++) {
+    px_sock_t *s = c->cu.socks[fd];
+    if (s && s->sh == sh) {
+      if (s->counted) sh->nconn--;
+      s->counted = false;
+      s->sh = c->cu.shards[0];
+    }
+  }
+  uv_close((uv_handle_t *)&sh->timer, on_shard_timer_closed);
 }
 
 static int curl_run(px_xfer_t *x) {
@@ -620,12 +649,17 @@ static void curl_resume(px_xfer_t *x) {
 void px_curl_nudge(px_uclient_t *c) {
   if (!c->cu.nudge) return;
   c->cu.nudge = false;
-  /* by index: a transfer finished here may start one in a new shard */
-  for (size_t i = 0; i < c->cu.nshards && !c->closing; i++) {
+  /* from the start after each drive: what it finishes may add or retire
+   * shards */
+  for (size_t i = 0; i < c->cu.nshards && !c->closing;) {
     px_cshard_t *sh = c->cu.shards[i];
-    if (!sh->nudge) continue;
+    if (!sh->nudge) {
+      i++;
+      continue;
+    }
     sh->nudge = false;
     drive(sh, CURL_SOCKET_TIMEOUT, 0);
+    i = 0;
   }
 }
 
@@ -640,7 +674,9 @@ static void curl_release(px_xfer_t *x) {
     clean = curl_multi_remove_handle(x->u.cu.sh->multi, e) == CURLM_OK;
     c->in_lane--;
     x->u.cu.in_multi = false;
-    x->u.cu.sh->nrun--;
+    if (--x->u.cu.sh->nrun == 0 && x->u.cu.sh != c->cu.shards[0] && !c->closing &&
+        !c->in_lane)
+      shard_retire(c, x->u.cu.sh);
   }
   if (x->u.cu.hdrs && x->u.cu.hdrs != x->u.cu.hl) free(x->u.cu.hdrs);
   x->u.cu.hdrs = NULL;
