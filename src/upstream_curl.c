@@ -727,7 +727,10 @@ const px_lane_t px_lane_curl = {
 /* ---- client ---- */
 
 int px_curl_client_init(px_uclient_t *c) {
-  return shard_new(c) ? 0 : -1;
+  if (shard_new(c)) return 0;
+  free(c->cu.shards);
+  c->cu.shards = NULL;
+  return -1;
 }
 
 void px_curl_client_close(px_uclient_t *c) {
