@@ -151,7 +151,7 @@ struct px_xfer {
       px_cshard_t *sh; /* the multi it runs in */
       unsigned gen;    /* pool->sig_gen its options match */
       bool in_multi;
-      bool h2;         /* may multiplex: always the first shard */
+      bool h2;                 /* may multiplex: always the first shard */
       bool in_block;           /* inside a header block (status line seen) */
       struct curl_slist *hdrs; /* hl or a heap array */
       struct curl_slist hl[PX_CURL_INLINE_HDRS];
@@ -200,7 +200,7 @@ struct px_uclient {
   bool closed;  /* finish_close ran */
   void (*close_cb)(void *arg);
   void *close_arg;
-  struct { /* curl lane */
+  struct {                /* curl lane */
     px_cshard_t **shards; /* [0] made with the client, more under load */
     size_t nshards;
     bool nudge;             /* some shard's nudge is set */
