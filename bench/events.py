@@ -11,8 +11,11 @@ ir:  proxai under `valgrind --tool=callgrind` serves ONE long translated
      is the cost of one upstream event read, decoded, re-encoded and written,
      without start-up, the request and the stream's first and last events.
 mem: proxai (no valgrind) holds S concurrent paced streams (10 deltas 1 s
-     apart) opened by bench/streamclient; RSS per stream = (peak - idle) / S,
-     per lane (default = built-in HTTP/1.1, curl = libcurl) and pair.
+     apart) opened by bench/streamclient (--ramp new connections per ms);
+     RSS per stream = (peak - idle) / S, per lane (default = built-in
+     HTTP/1.1, curl = libcurl) and pair; a stream is stalled when a gap
+     between its events exceeds 3 s (3 paces, as bench.py) or it does not
+     finish.
 
 Pairs are client>upstream over chat, responses, anthropic and gemini
 clients; upstreams are the three protocols bench/fastmock serves (it has no
@@ -152,8 +155,8 @@ def run_mem(a, mock_port):
                 model = "%s-n10-p1000-c32" % UPSTREAMS[up]
                 stream_client(a, port, client, model, ["-n", "1"])  # warm
                 r = stream_client(a, port, client, model,
-                                  ["-c", str(a.streams), "-r", "4", "-T", "120",
-                                   "-m", str(p.pid)])
+                                  ["-c", str(a.streams), "-r", str(a.ramp), "-s", "3000",
+                                   "-T", "120", "-m", str(p.pid)])
             finally:
                 p.stop(timeout=120)
             kib = (r["rss_max_kb"] - r["rss_base_kb"]) / a.streams
@@ -177,6 +180,7 @@ def main():
     ap.add_argument("--lane", default="default", help="ir: default or curl")
     ap.add_argument("--lanes", default="default,curl", help="mem: lanes")
     ap.add_argument("--streams", type=int, default=2000, help="mem: concurrent streams")
+    ap.add_argument("--ramp", type=int, default=4, help="mem: new connections per ms")
     ap.add_argument("--pairs", default="", help="e.g. anthropic>chat,chat>responses")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     a = ap.parse_args()

@@ -5,9 +5,20 @@
  *
  * Glue: curl tells us which sockets to watch (CURLMOPT_SOCKETFUNCTION) and
  * when to call it back (CURLMOPT_TIMERFUNCTION); we answer with one uv_poll_t
- * per socket and one uv_timer_t. Every call into curl is bracketed by
- * in_lane++/-- and followed by px_up_after(). Nothing calls libcurl while
- * in_lane > 0.
+ * per socket and one uv_timer_t per multi handle. Every call into curl is
+ * bracketed by in_lane++/-- and followed by px_up_after(). Nothing calls
+ * libcurl while in_lane > 0.
+ *
+ * Shards: curl 7.88 looks for a connection to reuse by walking every
+ * connection of its multi handle to the same host and port, busy ones
+ * included, at the start of each transfer (and its socket hash has a fixed
+ * 911 buckets): 8,000 concurrent streams in one multi cost 32 million steps
+ * of that walk, seconds of CPU during which the other streams' events wait
+ * (7,000 of 8,000 stalled in bench.py). So HTTP/1.1 transfers go to several
+ * multi handles of at most PX_CURL_SHARD_XFERS transfers each (shard_pick:
+ * the first with an idle connection, else the first with room, else a new
+ * one); a shard other than the first is retired when its last transfer
+ * leaves. HTTP/2 transfers stay in the first (they share connections).
  *
  * Sockets are opened and closed by us (CURLOPT_OPENSOCKETFUNCTION and
  * CURLOPT_CLOSESOCKETFUNCTION) so that a uv_poll_t is always closed before
@@ -31,12 +42,14 @@
 
 typedef struct px_sock {
   px_uclient_t *c;
+  px_cshard_t *sh; /* the multi that watches it */
   uv_poll_t poll;
   curl_socket_t fd;
   int events;   /* UV_READABLE|UV_WRITABLE curl asked for */
   bool owned;   /* opened by on_opensocket: we close the fd after the poll */
   bool polling; /* poll handle initialised */
   bool dropped; /* owned, poll closing: the fd closes in its close callback */
+  bool counted; /* in sh->nconn */
 } px_sock_t;
 
 /* ---- sockets ---- */
@@ -76,6 +89,10 @@ static void on_sock_closed(uv_handle_t *h) {
  * on a descriptor we are about to close makes libuv abort (epoll_ctl EBADF). */
 static void sock_drop(px_uclient_t *c, px_sock_t *s) {
   if (s->dropped) return;
+  if (s->counted) {
+    s->counted = false;
+    s->sh->nconn--;
+  }
   if (s->polling) {
     if (s->owned)
       s->dropped = true;
@@ -91,12 +108,14 @@ static void sock_drop(px_uclient_t *c, px_sock_t *s) {
 
 static curl_socket_t on_opensocket(void *ud, curlsocktype purpose,
                                    struct curl_sockaddr *a) {
-  px_uclient_t *c = ud;
+  px_cshard_t *sh = ud;
+  px_uclient_t *c = sh->c;
   curl_socket_t fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
   if (fd < 0) return CURL_SOCKET_BAD;
   px_sock_t *s = calloc(1, sizeof(*s));
   if (!s) goto fail;
   s->c = c;
+  s->sh = sh;
   s->fd = fd;
   s->owned = true;
   px_sock_t *old = sock_get(c, fd);
@@ -110,6 +129,8 @@ static curl_socket_t on_opensocket(void *ud, curlsocktype purpose,
     if (!old->dropped) sock_drop(c, old);
   }
   if (sock_set(c, fd, s) < 0) goto fail;
+  s->counted = true;
+  sh->nconn++;
   return fd;
 fail:
   free(s);
@@ -130,10 +151,11 @@ static int on_closesocket(void *ud, curl_socket_t fd) {
   return 0;
 }
 
-static void drive(px_uclient_t *c, curl_socket_t fd, int flags) {
+static void drive(px_cshard_t *sh, curl_socket_t fd, int flags) {
+  px_uclient_t *c = sh->c;
   int running;
   c->in_lane++;
-  curl_multi_socket_action(c->cu.multi, fd, flags, &running);
+  curl_multi_socket_action(sh->multi, fd, flags, &running);
   c->in_lane--;
   px_up_after(c);
 }
@@ -150,7 +172,7 @@ static void on_poll(uv_poll_t *h, int status, int events) {
     if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
   }
   px_up_enter(c);
-  drive(c, s->fd, flags);
+  drive(s->sh, s->fd, flags);
   /* libuv stops a poll handle after an error; curl may still want it. */
   if (status < 0 && !c->closing && sock_get(c, s->fd) == s && s->events &&
       !uv_is_active((uv_handle_t *)h))
@@ -159,7 +181,8 @@ static void on_poll(uv_poll_t *h, int status, int events) {
 }
 
 static int on_curl_socket(CURL *e, curl_socket_t fd, int what, void *ud, void *sp) {
-  px_uclient_t *c = ud;
+  px_cshard_t *sh = ud;
+  px_uclient_t *c = sh->c;
   px_sock_t *s = sock_get(c, fd);
   if (s && s->dropped) return 0; /* closed by us already: nothing to watch */
   if (what == CURL_POLL_REMOVE) {
@@ -175,6 +198,7 @@ static int on_curl_socket(CURL *e, curl_socket_t fd, int what, void *ud, void *s
     s = calloc(1, sizeof(*s));
     if (!s) return -1;
     s->c = c;
+    s->sh = sh;
     s->fd = fd;
     if (sock_set(c, fd, s) < 0) {
       free(s);
@@ -195,19 +219,20 @@ static int on_curl_socket(CURL *e, curl_socket_t fd, int what, void *ud, void *s
 }
 
 static void on_timer(uv_timer_t *t) {
-  px_uclient_t *c = t->data;
+  px_cshard_t *sh = t->data;
+  px_uclient_t *c = sh->c;
   if (c->closing) return;
   px_up_enter(c);
-  drive(c, CURL_SOCKET_TIMEOUT, 0);
+  drive(sh, CURL_SOCKET_TIMEOUT, 0);
   px_up_leave(c);
 }
 
 static int on_curl_timer(CURLM *m, long ms, void *ud) {
-  px_uclient_t *c = ud;
+  px_cshard_t *sh = ud;
   if (ms < 0)
-    uv_timer_stop(&c->cu.timer);
+    uv_timer_stop(&sh->timer);
   else /* 0 stays 0: rounding up costs a millisecond per request */
-    uv_timer_start(&c->cu.timer, on_timer, (uint64_t)ms, 0);
+    uv_timer_start(&sh->timer, on_timer, (uint64_t)ms, 0);
   return 0;
 }
 
@@ -258,37 +283,44 @@ static px_xfer_result_t map_result(px_xfer_t *x, CURLcode rc) {
   }
 }
 
-bool px_curl_collect(px_uclient_t *c) {
-  if (!c->cu.multi) return false;
-  for (;;) {
-    int left;
-    CURLMsg *m = curl_multi_info_read(c->cu.multi, &left);
-    if (!m) return false;
-    if (m->msg != CURLMSG_DONE) continue;
-    CURLcode rc = m->data.result;
-    char *priv = NULL;
-    curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
-    px_xfer_t *x = (px_xfer_t *)priv;
-    if (!x || x->state != XS_RUNNING) continue;
-    if (x->cancelled) {
-      px_up_finish(x, PX_XFER_EOTHER, NULL, false);
-      return true;
-    }
-    px_xfer_result_t res = map_result(x, rc);
-    const char *msg;
-    if (x->aborted)
-      res = PX_XFER_EOTHER, msg = "aborted by on_data";
-    else if (x->fail)
-      res = x->fail_res, msg = x->fail;
-    else if (rc == CURLE_OK && res != PX_XFER_OK)
-      msg = "no response headers";
-    else if (rc == CURLE_OK)
-      msg = "ok";
-    else
-      msg = x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc);
-    px_up_finish(x, res, msg, true);
+/* One CURLMSG_DONE: true when a transfer was finished. */
+static bool collect_one(CURLMsg *m) {
+  CURLcode rc = m->data.result;
+  char *priv = NULL;
+  curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
+  px_xfer_t *x = (px_xfer_t *)priv;
+  if (!x || x->state != XS_RUNNING) return false;
+  if (x->cancelled) {
+    px_up_finish(x, PX_XFER_EOTHER, NULL, false);
     return true;
   }
+  px_xfer_result_t res = map_result(x, rc);
+  const char *msg;
+  if (x->aborted)
+    res = PX_XFER_EOTHER, msg = "aborted by on_data";
+  else if (x->fail)
+    res = x->fail_res, msg = x->fail;
+  else if (rc == CURLE_OK && res != PX_XFER_OK)
+    msg = "no response headers";
+  else if (rc == CURLE_OK)
+    msg = "ok";
+  else
+    msg = x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc);
+  px_up_finish(x, res, msg, true);
+  return true;
+}
+
+bool px_curl_collect(px_uclient_t *c) {
+  for (size_t i = 0; i < c->cu.nshards; i++) {
+    for (;;) {
+      int left;
+      CURLMsg *m = curl_multi_info_read(c->cu.shards[i]->multi, &left);
+      if (!m) break;
+      if (m->msg != CURLMSG_DONE) continue;
+      if (collect_one(m)) return true;
+    }
+  }
+  return false;
 }
 
 /* ---- callbacks ---- */
@@ -333,10 +365,19 @@ static size_t on_write(char *p, size_t sz, size_t nm, void *ud) {
 
 /* ---- per-pool state ---- */
 
+/* A shard's connection cache: one connection per slot any pool may run at
+ * once, at most one per transfer the shard runs (more would only make curl
+ * walk longer lists). */
+static void shard_maxconnects(px_cshard_t *sh) {
+  long sum = sh->c->cu.maxconnects;
+  long want = sum > 0 && sum < PX_CURL_SHARD_XFERS ? sum : PX_CURL_SHARD_XFERS;
+  if (want != sh->maxconnects) {
+    sh->maxconnects = want;
+    curl_multi_setopt(sh->multi, CURLMOPT_MAXCONNECTS, want);
+  }
+}
+
 void px_curl_pools_changed(px_uclient_t *c) {
-  if (!c->cu.multi) return;
-  /* One cached connection per slot any pool may run at once; with no limit
-   * somewhere, curl's default (4 x the transfers running) stays. */
   long sum = 0;
   for (px_link_t *l = c->pools.next; l != &c->pools; l = l->next) {
     px_pool_t *p = PX_CONTAINER(l, px_pool_t, link);
@@ -346,10 +387,8 @@ void px_curl_pools_changed(px_uclient_t *c) {
     }
     sum += p->max;
   }
-  if (sum != c->cu.maxconnects) {
-    c->cu.maxconnects = sum;
-    curl_multi_setopt(c->cu.multi, CURLMOPT_MAXCONNECTS, sum);
-  }
+  c->cu.maxconnects = sum;
+  for (size_t i = 0; i < c->cu.nshards; i++) shard_maxconnects(c->cu.shards[i]);
 }
 
 static void pool_flush_easy(px_pool_t *p) {
@@ -436,8 +475,7 @@ static CURLcode setup_new_easy(px_uclient_t *c, CURL *e, const px_xfer_opts_t *o
     SET(CURLOPT_SSL_VERIFYHOST, 0L);
   }
   if (o->connect_timeout_ms) SET(CURLOPT_CONNECTTIMEOUT_MS, (long)o->connect_timeout_ms);
-  SET(CURLOPT_OPENSOCKETFUNCTION, on_opensocket);
-  SET(CURLOPT_OPENSOCKETDATA, (void *)c);
+  SET(CURLOPT_OPENSOCKETFUNCTION, on_opensocket); /* its data: the shard, at run */
   SET(CURLOPT_CLOSESOCKETFUNCTION, on_closesocket);
   SET(CURLOPT_CLOSESOCKETDATA, (void *)c);
   SET(CURLOPT_HEADERFUNCTION, on_header);
@@ -454,6 +492,7 @@ static int curl_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
   if (fresh && !(e = curl_easy_init())) return -1;
   x->u.cu.easy = e;
   x->u.cu.gen = x->pool->sig_gen;
+  x->u.cu.h2 = o->http2;
   CURLcode rc = fresh ? setup_new_easy(c, e, o) : CURLE_OK;
 #define SET(opt, val) \
   if (rc == CURLE_OK) rc = curl_easy_setopt(e, opt, val)
@@ -512,13 +551,94 @@ static int curl_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
   return 0;
 }
 
+static void on_shard_timer_closed(uv_handle_t *h) {
+  px_cshard_t *sh = h->data;
+  px_uclient_t *c = sh->c;
+  free(sh);
+  px_up_handle_closed(c);
+}
+
+static px_cshard_t *shard_new(px_uclient_t *c) {
+  px_cshard_t **t = realloc(c->cu.shards, (c->cu.nshards + 1) * sizeof(*t));
+  if (!t) return NULL;
+  c->cu.shards = t;
+  px_cshard_t *sh = calloc(1, sizeof(*sh));
+  if (!sh) return NULL;
+  if (!(sh->multi = curl_multi_init())) {
+    free(sh);
+    return NULL;
+  }
+  sh->c = c;
+  curl_multi_setopt(sh->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+  curl_multi_setopt(sh->multi, CURLMOPT_SOCKETDATA, (void *)sh);
+  curl_multi_setopt(sh->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+  curl_multi_setopt(sh->multi, CURLMOPT_TIMERDATA, (void *)sh);
+  shard_maxconnects(sh);
+  uv_timer_init(c->loop, &sh->timer);
+  sh->timer.data = sh;
+  c->nhandles++;
+  c->cu.shards[c->cu.nshards++] = sh;
+  return sh;
+}
+
+/* The multi a transfer runs in: the first shard for HTTP/2 (its streams
+ * share connections); else the first with room where an idle connection may
+ * wait (more connections open than transfers), else the first with room,
+ * else a new one. Filling the first ones first lets the last ones drain and
+ * retire when the load falls. */
+static px_cshard_t *shard_pick(px_uclient_t *c, bool h2) {
+  if (h2) return c->cu.shards[0];
+  px_cshard_t *room = NULL;
+  for (size_t i = 0; i < c->cu.nshards; i++) {
+    px_cshard_t *sh = c->cu.shards[i];
+    if (sh->nrun >= PX_CURL_SHARD_XFERS) continue;
+    if (sh->nconn > sh->nrun) return sh;
+    if (!room) room = sh;
+  }
+  if (room) return room;
+  room = shard_new(c);
+  return room ? room : c->cu.shards[0];
+}
+
+/* A shard other than the first whose last transfer left: its idle
+ * connections are closed (the first shard keeps up to PX_CURL_SHARD_XFERS,
+ * as the built-in lane keeps 256) and it goes. Not inside a curl call. */
+static void shard_retire(px_uclient_t *c, px_cshard_t *sh) {
+  size_t i = 1;
+  while (i < c->cu.nshards && c->cu.shards[i] != sh) i++;
+  if (i == c->cu.nshards) return;
+  memmove(&c->cu.shards[i], &c->cu.shards[i + 1],
+          (c->cu.nshards - i - 1) * sizeof(*c->cu.shards));
+  c->cu.nshards--;
+  c->in_lane++;
+  curl_multi_cleanup(sh->multi); /* its connections close through on_closesocket */
+  c->in_lane--;
+  sh->multi = NULL;
+  /* Nothing of ours may point at it any more: an entry left is a
+   * descriptor curl closed without telling us (on_opensocket deals with it
+   * when the number comes back). */
+  for (size_t fd = 0; fd < c->cu.nsocks; fd++) {
+    px_sock_t *s = c->cu.socks[fd];
+    if (s && s->sh == sh) {
+      if (s->counted) sh->nconn--;
+      s->counted = false;
+      s->sh = c->cu.shards[0];
+    }
+  }
+  uv_close((uv_handle_t *)&sh->timer, on_shard_timer_closed);
+}
+
 static int curl_run(px_xfer_t *x) {
   px_uclient_t *c = x->c;
+  px_cshard_t *sh = shard_pick(c, x->u.cu.h2);
+  curl_easy_setopt(x->u.cu.easy, CURLOPT_OPENSOCKETDATA, (void *)sh);
   c->in_lane++;
-  CURLMcode rc = curl_multi_add_handle(c->cu.multi, x->u.cu.easy);
+  CURLMcode rc = curl_multi_add_handle(sh->multi, x->u.cu.easy);
   c->in_lane--;
   if (rc != CURLM_OK) return -1;
   x->u.cu.in_multi = true;
+  x->u.cu.sh = sh;
+  sh->nrun++;
   return 0;
 }
 
@@ -529,6 +649,7 @@ static void curl_resume(px_xfer_t *x) {
   CURLcode rc = curl_easy_pause(x->u.cu.easy, CURLPAUSE_CONT);
   c->in_lane--;
   /* curl may need a socket_action to read what waits in the socket. */
+  x->u.cu.sh->nudge = true;
   c->cu.nudge = true;
   px_up_defer(c);
   if (rc != CURLE_OK && px_up_live(x))
@@ -537,9 +658,20 @@ static void curl_resume(px_xfer_t *x) {
 }
 
 void px_curl_nudge(px_uclient_t *c) {
-  if (!c->cu.nudge || !c->cu.multi) return;
+  if (!c->cu.nudge) return;
   c->cu.nudge = false;
-  drive(c, CURL_SOCKET_TIMEOUT, 0);
+  /* from the start after each drive: what it finishes may add or retire
+   * shards */
+  for (size_t i = 0; i < c->cu.nshards && !c->closing;) {
+    px_cshard_t *sh = c->cu.shards[i];
+    if (!sh->nudge) {
+      i++;
+      continue;
+    }
+    sh->nudge = false;
+    drive(sh, CURL_SOCKET_TIMEOUT, 0);
+    i = 0;
+  }
 }
 
 static void curl_release(px_xfer_t *x) {
@@ -550,9 +682,12 @@ static void curl_release(px_xfer_t *x) {
   if (x->u.cu.in_multi) {
     /* Unfinished transfers get their connection closed by curl. */
     c->in_lane++;
-    clean = curl_multi_remove_handle(c->cu.multi, e) == CURLM_OK;
+    clean = curl_multi_remove_handle(x->u.cu.sh->multi, e) == CURLM_OK;
     c->in_lane--;
     x->u.cu.in_multi = false;
+    if (--x->u.cu.sh->nrun == 0 && x->u.cu.sh != c->cu.shards[0] && !c->closing &&
+        !c->in_lane)
+      shard_retire(c, x->u.cu.sh);
   }
   if (x->u.cu.hdrs && x->u.cu.hdrs != x->u.cu.hl) free(x->u.cu.hdrs);
   x->u.cu.hdrs = NULL;
@@ -591,20 +726,11 @@ const px_lane_t px_lane_curl = {
 
 /* ---- client ---- */
 
-static void on_curl_timer_closed(uv_handle_t *h) {
-  px_up_handle_closed(h->data);
-}
-
 int px_curl_client_init(px_uclient_t *c) {
-  if (!(c->cu.multi = curl_multi_init())) return -1;
-  curl_multi_setopt(c->cu.multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
-  curl_multi_setopt(c->cu.multi, CURLMOPT_SOCKETDATA, (void *)c);
-  curl_multi_setopt(c->cu.multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
-  curl_multi_setopt(c->cu.multi, CURLMOPT_TIMERDATA, (void *)c);
-  uv_timer_init(c->loop, &c->cu.timer);
-  c->cu.timer.data = c;
-  c->nhandles++;
-  return 0;
+  if (shard_new(c)) return 0;
+  free(c->cu.shards);
+  c->cu.shards = NULL;
+  return -1;
 }
 
 void px_curl_client_close(px_uclient_t *c) {
@@ -613,13 +739,19 @@ void px_curl_client_close(px_uclient_t *c) {
   for (px_link_t *l = c->pools.next; l != &c->pools; l = l->next)
     pool_flush_easy(PX_CONTAINER(l, px_pool_t, link));
   c->in_lane++;
-  curl_multi_cleanup(c->cu.multi);
+  for (size_t i = 0; i < c->cu.nshards; i++) {
+    curl_multi_cleanup(c->cu.shards[i]->multi);
+    c->cu.shards[i]->multi = NULL;
+  }
   c->in_lane--;
-  c->cu.multi = NULL;
   for (size_t i = 0; i < c->cu.nsocks; i++)
     if (c->cu.socks[i] && !c->cu.socks[i]->dropped) sock_drop(c, c->cu.socks[i]);
   free(c->cu.socks);
   c->cu.socks = NULL;
   c->cu.nsocks = 0;
-  uv_close((uv_handle_t *)&c->cu.timer, on_curl_timer_closed);
+  for (size_t i = 0; i < c->cu.nshards; i++)
+    uv_close((uv_handle_t *)&c->cu.shards[i]->timer, on_shard_timer_closed);
+  free(c->cu.shards);
+  c->cu.shards = NULL;
+  c->cu.nshards = 0;
 }

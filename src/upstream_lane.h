@@ -72,6 +72,24 @@ typedef struct px_curl_url {
 #define PX_POOL_URLS 4
 #define PX_POOL_FREE_EASY 64
 
+/** Most HTTP/1.1 transfers one curl multi handle runs at once. curl 7.88
+ *  looks for a reusable connection by walking every connection to the same
+ *  host and port, busy ones included, at each transfer's start; beyond this
+ *  many, the lane opens another multi handle (a shard) so that walk stays
+ *  short (8,000 streams in one multi stalled most of them). */
+#define PX_CURL_SHARD_XFERS 256
+
+/** One curl multi handle: its own connection cache, socket hash and timer. */
+typedef struct px_cshard {
+  px_uclient_t *c;
+  CURLM *multi;
+  uv_timer_t timer; /* curl's timeout for this multi */
+  unsigned nrun;    /* transfers added to it */
+  unsigned nconn;   /* its connections' sockets now open */
+  long maxconnects;
+  bool nudge; /* a resumed transfer: socket_action due */
+} px_cshard_t;
+
 /** One connection limit group (an upstream): FIFO queue, slot count, and the
  *  curl lane's per-upstream state (idle easy handles carrying this pool's
  *  options, parsed URLs). */
@@ -130,8 +148,10 @@ struct px_xfer {
   union {
     struct { /* curl lane; zeroed by prepare up to hl */
       CURL *easy;
-      unsigned gen; /* pool->sig_gen its options match */
+      px_cshard_t *sh; /* the multi it runs in */
+      unsigned gen;    /* pool->sig_gen its options match */
       bool in_multi;
+      bool h2;                 /* may multiplex: always the first shard */
       bool in_block;           /* inside a header block (status line seen) */
       struct curl_slist *hdrs; /* hl or a heap array */
       struct curl_slist hl[PX_CURL_INLINE_HDRS];
@@ -180,12 +200,12 @@ struct px_uclient {
   bool closed;  /* finish_close ran */
   void (*close_cb)(void *arg);
   void *close_arg;
-  struct { /* curl lane (created on first use) */
-    CURLM *multi;
-    uv_timer_t timer; /* curl's timeout */
-    bool nudge;
-    long maxconnects;
-    struct px_sock **socks; /* by descriptor */
+  struct {                /* curl lane */
+    px_cshard_t **shards; /* [0] made with the client, more under load */
+    size_t nshards;
+    bool nudge;             /* some shard's nudge is set */
+    long maxconnects;       /* the sum of the pools' limits, 0: none */
+    struct px_sock **socks; /* by descriptor, every shard's */
     size_t nsocks;
   } cu;
   struct {          /* built-in lane */
