@@ -5,7 +5,8 @@
  * names an upstream model, bit 5 sets a route max_tokens; the rest is a
  * body, used both as a client request and as an upstream answer. Wherever
  * the fast path takes a body, the jansson path must succeed too, with a
- * JSON-equal body (json_equal of both parses) and the same lossy list;
+ * JSON-equal body (json_equal of both parses) and the same lossy list,
+ * and the usage it hands over must be what px_usage_from_body reads;
  * else the target aborts. */
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "proxai/fastir.h"
+#include "proxai/passthru.h"
 #include "proxai/proto.h"
 
 static void diff_fail(const char *what, const px_tr_ctx_t *c, const char *body, size_t len,
@@ -69,7 +71,16 @@ static void response(const px_tr_ctx_t *c, const char *body, size_t len) {
   px_lossy_t lf, ls;
   px_lossy_init(&lf);
   px_lossy_init(&ls);
-  if (px_translate_response_fast(c, body, len, &fb, &lf) == 0) {
+  px_usage_t uf = {-1, -1, -1, -1, -1}, us = uf;
+  if (px_translate_response_fast(c, body, len, &fb, &lf, &uf) == 0) {
+    /* the usage handed over is what the scan of the body finds */
+    px_usage_from_body(c->out, body, len, &us);
+    if (uf.input_tokens != us.input_tokens || uf.output_tokens != us.output_tokens) {
+      fprintf(stderr, "usage differs: fast %lld/%lld, scan %lld/%lld\nbody: %.*s\n",
+              (long long)uf.input_tokens, (long long)uf.output_tokens,
+              (long long)us.input_tokens, (long long)us.output_tokens, (int)len, body);
+      abort();
+    }
     json_t *ub = json_loadb(body, len, 0, NULL), *cb = NULL;
     px_tr_err_t err;
     memset(&err, 0, sizeof(err));

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "proxai/fastir.h"
+#include "proxai/passthru.h"
 
 static int enabled = 1;
 static unsigned long taken_req, taken_resp;
@@ -62,15 +63,17 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
 }
 
 int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                               px_buf_t *out, px_lossy_t *lossy) {
+                               px_buf_t *out, px_lossy_t *lossy, px_usage_t *usage) {
   if (!enabled || ctx->in == ctx->out) return PX_FAST_DECLINE;
   const px_fast_ops_t *up = fast_of(ctx->out), *cl = fast_of(ctx->in);
   if (up == NULL || cl == NULL || up->decode_response == NULL || cl->encode_response == NULL)
     return PX_FAST_DECLINE;
-  /* an upstream body is not checked yet: the scanner proves it is one
-   * object jansson reads the same way, or the jansson path judges it */
+  /* an upstream body is not checked yet: the decoder's checked reads or
+   * the scanner prove it is one object jansson reads the same way, or the
+   * jansson path judges it */
   px_json_req_t scan;
-  if (body == NULL || px_json_request(body, len, &scan) < 0) return PX_FAST_DECLINE;
+  if (body == NULL || (!up->response_checked && px_json_request(body, len, &scan) < 0))
+    return PX_FAST_DECLINE;
   px_arena_t a;
   px_arena_init(&a);
   px_fresp_t ir;
@@ -88,6 +91,12 @@ int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t 
     return PX_FAST_DECLINE;
   }
   px_lossy_merge(lossy, &l);
+  if (usage != NULL && !ir.usage_known) {
+    px_usage_from_body(ctx->out, body, len, usage);
+  } else if (usage != NULL) { /* what that scan would find: no second walk */
+    if (ir.usage_in >= 0) usage->input_tokens = ir.usage_in;
+    if (ir.usage_out >= 0) usage->output_tokens = ir.usage_out;
+  }
   taken_resp++;
   return 0;
 }

@@ -595,7 +595,7 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   else if (rc == 0) {
     if (!(ir->id.n >= 9 && memcmp(ir->id.p, "chatcmpl-", 9) == 0))
       rc = px_fb_lit(b, "chatcmpl-");
-    if (rc == 0 && ir->id.n) rc = px_buf_append(b, ir->id.p, ir->id.n);
+    if (rc == 0 && ir->id.n) rc = px_fb_put(b, ir->id.p, ir->id.n);
   }
   if (rc == 0) rc = px_fb_lit(b, "\",\"object\":\"chat.completion\",\"created\":");
   if (rc == 0) rc = px_fb_i64(b, ir->has_created ? ir->created : ctx->created);

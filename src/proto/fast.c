@@ -104,25 +104,39 @@ static void ws(px_fw_t *w) {
   }
 }
 
-/* at the opening quote: content span, cursor past the closing quote */
+/* at the opening quote: content span, cursor past the closing quote. The
+ * plain ASCII run inline (px_json_plain); from the first non-ASCII byte on
+ * the quotes and backslashes are looked up with memchr. */
 static int str(px_fw_t *w, px_fstr_t *s) {
+  const unsigned char *u = (const unsigned char *)w->p;
   size_t i = w->i + 1;
   int esc = 0;
   for (;;) {
+    i = px_json_plain(u, w->n, i);
+    if (i >= w->n) return -1;
+    if (u[i] == '"') goto done;
+    if (u[i] != '\\') break; /* non-ASCII (the body has no raw controls) */
+    esc = 1;
+    i += 2;
+  }
+  for (;;) {
+    if (i > w->n) return -1;
     const char *q = memchr(w->p + i, '"', w->n - i);
-    const char *bs = memchr(w->p + i, '\\', (q ? (size_t)(q - w->p) : w->n) - i);
     if (q == NULL) return -1;
+    const char *bs = memchr(w->p + i, '\\', (size_t)(q - w->p) - i);
     if (bs == NULL) {
-      s->p = w->p + w->i + 1;
-      s->n = (size_t)(q - s->p);
-      s->esc = esc;
-      w->i = (size_t)(q - w->p) + 1;
-      return 0;
+      i = (size_t)(q - w->p);
+      goto done;
     }
     esc = 1;
     i = (size_t)(bs - w->p) + 2;
-    if (i > w->n) return -1;
   }
+done:
+  s->p = w->p + w->i + 1;
+  s->n = (size_t)(w->p + i - s->p);
+  s->esc = esc;
+  w->i = i + 1;
+  return 0;
 }
 
 int px_fw_open(px_fw_t *w, char c) {
@@ -230,6 +244,149 @@ int px_fw_value(px_fw_t *w, px_fv_t *v) {
   return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Checked reads: a body nothing has validated yet, read by jansson's rules
+ * in the same pass (json.h's string and number rules, exact literals, the
+ * grammar; nesting at most PX_JSON_MAX_DEPTH below the value read).       */
+
+static int fc_str(px_fw_t *w, px_fstr_t *s) {
+  size_t e;
+  int esc;
+  if (px_json_string((const unsigned char *)w->p, w->n, w->i + 1, &e, &esc) < 0) return -1;
+  s->p = w->p + w->i + 1;
+  s->n = e - (w->i + 1);
+  s->esc = esc;
+  w->i = e + 1;
+  return 0;
+}
+
+/* a string, literal or number at the cursor (not blank) */
+static int fc_scalar(px_fw_t *w, px_fstr_t *s) {
+  const char *lit;
+  size_t l;
+  switch (w->p[w->i]) {
+    case '"': return fc_str(w, s);
+    case 't': lit = "true", l = 4; break;
+    case 'f': lit = "false", l = 5; break;
+    case 'n': lit = "null", l = 4; break;
+    default:
+      if (w->p[w->i] != '-' && (w->p[w->i] < '0' || w->p[w->i] > '9')) return -1;
+      return px_json_number(w->p, w->n, &w->i);
+  }
+  if (w->n - w->i < l || memcmp(w->p + w->i, lit, l) != 0) return -1;
+  w->i += l;
+  return 0;
+}
+
+/* the container at the cursor, checked and skipped */
+static int fc_container(px_fw_t *w) {
+  unsigned char obj[PX_JSON_MAX_DEPTH]; /* per level: an object */
+  int d = 0;
+  px_fstr_t s;
+open:
+  if (d >= PX_JSON_MAX_DEPTH) return -1;
+  obj[d++] = w->p[w->i] == '{';
+  w->i++;
+  ws(w);
+  if (w->i < w->n && w->p[w->i] == (obj[d - 1] ? '}' : ']')) {
+    w->i++;
+    goto closed;
+  }
+  if (!obj[d - 1]) goto value;
+key:
+  if (w->i >= w->n || w->p[w->i] != '"' || fc_str(w, &s) < 0) return -1;
+  ws(w);
+  if (w->i >= w->n || w->p[w->i] != ':') return -1;
+  w->i++;
+  ws(w);
+value:
+  if (w->i >= w->n) return -1;
+  if (w->p[w->i] == '{' || w->p[w->i] == '[') goto open;
+  if (fc_scalar(w, &s) < 0) return -1;
+after:
+  ws(w);
+  if (w->i >= w->n) return -1;
+  if (w->p[w->i] == ',') {
+    w->i++;
+    ws(w);
+    if (obj[d - 1]) goto key;
+    goto value;
+  }
+  if (w->p[w->i] != (obj[d - 1] ? '}' : ']')) return -1;
+  w->i++;
+closed:
+  if (--d == 0) return 0;
+  goto after;
+}
+
+int px_fc_value(px_fw_t *w, px_fv_t *v) {
+  ws(w);
+  if (w->i >= w->n) return -1;
+  size_t s = w->i;
+  v->kind = px_fw_peek(w);
+  v->s.p = NULL;
+  if (v->kind == PX_FV_OBJ || v->kind == PX_FV_ARR) {
+    if (fc_container(w) < 0) return -1;
+  } else if (fc_scalar(w, &v->s) < 0) {
+    return -1;
+  }
+  v->raw.ptr = w->p + s;
+  v->raw.len = w->i - s;
+  return 0;
+}
+
+/* to the next member / element: *first set right after the opening byte */
+static int fc_step(px_fw_t *w, char close, int *first) {
+  ws(w);
+  if (w->i >= w->n) return -1;
+  if (w->p[w->i] == close) {
+    w->i++;
+    return 0;
+  }
+  if (*first) {
+    *first = 0;
+  } else {
+    if (w->p[w->i] != ',') return -1;
+    w->i++;
+    ws(w);
+    if (w->i >= w->n) return -1;
+  }
+  return 1;
+}
+
+int px_fc_member(px_fw_t *w, px_fstr_t *key, int *first) {
+  int r = fc_step(w, '}', first);
+  if (r <= 0) return r;
+  if (w->p[w->i] != '"' || fc_str(w, key) < 0) return -1;
+  ws(w);
+  if (w->i >= w->n || w->p[w->i] != ':') return -1;
+  w->i++;
+  ws(w);
+  return w->i < w->n ? 1 : -1;
+}
+
+int px_fc_elem(px_fw_t *w, int *first) { return fc_step(w, ']', first); }
+
+int px_fc_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f, unsigned *seen) {
+  px_fstr_t k;
+  int r, first = 1;
+  if (px_fw_open(w, '{') < 0) return PX_FAST_DECLINE;
+  while ((r = px_fc_member(w, &k, &first)) == 1) {
+    px_fv_t v;
+    if (k.esc || px_fc_value(w, &v) < 0) return PX_FAST_DECLINE;
+    int ki = px_fw_key_of(k, names, n);
+    if (ki < 0) continue;
+    if (px_fw_seen_twice(seen, ki)) return PX_FAST_DECLINE;
+    f[ki] = v;
+  }
+  return r < 0 ? PX_FAST_DECLINE : 0;
+}
+
+int px_fc_end(px_fw_t *w) {
+  ws(w);
+  return w->i == w->n ? 0 : -1;
+}
+
 int px_fw_uint(px_str_t raw, int64_t *v) {
   if (raw.len == 0 || raw.len > 18) return -1;
   int64_t x = 0;
@@ -284,13 +441,21 @@ int px_fs_blank_value(px_fstr_t s) {
 /* Writers                                                                   */
 
 int px_fb_str(px_buf_t *b, px_fstr_t s) {
+  if (s.n + 2 <= b->size - b->len) { /* the hub reserved room: no call */
+    char *o = b->data + b->len;
+    o[0] = '"';
+    if (s.n) memcpy(o + 1, s.p, s.n);
+    o[s.n + 1] = '"';
+    b->len += s.n + 2;
+    return 0;
+  }
   int rc = px_buf_append(b, "\"", 1);
   if (rc == 0 && s.n) rc = px_buf_append(b, s.p, s.n);
   if (rc == 0) rc = px_buf_append(b, "\"", 1);
   return rc;
 }
 
-int px_fb_raw(px_buf_t *b, px_str_t r) { return px_buf_append(b, r.ptr, r.len); }
+int px_fb_raw(px_buf_t *b, px_str_t r) { return px_fb_put(b, r.ptr, r.len); }
 
 int px_fb_key(px_buf_t *b, int *first, const char *key) {
   int rc = 0;
@@ -317,7 +482,7 @@ int px_fb_opt_str(px_buf_t *b, const char *key_lit, px_fstr_t s) {
 int px_fb_texts(px_buf_t *b, const px_fpart_t *parts) {
   int rc = 0;
   for (const px_fpart_t *p = parts; p && rc == 0; p = p->next)
-    if (p->type == PX_FP_TEXT && p->text.n) rc = px_buf_append(b, p->text.p, p->text.n);
+    if (p->type == PX_FP_TEXT && p->text.n) rc = px_fb_put(b, p->text.p, p->text.n);
   return rc;
 }
 
@@ -380,9 +545,15 @@ int px_fast_dump_value(px_arena_t *a, px_str_t raw, px_fstr_t *out) {
 
 int px_fw_key_of(px_fstr_t k, const char *const *names, int n) {
   if (k.esc || k.n == 0) return -1;
-  for (int i = 0; i < n; i++)
-    if (names[i][0] == k.p[0] && strncmp(names[i], k.p, k.n) == 0 && names[i][k.n] == 0)
-      return i;
+  /* no call per name: most differ at their first byte; a key has no NUL
+   * (JSON strings cannot hold one raw), so a shorter name stops the loop */
+  for (int i = 0; i < n; i++) {
+    const char *nm = names[i];
+    if (nm[0] != k.p[0]) continue;
+    size_t j = 1;
+    while (j < k.n && nm[j] == k.p[j]) j++;
+    if (j == k.n && nm[j] == 0) return i;
+  }
   return -1;
 }
 
@@ -421,8 +592,14 @@ int px_fast_openai_usage(const px_fv_t *u, const char *const keys[4], px_fresp_t
   px_fv_t f[4];
   unsigned seen = 0;
   if (px_fv_fields(u, keys, 4, f, &seen) != 0) return PX_FAST_DECLINE;
+  return px_fast_openai_usage_of(f, seen, ir);
+}
+
+int px_fast_openai_usage_of(const px_fv_t f[4], unsigned seen, px_fresp_t *ir) {
   px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
   ir->has_usage = 1;
+  ir->usage_known = px_fast_usage_count((seen & 1) ? &f[0] : NULL, &ir->usage_in) &&
+                    px_fast_usage_count((seen & 2) ? &f[1] : NULL, &ir->usage_out);
   if (px_fw_jint((seen & 1) ? &f[0] : &none, 0, &ir->in) != 0 ||
       px_fw_jint((seen & 2) ? &f[1] : &none, 0, &ir->out) != 0 ||
       px_fw_detail((seen & 4) ? &f[2] : &none, "cached_tokens", &ir->cache_read) != 0 ||
@@ -430,6 +607,14 @@ int px_fast_openai_usage(const px_fv_t *u, const char *const keys[4], px_fresp_t
     return PX_FAST_DECLINE;
   ir->cache_creation = -1;
   return 0;
+}
+
+int px_fast_usage_count(const px_fv_t *v, int64_t *out) {
+  *out = -1;
+  if (v == NULL) return 1;
+  /* px_usage_scan reads the leading digits of the token */
+  if (v->kind != PX_FV_NUM || !px_fw_is_int(v->raw) || px_fw_uint(v->raw, out) < 0) return 0;
+  return 1;
 }
 
 int px_fast_created(const px_fv_t *v, px_fresp_t *ir) {
@@ -481,5 +666,5 @@ int px_fb_i64(px_buf_t *b, int64_t v) {
   } while (u);
   if (v < 0) tmp[n++] = '-';
   for (int i = 0; i < n; i++) out[i] = tmp[n - 1 - i];
-  return px_buf_append(b, out, (size_t)n);
+  return px_fb_put(b, out, (size_t)n);
 }

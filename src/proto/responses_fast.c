@@ -334,7 +334,7 @@ static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
     for (const px_fpart_t *p = ir->system; p && rc == 0; p = p->next) {
       if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
       if (p != ir->system) rc = px_fb_lit(b, "\\n\\n");
-      if (rc == 0 && p->text.n) rc = px_buf_append(b, p->text.p, p->text.n);
+      if (rc == 0 && p->text.n) rc = px_fb_put(b, p->text.p, p->text.n);
     }
     if (rc == 0) rc = px_fb_lit(b, "\"");
   }
@@ -423,16 +423,16 @@ static int decode_message_item(const px_fv_t *c, px_fresp_t *ir, px_arena_t *a) 
   return r < 0 ? DECLINE : 0;
 }
 
-static int decode_output(const px_fv_t *o, px_fresp_t *ir, px_arena_t *a, int *has_tool) {
-  px_fw_t w = {o->raw.ptr, o->raw.len, 0};
-  int r;
-  if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
+/* the output array at the cursor, checked as it is read */
+static int decode_output(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, int *has_tool) {
+  int r, first = 1;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fc_elem(w, &first)) == 1) {
     static const char *const keys[] = {"type", "content", "call_id", "name", "arguments",
                                        "namespace"};
     px_fv_t f[6];
     unsigned seen = 0;
-    if (px_fw_fields(&w, keys, 6, f, &seen) != 0) return DECLINE;
+    if (px_fc_fields(w, keys, 6, f, &seen) != 0) return DECLINE;
     if (!HAS(0) || f[0].kind != PX_FV_STR) continue;
     if (px_fs_is(f[0].s, "message")) {
       if (HAS(1) && decode_message_item(&f[1], ir, a) != 0) return DECLINE;
@@ -453,36 +453,62 @@ static int decode_output(const px_fv_t *o, px_fresp_t *ir, px_arena_t *a, int *h
   return r < 0 ? DECLINE : 0;
 }
 
+/* The body is read once and checked as it is read (px_fc_*: the hub scans
+ * nothing before): output and usage are decoded where they stand, every
+ * other member is checked and skipped. */
+enum { R_ID, R_MODEL, R_CREATED, R_STATUS, R_OUTPUT, R_USAGE, R_INCOMPLETE };
+static const char *const resp_keys[] = {"id",     "model", "created_at", "status",
+                                        "output", "usage", "incomplete_details"};
+
 static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                      px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy) {
   (void)ctx;
   (void)lossy;
-  static const char *const keys[] = {"id",     "model", "created_at", "status",
-                                     "output", "usage", "incomplete_details"};
-  px_fv_t f[7];
+  px_fv_t f[NKEYS(resp_keys)];
   px_fw_t w = {body, len, 0};
+  px_fstr_t k;
   unsigned seen = 0;
-  if (px_fw_fields(&w, keys, 7, f, &seen) != 0 || !HAS(4) || f[4].kind != PX_FV_ARR)
-    return DECLINE;
+  int r, first = 1, has_tool = 0;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fc_member(&w, &k, &first)) == 1) {
+    int ki = px_fw_key_of(k, resp_keys, NKEYS(resp_keys));
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+    if (ki == R_OUTPUT) {
+      if (px_fw_peek(&w) != PX_FV_ARR || decode_output(&w, ir, a, &has_tool) != 0)
+        return DECLINE;
+    } else if (ki == R_USAGE && px_fw_peek(&w) == PX_FV_OBJ) {
+      static const char *const ukeys[] = {"input_tokens", "output_tokens",
+                                          "input_tokens_details", "output_tokens_details"};
+      px_fv_t u[4];
+      unsigned us = 0;
+      if (px_fc_fields(&w, ukeys, 4, u, &us) != 0 ||
+          px_fast_openai_usage_of(u, us, ir) != 0)
+        return DECLINE;
+    } else {
+      px_fv_t v;
+      if (px_fc_value(&w, &v) < 0) return DECLINE;
+      if (ki >= 0) f[ki] = v;
+    }
+  }
+  if (r < 0 || px_fc_end(&w) < 0 || !HAS(R_OUTPUT)) return DECLINE;
+  if (!HAS(R_USAGE)) ir->usage_known = 1, ir->usage_in = ir->usage_out = -1;
   /* finished answers only: completed, or incomplete with a reason */
   int incomplete = 0;
-  if (HAS(3) && f[3].kind == PX_FV_STR) {
-    if (px_fs_is(f[3].s, "incomplete")) incomplete = 1;
-    else if (!px_fs_is(f[3].s, "completed")) return DECLINE;
+  if (HAS(R_STATUS) && f[R_STATUS].kind == PX_FV_STR) {
+    if (px_fs_is(f[R_STATUS].s, "incomplete")) incomplete = 1;
+    else if (!px_fs_is(f[R_STATUS].s, "completed")) return DECLINE;
   }
-  ir->id = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){"", 0, 0};
-  if (HAS(1) && f[1].kind == PX_FV_STR) ir->model = f[1].s;
-  if (px_fast_created(HAS(2) ? &f[2] : NULL, ir) != 0) return DECLINE;
-  int has_tool = 0;
-  if (decode_output(&f[4], ir, a, &has_tool) != 0) return DECLINE;
+  ir->id = HAS(R_ID) && f[R_ID].kind == PX_FV_STR ? f[R_ID].s : (px_fstr_t){"", 0, 0};
+  if (HAS(R_MODEL) && f[R_MODEL].kind == PX_FV_STR) ir->model = f[R_MODEL].s;
+  if (px_fast_created(HAS(R_CREATED) ? &f[R_CREATED] : NULL, ir) != 0) return DECLINE;
   if (incomplete) {
     /* the reason decides content_filter / max_tokens */
     static const char *const dkeys[] = {"reason"};
     px_fstr_t reason = {0};
     px_fv_t g[1];
     unsigned ds = 0;
-    if (HAS(6) && f[6].kind == PX_FV_OBJ) {
-      if (px_fv_fields(&f[6], dkeys, 1, g, &ds) != 0) return DECLINE;
+    if (HAS(R_INCOMPLETE) && f[R_INCOMPLETE].kind == PX_FV_OBJ) {
+      if (px_fv_fields(&f[R_INCOMPLETE], dkeys, 1, g, &ds) != 0) return DECLINE;
       if (ds && g[0].kind == PX_FV_STR) reason = g[0].s;
       if (reason.esc) return DECLINE;
     }
@@ -490,11 +516,6 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
                                                   : PX_STOP_MAX_TOKENS;
   } else {
     ir->stop = has_tool ? PX_STOP_TOOL_USE : PX_STOP_END_TURN;
-  }
-  if (HAS(5) && f[5].kind == PX_FV_OBJ) {
-    static const char *const ukeys[] = {"input_tokens", "output_tokens",
-                                        "input_tokens_details", "output_tokens_details"};
-    if (px_fast_openai_usage(&f[5], ukeys, ir) != 0) return DECLINE;
   }
   return 0;
 }
@@ -507,7 +528,7 @@ static int put_prefixed(px_buf_t *b, const char *prefix, px_fstr_t id) {
   size_t pl = strlen(prefix);
   int rc = 0;
   if (!(id.n >= pl && memcmp(id.p, prefix, pl) == 0)) rc = px_fb_lit(b, prefix);
-  if (rc == 0 && id.n) rc = px_buf_append(b, id.p, id.n);
+  if (rc == 0 && id.n) rc = px_fb_put(b, id.p, id.n);
   return rc;
 }
 
@@ -582,7 +603,7 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
       rc = put_prefixed(b, "fc_", p->id);
     } else if (rc == 0) {
       rc = px_fb_lit(b, "fc_");
-      if (rc == 0) rc = px_buf_append(b, base.p, base.n);
+      if (rc == 0) rc = px_fb_put(b, base.p, base.n);
       if (rc == 0) rc = px_fb_lit(b, "_");
       if (rc == 0) rc = px_fb_i64(b, oi);
     }
@@ -627,4 +648,5 @@ const px_fast_ops_t px_responses_fast = {
     .encode_request = resp_fast_encode_request,
     .decode_response = resp_fast_decode_response,
     .encode_response = resp_fast_encode_response,
+    .response_checked = 1,
 };
