@@ -240,9 +240,9 @@ int px_fw_detail(const px_fv_t *v, const char *key, int64_t *out);
  *  and output counts and their details objects (cached_tokens,
  *  reasoning_tokens), in that order. 0 or decline. */
 int px_fast_openai_usage(const px_fv_t *u, const char *const keys[4], px_fresp_t *ir);
-/** px_fast_openai_usage over the four members already read (f, seen as
- *  px_fw_fields / px_fc_fields leave them). */
-int px_fast_openai_usage_of(const px_fv_t f[4], unsigned seen, px_fresp_t *ir);
+/** px_fast_openai_usage over the object at the cursor, with checked reads
+ *  (px_fc_*) and its details objects read where they stand: one pass. */
+int px_fc_openai_usage(px_fw_t *w, const char *const keys[4], px_fresp_t *ir);
 /** A response's creation time (Chat created, Responses created_at; v NULL:
  *  absent): an integer sets ir->created; other values are ignored, as
  *  px_jint would; one this walker cannot read declines. */

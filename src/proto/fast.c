@@ -249,7 +249,14 @@ int px_fw_value(px_fw_t *w, px_fv_t *v) {
  * in the same pass (json.h's string and number rules, exact literals, the
  * grammar; nesting at most PX_JSON_MAX_DEPTH below the value read).       */
 
-static int fc_str(px_fw_t *w, px_fstr_t *s) {
+/* the hot reads inline: most members are a short key and a short value */
+#define FC_INLINE static inline __attribute__((always_inline))
+
+FC_INLINE void fc_ws(px_fw_t *w) {
+  w->i = px_json_ws((const unsigned char *)w->p, w->n, w->i);
+}
+
+FC_INLINE int fc_str(px_fw_t *w, px_fstr_t *s) {
   size_t e;
   int esc;
   if (px_json_string((const unsigned char *)w->p, w->n, w->i + 1, &e, &esc) < 0) return -1;
@@ -260,12 +267,11 @@ static int fc_str(px_fw_t *w, px_fstr_t *s) {
   return 0;
 }
 
-/* a string, literal or number at the cursor (not blank) */
-static int fc_scalar(px_fw_t *w, px_fstr_t *s) {
+/* a literal or number at the cursor (not blank) */
+FC_INLINE int fc_atom(px_fw_t *w) {
   const char *lit;
   size_t l;
   switch (w->p[w->i]) {
-    case '"': return fc_str(w, s);
     case 't': lit = "true", l = 4; break;
     case 'f': lit = "false", l = 5; break;
     case 'n': lit = "null", l = 4; break;
@@ -287,7 +293,7 @@ open:
   if (d >= PX_JSON_MAX_DEPTH) return -1;
   obj[d++] = w->p[w->i] == '{';
   w->i++;
-  ws(w);
+  fc_ws(w);
   if (w->i < w->n && w->p[w->i] == (obj[d - 1] ? '}' : ']')) {
     w->i++;
     goto closed;
@@ -295,20 +301,20 @@ open:
   if (!obj[d - 1]) goto value;
 key:
   if (w->i >= w->n || w->p[w->i] != '"' || fc_str(w, &s) < 0) return -1;
-  ws(w);
+  fc_ws(w);
   if (w->i >= w->n || w->p[w->i] != ':') return -1;
   w->i++;
-  ws(w);
+  fc_ws(w);
 value:
   if (w->i >= w->n) return -1;
   if (w->p[w->i] == '{' || w->p[w->i] == '[') goto open;
-  if (fc_scalar(w, &s) < 0) return -1;
+  if ((w->p[w->i] == '"' ? fc_str(w, &s) : fc_atom(w)) < 0) return -1;
 after:
-  ws(w);
+  fc_ws(w);
   if (w->i >= w->n) return -1;
   if (w->p[w->i] == ',') {
     w->i++;
-    ws(w);
+    fc_ws(w);
     if (obj[d - 1]) goto key;
     goto value;
   }
@@ -319,25 +325,39 @@ closed:
   goto after;
 }
 
-int px_fc_value(px_fw_t *w, px_fv_t *v) {
-  ws(w);
+FC_INLINE int fc_value(px_fw_t *w, px_fv_t *v) {
+  fc_ws(w);
   if (w->i >= w->n) return -1;
   size_t s = w->i;
-  v->kind = px_fw_peek(w);
+  int rc;
   v->s.p = NULL;
-  if (v->kind == PX_FV_OBJ || v->kind == PX_FV_ARR) {
-    if (fc_container(w) < 0) return -1;
-  } else if (fc_scalar(w, &v->s) < 0) {
-    return -1;
+  switch (w->p[s]) {
+    case '"':
+      v->kind = PX_FV_STR;
+      rc = fc_str(w, &v->s);
+      break;
+    case '{':
+    case '[':
+      v->kind = w->p[s] == '{' ? PX_FV_OBJ : PX_FV_ARR;
+      rc = fc_container(w);
+      break;
+    default:
+      v->kind = w->p[s] == 't'   ? PX_FV_TRUE
+                : w->p[s] == 'f' ? PX_FV_FALSE
+                : w->p[s] == 'n' ? PX_FV_NULL
+                                 : PX_FV_NUM;
+      rc = fc_atom(w);
   }
   v->raw.ptr = w->p + s;
   v->raw.len = w->i - s;
-  return 0;
+  return rc;
 }
 
+int px_fc_value(px_fw_t *w, px_fv_t *v) { return fc_value(w, v); }
+
 /* to the next member / element: *first set right after the opening byte */
-static int fc_step(px_fw_t *w, char close, int *first) {
-  ws(w);
+FC_INLINE int fc_step(px_fw_t *w, char close, int *first) {
+  fc_ws(w);
   if (w->i >= w->n) return -1;
   if (w->p[w->i] == close) {
     w->i++;
@@ -348,22 +368,24 @@ static int fc_step(px_fw_t *w, char close, int *first) {
   } else {
     if (w->p[w->i] != ',') return -1;
     w->i++;
-    ws(w);
+    fc_ws(w);
     if (w->i >= w->n) return -1;
   }
   return 1;
 }
 
-int px_fc_member(px_fw_t *w, px_fstr_t *key, int *first) {
+FC_INLINE int fc_member(px_fw_t *w, px_fstr_t *key, int *first) {
   int r = fc_step(w, '}', first);
   if (r <= 0) return r;
   if (w->p[w->i] != '"' || fc_str(w, key) < 0) return -1;
-  ws(w);
+  fc_ws(w);
   if (w->i >= w->n || w->p[w->i] != ':') return -1;
   w->i++;
-  ws(w);
+  fc_ws(w);
   return w->i < w->n ? 1 : -1;
 }
+
+int px_fc_member(px_fw_t *w, px_fstr_t *key, int *first) { return fc_member(w, key, first); }
 
 int px_fc_elem(px_fw_t *w, int *first) { return fc_step(w, ']', first); }
 
@@ -371,9 +393,9 @@ int px_fc_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f, unsign
   px_fstr_t k;
   int r, first = 1;
   if (px_fw_open(w, '{') < 0) return PX_FAST_DECLINE;
-  while ((r = px_fc_member(w, &k, &first)) == 1) {
+  while ((r = fc_member(w, &k, &first)) == 1) {
     px_fv_t v;
-    if (k.esc || px_fc_value(w, &v) < 0) return PX_FAST_DECLINE;
+    if (k.esc || fc_value(w, &v) < 0) return PX_FAST_DECLINE;
     int ki = px_fw_key_of(k, names, n);
     if (ki < 0) continue;
     if (px_fw_seen_twice(seen, ki)) return PX_FAST_DECLINE;
@@ -383,7 +405,7 @@ int px_fc_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f, unsign
 }
 
 int px_fc_end(px_fw_t *w) {
-  ws(w);
+  fc_ws(w);
   return w->i == w->n ? 0 : -1;
 }
 
@@ -592,10 +614,6 @@ int px_fast_openai_usage(const px_fv_t *u, const char *const keys[4], px_fresp_t
   px_fv_t f[4];
   unsigned seen = 0;
   if (px_fv_fields(u, keys, 4, f, &seen) != 0) return PX_FAST_DECLINE;
-  return px_fast_openai_usage_of(f, seen, ir);
-}
-
-int px_fast_openai_usage_of(const px_fv_t f[4], unsigned seen, px_fresp_t *ir) {
   px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
   ir->has_usage = 1;
   ir->usage_known = px_fast_usage_count((seen & 1) ? &f[0] : NULL, &ir->usage_in) &&
@@ -605,6 +623,42 @@ int px_fast_openai_usage_of(const px_fv_t f[4], unsigned seen, px_fresp_t *ir) {
       px_fw_detail((seen & 4) ? &f[2] : &none, "cached_tokens", &ir->cache_read) != 0 ||
       px_fw_detail((seen & 8) ? &f[3] : &none, "reasoning_tokens", &ir->reasoning) != 0)
     return PX_FAST_DECLINE;
+  ir->cache_creation = -1;
+  return 0;
+}
+
+int px_fc_openai_usage(px_fw_t *w, const char *const keys[4], px_fresp_t *ir) {
+  static const char *const dkeys[2] = {"cached_tokens", "reasoning_tokens"};
+  px_fv_t f[4], none = {PX_FV_NULL, {0}, {NULL, 0}};
+  int64_t det[2] = {-1, -1}; /* as px_fw_detail reads them */
+  px_fstr_t k;
+  unsigned seen = 0;
+  int r, first = 1;
+  if (px_fw_open(w, '{') < 0) return PX_FAST_DECLINE;
+  while ((r = fc_member(w, &k, &first)) == 1) {
+    int ki = px_fw_key_of(k, keys, 4);
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return PX_FAST_DECLINE;
+    if (ki >= 2 && w->p[w->i] == '{') { /* a details object, read where it stands */
+      px_fv_t x;
+      unsigned ds = 0;
+      if (px_fc_fields(w, &dkeys[ki - 2], 1, &x, &ds) != 0 ||
+          (ds && px_fw_jint(&x, -1, &det[ki - 2]) != 0))
+        return PX_FAST_DECLINE;
+      continue;
+    }
+    px_fv_t v;
+    if (fc_value(w, &v) < 0) return PX_FAST_DECLINE;
+    if (ki >= 0) f[ki] = v;
+  }
+  if (r < 0) return PX_FAST_DECLINE;
+  ir->has_usage = 1;
+  ir->usage_known = px_fast_usage_count((seen & 1) ? &f[0] : NULL, &ir->usage_in) &&
+                    px_fast_usage_count((seen & 2) ? &f[1] : NULL, &ir->usage_out);
+  if (px_fw_jint((seen & 1) ? &f[0] : &none, 0, &ir->in) != 0 ||
+      px_fw_jint((seen & 2) ? &f[1] : &none, 0, &ir->out) != 0)
+    return PX_FAST_DECLINE;
+  ir->cache_read = det[0];
+  ir->reasoning = det[1];
   ir->cache_creation = -1;
   return 0;
 }

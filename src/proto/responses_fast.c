@@ -401,16 +401,15 @@ static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
 /* ======================================================================== */
 /* Response decode                                                           */
 
-static int decode_message_item(const px_fv_t *c, px_fresp_t *ir, px_arena_t *a) {
-  if (c->kind != PX_FV_ARR) return 0; /* no content list: nothing there */
-  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
-  int r;
-  if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
+/* a message item's content array at the cursor (checked reads) */
+static int decode_message_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
+  int r, first = 1;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fc_elem(w, &first)) == 1) {
     static const char *const keys[] = {"type", "text", "annotations", "logprobs"};
     px_fv_t f[4];
     unsigned seen = 0;
-    if (px_fw_fields(&w, keys, 4, f, &seen) != 0) return DECLINE;
+    if (px_fc_fields(w, keys, 4, f, &seen) != 0) return DECLINE;
     if (!HAS(0) || f[0].kind != PX_FV_STR) continue; /* no type: skipped there */
     if (!px_fs_is(f[0].s, "output_text")) return DECLINE; /* refusal, others */
     if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw)) return DECLINE;
@@ -423,27 +422,50 @@ static int decode_message_item(const px_fv_t *c, px_fresp_t *ir, px_arena_t *a) 
   return r < 0 ? DECLINE : 0;
 }
 
-/* the output array at the cursor, checked as it is read */
+/* the output array at the cursor, checked as it is read; a message's
+ * content is decoded where it stands when its type came first (as
+ * OpenAI writes it), else from its span after the item */
+enum { O_TYPE, O_CONTENT, O_CALL_ID, O_NAME, O_ARGS, O_NS };
+static const char *const out_keys[] = {"type", "content", "call_id", "name", "arguments",
+                                       "namespace"};
+
 static int decode_output(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, int *has_tool) {
   int r, first = 1;
   if (px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fc_elem(w, &first)) == 1) {
-    static const char *const keys[] = {"type", "content", "call_id", "name", "arguments",
-                                       "namespace"};
-    px_fv_t f[6];
+    px_fv_t f[NKEYS(out_keys)];
+    px_fstr_t k;
     unsigned seen = 0;
-    if (px_fc_fields(w, keys, 6, f, &seen) != 0) return DECLINE;
-    if (!HAS(0) || f[0].kind != PX_FV_STR) continue;
-    if (px_fs_is(f[0].s, "message")) {
-      if (HAS(1) && decode_message_item(&f[1], ir, a) != 0) return DECLINE;
-    } else if (px_fs_is(f[0].s, "function_call")) {
-      if (HAS(5) && f[5].kind == PX_FV_STR) return DECLINE; /* lossy there */
+    int ri, ifirst = 1, content_done = 0;
+    if (px_fw_open(w, '{') < 0) return DECLINE;
+    while ((ri = px_fc_member(w, &k, &ifirst)) == 1) {
+      int ki = px_fw_key_of(k, out_keys, NKEYS(out_keys));
+      if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+      if (ki == O_CONTENT && HAS(O_TYPE) && f[O_TYPE].kind == PX_FV_STR &&
+          px_fs_is(f[O_TYPE].s, "message") && w->p[w->i] == '[') {
+        if (decode_message_content(w, ir, a) != 0) return DECLINE;
+        content_done = 1;
+        continue;
+      }
+      px_fv_t v;
+      if (px_fc_value(w, &v) < 0) return DECLINE;
+      if (ki >= 0) f[ki] = v;
+    }
+    if (ri < 0) return DECLINE;
+    if (!HAS(O_TYPE) || f[O_TYPE].kind != PX_FV_STR) continue;
+    if (px_fs_is(f[O_TYPE].s, "message")) {
+      if (HAS(O_CONTENT) && !content_done && f[O_CONTENT].kind == PX_FV_ARR) {
+        px_fw_t cw = {f[O_CONTENT].raw.ptr, f[O_CONTENT].raw.len, 0};
+        if (decode_message_content(&cw, ir, a) != 0) return DECLINE;
+      }
+    } else if (px_fs_is(f[O_TYPE].s, "function_call")) {
+      if (HAS(O_NS) && f[O_NS].kind == PX_FV_STR) return DECLINE; /* lossy there */
       px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
       if (p == NULL) return DECLINE;
       px_fstr_t empty = {"", 0, 0};
-      p->id = HAS(2) && f[2].kind == PX_FV_STR ? f[2].s : empty;
-      p->name = HAS(3) && f[3].kind == PX_FV_STR ? f[3].s : empty;
-      p->args = HAS(4) && f[4].kind == PX_FV_STR ? f[4].s : empty;
+      p->id = HAS(O_CALL_ID) && f[O_CALL_ID].kind == PX_FV_STR ? f[O_CALL_ID].s : empty;
+      p->name = HAS(O_NAME) && f[O_NAME].kind == PX_FV_STR ? f[O_NAME].s : empty;
+      p->args = HAS(O_ARGS) && f[O_ARGS].kind == PX_FV_STR ? f[O_ARGS].s : empty;
       *has_tool = 1;
       px_fpart_push(&ir->content, &ir->last, p);
     } else {
@@ -479,11 +501,7 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
     } else if (ki == R_USAGE && px_fw_peek(&w) == PX_FV_OBJ) {
       static const char *const ukeys[] = {"input_tokens", "output_tokens",
                                           "input_tokens_details", "output_tokens_details"};
-      px_fv_t u[4];
-      unsigned us = 0;
-      if (px_fc_fields(&w, ukeys, 4, u, &us) != 0 ||
-          px_fast_openai_usage_of(u, us, ir) != 0)
-        return DECLINE;
+      if (px_fc_openai_usage(&w, ukeys, ir) != 0) return DECLINE;
     } else {
       px_fv_t v;
       if (px_fc_value(&w, &v) < 0) return DECLINE;
