@@ -180,6 +180,22 @@ int px_fw_value(px_fw_t *w, px_fv_t *v);
 /** The kind of the value at the cursor without reading it. */
 px_fv_kind_t px_fw_peek(px_fw_t *w);
 
+/** A member name with its length, for the checked reads' tables:
+ *  PX_FK("name"). */
+typedef struct px_fkey {
+  const char *s;
+  size_t n;
+} px_fkey_t;
+#define PX_FK(lit) {lit, sizeof(lit) - 1}
+/** Index of key k in keys[0..n), -1 when absent or escaped (the length
+ *  compared first: most names differ there). */
+static inline int px_fk_of(px_fstr_t k, const px_fkey_t *keys, int n) {
+  if (k.esc) return -1;
+  for (int i = 0; i < n; i++)
+    if (keys[i].n == k.n && memcmp(keys[i].s, k.p, k.n) == 0) return i;
+  return -1;
+}
+
 /* Checked reads, for a body nothing has validated yet (an upstream
  * answer): each checks what it reads, and what it skips, by jansson's
  * rules (json.h), so that a decoder built on them needs no scan before.
@@ -191,7 +207,7 @@ int px_fc_member(px_fw_t *w, px_fstr_t *key, int *first);
 /** px_fw_elem with the array's grammar checked: 1, 0 at its end, -1. */
 int px_fc_elem(px_fw_t *w, int *first);
 /** px_fw_fields, checking every member read or skipped. */
-int px_fc_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f, unsigned *seen);
+int px_fc_fields(px_fw_t *w, const px_fkey_t *keys, int n, px_fv_t *f, unsigned *seen);
 /** Only whitespace left after the value read: 0, else -1. */
 int px_fc_end(px_fw_t *w);
 
@@ -242,7 +258,7 @@ int px_fw_detail(const px_fv_t *v, const char *key, int64_t *out);
 int px_fast_openai_usage(const px_fv_t *u, const char *const keys[4], px_fresp_t *ir);
 /** px_fast_openai_usage over the object at the cursor, with checked reads
  *  (px_fc_*) and its details objects read where they stand: one pass. */
-int px_fc_openai_usage(px_fw_t *w, const char *const keys[4], px_fresp_t *ir);
+int px_fc_openai_usage(px_fw_t *w, const px_fkey_t keys[4], px_fresp_t *ir);
 /** A response's creation time (Chat created, Responses created_at; v NULL:
  *  absent): an integer sets ir->created; other values are ignored, as
  *  px_jint would; one this walker cannot read declines. */

@@ -96,18 +96,17 @@ px_ftool_t *px_ftool_push(px_freq_t *ir, px_arena_t *a, px_fstr_t name,
 /* Walker: the body has passed px_json_request (jansson's rules), so it only
  * finds boundaries; every step still stays inside the bytes.               */
 
-static void ws(px_fw_t *w) {
-  while (w->i < w->n) {
-    char c = w->p[w->i];
-    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
-    w->i++;
-  }
+/* the hot reads inline: most members are a short key and a short value */
+#define FC_INLINE static inline __attribute__((always_inline))
+
+FC_INLINE void ws(px_fw_t *w) {
+  w->i = px_json_ws((const unsigned char *)w->p, w->n, w->i);
 }
 
 /* at the opening quote: content span, cursor past the closing quote. The
  * plain ASCII run inline (px_json_plain); from the first non-ASCII byte on
  * the quotes and backslashes are looked up with memchr. */
-static int str(px_fw_t *w, px_fstr_t *s) {
+FC_INLINE int str(px_fw_t *w, px_fstr_t *s) {
   const unsigned char *u = (const unsigned char *)w->p;
   size_t i = w->i + 1;
   int esc = 0;
@@ -148,7 +147,7 @@ int px_fw_open(px_fw_t *w, char c) {
 
 /* to the next member / element of an open container: 1 there, 0 past its
  * closing byte, -1 at the end of the input */
-static int step(px_fw_t *w, char close) {
+FC_INLINE int step(px_fw_t *w, char close) {
   ws(w);
   if (w->i >= w->n) return -1;
   if (w->p[w->i] == close) {
@@ -162,7 +161,7 @@ static int step(px_fw_t *w, char close) {
   return 1;
 }
 
-int px_fw_member(px_fw_t *w, px_fstr_t *key) {
+FC_INLINE int fw_member(px_fw_t *w, px_fstr_t *key) {
   int r = step(w, '}');
   if (r <= 0) return r;
   if (w->i >= w->n || w->p[w->i] != '"' || str(w, key) < 0) return -1;
@@ -173,13 +172,15 @@ int px_fw_member(px_fw_t *w, px_fstr_t *key) {
   return w->i < w->n ? 1 : -1;
 }
 
+int px_fw_member(px_fw_t *w, px_fstr_t *key) { return fw_member(w, key); }
+
 int px_fw_elem(px_fw_t *w) {
   int r = step(w, ']');
   if (r <= 0) return r;
   return w->i < w->n ? 1 : -1;
 }
 
-px_fv_kind_t px_fw_peek(px_fw_t *w) {
+FC_INLINE px_fv_kind_t fw_peek(px_fw_t *w) {
   ws(w);
   switch (w->i < w->n ? w->p[w->i] : 0) {
     case '"': return PX_FV_STR;
@@ -191,6 +192,8 @@ px_fv_kind_t px_fw_peek(px_fw_t *w) {
     default: return PX_FV_NUM;
   }
 }
+
+px_fv_kind_t px_fw_peek(px_fw_t *w) { return fw_peek(w); }
 
 static int skip_container(px_fw_t *w) {
   int depth = 0;
@@ -208,8 +211,8 @@ static int skip_container(px_fw_t *w) {
   return -1;
 }
 
-int px_fw_value(px_fw_t *w, px_fv_t *v) {
-  v->kind = px_fw_peek(w);
+FC_INLINE int fw_value(px_fw_t *w, px_fv_t *v) {
+  v->kind = fw_peek(w);
   size_t s = w->i;
   v->s.p = NULL;
   switch (v->kind) {
@@ -244,17 +247,13 @@ int px_fw_value(px_fw_t *w, px_fv_t *v) {
   return 0;
 }
 
+int px_fw_value(px_fw_t *w, px_fv_t *v) { return fw_value(w, v); }
+
 /* ------------------------------------------------------------------------ */
 /* Checked reads: a body nothing has validated yet, read by jansson's rules
  * in the same pass (json.h's string and number rules, exact literals, the
  * grammar; nesting at most PX_JSON_MAX_DEPTH below the value read).       */
 
-/* the hot reads inline: most members are a short key and a short value */
-#define FC_INLINE static inline __attribute__((always_inline))
-
-FC_INLINE void fc_ws(px_fw_t *w) {
-  w->i = px_json_ws((const unsigned char *)w->p, w->n, w->i);
-}
 
 FC_INLINE int fc_str(px_fw_t *w, px_fstr_t *s) {
   size_t e;
@@ -293,7 +292,7 @@ open:
   if (d >= PX_JSON_MAX_DEPTH) return -1;
   obj[d++] = w->p[w->i] == '{';
   w->i++;
-  fc_ws(w);
+  ws(w);
   if (w->i < w->n && w->p[w->i] == (obj[d - 1] ? '}' : ']')) {
     w->i++;
     goto closed;
@@ -301,20 +300,20 @@ open:
   if (!obj[d - 1]) goto value;
 key:
   if (w->i >= w->n || w->p[w->i] != '"' || fc_str(w, &s) < 0) return -1;
-  fc_ws(w);
+  ws(w);
   if (w->i >= w->n || w->p[w->i] != ':') return -1;
   w->i++;
-  fc_ws(w);
+  ws(w);
 value:
   if (w->i >= w->n) return -1;
   if (w->p[w->i] == '{' || w->p[w->i] == '[') goto open;
   if ((w->p[w->i] == '"' ? fc_str(w, &s) : fc_atom(w)) < 0) return -1;
 after:
-  fc_ws(w);
+  ws(w);
   if (w->i >= w->n) return -1;
   if (w->p[w->i] == ',') {
     w->i++;
-    fc_ws(w);
+    ws(w);
     if (obj[d - 1]) goto key;
     goto value;
   }
@@ -326,7 +325,7 @@ closed:
 }
 
 FC_INLINE int fc_value(px_fw_t *w, px_fv_t *v) {
-  fc_ws(w);
+  ws(w);
   if (w->i >= w->n) return -1;
   size_t s = w->i;
   int rc;
@@ -357,7 +356,7 @@ int px_fc_value(px_fw_t *w, px_fv_t *v) { return fc_value(w, v); }
 
 /* to the next member / element: *first set right after the opening byte */
 FC_INLINE int fc_step(px_fw_t *w, char close, int *first) {
-  fc_ws(w);
+  ws(w);
   if (w->i >= w->n) return -1;
   if (w->p[w->i] == close) {
     w->i++;
@@ -368,7 +367,7 @@ FC_INLINE int fc_step(px_fw_t *w, char close, int *first) {
   } else {
     if (w->p[w->i] != ',') return -1;
     w->i++;
-    fc_ws(w);
+    ws(w);
     if (w->i >= w->n) return -1;
   }
   return 1;
@@ -378,10 +377,10 @@ FC_INLINE int fc_member(px_fw_t *w, px_fstr_t *key, int *first) {
   int r = fc_step(w, '}', first);
   if (r <= 0) return r;
   if (w->p[w->i] != '"' || fc_str(w, key) < 0) return -1;
-  fc_ws(w);
+  ws(w);
   if (w->i >= w->n || w->p[w->i] != ':') return -1;
   w->i++;
-  fc_ws(w);
+  ws(w);
   return w->i < w->n ? 1 : -1;
 }
 
@@ -389,14 +388,14 @@ int px_fc_member(px_fw_t *w, px_fstr_t *key, int *first) { return fc_member(w, k
 
 int px_fc_elem(px_fw_t *w, int *first) { return fc_step(w, ']', first); }
 
-int px_fc_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f, unsigned *seen) {
+int px_fc_fields(px_fw_t *w, const px_fkey_t *keys, int n, px_fv_t *f, unsigned *seen) {
   px_fstr_t k;
   int r, first = 1;
   if (px_fw_open(w, '{') < 0) return PX_FAST_DECLINE;
   while ((r = fc_member(w, &k, &first)) == 1) {
     px_fv_t v;
     if (k.esc || fc_value(w, &v) < 0) return PX_FAST_DECLINE;
-    int ki = px_fw_key_of(k, names, n);
+    int ki = px_fk_of(k, keys, n);
     if (ki < 0) continue;
     if (px_fw_seen_twice(seen, ki)) return PX_FAST_DECLINE;
     f[ki] = v;
@@ -405,7 +404,7 @@ int px_fc_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f, unsign
 }
 
 int px_fc_end(px_fw_t *w) {
-  fc_ws(w);
+  ws(w);
   return w->i == w->n ? 0 : -1;
 }
 
@@ -584,9 +583,9 @@ int px_fw_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f,
   px_fstr_t k;
   int r;
   if (px_fw_open(w, '{') < 0) return PX_FAST_DECLINE;
-  while ((r = px_fw_member(w, &k)) == 1) {
+  while ((r = fw_member(w, &k)) == 1) {
     px_fv_t v;
-    if (px_fw_value(w, &v) < 0 || k.esc) return PX_FAST_DECLINE;
+    if (fw_value(w, &v) < 0 || k.esc) return PX_FAST_DECLINE;
     int ki = px_fw_key_of(k, names, n);
     if (ki < 0) continue;
     if (px_fw_seen_twice(seen, ki)) return PX_FAST_DECLINE;
@@ -627,8 +626,8 @@ int px_fast_openai_usage(const px_fv_t *u, const char *const keys[4], px_fresp_t
   return 0;
 }
 
-int px_fc_openai_usage(px_fw_t *w, const char *const keys[4], px_fresp_t *ir) {
-  static const char *const dkeys[2] = {"cached_tokens", "reasoning_tokens"};
+int px_fc_openai_usage(px_fw_t *w, const px_fkey_t keys[4], px_fresp_t *ir) {
+  static const px_fkey_t dkeys[2] = {PX_FK("cached_tokens"), PX_FK("reasoning_tokens")};
   px_fv_t f[4], none = {PX_FV_NULL, {0}, {NULL, 0}};
   int64_t det[2] = {-1, -1}; /* as px_fw_detail reads them */
   px_fstr_t k;
@@ -636,7 +635,7 @@ int px_fc_openai_usage(px_fw_t *w, const char *const keys[4], px_fresp_t *ir) {
   int r, first = 1;
   if (px_fw_open(w, '{') < 0) return PX_FAST_DECLINE;
   while ((r = fc_member(w, &k, &first)) == 1) {
-    int ki = px_fw_key_of(k, keys, 4);
+    int ki = px_fk_of(k, keys, 4);
     if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return PX_FAST_DECLINE;
     if (ki >= 2 && w->p[w->i] == '{') { /* a details object, read where it stands */
       px_fv_t x;

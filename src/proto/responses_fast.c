@@ -406,7 +406,8 @@ static int decode_message_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
   int r, first = 1;
   if (px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fc_elem(w, &first)) == 1) {
-    static const char *const keys[] = {"type", "text", "annotations", "logprobs"};
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("annotations"),
+                                     PX_FK("logprobs")};
     px_fv_t f[4];
     unsigned seen = 0;
     if (px_fc_fields(w, keys, 4, f, &seen) != 0) return DECLINE;
@@ -426,8 +427,9 @@ static int decode_message_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
  * content is decoded where it stands when its type came first (as
  * OpenAI writes it), else from its span after the item */
 enum { O_TYPE, O_CONTENT, O_CALL_ID, O_NAME, O_ARGS, O_NS };
-static const char *const out_keys[] = {"type", "content", "call_id", "name", "arguments",
-                                       "namespace"};
+static const px_fkey_t out_keys[] = {PX_FK("type"),    PX_FK("content"),
+                                     PX_FK("call_id"), PX_FK("name"),
+                                     PX_FK("arguments"), PX_FK("namespace")};
 
 static int decode_output(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, int *has_tool) {
   int r, first = 1;
@@ -439,7 +441,7 @@ static int decode_output(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, int *has_too
     int ri, ifirst = 1, content_done = 0;
     if (px_fw_open(w, '{') < 0) return DECLINE;
     while ((ri = px_fc_member(w, &k, &ifirst)) == 1) {
-      int ki = px_fw_key_of(k, out_keys, NKEYS(out_keys));
+      int ki = px_fk_of(k, out_keys, NKEYS(out_keys));
       if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
       if (ki == O_CONTENT && HAS(O_TYPE) && f[O_TYPE].kind == PX_FV_STR &&
           px_fs_is(f[O_TYPE].s, "message") && w->p[w->i] == '[') {
@@ -479,8 +481,9 @@ static int decode_output(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, int *has_too
  * nothing before): output and usage are decoded where they stand, every
  * other member is checked and skipped. */
 enum { R_ID, R_MODEL, R_CREATED, R_STATUS, R_OUTPUT, R_USAGE, R_INCOMPLETE };
-static const char *const resp_keys[] = {"id",     "model", "created_at", "status",
-                                        "output", "usage", "incomplete_details"};
+static const px_fkey_t resp_keys[] = {PX_FK("id"),     PX_FK("model"), PX_FK("created_at"),
+                                      PX_FK("status"), PX_FK("output"), PX_FK("usage"),
+                                      PX_FK("incomplete_details")};
 
 static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                      px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy) {
@@ -493,14 +496,15 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
   int r, first = 1, has_tool = 0;
   if (px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fc_member(&w, &k, &first)) == 1) {
-    int ki = px_fw_key_of(k, resp_keys, NKEYS(resp_keys));
+    int ki = px_fk_of(k, resp_keys, NKEYS(resp_keys));
     if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
     if (ki == R_OUTPUT) {
       if (px_fw_peek(&w) != PX_FV_ARR || decode_output(&w, ir, a, &has_tool) != 0)
         return DECLINE;
     } else if (ki == R_USAGE && px_fw_peek(&w) == PX_FV_OBJ) {
-      static const char *const ukeys[] = {"input_tokens", "output_tokens",
-                                          "input_tokens_details", "output_tokens_details"};
+      static const px_fkey_t ukeys[] = {PX_FK("input_tokens"), PX_FK("output_tokens"),
+                                        PX_FK("input_tokens_details"),
+                                        PX_FK("output_tokens_details")};
       if (px_fc_openai_usage(&w, ukeys, ir) != 0) return DECLINE;
     } else {
       px_fv_t v;
