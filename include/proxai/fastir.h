@@ -249,15 +249,10 @@ int px_fw_is_int(px_str_t raw);
 /** An integer member as px_jint reads it: *out = dflt when v is not an
  *  integer; declines on one this walker cannot read (negative, huge). */
 int px_fw_jint(const px_fv_t *v, int64_t dflt, int64_t *out);
-/** {"<key>": n} of a usage details object v: *out = the integer, -1
- *  when v is no object or has no integer there. 0 or decline. */
-int px_fw_detail(const px_fv_t *v, const char *key, int64_t *out);
-/** An OpenAI usage object (Chat, Responses) into ir: keys names the input
- *  and output counts and their details objects (cached_tokens,
- *  reasoning_tokens), in that order. 0 or decline. */
-int px_fast_openai_usage(const px_fv_t *u, const char *const keys[4], px_fresp_t *ir);
-/** px_fast_openai_usage over the object at the cursor, with checked reads
- *  (px_fc_*) and its details objects read where they stand: one pass. */
+/** An OpenAI usage object (Chat, Responses) at the cursor into ir, read
+ *  with checked reads (px_fc_*), its details objects where they stand:
+ *  keys names the input and output counts and their details objects
+ *  (cached_tokens, reasoning_tokens), in that order. 0 or decline. */
 int px_fc_openai_usage(px_fw_t *w, const px_fkey_t keys[4], px_fresp_t *ir);
 /** A response's creation time (Chat created, Responses created_at; v NULL:
  *  absent): an integer sets ir->created; other values are ignored, as

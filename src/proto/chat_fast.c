@@ -495,12 +495,6 @@ static int chat_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
 /* ======================================================================== */
 /* Response decode                                                           */
 
-static int decode_usage(const px_fv_t *u, px_fresp_t *ir) {
-  static const char *const keys[] = {"prompt_tokens", "completion_tokens",
-                                     "prompt_tokens_details", "completion_tokens_details"};
-  return px_fast_openai_usage(u, keys, ir);
-}
-
 static int decode_message_out(const px_fv_t *mv, px_fresp_t *ir, px_arena_t *a) {
   static const char *const keys[] = {"content", "refusal", "reasoning_content", "tool_calls",
                                      "annotations", "audio"};
@@ -541,31 +535,24 @@ static int decode_message_out(const px_fv_t *mv, px_fresp_t *ir, px_arena_t *a) 
   return r < 0 ? DECLINE : 0;
 }
 
-static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy) {
-  (void)ctx;
-  (void)lossy;
-  static const char *const keys[] = {"id", "model", "created", "choices", "usage"};
-  px_fv_t f[5];
-  px_fw_t w = {body, len, 0};
-  unsigned seen = 0;
-  if (px_fw_fields(&w, keys, 5, f, &seen) != 0 || !HAS(3) || f[3].kind != PX_FV_ARR)
-    return DECLINE;
-  if (HAS(0) && f[0].kind == PX_FV_STR) ir->id = f[0].s;
-  if (HAS(1) && f[1].kind == PX_FV_STR) ir->model = f[1].s;
-  if (px_fast_created(HAS(2) ? &f[2] : NULL, ir) != 0) return DECLINE;
-  if (HAS(4) && f[4].kind == PX_FV_OBJ && decode_usage(&f[4], ir) != 0) return DECLINE;
-  /* exactly one choice */
-  px_fw_t cw = {f[3].raw.ptr, f[3].raw.len, 0};
-  px_fv_t ch;
-  if (px_fw_open(&cw, '[') < 0 || px_fw_elem(&cw) != 1 || px_fw_value(&cw, &ch) < 0 ||
-      px_fw_elem(&cw) != 0 || ch.kind != PX_FV_OBJ)
-    return DECLINE;
-  static const char *const ckeys[] = {"message", "finish_reason", "logprobs"};
+/* The body is read once and checked as it is read (px_fc_*: the hub scans
+ * nothing before); the one choice's message is walked again from its span
+ * (checked by then), the usage is read where it stands. */
+enum { C_ID, C_MODEL, C_CREATED, C_CHOICES, C_USAGE };
+static const px_fkey_t resp_keys[] = {PX_FK("id"), PX_FK("model"), PX_FK("created"),
+                                      PX_FK("choices"), PX_FK("usage")};
+
+/* choices at the cursor: exactly one choice -> *msg, ir->stop */
+static int decode_choices(px_fw_t *w, px_fresp_t *ir, px_fv_t *msg) {
+  static const px_fkey_t ckeys[] = {PX_FK("message"), PX_FK("finish_reason"),
+                                    PX_FK("logprobs")};
   px_fv_t g[3];
   unsigned gs = 0;
-  if (px_fv_fields(&ch, ckeys, 3, g, &gs) != 0 || !(gs & 1) || g[0].kind != PX_FV_OBJ)
+  int first = 1;
+  if (px_fw_open(w, '[') < 0 || px_fc_elem(w, &first) != 1 ||
+      px_fc_fields(w, ckeys, 3, g, &gs) != 0 || px_fc_elem(w, &first) != 0)
     return DECLINE;
+  if (!(gs & 1) || g[0].kind != PX_FV_OBJ) return DECLINE;
   if ((gs & 4) && g[2].kind != PX_FV_NULL) return DECLINE;
   ir->stop = PX_STOP_NONE;
   if ((gs & 2) && g[1].kind == PX_FV_STR) {
@@ -579,7 +566,42 @@ static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
       ir->stop = px_stop_from_chat(fr);
     }
   }
-  return decode_message_out(&g[0], ir, a);
+  *msg = g[0];
+  return 0;
+}
+
+static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+  (void)ctx;
+  (void)lossy;
+  px_fv_t f[NKEYS(resp_keys)], msg;
+  px_fw_t w = {body, len, 0};
+  px_fstr_t k;
+  unsigned seen = 0;
+  int r, first = 1;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fc_member(&w, &k, &first)) == 1) {
+    int ki = px_fk_of(k, resp_keys, NKEYS(resp_keys));
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+    if (ki == C_CHOICES) {
+      if (w.p[w.i] != '[' || decode_choices(&w, ir, &msg) != 0) return DECLINE;
+    } else if (ki == C_USAGE && w.p[w.i] == '{') {
+      static const px_fkey_t ukeys[] = {PX_FK("prompt_tokens"), PX_FK("completion_tokens"),
+                                        PX_FK("prompt_tokens_details"),
+                                        PX_FK("completion_tokens_details")};
+      if (px_fc_openai_usage(&w, ukeys, ir) != 0) return DECLINE;
+    } else {
+      px_fv_t v;
+      if (px_fc_value(&w, &v) < 0) return DECLINE;
+      if (ki >= 0) f[ki] = v;
+    }
+  }
+  if (r < 0 || px_fc_end(&w) < 0 || !HAS(C_CHOICES)) return DECLINE;
+  if (!HAS(C_USAGE)) ir->usage_known = 1, ir->usage_in = ir->usage_out = -1;
+  if (HAS(C_ID) && f[C_ID].kind == PX_FV_STR) ir->id = f[C_ID].s;
+  if (HAS(C_MODEL) && f[C_MODEL].kind == PX_FV_STR) ir->model = f[C_MODEL].s;
+  if (px_fast_created(HAS(C_CREATED) ? &f[C_CREATED] : NULL, ir) != 0) return DECLINE;
+  return decode_message_out(&msg, ir, a);
 }
 
 /* ======================================================================== */
@@ -659,4 +681,5 @@ const px_fast_ops_t px_chat_fast = {
     .encode_request = chat_fast_encode_request,
     .decode_response = chat_fast_decode_response,
     .encode_response = chat_fast_encode_response,
+    .response_checked = 1,
 };

@@ -600,32 +600,6 @@ int px_fv_fields(const px_fv_t *v, const char *const *names, int n, px_fv_t *f,
   return px_fw_fields(&w, names, n, f, seen);
 }
 
-int px_fw_detail(const px_fv_t *v, const char *key, int64_t *out) {
-  px_fv_t x;
-  unsigned seen = 0;
-  *out = -1;
-  if (v->kind != PX_FV_OBJ) return 0;
-  if (px_fv_fields(v, &key, 1, &x, &seen) != 0) return PX_FAST_DECLINE;
-  return seen ? px_fw_jint(&x, -1, out) : 0;
-}
-
-int px_fast_openai_usage(const px_fv_t *u, const char *const keys[4], px_fresp_t *ir) {
-  px_fv_t f[4];
-  unsigned seen = 0;
-  if (px_fv_fields(u, keys, 4, f, &seen) != 0) return PX_FAST_DECLINE;
-  px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
-  ir->has_usage = 1;
-  ir->usage_known = px_fast_usage_count((seen & 1) ? &f[0] : NULL, &ir->usage_in) &&
-                    px_fast_usage_count((seen & 2) ? &f[1] : NULL, &ir->usage_out);
-  if (px_fw_jint((seen & 1) ? &f[0] : &none, 0, &ir->in) != 0 ||
-      px_fw_jint((seen & 2) ? &f[1] : &none, 0, &ir->out) != 0 ||
-      px_fw_detail((seen & 4) ? &f[2] : &none, "cached_tokens", &ir->cache_read) != 0 ||
-      px_fw_detail((seen & 8) ? &f[3] : &none, "reasoning_tokens", &ir->reasoning) != 0)
-    return PX_FAST_DECLINE;
-  ir->cache_creation = -1;
-  return 0;
-}
-
 int px_fc_openai_usage(px_fw_t *w, const px_fkey_t keys[4], px_fresp_t *ir) {
   static const px_fkey_t dkeys[2] = {PX_FK("cached_tokens"), PX_FK("reasoning_tokens")};
   px_fv_t f[4], none = {PX_FV_NULL, {0}, {NULL, 0}};
