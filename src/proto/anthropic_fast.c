@@ -507,14 +507,15 @@ static int anth_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
 /* ======================================================================== */
 /* Response decode                                                           */
 
-static int decode_usage(const px_fv_t *u, px_fresp_t *ir) {
-  static const char *const keys[] = {"input_tokens", "output_tokens",
-                                     "cache_read_input_tokens",
-                                     "cache_creation_input_tokens"};
+/* the usage object at the cursor (checked reads) */
+static int decode_usage(px_fw_t *w, px_fresp_t *ir) {
+  static const px_fkey_t keys[] = {PX_FK("input_tokens"), PX_FK("output_tokens"),
+                                   PX_FK("cache_read_input_tokens"),
+                                   PX_FK("cache_creation_input_tokens")};
   int64_t val[4] = {-1, -1, -1, -1};
   px_fv_t f[4];
   unsigned seen = 0;
-  if (px_fv_fields(u, keys, 4, f, &seen) != 0) return DECLINE;
+  if (px_fc_fields(w, keys, 4, f, &seen) != 0) return DECLINE;
   int64_t cnt[4];
   int known = 1;
   for (int i = 0; i < 4; i++) {
@@ -535,15 +536,16 @@ static int decode_usage(const px_fv_t *u, px_fresp_t *ir) {
   return 0;
 }
 
-static int decode_content(const px_fv_t *c, px_fresp_t *ir, px_arena_t *a) {
-  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
-  int r;
-  if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
-    static const char *const keys[] = {"type", "text", "citations", "id", "name", "input"};
+/* the content array at the cursor (checked reads) */
+static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
+  int r, first = 1;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fc_elem(w, &first)) == 1) {
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("citations"),
+                                     PX_FK("id"),   PX_FK("name"), PX_FK("input")};
     px_fv_t f[6];
     unsigned seen = 0;
-    if (px_fw_fields(&w, keys, 6, f, &seen) != 0) return DECLINE;
+    if (px_fc_fields(w, keys, 6, f, &seen) != 0) return DECLINE;
 #define HAS(x) (seen & (1u << (x)))
     if (!HAS(0) || f[0].kind != PX_FV_STR) continue; /* no type: skipped there */
     px_fpart_t *p;
@@ -569,24 +571,45 @@ static int decode_content(const px_fv_t *c, px_fresp_t *ir, px_arena_t *a) {
   return r < 0 ? DECLINE : 0;
 }
 
+/* The body is read once and checked as it is read (px_fc_*: the hub scans
+ * nothing before); content and usage are decoded where they stand. */
+enum { R_ID, R_MODEL, R_CONTENT, R_STOP, R_STOPSEQ, R_STOPDET, R_USAGE };
+static const px_fkey_t resp_keys[] = {
+    PX_FK("id"),            PX_FK("model"),        PX_FK("content"), PX_FK("stop_reason"),
+    PX_FK("stop_sequence"), PX_FK("stop_details"), PX_FK("usage")};
+
 static int anth_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                      px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy) {
   (void)ctx;
   (void)lossy;
-  static const char *const keys[] = {"id", "model", "content", "stop_reason",
-                                     "stop_sequence", "stop_details", "usage"};
-  px_fv_t f[7];
+  px_fv_t f[NKEYS(resp_keys)];
   px_fw_t w = {body, len, 0};
+  px_fstr_t k;
   unsigned seen = 0;
+  int r, first = 1;
 #define HAS(x) (seen & (1u << (x)))
-  if (px_fw_fields(&w, keys, 7, f, &seen) != 0 || !HAS(2) || f[2].kind != PX_FV_ARR)
-    return DECLINE;
-  if (HAS(0) && f[0].kind == PX_FV_STR) ir->id = f[0].s;
-  if (HAS(1) && f[1].kind == PX_FV_STR) ir->model = f[1].s;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fc_member(&w, &k, &first)) == 1) {
+    int ki = px_fk_of(k, resp_keys, NKEYS(resp_keys));
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+    if (ki == R_CONTENT) {
+      if (w.p[w.i] != '[' || decode_content(&w, ir, a) != 0) return DECLINE;
+    } else if (ki == R_USAGE && w.p[w.i] == '{') {
+      if (decode_usage(&w, ir) != 0) return DECLINE;
+    } else {
+      px_fv_t v;
+      if (px_fc_value(&w, &v) < 0) return DECLINE;
+      if (ki >= 0) f[ki] = v;
+    }
+  }
+  if (r < 0 || px_fc_end(&w) < 0 || !HAS(R_CONTENT)) return DECLINE;
+  if (!HAS(R_USAGE)) ir->usage_known = 1, ir->usage_in = ir->usage_out = -1;
+  if (HAS(R_ID) && f[R_ID].kind == PX_FV_STR) ir->id = f[R_ID].s;
+  if (HAS(R_MODEL) && f[R_MODEL].kind == PX_FV_STR) ir->model = f[R_MODEL].s;
   ir->stop = PX_STOP_NONE;
-  if (HAS(3) && f[3].kind == PX_FV_STR) {
+  if (HAS(R_STOP) && f[R_STOP].kind == PX_FV_STR) {
     char sr[40];
-    px_fstr_t s = f[3].s;
+    px_fstr_t s = f[R_STOP].s;
     if (s.esc) return DECLINE;
     if (px_fs_is(s, "refusal")) return DECLINE;
     if (s.n >= sizeof(sr)) {
@@ -598,11 +621,10 @@ static int anth_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
                                                                    : px_stop_parse(sr);
     }
   }
-  if (HAS(4) && f[4].kind == PX_FV_STR) ir->stop_sequence = f[4].s;
-  if (HAS(5) && f[5].kind == PX_FV_OBJ) return DECLINE;
-  if (HAS(6) && f[6].kind == PX_FV_OBJ && decode_usage(&f[6], ir) != 0) return DECLINE;
+  if (HAS(R_STOPSEQ) && f[R_STOPSEQ].kind == PX_FV_STR) ir->stop_sequence = f[R_STOPSEQ].s;
+  if (HAS(R_STOPDET) && f[R_STOPDET].kind == PX_FV_OBJ) return DECLINE;
 #undef HAS
-  return decode_content(&f[2], ir, a);
+  return 0;
 }
 
 /* ======================================================================== */
@@ -664,4 +686,5 @@ const px_fast_ops_t px_anthropic_fast = {
     .encode_request = anth_fast_encode_request,
     .decode_response = anth_fast_decode_response,
     .encode_response = anth_fast_encode_response,
+    .response_checked = 1,
 };
