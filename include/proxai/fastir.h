@@ -236,6 +236,11 @@ int px_fw_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f, unsign
 /** px_fw_fields over the value v (declines unless an object). */
 int px_fv_fields(const px_fv_t *v, const char *const *names, int n, px_fv_t *f,
                  unsigned *seen);
+/** px_fw_fields / px_fv_fields with a px_fkey_t table (faster: the names'
+ *  lengths are known). */
+int px_fw_kfields(px_fw_t *w, const px_fkey_t *keys, int n, px_fv_t *f, unsigned *seen);
+int px_fv_kfields(const px_fv_t *v, const px_fkey_t *keys, int n, px_fv_t *f,
+                  unsigned *seen);
 /** Mark key index k seen in *seen; 1 if it was already (jansson keeps the
  *  last of repeated members, the walker would read both). */
 static inline int px_fw_seen_twice(unsigned *seen, int k) {

@@ -32,10 +32,10 @@ static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
   int r;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(&w)) == 1) {
-    static const char *const keys[] = {"type", "text"};
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text")};
     px_fv_t f[2];
     unsigned seen = 0;
-    if (px_fw_fields(&w, keys, 2, f, &seen) != 0 || !HAS(0) || !HAS(1) ||
+    if (px_fw_kfields(&w, keys, 2, f, &seen) != 0 || !HAS(0) || !HAS(1) ||
         f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "text") || f[1].kind != PX_FV_STR)
       return DECLINE;
     px_fpart_t *p = px_fpart_text(a, f[1].s);
@@ -65,13 +65,13 @@ static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
  * function) and g (name, arguments), present as the bits of *seen, *gs */
 static int call_fields(px_fw_t *w, px_fv_t f[3], unsigned *seen, px_fv_t g[2],
                        unsigned *gs) {
-  static const char *const keys[] = {"type", "id", "function"};
-  static const char *const fkeys[] = {"name", "arguments"};
-  if (px_fw_fields(w, keys, 3, f, seen) != 0) return DECLINE;
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("id"), PX_FK("function")};
+  static const px_fkey_t fkeys[] = {PX_FK("name"), PX_FK("arguments")};
+  if (px_fw_kfields(w, keys, 3, f, seen) != 0) return DECLINE;
   if ((*seen & 1) && !(f[0].kind == PX_FV_STR && px_fs_is(f[0].s, "function")))
     return DECLINE;
   if (!(*seen & 4) || f[2].kind != PX_FV_OBJ) return DECLINE;
-  return px_fv_fields(&f[2], fkeys, 2, g, gs);
+  return px_fv_kfields(&f[2], fkeys, 2, g, gs);
 }
 
 static int tool_calls(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
@@ -114,14 +114,15 @@ static px_fmsg_t *tool_result_tail(px_freq_t *ir) {
 }
 
 enum { M_ROLE, M_CONTENT, M_NAME, M_TCID, M_TC, M_RC, M_REFUSAL, M_FC, M_AUDIO };
-static const char *const msg_keys[] = {"role", "content", "name", "tool_call_id",
-                                       "tool_calls", "reasoning_content", "refusal",
-                                       "function_call", "audio"};
+static const px_fkey_t msg_keys[] = {PX_FK("role"), PX_FK("content"), PX_FK("name"),
+                                     PX_FK("tool_call_id"), PX_FK("tool_calls"),
+                                     PX_FK("reasoning_content"), PX_FK("refusal"),
+                                     PX_FK("function_call"), PX_FK("audio")};
 
 static int decode_message(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
   px_fv_t f[NKEYS(msg_keys)];
   unsigned seen = 0;
-  if (px_fw_fields(w, msg_keys, NKEYS(msg_keys), f, &seen) != 0) return DECLINE;
+  if (px_fw_kfields(w, msg_keys, NKEYS(msg_keys), f, &seen) != 0) return DECLINE;
   if (!HAS(M_ROLE) || f[M_ROLE].kind != PX_FV_STR || HAS(M_NAME)) return DECLINE;
   px_fstr_t role = f[M_ROLE].s;
   px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
@@ -176,14 +177,15 @@ static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
   int r;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(&w)) == 1) {
-    static const char *const keys[] = {"type", "function"};
-    static const char *const fkeys[] = {"name", "description", "parameters", "strict"};
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("function")};
+    static const px_fkey_t fkeys[] = {PX_FK("name"), PX_FK("description"),
+                                      PX_FK("parameters"), PX_FK("strict")};
     px_fv_t f[2], g[4];
     unsigned seen = 0, fseen = 0;
-    if (px_fw_fields(&w, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+    if (px_fw_kfields(&w, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
         !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_OBJ)
       return DECLINE;
-    if (px_fv_fields(&f[1], fkeys, 4, g, &fseen) != 0 || !(fseen & 1) ||
+    if (px_fv_kfields(&f[1], fkeys, 4, g, &fseen) != 0 || !(fseen & 1) ||
         g[0].kind != PX_FV_STR)
       return DECLINE;
     if (px_ftool_push(ir, a, g[0].s, (fseen & 2) ? &g[1] : NULL,
@@ -197,14 +199,14 @@ static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
 static int decode_tool_choice(const px_fv_t *v, px_freq_t *ir) {
   if (v->kind == PX_FV_STR) return px_fast_openai_tc(v->s, ir);
   if (v->kind != PX_FV_OBJ) return DECLINE;
-  static const char *const keys[] = {"type", "function"};
-  static const char *const fkeys[] = {"name"};
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("function")};
+  static const px_fkey_t fkeys[] = {PX_FK("name")};
   px_fv_t f[2], g[1];
   unsigned seen = 0, fseen = 0;
-  if (px_fv_fields(v, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+  if (px_fv_kfields(v, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
       !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_OBJ)
     return DECLINE;
-  if (px_fv_fields(&f[1], fkeys, 1, g, &fseen) != 0 || !fseen || g[0].kind != PX_FV_STR)
+  if (px_fv_kfields(&f[1], fkeys, 1, g, &fseen) != 0 || !fseen || g[0].kind != PX_FV_STR)
     return DECLINE;
   ir->tool_choice = PX_FTC_TOOL;
   ir->tc_name = g[0].s;
@@ -225,19 +227,21 @@ static int strings_only(const px_fv_t *v) {
 
 /* response_format {"type":"text"} (the others: jansson) */
 static int format_text(const px_fv_t *v) {
-  static const char *const keys[] = {"type"};
+  static const px_fkey_t keys[] = {PX_FK("type")};
   px_fv_t f[1];
   unsigned seen = 0;
-  return v->kind == PX_FV_OBJ && px_fv_fields(v, keys, 1, f, &seen) == 0 && seen &&
+  return v->kind == PX_FV_OBJ && px_fv_kfields(v, keys, 1, f, &seen) == 0 && seen &&
          f[0].kind == PX_FV_STR && px_fs_is(f[0].s, "text");
 }
 
 enum { K_MODEL, K_MESSAGES, K_TOOLS, K_TC, K_PAR, K_MAX, K_MCT, K_TEMP, K_TOPP, K_STOP,
        K_USER, K_META, K_STREAM, K_N, K_LOGPROBS, K_RF };
-static const char *const top_keys[] = {
-    "model", "messages", "tools", "tool_choice", "parallel_tool_calls", "max_tokens",
-    "max_completion_tokens", "temperature", "top_p", "stop", "user", "metadata",
-    "stream", "n", "logprobs", "response_format"};
+static const px_fkey_t top_keys[] = {PX_FK("model"), PX_FK("messages"), PX_FK("tools"),
+                                     PX_FK("tool_choice"), PX_FK("parallel_tool_calls"),
+                                     PX_FK("max_tokens"), PX_FK("max_completion_tokens"),
+                                     PX_FK("temperature"), PX_FK("top_p"), PX_FK("stop"),
+                                     PX_FK("user"), PX_FK("metadata"), PX_FK("stream"),
+                                     PX_FK("n"), PX_FK("logprobs"), PX_FK("response_format")};
 
 static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                     px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
@@ -250,7 +254,7 @@ static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
   int r;
   if (px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(&w, &k)) == 1) {
-    int ki = px_fw_key_of(k, top_keys, NKEYS(top_keys));
+    int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
     if (ki == K_MESSAGES) {
       /* messages are read in place, in body order */
       if (px_fw_seen_twice(&seen, ki)) return DECLINE;
@@ -496,12 +500,13 @@ static int chat_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
 /* Response decode                                                           */
 
 static int decode_message_out(const px_fv_t *mv, px_fresp_t *ir, px_arena_t *a) {
-  static const char *const keys[] = {"content", "refusal", "reasoning_content", "tool_calls",
-                                     "annotations", "audio"};
+  static const px_fkey_t keys[] = {PX_FK("content"), PX_FK("refusal"),
+                                   PX_FK("reasoning_content"), PX_FK("tool_calls"),
+                                   PX_FK("annotations"), PX_FK("audio")};
   px_fv_t f[6];
   unsigned seen = 0;
   int r;
-  if (px_fv_fields(mv, keys, 6, f, &seen) != 0) return DECLINE;
+  if (px_fv_kfields(mv, keys, 6, f, &seen) != 0) return DECLINE;
   if (HAS(2) && f[2].kind == PX_FV_STR && f[2].s.n > 0) return DECLINE;
   if (HAS(0) && f[0].kind == PX_FV_ARR) return DECLINE;
   if (HAS(4) && f[4].kind == PX_FV_ARR && !px_fw_empty(f[4].raw)) return DECLINE;

@@ -578,15 +578,17 @@ int px_fw_key_of(px_fstr_t k, const char *const *names, int n) {
   return -1;
 }
 
-int px_fw_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f,
-                 unsigned *seen) {
+/* px_fw_fields over either kind of name table: one loop, the matcher
+ * inlined (keys: px_fkey_t, else C strings) */
+FC_INLINE int fw_fields(px_fw_t *w, const char *const *names, const px_fkey_t *keys, int n,
+                        px_fv_t *f, unsigned *seen) {
   px_fstr_t k;
   int r;
   if (px_fw_open(w, '{') < 0) return PX_FAST_DECLINE;
   while ((r = fw_member(w, &k)) == 1) {
     px_fv_t v;
     if (fw_value(w, &v) < 0 || k.esc) return PX_FAST_DECLINE;
-    int ki = px_fw_key_of(k, names, n);
+    int ki = keys ? px_fk_of(k, keys, n) : px_fw_key_of(k, names, n);
     if (ki < 0) continue;
     if (px_fw_seen_twice(seen, ki)) return PX_FAST_DECLINE;
     f[ki] = v;
@@ -594,10 +596,25 @@ int px_fw_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f,
   return r < 0 ? PX_FAST_DECLINE : 0;
 }
 
+int px_fw_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f,
+                 unsigned *seen) {
+  return fw_fields(w, names, NULL, n, f, seen);
+}
+
 int px_fv_fields(const px_fv_t *v, const char *const *names, int n, px_fv_t *f,
                  unsigned *seen) {
   px_fw_t w = {v->raw.ptr, v->raw.len, 0};
-  return px_fw_fields(&w, names, n, f, seen);
+  return fw_fields(&w, names, NULL, n, f, seen);
+}
+
+int px_fw_kfields(px_fw_t *w, const px_fkey_t *keys, int n, px_fv_t *f, unsigned *seen) {
+  return fw_fields(w, NULL, keys, n, f, seen);
+}
+
+int px_fv_kfields(const px_fv_t *v, const px_fkey_t *keys, int n, px_fv_t *f,
+                  unsigned *seen) {
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  return fw_fields(&w, NULL, keys, n, f, seen);
 }
 
 int px_fc_openai_usage(px_fw_t *w, const px_fkey_t keys[4], px_fresp_t *ir) {
@@ -684,14 +701,12 @@ int px_fast_ids_plain(const px_fpart_t *parts) {
 }
 
 int px_fb_i64(px_buf_t *b, int64_t v) {
-  char tmp[24], out[24];
-  int n = 0;
+  char out[24], *e = out + sizeof(out), *q = e; /* written from the end: one loop */
   uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
   do {
-    tmp[n++] = (char)('0' + u % 10);
+    *--q = (char)('0' + u % 10);
     u /= 10;
   } while (u);
-  if (v < 0) tmp[n++] = '-';
-  for (int i = 0; i < n; i++) out[i] = tmp[n - 1 - i];
-  return px_fb_put(b, out, (size_t)n);
+  if (v < 0) *--q = '-';
+  return px_fb_put(b, q, (size_t)(e - q));
 }

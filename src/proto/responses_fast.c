@@ -27,10 +27,10 @@ static int text_parts(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail, in
   int r;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(&w)) == 1) {
-    static const char *const keys[] = {"type", "text", "annotations"};
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("annotations")};
     px_fv_t f[3];
     unsigned seen = 0;
-    if (px_fw_fields(&w, keys, 3, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+    if (px_fw_kfields(&w, keys, 3, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
         !is_text_type(f[0].s) || !HAS(1) || f[1].kind != PX_FV_STR)
       return DECLINE;
     if (assistant && HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw))
@@ -49,13 +49,14 @@ static px_fmsg_t *asst_msg(px_freq_t *ir, px_arena_t *a) {
 }
 
 enum { I_TYPE, I_ROLE, I_CONTENT, I_CALL_ID, I_NAME, I_ARGS, I_OUTPUT, I_NS };
-static const char *const item_keys[] = {"type", "role", "content", "call_id",
-                                        "name", "arguments", "output", "namespace"};
+static const px_fkey_t item_keys[] = {PX_FK("type"), PX_FK("role"), PX_FK("content"),
+                                      PX_FK("call_id"), PX_FK("name"), PX_FK("arguments"),
+                                      PX_FK("output"), PX_FK("namespace")};
 
 static int decode_item(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
   px_fv_t f[NKEYS(item_keys)];
   unsigned seen = 0;
-  if (px_fw_fields(w, item_keys, NKEYS(item_keys), f, &seen) != 0) return DECLINE;
+  if (px_fw_kfields(w, item_keys, NKEYS(item_keys), f, &seen) != 0) return DECLINE;
   px_fstr_t type = HAS(I_TYPE) && f[I_TYPE].kind == PX_FV_STR ? f[I_TYPE].s : (px_fstr_t){0};
   if (type.p == NULL || px_fs_is(type, "message")) {
     if (!HAS(I_ROLE) || f[I_ROLE].kind != PX_FV_STR) return DECLINE;
@@ -142,11 +143,12 @@ static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
   int r;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(&w)) == 1) {
-    static const char *const keys[] = {"type",   "name",         "description", "parameters",
-                                       "strict", "defer_loading"};
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("name"), PX_FK("description"),
+                                     PX_FK("parameters"), PX_FK("strict"),
+                                     PX_FK("defer_loading")};
     px_fv_t f[6];
     unsigned seen = 0;
-    if (px_fw_fields(&w, keys, 6, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+    if (px_fw_kfields(&w, keys, 6, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
         !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_STR)
       return DECLINE;
     if (HAS(5) && f[5].kind == PX_FV_TRUE) return DECLINE;
@@ -160,10 +162,10 @@ static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
 static int decode_tool_choice(const px_fv_t *v, px_freq_t *ir) {
   if (v->kind == PX_FV_STR) return px_fast_openai_tc(v->s, ir);
   if (v->kind != PX_FV_OBJ) return DECLINE;
-  static const char *const keys[] = {"type", "name"};
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("name")};
   px_fv_t f[2];
   unsigned seen = 0;
-  if (px_fv_fields(v, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+  if (px_fv_kfields(v, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
       !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_STR)
     return DECLINE;
   ir->tool_choice = PX_FTC_TOOL;
@@ -174,14 +176,14 @@ static int decode_tool_choice(const px_fv_t *v, px_freq_t *ir) {
 /* text: {format: {"type":"text"} | null, verbosity: null} */
 static int decode_text(const px_fv_t *v, px_freq_t *ir) {
   if (v->kind != PX_FV_OBJ) return DECLINE;
-  static const char *const keys[] = {"format", "verbosity"};
-  static const char *const fkeys[] = {"type"};
+  static const px_fkey_t keys[] = {PX_FK("format"), PX_FK("verbosity")};
+  static const px_fkey_t fkeys[] = {PX_FK("type")};
   px_fv_t f[2], g[1];
   unsigned seen = 0, fseen = 0;
-  if (px_fv_fields(v, keys, 2, f, &seen) != 0) return DECLINE;
+  if (px_fv_kfields(v, keys, 2, f, &seen) != 0) return DECLINE;
   if (HAS(1) && f[1].kind != PX_FV_NULL) return DECLINE;
   if (!HAS(0) || f[0].kind == PX_FV_NULL) return 0;
-  if (f[0].kind != PX_FV_OBJ || px_fv_fields(&f[0], fkeys, 1, g, &fseen) != 0 || !fseen ||
+  if (f[0].kind != PX_FV_OBJ || px_fv_kfields(&f[0], fkeys, 1, g, &fseen) != 0 || !fseen ||
       g[0].kind != PX_FV_STR || !px_fs_is(g[0].s, "text"))
     return DECLINE;
   ir->rf_text = 1;
@@ -190,10 +192,13 @@ static int decode_text(const px_fv_t *v, px_freq_t *ir) {
 
 enum { K_MODEL, K_INSTR, K_INPUT, K_TOOLS, K_TC, K_PAR, K_MAX, K_TEMP, K_TOPP, K_TEXT,
        K_USER, K_META, K_STREAM, K_STORE, K_INCLUDE, K_TRUNC };
-static const char *const top_keys[] = {
-    "model",     "instructions", "input", "tools",  "tool_choice", "parallel_tool_calls",
-    "max_output_tokens", "temperature", "top_p", "text", "user", "metadata", "stream",
-    "store",     "include",      "truncation"};
+static const px_fkey_t top_keys[] = {PX_FK("model"), PX_FK("instructions"), PX_FK("input"),
+                                     PX_FK("tools"), PX_FK("tool_choice"),
+                                     PX_FK("parallel_tool_calls"),
+                                     PX_FK("max_output_tokens"), PX_FK("temperature"),
+                                     PX_FK("top_p"), PX_FK("text"), PX_FK("user"),
+                                     PX_FK("metadata"), PX_FK("stream"), PX_FK("store"),
+                                     PX_FK("include"), PX_FK("truncation")};
 
 static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                     px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
@@ -206,7 +211,7 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
   int r;
   if (px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(&w, &k)) == 1) {
-    int ki = px_fw_key_of(k, top_keys, NKEYS(top_keys));
+    int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
     px_fv_t v;
     if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
     if (ki >= 0 && px_fw_seen_twice(&any, ki)) return DECLINE;
@@ -525,12 +530,12 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
   if (px_fast_created(HAS(R_CREATED) ? &f[R_CREATED] : NULL, ir) != 0) return DECLINE;
   if (incomplete) {
     /* the reason decides content_filter / max_tokens */
-    static const char *const dkeys[] = {"reason"};
+    static const px_fkey_t dkeys[] = {PX_FK("reason")};
     px_fstr_t reason = {0};
     px_fv_t g[1];
     unsigned ds = 0;
     if (HAS(R_INCOMPLETE) && f[R_INCOMPLETE].kind == PX_FV_OBJ) {
-      if (px_fv_fields(&f[R_INCOMPLETE], dkeys, 1, g, &ds) != 0) return DECLINE;
+      if (px_fv_kfields(&f[R_INCOMPLETE], dkeys, 1, g, &ds) != 0) return DECLINE;
       if (ds && g[0].kind == PX_FV_STR) reason = g[0].s;
       if (reason.esc) return DECLINE;
     }
