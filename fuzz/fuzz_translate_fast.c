@@ -72,9 +72,11 @@ static void response(const px_tr_ctx_t *c, const char *body, size_t len) {
   px_lossy_init(&lf);
   px_lossy_init(&ls);
   px_usage_t uf = {-1, -1, -1, -1, -1}, us = uf;
-  if (px_translate_response_fast(c, body, len, &fb, &lf, &uf) == 0) {
+  int fr = px_translate_response_fast(c, body, len, &fb, &lf, &uf);
+  if (fr == 0 || fr == PX_FAST_USAGE) {
     /* the usage handed over is what the scan of the body finds */
     px_usage_from_body(c->out, body, len, &us);
+    if (fr == PX_FAST_USAGE) uf = us;
     if (uf.input_tokens != us.input_tokens || uf.output_tokens != us.output_tokens) {
       fprintf(stderr, "usage differs: fast %lld/%lld, scan %lld/%lld\nbody: %.*s\n",
               (long long)uf.input_tokens, (long long)uf.output_tokens,

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "proxai/fastir.h"
-#include "proxai/passthru.h"
 
 static int enabled = 1;
 static unsigned long taken_req, taken_resp;
@@ -91,12 +90,11 @@ int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t 
     return PX_FAST_DECLINE;
   }
   px_lossy_merge(lossy, &l);
-  if (usage != NULL && !ir.usage_known) {
-    px_usage_from_body(ctx->out, body, len, usage);
-  } else if (usage != NULL) { /* what that scan would find: no second walk */
-    if (ir.usage_in >= 0) usage->input_tokens = ir.usage_in;
-    if (ir.usage_out >= 0) usage->output_tokens = ir.usage_out;
-  }
   taken_resp++;
+  if (usage == NULL) return 0;
+  if (!ir.usage_known) return PX_FAST_USAGE;
+  /* what px_usage_from_body would find: no second walk */
+  if (ir.usage_in >= 0) usage->input_tokens = ir.usage_in;
+  if (ir.usage_out >= 0) usage->output_tokens = ir.usage_out;
   return 0;
 }

@@ -335,11 +335,13 @@ int px_fast_dump_value(px_arena_t *a, px_str_t raw, px_fstr_t *out);
 int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
                               int flags, char **out, size_t *out_len, px_lossy_t *lossy);
 /** The fast path of a non-streaming upstream body -> client body: 0 with
- *  out filled, lossy merged and, when usage is not NULL, the body's usage
- *  as px_usage_from_body reads it merged into *usage (from the decoder
- *  when it read it exactly, else by that scan); PX_FAST_DECLINE otherwise
- *  (out reset, usage untouched). The caller then parses the body and
- *  calls px_translate_response. */
+ *  out filled and lossy merged and, when usage is not NULL, the body's
+ *  usage merged into *usage as px_usage_from_body would read it (the
+ *  decoder read it exactly: no second walk); PX_FAST_USAGE when taken the
+ *  same way but the usage was not read (the caller scans the body);
+ *  PX_FAST_DECLINE otherwise (out reset, usage untouched). The caller then
+ *  parses the body and calls px_translate_response. */
+#define PX_FAST_USAGE 2
 int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                px_buf_t *out, px_lossy_t *lossy, px_usage_t *usage);
 /** An OpenAI usage counter (v: the member, NULL when absent) for
