@@ -188,11 +188,12 @@ typedef struct px_fkey {
 } px_fkey_t;
 #define PX_FK(lit) {lit, sizeof(lit) - 1}
 /** Index of key k in keys[0..n), -1 when absent or escaped (the length
- *  compared first: most names differ there). */
+ *  and the first byte compared first: most names differ there). */
 static inline int px_fk_of(px_fstr_t k, const px_fkey_t *keys, int n) {
   if (k.esc) return -1;
   for (int i = 0; i < n; i++)
-    if (keys[i].n == k.n && memcmp(keys[i].s, k.p, k.n) == 0) return i;
+    if (keys[i].n == k.n && keys[i].s[0] == k.p[0] && memcmp(keys[i].s, k.p, k.n) == 0)
+      return i;
   return -1;
 }
 
