@@ -255,6 +255,9 @@ int px_fw_is_int(px_str_t raw);
 /** An integer member as px_jint reads it: *out = dflt when v is not an
  *  integer; declines on one this walker cannot read (negative, huge). */
 int px_fw_jint(const px_fv_t *v, int64_t dflt, int64_t *out);
+/** {"<key>": n} of a usage details object v: *out = the integer, -1
+ *  when v is no object or has no integer there. 0 or decline. */
+int px_fw_detail(const px_fv_t *v, const char *key, int64_t *out);
 /** An OpenAI usage object (Chat, Responses) at the cursor into ir, read
  *  with checked reads (px_fc_*), its details objects where they stand:
  *  keys names the input and output counts and their details objects

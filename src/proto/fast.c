@@ -653,6 +653,15 @@ int px_fc_openai_usage(px_fw_t *w, const px_fkey_t keys[4], px_fresp_t *ir) {
   return 0;
 }
 
+int px_fw_detail(const px_fv_t *v, const char *key, int64_t *out) {
+  px_fv_t x;
+  unsigned seen = 0;
+  *out = -1;
+  if (v->kind != PX_FV_OBJ) return 0;
+  if (px_fv_fields(v, &key, 1, &x, &seen) != 0) return PX_FAST_DECLINE;
+  return seen ? px_fw_jint(&x, -1, out) : 0;
+}
+
 int px_fast_usage_count(const px_fv_t *v, int64_t *out) {
   *out = -1;
   if (v == NULL) return 1;
