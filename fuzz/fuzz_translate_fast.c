@@ -6,7 +6,8 @@
  * names an upstream model, bit 5 sets a route max_tokens; the rest is a
  * body, used both as a client request and as an upstream answer. Wherever
  * the fast path takes a body, the jansson path must succeed too, with a
- * JSON-equal body (json_equal of both parses) and the same lossy list;
+ * JSON-equal body (json_equal of both parses) and the same lossy list,
+ * and the usage it hands over must be what px_usage_from_body reads;
  * else the target aborts. */
 #include <stdint.h>
 #include <string.h>

@@ -2,7 +2,8 @@
  * shared by fuzz_translate_fast.c and fuzz_gemini_fast.c: the fast path
  * (src/translate_fast.c) against the jansson path, the arbiter. Wherever
  * the fast path takes a body, the jansson path must succeed too, with a
- * JSON-equal body (json_equal of both parses) and the same lossy list;
+ * JSON-equal body (json_equal of both parses) and the same lossy list,
+ * and the usage it hands over must be what px_usage_from_body reads;
  * else the target aborts. */
 #ifndef PX_FUZZ_XLATE_DIFF_H
 #define PX_FUZZ_XLATE_DIFF_H
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "proxai/fastir.h"
+#include "proxai/passthru.h"
 #include "proxai/proto.h"
 
 static inline void diff_fail(const char *what, const px_tr_ctx_t *c, const char *body,
@@ -71,7 +73,18 @@ static inline void response(const px_tr_ctx_t *c, const char *body, size_t len) 
   px_lossy_t lf, ls;
   px_lossy_init(&lf);
   px_lossy_init(&ls);
-  if (px_translate_response_fast(c, body, len, &fb, &lf) == 0) {
+  px_usage_t uf = {-1, -1, -1, -1, -1}, us = uf;
+  int fr = px_translate_response_fast(c, body, len, &fb, &lf, &uf);
+  if (fr == 0 || fr == PX_FAST_USAGE) {
+    /* the usage handed over is what the scan of the body finds */
+    px_usage_from_body(c->out, body, len, &us);
+    if (fr == PX_FAST_USAGE) uf = us;
+    if (uf.input_tokens != us.input_tokens || uf.output_tokens != us.output_tokens) {
+      fprintf(stderr, "usage differs: fast %lld/%lld, scan %lld/%lld\nbody: %.*s\n",
+              (long long)uf.input_tokens, (long long)uf.output_tokens,
+              (long long)us.input_tokens, (long long)us.output_tokens, (int)len, body);
+      abort();
+    }
     json_t *ub = json_loadb(body, len, 0, NULL), *cb = NULL;
     px_tr_err_t err;
     memset(&err, 0, sizeof(err));

@@ -582,3 +582,7 @@ int px_json_splice_str(px_buf_t *out, const char *p, size_t n, size_t at, size_t
   if (rc == 0) rc = px_buf_append(out, p + at + len, n - at - len);
   return rc;
 }
+
+int px_json_number(const char *p, size_t n, size_t *i) {
+  return scan_number((const unsigned char *)p, n, i);
+}

@@ -310,8 +310,10 @@ static void tr_json_answer(px_exch_t *x, const char *p, size_t n) {
 static void tr_json_done(px_exch_t *x) {
   px_buf_t fb; /* the common shape: no document at all (translate_fast.c) */
   px_buf_init(&fb, x->acc.len * 4 + (64u << 10));
-  if (px_translate_response_fast(&x->ctx, x->acc.data, x->acc.len, &fb, &x->lossy) == 0) {
-    px_usage_from_body(x->out, x->acc.data, x->acc.len, &x->usage);
+  int fr = px_translate_response_fast(&x->ctx, x->acc.data, x->acc.len, &fb, &x->lossy,
+                                      &x->usage);
+  if (fr == 0 || fr == PX_FAST_USAGE) {
+    if (fr == PX_FAST_USAGE) px_usage_from_body(x->out, x->acc.data, x->acc.len, &x->usage);
     tr_json_answer(x, fb.data, fb.len);
     px_buf_free(&fb);
     return;

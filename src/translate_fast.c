@@ -62,15 +62,17 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
 }
 
 int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                               px_buf_t *out, px_lossy_t *lossy) {
+                               px_buf_t *out, px_lossy_t *lossy, px_usage_t *usage) {
   if (!enabled || ctx->in == ctx->out) return PX_FAST_DECLINE;
   const px_fast_ops_t *up = fast_of(ctx->out), *cl = fast_of(ctx->in);
   if (up == NULL || cl == NULL || up->decode_response == NULL || cl->encode_response == NULL)
     return PX_FAST_DECLINE;
-  /* an upstream body is not checked yet: the scanner proves it is one
-   * object jansson reads the same way, or the jansson path judges it */
+  /* an upstream body is not checked yet: the decoder's checked reads or
+   * the scanner prove it is one object jansson reads the same way, or the
+   * jansson path judges it */
   px_json_req_t scan;
-  if (body == NULL || px_json_request(body, len, &scan) < 0) return PX_FAST_DECLINE;
+  if (body == NULL || (!up->response_checked && px_json_request(body, len, &scan) < 0))
+    return PX_FAST_DECLINE;
   px_arena_t a;
   px_arena_init(&a);
   px_fresp_t ir;
@@ -89,5 +91,10 @@ int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t 
   }
   px_lossy_merge(lossy, &l);
   taken_resp++;
+  if (usage == NULL) return 0;
+  if (!ir.usage_known) return PX_FAST_USAGE;
+  /* what px_usage_from_body would find: no second walk */
+  if (ir.usage_in >= 0) usage->input_tokens = ir.usage_in;
+  if (ir.usage_out >= 0) usage->output_tokens = ir.usage_out;
   return 0;
 }

@@ -39,7 +39,7 @@ static inline int px_test_fast_response(const px_tr_ctx_t *ctx, json_t *body, js
   if (s == NULL) return 1;
   px_buf_t b;
   px_buf_init(&b, SIZE_MAX);
-  int rc = px_translate_response_fast(ctx, s, strlen(s), &b, lossy) == 0 ? 0 : 1;
+  int rc = px_translate_response_fast(ctx, s, strlen(s), &b, lossy, NULL) == 0 ? 0 : 1;
   free(s);
   if (rc == 0) {
     *out = json_loadb(b.data, b.len, 0, NULL);

@@ -120,6 +120,11 @@ typedef struct px_fresp {
   px_fstr_t stop_sequence;
   int has_usage;
   int64_t in, out, cache_read, cache_creation, reasoning; /**< -1: absent */
+  /** The usage as the gateway counts it (px_usage_t input and output, as
+   *  px_usage_scan reads the body), set by a decoder that can tell it
+   *  exactly (usage_known); -1: not in the body. Else the hub scans. */
+  int usage_known;
+  int64_t usage_in, usage_out;
 } px_fresp_t;
 
 /** What a protocol's fast codec offers (px_proto_ops_t.fast; NULL members
@@ -133,6 +138,10 @@ typedef struct px_fast_ops {
                          px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy);
   int (*encode_response)(const px_tr_ctx_t *ctx, const px_fresp_t *ir, px_buf_t *out,
                          px_arena_t *a, px_lossy_t *lossy);
+  /** decode_response checks the whole body itself by jansson's rules (the
+   *  px_fc_* reads), in the same pass: the hub scans nothing before it.
+   *  0: the hub validates the body first (px_json_request). */
+  int response_checked;
 } px_fast_ops_t;
 
 /** The protocols' fast codecs (src/proto/<p>_fast.c). */
@@ -172,6 +181,38 @@ int px_fw_value(px_fw_t *w, px_fv_t *v);
 /** The kind of the value at the cursor without reading it. */
 px_fv_kind_t px_fw_peek(px_fw_t *w);
 
+/** A member name with its length, for the checked reads' tables:
+ *  PX_FK("name"). */
+typedef struct px_fkey {
+  const char *s;
+  size_t n;
+} px_fkey_t;
+#define PX_FK(lit) {lit, sizeof(lit) - 1}
+/** Index of key k in keys[0..n), -1 when absent or escaped (the length
+ *  and the first byte compared first: most names differ there). */
+static inline int px_fk_of(px_fstr_t k, const px_fkey_t *keys, int n) {
+  if (k.esc) return -1;
+  for (int i = 0; i < n; i++)
+    if (keys[i].n == k.n && keys[i].s[0] == k.p[0] && memcmp(keys[i].s, k.p, k.n) == 0)
+      return i;
+  return -1;
+}
+
+/* Checked reads, for a body nothing has validated yet (an upstream
+ * answer): each checks what it reads, and what it skips, by jansson's
+ * rules (json.h), so that a decoder built on them needs no scan before.
+ * *first: 1 right after px_fw_open, kept by the calls. */
+/** Read the value at the cursor, checking it (containers whole). 0 or -1. */
+int px_fc_value(px_fw_t *w, px_fv_t *v);
+/** px_fw_member with the object's grammar checked: 1, 0 at its end, -1. */
+int px_fc_member(px_fw_t *w, px_fstr_t *key, int *first);
+/** px_fw_elem with the array's grammar checked: 1, 0 at its end, -1. */
+int px_fc_elem(px_fw_t *w, int *first);
+/** px_fw_fields, checking every member read or skipped. */
+int px_fc_fields(px_fw_t *w, const px_fkey_t *keys, int n, px_fv_t *f, unsigned *seen);
+/** Only whitespace left after the value read: 0, else -1. */
+int px_fc_end(px_fw_t *w);
+
 /** Whether raw string content s equals the literal lit (escaped: never). */
 static inline int px_fs_is(px_fstr_t s, const char *lit) {
   size_t n = strlen(lit);
@@ -197,6 +238,11 @@ int px_fw_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f, unsign
 /** px_fw_fields over the value v (declines unless an object). */
 int px_fv_fields(const px_fv_t *v, const char *const *names, int n, px_fv_t *f,
                  unsigned *seen);
+/** px_fw_fields / px_fv_fields with a px_fkey_t table (faster: the names'
+ *  lengths are known). */
+int px_fw_kfields(px_fw_t *w, const px_fkey_t *keys, int n, px_fv_t *f, unsigned *seen);
+int px_fv_kfields(const px_fv_t *v, const px_fkey_t *keys, int n, px_fv_t *f,
+                  unsigned *seen);
 /** Mark key index k seen in *seen; 1 if it was already (jansson keeps the
  *  last of repeated members, the walker would read both). */
 static inline int px_fw_seen_twice(unsigned *seen, int k) {
@@ -213,10 +259,11 @@ int px_fw_jint(const px_fv_t *v, int64_t dflt, int64_t *out);
 /** {"<key>": n} of a usage details object v: *out = the integer, -1
  *  when v is no object or has no integer there. 0 or decline. */
 int px_fw_detail(const px_fv_t *v, const char *key, int64_t *out);
-/** An OpenAI usage object (Chat, Responses) into ir: keys names the input
- *  and output counts and their details objects (cached_tokens,
- *  reasoning_tokens), in that order. 0 or decline. */
-int px_fast_openai_usage(const px_fv_t *u, const char *const keys[4], px_fresp_t *ir);
+/** An OpenAI usage object (Chat, Responses) at the cursor into ir, read
+ *  with checked reads (px_fc_*), its details objects where they stand:
+ *  keys names the input and output counts and their details objects
+ *  (cached_tokens, reasoning_tokens), in that order. 0 or decline. */
+int px_fc_openai_usage(px_fw_t *w, const px_fkey_t keys[4], px_fresp_t *ir);
 /** A response's creation time (Chat created, Responses created_at; v NULL:
  *  absent): an integer sets ir->created; other values are ignored, as
  *  px_jint would; one this walker cannot read declines. */
@@ -229,8 +276,17 @@ int px_fast_ids_plain(const px_fpart_t *parts);
 
 /* writers */
 int px_fb_i64(px_buf_t *b, int64_t v);
+/** px_buf_append with the usual case (room reserved) inline. */
+static inline int px_fb_put(px_buf_t *b, const void *p, size_t n) {
+  if (n - 1 < b->size - b->len) { /* n == 0 wraps: the call, a no-op */
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+  }
+  return px_buf_append(b, p, n);
+}
 static inline int px_fb_lit(px_buf_t *b, const char *s) {
-  return px_buf_append(b, s, strlen(s)); /* inlined: the length of a literal folds */
+  return px_fb_put(b, s, strlen(s)); /* inlined: the length of a literal folds */
 }
 int px_fb_str(px_buf_t *b, px_fstr_t s); /* quoted */
 int px_fb_raw(px_buf_t *b, px_str_t r);
@@ -284,10 +340,20 @@ int px_fast_dump_value(px_arena_t *a, px_str_t raw, px_fstr_t *out);
 int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
                               int flags, char **out, size_t *out_len, px_lossy_t *lossy);
 /** The fast path of a non-streaming upstream body -> client body: 0 with
- *  out filled and lossy merged; PX_FAST_DECLINE otherwise (out reset). The
- *  caller then parses the body and calls px_translate_response. */
+ *  out filled and lossy merged and, when usage is not NULL, the body's
+ *  usage merged into *usage as px_usage_from_body would read it (the
+ *  decoder read it exactly: no second walk); PX_FAST_USAGE when taken the
+ *  same way but the usage was not read (the caller scans the body);
+ *  PX_FAST_DECLINE otherwise (out reset, usage untouched). The caller then
+ *  parses the body and calls px_translate_response. */
+#define PX_FAST_USAGE 2
 int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                               px_buf_t *out, px_lossy_t *lossy);
+                               px_buf_t *out, px_lossy_t *lossy, px_usage_t *usage);
+/** An OpenAI usage counter (v: the member, NULL when absent) for
+ *  px_fresp_t.usage_in / usage_out: its value, -1 when absent; 0 when it
+ *  is a value px_usage_scan might read differently (not a plain integer).
+ *  1 when known. */
+int px_fast_usage_count(const px_fv_t *v, int64_t *out);
 /** Tests only: 0 turns the fast path off (both directions), 1 on. */
 void px_translate_fast_enable(int on);
 /** Tests only: how many requests / responses the fast path took. */

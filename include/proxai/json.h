@@ -210,4 +210,9 @@ char *px_json_req_model(const char *p, const px_json_req_t *r);
 int px_json_splice_str(px_buf_t *out, const char *p, size_t n, size_t at, size_t len,
                        const char *value);
 
+/** A JSON number at p[*i] checked as jansson reads it (grammar; an integer
+ *  must fit int64, a real must not overflow); *i moves past it. 0 or -1.
+ *  For the fast codecs' validating reads (src/proto/fast.c). */
+int px_json_number(const char *p, size_t n, size_t *i);
+
 #endif

@@ -20,7 +20,8 @@
 
 /* system blocks / tool_result content blocks: {type:"text", text, ...} */
 enum { TB_TYPE, TB_TEXT, TB_CC, TB_CIT };
-static const char *const text_block_keys[] = {"type", "text", "cache_control", "citations"};
+static const px_fkey_t text_block_keys[] = {PX_FK("type"), PX_FK("text"),
+                                            PX_FK("cache_control"), PX_FK("citations")};
 
 /* One text block; allow_cc: cache_control is kept (system), else it
  * declines (lossy in the jansson codec). Unknown keys are ignored there. */
@@ -28,7 +29,7 @@ static int text_block(px_fw_t *w, px_arena_t *a, int allow_cc, px_fpart_t **out)
   px_fv_t f[NKEYS(text_block_keys)];
   unsigned seen = 0;
 #define HAS(x) (seen & (1u << (x)))
-  if (px_fw_fields(w, text_block_keys, NKEYS(text_block_keys), f, &seen) != 0)
+  if (px_fw_kfields(w, text_block_keys, NKEYS(text_block_keys), f, &seen) != 0)
     return DECLINE;
   if (!HAS(TB_TYPE) || f[TB_TYPE].kind != PX_FV_STR || !px_fs_is(f[TB_TYPE].s, "text") ||
       !HAS(TB_TEXT) || f[TB_TEXT].kind != PX_FV_STR || (HAS(TB_CC) && !allow_cc) ||
@@ -85,15 +86,16 @@ static int tool_result_content(px_fv_t *c, px_fpart_t *part, px_arena_t *a) {
 }
 
 enum { B_TYPE, B_TEXT, B_CC, B_CIT, B_ID, B_NAME, B_INPUT, B_TUID, B_CONTENT, B_ISERR };
-static const char *const block_keys[] = {"type", "text", "cache_control", "citations",
-                                         "id", "name", "input", "tool_use_id",
-                                         "content", "is_error"};
+static const px_fkey_t block_keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("cache_control"),
+                                       PX_FK("citations"), PX_FK("id"), PX_FK("name"),
+                                       PX_FK("input"), PX_FK("tool_use_id"),
+                                       PX_FK("content"), PX_FK("is_error")};
 
 static int decode_block(px_fw_t *w, int assistant, px_fmsg_t *m, px_arena_t *a) {
   px_fv_t f[NKEYS(block_keys)];
   unsigned seen = 0;
   /* the jansson codec reads only the keys above */
-  if (px_fw_fields(w, block_keys, NKEYS(block_keys), f, &seen) != 0 ||
+  if (px_fw_kfields(w, block_keys, NKEYS(block_keys), f, &seen) != 0 ||
       !(seen & (1u << B_TYPE)) || f[B_TYPE].kind != PX_FV_STR)
     return DECLINE;
   px_fstr_t t = f[B_TYPE].s;
@@ -143,10 +145,10 @@ static int decode_messages(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
   int r;
   if (px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(w)) == 1) {
-    static const char *const keys[] = {"role", "content"};
+    static const px_fkey_t keys[] = {PX_FK("role"), PX_FK("content")};
     px_fv_t f[2];
     unsigned seen = 0;
-    if (px_fw_fields(w, keys, 2, f, &seen) != 0 || seen != 3 || f[0].kind != PX_FV_STR)
+    if (px_fw_kfields(w, keys, 2, f, &seen) != 0 || seen != 3 || f[0].kind != PX_FV_STR)
       return DECLINE;
     px_fstr_t role = f[0].s;
     px_fv_t content = f[1];
@@ -175,8 +177,9 @@ static int decode_messages(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
 }
 
 enum { T_TYPE, T_NAME, T_DESC, T_SCHEMA, T_STRICT, T_CC };
-static const char *const tool_keys[] = {"type", "name", "description", "input_schema",
-                                        "strict", "cache_control"};
+static const px_fkey_t tool_keys[] = {PX_FK("type"), PX_FK("name"), PX_FK("description"),
+                                      PX_FK("input_schema"), PX_FK("strict"),
+                                      PX_FK("cache_control")};
 
 static int decode_tools(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
   int r;
@@ -188,7 +191,7 @@ static int decode_tools(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
     int rm;
     if (px_fw_open(w, '{') < 0) return DECLINE;
     while ((rm = px_fw_member(w, &k)) == 1) {
-      int ki = px_fw_key_of(k, tool_keys, NKEYS(tool_keys));
+      int ki = px_fk_of(k, tool_keys, NKEYS(tool_keys));
       px_fv_t v;
       if (ki < 0 || px_fw_value(w, &v) < 0) return DECLINE; /* lossy there */
       if (px_fw_seen_twice(&seen, ki)) return DECLINE;
@@ -212,10 +215,11 @@ static int decode_tools(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
 }
 
 static int decode_tool_choice(px_fw_t *w, px_freq_t *ir) {
-  static const char *const keys[] = {"type", "name", "disable_parallel_tool_use"};
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("name"),
+                                   PX_FK("disable_parallel_tool_use")};
   px_fv_t f[3];
   unsigned seen = 0;
-  if (px_fw_fields(w, keys, 3, f, &seen) != 0) return DECLINE;
+  if (px_fw_kfields(w, keys, 3, f, &seen) != 0) return DECLINE;
   if ((seen & 1) && f[0].kind != PX_FV_STR) return DECLINE;
   px_fstr_t type = (seen & 1) ? f[0].s : (px_fstr_t){0};
   px_fstr_t name = (seen & 2) && f[1].kind == PX_FV_STR ? f[1].s : (px_fstr_t){0};
@@ -252,9 +256,11 @@ static int decode_metadata(px_fw_t *w, px_freq_t *ir) {
 
 enum { K_MODEL, K_SYSTEM, K_MESSAGES, K_MAX, K_TEMP, K_TOPP, K_TOPK, K_STOP, K_STREAM,
        K_TOOLS, K_TC, K_META };
-static const char *const top_keys[] = {"model", "system", "messages", "max_tokens",
-                                       "temperature", "top_p", "top_k", "stop_sequences",
-                                       "stream", "tools", "tool_choice", "metadata"};
+static const px_fkey_t top_keys[] = {PX_FK("model"), PX_FK("system"), PX_FK("messages"),
+                                     PX_FK("max_tokens"), PX_FK("temperature"),
+                                     PX_FK("top_p"), PX_FK("top_k"),
+                                     PX_FK("stop_sequences"), PX_FK("stream"),
+                                     PX_FK("tools"), PX_FK("tool_choice"), PX_FK("metadata")};
 
 static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                     px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
@@ -266,7 +272,7 @@ static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
   int r;
   if (px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(&w, &k)) == 1) {
-    int ki = px_fw_key_of(k, top_keys, NKEYS(top_keys));
+    int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
     if (ki < 0 || px_fw_seen_twice(&seen, ki)) return DECLINE;
     px_fv_t v;
     if (px_fw_peek(&w) == PX_FV_NULL && ki != K_MESSAGES) {
@@ -507,17 +513,26 @@ static int anth_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
 /* ======================================================================== */
 /* Response decode                                                           */
 
-static int decode_usage(const px_fv_t *u, px_fresp_t *ir) {
-  static const char *const keys[] = {"input_tokens", "output_tokens",
-                                     "cache_read_input_tokens",
-                                     "cache_creation_input_tokens"};
+/* the usage object at the cursor (checked reads) */
+static int decode_usage(px_fw_t *w, px_fresp_t *ir) {
+  static const px_fkey_t keys[] = {PX_FK("input_tokens"), PX_FK("output_tokens"),
+                                   PX_FK("cache_read_input_tokens"),
+                                   PX_FK("cache_creation_input_tokens")};
   int64_t val[4] = {-1, -1, -1, -1};
   px_fv_t f[4];
   unsigned seen = 0;
-  if (px_fv_fields(u, keys, 4, f, &seen) != 0) return DECLINE;
-  for (int i = 0; i < 4; i++)
+  if (px_fc_fields(w, keys, 4, f, &seen) != 0) return DECLINE;
+  int64_t cnt[4];
+  int known = 1;
+  for (int i = 0; i < 4; i++) {
     if ((seen & (1u << i)) && px_fw_jint(&f[i], -1, &val[i]) != 0) return DECLINE;
+    known &= px_fast_usage_count((seen & (1u << i)) ? &f[i] : NULL, &cnt[i]);
+  }
   int64_t in = val[0], out = val[1], cr = val[2], cc = val[3];
+  /* as px_usage_scan counts: input with the cache counts added */
+  ir->usage_known = known;
+  ir->usage_in = cnt[0] < 0 ? -1 : cnt[0] + (cnt[2] > 0 ? cnt[2] : 0) + (cnt[3] > 0 ? cnt[3] : 0);
+  ir->usage_out = cnt[1];
   ir->has_usage = 1;
   ir->in = (in > 0 ? in : 0) + (cr > 0 ? cr : 0) + (cc > 0 ? cc : 0);
   ir->out = out > 0 ? out : 0;
@@ -527,15 +542,16 @@ static int decode_usage(const px_fv_t *u, px_fresp_t *ir) {
   return 0;
 }
 
-static int decode_content(const px_fv_t *c, px_fresp_t *ir, px_arena_t *a) {
-  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
-  int r;
-  if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
-    static const char *const keys[] = {"type", "text", "citations", "id", "name", "input"};
+/* the content array at the cursor (checked reads) */
+static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
+  int r, first = 1;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fc_elem(w, &first)) == 1) {
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("citations"),
+                                     PX_FK("id"),   PX_FK("name"), PX_FK("input")};
     px_fv_t f[6];
     unsigned seen = 0;
-    if (px_fw_fields(&w, keys, 6, f, &seen) != 0) return DECLINE;
+    if (px_fc_fields(w, keys, 6, f, &seen) != 0) return DECLINE;
 #define HAS(x) (seen & (1u << (x)))
     if (!HAS(0) || f[0].kind != PX_FV_STR) continue; /* no type: skipped there */
     px_fpart_t *p;
@@ -561,24 +577,45 @@ static int decode_content(const px_fv_t *c, px_fresp_t *ir, px_arena_t *a) {
   return r < 0 ? DECLINE : 0;
 }
 
+/* The body is read once and checked as it is read (px_fc_*: the hub scans
+ * nothing before); content and usage are decoded where they stand. */
+enum { R_ID, R_MODEL, R_CONTENT, R_STOP, R_STOPSEQ, R_STOPDET, R_USAGE };
+static const px_fkey_t resp_keys[] = {
+    PX_FK("id"),            PX_FK("model"),        PX_FK("content"), PX_FK("stop_reason"),
+    PX_FK("stop_sequence"), PX_FK("stop_details"), PX_FK("usage")};
+
 static int anth_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                      px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy) {
   (void)ctx;
   (void)lossy;
-  static const char *const keys[] = {"id", "model", "content", "stop_reason",
-                                     "stop_sequence", "stop_details", "usage"};
-  px_fv_t f[7];
+  px_fv_t f[NKEYS(resp_keys)];
   px_fw_t w = {body, len, 0};
+  px_fstr_t k;
   unsigned seen = 0;
+  int r, first = 1;
 #define HAS(x) (seen & (1u << (x)))
-  if (px_fw_fields(&w, keys, 7, f, &seen) != 0 || !HAS(2) || f[2].kind != PX_FV_ARR)
-    return DECLINE;
-  if (HAS(0) && f[0].kind == PX_FV_STR) ir->id = f[0].s;
-  if (HAS(1) && f[1].kind == PX_FV_STR) ir->model = f[1].s;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fc_member(&w, &k, &first)) == 1) {
+    int ki = px_fk_of(k, resp_keys, NKEYS(resp_keys));
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+    if (ki == R_CONTENT) {
+      if (w.p[w.i] != '[' || decode_content(&w, ir, a) != 0) return DECLINE;
+    } else if (ki == R_USAGE && w.p[w.i] == '{') {
+      if (decode_usage(&w, ir) != 0) return DECLINE;
+    } else {
+      px_fv_t v;
+      if (px_fc_value(&w, &v) < 0) return DECLINE;
+      if (ki >= 0) f[ki] = v;
+    }
+  }
+  if (r < 0 || px_fc_end(&w) < 0 || !HAS(R_CONTENT)) return DECLINE;
+  if (!HAS(R_USAGE)) ir->usage_known = 1, ir->usage_in = ir->usage_out = -1;
+  if (HAS(R_ID) && f[R_ID].kind == PX_FV_STR) ir->id = f[R_ID].s;
+  if (HAS(R_MODEL) && f[R_MODEL].kind == PX_FV_STR) ir->model = f[R_MODEL].s;
   ir->stop = PX_STOP_NONE;
-  if (HAS(3) && f[3].kind == PX_FV_STR) {
+  if (HAS(R_STOP) && f[R_STOP].kind == PX_FV_STR) {
     char sr[40];
-    px_fstr_t s = f[3].s;
+    px_fstr_t s = f[R_STOP].s;
     if (s.esc) return DECLINE;
     if (px_fs_is(s, "refusal")) return DECLINE;
     if (s.n >= sizeof(sr)) {
@@ -590,11 +627,10 @@ static int anth_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
                                                                    : px_stop_parse(sr);
     }
   }
-  if (HAS(4) && f[4].kind == PX_FV_STR) ir->stop_sequence = f[4].s;
-  if (HAS(5) && f[5].kind == PX_FV_OBJ) return DECLINE;
-  if (HAS(6) && f[6].kind == PX_FV_OBJ && decode_usage(&f[6], ir) != 0) return DECLINE;
+  if (HAS(R_STOPSEQ) && f[R_STOPSEQ].kind == PX_FV_STR) ir->stop_sequence = f[R_STOPSEQ].s;
+  if (HAS(R_STOPDET) && f[R_STOPDET].kind == PX_FV_OBJ) return DECLINE;
 #undef HAS
-  return decode_content(&f[2], ir, a);
+  return 0;
 }
 
 /* ======================================================================== */
@@ -656,4 +692,5 @@ const px_fast_ops_t px_anthropic_fast = {
     .encode_request = anth_fast_encode_request,
     .decode_response = anth_fast_decode_response,
     .encode_response = anth_fast_encode_response,
+    .response_checked = 1,
 };

@@ -32,10 +32,10 @@ static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
   int r;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(&w)) == 1) {
-    static const char *const keys[] = {"type", "text"};
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text")};
     px_fv_t f[2];
     unsigned seen = 0;
-    if (px_fw_fields(&w, keys, 2, f, &seen) != 0 || !HAS(0) || !HAS(1) ||
+    if (px_fw_kfields(&w, keys, 2, f, &seen) != 0 || !HAS(0) || !HAS(1) ||
         f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "text") || f[1].kind != PX_FV_STR)
       return DECLINE;
     px_fpart_t *p = px_fpart_text(a, f[1].s);
@@ -65,13 +65,13 @@ static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
  * function) and g (name, arguments), present as the bits of *seen, *gs */
 static int call_fields(px_fw_t *w, px_fv_t f[3], unsigned *seen, px_fv_t g[2],
                        unsigned *gs) {
-  static const char *const keys[] = {"type", "id", "function"};
-  static const char *const fkeys[] = {"name", "arguments"};
-  if (px_fw_fields(w, keys, 3, f, seen) != 0) return DECLINE;
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("id"), PX_FK("function")};
+  static const px_fkey_t fkeys[] = {PX_FK("name"), PX_FK("arguments")};
+  if (px_fw_kfields(w, keys, 3, f, seen) != 0) return DECLINE;
   if ((*seen & 1) && !(f[0].kind == PX_FV_STR && px_fs_is(f[0].s, "function")))
     return DECLINE;
   if (!(*seen & 4) || f[2].kind != PX_FV_OBJ) return DECLINE;
-  return px_fv_fields(&f[2], fkeys, 2, g, gs);
+  return px_fv_kfields(&f[2], fkeys, 2, g, gs);
 }
 
 static int tool_calls(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
@@ -114,14 +114,15 @@ static px_fmsg_t *tool_result_tail(px_freq_t *ir) {
 }
 
 enum { M_ROLE, M_CONTENT, M_NAME, M_TCID, M_TC, M_RC, M_REFUSAL, M_FC, M_AUDIO };
-static const char *const msg_keys[] = {"role", "content", "name", "tool_call_id",
-                                       "tool_calls", "reasoning_content", "refusal",
-                                       "function_call", "audio"};
+static const px_fkey_t msg_keys[] = {PX_FK("role"), PX_FK("content"), PX_FK("name"),
+                                     PX_FK("tool_call_id"), PX_FK("tool_calls"),
+                                     PX_FK("reasoning_content"), PX_FK("refusal"),
+                                     PX_FK("function_call"), PX_FK("audio")};
 
 static int decode_message(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
   px_fv_t f[NKEYS(msg_keys)];
   unsigned seen = 0;
-  if (px_fw_fields(w, msg_keys, NKEYS(msg_keys), f, &seen) != 0) return DECLINE;
+  if (px_fw_kfields(w, msg_keys, NKEYS(msg_keys), f, &seen) != 0) return DECLINE;
   if (!HAS(M_ROLE) || f[M_ROLE].kind != PX_FV_STR || HAS(M_NAME)) return DECLINE;
   px_fstr_t role = f[M_ROLE].s;
   px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
@@ -176,14 +177,15 @@ static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
   int r;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(&w)) == 1) {
-    static const char *const keys[] = {"type", "function"};
-    static const char *const fkeys[] = {"name", "description", "parameters", "strict"};
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("function")};
+    static const px_fkey_t fkeys[] = {PX_FK("name"), PX_FK("description"),
+                                      PX_FK("parameters"), PX_FK("strict")};
     px_fv_t f[2], g[4];
     unsigned seen = 0, fseen = 0;
-    if (px_fw_fields(&w, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+    if (px_fw_kfields(&w, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
         !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_OBJ)
       return DECLINE;
-    if (px_fv_fields(&f[1], fkeys, 4, g, &fseen) != 0 || !(fseen & 1) ||
+    if (px_fv_kfields(&f[1], fkeys, 4, g, &fseen) != 0 || !(fseen & 1) ||
         g[0].kind != PX_FV_STR)
       return DECLINE;
     if (px_ftool_push(ir, a, g[0].s, (fseen & 2) ? &g[1] : NULL,
@@ -197,14 +199,14 @@ static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
 static int decode_tool_choice(const px_fv_t *v, px_freq_t *ir) {
   if (v->kind == PX_FV_STR) return px_fast_openai_tc(v->s, ir);
   if (v->kind != PX_FV_OBJ) return DECLINE;
-  static const char *const keys[] = {"type", "function"};
-  static const char *const fkeys[] = {"name"};
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("function")};
+  static const px_fkey_t fkeys[] = {PX_FK("name")};
   px_fv_t f[2], g[1];
   unsigned seen = 0, fseen = 0;
-  if (px_fv_fields(v, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+  if (px_fv_kfields(v, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
       !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_OBJ)
     return DECLINE;
-  if (px_fv_fields(&f[1], fkeys, 1, g, &fseen) != 0 || !fseen || g[0].kind != PX_FV_STR)
+  if (px_fv_kfields(&f[1], fkeys, 1, g, &fseen) != 0 || !fseen || g[0].kind != PX_FV_STR)
     return DECLINE;
   ir->tool_choice = PX_FTC_TOOL;
   ir->tc_name = g[0].s;
@@ -225,19 +227,21 @@ static int strings_only(const px_fv_t *v) {
 
 /* response_format {"type":"text"} (the others: jansson) */
 static int format_text(const px_fv_t *v) {
-  static const char *const keys[] = {"type"};
+  static const px_fkey_t keys[] = {PX_FK("type")};
   px_fv_t f[1];
   unsigned seen = 0;
-  return v->kind == PX_FV_OBJ && px_fv_fields(v, keys, 1, f, &seen) == 0 && seen &&
+  return v->kind == PX_FV_OBJ && px_fv_kfields(v, keys, 1, f, &seen) == 0 && seen &&
          f[0].kind == PX_FV_STR && px_fs_is(f[0].s, "text");
 }
 
 enum { K_MODEL, K_MESSAGES, K_TOOLS, K_TC, K_PAR, K_MAX, K_MCT, K_TEMP, K_TOPP, K_STOP,
        K_USER, K_META, K_STREAM, K_N, K_LOGPROBS, K_RF };
-static const char *const top_keys[] = {
-    "model", "messages", "tools", "tool_choice", "parallel_tool_calls", "max_tokens",
-    "max_completion_tokens", "temperature", "top_p", "stop", "user", "metadata",
-    "stream", "n", "logprobs", "response_format"};
+static const px_fkey_t top_keys[] = {PX_FK("model"), PX_FK("messages"), PX_FK("tools"),
+                                     PX_FK("tool_choice"), PX_FK("parallel_tool_calls"),
+                                     PX_FK("max_tokens"), PX_FK("max_completion_tokens"),
+                                     PX_FK("temperature"), PX_FK("top_p"), PX_FK("stop"),
+                                     PX_FK("user"), PX_FK("metadata"), PX_FK("stream"),
+                                     PX_FK("n"), PX_FK("logprobs"), PX_FK("response_format")};
 
 static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                     px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
@@ -250,7 +254,7 @@ static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
   int r;
   if (px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(&w, &k)) == 1) {
-    int ki = px_fw_key_of(k, top_keys, NKEYS(top_keys));
+    int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
     if (ki == K_MESSAGES) {
       /* messages are read in place, in body order */
       if (px_fw_seen_twice(&seen, ki)) return DECLINE;
@@ -495,19 +499,14 @@ static int chat_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
 /* ======================================================================== */
 /* Response decode                                                           */
 
-static int decode_usage(const px_fv_t *u, px_fresp_t *ir) {
-  static const char *const keys[] = {"prompt_tokens", "completion_tokens",
-                                     "prompt_tokens_details", "completion_tokens_details"};
-  return px_fast_openai_usage(u, keys, ir);
-}
-
 static int decode_message_out(const px_fv_t *mv, px_fresp_t *ir, px_arena_t *a) {
-  static const char *const keys[] = {"content", "refusal", "reasoning_content", "tool_calls",
-                                     "annotations", "audio"};
+  static const px_fkey_t keys[] = {PX_FK("content"), PX_FK("refusal"),
+                                   PX_FK("reasoning_content"), PX_FK("tool_calls"),
+                                   PX_FK("annotations"), PX_FK("audio")};
   px_fv_t f[6];
   unsigned seen = 0;
   int r;
-  if (px_fv_fields(mv, keys, 6, f, &seen) != 0) return DECLINE;
+  if (px_fv_kfields(mv, keys, 6, f, &seen) != 0) return DECLINE;
   if (HAS(2) && f[2].kind == PX_FV_STR && f[2].s.n > 0) return DECLINE;
   if (HAS(0) && f[0].kind == PX_FV_ARR) return DECLINE;
   if (HAS(4) && f[4].kind == PX_FV_ARR && !px_fw_empty(f[4].raw)) return DECLINE;
@@ -541,31 +540,24 @@ static int decode_message_out(const px_fv_t *mv, px_fresp_t *ir, px_arena_t *a) 
   return r < 0 ? DECLINE : 0;
 }
 
-static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy) {
-  (void)ctx;
-  (void)lossy;
-  static const char *const keys[] = {"id", "model", "created", "choices", "usage"};
-  px_fv_t f[5];
-  px_fw_t w = {body, len, 0};
-  unsigned seen = 0;
-  if (px_fw_fields(&w, keys, 5, f, &seen) != 0 || !HAS(3) || f[3].kind != PX_FV_ARR)
-    return DECLINE;
-  if (HAS(0) && f[0].kind == PX_FV_STR) ir->id = f[0].s;
-  if (HAS(1) && f[1].kind == PX_FV_STR) ir->model = f[1].s;
-  if (px_fast_created(HAS(2) ? &f[2] : NULL, ir) != 0) return DECLINE;
-  if (HAS(4) && f[4].kind == PX_FV_OBJ && decode_usage(&f[4], ir) != 0) return DECLINE;
-  /* exactly one choice */
-  px_fw_t cw = {f[3].raw.ptr, f[3].raw.len, 0};
-  px_fv_t ch;
-  if (px_fw_open(&cw, '[') < 0 || px_fw_elem(&cw) != 1 || px_fw_value(&cw, &ch) < 0 ||
-      px_fw_elem(&cw) != 0 || ch.kind != PX_FV_OBJ)
-    return DECLINE;
-  static const char *const ckeys[] = {"message", "finish_reason", "logprobs"};
+/* The body is read once and checked as it is read (px_fc_*: the hub scans
+ * nothing before); the one choice's message is walked again from its span
+ * (checked by then), the usage is read where it stands. */
+enum { C_ID, C_MODEL, C_CREATED, C_CHOICES, C_USAGE };
+static const px_fkey_t resp_keys[] = {PX_FK("id"), PX_FK("model"), PX_FK("created"),
+                                      PX_FK("choices"), PX_FK("usage")};
+
+/* choices at the cursor: exactly one choice -> *msg, ir->stop */
+static int decode_choices(px_fw_t *w, px_fresp_t *ir, px_fv_t *msg) {
+  static const px_fkey_t ckeys[] = {PX_FK("message"), PX_FK("finish_reason"),
+                                    PX_FK("logprobs")};
   px_fv_t g[3];
   unsigned gs = 0;
-  if (px_fv_fields(&ch, ckeys, 3, g, &gs) != 0 || !(gs & 1) || g[0].kind != PX_FV_OBJ)
+  int first = 1;
+  if (px_fw_open(w, '[') < 0 || px_fc_elem(w, &first) != 1 ||
+      px_fc_fields(w, ckeys, 3, g, &gs) != 0 || px_fc_elem(w, &first) != 0)
     return DECLINE;
+  if (!(gs & 1) || g[0].kind != PX_FV_OBJ) return DECLINE;
   if ((gs & 4) && g[2].kind != PX_FV_NULL) return DECLINE;
   ir->stop = PX_STOP_NONE;
   if ((gs & 2) && g[1].kind == PX_FV_STR) {
@@ -579,7 +571,42 @@ static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
       ir->stop = px_stop_from_chat(fr);
     }
   }
-  return decode_message_out(&g[0], ir, a);
+  *msg = g[0];
+  return 0;
+}
+
+static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+  (void)ctx;
+  (void)lossy;
+  px_fv_t f[NKEYS(resp_keys)], msg;
+  px_fw_t w = {body, len, 0};
+  px_fstr_t k;
+  unsigned seen = 0;
+  int r, first = 1;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fc_member(&w, &k, &first)) == 1) {
+    int ki = px_fk_of(k, resp_keys, NKEYS(resp_keys));
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+    if (ki == C_CHOICES) {
+      if (w.p[w.i] != '[' || decode_choices(&w, ir, &msg) != 0) return DECLINE;
+    } else if (ki == C_USAGE && w.p[w.i] == '{') {
+      static const px_fkey_t ukeys[] = {PX_FK("prompt_tokens"), PX_FK("completion_tokens"),
+                                        PX_FK("prompt_tokens_details"),
+                                        PX_FK("completion_tokens_details")};
+      if (px_fc_openai_usage(&w, ukeys, ir) != 0) return DECLINE;
+    } else {
+      px_fv_t v;
+      if (px_fc_value(&w, &v) < 0) return DECLINE;
+      if (ki >= 0) f[ki] = v;
+    }
+  }
+  if (r < 0 || px_fc_end(&w) < 0 || !HAS(C_CHOICES)) return DECLINE;
+  if (!HAS(C_USAGE)) ir->usage_known = 1, ir->usage_in = ir->usage_out = -1;
+  if (HAS(C_ID) && f[C_ID].kind == PX_FV_STR) ir->id = f[C_ID].s;
+  if (HAS(C_MODEL) && f[C_MODEL].kind == PX_FV_STR) ir->model = f[C_MODEL].s;
+  if (px_fast_created(HAS(C_CREATED) ? &f[C_CREATED] : NULL, ir) != 0) return DECLINE;
+  return decode_message_out(&msg, ir, a);
 }
 
 /* ======================================================================== */
@@ -595,7 +622,7 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   else if (rc == 0) {
     if (!(ir->id.n >= 9 && memcmp(ir->id.p, "chatcmpl-", 9) == 0))
       rc = px_fb_lit(b, "chatcmpl-");
-    if (rc == 0 && ir->id.n) rc = px_buf_append(b, ir->id.p, ir->id.n);
+    if (rc == 0 && ir->id.n) rc = px_fb_put(b, ir->id.p, ir->id.n);
   }
   if (rc == 0) rc = px_fb_lit(b, "\",\"object\":\"chat.completion\",\"created\":");
   if (rc == 0) rc = px_fb_i64(b, ir->has_created ? ir->created : ctx->created);
@@ -659,4 +686,5 @@ const px_fast_ops_t px_chat_fast = {
     .encode_request = chat_fast_encode_request,
     .decode_response = chat_fast_decode_response,
     .encode_response = chat_fast_encode_response,
+    .response_checked = 1,
 };

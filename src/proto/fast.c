@@ -96,33 +96,46 @@ px_ftool_t *px_ftool_push(px_freq_t *ir, px_arena_t *a, px_fstr_t name,
 /* Walker: the body has passed px_json_request (jansson's rules), so it only
  * finds boundaries; every step still stays inside the bytes.               */
 
-static void ws(px_fw_t *w) {
-  while (w->i < w->n) {
-    char c = w->p[w->i];
-    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
-    w->i++;
-  }
+/* the hot reads inline: most members are a short key and a short value */
+#define FC_INLINE static inline __attribute__((always_inline))
+
+FC_INLINE void ws(px_fw_t *w) {
+  w->i = px_json_ws((const unsigned char *)w->p, w->n, w->i);
 }
 
-/* at the opening quote: content span, cursor past the closing quote */
-static int str(px_fw_t *w, px_fstr_t *s) {
+/* at the opening quote: content span, cursor past the closing quote. The
+ * plain ASCII run inline (px_json_plain); from the first non-ASCII byte on
+ * the quotes and backslashes are looked up with memchr. */
+FC_INLINE int str(px_fw_t *w, px_fstr_t *s) {
+  const unsigned char *u = (const unsigned char *)w->p;
   size_t i = w->i + 1;
   int esc = 0;
   for (;;) {
+    i = px_json_plain(u, w->n, i);
+    if (i >= w->n) return -1;
+    if (u[i] == '"') goto done;
+    if (u[i] != '\\') break; /* non-ASCII (the body has no raw controls) */
+    esc = 1;
+    i += 2;
+  }
+  for (;;) {
+    if (i > w->n) return -1;
     const char *q = memchr(w->p + i, '"', w->n - i);
-    const char *bs = memchr(w->p + i, '\\', (q ? (size_t)(q - w->p) : w->n) - i);
     if (q == NULL) return -1;
+    const char *bs = memchr(w->p + i, '\\', (size_t)(q - w->p) - i);
     if (bs == NULL) {
-      s->p = w->p + w->i + 1;
-      s->n = (size_t)(q - s->p);
-      s->esc = esc;
-      w->i = (size_t)(q - w->p) + 1;
-      return 0;
+      i = (size_t)(q - w->p);
+      goto done;
     }
     esc = 1;
     i = (size_t)(bs - w->p) + 2;
-    if (i > w->n) return -1;
   }
+done:
+  s->p = w->p + w->i + 1;
+  s->n = (size_t)(w->p + i - s->p);
+  s->esc = esc;
+  w->i = i + 1;
+  return 0;
 }
 
 int px_fw_open(px_fw_t *w, char c) {
@@ -134,7 +147,7 @@ int px_fw_open(px_fw_t *w, char c) {
 
 /* to the next member / element of an open container: 1 there, 0 past its
  * closing byte, -1 at the end of the input */
-static int step(px_fw_t *w, char close) {
+FC_INLINE int step(px_fw_t *w, char close) {
   ws(w);
   if (w->i >= w->n) return -1;
   if (w->p[w->i] == close) {
@@ -148,7 +161,7 @@ static int step(px_fw_t *w, char close) {
   return 1;
 }
 
-int px_fw_member(px_fw_t *w, px_fstr_t *key) {
+FC_INLINE int fw_member(px_fw_t *w, px_fstr_t *key) {
   int r = step(w, '}');
   if (r <= 0) return r;
   if (w->i >= w->n || w->p[w->i] != '"' || str(w, key) < 0) return -1;
@@ -159,13 +172,15 @@ int px_fw_member(px_fw_t *w, px_fstr_t *key) {
   return w->i < w->n ? 1 : -1;
 }
 
+int px_fw_member(px_fw_t *w, px_fstr_t *key) { return fw_member(w, key); }
+
 int px_fw_elem(px_fw_t *w) {
   int r = step(w, ']');
   if (r <= 0) return r;
   return w->i < w->n ? 1 : -1;
 }
 
-px_fv_kind_t px_fw_peek(px_fw_t *w) {
+FC_INLINE px_fv_kind_t fw_peek(px_fw_t *w) {
   ws(w);
   switch (w->i < w->n ? w->p[w->i] : 0) {
     case '"': return PX_FV_STR;
@@ -177,6 +192,8 @@ px_fv_kind_t px_fw_peek(px_fw_t *w) {
     default: return PX_FV_NUM;
   }
 }
+
+px_fv_kind_t px_fw_peek(px_fw_t *w) { return fw_peek(w); }
 
 static int skip_container(px_fw_t *w) {
   int depth = 0;
@@ -194,8 +211,8 @@ static int skip_container(px_fw_t *w) {
   return -1;
 }
 
-int px_fw_value(px_fw_t *w, px_fv_t *v) {
-  v->kind = px_fw_peek(w);
+FC_INLINE int fw_value(px_fw_t *w, px_fv_t *v) {
+  v->kind = fw_peek(w);
   size_t s = w->i;
   v->s.p = NULL;
   switch (v->kind) {
@@ -228,6 +245,167 @@ int px_fw_value(px_fw_t *w, px_fv_t *v) {
   v->raw.ptr = w->p + s;
   v->raw.len = w->i - s;
   return 0;
+}
+
+int px_fw_value(px_fw_t *w, px_fv_t *v) { return fw_value(w, v); }
+
+/* ------------------------------------------------------------------------ */
+/* Checked reads: a body nothing has validated yet, read by jansson's rules
+ * in the same pass (json.h's string and number rules, exact literals, the
+ * grammar; nesting at most PX_JSON_MAX_DEPTH below the value read).       */
+
+
+FC_INLINE int fc_str(px_fw_t *w, px_fstr_t *s) {
+  size_t e;
+  int esc;
+  if (px_json_string((const unsigned char *)w->p, w->n, w->i + 1, &e, &esc) < 0) return -1;
+  s->p = w->p + w->i + 1;
+  s->n = e - (w->i + 1);
+  s->esc = esc;
+  w->i = e + 1;
+  return 0;
+}
+
+/* a literal or number at the cursor (not blank) */
+FC_INLINE int fc_atom(px_fw_t *w) {
+  const char *lit;
+  size_t l;
+  switch (w->p[w->i]) {
+    case 't': lit = "true", l = 4; break;
+    case 'f': lit = "false", l = 5; break;
+    case 'n': lit = "null", l = 4; break;
+    default:
+      if (w->p[w->i] != '-' && (w->p[w->i] < '0' || w->p[w->i] > '9')) return -1;
+      return px_json_number(w->p, w->n, &w->i);
+  }
+  if (w->n - w->i < l || memcmp(w->p + w->i, lit, l) != 0) return -1;
+  w->i += l;
+  return 0;
+}
+
+/* the container at the cursor, checked and skipped */
+static int fc_container(px_fw_t *w) {
+  unsigned char obj[PX_JSON_MAX_DEPTH]; /* per level: an object */
+  int d = 0;
+  px_fstr_t s;
+open:
+  if (d >= PX_JSON_MAX_DEPTH) return -1;
+  obj[d++] = w->p[w->i] == '{';
+  w->i++;
+  ws(w);
+  if (w->i < w->n && w->p[w->i] == (obj[d - 1] ? '}' : ']')) {
+    w->i++;
+    goto closed;
+  }
+  if (!obj[d - 1]) goto value;
+key:
+  if (w->i >= w->n || w->p[w->i] != '"' || fc_str(w, &s) < 0) return -1;
+  ws(w);
+  if (w->i >= w->n || w->p[w->i] != ':') return -1;
+  w->i++;
+  ws(w);
+value:
+  if (w->i >= w->n) return -1;
+  if (w->p[w->i] == '{' || w->p[w->i] == '[') goto open;
+  if ((w->p[w->i] == '"' ? fc_str(w, &s) : fc_atom(w)) < 0) return -1;
+after:
+  ws(w);
+  if (w->i >= w->n) return -1;
+  if (w->p[w->i] == ',') {
+    w->i++;
+    ws(w);
+    if (obj[d - 1]) goto key;
+    goto value;
+  }
+  if (w->p[w->i] != (obj[d - 1] ? '}' : ']')) return -1;
+  w->i++;
+closed:
+  if (--d == 0) return 0;
+  goto after;
+}
+
+FC_INLINE int fc_value(px_fw_t *w, px_fv_t *v) {
+  ws(w);
+  if (w->i >= w->n) return -1;
+  size_t s = w->i;
+  int rc;
+  v->s.p = NULL;
+  switch (w->p[s]) {
+    case '"':
+      v->kind = PX_FV_STR;
+      rc = fc_str(w, &v->s);
+      break;
+    case '{':
+    case '[':
+      v->kind = w->p[s] == '{' ? PX_FV_OBJ : PX_FV_ARR;
+      rc = fc_container(w);
+      break;
+    default:
+      v->kind = w->p[s] == 't'   ? PX_FV_TRUE
+                : w->p[s] == 'f' ? PX_FV_FALSE
+                : w->p[s] == 'n' ? PX_FV_NULL
+                                 : PX_FV_NUM;
+      rc = fc_atom(w);
+  }
+  v->raw.ptr = w->p + s;
+  v->raw.len = w->i - s;
+  return rc;
+}
+
+int px_fc_value(px_fw_t *w, px_fv_t *v) { return fc_value(w, v); }
+
+/* to the next member / element: *first set right after the opening byte */
+FC_INLINE int fc_step(px_fw_t *w, char close, int *first) {
+  ws(w);
+  if (w->i >= w->n) return -1;
+  if (w->p[w->i] == close) {
+    w->i++;
+    return 0;
+  }
+  if (*first) {
+    *first = 0;
+  } else {
+    if (w->p[w->i] != ',') return -1;
+    w->i++;
+    ws(w);
+    if (w->i >= w->n) return -1;
+  }
+  return 1;
+}
+
+FC_INLINE int fc_member(px_fw_t *w, px_fstr_t *key, int *first) {
+  int r = fc_step(w, '}', first);
+  if (r <= 0) return r;
+  if (w->p[w->i] != '"' || fc_str(w, key) < 0) return -1;
+  ws(w);
+  if (w->i >= w->n || w->p[w->i] != ':') return -1;
+  w->i++;
+  ws(w);
+  return w->i < w->n ? 1 : -1;
+}
+
+int px_fc_member(px_fw_t *w, px_fstr_t *key, int *first) { return fc_member(w, key, first); }
+
+int px_fc_elem(px_fw_t *w, int *first) { return fc_step(w, ']', first); }
+
+int px_fc_fields(px_fw_t *w, const px_fkey_t *keys, int n, px_fv_t *f, unsigned *seen) {
+  px_fstr_t k;
+  int r, first = 1;
+  if (px_fw_open(w, '{') < 0) return PX_FAST_DECLINE;
+  while ((r = fc_member(w, &k, &first)) == 1) {
+    px_fv_t v;
+    if (k.esc || fc_value(w, &v) < 0) return PX_FAST_DECLINE;
+    int ki = px_fk_of(k, keys, n);
+    if (ki < 0) continue;
+    if (px_fw_seen_twice(seen, ki)) return PX_FAST_DECLINE;
+    f[ki] = v;
+  }
+  return r < 0 ? PX_FAST_DECLINE : 0;
+}
+
+int px_fc_end(px_fw_t *w) {
+  ws(w);
+  return w->i == w->n ? 0 : -1;
 }
 
 int px_fw_uint(px_str_t raw, int64_t *v) {
@@ -284,13 +462,21 @@ int px_fs_blank_value(px_fstr_t s) {
 /* Writers                                                                   */
 
 int px_fb_str(px_buf_t *b, px_fstr_t s) {
+  if (s.n + 2 <= b->size - b->len) { /* the hub reserved room: no call */
+    char *o = b->data + b->len;
+    o[0] = '"';
+    if (s.n) memcpy(o + 1, s.p, s.n);
+    o[s.n + 1] = '"';
+    b->len += s.n + 2;
+    return 0;
+  }
   int rc = px_buf_append(b, "\"", 1);
   if (rc == 0 && s.n) rc = px_buf_append(b, s.p, s.n);
   if (rc == 0) rc = px_buf_append(b, "\"", 1);
   return rc;
 }
 
-int px_fb_raw(px_buf_t *b, px_str_t r) { return px_buf_append(b, r.ptr, r.len); }
+int px_fb_raw(px_buf_t *b, px_str_t r) { return px_fb_put(b, r.ptr, r.len); }
 
 int px_fb_key(px_buf_t *b, int *first, const char *key) {
   int rc = 0;
@@ -317,7 +503,7 @@ int px_fb_opt_str(px_buf_t *b, const char *key_lit, px_fstr_t s) {
 int px_fb_texts(px_buf_t *b, const px_fpart_t *parts) {
   int rc = 0;
   for (const px_fpart_t *p = parts; p && rc == 0; p = p->next)
-    if (p->type == PX_FP_TEXT && p->text.n) rc = px_buf_append(b, p->text.p, p->text.n);
+    if (p->type == PX_FP_TEXT && p->text.n) rc = px_fb_put(b, p->text.p, p->text.n);
   return rc;
 }
 
@@ -380,21 +566,29 @@ int px_fast_dump_value(px_arena_t *a, px_str_t raw, px_fstr_t *out) {
 
 int px_fw_key_of(px_fstr_t k, const char *const *names, int n) {
   if (k.esc || k.n == 0) return -1;
-  for (int i = 0; i < n; i++)
-    if (names[i][0] == k.p[0] && strncmp(names[i], k.p, k.n) == 0 && names[i][k.n] == 0)
-      return i;
+  /* no call per name: most differ at their first byte; a key has no NUL
+   * (JSON strings cannot hold one raw), so a shorter name stops the loop */
+  for (int i = 0; i < n; i++) {
+    const char *nm = names[i];
+    if (nm[0] != k.p[0]) continue;
+    size_t j = 1;
+    while (j < k.n && nm[j] == k.p[j]) j++;
+    if (j == k.n && nm[j] == 0) return i;
+  }
   return -1;
 }
 
-int px_fw_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f,
-                 unsigned *seen) {
+/* px_fw_fields over either kind of name table: one loop, the matcher
+ * inlined (keys: px_fkey_t, else C strings) */
+FC_INLINE int fw_fields(px_fw_t *w, const char *const *names, const px_fkey_t *keys, int n,
+                        px_fv_t *f, unsigned *seen) {
   px_fstr_t k;
   int r;
   if (px_fw_open(w, '{') < 0) return PX_FAST_DECLINE;
-  while ((r = px_fw_member(w, &k)) == 1) {
+  while ((r = fw_member(w, &k)) == 1) {
     px_fv_t v;
-    if (px_fw_value(w, &v) < 0 || k.esc) return PX_FAST_DECLINE;
-    int ki = px_fw_key_of(k, names, n);
+    if (fw_value(w, &v) < 0 || k.esc) return PX_FAST_DECLINE;
+    int ki = keys ? px_fk_of(k, keys, n) : px_fw_key_of(k, names, n);
     if (ki < 0) continue;
     if (px_fw_seen_twice(seen, ki)) return PX_FAST_DECLINE;
     f[ki] = v;
@@ -402,10 +596,61 @@ int px_fw_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f,
   return r < 0 ? PX_FAST_DECLINE : 0;
 }
 
+int px_fw_fields(px_fw_t *w, const char *const *names, int n, px_fv_t *f,
+                 unsigned *seen) {
+  return fw_fields(w, names, NULL, n, f, seen);
+}
+
 int px_fv_fields(const px_fv_t *v, const char *const *names, int n, px_fv_t *f,
                  unsigned *seen) {
   px_fw_t w = {v->raw.ptr, v->raw.len, 0};
-  return px_fw_fields(&w, names, n, f, seen);
+  return fw_fields(&w, names, NULL, n, f, seen);
+}
+
+int px_fw_kfields(px_fw_t *w, const px_fkey_t *keys, int n, px_fv_t *f, unsigned *seen) {
+  return fw_fields(w, NULL, keys, n, f, seen);
+}
+
+int px_fv_kfields(const px_fv_t *v, const px_fkey_t *keys, int n, px_fv_t *f,
+                  unsigned *seen) {
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  return fw_fields(&w, NULL, keys, n, f, seen);
+}
+
+int px_fc_openai_usage(px_fw_t *w, const px_fkey_t keys[4], px_fresp_t *ir) {
+  static const px_fkey_t dkeys[2] = {PX_FK("cached_tokens"), PX_FK("reasoning_tokens")};
+  px_fv_t f[4], none = {PX_FV_NULL, {0}, {NULL, 0}};
+  int64_t det[2] = {-1, -1}; /* as px_fw_detail reads them */
+  px_fstr_t k;
+  unsigned seen = 0;
+  int r, first = 1;
+  if (px_fw_open(w, '{') < 0) return PX_FAST_DECLINE;
+  while ((r = fc_member(w, &k, &first)) == 1) {
+    int ki = px_fk_of(k, keys, 4);
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return PX_FAST_DECLINE;
+    if (ki >= 2 && w->p[w->i] == '{') { /* a details object, read where it stands */
+      px_fv_t x;
+      unsigned ds = 0;
+      if (px_fc_fields(w, &dkeys[ki - 2], 1, &x, &ds) != 0 ||
+          (ds && px_fw_jint(&x, -1, &det[ki - 2]) != 0))
+        return PX_FAST_DECLINE;
+      continue;
+    }
+    px_fv_t v;
+    if (fc_value(w, &v) < 0) return PX_FAST_DECLINE;
+    if (ki >= 0) f[ki] = v;
+  }
+  if (r < 0) return PX_FAST_DECLINE;
+  ir->has_usage = 1;
+  ir->usage_known = px_fast_usage_count((seen & 1) ? &f[0] : NULL, &ir->usage_in) &&
+                    px_fast_usage_count((seen & 2) ? &f[1] : NULL, &ir->usage_out);
+  if (px_fw_jint((seen & 1) ? &f[0] : &none, 0, &ir->in) != 0 ||
+      px_fw_jint((seen & 2) ? &f[1] : &none, 0, &ir->out) != 0)
+    return PX_FAST_DECLINE;
+  ir->cache_read = det[0];
+  ir->reasoning = det[1];
+  ir->cache_creation = -1;
+  return 0;
 }
 
 int px_fw_detail(const px_fv_t *v, const char *key, int64_t *out) {
@@ -417,19 +662,12 @@ int px_fw_detail(const px_fv_t *v, const char *key, int64_t *out) {
   return seen ? px_fw_jint(&x, -1, out) : 0;
 }
 
-int px_fast_openai_usage(const px_fv_t *u, const char *const keys[4], px_fresp_t *ir) {
-  px_fv_t f[4];
-  unsigned seen = 0;
-  if (px_fv_fields(u, keys, 4, f, &seen) != 0) return PX_FAST_DECLINE;
-  px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
-  ir->has_usage = 1;
-  if (px_fw_jint((seen & 1) ? &f[0] : &none, 0, &ir->in) != 0 ||
-      px_fw_jint((seen & 2) ? &f[1] : &none, 0, &ir->out) != 0 ||
-      px_fw_detail((seen & 4) ? &f[2] : &none, "cached_tokens", &ir->cache_read) != 0 ||
-      px_fw_detail((seen & 8) ? &f[3] : &none, "reasoning_tokens", &ir->reasoning) != 0)
-    return PX_FAST_DECLINE;
-  ir->cache_creation = -1;
-  return 0;
+int px_fast_usage_count(const px_fv_t *v, int64_t *out) {
+  *out = -1;
+  if (v == NULL) return 1;
+  /* px_usage_scan reads the leading digits of the token */
+  if (v->kind != PX_FV_NUM || !px_fw_is_int(v->raw) || px_fw_uint(v->raw, out) < 0) return 0;
+  return 1;
 }
 
 int px_fast_created(const px_fv_t *v, px_fresp_t *ir) {
@@ -472,14 +710,12 @@ int px_fast_ids_plain(const px_fpart_t *parts) {
 }
 
 int px_fb_i64(px_buf_t *b, int64_t v) {
-  char tmp[24], out[24];
-  int n = 0;
+  char out[24], *e = out + sizeof(out), *q = e; /* written from the end: one loop */
   uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
   do {
-    tmp[n++] = (char)('0' + u % 10);
+    *--q = (char)('0' + u % 10);
     u /= 10;
   } while (u);
-  if (v < 0) tmp[n++] = '-';
-  for (int i = 0; i < n; i++) out[i] = tmp[n - 1 - i];
-  return px_buf_append(b, out, (size_t)n);
+  if (v < 0) *--q = '-';
+  return px_fb_put(b, q, (size_t)(e - q));
 }

@@ -27,10 +27,10 @@ static int text_parts(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail, in
   int r;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(&w)) == 1) {
-    static const char *const keys[] = {"type", "text", "annotations"};
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("annotations")};
     px_fv_t f[3];
     unsigned seen = 0;
-    if (px_fw_fields(&w, keys, 3, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+    if (px_fw_kfields(&w, keys, 3, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
         !is_text_type(f[0].s) || !HAS(1) || f[1].kind != PX_FV_STR)
       return DECLINE;
     if (assistant && HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw))
@@ -49,13 +49,14 @@ static px_fmsg_t *asst_msg(px_freq_t *ir, px_arena_t *a) {
 }
 
 enum { I_TYPE, I_ROLE, I_CONTENT, I_CALL_ID, I_NAME, I_ARGS, I_OUTPUT, I_NS };
-static const char *const item_keys[] = {"type", "role", "content", "call_id",
-                                        "name", "arguments", "output", "namespace"};
+static const px_fkey_t item_keys[] = {PX_FK("type"), PX_FK("role"), PX_FK("content"),
+                                      PX_FK("call_id"), PX_FK("name"), PX_FK("arguments"),
+                                      PX_FK("output"), PX_FK("namespace")};
 
 static int decode_item(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
   px_fv_t f[NKEYS(item_keys)];
   unsigned seen = 0;
-  if (px_fw_fields(w, item_keys, NKEYS(item_keys), f, &seen) != 0) return DECLINE;
+  if (px_fw_kfields(w, item_keys, NKEYS(item_keys), f, &seen) != 0) return DECLINE;
   px_fstr_t type = HAS(I_TYPE) && f[I_TYPE].kind == PX_FV_STR ? f[I_TYPE].s : (px_fstr_t){0};
   if (type.p == NULL || px_fs_is(type, "message")) {
     if (!HAS(I_ROLE) || f[I_ROLE].kind != PX_FV_STR) return DECLINE;
@@ -142,11 +143,12 @@ static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
   int r;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(&w)) == 1) {
-    static const char *const keys[] = {"type",   "name",         "description", "parameters",
-                                       "strict", "defer_loading"};
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("name"), PX_FK("description"),
+                                     PX_FK("parameters"), PX_FK("strict"),
+                                     PX_FK("defer_loading")};
     px_fv_t f[6];
     unsigned seen = 0;
-    if (px_fw_fields(&w, keys, 6, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+    if (px_fw_kfields(&w, keys, 6, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
         !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_STR)
       return DECLINE;
     if (HAS(5) && f[5].kind == PX_FV_TRUE) return DECLINE;
@@ -160,10 +162,10 @@ static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
 static int decode_tool_choice(const px_fv_t *v, px_freq_t *ir) {
   if (v->kind == PX_FV_STR) return px_fast_openai_tc(v->s, ir);
   if (v->kind != PX_FV_OBJ) return DECLINE;
-  static const char *const keys[] = {"type", "name"};
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("name")};
   px_fv_t f[2];
   unsigned seen = 0;
-  if (px_fv_fields(v, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
+  if (px_fv_kfields(v, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
       !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_STR)
     return DECLINE;
   ir->tool_choice = PX_FTC_TOOL;
@@ -174,14 +176,14 @@ static int decode_tool_choice(const px_fv_t *v, px_freq_t *ir) {
 /* text: {format: {"type":"text"} | null, verbosity: null} */
 static int decode_text(const px_fv_t *v, px_freq_t *ir) {
   if (v->kind != PX_FV_OBJ) return DECLINE;
-  static const char *const keys[] = {"format", "verbosity"};
-  static const char *const fkeys[] = {"type"};
+  static const px_fkey_t keys[] = {PX_FK("format"), PX_FK("verbosity")};
+  static const px_fkey_t fkeys[] = {PX_FK("type")};
   px_fv_t f[2], g[1];
   unsigned seen = 0, fseen = 0;
-  if (px_fv_fields(v, keys, 2, f, &seen) != 0) return DECLINE;
+  if (px_fv_kfields(v, keys, 2, f, &seen) != 0) return DECLINE;
   if (HAS(1) && f[1].kind != PX_FV_NULL) return DECLINE;
   if (!HAS(0) || f[0].kind == PX_FV_NULL) return 0;
-  if (f[0].kind != PX_FV_OBJ || px_fv_fields(&f[0], fkeys, 1, g, &fseen) != 0 || !fseen ||
+  if (f[0].kind != PX_FV_OBJ || px_fv_kfields(&f[0], fkeys, 1, g, &fseen) != 0 || !fseen ||
       g[0].kind != PX_FV_STR || !px_fs_is(g[0].s, "text"))
     return DECLINE;
   ir->rf_text = 1;
@@ -190,10 +192,13 @@ static int decode_text(const px_fv_t *v, px_freq_t *ir) {
 
 enum { K_MODEL, K_INSTR, K_INPUT, K_TOOLS, K_TC, K_PAR, K_MAX, K_TEMP, K_TOPP, K_TEXT,
        K_USER, K_META, K_STREAM, K_STORE, K_INCLUDE, K_TRUNC };
-static const char *const top_keys[] = {
-    "model",     "instructions", "input", "tools",  "tool_choice", "parallel_tool_calls",
-    "max_output_tokens", "temperature", "top_p", "text", "user", "metadata", "stream",
-    "store",     "include",      "truncation"};
+static const px_fkey_t top_keys[] = {PX_FK("model"), PX_FK("instructions"), PX_FK("input"),
+                                     PX_FK("tools"), PX_FK("tool_choice"),
+                                     PX_FK("parallel_tool_calls"),
+                                     PX_FK("max_output_tokens"), PX_FK("temperature"),
+                                     PX_FK("top_p"), PX_FK("text"), PX_FK("user"),
+                                     PX_FK("metadata"), PX_FK("stream"), PX_FK("store"),
+                                     PX_FK("include"), PX_FK("truncation")};
 
 static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                     px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
@@ -206,7 +211,7 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
   int r;
   if (px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(&w, &k)) == 1) {
-    int ki = px_fw_key_of(k, top_keys, NKEYS(top_keys));
+    int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
     px_fv_t v;
     if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
     if (ki >= 0 && px_fw_seen_twice(&any, ki)) return DECLINE;
@@ -334,7 +339,7 @@ static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
     for (const px_fpart_t *p = ir->system; p && rc == 0; p = p->next) {
       if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
       if (p != ir->system) rc = px_fb_lit(b, "\\n\\n");
-      if (rc == 0 && p->text.n) rc = px_buf_append(b, p->text.p, p->text.n);
+      if (rc == 0 && p->text.n) rc = px_fb_put(b, p->text.p, p->text.n);
     }
     if (rc == 0) rc = px_fb_lit(b, "\"");
   }
@@ -401,16 +406,16 @@ static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
 /* ======================================================================== */
 /* Response decode                                                           */
 
-static int decode_message_item(const px_fv_t *c, px_fresp_t *ir, px_arena_t *a) {
-  if (c->kind != PX_FV_ARR) return 0; /* no content list: nothing there */
-  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
-  int r;
-  if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
-    static const char *const keys[] = {"type", "text", "annotations", "logprobs"};
+/* a message item's content array at the cursor (checked reads) */
+static int decode_message_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
+  int r, first = 1;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fc_elem(w, &first)) == 1) {
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("annotations"),
+                                     PX_FK("logprobs")};
     px_fv_t f[4];
     unsigned seen = 0;
-    if (px_fw_fields(&w, keys, 4, f, &seen) != 0) return DECLINE;
+    if (px_fc_fields(w, keys, 4, f, &seen) != 0) return DECLINE;
     if (!HAS(0) || f[0].kind != PX_FV_STR) continue; /* no type: skipped there */
     if (!px_fs_is(f[0].s, "output_text")) return DECLINE; /* refusal, others */
     if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw)) return DECLINE;
@@ -423,27 +428,51 @@ static int decode_message_item(const px_fv_t *c, px_fresp_t *ir, px_arena_t *a) 
   return r < 0 ? DECLINE : 0;
 }
 
-static int decode_output(const px_fv_t *o, px_fresp_t *ir, px_arena_t *a, int *has_tool) {
-  px_fw_t w = {o->raw.ptr, o->raw.len, 0};
-  int r;
-  if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
-    static const char *const keys[] = {"type", "content", "call_id", "name", "arguments",
-                                       "namespace"};
-    px_fv_t f[6];
+/* the output array at the cursor, checked as it is read; a message's
+ * content is decoded where it stands when its type came first (as
+ * OpenAI writes it), else from its span after the item */
+enum { O_TYPE, O_CONTENT, O_CALL_ID, O_NAME, O_ARGS, O_NS };
+static const px_fkey_t out_keys[] = {PX_FK("type"),    PX_FK("content"),
+                                     PX_FK("call_id"), PX_FK("name"),
+                                     PX_FK("arguments"), PX_FK("namespace")};
+
+static int decode_output(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, int *has_tool) {
+  int r, first = 1;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fc_elem(w, &first)) == 1) {
+    px_fv_t f[NKEYS(out_keys)];
+    px_fstr_t k;
     unsigned seen = 0;
-    if (px_fw_fields(&w, keys, 6, f, &seen) != 0) return DECLINE;
-    if (!HAS(0) || f[0].kind != PX_FV_STR) continue;
-    if (px_fs_is(f[0].s, "message")) {
-      if (HAS(1) && decode_message_item(&f[1], ir, a) != 0) return DECLINE;
-    } else if (px_fs_is(f[0].s, "function_call")) {
-      if (HAS(5) && f[5].kind == PX_FV_STR) return DECLINE; /* lossy there */
+    int ri, ifirst = 1, content_done = 0;
+    if (px_fw_open(w, '{') < 0) return DECLINE;
+    while ((ri = px_fc_member(w, &k, &ifirst)) == 1) {
+      int ki = px_fk_of(k, out_keys, NKEYS(out_keys));
+      if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+      if (ki == O_CONTENT && HAS(O_TYPE) && f[O_TYPE].kind == PX_FV_STR &&
+          px_fs_is(f[O_TYPE].s, "message") && w->p[w->i] == '[') {
+        if (decode_message_content(w, ir, a) != 0) return DECLINE;
+        content_done = 1;
+        continue;
+      }
+      px_fv_t v;
+      if (px_fc_value(w, &v) < 0) return DECLINE;
+      if (ki >= 0) f[ki] = v;
+    }
+    if (ri < 0) return DECLINE;
+    if (!HAS(O_TYPE) || f[O_TYPE].kind != PX_FV_STR) continue;
+    if (px_fs_is(f[O_TYPE].s, "message")) {
+      if (HAS(O_CONTENT) && !content_done && f[O_CONTENT].kind == PX_FV_ARR) {
+        px_fw_t cw = {f[O_CONTENT].raw.ptr, f[O_CONTENT].raw.len, 0};
+        if (decode_message_content(&cw, ir, a) != 0) return DECLINE;
+      }
+    } else if (px_fs_is(f[O_TYPE].s, "function_call")) {
+      if (HAS(O_NS) && f[O_NS].kind == PX_FV_STR) return DECLINE; /* lossy there */
       px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
       if (p == NULL) return DECLINE;
       px_fstr_t empty = {"", 0, 0};
-      p->id = HAS(2) && f[2].kind == PX_FV_STR ? f[2].s : empty;
-      p->name = HAS(3) && f[3].kind == PX_FV_STR ? f[3].s : empty;
-      p->args = HAS(4) && f[4].kind == PX_FV_STR ? f[4].s : empty;
+      p->id = HAS(O_CALL_ID) && f[O_CALL_ID].kind == PX_FV_STR ? f[O_CALL_ID].s : empty;
+      p->name = HAS(O_NAME) && f[O_NAME].kind == PX_FV_STR ? f[O_NAME].s : empty;
+      p->args = HAS(O_ARGS) && f[O_ARGS].kind == PX_FV_STR ? f[O_ARGS].s : empty;
       *has_tool = 1;
       px_fpart_push(&ir->content, &ir->last, p);
     } else {
@@ -453,36 +482,60 @@ static int decode_output(const px_fv_t *o, px_fresp_t *ir, px_arena_t *a, int *h
   return r < 0 ? DECLINE : 0;
 }
 
+/* The body is read once and checked as it is read (px_fc_*: the hub scans
+ * nothing before): output and usage are decoded where they stand, every
+ * other member is checked and skipped. */
+enum { R_ID, R_MODEL, R_CREATED, R_STATUS, R_OUTPUT, R_USAGE, R_INCOMPLETE };
+static const px_fkey_t resp_keys[] = {PX_FK("id"),     PX_FK("model"), PX_FK("created_at"),
+                                      PX_FK("status"), PX_FK("output"), PX_FK("usage"),
+                                      PX_FK("incomplete_details")};
+
 static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                      px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy) {
   (void)ctx;
   (void)lossy;
-  static const char *const keys[] = {"id",     "model", "created_at", "status",
-                                     "output", "usage", "incomplete_details"};
-  px_fv_t f[7];
+  px_fv_t f[NKEYS(resp_keys)];
   px_fw_t w = {body, len, 0};
+  px_fstr_t k;
   unsigned seen = 0;
-  if (px_fw_fields(&w, keys, 7, f, &seen) != 0 || !HAS(4) || f[4].kind != PX_FV_ARR)
-    return DECLINE;
+  int r, first = 1, has_tool = 0;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fc_member(&w, &k, &first)) == 1) {
+    int ki = px_fk_of(k, resp_keys, NKEYS(resp_keys));
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+    if (ki == R_OUTPUT) {
+      if (px_fw_peek(&w) != PX_FV_ARR || decode_output(&w, ir, a, &has_tool) != 0)
+        return DECLINE;
+    } else if (ki == R_USAGE && px_fw_peek(&w) == PX_FV_OBJ) {
+      static const px_fkey_t ukeys[] = {PX_FK("input_tokens"), PX_FK("output_tokens"),
+                                        PX_FK("input_tokens_details"),
+                                        PX_FK("output_tokens_details")};
+      if (px_fc_openai_usage(&w, ukeys, ir) != 0) return DECLINE;
+    } else {
+      px_fv_t v;
+      if (px_fc_value(&w, &v) < 0) return DECLINE;
+      if (ki >= 0) f[ki] = v;
+    }
+  }
+  if (r < 0 || px_fc_end(&w) < 0 || !HAS(R_OUTPUT)) return DECLINE;
+  if (!HAS(R_USAGE)) ir->usage_known = 1, ir->usage_in = ir->usage_out = -1;
   /* finished answers only: completed, or incomplete with a reason */
   int incomplete = 0;
-  if (HAS(3) && f[3].kind == PX_FV_STR) {
-    if (px_fs_is(f[3].s, "incomplete")) incomplete = 1;
-    else if (!px_fs_is(f[3].s, "completed")) return DECLINE;
+  if (HAS(R_STATUS) && f[R_STATUS].kind == PX_FV_STR) {
+    if (px_fs_is(f[R_STATUS].s, "incomplete")) incomplete = 1;
+    else if (!px_fs_is(f[R_STATUS].s, "completed")) return DECLINE;
   }
-  ir->id = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){"", 0, 0};
-  if (HAS(1) && f[1].kind == PX_FV_STR) ir->model = f[1].s;
-  if (px_fast_created(HAS(2) ? &f[2] : NULL, ir) != 0) return DECLINE;
-  int has_tool = 0;
-  if (decode_output(&f[4], ir, a, &has_tool) != 0) return DECLINE;
+  ir->id = HAS(R_ID) && f[R_ID].kind == PX_FV_STR ? f[R_ID].s : (px_fstr_t){"", 0, 0};
+  if (HAS(R_MODEL) && f[R_MODEL].kind == PX_FV_STR) ir->model = f[R_MODEL].s;
+  if (px_fast_created(HAS(R_CREATED) ? &f[R_CREATED] : NULL, ir) != 0) return DECLINE;
   if (incomplete) {
     /* the reason decides content_filter / max_tokens */
-    static const char *const dkeys[] = {"reason"};
+    static const px_fkey_t dkeys[] = {PX_FK("reason")};
     px_fstr_t reason = {0};
     px_fv_t g[1];
     unsigned ds = 0;
-    if (HAS(6) && f[6].kind == PX_FV_OBJ) {
-      if (px_fv_fields(&f[6], dkeys, 1, g, &ds) != 0) return DECLINE;
+    if (HAS(R_INCOMPLETE) && f[R_INCOMPLETE].kind == PX_FV_OBJ) {
+      if (px_fv_kfields(&f[R_INCOMPLETE], dkeys, 1, g, &ds) != 0) return DECLINE;
       if (ds && g[0].kind == PX_FV_STR) reason = g[0].s;
       if (reason.esc) return DECLINE;
     }
@@ -490,11 +543,6 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
                                                   : PX_STOP_MAX_TOKENS;
   } else {
     ir->stop = has_tool ? PX_STOP_TOOL_USE : PX_STOP_END_TURN;
-  }
-  if (HAS(5) && f[5].kind == PX_FV_OBJ) {
-    static const char *const ukeys[] = {"input_tokens", "output_tokens",
-                                        "input_tokens_details", "output_tokens_details"};
-    if (px_fast_openai_usage(&f[5], ukeys, ir) != 0) return DECLINE;
   }
   return 0;
 }
@@ -507,7 +555,7 @@ static int put_prefixed(px_buf_t *b, const char *prefix, px_fstr_t id) {
   size_t pl = strlen(prefix);
   int rc = 0;
   if (!(id.n >= pl && memcmp(id.p, prefix, pl) == 0)) rc = px_fb_lit(b, prefix);
-  if (rc == 0 && id.n) rc = px_buf_append(b, id.p, id.n);
+  if (rc == 0 && id.n) rc = px_fb_put(b, id.p, id.n);
   return rc;
 }
 
@@ -582,7 +630,7 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
       rc = put_prefixed(b, "fc_", p->id);
     } else if (rc == 0) {
       rc = px_fb_lit(b, "fc_");
-      if (rc == 0) rc = px_buf_append(b, base.p, base.n);
+      if (rc == 0) rc = px_fb_put(b, base.p, base.n);
       if (rc == 0) rc = px_fb_lit(b, "_");
       if (rc == 0) rc = px_fb_i64(b, oi);
     }
@@ -627,4 +675,5 @@ const px_fast_ops_t px_responses_fast = {
     .encode_request = resp_fast_encode_request,
     .decode_response = resp_fast_decode_response,
     .encode_response = resp_fast_encode_response,
+    .response_checked = 1,
 };

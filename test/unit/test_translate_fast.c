@@ -114,7 +114,7 @@ static void answer_pair(int in, int out) {
   px_lossy_t lf, ls;
   px_lossy_init(&lf);
   px_lossy_init(&ls);
-  CHECK(px_translate_response_fast(&c, body, strlen(body), &b, &lf) == 0);
+  CHECK(px_translate_response_fast(&c, body, strlen(body), &b, &lf, NULL) == 0);
   json_t *up = json_loadb(body, strlen(body), 0, NULL), *cb = NULL;
   px_tr_err_t err;
   CHECK(px_translate_response(&c, up, &cb, &ls, &err) == 0);
@@ -170,7 +170,7 @@ static void declines(void) {
   px_buf_init(&b, 4096);
   px_lossy_t l;
   px_lossy_init(&l);
-  CHECK(px_translate_response_fast(&c, think, strlen(think), &b, &l) == PX_FAST_DECLINE);
+  CHECK(px_translate_response_fast(&c, think, strlen(think), &b, &l, NULL) == PX_FAST_DECLINE);
   CHECK(b.len == 0);
   px_buf_free(&b);
 }
