@@ -79,6 +79,9 @@ struct px_sdec {
   px_buf_t scratch[4]; /* unescaped strings of the fast path */
   int64_t chars;       /* characters of delta.content read */
   int64_t text_start;  /* ... before the live text block */
+  unsigned char *memo; /* the fast path's head memo (see fast_chunk) */
+  size_t memo_len, memo_cap;
+  uint32_t memo_seen;
 };
 
 static void dec_set(px_sdec_t *d, dstate_t s) {
@@ -140,6 +143,7 @@ void px_chat_sdec_free(px_sdec_t *d) {
   free(d->defs);
   free(d->tools);
   for (int i = 0; i < 4; i++) px_buf_free(&d->scratch[i]);
+  free(d->memo);
   free(d);
 }
 
@@ -462,249 +466,251 @@ static int on_choice(px_sdec_t *d, json_t *chunk, json_t *ch) {
  * which stays the arbiter. The fast path acts only after the whole chunk
  * has been checked, so it never half-applies a chunk. */
 
-/* A member value read by the walk: its kind and, for strings, the raw
- * content p[s..e). */
-enum { FV_ABSENT, FV_NULL, FV_STR, FV_OTHER };
-typedef struct fval {
-  int kind;
-  px_fj_str_t str;
-} fval_t;
+/* The walk is flat: one loop over the members of the chunk's five objects
+ * (the chunk, choices[0], its delta, delta.tool_calls[0], its function),
+ * with what each level reads known by key. A member it reads is checked
+ * against what the fast path handles as it is read (anything else: back to
+ * jansson at once); a repeated one fails (jansson would keep the last).
+ *
+ * Head memo: a stream's chunks repeat the same bytes up to the delta object
+ * (`{"id":..,"object":..,"created":..,"model":..,"system_fingerprint":..,
+ * "choices":[{"index":0,"delta":{`). The walk's state where the delta object
+ * opens is a function of the bytes before it alone, so the decoder keeps the
+ * last accepted head and its state: a chunk starting with the same bytes
+ * resumes the walk there, validated exactly as if walked again. */
 
-static int key_is(const px_fj_t *j, const px_fj_str_t *k, const char *lit, size_t l) {
-  return k->e - k->s == l && memcmp(j->p + k->s, lit, l) == 0;
+#define CHAT_MEMO_MAX 512 /* longest head kept */
+
+enum { LV_TOP, LV_CHOICE, LV_DELTA, LV_CALL, LV_FN };
+
+/* the members read, by level; one bit each in the walk's seen mask */
+enum {
+  K_CHOICES, K_ERROR, K_USAGE,                 /* the chunk */
+  K_INDEX, K_LOGPROBS, K_FINISH, K_DELTA,      /* choices[0] */
+  K_ROLE, K_CONTENT, K_RC, K_RS, K_REFUSAL, K_ANN, K_TOOLS, /* delta */
+  K_TINDEX, K_TID, K_TTYPE, K_FUNCTION,        /* tool_calls[0] */
+  K_NAME, K_ARGS, K_INPUT,                     /* its function */
+  K_NONE
+};
+#define BIT(k) (1u << (k))
+/* string slots: the delta's text fields and the call's arguments */
+enum { S_CONTENT, S_RC, S_RS, S_REFUSAL, S_ARGS, S_N };
+
+static int chunk_key(int lv, const unsigned char *k, size_t l) {
+#define IS(lit) (l == sizeof(lit) - 1 && memcmp(k, lit, sizeof(lit) - 1) == 0)
+  switch (lv) {
+    case LV_TOP:
+      return IS("choices") ? K_CHOICES : IS("error") ? K_ERROR : IS("usage") ? K_USAGE : K_NONE;
+    case LV_CHOICE:
+      return IS("delta")           ? K_DELTA
+             : IS("index")         ? K_INDEX
+             : IS("finish_reason") ? K_FINISH
+             : IS("logprobs")      ? K_LOGPROBS
+                                   : K_NONE;
+    case LV_DELTA:
+      return IS("content")             ? K_CONTENT
+             : IS("role")              ? K_ROLE
+             : IS("reasoning_content") ? K_RC
+             : IS("reasoning")         ? K_RS
+             : IS("refusal")           ? K_REFUSAL
+             : IS("annotations")       ? K_ANN
+             : IS("tool_calls")        ? K_TOOLS
+                                       : K_NONE;
+    case LV_CALL:
+      return IS("index")      ? K_TINDEX
+             : IS("function") ? K_FUNCTION
+             : IS("id")       ? K_TID
+             : IS("type")     ? K_TTYPE
+                              : K_NONE;
+    default:
+      return IS("arguments") ? K_ARGS : IS("name") ? K_NAME : IS("input") ? K_INPUT : K_NONE;
+  }
+#undef IS
 }
-#define KEY(j, k, lit) key_is((j), (k), lit, sizeof(lit) - 1)
 
-/* The next member key of the object being walked (j->i at '{' or after a
- * value): 1 with *k set and j->i on the value, 0 at the end of the object
- * (j->i past '}'), -1 when not proven valid or the key has escapes. *first
- * is 1 on the call that opens the object. */
-static int fj_member(px_fj_t *j, px_fj_str_t *k, int *first) {
-  px_fj_ws(j);
-  if (j->i >= j->n) return -1;
-  if (*first) {
-    *first = 0;
-    if (j->p[j->i] != '{') return -1;
-    j->i++;
-    px_fj_ws(j);
-    if (j->i < j->n && j->p[j->i] == '}') {
-      j->i++;
-      return 0;
-    }
-  } else if (j->p[j->i] == '}') {
-    j->i++;
-    return 0;
-  } else if (j->p[j->i] == ',') {
-    j->i++;
-    px_fj_ws(j);
-  } else {
-    return -1;
-  }
-  if (j->i >= j->n || j->p[j->i] != '"') return -1;
-  k->s = j->i + 1;
-  if (px_json_string(j->p, j->n, k->s, &k->e, &k->esc) < 0 || k->esc) return -1;
-  j->i = k->e + 1;
-  px_fj_ws(j);
-  if (j->i >= j->n || j->p[j->i] != ':') return -1;
-  j->i++;
-  px_fj_ws(j);
-  return j->i < j->n ? 1 : -1;
+static int is_null(const unsigned char *p, size_t n, size_t i) {
+  return n - i >= 4 && memcmp(p + i, "null", 4) == 0;
 }
 
-/* Read (or check and classify) the value at j->i into *v; a repeated key
- * fails (jansson would keep the last one: leave that to it). */
-static int fj_val(px_fj_t *j, fval_t *v, int depth) {
-  if (v->kind != FV_ABSENT) return -1;
-  const unsigned char c = j->p[j->i];
-  if (c == '"') {
-    v->kind = FV_STR;
-    v->str.s = j->i + 1;
-    if (px_json_string(j->p, j->n, v->str.s, &v->str.e, &v->str.esc) < 0) return -1;
-    v->str.set = 1;
-    j->i = v->str.e + 1;
-    return 0;
-  }
-  if (c == 'n') {
-    if (j->n - j->i < 4 || memcmp(j->p + j->i, "null", 4) != 0) return -1;
-    v->kind = FV_NULL;
-    j->i += 4;
-    return 0;
-  }
-  v->kind = FV_OTHER;
-  v->str.s = j->i;
-  if (px_fj_skip(j, depth) < 0) return -1;
-  v->str.e = j->i;
+/* `[` blanks `{` at p[*ip]: *ip past the '{' */
+static int one_elem(const unsigned char *p, size_t n, size_t *ip) {
+  if (p[*ip] != '[') return -1;
+  size_t i = px_json_ws(p, n, *ip + 1);
+  if (i >= n || p[i] != '{') return -1;
+  *ip = i + 1;
   return 0;
 }
 
-/* Check and skip a member value we do not read; strings and null (most of
- * them) without the general walk. */
-static int fj_pass(px_fj_t *j, int depth) {
-  const unsigned char c = j->p[j->i];
-  if (c == '"') {
-    size_t e;
-    int esc;
-    if (px_json_string(j->p, j->n, j->i + 1, &e, &esc) < 0) return -1;
-    j->i = e + 1;
-    return 0;
+static void memo_keep(px_sdec_t *d, const unsigned char *p, size_t len, uint32_t seen) {
+  if (len > CHAT_MEMO_MAX) return;
+  if (len > d->memo_cap) {
+    unsigned char *m = realloc(d->memo, len);
+    if (m == NULL) return;
+    d->memo = m;
+    d->memo_cap = len;
   }
-  if (c == 'n' && j->n - j->i >= 4 && memcmp(j->p + j->i, "null", 4) == 0) {
-    j->i += 4;
-    return 0;
-  }
-  return px_fj_skip(j, depth);
+  memcpy(d->memo, p, len);
+  d->memo_len = len;
+  d->memo_seen = seen;
 }
-
-/* `[ {object} ]` with exactly one element: j->i on the element's '{', or -1 */
-static int fj_one_elem(px_fj_t *j) {
-  if (j->p[j->i] != '[') return -1;
-  j->i++;
-  px_fj_ws(j);
-  return j->i < j->n && j->p[j->i] == '{' ? 0 : -1;
-}
-static int fj_one_elem_end(px_fj_t *j) {
-  px_fj_ws(j);
-  if (j->i >= j->n || j->p[j->i] != ']') return -1;
-  j->i++;
-  return 0;
-}
-
-typedef struct fchunk {
-  fval_t error, usage;                   /* top level */
-  int choices;                           /* choices seen */
-  fval_t index, logprobs, finish, delta; /* the choice */
-  fval_t role, rc, rs, content, refusal, annotations, tool_calls; /* delta */
-  fval_t tindex, tid, ttype, function, name, args;                /* the call */
-} fchunk_t;
-
-/* tool_calls: [{"index":N,"id":null,"type":null,"function":{"arguments":".."}}] */
-static int walk_call(px_fj_t *j, fchunk_t *f) {
-  px_fj_str_t k;
-  int first = 1, r;
-  if (fj_one_elem(j) < 0) return -1;
-  while ((r = fj_member(j, &k, &first)) > 0) {
-    fval_t *v = KEY(j, &k, "index")  ? &f->tindex
-                : KEY(j, &k, "id")   ? &f->tid
-                : KEY(j, &k, "type") ? &f->ttype
-                                     : NULL;
-    if (KEY(j, &k, "function")) {
-      if (f->function.kind != FV_ABSENT || j->p[j->i] != '{') return -1;
-      f->function.kind = FV_OTHER;
-      px_fj_str_t fk;
-      int ff = 1, fr;
-      while ((fr = fj_member(j, &fk, &ff)) > 0) {
-        fval_t *fv = KEY(j, &fk, "name") ? &f->name : KEY(j, &fk, "arguments") ? &f->args : NULL;
-        if (fv ? fj_val(j, fv, 5) : fj_pass(j, 5)) return -1;
-      }
-      if (fr < 0) return -1;
-      continue;
-    }
-    if (v ? fj_val(j, v, 4) : fj_pass(j, 4)) return -1;
-  }
-  return r < 0 ? -1 : fj_one_elem_end(j);
-}
-
-/* {"index":0,"delta":{..},"logprobs":null,"finish_reason":null} */
-static int walk_choice(px_fj_t *j, fchunk_t *f) {
-  px_fj_str_t k;
-  int first = 1, r;
-  while ((r = fj_member(j, &k, &first)) > 0) {
-    if (KEY(j, &k, "delta")) {
-      if (f->delta.kind != FV_ABSENT || j->p[j->i] != '{') return -1;
-      f->delta.kind = FV_OTHER;
-      px_fj_str_t dk;
-      int df = 1, dr;
-      while ((dr = fj_member(j, &dk, &df)) > 0) {
-        if (KEY(j, &dk, "tool_calls") && j->p[j->i] == '[') {
-          if (f->tool_calls.kind != FV_ABSENT) return -1;
-          f->tool_calls.kind = FV_OTHER;
-          if (walk_call(j, f) < 0) return -1;
-          continue;
-        }
-        fval_t *v = KEY(j, &dk, "content")              ? &f->content
-                    : KEY(j, &dk, "role")               ? &f->role
-                    : KEY(j, &dk, "reasoning_content")  ? &f->rc
-                    : KEY(j, &dk, "reasoning")          ? &f->rs
-                    : KEY(j, &dk, "refusal")            ? &f->refusal
-                    : KEY(j, &dk, "annotations")        ? &f->annotations
-                    : KEY(j, &dk, "tool_calls")         ? &f->tool_calls
-                                                        : NULL;
-        if (v ? fj_val(j, v, 3) : fj_pass(j, 3)) return -1;
-      }
-      if (dr < 0) return -1;
-      continue;
-    }
-    fval_t *v = KEY(j, &k, "index")           ? &f->index
-                : KEY(j, &k, "logprobs")      ? &f->logprobs
-                : KEY(j, &k, "finish_reason") ? &f->finish
-                                              : NULL;
-    if (v ? fj_val(j, v, 2) : fj_pass(j, 2)) return -1;
-  }
-  return r;
-}
-
-static int null_or_absent(const fval_t *v) { return v->kind == FV_ABSENT || v->kind == FV_NULL; }
-static int str_or_null(const fval_t *v) { return v->kind != FV_OTHER; }
 
 /* Returns 1 when the chunk was handled, 0 to fall back to jansson, <0 on a
  * sink error. */
-static int fast_chunk(px_sdec_t *d, const char *p, size_t n) {
+static int fast_chunk(px_sdec_t *d, const char *text, size_t n) {
   if (d->state != D_OPEN) return 0;
-  px_fj_t j = {(const unsigned char *)p, n, 0};
-  fchunk_t f;
-  memset(&f, 0, sizeof(f));
-  px_fj_str_t k;
-  int first = 1, r;
-  while ((r = fj_member(&j, &k, &first)) > 0) {
-    if (KEY(&j, &k, "choices")) {
-      if (f.choices++ || fj_one_elem(&j) < 0 || walk_choice(&j, &f) < 0 ||
-          fj_one_elem_end(&j) < 0)
-        return 0;
-      continue;
-    }
-    fval_t *v = KEY(&j, &k, "error") ? &f.error : KEY(&j, &k, "usage") ? &f.usage : NULL;
-    if (v ? fj_val(&j, v, 1) : fj_pass(&j, 1)) return 0;
-  }
-  if (r < 0 || !f.choices) return 0;
-  px_fj_ws(&j);
-  if (j.i != j.n) return 0;
-  if (!null_or_absent(&f.error) || !null_or_absent(&f.usage)) return 0;
-  if (f.index.kind != FV_ABSENT &&
-      !(f.index.kind == FV_OTHER && f.index.str.e - f.index.str.s == 1 && p[f.index.str.s] == '0'))
-    return 0;
-  if (!null_or_absent(&f.logprobs) || !null_or_absent(&f.finish)) return 0;
-  if (f.delta.kind == FV_ABSENT) return 0;
-  if (f.role.kind == FV_OTHER ||
-      (f.role.kind == FV_STR &&
-       !(f.role.str.e - f.role.str.s == 9 && memcmp(p + f.role.str.s, "assistant", 9) == 0)))
-    return 0;
-  /* reasoning_content when it is a string, else reasoning */
-  const fval_t *rs = f.rc.kind == FV_STR ? &f.rc : &f.rs;
-  if (!str_or_null(&f.rc) || !str_or_null(&f.rs) || !str_or_null(&f.content) ||
-      !str_or_null(&f.refusal) || !null_or_absent(&f.annotations))
-    return 0;
-  /* tool calls: only an argument fragment of a call already started */
+  const unsigned char *p = (const unsigned char *)text;
+  uint32_t seen, strs = 0; /* members read; string slots set */
+  px_fj_str_t st[S_N];
+  int calls = 0; /* tool_calls is an array (its element walked) */
   long tk = -1;
-  if (f.tool_calls.kind == FV_STR) return 0;
-  if (f.tool_calls.kind == FV_OTHER) {
-    const fval_t *ti = &f.tindex;
-    if (ti->kind != FV_OTHER || ti->str.e - ti->str.s > 4) return 0;
-    tk = 0;
-    for (size_t q = ti->str.s; q < ti->str.e; q++) {
-      if (p[q] < '0' || p[q] > '9') return 0;
-      tk = tk * 10 + (p[q] - '0');
-    }
-    if (tk >= d->ntools || !d->tools[tk].seen) return 0;
-    if (!null_or_absent(&f.tid) || !null_or_absent(&f.ttype)) return 0;
-    if (f.function.kind == FV_ABSENT || !null_or_absent(&f.name) || f.args.kind != FV_STR)
-      return 0;
+  size_t i, kl;
+  int lv, r;
+  if (d->memo_len > 0 && n > d->memo_len && memcmp(p, d->memo, d->memo_len) == 0) {
+    i = d->memo_len;
+    seen = d->memo_seen;
+    lv = LV_DELTA;
+    goto open;
   }
+  seen = 0;
+  lv = LV_TOP;
+  i = px_json_ws(p, n, 0);
+  if (i >= n || p[i] != '{') return 0;
+  i++;
+open:
+  /* just inside an object's '{' */
+  i = px_json_ws(p, n, i);
+  if (i < n && p[i] == '}') {
+    i++;
+    goto close;
+  }
+member:
+  {
+    size_t ks = i + 1;
+    if (px_fj_key(p, n, &i, &kl) < 0) return 0;
+    int k = chunk_key(lv, p + ks, kl);
+    if (k == K_NONE) {
+      if (px_fj_pass(p, n, &i, lv + 1) < 0) return 0;
+      goto after;
+    }
+    if (seen & BIT(k)) return 0;
+    seen |= BIT(k);
+    int slot = -1;
+    switch (k) {
+      case K_CHOICES:
+        if (one_elem(p, n, &i) < 0) return 0;
+        lv = LV_CHOICE;
+        goto open;
+      case K_DELTA:
+        if (p[i] != '{') return 0;
+        i++;
+        lv = LV_DELTA;
+        memo_keep(d, p, i, seen);
+        goto open;
+      case K_FUNCTION:
+        if (p[i] != '{') return 0;
+        i++;
+        lv = LV_FN;
+        goto open;
+      case K_TOOLS:
+        if (p[i] == '[') {
+          if (one_elem(p, n, &i) < 0) return 0;
+          calls = 1;
+          lv = LV_CALL;
+          goto open;
+        }
+        /* else only null */
+        /* fall through */
+      case K_ERROR:
+      case K_USAGE:
+      case K_LOGPROBS:
+      case K_FINISH:
+      case K_ANN:
+      case K_TID:
+      case K_TTYPE:
+      case K_NAME:
+        if (!is_null(p, n, i)) return 0;
+        i += 4;
+        goto after;
+      case K_INDEX: /* 0 only */
+        if (p[i] != '0' || px_fj_int_end(p, n, i) != i + 1) return 0;
+        i++;
+        goto after;
+      case K_TINDEX: { /* a call index of at most 4 digits */
+        size_t e = p[i] == '-' ? 0 : px_fj_int_end(p, n, i);
+        if (e == 0 || e - i > 4) return 0;
+        tk = 0;
+        for (; i < e; i++) tk = tk * 10 + (p[i] - '0');
+        goto after;
+      }
+      case K_ROLE: {
+        if (is_null(p, n, i)) {
+          i += 4;
+          goto after;
+        }
+        size_t e;
+        int esc;
+        if (p[i] != '"' || px_json_string(p, n, i + 1, &e, &esc) < 0) return 0;
+        if (e - i - 1 != 9 || memcmp(p + i + 1, "assistant", 9) != 0) return 0;
+        i = e + 1;
+        goto after;
+      }
+      case K_CONTENT: slot = S_CONTENT; break;
+      case K_RC: slot = S_RC; break;
+      case K_RS: slot = S_RS; break;
+      case K_REFUSAL: slot = S_REFUSAL; break;
+      case K_ARGS: slot = S_ARGS; break;
+      default: return 0; /* K_INPUT: jansson decides which one it reads */
+    }
+    /* a string slot: a string, or null (not for arguments) */
+    if (p[i] == '"') {
+      px_fj_str_t *s = &st[slot];
+      s->s = i + 1;
+      if (px_json_string(p, n, s->s, &s->e, &s->esc) < 0) return 0;
+      strs |= BIT(slot);
+      i = s->e + 1;
+    } else if (slot == S_ARGS || !is_null(p, n, i)) {
+      return 0;
+    } else {
+      i += 4;
+    }
+  }
+after:
+  r = px_fj_next(p, n, &i, '}');
+  if (r > 0) goto member;
+  if (r < 0) return 0;
+close:
+  /* past an object's '}' */
+  switch (lv) {
+    case LV_TOP: break;
+    case LV_FN: lv = LV_CALL; goto after;
+    case LV_DELTA: lv = LV_CHOICE; goto after;
+    case LV_CALL:
+    case LV_CHOICE:
+      /* the one element of its array */
+      lv = lv == LV_CALL ? LV_DELTA : LV_TOP;
+      i = px_json_ws(p, n, i);
+      if (i >= n || p[i] != ']') return 0;
+      i++;
+      goto after;
+  }
+  if (px_json_ws(p, n, i) != n) return 0;
+  if (!(seen & BIT(K_DELTA))) return 0;
+  /* tool calls: only an argument fragment of a call already started */
+  if (calls) {
+    if (tk < 0 || tk >= d->ntools || !d->tools[tk].seen) return 0;
+    if (!(seen & BIT(K_FUNCTION)) || !(strs & BIT(S_ARGS))) return 0;
+  }
+  /* reasoning_content when it is a string, else reasoning */
+  int rs = strs & BIT(S_RC) ? S_RC : S_RS;
   px_str_t vr = PX_STR_NULL, vc = PX_STR_NULL, vf = PX_STR_NULL, va = PX_STR_NULL;
-  if ((rs->kind == FV_STR && px_fj_value(&j, &rs->str, &d->scratch[0], &vr) < 0) ||
-      (f.content.kind == FV_STR && px_fj_value(&j, &f.content.str, &d->scratch[1], &vc) < 0) ||
-      (f.refusal.kind == FV_STR && px_fj_value(&j, &f.refusal.str, &d->scratch[2], &vf) < 0) ||
-      (tk >= 0 && px_fj_value(&j, &f.args.str, &d->scratch[3], &va) < 0))
+#define VAL(slot, sc, out)                                                           \
+  ((strs & BIT(slot)) &&                                                                  \
+   px_json_unescape(text + st[slot].s, st[slot].e - st[slot].s, st[slot].esc,             \
+                    &d->scratch[sc], &(out)) < 0)
+  if (VAL(rs, 0, vr) || VAL(S_CONTENT, 1, vc) || VAL(S_REFUSAL, 2, vf) ||
+      (calls && VAL(S_ARGS, 3, va)))
     return 0;
+#undef VAL
   /* checked: act exactly as on_choice would */
   int rc = 0;
   if (vr.ptr) rc = text_like(d, LIVE_THINKING, vr.ptr, vr.len);
