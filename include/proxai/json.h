@@ -228,6 +228,14 @@ static inline size_t px_fj_int_end(const unsigned char *p, size_t n, size_t i) {
   return i;
 }
 
+/** The value of the integer p[s..e) that px_fj_int_end accepted. */
+static inline int64_t px_fj_int_value(const unsigned char *p, size_t s, size_t e) {
+  int neg = p[s] == '-';
+  int64_t v = 0;
+  for (size_t i = s + (size_t)neg; i < e; i++) v = v * 10 + (p[i] - '0');
+  return neg ? -v : v;
+}
+
 /** Check and skip the value at p[*ip] (*ip < n) as px_fj_skip(depth) does,
  *  strings, literals and integers without a call. 0, or -1. */
 static inline int px_fj_pass(const unsigned char *p, size_t n, size_t *ip, int depth) {
