@@ -833,7 +833,9 @@ struct px_senc {
   px_tr_ctx_t ctx;
   px_buf_t *out;
   estate_t state;
-  px_buf_t prefix; /* `data: {"id":..,"object":..,"created":..,"model":..,"choices":` */
+  px_buf_t prefix; /* `data: {"id":..,"object":..,"created":..,"model":..,"choices":`
+                      then `[{"index":0,"delta":{` (a chunk's constant head) */
+  size_t choices_at; /* prefix length up to the choices value */
   eblock_t *blocks;
   int nblocks, capblocks;
   int ntools;
@@ -880,6 +882,8 @@ static int build_prefix(px_senc_t *e, px_str_t id) {
         (long long)e->ctx.created);
   if (rc == 0) rc = px_buf_json_str(b, model, strlen(model));
   if (rc == 0) rc = px_buf_puts(b, ",\"choices\":");
+  e->choices_at = b->len;
+  if (rc == 0) rc = px_buf_puts(b, "[{\"index\":0,\"delta\":{");
   return rc;
 }
 
@@ -889,9 +893,7 @@ static int build_prefix(px_senc_t *e, px_str_t id) {
 #define LIT(b, lit) px_buf_append((b), lit, sizeof(lit) - 1)
 
 static int chunk_open(px_senc_t *e) {
-  int rc = px_buf_append(e->out, e->prefix.data, e->prefix.len);
-  if (rc == 0) rc = LIT(e->out, "[{\"index\":0,\"delta\":{");
-  return rc;
+  return px_buf_append(e->out, e->prefix.data, e->prefix.len);
 }
 
 static int chunk_close(px_senc_t *e, const char *fr) {
@@ -902,12 +904,20 @@ static int chunk_close(px_senc_t *e, const char *fr) {
   return rc;
 }
 
-/* {"<field>":"<text>"} delta chunk; field_lit: the quoted key and colon */
+/* {"<field>":"<text>"} delta chunk; field_lit: the quoted key, colon and
+ * opening quote. The head is written straight into the output buffer. */
 static int text_chunk(px_senc_t *e, const char *field_lit, px_str_t t) {
-  int rc = chunk_open(e);
-  if (rc == 0) rc = px_buf_puts(e->out, field_lit);
-  if (rc == 0) rc = px_buf_json_str(e->out, t.ptr ? t.ptr : "", t.len);
-  if (rc == 0) rc = chunk_close(e, NULL);
+  static const char tail[] = "\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
+  px_buf_t *o = e->out;
+  size_t mark = o->len, fl = strlen(field_lit);
+  int rc = px_buf_reserve(o, e->prefix.len + fl);
+  if (rc < 0) return rc;
+  memcpy(o->data + o->len, e->prefix.data, e->prefix.len);
+  memcpy(o->data + o->len + e->prefix.len, field_lit, fl);
+  o->len += e->prefix.len + fl;
+  rc = px_buf_json_escape(o, t.ptr ? t.ptr : "", t.len);
+  if (rc == 0) rc = px_buf_append(o, tail, sizeof(tail) - 1);
+  if (rc < 0) o->len = mark;
   return rc;
 }
 
@@ -967,7 +977,7 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
     case PX_DELTA_TEXT:
       e->any_content = 1;
       e->chars += (int64_t)px_utf8_chars(ev->text.ptr, ev->text.len);
-      return text_chunk(e, "\"content\":", ev->text);
+      return text_chunk(e, "\"content\":\"", ev->text);
     case PX_DELTA_ANNOTATION: {
       /* delta.annotations, as the non-streaming message.annotations */
       json_t *a = px_annotation_parse(ev->text);
@@ -994,11 +1004,11 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
     case PX_DELTA_REFUSAL:
       /* seed 000: delta.refusal only before any content; after content the
        * wording stays visible as content rather than being lost */
-      if (e->any_content) return text_chunk(e, "\"content\":", ev->text);
+      if (e->any_content) return text_chunk(e, "\"content\":\"", ev->text);
       e->any_refusal = 1;
-      return text_chunk(e, "\"refusal\":", ev->text);
+      return text_chunk(e, "\"refusal\":\"", ev->text);
     case PX_DELTA_THINKING:
-      return text_chunk(e, "\"reasoning_content\":", ev->text);
+      return text_chunk(e, "\"reasoning_content\":\"", ev->text);
     case PX_DELTA_SIGNATURE:
       /* Chat has no field for thinking signatures (the non-streaming
        * encoder names the same field) */
@@ -1028,7 +1038,7 @@ static int on_message_delta(px_senc_t *e, const px_ev_t *ev) {
   /* Anthropic refusal with no visible wording: its explanation */
   if (ev->refusal_explanation.len > 0 && !e->any_content && !e->any_refusal) {
     e->any_refusal = 1;
-    rc = text_chunk(e, "\"refusal\":", ev->refusal_explanation);
+    rc = text_chunk(e, "\"refusal\":\"", ev->refusal_explanation);
   }
   if (rc == 0) rc = chunk_open(e);
   if (rc == 0) rc = chunk_close(e, px_stop_to_chat(ev->stop));
@@ -1040,7 +1050,7 @@ static int on_message_stop(px_senc_t *e) {
   int rc = 0;
   if (e->ctx.client_include_usage) {
     const px_usage_t *u = &e->usage;
-    rc = px_buf_append(e->out, e->prefix.data, e->prefix.len);
+    rc = px_buf_append(e->out, e->prefix.data, e->choices_at);
     if (rc == 0)
       rc = px_buf_printf(
           e->out,

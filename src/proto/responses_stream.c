@@ -342,7 +342,7 @@ static int d_delta(px_sdec_t *d, json_t *j, px_delta_t kind, int item_level) {
  * response.custom_tool_call_input.delta, response.reasoning_summary_text.delta,
  * response.reasoning_text.delta. Building a jansson tree for each dominates
  * the translation, so those events are read by the validating scanner of
- * util.c (px_fj_*, shared with anthropic_stream.c): it accepts only what it
+ * json.h (px_fj_*, shared with the other stream decoders): it accepts only what it
  * can prove jansson would accept and read the same way, with no escaped or
  * repeated keys where the fields are read. Anything else (other events,
  * errors, unexpected states, odd shapes) returns "not handled" and goes to
