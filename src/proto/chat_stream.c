@@ -59,7 +59,7 @@ typedef struct tool_slot {
 } tool_slot_t;
 
 struct px_sdec {
-  px_tr_ctx_t ctx;
+  const px_tr_ctx_t *ctx; /* the caller's, outlives the decoder */
   px_ev_sink_fn sink;
   void *arg;
   dstate_t state;
@@ -76,7 +76,7 @@ struct px_sdec {
   px_usage_t usage;    /* final usage (usage-only chunk, else finish chunk's) */
   int fast;            /* fast path on (differential tests turn it off) */
   long fast_hits;      /* chunks the fast path handled */
-  px_buf_t scratch[4]; /* unescaped strings of the fast path */
+  px_buf_t scratch;    /* unescaped strings of the fast path, one after another */
   int64_t chars;       /* characters of delta.content read */
   int64_t text_start;  /* ... before the live text block */
   unsigned char *memo; /* the fast path's head memo (see fast_chunk) */
@@ -112,11 +112,11 @@ static int proto_error(px_sdec_t *d, const char *msg) {
 px_sdec_t *px_chat_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg) {
   px_sdec_t *d = calloc(1, sizeof(*d));
   if (d == NULL) return NULL;
-  d->ctx = *ctx;
+  d->ctx = ctx;
   d->sink = sink;
   d->arg = arg;
   d->max_accum = ctx->max_accum ? ctx->max_accum : CHAT_DEFAULT_ACCUM;
-  for (int i = 0; i < 4; i++) px_buf_init(&d->scratch[i], PX_MAX_SSE_EVENT);
+  px_buf_init(&d->scratch, PX_MAX_SSE_EVENT);
   d->fast = 1;
   px_ev_t z;
   px_ev_init(&z, PX_EV_MESSAGE_DELTA);
@@ -142,7 +142,7 @@ void px_chat_sdec_free(px_sdec_t *d) {
   }
   free(d->defs);
   free(d->tools);
-  for (int i = 0; i < 4; i++) px_buf_free(&d->scratch[i]);
+  px_buf_free(&d->scratch);
   free(d->memo);
   free(d);
 }
@@ -275,7 +275,7 @@ static int annotations(px_sdec_t *d, json_t *anns) {
     const char *t = json_string_value(json_object_get(a, "type"));
     if (t == NULL || strcmp(t, "url_citation") != 0 || !json_is_object(uc) ||
         d->live != LIVE_TEXT || d->ndefs > 0) {
-      px_dropped(&d->ctx, "choices[].message.annotations");
+      px_dropped(d->ctx, "choices[].message.annotations");
       continue;
     }
     json_t *o = json_pack("{s:s}", "type", "url_citation");
@@ -306,13 +306,13 @@ static int tool_fragment(px_sdec_t *d, json_t *tc, size_t pos) {
   /* custom (freeform) tool calls: {"type":"custom","custom":{"name","input"}};
    * only a client with custom tools can hold them */
   int custom = type != NULL && strcmp(type, "custom") == 0;
-  if (custom && !px_tr_in_can(&d->ctx, PX_CAP_CUSTOM_TOOLS))
+  if (custom && !px_tr_in_can(d->ctx, PX_CAP_CUSTOM_TOOLS))
     return proto_error(d, "custom tool call cannot be translated");
   if (type != NULL && !custom && strcmp(type, "function") != 0)
     return proto_error(d, "tool call of a type other than function");
   json_t *fn = json_object_get(tc, custom ? "custom" : "function");
   if (!custom && fn == NULL && json_is_object(json_object_get(tc, "custom")) &&
-      px_tr_in_can(&d->ctx, PX_CAP_CUSTOM_TOOLS))
+      px_tr_in_can(d->ctx, PX_CAP_CUSTOM_TOOLS))
     fn = json_object_get(tc, "custom"); /* a later fragment of a custom call */
   const char *name = json_string_value(json_object_get(fn, "name"));
   const char *id = json_string_value(json_object_get(tc, "id"));
@@ -702,15 +702,40 @@ close:
   }
   /* reasoning_content when it is a string, else reasoning */
   int rs = strs & BIT(S_RC) ? S_RC : S_RS;
-  px_str_t vr = PX_STR_NULL, vc = PX_STR_NULL, vf = PX_STR_NULL, va = PX_STR_NULL;
-#define VAL(slot, sc, out)                                                           \
-  ((strs & BIT(slot)) &&                                                                  \
-   px_json_unescape(text + st[slot].s, st[slot].e - st[slot].s, st[slot].esc,             \
-                    &d->scratch[sc], &(out)) < 0)
-  if (VAL(rs, 0, vr) || VAL(S_CONTENT, 1, vc) || VAL(S_REFUSAL, 2, vf) ||
-      (calls && VAL(S_ARGS, 3, va)))
-    return 0;
-#undef VAL
+  if (!calls) strs &= ~BIT(S_ARGS);
+  if (strs & BIT(S_RC)) strs &= ~BIT(S_RS);
+  /* the escaped ones are unescaped one after another into d->scratch (never
+   * longer than their raw text: room reserved once) */
+  unsigned esc = 0;
+  for (unsigned m = strs; m != 0; m &= m - 1) {
+    int k = __builtin_ctz(m);
+    if (st[k].esc) esc |= BIT(k);
+  }
+  if (esc != 0) {
+    size_t room = 0;
+    for (unsigned m = esc; m != 0; m &= m - 1) {
+      int k = __builtin_ctz(m);
+      room += st[k].e - st[k].s;
+    }
+    d->scratch.len = 0;
+    if (px_buf_reserve(&d->scratch, room) < 0) return 0;
+  }
+  px_str_t v[S_N];
+  size_t off = 0;
+  for (unsigned m = strs; m != 0; m &= m - 1) {
+    int k = __builtin_ctz(m);
+    size_t l = st[k].e - st[k].s;
+    if (!(esc & BIT(k))) {
+      v[k] = (px_str_t){text + st[k].s, l};
+      continue;
+    }
+    px_buf_t part = {d->scratch.data + off, 0, l, l};
+    if (px_json_unescape(text + st[k].s, l, 1, &part, &v[k]) < 0) return 0;
+    off += v[k].len;
+  }
+#define V(k) (strs & BIT(k) ? v[k] : PX_STR_NULL)
+  px_str_t vr = V(rs), vc = V(S_CONTENT), vf = V(S_REFUSAL), va = V(S_ARGS);
+#undef V
   /* checked: act exactly as on_choice would */
   int rc = 0;
   if (vr.ptr) rc = text_like(d, LIVE_THINKING, vr.ptr, vr.len);
@@ -830,7 +855,7 @@ typedef struct eblock {
 } eblock_t;
 
 struct px_senc {
-  px_tr_ctx_t ctx;
+  const px_tr_ctx_t *ctx; /* the caller's, outlives the encoder */
   px_buf_t *out;
   estate_t state;
   px_buf_t prefix; /* `data: {"id":..,"object":..,"created":..,"model":..,"choices":`
@@ -853,7 +878,7 @@ static void enc_set(px_senc_t *e, estate_t s) {
 px_senc_t *px_chat_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
   px_senc_t *e = calloc(1, sizeof(*e));
   if (e == NULL) return NULL;
-  e->ctx = *ctx;
+  e->ctx = ctx;
   e->out = out;
   px_buf_init(&e->prefix, 4096);
   px_ev_t z;
@@ -875,11 +900,11 @@ static int build_prefix(px_senc_t *e, px_str_t id) {
   px_buf_t *b = &e->prefix;
   int rc = px_buf_puts(b, "data: {\"id\":\"");
   if (rc == 0) rc = px_buf_mint_id(b, "chatcmpl-", id);
-  const char *model = e->ctx.client_model ? e->ctx.client_model : "";
+  const char *model = e->ctx->client_model ? e->ctx->client_model : "";
   if (rc == 0)
     rc = px_buf_printf(
         b, "\",\"object\":\"chat.completion.chunk\",\"created\":%lld,\"model\":",
-        (long long)e->ctx.created);
+        (long long)e->ctx->created);
   if (rc == 0) rc = px_buf_json_str(b, model, strlen(model));
   if (rc == 0) rc = px_buf_puts(b, ",\"choices\":");
   e->choices_at = b->len;
@@ -944,7 +969,7 @@ static int on_block_start(px_senc_t *e, const px_ev_t *ev) {
   b->tool = -1;
   b->custom = 0;
   if (ev->block == PX_BLOCK_REDACTED_THINKING)
-    px_dropped(&e->ctx, px_lossy_opaque_reasoning(&e->ctx, 1));
+    px_dropped(e->ctx, px_lossy_opaque_reasoning(e->ctx, 1));
   if (ev->block != PX_BLOCK_TOOL_CALL) return 0;
   b->tool = e->ntools++;
   const char *id = px_idset_unique(&e->call_ids, ev->id, b->tool);
@@ -985,8 +1010,8 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
       json_t *arr = json_pack("[o]", a);
       px_lossy_t scratch;
       px_lossy_init(&scratch);
-      json_t *conv = px_chat_annotations(&e->ctx, arr, (json_int_t)b->shift,
-                                         e->ctx.dropped ? e->ctx.dropped : &scratch);
+      json_t *conv = px_chat_annotations(e->ctx, arr, (json_int_t)b->shift,
+                                         e->ctx->dropped ? e->ctx->dropped : &scratch);
       json_decref(arr);
       int rc = 0;
       if (json_array_size(conv) > 0) {
@@ -1012,7 +1037,7 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
     case PX_DELTA_SIGNATURE:
       /* Chat has no field for thinking signatures (the non-streaming
        * encoder names the same field) */
-      px_dropped(&e->ctx, px_lossy_opaque_reasoning(&e->ctx, 0));
+      px_dropped(e->ctx, px_lossy_opaque_reasoning(e->ctx, 0));
       return 0;
     case PX_DELTA_TOOL_ARGS: {
       if (b->tool < 0) return PX_EPROTO;
@@ -1048,7 +1073,7 @@ static int on_message_delta(px_senc_t *e, const px_ev_t *ev) {
 
 static int on_message_stop(px_senc_t *e) {
   int rc = 0;
-  if (e->ctx.client_include_usage) {
+  if (e->ctx->client_include_usage) {
     const px_usage_t *u = &e->usage;
     rc = px_buf_append(e->out, e->prefix.data, e->choices_at);
     if (rc == 0)
