@@ -242,33 +242,33 @@ static inline int px_fj_pass(const unsigned char *p, size_t n, size_t *ip, int d
   size_t i = *ip, e;
   int esc;
   switch (p[i]) {
-  case '"':
-    if (px_json_string(p, n, i + 1, &e, &esc) < 0) return -1;
-    *ip = e + 1;
-    return 0;
-  case 'n':
-    if (n - i < 4 || memcmp(p + i, "null", 4) != 0) return -1;
-    *ip = i + 4;
-    return 0;
-  case 't':
-    if (n - i < 4 || memcmp(p + i, "true", 4) != 0) return -1;
-    *ip = i + 4;
-    return 0;
-  case 'f':
-    if (n - i < 5 || memcmp(p + i, "false", 5) != 0) return -1;
-    *ip = i + 5;
-    return 0;
-  case '{':
-  case '[': {
-    px_fj_t j = {p, n, i};
-    if (px_fj_skip(&j, depth) < 0) return -1;
-    *ip = j.i;
-    return 0;
-  }
-  default:
-    if ((e = px_fj_int_end(p, n, i)) == 0) return -1;
-    *ip = e;
-    return 0;
+    case '"':
+      if (px_json_string(p, n, i + 1, &e, &esc) < 0) return -1;
+      *ip = e + 1;
+      return 0;
+    case 'n':
+      if (n - i < 4 || memcmp(p + i, "null", 4) != 0) return -1;
+      *ip = i + 4;
+      return 0;
+    case 't':
+      if (n - i < 4 || memcmp(p + i, "true", 4) != 0) return -1;
+      *ip = i + 4;
+      return 0;
+    case 'f':
+      if (n - i < 5 || memcmp(p + i, "false", 5) != 0) return -1;
+      *ip = i + 5;
+      return 0;
+    case '{':
+    case '[': {
+      px_fj_t j = {p, n, i};
+      if (px_fj_skip(&j, depth) < 0) return -1;
+      *ip = j.i;
+      return 0;
+    }
+    default:
+      if ((e = px_fj_int_end(p, n, i)) == 0) return -1;
+      *ip = e;
+      return 0;
   }
 }
 

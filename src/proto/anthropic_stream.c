@@ -338,7 +338,17 @@ static int sd_error(px_sdec_t *d, json_t *j) {
 static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   /* one flat walk of the event and its delta object (px_fj_key / px_fj_pass
    * / px_fj_next of json.h); the members read are checked as they are read */
-  enum { T_TYPE, T_INDEX, T_DELTA, D_TYPE, D_TEXT, D_THINKING, D_SIGNATURE, D_JSON, D_NONE };
+  enum {
+    T_TYPE,
+    T_INDEX,
+    T_DELTA,
+    D_TYPE,
+    D_TEXT,
+    D_THINKING,
+    D_SIGNATURE,
+    D_JSON,
+    D_NONE
+  };
   const unsigned char *p = (const unsigned char *)data;
   px_fj_str_t st[D_NONE];
   unsigned seen = 0;
@@ -353,44 +363,46 @@ open:
     i++;
     goto close;
   }
-member:
-  {
-    size_t ks = i + 1;
-    if (px_fj_key(p, n, &i, &kl) < 0) return 0;
-    const unsigned char *k = p + ks;
+member : {
+  size_t ks = i + 1;
+  if (px_fj_key(p, n, &i, &kl) < 0) return 0;
+  const unsigned char *k = p + ks;
 #define IS(lit) (kl == sizeof(lit) - 1 && memcmp(k, lit, sizeof(lit) - 1) == 0)
-    int f = lv == 0 ? (IS("type") ? T_TYPE : IS("index") ? T_INDEX : IS("delta") ? T_DELTA : D_NONE)
-                    : (IS("type")           ? D_TYPE
-                       : IS("text")         ? D_TEXT
-                       : IS("partial_json") ? D_JSON
-                       : IS("thinking")     ? D_THINKING
-                       : IS("signature")    ? D_SIGNATURE
-                                            : D_NONE);
+  int f = lv == 0 ? (IS("type")    ? T_TYPE
+                     : IS("index") ? T_INDEX
+                     : IS("delta") ? T_DELTA
+                                   : D_NONE)
+                  : (IS("type")           ? D_TYPE
+                     : IS("text")         ? D_TEXT
+                     : IS("partial_json") ? D_JSON
+                     : IS("thinking")     ? D_THINKING
+                     : IS("signature")    ? D_SIGNATURE
+                                          : D_NONE);
 #undef IS
-    if (f == D_NONE) {
-      if (px_fj_pass(p, n, &i, lv + 1) < 0) return 0;
-      goto after;
-    }
-    if (seen & (1u << f)) return 0;
-    seen |= 1u << f;
-    if (f == T_DELTA) {
-      if (p[i] != '{') return 0;
-      i++;
-      lv = 1;
-      goto open;
-    }
-    if (f == T_INDEX) {
-      size_t e = px_fj_int_end(p, n, i);
-      if (e == 0) return 0;
-      index = px_fj_int_value(p, i, e);
-      i = e;
-      goto after;
-    }
-    px_fj_str_t *s = &st[f];
-    if (p[i] != '"' || px_json_string(p, n, i + 1, &s->e, &s->esc) < 0) return 0;
-    s->s = i + 1;
-    i = s->e + 1;
+  if (f == D_NONE) {
+    if (px_fj_pass(p, n, &i, lv + 1) < 0) return 0;
+    goto after;
   }
+  if (seen & (1u << f)) return 0;
+  seen |= 1u << f;
+  if (f == T_DELTA) {
+    if (p[i] != '{') return 0;
+    i++;
+    lv = 1;
+    goto open;
+  }
+  if (f == T_INDEX) {
+    size_t e = px_fj_int_end(p, n, i);
+    if (e == 0) return 0;
+    index = px_fj_int_value(p, i, e);
+    i = e;
+    goto after;
+  }
+  px_fj_str_t *s = &st[f];
+  if (p[i] != '"' || px_json_string(p, n, i + 1, &s->e, &s->esc) < 0) return 0;
+  s->s = i + 1;
+  i = s->e + 1;
+}
 after:
   r = px_fj_next(p, n, &i, '}');
   if (r > 0) goto member;

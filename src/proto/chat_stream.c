@@ -485,11 +485,32 @@ enum { LV_TOP, LV_CHOICE, LV_DELTA, LV_CALL, LV_FN };
 
 /* the members read, by level; one bit each in the walk's seen mask */
 enum {
-  K_CHOICES, K_ERROR, K_USAGE,                 /* the chunk */
-  K_INDEX, K_LOGPROBS, K_FINISH, K_DELTA,      /* choices[0] */
-  K_ROLE, K_CONTENT, K_RC, K_RS, K_REFUSAL, K_ANN, K_TOOLS, /* delta */
-  K_TINDEX, K_TID, K_TTYPE, K_FUNCTION,        /* tool_calls[0] */
-  K_NAME, K_ARGS, K_INPUT,                     /* its function */
+  /* the chunk */
+  K_CHOICES,
+  K_ERROR,
+  K_USAGE,
+  /* choices[0] */
+  K_INDEX,
+  K_LOGPROBS,
+  K_FINISH,
+  K_DELTA,
+  /* its delta */
+  K_ROLE,
+  K_CONTENT,
+  K_RC,
+  K_RS,
+  K_REFUSAL,
+  K_ANN,
+  K_TOOLS,
+  /* tool_calls[0] */
+  K_TINDEX,
+  K_TID,
+  K_TTYPE,
+  K_FUNCTION,
+  /* its function */
+  K_NAME,
+  K_ARGS,
+  K_INPUT,
   K_NONE
 };
 #define BIT(k) (1u << (k))
@@ -500,7 +521,10 @@ static int chunk_key(int lv, const unsigned char *k, size_t l) {
 #define IS(lit) (l == sizeof(lit) - 1 && memcmp(k, lit, sizeof(lit) - 1) == 0)
   switch (lv) {
     case LV_TOP:
-      return IS("choices") ? K_CHOICES : IS("error") ? K_ERROR : IS("usage") ? K_USAGE : K_NONE;
+      return IS("choices") ? K_CHOICES
+             : IS("error") ? K_ERROR
+             : IS("usage") ? K_USAGE
+                           : K_NONE;
     case LV_CHOICE:
       return IS("delta")           ? K_DELTA
              : IS("index")         ? K_INDEX
@@ -523,7 +547,10 @@ static int chunk_key(int lv, const unsigned char *k, size_t l) {
              : IS("type")     ? K_TTYPE
                               : K_NONE;
     default:
-      return IS("arguments") ? K_ARGS : IS("name") ? K_NAME : IS("input") ? K_INPUT : K_NONE;
+      return IS("arguments") ? K_ARGS
+             : IS("name")    ? K_NAME
+             : IS("input")   ? K_INPUT
+                             : K_NONE;
   }
 #undef IS
 }
@@ -583,97 +610,107 @@ open:
     i++;
     goto close;
   }
-member:
-  {
-    size_t ks = i + 1;
-    if (px_fj_key(p, n, &i, &kl) < 0) return 0;
-    int k = chunk_key(lv, p + ks, kl);
-    if (k == K_NONE) {
-      if (px_fj_pass(p, n, &i, lv + 1) < 0) return 0;
+member : {
+  size_t ks = i + 1;
+  if (px_fj_key(p, n, &i, &kl) < 0) return 0;
+  int k = chunk_key(lv, p + ks, kl);
+  if (k == K_NONE) {
+    if (px_fj_pass(p, n, &i, lv + 1) < 0) return 0;
+    goto after;
+  }
+  if (seen & BIT(k)) return 0;
+  seen |= BIT(k);
+  int slot = -1;
+  switch (k) {
+    case K_CHOICES:
+      if (one_elem(p, n, &i) < 0) return 0;
+      lv = LV_CHOICE;
+      goto open;
+    case K_DELTA:
+      if (p[i] != '{') return 0;
+      i++;
+      lv = LV_DELTA;
+      memo_keep(d, p, i, seen);
+      goto open;
+    case K_FUNCTION:
+      if (p[i] != '{') return 0;
+      i++;
+      lv = LV_FN;
+      goto open;
+    case K_TOOLS:
+      if (p[i] == '[') {
+        if (one_elem(p, n, &i) < 0) return 0;
+        calls = 1;
+        lv = LV_CALL;
+        goto open;
+      }
+      /* else only null */
+      /* fall through */
+    case K_ERROR:
+    case K_USAGE:
+    case K_LOGPROBS:
+    case K_FINISH:
+    case K_ANN:
+    case K_TID:
+    case K_TTYPE:
+    case K_NAME:
+      if (!is_null(p, n, i)) return 0;
+      i += 4;
+      goto after;
+    case K_INDEX: /* 0 only */
+      if (p[i] != '0' || px_fj_int_end(p, n, i) != i + 1) return 0;
+      i++;
+      goto after;
+    case K_TINDEX: { /* a call index of at most 4 digits */
+      size_t e = p[i] == '-' ? 0 : px_fj_int_end(p, n, i);
+      if (e == 0 || e - i > 4) return 0;
+      tk = 0;
+      for (; i < e; i++) tk = tk * 10 + (p[i] - '0');
       goto after;
     }
-    if (seen & BIT(k)) return 0;
-    seen |= BIT(k);
-    int slot = -1;
-    switch (k) {
-      case K_CHOICES:
-        if (one_elem(p, n, &i) < 0) return 0;
-        lv = LV_CHOICE;
-        goto open;
-      case K_DELTA:
-        if (p[i] != '{') return 0;
-        i++;
-        lv = LV_DELTA;
-        memo_keep(d, p, i, seen);
-        goto open;
-      case K_FUNCTION:
-        if (p[i] != '{') return 0;
-        i++;
-        lv = LV_FN;
-        goto open;
-      case K_TOOLS:
-        if (p[i] == '[') {
-          if (one_elem(p, n, &i) < 0) return 0;
-          calls = 1;
-          lv = LV_CALL;
-          goto open;
-        }
-        /* else only null */
-        /* fall through */
-      case K_ERROR:
-      case K_USAGE:
-      case K_LOGPROBS:
-      case K_FINISH:
-      case K_ANN:
-      case K_TID:
-      case K_TTYPE:
-      case K_NAME:
-        if (!is_null(p, n, i)) return 0;
+    case K_ROLE: {
+      if (is_null(p, n, i)) {
         i += 4;
         goto after;
-      case K_INDEX: /* 0 only */
-        if (p[i] != '0' || px_fj_int_end(p, n, i) != i + 1) return 0;
-        i++;
-        goto after;
-      case K_TINDEX: { /* a call index of at most 4 digits */
-        size_t e = p[i] == '-' ? 0 : px_fj_int_end(p, n, i);
-        if (e == 0 || e - i > 4) return 0;
-        tk = 0;
-        for (; i < e; i++) tk = tk * 10 + (p[i] - '0');
-        goto after;
       }
-      case K_ROLE: {
-        if (is_null(p, n, i)) {
-          i += 4;
-          goto after;
-        }
-        size_t e;
-        int esc;
-        if (p[i] != '"' || px_json_string(p, n, i + 1, &e, &esc) < 0) return 0;
-        if (e - i - 1 != 9 || memcmp(p + i + 1, "assistant", 9) != 0) return 0;
-        i = e + 1;
-        goto after;
-      }
-      case K_CONTENT: slot = S_CONTENT; break;
-      case K_RC: slot = S_RC; break;
-      case K_RS: slot = S_RS; break;
-      case K_REFUSAL: slot = S_REFUSAL; break;
-      case K_ARGS: slot = S_ARGS; break;
-      default: return 0; /* K_INPUT: jansson decides which one it reads */
+      size_t e;
+      int esc;
+      if (p[i] != '"' || px_json_string(p, n, i + 1, &e, &esc) < 0) return 0;
+      if (e - i - 1 != 9 || memcmp(p + i + 1, "assistant", 9) != 0) return 0;
+      i = e + 1;
+      goto after;
     }
-    /* a string slot: a string, or null (not for arguments) */
-    if (p[i] == '"') {
-      px_fj_str_t *s = &st[slot];
-      s->s = i + 1;
-      if (px_json_string(p, n, s->s, &s->e, &s->esc) < 0) return 0;
-      strs |= BIT(slot);
-      i = s->e + 1;
-    } else if (slot == S_ARGS || !is_null(p, n, i)) {
-      return 0;
-    } else {
-      i += 4;
-    }
+    case K_CONTENT:
+      slot = S_CONTENT;
+      break;
+    case K_RC:
+      slot = S_RC;
+      break;
+    case K_RS:
+      slot = S_RS;
+      break;
+    case K_REFUSAL:
+      slot = S_REFUSAL;
+      break;
+    case K_ARGS:
+      slot = S_ARGS;
+      break;
+    default:
+      return 0; /* K_INPUT: jansson decides which one it reads */
   }
+  /* a string slot: a string, or null (not for arguments) */
+  if (p[i] == '"') {
+    px_fj_str_t *s = &st[slot];
+    s->s = i + 1;
+    if (px_json_string(p, n, s->s, &s->e, &s->esc) < 0) return 0;
+    strs |= BIT(slot);
+    i = s->e + 1;
+  } else if (slot == S_ARGS || !is_null(p, n, i)) {
+    return 0;
+  } else {
+    i += 4;
+  }
+}
 after:
   r = px_fj_next(p, n, &i, '}');
   if (r > 0) goto member;
@@ -681,9 +718,14 @@ after:
 close:
   /* past an object's '}' */
   switch (lv) {
-    case LV_TOP: break;
-    case LV_FN: lv = LV_CALL; goto after;
-    case LV_DELTA: lv = LV_CHOICE; goto after;
+    case LV_TOP:
+      break;
+    case LV_FN:
+      lv = LV_CALL;
+      goto after;
+    case LV_DELTA:
+      lv = LV_CHOICE;
+      goto after;
     case LV_CALL:
     case LV_CHOICE:
       /* the one element of its array */
@@ -858,8 +900,8 @@ struct px_senc {
   const px_tr_ctx_t *ctx; /* the caller's, outlives the encoder */
   px_buf_t *out;
   estate_t state;
-  px_buf_t prefix; /* `data: {"id":..,"object":..,"created":..,"model":..,"choices":`
-                      then `[{"index":0,"delta":{` (a chunk's constant head) */
+  px_buf_t prefix;   /* `data: {"id":..,"object":..,"created":..,"model":..,"choices":`
+                        then `[{"index":0,"delta":{` (a chunk's constant head) */
   size_t choices_at; /* prefix length up to the choices value */
   eblock_t *blocks;
   int nblocks, capblocks;

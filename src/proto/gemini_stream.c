@@ -320,7 +320,8 @@ static int text_chunk(px_senc_t *e, px_str_t text, int thought) {
   px_buf_t *o = e->out;
   int rc = px_buf_append(o, head, sizeof(head) - 1);
   if (rc == 0) rc = px_buf_json_escape(o, text.ptr ? text.ptr : "", text.len);
-  if (rc == 0) rc = thought ? px_buf_append(o, th, sizeof(th) - 1) : px_buf_append(o, "\"", 1);
+  if (rc == 0)
+    rc = thought ? px_buf_append(o, th, sizeof(th) - 1) : px_buf_append(o, "\"", 1);
   if (rc == 0 && !thought) rc = put_sig(e);
   if (rc == 0) rc = px_buf_append(o, "}]},", 4);
   if (rc == 0) rc = chunk_close(e, NULL);

@@ -380,7 +380,8 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
     else if (kl == 13 && memcmp(k, "content_index", 13) == 0)
       iv = &ci, iv_set = &ci_set;
     if (s != NULL) {
-      if (s->set || p[i] != '"' || px_json_string(p, n, i + 1, &s->e, &s->esc) < 0) return 0;
+      if (s->set || p[i] != '"' || px_json_string(p, n, i + 1, &s->e, &s->esc) < 0)
+        return 0;
       s->s = i + 1;
       s->set = 1;
       i = s->e + 1;
@@ -423,7 +424,8 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   dblock_t *b = dfind(d, oi_, ci_);
   if (b == NULL || !b->open) return 0;
   px_str_t text;
-  if (px_json_unescape(data + dl.s, dl.e - dl.s, dl.esc, &d->scratch, &text) < 0) return 0;
+  if (px_json_unescape(data + dl.s, dl.e - dl.s, dl.esc, &d->scratch, &text) < 0)
+    return 0;
   int rc = ddelta(d, b, kind, text.ptr, text.len);
   return rc < 0 ? rc : 1;
 }
