@@ -89,10 +89,21 @@ static int dispatch(px_sse_t *p, dview_t *v) {
 static int process_line(px_sse_t *p, dview_t *v, const char *line, size_t n,
                         int in_chunk) {
   if (n == 0) return dispatch(p, v);
-  if (line[0] == ':') return 0; /* comment */
-  const char *colon = memchr(line, ':', n);
-  size_t flen = colon ? (size_t)(colon - line) : n;
-  const char *val = colon ? colon + 1 : line + n;
+  size_t flen;
+  const char *val;
+  /* the usual lines first, without looking for their colon */
+  if (n >= 5 && memcmp(line, "data:", 5) == 0) {
+    flen = 4;
+    val = line + 5;
+  } else if (n >= 6 && memcmp(line, "event:", 6) == 0) {
+    flen = 5;
+    val = line + 6;
+  } else {
+    if (line[0] == ':') return 0; /* comment */
+    const char *colon = memchr(line, ':', n);
+    flen = colon ? (size_t)(colon - line) : n;
+    val = colon ? colon + 1 : line + n;
+  }
   size_t vlen = (size_t)(line + n - val);
   if (vlen > 0 && val[0] == ' ') {
     val++;

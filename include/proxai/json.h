@@ -215,4 +215,100 @@ int px_json_splice_str(px_buf_t *out, const char *p, size_t n, size_t at, size_t
  *  For the fast codecs' validating reads (src/proto/fast.c). */
 int px_json_number(const char *p, size_t n, size_t *i);
 
+/* ------------------------------------------------------------------------ */
+/* The fast scanner's member walk, inline, for the stream decoders' hot     */
+/* loops (one flat walk per event, no call per member). Same rules as       */
+/* px_fj_object / px_fj_skip: what they refuse, these refuse.               */
+
+/** End of the integer px_fj_skip accepts at p[i] (a '-' or a digit: at most
+ *  15 digits, no leading zero, no fraction or exponent), or 0 when there is
+ *  none (the number is not proven: the caller falls back). */
+static inline size_t px_fj_int_end(const unsigned char *p, size_t n, size_t i) {
+  if (i < n && p[i] == '-') i++;
+  size_t d0 = i;
+  while (i < n && (unsigned)(p[i] - '0') < 10) i++;
+  size_t nd = i - d0;
+  if (nd == 0 || nd > 15 || (nd > 1 && p[d0] == '0')) return 0;
+  if (i < n && (p[i] == '.' || p[i] == 'e' || p[i] == 'E')) return 0;
+  return i;
+}
+
+/** The value of the integer p[s..e) that px_fj_int_end accepted. */
+static inline int64_t px_fj_int_value(const unsigned char *p, size_t s, size_t e) {
+  int neg = p[s] == '-';
+  int64_t v = 0;
+  for (size_t i = s + (size_t)neg; i < e; i++) v = v * 10 + (p[i] - '0');
+  return neg ? -v : v;
+}
+
+/** Check and skip the value at p[*ip] (*ip < n) as px_fj_skip(depth) does,
+ *  strings, literals and integers without a call. 0, or -1. */
+static inline int px_fj_pass(const unsigned char *p, size_t n, size_t *ip, int depth) {
+  size_t i = *ip, e;
+  int esc;
+  switch (p[i]) {
+    case '"':
+      if (px_json_string(p, n, i + 1, &e, &esc) < 0) return -1;
+      *ip = e + 1;
+      return 0;
+    case 'n':
+      if (n - i < 4 || memcmp(p + i, "null", 4) != 0) return -1;
+      *ip = i + 4;
+      return 0;
+    case 't':
+      if (n - i < 4 || memcmp(p + i, "true", 4) != 0) return -1;
+      *ip = i + 4;
+      return 0;
+    case 'f':
+      if (n - i < 5 || memcmp(p + i, "false", 5) != 0) return -1;
+      *ip = i + 5;
+      return 0;
+    case '{':
+    case '[': {
+      px_fj_t j = {p, n, i};
+      if (px_fj_skip(&j, depth) < 0) return -1;
+      *ip = j.i;
+      return 0;
+    }
+    default:
+      if ((e = px_fj_int_end(p, n, i)) == 0) return -1;
+      *ip = e;
+      return 0;
+  }
+}
+
+/** The member name at p[*ip] (its opening quote): its raw content is
+ *  p[*ip + 1 .. *ip + 1 + *kl); *ip moves onto the value (past ':' and
+ *  blanks, *ip < n). -1 when it is not a valid name without escapes (an
+ *  escaped name might spell one the caller reads) followed by ':' and more
+ *  bytes. */
+static inline int px_fj_key(const unsigned char *p, size_t n, size_t *ip, size_t *kl) {
+  size_t i = *ip, e;
+  int esc;
+  if (i >= n || p[i] != '"') return -1;
+  if (px_json_string(p, n, i + 1, &e, &esc) < 0 || esc) return -1;
+  *kl = e - i - 1;
+  i = px_json_ws(p, n, e + 1);
+  if (i >= n || p[i] != ':') return -1;
+  i = px_json_ws(p, n, i + 1);
+  if (i >= n) return -1;
+  *ip = i;
+  return 0;
+}
+
+/** After a value inside a container closed by `close`: 1 on ',' (*ip on
+ *  what follows it, blanks skipped), 0 on `close` (*ip past it), -1 else. */
+static inline int px_fj_next(const unsigned char *p, size_t n, size_t *ip,
+                             unsigned char close) {
+  size_t i = px_json_ws(p, n, *ip);
+  if (i >= n) return -1;
+  if (p[i] == ',') {
+    *ip = px_json_ws(p, n, i + 1);
+    return 1;
+  }
+  if (p[i] != close) return -1;
+  *ip = i + 1;
+  return 0;
+}
+
 #endif

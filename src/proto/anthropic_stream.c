@@ -327,7 +327,7 @@ static int sd_error(px_sdec_t *d, json_t *j) {
  * must be one well-formed JSON object (strings: valid UTF-8, no raw control
  * characters, valid escapes, no \u0000, surrogate escapes only as pairs;
  * numbers: plain integers of at most 15 digits; nesting at most 32 deep;
- * the scanner is px_fj_* in util.c, shared with responses_stream.c),
+ * the scanner is px_fj_* of json.h, shared with the other stream decoders),
  * with no escaped or repeated keys where the fields are read. Anything else
  * (other events, errors, unexpected states, odd shapes) returns "not
  * handled" and goes to the jansson path, which stays the arbiter. Nothing is
@@ -336,54 +336,118 @@ static int sd_error(px_sdec_t *d, json_t *j) {
 /* Returns 1 when the event was handled, 0 to use the jansson path, <0 on a
  * sink error. */
 static int fast_event(px_sdec_t *d, const char *data, size_t n) {
-  static const char *const top_keys[] = {"type", "index", "delta"};
-  static const char *const delta_keys[] = {"type", "text", "thinking", "signature",
-                                           "partial_json"};
-  px_fj_t j = {(const unsigned char *)data, n, 0};
-  px_fj_str_t top[3], dl[5];
-  memset(top, 0, sizeof(top));
-  memset(dl, 0, sizeof(dl));
-  /* the delta object is read in the same walk as the top level */
-  px_fj_want_t wd = {
-      .keys = delta_keys, .nkeys = 5, .strs = dl, .int_key = -1, .int_key2 = -1, .obj_key = -1};
-  px_fj_want_t wt = {.keys = top_keys, .nkeys = 3, .strs = top, .int_key = 1,
-                     .int_key2 = -1, .obj_key = 2, .sub = &wd};
-  px_fj_ws(&j);
-  if (px_fj_object(&j, &wt, 0) < 0) return 0;
-  px_fj_ws(&j);
-  if (j.i != j.n || !top[0].set || top[0].esc) return 0;
-  const char *tp = data + top[0].s;
-  size_t tl = top[0].e - top[0].s;
+  /* one flat walk of the event and its delta object (px_fj_key / px_fj_pass
+   * / px_fj_next of json.h); the members read are checked as they are read */
+  enum {
+    T_TYPE,
+    T_INDEX,
+    T_DELTA,
+    D_TYPE,
+    D_TEXT,
+    D_THINKING,
+    D_SIGNATURE,
+    D_JSON,
+    D_NONE
+  };
+  const unsigned char *p = (const unsigned char *)data;
+  px_fj_str_t st[D_NONE];
+  unsigned seen = 0;
+  int64_t index = 0;
+  int lv = 0, r; /* 0: the event, 1: its delta */
+  size_t i = px_json_ws(p, n, 0), kl;
+  if (i >= n || p[i] != '{') return 0;
+  i++;
+open:
+  i = px_json_ws(p, n, i);
+  if (i < n && p[i] == '}') {
+    i++;
+    goto close;
+  }
+member : {
+  size_t ks = i + 1;
+  if (px_fj_key(p, n, &i, &kl) < 0) return 0;
+  const unsigned char *k = p + ks;
+#define IS(lit) (kl == sizeof(lit) - 1 && memcmp(k, lit, sizeof(lit) - 1) == 0)
+  int f = lv == 0 ? (IS("type")    ? T_TYPE
+                     : IS("index") ? T_INDEX
+                     : IS("delta") ? T_DELTA
+                                   : D_NONE)
+                  : (IS("type")           ? D_TYPE
+                     : IS("text")         ? D_TEXT
+                     : IS("partial_json") ? D_JSON
+                     : IS("thinking")     ? D_THINKING
+                     : IS("signature")    ? D_SIGNATURE
+                                          : D_NONE);
+#undef IS
+  if (f == D_NONE) {
+    if (px_fj_pass(p, n, &i, lv + 1) < 0) return 0;
+    goto after;
+  }
+  if (seen & (1u << f)) return 0;
+  seen |= 1u << f;
+  if (f == T_DELTA) {
+    if (p[i] != '{') return 0;
+    i++;
+    lv = 1;
+    goto open;
+  }
+  if (f == T_INDEX) {
+    size_t e = px_fj_int_end(p, n, i);
+    if (e == 0) return 0;
+    index = px_fj_int_value(p, i, e);
+    i = e;
+    goto after;
+  }
+  px_fj_str_t *s = &st[f];
+  if (p[i] != '"' || px_json_string(p, n, i + 1, &s->e, &s->esc) < 0) return 0;
+  s->s = i + 1;
+  i = s->e + 1;
+}
+after:
+  r = px_fj_next(p, n, &i, '}');
+  if (r > 0) goto member;
+  if (r < 0) return 0;
+close:
+  if (lv == 1) {
+    lv = 0;
+    goto after;
+  }
+  if (px_json_ws(p, n, i) != n || !(seen & (1u << T_TYPE)) || st[T_TYPE].esc) return 0;
+  const char *tp = data + st[T_TYPE].s;
+  size_t tl = st[T_TYPE].e - st[T_TYPE].s;
   if (tl == 4 && memcmp(tp, "ping", 4) == 0) return 1;
   if (!(tl == 19 && memcmp(tp, "content_block_delta", 19) == 0)) return 0;
   if (d->st == SD_SKIP) return 1;
-  if (d->st != SD_BLOCK || !wt.iv_set || wt.iv != d->up_index || !wt.obj_set) return 0;
-  if (!dl[0].set || dl[0].esc) return 0;
-  const char *dt = data + dl[0].s;
-  size_t dtl = dl[0].e - dl[0].s;
+  if (d->st != SD_BLOCK || !(seen & (1u << T_INDEX)) || index != d->up_index ||
+      !(seen & (1u << T_DELTA)))
+    return 0;
+  if (!(seen & (1u << D_TYPE)) || st[D_TYPE].esc) return 0;
+  const char *dt = data + st[D_TYPE].s;
+  size_t dtl = st[D_TYPE].e - st[D_TYPE].s;
   int field;
   px_delta_t kind;
   if (dtl == 10 && memcmp(dt, "text_delta", 10) == 0 && d->block == PX_BLOCK_TEXT) {
-    field = 1;
+    field = D_TEXT;
     kind = PX_DELTA_TEXT;
   } else if (dtl == 14 && memcmp(dt, "thinking_delta", 14) == 0 &&
              d->block == PX_BLOCK_THINKING) {
-    field = 2;
+    field = D_THINKING;
     kind = PX_DELTA_THINKING;
   } else if (dtl == 15 && memcmp(dt, "signature_delta", 15) == 0 &&
              d->block == PX_BLOCK_THINKING) {
-    field = 3;
+    field = D_SIGNATURE;
     kind = PX_DELTA_SIGNATURE;
   } else if (dtl == 16 && memcmp(dt, "input_json_delta", 16) == 0 &&
              d->block == PX_BLOCK_TOOL_CALL) {
-    field = 4;
+    field = D_JSON;
     kind = PX_DELTA_TOOL_ARGS;
   } else {
     return 0;
   }
-  if (!dl[field].set) return 0;
+  if (!(seen & (1u << field))) return 0;
   px_str_t text;
-  int rc = px_fj_value(&j, &dl[field], &d->scratch, &text);
+  const px_fj_str_t *fs = &st[field];
+  int rc = px_json_unescape(data + fs->s, fs->e - fs->s, fs->esc, &d->scratch, &text);
   if (rc < 0) return 0; /* scratch too small: let jansson decide */
   rc = sd_delta(d, kind, text);
   return rc < 0 ? rc : 1;

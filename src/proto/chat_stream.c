@@ -59,7 +59,7 @@ typedef struct tool_slot {
 } tool_slot_t;
 
 struct px_sdec {
-  px_tr_ctx_t ctx;
+  const px_tr_ctx_t *ctx; /* the caller's, outlives the decoder */
   px_ev_sink_fn sink;
   void *arg;
   dstate_t state;
@@ -76,9 +76,12 @@ struct px_sdec {
   px_usage_t usage;    /* final usage (usage-only chunk, else finish chunk's) */
   int fast;            /* fast path on (differential tests turn it off) */
   long fast_hits;      /* chunks the fast path handled */
-  px_buf_t scratch[4]; /* unescaped strings of the fast path */
+  px_buf_t scratch;    /* unescaped strings of the fast path, one after another */
   int64_t chars;       /* characters of delta.content read */
   int64_t text_start;  /* ... before the live text block */
+  unsigned char *memo; /* the fast path's head memo (see fast_chunk) */
+  size_t memo_len, memo_cap;
+  uint32_t memo_seen;
 };
 
 static void dec_set(px_sdec_t *d, dstate_t s) {
@@ -109,11 +112,11 @@ static int proto_error(px_sdec_t *d, const char *msg) {
 px_sdec_t *px_chat_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg) {
   px_sdec_t *d = calloc(1, sizeof(*d));
   if (d == NULL) return NULL;
-  d->ctx = *ctx;
+  d->ctx = ctx;
   d->sink = sink;
   d->arg = arg;
   d->max_accum = ctx->max_accum ? ctx->max_accum : CHAT_DEFAULT_ACCUM;
-  for (int i = 0; i < 4; i++) px_buf_init(&d->scratch[i], PX_MAX_SSE_EVENT);
+  px_buf_init(&d->scratch, PX_MAX_SSE_EVENT);
   d->fast = 1;
   px_ev_t z;
   px_ev_init(&z, PX_EV_MESSAGE_DELTA);
@@ -139,7 +142,8 @@ void px_chat_sdec_free(px_sdec_t *d) {
   }
   free(d->defs);
   free(d->tools);
-  for (int i = 0; i < 4; i++) px_buf_free(&d->scratch[i]);
+  px_buf_free(&d->scratch);
+  free(d->memo);
   free(d);
 }
 
@@ -271,7 +275,7 @@ static int annotations(px_sdec_t *d, json_t *anns) {
     const char *t = json_string_value(json_object_get(a, "type"));
     if (t == NULL || strcmp(t, "url_citation") != 0 || !json_is_object(uc) ||
         d->live != LIVE_TEXT || d->ndefs > 0) {
-      px_dropped(&d->ctx, "choices[].message.annotations");
+      px_dropped(d->ctx, "choices[].message.annotations");
       continue;
     }
     json_t *o = json_pack("{s:s}", "type", "url_citation");
@@ -302,13 +306,13 @@ static int tool_fragment(px_sdec_t *d, json_t *tc, size_t pos) {
   /* custom (freeform) tool calls: {"type":"custom","custom":{"name","input"}};
    * only a client with custom tools can hold them */
   int custom = type != NULL && strcmp(type, "custom") == 0;
-  if (custom && !px_tr_in_can(&d->ctx, PX_CAP_CUSTOM_TOOLS))
+  if (custom && !px_tr_in_can(d->ctx, PX_CAP_CUSTOM_TOOLS))
     return proto_error(d, "custom tool call cannot be translated");
   if (type != NULL && !custom && strcmp(type, "function") != 0)
     return proto_error(d, "tool call of a type other than function");
   json_t *fn = json_object_get(tc, custom ? "custom" : "function");
   if (!custom && fn == NULL && json_is_object(json_object_get(tc, "custom")) &&
-      px_tr_in_can(&d->ctx, PX_CAP_CUSTOM_TOOLS))
+      px_tr_in_can(d->ctx, PX_CAP_CUSTOM_TOOLS))
     fn = json_object_get(tc, "custom"); /* a later fragment of a custom call */
   const char *name = json_string_value(json_object_get(fn, "name"));
   const char *id = json_string_value(json_object_get(tc, "id"));
@@ -462,249 +466,318 @@ static int on_choice(px_sdec_t *d, json_t *chunk, json_t *ch) {
  * which stays the arbiter. The fast path acts only after the whole chunk
  * has been checked, so it never half-applies a chunk. */
 
-/* A member value read by the walk: its kind and, for strings, the raw
- * content p[s..e). */
-enum { FV_ABSENT, FV_NULL, FV_STR, FV_OTHER };
-typedef struct fval {
-  int kind;
-  px_fj_str_t str;
-} fval_t;
+/* The walk is flat: one loop over the members of the chunk's five objects
+ * (the chunk, choices[0], its delta, delta.tool_calls[0], its function),
+ * with what each level reads known by key. A member it reads is checked
+ * against what the fast path handles as it is read (anything else: back to
+ * jansson at once); a repeated one fails (jansson would keep the last).
+ *
+ * Head memo: a stream's chunks repeat the same bytes up to the delta object
+ * (`{"id":..,"object":..,"created":..,"model":..,"system_fingerprint":..,
+ * "choices":[{"index":0,"delta":{`). The walk's state where the delta object
+ * opens is a function of the bytes before it alone, so the decoder keeps the
+ * last accepted head and its state: a chunk starting with the same bytes
+ * resumes the walk there, validated exactly as if walked again. */
 
-static int key_is(const px_fj_t *j, const px_fj_str_t *k, const char *lit, size_t l) {
-  return k->e - k->s == l && memcmp(j->p + k->s, lit, l) == 0;
+#define CHAT_MEMO_MAX 512 /* longest head kept */
+
+enum { LV_TOP, LV_CHOICE, LV_DELTA, LV_CALL, LV_FN };
+
+/* the members read, by level; one bit each in the walk's seen mask */
+enum {
+  /* the chunk */
+  K_CHOICES,
+  K_ERROR,
+  K_USAGE,
+  /* choices[0] */
+  K_INDEX,
+  K_LOGPROBS,
+  K_FINISH,
+  K_DELTA,
+  /* its delta */
+  K_ROLE,
+  K_CONTENT,
+  K_RC,
+  K_RS,
+  K_REFUSAL,
+  K_ANN,
+  K_TOOLS,
+  /* tool_calls[0] */
+  K_TINDEX,
+  K_TID,
+  K_TTYPE,
+  K_FUNCTION,
+  /* its function */
+  K_NAME,
+  K_ARGS,
+  K_INPUT,
+  K_NONE
+};
+#define BIT(k) (1u << (k))
+/* string slots: the delta's text fields and the call's arguments */
+enum { S_CONTENT, S_RC, S_RS, S_REFUSAL, S_ARGS, S_N };
+
+static int chunk_key(int lv, const unsigned char *k, size_t l) {
+#define IS(lit) (l == sizeof(lit) - 1 && memcmp(k, lit, sizeof(lit) - 1) == 0)
+  switch (lv) {
+    case LV_TOP:
+      return IS("choices") ? K_CHOICES
+             : IS("error") ? K_ERROR
+             : IS("usage") ? K_USAGE
+                           : K_NONE;
+    case LV_CHOICE:
+      return IS("delta")           ? K_DELTA
+             : IS("index")         ? K_INDEX
+             : IS("finish_reason") ? K_FINISH
+             : IS("logprobs")      ? K_LOGPROBS
+                                   : K_NONE;
+    case LV_DELTA:
+      return IS("content")             ? K_CONTENT
+             : IS("role")              ? K_ROLE
+             : IS("reasoning_content") ? K_RC
+             : IS("reasoning")         ? K_RS
+             : IS("refusal")           ? K_REFUSAL
+             : IS("annotations")       ? K_ANN
+             : IS("tool_calls")        ? K_TOOLS
+                                       : K_NONE;
+    case LV_CALL:
+      return IS("index")      ? K_TINDEX
+             : IS("function") ? K_FUNCTION
+             : IS("id")       ? K_TID
+             : IS("type")     ? K_TTYPE
+                              : K_NONE;
+    default:
+      return IS("arguments") ? K_ARGS
+             : IS("name")    ? K_NAME
+             : IS("input")   ? K_INPUT
+                             : K_NONE;
+  }
+#undef IS
 }
-#define KEY(j, k, lit) key_is((j), (k), lit, sizeof(lit) - 1)
 
-/* The next member key of the object being walked (j->i at '{' or after a
- * value): 1 with *k set and j->i on the value, 0 at the end of the object
- * (j->i past '}'), -1 when not proven valid or the key has escapes. *first
- * is 1 on the call that opens the object. */
-static int fj_member(px_fj_t *j, px_fj_str_t *k, int *first) {
-  px_fj_ws(j);
-  if (j->i >= j->n) return -1;
-  if (*first) {
-    *first = 0;
-    if (j->p[j->i] != '{') return -1;
-    j->i++;
-    px_fj_ws(j);
-    if (j->i < j->n && j->p[j->i] == '}') {
-      j->i++;
-      return 0;
-    }
-  } else if (j->p[j->i] == '}') {
-    j->i++;
-    return 0;
-  } else if (j->p[j->i] == ',') {
-    j->i++;
-    px_fj_ws(j);
-  } else {
-    return -1;
-  }
-  if (j->i >= j->n || j->p[j->i] != '"') return -1;
-  k->s = j->i + 1;
-  if (px_json_string(j->p, j->n, k->s, &k->e, &k->esc) < 0 || k->esc) return -1;
-  j->i = k->e + 1;
-  px_fj_ws(j);
-  if (j->i >= j->n || j->p[j->i] != ':') return -1;
-  j->i++;
-  px_fj_ws(j);
-  return j->i < j->n ? 1 : -1;
+static int is_null(const unsigned char *p, size_t n, size_t i) {
+  return n - i >= 4 && memcmp(p + i, "null", 4) == 0;
 }
 
-/* Read (or check and classify) the value at j->i into *v; a repeated key
- * fails (jansson would keep the last one: leave that to it). */
-static int fj_val(px_fj_t *j, fval_t *v, int depth) {
-  if (v->kind != FV_ABSENT) return -1;
-  const unsigned char c = j->p[j->i];
-  if (c == '"') {
-    v->kind = FV_STR;
-    v->str.s = j->i + 1;
-    if (px_json_string(j->p, j->n, v->str.s, &v->str.e, &v->str.esc) < 0) return -1;
-    v->str.set = 1;
-    j->i = v->str.e + 1;
-    return 0;
-  }
-  if (c == 'n') {
-    if (j->n - j->i < 4 || memcmp(j->p + j->i, "null", 4) != 0) return -1;
-    v->kind = FV_NULL;
-    j->i += 4;
-    return 0;
-  }
-  v->kind = FV_OTHER;
-  v->str.s = j->i;
-  if (px_fj_skip(j, depth) < 0) return -1;
-  v->str.e = j->i;
+/* `[` blanks `{` at p[*ip]: *ip past the '{' */
+static int one_elem(const unsigned char *p, size_t n, size_t *ip) {
+  if (p[*ip] != '[') return -1;
+  size_t i = px_json_ws(p, n, *ip + 1);
+  if (i >= n || p[i] != '{') return -1;
+  *ip = i + 1;
   return 0;
 }
 
-/* Check and skip a member value we do not read; strings and null (most of
- * them) without the general walk. */
-static int fj_pass(px_fj_t *j, int depth) {
-  const unsigned char c = j->p[j->i];
-  if (c == '"') {
-    size_t e;
-    int esc;
-    if (px_json_string(j->p, j->n, j->i + 1, &e, &esc) < 0) return -1;
-    j->i = e + 1;
-    return 0;
+static void memo_keep(px_sdec_t *d, const unsigned char *p, size_t len, uint32_t seen) {
+  if (len > CHAT_MEMO_MAX) return;
+  if (len > d->memo_cap) {
+    unsigned char *m = realloc(d->memo, len);
+    if (m == NULL) return;
+    d->memo = m;
+    d->memo_cap = len;
   }
-  if (c == 'n' && j->n - j->i >= 4 && memcmp(j->p + j->i, "null", 4) == 0) {
-    j->i += 4;
-    return 0;
-  }
-  return px_fj_skip(j, depth);
+  memcpy(d->memo, p, len);
+  d->memo_len = len;
+  d->memo_seen = seen;
 }
-
-/* `[ {object} ]` with exactly one element: j->i on the element's '{', or -1 */
-static int fj_one_elem(px_fj_t *j) {
-  if (j->p[j->i] != '[') return -1;
-  j->i++;
-  px_fj_ws(j);
-  return j->i < j->n && j->p[j->i] == '{' ? 0 : -1;
-}
-static int fj_one_elem_end(px_fj_t *j) {
-  px_fj_ws(j);
-  if (j->i >= j->n || j->p[j->i] != ']') return -1;
-  j->i++;
-  return 0;
-}
-
-typedef struct fchunk {
-  fval_t error, usage;                   /* top level */
-  int choices;                           /* choices seen */
-  fval_t index, logprobs, finish, delta; /* the choice */
-  fval_t role, rc, rs, content, refusal, annotations, tool_calls; /* delta */
-  fval_t tindex, tid, ttype, function, name, args;                /* the call */
-} fchunk_t;
-
-/* tool_calls: [{"index":N,"id":null,"type":null,"function":{"arguments":".."}}] */
-static int walk_call(px_fj_t *j, fchunk_t *f) {
-  px_fj_str_t k;
-  int first = 1, r;
-  if (fj_one_elem(j) < 0) return -1;
-  while ((r = fj_member(j, &k, &first)) > 0) {
-    fval_t *v = KEY(j, &k, "index")  ? &f->tindex
-                : KEY(j, &k, "id")   ? &f->tid
-                : KEY(j, &k, "type") ? &f->ttype
-                                     : NULL;
-    if (KEY(j, &k, "function")) {
-      if (f->function.kind != FV_ABSENT || j->p[j->i] != '{') return -1;
-      f->function.kind = FV_OTHER;
-      px_fj_str_t fk;
-      int ff = 1, fr;
-      while ((fr = fj_member(j, &fk, &ff)) > 0) {
-        fval_t *fv = KEY(j, &fk, "name") ? &f->name : KEY(j, &fk, "arguments") ? &f->args : NULL;
-        if (fv ? fj_val(j, fv, 5) : fj_pass(j, 5)) return -1;
-      }
-      if (fr < 0) return -1;
-      continue;
-    }
-    if (v ? fj_val(j, v, 4) : fj_pass(j, 4)) return -1;
-  }
-  return r < 0 ? -1 : fj_one_elem_end(j);
-}
-
-/* {"index":0,"delta":{..},"logprobs":null,"finish_reason":null} */
-static int walk_choice(px_fj_t *j, fchunk_t *f) {
-  px_fj_str_t k;
-  int first = 1, r;
-  while ((r = fj_member(j, &k, &first)) > 0) {
-    if (KEY(j, &k, "delta")) {
-      if (f->delta.kind != FV_ABSENT || j->p[j->i] != '{') return -1;
-      f->delta.kind = FV_OTHER;
-      px_fj_str_t dk;
-      int df = 1, dr;
-      while ((dr = fj_member(j, &dk, &df)) > 0) {
-        if (KEY(j, &dk, "tool_calls") && j->p[j->i] == '[') {
-          if (f->tool_calls.kind != FV_ABSENT) return -1;
-          f->tool_calls.kind = FV_OTHER;
-          if (walk_call(j, f) < 0) return -1;
-          continue;
-        }
-        fval_t *v = KEY(j, &dk, "content")              ? &f->content
-                    : KEY(j, &dk, "role")               ? &f->role
-                    : KEY(j, &dk, "reasoning_content")  ? &f->rc
-                    : KEY(j, &dk, "reasoning")          ? &f->rs
-                    : KEY(j, &dk, "refusal")            ? &f->refusal
-                    : KEY(j, &dk, "annotations")        ? &f->annotations
-                    : KEY(j, &dk, "tool_calls")         ? &f->tool_calls
-                                                        : NULL;
-        if (v ? fj_val(j, v, 3) : fj_pass(j, 3)) return -1;
-      }
-      if (dr < 0) return -1;
-      continue;
-    }
-    fval_t *v = KEY(j, &k, "index")           ? &f->index
-                : KEY(j, &k, "logprobs")      ? &f->logprobs
-                : KEY(j, &k, "finish_reason") ? &f->finish
-                                              : NULL;
-    if (v ? fj_val(j, v, 2) : fj_pass(j, 2)) return -1;
-  }
-  return r;
-}
-
-static int null_or_absent(const fval_t *v) { return v->kind == FV_ABSENT || v->kind == FV_NULL; }
-static int str_or_null(const fval_t *v) { return v->kind != FV_OTHER; }
 
 /* Returns 1 when the chunk was handled, 0 to fall back to jansson, <0 on a
  * sink error. */
-static int fast_chunk(px_sdec_t *d, const char *p, size_t n) {
+static int fast_chunk(px_sdec_t *d, const char *text, size_t n) {
   if (d->state != D_OPEN) return 0;
-  px_fj_t j = {(const unsigned char *)p, n, 0};
-  fchunk_t f;
-  memset(&f, 0, sizeof(f));
-  px_fj_str_t k;
-  int first = 1, r;
-  while ((r = fj_member(&j, &k, &first)) > 0) {
-    if (KEY(&j, &k, "choices")) {
-      if (f.choices++ || fj_one_elem(&j) < 0 || walk_choice(&j, &f) < 0 ||
-          fj_one_elem_end(&j) < 0)
-        return 0;
+  const unsigned char *p = (const unsigned char *)text;
+  uint32_t seen, strs = 0; /* members read; string slots set */
+  px_fj_str_t st[S_N];
+  int calls = 0; /* tool_calls is an array (its element walked) */
+  long tk = -1;
+  size_t i, kl;
+  int lv, r;
+  if (d->memo_len > 0 && n > d->memo_len && memcmp(p, d->memo, d->memo_len) == 0) {
+    i = d->memo_len;
+    seen = d->memo_seen;
+    lv = LV_DELTA;
+    goto open;
+  }
+  seen = 0;
+  lv = LV_TOP;
+  i = px_json_ws(p, n, 0);
+  if (i >= n || p[i] != '{') return 0;
+  i++;
+open:
+  /* just inside an object's '{' */
+  i = px_json_ws(p, n, i);
+  if (i < n && p[i] == '}') {
+    i++;
+    goto close;
+  }
+member : {
+  size_t ks = i + 1;
+  if (px_fj_key(p, n, &i, &kl) < 0) return 0;
+  int k = chunk_key(lv, p + ks, kl);
+  if (k == K_NONE) {
+    if (px_fj_pass(p, n, &i, lv + 1) < 0) return 0;
+    goto after;
+  }
+  if (seen & BIT(k)) return 0;
+  seen |= BIT(k);
+  int slot = -1;
+  switch (k) {
+    case K_CHOICES:
+      if (one_elem(p, n, &i) < 0) return 0;
+      lv = LV_CHOICE;
+      goto open;
+    case K_DELTA:
+      if (p[i] != '{') return 0;
+      i++;
+      lv = LV_DELTA;
+      memo_keep(d, p, i, seen);
+      goto open;
+    case K_FUNCTION:
+      if (p[i] != '{') return 0;
+      i++;
+      lv = LV_FN;
+      goto open;
+    case K_TOOLS:
+      if (p[i] == '[') {
+        if (one_elem(p, n, &i) < 0) return 0;
+        calls = 1;
+        lv = LV_CALL;
+        goto open;
+      }
+      /* else only null */
+      /* fall through */
+    case K_ERROR:
+    case K_USAGE:
+    case K_LOGPROBS:
+    case K_FINISH:
+    case K_ANN:
+    case K_TID:
+    case K_TTYPE:
+    case K_NAME:
+      if (!is_null(p, n, i)) return 0;
+      i += 4;
+      goto after;
+    case K_INDEX: /* 0 only */
+      if (p[i] != '0' || px_fj_int_end(p, n, i) != i + 1) return 0;
+      i++;
+      goto after;
+    case K_TINDEX: { /* a call index of at most 4 digits */
+      size_t e = p[i] == '-' ? 0 : px_fj_int_end(p, n, i);
+      if (e == 0 || e - i > 4) return 0;
+      tk = 0;
+      for (; i < e; i++) tk = tk * 10 + (p[i] - '0');
+      goto after;
+    }
+    case K_ROLE: {
+      if (is_null(p, n, i)) {
+        i += 4;
+        goto after;
+      }
+      size_t e;
+      int esc;
+      if (p[i] != '"' || px_json_string(p, n, i + 1, &e, &esc) < 0) return 0;
+      if (e - i - 1 != 9 || memcmp(p + i + 1, "assistant", 9) != 0) return 0;
+      i = e + 1;
+      goto after;
+    }
+    case K_CONTENT:
+      slot = S_CONTENT;
+      break;
+    case K_RC:
+      slot = S_RC;
+      break;
+    case K_RS:
+      slot = S_RS;
+      break;
+    case K_REFUSAL:
+      slot = S_REFUSAL;
+      break;
+    case K_ARGS:
+      slot = S_ARGS;
+      break;
+    default:
+      return 0; /* K_INPUT: jansson decides which one it reads */
+  }
+  /* a string slot: a string, or null (not for arguments) */
+  if (p[i] == '"') {
+    px_fj_str_t *s = &st[slot];
+    s->s = i + 1;
+    if (px_json_string(p, n, s->s, &s->e, &s->esc) < 0) return 0;
+    strs |= BIT(slot);
+    i = s->e + 1;
+  } else if (slot == S_ARGS || !is_null(p, n, i)) {
+    return 0;
+  } else {
+    i += 4;
+  }
+}
+after:
+  r = px_fj_next(p, n, &i, '}');
+  if (r > 0) goto member;
+  if (r < 0) return 0;
+close:
+  /* past an object's '}' */
+  switch (lv) {
+    case LV_TOP:
+      break;
+    case LV_FN:
+      lv = LV_CALL;
+      goto after;
+    case LV_DELTA:
+      lv = LV_CHOICE;
+      goto after;
+    case LV_CALL:
+    case LV_CHOICE:
+      /* the one element of its array */
+      lv = lv == LV_CALL ? LV_DELTA : LV_TOP;
+      i = px_json_ws(p, n, i);
+      if (i >= n || p[i] != ']') return 0;
+      i++;
+      goto after;
+  }
+  if (px_json_ws(p, n, i) != n) return 0;
+  if (!(seen & BIT(K_DELTA))) return 0;
+  /* tool calls: only an argument fragment of a call already started */
+  if (calls) {
+    if (tk < 0 || tk >= d->ntools || !d->tools[tk].seen) return 0;
+    if (!(seen & BIT(K_FUNCTION)) || !(strs & BIT(S_ARGS))) return 0;
+  }
+  /* reasoning_content when it is a string, else reasoning */
+  int rs = strs & BIT(S_RC) ? S_RC : S_RS;
+  if (!calls) strs &= ~BIT(S_ARGS);
+  if (strs & BIT(S_RC)) strs &= ~BIT(S_RS);
+  /* the escaped ones are unescaped one after another into d->scratch (never
+   * longer than their raw text: room reserved once) */
+  unsigned esc = 0;
+  for (unsigned m = strs; m != 0; m &= m - 1) {
+    int k = __builtin_ctz(m);
+    if (st[k].esc) esc |= BIT(k);
+  }
+  if (esc != 0) {
+    size_t room = 0;
+    for (unsigned m = esc; m != 0; m &= m - 1) {
+      int k = __builtin_ctz(m);
+      room += st[k].e - st[k].s;
+    }
+    d->scratch.len = 0;
+    if (px_buf_reserve(&d->scratch, room) < 0) return 0;
+  }
+  px_str_t v[S_N];
+  size_t off = 0;
+  for (unsigned m = strs; m != 0; m &= m - 1) {
+    int k = __builtin_ctz(m);
+    size_t l = st[k].e - st[k].s;
+    if (!(esc & BIT(k))) {
+      v[k] = (px_str_t){text + st[k].s, l};
       continue;
     }
-    fval_t *v = KEY(&j, &k, "error") ? &f.error : KEY(&j, &k, "usage") ? &f.usage : NULL;
-    if (v ? fj_val(&j, v, 1) : fj_pass(&j, 1)) return 0;
+    px_buf_t part = {d->scratch.data + off, 0, l, l};
+    if (px_json_unescape(text + st[k].s, l, 1, &part, &v[k]) < 0) return 0;
+    off += v[k].len;
   }
-  if (r < 0 || !f.choices) return 0;
-  px_fj_ws(&j);
-  if (j.i != j.n) return 0;
-  if (!null_or_absent(&f.error) || !null_or_absent(&f.usage)) return 0;
-  if (f.index.kind != FV_ABSENT &&
-      !(f.index.kind == FV_OTHER && f.index.str.e - f.index.str.s == 1 && p[f.index.str.s] == '0'))
-    return 0;
-  if (!null_or_absent(&f.logprobs) || !null_or_absent(&f.finish)) return 0;
-  if (f.delta.kind == FV_ABSENT) return 0;
-  if (f.role.kind == FV_OTHER ||
-      (f.role.kind == FV_STR &&
-       !(f.role.str.e - f.role.str.s == 9 && memcmp(p + f.role.str.s, "assistant", 9) == 0)))
-    return 0;
-  /* reasoning_content when it is a string, else reasoning */
-  const fval_t *rs = f.rc.kind == FV_STR ? &f.rc : &f.rs;
-  if (!str_or_null(&f.rc) || !str_or_null(&f.rs) || !str_or_null(&f.content) ||
-      !str_or_null(&f.refusal) || !null_or_absent(&f.annotations))
-    return 0;
-  /* tool calls: only an argument fragment of a call already started */
-  long tk = -1;
-  if (f.tool_calls.kind == FV_STR) return 0;
-  if (f.tool_calls.kind == FV_OTHER) {
-    const fval_t *ti = &f.tindex;
-    if (ti->kind != FV_OTHER || ti->str.e - ti->str.s > 4) return 0;
-    tk = 0;
-    for (size_t q = ti->str.s; q < ti->str.e; q++) {
-      if (p[q] < '0' || p[q] > '9') return 0;
-      tk = tk * 10 + (p[q] - '0');
-    }
-    if (tk >= d->ntools || !d->tools[tk].seen) return 0;
-    if (!null_or_absent(&f.tid) || !null_or_absent(&f.ttype)) return 0;
-    if (f.function.kind == FV_ABSENT || !null_or_absent(&f.name) || f.args.kind != FV_STR)
-      return 0;
-  }
-  px_str_t vr = PX_STR_NULL, vc = PX_STR_NULL, vf = PX_STR_NULL, va = PX_STR_NULL;
-  if ((rs->kind == FV_STR && px_fj_value(&j, &rs->str, &d->scratch[0], &vr) < 0) ||
-      (f.content.kind == FV_STR && px_fj_value(&j, &f.content.str, &d->scratch[1], &vc) < 0) ||
-      (f.refusal.kind == FV_STR && px_fj_value(&j, &f.refusal.str, &d->scratch[2], &vf) < 0) ||
-      (tk >= 0 && px_fj_value(&j, &f.args.str, &d->scratch[3], &va) < 0))
-    return 0;
+#define V(k) (strs & BIT(k) ? v[k] : PX_STR_NULL)
+  px_str_t vr = V(rs), vc = V(S_CONTENT), vf = V(S_REFUSAL), va = V(S_ARGS);
+#undef V
   /* checked: act exactly as on_choice would */
   int rc = 0;
   if (vr.ptr) rc = text_like(d, LIVE_THINKING, vr.ptr, vr.len);
@@ -824,10 +897,12 @@ typedef struct eblock {
 } eblock_t;
 
 struct px_senc {
-  px_tr_ctx_t ctx;
+  const px_tr_ctx_t *ctx; /* the caller's, outlives the encoder */
   px_buf_t *out;
   estate_t state;
-  px_buf_t prefix; /* `data: {"id":..,"object":..,"created":..,"model":..,"choices":` */
+  px_buf_t prefix;   /* `data: {"id":..,"object":..,"created":..,"model":..,"choices":`
+                        then `[{"index":0,"delta":{` (a chunk's constant head) */
+  size_t choices_at; /* prefix length up to the choices value */
   eblock_t *blocks;
   int nblocks, capblocks;
   int ntools;
@@ -845,7 +920,7 @@ static void enc_set(px_senc_t *e, estate_t s) {
 px_senc_t *px_chat_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
   px_senc_t *e = calloc(1, sizeof(*e));
   if (e == NULL) return NULL;
-  e->ctx = *ctx;
+  e->ctx = ctx;
   e->out = out;
   px_buf_init(&e->prefix, 4096);
   px_ev_t z;
@@ -867,13 +942,15 @@ static int build_prefix(px_senc_t *e, px_str_t id) {
   px_buf_t *b = &e->prefix;
   int rc = px_buf_puts(b, "data: {\"id\":\"");
   if (rc == 0) rc = px_buf_mint_id(b, "chatcmpl-", id);
-  const char *model = e->ctx.client_model ? e->ctx.client_model : "";
+  const char *model = e->ctx->client_model ? e->ctx->client_model : "";
   if (rc == 0)
     rc = px_buf_printf(
         b, "\",\"object\":\"chat.completion.chunk\",\"created\":%lld,\"model\":",
-        (long long)e->ctx.created);
+        (long long)e->ctx->created);
   if (rc == 0) rc = px_buf_json_str(b, model, strlen(model));
   if (rc == 0) rc = px_buf_puts(b, ",\"choices\":");
+  e->choices_at = b->len;
+  if (rc == 0) rc = px_buf_puts(b, "[{\"index\":0,\"delta\":{");
   return rc;
 }
 
@@ -883,9 +960,7 @@ static int build_prefix(px_senc_t *e, px_str_t id) {
 #define LIT(b, lit) px_buf_append((b), lit, sizeof(lit) - 1)
 
 static int chunk_open(px_senc_t *e) {
-  int rc = px_buf_append(e->out, e->prefix.data, e->prefix.len);
-  if (rc == 0) rc = LIT(e->out, "[{\"index\":0,\"delta\":{");
-  return rc;
+  return px_buf_append(e->out, e->prefix.data, e->prefix.len);
 }
 
 static int chunk_close(px_senc_t *e, const char *fr) {
@@ -896,12 +971,20 @@ static int chunk_close(px_senc_t *e, const char *fr) {
   return rc;
 }
 
-/* {"<field>":"<text>"} delta chunk; field_lit: the quoted key and colon */
+/* {"<field>":"<text>"} delta chunk; field_lit: the quoted key, colon and
+ * opening quote. The head is written straight into the output buffer. */
 static int text_chunk(px_senc_t *e, const char *field_lit, px_str_t t) {
-  int rc = chunk_open(e);
-  if (rc == 0) rc = px_buf_puts(e->out, field_lit);
-  if (rc == 0) rc = px_buf_json_str(e->out, t.ptr ? t.ptr : "", t.len);
-  if (rc == 0) rc = chunk_close(e, NULL);
+  static const char tail[] = "\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
+  px_buf_t *o = e->out;
+  size_t mark = o->len, fl = strlen(field_lit);
+  int rc = px_buf_reserve(o, e->prefix.len + fl);
+  if (rc < 0) return rc;
+  memcpy(o->data + o->len, e->prefix.data, e->prefix.len);
+  memcpy(o->data + o->len + e->prefix.len, field_lit, fl);
+  o->len += e->prefix.len + fl;
+  rc = px_buf_json_escape(o, t.ptr ? t.ptr : "", t.len);
+  if (rc == 0) rc = px_buf_append(o, tail, sizeof(tail) - 1);
+  if (rc < 0) o->len = mark;
   return rc;
 }
 
@@ -928,7 +1011,7 @@ static int on_block_start(px_senc_t *e, const px_ev_t *ev) {
   b->tool = -1;
   b->custom = 0;
   if (ev->block == PX_BLOCK_REDACTED_THINKING)
-    px_dropped(&e->ctx, px_lossy_opaque_reasoning(&e->ctx, 1));
+    px_dropped(e->ctx, px_lossy_opaque_reasoning(e->ctx, 1));
   if (ev->block != PX_BLOCK_TOOL_CALL) return 0;
   b->tool = e->ntools++;
   const char *id = px_idset_unique(&e->call_ids, ev->id, b->tool);
@@ -961,7 +1044,7 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
     case PX_DELTA_TEXT:
       e->any_content = 1;
       e->chars += (int64_t)px_utf8_chars(ev->text.ptr, ev->text.len);
-      return text_chunk(e, "\"content\":", ev->text);
+      return text_chunk(e, "\"content\":\"", ev->text);
     case PX_DELTA_ANNOTATION: {
       /* delta.annotations, as the non-streaming message.annotations */
       json_t *a = px_annotation_parse(ev->text);
@@ -969,8 +1052,8 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
       json_t *arr = json_pack("[o]", a);
       px_lossy_t scratch;
       px_lossy_init(&scratch);
-      json_t *conv = px_chat_annotations(&e->ctx, arr, (json_int_t)b->shift,
-                                         e->ctx.dropped ? e->ctx.dropped : &scratch);
+      json_t *conv = px_chat_annotations(e->ctx, arr, (json_int_t)b->shift,
+                                         e->ctx->dropped ? e->ctx->dropped : &scratch);
       json_decref(arr);
       int rc = 0;
       if (json_array_size(conv) > 0) {
@@ -988,15 +1071,15 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
     case PX_DELTA_REFUSAL:
       /* seed 000: delta.refusal only before any content; after content the
        * wording stays visible as content rather than being lost */
-      if (e->any_content) return text_chunk(e, "\"content\":", ev->text);
+      if (e->any_content) return text_chunk(e, "\"content\":\"", ev->text);
       e->any_refusal = 1;
-      return text_chunk(e, "\"refusal\":", ev->text);
+      return text_chunk(e, "\"refusal\":\"", ev->text);
     case PX_DELTA_THINKING:
-      return text_chunk(e, "\"reasoning_content\":", ev->text);
+      return text_chunk(e, "\"reasoning_content\":\"", ev->text);
     case PX_DELTA_SIGNATURE:
       /* Chat has no field for thinking signatures (the non-streaming
        * encoder names the same field) */
-      px_dropped(&e->ctx, px_lossy_opaque_reasoning(&e->ctx, 0));
+      px_dropped(e->ctx, px_lossy_opaque_reasoning(e->ctx, 0));
       return 0;
     case PX_DELTA_TOOL_ARGS: {
       if (b->tool < 0) return PX_EPROTO;
@@ -1022,7 +1105,7 @@ static int on_message_delta(px_senc_t *e, const px_ev_t *ev) {
   /* Anthropic refusal with no visible wording: its explanation */
   if (ev->refusal_explanation.len > 0 && !e->any_content && !e->any_refusal) {
     e->any_refusal = 1;
-    rc = text_chunk(e, "\"refusal\":", ev->refusal_explanation);
+    rc = text_chunk(e, "\"refusal\":\"", ev->refusal_explanation);
   }
   if (rc == 0) rc = chunk_open(e);
   if (rc == 0) rc = chunk_close(e, px_stop_to_chat(ev->stop));
@@ -1032,9 +1115,9 @@ static int on_message_delta(px_senc_t *e, const px_ev_t *ev) {
 
 static int on_message_stop(px_senc_t *e) {
   int rc = 0;
-  if (e->ctx.client_include_usage) {
+  if (e->ctx->client_include_usage) {
     const px_usage_t *u = &e->usage;
-    rc = px_buf_append(e->out, e->prefix.data, e->prefix.len);
+    rc = px_buf_append(e->out, e->prefix.data, e->choices_at);
     if (rc == 0)
       rc = px_buf_printf(
           e->out,

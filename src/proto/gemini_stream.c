@@ -262,7 +262,7 @@ static int chunk_open(px_senc_t *e) { return w(e, "data: {\"candidates\":[{"); }
 /* End a chunk: `"index":0}],"modelVersion":..,"responseId":..}` + usage. */
 static int chunk_close(px_senc_t *e, const px_usage_t *u) {
   const char *model = e->ctx->client_model ? e->ctx->client_model : "";
-  int rc = w(e, "\"index\":0}]");
+  int rc = px_buf_append(e->out, "\"index\":0}]", 11);
   if (rc == 0 && u != NULL) {
     json_t *um = px_gemini_usage_out(u);
     char *s = json_dumps(um, JSON_COMPACT);
@@ -313,12 +313,17 @@ static int sig_add(px_senc_t *e, int index, const char *tag, px_str_t frag) {
 }
 
 static int text_chunk(px_senc_t *e, px_str_t text, int thought) {
-  int rc = chunk_open(e);
-  if (rc == 0) rc = w(e, "\"content\":{\"role\":\"model\",\"parts\":[{\"text\":");
-  if (rc == 0) rc = px_buf_json_str(e->out, text.ptr ? text.ptr : "", text.len);
-  if (rc == 0 && thought) rc = w(e, ",\"thought\":true");
+  /* chunk_open and the part's head in one piece; no strlen per event */
+  static const char head[] =
+      "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"";
+  static const char th[] = "\",\"thought\":true";
+  px_buf_t *o = e->out;
+  int rc = px_buf_append(o, head, sizeof(head) - 1);
+  if (rc == 0) rc = px_buf_json_escape(o, text.ptr ? text.ptr : "", text.len);
+  if (rc == 0)
+    rc = thought ? px_buf_append(o, th, sizeof(th) - 1) : px_buf_append(o, "\"", 1);
   if (rc == 0 && !thought) rc = put_sig(e);
-  if (rc == 0) rc = w(e, "}]},");
+  if (rc == 0) rc = px_buf_append(o, "}]},", 4);
   if (rc == 0) rc = chunk_close(e, NULL);
   return rc;
 }

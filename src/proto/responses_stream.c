@@ -342,7 +342,7 @@ static int d_delta(px_sdec_t *d, json_t *j, px_delta_t kind, int item_level) {
  * response.custom_tool_call_input.delta, response.reasoning_summary_text.delta,
  * response.reasoning_text.delta. Building a jansson tree for each dominates
  * the translation, so those events are read by the validating scanner of
- * util.c (px_fj_*, shared with anthropic_stream.c): it accepts only what it
+ * json.h (px_fj_*, shared with the other stream decoders): it accepts only what it
  * can prove jansson would accept and read the same way, with no escaped or
  * repeated keys where the fields are read. Anything else (other events,
  * errors, unexpected states, odd shapes) returns "not handled" and goes to
@@ -354,19 +354,51 @@ static int d_delta(px_sdec_t *d, json_t *j, px_delta_t kind, int item_level) {
  * jansson path decides everything else (unknown items, a part that starts
  * with its first delta, errors). */
 static int fast_event(px_sdec_t *d, const char *data, size_t n) {
-  static const char *const keys[] = {"type", "output_index", "content_index", "delta"};
   if (d->state != D_RUNNING) return 0;
-  px_fj_t j = {(const unsigned char *)data, n, 0};
-  px_fj_str_t st[4];
-  memset(st, 0, sizeof(st));
-  px_fj_want_t w = {
-      .keys = keys, .nkeys = 4, .strs = st, .int_key = 1, .obj_key = -1, .int_key2 = 2};
-  px_fj_ws(&j);
-  if (px_fj_object(&j, &w, 0) < 0) return 0;
-  px_fj_ws(&j);
-  if (j.i != j.n || !st[0].set || st[0].esc || !st[3].set || !w.iv_set) return 0;
-  const char *tp = data + st[0].s;
-  size_t tl = st[0].e - st[0].s;
+  /* one flat walk of the event's members (px_fj_key / px_fj_pass / px_fj_next
+   * of json.h); the members read are checked as they are read */
+  const unsigned char *p = (const unsigned char *)data;
+  px_fj_str_t type = {0, 0, 0, 0}, dl = {0, 0, 0, 0};
+  int64_t oi = 0, ci = 0;
+  int oi_set = 0, ci_set = 0, r;
+  size_t i = px_json_ws(p, n, 0), kl;
+  if (i >= n || p[i] != '{') return 0;
+  i = px_json_ws(p, n, i + 1);
+  do {
+    size_t ks = i + 1;
+    if (px_fj_key(p, n, &i, &kl) < 0) return 0;
+    const unsigned char *k = p + ks;
+    px_fj_str_t *s = NULL;
+    int64_t *iv = NULL;
+    int *iv_set = NULL;
+    if (kl == 4 && memcmp(k, "type", 4) == 0)
+      s = &type;
+    else if (kl == 5 && memcmp(k, "delta", 5) == 0)
+      s = &dl;
+    else if (kl == 12 && memcmp(k, "output_index", 12) == 0)
+      iv = &oi, iv_set = &oi_set;
+    else if (kl == 13 && memcmp(k, "content_index", 13) == 0)
+      iv = &ci, iv_set = &ci_set;
+    if (s != NULL) {
+      if (s->set || p[i] != '"' || px_json_string(p, n, i + 1, &s->e, &s->esc) < 0)
+        return 0;
+      s->s = i + 1;
+      s->set = 1;
+      i = s->e + 1;
+    } else if (iv != NULL) {
+      size_t e = px_fj_int_end(p, n, i);
+      if (*iv_set || e == 0) return 0;
+      *iv = px_fj_int_value(p, i, e);
+      *iv_set = 1;
+      i = e;
+    } else if (px_fj_pass(p, n, &i, 1) < 0) {
+      return 0;
+    }
+  } while ((r = px_fj_next(p, n, &i, '}')) > 0);
+  if (r < 0 || px_json_ws(p, n, i) != n) return 0;
+  if (!type.set || type.esc || !dl.set || !oi_set) return 0;
+  const char *tp = data + type.s;
+  size_t tl = type.e - type.s;
 #define FT(lit) (tl == sizeof(lit) - 1 && memcmp(tp, lit, sizeof(lit) - 1) == 0)
   px_delta_t kind;
   int item_level;
@@ -387,12 +419,13 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   }
 #undef FT
   /* the same int conversions as oindex() / cindex() */
-  int oi = (int)w.iv;
-  int ci = item_level ? -1 : (w.iv2_set ? (int)w.iv2 : 0);
-  dblock_t *b = dfind(d, oi, ci);
+  int oi_ = (int)oi;
+  int ci_ = item_level ? -1 : (ci_set ? (int)ci : 0);
+  dblock_t *b = dfind(d, oi_, ci_);
   if (b == NULL || !b->open) return 0;
   px_str_t text;
-  if (px_fj_value(&j, &st[3], &d->scratch, &text) < 0) return 0;
+  if (px_json_unescape(data + dl.s, dl.e - dl.s, dl.esc, &d->scratch, &text) < 0)
+    return 0;
   int rc = ddelta(d, b, kind, text.ptr, text.len);
   return rc < 0 ? rc : 1;
 }
