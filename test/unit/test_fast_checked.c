@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "fast_pair.h"
 #include "proxai/fastir.h"
 #include "proxai/passthru.h"
 
@@ -62,15 +63,6 @@ static char *with(const char *tmpl, const char *v) {
   memcpy(s + a, v, vl);
   memcpy(s + a + vl, at + 4, rest + 1);
   return s;
-}
-
-static void ctx_of(px_tr_ctx_t *c, int in, int out) {
-  memset(c, 0, sizeof(*c));
-  c->in = (px_proto_t)in;
-  c->out = (px_proto_t)out;
-  c->client_model = "client-model";
-  c->upstream_model = "upstream-model";
-  c->created = 1700000000;
 }
 
 /* 0 taken with the usage handed over, PX_FAST_USAGE, or PX_FAST_DECLINE */
