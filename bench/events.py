@@ -35,7 +35,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-UPSTREAMS = {"chat": "to_chat", "responses": "to_resp", "anthropic": "to_anth"}
+UPSTREAMS = {"chat": "to_chat", "responses": "to_resp", "anthropic": "to_anth",
+             "gemini": "to_gem"}
 CLIENTS = ["chat", "responses", "anthropic", "gemini"]
 PAIRS = [(c, u) for c in CLIENTS for u in UPSTREAMS if c != u]
 IR_TARGET = 3000  # instructions per translated event (issue 12)
@@ -58,14 +59,15 @@ def conf(tmp, port, mock_port, lane):
                 "access_log = off\nlog_level = warn\n" % port)
         for up, proto, base in (("mock_chat", "openai_chat_completions", "/v1"),
                                 ("mock_resp", "openai_responses", "/v1"),
-                                ("mock_anth", "anthropic_messages", "")):
+                                ("mock_anth", "anthropic_messages", ""),
+                                ("mock_gem", "gemini_generate_content", "")):
             f.write("\n[upstream %s]\nprotocol = %s\nbase_url = http://127.0.0.1:%d%s\n"
                     "max_connections = 20000\nretries = 0\nidle_timeout = 120s\n"
                     % (up, proto, mock_port, base))
             if lane == "curl":
                 f.write("client = curl\n")
         for prefix, up in (("to_chat", "mock_chat"), ("to_resp", "mock_resp"),
-                           ("to_anth", "mock_anth")):
+                           ("to_anth", "mock_anth"), ("to_gem", "mock_gem")):
             f.write("\n[route %s*]\nupstream = %s\n" % (prefix, up))
     return path
 
