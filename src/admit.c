@@ -179,14 +179,12 @@ static void serve_metrics(px_conn_t *c) {
  * Settled with the real usage when the request ends. */
 #define PX_RL_DEFAULT_RESERVE 4096
 static uint64_t reserve_estimate(px_exch_t *x) {
-  static const char *const caps[][2] = {{"max_tokens", NULL},
-                                        {"max_completion_tokens", NULL},
-                                        {"max_output_tokens", NULL},
-                                        {"generationConfig", "maxOutputTokens"}};
+  const px_proto_ops_t *ops = px_exch_client_ops(x);
   const char *bd = x->req->body.data ? x->req->body.data : "";
-  for (size_t i = 0; i < sizeof(caps) / sizeof(caps[0]); i++) {
+  for (size_t i = 0; i < 2 && ops->max_tokens_keys[i][0] != NULL; i++) {
+    const char *const *path = ops->max_tokens_keys[i];
     size_t vs, vl;
-    if (px_json_find(bd, x->req->body.len, caps[i], caps[i][1] ? 2 : 1, &vs, &vl) ==
+    if (px_json_find(bd, x->req->body.len, path, path[1] ? 2 : 1, &vs, &vl) ==
             PX_JSON_FOUND &&
         vl > 0 && bd[vs] >= '0' && bd[vs] <= '9')
       return strtoull(bd + vs, NULL, 10);

@@ -533,6 +533,10 @@ typedef struct px_proto_ops {
   const char *client_key_query;
   /** The error `type` string of a kind in this protocol's family. */
   const char *(*error_type)(px_errkind_t kind);
+  /** The request members capping the answer's tokens, each a path of up to
+   *  two keys, the one that wins first (NULL-padded): the rate limiter
+   *  reserves by the first present. */
+  const char *max_tokens_keys[2][2];
   /** The model is named by the path, never by the body. */
   int model_in_path;
   /** The error body names its HTTP status (Gemini's `code`), so an upstream

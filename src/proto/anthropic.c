@@ -1593,6 +1593,7 @@ const px_proto_ops_t px_proto_anthropic = {
               .opaque_reasoning = PX_LOSSY("content[].signature"),
               .redacted_reasoning = PX_LOSSY("content[].redacted_thinking")},
     .fast = &px_anthropic_fast,
+    .max_tokens_keys = {{"max_tokens", NULL}},
     .watch = {.usage_obj = "usage", .usage_in = "input_tokens", .usage_out = "output_tokens",
               .usage_in_extra = {"cache_read_input_tokens", "cache_creation_input_tokens"},
               .start_event = "message_start", .start_outer = "message",

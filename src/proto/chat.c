@@ -1505,6 +1505,7 @@ const px_proto_ops_t px_proto_chat = {
               .tool_args_param = "messages.tool_calls.function.arguments",
               .annotations = PX_LOSSY("choices[].message.annotations")},
     .fast = &px_chat_fast,
+    .max_tokens_keys = {{"max_completion_tokens", NULL}, {"max_tokens", NULL}},
     .watch = {.usage_obj = "usage", .usage_in = "prompt_tokens",
               .usage_out = "completion_tokens", .terminal_data = "[DONE]",
               .error_data = 1, .model_path = {"model"}, .model_depth = 1},

@@ -1094,6 +1094,7 @@ const px_proto_ops_t px_proto_gemini = {
               .annotations = PX_LOSSY("candidates[].groundingMetadata"),
               .opaque_reasoning =
                   PX_LOSSY("candidates[].content.parts[].thoughtSignature")},
+    .max_tokens_keys = {{"generationConfig", "maxOutputTokens"}},
     .watch = {.usage_obj = "usageMetadata", .usage_in = "promptTokenCount",
               .usage_out = "candidatesTokenCount", .usage_out_extra = "thoughtsTokenCount",
               .finish_key = "finishReason", .error_data = 1,

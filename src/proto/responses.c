@@ -1679,6 +1679,7 @@ const px_proto_ops_t px_proto_responses = {
               .annotations = PX_LOSSY("output[].content[].annotations"),
               .opaque_reasoning = PX_LOSSY("output[].encrypted_content")},
     .fast = &px_responses_fast,
+    .max_tokens_keys = {{"max_output_tokens", NULL}},
     .watch = {.usage_obj = "usage", .usage_in = "input_tokens", .usage_out = "output_tokens",
               .terminal_events = {"response.completed", "response.incomplete",
                                   "response.failed"},

@@ -464,7 +464,7 @@ static void test_hub_stream(void) {
   };
   for (size_t i = 0; i < sizeof(cl) / sizeof(cl[0]); i++) {
     px_buf_t b;
-    px_usage_t u;
+    px_usage_t u = {-1, -1, -1, -1, -1};
     /* complete: normal stop, usage kept */
     CHECK(run_anthropic_stream(cl[i].in, A_START A_TEXT A_END, 1, &b, &u) == 0);
     CHECK(count(&b, cl[i].stop) == 1);
