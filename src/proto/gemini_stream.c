@@ -286,12 +286,23 @@ static inline int gf_key(gf_t *g, const unsigned char **k, size_t *kl) {
   return px_fj_key(g->p, g->n, &g->i, kl);
 }
 
-/* The one part: {"text":".."} and nothing else. */
-static int gf_part(gf_t *g) {
+/* The usual head of a chunk, up to the text's opening quote: with it the
+ * walk starts at the text (resume), the members before it being known. */
+static const char gf_head[] = "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"";
+#define GF_HEAD_LEN (sizeof(gf_head) - 2) /* up to the quote */
+
+/* The one part: {"text":".."} and nothing else. resume: g->i on the text. */
+static int gf_part(gf_t *g, int resume) {
   const unsigned char *k;
   size_t kl;
-  int r = gf_open(g, '{', '}');
-  if (r <= 0) return -1;
+  int r = 1;
+  if (resume) {
+    g->seen |= GF_TEXT;
+    if (gf_str(g, &g->text) < 0) return -1;
+    r = px_fj_next(g->p, g->n, &g->i, '}');
+  } else if ((r = gf_open(g, '{', '}')) <= 0) {
+    return -1;
+  }
   for (; r > 0; r = px_fj_next(g->p, g->n, &g->i, '}')) {
     if (gf_key(g, &k, &kl) < 0 || !GF_IS(k, kl, "text") || gf_once(g, GF_TEXT) < 0 ||
         gf_str(g, &g->text) < 0)
@@ -301,10 +312,17 @@ static int gf_part(gf_t *g) {
 }
 
 /* content: "parts" an array of at most one part; others checked, skipped. */
-static int gf_content(gf_t *g) {
+static int gf_content(gf_t *g, int resume) {
   const unsigned char *k;
   size_t kl;
-  int r = gf_open(g, '{', '}');
+  int r;
+  if (resume) {
+    g->seen |= GF_PARTS;
+    if (gf_part(g, 1) < 0 || px_fj_next(g->p, g->n, &g->i, ']') != 0) return -1;
+    r = px_fj_next(g->p, g->n, &g->i, '}');
+  } else {
+    r = gf_open(g, '{', '}');
+  }
   for (; r > 0; r = px_fj_next(g->p, g->n, &g->i, '}')) {
     if (gf_key(g, &k, &kl) < 0) return -1;
     if (!GF_IS(k, kl, "parts")) {
@@ -313,22 +331,29 @@ static int gf_content(gf_t *g) {
     }
     if (gf_once(g, GF_PARTS) < 0) return -1;
     int a = gf_open(g, '[', ']');
-    if (a < 0 || (a > 0 && (gf_part(g) < 0 || px_fj_next(g->p, g->n, &g->i, ']') != 0)))
+    if (a < 0 || (a > 0 && (gf_part(g, 0) < 0 || px_fj_next(g->p, g->n, &g->i, ']') != 0)))
       return -1;
   }
   return r;
 }
 
 /* candidates: an array of exactly one candidate object. */
-static int gf_cands(gf_t *g) {
+static int gf_cands(gf_t *g, int resume) {
   const unsigned char *k;
   size_t kl;
-  if (gf_open(g, '[', ']') <= 0) return -1;
-  int r = gf_open(g, '{', '}');
+  int r;
+  if (resume) {
+    g->seen |= GF_CONTENT;
+    if (gf_content(g, 1) < 0) return -1;
+    r = px_fj_next(g->p, g->n, &g->i, '}');
+  } else {
+    if (gf_open(g, '[', ']') <= 0) return -1;
+    r = gf_open(g, '{', '}');
+  }
   for (; r > 0; r = px_fj_next(g->p, g->n, &g->i, '}')) {
     if (gf_key(g, &k, &kl) < 0) return -1;
     if (GF_IS(k, kl, "content")) {
-      if (gf_once(g, GF_CONTENT) < 0 || gf_content(g) < 0) return -1;
+      if (gf_once(g, GF_CONTENT) < 0 || gf_content(g, 0) < 0) return -1;
     } else if (GF_IS(k, kl, "finishReason")) {
       if (gf_once(g, GF_FR) < 0 || gf_str(g, &g->fr) < 0) return -1;
     } else if (px_fj_pass(g->p, g->n, &g->i, 3) < 0) {
@@ -341,6 +366,7 @@ static int gf_cands(gf_t *g) {
 
 /* usageMetadata: the four counts read must be proven integers. */
 static int gf_usage(gf_t *g) {
+  /* the four names differ in length: one compare each */
   static const char *const names[4] = {"promptTokenCount", "candidatesTokenCount",
                                        "thoughtsTokenCount", "cachedContentTokenCount"};
   const unsigned char *k;
@@ -348,8 +374,8 @@ static int gf_usage(gf_t *g) {
   int r = gf_open(g, '{', '}');
   for (; r > 0; r = px_fj_next(g->p, g->n, &g->i, '}')) {
     if (gf_key(g, &k, &kl) < 0) return -1;
-    int c = 0;
-    while (c < 4 && !(kl == strlen(names[c]) && memcmp(k, names[c], kl) == 0)) c++;
+    int c = kl == 16 ? 0 : kl == 20 ? 1 : kl == 18 ? 2 : kl == 23 ? 3 : 4;
+    if (c < 4 && memcmp(k, names[c], kl) != 0) c = 4;
     if (c == 4) {
       if (px_fj_pass(g->p, g->n, &g->i, 2) < 0) return -1;
       continue;
@@ -369,13 +395,21 @@ static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
   const unsigned char *k;
   size_t kl;
   if (d->ended) return 0; /* at most late usage: rare */
-  g.i = px_json_ws(g.p, n, 0);
-  if (g.i >= n) return 0;
-  int r = gf_open(&g, '{', '}');
+  int r;
+  if (n > GF_HEAD_LEN && memcmp(data, gf_head, GF_HEAD_LEN) == 0) {
+    g.i = GF_HEAD_LEN; /* the text's opening quote */
+    g.seen = GF_CANDS;
+    if (gf_cands(&g, 1) < 0) return 0;
+    r = px_fj_next(g.p, n, &g.i, '}');
+  } else {
+    g.i = px_json_ws(g.p, n, 0);
+    if (g.i >= n) return 0;
+    r = gf_open(&g, '{', '}');
+  }
   for (; r > 0; r = px_fj_next(g.p, n, &g.i, '}')) {
     if (gf_key(&g, &k, &kl) < 0) return 0;
     if (GF_IS(k, kl, "candidates")) {
-      if (gf_once(&g, GF_CANDS) < 0 || gf_cands(&g) < 0) return 0;
+      if (gf_once(&g, GF_CANDS) < 0 || gf_cands(&g, 0) < 0) return 0;
     } else if (GF_IS(k, kl, "usageMetadata")) {
       if (gf_once(&g, GF_USAGE) < 0 || gf_usage(&g) < 0) return 0;
     } else if (GF_IS(k, kl, "modelVersion")) {
