@@ -448,7 +448,7 @@ static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
              ? sd_delta(d, PX_BLOCK_REFUSAL, PX_DELTA_REFUSAL, text)
              : sd_delta(d, PX_BLOCK_TEXT, PX_DELTA_TEXT, text);
   if (rc == 0 && g.fr.set) rc = sd_finish_reason(d, fr, up);
-  if (d->scratch.size > 4096) px_buf_free(&d->scratch); /* keep a stream small */
+  if (d->scratch.size > 1024) px_buf_free(&d->scratch); /* keep a stream small */
   return rc < 0 ? rc : 1;
 }
 
