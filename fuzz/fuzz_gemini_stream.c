@@ -28,18 +28,21 @@
 static const char *const heads[3] = {HEAD, HEAD, HEAD};
 static const char *const tails[3] = {
     TAIL ",\"index\":0}]" IDS,
-    TAIL ",\"index\":0}],\"usageMetadata\":{\"promptTokenCount\":7,\"candidatesTokenCount\":"
-         "2,\"totalTokenCount\":9,\"promptTokensDetails\":[{\"modality\":\"TEXT\","
-         "\"tokenCount\":7}]}" IDS,
-    TAIL ",\"finishReason\":\"SAFETY\",\"index\":0}],\"usageMetadata\":{"
-         "\"promptTokenCount\":7,\"candidatesTokenCount\":3,\"thoughtsTokenCount\":4,"
-         "\"cachedContentTokenCount\":1}" IDS,
+    TAIL
+    ",\"index\":0}],\"usageMetadata\":{\"promptTokenCount\":7,\"candidatesTokenCount\":"
+    "2,\"totalTokenCount\":9,\"promptTokensDetails\":[{\"modality\":\"TEXT\","
+    "\"tokenCount\":7}]}" IDS,
+    TAIL
+    ",\"finishReason\":\"SAFETY\",\"index\":0}],\"usageMetadata\":{"
+    "\"promptTokenCount\":7,\"candidatesTokenCount\":3,\"thoughtsTokenCount\":4,"
+    "\"cachedContentTokenCount\":1}" IDS,
 };
 
 static void start(fd_pair_t *p, int kind) {
   p->kind = kind;
   static const char first[] =
-      HEAD "Hi" TAIL ",\"index\":0}],\"usageMetadata\":{\"promptTokenCount\":7,"
+      HEAD "Hi" TAIL
+           ",\"index\":0}],\"usageMetadata\":{\"promptTokenCount\":7,"
            "\"totalTokenCount\":7}" IDS;
   fd_feed(p, first, sizeof(first) - 1);
 }
@@ -47,19 +50,25 @@ static void start(fd_pair_t *p, int kind) {
 /* Self check: the fast path handles the first, the two text and the finish
  * chunks; the thought part and the late usage go to jansson */
 static const char self_body[] =
-    "data: " HEAD "Hel" TAIL ",\"index\":0}],\"usageMetadata\":{\"promptTokenCount\":3,"
+    "data: " HEAD "Hel" TAIL
+    ",\"index\":0}],\"usageMetadata\":{\"promptTokenCount\":3,"
     "\"totalTokenCount\":3},\"modelVersion\":\"gemini-2.5-flash\",\"responseId\":\"r9\"}"
     "\r\n\r\n"
-    "data: " HEAD "lo \\\"x\\\"\\n\\u00e9\\ud83d\\ude00" TAIL ",\"index\":0}]" IDS "\r\n\r\n"
+    "data: " HEAD "lo \\\"x\\\"\\n\\u00e9\\ud83d\\ude00" TAIL ",\"index\":0}]" IDS
+    "\r\n\r\n"
     "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"hmm\", \"thought\": "
     "true}],\"role\": \"model\"},\"index\": 0}],\"modelVersion\": \"m\"}\r\n\r\n"
-    "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \" there\"}],\"role\": "
+    "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \" "
+    "there\"}],\"role\": "
     "\"model\"},\"index\": 0}],\"modelVersion\": \"gemini-2.5-flash\",\"responseId\": "
     "\"r9\"}\r\n\r\n"
-    "data: " HEAD "" TAIL ",\"finishReason\":\"STOP\",\"index\":0}],\"usageMetadata\":{"
+    "data: " HEAD "" TAIL
+    ",\"finishReason\":\"STOP\",\"index\":0}],\"usageMetadata\":{"
     "\"promptTokenCount\":3,\"candidatesTokenCount\":5,\"totalTokenCount\":8,"
-    "\"promptTokensDetails\":[{\"modality\":\"TEXT\",\"tokenCount\":3}]}" IDS "\r\n\r\n"
-    "data: {\"usageMetadata\":{\"promptTokenCount\":3,\"candidatesTokenCount\":6}}\r\n\r\n";
+    "\"promptTokensDetails\":[{\"modality\":\"TEXT\",\"tokenCount\":3}]}" IDS
+    "\r\n\r\n"
+    "data: "
+    "{\"usageMetadata\":{\"promptTokenCount\":3,\"candidatesTokenCount\":6}}\r\n\r\n";
 
 static const fd_ops_t ops = {
     .proto = &px_proto_gemini,

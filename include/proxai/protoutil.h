@@ -210,8 +210,8 @@ const char *px_gemini_finish(px_stop_t s);
 /** usageMetadata -> usage (output includes thoughts; cached is part of input). */
 void px_gemini_usage_in(json_t *usage_metadata, px_usage_t *u);
 /** The same from the four counts (-1: absent or not an integer). */
-void px_gemini_usage_of(px_usage_t *u, int64_t prompt, int64_t candidates, int64_t thoughts,
-                        int64_t cached);
+void px_gemini_usage_of(px_usage_t *u, int64_t prompt, int64_t candidates,
+                        int64_t thoughts, int64_t cached);
 /** usage -> a new usageMetadata object. */
 json_t *px_gemini_usage_out(const px_usage_t *u);
 /** The id minted for the n-th (0-based) functionCall of a response. */

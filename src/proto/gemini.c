@@ -708,10 +708,9 @@ void px_gemini_usage_of(px_usage_t *u, int64_t prompt, int64_t cand, int64_t tho
 }
 
 void px_gemini_usage_in(json_t *um, px_usage_t *u) {
-  px_gemini_usage_of(u, px_jint(um, "promptTokenCount", -1),
-                     px_jint(um, "candidatesTokenCount", -1),
-                     px_jint(um, "thoughtsTokenCount", -1),
-                     px_jint(um, "cachedContentTokenCount", -1));
+  px_gemini_usage_of(
+      u, px_jint(um, "promptTokenCount", -1), px_jint(um, "candidatesTokenCount", -1),
+      px_jint(um, "thoughtsTokenCount", -1), px_jint(um, "cachedContentTokenCount", -1));
 }
 
 void px_gemini_call_id(const char *resp_id, int n, char *out, size_t size) {

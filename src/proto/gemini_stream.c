@@ -32,8 +32,8 @@ struct px_sdec {
   int fast;          /* the fast path is on (px_gemini_sdec_fast) */
   long fast_hits;    /* chunks it handled */
   char resp_id[128];
-  px_usage_t usage;  /* an event's usage as px_ev_init leaves it */
-  px_buf_t scratch;  /* the fast path's unescaped text */
+  px_usage_t usage; /* an event's usage as px_ev_init leaves it */
+  px_buf_t scratch; /* the fast path's unescaped text */
 };
 
 px_sdec_t *px_gemini_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg) {
@@ -232,9 +232,9 @@ static int sd_chunk(px_sdec_t *d, json_t *j) {
 typedef struct gf {
   const unsigned char *p;
   size_t n, i;
-  unsigned seen;           /* GF_* members read (a repeat declines) */
+  unsigned seen; /* GF_* members read (a repeat declines) */
   px_fj_str_t text, fr, model, rid;
-  int64_t um[4];           /* prompt, candidates, thoughts, cached; -1 */
+  int64_t um[4]; /* prompt, candidates, thoughts, cached; -1 */
 } gf_t;
 
 enum {
@@ -249,7 +249,8 @@ enum {
   GF_UM0 = 1u << 8 /* .. 1u << 11: the four counts */
 };
 
-#define GF_IS(k, kl, lit) ((kl) == sizeof(lit) - 1 && memcmp((k), lit, sizeof(lit) - 1) == 0)
+#define GF_IS(k, kl, lit) \
+  ((kl) == sizeof(lit) - 1 && memcmp((k), lit, sizeof(lit) - 1) == 0)
 
 /* Mark member bit m read; 0, or -1 when it was read before. */
 static inline int gf_once(gf_t *g, unsigned m) {
@@ -331,7 +332,8 @@ static int gf_content(gf_t *g, int resume) {
     }
     if (gf_once(g, GF_PARTS) < 0) return -1;
     int a = gf_open(g, '[', ']');
-    if (a < 0 || (a > 0 && (gf_part(g, 0) < 0 || px_fj_next(g->p, g->n, &g->i, ']') != 0)))
+    if (a < 0 ||
+        (a > 0 && (gf_part(g, 0) < 0 || px_fj_next(g->p, g->n, &g->i, ']') != 0)))
       return -1;
   }
   return r;
@@ -433,8 +435,8 @@ static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
   }
   if (!d->started && (g.model.esc || g.rid.esc)) return 0;
   px_str_t text = PX_STR_NULL;
-  if (g.text.set &&
-      px_json_unescape(data + g.text.s, g.text.e - g.text.s, g.text.esc, &d->scratch, &text) < 0)
+  if (g.text.set && px_json_unescape(data + g.text.s, g.text.e - g.text.s, g.text.esc,
+                                     &d->scratch, &text) < 0)
     return 0; /* scratch too small: let jansson decide */
   /* checked: from here on the chunk is handled */
   px_usage_t u = d->usage, *up = NULL;
