@@ -1,9 +1,10 @@
 /* fast_diff.h - the differential-test scaffolding shared by the stream
  * decoder fast-path fuzz targets (fuzz_anthropic_fast.c,
- * fuzz_responses_fast.c, fuzz_chat_fast.c): two decoders of one protocol, one with the fast
- * path on and one with it off, get the same events; every event must give
- * the same return code and the same emitted events (types, indexes, kinds,
- * text bytes, ids, usage, errors), else the target aborts.
+ * fuzz_responses_fast.c, fuzz_chat_fast.c, fuzz_gemini_stream.c): two
+ * decoders of one protocol, one with the fast path on and one with it off,
+ * get the same events; every event must give the same return code and the
+ * same emitted events (types, indexes, kinds, text bytes, ids, usage,
+ * errors), else the target aborts.
  *
  * Input of fd_fuzz_one: byte 0 picks the mode.
  *   even: the rest (after byte 1) is an upstream SSE body; a stream that

@@ -209,6 +209,9 @@ px_stop_t px_gemini_stop(const char *finish_reason, int has_tool_call);
 const char *px_gemini_finish(px_stop_t s);
 /** usageMetadata -> usage (output includes thoughts; cached is part of input). */
 void px_gemini_usage_in(json_t *usage_metadata, px_usage_t *u);
+/** The same from the four counts (-1: absent or not an integer). */
+void px_gemini_usage_of(px_usage_t *u, int64_t prompt, int64_t candidates,
+                        int64_t thoughts, int64_t cached);
 /** usage -> a new usageMetadata object. */
 json_t *px_gemini_usage_out(const px_usage_t *u);
 /** The id minted for the n-th (0-based) functionCall of a response. */
@@ -222,6 +225,7 @@ int px_gemini_error_body(px_buf_t *out, px_errkind_t kind, const char *message, 
 long px_anthropic_sdec_fast(px_sdec_t *d, int on);
 long px_responses_sdec_fast(px_sdec_t *d, int on);
 long px_chat_sdec_fast(px_sdec_t *d, int on);
+long px_gemini_sdec_fast(px_sdec_t *d, int on);
 
 /* Responses ids and objects (responses.c), shared with responses_stream.c */
 void px_responses_resp_id(const char *id, char *out, size_t n);

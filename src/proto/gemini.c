@@ -699,14 +699,18 @@ const char *px_gemini_finish(px_stop_t s) {
   }
 }
 
-void px_gemini_usage_in(json_t *um, px_usage_t *u) {
-  int64_t prompt = px_jint(um, "promptTokenCount", -1);
-  int64_t cand = px_jint(um, "candidatesTokenCount", -1);
-  int64_t thoughts = px_jint(um, "thoughtsTokenCount", -1);
+void px_gemini_usage_of(px_usage_t *u, int64_t prompt, int64_t cand, int64_t thoughts,
+                        int64_t cached) {
   u->input_tokens = prompt;
   u->output_tokens = cand < 0 && thoughts < 0 ? -1 : (cand > 0 ? cand : 0) + (thoughts > 0 ? thoughts : 0);
-  u->cache_read_tokens = px_jint(um, "cachedContentTokenCount", -1);
+  u->cache_read_tokens = cached;
   u->reasoning_tokens = thoughts;
+}
+
+void px_gemini_usage_in(json_t *um, px_usage_t *u) {
+  px_gemini_usage_of(
+      u, px_jint(um, "promptTokenCount", -1), px_jint(um, "candidatesTokenCount", -1),
+      px_jint(um, "thoughtsTokenCount", -1), px_jint(um, "cachedContentTokenCount", -1));
 }
 
 void px_gemini_call_id(const char *resp_id, int n, char *out, size_t size) {

@@ -29,8 +29,11 @@ struct px_sdec {
   px_block_t block;  /* its kind */
   int next;          /* next block index */
   int calls;         /* function calls seen */
+  int fast;          /* the fast path is on (px_gemini_sdec_fast) */
+  long fast_hits;    /* chunks it handled */
   char resp_id[128];
-  px_usage_t usage;
+  px_usage_t usage; /* an event's usage as px_ev_init leaves it */
+  px_buf_t scratch; /* the fast path's unescaped text */
 };
 
 px_sdec_t *px_gemini_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg) {
@@ -40,13 +43,27 @@ px_sdec_t *px_gemini_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *
   d->sink = sink;
   d->arg = arg;
   d->open = -1;
+  d->fast = 1;
+  px_buf_init(&d->scratch, PX_MAX_SSE_EVENT);
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_ERROR);
   d->usage = ev.usage;
   return d;
 }
 
-void px_gemini_sdec_free(px_sdec_t *d) { free(d); }
+void px_gemini_sdec_free(px_sdec_t *d) {
+  if (d == NULL) return;
+  px_buf_free(&d->scratch);
+  free(d);
+}
+
+/* For the differential test (fuzz/fuzz_gemini_stream.c), not part of the
+ * protocol table: turn the fast path on (1) or off (0), or leave it (<0);
+ * returns how many chunks the fast path has handled so far. */
+long px_gemini_sdec_fast(px_sdec_t *d, int on) {
+  if (on >= 0) d->fast = on;
+  return d->fast_hits;
+}
 
 static int sd_fail(px_sdec_t *d, px_errkind_t kind, const char *msg) {
   px_ev_t ev;
@@ -91,21 +108,22 @@ static int sd_delta(px_sdec_t *d, px_block_t kind, px_delta_t dk, px_str_t text)
   return d->sink(d->arg, &ev);
 }
 
-static int sd_start(px_sdec_t *d, json_t *j) {
+/* MESSAGE_START once: rid is the responseId (PX_STR_NULL: none), u the
+ * chunk's usage (NULL: no usageMetadata). */
+static int sd_start(px_sdec_t *d, px_str_t rid, px_str_t model, const px_usage_t *u) {
   if (d->started) return 0;
   d->started = 1;
-  const char *rid = px_jstr(j, "responseId");
-  snprintf(d->resp_id, sizeof(d->resp_id), "%s", rid ? rid : "gemini");
+  if (rid.ptr == NULL) rid = px_str("gemini");
+  size_t n = rid.len < sizeof(d->resp_id) - 1 ? rid.len : sizeof(d->resp_id) - 1;
+  if (n) memcpy(d->resp_id, rid.ptr, n);
+  d->resp_id[n] = 0;
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_MESSAGE_START);
   ev.id = px_str(d->resp_id);
-  ev.model = px_jview(j, "modelVersion");
-  json_t *um = json_object_get(j, "usageMetadata");
-  if (json_is_object(um)) {
-    px_usage_t u;
-    px_gemini_usage_in(um, &u);
-    ev.usage.input_tokens = u.input_tokens;
-    ev.usage.cache_read_tokens = u.cache_read_tokens;
+  ev.model = model;
+  if (u != NULL) {
+    ev.usage.input_tokens = u->input_tokens;
+    ev.usage.cache_read_tokens = u->cache_read_tokens;
   }
   return d->sink(d->arg, &ev);
 }
@@ -155,13 +173,14 @@ static int sd_part(px_sdec_t *d, json_t *pt, int refused) {
   return 0; /* inline data, code execution: nothing a stream event can carry */
 }
 
-static int sd_finish_reason(px_sdec_t *d, const char *fr, json_t *um) {
+/* u: the chunk's usage, NULL when it has no usageMetadata */
+static int sd_finish_reason(px_sdec_t *d, const char *fr, const px_usage_t *u) {
   int rc = sd_close(d);
   if (rc < 0) return rc;
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
   ev.stop = fr ? px_gemini_stop(fr, d->calls > 0) : PX_STOP_NONE;
-  if (json_is_object(um)) px_gemini_usage_in(um, &ev.usage);
+  if (u != NULL) ev.usage = *u;
   if (fr != NULL) d->ended = 1;
   return d->sink(d->arg, &ev);
 }
@@ -173,28 +192,278 @@ static int sd_chunk(px_sdec_t *d, json_t *j) {
     return sd_fail(d, px_errkind_from_type(NULL, (int)px_jint(e, "code", 500)),
                    msg ? msg : "upstream stream error");
   }
-  int rc = sd_start(d, j);
+  json_t *um = json_object_get(j, "usageMetadata");
+  px_usage_t u = d->usage, *up = NULL;
+  if (json_is_object(um)) px_gemini_usage_in(um, up = &u);
+  int rc = sd_start(d, px_jview(j, "responseId"), px_jview(j, "modelVersion"), up);
   if (rc < 0) return rc;
   json_t *cand = json_array_get(json_object_get(j, "candidates"), 0);
   const char *fr = px_jstr(cand, "finishReason");
   const char *block = px_jstr(json_object_get(j, "promptFeedback"), "blockReason");
   if (block != NULL && cand == NULL) fr = block;
-  json_t *um = json_object_get(j, "usageMetadata");
   if (d->ended) /* after the finish chunk: at most late usage */
-    return json_is_object(um) ? sd_finish_reason(d, NULL, um) : 0;
+    return up != NULL ? sd_finish_reason(d, NULL, up) : 0;
   int refused = fr != NULL && px_gemini_stop(fr, 0) == PX_STOP_REFUSAL;
   size_t i;
   json_t *pt;
   json_array_foreach(json_object_get(json_object_get(cand, "content"), "parts"), i, pt) {
     if ((rc = sd_part(d, pt, refused)) < 0) return rc;
   }
-  if (fr != NULL) return sd_finish_reason(d, fr, um);
+  if (fr != NULL) return sd_finish_reason(d, fr, up);
   return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Fast path. Nearly every chunk of a Gemini stream is one candidate with
+ * one text part (the last one adding finishReason), plus usageMetadata,
+ * modelVersion and responseId. Building a jansson tree for each dominates
+ * the translation, so those chunks are read by one flat validating walk
+ * (px_fj_key / px_fj_pass / px_fj_next of json.h, as the other stream
+ * decoders): it accepts only what it can prove jansson would accept and
+ * read the same way (strings: valid UTF-8, no raw control characters, valid
+ * escapes, no \u0000, surrogate escapes only as pairs; numbers: plain
+ * integers of at most 15 digits; nesting at most 32 deep), with no escaped
+ * or repeated keys where fields are read. Anything else (thought parts,
+ * signatures, calls, errors, promptFeedback, several candidates or parts,
+ * escaped ids or finish reasons, chunks after the finish) returns "not
+ * handled" and goes to the jansson path, which stays the arbiter. Nothing
+ * is emitted before the whole chunk has been checked. */
+
+typedef struct gf {
+  const unsigned char *p;
+  size_t n, i;
+  unsigned seen; /* GF_* members read (a repeat declines) */
+  px_fj_str_t text, fr, model, rid;
+  int64_t um[4]; /* prompt, candidates, thoughts, cached; -1 */
+} gf_t;
+
+enum {
+  GF_CANDS = 1u << 0,
+  GF_USAGE = 1u << 1,
+  GF_MODEL = 1u << 2,
+  GF_RID = 1u << 3,
+  GF_CONTENT = 1u << 4,
+  GF_FR = 1u << 5,
+  GF_PARTS = 1u << 6,
+  GF_TEXT = 1u << 7,
+  GF_UM0 = 1u << 8 /* .. 1u << 11: the four counts */
+};
+
+#define GF_IS(k, kl, lit) \
+  ((kl) == sizeof(lit) - 1 && memcmp((k), lit, sizeof(lit) - 1) == 0)
+
+/* Mark member bit m read; 0, or -1 when it was read before. */
+static inline int gf_once(gf_t *g, unsigned m) {
+  if (g->seen & m) return -1;
+  g->seen |= m;
+  return 0;
+}
+
+/* The container opening at g->i ('{' or '['): 1 with g->i on its first
+ * member or element, 0 when it is empty (g->i past it), -1 else. */
+static inline int gf_open(gf_t *g, unsigned char open, unsigned char close) {
+  if (g->p[g->i] != open) return -1;
+  size_t i = px_json_ws(g->p, g->n, g->i + 1);
+  if (i >= g->n) return -1;
+  g->i = i;
+  if (g->p[i] != close) return 1;
+  g->i = i + 1;
+  return 0;
+}
+
+/* A string value at g->i into *s; g->i moves past it. */
+static inline int gf_str(gf_t *g, px_fj_str_t *s) {
+  if (g->p[g->i] != '"' || px_json_string(g->p, g->n, g->i + 1, &s->e, &s->esc) < 0)
+    return -1;
+  s->s = g->i + 1;
+  s->set = 1;
+  g->i = s->e + 1;
+  return 0;
+}
+
+/* The member name at g->i: *k, *kl; g->i moves onto its value. */
+static inline int gf_key(gf_t *g, const unsigned char **k, size_t *kl) {
+  *k = g->p + g->i + 1;
+  return px_fj_key(g->p, g->n, &g->i, kl);
+}
+
+/* The usual head of a chunk, up to the text's opening quote: with it the
+ * walk starts at the text (resume), the members before it being known. */
+static const char gf_head[] = "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"";
+#define GF_HEAD_LEN (sizeof(gf_head) - 2) /* up to the quote */
+
+/* The one part: {"text":".."} and nothing else. resume: g->i on the text. */
+static int gf_part(gf_t *g, int resume) {
+  const unsigned char *k;
+  size_t kl;
+  int r = 1;
+  if (resume) {
+    g->seen |= GF_TEXT;
+    if (gf_str(g, &g->text) < 0) return -1;
+    r = px_fj_next(g->p, g->n, &g->i, '}');
+  } else if ((r = gf_open(g, '{', '}')) <= 0) {
+    return -1;
+  }
+  for (; r > 0; r = px_fj_next(g->p, g->n, &g->i, '}')) {
+    if (gf_key(g, &k, &kl) < 0 || !GF_IS(k, kl, "text") || gf_once(g, GF_TEXT) < 0 ||
+        gf_str(g, &g->text) < 0)
+      return -1;
+  }
+  return r;
+}
+
+/* content: "parts" an array of at most one part; others checked, skipped. */
+static int gf_content(gf_t *g, int resume) {
+  const unsigned char *k;
+  size_t kl;
+  int r;
+  if (resume) {
+    g->seen |= GF_PARTS;
+    if (gf_part(g, 1) < 0 || px_fj_next(g->p, g->n, &g->i, ']') != 0) return -1;
+    r = px_fj_next(g->p, g->n, &g->i, '}');
+  } else {
+    r = gf_open(g, '{', '}');
+  }
+  for (; r > 0; r = px_fj_next(g->p, g->n, &g->i, '}')) {
+    if (gf_key(g, &k, &kl) < 0) return -1;
+    if (!GF_IS(k, kl, "parts")) {
+      if (px_fj_pass(g->p, g->n, &g->i, 4) < 0) return -1;
+      continue;
+    }
+    if (gf_once(g, GF_PARTS) < 0) return -1;
+    int a = gf_open(g, '[', ']');
+    if (a < 0 ||
+        (a > 0 && (gf_part(g, 0) < 0 || px_fj_next(g->p, g->n, &g->i, ']') != 0)))
+      return -1;
+  }
+  return r;
+}
+
+/* candidates: an array of exactly one candidate object. */
+static int gf_cands(gf_t *g, int resume) {
+  const unsigned char *k;
+  size_t kl;
+  int r;
+  if (resume) {
+    g->seen |= GF_CONTENT;
+    if (gf_content(g, 1) < 0) return -1;
+    r = px_fj_next(g->p, g->n, &g->i, '}');
+  } else {
+    if (gf_open(g, '[', ']') <= 0) return -1;
+    r = gf_open(g, '{', '}');
+  }
+  for (; r > 0; r = px_fj_next(g->p, g->n, &g->i, '}')) {
+    if (gf_key(g, &k, &kl) < 0) return -1;
+    if (GF_IS(k, kl, "content")) {
+      if (gf_once(g, GF_CONTENT) < 0 || gf_content(g, 0) < 0) return -1;
+    } else if (GF_IS(k, kl, "finishReason")) {
+      if (gf_once(g, GF_FR) < 0 || gf_str(g, &g->fr) < 0) return -1;
+    } else if (px_fj_pass(g->p, g->n, &g->i, 3) < 0) {
+      return -1;
+    }
+  }
+  if (r < 0) return -1;
+  return px_fj_next(g->p, g->n, &g->i, ']') == 0 ? 0 : -1;
+}
+
+/* usageMetadata: the four counts read must be proven integers. */
+static int gf_usage(gf_t *g) {
+  /* the four names differ in length: one compare each */
+  static const char *const names[4] = {"promptTokenCount", "candidatesTokenCount",
+                                       "thoughtsTokenCount", "cachedContentTokenCount"};
+  const unsigned char *k;
+  size_t kl;
+  int r = gf_open(g, '{', '}');
+  for (; r > 0; r = px_fj_next(g->p, g->n, &g->i, '}')) {
+    if (gf_key(g, &k, &kl) < 0) return -1;
+    int c = kl == 16 ? 0 : kl == 20 ? 1 : kl == 18 ? 2 : kl == 23 ? 3 : 4;
+    if (c < 4 && memcmp(k, names[c], kl) != 0) c = 4;
+    if (c == 4) {
+      if (px_fj_pass(g->p, g->n, &g->i, 2) < 0) return -1;
+      continue;
+    }
+    size_t e = px_fj_int_end(g->p, g->n, g->i);
+    if (e == 0 || gf_once(g, GF_UM0 << c) < 0) return -1;
+    g->um[c] = px_fj_int_value(g->p, g->i, e);
+    g->i = e;
+  }
+  return r;
+}
+
+/* Returns 1 when the chunk was handled, 0 to use the jansson path, <0 on a
+ * sink error. */
+static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
+  gf_t g = {.p = (const unsigned char *)data, .n = n, .um = {-1, -1, -1, -1}};
+  const unsigned char *k;
+  size_t kl;
+  if (d->ended) return 0; /* at most late usage: rare */
+  int r;
+  if (n > GF_HEAD_LEN && memcmp(data, gf_head, GF_HEAD_LEN) == 0) {
+    g.i = GF_HEAD_LEN; /* the text's opening quote */
+    g.seen = GF_CANDS;
+    if (gf_cands(&g, 1) < 0) return 0;
+    r = px_fj_next(g.p, n, &g.i, '}');
+  } else {
+    g.i = px_json_ws(g.p, n, 0);
+    if (g.i >= n) return 0;
+    r = gf_open(&g, '{', '}');
+  }
+  for (; r > 0; r = px_fj_next(g.p, n, &g.i, '}')) {
+    if (gf_key(&g, &k, &kl) < 0) return 0;
+    if (GF_IS(k, kl, "candidates")) {
+      if (gf_once(&g, GF_CANDS) < 0 || gf_cands(&g, 0) < 0) return 0;
+    } else if (GF_IS(k, kl, "usageMetadata")) {
+      if (gf_once(&g, GF_USAGE) < 0 || gf_usage(&g) < 0) return 0;
+    } else if (GF_IS(k, kl, "modelVersion")) {
+      if (gf_once(&g, GF_MODEL) < 0 || gf_str(&g, &g.model) < 0) return 0;
+    } else if (GF_IS(k, kl, "responseId")) {
+      if (gf_once(&g, GF_RID) < 0 || gf_str(&g, &g.rid) < 0) return 0;
+    } else if (GF_IS(k, kl, "error") || GF_IS(k, kl, "promptFeedback")) {
+      return 0;
+    } else if (px_fj_pass(g.p, n, &g.i, 1) < 0) {
+      return 0;
+    }
+  }
+  if (r < 0 || px_json_ws(g.p, n, g.i) != n || !(g.seen & GF_CANDS)) return 0;
+  /* the members read, as the jansson path reads them */
+  char fr[32];
+  size_t frl = g.fr.e - g.fr.s;
+  if (g.fr.set) {
+    if (g.fr.esc || frl >= sizeof(fr)) return 0;
+    memcpy(fr, data + g.fr.s, frl);
+    fr[frl] = 0;
+  }
+  if (!d->started && (g.model.esc || g.rid.esc)) return 0;
+  px_str_t text = PX_STR_NULL;
+  if (g.text.set && px_json_unescape(data + g.text.s, g.text.e - g.text.s, g.text.esc,
+                                     &d->scratch, &text) < 0)
+    return 0; /* scratch too small: let jansson decide */
+  /* checked: from here on the chunk is handled */
+  px_usage_t u = d->usage, *up = NULL;
+  if (g.seen & GF_USAGE) px_gemini_usage_of(up = &u, g.um[0], g.um[1], g.um[2], g.um[3]);
+  px_str_t rid = g.rid.set ? (px_str_t){data + g.rid.s, g.rid.e - g.rid.s} : PX_STR_NULL;
+  px_str_t model =
+      g.model.set ? (px_str_t){data + g.model.s, g.model.e - g.model.s} : PX_STR_NULL;
+  int rc = sd_start(d, rid, model, up);
+  if (rc == 0 && g.text.set)
+    rc = g.fr.set && px_gemini_stop(fr, 0) == PX_STOP_REFUSAL
+             ? sd_delta(d, PX_BLOCK_REFUSAL, PX_DELTA_REFUSAL, text)
+             : sd_delta(d, PX_BLOCK_TEXT, PX_DELTA_TEXT, text);
+  if (rc == 0 && g.fr.set) rc = sd_finish_reason(d, fr, up);
+  if (d->scratch.size > 1024) px_buf_free(&d->scratch); /* keep a stream small */
+  return rc < 0 ? rc : 1;
 }
 
 int px_gemini_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
   if (d->failed) return PX_EPROTO;
   if (d->done || sse->data.len == 0) return 0;
+  if (d->fast) {
+    int frc = fast_chunk(d, sse->data.ptr, sse->data.len);
+    if (frc != 0) {
+      d->fast_hits++;
+      return frc < 0 ? frc : 0;
+    }
+  }
   json_t *j = json_loadb(sse->data.ptr, sse->data.len, 0, NULL);
   if (!json_is_object(j)) {
     json_decref(j);
