@@ -672,6 +672,9 @@ void px_curl_nudge(px_uclient_t *c) {
     drive(sh, CURL_SOCKET_TIMEOUT, 0);
     i = 0;
   }
+  /* a shard emptied while curl was running */
+  for (size_t i = c->cu.nshards; i > 1 && !c->closing && !c->in_lane; i--)
+    if (c->cu.shards[i - 1]->nrun == 0) shard_retire(c, c->cu.shards[i - 1]);
 }
 
 static void curl_release(px_xfer_t *x) {
@@ -685,9 +688,14 @@ static void curl_release(px_xfer_t *x) {
     clean = curl_multi_remove_handle(x->u.cu.sh->multi, e) == CURLM_OK;
     c->in_lane--;
     x->u.cu.in_multi = false;
-    if (--x->u.cu.sh->nrun == 0 && x->u.cu.sh != c->cu.shards[0] && !c->closing &&
-        !c->in_lane)
-      shard_retire(c, x->u.cu.sh);
+    if (--x->u.cu.sh->nrun == 0 && x->u.cu.sh != c->cu.shards[0] && !c->closing) {
+      if (!c->in_lane) {
+        shard_retire(c, x->u.cu.sh);
+      } else { /* inside a curl call: px_curl_nudge retires it after */
+        c->cu.nudge = true;
+        px_up_defer(c);
+      }
+    }
   }
   if (x->u.cu.hdrs && x->u.cu.hdrs != x->u.cu.hl) free(x->u.cu.hdrs);
   x->u.cu.hdrs = NULL;
