@@ -127,6 +127,7 @@ static void req_reset(px_conn_t *c) {
   r->request_id[0] = 0;
   c->noffs = 0;
   c->last_was_value = 0;
+  c->trailers = 0;
   c->head_bytes = 0;
   c->err_status = 0;
   c->err_msg = NULL;
@@ -355,6 +356,7 @@ static int on_url(llhttp_t *p, const char *at, size_t n) {
 static int on_header_field(llhttp_t *p, const char *at, size_t n) {
   px_conn_t *c = p->data;
   if (head_add(c, n) < 0) return -1;
+  if (c->trailers) return 0; /* counted against the head limit, never kept */
   if (c->noffs == 0 || c->last_was_value) {
     if (c->noffs == c->offs_size) {
       size_t ns = c->offs_size ? c->offs_size * 2 : 16;
@@ -380,6 +382,7 @@ big:
 static int on_header_value(llhttp_t *p, const char *at, size_t n) {
   px_conn_t *c = p->data;
   if (head_add(c, n) < 0) return -1;
+  if (c->trailers) return 0;
   hdr_off_t *h = &c->offs[c->noffs - 1];
   if (!c->last_was_value) {
     if (px_buf_append(&c->req.hbuf, "", 1) < 0) goto big;
@@ -438,6 +441,10 @@ static int on_headers_complete(llhttp_t *p) {
     }
   }
   r->nhdrs = c->noffs;
+  /* RFC 9110 6.5: trailer fields are not headers. llhttp reports them with
+   * the same callbacks after this one; appending them to hbuf would move the
+   * block r->hdrs points into. They are read, bounded and dropped. */
+  c->trailers = 1;
   const char *q = memchr(r->url.data, '?', r->url.len);
   r->path_len = q ? (size_t)(q - r->url.data) : r->url.len;
   r->method = llhttp_get_method(p);

@@ -58,6 +58,8 @@ struct px_conn {
   hdr_off_t *offs;
   size_t noffs, offs_size;
   int last_was_value;
+  int trailers;            /* the head is parsed: header callbacks now carry
+                            * a chunked body's trailer fields, never stored */
   int head_scan;           /* HS_*: raw head bytes seen so far */
   size_t head_bytes;
   int err_status;          /* error found by a parser callback */

@@ -74,6 +74,7 @@ static json_t *schema_lower(json_t *s) {
 /* Ids minted for the calls of one conversation, matched by name and order. */
 typedef struct call_ids {
   json_t *open; /* [{"id","name"}] calls not answered yet, in order */
+  json_t *done; /* the answered ones (their ids stay valid) */
   int n;        /* calls seen */
 } call_ids_t;
 
@@ -88,16 +89,18 @@ static const char *call_open(call_ids_t *c, const char *id, const char *name, ch
   return id;
 }
 
-static const char *call_answer(call_ids_t *c, const char *id, const char *name, char *buf,
-                               size_t n) {
+/* The id of the open call a functionResponse answers; the call is closed.
+ * The entry moves to c->done so the returned id lives as long as c (an id of
+ * any length, as the fast path keeps it). */
+static const char *call_answer(call_ids_t *c, const char *id, const char *name) {
   size_t i;
   json_t *e;
   json_array_foreach(c->open, i, e) {
     const char *eid = px_jstr(e, "id");
     if (id != NULL && *id ? strcmp(eid, id) == 0 : strcmp(px_jstr(e, "name"), name) == 0) {
-      snprintf(buf, n, "%s", eid);
+      if (json_array_append(c->done, e) < 0) return NULL;
       json_array_remove(c->open, i);
-      return buf;
+      return eid;
     }
   }
   return id != NULL && *id ? id : NULL;
@@ -206,8 +209,7 @@ static int decode_part(json_t *pt, int model, const char *path, json_t *parts,
   }
   if ((v = json_object_get(pt, "functionResponse")) != NULL) {
     const char *name = px_jstr(v, "name");
-    const char *id = call_answer(calls, px_jstr(v, "id"), name ? name : "", idbuf,
-                                 sizeof(idbuf));
+    const char *id = call_answer(calls, px_jstr(v, "id"), name ? name : "");
     if (model || id == NULL)
       return px_tr_fail(err, path,
                         "%s.functionResponse does not answer a preceding functionCall", path);
@@ -226,7 +228,7 @@ static int decode_part(json_t *pt, int model, const char *path, json_t *parts,
 
 static int decode_contents(json_t *contents, json_t *ir_msgs, px_lossy_t *lossy,
                            px_tr_err_t *err) {
-  call_ids_t calls = {json_array(), 0};
+  call_ids_t calls = {json_array(), json_array(), 0};
   size_t i, k;
   json_t *c, *pt;
   char path[96];
@@ -253,6 +255,7 @@ static int decode_contents(json_t *contents, json_t *ir_msgs, px_lossy_t *lossy,
                                              model ? "assistant" : "user", "content", parts));
   }
   json_decref(calls.open);
+  json_decref(calls.done);
   return rc;
 }
 

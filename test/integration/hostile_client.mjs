@@ -353,6 +353,28 @@ hcase('chunk data not followed by CRLF: 400', async () => {
   assertOneError(await exchange('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}XX0\r\n\r\n'), 400, 'openai');
 });
 
+// RFC 9110 6.5: trailer fields are not headers. Many of them used to grow the
+// header buffer under the parsed header table (a use-after-free).
+hcase('chunked request with trailers: served, trailers neither kept nor forwarded', async () => {
+  await mock.reset();
+  const body = chatBody;
+  const trailers = Array.from({ length: 40 }, (_, i) => `X-T${i}: ${'p'.repeat(400)}\r\n`).join('');
+  const r = await exchange(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Echo: e\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n` +
+    `${Buffer.byteLength(body).toString(16)}\r\n${body}\r\n0\r\nAuthorization: Bearer trailer-key\r\nX-Upstream-Trailer: t\r\n${trailers}\r\n`);
+  assert.equal(r.responses.length, 1, r.st.data.slice(0, 500));
+  assert.equal(r.responses[0].status, 200, r.responses[0].body);
+  const reqs = await mock.requests();
+  assert.equal(reqs.length, 1);
+  for (const name of Object.keys(reqs[0].headers)) assert.ok(!/^x-t\d|x-upstream-trailer/.test(name), name);
+  assert.notEqual(reqs[0].headers.authorization, 'Bearer trailer-key');
+});
+
+hcase('trailers past max_header: 431, closed', async () => {
+  const trailers = Array.from({ length: 100 }, (_, i) => `X-T${i}: ${'p'.repeat(400)}\r\n`).join('');
+  const r = await exchange(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n${trailers}\r\n`);
+  assertOneError(r, 431, 'openai');
+});
+
 hcase('Content-Length over max_body: 413 before the body is read', async () => {
   assertOneError(await exchange('POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n'), 413, 'anthropic', { type: 'request_too_large' });
 });
