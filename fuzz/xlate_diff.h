@@ -1,6 +1,6 @@
 /* xlate_diff.h - the differential check of non-streaming translation
  * shared by fuzz_translate_fast.c and fuzz_gemini_fast.c: the fast path
- * (src/translate_fast.c) against the jansson path, the arbiter. Wherever
+ * (src/proto/translate_fast.c) against the jansson path, the arbiter. Wherever
  * the fast path takes a body, the jansson path must succeed too, with a
  * JSON-equal body (json_equal of both parses) and the same lossy list,
  * and the usage it hands over must be what px_usage_from_body reads;

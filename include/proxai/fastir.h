@@ -1,7 +1,7 @@
 /**
  * fastir.h - the fast translation model of non-streaming bodies: a compact
  * C IR (arena-allocated), a walker over bodies the scanner has validated,
- * and the hub entry points (src/translate_fast.c).
+ * and the hub entry points (src/proto/translate_fast.c).
  *
  * The fast path takes the common shape of a request or a response without
  * building a jansson document: a per-protocol fast decoder reads the body
@@ -332,7 +332,7 @@ int px_fast_args_object(px_arena_t *a, px_fpart_t *part);
 int px_fast_dump_value(px_arena_t *a, px_str_t raw, px_fstr_t *out);
 
 /* ------------------------------------------------------------------------ */
-/* Hub (src/translate_fast.c)                                                */
+/* Hub (src/proto/translate_fast.c)                                                */
 
 /** The fast path of px_translate_request_body: 0 with *out (malloc'd, NUL-
  *  terminated) and lossy merged; PX_FAST_DECLINE when the body is not of

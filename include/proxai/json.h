@@ -1,5 +1,5 @@
 /**
- * json.h - the one JSON scanner (src/json.c): UTF-8 and JSON string syntax,
+ * json.h - the one JSON scanner (src/base/json.c): UTF-8 and JSON string syntax,
  * the validating request scanner of SPEC section 10, and the fast scanner
  * of the stream decoders. Every reader here accepts exactly what jansson
  * (json_loadb, flags 0) accepts, or less: jansson stays the arbiter and the

@@ -8,7 +8,7 @@
  *   upstream body   --out->decode_response-> IR response --in->encode_response-> client body
  *   upstream SSE    --out->stream decoder--> px_ev_t ...  --in->stream encoder--> client SSE
  *
- * Same-protocol pairs bypass all of this (pass-through, src/passthru.c).
+ * Same-protocol pairs bypass all of this (pass-through, src/core/passthru.c).
  *
  * Adding a protocol = one translator file, one XX() line, one fixtures dir.
  */
@@ -367,7 +367,7 @@ typedef struct px_inbound {
 } px_inbound_t;
 
 /** Where the pass-through watchers find things in this protocol's JSON
- *  bodies and SSE events (src/passthru.c reads it; no code per protocol). */
+ *  bodies and SSE events (src/core/passthru.c reads it; no code per protocol). */
 typedef struct px_wire_watch {
   const char *usage_obj;          /**< member holding usage ("usage") */
   const char *usage_in;           /**< input token member in it */
@@ -588,7 +588,7 @@ PX_PROTO_MAP(XX)
 #undef XX
 
 /* ------------------------------------------------------------------------ */
-/* The hub (src/translate.c)                                                 */
+/* The hub (src/proto/translate.c)                                                 */
 
 /** Translate a client request body to the upstream protocol's body. */
 int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,

@@ -1,6 +1,6 @@
 /**
  * protoutil.h - helpers shared by the protocol translators (src/proto/)
- * and the hub (src/translate.c); implemented in src/proto/util.c. Internal:
+ * and the hub (src/proto/translate.c); implemented in src/proto/util.c. Internal:
  * nothing outside the translators should need it (the fast-path
  * differential fuzz targets do, for the px_*_sdec_fast switches).
  *

@@ -1,6 +1,6 @@
 /* util.c - helpers shared by the translators (include/proxai/protoutil.h):
  * the effort/budget table, data URLs, id minting, the OpenAI error object,
- * usage merging. The JSON scanner is in src/json.c. */
+ * usage merging. The JSON scanner is in src/base/json.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

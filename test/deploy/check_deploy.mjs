@@ -9,7 +9,7 @@
 // - the Dockerfile runs as non-root, checks /healthz, stops with SIGTERM;
 // - the compose and Kubernetes files are valid YAML (python3-yaml, a test
 //   package of scripts/packages.txt) whose proxai configurations name only
-//   config keys src/config.c knows, pass `proxai --check` without warnings,
+//   config keys src/conf/config.c knows, pass `proxai --check` without warnings,
 //   and whose probes, grace periods and service names fit together;
 // - deploy/compose/nginx.conf passes `nginx -t`.
 //
@@ -27,7 +27,7 @@ const read = (p) => fs.readFileSync(path.join(root, p), 'utf8');
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-deploy-'));
 process.on('exit', () => fs.rmSync(tmp, { recursive: true, force: true }));
 
-// [state] is SPEC section 3's; its keys are being added to src/config.c on
+// [state] is SPEC section 3's; its keys are being added to src/conf/config.c on
 // another branch. Sections config.c does not know yet may use only these
 // keys; once config.c knows a section, its own table is the judge.
 
@@ -106,16 +106,16 @@ function iniKeys(text) {
   return out;
 }
 
-/** src/config.c's directive table -> Map(section -> Set(keys)). */
+/** src/conf/config.c's directive table -> Map(section -> Set(keys)). */
 function knownKeys() {
-  const src = read('src/config.c');
+  const src = read('src/conf/config.c');
   const known = new Map();
   for (const m of src.matchAll(/\{\s*SEC_([A-Z_]+),\s*"([a-z0-9_]+)"/g)) {
     const sec = m[1].toLowerCase();
     if (!known.has(sec)) known.set(sec, new Set());
     known.get(sec).add(m[2]);
   }
-  assert.ok(known.get('server')?.has('listen') && known.get('upstream')?.has('base_url'), 'the directive table of src/config.c was not found');
+  assert.ok(known.get('server')?.has('listen') && known.get('upstream')?.has('base_url'), 'the directive table of src/conf/config.c was not found');
   return known;
 }
 
@@ -287,8 +287,8 @@ function checkConf(label, text, env) {
   const known = knownKeys();
   const keys = iniKeys(text);
   for (const k of keys) {
-    assert.ok(known.has(k.section), `${label}:${k.line}: [${k.section}] is not a section of src/config.c`);
-    assert.ok(known.get(k.section).has(k.key), `${label}:${k.line}: '${k.key}' is not a key of [${k.section}] in src/config.c`);
+    assert.ok(known.has(k.section), `${label}:${k.line}: [${k.section}] is not a section of src/conf/config.c`);
+    assert.ok(known.get(k.section).has(k.key), `${label}:${k.line}: '${k.key}' is not a key of [${k.section}] in src/conf/config.c`);
   }
   const checked = text; // the binary validates the rest
   const file = path.join(tmp, label.replace(/\W+/g, '_'));
@@ -311,7 +311,7 @@ function composeEnv(svc) {
 
 /** PROXAI_* variables must be ones the binary reads (or the config expands). */
 function checkProxaiEnv(label, names, confText) {
-  const main = read('src/main.c') + read('src/config.c');
+  const main = read('src/main.c') + read('src/conf/config.c');
   for (const n of names) {
     if (!n.startsWith('PROXAI_')) continue;
     assert.ok(main.includes(`getenv("${n}")`) || confText.includes(`\${${n}}`), `${label}: ${n} is read by nothing`);

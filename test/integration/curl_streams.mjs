@@ -1,6 +1,6 @@
 // The libcurl lane (`client = curl`) under many concurrent translated
 // streams: the lane spreads its transfers over several curl multi handles
-// (256 each, src/upstream_curl.c), so these run more than two of them at
+// (256 each, src/upstream/upstream_curl.c), so these run more than two of them at
 // once. Every stream is live at the same time and gets its events, cancels
 // reach the upstream from every multi, streams finish from every multi, and
 // the connections they leave behind are reused afterwards.

@@ -1,5 +1,5 @@
 // HTTPS upstreams: proxai reaches a TLS upstream through its built-in lane
-// (OpenSSL, src/upstream_tls.c; libcurl when `http2 = on`), verifies it
+// (OpenSSL, src/upstream/upstream_tls.c; libcurl when `http2 = on`), verifies it
 // against `ca_file`, refuses an unknown certificate (502), can be told
 // `tls_verify = off`, and negotiates HTTP/2 only when `http2 = on`.
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// The built-in lane's TLS (src/upstream_tls.c), the default for https://
+// The built-in lane's TLS (src/upstream/upstream_tls.c), the default for https://
 // upstreams: certificate and host-name verification as curl's (a wrong CA, a
 // wrong name, an expired or a self-signed certificate are each a 502 in the
 // client's protocol; `tls_verify = false` accepts them), pass-through and

@@ -1,7 +1,7 @@
 /* test_proto_common.c - the shared protocol pieces (src/proto/common.c):
  * stop-reason mapping (seeds 000/001, SPEC 5), lossy lists, the protocol
  * table and paths, error kinds, JSON escaping of px_buf; plus the hub's
- * protocol-independent behaviour (src/translate.c). */
+ * protocol-independent behaviour (src/proto/translate.c). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>

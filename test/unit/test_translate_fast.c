@@ -1,5 +1,5 @@
 /* test_translate_fast.c - the fast path of non-streaming translation
- * (include/proxai/fastir.h, src/translate_fast.c): it takes the common
+ * (include/proxai/fastir.h, src/proto/translate_fast.c): it takes the common
  * shape of a request and of an answer for every pair among Chat, Anthropic
  * and Responses, its body is JSON-equal to the jansson path's with the
  * same lossy list, and it declines what it does not know exactly (the

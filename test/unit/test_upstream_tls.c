@@ -1,4 +1,4 @@
-/* test_upstream_tls.c - the built-in lane's TLS (src/upstream_tls.c) through
+/* test_upstream_tls.c - the built-in lane's TLS (src/upstream/upstream_tls.c) through
  * the transfer interface, against a blocking OpenSSL server on a thread
  * (test/integration/tls/cert.pem: a self-signed certificate for localhost
  * and 127.0.0.1): verified with ca_file, refused without it (system store),
