@@ -4,7 +4,7 @@
  * write queue with high/low water marks).
  *
  * Ownership: the px_server_t owns its connections; a connection owns its
- * current px_req_t. The request handler (proxy.c) attaches its own context
+ * current px_req_t. The request handler (the core's exchange) attaches its own context
  * through px_conn_set_handler() and must stop touching the connection after
  * on_close fired.
  */

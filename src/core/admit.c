@@ -3,7 +3,7 @@
  * generation request the admission phase, in this order: the one scan of
  * the body (model, stream), the client key, the key's models, the rate
  * limits (possibly waiting for the state backend), the route. An admitted
- * request goes on to the attempt (px_exch_attempt, proxy.c). It knows no
+ * request goes on to the attempt (px_exch_attempt, attempt.c). It knows no
  * protocol: the path's protocol answers through its ops.
  *
  *   px_proxy_request -> endpoints | gateway -> read_request -> authorize
@@ -16,7 +16,7 @@
 #include <strings.h>
 
 #include "proxai/metrics.h"
-#include "proxy_int.h"
+#include "attempt.h"
 
 static void simple_json(px_conn_t *c, int status, const char *body) {
   px_resp_simple(c, status, "application/json", body, strlen(body), NULL, 0);
@@ -233,31 +233,10 @@ static void after_admission(px_exch_t *x) {
 }
 
 static void on_admitted(void *arg, px_rl_verdict_t v, unsigned wait) {
-  px_exch_t *x = arg;
+  px_exch_t *x = px_exch_get((px_exch_ref_t)arg);
+  if (x == NULL) return;
   x->rl_wait = NULL;
   if (admission(x, v, wait) == 0) after_admission(x);
-}
-
-/* The exchange of one generation request; NULL when out of memory. */
-static px_exch_t *exch_new(px_server_t *s, px_conn_t *c, px_req_t *r,
-                           const px_inbound_t *in) {
-  px_exch_t *x = px_exch_alloc();
-  if (x == NULL) return NULL;
-  x->retry_reason[0] = x->bad_msg[0] = x->content_type[0] = x->label[0] = 0;
-  px_lossy_init(&x->lossy);
-  x->srv = s;
-  x->conn = c;
-  x->req = r;
-  x->cfg = px_config_ref(s->config);
-  x->in = in->proto;
-  x->ep = in->ep;
-  x->mode = &px_mode_none;
-  x->t_start = r->start_ns;
-  x->usage.input_tokens = x->usage.output_tokens = -1;
-  x->passhdrs.cap = 64 * 1024;
-  x->obuf.cap = PX_MAX_STREAM_OUT;
-  px_conn_set_handler(c, &px_exch_conn_handler, x);
-  return x;
 }
 
 /* The body's one scan and what the gateway acts on: model, stream,
@@ -340,7 +319,7 @@ static int authorize(px_exch_t *x) {
     if (px_rl_reserves()) x->rl_reserved = reserve_estimate(x);
     unsigned wait = 0;
     px_rl_verdict_t v = px_rl_check(x->key, x->rl_reserved, px_exch_now(x), &wait,
-                                    on_admitted, x, &x->rl_wait);
+                                    on_admitted, px_exch_arg(x), &x->rl_wait);
     if (v == PX_RL_PENDING) return 1;
     return admission(x, v, wait);
   }
@@ -348,7 +327,7 @@ static int authorize(px_exch_t *x) {
 }
 
 static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, const px_inbound_t *in) {
-  px_exch_t *x = exch_new(s, c, r, in);
+  px_exch_t *x = px_exch_new(s, c, r, in->proto, in->ep);
   if (x == NULL) {
     px_resp_abort(c);
     return;
