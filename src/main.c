@@ -438,6 +438,8 @@ int main(int argc, char **argv) {
     workers = n > 0 ? (unsigned)n : 1;
   }
   /* the host's shared limits and counters, inherited by every worker */
+  px_shm_register(&px_metrics_region);
+  px_shm_register(&px_rl_region);
   int src = px_shm_init(workers);
   if (src < 0) {
     fprintf(stderr, "proxai: cannot map shared memory: %s\n", strerror(-src));
