@@ -222,6 +222,7 @@ static int run_worker(const char *path, px_config_t *cfg, unsigned index) {
   w.srv.loop = w.loop;
   w.srv.config = cfg;
   w.srv.on_request = px_proxy_request;
+  w.srv.on_early_error = px_proxy_early_error;
   w.srv.on_idle = on_idle;
   w.srv.uclient = px_uclient_new(w.loop);
   if (w.srv.uclient == NULL) {

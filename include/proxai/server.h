@@ -55,11 +55,19 @@ typedef struct px_conn_handler {
 /** Handle one complete request; the handler answers with px_resp_*(). */
 typedef void (*px_request_fn)(px_server_t *s, px_conn_t *c, px_req_t *r);
 
+/** The body of an error the server answers itself, before any request
+ *  handler exists (a limit, a timeout, a malformed head): for the request
+ *  target's path, status and message, into out. 0, or <0 for the server's
+ *  plain text line. */
+typedef int (*px_early_error_fn)(px_buf_t *out, px_str_t path, int status, const char *msg,
+                                 const char *request_id);
+
 struct px_server {
   uv_loop_t *loop;
   px_config_t *config;       /**< current; reloaded on SIGHUP */
   px_uclient_t *uclient;
   px_request_fn on_request;
+  px_early_error_fn on_early_error; /**< NULL: plain text */
   uv_handle_t *listener;     /**< uv_tcp_t or uv_pipe_t */
   uv_handle_t *admin;        /**< admin_listen (/metrics), or NULL */
   int draining;

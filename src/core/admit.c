@@ -34,6 +34,18 @@ static void path_error(px_conn_t *c, const px_proto_ops_t *ops, px_errkind_t kin
   px_buf_free(&b);
 }
 
+int px_proxy_early_error(px_buf_t *out, px_str_t path, int status, const char *msg,
+                         const char *request_id) {
+  px_errkind_t kind = status == 413   ? PX_ERR_TOO_LARGE
+                      : status == 408 ? PX_ERR_TIMEOUT
+                      : status >= 500 ? PX_ERR_API
+                                      : PX_ERR_INVALID;
+  px_inbound_t in;
+  const px_proto_ops_t *ops =
+      px_proto_match(path.ptr, path.len, &in) ? px_proto_get(in.proto) : px_proto_default();
+  return ops->encode_error(out, kind, NULL, msg, NULL, request_id);
+}
+
 /* Whether id is already among the first n names listed. */
 static int listed(const char *const *ids, size_t n, const char *id) {
   for (size_t i = 0; i < n; i++)

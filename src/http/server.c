@@ -40,7 +40,6 @@
 
 #include "proxai/log.h"
 #include "proxai/metrics.h"
-#include "proxai/proto.h"
 #include "server_int.h"
 
 static llhttp_settings_t parser_settings;
@@ -637,16 +636,6 @@ void px_srv_close(px_conn_t *c) {
   uv_close(&c->h.handle, on_conn_handle_closed);
 }
 
-/* Which protocol's error shape a request target names: the protocol whose
- * wire claims the path (its count endpoint too), the default protocol's
- * otherwise (SPEC section 4: unknown paths answer in the OpenAI shape). */
-static const px_proto_ops_t *error_ops(const px_req_t *r) {
-  size_t plen;
-  const char *path = target_path(r->url.data, r->url.len, &plen);
-  px_inbound_t in;
-  return px_proto_match(path, plen, &in) ? px_proto_get(in.proto) : px_proto_default();
-}
-
 /* The client's x-request-id from a head that never completed (a limit or a
  * timeout hit first): read from the raw header offsets. */
 static void early_request_id(px_conn_t *c) {
@@ -668,19 +657,26 @@ static void early_request_id(px_conn_t *c) {
   }
 }
 
-/* A gateway-level error before any handler exists, in the error shape of the
- * protocol the path names (encoded by that protocol, like every error the
- * gateway writes); then a lingering close. */
+/* A gateway-level error before any handler exists, in the shape the
+ * request handler's early-error callback gives it (the error shape of the
+ * protocol the path names), a plain text line without one; then a
+ * lingering close. */
 static void conn_error(px_conn_t *c, int status, const char *msg) {
   if (c->req.request_id[0] == 0 && c->req.nhdrs == 0) early_request_id(c);
   if (c->req.request_id[0] == 0) make_request_id(&c->req);
-  px_errkind_t kind = status == 413   ? PX_ERR_TOO_LARGE
-                      : status == 408 ? PX_ERR_TIMEOUT
-                      : status >= 500 ? PX_ERR_API
-                                      : PX_ERR_INVALID;
   px_buf_t b;
   px_buf_init(&b, 4096);
-  int rc = error_ops(&c->req)->encode_error(&b, kind, NULL, msg, NULL, c->req.request_id);
+  const char *ctype = "application/json";
+  size_t plen;
+  const char *path = target_path(c->req.url.data, c->req.url.len, &plen);
+  int rc = -1;
+  if (c->srv->on_early_error)
+    rc = c->srv->on_early_error(&b, (px_str_t){path, plen}, status, msg, c->req.request_id);
+  if (rc < 0) {
+    px_buf_reset(&b);
+    ctype = "text/plain";
+    rc = px_buf_printf(&b, "%s\n", msg);
+  }
   c->req.keep_alive = 0;
   if (c->state != C_BUSY) {
     c->state = C_BUSY;
@@ -688,7 +684,7 @@ static void conn_error(px_conn_t *c, int status, const char *msg) {
   }
   uv_timer_stop(&c->t_read);
   stop_reading(c);
-  px_hdr_t h[1] = {{px_str("content-type"), px_str("application/json")}};
+  px_hdr_t h[1] = {{px_str("content-type"), px_str(ctype)}};
   if (rc == 0 && px_resp_start(c, status, h, 1, (int64_t)b.len) == 0)
     px_srv_write(c, b.data, b.len);
   px_buf_free(&b);
