@@ -56,9 +56,9 @@ static int listed(const char *const *ids, size_t n, const char *id) {
 /* The concrete model names key k (NULL: open gateway) may use: exact route
  * names and the `models =` names of glob routes, never a glob, each once;
  * in the list shape of ops (the protocol the request names). */
-static void serve_models(px_server_t *s, px_conn_t *c, const px_proto_ops_t *ops,
+static void serve_models(px_worker_t *w, px_conn_t *c, const px_proto_ops_t *ops,
                          const px_key_conf_t *k) {
-  px_config_t *cfg = s->config;
+  px_config_t *cfg = w->config;
   size_t cap = 0;
   for (size_t i = 0; i < cfg->nroutes; i++) cap += 1 + cfg->routes[i].nmodels;
   const char **ids = calloc(cap ? cap : 1, sizeof(*ids));
@@ -164,13 +164,13 @@ static char *url_decode(px_str_t s) {
 /* GET endpoints that need a client key when keys exist (/v1/models, /metrics
  * on the client listener): 0 with *k set (NULL when the gateway is open), or
  * <0 after answering 401. */
-static int get_key(px_server_t *s, px_conn_t *c, px_req_t *r, const px_proto_ops_t *ops,
+static int get_key(px_worker_t *w, px_conn_t *c, px_req_t *r, const px_proto_ops_t *ops,
                    const px_key_conf_t **k) {
   *k = NULL;
-  if (s->config->nkeys == 0) return 0;
+  if (w->config->nkeys == 0) return 0;
   size_t sl = 0;
   const char *sec = client_secret(r, ops, &sl);
-  *k = sec ? px_config_key(s->config, sec, sl) : NULL;
+  *k = sec ? px_config_key(w->config, sec, sl) : NULL;
   if (*k) return 0;
   path_error(c, ops, PX_ERR_AUTH,
              sec ? "invalid API key"
@@ -226,7 +226,7 @@ static int admission(px_exch_t *x, px_rl_verdict_t v, unsigned wait) {
 
 static void after_admission(px_exch_t *x) {
   px_config_t *cfg = x->cfg;
-  if (x->srv->draining) {
+  if (x->w->draining) {
     px_exch_error(x, PX_ERR_OVERLOADED, "the gateway is shutting down", NULL);
     return;
   }
@@ -338,8 +338,8 @@ static int authorize(px_exch_t *x) {
   return 0;
 }
 
-static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, const px_inbound_t *in) {
-  px_exch_t *x = px_exch_new(s, c, r, in->proto, in->ep);
+static void gateway(px_worker_t *w, px_conn_t *c, px_req_t *r, const px_inbound_t *in) {
+  px_exch_t *x = px_exch_new(w, c, r, in->proto, in->ep);
   if (x == NULL) {
     px_resp_abort(c);
     return;
@@ -349,7 +349,7 @@ static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, const px_inbound_
   after_admission(x);
 }
 
-void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
+void px_proxy_request(px_worker_t *w, px_conn_t *c, px_req_t *r) {
   const char *path = r->url.data;
   int get = r->method == HTTP_GET || r->method == HTTP_HEAD;
   if (path_is(r, "/healthz")) {
@@ -358,7 +358,7 @@ void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
   }
   if (path_is(r, "/readyz")) {
     if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
-    if (s->draining) return simple_json(c, 503, "{\"status\":\"draining\"}");
+    if (w->draining) return simple_json(c, 503, "{\"status\":\"draining\"}");
     return simple_json(c, 200, "{\"status\":\"ready\"}");
   }
   const px_key_conf_t *k;
@@ -367,16 +367,16 @@ void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
     if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
     return serve_metrics(c);
   }
-  if (path_is(r, "/metrics") && s->config->server.admin_listen == NULL) {
+  if (path_is(r, "/metrics") && w->config->server.admin_listen == NULL) {
     if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
-    if (get_key(s, c, r, px_proto_default(), &k) < 0) return;
+    if (get_key(w, c, r, px_proto_default(), &k) < 0) return;
     return serve_metrics(c);
   }
   if (path_is(r, "/v1/models") || path_is(r, "/models")) {
     const px_proto_ops_t *ops = models_shape(r);
     if (!get) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
-    if (get_key(s, c, r, ops, &k) < 0) return;
-    return serve_models(s, c, ops, k);
+    if (get_key(w, c, r, ops, &k) < 0) return;
+    return serve_models(w, c, ops, k);
   }
   px_inbound_t in;
   if (!px_proto_match(path, r->url.len, &in))
@@ -384,9 +384,9 @@ void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
   const px_proto_ops_t *ops = px_proto_get(in.proto);
   if (in.ep == PX_EP_MODELS) {
     if (!get) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
-    if (get_key(s, c, r, ops, &k) < 0) return;
-    return serve_models(s, c, ops, k);
+    if (get_key(w, c, r, ops, &k) < 0) return;
+    return serve_models(w, c, ops, k);
   }
   if (r->method != HTTP_POST) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
-  gateway(s, c, r, &in);
+  gateway(w, c, r, &in);
 }

@@ -102,7 +102,7 @@ static void attempt_health(px_exch_t *x, int ok, const char *why) {
   px_log_warn(
       "%s: upstream %s ejected for %llu ms after %u consecutive failures (last: %s)",
       x->req->request_id, x->up->name, (unsigned long long)d, x->up->eject_after, why);
-  arm_eject_timer(x->srv->loop, d);
+  arm_eject_timer(x->w->loop, d);
 }
 
 /* Plans the attempt after a retryable failure of this one; 0 when nothing is
@@ -145,7 +145,7 @@ static void schedule_retry(px_exch_t *x) {
   }
   x->mode = &mode_none;
   if (!x->timer_init) {
-    uv_timer_init(x->srv->loop, &x->timer);
+    uv_timer_init(x->w->loop, &x->timer);
     x->timer_init = 1;
   }
   x->timer.data = x;
@@ -404,7 +404,7 @@ static void send_upstream(px_exch_t *x) {
   x->health_done = 0;
   x->t_attempt = px_exch_now(x);
   px_balance_begin(x->bal);
-  x->xfer = px_xfer_start(x->srv->uclient, &o, &xfer_cbs, px_exch_arg(x));
+  x->xfer = px_xfer_start(x->w->uclient, &o, &xfer_cbs, px_exch_arg(x));
   if (x->xfer == NULL) {
     attempt_end(x);
     px_exch_error(x, PX_ERR_API, "cannot start the upstream request", NULL);

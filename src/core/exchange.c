@@ -270,7 +270,7 @@ static px_exch_t *exch_alloc(void) {
   return x;
 }
 
-px_exch_t *px_exch_new(px_server_t *s, px_conn_t *c, px_req_t *r, px_proto_t in,
+px_exch_t *px_exch_new(px_worker_t *w, px_conn_t *c, px_req_t *r, px_proto_t in,
                        px_endpoint_t ep) {
   px_exch_t *x = exch_alloc();
   if (x == NULL) return NULL;
@@ -280,10 +280,10 @@ px_exch_t *px_exch_new(px_server_t *s, px_conn_t *c, px_req_t *r, px_proto_t in,
   }
   x->retry_reason[0] = x->bad_msg[0] = x->content_type[0] = x->label[0] = 0;
   px_lossy_init(&x->lossy);
-  x->srv = s;
+  x->w = w;
   x->conn = c;
   x->req = r;
-  x->cfg = px_config_ref(s->config);
+  x->cfg = px_config_ref(w->config);
   x->in = in;
   x->ep = ep;
   x->t_start = r->start_ns;

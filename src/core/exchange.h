@@ -29,6 +29,8 @@
 #include "proxai/proxy.h"
 #include "proxai/ratelimit.h"
 #include "proxai/server.h"
+#include "proxai/upstream.h"
+#include "proxai/worker.h"
 
 #define PX_MAX_UPSTREAM_JSON (64u << 20) /* translated non-stream body cap */
 #define PX_MAX_UPSTREAM_ERROR (1u << 20)
@@ -69,7 +71,7 @@ typedef struct px_mode {
 
 struct px_exch {
   px_exch_ref_t ref;     /* its handle; stale once finalized */
-  px_server_t *srv;
+  px_worker_t *w;
   px_conn_t *conn;       /* NULL once the client is gone */
   px_req_t *req;
   px_config_t *cfg;      /* reference held until finalize */
@@ -136,7 +138,7 @@ struct px_exch {
   px_lossy_t lossy;
 };
 
-static inline uint64_t px_exch_now(px_exch_t *x) { return uv_now(x->srv->loop); }
+static inline uint64_t px_exch_now(px_exch_t *x) { return uv_now(x->w->loop); }
 static inline const px_proto_ops_t *px_exch_client_ops(px_exch_t *x) {
   return px_proto_get(x->in);
 }
@@ -154,7 +156,7 @@ static inline void px_copy_cut(char *dst, size_t cap, px_str_t a, px_str_t b) {
 /** A new exchange of request r on c (the connection's handler is its
  *  own); NULL when out of memory. Ended by px_exch_finalize, or by any
  *  call below that answers the client. */
-px_exch_t *px_exch_new(px_server_t *s, px_conn_t *c, px_req_t *r, px_proto_t in,
+px_exch_t *px_exch_new(px_worker_t *w, px_conn_t *c, px_req_t *r, px_proto_t in,
                        px_endpoint_t ep);
 /** The exchange of handle r, or NULL once it is finalized. */
 px_exch_t *px_exch_get(px_exch_ref_t r);
