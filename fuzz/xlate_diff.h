@@ -16,6 +16,7 @@
 #include "proxai/fastir.h"
 #include "proxai/passthru.h"
 #include "proxai/proto.h"
+#include "proxai/usage.h"
 
 static inline void diff_fail(const char *what, const px_tr_ctx_t *c, const char *body,
                              size_t len, const char *fast, const char *slow,

@@ -30,6 +30,7 @@
 #include "proxai/ratelimit.h"
 #include "proxai/server.h"
 #include "proxai/upstream.h"
+#include "proxai/usage.h"
 #include "proxai/worker.h"
 
 #define PX_MAX_UPSTREAM_JSON (64u << 20) /* translated non-stream body cap */
