@@ -349,7 +349,12 @@ typedef struct px_json_pick {
       len[PX_JSON_PICK_MAX]; /* value spans; at == NPOS: absent */
 } px_json_pick_t;
 
-void px_json_pick_add(px_json_pick_t *pk, const char *name);
+static inline void px_json_pick_add(px_json_pick_t *pk, const char *name) {
+  pk->name[pk->n] = name;
+  pk->nlen[pk->n] = strlen(name);
+  pk->at[pk->n] = PX_JSON_NPOS;
+  pk->len[pk->n++] = 0;
+}
 /** One walk over the object at p[i] ('{'): the value span of the first
  *  member named like each of pk's names (compared byte for byte). Returns
  *  the index after the closing brace, PX_JSON_CUT (cut short) or

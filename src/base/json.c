@@ -698,13 +698,6 @@ int px_json_find(const char *p, size_t n, const char *const *path, size_t depth,
   }
 }
 
-void px_json_pick_add(px_json_pick_t *pk, const char *name) {
-  pk->name[pk->n] = name;
-  pk->nlen[pk->n] = strlen(name);
-  pk->at[pk->n] = END;
-  pk->len[pk->n++] = 0;
-}
-
 size_t px_json_pick(const char *p, size_t n, size_t i, px_json_pick_t *pk) {
   if (i >= n) return MORE;
   if (p[i] != '{') return END;

@@ -22,13 +22,9 @@
 #include "proxai/metrics.h"
 
 static void finalize(px_exch_t *x);
-static void exch_free_mem(px_exch_t *x);
 static const px_conn_handler_t conn_handler;
 
-/* the handles of the live exchanges (one loop per process) */
-static px_handles_t handles;
-
-px_exch_t *px_exch_get(px_exch_ref_t r) { return px_handle_get(&handles, r); }
+px_handles_t px_exch_handles;
 
 /* ---------------------------------------------------------------------- */
 /* the client's response                                                    */
@@ -274,8 +270,11 @@ px_exch_t *px_exch_new(px_worker_t *w, px_conn_t *c, px_req_t *r, px_proto_t in,
                        px_endpoint_t ep) {
   px_exch_t *x = exch_alloc();
   if (x == NULL) return NULL;
-  if ((x->ref = px_handle_new(&handles, x)) == 0) {
-    exch_free_mem(x);
+  if ((x->ref = px_handle_new(&px_exch_handles, x)) == 0) {
+    px_buf_free(&x->passhdrs);
+    px_buf_free(&x->acc);
+    px_buf_free(&x->obuf);
+    free(x);
     return NULL;
   }
   x->retry_reason[0] = x->bad_msg[0] = x->content_type[0] = x->label[0] = 0;
@@ -310,12 +309,6 @@ static void exch_free(px_exch_t *x) {
   if (x->str) px_stream_tr_free(x->str);
   if (x->pt_init) px_passthru_done(&x->pt);
   px_config_unref(x->cfg);
-  exch_free_mem(x);
-}
-
-/* The memory itself: kept as the spare, freed, or freed when its timer has
- * closed. */
-static void exch_free_mem(px_exch_t *x) {
   if (!x->timer_init && spare == NULL) {
     buf_keep(&spare_bufs[0], &x->passhdrs);
     buf_keep(&spare_bufs[1], &x->acc);
@@ -341,7 +334,7 @@ static void exch_free_mem(px_exch_t *x) {
 static void finalize(px_exch_t *x) {
   if (x->finalized) return;
   x->finalized = 1;
-  px_handle_release(&handles, x->ref); /* from here on no callback finds it */
+  px_handle_release(&px_exch_handles, x->ref); /* from here on no callback finds it */
   if (x->xfer) {
     px_xfer_cancel(x->xfer);
     x->xfer = NULL;

@@ -159,8 +159,12 @@ static inline void px_copy_cut(char *dst, size_t cap, px_str_t a, px_str_t b) {
  *  call below that answers the client. */
 px_exch_t *px_exch_new(px_worker_t *w, px_conn_t *c, px_req_t *r, px_proto_t in,
                        px_endpoint_t ep);
+/** The handles of the live exchanges (one loop per process). */
+extern px_handles_t px_exch_handles;
 /** The exchange of handle r, or NULL once it is finalized. */
-px_exch_t *px_exch_get(px_exch_ref_t r);
+static inline px_exch_t *px_exch_get(px_exch_ref_t r) {
+  return px_handle_get(&px_exch_handles, r);
+}
 static inline void *px_exch_arg(px_exch_t *x) { return (void *)x->ref; }
 
 /* These end the exchange: the caller returns without touching it again. */
