@@ -19,7 +19,8 @@
 
 #include "proxai/buf.h"
 
-typedef struct px_worker px_worker_t;           /* worker.h */
+typedef struct px_config px_config_t;         /* config.h */
+typedef struct px_worker px_worker_t;         /* worker.h */
 typedef struct px_access_rec px_access_rec_t; /* log.h */
 
 typedef struct px_server px_server_t;
