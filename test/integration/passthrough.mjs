@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { startMock, startProxai, test, run, parseSSE, waitFor } from './lib/harness.mjs';
+import { post } from './lib/client.mjs';
 
 let OpenAI, Anthropic;
 try {
@@ -144,22 +145,6 @@ upstream = oc
 const openai = new OpenAI({ baseURL: `${px.url}/v1`, apiKey: CLIENT_SECRET, maxRetries: 0 });
 const anthropic = new Anthropic({ baseURL: px.url, apiKey: CLIENT_SECRET, maxRetries: 0 });
 const msgs = [{ role: 'user', content: 'hi' }];
-
-async function post(url, pathname, body, headers = {}) {
-  const res = await fetch(url + pathname, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...headers },
-    body: typeof body === 'string' ? body : JSON.stringify(body),
-  });
-  const text = await res.text();
-  let json;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: res.status, headers: res.headers, text, json };
-}
 
 /** The client's credential must never reach the upstream, in any header. */
 function assertNoClientSecret(rec) {

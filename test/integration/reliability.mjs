@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import net from 'node:net';
 import { startMock, startProxai, test, run, waitFor, parseSSE, sleep, freePort } from './lib/harness.mjs';
+import { post as postJSON, vmRSSKiB } from './lib/client.mjs';
 
 const mock = await startMock();
 
@@ -152,26 +153,9 @@ const bodies = {
 const paths = { chat: '/v1/chat/completions', responses: '/v1/responses', anthropic: '/v1/messages' };
 const upPaths = { chat: '/chat/completions', responses: '/responses', anthropic: '/v1/messages' };
 
-async function post(url, pathname, body, headers = {}) {
-  const res = await fetch(url + pathname, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'anthropic-version': '2023-06-01', ...headers },
-    body: JSON.stringify(body),
-  });
-  const text = await res.text();
-  let json;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: res.status, headers: res.headers, text, json };
-}
-
-function vmRSSKiB(pid) {
-  const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return m ? Number(m[1]) : 0;
-}
+/** A JSON POST (lib/client.mjs) that also names the Anthropic version. */
+const post = (url, pathname, body, headers = {}) =>
+  postJSON(url, pathname, body, { 'anthropic-version': '2023-06-01', ...headers });
 
 /** Asserts `text` (an SSE body) ends with the client protocol's error event. */
 function assertStreamError(kind, text) {
@@ -490,7 +474,6 @@ for (const kind of ['chat', 'responses', 'anthropic']) {
     assertStreamError(kind, r.text);
   });
 }
-
 
 for (const kind of ['chat', 'responses', 'anthropic']) {
   test(`${kind}: a stream that ends without its terminal event ends with the protocol's error event`, async () => {
