@@ -13,7 +13,7 @@ import * as S from './lib/scripts.mjs';
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-logflush-'));
 const logPath = path.join(dir, 'access.log');
 const mock = await startMock();
-const px = await startProxai(S.gatewayConfig(mock.url).replace('access_log = off', `access_log = ${logPath}`));
+const px = await startProxai(S.gatewayConfig(mock.url, { access_log: logPath }));
 
 const logLines = () => jsonLines(logPath);
 

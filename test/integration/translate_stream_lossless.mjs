@@ -14,7 +14,7 @@ import * as S from './lib/scripts.mjs';
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-lossless-'));
 const logPath = path.join(dir, 'access.log');
 const mock = await startMock();
-const px = await startProxai(S.gatewayConfig(mock.url).replace('access_log = off', `access_log = ${logPath}`));
+const px = await startProxai(S.gatewayConfig(mock.url, { access_log: logPath }));
 
 const ev = (type, data) => ({ event: type, data: { type, ...data } });
 
