@@ -7,31 +7,16 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import net from 'node:net';
 import { startMock, startProxai, test, run, sleep, waitFor } from './lib/harness.mjs';
+import * as C from './lib/config.mjs';
 import { rawClient, parseResponses } from './lib/client.mjs';
 
 const mock = await startMock();
-const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-max_body = 64k
-max_header = 32k
-header_timeout = 1s
-idle_timeout = 1s
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = up-key
-retries = 0
-[upstream an]
-protocol = anthropic_messages
-base_url = ${mock.url}
-api_key = up-ant
-retries = 0
-[route claude-*]
-upstream = an
-[route *]
-upstream = oc
-`);
+const px = await startProxai(
+  C.server({ max_body: '64k', max_header: '32k', header_timeout: '1s', idle_timeout: '1s' }) +
+  C.upstream('oc', 'chat', mock.url, { api_key: 'up-key' }) +
+  C.upstream('an', 'anthropic', mock.url, { api_key: 'up-ant' }) +
+  C.route('claude-*', { upstream: 'an' }) +
+  C.route('*', { upstream: 'oc' }));
 process.on('exit', () => { px.stop(); mock.stop(); });
 
 // ---- helpers -------------------------------------------------------------
@@ -534,18 +519,10 @@ hcase('many connections opened and dropped: fds back to baseline', async () => {
 
 test('access log bytes_out counts bytes written to the socket, not queued', async () => {
   const logPath = `${fs.mkdtempSync('/tmp/proxai-hostile-')}/access.log`;
-  const px2 = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = ${logPath}
-idle_timeout = 5s
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = up-key
-retries = 0
-[route *]
-upstream = oc
-`);
+  const px2 = await startProxai(
+    C.server({ access_log: `${logPath}`, idle_timeout: '5s' }) +
+    C.upstream('oc', 'chat', mock.url, { api_key: 'up-key' }) +
+    C.route('*', { upstream: 'oc' }));
   try {
     const size = 6 << 20;
     const answer = { status: 200, body: { id: 'b', object: 'chat.completion', created: 1, model: 'gpt-4o', choices: [{ index: 0, message: { role: 'assistant', content: 'q'.repeat(size) }, finish_reason: 'stop' }] } };
