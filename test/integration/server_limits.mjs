@@ -7,32 +7,18 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { startMock, startProxai, test, run, sleep, freePort } from './lib/harness.mjs';
+import * as C from './lib/config.mjs';
 import { rawClient, parseResponses } from './lib/client.mjs';
 
 const mock = await startMock();
-const upstreams = `
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = up-key
-retries = 0
-[upstream an]
-protocol = anthropic_messages
-base_url = ${mock.url}
-api_key = up-ant
-retries = 0
-[route claude-*]
-upstream = an
-[route *]
-upstream = oc
-`;
-const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-max_body = 4k
-max_header = 2k
-header_timeout = 1s
-${upstreams}`);
+const upstreams =
+  C.upstream('oc', 'chat', mock.url, { api_key: 'up-key' }) +
+  C.upstream('an', 'anthropic', mock.url, { api_key: 'up-ant' }) +
+  C.route('claude-*', { upstream: 'an' }) +
+  C.route('*', { upstream: 'oc' });
+const px = await startProxai(
+  C.server({ max_body: '4k', max_header: '2k', header_timeout: '1s' }) +
+  upstreams);
 
 const chatBody = JSON.stringify({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] });
 
@@ -150,11 +136,9 @@ test('keep-alive: two requests on one socket, the socket stays open', async () =
 });
 
 test('an idle keep-alive connection is closed after idle_timeout', async () => {
-  const p2 = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-idle_timeout = 1s
-${upstreams}`);
+  const p2 = await startProxai(
+    C.server({ idle_timeout: '1s' }) +
+    upstreams);
   try {
     const c = tcp(p2.port);
     await c.connected;
@@ -234,12 +218,9 @@ test('Expect: 100-continue gets 100 Continue, then the answer', async () => {
 });
 
 test('max_connections = 2: the third concurrent connection is closed at once', async () => {
-  const p2 = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-max_connections = 2
-idle_timeout = 1s
-${upstreams}`);
+  const p2 = await startProxai(
+    C.server({ max_connections: 2, idle_timeout: '1s' }) +
+    upstreams);
   try {
     // startProxai's /healthz poll left a keep-alive fetch connection: let
     // proxai's idle_timeout (1s) close it so that only ours count
