@@ -381,9 +381,11 @@ typedef struct px_wire_watch {
                                        terminal_outer); NULL-padded */
   const char *terminal_outer;
   const char *terminal_data;      /**< a data payload that ends the stream */
-  const char *finish_key;         /**< no terminal event: the stream is complete
-                                       when a data payload holding this key has
-                                       arrived and the upstream ends cleanly */
+  const char *finish_keys[2];     /**< no terminal event: the stream is complete
+                                       when a data payload holding one of these
+                                       keys has arrived and the upstream ends
+                                       cleanly (a finish, or a blocked prompt's
+                                       reason); NULL-padded */
   const char *error_event;        /**< event name of an upstream error */
   int error_data;                 /**< a payload starting {"error" is an error */
   const char *model_path[2];      /**< where the model sits in an event */
@@ -439,6 +441,7 @@ typedef struct px_lossy_names {
   const char *annotations;        /**< annotations / citations of text */
   const char *opaque_reasoning;   /**< an opaque reasoning token */
   const char *redacted_reasoning; /**< a redacted reasoning block */
+  const char *refusal_explanation; /**< a refusal's explanation beside its wording */
 } px_lossy_names_t;
 
 /* ------------------------------------------------------------------------ */
@@ -558,6 +561,11 @@ typedef struct px_proto_ops {
   struct {
     const char *field, *tag;
   } rtoks[PX_RTOKS];
+  /** Its models may answer with opaque reasoning tokens the request did not
+   *  ask for (Gemini 2.5 and later think by default and sign their parts):
+   *  a stream's x-proxai-lossy names them for a client that cannot hold
+   *  them whatever the reasoning setting (px_lossy_predict). */
+  int rtoks_unasked;
   /** What this protocol's wire can hold (PX_CAP_*). */
   unsigned caps;
   /** Its names for what another protocol cannot hold. */
