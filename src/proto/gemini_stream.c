@@ -297,7 +297,24 @@ static int sd_part(px_sdec_t *d, json_t *pt, int refused) {
     return refused ? sd_delta(d, PX_BLOCK_REFUSAL, PX_DELTA_REFUSAL, text)
                    : sd_delta(d, PX_BLOCK_TEXT, PX_DELTA_TEXT, text);
   if (json_is_object(fc)) return sd_call(d, fc);
-  return 0; /* inline data, code execution: nothing a stream event can carry */
+  /* inline data, code execution: nothing a stream event can carry */
+  if (json_object_get(pt, "inlineData") || json_object_get(pt, "fileData"))
+    px_dropped(d->ctx, PX_LOSSY("candidates[].content.parts[].inlineData"));
+  else if (json_object_get(pt, "executableCode") || json_object_get(pt, "codeExecutionResult"))
+    px_dropped(d->ctx, PX_LOSSY("candidates[].content.parts[].executableCode"));
+  return 0;
+}
+
+/* Candidate members no stream event carries, named as the body decoder
+ * (gemini.c) names them: bit i of `which` is cand_drops[i]. */
+static const char *const cand_drops[] = {"safetyRatings", "groundingMetadata",
+                                         "citationMetadata"};
+static void sd_dropped(px_sdec_t *d, unsigned which) {
+  static const char *const names[] = {PX_LOSSY("candidates[].safetyRatings"),
+                                      PX_LOSSY("candidates[].groundingMetadata"),
+                                      PX_LOSSY("candidates[].citationMetadata")};
+  for (unsigned i = 0; i < 3; i++)
+    if (which & (1u << i)) px_dropped(d->ctx, names[i]);
 }
 
 /* u: the chunk's usage, NULL when it has no usageMetadata */
@@ -338,6 +355,10 @@ static int sd_chunk(px_sdec_t *d, json_t *j) {
   int refused = fr != NULL && px_gemini_stop(fr, 0) == PX_STOP_REFUSAL;
   size_t i;
   json_t *pt;
+  unsigned drops = 0;
+  for (unsigned k = 0; k < 3; k++)
+    if (json_object_get(cand, cand_drops[k]) != NULL) drops |= 1u << k;
+  sd_dropped(d, drops);
   json_array_foreach(json_object_get(json_object_get(cand, "content"), "parts"), i, pt) {
     if ((rc = sd_part(d, pt, refused)) < 0) return rc;
   }
@@ -378,7 +399,8 @@ enum {
   GF_FR = 1u << 5,
   GF_PARTS = 1u << 6,
   GF_TEXT = 1u << 7,
-  GF_UM0 = 1u << 8 /* .. 1u << 11: the four counts */
+  GF_UM0 = 1u << 8, /* .. 1u << 11: the four counts */
+  GF_DROP0 = 1u << 12 /* .. 1u << 14: cand_drops[] */
 };
 
 #define GF_IS(k, kl, lit) \
@@ -492,8 +514,11 @@ static int gf_cands(gf_t *g, int resume) {
       if (gf_once(g, GF_FR) < 0 || gf_str(g, &g->fr) < 0) return -1;
     } else if (GF_IS(k, kl, "finishMessage")) {
       return -1; /* a refusal's words: the jansson path */
-    } else if (px_fj_pass(g->p, g->n, &g->i, 3) < 0) {
-      return -1;
+    } else {
+      for (unsigned c = 0; c < 3; c++)
+        if (kl == strlen(cand_drops[c]) && memcmp(k, cand_drops[c], kl) == 0)
+          g->seen |= GF_DROP0 << c;
+      if (px_fj_pass(g->p, g->n, &g->i, 3) < 0) return -1;
     }
   }
   if (r < 0) return -1;
@@ -579,6 +604,7 @@ static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
   px_str_t model =
       g.model.set ? (px_str_t){data + g.model.s, g.model.e - g.model.s} : PX_STR_NULL;
   int rc = sd_start(d, rid, model, up);
+  sd_dropped(d, (g.seen / GF_DROP0) & 7u);
   if (rc == 0 && g.text.set)
     rc = g.fr.set && px_gemini_stop(fr, 0) == PX_STOP_REFUSAL
              ? sd_delta(d, PX_BLOCK_REFUSAL, PX_DELTA_REFUSAL, text)
