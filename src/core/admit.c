@@ -372,7 +372,8 @@ void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
   }
   const px_key_conf_t *k;
   if (px_conn_is_admin(c)) { /* admin_listen: metrics and health only, no key */
-    if (!path_is(r, "/metrics")) return path_error(c, r, NULL, PX_ERR_NOT_FOUND, "not found");
+    if (!path_is(r, "/metrics"))
+      return path_error(c, r, NULL, PX_ERR_NOT_FOUND, "not found");
     if (!get) return path_error(c, r, NULL, PX_ERR_METHOD, "method not allowed");
     return serve_metrics(c);
   }
@@ -396,6 +397,7 @@ void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
     if (get_key(s, c, r, ops, &k) < 0) return;
     return serve_models(s, c, ops, k);
   }
-  if (r->method != HTTP_POST) return path_error(c, r, ops, PX_ERR_METHOD, "method not allowed");
+  if (r->method != HTTP_POST)
+    return path_error(c, r, ops, PX_ERR_METHOD, "method not allowed");
   gateway(s, c, r, &in);
 }

@@ -1087,7 +1087,8 @@ static void response_format_out(json_t *v, json_t *body) {
 }
 
 /* reasoning effort (from a budget when only that is given) */
-static void reasoning_out(const px_tr_ctx_t *ctx, json_t *v, json_t *body, px_lossy_t *lossy) {
+static void reasoning_out(const px_tr_ctx_t *ctx, json_t *v, json_t *body,
+                          px_lossy_t *lossy) {
   const char *effort = px_jstr(v, "effort");
   json_t *budget = json_object_get(v, "budget_tokens");
   if (effort == NULL && json_is_integer(budget))
@@ -1345,7 +1346,8 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
         px_buf_append(&reasoning, json_string_value(tx), json_string_length(tx));
         nreason++;
       }
-      int sig = px_jstr(c, "signature") != NULL || px_jstr(c, "encrypted_content") != NULL ||
+      int sig = px_jstr(c, "signature") != NULL ||
+                px_jstr(c, "encrypted_content") != NULL ||
                 px_jstr(c, "thought_signature") != NULL;
       int red = px_jstr(c, "redacted_data") != NULL;
       if (sig) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
@@ -1390,9 +1392,10 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
   px_stop_t st = px_stop_parse(px_jstr(ir, "stop_reason"));
   /* a refusal with no wording to show (a blocked prompt, a safety stop
    * after plain text) must not read as a normal stop */
-  const char *fr = px_stop_to_chat(st == PX_STOP_NONE ? PX_STOP_END_TURN
-                                   : st == PX_STOP_REFUSAL && !worded ? PX_STOP_CONTENT_FILTER
-                                                                      : st);
+  const char *fr =
+      px_stop_to_chat(st == PX_STOP_NONE                 ? PX_STOP_END_TURN
+                      : st == PX_STOP_REFUSAL && !worded ? PX_STOP_CONTENT_FILTER
+                                                         : st);
   if (px_jstr(ir, "stop_sequence") != NULL) px_lossy_add(lossy, "stop_sequence");
 
   const char *id = px_jstr(ir, "id");

@@ -1114,7 +1114,8 @@ static int on_message_delta(px_senc_t *e, const px_ev_t *ev) {
   }
   /* a refusal with nothing worded (a blocked prompt, a safety stop after
    * plain text) must not read as a normal stop (chat.c does the same) */
-  px_stop_t st = ev->stop == PX_STOP_REFUSAL && !e->worded ? PX_STOP_CONTENT_FILTER : ev->stop;
+  px_stop_t st =
+      ev->stop == PX_STOP_REFUSAL && !e->worded ? PX_STOP_CONTENT_FILTER : ev->stop;
   if (rc == 0) rc = chunk_open(e);
   if (rc == 0) rc = chunk_close(e, px_stop_to_chat(st));
   enc_set(e, E_FINISHED);

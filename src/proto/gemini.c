@@ -779,7 +779,8 @@ static int gem_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
   px_stop_t st = px_gemini_stop(fr ? fr : "STOP", calls > 0);
   json_object_set_new(ir, "stop_reason", json_string(px_stop_name(st)));
   /* a refusal's own words (Vertex: promptFeedback.blockReasonMessage) */
-  const char *fm = cand ? px_jstr(cand, "finishMessage") : px_jstr(fb, "blockReasonMessage");
+  const char *fm =
+      cand ? px_jstr(cand, "finishMessage") : px_jstr(fb, "blockReasonMessage");
   if (fm != NULL && *fm && st == PX_STOP_REFUSAL)
     json_object_set_new(ir, "refusal_explanation", json_string(fm));
   json_t *um = json_object_get(body, "usageMetadata");
@@ -1120,9 +1121,13 @@ const px_proto_ops_t px_proto_gemini = {
                   PX_LOSSY("candidates[].content.parts[].thoughtSignature"),
               .refusal_explanation = PX_LOSSY("candidates[].finishMessage")},
     .max_tokens_keys = {{"generationConfig", "maxOutputTokens"}},
-    .watch = {.usage_obj = "usageMetadata", .usage_in = "promptTokenCount",
-              .usage_out = "candidatesTokenCount", .usage_out_extra = "thoughtsTokenCount",
-              .finish_keys = {"finishReason", "blockReason"}, .error_data = 1,
-              .model_path = {"modelVersion"}, .model_depth = 1,
+    .watch = {.usage_obj = "usageMetadata",
+              .usage_in = "promptTokenCount",
+              .usage_out = "candidatesTokenCount",
+              .usage_out_extra = "thoughtsTokenCount",
+              .finish_keys = {"finishReason", "blockReason"},
+              .error_data = 1,
+              .model_path = {"modelVersion"},
+              .model_depth = 1,
               .body_model = "modelVersion"},
 };

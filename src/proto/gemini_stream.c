@@ -204,8 +204,9 @@ static int parg_apply(json_t *args, json_t *pa) {
         return -1;
       }
       while (json_array_size(at) < (size_t)idx) json_array_append_new(at, json_null());
-      int r = json_array_size(at) == (size_t)idx ? json_array_append_new(at, next)
-                                                 : json_array_set_new(at, (size_t)idx, next);
+      int r = json_array_size(at) == (size_t)idx
+                  ? json_array_append_new(at, next)
+                  : json_array_set_new(at, (size_t)idx, next);
       if (r < 0) return -1;
     }
     if (!last) at = idx < 0 ? json_object_get(at, key) : json_array_get(at, (size_t)idx);
@@ -281,7 +282,8 @@ static int sd_part(px_sdec_t *d, json_t *pt, int refused) {
   px_str_t text = px_jview(pt, "text");
   px_str_t sig = px_jview(pt, "thoughtSignature");
   json_t *fc = json_object_get(pt, "functionCall");
-  if (json_is_object(fc) && d->pargs != NULL && sig.len == 0 && px_jview(fc, "name").len == 0)
+  if (json_is_object(fc) && d->pargs != NULL && sig.len == 0 &&
+      px_jview(fc, "name").len == 0)
     return sd_call(d, fc); /* a streaming call goes on */
   if ((rc = sd_call_flush(d)) < 0) return rc;
   if (json_is_true(json_object_get(pt, "thought"))) {
@@ -300,7 +302,8 @@ static int sd_part(px_sdec_t *d, json_t *pt, int refused) {
   /* inline data, code execution: nothing a stream event can carry */
   if (json_object_get(pt, "inlineData") || json_object_get(pt, "fileData"))
     px_dropped(d->ctx, PX_LOSSY("candidates[].content.parts[].inlineData"));
-  else if (json_object_get(pt, "executableCode") || json_object_get(pt, "codeExecutionResult"))
+  else if (json_object_get(pt, "executableCode") ||
+           json_object_get(pt, "codeExecutionResult"))
     px_dropped(d->ctx, PX_LOSSY("candidates[].content.parts[].executableCode"));
   return 0;
 }
@@ -349,7 +352,8 @@ static int sd_chunk(px_sdec_t *d, json_t *j) {
   json_t *fb = json_object_get(j, "promptFeedback");
   const char *block = px_jstr(fb, "blockReason");
   px_str_t expl = px_jview(cand, "finishMessage");
-  if (block != NULL && cand == NULL) fr = block, expl = px_jview(fb, "blockReasonMessage");
+  if (block != NULL && cand == NULL)
+    fr = block, expl = px_jview(fb, "blockReasonMessage");
   if (d->ended) /* after the finish chunk: at most late usage */
     return up != NULL ? sd_finish_reason(d, NULL, up, PX_STR_NULL) : 0;
   int refused = fr != NULL && px_gemini_stop(fr, 0) == PX_STOP_REFUSAL;
@@ -399,7 +403,7 @@ enum {
   GF_FR = 1u << 5,
   GF_PARTS = 1u << 6,
   GF_TEXT = 1u << 7,
-  GF_UM0 = 1u << 8, /* .. 1u << 11: the four counts */
+  GF_UM0 = 1u << 8,   /* .. 1u << 11: the four counts */
   GF_DROP0 = 1u << 12 /* .. 1u << 14: cand_drops[] */
 };
 
@@ -818,16 +822,20 @@ static char *dupview(px_str_t s) {
  * finishMessage), else the role alone, as Gemini sends after calls. */
 static int se_finish(px_senc_t *e, const px_ev_t *ev) {
   px_stop_t st = ev->stop == PX_STOP_NONE ? PX_STOP_NONE
-                 : e->refusal            ? PX_STOP_REFUSAL
-                                         : ev->stop;
+                 : e->refusal             ? PX_STOP_REFUSAL
+                                          : ev->stop;
   const char *fr = px_gemini_finish(st);
   px_str_t expl = st == PX_STOP_REFUSAL ? ev->refusal_explanation : PX_STR_NULL;
   int rc = chunk_open(e);
   int worded = e->texted || e->refusal;
   if (rc == 0 && (e->sig.len || (expl.len && !worded))) {
     rc = w(e, "\"content\":{\"role\":\"model\",\"parts\":[{\"text\":");
-    if (rc == 0) rc = px_buf_json_str(e->out, worded ? "" : expl.ptr ? expl.ptr : "",
-                                      worded ? 0 : expl.len);
+    if (rc == 0)
+      rc = px_buf_json_str(e->out,
+                           worded     ? ""
+                           : expl.ptr ? expl.ptr
+                                      : "",
+                           worded ? 0 : expl.len);
     if (rc == 0) rc = put_sig(e);
     if (rc == 0) rc = w(e, "}]},");
   } else if (rc == 0) {

@@ -1166,7 +1166,8 @@ static void tool_choice_out(json_t *tc, json_t *tools, json_t *b) {
 }
 
 /* IR reasoning -> reasoning {effort, summary} */
-static void reasoning_out(const px_tr_ctx_t *ctx, json_t *r, json_t *b, px_lossy_t *lossy) {
+static void reasoning_out(const px_tr_ctx_t *ctx, json_t *r, json_t *b,
+                          px_lossy_t *lossy) {
   json_t *o = json_object();
   const char *effort = px_jstr(r, "effort");
   json_t *bt = json_object_get(r, "budget_tokens");

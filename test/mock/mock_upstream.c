@@ -1020,9 +1020,10 @@ static json_t *gemini_cand(const char *model, const char *id, json_t *content,
   if (content) json_object_set_new(cand, "content", content);
   if (finish) json_object_set_new(cand, "finishReason", json_string(finish));
   if (finish && strcmp(finish, "SAFETY") == 0)
-    json_object_set_new(cand, "safetyRatings",
-                        json_pack("[{s:s,s:s,s:b}]", "category", "HARM_CATEGORY_DANGEROUS_CONTENT",
-                                  "probability", "HIGH", "blocked", 1));
+    json_object_set_new(
+        cand, "safetyRatings",
+        json_pack("[{s:s,s:s,s:b}]", "category", "HARM_CATEGORY_DANGEROUS_CONTENT",
+                  "probability", "HIGH", "blocked", 1));
   json_t *o = json_pack("{s:[o],s:s,s:s}", "candidates", cand, "modelVersion", model,
                         "responseId", id);
   if (finish) json_object_set_new(o, "usageMetadata", gemini_usage());
@@ -1038,62 +1039,75 @@ static json_t *gemini_chunks(int kind, json_t *req, const char *model, const cha
   json_t *out = json_array();
   const char *fn = json_string_value(json_object_get(
       json_array_get(json_object_get(json_array_get(json_object_get(req, "tools"), 0),
-                                     "functionDeclarations"), 0), "name"));
+                                     "functionDeclarations"),
+                     0),
+      "name"));
   switch (kind) {
-  case GEM_BLOCK:
-    json_array_append_new(
-        out, json_pack("{s:{s:s,s:[{s:s,s:s}]},s:o,s:s,s:s}", "promptFeedback", "blockReason",
-                       "SAFETY", "safetyRatings", "category", "HARM_CATEGORY_DANGEROUS_CONTENT",
-                       "probability", "HIGH", "usageMetadata",
-                       json_pack("{s:i,s:i}", "promptTokenCount", USAGE_IN, "totalTokenCount",
-                                 USAGE_IN),
-                       "modelVersion", model, "responseId", id));
-    break;
-  case GEM_SAFETY:
-    json_array_append_new(out, gemini_cand(model, id, gemini_parts(json_pack("[{s:s}]", "text", "Hello")), NULL));
-    json_array_append_new(out, gemini_cand(model, id, gemini_parts(json_pack("[{s:s}]", "text", "")), "SAFETY"));
-    break;
-  case GEM_TOOL:
-    json_array_append_new(
-        out, gemini_cand(model, id,
-                         gemini_parts(json_pack("[{s:{s:s,s:{s:s}},s:s}]", "functionCall", "name",
-                                                fn, "args", "location", "Paris",
-                                                "thoughtSignature", "bW9jay1zaWduYXR1cmU=")),
-                         NULL));
-    json_array_append_new(out, gemini_cand(model, id, json_pack("{s:s}", "role", "model"), "STOP"));
-    break;
-  case GEM_STREAM_ARGS:
-    json_array_append_new(
-        out, gemini_cand(model, id,
-                         gemini_parts(json_pack("[{s:{s:s,s:b}}]", "functionCall", "name", fn,
-                                                "willContinue", 1)),
-                         NULL));
-    json_array_append_new(
-        out, gemini_cand(model, id,
-                         gemini_parts(json_pack("[{s:{s:[{s:s,s:s,s:b}],s:b}}]", "functionCall",
-                                                "partialArgs", "jsonPath", "$.location",
-                                                "stringValue", "Pa", "willContinue", 1,
-                                                "willContinue", 1)),
-                         NULL));
-    json_array_append_new(
-        out, gemini_cand(model, id,
-                         gemini_parts(json_pack("[{s:{s:[{s:s,s:s}],s:b}}]", "functionCall",
-                                                "partialArgs", "jsonPath", "$.location",
-                                                "stringValue", "ris", "willContinue", 1)),
-                         NULL));
-    json_array_append_new(
-        out, gemini_cand(model, id, gemini_parts(json_pack("[{s:{}}]", "functionCall")), NULL));
-    json_array_append_new(out, gemini_cand(model, id, json_pack("{s:s}", "role", "model"), "STOP"));
-    break;
-  default:
-    for (int i = 0; i < 3; i++)
-      json_array_append_new(out, gemini_chunk(model, id, hello_pieces[i], i == 2 ? "STOP" : NULL));
+    case GEM_BLOCK:
+      json_array_append_new(
+          out, json_pack("{s:{s:s,s:[{s:s,s:s}]},s:o,s:s,s:s}", "promptFeedback",
+                         "blockReason", "SAFETY", "safetyRatings", "category",
+                         "HARM_CATEGORY_DANGEROUS_CONTENT", "probability", "HIGH",
+                         "usageMetadata",
+                         json_pack("{s:i,s:i}", "promptTokenCount", USAGE_IN,
+                                   "totalTokenCount", USAGE_IN),
+                         "modelVersion", model, "responseId", id));
+      break;
+    case GEM_SAFETY:
+      json_array_append_new(
+          out, gemini_cand(model, id, gemini_parts(json_pack("[{s:s}]", "text", "Hello")),
+                           NULL));
+      json_array_append_new(
+          out, gemini_cand(model, id, gemini_parts(json_pack("[{s:s}]", "text", "")),
+                           "SAFETY"));
+      break;
+    case GEM_TOOL:
+      json_array_append_new(
+          out,
+          gemini_cand(model, id,
+                      gemini_parts(json_pack("[{s:{s:s,s:{s:s}},s:s}]", "functionCall",
+                                             "name", fn, "args", "location", "Paris",
+                                             "thoughtSignature", "bW9jay1zaWduYXR1cmU=")),
+                      NULL));
+      json_array_append_new(
+          out, gemini_cand(model, id, json_pack("{s:s}", "role", "model"), "STOP"));
+      break;
+    case GEM_STREAM_ARGS:
+      json_array_append_new(
+          out, gemini_cand(model, id,
+                           gemini_parts(json_pack("[{s:{s:s,s:b}}]", "functionCall",
+                                                  "name", fn, "willContinue", 1)),
+                           NULL));
+      json_array_append_new(
+          out, gemini_cand(model, id,
+                           gemini_parts(json_pack(
+                               "[{s:{s:[{s:s,s:s,s:b}],s:b}}]", "functionCall",
+                               "partialArgs", "jsonPath", "$.location", "stringValue",
+                               "Pa", "willContinue", 1, "willContinue", 1)),
+                           NULL));
+      json_array_append_new(
+          out,
+          gemini_cand(model, id,
+                      gemini_parts(json_pack("[{s:{s:[{s:s,s:s}],s:b}}]", "functionCall",
+                                             "partialArgs", "jsonPath", "$.location",
+                                             "stringValue", "ris", "willContinue", 1)),
+                      NULL));
+      json_array_append_new(
+          out, gemini_cand(model, id, gemini_parts(json_pack("[{s:{}}]", "functionCall")),
+                           NULL));
+      json_array_append_new(
+          out, gemini_cand(model, id, json_pack("{s:s}", "role", "model"), "STOP"));
+      break;
+    default:
+      for (int i = 0; i < 3; i++)
+        json_array_append_new(
+            out, gemini_chunk(model, id, hello_pieces[i], i == 2 ? "STOP" : NULL));
   }
   return out;
 }
 
-static json_t *gemini_default(const char *path, size_t plen, json_t *req, const char *body,
-                              size_t body_len, uint64_t n) {
+static json_t *gemini_default(const char *path, size_t plen, json_t *req,
+                              const char *body, size_t body_len, uint64_t n) {
   const char *m = memmem(path, plen, "/models/", 8);
   const char *colon = m ? memchr(m + 8, ':', (size_t)(path + plen - m - 8)) : NULL;
   if (colon == NULL) return gemini_error(404, "NOT_FOUND", "mock: no model in the path");
@@ -1111,7 +1125,8 @@ static json_t *gemini_default(const char *path, size_t plen, json_t *req, const 
                        gemini_chunk(model, id, HELLO_TEXT, "STOP"));
     /* a body: the chunks merged (parts joined, the last finish and usage);
      * streamed arguments come whole, as the API sends them without a stream */
-    json_t *chunks = gemini_chunks(kind == GEM_STREAM_ARGS ? GEM_TOOL : kind, req, model, id);
+    json_t *chunks =
+        gemini_chunks(kind == GEM_STREAM_ARGS ? GEM_TOOL : kind, req, model, id);
     json_t *last = json_incref(json_array_get(chunks, json_array_size(chunks) - 1));
     json_t *cand = json_array_get(json_object_get(last, "candidates"), 0);
     if (cand != NULL) {
@@ -1120,7 +1135,8 @@ static json_t *gemini_default(const char *path, size_t plen, json_t *req, const 
       json_t *ch, *pt;
       json_array_foreach(chunks, i, ch) {
         json_t *c = json_array_get(json_object_get(ch, "candidates"), 0);
-        json_array_foreach(json_object_get(json_object_get(c, "content"), "parts"), k, pt) {
+        json_array_foreach(json_object_get(json_object_get(c, "content"), "parts"), k,
+                           pt) {
           const char *t = json_string_value(json_object_get(pt, "text"));
           if (t == NULL || *t) json_array_append(parts, pt);
         }
@@ -1146,7 +1162,6 @@ static json_t *gemini_default(const char *path, size_t plen, json_t *req, const 
   json_decref(chunks);
   return json_pack("{s:i,s:o}", "status", 200, "sse", sse);
 }
-
 
 /* The default answer for a request, as a script entry (NULL: out of memory). */
 static json_t *default_entry(const char *method, const char *path, size_t plen,

@@ -32,6 +32,7 @@
  *    result, image and file, or declare what it drops, and obey rules the
  *    target API enforces. */
 #include <dirent.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,14 +40,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include <jansson.h>
-
+#include "../fast_json.h"
 #include "proxai/buf.h"
 #include "proxai/passthru.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
-#include "../fast_json.h"
 
 #define OUT_CAP (64u << 20)
 
@@ -287,12 +286,12 @@ static int lossy_any(const char *list, const char *const *paths) {
   return 0;
 }
 
-static const char *const ann_names[] = {"content[].citations", "choices[].message.annotations",
-                                        "output[].content[].annotations",
-                                        "candidates[].groundingMetadata", NULL};
-static const char *const sig_names[] = {"output[].encrypted_content", "content[].signature",
-                                        "content[].redacted_thinking",
-                                        "candidates[].content.parts[].thoughtSignature", NULL};
+static const char *const ann_names[] = {
+    "content[].citations", "choices[].message.annotations",
+    "output[].content[].annotations", "candidates[].groundingMetadata", NULL};
+static const char *const sig_names[] = {
+    "output[].encrypted_content", "content[].signature", "content[].redacted_thinking",
+    "candidates[].content.parts[].thoughtSignature", NULL};
 
 static const char *const expl_names[] = {"stop_details.explanation",
                                          "candidates[].finishMessage", NULL};
@@ -536,16 +535,18 @@ static json_t *accum_gemini(const char *s, size_t n) {
     static const char *const top[] = {"usageMetadata", "modelVersion", "responseId",
                                       "promptFeedback"};
     for (size_t t = 0; t < 4; t++)
-      if (json_object_get(e, top[t])) json_object_set(body, top[t], json_object_get(e, top[t]));
+      if (json_object_get(e, top[t]))
+        json_object_set(body, top[t], json_object_get(e, top[t]));
     json_t *c = json_array_get(json_object_get(e, "candidates"), 0);
     if (c == NULL) continue;
     any_cand = 1;
     json_array_foreach(json_object_get(json_object_get(c, "content"), "parts"), k, pt)
-      json_array_append(parts, pt);
+        json_array_append(parts, pt);
     const char *keep[] = {"finishReason", "finishMessage", "safetyRatings",
                           "groundingMetadata", "citationMetadata"};
     for (size_t t = 0; t < 5; t++)
-      if (json_object_get(c, keep[t])) json_object_set(cand, keep[t], json_object_get(c, keep[t]));
+      if (json_object_get(c, keep[t]))
+        json_object_set(cand, keep[t], json_object_get(c, keep[t]));
   }
   if (any_cand) json_object_set_new(body, "candidates", json_pack("[O]", cand));
   json_decref(cand);
@@ -606,7 +607,8 @@ static void stream_header_lossy(px_proto_t client, px_proto_t up, json_t *upstre
 
 static void stream_header_lossy(px_proto_t client, px_proto_t up, json_t *upstream_req,
                                 px_lossy_t *out);
-static void gemini_client_rules(const char *s, size_t n, const outcome_t *o, const char *what);
+static void gemini_client_rules(const char *s, size_t n, const outcome_t *o,
+                                const char *what);
 
 static px_str_t jv(json_t *o, const char *k) {
   return px_str(json_string_value(json_object_get(o, k)));
@@ -754,7 +756,8 @@ static void body_as_stream(px_proto_t up, px_proto_t c, json_t *ir, json_t *req,
     outcome_t b = *ob;
     os.usage = b.usage; /* usage: the stream's counts arrive split */
     compare(w2, &b, &os, declared, c);
-    if (c == PX_PROTO_GEMINI) gemini_client_rules(out.data ? out.data : "", out.len, ob, w2);
+    if (c == PX_PROTO_GEMINI)
+      gemini_client_rules(out.data ? out.data : "", out.len, ob, w2);
   }
   oc_free(&os);
   char *list = strdup(body_lossy);
@@ -858,7 +861,8 @@ static int run_split(const px_tr_ctx_t *ctx, const char *p, size_t n, size_t cut
 /* What the real Gemini API always does and clients rely on: every chunk's
  * candidate has content (LangChain drops a chunk without, and with it the
  * usage and the finish), and a refusal finishes SAFETY (SPEC 11). */
-static void gemini_client_rules(const char *s, size_t n, const outcome_t *o, const char *what) {
+static void gemini_client_rules(const char *s, size_t n, const outcome_t *o,
+                                const char *what) {
   json_t *evs = sse_events(s, n);
   size_t i;
   json_t *e;
@@ -895,10 +899,11 @@ static void check_passthrough(px_proto_t up, const char *s, size_t n, const char
     }
     checks++;
     if (rc != 0 || !px_passthru_finish(&pt))
-      fail("%s stream -> %s client (pass-through%s): not seen as complete", name, pnames[up],
-           step ? ", byte by byte" : "");
+      fail("%s stream -> %s client (pass-through%s): not seen as complete", name,
+           pnames[up], step ? ", byte by byte" : "");
     else if (pt.upstream_error)
-      fail("%s stream -> %s client (pass-through): read as an upstream error", name, pnames[up]);
+      fail("%s stream -> %s client (pass-through): read as an upstream error", name,
+           pnames[up]);
     else if (out.len != n || memcmp(out.data, s, n) != 0)
       fail("%s stream -> %s client (pass-through): bytes changed", name, pnames[up]);
     px_buf_free(&out);
@@ -960,7 +965,8 @@ static void check_stream(px_proto_t up, const char *s, size_t n, json_t *req, co
       fail("%s: the client stream does not decode as %s", what, pnames[c]);
     else
       compare(what, &ou, &oc, declared, (px_proto_t)c);
-    if (c == PX_PROTO_GEMINI) gemini_client_rules(whole.data ? whole.data : "", whole.len, &ou, what);
+    if (c == PX_PROTO_GEMINI)
+      gemini_client_rules(whole.data ? whole.data : "", whole.len, &ou, what);
     /* the same response without streaming: the same outcome, and what the
      * body path declares, the stream path declares too */
     if (acc != NULL) {
