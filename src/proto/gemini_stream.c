@@ -214,60 +214,8 @@ static int parg_apply(json_t *args, json_t *pa) {
   return 0;
 }
 
-/* A functionCall part. Vertex may stream one call's arguments: the part
- * naming the call says willContinue, later parts (no name) bring
- * partialArgs, and the first part without willContinue ends it. The call
- * reaches the events whole, as a non-streamed one. */
-static int sd_call(px_sdec_t *d, json_t *fc) {
-  size_t i;
-  json_t *pa;
-  int more = json_is_true(json_object_get(fc, "willContinue"));
-  px_str_t name = px_jview(fc, "name");
-  if (d->pargs != NULL && name.len == 0) { /* the streaming call goes on */
-    json_array_foreach(json_object_get(fc, "partialArgs"), i, pa) {
-      if (parg_apply(d->pargs, pa) < 0)
-        return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream partialArgs with a bad jsonPath");
-    }
-    json_t *args = json_object_get(fc, "args");
-    if (json_is_object(args)) json_object_update(d->pargs, args);
-    if (more) return 0;
-    json_t *done = d->pargs;
-    d->pargs = NULL;
-    int rc = sd_call_end(d, done);
-    json_decref(done);
-    return rc;
-  }
-  if (d->pargs != NULL) { /* a new call while one streams: the old one ends */
-    json_t *done = d->pargs;
-    d->pargs = NULL;
-    int rc = sd_call_end(d, done);
-    json_decref(done);
-    if (rc < 0) return rc;
-  }
-  char id[160];
-  const char *cid = px_jstr(fc, "id");
-  if (cid == NULL) px_gemini_call_id(d->resp_id, d->calls, id, sizeof(id));
-  d->calls++;
-  if (name.len == 0) return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream functionCall without a name");
-  int rc = sd_open(d, PX_BLOCK_TOOL_CALL, px_str(cid ? cid : id), name);
-  if (rc < 0) return rc;
-  json_t *args = json_object_get(fc, "args");
-  if (!more && json_object_get(fc, "partialArgs") == NULL) return sd_call_end(d, args);
-  d->pargs = json_is_object(args) ? json_deep_copy(args) : json_object();
-  if (d->pargs == NULL) return PX_ENOMEM;
-  json_array_foreach(json_object_get(fc, "partialArgs"), i, pa) {
-    if (parg_apply(d->pargs, pa) < 0)
-      return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream partialArgs with a bad jsonPath");
-  }
-  if (more) return 0;
-  json_t *done = d->pargs;
-  d->pargs = NULL;
-  rc = sd_call_end(d, done);
-  json_decref(done);
-  return rc;
-}
-
-/* A streaming call still open when something else arrives: it ends there. */
+/* The call whose arguments stream, ended: its arguments so far as one
+ * delta. Also when something else arrives before its last part. */
 static int sd_call_flush(px_sdec_t *d) {
   if (d->pargs == NULL) return 0;
   json_t *done = d->pargs;
@@ -275,6 +223,45 @@ static int sd_call_flush(px_sdec_t *d) {
   int rc = sd_call_end(d, done);
   json_decref(done);
   return rc;
+}
+
+/* A part's partialArgs (and whole args) into the streaming call. */
+static int sd_call_args(px_sdec_t *d, json_t *fc) {
+  size_t i;
+  json_t *pa;
+  json_array_foreach(json_object_get(fc, "partialArgs"), i, pa) {
+    if (parg_apply(d->pargs, pa) < 0)
+      return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream partialArgs with a bad jsonPath");
+  }
+  json_t *args = json_object_get(fc, "args");
+  if (json_is_object(args) && json_object_update(d->pargs, args) < 0) return PX_ENOMEM;
+  return 0;
+}
+
+/* A functionCall part. Vertex may stream one call's arguments: the part
+ * naming the call says willContinue, later parts (no name) bring
+ * partialArgs, and the first part without willContinue ends it. The call
+ * reaches the events whole, as a non-streamed one. */
+static int sd_call(px_sdec_t *d, json_t *fc) {
+  int more = json_is_true(json_object_get(fc, "willContinue"));
+  px_str_t name = px_jview(fc, "name");
+  int rc;
+  if (d->pargs == NULL || name.len > 0) {
+    /* a new call (one still streaming ends here) */
+    if ((rc = sd_call_flush(d)) < 0) return rc;
+    char id[160];
+    const char *cid = px_jstr(fc, "id");
+    if (cid == NULL) px_gemini_call_id(d->resp_id, d->calls, id, sizeof(id));
+    d->calls++;
+    if (name.len == 0)
+      return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream functionCall without a name");
+    if ((rc = sd_open(d, PX_BLOCK_TOOL_CALL, px_str(cid ? cid : id), name)) < 0) return rc;
+    if (!more && json_object_get(fc, "partialArgs") == NULL)
+      return sd_call_end(d, json_object_get(fc, "args"));
+    if ((d->pargs = json_object()) == NULL) return PX_ENOMEM;
+  }
+  if ((rc = sd_call_args(d, fc)) < 0) return rc;
+  return more ? 0 : sd_call_flush(d);
 }
 
 static int sd_part(px_sdec_t *d, json_t *pt, int refused) {

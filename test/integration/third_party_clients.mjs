@@ -254,4 +254,21 @@ test('ai-sdk anthropic <- Vertex streamed function-call arguments: one whole cal
   assert.equal(text, 'Hello from mock');
 });
 
+test('a Chat client <- Gemini signed call: the thought signature is declared in x-proxai-lossy, body and stream', async () => {
+  const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { location: { type: 'string' } } } } }];
+  for (const stream of [false, true]) {
+    await mock.reset();
+    const r = await fetch(`${px.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'to-gemini-chat', stream, tools, messages: [{ role: 'user', content: 'Weather? mock:tool' }] }),
+    });
+    const text = await r.text();
+    assert.equal(r.status, 200, text);
+    assert.match(text, /get_weather/);
+    assert.ok((r.headers.get('x-proxai-lossy') || '').split(',').includes('candidates[].content.parts[].thoughtSignature'),
+      `stream ${stream}: x-proxai-lossy ${r.headers.get('x-proxai-lossy')}`);
+  }
+});
+
 await run();

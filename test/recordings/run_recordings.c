@@ -8,8 +8,8 @@
  * it: NN-request.json, NN-response.json | NN-response.sse, NN-meta.json
  * ({"proto","status"}). For every interaction:
  *
- *  - responses (status 200) are translated for the two other client
- *    protocols: bodies with px_translate_response, streams with the stream
+ *  - responses (status 200) are translated for every other client
+ *    protocol (Anthropic, Chat, Responses and Gemini recordings alike): bodies with px_translate_response, streams with the stream
  *    hub whole, at every byte split (sampled past 4 KiB) and one byte at a
  *    time; the client's output is decoded again with the client protocol's
  *    own decoder and compared with the recording as its own protocol's
@@ -27,7 +27,13 @@
  *    keeps the status and its type follows the status (SPEC 6: 429 ->
  *    rate_limit_error / RESOURCE_EXHAUSTED, 529 -> overloaded_error ...;
  *    a Gemini client's error.code is the status).
- *  - requests are translated to the two other upstream protocols; the
+ *  - streams also go to a client of their own protocol through the
+ *    pass-through watcher, whole and byte by byte: complete (a Gemini
+ *    stream by its finishReason or a blocked prompt's blockReason), no
+ *    error appended, the bytes untouched. Toward Gemini clients every
+ *    chunk has content and a refusal finishes SAFETY; a refusal's
+ *    explanation reaches the client or is declared.
+ *  - requests are translated to the other upstream protocols; the
  *    result must decode again, keep every turn, text, tool call, tool
  *    result, image and file, or declare what it drops, and obey rules the
  *    target API enforces. */
