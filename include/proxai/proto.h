@@ -251,6 +251,10 @@ typedef enum px_stop {
   PX_STOP_CONTENT_FILTER,
 } px_stop_t;
 
+/** A refusal of either kind: a model's (refusal) or a filter's (content_filter). */
+static inline int px_stop_refused(px_stop_t s) {
+  return s == PX_STOP_REFUSAL || s == PX_STOP_CONTENT_FILTER;
+}
 /** IR / Anthropic spelling of a stop reason ("end_turn", ...); NULL for NONE. */
 const char *px_stop_name(px_stop_t s);
 /** Parse an IR / Anthropic spelling; unknown -> PX_STOP_END_TURN. */

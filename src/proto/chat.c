@@ -1370,7 +1370,7 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
   else
     json_object_set_new(msg, "content", json_null());
   const char *expl = px_jstr(ir, "refusal_explanation");
-  int worded = refusal != NULL;
+  int worded = refusal != NULL || ntext > 0; /* seed 000: text words a refusal */
   if (refusal == NULL && expl != NULL && ntext == 0) {
     add_str(msg, "refusal", expl); /* Anthropic refusal without visible wording */
     worded = 1;
@@ -1390,8 +1390,8 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
   json_decref(anns);
 
   px_stop_t st = px_stop_parse(px_jstr(ir, "stop_reason"));
-  /* a refusal with no wording to show (a blocked prompt, a safety stop
-   * after plain text) must not read as a normal stop */
+  /* a refusal with nothing at all to show (no text, no refusal, no
+   * explanation) must not read as a normal stop */
   const char *fr =
       px_stop_to_chat(st == PX_STOP_NONE                 ? PX_STOP_END_TURN
                       : st == PX_STOP_REFUSAL && !worded ? PX_STOP_CONTENT_FILTER

@@ -1112,10 +1112,12 @@ static int on_message_delta(px_senc_t *e, const px_ev_t *ev) {
   } else if (ev->refusal_explanation.len > 0) {
     px_dropped(e->ctx, px_out_names(e->ctx)->refusal_explanation);
   }
-  /* a refusal with nothing worded (a blocked prompt, a safety stop after
-   * plain text) must not read as a normal stop (chat.c does the same) */
-  px_stop_t st =
-      ev->stop == PX_STOP_REFUSAL && !e->worded ? PX_STOP_CONTENT_FILTER : ev->stop;
+  /* a refusal with nothing at all shown (no text, no refusal, no
+   * explanation) must not read as a normal stop (chat.c does the same;
+   * seed 000: text already sent words it, the finish stays stop) */
+  px_stop_t st = ev->stop == PX_STOP_REFUSAL && !e->worded && !e->any_content
+                     ? PX_STOP_CONTENT_FILTER
+                     : ev->stop;
   if (rc == 0) rc = chunk_open(e);
   if (rc == 0) rc = chunk_close(e, px_stop_to_chat(st));
   enc_set(e, E_FINISHED);

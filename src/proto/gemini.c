@@ -689,7 +689,9 @@ px_stop_t px_gemini_stop(const char *fr, int has_tool_call) {
   if (strcmp(fr, "MALFORMED_FUNCTION_CALL") == 0 || strcmp(fr, "OTHER") == 0 ||
       strcmp(fr, "FINISH_REASON_UNSPECIFIED") == 0 || strcmp(fr, "UNEXPECTED_TOOL_CALL") == 0)
     return PX_STOP_END_TURN;
-  return PX_STOP_REFUSAL; /* SAFETY, RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII, ... */
+  /* SAFETY, RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII, a blocked prompt's
+   * reason, ...: the output was filtered (SPEC 11: a refusal) */
+  return PX_STOP_CONTENT_FILTER;
 }
 
 const char *px_gemini_finish(px_stop_t s) {
@@ -734,7 +736,7 @@ static int gem_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
   json_object_set_new(ir, "content", content);
   int calls = 0, refused;
   const char *fr = cand ? px_jstr(cand, "finishReason") : px_jstr(fb, "blockReason");
-  refused = px_gemini_stop(fr ? fr : "STOP", 0) == PX_STOP_REFUSAL;
+  refused = px_stop_refused(px_gemini_stop(fr ? fr : "STOP", 0));
   size_t i;
   json_t *pt;
   json_array_foreach(json_object_get(json_object_get(cand, "content"), "parts"), i, pt) {
@@ -781,7 +783,7 @@ static int gem_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
   /* a refusal's own words (Vertex: promptFeedback.blockReasonMessage) */
   const char *fm =
       cand ? px_jstr(cand, "finishMessage") : px_jstr(fb, "blockReasonMessage");
-  if (fm != NULL && *fm && st == PX_STOP_REFUSAL)
+  if (fm != NULL && *fm && px_stop_refused(st))
     json_object_set_new(ir, "refusal_explanation", json_string(fm));
   json_t *um = json_object_get(body, "usageMetadata");
   if (json_is_object(um)) {
@@ -877,8 +879,8 @@ static int gem_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
    * text part, an explanation its finishMessage (and the only text part
    * when there is no other wording) */
   const char *expl = px_jstr(ir, "refusal_explanation");
-  if (refused) st = PX_STOP_REFUSAL;
-  if (st == PX_STOP_REFUSAL && expl != NULL && !texted)
+  if (refused && !px_stop_refused(st)) st = PX_STOP_REFUSAL;
+  if (px_stop_refused(st) && expl != NULL && !texted)
     json_array_append_new(parts, json_pack("{s:s}", "text", expl));
   json_t *cand = json_pack("{s:{s:s, s:o}, s:s, s:i}", "content", "role", "model", "parts",
                            parts, "finishReason", px_gemini_finish(st) ? px_gemini_finish(st) : "STOP",

@@ -316,7 +316,7 @@ static int sd_finish_reason(px_sdec_t *d, const char *fr, const px_usage_t *u,
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
   ev.stop = fr ? px_gemini_stop(fr, d->calls > 0) : PX_STOP_NONE;
-  if (ev.stop == PX_STOP_REFUSAL) ev.refusal_explanation = explanation;
+  if (px_stop_refused(ev.stop)) ev.refusal_explanation = explanation;
   if (u != NULL) ev.usage = *u;
   if (fr != NULL) d->ended = 1;
   return d->sink(d->arg, &ev);
@@ -343,7 +343,7 @@ static int sd_chunk(px_sdec_t *d, json_t *j) {
     fr = block, expl = px_jview(fb, "blockReasonMessage");
   if (d->ended) /* after the finish chunk: at most late usage */
     return up != NULL ? sd_finish_reason(d, NULL, up, PX_STR_NULL) : 0;
-  int refused = fr != NULL && px_gemini_stop(fr, 0) == PX_STOP_REFUSAL;
+  int refused = fr != NULL && px_stop_refused(px_gemini_stop(fr, 0));
   size_t i;
   json_t *pt;
   unsigned drops = 0;
@@ -597,7 +597,7 @@ static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
   int rc = sd_start(d, rid, model, up);
   sd_dropped(d, (g.seen / GF_DROP0) & 7u);
   if (rc == 0 && g.text.set)
-    rc = g.fr.set && px_gemini_stop(fr, 0) == PX_STOP_REFUSAL
+    rc = g.fr.set && px_stop_refused(px_gemini_stop(fr, 0))
              ? sd_delta(d, PX_BLOCK_REFUSAL, PX_DELTA_REFUSAL, text)
              : sd_delta(d, PX_BLOCK_TEXT, PX_DELTA_TEXT, text);
   if (rc == 0 && g.fr.set) rc = sd_finish_reason(d, fr, up, PX_STR_NULL);
@@ -812,7 +812,7 @@ static int se_finish(px_senc_t *e, const px_ev_t *ev) {
                  : e->refusal             ? PX_STOP_REFUSAL
                                           : ev->stop;
   const char *fr = px_gemini_finish(st);
-  px_str_t expl = st == PX_STOP_REFUSAL ? ev->refusal_explanation : PX_STR_NULL;
+  px_str_t expl = px_stop_refused(st) ? ev->refusal_explanation : PX_STR_NULL;
   int rc = chunk_open(e);
   int worded = e->texted || e->refusal;
   if (rc == 0 && (e->sig.len || (expl.len && !worded))) {

@@ -1536,7 +1536,7 @@ static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
       json_array_append_new(output, r);
     }
   }
-  if (stop == PX_STOP_REFUSAL && expl != NULL) {
+  if (px_stop_refused(stop) && expl != NULL) {
     if (!has_refusal) {
       /* an Anthropic refusal with no visible wording: the explanation is the
        * only wording there is */

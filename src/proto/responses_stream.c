@@ -1268,7 +1268,7 @@ static void erefusal_parts(px_senc_t *e) {
 static int e_stop(px_senc_t *e) {
   int rc = 0;
   /* a refusal without any visible wording: the explanation is the wording */
-  if (e->stop == PX_STOP_REFUSAL && !e->has_refusal && e->explanation != NULL &&
+  if (px_stop_refused(e->stop) && !e->has_refusal && e->explanation != NULL &&
       !e->any_output) {
     px_ev_t ev;
     px_ev_init(&ev, PX_EV_BLOCK_START);
