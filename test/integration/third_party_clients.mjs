@@ -1,8 +1,9 @@
 // Widely used third-party clients (not the official SDKs, not the agent
 // CLIs) against proxai, each against every upstream protocol it can be
 // routed to (issue 26): the Vercel AI SDK (`ai` with @ai-sdk/openai Chat
-// and Responses, @ai-sdk/anthropic, @ai-sdk/google) and LangChain JS
-// (@langchain/openai, @langchain/anthropic, @langchain/google-genai). For
+// and Responses, @ai-sdk/anthropic, @ai-sdk/google), LangChain JS
+// (@langchain/openai, @langchain/anthropic, @langchain/google-genai) and
+// the OpenAI Agents SDK (@openai/agents, Responses and Chat models). For
 // each: a text answer, a stream (with its usage and finish), a tool round
 // trip (the call reaches the client whole, the result reaches the upstream
 // under the same call id), and an upstream 429 seen as the client's own
@@ -12,7 +13,7 @@ import assert from 'node:assert/strict';
 import { startMock, startProxai, test, run } from './lib/harness.mjs';
 import * as S from './lib/scripts.mjs';
 
-let ai, aiOpenAI, aiAnthropic, aiGoogle, LC;
+let ai, aiOpenAI, aiAnthropic, aiGoogle, LC, AG, OpenAI;
 try {
   ai = await import('ai');
   aiOpenAI = await import('@ai-sdk/openai');
@@ -25,6 +26,8 @@ try {
     ...(await import('@langchain/core/messages')),
     ...(await import('@langchain/core/tools')),
   };
+  AG = await import('@openai/agents');
+  ({ default: OpenAI } = await import('openai'));
 } catch (e) {
   console.error(`cannot load the clients (run \`npm ci\` in test/): ${e.message}`);
   process.exit(1);
@@ -129,6 +132,38 @@ function textOf(m) {
   return m.content.filter((p) => p.type === 'text').map((p) => p.text).join('');
 }
 
+// The OpenAI Agents SDK: an agent with one model; tracing off (its exporter
+// would post to the outside world)
+const agClient = (name, proto, Model) => {
+  const make = (model, tools = []) => new AG.Agent({ name: 'assistant', instructions: 'Be brief.', tools,
+    model: new Model(new OpenAI({ baseURL: `${px.url}/v1`, apiKey: KEY, maxRetries: 0 }), model) });
+  const usage = (r) => r.rawResponses.reduce((u, x) => ({ input: u.input + (x.usage?.inputTokens || 0),
+    output: u.output + (x.usage?.outputTokens || 0) }), { input: 0, output: 0 });
+  return {
+    name,
+    proto,
+    async text(model) {
+      const r = await AG.run(make(model), 'Say hi');
+      return { text: r.finalOutput, ...usage(r), finish: r.rawResponses.at(-1)?.providerData?.status ?? 'done' };
+    },
+    async stream(model, prompt = 'Say hi') {
+      const r = await AG.run(make(model), prompt, { stream: true });
+      let text = '';
+      for await (const t of r.toTextStream()) text += t;
+      await r.completed;
+      return { text, ...usage(r), finish: r.finalOutput != null ? 'done' : null };
+    },
+    async tools(model) {
+      const seen = [];
+      const weather = AG.tool({ name: 'get_weather', description: 'Weather of a place', parameters: weatherSchema,
+        execute: async ({ location }) => (seen.push(location), `sunny in ${location}`) });
+      const r = await AG.run(make(model, [weather]), 'What is the weather? mock:tool');
+      return { text: r.finalOutput, calls: seen };
+    },
+  };
+};
+AG?.setTracingDisabled?.(true);
+
 const oai = aiOpenAI.createOpenAI({ baseURL: `${px.url}/v1`, apiKey: KEY });
 const aan = aiAnthropic.createAnthropic({ baseURL: `${px.url}/v1`, apiKey: KEY });
 const agg = aiGoogle.createGoogleGenerativeAI({ baseURL: `${px.url}/v1beta`, apiKey: KEY });
@@ -149,6 +184,8 @@ const CLIENTS = [
     anthropicApiUrl: px.url })),
   lcClient('langchain google-genai', 'gemini', (m) => new LC.ChatGoogleGenerativeAI({ model: m, apiKey: KEY, maxRetries: 0,
     baseUrl: px.url })),
+  agClient('openai agents responses', 'responses', AG.OpenAIResponsesModel),
+  agClient('openai agents chat', 'chat', AG.OpenAIChatCompletionsModel),
 ];
 
 // ---- scripted upstream answers ----------------------------------------------------
