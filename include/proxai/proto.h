@@ -609,7 +609,8 @@ int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
 /** The response fields a stream of this request may drop, predicted from the
  *  IR request (x-proxai-lossy leaves before the stream; the names are those
  *  the non-streaming encoders use for the same content). Called by
- *  px_translate_request when ctx->stream. */
+ *  px_translate_request and the fast path (ir_request NULL: no reasoning
+ *  asked) when ctx->stream. */
 void px_lossy_predict(const px_tr_ctx_t *ctx, json_t *ir_request, px_lossy_t *lossy);
 /** The one place where a decoded request is fitted to the upstream's
  *  capabilities: IR fields the upstream's caps cannot hold (prompt_cache_key,
