@@ -19,6 +19,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "proxai/inflight.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxy_int.h"
@@ -196,7 +197,9 @@ static void account(px_exch_t *x, const char *inbound, const char *upname, doubl
   if (toks > 0 || x->usage.input_tokens >= 0)
     px_metrics_tokens(x->key ? x->key->name : NULL, upname, x->usage.input_tokens,
                       x->usage.output_tokens);
-  if (x->rl_admitted) px_rl_settle(x->key, x->rl_reserved, (uint64_t)toks, px_exch_now(x));
+  if (x->rl_admitted)
+    px_rl_settle(x->key, x->rl_reserved, (uint64_t)toks, x->rl_local, px_exch_now(x));
+  px_inflight_drop(x->rl_rec);
 }
 
 /* One finished exchange's memory, its small buffers' with it, kept for the
@@ -308,6 +311,7 @@ static void finalize(px_exch_t *x) {
     x->conn = NULL;
   }
   exch_free(x);
+  px_inflight_end();
 }
 
 void px_exch_finalize(px_exch_t *x) { finalize(x); }

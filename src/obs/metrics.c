@@ -56,6 +56,7 @@ typedef struct mshm {
   uint32_t nseries;
   uint32_t index[INDEX_SIZE]; /* 0 = empty, else position + 1 */
   series_t s[PX_MAX_SERIES];
+  uint64_t lost; /* requests of workers that died (proxai_requests_lost_total) */
   int64_t gauge[]; /* nworkers x PX_G_COUNT */
 } mshm_t;
 
@@ -279,6 +280,11 @@ void px_metrics_worker_reset(unsigned worker) {
     __atomic_store_n(&m->gauge[worker * PX_G_COUNT + g], 0, __ATOMIC_RELAXED);
 }
 
+void px_metrics_lost(uint64_t n) {
+  mshm_t *m = shm();
+  if (m) add(&m->lost, n);
+}
+
 void px_metrics_ejection(const char *upstream, int ejected) {
   const char *l[NLABELS] = {upstream ? upstream : "none", NULL, NULL};
   series_t *g = get_series(F_EJECTED, l);
@@ -395,6 +401,12 @@ int px_metrics_render(px_buf_t *out) {
                           "Finished requests by inbound protocol, upstream and status.",
                           req_l);
   if (rc == 0)
+    rc = put_head(out, "proxai_requests_lost_total", "counter",
+                  "Requests in flight in a worker process that died (no access-log line).");
+  if (rc == 0)
+    rc = px_buf_printf(out, "proxai_requests_lost_total %" PRIu64 "\n",
+                       shm() ? load(&shm()->lost) : 0);
+  if (rc == 0)
     rc = render_hist(out, 0, "proxai_request_duration_seconds",
                      "Request duration from first byte received to last byte sent.");
   if (rc == 0)
@@ -409,8 +421,9 @@ int px_metrics_render(px_buf_t *out) {
   static const char *const up_l[] = {"upstream", NULL, NULL};
   if (rc == 0)
     rc = render_counter(out, F_STATE, "proxai_state_events_total",
-                        "Shared state backend events: errors, requests allowed or denied "
-                        "while it was unreachable.",
+                        "Shared state backend events: error (an incident began, or a "
+                        "script failed), back (it ended), and the requests on_error decided "
+                        "(allowed, denied, local; refused: needed the backend).",
                         state_l);
   if (rc == 0)
     rc = render_counter(out, F_EJECTIONS, "proxai_upstream_ejections_total",
@@ -443,6 +456,7 @@ void px_metrics_reset(void) {
   memset(m->index, 0, sizeof(m->index));
   memset(m->s, 0, sizeof(series_t) * m->nseries);
   m->nseries = 0;
+  m->lost = 0;
   memset(m->gauge, 0, (size_t)px_shm_nworkers() * PX_G_COUNT * sizeof(int64_t));
   px_shm_unlock(&m->mu);
 }

@@ -100,7 +100,8 @@ static void test_config(void) {
   if (c) {
     CHECK(c->state.backend == PX_STATE_LOCAL);
     CHECK(strcmp(c->state.prefix, "proxai:") == 0);
-    CHECK(c->state.on_error_deny == 0);
+    CHECK(c->state.on_error == PX_ON_ERROR_ALLOW);
+    CHECK(c->state.timeout_ms == 250);
     CHECK(c->server.socket_mode == 0660);
     CHECK(c->server.admin_listen == NULL);
     CHECK(c->routes[0].nmodels == 2 && strcmp(c->routes[0].models[1], "c-2") == 0);
@@ -109,7 +110,7 @@ static void test_config(void) {
   snprintf(text, sizeof(text),
            "[server]\nadmin_listen = 127.0.0.1:9901\nsocket_mode = 0600\n"
            "[state]\nbackend = redis\nredis = redis://127.0.0.1:6379/2\nprefix = gw1:\n"
-           "on_error = deny\n%s",
+           "on_error = deny\ntimeout = 80ms\n%s",
            base);
   c = parse(text, err, sizeof(err));
   CHECK(c != NULL);
@@ -117,7 +118,8 @@ static void test_config(void) {
     CHECK(c->state.backend == PX_STATE_REDIS);
     CHECK(strcmp(c->state.redis, "redis://127.0.0.1:6379/2") == 0);
     CHECK(strcmp(c->state.prefix, "gw1:") == 0);
-    CHECK(c->state.on_error_deny == 1);
+    CHECK(c->state.on_error == PX_ON_ERROR_DENY);
+    CHECK(c->state.timeout_ms == 80);
     CHECK(c->server.socket_mode == 0600);
     CHECK(strcmp(c->server.admin_listen, "127.0.0.1:9901") == 0);
     px_config_unref(c);
@@ -128,7 +130,9 @@ static void test_config(void) {
       {"[state]\nbackend = memcached\n", "t.conf:2: backend must be local or redis"},
       {"[state]\nbackend = redis\n", "t.conf:1: [state] backend = redis needs 'redis ='"},
       {"[state]\nredis = http://x\n", "t.conf:2: redis must be"},
-      {"[state]\non_error = maybe\n", "t.conf:2: on_error must be allow or deny"},
+      {"[state]\non_error = maybe\n", "t.conf:2: on_error must be allow, deny or local"},
+      {"[state]\ntimeout = 0ms\n", "t.conf:1: [state] timeout must be at least 1ms"},
+      {"[state]\ntimeout = soon\n", "t.conf:2: invalid duration 'soon' for 'timeout'"},
       {"[state]\n[state]\n", "t.conf:2: duplicate section [state]"},
       {"[server]\nsocket_mode = 0999\n", "t.conf:2: 'socket_mode' must be an octal mode"},
       {"[server]\nadmin_listen = nowhere\n", "t.conf:2: invalid admin_listen address"},
