@@ -1,11 +1,11 @@
 /* main.c - command line, configuration, workers, signals, drain. */
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -194,8 +194,7 @@ static void on_hup(uv_signal_t *sig, int signum) {
   px_log_set_format(c->server.log_format);
   const px_state_conf_t *a = &w->srv.config->state, *b = &c->state;
   if (a->backend != b->backend || a->on_error != b->on_error ||
-      a->timeout_ms != b->timeout_ms ||
-      strcmp(a->prefix, b->prefix) != 0 ||
+      a->timeout_ms != b->timeout_ms || strcmp(a->prefix, b->prefix) != 0 ||
       (a->redis && b->redis ? strcmp(a->redis, b->redis) != 0 : a->redis != b->redis))
     px_log_warn("reload: a changed [state] section needs a restart; keeping the running one");
   px_config_unref(w->srv.config);

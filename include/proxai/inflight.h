@@ -32,10 +32,10 @@
  * (SPEC section 12) belong here too, released in px_rl_release_lost().
  */
 typedef struct px_inflight_rec {
-  uint32_t used;         /**< 0: free */
+  uint32_t used; /**< 0: free */
   uint32_t pad;
-  uint64_t tpm_reserved; /**< tokens set aside on the key's tpm bucket */
-  uint64_t tpm;          /**< the key's tpm limit at admission */
+  uint64_t tpm_reserved;     /**< tokens set aside on the key's tpm bucket */
+  uint64_t tpm;              /**< the key's tpm limit at admission */
   char key[PX_INFLIGHT_KEY]; /**< the client key's name */
 } px_inflight_rec_t;
 

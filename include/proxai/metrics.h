@@ -39,6 +39,8 @@ void px_metrics_ejection(const char *upstream, int ejected);
  *  "error", "back", or the on_error verdict "allowed", "denied", "local",
  *  "refused"). */
 void px_metrics_state(const char *backend, const char *event);
+/** The instances the shared state backend counted (a gauge). */
+void px_metrics_state_instances(unsigned n);
 /** Count requests lost with a worker process that died. */
 void px_metrics_lost(uint64_t n);
 /** Zero the gauges of a worker slot (its process died). */

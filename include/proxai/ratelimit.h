@@ -32,14 +32,14 @@ typedef enum px_rl_verdict {
   PX_RL_UNAVAILABLE, /**< the backend is unreachable and on_error = deny, or the
                           request needs the backend (PX_RL_STRICT): 503 */
   PX_RL_PENDING,     /**< answer comes through the callback */
-  PX_RL_OPEN,        /**< backend unreachable, on_error = allow: served, nothing reserved */
-  PX_RL_LOCAL,       /**< backend unreachable, on_error = local: admitted by this
-                          host's buckets at the instance's share; settle with local = 1 */
+  PX_RL_OPEN,        /**< unreachable, on_error = allow: served, nothing held */
+  PX_RL_LOCAL,       /**< unreachable, on_error = local: admitted by this host's
+                          buckets at the instance's share (settle with local = 1) */
 } px_rl_verdict_t;
 
-/** px_rl_check flags. */
-#define PX_RL_STRICT 1u /**< never fail open: refused (503) while the backend is
-                             unreachable, whatever on_error (budgets, SPEC 12) */
+/** px_rl_check flag: never fail open, refused (503) while the backend is
+ *  unreachable whatever on_error (budgets, SPEC 12). */
+#define PX_RL_STRICT 1u
 
 /** Called once with the verdict of a PX_RL_PENDING admission. */
 typedef void (*px_rl_done_fn)(void *arg, px_rl_verdict_t v, unsigned retry_after);
@@ -70,8 +70,8 @@ int px_rl_reserves(void);
  * (state_redis.c): counted in /metrics; PX_RL_LOCAL / PX_RL_LIMITED from the
  * host's buckets at ceil(limit / instances) for on_error = local.
  */
-px_rl_verdict_t px_rl_fallback(const char *key, uint64_t rpm, uint64_t tpm, unsigned flags,
-                               uint64_t now_ms, unsigned *retry_after);
+px_rl_verdict_t px_rl_fallback(const char *key, uint64_t rpm, uint64_t tpm,
+                               unsigned flags, uint64_t now_ms, unsigned *retry_after);
 /** This worker found the backend unreachable (down = 1) or back (0). The
  *  first worker of the host to go down starts an outage: the buckets of
  *  on_error = local start full. */
@@ -79,6 +79,9 @@ void px_rl_outage(int down);
 /** This instance's name in the shared backend's instance registry (host,
  *  master pid, start time), the same in every worker. */
 const char *px_rl_instance(void);
+/** The instance registry counted n instances (this one included), shown
+ *  as proxai_state_instances: on_error = local divides limits by it. */
+void px_rl_set_instances(unsigned n);
 /** The master: worker slot `worker` died (it is no longer down). */
 void px_rl_worker_gone(unsigned worker);
 

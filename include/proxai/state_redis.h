@@ -12,9 +12,6 @@
 int px_redis_start(uv_loop_t *loop, const px_state_conf_t *sc);
 void px_redis_stop(void);
 int px_redis_running(void);
-/** Instances recorded in Redis in the last 30 s, this one included (>= 1;
- *  the last count learnt while Redis was up). */
-unsigned px_redis_instances(void);
 /** An admission: PX_RL_PENDING (the script runs), or at once the cached
  *  over-limit verdict or, while Redis is unreachable, px_rl_fallback's. */
 px_rl_verdict_t px_redis_admit(const char *key, uint64_t rpm, uint64_t tpm,

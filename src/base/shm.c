@@ -24,8 +24,8 @@ int px_shm_init(unsigned nworkers) {
   size_t msz = align_up(px_metrics_shm_size(nworkers));
   size_t rsz = align_up(px_rl_shm_size());
   size_t isz = align_up(px_inflight_shm_size(nworkers));
-  void *p = mmap(NULL, msz + rsz + isz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                 -1, 0);
+  void *p = mmap(NULL, msz + rsz + isz, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return -errno;
   g_base = p;
   g_nworkers = nworkers;

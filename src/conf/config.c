@@ -726,10 +726,14 @@ static int set_on_error(parse_t *p, const directive_t *d, void *obj, char *v) {
   if (!need_value(p, d, v)) return 0;
   int ok = 1;
   px_state_conf_t *st = obj;
-  if (strcmp(v, "allow") == 0) st->on_error = PX_ON_ERROR_ALLOW;
-  else if (strcmp(v, "deny") == 0) st->on_error = PX_ON_ERROR_DENY;
-  else if (strcmp(v, "local") == 0) st->on_error = PX_ON_ERROR_LOCAL;
-  else ok = fail(p, p->line, "on_error must be allow, deny or local, not '%s'", v);
+  if (strcmp(v, "allow") == 0)
+    st->on_error = PX_ON_ERROR_ALLOW;
+  else if (strcmp(v, "deny") == 0)
+    st->on_error = PX_ON_ERROR_DENY;
+  else if (strcmp(v, "local") == 0)
+    st->on_error = PX_ON_ERROR_LOCAL;
+  else
+    ok = fail(p, p->line, "on_error must be allow, deny or local, not '%s'", v);
   free(v);
   return ok;
 }

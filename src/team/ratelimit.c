@@ -58,10 +58,11 @@ typedef struct rl_entry {
 #define RL_WORKERS 1024
 
 typedef struct rl_shm {
-  pthread_mutex_t mu; /* taken to create an entry, and for outages */
-  uint32_t epoch;     /* outages of the shared backend seen by this host */
+  pthread_mutex_t mu;       /* taken to create an entry, and for outages */
+  uint32_t epoch;           /* outages of the shared backend seen by this host */
   uint8_t down[RL_WORKERS]; /* workers that find the backend unreachable now */
-  char instance[96];  /* this instance's name in the shared backend's registry */
+  char instance[96];        /* this instance's name in the shared backend's registry */
+  uint32_t instances;       /* instances the registry last counted (0: not yet) */
   rl_entry_t e[RL_SLOTS];
 } rl_shm_t;
 
@@ -236,9 +237,17 @@ static uint32_t outage_epoch(void) {
   return t ? __atomic_load_n(&t->epoch, __ATOMIC_ACQUIRE) : 0;
 }
 
-/* ceil(limit / n): this instance's share while the shared buckets are out
- * of reach (0 stays unlimited). */
-static uint64_t share(uint64_t limit, unsigned n) {
+void px_rl_set_instances(unsigned n) {
+  rl_shm_t *t = px_shm_ratelimit();
+  if (t) __atomic_store_n(&t->instances, n, __ATOMIC_RELAXED);
+  px_metrics_state_instances(n);
+}
+
+/* ceil(limit / n), n the instances last counted: this instance's share
+ * while the shared buckets are out of reach (0 stays unlimited). */
+static uint64_t share(uint64_t limit) {
+  rl_shm_t *t = px_shm_ratelimit();
+  unsigned n = t ? __atomic_load_n(&t->instances, __ATOMIC_RELAXED) : 1;
   return n > 1 ? (limit + n - 1) / n : limit;
 }
 
@@ -264,8 +273,8 @@ void px_rl_worker_gone(unsigned worker) {
   px_shm_unlock(&t->mu);
 }
 
-px_rl_verdict_t px_rl_fallback(const char *key, uint64_t rpm, uint64_t tpm, unsigned flags,
-                               uint64_t now_ms, unsigned *retry_after) {
+px_rl_verdict_t px_rl_fallback(const char *key, uint64_t rpm, uint64_t tpm,
+                               unsigned flags, uint64_t now_ms, unsigned *retry_after) {
   if (flags & PX_RL_STRICT) {
     px_metrics_state("redis", "refused");
     return PX_RL_UNAVAILABLE;
@@ -279,8 +288,7 @@ px_rl_verdict_t px_rl_fallback(const char *key, uint64_t rpm, uint64_t tpm, unsi
     return PX_RL_OPEN;
   }
   px_metrics_state("redis", "local");
-  unsigned n = px_redis_instances();
-  unsigned w = admit_at(key, share(rpm, n), share(tpm, n), now_ms, outage_epoch());
+  unsigned w = admit_at(key, share(rpm), share(tpm), now_ms, outage_epoch());
   if (w == 0) return PX_RL_LOCAL;
   *retry_after = w;
   return PX_RL_LIMITED;
@@ -307,7 +315,7 @@ void px_rl_settle(const px_key_conf_t *k, uint64_t reserved, uint64_t used, int 
                   uint64_t now_ms) {
   if (k->tpm == 0) return;
   if (local) {
-    charge_at(k->name, share(k->tpm, px_redis_instances()), used, now_ms, outage_epoch());
+    charge_at(k->name, share(k->tpm), used, now_ms, outage_epoch());
     return;
   }
   if (px_redis_running()) {
@@ -325,7 +333,8 @@ int px_rl_reserves(void) {
 void px_rl_release_lost(const px_config_t *cfg, const px_inflight_rec_t *recs, size_t n) {
   /* the local backend reserves nothing (it charges at the end): only the
    * shared one holds reservations */
-  if (n > 0 && cfg->state.backend == PX_STATE_REDIS) px_redis_release(&cfg->state, recs, n);
+  if (n > 0 && cfg->state.backend == PX_STATE_REDIS)
+    px_redis_release(&cfg->state, recs, n);
 }
 
 int px_rl_start(uv_loop_t *loop, const px_config_t *cfg) {

@@ -148,8 +148,8 @@ typedef struct addr {
 static struct {
   uv_loop_t *loop;
   redisAsyncContext *ac;
-  int up;       /* PONG seen on ac */
-  int down;     /* incident: found unreachable, not back yet (logged) */
+  int up;         /* PONG seen on ac */
+  int down;       /* incident: found unreachable, not back yet (logged) */
   int script_err; /* scripts failing on a reachable Redis (logged) */
   int running, stopping;
   uv_timer_t retry, watch, reg;
@@ -159,8 +159,6 @@ static struct {
   const char *on_error;
   char sha[41];
   char instance[96];
-  unsigned instances; /* recorded in the last INSTANCE_TTL_MS, >= 1 */
-  uint64_t registered_ms;
   cmd_t *head, *tail; /* unanswered commands, oldest first */
   cache_slot_t cache[CACHE_SLOTS];
 } g;
@@ -183,8 +181,8 @@ static void go_down(const char *why) {
   g.down = 1;
   px_metrics_state("redis", "error");
   px_rl_outage(1);
-  px_log_error("redis state backend unreachable (%s): on_error = %s until it is back", why,
-               g.on_error);
+  px_log_error("redis state backend unreachable (%s): on_error = %s until it is back",
+               why, g.on_error);
 }
 
 static void go_up(void) {
@@ -204,18 +202,24 @@ static void link_cmd(cmd_t *c) {
   c->sent_ms = uv_now(g.loop);
   c->next = NULL;
   c->prev = g.tail;
-  if (g.tail) g.tail->next = c;
-  else g.head = c;
+  if (g.tail)
+    g.tail->next = c;
+  else
+    g.head = c;
   g.tail = c;
   if (!uv_is_active((uv_handle_t *)&g.watch))
     uv_timer_start(&g.watch, on_watch, g.timeout_ms, 0);
 }
 
 static void unlink_cmd(cmd_t *c) {
-  if (c->prev) c->prev->next = c->next;
-  else g.head = c->next;
-  if (c->next) c->next->prev = c->prev;
-  else g.tail = c->prev;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    g.head = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  else
+    g.tail = c->prev;
   c->prev = c->next = NULL;
 }
 
@@ -243,7 +247,8 @@ static void on_watch(uv_timer_t *t) {
   uint64_t now = uv_now(g.loop), due = g.head->sent_ms + g.timeout_ms;
   if (now >= due) {
     char why[64];
-    snprintf(why, sizeof(why), "no reply within %llu ms", (unsigned long long)g.timeout_ms);
+    snprintf(why, sizeof(why), "no reply within %llu ms",
+             (unsigned long long)g.timeout_ms);
     drop(why);
     return;
   }
@@ -271,7 +276,6 @@ static void register_instance(void) {
   char ttl[24];
   snprintf(ttl, sizeof(ttl), "%d", INSTANCE_TTL_MS);
   const char *argv[] = {"EVAL", registry_script, "1", g.reg_key, g.instance, ttl};
-  g.registered_ms = uv_now(g.loop);
   send_ctl("registry", 6, argv);
 }
 
@@ -290,7 +294,7 @@ static void on_ctl_reply(redisAsyncContext *ac, void *r, void *priv) {
   if (reply == NULL || g.stopping) return; /* the connection went: handled there */
   if (strcmp(what, "registry") == 0) {
     if (reply->type == REDIS_REPLY_INTEGER)
-      g.instances = reply->integer > 1 ? (unsigned)reply->integer : 1;
+      px_rl_set_instances(reply->integer > 1 ? (unsigned)reply->integer : 1);
     return;
   }
   if (reply->type == REDIS_REPLY_ERROR) {
@@ -301,8 +305,7 @@ static void on_ctl_reply(redisAsyncContext *ac, void *r, void *priv) {
   }
   if (strcmp(what, "PING") == 0) {
     go_up();
-    if (g.registered_ms == 0 || uv_now(g.loop) - g.registered_ms >= REGISTER_MS)
-      register_instance();
+    register_instance(); /* a restarted Redis has forgotten every instance */
   }
 }
 
@@ -445,7 +448,6 @@ int px_redis_start(uv_loop_t *loop, const px_state_conf_t *sc) {
   g.loop = loop;
   g.on_error = on_error_name[sc->on_error];
   g.timeout_ms = sc->timeout_ms ? sc->timeout_ms : 1;
-  g.instances = 1;
   const char *prefix = sc->prefix ? sc->prefix : "";
   g.prefix = strdup(prefix);
   g.reg_key = malloc(strlen(prefix) + sizeof("instances"));
@@ -497,10 +499,6 @@ void px_redis_stop(void) {
 
 int px_redis_running(void) {
   return g.running;
-}
-
-unsigned px_redis_instances(void) {
-  return g.instances ? g.instances : 1;
 }
 
 /* ---- admission ------------------------------------------------------------ */
@@ -568,9 +566,10 @@ static void script_failed(const char *msg) {
   px_metrics_state("redis", "error");
   if (g.script_err) return;
   g.script_err = 1;
-  px_log_error("redis state backend: script error (%.150s): on_error = %s for the requests "
-               "it fails",
-               msg, g.on_error);
+  px_log_error(
+      "redis state backend: script error (%.150s): on_error = %s for the requests "
+      "it fails",
+      msg, g.on_error);
 }
 
 static void on_admit_reply(redisAsyncContext *ac, void *r, void *priv) {
@@ -676,7 +675,8 @@ static int sync_ok(redisContext *c, const char *what, char *why, size_t n) {
   return ok;
 }
 
-void px_redis_release(const px_state_conf_t *sc, const px_inflight_rec_t *recs, size_t n) {
+void px_redis_release(const px_state_conf_t *sc, const px_inflight_rec_t *recs,
+                      size_t n) {
   size_t need = 0, done = 0;
   for (size_t i = 0; i < n; i++) need += recs[i].tpm_reserved > 0 && recs[i].tpm > 0;
   if (need == 0) return;
@@ -697,8 +697,10 @@ void px_redis_release(const px_state_conf_t *sc, const px_inflight_rec_t *recs, 
   redisSetTimeout(c, tv);
   /* pipelined: the setup, then one settlement per reservation */
   if (a.password) {
-    if (a.user) redisAppendCommand(c, "AUTH %s %s", a.user, a.password);
-    else redisAppendCommand(c, "AUTH %s", a.password);
+    if (a.user)
+      redisAppendCommand(c, "AUTH %s %s", a.user, a.password);
+    else
+      redisAppendCommand(c, "AUTH %s", a.password);
   }
   if (a.db) redisAppendCommand(c, "SELECT %d", a.db);
   for (size_t i = 0; i < n; i++) {
@@ -716,9 +718,10 @@ void px_redis_release(const px_state_conf_t *sc, const px_inflight_rec_t *recs, 
   while (ok && done < need && sync_ok(c, "release", why, sizeof(why))) done++;
 out:
   if (done < need)
-    px_log_warn("redis: %zu reservations of a dead worker not released (%s); they lapse "
-                "within a minute",
-                need - done, why);
+    px_log_warn(
+        "redis: %zu reservations of a dead worker not released (%s); they lapse "
+        "within a minute",
+        need - done, why);
   if (c) redisFree(c);
   addr_free(&a);
   free(key);

@@ -136,7 +136,8 @@ static void test_config(void) {
       {"[state]\n[state]\n", "t.conf:2: duplicate section [state]"},
       {"[server]\nsocket_mode = 0999\n", "t.conf:2: 'socket_mode' must be an octal mode"},
       {"[server]\nadmin_listen = nowhere\n", "t.conf:2: invalid admin_listen address"},
-      {"[route x-*]\nupstream = oc\nmodels = x-*\n", "t.conf:3: model 'x-*' in [route x-*] is not a concrete model name"},
+      {"[route x-*]\nupstream = oc\nmodels = x-*\n",
+       "t.conf:3: model 'x-*' in [route x-*] is not a concrete model name"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     snprintf(text, sizeof(text), "%s%s", bad[i].text,
