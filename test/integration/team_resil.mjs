@@ -50,6 +50,10 @@ tpm = 80
 secret = sk-front
 rpm = 10
 
+[key tpm1k]
+secret = sk-tpm1k
+tpm = 1000
+
 [key big]
 secret = sk-big
 rpm = 1000000
@@ -316,7 +320,7 @@ async function tpmLevel(pfx, key) {
   return { tokens: v[0] / 60000, at: v[1] };
 }
 
-test('kill -9 of a worker with streams in flight: the master logs pid, signal and how many (idle connections excluded), counts them in proxai_requests_lost_total, releases their tpm reservations in Redis and corrects the gauges', async () => {
+test('kill -9 of a worker with streams in flight: the master logs pid, signal and how many (idle connections excluded), counts them in proxai_requests_lost_total, releases their tpm reservations in Redis and corrects the gauges; a reservation never exceeds the key\'s tpm', async () => {
   const up = await startMock();
   const pfx = `${prefix}kill:`;
   const px = await startProxai(conf('deny', '', pfx).replace(mock.url, up.url));
@@ -365,6 +369,14 @@ test('kill -9 of a worker with streams in flight: the master logs pid, signal an
     const after = await tpmLevel(pfx, 'big');
     const expected = Math.min(1000000, Math.min(1000000, before.tokens + (after.at - before.at) * 1000000 / 60000) + K * RESERVE);
     assert.ok(Math.abs(after.tokens - expected) < 1, `level ${after.tokens}, expected ${expected}`);
+
+    // a reservation is at most the key's tpm (here 1000 of max_tokens
+    // 100000): one its instance never settles is refilled within a minute
+    const capped = openStream(px, 'sk-tpm1k', 100000);
+    streams.push(capped);
+    await capped.started;
+    const lvl = await tpmLevel(pfx, 'tpm1k');
+    assert.ok(lvl.tokens >= 0 && lvl.tokens < 100 * slow, `tpm 1000 reserved whole, no deeper: ${lvl.tokens}`);
   } finally {
     for (const s of streams) s.req.destroy();
     for (const s of idle) s.destroy();
