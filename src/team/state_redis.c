@@ -117,7 +117,7 @@ typedef struct cmd {
 } cmd_t;
 
 struct px_rl_wait {
-  cmd_t c;            /* first: a reply's privdata is either kind */
+  cmd_t c;            /* in the list of unanswered commands */
   px_rl_done_fn done; /* NULL once cancelled */
   void *arg;
   uint64_t hash;
