@@ -136,10 +136,8 @@ async function restartRedis() {
 
 test('on_error = local: each instance holds ceil(limit / 2) for rpm and tpm in its shared memory, buckets full at the outage; the shared buckets again once Redis is back', async () => {
   // both instances recorded in Redis, as B counted them
-  for (const px of [pxA, pxB]) {
-    await waitFor(async () => metric(await metrics(px), /proxai_state_instances (\d+)/) >= 1, { what: 'registry count' });
-  }
-  assert.equal(metric(await metrics(pxB), /proxai_state_instances (\d+)/), 2);
+  // (within one registration period of 10 s, should B have counted first)
+  await waitFor(async () => metric(await metrics(pxB), /proxai_state_instances (\d+)/) === 2, { what: 'B counting 2 instances', timeout: 15000 * slow, interval: 200 });
   // while Redis is up the shared bucket decides: 3 of rpm 10 used
   for (let i = 0; i < 3; i++) assert.equal((await post(pxB, 'sk-rpm10')).status, 200);
 
@@ -210,14 +208,14 @@ test('Redis frozen (SIGSTOP): an admission waits at most [state] timeout (250 ms
     for (let i = 0; i < 6; i++) a.push(await post(pxA, 'sk-big'));
     assert.deepEqual(a.map((r) => r.status), [503, 503, 503, 503, 503, 503]);
     const ams = a.map((r) => r.ms);
-    assert.ok(ams[0] >= 240, `the first waited for Redis: ${ams}`);
+    assert.ok(ams[0] >= 200, `the first waited for Redis: ${ams}`);
     for (const ms of ams) assert.ok(ms <= 250 + 750 * slow, `within the timeout: ${ams}`);
     // B: 600 ms, then its local share
     const b = [];
     for (let i = 0; i < 6; i++) b.push(await post(pxB, 'sk-big'));
     assert.deepEqual(b.map((r) => r.status), [200, 200, 200, 200, 200, 200]);
     const bms = b.map((r) => r.ms);
-    assert.ok(bms[0] >= 590, `the first waited for Redis: ${bms}`);
+    assert.ok(bms[0] >= 500, `the first waited for Redis: ${bms}`);
     for (const ms of bms) assert.ok(ms <= 600 + 750 * slow, `within the timeout: ${bms}`);
     await whenEachWorker([pxA, pxB], from, UNREACHABLE, 10000 * slow);
     assert.match(pxA.logs().stderr.slice(from[0]), /unreachable \(no reply within 250 ms\)/);
