@@ -215,9 +215,9 @@ static int admission(px_exch_t *x, px_rl_verdict_t v, unsigned wait) {
     }
     return 0;
   }
-  if (v == PX_RL_UNAVAILABLE) {
-    px_exch_error(x, PX_ERR_UNAVAILABLE, "rate limits cannot be checked: the shared state "
-                                      "backend is unreachable", NULL);
+  if (v == PX_RL_UNAVAILABLE) { /* 503: api_error, overloaded_error, UNAVAILABLE */
+    px_exch_error(x, PX_ERR_OVERLOADED, "rate limits cannot be checked: the shared state "
+                                     "backend is unreachable", NULL);
     return -1;
   }
   char ra[16];

@@ -65,13 +65,16 @@ const pxB = await startProxai(conf('local', 'timeout = 600ms'));
 
 /** One request on its own connection (SO_REUSEPORT spreads them over the
  *  workers); resolves to {status, headers, text, ms}. */
-function post(px, key, { body, stream = false } = {}) {
-  const data = body ?? JSON.stringify({ model: 'gpt-4o', max_tokens: 8, stream, messages: [{ role: 'user', content: 'hi' }] });
+function request(px, key, pathname, body) {
+  const data = JSON.stringify(body);
   const t0 = Date.now();
   return new Promise((resolve, reject) => {
     const req = http.request({
-      host: '127.0.0.1', port: px.port, method: 'POST', path: '/v1/chat/completions', agent: false,
-      headers: { connection: 'close', 'content-type': 'application/json', authorization: `Bearer ${key}` },
+      host: '127.0.0.1', port: px.port, method: 'POST', path: pathname, agent: false,
+      headers: {
+        connection: 'close', 'content-type': 'application/json', authorization: `Bearer ${key}`,
+        'anthropic-version': '2023-06-01',
+      },
     }, (res) => {
       let text = '';
       res.setEncoding('utf8');
@@ -83,6 +86,8 @@ function post(px, key, { body, stream = false } = {}) {
     req.end(data);
   });
 }
+
+const post = (px, key) => request(px, key, '/v1/chat/completions', { model: 'gpt-4o', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] });
 
 const metrics = async (px) => (await fetch(`${px.url}/metrics`, { headers: { authorization: 'Bearer sk-big' } })).text();
 const metric = (text, re) => Number((re.exec(text) || [0, 0])[1]);
@@ -157,8 +162,16 @@ test('on_error = local: each instance holds ceil(limit / 2) for rpm and tpm in i
   const tcodes = [];
   for (let i = 0; i < 9; i++) tcodes.push((await post(pxB, 'sk-tpm80')).status);
   assert.deepEqual(tcodes, [200, 200, 200, 200, 200, 200, 429, 429, 429]);
-  // the deny instance refuses meanwhile
-  assert.equal((await post(pxA, 'sk-big')).status, 503);
+  // the deny instance refuses meanwhile: 503 in each client's shape
+  const denied = await post(pxA, 'sk-big');
+  assert.equal(denied.status, 503);
+  assert.equal(JSON.parse(denied.text).error.type, 'api_error');
+  const an = await request(pxA, 'sk-big', '/v1/messages', { model: 'claude-x', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] });
+  assert.equal(an.status, 503);
+  assert.equal(JSON.parse(an.text).error.type, 'overloaded_error');
+  const ge = await request(pxA, 'sk-big', '/v1beta/models/gemini-x:generateContent', { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] });
+  assert.equal(ge.status, 503);
+  assert.equal(JSON.parse(ge.text).error.status, 'UNAVAILABLE');
   const m = await metrics(pxB);
   assert.equal(stateEvent(m, 'local'), 21, m);
   assert.equal(stateEvent(m, 'error'), 2, m); // one incident per worker
