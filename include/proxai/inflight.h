@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proxai/shm.h"
+
 /** Records per worker: requests holding a reservation at once. Beyond it a
  *  request's reservation is not tracked (it lapses by itself, as a dead
  *  instance's do). */
@@ -39,8 +41,8 @@ typedef struct px_inflight_rec {
   char key[PX_INFLIGHT_KEY]; /**< the client key's name */
 } px_inflight_rec_t;
 
-/** Size of the table for nworkers workers (zeroed: nothing in flight). */
-size_t px_inflight_shm_size(unsigned nworkers);
+/** The table's shared-memory region (shm.h): the master registers it. */
+extern px_shm_region_t px_inflight_region;
 
 /** One request of this worker started / finished. */
 void px_inflight_begin(void);

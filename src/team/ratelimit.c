@@ -66,11 +66,11 @@ typedef struct rl_shm {
   rl_entry_t e[RL_SLOTS];
 } rl_shm_t;
 
-size_t px_rl_shm_size(void) {
+static size_t region_size(unsigned nworkers) {
   return sizeof(rl_shm_t);
 }
 
-void px_rl_shm_setup(void *p) {
+static void region_setup(void *p, unsigned nworkers) {
   rl_shm_t *t = p;
   px_shm_mutex_init(&t->mu);
   /* set before the workers fork: all of them share it */
@@ -82,8 +82,10 @@ void px_rl_shm_setup(void *p) {
            (long long)ts.tv_sec, ts.tv_nsec);
 }
 
+px_shm_region_t px_rl_region = {.name = "ratelimit", .size = region_size, .setup = region_setup};
+
 const char *px_rl_instance(void) {
-  rl_shm_t *t = px_shm_ratelimit();
+  rl_shm_t *t = px_shm_get(&px_rl_region);
   return t ? t->instance : "";
 }
 
@@ -103,7 +105,7 @@ static int entry_is(const rl_entry_t *e, uint64_t h, const char *key) {
 /* The key's entry of that epoch, locked; NULL when the table is full. An
  * entry of another epoch starts again with full buckets. */
 static rl_entry_t *lookup(const char *key, uint32_t epoch) {
-  rl_shm_t *t = px_shm_ratelimit();
+  rl_shm_t *t = px_shm_get(&px_rl_region);
   if (!t) return NULL;
   if (!key) key = "";
   uint64_t h = hash_str(key);
@@ -214,7 +216,7 @@ void px_rl_charge(const char *key, uint64_t tpm, uint64_t tokens, uint64_t now_m
 }
 
 void px_rl_reset(void) {
-  rl_shm_t *t = px_shm_ratelimit();
+  rl_shm_t *t = px_shm_get(&px_rl_region);
   if (!t) return;
   px_shm_lock(&t->mu);
   for (size_t i = 0; i < RL_SLOTS; i++)
@@ -233,12 +235,12 @@ static px_on_error_t g_on_error;
 
 /* The current outage's epoch (on_error = local), 0 when there is none. */
 static uint32_t outage_epoch(void) {
-  rl_shm_t *t = px_shm_ratelimit();
+  rl_shm_t *t = px_shm_get(&px_rl_region);
   return t ? __atomic_load_n(&t->epoch, __ATOMIC_ACQUIRE) : 0;
 }
 
 void px_rl_set_instances(unsigned n) {
-  rl_shm_t *t = px_shm_ratelimit();
+  rl_shm_t *t = px_shm_get(&px_rl_region);
   if (t) __atomic_store_n(&t->instances, n, __ATOMIC_RELAXED);
   px_metrics_state_instances(n);
 }
@@ -246,13 +248,13 @@ void px_rl_set_instances(unsigned n) {
 /* ceil(limit / n), n the instances last counted: this instance's share
  * while the shared buckets are out of reach (0 stays unlimited). */
 static uint64_t share(uint64_t limit) {
-  rl_shm_t *t = px_shm_ratelimit();
+  rl_shm_t *t = px_shm_get(&px_rl_region);
   unsigned n = t ? __atomic_load_n(&t->instances, __ATOMIC_RELAXED) : 1;
   return n > 1 ? (limit + n - 1) / n : limit;
 }
 
 void px_rl_outage(int down) {
-  rl_shm_t *t = px_shm_ratelimit();
+  rl_shm_t *t = px_shm_get(&px_rl_region);
   unsigned me = px_shm_worker();
   if (!t || me >= RL_WORKERS) return;
   px_shm_lock(&t->mu);
@@ -266,7 +268,7 @@ void px_rl_outage(int down) {
 }
 
 void px_rl_worker_gone(unsigned worker) {
-  rl_shm_t *t = px_shm_ratelimit();
+  rl_shm_t *t = px_shm_get(&px_rl_region);
   if (!t || worker >= RL_WORKERS) return;
   px_shm_lock(&t->mu);
   t->down[worker] = 0;
