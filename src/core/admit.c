@@ -15,9 +15,9 @@
 #include <string.h>
 #include <strings.h>
 
+#include "attempt.h"
 #include "proxai/inflight.h"
 #include "proxai/metrics.h"
-#include "attempt.h"
 
 static void simple_json(px_conn_t *c, int status, const char *body) {
   px_resp_simple(c, status, "application/json", body, strlen(body), NULL, 0);
@@ -228,8 +228,10 @@ static int admission(px_exch_t *x, px_rl_verdict_t v, unsigned wait) {
     return 0;
   }
   if (v == PX_RL_UNAVAILABLE) { /* 503: api_error, overloaded_error, UNAVAILABLE */
-    px_exch_error(x, PX_ERR_OVERLOADED, "rate limits cannot be checked: the shared state "
-                                     "backend is unreachable", NULL);
+    px_exch_error(x, PX_ERR_OVERLOADED,
+                  "rate limits cannot be checked: the shared state "
+                  "backend is unreachable",
+                  NULL);
     return -1;
   }
   char ra[16];

@@ -12,12 +12,13 @@
  * while that generation lives (handle.h: the generation is kept in a
  * table, never in the exchange, so a handle outlives its memory safely).
  */
+#include "exchange.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "exchange.h"
 #include "proxai/inflight.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
