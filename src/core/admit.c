@@ -25,12 +25,12 @@ static void simple_json(px_conn_t *c, int status, const char *body) {
 
 /* An error for a path in the shape of the protocol that owns it (else the
  * default protocol's). */
-static void path_error(px_conn_t *c, const px_proto_ops_t *ops, px_errkind_t kind,
-                       const char *msg) {
+static void path_error(px_conn_t *c, const px_req_t *r, const px_proto_ops_t *ops,
+                       px_errkind_t kind, const char *msg) {
   if (ops == NULL) ops = px_proto_default();
   px_buf_t b;
   px_buf_init(&b, 4096);
-  ops->encode_error(&b, kind, ops->error_type(kind), msg, NULL, NULL);
+  ops->encode_error(&b, kind, ops->error_type(kind), msg, NULL, r->request_id);
   px_resp_simple(c, px_errkind_status(kind), "application/json", b.data, b.len, NULL, 0);
   px_buf_free(&b);
 }
@@ -173,7 +173,7 @@ static int get_key(px_worker_t *w, px_conn_t *c, px_req_t *r, const px_proto_ops
   const char *sec = client_secret(r, ops, &sl);
   *k = sec ? px_config_key(w->config, sec, sl) : NULL;
   if (*k) return 0;
-  path_error(c, ops, PX_ERR_AUTH,
+  path_error(c, r, ops, PX_ERR_AUTH,
              sec ? "invalid API key"
                  : "missing API key: send Authorization: Bearer KEY or x-api-key");
   return -1;
@@ -370,40 +370,42 @@ void px_proxy_request(px_worker_t *w, px_conn_t *c, px_req_t *r) {
   const char *path = r->url.data;
   int get = r->method == HTTP_GET || r->method == HTTP_HEAD;
   if (path_is(r, "/healthz")) {
-    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
+    if (!get) return path_error(c, r, NULL, PX_ERR_METHOD, "method not allowed");
     return simple_json(c, 200, "{\"status\":\"ok\"}");
   }
   if (path_is(r, "/readyz")) {
-    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
+    if (!get) return path_error(c, r, NULL, PX_ERR_METHOD, "method not allowed");
     if (w->draining) return simple_json(c, 503, "{\"status\":\"draining\"}");
     return simple_json(c, 200, "{\"status\":\"ready\"}");
   }
   const px_key_conf_t *k;
   if (px_conn_is_admin(c)) { /* admin_listen: metrics and health only, no key */
-    if (!path_is(r, "/metrics")) return path_error(c, NULL, PX_ERR_NOT_FOUND, "not found");
-    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
+    if (!path_is(r, "/metrics"))
+      return path_error(c, r, NULL, PX_ERR_NOT_FOUND, "not found");
+    if (!get) return path_error(c, r, NULL, PX_ERR_METHOD, "method not allowed");
     return serve_metrics(c);
   }
   if (path_is(r, "/metrics") && w->config->server.admin_listen == NULL) {
-    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
+    if (!get) return path_error(c, r, NULL, PX_ERR_METHOD, "method not allowed");
     if (get_key(w, c, r, px_proto_default(), &k) < 0) return;
     return serve_metrics(c);
   }
   if (path_is(r, "/v1/models") || path_is(r, "/models")) {
     const px_proto_ops_t *ops = models_shape(r);
-    if (!get) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
+    if (!get) return path_error(c, r, ops, PX_ERR_METHOD, "method not allowed");
     if (get_key(w, c, r, ops, &k) < 0) return;
     return serve_models(w, c, ops, k);
   }
   px_inbound_t in;
   if (!px_proto_match(path, r->url.len, &in))
-    return path_error(c, NULL, PX_ERR_NOT_FOUND, "not found");
+    return path_error(c, r, NULL, PX_ERR_NOT_FOUND, "not found");
   const px_proto_ops_t *ops = px_proto_get(in.proto);
   if (in.ep == PX_EP_MODELS) {
-    if (!get) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
+    if (!get) return path_error(c, r, ops, PX_ERR_METHOD, "method not allowed");
     if (get_key(w, c, r, ops, &k) < 0) return;
     return serve_models(w, c, ops, k);
   }
-  if (r->method != HTTP_POST) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
+  if (r->method != HTTP_POST)
+    return path_error(c, r, ops, PX_ERR_METHOD, "method not allowed");
   gateway(w, c, r, &in);
 }
