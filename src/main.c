@@ -450,7 +450,24 @@ int main(int argc, char **argv) {
     px_config_unref(cfg);
     return 1;
   }
+  /* runtime keys without [state] dir: a store of this run only */
+  char scratch[64] = "";
+  if (cfg->state.backend == PX_STATE_LOCAL && !cfg->state.dir && cfg->admin_token) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(scratch, sizeof(scratch), "%s/proxai-state-XXXXXX",
+             tmp && *tmp && strlen(tmp) < 40 ? tmp : "/tmp");
+    if (mkdtemp(scratch)) px_rl_scratch_dir(scratch);
+    else scratch[0] = 0;
+  }
   int rc = workers > 1 ? run_workers(path, cfg, workers) : run_worker(path, cfg, 0);
+  if (scratch[0]) {
+    char f[128];
+    snprintf(f, sizeof(f), "%s/data.mdb", scratch);
+    unlink(f);
+    snprintf(f, sizeof(f), "%s/lock.mdb", scratch);
+    unlink(f);
+    rmdir(scratch);
+  }
   px_log_done();
   curl_global_cleanup();
   return rc;

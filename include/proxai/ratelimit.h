@@ -89,9 +89,20 @@ typedef void (*px_rl_usage_fn)(void *arg, int ok, const px_budget_state_t st[2])
 int px_rl_usage(const px_key_conf_t *k, int64_t now_s, px_budget_state_t st[2],
                 px_rl_usage_fn done, void *arg, px_rl_wait_t **wait);
 
+/** Record that key was used now (runtime keys: "last use" in the admin
+ *  API; this host's shared memory). */
+void px_rl_touch(const char *key, int64_t now_s);
+/** When key was last used on this host (unix s), 0 if never. */
+int64_t px_rl_last_use(const char *key);
+
 /** The master: release what worker slot `worker` (dead, reaped) had set
  *  aside on tpm buckets and budgets; its unknown usage is charged nothing. */
 void px_rl_release_worker(unsigned worker);
+
+/** The master, before it forks: a directory of its own for the store when
+ *  [state] dir is unset and runtime keys are possible (memory only: the
+ *  master removes it at exit). */
+void px_rl_scratch_dir(const char *dir);
 
 /** Start this worker's backend from cfg->state (connects to Redis; opens
  *  the persistent store of [state] dir). 0 or <0 (logged). */

@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "proxai/keys.h"
 #include "proxai/metrics.h"
 #include "proxai/money.h"
 #include "proxy_int.h"
@@ -151,16 +152,32 @@ static char *url_decode(px_str_t s) {
   return o;
 }
 
+/* The key of a secret: a static one of the configuration, else a runtime
+ * one from the state backend (*owned, the caller frees it), else NULL. */
+static const px_key_conf_t *find_key(px_config_t *cfg, const char *sec, size_t sl,
+                                     px_key_conf_t **owned) {
+  *owned = NULL;
+  if (!sec) return NULL;
+  const px_key_conf_t *k = px_config_key(cfg, sec, sl);
+  if (k) return k;
+  int64_t now = (int64_t)time(NULL);
+  *owned = px_keys_find(cfg, sec, sl, now);
+  if (*owned) px_rl_touch((*owned)->name, now);
+  return *owned;
+}
+
 /* GET endpoints that need a client key when keys exist (/v1/models, /metrics
- * on the client listener): 0 with *k set (NULL when the gateway is open), or
- * <0 after answering 401. */
+ * on the client listener, the usage): 0 with *k set (NULL when the gateway
+ * is open), or <0 after answering 401. A runtime key is *owned (freed by
+ * the caller). */
 static int get_key(px_server_t *s, px_conn_t *c, px_req_t *r, const px_proto_ops_t *ops,
-                   const px_key_conf_t **k) {
+                   const px_key_conf_t **k, px_key_conf_t **owned) {
   *k = NULL;
+  *owned = NULL;
   if (!px_config_keyed(s->config)) return 0;
   size_t sl = 0;
   const char *sec = client_secret(r, ops, &sl);
-  *k = sec ? px_config_key(s->config, sec, sl) : NULL;
+  *k = find_key(s->config, sec, sl, owned);
   if (*k) return 0;
   path_error(c, ops, PX_ERR_AUTH,
              sec ? "invalid API key"
@@ -401,7 +418,7 @@ static int authorize(px_exch_t *x) {
   if (!px_config_keyed(cfg)) return 0;
   size_t sl = 0;
   const char *sec = client_secret(x->req, px_exch_client_ops(x), &sl);
-  x->key = sec ? px_config_key(cfg, sec, sl) : NULL;
+  x->key = find_key(cfg, sec, sl, &x->rkey);
   if (x->key == NULL) {
     px_exch_error(x, PX_ERR_AUTH,
                   sec ? "invalid API key"
@@ -418,13 +435,13 @@ static int authorize(px_exch_t *x) {
   const px_key_conf_t *k = x->key;
   x->team = k->team ? k->team->name : NULL;
   int budgeted = k->budget > 0 || (k->team && k->team->budget > 0);
+  px_admit_t *a = &x->adm;
+  a->key = k; /* the spend is counted for every key */
+  a->now_s = (int64_t)time(NULL);
   if (k->rpm == 0 && k->tpm == 0 && !budgeted) return 0;
   const px_route_conf_t *rt = px_config_route(cfg, x->model);
   if (budgeted && rt == NULL) return 0; /* no route: 404 from after_admission */
-  px_admit_t *a = &x->adm;
-  a->key = k;
   a->budgeted = budgeted;
-  a->now_s = (int64_t)time(NULL);
   if (k->tpm) {
     a->tokens = output_cap(x, rt);
     if (a->tokens == 0) a->tokens = PX_RL_DEFAULT_RESERVE;
@@ -447,6 +464,149 @@ static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, const px_inbound_
   after_admission(x);
 }
 
+/* ---------------------------------------------------------------------- */
+/* the admin API and the caller's usage                                     */
+
+/* Constant-time equality of a presented token and the configured one. */
+static int token_is(const char *got, size_t gl, const char *want) {
+  size_t wl = strlen(want);
+  volatile unsigned diff = gl != wl;
+  for (size_t i = 0; i < gl; i++) diff |= (unsigned)(got[i] ^ want[i < wl ? i : 0]);
+  return diff == 0;
+}
+
+/* /admin/... on admin_listen (SPEC 13): 404 without [admin] token, 401
+ * without the token; errors in OpenAI's shape. */
+static void serve_admin(px_server_t *s, px_conn_t *c, px_req_t *r) {
+  px_config_t *cfg = s->config;
+  if (cfg->admin_token == NULL)
+    return path_error(c, NULL, PX_ERR_NOT_FOUND,
+                      "the admin API is off: set [admin] token to turn it on");
+  const char *a = px_req_header(r, "authorization");
+  if (!a || strncasecmp(a, "Bearer ", 7) != 0 ||
+      !token_is(a + 7, strlen(a + 7), cfg->admin_token))
+    return path_error(c, NULL, PX_ERR_AUTH,
+                      "the admin API needs Authorization: Bearer with the [admin] token");
+  px_buf_t b;
+  px_buf_init(&b, 16u << 20);
+  int st = px_keys_admin(cfg, r->method, r->url.data, r->path_len, r->body.data,
+                         r->body.len, &b);
+  px_resp_simple(c, st, "application/json", b.data, st == 204 ? 0 : b.len, NULL, 0);
+  px_buf_free(&b);
+}
+
+/* GET /v1/proxai/usage: one budget as the usage shape (SPEC 4) */
+static void usage_budget(px_buf_t *b, const char *name, const char *team, int64_t budget,
+                         px_window_t w, const px_budget_state_t *st, int64_t now) {
+  char t[40], u[32];
+  px_win_t win;
+  px_window_at(w, (time_t)now, &win);
+  px_buf_puts(b, "{\"name\":");
+  px_buf_json_str(b, name, strlen(name));
+  if (team != (const char *)-1) {
+    px_buf_puts(b, ",\"team\":");
+    if (team) px_buf_json_str(b, team, strlen(team));
+    else px_buf_puts(b, "null");
+  }
+  px_buf_puts(b, ",\"budget_usd\":");
+  px_buf_puts(b, budget > 0 ? px_usd_str(budget, u, sizeof(u)) : "null");
+  px_buf_puts(b, ",\"budget_window\":\"");
+  px_buf_puts(b, px_window_name(w));
+  px_buf_puts(b, "\",\"spend_usd\":");
+  px_buf_puts(b, st ? px_usd_str(st->spend, u, sizeof(u)) : "null");
+  px_buf_puts(b, ",\"reserved_usd\":");
+  px_buf_puts(b, st ? px_usd_str(st->reserved, u, sizeof(u)) : "null");
+  px_buf_puts(b, ",\"remaining_usd\":");
+  px_buf_puts(b, st && budget > 0 ? px_usd_str(budget - st->spend - st->reserved, u, sizeof(u))
+                                  : "null");
+  px_buf_puts(b, ",\"resets_at\":");
+  if (win.resets_at) {
+    px_buf_puts(b, "\"");
+    px_buf_puts(b, px_rfc3339(win.resets_at, t, sizeof(t)));
+    px_buf_puts(b, "\"}");
+  } else {
+    px_buf_puts(b, "null}");
+  }
+}
+
+typedef struct usage_q {
+  px_conn_t *c;
+  px_config_t *cfg;
+  const px_key_conf_t *k;
+  px_key_conf_t *owned;
+  px_rl_wait_t *wait;
+  int64_t now;
+} usage_q_t;
+
+static void usage_free(usage_q_t *q) {
+  px_keys_free(q->owned);
+  px_config_unref(q->cfg);
+  free(q);
+}
+
+static void usage_answer(usage_q_t *q, int ok, const px_budget_state_t st[2]) {
+  px_conn_t *c = q->c;
+  if (!ok) {
+    px_conn_set_handler(c, NULL, NULL);
+    path_error(c, NULL, PX_ERR_UNAVAILABLE,
+               "the usage cannot be read: the shared state backend is unreachable");
+    return usage_free(q);
+  }
+  const px_key_conf_t *k = q->k;
+  px_buf_t b;
+  px_buf_init(&b, 1u << 16);
+  px_buf_puts(&b, "{\"key\":");
+  usage_budget(&b, k->name, k->team ? k->team->name : NULL, k->budget, k->window, &st[0],
+               q->now);
+  px_buf_puts(&b, ",\"team\":");
+  if (k->team)
+    usage_budget(&b, k->team->name, (const char *)-1, k->team->budget, k->team->window,
+                 &st[1], q->now);
+  else
+    px_buf_puts(&b, "null");
+  px_buf_printf(&b, ",\"limits\":{\"rpm\":%llu,\"tpm\":%llu}}", (unsigned long long)k->rpm,
+                (unsigned long long)k->tpm);
+  px_conn_set_handler(c, NULL, NULL);
+  px_resp_simple(c, 200, "application/json", b.data, b.len, NULL, 0);
+  px_buf_free(&b);
+  usage_free(q);
+}
+
+static void on_usage(void *arg, int ok, const px_budget_state_t st[2]) {
+  usage_q_t *q = arg;
+  q->wait = NULL;
+  usage_answer(q, ok, st);
+}
+
+static void on_usage_close(void *arg) {
+  usage_q_t *q = arg;
+  if (q->wait) px_rl_cancel(q->wait);
+  usage_free(q);
+}
+
+static const px_conn_handler_t usage_handler = {NULL, on_usage_close};
+
+static void serve_usage(px_server_t *s, px_conn_t *c, const px_key_conf_t *k,
+                        px_key_conf_t *owned) {
+  usage_q_t *q = calloc(1, sizeof(*q));
+  if (!q) {
+    px_keys_free(owned);
+    return px_resp_abort(c);
+  }
+  q->c = c;
+  q->cfg = px_config_ref(s->config);
+  q->k = k;
+  q->owned = owned;
+  q->now = (int64_t)time(NULL);
+  px_budget_state_t st[2];
+  int rc = px_rl_usage(k, q->now, st, on_usage, q, &q->wait);
+  if (rc == 1) {
+    px_conn_set_handler(c, &usage_handler, q);
+    return;
+  }
+  usage_answer(q, rc == 0, st);
+}
+
 void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
   const char *path = r->url.data;
   int get = r->method == HTTP_GET || r->method == HTTP_HEAD;
@@ -460,21 +620,34 @@ void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
     return simple_json(c, 200, "{\"status\":\"ready\"}");
   }
   const px_key_conf_t *k;
-  if (px_conn_is_admin(c)) { /* admin_listen: metrics and health only, no key */
+  px_key_conf_t *owned;
+  if (px_conn_is_admin(c)) { /* admin_listen: metrics, health, the admin API */
+    if (r->path_len >= 7 && memcmp(path, "/admin/", 7) == 0) return serve_admin(s, c, r);
     if (!path_is(r, "/metrics")) return path_error(c, NULL, PX_ERR_NOT_FOUND, "not found");
     if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
     return serve_metrics(c);
   }
   if (path_is(r, "/metrics") && s->config->server.admin_listen == NULL) {
     if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
-    if (get_key(s, c, r, px_proto_default(), &k) < 0) return;
+    if (get_key(s, c, r, px_proto_default(), &k, &owned) < 0) return;
+    px_keys_free(owned);
     return serve_metrics(c);
   }
   if (path_is(r, "/v1/models") || path_is(r, "/models")) {
     const px_proto_ops_t *ops = models_shape(r);
     if (!get) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
-    if (get_key(s, c, r, ops, &k) < 0) return;
-    return serve_models(s, c, ops, k);
+    if (get_key(s, c, r, ops, &k, &owned) < 0) return;
+    serve_models(s, c, ops, k);
+    px_keys_free(owned);
+    return;
+  }
+  if (path_is(r, "/v1/proxai/usage") || path_is(r, "/proxai/usage")) {
+    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
+    if (!px_config_keyed(s->config))
+      return path_error(c, NULL, PX_ERR_NOT_FOUND,
+                        "no client keys are configured: there is no key to report on");
+    if (get_key(s, c, r, px_proto_default(), &k, &owned) < 0) return;
+    return serve_usage(s, c, k, owned);
   }
   px_inbound_t in;
   if (!px_proto_match(path, r->url.len, &in))
@@ -482,8 +655,10 @@ void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
   const px_proto_ops_t *ops = px_proto_get(in.proto);
   if (in.ep == PX_EP_MODELS) {
     if (!get) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
-    if (get_key(s, c, r, ops, &k) < 0) return;
-    return serve_models(s, c, ops, k);
+    if (get_key(s, c, r, ops, &k, &owned) < 0) return;
+    serve_models(s, c, ops, k);
+    px_keys_free(owned);
+    return;
   }
   if (r->method != HTTP_POST) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
   gateway(s, c, r, &in);

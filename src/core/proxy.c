@@ -19,6 +19,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "proxai/keys.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxai/money.h"
@@ -202,7 +203,8 @@ static void account(px_exch_t *x, const char *inbound, const char *upname, doubl
                       x->usage.output_tokens);
   if (x->cost_nano > 0)
     px_metrics_spend(x->key ? x->key->name : NULL, x->team, x->up_model, x->cost_nano);
-  if (x->rl_admitted)
+  /* admitted with reservations, or spend to count on the key and team */
+  if (x->rl_admitted || (x->adm.key && x->cost_nano > 0))
     px_rl_settle(&x->adm, (uint64_t)toks, x->cost_nano > 0 ? x->cost_nano : 0,
                  px_exch_now(x));
 }
@@ -268,6 +270,7 @@ px_exch_t *px_exch_alloc(void) {
 static void exch_free(px_exch_t *x) {
   free(x->model_buf);
   free(x->user_buf);
+  px_keys_free(x->rkey);
   px_upreq_free(x);
   if (x->str) px_stream_tr_free(x->str);
   if (x->pt_init) px_passthru_done(&x->pt);

@@ -73,6 +73,7 @@ struct px_exch {
   int stream;
   int include_usage;
   const px_key_conf_t *key;
+  px_key_conf_t *rkey;   /* a runtime key (keys.h), owned: key points to it */
   px_rl_wait_t *rl_wait; /* admission waiting for the state backend */
   px_admit_t adm;        /* what admission set aside (tpm tokens, budget cost) */
   int rl_admitted;       /* settle adm at the end */

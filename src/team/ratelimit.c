@@ -53,6 +53,7 @@ typedef struct budget {
   int64_t spend;    /* nano-USD in window `win` */
   int64_t reserved; /* nano-USD set aside by requests in flight */
   uint32_t win;     /* px_win_t.id; 0 = none read yet */
+  int64_t last_use; /* unix s of the key's last admitted request (this host) */
 } budget_t;
 
 /* What one worker has set aside on one entry. */
@@ -334,15 +335,16 @@ static px_rl_verdict_t local_admit(const px_admit_t *a, uint64_t now, px_refusal
   return v;
 }
 
-/* Settle one budget: the reservation returned, the cost spent (here and in
- * the store, for the window in force now). */
+/* Settle one budget: its reservation returned (reserved: what admission
+ * set aside there), the cost spent (here and in the store, for the window
+ * in force now). */
 static void settle_budget(rl_entry_t *e, int team, const char *name, px_window_t kind,
-                          const px_admit_t *a, int64_t cost) {
+                          const px_admit_t *a, int64_t reserved, int64_t cost) {
   px_win_t w;
   roll(&e->bud, team, name, kind, a->now_s, &w);
-  e->bud.reserved -= a->cost;
+  e->bud.reserved -= reserved;
   if (e->bud.reserved < 0) e->bud.reserved = 0;
-  held_of(e)->nano -= a->cost;
+  held_of(e)->nano -= reserved;
   e->bud.spend += cost;
   px_shm_unlock(&e->mu);
   char k[PX_STORE_KEY_MAX];
@@ -363,15 +365,14 @@ static void local_settle(const px_admit_t *a, uint64_t used, int64_t cost, uint6
       px_shm_unlock(&e->mu);
     }
   }
-  if (!a->budgeted) return;
-  if (k->budget > 0) {
-    rl_entry_t *e = lookup(k->name);
-    if (e) settle_budget(e, 0, k->name, k->window, a, cost);
-  }
-  if (k->team && k->team->budget > 0) {
-    rl_entry_t *e = lookup_team(k->team->name);
-    if (e) settle_budget(e, 1, k->team->name, k->team->window, a, cost);
-  }
+  /* the spend of every key and team is counted, budget or not */
+  if (!a->budgeted && cost <= 0) return;
+  rl_entry_t *e = lookup(k->name);
+  if (e) settle_budget(e, 0, k->name, k->window, a, a->budgeted && k->budget > 0 ? a->cost : 0,
+                       cost);
+  if (k->team && (e = lookup_team(k->team->name)) != NULL)
+    settle_budget(e, 1, k->team->name, k->team->window, a,
+                  a->budgeted && k->team->budget > 0 ? a->cost : 0, cost);
 }
 
 static void local_usage(const px_key_conf_t *k, int64_t now_s, px_budget_state_t st[2]) {
@@ -390,6 +391,21 @@ static void local_usage(const px_key_conf_t *k, int64_t now_s, px_budget_state_t
     st[1].reserved = e->bud.reserved;
     px_shm_unlock(&e->mu);
   }
+}
+
+void px_rl_touch(const char *key, int64_t now_s) {
+  rl_entry_t *e = lookup(key);
+  if (!e) return;
+  e->bud.last_use = now_s;
+  px_shm_unlock(&e->mu);
+}
+
+int64_t px_rl_last_use(const char *key) {
+  rl_entry_t *e = key ? lookup(key) : NULL;
+  if (!e) return 0;
+  int64_t t = e->bud.last_use;
+  px_shm_unlock(&e->mu);
+  return t;
 }
 
 void px_rl_release_worker(unsigned worker) {
@@ -427,7 +443,7 @@ void px_rl_cancel(px_rl_wait_t *w) {
 }
 
 void px_rl_settle(const px_admit_t *a, uint64_t used, int64_t cost, uint64_t now_ms) {
-  if (a->key->tpm == 0 && !a->budgeted) return;
+  if (a->key->tpm == 0 && !a->budgeted && cost <= 0) return;
   if (px_redis_running()) {
     px_redis_settle(a, used, cost);
     return;
@@ -450,10 +466,17 @@ static void on_sync(uv_timer_t *t) {
   px_store_sync();
 }
 
+static const char *scratch_dir;
+
+void px_rl_scratch_dir(const char *dir) {
+  scratch_dir = dir;
+}
+
 int px_rl_start(uv_loop_t *loop, const px_config_t *cfg) {
-  if (cfg->state.backend == PX_STATE_LOCAL && cfg->state.dir) {
+  const char *dir = cfg->state.dir ? cfg->state.dir : scratch_dir;
+  if (cfg->state.backend == PX_STATE_LOCAL && dir) {
     char err[512];
-    if (px_store_open(cfg->state.dir, 0, err, sizeof(err)) < 0) {
+    if (px_store_open(dir, 0, err, sizeof(err)) < 0) {
       px_log_error("%s", err);
       return -1;
     }

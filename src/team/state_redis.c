@@ -123,13 +123,14 @@ static const char script[] =
     "  end\n"
     "  local c, cost = tonumber(ARGV[8]), tonumber(ARGV[9])\n"
     "  for i = 0, 1 do\n"
-    "    if tonumber(ARGV[6 + i]) > 0 then\n"
+    "    if tonumber(ARGV[6 + i]) ~= 0 then\n"
     "      local sk, h, ttl = KEYS[2 + 2 * i], KEYS[3 + 2 * i], tonumber(ARGV[10 + i])\n"
     "      if cost > 0 then\n"
     "        redis.call('INCRBY', sk, ARGV[9])\n"
     "        if ttl > 0 then redis.call('PEXPIRE', sk, ttl) end\n"
     "      end\n"
-    "      if c > 0 and redis.call('HINCRBY', h, 'r:' .. owner, '-' .. ARGV[8]) <= 0 then\n"
+    "      if c > 0 and tonumber(ARGV[6 + i]) > 0 and\n"
+    "         redis.call('HINCRBY', h, 'r:' .. owner, '-' .. ARGV[8]) <= 0 then\n"
     "        redis.call('HDEL', h, 'r:' .. owner, 'e:' .. owner)\n"
     "      end\n"
     "    end\n"
@@ -524,8 +525,10 @@ static px_rl_wait_t *wait_new(const px_key_conf_t *k, const char *mode, int64_t 
     const char *name = i == 0 ? k->name : k->team ? k->team->name : NULL;
     px_window_t kind = i == 0 ? k->window : k->team ? k->team->window : PX_WINDOW_MONTH;
     char *sk = w->keys[1 + 2 * i], *rk = w->keys[2 + 2 * i];
+    /* the budget, or -1: none, the spend is counted all the same */
     budget[i] = i == 0 ? k->budget : k->team ? k->team->budget : 0;
-    if (!name || budget[i] <= 0) {
+    if (name && budget[i] <= 0) budget[i] = -1;
+    if (!name) {
       budget[i] = 0;
       snprintf(sk, PX_STORE_KEY_MAX, "%sbud:-", g.prefix);
       snprintf(rk, PX_STORE_KEY_MAX, "%sbud:-:res", g.prefix);
@@ -700,11 +703,11 @@ static void on_fire_reply(redisAsyncContext *ac, void *r, void *priv) {
 void px_redis_settle(const px_admit_t *a, uint64_t used, int64_t cost) {
   const px_key_conf_t *k = a->key;
   int64_t delta = k->tpm ? (int64_t)used - (int64_t)a->tokens : 0;
-  if (delta == 0 && !a->budgeted) return;
+  if (delta == 0 && !a->budgeted && cost <= 0) return;
   /* lost when not connected: the bucket refills, the reservations lapse */
   if (!g.ac) return;
-  px_rl_wait_t *w = wait_new(k, "s", a->now_s, (long long)delta, a->budgeted ? a->cost : 0,
-                             a->budgeted ? cost : 0, NULL);
+  px_rl_wait_t *w =
+      wait_new(k, "s", a->now_s, (long long)delta, a->budgeted ? a->cost : 0, cost, NULL);
   if (!w) return;
   if (w->budgeted) held_wait(w, -1);
   /* tokens returned: the local over-limit mark may be stale */
