@@ -25,10 +25,18 @@
 
 /** The runtime key whose secret this is, at unix time now_s: NULL when
  *  there is none (unknown, revoked, expired, rotated and out of grace) or
- *  no store. The key (and its runtime team) belong to the caller:
+ *  no store. The local store only (with Redis: px_redis_key_lookup, one
+ *  round trip, then px_keys_from_records). The key (and its runtime team) belong to the caller:
  *  px_keys_free(). */
 px_key_conf_t *px_keys_find(const px_config_t *cfg, const char *secret, size_t len,
                             int64_t now_s);
+/** The hex SHA-256 of a secret (what is stored). */
+void px_keys_hash(const char *secret, size_t len, char hex[65]);
+/** The runtime key of records read from Redis (px_redis_key_lookup): the
+ *  key's record and its team's (empty when none), checked against the hash
+ *  of the secret presented; NULL when they do not open. */
+px_key_conf_t *px_keys_from_records(const px_config_t *cfg, const char *hex, px_str_t rec,
+                                    px_str_t team, int64_t now);
 /** Free what px_keys_find returned (NULL is fine). */
 void px_keys_free(px_key_conf_t *k);
 /** Whether runtime keys can exist (an admin token and a store). */

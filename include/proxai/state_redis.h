@@ -6,6 +6,9 @@
 #ifndef PROXAI_STATE_REDIS_H
 #define PROXAI_STATE_REDIS_H
 
+#include <hiredis/hiredis.h>
+
+#include "proxai/buf.h"
 #include "proxai/ratelimit.h"
 
 int px_redis_start(uv_loop_t *loop, const px_state_conf_t *sc);
@@ -22,5 +25,19 @@ void px_redis_settle(const px_admit_t *a, uint64_t used, int64_t cost);
 /** px_rl_usage on Redis: 1 (pending) or <0 (not connected). */
 int px_redis_usage(const px_key_conf_t *k, int64_t now_s, px_rl_usage_fn done, void *arg,
                    px_rl_wait_t **wait);
+
+/** The answer of px_redis_key_lookup: ok 0 when Redis could not be asked;
+ *  rec empty when there is no such key; team: the team's record or empty. */
+typedef void (*px_redis_key_fn)(void *arg, int ok, px_str_t rec, px_str_t team);
+/** A runtime key's records by the hex SHA-256 of its secret, in one round
+ *  trip. 1 (pending; px_rl_cancel(*wait) forgets it) or <0 (not connected). */
+int px_redis_key_lookup(const char *hex, px_redis_key_fn done, void *arg,
+                        px_rl_wait_t **wait);
+/** The admin API's blocking connection (1 s timeout), connected and
+ *  authenticated, or NULL; px_redis_sync_drop() after an I/O error. */
+redisContext *px_redis_sync(void);
+void px_redis_sync_drop(void);
+/** The [state] prefix of every Redis key. */
+const char *px_redis_prefix(void);
 
 #endif

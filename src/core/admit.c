@@ -19,6 +19,7 @@
 #include "proxai/keys.h"
 #include "proxai/metrics.h"
 #include "proxai/money.h"
+#include "proxai/state_redis.h"
 #include "proxy_int.h"
 
 static void simple_json(px_conn_t *c, int status, const char *body) {
@@ -410,19 +411,15 @@ static int read_request(px_exch_t *x, const px_inbound_t *in) {
   return 0;
 }
 
-/* The client key, the key's models, its rate limits. 0: go on to the
- * route; 1: the state backend answers later (on_admitted goes on); <0: the
- * request was answered. */
-static int authorize(px_exch_t *x) {
+/* The key's models and its admission (rate limits, budgets). 0: go on to
+ * the route; 1: the state backend answers later (on_admitted goes on);
+ * <0: the request was answered. */
+static int authorize_key(px_exch_t *x, int presented) {
   px_config_t *cfg = x->cfg;
-  if (!px_config_keyed(cfg)) return 0;
-  size_t sl = 0;
-  const char *sec = client_secret(x->req, px_exch_client_ops(x), &sl);
-  x->key = find_key(cfg, sec, sl, &x->rkey);
   if (x->key == NULL) {
     px_exch_error(x, PX_ERR_AUTH,
-                  sec ? "invalid API key"
-                      : "missing API key: send Authorization: Bearer KEY or x-api-key",
+                  presented ? "invalid API key"
+                            : "missing API key: send Authorization: Bearer KEY or x-api-key",
                   NULL);
     return -1;
   }
@@ -451,6 +448,44 @@ static int authorize(px_exch_t *x) {
   px_rl_verdict_t v = px_rl_check(a, px_exch_now(x), &why, on_admitted, x, &x->rl_wait);
   if (v == PX_RL_PENDING) return 1;
   return admission(x, v, &why);
+}
+
+/* A runtime key's records arrived from Redis. */
+static void on_key_records(void *arg, int ok, px_str_t rec, px_str_t team) {
+  px_exch_t *x = arg;
+  x->rl_wait = NULL;
+  if (!ok) {
+    px_exch_error(x, PX_ERR_UNAVAILABLE,
+                  "the key cannot be checked: the shared state backend is unreachable", NULL);
+    return;
+  }
+  size_t sl = 0;
+  const char *sec = client_secret(x->req, px_exch_client_ops(x), &sl);
+  char hex[65];
+  px_keys_hash(sec, sl, hex);
+  int64_t now = (int64_t)time(NULL);
+  x->key = x->rkey = px_keys_from_records(x->cfg, hex, rec, team, now);
+  if (x->rkey) px_rl_touch(x->rkey->name, now);
+  if (authorize_key(x, 1) == 0) after_admission(x);
+}
+
+/* The client key: a static one, else a runtime one (the local store at
+ * once, Redis in one round trip), then authorize_key. Same returns. */
+static int authorize(px_exch_t *x) {
+  px_config_t *cfg = x->cfg;
+  if (!px_config_keyed(cfg)) return 0;
+  size_t sl = 0;
+  const char *sec = client_secret(x->req, px_exch_client_ops(x), &sl);
+  if (sec && sl && !px_config_key(cfg, sec, sl) && px_keys_on(cfg) && px_redis_running()) {
+    char hex[65];
+    px_keys_hash(sec, sl, hex);
+    if (px_redis_key_lookup(hex, on_key_records, x, &x->rl_wait) == 1) return 1;
+    px_exch_error(x, PX_ERR_UNAVAILABLE,
+                  "the key cannot be checked: the shared state backend is unreachable", NULL);
+    return -1;
+  }
+  x->key = find_key(cfg, sec, sl, &x->rkey);
+  return authorize_key(x, sec != NULL);
 }
 
 static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, const px_inbound_t *in) {

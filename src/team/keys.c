@@ -23,6 +23,7 @@
 #include "proxai/money.h"
 #include "proxai/protoutil.h"
 #include "proxai/ratelimit.h"
+#include "proxai/state_redis.h"
 #include "proxai/store.h"
 
 #define NAME_MAX_LEN 64
@@ -36,8 +37,121 @@ typedef struct rkey {
   px_team_conf_t team;
 } rkey_t;
 
+static int64_t now_s(void) {
+  return (int64_t)time(NULL);
+}
+
+/* ---------------------------------------------------------------------- */
+/* records: the local store, or Redis (PREFIX key:NAME, keyhash:HEX,
+ * team:NAME; the admin API's blocking connection)                          */
+
+static int redis_on(void) {
+  return px_redis_running();
+}
+
 int px_keys_on(const px_config_t *cfg) {
-  return cfg->admin_token != NULL && px_store_on();
+  return cfg->admin_token != NULL && (px_store_on() || redis_on());
+}
+
+static const char *rname(px_store_db_t db) {
+  return db == PX_STORE_KEYS ? "key:" : db == PX_STORE_TEAMS ? "team:" : "keyhash:";
+}
+
+/* a Redis reply, or NULL after dropping a failed connection */
+static redisReply *redis_cmd(int argc, const char **argv, const size_t *lens) {
+  redisContext *c = px_redis_sync();
+  if (!c) return NULL;
+  redisReply *r = redisCommandArgv(c, argc, argv, lens);
+  if (!r) px_redis_sync_drop();
+  return r;
+}
+
+static void rkey(char *buf, size_t cap, px_store_db_t db, const char *name, size_t nl) {
+  snprintf(buf, cap, "%s%s%.*s", px_redis_prefix(), rname(db), (int)nl, name);
+}
+
+static int kv_get(px_store_db_t db, const char *name, size_t nl, px_buf_t *out,
+                  int64_t now) {
+  if (!redis_on()) return px_store_get(db, name, nl, out, (uint64_t)now);
+  char k[PX_STORE_KEY_MAX + 64];
+  rkey(k, sizeof(k), db, name, nl);
+  const char *argv[] = {"GET", k};
+  size_t lens[] = {3, strlen(k)};
+  redisReply *r = redis_cmd(2, argv, lens);
+  if (!r) return PX_STORE_EIO;
+  int rc = r->type == REDIS_REPLY_STRING ? 1 : r->type == REDIS_REPLY_NIL ? 0 : PX_STORE_EIO;
+  if (rc == 1) {
+    out->len = 0;
+    if (px_buf_append_grow(out, r->str, r->len) < 0) rc = PX_ENOMEM;
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+static int kv_put(px_store_db_t db, const char *name, size_t nl, const char *val, size_t vl,
+                  int64_t expires_s, unsigned flags, int64_t now) {
+  if (!redis_on()) return px_store_put(db, name, nl, val, vl, (uint64_t)expires_s, flags);
+  char k[PX_STORE_KEY_MAX + 64], ms[32];
+  rkey(k, sizeof(k), db, name, nl);
+  const char *argv[6] = {"SET", k, val};
+  size_t lens[6] = {3, strlen(k), vl};
+  int n = 3;
+  if (flags & PX_STORE_NEW) argv[n] = "NX", lens[n++] = 2;
+  if (expires_s) {
+    snprintf(ms, sizeof(ms), "%lld", (long long)((expires_s - now) * 1000));
+    argv[n] = "PX", lens[n++] = 2;
+    argv[n] = ms, lens[n++] = strlen(ms);
+  }
+  redisReply *r = redis_cmd(n, argv, lens);
+  if (!r) return PX_STORE_EIO;
+  int rc = r->type == REDIS_REPLY_NIL ? PX_STORE_EEXIST
+           : r->type == REDIS_REPLY_ERROR ? PX_STORE_EIO
+                                          : 0;
+  freeReplyObject(r);
+  return rc;
+}
+
+static int kv_del(px_store_db_t db, const char *name, size_t nl) {
+  if (!redis_on()) return px_store_del(db, name, nl);
+  char k[PX_STORE_KEY_MAX + 64];
+  rkey(k, sizeof(k), db, name, nl);
+  const char *argv[] = {"DEL", k};
+  size_t lens[] = {3, strlen(k)};
+  redisReply *r = redis_cmd(2, argv, lens);
+  if (!r) return PX_STORE_EIO;
+  int rc = r->type == REDIS_REPLY_INTEGER ? (int)r->integer : PX_STORE_EIO;
+  freeReplyObject(r);
+  return rc;
+}
+
+/* every record of db: the store's walk, or SCAN + GET */
+static int kv_each(px_store_db_t db, int64_t now, px_store_each_fn fn, void *arg) {
+  if (!redis_on()) return px_store_each(db, NULL, 0, (uint64_t)now, fn, arg);
+  char match[PX_STORE_KEY_MAX + 64], cursor[32] = "0";
+  snprintf(match, sizeof(match), "%s%s*", px_redis_prefix(), rname(db));
+  size_t skip = strlen(match) - 1;
+  do {
+    const char *argv[] = {"SCAN", cursor, "MATCH", match, "COUNT", "500"};
+    size_t lens[] = {4, strlen(cursor), 5, strlen(match), 5, 3};
+    redisReply *r = redis_cmd(6, argv, lens);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+      if (r) freeReplyObject(r);
+      return PX_STORE_EIO;
+    }
+    snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str ? r->element[0]->str : "0");
+    redisReply *ks = r->element[1];
+    for (size_t i = 0; i < ks->elements; i++) {
+      const char *k = ks->element[i]->str;
+      if (!k || strlen(k) < skip) continue;
+      px_buf_t b;
+      px_buf_init(&b, RECORD_MAX);
+      if (kv_get(db, k + skip, strlen(k + skip), &b, now) == 1)
+        fn(arg, (px_str_t){k + skip, strlen(k + skip)}, (px_str_t){b.data, b.len});
+      px_buf_free(&b);
+    }
+    freeReplyObject(r);
+  } while (strcmp(cursor, "0") != 0);
+  return 0;
 }
 
 static void hash_hex(const char *secret, size_t len, char out[65]) {
@@ -46,17 +160,13 @@ static void hash_hex(const char *secret, size_t len, char out[65]) {
   for (int i = 0; i < SHA256_DIGEST_LENGTH; i++) sprintf(out + 2 * i, "%02x", md[i]);
 }
 
-static int64_t now_s(void) {
-  return (int64_t)time(NULL);
-}
 
 /* a record of db by name, parsed; NULL when absent */
 static json_t *load(px_store_db_t db, const char *name, int64_t now) {
   px_buf_t b;
   px_buf_init(&b, RECORD_MAX);
   json_t *j = NULL;
-  if (px_store_get(db, name, strlen(name), &b, (uint64_t)now) == 1)
-    j = json_loadb(b.data, b.len, 0, NULL);
+  if (kv_get(db, name, strlen(name), &b, now) == 1) j = json_loadb(b.data, b.len, 0, NULL);
   px_buf_free(&b);
   return j;
 }
@@ -64,7 +174,7 @@ static json_t *load(px_store_db_t db, const char *name, int64_t now) {
 static int save(px_store_db_t db, const char *name, json_t *j, unsigned flags) {
   char *t = json_dumps(j, JSON_COMPACT);
   if (!t) return PX_ENOMEM;
-  int rc = px_store_put(db, name, strlen(name), t, strlen(t), 0, flags);
+  int rc = kv_put(db, name, strlen(name), t, strlen(t), 0, flags, now_s());
   free(t);
   return rc;
 }
@@ -98,8 +208,10 @@ void px_keys_free(px_key_conf_t *k) {
   free(r);
 }
 
-/* The key conf of a record; its team static (cfg) or runtime (store). */
-static px_key_conf_t *key_from(const px_config_t *cfg, const json_t *j, int64_t now) {
+/* The key conf of a record; its team static (cfg) or runtime (team_rec, or
+ * read from the records when NULL). */
+static px_key_conf_t *key_from(const px_config_t *cfg, const json_t *j, const json_t *team_rec,
+                               int64_t now) {
   rkey_t *r = calloc(1, sizeof(*r));
   if (!r) return NULL;
   px_key_conf_t *k = &r->k;
@@ -122,8 +234,8 @@ static px_key_conf_t *key_from(const px_config_t *cfg, const json_t *j, int64_t 
     k->team_name = strdup(team);
     k->team = px_config_team(cfg, team);
     if (!k->team) {
-      json_t *t = load(PX_STORE_TEAMS, team, now);
-      if (t && team_from(t, &r->team) == 0) k->team = &r->team;
+      json_t *t = team_rec ? json_incref((json_t *)team_rec) : load(PX_STORE_TEAMS, team, now);
+      if (t && jstr(t, "name") && team_from(t, &r->team) == 0) k->team = &r->team;
       json_decref(t);
     }
   }
@@ -131,6 +243,37 @@ static px_key_conf_t *key_from(const px_config_t *cfg, const json_t *j, int64_t 
     px_keys_free(k);
     return NULL;
   }
+  return k;
+}
+
+void px_keys_hash(const char *secret, size_t len, char hex[65]) {
+  hash_hex(secret, len, hex);
+}
+
+/* Whether record j opens with the secret of hash hex at now. */
+static int record_opens(const json_t *j, const char *hex, int64_t now) {
+  /* the record must still name this hash: a stale mapping never opens */
+  const char *h = jstr(j, "hash"), *old = jstr(j, "old_hash");
+  int ok = j && ((h && strcmp(h, hex) == 0) ||
+                 (old && strcmp(old, hex) == 0 && jint(j, "old_until") > now));
+  int64_t exp = jint(j, "expires_at");
+  return ok && (exp == 0 || exp > now);
+}
+
+px_key_conf_t *px_keys_from_records(const px_config_t *cfg, const char *hex, px_str_t rec,
+                                    px_str_t team, int64_t now) {
+  if (rec.len == 0) return NULL;
+  json_t *j = json_loadb(rec.ptr, rec.len, 0, NULL);
+  json_t *t = team.len ? json_loadb(team.ptr, team.len, 0, NULL) : NULL;
+  px_key_conf_t *k = NULL;
+  if (record_opens(j, hex, now)) {
+    /* a team that is neither static nor in the records: none */
+    json_t *none = json_object();
+    k = key_from(cfg, j, t ? t : none, now);
+    json_decref(none);
+  }
+  json_decref(j);
+  json_decref(t);
   return k;
 }
 
@@ -142,15 +285,10 @@ px_key_conf_t *px_keys_find(const px_config_t *cfg, const char *secret, size_t l
   px_buf_t name;
   px_buf_init(&name, 256);
   px_key_conf_t *k = NULL;
-  if (px_store_get(PX_STORE_KEYHASH, hex, 64, &name, (uint64_t)now) == 1 &&
+  if (kv_get(PX_STORE_KEYHASH, hex, 64, &name, now) == 1 &&
       px_buf_append_grow(&name, "", 1) == 0) {
     json_t *j = load(PX_STORE_KEYS, name.data, now);
-    /* the record must still name this hash: a stale mapping never opens */
-    const char *h = jstr(j, "hash"), *old = jstr(j, "old_hash");
-    int ok = j && ((h && strcmp(h, hex) == 0) ||
-                   (old && strcmp(old, hex) == 0 && jint(j, "old_until") > now));
-    int64_t exp = jint(j, "expires_at");
-    if (ok && (exp == 0 || exp > now)) k = key_from(cfg, j, now);
+    if (record_opens(j, hex, now)) k = key_from(cfg, j, NULL, now);
     json_decref(j);
   }
   px_buf_free(&name);
@@ -260,7 +398,7 @@ static json_t *key_view(const px_config_t *cfg, const json_t *rec, int64_t now) 
   json_object_set(o, "models", json_object_get(rec, "models"));
   json_object_set(o, "rpm", json_object_get(rec, "rpm"));
   json_object_set(o, "tpm", json_object_get(rec, "tpm"));
-  px_key_conf_t *k = key_from(cfg, rec, now);
+  px_key_conf_t *k = key_from(cfg, rec, NULL, now);
   if (k) {
     /* the key's own budget; the team's is shown under /admin/teams */
     budget_view(o, k, 0, now);
@@ -449,15 +587,15 @@ static int each_record(void *arg, px_str_t k, px_str_t v) {
 /* the hash entries of a key record go with it */
 static void drop_hashes(const json_t *rec) {
   const char *h = jstr(rec, "hash"), *old = jstr(rec, "old_hash");
-  if (h) px_store_del(PX_STORE_KEYHASH, h, strlen(h));
-  if (old) px_store_del(PX_STORE_KEYHASH, old, strlen(old));
+  if (h) kv_del(PX_STORE_KEYHASH, h, strlen(h));
+  if (old) kv_del(PX_STORE_KEYHASH, old, strlen(old));
 }
 
 static int set_secret(json_t *rec, const char *name, char secret[39], px_buf_t *out) {
   char hex[65];
   if (new_secret(secret) < 0) return error(out, 500, "api_error", "no random bytes");
   hash_hex(secret, 38, hex);
-  if (px_store_put(PX_STORE_KEYHASH, hex, 64, name, strlen(name), 0, PX_STORE_NEW) < 0)
+  if (kv_put(PX_STORE_KEYHASH, hex, 64, name, strlen(name), 0, PX_STORE_NEW, now_s()) < 0)
     return error(out, 500, "api_error", "the state store refused the write");
   json_object_set_new(rec, "hash", json_string(hex));
   return 0;
@@ -466,8 +604,8 @@ static int set_secret(json_t *rec, const char *name, char secret[39], px_buf_t *
 int px_keys_admin(const px_config_t *cfg, int method, const char *path, size_t plen,
                   const char *body, size_t blen, px_buf_t *out) {
   int64_t now = now_s();
-  if (!px_store_on())
-    return error(out, 503, "api_error", "runtime keys need a state store ([state] dir)");
+  if (!px_store_on() && !redis_on())
+    return error(out, 503, "api_error", "runtime keys need a state store");
   /* /admin/keys[/NAME[/rotate]] or /admin/teams[/NAME] */
   int is_key;
   const char *rest;
@@ -510,7 +648,10 @@ int px_keys_admin(const px_config_t *cfg, int method, const char *path, size_t p
       for (size_t i = 0; i < (is_key ? cfg->nkeys : cfg->nteams); i++)
         json_array_append_new(l.data, is_key ? static_key_view(&cfg->keys[i], now)
                                              : static_team_view(&cfg->teams[i], now));
-      px_store_each(db, NULL, 0, (uint64_t)now, each_record, &l);
+      if (kv_each(db, now, each_record, &l) < 0) {
+        json_decref(l.data);
+        return error(out, 503, "api_error", "the state backend cannot be read");
+      }
       json_t *o = json_object();
       json_object_set_new(o, "data", l.data);
       return answer(out, 200, o);
@@ -547,12 +688,12 @@ int px_keys_admin(const px_config_t *cfg, int method, const char *path, size_t p
     }
     int rc = save(db, nm, rec, PX_STORE_NEW);
     if (rc == PX_STORE_EEXIST) {
-      if (is_key) px_store_del(PX_STORE_KEYHASH, jstr(rec, "hash"), 64);
+      if (is_key) kv_del(PX_STORE_KEYHASH, jstr(rec, "hash"), 64);
       st = error(out, 409, "invalid_request_error", "a %s named '%s' exists", what, nm);
       goto done;
     }
     if (rc < 0) {
-      if (is_key) px_store_del(PX_STORE_KEYHASH, jstr(rec, "hash"), 64);
+      if (is_key) kv_del(PX_STORE_KEYHASH, jstr(rec, "hash"), 64);
       st = error(out, 500, "api_error", "the state store refused the write");
       goto done;
     }
@@ -600,13 +741,13 @@ int px_keys_admin(const px_config_t *cfg, int method, const char *path, size_t p
       goto done;
     }
     const char *cur = jstr(rec, "hash"), *old = jstr(rec, "old_hash");
-    if (old) px_store_del(PX_STORE_KEYHASH, old, strlen(old));
+    if (old) kv_del(PX_STORE_KEYHASH, old, strlen(old));
     char keep[65] = "";
     if (cur) snprintf(keep, sizeof(keep), "%s", cur);
     int64_t until = now + (int64_t)((grace + 999) / 1000);
     if (keep[0]) {
-      px_store_del(PX_STORE_KEYHASH, keep, 64);
-      if (grace) px_store_put(PX_STORE_KEYHASH, keep, 64, name, strlen(name), (uint64_t)until, 0);
+      kv_del(PX_STORE_KEYHASH, keep, 64);
+      if (grace) kv_put(PX_STORE_KEYHASH, keep, 64, name, strlen(name), until, 0, now);
     }
     char secret[39];
     if ((st = set_secret(rec, name, secret, out)) != 0) goto done;
@@ -636,7 +777,7 @@ int px_keys_admin(const px_config_t *cfg, int method, const char *path, size_t p
     json_decref(next);
   } else if (method == HTTP_DELETE) {
     if (is_key) drop_hashes(rec);
-    px_store_del(db, name, strlen(name));
+    kv_del(db, name, strlen(name));
     out->len = 0;
     st = 204;
   } else {

@@ -163,6 +163,21 @@ static const char script[] =
 #define NARGS 11
 
 /* One script call: its keys and arguments, and who waits for the answer. */
+/* A runtime key by the hash of its secret (keys.h): KEYS[1] the hash's
+ * entry, ARGV[1] the prefix. Returns {key record, team record or ""}, or
+ * nil. One round trip, read only. */
+static const char lookup_script[] =
+    "local n = redis.call('GET', KEYS[1])\n"
+    "if not n then return nil end\n"
+    "local rec = redis.call('GET', ARGV[1] .. 'key:' .. n)\n"
+    "if not rec then return nil end\n"
+    "local ok, j = pcall(cjson.decode, rec)\n"
+    "local t = ''\n"
+    "if ok and type(j) == 'table' and type(j['team']) == 'string' then\n"
+    "  t = redis.call('GET', ARGV[1] .. 'team:' .. j['team']) or ''\n"
+    "end\n"
+    "return {rec, t}\n";
+
 struct px_rl_wait {
   px_rl_done_fn done;  /* admit: NULL once cancelled */
   px_rl_usage_fn udone; /* query */
@@ -170,6 +185,8 @@ struct px_rl_wait {
   uint64_t hash;
   int resent; /* EVAL after NOSCRIPT */
   int budgeted;
+  px_redis_key_fn kdone; /* lookup_script */
+  int lookup;
   char keys[NKEYS][PX_STORE_KEY_MAX];
   char args[NARGS][48];
   char packed[NARGS * 48];
@@ -197,7 +214,8 @@ static struct {
   uint64_t backoff_ms;
   char *host, *path, *user, *password, *prefix;
   int port, db, deny;
-  char sha[41];
+  char sha[41], lookup_sha[41];
+  redisContext *sync; /* the admin API's own connection (blocking, short) */
   int incident;    /* logged, not over yet */
   size_t inflight; /* commands sent, reply not yet seen */
   uint64_t last_progress_ms;
@@ -422,6 +440,8 @@ int px_redis_start(uv_loop_t *loop, const px_state_conf_t *sc) {
   unsigned char md[SHA_DIGEST_LENGTH];
   SHA1((const unsigned char *)script, strlen(script), md);
   for (int i = 0; i < SHA_DIGEST_LENGTH; i++) sprintf(g.sha + 2 * i, "%02x", md[i]);
+  SHA1((const unsigned char *)lookup_script, strlen(lookup_script), md);
+  for (int i = 0; i < SHA_DIGEST_LENGTH; i++) sprintf(g.lookup_sha + 2 * i, "%02x", md[i]);
   uv_timer_init(loop, &g.timer);
   uv_unref((uv_handle_t *)&g.timer);
   uv_timer_init(loop, &g.renew);
@@ -458,6 +478,7 @@ void px_redis_stop(void) {
   }
   uv_close((uv_handle_t *)&g.timer, on_timer_closed);
   uv_close((uv_handle_t *)&g.renew, on_timer_closed);
+  px_redis_sync_drop();
   for (size_t i = 0; i < g.nheld; i++) free(g.held[i].res);
   free(g.held);
   g.held = NULL;
@@ -483,11 +504,11 @@ static void wait_free(px_rl_wait_t *w) {
 
 static int send_script(px_rl_wait_t *w, redisCallbackFn *cb) {
   w->argv[0] = w->resent ? "EVAL" : "EVALSHA";
-  w->argv[1] = w->resent ? script : g.sha;
+  w->argv[1] = w->resent ? (w->lookup ? lookup_script : script) : w->lookup ? g.lookup_sha : g.sha;
   w->argvlen[0] = strlen(w->argv[0]);
   w->argvlen[1] = strlen(w->argv[1]);
-  if (!g.ac || redisAsyncCommandArgv(g.ac, cb, w, 3 + NKEYS + 1, w->argv, w->argvlen) !=
-                   REDIS_OK)
+  int argc = w->lookup ? 5 : 3 + NKEYS + 1;
+  if (!g.ac || redisAsyncCommandArgv(g.ac, cb, w, argc, w->argv, w->argvlen) != REDIS_OK)
     return -1;
   if (g.inflight++ == 0) g.last_progress_ms = uv_now(g.loop);
   return 0;
@@ -691,6 +712,7 @@ px_rl_verdict_t px_redis_admit(const px_admit_t *a, uint64_t now_ms, px_refusal_
 void px_redis_cancel(px_rl_wait_t *w) {
   w->done = NULL;
   w->udone = NULL;
+  w->kdone = NULL;
 }
 
 static void on_fire_reply(redisAsyncContext *ac, void *r, void *priv) {
@@ -769,4 +791,94 @@ static void on_renew(uv_timer_t *t) {
     if (w && send_script(w, on_fire_reply) < 0) wait_free(w);
     i++;
   }
+}
+
+/* ---- runtime keys ---------------------------------------------------------- */
+
+static void on_key_reply(redisAsyncContext *ac, void *r, void *priv) {
+  (void)ac;
+  redisReply *reply = r;
+  px_rl_wait_t *w = priv;
+  if (reply_resent(w, reply, on_key_reply)) return;
+  int ok = 1;
+  px_str_t rec = PX_STR_NULL, team = PX_STR_NULL;
+  if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+      reply->element[0]->type == REDIS_REPLY_STRING) {
+    recovered();
+    rec = (px_str_t){reply->element[0]->str, reply->element[0]->len};
+    if (reply->element[1]->type == REDIS_REPLY_STRING)
+      team = (px_str_t){reply->element[1]->str, reply->element[1]->len};
+  } else if (reply && reply->type == REDIS_REPLY_NIL) {
+    recovered();
+  } else {
+    ok = 0;
+    if (!g.stopping) incident(reply && reply->type == REDIS_REPLY_ERROR ? "lookup error"
+                                                                        : "connection lost");
+  }
+  if (w->kdone) w->kdone(w->arg, ok, rec, team);
+  wait_free(w);
+}
+
+int px_redis_key_lookup(const char *hex, px_redis_key_fn done, void *arg,
+                        px_rl_wait_t **wait) {
+  if (!g.ac) return -1;
+  px_rl_wait_t *w = calloc(1, sizeof(*w));
+  if (!w) return -1;
+  w->lookup = 1;
+  w->kdone = done;
+  w->arg = arg;
+  snprintf(w->keys[0], sizeof(w->keys[0]), "%skeyhash:%s", g.prefix, hex);
+  snprintf(w->keys[1], sizeof(w->keys[1]), "%s", g.prefix);
+  w->argv[2] = "1";
+  w->argvlen[2] = 1;
+  w->argv[3] = w->keys[0];
+  w->argvlen[3] = strlen(w->keys[0]);
+  w->argv[4] = w->keys[1];
+  w->argvlen[4] = strlen(w->keys[1]);
+  if (send_script(w, on_key_reply) < 0) {
+    wait_free(w);
+    return -1;
+  }
+  *wait = w;
+  return 1;
+}
+
+const char *px_redis_prefix(void) {
+  return g.prefix ? g.prefix : "";
+}
+
+redisContext *px_redis_sync(void) {
+  if (!g.running) return NULL;
+  if (g.sync && !g.sync->err) return g.sync;
+  px_redis_sync_drop();
+  struct timeval tv = {1, 0};
+  redisContext *c = g.path ? redisConnectUnixWithTimeout(g.path, tv)
+                           : redisConnectWithTimeout(g.host, g.port, tv);
+  if (!c || c->err) {
+    if (c) redisFree(c);
+    return NULL;
+  }
+  redisSetTimeout(c, tv);
+  redisReply *r = NULL;
+  if (g.password)
+    r = g.user ? redisCommand(c, "AUTH %s %s", g.user, g.password)
+               : redisCommand(c, "AUTH %s", g.password);
+  int bad = g.password && (!r || r->type == REDIS_REPLY_ERROR);
+  if (r) freeReplyObject(r);
+  if (!bad && g.db) {
+    r = redisCommand(c, "SELECT %d", g.db);
+    bad = !r || r->type == REDIS_REPLY_ERROR;
+    if (r) freeReplyObject(r);
+  }
+  if (bad) {
+    redisFree(c);
+    return NULL;
+  }
+  g.sync = c;
+  return c;
+}
+
+void px_redis_sync_drop(void) {
+  if (g.sync) redisFree(g.sync);
+  g.sync = NULL;
 }
