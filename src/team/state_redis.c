@@ -186,6 +186,8 @@ struct px_rl_wait {
   int resent; /* EVAL after NOSCRIPT */
   int budgeted;
   px_redis_key_fn kdone; /* lookup_script */
+  int64_t resets_at[2];  /* the key's and the team's window ends (unix s) */
+  int64_t now_s;
   int lookup;
   char keys[NKEYS][PX_STORE_KEY_MAX];
   char args[NARGS][48];
@@ -563,7 +565,9 @@ static px_rl_wait_t *wait_new(const px_key_conf_t *k, const char *mode, int64_t 
     /* a window's spend is kept 35 days past its end (last month's usage
      * stays readable); `total` for ever */
     if (win.resets_at) ttl_ms[i] = (win.resets_at - now_s + 35 * 86400) * 1000;
+    w->resets_at[i] = win.resets_at;
   }
+  w->now_s = now_s;
   if (res) snprintf(w->keys[2], sizeof(w->keys[2]), "%s", res);
   long long v[NARGS] = {0,         (long long)k->rpm, (long long)k->tpm, tokens, 0,
                         budget[0], budget[1],         cost,              spent,  ttl_ms[0],
@@ -655,6 +659,9 @@ static void on_admit_reply(redisAsyncContext *ac, void *r, void *priv) {
       v = PX_RL_BUDGET;
       why.team = code == 4;
       why.remaining = val;
+      why.resets_at = w->resets_at[why.team];
+      int64_t left = why.resets_at - w->now_s;
+      why.retry_after = why.resets_at == 0 ? 0 : left < 1 ? 1 : (unsigned)left;
     } else {
       v = PX_RL_LIMITED;
       long long ms = val < 1 ? 1 : val;

@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { startMock, startProxai, test, run, sleep, freePort } from './lib/harness.mjs';
+import { startMock, startProxai, test, run, sleep, freePort, waitFor } from './lib/harness.mjs';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-money-'));
 process.on('exit', () => fs.rmSync(tmp, { recursive: true, force: true }));
@@ -76,6 +76,11 @@ budget = 0.0005
 secret = sk-t1
 team = plat
 budget = 0.0015
+
+[key slow]
+secret = sk-slow
+budget = 1
+tpm = 100000
 
 [key t2]
 secret = sk-t2
@@ -296,6 +301,42 @@ test('admin API bad input: a clear 4xx and nothing changed', async () => {
   assert.equal((await post(px.url, ADMIN, { pathname: '/admin/keys', body: JSON.stringify({ name: 'sneaky' }) })).status, 404);
   const after = JSON.stringify((await adminCall('GET', '/admin/keys')).json().data.map((k) => k.name).sort());
   assert.equal(after, before, 'nothing changed');
+}, { timeout: 60000 });
+
+/** The worker processes of a master: its children, from /proc. */
+function childrenOf(pid) {
+  const out = [];
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid) out.push(Number(d));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out;
+}
+
+test('a dead worker\'s reservations are released when the master reaps it', async () => {
+  await mock.script([{ path: '/v1/chat/completions', default: true, headers_delay_ms: 30000 }]);
+  const pending = post(px.url, 'sk-slow').catch((e) => e);
+  let u;
+  await waitFor(async () => (u = await usage('sk-slow')).key.reserved_usd > 0, { what: 'a reservation', timeout: 10000 });
+  const workers = childrenOf(px.pid);
+  assert.equal(workers.length, 2);
+  for (const w of workers) process.kill(w, 'SIGKILL');
+  await pending;
+  await waitFor(async () => {
+    try {
+      u = await usage('sk-slow');
+      return u.key.reserved_usd === 0;
+    } catch {
+      return false;
+    }
+  }, { what: 'the reservation released', timeout: 15000 });
+  assert.equal(u.key.spend_usd, 0, 'nothing charged for its unknown output');
+  await mock.reset();
 }, { timeout: 60000 });
 
 test('spend and runtime keys survive a restart; no token or secret in a log line or metric', async () => {
