@@ -12,9 +12,10 @@
  * zero or above.
  * budget: spend and reservations of the current window, nano-USD, on the
  * key's entry and on its team's (a team is an entry named "\x1f" NAME); an
- * admission must fit both. The spend is also added to the persistent store
- * ([state] dir) and read back from it when an entry starts a window (first
- * use after a restart, or a new day or month).
+ * admission must fit both. The spend goes to the persistent store ([state]
+ * dir) once a second (each worker flushes what any worker spent: adds that
+ * commute), at a window's change and at shutdown, and is read back when an
+ * entry starts a window (first use after a restart, or a new day or month).
  *
  * An admission locks the key's entry, then its team's (always that order),
  * decides on everything, then takes everything: all or nothing. What each
@@ -50,10 +51,13 @@ typedef struct bucket {
 } bucket_t;
 
 typedef struct budget {
-  int64_t spend;    /* nano-USD in window `win` */
-  int64_t reserved; /* nano-USD set aside by requests in flight */
-  uint32_t win;     /* px_win_t.id; 0 = none read yet */
-  int64_t last_use; /* unix s of the key's last admitted request (this host) */
+  int64_t spend;     /* nano-USD in window `win` */
+  int64_t persisted; /* what of spend the store holds (flushed once a second) */
+  int64_t reserved;  /* nano-USD set aside by requests in flight */
+  int64_t resets_at; /* end of window `win` (unix s), 0 for total */
+  int64_t last_use;  /* unix s of the key's last admitted request (this host) */
+  uint32_t win;      /* px_win_t.id; 0 = none read yet */
+  char label[12];    /* px_win_t.label: the store's counter of the window */
 } budget_t;
 
 /* What one worker has set aside on one entry. */
@@ -223,39 +227,80 @@ static held_t *held_of(rl_entry_t *e) {
 }
 
 static rl_entry_t *lookup_team(const char *team) {
-  char n[RL_NAME + 8];
-  snprintf(n, sizeof(n), "%c%s", TEAM_MARK, team);
+  char n[RL_NAME];
+  size_t l = strlen(team);
+  if (l > RL_NAME - 2) l = RL_NAME - 2; /* longer names are cut */
+  n[0] = TEAM_MARK;
+  memcpy(n + 1, team, l);
+  n[l + 1] = 0;
   return lookup(n);
 }
 
-/* The store's spend counter of a budget in a window: "k:NAME|LABEL". */
-static size_t spend_key(char *buf, size_t cap, int team, const char *name, const px_win_t *w) {
-  int n = snprintf(buf, cap, "%c:%s|%s", team ? 't' : 'k', name, w->label);
+/* The store's spend counter of an entry's window: "k:NAME|LABEL" for a
+ * key, "t:NAME|LABEL" for a team. */
+static size_t spend_key(char *buf, size_t cap, const rl_entry_t *e, const char *label) {
+  int team = e->name[0] == TEAM_MARK;
+  int n = snprintf(buf, cap, "%c:%s|%s", team ? 't' : 'k', e->name + team, label);
   return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
 }
 
-/* Bring a budget to the window holding now (locked entry): a new window
- * starts from what the store holds for it (0 without a store). */
-static void roll(budget_t *b, int team, const char *name, px_window_t kind, int64_t now_s,
-                 px_win_t *w) {
-  px_window_at(kind, (time_t)now_s, w);
-  if (b->win == w->id) return;
-  b->win = w->id;
-  b->spend = 0;
+/* Add what the entry spent since the last flush to the store (locked
+ * entry). Adds commute: workers flushing the same entry never lose one. */
+static void flush(rl_entry_t *e) {
+  budget_t *b = &e->bud;
+  if (b->spend == b->persisted || !b->win || !px_store_on()) return;
   char k[PX_STORE_KEY_MAX];
-  size_t kl = spend_key(k, sizeof(k), team, name, w);
+  size_t kl = spend_key(k, sizeof(k), e, b->label);
+  if (kl && px_store_add(PX_STORE_SPEND, k, kl, b->spend - b->persisted, NULL) == 0)
+    b->persisted = b->spend;
+}
+
+/* Bring an entry's budget to the window of that kind holding now (locked
+ * entry): the same window costs two compares; a new one flushes the old
+ * and starts from what the store holds for it (0 without a store). */
+static void roll(rl_entry_t *e, px_window_t kind, int64_t now_s) {
+  budget_t *b = &e->bud;
+  if (b->win >> 28 == (uint32_t)kind + 1 && (b->resets_at == 0 || now_s < b->resets_at))
+    return;
+  px_win_t w;
+  px_window_at(kind, (time_t)now_s, &w);
+  b->resets_at = w.resets_at;
+  if (b->win == w.id) return;
+  flush(e);
+  b->win = w.id;
+  snprintf(b->label, sizeof(b->label), "%.11s", w.label);
+  b->spend = b->persisted = 0;
+  char k[PX_STORE_KEY_MAX];
+  size_t kl = spend_key(k, sizeof(k), e, b->label);
   int64_t v = 0;
-  if (kl && px_store_on() && px_store_counter(PX_STORE_SPEND, k, kl, &v) == 0) b->spend = v;
+  if (kl && px_store_on() && px_store_counter(PX_STORE_SPEND, k, kl, &v) == 0)
+    b->spend = b->persisted = v;
+}
+
+/* Once a second in every worker: the spend of every entry to the store. */
+static void flush_all(void) {
+  rl_shm_t *t = table();
+  if (!t || !px_store_on()) return;
+  for (size_t j = 0; j < RL_SLOTS; j++) {
+    rl_entry_t *e = &t->e[j];
+    if (!__atomic_load_n(&e->ready, __ATOMIC_ACQUIRE)) continue;
+    /* a racy first look: most entries have nothing to write */
+    if (__atomic_load_n(&e->bud.spend, __ATOMIC_RELAXED) ==
+        __atomic_load_n(&e->bud.persisted, __ATOMIC_RELAXED))
+      continue;
+    px_shm_lock(&e->mu);
+    flush(e);
+    px_shm_unlock(&e->mu);
+  }
 }
 
 /* Whether cost fits the budget (limit nano-USD); else the refusal. */
-static int fits(const budget_t *b, int64_t limit, int64_t cost, const px_win_t *w,
-                int team, px_refusal_t *why) {
+static int fits(const budget_t *b, int64_t limit, int64_t cost, int team, px_refusal_t *why) {
   int64_t left = limit - b->spend - b->reserved;
   if (cost <= left) return 1;
   why->team = team;
   why->remaining = left > 0 ? left : 0;
-  why->resets_at = w->resets_at;
+  why->resets_at = b->resets_at;
   return 0;
 }
 
@@ -289,7 +334,6 @@ static px_rl_verdict_t local_admit(const px_admit_t *a, uint64_t now, px_refusal
   }
   px_rl_verdict_t v = PX_RL_ALLOW;
   unsigned wait = 0;
-  px_win_t kw, tw;
   if (k->tpm) {
     refill(&e->tpm, k->tpm, now);
     if (e->tpm.level < 0) wait = wait_secs(&e->tpm, 0);
@@ -303,12 +347,12 @@ static px_rl_verdict_t local_admit(const px_admit_t *a, uint64_t now, px_refusal
     why->retry_after = wait;
   }
   if (v == PX_RL_ALLOW && kb > 0) {
-    roll(&e->bud, 0, k->name, k->window, a->now_s, &kw);
-    if (!fits(&e->bud, kb, a->cost, &kw, 0, why)) v = PX_RL_BUDGET;
+    roll(e, k->window, a->now_s);
+    if (!fits(&e->bud, kb, a->cost, 0, why)) v = PX_RL_BUDGET;
   }
   if (v == PX_RL_ALLOW && te) {
-    roll(&te->bud, 1, tm->name, tm->window, a->now_s, &tw);
-    if (!fits(&te->bud, tm->budget, a->cost, &tw, 1, why)) v = PX_RL_BUDGET;
+    roll(te, tm->window, a->now_s);
+    if (!fits(&te->bud, tm->budget, a->cost, 1, why)) v = PX_RL_BUDGET;
   }
   if (v == PX_RL_ALLOW) {
     held_t *h = held_of(e);
@@ -336,21 +380,16 @@ static px_rl_verdict_t local_admit(const px_admit_t *a, uint64_t now, px_refusal
 }
 
 /* Settle one budget: its reservation returned (reserved: what admission
- * set aside there), the cost spent (here and in the store, for the window
- * in force now). */
-static void settle_budget(rl_entry_t *e, int team, const char *name, px_window_t kind,
-                          const px_admit_t *a, int64_t reserved, int64_t cost) {
-  px_win_t w;
-  roll(&e->bud, team, name, kind, a->now_s, &w);
+ * set aside there), the cost spent in the window in force now (the store
+ * gets it at the next flush). Unlocks e. */
+static void settle_budget(rl_entry_t *e, px_window_t kind, const px_admit_t *a,
+                          int64_t reserved, int64_t cost) {
+  roll(e, kind, a->now_s);
   e->bud.reserved -= reserved;
   if (e->bud.reserved < 0) e->bud.reserved = 0;
   held_of(e)->nano -= reserved;
   e->bud.spend += cost;
   px_shm_unlock(&e->mu);
-  char k[PX_STORE_KEY_MAX];
-  size_t kl = spend_key(k, sizeof(k), team, name, &w);
-  /* an add, not a write of the level: adds of several workers commute */
-  if (cost && kl && px_store_on()) px_store_add(PX_STORE_SPEND, k, kl, cost, NULL);
 }
 
 static void local_settle(const px_admit_t *a, uint64_t used, int64_t cost, uint64_t now) {
@@ -368,25 +407,23 @@ static void local_settle(const px_admit_t *a, uint64_t used, int64_t cost, uint6
   /* the spend of every key and team is counted, budget or not */
   if (!a->budgeted && cost <= 0) return;
   rl_entry_t *e = lookup(k->name);
-  if (e) settle_budget(e, 0, k->name, k->window, a, a->budgeted && k->budget > 0 ? a->cost : 0,
-                       cost);
+  if (e) settle_budget(e, k->window, a, a->budgeted && k->budget > 0 ? a->cost : 0, cost);
   if (k->team && (e = lookup_team(k->team->name)) != NULL)
-    settle_budget(e, 1, k->team->name, k->team->window, a,
-                  a->budgeted && k->team->budget > 0 ? a->cost : 0, cost);
+    settle_budget(e, k->team->window, a, a->budgeted && k->team->budget > 0 ? a->cost : 0,
+                  cost);
 }
 
 static void local_usage(const px_key_conf_t *k, int64_t now_s, px_budget_state_t st[2]) {
   memset(st, 0, 2 * sizeof(*st));
-  px_win_t w;
   rl_entry_t *e = lookup(k->name);
   if (e) {
-    roll(&e->bud, 0, k->name, k->window, now_s, &w);
+    roll(e, k->window, now_s);
     st[0].spend = e->bud.spend;
     st[0].reserved = e->bud.reserved;
     px_shm_unlock(&e->mu);
   }
   if (k->team && (e = lookup_team(k->team->name)) != NULL) {
-    roll(&e->bud, 1, k->team->name, k->team->window, now_s, &w);
+    roll(e, k->team->window, now_s);
     st[1].spend = e->bud.spend;
     st[1].reserved = e->bud.reserved;
     px_shm_unlock(&e->mu);
@@ -463,6 +500,7 @@ static int sync_on;
 
 static void on_sync(uv_timer_t *t) {
   (void)t;
+  flush_all();
   px_store_sync();
 }
 
@@ -499,5 +537,6 @@ void px_rl_stop(void) {
     sync_on = 0;
     uv_close((uv_handle_t *)&sync_timer, on_sync_closed);
   }
+  flush_all();
   px_store_close();
 }

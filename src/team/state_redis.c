@@ -25,6 +25,7 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <openssl/sha.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -525,25 +526,52 @@ static void pack(px_rl_wait_t *w) {
     w->argvlen[3 + i] = strlen(w->keys[i]);
   }
   size_t n = 0;
-  for (int i = 0; i < NARGS; i++)
-    n += (size_t)snprintf(w->packed + n, sizeof(w->packed) - n, "%s%s", i ? " " : "",
-                          w->args[i]);
+  for (int i = 0; i < NARGS; i++) {
+    size_t l = strlen(w->args[i]);
+    if (i) w->packed[n++] = ' ';
+    memcpy(w->packed + n, w->args[i], l);
+    n += l;
+  }
+  w->packed[n] = 0;
   w->argv[3 + NKEYS] = w->packed;
   w->argvlen[3 + NKEYS] = n;
 }
 
+/* s (cut to cap - 1 bytes) then t, NUL-terminated; the end. This and
+ * put_int build every script call (snprintf costs a thousand instructions
+ * a field, on the request path). */
+static char *put(char *d, const char *end, const char *t) {
+  while (*t && d < end - 1) *d++ = *t++;
+  *d = 0;
+  return d;
+}
+
+static void put_int(char *d, long long v) {
+  char tmp[24];
+  int n = 0;
+  unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+  do tmp[n++] = (char)('0' + u % 10);
+  while ((u /= 10) != 0);
+  if (v < 0) *d++ = '-';
+  while (n) *d++ = tmp[--n];
+  *d = 0;
+}
+
 /* A script call for key k, mode "a", "s", "q" or "r": the key's bucket, the
  * Redis names of its budget and its team's ("PREFIX bud:k:NAME:LABEL" the
- * spend of the window, "PREFIX bud:k:NAME:res" the reservations;
- * placeholders when there is no budget) and the arguments. res: renew this
+ * spend of the window, "PREFIX bud:k:NAME:res" the reservations; a
+ * placeholder where the call needs none) and the arguments. res: renew this
  * reservations hash (mode "r"). */
 static px_rl_wait_t *wait_new(const px_key_conf_t *k, const char *mode, int64_t now_s,
                               long long tokens, int64_t cost, int64_t spent,
                               const char *res) {
-  px_rl_wait_t *w = calloc(1, sizeof(*w));
+  px_rl_wait_t *w = malloc(sizeof(*w));
   if (!w) return NULL;
+  memset(w, 0, offsetof(px_rl_wait_t, keys));
   int64_t budget[2], ttl_ms[2] = {0, 0};
-  snprintf(w->keys[0], sizeof(w->keys[0]), "%srl:%s", g.prefix, k->name);
+  char *d = put(w->keys[0], w->keys[0] + PX_STORE_KEY_MAX, g.prefix);
+  d = put(d, w->keys[0] + PX_STORE_KEY_MAX, "rl:");
+  put(d, w->keys[0] + PX_STORE_KEY_MAX, k->name);
   for (int i = 0; i < 2; i++) {
     const char *name = i == 0 ? k->name : k->team ? k->team->name : NULL;
     px_window_t kind = i == 0 ? k->window : k->team ? k->team->window : PX_WINDOW_MONTH;
@@ -551,30 +579,38 @@ static px_rl_wait_t *wait_new(const px_key_conf_t *k, const char *mode, int64_t 
     /* the budget, or -1: none, the spend is counted all the same */
     budget[i] = i == 0 ? k->budget : k->team ? k->team->budget : 0;
     if (name && budget[i] <= 0) budget[i] = -1;
-    if (!name) {
-      budget[i] = 0;
-      snprintf(sk, PX_STORE_KEY_MAX, "%sbud:-", g.prefix);
-      snprintf(rk, PX_STORE_KEY_MAX, "%sbud:-:res", g.prefix);
+    /* the names only where the call reads or writes them */
+    int need = mode[0] == 'q' || (mode[0] == 'a' && budget[i] > 0) ||
+               (mode[0] == 's' && (cost > 0 || spent > 0));
+    w->resets_at[i] = 0;
+    if (!name || !need) {
+      if (!name) budget[i] = 0;
+      put(put(sk, sk + PX_STORE_KEY_MAX, g.prefix), sk + PX_STORE_KEY_MAX, "bud:-");
+      put(put(rk, rk + PX_STORE_KEY_MAX, g.prefix), rk + PX_STORE_KEY_MAX, "bud:-:res");
       continue;
     }
     px_win_t win;
     px_window_at(kind, (time_t)now_s, &win);
-    snprintf(sk, PX_STORE_KEY_MAX, "%sbud:%c:%s:%s", g.prefix, i ? 't' : 'k', name,
-             win.label);
-    snprintf(rk, PX_STORE_KEY_MAX, "%sbud:%c:%s:res", g.prefix, i ? 't' : 'k', name);
+    const char *kt = i ? "bud:t:" : "bud:k:";
+    char *e = put(put(put(sk, sk + PX_STORE_KEY_MAX, g.prefix), sk + PX_STORE_KEY_MAX, kt),
+                  sk + PX_STORE_KEY_MAX, name);
+    size_t base = (size_t)(e - sk);
+    memcpy(rk, sk, base + 1);
+    put(put(e, sk + PX_STORE_KEY_MAX, ":"), sk + PX_STORE_KEY_MAX, win.label);
+    put(rk + base, rk + PX_STORE_KEY_MAX, ":res");
     /* a window's spend is kept 35 days past its end (last month's usage
      * stays readable); `total` for ever */
     if (win.resets_at) ttl_ms[i] = (win.resets_at - now_s + 35 * 86400) * 1000;
     w->resets_at[i] = win.resets_at;
   }
   w->now_s = now_s;
-  if (res) snprintf(w->keys[2], sizeof(w->keys[2]), "%s", res);
+  if (res) put(w->keys[2], w->keys[2] + PX_STORE_KEY_MAX, res);
   long long v[NARGS] = {0,         (long long)k->rpm, (long long)k->tpm, tokens, 0,
                         budget[0], budget[1],         cost,              spent,  ttl_ms[0],
                         ttl_ms[1]};
-  for (int i = 0; i < NARGS; i++) snprintf(w->args[i], sizeof(w->args[i]), "%lld", v[i]);
-  snprintf(w->args[0], sizeof(w->args[0]), "%s", mode);
-  snprintf(w->args[4], sizeof(w->args[4]), "%s", g.owner);
+  for (int i = 0; i < NARGS; i++) put_int(w->args[i], v[i]);
+  put(w->args[0], w->args[0] + sizeof(w->args[0]), mode);
+  put(w->args[4], w->args[4] + sizeof(w->args[4]), g.owner);
   pack(w);
   w->hash = hash_str(k->name);
   w->budgeted = budget[0] > 0 || budget[1] > 0;
