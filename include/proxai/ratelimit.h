@@ -29,12 +29,16 @@ void px_rl_charge(const char *key, uint64_t tpm, uint64_t tokens, uint64_t now_m
 void px_rl_reset(void);
 
 typedef enum px_rl_verdict {
-  PX_RL_ALLOW,
+  PX_RL_ALLOW,       /**< admitted by the backend; its reservation is held */
   PX_RL_LIMITED,     /**< 429; why->retry_after set */
   PX_RL_BUDGET,      /**< 429 insufficient_quota: why names the budget */
-  PX_RL_UNAVAILABLE, /**< the backend is unreachable and on_error = deny, or a
-                          budget cannot be checked (budgets never fail open): 503 */
+  PX_RL_UNAVAILABLE, /**< the backend is unreachable and on_error = deny, or the
+                          request needs the backend (PX_RL_STRICT: budgets and
+                          runtime keys never fail open): 503 */
   PX_RL_PENDING,     /**< answer comes through the callback */
+  PX_RL_OPEN,        /**< unreachable, on_error = allow: served, nothing held */
+  PX_RL_LOCAL,       /**< unreachable, on_error = local: admitted by this host's
+                          buckets at the instance's share (settle with local = 1) */
 } px_rl_verdict_t;
 
 /** One admission: what it takes from the key's (and its team's) buckets
@@ -44,7 +48,10 @@ typedef struct px_admit {
   const px_key_conf_t *key;  /**< its team: key->team */
   uint64_t tokens;           /**< set aside on the key's tpm bucket */
   int64_t cost;              /**< nano-USD set aside on each budget (0: none) */
-  int budgeted;              /**< the key or its team has a budget */
+  int budgeted;              /**< the key or its team has a budget (never
+                                  fails open: PX_RL_STRICT) */
+  int local;                 /**< set by the check: admitted by PX_RL_LOCAL
+                                  (settled in this host's buckets) */
   int64_t now_s;             /**< wall clock (budget windows) */
 } px_admit_t;
 
@@ -55,6 +62,10 @@ typedef struct px_refusal {
   int64_t remaining;     /**< PX_RL_BUDGET: nano-USD left (>= 0) */
   int64_t resets_at;     /**< PX_RL_BUDGET: unix s, 0 for `total` */
 } px_refusal_t;
+
+/** px_rl_check flag: never fail open, refused (503) while the backend is
+ *  unreachable whatever on_error (budgets, SPEC 12). */
+#define PX_RL_STRICT 1u
 
 /** Called once with the verdict of a PX_RL_PENDING admission. */
 typedef void (*px_rl_done_fn)(void *arg, px_rl_verdict_t v, const px_refusal_t *why);
@@ -95,9 +106,35 @@ void px_rl_touch(const char *key, int64_t now_s);
 /** When key was last used on this host (unix s), 0 if never. */
 int64_t px_rl_last_use(const char *key);
 
-/** The master: release what worker slot `worker` (dead, reaped) had set
- *  aside on tpm buckets and budgets; its unknown usage is charged nothing. */
-void px_rl_release_worker(unsigned worker);
+/**
+ * The verdict of on_error for an admission the backend could not decide
+ * (state_redis.c): counted in /metrics; PX_RL_LOCAL / PX_RL_LIMITED from the
+ * host's buckets at ceil(limit / instances) for on_error = local.
+ */
+px_rl_verdict_t px_rl_fallback(const char *key, uint64_t rpm, uint64_t tpm,
+                               unsigned flags, uint64_t now_ms, unsigned *retry_after);
+/** This worker found the backend unreachable (down = 1) or back (0). The
+ *  first worker of the host to go down starts an outage: the buckets of
+ *  on_error = local start full. */
+void px_rl_outage(int down);
+/** This instance's name in the shared backend's instance registry (host,
+ *  master pid, start time), the same in every worker. */
+const char *px_rl_instance(void);
+/** The instance registry counted n instances (this one included), shown
+ *  as proxai_state_instances: on_error = local divides limits by it. */
+void px_rl_set_instances(unsigned n);
+/** The master: worker slot `worker` died (it is no longer down). */
+void px_rl_worker_gone(unsigned worker);
+
+struct px_inflight_rec;
+/** The master: release the reservations of a dead worker's requests (tpm
+ *  and budgets, charging nothing for their unknown output): worker slot
+ *  `worker`, process pid. cfg: the master's. */
+void px_rl_release_lost(const px_config_t *cfg, const struct px_inflight_rec *recs,
+                        size_t n, unsigned worker, long pid);
+/** The name a worker's budget reservations carry in Redis (its slot and
+ *  pid under this instance): out >= 160 bytes. */
+void px_rl_owner(unsigned worker, long pid, char *out, size_t len);
 
 /** The master, before it forks: a directory of its own for the store when
  *  [state] dir is unset and runtime keys are possible (memory only: the

@@ -28,10 +28,11 @@ unsigned px_shm_worker(void);
 /** Worker slots in the mapping (>= 1). */
 unsigned px_shm_nworkers(void);
 
-/** The two parts of the mapping; created on first use. NULL only when
- *  mmap failed (callers then count nothing / limit nothing). */
+/** The parts of the mapping; created on first use. NULL only when mmap
+ *  failed (callers then count nothing / limit nothing). */
 void *px_shm_metrics(void);
 void *px_shm_ratelimit(void);
+void *px_shm_inflight(void);
 
 /** Initialise a process-shared robust mutex in the mapping. */
 void px_shm_mutex_init(pthread_mutex_t *m);
@@ -39,9 +40,10 @@ void px_shm_mutex_init(pthread_mutex_t *m);
 void px_shm_lock(pthread_mutex_t *m);
 void px_shm_unlock(pthread_mutex_t *m);
 
-/** Sizes of the two parts (metrics.c, ratelimit.c) for nworkers. */
+/** Sizes of the parts (metrics.c, ratelimit.c, inflight.c) for nworkers. */
 size_t px_metrics_shm_size(unsigned nworkers);
-size_t px_rl_shm_size(unsigned nworkers);
+size_t px_rl_shm_size(void);
+size_t px_inflight_shm_size(unsigned nworkers);
 /** Prepare a freshly zeroed part (called once, by px_shm_init). */
 void px_metrics_shm_setup(void *p, unsigned nworkers);
 void px_rl_shm_setup(void *p);

@@ -9,13 +9,16 @@
 #include <hiredis/hiredis.h>
 
 #include "proxai/buf.h"
+#include "proxai/inflight.h"
 #include "proxai/ratelimit.h"
 
 int px_redis_start(uv_loop_t *loop, const px_state_conf_t *sc);
 void px_redis_stop(void);
 int px_redis_running(void);
 /** px_rl_check on Redis: one script, one round trip, whatever the admission
- *  takes (rpm, tpm, the key's and the team's budgets). */
+ *  takes (rpm, tpm, the key's and the team's budgets); PX_RL_PENDING, or at
+ *  once the cached over-limit verdict or, while Redis is unreachable,
+ *  px_rl_fallback's (budgets: PX_RL_STRICT). */
 px_rl_verdict_t px_redis_admit(const px_admit_t *a, uint64_t now_ms, px_refusal_t *why,
                                px_rl_done_fn done, void *arg, px_rl_wait_t **wait);
 void px_redis_cancel(px_rl_wait_t *w);
@@ -39,5 +42,11 @@ redisContext *px_redis_sync(void);
 void px_redis_sync_drop(void);
 /** The [state] prefix of every Redis key. */
 const char *px_redis_prefix(void);
+/** The master (no loop): return the reservations of a dead worker's
+ *  records (tpm; its budget reservations, by their owner) over a short
+ *  blocking connection, each step within sc's timeout; what cannot be
+ *  returned is logged (it lapses by itself). */
+void px_redis_release(const px_state_conf_t *sc, const px_inflight_rec_t *recs, size_t n,
+                      const char *owner);
 
 #endif

@@ -1,4 +1,5 @@
-/* shm.c - the host's shared mapping: metrics part, then rate-limit part.
+/* shm.c - the host's shared mapping: metrics part, rate-limit part, then
+ * the workers' in-flight table.
  *
  * MAP_SHARED | MAP_ANONYMOUS pages survive fork() shared, need no name in
  * the file system (nothing to clean up after a crash), and are zero-filled
@@ -10,7 +11,7 @@
 #include <sys/mman.h>
 
 static char *g_base;
-static size_t g_metrics_off, g_rl_off;
+static size_t g_metrics_off, g_rl_off, g_inflight_off;
 static unsigned g_nworkers = 1, g_worker;
 
 static size_t align_up(size_t n) {
@@ -21,14 +22,16 @@ int px_shm_init(unsigned nworkers) {
   if (g_base) return 0;
   if (nworkers == 0) nworkers = 1;
   size_t msz = align_up(px_metrics_shm_size(nworkers));
-  size_t rsz = align_up(px_rl_shm_size(nworkers));
-  void *p =
-      mmap(NULL, msz + rsz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  size_t rsz = align_up(px_rl_shm_size());
+  size_t isz = align_up(px_inflight_shm_size(nworkers));
+  void *p = mmap(NULL, msz + rsz + isz, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return -errno;
   g_base = p;
   g_nworkers = nworkers;
   g_metrics_off = 0;
   g_rl_off = msz;
+  g_inflight_off = msz + rsz;
   px_metrics_shm_setup(g_base + g_metrics_off, nworkers);
   px_rl_shm_setup(g_base + g_rl_off);
   return 0;
@@ -52,6 +55,11 @@ void *px_shm_metrics(void) {
 void *px_shm_ratelimit(void) {
   if (!g_base && px_shm_init(1) < 0) return NULL;
   return g_base + g_rl_off;
+}
+
+void *px_shm_inflight(void) {
+  if (!g_base && px_shm_init(1) < 0) return NULL;
+  return g_base + g_inflight_off;
 }
 
 void px_shm_mutex_init(pthread_mutex_t *m) {

@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "proxai/inflight.h"
 #include "proxai/keys.h"
 #include "proxai/metrics.h"
 #include "proxai/money.h"
@@ -244,10 +245,35 @@ static int cost_bound(px_exch_t *x, const px_route_conf_t *rt, int64_t *out) {
   return 0;
 }
 
+/* What the master releases if this worker dies before the settlement. */
+static void hold(px_exch_t *x) {
+  const px_admit_t *a = &x->adm;
+  const px_key_conf_t *k = a->key;
+  int64_t ck = a->budgeted && k->budget > 0 ? a->cost : 0;
+  int64_t ct = a->budgeted && k->team && k->team->budget > 0 ? a->cost : 0;
+  if (a->tokens == 0 && ck == 0 && ct == 0) return;
+  px_inflight_rec_t *r = x->rl_rec = px_inflight_hold(k->name);
+  if (r == NULL) return;
+  r->tpm_reserved = a->tokens;
+  r->tpm = k->tpm;
+  r->cost_key = (uint64_t)ck;
+  r->cost_team = (uint64_t)ct;
+  size_t tl = ct ? strnlen(k->team->name, PX_INFLIGHT_KEY - 1) : 0;
+  memcpy(r->team, ct ? k->team->name : "", tl);
+  r->team[tl] = 0;
+}
+
 /* The state backend's verdict; <0 when the request was answered. */
 static int admission(px_exch_t *x, px_rl_verdict_t v, const px_refusal_t *why) {
-  if (v == PX_RL_ALLOW) {
+  if (v == PX_RL_ALLOW || v == PX_RL_OPEN || v == PX_RL_LOCAL) {
     x->rl_admitted = 1;
+    x->adm.local = v == PX_RL_LOCAL;
+    if (v == PX_RL_ALLOW) {
+      hold(x);
+    } else { /* decided by on_error (never for a budget): nothing held */
+      x->adm.tokens = 0;
+      x->adm.cost = 0;
+    }
     return 0;
   }
   if (v == PX_RL_UNAVAILABLE) {
@@ -256,8 +282,8 @@ static int admission(px_exch_t *x, px_rl_verdict_t v, const px_refusal_t *why) {
                     "the budget cannot be checked: the shared state backend is unreachable",
                     NULL);
     else
-      px_exch_error(x, PX_ERR_UNAVAILABLE, "rate limits cannot be checked: the shared state "
-                                        "backend is unreachable", NULL);
+      px_exch_error(x, PX_ERR_OVERLOADED, "rate limits cannot be checked: the shared state "
+                                       "backend is unreachable", NULL);
     return -1;
   }
   char ra[16];
@@ -318,6 +344,7 @@ static px_exch_t *exch_new(px_server_t *s, px_conn_t *c, px_req_t *r,
                            const px_inbound_t *in) {
   px_exch_t *x = px_exch_alloc();
   if (x == NULL) return NULL;
+  px_inflight_begin(); /* until finalize: lost if this worker dies first */
   x->retry_reason[0] = x->bad_msg[0] = x->content_type[0] = x->label[0] = 0;
   px_lossy_init(&x->lossy);
   x->srv = s;
@@ -442,6 +469,9 @@ static int authorize_key(px_exch_t *x, int presented) {
   if (k->tpm) {
     a->tokens = output_cap(x, rt);
     if (a->tokens == 0) a->tokens = PX_RL_DEFAULT_RESERVE;
+    /* never more than the key's tpm: one left unsettled (its worker or its
+     * instance died) is then refilled within a minute */
+    if (a->tokens > k->tpm) a->tokens = k->tpm;
   }
   if (budgeted && cost_bound(x, rt, &a->cost) < 0) return -1;
   px_refusal_t why = {0};
@@ -455,7 +485,7 @@ static void on_key_records(void *arg, int ok, px_str_t rec, px_str_t team) {
   px_exch_t *x = arg;
   x->rl_wait = NULL;
   if (!ok) {
-    px_exch_error(x, PX_ERR_UNAVAILABLE,
+    px_exch_error(x, PX_ERR_OVERLOADED,
                   "the key cannot be checked: the shared state backend is unreachable", NULL);
     return;
   }
@@ -480,7 +510,7 @@ static int authorize(px_exch_t *x) {
     char hex[65];
     px_keys_hash(sec, sl, hex);
     if (px_redis_key_lookup(hex, on_key_records, x, &x->rl_wait) == 1) return 1;
-    px_exch_error(x, PX_ERR_UNAVAILABLE,
+    px_exch_error(x, PX_ERR_OVERLOADED,
                   "the key cannot be checked: the shared state backend is unreachable", NULL);
     return -1;
   }

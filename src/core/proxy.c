@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "proxai/keys.h"
+#include "proxai/inflight.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxai/money.h"
@@ -207,6 +208,7 @@ static void account(px_exch_t *x, const char *inbound, const char *upname, doubl
   if (x->rl_admitted || (x->adm.key && x->cost_nano > 0))
     px_rl_settle(&x->adm, (uint64_t)toks, x->cost_nano > 0 ? x->cost_nano : 0,
                  px_exch_now(x));
+  px_inflight_drop(x->rl_rec);
 }
 
 /* What the request cost (SPEC 12): the last usage the upstream reported at
@@ -332,6 +334,7 @@ static void finalize(px_exch_t *x) {
     x->conn = NULL;
   }
   exch_free(x);
+  px_inflight_end();
 }
 
 void px_exch_finalize(px_exch_t *x) { finalize(x); }

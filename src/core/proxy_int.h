@@ -84,6 +84,7 @@ struct px_exch {
   int64_t cost_nano;     /* the request's cost in nano-USD, set at finalize
                             (px_usd_str prints it); -1: no [price] for the
                             upstream model */
+  struct px_inflight_rec *rl_rec; /* the reservation, for the master if we die */
   int metric_status;     /* status for /metrics when a started response failed */
   int attempt_open;      /* a 2xx attempt, counted in /metrics when it ends */
   const px_route_conf_t *route;
