@@ -110,7 +110,17 @@ function post(url, key, { pathname = '/v1/chat/completions', body, headers = {},
 }
 const adminCall = (method, pathname, body, token = ADMIN) =>
   post(admin, token, { method, pathname, body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body) });
-const usage = async (key) => (await post(px.url, key, { method: 'GET', pathname: '/v1/proxai/usage' })).json();
+const usage0 = async (key) => (await post(px.url, key, { method: 'GET', pathname: '/v1/proxai/usage' })).json();
+// a settlement follows the response's last byte: read the usage once every
+// reservation is settled
+async function usage(key) {
+  let u;
+  await waitFor(async () => {
+    u = await usage0(key);
+    return u.key.reserved_usd === 0 && (!u.team || u.team.reserved_usd === 0);
+  }, { what: 'settled usage', timeout: 10000 });
+  return u;
+}
 const nano = (usd) => Math.round(usd * 1e9);
 const logLines = () => fs.readFileSync(accessLog, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
 // the mock's chat answer: 5 tokens in, 3 out
@@ -322,14 +332,14 @@ test('a dead worker\'s reservations are released when the master reaps it', asyn
   await mock.script([{ path: '/v1/chat/completions', default: true, headers_delay_ms: 30000 }]);
   const pending = post(px.url, 'sk-slow').catch((e) => e);
   let u;
-  await waitFor(async () => (u = await usage('sk-slow')).key.reserved_usd > 0, { what: 'a reservation', timeout: 10000 });
+  await waitFor(async () => (u = await usage0('sk-slow')).key.reserved_usd > 0, { what: 'a reservation', timeout: 10000 });
   const workers = childrenOf(px.pid);
   assert.equal(workers.length, 2);
   for (const w of workers) process.kill(w, 'SIGKILL');
   await pending;
   await waitFor(async () => {
     try {
-      u = await usage('sk-slow');
+      u = await usage0('sk-slow');
       return u.key.reserved_usd === 0;
     } catch {
       return false;

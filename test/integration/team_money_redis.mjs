@@ -6,8 +6,9 @@
 // runtime keys made on one instance, rotated and revoked, seen at once on
 // the other; spend and runtime keys surviving a restart of everything.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import http from 'node:http';
-import { startMock, startProxai, test, run, sleep, freePort } from './lib/harness.mjs';
+import { startMock, startProxai, test, run, sleep, freePort, waitFor } from './lib/harness.mjs';
 import { startRedis, startNginx, tmpDir } from './lib/services.mjs';
 
 const tmp = tmpDir('proxai-money-redis-');
@@ -95,11 +96,25 @@ const adminCall = (i, method, pathname, body) =>
   post(adminOf(i), ADMIN, { method, pathname, body: body === undefined ? undefined : JSON.stringify(body) });
 const usage = async (px, key) => (await post(px.url, key, { method: 'GET', pathname: '/v1/proxai/usage' })).json();
 const nano = (usd) => Math.round(usd * 1e9);
+// a settlement is sent when the response has gone: read the usage once every
+// reservation is settled and the spend has stopped moving
+async function settled(px, key) {
+  let last = null;
+  let u;
+  await waitFor(async () => {
+    u = await usage(px, key);
+    const seen = JSON.stringify(u);
+    const done = u.key.reserved_usd === 0 && (!u.team || u.team.reserved_usd === 0) && seen === last;
+    last = seen;
+    return done;
+  }, { what: 'settled usage', timeout: 10000, interval: 150 });
+  return u;
+}
 
 test('spend to the nano-dollar, whichever instance served', async () => {
   const res = await Promise.all(Array.from({ length: 40 }, () => post(nginx.url, 'sk-plain')));
   assert.ok(res.every((r) => r.status === 200));
-  const [a, b] = [await usage(pxA, 'sk-plain'), await usage(pxB, 'sk-plain')];
+  const [a, b] = [await settled(pxA, 'sk-plain'), await usage(pxB, 'sk-plain')];
   assert.deepEqual(a, b, 'both instances read the one spend');
   assert.equal(nano(a.key.spend_usd), 40 * CHAT_COST);
   // /metrics per instance: their sum is the spend
@@ -120,7 +135,7 @@ test('200 concurrent requests through both instances never overspend a key budge
   assert.ok(ok >= 1 && ok + refused.length === 200, res.map((r) => r.status).join(','));
   assert.equal(refused[0].json().error.type, 'insufficient_quota');
   assert.match(refused[0].json().error.message, /budget exceeded for key capped: .* per day, resets at \d{4}-\d\d-\d\dT00:00:00Z/);
-  const u = await usage(pxA, 'sk-capped');
+  const u = await settled(pxA, 'sk-capped');
   assert.equal(nano(u.key.spend_usd), ok * CHAT_COST);
   assert.ok(nano(u.key.spend_usd) <= nano(0.0005));
   assert.equal(u.key.reserved_usd, 0, 'every reservation settled');
@@ -129,7 +144,7 @@ test('200 concurrent requests through both instances never overspend a key budge
 test('key and team budgets together, across instances', async () => {
   const res = await Promise.all(Array.from({ length: 200 }, (_, i) => post(nginx.url, i % 2 ? 'sk-t1' : 'sk-t2')));
   const ok = res.filter((r) => r.status === 200).length;
-  const [u1, u2] = [await usage(pxA, 'sk-t1'), await usage(pxB, 'sk-t2')];
+  const [u1, u2] = [await settled(pxA, 'sk-t1'), await settled(pxB, 'sk-t2')];
   assert.equal(nano(u1.team.spend_usd), ok * CHAT_COST);
   assert.ok(nano(u1.team.spend_usd) <= nano(0.002));
   assert.ok(nano(u1.key.spend_usd) <= nano(0.0015) && nano(u2.key.spend_usd) <= nano(0.0015));
@@ -147,7 +162,7 @@ test('a runtime key made on one instance works on the other; rotation and revoca
   secret = r.json().secret;
   assert.equal((await post(pxB.url, secret)).status, 200, 'seen by the other instance at once');
   assert.equal((await post(pxA.url, secret)).status, 200);
-  const u = await usage(pxB, secret);
+  const u = await settled(pxB, secret);
   assert.equal(nano(u.key.spend_usd), 2 * CHAT_COST);
   assert.equal(nano(u.team.spend_usd), 2 * CHAT_COST);
   assert.equal((await adminCall(1, 'POST', '/admin/keys', { name: 'rk' })).status, 409, 'one namespace');
@@ -167,8 +182,39 @@ test('a runtime key made on one instance works on the other; rotation and revoca
   assert.equal((await post(nginx.url, secret)).status, 200);
 }, { timeout: 60000 });
 
+/** The worker processes of a master: its children, from /proc. */
+function childrenOf(pid) {
+  const out = [];
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid) out.push(Number(d));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out;
+}
+
+test('a dead worker\'s budget reservations in Redis are dropped by its master at once (no 60 s wait)', async () => {
+  await mock.script([{ path: '/v1/chat/completions', default: true, headers_delay_ms: 30000 }]);
+  const pending = post(pxA.url, 'sk-t1').catch((e) => e);
+  let u;
+  await waitFor(async () => (u = await usage(pxB, 'sk-t1')).team.reserved_usd > 0, { what: 'a reservation', timeout: 10000 });
+  assert.ok(u.key.reserved_usd > 0);
+  for (const w of childrenOf(pxA.pid)) process.kill(w, 'SIGKILL');
+  await pending;
+  await waitFor(async () => {
+    u = await usage(pxB, 'sk-t1');
+    return u.key.reserved_usd === 0 && u.team.reserved_usd === 0;
+  }, { what: 'the reservations dropped', timeout: 15000 });
+  await mock.reset();
+  await waitFor(async () => (await post(pxA.url, 'sk-plain')).status === 200, { what: 'workers replaced', timeout: 10000 });
+}, { timeout: 60000 });
+
 test('spend and runtime keys survive a restart of everything', async () => {
-  const before = [await usage(pxA, 'sk-plain'), await usage(pxA, 'sk-t1'), await usage(pxA, secret)];
+  const before = [await settled(pxA, 'sk-plain'), await settled(pxA, 'sk-t1'), await settled(pxA, secret)];
   for (const px of [pxA, pxB]) {
     assert.equal((await px.stop()).code, 0);
     assert.ok(!/Sanitizer|runtime error:/.test(px.logs().stderr), px.logs().stderr);
