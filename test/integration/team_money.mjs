@@ -11,6 +11,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { startMock, startProxai, test, run, sleep, freePort, waitFor } from './lib/harness.mjs';
+import { childrenOf } from './lib/team.mjs';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-money-'));
 process.on('exit', () => fs.rmSync(tmp, { recursive: true, force: true }));
@@ -188,6 +189,14 @@ test('200 concurrent requests against a key budget never overspend it; refusals 
   assert.equal(a.status, 429);
   assert.equal(a.json().error.type, 'rate_limit_error');
   assert.match(a.json().error.message, /budget exceeded for key capped/);
+  // ... and Gemini clients theirs
+  const gm = await post(px.url, null, {
+    pathname: '/v1beta/models/gpt-4o:generateContent', headers: { 'x-goog-api-key': 'sk-capped' },
+    body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'x'.repeat(300) }] }], generationConfig: { maxOutputTokens: 3 } }),
+  });
+  assert.equal(gm.status, 429, gm.text);
+  assert.equal(gm.json().error.status, 'RESOURCE_EXHAUSTED');
+  assert.match(gm.json().error.message, /budget exceeded for key capped/);
 }, { timeout: 90000 });
 
 test('key and team budgets together: neither the team nor a key is ever overspent', async () => {
@@ -312,21 +321,6 @@ test('admin API bad input: a clear 4xx and nothing changed', async () => {
   const after = JSON.stringify((await adminCall('GET', '/admin/keys')).json().data.map((k) => k.name).sort());
   assert.equal(after, before, 'nothing changed');
 }, { timeout: 60000 });
-
-/** The worker processes of a master: its children, from /proc. */
-function childrenOf(pid) {
-  const out = [];
-  for (const d of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
-      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid) out.push(Number(d));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return out;
-}
 
 test('a dead worker\'s reservations are released when the master reaps it', async () => {
   await mock.script([{ path: '/v1/chat/completions', default: true, headers_delay_ms: 30000 }]);

@@ -6,13 +6,14 @@
 // runtime keys made on one instance, rotated and revoked, seen at once on
 // the other; spend and runtime keys surviving a restart of everything.
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import http from 'node:http';
 import { startMock, startProxai, test, run, sleep, freePort, waitFor } from './lib/harness.mjs';
-import { startRedis, startNginx, tmpDir } from './lib/services.mjs';
+import { startRedis, startNginx, childrenOf } from './lib/team.mjs';
 
-const tmp = tmpDir('proxai-money-redis-');
-let redis = await startRedis(tmp, { persist: true });
+// an append-only file: a restarted Redis finds what was written
+const redisPort = await freePort();
+const PERSIST = ['--appendonly', 'yes', '--appendfsync', 'always'];
+let redis = await startRedis(redisPort, PERSIST);
 const mock = await startMock();
 const ADMIN = 'adm-redis-Yx7c6v5b4n3m';
 const prefix = `m${process.pid}:`;
@@ -24,7 +25,7 @@ access_log = off
 
 [state]
 backend = redis
-redis = redis://127.0.0.1:${redis.port}/0
+redis = redis://127.0.0.1:${redisPort}/0
 prefix = ${prefix}
 on_error = allow
 
@@ -70,7 +71,7 @@ budget = 0.0015
 let admins = [await freePort(), await freePort()];
 let pxA = await startProxai(conf(admins[0]));
 let pxB = await startProxai(conf(admins[1]));
-let nginx = await startNginx(tmp, [pxA.port, pxB.port]);
+let nginx = await startNginx([pxA.port, pxB.port]);
 const CHAT_COST = 5 * 2500 + 3 * 10000; // the mock's 5 in, 3 out at 2.50 / 10 per million
 
 function post(url, key, { pathname = '/v1/chat/completions', body, method = 'POST' } = {}) {
@@ -182,21 +183,6 @@ test('a runtime key made on one instance works on the other; rotation and revoca
   assert.equal((await post(nginx.url, secret)).status, 200);
 }, { timeout: 60000 });
 
-/** The worker processes of a master: its children, from /proc. */
-function childrenOf(pid) {
-  const out = [];
-  for (const d of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
-      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid) out.push(Number(d));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return out;
-}
-
 test('a dead worker\'s budget reservations in Redis are dropped by its master at once (no 60 s wait)', async () => {
   await mock.script([{ path: '/v1/chat/completions', default: true, headers_delay_ms: 30000 }]);
   const pending = post(pxA.url, 'sk-t1').catch((e) => e);
@@ -222,11 +208,11 @@ test('spend and runtime keys survive a restart of everything', async () => {
   }
   await nginx.stop();
   await redis.stop();
-  redis = await startRedis(tmp, { port: redis.port, persist: true });
+  redis = await startRedis(redisPort, PERSIST);
   admins = [await freePort(), await freePort()];
   pxA = await startProxai(conf(admins[0]));
   pxB = await startProxai(conf(admins[1]));
-  nginx = await startNginx(tmp, [pxA.port, pxB.port]);
+  nginx = await startNginx([pxA.port, pxB.port]);
   const after = [await usage(pxB, 'sk-plain'), await usage(pxB, 'sk-t1'), await usage(pxB, secret)];
   assert.deepEqual(after, before);
   assert.equal((await post(nginx.url, secret)).status, 200);

@@ -104,7 +104,7 @@ export async function startNginx(ports) {
   fs.writeFileSync(path.join(dir, 'nginx.conf'), `worker_processes 1;
 pid ${dir}/nginx.pid;
 error_log ${dir}/nginx-error.log;
-events { worker_connections 256; }
+events { worker_connections 1024; }
 http {
   access_log off;
   client_body_temp_path ${dir}/body;
