@@ -69,7 +69,9 @@ def conf(tmp, name, port, mock_port, backend, redis_port):
     limits = "" if backend == "none" else "rpm = 100000000\ntpm = 1000000000000\n"
     state = ""
     if backend == "redis":
-        state = "[state]\nbackend = redis\nredis = redis://127.0.0.1:%d/0\nprefix = bench:\n" % redis_port
+        # a generous timeout: under callgrind every reply is late
+        state = ("[state]\nbackend = redis\nredis = redis://127.0.0.1:%d/0\nprefix = bench:\n"
+                 "timeout = 10s\n" % redis_port)
     elif budget:
         state = "[state]\ndir = %s\n" % os.path.join(tmp, "state-" + name)
     if budget:

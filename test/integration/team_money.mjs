@@ -143,10 +143,18 @@ test('every request costs its usage x the price of the model sent upstream, to t
   });
   assert.equal(a.status, 200, a.text);
   const claude = 100 * 3000 + 2000 * 300 + 300 * 3750 + 50 * 15000;
+  // the same answer translated for a Chat client: the same cost
+  await mock.script([{ path: '/v1/messages', body: {
+    id: 'msg_c2', type: 'message', role: 'assistant', model: 'claude-x', content: [{ type: 'text', text: 'ok' }],
+    stop_reason: 'end_turn', stop_sequence: null,
+    usage: { input_tokens: 100, cache_read_input_tokens: 2000, cache_creation_input_tokens: 300, output_tokens: 50 },
+  } }]);
+  const tr = await post(px.url, 'sk-plain', { body: JSON.stringify({ model: 'claude-x', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }], user: 'carol' }) });
+  assert.equal(tr.status, 200, tr.text);
   // a model without a price: no cost, no spend, the request is served
   assert.equal((await post(px.url, 'sk-plain', { body: JSON.stringify({ model: 'free-1', messages: [] }) })).status, 200);
   const u = await usage('sk-plain');
-  assert.equal(nano(u.key.spend_usd), 7 * CHAT_COST + claude);
+  assert.equal(nano(u.key.spend_usd), 7 * CHAT_COST + 2 * claude);
   assert.equal(u.key.reserved_usd, 0);
   assert.equal(u.key.budget_usd, null);
   assert.equal(u.team, null);
@@ -156,11 +164,12 @@ test('every request costs its usage x the price of the model sent upstream, to t
   assert.equal(mine.filter((l) => l.user === 'alice').length, 7);
   const ant = mine.find((l) => l.user === 'bob');
   assert.equal(nano(ant.cost_usd), claude);
+  assert.equal(nano(mine.find((l) => l.user === 'carol').cost_usd), claude, 'translated: the same cost');
   assert.equal(mine.find((l) => l.model === 'free-1').cost_usd, null);
-  assert.equal(mine.reduce((s, l) => s + nano(l.cost_usd ?? 0), 0), 7 * CHAT_COST + claude);
+  assert.equal(mine.reduce((s, l) => s + nano(l.cost_usd ?? 0), 0), 7 * CHAT_COST + 2 * claude);
   const m = await (await fetch(`${admin}/metrics`)).text();
   assert.match(m, new RegExp(`proxai_spend_usd_total\\{key="plain",team="",upstream_model="gpt-4o"\\} ${(7 * CHAT_COST / 1e9).toString()}\\n`));
-  assert.ok(m.includes(`proxai_spend_usd_total{key="plain",team="",upstream_model="claude-x"} ${claude / 1e9}\n`), m);
+  assert.ok(m.includes(`proxai_spend_usd_total{key="plain",team="",upstream_model="claude-x"} ${2 * claude / 1e9}\n`), m);
   assert.doesNotMatch(m, /alice|bob/, 'the end user is never a metric label');
 }, { timeout: 60000 });
 
