@@ -478,8 +478,10 @@ int main(int argc, char **argv) {
     const char *tmp = getenv("TMPDIR");
     snprintf(scratch, sizeof(scratch), "%s/proxai-state-XXXXXX",
              tmp && *tmp && strlen(tmp) < 40 ? tmp : "/tmp");
-    if (mkdtemp(scratch)) px_rl_scratch_dir(scratch);
-    else scratch[0] = 0;
+    if (mkdtemp(scratch))
+      px_rl_scratch_dir(scratch);
+    else
+      scratch[0] = 0;
   }
   int rc = workers > 1 ? run_workers(path, cfg, workers) : run_worker(path, cfg, 0);
   if (scratch[0]) {

@@ -85,8 +85,8 @@ typedef enum px_window { PX_WINDOW_MONTH, PX_WINDOW_DAY, PX_WINDOW_TOTAL } px_wi
  *  admin API) have the same shape. */
 typedef struct px_team_conf {
   char *name;
-  int64_t budget;           /**< nano-USD per window; 0 = none */
-  px_window_t window;       /**< default month */
+  int64_t budget;     /**< nano-USD per window; 0 = none */
+  px_window_t window; /**< default month */
 } px_team_conf_t;
 
 typedef struct px_key_conf {
@@ -98,13 +98,13 @@ typedef struct px_key_conf {
   uint64_t tpm;             /**< 0 = unlimited */
   char *team_name;          /**< `team =`; NULL = none */
   const px_team_conf_t *team; /**< resolved team (static: in px_config_t.teams) */
-  int64_t budget;           /**< nano-USD per window; 0 = none */
-  px_window_t window;       /**< default month */
+  int64_t budget;             /**< nano-USD per window; 0 = none */
+  px_window_t window;         /**< default month */
 } px_key_conf_t;
 
 /** [price PATTERN]: nano-USD per million tokens of the upstream model. */
 typedef struct px_price_conf {
-  char *pattern;            /**< exact model name or glob, file order */
+  char *pattern; /**< exact model name or glob, file order */
   int64_t input, output, cache_read, cache_write;
 } px_price_conf_t;
 
@@ -167,7 +167,7 @@ typedef struct px_config {
   size_t nteams;
   px_price_conf_t *prices;
   size_t nprices;
-  char *admin_token;        /**< [admin] token: the admin API; NULL = off */
+  char *admin_token; /**< [admin] token: the admin API; NULL = off */
   /** When no upstream exists (embedded default without keys): the message
    *  every model request gets with a 503. NULL otherwise. */
   char *unconfigured_message;

@@ -26,8 +26,8 @@
 /** The runtime key whose secret this is, at unix time now_s: NULL when
  *  there is none (unknown, revoked, expired, rotated and out of grace) or
  *  no store. The local store only (with Redis: px_redis_key_lookup, one
- *  round trip, then px_keys_from_records). The key (and its runtime team) belong to the caller:
- *  px_keys_free(). */
+ *  round trip, then px_keys_from_records). The key (and its runtime team) belong to the
+ * caller: px_keys_free(). */
 px_key_conf_t *px_keys_find(const px_config_t *cfg, const char *secret, size_t len,
                             int64_t now_s);
 /** The hex SHA-256 of a secret (what is stored). */

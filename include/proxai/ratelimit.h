@@ -45,22 +45,22 @@ typedef enum px_rl_verdict {
  *  and budgets, all or nothing, in one atomic step; settled once with
  *  px_rl_settle(). */
 typedef struct px_admit {
-  const px_key_conf_t *key;  /**< its team: key->team */
-  uint64_t tokens;           /**< set aside on the key's tpm bucket */
-  int64_t cost;              /**< nano-USD set aside on each budget (0: none) */
-  int budgeted;              /**< the key or its team has a budget (never
-                                  fails open: PX_RL_STRICT) */
-  int local;                 /**< set by the check: admitted by PX_RL_LOCAL
-                                  (settled in this host's buckets) */
-  int64_t now_s;             /**< wall clock (budget windows) */
+  const px_key_conf_t *key; /**< its team: key->team */
+  uint64_t tokens;          /**< set aside on the key's tpm bucket */
+  int64_t cost;             /**< nano-USD set aside on each budget (0: none) */
+  int budgeted;             /**< the key or its team has a budget (never
+                                 fails open: PX_RL_STRICT) */
+  int local;                /**< set by the check: admitted by PX_RL_LOCAL
+                                 (settled in this host's buckets) */
+  int64_t now_s;            /**< wall clock (budget windows) */
 } px_admit_t;
 
 /** Why an admission was refused. */
 typedef struct px_refusal {
-  unsigned retry_after;  /**< seconds; 0: none (a `total` budget) */
-  int team;              /**< PX_RL_BUDGET: 1 the team's budget, 0 the key's */
-  int64_t remaining;     /**< PX_RL_BUDGET: nano-USD left (>= 0) */
-  int64_t resets_at;     /**< PX_RL_BUDGET: unix s, 0 for `total` */
+  unsigned retry_after; /**< seconds; 0: none (a `total` budget) */
+  int team;             /**< PX_RL_BUDGET: 1 the team's budget, 0 the key's */
+  int64_t remaining;    /**< PX_RL_BUDGET: nano-USD left (>= 0) */
+  int64_t resets_at;    /**< PX_RL_BUDGET: unix s, 0 for `total` */
 } px_refusal_t;
 
 /** px_rl_check flag: never fail open, refused (503) while the backend is

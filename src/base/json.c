@@ -534,7 +534,8 @@ key:
                       "bad escape or no closing quote)");
     if (depth == 1 && top_obj) {
       pending = watched_key(p, i + 1, e, esc, TOP_MODEL, TOP_SO + 1);
-      if (pending == W_NONE) pending = watched_key(p, i + 1, e, esc, TOP_META, TOP_USER + 1);
+      if (pending == W_NONE)
+        pending = watched_key(p, i + 1, e, esc, TOP_META, TOP_USER + 1);
     } else if (depth == 2 && so_depth == 2) {
       pending = watched_key(p, i + 1, e, esc, SO_USAGE, SO_USAGE + 1);
     } else if (depth == 2 && meta_depth == 2) {

@@ -43,8 +43,8 @@ typedef enum sec_kind {
   SEC_ADMIN
 } sec_kind_t;
 
-static const char *const sec_names[] = {"",      "",      "server", "upstream", "route",
-                                        "key",   "state", "team",   "price",    "admin"};
+static const char *const sec_names[] = {"",    "",      "server", "upstream", "route",
+                                        "key", "state", "team",   "price",    "admin"};
 
 /* `NAME[/MODEL]` as written, resolved to a px_target_t after parsing. */
 typedef struct target_ref {
@@ -761,9 +761,10 @@ static int set_usd(parse_t *p, const directive_t *d, void *obj, char *v) {
   int64_t n;
   int ok = 1;
   if (px_parse_usd(v, (int64_t)d->max, &n) < 0)
-    ok = fail(p, p->line,
-              "%s must be an amount in USD from 0 to %llu with at most 9 decimals, not '%s'",
-              d->name, (unsigned long long)d->max, v);
+    ok = fail(
+        p, p->line,
+        "%s must be an amount in USD from 0 to %llu with at most 9 decimals, not '%s'",
+        d->name, (unsigned long long)d->max, v);
   else
     *(int64_t *)((char *)obj + d->off) = n;
   free(v);
@@ -1097,8 +1098,8 @@ static int begin_section(parse_t *p, const char *title, size_t tlen) {
       if (rlen != 0) {
         ok = fail(p, p->line, "[%s] takes no name", sec_names[kind]);
       } else if (*at != 0) {
-        ok = fail(p, p->line, "duplicate section [%s] (first at line %d)", sec_names[kind],
-                  *at);
+        ok = fail(p, p->line, "duplicate section [%s] (first at line %d)",
+                  sec_names[kind], *at);
       } else {
         *at = p->line;
       }
@@ -1106,8 +1107,9 @@ static int begin_section(parse_t *p, const char *title, size_t tlen) {
     }
     case SEC_TEAM:
       if (rlen == 0 || !valid_name(arg)) {
-        ok = fail(p, p->line,
-                  "[team] needs a name of letters, digits, '-', '_' and '.': [team NAME]");
+        ok =
+            fail(p, p->line,
+                 "[team] needs a name of letters, digits, '-', '_' and '.': [team NAME]");
         break;
       }
       for (size_t j = 0; j < c->nteams && ok; j++)

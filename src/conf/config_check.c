@@ -95,10 +95,11 @@ static size_t warn_money(const px_config_t *c, FILE *out, const char *file) {
               (c->keys[i].team && c->keys[i].team->budget > 0);
   for (size_t i = 0; i < c->nteams; i++) budgets = budgets || c->teams[i].budget > 0;
   if (c->admin_token && c->server.admin_listen == NULL) {
-    fprintf(out,
-            "proxai: warning: %s: [admin] token is set but [server] admin_listen is not: the "
-            "admin API is served on admin_listen only\n",
-            file);
+    fprintf(
+        out,
+        "proxai: warning: %s: [admin] token is set but [server] admin_listen is not: the "
+        "admin API is served on admin_listen only\n",
+        file);
     n++;
   }
   if (!budgets) return n;
@@ -124,7 +125,8 @@ static size_t warn_money(const px_config_t *c, FILE *out, const char *file) {
       } else if (!glob) {
         n += warn_unpriced(c, out, file, r, r->pattern);
       } else {
-        for (size_t k = 0; k < r->nmodels; k++) n += warn_unpriced(c, out, file, r, r->models[k]);
+        for (size_t k = 0; k < r->nmodels; k++)
+          n += warn_unpriced(c, out, file, r, r->models[k]);
       }
     }
   }

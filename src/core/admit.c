@@ -231,10 +231,11 @@ static int cost_bound(px_exch_t *x, const px_route_conf_t *rt, int64_t *out) {
     const px_price_conf_t *p = px_config_price(x->cfg, m);
     if (p == NULL) {
       char msg[400];
-      snprintf(msg, sizeof(msg),
-               "no price is configured for model '%.200s' (sent upstream for '%.100s'): a "
-               "key with a budget cannot use it",
-               m, x->model);
+      snprintf(
+          msg, sizeof(msg),
+          "no price is configured for model '%.200s' (sent upstream for '%.100s'): a "
+          "key with a budget cannot use it",
+          m, x->model);
       px_exch_error(x, PX_ERR_PERMISSION, msg, "model");
       return -1;
     }
@@ -278,12 +279,14 @@ static int admission(px_exch_t *x, px_rl_verdict_t v, const px_refusal_t *why) {
   }
   if (v == PX_RL_UNAVAILABLE) {
     if (x->adm.budgeted)
-      px_exch_error(x, PX_ERR_OVERLOADED,
-                    "the budget cannot be checked: the shared state backend is unreachable",
-                    NULL);
+      px_exch_error(
+          x, PX_ERR_OVERLOADED,
+          "the budget cannot be checked: the shared state backend is unreachable", NULL);
     else
-      px_exch_error(x, PX_ERR_OVERLOADED, "rate limits cannot be checked: the shared state "
-                                       "backend is unreachable", NULL);
+      px_exch_error(x, PX_ERR_OVERLOADED,
+                    "rate limits cannot be checked: the shared state "
+                    "backend is unreachable",
+                    NULL);
     return -1;
   }
   char ra[16];
@@ -300,7 +303,9 @@ static int admission(px_exch_t *x, px_rl_verdict_t v, const px_refusal_t *why) {
              team ? "team" : "key", team ? k->team->name : k->name,
              px_usd_str(why->remaining, left, sizeof(left)),
              px_usd_str(budget, total, sizeof(total)),
-             w == PX_WINDOW_TOTAL ? "in total" : w == PX_WINDOW_DAY ? "per day" : "per month",
+             w == PX_WINDOW_TOTAL ? "in total"
+             : w == PX_WINDOW_DAY ? "per day"
+                                  : "per month",
              why->resets_at ? "resets at " : "never resets",
              why->resets_at ? px_rfc3339(why->resets_at, when, sizeof(when)) : "",
              px_usd_str(x->adm.cost, bound, sizeof(bound)));
@@ -308,7 +313,8 @@ static int admission(px_exch_t *x, px_rl_verdict_t v, const px_refusal_t *why) {
     px_exch_error_h(x, PX_ERR_QUOTA, 429, msg, NULL, &h, why->retry_after ? 1 : 0);
     return -1;
   }
-  h.value.len = (size_t)snprintf(ra, sizeof(ra), "%u", why->retry_after ? why->retry_after : 1);
+  h.value.len =
+      (size_t)snprintf(ra, sizeof(ra), "%u", why->retry_after ? why->retry_after : 1);
   px_exch_error_h(x, PX_ERR_RATE_LIMIT, 429, "rate limit exceeded for this key", NULL, &h, 1);
   return -1;
 }
@@ -445,8 +451,9 @@ static int authorize_key(px_exch_t *x, int presented) {
   px_config_t *cfg = x->cfg;
   if (x->key == NULL) {
     px_exch_error(x, PX_ERR_AUTH,
-                  presented ? "invalid API key"
-                            : "missing API key: send Authorization: Bearer KEY or x-api-key",
+                  presented
+                      ? "invalid API key"
+                      : "missing API key: send Authorization: Bearer KEY or x-api-key",
                   NULL);
     return -1;
   }
@@ -486,7 +493,8 @@ static void on_key_records(void *arg, int ok, px_str_t rec, px_str_t team) {
   x->rl_wait = NULL;
   if (!ok) {
     px_exch_error(x, PX_ERR_OVERLOADED,
-                  "the key cannot be checked: the shared state backend is unreachable", NULL);
+                  "the key cannot be checked: the shared state backend is unreachable",
+                  NULL);
     return;
   }
   size_t sl = 0;
@@ -506,12 +514,14 @@ static int authorize(px_exch_t *x) {
   if (!px_config_keyed(cfg)) return 0;
   size_t sl = 0;
   const char *sec = client_secret(x->req, px_exch_client_ops(x), &sl);
-  if (sec && sl && !px_config_key(cfg, sec, sl) && px_keys_on(cfg) && px_redis_running()) {
+  if (sec && sl && !px_config_key(cfg, sec, sl) && px_keys_on(cfg) &&
+      px_redis_running()) {
     char hex[65];
     px_keys_hash(sec, sl, hex);
     if (px_redis_key_lookup(hex, on_key_records, x, &x->rl_wait) == 1) return 1;
     px_exch_error(x, PX_ERR_OVERLOADED,
-                  "the key cannot be checked: the shared state backend is unreachable", NULL);
+                  "the key cannot be checked: the shared state backend is unreachable",
+                  NULL);
     return -1;
   }
   x->key = find_key(cfg, sec, sl, &x->rkey);
@@ -570,8 +580,10 @@ static void usage_budget(px_buf_t *b, const char *name, const char *team, int64_
   px_buf_json_str(b, name, strlen(name));
   if (team != (const char *)-1) {
     px_buf_puts(b, ",\"team\":");
-    if (team) px_buf_json_str(b, team, strlen(team));
-    else px_buf_puts(b, "null");
+    if (team)
+      px_buf_json_str(b, team, strlen(team));
+    else
+      px_buf_puts(b, "null");
   }
   px_buf_puts(b, ",\"budget_usd\":");
   px_buf_puts(b, budget > 0 ? px_usd_str(budget, u, sizeof(u)) : "null");
@@ -582,8 +594,9 @@ static void usage_budget(px_buf_t *b, const char *name, const char *team, int64_
   px_buf_puts(b, ",\"reserved_usd\":");
   px_buf_puts(b, st ? px_usd_str(st->reserved, u, sizeof(u)) : "null");
   px_buf_puts(b, ",\"remaining_usd\":");
-  px_buf_puts(b, st && budget > 0 ? px_usd_str(budget - st->spend - st->reserved, u, sizeof(u))
-                                  : "null");
+  px_buf_puts(b, st && budget > 0
+                     ? px_usd_str(budget - st->spend - st->reserved, u, sizeof(u))
+                     : "null");
   px_buf_puts(b, ",\"resets_at\":");
   if (win.resets_at) {
     px_buf_puts(b, "\"");
@@ -629,8 +642,8 @@ static void usage_answer(usage_q_t *q, int ok, const px_budget_state_t st[2]) {
                  &st[1], q->now);
   else
     px_buf_puts(&b, "null");
-  px_buf_printf(&b, ",\"limits\":{\"rpm\":%llu,\"tpm\":%llu}}", (unsigned long long)k->rpm,
-                (unsigned long long)k->tpm);
+  px_buf_printf(&b, ",\"limits\":{\"rpm\":%llu,\"tpm\":%llu}}",
+                (unsigned long long)k->rpm, (unsigned long long)k->tpm);
   px_conn_set_handler(c, NULL, NULL);
   px_resp_simple(c, 200, "application/json", b.data, b.len, NULL, 0);
   px_buf_free(&b);

@@ -19,8 +19,8 @@
 #include <strings.h>
 #include <time.h>
 
-#include "proxai/keys.h"
 #include "proxai/inflight.h"
+#include "proxai/keys.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxai/money.h"

@@ -390,9 +390,11 @@ static int render_spend(px_buf_t *b) {
     if (s->fam != F_SPEND) continue;
     char usd[32];
     rc = px_buf_puts(b, "proxai_spend_usd_total{");
-    for (int k = 0; rc == 0 && k < NLABELS; k++) rc = put_label(b, ln[k], s->labels[k], k == 0);
+    for (int k = 0; rc == 0 && k < NLABELS; k++)
+      rc = put_label(b, ln[k], s->labels[k], k == 0);
     if (rc == 0)
-      rc = px_buf_printf(b, "} %s\n", px_usd_str((int64_t)load(&s->value), usd, sizeof(usd)));
+      rc = px_buf_printf(b, "} %s\n",
+                         px_usd_str((int64_t)load(&s->value), usd, sizeof(usd)));
   }
   return rc;
 }

@@ -79,7 +79,9 @@ static int kv_get(px_store_db_t db, const char *name, size_t nl, px_buf_t *out,
   size_t lens[] = {3, strlen(k)};
   redisReply *r = redis_cmd(2, argv, lens);
   if (!r) return PX_STORE_EIO;
-  int rc = r->type == REDIS_REPLY_STRING ? 1 : r->type == REDIS_REPLY_NIL ? 0 : PX_STORE_EIO;
+  int rc = r->type == REDIS_REPLY_STRING ? 1
+           : r->type == REDIS_REPLY_NIL  ? 0
+                                         : PX_STORE_EIO;
   if (rc == 1) {
     out->len = 0;
     if (px_buf_append_grow(out, r->str, r->len) < 0) rc = PX_ENOMEM;
@@ -88,8 +90,8 @@ static int kv_get(px_store_db_t db, const char *name, size_t nl, px_buf_t *out,
   return rc;
 }
 
-static int kv_put(px_store_db_t db, const char *name, size_t nl, const char *val, size_t vl,
-                  int64_t expires_s, unsigned flags, int64_t now) {
+static int kv_put(px_store_db_t db, const char *name, size_t nl, const char *val,
+                  size_t vl, int64_t expires_s, unsigned flags, int64_t now) {
   if (!redis_on()) return px_store_put(db, name, nl, val, vl, (uint64_t)expires_s, flags);
   char k[PX_STORE_KEY_MAX + 64], ms[32];
   rkey(k, sizeof(k), db, name, nl);
@@ -104,7 +106,7 @@ static int kv_put(px_store_db_t db, const char *name, size_t nl, const char *val
   }
   redisReply *r = redis_cmd(n, argv, lens);
   if (!r) return PX_STORE_EIO;
-  int rc = r->type == REDIS_REPLY_NIL ? PX_STORE_EEXIST
+  int rc = r->type == REDIS_REPLY_NIL     ? PX_STORE_EEXIST
            : r->type == REDIS_REPLY_ERROR ? PX_STORE_EIO
                                           : 0;
   freeReplyObject(r);
@@ -160,13 +162,13 @@ static void hash_hex(const char *secret, size_t len, char out[65]) {
   for (int i = 0; i < SHA256_DIGEST_LENGTH; i++) sprintf(out + 2 * i, "%02x", md[i]);
 }
 
-
 /* a record of db by name, parsed; NULL when absent */
 static json_t *load(px_store_db_t db, const char *name, int64_t now) {
   px_buf_t b;
   px_buf_init(&b, RECORD_MAX);
   json_t *j = NULL;
-  if (kv_get(db, name, strlen(name), &b, now) == 1) j = json_loadb(b.data, b.len, 0, NULL);
+  if (kv_get(db, name, strlen(name), &b, now) == 1)
+    j = json_loadb(b.data, b.len, 0, NULL);
   px_buf_free(&b);
   return j;
 }
@@ -210,8 +212,8 @@ void px_keys_free(px_key_conf_t *k) {
 
 /* The key conf of a record; its team static (cfg) or runtime (team_rec, or
  * read from the records when NULL). */
-static px_key_conf_t *key_from(const px_config_t *cfg, const json_t *j, const json_t *team_rec,
-                               int64_t now) {
+static px_key_conf_t *key_from(const px_config_t *cfg, const json_t *j,
+                               const json_t *team_rec, int64_t now) {
   rkey_t *r = calloc(1, sizeof(*r));
   if (!r) return NULL;
   px_key_conf_t *k = &r->k;
@@ -234,7 +236,8 @@ static px_key_conf_t *key_from(const px_config_t *cfg, const json_t *j, const js
     k->team_name = strdup(team);
     k->team = px_config_team(cfg, team);
     if (!k->team) {
-      json_t *t = team_rec ? json_incref((json_t *)team_rec) : load(PX_STORE_TEAMS, team, now);
+      json_t *t =
+          team_rec ? json_incref((json_t *)team_rec) : load(PX_STORE_TEAMS, team, now);
       if (t && jstr(t, "name") && team_from(t, &r->team) == 0) k->team = &r->team;
       json_decref(t);
     }
@@ -329,8 +332,8 @@ static int valid_name(const char *s) {
   size_t n = strlen(s);
   if (n == 0 || n > NAME_MAX_LEN) return 0;
   for (; *s; s++)
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-          *s == '-' || *s == '_' || *s == '.'))
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+          (*s >= '0' && *s <= '9') || *s == '-' || *s == '_' || *s == '.'))
       return 0;
   return 1;
 }
@@ -407,7 +410,8 @@ static json_t *key_view(const px_config_t *cfg, const json_t *rec, int64_t now) 
   json_object_set_new(o, "expires_at", when(jint(rec, "expires_at")));
   json_object_set_new(o, "created_at", when(jint(rec, "created_at")));
   int64_t ou = jint(rec, "old_until");
-  json_object_set_new(o, "previous_secret_valid_until", ou > now ? when(ou) : json_null());
+  json_object_set_new(o, "previous_secret_valid_until",
+                      ou > now ? when(ou) : json_null());
   json_object_set_new(o, "last_used_at", when(px_rl_last_use(jstr(rec, "name"))));
   return o;
 }
@@ -418,7 +422,8 @@ static json_t *static_key_view(const px_key_conf_t *k, int64_t now) {
   json_t *o = json_object(), *m = json_array();
   json_object_set_new(o, "name", json_string(k->name));
   json_object_set_new(o, "team", k->team ? json_string(k->team->name) : json_null());
-  for (size_t i = 0; i < k->nmodels; i++) json_array_append_new(m, json_string(k->models[i]));
+  for (size_t i = 0; i < k->nmodels; i++)
+    json_array_append_new(m, json_string(k->models[i]));
   json_object_set_new(o, "models", m);
   json_object_set_new(o, "rpm", json_integer((json_int_t)k->rpm));
   json_object_set_new(o, "tpm", json_integer((json_int_t)k->tpm));
@@ -453,7 +458,8 @@ static json_t *team_view(const json_t *rec, int64_t now) {
 /* A secret: "sk-px-" and 32 of [A-Za-z0-9] from the OS's random source
  * (bytes >= 248 are drawn again: 62 * 4 = 248, no bias). */
 static int new_secret(char out[39]) {
-  static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  static const char abc[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   memcpy(out, "sk-px-", 6);
   size_t n = 0;
   unsigned char r[64];
@@ -470,9 +476,9 @@ static int new_secret(char out[39]) {
  * status (out written). what: "key" | "team". */
 static int apply(const px_config_t *cfg, json_t *rec, json_t *in, int is_key, int create,
                  px_buf_t *out, int64_t now) {
-  static const char *const key_fields[] = {"name", "team",          "models",     "rpm",
-                                           "tpm",  "budget",        "budget_window",
-                                           "expires_at", NULL};
+  static const char *const key_fields[] = {"name",          "team",       "models",
+                                           "rpm",           "tpm",        "budget",
+                                           "budget_window", "expires_at", NULL};
   static const char *const team_fields[] = {"name", "budget", "budget_window", NULL};
   const char *const *fields = is_key ? key_fields : team_fields;
   const char *k;
@@ -495,9 +501,10 @@ static int apply(const px_config_t *cfg, json_t *rec, json_t *in, int is_key, in
     if (!json_is_number(v) || !(d >= 0) || d > (double)PX_BUDGET_MAX_USD)
       return BAD(out, "'budget' must be a number of USD from 0 to %lld",
                  (long long)PX_BUDGET_MAX_USD);
-    json_object_set_new(rec, "budget",
-                        json_integer(json_is_integer(v) ? json_integer_value(v) * PX_NANO_PER_USD
-                                                        : llround(d * 1e9)));
+    json_object_set_new(
+        rec, "budget",
+        json_integer(json_is_integer(v) ? json_integer_value(v) * PX_NANO_PER_USD
+                                        : llround(d * 1e9)));
   }
   if ((v = json_object_get(in, "budget_window")) != NULL) {
     px_window_t w;
@@ -514,7 +521,8 @@ static int apply(const px_config_t *cfg, json_t *rec, json_t *in, int is_key, in
       json_t *tr = t ? load(PX_STORE_TEAMS, t, now) : NULL;
       int known = t && (px_config_team(cfg, t) || tr);
       json_decref(tr);
-      if (!known) return BAD(out, "'team' must name an existing team (static or runtime)");
+      if (!known)
+        return BAD(out, "'team' must name an existing team (static or runtime)");
       json_object_set(rec, "team", v);
     }
   }
@@ -541,7 +549,9 @@ static int apply(const px_config_t *cfg, json_t *rec, json_t *in, int is_key, in
     json_object_set(rec, lim[i], v);
   }
   if ((v = json_object_get(in, "expires_at")) != NULL) {
-    int64_t t = json_is_null(v) ? 0 : json_is_string(v) ? parse_rfc3339(json_string_value(v)) : -1;
+    int64_t t = json_is_null(v)     ? 0
+                : json_is_string(v) ? parse_rfc3339(json_string_value(v))
+                                    : -1;
     if (t < 0) return BAD(out, "'expires_at' must be an RFC 3339 time or null");
     json_object_set_new(rec, "expires_at", json_integer(t));
   }
@@ -578,8 +588,8 @@ static int each_record(void *arg, px_str_t k, px_str_t v) {
   list_t *l = arg;
   json_t *rec = json_loadb(v.ptr, v.len, 0, NULL);
   if (rec)
-    json_array_append_new(l->data, l->is_key ? key_view(l->cfg, rec, l->now)
-                                             : team_view(rec, l->now));
+    json_array_append_new(
+        l->data, l->is_key ? key_view(l->cfg, rec, l->now) : team_view(rec, l->now));
   json_decref(rec);
   return 0;
 }
@@ -626,7 +636,8 @@ int px_keys_admin(const px_config_t *cfg, int method, const char *path, size_t p
     const char *n = rest + 1, *slash = memchr(n, '/', rl - 1);
     size_t nl = slash ? (size_t)(slash - n) : rl - 1;
     if (slash) {
-      if (!is_key || (size_t)(path + plen - slash) != 7 || memcmp(slash, "/rotate", 7) != 0)
+      if (!is_key || (size_t)(path + plen - slash) != 7 ||
+          memcmp(slash, "/rotate", 7) != 0)
         return error(out, 404, "not_found_error", "unknown admin path");
       rotate = 1;
     }
@@ -656,18 +667,20 @@ int px_keys_admin(const px_config_t *cfg, int method, const char *path, size_t p
       json_object_set_new(o, "data", l.data);
       return answer(out, 200, o);
     }
-    if (method != HTTP_POST) return error(out, 405, "invalid_request_error", "method not allowed");
+    if (method != HTTP_POST)
+      return error(out, 405, "invalid_request_error", "method not allowed");
     if ((st = parse_body(body, blen, &in, out)) != 0) return st;
     rec = json_object();
     if ((st = apply(cfg, rec, in, is_key, 1, out, now)) != 0) goto done;
     const char *nm = jstr(rec, "name");
     if (is_key ? static_key(cfg, nm) : px_config_team(cfg, nm) != NULL) {
       st = error(out, 409, "invalid_request_error",
-                 "the name '%s' is taken by a static %s ([%s %s] in the configuration)", nm,
-                 what, what, nm);
+                 "the name '%s' is taken by a static %s ([%s %s] in the configuration)",
+                 nm, what, what, nm);
       goto done;
     }
-    if (!json_object_get(rec, "budget")) json_object_set_new(rec, "budget", json_integer(0));
+    if (!json_object_get(rec, "budget"))
+      json_object_set_new(rec, "budget", json_integer(0));
     if (!json_object_get(rec, "budget_window"))
       json_object_set_new(rec, "budget_window", json_string("month"));
     json_object_set_new(rec, "created_at", json_integer(now));
@@ -675,8 +688,10 @@ int px_keys_admin(const px_config_t *cfg, int method, const char *path, size_t p
     if (is_key) {
       static const char *const dflt[] = {"rpm", "tpm", "expires_at"};
       for (int i = 0; i < 3; i++)
-        if (!json_object_get(rec, dflt[i])) json_object_set_new(rec, dflt[i], json_integer(0));
-      if (!json_object_get(rec, "models")) json_object_set_new(rec, "models", json_array());
+        if (!json_object_get(rec, dflt[i]))
+          json_object_set_new(rec, dflt[i], json_integer(0));
+      if (!json_object_get(rec, "models"))
+        json_object_set_new(rec, "models", json_array());
       if (!json_object_get(rec, "team")) json_object_set_new(rec, "team", json_null());
       json_t *old = load(db, nm, now);
       json_decref(old);
@@ -709,10 +724,12 @@ int px_keys_admin(const px_config_t *cfg, int method, const char *path, size_t p
     if (strcmp(cfg->keys[i].name, name) == 0) st_key = &cfg->keys[i];
   if (st_key || st_team) {
     if (method == HTTP_GET && !rotate)
-      return answer(out, 200, st_key ? static_key_view(st_key, now) : static_team_view(st_team, now));
+      return answer(
+          out, 200,
+          st_key ? static_key_view(st_key, now) : static_team_view(st_team, now));
     return error(out, 409, "invalid_request_error",
-                 "'%s' is a static %s: change it in the configuration ([%s %s])", name, what,
-                 what, name);
+                 "'%s' is a static %s: change it in the configuration ([%s %s])", name,
+                 what, what, name);
   }
   rec = load(db, name, now);
   if (!rec) {
@@ -735,8 +752,9 @@ int px_keys_admin(const px_config_t *cfg, int method, const char *path, size_t p
       }
     }
     v = json_object_get(in, "grace");
-    if (v && (!json_is_string(v) || px_parse_duration_ms(json_string_value(v), &grace) < 0 ||
-              grace > GRACE_MAX_MS)) {
+    if (v &&
+        (!json_is_string(v) || px_parse_duration_ms(json_string_value(v), &grace) < 0 ||
+         grace > GRACE_MAX_MS)) {
       st = BAD(out, "'grace' must be a duration such as \"10m\" (at most 30 days)");
       goto done;
     }
@@ -751,7 +769,8 @@ int px_keys_admin(const px_config_t *cfg, int method, const char *path, size_t p
     }
     char secret[39];
     if ((st = set_secret(rec, name, secret, out)) != 0) goto done;
-    json_object_set_new(rec, "old_hash", grace && keep[0] ? json_string(keep) : json_null());
+    json_object_set_new(rec, "old_hash",
+                        grace && keep[0] ? json_string(keep) : json_null());
     json_object_set_new(rec, "old_until", json_integer(grace ? until : 0));
     if (save(db, name, rec, 0) < 0) {
       st = error(out, 500, "api_error", "the state store refused the write");

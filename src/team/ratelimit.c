@@ -259,7 +259,6 @@ static rl_shm_t *table(void) {
   return px_shm_ratelimit();
 }
 
-
 static rl_entry_t *lookup_team(const char *team) {
   char n[RL_NAME];
   size_t l = strlen(team);
@@ -329,7 +328,8 @@ static void flush_all(void) {
 }
 
 /* Whether cost fits the budget (limit nano-USD); else the refusal. */
-static int fits(const budget_t *b, int64_t limit, int64_t cost, int team, px_refusal_t *why) {
+static int fits(const budget_t *b, int64_t limit, int64_t cost, int team,
+                px_refusal_t *why) {
   int64_t left = limit - b->spend - b->reserved;
   if (cost <= left) return 1;
   why->team = team;
@@ -347,7 +347,8 @@ static void tpm_take(rl_entry_t *e, uint64_t tokens) {
 }
 
 static void tpm_give(rl_entry_t *e, uint64_t tokens) {
-  int64_t cap = (int64_t)(e->tpm.limit > LIMIT_MAX ? LIMIT_MAX : e->tpm.limit) * UNITS_PER_TOKEN;
+  int64_t cap =
+      (int64_t)(e->tpm.limit > LIMIT_MAX ? LIMIT_MAX : e->tpm.limit) * UNITS_PER_TOKEN;
   if (tokens >= (uint64_t)(cap - e->tpm.level) / UNITS_PER_TOKEN + 1)
     e->tpm.level = cap;
   else
@@ -396,7 +397,10 @@ static px_rl_verdict_t local_admit(const px_admit_t *a, uint64_t now, px_refusal
   }
   if (v == PX_RL_BUDGET) {
     int64_t left = why->resets_at - a->now_s;
-    why->retry_after = why->resets_at == 0 ? 0 : left < 1 ? 1 : left > 0x7fffffff ? 0x7fffffff : (unsigned)left;
+    why->retry_after = why->resets_at == 0 ? 0
+                       : left < 1          ? 1
+                       : left > 0x7fffffff ? 0x7fffffff
+                                           : (unsigned)left;
   }
   if (te) px_shm_unlock(&te->mu);
   px_shm_unlock(&e->mu);
@@ -421,8 +425,10 @@ static void local_settle(const px_admit_t *a, uint64_t used, int64_t cost, uint6
     rl_entry_t *e = lookup(k->name, 0);
     if (e) {
       refill(&e->tpm, k->tpm, now);
-      if (used > a->tokens) tpm_take(e, used - a->tokens);
-      else tpm_give(e, a->tokens - used);
+      if (used > a->tokens)
+        tpm_take(e, used - a->tokens);
+      else
+        tpm_give(e, a->tokens - used);
       px_shm_unlock(&e->mu);
     }
   }
@@ -487,8 +493,8 @@ static void release_local(const px_inflight_rec_t *r) {
 /* ---------------------------------------------------------------------- */
 /* backend dispatch                                                         */
 
-#include "proxai/log.h"
 #include "proxai/inflight.h"
+#include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxai/state_redis.h"
 
@@ -572,7 +578,8 @@ void px_rl_cancel(px_rl_wait_t *w) {
 void px_rl_settle(const px_admit_t *a, uint64_t used, int64_t cost, uint64_t now_ms) {
   if (a->key->tpm == 0 && !a->budgeted && cost <= 0) return;
   if (a->local) { /* admitted by on_error = local: this host's share */
-    if (a->key->tpm) charge_at(a->key->name, share(a->key->tpm), used, now_ms, outage_epoch());
+    if (a->key->tpm)
+      charge_at(a->key->name, share(a->key->tpm), used, now_ms, outage_epoch());
     return;
   }
   if (px_redis_running()) {

@@ -82,14 +82,16 @@ static const char script[] =
     "local packed = ARGV[1]\n"
     "local ARGV = {}\n"
     "for x in string.gmatch(packed, '%S+') do ARGV[#ARGV + 1] = x end\n"
-    "local mode, rpm, tpm, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "local mode, rpm, tpm, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), "
+    "tonumber(ARGV[4])\n"
     "local owner, kb, tb = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])\n"
     "local f = function(x) return string.format('%.0f', x) end\n"
     "local function held(h)\n"
     "  local all = redis.call('HGETALL', h)\n"
     "  local exp, sum = {}, 0\n"
     "  for i = 1, #all, 2 do\n"
-    "    if string.sub(all[i], 1, 2) == 'e:' then exp[string.sub(all[i], 3)] = tonumber(all[i + 1]) end\n"
+    "    if string.sub(all[i], 1, 2) == 'e:' then exp[string.sub(all[i], 3)] = "
+    "tonumber(all[i + 1]) end\n"
     "  end\n"
     "  for i = 1, #all, 2 do\n"
     "    if string.sub(all[i], 1, 2) == 'r:' then\n"
@@ -107,11 +109,13 @@ static const char script[] =
     "  redis.call('PEXPIRE', h, 120000)\n"
     "end\n"
     "if mode == 'q' then\n"
-    "  return {f(spent(KEYS[2])), f(held(KEYS[3])), f(spent(KEYS[4])), f(held(KEYS[5]))}\n"
+    "  return {f(spent(KEYS[2])), f(held(KEYS[3])), f(spent(KEYS[4])), "
+    "f(held(KEYS[5]))}\n"
     "end\n"
     "if mode == 'r' then\n"
     "  for i = 3, 5, 2 do\n"
-    "    if redis.call('HEXISTS', KEYS[i], 'r:' .. owner) == 1 then hold(KEYS[i], 0) end\n"
+    "    if redis.call('HEXISTS', KEYS[i], 'r:' .. owner) == 1 then hold(KEYS[i], 0) "
+    "end\n"
     "  end\n"
     "  return 0\n"
     "end\n"
@@ -135,7 +139,8 @@ static const char script[] =
     "    tl = tl - n * U\n"
     "    if tl > tpm * U then tl = tpm * U end\n"
     "    redis.call('HSET', KEYS[1], 'tl', f(tl), 'tt', f(tt))\n"
-    "    redis.call('PEXPIRE', KEYS[1], math.max(redis.call('PTTL', KEYS[1]), full(tl, tpm)))\n"
+    "    redis.call('PEXPIRE', KEYS[1], math.max(redis.call('PTTL', KEYS[1]), full(tl, "
+    "tpm)))\n"
     "  end\n"
     "  local c, cost = tonumber(ARGV[8]), tonumber(ARGV[9])\n"
     "  for i = 0, 1 do\n"
@@ -227,11 +232,11 @@ struct px_rl_wait {
   int resent; /* EVAL after NOSCRIPT */
   int budgeted;
   int lookup;
-  unsigned flags;        /* for px_rl_fallback */
+  unsigned flags; /* for px_rl_fallback */
   uint64_t rpm, tpm;
-  int64_t resets_at[2];  /* the key's and the team's window ends (unix s) */
+  int64_t resets_at[2]; /* the key's and the team's window ends (unix s) */
   int64_t now_s;
-  size_t name_off;       /* the key's name in keys[0] (after "PREFIX rl:") */
+  size_t name_off; /* the key's name in keys[0] (after "PREFIX rl:") */
   char keys[NKEYS][PX_STORE_KEY_MAX];
   char args[NARGS][48];
   char packed[NARGS * 48];
@@ -587,7 +592,8 @@ int px_redis_start(uv_loop_t *loop, const px_state_conf_t *sc) {
   SHA1((const unsigned char *)script, strlen(script), md);
   for (int i = 0; i < SHA_DIGEST_LENGTH; i++) sprintf(g.sha + 2 * i, "%02x", md[i]);
   SHA1((const unsigned char *)lookup_script, strlen(lookup_script), md);
-  for (int i = 0; i < SHA_DIGEST_LENGTH; i++) sprintf(g.lookup_sha + 2 * i, "%02x", md[i]);
+  for (int i = 0; i < SHA_DIGEST_LENGTH; i++)
+    sprintf(g.lookup_sha + 2 * i, "%02x", md[i]);
   /* this worker's name on its budget reservations: the master knows it too
    * (instance, slot, pid) and drops them when it reaps this worker */
   px_rl_owner(px_shm_worker(), (long)getpid(), g.owner, sizeof(g.owner));
@@ -642,8 +648,9 @@ int px_redis_running(void) {
 
 static int send_script(px_rl_wait_t *w, redisCallbackFn *cb) {
   w->argv[0] = w->resent ? "EVAL" : "EVALSHA";
-  w->argv[1] = w->resent ? (w->lookup ? lookup_script : script)
-                         : w->lookup ? g.lookup_sha : g.sha;
+  w->argv[1] = w->resent   ? (w->lookup ? lookup_script : script)
+               : w->lookup ? g.lookup_sha
+                           : g.sha;
   return send_argv(cb, &w->c, w->lookup ? 5 : 3 + NKEYS + 1, w->argv);
 }
 
@@ -722,8 +729,9 @@ static px_rl_wait_t *wait_new(const px_key_conf_t *k, const char *mode, int64_t 
     px_win_t win;
     px_window_at(kind, (time_t)now_s, &win);
     const char *kt = i ? "bud:t:" : "bud:k:";
-    char *e = put(put(put(sk, sk + PX_STORE_KEY_MAX, g.prefix), sk + PX_STORE_KEY_MAX, kt),
-                  sk + PX_STORE_KEY_MAX, name);
+    char *e =
+        put(put(put(sk, sk + PX_STORE_KEY_MAX, g.prefix), sk + PX_STORE_KEY_MAX, kt),
+            sk + PX_STORE_KEY_MAX, name);
     size_t base = (size_t)(e - sk);
     memcpy(rk, sk, base + 1);
     put(put(e, sk + PX_STORE_KEY_MAX, ":"), sk + PX_STORE_KEY_MAX, win.label);
@@ -735,9 +743,9 @@ static px_rl_wait_t *wait_new(const px_key_conf_t *k, const char *mode, int64_t 
   }
   w->now_s = now_s;
   if (res) put(w->keys[2], w->keys[2] + PX_STORE_KEY_MAX, res);
-  long long v[NARGS] = {0,         (long long)k->rpm, (long long)k->tpm, tokens, 0,
-                        budget[0], budget[1],         cost,              spent,  ttl_ms[0],
-                        ttl_ms[1]};
+  long long v[NARGS] = {0,     (long long)k->rpm, (long long)k->tpm, tokens,
+                        0,     budget[0],         budget[1],         cost,
+                        spent, ttl_ms[0],         ttl_ms[1]};
   for (int i = 0; i < NARGS; i++) put_int(w->args[i], v[i]);
   put(w->args[0], w->args[0] + sizeof(w->args[0]), mode);
   put(w->args[4], w->args[4] + sizeof(w->args[4]), g.owner);
@@ -853,7 +861,8 @@ static void on_admit_reply(redisAsyncContext *ac, void *r, void *priv) {
       v = PX_RL_LIMITED;
       long long ms = val < 1 ? 1 : val;
       why.retry_after = (unsigned)((ms + 999) / 1000);
-      uint64_t keep = code == 2 && ms > TPM_CACHE_MAX_MS ? TPM_CACHE_MAX_MS : (uint64_t)ms;
+      uint64_t keep =
+          code == 2 && ms > TPM_CACHE_MAX_MS ? TPM_CACHE_MAX_MS : (uint64_t)ms;
       if (g.running) {
         cache_slot_t *c = &g.cache[w->hash & (CACHE_SLOTS - 1)];
         c->hash = w->hash;
@@ -946,8 +955,10 @@ static void on_usage_reply(redisAsyncContext *ac, void *r, void *priv) {
       break;
     }
     int64_t v = atoll(e->str);
-    if (i % 2 == 0) st[i / 2].spend = v;
-    else st[i / 2].reserved = v;
+    if (i % 2 == 0)
+      st[i / 2].spend = v;
+    else
+      st[i / 2].reserved = v;
   }
   if (ok) script_ok();
   if (w->udone) w->udone(w->arg, ok, st);
@@ -986,7 +997,6 @@ static void on_renew(uv_timer_t *t) {
     i++;
   }
 }
-
 
 /* ---- the master: a dead worker's reservations ----------------------------- */
 
@@ -1043,8 +1053,8 @@ void px_redis_release(const px_state_conf_t *sc, const px_inflight_rec_t *recs, 
     const px_inflight_rec_t *r = &recs[i];
     if (r->tpm_reserved > 0 && r->tpm > 0) {
       char args[160];
-      snprintf(args, sizeof(args), "s 0 %llu -%llu - 0 0 0 0 0 0", (unsigned long long)r->tpm,
-               (unsigned long long)r->tpm_reserved);
+      snprintf(args, sizeof(args), "s 0 %llu -%llu - 0 0 0 0 0 0",
+               (unsigned long long)r->tpm, (unsigned long long)r->tpm_reserved);
       snprintf(key, kcap, "%srl:%s", prefix, r->key);
       const char *av[] = {"EVAL", script, "5", key, ph, phr, ph, phr, args};
       size_t al[9];

@@ -17,8 +17,9 @@ static void test_usd(void) {
   CHECK(px_parse_usd(".5", 10, &n) == 0 && n == 500000000LL);
   CHECK(px_parse_usd("1000000000", PX_BUDGET_MAX_USD, &n) == 0);
   /* refused: sign, exponent, too many decimals, above the cap, junk */
-  static const char *const bad[] = {"-1", "+1", "1e3", "0.0000000001", "1000000000.5", "2.",
-                                    "",   ".",  "1,5", "12 USD",       "0x10",          "nan"};
+  static const char *const bad[] = {"-1",           "+1",     "1e3",  "0.0000000001",
+                                    "1000000000.5", "2.",     "",     ".",
+                                    "1,5",          "12 USD", "0x10", "nan"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
     CHECK(px_parse_usd(bad[i], PX_BUDGET_MAX_USD, &n) < 0);
   CHECK(px_parse_usd("1000001", PX_PRICE_MAX_USD, &n) < 0);
@@ -31,8 +32,10 @@ static void test_usd(void) {
 }
 
 static void test_cost(void) {
-  px_price_conf_t p = {.input = 2500000000LL, .output = 10000000000LL,
-                       .cache_read = 1250000000LL, .cache_write = 3125000000LL};
+  px_price_conf_t p = {.input = 2500000000LL,
+                       .output = 10000000000LL,
+                       .cache_read = 1250000000LL,
+                       .cache_write = 3125000000LL};
   px_usage_t u = {5, 3, -1, -1, -1};
   CHECK(px_cost(&p, &u) == 42500); /* 5 x 2.50 + 3 x 10, per million */
   /* the whole prompt is input_tokens; cache reads and writes are parts of it */
@@ -54,7 +57,8 @@ static void test_cost(void) {
   CHECK(px_cost(&tiny, &u) == 0);
   CHECK(px_cost_bound(&tiny, 400000, 0) == 1);
   /* the bound: input at the dearest input price, output at output */
-  CHECK(px_cost_bound(&p, 100, 10) == (100 * 3125000000LL + 10 * 10000000000LL) / 1000000);
+  CHECK(px_cost_bound(&p, 100, 10) ==
+        (100 * 3125000000LL + 10 * 10000000000LL) / 1000000);
   /* absurd counts saturate instead of wrapping */
   px_price_conf_t dear = {.input = PX_PRICE_MAX_USD * PX_NANO_PER_USD,
                           .output = PX_PRICE_MAX_USD * PX_NANO_PER_USD};
@@ -96,8 +100,8 @@ static void test_config(void) {
     CHECK(p && p->input == 2500000000LL && p->cache_read == 1250000000LL &&
           p->cache_write == 2500000000LL); /* cache_write defaults to input */
     CHECK(px_config_price(c, "claude") == NULL);
-    CHECK(c->keys[0].team == px_config_team(c, "plat") && c->keys[0].budget == 50000000000LL &&
-          c->keys[0].window == PX_WINDOW_DAY);
+    CHECK(c->keys[0].team == px_config_team(c, "plat") &&
+          c->keys[0].budget == 50000000000LL && c->keys[0].window == PX_WINDOW_DAY);
     CHECK(px_config_keyed(c));
     /* --check: mini-1 has no price; no store for the spend; no admin_listen */
     char *buf = NULL;
@@ -106,7 +110,8 @@ static void test_config(void) {
     size_t n = px_config_warn(c, f);
     fclose(f);
     CHECK(n == 3);
-    CHECK(buf && strstr(buf, "[route cheap] sends model 'mini-1', which no [price] matches"));
+    CHECK(buf &&
+          strstr(buf, "[route cheap] sends model 'mini-1', which no [price] matches"));
     CHECK(buf && strstr(buf, "budgets without a persistent store"));
     CHECK(buf && strstr(buf, "admin_listen"));
     free(buf);
@@ -120,7 +125,8 @@ static void test_config(void) {
       {"[team t]\nbudget = 1e9\n", "t.conf:2: budget must be an amount in USD"},
       {"[team t]\nbudget_window = week\n", "t.conf:2: budget_window must be day, month"},
       {"[price x]\noutput = 1\n", "t.conf:1: missing 'input' in [price x]"},
-      {"[price x]\ninput = 1\noutput = 2\n[price x]\n", "t.conf:4: duplicate section [price x]"},
+      {"[price x]\ninput = 1\noutput = 2\n[price x]\n",
+       "t.conf:4: duplicate section [price x]"},
       {"[team a]\n[team a]\n", "t.conf:2: duplicate section [team a]"},
       {"[admin]\n", "t.conf:1: missing 'token' in [admin]"},
       {"[admin x]\ntoken = a\n", "t.conf:1: [admin] takes no name"},
