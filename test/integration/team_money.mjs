@@ -7,11 +7,10 @@
 // workers), its bad inputs; spend and runtime keys surviving a restart.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { startMock, startProxai, test, run, sleep, freePort, waitFor } from './lib/harness.mjs';
-import { childrenOf } from './lib/team.mjs';
+import { call, childrenOf } from './lib/team.mjs';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-money-'));
 process.on('exit', () => fs.rmSync(tmp, { recursive: true, force: true }));
@@ -91,24 +90,7 @@ budget = 0.0015
 let px = await startProxai(conf);
 const admin = `http://127.0.0.1:${adminPort}`;
 
-function post(url, key, { pathname = '/v1/chat/completions', body, headers = {}, method = 'POST' } = {}) {
-  const u = new URL(url);
-  const data = body ?? JSON.stringify({ model: 'gpt-4o', max_tokens: 3, messages: [{ role: 'user', content: 'hi' }] });
-  return new Promise((resolve, reject) => {
-    const req = http.request({
-      host: u.hostname, port: u.port, method, path: pathname, agent: false,
-      headers: { connection: 'close', 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}), ...headers },
-    }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (d) => (text += d));
-      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, text, json: () => JSON.parse(text) }));
-    });
-    req.on('error', reject);
-    req.setTimeout(30000, () => req.destroy(new Error('request timed out')));
-    req.end(method === 'GET' || method === 'DELETE' ? undefined : data);
-  });
-}
+const post = call;
 const adminCall = (method, pathname, body, token = ADMIN) =>
   post(admin, token, { method, pathname, body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body) });
 const usage0 = async (key) => (await post(px.url, key, { method: 'GET', pathname: '/v1/proxai/usage' })).json();
@@ -283,6 +265,17 @@ test('rotation with a grace period, and revocation, hold at once on every worker
   assert.equal((await adminCall('GET', '/admin/keys/rk')).status, 404);
   rk = null;
 }, { timeout: 60000 });
+
+test('a runtime key with expires_at stops at that time', async () => {
+  const at = new Date(Date.now() + 2500).toISOString().replace(/\.\d+Z$/, 'Z');
+  const r = await adminCall('POST', '/admin/keys', { name: 'brief', expires_at: at });
+  assert.equal(r.status, 201, r.text);
+  assert.equal(r.json().expires_at, at);
+  assert.equal((await post(px.url, r.json().secret)).status, 200);
+  await sleep(3500);
+  assert.equal((await post(px.url, r.json().secret)).status, 401);
+  assert.equal((await adminCall('DELETE', '/admin/keys/brief')).status, 204);
+}, { timeout: 30000 });
 
 test('admin API bad input: a clear 4xx and nothing changed', async () => {
   const before = JSON.stringify((await adminCall('GET', '/admin/keys')).json().data.map((k) => k.name).sort());

@@ -6,9 +6,8 @@
 // runtime keys made on one instance, rotated and revoked, seen at once on
 // the other; spend and runtime keys surviving a restart of everything.
 import assert from 'node:assert/strict';
-import http from 'node:http';
 import { startMock, startProxai, test, run, sleep, freePort, waitFor } from './lib/harness.mjs';
-import { startRedis, startNginx, childrenOf } from './lib/team.mjs';
+import { call, startRedis, startNginx, childrenOf } from './lib/team.mjs';
 
 // an append-only file: a restarted Redis finds what was written
 const redisPort = await freePort();
@@ -74,24 +73,7 @@ let pxB = await startProxai(conf(admins[1]));
 let nginx = await startNginx([pxA.port, pxB.port]);
 const CHAT_COST = 5 * 2500 + 3 * 10000; // the mock's 5 in, 3 out at 2.50 / 10 per million
 
-function post(url, key, { pathname = '/v1/chat/completions', body, method = 'POST' } = {}) {
-  const u = new URL(url);
-  const data = body ?? JSON.stringify({ model: 'gpt-4o', max_tokens: 3, messages: [{ role: 'user', content: 'hi' }] });
-  return new Promise((resolve, reject) => {
-    const req = http.request({
-      host: u.hostname, port: u.port, method, path: pathname, agent: false,
-      headers: { connection: 'close', 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
-    }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (d) => (text += d));
-      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, text, json: () => JSON.parse(text) }));
-    });
-    req.on('error', reject);
-    req.setTimeout(30000, () => req.destroy(new Error('request timed out')));
-    req.end(method === 'GET' || method === 'DELETE' ? undefined : data);
-  });
-}
+const post = call;
 const adminOf = (i) => `http://127.0.0.1:${admins[i]}`;
 const adminCall = (i, method, pathname, body) =>
   post(adminOf(i), ADMIN, { method, pathname, body: body === undefined ? undefined : JSON.stringify(body) });
