@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proxai/shm.h"
+
 /** Records per worker: requests holding a reservation at once. Beyond it a
  *  request's reservation is not tracked (it lapses by itself, as a dead
  *  instance's do). */
@@ -42,8 +44,9 @@ typedef struct px_inflight_rec {
   char team[PX_INFLIGHT_KEY]; /**< its team's name ("" when none) */
 } px_inflight_rec_t;
 
-/** Size of the table for nworkers workers (zeroed: nothing in flight). */
-size_t px_inflight_shm_size(unsigned nworkers);
+/** Its shared region (one part per worker, zeroed: nothing in flight):
+ *  registered by the master before px_shm_init. */
+extern px_shm_region_t px_inflight_region;
 
 /** One request of this worker started / finished. */
 void px_inflight_begin(void);

@@ -3,7 +3,7 @@
  * generation request the admission phase, in this order: the one scan of
  * the body (model, stream), the client key, the key's models, the rate
  * limits (possibly waiting for the state backend), the route. An admitted
- * request goes on to the attempt (px_exch_attempt, proxy.c). It knows no
+ * request goes on to the attempt (px_exch_attempt, attempt.c). It knows no
  * protocol: the path's protocol answers through its ops.
  *
  *   px_proxy_request -> endpoints | gateway -> read_request -> authorize
@@ -19,9 +19,9 @@
 #include "proxai/inflight.h"
 #include "proxai/keys.h"
 #include "proxai/metrics.h"
+#include "attempt.h"
 #include "proxai/money.h"
 #include "proxai/state_redis.h"
-#include "proxy_int.h"
 
 static void simple_json(px_conn_t *c, int status, const char *body) {
   px_resp_simple(c, status, "application/json", body, strlen(body), NULL, 0);
@@ -39,6 +39,18 @@ static void path_error(px_conn_t *c, const px_proto_ops_t *ops, px_errkind_t kin
   px_buf_free(&b);
 }
 
+int px_proxy_early_error(px_buf_t *out, px_str_t path, int status, const char *msg,
+                         const char *request_id) {
+  px_errkind_t kind = status == 413   ? PX_ERR_TOO_LARGE
+                      : status == 408 ? PX_ERR_TIMEOUT
+                      : status >= 500 ? PX_ERR_API
+                                      : PX_ERR_INVALID;
+  px_inbound_t in;
+  const px_proto_ops_t *ops =
+      px_proto_match(path.ptr, path.len, &in) ? px_proto_get(in.proto) : px_proto_default();
+  return ops->encode_error(out, kind, NULL, msg, NULL, request_id);
+}
+
 /* Whether id is already among the first n names listed. */
 static int listed(const char *const *ids, size_t n, const char *id) {
   for (size_t i = 0; i < n; i++)
@@ -49,9 +61,9 @@ static int listed(const char *const *ids, size_t n, const char *id) {
 /* The concrete model names key k (NULL: open gateway) may use: exact route
  * names and the `models =` names of glob routes, never a glob, each once;
  * in the list shape of ops (the protocol the request names). */
-static void serve_models(px_server_t *s, px_conn_t *c, const px_proto_ops_t *ops,
+static void serve_models(px_worker_t *w, px_conn_t *c, const px_proto_ops_t *ops,
                          const px_key_conf_t *k) {
-  px_config_t *cfg = s->config;
+  px_config_t *cfg = w->config;
   size_t cap = 0;
   for (size_t i = 0; i < cfg->nroutes; i++) cap += 1 + cfg->routes[i].nmodels;
   const char **ids = calloc(cap ? cap : 1, sizeof(*ids));
@@ -172,14 +184,14 @@ static const px_key_conf_t *find_key(px_config_t *cfg, const char *sec, size_t s
  * on the client listener, the usage): 0 with *k set (NULL when the gateway
  * is open), or <0 after answering 401. A runtime key is *owned (freed by
  * the caller). */
-static int get_key(px_server_t *s, px_conn_t *c, px_req_t *r, const px_proto_ops_t *ops,
+static int get_key(px_worker_t *w, px_conn_t *c, px_req_t *r, const px_proto_ops_t *ops,
                    const px_key_conf_t **k, px_key_conf_t **owned) {
   *k = NULL;
   *owned = NULL;
-  if (!px_config_keyed(s->config)) return 0;
+  if (!px_config_keyed(w->config)) return 0;
   size_t sl = 0;
   const char *sec = client_secret(r, ops, &sl);
-  *k = find_key(s->config, sec, sl, owned);
+  *k = find_key(w->config, sec, sl, owned);
   if (*k) return 0;
   path_error(c, ops, PX_ERR_AUTH,
              sec ? "invalid API key"
@@ -321,7 +333,7 @@ static int admission(px_exch_t *x, px_rl_verdict_t v, const px_refusal_t *why) {
 
 static void after_admission(px_exch_t *x) {
   px_config_t *cfg = x->cfg;
-  if (x->srv->draining) {
+  if (x->w->draining) {
     px_exch_error(x, PX_ERR_OVERLOADED, "the gateway is shutting down", NULL);
     return;
   }
@@ -340,32 +352,10 @@ static void after_admission(px_exch_t *x) {
 }
 
 static void on_admitted(void *arg, px_rl_verdict_t v, const px_refusal_t *why) {
-  px_exch_t *x = arg;
+  px_exch_t *x = px_exch_get((px_exch_ref_t)arg);
+  if (x == NULL) return;
   x->rl_wait = NULL;
   if (admission(x, v, why) == 0) after_admission(x);
-}
-
-/* The exchange of one generation request; NULL when out of memory. */
-static px_exch_t *exch_new(px_server_t *s, px_conn_t *c, px_req_t *r,
-                           const px_inbound_t *in) {
-  px_exch_t *x = px_exch_alloc();
-  if (x == NULL) return NULL;
-  px_inflight_begin(); /* until finalize: lost if this worker dies first */
-  x->retry_reason[0] = x->bad_msg[0] = x->content_type[0] = x->label[0] = 0;
-  px_lossy_init(&x->lossy);
-  x->srv = s;
-  x->conn = c;
-  x->req = r;
-  x->cfg = px_config_ref(s->config);
-  x->in = in->proto;
-  x->ep = in->ep;
-  x->mode = &px_mode_none;
-  x->t_start = r->start_ns;
-  x->usage.input_tokens = x->usage.output_tokens = -1;
-  x->passhdrs.cap = 64 * 1024;
-  x->obuf.cap = PX_MAX_STREAM_OUT;
-  px_conn_set_handler(c, &px_exch_conn_handler, x);
-  return x;
 }
 
 /* The end user (SPEC 13): the client's own member, found by the body's
@@ -482,14 +472,16 @@ static int authorize_key(px_exch_t *x, int presented) {
   }
   if (budgeted && cost_bound(x, rt, &a->cost) < 0) return -1;
   px_refusal_t why = {0};
-  px_rl_verdict_t v = px_rl_check(a, px_exch_now(x), &why, on_admitted, x, &x->rl_wait);
+  px_rl_verdict_t v =
+      px_rl_check(a, px_exch_now(x), &why, on_admitted, px_exch_arg(x), &x->rl_wait);
   if (v == PX_RL_PENDING) return 1;
   return admission(x, v, &why);
 }
 
 /* A runtime key's records arrived from Redis. */
 static void on_key_records(void *arg, int ok, px_str_t rec, px_str_t team) {
-  px_exch_t *x = arg;
+  px_exch_t *x = px_exch_get((px_exch_ref_t)arg);
+  if (x == NULL) return;
   x->rl_wait = NULL;
   if (!ok) {
     px_exch_error(x, PX_ERR_OVERLOADED,
@@ -518,7 +510,7 @@ static int authorize(px_exch_t *x) {
       px_redis_running()) {
     char hex[65];
     px_keys_hash(sec, sl, hex);
-    if (px_redis_key_lookup(hex, on_key_records, x, &x->rl_wait) == 1) return 1;
+    if (px_redis_key_lookup(hex, on_key_records, px_exch_arg(x), &x->rl_wait) == 1) return 1;
     px_exch_error(x, PX_ERR_OVERLOADED,
                   "the key cannot be checked: the shared state backend is unreachable",
                   NULL);
@@ -528,8 +520,8 @@ static int authorize(px_exch_t *x) {
   return authorize_key(x, sec != NULL);
 }
 
-static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, const px_inbound_t *in) {
-  px_exch_t *x = exch_new(s, c, r, in);
+static void gateway(px_worker_t *w, px_conn_t *c, px_req_t *r, const px_inbound_t *in) {
+  px_exch_t *x = px_exch_new(w, c, r, in->proto, in->ep);
   if (x == NULL) {
     px_resp_abort(c);
     return;
@@ -552,8 +544,8 @@ static int token_is(const char *got, size_t gl, const char *want) {
 
 /* /admin/... on admin_listen (SPEC 13): 404 without [admin] token, 401
  * without the token; errors in OpenAI's shape. */
-static void serve_admin(px_server_t *s, px_conn_t *c, px_req_t *r) {
-  px_config_t *cfg = s->config;
+static void serve_admin(px_worker_t *w, px_conn_t *c, px_req_t *r) {
+  px_config_t *cfg = w->config;
   if (cfg->admin_token == NULL)
     return path_error(c, NULL, PX_ERR_NOT_FOUND,
                       "the admin API is off: set [admin] token to turn it on");
@@ -664,7 +656,7 @@ static void on_usage_close(void *arg) {
 
 static const px_conn_handler_t usage_handler = {NULL, on_usage_close};
 
-static void serve_usage(px_server_t *s, px_conn_t *c, const px_key_conf_t *k,
+static void serve_usage(px_worker_t *w, px_conn_t *c, const px_key_conf_t *k,
                         px_key_conf_t *owned) {
   usage_q_t *q = calloc(1, sizeof(*q));
   if (!q) {
@@ -672,7 +664,7 @@ static void serve_usage(px_server_t *s, px_conn_t *c, const px_key_conf_t *k,
     return px_resp_abort(c);
   }
   q->c = c;
-  q->cfg = px_config_ref(s->config);
+  q->cfg = px_config_ref(w->config);
   q->k = k;
   q->owned = owned;
   q->now = (int64_t)time(NULL);
@@ -685,7 +677,7 @@ static void serve_usage(px_server_t *s, px_conn_t *c, const px_key_conf_t *k,
   usage_answer(q, rc == 0, st);
 }
 
-void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
+void px_proxy_request(px_worker_t *w, px_conn_t *c, px_req_t *r) {
   const char *path = r->url.data;
   int get = r->method == HTTP_GET || r->method == HTTP_HEAD;
   if (path_is(r, "/healthz")) {
@@ -694,38 +686,38 @@ void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
   }
   if (path_is(r, "/readyz")) {
     if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
-    if (s->draining) return simple_json(c, 503, "{\"status\":\"draining\"}");
+    if (w->draining) return simple_json(c, 503, "{\"status\":\"draining\"}");
     return simple_json(c, 200, "{\"status\":\"ready\"}");
   }
   const px_key_conf_t *k;
   px_key_conf_t *owned;
   if (px_conn_is_admin(c)) { /* admin_listen: metrics, health, the admin API */
-    if (r->path_len >= 7 && memcmp(path, "/admin/", 7) == 0) return serve_admin(s, c, r);
+    if (r->path_len >= 7 && memcmp(path, "/admin/", 7) == 0) return serve_admin(w, c, r);
     if (!path_is(r, "/metrics")) return path_error(c, NULL, PX_ERR_NOT_FOUND, "not found");
     if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
     return serve_metrics(c);
   }
-  if (path_is(r, "/metrics") && s->config->server.admin_listen == NULL) {
+  if (path_is(r, "/metrics") && w->config->server.admin_listen == NULL) {
     if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
-    if (get_key(s, c, r, px_proto_default(), &k, &owned) < 0) return;
+    if (get_key(w, c, r, px_proto_default(), &k, &owned) < 0) return;
     px_keys_free(owned);
     return serve_metrics(c);
   }
   if (path_is(r, "/v1/models") || path_is(r, "/models")) {
     const px_proto_ops_t *ops = models_shape(r);
     if (!get) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
-    if (get_key(s, c, r, ops, &k, &owned) < 0) return;
-    serve_models(s, c, ops, k);
+    if (get_key(w, c, r, ops, &k, &owned) < 0) return;
+    serve_models(w, c, ops, k);
     px_keys_free(owned);
     return;
   }
   if (path_is(r, "/v1/proxai/usage") || path_is(r, "/proxai/usage")) {
     if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
-    if (!px_config_keyed(s->config))
+    if (!px_config_keyed(w->config))
       return path_error(c, NULL, PX_ERR_NOT_FOUND,
                         "no client keys are configured: there is no key to report on");
-    if (get_key(s, c, r, px_proto_default(), &k, &owned) < 0) return;
-    return serve_usage(s, c, k, owned);
+    if (get_key(w, c, r, px_proto_default(), &k, &owned) < 0) return;
+    return serve_usage(w, c, k, owned);
   }
   px_inbound_t in;
   if (!px_proto_match(path, r->url.len, &in))
@@ -733,11 +725,11 @@ void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
   const px_proto_ops_t *ops = px_proto_get(in.proto);
   if (in.ep == PX_EP_MODELS) {
     if (!get) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
-    if (get_key(s, c, r, ops, &k, &owned) < 0) return;
-    serve_models(s, c, ops, k);
+    if (get_key(w, c, r, ops, &k, &owned) < 0) return;
+    serve_models(w, c, ops, k);
     px_keys_free(owned);
     return;
   }
   if (r->method != HTTP_POST) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
-  gateway(s, c, r, &in);
+  gateway(w, c, r, &in);
 }

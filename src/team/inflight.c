@@ -20,9 +20,11 @@ typedef struct part {
   px_inflight_rec_t rec[PX_INFLIGHT_RECS];
 } part_t;
 
-size_t px_inflight_shm_size(unsigned nworkers) {
-  return (size_t)nworkers * sizeof(part_t);
+static size_t region_size(unsigned nworkers) {
+  return (size_t)(nworkers ? nworkers : 1) * sizeof(part_t);
 }
+
+px_shm_region_t px_inflight_region = {.name = "inflight", .size = region_size};
 
 static part_t *g_me; /* this process's part, found on first use (after fork) */
 static uint16_t g_free[PX_INFLIGHT_RECS];
@@ -30,7 +32,7 @@ static unsigned g_nfree;
 
 static part_t *me(void) {
   if (g_me == NULL) {
-    part_t *t = px_shm_inflight();
+    part_t *t = px_shm_get(&px_inflight_region);
     if (t == NULL) return NULL;
     g_me = &t[px_shm_worker()];
     for (unsigned i = 0; i < PX_INFLIGHT_RECS; i++)
@@ -69,7 +71,7 @@ void px_inflight_drop(px_inflight_rec_t *r) {
 }
 
 unsigned px_inflight_reap(unsigned worker, px_inflight_rec_t **recs, size_t *nrecs) {
-  part_t *t = px_shm_inflight();
+  part_t *t = px_shm_get(&px_inflight_region);
   *recs = NULL;
   *nrecs = 0;
   if (t == NULL || worker >= px_shm_nworkers()) return 0;

@@ -93,11 +93,12 @@ typedef struct rl_shm {
   rl_entry_t e[RL_SLOTS];
 } rl_shm_t;
 
-size_t px_rl_shm_size(void) {
+static size_t region_size(unsigned nworkers) {
   return sizeof(rl_shm_t);
 }
 
-void px_rl_shm_setup(void *p) {
+static void region_setup(void *p, unsigned nworkers) {
+  (void)nworkers;
   rl_shm_t *t = p;
   px_shm_mutex_init(&t->mu);
   /* set before the workers fork: all of them share it */
@@ -110,9 +111,11 @@ void px_rl_shm_setup(void *p) {
 }
 
 const char *px_rl_instance(void) {
-  rl_shm_t *t = px_shm_ratelimit();
+  rl_shm_t *t = px_shm_get(&px_rl_region);
   return t ? t->instance : "";
 }
+
+px_shm_region_t px_rl_region = {.name = "ratelimit", .size = region_size, .setup = region_setup};
 
 static uint64_t hash_str(const char *s) {
   uint64_t h = 1469598103934665603ULL;
@@ -130,7 +133,7 @@ static int entry_is(const rl_entry_t *e, uint64_t h, const char *key) {
 /* The key's entry of that epoch, locked; NULL when the table is full. An
  * entry of another epoch starts again with full buckets. */
 static rl_entry_t *lookup(const char *key, uint32_t epoch) {
-  rl_shm_t *t = px_shm_ratelimit();
+  rl_shm_t *t = px_shm_get(&px_rl_region);
   if (!t) return NULL;
   if (!key) key = "";
   uint64_t h = hash_str(key);
@@ -242,7 +245,7 @@ void px_rl_charge(const char *key, uint64_t tpm, uint64_t tokens, uint64_t now_m
 }
 
 void px_rl_reset(void) {
-  rl_shm_t *t = px_shm_ratelimit();
+  rl_shm_t *t = px_shm_get(&px_rl_region);
   if (!t) return;
   px_shm_lock(&t->mu);
   for (size_t i = 0; i < RL_SLOTS; i++)
@@ -256,7 +259,7 @@ void px_rl_reset(void) {
 #define TEAM_MARK '\x1f' /* a team's entry: TEAM_MARK NAME (no key name has it) */
 
 static rl_shm_t *table(void) {
-  return px_shm_ratelimit();
+  return px_shm_get(&px_rl_region);
 }
 
 static rl_entry_t *lookup_team(const char *team) {
@@ -502,12 +505,12 @@ static px_on_error_t g_on_error;
 
 /* The current outage's epoch (on_error = local), 0 when there is none. */
 static uint32_t outage_epoch(void) {
-  rl_shm_t *t = px_shm_ratelimit();
+  rl_shm_t *t = px_shm_get(&px_rl_region);
   return t ? __atomic_load_n(&t->epoch, __ATOMIC_ACQUIRE) : 0;
 }
 
 void px_rl_set_instances(unsigned n) {
-  rl_shm_t *t = px_shm_ratelimit();
+  rl_shm_t *t = px_shm_get(&px_rl_region);
   if (t) __atomic_store_n(&t->instances, n, __ATOMIC_RELAXED);
   px_metrics_state_instances(n);
 }
@@ -515,13 +518,13 @@ void px_rl_set_instances(unsigned n) {
 /* ceil(limit / n), n the instances last counted: this instance's share
  * while the shared buckets are out of reach (0 stays unlimited). */
 static uint64_t share(uint64_t limit) {
-  rl_shm_t *t = px_shm_ratelimit();
+  rl_shm_t *t = px_shm_get(&px_rl_region);
   unsigned n = t ? __atomic_load_n(&t->instances, __ATOMIC_RELAXED) : 1;
   return n > 1 ? (limit + n - 1) / n : limit;
 }
 
 void px_rl_outage(int down) {
-  rl_shm_t *t = px_shm_ratelimit();
+  rl_shm_t *t = px_shm_get(&px_rl_region);
   unsigned me = px_shm_worker();
   if (!t || me >= RL_WORKERS) return;
   px_shm_lock(&t->mu);
@@ -535,7 +538,7 @@ void px_rl_outage(int down) {
 }
 
 void px_rl_worker_gone(unsigned worker) {
-  rl_shm_t *t = px_shm_ratelimit();
+  rl_shm_t *t = px_shm_get(&px_rl_region);
   if (!t || worker >= RL_WORKERS) return;
   px_shm_lock(&t->mu);
   t->down[worker] = 0;
