@@ -196,7 +196,8 @@ static void on_hup(uv_signal_t *sig, int signum) {
   const px_state_conf_t *a = &w->ctx.config->state, *b = &c->state;
   if (a->backend != b->backend || a->on_error != b->on_error ||
       a->timeout_ms != b->timeout_ms || strcmp(a->prefix, b->prefix) != 0 ||
-      (a->redis && b->redis ? strcmp(a->redis, b->redis) != 0 : a->redis != b->redis))
+      (a->redis && b->redis ? strcmp(a->redis, b->redis) != 0 : a->redis != b->redis) ||
+      (a->dir && b->dir ? strcmp(a->dir, b->dir) != 0 : a->dir != b->dir))
     px_log_warn("reload: a changed [state] section needs a restart; keeping the running one");
   px_config_unref(w->ctx.config);
   w->ctx.config = c;

@@ -1170,3 +1170,28 @@ void px_redis_sync_drop(void) {
   if (g.sync) redisFree(g.sync);
   g.sync = NULL;
 }
+
+int px_redis_usage_sync(const px_key_conf_t *k, int64_t now_s, px_budget_state_t st[2]) {
+  redisContext *c = px_redis_sync();
+  if (c == NULL) return -1;
+  px_rl_wait_t *w = wait_new(k, "q", now_s, 0, 0, 0, NULL);
+  if (w == NULL) return -1;
+  w->argv[0] = "EVAL";
+  w->argv[1] = script;
+  size_t len[3 + NKEYS + 1];
+  for (int i = 0; i < 3 + NKEYS + 1; i++) len[i] = strlen(w->argv[i]);
+  redisReply *r = redisCommandArgv(c, 3 + NKEYS + 1, w->argv, len);
+  wait_free(w);
+  if (r == NULL) {
+    px_redis_sync_drop();
+    return -1;
+  }
+  int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 4;
+  for (size_t i = 0; ok && i < 4; i++) {
+    if (r->element[i]->type != REDIS_REPLY_STRING) ok = 0;
+    else if (i % 2 == 0) st[i / 2].spend = atoll(r->element[i]->str);
+    else st[i / 2].reserved = atoll(r->element[i]->str);
+  }
+  freeReplyObject(r);
+  return ok ? 0 : -1;
+}

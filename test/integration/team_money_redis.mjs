@@ -149,6 +149,9 @@ test('a runtime key made on one instance works on the other; rotation and revoca
   assert.equal(nano(u.key.spend_usd), 2 * CHAT_COST);
   assert.equal(nano(u.team.spend_usd), 2 * CHAT_COST);
   assert.equal((await adminCall(1, 'POST', '/admin/keys', { name: 'rk' })).status, 409, 'one namespace');
+  const shown = (await adminCall(1, 'GET', '/admin/keys/rk')).json();
+  assert.equal(nano(shown.spend_usd), 2 * CHAT_COST, 'the admin API reads the spend in Redis');
+  assert.equal(nano(shown.remaining_usd), nano(0.005) - 2 * CHAT_COST);
   // rotate on B with a grace: A takes both, then only the new one
   r = await adminCall(1, 'POST', '/admin/keys/rk/rotate', { grace: '2s' });
   assert.equal(r.status, 200, r.text);
