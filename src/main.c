@@ -366,11 +366,12 @@ static int run_workers(const char *path, px_config_t *cfg, unsigned n) {
       char what[160];
       describe_status(st, what, sizeof(what));
       unsigned lost = reap(cfg, i, p);
-      if (lost > 0) {
-        size_t l = strlen(what);
+      size_t l = strlen(what);
+      if (lost > 0)
         snprintf(what + l, sizeof(what) - l, " with %u request%s in flight (lost)", lost,
                  lost == 1 ? "" : "s");
-      }
+      else
+        snprintf(what + l, sizeof(what) - l, " with no request in flight");
       if (stopping) {
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
         if (lost > 0) px_log_error("worker %ld %s", (long)p, what);

@@ -16,10 +16,10 @@
 #include <strings.h>
 #include <time.h>
 
+#include "attempt.h"
 #include "proxai/inflight.h"
 #include "proxai/keys.h"
 #include "proxai/metrics.h"
-#include "attempt.h"
 #include "proxai/money.h"
 #include "proxai/state_redis.h"
 
