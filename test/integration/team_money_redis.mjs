@@ -184,6 +184,26 @@ test('a dead worker\'s budget reservations in Redis are dropped by its master at
   await waitFor(async () => (await post(pxA.url, 'sk-plain')).status === 200, { what: 'workers replaced', timeout: 10000 });
 }, { timeout: 60000 });
 
+test('Redis unreachable: budgets and runtime keys never fail open (503), a key without either follows on_error', async () => {
+  await redis.stop();
+  const budgeted = await waitFor(async () => {
+    const r = await post(pxA.url, 'sk-capped');
+    return r.status === 503 && r;
+  }, { what: 'a budgeted request refused', timeout: 10000 });
+  assert.equal(budgeted.json().error.type, 'api_error');
+  assert.match(budgeted.json().error.message, /budget cannot be checked/);
+  const an = await post(pxA.url, 'sk-t1', {
+    pathname: '/v1/messages', headers: { 'anthropic-version': '2023-06-01' },
+    body: JSON.stringify({ model: 'gpt-4o', max_tokens: 3, messages: [{ role: 'user', content: 'hi' }] }),
+  });
+  assert.equal(an.status, 503);
+  assert.equal(an.json().error.type, 'overloaded_error');
+  assert.equal((await post(pxA.url, secret)).status, 503, 'a runtime key cannot be checked');
+  assert.equal((await post(pxA.url, 'sk-plain')).status, 200, 'on_error = allow');
+  redis = await startRedis(redisPort, PERSIST);
+  await waitFor(async () => (await post(pxA.url, secret)).status === 200, { what: 'back on Redis', timeout: 15000 });
+}, { timeout: 60000 });
+
 test('spend and runtime keys survive a restart of everything', async () => {
   const before = [await settled(pxA, 'sk-plain'), await settled(pxA, 'sk-t1'), await settled(pxA, secret)];
   for (const px of [pxA, pxB]) {
