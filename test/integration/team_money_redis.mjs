@@ -184,6 +184,27 @@ test('a dead worker\'s budget reservations in Redis are dropped by its master at
   await waitFor(async () => (await post(pxA.url, 'sk-plain')).status === 200, { what: 'workers replaced', timeout: 10000 });
 }, { timeout: 60000 });
 
+test('a dead instance\'s budget reservations lapse within 60 s', async () => {
+  const pxC = await startProxai(conf(await freePort()));
+  await mock.script([{ path: '/v1/chat/completions', default: true, headers_delay_ms: 120000 }]);
+  const pending = post(pxC.url, 'sk-t2').catch((e) => e);
+  let u;
+  await waitFor(async () => (u = await usage(pxA, 'sk-t2')).team.reserved_usd > 0, { what: 'a reservation', timeout: 10000 });
+  const t0 = Date.now();
+  // the whole instance at once, master first: nobody left to release anything
+  const workers = childrenOf(pxC.pid);
+  process.kill(pxC.pid, 'SIGKILL');
+  for (const w of workers) process.kill(w, 'SIGKILL');
+  await pending;
+  await waitFor(async () => {
+    u = await usage(pxA, 'sk-t2');
+    return u.key.reserved_usd === 0 && u.team.reserved_usd === 0;
+  }, { what: 'the reservations lapsed', timeout: 80000, interval: 1000 });
+  const took = Date.now() - t0;
+  assert.ok(took <= 75000, `lapsed after ${took} ms`);
+  await mock.reset();
+}, { timeout: 120000 });
+
 test('Redis unreachable: budgets and runtime keys never fail open (503), a key without either follows on_error', async () => {
   await redis.stop();
   const budgeted = await waitFor(async () => {
