@@ -1924,12 +1924,16 @@ void px_config_print(const px_config_t *c, FILE *out) {
   for (size_t i = 0; i < c->nprices; i++) {
     char in[32], o[32], cr[32], cw[32];
     const px_price_conf_t *p = &c->prices[i];
-    fprintf(out, "price %s (USD per million tokens)\n  input: %s\n  output: %s\n"
-                 "  cache_read: %s\n  cache_write: %s\n",
-            p->pattern, px_usd_str(p->input, in, sizeof(in)), px_usd_str(p->output, o, sizeof(o)),
-            px_usd_str(p->cache_read, cr, sizeof(cr)), px_usd_str(p->cache_write, cw, sizeof(cw)));
+    fprintf(out,
+            "price %s (USD per million tokens)\n  input: %s\n  output: %s\n"
+            "  cache_read: %s\n  cache_write: %s\n",
+            p->pattern, px_usd_str(p->input, in, sizeof(in)),
+            px_usd_str(p->output, o, sizeof(o)),
+            px_usd_str(p->cache_read, cr, sizeof(cr)),
+            px_usd_str(p->cache_write, cw, sizeof(cw)));
   }
   if (c->admin_token) fprintf(out, "admin API: on (admin_listen, token set)\n");
-  if (c->nkeys == 0 && !c->admin_token) fprintf(out, "client keys: none (open gateway)\n");
+  if (c->nkeys == 0 && !c->admin_token)
+    fprintf(out, "client keys: none (open gateway)\n");
   if (c->unconfigured_message) fprintf(out, "no upstream: %s\n", c->unconfigured_message);
 }

@@ -510,7 +510,8 @@ static int authorize(px_exch_t *x) {
       px_redis_running()) {
     char hex[65];
     px_keys_hash(sec, sl, hex);
-    if (px_redis_key_lookup(hex, on_key_records, px_exch_arg(x), &x->rl_wait) == 1) return 1;
+    if (px_redis_key_lookup(hex, on_key_records, px_exch_arg(x), &x->rl_wait) == 1)
+      return 1;
     px_exch_error(x, PX_ERR_OVERLOADED,
                   "the key cannot be checked: the shared state backend is unreachable",
                   NULL);
