@@ -52,7 +52,8 @@ typedef enum px_proto {
   XX(OVERLOADED,  503, "api_error",             "overloaded_error")          \
   XX(UNAVAILABLE, 503, "api_error",             "api_error")                 \
   XX(NOT_IMPL,    501, "invalid_request_error", "invalid_request_error")     \
-  XX(METHOD,      405, "invalid_request_error", "invalid_request_error")
+  XX(METHOD,      405, "invalid_request_error", "invalid_request_error")     \
+  XX(QUOTA,       429, "insufficient_quota",    "rate_limit_error")
 
 typedef enum px_errkind {
 #define XX(k, st, ot, at) PX_ERR_##k,
@@ -378,7 +379,8 @@ typedef struct px_wire_watch {
   const char *usage_obj;          /**< member holding usage ("usage") */
   const char *usage_in;           /**< input token member in it */
   const char *usage_out;          /**< output token member in it */
-  const char *usage_in_extra[2];  /**< members added to input (cache counts) */
+  const char *usage_in_extra[2];  /**< members added to input: the cache reads,
+                                       then the cache writes (priced apart) */
   const char *usage_out_extra;    /**< member added to output (thoughts) */
   const char *start_event;        /**< event carrying input usage ... */
   const char *start_outer;        /**< ... inside this object */

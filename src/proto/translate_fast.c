@@ -97,5 +97,8 @@ int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t 
   /* what px_usage_from_body would find: no second walk */
   if (ir.usage_in >= 0) usage->input_tokens = ir.usage_in;
   if (ir.usage_out >= 0) usage->output_tokens = ir.usage_out;
+  /* parts of the input, priced apart (money.h) */
+  if (ir.cache_read >= 0) usage->cache_read_tokens = ir.cache_read;
+  if (ir.cache_creation >= 0) usage->cache_creation_tokens = ir.cache_creation;
   return 0;
 }
