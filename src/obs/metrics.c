@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/config.h"
 #include "proxai/shm.h"
 
 #define PX_MAX_SERIES 4096
@@ -41,7 +42,18 @@ typedef struct hist {
   uint64_t sum_us; /* sum in microseconds: integer, so atomic adds */
 } hist_t;
 
-enum { F_REQUESTS, F_HIST, F_ATTEMPTS, F_TOKENS, F_STATE, F_EJECTED, F_EJECTIONS, F_LOSSY, F_COUNT };
+enum {
+  F_REQUESTS,
+  F_HIST,
+  F_ATTEMPTS,
+  F_TOKENS,
+  F_STATE,
+  F_EJECTED,
+  F_EJECTIONS,
+  F_LOSSY,
+  F_SPEND,
+  F_COUNT
+};
 
 typedef struct series {
   uint32_t fam;
@@ -56,6 +68,8 @@ typedef struct mshm {
   uint32_t nseries;
   uint32_t index[INDEX_SIZE]; /* 0 = empty, else position + 1 */
   series_t s[PX_MAX_SERIES];
+  uint64_t lost;      /* requests of workers that died (proxai_requests_lost_total) */
+  uint64_t instances; /* proxai_state_instances; 0: no registry */
   int64_t gauge[]; /* nworkers x PX_G_COUNT */
 } mshm_t;
 
@@ -254,6 +268,15 @@ void px_metrics_tokens(const char *key, const char *upstream, int64_t in, int64_
   }
 }
 
+void px_metrics_spend(const char *key, const char *team, const char *upstream_model,
+                      int64_t nano) {
+  if (nano <= 0) return;
+  const char *l[NLABELS] = {key ? key : "none", team ? team : "",
+                            upstream_model ? upstream_model : "none"};
+  series_t *s = get_series(F_SPEND, l);
+  if (s) add(&s->value, (uint64_t)nano);
+}
+
 void px_metrics_lossy(const char *inbound, const char *upstream, const char *field) {
   const char *l[NLABELS] = {inbound ? inbound : "none", upstream ? upstream : "none",
                             field};
@@ -279,6 +302,16 @@ void px_metrics_worker_reset(unsigned worker) {
   if (!m || worker >= px_shm_nworkers()) return;
   for (int g = 0; g < PX_G_COUNT; g++)
     __atomic_store_n(&m->gauge[worker * PX_G_COUNT + g], 0, __ATOMIC_RELAXED);
+}
+
+void px_metrics_lost(uint64_t n) {
+  mshm_t *m = shm();
+  if (m) add(&m->lost, n);
+}
+
+void px_metrics_state_instances(unsigned n) {
+  mshm_t *m = shm();
+  if (m) __atomic_store_n(&m->instances, n, __ATOMIC_RELAXED);
 }
 
 void px_metrics_ejection(const char *upstream, int ejected) {
@@ -346,6 +379,28 @@ static int render_family(px_buf_t *b, int fam, const char *name, const char *typ
   return rc;
 }
 
+/* spend: nano-USD kept, USD shown (exact decimals, no float) */
+static int render_spend(px_buf_t *b) {
+  static const char *const ln[] = {"key", "team", "upstream_model"};
+  const mshm_t *m = shm();
+  int rc = put_head(b, "proxai_spend_usd_total", "counter",
+                    "Money spent (USD, from upstream usage and [price]) by client key, "
+                    "team and the model sent upstream.");
+  uint32_t n = m ? nseries(m) : 0;
+  for (uint32_t i = 0; rc == 0 && i < n; i++) {
+    const series_t *s = &m->s[i];
+    if (s->fam != F_SPEND) continue;
+    char usd[32];
+    rc = px_buf_puts(b, "proxai_spend_usd_total{");
+    for (int k = 0; rc == 0 && k < NLABELS; k++)
+      rc = put_label(b, ln[k], s->labels[k], k == 0);
+    if (rc == 0)
+      rc = px_buf_printf(b, "} %s\n",
+                         px_usd_str((int64_t)load(&s->value), usd, sizeof(usd)));
+  }
+  return rc;
+}
+
 static int render_counter(px_buf_t *b, int fam, const char *name, const char *help,
                           const char *const *lnames) {
   return render_family(b, fam, name, "counter", help, lnames, 0);
@@ -397,6 +452,13 @@ int px_metrics_render(px_buf_t *out) {
                           "Finished requests by inbound protocol, upstream and status.",
                           req_l);
   if (rc == 0)
+    rc = put_head(
+        out, "proxai_requests_lost_total", "counter",
+        "Requests in flight in a worker process that died (no access-log line).");
+  if (rc == 0)
+    rc = px_buf_printf(out, "proxai_requests_lost_total %" PRIu64 "\n",
+                       shm() ? load(&shm()->lost) : 0);
+  if (rc == 0)
     rc = render_hist(out, 0, "proxai_request_duration_seconds",
                      "Request duration from first byte received to last byte sent.");
   if (rc == 0)
@@ -410,10 +472,12 @@ int px_metrics_render(px_buf_t *out) {
                         "Tokens by client key, upstream and direction.", tok_l);
   static const char *const up_l[] = {"upstream", NULL, NULL};
   if (rc == 0)
-    rc = render_counter(out, F_STATE, "proxai_state_events_total",
-                        "Shared state backend events: errors, requests allowed or denied "
-                        "while it was unreachable.",
-                        state_l);
+    rc = render_counter(
+        out, F_STATE, "proxai_state_events_total",
+        "Shared state backend events: error (an incident began, or a "
+        "script failed), back (it ended), and the requests on_error decided "
+        "(allowed, denied, local; refused: needed the backend).",
+        state_l);
   if (rc == 0)
     rc = render_counter(out, F_EJECTIONS, "proxai_upstream_ejections_total",
                         "Times an upstream was taken out of rotation (passive health).",
@@ -426,7 +490,15 @@ int px_metrics_render(px_buf_t *out) {
   if (rc == 0)
     rc = render_counter(out, F_LOSSY, "proxai_lossy_fields_total",
                         "Translated requests that dropped a field, by field.", lossy_l);
+  if (rc == 0) rc = render_spend(out);
   const mshm_t *m = shm();
+  uint64_t inst = m ? load(&m->instances) : 0;
+  if (rc == 0 && inst > 0)
+    rc = put_head(out, "proxai_state_instances", "gauge",
+                  "Gateway instances the shared state backend counted in the last 30 s "
+                  "(on_error = local divides limits by it).");
+  if (rc == 0 && inst > 0)
+    rc = px_buf_printf(out, "proxai_state_instances %" PRIu64 "\n", inst);
   for (int g = 0; rc == 0 && g < PX_G_COUNT; g++) {
     int64_t v = 0;
     for (unsigned w = 0; m && w < px_shm_nworkers(); w++)
@@ -445,6 +517,7 @@ void px_metrics_reset(void) {
   memset(m->index, 0, sizeof(m->index));
   memset(m->s, 0, sizeof(series_t) * m->nseries);
   m->nseries = 0;
+  m->lost = m->instances = 0;
   memset(m->gauge, 0, (size_t)px_shm_nworkers() * PX_G_COUNT * sizeof(int64_t));
   px_shm_unlock(&m->mu);
 }
