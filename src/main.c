@@ -98,6 +98,7 @@ static void finish(worker_t *w, int graceful) {
     w->stopping = 3;
     px_server_close_all(&w->srv, 0);
     px_rl_stop();
+    px_trace_export_stop();
     if (w->srv.uclient) px_uclient_close(w->srv.uclient, on_uclient_closed, w);
     uv_walk(w->loop, close_walk, NULL);
     return;
@@ -111,6 +112,7 @@ static void finish(worker_t *w, int graceful) {
   uv_close((uv_handle_t *)&w->sig_usr1, on_handle_close_noop);
   px_rl_stop();
   uv_unref((uv_handle_t *)&w->shutdown_timer);
+  px_trace_export_stop();
   if (w->srv.uclient) px_uclient_close(w->srv.uclient, on_uclient_closed, w);
 }
 
@@ -231,6 +233,7 @@ static int run_worker(const char *path, px_config_t *cfg, unsigned index) {
   char err[512];
   if (px_server_listen(&w.srv, err, sizeof(err)) < 0) return worker_fail(&w, err);
   if (px_rl_start(w.loop, cfg) < 0) return worker_fail(&w, "cannot start the [state] backend");
+  px_trace_export_start(&w.srv);
   uv_timer_init(w.loop, &w.shutdown_timer);
   uv_signal_init(w.loop, &w.sig_usr1);
   w.sig_usr1.data = &w;

@@ -79,6 +79,7 @@ typedef struct px_access_rec {
   const char *lossy;         /**< fields dropped in translation (comma list:
                                   x-proxai-lossy plus what a stream dropped),
                                   NULL when none */
+  const char *trace_id;      /**< 32 hex digits with [trace]; NULL without */
 } px_access_rec_t;
 
 /** Whether the access log is on (a caller can skip building a record). */

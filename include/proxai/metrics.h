@@ -31,6 +31,9 @@ void px_metrics_tokens(const char *key, const char *upstream, int64_t in,
  *  what a stream dropped). */
 void px_metrics_lossy(const char *inbound, const char *upstream, const char *field);
 void px_metrics_gauge_add(px_gauge_t g, int64_t delta);
+/** n trace spans exported (reason NULL) or dropped for reason
+ *  (proxai_trace_spans_exported_total, proxai_trace_spans_dropped_total). */
+void px_metrics_trace_spans(const char *reason, uint64_t n);
 /** Passive health (balance.c): ejected 1 when this process takes upstream
  *  out of rotation (proxai_upstream_ejected gauge + 1, and
  *  proxai_upstream_ejections_total + 1), 0 when it returns (gauge - 1). */

@@ -10,4 +10,11 @@
 /** The server's request handler: answers every endpoint of SPEC section 4. */
 void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r);
 
+/** Starts this worker's trace exporter (SPEC 15) on the server's loop and
+ *  upstream client; it sends only while [trace] is configured. */
+void px_trace_export_start(px_server_t *s);
+/** Stops it before the upstream client closes: a batch in flight or
+ *  waiting is dropped (counted). */
+void px_trace_export_stop(void);
+
 #endif

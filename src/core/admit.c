@@ -256,6 +256,11 @@ static px_exch_t *exch_new(px_server_t *s, px_conn_t *c, px_req_t *r,
   x->usage.input_tokens = x->usage.output_tokens = -1;
   x->passhdrs.cap = 64 * 1024;
   x->obuf.cap = PX_MAX_STREAM_OUT;
+  if (x->cfg->trace.endpoint) { /* SPEC 15: continue the client's trace */
+    const char *tp = px_req_header(r, "traceparent"),
+               *ts = px_req_header(r, "tracestate");
+    px_trace_begin(&x->tr, &x->cfg->trace, px_str(tp ? tp : ""), px_str(ts ? ts : ""));
+  }
   px_conn_set_handler(c, &px_exch_conn_handler, x);
   return x;
 }

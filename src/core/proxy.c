@@ -174,6 +174,11 @@ static void access_log(px_exch_t *x, const char *inbound, const char *upname, do
       .error_type = x->error_type,
       .lossy = x->lossy.len ? x->lossy.buf : NULL,
   };
+  char trace_id[33];
+  if (x->tr.on) {
+    px_trace_id_hex(&x->tr, trace_id);
+    rec.trace_id = trace_id;
+  }
   char path[256];
   copy_cut(path, sizeof(path), (px_str_t){x->req->url.data, x->req->path_len}, PX_STR(""));
   rec.path = path;
@@ -301,6 +306,7 @@ static void finalize(px_exch_t *x) {
   if (x->str) px_lossy_merge(&x->lossy, px_stream_tr_dropped(x->str));
   access_log(x, inbound, upname, dur, ttft);
   account(x, inbound, upname, dur, ttft);
+  px_exch_trace_end(x, end);
   if (x->conn) {
     px_conn_set_handler(x->conn, NULL, NULL);
     if (x->started) px_resp_end(x->conn);
@@ -367,6 +373,7 @@ static void arm_eject_timer(uv_loop_t *loop, uint64_t ms) {
 static void attempt_end(px_exch_t *x) {
   px_balance_end(x->bal);
   x->bal = NULL;
+  if (x->tr_start && !x->tr_end) x->tr_end = uv_hrtime();
 }
 
 /* Passive health: the outcome of this attempt, once. ok: an answer that is
@@ -565,6 +572,7 @@ static void read_head(px_exch_t *x, const px_hdr_t *h, size_t n, char *encoding,
 static int up_on_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
   px_exch_t *x = arg;
   x->up_status = status;
+  x->tr_status = status;
   x->bad_msg[0] = 0;
   char encoding[48] = "";
   read_head(x, h, n, encoding, sizeof(encoding));
@@ -622,7 +630,11 @@ static void up_failed(px_exch_t *x, px_xfer_result_t result, const char *errmsg)
 static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
   px_exch_t *x = arg;
   x->xfer = NULL;
-  if (result != PX_XFER_OK && x->conn != NULL) attempt_health(x, 0, result_name(result));
+  if (result != PX_XFER_OK) {
+    if (x->conn != NULL) attempt_health(x, 0, result_name(result));
+    x->tr_failed = 1;
+    x->tr_result = result;
+  }
   attempt_end(x);
   if (x->paused) {
     x->paused = 0;
@@ -691,6 +703,7 @@ static void send_upstream(px_exch_t *x) {
   x->health_done = 0;
   x->t_attempt = px_exch_now(x);
   px_balance_begin(x->bal);
+  px_exch_trace_attempt(x); /* before the start: it writes the traceparent */
   x->xfer = px_xfer_start(x->srv->uclient, &o, &xfer_cbs, x);
   if (x->xfer == NULL) {
     attempt_end(x);

@@ -25,6 +25,7 @@
 #include "proxai/proxy.h"
 #include "proxai/ratelimit.h"
 #include "proxai/server.h"
+#include "proxai/trace.h"
 
 #define PX_MAX_UPSTREAM_JSON (64u << 20) /* translated non-stream body cap */
 #define PX_MAX_UPSTREAM_ERROR (1u << 20)
@@ -119,6 +120,18 @@ struct px_exch {
   const char *error_type;
   int status;            /* status sent to the client */
   int finalized;         /* finalize() has run */
+  /* tracing (SPEC 15): the request's context, and the attempt span that
+   * ended last or is running, written out when the next attempt starts or
+   * at finalize */
+  px_trace_ctx_t tr;
+  char *tr_hdr; /* the traceparent value inside up_hdrs */
+  const px_upstream_conf_t *tr_up;
+  const char *tr_model;
+  unsigned tr_n;             /* the attempt's number, 1-based */
+  uint64_t tr_start, tr_end; /* uv_hrtime(); tr_start 0: no attempt span */
+  int tr_status;             /* its upstream status; 0: none */
+  int tr_failed;             /* its transfer failed: tr_result */
+  px_xfer_result_t tr_result;
   /* Text buffers, last: exch_new() zeroes the fields above and only empties
    * these (zeroing 1.7 KiB per request costs more than the rest of it). */
   char retry_reason[96]; /* why the last attempt is retried (for the log) */
@@ -161,6 +174,11 @@ extern const px_conn_handler_t px_exch_conn_handler;
  * by a retry on the same target; <0 when the request was answered */
 int px_upreq_build(px_exch_t *x);
 void px_upreq_free(px_exch_t *x);
+
+/* trace.c's spans of the exchange (proxy.c): the attempt span starts with
+ * its transfer and is written when the next starts or at finalize */
+void px_exch_trace_attempt(px_exch_t *x);
+void px_exch_trace_end(px_exch_t *x, uint64_t end);
 
 /* respond.c: the mode for a usable upstream head (not retried) */
 const px_mode_t *px_mode_choose(px_exch_t *x, int status, const char *encoding);

@@ -41,7 +41,19 @@ typedef struct hist {
   uint64_t sum_us; /* sum in microseconds: integer, so atomic adds */
 } hist_t;
 
-enum { F_REQUESTS, F_HIST, F_ATTEMPTS, F_TOKENS, F_STATE, F_EJECTED, F_EJECTIONS, F_LOSSY, F_COUNT };
+enum {
+  F_REQUESTS,
+  F_HIST,
+  F_ATTEMPTS,
+  F_TOKENS,
+  F_STATE,
+  F_EJECTED,
+  F_EJECTIONS,
+  F_LOSSY,
+  F_TRACE_SENT,
+  F_TRACE_DROP,
+  F_COUNT
+};
 
 typedef struct series {
   uint32_t fam;
@@ -265,6 +277,12 @@ void px_metrics_state(const char *backend, const char *event) {
   if (s) add(&s->value, 1);
 }
 
+void px_metrics_trace_spans(const char *reason, uint64_t n) {
+  const char *l[NLABELS] = {reason, NULL, NULL};
+  series_t *s = get_series(reason ? F_TRACE_DROP : F_TRACE_SENT, l);
+  if (s) add(&s->value, n);
+}
+
 void px_metrics_gauge_add(px_gauge_t g, int64_t delta) {
   mshm_t *m = shm();
   if (!m || (unsigned)g >= PX_G_COUNT) return;
@@ -334,12 +352,14 @@ static int render_family(px_buf_t *b, int fam, const char *name, const char *typ
   for (uint32_t i = 0; rc == 0 && i < n; i++) {
     const series_t *s = &m->s[i];
     if (s->fam != (uint32_t)fam) continue;
-    rc = px_buf_printf(b, "%s{", name);
+    rc = px_buf_puts(b, name);
+    if (rc == 0 && lnames[0]) rc = px_buf_puts(b, "{");
     for (int k = 0; rc == 0 && k < NLABELS && lnames[k]; k++)
       rc = put_label(b, lnames[k], s->labels[k], k == 0);
+    if (rc == 0 && lnames[0]) rc = px_buf_puts(b, "}");
     if (rc == 0)
-      rc = is_signed ? px_buf_printf(b, "} %" PRId64 "\n", (int64_t)load(&s->value))
-                     : px_buf_printf(b, "} %" PRIu64 "\n", load(&s->value));
+      rc = is_signed ? px_buf_printf(b, " %" PRId64 "\n", (int64_t)load(&s->value))
+                     : px_buf_printf(b, " %" PRIu64 "\n", load(&s->value));
   }
   return rc;
 }
@@ -424,6 +444,18 @@ int px_metrics_render(px_buf_t *out) {
   if (rc == 0)
     rc = render_counter(out, F_LOSSY, "proxai_lossy_fields_total",
                         "Translated requests that dropped a field, by field.", lossy_l);
+  static const char *const none_l[] = {NULL, NULL, NULL};
+  static const char *const reason_l[] = {"reason", NULL, NULL};
+  if (rc == 0)
+    rc = render_counter(out, F_TRACE_SENT, "proxai_trace_spans_exported_total",
+                        "Trace spans the collector accepted.", none_l);
+  if (rc == 0)
+    rc =
+        render_counter(out, F_TRACE_DROP, "proxai_trace_spans_dropped_total",
+                       "Trace spans lost: queue_full (the batch was full), export_failed "
+                       "(collector unreachable or refused), export_timeout (no answer in "
+                       "10 s).",
+                       reason_l);
   const mshm_t *m = shm();
   for (int g = 0; rc == 0 && g < PX_G_COUNT; g++) {
     int64_t v = 0;

@@ -1544,9 +1544,14 @@ static int anth_models(px_buf_t *out, const char *const *ids, const char *const 
 
 static const char *const anth_forward[] = {"anthropic-beta", NULL};
 
+static const char *const otel_max_tokens[] = {"max_tokens", NULL};
+
 const px_proto_ops_t px_proto_anthropic = {
     .id = PX_PROTO_ANTHROPIC,
     .name = "anthropic_messages",
+    .otel_provider = "anthropic",
+    .otel_operation = "chat",
+    .otel_max_tokens = otel_max_tokens,
     .inbound_path = "/messages",
     .upstream_path = "/v1/messages",
     .decode_request = anth_decode_request,
@@ -1594,9 +1599,16 @@ const px_proto_ops_t px_proto_anthropic = {
               .redacted_reasoning = PX_LOSSY("content[].redacted_thinking")},
     .fast = &px_anthropic_fast,
     .max_tokens_keys = {{"max_tokens", NULL}},
-    .watch = {.usage_obj = "usage", .usage_in = "input_tokens", .usage_out = "output_tokens",
-              .usage_in_extra = {"cache_read_input_tokens", "cache_creation_input_tokens"},
-              .start_event = "message_start", .start_outer = "message",
-              .delta_event = "message_delta", .terminal_events = {"message_stop"},
-              .error_event = "error", .model_path = {"message", "model"}, .model_depth = 2},
+    .watch = {.usage_obj = "usage",
+              .usage_in = "input_tokens",
+              .usage_out = "output_tokens",
+              .usage_in_extra = {"cache_read_input_tokens",
+                                 "cache_creation_input_tokens"},
+              .start_event = "message_start",
+              .start_outer = "message",
+              .delta_event = "message_delta",
+              .terminal_events = {"message_stop"},
+              .error_event = "error",
+              .model_path = {"message", "model"},
+              .model_depth = 2},
 };

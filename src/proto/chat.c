@@ -1465,9 +1465,15 @@ static int chat_encode_stream_error(px_buf_t *out, px_errkind_t kind,
   return rc;
 }
 
+static const char *const otel_max_tokens[] = {"max_completion_tokens", "max_tokens",
+                                              NULL};
+
 const px_proto_ops_t px_proto_chat = {
     .id = PX_PROTO_CHAT,
     .name = "openai_chat_completions",
+    .otel_provider = "openai",
+    .otel_operation = "chat",
+    .otel_max_tokens = otel_max_tokens,
     .inbound_path = "/chat/completions",
     .upstream_path = "/chat/completions",
     .decode_request = chat_decode_request,
@@ -1506,7 +1512,11 @@ const px_proto_ops_t px_proto_chat = {
               .annotations = PX_LOSSY("choices[].message.annotations")},
     .fast = &px_chat_fast,
     .max_tokens_keys = {{"max_completion_tokens", NULL}, {"max_tokens", NULL}},
-    .watch = {.usage_obj = "usage", .usage_in = "prompt_tokens",
-              .usage_out = "completion_tokens", .terminal_data = "[DONE]",
-              .error_data = 1, .model_path = {"model"}, .model_depth = 1},
+    .watch = {.usage_obj = "usage",
+              .usage_in = "prompt_tokens",
+              .usage_out = "completion_tokens",
+              .terminal_data = "[DONE]",
+              .error_data = 1,
+              .model_path = {"model"},
+              .model_depth = 1},
 };

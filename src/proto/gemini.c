@@ -1052,9 +1052,14 @@ static int gem_models(px_buf_t *out, const char *const *ids, const char *const *
 
 static const char *const gem_forward[] = {NULL};
 
+static const char *const otel_max_tokens[] = {"generationConfig.maxOutputTokens", NULL};
+
 const px_proto_ops_t px_proto_gemini = {
     .id = PX_PROTO_GEMINI,
     .name = "gemini_generate_content",
+    .otel_provider = "gcp.gemini",
+    .otel_operation = "generate_content",
+    .otel_max_tokens = otel_max_tokens,
     .inbound_path = "/models/",
     .upstream_path = "/v1beta/models/",
     .decode_request = gem_decode_request,
@@ -1102,9 +1107,13 @@ const px_proto_ops_t px_proto_gemini = {
               .opaque_reasoning =
                   PX_LOSSY("candidates[].content.parts[].thoughtSignature")},
     .max_tokens_keys = {{"generationConfig", "maxOutputTokens"}},
-    .watch = {.usage_obj = "usageMetadata", .usage_in = "promptTokenCount",
-              .usage_out = "candidatesTokenCount", .usage_out_extra = "thoughtsTokenCount",
-              .finish_key = "finishReason", .error_data = 1,
-              .model_path = {"modelVersion"}, .model_depth = 1,
+    .watch = {.usage_obj = "usageMetadata",
+              .usage_in = "promptTokenCount",
+              .usage_out = "candidatesTokenCount",
+              .usage_out_extra = "thoughtsTokenCount",
+              .finish_key = "finishReason",
+              .error_data = 1,
+              .model_path = {"modelVersion"},
+              .model_depth = 1,
               .body_model = "modelVersion"},
 };

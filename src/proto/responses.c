@@ -1634,9 +1634,14 @@ static void responses_count_request(json_t *body, const char *model) {
   json_object_del(body, "stream_options");
 }
 
+static const char *const otel_max_tokens[] = {"max_output_tokens", NULL};
+
 const px_proto_ops_t px_proto_responses = {
     .id = PX_PROTO_RESPONSES,
     .name = "openai_responses",
+    .otel_provider = "openai",
+    .otel_operation = "chat",
+    .otel_max_tokens = otel_max_tokens,
     .inbound_path = "/responses",
     .upstream_path = "/responses",
     .decode_request = decode_request,
@@ -1680,9 +1685,13 @@ const px_proto_ops_t px_proto_responses = {
               .opaque_reasoning = PX_LOSSY("output[].encrypted_content")},
     .fast = &px_responses_fast,
     .max_tokens_keys = {{"max_output_tokens", NULL}},
-    .watch = {.usage_obj = "usage", .usage_in = "input_tokens", .usage_out = "output_tokens",
+    .watch = {.usage_obj = "usage",
+              .usage_in = "input_tokens",
+              .usage_out = "output_tokens",
               .terminal_events = {"response.completed", "response.incomplete",
                                   "response.failed"},
-              .terminal_outer = "response", .error_event = "error",
-              .model_path = {"response", "model"}, .model_depth = 2},
+              .terminal_outer = "response",
+              .error_event = "error",
+              .model_path = {"response", "model"},
+              .model_depth = 2},
 };

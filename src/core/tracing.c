@@ -1,0 +1,315 @@
+/* tracing.c - the exchange's spans (SPEC section 15) and their export.
+ *
+ * Spans: a SERVER span per model request, from its first byte to its last
+ * (finalize), and a CLIENT span per upstream attempt, from its transfer's
+ * start to its end, children of the SERVER span, so retries and fallbacks
+ * are siblings. An attempt span is written when the next attempt starts or
+ * at finalize (the last one then carries the answer's usage).
+ *
+ * Export: sends this worker's span batch to the [trace] endpoint
+ * (SPEC section 15) over the upstream transfer interface, so it never blocks
+ * the loop: one export in flight at a time; while it runs, spans gather in
+ * the next batch (bounded in trace.c: what does not fit is dropped). A batch
+ * leaves when it is large or at the next tick (every second): spans leave
+ * within a few seconds of ending. An export unanswered in 10 s is cancelled
+ * and its spans counted as dropped, as are those a collector refuses or
+ * cannot be reached for: a collector that is down or slow costs spans,
+ * never a request.
+ *
+ *   tick / batch ready --> take batch --> POST (10 s) --> 2xx: exported
+ *                                                    \--> else: dropped
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "proxai/log.h"
+#include "proxai/metrics.h"
+#include "proxai/trace.h"
+#include "proxy_int.h"
+
+/* ---------------------------------------------------------------------- */
+/* the exchange's spans                                                     */
+
+/* gen_ai.request.max_tokens: the client body's output limit, where its
+ * protocol keeps it (a dotted path of at most three members) */
+static int64_t max_tokens(px_exch_t *x) {
+  const char *const *paths = px_exch_client_ops(x)->otel_max_tokens;
+  const char *bd = x->req->body.data;
+  for (; bd && paths && *paths; paths++) {
+    char tmp[96];
+    const char *path[3];
+    size_t depth = 0;
+    snprintf(tmp, sizeof(tmp), "%s", *paths);
+    for (char *p = tmp; p && depth < 3; depth++) {
+      path[depth] = p;
+      p = strchr(p, '.');
+      if (p) *p++ = 0;
+    }
+    size_t at, len;
+    if (px_json_find(bd, x->req->body.len, path, depth, &at, &len) != PX_JSON_FOUND)
+      continue;
+    int64_t v = 0;
+    size_t i = 0;
+    for (; i < len && i < 18 && bd[at + i] >= '0' && bd[at + i] <= '9'; i++)
+      v = v * 10 + (bd[at + i] - '0');
+    return i == len && len > 0 ? v : -1;
+  }
+  return -1;
+}
+
+/* error.type in the client protocol's words for an attempt's outcome */
+static const char *attempt_error(px_exch_t *x) {
+  const px_proto_ops_t *ops = px_exch_client_ops(x);
+  if (x->tr_status >= 400)
+    return ops->error_type(px_errkind_from_type(NULL, x->tr_status));
+  if (x->tr_failed) return ops->error_type(px_exch_result_kind(x->tr_result));
+  return NULL;
+}
+
+/* The attempt span (last: the one whose answer the client got) */
+static void emit_attempt(px_exch_t *x, int last) {
+  const px_upstream_conf_t *up = x->tr_up;
+  px_span_t s = {
+      .kind = PX_SPAN_CLIENT,
+      .id = x->tr.att_id,
+      .parent = x->tr.span_id,
+      .start = x->tr_start,
+      .end = x->tr_end ? x->tr_end : uv_hrtime(),
+      .operation = px_exch_client_ops(x)->otel_operation,
+      .name_model = x->tr_model,
+      .provider = px_proto_get(up->protocol)->otel_provider,
+      .request_model = x->tr_model,
+      .max_tokens = -1,
+      .input_tokens = last ? x->usage.input_tokens : -1,
+      .output_tokens = last ? x->usage.output_tokens : -1,
+      .server_url = up->base_url,
+      .status = x->tr_status,
+      .error_type = attempt_error(x),
+      .upstream = up->name,
+      .cost_usd = -1,
+      .attempt = x->tr_n,
+  };
+  px_trace_emit(&x->tr, &s);
+  x->tr_start = 0;
+}
+
+void px_exch_trace_attempt(px_exch_t *x) {
+  if (!x->tr.on) return;
+  if (x->tr_start && x->tr.sampled) emit_attempt(x, 0);
+  px_trace_attempt(&x->tr, x->tr_hdr);
+  x->tr_up = x->up;
+  x->tr_model = x->up_model;
+  x->tr_n = x->attempts;
+  x->tr_start = uv_hrtime();
+  x->tr_end = 0;
+  x->tr_status = 0;
+  x->tr_failed = 0;
+}
+
+void px_exch_trace_end(px_exch_t *x, uint64_t end) {
+  if (!x->tr.sampled) return;
+  if (x->tr_start) emit_attempt(x, 1);
+  const px_proto_ops_t *ops = px_exch_client_ops(x);
+  const char *err = x->error_type;
+  if (err == NULL && x->status >= 400)
+    err = ops->error_type(px_errkind_from_type(NULL, x->status));
+  px_span_t s = {
+      .kind = PX_SPAN_SERVER,
+      .id = x->tr.span_id,
+      .parent = x->tr.has_parent ? x->tr.parent_id : NULL,
+      .start = x->t_start,
+      .end = end,
+      .first_token = x->t_first,
+      .operation = ops->otel_operation,
+      .name_model = x->model,
+      .request_model = x->model,
+      .max_tokens = max_tokens(x),
+      .input_tokens = x->usage.input_tokens,
+      .output_tokens = x->usage.output_tokens,
+      .status = x->status,
+      .error_type = err,
+      .key = x->key ? x->key->name : NULL,
+      .route = x->route ? x->route->pattern : NULL,
+      .lossy = x->lossy.len ? x->lossy.buf : NULL,
+      .cost_usd = -1,
+  };
+  px_trace_emit(&x->tr, &s);
+}
+
+/* ---------------------------------------------------------------------- */
+/* export                                                                   */
+
+#define TICK_MS 1000
+#define EXPORT_TIMEOUT_MS 10000
+
+typedef struct exporter {
+  px_server_t *srv;
+  uv_timer_t tick;
+  uv_timer_t deadline;
+  uv_idle_t kick; /* a ready batch goes out on the next loop turn */
+  int started;
+  px_xfer_t *xfer;
+  px_config_t *cfg; /* the configuration the export's URL and headers are from */
+  char **hdrs;      /* "Name: value" lines of the export in flight */
+  px_buf_t body;    /* the batch in flight */
+  size_t nspans;
+  int status;
+  int warned; /* the collector's failures are logged once until it answers */
+} exporter_t;
+
+static exporter_t ex;
+
+static void send_batch(void);
+static void on_ready(void);
+
+static void export_end(const char *drop_reason) {
+  if (drop_reason)
+    px_trace_dropped(ex.nspans, drop_reason);
+  else
+    px_metrics_trace_spans(NULL, ex.nspans);
+  ex.nspans = 0;
+  ex.xfer = NULL;
+  free(ex.hdrs);
+  ex.hdrs = NULL;
+  px_config_unref(ex.cfg);
+  ex.cfg = NULL;
+  uv_timer_stop(&ex.deadline);
+}
+
+static void warn_once(const char *what) {
+  if (ex.warned) return;
+  ex.warned = 1;
+  px_log_warn("trace export to %s failed (%s): spans are dropped until it answers",
+              ex.cfg && ex.cfg->trace.endpoint ? ex.cfg->trace.endpoint : "?", what);
+}
+
+static int on_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
+  (void)arg, (void)h, (void)n;
+  ex.status = status;
+  return 0;
+}
+
+static int on_data(void *arg, const char *p, size_t n) {
+  (void)arg, (void)p, (void)n;
+  return 0; /* the collector's answer (partial success details) is not read */
+}
+
+static void on_done(void *arg, px_xfer_result_t r, const char *errmsg) {
+  (void)arg, (void)errmsg;
+  int ok = r == PX_XFER_OK && ex.status >= 200 && ex.status < 300;
+  if (!ok) {
+    char what[48];
+    if (r == PX_XFER_OK)
+      snprintf(what, sizeof(what), "HTTP %d", ex.status);
+    else
+      snprintf(what, sizeof(what), "transfer error %d", (int)r);
+    warn_once(what);
+  } else {
+    ex.warned = 0;
+  }
+  export_end(ok ? NULL : "export_failed");
+  /* a batch that filled meanwhile goes now; after a failure, at the tick
+   * (a collector that is down is not asked once per request) */
+  if (ok && px_trace_ready()) on_ready();
+}
+
+static void on_deadline(uv_timer_t *t) {
+  (void)t;
+  if (ex.xfer == NULL) return;
+  px_xfer_cancel(ex.xfer);
+  warn_once("no answer in 10 s");
+  export_end("export_timeout");
+}
+
+static const px_xfer_cbs_t cbs = {on_headers, on_data, on_done};
+
+/* The export's header lines: the content type and the configured ones. */
+static char **export_headers(const px_trace_conf_t *tc) {
+  char **h = calloc(tc->nheaders + 2, sizeof(char *));
+  if (h == NULL) return NULL;
+  h[0] = (char *)"Content-Type: application/json";
+  for (size_t i = 0; i < tc->nheaders; i++) h[i + 1] = tc->headers[i];
+  return h;
+}
+
+static void send_batch(void) {
+  uv_idle_stop(&ex.kick);
+  px_trace_clock();
+  if (ex.xfer != NULL || px_trace_pending() == 0 || ex.srv->uclient == NULL) return;
+  px_config_t *cfg = ex.srv->config;
+  ex.nspans = px_trace_take(&ex.body);
+  if (ex.nspans == 0) return;
+  if (cfg->trace.endpoint == NULL) { /* tracing was turned off by a reload */
+    px_trace_dropped(ex.nspans, "export_failed");
+    ex.nspans = 0;
+    return;
+  }
+  ex.cfg = px_config_ref(cfg);
+  ex.hdrs = export_headers(&cfg->trace);
+  ex.status = 0;
+  px_xfer_opts_t o = {
+      .method = "POST",
+      .url = cfg->trace.endpoint,
+      .headers = (const char *const *)ex.hdrs,
+      .body = ex.body.data,
+      .body_len = ex.body.len,
+      .connect_timeout_ms = EXPORT_TIMEOUT_MS,
+      .first_byte_timeout_ms = EXPORT_TIMEOUT_MS,
+      .idle_timeout_ms = EXPORT_TIMEOUT_MS,
+      .pool = "proxai-trace-export",
+      .max_connections = 1,
+  };
+  ex.xfer = ex.hdrs ? px_xfer_start(ex.srv->uclient, &o, &cbs, NULL) : NULL;
+  if (ex.xfer == NULL) {
+    warn_once("cannot start the request");
+    export_end("export_failed");
+    return;
+  }
+  uv_timer_start(&ex.deadline, on_deadline, EXPORT_TIMEOUT_MS, 0);
+}
+
+static void on_tick(uv_timer_t *t) {
+  (void)t;
+  send_batch();
+}
+
+static void on_kick(uv_idle_t *h) {
+  (void)h;
+  send_batch();
+}
+
+static void on_ready(void) {
+  if (!uv_is_active((uv_handle_t *)&ex.kick)) uv_idle_start(&ex.kick, on_kick);
+}
+
+void px_trace_export_start(px_server_t *srv) {
+  ex.srv = srv;
+  px_trace_clock();
+  px_buf_init(&ex.body, 0);
+  uv_timer_init(srv->loop, &ex.tick);
+  uv_timer_init(srv->loop, &ex.deadline);
+  uv_idle_init(srv->loop, &ex.kick);
+  /* none of the three keeps a draining worker alive */
+  uv_unref((uv_handle_t *)&ex.tick);
+  uv_unref((uv_handle_t *)&ex.deadline);
+  uv_unref((uv_handle_t *)&ex.kick);
+  uv_timer_start(&ex.tick, on_tick, TICK_MS, TICK_MS);
+  px_trace_on_ready(on_ready);
+  ex.started = 1;
+}
+
+void px_trace_export_stop(void) {
+  if (!ex.started) return;
+  ex.started = 0;
+  px_trace_on_ready(NULL);
+  if (ex.xfer) {
+    px_xfer_cancel(ex.xfer);
+    export_end("export_failed");
+  }
+  px_trace_dropped(px_trace_pending(), "export_failed");
+  px_trace_reset();
+  uv_close((uv_handle_t *)&ex.tick, NULL);
+  uv_close((uv_handle_t *)&ex.deadline, NULL);
+  uv_close((uv_handle_t *)&ex.kick, NULL);
+  px_buf_free(&ex.body);
+}
