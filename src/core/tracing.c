@@ -110,9 +110,11 @@ void px_exch_trace_end(px_exch_t *x, uint64_t end) {
   if (!x->tr.sampled) return;
   if (x->tr_start) emit_attempt(x, 1);
   const px_proto_ops_t *ops = px_exch_client_ops(x);
+  /* an answered error in the client protocol's words (a forwarded or
+   * translated upstream error by its status); a failure after the answer
+   * started (a cut stream, a client gone) by the gateway's name for it */
   const char *err = x->error_type;
-  if (err == NULL && x->status >= 400)
-    err = ops->error_type(px_errkind_from_type(NULL, x->status));
+  if (x->status >= 400) err = ops->error_type(px_errkind_from_type(err, x->status));
   px_span_t s = {
       .kind = PX_SPAN_SERVER,
       .id = x->tr.span_id,
@@ -253,9 +255,10 @@ static void send_batch(void) {
       .headers = (const char *const *)ex.hdrs,
       .body = ex.body.data,
       .body_len = ex.body.len,
-      .connect_timeout_ms = EXPORT_TIMEOUT_MS,
-      .first_byte_timeout_ms = EXPORT_TIMEOUT_MS,
-      .idle_timeout_ms = EXPORT_TIMEOUT_MS,
+      /* the deadline below decides; these only back it up */
+      .connect_timeout_ms = EXPORT_TIMEOUT_MS + 1000,
+      .first_byte_timeout_ms = EXPORT_TIMEOUT_MS + 1000,
+      .idle_timeout_ms = EXPORT_TIMEOUT_MS + 1000,
       .pool = "proxai-trace-export",
       .max_connections = 1,
   };
