@@ -21,6 +21,9 @@ typedef enum px_gauge {
  *  duration and ttft in seconds; ttft < 0 when no token was streamed. */
 void px_metrics_request(const char *inbound, const char *upstream, int status,
                         double duration_s, double ttft_s);
+/** Count one finished model request by its route (the pattern; NULL:
+ *  "none", no route matched), upstream and status. */
+void px_metrics_route(const char *route, const char *upstream, int status);
 /** Count one upstream attempt; error_type NULL on success, else e.g.
  *  "connect", "timeout", "http_429", "http_5xx", "reset". */
 void px_metrics_attempt(const char *upstream, const char *error_type);

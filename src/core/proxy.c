@@ -194,6 +194,8 @@ static void account(px_exch_t *x, const char *inbound, const char *upname, doubl
   /* a response that failed after it started counts as that failure */
   px_metrics_request(inbound, upname, x->metric_status ? x->metric_status : x->status, dur,
                      x->stream ? ttft : -1);
+  px_metrics_route(x->route ? x->route->pattern : NULL, upname,
+                   x->metric_status ? x->metric_status : x->status);
   const char *labels[2] = {inbound, upname};
   px_lossy_each(&x->lossy, count_lossy, labels); /* one count per dropped field */
   int64_t toks = (x->usage.input_tokens > 0 ? x->usage.input_tokens : 0) +

@@ -52,6 +52,7 @@ enum {
   F_LOSSY,
   F_TRACE_SENT,
   F_TRACE_DROP,
+  F_ROUTE,
   F_COUNT
 };
 
@@ -277,6 +278,13 @@ void px_metrics_state(const char *backend, const char *event) {
   if (s) add(&s->value, 1);
 }
 
+void px_metrics_route(const char *route, const char *upstream, int status) {
+  const char *l[NLABELS] = {route ? route : "none", upstream ? upstream : "none",
+                            status_text(status)};
+  series_t *s = get_series(F_ROUTE, l);
+  if (s) add(&s->value, 1);
+}
+
 void px_metrics_trace_spans(const char *reason, uint64_t n) {
   const char *l[NLABELS] = {reason, NULL, NULL};
   series_t *s = get_series(reason ? F_TRACE_DROP : F_TRACE_SENT, l);
@@ -414,6 +422,11 @@ int px_metrics_render(px_buf_t *out) {
   int rc = render_counter(out, F_REQUESTS, "proxai_requests_total",
                           "Finished requests by inbound protocol, upstream and status.",
                           req_l);
+  static const char *const route_l[] = {"route", "upstream", "status"};
+  if (rc == 0)
+    rc = render_counter(
+        out, F_ROUTE, "proxai_route_requests_total",
+        "Finished model requests by route (its pattern), upstream and status.", route_l);
   if (rc == 0)
     rc = render_hist(out, 0, "proxai_request_duration_seconds",
                      "Request duration from first byte received to last byte sent.");
