@@ -32,6 +32,8 @@ typedef struct px_trace_ctx {
   uint8_t parent_id[8]; /**< the client's span (valid with has_parent) */
   uint8_t span_id[8];   /**< the request's SERVER span */
   uint8_t att_id[8];    /**< the current attempt's CLIENT span */
+  /* the same ids in lower-case hex, as they are written (not terminated) */
+  char trace_hex[32], parent_hex[16], span_hex[16], att_hex[16];
   px_str_t tracestate;  /**< the client's, a view into its request head */
 } px_trace_ctx_t;
 
@@ -57,8 +59,8 @@ enum { PX_SPAN_SERVER = 2, PX_SPAN_CLIENT = 3 }; /* OTLP Span.SpanKind */
  *  attribute is left out); times are uv_hrtime() nanoseconds. */
 typedef struct px_span {
   int kind;
-  const uint8_t *id;
-  const uint8_t *parent; /**< NULL: a root span */
+  const char *id;     /**< 16 hex digits (px_trace_ctx_t's) */
+  const char *parent; /**< 16 hex digits; NULL: a root span */
   uint64_t start, end;
   uint64_t first_token;      /**< 0: no gen_ai.first_token event */
   const char *operation;     /**< gen_ai.operation.name */

@@ -238,6 +238,20 @@ static void on_admitted(void *arg, px_rl_verdict_t v, unsigned wait) {
   if (admission(x, v, wait) == 0) after_admission(x);
 }
 
+/* The request's trace context: the client's traceparent and tracestate
+ * continued (one pass over its headers). */
+static void trace_begin(px_exch_t *x) {
+  px_str_t tp = PX_STR(""), ts = PX_STR("");
+  for (size_t i = 0; i < x->req->nhdrs; i++) {
+    const px_hdr_t *h = &x->req->hdrs[i];
+    if (h->name.len == 11 && strncasecmp(h->name.ptr, "traceparent", 11) == 0)
+      tp = h->value;
+    else if (h->name.len == 10 && strncasecmp(h->name.ptr, "tracestate", 10) == 0)
+      ts = h->value;
+  }
+  px_trace_begin(&x->tr, &x->cfg->trace, tp, ts);
+}
+
 /* The exchange of one generation request; NULL when out of memory. */
 static px_exch_t *exch_new(px_server_t *s, px_conn_t *c, px_req_t *r,
                            const px_inbound_t *in) {
@@ -256,11 +270,7 @@ static px_exch_t *exch_new(px_server_t *s, px_conn_t *c, px_req_t *r,
   x->usage.input_tokens = x->usage.output_tokens = -1;
   x->passhdrs.cap = 64 * 1024;
   x->obuf.cap = PX_MAX_STREAM_OUT;
-  if (x->cfg->trace.endpoint) { /* SPEC 15: continue the client's trace */
-    const char *tp = px_req_header(r, "traceparent"),
-               *ts = px_req_header(r, "tracestate");
-    px_trace_begin(&x->tr, &x->cfg->trace, px_str(tp ? tp : ""), px_str(ts ? ts : ""));
-  }
+  if (x->cfg->trace.endpoint) trace_begin(x); /* SPEC 15 */
   px_conn_set_handler(c, &px_exch_conn_handler, x);
   return x;
 }

@@ -21,6 +21,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "proxai/log.h"
 #include "proxai/metrics.h"
@@ -31,23 +32,35 @@
 /* the exchange's spans                                                     */
 
 /* gen_ai.request.max_tokens: the client body's output limit, where its
- * protocol keeps it (a dotted path of at most three members) */
+ * protocol keeps it (a dotted path of at most three members). A large body
+ * without the last member's name anywhere is not walked (one memmem pass). */
 static int64_t max_tokens(px_exch_t *x) {
   const char *const *paths = px_exch_client_ops(x)->otel_max_tokens;
   const char *bd = x->req->body.data;
+  size_t n = x->req->body.len;
   for (; bd && paths && *paths; paths++) {
     char tmp[96];
+    size_t l = strlen(*paths);
+    if (l + 3 > sizeof(tmp)) continue;
     const char *path[3];
     size_t depth = 0;
-    snprintf(tmp, sizeof(tmp), "%s", *paths);
-    for (char *p = tmp; p && depth < 3; depth++) {
-      path[depth] = p;
-      p = strchr(p, '.');
-      if (p) *p++ = 0;
+    memcpy(tmp + 1, *paths, l + 1);
+    for (char *q = tmp + 1; q && depth < 3; depth++) {
+      path[depth] = q;
+      q = strchr(q, '.');
+      if (q) *q++ = 0;
     }
+    /* "name" with its quotes, just before the last path member */
+    char *last = (char *)path[depth - 1];
+    size_t ll = strlen(last);
+    last[-1] = '"';
+    last[ll] = '"';
+    int present = n < 1024 || memmem(bd, n, last - 1, ll + 2) != NULL;
+    last[-1] = 0;
+    last[ll] = 0;
+    if (!present) continue;
     size_t at, len;
-    if (px_json_find(bd, x->req->body.len, path, depth, &at, &len) != PX_JSON_FOUND)
-      continue;
+    if (px_json_find(bd, n, path, depth, &at, &len) != PX_JSON_FOUND) continue;
     int64_t v = 0;
     size_t i = 0;
     for (; i < len && i < 18 && bd[at + i] >= '0' && bd[at + i] <= '9'; i++)
@@ -71,8 +84,8 @@ static void emit_attempt(px_exch_t *x, int last) {
   const px_upstream_conf_t *up = x->tr_up;
   px_span_t s = {
       .kind = PX_SPAN_CLIENT,
-      .id = x->tr.att_id,
-      .parent = x->tr.span_id,
+      .id = x->tr.att_hex,
+      .parent = x->tr.span_hex,
       .start = x->tr_start,
       .end = x->tr_end ? x->tr_end : uv_hrtime(),
       .operation = px_exch_client_ops(x)->otel_operation,
@@ -117,8 +130,8 @@ void px_exch_trace_end(px_exch_t *x, uint64_t end) {
   if (x->status >= 400) err = ops->error_type(px_errkind_from_type(err, x->status));
   px_span_t s = {
       .kind = PX_SPAN_SERVER,
-      .id = x->tr.span_id,
-      .parent = x->tr.has_parent ? x->tr.parent_id : NULL,
+      .id = x->tr.span_hex,
+      .parent = x->tr.has_parent ? x->tr.parent_hex : NULL,
       .start = x->t_start,
       .end = end,
       .first_token = x->t_first,

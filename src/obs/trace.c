@@ -82,11 +82,19 @@ static void new_id(uint8_t *id, size_t n) {
 
 static const char hexd[] = "0123456789abcdef";
 
+/* two hex digits per byte value */
+static const char hex2[] =
+    "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+    "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f"
+    "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
+    "606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f"
+    "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f"
+    "a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
+    "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
+    "e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
+
 static void hex(char *out, const uint8_t *id, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    out[2 * i] = hexd[id[i] >> 4];
-    out[2 * i + 1] = hexd[id[i] & 15];
-  }
+  for (size_t i = 0; i < n; i++) memcpy(out + 2 * i, hex2 + 2 * id[i], 2);
 }
 
 static int unhex1(char c) {
@@ -118,7 +126,10 @@ static int parse_traceparent(px_trace_ctx_t *t, px_str_t v) {
                          : v.len > PX_TRACEPARENT_LEN && s[PX_TRACEPARENT_LEN] != '-')
     return 0;
   if (unhex1(s[53]) < 0 || unhex1(s[54]) < 0) return 0;
-  return unhex(t->trace_id, s + 3, 16) && unhex(t->parent_id, s + 36, 8);
+  if (!unhex(t->trace_id, s + 3, 16) || !unhex(t->parent_id, s + 36, 8)) return 0;
+  memcpy(t->trace_hex, s + 3, 32); /* lower case, as checked */
+  memcpy(t->parent_hex, s + 36, 16);
+  return 1;
 }
 
 /* Sampling on the trace id, as OpenTelemetry's TraceIdRatioBased: its last
@@ -142,43 +153,84 @@ void px_trace_begin(px_trace_ctx_t *t, const px_trace_conf_t *conf, px_str_t tra
       t->tracestate = tracestate;
   } else {
     new_id(t->trace_id, 16);
+    hex(t->trace_hex, t->trace_id, 16);
   }
   new_id(t->span_id, 8);
+  hex(t->span_hex, t->span_id, 8);
   t->sampled = (uint8_t)sample_keep(t->trace_id, conf->sample);
 }
 
 void px_trace_attempt(px_trace_ctx_t *t, char *out) {
   new_id(t->att_id, 8);
+  hex(t->att_hex, t->att_id, 8);
   if (out == NULL) return;
   memcpy(out, "00-", 3);
-  hex(out + 3, t->trace_id, 16);
+  memcpy(out + 3, t->trace_hex, 32);
   out[35] = '-';
-  hex(out + 36, t->att_id, 8);
+  memcpy(out + 36, t->att_hex, 16);
   memcpy(out + 52, t->sampled ? "-01" : "-00", 3);
 }
 
 void px_trace_id_hex(const px_trace_ctx_t *t, char *out) {
-  hex(out, t->trace_id, 16);
+  memcpy(out, t->trace_hex, 32);
   out[32] = 0;
 }
 
 /* ---------------------------------------------------------------------- */
 /* OTLP/JSON                                                                */
 
-#define LIT(b, s) px_buf_append((b), (s), sizeof(s) - 1)
+/* A span is written with a cursor into room reserved for its largest
+ * possible size (span_bound): literal pieces are fixed-length copies, with
+ * no capacity check per piece. */
+#define LIT(w, s) (memcpy((w), (s), sizeof(s) - 1), (w) += sizeof(s) - 1)
 
-/* A JSON string's content: escaped, and valid UTF-8 whatever the bytes (a
- * model name from a URL path may not be): each invalid byte becomes U+FFFD
- * so one odd name never makes a collector refuse the batch. */
-static int put_text(px_buf_t *b, const char *s, size_t n) {
+/* Everything of a span but its strings, with room to spare: the literal
+ * pieces of every attribute, ids, times and numbers. */
+#define SPAN_FIXED 2560
+/* Worst growth of a string: each byte escaped as \u00XX. */
+#define ESC_MAX 6
+
+/* bytes a JSON string cannot hold as they are, or that may start an
+ * invalid UTF-8 sequence: 1 */
+static const uint8_t care[256] = {
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+};
+
+/* The slow path of put_text: escapes, and valid UTF-8 whatever the bytes
+ * (a model name from a URL path may hold any): each invalid byte becomes
+ * U+FFFD, so one odd name never makes a collector refuse the batch. */
+static char *put_text_slow(char *w, const char *s, size_t n) {
   size_t i = 0;
-  int rc = 0;
-  while (rc == 0 && i < n) {
-    size_t run = i;
-    while (i < n && (unsigned char)s[i] < 0x80) i++;
-    if (i > run) rc = px_buf_json_escape(b, s + run, i - run);
-    if (rc < 0 || i >= n) break;
+  while (i < n) {
     unsigned char c = (unsigned char)s[i];
+    if (c < 0x80) {
+      if (c == '"' || c == '\\') {
+        *w++ = '\\';
+        *w++ = (char)c;
+      } else if (c < 0x20) {
+        static const char esc[] = "btn?fr";
+        if (c >= 8 && c <= 13 && c != 11) {
+          *w++ = '\\';
+          *w++ = esc[c - 8];
+        } else {
+          LIT(w, "\\u00");
+          *w++ = hexd[c >> 4];
+          *w++ = hexd[c & 15];
+        }
+      } else {
+        *w++ = (char)c;
+      }
+      i++;
+      continue;
+    }
     size_t k = c >= 0xc2 && c <= 0xdf   ? 2
                : c >= 0xe0 && c <= 0xef ? 3
                : c >= 0xf0 && c <= 0xf4 ? 4
@@ -194,49 +246,106 @@ static int put_text(px_buf_t *b, const char *s, size_t n) {
       ok = !(c == 0xf0 && d < 0x90) && !(c == 0xf4 && d >= 0x90);
     }
     if (ok) {
-      rc = px_buf_append(b, s + i, k);
+      memcpy(w, s + i, k);
+      w += k;
       i += k;
     } else {
-      rc = LIT(b, "\xef\xbf\xbd");
+      LIT(w, "\xef\xbf\xbd");
       i++;
     }
   }
-  return rc;
+  return w;
 }
 
-static int put_u64(px_buf_t *b, uint64_t v) {
-  char tmp[24];
-  size_t i = sizeof(tmp);
-  do {
-    tmp[--i] = (char)('0' + v % 10);
-    v /= 10;
-  } while (v);
-  return px_buf_append(b, tmp + i, sizeof(tmp) - i);
+/* A JSON string's content (escaped): names are short and plain as a rule,
+ * copied while checked, written again by the slow path when not plain */
+static char *put_text(char *w, const char *s, size_t n) {
+  unsigned bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    w[i] = s[i];
+    bad |= care[(unsigned char)s[i]];
+  }
+  return bad ? put_text_slow(w, s, n) : w + n;
 }
 
-static int put_id(px_buf_t *b, const uint8_t *id, size_t n) {
-  char tmp[32];
-  hex(tmp, id, n);
-  return px_buf_append(b, tmp, 2 * n);
+static const char digits2[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* exactly 4 digits of v < 10000 */
+static inline char *put4(char *w, uint32_t v) {
+  uint32_t a = v / 100, b = v % 100;
+  memcpy(w, digits2 + 2 * a, 2);
+  memcpy(w + 2, digits2 + 2 * b, 2);
+  return w + 4;
 }
 
-/* ,{"key":"K","value":{"stringValue":"V"}} (key_lit: `,{"key":"K","value":{`) */
-#define ATTR_STR(b, key, v)                                               \
-  ((v) ? (LIT(b, ",{\"key\":\"" key "\",\"value\":{\"stringValue\":\"") | \
-          put_text(b, (v), strlen(v)) | LIT(b, "\"}}"))                   \
-       : 0)
-#define ATTR_INT(b, key, v)                                     \
-  (LIT(b, ",{\"key\":\"" key "\",\"value\":{\"intValue\":\"") | \
-   put_u64(b, (uint64_t)(v)) | LIT(b, "\"}}"))
-
-static int put_double(px_buf_t *b, double v) {
-  char tmp[40];
-  int n = snprintf(tmp, sizeof(tmp), "%.17g", v);
-  return px_buf_append(b, tmp, (size_t)n);
+/* exactly 8 digits of v < 100000000 */
+static inline char *put8(char *w, uint32_t v) {
+  return put4(put4(w, v / 10000), v % 10000);
 }
+
+/* v < 100000000, without leading zeros */
+static char *put_small(char *w, uint32_t v) {
+  if (v < 10) {
+    *w = (char)('0' + v);
+    return w + 1;
+  }
+  if (v < 100) {
+    memcpy(w, digits2 + 2 * v, 2);
+    return w + 2;
+  }
+  if (v < 1000) {
+    *w = (char)('0' + v / 100);
+    memcpy(w + 1, digits2 + 2 * (v % 100), 2);
+    return w + 3;
+  }
+  if (v < 10000) return put4(w, v);
+  return put4(put_small(w, v / 10000), v % 10000);
+}
+
+/* decimal, in 8-digit chunks of 32-bit arithmetic: the 19-digit times of
+ * every span cost a few dozen instructions */
+static char *put_u64(char *w, uint64_t v) {
+  if (v < 100000000) return put_small(w, (uint32_t)v);
+  uint64_t hi = v / 100000000;
+  uint32_t lo = (uint32_t)(v % 100000000);
+  if (hi < 100000000)
+    w = put_small(w, (uint32_t)hi);
+  else
+    w = put8(put_small(w, (uint32_t)(hi / 100000000)), (uint32_t)(hi % 100000000));
+  return put8(w, lo);
+}
+
+/* a wall-clock time in ns: seconds (10 digits until 2286) and 9 digits */
+static char *put_time(char *w, uint64_t hr) {
+  uint64_t v = hr + wall_offset, sec = v / 1000000000;
+  uint32_t ns = (uint32_t)(v % 1000000000);
+  if (sec >= 10000000000ull) return put_u64(w, v);
+  w = put_small(w, (uint32_t)(sec / 100));
+  memcpy(w, digits2 + 2 * (sec % 100), 2);
+  w = put8(w + 2, ns / 10);
+  *w++ = (char)('0' + ns % 10);
+  return w;
+}
+
+/* ,{"key":"K","value":{"stringValue":"V"}} */
+#define ATTR_STR(w, key, v, vl)                                    \
+  do {                                                             \
+    LIT(w, ",{\"key\":\"" key "\",\"value\":{\"stringValue\":\""); \
+    w = put_text(w, (v), (vl));                                    \
+    LIT(w, "\"}}");                                                \
+  } while (0)
+#define ATTR_INT(w, key, v)                                     \
+  do {                                                          \
+    LIT(w, ",{\"key\":\"" key "\",\"value\":{\"intValue\":\""); \
+    w = put_u64(w, (uint64_t)(v));                              \
+    LIT(w, "\"}}");                                             \
+  } while (0)
 
 /* server.address: the host of the upstream's base URL */
-static int attr_host(px_buf_t *b, const char *url) {
+static px_str_t url_host(const char *url) {
   const char *h = strstr(url, "://");
   h = h ? h + 3 : url;
   const char *at = h;
@@ -250,13 +359,12 @@ static int attr_host(px_buf_t *b, const char *url) {
     while (*e && *e != ':' && *e != '/' && *e != '?') e++;
   }
   if (*h == '[' && e - h >= 2 && e[-1] == ']') h++, e--; /* the address without [] */
-  return LIT(b, ",{\"key\":\"server.address\",\"value\":{\"stringValue\":\"") |
-         put_text(b, h, (size_t)(e - h)) | LIT(b, "\"}}");
+  return (px_str_t){h, (size_t)(e - h)};
 }
 
 /* proxai.lossy: the comma-separated list as a string array */
-static int attr_lossy(px_buf_t *b, const char *l) {
-  int rc = LIT(b, ",{\"key\":\"proxai.lossy\",\"value\":{\"arrayValue\":{\"values\":[");
+static char *attr_lossy(char *w, const char *l) {
+  LIT(w, ",{\"key\":\"proxai.lossy\",\"value\":{\"arrayValue\":{\"values\":[");
   int first = 1;
   while (*l) {
     while (*l == ' ' || *l == ',') l++;
@@ -265,88 +373,135 @@ static int attr_lossy(px_buf_t *b, const char *l) {
     const char *t = e;
     while (t > l && t[-1] == ' ') t--;
     if (t > l) {
-      rc |= first ? LIT(b, "{\"stringValue\":\"") : LIT(b, ",{\"stringValue\":\"");
-      rc |= put_text(b, l, (size_t)(t - l)) | LIT(b, "\"}");
+      if (!first) *w++ = ',';
+      LIT(w, "{\"stringValue\":\"");
+      w = put_text(w, l, (size_t)(t - l));
+      LIT(w, "\"}");
       first = 0;
     }
     l = e;
   }
-  return rc | LIT(b, "]}}}");
-}
-
-static int put_time(px_buf_t *b, uint64_t hr) {
-  return put_u64(b, hr + wall_offset);
+  LIT(w, "]}}}");
+  return w;
 }
 
 static int put_prefix(px_buf_t *b) {
-  return LIT(b,
-             "{\"resourceSpans\":[{\"resource\":{\"attributes\":["
-             "{\"key\":\"service.name\",\"value\":{\"stringValue\":\"proxai\"}},"
-             "{\"key\":\"service.version\",\"value\":{\"stringValue\":\"" PROXAI_VERSION
-             "\"}}]},\"scopeSpans\":[{\"scope\":{\"name\":\"proxai\",\"version\":"
-             "\"" PROXAI_VERSION "\"},\"spans\":[");
+  static const char pre[] =
+      "{\"resourceSpans\":[{\"resource\":{\"attributes\":["
+      "{\"key\":\"service.name\",\"value\":{\"stringValue\":\"proxai\"}},"
+      "{\"key\":\"service.version\",\"value\":{\"stringValue\":\"" PROXAI_VERSION
+      "\"}}]},\"scopeSpans\":[{\"scope\":{\"name\":\"proxai\",\"version\":"
+      "\"" PROXAI_VERSION "\"},\"spans\":[";
+  return px_buf_append(b, pre, sizeof(pre) - 1);
 }
 
-static int put_span(px_buf_t *b, const px_trace_ctx_t *t, const px_span_t *s) {
-  int rc = nspans ? LIT(b, ",{\"traceId\":\"") : LIT(b, "{\"traceId\":\"");
-  rc |= put_id(b, t->trace_id, 16) | LIT(b, "\",\"spanId\":\"") | put_id(b, s->id, 8);
-  if (s->parent) rc |= LIT(b, "\",\"parentSpanId\":\"") | put_id(b, s->parent, 8);
-  if (t->tracestate.len && t->tracestate.len <= PX_TRACESTATE_MAX)
-    rc |= LIT(b, "\",\"traceState\":\"") |
-          put_text(b, t->tracestate.ptr, t->tracestate.len);
-  rc |= LIT(b, "\",\"name\":\"") | put_text(b, s->operation, strlen(s->operation));
-  if (s->name_model)
-    rc |= LIT(b, " ") | put_text(b, s->name_model, strlen(s->name_model));
-  rc |= s->kind == PX_SPAN_SERVER ? LIT(b, "\",\"kind\":2,\"startTimeUnixNano\":\"")
-                                  : LIT(b, "\",\"kind\":3,\"startTimeUnixNano\":\"");
-  rc |= put_time(b, s->start) | LIT(b, "\",\"endTimeUnixNano\":\"") | put_time(b, s->end);
-  rc |= LIT(b,
-            "\",\"attributes\":[{\"key\":\"gen_ai.operation.name\",\"value\":{"
-            "\"stringValue\":\"") |
-        put_text(b, s->operation, strlen(s->operation)) | LIT(b, "\"}}");
-  rc |= ATTR_STR(b, "gen_ai.provider.name", s->provider);
-  rc |= ATTR_STR(b, "gen_ai.request.model", s->request_model);
-  rc |= ATTR_STR(b, "gen_ai.response.model", s->response_model);
-  if (s->max_tokens >= 0) rc |= ATTR_INT(b, "gen_ai.request.max_tokens", s->max_tokens);
-  if (s->input_tokens >= 0)
-    rc |= ATTR_INT(b, "gen_ai.usage.input_tokens", s->input_tokens);
-  if (s->output_tokens >= 0)
-    rc |= ATTR_INT(b, "gen_ai.usage.output_tokens", s->output_tokens);
-  if (s->server_url) rc |= attr_host(b, s->server_url);
-  if (s->status > 0) rc |= ATTR_INT(b, "http.response.status_code", s->status);
-  rc |= ATTR_STR(b, "error.type", s->error_type);
-  rc |= ATTR_STR(b, "proxai.key", s->key);
-  rc |= ATTR_STR(b, "proxai.team", s->team);
-  rc |= ATTR_STR(b, "proxai.user", s->user);
-  rc |= ATTR_STR(b, "proxai.route", s->route);
-  rc |= ATTR_STR(b, "proxai.upstream", s->upstream);
-  if (s->attempt) rc |= ATTR_INT(b, "proxai.attempt", s->attempt);
-  if (s->lossy && *s->lossy) rc |= attr_lossy(b, s->lossy);
-  if (s->cost_usd >= 0 && isfinite(s->cost_usd))
-    rc |= LIT(b, ",{\"key\":\"proxai.cost_usd\",\"value\":{\"doubleValue\":") |
-          put_double(b, s->cost_usd) | LIT(b, "}}");
-  rc |= LIT(b, "]");
-  if (s->first_token)
-    rc |= LIT(b, ",\"events\":[{\"timeUnixNano\":\"") | put_time(b, s->first_token) |
-          LIT(b, "\",\"name\":\"gen_ai.first_token\"}]");
+/* A string of the span and its length (0 when absent) */
+typedef struct sv {
+  const char *p;
+  size_t n;
+} sv_t;
+
+static sv_t sv(const char *s) {
+  return (sv_t){s, s ? strlen(s) : 0};
+}
+
+/* Writes the span at w (room for span_bound bytes reserved); returns the end. */
+static char *put_span(char *w, const px_trace_ctx_t *t, const px_span_t *s,
+                      const sv_t *v) {
+  enum { OP, NAME, PROV, REQ, RESP, KEY, TEAM, USER, ROUTE, UP, ERR };
+  if (nspans) *w++ = ',';
+  LIT(w, "{\"traceId\":\"");
+  memcpy(w, t->trace_hex, 32);
+  w += 32;
+  LIT(w, "\",\"spanId\":\"");
+  memcpy(w, s->id, 16);
+  w += 16;
+  if (s->parent) {
+    LIT(w, "\",\"parentSpanId\":\"");
+    memcpy(w, s->parent, 16);
+    w += 16;
+  }
+  if (t->tracestate.len && t->tracestate.len <= PX_TRACESTATE_MAX) {
+    LIT(w, "\",\"traceState\":\"");
+    w = put_text(w, t->tracestate.ptr, t->tracestate.len);
+  }
+  LIT(w, "\",\"name\":\"");
+  memcpy(w, v[OP].p, v[OP].n); /* the protocols' own literals, plain */
+  w += v[OP].n;
+  if (v[NAME].p) {
+    *w++ = ' ';
+    w = put_text(w, v[NAME].p, v[NAME].n);
+  }
+  if (s->kind == PX_SPAN_SERVER)
+    LIT(w, "\",\"kind\":2,\"startTimeUnixNano\":\"");
+  else
+    LIT(w, "\",\"kind\":3,\"startTimeUnixNano\":\"");
+  w = put_time(w, s->start);
+  LIT(w, "\",\"endTimeUnixNano\":\"");
+  w = put_time(w, s->end);
+  LIT(w,
+      "\",\"attributes\":[{\"key\":\"gen_ai.operation.name\",\"value\":{\"stringValue\":"
+      "\"");
+  memcpy(w, v[OP].p, v[OP].n);
+  w += v[OP].n;
+  LIT(w, "\"}}");
+  if (v[PROV].p) ATTR_STR(w, "gen_ai.provider.name", v[PROV].p, v[PROV].n);
+  if (v[REQ].p) ATTR_STR(w, "gen_ai.request.model", v[REQ].p, v[REQ].n);
+  if (v[RESP].p) ATTR_STR(w, "gen_ai.response.model", v[RESP].p, v[RESP].n);
+  if (s->max_tokens >= 0) ATTR_INT(w, "gen_ai.request.max_tokens", s->max_tokens);
+  if (s->input_tokens >= 0) ATTR_INT(w, "gen_ai.usage.input_tokens", s->input_tokens);
+  if (s->output_tokens >= 0) ATTR_INT(w, "gen_ai.usage.output_tokens", s->output_tokens);
+  if (s->server_url) {
+    px_str_t h = url_host(s->server_url);
+    ATTR_STR(w, "server.address", h.ptr, h.len);
+  }
+  if (s->status > 0) ATTR_INT(w, "http.response.status_code", s->status);
+  if (v[ERR].p) ATTR_STR(w, "error.type", v[ERR].p, v[ERR].n);
+  if (v[KEY].p) ATTR_STR(w, "proxai.key", v[KEY].p, v[KEY].n);
+  if (v[TEAM].p) ATTR_STR(w, "proxai.team", v[TEAM].p, v[TEAM].n);
+  if (v[USER].p) ATTR_STR(w, "proxai.user", v[USER].p, v[USER].n);
+  if (v[ROUTE].p) ATTR_STR(w, "proxai.route", v[ROUTE].p, v[ROUTE].n);
+  if (v[UP].p) ATTR_STR(w, "proxai.upstream", v[UP].p, v[UP].n);
+  if (s->attempt) ATTR_INT(w, "proxai.attempt", s->attempt);
+  if (s->lossy && *s->lossy) w = attr_lossy(w, s->lossy);
+  if (s->cost_usd >= 0 && isfinite(s->cost_usd)) {
+    LIT(w, ",{\"key\":\"proxai.cost_usd\",\"value\":{\"doubleValue\":");
+    w += snprintf(w, 32, "%.17g", s->cost_usd);
+    LIT(w, "}}");
+  }
+  *w++ = ']';
+  if (s->first_token) {
+    LIT(w, ",\"events\":[{\"timeUnixNano\":\"");
+    w = put_time(w, s->first_token);
+    LIT(w, "\",\"name\":\"gen_ai.first_token\"}]");
+  }
   /* status: ERROR with error.type, never a message (it could carry the
    * upstream's error text) */
-  rc |= s->error_type ? LIT(b, ",\"status\":{\"code\":2}}") : LIT(b, "}");
-  return rc;
+  if (v[ERR].p) LIT(w, ",\"status\":{\"code\":2}");
+  *w++ = '}';
+  return w;
 }
 
 void px_trace_emit(const px_trace_ctx_t *t, const px_span_t *s) {
   if (!t->sampled) return;
   if (batch.cap == 0) px_buf_init(&batch, BATCH_MAX);
-  size_t mark = batch.len;
-  int rc = nspans < BATCH_SPANS_MAX ? 0 : -1;
-  if (rc == 0 && nspans == 0) rc = put_prefix(&batch);
-  if (rc == 0) rc = put_span(&batch, t, s);
-  if (rc != 0) {
-    batch.len = nspans ? mark : 0;
+  const sv_t v[] = {sv(s->operation),     sv(s->name_model),     sv(s->provider),
+                    sv(s->request_model), sv(s->response_model), sv(s->key),
+                    sv(s->team),          sv(s->user),           sv(s->route),
+                    sv(s->upstream),      sv(s->error_type)};
+  size_t strings = 2 * v[0].n + t->tracestate.len +
+                   (s->server_url ? strlen(s->server_url) : 0) +
+                   (s->lossy ? 2 * strlen(s->lossy) : 0);
+  for (size_t i = 1; i < sizeof(v) / sizeof(v[0]); i++) strings += v[i].n;
+  size_t bound = SPAN_FIXED + ESC_MAX * strings + (s->lossy ? 32 * strlen(s->lossy) : 0);
+  if (nspans >= BATCH_SPANS_MAX || (nspans == 0 && put_prefix(&batch) < 0) ||
+      px_buf_reserve(&batch, bound) < 0) {
+    if (nspans == 0) batch.len = 0;
     px_trace_dropped(1, "queue_full");
     return;
   }
+  char *w = put_span(batch.data + batch.len, t, s, v);
+  batch.len = (size_t)(w - batch.data);
   nspans++;
   if (!ready_signalled && ready_cb && px_trace_ready()) {
     ready_signalled = 1;
@@ -365,7 +520,8 @@ int px_trace_ready(void) {
 size_t px_trace_take(px_buf_t *body) {
   px_buf_reset(body);
   if (nspans == 0) return 0;
-  if (LIT(&batch, "]}]}]}") < 0) { /* no room for the end: the batch is lost */
+  if (px_buf_append(&batch, "]}]}]}", 6) <
+      0) { /* no room for the end: the batch is lost */
     px_trace_dropped(nspans, "queue_full");
     px_trace_reset();
     return 0;

@@ -1465,7 +1465,7 @@ static int chat_encode_stream_error(px_buf_t *out, px_errkind_t kind,
   return rc;
 }
 
-static const char *const otel_max_tokens[] = {"max_completion_tokens", "max_tokens",
+static const char *const otel_max_tokens[] = {"max_tokens", "max_completion_tokens",
                                               NULL};
 
 const px_proto_ops_t px_proto_chat = {

@@ -5,7 +5,10 @@
  * against the official definitions by test/integration/trace.mjs. */
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <uv.h>
 
 #include "check.h"
 #include "proxai/trace.h"
@@ -120,15 +123,15 @@ static void test_batch(void) {
   const char *odd = "m\"\\\x01\xff\xc3\xa9\xe2\x82";
   px_span_t s = {
       .kind = PX_SPAN_SERVER,
-      .id = t.span_id,
-      .parent = t.parent_id,
+      .id = t.span_hex,
+      .parent = t.parent_hex,
       .start = 1000,
       .end = 2000,
       .first_token = 1500,
       .operation = "chat",
       .name_model = odd,
       .request_model = odd,
-      .max_tokens = 100,
+      .max_tokens = 100000000,
       .input_tokens = 0,
       .output_tokens = -1,
       .status = 200,
@@ -138,8 +141,8 @@ static void test_batch(void) {
   };
   px_trace_emit(&t, &s);
   px_span_t cl = {.kind = PX_SPAN_CLIENT,
-                  .id = t.att_id,
-                  .parent = t.span_id,
+                  .id = t.att_hex,
+                  .parent = t.span_hex,
                   .start = 1100,
                   .end = 1900,
                   .operation = "chat",
@@ -174,6 +177,20 @@ static void test_batch(void) {
   CHECK_STR(json_string_value(json_object_get(sv, "name")),
             "chat m\"\\\x01\xef\xbf\xbd\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd");
   CHECK_STR(json_string_value(json_object_get(sv, "traceState")), "k=\"v\"");
+  /* wall-clock nanoseconds: the span's offsets kept exactly */
+  const char *t0 = json_string_value(json_object_get(sv, "startTimeUnixNano"));
+  const char *t1 = json_string_value(json_object_get(sv, "endTimeUnixNano"));
+  CHECK(t0 && t1 && strlen(t0) == 19);
+  if (t0 && t1) {
+    unsigned long long a = strtoull(t0, NULL, 10), b = strtoull(t1, NULL, 10);
+    CHECK(b - a == 1000);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long now =
+        (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+    unsigned long long at = now - uv_hrtime() + 1000;
+    CHECK(a > at - 1000000000ull && a < at + 1000000000ull);
+  }
   CHECK_STR(json_string_value(json_object_get(sv, "parentSpanId")), "b7ad6b7169203331");
   CHECK(json_object_get(sv, "status") == NULL);
   CHECK(json_integer_value(json_object_get(cv, "kind")) == 3);
@@ -202,6 +219,12 @@ static void test_batch(void) {
         saw_in = 1;
       } else if (strcmp(key, "gen_ai.usage.output_tokens") == 0) {
         saw_out = 1;
+      } else if (strcmp(key, "gen_ai.request.max_tokens") == 0) {
+        CHECK_STR(json_string_value(json_object_get(v, "intValue")), "100000000");
+      } else if (strcmp(key, "http.response.status_code") == 0) {
+        CHECK_STR(json_string_value(json_object_get(v, "intValue")), k ? "503" : "200");
+      } else if (strcmp(key, "proxai.attempt") == 0) {
+        CHECK_STR(json_string_value(json_object_get(v, "intValue")), "2");
       } else if (strcmp(key, "proxai.lossy") == 0) {
         json_t *vals = json_object_get(json_object_get(v, "arrayValue"), "values");
         CHECK(json_array_size(vals) == 3);
@@ -229,6 +252,8 @@ static void test_batch(void) {
 
   /* bounded: past the cap a span is dropped, the batch stays whole */
   px_trace_begin(&t, &c, px_str(""), px_str(""));
+  s.id = t.span_hex;
+  s.parent = NULL; /* a new trace: a root span */
   size_t n = 0;
   for (int i = 0; i < 20000; i++) px_trace_emit(&t, &s);
   n = px_trace_pending();
