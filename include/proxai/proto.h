@@ -454,11 +454,9 @@ typedef struct px_proto_ops {
   const char *name;          /**< config name */
   /** OpenTelemetry GenAI conventions (SPEC 15): gen_ai.provider.name of an
    *  upstream speaking this protocol, gen_ai.operation.name of a client's
-   *  request, and where a request body holds its output token limit (dotted
-   *  member paths, the first present wins, NULL-terminated). */
+   *  request. */
   const char *otel_provider;
   const char *otel_operation;
-  const char *const *otel_max_tokens;
   const char *inbound_path;  /**< without /v1 */
   const char *upstream_path; /**< appended to base_url */
 

@@ -178,7 +178,12 @@ static void serve_metrics(px_conn_t *c) {
  * own output cap, else the route's max_tokens, else PX_RL_DEFAULT_RESERVE.
  * Settled with the real usage when the request ends. */
 #define PX_RL_DEFAULT_RESERVE 4096
-static uint64_t reserve_estimate(px_exch_t *x) {
+/* The output token limit the client's body sets, where its protocol keeps
+ * it (the first of its keys present); -1 when none. Read once. */
+int64_t px_exch_max_tokens(px_exch_t *x) {
+  if (x->max_tokens_read) return x->max_tokens;
+  x->max_tokens_read = 1;
+  x->max_tokens = -1;
   const px_proto_ops_t *ops = px_exch_client_ops(x);
   const char *bd = x->req->body.data ? x->req->body.data : "";
   for (size_t i = 0; i < 2 && ops->max_tokens_keys[i][0] != NULL; i++) {
@@ -186,9 +191,18 @@ static uint64_t reserve_estimate(px_exch_t *x) {
     size_t vs, vl;
     if (px_json_find(bd, x->req->body.len, path, path[1] ? 2 : 1, &vs, &vl) ==
             PX_JSON_FOUND &&
-        vl > 0 && bd[vs] >= '0' && bd[vs] <= '9')
-      return strtoull(bd + vs, NULL, 10);
+        vl > 0 && bd[vs] >= '0' && bd[vs] <= '9') {
+      uint64_t v = strtoull(bd + vs, NULL, 10);
+      x->max_tokens = v > INT64_MAX ? INT64_MAX : (int64_t)v;
+      break;
+    }
   }
+  return x->max_tokens;
+}
+
+static uint64_t reserve_estimate(px_exch_t *x) {
+  int64_t m = px_exch_max_tokens(x);
+  if (m >= 0) return (uint64_t)m;
   const px_route_conf_t *rt = px_config_route(x->cfg, x->model);
   if (rt && rt->max_tokens > 0) return (uint64_t)rt->max_tokens;
   return PX_RL_DEFAULT_RESERVE;

@@ -76,6 +76,8 @@ struct px_exch {
   const px_key_conf_t *key;
   px_rl_wait_t *rl_wait; /* admission waiting for the state backend */
   uint64_t rl_reserved;  /* tpm tokens set aside at admission */
+  int64_t max_tokens;    /* px_exch_max_tokens, once max_tokens_read */
+  int max_tokens_read;
   int rl_admitted;       /* settle the key's tpm at the end */
   int metric_status;     /* status for /metrics when a started response failed */
   int attempt_open;      /* a 2xx attempt, counted in /metrics when it ends */
@@ -169,6 +171,9 @@ void px_exch_flush(px_exch_t *x); /* send what an encoder wrote to x->obuf */
 extern const px_conn_handler_t px_exch_conn_handler;
 
 /* admit.c: the front door is px_proxy_request (proxy.h) */
+/** The output token limit the client's body sets (its protocol's
+ *  max_tokens_keys, the first present), -1 when none; read once. */
+int64_t px_exch_max_tokens(px_exch_t *x);
 
 /* upreq.c: the upstream request of this attempt (body, URL, headers), reused
  * by a retry on the same target; <0 when the request was answered */

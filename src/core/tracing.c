@@ -31,45 +31,6 @@
 /* ---------------------------------------------------------------------- */
 /* the exchange's spans                                                     */
 
-/* gen_ai.request.max_tokens: the client body's output limit, where its
- * protocol keeps it (a dotted path of at most three members). A large body
- * without the last member's name anywhere is not walked (one memmem pass). */
-static int64_t max_tokens(px_exch_t *x) {
-  const char *const *paths = px_exch_client_ops(x)->otel_max_tokens;
-  const char *bd = x->req->body.data;
-  size_t n = x->req->body.len;
-  for (; bd && paths && *paths; paths++) {
-    char tmp[96];
-    size_t l = strlen(*paths);
-    if (l + 3 > sizeof(tmp)) continue;
-    const char *path[3];
-    size_t depth = 0;
-    memcpy(tmp + 1, *paths, l + 1);
-    for (char *q = tmp + 1; q && depth < 3; depth++) {
-      path[depth] = q;
-      q = strchr(q, '.');
-      if (q) *q++ = 0;
-    }
-    /* "name" with its quotes, just before the last path member */
-    char *last = (char *)path[depth - 1];
-    size_t ll = strlen(last);
-    last[-1] = '"';
-    last[ll] = '"';
-    int present = n < 1024 || memmem(bd, n, last - 1, ll + 2) != NULL;
-    last[-1] = 0;
-    last[ll] = 0;
-    if (!present) continue;
-    size_t at, len;
-    if (px_json_find(bd, n, path, depth, &at, &len) != PX_JSON_FOUND) continue;
-    int64_t v = 0;
-    size_t i = 0;
-    for (; i < len && i < 18 && bd[at + i] >= '0' && bd[at + i] <= '9'; i++)
-      v = v * 10 + (bd[at + i] - '0');
-    return i == len && len > 0 ? v : -1;
-  }
-  return -1;
-}
-
 /* error.type in the client protocol's words for an attempt's outcome */
 static const char *attempt_error(px_exch_t *x) {
   const px_proto_ops_t *ops = px_exch_client_ops(x);
@@ -138,7 +99,7 @@ void px_exch_trace_end(px_exch_t *x, uint64_t end) {
       .operation = ops->otel_operation,
       .name_model = x->model,
       .request_model = x->model,
-      .max_tokens = max_tokens(x),
+      .max_tokens = px_exch_max_tokens(x),
       .input_tokens = x->usage.input_tokens,
       .output_tokens = x->usage.output_tokens,
       .status = x->status,

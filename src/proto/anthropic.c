@@ -1544,14 +1544,11 @@ static int anth_models(px_buf_t *out, const char *const *ids, const char *const 
 
 static const char *const anth_forward[] = {"anthropic-beta", NULL};
 
-static const char *const otel_max_tokens[] = {"max_tokens", NULL};
-
 const px_proto_ops_t px_proto_anthropic = {
     .id = PX_PROTO_ANTHROPIC,
     .name = "anthropic_messages",
     .otel_provider = "anthropic",
     .otel_operation = "chat",
-    .otel_max_tokens = otel_max_tokens,
     .inbound_path = "/messages",
     .upstream_path = "/v1/messages",
     .decode_request = anth_decode_request,

@@ -1465,15 +1465,11 @@ static int chat_encode_stream_error(px_buf_t *out, px_errkind_t kind,
   return rc;
 }
 
-static const char *const otel_max_tokens[] = {"max_tokens", "max_completion_tokens",
-                                              NULL};
-
 const px_proto_ops_t px_proto_chat = {
     .id = PX_PROTO_CHAT,
     .name = "openai_chat_completions",
     .otel_provider = "openai",
     .otel_operation = "chat",
-    .otel_max_tokens = otel_max_tokens,
     .inbound_path = "/chat/completions",
     .upstream_path = "/chat/completions",
     .decode_request = chat_decode_request,

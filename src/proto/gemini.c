@@ -1052,14 +1052,11 @@ static int gem_models(px_buf_t *out, const char *const *ids, const char *const *
 
 static const char *const gem_forward[] = {NULL};
 
-static const char *const otel_max_tokens[] = {"generationConfig.maxOutputTokens", NULL};
-
 const px_proto_ops_t px_proto_gemini = {
     .id = PX_PROTO_GEMINI,
     .name = "gemini_generate_content",
     .otel_provider = "gcp.gemini",
     .otel_operation = "generate_content",
-    .otel_max_tokens = otel_max_tokens,
     .inbound_path = "/models/",
     .upstream_path = "/v1beta/models/",
     .decode_request = gem_decode_request,

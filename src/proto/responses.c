@@ -1634,14 +1634,11 @@ static void responses_count_request(json_t *body, const char *model) {
   json_object_del(body, "stream_options");
 }
 
-static const char *const otel_max_tokens[] = {"max_output_tokens", NULL};
-
 const px_proto_ops_t px_proto_responses = {
     .id = PX_PROTO_RESPONSES,
     .name = "openai_responses",
     .otel_provider = "openai",
     .otel_operation = "chat",
-    .otel_max_tokens = otel_max_tokens,
     .inbound_path = "/responses",
     .upstream_path = "/responses",
     .decode_request = decode_request,
