@@ -89,6 +89,11 @@ static void on_uclient_closed(void *arg) {
   w->srv.uclient = NULL;
 }
 
+static void close_uclient(void *arg) {
+  worker_t *w = arg;
+  if (w->srv.uclient) px_uclient_close(w->srv.uclient, on_uclient_closed, w);
+}
+
 /* Stop the worker: graceful once every request has ended (last writes are
  * flushed, the shutdown timer stays armed as a backstop), hard when the
  * shutdown timeout fires. */
@@ -112,8 +117,8 @@ static void finish(worker_t *w, int graceful) {
   uv_close((uv_handle_t *)&w->sig_usr1, on_handle_close_noop);
   px_rl_stop();
   uv_unref((uv_handle_t *)&w->shutdown_timer);
-  px_trace_export_stop();
-  if (w->srv.uclient) px_uclient_close(w->srv.uclient, on_uclient_closed, w);
+  /* the spans of the last requests go out before the upstream client closes */
+  px_trace_export_drain(close_uclient, w);
 }
 
 static void on_idle(px_server_t *s) {

@@ -134,9 +134,13 @@ typedef struct exporter {
 } exporter_t;
 
 static exporter_t ex;
+/* a draining worker: called once the last batch is out (or lost) */
+static void (*drain_cb)(void *arg);
+static void *drain_arg;
 
 static void send_batch(void);
 static void on_ready(void);
+static void drain_step(void);
 
 static void export_end(const char *drop_reason) {
   if (drop_reason)
@@ -187,6 +191,7 @@ static void on_done(void *arg, px_xfer_result_t r, const char *errmsg) {
   /* a batch that filled meanwhile goes now; after a failure, at the tick
    * (a collector that is down is not asked once per request) */
   if (ok && px_trace_ready()) on_ready();
+  drain_step();
 }
 
 static void on_deadline(uv_timer_t *t) {
@@ -195,6 +200,7 @@ static void on_deadline(uv_timer_t *t) {
   px_xfer_cancel(ex.xfer);
   warn_once("no answer in 10 s");
   export_end("export_timeout");
+  drain_step();
 }
 
 static const px_xfer_cbs_t cbs = {on_headers, on_data, on_done};
@@ -276,6 +282,7 @@ void px_trace_export_start(px_server_t *srv) {
 }
 
 void px_trace_export_stop(void) {
+  drain_cb = NULL;
   if (!ex.started) return;
   ex.started = 0;
   px_trace_on_ready(NULL);
@@ -289,4 +296,24 @@ void px_trace_export_stop(void) {
   uv_close((uv_handle_t *)&ex.deadline, NULL);
   uv_close((uv_handle_t *)&ex.kick, NULL);
   px_buf_free(&ex.body);
+}
+
+/* Draining: what waits goes out in one last export (no tick needed), then
+ * the exporter stops and drain_cb runs. */
+static void drain_step(void) {
+  if (drain_cb == NULL || ex.xfer != NULL) return;
+  if (ex.started && px_trace_pending()) {
+    send_batch();
+    if (ex.xfer != NULL) return; /* on_done or the deadline comes back here */
+  }
+  void (*cb)(void *) = drain_cb;
+  void *arg = drain_arg;
+  px_trace_export_stop();
+  cb(arg);
+}
+
+void px_trace_export_drain(void (*cb)(void *arg), void *arg) {
+  drain_cb = cb;
+  drain_arg = arg;
+  drain_step();
 }

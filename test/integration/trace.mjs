@@ -330,6 +330,22 @@ test('sample = 0 exports nothing and still propagates the trace, unsampled', asy
   }
 });
 
+test('a draining proxai sends the spans of its last requests before it exits', async () => {
+  const c0 = await startCollector();
+  const u0 = await startFaultUpstream();
+  const p0 = await startProxai(config(u0.url, `[trace]\nendpoint = ${c0.url}\n`));
+  try {
+    u0.script(chatJson());
+    assert.equal((await chat(p0, { headers: { traceparent: TRACEPARENT } })).status, 200);
+    await p0.stop('SIGTERM'); // well before the exporter's next tick
+    assert.equal(c0.spans.length, 2, 'both spans arrived');
+    assert.ok(c0.spans.every((x) => x.traceId === CLIENT_TRACE));
+  } finally {
+    await u0.close();
+    await c0.close();
+  }
+});
+
 test('without [trace], traceparent and tracestate go upstream unchanged', async () => {
   const u0 = await startFaultUpstream();
   const p0 = await startProxai(config(u0.url, ''));
