@@ -708,6 +708,8 @@ static void send_upstream(px_exch_t *x) {
   px_exch_trace_attempt(x); /* before the start: it writes the traceparent */
   x->xfer = px_xfer_start(x->srv->uclient, &o, &xfer_cbs, x);
   if (x->xfer == NULL) {
+    x->tr_failed = 1;
+    x->tr_result = PX_XFER_EOTHER;
     attempt_end(x);
     px_exch_error(x, PX_ERR_API, "cannot start the upstream request", NULL);
   }
