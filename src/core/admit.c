@@ -204,7 +204,9 @@ int64_t px_exch_max_tokens(px_exch_t *x) {
     if (px_json_find(bd, x->req->body.len, path, path[1] ? 2 : 1, &vs, &vl) ==
             PX_JSON_FOUND &&
         vl > 0 && bd[vs] >= '0' && bd[vs] <= '9') {
-      uint64_t v = strtoull(bd + vs, NULL, 10);
+      uint64_t v = 0; /* the digits of the number, saturated */
+      for (size_t k = vs; k < vs + vl && bd[k] >= '0' && bd[k] <= '9'; k++)
+        v = v > (UINT64_MAX - 9) / 10 ? UINT64_MAX : v * 10 + (uint64_t)(bd[k] - '0');
       x->max_tokens = v > INT64_MAX ? INT64_MAX : (int64_t)v;
       break;
     }
