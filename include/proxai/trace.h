@@ -34,7 +34,7 @@ typedef struct px_trace_ctx {
   uint8_t att_id[8];    /**< the current attempt's CLIENT span */
   /* the same ids in lower-case hex, as they are written (not terminated) */
   char trace_hex[32], parent_hex[16], span_hex[16], att_hex[16];
-  px_str_t tracestate;  /**< the client's, a view into its request head */
+  px_str_t tracestate; /**< the client's, a view into its request head */
 } px_trace_ctx_t;
 
 /** Starts the context of a request: continues the client's traceparent when
