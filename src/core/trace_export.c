@@ -1,13 +1,6 @@
-/* tracing.c - the exchange's spans (SPEC section 15) and their export.
- *
- * Spans: a SERVER span per model request, from its first byte to its last
- * (finalize), and a CLIENT span per upstream attempt, from its transfer's
- * start to its end, children of the SERVER span, so retries and fallbacks
- * are siblings. An attempt span is written when the next attempt starts or
- * at finalize (the last one then carries the answer's usage).
- *
- * Export: sends this worker's span batch to the [trace] endpoint
- * (SPEC section 15) over the upstream transfer interface, so it never blocks
+/* trace_export.c - sends this worker's span batch (SPEC section 15; the
+ * spans are the exchange's, exchange.c) to the [trace] endpoint over the
+ * upstream transfer interface, so it never blocks
  * the loop: one export in flight at a time; while it runs, spans gather in
  * the next batch (bounded in trace.c: what does not fit is dropped). A batch
  * leaves when it is large or at the next tick (every second): spans leave
@@ -25,101 +18,16 @@
 
 #include "proxai/log.h"
 #include "proxai/metrics.h"
+#include "proxai/proxy.h"
 #include "proxai/trace.h"
-#include "proxy_int.h"
-
-/* ---------------------------------------------------------------------- */
-/* the exchange's spans                                                     */
-
-/* error.type in the client protocol's words for an attempt's outcome */
-static const char *attempt_error(px_exch_t *x) {
-  const px_proto_ops_t *ops = px_exch_client_ops(x);
-  if (x->tr_status >= 400)
-    return ops->error_type(px_errkind_from_type(NULL, x->tr_status));
-  if (x->tr_failed) return ops->error_type(px_exch_result_kind(x->tr_result));
-  return NULL;
-}
-
-/* The attempt span (last: the one whose answer the client got) */
-static void emit_attempt(px_exch_t *x, int last) {
-  const px_upstream_conf_t *up = x->tr_up;
-  px_span_t s = {
-      .kind = PX_SPAN_CLIENT,
-      .id = x->tr.att_hex,
-      .parent = x->tr.span_hex,
-      .start = x->tr_start,
-      .end = x->tr_end ? x->tr_end : uv_hrtime(),
-      .operation = px_exch_client_ops(x)->otel_operation,
-      .name_model = x->tr_model,
-      .provider = px_proto_get(up->protocol)->otel_provider,
-      .request_model = x->tr_model,
-      .max_tokens = -1,
-      .input_tokens = last ? x->usage.input_tokens : -1,
-      .output_tokens = last ? x->usage.output_tokens : -1,
-      .server_url = up->base_url,
-      .status = x->tr_status,
-      .error_type = attempt_error(x),
-      .upstream = up->name,
-      .cost_usd = -1,
-      .attempt = x->tr_n,
-  };
-  px_trace_emit(&x->tr, &s);
-  x->tr_start = 0;
-}
-
-void px_exch_trace_attempt(px_exch_t *x) {
-  if (!x->tr.on) return;
-  if (x->tr_start && x->tr.sampled) emit_attempt(x, 0);
-  px_trace_attempt(&x->tr, x->tr_hdr);
-  x->tr_up = x->up;
-  x->tr_model = x->up_model;
-  x->tr_n = x->attempts;
-  x->tr_start = uv_hrtime();
-  x->tr_end = 0;
-  x->tr_status = 0;
-  x->tr_failed = 0;
-}
-
-void px_exch_trace_end(px_exch_t *x, uint64_t end) {
-  if (!x->tr.sampled) return;
-  if (x->tr_start) emit_attempt(x, 1);
-  const px_proto_ops_t *ops = px_exch_client_ops(x);
-  /* an answered error in the client protocol's words (a forwarded or
-   * translated upstream error by its status); a failure after the answer
-   * started (a cut stream, a client gone) by the gateway's name for it */
-  const char *err = x->error_type;
-  if (x->status >= 400) err = ops->error_type(px_errkind_from_type(err, x->status));
-  px_span_t s = {
-      .kind = PX_SPAN_SERVER,
-      .id = x->tr.span_hex,
-      .parent = x->tr.has_parent ? x->tr.parent_hex : NULL,
-      .start = x->t_start,
-      .end = end,
-      .first_token = x->t_first,
-      .operation = ops->otel_operation,
-      .name_model = x->model,
-      .request_model = x->model,
-      .max_tokens = px_exch_max_tokens(x),
-      .input_tokens = x->usage.input_tokens,
-      .output_tokens = x->usage.output_tokens,
-      .status = x->status,
-      .error_type = err,
-      .key = x->key ? x->key->name : NULL,
-      .route = x->route ? x->route->pattern : NULL,
-      .lossy = x->lossy.len ? x->lossy.buf : NULL,
-      .cost_usd = -1,
-  };
-  px_trace_emit(&x->tr, &s);
-}
-
-/* ---------------------------------------------------------------------- */
-/* export                                                                   */
+#include "proxai/upstream.h"
+#include "proxai/worker.h"
 
 #define TICK_MS 1000
 #define EXPORT_TIMEOUT_MS 10000
 
 typedef struct exporter {
-  px_server_t *srv;
+  px_worker_t *w;
   uv_timer_t tick;
   uv_timer_t deadline;
   uv_idle_t kick; /* a ready batch goes out on the next loop turn */
@@ -217,8 +125,8 @@ static char **export_headers(const px_trace_conf_t *tc) {
 static void send_batch(void) {
   uv_idle_stop(&ex.kick);
   px_trace_clock();
-  if (ex.xfer != NULL || px_trace_pending() == 0 || ex.srv->uclient == NULL) return;
-  px_config_t *cfg = ex.srv->config;
+  if (ex.xfer != NULL || px_trace_pending() == 0 || ex.w->uclient == NULL) return;
+  px_config_t *cfg = ex.w->config;
   ex.nspans = px_trace_take(&ex.body);
   if (ex.nspans == 0) return;
   if (cfg->trace.endpoint == NULL) { /* tracing was turned off by a reload */
@@ -242,7 +150,7 @@ static void send_batch(void) {
       .pool = "proxai-trace-export",
       .max_connections = 1,
   };
-  ex.xfer = ex.hdrs ? px_xfer_start(ex.srv->uclient, &o, &cbs, NULL) : NULL;
+  ex.xfer = ex.hdrs ? px_xfer_start(ex.w->uclient, &o, &cbs, NULL) : NULL;
   if (ex.xfer == NULL) {
     warn_once("cannot start the request");
     export_end("export_failed");
@@ -265,13 +173,13 @@ static void on_ready(void) {
   if (!uv_is_active((uv_handle_t *)&ex.kick)) uv_idle_start(&ex.kick, on_kick);
 }
 
-void px_trace_export_start(px_server_t *srv) {
-  ex.srv = srv;
+void px_trace_export_start(px_worker_t *w) {
+  ex.w = w;
   px_trace_clock();
   px_buf_init(&ex.body, 0);
-  uv_timer_init(srv->loop, &ex.tick);
-  uv_timer_init(srv->loop, &ex.deadline);
-  uv_idle_init(srv->loop, &ex.kick);
+  uv_timer_init(w->loop, &ex.tick);
+  uv_timer_init(w->loop, &ex.deadline);
+  uv_idle_init(w->loop, &ex.kick);
   /* none of the three keeps a draining worker alive */
   uv_unref((uv_handle_t *)&ex.tick);
   uv_unref((uv_handle_t *)&ex.deadline);
