@@ -30,7 +30,7 @@ typedef struct px_trace_ctx {
   uint8_t has_parent; /**< the client sent a valid traceparent */
   uint8_t trace_id[16];
   uint8_t parent_id[8]; /**< the client's span (valid with has_parent) */
-  uint8_t span_id[8];   /**< the request's SERVER span */
+  uint8_t span_id[8];   /**< the request's SERVER span (sampled only) */
   uint8_t att_id[8];    /**< the current attempt's CLIENT span */
   /* the same ids in lower-case hex, as they are written (not terminated) */
   char trace_hex[32], parent_hex[16], span_hex[16], att_hex[16];

@@ -155,9 +155,10 @@ void px_trace_begin(px_trace_ctx_t *t, const px_trace_conf_t *conf, px_str_t tra
     new_id(t->trace_id, 16);
     hex(t->trace_hex, t->trace_id, 16);
   }
+  t->sampled = (uint8_t)sample_keep(t->trace_id, conf->sample);
+  if (!t->sampled) return; /* no span: the attempts' ids alone go upstream */
   new_id(t->span_id, 8);
   hex(t->span_hex, t->span_id, 8);
-  t->sampled = (uint8_t)sample_keep(t->trace_id, conf->sample);
 }
 
 void px_trace_attempt(px_trace_ctx_t *t, char *out) {
