@@ -265,8 +265,8 @@ static void emit_attempt(px_exch_t *x, int last) {
 void px_exch_trace_attempt(px_exch_t *x) {
   if (!x->tr.on) return;
   if (x->tr.sampled && x->tr_start) emit_attempt(x, 0); /* the previous one */
-  px_trace_attempt(&x->tr, x->tr_hdr); /* propagated, sampled or not */
-  if (!x->tr.sampled) return;           /* nothing more is recorded */
+  px_trace_attempt(&x->tr, x->tr_hdr);                  /* propagated, sampled or not */
+  if (!x->tr.sampled) return;                           /* nothing more is recorded */
   x->tr_up = x->up;
   x->tr_model = x->up_model;
   x->tr_n = x->attempts;
