@@ -80,7 +80,7 @@ typedef struct px_span {
   const char *route;      /**< proxai.route */
   const char *upstream;   /**< proxai.upstream */
   const char *lossy;      /**< proxai.lossy: comma-separated field list */
-  double cost_usd;        /**< proxai.cost_usd; <0: none */
+  int64_t cost_nano;      /**< proxai.cost_usd in nano-USD; <0: none */
   unsigned attempt;       /**< proxai.attempt (CLIENT spans), 1-based */
 } px_span_t;
 

@@ -15,7 +15,6 @@
  */
 #include "proxai/trace.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -465,9 +464,13 @@ static char *put_span(char *w, const px_trace_ctx_t *t, const px_span_t *s,
   if (v[UP].p) ATTR_STR(w, "proxai.upstream", v[UP].p, v[UP].n);
   if (s->attempt) ATTR_INT(w, "proxai.attempt", s->attempt);
   if (s->lossy && *s->lossy) w = attr_lossy(w, s->lossy);
-  if (s->cost_usd >= 0 && isfinite(s->cost_usd)) {
+  if (s->cost_nano >= 0) { /* the exact decimal, as the access log's cost_usd */
+    char usd[32];
+    const char *u = px_usd_str(s->cost_nano, usd, sizeof(usd));
+    size_t ul = strlen(u);
     LIT(w, ",{\"key\":\"proxai.cost_usd\",\"value\":{\"doubleValue\":");
-    w += snprintf(w, 32, "%.17g", s->cost_usd);
+    memcpy(w, u, ul);
+    w += ul;
     LIT(w, "}}");
   }
   *w++ = ']';

@@ -42,8 +42,13 @@ eject_after = 1
 upstream = live
 [route dead-*]
 upstream = dead
+[team platform]
+[price *]
+input = 1
+output = 2
 [key team-a]
 secret = sk-dash
+team = platform
 rpm = 100000
 [trace]
 endpoint = ${trace}

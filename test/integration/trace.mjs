@@ -42,8 +42,13 @@ upstream = a
 model = up-model
 fallback = b/claude-up
 max_tokens = 100
+[team platform]
+[price up-model]
+input = 2.5
+output = 10
 [key team-a]
 secret = ${CLIENT_SECRET}
+team = platform
 ${trace}`;
 }
 
@@ -113,7 +118,7 @@ test('a request is a SERVER span with its attempt as a CLIENT child, in the clie
   up.reset();
   const n0 = col.spans.length;
   up.script(chatJson());
-  const r = await chat(px, { headers: { traceparent: TRACEPARENT, tracestate: TRACESTATE } });
+  const r = await chat(px, { headers: { traceparent: TRACEPARENT, tracestate: TRACESTATE, 'x-proxai-user': 'end-user-7' } });
   assert.equal(r.status, 200, r.text);
   // the upstream got the client's trace with the attempt span as parent
   const tp = parseTp(up.requests[0].headers.traceparent);
@@ -143,7 +148,11 @@ test('a request is a SERVER span with its attempt as a CLIENT child, in the clie
     'gen_ai.usage.output_tokens': 7,
     'http.response.status_code': 200,
     'proxai.key': 'team-a',
+    'proxai.team': 'platform',
+    'proxai.user': 'end-user-7',
     'proxai.route': 'm-*',
+    // 11 input tokens at $2.50 and 7 output at $10 per million
+    'proxai.cost_usd': 0.0000975,
   });
   assert.deepEqual(client.attrs, {
     'gen_ai.operation.name': 'chat',

@@ -137,7 +137,7 @@ static void test_batch(void) {
       .status = 200,
       .route = "r*",
       .lossy = "top_k, stop,metadata",
-      .cost_usd = 0.00125,
+      .cost_nano = 1250000,
   };
   px_trace_emit(&t, &s);
   px_span_t cl = {.kind = PX_SPAN_CLIENT,
@@ -154,7 +154,7 @@ static void test_batch(void) {
                   .server_url = "https://user:pw@[::1]:8443/v1",
                   .status = 503,
                   .error_type = "server_error",
-                  .cost_usd = -1,
+                  .cost_nano = -1,
                   .attempt = 2};
   px_trace_emit(&t, &cl);
   CHECK(px_trace_pending() == 2);
