@@ -382,17 +382,48 @@ static int scan_number(const unsigned char *p, size_t n, size_t *i) {
   return bad ? -1 : 0;
 }
 
-/* The members the request scanner watches, at the top level (TOP_*) and in
- * stream_options (SO_*). */
-enum { W_NONE = -1, TOP_MODEL, TOP_STREAM, TOP_SO, SO_USAGE, W_COUNT };
-static const char *const watched[W_COUNT] = {"model", "stream", "stream_options",
-                                              "include_usage"};
+/* The members the request scanner watches: a name and the member it sits in
+ * (W_TOP: the top-level object). The first four are fixed; the caller's
+ * output-token caps (px_json_request_caps) follow, at most PX_JREQ_CAPS
+ * paths of one or two names. */
+enum { W_NONE = -1, W_TOP = -1, TOP_MODEL, TOP_STREAM, TOP_SO, SO_USAGE, W_FIXED };
+#define W_MAX (W_FIXED + 2 * PX_JREQ_CAPS)
+typedef struct watch {
+  const char *name[W_MAX];
+  size_t len[W_MAX];
+  int parent[W_MAX]; /* W_TOP or the index of the member holding it */
+  int cap[W_MAX];    /* the cap path it ends, or -1 */
+  int n;
+} watch_t;
 
-/* Which watched member the key p[s..e) names (escapes decoded), among
- * [from, to). An escaped spelling longer than 6 bytes a character cannot
- * name one of them. */
-static int watched_key(const unsigned char *p, size_t s, size_t e, int esc, int from,
-                       int to) {
+static int watch_add(watch_t *w, const char *name, int parent) {
+  for (int k = 0; k < w->n; k++)
+    if (w->parent[k] == parent && strcmp(w->name[k], name) == 0) return k;
+  w->name[w->n] = name;
+  w->len[w->n] = strlen(name);
+  w->parent[w->n] = parent;
+  w->cap[w->n] = -1;
+  return w->n++;
+}
+
+static void watch_init(watch_t *w, const char *const (*caps)[2]) {
+  w->n = 0;
+  watch_add(w, "model", W_TOP);
+  watch_add(w, "stream", W_TOP);
+  watch_add(w, "stream_options", W_TOP);
+  watch_add(w, "include_usage", TOP_SO);
+  for (int c = 0; caps != NULL && c < PX_JREQ_CAPS && caps[c][0] != NULL; c++) {
+    int k = watch_add(w, caps[c][0], W_TOP);
+    if (caps[c][1] != NULL) k = watch_add(w, caps[c][1], k);
+    w->cap[k] = c;
+  }
+}
+
+/* Which watched member the key p[s..e) names (escapes decoded) inside the
+ * member `parent`. An escaped spelling longer than 6 bytes a character
+ * cannot name one of them. */
+static int watched_key(const watch_t *w, const unsigned char *p, size_t s, size_t e, int esc,
+                       int parent) {
   char tmp[96];
   const char *k = (const char *)p + s;
   size_t l = e - s;
@@ -404,8 +435,8 @@ static int watched_key(const unsigned char *p, size_t s, size_t e, int esc, int 
     k = v.ptr;
     l = v.len;
   }
-  for (int w = from; w < to; w++)
-    if (strlen(watched[w]) == l && memcmp(watched[w], k, l) == 0) return w;
+  for (int x = 0; x < w->n; x++)
+    if (w->parent[x] == parent && w->len[x] == l && memcmp(w->name[x], k, l) == 0) return x;
   return W_NONE;
 }
 
@@ -435,12 +466,22 @@ static int req_fail(px_json_req_t *r, px_jreq_err_t err, size_t at, const char *
 }
 
 int px_json_request(const char *text, size_t n, px_json_req_t *r) {
+  return px_json_request_caps(text, n, NULL, r);
+}
+
+int px_json_request_caps(const char *text, size_t n, const char *const (*caps)[2],
+                         px_json_req_t *r) {
   const unsigned char *p = (const unsigned char *)text;
   unsigned char is_obj[PX_JSON_MAX_DEPTH + 1]; /* per depth: object (1) or array */
-  int seen[W_COUNT] = {0};
-  size_t at[W_COUNT] = {0}, len[W_COUNT] = {0}; /* value token of each member */
-  size_t depth = 0, so_depth = 0; /* so_depth: depth of stream_options' object */
-  int pending = W_NONE;           /* the value about to be read is this member */
+  watch_t w;
+  watch_init(&w, caps);
+  int seen[W_MAX] = {0};
+  size_t at[W_MAX] = {0}, len[W_MAX] = {0}; /* value token of each member */
+  /* the watched member whose object is open at depth 2 (its members are
+   * watched too: stream_options, a cap's parent), or W_NONE */
+  int sub = W_NONE;
+  size_t depth = 0;
+  int pending = W_NONE; /* the value about to be read is this member */
   size_t cost = 0;
   memset(r, 0, sizeof(*r));
   size_t i = px_json_ws(p, n, 0);
@@ -463,7 +504,7 @@ value:
                         "nested too deeply (more than " DEPTH_TEXT " levels)");
       is_obj[++depth] = p[i] == '{';
       cost += is_obj[depth] ? COST_OBJECT : COST_ARRAY;
-      if (rec == TOP_SO && p[i] == '{') so_depth = depth;
+      if (rec != W_NONE && w.parent[rec] == W_TOP && p[i] == '{') sub = rec;
       if (rec != W_NONE) at[rec] = s, len[rec] = 1; /* the type is all we need */
       i = px_json_ws(p, n, i + 1);
       if (i < n && p[i] == (is_obj[depth] ? '}' : ']')) {
@@ -518,11 +559,11 @@ key:
                       "invalid member name (a raw control character, invalid UTF-8, a "
                       "bad escape or no closing quote)");
     if (depth == 1 && top_obj)
-      pending = watched_key(p, i + 1, e, esc, TOP_MODEL, TOP_SO + 1);
-    else if (depth == 2 && so_depth == 2)
-      pending = watched_key(p, i + 1, e, esc, SO_USAGE, SO_USAGE + 1);
+      pending = watched_key(&w, p, i + 1, e, esc, W_TOP);
+    else if (depth == 2 && sub != W_NONE)
+      pending = watched_key(&w, p, i + 1, e, esc, sub);
     if (pending != W_NONE && seen[pending]++) {
-      r->key = watched[pending];
+      r->key = w.name[pending];
       return req_fail(r, PX_JREQ_DUPLICATE, i, "duplicate member");
     }
     cost += COST_MEMBER + (e - i);
@@ -542,6 +583,8 @@ after:
     r->stream_at = at[TOP_STREAM], r->stream_len = len[TOP_STREAM];
     r->stream = len[TOP_STREAM] == 4 && memcmp(p + at[TOP_STREAM], "true", 4) == 0;
     r->include_usage = len[SO_USAGE] == 4 && memcmp(p + at[SO_USAGE], "true", 4) == 0;
+    for (int k = W_FIXED; k < w.n; k++)
+      if (w.cap[k] >= 0) r->cap_at[w.cap[k]] = at[k], r->cap_len[w.cap[k]] = len[k];
     r->cost = cost;
     return 0;
   }
@@ -557,7 +600,7 @@ after:
                     is_obj[depth] ? "',' or '}' expected" : "',' or ']' expected");
   i++;
 close:
-  if (depth == so_depth) so_depth = 0;
+  if (depth == 2) sub = W_NONE;
   depth--;
   goto after;
 }

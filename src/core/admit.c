@@ -179,15 +179,12 @@ static void serve_metrics(px_conn_t *c) {
  * Settled with the real usage when the request ends. */
 #define PX_RL_DEFAULT_RESERVE 4096
 static uint64_t reserve_estimate(px_exch_t *x) {
-  const px_proto_ops_t *ops = px_exch_client_ops(x);
   const char *bd = x->req->body.data ? x->req->body.data : "";
-  for (size_t i = 0; i < 2 && ops->max_tokens_keys[i][0] != NULL; i++) {
-    const char *const *path = ops->max_tokens_keys[i];
-    size_t vs, vl;
-    if (px_json_find(bd, x->req->body.len, path, path[1] ? 2 : 1, &vs, &vl) ==
-            PX_JSON_FOUND &&
-        vl > 0 && bd[vs] >= '0' && bd[vs] <= '9')
-      return strtoull(bd + vs, NULL, 10);
+  /* the caps the body scan found (each present at most once: the upstream
+   * reads the same value) */
+  for (size_t i = 0; i < PX_JREQ_CAPS; i++) {
+    size_t vs = x->jreq.cap_at[i], vl = x->jreq.cap_len[i];
+    if (vl > 0 && bd[vs] >= '0' && bd[vs] <= '9') return strtoull(bd + vs, NULL, 10);
   }
   const px_route_conf_t *rt = px_config_route(x->cfg, x->model);
   if (rt && rt->max_tokens > 0) return (uint64_t)rt->max_tokens;
@@ -268,7 +265,8 @@ static int read_request(px_exch_t *x, const px_inbound_t *in) {
    * acts on; a request that stays in its own protocol is never parsed. */
   const px_req_t *r = x->req;
   const char *bd = r->body.data ? r->body.data : "";
-  if (px_json_request(bd, r->body.len, &x->jreq) < 0) {
+  const char *const(*caps)[2] = px_exch_client_ops(x)->max_tokens_keys;
+  if (px_json_request_caps(bd, r->body.len, caps, &x->jreq) < 0) {
     const px_json_req_t *jr = &x->jreq;
     char msg[300];
     if (jr->err == PX_JREQ_DUPLICATE)
