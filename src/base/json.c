@@ -138,8 +138,12 @@ int px_json_unescape(const char *s, size_t n, int esc, px_buf_t *b, px_str_t *ou
   char *o = b->data;
   size_t i = 0;
   while (i < n) {
-    if (p[i] != '\\') {
-      o[b->len++] = (char)p[i++];
+    if (p[i] != '\\') { /* the run to the next escape in one copy */
+      const char *bs = memchr(s + i, '\\', n - i);
+      size_t k = bs != NULL ? (size_t)(bs - s) : n;
+      memcpy(o + b->len, s + i, k - i);
+      b->len += k - i;
+      i = k;
       continue;
     }
     unsigned c = p[i + 1];

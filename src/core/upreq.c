@@ -14,6 +14,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "proxai/jdoc.h"
 #include "proxy_int.h"
 
 static int value_ok(const char *v) { return px_header_value_ok(v, strlen(v)); }
@@ -168,14 +169,14 @@ static char *usage_body(const char *bd, size_t n, size_t *len) {
     b[*len] = 0;
     return b;
   }
-  json_t *body = json_loadb(bd, n, 0, NULL);
+  json_t *body = px_jdoc_load(bd, n, 0, NULL);
   json_t *so = json_object_get(body, "stream_options");
   char *out = NULL;
   if (json_is_object(body)) {
     json_t *nso = json_is_object(so) ? json_copy(so) : json_object();
     json_object_set_new(nso, "include_usage", json_true());
     json_object_set_new(body, "stream_options", nso);
-    out = json_dumps(body, JSON_COMPACT);
+    out = px_jdoc_dump(body, JSON_COMPACT);
     if (out) *len = strlen(out);
   }
   json_decref(body);

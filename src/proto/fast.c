@@ -1,12 +1,12 @@
 /* fast.c - what the fast codecs share (include/proxai/fastir.h): the arena,
  * the walker over validated bodies, the writers, and the two places where
  * tool-call arguments change form (a JSON string <-> a JSON object). */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "proxai/fastir.h"
+#include "proxai/jdoc.h"
 
 /* ------------------------------------------------------------------------ */
 /* Arena                                                                     */
@@ -543,9 +543,9 @@ int px_fast_args_object(px_arena_t *a, px_fpart_t *part) {
 }
 
 int px_fast_dump_value(px_arena_t *a, px_str_t raw, px_fstr_t *out) {
-  json_t *j = json_loadb(raw.ptr, raw.len, JSON_DECODE_ANY, NULL);
+  json_t *j = px_jdoc_load(raw.ptr, raw.len, JSON_DECODE_ANY, NULL);
   if (j == NULL) return PX_FAST_DECLINE;
-  char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+  char *s = px_jdoc_dump(j, JSON_COMPACT | JSON_ENCODE_ANY);
   json_decref(j);
   if (s == NULL) return PX_FAST_DECLINE;
   px_buf_t b;

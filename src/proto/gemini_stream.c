@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
@@ -137,7 +138,7 @@ static int sd_call(px_sdec_t *d, json_t *fc) {
   if (name.len == 0) return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream functionCall without a name");
   int rc = sd_open(d, PX_BLOCK_TOOL_CALL, px_str(cid ? cid : id), name);
   json_t *args = json_object_get(fc, "args");
-  char *a = json_is_object(args) ? json_dumps(args, JSON_COMPACT) : strdup("{}");
+  char *a = json_is_object(args) ? px_jdoc_dump(args, JSON_COMPACT) : strdup("{}");
   if (rc == 0 && a == NULL) rc = PX_ENOMEM;
   if (rc == 0) {
     px_ev_t ev;
@@ -464,7 +465,7 @@ int px_gemini_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
       return frc < 0 ? frc : 0;
     }
   }
-  json_t *j = json_loadb(sse->data.ptr, sse->data.len, 0, NULL);
+  json_t *j = px_jdoc_load(sse->data.ptr, sse->data.len, 0, NULL);
   if (!json_is_object(j)) {
     json_decref(j);
     return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream sent a chunk that is not a JSON object");
@@ -534,7 +535,7 @@ static int chunk_close(px_senc_t *e, const px_usage_t *u) {
   int rc = px_buf_append(e->out, "\"index\":0}]", 11);
   if (rc == 0 && u != NULL) {
     json_t *um = px_gemini_usage_out(u);
-    char *s = json_dumps(um, JSON_COMPACT);
+    char *s = px_jdoc_dump(um, JSON_COMPACT);
     json_decref(um);
     rc = s ? w(e, ",\"usageMetadata\":") : PX_ENOMEM;
     if (rc == 0) rc = w(e, s);
@@ -598,12 +599,13 @@ static int text_chunk(px_senc_t *e, px_str_t text, int thought) {
 }
 
 static int call_chunk(px_senc_t *e) {
-  json_t *args = e->args.len ? json_loadb(e->args.data, e->args.len, 0, NULL) : json_object();
+  json_t *args =
+      e->args.len ? px_jdoc_load(e->args.data, e->args.len, 0, NULL) : json_object();
   if (!json_is_object(args)) {
     json_decref(args);
     return PX_EPROTO; /* the hub ends the stream with an error */
   }
-  char *a = json_dumps(args, JSON_COMPACT);
+  char *a = px_jdoc_dump(args, JSON_COMPACT);
   json_decref(args);
   int rc = a ? chunk_open(e) : PX_ENOMEM;
   if (rc == 0) rc = w(e, "\"content\":{\"role\":\"model\",\"parts\":[{\"functionCall\":{\"id\":");

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
@@ -197,7 +198,7 @@ static int d_annotation(px_sdec_t *d, json_t *j) {
   json_t *a = json_object_get(j, "annotation");
   dblock_t *b = dfind(d, oindex(j), cindex(j));
   if (!json_is_object(a) || b == NULL || !b->open || b->kind != PX_BLOCK_TEXT) return 0;
-  char *s = json_dumps(a, JSON_COMPACT);
+  char *s = px_jdoc_dump(a, JSON_COMPACT);
   if (s == NULL) return PX_ENOMEM;
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_DELTA);
@@ -461,7 +462,7 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
     }
   }
   json_error_t e;
-  json_t *j = json_loadb(sse->data.ptr, sse->data.len, 0, &e);
+  json_t *j = px_jdoc_load(sse->data.ptr, sse->data.len, 0, &e);
   if (!json_is_object(j)) {
     json_decref(j);
     return derror(d, PX_ERR_BAD_GATEWAY, "upstream sent a non-JSON event");
@@ -680,7 +681,7 @@ static json_t *etext_value(px_senc_t *e, int tix) {
   json_t *v = NULL;
   if (px_buf_append(&q, "\"", 1) == 0 && px_buf_append(&q, t->data, t->len) == 0 &&
       px_buf_append(&q, "\"", 1) == 0)
-    v = json_loadb(q.data, q.len, JSON_DECODE_ANY, NULL);
+    v = px_jdoc_load(q.data, q.len, JSON_DECODE_ANY, NULL);
   px_buf_free(&q);
   return v;
 }

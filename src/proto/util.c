@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/jdoc.h"
 #include "proxai/protoutil.h"
 
 /* ------------------------------------------------------------------------ */
@@ -39,7 +40,7 @@ const char *px_id_prefix(const char *prefix, const char **id) {
 json_t *px_tool_args_object(const px_tr_ctx_t *ctx, json_t *part, px_tr_err_t *err) {
   const char *args = px_jstr(part, "arguments");
   if (args == NULL || args[strspn(args, " \t\r\n")] == 0) return json_object();
-  json_t *v = json_loads(args, JSON_DECODE_ANY, NULL);
+  json_t *v = px_jdoc_loads(args, JSON_DECODE_ANY, NULL);
   if (json_is_object(v)) return v;
   json_decref(v);
   const char *p = px_in_names(ctx)->tool_args_param;
@@ -192,7 +193,7 @@ const char *px_idset_unique(px_idset_t *s, px_str_t id, int nth) {
 
 json_t *px_annotation_parse(px_str_t text) {
   if (text.ptr == NULL || text.len == 0) return NULL;
-  json_t *a = json_loadb(text.ptr, text.len, 0, NULL);
+  json_t *a = px_jdoc_load(text.ptr, text.len, 0, NULL);
   if (!json_is_object(a) || px_jstr(a, "type") == NULL) {
     json_decref(a);
     return NULL;
