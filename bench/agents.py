@@ -5,6 +5,8 @@ translating it, instructions per request under callgrind, in one run.
 
   python3 bench/agents.py gen DIR [--sizes 20,100,300]   # write the bodies
   python3 bench/agents.py ir [--sizes 20,100,300] [--shapes claude_code,...]
+  python3 bench/agents.py ir --shapes sdk_chat,sdk_responses,sdk_anthropic,sdk_gemini \
+                             --sizes 0 --streams 1      # the small SDK bodies, streamed
                              [--streams 0,1] [--n 3] [--ups all]
 
 The bodies are generated deterministically from the real requests in
@@ -47,11 +49,16 @@ CAPTURED = os.path.join(ROOT, "test", "agents", "captured")
 sys.path.insert(0, HERE)
 from bench import Proc, free_port, log, nginx_conf, proxai_conf, wait_port  # noqa: E402
 
-# shape: (capture file, client protocol)
+# shape: (capture file, client protocol); sdk_*: the bench's small SDK body
+# (bench/bodies/<protocol>.json, about 250 bytes; the size is ignored)
 SHAPES = {
     "claude_code": ("claude_code-2.1.330.json", "anthropic"),
     "codex": ("codex-0.169.0-gpt-5.1-codex.json", "responses"),
     "gemini_cli": ("gemini_cli-0.61.0.json", "gemini"),
+    "sdk_chat": (None, "chat"),
+    "sdk_responses": (None, "responses"),
+    "sdk_anthropic": (None, "anthropic"),
+    "sdk_gemini": (None, "gemini"),
 }
 PREFIX = {"chat": "to_chat", "responses": "to_resp", "anthropic": "to_anth",
           "gemini": "to_gem"}
@@ -153,6 +160,15 @@ def gemini_round(rng, k, out_len):
 def generate(shape, kb, stream, model):
     """The body (bytes) of an agent-shaped request of about kb KB."""
     fname, proto = SHAPES[shape]
+    if fname is None:
+        with open(os.path.join(HERE, "bodies", proto + ".json")) as f:
+            text = f.read().strip()
+        st = ""
+        if stream and proto != "gemini":
+            st = ',"stream":true'
+            if proto == "chat":
+                st += ',"stream_options":{"include_usage":true}'
+        return text.replace("MODEL", model).replace("STREAM", st).encode()
     with open(os.path.join(CAPTURED, fname)) as f:
         base = json.load(f)[-1]["body"]
     rng = random.Random("%s-%d" % (shape, kb))
@@ -319,7 +335,7 @@ def main():
     ap.add_argument("--proxai", default=None)
     ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
     ap.add_argument("--sizes", default="20,100,300")
-    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--shapes", default="claude_code,codex,gemini_cli")
     ap.add_argument("--streams", default="0,1")
     ap.add_argument("--ups", default=",".join(UPS), help="upstream protocols translated to")
     ap.add_argument("--n", type=int, default=3, help="ir: requests per case")

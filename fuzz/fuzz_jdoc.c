@@ -4,7 +4,8 @@
  *     with the same error text, or both read documents json_equal and
  *     written the same;
  *   px_jdoc_dump == json_dumps (JSON_COMPACT, with and without
- *     JSON_ENCODE_ANY) byte for byte, of the document read and of the input
+ *     JSON_ENCODE_ANY) byte for byte, and px_jdoc_dump_buf appends the
+ *     same, of the document read and of the input
  *     taken as one string's bytes (control characters, NUL, invalid UTF-8:
  *     jansson refuses to write it, so must the writer). */
 #include <jansson.h>
@@ -29,6 +30,16 @@ static void same_dump(const json_t *j, size_t flags) {
   if (a != NULL) {
     if (strcmp(a, b) != 0) fprintf(stderr, "fuzz_jdoc: dumps differ:\n%s\n%s\n", a, b);
     CHECK(strcmp(a, b) == 0);
+  }
+  if (flags == JSON_COMPACT) { /* appended to a buffer: the same bytes after what it held */
+    px_buf_t o;
+    px_buf_init(&o, SIZE_MAX / 2);
+    CHECK(px_buf_append(&o, "x", 1) == 0);
+    int rc = px_jdoc_dump_buf(j, &o);
+    CHECK((rc == 0) == (b != NULL));
+    if (rc == 0) CHECK(o.len == strlen(b) + 1 && memcmp(o.data + 1, b, o.len - 1) == 0);
+    else CHECK(o.len == 1);
+    px_buf_free(&o);
   }
   free(a);
   free(b);

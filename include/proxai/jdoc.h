@@ -19,6 +19,8 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "proxai/buf.h"
+
 /** json_loadb(p, n, flags, err): flags 0 or JSON_DECODE_ANY (others: jansson). */
 json_t *px_jdoc_load(const char *p, size_t n, size_t flags, json_error_t *err);
 /** json_loads(s, flags, err). */
@@ -26,5 +28,9 @@ json_t *px_jdoc_loads(const char *s, size_t flags, json_error_t *err);
 /** json_dumps(v, flags): flags JSON_COMPACT, optionally | JSON_ENCODE_ANY
  *  (others: jansson). A malloc'd NUL-terminated text, or NULL. */
 char *px_jdoc_dump(const json_t *v, size_t flags);
+/** v (an object or an array) appended to out as json_dumps(v, JSON_COMPACT)
+ *  writes it. 0, out's error (PX_ETOOBIG, PX_ENOMEM), or PX_EINVAL when
+ *  jansson would not write it; out is as it was on failure. */
+int px_jdoc_dump_buf(const json_t *v, px_buf_t *out);
 
 #endif

@@ -263,6 +263,23 @@ static int dump_value(px_buf_t *b, const json_t *v, int depth) {
   return -1;
 }
 
+int px_jdoc_dump_buf(const json_t *v, px_buf_t *out) {
+  size_t mark = out->len;
+  if (json_is_object(v) || json_is_array(v)) {
+    int rc = dump_value(out, v, 0);
+    if (rc == 0) return 0;
+    out->len = mark;
+    if (rc != -1) return rc; /* the buffer's own error */
+  }
+  /* what the writer does not take: jansson's verdict, written by it */
+  char *s = json_dumps(v, JSON_COMPACT);
+  if (s == NULL) return PX_EINVAL;
+  int rc = px_buf_append(out, s, strlen(s));
+  free(s);
+  if (rc < 0) out->len = mark;
+  return rc;
+}
+
 char *px_jdoc_dump(const json_t *v, size_t flags) {
   size_t any = flags & JSON_ENCODE_ANY;
   if (v != NULL && (flags & ~(size_t)JSON_ENCODE_ANY) == JSON_COMPACT &&

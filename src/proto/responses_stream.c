@@ -642,17 +642,6 @@ static int eaccum(px_senc_t *e, size_t n) {
   return 0;
 }
 
-typedef struct dump_ctx {
-  px_buf_t *out;
-  int rc;
-} dump_ctx_t;
-
-static int dump_cb(const char *buf, size_t size, void *data) {
-  dump_ctx_t *d = data;
-  d->rc = px_buf_append(d->out, buf, size);
-  return d->rc < 0 ? -1 : 0;
-}
-
 /* A new text slot; its index, or <0. */
 static int etext_new(px_senc_t *e) {
   if (e->ntexts == e->captexts) {
@@ -745,12 +734,11 @@ static int eemit(px_senc_t *e, const char *type, json_t *obj) {
   json_decref(obj);
   size_t mark = e->out->len;
   px_buf_reset(&e->scratch);
-  dump_ctx_t dc = {&e->scratch, 0};
   int rc = px_buf_puts(e->out, "event: ");
   if (rc == 0) rc = px_buf_puts(e->out, type);
   if (rc == 0) rc = px_buf_puts(e->out, "\ndata: ");
-  if (rc == 0 && json_dump_callback(full, dump_cb, &dc, JSON_COMPACT) != 0)
-    rc = dc.rc < 0 ? dc.rc : PX_ENOMEM;
+  if (rc == 0) rc = px_jdoc_dump_buf(full, &e->scratch);
+  if (rc == PX_EINVAL) rc = PX_ENOMEM; /* as before: jansson refused to write it */
   if (rc == 0) rc = esplice(e, e->scratch.data, e->scratch.len);
   if (rc == 0) rc = px_buf_puts(e->out, "\n\n");
   json_decref(full);
