@@ -82,9 +82,64 @@ size_t px_json_ws_run(const unsigned char *p, size_t n, size_t i) {
   return i;
 }
 
-/* px_json_string (json.h) past its plain ASCII start */
+/* The length of the escape at p[j] (a backslash) as jansson reads it: 2,
+ * 6 or 12 (a surrogate pair), 0 when invalid (a bad escape or hex, \u0000,
+ * a lone surrogate, truncated). */
+static const unsigned char simple_escape[256] = {
+    ['"'] = 1, ['\\'] = 1, ['/'] = 1, ['b'] = 1, ['f'] = 1, ['n'] = 1, ['r'] = 1, ['t'] = 1};
+static size_t escape_u(const unsigned char *p, size_t n, size_t j) {
+  if (j + 6 > n || p[j + 1] != 'u') return 0;
+  long v = px_hex4(p + j + 2);
+  if (v <= 0) return 0;                    /* bad hex, or \u0000 (jansson refuses NUL) */
+  if (v >= 0xDC00 && v <= 0xDFFF) return 0; /* lone low surrogate */
+  if (v < 0xD800 || v > 0xDBFF) return 6;
+  if (j + 12 > n || p[j + 6] != '\\' || p[j + 7] != 'u') return 0;
+  long lo = px_hex4(p + j + 8);
+  return lo >= 0xDC00 && lo <= 0xDFFF ? 12 : 0;
+}
+static inline size_t escape_len(const unsigned char *p, size_t n, size_t j) {
+  if (j + 1 >= n) return 0;
+  return simple_escape[p[j + 1]] ? 2 : escape_u(p, n, j);
+}
+
+/* px_json_string (json.h) past its plain ASCII start. With SSE2 a block of
+ * sixteen bytes is loaded once and every special byte in it (quote,
+ * backslash, control, non-ASCII) handled from its mask: text with an
+ * escape every few bytes (code, tool output) is not reloaded per escape. */
 int px_json_string_at(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
   *esc = 0;
+#if defined(__SSE2__)
+  const __m128i lo = _mm_set1_epi8(0x20), qt = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\');
+  while (i + 16 <= n) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+    __m128i hit = _mm_or_si128(_mm_cmplt_epi8(v, lo),
+                               _mm_or_si128(_mm_cmpeq_epi8(v, qt), _mm_cmpeq_epi8(v, bs)));
+    unsigned m = (unsigned)_mm_movemask_epi8(hit);
+    size_t base = i, j = i + 16;
+    while (m != 0) {
+      j = base + (size_t)__builtin_ctz(m);
+      unsigned c = p[j];
+      size_t l;
+      if (c == '"') {
+        *end = j;
+        return 0;
+      }
+      if (c == '\\') {
+        *esc = 1;
+        if ((l = escape_len(p, n, j)) == 0) return -1;
+      } else if (c < 0x80) {
+        return -1; /* a raw control character */
+      } else if ((l = px_utf8_seq(p + j, n - j)) == 0) {
+        return -1;
+      }
+      j += l;
+      if (j - base >= 16) break; /* past this block: the next starts at j */
+      m &= ~0u << (j - base);    /* the bytes the sequence took are done */
+      j = base + 16;
+    }
+    i = j;
+  }
+#endif
   for (;;) {
     i = px_json_plain(p, n, i);
     if (i >= n) return -1;
@@ -99,27 +154,9 @@ int px_json_string_at(const unsigned char *p, size_t n, size_t i, size_t *end, i
     }
     /* backslash */
     *esc = 1;
-    if (i + 1 >= n) return -1;
-    c = p[i + 1];
-    if (c == 'u') {
-      if (i + 6 > n) return -1;
-      long v = px_hex4(p + i + 2);
-      if (v <= 0) return -1; /* bad hex, or \u0000 (jansson refuses NUL) */
-      if (v >= 0xDC00 && v <= 0xDFFF) return -1; /* lone low surrogate */
-      if (v >= 0xD800 && v <= 0xDBFF) {
-        if (i + 12 > n || p[i + 6] != '\\' || p[i + 7] != 'u') return -1;
-        long lo = px_hex4(p + i + 8);
-        if (lo < 0xDC00 || lo > 0xDFFF) return -1;
-        i += 12;
-      } else {
-        i += 6;
-      }
-    } else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' ||
-               c == 'r' || c == 't') {
-      i += 2;
-    } else {
-      return -1;
-    }
+    size_t l = escape_len(p, n, i);
+    if (l == 0) return -1;
+    i += l;
   }
   *end = i;
   return 0;
