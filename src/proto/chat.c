@@ -820,9 +820,15 @@ static json_t *tool_msg_out(const px_tr_ctx_t *ctx, json_t *p, px_lossy_t *lossy
   }
   if (json_is_true(json_object_get(p, "is_error")))
     px_lossy_add(lossy, "messages[].content[].is_error");
-  json_t *m = json_pack("{s:s, s:s, s:s%}", "role", "tool", "tool_call_id",
-                        px_jstr(p, "tool_call_id") ? px_jstr(p, "tool_call_id") : "",
-                        "content", b.data ? b.data : "", b.len);
+  json_t *m = json_pack("{s:s, s:s}", "role", "tool", "tool_call_id",
+                        px_jstr(p, "tool_call_id") ? px_jstr(p, "tool_call_id") : "");
+  /* the texts of a document, joined: valid UTF-8 already */
+  if (m != NULL &&
+      json_object_set_new_nocheck(m, "content",
+                                  json_stringn_nocheck(b.data ? b.data : "", b.len)) < 0) {
+    json_decref(m);
+    m = NULL;
+  }
   px_buf_free(&b);
   return m;
 }
