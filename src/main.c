@@ -18,14 +18,15 @@
 #include "proxai/ratelimit.h"
 #include "proxai/server.h"
 #include "proxai/shm.h"
+#include "proxai/worker.h"
 
 #define PX_STR__(x) #x
 #define PX_STR_(x) PX_STR__(x)
 #include "proxai/upstream.h"
 
 typedef struct worker {
-  uv_loop_t *loop;
-  px_server_t srv;
+  px_worker_t ctx; /* loop, configuration, upstream client, draining */
+  px_server_t srv; /* its client side */
   const char *config_path;
   uv_signal_t sig_term, sig_int, sig_hup, sig_usr1;
   uv_timer_t shutdown_timer;
@@ -86,7 +87,7 @@ static void close_walk(uv_handle_t *h, void *arg) {
 
 static void on_uclient_closed(void *arg) {
   worker_t *w = arg;
-  w->srv.uclient = NULL;
+  w->ctx.uclient = NULL;
 }
 
 /* Stop the worker: graceful once every request has ended (last writes are
@@ -98,8 +99,8 @@ static void finish(worker_t *w, int graceful) {
     w->stopping = 3;
     px_server_close_all(&w->srv, 0);
     px_rl_stop();
-    if (w->srv.uclient) px_uclient_close(w->srv.uclient, on_uclient_closed, w);
-    uv_walk(w->loop, close_walk, NULL);
+    if (w->ctx.uclient) px_uclient_close(w->ctx.uclient, on_uclient_closed, w);
+    uv_walk(w->ctx.loop, close_walk, NULL);
     return;
   }
   if (w->stopping == 2) return;
@@ -111,7 +112,7 @@ static void finish(worker_t *w, int graceful) {
   uv_close((uv_handle_t *)&w->sig_usr1, on_handle_close_noop);
   px_rl_stop();
   uv_unref((uv_handle_t *)&w->shutdown_timer);
-  if (w->srv.uclient) px_uclient_close(w->srv.uclient, on_uclient_closed, w);
+  if (w->ctx.uclient) px_uclient_close(w->ctx.uclient, on_uclient_closed, w);
 }
 
 static void on_idle(px_server_t *s) {
@@ -133,10 +134,10 @@ static void on_stop_signal(uv_signal_t *sig, int signum) {
   }
   w->stopping = 1;
   px_log_info("signal %d: draining (up to %llu ms)", signum,
-              (unsigned long long)w->srv.config->server.shutdown_timeout_ms);
+              (unsigned long long)w->ctx.config->server.shutdown_timeout_ms);
   w->shutdown_timer.data = w;
   uv_timer_start(&w->shutdown_timer, on_shutdown_timeout,
-                 w->srv.config->server.shutdown_timeout_ms, 0);
+                 w->ctx.config->server.shutdown_timeout_ms, 0);
   px_server_drain(&w->srv);
 }
 
@@ -186,18 +187,18 @@ static void on_hup(uv_signal_t *sig, int signum) {
     px_log_error("reload rejected, keeping the running configuration: %s", err);
     return;
   }
-  if (strcmp(c->server.listen, w->srv.config->server.listen) != 0)
+  if (strcmp(c->server.listen, w->ctx.config->server.listen) != 0)
     px_log_warn("reload: a new listen address needs a restart; keeping %s",
-                w->srv.config->server.listen);
+                w->ctx.config->server.listen);
   px_log_init(c->server.log_level, c->server.access_log);
   px_log_set_format(c->server.log_format);
-  const px_state_conf_t *a = &w->srv.config->state, *b = &c->state;
+  const px_state_conf_t *a = &w->ctx.config->state, *b = &c->state;
   if (a->backend != b->backend || a->on_error_deny != b->on_error_deny ||
       strcmp(a->prefix, b->prefix) != 0 ||
       (a->redis && b->redis ? strcmp(a->redis, b->redis) != 0 : a->redis != b->redis))
     px_log_warn("reload: a changed [state] section needs a restart; keeping the running one");
-  px_config_unref(w->srv.config);
-  w->srv.config = c;
+  px_config_unref(w->ctx.config);
+  w->ctx.config = c;
   px_log_info("configuration reloaded (%zu upstreams, %zu routes)", c->nupstreams,
               c->nroutes);
 }
@@ -206,10 +207,10 @@ static void on_hup(uv_signal_t *sig, int signum) {
 static int worker_fail(worker_t *w, const char *msg) {
   px_log_error("%s", msg);
   px_server_close_all(&w->srv, 0);
-  px_uclient_close(w->srv.uclient, NULL, NULL);
-  uv_run(w->loop, UV_RUN_DEFAULT);
-  uv_loop_close(w->loop);
-  px_config_unref(w->srv.config);
+  px_uclient_close(w->ctx.uclient, NULL, NULL);
+  uv_run(w->ctx.loop, UV_RUN_DEFAULT);
+  uv_loop_close(w->ctx.loop);
+  px_config_unref(w->ctx.config);
   return 1;
 }
 
@@ -217,27 +218,28 @@ static int run_worker(const char *path, px_config_t *cfg, unsigned index) {
   px_shm_set_worker(index);
   worker_t w;
   memset(&w, 0, sizeof(w));
-  w.loop = uv_default_loop();
+  w.ctx.loop = uv_default_loop();
   w.config_path = path;
-  w.srv.loop = w.loop;
-  w.srv.config = cfg;
+  w.srv.w = &w.ctx;
+  w.ctx.config = cfg;
   w.srv.on_request = px_proxy_request;
+  w.srv.on_early_error = px_proxy_early_error;
   w.srv.on_idle = on_idle;
-  w.srv.uclient = px_uclient_new(w.loop);
-  if (w.srv.uclient == NULL) {
+  w.ctx.uclient = px_uclient_new(w.ctx.loop);
+  if (w.ctx.uclient == NULL) {
     px_log_error("cannot initialise the upstream client");
     return 1;
   }
   char err[512];
   if (px_server_listen(&w.srv, err, sizeof(err)) < 0) return worker_fail(&w, err);
-  if (px_rl_start(w.loop, cfg) < 0) return worker_fail(&w, "cannot start the [state] backend");
-  uv_timer_init(w.loop, &w.shutdown_timer);
-  uv_signal_init(w.loop, &w.sig_usr1);
+  if (px_rl_start(w.ctx.loop, cfg) < 0) return worker_fail(&w, "cannot start the [state] backend");
+  uv_timer_init(w.ctx.loop, &w.shutdown_timer);
+  uv_signal_init(w.ctx.loop, &w.sig_usr1);
   w.sig_usr1.data = &w;
   uv_signal_start(&w.sig_usr1, on_usr1, SIGUSR1);
-  uv_signal_init(w.loop, &w.sig_term);
-  uv_signal_init(w.loop, &w.sig_int);
-  uv_signal_init(w.loop, &w.sig_hup);
+  uv_signal_init(w.ctx.loop, &w.sig_term);
+  uv_signal_init(w.ctx.loop, &w.sig_int);
+  uv_signal_init(w.ctx.loop, &w.sig_hup);
   w.sig_term.data = w.sig_int.data = w.sig_hup.data = &w;
   uv_signal_start(&w.sig_term, on_stop_signal, SIGTERM);
   uv_signal_start(&w.sig_int, on_stop_signal, SIGINT);
@@ -247,11 +249,11 @@ static int run_worker(const char *path, px_config_t *cfg, unsigned index) {
   px_log_ctx(PX_LOG_INFO, NULL, fields, "proxai %s listening on %s (%zu upstreams, %zu routes)",
              PROXAI_VERSION, cfg->server.listen, cfg->nupstreams, cfg->nroutes);
   if (cfg->unconfigured_message) px_log_warn("%s", cfg->unconfigured_message);
-  uv_run(w.loop, UV_RUN_DEFAULT);
-  uv_walk(w.loop, close_walk, NULL);
-  uv_run(w.loop, UV_RUN_DEFAULT);
-  uv_loop_close(w.loop);
-  px_config_unref(w.srv.config);
+  uv_run(w.ctx.loop, UV_RUN_DEFAULT);
+  uv_walk(w.ctx.loop, close_walk, NULL);
+  uv_run(w.ctx.loop, UV_RUN_DEFAULT);
+  uv_loop_close(w.ctx.loop);
+  px_config_unref(w.ctx.config);
   px_log_info("stopped");
   return 0;
 }
@@ -438,6 +440,8 @@ int main(int argc, char **argv) {
     workers = n > 0 ? (unsigned)n : 1;
   }
   /* the host's shared limits and counters, inherited by every worker */
+  px_shm_register(&px_metrics_region);
+  px_shm_register(&px_rl_region);
   int src = px_shm_init(workers);
   if (src < 0) {
     fprintf(stderr, "proxai: cannot map shared memory: %s\n", strerror(-src));

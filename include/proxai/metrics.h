@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "proxai/shm.h"
 #include "proxai/buf.h"
 
 typedef enum px_gauge {
@@ -44,5 +45,8 @@ void px_metrics_worker_reset(unsigned worker);
 int px_metrics_render(px_buf_t *out);
 /** Zero every series and gauge (tests). */
 void px_metrics_reset(void);
+
+/** Its shared region (the series and the per-worker gauges): registered by the master before px_shm_init. */
+extern px_shm_region_t px_metrics_region;
 
 #endif

@@ -138,6 +138,8 @@ typedef struct px_tr_ctx {
                                   buffer's bytes to the client and empties
                                   it. NULL: out grows until the call returns */
   void *flush_arg;           /**< the flush callback's argument */
+  int reference;             /**< the jansson codecs only, no fast path (the
+                                  tests' and fuzzers' oracle) */
 } px_tr_ctx_t;
 
 /** Bytes of out after which a stream encoder calls ctx->flush. */

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "proxai/shm.h"
 #include "proxai/config.h"
 
 /** Take one request from key's rpm bucket and check its tpm bucket is not
@@ -59,5 +60,8 @@ int px_rl_reserves(void);
 int px_rl_start(uv_loop_t *loop, const px_config_t *cfg);
 /** Close the backend's handles (before the loop ends). */
 void px_rl_stop(void);
+
+/** Its shared region (the keys' local buckets): registered by the master before px_shm_init. */
+extern px_shm_region_t px_rl_region;
 
 #endif

@@ -3,7 +3,7 @@
  * generation request the admission phase, in this order: the one scan of
  * the body (model, stream), the client key, the key's models, the rate
  * limits (possibly waiting for the state backend), the route. An admitted
- * request goes on to the attempt (px_exch_attempt, proxy.c). It knows no
+ * request goes on to the attempt (px_exch_attempt, attempt.c). It knows no
  * protocol: the path's protocol answers through its ops.
  *
  *   px_proxy_request -> endpoints | gateway -> read_request -> authorize
@@ -16,7 +16,7 @@
 #include <strings.h>
 
 #include "proxai/metrics.h"
-#include "proxy_int.h"
+#include "attempt.h"
 
 static void simple_json(px_conn_t *c, int status, const char *body) {
   px_resp_simple(c, status, "application/json", body, strlen(body), NULL, 0);
@@ -34,6 +34,18 @@ static void path_error(px_conn_t *c, const px_proto_ops_t *ops, px_errkind_t kin
   px_buf_free(&b);
 }
 
+int px_proxy_early_error(px_buf_t *out, px_str_t path, int status, const char *msg,
+                         const char *request_id) {
+  px_errkind_t kind = status == 413   ? PX_ERR_TOO_LARGE
+                      : status == 408 ? PX_ERR_TIMEOUT
+                      : status >= 500 ? PX_ERR_API
+                                      : PX_ERR_INVALID;
+  px_inbound_t in;
+  const px_proto_ops_t *ops =
+      px_proto_match(path.ptr, path.len, &in) ? px_proto_get(in.proto) : px_proto_default();
+  return ops->encode_error(out, kind, NULL, msg, NULL, request_id);
+}
+
 /* Whether id is already among the first n names listed. */
 static int listed(const char *const *ids, size_t n, const char *id) {
   for (size_t i = 0; i < n; i++)
@@ -44,9 +56,9 @@ static int listed(const char *const *ids, size_t n, const char *id) {
 /* The concrete model names key k (NULL: open gateway) may use: exact route
  * names and the `models =` names of glob routes, never a glob, each once;
  * in the list shape of ops (the protocol the request names). */
-static void serve_models(px_server_t *s, px_conn_t *c, const px_proto_ops_t *ops,
+static void serve_models(px_worker_t *w, px_conn_t *c, const px_proto_ops_t *ops,
                          const px_key_conf_t *k) {
-  px_config_t *cfg = s->config;
+  px_config_t *cfg = w->config;
   size_t cap = 0;
   for (size_t i = 0; i < cfg->nroutes; i++) cap += 1 + cfg->routes[i].nmodels;
   const char **ids = calloc(cap ? cap : 1, sizeof(*ids));
@@ -152,13 +164,13 @@ static char *url_decode(px_str_t s) {
 /* GET endpoints that need a client key when keys exist (/v1/models, /metrics
  * on the client listener): 0 with *k set (NULL when the gateway is open), or
  * <0 after answering 401. */
-static int get_key(px_server_t *s, px_conn_t *c, px_req_t *r, const px_proto_ops_t *ops,
+static int get_key(px_worker_t *w, px_conn_t *c, px_req_t *r, const px_proto_ops_t *ops,
                    const px_key_conf_t **k) {
   *k = NULL;
-  if (s->config->nkeys == 0) return 0;
+  if (w->config->nkeys == 0) return 0;
   size_t sl = 0;
   const char *sec = client_secret(r, ops, &sl);
-  *k = sec ? px_config_key(s->config, sec, sl) : NULL;
+  *k = sec ? px_config_key(w->config, sec, sl) : NULL;
   if (*k) return 0;
   path_error(c, ops, PX_ERR_AUTH,
              sec ? "invalid API key"
@@ -211,7 +223,7 @@ static int admission(px_exch_t *x, px_rl_verdict_t v, unsigned wait) {
 
 static void after_admission(px_exch_t *x) {
   px_config_t *cfg = x->cfg;
-  if (x->srv->draining) {
+  if (x->w->draining) {
     px_exch_error(x, PX_ERR_OVERLOADED, "the gateway is shutting down", NULL);
     return;
   }
@@ -230,31 +242,10 @@ static void after_admission(px_exch_t *x) {
 }
 
 static void on_admitted(void *arg, px_rl_verdict_t v, unsigned wait) {
-  px_exch_t *x = arg;
+  px_exch_t *x = px_exch_get((px_exch_ref_t)arg);
+  if (x == NULL) return;
   x->rl_wait = NULL;
   if (admission(x, v, wait) == 0) after_admission(x);
-}
-
-/* The exchange of one generation request; NULL when out of memory. */
-static px_exch_t *exch_new(px_server_t *s, px_conn_t *c, px_req_t *r,
-                           const px_inbound_t *in) {
-  px_exch_t *x = px_exch_alloc();
-  if (x == NULL) return NULL;
-  x->retry_reason[0] = x->bad_msg[0] = x->content_type[0] = x->label[0] = 0;
-  px_lossy_init(&x->lossy);
-  x->srv = s;
-  x->conn = c;
-  x->req = r;
-  x->cfg = px_config_ref(s->config);
-  x->in = in->proto;
-  x->ep = in->ep;
-  x->mode = &px_mode_none;
-  x->t_start = r->start_ns;
-  x->usage.input_tokens = x->usage.output_tokens = -1;
-  x->passhdrs.cap = 64 * 1024;
-  x->obuf.cap = PX_MAX_STREAM_OUT;
-  px_conn_set_handler(c, &px_exch_conn_handler, x);
-  return x;
 }
 
 /* The body's one scan and what the gateway acts on: model, stream,
@@ -338,15 +329,15 @@ static int authorize(px_exch_t *x) {
     if (px_rl_reserves()) x->rl_reserved = reserve_estimate(x);
     unsigned wait = 0;
     px_rl_verdict_t v = px_rl_check(x->key, x->rl_reserved, px_exch_now(x), &wait,
-                                    on_admitted, x, &x->rl_wait);
+                                    on_admitted, px_exch_arg(x), &x->rl_wait);
     if (v == PX_RL_PENDING) return 1;
     return admission(x, v, wait);
   }
   return 0;
 }
 
-static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, const px_inbound_t *in) {
-  px_exch_t *x = exch_new(s, c, r, in);
+static void gateway(px_worker_t *w, px_conn_t *c, px_req_t *r, const px_inbound_t *in) {
+  px_exch_t *x = px_exch_new(w, c, r, in->proto, in->ep);
   if (x == NULL) {
     px_resp_abort(c);
     return;
@@ -356,7 +347,7 @@ static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, const px_inbound_
   after_admission(x);
 }
 
-void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
+void px_proxy_request(px_worker_t *w, px_conn_t *c, px_req_t *r) {
   const char *path = r->url.data;
   int get = r->method == HTTP_GET || r->method == HTTP_HEAD;
   if (path_is(r, "/healthz")) {
@@ -365,7 +356,7 @@ void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
   }
   if (path_is(r, "/readyz")) {
     if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
-    if (s->draining) return simple_json(c, 503, "{\"status\":\"draining\"}");
+    if (w->draining) return simple_json(c, 503, "{\"status\":\"draining\"}");
     return simple_json(c, 200, "{\"status\":\"ready\"}");
   }
   const px_key_conf_t *k;
@@ -374,16 +365,16 @@ void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
     if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
     return serve_metrics(c);
   }
-  if (path_is(r, "/metrics") && s->config->server.admin_listen == NULL) {
+  if (path_is(r, "/metrics") && w->config->server.admin_listen == NULL) {
     if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
-    if (get_key(s, c, r, px_proto_default(), &k) < 0) return;
+    if (get_key(w, c, r, px_proto_default(), &k) < 0) return;
     return serve_metrics(c);
   }
   if (path_is(r, "/v1/models") || path_is(r, "/models")) {
     const px_proto_ops_t *ops = models_shape(r);
     if (!get) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
-    if (get_key(s, c, r, ops, &k) < 0) return;
-    return serve_models(s, c, ops, k);
+    if (get_key(w, c, r, ops, &k) < 0) return;
+    return serve_models(w, c, ops, k);
   }
   px_inbound_t in;
   if (!px_proto_match(path, r->url.len, &in))
@@ -391,9 +382,9 @@ void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
   const px_proto_ops_t *ops = px_proto_get(in.proto);
   if (in.ep == PX_EP_MODELS) {
     if (!get) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
-    if (get_key(s, c, r, ops, &k) < 0) return;
-    return serve_models(s, c, ops, k);
+    if (get_key(w, c, r, ops, &k) < 0) return;
+    return serve_models(w, c, ops, k);
   }
   if (r->method != HTTP_POST) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
-  gateway(s, c, r, &in);
+  gateway(w, c, r, &in);
 }

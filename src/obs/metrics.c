@@ -59,17 +59,19 @@ typedef struct mshm {
   int64_t gauge[]; /* nworkers x PX_G_COUNT */
 } mshm_t;
 
-size_t px_metrics_shm_size(unsigned nworkers) {
+static size_t region_size(unsigned nworkers) {
   return sizeof(mshm_t) + (size_t)nworkers * PX_G_COUNT * sizeof(int64_t);
 }
 
-void px_metrics_shm_setup(void *p, unsigned nworkers) {
+static void region_setup(void *p, unsigned nworkers) {
   (void)nworkers;
   px_shm_mutex_init(&((mshm_t *)p)->mu);
 }
 
+px_shm_region_t px_metrics_region = {.name = "metrics", .size = region_size, .setup = region_setup};
+
 static mshm_t *shm(void) {
-  return px_shm_metrics();
+  return px_shm_get(&px_metrics_region);
 }
 
 /* Label values as looked up: each cut at PX_MAX_LABEL - 1 bytes, without

@@ -51,13 +51,15 @@ typedef struct rl_shm {
   rl_entry_t e[RL_SLOTS];
 } rl_shm_t;
 
-size_t px_rl_shm_size(void) {
+static size_t region_size(unsigned nworkers) {
   return sizeof(rl_shm_t);
 }
 
-void px_rl_shm_setup(void *p) {
+static void region_setup(void *p, unsigned nworkers) {
   px_shm_mutex_init(&((rl_shm_t *)p)->mu);
 }
+
+px_shm_region_t px_rl_region = {.name = "ratelimit", .size = region_size, .setup = region_setup};
 
 static uint64_t hash_str(const char *s) {
   uint64_t h = 1469598103934665603ULL;
@@ -74,7 +76,7 @@ static int entry_is(const rl_entry_t *e, uint64_t h, const char *key) {
 
 /* The key's entry, locked; NULL when the table is full. */
 static rl_entry_t *lookup(const char *key) {
-  rl_shm_t *t = px_shm_ratelimit();
+  rl_shm_t *t = px_shm_get(&px_rl_region);
   if (!t) return NULL;
   if (!key) key = "";
   uint64_t h = hash_str(key);
@@ -170,7 +172,7 @@ void px_rl_charge(const char *key, uint64_t tpm, uint64_t tokens, uint64_t now_m
 }
 
 void px_rl_reset(void) {
-  rl_shm_t *t = px_shm_ratelimit();
+  rl_shm_t *t = px_shm_get(&px_rl_region);
   if (!t) return;
   px_shm_lock(&t->mu);
   for (size_t i = 0; i < RL_SLOTS; i++)

@@ -2,6 +2,7 @@
  * ratelimit.c) and the [state] / admin_listen / socket_mode / route models
  * configuration. */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -34,7 +35,7 @@ static void child_counts(void) {
 }
 
 static void child_dies_holding_lock(void) {
-  pthread_mutex_t *m = px_shm_metrics(); /* the first member of the part is its lock */
+  pthread_mutex_t *m = px_shm_get(&px_metrics_region); /* its first member is its lock */
   pthread_mutex_lock(m);
   _exit(0); /* never unlocks */
 }
@@ -44,6 +45,8 @@ static int has(const px_buf_t *b, const char *s) {
 }
 
 static void test_across_fork(void) {
+  px_shm_register(&px_metrics_region);
+  px_shm_register(&px_rl_region);
   CHECK(px_shm_init(3) == 0);
   CHECK(px_shm_nworkers() == 3);
   px_metrics_reset();
@@ -149,7 +152,49 @@ static void test_config(void) {
   }
 }
 
+/* A user's own region: sized for the workers, set up once, shared with the
+ * processes forked after px_shm_init; shm.c knows nothing of it. */
+typedef struct {
+  unsigned setups, nworkers;
+  uint64_t slot[];
+} user_table_t;
+
+static size_t user_size(unsigned nworkers) {
+  return sizeof(user_table_t) + nworkers * sizeof(uint64_t);
+}
+static void user_setup(void *p, unsigned nworkers) {
+  user_table_t *t = p;
+  t->setups++;
+  t->nworkers = nworkers;
+}
+static px_shm_region_t user_region = {.name = "user", .size = user_size, .setup = user_setup};
+static px_shm_region_t late_region = {.name = "late", .size = user_size, .setup = user_setup};
+
+static void child_writes_slot(void) {
+  user_table_t *t = px_shm_get(&user_region);
+  __atomic_add_fetch(&t->slot[px_shm_worker()], 7, __ATOMIC_RELAXED);
+}
+
+static void test_regions(void) {
+  px_shm_register(&user_region);
+  px_shm_register(&user_region); /* twice: one region */
+  CHECK(px_shm_init(3) == 0);
+  user_table_t *t = px_shm_get(&user_region);
+  CHECK(t != NULL && t == user_region.base);
+  CHECK(t->setups == 1 && t->nworkers == 3);
+  CHECK(px_shm_init(3) == 0); /* again: nothing mapped or set up twice */
+  CHECK(px_shm_get(&user_region) == t && t->setups == 1);
+  in_child(1, child_writes_slot);
+  in_child(2, child_writes_slot);
+  CHECK(t->slot[0] == 0 && t->slot[1] == 7 && t->slot[2] == 7);
+  /* a region never registered is mapped at its first use, set up once */
+  user_table_t *l = px_shm_get(&late_region);
+  CHECK(l != NULL && l != t && l->setups == 1 && l->nworkers == 3);
+  CHECK(px_shm_get(&late_region) == l && l->setups == 1);
+}
+
 int main(void) {
+  test_regions();
   test_across_fork();
   test_config();
   return check_report("test_state");
