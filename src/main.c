@@ -1,17 +1,18 @@
 /* main.c - command line, configuration, workers, signals, drain. */
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "proxai/config.h"
+#include "proxai/inflight.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxai/proxy.h"
@@ -193,8 +194,8 @@ static void on_hup(uv_signal_t *sig, int signum) {
   px_log_init(c->server.log_level, c->server.access_log);
   px_log_set_format(c->server.log_format);
   const px_state_conf_t *a = &w->ctx.config->state, *b = &c->state;
-  if (a->backend != b->backend || a->on_error_deny != b->on_error_deny ||
-      strcmp(a->prefix, b->prefix) != 0 ||
+  if (a->backend != b->backend || a->on_error != b->on_error ||
+      a->timeout_ms != b->timeout_ms || strcmp(a->prefix, b->prefix) != 0 ||
       (a->redis && b->redis ? strcmp(a->redis, b->redis) != 0 : a->redis != b->redis))
     px_log_warn("reload: a changed [state] section needs a restart; keeping the running one");
   px_config_unref(w->ctx.config);
@@ -278,6 +279,22 @@ static pid_t spawn_worker(const char *path, px_config_t *cfg, unsigned index,
   return p;
 }
 
+/* What a dead worker leaves (SPEC 7): its gauges zeroed, its requests in
+ * flight counted as lost, their reservations released, its outage flag
+ * cleared, its in-flight part emptied for the replacement. Returns the
+ * number of requests lost. */
+static unsigned reap(const px_config_t *cfg, unsigned i) {
+  px_metrics_worker_reset(i); /* its connections and streams are gone */
+  px_inflight_rec_t *recs;
+  size_t nrecs;
+  unsigned lost = px_inflight_reap(i, &recs, &nrecs);
+  px_rl_release_lost(cfg, recs, nrecs);
+  free(recs);
+  px_rl_worker_gone(i);
+  if (lost > 0) px_metrics_lost(lost);
+  return lost;
+}
+
 static void describe_status(int st, char *out, size_t n) {
   if (WIFSIGNALED(st))
     snprintf(out, n, "killed by signal %d (%s)%s", WTERMSIG(st), strsignal(WTERMSIG(st)),
@@ -345,13 +362,20 @@ static int run_workers(const char *path, px_config_t *cfg, unsigned n) {
       if (i == n) continue;
       pids[i] = 0;
       alive--;
-      px_metrics_worker_reset(i); /* its connections and streams are gone */
+      char what[160];
+      describe_status(st, what, sizeof(what));
+      unsigned lost = reap(cfg, i);
+      size_t l = strlen(what);
+      if (lost > 0)
+        snprintf(what + l, sizeof(what) - l, " with %u request%s in flight (lost)", lost,
+                 lost == 1 ? "" : "s");
+      else
+        snprintf(what + l, sizeof(what) - l, " with no request in flight");
       if (stopping) {
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
+        if (lost > 0) px_log_error("worker %ld %s", (long)p, what);
         continue;
       }
-      char what[128];
-      describe_status(st, what, sizeof(what));
       time_t now = time(NULL);
       if (ndeaths == RESPAWN_MAX) {
         memmove(deaths, deaths + 1, sizeof(deaths[0]) * (RESPAWN_MAX - 1));
@@ -442,6 +466,7 @@ int main(int argc, char **argv) {
   /* the host's shared limits and counters, inherited by every worker */
   px_shm_register(&px_metrics_region);
   px_shm_register(&px_rl_region);
+  px_shm_register(&px_inflight_region);
   int src = px_shm_init(workers);
   if (src < 0) {
     fprintf(stderr, "proxai: cannot map shared memory: %s\n", strerror(-src));

@@ -106,12 +106,21 @@ typedef struct px_server_conf {
 
 typedef enum px_state_backend { PX_STATE_LOCAL, PX_STATE_REDIS } px_state_backend_t;
 
+/** [state] on_error: what an admission that needs Redis gets while Redis is
+ *  unreachable (SPEC section 7). */
+typedef enum px_on_error {
+  PX_ON_ERROR_ALLOW, /**< served without the shared limits */
+  PX_ON_ERROR_DENY,  /**< 503 */
+  PX_ON_ERROR_LOCAL, /**< this host's shared memory, at the instance's share */
+} px_on_error_t;
+
 /** [state]: where rate-limit buckets live (SPEC section 3). */
 typedef struct px_state_conf {
   px_state_backend_t backend; /**< default local (this host's shared memory) */
   char *redis;                /**< "redis://[[user]:pass@]host:port[/db]" or "unix:/path" */
   char *prefix;               /**< default "proxai:" */
-  int on_error_deny;          /**< on_error = deny (503); default allow */
+  px_on_error_t on_error;     /**< Redis unreachable: default allow */
+  uint64_t timeout_ms;        /**< a Redis reply slower than this = unreachable; 250 */
 } px_state_conf_t;
 
 typedef struct px_config {

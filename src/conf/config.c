@@ -726,9 +726,14 @@ static int set_on_error(parse_t *p, const directive_t *d, void *obj, char *v) {
   if (!need_value(p, d, v)) return 0;
   int ok = 1;
   px_state_conf_t *st = obj;
-  if (strcmp(v, "allow") == 0) st->on_error_deny = 0;
-  else if (strcmp(v, "deny") == 0) st->on_error_deny = 1;
-  else ok = fail(p, p->line, "on_error must be allow or deny, not '%s'", v);
+  if (strcmp(v, "allow") == 0)
+    st->on_error = PX_ON_ERROR_ALLOW;
+  else if (strcmp(v, "deny") == 0)
+    st->on_error = PX_ON_ERROR_DENY;
+  else if (strcmp(v, "local") == 0)
+    st->on_error = PX_ON_ERROR_LOCAL;
+  else
+    ok = fail(p, p->line, "on_error must be allow, deny or local, not '%s'", v);
   free(v);
   return ok;
 }
@@ -818,6 +823,7 @@ static const directive_t directives[] = {
     {SEC_STATE, "redis", set_redis, 0, 0, 0, 0},
     {SEC_STATE, "prefix", set_str, ST(prefix), 0, 0, 0},
     {SEC_STATE, "on_error", set_on_error, 0, 0, 0, 0},
+    {SEC_STATE, "timeout", set_duration, ST(timeout_ms), 0, 0, 0},
 };
 #define NDIR (sizeof directives / sizeof directives[0])
 _Static_assert(NDIR <= NDIRECTIVES, "seen[] too small");
@@ -887,6 +893,7 @@ static px_config_t *config_new(void) {
   s->log_level = PX_LOG_INFO;
   s->socket_mode = 0660;
   c->state.prefix = strdup("proxai:");
+  c->state.timeout_ms = 250;
   if (s->listen == NULL || s->access_log == NULL || c->state.prefix == NULL) {
     config_free(c);
     return NULL;
@@ -1348,6 +1355,8 @@ static int resolve(parse_t *p) {
                     c->keys[i].name, c->keys[j].name);
   if (c->state.backend == PX_STATE_REDIS && c->state.redis == NULL)
     return fail(p, p->state_line, "[state] backend = redis needs 'redis ='");
+  if (c->state.timeout_ms == 0)
+    return fail(p, p->state_line, "[state] timeout must be at least 1ms");
   return 1;
 }
 
@@ -1627,9 +1636,10 @@ void px_config_print(const px_config_t *c, FILE *out) {
   if (s->admin_listen) fprintf(out, "  admin_listen: %s\n", s->admin_listen);
   fprintf(out, "  socket_mode: %04o\n", s->socket_mode);
   /* the redis address may carry a password: not printed */
-  fprintf(out, "state\n  backend: %s\n  prefix: %s\n  on_error: %s\n",
+  static const char *const on_error[] = {"allow", "deny", "local"};
+  fprintf(out, "state\n  backend: %s\n  prefix: %s\n  on_error: %s\n  timeout: %llums\n",
           c->state.backend == PX_STATE_REDIS ? "redis" : "local", c->state.prefix,
-          c->state.on_error_deny ? "deny" : "allow");
+          on_error[c->state.on_error], (unsigned long long)c->state.timeout_ms);
   for (size_t i = 0; i < c->nupstreams; i++) {
     const px_upstream_conf_t *u = &c->upstreams[i];
     const char *pname = "?";

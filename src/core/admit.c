@@ -15,8 +15,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "proxai/metrics.h"
 #include "attempt.h"
+#include "proxai/inflight.h"
+#include "proxai/metrics.h"
 
 static void simple_json(px_conn_t *c, int status, const char *body) {
   px_resp_simple(c, status, "application/json", body, strlen(body), NULL, 0);
@@ -203,15 +204,31 @@ static uint64_t reserve_estimate(px_exch_t *x) {
   return PX_RL_DEFAULT_RESERVE;
 }
 
+/* A reservation never exceeds the key's tpm: one left unsettled (its worker
+ * or its instance died) is then refilled within a minute. */
+static uint64_t reserve_for(px_exch_t *x) {
+  uint64_t r = reserve_estimate(x);
+  return r > x->key->tpm ? x->key->tpm : r;
+}
+
 /* The rate limiter's verdict; <0 when the request was answered. */
 static int admission(px_exch_t *x, px_rl_verdict_t v, unsigned wait) {
-  if (v == PX_RL_ALLOW) {
+  if (v == PX_RL_ALLOW || v == PX_RL_OPEN || v == PX_RL_LOCAL) {
     x->rl_admitted = 1;
+    x->rl_local = v == PX_RL_LOCAL;
+    if (v != PX_RL_ALLOW) x->rl_reserved = 0; /* decided by on_error: nothing held */
+    /* what the master releases if this worker dies before the settlement */
+    if (x->rl_reserved && (x->rl_rec = px_inflight_hold(x->key->name)) != NULL) {
+      x->rl_rec->tpm_reserved = x->rl_reserved;
+      x->rl_rec->tpm = x->key->tpm;
+    }
     return 0;
   }
-  if (v == PX_RL_UNAVAILABLE) {
-    px_exch_error(x, PX_ERR_UNAVAILABLE, "rate limits cannot be checked: the shared state "
-                                      "backend is unreachable", NULL);
+  if (v == PX_RL_UNAVAILABLE) { /* 503: api_error, overloaded_error, UNAVAILABLE */
+    px_exch_error(x, PX_ERR_OVERLOADED,
+                  "rate limits cannot be checked: the shared state "
+                  "backend is unreachable",
+                  NULL);
     return -1;
   }
   char ra[16];
@@ -326,9 +343,9 @@ static int authorize(px_exch_t *x) {
     return -1;
   }
   if (x->key->rpm || x->key->tpm) {
-    if (px_rl_reserves()) x->rl_reserved = reserve_estimate(x);
+    if (px_rl_reserves()) x->rl_reserved = reserve_for(x);
     unsigned wait = 0;
-    px_rl_verdict_t v = px_rl_check(x->key, x->rl_reserved, px_exch_now(x), &wait,
+    px_rl_verdict_t v = px_rl_check(x->key, x->rl_reserved, 0, px_exch_now(x), &wait,
                                     on_admitted, px_exch_arg(x), &x->rl_wait);
     if (v == PX_RL_PENDING) return 1;
     return admission(x, v, wait);

@@ -12,12 +12,14 @@
  * while that generation lives (handle.h: the generation is kept in a
  * table, never in the exchange, so a handle outlives its memory safely).
  */
+#include "exchange.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "exchange.h"
+#include "proxai/inflight.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 
@@ -215,7 +217,9 @@ static void account(px_exch_t *x, const char *inbound, const char *upname, doubl
   if (toks > 0 || x->usage.input_tokens >= 0)
     px_metrics_tokens(x->key ? x->key->name : NULL, upname, x->usage.input_tokens,
                       x->usage.output_tokens);
-  if (x->rl_admitted) px_rl_settle(x->key, x->rl_reserved, (uint64_t)toks, px_exch_now(x));
+  if (x->rl_admitted)
+    px_rl_settle(x->key, x->rl_reserved, (uint64_t)toks, x->rl_local, px_exch_now(x));
+  px_inflight_drop(x->rl_rec);
 }
 
 /* One finished exchange's memory, its small buffers' with it, kept for the
@@ -277,6 +281,7 @@ px_exch_t *px_exch_new(px_worker_t *w, px_conn_t *c, px_req_t *r, px_proto_t in,
     free(x);
     return NULL;
   }
+  px_inflight_begin(); /* until finalize: lost if this worker dies first */
   x->retry_reason[0] = x->bad_msg[0] = x->content_type[0] = x->label[0] = 0;
   px_lossy_init(&x->lossy);
   x->w = w;
@@ -367,6 +372,7 @@ static void finalize(px_exch_t *x) {
     x->conn = NULL;
   }
   exch_free(x);
+  px_inflight_end();
 }
 
 void px_exch_finalize(px_exch_t *x) { finalize(x); }

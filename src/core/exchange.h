@@ -87,6 +87,8 @@ struct px_exch {
   px_rl_wait_t *rl_wait; /* admission waiting for the state backend */
   uint64_t rl_reserved;  /* tpm tokens set aside at admission */
   int rl_admitted;       /* settle the key's tpm at the end */
+  int rl_local;          /* ... in this host's buckets (on_error = local) */
+  struct px_inflight_rec *rl_rec; /* the reservation, for the master if we die */
   int metric_status;     /* status for /metrics when a started response failed */
   int attempt_open;      /* a 2xx attempt, counted in /metrics when it ends */
   const px_route_conf_t *route;

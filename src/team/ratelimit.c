@@ -8,6 +8,11 @@
  * tpm: capacity tpm, charged after the fact with the tokens a request used;
  * it may go negative (debt), and requests are refused until it is back to
  * zero or above.
+ *
+ * With [state] backend = redis the same table holds the buckets of
+ * on_error = local: during an outage each key gets ceil(limit / instances)
+ * here. Entries carry the outage they belong to (epoch), so every bucket
+ * starts full at each outage.
  */
 #include "proxai/ratelimit.h"
 
@@ -15,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "proxai/shm.h"
 
@@ -41,13 +48,21 @@ typedef struct bucket {
 typedef struct rl_entry {
   pthread_mutex_t mu;
   uint32_t ready;
+  uint32_t epoch; /* 0: backend = local; else the outage of on_error = local */
   uint64_t hash;
   char name[RL_NAME];
   bucket_t rpm, tpm;
 } rl_entry_t;
 
+/* Worker slots whose outage flags are kept (more workers: counted as 0's) */
+#define RL_WORKERS 1024
+
 typedef struct rl_shm {
-  pthread_mutex_t mu; /* taken only to create an entry */
+  pthread_mutex_t mu;       /* taken to create an entry, and for outages */
+  uint32_t epoch;           /* outages of the shared backend seen by this host */
+  uint8_t down[RL_WORKERS]; /* workers that find the backend unreachable now */
+  char instance[96];        /* this instance's name in the shared backend's registry */
+  uint32_t instances;       /* instances the registry last counted (0: not yet) */
   rl_entry_t e[RL_SLOTS];
 } rl_shm_t;
 
@@ -56,10 +71,23 @@ static size_t region_size(unsigned nworkers) {
 }
 
 static void region_setup(void *p, unsigned nworkers) {
-  px_shm_mutex_init(&((rl_shm_t *)p)->mu);
+  rl_shm_t *t = p;
+  px_shm_mutex_init(&t->mu);
+  /* set before the workers fork: all of them share it */
+  char host[64] = "";
+  gethostname(host, sizeof(host) - 1);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  snprintf(t->instance, sizeof(t->instance), "%s:%ld:%lld.%09ld", host, (long)getpid(),
+           (long long)ts.tv_sec, ts.tv_nsec);
 }
 
 px_shm_region_t px_rl_region = {.name = "ratelimit", .size = region_size, .setup = region_setup};
+
+const char *px_rl_instance(void) {
+  rl_shm_t *t = px_shm_get(&px_rl_region);
+  return t ? t->instance : "";
+}
 
 static uint64_t hash_str(const char *s) {
   uint64_t h = 1469598103934665603ULL;
@@ -74,8 +102,9 @@ static int entry_is(const rl_entry_t *e, uint64_t h, const char *key) {
   return e->hash == h && strncmp(e->name, key, RL_NAME - 1) == 0;
 }
 
-/* The key's entry, locked; NULL when the table is full. */
-static rl_entry_t *lookup(const char *key) {
+/* The key's entry of that epoch, locked; NULL when the table is full. An
+ * entry of another epoch starts again with full buckets. */
+static rl_entry_t *lookup(const char *key, uint32_t epoch) {
   rl_shm_t *t = px_shm_get(&px_rl_region);
   if (!t) return NULL;
   if (!key) key = "";
@@ -97,6 +126,11 @@ static rl_entry_t *lookup(const char *key) {
     }
     if (entry_is(e, h, key)) {
       px_shm_lock(&e->mu);
+      if (e->epoch != epoch) {
+        memset(&e->rpm, 0, sizeof(e->rpm));
+        memset(&e->tpm, 0, sizeof(e->tpm));
+        e->epoch = epoch;
+      }
       return e;
     }
   }
@@ -138,9 +172,10 @@ static unsigned wait_secs(const bucket_t *b, int64_t target) {
   return s > 0xffffffffu ? 0xffffffffu : (unsigned)s;
 }
 
-unsigned px_rl_admit(const char *key, uint64_t rpm, uint64_t tpm, uint64_t now_ms) {
+static unsigned admit_at(const char *key, uint64_t rpm, uint64_t tpm, uint64_t now_ms,
+                         uint32_t epoch) {
   if (rpm == 0 && tpm == 0) return 0;
-  rl_entry_t *e = lookup(key);
+  rl_entry_t *e = lookup(key, epoch);
   if (!e) return 0; /* table full: fail open rather than refuse everyone */
   unsigned wait = 0;
   if (tpm) {
@@ -158,9 +193,14 @@ unsigned px_rl_admit(const char *key, uint64_t rpm, uint64_t tpm, uint64_t now_m
   return wait;
 }
 
-void px_rl_charge(const char *key, uint64_t tpm, uint64_t tokens, uint64_t now_ms) {
+unsigned px_rl_admit(const char *key, uint64_t rpm, uint64_t tpm, uint64_t now_ms) {
+  return admit_at(key, rpm, tpm, now_ms, 0);
+}
+
+static void charge_at(const char *key, uint64_t tpm, uint64_t tokens, uint64_t now_ms,
+                      uint32_t epoch) {
   if (tpm == 0 || tokens == 0) return;
-  rl_entry_t *e = lookup(key);
+  rl_entry_t *e = lookup(key, epoch);
   if (!e) return;
   refill(&e->tpm, tpm, now_ms);
   int64_t room = e->tpm.level - DEBT_FLOOR;
@@ -169,6 +209,10 @@ void px_rl_charge(const char *key, uint64_t tpm, uint64_t tokens, uint64_t now_m
   else
     e->tpm.level -= (int64_t)tokens * UNITS_PER_TOKEN;
   px_shm_unlock(&e->mu);
+}
+
+void px_rl_charge(const char *key, uint64_t tpm, uint64_t tokens, uint64_t now_ms) {
+  charge_at(key, tpm, tokens, now_ms, 0);
 }
 
 void px_rl_reset(void) {
@@ -183,14 +227,81 @@ void px_rl_reset(void) {
 /* ---------------------------------------------------------------------- */
 /* backend dispatch                                                         */
 
+#include "proxai/inflight.h"
+#include "proxai/metrics.h"
 #include "proxai/state_redis.h"
 
-px_rl_verdict_t px_rl_check(const px_key_conf_t *k, uint64_t reserve, uint64_t now_ms,
-                            unsigned *retry_after, px_rl_done_fn done, void *arg,
-                            px_rl_wait_t **wait) {
-  if (k->rpm == 0 && k->tpm == 0) return PX_RL_ALLOW;
+static px_on_error_t g_on_error;
+
+/* The current outage's epoch (on_error = local), 0 when there is none. */
+static uint32_t outage_epoch(void) {
+  rl_shm_t *t = px_shm_get(&px_rl_region);
+  return t ? __atomic_load_n(&t->epoch, __ATOMIC_ACQUIRE) : 0;
+}
+
+void px_rl_set_instances(unsigned n) {
+  rl_shm_t *t = px_shm_get(&px_rl_region);
+  if (t) __atomic_store_n(&t->instances, n, __ATOMIC_RELAXED);
+  px_metrics_state_instances(n);
+}
+
+/* ceil(limit / n), n the instances last counted: this instance's share
+ * while the shared buckets are out of reach (0 stays unlimited). */
+static uint64_t share(uint64_t limit) {
+  rl_shm_t *t = px_shm_get(&px_rl_region);
+  unsigned n = t ? __atomic_load_n(&t->instances, __ATOMIC_RELAXED) : 1;
+  return n > 1 ? (limit + n - 1) / n : limit;
+}
+
+void px_rl_outage(int down) {
+  rl_shm_t *t = px_shm_get(&px_rl_region);
+  unsigned me = px_shm_worker();
+  if (!t || me >= RL_WORKERS) return;
+  px_shm_lock(&t->mu);
+  if (down) {
+    int any = 0;
+    for (unsigned i = 0; i < px_shm_nworkers() && i < RL_WORKERS; i++) any |= t->down[i];
+    if (!any) __atomic_store_n(&t->epoch, t->epoch + 1, __ATOMIC_RELEASE);
+  }
+  t->down[me] = down != 0;
+  px_shm_unlock(&t->mu);
+}
+
+void px_rl_worker_gone(unsigned worker) {
+  rl_shm_t *t = px_shm_get(&px_rl_region);
+  if (!t || worker >= RL_WORKERS) return;
+  px_shm_lock(&t->mu);
+  t->down[worker] = 0;
+  px_shm_unlock(&t->mu);
+}
+
+px_rl_verdict_t px_rl_fallback(const char *key, uint64_t rpm, uint64_t tpm,
+                               unsigned flags, uint64_t now_ms, unsigned *retry_after) {
+  if (flags & PX_RL_STRICT) {
+    px_metrics_state("redis", "refused");
+    return PX_RL_UNAVAILABLE;
+  }
+  if (g_on_error == PX_ON_ERROR_DENY) {
+    px_metrics_state("redis", "denied");
+    return PX_RL_UNAVAILABLE;
+  }
+  if (g_on_error == PX_ON_ERROR_ALLOW) {
+    px_metrics_state("redis", "allowed");
+    return PX_RL_OPEN;
+  }
+  px_metrics_state("redis", "local");
+  unsigned w = admit_at(key, share(rpm), share(tpm), now_ms, outage_epoch());
+  if (w == 0) return PX_RL_LOCAL;
+  *retry_after = w;
+  return PX_RL_LIMITED;
+}
+
+px_rl_verdict_t px_rl_check(const px_key_conf_t *k, uint64_t reserve, unsigned flags,
+                            uint64_t now_ms, unsigned *retry_after, px_rl_done_fn done,
+                            void *arg, px_rl_wait_t **wait) {
+  if (k->rpm == 0 && k->tpm == 0 && !(flags & PX_RL_STRICT)) return PX_RL_ALLOW;
   if (px_redis_running())
-    return px_redis_admit(k->name, k->rpm, k->tpm, k->tpm ? reserve : 0, now_ms,
+    return px_redis_admit(k->name, k->rpm, k->tpm, k->tpm ? reserve : 0, flags, now_ms,
                           retry_after, done, arg, wait);
   unsigned w = px_rl_admit(k->name, k->rpm, k->tpm, now_ms);
   if (w == 0) return PX_RL_ALLOW;
@@ -202,9 +313,13 @@ void px_rl_cancel(px_rl_wait_t *w) {
   if (w) px_redis_cancel(w);
 }
 
-void px_rl_settle(const px_key_conf_t *k, uint64_t reserved, uint64_t used,
+void px_rl_settle(const px_key_conf_t *k, uint64_t reserved, uint64_t used, int local,
                   uint64_t now_ms) {
   if (k->tpm == 0) return;
+  if (local) {
+    charge_at(k->name, share(k->tpm), used, now_ms, outage_epoch());
+    return;
+  }
   if (px_redis_running()) {
     if (used != reserved)
       px_redis_settle(k->name, k->tpm, (int64_t)used - (int64_t)reserved);
@@ -217,7 +332,15 @@ int px_rl_reserves(void) {
   return px_redis_running();
 }
 
+void px_rl_release_lost(const px_config_t *cfg, const px_inflight_rec_t *recs, size_t n) {
+  /* the local backend reserves nothing (it charges at the end): only the
+   * shared one holds reservations */
+  if (n > 0 && cfg->state.backend == PX_STATE_REDIS)
+    px_redis_release(&cfg->state, recs, n);
+}
+
 int px_rl_start(uv_loop_t *loop, const px_config_t *cfg) {
+  g_on_error = cfg->state.on_error;
   if (cfg->state.backend != PX_STATE_REDIS) return 0;
   return px_redis_start(loop, &cfg->state);
 }

@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "proxai/config.h"
+#include "proxai/inflight.h"
 #include "proxai/metrics.h"
 #include "proxai/ratelimit.h"
 #include "proxai/shm.h"
@@ -47,6 +48,7 @@ static int has(const px_buf_t *b, const char *s) {
 static void test_across_fork(void) {
   px_shm_register(&px_metrics_region);
   px_shm_register(&px_rl_region);
+  px_shm_register(&px_inflight_region);
   CHECK(px_shm_init(3) == 0);
   CHECK(px_shm_nworkers() == 3);
   px_metrics_reset();
@@ -92,6 +94,109 @@ static px_config_t *parse(const char *text, char *err, size_t n) {
   return px_config_parse(text, "t.conf", err, n);
 }
 
+/* A worker with three requests started, one finished, two reservations
+ * taken and one given back, killed before the rest ended. */
+static void child_dies_in_flight(void) {
+  for (int i = 0; i < 3; i++) px_inflight_begin();
+  px_inflight_end();
+  px_inflight_rec_t *a = px_inflight_hold("key-a"), *b = px_inflight_hold("key-b");
+  if (!a || !b || a == b) _exit(3);
+  a->tpm_reserved = 100;
+  b->tpm_reserved = 250;
+  b->tpm = 1000;
+  px_inflight_drop(a);
+  _exit(0);
+}
+
+static void test_inflight(void) {
+  CHECK(px_shm_init(3) == 0);
+  px_metrics_reset();
+  in_child(2, child_dies_in_flight);
+  px_inflight_rec_t *recs;
+  size_t n;
+  CHECK(px_inflight_reap(2, &recs, &n) == 2);
+  CHECK(n == 1 && recs && strcmp(recs[0].key, "key-b") == 0 &&
+        recs[0].tpm_reserved == 250 && recs[0].tpm == 1000);
+  free(recs);
+  /* emptied for the replacement */
+  CHECK(px_inflight_reap(2, &recs, &n) == 0);
+  CHECK(n == 0 && recs == NULL);
+  px_metrics_lost(2);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  CHECK(px_metrics_render(&b) == 0);
+  CHECK(has(&b, "proxai_requests_lost_total 2\n"));
+  px_buf_free(&b);
+  px_metrics_reset();
+}
+
+static void start_on_error(const char *mode) {
+  char text[512], err[256];
+  snprintf(text, sizeof(text),
+           "[state]\non_error = %s\n[upstream oc]\nprotocol = openai_chat_completions\n"
+           "base_url = http://h/v1\n[route *]\nupstream = oc\n",
+           mode);
+  px_config_t *c = parse(text, err, sizeof(err));
+  CHECK(c != NULL);
+  if (c) CHECK(px_rl_start(NULL, c) == 0); /* backend local: no loop needed */
+  px_config_unref(c);
+}
+
+/* What on_error decides while the shared backend is unreachable. */
+static void test_fallback(void) {
+  CHECK(px_shm_init(3) == 0);
+  px_rl_reset();
+  unsigned ra = 0;
+  start_on_error("allow");
+  CHECK(px_rl_fallback("k", 10, 0, 0, 0, &ra) == PX_RL_OPEN);
+  CHECK(px_rl_fallback("k", 10, 0, PX_RL_STRICT, 0, &ra) == PX_RL_UNAVAILABLE);
+  start_on_error("deny");
+  CHECK(px_rl_fallback("k", 10, 0, 0, 0, &ra) == PX_RL_UNAVAILABLE);
+  start_on_error("local");
+  CHECK(px_rl_fallback("k", 10, 0, PX_RL_STRICT, 0, &ra) == PX_RL_UNAVAILABLE);
+  /* three instances: ceil(10 / 3) = 4 of rpm 10 */
+  px_rl_set_instances(3);
+  px_shm_set_worker(0);
+  px_rl_outage(1);
+  for (int i = 0; i < 4; i++)
+    CHECK(px_rl_fallback("k", 10, 0, 0, 1000, &ra) == PX_RL_LOCAL);
+  CHECK(px_rl_fallback("k", 10, 0, 0, 1000, &ra) == PX_RL_LIMITED && ra >= 1);
+  /* another worker of the host finding it down joins the same outage */
+  px_shm_set_worker(1);
+  px_rl_outage(1);
+  CHECK(px_rl_fallback("k", 10, 0, 0, 1000, &ra) == PX_RL_LIMITED);
+  px_rl_outage(0);
+  px_shm_set_worker(0);
+  px_rl_outage(0);
+  /* the next outage starts with full buckets */
+  px_rl_outage(1);
+  for (int i = 0; i < 4; i++)
+    CHECK(px_rl_fallback("k", 10, 0, 0, 1000, &ra) == PX_RL_LOCAL);
+  CHECK(px_rl_fallback("k", 10, 0, 0, 1000, &ra) == PX_RL_LIMITED);
+  /* a worker that died while down no longer holds the outage open */
+  px_shm_set_worker(2);
+  px_rl_outage(1);
+  px_rl_worker_gone(2);
+  px_shm_set_worker(0);
+  px_rl_outage(0);
+  px_rl_outage(1);
+  CHECK(px_rl_fallback("k", 10, 0, 0, 1000, &ra) == PX_RL_LOCAL);
+  px_rl_outage(0);
+  /* tpm: a share of ceil(100 / 3) = 34, charged at the end in this host's
+   * bucket; admitted while not in debt */
+  px_key_conf_t k = {.name = "t", .tpm = 100};
+  px_rl_outage(1);
+  CHECK(px_rl_fallback("t", 0, 100, 0, 1000, &ra) == PX_RL_LOCAL);
+  px_rl_settle(&k, 0, 34, 1, 1000);
+  CHECK(px_rl_fallback("t", 0, 100, 0, 1000, &ra) == PX_RL_LOCAL);
+  px_rl_settle(&k, 0, 1, 1, 1000);
+  CHECK(px_rl_fallback("t", 0, 100, 0, 1000, &ra) == PX_RL_LIMITED);
+  px_rl_outage(0);
+  start_on_error("allow");
+  px_rl_set_instances(0);
+  px_rl_reset();
+}
+
 static void test_config(void) {
   static const char base[] =
       "[upstream oc]\nprotocol = openai_chat_completions\nbase_url = "
@@ -103,7 +208,8 @@ static void test_config(void) {
   if (c) {
     CHECK(c->state.backend == PX_STATE_LOCAL);
     CHECK(strcmp(c->state.prefix, "proxai:") == 0);
-    CHECK(c->state.on_error_deny == 0);
+    CHECK(c->state.on_error == PX_ON_ERROR_ALLOW);
+    CHECK(c->state.timeout_ms == 250);
     CHECK(c->server.socket_mode == 0660);
     CHECK(c->server.admin_listen == NULL);
     CHECK(c->routes[0].nmodels == 2 && strcmp(c->routes[0].models[1], "c-2") == 0);
@@ -112,7 +218,7 @@ static void test_config(void) {
   snprintf(text, sizeof(text),
            "[server]\nadmin_listen = 127.0.0.1:9901\nsocket_mode = 0600\n"
            "[state]\nbackend = redis\nredis = redis://127.0.0.1:6379/2\nprefix = gw1:\n"
-           "on_error = deny\n%s",
+           "on_error = deny\ntimeout = 80ms\n%s",
            base);
   c = parse(text, err, sizeof(err));
   CHECK(c != NULL);
@@ -120,7 +226,8 @@ static void test_config(void) {
     CHECK(c->state.backend == PX_STATE_REDIS);
     CHECK(strcmp(c->state.redis, "redis://127.0.0.1:6379/2") == 0);
     CHECK(strcmp(c->state.prefix, "gw1:") == 0);
-    CHECK(c->state.on_error_deny == 1);
+    CHECK(c->state.on_error == PX_ON_ERROR_DENY);
+    CHECK(c->state.timeout_ms == 80);
     CHECK(c->server.socket_mode == 0600);
     CHECK(strcmp(c->server.admin_listen, "127.0.0.1:9901") == 0);
     px_config_unref(c);
@@ -131,11 +238,14 @@ static void test_config(void) {
       {"[state]\nbackend = memcached\n", "t.conf:2: backend must be local or redis"},
       {"[state]\nbackend = redis\n", "t.conf:1: [state] backend = redis needs 'redis ='"},
       {"[state]\nredis = http://x\n", "t.conf:2: redis must be"},
-      {"[state]\non_error = maybe\n", "t.conf:2: on_error must be allow or deny"},
+      {"[state]\non_error = maybe\n", "t.conf:2: on_error must be allow, deny or local"},
+      {"[state]\ntimeout = 0ms\n", "t.conf:1: [state] timeout must be at least 1ms"},
+      {"[state]\ntimeout = soon\n", "t.conf:2: invalid duration 'soon' for 'timeout'"},
       {"[state]\n[state]\n", "t.conf:2: duplicate section [state]"},
       {"[server]\nsocket_mode = 0999\n", "t.conf:2: 'socket_mode' must be an octal mode"},
       {"[server]\nadmin_listen = nowhere\n", "t.conf:2: invalid admin_listen address"},
-      {"[route x-*]\nupstream = oc\nmodels = x-*\n", "t.conf:3: model 'x-*' in [route x-*] is not a concrete model name"},
+      {"[route x-*]\nupstream = oc\nmodels = x-*\n",
+       "t.conf:3: model 'x-*' in [route x-*] is not a concrete model name"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     snprintf(text, sizeof(text), "%s%s", bad[i].text,
@@ -196,6 +306,8 @@ static void test_regions(void) {
 int main(void) {
   test_regions();
   test_across_fork();
+  test_inflight();
+  test_fallback();
   test_config();
   return check_report("test_state");
 }
