@@ -31,14 +31,15 @@ static void same_dump(const json_t *j, size_t flags) {
     if (strcmp(a, b) != 0) fprintf(stderr, "fuzz_jdoc: dumps differ:\n%s\n%s\n", a, b);
     CHECK(strcmp(a, b) == 0);
   }
-  if (flags == JSON_COMPACT) { /* appended to a buffer: the same bytes after what it held */
+  /* appended to a buffer: the same bytes after what it held */
+  if (flags == JSON_COMPACT) {
     px_buf_t o;
     px_buf_init(&o, SIZE_MAX / 2);
     CHECK(px_buf_append(&o, "x", 1) == 0);
     int rc = px_jdoc_dump_buf(j, &o);
     CHECK((rc == 0) == (b != NULL));
-    if (rc == 0) CHECK(o.len == strlen(b) + 1 && memcmp(o.data + 1, b, o.len - 1) == 0);
-    else CHECK(o.len == 1);
+    CHECK(rc == 0 ? o.len == strlen(b) + 1 && memcmp(o.data + 1, b, o.len - 1) == 0
+                  : o.len == 1);
     px_buf_free(&o);
   }
   free(a);

@@ -86,11 +86,12 @@ size_t px_json_ws_run(const unsigned char *p, size_t n, size_t i) {
  * 6 or 12 (a surrogate pair), 0 when invalid (a bad escape or hex, \u0000,
  * a lone surrogate, truncated). */
 static const unsigned char simple_escape[256] = {
-    ['"'] = 1, ['\\'] = 1, ['/'] = 1, ['b'] = 1, ['f'] = 1, ['n'] = 1, ['r'] = 1, ['t'] = 1};
+    ['"'] = 1, ['\\'] = 1, ['/'] = 1, ['b'] = 1,
+    ['f'] = 1, ['n'] = 1,  ['r'] = 1, ['t'] = 1};
 static size_t escape_u(const unsigned char *p, size_t n, size_t j) {
   if (j + 6 > n || p[j + 1] != 'u') return 0;
   long v = px_hex4(p + j + 2);
-  if (v <= 0) return 0;                    /* bad hex, or \u0000 (jansson refuses NUL) */
+  if (v <= 0) return 0;                     /* bad hex, or \u0000 (jansson refuses NUL) */
   if (v >= 0xDC00 && v <= 0xDFFF) return 0; /* lone low surrogate */
   if (v < 0xD800 || v > 0xDBFF) return 6;
   if (j + 12 > n || p[j + 6] != '\\' || p[j + 7] != 'u') return 0;
@@ -109,11 +110,13 @@ static inline size_t escape_len(const unsigned char *p, size_t n, size_t j) {
 int px_json_string_at(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
   *esc = 0;
 #if defined(__SSE2__)
-  const __m128i lo = _mm_set1_epi8(0x20), qt = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\');
+  const __m128i lo = _mm_set1_epi8(0x20), qt = _mm_set1_epi8('"'),
+                bs = _mm_set1_epi8('\\');
   while (i + 16 <= n) {
     __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
-    __m128i hit = _mm_or_si128(_mm_cmplt_epi8(v, lo),
-                               _mm_or_si128(_mm_cmpeq_epi8(v, qt), _mm_cmpeq_epi8(v, bs)));
+    __m128i hit =
+        _mm_or_si128(_mm_cmplt_epi8(v, lo),
+                     _mm_or_si128(_mm_cmpeq_epi8(v, qt), _mm_cmpeq_epi8(v, bs)));
     unsigned m = (unsigned)_mm_movemask_epi8(hit);
     size_t base = i, j = i + 16;
     while (m != 0) {
@@ -463,8 +466,8 @@ static void watch_init(watch_t *w, const char *const (*caps)[2]) {
 /* Which watched member the key p[s..e) names (escapes decoded) inside the
  * member `parent`. An escaped spelling longer than 6 bytes a character
  * cannot name one of them. */
-static int watched_key(const watch_t *w, const unsigned char *p, size_t s, size_t e, int esc,
-                       int parent) {
+static int watched_key(const watch_t *w, const unsigned char *p, size_t s, size_t e,
+                       int esc, int parent) {
   char tmp[96];
   const char *k = (const char *)p + s;
   size_t l = e - s;
@@ -477,7 +480,8 @@ static int watched_key(const watch_t *w, const unsigned char *p, size_t s, size_
     l = v.len;
   }
   for (int x = 0; x < w->n; x++)
-    if (w->parent[x] == parent && w->len[x] == l && memcmp(w->name[x], k, l) == 0) return x;
+    if (w->parent[x] == parent && w->len[x] == l && memcmp(w->name[x], k, l) == 0)
+      return x;
   return W_NONE;
 }
 

@@ -16,6 +16,8 @@
  *        -> JSON, other protocol ................ tr_json: collect, translate
  *        -> JSON, other protocol, count_tokens .. count: collect, re-encode
  */
+#include "respond.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +29,6 @@
 #include "proxai/json.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
-#include "respond.h"
 
 /* a pass-through JSON answer up to this size is held and sent with our own
  * Content-Length once complete; a larger one goes on chunked as it arrives */

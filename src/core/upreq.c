@@ -7,6 +7,8 @@
  *   px_upreq_build -> tr_ctx_init -> body: pass_body | translate_body
  *                  -> build_url -> build_upstream_headers
  */
+#include "upreq.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +17,6 @@
 #include <time.h>
 
 #include "proxai/jdoc.h"
-#include "upreq.h"
 
 static int value_ok(const char *v) { return px_header_value_ok(v, strlen(v)); }
 

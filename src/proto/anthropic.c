@@ -41,7 +41,9 @@ static void set_new(json_t *o, const char *k, json_t *v) {
   if (v != NULL) json_object_set_new(o, k, v);
 }
 
-static json_t *text_part(const char *text) { return px_ir_text(text); }
+static json_t *text_part(const char *text) {
+  return px_ir_text(text);
+}
 
 /* ======================================================================== */
 /* Request decode: Anthropic body -> IR                                      */

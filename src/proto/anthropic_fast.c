@@ -304,8 +304,10 @@ static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
           if (v.kind != PX_FV_ARR) return DECLINE;
           if (!px_fw_empty(v.raw)) ir->stop = v.raw;
         } else if (ki == K_STREAM) {
-          if (v.kind == PX_FV_TRUE) ir->stream_true = 1;
-          else ir->stream_false = 1;
+          if (v.kind == PX_FV_TRUE)
+            ir->stream_true = 1;
+          else
+            ir->stream_false = 1;
         }
     }
     if (rc != 0) return DECLINE;

@@ -824,8 +824,8 @@ static json_t *tool_msg_out(const px_tr_ctx_t *ctx, json_t *p, px_lossy_t *lossy
                         px_jstr(p, "tool_call_id") ? px_jstr(p, "tool_call_id") : "");
   /* the texts of a document, joined: valid UTF-8 already */
   if (m != NULL &&
-      json_object_set_new_nocheck(m, "content",
-                                  json_stringn_nocheck(b.data ? b.data : "", b.len)) < 0) {
+      json_object_set_new_nocheck(
+          m, "content", json_stringn_nocheck(b.data ? b.data : "", b.len)) < 0) {
     json_decref(m);
     m = NULL;
   }

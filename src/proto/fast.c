@@ -242,8 +242,10 @@ static int skip_container(px_fw_t *w) {
   while (i < n) {
     unsigned c = p[i++];
     if (in_str) {
-      if (c == '"') in_str = 0;
-      else if (c == '\\') i++;
+      if (c == '"')
+        in_str = 0;
+      else if (c == '\\')
+        i++;
     } else if (c == '"') {
       in_str = 1;
     } else if (c == '{' || c == '[') {

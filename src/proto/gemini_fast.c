@@ -491,8 +491,10 @@ static int gem_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, siz
   if (r < 0 || !HAS(K_CONTENTS) || HAS(K_CACHED) || HAS(K_WRAPPED)) return DECLINE;
   if (HAS(K_TC) && decode_tool_config(&f[K_TC], ir) != 0) return DECLINE;
   /* the method of the path decides, as the IR says there */
-  if (ctx->stream) ir->stream_true = 1;
-  else ir->stream_false = 1;
+  if (ctx->stream)
+    ir->stream_true = 1;
+  else
+    ir->stream_false = 1;
   for (int i = 0; i < N_DROPPED; i++)
     if (dropped & (1u << i)) {
       char p[64];

@@ -115,7 +115,9 @@ typedef struct dec {
   px_tr_err_t *err;
 } dec_t;
 
-static json_t *text_part(const char *t) { return px_ir_text(t); }
+static json_t *text_part(const char *t) {
+  return px_ir_text(t);
+}
 
 /* An input_image / input_file / input_text part of user content (also used
  * for function_call_output content lists). */

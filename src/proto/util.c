@@ -284,7 +284,8 @@ int px_rtok_in(px_proto_t client, json_t *p, const char *tok) {
 json_t *px_ir_text(const char *text) {
   if (text == NULL) return NULL;
   json_t *p = json_pack("{s:s}", "type", "text");
-  if (p != NULL && json_object_set_new_nocheck(p, "text", json_string_nocheck(text)) < 0) {
+  if (p != NULL &&
+      json_object_set_new_nocheck(p, "text", json_string_nocheck(text)) < 0) {
     json_decref(p);
     return NULL;
   }

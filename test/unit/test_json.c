@@ -251,15 +251,18 @@ static void test_caps(void) {
                                          {"max_tokens", NULL}};
   static const char *const gem[2][2] = {{"generationConfig", "maxOutputTokens"}, {NULL}};
   px_json_req_t r;
-  const char *b = "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[],\"max_tokens\":99999}";
+  const char *b =
+      "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[],\"max_tokens\":99999}";
   CHECK(px_json_request_caps(b, strlen(b), chat, &r) < 0 && r.err == PX_JREQ_DUPLICATE &&
         strcmp(r.key, "max_tokens") == 0);
   b = "{\"model\":\"m\",\"max_tokens\":1,\"max_to\\u006bens\":99999}";
   CHECK(px_json_request_caps(b, strlen(b), chat, &r) < 0 && r.err == PX_JREQ_DUPLICATE);
   /* both caps once each: found */
-  b = "{\"max_tokens\":7,\"x\":{\"max_tokens\":1,\"max_tokens\":2},\"max_completion_tokens\":9}";
+  b = "{\"max_tokens\":7,\"x\":{\"max_tokens\":1,\"max_tokens\":2},\"max_completion_"
+      "tokens\":9}";
   CHECK(px_json_request_caps(b, strlen(b), chat, &r) == 0);
-  CHECK(r.cap_len[0] == 1 && b[r.cap_at[0]] == '9' && r.cap_len[1] == 1 && b[r.cap_at[1]] == '7');
+  CHECK(r.cap_len[0] == 1 && b[r.cap_at[0]] == '9' && r.cap_len[1] == 1 &&
+        b[r.cap_at[1]] == '7');
   /* without the caps, a repeated max_tokens is not the scan's business */
   b = "{\"max_tokens\":1,\"max_tokens\":2}";
   CHECK(scan(b, &r) == 0 && r.cap_len[0] == 0);
