@@ -183,6 +183,8 @@ typedef struct px_json_req {
   size_t stream_at, stream_len; /**< `stream` value token */
   int stream;                   /**< `stream` is true */
   int include_usage;            /**< `stream_options.include_usage` is true */
+  size_t so_at, so_len;         /**< `stream_options` value token (its first
+                                     byte for a container; len 0: absent) */
   size_t cap_at[PX_JREQ_CAPS], cap_len[PX_JREQ_CAPS]; /**< value token of each
                                      watched output-token cap (caps[k]) */
   size_t cost;                  /**< bytes jansson needs at most to hold the

@@ -628,6 +628,7 @@ after:
     r->stream_at = at[TOP_STREAM], r->stream_len = len[TOP_STREAM];
     r->stream = len[TOP_STREAM] == 4 && memcmp(p + at[TOP_STREAM], "true", 4) == 0;
     r->include_usage = len[SO_USAGE] == 4 && memcmp(p + at[SO_USAGE], "true", 4) == 0;
+    r->so_at = at[TOP_SO], r->so_len = len[TOP_SO];
     for (int k = W_FIXED; k < w.n; k++)
       if (w.cap[k] >= 0) r->cap_at[w.cap[k]] = at[k], r->cap_len[w.cap[k]] = len[k];
     r->cost = cost;
