@@ -196,7 +196,8 @@ static void on_hup(uv_signal_t *sig, int signum) {
   const px_state_conf_t *a = &w->ctx.config->state, *b = &c->state;
   if (a->backend != b->backend || a->on_error != b->on_error ||
       a->timeout_ms != b->timeout_ms || strcmp(a->prefix, b->prefix) != 0 ||
-      (a->redis && b->redis ? strcmp(a->redis, b->redis) != 0 : a->redis != b->redis))
+      (a->redis && b->redis ? strcmp(a->redis, b->redis) != 0 : a->redis != b->redis) ||
+      (a->dir && b->dir ? strcmp(a->dir, b->dir) != 0 : a->dir != b->dir))
     px_log_warn("reload: a changed [state] section needs a restart; keeping the running one");
   px_config_unref(w->ctx.config);
   w->ctx.config = c;
@@ -283,12 +284,12 @@ static pid_t spawn_worker(const char *path, px_config_t *cfg, unsigned index,
  * flight counted as lost, their reservations released, its outage flag
  * cleared, its in-flight part emptied for the replacement. Returns the
  * number of requests lost. */
-static unsigned reap(const px_config_t *cfg, unsigned i) {
+static unsigned reap(const px_config_t *cfg, unsigned i, pid_t pid) {
   px_metrics_worker_reset(i); /* its connections and streams are gone */
   px_inflight_rec_t *recs;
   size_t nrecs;
   unsigned lost = px_inflight_reap(i, &recs, &nrecs);
-  px_rl_release_lost(cfg, recs, nrecs);
+  px_rl_release_lost(cfg, recs, nrecs, i, (long)pid);
   free(recs);
   px_rl_worker_gone(i);
   if (lost > 0) px_metrics_lost(lost);
@@ -364,7 +365,7 @@ static int run_workers(const char *path, px_config_t *cfg, unsigned n) {
       alive--;
       char what[160];
       describe_status(st, what, sizeof(what));
-      unsigned lost = reap(cfg, i);
+      unsigned lost = reap(cfg, i, p);
       size_t l = strlen(what);
       if (lost > 0)
         snprintf(what + l, sizeof(what) - l, " with %u request%s in flight (lost)", lost,
@@ -478,7 +479,26 @@ int main(int argc, char **argv) {
     px_config_unref(cfg);
     return 1;
   }
+  /* runtime keys without [state] dir: a store of this run only */
+  char scratch[64] = "";
+  if (cfg->state.backend == PX_STATE_LOCAL && !cfg->state.dir && cfg->admin_token) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(scratch, sizeof(scratch), "%s/proxai-state-XXXXXX",
+             tmp && *tmp && strlen(tmp) < 40 ? tmp : "/tmp");
+    if (mkdtemp(scratch))
+      px_rl_scratch_dir(scratch);
+    else
+      scratch[0] = 0;
+  }
   int rc = workers > 1 ? run_workers(path, cfg, workers) : run_worker(path, cfg, 0);
+  if (scratch[0]) {
+    char f[128];
+    snprintf(f, sizeof(f), "%s/data.mdb", scratch);
+    unlink(f);
+    snprintf(f, sizeof(f), "%s/lock.mdb", scratch);
+    unlink(f);
+    rmdir(scratch);
+  }
   px_log_done();
   curl_global_cleanup();
   return rc;

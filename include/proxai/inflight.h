@@ -36,9 +36,12 @@
 typedef struct px_inflight_rec {
   uint32_t used; /**< 0: free */
   uint32_t pad;
-  uint64_t tpm_reserved;     /**< tokens set aside on the key's tpm bucket */
-  uint64_t tpm;              /**< the key's tpm limit at admission */
-  char key[PX_INFLIGHT_KEY]; /**< the client key's name */
+  uint64_t tpm_reserved;      /**< tokens set aside on the key's tpm bucket */
+  uint64_t tpm;               /**< the key's tpm limit at admission */
+  uint64_t cost_key;          /**< nano-USD set aside on the key's budget */
+  uint64_t cost_team;         /**< nano-USD set aside on its team's budget */
+  char key[PX_INFLIGHT_KEY];  /**< the client key's name */
+  char team[PX_INFLIGHT_KEY]; /**< its team's name ("" when none) */
 } px_inflight_rec_t;
 
 /** The table's shared-memory region (shm.h): the master registers it. */

@@ -187,6 +187,10 @@ typedef struct px_json_req {
                                      byte for a container; len 0: absent) */
   size_t cap_at[PX_JREQ_CAPS], cap_len[PX_JREQ_CAPS]; /**< value token of each
                                      watched output-token cap (caps[k]) */
+  size_t user_at, user_len;     /**< the end user's string token (SPEC 13), 0 if
+                                     none: `metadata.user_id`, else
+                                     `safety_identifier`, else `user` (the
+                                     last of a repeated member, as jansson) */
   size_t cost;                  /**< bytes jansson needs at most to hold the
                                      body as a document (before any parse) */
   px_jreq_err_t err;            /**< why the body was refused */

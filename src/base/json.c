@@ -427,38 +427,62 @@ static int scan_number(const unsigned char *p, size_t n, size_t *i) {
 }
 
 /* The members the request scanner watches: a name and the member it sits in
- * (W_TOP: the top-level object). The first four are fixed; the caller's
- * output-token caps (px_json_request_caps) follow, at most PX_JREQ_CAPS
- * paths of one or two names. */
-enum { W_NONE = -1, W_TOP = -1, TOP_MODEL, TOP_STREAM, TOP_SO, SO_USAGE, W_FIXED };
+ * (W_TOP: the top-level object), and whether it may appear only once (a
+ * repeat refuses the body) or is only read (the last one, as jansson). The
+ * first eight are fixed; the caller's output-token caps
+ * (px_json_request_caps, once) follow, at most PX_JREQ_CAPS paths of one or
+ * two names. */
+enum {
+  W_NONE = -1,
+  W_TOP = -1,
+  TOP_MODEL,
+  TOP_STREAM,
+  TOP_SO,
+  SO_USAGE,
+  TOP_META,
+  TOP_SAFETY,
+  TOP_USER,
+  META_USER,
+  W_FIXED
+};
 #define W_MAX (W_FIXED + 2 * PX_JREQ_CAPS)
 typedef struct watch {
   const char *name[W_MAX];
   size_t len[W_MAX];
   int parent[W_MAX]; /* W_TOP or the index of the member holding it */
   int cap[W_MAX];    /* the cap path it ends, or -1 */
+  int once[W_MAX];   /* a repeat refuses the body */
   int n;
 } watch_t;
 
-static int watch_add(watch_t *w, const char *name, int parent) {
+static int watch_add(watch_t *w, const char *name, int parent, int once) {
   for (int k = 0; k < w->n; k++)
-    if (w->parent[k] == parent && strcmp(w->name[k], name) == 0) return k;
+    if (w->parent[k] == parent && strcmp(w->name[k], name) == 0) {
+      w->once[k] |= once;
+      return k;
+    }
   w->name[w->n] = name;
   w->len[w->n] = strlen(name);
   w->parent[w->n] = parent;
   w->cap[w->n] = -1;
+  w->once[w->n] = once;
   return w->n++;
 }
 
 static void watch_init(watch_t *w, const char *const (*caps)[2]) {
   w->n = 0;
-  watch_add(w, "model", W_TOP);
-  watch_add(w, "stream", W_TOP);
-  watch_add(w, "stream_options", W_TOP);
-  watch_add(w, "include_usage", TOP_SO);
+  watch_add(w, "model", W_TOP, 1);
+  watch_add(w, "stream", W_TOP, 1);
+  watch_add(w, "stream_options", W_TOP, 1);
+  watch_add(w, "include_usage", TOP_SO, 1);
+  /* the end user (SPEC 13): only read */
+  watch_add(w, "metadata", W_TOP, 0);
+  watch_add(w, "safety_identifier", W_TOP, 0);
+  watch_add(w, "user", W_TOP, 0);
+  watch_add(w, "user_id", TOP_META, 0);
   for (int c = 0; caps != NULL && c < PX_JREQ_CAPS && caps[c][0] != NULL; c++) {
-    int k = watch_add(w, caps[c][0], W_TOP);
-    if (caps[c][1] != NULL) k = watch_add(w, caps[c][1], k);
+    int k = watch_add(w, caps[c][0], W_TOP, 1);
+    if (caps[c][1] != NULL) k = watch_add(w, caps[c][1], k, 1);
     w->cap[k] = c;
   }
 }
@@ -523,7 +547,7 @@ int px_json_request_caps(const char *text, size_t n, const char *const (*caps)[2
   int seen[W_MAX] = {0};
   size_t at[W_MAX] = {0}, len[W_MAX] = {0}; /* value token of each member */
   /* the watched member whose object is open at depth 2 (its members are
-   * watched too: stream_options, a cap's parent), or W_NONE */
+   * watched too: stream_options, metadata, a cap's parent), or W_NONE */
   int sub = W_NONE;
   size_t depth = 0;
   int pending = W_NONE; /* the value about to be read is this member */
@@ -607,7 +631,7 @@ key:
       pending = watched_key(&w, p, i + 1, e, esc, W_TOP);
     else if (depth == 2 && sub != W_NONE)
       pending = watched_key(&w, p, i + 1, e, esc, sub);
-    if (pending != W_NONE && seen[pending]++) {
+    if (pending != W_NONE && w.once[pending] && seen[pending]++) {
       r->key = w.name[pending];
       return req_fail(r, PX_JREQ_DUPLICATE, i, "duplicate member");
     }
@@ -631,6 +655,14 @@ after:
     r->so_at = at[TOP_SO], r->so_len = len[TOP_SO];
     for (int k = W_FIXED; k < w.n; k++)
       if (w.cap[k] >= 0) r->cap_at[w.cap[k]] = at[k], r->cap_len[w.cap[k]] = len[k];
+    static const int users[] = {META_USER, TOP_SAFETY, TOP_USER}; /* first wins */
+    for (size_t k = 0; k < sizeof(users) / sizeof(users[0]); k++) {
+      int u = users[k];
+      if (len[u] >= 2 && p[at[u]] == '"') {
+        r->user_at = at[u], r->user_len = len[u];
+        break;
+      }
+    }
     r->cost = cost;
     return 0;
   }

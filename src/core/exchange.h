@@ -84,10 +84,17 @@ struct px_exch {
   int stream;
   int include_usage;
   const px_key_conf_t *key;
+  px_key_conf_t *rkey;   /* a runtime key (keys.h), owned: key points to it */
   px_rl_wait_t *rl_wait; /* admission waiting for the state backend */
-  uint64_t rl_reserved;  /* tpm tokens set aside at admission */
-  int rl_admitted;       /* settle the key's tpm at the end */
-  int rl_local;          /* ... in this host's buckets (on_error = local) */
+  px_admit_t adm;        /* what admission set aside (tpm tokens, budget cost) */
+  int rl_admitted;       /* settle adm at the end */
+  /* who spent what (access log, metrics, traces): */
+  const char *team;      /* the key's team, NULL when none */
+  const char *user;      /* the end user (user_buf), NULL when none */
+  char *user_buf;
+  int64_t cost_nano;     /* the request's cost in nano-USD, set at finalize
+                            (px_usd_str prints it); -1: no [price] for the
+                            upstream model */
   struct px_inflight_rec *rl_rec; /* the reservation, for the master if we die */
   int metric_status;     /* status for /metrics when a started response failed */
   int attempt_open;      /* a 2xx attempt, counted in /metrics when it ends */

@@ -58,6 +58,8 @@ void px_usage_read(const px_wire_watch_t *w, const char *p, size_t n, const char
     for (size_t k = 0; k < 2 && w->usage_in_extra[k]; k++) {
       int64_t c = find_int(p, n, &w->usage_in_extra[k], 1);
       if (c > 0) u->input_tokens += c;
+      /* the extras are the cache reads, then the cache writes (proto.h) */
+      if (c >= 0) *(k ? &u->cache_creation_tokens : &u->cache_read_tokens) = c;
     }
   }
   v = find_int(p, n, &out_name, 1);
@@ -391,6 +393,8 @@ int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
     for (size_t k = IN_X; k < us.n; k++) {
       int64_t c = us.at[k] == END ? -1 : int_at(p + us.at[k], us.len[k]);
       if (c > 0) u->input_tokens += c;
+      /* the extras are the cache reads, then the cache writes (proto.h) */
+      if (c >= 0) *(k > IN_X ? &u->cache_creation_tokens : &u->cache_read_tokens) = c;
     }
   }
   v = us.at[OUT] == END ? -1 : int_at(p + us.at[OUT], us.len[OUT]);

@@ -55,6 +55,10 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
   *out_len = b.len - 1;
   *out = px_buf_steal(&b, NULL);
   px_lossy_merge(lossy, &l);
+  /* a stream's headers name what it may drop (one rule with the jansson
+   * pipeline); the fast IR holds no reasoning request (those decline), so
+   * only what the upstream sends unasked (Gemini's signatures) applies */
+  if (c.stream) px_lossy_predict(&c, NULL, lossy);
   taken_req++;
   return 0;
 }
@@ -94,5 +98,8 @@ int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t 
   /* what px_usage_from_body would find: no second walk */
   if (ir.usage_in >= 0) usage->input_tokens = ir.usage_in;
   if (ir.usage_out >= 0) usage->output_tokens = ir.usage_out;
+  /* parts of the input, priced apart (money.h) */
+  if (ir.cache_read >= 0) usage->cache_read_tokens = ir.cache_read;
+  if (ir.cache_creation >= 0) usage->cache_creation_tokens = ir.cache_creation;
   return 0;
 }

@@ -187,9 +187,10 @@ static void test_fallback(void) {
   px_key_conf_t k = {.name = "t", .tpm = 100};
   px_rl_outage(1);
   CHECK(px_rl_fallback("t", 0, 100, 0, 1000, &ra) == PX_RL_LOCAL);
-  px_rl_settle(&k, 0, 34, 1, 1000);
+  px_admit_t adm = {.key = &k, .local = 1};
+  px_rl_settle(&adm, 34, 0, 1000);
   CHECK(px_rl_fallback("t", 0, 100, 0, 1000, &ra) == PX_RL_LOCAL);
-  px_rl_settle(&k, 0, 1, 1, 1000);
+  px_rl_settle(&adm, 1, 0, 1000);
   CHECK(px_rl_fallback("t", 0, 100, 0, 1000, &ra) == PX_RL_LIMITED);
   px_rl_outage(0);
   start_on_error("allow");
