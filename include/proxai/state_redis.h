@@ -18,4 +18,14 @@ void px_redis_cancel(px_rl_wait_t *w);
 /** Return (delta < 0) or charge (delta > 0) tokens on key's tpm bucket. */
 void px_redis_settle(const char *key, uint64_t tpm, int64_t delta);
 
+/** A reply to px_redis_command: NULL when the connection was lost. */
+struct redisReply;
+typedef void (*px_redis_reply_fn)(void *arg, struct redisReply *reply);
+/** One command (argv) on the worker's connection (stored responses,
+ *  rstore.c); cb is called once with the reply, NULL when the connection is
+ *  lost or unanswered (the watchdog). <0 when there is no connection (cb is
+ *  not called). */
+int px_redis_command(int argc, const char **argv, const size_t *argvlen,
+                     px_redis_reply_fn cb, void *arg);
+
 #endif

@@ -37,10 +37,12 @@ typedef enum sec_kind {
   SEC_UPSTREAM,
   SEC_ROUTE,
   SEC_KEY,
-  SEC_STATE
+  SEC_STATE,
+  SEC_RESPONSES
 } sec_kind_t;
 
-static const char *const sec_names[] = {"", "", "server", "upstream", "route", "key", "state"};
+static const char *const sec_names[] = {"",      "",    "server", "upstream",
+                                        "route", "key", "state",  "responses"};
 
 /* `NAME[/MODEL]` as written, resolved to a px_target_t after parsing. */
 typedef struct target_ref {
@@ -99,6 +101,7 @@ struct parse {
   int server_line;
   int *up_line, *route_line, *key_line;
   int state_line;
+  int responses_line;
   route_refs_t *refs; /* parallel to c->routes */
 };
 
@@ -210,6 +213,10 @@ int px_parse_duration_ms(const char *s, uint64_t *out) {
     mul = 1;
   else if (strcmp(u, "m") == 0)
     mul = 60000;
+  else if (strcmp(u, "h") == 0)
+    mul = 3600000;
+  else if (strcmp(u, "d") == 0)
+    mul = 86400000;
   else
     return -1;
   if (v > UINT64_MAX / mul) return -1;
@@ -765,6 +772,7 @@ static int set_route_models(parse_t *p, const directive_t *d, void *obj, char *v
 #define RT(f) offsetof(px_route_conf_t, f)
 #define KEY(f) offsetof(px_key_conf_t, f)
 #define ST(f) offsetof(px_state_conf_t, f)
+#define RS(f) offsetof(px_responses_conf_t, f)
 #define U32MAX 4294967295ull
 
 static const directive_t directives[] = {
@@ -818,6 +826,10 @@ static const directive_t directives[] = {
     {SEC_STATE, "redis", set_redis, 0, 0, 0, 0},
     {SEC_STATE, "prefix", set_str, ST(prefix), 0, 0, 0},
     {SEC_STATE, "on_error", set_on_error, 0, 0, 0, 0},
+
+    {SEC_RESPONSES, "store", set_bool, RS(store), 0, 0, 0},
+    {SEC_RESPONSES, "ttl", set_duration, RS(ttl_ms), 0, 0, 0},
+    {SEC_RESPONSES, "max_size", set_size, RS(max_size), 1, 0, 0},
 };
 #define NDIR (sizeof directives / sizeof directives[0])
 _Static_assert(NDIR <= NDIRECTIVES, "seen[] too small");
@@ -887,6 +899,9 @@ static px_config_t *config_new(void) {
   s->log_level = PX_LOG_INFO;
   s->socket_mode = 0660;
   c->state.prefix = strdup("proxai:");
+  c->responses.store = 1;
+  c->responses.ttl_ms = 30ull * 24 * 3600 * 1000;
+  c->responses.max_size = 1ull << 30;
   if (s->listen == NULL || s->access_log == NULL || c->state.prefix == NULL) {
     config_free(c);
     return NULL;
@@ -983,13 +998,13 @@ static int begin_section(parse_t *p, const char *title, size_t tlen) {
   while (rlen > 0 && is_space(*rest)) rest++, rlen--;
 
   sec_kind_t kind = SEC_BAD;
-  for (int k = SEC_SERVER; k <= SEC_STATE; k++)
+  for (int k = SEC_SERVER; k <= SEC_RESPONSES; k++)
     if (strlen(sec_names[k]) == klen && strncmp(title, sec_names[k], klen) == 0)
       kind = (sec_kind_t)k;
   if (kind == SEC_BAD)
     return fail(p, p->line,
                 "unknown section [%.*s] (expected [server], [upstream NAME], "
-                "[route PATTERN], [key NAME] or [state])",
+                "[route PATTERN], [key NAME], [state] or [responses])",
                 (int)tlen, title);
 
   char *arg = dup_range(rest, rlen);
@@ -1023,6 +1038,16 @@ static int begin_section(parse_t *p, const char *title, size_t tlen) {
         ok = fail(p, p->line, "duplicate section [state] (first at line %d)", p->state_line);
       } else {
         p->state_line = p->line;
+      }
+      break;
+    case SEC_RESPONSES:
+      if (rlen != 0) {
+        ok = fail(p, p->line, "[responses] takes no name");
+      } else if (p->responses_line != 0) {
+        ok = fail(p, p->line, "duplicate section [responses] (first at line %d)",
+                  p->responses_line);
+      } else {
+        p->responses_line = p->line;
       }
       break;
     case SEC_UPSTREAM:
@@ -1205,6 +1230,9 @@ static int on_pair(void *user, const char *section, const char *name, const char
       break;
     case SEC_STATE:
       obj = &p->c->state;
+      break;
+    case SEC_RESPONSES:
+      obj = &p->c->responses;
       break;
     default:
       break;
@@ -1630,6 +1658,9 @@ void px_config_print(const px_config_t *c, FILE *out) {
   fprintf(out, "state\n  backend: %s\n  prefix: %s\n  on_error: %s\n",
           c->state.backend == PX_STATE_REDIS ? "redis" : "local", c->state.prefix,
           c->state.on_error_deny ? "deny" : "allow");
+  fprintf(out, "responses\n  store: %s\n", c->responses.store ? "on" : "off");
+  print_ms(out, "ttl", c->responses.ttl_ms);
+  fprintf(out, "  max_size: %llu\n", (unsigned long long)c->responses.max_size);
   for (size_t i = 0; i < c->nupstreams; i++) {
     const px_upstream_conf_t *u = &c->upstreams[i];
     const char *pname = "?";

@@ -229,6 +229,7 @@ static void after_admission(px_exch_t *x) {
     }
     return;
   }
+  if (px_stored_admit(x) != 0) return; /* the chain of previous_response_id */
   px_exch_attempt(x);
 }
 
@@ -386,6 +387,15 @@ void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
     if (!get) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
     if (get_key(s, c, r, ops, &k) < 0) return;
     return serve_models(s, c, ops, k);
+  }
+  for (int p = 0; p < PX_PROTO_COUNT; p++) { /* stored responses by id */
+    const px_proto_ops_t *ops = px_proto_get((px_proto_t)p);
+    px_str_t id;
+    int items;
+    if (ops->store == NULL || !ops->store->match(path, r->path_len, &id, &items))
+      continue;
+    if (get_key(s, c, r, ops, &k) < 0) return;
+    return px_stored_serve(s, c, r, ops, k, id, items);
   }
   px_inbound_t in;
   if (!px_proto_match(path, r->url.len, &in))

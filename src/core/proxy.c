@@ -248,6 +248,7 @@ px_exch_t *px_exch_alloc(void) {
 /* The exchange's memory (freed here, or when its timer has closed). */
 static void exch_free(px_exch_t *x) {
   free(x->model_buf);
+  px_stored_free(x);
   px_upreq_free(x);
   if (x->str) px_stream_tr_free(x->str);
   if (x->pt_init) px_passthru_done(&x->pt);
@@ -275,7 +276,7 @@ static void exch_free(px_exch_t *x) {
 /* Ends the exchange once: the transfer, the access log, metrics, limits,
  * the client's response, the exchange's memory. A second call is a no-op. */
 static void finalize(px_exch_t *x) {
-  if (x->finalized) return;
+  if (x->finalized || px_stored_defer(x)) return;
   x->finalized = 1;
   if (x->xfer) {
     px_xfer_cancel(x->xfer);

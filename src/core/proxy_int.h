@@ -34,6 +34,7 @@
 #define PX_MAX_STREAM_OUT (4 * PX_MAX_STREAM_ACCUM + (1u << 20))
 
 typedef struct px_exch px_exch_t;
+typedef struct px_stored_x px_stored_x_t;
 
 /* A response mode: how the answer of one attempt reaches the client. The
  * core picks one when the upstream head arrives (px_mode_choose, or the
@@ -76,6 +77,7 @@ struct px_exch {
   px_rl_wait_t *rl_wait; /* admission waiting for the state backend */
   uint64_t rl_reserved;  /* tpm tokens set aside at admission */
   int rl_admitted;       /* settle the key's tpm at the end */
+  px_stored_x_t *rs;     /* stored responses (stored.c); NULL: none */
   int metric_status;     /* status for /metrics when a started response failed */
   int attempt_open;      /* a 2xx attempt, counted in /metrics when it ends */
   const px_route_conf_t *route;
@@ -161,6 +163,27 @@ extern const px_conn_handler_t px_exch_conn_handler;
  * by a retry on the same target; <0 when the request was answered */
 int px_upreq_build(px_exch_t *x);
 void px_upreq_free(px_exch_t *x);
+
+/* stored.c: stored responses (SPEC 14), for a client protocol with store
+ * ops and an upstream that cannot keep them */
+/** Admission: the chain of previous_response_id read and the body expanded;
+ *  0 go on, 1 pending (it goes on to px_exch_attempt itself), <0 answered. */
+int px_stored_admit(px_exch_t *x);
+/** This attempt's translation context: the minted id when the gateway keeps it. */
+void px_stored_ctx(px_exch_t *x, px_tr_ctx_t *ctx);
+/** A translated JSON answer: 1 when it is held until the turn is written
+ *  (then answered and finalized there), 0 to answer it now. */
+int px_stored_json(px_exch_t *x, const char *p, size_t n);
+/** After a stream feed: a terminal event in x->obuf is held until the turn
+ *  is written. */
+void px_stored_stream(px_exch_t *x);
+/** finalize() waits while a write is pending: 1 (it is called again). */
+int px_stored_defer(px_exch_t *x);
+void px_stored_free(px_exch_t *x);
+/** GET / DELETE of a stored response and GET of its input items. */
+void px_stored_serve(px_server_t *srv, px_conn_t *c, px_req_t *r,
+                     const px_proto_ops_t *ops, const px_key_conf_t *k, px_str_t id,
+                     int items);
 
 /* respond.c: the mode for a usable upstream head (not retried) */
 const px_mode_t *px_mode_choose(px_exch_t *x, int status, const char *encoding);

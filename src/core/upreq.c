@@ -232,6 +232,7 @@ static void tr_ctx_init(px_exch_t *x) {
   ctx->created = (int64_t)time(NULL);
   ctx->max_accum = PX_MAX_STREAM_ACCUM;
   ctx->scan = &x->jreq; /* admit.c scanned the body once */
+  px_stored_ctx(x, ctx);
 }
 
 /* Another protocol's upstream body: the translation of the client's. */

@@ -494,3 +494,36 @@ void px_redis_settle(const char *key, uint64_t tpm, int64_t delta) {
   if (delta < 0 && c->hash == w->hash) c->until_ms = 0;
   if (send_script(w, on_settle_reply) < 0) free(w);
 }
+
+/* ---- commands of other modules (stored responses) ---------------------- */
+
+typedef struct cmd_wait {
+  px_redis_reply_fn cb;
+  void *arg;
+} cmd_wait_t;
+
+static void on_command_reply(redisAsyncContext *ac, void *r, void *priv) {
+  (void)ac;
+  cmd_wait_t *w = priv;
+  if (g.inflight) g.inflight--;
+  if (g.running) g.last_progress_ms = uv_now(g.loop);
+  redisReply *reply = r;
+  if (reply != NULL && reply->type != REDIS_REPLY_ERROR) recovered();
+  w->cb(w->arg, reply);
+  free(w);
+}
+
+int px_redis_command(int argc, const char **argv, const size_t *argvlen,
+                     px_redis_reply_fn cb, void *arg) {
+  if (!g.ac) return -1;
+  cmd_wait_t *w = malloc(sizeof(*w));
+  if (w == NULL) return -1;
+  w->cb = cb;
+  w->arg = arg;
+  if (redisAsyncCommandArgv(g.ac, on_command_reply, w, argc, argv, argvlen) != REDIS_OK) {
+    free(w);
+    return -1;
+  }
+  if (g.inflight++ == 0) g.last_progress_ms = uv_now(g.loop);
+  return 0;
+}

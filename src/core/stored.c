@@ -1,0 +1,450 @@
+/* stored.c - stored responses in the request core (SPEC section 14): a
+ * client protocol whose clients name responses kept on the server (its ops
+ * have `store`) talking to an upstream that cannot keep them (no
+ * PX_CAP_STORED_RESPONSES) gets them kept by the gateway, in the state
+ * backend (rstore.h). It knows no protocol: the client protocol's store ops
+ * read and write the bodies.
+ *
+ *   admission: previous id -> the chain, one read -> the body expanded
+ *              (or 404 / 413 / 503 before anything is sent upstream)
+ *   attempt:   the upstream cannot store -> the response id is minted here
+ *   answer:    JSON: the body held; stream: the terminal event held ->
+ *              one write -> then the client gets it (a follow-up sent the
+ *              instant it arrives finds the turn)
+ *   endpoints: GET / DELETE {id}, GET {id}/input_items
+ *
+ * finalize() waits for a pending write (px_stored_defer), so a client that
+ * leaves cannot cut a turn's write short, and nothing is freed under it.
+ */
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxai/log.h"
+#include "proxai/rstore.h"
+#include "proxy_int.h"
+
+/* Turns a chain may have: past it, the conversation is refused as too big. */
+#define PX_STORED_MAX_TURNS 10000
+
+struct px_stored_x {
+  int save;            /* the client's store flag (and the gateway's) */
+  int saving;          /* this attempt's upstream cannot store: the gateway does */
+  int expanded;        /* the body carries the chain */
+  int busy;            /* a write is pending: finalize waits */
+  int finalize_wanted; /* finalize came while busy */
+  int taken;           /* the terminal event was looked at */
+  int held_json;       /* held is a whole JSON answer (else a stream's last event) */
+  char id[40];
+  char prev[PX_STORED_ID_MAX + 1];
+  px_buf_t input; /* the request's own input items */
+  px_buf_t held;  /* what the client gets once the turn is written */
+  px_rs_op_t *op;
+};
+
+static const px_store_ops_t *sops(px_exch_t *x) {
+  return px_exch_client_ops(x)->store;
+}
+
+static px_rs_where_t where(const px_config_t *cfg) {
+  return (px_rs_where_t){cfg->state.prefix ? cfg->state.prefix : "",
+                         cfg->responses.ttl_ms, cfg->responses.max_size};
+}
+
+/* Who owns a stored response: the key's name ("" for an open gateway). */
+static const char *owner_of(const px_key_conf_t *k) {
+  return k ? k->name : "";
+}
+
+static int can_store(px_proto_t p) {
+  return (px_proto_get(p)->caps & PX_CAP_STORED_RESPONSES) != 0;
+}
+
+/* "resp_" + 24 random letters and digits. */
+static void mint(char *out, size_t cap) {
+  static const char al[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  unsigned char r[24];
+  if (RAND_bytes(r, sizeof(r)) != 1) /* never seen: fall back to the clock's bits */
+    for (size_t i = 0; i < sizeof(r); i++)
+      r[i] = (unsigned char)((uv_hrtime() >> (i % 8)) * 131 + i * 17 + (size_t)rand());
+  char s[25];
+  for (size_t i = 0; i < 24; i++) s[i] = al[r[i] % 36];
+  s[24] = 0;
+  snprintf(out, cap, "resp_%s", s);
+}
+
+/* ---------------------------------------------------------------------- */
+/* admission: the chain                                                      */
+
+static void not_found(px_exch_t *x, const char *prev, const char *missing) {
+  char msg[400];
+  if (missing == NULL || strcmp(missing, prev) == 0)
+    snprintf(msg, sizeof(msg), "Previous response with id '%s' not found.", prev);
+  else
+    snprintf(msg, sizeof(msg),
+             "Previous response with id '%s' cannot be continued: '%s' in its "
+             "conversation was not found (expired or deleted).",
+             prev, missing);
+  px_exch_error(x, PX_ERR_NOT_FOUND, msg, "previous_response_id");
+}
+
+static void too_big(px_exch_t *x) {
+  char msg[400];
+  snprintf(msg, sizeof(msg),
+           "the conversation of previous_response_id '%s' is over the request size limit "
+           "(max_body %llu bytes); start a new conversation",
+           x->rs->prev, (unsigned long long)x->cfg->server.max_body);
+  px_exch_error(x, PX_ERR_TOO_LARGE, msg, "previous_response_id");
+}
+
+/* The body carries the chain from here on: scanned again, as a client's. */
+static int expand(px_exch_t *x, const px_stored_turn_t *turns, size_t n) {
+  px_stored_x_t *rs = x->rs;
+  px_buf_t nb;
+  px_buf_init(&nb, x->cfg->server.max_body);
+  int rc = sops(x)->expand(x->req->body.data ? x->req->body.data : "", x->req->body.len,
+                           turns, n, &nb);
+  if (rc == 0 && px_buf_reserve(&nb, 1) == 0) nb.data[nb.len] = 0;
+  if (rc == 0 && px_json_request(nb.data, nb.len, &x->jreq) < 0) rc = PX_EPROTO;
+  if (rc < 0) {
+    px_buf_free(&nb);
+    if (rc == PX_ETOOBIG)
+      too_big(x);
+    else
+      px_exch_error(x, PX_ERR_API, "the stored conversation cannot be read back",
+                    "previous_response_id");
+    return -1;
+  }
+  nb.cap = x->req->body.cap > nb.cap ? x->req->body.cap : nb.cap;
+  px_buf_free(&x->req->body);
+  x->req->body = nb;
+  rs->expanded = 1;
+  return 0;
+}
+
+static void on_chain(void *arg, px_rs_status_t st, const px_stored_turn_t *turns,
+                     size_t n, const char *missing) {
+  px_exch_t *x = arg;
+  px_stored_x_t *rs = x->rs;
+  rs->op = NULL;
+  const px_upstream_conf_t *up = &x->cfg->upstreams[x->route->upstream];
+  switch (st) {
+    case PX_RS_OK:
+      if (expand(x, turns, n) < 0) return;
+      break;
+    case PX_RS_NOT_FOUND:
+      /* not the gateway's: an upstream that stores may know it */
+      if (can_store(up->protocol) && missing && strcmp(missing, rs->prev) == 0) {
+        rs->prev[0] = 0;
+        break;
+      }
+      not_found(x, rs->prev, missing);
+      return;
+    case PX_RS_TOO_BIG:
+      too_big(x);
+      return;
+    default:
+      px_exch_error(x, PX_ERR_UNAVAILABLE,
+                    "stored responses cannot be read: the state backend is unreachable",
+                    "previous_response_id");
+      return;
+  }
+  px_exch_attempt(x);
+}
+
+int px_stored_admit(px_exch_t *x) {
+  const px_store_ops_t *so = sops(x);
+  if (so == NULL || x->ep != PX_EP_GENERATE || !x->cfg->responses.store) return 0;
+  const char *bd = x->req->body.data ? x->req->body.data : "";
+  char prev[PX_STORED_ID_MAX + 1];
+  int store = 1;
+  if (so->fields(bd, x->req->body.len, prev, sizeof(prev), &store) < 0) {
+    px_exch_error(x, PX_ERR_INVALID,
+                  "previous_response_id must be a response id (letters, digits, '_' and "
+                  "'-', at most 128)",
+                  "previous_response_id");
+    return -1;
+  }
+  if (!store && prev[0] == 0) return 0;
+  px_stored_x_t *rs = calloc(1, sizeof(*rs));
+  if (rs == NULL) {
+    px_exch_error(x, PX_ERR_API, "out of memory", NULL);
+    return -1;
+  }
+  x->rs = rs;
+  px_buf_init(&rs->input, x->cfg->server.max_body + 4096);
+  px_buf_init(&rs->held, SIZE_MAX);
+  mint(rs->id, sizeof(rs->id));
+  /* a body whose input cannot be read is the translator's to refuse */
+  rs->save = store && so->input_items(bd, x->req->body.len, rs->id, &rs->input) == 0;
+  if (prev[0] == 0) return 0;
+  snprintf(rs->prev, sizeof(rs->prev), "%s", prev);
+  px_rs_where_t w = where(x->cfg);
+  rs->op = px_rs_chain(&w, owner_of(x->key), prev, x->cfg->server.max_body,
+                       PX_STORED_MAX_TURNS, on_chain, x);
+  if (rs->op == NULL) {
+    /* never a shortened conversation: no backend, no answer */
+    if (can_store(x->cfg->upstreams[x->route->upstream].protocol) && !px_rs_available()) {
+      rs->prev[0] = 0;
+      return 0;
+    }
+    px_exch_error(x, PX_ERR_UNAVAILABLE,
+                  "stored responses cannot be read: the state backend is unreachable",
+                  "previous_response_id");
+    return -1;
+  }
+  return 1;
+}
+
+/* ---------------------------------------------------------------------- */
+/* the attempt and the answer                                                */
+
+void px_stored_ctx(px_exch_t *x, px_tr_ctx_t *ctx) {
+  px_stored_x_t *rs = x->rs;
+  if (rs == NULL || can_store(x->out)) {
+    if (rs) rs->saving = 0;
+    return;
+  }
+  rs->saving = rs->save;
+  if (rs->saving) ctx->resp_id = rs->id;
+  if (rs->prev[0]) ctx->prev_id = rs->prev;
+}
+
+/* The turn is written (or not): the client gets what was held. */
+static void on_put(void *arg, px_rs_status_t st) {
+  px_exch_t *x = arg;
+  px_stored_x_t *rs = x->rs;
+  rs->op = NULL;
+  rs->busy = 0;
+  if (st != PX_RS_OK)
+    px_log_req(PX_LOG_WARN, x->req->request_id, "response %s not stored: %s", rs->id,
+               st == PX_RS_TOO_BIG ? "larger than [responses] max_size"
+                                   : "the state backend is unreachable");
+  if (rs->held_json) {
+    if (x->conn != NULL &&
+        px_exch_respond(x, 200, "application/json", 0, (int64_t)rs->held.len) == 0)
+      px_exch_write(x, rs->held.data, rs->held.len);
+    px_exch_finalize(x);
+    return;
+  }
+  px_exch_write(x, rs->held.data, rs->held.len);
+  if (rs->finalize_wanted) px_exch_finalize(x);
+}
+
+/* Write the turn whose response object is the span resp of rs->held. */
+static int put(px_exch_t *x, px_str_t resp) {
+  px_stored_x_t *rs = x->rs;
+  px_rs_where_t w = where(x->cfg);
+  rs->op = px_rs_put(&w, rs->id, owner_of(x->key), rs->prev,
+                     (px_str_t){rs->input.data ? rs->input.data : "[]", rs->input.len},
+                     resp, on_put, x);
+  if (rs->op == NULL) {
+    px_log_req(PX_LOG_WARN, x->req->request_id,
+               "response %s not stored: the state backend is unreachable", rs->id);
+    return -1;
+  }
+  rs->busy = 1;
+  return 0;
+}
+
+int px_stored_json(px_exch_t *x, const char *p, size_t n) {
+  px_stored_x_t *rs = x->rs;
+  if (rs == NULL || !rs->saving || rs->taken || x->conn == NULL) return 0;
+  rs->taken = 1;
+  px_buf_reset(&rs->held);
+  if (px_buf_append(&rs->held, p, n) < 0) return 0;
+  rs->held_json = 1;
+  return put(x, (px_str_t){rs->held.data, rs->held.len}) == 0;
+}
+
+void px_stored_stream(px_exch_t *x) {
+  px_stored_x_t *rs = x->rs;
+  if (rs == NULL || !rs->saving || rs->taken || x->str == NULL ||
+      !px_stream_tr_done(x->str))
+    return;
+  rs->taken = 1;
+  size_t at;
+  px_str_t resp;
+  if (!sops(x)->final_event(x->obuf.data, x->obuf.len, &at, &resp)) return;
+  size_t off = (size_t)(resp.ptr - (x->obuf.data + at));
+  px_buf_reset(&rs->held);
+  if (px_buf_append(&rs->held, x->obuf.data + at, x->obuf.len - at) < 0) return;
+  x->obuf.len = at;
+  if (put(x, (px_str_t){rs->held.data + off, resp.len}) < 0) {
+    /* not kept: the event goes out as it is */
+    px_buf_append(&x->obuf, rs->held.data, rs->held.len);
+  }
+}
+
+int px_stored_defer(px_exch_t *x) {
+  if (x->rs == NULL || !x->rs->busy) return 0;
+  x->rs->finalize_wanted = 1;
+  return 1;
+}
+
+void px_stored_free(px_exch_t *x) {
+  px_stored_x_t *rs = x->rs;
+  if (rs == NULL) return;
+  if (rs->op) px_rs_cancel(rs->op);
+  px_buf_free(&rs->input);
+  px_buf_free(&rs->held);
+  free(rs);
+  x->rs = NULL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* GET / DELETE {id}, GET {id}/input_items                                   */
+
+typedef struct serve {
+  px_conn_t *conn;
+  const px_proto_ops_t *ops;
+  px_rs_op_t *op;
+  px_config_t *cfg;
+  int items;
+  int del;
+  char id[PX_STORED_ID_MAX + 1];
+  char *query;
+  size_t qlen;
+} serve_t;
+
+static void serve_free(serve_t *s) {
+  px_config_unref(s->cfg);
+  free(s->query);
+  free(s);
+}
+
+static void serve_closed(void *arg) {
+  serve_t *s = arg;
+  if (s->op) px_rs_cancel(s->op);
+  serve_free(s);
+}
+
+static const px_conn_handler_t serve_handler = {NULL, serve_closed};
+
+static void serve_error(px_conn_t *c, const px_proto_ops_t *ops, px_errkind_t kind,
+                        const char *msg, const char *param) {
+  px_buf_t b;
+  px_buf_init(&b, 4096);
+  ops->encode_error(&b, kind, ops->error_type(kind), msg, param, NULL);
+  px_resp_simple(c, px_errkind_status(kind), "application/json", b.data, b.len, NULL, 0);
+  px_buf_free(&b);
+}
+
+static void serve_not_found(serve_t *s) {
+  char msg[256];
+  snprintf(msg, sizeof(msg), "Response with id '%s' not found.", s->id);
+  serve_error(s->conn, s->ops, PX_ERR_NOT_FOUND, msg, "response_id");
+}
+
+static void serve_unavailable(px_conn_t *c, const px_proto_ops_t *ops) {
+  serve_error(c, ops, PX_ERR_UNAVAILABLE,
+              "stored responses cannot be read: the state backend is unreachable", NULL);
+}
+
+/* The answer is due: the connection goes back to the server first. */
+static px_conn_t *serve_take(serve_t *s) {
+  s->op = NULL;
+  px_conn_set_handler(s->conn, NULL, NULL);
+  return s->conn;
+}
+
+static void on_got(void *arg, px_rs_status_t st, const px_stored_turn_t *t, size_t n,
+                   const char *missing) {
+  serve_t *s = arg;
+  serve_take(s);
+  if (st == PX_RS_NOT_FOUND || (st == PX_RS_OK && n == 0)) {
+    serve_not_found(s);
+  } else if (st != PX_RS_OK) {
+    serve_unavailable(s->conn, s->ops);
+  } else if (!s->items) {
+    px_resp_simple(s->conn, 200, "application/json", t[n - 1].response.ptr,
+                   t[n - 1].response.len, NULL, 0);
+  } else {
+    px_buf_t b;
+    char err[256];
+    px_buf_init(&b, SIZE_MAX);
+    if (s->ops->store->list_items(t[n - 1].input, s->query, s->qlen, &b, err,
+                                  sizeof(err)) < 0)
+      serve_error(s->conn, s->ops, PX_ERR_INVALID, err, NULL);
+    else
+      px_resp_simple(s->conn, 200, "application/json", b.data, b.len, NULL, 0);
+    px_buf_free(&b);
+  }
+  serve_free(s);
+}
+
+static void on_deleted(void *arg, px_rs_status_t st) {
+  serve_t *s = arg;
+  serve_take(s);
+  if (st == PX_RS_NOT_FOUND) {
+    serve_not_found(s);
+  } else if (st != PX_RS_OK) {
+    serve_unavailable(s->conn, s->ops);
+  } else {
+    px_buf_t b;
+    px_buf_init(&b, 4096);
+    s->ops->store->deleted(&b, s->id);
+    px_resp_simple(s->conn, 200, "application/json", b.data, b.len, NULL, 0);
+    px_buf_free(&b);
+  }
+  serve_free(s);
+}
+
+void px_stored_serve(px_server_t *srv, px_conn_t *c, px_req_t *r,
+                     const px_proto_ops_t *ops, const px_key_conf_t *k, px_str_t id,
+                     int items) {
+  px_config_t *cfg = srv->config;
+  int del = r->method == HTTP_DELETE;
+  if (!(r->method == HTTP_GET || r->method == HTTP_HEAD || (del && !items))) {
+    serve_error(c, ops, PX_ERR_METHOD, "method not allowed", NULL);
+    return;
+  }
+  char idb[PX_STORED_ID_MAX + 1];
+  size_t l = id.len < PX_STORED_ID_MAX ? id.len : PX_STORED_ID_MAX;
+  memcpy(idb, id.ptr, l);
+  idb[l] = 0;
+  int ok = id.len <= PX_STORED_ID_MAX;
+  for (size_t i = 0; ok && i < l; i++)
+    ok = (idb[i] >= 'a' && idb[i] <= 'z') || (idb[i] >= 'A' && idb[i] <= 'Z') ||
+         (idb[i] >= '0' && idb[i] <= '9') || idb[i] == '_' || idb[i] == '-';
+  if (!ok) {
+    serve_error(c, ops, PX_ERR_INVALID,
+                "invalid response id: letters, digits, '_' and '-', at most 128",
+                "response_id");
+    return;
+  }
+  if (!cfg->responses.store) {
+    char msg[256];
+    snprintf(msg, sizeof(msg),
+             "Response with id '%s' not found ([responses] store is off).", idb);
+    serve_error(c, ops, PX_ERR_NOT_FOUND, msg, "response_id");
+    return;
+  }
+  serve_t *s = calloc(1, sizeof(*s));
+  const char *q = r->url.data + r->path_len;
+  size_t qlen = r->url.len - r->path_len;
+  if (s == NULL || (s->query = malloc(qlen + 1)) == NULL) {
+    free(s);
+    px_resp_abort(c);
+    return;
+  }
+  memcpy(s->query, q, qlen);
+  s->query[qlen] = 0;
+  s->qlen = qlen;
+  s->conn = c;
+  s->ops = ops;
+  s->cfg = px_config_ref(cfg);
+  s->items = items;
+  s->del = del;
+  memcpy(s->id, idb, l + 1);
+  px_rs_where_t w = where(cfg);
+  s->op = del ? px_rs_delete(&w, owner_of(k), s->id, on_deleted, s)
+              : px_rs_get(&w, owner_of(k), s->id, on_got, s);
+  if (s->op == NULL) {
+    serve_unavailable(c, ops);
+    serve_free(s);
+    return;
+  }
+  px_conn_set_handler(c, &serve_handler, s);
+}

@@ -1,0 +1,232 @@
+/* rstore.c - stored responses in the state backend (rstore.h).
+ *
+ * Redis ([state] backend = redis): one hash per turn, PREFIX resp:ID with
+ * fields o (owner), p (previous id), i (input items), r (response object),
+ * expiring ttl after creation; PREFIX resp:idx (a sorted set of ids by
+ * creation time), PREFIX resp:sz (their sizes) and PREFIX resp:bytes (their
+ * sum) keep max_size, the oldest evicted first. Each operation is one
+ * server-side script, so one round trip: the chain script walks the
+ * previous ids in Redis and answers with every turn, or the id it missed.
+ * The scripts name keys they compute, so they need one Redis, not a
+ * cluster.
+ */
+#include "proxai/rstore.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxai/state_redis.h"
+
+/* ARGV: prefix, owner, id, max bytes, max turns. {1, i, r, i, r ...}
+ * newest first; {0, missing id}; {2, bytes} over a limit. */
+static const char chain_script[] =
+    "local pfx, owner, id = ARGV[1], ARGV[2], ARGV[3]\n"
+    "local maxb, maxn = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
+    "local out, total, n = {1}, 0, 0\n"
+    "while id ~= nil and id ~= '' do\n"
+    "  local v = redis.call('HMGET', pfx .. 'resp:' .. id, 'o', 'p', 'i', 'r')\n"
+    "  if not v[1] or v[1] ~= owner or not v[3] or not v[4] then return {0, id} end\n"
+    "  n = n + 1\n"
+    "  total = total + #v[3] + #v[4]\n"
+    "  if total > maxb or n > maxn then return {2, total} end\n"
+    "  out[#out + 1] = v[3]\n"
+    "  out[#out + 1] = v[4]\n"
+    "  id = v[2]\n"
+    "end\n"
+    "return out\n";
+
+/* ARGV: prefix, id, owner, prev, input, response, ttl ms, max size.
+ * 1 kept; 0 the id exists; 2 larger than max size alone. */
+static const char put_script[] =
+    "local pfx, id = ARGV[1], ARGV[2]\n"
+    "local k = pfx .. 'resp:' .. id\n"
+    "if redis.call('EXISTS', k) == 1 then return 0 end\n"
+    "local ttl, max = tonumber(ARGV[7]), tonumber(ARGV[8])\n"
+    "local size = #ARGV[3] + #ARGV[4] + #ARGV[5] + #ARGV[6] + #id + 64\n"
+    "if size > max then return 2 end\n"
+    "redis.call('HSET', k, 'o', ARGV[3], 'p', ARGV[4], 'i', ARGV[5], 'r', ARGV[6])\n"
+    "redis.call('PEXPIRE', k, ttl)\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local idx, sz, tot = pfx .. 'resp:idx', pfx .. 'resp:sz', pfx .. 'resp:bytes'\n"
+    "local total = tonumber(redis.call('GET', tot) or '0')\n"
+    "local function forget(m)\n"
+    "  total = total - tonumber(redis.call('HGET', sz, m) or '0')\n"
+    "  redis.call('HDEL', sz, m)\n"
+    "  redis.call('ZREM', idx, m)\n"
+    "end\n"
+    /* expired ones leave the sum (their keys are gone already) */
+    "for _, m in ipairs(redis.call('ZRANGEBYSCORE', idx, '-inf', now - ttl, 'LIMIT', 0, "
+    "256)) do\n"
+    "  forget(m)\n"
+    "end\n"
+    "redis.call('ZADD', idx, now, id)\n"
+    "redis.call('HSET', sz, id, size)\n"
+    "total = total + size\n"
+    "while total > max do\n"
+    "  local old = redis.call('ZRANGE', idx, 0, 0)\n"
+    "  if #old == 0 or old[1] == id then break end\n"
+    "  redis.call('DEL', pfx .. 'resp:' .. old[1])\n"
+    "  forget(old[1])\n"
+    "end\n"
+    "if total < 0 then total = 0 end\n"
+    "redis.call('SET', tot, total)\n"
+    "return 1\n";
+
+/* ARGV: prefix, owner, id. 1 removed; 0 none of the owner's. */
+static const char del_script[] =
+    "local pfx, owner, id = ARGV[1], ARGV[2], ARGV[3]\n"
+    "local k = pfx .. 'resp:' .. id\n"
+    "if redis.call('HGET', k, 'o') ~= owner then return 0 end\n"
+    "redis.call('DEL', k)\n"
+    "local sz = pfx .. 'resp:sz'\n"
+    "local s = tonumber(redis.call('HGET', sz, id) or '0')\n"
+    "redis.call('HDEL', sz, id)\n"
+    "redis.call('ZREM', pfx .. 'resp:idx', id)\n"
+    "if s > 0 then redis.call('DECRBY', pfx .. 'resp:bytes', s) end\n"
+    "return 1\n";
+
+struct px_rs_op {
+  px_rs_chain_fn chain;
+  px_rs_done_fn done;
+  void *arg;
+  int cancelled;
+};
+
+static px_rs_op_t *op_new(px_rs_chain_fn chain, px_rs_done_fn done, void *arg) {
+  px_rs_op_t *op = calloc(1, sizeof(*op));
+  if (op == NULL) return NULL;
+  op->chain = chain;
+  op->done = done;
+  op->arg = arg;
+  return op;
+}
+
+/* An op that cannot start: NULL, its callback never called. */
+static px_rs_op_t *fail_now(px_rs_op_t *op) {
+  free(op);
+  return NULL;
+}
+
+int px_rs_available(void) {
+  return px_redis_running();
+}
+
+void px_rs_cancel(px_rs_op_t *op) {
+  if (op) op->cancelled = 1;
+}
+
+static int eval(const char *script, const char *const *args, const size_t *lens, int n,
+                px_redis_reply_fn cb, px_rs_op_t *op) {
+  const char *argv[12];
+  size_t argvlen[12];
+  argv[0] = "EVAL";
+  argv[1] = script;
+  argv[2] = "0";
+  for (int i = 0; i < 3; i++) argvlen[i] = strlen(argv[i]);
+  for (int i = 0; i < n; i++) {
+    argv[3 + i] = args[i];
+    argvlen[3 + i] = lens ? lens[i] : strlen(args[i]);
+  }
+  return px_redis_command(3 + n, argv, argvlen, cb, op);
+}
+
+static px_str_t rstr(const redisReply *r) {
+  return r && r->type == REDIS_REPLY_STRING ? (px_str_t){r->str, r->len}
+                                            : (px_str_t){"", 0};
+}
+
+static void on_chain(void *arg, redisReply *r) {
+  px_rs_op_t *op = arg;
+  if (op->cancelled) {
+    free(op);
+    return;
+  }
+  if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+      r->element[0]->type != REDIS_REPLY_INTEGER) {
+    op->chain(op->arg, PX_RS_UNAVAILABLE, NULL, 0, NULL);
+  } else if (r->element[0]->integer == 0) {
+    char missing[PX_STORED_ID_MAX + 1];
+    px_str_t m = r->elements > 1 ? rstr(r->element[1]) : (px_str_t){"", 0};
+    size_t l = m.len < PX_STORED_ID_MAX ? m.len : PX_STORED_ID_MAX;
+    memcpy(missing, m.ptr, l);
+    missing[l] = 0;
+    op->chain(op->arg, PX_RS_NOT_FOUND, NULL, 0, missing);
+  } else if (r->element[0]->integer == 2) {
+    op->chain(op->arg, PX_RS_TOO_BIG, NULL, 0, NULL);
+  } else {
+    size_t n = (r->elements - 1) / 2;
+    px_stored_turn_t *t = calloc(n ? n : 1, sizeof(*t));
+    if (t == NULL) {
+      op->chain(op->arg, PX_RS_UNAVAILABLE, NULL, 0, NULL);
+    } else {
+      for (size_t k = 0; k < n; k++) { /* newest first in the reply */
+        t[n - 1 - k].input = rstr(r->element[1 + 2 * k]);
+        t[n - 1 - k].response = rstr(r->element[2 + 2 * k]);
+      }
+      op->chain(op->arg, PX_RS_OK, t, n, NULL);
+      free(t);
+    }
+  }
+  free(op);
+}
+
+px_rs_op_t *px_rs_chain(const px_rs_where_t *w, const char *owner, const char *id,
+                        size_t max_bytes, size_t max_turns, px_rs_chain_fn cb,
+                        void *arg) {
+  px_rs_op_t *op = op_new(cb, NULL, arg);
+  if (op == NULL) return fail_now(op);
+  char mb[24], mn[24];
+  snprintf(mb, sizeof(mb), "%zu", max_bytes);
+  snprintf(mn, sizeof(mn), "%zu", max_turns);
+  const char *args[] = {w->prefix, owner, id, mb, mn};
+  if (eval(chain_script, args, NULL, 5, on_chain, op) < 0) return fail_now(op);
+  return op;
+}
+
+px_rs_op_t *px_rs_get(const px_rs_where_t *w, const char *owner, const char *id,
+                      px_rs_chain_fn cb, void *arg) {
+  /* the first turn of the chain script is the turn itself */
+  px_rs_op_t *op = op_new(cb, NULL, arg);
+  if (op == NULL) return fail_now(op);
+  const char *args[] = {w->prefix, owner, id, "18446744073709551615", "1"};
+  if (eval(chain_script, args, NULL, 5, on_chain, op) < 0) return fail_now(op);
+  return op;
+}
+
+static void on_done(void *arg, redisReply *r) {
+  px_rs_op_t *op = arg;
+  if (!op->cancelled) {
+    px_rs_status_t st = PX_RS_UNAVAILABLE;
+    if (r && r->type == REDIS_REPLY_INTEGER)
+      st = r->integer == 1 ? PX_RS_OK : r->integer == 2 ? PX_RS_TOO_BIG : PX_RS_NOT_FOUND;
+    op->done(op->arg, st);
+  }
+  free(op);
+}
+
+px_rs_op_t *px_rs_put(const px_rs_where_t *w, const char *id, const char *owner,
+                      const char *prev, px_str_t input, px_str_t response,
+                      px_rs_done_fn cb, void *arg) {
+  px_rs_op_t *op = op_new(NULL, cb, arg);
+  if (op == NULL) return fail_now(op);
+  char ttl[24], max[24];
+  snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)w->ttl_ms);
+  snprintf(max, sizeof(max), "%llu", (unsigned long long)w->max_size);
+  const char *args[] = {w->prefix, id, owner, prev, input.ptr, response.ptr, ttl, max};
+  size_t lens[] = {strlen(w->prefix), strlen(id),   strlen(owner), strlen(prev),
+                   input.len,         response.len, strlen(ttl),   strlen(max)};
+  if (eval(put_script, args, lens, 8, on_done, op) < 0) return fail_now(op);
+  return op;
+}
+
+px_rs_op_t *px_rs_delete(const px_rs_where_t *w, const char *owner, const char *id,
+                         px_rs_done_fn cb, void *arg) {
+  px_rs_op_t *op = op_new(NULL, cb, arg);
+  if (op == NULL) return fail_now(op);
+  const char *args[] = {w->prefix, owner, id};
+  if (eval(del_script, args, NULL, 3, on_done, op) < 0) return fail_now(op);
+  return op;
+}
