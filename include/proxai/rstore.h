@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <uv.h>
+
 #include "proxai/proto.h"
 
 typedef enum px_rs_status {
@@ -32,6 +34,7 @@ typedef struct px_rs_op px_rs_op_t;
 
 /** Where and how long: from the configuration ([state] prefix, [responses]). */
 typedef struct px_rs_where {
+  uv_loop_t *loop; /**< the worker's: callbacks come from it */
   const char *prefix;
   uint64_t ttl_ms;
   uint64_t max_size;

@@ -47,8 +47,8 @@ static const px_store_ops_t *sops(px_exch_t *x) {
   return px_exch_client_ops(x)->store;
 }
 
-static px_rs_where_t where(const px_config_t *cfg) {
-  return (px_rs_where_t){cfg->state.prefix ? cfg->state.prefix : "",
+static px_rs_where_t where(uv_loop_t *loop, const px_config_t *cfg) {
+  return (px_rs_where_t){loop, cfg->state.prefix ? cfg->state.prefix : "",
                          cfg->responses.ttl_ms, cfg->responses.max_size};
 }
 
@@ -177,18 +177,23 @@ int px_stored_admit(px_exch_t *x) {
   px_buf_init(&rs->held, SIZE_MAX);
   mint(rs->id, sizeof(rs->id));
   /* a body whose input cannot be read is the translator's to refuse */
-  rs->save = store && so->input_items(bd, x->req->body.len, rs->id, &rs->input) == 0;
+  int backend = px_rs_available();
+  rs->save = store && backend && so->input_items(bd, x->req->body.len, rs->id, &rs->input) == 0;
   if (prev[0] == 0) return 0;
+  int up_stores = can_store(x->cfg->upstreams[x->route->upstream].protocol);
+  if (!backend) { /* nowhere to keep them: an upstream that stores may know it */
+    if (up_stores) return 0;
+    px_exch_error(x, PX_ERR_INVALID,
+                  "previous_response_id needs stored responses, which need a state backend "
+                  "([state] dir, or backend = redis); send the full conversation in input",
+                  "previous_response_id");
+    return -1;
+  }
   snprintf(rs->prev, sizeof(rs->prev), "%s", prev);
-  px_rs_where_t w = where(x->cfg);
+  px_rs_where_t w = where(x->srv->loop, x->cfg);
   rs->op = px_rs_chain(&w, owner_of(x->key), prev, x->cfg->server.max_body,
                        PX_STORED_MAX_TURNS, on_chain, x);
-  if (rs->op == NULL) {
-    /* never a shortened conversation: no backend, no answer */
-    if (can_store(x->cfg->upstreams[x->route->upstream].protocol) && !px_rs_available()) {
-      rs->prev[0] = 0;
-      return 0;
-    }
+  if (rs->op == NULL) { /* never a shortened conversation */
     px_exch_error(x, PX_ERR_UNAVAILABLE,
                   "stored responses cannot be read: the state backend is unreachable",
                   "previous_response_id");
@@ -235,7 +240,7 @@ static void on_put(void *arg, px_rs_status_t st) {
 /* Write the turn whose response object is the span resp of rs->held. */
 static int put(px_exch_t *x, px_str_t resp) {
   px_stored_x_t *rs = x->rs;
-  px_rs_where_t w = where(x->cfg);
+  px_rs_where_t w = where(x->srv->loop, x->cfg);
   rs->op = px_rs_put(&w, rs->id, owner_of(x->key), rs->prev,
                      (px_str_t){rs->input.data ? rs->input.data : "[]", rs->input.len},
                      resp, on_put, x);
@@ -438,7 +443,7 @@ void px_stored_serve(px_server_t *srv, px_conn_t *c, px_req_t *r,
   s->items = items;
   s->del = del;
   memcpy(s->id, idb, l + 1);
-  px_rs_where_t w = where(cfg);
+  px_rs_where_t w = where(srv->loop, cfg);
   s->op = del ? px_rs_delete(&w, owner_of(k), s->id, on_deleted, s)
               : px_rs_get(&w, owner_of(k), s->id, on_got, s);
   if (s->op == NULL) {

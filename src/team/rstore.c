@@ -1,5 +1,12 @@
 /* rstore.c - stored responses in the state backend (rstore.h).
  *
+ * One host ([state] dir): the persistent store's RESPONSES database
+ * (store.h, LMDB), one record per turn: the owner, previous id and input
+ * lengths, then owner, previous id, input items and response object; it
+ * expires ttl after creation and the store trims the oldest past max_size.
+ * Its reads and writes are local and immediate; their callbacks are still
+ * delivered from the loop (a 0 ms timer), as Redis's are.
+ *
  * Redis ([state] backend = redis): one hash per turn, PREFIX resp:ID with
  * fields o (owner), p (previous id), i (input items), r (response object),
  * expiring ttl after creation; PREFIX resp:idx (a sorted set of ids by
@@ -16,21 +23,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <uv.h>
 
 #include "proxai/state_redis.h"
+#include "proxai/store.h"
 
-/* ARGV: prefix, owner, id, max bytes, max turns. {1, i, r, i, r ...}
- * newest first; {0, missing id}; {2, bytes} over a limit. */
+/* ARGV: prefix, owner, id, max bytes, max turns, "1" to stop quietly at
+ * max turns. {1, i, r, i, r ...} newest first; {0, missing id}; {2, bytes}
+ * over a limit. */
 static const char chain_script[] =
     "local pfx, owner, id = ARGV[1], ARGV[2], ARGV[3]\n"
     "local maxb, maxn = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
     "local out, total, n = {1}, 0, 0\n"
     "while id ~= nil and id ~= '' do\n"
+    "  if n == maxn then\n"
+    "    if ARGV[6] == '1' then break end\n"
+    "    return {2, total}\n"
+    "  end\n"
     "  local v = redis.call('HMGET', pfx .. 'resp:' .. id, 'o', 'p', 'i', 'r')\n"
     "  if not v[1] or v[1] ~= owner or not v[3] or not v[4] then return {0, id} end\n"
     "  n = n + 1\n"
     "  total = total + #v[3] + #v[4]\n"
-    "  if total > maxb or n > maxn then return {2, total} end\n"
+    "  if total > maxb then return {2, total} end\n"
     "  out[#out + 1] = v[3]\n"
     "  out[#out + 1] = v[4]\n"
     "  id = v[2]\n"
@@ -93,6 +108,13 @@ struct px_rs_op {
   px_rs_done_fn done;
   void *arg;
   int cancelled;
+  /* local: the result, delivered from the loop */
+  px_rs_status_t st;
+  px_buf_t *bufs;
+  px_stored_turn_t *turns;
+  size_t n;
+  char missing[PX_STORED_ID_MAX + 1];
+  px_rs_op_t *next;
 };
 
 static px_rs_op_t *op_new(px_rs_chain_fn chain, px_rs_done_fn done, void *arg) {
@@ -104,19 +126,187 @@ static px_rs_op_t *op_new(px_rs_chain_fn chain, px_rs_done_fn done, void *arg) {
   return op;
 }
 
+static void op_free(px_rs_op_t *op) {
+  for (size_t i = 0; i < op->n; i++) px_buf_free(&op->bufs[i]);
+  free(op->bufs);
+  free(op->turns);
+  free(op);
+}
+
 /* An op that cannot start: NULL, its callback never called. */
 static px_rs_op_t *fail_now(px_rs_op_t *op) {
-  free(op);
+  if (op) op_free(op);
   return NULL;
 }
 
-int px_rs_available(void) {
-  return px_redis_running();
-}
+int px_rs_available(void) { return px_store_on() || px_redis_running(); }
 
 void px_rs_cancel(px_rs_op_t *op) {
   if (op) op->cancelled = 1;
 }
+
+/* ---- local results, delivered from the loop ------------------------------ */
+
+static struct {
+  uv_timer_t timer;
+  uv_loop_t *loop;
+  px_rs_op_t *head, *tail;
+} later;
+
+static void on_later(uv_timer_t *t) {
+  (void)t;
+  px_rs_op_t *op = later.head;
+  later.head = later.tail = NULL;
+  while (op != NULL) {
+    px_rs_op_t *next = op->next;
+    if (!op->cancelled && op->chain)
+      op->chain(op->arg, op->st, op->turns, op->st == PX_RS_OK ? op->n : 0,
+                op->st == PX_RS_NOT_FOUND ? op->missing : NULL);
+    else if (!op->cancelled)
+      op->done(op->arg, op->st);
+    op_free(op);
+    op = next;
+  }
+}
+
+static px_rs_op_t *deliver(const px_rs_where_t *w, px_rs_op_t *op) {
+  if (later.loop != w->loop) { /* first use in this worker */
+    uv_timer_init(w->loop, &later.timer);
+    uv_unref((uv_handle_t *)&later.timer); /* never keeps a draining worker alive */
+    later.loop = w->loop;
+  }
+  if (later.tail) later.tail->next = op;
+  else later.head = op;
+  later.tail = op;
+  uv_timer_start(&later.timer, on_later, 0, 0);
+  return op;
+}
+
+static uint64_t now_s(void) { return (uint64_t)time(NULL); }
+
+/* A local record: u32 owner, previous id and input lengths, then the four. */
+#define REC_HEAD 12
+
+typedef struct rec {
+  px_str_t owner, prev, input, response;
+} rec_t;
+
+static int rec_parse(const px_buf_t *b, rec_t *r) {
+  uint32_t l[3];
+  if (b->len < REC_HEAD) return -1;
+  memcpy(l, b->data, REC_HEAD);
+  size_t off = REC_HEAD;
+  if ((uint64_t)l[0] + l[1] + l[2] > b->len - off) return -1;
+  r->owner = (px_str_t){b->data + off, l[0]};
+  r->prev = (px_str_t){b->data + off + l[0], l[1]};
+  r->input = (px_str_t){b->data + off + l[0] + l[1], l[2]};
+  off += (size_t)l[0] + l[1] + l[2];
+  r->response = (px_str_t){b->data + off, b->len - off};
+  return 0;
+}
+
+static int same(px_str_t a, const char *b) { return a.len == strlen(b) && memcmp(a.ptr, b, a.len) == 0; }
+
+/* The chain read from the local store into op (its status set). */
+static void local_chain(px_rs_op_t *op, const char *owner, const char *id, size_t max_bytes,
+                        size_t max_turns, int stop) {
+  char cur[PX_STORED_ID_MAX + 1];
+  snprintf(cur, sizeof(cur), "%s", id);
+  size_t cap = 0, total = 0;
+  uint64_t now = now_s();
+  op->st = PX_RS_OK;
+  while (cur[0] != 0) {
+    if (op->n == max_turns) {
+      if (stop) break;
+      op->st = PX_RS_TOO_BIG;
+      return;
+    }
+    if (op->n == cap) {
+      size_t nc = cap ? cap * 2 : 8;
+      px_buf_t *nb = realloc(op->bufs, nc * sizeof(*nb));
+      if (nb == NULL) goto unavailable;
+      op->bufs = nb;
+      px_stored_turn_t *nt = realloc(op->turns, nc * sizeof(*nt));
+      if (nt == NULL) goto unavailable;
+      op->turns = nt;
+      cap = nc;
+    }
+    px_buf_t *b = &op->bufs[op->n];
+    px_buf_init(b, max_bytes + (64u << 10));
+    op->n++;
+    rec_t r;
+    int rc = px_store_get(PX_STORE_RESPONSES, cur, strlen(cur), b, now);
+    if (rc == PX_ETOOBIG) { /* a record over the byte limit by itself */
+      op->st = PX_RS_TOO_BIG;
+      return;
+    }
+    if (rc < 0) goto unavailable;
+    if (rc == 0 || rec_parse(b, &r) < 0 || !same(r.owner, owner)) {
+      op->st = PX_RS_NOT_FOUND;
+      snprintf(op->missing, sizeof(op->missing), "%s", cur);
+      return;
+    }
+    total += r.input.len + r.response.len;
+    if (total > max_bytes) {
+      op->st = PX_RS_TOO_BIG;
+      return;
+    }
+    op->turns[op->n - 1] = (px_stored_turn_t){r.input, r.response};
+    size_t pl = r.prev.len < PX_STORED_ID_MAX ? r.prev.len : PX_STORED_ID_MAX;
+    memcpy(cur, r.prev.ptr, pl);
+    cur[pl] = 0;
+  }
+  /* newest first as read: oldest first for the caller */
+  for (size_t i = 0, j = op->n ? op->n - 1 : 0; i < j; i++, j--) {
+    px_stored_turn_t t = op->turns[i];
+    op->turns[i] = op->turns[j];
+    op->turns[j] = t;
+  }
+  return;
+unavailable:
+  op->st = PX_RS_UNAVAILABLE;
+}
+
+static px_rs_status_t local_put(const px_rs_where_t *w, const char *id, const char *owner,
+                                const char *prev, px_str_t input, px_str_t response) {
+  uint32_t l[3] = {(uint32_t)strlen(owner), (uint32_t)strlen(prev), (uint32_t)input.len};
+  size_t n = REC_HEAD + l[0] + l[1] + l[2] + response.len;
+  if (n + strlen(id) > w->max_size || input.len > UINT32_MAX) return PX_RS_TOO_BIG;
+  char *v = malloc(n);
+  if (v == NULL) return PX_RS_UNAVAILABLE;
+  memcpy(v, l, REC_HEAD);
+  size_t off = REC_HEAD;
+  memcpy(v + off, owner, l[0]), off += l[0];
+  memcpy(v + off, prev, l[1]), off += l[1];
+  memcpy(v + off, input.ptr, l[2]), off += l[2];
+  memcpy(v + off, response.ptr, response.len);
+  uint64_t now = now_s();
+  uint64_t exp = now + (w->ttl_ms + 999) / 1000;
+  int rc = px_store_put(PX_STORE_RESPONSES, id, strlen(id), v, n, exp, PX_STORE_NEW);
+  free(v);
+  if (rc == PX_STORE_EEXIST) return PX_RS_NOT_FOUND;
+  if (rc < 0) return PX_RS_UNAVAILABLE;
+  /* the oldest go first, once over the cap (a read unless it is) */
+  if (px_store_bytes(PX_STORE_RESPONSES) > w->max_size)
+    px_store_trim(PX_STORE_RESPONSES, w->max_size, now, NULL);
+  return PX_RS_OK;
+}
+
+static px_rs_status_t local_delete(const char *owner, const char *id) {
+  px_buf_t b;
+  px_buf_init(&b, SIZE_MAX);
+  rec_t r;
+  int rc = px_store_get(PX_STORE_RESPONSES, id, strlen(id), &b, now_s());
+  px_rs_status_t st = PX_RS_NOT_FOUND;
+  if (rc < 0)
+    st = PX_RS_UNAVAILABLE;
+  else if (rc == 1 && rec_parse(&b, &r) == 0 && same(r.owner, owner))
+    st = px_store_del(PX_STORE_RESPONSES, id, strlen(id)) < 0 ? PX_RS_UNAVAILABLE : PX_RS_OK;
+  px_buf_free(&b);
+  return st;
+}
+
+/* ---- Redis ---------------------------------------------------------------- */
 
 static int eval(const char *script, const char *const *args, const size_t *lens, int n,
                 px_redis_reply_fn cb, px_rs_op_t *op) {
@@ -141,7 +331,7 @@ static px_str_t rstr(const redisReply *r) {
 static void on_chain(void *arg, redisReply *r) {
   px_rs_op_t *op = arg;
   if (op->cancelled) {
-    free(op);
+    op_free(op);
     return;
   }
   if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
@@ -170,7 +360,7 @@ static void on_chain(void *arg, redisReply *r) {
       free(t);
     }
   }
-  free(op);
+  op_free(op);
 }
 
 px_rs_op_t *px_rs_chain(const px_rs_where_t *w, const char *owner, const char *id,
@@ -178,11 +368,15 @@ px_rs_op_t *px_rs_chain(const px_rs_where_t *w, const char *owner, const char *i
                         void *arg) {
   px_rs_op_t *op = op_new(cb, NULL, arg);
   if (op == NULL) return fail_now(op);
+  if (px_store_on()) {
+    local_chain(op, owner, id, max_bytes, max_turns, 0);
+    return deliver(w, op);
+  }
   char mb[24], mn[24];
   snprintf(mb, sizeof(mb), "%zu", max_bytes);
   snprintf(mn, sizeof(mn), "%zu", max_turns);
-  const char *args[] = {w->prefix, owner, id, mb, mn};
-  if (eval(chain_script, args, NULL, 5, on_chain, op) < 0) return fail_now(op);
+  const char *args[] = {w->prefix, owner, id, mb, mn, "0"};
+  if (eval(chain_script, args, NULL, 6, on_chain, op) < 0) return fail_now(op);
   return op;
 }
 
@@ -191,8 +385,12 @@ px_rs_op_t *px_rs_get(const px_rs_where_t *w, const char *owner, const char *id,
   /* the first turn of the chain script is the turn itself */
   px_rs_op_t *op = op_new(cb, NULL, arg);
   if (op == NULL) return fail_now(op);
-  const char *args[] = {w->prefix, owner, id, "18446744073709551615", "1"};
-  if (eval(chain_script, args, NULL, 5, on_chain, op) < 0) return fail_now(op);
+  if (px_store_on()) {
+    local_chain(op, owner, id, SIZE_MAX - (64u << 10), 1, 1);
+    return deliver(w, op);
+  }
+  const char *args[] = {w->prefix, owner, id, "18446744073709551615", "1", "1"};
+  if (eval(chain_script, args, NULL, 6, on_chain, op) < 0) return fail_now(op);
   return op;
 }
 
@@ -204,7 +402,7 @@ static void on_done(void *arg, redisReply *r) {
       st = r->integer == 1 ? PX_RS_OK : r->integer == 2 ? PX_RS_TOO_BIG : PX_RS_NOT_FOUND;
     op->done(op->arg, st);
   }
-  free(op);
+  op_free(op);
 }
 
 px_rs_op_t *px_rs_put(const px_rs_where_t *w, const char *id, const char *owner,
@@ -212,6 +410,10 @@ px_rs_op_t *px_rs_put(const px_rs_where_t *w, const char *id, const char *owner,
                       px_rs_done_fn cb, void *arg) {
   px_rs_op_t *op = op_new(NULL, cb, arg);
   if (op == NULL) return fail_now(op);
+  if (px_store_on()) {
+    op->st = local_put(w, id, owner, prev, input, response);
+    return deliver(w, op);
+  }
   char ttl[24], max[24];
   snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)w->ttl_ms);
   snprintf(max, sizeof(max), "%llu", (unsigned long long)w->max_size);
@@ -226,6 +428,10 @@ px_rs_op_t *px_rs_delete(const px_rs_where_t *w, const char *owner, const char *
                          px_rs_done_fn cb, void *arg) {
   px_rs_op_t *op = op_new(NULL, cb, arg);
   if (op == NULL) return fail_now(op);
+  if (px_store_on()) {
+    op->st = local_delete(owner, id);
+    return deliver(w, op);
+  }
   const char *args[] = {w->prefix, owner, id};
   if (eval(del_script, args, NULL, 3, on_done, op) < 0) return fail_now(op);
   return op;
