@@ -56,7 +56,8 @@ px_rs_op_t *px_rs_chain(const px_rs_where_t *w, const char *owner, const char *i
 /** One turn (n = 1) and nothing before it. */
 px_rs_op_t *px_rs_get(const px_rs_where_t *w, const char *owner, const char *id,
                       px_rs_chain_fn cb, void *arg);
-/** Keep a turn under a new id. */
+/** Keep a turn under a new id; input and response stay valid until the
+ *  callback. */
 px_rs_op_t *px_rs_put(const px_rs_where_t *w, const char *id, const char *owner,
                       const char *prev, px_str_t input, px_str_t response,
                       px_rs_done_fn cb, void *arg);

@@ -20,6 +20,7 @@
 #include "proxai/rstore.h"
 
 #include <hiredis/hiredis.h>
+#include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,8 @@ static const char del_script[] =
     "if s > 0 then redis.call('DECRBY', pfx .. 'resp:bytes', s) end\n"
     "return 1\n";
 
+#define RS_ARGS 8
+
 struct px_rs_op {
   px_rs_chain_fn chain;
   px_rs_done_fn done;
@@ -115,6 +118,13 @@ struct px_rs_op {
   size_t n;
   char missing[PX_STORED_ID_MAX + 1];
   px_rs_op_t *next;
+  /* Redis: the script call, kept for a resend after NOSCRIPT */
+  const char *script;
+  px_redis_reply_fn cb;
+  int argc, resent;
+  const char *argv[RS_ARGS];
+  size_t lens[RS_ARGS];
+  char *copies;
 };
 
 static px_rs_op_t *op_new(px_rs_chain_fn chain, px_rs_done_fn done, void *arg) {
@@ -127,6 +137,7 @@ static px_rs_op_t *op_new(px_rs_chain_fn chain, px_rs_done_fn done, void *arg) {
 }
 
 static void op_free(px_rs_op_t *op) {
+  free(op->copies);
   for (size_t i = 0; i < op->n; i++) px_buf_free(&op->bufs[i]);
   free(op->bufs);
   free(op->turns);
@@ -308,19 +319,77 @@ static px_rs_status_t local_delete(const char *owner, const char *id) {
 
 /* ---- Redis ---------------------------------------------------------------- */
 
-static int eval(const char *script, const char *const *args, const size_t *lens, int n,
-                px_redis_reply_fn cb, px_rs_op_t *op) {
-  const char *argv[12];
-  size_t argvlen[12];
-  argv[0] = "EVAL";
-  argv[1] = script;
+/* Small arguments are copied into the op (for a resend); larger ones stay
+ * views of the caller's memory, valid until the callback (rstore.h). */
+#define ARG_COPY_MAX 4096
+
+static const char *script_sha(const char *script) {
+  static struct {
+    const char *script;
+    char sha[41];
+  } known[3];
+  for (size_t i = 0; i < 3; i++) {
+    if (known[i].script == script) return known[i].sha;
+    if (known[i].script == NULL) {
+      unsigned char md[SHA_DIGEST_LENGTH];
+      SHA1((const unsigned char *)script, strlen(script), md);
+      for (int k = 0; k < SHA_DIGEST_LENGTH; k++) sprintf(known[i].sha + 2 * k, "%02x", md[k]);
+      known[i].script = script;
+      return known[i].sha;
+    }
+  }
+  return NULL;
+}
+
+static int send_script(px_rs_op_t *op) {
+  const char *argv[3 + RS_ARGS];
+  size_t argvlen[3 + RS_ARGS];
+  const char *sha = op->resent ? NULL : script_sha(op->script);
+  argv[0] = sha ? "EVALSHA" : "EVAL";
+  argv[1] = sha ? sha : op->script;
   argv[2] = "0";
   for (int i = 0; i < 3; i++) argvlen[i] = strlen(argv[i]);
-  for (int i = 0; i < n; i++) {
-    argv[3 + i] = args[i];
-    argvlen[3 + i] = lens ? lens[i] : strlen(args[i]);
+  for (int i = 0; i < op->argc; i++) {
+    argv[3 + i] = op->argv[i];
+    argvlen[3 + i] = op->lens[i];
   }
-  return px_redis_command(3 + n, argv, argvlen, cb, op);
+  return px_redis_command(3 + op->argc, argv, argvlen, op->cb, op);
+}
+
+/* The script by its SHA1 (EVALSHA), in full (EVAL) when Redis does not
+ * know it (NOSCRIPT: restarted, flushed). */
+static int eval(const char *script, const char *const *args, const size_t *lens, int n,
+                px_redis_reply_fn cb, px_rs_op_t *op) {
+  size_t copy = 0;
+  for (int i = 0; i < n; i++) {
+    op->lens[i] = lens ? lens[i] : strlen(args[i]);
+    if (op->lens[i] <= ARG_COPY_MAX) copy += op->lens[i] + 1;
+  }
+  op->copies = malloc(copy ? copy : 1);
+  if (op->copies == NULL) return -1;
+  char *c = op->copies;
+  for (int i = 0; i < n; i++) {
+    op->argv[i] = args[i];
+    if (op->lens[i] > ARG_COPY_MAX) continue;
+    memcpy(c, args[i], op->lens[i]);
+    c[op->lens[i]] = 0;
+    op->argv[i] = c;
+    c += op->lens[i] + 1;
+  }
+  op->argc = n;
+  op->script = script;
+  op->cb = cb;
+  return send_script(op);
+}
+
+/* A reply of NOSCRIPT: sent again in full (1; the reply comes back to the
+ * same callback), else 0. */
+static int resent(px_rs_op_t *op, const redisReply *r) {
+  if (op->resent || op->cancelled || r == NULL || r->type != REDIS_REPLY_ERROR ||
+      strncmp(r->str, "NOSCRIPT", 8) != 0)
+    return 0;
+  op->resent = 1;
+  return send_script(op) == 0;
 }
 
 static px_str_t rstr(const redisReply *r) {
@@ -330,6 +399,7 @@ static px_str_t rstr(const redisReply *r) {
 
 static void on_chain(void *arg, redisReply *r) {
   px_rs_op_t *op = arg;
+  if (resent(op, r)) return;
   if (op->cancelled) {
     op_free(op);
     return;
@@ -396,6 +466,7 @@ px_rs_op_t *px_rs_get(const px_rs_where_t *w, const char *owner, const char *id,
 
 static void on_done(void *arg, redisReply *r) {
   px_rs_op_t *op = arg;
+  if (resent(op, r)) return;
   if (!op->cancelled) {
     px_rs_status_t st = PX_RS_UNAVAILABLE;
     if (r && r->type == REDIS_REPLY_INTEGER)
