@@ -306,6 +306,16 @@ typedef struct serve {
   const px_proto_ops_t *ops;
   px_rs_op_t *op;
   px_config_t *cfg;
+  px_server_t *srv;
+  const px_key_conf_t *key;
+  const px_req_t *req;
+  /* forwarded to an upstream that stores its own */
+  px_xfer_t *xfer;
+  int up_status;
+  px_buf_t body;
+  char *url;
+  char *hdrs[4 + 32];
+  char *lines; /* what hdrs point into */
   int items;
   int del;
   char id[PX_STORED_ID_MAX + 1];
@@ -316,12 +326,16 @@ typedef struct serve {
 static void serve_free(serve_t *s) {
   px_config_unref(s->cfg);
   free(s->query);
+  free(s->url);
+  free(s->lines);
+  px_buf_free(&s->body);
   free(s);
 }
 
 static void serve_closed(void *arg) {
   serve_t *s = arg;
   if (s->op) px_rs_cancel(s->op);
+  if (s->xfer) px_xfer_cancel(s->xfer);
   serve_free(s);
 }
 
@@ -354,9 +368,125 @@ static px_conn_t *serve_take(serve_t *s) {
   return s->conn;
 }
 
+/* The upstream a stored response the gateway does not hold may belong to:
+ * the first one in file order whose protocol stores (PX_CAP_STORED_RESPONSES)
+ * and that a route of a model the key may use sends to. */
+static const px_upstream_conf_t *owner_upstream(const px_config_t *cfg,
+                                                const px_key_conf_t *k) {
+  for (size_t u = 0; u < cfg->nupstreams; u++) {
+    if (!can_store(cfg->upstreams[u].protocol)) continue;
+    for (size_t r = 0; r < cfg->nroutes; r++) {
+      const px_route_conf_t *rt = &cfg->routes[r];
+      int uses = 0;
+      for (size_t d = 0; d < rt->ndeployments && !uses; d++)
+        uses = rt->deployments[d].upstream == u;
+      for (size_t f = 0; f < rt->nfallbacks && !uses; f++) uses = rt->fallbacks[f].upstream == u;
+      if (uses && (k == NULL || px_key_allows(k, rt->pattern))) return &cfg->upstreams[u];
+    }
+  }
+  return NULL;
+}
+
+static int fwd_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
+  serve_t *s = arg;
+  s->up_status = status;
+  return 0;
+}
+
+static int fwd_data(void *arg, const char *p, size_t n) {
+  serve_t *s = arg;
+  return px_buf_append(&s->body, p, n) < 0 ? -1 : 0;
+}
+
+static void fwd_done(void *arg, px_xfer_result_t r, const char *errmsg) {
+  serve_t *s = arg;
+  s->xfer = NULL;
+  px_conn_t *c = s->conn;
+  px_conn_set_handler(c, NULL, NULL);
+  if (r != PX_XFER_OK || s->up_status < 200) {
+    serve_error(c, s->ops, r == PX_XFER_OK ? PX_ERR_BAD_GATEWAY : px_exch_result_kind(r),
+                "bad gateway: the upstream that stores this response did not answer", NULL);
+  } else {
+    px_resp_simple(c, s->up_status, "application/json", s->body.data ? s->body.data : "",
+                   s->body.len, NULL, 0);
+  }
+  serve_free(s);
+}
+
+static const px_xfer_cbs_t fwd_cbs = {fwd_headers, fwd_data, fwd_done};
+
+/* Ask the upstream that stores it (SPEC 14): 0 when the transfer started. */
+static int forward(serve_t *s, const px_upstream_conf_t *up) {
+  const px_proto_ops_t *uops = px_proto_get(up->protocol);
+  px_buf_t b;
+  px_buf_init(&b, 64u << 10);
+  int rc = px_buf_puts(&b, up->base_url);
+  if (rc == 0) rc = px_buf_puts(&b, uops->upstream_path);
+  if (rc == 0) rc = px_buf_printf(&b, "/%s%s", s->id, s->items ? "/input_items" : "");
+  if (rc == 0 && s->qlen) rc = px_buf_append(&b, s->query, s->qlen);
+  if (rc == 0) rc = px_buf_append(&b, "", 1);
+  if (rc < 0) {
+    px_buf_free(&b);
+    return -1;
+  }
+  s->url = px_buf_steal(&b, NULL);
+  /* auth, the request id, the upstream's own header lines */
+  px_buf_init(&b, 1u << 20);
+  size_t at[36], n = 0;
+  if (up->api_key) {
+    at[n++] = b.len;
+    rc = px_buf_printf(&b, "%s%s", uops->auth_header, up->api_key);
+    if (rc == 0) rc = px_buf_append(&b, "", 1);
+  }
+  if (rc == 0) {
+    at[n++] = b.len;
+    rc = px_buf_printf(&b, "x-request-id: %s", s->req->request_id);
+    if (rc == 0) rc = px_buf_append(&b, "", 1);
+  }
+  for (size_t i = 0; rc == 0 && i < up->nheaders && n < 35; i++) {
+    at[n++] = b.len;
+    rc = px_buf_puts(&b, up->headers[i]);
+    if (rc == 0) rc = px_buf_append(&b, "", 1);
+  }
+  if (rc < 0) {
+    px_buf_free(&b);
+    return -1;
+  }
+  s->lines = px_buf_steal(&b, NULL);
+  for (size_t i = 0; i < n; i++) s->hdrs[i] = s->lines + at[i];
+  s->hdrs[n] = NULL;
+  px_buf_init(&s->body, 64u << 20);
+  px_xfer_opts_t o = {
+      .method = s->del ? "DELETE" : "GET",
+      .url = s->url,
+      .headers = (const char *const *)s->hdrs,
+      .connect_timeout_ms = up->connect_timeout_ms,
+      .first_byte_timeout_ms = up->first_byte_timeout_ms,
+      .idle_timeout_ms = up->idle_timeout_ms,
+      .http2 = up->http2,
+      .ca_file = up->ca_file,
+      .tls_no_verify = !up->tls_verify,
+      .pool = up->name,
+      .max_connections = up->max_connections,
+      .client = up->client,
+  };
+  s->xfer = px_xfer_start(s->srv->uclient, &o, &fwd_cbs, s);
+  return s->xfer ? 0 : -1;
+}
+
+/* Not the gateway's: the upstream that stores its own answers, if any (the
+ * connection stays with s), else 404. 1 when forwarded. */
+static int not_ours(serve_t *s) {
+  const px_upstream_conf_t *up = owner_upstream(s->cfg, s->key);
+  if (up == NULL || forward(s, up) < 0) return 0;
+  return 1;
+}
+
 static void on_got(void *arg, px_rs_status_t st, const px_stored_turn_t *t, size_t n,
                    const char *missing) {
   serve_t *s = arg;
+  s->op = NULL;
+  if ((st == PX_RS_NOT_FOUND || (st == PX_RS_OK && n == 0)) && not_ours(s)) return;
   serve_take(s);
   if (st == PX_RS_NOT_FOUND || (st == PX_RS_OK && n == 0)) {
     serve_not_found(s);
@@ -381,6 +511,8 @@ static void on_got(void *arg, px_rs_status_t st, const px_stored_turn_t *t, size
 
 static void on_deleted(void *arg, px_rs_status_t st) {
   serve_t *s = arg;
+  s->op = NULL;
+  if (st == PX_RS_NOT_FOUND && not_ours(s)) return;
   serve_take(s);
   if (st == PX_RS_NOT_FOUND) {
     serve_not_found(s);
@@ -419,13 +551,6 @@ void px_stored_serve(px_server_t *srv, px_conn_t *c, px_req_t *r,
                 "response_id");
     return;
   }
-  if (!cfg->responses.store) {
-    char msg[256];
-    snprintf(msg, sizeof(msg),
-             "Response with id '%s' not found ([responses] store is off).", idb);
-    serve_error(c, ops, PX_ERR_NOT_FOUND, msg, "response_id");
-    return;
-  }
   serve_t *s = calloc(1, sizeof(*s));
   const char *q = r->url.data + r->path_len;
   size_t qlen = r->url.len - r->path_len;
@@ -440,16 +565,26 @@ void px_stored_serve(px_server_t *srv, px_conn_t *c, px_req_t *r,
   s->conn = c;
   s->ops = ops;
   s->cfg = px_config_ref(cfg);
+  s->srv = srv;
+  s->key = k;
+  s->req = r;
   s->items = items;
   s->del = del;
   memcpy(s->id, idb, l + 1);
+  px_conn_set_handler(c, &serve_handler, s);
+  if (!cfg->responses.store || !px_rs_available()) { /* the gateway keeps none */
+    if (not_ours(s)) return;
+    serve_take(s);
+    serve_not_found(s);
+    serve_free(s);
+    return;
+  }
   px_rs_where_t w = where(srv->loop, cfg);
   s->op = del ? px_rs_delete(&w, owner_of(k), s->id, on_deleted, s)
               : px_rs_get(&w, owner_of(k), s->id, on_got, s);
   if (s->op == NULL) {
+    serve_take(s);
     serve_unavailable(c, ops);
     serve_free(s);
-    return;
   }
-  px_conn_set_handler(c, &serve_handler, s);
 }

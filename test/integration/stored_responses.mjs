@@ -278,6 +278,27 @@ test('toward an OpenAI Responses upstream nothing changes', async () => {
   assert.equal(b2.input.length, 3);
 });
 
+test('an id the gateway does not hold goes to the upstream that stores its own', async () => {
+  await mock.reset();
+  await mock.script([
+    { path: '/responses/resp_upown', body: { id: 'resp_upown', object: 'response', status: 'completed', output: [] } },
+    { path: '/responses/resp_upown/input_items', body: { object: 'list', data: [], first_id: null, last_id: null, has_more: false } },
+    { path: '/responses/resp_upown', body: { id: 'resp_upown', object: 'response', deleted: true } },
+  ]);
+  assert.equal((await alice.responses.retrieve('resp_upown')).id, 'resp_upown');
+  assert.equal((await alice.responses.inputItems.list('resp_upown', { limit: 5 })).has_more, false);
+  await alice.responses.delete('resp_upown');
+  const reqs = await mock.requests();
+  assert.deepEqual(reqs.map((r) => [r.method, r.path, r.query]), [
+    ['GET', '/v1/responses/resp_upown', null],
+    ['GET', '/v1/responses/resp_upown/input_items', 'limit=5'],
+    ['DELETE', '/v1/responses/resp_upown', null],
+  ]);
+  assert.ok(reqs.every((r) => r.headers.authorization === 'Bearer up-key'), 'the upstream key, never the client key');
+  // unknown there too: its 404 in its own shape
+  await assert.rejects(alice.responses.retrieve('resp_neither'), (e) => e.status === 404);
+});
+
 test('a chain over the size limit is refused before anything is sent', async () => {
   const small = await startProxai(conf({ maxBody: '64k' }));
   try {
