@@ -17,7 +17,7 @@ const redis = await startRedis();
 const mock = await startMock();
 const prefix = `sr${process.pid}:`;
 
-const conf = ({ ttl = '30d', maxSize = '1g', maxBody = '16m', store = 'on' } = {}) => `[server]
+const conf = ({ ttl = '30d', maxSize = '1g', maxBody = '16m', store = 'on', responses = false } = {}) => `[server]
 listen = 127.0.0.1:{{PORT}}
 access_log = off
 max_body = ${maxBody}
@@ -33,7 +33,7 @@ store = ${store}
 ttl = ${ttl}
 max_size = ${maxSize}
 
-${up.upstreams(mock.url)}
+${up.upstreams(mock.url, { responses })}
 
 [key alice]
 secret = sk-alice
@@ -265,7 +265,12 @@ test('a second instance on the same Redis finds the turn', async () => {
   }
 });
 
+// an instance with an openai_responses upstream too (oai-*)
+const pxo = await startProxai(conf({ responses: true }));
+const alo = client(pxo);
+
 test('toward an OpenAI Responses upstream nothing changes', async () => {
+  const alice = alo;
   const r = await alice.responses.create({ model: 'oai-model', input: 'hi', previous_response_id: 'resp_upstream_own' });
   assert.match(r.id, /^resp_mock/);
   const body = (await lastUpstream()).body;
@@ -279,6 +284,7 @@ test('toward an OpenAI Responses upstream nothing changes', async () => {
 });
 
 test('an id the gateway does not hold goes to the upstream that stores its own', async () => {
+  const alice = alo;
   await mock.reset();
   await mock.script([
     { path: '/responses/resp_upown', body: { id: 'resp_upown', object: 'response', status: 'completed', output: [] } },

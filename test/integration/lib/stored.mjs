@@ -1,8 +1,17 @@
 // The three upstream families of the stored Responses tests: their config
 // sections, scripted answers, and readers of what the gateway sent them.
 
-/** [upstream] and [route] sections for the mock at url. */
-export const upstreams = (url) => `[upstream anth]
+/** [upstream] and [route] sections for the mock at url (with an
+ *  openai_responses upstream for oai-* when responses is set). */
+export const upstreams = (url, { responses = false } = {}) => `${responses ? `[upstream oai]
+protocol = openai_responses
+base_url = ${url}/v1
+api_key = up-key
+
+[route oai-*]
+upstream = oai
+
+` : ''}[upstream anth]
 protocol = anthropic_messages
 base_url = ${url}
 api_key = up-key
@@ -17,11 +26,6 @@ protocol = gemini_generate_content
 base_url = ${url}
 api_key = up-key
 
-[upstream oai]
-protocol = openai_responses
-base_url = ${url}/v1
-api_key = up-key
-
 [route claude-*]
 upstream = anth
 
@@ -29,10 +33,7 @@ upstream = anth
 upstream = chat
 
 [route gemini-*]
-upstream = gem
-
-[route oai-*]
-upstream = oai`;
+upstream = gem`;
 
 const text = (c) => (typeof c === 'string' ? c
   : (c || []).filter((p) => p.type === 'text' || p.text !== undefined).map((p) => p.text).join(''));
