@@ -359,6 +359,17 @@ test('store = off: nothing kept; previous_response_id toward a non-Responses ups
   }
 });
 
+test('Redis forgot the scripts (SCRIPT FLUSH): they are sent again in full', async () => {
+  const r1 = await alice.responses.create({ model: 'claude-sonnet', input: 'before the flush' });
+  assert.match(await redis.command('SCRIPT', 'FLUSH'), /OK/);
+  const r2 = await alice.responses.create({ model: 'claude-sonnet', input: 'after', previous_response_id: r1.id });
+  assert.match(await redis.command('SCRIPT', 'FLUSH'), /OK/);
+  assert.equal((await alice.responses.retrieve(r2.id)).previous_response_id, r1.id);
+  assert.match(await redis.command('SCRIPT', 'FLUSH'), /OK/);
+  await alice.responses.delete(r2.id);
+  await assert.rejects(alice.responses.retrieve(r2.id), (e) => e.status === 404);
+});
+
 test('Redis unreachable: a follow-up gets 503, never a shortened chain', async () => {
   const r = await alice.responses.create({ model: 'claude-sonnet', input: 'before the outage' });
   await redis.stop();

@@ -2,6 +2,7 @@
 // stopped by PID (and killed at exit if still running).
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { freePort, sleep, waitFor } from './harness.mjs';
@@ -43,6 +44,18 @@ export async function startRedis({ port } = {}) {
   return {
     port,
     url: `redis://127.0.0.1:${port}/0`,
+    /** One command; resolves to the raw RESP reply text. */
+    command: (...args) => new Promise((resolve, reject) => {
+      const s = net.connect(port, '127.0.0.1');
+      let out = '';
+      s.on('data', (d) => {
+        out += d;
+        if (out.endsWith('\r\n')) s.end();
+      });
+      s.on('end', () => resolve(out));
+      s.on('error', reject);
+      s.write(`*${args.length}\r\n${args.map((a) => `$${Buffer.byteLength(String(a))}\r\n${a}\r\n`).join('')}`);
+    }),
     stop: async () => {
       if (!gone) p.kill('SIGTERM');
       return Promise.race([exited, sleep(10000).then(() => {
