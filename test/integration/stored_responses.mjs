@@ -240,7 +240,7 @@ test('bad input: malformed id, store:false history, unknown id; nothing sent ups
   assert.equal((await mock.requests()).length, m, 'nothing sent upstream');
 });
 
-test('Anthropic thinking signatures come back whole through the stored turn', async () => {
+test('Anthropic thinking signatures come back whole through the stored turn; another family declares the loss', async () => {
   await mock.script(up.anthropicThinking('sig-opaque-123'));
   const r1 = await alice.responses.create({ model: 'claude-sonnet', input: 'think' });
   const rs = r1.output.find((o) => o.type === 'reasoning');
@@ -249,6 +249,11 @@ test('Anthropic thinking signatures come back whole through the stored turn', as
   const body = (await lastUpstream()).body;
   const thinking = body.messages[1].content.find((b) => b.type === 'thinking');
   assert.deepEqual(thinking, { type: 'thinking', thinking: 'let me see', signature: 'sig-opaque-123' });
+  // the same turn continued on Gemini: what it cannot carry is declared
+  const { response } = await alice.responses
+    .create({ model: 'gemini-2.5-pro', input: 'elsewhere', previous_response_id: r1.id }).withResponse();
+  assert.match(response.headers.get('x-proxai-lossy') || '', /signature/);
+  assert.equal(JSON.stringify((await lastUpstream()).body).includes('sig-opaque-123'), false);
 });
 
 test('a second instance on the same Redis finds the turn', async () => {
