@@ -310,6 +310,27 @@ test('an id the gateway does not hold goes to the upstream that stores its own',
   await assert.rejects(alice.responses.retrieve('resp_neither'), (e) => e.status === 404);
 });
 
+test('a chain of 50 turns of 300 KB: each turn stored once, the 51st request carries all of them', async () => {
+  // (a tenth of the size under the sanitizers: the same shape, less time)
+  const size = process.env.PROXAI_SANITIZED ? 30000 : 300000;
+  const before = Number((await redis.command('GET', `${prefix}resp:bytes`)).split('\r\n')[1] || 0);
+  let prev;
+  for (let i = 0; i < 50; i++) {
+    const input = `${String(i).padStart(2, '0')}:${'y'.repeat(size)}`;
+    prev = (await alice.responses.create({ model: 'gpt-4o', input, previous_response_id: prev, store: true })).id;
+    if (i % 10 === 9) await mock.reset(); // the mock keeps every body otherwise
+  }
+  const after = Number((await redis.command('GET', `${prefix}resp:bytes`)).split('\r\n')[1]);
+  const stored = after - before;
+  assert.ok(stored > 50 * size && stored < 50 * (size + 4096), `stored ${stored} bytes for 50 turns`);
+  await alice.responses.create({ model: 'gpt-4o', input: 'the end', previous_response_id: prev });
+  const sent = up.conversation(up.FAMILIES[1], (await lastUpstream()).body).turns;
+  assert.equal(sent.length, 101);
+  for (let i = 0; i < 50; i++) assert.equal(sent[2 * i][1].slice(0, 3), `${String(i).padStart(2, '0')}:`);
+  assert.equal(sent[100][1], 'the end');
+  await mock.reset();
+}, { timeout: 240000 });
+
 test('a chain over the size limit is refused before anything is sent', async () => {
   const small = await startProxai(conf({ maxBody: '64k' }));
   try {
