@@ -344,6 +344,7 @@ static int run_workers(const char *path, px_config_t *cfg, unsigned n) {
       pids[i] = 0;
       alive--;
       px_metrics_worker_reset(i); /* its connections and streams are gone */
+      px_rl_release_worker(i);    /* what its requests set aside: tpm, budgets */
       if (stopping) {
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
         continue;

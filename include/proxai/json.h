@@ -180,6 +180,10 @@ typedef struct px_json_req {
   size_t stream_at, stream_len; /**< `stream` value token */
   int stream;                   /**< `stream` is true */
   int include_usage;            /**< `stream_options.include_usage` is true */
+  size_t user_at, user_len;     /**< the end user's string token (SPEC 13), 0 if
+                                     none: `metadata.user_id`, else
+                                     `safety_identifier`, else `user` (the
+                                     last of a repeated member, as jansson) */
   size_t cost;                  /**< bytes jansson needs at most to hold the
                                      body as a document (before any parse) */
   px_jreq_err_t err;            /**< why the body was refused */

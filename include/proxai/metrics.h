@@ -27,6 +27,10 @@ void px_metrics_attempt(const char *upstream, const char *error_type);
 /** Count tokens by client key name (NULL = "none") and upstream. */
 void px_metrics_tokens(const char *key, const char *upstream, int64_t in,
                        int64_t out);
+/** Add a request's cost (nano-USD) to proxai_spend_usd_total{key, team,
+ *  upstream_model}; team NULL = "" (a key without one). */
+void px_metrics_spend(const char *key, const char *team, const char *upstream_model,
+                      int64_t nano);
 /** Count one translated request that dropped `field` (x-proxai-lossy plus
  *  what a stream dropped). */
 void px_metrics_lossy(const char *inbound, const char *upstream, const char *field);

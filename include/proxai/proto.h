@@ -52,7 +52,8 @@ typedef enum px_proto {
   XX(OVERLOADED,  503, "api_error",             "overloaded_error")          \
   XX(UNAVAILABLE, 503, "api_error",             "api_error")                 \
   XX(NOT_IMPL,    501, "invalid_request_error", "invalid_request_error")     \
-  XX(METHOD,      405, "invalid_request_error", "invalid_request_error")
+  XX(METHOD,      405, "invalid_request_error", "invalid_request_error")     \
+  XX(QUOTA,       429, "insufficient_quota",    "rate_limit_error")
 
 typedef enum px_errkind {
 #define XX(k, st, ot, at) PX_ERR_##k,

@@ -41,7 +41,7 @@ void px_shm_unlock(pthread_mutex_t *m);
 
 /** Sizes of the two parts (metrics.c, ratelimit.c) for nworkers. */
 size_t px_metrics_shm_size(unsigned nworkers);
-size_t px_rl_shm_size(void);
+size_t px_rl_shm_size(unsigned nworkers);
 /** Prepare a freshly zeroed part (called once, by px_shm_init). */
 void px_metrics_shm_setup(void *p, unsigned nworkers);
 void px_rl_shm_setup(void *p);

@@ -11,12 +11,17 @@
 int px_redis_start(uv_loop_t *loop, const px_state_conf_t *sc);
 void px_redis_stop(void);
 int px_redis_running(void);
-px_rl_verdict_t px_redis_admit(const char *key, uint64_t rpm, uint64_t tpm,
-                               uint64_t reserve, uint64_t now_ms, unsigned *retry_after,
+/** px_rl_check on Redis: one script, one round trip, whatever the admission
+ *  takes (rpm, tpm, the key's and the team's budgets). */
+px_rl_verdict_t px_redis_admit(const px_admit_t *a, uint64_t now_ms, px_refusal_t *why,
                                px_rl_done_fn done, void *arg, px_rl_wait_t **wait);
 void px_redis_cancel(px_rl_wait_t *w);
-/** Return (delta < 0) or charge (delta > 0) tokens on key's tpm bucket. */
-void px_redis_settle(const char *key, uint64_t tpm, int64_t delta);
+/** px_rl_settle on Redis: tokens settled with the real usage, the cost
+ *  spent, the reservations returned (one script, no reply awaited). */
+void px_redis_settle(const px_admit_t *a, uint64_t used, int64_t cost);
+/** px_rl_usage on Redis: 1 (pending) or <0 (not connected). */
+int px_redis_usage(const px_key_conf_t *k, int64_t now_s, px_rl_usage_fn done, void *arg,
+                   px_rl_wait_t **wait);
 
 /** A reply to px_redis_command: NULL when the connection was lost. */
 struct redisReply;

@@ -384,9 +384,22 @@ static int scan_number(const unsigned char *p, size_t n, size_t *i) {
 
 /* The members the request scanner watches, at the top level (TOP_*) and in
  * stream_options (SO_*). */
-enum { W_NONE = -1, TOP_MODEL, TOP_STREAM, TOP_SO, SO_USAGE, W_COUNT };
-static const char *const watched[W_COUNT] = {"model", "stream", "stream_options",
-                                              "include_usage"};
+enum {
+  W_NONE = -1,
+  TOP_MODEL,
+  TOP_STREAM,
+  TOP_SO,
+  SO_USAGE,
+  W_ONCE, /* the members above may appear once; those below are only read */
+  TOP_META = W_ONCE,
+  TOP_SAFETY,
+  TOP_USER,
+  META_USER,
+  W_COUNT
+};
+static const char *const watched[W_COUNT] = {
+    "model", "stream", "stream_options", "include_usage", "metadata", "safety_identifier",
+    "user",  "user_id"};
 
 /* Which watched member the key p[s..e) names (escapes decoded), among
  * [from, to). An escaped spelling longer than 6 bytes a character cannot
@@ -440,6 +453,7 @@ int px_json_request(const char *text, size_t n, px_json_req_t *r) {
   int seen[W_COUNT] = {0};
   size_t at[W_COUNT] = {0}, len[W_COUNT] = {0}; /* value token of each member */
   size_t depth = 0, so_depth = 0; /* so_depth: depth of stream_options' object */
+  size_t meta_depth = 0;          /* depth of metadata's object */
   int pending = W_NONE;           /* the value about to be read is this member */
   size_t cost = 0;
   memset(r, 0, sizeof(*r));
@@ -464,6 +478,7 @@ value:
       is_obj[++depth] = p[i] == '{';
       cost += is_obj[depth] ? COST_OBJECT : COST_ARRAY;
       if (rec == TOP_SO && p[i] == '{') so_depth = depth;
+      if (rec == TOP_META && p[i] == '{') meta_depth = depth;
       if (rec != W_NONE) at[rec] = s, len[rec] = 1; /* the type is all we need */
       i = px_json_ws(p, n, i + 1);
       if (i < n && p[i] == (is_obj[depth] ? '}' : ']')) {
@@ -517,11 +532,15 @@ key:
       return req_fail(r, PX_JREQ_SYNTAX, i,
                       "invalid member name (a raw control character, invalid UTF-8, a "
                       "bad escape or no closing quote)");
-    if (depth == 1 && top_obj)
+    if (depth == 1 && top_obj) {
       pending = watched_key(p, i + 1, e, esc, TOP_MODEL, TOP_SO + 1);
-    else if (depth == 2 && so_depth == 2)
+      if (pending == W_NONE) pending = watched_key(p, i + 1, e, esc, TOP_META, TOP_USER + 1);
+    } else if (depth == 2 && so_depth == 2) {
       pending = watched_key(p, i + 1, e, esc, SO_USAGE, SO_USAGE + 1);
-    if (pending != W_NONE && seen[pending]++) {
+    } else if (depth == 2 && meta_depth == 2) {
+      pending = watched_key(p, i + 1, e, esc, META_USER, META_USER + 1);
+    }
+    if (pending != W_NONE && pending < W_ONCE && seen[pending]++) {
       r->key = watched[pending];
       return req_fail(r, PX_JREQ_DUPLICATE, i, "duplicate member");
     }
@@ -542,6 +561,14 @@ after:
     r->stream_at = at[TOP_STREAM], r->stream_len = len[TOP_STREAM];
     r->stream = len[TOP_STREAM] == 4 && memcmp(p + at[TOP_STREAM], "true", 4) == 0;
     r->include_usage = len[SO_USAGE] == 4 && memcmp(p + at[SO_USAGE], "true", 4) == 0;
+    static const int users[] = {META_USER, TOP_SAFETY, TOP_USER}; /* first wins */
+    for (size_t k = 0; k < sizeof(users) / sizeof(users[0]); k++) {
+      int u = users[k];
+      if (len[u] >= 2 && p[at[u]] == '"') {
+        r->user_at = at[u], r->user_len = len[u];
+        break;
+      }
+    }
     r->cost = cost;
     return 0;
   }
@@ -558,6 +585,7 @@ after:
   i++;
 close:
   if (depth == so_depth) so_depth = 0;
+  if (depth == meta_depth) meta_depth = 0;
   depth--;
   goto after;
 }

@@ -21,7 +21,7 @@ int px_shm_init(unsigned nworkers) {
   if (g_base) return 0;
   if (nworkers == 0) nworkers = 1;
   size_t msz = align_up(px_metrics_shm_size(nworkers));
-  size_t rsz = align_up(px_rl_shm_size());
+  size_t rsz = align_up(px_rl_shm_size(nworkers));
   void *p =
       mmap(NULL, msz + rsz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return -errno;

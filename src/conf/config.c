@@ -38,11 +38,15 @@ typedef enum sec_kind {
   SEC_ROUTE,
   SEC_KEY,
   SEC_STATE,
+  SEC_TEAM,
+  SEC_PRICE,
+  SEC_ADMIN,
   SEC_RESPONSES
 } sec_kind_t;
 
-static const char *const sec_names[] = {"",      "",    "server", "upstream",
-                                        "route", "key", "state",  "responses"};
+static const char *const sec_names[] = {"",      "",      "server", "upstream", "route",
+                                        "key",   "state", "team",   "price",    "admin",
+                                        "responses"};
 
 /* `NAME[/MODEL]` as written, resolved to a px_target_t after parsing. */
 typedef struct target_ref {
@@ -99,9 +103,8 @@ struct parse {
   int seen[NDIRECTIVES];
   /* section lines, for duplicate messages and post-parse checks */
   int server_line;
-  int *up_line, *route_line, *key_line;
-  int state_line;
-  int responses_line;
+  int *up_line, *route_line, *key_line, *team_line, *price_line;
+  int state_line, admin_line, responses_line;
   route_refs_t *refs; /* parallel to c->routes */
 };
 
@@ -753,6 +756,30 @@ static int set_redis(parse_t *p, const directive_t *d, void *obj, char *v) {
   return 1;
 }
 
+/* budget / price amounts: decimal USD, d->max the largest accepted */
+static int set_usd(parse_t *p, const directive_t *d, void *obj, char *v) {
+  if (!need_value(p, d, v)) return 0;
+  int64_t n;
+  int ok = 1;
+  if (px_parse_usd(v, (int64_t)d->max, &n) < 0)
+    ok = fail(p, p->line,
+              "%s must be an amount in USD from 0 to %llu with at most 9 decimals, not '%s'",
+              d->name, (unsigned long long)d->max, v);
+  else
+    *(int64_t *)((char *)obj + d->off) = n;
+  free(v);
+  return ok;
+}
+
+static int set_window(parse_t *p, const directive_t *d, void *obj, char *v) {
+  if (!need_value(p, d, v)) return 0;
+  int ok = 1;
+  if (px_window_parse(v, (px_window_t *)((char *)obj + d->off)) < 0)
+    ok = fail(p, p->line, "budget_window must be day, month or total, not '%s'", v);
+  free(v);
+  return ok;
+}
+
 static int split_list(parse_t *p, const directive_t *d, char ***list, size_t *count, char *v) {
   if (!need_value(p, d, v)) return 0;
   name_list_t l = {list, count, NULL};
@@ -773,6 +800,8 @@ static int set_route_models(parse_t *p, const directive_t *d, void *obj, char *v
 #define KEY(f) offsetof(px_key_conf_t, f)
 #define ST(f) offsetof(px_state_conf_t, f)
 #define RS(f) offsetof(px_responses_conf_t, f)
+#define TEAM(f) offsetof(px_team_conf_t, f)
+#define PRICE(f) offsetof(px_price_conf_t, f)
 #define U32MAX 4294967295ull
 
 static const directive_t directives[] = {
@@ -821,11 +850,25 @@ static const directive_t directives[] = {
     {SEC_KEY, "models", set_models, 0, 0, 0, 0},
     {SEC_KEY, "rpm", set_u64, KEY(rpm), 0, U32MAX, 0},
     {SEC_KEY, "tpm", set_u64, KEY(tpm), 0, UINT64_MAX / 2, 0},
+    {SEC_KEY, "team", set_str, KEY(team_name), 0, 0, 0},
+    {SEC_KEY, "budget", set_usd, KEY(budget), 0, PX_BUDGET_MAX_USD, 0},
+    {SEC_KEY, "budget_window", set_window, KEY(window), 0, 0, 0},
+
+    {SEC_TEAM, "budget", set_usd, TEAM(budget), 0, PX_BUDGET_MAX_USD, 0},
+    {SEC_TEAM, "budget_window", set_window, TEAM(window), 0, 0, 0},
+
+    {SEC_PRICE, "input", set_usd, PRICE(input), 0, PX_PRICE_MAX_USD, D_REQUIRED},
+    {SEC_PRICE, "output", set_usd, PRICE(output), 0, PX_PRICE_MAX_USD, D_REQUIRED},
+    {SEC_PRICE, "cache_read", set_usd, PRICE(cache_read), 0, PX_PRICE_MAX_USD, 0},
+    {SEC_PRICE, "cache_write", set_usd, PRICE(cache_write), 0, PX_PRICE_MAX_USD, 0},
+
+    {SEC_ADMIN, "token", set_str, offsetof(px_config_t, admin_token), 0, 0, D_REQUIRED},
 
     {SEC_STATE, "backend", set_backend, 0, 0, 0, 0},
     {SEC_STATE, "redis", set_redis, 0, 0, 0, 0},
     {SEC_STATE, "prefix", set_str, ST(prefix), 0, 0, 0},
     {SEC_STATE, "on_error", set_on_error, 0, 0, 0, 0},
+    {SEC_STATE, "dir", set_opt_str, ST(dir), 0, 0, 0},
 
     {SEC_RESPONSES, "store", set_bool, RS(store), 0, 0, 0},
     {SEC_RESPONSES, "ttl", set_duration, RS(ttl_ms), 0, 0, 0},
@@ -875,9 +918,16 @@ static void config_free(px_config_t *c) {
     px_key_conf_t *k = &c->keys[i];
     free(k->name);
     free(k->secret);
+    free(k->team_name);
     free_strv(k->models, k->nmodels);
   }
   free(c->keys);
+  for (size_t i = 0; i < c->nteams; i++) free(c->teams[i].name);
+  free(c->teams);
+  for (size_t i = 0; i < c->nprices; i++) free(c->prices[i].pattern);
+  free(c->prices);
+  free(c->admin_token);
+  free(c->state.dir);
   free(c->unconfigured_message);
   free(c);
 }
@@ -947,6 +997,22 @@ static int add_deployment(px_route_conf_t *r, ssize_t u) {
   return 0;
 }
 
+static px_team_conf_t *add_team(px_config_t *c, const char *name) {
+  if (push((void **)&c->teams, &c->nteams, sizeof *c->teams) < 0) return NULL;
+  px_team_conf_t *t = &c->teams[c->nteams - 1];
+  t->name = strdup(name);
+  return t->name ? t : NULL;
+}
+
+/* cache_read / cache_write default to input (filled in by resolve) */
+static px_price_conf_t *add_price(px_config_t *c, const char *pattern) {
+  if (push((void **)&c->prices, &c->nprices, sizeof *c->prices) < 0) return NULL;
+  px_price_conf_t *pr = &c->prices[c->nprices - 1];
+  pr->pattern = strdup(pattern);
+  pr->cache_read = pr->cache_write = -1;
+  return pr->pattern ? pr : NULL;
+}
+
 static px_key_conf_t *add_key(px_config_t *c, const char *name) {
   if (push((void **)&c->keys, &c->nkeys, sizeof *c->keys) < 0) return NULL;
   px_key_conf_t *k = &c->keys[c->nkeys - 1];
@@ -1004,7 +1070,8 @@ static int begin_section(parse_t *p, const char *title, size_t tlen) {
   if (kind == SEC_BAD)
     return fail(p, p->line,
                 "unknown section [%.*s] (expected [server], [upstream NAME], "
-                "[route PATTERN], [key NAME], [state] or [responses])",
+                "[route PATTERN], [key NAME], [team NAME], [price PATTERN], [state], "
+                "[admin] or [responses])",
                 (int)tlen, title);
 
   char *arg = dup_range(rest, rlen);
@@ -1032,23 +1099,57 @@ static int begin_section(parse_t *p, const char *title, size_t tlen) {
       }
       break;
     case SEC_STATE:
+    case SEC_ADMIN:
+    case SEC_RESPONSES: {
+      int *at = kind == SEC_STATE   ? &p->state_line
+                : kind == SEC_ADMIN ? &p->admin_line
+                                    : &p->responses_line;
       if (rlen != 0) {
-        ok = fail(p, p->line, "[state] takes no name");
-      } else if (p->state_line != 0) {
-        ok = fail(p, p->line, "duplicate section [state] (first at line %d)", p->state_line);
+        ok = fail(p, p->line, "[%s] takes no name", sec_names[kind]);
+      } else if (*at != 0) {
+        ok = fail(p, p->line, "duplicate section [%s] (first at line %d)", sec_names[kind],
+                  *at);
       } else {
-        p->state_line = p->line;
+        *at = p->line;
       }
       break;
-    case SEC_RESPONSES:
-      if (rlen != 0) {
-        ok = fail(p, p->line, "[responses] takes no name");
-      } else if (p->responses_line != 0) {
-        ok = fail(p, p->line, "duplicate section [responses] (first at line %d)",
-                  p->responses_line);
-      } else {
-        p->responses_line = p->line;
+    }
+    case SEC_TEAM:
+      if (rlen == 0 || !valid_name(arg)) {
+        ok = fail(p, p->line,
+                  "[team] needs a name of letters, digits, '-', '_' and '.': [team NAME]");
+        break;
       }
+      for (size_t j = 0; j < c->nteams && ok; j++)
+        if (strcmp(c->teams[j].name, arg) == 0)
+          ok = fail(p, p->line, "duplicate section [%s] (first at line %d)", p->sec_title,
+                    p->team_line[j]);
+      if (!ok) break;
+      if (add_team(c, arg) == NULL ||
+          grow_to((void **)&p->team_line, c->nteams, sizeof(int)) < 0) {
+        ok = fail(p, p->line, "out of memory");
+        break;
+      }
+      lines = p->team_line;
+      n = c->nteams;
+      break;
+    case SEC_PRICE:
+      if (rlen == 0 || memchr(arg, ' ', rlen) || memchr(arg, '\t', rlen)) {
+        ok = fail(p, p->line, "[price] needs a model name or pattern: [price PATTERN]");
+        break;
+      }
+      for (size_t j = 0; j < c->nprices && ok; j++)
+        if (strcmp(c->prices[j].pattern, arg) == 0)
+          ok = fail(p, p->line, "duplicate section [%s] (first at line %d)", p->sec_title,
+                    p->price_line[j]);
+      if (!ok) break;
+      if (add_price(c, arg) == NULL ||
+          grow_to((void **)&p->price_line, c->nprices, sizeof(int)) < 0) {
+        ok = fail(p, p->line, "out of memory");
+        break;
+      }
+      lines = p->price_line;
+      n = c->nprices;
       break;
     case SEC_UPSTREAM:
     case SEC_KEY:
@@ -1234,6 +1335,15 @@ static int on_pair(void *user, const char *section, const char *name, const char
     case SEC_RESPONSES:
       obj = &p->c->responses;
       break;
+    case SEC_TEAM:
+      obj = &p->c->teams[p->idx];
+      break;
+    case SEC_PRICE:
+      obj = &p->c->prices[p->idx];
+      break;
+    case SEC_ADMIN:
+      obj = p->c;
+      break;
     default:
       break;
   }
@@ -1297,6 +1407,8 @@ static void parse_done(parse_t *p) {
   free(p->up_line);
   free(p->route_line);
   free(p->key_line);
+  free(p->team_line);
+  free(p->price_line);
   for (size_t i = 0; p->refs != NULL && i < p->c->nroutes; i++) {
     route_refs_t *rf = &p->refs[i];
     for (size_t j = 0; j < rf->ndeps; j++)
@@ -1374,6 +1486,19 @@ static int resolve(parse_t *p) {
       if (strcmp(c->keys[i].secret, c->keys[j].secret) == 0)
         return fail(p, p->key_line[i], "key '%s' has the same secret as key '%s'",
                     c->keys[i].name, c->keys[j].name);
+  for (size_t i = 0; i < c->nprices; i++) {
+    px_price_conf_t *pr = &c->prices[i];
+    if (pr->cache_read < 0) pr->cache_read = pr->input;
+    if (pr->cache_write < 0) pr->cache_write = pr->input;
+  }
+  for (size_t i = 0; i < c->nkeys; i++) {
+    px_key_conf_t *k = &c->keys[i];
+    if (k->team_name == NULL) continue;
+    k->team = px_config_team(c, k->team_name);
+    if (k->team == NULL)
+      return fail(p, p->key_line[i], "unknown team '%s' in [key %s] (no [team %s])",
+                  k->team_name, k->name, k->team_name);
+  }
   if (c->state.backend == PX_STATE_REDIS && c->state.redis == NULL)
     return fail(p, p->state_line, "[state] backend = redis needs 'redis ='");
   return 1;
@@ -1626,6 +1751,73 @@ int px_key_allows(const px_key_conf_t *k, const char *model) {
   for (size_t i = 0; i < k->nmodels; i++)
     if (px_glob_match(k->models[i], model)) return 1;
   return 0;
+}
+
+int px_config_keyed(const px_config_t *c) {
+  return c != NULL && (c->nkeys > 0 || c->admin_token != NULL);
+}
+
+const px_team_conf_t *px_config_team(const px_config_t *c, const char *name) {
+  for (size_t i = 0; name && i < c->nteams; i++)
+    if (strcmp(c->teams[i].name, name) == 0) return &c->teams[i];
+  return NULL;
+}
+
+const px_price_conf_t *px_config_price(const px_config_t *c, const char *model) {
+  for (size_t i = 0; model && i < c->nprices; i++)
+    if (px_glob_match(c->prices[i].pattern, model)) return &c->prices[i];
+  return NULL;
+}
+
+static const char *const window_names[] = {"month", "day", "total"};
+
+const char *px_window_name(px_window_t w) {
+  return (unsigned)w < 3 ? window_names[w] : "month";
+}
+
+int px_window_parse(const char *s, px_window_t *out) {
+  for (int i = 0; i < 3; i++)
+    if (strcmp(s, window_names[i]) == 0) {
+      *out = (px_window_t)i;
+      return 0;
+    }
+  return -1;
+}
+
+int px_parse_usd(const char *s, int64_t max_usd, int64_t *nano) {
+  int64_t whole = 0, frac = 0;
+  int digits = 0, fd = 0;
+  for (; *s >= '0' && *s <= '9'; s++, digits++) {
+    whole = whole * 10 + (*s - '0');
+    if (whole > max_usd) return -1;
+  }
+  if (*s == '.') {
+    s++;
+    for (; *s >= '0' && *s <= '9'; s++, fd++) {
+      if (fd == 9) return -1;
+      frac = frac * 10 + (*s - '0');
+    }
+    if (fd == 0) return -1;
+  }
+  if (*s != '\0' || digits + fd == 0) return -1;
+  for (int i = fd; i < 9; i++) frac *= 10;
+  if (whole == max_usd && frac > 0) return -1;
+  *nano = whole * PX_NANO_PER_USD + frac;
+  return 0;
+}
+
+const char *px_usd_str(int64_t nano, char *buf, size_t len) {
+  const char *sign = nano < 0 ? "-" : "";
+  uint64_t v = nano < 0 ? (uint64_t)0 - (uint64_t)nano : (uint64_t)nano;
+  uint64_t w = v / PX_NANO_PER_USD, f = v % PX_NANO_PER_USD;
+  if (f == 0) {
+    snprintf(buf, len, "%s%llu", sign, (unsigned long long)w);
+    return buf;
+  }
+  int n = snprintf(buf, len, "%s%llu.%09llu", sign, (unsigned long long)w,
+                   (unsigned long long)f);
+  while (n > 0 && (size_t)n < len && buf[n - 1] == '0') buf[--n] = 0;
+  return buf;
 }
 
 /* ------------------------------------------------------------------------ */

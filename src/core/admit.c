@@ -14,8 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "proxai/metrics.h"
+#include "proxai/money.h"
 #include "proxy_int.h"
 
 static void simple_json(px_conn_t *c, int status, const char *body) {
@@ -155,7 +157,7 @@ static char *url_decode(px_str_t s) {
 static int get_key(px_server_t *s, px_conn_t *c, px_req_t *r, const px_proto_ops_t *ops,
                    const px_key_conf_t **k) {
   *k = NULL;
-  if (s->config->nkeys == 0) return 0;
+  if (!px_config_keyed(s->config)) return 0;
   size_t sl = 0;
   const char *sec = client_secret(r, ops, &sl);
   *k = sec ? px_config_key(s->config, sec, sl) : NULL;
@@ -174,11 +176,9 @@ static void serve_metrics(px_conn_t *c) {
   px_buf_free(&b);
 }
 
-/* Tokens to set aside on the key's tpm bucket at admission: the request's
- * own output cap, else the route's max_tokens, else PX_RL_DEFAULT_RESERVE.
- * Settled with the real usage when the request ends. */
-#define PX_RL_DEFAULT_RESERVE 4096
-static uint64_t reserve_estimate(px_exch_t *x) {
+/* The request's own output cap (the client protocol's members, first
+ * present wins), else the route's max_tokens; 0 when neither. */
+static uint64_t output_cap(px_exch_t *x, const px_route_conf_t *rt) {
   const px_proto_ops_t *ops = px_exch_client_ops(x);
   const char *bd = x->req->body.data ? x->req->body.data : "";
   for (size_t i = 0; i < 2 && ops->max_tokens_keys[i][0] != NULL; i++) {
@@ -189,25 +189,82 @@ static uint64_t reserve_estimate(px_exch_t *x) {
         vl > 0 && bd[vs] >= '0' && bd[vs] <= '9')
       return strtoull(bd + vs, NULL, 10);
   }
-  const px_route_conf_t *rt = px_config_route(x->cfg, x->model);
   if (rt && rt->max_tokens > 0) return (uint64_t)rt->max_tokens;
-  return PX_RL_DEFAULT_RESERVE;
+  return 0;
 }
 
-/* The rate limiter's verdict; <0 when the request was answered. */
-static int admission(px_exch_t *x, px_rl_verdict_t v, unsigned wait) {
+/* Tokens set aside on the key's tpm bucket at admission when nothing caps
+ * the output; settled with the real usage when the request ends. */
+#define PX_RL_DEFAULT_RESERVE 4096
+
+/* The upper bound of a budgeted request's cost (SPEC 12): input at most the
+ * body's bytes, output at most its cap, each at the dearest price of every
+ * model the route may send it to (deployments and fallbacks). <0 when the
+ * request was answered (a model without a [price]). */
+static int cost_bound(px_exch_t *x, const px_route_conf_t *rt, int64_t *out) {
+  uint64_t cap = output_cap(x, rt);
+  if (cap == 0) cap = PX_BUDGET_DEFAULT_OUTPUT;
+  int64_t top = 0;
+  for (size_t i = 0; i < rt->ndeployments + rt->nfallbacks; i++) {
+    const px_target_t *t =
+        i < rt->ndeployments ? &rt->deployments[i] : &rt->fallbacks[i - rt->ndeployments];
+    const char *m = px_target_model(rt, t, x->model);
+    const px_price_conf_t *p = px_config_price(x->cfg, m);
+    if (p == NULL) {
+      char msg[400];
+      snprintf(msg, sizeof(msg),
+               "no price is configured for model '%.200s' (sent upstream for '%.100s'): a "
+               "key with a budget cannot use it",
+               m, x->model);
+      px_exch_error(x, PX_ERR_PERMISSION, msg, "model");
+      return -1;
+    }
+    int64_t c = px_cost_bound(p, x->req->body.len, cap);
+    if (c > top) top = c;
+  }
+  *out = top;
+  return 0;
+}
+
+/* The state backend's verdict; <0 when the request was answered. */
+static int admission(px_exch_t *x, px_rl_verdict_t v, const px_refusal_t *why) {
   if (v == PX_RL_ALLOW) {
     x->rl_admitted = 1;
     return 0;
   }
   if (v == PX_RL_UNAVAILABLE) {
-    px_exch_error(x, PX_ERR_UNAVAILABLE, "rate limits cannot be checked: the shared state "
-                                      "backend is unreachable", NULL);
+    if (x->adm.budgeted)
+      px_exch_error(x, PX_ERR_OVERLOADED,
+                    "the budget cannot be checked: the shared state backend is unreachable",
+                    NULL);
+    else
+      px_exch_error(x, PX_ERR_UNAVAILABLE, "rate limits cannot be checked: the shared state "
+                                        "backend is unreachable", NULL);
     return -1;
   }
   char ra[16];
-  snprintf(ra, sizeof(ra), "%u", wait ? wait : 1);
-  px_hdr_t h = {px_str("retry-after"), px_str(ra)};
+  px_hdr_t h = {px_str("retry-after"), {ra, 0}};
+  if (v == PX_RL_BUDGET) {
+    const px_key_conf_t *k = x->key;
+    int team = why->team && k->team;
+    int64_t budget = team ? k->team->budget : k->budget;
+    px_window_t w = team ? k->team->window : k->window;
+    char msg[512], left[32], total[32], bound[32], when[40];
+    snprintf(msg, sizeof(msg),
+             "budget exceeded for %s %.120s: %s USD remaining of %s USD %s, %s%s; this "
+             "request may cost up to %s USD",
+             team ? "team" : "key", team ? k->team->name : k->name,
+             px_usd_str(why->remaining, left, sizeof(left)),
+             px_usd_str(budget, total, sizeof(total)),
+             w == PX_WINDOW_TOTAL ? "in total" : w == PX_WINDOW_DAY ? "per day" : "per month",
+             why->resets_at ? "resets at " : "never resets",
+             why->resets_at ? px_rfc3339(why->resets_at, when, sizeof(when)) : "",
+             px_usd_str(x->adm.cost, bound, sizeof(bound)));
+    h.value.len = (size_t)snprintf(ra, sizeof(ra), "%u", why->retry_after);
+    px_exch_error_h(x, PX_ERR_QUOTA, 429, msg, NULL, &h, why->retry_after ? 1 : 0);
+    return -1;
+  }
+  h.value.len = (size_t)snprintf(ra, sizeof(ra), "%u", why->retry_after ? why->retry_after : 1);
   px_exch_error_h(x, PX_ERR_RATE_LIMIT, 429, "rate limit exceeded for this key", NULL, &h, 1);
   return -1;
 }
@@ -233,10 +290,10 @@ static void after_admission(px_exch_t *x) {
   px_exch_attempt(x);
 }
 
-static void on_admitted(void *arg, px_rl_verdict_t v, unsigned wait) {
+static void on_admitted(void *arg, px_rl_verdict_t v, const px_refusal_t *why) {
   px_exch_t *x = arg;
   x->rl_wait = NULL;
-  if (admission(x, v, wait) == 0) after_admission(x);
+  if (admission(x, v, why) == 0) after_admission(x);
 }
 
 /* The exchange of one generation request; NULL when out of memory. */
@@ -259,6 +316,27 @@ static px_exch_t *exch_new(px_server_t *s, px_conn_t *c, px_req_t *r,
   x->obuf.cap = PX_MAX_STREAM_OUT;
   px_conn_set_handler(c, &px_exch_conn_handler, x);
   return x;
+}
+
+/* The end user (SPEC 13): the client's own member, found by the body's
+ * scan, else the x-proxai-user header; cut at PX_MAX_USER bytes. For the
+ * access log and traces only, never a metric label. */
+#define PX_MAX_USER 256
+static void end_user(px_exch_t *x) {
+  const char *bd = x->req->body.data;
+  size_t at = x->jreq.user_at, len = x->jreq.user_len;
+  if (bd && len >= 2) {
+    char tmp[PX_MAX_USER];
+    px_buf_t b = {.data = tmp, .len = 0, .size = sizeof(tmp), .cap = sizeof(tmp)};
+    px_str_t v;
+    size_t n = len - 2 < 6 * PX_MAX_USER ? len - 2 : 6 * PX_MAX_USER;
+    if (px_json_unescape(bd + at + 1, n, 1, &b, &v) == 0 && v.len > 0) {
+      x->user = x->user_buf = strndup(v.ptr, v.len < PX_MAX_USER ? v.len : PX_MAX_USER);
+      return;
+    }
+  }
+  const char *h = px_req_header(x->req, "x-proxai-user");
+  if (h && *h) x->user = x->user_buf = strndup(h, PX_MAX_USER);
 }
 
 /* The body's one scan and what the gateway acts on: model, stream,
@@ -300,6 +378,7 @@ static int read_request(px_exch_t *x, const px_inbound_t *in) {
     return -1;
   }
   x->stream = in->stream >= 0 ? in->stream > 0 : x->ep == PX_EP_GENERATE && x->jreq.stream;
+  end_user(x);
   x->include_usage = x->jreq.include_usage;
 
   /* the model reaches the x-proxai-upstream header and the upstream
@@ -320,7 +399,7 @@ static int read_request(px_exch_t *x, const px_inbound_t *in) {
  * request was answered. */
 static int authorize(px_exch_t *x) {
   px_config_t *cfg = x->cfg;
-  if (cfg->nkeys == 0) return 0;
+  if (!px_config_keyed(cfg)) return 0;
   size_t sl = 0;
   const char *sec = client_secret(x->req, px_exch_client_ops(x), &sl);
   x->key = sec ? px_config_key(cfg, sec, sl) : NULL;
@@ -337,15 +416,25 @@ static int authorize(px_exch_t *x) {
     px_exch_error(x, PX_ERR_PERMISSION, msg, "model");
     return -1;
   }
-  if (x->key->rpm || x->key->tpm) {
-    if (px_rl_reserves()) x->rl_reserved = reserve_estimate(x);
-    unsigned wait = 0;
-    px_rl_verdict_t v = px_rl_check(x->key, x->rl_reserved, px_exch_now(x), &wait,
-                                    on_admitted, x, &x->rl_wait);
-    if (v == PX_RL_PENDING) return 1;
-    return admission(x, v, wait);
+  const px_key_conf_t *k = x->key;
+  x->team = k->team ? k->team->name : NULL;
+  int budgeted = k->budget > 0 || (k->team && k->team->budget > 0);
+  if (k->rpm == 0 && k->tpm == 0 && !budgeted) return 0;
+  const px_route_conf_t *rt = px_config_route(cfg, x->model);
+  if (budgeted && rt == NULL) return 0; /* no route: 404 from after_admission */
+  px_admit_t *a = &x->adm;
+  a->key = k;
+  a->budgeted = budgeted;
+  a->now_s = (int64_t)time(NULL);
+  if (k->tpm) {
+    a->tokens = output_cap(x, rt);
+    if (a->tokens == 0) a->tokens = PX_RL_DEFAULT_RESERVE;
   }
-  return 0;
+  if (budgeted && cost_bound(x, rt, &a->cost) < 0) return -1;
+  px_refusal_t why = {0};
+  px_rl_verdict_t v = px_rl_check(a, px_exch_now(x), &why, on_admitted, x, &x->rl_wait);
+  if (v == PX_RL_PENDING) return 1;
+  return admission(x, v, &why);
 }
 
 static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, const px_inbound_t *in) {

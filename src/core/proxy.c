@@ -21,6 +21,7 @@
 
 #include "proxai/log.h"
 #include "proxai/metrics.h"
+#include "proxai/money.h"
 #include "proxy_int.h"
 
 /* a parsed retry-after never exceeds this (one day): no overflow downstream */
@@ -173,6 +174,9 @@ static void access_log(px_exch_t *x, const char *inbound, const char *upname, do
       .attempts = x->attempts,
       .error_type = x->error_type,
       .lossy = x->lossy.len ? x->lossy.buf : NULL,
+      .cost_nano = x->cost_nano,
+      .team = x->team,
+      .user = x->user,
   };
   char path[256];
   copy_cut(path, sizeof(path), (px_str_t){x->req->url.data, x->req->path_len}, PX_STR(""));
@@ -196,7 +200,22 @@ static void account(px_exch_t *x, const char *inbound, const char *upname, doubl
   if (toks > 0 || x->usage.input_tokens >= 0)
     px_metrics_tokens(x->key ? x->key->name : NULL, upname, x->usage.input_tokens,
                       x->usage.output_tokens);
-  if (x->rl_admitted) px_rl_settle(x->key, x->rl_reserved, (uint64_t)toks, px_exch_now(x));
+  if (x->cost_nano > 0)
+    px_metrics_spend(x->key ? x->key->name : NULL, x->team, x->up_model, x->cost_nano);
+  if (x->rl_admitted)
+    px_rl_settle(&x->adm, (uint64_t)toks, x->cost_nano > 0 ? x->cost_nano : 0,
+                 px_exch_now(x));
+}
+
+/* What the request cost (SPEC 12): the last usage the upstream reported at
+ * the [price] of the model sent upstream (a fallback's when it answered);
+ * 0 without usage (refused, cut before any); -1 when that model has no
+ * price (or nothing went upstream). */
+static int64_t cost_of(const px_exch_t *x) {
+  if (x->up_model == NULL) return -1;
+  const px_price_conf_t *p = px_config_price(x->cfg, x->up_model);
+  if (p == NULL) return -1;
+  return px_cost(p, &x->usage);
 }
 
 /* One finished exchange's memory, its small buffers' with it, kept for the
@@ -248,6 +267,7 @@ px_exch_t *px_exch_alloc(void) {
 /* The exchange's memory (freed here, or when its timer has closed). */
 static void exch_free(px_exch_t *x) {
   free(x->model_buf);
+  free(x->user_buf);
   px_stored_free(x);
   px_upreq_free(x);
   if (x->str) px_stream_tr_free(x->str);
@@ -300,6 +320,7 @@ static void finalize(px_exch_t *x) {
   const char *upname = x->up ? x->up->name : NULL;
   /* what a translated stream actually dropped joins what the headers named */
   if (x->str) px_lossy_merge(&x->lossy, px_stream_tr_dropped(x->str));
+  x->cost_nano = cost_of(x);
   access_log(x, inbound, upname, dur, ttft);
   account(x, inbound, upname, dur, ttft);
   if (x->conn) {

@@ -75,8 +75,15 @@ struct px_exch {
   int include_usage;
   const px_key_conf_t *key;
   px_rl_wait_t *rl_wait; /* admission waiting for the state backend */
-  uint64_t rl_reserved;  /* tpm tokens set aside at admission */
-  int rl_admitted;       /* settle the key's tpm at the end */
+  px_admit_t adm;        /* what admission set aside (tpm tokens, budget cost) */
+  int rl_admitted;       /* settle adm at the end */
+  /* who spent what (access log, metrics, traces): */
+  const char *team;      /* the key's team, NULL when none */
+  const char *user;      /* the end user (user_buf), NULL when none */
+  char *user_buf;
+  int64_t cost_nano;     /* the request's cost in nano-USD, set at finalize
+                            (px_usd_str prints it); -1: no [price] for the
+                            upstream model */
   px_stored_x_t *rs;     /* stored responses (stored.c); NULL: none */
   int metric_status;     /* status for /metrics when a started response failed */
   int attempt_open;      /* a 2xx attempt, counted in /metrics when it ends */

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/config.h"
 #include "proxai/shm.h"
 
 #define PX_MAX_SERIES 4096
@@ -41,7 +42,18 @@ typedef struct hist {
   uint64_t sum_us; /* sum in microseconds: integer, so atomic adds */
 } hist_t;
 
-enum { F_REQUESTS, F_HIST, F_ATTEMPTS, F_TOKENS, F_STATE, F_EJECTED, F_EJECTIONS, F_LOSSY, F_COUNT };
+enum {
+  F_REQUESTS,
+  F_HIST,
+  F_ATTEMPTS,
+  F_TOKENS,
+  F_STATE,
+  F_EJECTED,
+  F_EJECTIONS,
+  F_LOSSY,
+  F_SPEND,
+  F_COUNT
+};
 
 typedef struct series {
   uint32_t fam;
@@ -252,6 +264,15 @@ void px_metrics_tokens(const char *key, const char *upstream, int64_t in, int64_
   }
 }
 
+void px_metrics_spend(const char *key, const char *team, const char *upstream_model,
+                      int64_t nano) {
+  if (nano <= 0) return;
+  const char *l[NLABELS] = {key ? key : "none", team ? team : "",
+                            upstream_model ? upstream_model : "none"};
+  series_t *s = get_series(F_SPEND, l);
+  if (s) add(&s->value, (uint64_t)nano);
+}
+
 void px_metrics_lossy(const char *inbound, const char *upstream, const char *field) {
   const char *l[NLABELS] = {inbound ? inbound : "none", upstream ? upstream : "none",
                             field};
@@ -344,6 +365,26 @@ static int render_family(px_buf_t *b, int fam, const char *name, const char *typ
   return rc;
 }
 
+/* spend: nano-USD kept, USD shown (exact decimals, no float) */
+static int render_spend(px_buf_t *b) {
+  static const char *const ln[] = {"key", "team", "upstream_model"};
+  const mshm_t *m = shm();
+  int rc = put_head(b, "proxai_spend_usd_total", "counter",
+                    "Money spent (USD, from upstream usage and [price]) by client key, "
+                    "team and the model sent upstream.");
+  uint32_t n = m ? nseries(m) : 0;
+  for (uint32_t i = 0; rc == 0 && i < n; i++) {
+    const series_t *s = &m->s[i];
+    if (s->fam != F_SPEND) continue;
+    char usd[32];
+    rc = px_buf_puts(b, "proxai_spend_usd_total{");
+    for (int k = 0; rc == 0 && k < NLABELS; k++) rc = put_label(b, ln[k], s->labels[k], k == 0);
+    if (rc == 0)
+      rc = px_buf_printf(b, "} %s\n", px_usd_str((int64_t)load(&s->value), usd, sizeof(usd)));
+  }
+  return rc;
+}
+
 static int render_counter(px_buf_t *b, int fam, const char *name, const char *help,
                           const char *const *lnames) {
   return render_family(b, fam, name, "counter", help, lnames, 0);
@@ -424,6 +465,7 @@ int px_metrics_render(px_buf_t *out) {
   if (rc == 0)
     rc = render_counter(out, F_LOSSY, "proxai_lossy_fields_total",
                         "Translated requests that dropped a field, by field.", lossy_l);
+  if (rc == 0) rc = render_spend(out);
   const mshm_t *m = shm();
   for (int g = 0; rc == 0 && g < PX_G_COUNT; g++) {
     int64_t v = 0;

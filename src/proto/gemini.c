@@ -893,7 +893,7 @@ static const struct {
     {PX_ERR_API, "INTERNAL"},                 {PX_ERR_BAD_GATEWAY, "UNAVAILABLE"},
     {PX_ERR_TIMEOUT, "DEADLINE_EXCEEDED"},    {PX_ERR_OVERLOADED, "UNAVAILABLE"},
     {PX_ERR_UNAVAILABLE, "UNAVAILABLE"},      {PX_ERR_NOT_IMPL, "UNIMPLEMENTED"},
-    {PX_ERR_METHOD, "INVALID_ARGUMENT"},
+    {PX_ERR_METHOD, "INVALID_ARGUMENT"},      {PX_ERR_QUOTA, "RESOURCE_EXHAUSTED"},
 };
 
 static const char *status_of_kind(px_errkind_t k) {

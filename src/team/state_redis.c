@@ -28,9 +28,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "proxai/log.h"
 #include "proxai/metrics.h"
+#include "proxai/money.h"
+#include "proxai/store.h"
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 2000
@@ -40,15 +43,62 @@
 #define CACHE_SLOTS 256
 #define TPM_CACHE_MAX_MS 1000
 
-/* ARGV: mode ("a" admit | "s" settle), rpm, tpm, tokens (reserve | delta).
- * Levels are in 1/60000 token: `limit` per minute refills `limit` units
- * per millisecond. Returns {0, 0} allowed, {1, wait_ms} rpm, {2, wait_ms}
- * tpm refused; settle returns 0. */
+/* KEYS: 1 the key's rpm/tpm bucket; 2, 3 the key's budget: spend counter of
+ * the window, reservations; 4, 5 the team's. ARGV[1]: the arguments joined
+ * by spaces (one argument: a command of at most 10 parts, which is what
+ * Redis parses from a client before AUTH, so that a missing password is
+ * reported as NOAUTH): 1 mode ("a" admit, "s"
+ * settle, "q" query, "r" renew), 2 rpm, 3 tpm, 4 tokens (reserve | delta),
+ * 5 owner (this worker), 6 key budget, 7 team budget (nano-USD, 0 = none),
+ * 8 cost set aside, 9 cost spent (settle), 10 and 11 how long the key's and
+ * the team's spend counters are kept (ms, 0 = for ever).
+ *
+ * Bucket levels are in 1/60000 token: `limit` per minute refills `limit`
+ * units per millisecond. A reservation is a field r:OWNER of the hash, with
+ * e:OWNER its lapse time: a worker renews its own every 20 s, and the
+ * fields of one that stopped (a dead instance) are dropped 60 s after.
+ * Admit returns {0, 0} allowed, {1, wait_ms} rpm or {2, wait_ms} tpm
+ * refused, {3, left} the key's or {4, left} the team's budget refused. */
 static const char script[] =
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "local U = 60000\n"
-    "local rpm, tpm, n = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "local packed = ARGV[1]\n"
+    "local ARGV = {}\n"
+    "for x in string.gmatch(packed, '%S+') do ARGV[#ARGV + 1] = x end\n"
+    "local mode, rpm, tpm, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "local owner, kb, tb = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])\n"
+    "local f = function(x) return string.format('%.0f', x) end\n"
+    "local function held(h)\n"
+    "  local all = redis.call('HGETALL', h)\n"
+    "  local exp, sum = {}, 0\n"
+    "  for i = 1, #all, 2 do\n"
+    "    if string.sub(all[i], 1, 2) == 'e:' then exp[string.sub(all[i], 3)] = tonumber(all[i + 1]) end\n"
+    "  end\n"
+    "  for i = 1, #all, 2 do\n"
+    "    if string.sub(all[i], 1, 2) == 'r:' then\n"
+    "      local o = string.sub(all[i], 3)\n"
+    "      if (exp[o] or 0) >= now then sum = sum + tonumber(all[i + 1])\n"
+    "      else redis.call('HDEL', h, all[i], 'e:' .. o) end\n"
+    "    end\n"
+    "  end\n"
+    "  return sum\n"
+    "end\n"
+    "local function spent(k) return tonumber(redis.call('GET', k) or '0') end\n"
+    "local function hold(h, c)\n"
+    "  redis.call('HINCRBY', h, 'r:' .. owner, f(c))\n"
+    "  redis.call('HSET', h, 'e:' .. owner, f(now + 60000))\n"
+    "  redis.call('PEXPIRE', h, 120000)\n"
+    "end\n"
+    "if mode == 'q' then\n"
+    "  return {f(spent(KEYS[2])), f(held(KEYS[3])), f(spent(KEYS[4])), f(held(KEYS[5]))}\n"
+    "end\n"
+    "if mode == 'r' then\n"
+    "  for i = 3, 5, 2 do\n"
+    "    if redis.call('HEXISTS', KEYS[i], 'r:' .. owner) == 1 then hold(KEYS[i], 0) end\n"
+    "  end\n"
+    "  return 0\n"
+    "end\n"
     "local v = redis.call('HMGET', KEYS[1], 'rl', 'rt', 'tl', 'tt')\n"
     "local function refill(level, last, limit)\n"
     "  local cap = limit * U\n"
@@ -57,7 +107,6 @@ static const char script[] =
     "  if level > cap then level = cap end\n"
     "  return level, last\n"
     "end\n"
-    "local f = function(x) return string.format('%.0f', x) end\n"
     /* a bucket is kept until it would be full again (a deep tpm debt lasts
      * as long as it takes to repay), then it expires: absent = full */
     "local function full(level, limit)\n"
@@ -65,30 +114,74 @@ static const char script[] =
     "  return math.ceil((limit * U - level) / limit) + 1000\n"
     "end\n"
     "local tl, tt = refill(tonumber(v[3]), tonumber(v[4]), tpm)\n"
-    "if ARGV[1] == 's' then\n"
-    "  tl = tl - n * U\n"
-    "  if tl > tpm * U then tl = tpm * U end\n"
-    "  redis.call('HSET', KEYS[1], 'tl', f(tl), 'tt', f(tt))\n"
-    "  redis.call('PEXPIRE', KEYS[1], math.max(redis.call('PTTL', KEYS[1]), full(tl, tpm)))\n"
+    "if mode == 's' then\n"
+    "  if tpm > 0 and n ~= 0 then\n"
+    "    tl = tl - n * U\n"
+    "    if tl > tpm * U then tl = tpm * U end\n"
+    "    redis.call('HSET', KEYS[1], 'tl', f(tl), 'tt', f(tt))\n"
+    "    redis.call('PEXPIRE', KEYS[1], math.max(redis.call('PTTL', KEYS[1]), full(tl, tpm)))\n"
+    "  end\n"
+    "  local c, cost = tonumber(ARGV[8]), tonumber(ARGV[9])\n"
+    "  for i = 0, 1 do\n"
+    "    if tonumber(ARGV[6 + i]) > 0 then\n"
+    "      local sk, h, ttl = KEYS[2 + 2 * i], KEYS[3 + 2 * i], tonumber(ARGV[10 + i])\n"
+    "      if cost > 0 then\n"
+    "        redis.call('INCRBY', sk, ARGV[9])\n"
+    "        if ttl > 0 then redis.call('PEXPIRE', sk, ttl) end\n"
+    "      end\n"
+    "      if c > 0 and redis.call('HINCRBY', h, 'r:' .. owner, '-' .. ARGV[8]) <= 0 then\n"
+    "        redis.call('HDEL', h, 'r:' .. owner, 'e:' .. owner)\n"
+    "      end\n"
+    "    end\n"
+    "  end\n"
     "  return 0\n"
     "end\n"
     "local rl, rt = refill(tonumber(v[1]), tonumber(v[2]), rpm)\n"
     "if tpm > 0 and tl < 0 then return {2, math.ceil(-tl / tpm)} end\n"
     "if rpm > 0 and rl < U then return {1, math.ceil((U - rl) / rpm)} end\n"
-    "if rpm > 0 then rl = rl - U end\n"
-    "if tpm > 0 then tl = tl - n * U end\n"
-    "redis.call('HSET', KEYS[1], 'rl', f(rl), 'rt', f(rt), 'tl', f(tl), 'tt', f(tt))\n"
-    "redis.call('PEXPIRE', KEYS[1], math.max(full(rl, rpm), full(tl, tpm)))\n"
+    "local c = tonumber(ARGV[8])\n"
+    "if kb > 0 then\n"
+    "  local left = kb - spent(KEYS[2]) - held(KEYS[3])\n"
+    "  if c > left then return {3, f(math.max(left, 0))} end\n"
+    "end\n"
+    "if tb > 0 then\n"
+    "  local left = tb - spent(KEYS[4]) - held(KEYS[5])\n"
+    "  if c > left then return {4, f(math.max(left, 0))} end\n"
+    "end\n"
+    "if rpm > 0 or tpm > 0 then\n"
+    "  if rpm > 0 then rl = rl - U end\n"
+    "  if tpm > 0 then tl = tl - n * U end\n"
+    "  redis.call('HSET', KEYS[1], 'rl', f(rl), 'rt', f(rt), 'tl', f(tl), 'tt', f(tt))\n"
+    "  redis.call('PEXPIRE', KEYS[1], math.max(full(rl, rpm), full(tl, tpm)))\n"
+    "end\n"
+    "if kb > 0 then hold(KEYS[3], c) end\n"
+    "if tb > 0 then hold(KEYS[5], c) end\n"
     "return {0, 0}\n";
 
+#define NKEYS 5
+#define NARGS 11
+
+/* One script call: its keys and arguments, and who waits for the answer. */
 struct px_rl_wait {
-  px_rl_done_fn done; /* NULL once cancelled */
+  px_rl_done_fn done;  /* admit: NULL once cancelled */
+  px_rl_usage_fn udone; /* query */
   void *arg;
   uint64_t hash;
   int resent; /* EVAL after NOSCRIPT */
-  char argv[4][24];
-  char key[];
+  int budgeted;
+  char keys[NKEYS][PX_STORE_KEY_MAX];
+  char args[NARGS][48];
+  char packed[NARGS * 48];
+  const char *argv[3 + NKEYS + 1];
+  size_t argvlen[3 + NKEYS + 1];
 };
+
+/* Budgets this worker holds reservations on: renewed every RENEW_MS. */
+#define RENEW_MS 20000
+typedef struct held {
+  char *res; /* the reservations hash */
+  long count;
+} held_t;
 
 typedef struct cache_slot {
   uint64_t hash;
@@ -108,9 +201,14 @@ static struct {
   size_t inflight; /* commands sent, reply not yet seen */
   uint64_t last_progress_ms;
   cache_slot_t cache[CACHE_SLOTS];
+  char owner[40]; /* this worker's name on its reservations */
+  held_t *held;
+  size_t nheld;
+  uv_timer_t renew;
 } g;
 
 static void connect_now(void);
+static void on_renew(uv_timer_t *t);
 static void schedule_reconnect(void);
 
 static uint64_t hash_str(const char *s) {
@@ -325,6 +423,20 @@ int px_redis_start(uv_loop_t *loop, const px_state_conf_t *sc) {
   for (int i = 0; i < SHA_DIGEST_LENGTH; i++) sprintf(g.sha + 2 * i, "%02x", md[i]);
   uv_timer_init(loop, &g.timer);
   uv_unref((uv_handle_t *)&g.timer);
+  uv_timer_init(loop, &g.renew);
+  uv_unref((uv_handle_t *)&g.renew);
+  uv_timer_start(&g.renew, on_renew, RENEW_MS, RENEW_MS);
+  /* this worker's name on its budget reservations: random, so that a
+   * restarted instance never renews a dead one's */
+  unsigned char rnd[8] = {0};
+  FILE *ur = fopen("/dev/urandom", "rb");
+  if (ur) {
+    if (fread(rnd, 1, sizeof(rnd), ur) != sizeof(rnd)) memset(rnd, 0, sizeof(rnd));
+    fclose(ur);
+  }
+  int ol = 0;
+  for (int i = 0; i < 8; i++) ol += sprintf(g.owner + ol, "%02x", rnd[i]);
+  snprintf(g.owner + ol, sizeof(g.owner) - (size_t)ol, ":%ld", (long)getpid());
   g.backoff_ms = BACKOFF_MIN_MS;
   g.running = 1;
   connect_now();
@@ -344,6 +456,11 @@ void px_redis_stop(void) {
     redisAsyncFree(ac); /* pending callbacks get a NULL reply */
   }
   uv_close((uv_handle_t *)&g.timer, on_timer_closed);
+  uv_close((uv_handle_t *)&g.renew, on_timer_closed);
+  for (size_t i = 0; i < g.nheld; i++) free(g.held[i].res);
+  free(g.held);
+  g.held = NULL;
+  g.nheld = 0;
   free(g.host);
   free(g.path);
   free(g.user);
@@ -359,35 +476,80 @@ int px_redis_running(void) {
 
 /* ---- admission ------------------------------------------------------------ */
 
+static void wait_free(px_rl_wait_t *w) {
+  free(w);
+}
+
 static int send_script(px_rl_wait_t *w, redisCallbackFn *cb) {
-  const char *argv[10];
-  size_t argvlen[10];
-  int n = 0;
-  argv[n++] = w->resent ? "EVAL" : "EVALSHA";
-  argv[n++] = w->resent ? script : g.sha;
-  argv[n++] = "1";
-  argv[n++] = w->key;
-  for (int i = 0; i < 4; i++) argv[n++] = w->argv[i];
-  for (int i = 0; i < n; i++) argvlen[i] = strlen(argv[i]);
-  if (!g.ac || redisAsyncCommandArgv(g.ac, cb, w, n, argv, argvlen) != REDIS_OK)
+  w->argv[0] = w->resent ? "EVAL" : "EVALSHA";
+  w->argv[1] = w->resent ? script : g.sha;
+  w->argvlen[0] = strlen(w->argv[0]);
+  w->argvlen[1] = strlen(w->argv[1]);
+  if (!g.ac || redisAsyncCommandArgv(g.ac, cb, w, 3 + NKEYS + 1, w->argv, w->argvlen) !=
+                   REDIS_OK)
     return -1;
   if (g.inflight++ == 0) g.last_progress_ms = uv_now(g.loop);
   return 0;
 }
 
-static px_rl_wait_t *wait_new(const char *key, const char *mode, uint64_t rpm,
-                              uint64_t tpm, long long n) {
-  size_t pl = strlen(g.prefix), kl = strlen(key);
-  px_rl_wait_t *w = calloc(1, sizeof(*w) + pl + 3 + kl + 1);
+/* argv from keys[] and args[] (after either changed) */
+static void pack(px_rl_wait_t *w) {
+  w->argv[2] = "5";
+  w->argvlen[2] = 1;
+  for (int i = 0; i < NKEYS; i++) {
+    w->argv[3 + i] = w->keys[i];
+    w->argvlen[3 + i] = strlen(w->keys[i]);
+  }
+  size_t n = 0;
+  for (int i = 0; i < NARGS; i++)
+    n += (size_t)snprintf(w->packed + n, sizeof(w->packed) - n, "%s%s", i ? " " : "",
+                          w->args[i]);
+  w->argv[3 + NKEYS] = w->packed;
+  w->argvlen[3 + NKEYS] = n;
+}
+
+/* A script call for key k, mode "a", "s", "q" or "r": the key's bucket, the
+ * Redis names of its budget and its team's ("PREFIX bud:k:NAME:LABEL" the
+ * spend of the window, "PREFIX bud:k:NAME:res" the reservations;
+ * placeholders when there is no budget) and the arguments. res: renew this
+ * reservations hash (mode "r"). */
+static px_rl_wait_t *wait_new(const px_key_conf_t *k, const char *mode, int64_t now_s,
+                              long long tokens, int64_t cost, int64_t spent,
+                              const char *res) {
+  px_rl_wait_t *w = calloc(1, sizeof(*w));
   if (!w) return NULL;
-  memcpy(w->key, g.prefix, pl);
-  memcpy(w->key + pl, "rl:", 3);
-  memcpy(w->key + pl + 3, key, kl + 1);
-  w->hash = hash_str(key);
-  snprintf(w->argv[0], sizeof(w->argv[0]), "%s", mode);
-  snprintf(w->argv[1], sizeof(w->argv[1]), "%llu", (unsigned long long)rpm);
-  snprintf(w->argv[2], sizeof(w->argv[2]), "%llu", (unsigned long long)tpm);
-  snprintf(w->argv[3], sizeof(w->argv[3]), "%lld", n);
+  int64_t budget[2], ttl_ms[2] = {0, 0};
+  snprintf(w->keys[0], sizeof(w->keys[0]), "%srl:%s", g.prefix, k->name);
+  for (int i = 0; i < 2; i++) {
+    const char *name = i == 0 ? k->name : k->team ? k->team->name : NULL;
+    px_window_t kind = i == 0 ? k->window : k->team ? k->team->window : PX_WINDOW_MONTH;
+    char *sk = w->keys[1 + 2 * i], *rk = w->keys[2 + 2 * i];
+    budget[i] = i == 0 ? k->budget : k->team ? k->team->budget : 0;
+    if (!name || budget[i] <= 0) {
+      budget[i] = 0;
+      snprintf(sk, PX_STORE_KEY_MAX, "%sbud:-", g.prefix);
+      snprintf(rk, PX_STORE_KEY_MAX, "%sbud:-:res", g.prefix);
+      continue;
+    }
+    px_win_t win;
+    px_window_at(kind, (time_t)now_s, &win);
+    snprintf(sk, PX_STORE_KEY_MAX, "%sbud:%c:%s:%s", g.prefix, i ? 't' : 'k', name,
+             win.label);
+    snprintf(rk, PX_STORE_KEY_MAX, "%sbud:%c:%s:res", g.prefix, i ? 't' : 'k', name);
+    /* a window's spend is kept 35 days past its end (last month's usage
+     * stays readable); `total` for ever */
+    if (win.resets_at) ttl_ms[i] = (win.resets_at - now_s + 35 * 86400) * 1000;
+  }
+  if (res) snprintf(w->keys[2], sizeof(w->keys[2]), "%s", res);
+  long long v[NARGS] = {0,         (long long)k->rpm, (long long)k->tpm, tokens, 0,
+                        budget[0], budget[1],         cost,              spent,  ttl_ms[0],
+                        ttl_ms[1]};
+  for (int i = 0; i < NARGS; i++) snprintf(w->args[i], sizeof(w->args[i]), "%lld", v[i]);
+  snprintf(w->args[0], sizeof(w->args[0]), "%s", mode);
+  snprintf(w->args[4], sizeof(w->args[4]), "%s", g.owner);
+  pack(w);
+  w->hash = hash_str(k->name);
+  w->budgeted = budget[0] > 0 || budget[1] > 0;
   return w;
 }
 
@@ -408,24 +570,71 @@ static int reply_resent(px_rl_wait_t *w, const redisReply *reply, redisCallbackF
   return 0;
 }
 
+/* reservations this worker holds on the budget hashes of w: +1 / -1 */
+static void held_add(const char *res, long d) {
+  size_t i = 0;
+  while (i < g.nheld && strcmp(g.held[i].res, res) != 0) i++;
+  if (i == g.nheld) {
+    if (d < 0) return;
+    held_t *h = realloc(g.held, (g.nheld + 1) * sizeof(*h));
+    if (!h) return;
+    g.held = h;
+    if ((h[i].res = strdup(res)) == NULL) return;
+    h[i].count = 0;
+    g.nheld++;
+  }
+  g.held[i].count += d;
+}
+
+static void held_wait(const px_rl_wait_t *w, long d) {
+  if (atoll(w->args[5]) > 0) held_add(w->keys[2], d);
+  if (atoll(w->args[6]) > 0) held_add(w->keys[4], d);
+}
+
+static void on_fire_reply(redisAsyncContext *ac, void *r, void *priv);
+
+/* Turn an admit call into the settle that undoes it (a cancelled waiter
+ * whose admission Redis made anyway): its tokens and reservations back. */
+static void undo_admit(const px_rl_wait_t *w) {
+  px_rl_wait_t *u = malloc(sizeof(*u));
+  if (!u) return;
+  *u = *w;
+  u->resent = 0;
+  snprintf(u->args[0], sizeof(u->args[0]), "s");
+  snprintf(u->args[3], sizeof(u->args[3]), "%lld", -atoll(w->args[3]));
+  snprintf(u->args[8], sizeof(u->args[8]), "0");
+  pack(u);
+  held_wait(w, -1);
+  if (send_script(u, on_fire_reply) < 0) wait_free(u);
+}
+
 static void on_admit_reply(redisAsyncContext *ac, void *r, void *priv) {
   (void)ac;
   redisReply *reply = r;
   px_rl_wait_t *w = priv;
   if (reply_resent(w, reply, on_admit_reply)) return;
   px_rl_verdict_t v;
-  unsigned ra = 0;
+  px_refusal_t why = {0};
   if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
-      reply->element[0]->type == REDIS_REPLY_INTEGER &&
-      reply->element[1]->type == REDIS_REPLY_INTEGER) {
+      reply->element[0]->type == REDIS_REPLY_INTEGER) {
     recovered();
-    long long code = reply->element[0]->integer, ms = reply->element[1]->integer;
+    long long code = reply->element[0]->integer;
+    const redisReply *e1 = reply->element[1];
+    long long val = e1->type == REDIS_REPLY_INTEGER ? e1->integer
+                    : e1->type == REDIS_REPLY_STRING ? atoll(e1->str)
+                                                     : 0;
     if (code == 0) {
       v = PX_RL_ALLOW;
+      if (w->budgeted) held_wait(w, 1);
+      if (!w->done && g.running && !g.stopping) undo_admit(w);
+    } else if (code >= 3) {
+      v = PX_RL_BUDGET;
+      why.team = code == 4;
+      why.remaining = val;
     } else {
       v = PX_RL_LIMITED;
-      if (ms < 1) ms = 1;
-      ra = (unsigned)((ms + 999) / 1000);
+      long long ms = val < 1 ? 1 : val;
+      why.retry_after = (unsigned)((ms + 999) / 1000);
       uint64_t keep =
           code == 2 && ms > TPM_CACHE_MAX_MS ? TPM_CACHE_MAX_MS : (uint64_t)ms;
       if (g.running) {
@@ -438,37 +647,39 @@ static void on_admit_reply(redisAsyncContext *ac, void *r, void *priv) {
     v = PX_RL_ALLOW; /* worker going away: nobody is waiting */
   } else {
     if (reply && reply->type == REDIS_REPLY_ERROR) {
-      char why[160];
-      snprintf(why, sizeof(why), "script error: %.120s", reply->str);
-      incident(why);
+      char msg[160];
+      snprintf(msg, sizeof(msg), "script error: %.120s", reply->str);
+      incident(msg);
     } else {
       incident(reply ? "unexpected reply" : "connection lost");
     }
-    v = failed_verdict();
+    /* budgets never fail open */
+    v = w->budgeted ? PX_RL_UNAVAILABLE : failed_verdict();
   }
-  if (w->done) w->done(w->arg, v, ra);
-  free(w);
+  if (w->done) w->done(w->arg, v, &why);
+  wait_free(w);
 }
 
-px_rl_verdict_t px_redis_admit(const char *key, uint64_t rpm, uint64_t tpm,
-                               uint64_t reserve, uint64_t now_ms, unsigned *retry_after,
+px_rl_verdict_t px_redis_admit(const px_admit_t *a, uint64_t now_ms, px_refusal_t *why,
                                px_rl_done_fn done, void *arg, px_rl_wait_t **wait) {
-  uint64_t h = hash_str(key);
+  const px_key_conf_t *k = a->key;
+  uint64_t h = hash_str(k->name);
   cache_slot_t *c = &g.cache[h & (CACHE_SLOTS - 1)];
   if (c->hash == h && c->until_ms > now_ms) {
-    *retry_after = (unsigned)((c->until_ms - now_ms + 999) / 1000);
+    why->retry_after = (unsigned)((c->until_ms - now_ms + 999) / 1000);
     return PX_RL_LIMITED;
   }
   /* while connecting, hiredis queues the command until the connection is up */
-  if (!g.ac) return failed_verdict();
-  px_rl_wait_t *w = wait_new(key, "a", rpm, tpm, (long long)reserve);
-  if (!w) return failed_verdict();
+  if (!g.ac) return a->budgeted ? PX_RL_UNAVAILABLE : failed_verdict();
+  px_rl_wait_t *w = wait_new(k, "a", a->now_s, k->tpm ? (long long)a->tokens : 0,
+                             a->budgeted ? a->cost : 0, 0, NULL);
+  if (!w) return a->budgeted ? PX_RL_UNAVAILABLE : failed_verdict();
   w->done = done;
   w->arg = arg;
   if (send_script(w, on_admit_reply) < 0) {
-    free(w);
+    wait_free(w);
     incident("cannot send");
-    return failed_verdict();
+    return a->budgeted ? PX_RL_UNAVAILABLE : failed_verdict();
   }
   *wait = w;
   return PX_RL_PENDING;
@@ -476,23 +687,85 @@ px_rl_verdict_t px_redis_admit(const char *key, uint64_t rpm, uint64_t tpm,
 
 void px_redis_cancel(px_rl_wait_t *w) {
   w->done = NULL;
+  w->udone = NULL;
 }
 
-static void on_settle_reply(redisAsyncContext *ac, void *r, void *priv) {
+static void on_fire_reply(redisAsyncContext *ac, void *r, void *priv) {
   (void)ac;
   px_rl_wait_t *w = priv;
-  if (reply_resent(w, r, on_settle_reply)) return;
-  free(w);
+  if (reply_resent(w, r, on_fire_reply)) return;
+  wait_free(w);
 }
 
-void px_redis_settle(const char *key, uint64_t tpm, int64_t delta) {
-  if (!g.ac) return; /* lost: the bucket refills by itself */
-  px_rl_wait_t *w = wait_new(key, "s", 0, tpm, (long long)delta);
+void px_redis_settle(const px_admit_t *a, uint64_t used, int64_t cost) {
+  const px_key_conf_t *k = a->key;
+  int64_t delta = k->tpm ? (int64_t)used - (int64_t)a->tokens : 0;
+  if (delta == 0 && !a->budgeted) return;
+  /* lost when not connected: the bucket refills, the reservations lapse */
+  if (!g.ac) return;
+  px_rl_wait_t *w = wait_new(k, "s", a->now_s, (long long)delta, a->budgeted ? a->cost : 0,
+                             a->budgeted ? cost : 0, NULL);
   if (!w) return;
+  if (w->budgeted) held_wait(w, -1);
   /* tokens returned: the local over-limit mark may be stale */
   cache_slot_t *c = &g.cache[w->hash & (CACHE_SLOTS - 1)];
   if (delta < 0 && c->hash == w->hash) c->until_ms = 0;
-  if (send_script(w, on_settle_reply) < 0) free(w);
+  if (send_script(w, on_fire_reply) < 0) wait_free(w);
+}
+
+static void on_usage_reply(redisAsyncContext *ac, void *r, void *priv) {
+  (void)ac;
+  redisReply *reply = r;
+  px_rl_wait_t *w = priv;
+  if (reply_resent(w, reply, on_usage_reply)) return;
+  px_budget_state_t st[2] = {{0, 0}, {0, 0}};
+  int ok = reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 4;
+  for (size_t i = 0; ok && i < 4; i++) {
+    const redisReply *e = reply->element[i];
+    if (e->type != REDIS_REPLY_STRING) {
+      ok = 0;
+      break;
+    }
+    int64_t v = atoll(e->str);
+    if (i % 2 == 0) st[i / 2].spend = v;
+    else st[i / 2].reserved = v;
+  }
+  if (ok) recovered();
+  if (w->udone) w->udone(w->arg, ok, st);
+  wait_free(w);
+}
+
+int px_redis_usage(const px_key_conf_t *k, int64_t now_s, px_rl_usage_fn done, void *arg,
+                   px_rl_wait_t **wait) {
+  if (!g.ac) return -1;
+  px_rl_wait_t *w = wait_new(k, "q", now_s, 0, 0, 0, NULL);
+  if (!w) return -1;
+  w->udone = done;
+  w->arg = arg;
+  if (send_script(w, on_usage_reply) < 0) {
+    wait_free(w);
+    return -1;
+  }
+  *wait = w;
+  return 1;
+}
+
+/* every RENEW_MS: this worker's reservations stay alive while it runs */
+static void on_renew(uv_timer_t *t) {
+  (void)t;
+  if (!g.ac) return;
+  for (size_t i = 0; i < g.nheld;) {
+    if (g.held[i].count <= 0) { /* nothing held there any more */
+      free(g.held[i].res);
+      g.held[i] = g.held[--g.nheld];
+      continue;
+    }
+    /* the one hash to renew, in the place of the key's reservations */
+    px_key_conf_t k = {.name = "-"};
+    px_rl_wait_t *w = wait_new(&k, "r", 0, 0, 0, 0, g.held[i].res);
+    if (w && send_script(w, on_fire_reply) < 0) wait_free(w);
+    i++;
+  }
 }
 
 /* ---- commands of other modules (stored responses) ---------------------- */

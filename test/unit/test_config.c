@@ -384,12 +384,12 @@ static void test_errors(void) {
       "t.conf:5: unknown key 'timout' in [upstream openai]");
   EXPECT_ERR("[server]\nlisten = 1.2.3.4:5\n[servre]\nx = 1\n",
              "t.conf:3: unknown section [servre] (expected [server], [upstream NAME], "
-             "[route PATTERN], [key NAME] or [state])");
+             "[route PATTERN], [key NAME], [team NAME], [price PATTERN], [state] or [admin])");
   /* a section without keys is still checked */
   EXPECT_ERR(
       "[bogus thing]\n",
       "t.conf:1: unknown section [bogus thing] (expected [server], [upstream NAME], "
-      "[route PATTERN], [key NAME] or [state])");
+      "[route PATTERN], [key NAME], [team NAME], [price PATTERN], [state] or [admin])");
   EXPECT_ERR("listen = 1.2.3.4:5\n", "t.conf:1: key 'listen' outside of any section");
   EXPECT_ERR("[server]\n; c\nlisten = 1.2.3.4:5\nlisten = 1.2.3.4:6\n",
              "t.conf:4: duplicate key 'listen' in [server] (first at line 3)");
@@ -723,7 +723,8 @@ static void test_embedded_default(void) {
     CHECK(c == NULL);
     CHECK_STR(err,
               "proxai.conf:4: unknown section [servr] (expected [server], [upstream "
-              "NAME], [route PATTERN], [key NAME] or [state])");
+              "NAME], [route PATTERN], [key NAME], [team NAME], [price PATTERN], [state] "
+              "or [admin])");
     /* a file that routes nothing (empty, truncated) is refused */
     f = fopen("proxai.conf", "w");
     fputs("[server]\nlisten = 127.0.0.1:9191\n", f);
