@@ -3,9 +3,13 @@
 // Anthropic, Chat and Gemini upstreams; the gateway keeps each turn in the
 // state backend before the client sees its end, expands the chain into the
 // upstream's protocol, serves GET / DELETE / input_items in OpenAI's shapes,
-// per key. Redis here (a real redis-server); the host's store ([state] dir)
-// in stored_responses_local.mjs.
+// per key. On Redis (a real redis-server), or with STORED_BACKEND=local on
+// the host's store ([state] dir, LMDB): then a restart keeps the turns and
+// the workers of one host share them.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import net from 'node:net';
 import { startMock, startProxai, test, run, sleep } from './lib/harness.mjs';
 import { startRedis } from './lib/redis.mjs';
@@ -13,20 +17,27 @@ import * as up from './lib/stored.mjs';
 
 const { default: OpenAI } = await import('openai');
 
-const redis = await startRedis();
+const LOCAL = process.env.STORED_BACKEND === 'local';
+const redis = LOCAL ? null : await startRedis();
 const mock = await startMock();
 const prefix = `sr${process.pid}:`;
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-stored-'));
+process.on('exit', () => fs.rmSync(tmp, { recursive: true, force: true }));
+const mainDir = path.join(tmp, 'state');
+const state = (dir) => (LOCAL ? `dir = ${dir}` : `backend = redis
+redis = ${redis.url}
+prefix = ${prefix}${dir === mainDir ? '' : 'other:'}
+on_error = allow`);
 
-const conf = ({ ttl = '30d', maxSize = '1g', maxBody = '16m', store = 'on', responses = false } = {}) => `[server]
+const conf = ({ ttl = '30d', maxSize = '1g', maxBody = '16m', store = 'on', responses = false, dir = mainDir,
+  workers = 1 } = {}) => `[server]
 listen = 127.0.0.1:{{PORT}}
 access_log = off
 max_body = ${maxBody}
+workers = ${workers}
 
 [state]
-backend = redis
-redis = ${redis.url}
-prefix = ${prefix}
-on_error = allow
+${state(dir)}
 
 [responses]
 store = ${store}
@@ -193,7 +204,7 @@ async function slowRelay(port, ms) {
   return { port: server.address().port, close: () => server.close() };
 }
 
-test('the terminal event waits for the write: another instance finds the turn at once', async () => {
+if (!LOCAL) test('the terminal event waits for the write: another instance finds the turn at once', async () => {
   // instance A reaches Redis over a link that holds every byte 150 ms; B
   // reads directly: were the event sent before A's write is answered, B
   // would look first
@@ -256,7 +267,7 @@ test('Anthropic thinking signatures come back whole through the stored turn; ano
   assert.equal(JSON.stringify((await lastUpstream()).body).includes('sig-opaque-123'), false);
 });
 
-test('a second instance on the same Redis finds the turn', async () => {
+test(`a second instance on the same ${LOCAL ? 'directory' : 'Redis'} finds the turn`, async () => {
   const px2 = await startProxai(conf());
   try {
     const r1 = await alice.responses.create({ model: 'gemini-2.5-pro', input: 'first here' });
@@ -313,16 +324,16 @@ test('an id the gateway does not hold goes to the upstream that stores its own',
 test('a chain of 50 turns of 300 KB: each turn stored once, the 51st request carries all of them', async () => {
   // (a tenth of the size under the sanitizers: the same shape, less time)
   const size = process.env.PROXAI_SANITIZED ? 30000 : 300000;
-  const before = Number((await redis.command('GET', `${prefix}resp:bytes`)).split('\r\n')[1] || 0);
+  const bytes = async () => (LOCAL ? 0 : Number((await redis.command('GET', `${prefix}resp:bytes`)).split('\r\n')[1] || 0));
+  const before = await bytes();
   let prev;
   for (let i = 0; i < 50; i++) {
     const input = `${String(i).padStart(2, '0')}:${'y'.repeat(size)}`;
     prev = (await alice.responses.create({ model: 'gpt-4o', input, previous_response_id: prev, store: true })).id;
     if (i % 10 === 9) await mock.reset(); // the mock keeps every body otherwise
   }
-  const after = Number((await redis.command('GET', `${prefix}resp:bytes`)).split('\r\n')[1]);
-  const stored = after - before;
-  assert.ok(stored > 50 * size && stored < 50 * (size + 4096), `stored ${stored} bytes for 50 turns`);
+  const stored = (await bytes()) - before;
+  if (!LOCAL) assert.ok(stored > 50 * size && stored < 50 * (size + 4096), `stored ${stored} bytes for 50 turns`);
   await alice.responses.create({ model: 'gpt-4o', input: 'the end', previous_response_id: prev });
   const sent = up.conversation(up.FAMILIES[1], (await lastUpstream()).body).turns;
   assert.equal(sent.length, 101);
@@ -360,7 +371,7 @@ test('expiry ([responses] ttl) and max_size (the oldest go first)', async () => 
   } finally {
     await short.stop();
   }
-  const capped = await startProxai(conf({ maxSize: '12k' }).replace(`prefix = ${prefix}`, `prefix = ${prefix}cap:`));
+  const capped = await startProxai(conf({ maxSize: '12k', dir: path.join(tmp, 'capped') }));
   try {
     const c = client(capped);
     const ids = [];
@@ -385,7 +396,40 @@ test('store = off: nothing kept; previous_response_id toward a non-Responses ups
   }
 });
 
-test('Redis forgot the scripts (SCRIPT FLUSH): they are sent again in full', async () => {
+if (LOCAL) test('a restart keeps the turns ([state] dir)', async () => {
+  const first = await startProxai(conf({ dir: path.join(tmp, 'restart') }));
+  const r1 = await client(first).responses.create({ model: 'claude-sonnet', input: 'before the restart' });
+  await first.stop();
+  const again = await startProxai(conf({ dir: path.join(tmp, 'restart') }));
+  try {
+    const c = client(again);
+    assert.equal((await c.responses.retrieve(r1.id)).id, r1.id);
+    await c.responses.create({ model: 'gpt-4o', input: 'after', previous_response_id: r1.id });
+    const sent = up.conversation(up.FAMILIES[1], (await lastUpstream()).body);
+    assert.deepEqual(sent.turns.map((t) => t[1]), ['before the restart', 'Hello from mock', 'after']);
+  } finally {
+    await again.stop();
+  }
+});
+
+if (LOCAL) test('the workers of a host share the turns', async () => {
+  const multi = await startProxai(conf({ workers: 2, dir: path.join(tmp, 'workers') }));
+  try {
+    // a new connection each time: the kernel spreads them over the workers
+    let prev;
+    for (let i = 0; i < 12; i++) {
+      const c = client(multi);
+      const r = await c.responses.create({ model: 'gemini-2.5-pro', input: `w${i}`, previous_response_id: prev });
+      prev = r.id;
+    }
+    const sent = up.conversation(up.FAMILIES[2], (await lastUpstream()).body);
+    assert.equal(sent.turns.length, 23);
+  } finally {
+    await multi.stop();
+  }
+});
+
+if (!LOCAL) test('Redis forgot the scripts (SCRIPT FLUSH): they are sent again in full', async () => {
   const r1 = await alice.responses.create({ model: 'claude-sonnet', input: 'before the flush' });
   assert.match(await redis.command('SCRIPT', 'FLUSH'), /OK/);
   const r2 = await alice.responses.create({ model: 'claude-sonnet', input: 'after', previous_response_id: r1.id });
@@ -396,7 +440,7 @@ test('Redis forgot the scripts (SCRIPT FLUSH): they are sent again in full', asy
   await assert.rejects(alice.responses.retrieve(r2.id), (e) => e.status === 404);
 });
 
-test('Redis unreachable: a follow-up gets 503, never a shortened chain', async () => {
+if (!LOCAL) test('Redis unreachable: a follow-up gets 503, never a shortened chain', async () => {
   const r = await alice.responses.create({ model: 'claude-sonnet', input: 'before the outage' });
   await redis.stop();
   const n = (await mock.requests()).length;
