@@ -14,7 +14,14 @@ it) it measures the added latency (sequential keep-alive requests, p50 /
 p99 in us) and proxai's instructions per request (callgrind, N1 and N2
 requests, the difference) when valgrind is installed.
 
+With --chain N (default 50) it also measures memory: a chain of N turns of
+--turn-kb KB (300) each is built, then the worker's peak RSS above its RSS
+before the request (VmHWM, reset through /proc/PID/clear_refs) is taken for
+a follow-up naming the last turn, and for the same conversation sent in full
+by the client (store: false): what the chain costs beside what its text costs.
+
 Usage: bench/stored_cost.py [--build build] [--requests 3000] [--cg 100,200]
+                            [--chain 50] [--turn-kb 300]
 Every process it starts listens on 127.0.0.1 only and is stopped by its PID.
 Not a test: it asserts nothing.
 """
@@ -34,7 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADERS = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
 
 
-def conf(tmp, name, port, mock_port, backend, redis_port):
+def conf(tmp, name, port, mock_port, backend, redis_port, max_body="16m"):
     state = ("[state]\nbackend = redis\nredis = redis://127.0.0.1:%d/0\nprefix = bench:\n" % redis_port
              if backend == "redis" else "[state]\ndir = %s\n" % os.path.join(tmp, "store-" + name))
     path = os.path.join(tmp, name)
@@ -44,6 +51,7 @@ listen = 127.0.0.1:%d
 workers = 1
 access_log = off
 log_level = warn
+max_body = %s
 %s
 [upstream mock_anthropic]
 protocol = anthropic_messages
@@ -55,7 +63,7 @@ upstream = mock_anthropic
 
 [key bench]
 secret = sk-bench
-""" % (port, state, mock_port))
+""" % (port, max_body, state, mock_port))
     return path
 
 
@@ -119,11 +127,78 @@ def has_dir_option(proxai, tmp, mock_port):
     return subprocess.run([proxai, "--check", "-c", path], capture_output=True).returncode == 0
 
 
+def worker_pid(master):
+    with open("/proc/%d/task/%d/children" % (master, master)) as f:
+        kids = f.read().split()
+    return int(kids[0]) if kids else master
+
+
+def status_kb(pid, field):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def peak_of(pid, fn):
+    """Peak RSS above the RSS before fn(), in KiB."""
+    with open("/proc/%d/clear_refs" % pid, "w") as f:
+        f.write("5")
+    before = status_kb(pid, "VmRSS")
+    fn()
+    return status_kb(pid, "VmHWM") - before
+
+
+def chain_memory(proxai, tmp, mock_port, redis_port, backend, turns, turn_kb):
+    """A fresh proxai for each measurement (the chain stays in the backend):
+    memory a worker's allocator kept from one does not hide the next."""
+    path = conf(tmp, "chain-%s.conf" % backend, free_port(), mock_port, backend, redis_port,
+                max_body="64m")
+
+    def started():
+        port = int(open(path).read().split("listen = 127.0.0.1:")[1].split()[0])
+        p = subprocess.Popen([proxai, "-c", path])
+        if not wait_port(port, p):
+            sys.exit("proxai (chain) did not start")
+        return p, http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+
+    p, c = started()
+    prev, items = None, []
+    try:
+        for i in range(turns):
+            text = ("%02d:" % i) + "y" * (turn_kb * 1024)
+            b = {"model": "to_anthropic", "input": text}
+            if prev:
+                b["previous_response_id"] = prev
+            r = post(c, json.dumps(b))
+            prev = r["id"]
+            items.append({"role": "user", "content": text})
+            items += r["output"]
+    finally:
+        stop(p)
+    follow = json.dumps({"model": "to_anthropic", "input": "end", "store": False,
+                         "previous_response_id": prev})
+    full = json.dumps({"model": "to_anthropic", "store": False,
+                       "input": items + [{"role": "user", "content": "end"}]})
+    peaks = {}
+    for name, b in (("follow-up", follow), ("full", full)):
+        p, c = started()
+        try:
+            post(c, json.dumps({"model": "to_anthropic", "input": "warm", "store": False}))
+            peaks[name] = peak_of(worker_pid(p.pid), lambda: post(c, b))
+        finally:
+            stop(p)
+    return len(full), peaks
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--cg", default="100,200", help="N1,N2 requests under callgrind")
+    ap.add_argument("--chain", type=int, default=50, help="turns of the memory chain (0: none)")
+    ap.add_argument("--turn-kb", type=int, default=300)
     a = ap.parse_args()
     proxai = os.path.join(a.build, "proxai")
     fastmock = os.path.join(a.build, "bench", "fastmock")
@@ -197,6 +272,17 @@ def main():
                 label = "redis" if backend == "redis" else "local ([state] dir)"
                 print("| %s | %s | %.1f | %.1f | %.1f | %+.1f | %s | %s |" % (
                     label, kind, r["p50"], r["p99"], r["mean"], r["p50"] - base, rc, ir))
+        if a.chain > 0:
+            print()
+            print("| backend | chain | conversation bytes | peak RSS added, follow-up (MiB) "
+                  "| peak RSS added, the same sent in full (MiB) |")
+            print("|---|---|---|---|---|")
+            for backend in backends:
+                n, peaks = chain_memory(proxai, tmp, mock_port, redis_port, backend, a.chain,
+                                        a.turn_kb)
+                print("| %s | %d x %d KiB | %d | %.1f | %.1f |" % (
+                    backend, a.chain, a.turn_kb, n, peaks["follow-up"] / 1024.0,
+                    peaks["full"] / 1024.0))
     finally:
         for p in reversed(procs):
             stop(p)

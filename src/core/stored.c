@@ -123,6 +123,14 @@ static int expand(px_exch_t *x, const px_stored_turn_t *turns, size_t n) {
   return 0;
 }
 
+/* The attempt starts once the chain's copy is released: the conversation
+ * is in memory once (the expanded body) while it is translated. */
+static void on_expanded(void *arg, px_rs_status_t st) {
+  px_exch_t *x = arg;
+  x->rs->op = NULL;
+  px_exch_attempt(x);
+}
+
 static void on_chain(void *arg, px_rs_status_t st, const px_stored_turn_t *turns,
                      size_t n, const char *missing) {
   px_exch_t *x = arg;
@@ -130,9 +138,12 @@ static void on_chain(void *arg, px_rs_status_t st, const px_stored_turn_t *turns
   rs->op = NULL;
   const px_upstream_conf_t *up = &x->cfg->upstreams[x->route->upstream];
   switch (st) {
-    case PX_RS_OK:
+    case PX_RS_OK: {
       if (expand(x, turns, n) < 0) return;
+      px_rs_where_t w = where(x->srv->loop, x->cfg);
+      if ((rs->op = px_rs_defer(&w, on_expanded, x)) != NULL) return;
       break;
+    }
     case PX_RS_NOT_FOUND:
       /* not the gateway's: an upstream that stores may know it */
       if (can_store(up->protocol) && missing && strcmp(missing, rs->prev) == 0) {

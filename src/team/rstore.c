@@ -317,6 +317,13 @@ static px_rs_status_t local_delete(const char *owner, const char *id) {
   return st;
 }
 
+px_rs_op_t *px_rs_defer(const px_rs_where_t *w, px_rs_done_fn cb, void *arg) {
+  px_rs_op_t *op = op_new(NULL, cb, arg);
+  if (op == NULL) return NULL;
+  op->st = PX_RS_OK;
+  return deliver(w, op);
+}
+
 /* ---- Redis ---------------------------------------------------------------- */
 
 /* Small arguments are copied into the op (for a resend); larger ones stay
