@@ -477,7 +477,8 @@ void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
     if (get_key(s, c, r, ops, &k) < 0) return;
     return serve_models(s, c, ops, k);
   }
-  for (int p = 0; p < PX_PROTO_COUNT; p++) { /* stored responses by id */
+  /* stored responses by id (a POST there is another endpoint's, or none) */
+  for (int p = 0; p < PX_PROTO_COUNT && r->method != HTTP_POST; p++) {
     const px_proto_ops_t *ops = px_proto_get((px_proto_t)p);
     px_str_t id;
     int items;

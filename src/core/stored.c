@@ -61,17 +61,16 @@ static int can_store(px_proto_t p) {
   return (px_proto_get(p)->caps & PX_CAP_STORED_RESPONSES) != 0;
 }
 
-/* "resp_" + 24 random letters and digits. */
-static void mint(char *out, size_t cap) {
+/* "resp_" + 24 random letters and digits; <0 without randomness. */
+static int mint(char *out, size_t cap) {
   static const char al[] = "abcdefghijklmnopqrstuvwxyz0123456789";
   unsigned char r[24];
-  if (RAND_bytes(r, sizeof(r)) != 1) /* never seen: fall back to the clock's bits */
-    for (size_t i = 0; i < sizeof(r); i++)
-      r[i] = (unsigned char)((uv_hrtime() >> (i % 8)) * 131 + i * 17 + (size_t)rand());
+  if (RAND_bytes(r, sizeof(r)) != 1) return -1;
   char s[25];
   for (size_t i = 0; i < 24; i++) s[i] = al[r[i] % 36];
   s[24] = 0;
   snprintf(out, cap, "resp_%s", s);
+  return 0;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -186,10 +185,10 @@ int px_stored_admit(px_exch_t *x) {
   x->rs = rs;
   px_buf_init(&rs->input, x->cfg->server.max_body + 4096);
   px_buf_init(&rs->held, SIZE_MAX);
-  mint(rs->id, sizeof(rs->id));
   /* a body whose input cannot be read is the translator's to refuse */
   int backend = px_rs_available();
-  rs->save = store && backend && so->input_items(bd, x->req->body.len, rs->id, &rs->input) == 0;
+  rs->save = store && backend && mint(rs->id, sizeof(rs->id)) == 0 &&
+             so->input_items(bd, x->req->body.len, rs->id, &rs->input) == 0;
   if (prev[0] == 0) return 0;
   int up_stores = can_store(x->cfg->upstreams[x->route->upstream].protocol);
   if (!backend) { /* nowhere to keep them: an upstream that stores may know it */
