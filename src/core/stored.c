@@ -163,6 +163,16 @@ static void on_chain(void *arg, px_rs_status_t st, const px_stored_turn_t *turns
   px_exch_attempt(x);
 }
 
+/* Whether a target of the route (deployment or fallback) cannot store. */
+static int route_may_keep(const px_exch_t *x) {
+  const px_route_conf_t *rt = x->route;
+  for (size_t d = 0; d < rt->ndeployments; d++)
+    if (!can_store(x->cfg->upstreams[rt->deployments[d].upstream].protocol)) return 1;
+  for (size_t f = 0; f < rt->nfallbacks; f++)
+    if (!can_store(x->cfg->upstreams[rt->fallbacks[f].upstream].protocol)) return 1;
+  return 0;
+}
+
 int px_stored_admit(px_exch_t *x) {
   const px_store_ops_t *so = sops(x);
   if (so == NULL || x->ep != PX_EP_GENERATE || !x->cfg->responses.store) return 0;
@@ -176,7 +186,8 @@ int px_stored_admit(px_exch_t *x) {
                   "previous_response_id");
     return -1;
   }
-  if (!store && prev[0] == 0) return 0;
+  /* nothing to keep nor to read: a route of upstreams that store */
+  if (prev[0] == 0 && (!store || !route_may_keep(x))) return 0;
   px_stored_x_t *rs = calloc(1, sizeof(*rs));
   if (rs == NULL) {
     px_exch_error(x, PX_ERR_API, "out of memory", NULL);
@@ -234,8 +245,9 @@ static void on_put(void *arg, px_rs_status_t st) {
   rs->busy = 0;
   if (st != PX_RS_OK)
     px_log_req(PX_LOG_WARN, x->req->request_id, "response %s not stored: %s", rs->id,
-               st == PX_RS_TOO_BIG ? "larger than [responses] max_size"
-                                   : "the state backend is unreachable");
+               st == PX_RS_TOO_BIG     ? "larger than [responses] max_size"
+               : st == PX_RS_NOT_FOUND ? "its id is taken"
+                                       : "the state backend is unreachable");
   if (rs->held_json) {
     if (x->conn != NULL &&
         px_exch_respond(x, 200, "application/json", 0, (int64_t)rs->held.len) == 0)
