@@ -31,7 +31,6 @@
 struct px_stored_x {
   int save;            /* the client's store flag (and the gateway's) */
   int saving;          /* this attempt's upstream cannot store: the gateway does */
-  int expanded;        /* the body carries the chain */
   int busy;            /* a write is pending: finalize waits */
   int finalize_wanted; /* finalize came while busy */
   int taken;           /* the terminal event was looked at */
@@ -99,12 +98,12 @@ static void too_big(px_exch_t *x) {
 
 /* The body carries the chain from here on: scanned again, as a client's. */
 static int expand(px_exch_t *x, const px_stored_turn_t *turns, size_t n) {
-  px_stored_x_t *rs = x->rs;
   px_buf_t nb;
   px_buf_init(&nb, x->cfg->server.max_body);
   int rc = sops(x)->expand(x->req->body.data ? x->req->body.data : "", x->req->body.len,
                            turns, n, &nb);
-  if (rc == 0 && px_buf_reserve(&nb, 1) == 0) nb.data[nb.len] = 0;
+  if (rc == 0) rc = px_buf_reserve(&nb, 1); /* NUL-terminated, as a client's */
+  if (rc == 0) nb.data[nb.len] = 0;
   if (rc == 0 && px_json_request(nb.data, nb.len, &x->jreq) < 0) rc = PX_EPROTO;
   if (rc < 0) {
     px_buf_free(&nb);
@@ -118,7 +117,6 @@ static int expand(px_exch_t *x, const px_stored_turn_t *turns, size_t n) {
   nb.cap = x->req->body.cap > nb.cap ? x->req->body.cap : nb.cap;
   px_buf_free(&x->req->body);
   x->req->body = nb;
-  rs->expanded = 1;
   return 0;
 }
 
@@ -194,7 +192,7 @@ int px_stored_admit(px_exch_t *x) {
     return -1;
   }
   x->rs = rs;
-  px_buf_init(&rs->input, x->cfg->server.max_body + 4096);
+  px_buf_init(&rs->input, 2 * x->cfg->server.max_body + 4096); /* ids added */
   px_buf_init(&rs->held, SIZE_MAX);
   /* a body whose input cannot be read is the translator's to refuse */
   int backend = px_rs_available();
