@@ -19,6 +19,7 @@
 #include "proxai/metrics.h"
 #include "proxai/money.h"
 #include "proxy_int.h"
+#include "stored.h"
 
 static void simple_json(px_conn_t *c, int status, const char *body) {
   px_resp_simple(c, status, "application/json", body, strlen(body), NULL, 0);

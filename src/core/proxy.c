@@ -23,6 +23,7 @@
 #include "proxai/metrics.h"
 #include "proxai/money.h"
 #include "proxy_int.h"
+#include "stored.h"
 
 /* a parsed retry-after never exceeds this (one day): no overflow downstream */
 #define PX_RETRY_AFTER_CLAMP_MS 86400000ull

@@ -27,6 +27,7 @@
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxy_int.h"
+#include "stored.h"
 
 /* a pass-through JSON answer up to this size is held and sent with our own
  * Content-Length once complete; a larger one goes on chunked as it arrives */

@@ -23,7 +23,7 @@
 
 #include "proxai/log.h"
 #include "proxai/rstore.h"
-#include "proxy_int.h"
+#include "stored.h"
 
 /* Turns a chain may have: past it, the conversation is refused as too big. */
 #define PX_STORED_MAX_TURNS 10000

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "proxy_int.h"
+#include "stored.h"
 
 static int value_ok(const char *v) { return px_header_value_ok(v, strlen(v)); }
 
