@@ -78,6 +78,13 @@ for (const fam of up.FAMILIES) {
     const sent = up.conversation(fam, (await lastUpstream()).body);
     assert.deepEqual(sent.turns, [['user', 'What is 2+2?'], ['assistant', 'Hello from mock'], ['user', 'And 3+3?']]);
     assert.equal(sent.system, null, 'instructions are not inherited');
+    // the streamed turn is kept whole, as the client saw it
+    const got = await alice.responses.retrieve(r2.id);
+    assert.deepEqual(got.output.map((o) => o.id), r2.output.map((o) => o.id));
+    assert.equal(got.output_text, r2.output_text);
+    assert.equal(got.status, 'completed');
+    assert.equal(got.previous_response_id, r1.id);
+    assert.deepEqual((await alice.responses.inputItems.list(r2.id)).data.map((i) => i.content[0].text), ['And 3+3?']);
   });
 
   test(`${fam.name}: a 5-turn chain alternating stream and JSON, and branches that stay apart`, async () => {
