@@ -184,8 +184,10 @@ int px_stored_admit(px_exch_t *x) {
                   "previous_response_id");
     return -1;
   }
-  /* nothing to keep nor to read: a route of upstreams that store */
-  if (prev[0] == 0 && (!store || !route_may_keep(x))) return 0;
+  /* nothing to keep nor to read: a route of upstreams that store, or no
+   * backend to keep them in */
+  int backend = px_rs_available();
+  if (prev[0] == 0 && (!store || !backend || !route_may_keep(x))) return 0;
   px_stored_x_t *rs = calloc(1, sizeof(*rs));
   if (rs == NULL) {
     px_exch_error(x, PX_ERR_API, "out of memory", NULL);
@@ -195,7 +197,6 @@ int px_stored_admit(px_exch_t *x) {
   px_buf_init(&rs->input, 2 * x->cfg->server.max_body + 4096); /* ids added */
   px_buf_init(&rs->held, SIZE_MAX);
   /* a body whose input cannot be read is the translator's to refuse */
-  int backend = px_rs_available();
   rs->save = store && backend && mint(rs->id, sizeof(rs->id)) == 0 &&
              so->input_items(bd, x->req->body.len, rs->id, &rs->input) == 0;
   if (prev[0] == 0) return 0;
