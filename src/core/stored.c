@@ -60,13 +60,21 @@ static int can_store(px_proto_t p) {
   return (px_proto_get(p)->caps & PX_CAP_STORED_RESPONSES) != 0;
 }
 
-/* "resp_" + 24 random letters and digits; <0 without randomness. */
+/* "resp_" + 24 random letters and digits; <0 without randomness. The
+ * bytes come from OpenSSL's generator in batches (one call costs about as
+ * much for 1 KiB as for 24 bytes). */
 static int mint(char *out, size_t cap) {
   static const char al[] = "abcdefghijklmnopqrstuvwxyz0123456789";
-  unsigned char r[24];
-  if (RAND_bytes(r, sizeof(r)) != 1) return -1;
+  static unsigned char pool[1008];
+  static size_t used = sizeof(pool);
+  if (used + 24 > sizeof(pool)) {
+    if (RAND_bytes(pool, sizeof(pool)) != 1) return -1;
+    used = 0;
+  }
   char s[25];
-  for (size_t i = 0; i < 24; i++) s[i] = al[r[i] % 36];
+  for (size_t i = 0; i < 24; i++) s[i] = al[pool[used + i] % 36];
+  memset(pool + used, 0, 24); /* each byte serves once */
+  used += 24;
   s[24] = 0;
   snprintf(out, cap, "resp_%s", s);
   return 0;

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/json.h"
 #include "proxai/passthru.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
@@ -85,11 +86,83 @@ static const char *item_prefix(const char *type) {
   return "item_";
 }
 
+/* The minted id of input item i: prefix by type + the response id's base. */
+static int put_item_id(px_buf_t *out, const char *type, size_t tl, const char *base,
+                       size_t i) {
+  char t[32];
+  if (type == NULL) type = "message", tl = 7;
+  snprintf(t, sizeof(t), "%.*s", (int)(tl < sizeof(t) - 1 ? tl : sizeof(t) - 1), type);
+  return px_buf_printf(out, "\"id\":\"%s%s_%zu\"", item_prefix(t), base, i);
+}
+
+/* The common shapes without a document: a string input (one user message,
+ * its string token copied), or a list of objects whose member names have
+ * no escapes (each without an id gets one after its '{'). 1 when the input
+ * is of neither shape (the document path takes it). */
+static int input_items_text(const char *in, size_t n, const char *base, px_buf_t *out) {
+  const unsigned char *p = (const unsigned char *)in;
+  if (p[0] == '"')
+    return px_buf_puts(out, "[{\"type\":\"message\",\"role\":\"user\",\"content\":"
+                            "[{\"type\":\"input_text\",\"text\":") < 0 ||
+                   px_buf_append(out, in, n) < 0 || px_buf_puts(out, "}],") < 0 ||
+                   put_item_id(out, "message", 7, base, 0) < 0 || px_buf_puts(out, "}]") < 0
+               ? PX_ETOOBIG
+               : 0;
+  if (p[0] != '[') return 1;
+  size_t i = px_json_ws(p, n, 1), k = 0;
+  if (px_buf_append(out, "[", 1) < 0) return PX_ETOOBIG;
+  if (i < n && p[i] == ']') return px_buf_append(out, "]", 1) < 0 ? PX_ETOOBIG : 0;
+  for (;; k++) {
+    if (i >= n || p[i] != '{') return 1;
+    size_t start = i, kl, has_id = 0, tl = 0;
+    const char *type = NULL;
+    i = px_json_ws(p, n, i + 1);
+    int more = i < n && p[i] != '}';
+    if (!more) i++;
+    while (more) {
+      size_t ks = i + 1;
+      if (px_fj_key(p, n, &i, &kl) < 0) return 1;
+      size_t vs = i;
+      if (px_fj_pass(p, n, &i, 2) < 0) return 1;
+      if (kl == 2 && memcmp(p + ks, "id", 2) == 0) {
+        if (i - vs <= 2 || p[vs] != '"') return 1; /* an empty or odd id: replaced there */
+        has_id = 1;
+      }
+      if (kl == 4 && memcmp(p + ks, "type", 4) == 0 && p[vs] == '"')
+        type = in + vs + 1, tl = i - vs - 2;
+      int r = px_fj_next(p, n, &i, '}');
+      if (r < 0) return 1;
+      more = r == 1;
+    }
+    if (k > 0 && px_buf_append(out, ",", 1) < 0) return PX_ETOOBIG;
+    if (has_id) {
+      if (px_buf_append(out, in + start, i - start) < 0) return PX_ETOOBIG;
+    } else {
+      size_t body_at = px_json_ws(p, n, start + 1);
+      int empty = p[body_at] == '}';
+      if (px_buf_append(out, "{", 1) < 0 || put_item_id(out, type, tl, base, k) < 0 ||
+          (type == NULL && px_buf_puts(out, ",\"type\":\"message\"") < 0) ||
+          (!empty && px_buf_append(out, ",", 1) < 0) ||
+          px_buf_append(out, in + body_at, i - body_at) < 0)
+        return PX_ETOOBIG;
+    }
+    int r = px_fj_next(p, n, &i, ']');
+    if (r < 0) return 1;
+    if (r == 0) break;
+  }
+  return px_buf_append(out, "]", 1) < 0 ? PX_ETOOBIG : 0;
+}
+
 static int store_input_items(const char *body, size_t len, const char *resp_id,
                              px_buf_t *out) {
   static const char *const P_INPUT[] = {"input"};
   size_t vs, vl;
   if (px_json_find(body, len, P_INPUT, 1, &vs, &vl) != PX_JSON_FOUND) return PX_EINVAL;
+  const char *base = strncmp(resp_id, "resp_", 5) == 0 ? resp_id + 5 : resp_id;
+  size_t mark = out->len;
+  int fast = input_items_text(body + vs, vl, base, out);
+  if (fast <= 0) return fast;
+  out->len = mark; /* not the common shape: the document path */
   json_t *in = json_loadb(body + vs, vl, JSON_DECODE_ANY, NULL);
   if (in == NULL) return PX_EINVAL;
   if (json_is_string(in)) { /* a string is one user message */
@@ -102,7 +175,6 @@ static int store_input_items(const char *body, size_t len, const char *resp_id,
     json_decref(in);
     return PX_EINVAL;
   }
-  const char *base = strncmp(resp_id, "resp_", 5) == 0 ? resp_id + 5 : resp_id;
   size_t i;
   json_t *it;
   json_array_foreach(in, i, it) {

@@ -76,6 +76,27 @@ static void test_input_items(void) {
                 "{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":\"o\",\"id\":"
                 "\"fco_X_1\"},{\"type\":\"message\",\"role\":\"user\",\"content\":\"b\",\"id\":"
                 "\"mine\"}]"));
+  /* shapes read without a document and the rest alike */
+  static const struct {
+    const char *body, *want;
+  } cases[] = {
+      {"{\"input\":[]}", "[]"},
+      {"{\"input\":[ {} ]}", "[{\"id\":\"msg_X_0\",\"type\":\"message\"}]"},
+      {"{\"input\":[{\"id\":\"\",\"role\":\"user\",\"content\":\"a\"}]}",
+       "[{\"id\":\"msg_X_0\",\"role\":\"user\",\"content\":\"a\",\"type\":\"message\"}]"},
+      {"{\"input\":[{\"\\u0069d\":\"esc\",\"type\":\"reasoning\",\"summary\":[]}]}",
+       "[{\"id\":\"esc\",\"type\":\"reasoning\",\"summary\":[]}]"},
+      {"{\"input\":[{\"type\":\"reasoning\",\"summary\":[],\"encrypted_content\":\"e\"}]}",
+       "[{\"id\":\"rs_X_0\",\"type\":\"reasoning\",\"summary\":[],\"encrypted_content\":\"e\"}]"},
+      {"{\"input\":\"caf\\u00e9 \\\"q\\\"\"}",
+       "[{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\","
+       "\"text\":\"caf\\u00e9 \\\"q\\\"\"}],\"id\":\"msg_X_0\"}]"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    px_buf_reset(&b);
+    CHECK(so->input_items(cases[i].body, strlen(cases[i].body), "resp_X", &b) == 0);
+    CHECK(json_eq(b.data, b.len, cases[i].want));
+  }
   px_buf_free(&b);
 }
 
