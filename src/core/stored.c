@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "proxai/log.h"
 #include "proxai/rstore.h"
@@ -67,9 +68,11 @@ static int mint(char *out, size_t cap) {
   static const char al[] = "abcdefghijklmnopqrstuvwxyz0123456789";
   static unsigned char pool[1008];
   static size_t used = sizeof(pool);
-  if (used + 24 > sizeof(pool)) {
+  static pid_t owner; /* a pool never serves two processes (fork) */
+  if (used + 24 > sizeof(pool) || owner != getpid()) {
     if (RAND_bytes(pool, sizeof(pool)) != 1) return -1;
     used = 0;
+    owner = getpid();
   }
   char s[25];
   for (size_t i = 0; i < 24; i++) s[i] = al[pool[used + i] % 36];
