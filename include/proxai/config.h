@@ -85,8 +85,8 @@ typedef enum px_window { PX_WINDOW_MONTH, PX_WINDOW_DAY, PX_WINDOW_TOTAL } px_wi
  *  admin API) have the same shape. */
 typedef struct px_team_conf {
   char *name;
-  int64_t budget;           /**< nano-USD per window; 0 = none */
-  px_window_t window;       /**< default month */
+  int64_t budget;     /**< nano-USD per window; 0 = none */
+  px_window_t window; /**< default month */
 } px_team_conf_t;
 
 typedef struct px_key_conf {
@@ -98,13 +98,13 @@ typedef struct px_key_conf {
   uint64_t tpm;             /**< 0 = unlimited */
   char *team_name;          /**< `team =`; NULL = none */
   const px_team_conf_t *team; /**< resolved team (static: in px_config_t.teams) */
-  int64_t budget;           /**< nano-USD per window; 0 = none */
-  px_window_t window;       /**< default month */
+  int64_t budget;             /**< nano-USD per window; 0 = none */
+  px_window_t window;         /**< default month */
 } px_key_conf_t;
 
 /** [price PATTERN]: nano-USD per million tokens of the upstream model. */
 typedef struct px_price_conf {
-  char *pattern;            /**< exact model name or glob, file order */
+  char *pattern; /**< exact model name or glob, file order */
   int64_t input, output, cache_read, cache_write;
 } px_price_conf_t;
 
@@ -134,12 +134,21 @@ typedef struct px_server_conf {
 
 typedef enum px_state_backend { PX_STATE_LOCAL, PX_STATE_REDIS } px_state_backend_t;
 
+/** [state] on_error: what an admission that needs Redis gets while Redis is
+ *  unreachable (SPEC section 7). */
+typedef enum px_on_error {
+  PX_ON_ERROR_ALLOW, /**< served without the shared limits */
+  PX_ON_ERROR_DENY,  /**< 503 */
+  PX_ON_ERROR_LOCAL, /**< this host's shared memory, at the instance's share */
+} px_on_error_t;
+
 /** [state]: where rate-limit buckets live (SPEC section 3). */
 typedef struct px_state_conf {
   px_state_backend_t backend; /**< default local (this host's shared memory) */
   char *redis;                /**< "redis://[[user]:pass@]host:port[/db]" or "unix:/path" */
   char *prefix;               /**< default "proxai:" */
-  int on_error_deny;          /**< on_error = deny (503); default allow */
+  px_on_error_t on_error;     /**< Redis unreachable: default allow */
+  uint64_t timeout_ms;        /**< a Redis reply slower than this = unreachable; 250 */
   char *dir;                  /**< local: the persistent store's directory; NULL = none */
 } px_state_conf_t;
 
@@ -167,7 +176,7 @@ typedef struct px_config {
   size_t nteams;
   px_price_conf_t *prices;
   size_t nprices;
-  char *admin_token;        /**< [admin] token: the admin API; NULL = off */
+  char *admin_token; /**< [admin] token: the admin API; NULL = off */
   /** When no upstream exists (embedded default without keys): the message
    *  every model request gets with a 503. NULL otherwise. */
   char *unconfigured_message;

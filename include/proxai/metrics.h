@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "proxai/shm.h"
 #include "proxai/buf.h"
 
 typedef enum px_gauge {
@@ -40,13 +41,21 @@ void px_metrics_gauge_add(px_gauge_t g, int64_t delta);
  *  proxai_upstream_ejections_total + 1), 0 when it returns (gauge - 1). */
 void px_metrics_ejection(const char *upstream, int ejected);
 /** Count one event of the shared state backend (backend "redis"; event
- *  "error", "allowed" or "denied"). */
+ *  "error", "back", or the on_error verdict "allowed", "denied", "local",
+ *  "refused"). */
 void px_metrics_state(const char *backend, const char *event);
+/** The instances the shared state backend counted (a gauge). */
+void px_metrics_state_instances(unsigned n);
+/** Count requests lost with a worker process that died. */
+void px_metrics_lost(uint64_t n);
 /** Zero the gauges of a worker slot (its process died). */
 void px_metrics_worker_reset(unsigned worker);
 /** Append the Prometheus text exposition to out. */
 int px_metrics_render(px_buf_t *out);
 /** Zero every series and gauge (tests). */
 void px_metrics_reset(void);
+
+/** Its shared region (the series and the per-worker gauges): registered by the master before px_shm_init. */
+extern px_shm_region_t px_metrics_region;
 
 #endif

@@ -144,6 +144,8 @@ typedef struct px_tr_ctx {
                                   made from the upstream's */
   const char *prev_id;       /**< the previous response id as sent, echoed in
                                   the response (with resp_id) */
+  int reference;             /**< the jansson codecs only, no fast path (the
+                                  tests' and fuzzers' oracle) */
 } px_tr_ctx_t;
 
 /** Bytes of out after which a stream encoder calls ctx->flush. */
@@ -378,7 +380,8 @@ typedef struct px_wire_watch {
   const char *usage_obj;          /**< member holding usage ("usage") */
   const char *usage_in;           /**< input token member in it */
   const char *usage_out;          /**< output token member in it */
-  const char *usage_in_extra[2];  /**< members added to input (cache counts) */
+  const char *usage_in_extra[2];  /**< members added to input: the cache reads,
+                                       then the cache writes (priced apart) */
   const char *usage_out_extra;    /**< member added to output (thoughts) */
   const char *start_event;        /**< event carrying input usage ... */
   const char *start_outer;        /**< ... inside this object */

@@ -736,9 +736,14 @@ static int set_on_error(parse_t *p, const directive_t *d, void *obj, char *v) {
   if (!need_value(p, d, v)) return 0;
   int ok = 1;
   px_state_conf_t *st = obj;
-  if (strcmp(v, "allow") == 0) st->on_error_deny = 0;
-  else if (strcmp(v, "deny") == 0) st->on_error_deny = 1;
-  else ok = fail(p, p->line, "on_error must be allow or deny, not '%s'", v);
+  if (strcmp(v, "allow") == 0)
+    st->on_error = PX_ON_ERROR_ALLOW;
+  else if (strcmp(v, "deny") == 0)
+    st->on_error = PX_ON_ERROR_DENY;
+  else if (strcmp(v, "local") == 0)
+    st->on_error = PX_ON_ERROR_LOCAL;
+  else
+    ok = fail(p, p->line, "on_error must be allow, deny or local, not '%s'", v);
   free(v);
   return ok;
 }
@@ -762,9 +767,10 @@ static int set_usd(parse_t *p, const directive_t *d, void *obj, char *v) {
   int64_t n;
   int ok = 1;
   if (px_parse_usd(v, (int64_t)d->max, &n) < 0)
-    ok = fail(p, p->line,
-              "%s must be an amount in USD from 0 to %llu with at most 9 decimals, not '%s'",
-              d->name, (unsigned long long)d->max, v);
+    ok = fail(
+        p, p->line,
+        "%s must be an amount in USD from 0 to %llu with at most 9 decimals, not '%s'",
+        d->name, (unsigned long long)d->max, v);
   else
     *(int64_t *)((char *)obj + d->off) = n;
   free(v);
@@ -868,6 +874,7 @@ static const directive_t directives[] = {
     {SEC_STATE, "redis", set_redis, 0, 0, 0, 0},
     {SEC_STATE, "prefix", set_str, ST(prefix), 0, 0, 0},
     {SEC_STATE, "on_error", set_on_error, 0, 0, 0, 0},
+    {SEC_STATE, "timeout", set_duration, ST(timeout_ms), 0, 0, 0},
     {SEC_STATE, "dir", set_opt_str, ST(dir), 0, 0, 0},
 
     {SEC_RESPONSES, "store", set_bool, RS(store), 0, 0, 0},
@@ -949,6 +956,7 @@ static px_config_t *config_new(void) {
   s->log_level = PX_LOG_INFO;
   s->socket_mode = 0660;
   c->state.prefix = strdup("proxai:");
+  c->state.timeout_ms = 250;
   c->responses.store = 1;
   c->responses.ttl_ms = 30ull * 24 * 3600 * 1000;
   c->responses.max_size = 1ull << 30;
@@ -1107,8 +1115,8 @@ static int begin_section(parse_t *p, const char *title, size_t tlen) {
       if (rlen != 0) {
         ok = fail(p, p->line, "[%s] takes no name", sec_names[kind]);
       } else if (*at != 0) {
-        ok = fail(p, p->line, "duplicate section [%s] (first at line %d)", sec_names[kind],
-                  *at);
+        ok = fail(p, p->line, "duplicate section [%s] (first at line %d)",
+                  sec_names[kind], *at);
       } else {
         *at = p->line;
       }
@@ -1116,8 +1124,9 @@ static int begin_section(parse_t *p, const char *title, size_t tlen) {
     }
     case SEC_TEAM:
       if (rlen == 0 || !valid_name(arg)) {
-        ok = fail(p, p->line,
-                  "[team] needs a name of letters, digits, '-', '_' and '.': [team NAME]");
+        ok =
+            fail(p, p->line,
+                 "[team] needs a name of letters, digits, '-', '_' and '.': [team NAME]");
         break;
       }
       for (size_t j = 0; j < c->nteams && ok; j++)
@@ -1501,6 +1510,8 @@ static int resolve(parse_t *p) {
   }
   if (c->state.backend == PX_STATE_REDIS && c->state.redis == NULL)
     return fail(p, p->state_line, "[state] backend = redis needs 'redis ='");
+  if (c->state.timeout_ms == 0)
+    return fail(p, p->state_line, "[state] timeout must be at least 1ms");
   return 1;
 }
 
@@ -1847,9 +1858,10 @@ void px_config_print(const px_config_t *c, FILE *out) {
   if (s->admin_listen) fprintf(out, "  admin_listen: %s\n", s->admin_listen);
   fprintf(out, "  socket_mode: %04o\n", s->socket_mode);
   /* the redis address may carry a password: not printed */
-  fprintf(out, "state\n  backend: %s\n  prefix: %s\n  on_error: %s\n",
+  static const char *const on_error[] = {"allow", "deny", "local"};
+  fprintf(out, "state\n  backend: %s\n  prefix: %s\n  on_error: %s\n  timeout: %llums\n",
           c->state.backend == PX_STATE_REDIS ? "redis" : "local", c->state.prefix,
-          c->state.on_error_deny ? "deny" : "allow");
+          on_error[c->state.on_error], (unsigned long long)c->state.timeout_ms);
   fprintf(out, "responses\n  store: %s\n", c->responses.store ? "on" : "off");
   print_ms(out, "ttl", c->responses.ttl_ms);
   fprintf(out, "  max_size: %llu\n", (unsigned long long)c->responses.max_size);

@@ -24,6 +24,8 @@
 
 #include "proxai/log.h"
 #include "proxai/rstore.h"
+#include "attempt.h"
+#include "proxai/worker.h"
 #include "stored.h"
 
 /* Turns a chain may have: past it, the conversation is refused as too big. */
@@ -148,7 +150,7 @@ static void on_chain(void *arg, px_rs_status_t st, const px_stored_turn_t *turns
   switch (st) {
     case PX_RS_OK: {
       if (expand(x, turns, n) < 0) return;
-      px_rs_where_t w = where(x->srv->loop, x->cfg);
+      px_rs_where_t w = where(x->w->loop, x->cfg);
       if ((rs->op = px_rs_defer(&w, on_expanded, x)) != NULL) return;
       break;
     }
@@ -221,7 +223,7 @@ int px_stored_admit(px_exch_t *x) {
     return -1;
   }
   snprintf(rs->prev, sizeof(rs->prev), "%s", prev);
-  px_rs_where_t w = where(x->srv->loop, x->cfg);
+  px_rs_where_t w = where(x->w->loop, x->cfg);
   rs->op = px_rs_chain(&w, owner_of(x->key), prev, x->cfg->server.max_body,
                        PX_STORED_MAX_TURNS, on_chain, x);
   if (rs->op == NULL) { /* never a shortened conversation */
@@ -272,7 +274,7 @@ static void on_put(void *arg, px_rs_status_t st) {
 /* Write the turn whose response object is the span resp of rs->held. */
 static int put(px_exch_t *x, px_str_t resp) {
   px_stored_x_t *rs = x->rs;
-  px_rs_where_t w = where(x->srv->loop, x->cfg);
+  px_rs_where_t w = where(x->w->loop, x->cfg);
   rs->op = px_rs_put(&w, rs->id, owner_of(x->key), rs->prev,
                      (px_str_t){rs->input.data ? rs->input.data : "[]", rs->input.len},
                      resp, on_put, x);
@@ -338,8 +340,8 @@ typedef struct serve {
   const px_proto_ops_t *ops;
   px_rs_op_t *op;
   px_config_t *cfg;
-  px_server_t *srv;
-  const px_key_conf_t *key;
+  px_worker_t *w;
+  const px_upstream_conf_t *fwd; /* where an id it does not hold goes, or NULL */
   const px_req_t *req;
   /* forwarded to an upstream that stores its own */
   px_xfer_t *xfer;
@@ -502,16 +504,14 @@ static int forward(serve_t *s, const px_upstream_conf_t *up) {
       .max_connections = up->max_connections,
       .client = up->client,
   };
-  s->xfer = px_xfer_start(s->srv->uclient, &o, &fwd_cbs, s);
+  s->xfer = px_xfer_start(s->w->uclient, &o, &fwd_cbs, s);
   return s->xfer ? 0 : -1;
 }
 
 /* Not the gateway's: the upstream that stores its own answers, if any (the
  * connection stays with s), else 404. 1 when forwarded. */
 static int not_ours(serve_t *s) {
-  const px_upstream_conf_t *up = owner_upstream(s->cfg, s->key);
-  if (up == NULL || forward(s, up) < 0) return 0;
-  return 1;
+  return s->fwd != NULL && forward(s, s->fwd) == 0;
 }
 
 static void on_got(void *arg, px_rs_status_t st, const px_stored_turn_t *t, size_t n,
@@ -560,10 +560,10 @@ static void on_deleted(void *arg, px_rs_status_t st) {
   serve_free(s);
 }
 
-void px_stored_serve(px_server_t *srv, px_conn_t *c, px_req_t *r,
+void px_stored_serve(px_worker_t *w, px_conn_t *c, px_req_t *r,
                      const px_proto_ops_t *ops, const px_key_conf_t *k, px_str_t id,
                      int items) {
-  px_config_t *cfg = srv->config;
+  px_config_t *cfg = w->config;
   int del = r->method == HTTP_DELETE;
   if (!(r->method == HTTP_GET || r->method == HTTP_HEAD || (del && !items))) {
     serve_error(c, ops, PX_ERR_METHOD, "method not allowed", NULL);
@@ -597,8 +597,8 @@ void px_stored_serve(px_server_t *srv, px_conn_t *c, px_req_t *r,
   s->conn = c;
   s->ops = ops;
   s->cfg = px_config_ref(cfg);
-  s->srv = srv;
-  s->key = k;
+  s->w = w;
+  s->fwd = owner_upstream(cfg, k); /* the key may be gone by the answer */
   s->req = r;
   s->items = items;
   s->del = del;
@@ -611,9 +611,9 @@ void px_stored_serve(px_server_t *srv, px_conn_t *c, px_req_t *r,
     serve_free(s);
     return;
   }
-  px_rs_where_t w = where(srv->loop, cfg);
-  s->op = del ? px_rs_delete(&w, owner_of(k), s->id, on_deleted, s)
-              : px_rs_get(&w, owner_of(k), s->id, on_got, s);
+  px_rs_where_t wh = where(w->loop, cfg);
+  s->op = del ? px_rs_delete(&wh, owner_of(k), s->id, on_deleted, s)
+              : px_rs_get(&wh, owner_of(k), s->id, on_got, s);
   if (s->op == NULL) {
     serve_take(s);
     serve_unavailable(c, ops);

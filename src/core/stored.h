@@ -4,7 +4,7 @@
 #ifndef PROXAI_STORED_H
 #define PROXAI_STORED_H
 
-#include "proxy_int.h"
+#include "exchange.h"
 
 /** Admission: the chain of previous_response_id read and the body expanded;
  *  0 go on, 1 pending (it goes on to px_exch_attempt itself), <0 answered. */
@@ -21,7 +21,7 @@ void px_stored_stream(px_exch_t *x);
 int px_stored_defer(px_exch_t *x);
 void px_stored_free(px_exch_t *x);
 /** GET / DELETE of a stored response and GET of its input items. */
-void px_stored_serve(px_server_t *srv, px_conn_t *c, px_req_t *r,
+void px_stored_serve(px_worker_t *w, px_conn_t *c, px_req_t *r,
                      const px_proto_ops_t *ops, const px_key_conf_t *k, px_str_t id,
                      int items);
 

@@ -14,13 +14,12 @@
 #include <strings.h>
 #include <time.h>
 
-#include "proxy_int.h"
+#include "upreq.h"
 #include "stored.h"
 
 static int value_ok(const char *v) { return px_header_value_ok(v, strlen(v)); }
 
 /* The upstream header lines: one block (build_upstream_headers). */
-static void free_hdrs(char **h) { free(h); }
 
 /* name is one of list (NULL-ended, lower case), case-insensitively */
 static int header_in(px_str_t name, const char *const *list) {
@@ -294,18 +293,9 @@ int px_upreq_build(px_exch_t *x) {
   px_lossy_init(&x->lossy);
   if (x->in == x->out ? pass_body(x) < 0 : translate_body(x) < 0) return -1;
   if (build_url(x, uops) < 0) return -1;
-  free_hdrs(x->up_hdrs);
+  free(x->up_hdrs);
   x->up_hdrs = build_upstream_headers(x);
   x->built_up = x->up;
   x->built_model = x->up_model;
   return 0;
-}
-
-void px_upreq_free(px_exch_t *x) {
-  free(x->up_body_owned);
-  free_hdrs(x->up_hdrs);
-  free(x->url);
-  x->up_body_owned = NULL;
-  x->up_hdrs = NULL;
-  x->url = NULL;
 }

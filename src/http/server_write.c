@@ -99,8 +99,8 @@ static void send_timer(px_conn_t *c, int progress) {
     c->send_mark = bytes_taken(c);
     /* the loop's cached time can be far behind after a long piece of work
      * (a large body translated in this iteration): not a client stall */
-    uv_update_time(c->srv->loop);
-    uv_timer_start(&c->t_send, on_send_timer, c->srv->config->server.idle_timeout_ms, 0);
+    uv_update_time(c->srv->w->loop);
+    uv_timer_start(&c->t_send, on_send_timer, c->srv->w->config->server.idle_timeout_ms, 0);
   }
 }
 
@@ -114,7 +114,7 @@ static void on_send_timer(uv_timer_t *t) {
     return;
   }
   px_log_warn("%s: client took no bytes for %llu ms: closing", c->req.request_id,
-              (unsigned long long)c->srv->config->server.idle_timeout_ms);
+              (unsigned long long)c->srv->w->config->server.idle_timeout_ms);
   px_srv_close(c);
 }
 
@@ -337,7 +337,7 @@ static void write_head(const px_conn_t *c, head_w_t *w, int status, const px_hdr
   } else {
     PUT_LIT(w, "transfer-encoding: chunked\r\n");
   }
-  if (!c->req.keep_alive || c->srv->draining) PUT_LIT(w, "connection: close\r\n");
+  if (!c->req.keep_alive || c->srv->w->draining) PUT_LIT(w, "connection: close\r\n");
   PUT_LIT(w, "\r\n");
 }
 

@@ -322,7 +322,8 @@ void px_access_log(const px_access_rec_t *r) {
   if (rc == 0) rc = put_key(&b, "cost_usd", 0);
   if (rc == 0) {
     char usd[32];
-    rc = px_buf_puts(&b, r->cost_nano < 0 ? "null" : px_usd_str(r->cost_nano, usd, sizeof(usd)));
+    rc = px_buf_puts(
+        &b, r->cost_nano < 0 ? "null" : px_usd_str(r->cost_nano, usd, sizeof(usd)));
   }
   if (rc == 0) rc = put_ms(&b, "duration_ms", r->duration_ms, 0);
   if (rc == 0) rc = put_ms(&b, "ttfb_ms", r->ttfb_ms, 1);

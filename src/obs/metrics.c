@@ -68,20 +68,24 @@ typedef struct mshm {
   uint32_t nseries;
   uint32_t index[INDEX_SIZE]; /* 0 = empty, else position + 1 */
   series_t s[PX_MAX_SERIES];
+  uint64_t lost;      /* requests of workers that died (proxai_requests_lost_total) */
+  uint64_t instances; /* proxai_state_instances; 0: no registry */
   int64_t gauge[]; /* nworkers x PX_G_COUNT */
 } mshm_t;
 
-size_t px_metrics_shm_size(unsigned nworkers) {
+static size_t region_size(unsigned nworkers) {
   return sizeof(mshm_t) + (size_t)nworkers * PX_G_COUNT * sizeof(int64_t);
 }
 
-void px_metrics_shm_setup(void *p, unsigned nworkers) {
+static void region_setup(void *p, unsigned nworkers) {
   (void)nworkers;
   px_shm_mutex_init(&((mshm_t *)p)->mu);
 }
 
+px_shm_region_t px_metrics_region = {.name = "metrics", .size = region_size, .setup = region_setup};
+
 static mshm_t *shm(void) {
-  return px_shm_metrics();
+  return px_shm_get(&px_metrics_region);
 }
 
 /* Label values as looked up: each cut at PX_MAX_LABEL - 1 bytes, without
@@ -300,6 +304,16 @@ void px_metrics_worker_reset(unsigned worker) {
     __atomic_store_n(&m->gauge[worker * PX_G_COUNT + g], 0, __ATOMIC_RELAXED);
 }
 
+void px_metrics_lost(uint64_t n) {
+  mshm_t *m = shm();
+  if (m) add(&m->lost, n);
+}
+
+void px_metrics_state_instances(unsigned n) {
+  mshm_t *m = shm();
+  if (m) __atomic_store_n(&m->instances, n, __ATOMIC_RELAXED);
+}
+
 void px_metrics_ejection(const char *upstream, int ejected) {
   const char *l[NLABELS] = {upstream ? upstream : "none", NULL, NULL};
   series_t *g = get_series(F_EJECTED, l);
@@ -378,9 +392,11 @@ static int render_spend(px_buf_t *b) {
     if (s->fam != F_SPEND) continue;
     char usd[32];
     rc = px_buf_puts(b, "proxai_spend_usd_total{");
-    for (int k = 0; rc == 0 && k < NLABELS; k++) rc = put_label(b, ln[k], s->labels[k], k == 0);
+    for (int k = 0; rc == 0 && k < NLABELS; k++)
+      rc = put_label(b, ln[k], s->labels[k], k == 0);
     if (rc == 0)
-      rc = px_buf_printf(b, "} %s\n", px_usd_str((int64_t)load(&s->value), usd, sizeof(usd)));
+      rc = px_buf_printf(b, "} %s\n",
+                         px_usd_str((int64_t)load(&s->value), usd, sizeof(usd)));
   }
   return rc;
 }
@@ -436,6 +452,13 @@ int px_metrics_render(px_buf_t *out) {
                           "Finished requests by inbound protocol, upstream and status.",
                           req_l);
   if (rc == 0)
+    rc = put_head(
+        out, "proxai_requests_lost_total", "counter",
+        "Requests in flight in a worker process that died (no access-log line).");
+  if (rc == 0)
+    rc = px_buf_printf(out, "proxai_requests_lost_total %" PRIu64 "\n",
+                       shm() ? load(&shm()->lost) : 0);
+  if (rc == 0)
     rc = render_hist(out, 0, "proxai_request_duration_seconds",
                      "Request duration from first byte received to last byte sent.");
   if (rc == 0)
@@ -449,10 +472,12 @@ int px_metrics_render(px_buf_t *out) {
                         "Tokens by client key, upstream and direction.", tok_l);
   static const char *const up_l[] = {"upstream", NULL, NULL};
   if (rc == 0)
-    rc = render_counter(out, F_STATE, "proxai_state_events_total",
-                        "Shared state backend events: errors, requests allowed or denied "
-                        "while it was unreachable.",
-                        state_l);
+    rc = render_counter(
+        out, F_STATE, "proxai_state_events_total",
+        "Shared state backend events: error (an incident began, or a "
+        "script failed), back (it ended), and the requests on_error decided "
+        "(allowed, denied, local; refused: needed the backend).",
+        state_l);
   if (rc == 0)
     rc = render_counter(out, F_EJECTIONS, "proxai_upstream_ejections_total",
                         "Times an upstream was taken out of rotation (passive health).",
@@ -467,6 +492,13 @@ int px_metrics_render(px_buf_t *out) {
                         "Translated requests that dropped a field, by field.", lossy_l);
   if (rc == 0) rc = render_spend(out);
   const mshm_t *m = shm();
+  uint64_t inst = m ? load(&m->instances) : 0;
+  if (rc == 0 && inst > 0)
+    rc = put_head(out, "proxai_state_instances", "gauge",
+                  "Gateway instances the shared state backend counted in the last 30 s "
+                  "(on_error = local divides limits by it).");
+  if (rc == 0 && inst > 0)
+    rc = px_buf_printf(out, "proxai_state_instances %" PRIu64 "\n", inst);
   for (int g = 0; rc == 0 && g < PX_G_COUNT; g++) {
     int64_t v = 0;
     for (unsigned w = 0; m && w < px_shm_nworkers(); w++)
@@ -485,6 +517,7 @@ void px_metrics_reset(void) {
   memset(m->index, 0, sizeof(m->index));
   memset(m->s, 0, sizeof(series_t) * m->nseries);
   m->nseries = 0;
+  m->lost = m->instances = 0;
   memset(m->gauge, 0, (size_t)px_shm_nworkers() * PX_G_COUNT * sizeof(int64_t));
   px_shm_unlock(&m->mu);
 }

@@ -41,7 +41,29 @@ int64_t px_cost_bound(const px_price_conf_t *p, uint64_t input_tokens,
   return r > (unsigned __int128)INT64_MAX ? INT64_MAX : (int64_t)r;
 }
 
+static void window_at(px_window_t w, time_t now, px_win_t *out, int64_t *start);
+
+/* The last window of each kind asked for, with its start: a request reads
+ * its windows at admission and at settlement, and they rarely change. */
+static struct {
+  px_win_t win;
+  int64_t start;
+  int set;
+} memo[3];
+
 void px_window_at(px_window_t w, time_t now, px_win_t *out) {
+  unsigned k = (unsigned)w < 3 ? (unsigned)w : 0;
+  if (memo[k].set && now >= memo[k].start &&
+      (memo[k].win.resets_at == 0 || now < memo[k].win.resets_at)) {
+    *out = memo[k].win;
+    return;
+  }
+  window_at((px_window_t)k, now, &memo[k].win, &memo[k].start);
+  memo[k].set = 1;
+  *out = memo[k].win;
+}
+
+static void window_at(px_window_t w, time_t now, px_win_t *out, int64_t *start) {
   struct tm tm;
   gmtime_r(&now, &tm);
   int y = tm.tm_year + 1900, m = tm.tm_mon; /* m: 0-11 */
@@ -49,10 +71,12 @@ void px_window_at(px_window_t w, time_t now, px_win_t *out) {
     out->id = 3u << 28;
     snprintf(out->label, sizeof(out->label), "total");
     out->resets_at = 0;
+    *start = INT64_MIN;
   } else if (w == PX_WINDOW_DAY) {
     out->id = 2u << 28 | (uint32_t)(now / 86400);
     snprintf(out->label, sizeof(out->label), "%04d-%02d-%02d", y, m + 1, tm.tm_mday);
     out->resets_at = (int64_t)(now / 86400 + 1) * 86400;
+    *start = out->resets_at - 86400;
   } else {
     out->id = 1u << 28 | (uint32_t)(y * 12 + m);
     snprintf(out->label, sizeof(out->label), "%04d-%02d", y, m + 1);
@@ -61,6 +85,11 @@ void px_window_at(px_window_t w, time_t now, px_win_t *out) {
     next.tm_mon = (m + 1) % 12;
     next.tm_mday = 1;
     out->resets_at = (int64_t)timegm(&next);
+    struct tm first = {0};
+    first.tm_year = y - 1900;
+    first.tm_mon = m;
+    first.tm_mday = 1;
+    *start = (int64_t)timegm(&first);
   }
 }
 

@@ -1,23 +1,27 @@
-/* proxy_int.h - what the request core's files share (not installed).
+/* exchange.h - the request core's exchange (not installed).
  *
- * One request is one exchange (px_exch_t), owned by the core from gateway()
- * until finalize(). Its phases live in one file each:
+ * One request is one exchange (px_exch_t), from admission until finalize.
+ * The core's files stand on each other, arrows only downward:
  *
- *   admit.c    the front door: gateway endpoints, the body scan, the client
- *              key, the key's models, rate limits, the route
- *   proxy.c    the attempt: deployment pick, transfer, the upstream head,
- *              retries and fallbacks, the client's side, finalize()
- *   upreq.c    the upstream request: body (pass-through or translated),
- *              URL and headers, from the protocols' ops
- *   respond.c  the response modes: one handler table each, chosen once
- *              when the upstream head arrives
+ *   admit.c     the front door: gateway endpoints, the body scan, the client
+ *               key, the key's models, rate limits, the route
+ *   attempt.c   the attempt: deployment pick, transfer, the upstream head,
+ *               retries and fallbacks (attempt.h)
+ *   respond.c   the response modes: one handler table each, chosen once
+ *               when the upstream head arrives (respond.h)
+ *   upreq.c     the upstream request: body (pass-through or translated),
+ *               URL and headers, from the protocols' ops (upreq.h)
+ *   exchange.c  the exchange's life: new, the client's response (error,
+ *               respond, write, flush, abort), the client's side, finalize,
+ *               its memory recycled (this header)
  */
-#ifndef PROXAI_PROXY_INT_H
-#define PROXAI_PROXY_INT_H
+#ifndef PROXAI_EXCHANGE_H
+#define PROXAI_EXCHANGE_H
 
 #include <string.h>
 
 #include "proxai/balance.h"
+#include "proxai/handle.h"
 #include "proxai/json.h"
 #include "proxai/passthru.h"
 #include "proxai/proto.h"
@@ -25,6 +29,9 @@
 #include "proxai/proxy.h"
 #include "proxai/ratelimit.h"
 #include "proxai/server.h"
+#include "proxai/upstream.h"
+#include "proxai/usage.h"
+#include "proxai/worker.h"
 
 #define PX_MAX_UPSTREAM_JSON (64u << 20) /* translated non-stream body cap */
 #define PX_MAX_UPSTREAM_ERROR (1u << 20)
@@ -35,6 +42,11 @@
 
 typedef struct px_exch px_exch_t;
 typedef struct px_stored_x px_stored_x_t;
+
+/* A handle on an exchange, for a callback that may run after the exchange
+ * ended: px_exch_get() gives the exchange while it lives, else NULL. Passed
+ * as the callback's void * (px_exch_arg). */
+typedef px_handle_t px_exch_ref_t;
 
 /* A response mode: how the answer of one attempt reaches the client. The
  * core picks one when the upstream head arrives (px_mode_choose, or the
@@ -58,11 +70,10 @@ typedef struct px_mode {
   int count_failure;
 } px_mode_t;
 
-extern const px_mode_t px_mode_none;    /* waiting for the upstream head */
-extern const px_mode_t px_mode_discard; /* retryable answer: drop, retry at done */
 
 struct px_exch {
-  px_server_t *srv;
+  px_exch_ref_t ref;     /* its handle; stale once finalized */
+  px_worker_t *w;
   px_conn_t *conn;       /* NULL once the client is gone */
   px_req_t *req;
   px_config_t *cfg;      /* reference held until finalize */
@@ -74,6 +85,7 @@ struct px_exch {
   int stream;
   int include_usage;
   const px_key_conf_t *key;
+  px_key_conf_t *rkey;   /* a runtime key (keys.h), owned: key points to it */
   px_rl_wait_t *rl_wait; /* admission waiting for the state backend */
   px_admit_t adm;        /* what admission set aside (tpm tokens, budget cost) */
   int rl_admitted;       /* settle adm at the end */
@@ -84,6 +96,7 @@ struct px_exch {
   int64_t cost_nano;     /* the request's cost in nano-USD, set at finalize
                             (px_usd_str prints it); -1: no [price] for the
                             upstream model */
+  struct px_inflight_rec *rl_rec; /* the reservation, for the master if we die */
   px_stored_x_t *rs;     /* stored responses (stored.c); NULL: none */
   int metric_status;     /* status for /metrics when a started response failed */
   int attempt_open;      /* a 2xx attempt, counted in /metrics when it ends */
@@ -137,41 +150,53 @@ struct px_exch {
   px_lossy_t lossy;
 };
 
-static inline uint64_t px_exch_now(px_exch_t *x) { return uv_now(x->srv->loop); }
+static inline uint64_t px_exch_now(px_exch_t *x) { return uv_now(x->w->loop); }
 static inline const px_proto_ops_t *px_exch_client_ops(px_exch_t *x) {
   return px_proto_get(x->in);
 }
 
-/* proxy.c: the attempt, the client's side, the one exit */
-/** A new exchange's memory: zero up to retry_reason, its passhdrs, acc and
- *  obuf empty (cap 0; a reused one's memory kept); NULL when out of memory.
- *  Freed by px_exch_finalize. */
-px_exch_t *px_exch_alloc(void);
-void px_exch_attempt(px_exch_t *x);
-void px_exch_finalize(px_exch_t *x);
-void px_exch_schedule_retry(px_exch_t *x);
-/* a connect error or timeout before any head: 1 when a retry is planned */
-int px_exch_retry_connect(px_exch_t *x, px_xfer_result_t r);
-/* the error kind of a failed transfer (timeout or bad gateway) */
-px_errkind_t px_exch_result_kind(px_xfer_result_t r);
-/* an error in the client's protocol (status 0: the kind's), then finalize */
+/* dst = a then b, cut to cap - 1 bytes and NUL-terminated (snprintf "%s%.*s"
+ * without printf: this runs per request). */
+static inline void px_copy_cut(char *dst, size_t cap, px_str_t a, px_str_t b) {
+  size_t k = a.len < cap - 1 ? a.len : cap - 1;
+  if (k) memcpy(dst, a.ptr, k);
+  size_t l = b.len < cap - 1 - k ? b.len : cap - 1 - k;
+  if (l) memcpy(dst + k, b.ptr, l);
+  dst[k + l] = 0;
+}
+
+/** A new exchange of request r on c (the connection's handler is its
+ *  own); NULL when out of memory. Ended by px_exch_finalize, or by any
+ *  call below that answers the client. */
+px_exch_t *px_exch_new(px_worker_t *w, px_conn_t *c, px_req_t *r, px_proto_t in,
+                       px_endpoint_t ep);
+/** The handles of the live exchanges (one loop per process). */
+extern px_handles_t px_exch_handles;
+/** The exchange of handle r, or NULL once it is finalized. */
+static inline px_exch_t *px_exch_get(px_exch_ref_t r) {
+  return px_handle_get(&px_exch_handles, r);
+}
+static inline void *px_exch_arg(px_exch_t *x) { return (void *)x->ref; }
+
+/* These end the exchange: the caller returns without touching it again. */
+/** an error in the client's protocol (status 0: the kind's), then finalize */
 void px_exch_error_h(px_exch_t *x, px_errkind_t kind, int status, const char *msg,
                      const char *param, const px_hdr_t *extra, size_t nextra);
 void px_exch_error(px_exch_t *x, px_errkind_t kind, const char *msg, const char *param);
-/* the client's response head: passed-back headers plus the gateway's */
+/** a failed transfer before the response started: 502 or 504, finalize */
+void px_exch_fail(px_exch_t *x, px_xfer_result_t r);
+void px_exch_finalize(px_exch_t *x);
+
+/** the client's response head: passed-back headers plus the gateway's */
 int px_exch_respond(px_exch_t *x, int status, const char *ctype, int stream, int64_t clen);
 void px_exch_write(px_exch_t *x, const char *p, size_t n);
 void px_exch_flush(px_exch_t *x); /* send what an encoder wrote to x->obuf */
-extern const px_conn_handler_t px_exch_conn_handler;
-
-/* admit.c: the front door is px_proxy_request (proxy.h) */
-
-/* upreq.c: the upstream request of this attempt (body, URL, headers), reused
- * by a retry on the same target; <0 when the request was answered */
-int px_upreq_build(px_exch_t *x);
-void px_upreq_free(px_exch_t *x);
-
-/* respond.c: the mode for a usable upstream head (not retried) */
-const px_mode_t *px_mode_choose(px_exch_t *x, int status, const char *encoding);
+/** a response that cannot be ended in the client's protocol: the connection
+ *  is dropped (the exchange lives on until finalize) */
+void px_exch_abort(px_exch_t *x);
+/** the error kind of a failed transfer (timeout or bad gateway) */
+px_errkind_t px_exch_result_kind(px_xfer_result_t r);
+/** frees the built upstream request (body, headers, URL) */
+void px_exch_drop_upreq(px_exch_t *x);
 
 #endif
