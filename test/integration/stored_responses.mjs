@@ -216,7 +216,8 @@ if (!LOCAL) test('the terminal event waits for the write: another instance finds
   // reads directly: were the event sent before A's write is answered, B
   // would look first
   const relay = await slowRelay(redis.port, 150);
-  const slow = await startProxai(conf().replace(redis.url, `redis://127.0.0.1:${relay.port}/0`));
+  const slow = await startProxai(conf().replace(redis.url, `redis://127.0.0.1:${relay.port}/0`)
+    .replace('on_error = allow', 'on_error = allow\ntimeout = 5s')); // a slow link, not a dead one
   try {
     const a = client(slow);
     for (let i = 0; i < 6; i++) {
