@@ -13,8 +13,10 @@
  *              instant it arrives finds the turn)
  *   endpoints: GET / DELETE {id}, GET {id}/input_items
  *
- * finalize() waits for a pending write (px_stored_defer), so a client that
- * leaves cannot cut a turn's write short, and nothing is freed under it.
+ * finalize() waits for a pending write while the client is there to get
+ * what is held (px_stored_defer). A client that leaves does not cut the
+ * turn short: its write is with the backend already; only its answer is no
+ * longer waited for.
  */
 #include <openssl/rand.h>
 #include <stdio.h>
@@ -317,8 +319,25 @@ void px_stored_stream(px_exch_t *x) {
 }
 
 int px_stored_defer(px_exch_t *x) {
-  if (x->rs == NULL || !x->rs->busy) return 0;
-  x->rs->finalize_wanted = 1;
+  px_stored_x_t *rs = x->rs;
+  if (rs == NULL || !rs->busy) return 0;
+  if (x->conn == NULL) {
+    /* the client is gone (and its request with the connection, soon):
+     * nobody waits for the held answer. The write was handed to the
+     * backend already (Redis: sent; the host's store: done) and completes
+     * there; only its answer is not waited for. */
+    px_rs_cancel(rs->op);
+    rs->op = NULL;
+    rs->busy = 0;
+    return 0;
+  }
+  rs->finalize_wanted = 1;
+  /* the answer is complete (its last event held): nothing more from
+   * upstream is read */
+  if (x->xfer) {
+    px_xfer_cancel(x->xfer);
+    x->xfer = NULL;
+  }
   return 1;
 }
 

@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import net from 'node:net';
-import { startMock, startProxai, test, run, sleep } from './lib/harness.mjs';
+import { startMock, startProxai, test, run, sleep, waitFor } from './lib/harness.mjs';
 import { startRedis } from './lib/redis.mjs';
 import * as up from './lib/stored.mjs';
 
@@ -236,6 +236,28 @@ if (!LOCAL) test('the terminal event waits for the write: another instance finds
       const r = await a.responses.create({ model: fam.model, input: `j${i}` });
       assert.equal((await alice.responses.retrieve(r.id)).id, r.id);
     }
+    // a client that leaves while its turn is being written does not cut it short
+    const ac = new AbortController();
+    const gone = await a.responses.create({ model: 'claude-sonnet', input: 'leaving', stream: true },
+      { signal: ac.signal });
+    let id = null;
+    try {
+      for await (const ev of gone) {
+        if (ev.type === 'response.created') id = ev.response.id;
+        if (ev.type === 'response.output_item.done') ac.abort(); // the terminal event is held now
+      }
+    } catch {
+      // aborted
+    }
+    assert.ok(id);
+    await waitFor(async () => {
+      try {
+        return (await alice.responses.retrieve(id)).status === 'completed';
+      } catch {
+        return false;
+      }
+    }, { timeout: 10000, what: 'the turn of a client that left' });
+    assert.equal((await fetch(`${slow.url}/healthz`)).status, 200);
   } finally {
     await slow.stop();
     relay.close();
