@@ -24,10 +24,12 @@ const prefix = `sr${process.pid}:`;
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-stored-'));
 process.on('exit', () => fs.rmSync(tmp, { recursive: true, force: true }));
 const mainDir = path.join(tmp, 'state');
+// timeout: a 15 MB chain (the 50-turn test) is read within it, on a loaded machine
 const state = (dir) => (LOCAL ? `dir = ${dir}` : `backend = redis
 redis = ${redis.url}
 prefix = ${prefix}${dir === mainDir ? '' : 'other:'}
-on_error = allow`);
+on_error = allow
+timeout = 5s`);
 
 const conf = ({ ttl = '30d', maxSize = '1g', maxBody = '16m', store = 'on', responses = false, dir = mainDir,
   workers = 1 } = {}) => `[server]
@@ -216,8 +218,8 @@ if (!LOCAL) test('the terminal event waits for the write: another instance finds
   // reads directly: were the event sent before A's write is answered, B
   // would look first
   const relay = await slowRelay(redis.port, 150);
-  const slow = await startProxai(conf().replace(redis.url, `redis://127.0.0.1:${relay.port}/0`)
-    .replace('on_error = allow', 'on_error = allow\ntimeout = 5s')); // a slow link, not a dead one
+  // (a slow link within the 5 s timeout, not a dead one)
+  const slow = await startProxai(conf().replace(redis.url, `redis://127.0.0.1:${relay.port}/0`));
   try {
     const a = client(slow);
     for (let i = 0; i < 6; i++) {
