@@ -196,7 +196,8 @@ static void on_hup(uv_signal_t *sig, int signum) {
   const px_state_conf_t *a = &w->ctx.config->state, *b = &c->state;
   if (a->backend != b->backend || a->on_error != b->on_error ||
       a->timeout_ms != b->timeout_ms || strcmp(a->prefix, b->prefix) != 0 ||
-      (a->redis && b->redis ? strcmp(a->redis, b->redis) != 0 : a->redis != b->redis))
+      (a->redis && b->redis ? strcmp(a->redis, b->redis) != 0 : a->redis != b->redis) ||
+      (a->dir && b->dir ? strcmp(a->dir, b->dir) != 0 : a->dir != b->dir))
     px_log_warn("reload: a changed [state] section needs a restart; keeping the running one");
   px_config_unref(w->ctx.config);
   w->ctx.config = c;
@@ -365,11 +366,12 @@ static int run_workers(const char *path, px_config_t *cfg, unsigned n) {
       char what[160];
       describe_status(st, what, sizeof(what));
       unsigned lost = reap(cfg, i, p);
-      if (lost > 0) {
-        size_t l = strlen(what);
+      size_t l = strlen(what);
+      if (lost > 0)
         snprintf(what + l, sizeof(what) - l, " with %u request%s in flight (lost)", lost,
                  lost == 1 ? "" : "s");
-      }
+      else
+        snprintf(what + l, sizeof(what) - l, " with no request in flight");
       if (stopping) {
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
         if (lost > 0) px_log_error("worker %ld %s", (long)p, what);

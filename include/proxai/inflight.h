@@ -44,8 +44,7 @@ typedef struct px_inflight_rec {
   char team[PX_INFLIGHT_KEY]; /**< its team's name ("" when none) */
 } px_inflight_rec_t;
 
-/** Its shared region (one part per worker, zeroed: nothing in flight):
- *  registered by the master before px_shm_init. */
+/** The table's shared-memory region (shm.h): the master registers it. */
 extern px_shm_region_t px_inflight_region;
 
 /** One request of this worker started / finished. */

@@ -259,6 +259,10 @@ typedef enum px_stop {
   PX_STOP_CONTENT_FILTER,
 } px_stop_t;
 
+/** A refusal of either kind: a model's (refusal) or a filter's (content_filter). */
+static inline int px_stop_refused(px_stop_t s) {
+  return s == PX_STOP_REFUSAL || s == PX_STOP_CONTENT_FILTER;
+}
 /** IR / Anthropic spelling of a stop reason ("end_turn", ...); NULL for NONE. */
 const char *px_stop_name(px_stop_t s);
 /** Parse an IR / Anthropic spelling; unknown -> PX_STOP_END_TURN. */
@@ -390,9 +394,11 @@ typedef struct px_wire_watch {
                                        terminal_outer); NULL-padded */
   const char *terminal_outer;
   const char *terminal_data;      /**< a data payload that ends the stream */
-  const char *finish_key;         /**< no terminal event: the stream is complete
-                                       when a data payload holding this key has
-                                       arrived and the upstream ends cleanly */
+  const char *finish_keys[2];     /**< no terminal event: the stream is complete
+                                       when a data payload holding one of these
+                                       keys has arrived and the upstream ends
+                                       cleanly (a finish, or a blocked prompt's
+                                       reason); NULL-padded */
   const char *error_event;        /**< event name of an upstream error */
   int error_data;                 /**< a payload starting {"error" is an error */
   const char *model_path[2];      /**< where the model sits in an event */
@@ -448,6 +454,7 @@ typedef struct px_lossy_names {
   const char *annotations;        /**< annotations / citations of text */
   const char *opaque_reasoning;   /**< an opaque reasoning token */
   const char *redacted_reasoning; /**< a redacted reasoning block */
+  const char *refusal_explanation; /**< a refusal's explanation beside its wording */
 } px_lossy_names_t;
 
 /* ------------------------------------------------------------------------ */
@@ -611,6 +618,11 @@ typedef struct px_proto_ops {
   struct {
     const char *field, *tag;
   } rtoks[PX_RTOKS];
+  /** Its models may answer with opaque reasoning tokens the request did not
+   *  ask for (Gemini 2.5 and later think by default and sign their parts):
+   *  a stream's x-proxai-lossy names them for a client that cannot hold
+   *  them whatever the reasoning setting (px_lossy_predict). */
+  int rtoks_unasked;
   /** What this protocol's wire can hold (PX_CAP_*). */
   unsigned caps;
   /** Its names for what another protocol cannot hold. */
@@ -653,7 +665,8 @@ int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
 /** The response fields a stream of this request may drop, predicted from the
  *  IR request (x-proxai-lossy leaves before the stream; the names are those
  *  the non-streaming encoders use for the same content). Called by
- *  px_translate_request when ctx->stream. */
+ *  px_translate_request and the fast path (ir_request NULL: no reasoning
+ *  asked) when ctx->stream. */
 void px_lossy_predict(const px_tr_ctx_t *ctx, json_t *ir_request, px_lossy_t *lossy);
 /** The one place where a decoded request is fitted to the upstream's
  *  capabilities: IR fields the upstream's caps cannot hold (prompt_cache_key,

@@ -193,7 +193,9 @@ void px_gemini_senc_free(px_senc_t *e);
 
 /* Gemini mapping helpers (gemini.c), shared with gemini_stream.c */
 /** Stop reason of a finishReason (STOP with calls -> tool_use; SAFETY,
- *  RECITATION and the other blocks -> refusal); NULL -> NONE. */
+ *  RECITATION and the other blocks, and a blocked prompt's blockReason ->
+ *  content_filter: the API filtered the output, a refusal toward Anthropic
+ *  and Gemini, content_filter toward Chat and Responses); NULL -> NONE. */
 px_stop_t px_gemini_stop(const char *finish_reason, int has_tool_call);
 /** finishReason of a stop reason; NULL for NONE. */
 const char *px_gemini_finish(px_stop_t s);

@@ -40,6 +40,9 @@ int px_redis_key_lookup(const char *hex, px_redis_key_fn done, void *arg,
  *  authenticated, or NULL; px_redis_sync_drop() after an I/O error. */
 redisContext *px_redis_sync(void);
 void px_redis_sync_drop(void);
+/** px_redis_usage over the admin API's blocking connection: 0 with st
+ *  filled, or <0. */
+int px_redis_usage_sync(const px_key_conf_t *k, int64_t now_s, px_budget_state_t st[2]);
 /** The [state] prefix of every Redis key. */
 const char *px_redis_prefix(void);
 /** The master (no loop): return the reservations of a dead worker's

@@ -1931,7 +1931,32 @@ void px_config_print(const px_config_t *c, FILE *out) {
       fprintf(out, "%s %s", j ? "," : "", k->models[j]);
     fprintf(out, "\n  rpm: %llu\n  tpm: %llu\n", (unsigned long long)k->rpm,
             (unsigned long long)k->tpm);
+    char b[32];
+    if (k->team) fprintf(out, "  team: %s\n", k->team->name);
+    if (k->budget > 0)
+      fprintf(out, "  budget: %s USD per %s\n", px_usd_str(k->budget, b, sizeof(b)),
+              px_window_name(k->window));
   }
-  if (c->nkeys == 0) fprintf(out, "client keys: none (open gateway)\n");
+  for (size_t i = 0; i < c->nteams; i++) {
+    char b[32];
+    const px_team_conf_t *t = &c->teams[i];
+    fprintf(out, "team %s\n  budget: %s USD per %s\n", t->name,
+            t->budget > 0 ? px_usd_str(t->budget, b, sizeof(b)) : "none",
+            px_window_name(t->window));
+  }
+  for (size_t i = 0; i < c->nprices; i++) {
+    char in[32], o[32], cr[32], cw[32];
+    const px_price_conf_t *p = &c->prices[i];
+    fprintf(out,
+            "price %s (USD per million tokens)\n  input: %s\n  output: %s\n"
+            "  cache_read: %s\n  cache_write: %s\n",
+            p->pattern, px_usd_str(p->input, in, sizeof(in)),
+            px_usd_str(p->output, o, sizeof(o)),
+            px_usd_str(p->cache_read, cr, sizeof(cr)),
+            px_usd_str(p->cache_write, cw, sizeof(cw)));
+  }
+  if (c->admin_token) fprintf(out, "admin API: on (admin_listen, token set)\n");
+  if (c->nkeys == 0 && !c->admin_token)
+    fprintf(out, "client keys: none (open gateway)\n");
   if (c->unconfigured_message) fprintf(out, "no upstream: %s\n", c->unconfigured_message);
 }

@@ -16,10 +16,10 @@
 #include <strings.h>
 #include <time.h>
 
+#include "attempt.h"
 #include "proxai/inflight.h"
 #include "proxai/keys.h"
 #include "proxai/metrics.h"
-#include "attempt.h"
 #include "proxai/money.h"
 #include "proxai/state_redis.h"
 #include "stored.h"
@@ -30,12 +30,12 @@ static void simple_json(px_conn_t *c, int status, const char *body) {
 
 /* An error for a path in the shape of the protocol that owns it (else the
  * default protocol's). */
-static void path_error(px_conn_t *c, const px_proto_ops_t *ops, px_errkind_t kind,
-                       const char *msg) {
+static void path_error(px_conn_t *c, const px_req_t *r, const px_proto_ops_t *ops,
+                       px_errkind_t kind, const char *msg) {
   if (ops == NULL) ops = px_proto_default();
   px_buf_t b;
   px_buf_init(&b, 4096);
-  ops->encode_error(&b, kind, ops->error_type(kind), msg, NULL, NULL);
+  ops->encode_error(&b, kind, ops->error_type(kind), msg, NULL, r->request_id);
   px_resp_simple(c, px_errkind_status(kind), "application/json", b.data, b.len, NULL, 0);
   px_buf_free(&b);
 }
@@ -194,7 +194,7 @@ static int get_key(px_worker_t *w, px_conn_t *c, px_req_t *r, const px_proto_ops
   const char *sec = client_secret(r, ops, &sl);
   *k = find_key(w->config, sec, sl, owned);
   if (*k) return 0;
-  path_error(c, ops, PX_ERR_AUTH,
+  path_error(c, r, ops, PX_ERR_AUTH,
              sec ? "invalid API key"
                  : "missing API key: send Authorization: Bearer KEY or x-api-key");
   return -1;
@@ -512,7 +512,8 @@ static int authorize(px_exch_t *x) {
       px_redis_running()) {
     char hex[65];
     px_keys_hash(sec, sl, hex);
-    if (px_redis_key_lookup(hex, on_key_records, px_exch_arg(x), &x->rl_wait) == 1) return 1;
+    if (px_redis_key_lookup(hex, on_key_records, px_exch_arg(x), &x->rl_wait) == 1)
+      return 1;
     px_exch_error(x, PX_ERR_OVERLOADED,
                   "the key cannot be checked: the shared state backend is unreachable",
                   NULL);
@@ -549,12 +550,12 @@ static int token_is(const char *got, size_t gl, const char *want) {
 static void serve_admin(px_worker_t *w, px_conn_t *c, px_req_t *r) {
   px_config_t *cfg = w->config;
   if (cfg->admin_token == NULL)
-    return path_error(c, NULL, PX_ERR_NOT_FOUND,
+    return path_error(c, r, NULL, PX_ERR_NOT_FOUND,
                       "the admin API is off: set [admin] token to turn it on");
   const char *a = px_req_header(r, "authorization");
   if (!a || strncasecmp(a, "Bearer ", 7) != 0 ||
       !token_is(a + 7, strlen(a + 7), cfg->admin_token))
-    return path_error(c, NULL, PX_ERR_AUTH,
+    return path_error(c, r, NULL, PX_ERR_AUTH,
                       "the admin API needs Authorization: Bearer with the [admin] token");
   px_buf_t b;
   px_buf_init(&b, 16u << 20);
@@ -603,6 +604,7 @@ static void usage_budget(px_buf_t *b, const char *name, const char *team, int64_
 
 typedef struct usage_q {
   px_conn_t *c;
+  const px_req_t *r; /* the connection's current request (lives as long) */
   px_config_t *cfg;
   const px_key_conf_t *k;
   px_key_conf_t *owned;
@@ -620,7 +622,7 @@ static void usage_answer(usage_q_t *q, int ok, const px_budget_state_t st[2]) {
   px_conn_t *c = q->c;
   if (!ok) {
     px_conn_set_handler(c, NULL, NULL);
-    path_error(c, NULL, PX_ERR_UNAVAILABLE,
+    path_error(c, q->r, NULL, PX_ERR_UNAVAILABLE,
                "the usage cannot be read: the shared state backend is unreachable");
     return usage_free(q);
   }
@@ -658,14 +660,15 @@ static void on_usage_close(void *arg) {
 
 static const px_conn_handler_t usage_handler = {NULL, on_usage_close};
 
-static void serve_usage(px_worker_t *w, px_conn_t *c, const px_key_conf_t *k,
-                        px_key_conf_t *owned) {
+static void serve_usage(px_worker_t *w, px_conn_t *c, const px_req_t *r,
+                        const px_key_conf_t *k, px_key_conf_t *owned) {
   usage_q_t *q = calloc(1, sizeof(*q));
   if (!q) {
     px_keys_free(owned);
     return px_resp_abort(c);
   }
   q->c = c;
+  q->r = r;
   q->cfg = px_config_ref(w->config);
   q->k = k;
   q->owned = owned;
@@ -683,11 +686,11 @@ void px_proxy_request(px_worker_t *w, px_conn_t *c, px_req_t *r) {
   const char *path = r->url.data;
   int get = r->method == HTTP_GET || r->method == HTTP_HEAD;
   if (path_is(r, "/healthz")) {
-    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
+    if (!get) return path_error(c, r, NULL, PX_ERR_METHOD, "method not allowed");
     return simple_json(c, 200, "{\"status\":\"ok\"}");
   }
   if (path_is(r, "/readyz")) {
-    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
+    if (!get) return path_error(c, r, NULL, PX_ERR_METHOD, "method not allowed");
     if (w->draining) return simple_json(c, 503, "{\"status\":\"draining\"}");
     return simple_json(c, 200, "{\"status\":\"ready\"}");
   }
@@ -695,31 +698,31 @@ void px_proxy_request(px_worker_t *w, px_conn_t *c, px_req_t *r) {
   px_key_conf_t *owned;
   if (px_conn_is_admin(c)) { /* admin_listen: metrics, health, the admin API */
     if (r->path_len >= 7 && memcmp(path, "/admin/", 7) == 0) return serve_admin(w, c, r);
-    if (!path_is(r, "/metrics")) return path_error(c, NULL, PX_ERR_NOT_FOUND, "not found");
-    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
+    if (!path_is(r, "/metrics")) return path_error(c, r, NULL, PX_ERR_NOT_FOUND, "not found");
+    if (!get) return path_error(c, r, NULL, PX_ERR_METHOD, "method not allowed");
     return serve_metrics(c);
   }
   if (path_is(r, "/metrics") && w->config->server.admin_listen == NULL) {
-    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
+    if (!get) return path_error(c, r, NULL, PX_ERR_METHOD, "method not allowed");
     if (get_key(w, c, r, px_proto_default(), &k, &owned) < 0) return;
     px_keys_free(owned);
     return serve_metrics(c);
   }
   if (path_is(r, "/v1/models") || path_is(r, "/models")) {
     const px_proto_ops_t *ops = models_shape(r);
-    if (!get) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
+    if (!get) return path_error(c, r, ops, PX_ERR_METHOD, "method not allowed");
     if (get_key(w, c, r, ops, &k, &owned) < 0) return;
     serve_models(w, c, ops, k);
     px_keys_free(owned);
     return;
   }
   if (path_is(r, "/v1/proxai/usage") || path_is(r, "/proxai/usage")) {
-    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
+    if (!get) return path_error(c, r, NULL, PX_ERR_METHOD, "method not allowed");
     if (!px_config_keyed(w->config))
-      return path_error(c, NULL, PX_ERR_NOT_FOUND,
+      return path_error(c, r, NULL, PX_ERR_NOT_FOUND,
                         "no client keys are configured: there is no key to report on");
     if (get_key(w, c, r, px_proto_default(), &k, &owned) < 0) return;
-    return serve_usage(w, c, k, owned);
+    return serve_usage(w, c, r, k, owned);
   }
   /* stored responses by id (a POST there is another endpoint's, or none) */
   for (int p = 0; p < PX_PROTO_COUNT && r->method != HTTP_POST; p++) {
@@ -735,15 +738,16 @@ void px_proxy_request(px_worker_t *w, px_conn_t *c, px_req_t *r) {
   }
   px_inbound_t in;
   if (!px_proto_match(path, r->url.len, &in))
-    return path_error(c, NULL, PX_ERR_NOT_FOUND, "not found");
+    return path_error(c, r, NULL, PX_ERR_NOT_FOUND, "not found");
   const px_proto_ops_t *ops = px_proto_get(in.proto);
   if (in.ep == PX_EP_MODELS) {
-    if (!get) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
+    if (!get) return path_error(c, r, ops, PX_ERR_METHOD, "method not allowed");
     if (get_key(w, c, r, ops, &k, &owned) < 0) return;
     serve_models(w, c, ops, k);
     px_keys_free(owned);
     return;
   }
-  if (r->method != HTTP_POST) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
+  if (r->method != HTTP_POST)
+    return path_error(c, r, ops, PX_ERR_METHOD, "method not allowed");
   gateway(w, c, r, &in);
 }

@@ -12,12 +12,13 @@
  * while that generation lives (handle.h: the generation is kept in a
  * table, never in the exchange, so a handle outlives its memory safely).
  */
+#include "exchange.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "exchange.h"
 #include "stored.h"
 #include "proxai/inflight.h"
 #include "proxai/keys.h"
@@ -301,6 +302,7 @@ px_exch_t *px_exch_new(px_worker_t *w, px_conn_t *c, px_req_t *r, px_proto_t in,
     free(x);
     return NULL;
   }
+  px_inflight_begin(); /* until finalize: lost if this worker dies first */
   x->retry_reason[0] = x->bad_msg[0] = x->content_type[0] = x->label[0] = 0;
   px_lossy_init(&x->lossy);
   x->w = w;
@@ -314,7 +316,6 @@ px_exch_t *px_exch_new(px_worker_t *w, px_conn_t *c, px_req_t *r, px_proto_t in,
   x->passhdrs.cap = 64 * 1024;
   x->obuf.cap = PX_MAX_STREAM_OUT;
   px_conn_set_handler(c, &conn_handler, px_exch_arg(x));
-  px_inflight_begin(); /* until finalize: lost if this worker dies first */
   return x;
 }
 

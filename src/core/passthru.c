@@ -59,7 +59,8 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
              has_key(d, n, w->usage_obj)) {
     px_usage_read(w, d, n, NULL, &pt->usage); /* usage rides on a data chunk */
   }
-  if (w->finish_key && n > 0 && has_key(d, n, w->finish_key)) pt->terminal = 1;
+  for (size_t k = 0; k < 2 && w->finish_keys[k] && n > 0; k++)
+    if (has_key(d, n, w->finish_keys[k])) pt->terminal = 1;
   return 0;
 }
 

@@ -1591,6 +1591,7 @@ const px_proto_ops_t px_proto_anthropic = {
               .tool_args_param = "messages.content.input",
               .annotations = PX_LOSSY("content[].citations"),
               .opaque_reasoning = PX_LOSSY("content[].signature"),
+              .refusal_explanation = PX_LOSSY("stop_details.explanation"),
               .redacted_reasoning = PX_LOSSY("content[].redacted_thinking")},
     .fast = &px_anthropic_fast,
     .max_tokens_keys = {{"max_tokens", NULL}},

@@ -287,7 +287,8 @@ void px_lossy_predict(const px_tr_ctx_t *ctx, json_t *ir, px_lossy_t *lossy) {
    * encrypted_content, asked for by the Responses encoder whenever reasoning
    * is on, Gemini thought signatures); the others carry them tagged
    * (protoutil.h). */
-  if (!px_tr_in_can(ctx, PX_CAP_REASONING_TOKENS) && ctx->out != ctx->in && reasoning) {
+  if (!px_tr_in_can(ctx, PX_CAP_REASONING_TOKENS) && ctx->out != ctx->in &&
+      (reasoning || px_proto_get(ctx->out)->rtoks_unasked)) {
     px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
     px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 1));
   }

@@ -1167,7 +1167,8 @@ static void tool_choice_out(json_t *tc, json_t *tools, json_t *b) {
 }
 
 /* IR reasoning -> reasoning {effort, summary} */
-static void reasoning_out(json_t *r, json_t *b) {
+static void reasoning_out(const px_tr_ctx_t *ctx, json_t *r, json_t *b,
+                          px_lossy_t *lossy) {
   json_t *o = json_object();
   const char *effort = px_jstr(r, "effort");
   json_t *bt = json_object_get(r, "budget_tokens");
@@ -1179,9 +1180,13 @@ static void reasoning_out(json_t *r, json_t *b) {
     set_str(o, "effort", px_effort_of_budget(json_integer_value(bt)));
   if (px_jstr(r, "summary") != NULL) set_str(o, "summary", px_jstr(r, "summary"));
   /* Anthropic adaptive thinking (on, no budget): the model's own effort,
-   * with its reasoning shown (summaries, as Anthropic shows thinking) */
-  if (json_object_size(o) == 0 && json_is_true(json_object_get(r, "enabled")))
+   * with its reasoning shown (summaries, as Anthropic shows thinking);
+   * Responses has no adaptive mode (the model reasons at its default
+   * effort whatever the prompt), so the setting itself is declared */
+  if (json_object_size(o) == 0 && json_is_true(json_object_get(r, "enabled"))) {
     set_str(o, "summary", "auto");
+    px_lossy_add(lossy, px_in_names(ctx)->reasoning_config);
+  }
   if (json_object_size(o) > 0)
     json_object_set_new(b, "reasoning", o);
   else
@@ -1229,7 +1234,7 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
   if ((v = json_object_get(ir, "prompt_cache_key")) != NULL)
     json_object_set(b, "prompt_cache_key", v);
   json_t *r = json_object_get(ir, "reasoning");
-  if (json_is_object(r)) reasoning_out(r, b);
+  if (json_is_object(r)) reasoning_out(ctx, r, b, lossy);
   if ((v = json_object_get(ir, "user")) != NULL) json_object_set(b, "user", v);
   if ((v = json_object_get(ir, "metadata")) != NULL) json_object_set(b, "metadata", v);
   if ((v = json_object_get(ir, "stream")) != NULL) json_object_set(b, "stream", v);
@@ -1538,7 +1543,7 @@ static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
       json_array_append_new(output, r);
     }
   }
-  if (stop == PX_STOP_REFUSAL && expl != NULL) {
+  if (px_stop_refused(stop) && expl != NULL) {
     if (!has_refusal) {
       /* an Anthropic refusal with no visible wording: the explanation is the
        * only wording there is */
@@ -1548,7 +1553,7 @@ static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
                             "message", "status", "completed", "role", "assistant",
                             "content", "type", "refusal", "refusal", expl));
     } else {
-      px_lossy_add(lossy, "stop_details.explanation");
+      px_lossy_add(lossy, px_out_names(ctx)->refusal_explanation);
     }
   }
   json_t *u = json_object_get(ir, "usage");

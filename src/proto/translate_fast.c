@@ -54,6 +54,10 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
   *out_len = b.len - 1;
   *out = px_buf_steal(&b, NULL);
   px_lossy_merge(lossy, &l);
+  /* a stream's headers name what it may drop (one rule with the jansson
+   * pipeline); the fast IR holds no reasoning request (those decline), so
+   * only what the upstream sends unasked (Gemini's signatures) applies */
+  if (c.stream) px_lossy_predict(&c, NULL, lossy);
   taken_req++;
   return 0;
 }

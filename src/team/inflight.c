@@ -21,9 +21,10 @@ typedef struct part {
 } part_t;
 
 static size_t region_size(unsigned nworkers) {
-  return (size_t)(nworkers ? nworkers : 1) * sizeof(part_t);
+  return (size_t)nworkers * sizeof(part_t);
 }
 
+/* all zero: nothing in flight, no setup */
 px_shm_region_t px_inflight_region = {.name = "inflight", .size = region_size};
 
 static part_t *g_me; /* this process's part, found on first use (after fork) */

@@ -377,7 +377,8 @@ static void budget_view(json_t *o, const px_key_conf_t *k, int team, int64_t now
   px_window_t w = team ? k->team->window : k->window;
   px_budget_state_t st[2] = {{0, 0}, {0, 0}};
   px_rl_wait_t *wait = NULL;
-  int rc = px_rl_usage(k, now, st, NULL, NULL, &wait);
+  int rc = redis_on() ? px_redis_usage_sync(k, now, st)
+                      : px_rl_usage(k, now, st, NULL, NULL, &wait);
   px_win_t win;
   px_window_at(w, (time_t)now, &win);
   json_object_set_new(o, "budget", budget > 0 ? usd(budget) : json_null());

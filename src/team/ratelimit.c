@@ -98,7 +98,6 @@ static size_t region_size(unsigned nworkers) {
 }
 
 static void region_setup(void *p, unsigned nworkers) {
-  (void)nworkers;
   rl_shm_t *t = p;
   px_shm_mutex_init(&t->mu);
   /* set before the workers fork: all of them share it */
@@ -110,12 +109,12 @@ static void region_setup(void *p, unsigned nworkers) {
            (long long)ts.tv_sec, ts.tv_nsec);
 }
 
+px_shm_region_t px_rl_region = {.name = "ratelimit", .size = region_size, .setup = region_setup};
+
 const char *px_rl_instance(void) {
   rl_shm_t *t = px_shm_get(&px_rl_region);
   return t ? t->instance : "";
 }
-
-px_shm_region_t px_rl_region = {.name = "ratelimit", .size = region_size, .setup = region_setup};
 
 static uint64_t hash_str(const char *s) {
   uint64_t h = 1469598103934665603ULL;

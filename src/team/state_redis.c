@@ -1188,9 +1188,12 @@ int px_redis_usage_sync(const px_key_conf_t *k, int64_t now_s, px_budget_state_t
   }
   int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 4;
   for (size_t i = 0; ok && i < 4; i++) {
-    if (r->element[i]->type != REDIS_REPLY_STRING) ok = 0;
-    else if (i % 2 == 0) st[i / 2].spend = atoll(r->element[i]->str);
-    else st[i / 2].reserved = atoll(r->element[i]->str);
+    if (r->element[i]->type != REDIS_REPLY_STRING)
+      ok = 0;
+    else if (i % 2 == 0)
+      st[i / 2].spend = atoll(r->element[i]->str);
+    else
+      st[i / 2].reserved = atoll(r->element[i]->str);
   }
   freeReplyObject(r);
   return ok ? 0 : -1;

@@ -155,6 +155,29 @@ test('every request costs its usage x the price of the model sent upstream, to t
   assert.doesNotMatch(m, /alice|bob/, 'the end user is never a metric label');
 }, { timeout: 60000 });
 
+test('a stream cut midway costs the last usage reported; a refused request costs 0', async () => {
+  const ev = (event, data) => ({ event, data: { type: event, ...data } });
+  await mock.script([{ path: '/v1/messages', sse: [
+    ev('message_start', { message: { id: 'msg_cut', type: 'message', role: 'assistant', model: 'claude-x', content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 1000, output_tokens: 1 } } }),
+    ev('content_block_start', { index: 0, content_block: { type: 'text', text: '' } }),
+    ev('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'partial' } }),
+    ev('content_block_stop', { index: 0 }),
+  ], fault: 'close', fault_after: 3 }, { path: '/v1/messages', status: 400, body: { type: 'error', error: { type: 'invalid_request_error', message: 'no' } } }]);
+  const body = JSON.stringify({ model: 'claude-x', max_tokens: 64, stream: true, messages: [{ role: 'user', content: 'hi' }] });
+  const h = { 'anthropic-version': '2023-06-01' };
+  const cut = await post(px.url, 'sk-slow', { pathname: '/v1/messages', headers: { ...h, 'x-proxai-user': 'cut' }, body });
+  assert.equal(cut.status, 200);
+  assert.match(cut.text, /event: error/);
+  const refused = await post(px.url, 'sk-slow', { pathname: '/v1/messages', headers: { ...h, 'x-proxai-user': 'refused' }, body });
+  assert.equal(refused.status, 400);
+  await sleep(200);
+  const lines = logLines();
+  assert.equal(nano(lines.find((l) => l.user === 'cut').cost_usd), 1000 * 3000 + 1 * 15000);
+  assert.equal(lines.find((l) => l.user === 'refused').cost_usd, 0);
+  const u = await usage('sk-slow');
+  assert.equal(nano(u.key.spend_usd), 1000 * 3000 + 1 * 15000);
+}, { timeout: 30000 });
+
 test('200 concurrent requests against a key budget never overspend it; refusals name the budget', async () => {
   const res = await Promise.all(Array.from({ length: 200 }, () => post(px.url, 'sk-capped')));
   const ok = res.filter((r) => r.status === 200).length;
@@ -341,7 +364,7 @@ test('a dead worker\'s reservations are released when the master reaps it', asyn
       return false;
     }
   }, { what: 'the reservation released', timeout: 15000 });
-  assert.equal(u.key.spend_usd, 0, 'nothing charged for its unknown output');
+  assert.equal(nano(u.key.spend_usd), 1000 * 3000 + 1 * 15000, 'nothing charged for its unknown output');
   await mock.reset();
 }, { timeout: 60000 });
 

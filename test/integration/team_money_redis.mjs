@@ -149,6 +149,9 @@ test('a runtime key made on one instance works on the other; rotation and revoca
   assert.equal(nano(u.key.spend_usd), 2 * CHAT_COST);
   assert.equal(nano(u.team.spend_usd), 2 * CHAT_COST);
   assert.equal((await adminCall(1, 'POST', '/admin/keys', { name: 'rk' })).status, 409, 'one namespace');
+  const shown = (await adminCall(1, 'GET', '/admin/keys/rk')).json();
+  assert.equal(nano(shown.spend_usd), 2 * CHAT_COST, 'the admin API reads the spend in Redis');
+  assert.equal(nano(shown.remaining_usd), nano(0.005) - 2 * CHAT_COST);
   // rotate on B with a grace: A takes both, then only the new one
   r = await adminCall(1, 'POST', '/admin/keys/rk/rotate', { grace: '2s' });
   assert.equal(r.status, 200, r.text);
@@ -179,6 +182,47 @@ test('a dead worker\'s budget reservations in Redis are dropped by its master at
   }, { what: 'the reservations dropped', timeout: 15000 });
   await mock.reset();
   await waitFor(async () => (await post(pxA.url, 'sk-plain')).status === 200, { what: 'workers replaced', timeout: 10000 });
+}, { timeout: 60000 });
+
+test('a dead instance\'s budget reservations lapse within 60 s', async () => {
+  const pxC = await startProxai(conf(await freePort()));
+  await mock.script([{ path: '/v1/chat/completions', default: true, headers_delay_ms: 120000 }]);
+  const pending = post(pxC.url, 'sk-t2').catch((e) => e);
+  let u;
+  await waitFor(async () => (u = await usage(pxA, 'sk-t2')).team.reserved_usd > 0, { what: 'a reservation', timeout: 10000 });
+  const t0 = Date.now();
+  // the whole instance at once, master first: nobody left to release anything
+  const workers = childrenOf(pxC.pid);
+  process.kill(pxC.pid, 'SIGKILL');
+  for (const w of workers) process.kill(w, 'SIGKILL');
+  await pending;
+  await waitFor(async () => {
+    u = await usage(pxA, 'sk-t2');
+    return u.key.reserved_usd === 0 && u.team.reserved_usd === 0;
+  }, { what: 'the reservations lapsed', timeout: 80000, interval: 1000 });
+  const took = Date.now() - t0;
+  assert.ok(took <= 75000, `lapsed after ${took} ms`);
+  await mock.reset();
+}, { timeout: 120000 });
+
+test('Redis unreachable: budgets and runtime keys never fail open (503), a key without either follows on_error', async () => {
+  await redis.stop();
+  const budgeted = await waitFor(async () => {
+    const r = await post(pxA.url, 'sk-capped');
+    return r.status === 503 && r;
+  }, { what: 'a budgeted request refused', timeout: 10000 });
+  assert.equal(budgeted.json().error.type, 'api_error');
+  assert.match(budgeted.json().error.message, /budget cannot be checked/);
+  const an = await post(pxA.url, 'sk-t1', {
+    pathname: '/v1/messages', headers: { 'anthropic-version': '2023-06-01' },
+    body: JSON.stringify({ model: 'gpt-4o', max_tokens: 3, messages: [{ role: 'user', content: 'hi' }] }),
+  });
+  assert.equal(an.status, 503);
+  assert.equal(an.json().error.type, 'overloaded_error');
+  assert.equal((await post(pxA.url, secret)).status, 503, 'a runtime key cannot be checked');
+  assert.equal((await post(pxA.url, 'sk-plain')).status, 200, 'on_error = allow');
+  redis = await startRedis(redisPort, PERSIST);
+  await waitFor(async () => (await post(pxA.url, secret)).status === 200, { what: 'back on Redis', timeout: 15000 });
 }, { timeout: 60000 });
 
 test('spend and runtime keys survive a restart of everything', async () => {

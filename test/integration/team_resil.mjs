@@ -124,6 +124,18 @@ async function whenEachWorker(pxs, froms, re, timeout) {
   return seen;
 }
 
+/** Exactly one line each way per worker of A and B since the offsets (one
+ *  incident, however many reconnect attempts it took). */
+function oneLineEachWay(from) {
+  [pxA, pxB].forEach((px, i) => {
+    for (const re of [UNREACHABLE, BACK]) {
+      const lines = linesByPid(px, re, from[i]);
+      assert.equal(lines.size, 2, re.toString());
+      for (const n of lines.values()) assert.equal(n, 1, `${re}: ${px.logs().stderr.slice(from[i])}`);
+    }
+  });
+}
+
 /** Restarts Redis and resolves to the time it first answered a PING. */
 async function restartRedis() {
   const starting = startRedis(redisPort);
@@ -194,14 +206,7 @@ test('Redis killed and restarted: every worker of both instances is back on Redi
   const back = await whenEachWorker([pxA, pxB], from, BACK, 5000 * slow);
   console.log(`# back after the first PONG (ms): ${[...back.values()].map((t) => t - pong).join(', ')}`);
   for (const [pid, at] of back) assert.ok(at - pong <= 1000, `worker ${pid} back ${at - pong} ms after the first PONG`);
-  // exactly one line each way per worker for the incident
-  [pxA, pxB].forEach((px, i) => {
-    for (const re of [UNREACHABLE, BACK]) {
-      const lines = linesByPid(px, re, from[i]);
-      assert.equal(lines.size, 2, re.toString());
-      for (const n of lines.values()) assert.equal(n, 1, `${re}: ${px.logs().stderr.slice(from[i])}`);
-    }
-  });
+  oneLineEachWay(from);
   // the deny instance serves again on every worker
   for (let i = 0; i < 8; i++) assert.equal((await post(pxA, 'sk-big')).status, 200);
   for (const [i, px] of [pxA, pxB].entries()) {
@@ -240,6 +245,7 @@ test('Redis frozen (SIGSTOP): an admission waits at most [state] timeout (250 ms
     const back = await whenEachWorker([pxA, pxB], from, BACK, 5000 * slow);
     console.log(`# waits (ms): deny ${ams}, local ${bms}; back after SIGCONT: ${[...back.values()].map((t) => t - t0).join(', ')}`);
     for (const [pid, at] of back) assert.ok(at - t0 <= 1000, `worker ${pid} back ${at - t0} ms after SIGCONT`);
+    oneLineEachWay(from);
     for (let i = 0; i < 6; i++) assert.equal((await post(pxA, 'sk-big')).status, 200);
   } finally {
     if (!resumed) redis.kill('SIGCONT');

@@ -115,8 +115,8 @@ static void test_inflight(void) {
   px_inflight_rec_t *recs;
   size_t n;
   CHECK(px_inflight_reap(2, &recs, &n) == 2);
-  CHECK(n == 1 && recs && strcmp(recs[0].key, "key-b") == 0 && recs[0].tpm_reserved == 250 &&
-        recs[0].tpm == 1000);
+  CHECK(n == 1 && recs && strcmp(recs[0].key, "key-b") == 0 &&
+        recs[0].tpm_reserved == 250 && recs[0].tpm == 1000);
   free(recs);
   /* emptied for the replacement */
   CHECK(px_inflight_reap(2, &recs, &n) == 0);
@@ -158,7 +158,8 @@ static void test_fallback(void) {
   px_rl_set_instances(3);
   px_shm_set_worker(0);
   px_rl_outage(1);
-  for (int i = 0; i < 4; i++) CHECK(px_rl_fallback("k", 10, 0, 0, 1000, &ra) == PX_RL_LOCAL);
+  for (int i = 0; i < 4; i++)
+    CHECK(px_rl_fallback("k", 10, 0, 0, 1000, &ra) == PX_RL_LOCAL);
   CHECK(px_rl_fallback("k", 10, 0, 0, 1000, &ra) == PX_RL_LIMITED && ra >= 1);
   /* another worker of the host finding it down joins the same outage */
   px_shm_set_worker(1);
@@ -169,7 +170,8 @@ static void test_fallback(void) {
   px_rl_outage(0);
   /* the next outage starts with full buckets */
   px_rl_outage(1);
-  for (int i = 0; i < 4; i++) CHECK(px_rl_fallback("k", 10, 0, 0, 1000, &ra) == PX_RL_LOCAL);
+  for (int i = 0; i < 4; i++)
+    CHECK(px_rl_fallback("k", 10, 0, 0, 1000, &ra) == PX_RL_LOCAL);
   CHECK(px_rl_fallback("k", 10, 0, 0, 1000, &ra) == PX_RL_LIMITED);
   /* a worker that died while down no longer holds the outage open */
   px_shm_set_worker(2);
