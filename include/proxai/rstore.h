@@ -18,7 +18,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
 #include <uv.h>
 
 #include "proxai/proto.h"

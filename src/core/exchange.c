@@ -19,12 +19,12 @@
 #include <string.h>
 #include <strings.h>
 
-#include "stored.h"
 #include "proxai/inflight.h"
 #include "proxai/keys.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxai/money.h"
+#include "stored.h"
 
 static void finalize(px_exch_t *x);
 static const px_conn_handler_t conn_handler;

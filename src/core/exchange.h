@@ -97,7 +97,7 @@ struct px_exch {
                             (px_usd_str prints it); -1: no [price] for the
                             upstream model */
   struct px_inflight_rec *rl_rec; /* the reservation, for the master if we die */
-  px_stored_x_t *rs;     /* stored responses (stored.c); NULL: none */
+  px_stored_x_t *rs;              /* stored responses (stored.c); NULL: none */
   int metric_status;     /* status for /metrics when a started response failed */
   int attempt_open;      /* a 2xx attempt, counted in /metrics when it ends */
   const px_route_conf_t *route;

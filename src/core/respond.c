@@ -16,6 +16,8 @@
  *        -> JSON, other protocol ................ tr_json: collect, translate
  *        -> JSON, other protocol, count_tokens .. count: collect, re-encode
  */
+#include "respond.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +28,6 @@
 #include "proxai/json.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
-#include "respond.h"
 #include "stored.h"
 
 /* a pass-through JSON answer up to this size is held and sent with our own

@@ -18,17 +18,18 @@
  * turn short: its write is with the backend already; only its answer is no
  * longer waited for.
  */
+#include "stored.h"
+
 #include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "attempt.h"
 #include "proxai/log.h"
 #include "proxai/rstore.h"
-#include "attempt.h"
 #include "proxai/worker.h"
-#include "stored.h"
 
 /* Turns a chain may have: past it, the conversation is refused as too big. */
 #define PX_STORED_MAX_TURNS 10000
@@ -218,10 +219,11 @@ int px_stored_admit(px_exch_t *x) {
   int up_stores = can_store(x->cfg->upstreams[x->route->upstream].protocol);
   if (!backend) { /* nowhere to keep them: an upstream that stores may know it */
     if (up_stores) return 0;
-    px_exch_error(x, PX_ERR_INVALID,
-                  "previous_response_id needs stored responses, which need a state backend "
-                  "([state] dir, or backend = redis); send the full conversation in input",
-                  "previous_response_id");
+    px_exch_error(
+        x, PX_ERR_INVALID,
+        "previous_response_id needs stored responses, which need a state backend "
+        "([state] dir, or backend = redis); send the full conversation in input",
+        "previous_response_id");
     return -1;
   }
   snprintf(rs->prev, sizeof(rs->prev), "%s", prev);
@@ -433,7 +435,8 @@ static const px_upstream_conf_t *owner_upstream(const px_config_t *cfg,
       int uses = 0;
       for (size_t d = 0; d < rt->ndeployments && !uses; d++)
         uses = rt->deployments[d].upstream == u;
-      for (size_t f = 0; f < rt->nfallbacks && !uses; f++) uses = rt->fallbacks[f].upstream == u;
+      for (size_t f = 0; f < rt->nfallbacks && !uses; f++)
+        uses = rt->fallbacks[f].upstream == u;
       if (uses && (k == NULL || px_key_allows(k, rt->pattern))) return &cfg->upstreams[u];
     }
   }
@@ -458,7 +461,8 @@ static void fwd_done(void *arg, px_xfer_result_t r, const char *errmsg) {
   px_conn_set_handler(c, NULL, NULL);
   if (r != PX_XFER_OK || s->up_status < 200) {
     serve_error(c, s->ops, r == PX_XFER_OK ? PX_ERR_BAD_GATEWAY : px_exch_result_kind(r),
-                "bad gateway: the upstream that stores this response did not answer", NULL);
+                "bad gateway: the upstream that stores this response did not answer",
+                NULL);
   } else {
     px_resp_simple(c, s->up_status, "application/json", s->body.data ? s->body.data : "",
                    s->body.len, NULL, 0);
@@ -579,9 +583,8 @@ static void on_deleted(void *arg, px_rs_status_t st) {
   serve_free(s);
 }
 
-void px_stored_serve(px_worker_t *w, px_conn_t *c, px_req_t *r,
-                     const px_proto_ops_t *ops, const px_key_conf_t *k, px_str_t id,
-                     int items) {
+void px_stored_serve(px_worker_t *w, px_conn_t *c, px_req_t *r, const px_proto_ops_t *ops,
+                     const px_key_conf_t *k, px_str_t id, int items) {
   px_config_t *cfg = w->config;
   int del = r->method == HTTP_DELETE;
   if (!(r->method == HTTP_GET || r->method == HTTP_HEAD || (del && !items))) {

@@ -21,8 +21,7 @@ void px_stored_stream(px_exch_t *x);
 int px_stored_defer(px_exch_t *x);
 void px_stored_free(px_exch_t *x);
 /** GET / DELETE of a stored response and GET of its input items. */
-void px_stored_serve(px_worker_t *w, px_conn_t *c, px_req_t *r,
-                     const px_proto_ops_t *ops, const px_key_conf_t *k, px_str_t id,
-                     int items);
+void px_stored_serve(px_worker_t *w, px_conn_t *c, px_req_t *r, const px_proto_ops_t *ops,
+                     const px_key_conf_t *k, px_str_t id, int items);
 
 #endif

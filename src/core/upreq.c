@@ -7,6 +7,8 @@
  *   px_upreq_build -> tr_ctx_init -> body: pass_body | translate_body
  *                  -> build_url -> build_upstream_headers
  */
+#include "upreq.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +16,6 @@
 #include <strings.h>
 #include <time.h>
 
-#include "upreq.h"
 #include "stored.h"
 
 static int value_ok(const char *v) { return px_header_value_ok(v, strlen(v)); }

@@ -102,10 +102,12 @@ static int put_item_id(px_buf_t *out, const char *type, size_t tl, const char *b
 static int input_items_text(const char *in, size_t n, const char *base, px_buf_t *out) {
   const unsigned char *p = (const unsigned char *)in;
   if (p[0] == '"')
-    return px_buf_puts(out, "[{\"type\":\"message\",\"role\":\"user\",\"content\":"
-                            "[{\"type\":\"input_text\",\"text\":") < 0 ||
+    return px_buf_puts(out,
+                       "[{\"type\":\"message\",\"role\":\"user\",\"content\":"
+                       "[{\"type\":\"input_text\",\"text\":") < 0 ||
                    px_buf_append(out, in, n) < 0 || px_buf_puts(out, "}],") < 0 ||
-                   put_item_id(out, "message", 7, base, 0) < 0 || px_buf_puts(out, "}]") < 0
+                   put_item_id(out, "message", 7, base, 0) < 0 ||
+                   px_buf_puts(out, "}]") < 0
                ? PX_ETOOBIG
                : 0;
   if (p[0] != '[') return 1;
@@ -125,7 +127,8 @@ static int input_items_text(const char *in, size_t n, const char *base, px_buf_t
       size_t vs = i;
       if (px_fj_pass(p, n, &i, 2) < 0) return 1;
       if (kl == 2 && memcmp(p + ks, "id", 2) == 0) {
-        if (i - vs <= 2 || p[vs] != '"') return 1; /* an empty or odd id: replaced there */
+        if (i - vs <= 2 || p[vs] != '"')
+          return 1; /* an empty or odd id: replaced there */
         has_id = 1;
       }
       if (kl == 4 && memcmp(p + ks, "type", 4) == 0 && p[vs] == '"')

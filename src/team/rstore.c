@@ -150,7 +150,9 @@ static px_rs_op_t *fail_now(px_rs_op_t *op) {
   return NULL;
 }
 
-int px_rs_available(void) { return px_store_on() || px_redis_running(); }
+int px_rs_available(void) {
+  return px_store_on() || px_redis_running();
+}
 
 void px_rs_cancel(px_rs_op_t *op) {
   if (op) op->cancelled = 1;
@@ -186,14 +188,18 @@ static px_rs_op_t *deliver(const px_rs_where_t *w, px_rs_op_t *op) {
     uv_unref((uv_handle_t *)&later.timer); /* never keeps a draining worker alive */
     later.loop = w->loop;
   }
-  if (later.tail) later.tail->next = op;
-  else later.head = op;
+  if (later.tail)
+    later.tail->next = op;
+  else
+    later.head = op;
   later.tail = op;
   uv_timer_start(&later.timer, on_later, 0, 0);
   return op;
 }
 
-static uint64_t now_s(void) { return (uint64_t)time(NULL); }
+static uint64_t now_s(void) {
+  return (uint64_t)time(NULL);
+}
 
 /* A local record: u32 owner, previous id and input lengths, then the four. */
 #define REC_HEAD 12
@@ -216,11 +222,13 @@ static int rec_parse(const px_buf_t *b, rec_t *r) {
   return 0;
 }
 
-static int same(px_str_t a, const char *b) { return a.len == strlen(b) && memcmp(a.ptr, b, a.len) == 0; }
+static int same(px_str_t a, const char *b) {
+  return a.len == strlen(b) && memcmp(a.ptr, b, a.len) == 0;
+}
 
 /* The chain read from the local store into op (its status set). */
-static void local_chain(px_rs_op_t *op, const char *owner, const char *id, size_t max_bytes,
-                        size_t max_turns, int stop) {
+static void local_chain(px_rs_op_t *op, const char *owner, const char *id,
+                        size_t max_bytes, size_t max_turns, int stop) {
   char cur[PX_STORED_ID_MAX + 1];
   snprintf(cur, sizeof(cur), "%s", id);
   size_t cap = 0, total = 0;
@@ -312,7 +320,8 @@ static px_rs_status_t local_delete(const char *owner, const char *id) {
   if (rc < 0)
     st = PX_RS_UNAVAILABLE;
   else if (rc == 1 && rec_parse(&b, &r) == 0 && same(r.owner, owner))
-    st = px_store_del(PX_STORE_RESPONSES, id, strlen(id)) < 0 ? PX_RS_UNAVAILABLE : PX_RS_OK;
+    st = px_store_del(PX_STORE_RESPONSES, id, strlen(id)) < 0 ? PX_RS_UNAVAILABLE
+                                                              : PX_RS_OK;
   px_buf_free(&b);
   return st;
 }
@@ -340,7 +349,8 @@ static const char *script_sha(const char *script) {
     if (known[i].script == NULL) {
       unsigned char md[SHA_DIGEST_LENGTH];
       SHA1((const unsigned char *)script, strlen(script), md);
-      for (int k = 0; k < SHA_DIGEST_LENGTH; k++) sprintf(known[i].sha + 2 * k, "%02x", md[k]);
+      for (int k = 0; k < SHA_DIGEST_LENGTH; k++)
+        sprintf(known[i].sha + 2 * k, "%02x", md[k]);
       known[i].script = script;
       return known[i].sha;
     }

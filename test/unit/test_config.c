@@ -315,8 +315,9 @@ out:
 
 /* [responses] (SPEC 14): defaults, values, errors */
 static void test_responses(void) {
-  const char *base = "[upstream a]\nprotocol = anthropic_messages\nbase_url = http://x\n"
-                     "[route *]\nupstream = a\n";
+  const char *base =
+      "[upstream a]\nprotocol = anthropic_messages\nbase_url = http://x\n"
+      "[route *]\nupstream = a\n";
   char text[1024];
   px_config_t *c = PARSE_OK(base);
   if (c) {
@@ -325,7 +326,8 @@ static void test_responses(void) {
     CHECK(c->responses.max_size == 1ull << 30);
     px_config_unref(c);
   }
-  snprintf(text, sizeof text, "%s[responses]\nstore = off\nttl = 12h\nmax_size = 64m\n", base);
+  snprintf(text, sizeof text, "%s[responses]\nstore = off\nttl = 12h\nmax_size = 64m\n",
+           base);
   c = PARSE_OK(text);
   if (c) {
     CHECK(c->responses.store == 0);
@@ -334,7 +336,8 @@ static void test_responses(void) {
     px_config_unref(c);
   }
   snprintf(text, sizeof text, "[responses]\nttl = forever\n%s", base);
-  EXPECT_ERR(text, "t.conf:2: invalid duration 'forever' for 'ttl' (examples: 150ms, 5s, 2m)");
+  EXPECT_ERR(text,
+             "t.conf:2: invalid duration 'forever' for 'ttl' (examples: 150ms, 5s, 2m)");
   snprintf(text, sizeof text, "[responses]\n[responses]\n%s", base);
   EXPECT_ERR(text, "t.conf:2: duplicate section [responses] (first at line 1)");
   snprintf(text, sizeof text, "[responses x]\n%s", base);
@@ -414,12 +417,14 @@ static void test_errors(void) {
       "t.conf:5: unknown key 'timout' in [upstream openai]");
   EXPECT_ERR("[server]\nlisten = 1.2.3.4:5\n[servre]\nx = 1\n",
              "t.conf:3: unknown section [servre] (expected [server], [upstream NAME], "
-             "[route PATTERN], [key NAME], [team NAME], [price PATTERN], [state], [admin] or [responses])");
+             "[route PATTERN], [key NAME], [team NAME], [price PATTERN], [state], "
+             "[admin] or [responses])");
   /* a section without keys is still checked */
   EXPECT_ERR(
       "[bogus thing]\n",
       "t.conf:1: unknown section [bogus thing] (expected [server], [upstream NAME], "
-      "[route PATTERN], [key NAME], [team NAME], [price PATTERN], [state], [admin] or [responses])");
+      "[route PATTERN], [key NAME], [team NAME], [price PATTERN], [state], [admin] or "
+      "[responses])");
   EXPECT_ERR("listen = 1.2.3.4:5\n", "t.conf:1: key 'listen' outside of any section");
   EXPECT_ERR("[server]\n; c\nlisten = 1.2.3.4:5\nlisten = 1.2.3.4:6\n",
              "t.conf:4: duplicate key 'listen' in [server] (first at line 3)");
@@ -751,10 +756,11 @@ static void test_embedded_default(void) {
     fclose(f);
     c = px_config_load(NULL, err, sizeof err);
     CHECK(c == NULL);
-    CHECK_STR(err,
-              "proxai.conf:4: unknown section [servr] (expected [server], [upstream "
-              "NAME], [route PATTERN], [key NAME], [team NAME], [price PATTERN], [state], "
-              "[admin] or [responses])");
+    CHECK_STR(
+        err,
+        "proxai.conf:4: unknown section [servr] (expected [server], [upstream "
+        "NAME], [route PATTERN], [key NAME], [team NAME], [price PATTERN], [state], "
+        "[admin] or [responses])");
     /* a file that routes nothing (empty, truncated) is refused */
     f = fopen("proxai.conf", "w");
     fputs("[server]\nlisten = 127.0.0.1:9191\n", f);
