@@ -512,6 +512,11 @@ struct px_fast_ops;
 typedef struct px_proto_ops {
   px_proto_t id;
   const char *name;          /**< config name */
+  /** OpenTelemetry GenAI conventions (SPEC 15): gen_ai.provider.name of an
+   *  upstream speaking this protocol, gen_ai.operation.name of a client's
+   *  request. */
+  const char *otel_provider;
+  const char *otel_operation;
   const char *inbound_path;  /**< without /v1 */
   const char *upstream_path; /**< appended to base_url */
 

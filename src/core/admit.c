@@ -211,16 +211,8 @@ static void serve_metrics(px_conn_t *c) {
 /* The request's own output cap (the client protocol's members, first
  * present wins), else the route's max_tokens; 0 when neither. */
 static uint64_t output_cap(px_exch_t *x, const px_route_conf_t *rt) {
-  const px_proto_ops_t *ops = px_exch_client_ops(x);
-  const char *bd = x->req->body.data ? x->req->body.data : "";
-  for (size_t i = 0; i < 2 && ops->max_tokens_keys[i][0] != NULL; i++) {
-    const char *const *path = ops->max_tokens_keys[i];
-    size_t vs, vl;
-    if (px_json_find(bd, x->req->body.len, path, path[1] ? 2 : 1, &vs, &vl) ==
-            PX_JSON_FOUND &&
-        vl > 0 && bd[vs] >= '0' && bd[vs] <= '9')
-      return strtoull(bd + vs, NULL, 10);
-  }
+  int64_t m = px_exch_max_tokens(x);
+  if (m >= 0) return (uint64_t)m;
   if (rt && rt->max_tokens > 0) return (uint64_t)rt->max_tokens;
   return 0;
 }

@@ -1649,6 +1649,8 @@ static void responses_count_request(json_t *body, const char *model) {
 const px_proto_ops_t px_proto_responses = {
     .id = PX_PROTO_RESPONSES,
     .name = "openai_responses",
+    .otel_provider = "openai",
+    .otel_operation = "chat",
     .inbound_path = "/responses",
     .upstream_path = "/responses",
     .decode_request = decode_request,
