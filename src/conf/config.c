@@ -45,9 +45,9 @@ typedef enum sec_kind {
   SEC_RESPONSES
 } sec_kind_t;
 
-static const char *const sec_names[] = {"",      "",      "server", "upstream", "route",
-                                        "key",   "state", "team",   "price",    "admin",
-                                        "trace", "responses"};
+static const char *const sec_names[] = {"",      "",      "server", "upstream",
+                                        "route", "key",   "state",  "team",
+                                        "price", "admin", "trace",  "responses"};
 
 /* `NAME[/MODEL]` as written, resolved to a px_target_t after parsing. */
 typedef struct target_ref {
