@@ -91,6 +91,11 @@ static void on_uclient_closed(void *arg) {
   w->ctx.uclient = NULL;
 }
 
+static void close_uclient(void *arg) {
+  worker_t *w = arg;
+  if (w->ctx.uclient) px_uclient_close(w->ctx.uclient, on_uclient_closed, w);
+}
+
 /* Stop the worker: graceful once every request has ended (last writes are
  * flushed, the shutdown timer stays armed as a backstop), hard when the
  * shutdown timeout fires. */
@@ -100,6 +105,7 @@ static void finish(worker_t *w, int graceful) {
     w->stopping = 3;
     px_server_close_all(&w->srv, 0);
     px_rl_stop();
+    px_trace_export_stop();
     if (w->ctx.uclient) px_uclient_close(w->ctx.uclient, on_uclient_closed, w);
     uv_walk(w->ctx.loop, close_walk, NULL);
     return;
@@ -113,7 +119,8 @@ static void finish(worker_t *w, int graceful) {
   uv_close((uv_handle_t *)&w->sig_usr1, on_handle_close_noop);
   px_rl_stop();
   uv_unref((uv_handle_t *)&w->shutdown_timer);
-  if (w->ctx.uclient) px_uclient_close(w->ctx.uclient, on_uclient_closed, w);
+  /* the spans of the last requests go out before the upstream client closes */
+  px_trace_export_drain(close_uclient, w);
 }
 
 static void on_idle(px_server_t *s) {
@@ -235,6 +242,7 @@ static int run_worker(const char *path, px_config_t *cfg, unsigned index) {
   char err[512];
   if (px_server_listen(&w.srv, err, sizeof(err)) < 0) return worker_fail(&w, err);
   if (px_rl_start(w.ctx.loop, cfg) < 0) return worker_fail(&w, "cannot start the [state] backend");
+  px_trace_export_start(&w.ctx);
   uv_timer_init(w.ctx.loop, &w.shutdown_timer);
   uv_signal_init(w.ctx.loop, &w.sig_usr1);
   w.sig_usr1.data = &w;

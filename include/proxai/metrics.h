@@ -22,6 +22,9 @@ typedef enum px_gauge {
  *  duration and ttft in seconds; ttft < 0 when no token was streamed. */
 void px_metrics_request(const char *inbound, const char *upstream, int status,
                         double duration_s, double ttft_s);
+/** Count one finished model request by its route (the pattern; NULL:
+ *  "none", no route matched), upstream and status. */
+void px_metrics_route(const char *route, const char *upstream, int status);
 /** Count one upstream attempt; error_type NULL on success, else e.g.
  *  "connect", "timeout", "http_429", "http_5xx", "reset". */
 void px_metrics_attempt(const char *upstream, const char *error_type);
@@ -36,6 +39,9 @@ void px_metrics_spend(const char *key, const char *team, const char *upstream_mo
  *  what a stream dropped). */
 void px_metrics_lossy(const char *inbound, const char *upstream, const char *field);
 void px_metrics_gauge_add(px_gauge_t g, int64_t delta);
+/** n trace spans exported (reason NULL) or dropped for reason
+ *  (proxai_trace_spans_exported_total, proxai_trace_spans_dropped_total). */
+void px_metrics_trace_spans(const char *reason, uint64_t n);
 /** Passive health (balance.c): ejected 1 when this process takes upstream
  *  out of rotation (proxai_upstream_ejected gauge + 1, and
  *  proxai_upstream_ejections_total + 1), 0 when it returns (gauge - 1). */

@@ -40,11 +40,14 @@ typedef enum sec_kind {
   SEC_STATE,
   SEC_TEAM,
   SEC_PRICE,
-  SEC_ADMIN
+  SEC_ADMIN,
+  SEC_TRACE,
+  SEC_RESPONSES
 } sec_kind_t;
 
-static const char *const sec_names[] = {"",    "",      "server", "upstream", "route",
-                                        "key", "state", "team",   "price",    "admin"};
+static const char *const sec_names[] = {"",      "",      "server", "upstream",
+                                        "route", "key",   "state",  "team",
+                                        "price", "admin", "trace",  "responses"};
 
 /* `NAME[/MODEL]` as written, resolved to a px_target_t after parsing. */
 typedef struct target_ref {
@@ -102,7 +105,7 @@ struct parse {
   /* section lines, for duplicate messages and post-parse checks */
   int server_line;
   int *up_line, *route_line, *key_line, *team_line, *price_line;
-  int state_line, admin_line;
+  int state_line, admin_line, trace_line, responses_line;
   route_refs_t *refs; /* parallel to c->routes */
 };
 
@@ -214,6 +217,10 @@ int px_parse_duration_ms(const char *s, uint64_t *out) {
     mul = 1;
   else if (strcmp(u, "m") == 0)
     mul = 60000;
+  else if (strcmp(u, "h") == 0)
+    mul = 3600000;
+  else if (strcmp(u, "d") == 0)
+    mul = 86400000;
   else
     return -1;
   if (v > UINT64_MAX / mul) return -1;
@@ -527,9 +534,9 @@ static int set_log_format(parse_t *p, const directive_t *d, void *obj, char *v) 
   return 1;
 }
 
-static int set_header(parse_t *p, const directive_t *d, void *obj, char *v) {
-  (void)d;
-  px_upstream_conf_t *u = obj;
+/* A `header = Name: value` line appended to (*list, *n), normalized to
+ * "Name: value". */
+static int add_header_line(parse_t *p, char ***list, size_t *count, char *v) {
   const char *colon = strchr(v, ':');
   size_t nlen = colon ? (size_t)(colon - v) : 0;
   while (nlen > 0 && is_space(v[nlen - 1])) nlen--;
@@ -550,20 +557,62 @@ static int set_header(parse_t *p, const directive_t *d, void *obj, char *v) {
     free(v);
     return 0;
   }
-  if (u->nheaders >= PX_CONF_MAX_LIST) {
+  if (*count >= PX_CONF_MAX_LIST) {
     free(v);
     return fail(p, p->line, "too many headers in [%s]", p->sec_title);
   }
   char *line = malloc(nlen + 2 + strlen(val) + 1);
-  if (line == NULL || push((void **)&u->headers, &u->nheaders, sizeof(char *)) < 0) {
+  if (line == NULL || push((void **)list, count, sizeof(char *)) < 0) {
     free(line);
     free(v);
     return fail(p, p->line, "out of memory");
   }
   sprintf(line, "%.*s: %s", (int)nlen, v, val);
-  u->headers[u->nheaders - 1] = line;
+  (*list)[*count - 1] = line;
   free(v);
   return 1;
+}
+
+static int set_header(parse_t *p, const directive_t *d, void *obj, char *v) {
+  (void)d;
+  px_upstream_conf_t *u = obj;
+  return add_header_line(p, &u->headers, &u->nheaders, v);
+}
+
+static int set_trace_header(parse_t *p, const directive_t *d, void *obj, char *v) {
+  (void)d;
+  px_trace_conf_t *t = obj;
+  return add_header_line(p, &t->headers, &t->nheaders, v);
+}
+
+/* The collector's URL: http(s), kept as written (the exact URL spans go to). */
+static int set_trace_endpoint(parse_t *p, const directive_t *d, void *obj, char *v) {
+  if (!need_value(p, d, v)) return 0;
+  int ok = (strncasecmp(v, "http://", 7) == 0 && v[7] && v[7] != '/') ||
+           (strncasecmp(v, "https://", 8) == 0 && v[8] && v[8] != '/');
+  for (const char *q = v; ok && *q; q++) ok = *q != ' ' && *q != '\t';
+  if (!ok) {
+    fail(p, p->line, "invalid endpoint '%s': must be an http:// or https:// URL", v);
+    free(v);
+    return 0;
+  }
+  px_trace_conf_t *t = obj;
+  free(t->endpoint);
+  t->endpoint = v;
+  return 1;
+}
+
+/* A ratio from 0 to 1. */
+static int set_ratio(parse_t *p, const directive_t *d, void *obj, char *v) {
+  char *end;
+  double r = strtod(v, &end);
+  int ok = *v && *end == 0 && r >= 0 && r <= 1; /* NaN fails both */
+  if (!ok)
+    fail(p, p->line, "invalid value '%s' for '%s' (expected a number from 0 to 1)", v,
+         d->name);
+  free(v);
+  if (ok) *FIELD(obj, d, double) = r;
+  return ok;
 }
 
 /* Appends `NAME[/MODEL]` (s, n: trimmed, not empty) to *refs. The name is an
@@ -799,8 +848,10 @@ static int set_route_models(parse_t *p, const directive_t *d, void *obj, char *v
 #define RT(f) offsetof(px_route_conf_t, f)
 #define KEY(f) offsetof(px_key_conf_t, f)
 #define ST(f) offsetof(px_state_conf_t, f)
+#define RS(f) offsetof(px_responses_conf_t, f)
 #define TEAM(f) offsetof(px_team_conf_t, f)
 #define PRICE(f) offsetof(px_price_conf_t, f)
+#define TR(f) offsetof(px_trace_conf_t, f)
 #define U32MAX 4294967295ull
 
 static const directive_t directives[] = {
@@ -869,6 +920,14 @@ static const directive_t directives[] = {
     {SEC_STATE, "on_error", set_on_error, 0, 0, 0, 0},
     {SEC_STATE, "timeout", set_duration, ST(timeout_ms), 0, 0, 0},
     {SEC_STATE, "dir", set_opt_str, ST(dir), 0, 0, 0},
+
+    {SEC_TRACE, "endpoint", set_trace_endpoint, 0, 0, 0, D_REQUIRED},
+    {SEC_TRACE, "sample", set_ratio, TR(sample), 0, 0, 0},
+    {SEC_TRACE, "header", set_trace_header, 0, 0, 0, D_REPEATABLE},
+
+    {SEC_RESPONSES, "store", set_bool, RS(store), 0, 0, 0},
+    {SEC_RESPONSES, "ttl", set_duration, RS(ttl_ms), 0, 0, 0},
+    {SEC_RESPONSES, "max_size", set_size, RS(max_size), 1, 0, 0},
 };
 #define NDIR (sizeof directives / sizeof directives[0])
 _Static_assert(NDIR <= NDIRECTIVES, "seen[] too small");
@@ -889,6 +948,8 @@ static void config_free(px_config_t *c) {
   free(c->server.admin_listen);
   free(c->state.redis);
   free(c->state.prefix);
+  free(c->trace.endpoint);
+  free_strv(c->trace.headers, c->trace.nheaders);
   for (size_t i = 0; i < c->nupstreams; i++) {
     px_upstream_conf_t *u = &c->upstreams[i];
     free(u->name);
@@ -946,6 +1007,10 @@ static px_config_t *config_new(void) {
   s->socket_mode = 0660;
   c->state.prefix = strdup("proxai:");
   c->state.timeout_ms = 250;
+  c->trace.sample = 1.0;
+  c->responses.store = 1;
+  c->responses.ttl_ms = 30ull * 24 * 3600 * 1000;
+  c->responses.max_size = 1ull << 30;
   if (s->listen == NULL || s->access_log == NULL || c->state.prefix == NULL) {
     config_free(c);
     return NULL;
@@ -1058,14 +1123,14 @@ static int begin_section(parse_t *p, const char *title, size_t tlen) {
   while (rlen > 0 && is_space(*rest)) rest++, rlen--;
 
   sec_kind_t kind = SEC_BAD;
-  for (int k = SEC_SERVER; k <= SEC_ADMIN; k++)
+  for (int k = SEC_SERVER; k <= SEC_RESPONSES; k++)
     if (strlen(sec_names[k]) == klen && strncmp(title, sec_names[k], klen) == 0)
       kind = (sec_kind_t)k;
   if (kind == SEC_BAD)
     return fail(p, p->line,
                 "unknown section [%.*s] (expected [server], [upstream NAME], "
-                "[route PATTERN], [key NAME], [team NAME], [price PATTERN], [state] or "
-                "[admin])",
+                "[route PATTERN], [key NAME], [team NAME], [price PATTERN], [state], "
+                "[admin], [trace] or [responses])",
                 (int)tlen, title);
 
   char *arg = dup_range(rest, rlen);
@@ -1093,8 +1158,13 @@ static int begin_section(parse_t *p, const char *title, size_t tlen) {
       }
       break;
     case SEC_STATE:
-    case SEC_ADMIN: {
-      int *at = kind == SEC_STATE ? &p->state_line : &p->admin_line;
+    case SEC_ADMIN:
+    case SEC_TRACE:
+    case SEC_RESPONSES: {
+      int *at = kind == SEC_STATE   ? &p->state_line
+                : kind == SEC_ADMIN ? &p->admin_line
+                : kind == SEC_TRACE ? &p->trace_line
+                                    : &p->responses_line;
       if (rlen != 0) {
         ok = fail(p, p->line, "[%s] takes no name", sec_names[kind]);
       } else if (*at != 0) {
@@ -1324,6 +1394,9 @@ static int on_pair(void *user, const char *section, const char *name, const char
     case SEC_STATE:
       obj = &p->c->state;
       break;
+    case SEC_RESPONSES:
+      obj = &p->c->responses;
+      break;
     case SEC_TEAM:
       obj = &p->c->teams[p->idx];
       break;
@@ -1332,6 +1405,9 @@ static int on_pair(void *user, const char *section, const char *name, const char
       break;
     case SEC_ADMIN:
       obj = p->c;
+      break;
+    case SEC_TRACE:
+      obj = &p->c->trace;
       break;
     default:
       break;
@@ -1842,6 +1918,12 @@ void px_config_print(const px_config_t *c, FILE *out) {
   fprintf(out, "state\n  backend: %s\n  prefix: %s\n  on_error: %s\n  timeout: %llums\n",
           c->state.backend == PX_STATE_REDIS ? "redis" : "local", c->state.prefix,
           on_error[c->state.on_error], (unsigned long long)c->state.timeout_ms);
+  if (c->trace.endpoint) /* header values are never printed (they hold keys) */
+    fprintf(out, "trace\n  endpoint: %s\n  sample: %g\n  headers: %zu\n",
+            c->trace.endpoint, c->trace.sample, c->trace.nheaders);
+  fprintf(out, "responses\n  store: %s\n", c->responses.store ? "on" : "off");
+  print_ms(out, "ttl", c->responses.ttl_ms);
+  fprintf(out, "  max_size: %llu\n", (unsigned long long)c->responses.max_size);
   for (size_t i = 0; i < c->nupstreams; i++) {
     const px_upstream_conf_t *u = &c->upstreams[i];
     const char *pname = "?";

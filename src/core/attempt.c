@@ -89,6 +89,7 @@ static void arm_eject_timer(uv_loop_t *loop, uint64_t ms) {
 static void attempt_end(px_exch_t *x) {
   px_balance_end(x->bal);
   x->bal = NULL;
+  if (x->tr_start && !x->tr_end) x->tr_end = uv_hrtime();
 }
 
 /* Passive health: the outcome of this attempt, once. ok: an answer that is
@@ -277,6 +278,7 @@ static int up_on_headers(void *arg, int status, const px_hdr_t *h, size_t n) {
   px_exch_t *x = px_exch_get((px_exch_ref_t)arg);
   if (x == NULL) return -1;
   x->up_status = status;
+  x->tr_status = status;
   x->bad_msg[0] = 0;
   char encoding[48] = "";
   read_head(x, h, n, encoding, sizeof(encoding));
@@ -335,7 +337,11 @@ static void up_on_done(void *arg, px_xfer_result_t result, const char *errmsg) {
   px_exch_t *x = px_exch_get((px_exch_ref_t)arg);
   if (x == NULL) return;
   x->xfer = NULL;
-  if (result != PX_XFER_OK && x->conn != NULL) attempt_health(x, 0, result_name(result));
+  if (result != PX_XFER_OK) {
+    if (x->conn != NULL) attempt_health(x, 0, result_name(result));
+    x->tr_failed = 1;
+    x->tr_result = result;
+  }
   attempt_end(x);
   if (x->paused) {
     x->paused = 0;
@@ -404,8 +410,11 @@ static void send_upstream(px_exch_t *x) {
   x->health_done = 0;
   x->t_attempt = px_exch_now(x);
   px_balance_begin(x->bal);
+  px_exch_trace_attempt(x); /* before the start: it writes the traceparent */
   x->xfer = px_xfer_start(x->w->uclient, &o, &xfer_cbs, px_exch_arg(x));
   if (x->xfer == NULL) {
+    x->tr_failed = 1;
+    x->tr_result = PX_XFER_EOTHER;
     attempt_end(x);
     px_exch_error(x, PX_ERR_API, "cannot start the upstream request", NULL);
   }

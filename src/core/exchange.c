@@ -24,6 +24,7 @@
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxai/money.h"
+#include "stored.h"
 
 static void finalize(px_exch_t *x);
 static const px_conn_handler_t conn_handler;
@@ -170,6 +171,133 @@ static void count_lossy(void *arg, const char *field) {
   px_metrics_lossy(l[0], l[1], field);
 }
 
+/* ---------------------------------------------------------------------- */
+/* tracing (SPEC 15): a SERVER span per request from its first byte to its
+ * last (finalize), a CLIENT span per attempt from its transfer's start to
+ * its end, children of the SERVER span, so retries and fallbacks are
+ * siblings; an attempt's span is written when the next attempt starts or at
+ * finalize (the last one then carries the answer's usage). trace.c encodes
+ * them into the worker's batch; trace_export.c sends it. */
+
+/* The request's trace context: the client's traceparent and tracestate
+ * continued (one pass over its headers). */
+static void trace_begin(px_exch_t *x) {
+  px_str_t tp = PX_STR(""), ts = PX_STR("");
+  for (size_t i = 0; i < x->req->nhdrs; i++) {
+    const px_hdr_t *h = &x->req->hdrs[i];
+    if (h->name.len == 11 && strncasecmp(h->name.ptr, "traceparent", 11) == 0)
+      tp = h->value;
+    else if (h->name.len == 10 && strncasecmp(h->name.ptr, "tracestate", 10) == 0)
+      ts = h->value;
+  }
+  px_trace_begin(&x->tr, &x->cfg->trace, tp, ts);
+}
+
+/* The output token limit the client's body sets, where its protocol keeps
+ * it (the first of its keys present), as the body scan found it (each cap
+ * at most once there: the upstream reads the same value); -1 when none.
+ * Read once. */
+int64_t px_exch_max_tokens(px_exch_t *x) {
+  if (x->max_tokens_read) return x->max_tokens;
+  x->max_tokens_read = 1;
+  x->max_tokens = -1;
+  const char *bd = x->req->body.data ? x->req->body.data : "";
+  for (size_t i = 0; i < PX_JREQ_CAPS; i++) {
+    size_t vs = x->jreq.cap_at[i], vl = x->jreq.cap_len[i];
+    if (vl > 0 && bd[vs] >= '0' && bd[vs] <= '9') {
+      uint64_t v = 0; /* the digits of the number, saturated */
+      for (size_t k = vs; k < vs + vl && bd[k] >= '0' && bd[k] <= '9'; k++)
+        v = v > (UINT64_MAX - 9) / 10 ? UINT64_MAX : v * 10 + (uint64_t)(bd[k] - '0');
+      x->max_tokens = v > INT64_MAX ? INT64_MAX : (int64_t)v;
+      break;
+    }
+  }
+  return x->max_tokens;
+}
+
+/* error.type in the client protocol's words for an attempt's outcome */
+static const char *attempt_error(px_exch_t *x) {
+  const px_proto_ops_t *ops = px_exch_client_ops(x);
+  if (x->tr_status >= 400)
+    return ops->error_type(px_errkind_from_type(NULL, x->tr_status));
+  if (x->tr_failed) return ops->error_type(px_exch_result_kind(x->tr_result));
+  return NULL;
+}
+
+/* The attempt span (last: the one whose answer the client got) */
+static void emit_attempt(px_exch_t *x, int last) {
+  const px_upstream_conf_t *up = x->tr_up;
+  px_span_t s = {
+      .kind = PX_SPAN_CLIENT,
+      .id = x->tr.att_hex,
+      .parent = x->tr.span_hex,
+      .start = x->tr_start,
+      .end = x->tr_end ? x->tr_end : uv_hrtime(),
+      .operation = px_exch_client_ops(x)->otel_operation,
+      .name_model = x->tr_model,
+      .provider = px_proto_get(up->protocol)->otel_provider,
+      .request_model = x->tr_model,
+      .max_tokens = -1,
+      .input_tokens = last ? x->usage.input_tokens : -1,
+      .output_tokens = last ? x->usage.output_tokens : -1,
+      .server_url = up->base_url,
+      .status = x->tr_status,
+      .error_type = attempt_error(x),
+      .upstream = up->name,
+      .cost_nano = -1,
+      .attempt = x->tr_n,
+  };
+  px_trace_emit(&x->tr, &s);
+  x->tr_start = 0;
+}
+
+void px_exch_trace_attempt(px_exch_t *x) {
+  if (!x->tr.on) return;
+  if (x->tr.sampled && x->tr_start) emit_attempt(x, 0); /* the previous one */
+  px_trace_attempt(&x->tr, x->tr_hdr);                  /* propagated, sampled or not */
+  if (!x->tr.sampled) return;                           /* nothing more is recorded */
+  x->tr_up = x->up;
+  x->tr_model = x->up_model;
+  x->tr_n = x->attempts;
+  x->tr_start = uv_hrtime();
+  x->tr_end = 0;
+  x->tr_status = 0;
+  x->tr_failed = 0;
+}
+
+static void trace_end(px_exch_t *x, uint64_t end) {
+  if (x->tr_start) emit_attempt(x, 1);
+  const px_proto_ops_t *ops = px_exch_client_ops(x);
+  /* an answered error in the client protocol's words (a forwarded or
+   * translated upstream error by its status); a failure after the answer
+   * started (a cut stream, a client gone) by the gateway's name for it */
+  const char *err = x->error_type;
+  if (x->status >= 400) err = ops->error_type(px_errkind_from_type(err, x->status));
+  px_span_t s = {
+      .kind = PX_SPAN_SERVER,
+      .id = x->tr.span_hex,
+      .parent = x->tr.has_parent ? x->tr.parent_hex : NULL,
+      .start = x->t_start,
+      .end = end,
+      .first_token = x->t_first,
+      .operation = ops->otel_operation,
+      .name_model = x->model,
+      .request_model = x->model,
+      .max_tokens = px_exch_max_tokens(x),
+      .input_tokens = x->usage.input_tokens,
+      .output_tokens = x->usage.output_tokens,
+      .status = x->status,
+      .error_type = err,
+      .key = x->key ? x->key->name : NULL,
+      .team = x->team,
+      .user = x->user,
+      .route = x->route ? x->route->pattern : NULL,
+      .lossy = x->lossy.len ? x->lossy.buf : NULL,
+      .cost_nano = x->cost_nano,
+  };
+  px_trace_emit(&x->tr, &s);
+}
+
 /* The access log line of the exchange (written once its bytes are out). */
 
 static void access_log(px_exch_t *x, const char *inbound, const char *upname, double dur,
@@ -200,6 +328,11 @@ static void access_log(px_exch_t *x, const char *inbound, const char *upname, do
       .team = x->team,
       .user = x->user,
   };
+  char trace_id[33];
+  if (x->tr.on) {
+    px_trace_id_hex(&x->tr, trace_id);
+    rec.trace_id = trace_id;
+  }
   char path[256];
   px_copy_cut(path, sizeof(path), (px_str_t){x->req->url.data, x->req->path_len}, PX_STR(""));
   rec.path = path;
@@ -215,6 +348,8 @@ static void account(px_exch_t *x, const char *inbound, const char *upname, doubl
   /* a response that failed after it started counts as that failure */
   px_metrics_request(inbound, upname, x->metric_status ? x->metric_status : x->status, dur,
                      x->stream ? ttft : -1);
+  px_metrics_route(x->route ? x->route->pattern : NULL, upname,
+                   x->metric_status ? x->metric_status : x->status);
   const char *labels[2] = {inbound, upname};
   px_lossy_each(&x->lossy, count_lossy, labels); /* one count per dropped field */
   int64_t toks = (x->usage.input_tokens > 0 ? x->usage.input_tokens : 0) +
@@ -314,6 +449,7 @@ px_exch_t *px_exch_new(px_worker_t *w, px_conn_t *c, px_req_t *r, px_proto_t in,
   x->usage.input_tokens = x->usage.output_tokens = -1;
   x->passhdrs.cap = 64 * 1024;
   x->obuf.cap = PX_MAX_STREAM_OUT;
+  if (x->cfg->trace.endpoint) trace_begin(x); /* SPEC 15 */
   px_conn_set_handler(c, &conn_handler, px_exch_arg(x));
   return x;
 }
@@ -324,12 +460,14 @@ void px_exch_drop_upreq(px_exch_t *x) {
   free(x->url);
   x->up_body_owned = NULL;
   x->up_hdrs = NULL;
+  x->tr_hdr = NULL;
   x->url = NULL;
 }
 
 /* The exchange's memory (freed here, or when its timer has closed). */
 static void exch_free(px_exch_t *x) {
   free(x->model_buf);
+  px_stored_free(x);
   free(x->user_buf);
   px_keys_free(x->rkey);
   px_exch_drop_upreq(x);
@@ -359,7 +497,7 @@ static void exch_free(px_exch_t *x) {
 /* Ends the exchange once: the transfer, the access log, metrics, limits,
  * the client's response, the exchange's memory. A second call is a no-op. */
 static void finalize(px_exch_t *x) {
-  if (x->finalized) return;
+  if (x->finalized || px_stored_defer(x)) return;
   x->finalized = 1;
   px_handle_release(&px_exch_handles, x->ref); /* from here on no callback finds it */
   if (x->xfer) {
@@ -388,6 +526,7 @@ static void finalize(px_exch_t *x) {
   x->cost_nano = cost_of(x);
   access_log(x, inbound, upname, dur, ttft);
   account(x, inbound, upname, dur, ttft);
+  if (x->tr.sampled) trace_end(x, end);
   if (x->conn) {
     px_conn_set_handler(x->conn, NULL, NULL);
     if (x->started) px_resp_end(x->conn);

@@ -29,6 +29,7 @@
 #include "proxai/proxy.h"
 #include "proxai/ratelimit.h"
 #include "proxai/server.h"
+#include "proxai/trace.h"
 #include "proxai/upstream.h"
 #include "proxai/usage.h"
 #include "proxai/worker.h"
@@ -41,6 +42,7 @@
 #define PX_MAX_STREAM_OUT (4 * PX_MAX_STREAM_ACCUM + (1u << 20))
 
 typedef struct px_exch px_exch_t;
+typedef struct px_stored_x px_stored_x_t;
 
 /* A handle on an exchange, for a callback that may run after the exchange
  * ended: px_exch_get() gives the exchange while it lives, else NULL. Passed
@@ -87,6 +89,8 @@ struct px_exch {
   px_key_conf_t *rkey;   /* a runtime key (keys.h), owned: key points to it */
   px_rl_wait_t *rl_wait; /* admission waiting for the state backend */
   px_admit_t adm;        /* what admission set aside (tpm tokens, budget cost) */
+  int64_t max_tokens;    /* px_exch_max_tokens, once max_tokens_read */
+  int max_tokens_read;
   int rl_admitted;       /* settle adm at the end */
   /* who spent what (access log, metrics, traces): */
   const char *team;      /* the key's team, NULL when none */
@@ -96,6 +100,7 @@ struct px_exch {
                             (px_usd_str prints it); -1: no [price] for the
                             upstream model */
   struct px_inflight_rec *rl_rec; /* the reservation, for the master if we die */
+  px_stored_x_t *rs;              /* stored responses (stored.c); NULL: none */
   int metric_status;     /* status for /metrics when a started response failed */
   int attempt_open;      /* a 2xx attempt, counted in /metrics when it ends */
   const px_route_conf_t *route;
@@ -139,6 +144,18 @@ struct px_exch {
   const char *error_type;
   int status;            /* status sent to the client */
   int finalized;         /* finalize() has run */
+  /* tracing (SPEC 15): the request's context, and the attempt span that
+   * ended last or is running, written out when the next attempt starts or
+   * at finalize */
+  px_trace_ctx_t tr;
+  char *tr_hdr; /* the traceparent value inside up_hdrs */
+  const px_upstream_conf_t *tr_up;
+  const char *tr_model;
+  unsigned tr_n;             /* the attempt's number, 1-based */
+  uint64_t tr_start, tr_end; /* uv_hrtime(); tr_start 0: no attempt span */
+  int tr_status;             /* its upstream status; 0: none */
+  int tr_failed;             /* its transfer failed: tr_result */
+  px_xfer_result_t tr_result;
   /* Text buffers, last: exch_new() zeroes the fields above and only empties
    * these (zeroing 1.7 KiB per request costs more than the rest of it). */
   char retry_reason[96]; /* why the last attempt is retried (for the log) */
@@ -196,5 +213,12 @@ void px_exch_abort(px_exch_t *x);
 px_errkind_t px_exch_result_kind(px_xfer_result_t r);
 /** frees the built upstream request (body, headers, URL) */
 void px_exch_drop_upreq(px_exch_t *x);
+/** The output token limit the client's body sets (its protocol's
+ *  max_tokens_keys, the first present), -1 when none; read once. */
+int64_t px_exch_max_tokens(px_exch_t *x);
+/** Tracing (SPEC 15): the attempt's CLIENT span starts (its traceparent is
+ *  written into the built upstream head; the previous attempt's span is
+ *  written out); called just before the transfer starts. */
+void px_exch_trace_attempt(px_exch_t *x);
 
 #endif

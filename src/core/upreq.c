@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "proxai/jdoc.h"
+#include "stored.h"
 
 static int value_ok(const char *v) { return px_header_value_ok(v, strlen(v)); }
 
@@ -33,9 +34,13 @@ static int header_in(px_str_t name, const char *const *list) {
   return 0;
 }
 
-static int forward_header(const px_str_t name, const px_proto_ops_t *out) {
+/* With [trace], the gateway sends its own trace context (below) instead of
+ * the client's; without, the client's goes on unchanged (SPEC 15). */
+static int forward_header(const px_str_t name, const px_proto_ops_t *out, int traced) {
   static const char *const any[] = {"user-agent", "traceparent", "tracestate", NULL};
-  return header_in(name, any) || header_in(name, out->forward_headers);
+  static const char *const untraced[] = {"user-agent", NULL};
+  return header_in(name, traced ? untraced : any) ||
+         header_in(name, out->forward_headers);
 }
 
 /* One upstream header line as its parts: name, separator, value. */
@@ -132,9 +137,20 @@ static char **build_upstream_headers(px_exch_t *x) {
   ADD(PX_STR("x-request-id"), PX_STR(": "), px_str(x->req->request_id));
   for (size_t i = 0; i < x->req->nhdrs && n < max - up->nheaders - 1; i++) {
     const px_hdr_t *rh = &x->req->hdrs[i];
-    if (!forward_header(rh->name, ops)) continue;
+    if (!forward_header(rh->name, ops, x->tr.on)) continue;
     if (own && header_in(rh->name, ops->tenancy_headers)) continue;
     ADD(rh->name, PX_STR(": "), rh->value);
+  }
+  /* the trace context: the value is written per attempt
+   * (px_trace_attempt, in place); the client's tracestate goes on as is */
+  size_t tp_line = (size_t)-1;
+  if (x->tr.on) {
+    static const char zeros[PX_TRACEPARENT_LEN + 1] =
+        "00-00000000000000000000000000000000-0000000000000000-00";
+    size_t before = n;
+    ADD(PX_STR("traceparent"), PX_STR(": "), ((px_str_t){zeros, PX_TRACEPARENT_LEN}));
+    if (n > before) tp_line = before;
+    if (x->tr.tracestate.len) ADD(PX_STR("tracestate"), PX_STR(": "), x->tr.tracestate);
   }
 #undef ADD
   size_t joined = n; /* lines after this one are configured ones, kept whole */
@@ -143,6 +159,8 @@ static char **build_upstream_headers(px_exch_t *x) {
       parts[n++] = (hdr_parts_t){px_str(up->headers[i]), PX_STR(""), PX_STR("")};
   char **h = join_lines(parts, n, joined);
   if (parts != stack) free(parts);
+  x->tr_hdr =
+      h && tp_line != (size_t)-1 ? h[tp_line] + sizeof("traceparent: ") - 1 : NULL;
   return h;
 }
 
@@ -232,6 +250,7 @@ static void tr_ctx_init(px_exch_t *x) {
   ctx->created = (int64_t)time(NULL);
   ctx->max_accum = PX_MAX_STREAM_ACCUM;
   ctx->scan = &x->jreq; /* admit.c scanned the body once */
+  px_stored_ctx(x, ctx);
 }
 
 /* Another protocol's upstream body: the translation of the client's. */

@@ -26,10 +26,10 @@ void px_srv_log_emit(px_conn_t *c) {
 }
 
 void px_conn_access_log(px_conn_t *c, const px_access_rec_t *r) {
-  const char *const *src[] = {&r->request_id, &r->key_name, &r->method, &r->path,
-                              &r->inbound, &r->route, &r->upstream, &r->model,
-                              &r->upstream_model, &r->error_type, &r->lossy,
-                              &r->team, &r->user};
+  const char *const *src[] = {&r->request_id,     &r->key_name,   &r->method,   &r->path,
+                              &r->inbound,        &r->route,      &r->upstream, &r->model,
+                              &r->upstream_model, &r->error_type, &r->lossy,    &r->team,
+                              &r->user,           &r->trace_id};
   size_t n = sizeof(src) / sizeof(src[0]), need = 0;
   for (size_t i = 0; i < n; i++) need += *src[i] ? strlen(*src[i]) + 1 : 0;
   px_srv_log_emit(c);
@@ -42,10 +42,11 @@ void px_conn_access_log(px_conn_t *c, const px_access_rec_t *r) {
     return;
   }
   *copy = *r;
-  const char **dst[] = {&copy->request_id, &copy->key_name, &copy->method, &copy->path,
-                        &copy->inbound, &copy->route, &copy->upstream, &copy->model,
-                        &copy->upstream_model, &copy->error_type, &copy->lossy,
-                        &copy->team, &copy->user};
+  const char **dst[] = {&copy->request_id, &copy->key_name, &copy->method,
+                        &copy->path,       &copy->inbound,  &copy->route,
+                        &copy->upstream,   &copy->model,    &copy->upstream_model,
+                        &copy->error_type, &copy->lossy,    &copy->team,
+                        &copy->user,       &copy->trace_id};
   char *o = (char *)(copy + 1);
   for (size_t i = 0; i < n; i++) {
     if (*src[i] == NULL) continue;

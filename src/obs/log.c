@@ -330,6 +330,7 @@ void px_access_log(const px_access_rec_t *r) {
   if (rc == 0) rc = put_int(&b, "attempts", r->attempts, 0);
   if (rc == 0) rc = put_str(&b, "error_type", r->error_type);
   if (rc == 0 && r->lossy != NULL) rc = put_str(&b, "lossy", r->lossy);
+  if (rc == 0 && r->trace_id != NULL) rc = put_str(&b, "trace_id", r->trace_id);
   if (rc == 0) rc = px_buf_append(&b, "}\n", 2);
   if (rc < 0) {
     px_log_warn("access log record dropped (%d)", rc);

@@ -51,6 +51,9 @@ enum {
   F_EJECTED,
   F_EJECTIONS,
   F_LOSSY,
+  F_TRACE_SENT,
+  F_TRACE_DROP,
+  F_ROUTE,
   F_SPEND,
   F_COUNT
 };
@@ -290,6 +293,19 @@ void px_metrics_state(const char *backend, const char *event) {
   if (s) add(&s->value, 1);
 }
 
+void px_metrics_route(const char *route, const char *upstream, int status) {
+  const char *l[NLABELS] = {route ? route : "none", upstream ? upstream : "none",
+                            status_text(status)};
+  series_t *s = get_series(F_ROUTE, l);
+  if (s) add(&s->value, 1);
+}
+
+void px_metrics_trace_spans(const char *reason, uint64_t n) {
+  const char *l[NLABELS] = {reason, NULL, NULL};
+  series_t *s = get_series(reason ? F_TRACE_DROP : F_TRACE_SENT, l);
+  if (s) add(&s->value, n);
+}
+
 void px_metrics_gauge_add(px_gauge_t g, int64_t delta) {
   mshm_t *m = shm();
   if (!m || (unsigned)g >= PX_G_COUNT) return;
@@ -369,12 +385,14 @@ static int render_family(px_buf_t *b, int fam, const char *name, const char *typ
   for (uint32_t i = 0; rc == 0 && i < n; i++) {
     const series_t *s = &m->s[i];
     if (s->fam != (uint32_t)fam) continue;
-    rc = px_buf_printf(b, "%s{", name);
+    rc = px_buf_puts(b, name);
+    if (rc == 0 && lnames[0]) rc = px_buf_puts(b, "{");
     for (int k = 0; rc == 0 && k < NLABELS && lnames[k]; k++)
       rc = put_label(b, lnames[k], s->labels[k], k == 0);
+    if (rc == 0 && lnames[0]) rc = px_buf_puts(b, "}");
     if (rc == 0)
-      rc = is_signed ? px_buf_printf(b, "} %" PRId64 "\n", (int64_t)load(&s->value))
-                     : px_buf_printf(b, "} %" PRIu64 "\n", load(&s->value));
+      rc = is_signed ? px_buf_printf(b, " %" PRId64 "\n", (int64_t)load(&s->value))
+                     : px_buf_printf(b, " %" PRIu64 "\n", load(&s->value));
   }
   return rc;
 }
@@ -451,6 +469,11 @@ int px_metrics_render(px_buf_t *out) {
   int rc = render_counter(out, F_REQUESTS, "proxai_requests_total",
                           "Finished requests by inbound protocol, upstream and status.",
                           req_l);
+  static const char *const route_l[] = {"route", "upstream", "status"};
+  if (rc == 0)
+    rc = render_counter(
+        out, F_ROUTE, "proxai_route_requests_total",
+        "Finished model requests by route (its pattern), upstream and status.", route_l);
   if (rc == 0)
     rc = put_head(
         out, "proxai_requests_lost_total", "counter",
@@ -490,6 +513,18 @@ int px_metrics_render(px_buf_t *out) {
   if (rc == 0)
     rc = render_counter(out, F_LOSSY, "proxai_lossy_fields_total",
                         "Translated requests that dropped a field, by field.", lossy_l);
+  static const char *const none_l[] = {NULL, NULL, NULL};
+  static const char *const reason_l[] = {"reason", NULL, NULL};
+  if (rc == 0)
+    rc = render_counter(out, F_TRACE_SENT, "proxai_trace_spans_exported_total",
+                        "Trace spans the collector accepted.", none_l);
+  if (rc == 0)
+    rc =
+        render_counter(out, F_TRACE_DROP, "proxai_trace_spans_dropped_total",
+                       "Trace spans lost: queue_full (the batch was full), export_failed "
+                       "(collector unreachable or refused), export_timeout (no answer in "
+                       "10 s).",
+                       reason_l);
   if (rc == 0) rc = render_spend(out);
   const mshm_t *m = shm();
   uint64_t inst = m ? load(&m->instances) : 0;
