@@ -22,6 +22,7 @@
 #include "proxai/metrics.h"
 #include "proxai/money.h"
 #include "proxai/state_redis.h"
+#include "stored.h"
 
 static void simple_json(px_conn_t *c, int status, const char *body) {
   px_resp_simple(c, status, "application/json", body, strlen(body), NULL, 0);
@@ -207,8 +208,10 @@ static void serve_metrics(px_conn_t *c) {
   px_buf_free(&b);
 }
 
-/* The request's own output cap (the client protocol's members, first
- * present wins), else the route's max_tokens; 0 when neither. */
+/* The request's own output cap (the client protocol's members as the body
+ * scan found them, each present at most once: the upstream reads the same
+ * value; the first present wins), else the route's max_tokens; 0 when
+ * neither. */
 static uint64_t output_cap(px_exch_t *x, const px_route_conf_t *rt) {
   int64_t m = px_exch_max_tokens(x);
   if (m >= 0) return (uint64_t)m;
@@ -340,6 +343,7 @@ static void after_admission(px_exch_t *x) {
     }
     return;
   }
+  if (px_stored_admit(x) != 0) return; /* the chain of previous_response_id */
   px_exch_attempt(x);
 }
 
@@ -379,7 +383,8 @@ static int read_request(px_exch_t *x, const px_inbound_t *in) {
    * acts on; a request that stays in its own protocol is never parsed. */
   const px_req_t *r = x->req;
   const char *bd = r->body.data ? r->body.data : "";
-  if (px_json_request(bd, r->body.len, &x->jreq) < 0) {
+  const char *const(*caps)[2] = px_exch_client_ops(x)->max_tokens_keys;
+  if (px_json_request_caps(bd, r->body.len, caps, &x->jreq) < 0) {
     const px_json_req_t *jr = &x->jreq;
     char msg[300];
     if (jr->err == PX_JREQ_DUPLICATE)
@@ -713,6 +718,18 @@ void px_proxy_request(px_worker_t *w, px_conn_t *c, px_req_t *r) {
                         "no client keys are configured: there is no key to report on");
     if (get_key(w, c, r, px_proto_default(), &k, &owned) < 0) return;
     return serve_usage(w, c, r, k, owned);
+  }
+  /* stored responses by id (a POST there is another endpoint's, or none) */
+  for (int p = 0; p < PX_PROTO_COUNT && r->method != HTTP_POST; p++) {
+    const px_proto_ops_t *ops = px_proto_get((px_proto_t)p);
+    px_str_t id;
+    int items;
+    if (ops->store == NULL || !ops->store->match(path, r->path_len, &id, &items))
+      continue;
+    if (get_key(w, c, r, ops, &k, &owned) < 0) return;
+    px_stored_serve(w, c, r, ops, k, id, items);
+    px_keys_free(owned);
+    return;
   }
   px_inbound_t in;
   if (!px_proto_match(path, r->url.len, &in))

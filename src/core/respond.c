@@ -16,6 +16,8 @@
  *        -> JSON, other protocol ................ tr_json: collect, translate
  *        -> JSON, other protocol, count_tokens .. count: collect, re-encode
  */
+#include "respond.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,10 +25,11 @@
 #include <strings.h>
 
 #include "proxai/fastir.h"
+#include "proxai/jdoc.h"
 #include "proxai/json.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
-#include "respond.h"
+#include "stored.h"
 
 /* a pass-through JSON answer up to this size is held and sent with our own
  * Content-Length once complete; a larger one goes on chunked as it arrives */
@@ -261,6 +264,7 @@ static const px_mode_t mode_pass_rewrite = {"pass_rewrite", collect_head, data_c
 
 /* The translated body, answered and the exchange finished. */
 static void tr_json_answer(px_exch_t *x, const char *p, size_t n) {
+  if (px_stored_json(x, p, n)) return; /* answered once the turn is kept */
   if (px_exch_respond(x, 200, "application/json", 0, (int64_t)n) == 0) px_exch_write(x, p, n);
   px_exch_finalize(x);
 }
@@ -278,7 +282,7 @@ static void tr_json_done(px_exch_t *x) {
   }
   px_buf_free(&fb);
   json_error_t je;
-  json_t *ub = json_loadb(x->acc.data, x->acc.len, 0, &je);
+  json_t *ub = px_jdoc_load(x->acc.data, x->acc.len, 0, &je);
   if (ub == NULL) {
     x->error_type = "bad_gateway";
     px_exch_error(x, PX_ERR_BAD_GATEWAY, "bad gateway: upstream returned invalid JSON", NULL);
@@ -296,7 +300,7 @@ static void tr_json_done(px_exch_t *x) {
     px_exch_error(x, err.kind == PX_ERR_INVALID ? PX_ERR_BAD_GATEWAY : err.kind, msg, NULL);
     return;
   }
-  char *s = json_dumps(cb, JSON_COMPACT);
+  char *s = px_jdoc_dump(cb, JSON_COMPACT);
   json_decref(cb);
   if (s == NULL) {
     px_exch_error(x, PX_ERR_API, "out of memory", NULL);
@@ -313,7 +317,7 @@ static const px_mode_t mode_tr_json = {"tr_json", collect_head, data_collect, tr
 /* count: another protocol's token count, in the client's shape              */
 
 static void count_done(px_exch_t *x) {
-  json_t *ub = json_loadb(x->acc.data, x->acc.len, 0, NULL);
+  json_t *ub = px_jdoc_load(x->acc.data, x->acc.len, 0, NULL);
   int64_t n = px_proto_get(x->out)->count_decode(ub);
   json_decref(ub);
   if (n < 0) {
@@ -415,6 +419,7 @@ static int tr_stream_head(px_exch_t *x) {
 static int tr_stream_data(px_exch_t *x, const char *p, size_t n) {
   if (paused_by_client(x)) return PX_XFER_PAUSE;
   int rc = px_stream_tr_feed(x->str, p, n);
+  px_stored_stream(x); /* the terminal event waits for the turn's write */
   px_exch_flush(x);
   if (rc < 0) {
     x->error_type = "upstream_protocol";
@@ -429,6 +434,7 @@ static void tr_stream_done(px_exch_t *x) {
     x->error_type = "truncated_stream";
     x->metric_status = 502;
   }
+  px_stored_stream(x);
   px_exch_flush(x);
   px_exch_finalize(x);
 }
