@@ -146,6 +146,9 @@ typedef struct px_tr_ctx {
                                   the response (with resp_id) */
   int reference;             /**< the jansson codecs only, no fast path (the
                                   tests' and fuzzers' oracle) */
+  const long long *mem_limit;/**< tests: px_translate_request_body's memory
+                                  budget whatever the body size (to stop at
+                                  every stage); NULL: the rule */
 } px_tr_ctx_t;
 
 /** Bytes of out after which a stream encoder calls ctx->flush. */
@@ -700,10 +703,6 @@ const char *px_lossy_annotations(const px_tr_ctx_t *ctx);
 int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t len,
                               int flags, char **out, size_t *out_len, px_lossy_t *lossy,
                               px_tr_err_t *err);
-/** Tests only: the budget of px_translate_request_body is `limit` bytes
- *  whatever the body size (to stop at every stage); <0 restores the rule
- *  above. */
-void px_translate_mem_limit(long long limit);
 /** Translate an upstream success body to the client protocol's body. */
 int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,
                           json_t **client_body, px_lossy_t *lossy,

@@ -210,8 +210,8 @@ static int retry_planned(px_exch_t *x, int status, const px_hdr_t *h, size_t n) 
   return plan_retry(x, skip, ra, why);
 }
 
-/* on_headers refuses the transfer: upstream.c frees it without on_done, so
- * the exchange lets go of it and ends here. */
+/* on_headers refuses the transfer: the transfer core frees it without
+ * on_done, so the exchange lets go of it and ends here. */
 static int headers_failed(px_exch_t *x) {
   x->xfer = NULL;
   attempt_end(x);

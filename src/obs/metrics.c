@@ -142,7 +142,7 @@ static series_t *probe(mshm_t *m, uint32_t fam, uint64_t h, const labels_t *l,
  * reuse an address), which costs a few byte compares instead of hashing and
  * probing. Series are never removed (only px_metrics_reset clears the
  * table, and the memo with it), so a confirmed entry stays valid. */
-#define MEMO_SIZE 64
+#define MEMO_SIZE 256
 typedef struct memo {
   const char *p[NLABELS];
   series_t *s;
@@ -151,9 +151,9 @@ typedef struct memo {
 static memo_t memo[MEMO_SIZE];
 
 static size_t memo_slot(uint32_t fam, const char *const *in) {
-  uintptr_t h = fam;
-  for (int i = 0; i < NLABELS; i++) h = h * 31 + ((uintptr_t)in[i] >> 3);
-  return (size_t)(h ^ (h >> 7) ^ (h >> 15)) & (MEMO_SIZE - 1);
+  uint64_t h = fam;
+  for (int i = 0; i < NLABELS; i++) h = (h ^ (uintptr_t)in[i]) * 0x9e3779b97f4a7c15ull;
+  return (size_t)(h >> 56) & (MEMO_SIZE - 1); /* the well-mixed top bits */
 }
 
 static int memo_hit(const memo_t *e, uint32_t fam, const char *const *in) {

@@ -127,10 +127,7 @@ int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
 static struct {
   int active, exceeded;
   long long used, limit;
-  long long forced; /* px_translate_mem_limit, tests only; < 0: none */
-} mem = {.forced = -1};
-
-void px_translate_mem_limit(long long limit) { mem.forced = limit; }
+} mem;
 
 static void *mem_malloc(size_t n) {
   if (!mem.active) return malloc(n);
@@ -145,7 +142,7 @@ static void mem_free(void *p) {
   free(p);
 }
 
-static void mem_begin(size_t body_len) {
+static void mem_begin(const px_tr_ctx_t *ctx, size_t body_len) {
   static int installed;
   if (!installed) {
     json_set_alloc_funcs(mem_malloc, mem_free);
@@ -154,8 +151,8 @@ static void mem_begin(size_t body_len) {
   mem.active = 1;
   mem.exceeded = 0;
   mem.used = 0;
-  mem.limit = mem.forced >= 0 ? mem.forced
-                              : (long long)body_len * PX_TR_MEM_FACTOR + PX_TR_MEM_BASE;
+  mem.limit = ctx->mem_limit ? *ctx->mem_limit
+                             : (long long)body_len * PX_TR_MEM_FACTOR + PX_TR_MEM_BASE;
 }
 
 /* Ends the section; whether the budget held. */
@@ -210,10 +207,10 @@ int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t l
   json_t *ub = NULL;
   char *text = NULL;
   rc = PX_EINVAL;
-  mem_begin(len);
+  mem_begin(&c, len);
   if (!budget_admits(&c)) goto done;
   size_t fast_len; /* the common shape: no document at all (translate_fast.c) */
-  if (mem.forced < 0 &&
+  if (c.mem_limit == NULL &&
       px_translate_request_fast(&c, body, len, flags, &text, &fast_len, lossy) == 0) {
     rc = 0;
     goto done;

@@ -265,7 +265,7 @@ struct px_lane {
 extern const px_lane_t px_lane_curl;
 extern const px_lane_t px_lane_h1;
 
-/* ---- core services for the lanes (upstream.c) ---- */
+/* ---- core services for the lanes (xfer.c) ---- */
 
 void px_up_enter(px_uclient_t *c);
 void px_up_leave(px_uclient_t *c);

@@ -7,17 +7,15 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { startMock, startProxai, test, run, sleep, waitFor } from './lib/harness.mjs';
+import { startMock, startProxai, test, run, sleep, waitFor, jsonLines } from './lib/harness.mjs';
 import * as S from './lib/scripts.mjs';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-logflush-'));
 const logPath = path.join(dir, 'access.log');
 const mock = await startMock();
-const px = await startProxai(S.gatewayConfig(mock.url).replace('access_log = off', `access_log = ${logPath}`));
+const px = await startProxai(S.gatewayConfig(mock.url, { access_log: logPath }));
 
-function logLines() {
-  return fs.existsSync(logPath) ? fs.readFileSync(logPath, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : [];
-}
+const logLines = () => jsonLines(logPath);
 
 /* One request on a raw socket that reads nothing until `holdMs` have passed,
  * then everything until the server closes. Resolves to the bytes received. */

@@ -8,29 +8,17 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { startMock, startProxai, test, run, waitFor, sleep, repoRoot, parseSSE } from './lib/harness.mjs';
+import { startMock, startProxai, test, run, waitFor, sleep, repoRoot, parseSSE, cleanEnv, proxaiSync, proxaiBin, writeFile } from './lib/harness.mjs';
 
-const BIN = path.resolve(process.env.PROXAI_BIN || path.join(repoRoot, 'build/proxai'));
+const BIN = proxaiBin;
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-cli-'));
 process.on('exit', () => fs.rmSync(tmp, { recursive: true, force: true }));
 
 /** Environment without upstream keys (the embedded default reads them). */
-function cleanEnv(extra = {}) {
-  const env = { ...process.env, ...extra };
-  for (const k of ['OPENAI_API_KEY', 'ANTHROPIC_API_KEY', 'OPENAI_BASE_URL', 'ANTHROPIC_BASE_URL']) if (!(k in extra)) delete env[k];
-  return env;
-}
 
-function proxai(args, { cwd = tmp, env = cleanEnv() } = {}) {
-  const r = spawnSync(BIN, args, { cwd, env, encoding: 'utf8', timeout: 10000 });
-  return { code: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
-}
+const proxai = (args, { cwd = tmp, env = cleanEnv() } = {}) => proxaiSync(args, { cwd, env });
 
-function writeConf(name, text) {
-  const p = path.join(tmp, name);
-  fs.writeFileSync(p, text);
-  return p;
-}
+const writeConf = (name, text) => writeFile(tmp, name, text);
 
 test('--version prints the version and exits 0', () => {
   const r = proxai(['--version']);

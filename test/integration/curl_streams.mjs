@@ -7,24 +7,15 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { startMock, startProxai, test, run, waitFor } from './lib/harness.mjs';
+import * as C from './lib/config.mjs';
 
 const STREAMS = 600; // > 2 x 256 transfers per multi handle
 
 const mock = await startMock();
-const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-max_connections = 4000
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = k
-client = curl
-retries = 0
-max_connections = 2000
-[route *]
-upstream = oc
-`);
+const px = await startProxai(
+  C.server({ max_connections: 4000 }) +
+  C.upstream('oc', 'chat', mock.url, { api_key: 'k', client: 'curl', max_connections: 2000 }) +
+  C.route('*', { upstream: 'oc' }));
 
 const agent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
 const body = (model) =>

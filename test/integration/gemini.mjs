@@ -5,6 +5,7 @@
 // real API rejects) as the scripted upstream.
 import assert from 'node:assert/strict';
 import { startMock, startProxai, test, run } from './lib/harness.mjs';
+import * as C from './lib/config.mjs';
 import * as S from './lib/scripts.mjs';
 
 let OpenAI, Anthropic, GoogleGenAI;
@@ -18,19 +19,7 @@ try {
 }
 
 const mock = await startMock();
-const px = await startProxai(`${S.gatewayConfig(mock.url)}
-[upstream gm]
-protocol = gemini_generate_content
-base_url = ${mock.url}
-api_key = up-gem-key
-retries = 0
-[route to-gemini*]
-upstream = gm
-model = up-gem-model
-[route gemini-*]
-upstream = gm
-models = gemini-2.5-flash
-`);
+const px = await startProxai(S.gatewayConfig(mock.url) + C.route('gemini-*', { upstream: 'gm', models: 'gemini-2.5-flash' }));
 const genai = (key = 'client-key') =>
   new GoogleGenAI({ apiKey: key, httpOptions: { baseUrl: px.url } });
 const oa = new OpenAI({ baseURL: `${px.url}/v1`, apiKey: 'client-key', maxRetries: 0 });

@@ -7,101 +7,19 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import net from 'node:net';
 import { startMock, startProxai, test, run, sleep, waitFor } from './lib/harness.mjs';
+import * as C from './lib/config.mjs';
+import { rawClient, parseResponses } from './lib/client.mjs';
 
 const mock = await startMock();
-const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-max_body = 64k
-max_header = 32k
-header_timeout = 1s
-idle_timeout = 1s
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = up-key
-retries = 0
-[upstream an]
-protocol = anthropic_messages
-base_url = ${mock.url}
-api_key = up-ant
-retries = 0
-[route claude-*]
-upstream = an
-[route *]
-upstream = oc
-`);
+const px = await startProxai(
+  C.server({ max_body: '64k', max_header: '32k', header_timeout: '1s', idle_timeout: '1s' }) +
+  C.upstream('oc', 'chat', mock.url, { api_key: 'up-key' }) +
+  C.upstream('an', 'anthropic', mock.url, { api_key: 'up-ant' }) +
+  C.route('claude-*', { upstream: 'an' }) +
+  C.route('*', { upstream: 'oc' }));
 process.on('exit', () => { px.stop(); mock.stop(); });
 
 // ---- helpers -------------------------------------------------------------
-
-/** A raw client: collects what it receives (latin1); `closed` resolves on close. */
-function rawClient() {
-  const sock = net.connect({ port: px.port, host: '127.0.0.1' });
-  const st = { data: '', closed: false, error: null, bytes: 0 };
-  sock.setEncoding('latin1');
-  sock.on('data', (d) => { st.data += d; st.bytes += d.length; });
-  sock.on('error', (e) => (st.error = e));
-  const closed = new Promise((resolve) => sock.on('close', () => { st.closed = true; resolve(); }));
-  const connected = new Promise((resolve, reject) => {
-    sock.once('connect', resolve);
-    sock.once('error', reject);
-  });
-  return { sock, st, closed, connected };
-}
-
-/** Complete HTTP/1.1 responses in data (Content-Length or chunked). */
-function parseResponses(data) {
-  const out = [];
-  let rest = data;
-  for (;;) {
-    const he = rest.indexOf('\r\n\r\n');
-    if (he < 0) break;
-    const [statusLine, ...hl] = rest.slice(0, he).split('\r\n');
-    const status = Number(statusLine.split(' ')[1]);
-    const headers = {};
-    const names = [];
-    for (const l of hl) {
-      const i = l.indexOf(':');
-      const name = l.slice(0, i).trim().toLowerCase();
-      names.push(name);
-      headers[name] = l.slice(i + 1).trim();
-    }
-    let body = '';
-    let p = he + 4;
-    if (status === 100) {
-      out.push({ status, headers, names, body });
-      rest = rest.slice(p);
-      continue;
-    }
-    if (headers['content-length'] !== undefined) {
-      const n = Number(headers['content-length']);
-      if (rest.length < p + n) break;
-      body = rest.slice(p, p + n);
-      p += n;
-    } else if (/chunked/i.test(headers['transfer-encoding'] || '')) {
-      let complete = false;
-      for (;;) {
-        const le = rest.indexOf('\r\n', p);
-        if (le < 0) break;
-        const size = parseInt(rest.slice(p, le), 16);
-        if (size === 0) {
-          if (rest.length < le + 4) break;
-          p = le + 4;
-          complete = true;
-          break;
-        }
-        if (rest.length < le + 2 + size + 2) break;
-        body += rest.slice(le + 2, le + 2 + size);
-        p = le + 2 + size + 2;
-      }
-      if (!complete) break;
-    }
-    out.push({ status, headers, names, body });
-    rest = rest.slice(p);
-  }
-  return { responses: out, rest };
-}
 
 /**
  * Sends `pieces` (strings/Buffers, written one by one with `gapMs` between)
@@ -109,7 +27,7 @@ function parseResponses(data) {
  * expectOpen). Returns {responses, rest, closed, st}.
  */
 async function exchange(pieces, { gapMs = 0, waitMs = 8000, expectOpen = false, end = false } = {}) {
-  const c = rawClient();
+  const c = rawClient(px.port);
   await c.connected;
   for (const p of [].concat(pieces)) {
     if (c.st.closed) break;
@@ -421,7 +339,7 @@ hcase('disconnect mid-head and mid-body: nothing forwarded, no fd kept', async (
   await mock.reset();
   for (const bytes of ['POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConte',
     'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{"model":']) {
-    const c = rawClient();
+    const c = rawClient(px.port);
     await c.connected;
     c.sock.write(bytes);
     await sleep(50);
@@ -434,7 +352,7 @@ hcase('disconnect mid-head and mid-body: nothing forwarded, no fd kept', async (
 hcase('disconnect while the upstream answers: upstream cancelled', async () => {
   await mock.reset();
   await mock.script([{ delay_ms: 3000, status: 200, body: { id: 'x', object: 'chat.completion', choices: [] } }]);
-  const c = rawClient();
+  const c = rawClient(px.port);
   await c.connected;
   c.sock.write(post('/v1/chat/completions', chatBody));
   await waitFor(async () => (await mock.requests()).length === 1, { what: 'request upstream' });
@@ -481,7 +399,7 @@ hcase('pipelined bytes past the input buffer while a request is in flight are ne
   await mock.script([{ delay_ms: 1500, status: 200, body: { id: 'c1', object: 'chat.completion', created: 1, model: 'gpt-4o', choices: [{ index: 0, message: { role: 'assistant', content: 'slow' }, finish_reason: 'stop' }] } }]);
   const one = 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n';
   const n = 40000; // 1.4 MB of pipelined requests: more than the 1 MiB input buffer
-  const c = rawClient();
+  const c = rawClient(px.port);
   await c.connected;
   c.sock.write(post('/v1/chat/completions', chatBody));
   c.sock.write(one.repeat(n) + 'GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
@@ -499,7 +417,7 @@ hcase('a 400 written before closing with unread input arrives (lingering close, 
   // the error is found in the first bytes; 2 MB more follow in the same burst
   const junk = Buffer.alloc(2 << 20, 'j');
   for (let i = 0; i < 3; i++) {
-    const c = rawClient();
+    const c = rawClient(px.port);
     await c.connected;
     c.sock.write('GET /heal\x01thz HTTP/1.1\r\nHost: y\r\n\r\n');
     c.sock.write(junk);
@@ -590,7 +508,7 @@ hcase('OPTIONS * (asterisk-form): 404 OpenAI shape, connection kept', async () =
 hcase('many connections opened and dropped: fds back to baseline', async () => {
   const socks = [];
   for (let i = 0; i < 50; i++) {
-    const c = rawClient();
+    const c = rawClient(px.port);
     await c.connected;
     if (i % 2) c.sock.write('GET /heal');
     socks.push(c);
@@ -601,18 +519,10 @@ hcase('many connections opened and dropped: fds back to baseline', async () => {
 
 test('access log bytes_out counts bytes written to the socket, not queued', async () => {
   const logPath = `${fs.mkdtempSync('/tmp/proxai-hostile-')}/access.log`;
-  const px2 = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = ${logPath}
-idle_timeout = 5s
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = up-key
-retries = 0
-[route *]
-upstream = oc
-`);
+  const px2 = await startProxai(
+    C.server({ access_log: `${logPath}`, idle_timeout: '5s' }) +
+    C.upstream('oc', 'chat', mock.url, { api_key: 'up-key' }) +
+    C.route('*', { upstream: 'oc' }));
   try {
     const size = 6 << 20;
     const answer = { status: 200, body: { id: 'b', object: 'chat.completion', created: 1, model: 'gpt-4o', choices: [{ index: 0, message: { role: 'assistant', content: 'q'.repeat(size) }, finish_reason: 'stop' }] } };

@@ -14,6 +14,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { startMock, startProxai, test, run, waitFor, repoRoot } from './lib/harness.mjs';
+import * as C from './lib/config.mjs';
 
 const BIN = path.resolve(process.env.PROXAI_BIN || path.join(repoRoot, 'build/proxai'));
 const SANITIZED = !!process.env.PROXAI_SANITIZED;
@@ -205,18 +206,10 @@ test('the upstream gets the model the gateway routed on, never a second one', as
   // the fast path rewrites the model by its position: an escaped member
   // name is still found, and the route's model reaches the upstream
   const mk = await startMock();
-  const gw = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mk.url}/v1
-api_key = up-key
-retries = 0
-[route alias]
-upstream = oc
-model = real-upstream-model
-`);
+  const gw = await startProxai(
+    C.server() +
+    C.upstream('oc', 'chat', mk.url, { api_key: 'up-key' }) +
+    C.route('alias', { upstream: 'oc', model: 'real-upstream-model' }));
   try {
     const res = await fetch(`${gw.url}/v1/chat/completions`, {
       method: 'POST',
@@ -235,29 +228,14 @@ model = real-upstream-model
 });
 
 test('a repeated model cannot pass the key allow-list (fast and translated)', async () => {
-  const gw = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = up-key
-retries = 0
-[upstream an]
-protocol = anthropic_messages
-base_url = ${mock.url}
-api_key = up-key
-retries = 0
-[route cheap-*]
-upstream = oc
-[route expensive-*]
-upstream = oc
-[route anth-cheap-*]
-upstream = an
-[key team]
-secret = team-secret
-models = cheap-*, anth-cheap-*
-`);
+  const gw = await startProxai(
+    C.server() +
+    C.upstream('oc', 'chat', mock.url, { api_key: 'up-key' }) +
+    C.upstream('an', 'anthropic', mock.url, { api_key: 'up-key' }) +
+    C.route('cheap-*', { upstream: 'oc' }) +
+    C.route('expensive-*', { upstream: 'oc' }) +
+    C.route('anth-cheap-*', { upstream: 'an' }) +
+    C.key('team', { secret: 'team-secret', models: 'cheap-*, anth-cheap-*' }));
   try {
     for (const [first, last] of [['cheap-1', 'expensive-1'], ['anth-cheap-1', 'expensive-1']]) {
       const before = await mockCount();

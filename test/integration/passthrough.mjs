@@ -7,6 +7,8 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { startMock, startProxai, test, run, parseSSE, waitFor } from './lib/harness.mjs';
+import * as C from './lib/config.mjs';
+import { post } from './lib/client.mjs';
 
 let OpenAI, Anthropic;
 try {
@@ -51,115 +53,34 @@ const rawServer = http.createServer((req, res) => {
 await new Promise((resolve) => rawServer.listen(0, '127.0.0.1', resolve));
 const rawUrl = `http://127.0.0.1:${rawServer.address().port}`;
 
-const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = up-chat-key
-retries = 0
-
-[upstream or]
-protocol = openai_responses
-base_url = ${mock.url}/v1
-api_key = up-resp-key
-retries = 0
-
-[upstream an]
-protocol = anthropic_messages
-base_url = ${mock.url}
-api_key = up-ant-key
-retries = 0
-
-[upstream oc_retry]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = up-chat-key
-retries = 1
-
-[upstream oc_fb]
-protocol = openai_chat_completions
-base_url = ${mock.url}/fb/v1
-api_key = up-fb-key
-retries = 0
-
-[upstream raw_oc]
-protocol = openai_chat_completions
-base_url = ${rawUrl}/v1
-api_key = raw-key
-retries = 0
-
-[upstream raw_or]
-protocol = openai_responses
-base_url = ${rawUrl}/v1
-api_key = raw-key
-retries = 0
-
-[upstream raw_an]
-protocol = anthropic_messages
-base_url = ${rawUrl}
-api_key = raw-key
-retries = 0
-
-[route raw-chat]
-upstream = raw_oc
-[route raw-chat-rw]
-upstream = raw_oc
-model = raw-upstream-model
-[route raw-resp]
-upstream = raw_or
-[route raw-resp-rw]
-upstream = raw_or
-model = raw-upstream-model
-[route raw-claude]
-upstream = raw_an
-[route raw-claude-rw]
-upstream = raw_an
-model = raw-upstream-model
-
-[route chat-rw]
-upstream = oc
-model = up-chat-model
-[route resp-rw]
-upstream = or
-model = up-resp-model
-[route claude-rw]
-upstream = an
-model = up-claude-model
-[route retry-*]
-upstream = oc_retry
-[route fb-*]
-upstream = oc
-fallback = oc_fb
-[route claude-*]
-upstream = an
-[route resp-*]
-upstream = or
-[route gpt-*]
-upstream = oc
-`);
+const px = await startProxai(
+  C.server() +
+  C.upstream('oc', 'chat', mock.url, { api_key: 'up-chat-key' }) +
+  C.upstream('or', 'responses', mock.url, { api_key: 'up-resp-key' }) +
+  C.upstream('an', 'anthropic', mock.url, { api_key: 'up-ant-key' }) +
+  C.upstream('oc_retry', 'chat', mock.url, { api_key: 'up-chat-key', retries: 1 }) +
+  C.upstream('oc_fb', 'chat', `${mock.url}/fb`, { api_key: 'up-fb-key' }) +
+  C.upstream('raw_oc', 'chat', rawUrl, { api_key: 'raw-key' }) +
+  C.upstream('raw_or', 'responses', rawUrl, { api_key: 'raw-key' }) +
+  C.upstream('raw_an', 'anthropic', rawUrl, { api_key: 'raw-key' }) +
+  C.route('raw-chat', { upstream: 'raw_oc' }) +
+  C.route('raw-chat-rw', { upstream: 'raw_oc', model: 'raw-upstream-model' }) +
+  C.route('raw-resp', { upstream: 'raw_or' }) +
+  C.route('raw-resp-rw', { upstream: 'raw_or', model: 'raw-upstream-model' }) +
+  C.route('raw-claude', { upstream: 'raw_an' }) +
+  C.route('raw-claude-rw', { upstream: 'raw_an', model: 'raw-upstream-model' }) +
+  C.route('chat-rw', { upstream: 'oc', model: 'up-chat-model' }) +
+  C.route('resp-rw', { upstream: 'or', model: 'up-resp-model' }) +
+  C.route('claude-rw', { upstream: 'an', model: 'up-claude-model' }) +
+  C.route('retry-*', { upstream: 'oc_retry' }) +
+  C.route('fb-*', { upstream: 'oc', fallback: 'oc_fb' }) +
+  C.route('claude-*', { upstream: 'an' }) +
+  C.route('resp-*', { upstream: 'or' }) +
+  C.route('gpt-*', { upstream: 'oc' }));
 
 const openai = new OpenAI({ baseURL: `${px.url}/v1`, apiKey: CLIENT_SECRET, maxRetries: 0 });
 const anthropic = new Anthropic({ baseURL: px.url, apiKey: CLIENT_SECRET, maxRetries: 0 });
 const msgs = [{ role: 'user', content: 'hi' }];
-
-async function post(url, pathname, body, headers = {}) {
-  const res = await fetch(url + pathname, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...headers },
-    body: typeof body === 'string' ? body : JSON.stringify(body),
-  });
-  const text = await res.text();
-  let json;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: res.status, headers: res.headers, text, json };
-}
 
 /** The client's credential must never reach the upstream, in any header. */
 function assertNoClientSecret(rec) {
@@ -728,30 +649,14 @@ test('/metrics counts the tokens of a large pass-through answer (usage at the en
 // ---- client keys -----------------------------------------------------------
 
 test('client keys: 401, 403, success with Bearer and x-api-key, rpm 429, in each shape', async () => {
-  const pk = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = up-chat-key
-retries = 0
-[upstream an]
-protocol = anthropic_messages
-base_url = ${mock.url}
-api_key = up-ant-key
-retries = 0
-[route claude-*]
-upstream = an
-[route *]
-upstream = oc
-[key team-a]
-secret = ka-secret-1234
-models = gpt-*, claude-*
-[key slow]
-secret = kslow-secret-5678
-rpm = 2
-`);
+  const pk = await startProxai(
+    C.server() +
+    C.upstream('oc', 'chat', mock.url, { api_key: 'up-chat-key' }) +
+    C.upstream('an', 'anthropic', mock.url, { api_key: 'up-ant-key' }) +
+    C.route('claude-*', { upstream: 'an' }) +
+    C.route('*', { upstream: 'oc' }) +
+    C.key('team-a', { secret: 'ka-secret-1234', models: 'gpt-*, claude-*' }) +
+    C.key('slow', { secret: 'kslow-secret-5678', rpm: 2 }));
   try {
     await mock.reset();
     const chat = (h, model = 'gpt-4o') => post(pk.url, '/v1/chat/completions', { model, messages: msgs }, h);
@@ -807,18 +712,10 @@ rpm = 2
 });
 
 test('upstream max_connections = 1: concurrent requests queue and all succeed over one connection', async () => {
-  const pq = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = k
-retries = 0
-max_connections = 1
-[route *]
-upstream = oc
-`);
+  const pq = await startProxai(
+    C.server() +
+    C.upstream('oc', 'chat', mock.url, { api_key: 'k', max_connections: 1 }) +
+    C.route('*', { upstream: 'oc' }));
   try {
     await mock.reset();
     await mock.script([{ path: '/chat/completions', default: true, headers_delay_ms: 200, repeat: true }]);

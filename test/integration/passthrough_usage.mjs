@@ -9,30 +9,17 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { startMock, startProxai, test, run, parseSSE } from './lib/harness.mjs';
+import * as C from './lib/config.mjs';
 
 const mock = await startMock();
-const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-retries = 0
-[upstream or]
-protocol = openai_responses
-base_url = ${mock.url}/v1
-retries = 0
-[upstream an]
-protocol = anthropic_messages
-base_url = ${mock.url}
-retries = 0
-[route chat-*]
-upstream = oc
-[route resp-*]
-upstream = or
-[route claude-*]
-upstream = an
-`);
+const px = await startProxai(
+  C.server() +
+  C.upstream('oc', 'chat', mock.url, { api_key: undefined }) +
+  C.upstream('or', 'responses', mock.url, { api_key: undefined }) +
+  C.upstream('an', 'anthropic', mock.url, { api_key: undefined }) +
+  C.route('chat-*', { upstream: 'oc' }) +
+  C.route('resp-*', { upstream: 'or' }) +
+  C.route('claude-*', { upstream: 'an' }));
 
 const CASES = [
   {

@@ -7,6 +7,8 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import net from 'node:net';
 import { startMock, startProxai, test, run, waitFor, parseSSE, sleep, freePort } from './lib/harness.mjs';
+import * as C from './lib/config.mjs';
+import { post as postJSON, vmRSSKiB } from './lib/client.mjs';
 
 const mock = await startMock();
 
@@ -53,95 +55,31 @@ await new Promise((resolve) => resetServer.listen(0, '127.0.0.1', resolve));
 const resetUrl = `http://127.0.0.1:${resetServer.address().port}`;
 const deadPort = await freePort(); // nothing listens there
 
-const upstreams = `
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = k
-retries = 0
-idle_timeout = 1s
-first_byte_timeout = 1s
-
-[upstream or]
-protocol = openai_responses
-base_url = ${mock.url}/v1
-api_key = k
-retries = 0
-idle_timeout = 1s
-first_byte_timeout = 1s
-
-[upstream an]
-protocol = anthropic_messages
-base_url = ${mock.url}
-api_key = k
-retries = 0
-idle_timeout = 1s
-first_byte_timeout = 1s
-
-[upstream slow]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = k
-retries = 0
-
-[upstream dead_oc]
-protocol = openai_chat_completions
-base_url = http://127.0.0.1:${deadPort}/v1
-api_key = k
-retries = 0
-connect_timeout = 2s
-
-[upstream dead_an]
-protocol = anthropic_messages
-base_url = http://127.0.0.1:${deadPort}
-api_key = k
-retries = 0
-connect_timeout = 2s
-
-[upstream rst_oc]
-protocol = openai_chat_completions
-base_url = ${resetUrl}/v1
-api_key = k
-retries = 0
-
-[upstream rst_or]
-protocol = openai_responses
-base_url = ${resetUrl}/v1
-api_key = k
-retries = 0
-
-[upstream rst_an]
-protocol = anthropic_messages
-base_url = ${resetUrl}
-api_key = k
-retries = 0
-
-[route rst-chat]
-upstream = rst_oc
-[route rst-resp]
-upstream = rst_or
-[route rst-claude]
-upstream = rst_an
-[route big-*]
-upstream = slow
-[route dead-claude]
-upstream = dead_an
-[route dead-*]
-upstream = dead_oc
-[route claude-*]
-upstream = an
-[route resp-*]
-upstream = or
-[route *]
-upstream = oc
-`;
+const upstreams =
+  C.upstream('oc', 'chat', mock.url, { api_key: 'k', idle_timeout: '1s', first_byte_timeout: '1s' }) +
+  C.upstream('or', 'responses', mock.url, { api_key: 'k', idle_timeout: '1s', first_byte_timeout: '1s' }) +
+  C.upstream('an', 'anthropic', mock.url, { api_key: 'k', idle_timeout: '1s', first_byte_timeout: '1s' }) +
+  C.upstream('slow', 'chat', mock.url, { api_key: 'k' }) +
+  C.upstream('dead_oc', 'chat', `http://127.0.0.1:${deadPort}`, { api_key: 'k', connect_timeout: '2s' }) +
+  C.upstream('dead_an', 'anthropic', `http://127.0.0.1:${deadPort}`, { api_key: 'k', connect_timeout: '2s' }) +
+  C.upstream('rst_oc', 'chat', resetUrl, { api_key: 'k' }) +
+  C.upstream('rst_or', 'responses', resetUrl, { api_key: 'k' }) +
+  C.upstream('rst_an', 'anthropic', resetUrl, { api_key: 'k' }) +
+  C.route('rst-chat', { upstream: 'rst_oc' }) +
+  C.route('rst-resp', { upstream: 'rst_or' }) +
+  C.route('rst-claude', { upstream: 'rst_an' }) +
+  C.route('big-*', { upstream: 'slow' }) +
+  C.route('dead-claude', { upstream: 'dead_an' }) +
+  C.route('dead-*', { upstream: 'dead_oc' }) +
+  C.route('claude-*', { upstream: 'an' }) +
+  C.route('resp-*', { upstream: 'or' }) +
+  C.route('*', { upstream: 'oc' });
 // Under AddressSanitizer freed memory sits in a quarantine (256 MB by default),
 // which would swamp the RSS bound of the slow-reader test: keep it small.
 const asanEnv = { ASAN_OPTIONS: [process.env.ASAN_OPTIONS, 'quarantine_size_mb=8'].filter(Boolean).join(':') };
-const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-${upstreams}`, { env: asanEnv });
+const px = await startProxai(
+  C.server() +
+  upstreams, { env: asanEnv });
 
 const msgs = [{ role: 'user', content: 'hi' }];
 const bodies = {
@@ -152,26 +90,9 @@ const bodies = {
 const paths = { chat: '/v1/chat/completions', responses: '/v1/responses', anthropic: '/v1/messages' };
 const upPaths = { chat: '/chat/completions', responses: '/responses', anthropic: '/v1/messages' };
 
-async function post(url, pathname, body, headers = {}) {
-  const res = await fetch(url + pathname, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'anthropic-version': '2023-06-01', ...headers },
-    body: JSON.stringify(body),
-  });
-  const text = await res.text();
-  let json;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: res.status, headers: res.headers, text, json };
-}
-
-function vmRSSKiB(pid) {
-  const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return m ? Number(m[1]) : 0;
-}
+/** A JSON POST (lib/client.mjs) that also names the Anthropic version. */
+const post = (url, pathname, body, headers = {}) =>
+  postJSON(url, pathname, body, { 'anthropic-version': '2023-06-01', ...headers });
 
 /** Asserts `text` (an SSE body) ends with the client protocol's error event. */
 function assertStreamError(kind, text) {
@@ -339,11 +260,9 @@ test('client stops reading during a long stream: RSS stays bounded, every event 
 // ---- SIGTERM drain -------------------------------------------------------------
 
 test('SIGTERM during a paced stream: readyz 503 on a kept-alive connection, no new connections, stream completes, exit 0', async () => {
-  const p = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-shutdown_timeout = 20s
-${upstreams}`);
+  const p = await startProxai(
+    C.server({ shutdown_timeout: '20s' }) +
+    upstreams);
   await mock.reset();
   const N = 20;
   await mock.script([{
@@ -431,11 +350,9 @@ ${upstreams}`);
 }, { timeout: 60000 });
 
 test('shutdown_timeout: a stream longer than it is cut, the process still exits 0 (SIGINT)', async () => {
-  const p = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-shutdown_timeout = 1s
-${upstreams}`);
+  const p = await startProxai(
+    C.server({ shutdown_timeout: '1s' }) +
+    upstreams);
   await mock.reset();
   await mock.script([{
     sse: [], sse_repeat: { event: { data: { id: 'c', object: 'chat.completion.chunk', created: 1, model: 'gpt-4o', choices: [{ index: 0, delta: { content: 't' }, finish_reason: null }] } }, count: 200 },
@@ -490,7 +407,6 @@ for (const kind of ['chat', 'responses', 'anthropic']) {
     assertStreamError(kind, r.text);
   });
 }
-
 
 for (const kind of ['chat', 'responses', 'anthropic']) {
   test(`${kind}: a stream that ends without its terminal event ends with the protocol's error event`, async () => {

@@ -4,20 +4,13 @@
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { startMock, startProxai, test, run, waitFor, sleep } from './lib/harness.mjs';
+import * as C from './lib/config.mjs';
 
 const mock = await startMock();
-const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-idle_timeout = 1s
-[upstream m]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = k
-retries = 0
-idle_timeout = 60s
-[route *]
-upstream = m
-`);
+const px = await startProxai(
+  C.server({ access_log: undefined, idle_timeout: '1s' }) +
+  C.upstream('m', 'chat', mock.url, { api_key: 'k', idle_timeout: '60s' }) +
+  C.route('*', { upstream: 'm' }));
 process.on('exit', () => { px.stop(); mock.stop(); });
 
 test('a client that takes no bytes is dropped after idle_timeout; the upstream is cancelled', async () => {

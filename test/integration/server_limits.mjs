@@ -7,114 +7,22 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { startMock, startProxai, test, run, sleep, freePort } from './lib/harness.mjs';
+import * as C from './lib/config.mjs';
+import { rawClient, parseResponses } from './lib/client.mjs';
 
 const mock = await startMock();
-const upstreams = `
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = up-key
-retries = 0
-[upstream an]
-protocol = anthropic_messages
-base_url = ${mock.url}
-api_key = up-ant
-retries = 0
-[route claude-*]
-upstream = an
-[route *]
-upstream = oc
-`;
-const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-max_body = 4k
-max_header = 2k
-header_timeout = 1s
-${upstreams}`);
+const upstreams =
+  C.upstream('oc', 'chat', mock.url, { api_key: 'up-key' }) +
+  C.upstream('an', 'anthropic', mock.url, { api_key: 'up-ant' }) +
+  C.route('claude-*', { upstream: 'an' }) +
+  C.route('*', { upstream: 'oc' });
+const px = await startProxai(
+  C.server({ max_body: '4k', max_header: '2k', header_timeout: '1s' }) +
+  upstreams);
 
 const chatBody = JSON.stringify({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] });
 
-/**
- * A raw client socket: collects everything received (latin1), resolves
- * `closed` on close. `waitFor(pred, ms)` resolves once pred(data) is true.
- */
-function rawClient(connectOpts) {
-  const sock = net.connect(connectOpts);
-  const st = { data: '', closed: false, error: null };
-  sock.setEncoding('latin1');
-  sock.on('data', (d) => (st.data += d));
-  sock.on('error', (e) => (st.error = e));
-  const closed = new Promise((resolve) => sock.on('close', () => {
-    st.closed = true;
-    resolve();
-  }));
-  const connected = new Promise((resolve, reject) => {
-    sock.once('connect', resolve);
-    sock.once('error', reject);
-  });
-  const waitFor = async (pred, ms = 10000, what = 'data') => {
-    const end = Date.now() + ms;
-    while (!pred(st.data)) {
-      if (st.closed && !pred(st.data)) throw new Error(`socket closed while waiting for ${what}; got: ${JSON.stringify(st.data.slice(0, 2000))}`);
-      if (Date.now() > end) throw new Error(`timed out waiting for ${what}; got: ${JSON.stringify(st.data.slice(0, 2000))}`);
-      await sleep(10);
-    }
-  };
-  return { sock, st, closed, connected, waitFor };
-}
 const tcp = (port = px.port) => rawClient({ port, host: '127.0.0.1' });
-
-/** Splits `data` into complete HTTP/1.1 responses (Content-Length or chunked). */
-function parseResponses(data) {
-  const out = [];
-  let rest = data;
-  for (;;) {
-    const he = rest.indexOf('\r\n\r\n');
-    if (he < 0) break;
-    const head = rest.slice(0, he);
-    const [statusLine, ...hl] = head.split('\r\n');
-    const status = Number(statusLine.split(' ')[1]);
-    const headers = {};
-    for (const l of hl) {
-      const i = l.indexOf(':');
-      headers[l.slice(0, i).trim().toLowerCase()] = l.slice(i + 1).trim();
-    }
-    let body = '';
-    let p = he + 4;
-    if (status === 100) {
-      out.push({ status, headers, body });
-      rest = rest.slice(p);
-      continue;
-    }
-    if (headers['content-length'] !== undefined) {
-      const n = Number(headers['content-length']);
-      if (rest.length < p + n) break;
-      body = rest.slice(p, p + n);
-      p += n;
-    } else if (/chunked/i.test(headers['transfer-encoding'] || '')) {
-      let complete = false;
-      for (;;) {
-        const le = rest.indexOf('\r\n', p);
-        if (le < 0) break;
-        const size = parseInt(rest.slice(p, le), 16);
-        if (size === 0) {
-          if (rest.length < le + 4) break;
-          p = le + 4;
-          complete = true;
-          break;
-        }
-        if (rest.length < le + 2 + size + 2) break;
-        body += rest.slice(le + 2, le + 2 + size);
-        p = le + 2 + size + 2;
-      }
-      if (!complete) break;
-    }
-    out.push({ status, headers, body });
-    rest = rest.slice(p);
-  }
-  return out;
-}
 
 const post = (pathname, body, extra = '') =>
   `POST ${pathname} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${extra}\r\n${body}`;
@@ -142,8 +50,8 @@ test('413 for a body over max_body with Content-Length (OpenAI and Anthropic sha
   const c = tcp();
   await c.connected;
   c.sock.write(post('/v1/chat/completions', big));
-  await c.waitFor((d) => parseResponses(d).length >= 1, 10000, '413');
-  const [r] = parseResponses(c.st.data);
+  await c.waitFor((d) => parseResponses(d).responses.length >= 1, 10000, '413');
+  const [r] = parseResponses(c.st.data).responses;
   assert.equal(r.status, 413, c.st.data);
   const j = JSON.parse(r.body);
   assert.equal(j.error.type, 'invalid_request_error');
@@ -152,8 +60,8 @@ test('413 for a body over max_body with Content-Length (OpenAI and Anthropic sha
   const a = tcp();
   await a.connected;
   a.sock.write(post('/v1/messages', JSON.stringify({ model: 'claude-x', max_tokens: 5, messages: [{ role: 'user', content: 'y'.repeat(8000) }] })));
-  await a.waitFor((d) => parseResponses(d).length >= 1, 10000, '413');
-  const [ra] = parseResponses(a.st.data);
+  await a.waitFor((d) => parseResponses(d).responses.length >= 1, 10000, '413');
+  const [ra] = parseResponses(a.st.data).responses;
   assert.equal(ra.status, 413);
   const ja = JSON.parse(ra.body);
   assert.equal(ja.type, 'error');
@@ -171,8 +79,8 @@ test('413 for a chunked body over max_body', async () => {
     c.sock.write(`${piece.length.toString(16)}\r\n${piece}\r\n`);
     await sleep(5);
   }
-  await c.waitFor((d) => parseResponses(d).length >= 1, 10000, '413');
-  assert.equal(parseResponses(c.st.data)[0].status, 413, c.st.data);
+  await c.waitFor((d) => parseResponses(d).responses.length >= 1, 10000, '413');
+  assert.equal(parseResponses(c.st.data).responses[0].status, 413, c.st.data);
   c.sock.destroy();
 });
 
@@ -180,8 +88,8 @@ test('431 for a request head over max_header', async () => {
   const c = tcp();
   await c.connected;
   c.sock.write(`GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: cli-431\r\nX-Big: ${'b'.repeat(4000)}\r\n\r\n`);
-  await c.waitFor((d) => parseResponses(d).length >= 1, 10000, '431');
-  const [r] = parseResponses(c.st.data);
+  await c.waitFor((d) => parseResponses(d).responses.length >= 1, 10000, '431');
+  const [r] = parseResponses(c.st.data).responses;
   assert.equal(r.status, 431, c.st.data);
   assert.match(c.st.data, /\r\nx-request-id: cli-431\r\n/i, 'the client\'s request id even on a head that never completed');
   c.sock.destroy();
@@ -191,8 +99,8 @@ test('431 for a request head over max_header', async () => {
   let head = 'GET /healthz HTTP/1.1\r\nHost: x\r\n';
   for (let i = 0; i < 200; i++) head += `X-H${i}: ${'v'.repeat(20)}\r\n`;
   d.sock.write(head + '\r\n');
-  await d.waitFor((x) => parseResponses(x).length >= 1, 10000, '431');
-  assert.equal(parseResponses(d.st.data)[0].status, 431);
+  await d.waitFor((x) => parseResponses(x).responses.length >= 1, 10000, '431');
+  assert.equal(parseResponses(d.st.data).responses[0].status, 431);
   d.sock.destroy();
 });
 
@@ -210,10 +118,10 @@ test('keep-alive: two requests on one socket, the socket stays open', async () =
   const c = tcp();
   await c.connected;
   c.sock.write(post('/v1/chat/completions', chatBody));
-  await c.waitFor((d) => parseResponses(d).length >= 1, 10000, 'first response');
+  await c.waitFor((d) => parseResponses(d).responses.length >= 1, 10000, 'first response');
   c.sock.write(post('/v1/chat/completions', chatBody.replace('gpt-4o', 'gpt-second')));
-  await c.waitFor((d) => parseResponses(d).length >= 2, 10000, 'second response');
-  const rs = parseResponses(c.st.data);
+  await c.waitFor((d) => parseResponses(d).responses.length >= 2, 10000, 'second response');
+  const rs = parseResponses(c.st.data).responses;
   assert.equal(rs[0].status, 200);
   assert.equal(rs[1].status, 200);
   assert.equal(JSON.parse(rs[0].body).model, 'gpt-4o');
@@ -222,22 +130,20 @@ test('keep-alive: two requests on one socket, the socket stays open', async () =
   assert.equal(c.st.closed, false, 'keep-alive socket closed');
   // and a third, GET this time
   c.sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
-  await c.waitFor((d) => parseResponses(d).length >= 3, 10000, 'third response');
-  assert.equal(parseResponses(c.st.data)[2].status, 200);
+  await c.waitFor((d) => parseResponses(d).responses.length >= 3, 10000, 'third response');
+  assert.equal(parseResponses(c.st.data).responses[2].status, 200);
   c.sock.destroy();
 });
 
 test('an idle keep-alive connection is closed after idle_timeout', async () => {
-  const p2 = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-idle_timeout = 1s
-${upstreams}`);
+  const p2 = await startProxai(
+    C.server({ idle_timeout: '1s' }) +
+    upstreams);
   try {
     const c = tcp(p2.port);
     await c.connected;
     c.sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
-    await c.waitFor((d) => parseResponses(d).length >= 1, 5000, 'healthz');
+    await c.waitFor((d) => parseResponses(d).responses.length >= 1, 5000, 'healthz');
     assert.equal(c.st.closed, false);
     await Promise.race([c.closed, sleep(8000)]);
     assert.ok(c.st.closed, 'idle keep-alive connection still open long after idle_timeout = 1s');
@@ -252,7 +158,7 @@ test('a request with Connection: close is answered and the connection closed', a
   c.sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
   await Promise.race([c.closed, sleep(5000)]);
   assert.ok(c.st.closed, 'connection not closed');
-  const [r] = parseResponses(c.st.data);
+  const [r] = parseResponses(c.st.data).responses;
   assert.equal(r.status, 200);
   assert.match(r.headers.connection || '', /close/i);
 });
@@ -268,8 +174,8 @@ test('pipelined requests are answered in order', async () => {
       post('/v1/chat/completions', chatBody.replace('gpt-4o', 'gpt-fast')) +
       'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n',
   );
-  await c.waitFor((d) => parseResponses(d).length >= 3, 10000, 'three responses');
-  const rs = parseResponses(c.st.data);
+  await c.waitFor((d) => parseResponses(d).responses.length >= 3, 10000, 'three responses');
+  const rs = parseResponses(c.st.data).responses;
   assert.deepEqual(rs.map((r) => r.status), [200, 200, 200]);
   assert.equal(JSON.parse(rs[0].body).model, 'gpt-slow');
   assert.equal(JSON.parse(rs[1].body).model, 'gpt-fast');
@@ -288,8 +194,8 @@ test('chunked request body is forwarded whole', async () => {
     await sleep(20);
   }
   c.sock.write('0\r\n\r\n');
-  await c.waitFor((d) => parseResponses(d).length >= 1, 10000, 'response');
-  const [r] = parseResponses(c.st.data);
+  await c.waitFor((d) => parseResponses(d).responses.length >= 1, 10000, 'response');
+  const [r] = parseResponses(c.st.data).responses;
   assert.equal(r.status, 200, c.st.data);
   assert.equal(JSON.parse(r.body).choices[0].message.content, 'Hello from mock');
   const [rec] = await mock.requests();
@@ -303,8 +209,8 @@ test('Expect: 100-continue gets 100 Continue, then the answer', async () => {
   c.sock.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${chatBody.length}\r\nExpect: 100-continue\r\n\r\n`);
   await c.waitFor((d) => /^HTTP\/1\.1 100 /.test(d) && d.includes('\r\n\r\n'), 5000, '100 Continue');
   c.sock.write(chatBody);
-  await c.waitFor((d) => parseResponses(d).length >= 2, 10000, 'final response');
-  const rs = parseResponses(c.st.data);
+  await c.waitFor((d) => parseResponses(d).responses.length >= 2, 10000, 'final response');
+  const rs = parseResponses(c.st.data).responses;
   assert.equal(rs[0].status, 100);
   assert.equal(rs[1].status, 200);
   assert.equal(JSON.parse(rs[1].body).choices[0].message.content, 'Hello from mock');
@@ -312,12 +218,9 @@ test('Expect: 100-continue gets 100 Continue, then the answer', async () => {
 });
 
 test('max_connections = 2: the third concurrent connection is closed at once', async () => {
-  const p2 = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-max_connections = 2
-idle_timeout = 1s
-${upstreams}`);
+  const p2 = await startProxai(
+    C.server({ max_connections: 2, idle_timeout: '1s' }) +
+    upstreams);
   try {
     // startProxai's /healthz poll left a keep-alive fetch connection: let
     // proxai's idle_timeout (1s) close it so that only ours count
@@ -328,8 +231,8 @@ ${upstreams}`);
     await b.connected;
     a.sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
     b.sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
-    await a.waitFor((d) => parseResponses(d).length >= 1, 5000, 'a');
-    await b.waitFor((d) => parseResponses(d).length >= 1, 5000, 'b');
+    await a.waitFor((d) => parseResponses(d).responses.length >= 1, 5000, 'a');
+    await b.waitFor((d) => parseResponses(d).responses.length >= 1, 5000, 'b');
     const c = tcp(p2.port);
     c.sock.on('connect', () => c.sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'));
     await Promise.race([c.closed, sleep(5000)]);
@@ -338,7 +241,7 @@ ${upstreams}`);
     assert.equal(a.st.closed, false);
     // the first two still work
     a.sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
-    await a.waitFor((d) => parseResponses(d).length >= 2, 5000, 'a again');
+    await a.waitFor((d) => parseResponses(d).responses.length >= 2, 5000, 'a again');
     // after one leaves, a new one is accepted
     b.sock.destroy();
     await b.closed;
@@ -346,8 +249,8 @@ ${upstreams}`);
     const d = tcp(p2.port);
     await d.connected;
     d.sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
-    await d.waitFor((x) => parseResponses(x).length >= 1, 5000, 'd');
-    assert.equal(parseResponses(d.st.data)[0].status, 200);
+    await d.waitFor((x) => parseResponses(x).responses.length >= 1, 5000, 'd');
+    assert.equal(parseResponses(d.st.data).responses[0].status, 200);
     a.sock.destroy();
     d.sock.destroy();
   } finally {
@@ -376,8 +279,8 @@ test('unix socket listener', async () => {
     const c = rawClient({ path: sockPath });
     await c.connected;
     c.sock.write(post('/v1/chat/completions', chatBody));
-    await c.waitFor((d) => parseResponses(d).length >= 1, 10000, 'response over unix socket');
-    const [r] = parseResponses(c.st.data);
+    await c.waitFor((d) => parseResponses(d).responses.length >= 1, 10000, 'response over unix socket');
+    const [r] = parseResponses(c.st.data).responses;
     assert.equal(r.status, 200);
     assert.equal(JSON.parse(r.body).choices[0].message.content, 'Hello from mock');
     c.sock.destroy();

@@ -7,9 +7,9 @@ import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { freePort, startMock, test, run, waitFor, sleep, repoRoot } from './lib/harness.mjs';
+import { freePort, startMock, test, run, waitFor, sleep, repoRoot, cleanEnv, proxaiSync as runSync, proxaiBin, writeFile } from './lib/harness.mjs';
 
-const BIN = path.resolve(process.env.PROXAI_BIN || path.join(repoRoot, 'build/proxai'));
+const BIN = proxaiBin;
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-sidecar-'));
 const running = new Set();
 process.on('exit', () => {
@@ -24,26 +24,13 @@ process.on('exit', () => {
 });
 
 /** Environment without the variables the embedded default and main() read. */
-function cleanEnv(extra = {}) {
-  const env = { ...process.env };
-  for (const k of ['OPENAI_API_KEY', 'ANTHROPIC_API_KEY', 'OPENAI_BASE_URL', 'ANTHROPIC_BASE_URL', 'PROXAI_LISTEN', 'PROXAI_CONFIG'])
-    delete env[k];
-  return { ...env, ...extra };
-}
 
-function proxaiSync(args, { env = cleanEnv(), input } = {}) {
-  const r = spawnSync(BIN, args, { cwd: tmp, env, input, encoding: 'utf8', timeout: 10000 });
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
-}
 
 /* a file must route something: the smallest route, for tests about [server] */
 const ROUTE = '\n[upstream u]\nprotocol = openai_chat_completions\nbase_url = http://127.0.0.1:9\n[route *]\nupstream = u\n';
 
-function writeConf(name, text) {
-  const p = path.join(tmp, name);
-  fs.writeFileSync(p, text);
-  return p;
-}
+const proxaiSync = (args, { env = cleanEnv(), input } = {}) => runSync(args, { cwd: tmp, env, input });
+const writeConf = (name, text) => writeFile(tmp, name, text);
 
 /**
  * Starts proxai and waits for /healthz on port. With opts.heredoc, the way the

@@ -24,6 +24,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import net from 'node:net';
 import { startMock, startProxai, test, run, sleep, waitFor } from './lib/harness.mjs';
+import * as C from './lib/config.mjs';
 
 const SANITIZED = process.env.PROXAI_SANITIZED === '1';
 const SECONDS = Number(process.env.PROXAI_SOAK_SECONDS || (SANITIZED ? 120 : 20));
@@ -54,62 +55,16 @@ if (SANITIZED && !/quarantine_size_mb/.test(process.env.ASAN_OPTIONS || '')) {
 }
 
 const mock = await startMock({ args: ['--max-records', '0'] });
-const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-log_level = error
-header_timeout = 3s
-idle_timeout = 3s
-max_body = 256k
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = up-chat-key
-retries = 0
-eject_after = 0
-connect_timeout = 2s
-first_byte_timeout = 1500ms
-idle_timeout = 1s
-[upstream or]
-protocol = openai_responses
-base_url = ${mock.url}/v1
-api_key = up-resp-key
-retries = 0
-eject_after = 0
-connect_timeout = 2s
-first_byte_timeout = 1500ms
-idle_timeout = 1s
-[upstream an]
-protocol = anthropic_messages
-base_url = ${mock.url}
-api_key = up-ant-key
-retries = 0
-eject_after = 0
-connect_timeout = 2s
-first_byte_timeout = 1500ms
-idle_timeout = 1s
-[upstream gm]
-protocol = gemini_generate_content
-base_url = ${mock.url}
-api_key = up-gem-key
-retries = 0
-eject_after = 0
-connect_timeout = 2s
-first_byte_timeout = 1500ms
-idle_timeout = 1s
-[route to-chat*]
-upstream = oc
-model = up-chat-model
-[route to-resp*]
-upstream = or
-model = up-resp-model
-[route to-ant*]
-upstream = an
-model = up-ant-model
-[route to-gem*]
-upstream = gm
-model = up-gem-model
-`, { env: childEnv });
+const px = await startProxai(
+  C.server({ log_level: 'error', header_timeout: '3s', idle_timeout: '3s', max_body: '256k' }) +
+  C.upstream('oc', 'chat', mock.url, { api_key: 'up-chat-key', eject_after: 0, connect_timeout: '2s', first_byte_timeout: '1500ms', idle_timeout: '1s' }) +
+  C.upstream('or', 'responses', mock.url, { api_key: 'up-resp-key', eject_after: 0, connect_timeout: '2s', first_byte_timeout: '1500ms', idle_timeout: '1s' }) +
+  C.upstream('an', 'anthropic', mock.url, { api_key: 'up-ant-key', eject_after: 0, connect_timeout: '2s', first_byte_timeout: '1500ms', idle_timeout: '1s' }) +
+  C.upstream('gm', 'gemini', mock.url, { api_key: 'up-gem-key', eject_after: 0, connect_timeout: '2s', first_byte_timeout: '1500ms', idle_timeout: '1s' }) +
+  C.route('to-chat*', { upstream: 'oc', model: 'up-chat-model' }) +
+  C.route('to-resp*', { upstream: 'or', model: 'up-resp-model' }) +
+  C.route('to-ant*', { upstream: 'an', model: 'up-ant-model' }) +
+  C.route('to-gem*', { upstream: 'gm', model: 'up-gem-model' }), { env: childEnv });
 process.on('exit', () => { px.stop('SIGKILL'); mock.stop('SIGKILL'); });
 
 // ---- the upstream script -------------------------------------------------------

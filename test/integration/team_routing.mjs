@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { startMock, startProxai, test, run, waitFor, freePort, parseSSE, repoRoot } from './lib/harness.mjs';
+import { withProxai } from './lib/client.mjs';
 
 const mocks = [await startMock(), await startMock(), await startMock()];
 const [ma, mb, mc] = mocks;
@@ -83,20 +84,11 @@ async function logMatch(px, re) {
   await waitFor(() => re.test(px.logs().stderr), { timeout: 5000, what: `log line ${re}` });
 }
 
-async function withProxai(text, fn) {
-  const px = await startProxai(config(text));
-  try {
-    await fn(px);
-  } finally {
-    await px.stop();
-  }
-}
-
 test('balance = round_robin spreads requests evenly over the deployments', async () => {
   await resetAll();
-  await withProxai(
+  await withProxai(config(
     upstream('a', ma) + upstream('b', mb) + upstream('c', mc) +
-      '[route *]\nupstream = a, b, c\nbalance = round_robin\n',
+      '[route *]\nupstream = a, b, c\nbalance = round_robin\n'),
     async (px) => {
       for (let i = 0; i < 30; i++) assert.equal((await chat(px, 'gpt-x')).status, 200);
       assert.deepEqual(await counts(), [10, 10, 10]);
@@ -106,9 +98,9 @@ test('balance = round_robin spreads requests evenly over the deployments', async
 
 test('balance = weighted follows the upstreams\' weights', async () => {
   await resetAll();
-  await withProxai(
+  await withProxai(config(
     upstream('a', ma, 'weight = 3') + upstream('b', mb) +
-      '[route *]\nupstream = a, b\nbalance = weighted\n',
+      '[route *]\nupstream = a, b\nbalance = weighted\n'),
     async (px) => {
       for (let i = 0; i < 40; i++) assert.equal((await chat(px, 'gpt-x')).status, 200);
       assert.deepEqual(await counts(), [30, 10, 0]);
@@ -120,8 +112,8 @@ test('balance = least_busy (the default) keeps away from a slow deployment', asy
   await resetAll();
   // a answers every request 300 ms late; b at once
   await ma.script([{ default: true, headers_delay_ms: 300, repeat: true }]);
-  await withProxai(
-    upstream('a', ma) + upstream('b', mb) + '[route *]\nupstream = a, b\n',
+  await withProxai(config(
+    upstream('a', ma) + upstream('b', mb) + '[route *]\nupstream = a, b\n'),
     async (px) => {
       for (let i = 0; i < 20; i++) assert.equal((await chat(px, 'gpt-x')).status, 200);
       const [a, b] = await counts();
@@ -134,9 +126,9 @@ test('balance = least_busy (the default) keeps away from a slow deployment', asy
 
 test('upstream = a, b/model-b sends model-b to b and the requested name to a', async () => {
   await resetAll();
-  await withProxai(
+  await withProxai(config(
     upstream('a', ma) + upstream('b', mb) +
-      '[route gpt-x]\nupstream = a, b/model-b\nbalance = round_robin\n',
+      '[route gpt-x]\nupstream = a, b/model-b\nbalance = round_robin\n'),
     async (px) => {
       for (let i = 0; i < 4; i++) {
         const r = await chat(px, 'gpt-x');
@@ -159,9 +151,9 @@ test('upstream = a, b/model-b sends model-b to b and the requested name to a', a
 test('a failing deployment is ejected after eject_after failures, retried elsewhere, and returns after eject_for', async () => {
   await resetAll();
   await ma.script([{ status: 503, body: { error: { message: 'down', type: 'server_error' } }, repeat: true }]);
-  await withProxai(
+  await withProxai(config(
     upstream('a', ma, 'eject_after = 2\neject_for = 3s\nretries = 0') + upstream('b', mb, 'retries = 0') +
-      '[route *]\nupstream = a, b\nbalance = round_robin\n',
+      '[route *]\nupstream = a, b\nbalance = round_robin\n'),
     async (px) => {
       for (let i = 0; i < 10; i++) {
         const r = await chat(px, 'gpt-x');
@@ -193,11 +185,11 @@ test('a failing deployment is ejected after eject_after failures, retried elsewh
 test('a fallback to another protocol receives its own model, translated', async () => {
   await resetAll();
   await ma.script([{ status: 503, body: { error: { message: 'down', type: 'server_error' } }, repeat: true }]);
-  await withProxai(
+  await withProxai(config(
     upstream('primary', ma, 'retries = 0') + upstream('claude', mb, '', 'anthropic_messages') +
       upstream('spare', mc, 'retries = 0') +
       '[route gpt-primary]\nupstream = primary\nfallback = claude/claude-fallback-1\n' +
-      '[route gpt-plain]\nupstream = primary\nfallback = spare\n',
+      '[route gpt-plain]\nupstream = primary\nfallback = spare\n'),
     async (px) => {
       const r = await chat(px, 'gpt-primary');
       assert.equal(r.status, 200, r.text);
@@ -239,12 +231,12 @@ test('connect failures and a blackholed host fail over like a 503', async () => 
   const dead = (name, port) =>
     `[upstream ${name}]\nprotocol = openai_chat_completions\nbase_url = http://127.0.0.1:${port}/v1\n` +
     'api_key = k\nconnect_timeout = 300ms\nretries = 1\n';
-  await withProxai(
+  await withProxai(config(
     dead('hole', blackholePort) + dead('refused', refusedPort) + upstream('good', ma) +
       '[route via-hole]\nupstream = hole\nfallback = good/good-model\n' +
       '[route via-refused]\nupstream = refused\nfallback = good\n' +
       '[route only-hole]\nupstream = hole\n' +
-      '[route pair]\nupstream = hole, good\nbalance = round_robin\n',
+      '[route pair]\nupstream = hole, good\nbalance = round_robin\n'),
     async (px) => {
       const r = await chat(px, 'via-hole');
       assert.equal(r.status, 200, r.text);
@@ -274,12 +266,12 @@ test('a retry-after above retry_after_max moves on at once; the 429 reaches the 
   const limited = { status: 429, headers: { 'retry-after': '15' }, body: { error: { message: 'slow down', type: 'rate_limit_error' } }, repeat: true };
   await ma.script([limited]);
   await mb.script([{ ...limited, headers: { 'retry-after': '1' }, repeat: false }]);
-  await withProxai(
+  await withProxai(config(
     upstream('a', ma, 'retry_after_max = 2s\nretries = 2') + upstream('b', mb, 'retries = 1') +
       upstream('c', mc) +
       '[route with-fallback]\nupstream = a\nfallback = c\n' +
       '[route alone]\nupstream = a\n' +
-      '[route short-wait]\nupstream = b\n',
+      '[route short-wait]\nupstream = b\n'),
     async (px) => {
       const r = await chat(px, 'with-fallback');
       assert.equal(r.status, 200, r.text);
@@ -303,9 +295,9 @@ test('a retry-after above retry_after_max moves on at once; the 429 reaches the 
 test('a retry-after above the cap on one deployment goes to the next deployment at once', async () => {
   await resetAll();
   await ma.script([{ status: 429, headers: { 'retry-after': '60' }, body: { error: { message: 'later', type: 'rate_limit_error' } }, repeat: true }]);
-  await withProxai(
+  await withProxai(config(
     upstream('a', ma, 'retries = 3') + upstream('b', mb/* default cap 10s */) +
-      '[route *]\nupstream = a, b/b-model\nbalance = round_robin\n',
+      '[route *]\nupstream = a, b/b-model\nbalance = round_robin\n'),
     async (px) => {
       for (let i = 0; i < 2; i++) {
         const r = await chat(px, 'gpt-x');

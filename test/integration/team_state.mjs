@@ -8,16 +8,12 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { startMock, startProxai, test, run, waitFor, sleep, freePort } from './lib/harness.mjs';
+import * as C from './lib/config.mjs';
 import { childrenOf } from './lib/team.mjs';
 
 const mock = await startMock();
-const upstreams = `
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = up-key
-retries = 0
-`;
+const upstreams =
+  C.upstream('oc', 'chat', mock.url, { api_key: 'up-key' });
 const KEY = 'sk-team-a';
 const chatBody = JSON.stringify({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] });
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-team-'));
@@ -62,17 +58,11 @@ function metricValue(text, re) {
 }
 
 test('workers = 2: rpm = 10 admits exactly 10 of 20 requests across workers; 10 scrapes of /metrics agree', async () => {
-  const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-workers = 2
-access_log = off
-${upstreams}
-[route *]
-upstream = oc
-[key team-a]
-secret = ${KEY}
-rpm = 10
-`);
+  const px = await startProxai(
+    C.server({ workers: 2 }) +
+    upstreams +
+    C.route('*', { upstream: 'oc' }) +
+    C.key('team-a', { secret: `${KEY}`, rpm: 10 }));
   try {
     await waitFor(() => childrenOf(px.pid).length === 2, { what: 'two workers' });
     const res = await Promise.all(Array.from({ length: 20 }, () => chat(px.url, auth)));
@@ -108,16 +98,11 @@ rpm = 10
 
 test('admin_listen serves /metrics without a key; the client listener does not serve it', async () => {
   const admin = await freePort();
-  const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-admin_listen = 127.0.0.1:${admin}
-access_log = off
-${upstreams}
-[route *]
-upstream = oc
-[key team-a]
-secret = ${KEY}
-`);
+  const px = await startProxai(
+    C.server({ admin_listen: `127.0.0.1:${admin}` }) +
+    upstreams +
+    C.route('*', { upstream: 'oc' }) +
+    C.key('team-a', { secret: `${KEY}` }));
   try {
     assert.equal((await chat(px.url, auth)).status, 200);
     const m = await request(`http://127.0.0.1:${admin}`, { path: '/metrics' });
@@ -136,25 +121,15 @@ secret = ${KEY}
 });
 
 test('/v1/models lists the concrete names the key may use (never a glob) and needs a key', async () => {
-  const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-${upstreams}
-[route gpt-4o]
-upstream = oc
-[route claude-*]
-upstream = oc
-models = claude-a, claude-b
-[route gpt-4o-mini]
-upstream = oc
-[route *]
-upstream = oc
-[key narrow]
-secret = sk-narrow
-models = gpt-*
-[key wide]
-secret = sk-wide
-`);
+  const px = await startProxai(
+    C.server() +
+    upstreams +
+    C.route('gpt-4o', { upstream: 'oc' }) +
+    C.route('claude-*', { upstream: 'oc', models: 'claude-a, claude-b' }) +
+    C.route('gpt-4o-mini', { upstream: 'oc' }) +
+    C.route('*', { upstream: 'oc' }) +
+    C.key('narrow', { secret: 'sk-narrow', models: 'gpt-*' }) +
+    C.key('wide', { secret: 'sk-wide' }));
   try {
     const ids = async (key, headers = {}) => {
       const r = await request(px.url, { path: '/v1/models', headers: { authorization: `Bearer ${key}`, ...headers } });
@@ -187,14 +162,10 @@ test('a route `models =` entry must be concrete: a glob there is a configuration
 });
 
 test('kill -9 of a worker: the master logs it and starts a new one; traffic goes on', async () => {
-  const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-workers = 2
-access_log = off
-${upstreams}
-[route *]
-upstream = oc
-`);
+  const px = await startProxai(
+    C.server({ workers: 2 }) +
+    upstreams +
+    C.route('*', { upstream: 'oc' }));
   try {
     const before = await waitFor(() => {
       const c = childrenOf(px.pid);
@@ -218,14 +189,10 @@ upstream = oc
 }, { timeout: 30000 });
 
 test('workers dying in a loop: after 10 deaths within 60 s the master stops (exit 1) instead of respawning forever', async () => {
-  const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-workers = 2
-access_log = off
-${upstreams}
-[route *]
-upstream = oc
-`);
+  const px = await startProxai(
+    C.server({ workers: 2 }) +
+    upstreams +
+    C.route('*', { upstream: 'oc' }));
   try {
     for (let i = 0; i < 10; i++) {
       const c = await waitFor(() => {
@@ -247,14 +214,10 @@ upstream = oc
 for (const workers of [1, 2]) {
   test(`SIGUSR1 reopens the access log after logrotate renamed it (workers = ${workers})`, async () => {
     const log = path.join(tmp, `access-${workers}.log`);
-    const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-workers = ${workers}
-access_log = ${log}
-${upstreams}
-[route *]
-upstream = oc
-`);
+    const px = await startProxai(
+      C.server({ workers: `${workers}`, access_log: `${log}` }) +
+      upstreams +
+      C.route('*', { upstream: 'oc' }));
     try {
       if (workers > 1) await waitFor(() => childrenOf(px.pid).length === workers, { what: 'workers' });
       assert.equal((await chat(px.url, { 'x-request-id': 'before-rotate' })).status, 200);
@@ -305,14 +268,10 @@ test('SIGUSR1 also reopens the diagnostic log when stderr is a file', async () =
 });
 
 test('SIGHUP with an emptied or truncated file is rejected; the running configuration stays', async () => {
-  const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-workers = 2
-access_log = off
-${upstreams}
-[route *]
-upstream = oc
-`);
+  const px = await startProxai(
+    C.server({ workers: 2 }) +
+    upstreams +
+    C.route('*', { upstream: 'oc' }));
   try {
     await waitFor(() => childrenOf(px.pid).length === 2, { what: 'two workers' });
     const text = fs.readFileSync(px.configPath, 'utf8');
@@ -404,13 +363,10 @@ upstream = oc
 });
 
 test('a stream cut by the upstream counts as a failure in /metrics, not as 200 / ok', async () => {
-  const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-${upstreams}
-[route *]
-upstream = oc
-`);
+  const px = await startProxai(
+    C.server() +
+    upstreams +
+    C.route('*', { upstream: 'oc' }));
   try {
     await mock.reset();
     await mock.script({ default: true, fault: 'reset', fault_after: 2, delay_ms: 50 });

@@ -35,16 +35,7 @@ try {
 const { z } = await import('zod');
 
 const mock = await startMock();
-const px = await startProxai(`${S.gatewayConfig(mock.url)}
-[upstream gm]
-protocol = gemini_generate_content
-base_url = ${mock.url}
-api_key = up-gem-key
-retries = 0
-[route to-gemini*]
-upstream = gm
-model = up-gem-model
-`);
+const px = await startProxai(S.gatewayConfig(mock.url)); // its four upstreams, Gemini's included
 
 const UPSTREAMS = ['chat', 'responses', 'anthropic', 'gemini'];
 const KEY = 'client-key';

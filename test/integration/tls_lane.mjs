@@ -15,6 +15,7 @@ import http from 'node:http';
 import net from 'node:net';
 import tls from 'node:tls';
 import { startProxai, test, run, parseSSE } from './lib/harness.mjs';
+import { withProxai } from './lib/client.mjs';
 import { makeCerts } from './lib/tlscerts.mjs';
 
 const certs = makeCerts();
@@ -132,16 +133,6 @@ function bad(r) {
 }
 
 /** One proxai for the block, stopped after it; ASan/UBSan reports fail. */
-async function withProxai(text, fn, opts = {}) {
-  const px = await startProxai(text, opts);
-  try {
-    await fn(px);
-  } finally {
-    await px.stop();
-    const err = px.logs().stderr;
-    assert.ok(!/AddressSanitizer|LeakSanitizer|runtime error/.test(err), err.slice(-4000));
-  }
-}
 
 test('valid chain via ca_file: 200, body and stream passed through; one connection', async () => {
   good.reset();

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import http from 'node:http';
 import { startMock, startProxai, test, run, parseSSE, sleep } from './lib/harness.mjs';
+import { vmRSSKiB } from './lib/client.mjs';
 
 // AddressSanitizer keeps freed blocks in a quarantine and pads every
 // allocation; scripts/test.sh sets PROXAI_SANITIZED=1 for that build, where
@@ -324,11 +325,6 @@ for (const [client, upstream] of S.PAIRS) {
 }
 
 // ---- memory: a long translated stream read by a slow client ----------------------
-
-function vmRSSKiB(pid) {
-  const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return Number(m[1]);
-}
 
 /** Long upstream stream of `count` text deltas of `size` bytes, in the upstream protocol. */
 function longSSE(upstream, count, size) {

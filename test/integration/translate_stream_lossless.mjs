@@ -8,13 +8,13 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startMock, startProxai, test, run, parseSSE, waitFor } from './lib/harness.mjs';
+import { startMock, startProxai, test, run, parseSSE, waitFor, jsonLines } from './lib/harness.mjs';
 import * as S from './lib/scripts.mjs';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-lossless-'));
 const logPath = path.join(dir, 'access.log');
 const mock = await startMock();
-const px = await startProxai(S.gatewayConfig(mock.url).replace('access_log = off', `access_log = ${logPath}`));
+const px = await startProxai(S.gatewayConfig(mock.url, { access_log: logPath }));
 
 const ev = (type, data) => ({ event: type, data: { type, ...data } });
 
@@ -45,9 +45,7 @@ async function post(p, body) {
   return fetch(`${px.url}${p}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer client-key', 'x-api-key': 'client-key' }, body: JSON.stringify(body) });
 }
 
-function logLines() {
-  return fs.existsSync(logPath) ? fs.readFileSync(logPath, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : [];
-}
+const logLines = () => jsonLines(logPath);
 
 test('chat client: citations arrive as delta.annotations; signatures named at the start and in the access log', async () => {
   await mock.reset();

@@ -218,11 +218,11 @@ static void test_budget_sweep(void) {
           continue; /* a request the translation refuses anyway */
         cases++;
         for (long long lim = 0;; lim += 97) {
-          px_translate_mem_limit(lim);
+          ctx.mem_limit = &lim;
           got = NULL;
           memset(&err, 0, sizeof(err));
           int rc = px_translate_request_body(&ctx, body, len, 0, &got, &gl, &lossy, &err);
-          px_translate_mem_limit(-1);
+          ctx.mem_limit = NULL;
           if (rc < 0) {
             CHECK(err.kind == PX_ERR_TOO_LARGE && got == NULL);
             if (err.kind != PX_ERR_TOO_LARGE) {

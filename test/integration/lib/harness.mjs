@@ -7,7 +7,7 @@
 //
 // Every child process is tracked by PID and stopped when the tests end or the
 // Node process exits (SIGKILL on a hard exit).
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -276,6 +276,39 @@ export async function startProxai(configText, { env = {}, vars = {}, args = [], 
     exited: child.exited,
     logs: () => ({ stdout: child.out.stdout, stderr: child.out.stderr }),
   };
+}
+
+/** The proxai binary the tests run (PROXAI_BIN, else build/proxai). */
+export const proxaiBin = path.resolve(process.env.PROXAI_BIN || path.join(repoRoot, 'build/proxai'));
+
+/** This process's environment without the variables that configure proxai
+ *  by themselves (provider keys and URLs, PROXAI_LISTEN, PROXAI_CONFIG),
+ *  then `extra`. */
+export function cleanEnv(extra = {}) {
+  const env = { ...process.env };
+  for (const k of ['OPENAI_API_KEY', 'ANTHROPIC_API_KEY', 'OPENAI_BASE_URL', 'ANTHROPIC_BASE_URL',
+    'PROXAI_LISTEN', 'PROXAI_CONFIG'])
+    delete env[k];
+  return { ...env, ...extra };
+}
+
+/** Runs proxai with args to its end (--check, --version, a failing start):
+ *  {code, signal, stdout, stderr}. */
+export function proxaiSync(args, { cwd, env = cleanEnv(), input, timeout = 10000 } = {}) {
+  const r = spawnSync(proxaiBin, args, { cwd, env, input, encoding: 'utf8', timeout });
+  return { code: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** Writes text to dir/name; returns the path. */
+export function writeFile(dir, name, text) {
+  const p = path.join(dir, name);
+  fs.writeFileSync(p, text);
+  return p;
+}
+
+/** The JSON records of a JSON-lines file (an access log): [] while it does not exist. */
+export function jsonLines(file) {
+  return fs.existsSync(file) ? fs.readFileSync(file, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : [];
 }
 
 /** Parses SSE text into [{event, data, id}] (data lines joined with \n). */

@@ -18,6 +18,8 @@
 // {event?, data}). bodyFor/sseFor pick by protocol name. Everything is
 // deterministic.
 
+import * as C from './config.mjs';
+
 export const CREATED = 1700000000;
 
 const stopOf = (d) => d.stop || (d.toolCalls && d.toolCalls.length ? 'tool' : 'end');
@@ -276,11 +278,12 @@ export function truncateSSE(proto, events) {
 
 // ---- gateway setup shared by the translation tests ------------------------------
 
-/** Upstream protocol config names and the route model that reaches each. */
-export const PROTO_NAME = { chat: 'openai_chat_completions', responses: 'openai_responses', anthropic: 'anthropic_messages' };
-export const UPSTREAM_MODEL = { chat: 'up-chat-model', responses: 'up-resp-model', anthropic: 'up-ant-model' };
-export const UPSTREAM_NAME = { chat: 'oc', responses: 'or', anthropic: 'an' };
-/** The six translated pairs, [client, upstream]. */
+/** Upstream protocol config names (lib/config.mjs) and, per protocol, the
+ *  model a `to-<proto>*` route rewrites to and the upstream's name. */
+export const PROTO_NAME = C.PROTOCOL;
+export const UPSTREAM_MODEL = { chat: 'up-chat-model', responses: 'up-resp-model', anthropic: 'up-ant-model', gemini: 'up-gem-model' };
+export const UPSTREAM_NAME = { chat: 'oc', responses: 'or', anthropic: 'an', gemini: 'gm' };
+/** The six translated pairs of the three protocols these scripts answer for, [client, upstream]. */
 export const PAIRS = [
   ['chat', 'anthropic'],
   ['chat', 'responses'],
@@ -289,44 +292,25 @@ export const PAIRS = [
   ['anthropic', 'chat'],
   ['anthropic', 'responses'],
 ];
+const UPSTREAM_KEY = { chat: 'up-chat-key', responses: 'up-resp-key', anthropic: 'up-ant-key', gemini: 'up-gem-key' };
 
-/** proxai config: three upstreams on the mock, route `to-<proto>*` -> that upstream with the model rewritten. */
-export function gatewayConfig(mockUrl, extraServer = '') {
-  return `[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-${extraServer}
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mockUrl}/v1
-api_key = up-chat-key
-retries = 0
-[upstream or]
-protocol = openai_responses
-base_url = ${mockUrl}/v1
-api_key = up-resp-key
-retries = 0
-[upstream an]
-protocol = anthropic_messages
-base_url = ${mockUrl}
-api_key = up-ant-key
-retries = 0
-anthropic_version = 2023-06-01
-[route to-chat*]
-upstream = oc
-model = ${UPSTREAM_MODEL.chat}
-[route to-responses*]
-upstream = or
-model = ${UPSTREAM_MODEL.responses}
-[route to-anthropic*]
-upstream = an
-model = ${UPSTREAM_MODEL.anthropic}
-max_tokens = 1000
-`;
+/** proxai config: an upstream of each of the four protocols on the mock, and
+ *  a route `to-<proto>*` to each with the model rewritten (UPSTREAM_MODEL);
+ *  serverKeys go to [server]. */
+export function gatewayConfig(mockUrl, serverKeys = {}) {
+  let s = C.server(serverKeys);
+  for (const p of Object.keys(C.PROTOCOL))
+    s += C.upstream(UPSTREAM_NAME[p], p, mockUrl, {
+      api_key: UPSTREAM_KEY[p],
+      anthropic_version: p === 'anthropic' ? '2023-06-01' : undefined,
+    });
+  for (const p of Object.keys(C.PROTOCOL))
+    s += C.route(`to-${p}*`, { upstream: UPSTREAM_NAME[p], model: UPSTREAM_MODEL[p], max_tokens: p === 'anthropic' ? 1000 : undefined });
+  return s;
 }
 
-/** Upstream request path suffix per protocol. */
-export const UPSTREAM_PATH = { chat: '/chat/completions', responses: '/responses', anthropic: '/v1/messages' };
+/** Upstream request path suffix per protocol (Gemini's names the method). */
+export const UPSTREAM_PATH = { chat: '/chat/completions', responses: '/responses', anthropic: '/v1/messages', gemini: ':generateContent' };
 
 // ---- client-side helpers --------------------------------------------------------
 

@@ -1,0 +1,151 @@
+// Client-side helpers the suites share: a raw socket client, a parser of raw
+// HTTP/1.1 responses, a JSON POST, a proxai started for one block of tests,
+// and the process probes (RSS). Node built-ins only.
+//
+//   import { rawClient, parseResponses, post, withProxai } from './lib/client.mjs';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import net from 'node:net';
+
+import { sleep, startProxai } from './harness.mjs';
+
+/**
+ * A raw client socket to `target` (a port on 127.0.0.1, or net.connect
+ * options): collects everything received (latin1) in st.data (st.bytes
+ * counts it), resolves `closed` on close and `connected` on connect.
+ * `waitFor(pred, ms, what)` resolves once pred(st.data) holds, and fails
+ * when the socket closes first or the time runs out.
+ */
+export function rawClient(target) {
+  const opts = typeof target === 'number' ? { port: target, host: '127.0.0.1' } : target;
+  const sock = net.connect(opts);
+  const st = { data: '', closed: false, error: null, bytes: 0 };
+  sock.setEncoding('latin1');
+  sock.on('data', (d) => {
+    st.data += d;
+    st.bytes += d.length;
+  });
+  sock.on('error', (e) => (st.error = e));
+  const closed = new Promise((resolve) => sock.on('close', () => {
+    st.closed = true;
+    resolve();
+  }));
+  const connected = new Promise((resolve, reject) => {
+    sock.once('connect', resolve);
+    sock.once('error', reject);
+  });
+  const waitFor = async (pred, ms = 10000, what = 'data') => {
+    const end = Date.now() + ms;
+    while (!pred(st.data)) {
+      const got = JSON.stringify(st.data.slice(0, 2000));
+      if (st.closed && !pred(st.data)) throw new Error(`socket closed while waiting for ${what}; got: ${got}`);
+      if (Date.now() > end) throw new Error(`timed out waiting for ${what}; got: ${got}`);
+      await sleep(10);
+    }
+  };
+  return { sock, st, closed, connected, waitFor };
+}
+
+/**
+ * The complete HTTP/1.1 responses at the start of `data` (Content-Length or
+ * chunked framing; a 100 Continue counts as one): {responses, rest}, each
+ * response {status, headers (lower-case names), names (in order), body}.
+ */
+export function parseResponses(data) {
+  const out = [];
+  let rest = data;
+  for (;;) {
+    const he = rest.indexOf('\r\n\r\n');
+    if (he < 0) break;
+    const [statusLine, ...hl] = rest.slice(0, he).split('\r\n');
+    const status = Number(statusLine.split(' ')[1]);
+    const headers = {};
+    const names = [];
+    for (const l of hl) {
+      const i = l.indexOf(':');
+      const name = l.slice(0, i).trim().toLowerCase();
+      names.push(name);
+      headers[name] = l.slice(i + 1).trim();
+    }
+    let body = '';
+    let p = he + 4;
+    if (status === 100) {
+      out.push({ status, headers, names, body });
+      rest = rest.slice(p);
+      continue;
+    }
+    if (headers['content-length'] !== undefined) {
+      const n = Number(headers['content-length']);
+      if (rest.length < p + n) break;
+      body = rest.slice(p, p + n);
+      p += n;
+    } else if (/chunked/i.test(headers['transfer-encoding'] || '')) {
+      let complete = false;
+      for (;;) {
+        const le = rest.indexOf('\r\n', p);
+        if (le < 0) break;
+        const size = parseInt(rest.slice(p, le), 16);
+        if (size === 0) {
+          if (rest.length < le + 4) break;
+          p = le + 4;
+          complete = true;
+          break;
+        }
+        if (rest.length < le + 2 + size + 2) break;
+        body += rest.slice(le + 2, le + 2 + size);
+        p = le + 2 + size + 2;
+      }
+      if (!complete) break;
+    }
+    out.push({ status, headers, names, body });
+    rest = rest.slice(p);
+  }
+  return { responses: out, rest };
+}
+
+/**
+ * POST `body` (an object is sent as JSON, a string as is) to url + pathname
+ * with a JSON content type: {status, headers, text, json (undefined when
+ * the answer is not JSON)}.
+ */
+export async function post(url, pathname, body, headers = {}) {
+  const res = await fetch(url + pathname, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let json;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status: res.status, headers: res.headers, text, json };
+}
+
+/**
+ * Runs fn(px) against a proxai started with `configText` (startProxai's
+ * options), stops it afterwards, and fails when its stderr holds a
+ * sanitizer report.
+ */
+export async function withProxai(configText, fn, opts = {}) {
+  const px = await startProxai(configText, opts);
+  try {
+    await fn(px);
+  } finally {
+    await px.stop();
+    const err = px.logs().stderr;
+    assert.ok(!/AddressSanitizer|LeakSanitizer|runtime error/.test(err), err.slice(-4000));
+  }
+}
+
+/** The resident set of process pid in KiB (0 when it is gone). */
+export function vmRSSKiB(pid) {
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) : 0;
+  } catch {
+    return 0;
+  }
+}
