@@ -58,6 +58,14 @@ static inline int px_header_value_ok(const char *v, size_t n) {
   return 1;
 }
 
+/** The length of s[0..n) cut to at most max bytes, never inside a UTF-8
+ *  character (for "%.*s" and the like). */
+static inline int px_utf8_cut(const char *s, size_t n, size_t max) {
+  if (n > max)
+    for (n = max; n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80;) n--;
+  return (int)n;
+}
+
 /** What a Transfer-Encoding field value lists (px_te_scan). */
 typedef struct px_te {
   unsigned chunked; /**< "chunked" seen so many times */

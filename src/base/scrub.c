@@ -56,8 +56,9 @@ static int ends(const secret_t *s, const char *p, size_t n) {
   return n <= s->n && memcmp(s->s + s->n - n, p, n) == 0;
 }
 
-/* Whether word w[0..n) shows a secret or its recognisable part. */
-static int word_secret(const char *w, size_t n) {
+/* How many bytes of word w[0..n) show a secret or its recognisable part:
+ * 0, or the word without a full stop that ends it. */
+static size_t word_secret(const char *w, size_t n) {
   while (n > 0 && w[n - 1] == '.' && (n < 2 || w[n - 2] != '.')) n--; /* a full stop */
   size_t head = n, tail = 0, ml;
   for (size_t i = 0; i < n; i++) {
@@ -73,9 +74,9 @@ static int word_secret(const char *w, size_t n) {
     if (masked) {
       if ((head >= 3 && starts(s, w, head)) ||
           (n - tail >= 4 && ends(s, w + tail, n - tail)))
-        return 1;
+        return n;
     } else if (n <= s->n && memmem(s->s, s->n, w, n) != NULL) {
-      return 1;
+      return n;
     }
   }
   return 0;
@@ -101,8 +102,9 @@ size_t px_scrub(char *p, size_t n) {
     }
     size_t s = i;
     while (i < n && word_byte((unsigned char)p[i])) i++;
-    if (word_secret(p + s, i - s)) {
-      memset(p + s, '*', i - s);
+    size_t k = word_secret(p + s, i - s);
+    if (k > 0) {
+      memset(p + s, '*', k);
       hits++;
     }
   }

@@ -228,7 +228,8 @@ static void after_admission(px_exch_t *x) {
       px_exch_error(x, PX_ERR_UNAVAILABLE, cfg->unconfigured_message, NULL);
     } else {
       char msg[300];
-      snprintf(msg, sizeof(msg), "no route for model '%.200s'", x->model);
+      snprintf(msg, sizeof(msg), "no route for model '%.*s'",
+               px_utf8_cut(x->model, strlen(x->model), 200), x->model);
       px_exch_error(x, PX_ERR_NOT_FOUND, msg, "model");
     }
     return;
@@ -342,7 +343,8 @@ static int authorize(px_exch_t *x) {
   }
   if (!px_key_allows(x->key, x->model)) {
     char msg[300];
-    snprintf(msg, sizeof(msg), "this key may not use model '%.200s'", x->model);
+    snprintf(msg, sizeof(msg), "this key may not use model '%.*s'",
+             px_utf8_cut(x->model, strlen(x->model), 200), x->model);
     px_exch_error(x, PX_ERR_PERMISSION, msg, "model");
     return -1;
   }

@@ -524,8 +524,9 @@ static int unusable(px_exch_t *x, int status, const char *encoding, int sse) {
              "bad gateway: upstream '%s' answered HTTP %d without a body", x->up->name, status);
   else if (status >= 200 && status < 300 && x->stream && !sse)
     snprintf(x->bad_msg, sizeof(x->bad_msg),
-             "bad gateway: upstream '%s' answered a streaming request with Content-Type '%.60s'",
-             x->up->name, x->content_type[0] ? x->content_type : "(none)");
+             "bad gateway: upstream '%s' answered a streaming request with Content-Type '%.*s'",
+             x->up->name, x->content_type[0] ? px_utf8_cut(x->content_type, strlen(x->content_type), 60) : 6,
+             x->content_type[0] ? x->content_type : "(none)");
   return x->bad_msg[0] != 0;
 }
 

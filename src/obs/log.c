@@ -132,9 +132,7 @@ void px_log_set_format(px_log_format_t format) {
  * character; invalid UTF-8 becomes U+FFFD (px_buf_json_escape): a JSON
  * line with raw invalid bytes is rejected by strict collectors. */
 static int put_json_text(px_buf_t *b, const char *s, size_t n, size_t max) {
-  if (n > max)
-    for (n = max; n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80;) n--;
-  return px_buf_json_str(b, s, n);
+  return px_buf_json_str(b, s, (size_t)px_utf8_cut(s, n, max));
 }
 
 /* {"time","level","pid","request_id"?,"message","fields"?} and a newline. */

@@ -511,9 +511,7 @@ static int on_event(void *arg, const px_ev_t *ev) {
     case PX_EV_ERROR: {
       /* an upstream's text: cut at a character, no configured secret */
       char msg[1024];
-      size_t n = ev->text.ptr ? ev->text.len : 0;
-      if (n > 1000)
-        for (n = 1000; n > 0 && ((unsigned char)ev->text.ptr[n] & 0xC0) == 0x80;) n--;
+      size_t n = ev->text.ptr ? (size_t)px_utf8_cut(ev->text.ptr, ev->text.len, 1000) : 0;
       if (n) memcpy(msg, ev->text.ptr, n);
       msg[n] = 0;
       px_scrub(msg, n);
