@@ -14,9 +14,9 @@
  * fuzzer's bytes are trailer fields and what follows them); the rest is the
  * client's byte stream. The handler reads every header of the table, so a
  * table that points into freed memory shows (trailers: fuzz_http_request.dict
- * holds the framing words). Properties checked: no crash, leak or UB; every response head the
- * server wrote is well formed (status line, no bare CR or LF, no NUL, each
- * header line "name: value"); the connection is gone once the client is. */
+ * holds the framing words). Properties checked: no crash, leak or UB; every response head
+ * the server wrote is well formed (status line, no bare CR or LF, no NUL, each header
+ * line "name: value"); the connection is gone once the client is. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -43,7 +43,8 @@ static uv_timer_t later;
 static unsigned touch_headers(const px_req_t *r) {
   unsigned sum = 0;
   for (size_t i = 0; i < r->nhdrs; i++) {
-    for (size_t k = 0; k < r->hdrs[i].name.len; k++) sum += (unsigned char)r->hdrs[i].name.ptr[k];
+    for (size_t k = 0; k < r->hdrs[i].name.len; k++)
+      sum += (unsigned char)r->hdrs[i].name.ptr[k];
     for (size_t k = 0; k < r->hdrs[i].value.len; k++)
       sum += (unsigned char)r->hdrs[i].value.ptr[k];
   }
@@ -205,7 +206,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Echo: e\r\n"
       "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n";
   if (mode & 0x18) { /* a framing prefix: the fuzzer's bytes start in the body */
-    if (send(sv[1], chunked_head, sizeof(chunked_head) - 1, MSG_NOSIGNAL) < 0) FAIL("send");
+    if (send(sv[1], chunked_head, sizeof(chunked_head) - 1, MSG_NOSIGNAL) < 0)
+      FAIL("send");
     if ((mode & 0x10) && send(sv[1], "0\r\n", 3, MSG_NOSIGNAL) < 0) FAIL("send");
     uv_run(&loop, UV_RUN_NOWAIT);
   }

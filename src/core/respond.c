@@ -522,11 +522,13 @@ static int unusable(px_exch_t *x, int status, const char *encoding, int sse) {
   else if (status == 204 || status == 205 || status == 206)
     snprintf(x->bad_msg, sizeof(x->bad_msg),
              "bad gateway: upstream '%s' answered HTTP %d without a body", x->up->name, status);
-  else if (status >= 200 && status < 300 && x->stream && !sse)
+  else if (status >= 200 && status < 300 && x->stream && !sse) {
+    const char *ct = x->content_type[0] ? x->content_type : "(none)";
     snprintf(x->bad_msg, sizeof(x->bad_msg),
-             "bad gateway: upstream '%s' answered a streaming request with Content-Type '%.*s'",
-             x->up->name, x->content_type[0] ? px_utf8_cut(x->content_type, strlen(x->content_type), 60) : 6,
-             x->content_type[0] ? x->content_type : "(none)");
+             "bad gateway: upstream '%s' answered a streaming request with Content-Type "
+             "'%.*s'",
+             x->up->name, px_utf8_cut(ct, strlen(ct), 60), ct);
+  }
   return x->bad_msg[0] != 0;
 }
 
