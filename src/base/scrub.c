@@ -69,6 +69,7 @@ static size_t word_secret(const char *w, size_t n) {
   }
   int masked = head < n;
   if (!masked && n < 8) return 0;
+  if (!masked && strspn(w, "0123456789.-") >= n) return 0; /* a JSON number stays one */
   for (size_t k = 0; k < g_nsecrets; k++) {
     const secret_t *s = &g_secrets[k];
     if (masked) {

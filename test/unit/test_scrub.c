@@ -54,11 +54,13 @@ static void test_shapes(void) {
     snprintf(want, sizeof(want), "%s", starred(cases[i][0], cases[i][1]));
     CHECK(strcmp(scrubbed(cases[i][0]), want) == 0);
   }
-  /* ordinary text stays as it is */
+  /* ordinary text stays as it is; a JSON number stays one even when its
+   * digits are inside a secret */
+  px_scrub_add("tok-12345678-abcdef", 19);
   const char *plain[] = {
       "You can find your API key at https://platform.openai.com/account/api-keys.",
       "Please try again... later", "rate limit *** reached", "short word",
-      "model gpt-4o-mini-2024-07-18 not found"};
+      "model gpt-4o-mini-2024-07-18 not found", "{\"created\":12345678,\"n\":-12345678.0}"};
   for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
     CHECK(strcmp(scrubbed(plain[i]), plain[i]) == 0);
   CHECK(px_scrub(NULL, 0) == 0);
