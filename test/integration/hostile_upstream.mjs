@@ -25,7 +25,9 @@ const accessLog = path.join(logDir, 'access.log');
 process.on('exit', () => fs.rmSync(logDir, { recursive: true, force: true }));
 
 // upstream keys of the shapes providers issue (made up), echoed by the
-// fault upstream the way providers do in their authentication errors
+// fault upstream the way providers do in their authentication errors. (ug:
+// a path with '%' goes by curl, which does not read SSL_CERT_FILE: under
+// hostile_upstream_tls its CA is named.)
 const LEAK = {
   chat: 'sk-proj-Q7mZr2xKp9LbV4nT8wYc3HdF6sJ1aE5uG0iXoRk2',
   ant: 'sk-ant-api03-Vb8Nq2Lm5Xc7Zr1Tk4Yw9Pd3Hs6Jf0Ga-QwErTyUiOp',
@@ -106,6 +108,7 @@ protocol = gemini_generate_content
 base_url = ${up.url}
 api_key = ${LEAK.gem}
 retries = 0
+${process.env.SSL_CERT_FILE ? `ca_file = ${process.env.SSL_CERT_FILE}` : ''}
 
 [route leak-*]
 upstream = uc_leak
