@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""Cost of a rate-limit admission per request: [state] backend = local
-(shared memory) beside backend = redis (one Lua script per admission on a
-local redis-server), and beside a key without limits (no admission at all).
+"""Cost of an admission per request: [state] backend = local (shared memory)
+beside backend = redis (one Lua script per admission on a local
+redis-server), each with rpm/tpm only and with budgets too (a [price], a
+key budget and a team budget reserved in the same step, settled at the end;
+locally the spend also goes to the LMDB store of [state] dir), and beside a
+key without limits (no admission at all).
 
 Measures, on loopback, chat pass-through against bench/fastmock:
   * added latency: N sequential keep-alive requests, p50 / p99 / mean in us;
@@ -61,10 +64,20 @@ def stop(proc, sig=signal.SIGTERM, timeout=60):
 
 
 def conf(tmp, name, port, mock_port, backend, redis_port):
+    budget = backend.endswith("+budget")
+    backend = backend.split("+")[0]
     limits = "" if backend == "none" else "rpm = 100000000\ntpm = 1000000000000\n"
     state = ""
     if backend == "redis":
-        state = "[state]\nbackend = redis\nredis = redis://127.0.0.1:%d/0\nprefix = bench:\n" % redis_port
+        # a generous timeout: under callgrind every reply is late
+        state = ("[state]\nbackend = redis\nredis = redis://127.0.0.1:%d/0\nprefix = bench:\n"
+                 "timeout = 10s\n" % redis_port)
+    elif budget:
+        state = "[state]\ndir = %s\n" % os.path.join(tmp, "state-" + name)
+    if budget:
+        limits += "team = t\nbudget = 100000000\n"
+        state += ("[price *]\ninput = 2.50\noutput = 10\n"
+                  "[team t]\nbudget = 100000000\n")
     path = os.path.join(tmp, name)
     with open(path, "w") as f:
         f.write("""[server]
@@ -86,6 +99,8 @@ secret = sk-bench
 %s""" % (port, state, mock_port, limits))
     return path
 
+
+BACKENDS = ("none", "local", "local+budget", "redis", "redis+budget")
 
 BODY = json.dumps({"model": "to_chat", "max_tokens": 16,
                    "messages": [{"role": "user", "content": "Hi"}]})
@@ -139,7 +154,7 @@ def main():
         if not wait_port(mock_port, mock) or not wait_port(redis_port, redis):
             sys.exit("mock or redis did not start")
         rows = {}
-        for backend in ("none", "local", "redis"):
+        for backend in BACKENDS:
             port = free_port()
             p = subprocess.Popen([proxai, "-c", conf(tmp, backend + ".conf", port, mock_port,
                                                      backend, redis_port)])
@@ -156,14 +171,14 @@ def main():
             }
         if shutil.which("valgrind"):
             n1, n2 = (int(x) for x in a.cg.split(","))
-            for backend in ("none", "local", "redis"):
+            for backend in BACKENDS:
                 irs = []
                 for n in (n1, n2):
                     port = free_port()
                     out = os.path.join(tmp, "cg-%s-%d.out" % (backend, n))
                     p = subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
-                                          proxai, "-c", conf(tmp, "cg.conf", port, mock_port, backend,
-                                                             redis_port)],
+                                          proxai, "-c", conf(tmp, "cg-%s-%d.conf" % (backend, n), port,
+                                                             mock_port, backend, redis_port)],
                                          stderr=subprocess.DEVNULL)
                     procs.append(p)
                     if not wait_port(port, p, 120):
@@ -176,7 +191,9 @@ def main():
         print("| admission | p50 us | p99 us | mean us | added p50 us vs none | proxai instructions/request |")
         print("|---|---|---|---|---|---|")
         for backend, label in (("none", "no limits (no admission)"), ("local", "backend = local"),
-                               ("redis", "backend = redis")):
+                               ("local+budget", "backend = local, budgets (LMDB spend)"),
+                               ("redis", "backend = redis"),
+                               ("redis+budget", "backend = redis, budgets")):
             r = rows[backend]
             ir = "%.0f" % r["ir"] if "ir" in r else "-"
             print("| %s | %.1f | %.1f | %.1f | %+.1f | %s |" % (

@@ -29,11 +29,13 @@
 #include "proxai/config.h"
 #include "proxai/log.h"
 #include "proxai/server.h"
+#include "proxai/worker.h"
 
 #define FAIL(why) (fprintf(stderr, "fuzz_http_request: %s (line %d)\n", why, __LINE__), abort())
 
 static uv_loop_t loop;
-static px_server_t srv;
+static px_worker_t wctx;
+static px_server_t srv = {.w = &wctx};
 static int mode;
 static px_conn_t *later_conn; /* answered on the next iteration */
 static px_req_t *later_req;
@@ -88,8 +90,8 @@ static void on_gone(void *arg) {
 }
 static const px_conn_handler_t handler = {NULL, on_gone};
 
-static void on_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
-  (void)s;
+static void on_request(px_worker_t *w, px_conn_t *c, px_req_t *r) {
+  (void)w;
   if (mode & 1) {
     later_conn = c;
     later_req = r;
@@ -168,8 +170,8 @@ static void setup(void) {
   }
   uv_loop_init(&loop);
   uv_timer_init(&loop, &later);
-  srv.loop = &loop;
-  srv.config = cfg;
+  wctx.loop = &loop;
+  wctx.config = cfg;
   srv.on_request = on_request;
 }
 
@@ -236,7 +238,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (srv.nconns > 0) {
     /* a connection waiting on a timer (lingering, header timeout): close it */
     px_server_close_all(&srv, 0);
-    srv.draining = 0;
+    wctx.draining = 0;
     for (int i = 0; i < 16 && srv.nconns > 0; i++) uv_run(&loop, UV_RUN_NOWAIT);
     if (srv.nconns > 0) FAIL("connection not closed");
   }

@@ -21,6 +21,7 @@
 
 #include "proxai/passthru.h"
 #include "proxai/proto.h"
+#include "proxai/usage.h"
 
 /* jansson's reading of a body's usage (the last of a repeated member, as
  * JSON parsers keep): a counter is a non-negative integer; 0 (not compared)

@@ -16,6 +16,7 @@
 #include "proxai/fastir.h"
 #include "proxai/passthru.h"
 #include "proxai/proto.h"
+#include "proxai/usage.h"
 
 static inline void diff_fail(const char *what, const px_tr_ctx_t *c, const char *body,
                              size_t len, const char *fast, const char *slow,
@@ -56,9 +57,9 @@ static inline void request(const px_tr_ctx_t *c, const char *body, size_t len) {
   px_translate_fast_counts(&after, NULL);
   if (after != before) {
     if (rf != 0) abort(); /* a fast answer is an answer */
-    px_translate_fast_enable(0);
-    int rs = px_translate_request_body(c, body, len, 0, &so, &sl, &ls, &es);
-    px_translate_fast_enable(1);
+    px_tr_ctx_t ref = *c;
+    ref.reference = 1;
+    int rs = px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &es);
     if (rs != 0)
       diff_fail("request (jansson refused)", c, body, len, fo, es.message, lf.buf, "");
     check_json("request", c, body, len, fo, fl, so, sl, &lf, &ls);

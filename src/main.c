@@ -1,31 +1,33 @@
 /* main.c - command line, configuration, workers, signals, drain. */
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "proxai/config.h"
+#include "proxai/inflight.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxai/proxy.h"
 #include "proxai/ratelimit.h"
 #include "proxai/server.h"
 #include "proxai/shm.h"
+#include "proxai/worker.h"
 
 #define PX_STR__(x) #x
 #define PX_STR_(x) PX_STR__(x)
 #include "proxai/upstream.h"
 
 typedef struct worker {
-  uv_loop_t *loop;
-  px_server_t srv;
+  px_worker_t ctx; /* loop, configuration, upstream client, draining */
+  px_server_t srv; /* its client side */
   const char *config_path;
   uv_signal_t sig_term, sig_int, sig_hup, sig_usr1;
   uv_timer_t shutdown_timer;
@@ -86,7 +88,12 @@ static void close_walk(uv_handle_t *h, void *arg) {
 
 static void on_uclient_closed(void *arg) {
   worker_t *w = arg;
-  w->srv.uclient = NULL;
+  w->ctx.uclient = NULL;
+}
+
+static void close_uclient(void *arg) {
+  worker_t *w = arg;
+  if (w->ctx.uclient) px_uclient_close(w->ctx.uclient, on_uclient_closed, w);
 }
 
 /* Stop the worker: graceful once every request has ended (last writes are
@@ -98,8 +105,9 @@ static void finish(worker_t *w, int graceful) {
     w->stopping = 3;
     px_server_close_all(&w->srv, 0);
     px_rl_stop();
-    if (w->srv.uclient) px_uclient_close(w->srv.uclient, on_uclient_closed, w);
-    uv_walk(w->loop, close_walk, NULL);
+    px_trace_export_stop();
+    if (w->ctx.uclient) px_uclient_close(w->ctx.uclient, on_uclient_closed, w);
+    uv_walk(w->ctx.loop, close_walk, NULL);
     return;
   }
   if (w->stopping == 2) return;
@@ -111,7 +119,8 @@ static void finish(worker_t *w, int graceful) {
   uv_close((uv_handle_t *)&w->sig_usr1, on_handle_close_noop);
   px_rl_stop();
   uv_unref((uv_handle_t *)&w->shutdown_timer);
-  if (w->srv.uclient) px_uclient_close(w->srv.uclient, on_uclient_closed, w);
+  /* the spans of the last requests go out before the upstream client closes */
+  px_trace_export_drain(close_uclient, w);
 }
 
 static void on_idle(px_server_t *s) {
@@ -133,10 +142,10 @@ static void on_stop_signal(uv_signal_t *sig, int signum) {
   }
   w->stopping = 1;
   px_log_info("signal %d: draining (up to %llu ms)", signum,
-              (unsigned long long)w->srv.config->server.shutdown_timeout_ms);
+              (unsigned long long)w->ctx.config->server.shutdown_timeout_ms);
   w->shutdown_timer.data = w;
   uv_timer_start(&w->shutdown_timer, on_shutdown_timeout,
-                 w->srv.config->server.shutdown_timeout_ms, 0);
+                 w->ctx.config->server.shutdown_timeout_ms, 0);
   px_server_drain(&w->srv);
 }
 
@@ -186,18 +195,19 @@ static void on_hup(uv_signal_t *sig, int signum) {
     px_log_error("reload rejected, keeping the running configuration: %s", err);
     return;
   }
-  if (strcmp(c->server.listen, w->srv.config->server.listen) != 0)
+  if (strcmp(c->server.listen, w->ctx.config->server.listen) != 0)
     px_log_warn("reload: a new listen address needs a restart; keeping %s",
-                w->srv.config->server.listen);
+                w->ctx.config->server.listen);
   px_log_init(c->server.log_level, c->server.access_log);
   px_log_set_format(c->server.log_format);
-  const px_state_conf_t *a = &w->srv.config->state, *b = &c->state;
-  if (a->backend != b->backend || a->on_error_deny != b->on_error_deny ||
-      strcmp(a->prefix, b->prefix) != 0 ||
-      (a->redis && b->redis ? strcmp(a->redis, b->redis) != 0 : a->redis != b->redis))
+  const px_state_conf_t *a = &w->ctx.config->state, *b = &c->state;
+  if (a->backend != b->backend || a->on_error != b->on_error ||
+      a->timeout_ms != b->timeout_ms || strcmp(a->prefix, b->prefix) != 0 ||
+      (a->redis && b->redis ? strcmp(a->redis, b->redis) != 0 : a->redis != b->redis) ||
+      (a->dir && b->dir ? strcmp(a->dir, b->dir) != 0 : a->dir != b->dir))
     px_log_warn("reload: a changed [state] section needs a restart; keeping the running one");
-  px_config_unref(w->srv.config);
-  w->srv.config = c;
+  px_config_unref(w->ctx.config);
+  w->ctx.config = c;
   px_log_info("configuration reloaded (%zu upstreams, %zu routes)", c->nupstreams,
               c->nroutes);
 }
@@ -206,10 +216,10 @@ static void on_hup(uv_signal_t *sig, int signum) {
 static int worker_fail(worker_t *w, const char *msg) {
   px_log_error("%s", msg);
   px_server_close_all(&w->srv, 0);
-  px_uclient_close(w->srv.uclient, NULL, NULL);
-  uv_run(w->loop, UV_RUN_DEFAULT);
-  uv_loop_close(w->loop);
-  px_config_unref(w->srv.config);
+  px_uclient_close(w->ctx.uclient, NULL, NULL);
+  uv_run(w->ctx.loop, UV_RUN_DEFAULT);
+  uv_loop_close(w->ctx.loop);
+  px_config_unref(w->ctx.config);
   return 1;
 }
 
@@ -217,27 +227,29 @@ static int run_worker(const char *path, px_config_t *cfg, unsigned index) {
   px_shm_set_worker(index);
   worker_t w;
   memset(&w, 0, sizeof(w));
-  w.loop = uv_default_loop();
+  w.ctx.loop = uv_default_loop();
   w.config_path = path;
-  w.srv.loop = w.loop;
-  w.srv.config = cfg;
+  w.srv.w = &w.ctx;
+  w.ctx.config = cfg;
   w.srv.on_request = px_proxy_request;
+  w.srv.on_early_error = px_proxy_early_error;
   w.srv.on_idle = on_idle;
-  w.srv.uclient = px_uclient_new(w.loop);
-  if (w.srv.uclient == NULL) {
+  w.ctx.uclient = px_uclient_new(w.ctx.loop);
+  if (w.ctx.uclient == NULL) {
     px_log_error("cannot initialise the upstream client");
     return 1;
   }
   char err[512];
   if (px_server_listen(&w.srv, err, sizeof(err)) < 0) return worker_fail(&w, err);
-  if (px_rl_start(w.loop, cfg) < 0) return worker_fail(&w, "cannot start the [state] backend");
-  uv_timer_init(w.loop, &w.shutdown_timer);
-  uv_signal_init(w.loop, &w.sig_usr1);
+  if (px_rl_start(w.ctx.loop, cfg) < 0) return worker_fail(&w, "cannot start the [state] backend");
+  px_trace_export_start(&w.ctx);
+  uv_timer_init(w.ctx.loop, &w.shutdown_timer);
+  uv_signal_init(w.ctx.loop, &w.sig_usr1);
   w.sig_usr1.data = &w;
   uv_signal_start(&w.sig_usr1, on_usr1, SIGUSR1);
-  uv_signal_init(w.loop, &w.sig_term);
-  uv_signal_init(w.loop, &w.sig_int);
-  uv_signal_init(w.loop, &w.sig_hup);
+  uv_signal_init(w.ctx.loop, &w.sig_term);
+  uv_signal_init(w.ctx.loop, &w.sig_int);
+  uv_signal_init(w.ctx.loop, &w.sig_hup);
   w.sig_term.data = w.sig_int.data = w.sig_hup.data = &w;
   uv_signal_start(&w.sig_term, on_stop_signal, SIGTERM);
   uv_signal_start(&w.sig_int, on_stop_signal, SIGINT);
@@ -247,11 +259,11 @@ static int run_worker(const char *path, px_config_t *cfg, unsigned index) {
   px_log_ctx(PX_LOG_INFO, NULL, fields, "proxai %s listening on %s (%zu upstreams, %zu routes)",
              PROXAI_VERSION, cfg->server.listen, cfg->nupstreams, cfg->nroutes);
   if (cfg->unconfigured_message) px_log_warn("%s", cfg->unconfigured_message);
-  uv_run(w.loop, UV_RUN_DEFAULT);
-  uv_walk(w.loop, close_walk, NULL);
-  uv_run(w.loop, UV_RUN_DEFAULT);
-  uv_loop_close(w.loop);
-  px_config_unref(w.srv.config);
+  uv_run(w.ctx.loop, UV_RUN_DEFAULT);
+  uv_walk(w.ctx.loop, close_walk, NULL);
+  uv_run(w.ctx.loop, UV_RUN_DEFAULT);
+  uv_loop_close(w.ctx.loop);
+  px_config_unref(w.ctx.config);
   px_log_info("stopped");
   return 0;
 }
@@ -274,6 +286,22 @@ static pid_t spawn_worker(const char *path, px_config_t *cfg, unsigned index,
     _exit(rc);
   }
   return p;
+}
+
+/* What a dead worker leaves (SPEC 7): its gauges zeroed, its requests in
+ * flight counted as lost, their reservations released, its outage flag
+ * cleared, its in-flight part emptied for the replacement. Returns the
+ * number of requests lost. */
+static unsigned reap(const px_config_t *cfg, unsigned i, pid_t pid) {
+  px_metrics_worker_reset(i); /* its connections and streams are gone */
+  px_inflight_rec_t *recs;
+  size_t nrecs;
+  unsigned lost = px_inflight_reap(i, &recs, &nrecs);
+  px_rl_release_lost(cfg, recs, nrecs, i, (long)pid);
+  free(recs);
+  px_rl_worker_gone(i);
+  if (lost > 0) px_metrics_lost(lost);
+  return lost;
 }
 
 static void describe_status(int st, char *out, size_t n) {
@@ -343,13 +371,20 @@ static int run_workers(const char *path, px_config_t *cfg, unsigned n) {
       if (i == n) continue;
       pids[i] = 0;
       alive--;
-      px_metrics_worker_reset(i); /* its connections and streams are gone */
+      char what[160];
+      describe_status(st, what, sizeof(what));
+      unsigned lost = reap(cfg, i, p);
+      size_t l = strlen(what);
+      if (lost > 0)
+        snprintf(what + l, sizeof(what) - l, " with %u request%s in flight (lost)", lost,
+                 lost == 1 ? "" : "s");
+      else
+        snprintf(what + l, sizeof(what) - l, " with no request in flight");
       if (stopping) {
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
+        if (lost > 0) px_log_error("worker %ld %s", (long)p, what);
         continue;
       }
-      char what[128];
-      describe_status(st, what, sizeof(what));
       time_t now = time(NULL);
       if (ndeaths == RESPAWN_MAX) {
         memmove(deaths, deaths + 1, sizeof(deaths[0]) * (RESPAWN_MAX - 1));
@@ -438,6 +473,9 @@ int main(int argc, char **argv) {
     workers = n > 0 ? (unsigned)n : 1;
   }
   /* the host's shared limits and counters, inherited by every worker */
+  px_shm_register(&px_metrics_region);
+  px_shm_register(&px_rl_region);
+  px_shm_register(&px_inflight_region);
   int src = px_shm_init(workers);
   if (src < 0) {
     fprintf(stderr, "proxai: cannot map shared memory: %s\n", strerror(-src));
@@ -449,7 +487,26 @@ int main(int argc, char **argv) {
     px_config_unref(cfg);
     return 1;
   }
+  /* runtime keys without [state] dir: a store of this run only */
+  char scratch[64] = "";
+  if (cfg->state.backend == PX_STATE_LOCAL && !cfg->state.dir && cfg->admin_token) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(scratch, sizeof(scratch), "%s/proxai-state-XXXXXX",
+             tmp && *tmp && strlen(tmp) < 40 ? tmp : "/tmp");
+    if (mkdtemp(scratch))
+      px_rl_scratch_dir(scratch);
+    else
+      scratch[0] = 0;
+  }
   int rc = workers > 1 ? run_workers(path, cfg, workers) : run_worker(path, cfg, 0);
+  if (scratch[0]) {
+    char f[128];
+    snprintf(f, sizeof(f), "%s/data.mdb", scratch);
+    unlink(f);
+    snprintf(f, sizeof(f), "%s/lock.mdb", scratch);
+    unlink(f);
+    rmdir(scratch);
+  }
   px_log_done();
   curl_global_cleanup();
   return rc;

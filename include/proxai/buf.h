@@ -26,6 +26,12 @@ typedef struct px_str {
   size_t len;
 } px_str_t;
 
+/** A header: name and value views. */
+typedef struct px_hdr {
+  px_str_t name;
+  px_str_t value;
+} px_hdr_t;
+
 #define PX_STR(lit) ((px_str_t){(lit), sizeof(lit) - 1})
 #define PX_STR_NULL ((px_str_t){NULL, 0})
 

@@ -71,14 +71,42 @@ typedef struct px_route_conf {
   size_t nmodels;
 } px_route_conf_t;
 
+/** Money is counted in nano-dollars (10^-9 USD) in signed 64-bit integers:
+ *  exact sums, no float drift; 9.2 billion USD at most. */
+#define PX_NANO_PER_USD 1000000000LL
+/** The largest budget and price accepted (USD). */
+#define PX_BUDGET_MAX_USD 1000000000LL
+#define PX_PRICE_MAX_USD 1000000LL
+
+/** budget_window: UTC calendar day or month, or never reset. */
+typedef enum px_window { PX_WINDOW_MONTH, PX_WINDOW_DAY, PX_WINDOW_TOTAL } px_window_t;
+
+/** [team NAME] (SPEC 3, 12): keys that share a budget. Runtime teams (the
+ *  admin API) have the same shape. */
+typedef struct px_team_conf {
+  char *name;
+  int64_t budget;     /**< nano-USD per window; 0 = none */
+  px_window_t window; /**< default month */
+} px_team_conf_t;
+
 typedef struct px_key_conf {
   char *name;
-  char *secret;
+  char *secret;             /**< static keys; NULL for a runtime key */
   char **models;            /**< globs; nmodels == 0 means all */
   size_t nmodels;
   uint64_t rpm;             /**< 0 = unlimited */
   uint64_t tpm;             /**< 0 = unlimited */
+  char *team_name;          /**< `team =`; NULL = none */
+  const px_team_conf_t *team; /**< resolved team (static: in px_config_t.teams) */
+  int64_t budget;             /**< nano-USD per window; 0 = none */
+  px_window_t window;         /**< default month */
 } px_key_conf_t;
+
+/** [price PATTERN]: nano-USD per million tokens of the upstream model. */
+typedef struct px_price_conf {
+  char *pattern; /**< exact model name or glob, file order */
+  int64_t input, output, cache_read, cache_write;
+} px_price_conf_t;
 
 typedef enum px_log_level {
   PX_LOG_ERROR, PX_LOG_WARN, PX_LOG_INFO, PX_LOG_DEBUG
@@ -106,25 +134,49 @@ typedef struct px_server_conf {
 
 typedef enum px_state_backend { PX_STATE_LOCAL, PX_STATE_REDIS } px_state_backend_t;
 
+/** [state] on_error: what an admission that needs Redis gets while Redis is
+ *  unreachable (SPEC section 7). */
+typedef enum px_on_error {
+  PX_ON_ERROR_ALLOW, /**< served without the shared limits */
+  PX_ON_ERROR_DENY,  /**< 503 */
+  PX_ON_ERROR_LOCAL, /**< this host's shared memory, at the instance's share */
+} px_on_error_t;
+
 /** [state]: where rate-limit buckets live (SPEC section 3). */
 typedef struct px_state_conf {
   px_state_backend_t backend; /**< default local (this host's shared memory) */
   char *redis;                /**< "redis://[[user]:pass@]host:port[/db]" or "unix:/path" */
   char *prefix;               /**< default "proxai:" */
-  int on_error_deny;          /**< on_error = deny (503); default allow */
+  px_on_error_t on_error;     /**< Redis unreachable: default allow */
+  uint64_t timeout_ms;        /**< a Redis reply slower than this = unreachable; 250 */
+  char *dir;                  /**< local: the persistent store's directory; NULL = none */
 } px_state_conf_t;
+
+/** [trace]: OpenTelemetry spans over OTLP/HTTP (SPEC section 15). */
+typedef struct px_trace_conf {
+  char *endpoint; /**< the URL spans are POSTed to; NULL = no tracing */
+  double sample;  /**< ratio of traces kept, 0..1 (default 1) */
+  char **headers; /**< "Name: value" lines sent with each export */
+  size_t nheaders;
+} px_trace_conf_t;
 
 typedef struct px_config {
   int refs;
   char *path;               /**< file it came from; NULL for the default */
   px_server_conf_t server;
   px_state_conf_t state;
+  px_trace_conf_t trace;
   px_upstream_conf_t *upstreams;
   size_t nupstreams;
   px_route_conf_t *routes;
   size_t nroutes;
   px_key_conf_t *keys;
   size_t nkeys;
+  px_team_conf_t *teams;
+  size_t nteams;
+  px_price_conf_t *prices;
+  size_t nprices;
+  char *admin_token; /**< [admin] token: the admin API; NULL = off */
   /** When no upstream exists (embedded default without keys): the message
    *  every model request gets with a 503. NULL otherwise. */
   char *unconfigured_message;
@@ -174,5 +226,20 @@ const px_key_conf_t *px_config_key(const px_config_t *c, const char *secret,
                                    size_t len);
 /** Whether key k may use model. */
 int px_key_allows(const px_key_conf_t *k, const char *model);
+/** Whether client keys are required: static keys, or the admin API (keys
+ *  handed out at runtime). */
+int px_config_keyed(const px_config_t *c);
+/** The static team of that name, or NULL. */
+const px_team_conf_t *px_config_team(const px_config_t *c, const char *name);
+/** The first [price] matching the upstream model (file order), or NULL. */
+const px_price_conf_t *px_config_price(const px_config_t *c, const char *model);
+/** "month", "day" or "total"; px_window_parse: 0 or -1. */
+const char *px_window_name(px_window_t w);
+int px_window_parse(const char *s, px_window_t *out);
+/** A decimal USD amount ("12", "2.50", "0.000001": at most 9 decimals, no
+ *  sign, no exponent) in nano-USD, at most max_usd. 0 or -1. */
+int px_parse_usd(const char *s, int64_t max_usd, int64_t *nano);
+/** nano-USD as a JSON number ("12.5", "0.000000001", "0"). buf >= 32. */
+const char *px_usd_str(int64_t nano, char *buf, size_t len);
 
 #endif

@@ -354,8 +354,6 @@ int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t 
  *  is a value px_usage_scan might read differently (not a plain integer).
  *  1 when known. */
 int px_fast_usage_count(const px_fv_t *v, int64_t *out);
-/** Tests only: 0 turns the fast path off (both directions), 1 on. */
-void px_translate_fast_enable(int on);
 /** Tests only: how many requests / responses the fast path took. */
 void px_translate_fast_counts(unsigned long *requests, unsigned long *responses);
 

@@ -180,6 +180,10 @@ typedef struct px_json_req {
   size_t stream_at, stream_len; /**< `stream` value token */
   int stream;                   /**< `stream` is true */
   int include_usage;            /**< `stream_options.include_usage` is true */
+  size_t user_at, user_len;     /**< the end user's string token (SPEC 13), 0 if
+                                     none: `metadata.user_id`, else
+                                     `safety_identifier`, else `user` (the
+                                     last of a repeated member, as jansson) */
   size_t cost;                  /**< bytes jansson needs at most to hold the
                                      body as a document (before any parse) */
   px_jreq_err_t err;            /**< why the body was refused */
@@ -310,5 +314,55 @@ static inline int px_fj_next(const unsigned char *p, size_t n, size_t *ip,
   *ip = i + 1;
   return 0;
 }
+
+/* ---------------------------------------------------------------------- */
+/* the path finder: members located in raw JSON text without parsing it   */
+
+enum { PX_JSON_FOUND = 1, PX_JSON_ABSENT = 0, PX_JSON_BAD = -1, PX_JSON_MORE = -2 };
+
+/**
+ * Locate the value of member path[0], path[1], ... (objects only) in the JSON
+ * text p of length n. On PX_JSON_FOUND sets *start and *len to the value token (a
+ * string includes its quotes). PX_JSON_MORE: the text ended first (a prefix).
+ */
+int px_json_find(const char *p, size_t n, const char *const *path, size_t depth,
+                 size_t *start, size_t *len);
+
+/** Whether p is one balanced JSON object with nothing after it (strings
+ *  closed, brackets matched). A cheap structural check, not a full parse. */
+int px_json_complete(const char *p, size_t n);
+
+/** Append p with the string value at path replaced by `value` (escaped) to
+ *  out. Returns PX_JSON_FOUND when replaced, else appends p unchanged and
+ *  returns the px_json_find result; <0 only for buffer errors. */
+int px_json_replace_str(px_buf_t *out, const char *p, size_t n, const char *const *path,
+                        size_t depth, const char *value);
+
+/** Positions of the finder: not there (or broken), and cut short. */
+#define PX_JSON_NPOS ((size_t)-1)
+#define PX_JSON_CUT ((size_t)-2)
+
+/** Up to PX_JSON_PICK_MAX member names looked for in one walk of an object:
+ *  px_json_pick_add each name, then px_json_pick. */
+#define PX_JSON_PICK_MAX 6
+typedef struct px_json_pick {
+  const char *name[PX_JSON_PICK_MAX];
+  size_t nlen[PX_JSON_PICK_MAX];
+  size_t n;
+  size_t at[PX_JSON_PICK_MAX],
+      len[PX_JSON_PICK_MAX]; /* value spans; at == NPOS: absent */
+} px_json_pick_t;
+
+static inline void px_json_pick_add(px_json_pick_t *pk, const char *name) {
+  pk->name[pk->n] = name;
+  pk->nlen[pk->n] = strlen(name);
+  pk->at[pk->n] = PX_JSON_NPOS;
+  pk->len[pk->n++] = 0;
+}
+/** One walk over the object at p[i] ('{'): the value span of the first
+ *  member named like each of pk's names (compared byte for byte). Returns
+ *  the index after the closing brace, PX_JSON_CUT (cut short) or
+ *  PX_JSON_NPOS (not an object, or broken). */
+size_t px_json_pick(const char *p, size_t n, size_t i, px_json_pick_t *pk);
 
 #endif

@@ -79,6 +79,11 @@ typedef struct px_access_rec {
   const char *lossy;         /**< fields dropped in translation (comma list:
                                   x-proxai-lossy plus what a stream dropped),
                                   NULL when none */
+  int64_t cost_nano;         /**< cost_usd in nano-USD; -1: null (no price) */
+  const char *team;          /**< the key's team, NULL when none */
+  const char *user;          /**< the end user (the client's field or
+                                  x-proxai-user), NULL when none */
+  const char *trace_id;      /**< 32 hex digits with [trace]; NULL without */
 } px_access_rec_t;
 
 /** Whether the access log is on (a caller can skip building a record). */

@@ -52,7 +52,8 @@ typedef enum px_proto {
   XX(OVERLOADED,  503, "api_error",             "overloaded_error")          \
   XX(UNAVAILABLE, 503, "api_error",             "api_error")                 \
   XX(NOT_IMPL,    501, "invalid_request_error", "invalid_request_error")     \
-  XX(METHOD,      405, "invalid_request_error", "invalid_request_error")
+  XX(METHOD,      405, "invalid_request_error", "invalid_request_error")     \
+  XX(QUOTA,       429, "insufficient_quota",    "rate_limit_error")
 
 typedef enum px_errkind {
 #define XX(k, st, ot, at) PX_ERR_##k,
@@ -138,6 +139,8 @@ typedef struct px_tr_ctx {
                                   buffer's bytes to the client and empties
                                   it. NULL: out grows until the call returns */
   void *flush_arg;           /**< the flush callback's argument */
+  int reference;             /**< the jansson codecs only, no fast path (the
+                                  tests' and fuzzers' oracle) */
 } px_tr_ctx_t;
 
 /** Bytes of out after which a stream encoder calls ctx->flush. */
@@ -251,6 +254,10 @@ typedef enum px_stop {
   PX_STOP_CONTENT_FILTER,
 } px_stop_t;
 
+/** A refusal of either kind: a model's (refusal) or a filter's (content_filter). */
+static inline int px_stop_refused(px_stop_t s) {
+  return s == PX_STOP_REFUSAL || s == PX_STOP_CONTENT_FILTER;
+}
 /** IR / Anthropic spelling of a stop reason ("end_turn", ...); NULL for NONE. */
 const char *px_stop_name(px_stop_t s);
 /** Parse an IR / Anthropic spelling; unknown -> PX_STOP_END_TURN. */
@@ -372,7 +379,8 @@ typedef struct px_wire_watch {
   const char *usage_obj;          /**< member holding usage ("usage") */
   const char *usage_in;           /**< input token member in it */
   const char *usage_out;          /**< output token member in it */
-  const char *usage_in_extra[2];  /**< members added to input (cache counts) */
+  const char *usage_in_extra[2];  /**< members added to input: the cache reads,
+                                       then the cache writes (priced apart) */
   const char *usage_out_extra;    /**< member added to output (thoughts) */
   const char *start_event;        /**< event carrying input usage ... */
   const char *start_outer;        /**< ... inside this object */
@@ -381,9 +389,11 @@ typedef struct px_wire_watch {
                                        terminal_outer); NULL-padded */
   const char *terminal_outer;
   const char *terminal_data;      /**< a data payload that ends the stream */
-  const char *finish_key;         /**< no terminal event: the stream is complete
-                                       when a data payload holding this key has
-                                       arrived and the upstream ends cleanly */
+  const char *finish_keys[2];     /**< no terminal event: the stream is complete
+                                       when a data payload holding one of these
+                                       keys has arrived and the upstream ends
+                                       cleanly (a finish, or a blocked prompt's
+                                       reason); NULL-padded */
   const char *error_event;        /**< event name of an upstream error */
   int error_data;                 /**< a payload starting {"error" is an error */
   const char *model_path[2];      /**< where the model sits in an event */
@@ -439,6 +449,7 @@ typedef struct px_lossy_names {
   const char *annotations;        /**< annotations / citations of text */
   const char *opaque_reasoning;   /**< an opaque reasoning token */
   const char *redacted_reasoning; /**< a redacted reasoning block */
+  const char *refusal_explanation; /**< a refusal's explanation beside its wording */
 } px_lossy_names_t;
 
 /* ------------------------------------------------------------------------ */
@@ -452,6 +463,11 @@ struct px_fast_ops;
 typedef struct px_proto_ops {
   px_proto_t id;
   const char *name;          /**< config name */
+  /** OpenTelemetry GenAI conventions (SPEC 15): gen_ai.provider.name of an
+   *  upstream speaking this protocol, gen_ai.operation.name of a client's
+   *  request. */
+  const char *otel_provider;
+  const char *otel_operation;
   const char *inbound_path;  /**< without /v1 */
   const char *upstream_path; /**< appended to base_url */
 
@@ -558,6 +574,11 @@ typedef struct px_proto_ops {
   struct {
     const char *field, *tag;
   } rtoks[PX_RTOKS];
+  /** Its models may answer with opaque reasoning tokens the request did not
+   *  ask for (Gemini 2.5 and later think by default and sign their parts):
+   *  a stream's x-proxai-lossy names them for a client that cannot hold
+   *  them whatever the reasoning setting (px_lossy_predict). */
+  int rtoks_unasked;
   /** What this protocol's wire can hold (PX_CAP_*). */
   unsigned caps;
   /** Its names for what another protocol cannot hold. */
@@ -597,7 +618,8 @@ int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
 /** The response fields a stream of this request may drop, predicted from the
  *  IR request (x-proxai-lossy leaves before the stream; the names are those
  *  the non-streaming encoders use for the same content). Called by
- *  px_translate_request when ctx->stream. */
+ *  px_translate_request and the fast path (ir_request NULL: no reasoning
+ *  asked) when ctx->stream. */
 void px_lossy_predict(const px_tr_ctx_t *ctx, json_t *ir_request, px_lossy_t *lossy);
 /** The one place where a decoded request is fitted to the upstream's
  *  capabilities: IR fields the upstream's caps cannot hold (prompt_cache_key,

@@ -94,26 +94,16 @@ int px_count_body(px_buf_t *out, const char *prefix, int64_t n);
 /** `input_tokens` of a count answer (Anthropic, Responses); -1 if absent. */
 int64_t px_count_input_tokens(json_t *body);
 /** A stream dropped a field: recorded for the access log (ctx->dropped). */
-static inline void px_dropped(const px_tr_ctx_t *ctx, const char *path) {
-  if (ctx->dropped != NULL) px_lossy_add(ctx->dropped, path);
-}
+void px_dropped(const px_tr_ctx_t *ctx, const char *path);
 
 /** Whether the upstream (out) / client (in) protocol of ctx can hold a
  *  PX_CAP_* capability: what a codec asks instead of which protocol it is. */
-static inline int px_tr_out_can(const px_tr_ctx_t *ctx, unsigned cap) {
-  return (px_proto_get(ctx->out)->caps & cap) != 0;
-}
-static inline int px_tr_in_can(const px_tr_ctx_t *ctx, unsigned cap) {
-  return (px_proto_get(ctx->in)->caps & cap) != 0;
-}
+int px_tr_out_can(const px_tr_ctx_t *ctx, unsigned cap);
+int px_tr_in_can(const px_tr_ctx_t *ctx, unsigned cap);
 /** The client's names (what it sent) / the upstream's (what it produced)
  *  for content the other side cannot hold (px_lossy_names_t). */
-static inline const px_lossy_names_t *px_in_names(const px_tr_ctx_t *ctx) {
-  return &px_proto_get(ctx->in)->names;
-}
-static inline const px_lossy_names_t *px_out_names(const px_tr_ctx_t *ctx) {
-  return &px_proto_get(ctx->out)->names;
-}
+const px_lossy_names_t *px_in_names(const px_tr_ctx_t *ctx);
+const px_lossy_names_t *px_out_names(const px_tr_ctx_t *ctx);
 
 /** 0 when the upstream can resolve an OpenAI file id (PX_CAP_FILE_ID);
  *  otherwise a 400 at param, the client's field. */
@@ -203,7 +193,9 @@ void px_gemini_senc_free(px_senc_t *e);
 
 /* Gemini mapping helpers (gemini.c), shared with gemini_stream.c */
 /** Stop reason of a finishReason (STOP with calls -> tool_use; SAFETY,
- *  RECITATION and the other blocks -> refusal); NULL -> NONE. */
+ *  RECITATION and the other blocks, and a blocked prompt's blockReason ->
+ *  content_filter: the API filtered the output, a refusal toward Anthropic
+ *  and Gemini, content_filter toward Chat and Responses); NULL -> NONE. */
 px_stop_t px_gemini_stop(const char *finish_reason, int has_tool_call);
 /** finishReason of a stop reason; NULL for NONE. */
 const char *px_gemini_finish(px_stop_t s);

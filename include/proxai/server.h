@@ -4,9 +4,11 @@
  * write queue with high/low water marks).
  *
  * Ownership: the px_server_t owns its connections; a connection owns its
- * current px_req_t. The request handler (proxy.c) attaches its own context
- * through px_conn_set_handler() and must stop touching the connection after
- * on_close fired.
+ * current px_req_t. The server runs on a worker (worker.h: loop,
+ * configuration, draining) and knows nothing above it: requests go to
+ * on_request, the bodies of its own early errors come from on_early_error.
+ * The request handler attaches its own context through px_conn_set_handler()
+ * and must stop touching the connection after on_close fired.
  */
 #ifndef PROXAI_SERVER_H
 #define PROXAI_SERVER_H
@@ -16,9 +18,10 @@
 #include <uv.h>
 
 #include "proxai/buf.h"
-#include "proxai/config.h"
-#include "proxai/log.h"
-#include "proxai/upstream.h"
+
+typedef struct px_config px_config_t;         /* config.h */
+typedef struct px_worker px_worker_t;         /* worker.h */
+typedef struct px_access_rec px_access_rec_t; /* log.h */
 
 typedef struct px_server px_server_t;
 typedef struct px_conn px_conn_t;
@@ -53,16 +56,22 @@ typedef struct px_conn_handler {
 } px_conn_handler_t;
 
 /** Handle one complete request; the handler answers with px_resp_*(). */
-typedef void (*px_request_fn)(px_server_t *s, px_conn_t *c, px_req_t *r);
+typedef void (*px_request_fn)(px_worker_t *w, px_conn_t *c, px_req_t *r);
 
+/** The body of an error the server answers itself, before any request
+ *  handler exists (a limit, a timeout, a malformed head): for the request
+ *  target's path, status and message, into out. 0, or <0 for the server's
+ *  plain text line. */
+typedef int (*px_early_error_fn)(px_buf_t *out, px_str_t path, int status, const char *msg,
+                                 const char *request_id);
+
+/** The client side of one worker: its listeners and connections. */
 struct px_server {
-  uv_loop_t *loop;
-  px_config_t *config;       /**< current; reloaded on SIGHUP */
-  px_uclient_t *uclient;
+  px_worker_t *w;            /**< loop, current configuration, draining */
   px_request_fn on_request;
+  px_early_error_fn on_early_error; /**< NULL: plain text */
   uv_handle_t *listener;     /**< uv_tcp_t or uv_pipe_t */
   uv_handle_t *admin;        /**< admin_listen (/metrics), or NULL */
-  int draining;
   size_t nconns;
   size_t active;             /**< requests in flight */
   struct px_conn *conns;     /**< intrusive list */

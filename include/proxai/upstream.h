@@ -28,14 +28,10 @@
 typedef struct px_uclient px_uclient_t;
 typedef struct px_xfer px_xfer_t;
 
-/** Response header: views valid only during on_headers. Names as sent.
- *  A `Content-Encoding` header among them means the body is encoded (it is
- *  handed up only when not `identity`): the body must not be passed on as
- *  if it were plain. */
-typedef struct px_hdr {
-  px_str_t name;
-  px_str_t value;
-} px_hdr_t;
+/* Response headers (px_hdr_t, buf.h): views valid only during on_headers.
+ * Names as sent. A `Content-Encoding` header among them means the body is
+ * encoded (it is handed up only when not `identity`): the body must not be
+ * passed on as if it were plain. */
 
 /** on_data return value asking to pause the transfer. The bytes of that
  *  call are NOT consumed: curl delivers them again after px_xfer_resume(). */

@@ -384,9 +384,22 @@ static int scan_number(const unsigned char *p, size_t n, size_t *i) {
 
 /* The members the request scanner watches, at the top level (TOP_*) and in
  * stream_options (SO_*). */
-enum { W_NONE = -1, TOP_MODEL, TOP_STREAM, TOP_SO, SO_USAGE, W_COUNT };
-static const char *const watched[W_COUNT] = {"model", "stream", "stream_options",
-                                              "include_usage"};
+enum {
+  W_NONE = -1,
+  TOP_MODEL,
+  TOP_STREAM,
+  TOP_SO,
+  SO_USAGE,
+  W_ONCE, /* the members above may appear once; those below are only read */
+  TOP_META = W_ONCE,
+  TOP_SAFETY,
+  TOP_USER,
+  META_USER,
+  W_COUNT
+};
+static const char *const watched[W_COUNT] = {
+    "model", "stream", "stream_options", "include_usage", "metadata", "safety_identifier",
+    "user",  "user_id"};
 
 /* Which watched member the key p[s..e) names (escapes decoded), among
  * [from, to). An escaped spelling longer than 6 bytes a character cannot
@@ -440,6 +453,7 @@ int px_json_request(const char *text, size_t n, px_json_req_t *r) {
   int seen[W_COUNT] = {0};
   size_t at[W_COUNT] = {0}, len[W_COUNT] = {0}; /* value token of each member */
   size_t depth = 0, so_depth = 0; /* so_depth: depth of stream_options' object */
+  size_t meta_depth = 0;          /* depth of metadata's object */
   int pending = W_NONE;           /* the value about to be read is this member */
   size_t cost = 0;
   memset(r, 0, sizeof(*r));
@@ -464,6 +478,7 @@ value:
       is_obj[++depth] = p[i] == '{';
       cost += is_obj[depth] ? COST_OBJECT : COST_ARRAY;
       if (rec == TOP_SO && p[i] == '{') so_depth = depth;
+      if (rec == TOP_META && p[i] == '{') meta_depth = depth;
       if (rec != W_NONE) at[rec] = s, len[rec] = 1; /* the type is all we need */
       i = px_json_ws(p, n, i + 1);
       if (i < n && p[i] == (is_obj[depth] ? '}' : ']')) {
@@ -517,11 +532,16 @@ key:
       return req_fail(r, PX_JREQ_SYNTAX, i,
                       "invalid member name (a raw control character, invalid UTF-8, a "
                       "bad escape or no closing quote)");
-    if (depth == 1 && top_obj)
+    if (depth == 1 && top_obj) {
       pending = watched_key(p, i + 1, e, esc, TOP_MODEL, TOP_SO + 1);
-    else if (depth == 2 && so_depth == 2)
+      if (pending == W_NONE)
+        pending = watched_key(p, i + 1, e, esc, TOP_META, TOP_USER + 1);
+    } else if (depth == 2 && so_depth == 2) {
       pending = watched_key(p, i + 1, e, esc, SO_USAGE, SO_USAGE + 1);
-    if (pending != W_NONE && seen[pending]++) {
+    } else if (depth == 2 && meta_depth == 2) {
+      pending = watched_key(p, i + 1, e, esc, META_USER, META_USER + 1);
+    }
+    if (pending != W_NONE && pending < W_ONCE && seen[pending]++) {
       r->key = watched[pending];
       return req_fail(r, PX_JREQ_DUPLICATE, i, "duplicate member");
     }
@@ -542,6 +562,14 @@ after:
     r->stream_at = at[TOP_STREAM], r->stream_len = len[TOP_STREAM];
     r->stream = len[TOP_STREAM] == 4 && memcmp(p + at[TOP_STREAM], "true", 4) == 0;
     r->include_usage = len[SO_USAGE] == 4 && memcmp(p + at[SO_USAGE], "true", 4) == 0;
+    static const int users[] = {META_USER, TOP_SAFETY, TOP_USER}; /* first wins */
+    for (size_t k = 0; k < sizeof(users) / sizeof(users[0]); k++) {
+      int u = users[k];
+      if (len[u] >= 2 && p[at[u]] == '"') {
+        r->user_at = at[u], r->user_len = len[u];
+        break;
+      }
+    }
     r->cost = cost;
     return 0;
   }
@@ -558,6 +586,7 @@ after:
   i++;
 close:
   if (depth == so_depth) so_depth = 0;
+  if (depth == meta_depth) meta_depth = 0;
   depth--;
   goto after;
 }
@@ -585,4 +614,173 @@ int px_json_splice_str(px_buf_t *out, const char *p, size_t n, size_t at, size_t
 
 int px_json_number(const char *p, size_t n, size_t *i) {
   return scan_number((const unsigned char *)p, n, i);
+}
+
+/* ---------------------------------------------------------------------- */
+/* the path finder: members located in raw JSON text without parsing it.
+ * It never decodes strings: member names are compared byte for byte (the
+ * names looked for need no escaping). */
+
+#define END PX_JSON_NPOS
+#define MORE PX_JSON_CUT
+
+static size_t skip_ws(const char *p, size_t i, size_t n) {
+  while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r')) i++;
+  return i;
+}
+
+/* i at the opening quote; returns the index after the closing one. */
+static size_t skip_string(const char *p, size_t i, size_t n) {
+  const unsigned char *u = (const unsigned char *)p;
+  for (i++;;) {
+    i = px_json_plain(u, n, i);
+    if (i >= n) return MORE;
+    if (u[i] == '"') return i + 1;
+    i += u[i] == '\\' ? 2 : 1; /* an escape takes the next byte with it */
+  }
+}
+
+/* Bytes that matter inside a container: quotes and brackets. */
+static const unsigned char structural[256] = {
+    ['"'] = 1, ['{'] = 2, ['['] = 2, ['}'] = 3, [']'] = 3,
+};
+/* Bytes that end a scalar. */
+static const unsigned char scalar_end[256] = {
+    [0] = 1,   [','] = 1,  ['}'] = 1,  [']'] = 1,
+    [' '] = 1, ['\t'] = 1, ['\r'] = 1, ['\n'] = 1,
+};
+
+static size_t skip_value(const char *p, size_t i, size_t n) {
+  if (i >= n) return MORE;
+  char c = p[i];
+  if (c == '"') return skip_string(p, i, n);
+  if (c == '{' || c == '[') {
+    int depth = 0;
+    while (i < n) {
+      unsigned char k = structural[(unsigned char)p[i]];
+      if (k == 0) {
+        i++;
+        continue;
+      }
+      if (k == 1) {
+        i = skip_string(p, i, n);
+        if (i == MORE) return MORE;
+        continue;
+      }
+      if (k == 2)
+        depth++;
+      else if (--depth == 0)
+        return i + 1;
+      i++;
+    }
+    return MORE;
+  }
+  size_t s = i;
+  while (i < n && !scalar_end[(unsigned char)p[i]]) i++;
+  if (i == n) return MORE;
+  return i > s ? i : END;
+}
+
+int px_json_find(const char *p, size_t n, const char *const *path, size_t depth,
+                 size_t *start, size_t *len) {
+  size_t i = skip_ws(p, 0, n);
+  size_t level = 0;
+  for (;;) {
+    if (i >= n) return PX_JSON_MORE;
+    if (p[i] != '{') return level == 0 ? PX_JSON_BAD : PX_JSON_ABSENT;
+    i = skip_ws(p, i + 1, n);
+    if (i >= n) return PX_JSON_MORE;
+    if (p[i] == '}') return PX_JSON_ABSENT;
+    const char *want = path[level];
+    size_t wl = strlen(want);
+    for (;;) {
+      if (i >= n) return PX_JSON_MORE;
+      if (p[i] != '"') return PX_JSON_BAD;
+      size_t ke = skip_string(p, i, n);
+      if (ke == MORE) return PX_JSON_MORE;
+      int match = ke - i - 2 == wl && memcmp(p + i + 1, want, wl) == 0;
+      i = skip_ws(p, ke, n);
+      if (i >= n) return PX_JSON_MORE;
+      if (p[i] != ':') return PX_JSON_BAD;
+      i = skip_ws(p, i + 1, n);
+      if (match) {
+        if (level + 1 == depth) {
+          size_t ve = skip_value(p, i, n);
+          if (ve == MORE) return PX_JSON_MORE;
+          if (ve == END) return PX_JSON_BAD;
+          *start = i;
+          *len = ve - i;
+          return PX_JSON_FOUND;
+        }
+        level++;
+        break; /* descend into this value */
+      }
+      size_t ve = skip_value(p, i, n);
+      if (ve == MORE) return PX_JSON_MORE;
+      if (ve == END) return PX_JSON_BAD;
+      i = skip_ws(p, ve, n);
+      if (i >= n) return PX_JSON_MORE;
+      if (p[i] == '}') return PX_JSON_ABSENT;
+      if (p[i] != ',') return PX_JSON_BAD;
+      i = skip_ws(p, i + 1, n);
+    }
+  }
+}
+
+size_t px_json_pick(const char *p, size_t n, size_t i, px_json_pick_t *pk) {
+  if (i >= n) return MORE;
+  if (p[i] != '{') return END;
+  i = skip_ws(p, i + 1, n);
+  if (i >= n) return MORE;
+  if (p[i] == '}') return i + 1;
+  for (;;) {
+    if (p[i] != '"') return END;
+    size_t ke = skip_string(p, i, n);
+    if (ke == MORE) return MORE;
+    size_t kl = ke - i - 2, hit = PX_JSON_PICK_MAX;
+    for (size_t k = 0; k < pk->n; k++)
+      if (pk->at[k] == END && pk->nlen[k] == kl &&
+          memcmp(p + i + 1, pk->name[k], kl) == 0) {
+        hit = k;
+        break;
+      }
+    i = skip_ws(p, ke, n);
+    if (i >= n) return MORE;
+    if (p[i] != ':') return END;
+    i = skip_ws(p, i + 1, n);
+    size_t ve = skip_value(p, i, n);
+    if (ve == MORE || ve == END) return ve;
+    if (hit < PX_JSON_PICK_MAX) {
+      pk->at[hit] = i;
+      pk->len[hit] = ve - i;
+    }
+    i = skip_ws(p, ve, n);
+    if (i >= n) return MORE;
+    if (p[i] == '}') return i + 1;
+    if (p[i] != ',') return END;
+    i = skip_ws(p, i + 1, n);
+    if (i >= n) return MORE;
+  }
+}
+
+int px_json_complete(const char *p, size_t n) {
+  size_t i = skip_ws(p, 0, n);
+  if (i >= n || p[i] != '{') return 0;
+  i = skip_value(p, i, n);
+  if (i == MORE || i == END) return 0;
+  return skip_ws(p, i, n) == n;
+}
+
+int px_json_replace_str(px_buf_t *out, const char *p, size_t n, const char *const *path,
+                        size_t depth, const char *value) {
+  size_t s, l;
+  int rc = px_json_find(p, n, path, depth, &s, &l);
+  if (rc != PX_JSON_FOUND || p[s] != '"') {
+    int e = px_buf_append(out, p, n);
+    return e < 0 ? e : (rc == PX_JSON_FOUND ? PX_JSON_ABSENT : rc);
+  }
+  int e = px_buf_append(out, p, s);
+  if (e == 0) e = px_buf_json_str(out, value, strlen(value));
+  if (e == 0) e = px_buf_append(out, p + s + l, n - s - l);
+  return e < 0 ? e : PX_JSON_FOUND;
 }

@@ -1,4 +1,5 @@
-/* shm.c - the host's shared mapping: metrics part, then rate-limit part.
+/* shm.c - the host's shared memory: named regions, registered by their
+ * users (shm.h), each its own mapping. It knows no user.
  *
  * MAP_SHARED | MAP_ANONYMOUS pages survive fork() shared, need no name in
  * the file system (nothing to clean up after a crash), and are zero-filled
@@ -9,29 +10,47 @@
 #include <errno.h>
 #include <sys/mman.h>
 
-static char *g_base;
-static size_t g_metrics_off, g_rl_off;
+static px_shm_region_t *g_regions; /* registered, newest first */
+static int g_inited;
 static unsigned g_nworkers = 1, g_worker;
 
-static size_t align_up(size_t n) {
-  return (n + 4095) & ~(size_t)4095;
+static int registered(const px_shm_region_t *r) {
+  for (const px_shm_region_t *q = g_regions; q; q = q->next)
+    if (q == r) return 1;
+  return 0;
+}
+
+void px_shm_register(px_shm_region_t *r) {
+  if (registered(r)) return;
+  r->next = g_regions;
+  g_regions = r;
+}
+
+/* The region's own mapping: zeroed pages, then its setup. */
+static int map_region(px_shm_region_t *r) {
+  if (r->base) return 0;
+  size_t n = r->size ? r->size(g_nworkers) : 0;
+  void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return -errno;
+  if (r->setup) r->setup(p, g_nworkers);
+  r->base = p;
+  return 0;
 }
 
 int px_shm_init(unsigned nworkers) {
-  if (g_base) return 0;
-  if (nworkers == 0) nworkers = 1;
-  size_t msz = align_up(px_metrics_shm_size(nworkers));
-  size_t rsz = align_up(px_rl_shm_size());
-  void *p =
-      mmap(NULL, msz + rsz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return -errno;
-  g_base = p;
-  g_nworkers = nworkers;
-  g_metrics_off = 0;
-  g_rl_off = msz;
-  px_metrics_shm_setup(g_base + g_metrics_off, nworkers);
-  px_rl_shm_setup(g_base + g_rl_off);
+  if (!g_inited) g_nworkers = nworkers ? nworkers : 1;
+  g_inited = 1;
+  for (px_shm_region_t *r = g_regions; r; r = r->next) {
+    int rc = map_region(r);
+    if (rc < 0) return rc;
+  }
   return 0;
+}
+
+void *px_shm_map(px_shm_region_t *r) {
+  px_shm_register(r);
+  if (!g_inited) g_inited = 1; /* a process that never called px_shm_init: one worker */
+  return map_region(r) < 0 ? NULL : r->base;
 }
 
 void px_shm_set_worker(unsigned index) {
@@ -42,16 +61,6 @@ unsigned px_shm_worker(void) {
 }
 unsigned px_shm_nworkers(void) {
   return g_nworkers;
-}
-
-void *px_shm_metrics(void) {
-  if (!g_base && px_shm_init(1) < 0) return NULL;
-  return g_base + g_metrics_off;
-}
-
-void *px_shm_ratelimit(void) {
-  if (!g_base && px_shm_init(1) < 0) return NULL;
-  return g_base + g_rl_off;
 }
 
 void px_shm_mutex_init(pthread_mutex_t *m) {

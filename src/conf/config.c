@@ -39,10 +39,16 @@ typedef enum sec_kind {
   SEC_UPSTREAM,
   SEC_ROUTE,
   SEC_KEY,
-  SEC_STATE
+  SEC_STATE,
+  SEC_TEAM,
+  SEC_PRICE,
+  SEC_ADMIN,
+  SEC_TRACE
 } sec_kind_t;
 
-static const char *const sec_names[] = {"", "", "server", "upstream", "route", "key", "state"};
+static const char *const sec_names[] = {"",      "",      "server", "upstream",
+                                        "route", "key",   "state",  "team",
+                                        "price", "admin", "trace"};
 
 /* `NAME[/MODEL]` as written, resolved to a px_target_t after parsing. */
 typedef struct target_ref {
@@ -99,8 +105,8 @@ struct parse {
   int seen[NDIRECTIVES];
   /* section lines, for duplicate messages and post-parse checks */
   int server_line;
-  int *up_line, *route_line, *key_line;
-  int state_line;
+  int *up_line, *route_line, *key_line, *team_line, *price_line;
+  int state_line, admin_line, trace_line;
   route_refs_t *refs; /* parallel to c->routes */
 };
 
@@ -525,9 +531,9 @@ static int set_log_format(parse_t *p, const directive_t *d, void *obj, char *v) 
   return 1;
 }
 
-static int set_header(parse_t *p, const directive_t *d, void *obj, char *v) {
-  (void)d;
-  px_upstream_conf_t *u = obj;
+/* A `header = Name: value` line appended to (*list, *n), normalized to
+ * "Name: value". */
+static int add_header_line(parse_t *p, char ***list, size_t *count, char *v) {
   const char *colon = strchr(v, ':');
   size_t nlen = colon ? (size_t)(colon - v) : 0;
   while (nlen > 0 && is_space(v[nlen - 1])) nlen--;
@@ -548,20 +554,62 @@ static int set_header(parse_t *p, const directive_t *d, void *obj, char *v) {
     free(v);
     return 0;
   }
-  if (u->nheaders >= PX_CONF_MAX_LIST) {
+  if (*count >= PX_CONF_MAX_LIST) {
     free(v);
     return fail(p, p->line, "too many headers in [%s]", p->sec_title);
   }
   char *line = malloc(nlen + 2 + strlen(val) + 1);
-  if (line == NULL || push((void **)&u->headers, &u->nheaders, sizeof(char *)) < 0) {
+  if (line == NULL || push((void **)list, count, sizeof(char *)) < 0) {
     free(line);
     free(v);
     return fail(p, p->line, "out of memory");
   }
   sprintf(line, "%.*s: %s", (int)nlen, v, val);
-  u->headers[u->nheaders - 1] = line;
+  (*list)[*count - 1] = line;
   free(v);
   return 1;
+}
+
+static int set_header(parse_t *p, const directive_t *d, void *obj, char *v) {
+  (void)d;
+  px_upstream_conf_t *u = obj;
+  return add_header_line(p, &u->headers, &u->nheaders, v);
+}
+
+static int set_trace_header(parse_t *p, const directive_t *d, void *obj, char *v) {
+  (void)d;
+  px_trace_conf_t *t = obj;
+  return add_header_line(p, &t->headers, &t->nheaders, v);
+}
+
+/* The collector's URL: http(s), kept as written (the exact URL spans go to). */
+static int set_trace_endpoint(parse_t *p, const directive_t *d, void *obj, char *v) {
+  if (!need_value(p, d, v)) return 0;
+  int ok = (strncasecmp(v, "http://", 7) == 0 && v[7] && v[7] != '/') ||
+           (strncasecmp(v, "https://", 8) == 0 && v[8] && v[8] != '/');
+  for (const char *q = v; ok && *q; q++) ok = *q != ' ' && *q != '\t';
+  if (!ok) {
+    fail(p, p->line, "invalid endpoint '%s': must be an http:// or https:// URL", v);
+    free(v);
+    return 0;
+  }
+  px_trace_conf_t *t = obj;
+  free(t->endpoint);
+  t->endpoint = v;
+  return 1;
+}
+
+/* A ratio from 0 to 1. */
+static int set_ratio(parse_t *p, const directive_t *d, void *obj, char *v) {
+  char *end;
+  double r = strtod(v, &end);
+  int ok = *v && *end == 0 && r >= 0 && r <= 1; /* NaN fails both */
+  if (!ok)
+    fail(p, p->line, "invalid value '%s' for '%s' (expected a number from 0 to 1)", v,
+         d->name);
+  free(v);
+  if (ok) *FIELD(obj, d, double) = r;
+  return ok;
 }
 
 /* Appends `NAME[/MODEL]` (s, n: trimmed, not empty) to *refs. The name is an
@@ -728,9 +776,14 @@ static int set_on_error(parse_t *p, const directive_t *d, void *obj, char *v) {
   if (!need_value(p, d, v)) return 0;
   int ok = 1;
   px_state_conf_t *st = obj;
-  if (strcmp(v, "allow") == 0) st->on_error_deny = 0;
-  else if (strcmp(v, "deny") == 0) st->on_error_deny = 1;
-  else ok = fail(p, p->line, "on_error must be allow or deny, not '%s'", v);
+  if (strcmp(v, "allow") == 0)
+    st->on_error = PX_ON_ERROR_ALLOW;
+  else if (strcmp(v, "deny") == 0)
+    st->on_error = PX_ON_ERROR_DENY;
+  else if (strcmp(v, "local") == 0)
+    st->on_error = PX_ON_ERROR_LOCAL;
+  else
+    ok = fail(p, p->line, "on_error must be allow, deny or local, not '%s'", v);
   free(v);
   return ok;
 }
@@ -746,6 +799,31 @@ static int set_redis(parse_t *p, const directive_t *d, void *obj, char *v) {
   free(st->redis);
   st->redis = v;
   return 1;
+}
+
+/* budget / price amounts: decimal USD, d->max the largest accepted */
+static int set_usd(parse_t *p, const directive_t *d, void *obj, char *v) {
+  if (!need_value(p, d, v)) return 0;
+  int64_t n;
+  int ok = 1;
+  if (px_parse_usd(v, (int64_t)d->max, &n) < 0)
+    ok = fail(
+        p, p->line,
+        "%s must be an amount in USD from 0 to %llu with at most 9 decimals, not '%s'",
+        d->name, (unsigned long long)d->max, v);
+  else
+    *(int64_t *)((char *)obj + d->off) = n;
+  free(v);
+  return ok;
+}
+
+static int set_window(parse_t *p, const directive_t *d, void *obj, char *v) {
+  if (!need_value(p, d, v)) return 0;
+  int ok = 1;
+  if (px_window_parse(v, (px_window_t *)((char *)obj + d->off)) < 0)
+    ok = fail(p, p->line, "budget_window must be day, month or total, not '%s'", v);
+  free(v);
+  return ok;
 }
 
 static int split_list(parse_t *p, const directive_t *d, char ***list, size_t *count, char *v) {
@@ -767,6 +845,9 @@ static int set_route_models(parse_t *p, const directive_t *d, void *obj, char *v
 #define RT(f) offsetof(px_route_conf_t, f)
 #define KEY(f) offsetof(px_key_conf_t, f)
 #define ST(f) offsetof(px_state_conf_t, f)
+#define TEAM(f) offsetof(px_team_conf_t, f)
+#define PRICE(f) offsetof(px_price_conf_t, f)
+#define TR(f) offsetof(px_trace_conf_t, f)
 #define U32MAX 4294967295ull
 
 static const directive_t directives[] = {
@@ -815,11 +896,30 @@ static const directive_t directives[] = {
     {SEC_KEY, "models", set_models, 0, 0, 0, 0},
     {SEC_KEY, "rpm", set_u64, KEY(rpm), 0, U32MAX, 0},
     {SEC_KEY, "tpm", set_u64, KEY(tpm), 0, UINT64_MAX / 2, 0},
+    {SEC_KEY, "team", set_str, KEY(team_name), 0, 0, 0},
+    {SEC_KEY, "budget", set_usd, KEY(budget), 0, PX_BUDGET_MAX_USD, 0},
+    {SEC_KEY, "budget_window", set_window, KEY(window), 0, 0, 0},
+
+    {SEC_TEAM, "budget", set_usd, TEAM(budget), 0, PX_BUDGET_MAX_USD, 0},
+    {SEC_TEAM, "budget_window", set_window, TEAM(window), 0, 0, 0},
+
+    {SEC_PRICE, "input", set_usd, PRICE(input), 0, PX_PRICE_MAX_USD, D_REQUIRED},
+    {SEC_PRICE, "output", set_usd, PRICE(output), 0, PX_PRICE_MAX_USD, D_REQUIRED},
+    {SEC_PRICE, "cache_read", set_usd, PRICE(cache_read), 0, PX_PRICE_MAX_USD, 0},
+    {SEC_PRICE, "cache_write", set_usd, PRICE(cache_write), 0, PX_PRICE_MAX_USD, 0},
+
+    {SEC_ADMIN, "token", set_str, offsetof(px_config_t, admin_token), 0, 0, D_REQUIRED},
 
     {SEC_STATE, "backend", set_backend, 0, 0, 0, 0},
     {SEC_STATE, "redis", set_redis, 0, 0, 0, 0},
     {SEC_STATE, "prefix", set_str, ST(prefix), 0, 0, 0},
     {SEC_STATE, "on_error", set_on_error, 0, 0, 0, 0},
+    {SEC_STATE, "timeout", set_duration, ST(timeout_ms), 0, 0, 0},
+    {SEC_STATE, "dir", set_opt_str, ST(dir), 0, 0, 0},
+
+    {SEC_TRACE, "endpoint", set_trace_endpoint, 0, 0, 0, D_REQUIRED},
+    {SEC_TRACE, "sample", set_ratio, TR(sample), 0, 0, 0},
+    {SEC_TRACE, "header", set_trace_header, 0, 0, 0, D_REPEATABLE},
 };
 #define NDIR (sizeof directives / sizeof directives[0])
 _Static_assert(NDIR <= NDIRECTIVES, "seen[] too small");
@@ -840,6 +940,8 @@ static void config_free(px_config_t *c) {
   free(c->server.admin_listen);
   free(c->state.redis);
   free(c->state.prefix);
+  free(c->trace.endpoint);
+  free_strv(c->trace.headers, c->trace.nheaders);
   for (size_t i = 0; i < c->nupstreams; i++) {
     px_upstream_conf_t *u = &c->upstreams[i];
     free(u->name);
@@ -865,9 +967,16 @@ static void config_free(px_config_t *c) {
     px_key_conf_t *k = &c->keys[i];
     free(k->name);
     free(k->secret);
+    free(k->team_name);
     free_strv(k->models, k->nmodels);
   }
   free(c->keys);
+  for (size_t i = 0; i < c->nteams; i++) free(c->teams[i].name);
+  free(c->teams);
+  for (size_t i = 0; i < c->nprices; i++) free(c->prices[i].pattern);
+  free(c->prices);
+  free(c->admin_token);
+  free(c->state.dir);
   free(c->unconfigured_message);
   free(c);
 }
@@ -889,6 +998,8 @@ static px_config_t *config_new(void) {
   s->log_level = PX_LOG_INFO;
   s->socket_mode = 0660;
   c->state.prefix = strdup("proxai:");
+  c->state.timeout_ms = 250;
+  c->trace.sample = 1.0;
   if (s->listen == NULL || s->access_log == NULL || c->state.prefix == NULL) {
     config_free(c);
     return NULL;
@@ -932,6 +1043,22 @@ static int add_deployment(px_route_conf_t *r, ssize_t u) {
   r->deployments[r->ndeployments - 1].upstream = (size_t)u;
   r->upstream = r->deployments[0].upstream;
   return 0;
+}
+
+static px_team_conf_t *add_team(px_config_t *c, const char *name) {
+  if (push((void **)&c->teams, &c->nteams, sizeof *c->teams) < 0) return NULL;
+  px_team_conf_t *t = &c->teams[c->nteams - 1];
+  t->name = strdup(name);
+  return t->name ? t : NULL;
+}
+
+/* cache_read / cache_write default to input (filled in by resolve) */
+static px_price_conf_t *add_price(px_config_t *c, const char *pattern) {
+  if (push((void **)&c->prices, &c->nprices, sizeof *c->prices) < 0) return NULL;
+  px_price_conf_t *pr = &c->prices[c->nprices - 1];
+  pr->pattern = strdup(pattern);
+  pr->cache_read = pr->cache_write = -1;
+  return pr->pattern ? pr : NULL;
 }
 
 static px_key_conf_t *add_key(px_config_t *c, const char *name) {
@@ -985,13 +1112,14 @@ static int begin_section(parse_t *p, const char *title, size_t tlen) {
   while (rlen > 0 && is_space(*rest)) rest++, rlen--;
 
   sec_kind_t kind = SEC_BAD;
-  for (int k = SEC_SERVER; k <= SEC_STATE; k++)
+  for (int k = SEC_SERVER; k <= SEC_TRACE; k++)
     if (strlen(sec_names[k]) == klen && strncmp(title, sec_names[k], klen) == 0)
       kind = (sec_kind_t)k;
   if (kind == SEC_BAD)
     return fail(p, p->line,
                 "unknown section [%.*s] (expected [server], [upstream NAME], "
-                "[route PATTERN], [key NAME] or [state])",
+                "[route PATTERN], [key NAME], [team NAME], [price PATTERN], [state], "
+                "[admin] or [trace])",
                 (int)tlen, title);
 
   char *arg = dup_range(rest, rlen);
@@ -1019,13 +1147,58 @@ static int begin_section(parse_t *p, const char *title, size_t tlen) {
       }
       break;
     case SEC_STATE:
+    case SEC_ADMIN:
+    case SEC_TRACE: {
+      int *at = kind == SEC_STATE   ? &p->state_line
+                : kind == SEC_ADMIN ? &p->admin_line
+                                    : &p->trace_line;
       if (rlen != 0) {
-        ok = fail(p, p->line, "[state] takes no name");
-      } else if (p->state_line != 0) {
-        ok = fail(p, p->line, "duplicate section [state] (first at line %d)", p->state_line);
+        ok = fail(p, p->line, "[%s] takes no name", sec_names[kind]);
+      } else if (*at != 0) {
+        ok = fail(p, p->line, "duplicate section [%s] (first at line %d)",
+                  sec_names[kind], *at);
       } else {
-        p->state_line = p->line;
+        *at = p->line;
       }
+      break;
+    }
+    case SEC_TEAM:
+      if (rlen == 0 || !valid_name(arg)) {
+        ok =
+            fail(p, p->line,
+                 "[team] needs a name of letters, digits, '-', '_' and '.': [team NAME]");
+        break;
+      }
+      for (size_t j = 0; j < c->nteams && ok; j++)
+        if (strcmp(c->teams[j].name, arg) == 0)
+          ok = fail(p, p->line, "duplicate section [%s] (first at line %d)", p->sec_title,
+                    p->team_line[j]);
+      if (!ok) break;
+      if (add_team(c, arg) == NULL ||
+          grow_to((void **)&p->team_line, c->nteams, sizeof(int)) < 0) {
+        ok = fail(p, p->line, "out of memory");
+        break;
+      }
+      lines = p->team_line;
+      n = c->nteams;
+      break;
+    case SEC_PRICE:
+      if (rlen == 0 || memchr(arg, ' ', rlen) || memchr(arg, '\t', rlen)) {
+        ok = fail(p, p->line, "[price] needs a model name or pattern: [price PATTERN]");
+        break;
+      }
+      for (size_t j = 0; j < c->nprices && ok; j++)
+        if (strcmp(c->prices[j].pattern, arg) == 0)
+          ok = fail(p, p->line, "duplicate section [%s] (first at line %d)", p->sec_title,
+                    p->price_line[j]);
+      if (!ok) break;
+      if (add_price(c, arg) == NULL ||
+          grow_to((void **)&p->price_line, c->nprices, sizeof(int)) < 0) {
+        ok = fail(p, p->line, "out of memory");
+        break;
+      }
+      lines = p->price_line;
+      n = c->nprices;
       break;
     case SEC_UPSTREAM:
     case SEC_KEY:
@@ -1208,6 +1381,18 @@ static int on_pair(void *user, const char *section, const char *name, const char
     case SEC_STATE:
       obj = &p->c->state;
       break;
+    case SEC_TEAM:
+      obj = &p->c->teams[p->idx];
+      break;
+    case SEC_PRICE:
+      obj = &p->c->prices[p->idx];
+      break;
+    case SEC_ADMIN:
+      obj = p->c;
+      break;
+    case SEC_TRACE:
+      obj = &p->c->trace;
+      break;
     default:
       break;
   }
@@ -1271,6 +1456,8 @@ static void parse_done(parse_t *p) {
   free(p->up_line);
   free(p->route_line);
   free(p->key_line);
+  free(p->team_line);
+  free(p->price_line);
   for (size_t i = 0; p->refs != NULL && i < p->c->nroutes; i++) {
     route_refs_t *rf = &p->refs[i];
     for (size_t j = 0; j < rf->ndeps; j++)
@@ -1348,8 +1535,23 @@ static int resolve(parse_t *p) {
       if (strcmp(c->keys[i].secret, c->keys[j].secret) == 0)
         return fail(p, p->key_line[i], "key '%s' has the same secret as key '%s'",
                     c->keys[i].name, c->keys[j].name);
+  for (size_t i = 0; i < c->nprices; i++) {
+    px_price_conf_t *pr = &c->prices[i];
+    if (pr->cache_read < 0) pr->cache_read = pr->input;
+    if (pr->cache_write < 0) pr->cache_write = pr->input;
+  }
+  for (size_t i = 0; i < c->nkeys; i++) {
+    px_key_conf_t *k = &c->keys[i];
+    if (k->team_name == NULL) continue;
+    k->team = px_config_team(c, k->team_name);
+    if (k->team == NULL)
+      return fail(p, p->key_line[i], "unknown team '%s' in [key %s] (no [team %s])",
+                  k->team_name, k->name, k->team_name);
+  }
   if (c->state.backend == PX_STATE_REDIS && c->state.redis == NULL)
     return fail(p, p->state_line, "[state] backend = redis needs 'redis ='");
+  if (c->state.timeout_ms == 0)
+    return fail(p, p->state_line, "[state] timeout must be at least 1ms");
   return 1;
 }
 
@@ -1359,7 +1561,7 @@ static char ini_inline[] = ";#";
 /* The configuration's secrets, for the scrubber (scrub.h): upstream keys,
  * the credential of a configured upstream header (a name about auth, keys
  * or tokens: its value, without a "Bearer " scheme), client key secrets,
- * the state backend's password. */
+ * the admin token, the state backend's password. */
 static void add_secrets(const px_config_t *c) {
   for (size_t i = 0; i < c->nupstreams; i++) {
     const px_upstream_conf_t *u = &c->upstreams[i];
@@ -1384,6 +1586,7 @@ static void add_secrets(const px_config_t *c) {
   }
   for (size_t i = 0; i < c->nkeys; i++)
     if (c->keys[i].secret) px_scrub_add(c->keys[i].secret, strlen(c->keys[i].secret));
+  if (c->admin_token) px_scrub_add(c->admin_token, strlen(c->admin_token));
   const char *r = c->state.redis, *at = r ? strrchr(r, '@') : NULL;
   if (at != NULL) {
     const char *u = strstr(r, "://");
@@ -1640,6 +1843,73 @@ int px_key_allows(const px_key_conf_t *k, const char *model) {
   return 0;
 }
 
+int px_config_keyed(const px_config_t *c) {
+  return c != NULL && (c->nkeys > 0 || c->admin_token != NULL);
+}
+
+const px_team_conf_t *px_config_team(const px_config_t *c, const char *name) {
+  for (size_t i = 0; name && i < c->nteams; i++)
+    if (strcmp(c->teams[i].name, name) == 0) return &c->teams[i];
+  return NULL;
+}
+
+const px_price_conf_t *px_config_price(const px_config_t *c, const char *model) {
+  for (size_t i = 0; model && i < c->nprices; i++)
+    if (px_glob_match(c->prices[i].pattern, model)) return &c->prices[i];
+  return NULL;
+}
+
+static const char *const window_names[] = {"month", "day", "total"};
+
+const char *px_window_name(px_window_t w) {
+  return (unsigned)w < 3 ? window_names[w] : "month";
+}
+
+int px_window_parse(const char *s, px_window_t *out) {
+  for (int i = 0; i < 3; i++)
+    if (strcmp(s, window_names[i]) == 0) {
+      *out = (px_window_t)i;
+      return 0;
+    }
+  return -1;
+}
+
+int px_parse_usd(const char *s, int64_t max_usd, int64_t *nano) {
+  int64_t whole = 0, frac = 0;
+  int digits = 0, fd = 0;
+  for (; *s >= '0' && *s <= '9'; s++, digits++) {
+    whole = whole * 10 + (*s - '0');
+    if (whole > max_usd) return -1;
+  }
+  if (*s == '.') {
+    s++;
+    for (; *s >= '0' && *s <= '9'; s++, fd++) {
+      if (fd == 9) return -1;
+      frac = frac * 10 + (*s - '0');
+    }
+    if (fd == 0) return -1;
+  }
+  if (*s != '\0' || digits + fd == 0) return -1;
+  for (int i = fd; i < 9; i++) frac *= 10;
+  if (whole == max_usd && frac > 0) return -1;
+  *nano = whole * PX_NANO_PER_USD + frac;
+  return 0;
+}
+
+const char *px_usd_str(int64_t nano, char *buf, size_t len) {
+  const char *sign = nano < 0 ? "-" : "";
+  uint64_t v = nano < 0 ? (uint64_t)0 - (uint64_t)nano : (uint64_t)nano;
+  uint64_t w = v / PX_NANO_PER_USD, f = v % PX_NANO_PER_USD;
+  if (f == 0) {
+    snprintf(buf, len, "%s%llu", sign, (unsigned long long)w);
+    return buf;
+  }
+  int n = snprintf(buf, len, "%s%llu.%09llu", sign, (unsigned long long)w,
+                   (unsigned long long)f);
+  while (n > 0 && (size_t)n < len && buf[n - 1] == '0') buf[--n] = 0;
+  return buf;
+}
+
 /* ------------------------------------------------------------------------ */
 /* --check output                                                           */
 
@@ -1667,9 +1937,13 @@ void px_config_print(const px_config_t *c, FILE *out) {
   if (s->admin_listen) fprintf(out, "  admin_listen: %s\n", s->admin_listen);
   fprintf(out, "  socket_mode: %04o\n", s->socket_mode);
   /* the redis address may carry a password: not printed */
-  fprintf(out, "state\n  backend: %s\n  prefix: %s\n  on_error: %s\n",
+  static const char *const on_error[] = {"allow", "deny", "local"};
+  fprintf(out, "state\n  backend: %s\n  prefix: %s\n  on_error: %s\n  timeout: %llums\n",
           c->state.backend == PX_STATE_REDIS ? "redis" : "local", c->state.prefix,
-          c->state.on_error_deny ? "deny" : "allow");
+          on_error[c->state.on_error], (unsigned long long)c->state.timeout_ms);
+  if (c->trace.endpoint) /* header values are never printed (they hold keys) */
+    fprintf(out, "trace\n  endpoint: %s\n  sample: %g\n  headers: %zu\n",
+            c->trace.endpoint, c->trace.sample, c->trace.nheaders);
   for (size_t i = 0; i < c->nupstreams; i++) {
     const px_upstream_conf_t *u = &c->upstreams[i];
     const char *pname = "?";
@@ -1736,7 +2010,32 @@ void px_config_print(const px_config_t *c, FILE *out) {
       fprintf(out, "%s %s", j ? "," : "", k->models[j]);
     fprintf(out, "\n  rpm: %llu\n  tpm: %llu\n", (unsigned long long)k->rpm,
             (unsigned long long)k->tpm);
+    char b[32];
+    if (k->team) fprintf(out, "  team: %s\n", k->team->name);
+    if (k->budget > 0)
+      fprintf(out, "  budget: %s USD per %s\n", px_usd_str(k->budget, b, sizeof(b)),
+              px_window_name(k->window));
   }
-  if (c->nkeys == 0) fprintf(out, "client keys: none (open gateway)\n");
+  for (size_t i = 0; i < c->nteams; i++) {
+    char b[32];
+    const px_team_conf_t *t = &c->teams[i];
+    fprintf(out, "team %s\n  budget: %s USD per %s\n", t->name,
+            t->budget > 0 ? px_usd_str(t->budget, b, sizeof(b)) : "none",
+            px_window_name(t->window));
+  }
+  for (size_t i = 0; i < c->nprices; i++) {
+    char in[32], o[32], cr[32], cw[32];
+    const px_price_conf_t *p = &c->prices[i];
+    fprintf(out,
+            "price %s (USD per million tokens)\n  input: %s\n  output: %s\n"
+            "  cache_read: %s\n  cache_write: %s\n",
+            p->pattern, px_usd_str(p->input, in, sizeof(in)),
+            px_usd_str(p->output, o, sizeof(o)),
+            px_usd_str(p->cache_read, cr, sizeof(cr)),
+            px_usd_str(p->cache_write, cw, sizeof(cw)));
+  }
+  if (c->admin_token) fprintf(out, "admin API: on (admin_listen, token set)\n");
+  if (c->nkeys == 0 && !c->admin_token)
+    fprintf(out, "client keys: none (open gateway)\n");
   if (c->unconfigured_message) fprintf(out, "no upstream: %s\n", c->unconfigured_message);
 }

@@ -7,7 +7,10 @@
  *     match in file order: `[route *]` before `[route gpt-4o]`);
  *   - a key `models` glob that no route pattern can match;
  *   - `client = builtin` with `http2 = on` (HTTP/2 is libcurl's: the
- *     upstream uses libcurl anyway).
+ *     upstream uses libcurl anyway);
+ *   - budgets (SPEC 12) with models no [price] prices (a budgeted key is
+ *     refused those), or with no persistent store (spend lost at restart);
+ *   - [admin] without admin_listen (the admin API is served there only).
  *
  * Patterns are globs with `*` and `?` and no escapes (px_glob_match). Two
  * questions are asked of pattern pairs, each answered by a table over
@@ -74,6 +77,62 @@ static bool route_uses(const px_route_conf_t *r, size_t u) {
   return false;
 }
 
+static size_t warn_unpriced(const px_config_t *c, FILE *out, const char *file,
+                            const px_route_conf_t *r, const char *model) {
+  if (px_config_price(c, model)) return 0;
+  fprintf(out,
+          "proxai: warning: %s: [route %s] sends model '%s', which no [price] matches: "
+          "keys with a budget are refused it\n",
+          file, r->pattern, model);
+  return 1;
+}
+
+static size_t warn_money(const px_config_t *c, FILE *out, const char *file) {
+  size_t n = 0;
+  bool budgets = false;
+  for (size_t i = 0; i < c->nkeys; i++)
+    budgets = budgets || c->keys[i].budget > 0 ||
+              (c->keys[i].team && c->keys[i].team->budget > 0);
+  for (size_t i = 0; i < c->nteams; i++) budgets = budgets || c->teams[i].budget > 0;
+  if (c->admin_token && c->server.admin_listen == NULL) {
+    fprintf(
+        out,
+        "proxai: warning: %s: [admin] token is set but [server] admin_listen is not: the "
+        "admin API is served on admin_listen only\n",
+        file);
+    n++;
+  }
+  if (!budgets) return n;
+  if (c->state.backend == PX_STATE_LOCAL && c->state.dir == NULL) {
+    fprintf(out,
+            "proxai: warning: %s: budgets without a persistent store: spend is kept in "
+            "memory and starts from 0 at every restart (set [state] dir, or backend = "
+            "redis)\n",
+            file);
+    n++;
+  }
+  /* what each route may send upstream: its targets' models when they are
+   * named, else the exact name or the `models =` names it is asked for */
+  for (size_t i = 0; i < c->nroutes; i++) {
+    const px_route_conf_t *r = &c->routes[i];
+    bool glob = strpbrk(r->pattern, "*?") != NULL;
+    for (size_t j = 0; j < r->ndeployments + r->nfallbacks; j++) {
+      const px_target_t *t =
+          j < r->ndeployments ? &r->deployments[j] : &r->fallbacks[j - r->ndeployments];
+      const char *m = t->model ? t->model : r->model;
+      if (m) {
+        n += warn_unpriced(c, out, file, r, m);
+      } else if (!glob) {
+        n += warn_unpriced(c, out, file, r, r->pattern);
+      } else {
+        for (size_t k = 0; k < r->nmodels; k++)
+          n += warn_unpriced(c, out, file, r, r->models[k]);
+      }
+    }
+  }
+  return n;
+}
+
 size_t px_config_warn(const px_config_t *c, FILE *out) {
   size_t n = 0;
   const char *file = c->path ? c->path : "(embedded default)";
@@ -120,5 +179,6 @@ size_t px_config_warn(const px_config_t *c, FILE *out) {
       n++;
     }
   }
+  n += warn_money(c, out, file);
   return n;
 }

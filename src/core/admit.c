@@ -3,7 +3,7 @@
  * generation request the admission phase, in this order: the one scan of
  * the body (model, stream), the client key, the key's models, the rate
  * limits (possibly waiting for the state backend), the route. An admitted
- * request goes on to the attempt (px_exch_attempt, proxy.c). It knows no
+ * request goes on to the attempt (px_exch_attempt, attempt.c). It knows no
  * protocol: the path's protocol answers through its ops.
  *
  *   px_proxy_request -> endpoints | gateway -> read_request -> authorize
@@ -14,9 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
+#include "attempt.h"
+#include "proxai/inflight.h"
+#include "proxai/keys.h"
 #include "proxai/metrics.h"
-#include "proxy_int.h"
+#include "proxai/money.h"
+#include "proxai/state_redis.h"
 
 static void simple_json(px_conn_t *c, int status, const char *body) {
   px_resp_simple(c, status, "application/json", body, strlen(body), NULL, 0);
@@ -24,14 +29,26 @@ static void simple_json(px_conn_t *c, int status, const char *body) {
 
 /* An error for a path in the shape of the protocol that owns it (else the
  * default protocol's). */
-static void path_error(px_conn_t *c, const px_proto_ops_t *ops, px_errkind_t kind,
-                       const char *msg) {
+static void path_error(px_conn_t *c, const px_req_t *r, const px_proto_ops_t *ops,
+                       px_errkind_t kind, const char *msg) {
   if (ops == NULL) ops = px_proto_default();
   px_buf_t b;
   px_buf_init(&b, 4096);
-  ops->encode_error(&b, kind, ops->error_type(kind), msg, NULL, NULL);
+  ops->encode_error(&b, kind, ops->error_type(kind), msg, NULL, r->request_id);
   px_resp_simple(c, px_errkind_status(kind), "application/json", b.data, b.len, NULL, 0);
   px_buf_free(&b);
+}
+
+int px_proxy_early_error(px_buf_t *out, px_str_t path, int status, const char *msg,
+                         const char *request_id) {
+  px_errkind_t kind = status == 413   ? PX_ERR_TOO_LARGE
+                      : status == 408 ? PX_ERR_TIMEOUT
+                      : status >= 500 ? PX_ERR_API
+                                      : PX_ERR_INVALID;
+  px_inbound_t in;
+  const px_proto_ops_t *ops =
+      px_proto_match(path.ptr, path.len, &in) ? px_proto_get(in.proto) : px_proto_default();
+  return ops->encode_error(out, kind, NULL, msg, NULL, request_id);
 }
 
 /* Whether id is already among the first n names listed. */
@@ -44,9 +61,9 @@ static int listed(const char *const *ids, size_t n, const char *id) {
 /* The concrete model names key k (NULL: open gateway) may use: exact route
  * names and the `models =` names of glob routes, never a glob, each once;
  * in the list shape of ops (the protocol the request names). */
-static void serve_models(px_server_t *s, px_conn_t *c, const px_proto_ops_t *ops,
+static void serve_models(px_worker_t *w, px_conn_t *c, const px_proto_ops_t *ops,
                          const px_key_conf_t *k) {
-  px_config_t *cfg = s->config;
+  px_config_t *cfg = w->config;
   size_t cap = 0;
   for (size_t i = 0; i < cfg->nroutes; i++) cap += 1 + cfg->routes[i].nmodels;
   const char **ids = calloc(cap ? cap : 1, sizeof(*ids));
@@ -153,18 +170,34 @@ static char *url_decode(px_str_t s) {
   return o;
 }
 
+/* The key of a secret: a static one of the configuration, else a runtime
+ * one from the state backend (*owned, the caller frees it), else NULL. */
+static const px_key_conf_t *find_key(px_config_t *cfg, const char *sec, size_t sl,
+                                     px_key_conf_t **owned) {
+  *owned = NULL;
+  if (!sec) return NULL;
+  const px_key_conf_t *k = px_config_key(cfg, sec, sl);
+  if (k) return k;
+  int64_t now = (int64_t)time(NULL);
+  *owned = px_keys_find(cfg, sec, sl, now);
+  if (*owned) px_rl_touch((*owned)->name, now);
+  return *owned;
+}
+
 /* GET endpoints that need a client key when keys exist (/v1/models, /metrics
- * on the client listener): 0 with *k set (NULL when the gateway is open), or
- * <0 after answering 401. */
-static int get_key(px_server_t *s, px_conn_t *c, px_req_t *r, const px_proto_ops_t *ops,
-                   const px_key_conf_t **k) {
+ * on the client listener, the usage): 0 with *k set (NULL when the gateway
+ * is open), or <0 after answering 401. A runtime key is *owned (freed by
+ * the caller). */
+static int get_key(px_worker_t *w, px_conn_t *c, px_req_t *r, const px_proto_ops_t *ops,
+                   const px_key_conf_t **k, px_key_conf_t **owned) {
   *k = NULL;
-  if (s->config->nkeys == 0) return 0;
+  *owned = NULL;
+  if (!px_config_keyed(w->config)) return 0;
   size_t sl = 0;
   const char *sec = client_secret(r, ops, &sl);
-  *k = sec ? px_config_key(s->config, sec, sl) : NULL;
+  *k = find_key(w->config, sec, sl, owned);
   if (*k) return 0;
-  path_error(c, ops, PX_ERR_AUTH,
+  path_error(c, r, ops, PX_ERR_AUTH,
              sec ? "invalid API key"
                  : "missing API key: send Authorization: Bearer KEY or x-api-key");
   return -1;
@@ -178,47 +211,125 @@ static void serve_metrics(px_conn_t *c) {
   px_buf_free(&b);
 }
 
-/* Tokens to set aside on the key's tpm bucket at admission: the request's
- * own output cap, else the route's max_tokens, else PX_RL_DEFAULT_RESERVE.
- * Settled with the real usage when the request ends. */
-#define PX_RL_DEFAULT_RESERVE 4096
-static uint64_t reserve_estimate(px_exch_t *x) {
-  const px_proto_ops_t *ops = px_exch_client_ops(x);
-  const char *bd = x->req->body.data ? x->req->body.data : "";
-  for (size_t i = 0; i < 2 && ops->max_tokens_keys[i][0] != NULL; i++) {
-    const char *const *path = ops->max_tokens_keys[i];
-    size_t vs, vl;
-    if (px_json_find(bd, x->req->body.len, path, path[1] ? 2 : 1, &vs, &vl) ==
-            PX_JSON_FOUND &&
-        vl > 0 && bd[vs] >= '0' && bd[vs] <= '9')
-      return strtoull(bd + vs, NULL, 10);
-  }
-  const px_route_conf_t *rt = px_config_route(x->cfg, x->model);
+/* The request's own output cap (the client protocol's members, first
+ * present wins), else the route's max_tokens; 0 when neither. */
+static uint64_t output_cap(px_exch_t *x, const px_route_conf_t *rt) {
+  int64_t m = px_exch_max_tokens(x);
+  if (m >= 0) return (uint64_t)m;
   if (rt && rt->max_tokens > 0) return (uint64_t)rt->max_tokens;
-  return PX_RL_DEFAULT_RESERVE;
+  return 0;
 }
 
-/* The rate limiter's verdict; <0 when the request was answered. */
-static int admission(px_exch_t *x, px_rl_verdict_t v, unsigned wait) {
-  if (v == PX_RL_ALLOW) {
+/* Tokens set aside on the key's tpm bucket at admission when nothing caps
+ * the output; settled with the real usage when the request ends. */
+#define PX_RL_DEFAULT_RESERVE 4096
+
+/* The upper bound of a budgeted request's cost (SPEC 12): input at most the
+ * body's bytes, output at most its cap, each at the dearest price of every
+ * model the route may send it to (deployments and fallbacks). <0 when the
+ * request was answered (a model without a [price]). */
+static int cost_bound(px_exch_t *x, const px_route_conf_t *rt, int64_t *out) {
+  uint64_t cap = output_cap(x, rt);
+  if (cap == 0) cap = PX_BUDGET_DEFAULT_OUTPUT;
+  int64_t top = 0;
+  for (size_t i = 0; i < rt->ndeployments + rt->nfallbacks; i++) {
+    const px_target_t *t =
+        i < rt->ndeployments ? &rt->deployments[i] : &rt->fallbacks[i - rt->ndeployments];
+    const char *m = px_target_model(rt, t, x->model);
+    const px_price_conf_t *p = px_config_price(x->cfg, m);
+    if (p == NULL) {
+      char msg[400];
+      snprintf(
+          msg, sizeof(msg),
+          "no price is configured for model '%.200s' (sent upstream for '%.100s'): a "
+          "key with a budget cannot use it",
+          m, x->model);
+      px_exch_error(x, PX_ERR_PERMISSION, msg, "model");
+      return -1;
+    }
+    int64_t c = px_cost_bound(p, x->req->body.len, cap);
+    if (c > top) top = c;
+  }
+  *out = top;
+  return 0;
+}
+
+/* What the master releases if this worker dies before the settlement. */
+static void hold(px_exch_t *x) {
+  const px_admit_t *a = &x->adm;
+  const px_key_conf_t *k = a->key;
+  int64_t ck = a->budgeted && k->budget > 0 ? a->cost : 0;
+  int64_t ct = a->budgeted && k->team && k->team->budget > 0 ? a->cost : 0;
+  if (a->tokens == 0 && ck == 0 && ct == 0) return;
+  px_inflight_rec_t *r = x->rl_rec = px_inflight_hold(k->name);
+  if (r == NULL) return;
+  r->tpm_reserved = a->tokens;
+  r->tpm = k->tpm;
+  r->cost_key = (uint64_t)ck;
+  r->cost_team = (uint64_t)ct;
+  size_t tl = ct ? strnlen(k->team->name, PX_INFLIGHT_KEY - 1) : 0;
+  memcpy(r->team, ct ? k->team->name : "", tl);
+  r->team[tl] = 0;
+}
+
+/* The state backend's verdict; <0 when the request was answered. */
+static int admission(px_exch_t *x, px_rl_verdict_t v, const px_refusal_t *why) {
+  if (v == PX_RL_ALLOW || v == PX_RL_OPEN || v == PX_RL_LOCAL) {
     x->rl_admitted = 1;
+    x->adm.local = v == PX_RL_LOCAL;
+    if (v == PX_RL_ALLOW) {
+      hold(x);
+    } else { /* decided by on_error (never for a budget): nothing held */
+      x->adm.tokens = 0;
+      x->adm.cost = 0;
+    }
     return 0;
   }
   if (v == PX_RL_UNAVAILABLE) {
-    px_exch_error(x, PX_ERR_UNAVAILABLE, "rate limits cannot be checked: the shared state "
-                                      "backend is unreachable", NULL);
+    if (x->adm.budgeted)
+      px_exch_error(
+          x, PX_ERR_OVERLOADED,
+          "the budget cannot be checked: the shared state backend is unreachable", NULL);
+    else
+      px_exch_error(x, PX_ERR_OVERLOADED,
+                    "rate limits cannot be checked: the shared state "
+                    "backend is unreachable",
+                    NULL);
     return -1;
   }
   char ra[16];
-  snprintf(ra, sizeof(ra), "%u", wait ? wait : 1);
-  px_hdr_t h = {px_str("retry-after"), px_str(ra)};
+  px_hdr_t h = {px_str("retry-after"), {ra, 0}};
+  if (v == PX_RL_BUDGET) {
+    const px_key_conf_t *k = x->key;
+    int team = why->team && k->team;
+    int64_t budget = team ? k->team->budget : k->budget;
+    px_window_t w = team ? k->team->window : k->window;
+    char msg[512], left[32], total[32], bound[32], when[40];
+    snprintf(msg, sizeof(msg),
+             "budget exceeded for %s %.120s: %s USD remaining of %s USD %s, %s%s; this "
+             "request may cost up to %s USD",
+             team ? "team" : "key", team ? k->team->name : k->name,
+             px_usd_str(why->remaining, left, sizeof(left)),
+             px_usd_str(budget, total, sizeof(total)),
+             w == PX_WINDOW_TOTAL ? "in total"
+             : w == PX_WINDOW_DAY ? "per day"
+                                  : "per month",
+             why->resets_at ? "resets at " : "never resets",
+             why->resets_at ? px_rfc3339(why->resets_at, when, sizeof(when)) : "",
+             px_usd_str(x->adm.cost, bound, sizeof(bound)));
+    h.value.len = (size_t)snprintf(ra, sizeof(ra), "%u", why->retry_after);
+    px_exch_error_h(x, PX_ERR_QUOTA, 429, msg, NULL, &h, why->retry_after ? 1 : 0);
+    return -1;
+  }
+  h.value.len =
+      (size_t)snprintf(ra, sizeof(ra), "%u", why->retry_after ? why->retry_after : 1);
   px_exch_error_h(x, PX_ERR_RATE_LIMIT, 429, "rate limit exceeded for this key", NULL, &h, 1);
   return -1;
 }
 
 static void after_admission(px_exch_t *x) {
   px_config_t *cfg = x->cfg;
-  if (x->srv->draining) {
+  if (x->w->draining) {
     px_exch_error(x, PX_ERR_OVERLOADED, "the gateway is shutting down", NULL);
     return;
   }
@@ -237,32 +348,32 @@ static void after_admission(px_exch_t *x) {
   px_exch_attempt(x);
 }
 
-static void on_admitted(void *arg, px_rl_verdict_t v, unsigned wait) {
-  px_exch_t *x = arg;
+static void on_admitted(void *arg, px_rl_verdict_t v, const px_refusal_t *why) {
+  px_exch_t *x = px_exch_get((px_exch_ref_t)arg);
+  if (x == NULL) return;
   x->rl_wait = NULL;
-  if (admission(x, v, wait) == 0) after_admission(x);
+  if (admission(x, v, why) == 0) after_admission(x);
 }
 
-/* The exchange of one generation request; NULL when out of memory. */
-static px_exch_t *exch_new(px_server_t *s, px_conn_t *c, px_req_t *r,
-                           const px_inbound_t *in) {
-  px_exch_t *x = px_exch_alloc();
-  if (x == NULL) return NULL;
-  x->retry_reason[0] = x->bad_msg[0] = x->content_type[0] = x->label[0] = 0;
-  px_lossy_init(&x->lossy);
-  x->srv = s;
-  x->conn = c;
-  x->req = r;
-  x->cfg = px_config_ref(s->config);
-  x->in = in->proto;
-  x->ep = in->ep;
-  x->mode = &px_mode_none;
-  x->t_start = r->start_ns;
-  x->usage.input_tokens = x->usage.output_tokens = -1;
-  x->passhdrs.cap = 64 * 1024;
-  x->obuf.cap = PX_MAX_STREAM_OUT;
-  px_conn_set_handler(c, &px_exch_conn_handler, x);
-  return x;
+/* The end user (SPEC 13): the client's own member, found by the body's
+ * scan, else the x-proxai-user header; cut at PX_MAX_USER bytes. For the
+ * access log and traces only, never a metric label. */
+#define PX_MAX_USER 256
+static void end_user(px_exch_t *x) {
+  const char *bd = x->req->body.data;
+  size_t at = x->jreq.user_at, len = x->jreq.user_len;
+  if (bd && len >= 2) {
+    char tmp[PX_MAX_USER];
+    px_buf_t b = {.data = tmp, .len = 0, .size = sizeof(tmp), .cap = sizeof(tmp)};
+    px_str_t v;
+    size_t n = len - 2 < 6 * PX_MAX_USER ? len - 2 : 6 * PX_MAX_USER;
+    if (px_json_unescape(bd + at + 1, n, 1, &b, &v) == 0 && v.len > 0) {
+      x->user = x->user_buf = strndup(v.ptr, v.len < PX_MAX_USER ? v.len : PX_MAX_USER);
+      return;
+    }
+  }
+  const char *h = px_req_header(x->req, "x-proxai-user");
+  if (h && *h) x->user = x->user_buf = strndup(h, PX_MAX_USER);
 }
 
 /* The body's one scan and what the gateway acts on: model, stream,
@@ -311,6 +422,7 @@ static int read_request(px_exch_t *x, const px_inbound_t *in) {
     return -1;
   }
   x->stream = in->stream >= 0 ? in->stream > 0 : x->ep == PX_EP_GENERATE && x->jreq.stream;
+  end_user(x);
   x->include_usage = x->jreq.include_usage;
 
   /* the model reaches the x-proxai-upstream header and the upstream
@@ -325,18 +437,15 @@ static int read_request(px_exch_t *x, const px_inbound_t *in) {
   return 0;
 }
 
-/* The client key, the key's models, its rate limits. 0: go on to the
- * route; 1: the state backend answers later (on_admitted goes on); <0: the
- * request was answered. */
-static int authorize(px_exch_t *x) {
+/* The key's models and its admission (rate limits, budgets). 0: go on to
+ * the route; 1: the state backend answers later (on_admitted goes on);
+ * <0: the request was answered. */
+static int authorize_key(px_exch_t *x, int presented) {
   px_config_t *cfg = x->cfg;
-  if (cfg->nkeys == 0) return 0;
-  size_t sl = 0;
-  const char *sec = client_secret(x->req, px_exch_client_ops(x), &sl);
-  x->key = sec ? px_config_key(cfg, sec, sl) : NULL;
   if (x->key == NULL) {
     px_exch_error(x, PX_ERR_AUTH,
-                  sec ? "invalid API key"
+                  presented
+                      ? "invalid API key"
                       : "missing API key: send Authorization: Bearer KEY or x-api-key",
                   NULL);
     return -1;
@@ -348,19 +457,76 @@ static int authorize(px_exch_t *x) {
     px_exch_error(x, PX_ERR_PERMISSION, msg, "model");
     return -1;
   }
-  if (x->key->rpm || x->key->tpm) {
-    if (px_rl_reserves()) x->rl_reserved = reserve_estimate(x);
-    unsigned wait = 0;
-    px_rl_verdict_t v = px_rl_check(x->key, x->rl_reserved, px_exch_now(x), &wait,
-                                    on_admitted, x, &x->rl_wait);
-    if (v == PX_RL_PENDING) return 1;
-    return admission(x, v, wait);
+  const px_key_conf_t *k = x->key;
+  x->team = k->team ? k->team->name : NULL;
+  int budgeted = k->budget > 0 || (k->team && k->team->budget > 0);
+  px_admit_t *a = &x->adm;
+  a->key = k; /* the spend is counted for every key */
+  a->now_s = (int64_t)time(NULL);
+  if (k->rpm == 0 && k->tpm == 0 && !budgeted) return 0;
+  const px_route_conf_t *rt = px_config_route(cfg, x->model);
+  if (budgeted && rt == NULL) return 0; /* no route: 404 from after_admission */
+  a->budgeted = budgeted;
+  if (k->tpm) {
+    a->tokens = output_cap(x, rt);
+    if (a->tokens == 0) a->tokens = PX_RL_DEFAULT_RESERVE;
+    /* never more than the key's tpm: one left unsettled (its worker or its
+     * instance died) is then refilled within a minute */
+    if (a->tokens > k->tpm) a->tokens = k->tpm;
   }
-  return 0;
+  if (budgeted && cost_bound(x, rt, &a->cost) < 0) return -1;
+  px_refusal_t why = {0};
+  px_rl_verdict_t v =
+      px_rl_check(a, px_exch_now(x), &why, on_admitted, px_exch_arg(x), &x->rl_wait);
+  if (v == PX_RL_PENDING) return 1;
+  return admission(x, v, &why);
 }
 
-static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, const px_inbound_t *in) {
-  px_exch_t *x = exch_new(s, c, r, in);
+/* A runtime key's records arrived from Redis. */
+static void on_key_records(void *arg, int ok, px_str_t rec, px_str_t team) {
+  px_exch_t *x = px_exch_get((px_exch_ref_t)arg);
+  if (x == NULL) return;
+  x->rl_wait = NULL;
+  if (!ok) {
+    px_exch_error(x, PX_ERR_OVERLOADED,
+                  "the key cannot be checked: the shared state backend is unreachable",
+                  NULL);
+    return;
+  }
+  size_t sl = 0;
+  const char *sec = client_secret(x->req, px_exch_client_ops(x), &sl);
+  char hex[65];
+  px_keys_hash(sec, sl, hex);
+  int64_t now = (int64_t)time(NULL);
+  x->key = x->rkey = px_keys_from_records(x->cfg, hex, rec, team, now);
+  if (x->rkey) px_rl_touch(x->rkey->name, now);
+  if (authorize_key(x, 1) == 0) after_admission(x);
+}
+
+/* The client key: a static one, else a runtime one (the local store at
+ * once, Redis in one round trip), then authorize_key. Same returns. */
+static int authorize(px_exch_t *x) {
+  px_config_t *cfg = x->cfg;
+  if (!px_config_keyed(cfg)) return 0;
+  size_t sl = 0;
+  const char *sec = client_secret(x->req, px_exch_client_ops(x), &sl);
+  if (sec && sl && !px_config_key(cfg, sec, sl) && px_keys_on(cfg) &&
+      px_redis_running()) {
+    char hex[65];
+    px_keys_hash(sec, sl, hex);
+    if (px_redis_key_lookup(hex, on_key_records, px_exch_arg(x), &x->rl_wait) == 1)
+      return 1;
+    px_exch_error(x, PX_ERR_OVERLOADED,
+                  "the key cannot be checked: the shared state backend is unreachable",
+                  NULL);
+    return -1;
+  }
+  x->key = find_key(cfg, sec, sl, &x->rkey);
+  return authorize_key(x, sec != NULL);
+}
+
+static void gateway(px_worker_t *w, px_conn_t *c, px_req_t *r, const px_inbound_t *in) {
+  px_exch_t *x = px_exch_new(w, c, r, in->proto, in->ep);
   if (x == NULL) {
     px_resp_abort(c);
     return;
@@ -370,44 +536,208 @@ static void gateway(px_server_t *s, px_conn_t *c, px_req_t *r, const px_inbound_
   after_admission(x);
 }
 
-void px_proxy_request(px_server_t *s, px_conn_t *c, px_req_t *r) {
+/* ---------------------------------------------------------------------- */
+/* the admin API and the caller's usage                                     */
+
+/* Constant-time equality of a presented token and the configured one. */
+static int token_is(const char *got, size_t gl, const char *want) {
+  size_t wl = strlen(want);
+  volatile unsigned diff = gl != wl;
+  for (size_t i = 0; i < gl; i++) diff |= (unsigned)(got[i] ^ want[i < wl ? i : 0]);
+  return diff == 0;
+}
+
+/* /admin/... on admin_listen (SPEC 13): 404 without [admin] token, 401
+ * without the token; errors in OpenAI's shape. */
+static void serve_admin(px_worker_t *w, px_conn_t *c, px_req_t *r) {
+  px_config_t *cfg = w->config;
+  if (cfg->admin_token == NULL)
+    return path_error(c, r, NULL, PX_ERR_NOT_FOUND,
+                      "the admin API is off: set [admin] token to turn it on");
+  const char *a = px_req_header(r, "authorization");
+  if (!a || strncasecmp(a, "Bearer ", 7) != 0 ||
+      !token_is(a + 7, strlen(a + 7), cfg->admin_token))
+    return path_error(c, r, NULL, PX_ERR_AUTH,
+                      "the admin API needs Authorization: Bearer with the [admin] token");
+  px_buf_t b;
+  px_buf_init(&b, 16u << 20);
+  int st = px_keys_admin(cfg, r->method, r->url.data, r->path_len, r->body.data,
+                         r->body.len, &b);
+  px_resp_simple(c, st, "application/json", b.data, st == 204 ? 0 : b.len, NULL, 0);
+  px_buf_free(&b);
+}
+
+/* GET /v1/proxai/usage: one budget as the usage shape (SPEC 4) */
+static void usage_budget(px_buf_t *b, const char *name, const char *team, int64_t budget,
+                         px_window_t w, const px_budget_state_t *st, int64_t now) {
+  char t[40], u[32];
+  px_win_t win;
+  px_window_at(w, (time_t)now, &win);
+  px_buf_puts(b, "{\"name\":");
+  px_buf_json_str(b, name, strlen(name));
+  if (team != (const char *)-1) {
+    px_buf_puts(b, ",\"team\":");
+    if (team)
+      px_buf_json_str(b, team, strlen(team));
+    else
+      px_buf_puts(b, "null");
+  }
+  px_buf_puts(b, ",\"budget_usd\":");
+  px_buf_puts(b, budget > 0 ? px_usd_str(budget, u, sizeof(u)) : "null");
+  px_buf_puts(b, ",\"budget_window\":\"");
+  px_buf_puts(b, px_window_name(w));
+  px_buf_puts(b, "\",\"spend_usd\":");
+  px_buf_puts(b, st ? px_usd_str(st->spend, u, sizeof(u)) : "null");
+  px_buf_puts(b, ",\"reserved_usd\":");
+  px_buf_puts(b, st ? px_usd_str(st->reserved, u, sizeof(u)) : "null");
+  px_buf_puts(b, ",\"remaining_usd\":");
+  px_buf_puts(b, st && budget > 0
+                     ? px_usd_str(budget - st->spend - st->reserved, u, sizeof(u))
+                     : "null");
+  px_buf_puts(b, ",\"resets_at\":");
+  if (win.resets_at) {
+    px_buf_puts(b, "\"");
+    px_buf_puts(b, px_rfc3339(win.resets_at, t, sizeof(t)));
+    px_buf_puts(b, "\"}");
+  } else {
+    px_buf_puts(b, "null}");
+  }
+}
+
+typedef struct usage_q {
+  px_conn_t *c;
+  const px_req_t *r; /* the connection's current request (lives as long) */
+  px_config_t *cfg;
+  const px_key_conf_t *k;
+  px_key_conf_t *owned;
+  px_rl_wait_t *wait;
+  int64_t now;
+} usage_q_t;
+
+static void usage_free(usage_q_t *q) {
+  px_keys_free(q->owned);
+  px_config_unref(q->cfg);
+  free(q);
+}
+
+static void usage_answer(usage_q_t *q, int ok, const px_budget_state_t st[2]) {
+  px_conn_t *c = q->c;
+  if (!ok) {
+    px_conn_set_handler(c, NULL, NULL);
+    path_error(c, q->r, NULL, PX_ERR_UNAVAILABLE,
+               "the usage cannot be read: the shared state backend is unreachable");
+    return usage_free(q);
+  }
+  const px_key_conf_t *k = q->k;
+  px_buf_t b;
+  px_buf_init(&b, 1u << 16);
+  px_buf_puts(&b, "{\"key\":");
+  usage_budget(&b, k->name, k->team ? k->team->name : NULL, k->budget, k->window, &st[0],
+               q->now);
+  px_buf_puts(&b, ",\"team\":");
+  if (k->team)
+    usage_budget(&b, k->team->name, (const char *)-1, k->team->budget, k->team->window,
+                 &st[1], q->now);
+  else
+    px_buf_puts(&b, "null");
+  px_buf_printf(&b, ",\"limits\":{\"rpm\":%llu,\"tpm\":%llu}}",
+                (unsigned long long)k->rpm, (unsigned long long)k->tpm);
+  px_conn_set_handler(c, NULL, NULL);
+  px_resp_simple(c, 200, "application/json", b.data, b.len, NULL, 0);
+  px_buf_free(&b);
+  usage_free(q);
+}
+
+static void on_usage(void *arg, int ok, const px_budget_state_t st[2]) {
+  usage_q_t *q = arg;
+  q->wait = NULL;
+  usage_answer(q, ok, st);
+}
+
+static void on_usage_close(void *arg) {
+  usage_q_t *q = arg;
+  if (q->wait) px_rl_cancel(q->wait);
+  usage_free(q);
+}
+
+static const px_conn_handler_t usage_handler = {NULL, on_usage_close};
+
+static void serve_usage(px_worker_t *w, px_conn_t *c, const px_req_t *r,
+                        const px_key_conf_t *k, px_key_conf_t *owned) {
+  usage_q_t *q = calloc(1, sizeof(*q));
+  if (!q) {
+    px_keys_free(owned);
+    return px_resp_abort(c);
+  }
+  q->c = c;
+  q->r = r;
+  q->cfg = px_config_ref(w->config);
+  q->k = k;
+  q->owned = owned;
+  q->now = (int64_t)time(NULL);
+  px_budget_state_t st[2];
+  int rc = px_rl_usage(k, q->now, st, on_usage, q, &q->wait);
+  if (rc == 1) {
+    px_conn_set_handler(c, &usage_handler, q);
+    return;
+  }
+  usage_answer(q, rc == 0, st);
+}
+
+void px_proxy_request(px_worker_t *w, px_conn_t *c, px_req_t *r) {
   const char *path = r->url.data;
   int get = r->method == HTTP_GET || r->method == HTTP_HEAD;
   if (path_is(r, "/healthz")) {
-    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
+    if (!get) return path_error(c, r, NULL, PX_ERR_METHOD, "method not allowed");
     return simple_json(c, 200, "{\"status\":\"ok\"}");
   }
   if (path_is(r, "/readyz")) {
-    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
-    if (s->draining) return simple_json(c, 503, "{\"status\":\"draining\"}");
+    if (!get) return path_error(c, r, NULL, PX_ERR_METHOD, "method not allowed");
+    if (w->draining) return simple_json(c, 503, "{\"status\":\"draining\"}");
     return simple_json(c, 200, "{\"status\":\"ready\"}");
   }
   const px_key_conf_t *k;
-  if (px_conn_is_admin(c)) { /* admin_listen: metrics and health only, no key */
-    if (!path_is(r, "/metrics")) return path_error(c, NULL, PX_ERR_NOT_FOUND, "not found");
-    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
+  px_key_conf_t *owned;
+  if (px_conn_is_admin(c)) { /* admin_listen: metrics, health, the admin API */
+    if (r->path_len >= 7 && memcmp(path, "/admin/", 7) == 0) return serve_admin(w, c, r);
+    if (!path_is(r, "/metrics")) return path_error(c, r, NULL, PX_ERR_NOT_FOUND, "not found");
+    if (!get) return path_error(c, r, NULL, PX_ERR_METHOD, "method not allowed");
     return serve_metrics(c);
   }
-  if (path_is(r, "/metrics") && s->config->server.admin_listen == NULL) {
-    if (!get) return path_error(c, NULL, PX_ERR_METHOD, "method not allowed");
-    if (get_key(s, c, r, px_proto_default(), &k) < 0) return;
+  if (path_is(r, "/metrics") && w->config->server.admin_listen == NULL) {
+    if (!get) return path_error(c, r, NULL, PX_ERR_METHOD, "method not allowed");
+    if (get_key(w, c, r, px_proto_default(), &k, &owned) < 0) return;
+    px_keys_free(owned);
     return serve_metrics(c);
   }
   if (path_is(r, "/v1/models") || path_is(r, "/models")) {
     const px_proto_ops_t *ops = models_shape(r);
-    if (!get) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
-    if (get_key(s, c, r, ops, &k) < 0) return;
-    return serve_models(s, c, ops, k);
+    if (!get) return path_error(c, r, ops, PX_ERR_METHOD, "method not allowed");
+    if (get_key(w, c, r, ops, &k, &owned) < 0) return;
+    serve_models(w, c, ops, k);
+    px_keys_free(owned);
+    return;
+  }
+  if (path_is(r, "/v1/proxai/usage") || path_is(r, "/proxai/usage")) {
+    if (!get) return path_error(c, r, NULL, PX_ERR_METHOD, "method not allowed");
+    if (!px_config_keyed(w->config))
+      return path_error(c, r, NULL, PX_ERR_NOT_FOUND,
+                        "no client keys are configured: there is no key to report on");
+    if (get_key(w, c, r, px_proto_default(), &k, &owned) < 0) return;
+    return serve_usage(w, c, r, k, owned);
   }
   px_inbound_t in;
   if (!px_proto_match(path, r->url.len, &in))
-    return path_error(c, NULL, PX_ERR_NOT_FOUND, "not found");
+    return path_error(c, r, NULL, PX_ERR_NOT_FOUND, "not found");
   const px_proto_ops_t *ops = px_proto_get(in.proto);
   if (in.ep == PX_EP_MODELS) {
-    if (!get) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
-    if (get_key(s, c, r, ops, &k) < 0) return;
-    return serve_models(s, c, ops, k);
+    if (!get) return path_error(c, r, ops, PX_ERR_METHOD, "method not allowed");
+    if (get_key(w, c, r, ops, &k, &owned) < 0) return;
+    serve_models(w, c, ops, k);
+    px_keys_free(owned);
+    return;
   }
-  if (r->method != HTTP_POST) return path_error(c, ops, PX_ERR_METHOD, "method not allowed");
-  gateway(s, c, r, &in);
+  if (r->method != HTTP_POST)
+    return path_error(c, r, ops, PX_ERR_METHOD, "method not allowed");
+  gateway(w, c, r, &in);
 }

@@ -4,7 +4,7 @@
  * It knows no protocol: bodies and events go through the translator and
  * the protocols' ops.
  *
- *   head -> retryable, a retry planned ......... discard (proxy.c)
+ *   head -> retryable, a retry planned ......... discard (attempt.c)
  *        -> unusable (3xx, encoded, no body) .... bad: 502 at done
  *        -> 1xx / 4xx / 5xx ..................... error: collect, forward or
  *                                                 translate at done
@@ -27,7 +27,7 @@
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxai/scrub.h"
-#include "proxy_int.h"
+#include "respond.h"
 
 /* a pass-through JSON answer up to this size is held and sent with our own
  * Content-Length once complete; a larger one goes on chunked as it arrives */
@@ -65,50 +65,8 @@ static int paused_by_client(px_exch_t *x) {
   return 1;
 }
 
-/* A failed transfer before the response started: a 502 or 504 in the
- * client's shape. */
-static void fail_answer(px_exch_t *x, px_xfer_result_t result) {
-  char msg[256];
-  px_errkind_t k = px_exch_result_kind(result);
-  snprintf(msg, sizeof(msg), "%s: upstream '%s' %s",
-           k == PX_ERR_TIMEOUT ? "gateway timeout" : "bad gateway", x->up->name,
-           result == PX_XFER_ECONNECT ? "is unreachable"
-           : k == PX_ERR_TIMEOUT      ? "timed out"
-                                      : "failed");
-  px_exch_error(x, k, msg, NULL);
-}
-
 /* A JSON body cut short cannot be repaired: drop the connection. */
-static void cut_drop(px_exch_t *x, px_xfer_result_t result) {
-  px_conn_set_handler(x->conn, NULL, NULL);
-  px_resp_abort(x->conn);
-  x->conn = NULL;
-}
-
-static void done_finalize(px_exch_t *x) { px_exch_finalize(x); }
-
-/* ---------------------------------------------------------------------- */
-/* none: no head yet                                                         */
-
-static void none_fail(px_exch_t *x, px_xfer_result_t result) {
-  /* connect errors and timeouts fail over like a 503 */
-  if (px_exch_retry_connect(x, result)) {
-    px_exch_schedule_retry(x);
-    return;
-  }
-  fail_answer(x, result);
-}
-
-const px_mode_t px_mode_none = {"none", NULL, data_drop, done_finalize, none_fail, cut_drop, 1};
-
-/* ---------------------------------------------------------------------- */
-/* discard: a retryable answer, the retry planned at the head                */
-
-static void discard_retry(px_exch_t *x) { px_exch_schedule_retry(x); }
-static void discard_fail(px_exch_t *x, px_xfer_result_t r) { px_exch_schedule_retry(x); }
-
-const px_mode_t px_mode_discard = {"discard", NULL,         data_drop, discard_retry,
-                                   discard_fail, cut_drop, 1};
+static void cut_drop(px_exch_t *x, px_xfer_result_t result) { px_exch_abort(x); }
 
 /* ---------------------------------------------------------------------- */
 /* bad: an answer the gateway cannot pass on or read                         */
@@ -185,8 +143,7 @@ static void error_done(px_exch_t *x) {
   }
   /* a large error body is read only when its document fits the memory
    * bound of its size (SPEC 10); else it is no error body of any protocol */
-  if (x->acc.len > 4 * PX_TR_EVENT_SCAN &&
-      !px_translate_answer_fits(x->acc.data, x->acc.len))
+  if (x->acc.len > 4 * PX_TR_EVENT_SCAN && !px_translate_answer_fits(x->acc.data, x->acc.len))
     x->acc.len = 0;
   px_upstream_err_t ue;
   const px_proto_ops_t *uops = px_proto_get(x->out);
@@ -216,7 +173,7 @@ static void error_done(px_exch_t *x) {
 }
 
 static const px_mode_t mode_error = {"error", error_head, error_data, error_done,
-                                     fail_answer, cut_drop, 0};
+                                     px_exch_fail, cut_drop, 0};
 
 /* ---------------------------------------------------------------------- */
 /* pass_json: same protocol and model, held or streamed                      */
@@ -280,7 +237,7 @@ static void pass_json_done(px_exch_t *x) {
 }
 
 static const px_mode_t mode_pass_json = {"pass_json", pass_json_head, pass_json_data,
-                                         pass_json_done, fail_answer, cut_drop, 0};
+                                         pass_json_done, px_exch_fail, cut_drop, 0};
 
 /* ---------------------------------------------------------------------- */
 /* pass_rewrite: same protocol, the client's model written back              */
@@ -304,7 +261,7 @@ static void pass_rewrite_done(px_exch_t *x) {
 }
 
 static const px_mode_t mode_pass_rewrite = {"pass_rewrite", collect_head, data_collect,
-                                            pass_rewrite_done, fail_answer, cut_drop, 0};
+                                            pass_rewrite_done, px_exch_fail, cut_drop, 0};
 
 /* ---------------------------------------------------------------------- */
 /* tr_json: another protocol's JSON answer, translated                       */
@@ -368,7 +325,7 @@ static void tr_json_done(px_exch_t *x) {
 }
 
 static const px_mode_t mode_tr_json = {"tr_json", collect_head, data_collect, tr_json_done,
-                                       fail_answer, cut_drop, 0};
+                                       px_exch_fail, cut_drop, 0};
 
 /* ---------------------------------------------------------------------- */
 /* count: another protocol's token count, in the client's shape              */
@@ -394,7 +351,7 @@ static void count_done(px_exch_t *x) {
 }
 
 static const px_mode_t mode_count = {"count", collect_head, data_collect, count_done,
-                                     fail_answer, cut_drop, 0};
+                                     px_exch_fail, cut_drop, 0};
 
 /* ---------------------------------------------------------------------- */
 /* pass_stream: same protocol SSE, through the watcher                       */
@@ -457,7 +414,7 @@ static void pass_stream_cut(px_exch_t *x, px_xfer_result_t result) {
 }
 
 static const px_mode_t mode_pass_stream = {"pass_stream",    pass_stream_head, pass_stream_data,
-                                           pass_stream_done, fail_answer,      pass_stream_cut,
+                                           pass_stream_done, px_exch_fail,      pass_stream_cut,
                                            0};
 
 /* ---------------------------------------------------------------------- */
@@ -503,7 +460,7 @@ static void tr_stream_cut(px_exch_t *x, px_xfer_result_t result) {
 }
 
 static const px_mode_t mode_tr_stream = {"tr_stream",    tr_stream_head, tr_stream_data,
-                                         tr_stream_done, fail_answer,    tr_stream_cut,
+                                         tr_stream_done, px_exch_fail,    tr_stream_cut,
                                          0};
 
 /* ---------------------------------------------------------------------- */
@@ -525,8 +482,7 @@ static int unusable(px_exch_t *x, int status, const char *encoding, int sse) {
   else if (status >= 200 && status < 300 && x->stream && !sse) {
     const char *ct = x->content_type[0] ? x->content_type : "(none)";
     snprintf(x->bad_msg, sizeof(x->bad_msg),
-             "bad gateway: upstream '%s' answered a streaming request with Content-Type "
-             "'%.*s'",
+             "bad gateway: upstream '%s' answered a streaming request with Content-Type '%.*s'",
              x->up->name, px_utf8_cut(ct, strlen(ct), 60), ct);
   }
   return x->bad_msg[0] != 0;

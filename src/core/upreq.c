@@ -14,12 +14,11 @@
 #include <strings.h>
 #include <time.h>
 
-#include "proxy_int.h"
+#include "upreq.h"
 
 static int value_ok(const char *v) { return px_header_value_ok(v, strlen(v)); }
 
 /* The upstream header lines: one block (build_upstream_headers). */
-static void free_hdrs(char **h) { free(h); }
 
 /* name is one of list (NULL-ended, lower case), case-insensitively */
 static int header_in(px_str_t name, const char *const *list) {
@@ -32,9 +31,13 @@ static int header_in(px_str_t name, const char *const *list) {
   return 0;
 }
 
-static int forward_header(const px_str_t name, const px_proto_ops_t *out) {
+/* With [trace], the gateway sends its own trace context (below) instead of
+ * the client's; without, the client's goes on unchanged (SPEC 15). */
+static int forward_header(const px_str_t name, const px_proto_ops_t *out, int traced) {
   static const char *const any[] = {"user-agent", "traceparent", "tracestate", NULL};
-  return header_in(name, any) || header_in(name, out->forward_headers);
+  static const char *const untraced[] = {"user-agent", NULL};
+  return header_in(name, traced ? untraced : any) ||
+         header_in(name, out->forward_headers);
 }
 
 /* One upstream header line as its parts: name, separator, value. */
@@ -131,9 +134,20 @@ static char **build_upstream_headers(px_exch_t *x) {
   ADD(PX_STR("x-request-id"), PX_STR(": "), px_str(x->req->request_id));
   for (size_t i = 0; i < x->req->nhdrs && n < max - up->nheaders - 1; i++) {
     const px_hdr_t *rh = &x->req->hdrs[i];
-    if (!forward_header(rh->name, ops)) continue;
+    if (!forward_header(rh->name, ops, x->tr.on)) continue;
     if (own && header_in(rh->name, ops->tenancy_headers)) continue;
     ADD(rh->name, PX_STR(": "), rh->value);
+  }
+  /* the trace context: the value is written per attempt
+   * (px_trace_attempt, in place); the client's tracestate goes on as is */
+  size_t tp_line = (size_t)-1;
+  if (x->tr.on) {
+    static const char zeros[PX_TRACEPARENT_LEN + 1] =
+        "00-00000000000000000000000000000000-0000000000000000-00";
+    size_t before = n;
+    ADD(PX_STR("traceparent"), PX_STR(": "), ((px_str_t){zeros, PX_TRACEPARENT_LEN}));
+    if (n > before) tp_line = before;
+    if (x->tr.tracestate.len) ADD(PX_STR("tracestate"), PX_STR(": "), x->tr.tracestate);
   }
 #undef ADD
   size_t joined = n; /* lines after this one are configured ones, kept whole */
@@ -142,6 +156,8 @@ static char **build_upstream_headers(px_exch_t *x) {
       parts[n++] = (hdr_parts_t){px_str(up->headers[i]), PX_STR(""), PX_STR("")};
   char **h = join_lines(parts, n, joined);
   if (parts != stack) free(parts);
+  x->tr_hdr =
+      h && tp_line != (size_t)-1 ? h[tp_line] + sizeof("traceparent: ") - 1 : NULL;
   return h;
 }
 
@@ -292,18 +308,9 @@ int px_upreq_build(px_exch_t *x) {
   px_lossy_init(&x->lossy);
   if (x->in == x->out ? pass_body(x) < 0 : translate_body(x) < 0) return -1;
   if (build_url(x, uops) < 0) return -1;
-  free_hdrs(x->up_hdrs);
+  free(x->up_hdrs);
   x->up_hdrs = build_upstream_headers(x);
   x->built_up = x->up;
   x->built_model = x->up_model;
   return 0;
-}
-
-void px_upreq_free(px_exch_t *x) {
-  free(x->up_body_owned);
-  free_hdrs(x->up_hdrs);
-  free(x->url);
-  x->up_body_owned = NULL;
-  x->up_hdrs = NULL;
-  x->url = NULL;
 }

@@ -40,7 +40,6 @@
 
 #include "proxai/log.h"
 #include "proxai/metrics.h"
-#include "proxai/proto.h"
 #include "server_int.h"
 
 static llhttp_settings_t parser_settings;
@@ -156,7 +155,7 @@ static void on_idle_timer(uv_timer_t *t) {
 }
 
 static void start_idle_timer(px_conn_t *c) {
-  uv_timer_start(&c->t_idle, on_idle_timer, c->srv->config->server.idle_timeout_ms, 0);
+  uv_timer_start(&c->t_idle, on_idle_timer, c->srv->w->config->server.idle_timeout_ms, 0);
 }
 
 static void on_shutdown(uv_shutdown_t *r, int status) {
@@ -239,7 +238,7 @@ void px_srv_request_done(px_conn_t *c) {
   c->handler = NULL;
   c->harg = NULL;
   c->srv->active--;
-  int keep = c->req.keep_alive && !c->srv->draining;
+  int keep = c->req.keep_alive && !c->srv->w->draining;
   req_reset(c);
   if (c->closing || c->failing) goto out;
   if (!keep) {
@@ -254,7 +253,7 @@ void px_srv_request_done(px_conn_t *c) {
   else conn_wait(c);
 out:
   if (c->pending == 0) px_srv_log_emit(c);
-  if (c->srv->draining && c->srv->active == 0 && c->srv->on_idle)
+  if (c->srv->w->draining && c->srv->active == 0 && c->srv->on_idle)
     c->srv->on_idle(c->srv);
 }
 
@@ -269,7 +268,7 @@ static int parse_fail(px_conn_t *c, int status, const char *msg) {
 
 static int head_add(px_conn_t *c, size_t n) {
   c->head_bytes += n;
-  if (c->head_bytes > c->srv->config->server.max_header)
+  if (c->head_bytes > c->srv->w->config->server.max_header)
     return parse_fail(c, 431, "request header fields too large");
   return 0;
 }
@@ -315,7 +314,7 @@ static int on_message_begin(llhttp_t *p) {
     c->req.start_ns = uv_hrtime();
     uv_timer_stop(&c->t_idle);
     if (!uv_is_active((uv_handle_t *)&c->t_read))
-      uv_timer_start(&c->t_read, on_read_timer, c->srv->config->server.header_timeout_ms, 0);
+      uv_timer_start(&c->t_read, on_read_timer, c->srv->w->config->server.header_timeout_ms, 0);
   }
   return 0;
 }
@@ -515,7 +514,7 @@ static int on_headers_complete(llhttp_t *p) {
   r->method = llhttp_get_method(p);
   r->keep_alive = llhttp_should_keep_alive(p);
   make_request_id(r);
-  uint64_t max_body = c->srv->config->server.max_body;
+  uint64_t max_body = c->srv->w->config->server.max_body;
   if (p->content_length > max_body && p->content_length != UINT64_MAX &&
       (p->flags & F_CONTENT_LENGTH))
     return parse_fail(c, 413, "request body too large");
@@ -524,7 +523,7 @@ static int on_headers_complete(llhttp_t *p) {
       (p->flags & (F_CONTENT_LENGTH | F_CHUNKED)))
     px_srv_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
   /* head is in: from here on the slow-body clock is the idle timeout */
-  uv_timer_start(&c->t_read, on_read_timer, c->srv->config->server.idle_timeout_ms, 0);
+  uv_timer_start(&c->t_read, on_read_timer, c->srv->w->config->server.idle_timeout_ms, 0);
   return 0;
 }
 
@@ -532,7 +531,7 @@ static int on_headers_complete(llhttp_t *p) {
  * (or the body timeout) arrived. */
 static int on_chunk_header(llhttp_t *p) {
   px_conn_t *c = p->data;
-  uint64_t max = c->srv->config->server.max_body;
+  uint64_t max = c->srv->w->config->server.max_body;
   if (p->content_length > max || c->req.body.len > max - p->content_length)
     return parse_fail(c, 413, "request body too large");
   return 0;
@@ -556,7 +555,7 @@ static int on_chunk_ext_done(llhttp_t *p) {
 
 static int on_body(llhttp_t *p, const char *at, size_t n) {
   px_conn_t *c = p->data;
-  if (c->req.body.len + n > c->srv->config->server.max_body ||
+  if (c->req.body.len + n > c->srv->w->config->server.max_body ||
       px_buf_append(&c->req.body, at, n) < 0)
     return parse_fail(c, 413, "request body too large");
   return 0;
@@ -609,7 +608,7 @@ static void conn_feed(px_conn_t *c, const char *p, size_t n, int buffered) {
       px_buf_reset(&c->in);
       c->in_off = 0;
     }
-    c->srv->on_request(c->srv, c, &c->req);
+    c->srv->on_request(c->srv->w, c, &c->req);
     return;
   }
   int st = c->err_status ? c->err_status : 400;
@@ -662,7 +661,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   if (c->state == C_IDLE) {
     uv_timer_stop(&c->t_idle);
     if (!uv_is_active((uv_handle_t *)&c->t_read))
-      uv_timer_start(&c->t_read, on_read_timer, c->srv->config->server.header_timeout_ms, 0);
+      uv_timer_start(&c->t_read, on_read_timer, c->srv->w->config->server.header_timeout_ms, 0);
   }
   if (c->state == C_BUSY || in_left(c) > 0) {
     if (px_buf_append(&c->in, buf->base, (size_t)nread) < 0) {
@@ -707,7 +706,7 @@ void px_srv_close(px_conn_t *c) {
     if (c->state == C_BUSY) {
       c->state = C_IDLE;
       c->srv->active--;
-      if (c->srv->draining && c->srv->active == 0 && c->srv->on_idle)
+      if (c->srv->w->draining && c->srv->active == 0 && c->srv->on_idle)
         c->srv->on_idle(c->srv);
     }
   }
@@ -716,16 +715,6 @@ void px_srv_close(px_conn_t *c) {
   uv_close((uv_handle_t *)&c->t_send, on_conn_handle_closed);
   uv_close((uv_handle_t *)&c->t_tick, on_conn_handle_closed);
   uv_close(&c->h.handle, on_conn_handle_closed);
-}
-
-/* Which protocol's error shape a request target names: the protocol whose
- * wire claims the path (its count endpoint too), the default protocol's
- * otherwise (SPEC section 4: unknown paths answer in the OpenAI shape). */
-static const px_proto_ops_t *error_ops(const px_req_t *r) {
-  size_t plen;
-  const char *path = target_path(r->url.data, r->url.len, &plen);
-  px_inbound_t in;
-  return px_proto_match(path, plen, &in) ? px_proto_get(in.proto) : px_proto_default();
 }
 
 /* The client's x-request-id from a head that never completed (a limit or a
@@ -749,19 +738,26 @@ static void early_request_id(px_conn_t *c) {
   }
 }
 
-/* A gateway-level error before any handler exists, in the error shape of the
- * protocol the path names (encoded by that protocol, like every error the
- * gateway writes); then a lingering close. */
+/* A gateway-level error before any handler exists, in the shape the
+ * request handler's early-error callback gives it (the error shape of the
+ * protocol the path names), a plain text line without one; then a
+ * lingering close. */
 static void conn_error(px_conn_t *c, int status, const char *msg) {
   if (c->req.request_id[0] == 0 && c->req.nhdrs == 0) early_request_id(c);
   if (c->req.request_id[0] == 0) make_request_id(&c->req);
-  px_errkind_t kind = status == 413   ? PX_ERR_TOO_LARGE
-                      : status == 408 ? PX_ERR_TIMEOUT
-                      : status >= 500 ? PX_ERR_API
-                                      : PX_ERR_INVALID;
   px_buf_t b;
   px_buf_init(&b, 4096);
-  int rc = error_ops(&c->req)->encode_error(&b, kind, NULL, msg, NULL, c->req.request_id);
+  const char *ctype = "application/json";
+  size_t plen;
+  const char *path = target_path(c->req.url.data, c->req.url.len, &plen);
+  int rc = -1;
+  if (c->srv->on_early_error)
+    rc = c->srv->on_early_error(&b, (px_str_t){path, plen}, status, msg, c->req.request_id);
+  if (rc < 0) {
+    px_buf_reset(&b);
+    ctype = "text/plain";
+    rc = px_buf_printf(&b, "%s\n", msg);
+  }
   c->req.keep_alive = 0;
   if (c->state != C_BUSY) {
     c->state = C_BUSY;
@@ -769,7 +765,7 @@ static void conn_error(px_conn_t *c, int status, const char *msg) {
   }
   uv_timer_stop(&c->t_read);
   stop_reading(c);
-  px_hdr_t h[1] = {{px_str("content-type"), px_str("application/json")}};
+  px_hdr_t h[1] = {{px_str("content-type"), px_str(ctype)}};
   if (rc == 0 && px_resp_start(c, status, h, 1, (int64_t)b.len) == 0)
     px_srv_write(c, b.data, b.len);
   px_buf_free(&b);
@@ -798,7 +794,7 @@ static void on_read_timer(uv_timer_t *t) {
 static void conn_start(px_server_t *s, px_conn_t *c, int is_pipe) {
   uv_timer_t *timers[] = {&c->t_read, &c->t_idle, &c->t_send, &c->t_tick};
   for (size_t i = 0; i < sizeof(timers) / sizeof(timers[0]); i++) {
-    uv_timer_init(s->loop, timers[i]);
+    uv_timer_init(s->w->loop, timers[i]);
     timers[i]->data = c;
   }
   c->open_handles = 5;
@@ -806,8 +802,8 @@ static void conn_start(px_server_t *s, px_conn_t *c, int is_pipe) {
   llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
   c->parser.data = c;
   px_buf_init(&c->req.url, PX_MAX_URL);
-  px_buf_init(&c->req.hbuf, s->config->server.max_header + 1024);
-  px_buf_init(&c->req.body, s->config->server.max_body + 1);
+  px_buf_init(&c->req.hbuf, s->w->config->server.max_header + 1024);
+  px_buf_init(&c->req.body, s->w->config->server.max_body + 1);
   px_buf_init(&c->in, PX_MAX_PIPELINED);
   px_buf_init(&c->head, 16384);
   c->next = s->conns;
@@ -816,7 +812,7 @@ static void conn_start(px_server_t *s, px_conn_t *c, int is_pipe) {
   s->nconns++;
   px_metrics_gauge_add(PX_G_CONNECTIONS, 1);
   /* a connection that sends nothing is closed after header_timeout */
-  uv_timer_start(&c->t_idle, on_idle_timer, s->config->server.header_timeout_ms, 0);
+  uv_timer_start(&c->t_idle, on_idle_timer, s->w->config->server.header_timeout_ms, 0);
   c->state = C_IDLE;
   start_reading(c);
 }
@@ -827,14 +823,14 @@ static void on_connection(uv_stream_t *ls, int status) {
   px_conn_t *c = calloc(1, sizeof(*c));
   if (c == NULL) return;
   int is_pipe = ls->type == UV_NAMED_PIPE;
-  if (is_pipe) uv_pipe_init(s->loop, &c->h.pipe, 0);
-  else uv_tcp_init(s->loop, &c->h.tcp);
+  if (is_pipe) uv_pipe_init(s->w->loop, &c->h.pipe, 0);
+  else uv_tcp_init(s->w->loop, &c->h.tcp);
   c->h.handle.data = c;
   c->srv = s;
   c->admin = ls == (uv_stream_t *)s->admin;
   c->open_handles = 1;
-  if (uv_accept(ls, &c->h.stream) < 0 || s->draining ||
-      s->nconns >= s->config->server.max_connections) {
+  if (uv_accept(ls, &c->h.stream) < 0 || s->w->draining ||
+      s->nconns >= s->w->config->server.max_connections) {
     c->closing = 1;
     /* not counted yet: close the single handle and free */
     s->nconns++;
@@ -870,7 +866,7 @@ int px_server_adopt_fd(px_server_t *s, int fd) {
   parser_settings_init();
   px_conn_t *c = calloc(1, sizeof(*c));
   if (c == NULL) return UV_ENOMEM;
-  uv_pipe_init(s->loop, &c->h.pipe, 0);
+  uv_pipe_init(s->w->loop, &c->h.pipe, 0);
   int rc = uv_pipe_open(&c->h.pipe, fd);
   if (rc < 0) {
     free(c); /* uv_pipe_init allocates nothing; the handle was never active */
@@ -964,11 +960,11 @@ static int listen_on(px_server_t *s, const char *l, uv_handle_t **out, char *err
   int rc;
   if (strncmp(l, "unix:", 5) == 0) {
     uv_pipe_t *p = calloc(1, sizeof(*p));
-    uv_pipe_init(s->loop, p, 0);
+    uv_pipe_init(s->w->loop, p, 0);
     /* bound by the master for every worker, else here; the mode is the
      * operator's (default 0660: a proxy in the group can connect) */
     int fd = prebound_fd(l + 5);
-    if (fd < 0) fd = unix_listener(l + 5, s->config->server.socket_mode);
+    if (fd < 0) fd = unix_listener(l + 5, s->w->config->server.socket_mode);
     rc = fd < 0 ? fd : uv_pipe_open(p, fd);
     if (rc < 0 && fd >= 0 && prebound_fd(l + 5) < 0) close(fd);
     *out = (uv_handle_t *)p;
@@ -1001,13 +997,13 @@ static int listen_on(px_server_t *s, const char *l, uv_handle_t **out, char *err
       snprintf(errmsg, elen, "bad listen address '%s'", l);
       return rc;
     }
-    int fd = tcp_socket((struct sockaddr *)&ss, slen, s->config->server.workers != 1);
+    int fd = tcp_socket((struct sockaddr *)&ss, slen, s->w->config->server.workers != 1);
     if (fd < 0) {
       snprintf(errmsg, elen, "cannot bind %s: %s", l, strerror(-fd));
       return fd;
     }
     uv_tcp_t *t = calloc(1, sizeof(*t));
-    uv_tcp_init(s->loop, t);
+    uv_tcp_init(s->w->loop, t);
     rc = uv_tcp_open(t, fd);
     *out = (uv_handle_t *)t;
   }
@@ -1019,17 +1015,17 @@ static int listen_on(px_server_t *s, const char *l, uv_handle_t **out, char *err
 
 int px_server_listen(px_server_t *s, char *errmsg, size_t elen) {
   parser_settings_init();
-  int rc = listen_on(s, s->config->server.listen, &s->listener, errmsg, elen);
-  if (rc == 0 && s->config->server.admin_listen)
-    rc = listen_on(s, s->config->server.admin_listen, &s->admin, errmsg, elen);
+  int rc = listen_on(s, s->w->config->server.listen, &s->listener, errmsg, elen);
+  if (rc == 0 && s->w->config->server.admin_listen)
+    rc = listen_on(s, s->w->config->server.admin_listen, &s->admin, errmsg, elen);
   return rc;
 }
 
 static void free_handle(uv_handle_t *h) { free(h); }
 
 void px_server_drain(px_server_t *s) {
-  if (s->draining) return;
-  s->draining = 1;
+  if (s->w->draining) return;
+  s->w->draining = 1;
   if (s->listener) {
     uv_close(s->listener, free_handle);
     s->listener = NULL;
@@ -1045,7 +1041,7 @@ void px_server_drain(px_server_t *s) {
 }
 
 void px_server_close_all(px_server_t *s, int graceful) {
-  s->draining = 1;
+  s->w->draining = 1;
   if (s->listener) {
     uv_close(s->listener, free_handle);
     s->listener = NULL;

@@ -6,7 +6,9 @@
 #ifndef PROXAI_SERVER_INT_H
 #define PROXAI_SERVER_INT_H
 
+#include "proxai/log.h"
 #include "proxai/server.h"
+#include "proxai/worker.h"
 
 #define PX_MAX_PIPELINED (1u << 20) /* unread input kept while busy */
 #define PX_MAX_URL 16384            /* request target -> 414 */

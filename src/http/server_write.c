@@ -26,9 +26,10 @@ void px_srv_log_emit(px_conn_t *c) {
 }
 
 void px_conn_access_log(px_conn_t *c, const px_access_rec_t *r) {
-  const char *const *src[] = {&r->request_id, &r->key_name, &r->method, &r->path,
-                              &r->inbound, &r->route, &r->upstream, &r->model,
-                              &r->upstream_model, &r->error_type, &r->lossy};
+  const char *const *src[] = {&r->request_id,     &r->key_name,   &r->method,   &r->path,
+                              &r->inbound,        &r->route,      &r->upstream, &r->model,
+                              &r->upstream_model, &r->error_type, &r->lossy,    &r->team,
+                              &r->user,           &r->trace_id};
   size_t n = sizeof(src) / sizeof(src[0]), need = 0;
   for (size_t i = 0; i < n; i++) need += *src[i] ? strlen(*src[i]) + 1 : 0;
   px_srv_log_emit(c);
@@ -41,9 +42,11 @@ void px_conn_access_log(px_conn_t *c, const px_access_rec_t *r) {
     return;
   }
   *copy = *r;
-  const char **dst[] = {&copy->request_id, &copy->key_name, &copy->method, &copy->path,
-                        &copy->inbound, &copy->route, &copy->upstream, &copy->model,
-                        &copy->upstream_model, &copy->error_type, &copy->lossy};
+  const char **dst[] = {&copy->request_id, &copy->key_name, &copy->method,
+                        &copy->path,       &copy->inbound,  &copy->route,
+                        &copy->upstream,   &copy->model,    &copy->upstream_model,
+                        &copy->error_type, &copy->lossy,    &copy->team,
+                        &copy->user,       &copy->trace_id};
   char *o = (char *)(copy + 1);
   for (size_t i = 0; i < n; i++) {
     if (*src[i] == NULL) continue;
@@ -97,8 +100,8 @@ static void send_timer(px_conn_t *c, int progress) {
     c->send_mark = bytes_taken(c);
     /* the loop's cached time can be far behind after a long piece of work
      * (a large body translated in this iteration): not a client stall */
-    uv_update_time(c->srv->loop);
-    uv_timer_start(&c->t_send, on_send_timer, c->srv->config->server.idle_timeout_ms, 0);
+    uv_update_time(c->srv->w->loop);
+    uv_timer_start(&c->t_send, on_send_timer, c->srv->w->config->server.idle_timeout_ms, 0);
   }
 }
 
@@ -112,7 +115,7 @@ static void on_send_timer(uv_timer_t *t) {
     return;
   }
   px_log_warn("%s: client took no bytes for %llu ms: closing", c->req.request_id,
-              (unsigned long long)c->srv->config->server.idle_timeout_ms);
+              (unsigned long long)c->srv->w->config->server.idle_timeout_ms);
   px_srv_close(c);
 }
 
@@ -335,7 +338,7 @@ static void write_head(const px_conn_t *c, head_w_t *w, int status, const px_hdr
   } else {
     PUT_LIT(w, "transfer-encoding: chunked\r\n");
   }
-  if (!c->req.keep_alive || c->srv->draining) PUT_LIT(w, "connection: close\r\n");
+  if (!c->req.keep_alive || c->srv->w->draining) PUT_LIT(w, "connection: close\r\n");
   PUT_LIT(w, "\r\n");
 }
 

@@ -266,6 +266,8 @@ void px_access_log(const px_access_rec_t *r) {
   if (rc == 0) rc = px_buf_json_str(&b, ts, tn);
   if (rc == 0) rc = put_str(&b, "request_id", r->request_id);
   if (rc == 0) rc = put_str(&b, "key", r->key_name);
+  if (rc == 0) rc = put_str(&b, "team", r->team);
+  if (rc == 0) rc = put_str(&b, "user", r->user);
   if (rc == 0) rc = put_str(&b, "method", r->method);
   if (rc == 0) rc = put_str(&b, "path", r->path);
   if (rc == 0) rc = put_str(&b, "inbound", r->inbound);
@@ -280,11 +282,18 @@ void px_access_log(const px_access_rec_t *r) {
   if (rc == 0) rc = put_int(&b, "bytes_out", (int64_t)r->bytes_out, 0);
   if (rc == 0) rc = put_int(&b, "input_tokens", r->input_tokens, 1);
   if (rc == 0) rc = put_int(&b, "output_tokens", r->output_tokens, 1);
+  if (rc == 0) rc = put_key(&b, "cost_usd", 0);
+  if (rc == 0) {
+    char usd[32];
+    rc = px_buf_puts(
+        &b, r->cost_nano < 0 ? "null" : px_usd_str(r->cost_nano, usd, sizeof(usd)));
+  }
   if (rc == 0) rc = put_ms(&b, "duration_ms", r->duration_ms, 0);
   if (rc == 0) rc = put_ms(&b, "ttfb_ms", r->ttfb_ms, 1);
   if (rc == 0) rc = put_int(&b, "attempts", r->attempts, 0);
   if (rc == 0) rc = put_str(&b, "error_type", r->error_type);
   if (rc == 0 && r->lossy != NULL) rc = put_str(&b, "lossy", r->lossy);
+  if (rc == 0 && r->trace_id != NULL) rc = put_str(&b, "trace_id", r->trace_id);
   if (rc == 0) rc = px_buf_append(&b, "}\n", 2);
   if (rc < 0) {
     px_log_warn("access log record dropped (%d)", rc);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/config.h"
 #include "proxai/shm.h"
 
 #define PX_MAX_SERIES 4096
@@ -41,7 +42,21 @@ typedef struct hist {
   uint64_t sum_us; /* sum in microseconds: integer, so atomic adds */
 } hist_t;
 
-enum { F_REQUESTS, F_HIST, F_ATTEMPTS, F_TOKENS, F_STATE, F_EJECTED, F_EJECTIONS, F_LOSSY, F_COUNT };
+enum {
+  F_REQUESTS,
+  F_HIST,
+  F_ATTEMPTS,
+  F_TOKENS,
+  F_STATE,
+  F_EJECTED,
+  F_EJECTIONS,
+  F_LOSSY,
+  F_TRACE_SENT,
+  F_TRACE_DROP,
+  F_ROUTE,
+  F_SPEND,
+  F_COUNT
+};
 
 typedef struct series {
   uint32_t fam;
@@ -56,20 +71,24 @@ typedef struct mshm {
   uint32_t nseries;
   uint32_t index[INDEX_SIZE]; /* 0 = empty, else position + 1 */
   series_t s[PX_MAX_SERIES];
+  uint64_t lost;      /* requests of workers that died (proxai_requests_lost_total) */
+  uint64_t instances; /* proxai_state_instances; 0: no registry */
   int64_t gauge[]; /* nworkers x PX_G_COUNT */
 } mshm_t;
 
-size_t px_metrics_shm_size(unsigned nworkers) {
+static size_t region_size(unsigned nworkers) {
   return sizeof(mshm_t) + (size_t)nworkers * PX_G_COUNT * sizeof(int64_t);
 }
 
-void px_metrics_shm_setup(void *p, unsigned nworkers) {
+static void region_setup(void *p, unsigned nworkers) {
   (void)nworkers;
   px_shm_mutex_init(&((mshm_t *)p)->mu);
 }
 
+px_shm_region_t px_metrics_region = {.name = "metrics", .size = region_size, .setup = region_setup};
+
 static mshm_t *shm(void) {
-  return px_shm_metrics();
+  return px_shm_get(&px_metrics_region);
 }
 
 /* Label values as looked up: each cut at PX_MAX_LABEL - 1 bytes, without
@@ -252,6 +271,15 @@ void px_metrics_tokens(const char *key, const char *upstream, int64_t in, int64_
   }
 }
 
+void px_metrics_spend(const char *key, const char *team, const char *upstream_model,
+                      int64_t nano) {
+  if (nano <= 0) return;
+  const char *l[NLABELS] = {key ? key : "none", team ? team : "",
+                            upstream_model ? upstream_model : "none"};
+  series_t *s = get_series(F_SPEND, l);
+  if (s) add(&s->value, (uint64_t)nano);
+}
+
 void px_metrics_lossy(const char *inbound, const char *upstream, const char *field) {
   const char *l[NLABELS] = {inbound ? inbound : "none", upstream ? upstream : "none",
                             field};
@@ -263,6 +291,19 @@ void px_metrics_state(const char *backend, const char *event) {
   const char *l[NLABELS] = {backend, event, NULL};
   series_t *s = get_series(F_STATE, l);
   if (s) add(&s->value, 1);
+}
+
+void px_metrics_route(const char *route, const char *upstream, int status) {
+  const char *l[NLABELS] = {route ? route : "none", upstream ? upstream : "none",
+                            status_text(status)};
+  series_t *s = get_series(F_ROUTE, l);
+  if (s) add(&s->value, 1);
+}
+
+void px_metrics_trace_spans(const char *reason, uint64_t n) {
+  const char *l[NLABELS] = {reason, NULL, NULL};
+  series_t *s = get_series(reason ? F_TRACE_DROP : F_TRACE_SENT, l);
+  if (s) add(&s->value, n);
 }
 
 void px_metrics_gauge_add(px_gauge_t g, int64_t delta) {
@@ -277,6 +318,16 @@ void px_metrics_worker_reset(unsigned worker) {
   if (!m || worker >= px_shm_nworkers()) return;
   for (int g = 0; g < PX_G_COUNT; g++)
     __atomic_store_n(&m->gauge[worker * PX_G_COUNT + g], 0, __ATOMIC_RELAXED);
+}
+
+void px_metrics_lost(uint64_t n) {
+  mshm_t *m = shm();
+  if (m) add(&m->lost, n);
+}
+
+void px_metrics_state_instances(unsigned n) {
+  mshm_t *m = shm();
+  if (m) __atomic_store_n(&m->instances, n, __ATOMIC_RELAXED);
 }
 
 void px_metrics_ejection(const char *upstream, int ejected) {
@@ -334,12 +385,36 @@ static int render_family(px_buf_t *b, int fam, const char *name, const char *typ
   for (uint32_t i = 0; rc == 0 && i < n; i++) {
     const series_t *s = &m->s[i];
     if (s->fam != (uint32_t)fam) continue;
-    rc = px_buf_printf(b, "%s{", name);
+    rc = px_buf_puts(b, name);
+    if (rc == 0 && lnames[0]) rc = px_buf_puts(b, "{");
     for (int k = 0; rc == 0 && k < NLABELS && lnames[k]; k++)
       rc = put_label(b, lnames[k], s->labels[k], k == 0);
+    if (rc == 0 && lnames[0]) rc = px_buf_puts(b, "}");
     if (rc == 0)
-      rc = is_signed ? px_buf_printf(b, "} %" PRId64 "\n", (int64_t)load(&s->value))
-                     : px_buf_printf(b, "} %" PRIu64 "\n", load(&s->value));
+      rc = is_signed ? px_buf_printf(b, " %" PRId64 "\n", (int64_t)load(&s->value))
+                     : px_buf_printf(b, " %" PRIu64 "\n", load(&s->value));
+  }
+  return rc;
+}
+
+/* spend: nano-USD kept, USD shown (exact decimals, no float) */
+static int render_spend(px_buf_t *b) {
+  static const char *const ln[] = {"key", "team", "upstream_model"};
+  const mshm_t *m = shm();
+  int rc = put_head(b, "proxai_spend_usd_total", "counter",
+                    "Money spent (USD, from upstream usage and [price]) by client key, "
+                    "team and the model sent upstream.");
+  uint32_t n = m ? nseries(m) : 0;
+  for (uint32_t i = 0; rc == 0 && i < n; i++) {
+    const series_t *s = &m->s[i];
+    if (s->fam != F_SPEND) continue;
+    char usd[32];
+    rc = px_buf_puts(b, "proxai_spend_usd_total{");
+    for (int k = 0; rc == 0 && k < NLABELS; k++)
+      rc = put_label(b, ln[k], s->labels[k], k == 0);
+    if (rc == 0)
+      rc = px_buf_printf(b, "} %s\n",
+                         px_usd_str((int64_t)load(&s->value), usd, sizeof(usd)));
   }
   return rc;
 }
@@ -394,6 +469,18 @@ int px_metrics_render(px_buf_t *out) {
   int rc = render_counter(out, F_REQUESTS, "proxai_requests_total",
                           "Finished requests by inbound protocol, upstream and status.",
                           req_l);
+  static const char *const route_l[] = {"route", "upstream", "status"};
+  if (rc == 0)
+    rc = render_counter(
+        out, F_ROUTE, "proxai_route_requests_total",
+        "Finished model requests by route (its pattern), upstream and status.", route_l);
+  if (rc == 0)
+    rc = put_head(
+        out, "proxai_requests_lost_total", "counter",
+        "Requests in flight in a worker process that died (no access-log line).");
+  if (rc == 0)
+    rc = px_buf_printf(out, "proxai_requests_lost_total %" PRIu64 "\n",
+                       shm() ? load(&shm()->lost) : 0);
   if (rc == 0)
     rc = render_hist(out, 0, "proxai_request_duration_seconds",
                      "Request duration from first byte received to last byte sent.");
@@ -408,10 +495,12 @@ int px_metrics_render(px_buf_t *out) {
                         "Tokens by client key, upstream and direction.", tok_l);
   static const char *const up_l[] = {"upstream", NULL, NULL};
   if (rc == 0)
-    rc = render_counter(out, F_STATE, "proxai_state_events_total",
-                        "Shared state backend events: errors, requests allowed or denied "
-                        "while it was unreachable.",
-                        state_l);
+    rc = render_counter(
+        out, F_STATE, "proxai_state_events_total",
+        "Shared state backend events: error (an incident began, or a "
+        "script failed), back (it ended), and the requests on_error decided "
+        "(allowed, denied, local; refused: needed the backend).",
+        state_l);
   if (rc == 0)
     rc = render_counter(out, F_EJECTIONS, "proxai_upstream_ejections_total",
                         "Times an upstream was taken out of rotation (passive health).",
@@ -424,7 +513,27 @@ int px_metrics_render(px_buf_t *out) {
   if (rc == 0)
     rc = render_counter(out, F_LOSSY, "proxai_lossy_fields_total",
                         "Translated requests that dropped a field, by field.", lossy_l);
+  static const char *const none_l[] = {NULL, NULL, NULL};
+  static const char *const reason_l[] = {"reason", NULL, NULL};
+  if (rc == 0)
+    rc = render_counter(out, F_TRACE_SENT, "proxai_trace_spans_exported_total",
+                        "Trace spans the collector accepted.", none_l);
+  if (rc == 0)
+    rc =
+        render_counter(out, F_TRACE_DROP, "proxai_trace_spans_dropped_total",
+                       "Trace spans lost: queue_full (the batch was full), export_failed "
+                       "(collector unreachable or refused), export_timeout (no answer in "
+                       "10 s).",
+                       reason_l);
+  if (rc == 0) rc = render_spend(out);
   const mshm_t *m = shm();
+  uint64_t inst = m ? load(&m->instances) : 0;
+  if (rc == 0 && inst > 0)
+    rc = put_head(out, "proxai_state_instances", "gauge",
+                  "Gateway instances the shared state backend counted in the last 30 s "
+                  "(on_error = local divides limits by it).");
+  if (rc == 0 && inst > 0)
+    rc = px_buf_printf(out, "proxai_state_instances %" PRIu64 "\n", inst);
   for (int g = 0; rc == 0 && g < PX_G_COUNT; g++) {
     int64_t v = 0;
     for (unsigned w = 0; m && w < px_shm_nworkers(); w++)
@@ -443,6 +552,7 @@ void px_metrics_reset(void) {
   memset(m->index, 0, sizeof(m->index));
   memset(m->s, 0, sizeof(series_t) * m->nseries);
   m->nseries = 0;
+  m->lost = m->instances = 0;
   memset(m->gauge, 0, (size_t)px_shm_nworkers() * PX_G_COUNT * sizeof(int64_t));
   px_shm_unlock(&m->mu);
 }

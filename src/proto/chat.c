@@ -1087,7 +1087,8 @@ static void response_format_out(json_t *v, json_t *body) {
 }
 
 /* reasoning effort (from a budget when only that is given) */
-static void reasoning_out(json_t *v, json_t *body, px_lossy_t *lossy) {
+static void reasoning_out(const px_tr_ctx_t *ctx, json_t *v, json_t *body,
+                          px_lossy_t *lossy) {
   const char *effort = px_jstr(v, "effort");
   json_t *budget = json_object_get(v, "budget_tokens");
   if (effort == NULL && json_is_integer(budget))
@@ -1097,7 +1098,7 @@ static void reasoning_out(json_t *v, json_t *body, px_lossy_t *lossy) {
   /* Anthropic adaptive thinking (on, no budget): the model's default
    * effort is the adaptive one, but Chat cannot ask for visible thinking */
   if (effort == NULL && json_is_true(json_object_get(v, "enabled")))
-    px_lossy_add(lossy, "thinking");
+    px_lossy_add(lossy, px_in_names(ctx)->reasoning_config);
   if (px_jstr(v, "summary") != NULL) px_lossy_add(lossy, "reasoning.summary");
 }
 
@@ -1129,7 +1130,7 @@ static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   if ((v = json_object_get(ir, "stop")) != NULL && json_array_size(v) > 0)
     json_object_set(body, "stop", v);
   if ((v = json_object_get(ir, "response_format")) != NULL) response_format_out(v, body);
-  if ((v = json_object_get(ir, "reasoning")) != NULL) reasoning_out(v, body, lossy);
+  if ((v = json_object_get(ir, "reasoning")) != NULL) reasoning_out(ctx, v, body, lossy);
   if ((v = json_object_get(ir, "user")) != NULL) json_object_set(body, "user", v);
   if ((v = json_object_get(ir, "metadata")) != NULL) json_object_set(body, "metadata", v);
   if ((v = json_object_get(ir, "prompt_cache_key")) != NULL)
@@ -1345,8 +1346,9 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
         px_buf_append(&reasoning, json_string_value(tx), json_string_length(tx));
         nreason++;
       }
-      int sig =
-          px_jstr(c, "signature") != NULL || px_jstr(c, "encrypted_content") != NULL;
+      int sig = px_jstr(c, "signature") != NULL ||
+                px_jstr(c, "encrypted_content") != NULL ||
+                px_jstr(c, "thought_signature") != NULL;
       int red = px_jstr(c, "redacted_data") != NULL;
       if (sig) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
       if (red) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 1));
@@ -1368,10 +1370,13 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
   else
     json_object_set_new(msg, "content", json_null());
   const char *expl = px_jstr(ir, "refusal_explanation");
-  if (refusal == NULL && expl != NULL && ntext == 0)
+  int worded = refusal != NULL || ntext > 0; /* seed 000: text words a refusal */
+  if (refusal == NULL && expl != NULL && ntext == 0) {
     add_str(msg, "refusal", expl); /* Anthropic refusal without visible wording */
-  else if (expl != NULL)
-    px_lossy_add(lossy, "stop_details.explanation");
+    worded = 1;
+  } else if (expl != NULL) {
+    px_lossy_add(lossy, px_out_names(ctx)->refusal_explanation);
+  }
   if (refusal != NULL) add_str(msg, "refusal", refusal);
   free(refusal);
   if (nreason > 0)
@@ -1385,7 +1390,12 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
   json_decref(anns);
 
   px_stop_t st = px_stop_parse(px_jstr(ir, "stop_reason"));
-  const char *fr = px_stop_to_chat(st == PX_STOP_NONE ? PX_STOP_END_TURN : st);
+  /* a refusal with nothing at all to show (no text, no refusal, no
+   * explanation) must not read as a normal stop */
+  const char *fr =
+      px_stop_to_chat(st == PX_STOP_NONE                 ? PX_STOP_END_TURN
+                      : st == PX_STOP_REFUSAL && !worded ? PX_STOP_CONTENT_FILTER
+                                                         : st);
   if (px_jstr(ir, "stop_sequence") != NULL) px_lossy_add(lossy, "stop_sequence");
 
   const char *id = px_jstr(ir, "id");
@@ -1468,6 +1478,8 @@ static int chat_encode_stream_error(px_buf_t *out, px_errkind_t kind,
 const px_proto_ops_t px_proto_chat = {
     .id = PX_PROTO_CHAT,
     .name = "openai_chat_completions",
+    .otel_provider = "openai",
+    .otel_operation = "chat",
     .inbound_path = "/chat/completions",
     .upstream_path = "/chat/completions",
     .decode_request = chat_decode_request,
@@ -1506,7 +1518,11 @@ const px_proto_ops_t px_proto_chat = {
               .annotations = PX_LOSSY("choices[].message.annotations")},
     .fast = &px_chat_fast,
     .max_tokens_keys = {{"max_completion_tokens", NULL}, {"max_tokens", NULL}},
-    .watch = {.usage_obj = "usage", .usage_in = "prompt_tokens",
-              .usage_out = "completion_tokens", .terminal_data = "[DONE]",
-              .error_data = 1, .model_path = {"model"}, .model_depth = 1},
+    .watch = {.usage_obj = "usage",
+              .usage_in = "prompt_tokens",
+              .usage_out = "completion_tokens",
+              .terminal_data = "[DONE]",
+              .error_data = 1,
+              .model_path = {"model"},
+              .model_depth = 1},
 };

@@ -908,6 +908,7 @@ struct px_senc {
   int ntools;
   int any_content;     /* delta.content emitted */
   int any_refusal;     /* delta.refusal emitted */
+  int worded;          /* refusal wording arrived (as refusal or content) */
   px_idset_t call_ids; /* tool-call ids sent (unique, non-empty) */
   int64_t chars;       /* characters of delta.content sent */
   px_usage_t usage;
@@ -1071,6 +1072,7 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
     case PX_DELTA_REFUSAL:
       /* seed 000: delta.refusal only before any content; after content the
        * wording stays visible as content rather than being lost */
+      e->worded = 1;
       if (e->any_content) return text_chunk(e, "\"content\":\"", ev->text);
       e->any_refusal = 1;
       return text_chunk(e, "\"refusal\":\"", ev->text);
@@ -1102,13 +1104,22 @@ static int on_message_delta(px_senc_t *e, const px_ev_t *ev) {
   px_usage_merge(&e->usage, &ev->usage);
   if (ev->stop == PX_STOP_NONE || e->state != E_OPEN) return 0;
   int rc = 0;
-  /* Anthropic refusal with no visible wording: its explanation */
+  /* a refusal with no visible wording: its explanation (Anthropic
+   * stop_details, Gemini finishMessage), as the body's message.refusal */
   if (ev->refusal_explanation.len > 0 && !e->any_content && !e->any_refusal) {
-    e->any_refusal = 1;
+    e->any_refusal = e->worded = 1;
     rc = text_chunk(e, "\"refusal\":\"", ev->refusal_explanation);
+  } else if (ev->refusal_explanation.len > 0) {
+    px_dropped(e->ctx, px_out_names(e->ctx)->refusal_explanation);
   }
+  /* a refusal with nothing at all shown (no text, no refusal, no
+   * explanation) must not read as a normal stop (chat.c does the same;
+   * seed 000: text already sent words it, the finish stays stop) */
+  px_stop_t st = ev->stop == PX_STOP_REFUSAL && !e->worded && !e->any_content
+                     ? PX_STOP_CONTENT_FILTER
+                     : ev->stop;
   if (rc == 0) rc = chunk_open(e);
-  if (rc == 0) rc = chunk_close(e, px_stop_to_chat(ev->stop));
+  if (rc == 0) rc = chunk_close(e, px_stop_to_chat(st));
   enc_set(e, E_FINISHED);
   return rc;
 }

@@ -287,7 +287,8 @@ void px_lossy_predict(const px_tr_ctx_t *ctx, json_t *ir, px_lossy_t *lossy) {
    * encrypted_content, asked for by the Responses encoder whenever reasoning
    * is on, Gemini thought signatures); the others carry them tagged
    * (protoutil.h). */
-  if (!px_tr_in_can(ctx, PX_CAP_REASONING_TOKENS) && ctx->out != ctx->in && reasoning) {
+  if (!px_tr_in_can(ctx, PX_CAP_REASONING_TOKENS) && ctx->out != ctx->in &&
+      (reasoning || px_proto_get(ctx->out)->rtoks_unasked)) {
     px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
     px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 1));
   }
@@ -340,3 +341,25 @@ void px_lossy_each(const px_lossy_t *l, void (*fn)(void *arg, const char *path),
 static void add_to(void *dst, const char *path) { px_lossy_add(dst, path); }
 
 void px_lossy_merge(px_lossy_t *dst, const px_lossy_t *src) { px_lossy_each(src, add_to, dst); }
+
+/* ---- what a codec asks of the two sides (protoutil.h) ---- */
+
+void px_dropped(const px_tr_ctx_t *ctx, const char *path) {
+  if (ctx->dropped != NULL) px_lossy_add(ctx->dropped, path);
+}
+
+int px_tr_out_can(const px_tr_ctx_t *ctx, unsigned cap) {
+  return (px_proto_get(ctx->out)->caps & cap) != 0;
+}
+
+int px_tr_in_can(const px_tr_ctx_t *ctx, unsigned cap) {
+  return (px_proto_get(ctx->in)->caps & cap) != 0;
+}
+
+const px_lossy_names_t *px_in_names(const px_tr_ctx_t *ctx) {
+  return &px_proto_get(ctx->in)->names;
+}
+
+const px_lossy_names_t *px_out_names(const px_tr_ctx_t *ctx) {
+  return &px_proto_get(ctx->out)->names;
+}

@@ -689,7 +689,9 @@ px_stop_t px_gemini_stop(const char *fr, int has_tool_call) {
   if (strcmp(fr, "MALFORMED_FUNCTION_CALL") == 0 || strcmp(fr, "OTHER") == 0 ||
       strcmp(fr, "FINISH_REASON_UNSPECIFIED") == 0 || strcmp(fr, "UNEXPECTED_TOOL_CALL") == 0)
     return PX_STOP_END_TURN;
-  return PX_STOP_REFUSAL; /* SAFETY, RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII, ... */
+  /* SAFETY, RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII, a blocked prompt's
+   * reason, ...: the output was filtered (SPEC 11: a refusal) */
+  return PX_STOP_CONTENT_FILTER;
 }
 
 const char *px_gemini_finish(px_stop_t s) {
@@ -734,7 +736,7 @@ static int gem_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
   json_object_set_new(ir, "content", content);
   int calls = 0, refused;
   const char *fr = cand ? px_jstr(cand, "finishReason") : px_jstr(fb, "blockReason");
-  refused = px_gemini_stop(fr ? fr : "STOP", 0) == PX_STOP_REFUSAL;
+  refused = px_stop_refused(px_gemini_stop(fr ? fr : "STOP", 0));
   size_t i;
   json_t *pt;
   json_array_foreach(json_object_get(json_object_get(cand, "content"), "parts"), i, pt) {
@@ -778,6 +780,11 @@ static int gem_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
     px_lossy_add(lossy, "candidates[].citationMetadata");
   px_stop_t st = px_gemini_stop(fr ? fr : "STOP", calls > 0);
   json_object_set_new(ir, "stop_reason", json_string(px_stop_name(st)));
+  /* a refusal's own words (Vertex: promptFeedback.blockReasonMessage) */
+  const char *fm =
+      cand ? px_jstr(cand, "finishMessage") : px_jstr(fb, "blockReasonMessage");
+  if (fm != NULL && *fm && px_stop_refused(st))
+    json_object_set_new(ir, "refusal_explanation", json_string(fm));
   json_t *um = json_object_get(body, "usageMetadata");
   if (json_is_object(um)) {
     px_usage_t u;
@@ -816,6 +823,8 @@ static int gem_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   size_t i;
   json_t *p;
   json_t *sig = NULL; /* a signature waiting for the next part */
+  int refused = 0;    /* a refusal part (a Chat refusal stops end_turn) */
+  int texted = 0;     /* any text or refusal part */
   json_array_foreach(json_object_get(ir, "content"), i, p) {
     const char *type = px_jstr(p, "type");
     if (type == NULL) continue;
@@ -837,6 +846,8 @@ static int gem_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     }
     json_t *o = NULL;
     if (strcmp(type, "text") == 0 || strcmp(type, "refusal") == 0) {
+      if (type[0] == 'r') refused = 1;
+      texted = 1;
       o = json_pack("{s:s}", "text", px_jstr(p, "text") ? px_jstr(p, "text") : "");
       if (json_array_size(json_object_get(p, "annotations")) > 0)
         px_lossy_add(lossy, px_lossy_annotations(ctx));
@@ -864,9 +875,17 @@ static int gem_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   if (sig != NULL) /* a signature nothing followed: an empty part holds it */
     json_array_append_new(parts, json_pack("{s:s, s:o}", "text", "", "thoughtSignature", sig));
   px_stop_t st = px_stop_parse(px_jstr(ir, "stop_reason"));
+  /* SPEC 11: toward Gemini clients any refusal is SAFETY, its wording a
+   * text part, an explanation its finishMessage (and the only text part
+   * when there is no other wording) */
+  const char *expl = px_jstr(ir, "refusal_explanation");
+  if (refused && !px_stop_refused(st)) st = PX_STOP_REFUSAL;
+  if (px_stop_refused(st) && expl != NULL && !texted)
+    json_array_append_new(parts, json_pack("{s:s}", "text", expl));
   json_t *cand = json_pack("{s:{s:s, s:o}, s:s, s:i}", "content", "role", "model", "parts",
                            parts, "finishReason", px_gemini_finish(st) ? px_gemini_finish(st) : "STOP",
                            "index", 0);
+  if (expl != NULL) json_object_set_new(cand, "finishMessage", json_string(expl));
   json_t *body = json_pack("{s:[o]}", "candidates", cand);
   json_t *u = json_object_get(ir, "usage");
   if (json_is_object(u)) {
@@ -893,7 +912,7 @@ static const struct {
     {PX_ERR_API, "INTERNAL"},                 {PX_ERR_BAD_GATEWAY, "UNAVAILABLE"},
     {PX_ERR_TIMEOUT, "DEADLINE_EXCEEDED"},    {PX_ERR_OVERLOADED, "UNAVAILABLE"},
     {PX_ERR_UNAVAILABLE, "UNAVAILABLE"},      {PX_ERR_NOT_IMPL, "UNIMPLEMENTED"},
-    {PX_ERR_METHOD, "INVALID_ARGUMENT"},
+    {PX_ERR_METHOD, "INVALID_ARGUMENT"},      {PX_ERR_QUOTA, "RESOURCE_EXHAUSTED"},
 };
 
 static const char *status_of_kind(px_errkind_t k) {
@@ -1061,6 +1080,8 @@ static const char *const gem_forward[] = {NULL};
 const px_proto_ops_t px_proto_gemini = {
     .id = PX_PROTO_GEMINI,
     .name = "gemini_generate_content",
+    .otel_provider = "gcp.gemini",
+    .otel_operation = "generate_content",
     .inbound_path = "/models/",
     .upstream_path = "/v1beta/models/",
     .decode_request = gem_decode_request,
@@ -1096,6 +1117,7 @@ const px_proto_ops_t px_proto_gemini = {
     .default_name = "gemini",
     .default_glob = "gemini-*",
     .rtoks = {{"thought_signature", "pxg1:sig:"}},
+    .rtoks_unasked = 1,
     .caps = PX_CAP_REASONING_TOKENS,
     .fast = &px_gemini_fast,
     .names = {.reasoning_text = PX_LOSSY("contents[].parts[].thought"),
@@ -1106,11 +1128,16 @@ const px_proto_ops_t px_proto_gemini = {
               .tool_args_param = "contents.parts.functionCall.args",
               .annotations = PX_LOSSY("candidates[].groundingMetadata"),
               .opaque_reasoning =
-                  PX_LOSSY("candidates[].content.parts[].thoughtSignature")},
+                  PX_LOSSY("candidates[].content.parts[].thoughtSignature"),
+              .refusal_explanation = PX_LOSSY("candidates[].finishMessage")},
     .max_tokens_keys = {{"generationConfig", "maxOutputTokens"}},
-    .watch = {.usage_obj = "usageMetadata", .usage_in = "promptTokenCount",
-              .usage_out = "candidatesTokenCount", .usage_out_extra = "thoughtsTokenCount",
-              .finish_key = "finishReason", .error_data = 1,
-              .model_path = {"modelVersion"}, .model_depth = 1,
+    .watch = {.usage_obj = "usageMetadata",
+              .usage_in = "promptTokenCount",
+              .usage_out = "candidatesTokenCount",
+              .usage_out_extra = "thoughtsTokenCount",
+              .finish_keys = {"finishReason", "blockReason"},
+              .error_data = 1,
+              .model_path = {"modelVersion"},
+              .model_depth = 1,
               .body_model = "modelVersion"},
 };

@@ -868,7 +868,7 @@ static int gem_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, si
   if (ir->model.p == NULL && ctx->client_model == NULL)
     return DECLINE; /* upstream model */
   /* refused: the text parts are refusals there */
-  if (px_gemini_stop(fr, 0) == PX_STOP_REFUSAL) return DECLINE;
+  if (px_stop_refused(px_gemini_stop(fr, 0))) return DECLINE;
   ir->id = rid.p ? rid : (px_fstr_t){"gemini", 6, 0};
   /* minted call ids: call_<responseId or "gemini">_<n>, cut at 159 bytes there */
   px_fstr_t mid = rid.n > 0 ? rid : (px_fstr_t){"gemini", 6, 0};

@@ -32,6 +32,7 @@ struct px_sdec {
   int fast;          /* the fast path is on (px_gemini_sdec_fast) */
   long fast_hits;    /* chunks it handled */
   char resp_id[128];
+  json_t *pargs;    /* a call whose arguments stream (willContinue): so far */
   px_usage_t usage; /* an event's usage as px_ev_init leaves it */
   px_buf_t scratch; /* the fast path's unescaped text */
 };
@@ -54,6 +55,7 @@ px_sdec_t *px_gemini_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *
 void px_gemini_sdec_free(px_sdec_t *d) {
   if (d == NULL) return;
   px_buf_free(&d->scratch);
+  json_decref(d->pargs);
   free(d);
 }
 
@@ -128,28 +130,138 @@ static int sd_start(px_sdec_t *d, px_str_t rid, px_str_t model, const px_usage_t
   return d->sink(d->arg, &ev);
 }
 
-static int sd_call(px_sdec_t *d, json_t *fc) {
-  char id[160];
-  const char *cid = px_jstr(fc, "id");
-  if (cid == NULL) px_gemini_call_id(d->resp_id, d->calls, id, sizeof(id));
-  d->calls++;
-  px_str_t name = px_jview(fc, "name");
-  if (name.len == 0) return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream functionCall without a name");
-  int rc = sd_open(d, PX_BLOCK_TOOL_CALL, px_str(cid ? cid : id), name);
-  json_t *args = json_object_get(fc, "args");
+/* The open call's arguments (args, an object) as one TOOL_ARGS delta, and
+ * its block closed. */
+static int sd_call_end(px_sdec_t *d, json_t *args) {
   char *a = json_is_object(args) ? json_dumps(args, JSON_COMPACT) : strdup("{}");
-  if (rc == 0 && a == NULL) rc = PX_ENOMEM;
-  if (rc == 0) {
-    px_ev_t ev;
-    px_ev_init(&ev, PX_EV_DELTA);
-    ev.index = d->open;
-    ev.delta = PX_DELTA_TOOL_ARGS;
-    ev.text = px_str(a);
-    rc = d->sink(d->arg, &ev);
-  }
+  if (a == NULL) return PX_ENOMEM;
+  px_ev_t ev;
+  px_ev_init(&ev, PX_EV_DELTA);
+  ev.index = d->open;
+  ev.delta = PX_DELTA_TOOL_ARGS;
+  ev.text = px_str(a);
+  int rc = d->sink(d->arg, &ev);
   free(a);
   if (rc == 0) rc = sd_close(d);
   return rc;
+}
+
+/* One partialArgs entry {jsonPath: "$.a.b[0]", stringValue | numberValue |
+ * boolValue | nullValue, willContinue} set into args: a string continues
+ * the one already at its path. 0, or -1 when the path is not one. */
+static int parg_apply(json_t *args, json_t *pa) {
+  const char *path = px_jstr(pa, "jsonPath");
+  json_t *v = json_object_get(pa, "stringValue");
+  if (v == NULL) v = json_object_get(pa, "numberValue");
+  if (v == NULL) v = json_object_get(pa, "boolValue");
+  if (v == NULL && json_object_get(pa, "nullValue") != NULL) v = json_null();
+  if (path == NULL || path[0] != '$' || v == NULL) return -1;
+  json_t *at = args; /* the container the next step reads */
+  const char *p = path + 1;
+  while (*p) {
+    char key[256];
+    size_t kl = 0;
+    long idx = -1;
+    if (*p == '.') {
+      for (p++; *p && *p != '.' && *p != '['; p++)
+        if (kl < sizeof(key) - 1) key[kl++] = *p;
+      if (kl == 0) return -1;
+    } else if (*p == '[') {
+      char *end;
+      idx = strtol(p + 1, &end, 10);
+      if (end == p + 1 || *end != ']' || idx < 0 || idx > 4096) return -1;
+      p = end + 1;
+    } else {
+      return -1;
+    }
+    key[kl] = 0;
+    int last = *p == 0;
+    json_t *cur = idx < 0 ? json_object_get(at, key) : json_array_get(at, (size_t)idx);
+    json_t *next = NULL;
+    if (last) {
+      if (json_is_string(cur) && json_is_string(v)) { /* a string continues */
+        size_t a = json_string_length(cur), b = json_string_length(v);
+        char *cat = malloc(a + b + 1);
+        if (cat == NULL) return -1;
+        memcpy(cat, json_string_value(cur), a);
+        memcpy(cat + a, json_string_value(v), b);
+        next = json_stringn(cat, a + b);
+        free(cat);
+      } else {
+        next = json_incref(v);
+      }
+    } else if (cur != NULL && (json_is_object(cur) || json_is_array(cur))) {
+      at = cur;
+      continue;
+    } else {
+      next = *p == '[' ? json_array() : json_object();
+    }
+    if (idx < 0) {
+      if (!json_is_object(at) || json_object_set_new(at, key, next) < 0) return -1;
+    } else {
+      if (!json_is_array(at)) {
+        json_decref(next);
+        return -1;
+      }
+      while (json_array_size(at) < (size_t)idx) json_array_append_new(at, json_null());
+      int r = json_array_size(at) == (size_t)idx
+                  ? json_array_append_new(at, next)
+                  : json_array_set_new(at, (size_t)idx, next);
+      if (r < 0) return -1;
+    }
+    if (!last) at = idx < 0 ? json_object_get(at, key) : json_array_get(at, (size_t)idx);
+  }
+  return 0;
+}
+
+/* The call whose arguments stream, ended: its arguments so far as one
+ * delta. Also when something else arrives before its last part. */
+static int sd_call_flush(px_sdec_t *d) {
+  if (d->pargs == NULL) return 0;
+  json_t *done = d->pargs;
+  d->pargs = NULL;
+  int rc = sd_call_end(d, done);
+  json_decref(done);
+  return rc;
+}
+
+/* A part's partialArgs (and whole args) into the streaming call. */
+static int sd_call_args(px_sdec_t *d, json_t *fc) {
+  size_t i;
+  json_t *pa;
+  json_array_foreach(json_object_get(fc, "partialArgs"), i, pa) {
+    if (parg_apply(d->pargs, pa) < 0)
+      return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream partialArgs with a bad jsonPath");
+  }
+  json_t *args = json_object_get(fc, "args");
+  if (json_is_object(args) && json_object_update(d->pargs, args) < 0) return PX_ENOMEM;
+  return 0;
+}
+
+/* A functionCall part. Vertex may stream one call's arguments: the part
+ * naming the call says willContinue, later parts (no name) bring
+ * partialArgs, and the first part without willContinue ends it. The call
+ * reaches the events whole, as a non-streamed one. */
+static int sd_call(px_sdec_t *d, json_t *fc) {
+  int more = json_is_true(json_object_get(fc, "willContinue"));
+  px_str_t name = px_jview(fc, "name");
+  int rc;
+  if (d->pargs == NULL || name.len > 0) {
+    /* a new call (one still streaming ends here) */
+    if ((rc = sd_call_flush(d)) < 0) return rc;
+    char id[160];
+    const char *cid = px_jstr(fc, "id");
+    if (cid == NULL) px_gemini_call_id(d->resp_id, d->calls, id, sizeof(id));
+    d->calls++;
+    if (name.len == 0)
+      return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream functionCall without a name");
+    if ((rc = sd_open(d, PX_BLOCK_TOOL_CALL, px_str(cid ? cid : id), name)) < 0) return rc;
+    if (!more && json_object_get(fc, "partialArgs") == NULL)
+      return sd_call_end(d, json_object_get(fc, "args"));
+    if ((d->pargs = json_object()) == NULL) return PX_ENOMEM;
+  }
+  if ((rc = sd_call_args(d, fc)) < 0) return rc;
+  return more ? 0 : sd_call_flush(d);
 }
 
 static int sd_part(px_sdec_t *d, json_t *pt, int refused) {
@@ -157,6 +269,10 @@ static int sd_part(px_sdec_t *d, json_t *pt, int refused) {
   px_str_t text = px_jview(pt, "text");
   px_str_t sig = px_jview(pt, "thoughtSignature");
   json_t *fc = json_object_get(pt, "functionCall");
+  if (json_is_object(fc) && d->pargs != NULL && sig.len == 0 &&
+      px_jview(fc, "name").len == 0)
+    return sd_call(d, fc); /* a streaming call goes on */
+  if ((rc = sd_call_flush(d)) < 0) return rc;
   if (json_is_true(json_object_get(pt, "thought"))) {
     rc = sd_delta(d, PX_BLOCK_THINKING, PX_DELTA_THINKING, text);
     if (rc == 0 && sig.len) rc = sd_delta(d, PX_BLOCK_THINKING, PX_DELTA_SIGNATURE, sig);
@@ -170,16 +286,37 @@ static int sd_part(px_sdec_t *d, json_t *pt, int refused) {
     return refused ? sd_delta(d, PX_BLOCK_REFUSAL, PX_DELTA_REFUSAL, text)
                    : sd_delta(d, PX_BLOCK_TEXT, PX_DELTA_TEXT, text);
   if (json_is_object(fc)) return sd_call(d, fc);
-  return 0; /* inline data, code execution: nothing a stream event can carry */
+  /* inline data, code execution: nothing a stream event can carry */
+  if (json_object_get(pt, "inlineData") || json_object_get(pt, "fileData"))
+    px_dropped(d->ctx, PX_LOSSY("candidates[].content.parts[].inlineData"));
+  else if (json_object_get(pt, "executableCode") ||
+           json_object_get(pt, "codeExecutionResult"))
+    px_dropped(d->ctx, PX_LOSSY("candidates[].content.parts[].executableCode"));
+  return 0;
+}
+
+/* Candidate members no stream event carries, named as the body decoder
+ * (gemini.c) names them: bit i of `which` is cand_drops[i]. */
+static const char *const cand_drops[] = {"safetyRatings", "groundingMetadata",
+                                         "citationMetadata"};
+static void sd_dropped(px_sdec_t *d, unsigned which) {
+  static const char *const names[] = {PX_LOSSY("candidates[].safetyRatings"),
+                                      PX_LOSSY("candidates[].groundingMetadata"),
+                                      PX_LOSSY("candidates[].citationMetadata")};
+  for (unsigned i = 0; i < 3; i++)
+    if (which & (1u << i)) px_dropped(d->ctx, names[i]);
 }
 
 /* u: the chunk's usage, NULL when it has no usageMetadata */
-static int sd_finish_reason(px_sdec_t *d, const char *fr, const px_usage_t *u) {
-  int rc = sd_close(d);
+static int sd_finish_reason(px_sdec_t *d, const char *fr, const px_usage_t *u,
+                            px_str_t explanation) {
+  int rc = sd_call_flush(d);
+  if (rc == 0) rc = sd_close(d);
   if (rc < 0) return rc;
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
   ev.stop = fr ? px_gemini_stop(fr, d->calls > 0) : PX_STOP_NONE;
+  if (px_stop_refused(ev.stop)) ev.refusal_explanation = explanation;
   if (u != NULL) ev.usage = *u;
   if (fr != NULL) d->ended = 1;
   return d->sink(d->arg, &ev);
@@ -199,17 +336,24 @@ static int sd_chunk(px_sdec_t *d, json_t *j) {
   if (rc < 0) return rc;
   json_t *cand = json_array_get(json_object_get(j, "candidates"), 0);
   const char *fr = px_jstr(cand, "finishReason");
-  const char *block = px_jstr(json_object_get(j, "promptFeedback"), "blockReason");
-  if (block != NULL && cand == NULL) fr = block;
+  json_t *fb = json_object_get(j, "promptFeedback");
+  const char *block = px_jstr(fb, "blockReason");
+  px_str_t expl = px_jview(cand, "finishMessage");
+  if (block != NULL && cand == NULL)
+    fr = block, expl = px_jview(fb, "blockReasonMessage");
   if (d->ended) /* after the finish chunk: at most late usage */
-    return up != NULL ? sd_finish_reason(d, NULL, up) : 0;
-  int refused = fr != NULL && px_gemini_stop(fr, 0) == PX_STOP_REFUSAL;
+    return up != NULL ? sd_finish_reason(d, NULL, up, PX_STR_NULL) : 0;
+  int refused = fr != NULL && px_stop_refused(px_gemini_stop(fr, 0));
   size_t i;
   json_t *pt;
+  unsigned drops = 0;
+  for (unsigned k = 0; k < 3; k++)
+    if (json_object_get(cand, cand_drops[k]) != NULL) drops |= 1u << k;
+  sd_dropped(d, drops);
   json_array_foreach(json_object_get(json_object_get(cand, "content"), "parts"), i, pt) {
     if ((rc = sd_part(d, pt, refused)) < 0) return rc;
   }
-  if (fr != NULL) return sd_finish_reason(d, fr, up);
+  if (fr != NULL) return sd_finish_reason(d, fr, up, expl);
   return 0;
 }
 
@@ -246,7 +390,8 @@ enum {
   GF_FR = 1u << 5,
   GF_PARTS = 1u << 6,
   GF_TEXT = 1u << 7,
-  GF_UM0 = 1u << 8 /* .. 1u << 11: the four counts */
+  GF_UM0 = 1u << 8,   /* .. 1u << 11: the four counts */
+  GF_DROP0 = 1u << 12 /* .. 1u << 14: cand_drops[] */
 };
 
 #define GF_IS(k, kl, lit) \
@@ -358,8 +503,13 @@ static int gf_cands(gf_t *g, int resume) {
       if (gf_once(g, GF_CONTENT) < 0 || gf_content(g, 0) < 0) return -1;
     } else if (GF_IS(k, kl, "finishReason")) {
       if (gf_once(g, GF_FR) < 0 || gf_str(g, &g->fr) < 0) return -1;
-    } else if (px_fj_pass(g->p, g->n, &g->i, 3) < 0) {
-      return -1;
+    } else if (GF_IS(k, kl, "finishMessage")) {
+      return -1; /* a refusal's words: the jansson path */
+    } else {
+      for (unsigned c = 0; c < 3; c++)
+        if (kl == strlen(cand_drops[c]) && memcmp(k, cand_drops[c], kl) == 0)
+          g->seen |= GF_DROP0 << c;
+      if (px_fj_pass(g->p, g->n, &g->i, 3) < 0) return -1;
     }
   }
   if (r < 0) return -1;
@@ -396,7 +546,7 @@ static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
   gf_t g = {.p = (const unsigned char *)data, .n = n, .um = {-1, -1, -1, -1}};
   const unsigned char *k;
   size_t kl;
-  if (d->ended) return 0; /* at most late usage: rare */
+  if (d->ended || d->pargs != NULL) return 0; /* late usage, a call streaming: rare */
   int r;
   if (n > GF_HEAD_LEN && memcmp(data, gf_head, GF_HEAD_LEN) == 0) {
     g.i = GF_HEAD_LEN; /* the text's opening quote */
@@ -445,11 +595,12 @@ static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
   px_str_t model =
       g.model.set ? (px_str_t){data + g.model.s, g.model.e - g.model.s} : PX_STR_NULL;
   int rc = sd_start(d, rid, model, up);
+  sd_dropped(d, (g.seen / GF_DROP0) & 7u);
   if (rc == 0 && g.text.set)
-    rc = g.fr.set && px_gemini_stop(fr, 0) == PX_STOP_REFUSAL
+    rc = g.fr.set && px_stop_refused(px_gemini_stop(fr, 0))
              ? sd_delta(d, PX_BLOCK_REFUSAL, PX_DELTA_REFUSAL, text)
              : sd_delta(d, PX_BLOCK_TEXT, PX_DELTA_TEXT, text);
-  if (rc == 0 && g.fr.set) rc = sd_finish_reason(d, fr, up);
+  if (rc == 0 && g.fr.set) rc = sd_finish_reason(d, fr, up, PX_STR_NULL);
   if (d->scratch.size > 1024) px_buf_free(&d->scratch); /* keep a stream small */
   return rc < 0 ? rc : 1;
 }
@@ -497,6 +648,7 @@ struct px_senc {
   px_buf_t sig;          /* a signature waiting for the next part */
   int sig_index;         /* the block that signature belongs to */
   int refusal;
+  int texted; /* text or refusal wording written */
   int finished;
   px_buf_t tail; /* `,"modelVersion":..,"responseId":..}` + CRLF CRLF, built once */
 };
@@ -624,6 +776,7 @@ static int se_delta(px_senc_t *e, const px_ev_t *ev) {
   switch (ev->delta) {
   case PX_DELTA_TEXT:
   case PX_DELTA_REFUSAL:
+    if (ev->text.len) e->texted = 1;
     return ev->text.len ? text_chunk(e, ev->text, 0) : 0;
   case PX_DELTA_THINKING:
     return ev->text.len ? text_chunk(e, ev->text, 1) : 0;
@@ -649,20 +802,41 @@ static char *dupview(px_str_t s) {
   return p;
 }
 
+/* The finish chunk. As the real API's, it always has content (LangChain's
+ * client drops a chunk without, usage and finishReason with it): a pending
+ * signature on an empty part, a refusal's explanation when nothing else
+ * worded it (SPEC 11: a refusal is SAFETY, its words a text part and the
+ * finishMessage), else the role alone, as Gemini sends after calls. */
 static int se_finish(px_senc_t *e, const px_ev_t *ev) {
-  const char *fr = px_gemini_finish(ev->stop == PX_STOP_NONE ? PX_STOP_NONE
-                                    : e->refusal            ? PX_STOP_REFUSAL
-                                                            : ev->stop);
+  px_stop_t st = ev->stop == PX_STOP_NONE ? PX_STOP_NONE
+                 : e->refusal             ? PX_STOP_REFUSAL
+                                          : ev->stop;
+  const char *fr = px_gemini_finish(st);
+  px_str_t expl = px_stop_refused(st) ? ev->refusal_explanation : PX_STR_NULL;
   int rc = chunk_open(e);
-  if (rc == 0 && e->sig.len) { /* a signature nothing followed: an empty part holds it */
-    rc = w(e, "\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"\"");
+  int worded = e->texted || e->refusal;
+  if (rc == 0 && (e->sig.len || (expl.len && !worded))) {
+    rc = w(e, "\"content\":{\"role\":\"model\",\"parts\":[{\"text\":");
+    if (rc == 0)
+      rc = px_buf_json_str(e->out,
+                           worded     ? ""
+                           : expl.ptr ? expl.ptr
+                                      : "",
+                           worded ? 0 : expl.len);
     if (rc == 0) rc = put_sig(e);
     if (rc == 0) rc = w(e, "}]},");
+  } else if (rc == 0) {
+    rc = w(e, "\"content\":{\"role\":\"model\"},");
   }
   if (rc == 0 && fr != NULL) {
     rc = w(e, "\"finishReason\":\"");
     if (rc == 0) rc = w(e, fr);
     if (rc == 0) rc = w(e, "\",");
+  }
+  if (rc == 0 && expl.len) {
+    rc = w(e, "\"finishMessage\":");
+    if (rc == 0) rc = px_buf_json_str(e->out, expl.ptr, expl.len);
+    if (rc == 0) rc = w(e, ",");
   }
   if (rc == 0) rc = chunk_close(e, &ev->usage);
   if (fr != NULL) e->finished = 1;

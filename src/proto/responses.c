@@ -1166,7 +1166,8 @@ static void tool_choice_out(json_t *tc, json_t *tools, json_t *b) {
 }
 
 /* IR reasoning -> reasoning {effort, summary} */
-static void reasoning_out(json_t *r, json_t *b) {
+static void reasoning_out(const px_tr_ctx_t *ctx, json_t *r, json_t *b,
+                          px_lossy_t *lossy) {
   json_t *o = json_object();
   const char *effort = px_jstr(r, "effort");
   json_t *bt = json_object_get(r, "budget_tokens");
@@ -1178,9 +1179,13 @@ static void reasoning_out(json_t *r, json_t *b) {
     set_str(o, "effort", px_effort_of_budget(json_integer_value(bt)));
   if (px_jstr(r, "summary") != NULL) set_str(o, "summary", px_jstr(r, "summary"));
   /* Anthropic adaptive thinking (on, no budget): the model's own effort,
-   * with its reasoning shown (summaries, as Anthropic shows thinking) */
-  if (json_object_size(o) == 0 && json_is_true(json_object_get(r, "enabled")))
+   * with its reasoning shown (summaries, as Anthropic shows thinking);
+   * Responses has no adaptive mode (the model reasons at its default
+   * effort whatever the prompt), so the setting itself is declared */
+  if (json_object_size(o) == 0 && json_is_true(json_object_get(r, "enabled"))) {
     set_str(o, "summary", "auto");
+    px_lossy_add(lossy, px_in_names(ctx)->reasoning_config);
+  }
   if (json_object_size(o) > 0)
     json_object_set_new(b, "reasoning", o);
   else
@@ -1228,7 +1233,7 @@ static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
   if ((v = json_object_get(ir, "prompt_cache_key")) != NULL)
     json_object_set(b, "prompt_cache_key", v);
   json_t *r = json_object_get(ir, "reasoning");
-  if (json_is_object(r)) reasoning_out(r, b);
+  if (json_is_object(r)) reasoning_out(ctx, r, b, lossy);
   if ((v = json_object_get(ir, "user")) != NULL) json_object_set(b, "user", v);
   if ((v = json_object_get(ir, "metadata")) != NULL) json_object_set(b, "metadata", v);
   if ((v = json_object_get(ir, "stream")) != NULL) json_object_set(b, "stream", v);
@@ -1531,7 +1536,7 @@ static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
       json_array_append_new(output, r);
     }
   }
-  if (stop == PX_STOP_REFUSAL && expl != NULL) {
+  if (px_stop_refused(stop) && expl != NULL) {
     if (!has_refusal) {
       /* an Anthropic refusal with no visible wording: the explanation is the
        * only wording there is */
@@ -1541,7 +1546,7 @@ static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
                             "message", "status", "completed", "role", "assistant",
                             "content", "type", "refusal", "refusal", expl));
     } else {
-      px_lossy_add(lossy, "stop_details.explanation");
+      px_lossy_add(lossy, px_out_names(ctx)->refusal_explanation);
     }
   }
   json_t *u = json_object_get(ir, "usage");
@@ -1637,6 +1642,8 @@ static void responses_count_request(json_t *body, const char *model) {
 const px_proto_ops_t px_proto_responses = {
     .id = PX_PROTO_RESPONSES,
     .name = "openai_responses",
+    .otel_provider = "openai",
+    .otel_operation = "chat",
     .inbound_path = "/responses",
     .upstream_path = "/responses",
     .decode_request = decode_request,
@@ -1680,9 +1687,13 @@ const px_proto_ops_t px_proto_responses = {
               .opaque_reasoning = PX_LOSSY("output[].encrypted_content")},
     .fast = &px_responses_fast,
     .max_tokens_keys = {{"max_output_tokens", NULL}},
-    .watch = {.usage_obj = "usage", .usage_in = "input_tokens", .usage_out = "output_tokens",
+    .watch = {.usage_obj = "usage",
+              .usage_in = "input_tokens",
+              .usage_out = "output_tokens",
               .terminal_events = {"response.completed", "response.incomplete",
                                   "response.failed"},
-              .terminal_outer = "response", .error_event = "error",
-              .model_path = {"response", "model"}, .model_depth = 2},
+              .terminal_outer = "response",
+              .error_event = "error",
+              .model_path = {"response", "model"},
+              .model_depth = 2},
 };

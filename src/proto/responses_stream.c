@@ -289,6 +289,19 @@ static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
     px_errkind_t k = px_errkind_from_type(code, 0);
     return derror(d, k, msg ? msg : "upstream response failed");
   }
+  /* a reasoning item whose output_item.done never came: its opaque
+   * reasoning is in the final output (as the body path reads it) */
+  for (size_t i = 0; i < d->nblocks; i++) {
+    dblock_t *b = &d->blocks[i];
+    if (!b->open || b->kind != PX_BLOCK_THINKING) continue;
+    const char *enc =
+        px_jstr(json_array_get(json_object_get(r, "output"), (size_t)b->output_index),
+                "encrypted_content");
+    if (enc != NULL && *enc != 0) {
+      int rc = ddelta(d, b, PX_DELTA_SIGNATURE, enc, strlen(enc));
+      if (rc < 0) return rc;
+    }
+  }
   int rc = dstop_all(d, -1);
   if (rc < 0) return rc;
   px_ev_t ev;
@@ -1255,7 +1268,7 @@ static void erefusal_parts(px_senc_t *e) {
 static int e_stop(px_senc_t *e) {
   int rc = 0;
   /* a refusal without any visible wording: the explanation is the wording */
-  if (e->stop == PX_STOP_REFUSAL && !e->has_refusal && e->explanation != NULL &&
+  if (px_stop_refused(e->stop) && !e->has_refusal && e->explanation != NULL &&
       !e->any_output) {
     px_ev_t ev;
     px_ev_init(&ev, PX_EV_BLOCK_START);

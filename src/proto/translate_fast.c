@@ -8,10 +8,7 @@
 
 #include "proxai/fastir.h"
 
-static int enabled = 1;
 static unsigned long taken_req, taken_resp;
-
-void px_translate_fast_enable(int on) { enabled = on; }
 
 void px_translate_fast_counts(unsigned long *requests, unsigned long *responses) {
   if (requests) *requests = taken_req;
@@ -29,7 +26,7 @@ static size_t out_cap(size_t len) { return len * 4 + (64u << 10); }
 
 int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
                               int flags, char **out, size_t *out_len, px_lossy_t *lossy) {
-  if (!enabled || flags != 0 || ctx->stream || ctx->in == ctx->out) return PX_FAST_DECLINE;
+  if (ctx->reference || flags != 0 || ctx->stream || ctx->in == ctx->out) return PX_FAST_DECLINE;
   const px_fast_ops_t *in = fast_of(ctx->in), *op = fast_of(ctx->out);
   if (in == NULL || op == NULL || in->decode_request == NULL || op->encode_request == NULL)
     return PX_FAST_DECLINE;
@@ -57,13 +54,17 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
   *out_len = b.len - 1;
   *out = px_buf_steal(&b, NULL);
   px_lossy_merge(lossy, &l);
+  /* a stream's headers name what it may drop (one rule with the jansson
+   * pipeline); the fast IR holds no reasoning request (those decline), so
+   * only what the upstream sends unasked (Gemini's signatures) applies */
+  if (c.stream) px_lossy_predict(&c, NULL, lossy);
   taken_req++;
   return 0;
 }
 
 int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                px_buf_t *out, px_lossy_t *lossy, px_usage_t *usage) {
-  if (!enabled || ctx->in == ctx->out) return PX_FAST_DECLINE;
+  if (ctx->reference || ctx->in == ctx->out) return PX_FAST_DECLINE;
   const px_fast_ops_t *up = fast_of(ctx->out), *cl = fast_of(ctx->in);
   if (up == NULL || cl == NULL || up->decode_response == NULL || cl->encode_response == NULL)
     return PX_FAST_DECLINE;
@@ -96,5 +97,8 @@ int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t 
   /* what px_usage_from_body would find: no second walk */
   if (ir.usage_in >= 0) usage->input_tokens = ir.usage_in;
   if (ir.usage_out >= 0) usage->output_tokens = ir.usage_out;
+  /* parts of the input, priced apart (money.h) */
+  if (ir.cache_read >= 0) usage->cache_read_tokens = ir.cache_read;
+  if (ir.cache_creation >= 0) usage->cache_creation_tokens = ir.cache_creation;
   return 0;
 }

@@ -83,7 +83,11 @@ int px_openai_error_body(px_buf_t *out, const char *type, const char *message,
   if (rc == 0)
     rc = param && *param ? px_buf_json_str(out, param, strlen(param))
                          : px_buf_puts(out, "null");
-  if (rc == 0) rc = px_buf_puts(out, ",\"code\":null}}");
+  /* OpenAI's over-quota error carries its type as its code too */
+  if (rc == 0)
+    rc = px_buf_puts(out, strcmp(type, "insufficient_quota") == 0
+                              ? ",\"code\":\"insufficient_quota\"}}"
+                              : ",\"code\":null}}");
   return rc;
 }
 

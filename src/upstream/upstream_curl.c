@@ -310,7 +310,7 @@ static bool collect_one(CURLMsg *m) {
   return true;
 }
 
-bool px_curl_collect(px_uclient_t *c) {
+static bool curl_collect(px_uclient_t *c) {
   for (size_t i = 0; i < c->cu.nshards; i++) {
     for (;;) {
       int left;
@@ -377,7 +377,7 @@ static void shard_maxconnects(px_cshard_t *sh) {
   }
 }
 
-void px_curl_pools_changed(px_uclient_t *c) {
+static void curl_pools_changed(px_uclient_t *c) {
   long sum = 0;
   for (px_link_t *l = c->pools.next; l != &c->pools; l = l->next) {
     px_pool_t *p = PX_CONTAINER(l, px_pool_t, link);
@@ -395,7 +395,7 @@ static void pool_flush_easy(px_pool_t *p) {
   while (p->nfree_easy) curl_easy_cleanup(p->free_easy[--p->nfree_easy]);
 }
 
-void px_curl_pool_free(px_pool_t *p) {
+static void curl_pool_free(px_pool_t *p) {
   pool_flush_easy(p);
   for (size_t i = 0; i < p->nurls; i++) {
     curl_url_cleanup(p->urls[i].uh);
@@ -657,7 +657,7 @@ static void curl_resume(px_xfer_t *x) {
                  x->aborted ? "aborted by on_data" : curl_easy_strerror(rc), true);
 }
 
-void px_curl_nudge(px_uclient_t *c) {
+static void curl_nudge(px_uclient_t *c) {
   if (!c->cu.nudge) return;
   c->cu.nudge = false;
   /* from the start after each drive: what it finishes may add or retire
@@ -691,7 +691,7 @@ static void curl_release(px_xfer_t *x) {
     if (--x->u.cu.sh->nrun == 0 && x->u.cu.sh != c->cu.shards[0] && !c->closing) {
       if (!c->in_lane) {
         shard_retire(c, x->u.cu.sh);
-      } else { /* inside a curl call: px_curl_nudge retires it after */
+      } else { /* inside a curl call: curl_nudge retires it after */
         c->cu.nudge = true;
         px_up_defer(c);
       }
@@ -722,26 +722,17 @@ static bool curl_bytes_waiting(px_xfer_t *x) {
   return false;
 }
 
-const px_lane_t px_lane_curl = {
-    .name = "curl",
-    .prepare = curl_prepare,
-    .run = curl_run,
-    .resume = curl_resume,
-    .release = curl_release,
-    .connecting = curl_connecting,
-    .bytes_waiting = curl_bytes_waiting,
-};
 
 /* ---- client ---- */
 
-int px_curl_client_init(px_uclient_t *c) {
+static int curl_client_init(px_uclient_t *c) {
   if (shard_new(c)) return 0;
   free(c->cu.shards);
   c->cu.shards = NULL;
   return -1;
 }
 
-void px_curl_client_close(px_uclient_t *c) {
+static void curl_client_close(px_uclient_t *c) {
   /* The pools' idle handles go first (pool free), then the multi closes
    * the cached connections through on_closesocket. */
   for (px_link_t *l = c->pools.next; l != &c->pools; l = l->next)
@@ -763,3 +754,20 @@ void px_curl_client_close(px_uclient_t *c) {
   c->cu.shards = NULL;
   c->cu.nshards = 0;
 }
+
+const px_lane_t px_lane_curl = {
+    .name = "curl",
+    .prepare = curl_prepare,
+    .run = curl_run,
+    .resume = curl_resume,
+    .release = curl_release,
+    .connecting = curl_connecting,
+    .bytes_waiting = curl_bytes_waiting,
+    .times_connect = true,
+    .client_init = curl_client_init,
+    .client_close = curl_client_close,
+    .collect = curl_collect,
+    .pools_changed = curl_pools_changed,
+    .pool_free = curl_pool_free,
+    .nudge = curl_nudge,
+};

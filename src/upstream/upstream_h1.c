@@ -972,17 +972,8 @@ static bool h1_connecting(px_xfer_t *x) {
   return !x->u.h1.hc || !x->u.h1.hc->connected;
 }
 
-const px_lane_t px_lane_h1 = {
-    .name = "builtin",
-    .prepare = h1_prepare,
-    .run = h1_run,
-    .resume = h1_resume,
-    .release = h1_release,
-    .connecting = h1_connecting,
-    .bytes_waiting = h1_bytes_waiting,
-};
 
-void px_h1_client_close(px_uclient_t *c) {
+static void h1_client_close(px_uclient_t *c) {
   while (!dl_empty(&c->h1.idle))
     h1_close(PX_CONTAINER(c->h1.idle.next, px_h1conn_t, idle));
   for (px_link_t *l = c->h1.resolving.next; l != &c->h1.resolving; l = l->next) {
@@ -998,3 +989,22 @@ void px_h1_client_close(px_uclient_t *c) {
   c->h1.ndns = 0;
   px_tls_client_close(c);
 }
+
+static int h1_client_init(px_uclient_t *c) {
+  dl_init(&c->h1.idle);
+  dl_init(&c->h1.dns);
+  dl_init(&c->h1.resolving);
+  return 0;
+}
+
+const px_lane_t px_lane_h1 = {
+    .name = "builtin",
+    .prepare = h1_prepare,
+    .run = h1_run,
+    .resume = h1_resume,
+    .release = h1_release,
+    .connecting = h1_connecting,
+    .bytes_waiting = h1_bytes_waiting,
+    .client_init = h1_client_init,
+    .client_close = h1_client_close,
+};

@@ -2,7 +2,8 @@
  * upstream_lane.h - private to src/upstream*.c: the transfer core and its
  * two lanes.
  *
- * upstream.c owns what every transfer has (pool slot, queue, timers,
+ * upstream.c opens a transfer and picks its lane; xfer.c, the transfer
+ * core, owns what every transfer has (pool slot, queue, timers,
  * response-head filtering, body delivery, pause bookkeeping, the one
  * finish); a lane owns the bytes on the wire:
  *
@@ -10,7 +11,8 @@
  *   upstream_h1.c    built-in HTTP/1.1 over llhttp: http:// and https://
  *                    (TLS from upstream_tls.c) upstreams
  *
- * A lane calls back into the core through px_up_head_line() /
+ * The core reaches a lane only through its px_lane_t table. A lane calls
+ * back into the core through px_up_head_line() /
  * px_up_head_done(), px_up_deliver() and px_up_finish(). While a lane runs
  * code that must not be re-entered (inside a libcurl call, inside
  * llhttp_execute) it raises c->in_lane: cancels, starts and resumes asked
@@ -181,8 +183,12 @@ struct px_xfer {
   } u;
 };
 
+/** Lanes of a client: the built-in one and curl. */
+#define PX_LANES 2
+
 struct px_uclient {
   uv_loop_t *loop;
+  const px_lane_t *lanes[PX_LANES]; /* set by px_uclient_new */
   uv_timer_t defer; /* deferred resumes and the curl nudge after them */
   px_link_t xfers;
   px_link_t reap;
@@ -237,6 +243,23 @@ struct px_lane {
   bool (*connecting)(px_xfer_t *x);
   /** Response bytes already waiting in the socket (not idleness)? */
   bool (*bytes_waiting)(px_xfer_t *x);
+  /** The lane times its own connects (else the core's connect deadline). */
+  bool times_connect;
+
+  /* The lane's part of the client; each may be NULL. */
+  /** Client creation: the lane's state in c. <0: cannot. */
+  int (*client_init)(px_uclient_t *c);
+  /** Client close: the lane's connections, sockets, caches. */
+  void (*client_close)(px_uclient_t *c);
+  /** Finish one transfer the lane reports done (from px_up_after,
+   *  in_lane == 0); false when there is none. */
+  bool (*collect)(px_uclient_t *c);
+  /** A pool was added or its limit changed. */
+  void (*pools_changed)(px_uclient_t *c);
+  /** Free the lane's per-pool state (client close). */
+  void (*pool_free)(px_pool_t *p);
+  /** The deferred work of the lane (the defer timer, after resumes). */
+  void (*nudge)(px_uclient_t *c);
 };
 
 extern const px_lane_t px_lane_curl;
@@ -268,27 +291,17 @@ static inline bool px_up_live(const px_xfer_t *x) {
   return x->state == XS_RUNNING && !x->cancelled && !x->c->closing;
 }
 
-/** Run the deferred resumes (and curl's nudge) in this loop iteration's
- *  timer phase: a 0 ms timer, never 1 ms. */
+/** Run the deferred resumes (and the lanes' nudges) in this loop
+ *  iteration's timer phase: a 0 ms timer, never 1 ms. */
 void px_up_defer(px_uclient_t *c);
 
-/* ---- lane services for the core ---- */
+/* ---- the core for upstream.c ---- */
 
-/** Create the curl multi and its timer (client creation). */
-int px_curl_client_init(px_uclient_t *c);
-
-/** Finish one transfer curl reports done (from px_up_after, in_lane == 0);
- *  false when there is none. */
-bool px_curl_collect(px_uclient_t *c);
-/** A pool's limit changed: curl's connection cache follows the sum. */
-void px_curl_pools_changed(px_uclient_t *c);
-/** Free the curl lane's per-pool state (client close). */
-void px_curl_pool_free(px_pool_t *p);
-/** Client close: curl and its sockets; and the built-in lane's connections,
- *  resolutions and cache. */
-void px_curl_client_close(px_uclient_t *c);
-void px_h1_client_close(px_uclient_t *c);
-/** Resume a curl transfer deferred with the nudge (on_defer). */
-void px_curl_nudge(px_uclient_t *c);
+/** A pool slot for x: start its lane. <0: could not start. */
+int px_up_run(px_xfer_t *x);
+/** Start what p's queue holds while p has slots (deferred inside a lane). */
+void px_up_kick(px_uclient_t *c, px_pool_t *p);
+/** Close the client now: every transfer, the lanes, the pools. */
+void px_up_close(px_uclient_t *c);
 
 #endif

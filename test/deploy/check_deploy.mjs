@@ -273,7 +273,13 @@ test('the runtime role holds the package of every library the built binary links
 
 // ---- compose and Kubernetes -----------------------------------------------------
 
-const YAML_FILES = ['deploy/compose/docker-compose.yml', 'deploy/kubernetes/sidecar.yaml'];
+const YAML_FILES = [
+  'deploy/compose/docker-compose.yml',
+  'deploy/compose/prometheus.yml',
+  'deploy/compose/grafana/provisioning/datasources/prometheus.yml',
+  'deploy/compose/grafana/provisioning/dashboards/proxai.yml',
+  'deploy/kubernetes/sidecar.yaml',
+];
 
 test('the compose and Kubernetes files are YAML; every *.y*ml in deploy/ is covered', () => {
   const all = fs.readdirSync(path.join(root, 'deploy'), { recursive: true }).filter((f) => /\.ya?ml$/.test(f)).map((f) => `deploy/${f}`);
@@ -368,6 +374,61 @@ test('compose: nginx in front of two proxai instances sharing Redis; configs nam
   if (t.error) console.log(`# nginx -t not run: ${t.error.message}`);
   else if (t.status !== 0 && /Permission denied/.test(t.stderr)) console.log(`# nginx -t not run here: ${t.stderr.trim()}`);
   else assert.equal(t.status, 0, `nginx -t: ${t.stderr}`);
+});
+
+test('compose: Jaeger takes the traces, Prometheus scrapes admin_listen, Grafana is provisioned with the dashboard', () => {
+  const [compose] = loadYaml(['deploy/compose/docker-compose.yml'])[0];
+  const svcs = compose.services;
+  const dir = path.join(root, 'deploy/compose');
+  const proxais = Object.keys(svcs).filter((n) => svcs[n].build);
+  const byImage = (re) => Object.keys(svcs).find((n) => re.test(svcs[n].image || ''));
+  const jaeger = byImage(/jaeger/), prom = byImage(/prometheus/), grafana = byImage(/grafana/);
+  assert.ok(jaeger && prom && grafana, 'jaeger, prometheus and grafana services');
+  const text = fs.readFileSync(path.join(dir, 'proxai.conf'), 'utf8');
+  const keys = iniKeys(text);
+  const value = (sec, key) => {
+    const k = keys.find((x) => x.section === sec && x.key === key);
+    return k && /=\s*(\S+)/.exec(text.split('\n')[k.line - 1])[1];
+  };
+  // traces: [trace] endpoint names the Jaeger service on its OTLP/HTTP port
+  const ep = new URL(value('trace', 'endpoint'));
+  assert.equal(ep.hostname, jaeger, '[trace] endpoint names the Jaeger service');
+  assert.equal(ep.port, '4318');
+  assert.equal(ep.pathname, '/v1/traces');
+  assert.ok((svcs[jaeger].expose || []).map(String).includes('4318'));
+  assert.ok(composeEnv(svcs[jaeger]).COLLECTOR_OTLP_ENABLED === 'true', 'Jaeger takes OTLP');
+  for (const n of proxais) assert.ok(svcs[n].depends_on?.[jaeger], `${n} starts after Jaeger`);
+  // metrics: Prometheus scrapes every proxai on its admin_listen port
+  const admin = value('server', 'admin_listen');
+  assert.match(admin, /^0\.0\.0\.0:\d+$/, 'admin_listen reachable from the compose network');
+  const adminPort = admin.split(':')[1];
+  for (const n of proxais) assert.ok((svcs[n].expose || []).map(String).includes(adminPort), `${n} exposes ${adminPort}`);
+  const pmount = svcs[prom].volumes.find((v) => /prometheus\.yml/.test(v)).split(':');
+  assert.ok((svcs[prom].command || []).includes(`--config.file=${pmount[1]}`), 'Prometheus reads the mounted file');
+  const [pcfg] = loadYaml(['deploy/compose/prometheus.yml'])[0];
+  const targets = pcfg.scrape_configs.flatMap((j) => j.static_configs.flatMap((c) => c.targets));
+  assert.deepEqual(targets.sort(), proxais.map((n) => `${n}:${adminPort}`).sort());
+  // Grafana: the datasource is the Prometheus service; the dashboard folder is mounted where the provider reads
+  const mounts = Object.fromEntries(svcs[grafana].volumes.map((v) => v.split(':')).map(([src, dst]) => [dst, src]));
+  assert.equal(path.resolve(dir, mounts['/etc/grafana/provisioning']), path.join(dir, 'grafana/provisioning'));
+  const [ds] = loadYaml(['deploy/compose/grafana/provisioning/datasources/prometheus.yml'])[0];
+  const [prov] = loadYaml(['deploy/compose/grafana/provisioning/dashboards/proxai.yml'])[0];
+  const source = ds.datasources.find((d) => d.type === 'prometheus');
+  assert.equal(source.url, `http://${prom}:9090`);
+  assert.ok((svcs[prom].expose || []).map(String).includes('9090'));
+  const dashPath = prov.providers[0].options.path;
+  assert.ok(mounts[dashPath], 'the provider path is a mounted folder');
+  const dashDir = path.resolve(dir, mounts[dashPath]);
+  const files = fs.readdirSync(dashDir).filter((f) => f.endsWith('.json'));
+  assert.deepEqual(files, ['proxai.json']);
+  const dash = JSON.parse(fs.readFileSync(path.join(dashDir, 'proxai.json'), 'utf8'));
+  const queried = dash.panels.filter((p) => p.type !== 'row');
+  assert.ok(queried.length >= 10);
+  for (const p of queried) {
+    assert.equal(p.datasource.uid, source.uid, `panel '${p.title}' uses the provisioned datasource`);
+    for (const t of p.targets) assert.equal(t.datasource.uid, source.uid);
+  }
+  // which series the dashboard queries are proxai's: test/integration/dashboard.mjs
 });
 
 test('Kubernetes sidecar: probes on /readyz and /healthz, preStop, grace period above preStop + shutdown_timeout', () => {

@@ -292,4 +292,54 @@ test('gemini pass-through: the model is rewritten in the URL and in modelVersion
   assert.equal(rec.path, '/v1beta/models/gemini-2.5-flash:generateContent');
 });
 
+test('gemini pass-through: a blocked prompt ends the stream cleanly (no error appended); the real API\'s finish chunk keeps content', async () => {
+  await mock.reset();
+  const raw = await fetch(`${px.url}/v1beta/models/to-gemini-x:streamGenerateContent?alt=sse`, {
+    method: 'POST',
+    headers: { 'x-goog-api-key': 'client-key', 'content-type': 'application/json' },
+    body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'mock:block' }] }] }),
+  });
+  const text = await raw.text();
+  assert.equal(raw.status, 200);
+  const chunks = text.split(/\r?\n\r?\n/).filter((e) => e.startsWith('data: ')).map((e) => JSON.parse(e.slice(6)));
+  assert.equal(chunks.length, 1, text);
+  assert.equal(chunks[0].promptFeedback.blockReason, 'SAFETY');
+  assert.ok(!text.includes('"error"'), 'no error appended to a complete stream');
+  // the SDK reads the block as the API's own
+  const seen = [];
+  for await (const c of await genai().models.generateContentStream({ model: 'to-gemini-x', contents: 'mock:block' })) seen.push(c);
+  assert.equal(seen.at(-1).promptFeedback.blockReason, 'SAFETY');
+  // through a translated upstream the finish chunk has content, as the real API's
+  for (const up of ['chat', 'responses', 'anthropic']) {
+    const r = await fetch(`${px.url}/v1beta/models/to-${up}-x:streamGenerateContent?alt=sse`, {
+      method: 'POST',
+      headers: { 'x-goog-api-key': 'client-key', 'content-type': 'application/json' },
+      body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }),
+    });
+    const evs = (await r.text()).split(/\r?\n\r?\n/).filter((e) => e.startsWith('data: ')).map((e) => JSON.parse(e.slice(6)));
+    const last = evs.at(-1).candidates[0];
+    assert.equal(last.finishReason, 'STOP', up);
+    assert.ok(last.content && last.content.role === 'model', `${up}: the finish chunk has content`);
+  }
+});
+
+test('gemini clients: a refusal from another protocol finishes SAFETY with its words (Anthropic explanation as finishMessage)', async () => {
+  await mock.reset();
+  await mock.script({ path: '/v1/messages', body: S.anthropicBody({ id: 'rf1', model: 'up-ant-model', refusal: "I can't help with that.", stop: 'refusal', refusalExplanation: 'Unsafe request.' }) });
+  // (the SDK keeps finishMessage only from Vertex: read the wire)
+  const raw = await fetch(`${px.url}/v1beta/models/to-anthropic-x:generateContent`, {
+    method: 'POST',
+    headers: { 'x-goog-api-key': 'client-key', 'content-type': 'application/json' },
+    body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'bad' }] }] }),
+  });
+  const cand = (await raw.json()).candidates[0];
+  assert.equal(cand.finishReason, 'SAFETY');
+  assert.equal(cand.content.parts[0].text, "I can't help with that.");
+  assert.equal(cand.finishMessage, 'Unsafe request.');
+  await mock.script({ path: '/chat/completions', body: S.chatBody({ id: 'rf2', model: 'up-chat-model', refusal: 'No.' }) });
+  const c = await genai().models.generateContent({ model: 'to-chat-x', contents: 'bad' });
+  assert.equal(c.candidates[0].finishReason, 'SAFETY');
+  assert.equal(c.text, 'No.');
+});
+
 await run();

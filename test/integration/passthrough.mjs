@@ -682,6 +682,20 @@ test('/healthz and /readyz 200; unknown path 404 and wrong method 405 in OpenAI 
   assert.ok((await del.json()).error);
 });
 
+test('early errors on Anthropic paths carry the x-request-id as request_id (issue 26)', async () => {
+  const get = await fetch(`${px.url}/v1/messages`);
+  const gj = await get.json();
+  assert.equal(get.status, 405);
+  assert.equal(gj.type, 'error');
+  assert.ok(get.headers.get('x-request-id'));
+  assert.equal(gj.request_id, get.headers.get('x-request-id'));
+  const mine = await fetch(`${px.url}/v1/messages/count_tokens`, { headers: { 'x-request-id': 'req-early-1' } });
+  const mj = await mine.json();
+  assert.equal(mine.status, 405);
+  assert.equal(mj.request_id, 'req-early-1');
+  assert.equal(mine.headers.get('x-request-id'), 'req-early-1');
+});
+
 test('/metrics counts requests by inbound protocol, upstream and status', async () => {
   const before = await (await fetch(`${px.url}/metrics`)).text();
   assert.match(before, /# TYPE proxai_requests_total counter/);

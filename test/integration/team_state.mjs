@@ -8,6 +8,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { startMock, startProxai, test, run, waitFor, sleep, freePort } from './lib/harness.mjs';
+import { childrenOf } from './lib/team.mjs';
 
 const mock = await startMock();
 const upstreams = `
@@ -47,22 +48,6 @@ function request(target, { method = 'GET', path: p = '/', headers = {}, body } =
 const chat = (url, headers = {}) =>
   request(url, { method: 'POST', path: '/v1/chat/completions', headers, body: chatBody });
 const auth = { authorization: `Bearer ${KEY}` };
-
-/** The worker processes of a master: its children, from /proc. */
-function childrenOf(pid) {
-  const out = [];
-  for (const d of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      if (ppid === pid) out.push(Number(d));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return out.sort((a, b) => a - b);
-}
 
 /** Stop proxai; it must exit 0 without a sanitizer report (ASan build). */
 async function stopClean(px) {
@@ -217,7 +202,7 @@ upstream = oc
     }, { what: 'two workers' });
     process.kill(before[0], 'SIGKILL');
     const line = await waitFor(() => px.logs().stderr.split('\n').find((l) => l.includes(`worker ${before[0]} killed by signal 9`)), { what: 'the death logged' });
-    assert.match(line, /started worker \d+/);
+    assert.match(line, /killed by signal 9 \(Killed\) with no request in flight; started worker \d+/);
     const after = await waitFor(() => {
       const c = childrenOf(px.pid);
       return c.length === 2 && !c.includes(before[0]) && c;

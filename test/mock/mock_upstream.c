@@ -981,7 +981,133 @@ static json_t *gemini_chunk(const char *model, const char *id, const char *text,
   return o;
 }
 
-static json_t *gemini_default(const char *path, size_t plen, json_t *req, uint64_t n) {
+/* What the real API does beyond plain text, asked for by a word in the
+ * request body (a test's prompt): a blocked prompt (promptFeedback, no
+ * candidates), a SAFETY finish, a function call of the first declared
+ * function with a thought signature (Gemini 2.5 and later sign unasked),
+ * and, Vertex-style, that call's arguments streamed (partialArgs /
+ * willContinue). A turn answering a call gets the default text. */
+enum { GEM_TEXT, GEM_BLOCK, GEM_SAFETY, GEM_TOOL, GEM_STREAM_ARGS };
+
+static int gemini_kind(json_t *req, const char *body, size_t len) {
+  json_t *contents = json_object_get(req, "contents");
+  json_t *last = json_array_get(contents, json_array_size(contents) - 1);
+  size_t i;
+  json_t *pt;
+  json_array_foreach(json_object_get(last, "parts"), i, pt) {
+    if (json_object_get(pt, "functionResponse")) return GEM_TEXT;
+  }
+  if (memmem(body, len, "mock:block", 10)) return GEM_BLOCK;
+  if (memmem(body, len, "mock:safety", 11)) return GEM_SAFETY;
+  json_t *fd = json_object_get(json_array_get(json_object_get(req, "tools"), 0),
+                               "functionDeclarations");
+  if (json_array_size(fd) == 0) return GEM_TEXT;
+  if (memmem(body, len, "mock:stream-args", 16)) return GEM_STREAM_ARGS;
+  if (memmem(body, len, "mock:tool", 9)) return GEM_TOOL;
+  return GEM_TEXT;
+}
+
+static json_t *gemini_usage(void) {
+  return json_pack("{s:i,s:i,s:i}", "promptTokenCount", USAGE_IN, "candidatesTokenCount",
+                   USAGE_OUT, "totalTokenCount", USAGE_IN + USAGE_OUT);
+}
+
+/* One chunk: candidate content (stolen; NULL: none) and finish (NULL: none);
+ * the finish chunk carries usageMetadata. */
+static json_t *gemini_cand(const char *model, const char *id, json_t *content,
+                           const char *finish) {
+  json_t *cand = json_pack("{s:i}", "index", 0);
+  if (content) json_object_set_new(cand, "content", content);
+  if (finish) json_object_set_new(cand, "finishReason", json_string(finish));
+  if (finish && strcmp(finish, "SAFETY") == 0)
+    json_object_set_new(
+        cand, "safetyRatings",
+        json_pack("[{s:s,s:s,s:b}]", "category", "HARM_CATEGORY_DANGEROUS_CONTENT",
+                  "probability", "HIGH", "blocked", 1));
+  json_t *o = json_pack("{s:[o],s:s,s:s}", "candidates", cand, "modelVersion", model,
+                        "responseId", id);
+  if (finish) json_object_set_new(o, "usageMetadata", gemini_usage());
+  return o;
+}
+
+static json_t *gemini_parts(json_t *parts) {
+  return json_pack("{s:s,s:o}", "role", "model", "parts", parts);
+}
+
+/* The chunks of one answer (a body is their merge: gemini_merge). */
+static json_t *gemini_chunks(int kind, json_t *req, const char *model, const char *id) {
+  json_t *out = json_array();
+  const char *fn = json_string_value(json_object_get(
+      json_array_get(json_object_get(json_array_get(json_object_get(req, "tools"), 0),
+                                     "functionDeclarations"),
+                     0),
+      "name"));
+  switch (kind) {
+    case GEM_BLOCK:
+      json_array_append_new(
+          out, json_pack("{s:{s:s,s:[{s:s,s:s}]},s:o,s:s,s:s}", "promptFeedback",
+                         "blockReason", "SAFETY", "safetyRatings", "category",
+                         "HARM_CATEGORY_DANGEROUS_CONTENT", "probability", "HIGH",
+                         "usageMetadata",
+                         json_pack("{s:i,s:i}", "promptTokenCount", USAGE_IN,
+                                   "totalTokenCount", USAGE_IN),
+                         "modelVersion", model, "responseId", id));
+      break;
+    case GEM_SAFETY:
+      json_array_append_new(
+          out, gemini_cand(model, id, gemini_parts(json_pack("[{s:s}]", "text", "Hello")),
+                           NULL));
+      json_array_append_new(
+          out, gemini_cand(model, id, gemini_parts(json_pack("[{s:s}]", "text", "")),
+                           "SAFETY"));
+      break;
+    case GEM_TOOL:
+      json_array_append_new(
+          out,
+          gemini_cand(model, id,
+                      gemini_parts(json_pack("[{s:{s:s,s:{s:s}},s:s}]", "functionCall",
+                                             "name", fn, "args", "location", "Paris",
+                                             "thoughtSignature", "bW9jay1zaWduYXR1cmU=")),
+                      NULL));
+      json_array_append_new(
+          out, gemini_cand(model, id, json_pack("{s:s}", "role", "model"), "STOP"));
+      break;
+    case GEM_STREAM_ARGS:
+      json_array_append_new(
+          out, gemini_cand(model, id,
+                           gemini_parts(json_pack("[{s:{s:s,s:b}}]", "functionCall",
+                                                  "name", fn, "willContinue", 1)),
+                           NULL));
+      json_array_append_new(
+          out, gemini_cand(model, id,
+                           gemini_parts(json_pack(
+                               "[{s:{s:[{s:s,s:s,s:b}],s:b}}]", "functionCall",
+                               "partialArgs", "jsonPath", "$.location", "stringValue",
+                               "Pa", "willContinue", 1, "willContinue", 1)),
+                           NULL));
+      json_array_append_new(
+          out,
+          gemini_cand(model, id,
+                      gemini_parts(json_pack("[{s:{s:[{s:s,s:s}],s:b}}]", "functionCall",
+                                             "partialArgs", "jsonPath", "$.location",
+                                             "stringValue", "ris", "willContinue", 1)),
+                      NULL));
+      json_array_append_new(
+          out, gemini_cand(model, id, gemini_parts(json_pack("[{s:{}}]", "functionCall")),
+                           NULL));
+      json_array_append_new(
+          out, gemini_cand(model, id, json_pack("{s:s}", "role", "model"), "STOP"));
+      break;
+    default:
+      for (int i = 0; i < 3; i++)
+        json_array_append_new(
+            out, gemini_chunk(model, id, hello_pieces[i], i == 2 ? "STOP" : NULL));
+  }
+  return out;
+}
+
+static json_t *gemini_default(const char *path, size_t plen, json_t *req,
+                              const char *body, size_t body_len, uint64_t n) {
   const char *m = memmem(path, plen, "/models/", 8);
   const char *colon = m ? memchr(m + 8, ':', (size_t)(path + plen - m - 8)) : NULL;
   if (colon == NULL) return gemini_error(404, "NOT_FOUND", "mock: no model in the path");
@@ -992,14 +1118,39 @@ static json_t *gemini_default(const char *path, size_t plen, json_t *req, uint64
   if (ends_with(path, plen, ":countTokens"))
     return json_pack("{s:i,s:{s:i}}", "status", 200, "body", "totalTokens", USAGE_IN);
   if (bad) return gemini_error(400, "INVALID_ARGUMENT", bad);
-  if (ends_with(path, plen, ":generateContent"))
-    return json_pack("{s:i,s:o}", "status", 200, "body",
-                     gemini_chunk(model, id, HELLO_TEXT, "STOP"));
-  json_t *sse = json_array();
-  for (int i = 0; i < 3; i++) {
-    json_t *ch = gemini_chunk(model, id, hello_pieces[i], i == 2 ? "STOP" : NULL);
+  int kind = gemini_kind(req, body, body_len);
+  if (ends_with(path, plen, ":generateContent")) {
+    if (kind == GEM_TEXT)
+      return json_pack("{s:i,s:o}", "status", 200, "body",
+                       gemini_chunk(model, id, HELLO_TEXT, "STOP"));
+    /* a body: the chunks merged (parts joined, the last finish and usage);
+     * streamed arguments come whole, as the API sends them without a stream */
+    json_t *chunks =
+        gemini_chunks(kind == GEM_STREAM_ARGS ? GEM_TOOL : kind, req, model, id);
+    json_t *last = json_incref(json_array_get(chunks, json_array_size(chunks) - 1));
+    json_t *cand = json_array_get(json_object_get(last, "candidates"), 0);
+    if (cand != NULL) {
+      json_t *parts = json_array();
+      size_t i, k;
+      json_t *ch, *pt;
+      json_array_foreach(chunks, i, ch) {
+        json_t *c = json_array_get(json_object_get(ch, "candidates"), 0);
+        json_array_foreach(json_object_get(json_object_get(c, "content"), "parts"), k,
+                           pt) {
+          const char *t = json_string_value(json_object_get(pt, "text"));
+          if (t == NULL || *t) json_array_append(parts, pt);
+        }
+      }
+      json_object_set_new(cand, "content", gemini_parts(parts));
+    }
+    json_decref(chunks);
+    return json_pack("{s:i,s:o}", "status", 200, "body", last);
+  }
+  json_t *sse = json_array(), *chunks = gemini_chunks(kind, req, model, id);
+  size_t ci;
+  json_t *ch;
+  json_array_foreach(chunks, ci, ch) {
     char *s = json_dumps(ch, JSON_COMPACT);
-    json_decref(ch);
     sbuf_t b = {0};
     sbuf_adds(&b, "data: ");
     sbuf_adds(&b, s);
@@ -1008,9 +1159,9 @@ static json_t *gemini_default(const char *path, size_t plen, json_t *req, uint64
     json_array_append_new(sse, json_stringn(b.p, b.len));
     sbuf_free(&b);
   }
+  json_decref(chunks);
   return json_pack("{s:i,s:o}", "status", 200, "sse", sse);
 }
-
 
 /* The default answer for a request, as a script entry (NULL: out of memory). */
 static json_t *default_entry(const char *method, const char *path, size_t plen,
@@ -1037,7 +1188,7 @@ static json_t *default_entry(const char *method, const char *path, size_t plen,
   if (memmem(path, plen, "/models/", 8) && memchr(path, ':', plen)) {
     if (!post)
       return gemini_error(405, "INVALID_ARGUMENT", "mock: method not allowed");
-    return gemini_default(path, plen, req, n);
+    return gemini_default(path, plen, req, body, body_len, n);
   }
   int known = ends_with(path, plen, "/chat/completions") ||
               ends_with(path, plen, "/responses") ||

@@ -7,7 +7,8 @@ For each test/recordings/<case>/cassette.yaml (kept whole, as published):
   NN-response.json   a JSON response body, or
   NN-response.sse    a streamed (text/event-stream) response body
   NN-meta.json       {"proto": ..., "status": ..., "uri": ...}
-Only interactions with the Anthropic Messages, Chat Completions or Responses
+Only interactions with the Anthropic Messages, Chat Completions, Responses
+or Gemini generateContent / streamGenerateContent (Google AI and Vertex)
 endpoints are extracted. usage: extract.py [DIR]"""
 import json
 import os
@@ -23,6 +24,8 @@ def proto_of(uri):
     path = uri.split("?", 1)[0]
     if path.endswith("/count_tokens"):
         return None
+    if path.endswith(":generateContent") or path.endswith(":streamGenerateContent"):
+        return "gemini"
     for suffix, name in PROTOS:
         if path.endswith(suffix):
             return name

@@ -8,8 +8,8 @@
  * it: NN-request.json, NN-response.json | NN-response.sse, NN-meta.json
  * ({"proto","status"}). For every interaction:
  *
- *  - responses (status 200) are translated for the two other client
- *    protocols: bodies with px_translate_response, streams with the stream
+ *  - responses (status 200) are translated for every other client
+ *    protocol (Anthropic, Chat, Responses and Gemini recordings alike): bodies with px_translate_response, streams with the stream
  *    hub whole, at every byte split (sampled past 4 KiB) and one byte at a
  *    time; the client's output is decoded again with the client protocol's
  *    own decoder and compared with the recording as its own protocol's
@@ -27,11 +27,18 @@
  *    keeps the status and its type follows the status (SPEC 6: 429 ->
  *    rate_limit_error / RESOURCE_EXHAUSTED, 529 -> overloaded_error ...;
  *    a Gemini client's error.code is the status).
- *  - requests are translated to the two other upstream protocols; the
+ *  - streams also go to a client of their own protocol through the
+ *    pass-through watcher, whole and byte by byte: complete (a Gemini
+ *    stream by its finishReason or a blocked prompt's blockReason), no
+ *    error appended, the bytes untouched. Toward Gemini clients every
+ *    chunk has content and a refusal finishes SAFETY; a refusal's
+ *    explanation reaches the client or is declared.
+ *  - requests are translated to the other upstream protocols; the
  *    result must decode again, keep every turn, text, tool call, tool
  *    result, image and file, or declare what it drops, and obey rules the
  *    target API enforces. */
 #include <dirent.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,13 +46,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include <jansson.h>
-
+#include "../fast_json.h"
 #include "proxai/buf.h"
+#include "proxai/passthru.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
-#include "../fast_json.h"
 
 #define OUT_CAP (64u << 20)
 
@@ -92,6 +98,7 @@ typedef struct outcome {
   px_buf_t text;      /* text (and refusal) in order */
   px_buf_t reasoning; /* reasoning text */
   px_buf_t tools;     /* "name(args-normalized);" per call, in order */
+  px_buf_t expl;      /* a refusal's explanation (stop_details, finishMessage) */
   int ntools;
   int nann;           /* annotations */
   int signature;      /* opaque reasoning present */
@@ -105,6 +112,7 @@ static void oc_init(outcome_t *o) {
   px_buf_init(&o->text, SIZE_MAX);
   px_buf_init(&o->reasoning, SIZE_MAX);
   px_buf_init(&o->tools, SIZE_MAX);
+  px_buf_init(&o->expl, SIZE_MAX);
   o->usage.input_tokens = o->usage.output_tokens = -1;
   o->usage.cache_read_tokens = o->usage.cache_creation_tokens = -1;
   o->usage.reasoning_tokens = -1;
@@ -114,6 +122,7 @@ static void oc_free(outcome_t *o) {
   px_buf_free(&o->text);
   px_buf_free(&o->reasoning);
   px_buf_free(&o->tools);
+  px_buf_free(&o->expl);
 }
 
 /* tool arguments compared as JSON (key order and spacing free) */
@@ -156,6 +165,8 @@ static void oc_from_ir(outcome_t *o, json_t *ir) {
     }
   }
   o->stop = px_stop_parse(json_string_value(json_object_get(ir, "stop_reason")));
+  const char *ex = json_string_value(json_object_get(ir, "refusal_explanation"));
+  if (ex) px_buf_puts(&o->expl, ex);
   json_t *u = json_object_get(ir, "usage");
   json_t *v;
   if ((v = json_object_get(u, "input_tokens")) != NULL) o->usage.input_tokens = json_integer_value(v);
@@ -218,6 +229,8 @@ static int ev_sink(void *arg, const px_ev_t *ev) {
       break;
     case PX_EV_MESSAGE_DELTA:
       if (ev->stop != PX_STOP_NONE) o->stop = ev->stop;
+      if (ev->refusal_explanation.len)
+        px_buf_append(&o->expl, ev->refusal_explanation.ptr, ev->refusal_explanation.len);
       px_usage_merge(&o->usage, &ev->usage);
       break;
     case PX_EV_MESSAGE_STOP:
@@ -279,19 +292,30 @@ static int lossy_any(const char *list, const char *const *paths) {
   return 0;
 }
 
-static const char *const ann_names[] = {"content[].citations", "choices[].message.annotations",
-                                        "output[].content[].annotations", NULL};
-static const char *const sig_names[] = {"output[].encrypted_content", "content[].signature",
-                                        "content[].redacted_thinking", NULL};
+static const char *const ann_names[] = {
+    "content[].citations", "choices[].message.annotations",
+    "output[].content[].annotations", "candidates[].groundingMetadata", NULL};
+static const char *const sig_names[] = {
+    "output[].encrypted_content", "content[].signature", "content[].redacted_thinking",
+    "candidates[].content.parts[].thoughtSignature", NULL};
+
+static const char *const expl_names[] = {"stop_details.explanation",
+                                         "candidates[].finishMessage", NULL};
 
 /* compare what the client got (c) with the recording (u); declared is the
  * comma list of what the translation named as dropped */
 static void compare(const char *what, const outcome_t *u, const outcome_t *c,
                     const char *declared, px_proto_t client) {
   checks++;
-  if (u->text.len != c->text.len ||
-      (u->text.len && memcmp(u->text.data, c->text.data, u->text.len) != 0))
+  /* a refusal's explanation may become its only wording (SPEC 5, 11) */
+  int as_text = u->text.len == 0 && u->expl.len && c->text.len == u->expl.len &&
+                memcmp(c->text.data, u->expl.data, u->expl.len) == 0;
+  if (!as_text && (u->text.len != c->text.len ||
+                   (u->text.len && memcmp(u->text.data, c->text.data, u->text.len) != 0)))
     fail("%s: text differs (%zu vs %zu bytes)", what, u->text.len, c->text.len);
+  if (u->expl.len && !as_text && c->expl.len != u->expl.len &&
+      !lossy_any(declared, expl_names))
+    fail("%s: a refusal's explanation dropped, undeclared", what);
   if (u->tools.len != c->tools.len ||
       (u->tools.len && memcmp(u->tools.data, c->tools.data, u->tools.len) != 0))
     fail("%s: tool calls differ: %.*s | %.*s", what, (int)u->tools.len,
@@ -310,7 +334,8 @@ static void compare(const char *what, const outcome_t *u, const outcome_t *c,
   int stop_ok = us == cs || (us == PX_STOP_CONTENT_FILTER && cs == PX_STOP_REFUSAL) ||
                 (client == PX_PROTO_CHAT && us == PX_STOP_PAUSE_TURN) ||
                 (us == PX_STOP_STOP_SEQUENCE && cs == PX_STOP_END_TURN) ||
-                (us == PX_STOP_REFUSAL && cs == PX_STOP_END_TURN);
+                (us == PX_STOP_REFUSAL && cs == PX_STOP_END_TURN) ||
+                (us == PX_STOP_REFUSAL && cs == PX_STOP_CONTENT_FILTER);
   if (!stop_ok) fail("%s: stop reason %s became %s", what, px_stop_name(us), px_stop_name(cs));
   if (u->usage.input_tokens >= 0 && u->usage.input_tokens != c->usage.input_tokens)
     fail("%s: input tokens %lld became %lld", what, (long long)u->usage.input_tokens,
@@ -503,6 +528,39 @@ static json_t *accum_chat(const char *s, size_t n) {
   return body;
 }
 
+/* Gemini: every chunk is a GenerateContentResponse; the body is one
+ * candidate with every chunk's parts in order, the last finishReason,
+ * finishMessage and usageMetadata, and the prompt feedback. */
+static json_t *accum_gemini(const char *s, size_t n) {
+  json_t *evs = sse_events(s, n), *body = json_object(), *parts = json_array();
+  json_t *cand = json_pack("{s:{s:s, s:O}}", "content", "role", "model", "parts", parts);
+  int any_cand = 0;
+  size_t i, k;
+  json_t *e, *pt;
+  json_array_foreach(evs, i, e) {
+    static const char *const top[] = {"usageMetadata", "modelVersion", "responseId",
+                                      "promptFeedback"};
+    for (size_t t = 0; t < 4; t++)
+      if (json_object_get(e, top[t]))
+        json_object_set(body, top[t], json_object_get(e, top[t]));
+    json_t *c = json_array_get(json_object_get(e, "candidates"), 0);
+    if (c == NULL) continue;
+    any_cand = 1;
+    json_array_foreach(json_object_get(json_object_get(c, "content"), "parts"), k, pt)
+        json_array_append(parts, pt);
+    const char *keep[] = {"finishReason", "finishMessage", "safetyRatings",
+                          "groundingMetadata", "citationMetadata"};
+    for (size_t t = 0; t < 5; t++)
+      if (json_object_get(c, keep[t]))
+        json_object_set(cand, keep[t], json_object_get(c, keep[t]));
+  }
+  if (any_cand) json_object_set_new(body, "candidates", json_pack("[O]", cand));
+  json_decref(cand);
+  json_decref(parts);
+  json_decref(evs);
+  return body;
+}
+
 static json_t *accum_responses(const char *s, size_t n) {
   json_t *evs = sse_events(s, n), *r = NULL;
   size_t i;
@@ -555,6 +613,8 @@ static void stream_header_lossy(px_proto_t client, px_proto_t up, json_t *upstre
 
 static void stream_header_lossy(px_proto_t client, px_proto_t up, json_t *upstream_req,
                                 px_lossy_t *out);
+static void gemini_client_rules(const char *s, size_t n, const outcome_t *o,
+                                const char *what);
 
 static px_str_t jv(json_t *o, const char *k) {
   return px_str(json_string_value(json_object_get(o, k)));
@@ -702,6 +762,8 @@ static void body_as_stream(px_proto_t up, px_proto_t c, json_t *ir, json_t *req,
     outcome_t b = *ob;
     os.usage = b.usage; /* usage: the stream's counts arrive split */
     compare(w2, &b, &os, declared, c);
+    if (c == PX_PROTO_GEMINI)
+      gemini_client_rules(out.data ? out.data : "", out.len, ob, w2);
   }
   oc_free(&os);
   char *list = strdup(body_lossy);
@@ -802,6 +864,59 @@ static int run_split(const px_tr_ctx_t *ctx, const char *p, size_t n, size_t cut
   return rc;
 }
 
+/* What the real Gemini API always does and clients rely on: every chunk's
+ * candidate has content (LangChain drops a chunk without, and with it the
+ * usage and the finish), and a refusal finishes SAFETY (SPEC 11). */
+static void gemini_client_rules(const char *s, size_t n, const outcome_t *o,
+                                const char *what) {
+  json_t *evs = sse_events(s, n);
+  size_t i;
+  json_t *e;
+  const char *last_fr = NULL;
+  json_array_foreach(evs, i, e) {
+    json_t *c = json_array_get(json_object_get(e, "candidates"), 0);
+    if (c == NULL) continue;
+    if (!json_is_object(json_object_get(c, "content")))
+      fail("%s: a Gemini chunk's candidate without content", what);
+    if (json_string_value(json_object_get(c, "finishReason")))
+      last_fr = json_string_value(json_object_get(c, "finishReason"));
+  }
+  if ((o->stop == PX_STOP_REFUSAL || o->stop == PX_STOP_CONTENT_FILTER) &&
+      (last_fr == NULL || strcmp(last_fr, "SAFETY") != 0))
+    fail("%s: a refusal finishes %s, not SAFETY", what, last_fr ? last_fr : "(none)");
+  json_decref(evs);
+}
+
+/* The same stream to a client of its own protocol (pass-through): the
+ * watcher must find it complete (a Gemini stream has no terminal event: a
+ * finish or a blocked prompt ends it) and forward the bytes untouched,
+ * whole and one byte at a time. */
+static void check_passthrough(px_proto_t up, const char *s, size_t n, const char *name) {
+  for (int step = 0; step < 2; step++) {
+    px_passthru_t pt;
+    px_passthru_init(&pt, up, NULL);
+    px_buf_t out;
+    px_buf_init(&out, OUT_CAP);
+    int rc = 0;
+    for (size_t at = 0; rc == 0 && at < n;) {
+      size_t k = step ? 1 : n;
+      rc = px_passthru_feed(&pt, s + at, k, &out);
+      at += k;
+    }
+    checks++;
+    if (rc != 0 || !px_passthru_finish(&pt))
+      fail("%s stream -> %s client (pass-through%s): not seen as complete", name,
+           pnames[up], step ? ", byte by byte" : "");
+    else if (pt.upstream_error)
+      fail("%s stream -> %s client (pass-through): read as an upstream error", name,
+           pnames[up]);
+    else if (out.len != n || memcmp(out.data, s, n) != 0)
+      fail("%s stream -> %s client (pass-through): bytes changed", name, pnames[up]);
+    px_buf_free(&out);
+    px_passthru_done(&pt);
+  }
+}
+
 static void check_stream(px_proto_t up, const char *s, size_t n, json_t *req, const char *name) {
   outcome_t ou;
   oc_init(&ou);
@@ -812,7 +927,9 @@ static void check_stream(px_proto_t up, const char *s, size_t n, json_t *req, co
   }
   json_t *acc = up == PX_PROTO_ANTHROPIC ? accum_anthropic(s, n)
                 : up == PX_PROTO_CHAT    ? accum_chat(s, n)
+                : up == PX_PROTO_GEMINI  ? accum_gemini(s, n)
                                          : accum_responses(s, n);
+  check_passthrough(up, s, n, name);
   for (int c = 0; c < PX_PROTO_COUNT; c++) {
     if (c == (int)up) continue;
     char what[600];
@@ -854,6 +971,8 @@ static void check_stream(px_proto_t up, const char *s, size_t n, json_t *req, co
       fail("%s: the client stream does not decode as %s", what, pnames[c]);
     else
       compare(what, &ou, &oc, declared, (px_proto_t)c);
+    if (c == PX_PROTO_GEMINI)
+      gemini_client_rules(whole.data ? whole.data : "", whole.len, &ou, what);
     /* the same response without streaming: the same outcome, and what the
      * body path declares, the stream path declares too */
     if (acc != NULL) {

@@ -384,12 +384,14 @@ static void test_errors(void) {
       "t.conf:5: unknown key 'timout' in [upstream openai]");
   EXPECT_ERR("[server]\nlisten = 1.2.3.4:5\n[servre]\nx = 1\n",
              "t.conf:3: unknown section [servre] (expected [server], [upstream NAME], "
-             "[route PATTERN], [key NAME] or [state])");
+             "[route PATTERN], [key NAME], [team NAME], [price PATTERN], [state], "
+             "[admin] or [trace])");
   /* a section without keys is still checked */
   EXPECT_ERR(
       "[bogus thing]\n",
       "t.conf:1: unknown section [bogus thing] (expected [server], [upstream NAME], "
-      "[route PATTERN], [key NAME] or [state])");
+      "[route PATTERN], [key NAME], [team NAME], [price PATTERN], [state], [admin] or "
+      "[trace])");
   EXPECT_ERR("listen = 1.2.3.4:5\n", "t.conf:1: key 'listen' outside of any section");
   EXPECT_ERR("[server]\n; c\nlisten = 1.2.3.4:5\nlisten = 1.2.3.4:6\n",
              "t.conf:4: duplicate key 'listen' in [server] (first at line 3)");
@@ -721,9 +723,11 @@ static void test_embedded_default(void) {
     fclose(f);
     c = px_config_load(NULL, err, sizeof err);
     CHECK(c == NULL);
-    CHECK_STR(err,
-              "proxai.conf:4: unknown section [servr] (expected [server], [upstream "
-              "NAME], [route PATTERN], [key NAME] or [state])");
+    CHECK_STR(
+        err,
+        "proxai.conf:4: unknown section [servr] (expected [server], [upstream "
+        "NAME], [route PATTERN], [key NAME], [team NAME], [price PATTERN], [state], "
+        "[admin] or [trace])");
     /* a file that routes nothing (empty, truncated) is refused */
     f = fopen("proxai.conf", "w");
     fputs("[server]\nlisten = 127.0.0.1:9191\n", f);
@@ -792,8 +796,53 @@ static void test_example(void) {
   unsetenv("PROXAI_KEY_TEAM_A");
 }
 
+/* [trace] (SPEC 15): endpoint required, sample a ratio, headers repeatable. */
+static void test_trace(void) {
+  px_config_t *c = PARSE_OK(
+      "[route *]\nupstream = o\n[upstream o]\nprotocol = "
+      "openai_chat_completions\nbase_url = http://x\n");
+  if (c) {
+    CHECK(c->trace.endpoint == NULL); /* absent: no tracing */
+    px_config_unref(c);
+  }
+  c = PARSE_OK(
+      "[trace]\nendpoint = https://otel.example:4318/v1/traces\nsample = 0.25\n"
+      "header = x-honeycomb-team:  abc\nheader = X-Other: v w\n");
+  if (c) {
+    CHECK_STR(c->trace.endpoint, "https://otel.example:4318/v1/traces");
+    CHECK(c->trace.sample == 0.25);
+    CHECK(c->trace.nheaders == 2);
+    if (c->trace.nheaders == 2) {
+      CHECK_STR(c->trace.headers[0], "x-honeycomb-team: abc");
+      CHECK_STR(c->trace.headers[1], "X-Other: v w");
+    }
+    px_config_unref(c);
+  }
+  c = PARSE_OK("[trace]\nendpoint = http://127.0.0.1:4318/v1/traces\n");
+  if (c) {
+    CHECK(c->trace.sample == 1.0); /* the default */
+    px_config_unref(c);
+  }
+  EXPECT_ERR("[trace]\nsample = 1\n", "t.conf:1: missing 'endpoint' in [trace]");
+  EXPECT_ERR(
+      "[trace]\nendpoint = collector:4318\n",
+      "t.conf:2: invalid endpoint 'collector:4318': must be an http:// or https:// URL");
+  EXPECT_ERR(
+      "[trace]\nendpoint = http://x\nsample = 1.5\n",
+      "t.conf:3: invalid value '1.5' for 'sample' (expected a number from 0 to 1)");
+  EXPECT_ERR(
+      "[trace]\nendpoint = http://x\nsample = nan\n",
+      "t.conf:3: invalid value 'nan' for 'sample' (expected a number from 0 to 1)");
+  EXPECT_ERR("[trace]\nendpoint = http://x\nheader = nocolon\n",
+             "t.conf:3: invalid header 'nocolon' (expected 'Name: value')");
+  EXPECT_ERR("[trace]\nendpoint = http://x\n[trace]\nendpoint = http://y\n",
+             "t.conf:3: duplicate section [trace] (first at line 1)");
+  EXPECT_ERR("[trace x]\n", "t.conf:1: [trace] takes no name");
+}
+
 int main(void) {
   test_units();
+  test_trace();
   test_glob();
   test_full();
   test_defaults_in_file();

@@ -16,6 +16,7 @@
 #include "fast_pair.h"
 #include "proxai/fastir.h"
 #include "proxai/passthru.h"
+#include "proxai/usage.h"
 
 /* protocols by index, as in PX_PROTO_MAP: 0 chat, 1 responses, 2 anthropic */
 static const char *const answers[] = {

@@ -372,10 +372,16 @@ static void test_access_log(void) {
       .ttfb_ms = 3.25,
       .attempts = 2,
       .error_type = NULL,
+      .cost_nano = 225000, /* 10 in at 2.50 + 20 out at 10.00 per million */
+      .team = "platform",
+      .user = "user-\"7\"",
   };
   px_access_log(&r);
-  px_access_rec_t z = {
-      .status = 404, .input_tokens = -1, .output_tokens = -1, .ttfb_ms = -1};
+  px_access_rec_t z = {.status = 404,
+                       .input_tokens = -1,
+                       .output_tokens = -1,
+                       .ttfb_ms = -1,
+                       .cost_nano = -1};
   px_access_log(&z);
   char *text = slurp(path);
   CHECK(text && count_lines(text) == 2);
@@ -417,13 +423,19 @@ static void test_access_log(void) {
     CHECK(json_number_value(json_object_get(a, "ttfb_ms")) == 3.25);
     CHECK(json_integer_value(json_object_get(a, "attempts")) == 2);
     CHECK(json_is_null(json_object_get(a, "error_type")));
-    CHECK(json_object_size(a) == 20);
+    /* cost_usd: an exact decimal, never a float's rounding */
+    json_t *cost = json_object_get(a, "cost_usd");
+    CHECK(json_is_real(cost) && json_real_value(cost) == 0.000225);
+    CHECK(!strcmp(json_string_value(json_object_get(a, "team")) ?: "", "platform"));
+    CHECK(!strcmp(json_string_value(json_object_get(a, "user")) ?: "", "user-\"7\""));
+    CHECK(json_object_size(a) == 23);
   }
   if (n) {
     static const char *const nulls[] = {
         "request_id",   "key",           "method", "path",           "inbound",
         "route",        "upstream",      "model",  "upstream_model", "error_type",
-        "input_tokens", "output_tokens", "ttfb_ms"};
+        "input_tokens", "output_tokens", "ttfb_ms",       "cost_usd",       "team",
+        "user"};
     for (size_t i = 0; i < sizeof(nulls) / sizeof(nulls[0]); i++) {
       json_t *v = json_object_get(n, nulls[i]);
       if (!v || !json_is_null(v)) fprintf(stderr, "%s not null\n", nulls[i]);

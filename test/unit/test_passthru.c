@@ -6,6 +6,7 @@
 
 #include "check.h"
 #include "proxai/passthru.h"
+#include "proxai/usage.h"
 
 static const char *const TOP[] = {"model"};
 static const char *const MSG[] = {"message", "model"};

@@ -239,6 +239,7 @@ static void test_errkinds(void) {
       {PX_ERR_BAD_GATEWAY, 502, "api_error", "api_error"},
       {PX_ERR_TIMEOUT, 504, "timeout_error", "api_error"},
       {PX_ERR_OVERLOADED, 503, "api_error", "overloaded_error"},
+      {PX_ERR_QUOTA, 429, "insufficient_quota", "rate_limit_error"},
   };
   for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
     CHECK(px_errkind_status(t[i].k) == t[i].status);

@@ -77,9 +77,12 @@ static void test_config_and_log(void) {
       "base_url = http://127.0.0.1:1\n"
       "api_key = sk-ant-api03-abcdefghijklmnopWXyz\n"
       "header = X-Extra-Token: Bearer tok-0123456789\n"
-      "[route *]\nupstream = a\n[key k]\nsecret = client-secret-1\n",
+      "[route *]\nupstream = a\n[key k]\nsecret = client-secret-1\n"
+                                   "[admin]\ntoken = admin-token-abcdef\n",
       "t", err, sizeof(err));
   CHECK(c != NULL);
+  CHECK(strcmp(scrubbed("admin admin-token-abcdef"),
+               starred("admin admin-token-abcdef", "admin-token-abcdef")) == 0);
   CHECK(strcmp(scrubbed("bad client-secret-1 and tok-0123456789"),
                "bad *************** and **************") == 0);
   /* a log line */

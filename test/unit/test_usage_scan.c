@@ -12,6 +12,7 @@
 #include "proxai/buf.h"
 #include "proxai/passthru.h"
 #include "proxai/proto.h"
+#include "proxai/usage.h"
 
 static unsigned rnd_state = 12345;
 static unsigned rnd(unsigned n) {

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Cost of tracing per request (SPEC section 15, issue 25): no [trace],
+[trace] with sample = 0 (the trace context propagated, nothing recorded) and
+[trace] with sample = 1 (two spans per request written and exported to a
+local collector that answers 200), for chat pass-through and an Anthropic
+client translated to a Chat upstream, against bench/fastmock.
+
+Measures, on loopback:
+  * instructions per request in proxai (callgrind, N1 and N2 sequential
+    requests, the difference: span encoding and the exports of the run
+    included), when valgrind is installed;
+  * latency of N sequential keep-alive requests, p50 / p99 in us.
+
+Usage: bench/trace_cost.py [--build build] [--requests 3000] [--cg 200,600]
+Every process it starts listens on 127.0.0.1 only and is stopped by its PID.
+Not a test: it asserts nothing.
+"""
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_port(port, proc, timeout=30):
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc.poll() is not None:
+            return False
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def stop(proc, sig=signal.SIGTERM, timeout=60):
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+import http.server
+import threading
+
+
+def conf(tmp, name, port, mock_port, mode, collector_port):
+    trace = ""
+    if mode != "off":
+        trace = "[trace]\nendpoint = http://127.0.0.1:%d/v1/traces\nsample = %s\n" % (
+            collector_port, "0" if mode == "sample0" else "1")
+    path = os.path.join(tmp, name)
+    with open(path, "w") as f:
+        f.write("""[server]
+listen = 127.0.0.1:%d
+workers = 1
+access_log = off
+log_level = warn
+
+[upstream mock_chat]
+protocol = openai_chat_completions
+base_url = http://127.0.0.1:%d/v1
+retries = 0
+
+[route *]
+upstream = mock_chat
+
+[key bench]
+secret = sk-bench
+%s""" % (port, mock_port, trace))
+    return path
+
+
+CASES = {
+    "chat>chat": ("/v1/chat/completions", json.dumps(
+        {"model": "to_chat", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}),
+        {"content-type": "application/json", "authorization": "Bearer sk-bench"}),
+    "anthropic>chat": ("/v1/messages", json.dumps(
+        {"model": "to_chat", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}),
+        {"content-type": "application/json", "x-api-key": "sk-bench",
+         "anthropic-version": "2023-06-01"}),
+}
+
+
+def run_requests(port, n, case):
+    path, body, headers = CASES[case]
+    c = http.client.HTTPConnection("127.0.0.1", port)
+    lat = []
+    for _ in range(n):
+        t = time.perf_counter_ns()
+        c.request("POST", path, body, headers)
+        r = c.getresponse()
+        r.read()
+        lat.append((time.perf_counter_ns() - t) / 1000)
+        if r.status != 200:
+            raise RuntimeError("status %d" % r.status)
+    c.close()
+    return lat
+
+
+class Collector(http.server.BaseHTTPRequestHandler):
+    """Takes OTLP/JSON exports and answers 200; counts spans."""
+    spans = 0
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        for rs in json.loads(body).get("resourceSpans", []):
+            for ss in rs.get("scopeSpans", []):
+                Collector.spans += len(ss.get("spans", []))
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args):
+        pass
+
+
+def callgrind_total(path):
+    with open(path) as f:
+        for line in f:
+            if line.startswith("summary:") or line.startswith("totals:"):
+                return int(line.split()[1])
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--requests", type=int, default=3000)
+    ap.add_argument("--cg", default="200,600", help="N1,N2 requests under callgrind")
+    a = ap.parse_args()
+    proxai = os.path.join(a.build, "proxai")
+    fastmock = os.path.join(a.build, "bench", "fastmock")
+    tmp = tempfile.mkdtemp(prefix="proxai-trace-bench-")
+    procs = []
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    cport = srv.server_address[1]
+    modes = (("off", "no [trace]"), ("sample0", "[trace] sample = 0"), ("on", "[trace] sample = 1"))
+    try:
+        mock_port = free_port()
+        mock = subprocess.Popen([fastmock, "-p", str(mock_port)])
+        procs.append(mock)
+        if not wait_port(mock_port, mock):
+            sys.exit("mock did not start")
+        rows = {}
+        for case in CASES:
+            for mode, _ in modes:
+                port = free_port()
+                p = subprocess.Popen([proxai, "-c", conf(tmp, mode + ".conf", port, mock_port,
+                                                         mode, cport)])
+                procs.append(p)
+                if not wait_port(port, p):
+                    sys.exit("proxai (%s) did not start" % mode)
+                run_requests(port, 200, case)
+                lat = sorted(run_requests(port, a.requests, case))
+                stop(p)
+                rows[(case, mode)] = {"p50": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)]}
+        if shutil.which("valgrind"):
+            n1, n2 = (int(x) for x in a.cg.split(","))
+            for case in CASES:
+                for mode, _ in modes:
+                    irs = []
+                    for n in (n1, n2):
+                        port = free_port()
+                        out = os.path.join(tmp, "cg-%s-%d.out" % (mode, n))
+                        p = subprocess.Popen(["valgrind", "--tool=callgrind",
+                                              "--callgrind-out-file=" + out, proxai, "-c",
+                                              conf(tmp, "cg.conf", port, mock_port, mode, cport)],
+                                             stderr=subprocess.DEVNULL)
+                        procs.append(p)
+                        if not wait_port(port, p, 120):
+                            sys.exit("proxai under valgrind did not start")
+                        run_requests(port, n, case)
+                        time.sleep(1.5)  # the last batch leaves before the stop
+                        stop(p, timeout=120)
+                        irs.append(callgrind_total(out))
+                    if None not in irs:
+                        rows[(case, mode)]["ir"] = (irs[1] - irs[0]) / (n2 - n1)
+        print("| case | tracing | p50 us | p99 us | proxai instructions/request | vs no [trace] |")
+        print("|---|---|---|---|---|---|")
+        for case in CASES:
+            base = rows[(case, "off")].get("ir")
+            for mode, label in modes:
+                r = rows[(case, mode)]
+                ir = "%.0f" % r["ir"] if "ir" in r else "-"
+                rel = "%+.1f%%" % (100 * (r["ir"] - base) / base) if "ir" in r and base else "-"
+                print("| %s | %s | %.1f | %.1f | %s | %s |" % (case, label, r["p50"], r["p99"], ir, rel))
+        print("\nspans received by the collector: %d" % Collector.spans)
+    finally:
+        srv.shutdown()
+        for p in reversed(procs):
+            stop(p)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+/**
+ * usage.h - token usage read from an answer's raw JSON, by the member names
+ * of the protocol's watch descriptor (px_wire_watch_t), without parsing it.
+ */
+#ifndef PROXAI_USAGE_H
+#define PROXAI_USAGE_H
+
+#include <stddef.h>
+
+#include "proxai/proto.h"
+
+/** Usage of a non-streaming response body of protocol p: 1 when p[0..n)
+ *  reads as one JSON object (its usage, if any, read into u), else 0 (u
+ *  untouched). Every protocol puts usage last, so a body ending in '}' is
+ *  read back from its end to the top-level usage member (the last one when
+ *  the name repeats, as JSON parsers keep): the bytes after usage are
+ *  walked, not the whole answer, and the part before usage is not checked.
+ *  Other bodies get one forward walk (px_json_complete's answer). */
+int px_usage_scan(px_proto_t p, const char *body, size_t len, px_usage_t *u);
+
+/** Read usage from a non-streaming response body of protocol p. */
+void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *u);
+
+/** Usage in a body or one stream event of the protocol of w: its usage
+ *  object under member outer (NULL: at the top); a prefix cut inside the
+ *  usage object gives what is there. Fields found are set in u. */
+void px_usage_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
+                   px_usage_t *u);
+
+#endif

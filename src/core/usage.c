@@ -1,0 +1,411 @@
+/* usage.c - the token usage of an answer, read from its raw JSON without
+ * parsing it, by the member names of the protocol's watch descriptor: in a
+ * whole body (read back from its end, where every protocol puts usage) and
+ * in one stream event (the pass-through watcher's).
+ */
+#include "proxai/usage.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "proxai/json.h"
+
+#define END PX_JSON_NPOS
+#define MORE PX_JSON_CUT
+
+static size_t skip_ws(const char *p, size_t i, size_t n) {
+  return px_json_ws((const unsigned char *)p, n, i);
+}
+
+static int64_t find_int(const char *p, size_t n, const char *const *path, size_t depth) {
+  size_t s, l;
+  if (px_json_find(p, n, path, depth, &s, &l) != PX_JSON_FOUND) return -1;
+  if (p[s] < '0' || p[s] > '9') return -1;
+  return strtoll(p + s, NULL, 10);
+}
+
+/* Usage in a body or event of a protocol, its usage object under outer (or
+ * at the top): the member names come from the protocol's watch descriptor.
+ * The usage object is located once; its members are read inside it. */
+void px_usage_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
+                   px_usage_t *u) {
+  const char *in_name = w->usage_in, *out_name = w->usage_out;
+  const char *path[2];
+  size_t d = 0, s, l;
+  if (outer) path[d++] = outer;
+  path[d++] = w->usage_obj;
+  int rc = px_json_find(p, n, path, d, &s, &l);
+  if (rc == PX_JSON_MORE) { /* a prefix cut inside usage: read what is there */
+    const char *pin[3] = {path[0], path[1], NULL}, *pout[3] = {path[0], path[1], NULL};
+    pin[d] = in_name;
+    pout[d] = out_name;
+    int64_t v = find_int(p, n, pin, d + 1);
+    if (v >= 0) u->input_tokens = v;
+    v = find_int(p, n, pout, d + 1);
+    if (v >= 0) u->output_tokens = v;
+    return;
+  }
+  if (rc != PX_JSON_FOUND || p[s] != '{') return;
+  p += s;
+  n = l;
+  int64_t v = find_int(p, n, &in_name, 1);
+  if (v >= 0) {
+    u->input_tokens = v;
+    for (size_t k = 0; k < 2 && w->usage_in_extra[k]; k++) {
+      int64_t c = find_int(p, n, &w->usage_in_extra[k], 1);
+      if (c > 0) u->input_tokens += c;
+      /* the extras are the cache reads, then the cache writes (proto.h) */
+      if (c >= 0) *(k ? &u->cache_creation_tokens : &u->cache_read_tokens) = c;
+    }
+  }
+  v = find_int(p, n, &out_name, 1);
+  if (v >= 0) {
+    int64_t c = w->usage_out_extra ? find_int(p, n, &w->usage_out_extra, 1) : -1;
+    u->output_tokens = v + (c > 0 ? c : 0);
+  }
+}
+
+/* A non-negative integer value at p[0..n), else -1. */
+static int64_t int_at(const char *p, size_t n) {
+  if (n == 0 || p[0] < '0' || p[0] > '9') return -1;
+  int64_t v = 0;
+  for (size_t i = 0; i < n && p[i] >= '0' && p[i] <= '9'; i++) {
+    if (v > (INT64_MAX - (p[i] - '0')) / 10) return INT64_MAX; /* as strtoll saturates */
+    v = v * 10 + (p[i] - '0');
+  }
+  return v;
+}
+
+/* The first index j >= i (or n) where p[j] may be a quote or a bracket,
+ * sixteen (SSE2) or eight bytes at a time. Masking off bits 0x26 maps the
+ * four brackets to 0x59 (so do 'Y', 'y', '_' and DEL: the caller checks the
+ * byte). */
+static size_t next_mark(const unsigned char *p, size_t i, size_t n) {
+#if defined(__SSE2__)
+  const __m128i mask = _mm_set1_epi8((char)~0x26), br = _mm_set1_epi8(0x59),
+                qt = _mm_set1_epi8('"');
+  for (; i + 16 <= n; i += 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+    __m128i hit =
+        _mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(v, mask), br), _mm_cmpeq_epi8(v, qt));
+    unsigned m = (unsigned)_mm_movemask_epi8(hit);
+    if (m) return i + (size_t)__builtin_ctz(m);
+  }
+#elif defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t v, b, q;
+    memcpy(&v, p + i, 8);
+    b = (v & ~(ones * 0x26)) ^ (ones * 0x59);
+    q = v ^ (ones * '"');
+    uint64_t t = ((b - ones) & ~b & high) | ((q - ones) & ~q & high);
+    if (t) return i + (size_t)(__builtin_ctzll(t) >> 3);
+  }
+#endif
+  while (i < n && p[i] != '"' && p[i] != '{' && p[i] != '}' && p[i] != '[' && p[i] != ']')
+    i++;
+  return i;
+}
+
+/* One walk of the object text p[0..n): 1 when it is one complete object
+ * (brackets balanced outside strings, only whitespace after it), with
+ * *vs, *vl the value of the first top-level member named `name` when that
+ * value is an object (*vs = END otherwise); else 0. Structure only, as
+ * px_json_complete: strings are skipped, not checked. */
+static int top_object_member(const char *text, size_t n, const char *name, size_t *vs,
+                             size_t *vl) {
+  const unsigned char *p = (const unsigned char *)text;
+  size_t nl = strlen(name), i = skip_ws(text, 0, n), depth = 0, open = END;
+  int seen = 0; /* the first member of that name decides, as px_json_find */
+  *vs = END;
+  if (i >= n || p[i] != '{') return 0;
+  for (;; i++) {
+    i = next_mark(p, i, n);
+    if (i >= n) return 0;
+    unsigned char c = p[i];
+    if (c == '"') {
+      size_t s = i;
+      for (i++;; i++) { /* to the closing quote; an escape takes the next byte */
+        i = px_json_plain(p, n, i);
+        if (i >= n) return 0;
+        if (p[i] == '"') break;
+        if (p[i] == '\\') i++;
+      }
+      if (depth == 1 && !seen && i - s - 1 == nl && memcmp(p + s + 1, name, nl) == 0) {
+        size_t j = skip_ws(text, i + 1, n);
+        if (j < n && p[j] == ':') { /* a member name, not a value */
+          seen = 1;
+          j = skip_ws(text, j + 1, n);
+          if (j < n && p[j] == '{') open = j;
+        }
+      }
+    } else if (c == '{' || c == '[') {
+      if (i == open) *vs = i;
+      depth++;
+    } else if (c == '}' || c == ']') {
+      if (depth == 0) return 0;
+      if (--depth == 0) return skip_ws(text, i + 1, n) == n;
+      if (depth == 1 && *vs != END && *vl == 0) *vl = i + 1 - *vs;
+    } /* else a byte that only looked like a bracket */
+  }
+}
+
+#if defined(__SSE2__)
+/* Bit k set when byte k of the 64 bytes at v equals c. */
+static inline uint64_t eq64(const __m128i v[4], char c) {
+  const __m128i cv = _mm_set1_epi8(c);
+  uint64_t m = 0;
+  for (int k = 0; k < 4; k++)
+    m |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v[k], cv)) << (16 * k);
+  return m;
+}
+
+/* Bit k = parity of the bits 0..k of x: inside a string, from its opening
+ * quote (set) to its closing one (clear). */
+static inline uint64_t prefix_xor(uint64_t x) {
+  x ^= x << 1;
+  x ^= x << 2;
+  x ^= x << 4;
+  x ^= x << 8;
+  x ^= x << 16;
+  x ^= x << 32;
+  return x;
+}
+
+/* Bit k set when byte k of the 64 bytes at v may be a bracket: masking off
+ * bits 0x26 maps all four to 0x59 (so do 'Y', 'y', '_' and DEL: the caller
+ * checks the byte). */
+static inline uint64_t brackets64(const __m128i v[4]) {
+  const __m128i mask = _mm_set1_epi8((char)~0x26), br = _mm_set1_epi8(0x59);
+  uint64_t m = 0;
+  for (int k = 0; k < 4; k++)
+    m |= (uint64_t)(uint32_t)_mm_movemask_epi8(
+             _mm_cmpeq_epi8(_mm_and_si128(v[k], mask), br))
+         << (16 * k);
+  return m;
+}
+
+/* top_object_member() over 64-byte blocks, as simdjson finds structure:
+ * masks of quotes, backslashes and brackets; escaped quotes dropped; the
+ * inside of strings from a prefix XOR of the quotes; then only brackets
+ * and opening quotes outside strings are visited, never the bytes of a
+ * string. */
+static int top_object_member_blocks(const char *text, size_t n, const char *name,
+                                    size_t *vs, size_t *vl) {
+  const unsigned char *p = (const unsigned char *)text;
+  size_t nl = strlen(name), i = skip_ws(text, 0, n);
+  *vs = END;
+  if (i >= n || p[i] != '{' || nl == 0) return 0;
+  size_t depth = 0, open = END;
+  int seen = 0; /* the first member of that name decides, as px_json_find */
+  uint64_t esc_carry = 0, str_carry = 0;
+  for (size_t b = 0; b < n; b += 64) {
+    __m128i v[4];
+    if (b + 64 <= n) {
+      for (int k = 0; k < 4; k++)
+        v[k] = _mm_loadu_si128((const __m128i *)(p + b + 16 * k));
+    } else { /* the last piece, padded with spaces */
+      unsigned char tail[64];
+      memset(tail, ' ', sizeof(tail));
+      memcpy(tail, p + b, n - b);
+      for (int k = 0; k < 4; k++)
+        v[k] = _mm_loadu_si128((const __m128i *)(tail + 16 * k));
+    }
+    uint64_t bs = eq64(v, '\\'), qt = eq64(v, '"'), bk = brackets64(v);
+    uint64_t escaped = esc_carry; /* bytes taken by a backslash before them */
+    esc_carry = 0;
+    for (uint64_t m = bs; m; m &= m - 1) {
+      unsigned j = (unsigned)__builtin_ctzll(m);
+      if ((escaped >> j) & 1) continue; /* an escaped backslash escapes nothing */
+      if (j == 63)
+        esc_carry = 1;
+      else
+        escaped |= 1ull << (j + 1);
+    }
+    qt &= ~escaped;
+    uint64_t instr = prefix_xor(qt) ^ str_carry; /* set from an opening quote on */
+    str_carry = (uint64_t)((int64_t)instr >> 63);
+    /* opening quotes whose next byte is the name's first (the last one's
+     * next byte is in the next block: kept, checked below) */
+    uint64_t oq = qt & instr & ((eq64(v, name[0]) >> 1) | (1ull << 63));
+    for (uint64_t ev = bk & ~instr;; ev &= ev - 1) {
+      unsigned k = ev ? (unsigned)__builtin_ctzll(ev) : 64;
+      /* strings before this bracket: only the top object's member names
+       * matter, so only at depth 1 are they looked at */
+      uint64_t before = k == 64 ? oq : oq & ((1ull << k) - 1);
+      oq &= ~before;
+      for (; depth == 1 && !seen && before; before &= before - 1) {
+        size_t at = b + (size_t)__builtin_ctzll(before);
+        if (at + nl + 1 >= n || p[at + 1] != (unsigned char)name[0] ||
+            p[at + nl + 1] != '"' || memcmp(p + at + 1, name, nl) != 0)
+          continue;
+        size_t j = skip_ws(text, at + nl + 2, n);
+        if (j < n && p[j] == ':') { /* a name, not a value */
+          seen = 1;
+          j = skip_ws(text, j + 1, n);
+          if (j < n && p[j] == '{') open = j;
+        }
+      }
+      if (k == 64) break;
+      size_t at = b + k;
+      unsigned char c = p[at];
+      if (c == '{' || c == '[') {
+        if (at == open) *vs = at;
+        depth++;
+      } else if (c == '}' || c == ']') {
+        if (depth == 0) return 0;
+        if (--depth == 0) return skip_ws(text, at + 1, n) == n;
+        if (depth == 1 && *vs != END && *vl == 0) *vl = at + 1 - *vs;
+      } /* else a byte that only looked like a bracket */
+    }
+  }
+  return 0;
+}
+#endif
+
+/* The opening quote of the string whose closing quote is p[j], or END: the
+ * nearest quote before it that no odd run of backslashes escapes. */
+static size_t string_open(const char *p, size_t j) {
+  while (j > 0) {
+    const char *q = memrchr(p, '"', j);
+    if (q == NULL) return END;
+    j = (size_t)(q - p);
+    size_t b = j;
+    while (b > 0 && p[b - 1] == '\\') b--;
+    if (((j - b) & 1) == 0) return j;
+  }
+  return END;
+}
+
+/* The last index j < i (j >= lo) where p[j] may be a quote or a bracket
+ * (next_mark's test, backwards), else END. */
+static size_t prev_mark(const unsigned char *p, size_t lo, size_t i) {
+#if defined(__SSE2__)
+  const __m128i mask = _mm_set1_epi8((char)~0x26), br = _mm_set1_epi8(0x59),
+                qt = _mm_set1_epi8('"');
+  for (; i >= lo + 16; i -= 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(p + i - 16));
+    __m128i hit =
+        _mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(v, mask), br), _mm_cmpeq_epi8(v, qt));
+    unsigned m = (unsigned)_mm_movemask_epi8(hit);
+    if (m) return i - 16 + (size_t)(31 - __builtin_clz(m));
+  }
+#endif
+  while (i > lo) {
+    unsigned char c = p[--i];
+    if (c == '"' || c == '{' || c == '}' || c == '[' || c == ']') return i;
+  }
+  return END;
+}
+
+/* Every protocol puts usage last: the top-level member `name` found walking
+ * back from the closing brace, structure only (strings skipped, as the
+ * forward walk). On the way back, the members of the current second-level
+ * object named in pk are noted (pk->at: their values' first bytes, the last
+ * of a repeated name). 1 when found: its value is an object and pk holds
+ * its members, or it is not (pk->n = 0: nothing to read); 0 when the walk
+ * reached the opening brace without meeting it (one object, no usage); -1
+ * when the text does not read back as one object (not ending in '}',
+ * unbalanced, a stray quote): the caller walks forward instead. Reading
+ * from the end costs the bytes after usage, not the whole answer; when a
+ * name repeats at the top, the last one counts, as in jansson and the
+ * clients' JSON parsers. */
+static int top_member_from_end(const char *text, size_t n, const char *name,
+                               px_json_pick_t *pk) {
+  const unsigned char *p = (const unsigned char *)text;
+  size_t nl = strlen(name), first = skip_ws(text, 0, n), j = n;
+  while (j > first &&
+         (p[j - 1] == ' ' || p[j - 1] == '\t' || p[j - 1] == '\n' || p[j - 1] == '\r'))
+    j--;
+  if (j <= first || p[j - 1] != '}' || p[first] != '{') return -1;
+  size_t depth = 0, open = END;
+  for (;;) {
+    j = prev_mark(p, first, j);
+    if (j == END) return -1;
+    unsigned char c = p[j];
+    if (c == '"') {
+      size_t k = string_open(text, j);
+      if (k == END || k < first) return -1;
+      size_t kl = j - k - 1, e = skip_ws(text, j + 1, n);
+      if (depth == 2 && e < n && p[e] == ':') { /* a member of a second-level object */
+        for (size_t m = 0; m < pk->n; m++)
+          if (pk->at[m] == END && pk->nlen[m] == kl &&
+              memcmp(p + k + 1, pk->name[m], kl) == 0) {
+            pk->at[m] = skip_ws(text, e + 1, n);
+            break;
+          }
+      } else if (depth == 1 && kl == nl && e < n && p[e] == ':' &&
+                 memcmp(p + k + 1, name, nl) == 0) {    /* a top-level member name */
+        if (skip_ws(text, e + 1, n) != open) pk->n = 0; /* not an object */
+        return 1;
+      }
+      j = k;
+    } else if (c == '}' || c == ']') {
+      if (++depth == 2) /* a new second-level container: forget the last */
+        for (size_t m = 0; m < pk->n; m++) pk->at[m] = END;
+    } else if (c == '{' || c == '[') {
+      if (depth == 0) return -1;
+      if (depth == 2) open = c == '{' ? j : END;
+      if (--depth == 0) return j == first ? 0 : -1;
+    }
+  }
+}
+
+int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
+  const px_wire_watch_t *w = &px_proto_get(proto)->watch;
+  /* the usage object's counters */
+  enum { IN, OUT, OUT_X, IN_X };
+  px_json_pick_t us = {.n = 0};
+  px_json_pick_add(&us, w->usage_in);
+  px_json_pick_add(&us, w->usage_out);
+  px_json_pick_add(&us, w->usage_out_extra ? w->usage_out_extra : "");
+  for (size_t k = 0; k < 2 && w->usage_in_extra[k]; k++)
+    px_json_pick_add(&us, w->usage_in_extra[k]);
+  if (!w->usage_out_extra) us.nlen[OUT_X] = (size_t)-1; /* never matches */
+  size_t names = us.n;
+  int rc = top_member_from_end(p, n, w->usage_obj, &us);
+  if (rc == 0 || (rc == 1 && us.n == 0)) return 1;
+  if (rc < 0) { /* forward: the whole body once, then the usage object */
+    px_json_pick_t top = {.n = 1};
+    top.len[0] = 0;
+#if defined(__SSE2__)
+    rc = top_object_member_blocks(p, n, w->usage_obj, &top.at[0], &top.len[0]);
+#endif
+    if (rc < 0) {
+      top.len[0] = 0;
+      rc = top_object_member(p, n, w->usage_obj, &top.at[0], &top.len[0]);
+    }
+    if (!rc) return 0;
+    if (top.at[0] == END) return 1;
+    us.n = names;
+    for (size_t k = 0; k < us.n; k++) us.at[k] = END;
+    px_json_pick(p, top.at[0] + top.len[0], top.at[0], &us);
+  }
+  for (size_t k = 0; k < us.n; k++) /* int_at reads to the first non-digit */
+    if (us.at[k] != END) us.len[k] = n - us.at[k];
+  int64_t v = us.at[IN] == END ? -1 : int_at(p + us.at[IN], us.len[IN]);
+  if (v >= 0) {
+    u->input_tokens = v;
+    for (size_t k = IN_X; k < us.n; k++) {
+      int64_t c = us.at[k] == END ? -1 : int_at(p + us.at[k], us.len[k]);
+      if (c > 0) u->input_tokens += c;
+      /* the extras are the cache reads, then the cache writes (proto.h) */
+      if (c >= 0) *(k > IN_X ? &u->cache_creation_tokens : &u->cache_read_tokens) = c;
+    }
+  }
+  v = us.at[OUT] == END ? -1 : int_at(p + us.at[OUT], us.len[OUT]);
+  if (v >= 0) {
+    int64_t c = us.at[OUT_X] == END ? -1 : int_at(p + us.at[OUT_X], us.len[OUT_X]);
+    u->output_tokens = v + (c > 0 ? c : 0);
+  }
+  return 1;
+}
+
+void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *u) {
+  if (px_usage_scan(p, body, len, u)) return; /* the usual case: one walk */
+  px_usage_read(&px_proto_get(p)->watch, body, len, NULL, u); /* a prefix */
+}

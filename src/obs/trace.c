@@ -1,0 +1,563 @@
+/* trace.c - W3C trace context, sampling and OTLP/JSON span encoding (SPEC
+ * section 15). No I/O: the exporter (src/core/trace_export.c) takes the
+ * batch this file fills.
+ *
+ *   px_trace_begin (client traceparent? continue : new trace; sample)
+ *     -> px_trace_attempt (attempt span id, upstream traceparent) ...
+ *     -> px_trace_emit (span -> JSON into the batch, or dropped)
+ *     -> px_trace_take (the batch as one ExportTraceServiceRequest)
+ *
+ * OTLP/JSON as the OTLP specification defines it: ids in hex, enums as
+ * numbers, 64-bit integers as decimal strings, lowerCamelCase names. Each
+ * span is written straight into the batch (literal pieces are fixed-length
+ * copies): a traced request costs a few thousand instructions, no
+ * document is built.
+ */
+#include "proxai/trace.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <uv.h>
+
+#include "proxai/metrics.h"
+
+#define BATCH_MAX (4u << 20) /* bytes waiting, in flight apart: beyond, spans drop */
+#define BATCH_SPANS_MAX 8192 /* spans waiting */
+#define READY_SPANS 512      /* a batch this large is sent at once */
+#define READY_BYTES (1u << 20)
+
+static px_buf_t batch;
+static size_t nspans;
+static int ready_signalled;
+static void (*ready_cb)(void);
+static uint64_t wall_offset; /* wall clock ns - uv_hrtime() */
+
+/* ---------------------------------------------------------------------- */
+/* ids                                                                      */
+
+/* xoshiro256** seeded from the kernel in each process at its first id
+ * (workers are forked before any request: each gets its own sequence). */
+static uint64_t rs[4];
+static int seeded;
+
+static uint64_t rotl(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t next64(void) {
+  if (!seeded) {
+    if (getrandom(rs, sizeof(rs), 0) != (ssize_t)sizeof(rs)) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      rs[0] = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32);
+      rs[1] = uv_hrtime() ^ 0x9e3779b97f4a7c15ull;
+      rs[2] = (uint64_t)uv_os_getpid() * 0xbf58476d1ce4e5b9ull;
+      rs[3] = 0x94d049bb133111ebull;
+    }
+    seeded = 1;
+  }
+  uint64_t r = rotl(rs[1] * 5, 7) * 9, t = rs[1] << 17;
+  rs[2] ^= rs[0];
+  rs[3] ^= rs[1];
+  rs[1] ^= rs[2];
+  rs[0] ^= rs[3];
+  rs[2] ^= t;
+  rs[3] = rotl(rs[3], 45);
+  return r;
+}
+
+/* A random non-zero id of n bytes (8 or 16). */
+static void new_id(uint8_t *id, size_t n) {
+  for (;;) {
+    uint64_t a = next64(), b = n > 8 ? next64() : 0;
+    if (a == 0 && b == 0) continue;
+    memcpy(id, &a, 8);
+    if (n > 8) memcpy(id + 8, &b, 8);
+    return;
+  }
+}
+
+static const char hexd[] = "0123456789abcdef";
+
+/* two hex digits per byte value */
+static const char hex2[] =
+    "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+    "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f"
+    "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
+    "606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f"
+    "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f"
+    "a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
+    "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
+    "e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
+
+static void hex(char *out, const uint8_t *id, size_t n) {
+  for (size_t i = 0; i < n; i++) memcpy(out + 2 * i, hex2 + 2 * id[i], 2);
+}
+
+static int unhex1(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1; /* W3C: lower case only */
+}
+
+/* n bytes from 2n lower-case hex digits; 0 unless valid and not all zero */
+static int unhex(uint8_t *out, const char *s, size_t n) {
+  uint8_t any = 0;
+  for (size_t i = 0; i < n; i++) {
+    int h = unhex1(s[2 * i]), l = unhex1(s[2 * i + 1]);
+    if (h < 0 || l < 0) return 0;
+    out[i] = (uint8_t)(h << 4 | l);
+    any |= out[i];
+  }
+  return any != 0;
+}
+
+/* A traceparent (W3C Trace Context level 1): version-00 exactly, a later
+ * version by its first four fields. 1 when valid: ids into t. */
+static int parse_traceparent(px_trace_ctx_t *t, px_str_t v) {
+  const char *s = v.ptr;
+  if (v.len < PX_TRACEPARENT_LEN || s[2] != '-' || s[35] != '-' || s[52] != '-') return 0;
+  int hi = unhex1(s[0]), lo = unhex1(s[1]);
+  if (hi < 0 || lo < 0 || (hi << 4 | lo) == 0xff) return 0;
+  if (hi == 0 && lo == 0 ? v.len != PX_TRACEPARENT_LEN
+                         : v.len > PX_TRACEPARENT_LEN && s[PX_TRACEPARENT_LEN] != '-')
+    return 0;
+  if (unhex1(s[53]) < 0 || unhex1(s[54]) < 0) return 0;
+  if (!unhex(t->trace_id, s + 3, 16) || !unhex(t->parent_id, s + 36, 8)) return 0;
+  memcpy(t->trace_hex, s + 3, 32); /* lower case, as checked */
+  memcpy(t->parent_hex, s + 36, 16);
+  return 1;
+}
+
+/* Sampling on the trace id, as OpenTelemetry's TraceIdRatioBased: its last
+ * eight bytes (big-endian, top bit dropped) below sample * 2^63. */
+static int sample_keep(const uint8_t *tid, double sample) {
+  if (sample >= 1.0) return 1;
+  if (sample <= 0.0) return 0;
+  uint64_t v = 0;
+  for (int i = 8; i < 16; i++) v = v << 8 | tid[i];
+  return (v >> 1) < (uint64_t)(sample * 9223372036854775808.0);
+}
+
+void px_trace_begin(px_trace_ctx_t *t, const px_trace_conf_t *conf, px_str_t traceparent,
+                    px_str_t tracestate) {
+  memset(t, 0, sizeof(*t));
+  if (conf->endpoint == NULL) return;
+  t->on = 1;
+  if (traceparent.len && parse_traceparent(t, traceparent)) {
+    t->has_parent = 1;
+    if (tracestate.len && px_header_value_ok(tracestate.ptr, tracestate.len))
+      t->tracestate = tracestate;
+  } else {
+    new_id(t->trace_id, 16);
+    hex(t->trace_hex, t->trace_id, 16);
+  }
+  t->sampled = (uint8_t)sample_keep(t->trace_id, conf->sample);
+  if (!t->sampled) return; /* no span: the attempts' ids alone go upstream */
+  new_id(t->span_id, 8);
+  hex(t->span_hex, t->span_id, 8);
+}
+
+void px_trace_attempt(px_trace_ctx_t *t, char *out) {
+  new_id(t->att_id, 8);
+  hex(t->att_hex, t->att_id, 8);
+  if (out == NULL) return;
+  memcpy(out, "00-", 3);
+  memcpy(out + 3, t->trace_hex, 32);
+  out[35] = '-';
+  memcpy(out + 36, t->att_hex, 16);
+  memcpy(out + 52, t->sampled ? "-01" : "-00", 3);
+}
+
+void px_trace_id_hex(const px_trace_ctx_t *t, char *out) {
+  memcpy(out, t->trace_hex, 32);
+  out[32] = 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* OTLP/JSON                                                                */
+
+/* A span is written with a cursor into room reserved for its largest
+ * possible size (span_bound): literal pieces are fixed-length copies, with
+ * no capacity check per piece. */
+#define LIT(w, s) (memcpy((w), (s), sizeof(s) - 1), (w) += sizeof(s) - 1)
+
+/* Everything of a span but its strings, with room to spare: the literal
+ * pieces of every attribute, ids, times and numbers. */
+#define SPAN_FIXED 2560
+/* Worst growth of a string: each byte escaped as \u00XX. */
+#define ESC_MAX 6
+
+/* bytes a JSON string cannot hold as they are, or that may start an
+ * invalid UTF-8 sequence: 1 */
+static const uint8_t care[256] = {
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+};
+
+/* The slow path of put_text: escapes, and valid UTF-8 whatever the bytes
+ * (a model name from a URL path may hold any): each invalid byte becomes
+ * U+FFFD, so one odd name never makes a collector refuse the batch. */
+static char *put_text_slow(char *w, const char *s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    unsigned char c = (unsigned char)s[i];
+    if (c < 0x80) {
+      if (c == '"' || c == '\\') {
+        *w++ = '\\';
+        *w++ = (char)c;
+      } else if (c < 0x20) {
+        static const char esc[] = "btn?fr";
+        if (c >= 8 && c <= 13 && c != 11) {
+          *w++ = '\\';
+          *w++ = esc[c - 8];
+        } else {
+          LIT(w, "\\u00");
+          *w++ = hexd[c >> 4];
+          *w++ = hexd[c & 15];
+        }
+      } else {
+        *w++ = (char)c;
+      }
+      i++;
+      continue;
+    }
+    size_t k = c >= 0xc2 && c <= 0xdf   ? 2
+               : c >= 0xe0 && c <= 0xef ? 3
+               : c >= 0xf0 && c <= 0xf4 ? 4
+                                        : 0;
+    int ok = k > 0 && i + k <= n;
+    for (size_t j = 1; ok && j < k; j++) ok = ((unsigned char)s[i + j] & 0xc0) == 0x80;
+    if (ok && k == 3) { /* no overlong forms, no surrogates */
+      unsigned char d = (unsigned char)s[i + 1];
+      ok = !(c == 0xe0 && d < 0xa0) && !(c == 0xed && d >= 0xa0);
+    }
+    if (ok && k == 4) {
+      unsigned char d = (unsigned char)s[i + 1];
+      ok = !(c == 0xf0 && d < 0x90) && !(c == 0xf4 && d >= 0x90);
+    }
+    if (ok) {
+      memcpy(w, s + i, k);
+      w += k;
+      i += k;
+    } else {
+      LIT(w, "\xef\xbf\xbd");
+      i++;
+    }
+  }
+  return w;
+}
+
+/* A JSON string's content (escaped): names are short and plain as a rule,
+ * copied while checked, written again by the slow path when not plain */
+static char *put_text(char *w, const char *s, size_t n) {
+  unsigned bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    w[i] = s[i];
+    bad |= care[(unsigned char)s[i]];
+  }
+  return bad ? put_text_slow(w, s, n) : w + n;
+}
+
+static const char digits2[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* exactly 4 digits of v < 10000 */
+static inline char *put4(char *w, uint32_t v) {
+  uint32_t a = v / 100, b = v % 100;
+  memcpy(w, digits2 + 2 * a, 2);
+  memcpy(w + 2, digits2 + 2 * b, 2);
+  return w + 4;
+}
+
+/* exactly 8 digits of v < 100000000 */
+static inline char *put8(char *w, uint32_t v) {
+  return put4(put4(w, v / 10000), v % 10000);
+}
+
+/* v < 100000000, without leading zeros */
+static char *put_small(char *w, uint32_t v) {
+  if (v < 10) {
+    *w = (char)('0' + v);
+    return w + 1;
+  }
+  if (v < 100) {
+    memcpy(w, digits2 + 2 * v, 2);
+    return w + 2;
+  }
+  if (v < 1000) {
+    *w = (char)('0' + v / 100);
+    memcpy(w + 1, digits2 + 2 * (v % 100), 2);
+    return w + 3;
+  }
+  if (v < 10000) return put4(w, v);
+  return put4(put_small(w, v / 10000), v % 10000);
+}
+
+/* decimal, in 8-digit chunks of 32-bit arithmetic: the 19-digit times of
+ * every span cost a few dozen instructions */
+static char *put_u64(char *w, uint64_t v) {
+  if (v < 100000000) return put_small(w, (uint32_t)v);
+  uint64_t hi = v / 100000000;
+  uint32_t lo = (uint32_t)(v % 100000000);
+  if (hi < 100000000)
+    w = put_small(w, (uint32_t)hi);
+  else
+    w = put8(put_small(w, (uint32_t)(hi / 100000000)), (uint32_t)(hi % 100000000));
+  return put8(w, lo);
+}
+
+/* a wall-clock time in ns: seconds (10 digits until 2286) and 9 digits */
+static char *put_time(char *w, uint64_t hr) {
+  uint64_t v = hr + wall_offset, sec = v / 1000000000;
+  uint32_t ns = (uint32_t)(v % 1000000000);
+  if (sec >= 10000000000ull) return put_u64(w, v);
+  w = put_small(w, (uint32_t)(sec / 100));
+  memcpy(w, digits2 + 2 * (sec % 100), 2);
+  w = put8(w + 2, ns / 10);
+  *w++ = (char)('0' + ns % 10);
+  return w;
+}
+
+/* ,{"key":"K","value":{"stringValue":"V"}} */
+#define ATTR_STR(w, key, v, vl)                                    \
+  do {                                                             \
+    LIT(w, ",{\"key\":\"" key "\",\"value\":{\"stringValue\":\""); \
+    w = put_text(w, (v), (vl));                                    \
+    LIT(w, "\"}}");                                                \
+  } while (0)
+#define ATTR_INT(w, key, v)                                     \
+  do {                                                          \
+    LIT(w, ",{\"key\":\"" key "\",\"value\":{\"intValue\":\""); \
+    w = put_u64(w, (uint64_t)(v));                              \
+    LIT(w, "\"}}");                                             \
+  } while (0)
+
+/* server.address: the host of the upstream's base URL */
+static px_str_t url_host(const char *url) {
+  const char *h = strstr(url, "://");
+  h = h ? h + 3 : url;
+  const char *at = h;
+  while (*at && *at != '/' && *at != '@') at++;
+  if (*at == '@') h = at + 1; /* never userinfo */
+  const char *e = h;
+  if (*h == '[') {
+    while (*e && *e != ']') e++;
+    if (*e == ']') e++;
+  } else {
+    while (*e && *e != ':' && *e != '/' && *e != '?') e++;
+  }
+  if (*h == '[' && e - h >= 2 && e[-1] == ']') h++, e--; /* the address without [] */
+  return (px_str_t){h, (size_t)(e - h)};
+}
+
+/* proxai.lossy: the comma-separated list as a string array */
+static char *attr_lossy(char *w, const char *l) {
+  LIT(w, ",{\"key\":\"proxai.lossy\",\"value\":{\"arrayValue\":{\"values\":[");
+  int first = 1;
+  while (*l) {
+    while (*l == ' ' || *l == ',') l++;
+    const char *e = l;
+    while (*e && *e != ',') e++;
+    const char *t = e;
+    while (t > l && t[-1] == ' ') t--;
+    if (t > l) {
+      if (!first) *w++ = ',';
+      LIT(w, "{\"stringValue\":\"");
+      w = put_text(w, l, (size_t)(t - l));
+      LIT(w, "\"}");
+      first = 0;
+    }
+    l = e;
+  }
+  LIT(w, "]}}}");
+  return w;
+}
+
+static int put_prefix(px_buf_t *b) {
+  static const char pre[] =
+      "{\"resourceSpans\":[{\"resource\":{\"attributes\":["
+      "{\"key\":\"service.name\",\"value\":{\"stringValue\":\"proxai\"}},"
+      "{\"key\":\"service.version\",\"value\":{\"stringValue\":\"" PROXAI_VERSION
+      "\"}}]},\"scopeSpans\":[{\"scope\":{\"name\":\"proxai\",\"version\":"
+      "\"" PROXAI_VERSION "\"},\"spans\":[";
+  return px_buf_append(b, pre, sizeof(pre) - 1);
+}
+
+/* A string of the span and its length (0 when absent) */
+typedef struct sv {
+  const char *p;
+  size_t n;
+} sv_t;
+
+static sv_t sv(const char *s) {
+  return (sv_t){s, s ? strlen(s) : 0};
+}
+
+/* Writes the span at w (room for span_bound bytes reserved); returns the end. */
+static char *put_span(char *w, const px_trace_ctx_t *t, const px_span_t *s,
+                      const sv_t *v) {
+  enum { OP, NAME, PROV, REQ, RESP, KEY, TEAM, USER, ROUTE, UP, ERR };
+  if (nspans) *w++ = ',';
+  LIT(w, "{\"traceId\":\"");
+  memcpy(w, t->trace_hex, 32);
+  w += 32;
+  LIT(w, "\",\"spanId\":\"");
+  memcpy(w, s->id, 16);
+  w += 16;
+  if (s->parent) {
+    LIT(w, "\",\"parentSpanId\":\"");
+    memcpy(w, s->parent, 16);
+    w += 16;
+  }
+  if (t->tracestate.len && t->tracestate.len <= PX_TRACESTATE_MAX) {
+    LIT(w, "\",\"traceState\":\"");
+    w = put_text(w, t->tracestate.ptr, t->tracestate.len);
+  }
+  LIT(w, "\",\"name\":\"");
+  memcpy(w, v[OP].p, v[OP].n); /* the protocols' own literals, plain */
+  w += v[OP].n;
+  if (v[NAME].p) {
+    *w++ = ' ';
+    w = put_text(w, v[NAME].p, v[NAME].n);
+  }
+  if (s->kind == PX_SPAN_SERVER)
+    LIT(w, "\",\"kind\":2,\"startTimeUnixNano\":\"");
+  else
+    LIT(w, "\",\"kind\":3,\"startTimeUnixNano\":\"");
+  w = put_time(w, s->start);
+  LIT(w, "\",\"endTimeUnixNano\":\"");
+  w = put_time(w, s->end);
+  LIT(w,
+      "\",\"attributes\":[{\"key\":\"gen_ai.operation.name\",\"value\":{\"stringValue\":"
+      "\"");
+  memcpy(w, v[OP].p, v[OP].n);
+  w += v[OP].n;
+  LIT(w, "\"}}");
+  if (v[PROV].p) ATTR_STR(w, "gen_ai.provider.name", v[PROV].p, v[PROV].n);
+  if (v[REQ].p) ATTR_STR(w, "gen_ai.request.model", v[REQ].p, v[REQ].n);
+  if (v[RESP].p) ATTR_STR(w, "gen_ai.response.model", v[RESP].p, v[RESP].n);
+  if (s->max_tokens >= 0) ATTR_INT(w, "gen_ai.request.max_tokens", s->max_tokens);
+  if (s->input_tokens >= 0) ATTR_INT(w, "gen_ai.usage.input_tokens", s->input_tokens);
+  if (s->output_tokens >= 0) ATTR_INT(w, "gen_ai.usage.output_tokens", s->output_tokens);
+  if (s->server_url) {
+    px_str_t h = url_host(s->server_url);
+    ATTR_STR(w, "server.address", h.ptr, h.len);
+  }
+  if (s->status > 0) ATTR_INT(w, "http.response.status_code", s->status);
+  if (v[ERR].p) ATTR_STR(w, "error.type", v[ERR].p, v[ERR].n);
+  if (v[KEY].p) ATTR_STR(w, "proxai.key", v[KEY].p, v[KEY].n);
+  if (v[TEAM].p) ATTR_STR(w, "proxai.team", v[TEAM].p, v[TEAM].n);
+  if (v[USER].p) ATTR_STR(w, "proxai.user", v[USER].p, v[USER].n);
+  if (v[ROUTE].p) ATTR_STR(w, "proxai.route", v[ROUTE].p, v[ROUTE].n);
+  if (v[UP].p) ATTR_STR(w, "proxai.upstream", v[UP].p, v[UP].n);
+  if (s->attempt) ATTR_INT(w, "proxai.attempt", s->attempt);
+  if (s->lossy && *s->lossy) w = attr_lossy(w, s->lossy);
+  if (s->cost_nano >= 0) { /* the exact decimal, as the access log's cost_usd */
+    char usd[32];
+    const char *u = px_usd_str(s->cost_nano, usd, sizeof(usd));
+    size_t ul = strlen(u);
+    LIT(w, ",{\"key\":\"proxai.cost_usd\",\"value\":{\"doubleValue\":");
+    memcpy(w, u, ul);
+    w += ul;
+    LIT(w, "}}");
+  }
+  *w++ = ']';
+  if (s->first_token) {
+    LIT(w, ",\"events\":[{\"timeUnixNano\":\"");
+    w = put_time(w, s->first_token);
+    LIT(w, "\",\"name\":\"gen_ai.first_token\"}]");
+  }
+  /* status: ERROR with error.type, never a message (it could carry the
+   * upstream's error text) */
+  if (v[ERR].p) LIT(w, ",\"status\":{\"code\":2}");
+  *w++ = '}';
+  return w;
+}
+
+void px_trace_emit(const px_trace_ctx_t *t, const px_span_t *s) {
+  if (!t->sampled) return;
+  if (batch.cap == 0) px_buf_init(&batch, BATCH_MAX);
+  const sv_t v[] = {sv(s->operation),     sv(s->name_model),     sv(s->provider),
+                    sv(s->request_model), sv(s->response_model), sv(s->key),
+                    sv(s->team),          sv(s->user),           sv(s->route),
+                    sv(s->upstream),      sv(s->error_type)};
+  size_t strings = 2 * v[0].n + t->tracestate.len +
+                   (s->server_url ? strlen(s->server_url) : 0) +
+                   (s->lossy ? 2 * strlen(s->lossy) : 0);
+  for (size_t i = 1; i < sizeof(v) / sizeof(v[0]); i++) strings += v[i].n;
+  size_t bound = SPAN_FIXED + ESC_MAX * strings + (s->lossy ? 32 * strlen(s->lossy) : 0);
+  if (nspans >= BATCH_SPANS_MAX || (nspans == 0 && put_prefix(&batch) < 0) ||
+      px_buf_reserve(&batch, bound) < 0) {
+    if (nspans == 0) batch.len = 0;
+    px_trace_dropped(1, "queue_full");
+    return;
+  }
+  char *w = put_span(batch.data + batch.len, t, s, v);
+  batch.len = (size_t)(w - batch.data);
+  nspans++;
+  if (!ready_signalled && ready_cb && px_trace_ready()) {
+    ready_signalled = 1;
+    ready_cb();
+  }
+}
+
+size_t px_trace_pending(void) {
+  return nspans;
+}
+
+int px_trace_ready(void) {
+  return nspans >= READY_SPANS || batch.len >= READY_BYTES;
+}
+
+size_t px_trace_take(px_buf_t *body) {
+  px_buf_reset(body);
+  if (nspans == 0) return 0;
+  if (px_buf_append(&batch, "]}]}]}", 6) <
+      0) { /* no room for the end: the batch is lost */
+    px_trace_dropped(nspans, "queue_full");
+    px_trace_reset();
+    return 0;
+  }
+  px_buf_t tmp = *body;
+  *body = batch;
+  batch = tmp; /* the caller's old buffer becomes the next batch */
+  batch.cap = BATCH_MAX;
+  px_buf_reset(&batch);
+  size_t n = nspans;
+  nspans = 0;
+  ready_signalled = 0;
+  return n;
+}
+
+void px_trace_dropped(size_t n, const char *reason) {
+  if (n) px_metrics_trace_spans(reason, n);
+}
+
+void px_trace_on_ready(void (*cb)(void)) {
+  ready_cb = cb;
+}
+
+void px_trace_clock(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  wall_offset = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec - uv_hrtime();
+}
+
+void px_trace_reset(void) {
+  px_buf_free(&batch);
+  memset(&batch, 0, sizeof(batch));
+  nspans = 0;
+  ready_signalled = 0;
+}

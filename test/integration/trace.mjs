@@ -1,0 +1,417 @@
+// Traces (SPEC section 15): the spans proxai exports, decoded by a receiver
+// that reads OTLP by the official opentelemetry-proto definitions
+// (lib/otlp.mjs), the trace context sent upstream (recorded by the scripted
+// upstream, lib/faultup.mjs), sampling, and collectors that are down or hang
+// while requests go on unaffected.
+import assert from 'node:assert/strict';
+import { startProxai, test, run, sleep, waitFor, freePort } from './lib/harness.mjs';
+import { startFaultUpstream, http as raw, chunked } from './lib/faultup.mjs';
+import { startCollector } from './lib/otlp.mjs';
+
+const PROMPT = 'PROMPT-TEXT-never-in-a-span';
+const COMPLETION = 'COMPLETION-TEXT-never-in-a-span';
+const UPSTREAM_ERROR = 'UPSTREAM-ERROR-TEXT-never-in-a-span';
+const CLIENT_SECRET = 'client-secret-never-in-a-span';
+const UP_KEY = 'upstream-key-never-in-a-span';
+const ANT_KEY = 'anthropic-key-never-in-a-span';
+const EXPORT_HEADER = 'collector-token-never-in-a-span';
+
+const CLIENT_TRACE = '0af7651916cd43dd8448eb211c80319c';
+const CLIENT_SPAN = 'b7ad6b7169203331';
+const TRACEPARENT = `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01`;
+const TRACESTATE = 'congo=t61rcWkgMzE,rojo=00f067aa0ba902b7';
+
+function config(upUrl, trace) {
+  return `[server]
+listen = 127.0.0.1:{{PORT}}
+access_log = stderr
+[upstream a]
+protocol = openai_chat_completions
+base_url = ${upUrl}/v1
+api_key = ${UP_KEY}
+retries = 1
+eject_after = 0
+[upstream b]
+protocol = anthropic_messages
+base_url = ${upUrl}
+api_key = ${ANT_KEY}
+retries = 0
+eject_after = 0
+[route m-*]
+upstream = a
+model = up-model
+fallback = b/claude-up
+max_tokens = 100
+[team platform]
+[price up-model]
+input = 2.5
+output = 10
+[key team-a]
+secret = ${CLIENT_SECRET}
+team = platform
+${trace}`;
+}
+
+const chatJson = (usage = { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 }) =>
+  raw(200, { 'content-type': 'application/json' }, JSON.stringify({
+    id: 'chatcmpl-up1', object: 'chat.completion', created: 1700000000, model: 'up-model',
+    choices: [{ index: 0, message: { role: 'assistant', content: COMPLETION }, finish_reason: 'stop' }],
+    usage,
+  }));
+const anthropicJson = () =>
+  raw(200, { 'content-type': 'application/json' }, JSON.stringify({
+    id: 'msg_up1', type: 'message', role: 'assistant', model: 'claude-up',
+    content: [{ type: 'text', text: COMPLETION }], stop_reason: 'end_turn', stop_sequence: null,
+    usage: { input_tokens: 13, output_tokens: 5 },
+  }));
+const error503 = () => raw(503, { 'content-type': 'application/json' }, JSON.stringify({ error: { message: UPSTREAM_ERROR, type: 'server_error' } }));
+
+async function chat(px, { model = 'm-one', headers = {}, stream = false, extra = {} } = {}) {
+  const res = await fetch(`${px.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${CLIENT_SECRET}`, ...headers },
+    body: JSON.stringify({ model, max_tokens: 64, stream, messages: [{ role: 'user', content: PROMPT }], ...extra }),
+  });
+  return { status: res.status, headers: res.headers, text: await res.text() };
+}
+
+function accessLog(px) {
+  return px.logs().stderr.split('\n').filter((l) => l.startsWith('{') && l.includes('"request_id"')).map((l) => JSON.parse(l));
+}
+
+async function metric(px, name) {
+  const res = await fetch(`${px.url}/metrics`, { headers: { authorization: `Bearer ${CLIENT_SECRET}` } });
+  const text = await res.text();
+  let sum = 0;
+  for (const line of text.split('\n')) if (line.startsWith(name)) sum += Number(line.split(' ').pop());
+  return sum;
+}
+
+const parseTp = (tp) => {
+  const m = /^00-([0-9a-f]{32})-([0-9a-f]{16})-(0[01])$/.exec(tp || '');
+  assert.ok(m, `traceparent upstream: ${tp}`);
+  return { trace: m[1], parent: m[2], flags: m[3] };
+};
+
+const nano = (s) => BigInt(s);
+
+// Nothing the client or the upstream said, and no secret, in what reaches
+// the collector.
+function assertNothingPrivate(col) {
+  for (const b of col.bodies) {
+    for (const s of [PROMPT, COMPLETION, UPSTREAM_ERROR, CLIENT_SECRET, UP_KEY, ANT_KEY, EXPORT_HEADER]) {
+      assert.ok(!b.text.includes(s), `the export body holds ${s}`);
+    }
+  }
+}
+
+const up = await startFaultUpstream();
+const col = await startCollector();
+const traced = `[trace]
+endpoint = ${col.url}
+sample = 1.0
+header = x-collector-token: ${EXPORT_HEADER}
+`;
+const px = await startProxai(config(up.url, traced));
+
+test('a request is a SERVER span with its attempt as a CLIENT child, in the client\'s trace', async () => {
+  up.reset();
+  const n0 = col.spans.length;
+  up.script(chatJson());
+  const r = await chat(px, { headers: { traceparent: TRACEPARENT, tracestate: TRACESTATE, 'x-proxai-user': 'end-user-7' } });
+  assert.equal(r.status, 200, r.text);
+  // the upstream got the client's trace with the attempt span as parent
+  const tp = parseTp(up.requests[0].headers.traceparent);
+  assert.equal(tp.trace, CLIENT_TRACE);
+  assert.equal(tp.flags, '01');
+  assert.notEqual(tp.parent, CLIENT_SPAN);
+  assert.equal(up.requests[0].headers.tracestate, TRACESTATE);
+  await waitFor(() => col.spans.length >= n0 + 2, { timeout: 15000, what: 'two spans at the collector' });
+  assert.deepEqual(col.errors, []);
+  const spans = col.spans.slice(n0);
+  const server = spans.find((s) => s.kind === 2);
+  const client = spans.find((s) => s.kind === 3);
+  assert.ok(server && client, JSON.stringify(spans));
+  assert.equal(server.traceId, CLIENT_TRACE);
+  assert.equal(client.traceId, CLIENT_TRACE);
+  assert.equal(server.parentSpanId, CLIENT_SPAN);
+  assert.equal(client.parentSpanId, server.spanId);
+  assert.equal(client.spanId, tp.parent, 'the upstream\'s parent is the attempt span');
+  assert.equal(server.traceState, TRACESTATE);
+  assert.equal(server.name, 'chat m-one');
+  assert.equal(client.name, 'chat up-model');
+  assert.deepEqual(server.attrs, {
+    'gen_ai.operation.name': 'chat',
+    'gen_ai.request.model': 'm-one',
+    'gen_ai.request.max_tokens': 64,
+    'gen_ai.usage.input_tokens': 11,
+    'gen_ai.usage.output_tokens': 7,
+    'http.response.status_code': 200,
+    'proxai.key': 'team-a',
+    'proxai.team': 'platform',
+    'proxai.user': 'end-user-7',
+    'proxai.route': 'm-*',
+    // 11 input tokens at $2.50 and 7 output at $10 per million
+    'proxai.cost_usd': 0.0000975,
+  });
+  assert.deepEqual(client.attrs, {
+    'gen_ai.operation.name': 'chat',
+    'gen_ai.provider.name': 'openai',
+    'gen_ai.request.model': 'up-model',
+    'gen_ai.usage.input_tokens': 11,
+    'gen_ai.usage.output_tokens': 7,
+    'server.address': '127.0.0.1',
+    'http.response.status_code': 200,
+    'proxai.upstream': 'a',
+    'proxai.attempt': 1,
+  });
+  assert.equal(server.status, undefined, 'no error: status unset');
+  // the attempt lies inside the request
+  assert.ok(nano(server.startTimeUnixNano) <= nano(client.startTimeUnixNano));
+  assert.ok(nano(client.endTimeUnixNano) <= nano(server.endTimeUnixNano));
+  const wall = BigInt(Date.now()) * 1000000n;
+  assert.ok(nano(server.startTimeUnixNano) > wall - 60n * 1000000000n && nano(server.startTimeUnixNano) <= wall, 'wall-clock times');
+  const ev = server.events || [];
+  assert.equal(ev.length, 1);
+  assert.equal(ev[0].name, 'gen_ai.first_token');
+  assert.ok(nano(ev[0].timeUnixNano) >= nano(server.startTimeUnixNano) && nano(ev[0].timeUnixNano) <= nano(server.endTimeUnixNano));
+  assert.equal(col.resources.at(-1)['service.name'], 'proxai');
+  // the configured export header goes to the collector, in the head only
+  assert.equal(col.bodies.at(-1).headers['x-collector-token'], EXPORT_HEADER);
+  assert.equal(col.bodies.at(-1).path, '/v1/traces');
+  assertNothingPrivate(col);
+  // the access log names the trace
+  await waitFor(() => accessLog(px).find((l) => l.status === 200 && l.trace_id === CLIENT_TRACE), { what: 'the access log line with trace_id' });
+});
+
+test('a client without a traceparent (or with a bad one) starts a new trace', async () => {
+  up.reset();
+  const n0 = col.spans.length;
+  up.script(chatJson(), chatJson());
+  assert.equal((await chat(px)).status, 200);
+  assert.equal((await chat(px, { headers: { traceparent: `00-${CLIENT_TRACE.toUpperCase()}-${CLIENT_SPAN}-01`, tracestate: TRACESTATE } })).status, 200);
+  const a = parseTp(up.requests[0].headers.traceparent), b = parseTp(up.requests[1].headers.traceparent);
+  assert.notEqual(a.trace, b.trace);
+  assert.notEqual(b.trace, CLIENT_TRACE.toLowerCase());
+  assert.equal(up.requests[1].headers.tracestate, undefined, 'no tracestate without a valid traceparent');
+  await waitFor(() => col.spans.length >= n0 + 4, { timeout: 15000, what: 'four spans' });
+  const servers = col.spans.slice(n0).filter((s) => s.kind === 2);
+  assert.equal(servers.length, 2);
+  for (const s of servers) assert.equal(s.parentSpanId, undefined, 'a root span');
+  assert.deepEqual(new Set(servers.map((s) => s.traceId)), new Set([a.trace, b.trace]));
+});
+
+test('retries and a fallback are sibling CLIENT spans; the upstream sees each as parent', async () => {
+  up.reset();
+  const n0 = col.spans.length;
+  up.script(error503(), error503(), anthropicJson());
+  const r = await chat(px, { model: 'm-two', headers: { traceparent: TRACEPARENT } });
+  assert.equal(r.status, 200, r.text);
+  assert.equal(up.requests.length, 3);
+  const tps = up.requests.map((q) => parseTp(q.headers.traceparent));
+  await waitFor(() => col.spans.length >= n0 + 4, { timeout: 15000, what: 'four spans' });
+  assert.deepEqual(col.errors, []);
+  const spans = col.spans.slice(n0);
+  const server = spans.find((s) => s.kind === 2);
+  const attempts = spans.filter((s) => s.kind === 3).sort((x, y) => x.attrs['proxai.attempt'] - y.attrs['proxai.attempt']);
+  assert.equal(attempts.length, 3);
+  for (const [i, a] of attempts.entries()) {
+    assert.equal(a.parentSpanId, server.spanId, 'siblings under the request');
+    assert.equal(a.traceId, CLIENT_TRACE);
+    assert.equal(a.spanId, tps[i].parent, `attempt ${i + 1} is the upstream's parent`);
+    assert.equal(a.attrs['proxai.attempt'], i + 1);
+  }
+  assert.equal(new Set(attempts.map((a) => a.spanId)).size, 3);
+  const [a1, a2, a3] = attempts;
+  for (const a of [a1, a2]) {
+    assert.equal(a.name, 'chat up-model');
+    assert.equal(a.attrs['gen_ai.provider.name'], 'openai');
+    assert.equal(a.attrs['proxai.upstream'], 'a');
+    assert.equal(a.attrs['http.response.status_code'], 503);
+    assert.equal(typeof a.attrs['error.type'], 'string');
+    assert.deepEqual(a.status, { code: 2 }, 'ERROR, and no message');
+    assert.equal(a.attrs['gen_ai.usage.input_tokens'], undefined);
+  }
+  assert.ok(nano(a1.endTimeUnixNano) <= nano(a2.startTimeUnixNano), 'the retry follows the first attempt');
+  assert.ok(nano(a2.endTimeUnixNano) <= nano(a3.startTimeUnixNano), 'the fallback follows the retry');
+  assert.equal(a3.name, 'chat claude-up');
+  assert.deepEqual(a3.attrs, {
+    'gen_ai.operation.name': 'chat',
+    'gen_ai.provider.name': 'anthropic',
+    'gen_ai.request.model': 'claude-up',
+    'gen_ai.usage.input_tokens': 13,
+    'gen_ai.usage.output_tokens': 5,
+    'server.address': '127.0.0.1',
+    'http.response.status_code': 200,
+    'proxai.upstream': 'b',
+    'proxai.attempt': 3,
+  });
+  assert.equal(a3.status, undefined);
+  assert.equal(server.name, 'chat m-two');
+  assert.equal(server.attrs['http.response.status_code'], 200);
+  assert.equal(server.attrs['error.type'], undefined);
+  assertNothingPrivate(col);
+});
+
+test('an error answer: error.type and status ERROR on both spans, no upstream text', async () => {
+  up.reset();
+  const n0 = col.spans.length;
+  up.script(raw(400, { 'content-type': 'application/json' }, JSON.stringify({ error: { message: UPSTREAM_ERROR, type: 'invalid_request_error', param: null, code: null } })));
+  const r = await chat(px);
+  assert.equal(r.status, 400);
+  await waitFor(() => col.spans.length >= n0 + 2, { timeout: 15000, what: 'two spans' });
+  const spans = col.spans.slice(n0);
+  const server = spans.find((s) => s.kind === 2), client = spans.find((s) => s.kind === 3);
+  assert.equal(server.attrs['http.response.status_code'], 400);
+  assert.equal(server.attrs['error.type'], 'invalid_request_error');
+  assert.deepEqual(server.status, { code: 2 });
+  assert.equal(client.attrs['http.response.status_code'], 400);
+  assert.equal(client.attrs['error.type'], 'invalid_request_error');
+  assert.deepEqual(client.status, { code: 2 });
+  assertNothingPrivate(col);
+});
+
+test('a stream\'s spans end with its last byte; first token is an event; lossy fields listed', async () => {
+  up.reset();
+  const n0 = col.spans.length;
+  const ev = (o) => `data: ${JSON.stringify(o)}\n\n`;
+  const chunk = (delta, finish = null) => ({ id: 'chatcmpl-s1', object: 'chat.completion.chunk', created: 1700000000, model: 'up-model', choices: [{ index: 0, delta, finish_reason: finish }] });
+  up.script({
+    raw: [
+      raw(200, { 'content-type': 'text/event-stream', 'transfer-encoding': 'chunked' }, '', { length: false }),
+      chunked(ev(chunk({ role: 'assistant', content: 'COMPLETION-' }))).subarray(0, -5),
+      { wait: 1500 },
+      chunked(ev(chunk({ content: 'TEXT-never-in-a-span' })), ev(chunk({}, 'stop')), ev({ id: 'chatcmpl-s1', object: 'chat.completion.chunk', created: 1700000000, model: 'up-model', choices: [], usage: { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 } }), 'data: [DONE]\n\n'),
+    ],
+  });
+  // an Anthropic client with top_k, which a Chat upstream cannot take
+  const t0 = Date.now();
+  const res = await fetch(`${px.url}/v1/messages`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-api-key': CLIENT_SECRET, 'anthropic-version': '2023-06-01' },
+    body: JSON.stringify({ model: 'm-three', max_tokens: 77, top_k: 5, stream: true, messages: [{ role: 'user', content: PROMPT }] }),
+  });
+  assert.equal(res.status, 200);
+  const lossy = res.headers.get('x-proxai-lossy');
+  assert.match(lossy || '', /top_k/);
+  const body = await res.text();
+  assert.ok(Date.now() - t0 >= 1400, 'the stream took its time');
+  assert.match(body, /message_stop/);
+  await waitFor(() => col.spans.length >= n0 + 2, { timeout: 15000, what: 'two spans' });
+  const spans = col.spans.slice(n0);
+  const server = spans.find((s) => s.kind === 2), client = spans.find((s) => s.kind === 3);
+  const dur = nano(server.endTimeUnixNano) - nano(server.startTimeUnixNano);
+  assert.ok(dur >= 1400000000n, `the SERVER span lasts the stream (${dur} ns)`);
+  assert.ok(nano(client.endTimeUnixNano) - nano(client.startTimeUnixNano) >= 1400000000n, 'and the CLIENT span its transfer');
+  const first = nano(server.events[0].timeUnixNano);
+  assert.equal(server.events[0].name, 'gen_ai.first_token');
+  assert.ok(nano(server.endTimeUnixNano) - first >= 1400000000n, 'the first token came before the pause');
+  assert.equal(server.name, 'chat m-three');
+  assert.equal(server.attrs['gen_ai.request.max_tokens'], 77);
+  assert.deepEqual(server.attrs['proxai.lossy'], lossy.split(',').map((s) => s.trim()));
+  assert.equal(server.attrs['gen_ai.usage.input_tokens'], 3);
+  assert.equal(server.attrs['gen_ai.usage.output_tokens'], 4);
+  assert.equal(client.attrs['gen_ai.provider.name'], 'openai');
+  assertNothingPrivate(col);
+});
+
+test('sample = 0 exports nothing and still propagates the trace, unsampled', async () => {
+  const c0 = await startCollector();
+  const u0 = await startFaultUpstream();
+  const p0 = await startProxai(config(u0.url, `[trace]\nendpoint = ${c0.url}\nsample = 0\n`));
+  try {
+    u0.script(chatJson(), chatJson());
+    assert.equal((await chat(p0, { headers: { traceparent: TRACEPARENT, tracestate: TRACESTATE } })).status, 200);
+    assert.equal((await chat(p0)).status, 200);
+    const a = parseTp(u0.requests[0].headers.traceparent), b = parseTp(u0.requests[1].headers.traceparent);
+    assert.equal(a.trace, CLIENT_TRACE, 'the client\'s trace goes on');
+    assert.equal(a.flags, '00', 'with the sampled flag cleared');
+    assert.notEqual(a.parent, CLIENT_SPAN);
+    assert.equal(u0.requests[0].headers.tracestate, TRACESTATE);
+    assert.equal(b.flags, '00');
+    await waitFor(() => accessLog(p0).some((l) => l.trace_id === CLIENT_TRACE), { what: 'the access log line with trace_id' });
+    await sleep(2500); // more than a tick of the exporter
+    assert.equal(c0.bodies.length, 0, 'nothing exported');
+  } finally {
+    await p0.stop();
+    await u0.close();
+    await c0.close();
+  }
+});
+
+test('a draining proxai sends the spans of its last requests before it exits', async () => {
+  const c0 = await startCollector();
+  const u0 = await startFaultUpstream();
+  const p0 = await startProxai(config(u0.url, `[trace]\nendpoint = ${c0.url}\n`));
+  try {
+    u0.script(chatJson());
+    assert.equal((await chat(p0, { headers: { traceparent: TRACEPARENT } })).status, 200);
+    await p0.stop('SIGTERM'); // well before the exporter's next tick
+    assert.equal(c0.spans.length, 2, 'both spans arrived');
+    assert.ok(c0.spans.every((x) => x.traceId === CLIENT_TRACE));
+  } finally {
+    await u0.close();
+    await c0.close();
+  }
+});
+
+test('without [trace], traceparent and tracestate go upstream unchanged', async () => {
+  const u0 = await startFaultUpstream();
+  const p0 = await startProxai(config(u0.url, ''));
+  try {
+    u0.script(chatJson());
+    assert.equal((await chat(p0, { headers: { traceparent: TRACEPARENT, tracestate: TRACESTATE } })).status, 200);
+    assert.equal(u0.requests[0].headers.traceparent, TRACEPARENT);
+    assert.equal(u0.requests[0].headers.tracestate, TRACESTATE);
+    const line = await waitFor(() => accessLog(p0).find((l) => l.status === 200), { what: 'the access log line' });
+    assert.ok(line && !('trace_id' in line), 'no trace_id without [trace]: ' + JSON.stringify(line));
+  } finally {
+    await p0.stop();
+    await u0.close();
+  }
+});
+
+for (const kind of ['dead', 'hanging']) {
+  test(`a ${kind} collector costs spans, never a request`, async () => {
+    const hang = kind === 'hanging' ? await startCollector({ hang: true }) : null;
+    const endpoint = hang ? hang.url : `http://127.0.0.1:${await freePort()}/v1/traces`;
+    const u0 = await startFaultUpstream();
+    const p0 = await startProxai(config(u0.url, `[trace]\nendpoint = ${endpoint}\n`));
+    try {
+      u0.script(chatJson());
+      assert.equal((await chat(p0)).status, 200);
+      if (hang) await waitFor(() => hang.bodies.length === 1, { timeout: 15000, what: 'the export to hang' });
+      else await waitFor(async () => (await metric(p0, 'proxai_trace_spans_dropped_total{reason="export_failed"}')) >= 2, { timeout: 15000, what: 'export_failed drops' });
+      // requests go on while the collector is down or the export hangs
+      for (let i = 0; i < 20; i++) {
+        u0.script(chatJson());
+        const r = await chat(p0, { headers: { traceparent: TRACEPARENT } });
+        assert.equal(r.status, 200, r.text);
+        assert.equal(parseTp(u0.requests.at(-1).headers.traceparent).trace, CLIENT_TRACE);
+      }
+      if (hang) {
+        assert.equal(hang.bodies.length, 1, 'one export in flight at a time');
+        await waitFor(async () => (await metric(p0, 'proxai_trace_spans_dropped_total{reason="export_timeout"}')) >= 2, { timeout: 30000, what: 'the export to time out' });
+        // the spans that waited go out in the next export
+        await waitFor(() => hang.bodies.length >= 2, { timeout: 15000, what: 'the next export' });
+      }
+      assert.match(p0.logs().stderr, /trace export to .* failed/);
+      assert.equal((p0.logs().stderr.match(/trace export to .* failed/g) || []).length, 1, 'logged once');
+    } finally {
+      await p0.stop();
+      await u0.close();
+      if (hang) await hang.close();
+    }
+  }, { timeout: 90000 });
+}
+
+test('[trace] is checked: a bad endpoint or sample is refused at start', async () => {
+  for (const [t, msg] of [[`[trace]\nendpoint = ftp://x\n`, /invalid endpoint/], [`[trace]\nendpoint = http://127.0.0.1:1/v1/traces\nsample = 2\n`, /from 0 to 1/], [`[trace]\nsample = 1\n`, /missing 'endpoint'/]]) {
+    await assert.rejects(startProxai(config(up.url, t)), msg);
+  }
+});
+
+await run();
+await px.stop();
+await up.close();
+await col.close();

@@ -1,0 +1,274 @@
+/* test_trace.c - W3C trace context, sampling and the OTLP/JSON batch
+ * (SPEC section 15): which traceparents continue a trace, the ratio kept by
+ * `sample`, the upstream traceparent, span JSON that parses whatever bytes a
+ * name holds, and the bounded batch. The wire format itself is checked
+ * against the official definitions by test/integration/trace.mjs. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <uv.h>
+
+#include "check.h"
+#include "proxai/trace.h"
+
+#define CHECK_STR(a, b)                                                                 \
+  do {                                                                                  \
+    const char *a_ = (a), *b_ = (b);                                                    \
+    if (a_ == NULL || strcmp(a_, b_) != 0) {                                            \
+      fprintf(stderr, "%s:%d: %s is \"%s\", expected \"%s\"\n", __FILE__, __LINE__, #a, \
+              a_ ? a_ : "(null)", b_);                                                  \
+      failures++;                                                                       \
+    }                                                                                   \
+  } while (0)
+
+static px_trace_conf_t conf(double sample) {
+  static char ep[] = "http://127.0.0.1:4318/v1/traces";
+  px_trace_conf_t c = {ep, sample, NULL, 0};
+  return c;
+}
+
+static int continues(const char *tp) {
+  px_trace_conf_t c = conf(1);
+  px_trace_ctx_t t;
+  px_trace_begin(&t, &c, px_str(tp), px_str("a=b"));
+  return t.has_parent;
+}
+
+static void test_traceparent(void) {
+  const char *tid = "0af7651916cd43dd8448eb211c80319c";
+  CHECK(continues("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
+  CHECK(continues("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"));
+  /* a later version: its first four fields, more may follow after a dash */
+  CHECK(continues("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-what"));
+  CHECK(!continues("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-what"));
+  CHECK(!continues("ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
+  CHECK(!continues("00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01"));
+  CHECK(!continues("00-00000000000000000000000000000000-b7ad6b7169203331-01"));
+  CHECK(!continues("00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01"));
+  CHECK(!continues("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0g"));
+  CHECK(!continues("00-0af7651916cd43dd8448eb211c80319c-b7ad6b716920333-01"));
+  CHECK(!continues(""));
+
+  px_trace_conf_t c = conf(1);
+  px_trace_ctx_t t;
+  px_trace_begin(&t, &c,
+                 px_str("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"),
+                 px_str("congo=t61rcWkgMzE"));
+  CHECK(t.on && t.sampled); /* the ratio decides, not the client's flag */
+  char hex[33];
+  px_trace_id_hex(&t, hex);
+  CHECK_STR(hex, tid);
+  CHECK(t.tracestate.len == 17);
+  char tp[PX_TRACEPARENT_LEN + 1];
+  px_trace_attempt(&t, tp);
+  tp[PX_TRACEPARENT_LEN] = 0;
+  CHECK(strncmp(tp, "00-0af7651916cd43dd8448eb211c80319c-", 36) == 0);
+  CHECK(strcmp(tp + 52, "-01") == 0);
+  CHECK(strncmp(tp + 36, "b7ad6b7169203331", 16) != 0); /* the attempt's own id */
+  char first[17];
+  memcpy(first, tp + 36, 16);
+  px_trace_attempt(&t, tp);
+  CHECK(memcmp(first, tp + 36, 16) != 0); /* a new id per attempt */
+
+  px_trace_conf_t off = {NULL, 1, NULL, 0};
+  px_trace_begin(&t, &off,
+                 px_str("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+                 px_str(""));
+  CHECK(!t.on && !t.sampled);
+}
+
+static void test_sampling(void) {
+  for (int k = 0; k < 3; k++) {
+    double ratio = k == 0 ? 0 : k == 1 ? 0.25 : 1;
+    px_trace_conf_t c = conf(ratio);
+    int kept = 0, n = 20000;
+    for (int i = 0; i < n; i++) {
+      px_trace_ctx_t t;
+      px_trace_begin(&t, &c, px_str(""), px_str(""));
+      CHECK(t.on && !t.has_parent);
+      kept += t.sampled;
+      char tp[PX_TRACEPARENT_LEN];
+      px_trace_attempt(&t, tp);
+      CHECK(memcmp(tp + 52, t.sampled ? "-01" : "-00", 3) == 0);
+    }
+    if (ratio == 0) CHECK(kept == 0);
+    if (ratio == 1) CHECK(kept == n);
+    if (ratio == 0.25) CHECK(kept > n / 4 - 600 && kept < n / 4 + 600);
+  }
+  /* the same trace id is kept or not alike on every gateway */
+  px_trace_conf_t c = conf(0.5);
+  for (int i = 0; i < 200; i++) {
+    char tp[64];
+    snprintf(tp, sizeof(tp), "00-%016x%016x-b7ad6b7169203331-01", i * 7919 + 1,
+             i * 104729 + 3);
+    px_trace_ctx_t a, b;
+    px_trace_begin(&a, &c, px_str(tp), px_str(""));
+    px_trace_begin(&b, &c, px_str(tp), px_str(""));
+    CHECK(a.has_parent && a.sampled == b.sampled);
+  }
+}
+
+static void test_batch(void) {
+  px_trace_reset();
+  px_trace_clock();
+  px_trace_conf_t c = conf(1);
+  px_trace_ctx_t t;
+  px_trace_begin(&t, &c,
+                 px_str("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+                 px_str("k=\"v\""));
+  px_trace_attempt(&t, NULL);
+  /* a model name from a URL path can hold any byte */
+  const char *odd = "m\"\\\x01\xff\xc3\xa9\xe2\x82";
+  px_span_t s = {
+      .kind = PX_SPAN_SERVER,
+      .id = t.span_hex,
+      .parent = t.parent_hex,
+      .start = 1000,
+      .end = 2000,
+      .first_token = 1500,
+      .operation = "chat",
+      .name_model = odd,
+      .request_model = odd,
+      .max_tokens = 100000000,
+      .input_tokens = 0,
+      .output_tokens = -1,
+      .status = 200,
+      .route = "r*",
+      .lossy = "top_k, stop,metadata",
+      .cost_nano = 1250000,
+  };
+  px_trace_emit(&t, &s);
+  px_span_t cl = {.kind = PX_SPAN_CLIENT,
+                  .id = t.att_hex,
+                  .parent = t.span_hex,
+                  .start = 1100,
+                  .end = 1900,
+                  .operation = "chat",
+                  .name_model = "up",
+                  .provider = "openai",
+                  .max_tokens = -1,
+                  .input_tokens = -1,
+                  .output_tokens = -1,
+                  .server_url = "https://user:pw@[::1]:8443/v1",
+                  .status = 503,
+                  .error_type = "server_error",
+                  .cost_nano = -1,
+                  .attempt = 2};
+  px_trace_emit(&t, &cl);
+  CHECK(px_trace_pending() == 2);
+  px_buf_t body;
+  px_buf_init(&body, 0);
+  CHECK(px_trace_take(&body) == 2);
+  CHECK(px_trace_pending() == 0);
+  json_error_t je;
+  json_t *doc = json_loadb(body.data, body.len, 0, &je);
+  CHECK(doc != NULL);
+  if (doc == NULL) fprintf(stderr, "%s\n%.*s\n", je.text, (int)body.len, body.data);
+  json_t *spans = json_object_get(
+      json_array_get(
+          json_object_get(json_array_get(json_object_get(doc, "resourceSpans"), 0),
+                          "scopeSpans"),
+          0),
+      "spans");
+  CHECK(json_array_size(spans) == 2);
+  json_t *sv = json_array_get(spans, 0), *cv = json_array_get(spans, 1);
+  CHECK_STR(json_string_value(json_object_get(sv, "name")),
+            "chat m\"\\\x01\xef\xbf\xbd\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd");
+  CHECK_STR(json_string_value(json_object_get(sv, "traceState")), "k=\"v\"");
+  /* wall-clock nanoseconds: the span's offsets kept exactly */
+  const char *t0 = json_string_value(json_object_get(sv, "startTimeUnixNano"));
+  const char *t1 = json_string_value(json_object_get(sv, "endTimeUnixNano"));
+  CHECK(t0 && t1 && strlen(t0) == 19);
+  if (t0 && t1) {
+    unsigned long long a = strtoull(t0, NULL, 10), b = strtoull(t1, NULL, 10);
+    CHECK(b - a == 1000);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long now =
+        (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+    unsigned long long at = now - uv_hrtime() + 1000;
+    CHECK(a > at - 1000000000ull && a < at + 1000000000ull);
+  }
+  CHECK_STR(json_string_value(json_object_get(sv, "parentSpanId")), "b7ad6b7169203331");
+  CHECK(json_object_get(sv, "status") == NULL);
+  CHECK(json_integer_value(json_object_get(cv, "kind")) == 3);
+  CHECK(json_integer_value(json_object_get(json_object_get(cv, "status"), "code")) == 2);
+  CHECK(json_object_get(json_object_get(cv, "status"), "message") == NULL);
+  char want[17];
+  for (int i = 0; i < 8; i++) snprintf(want + 2 * i, 3, "%02x", t.span_id[i]);
+  CHECK_STR(json_string_value(json_object_get(cv, "parentSpanId")), want);
+  /* attributes by key */
+  const char *lossy[3] = {0};
+  int saw_host = 0, saw_cost = 0, saw_in = 0, saw_out = 0;
+  for (int k = 0; k < 2; k++) {
+    json_t *attrs = json_object_get(k ? cv : sv, "attributes"), *a;
+    size_t i;
+    json_array_foreach(attrs, i, a) {
+      const char *key = json_string_value(json_object_get(a, "key"));
+      json_t *v = json_object_get(a, "value");
+      if (strcmp(key, "server.address") == 0) {
+        CHECK_STR(json_string_value(json_object_get(v, "stringValue")), "::1");
+        saw_host = 1;
+      } else if (strcmp(key, "proxai.cost_usd") == 0) {
+        CHECK(json_real_value(json_object_get(v, "doubleValue")) == 0.00125);
+        saw_cost = 1;
+      } else if (strcmp(key, "gen_ai.usage.input_tokens") == 0) {
+        CHECK_STR(json_string_value(json_object_get(v, "intValue")), "0");
+        saw_in = 1;
+      } else if (strcmp(key, "gen_ai.usage.output_tokens") == 0) {
+        saw_out = 1;
+      } else if (strcmp(key, "gen_ai.request.max_tokens") == 0) {
+        CHECK_STR(json_string_value(json_object_get(v, "intValue")), "100000000");
+      } else if (strcmp(key, "http.response.status_code") == 0) {
+        CHECK_STR(json_string_value(json_object_get(v, "intValue")), k ? "503" : "200");
+      } else if (strcmp(key, "proxai.attempt") == 0) {
+        CHECK_STR(json_string_value(json_object_get(v, "intValue")), "2");
+      } else if (strcmp(key, "proxai.lossy") == 0) {
+        json_t *vals = json_object_get(json_object_get(v, "arrayValue"), "values");
+        CHECK(json_array_size(vals) == 3);
+        for (size_t j = 0; j < 3 && j < json_array_size(vals); j++)
+          lossy[j] =
+              json_string_value(json_object_get(json_array_get(vals, j), "stringValue"));
+      }
+    }
+  }
+  CHECK(saw_host && saw_cost && saw_in && !saw_out);
+  CHECK(lossy[0] && lossy[1] && lossy[2]);
+  if (lossy[2]) {
+    CHECK_STR(lossy[0], "top_k");
+    CHECK_STR(lossy[1], "stop");
+    CHECK_STR(lossy[2], "metadata");
+  }
+  json_decref(doc);
+
+  /* unsampled: nothing written */
+  px_trace_conf_t none = conf(0);
+  px_trace_begin(&t, &none, px_str(""), px_str(""));
+  px_trace_emit(&t, &s);
+  CHECK(px_trace_pending() == 0);
+  CHECK(px_trace_take(&body) == 0);
+
+  /* bounded: past the cap a span is dropped, the batch stays whole */
+  px_trace_begin(&t, &c, px_str(""), px_str(""));
+  s.id = t.span_hex;
+  s.parent = NULL; /* a new trace: a root span */
+  size_t n = 0;
+  for (int i = 0; i < 20000; i++) px_trace_emit(&t, &s);
+  n = px_trace_pending();
+  CHECK(n > 1000 && n < 20000);
+  CHECK(px_trace_take(&body) == n);
+  doc = json_loadb(body.data, body.len, 0, &je);
+  CHECK(doc != NULL);
+  json_decref(doc);
+  px_buf_free(&body);
+  px_trace_reset();
+}
+
+int main(void) {
+  test_traceparent();
+  test_sampling();
+  test_batch();
+  return check_report("test_trace");
+}
