@@ -373,24 +373,14 @@ hcase('HTTP/1.0 with Transfer-Encoding (keep-alive asked): 400, closed', async (
   assertOneError(r, 400, 'openai', { message: /HTTP\/1\.0/ });
 });
 
-hcase('20 MB of chunk extensions are not read without limit: 400, closed', async () => {
-  const c = rawClient();
-  await c.connected;
-  c.sock.write('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2;ext=');
-  const piece = Buffer.alloc(1 << 20, 'v'); // one extension value, 1 MiB at a time
-  let sent = 0;
-  while (sent < 20 && !c.st.closed) {
-    if (!c.sock.write(piece)) await Promise.race([new Promise((r) => c.sock.once('drain', r)), c.closed]);
-    sent++;
-  }
-  await Promise.race([c.closed, sleep(10000)]);
-  assert.equal(c.st.closed, true, 'closed');
-  const { responses } = parseResponses(c.st.data);
-  assert.equal(responses.length, 1, c.st.data.slice(0, 300));
-  assert.equal(responses[0].status, 400);
-  assert.match(JSON.parse(responses[0].body).error.message, /chunk extensions/);
-  assert.ok(sent < 20, `the gateway stopped reading before 20 MB (${sent} MiB written)`);
-}, { timeout: 60000 });
+// (the 20 MB of the report: the answer comes at the bound, 4 KiB into an
+// extension that never ends, not after reading it all or a timeout)
+hcase('an endless chunk extension (megabytes of it) is not read without limit: 400 at the bound, closed', async () => {
+  const t0 = Date.now();
+  const r = await exchange(['POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2;ext=', Buffer.alloc(2 << 20, 'v')]);
+  assertOneError(r, 400, 'openai', { message: /chunk extensions too long/ });
+  assert.ok(Date.now() - t0 < 5000, 'answered at the bound, not after a timeout');
+});
 
 hcase('empty chunk extensions (";;;...") are bounded too', async () => {
   const r = await exchange(['POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2', ';'.repeat(100000)]);
