@@ -5,13 +5,13 @@
  * protocol's watch descriptor.
  */
 #include "proxai/passthru.h"
-#include "proxai/scrub.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "proxai/json.h"
+#include "proxai/scrub.h"
 #include "proxai/usage.h"
 
 /* An error frame in data: a top-level "error" member that is not null. */

@@ -16,6 +16,8 @@
  *        -> JSON, other protocol ................ tr_json: collect, translate
  *        -> JSON, other protocol, count_tokens .. count: collect, re-encode
  */
+#include "respond.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +29,6 @@
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxai/scrub.h"
-#include "respond.h"
 
 /* a pass-through JSON answer up to this size is held and sent with our own
  * Content-Length once complete; a larger one goes on chunked as it arrives */
@@ -143,7 +144,8 @@ static void error_done(px_exch_t *x) {
   }
   /* a large error body is read only when its document fits the memory
    * bound of its size (SPEC 10); else it is no error body of any protocol */
-  if (x->acc.len > 4 * PX_TR_EVENT_SCAN && !px_translate_answer_fits(x->acc.data, x->acc.len))
+  if (x->acc.len > 4 * PX_TR_EVENT_SCAN &&
+      !px_translate_answer_fits(x->acc.data, x->acc.len))
     x->acc.len = 0;
   px_upstream_err_t ue;
   const px_proto_ops_t *uops = px_proto_get(x->out);
@@ -482,7 +484,8 @@ static int unusable(px_exch_t *x, int status, const char *encoding, int sse) {
   else if (status >= 200 && status < 300 && x->stream && !sse) {
     const char *ct = x->content_type[0] ? x->content_type : "(none)";
     snprintf(x->bad_msg, sizeof(x->bad_msg),
-             "bad gateway: upstream '%s' answered a streaming request with Content-Type '%.*s'",
+             "bad gateway: upstream '%s' answered a streaming request with Content-Type "
+             "'%.*s'",
              x->up->name, px_utf8_cut(ct, strlen(ct), 60), ct);
   }
   return x->bad_msg[0] != 0;

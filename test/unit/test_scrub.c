@@ -59,8 +59,11 @@ static void test_shapes(void) {
   px_scrub_add("tok-12345678-abcdef", 19);
   const char *plain[] = {
       "You can find your API key at https://platform.openai.com/account/api-keys.",
-      "Please try again... later", "rate limit *** reached", "short word",
-      "model gpt-4o-mini-2024-07-18 not found", "{\"created\":12345678,\"n\":-12345678.0}"};
+      "Please try again... later",
+      "rate limit *** reached",
+      "short word",
+      "model gpt-4o-mini-2024-07-18 not found",
+      "{\"created\":12345678,\"n\":-12345678.0}"};
   for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
     CHECK(strcmp(scrubbed(plain[i]), plain[i]) == 0);
   CHECK(px_scrub(NULL, 0) == 0);
@@ -78,7 +81,7 @@ static void test_config_and_log(void) {
       "api_key = sk-ant-api03-abcdefghijklmnopWXyz\n"
       "header = X-Extra-Token: Bearer tok-0123456789\n"
       "[route *]\nupstream = a\n[key k]\nsecret = client-secret-1\n"
-                                   "[admin]\ntoken = admin-token-abcdef\n",
+      "[admin]\ntoken = admin-token-abcdef\n",
       "t", err, sizeof(err));
   CHECK(c != NULL);
   CHECK(strcmp(scrubbed("admin admin-token-abcdef"),
