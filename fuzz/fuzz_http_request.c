@@ -8,10 +8,15 @@
  *
  * Input: byte 0 seeds the split sizes and byte 1 picks how the test handler
  * answers (at once or on the next loop iteration, fixed length or chunked,
- * whether the client half-closes at the end); the rest is the client's byte
- * stream. Properties checked: no crash, leak or UB; every response head the
- * server wrote is well formed (status line, no bare CR or LF, no NUL, each
- * header line "name: value"); the connection is gone once the client is. */
+ * whether the client half-closes at the end) and what the stream starts
+ * with: nothing, the head of a chunked request (the fuzzer's bytes are its
+ * chunks, extensions and trailers), or that head and its last chunk (the
+ * fuzzer's bytes are trailer fields and what follows them); the rest is the
+ * client's byte stream. The handler reads every header of the table, so a
+ * table that points into freed memory shows (trailers: fuzz_http_request.dict
+ * holds the framing words). Properties checked: no crash, leak or UB; every response head
+ * the server wrote is well formed (status line, no bare CR or LF, no NUL, each header
+ * line "name: value"); the connection is gone once the client is. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -36,7 +41,20 @@ static px_conn_t *later_conn; /* answered on the next iteration */
 static px_req_t *later_req;
 static uv_timer_t later;
 
+/* every name and value of the parsed table, read */
+static unsigned touch_headers(const px_req_t *r) {
+  unsigned sum = 0;
+  for (size_t i = 0; i < r->nhdrs; i++) {
+    for (size_t k = 0; k < r->hdrs[i].name.len; k++)
+      sum += (unsigned char)r->hdrs[i].name.ptr[k];
+    for (size_t k = 0; k < r->hdrs[i].value.len; k++)
+      sum += (unsigned char)r->hdrs[i].value.ptr[k];
+  }
+  return sum;
+}
+
 static void answer(px_conn_t *c, px_req_t *r) {
+  if (touch_headers(r) == 0xffffffffu) FAIL("unreachable");
   /* echo a request header into a response header: the writer must drop a
    * value it may not write */
   const char *echo = px_req_header(r, "x-echo");
@@ -186,6 +204,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t on = 0;
   int peer_closed = 0;
   size_t off = 0;
+  static const char chunked_head[] =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Echo: e\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n";
+  if (mode & 0x18) { /* a framing prefix: the fuzzer's bytes start in the body */
+    if (send(sv[1], chunked_head, sizeof(chunked_head) - 1, MSG_NOSIGNAL) < 0)
+      FAIL("send");
+    if ((mode & 0x10) && send(sv[1], "0\r\n", 3, MSG_NOSIGNAL) < 0) FAIL("send");
+    uv_run(&loop, UV_RUN_NOWAIT);
+  }
   while (off < size) {
     seed = seed * 1103515245u + 12345u;
     size_t piece = 1 + (seed >> 16) % 97;

@@ -2,7 +2,8 @@
  * hub order checks -> client encoder) with arbitrary bytes, every pair.
  *
  * Input: byte 0 picks the pair (in = (b & 15) >> 2, out = b & 3: 16 pairs) and flags;
- * byte 1 a chunking seed; the rest is the upstream body. Properties: never a
+ * byte 1 a chunking seed; the rest is the upstream body (a configured
+ * secret is registered: error events are scrubbed). Properties: never a
  * crash or leak; after finish a terminal has been written; the client bytes
  * do not depend on how the upstream bytes were chunked. */
 #include <stdint.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "proxai/proto.h"
+#include "proxai/scrub.h"
 
 static int run(const px_tr_ctx_t *ctx, const uint8_t *p, size_t n, uint32_t seed, int ok,
                px_buf_t *out, int *frc) {
@@ -49,6 +51,9 @@ static int run(const px_tr_ctx_t *ctx, const uint8_t *p, size_t n, uint32_t seed
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 2) return 0;
+  /* a configured secret: upstream error events go through the scrubber */
+  static const char key[] = "sk-proj-Q7mZr2xKp9LbV4nT8wYc3HdF6sJ1aE5uG0iXoRk2";
+  px_scrub_add(key, sizeof(key) - 1);
   px_tr_ctx_t ctx;
   memset(&ctx, 0, sizeof(ctx));
   ctx.in = (px_proto_t)((data[0] & 15) >> 2);

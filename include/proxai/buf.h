@@ -39,30 +39,54 @@ static inline px_str_t px_str(const char *s) {
   return (px_str_t){s, s ? strlen(s) : 0};
 }
 /**
- * The one header-value rule (SPEC section 10): a value may be written into a
- * response header, an upstream header or a URL only when it holds no CR, LF
- * or NUL. Every place that writes a header checks with this.
+ * The one header-value rule (SPEC section 10, RFC 9110 5.5): a value may be
+ * written into a response header, an upstream header or a URL only when it
+ * is VCHAR, obs-text, SP and HTAB: no control character (below 0x20 but
+ * HTAB, and DEL). Every place that writes a header checks with this.
  */
 static inline int px_header_value_ok(const char *v, size_t n) {
   size_t i = 0;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  /* eight bytes at a time: (x - 1) & ~x has the high bit set iff x == 0 */
+  /* eight bytes at a time: a word with no byte below 0x20 and no DEL (a
+   * flagged word, HTAB included, is looked at byte by byte below) */
   const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
   for (; i + 8 <= n; i += 8) {
-    uint64_t w, c, l;
+    uint64_t w, d;
     memcpy(&w, v + i, 8);
-    c = w ^ (ones * '\r');
-    l = w ^ (ones * '\n');
-    if (((w - ones) & ~w & high) | ((c - ones) & ~c & high) | ((l - ones) & ~l & high))
-      return 0;
+    d = w ^ (ones * 0x7f);
+    if ((((w - ones * 0x20) & ~w) | ((d - ones) & ~d)) & high) break;
   }
 #endif
   for (; i < n; i++) {
     unsigned char ch = (unsigned char)v[i];
-    if (ch == '\r' || ch == '\n' || ch == '\0') return 0;
+    if ((ch < 0x20 && ch != '\t') || ch == 0x7f) return 0;
   }
   return 1;
 }
+
+/** The length of s[0..n) cut to at most max bytes, never inside a UTF-8
+ *  character (for "%.*s" and the like). */
+static inline int px_utf8_cut(const char *s, size_t n, size_t max) {
+  if (n > max)
+    for (n = max; n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80;) n--;
+  return (int)n;
+}
+
+/** What a Transfer-Encoding field value lists (px_te_scan). */
+typedef struct px_te {
+  unsigned chunked; /**< "chunked" seen so many times */
+  unsigned after;   /**< codings listed after a "chunked" */
+  unsigned other;   /**< codings other than chunked */
+  unsigned bad;     /**< empty or blank elements, bad characters, parameters */
+} px_te_t;
+
+/**
+ * Adds one Transfer-Encoding field line to *te (RFC 9112 section 6.1; a
+ * list may span several lines). The gateway understands exactly one
+ * coding list: "chunked", once, alone.
+ */
+void px_te_scan(px_te_t *te, const char *v, size_t n);
+
 static inline int px_str_eq(px_str_t a, const char *lit) {
   size_t n = strlen(lit);
   return a.len == n && memcmp(a.ptr, lit, n) == 0;

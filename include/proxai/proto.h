@@ -703,6 +703,14 @@ const char *px_lossy_annotations(const px_tr_ctx_t *ctx);
 int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t len,
                               int flags, char **out, size_t *out_len, px_lossy_t *lossy,
                               px_tr_err_t *err);
+/** The same bound for what an upstream answers (SPEC 10): whether the
+ *  document of JSON text p[0..n) (a whole answer, an error body, one SSE
+ *  event's data) fits the budget of its size, from one scan before any
+ *  parse. 0: it does not (or it is not one JSON object): not parsed. */
+int px_translate_answer_fits(const char *p, size_t n);
+/** SSE events up to this size are parsed without that scan: their document
+ *  is small whatever its shape. */
+#define PX_TR_EVENT_SCAN (16u << 10)
 /** Translate an upstream success body to the client protocol's body. */
 int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,
                           json_t **client_body, px_lossy_t *lossy,

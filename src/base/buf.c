@@ -4,6 +4,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <strings.h>
+
+#include "proxai/json.h"
 
 void px_buf_init(px_buf_t *b, size_t cap) {
   b->data = NULL;
@@ -69,13 +72,18 @@ int px_buf_i64(px_buf_t *b, long long v) {
 }
 
 /* Non-zero when one of the 8 bytes of v is '"', '\\' or below 0x20 (the
- * bytes JSON escapes); exact per word. */
+ * bytes JSON escapes) or above 0x7f (a UTF-8 sequence to check); the
+ * lowest flag is exact. */
 static inline uint64_t escapable8(uint64_t v) {
   const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
   uint64_t q = v ^ (ones * '"'), k = v ^ (ones * '\\');
-  return (((q - ones) & ~q) | ((k - ones) & ~k) | ((v - ones * 0x20) & ~v)) & high;
+  return (((q - ones) & ~q) | ((k - ones) & ~k) | ((v - ones * 0x20) & ~v) | v) & high;
 }
 
+/* The one writer of JSON string bodies: every JSON the gateway writes is
+ * valid UTF-8 (SPEC 10), so a byte that does not start a valid UTF-8
+ * sequence (an invalid one, or one cut short by a truncation) is written
+ * as U+FFFD. */
 int px_buf_json_escape(px_buf_t *b, const char *s, size_t n) {
   static const char hex[] = "0123456789abcdef";
   /* worst case 6 bytes per input byte */
@@ -113,6 +121,14 @@ int px_buf_json_escape(px_buf_t *b, const char *s, size_t n) {
         u[4] = hex[c >> 4]; u[5] = hex[c & 15];
         esc = u;
         elen = 6;
+      } else if (c >= 0x80) {
+        size_t l = px_utf8_seq((const unsigned char *)s + i, n - i);
+        if (l > 0) {
+          i += l - 1;
+          continue;
+        }
+        esc = "\xef\xbf\xbd";
+        elen = 3;
       }
     }
     if (esc == NULL) continue;
@@ -146,4 +162,32 @@ char *px_buf_steal(px_buf_t *b, size_t *len) {
   b->data = NULL;
   b->len = b->size = 0;
   return p;
+}
+
+void px_te_scan(px_te_t *te, const char *v, size_t n) {
+  const char *p = v, *e = v + n;
+  for (;;) {
+    while (p < e && (*p == ' ' || *p == '\t')) p++;
+    const char *s = p;
+    while (p < e && *p != ',') p++;
+    const char *t = p;
+    while (t > s && (t[-1] == ' ' || t[-1] == '\t')) t--;
+    size_t len = (size_t)(t - s);
+    int tok = len > 0;
+    /* a token (RFC 9110 5.6.2); "gzip;q=1" and the like are not understood */
+    for (size_t i = 0; tok && i < len; i++) {
+      unsigned char ch = (unsigned char)s[i];
+      tok = ch > 0x20 && ch < 0x7f && !strchr("\"(),/:;<=>?@[\\]{}", ch);
+    }
+    if (!tok)
+      te->bad++;
+    else if (len == 7 && strncasecmp(s, "chunked", 7) == 0)
+      te->chunked++;
+    else {
+      te->other++;
+      if (te->chunked) te->after++;
+    }
+    if (p >= e) break;
+    p++; /* the comma: an element follows, empty or not */
+  }
 }

@@ -23,6 +23,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "proxai/scrub.h"
+
 #define PX_CONF_MAX_FILE (1u << 20) /* bytes of configuration text */
 #define PX_CONF_MAX_LINE 16384      /* bytes per line */
 #define PX_CONF_MAX_LIST 1024       /* headers, fallbacks or models per section */
@@ -1574,6 +1576,44 @@ static int resolve(parse_t *p) {
 static char ini_comments[] = ";#";
 static char ini_inline[] = ";#";
 
+/* The configuration's secrets, for the scrubber (scrub.h): upstream keys,
+ * the credential of a configured upstream header (a name about auth, keys
+ * or tokens: its value, without a "Bearer " scheme), client key secrets,
+ * the admin token, the state backend's password. */
+static void add_secrets(const px_config_t *c) {
+  for (size_t i = 0; i < c->nupstreams; i++) {
+    const px_upstream_conf_t *u = &c->upstreams[i];
+    if (u->api_key) px_scrub_add(u->api_key, strlen(u->api_key));
+    for (size_t h = 0; h < u->nheaders; h++) {
+      const char *line = u->headers[h], *colon = strchr(line, ':');
+      if (colon == NULL) continue;
+      char name[64];
+      size_t nl = (size_t)(colon - line) < sizeof(name) - 1 ? (size_t)(colon - line)
+                                                            : sizeof(name) - 1;
+      for (size_t k = 0; k < nl; k++) name[k] = (char)(line[k] | 0x20);
+      name[nl] = 0;
+      if (!strstr(name, "auth") && !strstr(name, "key") && !strstr(name, "token") &&
+          !strstr(name, "secret"))
+        continue;
+      const char *v = colon + 1;
+      while (*v == ' ' || *v == '\t') v++;
+      if (strncasecmp(v, "bearer ", 7) == 0 || strncasecmp(v, "basic ", 6) == 0)
+        v = strchr(v, ' ') + 1;
+      px_scrub_add(v, strlen(v));
+    }
+  }
+  for (size_t i = 0; i < c->nkeys; i++)
+    if (c->keys[i].secret) px_scrub_add(c->keys[i].secret, strlen(c->keys[i].secret));
+  if (c->admin_token) px_scrub_add(c->admin_token, strlen(c->admin_token));
+  const char *r = c->state.redis, *at = r ? strrchr(r, '@') : NULL;
+  if (at != NULL) {
+    const char *u = strstr(r, "://");
+    u = u ? u + 3 : r;
+    const char *colon = memchr(u, ':', (size_t)(at - u));
+    if (colon) px_scrub_add(colon + 1, (size_t)(at - colon - 1));
+  }
+}
+
 static px_config_t *parse_text(const char *text, size_t len, const char *name, char *err,
                                size_t errlen) {
   parse_t p = {0};
@@ -1618,6 +1658,7 @@ static px_config_t *parse_text(const char *text, size_t len, const char *name, c
     config_free(p.c);
     return NULL;
   }
+  add_secrets(p.c);
   return p.c;
 }
 

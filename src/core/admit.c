@@ -144,7 +144,8 @@ static int hexval(char ch) {
 }
 
 /* A percent-decoded copy of a path segment; NULL when it decodes to a byte
- * no header value may hold (CR, LF, NUL): such a model is refused. */
+ * no header value may hold (a control character) or to invalid UTF-8 (it
+ * is written into JSON bodies and the access log): such a model is refused. */
 static char *url_decode(px_str_t s) {
   char *o = malloc(s.len + 1);
   if (o == NULL) return NULL;
@@ -159,7 +160,10 @@ static char *url_decode(px_str_t s) {
       o[k++] = s.ptr[i];
     }
   }
-  if (!px_header_value_ok(o, k)) {
+  int ok = px_header_value_ok(o, k);
+  for (size_t i = 0, l; ok && i < k; i += l)
+    ok = (l = px_utf8_seq((unsigned char *)o + i, k - i)) > 0;
+  if (!ok) {
     free(o);
     return NULL;
   }
@@ -338,7 +342,8 @@ static void after_admission(px_exch_t *x) {
       px_exch_error(x, PX_ERR_UNAVAILABLE, cfg->unconfigured_message, NULL);
     } else {
       char msg[300];
-      snprintf(msg, sizeof(msg), "no route for model '%.200s'", x->model);
+      snprintf(msg, sizeof(msg), "no route for model '%.*s'",
+               px_utf8_cut(x->model, strlen(x->model), 200), x->model);
       px_exch_error(x, PX_ERR_NOT_FOUND, msg, "model");
     }
     return;
@@ -399,7 +404,14 @@ static int read_request(px_exch_t *x, const px_inbound_t *in) {
   }
   if (in->model.len > 0) { /* the path names the model (and whether it streams) */
     x->model = x->model_buf = url_decode(in->model);
-    if (x->model == NULL) x->model = "\n"; /* CR, LF or NUL: refused below */
+    if (x->model == NULL) { /* a control character or invalid UTF-8 */
+      px_exch_error(
+          x, PX_ERR_INVALID,
+          "'model' in the path is not a valid model name: it decodes to a control "
+          "character or to invalid UTF-8",
+          "model");
+      return -1;
+    }
   } else {
     x->model = x->model_buf = px_json_req_model(bd, &x->jreq);
   }
@@ -423,8 +435,7 @@ static int read_request(px_exch_t *x, const px_inbound_t *in) {
   if (!px_header_value_ok(x->model, strlen(x->model))) {
     x->model = NULL; /* never logged either */
     px_exch_error(x, PX_ERR_INVALID,
-                  "'model' is not a valid model name: it contains a control character (CR, "
-                  "LF or NUL)",
+                  "'model' is not a valid model name: it contains a control character",
                   "model");
     return -1;
   }
@@ -446,7 +457,8 @@ static int authorize_key(px_exch_t *x, int presented) {
   }
   if (!px_key_allows(x->key, x->model)) {
     char msg[300];
-    snprintf(msg, sizeof(msg), "this key may not use model '%.200s'", x->model);
+    snprintf(msg, sizeof(msg), "this key may not use model '%.*s'",
+             px_utf8_cut(x->model, strlen(x->model), 200), x->model);
     px_exch_error(x, PX_ERR_PERMISSION, msg, "model");
     return -1;
   }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "proxai/json.h"
+#include "proxai/scrub.h"
 #include "proxai/usage.h"
 
 /* An error frame in data: a top-level "error" member that is not null. */
@@ -130,6 +131,7 @@ static int fail(px_passthru_t *pt, int rc) {
  * breaks the stream (none of its bytes are passed on). */
 int px_passthru_feed(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out) {
   if (pt->failed) return pt->failed;
+  size_t out0 = out->len;
   int per_event = pt->model != NULL || pt->strip_usage;
   size_t start = 0;    /* first byte of p not passed on yet */
   size_t ev_start = 0; /* where the current event began in p (raw: before) */
@@ -194,6 +196,10 @@ int px_passthru_feed(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out) 
   }
   if (rc == 0 && start < n) rc = px_buf_append(&pt->raw, p + start, n - start);
   if (rc == 0) rc = px_sse_feed(&pt->sse, p, n);
+  /* an upstream error event is passed on in the piece that completes it:
+   * from that piece on, what is passed on holds no configured secret (SPEC
+   * 10; the events of a stream without an error are never scanned) */
+  if (pt->upstream_error && out->len > out0) px_scrub(out->data + out0, out->len - out0);
   return rc < 0 ? fail(pt, rc) : 0;
 }
 

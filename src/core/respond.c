@@ -29,6 +29,7 @@
 #include "proxai/json.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
+#include "proxai/scrub.h"
 #include "stored.h"
 
 /* a pass-through JSON answer up to this size is held and sent with our own
@@ -137,10 +138,17 @@ static void send_truncated_error(px_exch_t *x) {
 }
 
 static void error_done(px_exch_t *x) {
+  /* whatever of it reaches the client holds no configured secret (SPEC 10) */
+  px_scrub(x->acc.data, x->acc.len);
   if (x->acc_trunc) {
     send_truncated_error(x);
     return;
   }
+  /* a large error body is read only when its document fits the memory
+   * bound of its size (SPEC 10); else it is no error body of any protocol */
+  if (x->acc.len > 4 * PX_TR_EVENT_SCAN &&
+      !px_translate_answer_fits(x->acc.data, x->acc.len))
+    x->acc.len = 0;
   px_upstream_err_t ue;
   const px_proto_ops_t *uops = px_proto_get(x->out);
   if (x->in == x->out && x->ep == PX_EP_GENERATE && uops->decode_error &&
@@ -281,6 +289,17 @@ static void tr_json_done(px_exch_t *x) {
     return;
   }
   px_buf_free(&fb);
+  /* the document is built only when it fits the memory bound of the
+   * answer's size (SPEC 10): a million small objects are a 502, not a
+   * hundred times their size in memory */
+  if (!px_translate_answer_fits(x->acc.data ? x->acc.data : "", x->acc.len)) {
+    x->error_type = "bad_gateway";
+    px_exch_error(x, PX_ERR_BAD_GATEWAY,
+                  "bad gateway: upstream returned invalid JSON, or JSON too complex to "
+                  "translate within the memory bound of its size",
+                  NULL);
+    return;
+  }
   json_error_t je;
   json_t *ub = px_jdoc_load(x->acc.data, x->acc.len, 0, &je);
   if (ub == NULL) {
@@ -317,7 +336,9 @@ static const px_mode_t mode_tr_json = {"tr_json", collect_head, data_collect, tr
 /* count: another protocol's token count, in the client's shape              */
 
 static void count_done(px_exch_t *x) {
-  json_t *ub = px_jdoc_load(x->acc.data, x->acc.len, 0, NULL);
+  json_t *ub = px_translate_answer_fits(x->acc.data ? x->acc.data : "", x->acc.len)
+                   ? px_jdoc_load(x->acc.data, x->acc.len, 0, NULL)
+                   : NULL;
   int64_t n = px_proto_get(x->out)->count_decode(ub);
   json_decref(ub);
   if (n < 0) {
@@ -465,10 +486,13 @@ static int unusable(px_exch_t *x, int status, const char *encoding, int sse) {
   else if (status == 204 || status == 205 || status == 206)
     snprintf(x->bad_msg, sizeof(x->bad_msg),
              "bad gateway: upstream '%s' answered HTTP %d without a body", x->up->name, status);
-  else if (status >= 200 && status < 300 && x->stream && !sse)
+  else if (status >= 200 && status < 300 && x->stream && !sse) {
+    const char *ct = x->content_type[0] ? x->content_type : "(none)";
     snprintf(x->bad_msg, sizeof(x->bad_msg),
-             "bad gateway: upstream '%s' answered a streaming request with Content-Type '%.60s'",
-             x->up->name, x->content_type[0] ? x->content_type : "(none)");
+             "bad gateway: upstream '%s' answered a streaming request with Content-Type "
+             "'%.*s'",
+             x->up->name, px_utf8_cut(ct, strlen(ct), 60), ct);
+  }
   return x->bad_msg[0] != 0;
 }
 

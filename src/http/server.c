@@ -127,6 +127,7 @@ static void req_reset(px_conn_t *c) {
   c->noffs = 0;
   c->last_was_value = 0;
   c->trailers = 0;
+  c->chunk_ext = 0;
   c->head_bytes = 0;
   c->err_status = 0;
   c->err_msg = NULL;
@@ -395,6 +396,64 @@ big:
   return parse_fail(c, 431, "request header fields too large");
 }
 
+/* RFC 9110 7.2 / RFC 3986 3.2.2: uri-host [ ":" port ], where uri-host is
+ * an IP-literal or a reg-name (unreserved, pct-encoded, sub-delims): no
+ * userinfo, path, space or control character. Empty is allowed. */
+static int host_ok(const char *v, size_t n) {
+  size_t i = 0;
+  if (n > 0 && v[0] == '[') {
+    for (i = 1; i < n && v[i] != ']'; i++)
+      if (!strchr("0123456789abcdefABCDEF:.vV-_~!$&'()*+,;=", v[i]) || v[i] == 0)
+        return 0;
+    if (i == n) return 0;
+    i++;
+  } else {
+    for (; i < n && v[i] != ':'; i++) {
+      unsigned char ch = (unsigned char)v[i];
+      if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+            (ch >= '0' && ch <= '9') || (ch != 0 && strchr("-._~%!$&'()*+,;=", ch))))
+        return 0;
+    }
+  }
+  if (i < n && v[i++] != ':') return 0;
+  for (; i < n; i++)
+    if (v[i] < '0' || v[i] > '9') return 0;
+  return 1;
+}
+
+/* The request rules of RFC 9112 on a parsed head: Host exactly once (HTTP/1.1)
+ * and valid (3.2); a Transfer-Encoding the gateway does not fully
+ * understand refused (6.1, 6.3): with HTTP/1.0, empty or blank, chunked not
+ * alone and last (400), an unknown coding (501). An error closes the
+ * connection (conn_error): nothing behind a refused framing is read as a
+ * request. */
+static int head_rules(px_conn_t *c, llhttp_t *p) {
+  const px_req_t *r = &c->req;
+  size_t hosts = 0, tes = 0;
+  px_te_t te = {0};
+  for (size_t i = 0; i < r->nhdrs; i++) {
+    px_str_t nm = r->hdrs[i].name, v = r->hdrs[i].value;
+    if (nm.len == 4 && strncasecmp(nm.ptr, "host", 4) == 0) {
+      hosts++;
+      if (!host_ok(v.ptr, v.len)) return parse_fail(c, 400, "invalid Host header");
+    } else if (nm.len == 17 && strncasecmp(nm.ptr, "transfer-encoding", 17) == 0) {
+      tes++;
+      px_te_scan(&te, v.ptr, v.len);
+    }
+  }
+  if (hosts > 1) return parse_fail(c, 400, "more than one Host header");
+  int http11 = p->http_major == 1 && p->http_minor >= 1;
+  if (hosts == 0 && http11) return parse_fail(c, 400, "missing Host header");
+  if (tes == 0) return 0;
+  if (!http11) return parse_fail(c, 400, "Transfer-Encoding in an HTTP/1.0 request");
+  if (te.bad || te.chunked != 1 || te.after)
+    return parse_fail(
+        c, 400, "invalid Transfer-Encoding: chunked must be its only and last coding");
+  if (te.other)
+    return parse_fail(c, 501, "Transfer-Encoding other than chunked is not implemented");
+  return 0;
+}
+
 static int on_headers_complete(llhttp_t *p) {
   px_conn_t *c = p->data;
   px_req_t *r = &c->req;
@@ -440,6 +499,12 @@ static int on_headers_complete(llhttp_t *p) {
     }
   }
   r->nhdrs = c->noffs;
+  if (head_rules(c, p) < 0) return -1;
+  /* RFC 9110 7.8: an Upgrade (h2c, websocket) is ignored, the request is
+   * answered in HTTP/1.1 and the connection goes on as HTTP/1.1; no CONNECT
+   * tunnel either (llhttp would otherwise stop reading at the end of the
+   * message) */
+  p->upgrade = 0;
   /* RFC 9110 6.5: trailer fields are not headers. llhttp reports them with
    * the same callbacks after this one; appending them to hbuf would move the
    * block r->hdrs points into. They are read, bounded and dropped. */
@@ -470,6 +535,22 @@ static int on_chunk_header(llhttp_t *p) {
   if (p->content_length > max || c->req.body.len > max - p->content_length)
     return parse_fail(c, 413, "request body too large");
   return 0;
+}
+
+/* Chunk extensions (RFC 9112 7.1.1) carry nothing the gateway reads: their
+ * bytes are counted, never kept, and bounded per request. */
+static int on_chunk_ext(llhttp_t *p, const char *at, size_t n) {
+  px_conn_t *c = p->data;
+  (void)at;
+  c->chunk_ext += n;
+  if (c->chunk_ext > PX_MAX_CHUNK_EXT)
+    return parse_fail(c, 400, "chunk extensions too long (limit 4096 bytes a request)");
+  return 0;
+}
+
+/* each extension counts, empty ones (";;;;") too */
+static int on_chunk_ext_done(llhttp_t *p) {
+  return on_chunk_ext(p, NULL, 1);
 }
 
 static int on_body(llhttp_t *p, const char *at, size_t n) {
@@ -773,6 +854,9 @@ static void parser_settings_init(void) {
   parser_settings.on_header_value = on_header_value;
   parser_settings.on_headers_complete = on_headers_complete;
   parser_settings.on_chunk_header = on_chunk_header;
+  parser_settings.on_chunk_extension_name = on_chunk_ext;
+  parser_settings.on_chunk_extension_value = on_chunk_ext;
+  parser_settings.on_chunk_extension_name_complete = on_chunk_ext_done;
   parser_settings.on_body = on_body;
   parser_settings.on_message_complete = on_message_complete;
   ready = 1;

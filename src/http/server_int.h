@@ -12,6 +12,7 @@
 
 #define PX_MAX_PIPELINED (1u << 20) /* unread input kept while busy */
 #define PX_MAX_URL 16384            /* request target -> 414 */
+#define PX_MAX_CHUNK_EXT 4096       /* chunk extension bytes in one request */
 #define PX_LINGER_MS 2000           /* lingering close: longest drain */
 #define PX_LINGER_MAX (8u << 20)    /* lingering close: most bytes drained */
 
@@ -62,6 +63,7 @@ struct px_conn {
   int last_was_value;
   int trailers;            /* the head is parsed: header callbacks now carry
                             * a chunked body's trailer fields, never stored */
+  size_t chunk_ext;        /* chunk extension bytes of this request */
   int head_scan;           /* HS_*: raw head bytes seen so far */
   size_t head_bytes;
   int err_status;          /* error found by a parser callback */

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "proxai/buf.h"
+#include "proxai/scrub.h"
 
 /** Longest error log line; longer messages are cut. */
 #define PX_MAX_LOG_LINE 2048
@@ -127,51 +128,11 @@ void px_log_set_format(px_log_format_t format) {
   g_format = format;
 }
 
-/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid:
- * a JSON line with raw invalid bytes is rejected by strict collectors. */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-  unsigned char c = s[0];
-  size_t len;
-  unsigned min;
-  unsigned cp;
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF)
-    len = 2, cp = c & 0x1F, min = 0x80;
-  else if (c >= 0xE0 && c <= 0xEF)
-    len = 3, cp = c & 0x0F, min = 0x800;
-  else if (c >= 0xF0 && c <= 0xF4)
-    len = 4, cp = c & 0x07, min = 0x10000;
-  else
-    return 0;
-  if (len > n) return 0;
-  for (size_t i = 1; i < len; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (s[i] & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return len;
-}
-
-/* s as a quoted JSON string, at most max bytes of it; invalid UTF-8 (and a
- * sequence cut at max) becomes U+FFFD. */
+/* s as a quoted JSON string, at most max bytes of it, never cut inside a
+ * character; invalid UTF-8 becomes U+FFFD (px_buf_json_escape): a JSON
+ * line with raw invalid bytes is rejected by strict collectors. */
 static int put_json_text(px_buf_t *b, const char *s, size_t n, size_t max) {
-  if (n > max) n = max;
-  const unsigned char *u = (const unsigned char *)s;
-  int rc = px_buf_append(b, "\"", 1);
-  size_t start = 0, i = 0;
-  while (rc == 0 && i < n) {
-    size_t k = utf8_seq(u + i, n - i);
-    if (k > 0) {
-      i += k;
-      continue;
-    }
-    rc = px_buf_json_escape(b, s + start, i - start);
-    if (rc == 0) rc = px_buf_puts(b, "\\ufffd");
-    start = ++i;
-  }
-  if (rc == 0) rc = px_buf_json_escape(b, s + start, n - start);
-  if (rc == 0) rc = px_buf_append(b, "\"", 1);
-  return rc;
+  return px_buf_json_str(b, s, (size_t)px_utf8_cut(s, n, max));
 }
 
 /* {"time","level","pid","request_id"?,"message","fields"?} and a newline. */
@@ -217,6 +178,7 @@ static void vlog(px_log_level_t level, const char *rid, const char *const *field
     size_t tn = fmt_time(ts, sizeof(ts));
     int m = vsnprintf(line, sizeof(line), fmt, ap);
     size_t mlen = m < 0 ? 0 : (size_t)m < sizeof(line) ? (size_t)m : sizeof(line) - 1;
+    px_scrub(line, mlen); /* no configured secret in a log line (SPEC 10) */
     px_buf_reset(&b);
     if (json_line(&b, ts, tn, li, rid, fields, line, mlen) < 0) {
       px_buf_reset(&b); /* too long with its fields: keep the message */
@@ -236,6 +198,7 @@ static void vlog(px_log_level_t level, const char *rid, const char *const *field
   }
   m = vsnprintf(line + n, sizeof(line) - n, fmt, ap);
   if (m > 0) n += (size_t)m < sizeof(line) - n ? (size_t)m : sizeof(line) - n - 1;
+  px_scrub(line + start, n - start); /* no configured secret in a log line (SPEC 10) */
   /* One entry is one line: control characters in the message would let a
    * peer-supplied string forge log lines. */
   for (size_t i = start; i < n; i++)

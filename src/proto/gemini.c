@@ -1047,9 +1047,15 @@ static int gem_count_encode(px_buf_t *out, int64_t n) {
 static void gem_count_request(json_t *body, const char *model) {
   json_t *inner = json_deep_copy(body);
   json_object_clear(body);
-  char m[320];
-  snprintf(m, sizeof(m), "models/%s", model ? model : "");
-  json_object_set_new(inner, "model", json_string(m));
+  /* the model of the URL, whole: any length (no fixed buffer) */
+  size_t ml = model ? strlen(model) : 0;
+  char *m = malloc(ml + 8);
+  if (m != NULL) {
+    memcpy(m, "models/", 7);
+    memcpy(m + 7, model ? model : "", ml + 1);
+    json_object_set_new(inner, "model", json_stringn(m, ml + 7));
+    free(m);
+  }
   json_object_set_new(body, "generateContentRequest", inner);
 }
 

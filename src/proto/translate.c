@@ -11,6 +11,7 @@
 #include "proxai/json.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
+#include "proxai/scrub.h"
 #include "proxai/sse.h"
 
 /* config names from the X-macro (a table entry may not be filled in yet) */
@@ -171,6 +172,13 @@ static int over_budget(void) { return mem.active && mem.exceeded; }
 static int budget_admits(const px_tr_ctx_t *ctx) {
   if ((long long)ctx->scan->cost * 3 > mem.limit) mem.exceeded = 1;
   return !mem.exceeded;
+}
+
+int px_translate_answer_fits(const char *p, size_t n) {
+  px_json_req_t scan;
+  if (px_json_request(p, n, &scan) < 0) return 0;
+  /* budget_admits' rule: three documents at once within the budget */
+  return (long long)scan.cost * 3 <= (long long)n * PX_TR_MEM_FACTOR + PX_TR_MEM_BASE;
 }
 
 /* The parse stage of a raw body under the budget: the body's scan (the
@@ -499,9 +507,12 @@ static int on_event(void *arg, const px_ev_t *ev) {
       return 0;
     }
     case PX_EV_ERROR: {
+      /* an upstream's text: cut at a character, no configured secret */
       char msg[1024];
-      snprintf(msg, sizeof(msg), "%.*s", (int)(ev->text.len < 1000 ? ev->text.len : 1000),
-               ev->text.ptr ? ev->text.ptr : "");
+      size_t n = ev->text.ptr ? (size_t)px_utf8_cut(ev->text.ptr, ev->text.len, 1000) : 0;
+      if (n) memcpy(msg, ev->text.ptr, n);
+      msg[n] = 0;
+      px_scrub(msg, n);
       return write_error(t, ev->errkind, msg);
     }
   }
@@ -512,6 +523,11 @@ static int on_event(void *arg, const px_ev_t *ev) {
 static int on_sse(void *arg, const px_sse_event_t *ev) {
   px_stream_tr_t *t = arg;
   if (t->done) return 0; /* trailing bytes after the terminal: ignored */
+  if (ev->data.len > PX_TR_EVENT_SCAN &&
+      !px_translate_answer_fits(ev->data.ptr, ev->data.len))
+    return write_error(t, PX_ERR_BAD_GATEWAY,
+                       "upstream stream event is not JSON or too complex to translate "
+                       "within the memory bound of its size");
   int rc = t->out->sdec_feed(t->dec, ev);
   if (rc < 0 && !t->done)
     return write_error(t, PX_ERR_BAD_GATEWAY, "upstream sent a malformed stream event");

@@ -98,6 +98,7 @@ int px_up_head_done(px_xfer_t *x) {
   size_t n = 0;
   px_str_t conn = PX_STR_NULL;
   bool clen = false, te = false;
+  px_te_t tes = {0};
   int64_t len = -1;
   const char *p = x->hbuf.data, *end = p + x->hbuf.len;
   while (p < end) {
@@ -125,7 +126,10 @@ int px_up_head_done(px_xfer_t *x) {
         }
         if (hv[n].value.len == 0) len = -1;
       }
-      if (NAME_IS(hv[n].name, "transfer-encoding")) te = true;
+      if (NAME_IS(hv[n].name, "transfer-encoding")) {
+        te = true;
+        px_te_scan(&tes, hv[n].value.ptr, hv[n].value.len);
+      }
       if (NAME_IS(hv[n].name, "connection")) conn = hv[n].value;
       n++;
     }
@@ -138,8 +142,15 @@ int px_up_head_done(px_xfer_t *x) {
     x->fail_res = PX_XFER_EPROTO;
     return 0;
   }
+  if (te && (tes.bad || tes.other || tes.chunked != 1)) {
+    /* a transfer coding the lanes do not decode (gzip, ...): its bytes are
+     * never handed up as the body (SPEC 10) */
+    x->fail = "upstream sent a Transfer-Encoding other than chunked";
+    x->fail_res = PX_XFER_EPROTO;
+    return 0;
+  }
   /* Keep only what may be handed up: no framing or hop-by-hop header, no
-   * value with a CR, LF or NUL, no "Content-Encoding: identity". */
+   * value breaking the header rule, no "Content-Encoding: identity". */
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
     if (hop_header(hv[i].name) || !px_header_value_ok(hv[i].value.ptr, hv[i].value.len) ||

@@ -24,6 +24,15 @@ const logDir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-hostile-up-'));
 const accessLog = path.join(logDir, 'access.log');
 process.on('exit', () => fs.rmSync(logDir, { recursive: true, force: true }));
 
+// upstream keys of the shapes providers issue (made up), echoed by the
+// fault upstream the way providers do in their authentication errors. (ug:
+// a path with '%' goes by curl, which does not read SSL_CERT_FILE: under
+// hostile_upstream_tls its CA is named.)
+const LEAK = {
+  chat: 'sk-proj-Q7mZr2xKp9LbV4nT8wYc3HdF6sJ1aE5uG0iXoRk2',
+  ant: 'sk-ant-api03-Vb8Nq2Lm5Xc7Zr1Tk4Yw9Pd3Hs6Jf0Ga-QwErTyUiOp',
+  gem: 'AIzaSyD3m0kEyF0rTh3Gat3waYqXwZ1234567890',
+};
 const px = await startProxai(`[server]
 listen = 127.0.0.1:{{PORT}}
 access_log = ${accessLog}
@@ -81,6 +90,34 @@ upstream = uc_retry
 
 [route org-*]
 upstream = uc_org
+
+[upstream uc_leak]
+protocol = openai_chat_completions
+base_url = ${up.url}/v1
+api_key = ${LEAK.chat}
+retries = 0
+
+[upstream ua_leak]
+protocol = anthropic_messages
+base_url = ${up.url}
+api_key = ${LEAK.ant}
+retries = 0
+
+[upstream ug]
+protocol = gemini_generate_content
+base_url = ${up.url}
+api_key = ${LEAK.gem}
+retries = 0
+${process.env.SSL_CERT_FILE ? `ca_file = ${process.env.SSL_CERT_FILE}` : ''}
+
+[route leak-*]
+upstream = uc_leak
+
+[route leakant-*]
+upstream = ua_leak
+
+[route gem-*]
+upstream = ug
 
 [key main]
 secret = sk-main
@@ -695,6 +732,221 @@ test('OpenAI-Organization / Project dropped when the upstream sets its own; head
 });
 
 // ---- the process ----------------------------------------------------------------
+
+// ---- configured secrets never reach a client (SPEC 10, issue 27) -----------------
+// Providers echo the key in authentication errors: OpenAI "Incorrect API key
+// provided: sk-proj-****...abcd" (a prefix and the last four), others the
+// whole key or an ellipsis. Whatever the direction, nothing of it is relayed.
+
+const ECHO = {
+  masked: (k) => `${k.slice(0, 8)}${'*'.repeat(k.length - 12)}${k.slice(-4)}`,
+  ellipsis: (k) => `${k.slice(0, 6)}...${k.slice(-4)}`,
+  tail: (k) => `****${k.slice(-4)}`,
+  whole: (k) => k,
+};
+/** Nothing recognisable of key in text (a client's bytes or a log). */
+function assertNoSecret(text, key, what = 'response') {
+  assert.ok(!text.includes(key), `${what} holds the whole key: ${text.slice(0, 400)}`);
+  assert.ok(!text.includes(key.slice(-4)), `${what} holds the key's last four: ${text.slice(0, 400)}`);
+  assert.ok(!text.includes(key.slice(0, 10)), `${what} holds the key's prefix: ${text.slice(0, 400)}`);
+}
+const openaiAuth = (shown) => JSON.stringify({ error: { message: `Incorrect API key provided: ${shown}. You can find your API key at https://platform.openai.com/account/api-keys.`, type: 'invalid_request_error', param: null, code: 'invalid_api_key' } });
+
+for (const [shape, echo] of Object.entries(ECHO)) {
+  for (const [kind, how] of [['chat', 'forwarded as is'], ['claude', 'translated'], ['resp', 'translated']]) {
+    test(`an OpenAI 401 echoing the upstream key (${shape}), ${how} to ${kind}: 401, the message kept, no part of the key`, async () => {
+      const r = await onePlusHealthy(kind, 'leak-a', http(401, JSON_CT, openaiAuth(echo(LEAK.chat))));
+      assert.equal(r.status, 401, r.text);
+      assertNoSecret(r.text, LEAK.chat);
+      assert.match(r.json.error.message, /^Incorrect API key provided: \*+\. You can find your API key/);
+    });
+  }
+}
+
+test('an Anthropic error echoing the key, to an Anthropic client (as is) and a Chat client (translated)', async () => {
+  const body = JSON.stringify({ type: 'error', error: { type: 'authentication_error', message: `invalid x-api-key ${LEAK.ant}` } });
+  for (const kind of ['claude', 'chat']) {
+    const r = await onePlusHealthy(kind, 'leakant-a', http(401, JSON_CT, body));
+    assert.equal(r.status, 401, r.text);
+    assertNoSecret(r.text, LEAK.ant);
+    assert.match(r.json.error.message, /^invalid x-api-key \*+$/);
+  }
+});
+
+test('a Gemini error echoing the key (ellipsis), to a Chat client: no part of it', async () => {
+  const body = JSON.stringify({ error: { code: 400, message: `API key not valid: ${ECHO.ellipsis(LEAK.gem)}. Please pass a valid API key.`, status: 'INVALID_ARGUMENT' } });
+  const r = await onePlusHealthy('chat', 'gem-a', http(400, JSON_CT, body));
+  assert.equal(r.status, 400, r.text);
+  assertNoSecret(r.text, LEAK.gem);
+  assert.equal(up.requests[0].headers['x-goog-api-key'], LEAK.gem, 'the key still goes upstream');
+});
+
+test('a client key secret in an upstream error body is scrubbed too', async () => {
+  const r = await onePlusHealthy('chat', 'chat-a', http(403, JSON_CT, JSON.stringify({ error: { message: 'key sk-metered is not allowed', type: 'permission_error', param: null, code: null } })));
+  assert.equal(r.status, 403);
+  assert.ok(!r.text.includes('sk-metered'), r.text);
+});
+
+test('an error body over the cap echoing the key: truncated message, no part of the key', async () => {
+  const body = JSON.stringify({ error: { message: `Incorrect API key provided: ${ECHO.masked(LEAK.chat)}. ${'x'.repeat(1100 * 1024)}`, type: 'invalid_request_error' } });
+  const r = await onePlusHealthy('chat', 'leak-a', http(401, JSON_CT, body));
+  assert.equal(r.status, 401);
+  assertNoSecret(r.text, LEAK.chat);
+});
+
+const chatErrEvent = (shown) => ({ data: { error: { message: `Incorrect API key provided: ${shown}.`, type: 'invalid_request_error', code: 'invalid_api_key' } } });
+for (const [kind, how] of [['chat', 'pass-through'], ['claude', 'translated'], ['resp', 'translated']]) {
+  test(`a Chat stream error event echoing the key, ${how} to ${kind}: the error event, no part of the key`, async () => {
+    const evs = [{ data: chatChunk({ role: 'assistant', content: 'Hi' }) }, chatErrEvent(ECHO.masked(LEAK.chat))];
+    const r = await onePlusHealthy(kind, 'leak-a', http(200, SSE_CT, sse(evs)), { stream: true });
+    assertStreamError(r, kind);
+    assertNoSecret(r.text, LEAK.chat);
+  });
+}
+
+for (const kind of ['claude', 'chat']) {
+  test(`an Anthropic stream error event with the whole key, to ${kind}: no part of it`, async () => {
+    const evs = [claudeStart, { event: 'error', data: { type: 'error', error: { type: 'authentication_error', message: `invalid x-api-key ${LEAK.ant}` } } }];
+    const r = await onePlusHealthy(kind, 'leakant-a', http(200, SSE_CT, sse(evs)), { stream: true });
+    assertStreamError(r, kind);
+    assertNoSecret(r.text, LEAK.ant);
+  });
+}
+
+// ---- one header-value rule (RFC 9110 5.5: no control character) -------------------
+
+test('upstream x-ratelimit-* / anthropic-ratelimit-* values with ESC or BEL are dropped, clean ones kept', async () => {
+  const body = chatJson('ctl');
+  const r = await onePlusHealthy('chat', 'chat-a', Buffer.from(`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Ratelimit-Remaining-Requests: 5\x1b[31m\r\n` +
+    `X-Ratelimit-Limit-Tokens: 9\x07\r\nanthropic-ratelimit-requests-limit: 1\x7f\r\nX-Ratelimit-Limit-Requests: 10\r\nretry-after: 1\x01\r\nContent-Length: ${body.length}\r\n\r\n${body}`, 'latin1'));
+  if (r.status !== 200) { // the built-in lane's parser refuses the head: also fine
+    badGateway(r, 'chat');
+    return;
+  }
+  assert.equal(r.text, body);
+  for (const h of ['x-ratelimit-remaining-requests', 'x-ratelimit-limit-tokens', 'anthropic-ratelimit-requests-limit', 'retry-after'])
+    assert.ok(!(h in r.headers), `${h} passed back: ${r.head}`);
+  assert.equal(r.headers['x-ratelimit-limit-requests'], '10');
+  assert.ok(!/[\x00-\x08\x0a-\x1f\x7f]/.test(r.head.replaceAll('\r\n', '')), 'no control character in the head');
+});
+
+for (const [what, model] of [['ESC', 'chat-a\u001b[31m'], ['BEL', 'chat-a\u0007'], ['DEL', 'chat-a\u007f'], ['a vertical tab', 'chat\u000ba']]) {
+  test(`a model with ${what} never reaches x-proxai-upstream: 400 naming model, nothing sent upstream`, async () => {
+    const r = await onePlusHealthy('chat', model, healthy('chat'), { follow: false });
+    assertError(r, 'chat', 400, 'invalid_request_error', /model/);
+    assert.equal(r.json.error.param, 'model');
+    assert.equal(up.requests.length, 0);
+    assert.ok(!('x-proxai-upstream' in r.headers));
+  });
+}
+
+// ---- transfer codings the lanes do not decode (SPEC 10) -------------------------
+
+for (const te of ['gzip, chunked', 'gzip', 'chunked, chunked', '']) {
+  for (const [kind, model] of [['chat', 'chat-a'], ['claude', 'chat-a']]) {
+    test(`upstream Transfer-Encoding "${te}" (gzip body) to ${kind}: 502 in shape, never the coded bytes`, async () => {
+      const z = zlib.gzipSync(chatJson('zipped'));
+      const wire = te.includes('chunked') ? chunked(z) : z;
+      const r = await onePlusHealthy(kind, model, http(200, { ...JSON_CT, 'Transfer-Encoding': te }, wire, { length: false }));
+      badGateway(r, kind);
+      assert.ok(!r.text.includes('\x1f'), 'no gzip byte');
+    });
+  }
+}
+
+test('Content-Encoding: gzip on a chunked answer, translated: 502 in shape', async () => {
+  const r = await onePlusHealthy('claude', 'chat-a', http(200, { ...JSON_CT, 'Transfer-Encoding': 'chunked', 'Content-Encoding': 'gzip' }, chunked(zlib.gzipSync(chatJson('z'))), { length: false }));
+  badGateway(r, 'claude', /Content-Encoding/);
+});
+
+// ---- memory on upstream answers (SPEC 10: a small multiple of its size) ------------
+
+const hwm = () => Number(/VmHWM:\s+(\d+)/.exec(fs.readFileSync(`/proc/${px.pid}/status`, 'utf8'))[1]) * 1024;
+const rss = () => Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${px.pid}/status`, 'utf8'))[1]) * 1024;
+const SANITIZED = !!process.env.PROXAI_SANITIZED;
+
+test('a translated 8 MB answer of a million small objects: bounded memory (502 in shape, or the answer)', async () => {
+  const objs = '{},'.repeat(1 << 20).slice(0, -1) + '';
+  const body = chatJson('many').replace('"choices":', `"x":[${objs.slice(0, (8 << 20) - 400)}{}],"choices":`);
+  const before = Math.max(hwm(), rss());
+  const r = await onePlusHealthy('claude', 'chat-a', http(200, JSON_CT, body));
+  if (r.status !== 200) badGateway(r, 'claude');
+  const grew = hwm() - before;
+  if (!SANITIZED) assert.ok(grew < 64 << 20, `peak RSS grew by ${grew >> 20} MB for an 8 MB answer`);
+}, { timeout: 120000 });
+
+test('a translated stream with a 3.9 MB event of small objects: bounded memory, the stream ends in error', async () => {
+  const objs = '[1],'.repeat(1000000).slice(0, -1);
+  const big = JSON.stringify(chatChunk({ content: 'x' })).replace('"choices":', `"x":[${objs}],"choices":`);
+  const evs = [{ data: chatChunk({ role: 'assistant', content: 'Hi' }) }, { data: big }, { data: chatChunk({}, 'stop') }, { data: '[DONE]' }];
+  const before = Math.max(hwm(), rss());
+  const r = await onePlusHealthy('claude', 'chat-a', http(200, SSE_CT, sse(evs)), { stream: true });
+  assertStreamError(r, 'claude');
+  const grew = hwm() - before;
+  if (!SANITIZED) assert.ok(grew < 64 << 20, `peak RSS grew by ${grew >> 20} MB for a 3.9 MB event`);
+}, { timeout: 120000 });
+
+// ---- valid UTF-8 in every JSON the gateway writes; Gemini's path model ---------------
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+test('a Gemini path model of invalid UTF-8 (%FF): 400 in the Gemini shape, valid UTF-8 everywhere', async () => {
+  up.reset();
+  const id = nextId();
+  const body = { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] };
+  const { responses } = await exchange(px.port, [post('/v1beta/models/gem-%FF%FE:generateContent', body, { ...KEY, 'x-request-id': id }, { close: true })]);
+  const r = responses[0];
+  assert.equal(r.status, 400, r.text);
+  assert.equal(r.json.error.status, 'INVALID_ARGUMENT');
+  assert.match(r.json.error.message, /model/);
+  assert.equal(up.requests.length, 0);
+  utf8.decode(r.body);
+  await waitRecord(id);
+  utf8.decode(fs.readFileSync(accessLog));
+});
+
+test('a Gemini path model with %C3%A9 (valid UTF-8) is served, percent-encoded upstream', async () => {
+  const gemJson = JSON.stringify({ candidates: [{ content: { role: 'model', parts: [{ text: 'fine' }] }, finishReason: 'STOP', index: 0 }], usageMetadata: { promptTokenCount: 1, candidatesTokenCount: 1, totalTokenCount: 2 }, modelVersion: 'up' });
+  up.reset();
+  up.script(http(200, JSON_CT, gemJson));
+  const id = nextId();
+  const { responses } = await exchange(px.port, [post('/v1beta/models/gem-%C3%A9:generateContent', { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }, { ...KEY, 'x-request-id': id }, { close: true })]);
+  assert.equal(responses[0].status, 200, responses[0].text);
+  assert.equal(up.requests[0].path, '/v1beta/models/gem-%C3%A9:generateContent');
+});
+
+test('an error message with a long multibyte model is cut at a character, valid UTF-8 (body and access log)', async () => {
+  const model = `nowhere-${'é'.repeat(150)}`;
+  const r = await onePlusHealthy('chat', model, healthy('chat'), { follow: false });
+  assert.equal(r.status, 404, r.text);
+  const msg = JSON.parse(utf8.decode(r.body)).error.message;
+  assert.ok(!msg.includes('\ufffd'), `cut inside a character: ${msg}`);
+  assert.match(msg, /^no route for model 'nowhere-é+'$/);
+  await waitRecord(r.id);
+  utf8.decode(fs.readFileSync(accessLog));
+});
+
+test('Gemini countTokens with a long model: the URL model and generateContentRequest.model agree', async () => {
+  for (const model of [`gem-${'m'.repeat(400)}`, `gem-${'é'.repeat(200)}`]) {
+    up.reset();
+    up.script(http(200, JSON_CT, '{"totalTokens":7}'));
+    const body = { model, messages: [{ role: 'user', content: 'hi' }] };
+    const { responses } = await exchange(px.port, [post('/v1/messages/count_tokens', body, { ...KEY, ...AV }, { close: true })]);
+    assert.equal(responses[0].status, 200, responses[0].text);
+    assert.equal(responses[0].json.input_tokens, 7);
+    const req = up.requests[0];
+    const m = /^\/v1beta\/models\/(.+):countTokens$/.exec(req.path);
+    assert.ok(m, req.path);
+    assert.equal(decodeURIComponent(m[1]), model);
+    assert.equal(req.json.generateContentRequest.model, `models/${model}`);
+  }
+});
+
+test('no configured secret in the gateway\'s log lines', async () => {
+  const { stderr } = px.logs();
+  for (const k of Object.values(LEAK)) assertNoSecret(stderr, k, 'stderr');
+  assertNoSecret(fs.readFileSync(accessLog, 'latin1'), LEAK.chat, 'access log');
+});
 
 test('the gateway still serves, with its descriptors back to the baseline', async () => {
   const r = await onePlusHealthy('claude', 'claude-a', healthy('claude'));

@@ -379,7 +379,7 @@ for (const [client, upstream] of S.PAIRS) {
   });
 
   for (const [status, cls, msg] of [
-    [401, 'AuthenticationError', 'Incorrect API key provided: up-***'],
+    [401, 'AuthenticationError', 'Invalid authentication credentials'],
     [429, 'RateLimitError', 'Rate limit reached for requests, slow down'],
     [500, 'InternalServerError', 'The server had an error processing your request'],
   ]) {

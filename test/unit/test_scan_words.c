@@ -70,7 +70,8 @@ static void test_string_offsets(void) {
   CHECK(px_json_string((const unsigned char *)bad, strlen(bad), 0, &end, &esc) == -1);
 }
 
-/* byte-at-a-time reference of the JSON escaper */
+/* byte-at-a-time reference of the JSON escaper (what it writes is valid
+ * UTF-8: a byte that starts no valid sequence is U+FFFD) */
 static void ref_escape(px_buf_t *b, const unsigned char *s, size_t n) {
   for (size_t i = 0; i < n; i++) {
     char t[8];
@@ -85,6 +86,12 @@ static void ref_escape(px_buf_t *b, const unsigned char *s, size_t n) {
     else if (c < 0x20) {
       snprintf(t, sizeof(t), "\\u%04x", c);
       px_buf_puts(b, t);
+    } else if (c >= 0x80) {
+      size_t l = px_utf8_seq(s + i, n - i);
+      if (l == 0)
+        px_buf_puts(b, "\xef\xbf\xbd");
+      else
+        px_buf_append(b, &s[i], l), i += l - 1;
     } else {
       px_buf_append(b, &s[i], 1);
     }
