@@ -409,3 +409,61 @@ void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *
   if (px_usage_scan(p, body, len, u)) return; /* the usual case: one walk */
   px_usage_read(&px_proto_get(p)->watch, body, len, NULL, u); /* a prefix */
 }
+
+/* The string value at path in p[0..n) copied into dst (cut to fit, its
+ * escapes as written); 0 when there is none. */
+static int copy_str(const char *p, size_t n, const char *const *path, size_t depth,
+                    char *dst, size_t cap) {
+  size_t s, l;
+  if (px_json_find(p, n, path, depth, &s, &l) != PX_JSON_FOUND || l < 2 || p[s] != '"')
+    return 0;
+  l -= 2;
+  if (l >= cap) l = cap - 1;
+  while (l > 0 && p[s + l] == '\\') l--; /* never half an escape */
+  memcpy(dst, p + s + 1, l);
+  dst[l] = 0;
+  return 1;
+}
+
+void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
+                    px_answer_t *a) {
+  const char *path[2];
+  size_t d = 0, s, l;
+  if (outer) path[d++] = outer;
+  if (!a->id[0]) {
+    path[d] = w->answer_id ? w->answer_id : "id";
+    copy_str(p, n, path, d + 1, a->id, sizeof(a->id));
+  }
+  if (!a->model[0]) {
+    path[d] = w->body_model ? w->body_model : "model";
+    copy_str(p, n, path, d + 1, a->model, sizeof(a->model));
+  }
+  if (!w->finish_key) return;
+  if (!w->finish_list) {
+    path[d] = w->finish_key;
+    copy_str(p, n, path, d + 1, a->finish, sizeof(a->finish));
+    return;
+  }
+  /* the first element of the list: its object, read on its own */
+  path[d] = w->finish_list;
+  if (px_json_find(p, n, path, d + 1, &s, &l) != PX_JSON_FOUND || p[s] != '[') return;
+  size_t i = skip_ws(p, s + 1, s + l);
+  if (i < s + l && p[i] == '{')
+    copy_str(p + i, s + l - i, &w->finish_key, 1, a->finish, sizeof(a->finish));
+}
+
+void px_answer_event(const px_wire_watch_t *w, px_str_t event, const char *p, size_t n,
+                     px_answer_t *a) {
+  if (n == 0 || p[0] != '{') return; /* [DONE] and the like */
+  for (size_t k = 0; k < 3 && w->terminal_events[k]; k++)
+    if (px_str_eq(event, w->terminal_events[k])) {
+      px_answer_read(w, p, n, w->terminal_outer, a);
+      return;
+    }
+  if (w->start_event && px_str_eq(event, w->start_event))
+    px_answer_read(w, p, n, w->start_outer, a);
+  else if (w->delta_event && px_str_eq(event, w->delta_event))
+    px_answer_read(w, p, n, w->delta_outer, a);
+  else if (!w->start_event && !w->terminal_events[0])
+    px_answer_read(w, p, n, NULL, a); /* every data chunk says it all */
+}
