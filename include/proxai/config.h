@@ -159,12 +159,20 @@ typedef struct px_trace_conf {
   char **headers; /**< "Name: value" lines sent with each export */
   size_t nheaders;
 } px_trace_conf_t;
+/** [responses]: Responses the gateway stores for upstreams that cannot
+ *  (SPEC section 14). */
+typedef struct px_responses_conf {
+  int store;         /**< store = on (default) | off */
+  uint64_t ttl_ms;   /**< kept this long from creation; default 30d */
+  uint64_t max_size; /**< bytes of all stored responses; default 1g */
+} px_responses_conf_t;
 
 typedef struct px_config {
   int refs;
   char *path;               /**< file it came from; NULL for the default */
   px_server_conf_t server;
   px_state_conf_t state;
+  px_responses_conf_t responses;
   px_trace_conf_t trace;
   px_upstream_conf_t *upstreams;
   size_t nupstreams;

@@ -139,6 +139,11 @@ typedef struct px_tr_ctx {
                                   buffer's bytes to the client and empties
                                   it. NULL: out grows until the call returns */
   void *flush_arg;           /**< the flush callback's argument */
+  const char *resp_id;       /**< the gateway keeps this response (SPEC 14):
+                                  the id the client gets; NULL: the id
+                                  made from the upstream's */
+  const char *prev_id;       /**< the previous response id as sent, echoed in
+                                  the response (with resp_id) */
   int reference;             /**< the jansson codecs only, no fast path (the
                                   tests' and fuzzers' oracle) */
 } px_tr_ctx_t;
@@ -458,6 +463,50 @@ typedef struct px_lossy_names {
 } px_lossy_names_t;
 
 /* ------------------------------------------------------------------------ */
+/* Stored responses (SPEC section 14)                                         */
+
+/** The limits of a stored response id the gateway accepts. */
+#define PX_STORED_ID_MAX 128
+
+/** One stored turn: the request's own input items and the response object
+ *  the client received (JSON texts). */
+typedef struct px_stored_turn {
+  px_str_t input;
+  px_str_t response;
+} px_stored_turn_t;
+
+/** What a protocol whose clients name responses kept on the server
+ *  (PX_CAP_STORED_RESPONSES) gives the core, so that the gateway keeps them
+ *  for an upstream that cannot. Text in, text out; no I/O. */
+typedef struct px_store_ops {
+  /** A resource path of stored responses ({id} or {id}/input_items, with or
+   *  without /v1): 1 with the id (still as sent) and *items set. */
+  int (*match)(const char *path, size_t len, px_str_t *id, int *items);
+  /** The request's previous response id (unescaped into prev, "" when
+   *  absent or null) and its store flag (1 unless `store` is false). <0 when
+   *  the id is not a string of at most PX_STORED_ID_MAX id characters. */
+  int (*fields)(const char *body, size_t len, char *prev, size_t cap, int *store);
+  /** The request's own input items as a JSON array text, each with an id
+   *  (the client's, else made from the response id resp_id). */
+  int (*input_items)(const char *body, size_t len, const char *resp_id, px_buf_t *out);
+  /** The body sent on for a request continuing n stored turns (oldest
+   *  first): the turns' input items and response outputs, then its own
+   *  input, its previous response id null. PX_ETOOBIG past out's cap. */
+  int (*expand)(const char *body, size_t len, const px_stored_turn_t *turns, size_t n,
+                px_buf_t *out);
+  /** The last event of an encoded client stream (out, len): 1 when it is
+   *  the terminal event of a response to keep, with its offset and its
+   *  response object's span; 0 when it is not. */
+  int (*final_event)(const char *out, size_t len, size_t *at, px_str_t *response);
+  /** A page of input items (SPEC 14: after, limit, order) of a stored
+   *  turn's input; <0 with a message in err when a parameter is invalid. */
+  int (*list_items)(px_str_t items, const char *query, size_t qlen, px_buf_t *out,
+                    char *err, size_t errcap);
+  /** The answer to a deletion. */
+  int (*deleted)(px_buf_t *out, const char *id);
+} px_store_ops_t;
+
+/* ------------------------------------------------------------------------ */
 /* The protocol table                                                         */
 
 struct px_fast_ops;
@@ -591,6 +640,9 @@ typedef struct px_proto_ops {
   /** The fast codec of non-streaming bodies (include/proxai/fastir.h);
    *  NULL: always the jansson codecs above. */
   const struct px_fast_ops *fast;
+  /** Stored responses kept by the gateway for this protocol's clients;
+   *  NULL: its clients cannot name a stored response. */
+  const px_store_ops_t *store;
 } px_proto_ops_t;
 
 /** The table entry of a protocol. */

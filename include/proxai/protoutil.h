@@ -221,6 +221,8 @@ long px_gemini_sdec_fast(px_sdec_t *d, int on);
 
 /* Responses ids and objects (responses.c), shared with responses_stream.c */
 void px_responses_resp_id(const char *id, char *out, size_t n);
+/** The Responses side of stored responses (responses_store.c). */
+extern const px_store_ops_t px_responses_store;
 void px_responses_msg_id(const char *id, int nth, char *out, size_t n);
 void px_responses_fc_id(const char *resp_id, const char *call_id, int oi, char *out,
                         size_t n);

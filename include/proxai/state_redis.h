@@ -51,5 +51,14 @@ const char *px_redis_prefix(void);
  *  returned is logged (it lapses by itself). */
 void px_redis_release(const px_state_conf_t *sc, const px_inflight_rec_t *recs, size_t n,
                       const char *owner);
+/** A reply to px_redis_command: NULL when the connection was lost. */
+struct redisReply;
+typedef void (*px_redis_reply_fn)(void *arg, struct redisReply *reply);
+/** One command (argv) on the worker's connection (stored responses,
+ *  rstore.c); cb is called once with the reply, NULL when the connection is
+ *  lost or unanswered (the watchdog). <0 when there is no connection (cb is
+ *  not called). */
+int px_redis_command(int argc, const char **argv, const size_t *argvlen,
+                     px_redis_reply_fn cb, void *arg);
 
 #endif

@@ -41,12 +41,13 @@ typedef enum sec_kind {
   SEC_TEAM,
   SEC_PRICE,
   SEC_ADMIN,
-  SEC_TRACE
+  SEC_TRACE,
+  SEC_RESPONSES
 } sec_kind_t;
 
 static const char *const sec_names[] = {"",      "",      "server", "upstream",
                                         "route", "key",   "state",  "team",
-                                        "price", "admin", "trace"};
+                                        "price", "admin", "trace",  "responses"};
 
 /* `NAME[/MODEL]` as written, resolved to a px_target_t after parsing. */
 typedef struct target_ref {
@@ -104,7 +105,7 @@ struct parse {
   /* section lines, for duplicate messages and post-parse checks */
   int server_line;
   int *up_line, *route_line, *key_line, *team_line, *price_line;
-  int state_line, admin_line, trace_line;
+  int state_line, admin_line, trace_line, responses_line;
   route_refs_t *refs; /* parallel to c->routes */
 };
 
@@ -216,6 +217,10 @@ int px_parse_duration_ms(const char *s, uint64_t *out) {
     mul = 1;
   else if (strcmp(u, "m") == 0)
     mul = 60000;
+  else if (strcmp(u, "h") == 0)
+    mul = 3600000;
+  else if (strcmp(u, "d") == 0)
+    mul = 86400000;
   else
     return -1;
   if (v > UINT64_MAX / mul) return -1;
@@ -843,6 +848,7 @@ static int set_route_models(parse_t *p, const directive_t *d, void *obj, char *v
 #define RT(f) offsetof(px_route_conf_t, f)
 #define KEY(f) offsetof(px_key_conf_t, f)
 #define ST(f) offsetof(px_state_conf_t, f)
+#define RS(f) offsetof(px_responses_conf_t, f)
 #define TEAM(f) offsetof(px_team_conf_t, f)
 #define PRICE(f) offsetof(px_price_conf_t, f)
 #define TR(f) offsetof(px_trace_conf_t, f)
@@ -918,6 +924,10 @@ static const directive_t directives[] = {
     {SEC_TRACE, "endpoint", set_trace_endpoint, 0, 0, 0, D_REQUIRED},
     {SEC_TRACE, "sample", set_ratio, TR(sample), 0, 0, 0},
     {SEC_TRACE, "header", set_trace_header, 0, 0, 0, D_REPEATABLE},
+
+    {SEC_RESPONSES, "store", set_bool, RS(store), 0, 0, 0},
+    {SEC_RESPONSES, "ttl", set_duration, RS(ttl_ms), 0, 0, 0},
+    {SEC_RESPONSES, "max_size", set_size, RS(max_size), 1, 0, 0},
 };
 #define NDIR (sizeof directives / sizeof directives[0])
 _Static_assert(NDIR <= NDIRECTIVES, "seen[] too small");
@@ -998,6 +1008,9 @@ static px_config_t *config_new(void) {
   c->state.prefix = strdup("proxai:");
   c->state.timeout_ms = 250;
   c->trace.sample = 1.0;
+  c->responses.store = 1;
+  c->responses.ttl_ms = 30ull * 24 * 3600 * 1000;
+  c->responses.max_size = 1ull << 30;
   if (s->listen == NULL || s->access_log == NULL || c->state.prefix == NULL) {
     config_free(c);
     return NULL;
@@ -1110,14 +1123,14 @@ static int begin_section(parse_t *p, const char *title, size_t tlen) {
   while (rlen > 0 && is_space(*rest)) rest++, rlen--;
 
   sec_kind_t kind = SEC_BAD;
-  for (int k = SEC_SERVER; k <= SEC_TRACE; k++)
+  for (int k = SEC_SERVER; k <= SEC_RESPONSES; k++)
     if (strlen(sec_names[k]) == klen && strncmp(title, sec_names[k], klen) == 0)
       kind = (sec_kind_t)k;
   if (kind == SEC_BAD)
     return fail(p, p->line,
                 "unknown section [%.*s] (expected [server], [upstream NAME], "
                 "[route PATTERN], [key NAME], [team NAME], [price PATTERN], [state], "
-                "[admin] or [trace])",
+                "[admin], [trace] or [responses])",
                 (int)tlen, title);
 
   char *arg = dup_range(rest, rlen);
@@ -1146,10 +1159,12 @@ static int begin_section(parse_t *p, const char *title, size_t tlen) {
       break;
     case SEC_STATE:
     case SEC_ADMIN:
-    case SEC_TRACE: {
+    case SEC_TRACE:
+    case SEC_RESPONSES: {
       int *at = kind == SEC_STATE   ? &p->state_line
                 : kind == SEC_ADMIN ? &p->admin_line
-                                    : &p->trace_line;
+                : kind == SEC_TRACE ? &p->trace_line
+                                    : &p->responses_line;
       if (rlen != 0) {
         ok = fail(p, p->line, "[%s] takes no name", sec_names[kind]);
       } else if (*at != 0) {
@@ -1378,6 +1393,9 @@ static int on_pair(void *user, const char *section, const char *name, const char
       break;
     case SEC_STATE:
       obj = &p->c->state;
+      break;
+    case SEC_RESPONSES:
+      obj = &p->c->responses;
       break;
     case SEC_TEAM:
       obj = &p->c->teams[p->idx];
@@ -1903,6 +1921,9 @@ void px_config_print(const px_config_t *c, FILE *out) {
   if (c->trace.endpoint) /* header values are never printed (they hold keys) */
     fprintf(out, "trace\n  endpoint: %s\n  sample: %g\n  headers: %zu\n",
             c->trace.endpoint, c->trace.sample, c->trace.nheaders);
+  fprintf(out, "responses\n  store: %s\n", c->responses.store ? "on" : "off");
+  print_ms(out, "ttl", c->responses.ttl_ms);
+  fprintf(out, "  max_size: %llu\n", (unsigned long long)c->responses.max_size);
   for (size_t i = 0; i < c->nupstreams; i++) {
     const px_upstream_conf_t *u = &c->upstreams[i];
     const char *pname = "?";

@@ -22,6 +22,7 @@
 #include "proxai/metrics.h"
 #include "proxai/money.h"
 #include "proxai/state_redis.h"
+#include "stored.h"
 
 static void simple_json(px_conn_t *c, int status, const char *body) {
   px_resp_simple(c, status, "application/json", body, strlen(body), NULL, 0);
@@ -340,6 +341,7 @@ static void after_admission(px_exch_t *x) {
     }
     return;
   }
+  if (px_stored_admit(x) != 0) return; /* the chain of previous_response_id */
   px_exch_attempt(x);
 }
 
@@ -713,6 +715,18 @@ void px_proxy_request(px_worker_t *w, px_conn_t *c, px_req_t *r) {
                         "no client keys are configured: there is no key to report on");
     if (get_key(w, c, r, px_proto_default(), &k, &owned) < 0) return;
     return serve_usage(w, c, r, k, owned);
+  }
+  /* stored responses by id (a POST there is another endpoint's, or none) */
+  for (int p = 0; p < PX_PROTO_COUNT && r->method != HTTP_POST; p++) {
+    const px_proto_ops_t *ops = px_proto_get((px_proto_t)p);
+    px_str_t id;
+    int items;
+    if (ops->store == NULL || !ops->store->match(path, r->path_len, &id, &items))
+      continue;
+    if (get_key(w, c, r, ops, &k, &owned) < 0) return;
+    px_stored_serve(w, c, r, ops, k, id, items);
+    px_keys_free(owned);
+    return;
   }
   px_inbound_t in;
   if (!px_proto_match(path, r->url.len, &in))

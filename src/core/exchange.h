@@ -42,6 +42,7 @@
 #define PX_MAX_STREAM_OUT (4 * PX_MAX_STREAM_ACCUM + (1u << 20))
 
 typedef struct px_exch px_exch_t;
+typedef struct px_stored_x px_stored_x_t;
 
 /* A handle on an exchange, for a callback that may run after the exchange
  * ended: px_exch_get() gives the exchange while it lives, else NULL. Passed
@@ -99,6 +100,7 @@ struct px_exch {
                             (px_usd_str prints it); -1: no [price] for the
                             upstream model */
   struct px_inflight_rec *rl_rec; /* the reservation, for the master if we die */
+  px_stored_x_t *rs;              /* stored responses (stored.c); NULL: none */
   int metric_status;     /* status for /metrics when a started response failed */
   int attempt_open;      /* a 2xx attempt, counted in /metrics when it ends */
   const px_route_conf_t *route;

@@ -16,6 +16,8 @@
  *        -> JSON, other protocol ................ tr_json: collect, translate
  *        -> JSON, other protocol, count_tokens .. count: collect, re-encode
  */
+#include "respond.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +28,7 @@
 #include "proxai/json.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
-#include "respond.h"
+#include "stored.h"
 
 /* a pass-through JSON answer up to this size is held and sent with our own
  * Content-Length once complete; a larger one goes on chunked as it arrives */
@@ -265,6 +267,7 @@ static const px_mode_t mode_pass_rewrite = {"pass_rewrite", collect_head, data_c
 /* The translated body, answered and the exchange finished. */
 static void tr_json_answer(px_exch_t *x, const char *p, size_t n) {
   px_exch_trace_answer(x, x->acc.data, x->acc.len, p, n);
+  if (px_stored_json(x, p, n)) return; /* answered once the turn is kept */
   if (px_exch_respond(x, 200, "application/json", 0, (int64_t)n) == 0) px_exch_write(x, p, n);
   px_exch_finalize(x);
 }
@@ -421,6 +424,7 @@ static int tr_stream_head(px_exch_t *x) {
 static int tr_stream_data(px_exch_t *x, const char *p, size_t n) {
   if (paused_by_client(x)) return PX_XFER_PAUSE;
   int rc = px_stream_tr_feed(x->str, p, n);
+  px_stored_stream(x); /* the terminal event waits for the turn's write */
   px_exch_flush(x);
   if (rc < 0) {
     x->error_type = "upstream_protocol";
@@ -435,6 +439,7 @@ static void tr_stream_done(px_exch_t *x) {
     x->error_type = "truncated_stream";
     x->metric_status = 502;
   }
+  px_stored_stream(x);
   px_exch_flush(x);
   px_exch_finalize(x);
 }

@@ -7,6 +7,8 @@
  *   px_upreq_build -> tr_ctx_init -> body: pass_body | translate_body
  *                  -> build_url -> build_upstream_headers
  */
+#include "upreq.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +16,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include "upreq.h"
+#include "stored.h"
 
 static int value_ok(const char *v) { return px_header_value_ok(v, strlen(v)); }
 
@@ -248,6 +250,7 @@ static void tr_ctx_init(px_exch_t *x) {
   ctx->created = (int64_t)time(NULL);
   ctx->max_accum = PX_MAX_STREAM_ACCUM;
   ctx->scan = &x->jreq; /* admit.c scanned the body once */
+  px_stored_ctx(x, ctx);
 }
 
 /* Another protocol's upstream body: the translation of the client's. */

@@ -723,8 +723,9 @@ static int dec_stateful(const char *key, json_t *v, px_tr_err_t *err) {
   if (strcmp(key, "previous_response_id") == 0) {
     if (!json_is_null(v))
       return px_tr_fail(err, "previous_response_id",
-                        "previous_response_id needs an openai_responses "
-                        "upstream; send the full conversation in input");
+                        "previous_response_id needs an openai_responses upstream or "
+                        "[responses] store = on (it is off); send the full "
+                        "conversation in input");
   } else if (strcmp(key, "conversation") == 0) {
     if (!json_is_null(v))
       return px_tr_fail(err, "conversation",
@@ -748,7 +749,7 @@ static int dec_stateful(const char *key, json_t *v, px_tr_err_t *err) {
  * px_ir_fit_request): 0, or 1 when key is none of them. */
 static int dec_dropped(dec_t *d, const char *key, json_t *v) {
   if (strcmp(key, "store") == 0) {
-    if (json_is_true(v)) px_lossy_add(d->lossy, "store");
+    if (json_is_true(v) && d->ctx->resp_id == NULL) px_lossy_add(d->lossy, "store");
   } else if (strcmp(key, "include") == 0) {
     if (json_array_size(v) > 0) px_lossy_add(d->lossy, "include");
   } else if (strcmp(key, "truncation") == 0) {
@@ -1446,6 +1447,9 @@ json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id, int64_t
       ctx->client_model ? ctx->client_model : "", "output", "parallel_tool_calls", 1,
       "previous_response_id", "temperature", "tool_choice", "auto", "tools", "top_p");
   if (o == NULL) return NULL;
+  if (ctx->prev_id != NULL && ctx->prev_id[0])
+    json_object_set_new(o, "previous_response_id", json_string(ctx->prev_id));
+  if (ctx->resp_id != NULL) json_object_set_new(o, "store", json_true());
   json_object_set_new(o, "metadata", json_object());
   if (incomplete_reason != NULL)
     json_object_set_new(o, "incomplete_details",
@@ -1458,7 +1462,10 @@ static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
   (void)err;
   const char *uid = px_jstr(ir, "id");
   char rid[160], mid[160], iid[200];
-  px_responses_resp_id(uid, rid, sizeof(rid));
+  if (ctx->resp_id != NULL)
+    snprintf(rid, sizeof(rid), "%s", ctx->resp_id);
+  else
+    px_responses_resp_id(uid, rid, sizeof(rid));
   json_t *content = json_object_get(ir, "content");
   px_stop_t stop = px_stop_parse(px_jstr(ir, "stop_reason"));
   if (stop == PX_STOP_NONE) stop = PX_STOP_END_TURN;
@@ -1670,6 +1677,7 @@ const px_proto_ops_t px_proto_responses = {
     .error_type = px_errkind_openai,
     .encode_models = px_openai_models,
     .rtoks = {{"encrypted_content", "pxo1:enc:"}},
+    .store = &px_responses_store,
     .caps = PX_CAP_CUSTOM_TOOLS | PX_CAP_PROMPT_CACHE_KEY | PX_CAP_VERBOSITY |
             PX_CAP_FILE_ID | PX_CAP_ANY_TOOL_ARGS | PX_CAP_REASONING_TOKENS |
             PX_CAP_STORED_RESPONSES,

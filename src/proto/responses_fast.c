@@ -576,7 +576,10 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   const char *reason = NULL;
   const char *status = px_stop_to_responses(stop, 0, &reason);
   int rc = px_fb_lit(b, "{\"id\":\"");
-  if (rc == 0) rc = put_prefixed(b, "resp_", uid);
+  if (rc == 0 && ctx->resp_id != NULL) /* ids of kept responses are plain */
+    rc = px_fb_lit(b, ctx->resp_id);
+  else if (rc == 0)
+    rc = put_prefixed(b, "resp_", uid);
   if (rc == 0) rc = px_fb_lit(b, "\",\"object\":\"response\",\"created_at\":");
   if (rc == 0) rc = px_fb_i64(b, ir->has_created ? ir->created : ctx->created);
   if (rc == 0) rc = px_fb_lit(b, ",\"status\":\"");
@@ -646,9 +649,20 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   }
   if (rc == 0 && in_msg) rc = px_fb_lit(b, "]}");
   if (rc == 0)
-    rc = px_fb_lit(b, "],\"parallel_tool_calls\":true,\"previous_response_id\":null,"
-                      "\"temperature\":null,\"tool_choice\":\"auto\",\"tools\":[],"
-                      "\"top_p\":null,\"metadata\":{}");
+    rc = px_fb_lit(b, "],\"parallel_tool_calls\":true,\"previous_response_id\":");
+  if (rc == 0 && ctx->prev_id != NULL &&
+      ctx->prev_id[0]) { /* plain: checked at admission */
+    rc = px_fb_lit(b, "\"");
+    if (rc == 0) rc = px_fb_lit(b, ctx->prev_id);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  } else if (rc == 0) {
+    rc = px_fb_lit(b, "null");
+  }
+  if (rc == 0 && ctx->resp_id != NULL) rc = px_fb_lit(b, ",\"store\":true");
+  if (rc == 0)
+    rc = px_fb_lit(b,
+                   ",\"temperature\":null,\"tool_choice\":\"auto\",\"tools\":[],"
+                   "\"top_p\":null,\"metadata\":{}");
   if (rc == 0 && ir->has_usage) {
     int64_t in = ir->in < 0 ? 0 : ir->in, out = ir->out < 0 ? 0 : ir->out;
     int64_t cr = ir->cache_read < 0 ? 0 : ir->cache_read;

@@ -1225,7 +1225,10 @@ static int e_start(px_senc_t *e, const px_ev_t *ev) {
   if (n) memcpy(idb, ev->id.ptr, n);
   idb[n] = 0;
   snprintf(e->up_id, sizeof(e->up_id), "%s", idb);
-  px_responses_resp_id(idb, e->resp_id, sizeof(e->resp_id));
+  if (e->ctx.resp_id != NULL)
+    snprintf(e->resp_id, sizeof(e->resp_id), "%s", e->ctx.resp_id);
+  else
+    px_responses_resp_id(idb, e->resp_id, sizeof(e->resp_id));
   if (ev->usage.input_tokens >= 0) e->usage.input_tokens = ev->usage.input_tokens;
   if (ev->usage.cache_read_tokens >= 0)
     e->usage.cache_read_tokens = ev->usage.cache_read_tokens;

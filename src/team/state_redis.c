@@ -1198,3 +1198,34 @@ int px_redis_usage_sync(const px_key_conf_t *k, int64_t now_s, px_budget_state_t
   freeReplyObject(r);
   return ok ? 0 : -1;
 }
+
+/* ---- commands of other modules (stored responses) ---------------------- */
+
+typedef struct cmd_wait {
+  cmd_t c; /* in the list of unanswered commands: the same deadline */
+  px_redis_reply_fn cb;
+  void *arg;
+} cmd_wait_t;
+
+static void on_command_reply(redisAsyncContext *ac, void *r, void *priv) {
+  (void)ac;
+  cmd_wait_t *w = priv;
+  unlink_cmd(&w->c);
+  w->cb(w->arg, r); /* NULL: the connection went (handled there) */
+  free(w);
+}
+
+int px_redis_command(int argc, const char **argv, const size_t *argvlen,
+                     px_redis_reply_fn cb, void *arg) {
+  if (!g.ac || g.down) return -1;
+  cmd_wait_t *w = calloc(1, sizeof(*w));
+  if (w == NULL) return -1;
+  w->cb = cb;
+  w->arg = arg;
+  if (redisAsyncCommandArgv(g.ac, on_command_reply, w, argc, argv, argvlen) != REDIS_OK) {
+    free(w);
+    return -1;
+  }
+  link_cmd(&w->c);
+  return 0;
+}

@@ -60,7 +60,9 @@ static void test_units(void) {
   CHECK(px_parse_duration_ms("0", &v) == 0 && v == 0);
   CHECK(px_parse_duration_ms("", &v) == -1);
   CHECK(px_parse_duration_ms("s", &v) == -1);
-  CHECK(px_parse_duration_ms("5h", &v) == -1);
+  CHECK(px_parse_duration_ms("5h", &v) == 0 && v == 18000000);
+  CHECK(px_parse_duration_ms("30d", &v) == 0 && v == 2592000000ull);
+  CHECK(px_parse_duration_ms("5d ", &v) == -1);
   CHECK(px_parse_duration_ms("-5s", &v) == -1);
   CHECK(px_parse_duration_ms("1.5s", &v) == -1);
   CHECK(px_parse_duration_ms("5 s", &v) == -1);
@@ -311,6 +313,37 @@ out:
   px_config_unref(c);
 }
 
+/* [responses] (SPEC 14): defaults, values, errors */
+static void test_responses(void) {
+  const char *base =
+      "[upstream a]\nprotocol = anthropic_messages\nbase_url = http://x\n"
+      "[route *]\nupstream = a\n";
+  char text[1024];
+  px_config_t *c = PARSE_OK(base);
+  if (c) {
+    CHECK(c->responses.store == 1);
+    CHECK(c->responses.ttl_ms == 30ull * 86400 * 1000);
+    CHECK(c->responses.max_size == 1ull << 30);
+    px_config_unref(c);
+  }
+  snprintf(text, sizeof text, "%s[responses]\nstore = off\nttl = 12h\nmax_size = 64m\n",
+           base);
+  c = PARSE_OK(text);
+  if (c) {
+    CHECK(c->responses.store == 0);
+    CHECK(c->responses.ttl_ms == 12ull * 3600 * 1000);
+    CHECK(c->responses.max_size == 64ull << 20);
+    px_config_unref(c);
+  }
+  snprintf(text, sizeof text, "[responses]\nttl = forever\n%s", base);
+  EXPECT_ERR(text,
+             "t.conf:2: invalid duration 'forever' for 'ttl' (examples: 150ms, 5s, 2m)");
+  snprintf(text, sizeof text, "[responses]\n[responses]\n%s", base);
+  EXPECT_ERR(text, "t.conf:2: duplicate section [responses] (first at line 1)");
+  snprintf(text, sizeof text, "[responses x]\n%s", base);
+  EXPECT_ERR(text, "t.conf:1: [responses] takes no name");
+}
+
 static void test_defaults_in_file(void) {
   px_config_t *c = PARSE_OK("");
   if (c != NULL) {
@@ -385,13 +418,13 @@ static void test_errors(void) {
   EXPECT_ERR("[server]\nlisten = 1.2.3.4:5\n[servre]\nx = 1\n",
              "t.conf:3: unknown section [servre] (expected [server], [upstream NAME], "
              "[route PATTERN], [key NAME], [team NAME], [price PATTERN], [state], "
-             "[admin] or [trace])");
+             "[admin], [trace] or [responses])");
   /* a section without keys is still checked */
   EXPECT_ERR(
       "[bogus thing]\n",
       "t.conf:1: unknown section [bogus thing] (expected [server], [upstream NAME], "
-      "[route PATTERN], [key NAME], [team NAME], [price PATTERN], [state], [admin] or "
-      "[trace])");
+      "[route PATTERN], [key NAME], [team NAME], [price PATTERN], [state], [admin], "
+      "[trace] or [responses])");
   EXPECT_ERR("listen = 1.2.3.4:5\n", "t.conf:1: key 'listen' outside of any section");
   EXPECT_ERR("[server]\n; c\nlisten = 1.2.3.4:5\nlisten = 1.2.3.4:6\n",
              "t.conf:4: duplicate key 'listen' in [server] (first at line 3)");
@@ -727,7 +760,7 @@ static void test_embedded_default(void) {
         err,
         "proxai.conf:4: unknown section [servr] (expected [server], [upstream "
         "NAME], [route PATTERN], [key NAME], [team NAME], [price PATTERN], [state], "
-        "[admin] or [trace])");
+        "[admin], [trace] or [responses])");
     /* a file that routes nothing (empty, truncated) is refused */
     f = fopen("proxai.conf", "w");
     fputs("[server]\nlisten = 127.0.0.1:9191\n", f);
@@ -841,6 +874,7 @@ static void test_trace(void) {
 }
 
 int main(void) {
+  test_responses();
   test_units();
   test_trace();
   test_glob();
