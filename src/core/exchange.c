@@ -204,12 +204,20 @@ static void trace_begin(px_exch_t *x) {
   x->ans_cl = x->ans_up;
 }
 
+/* A pass-through answer as the client got it: the upstream's, its model
+ * written back when the route rewrites it */
+static void answer_passed(px_exch_t *x) {
+  x->ans_cl = x->ans_up;
+  if (x->up_model && x->model && strcmp(x->up_model, x->model) != 0)
+    px_copy_cut(x->ans_cl.model, sizeof(x->ans_cl.model), px_str(x->model), PX_STR(""));
+}
+
 void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, const char *cl,
                           size_t cn) {
   if (!x->tr.sampled) return;
   px_answer_read(&px_proto_get(x->out)->watch, up ? up : "", un, NULL, &x->ans_up);
   if (cl == NULL)
-    x->ans_cl = x->ans_up;
+    answer_passed(x);
   else
     px_answer_read(&px_exch_client_ops(x)->watch, cl, cn, NULL, &x->ans_cl);
 }
@@ -331,13 +339,7 @@ void px_exch_trace_attempt(px_exch_t *x) {
 
 static void trace_end(px_exch_t *x, uint64_t end) {
   if (x->tr_start) emit_attempt(x, 1);
-  if (x->pt_init) { /* a pass-through stream: what the upstream sent, its model
-                     * written back */
-    x->ans_cl = x->ans_up;
-    if (x->pt.model)
-      px_copy_cut(x->ans_cl.model, sizeof(x->ans_cl.model), px_str(x->pt.model),
-                  PX_STR(""));
-  }
+  if (x->pt_init) answer_passed(x); /* a pass-through stream */
   const px_proto_ops_t *ops = px_exch_client_ops(x);
   /* an answered error in the client protocol's words (a forwarded or
    * translated upstream error by its status); a failure after the answer

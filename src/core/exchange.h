@@ -170,7 +170,8 @@ struct px_exch {
 };
 
 /* The answer's id, model and finish reason for the spans, read from the
- * upstream's body and the body the client got (NULL: the same bytes); only
+ * upstream's body and the body the client got (NULL: the same bytes, the
+ * model written back when the route rewrites it); only
  * for a sampled request. */
 void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, const char *cl,
                           size_t cn);

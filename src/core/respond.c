@@ -251,7 +251,7 @@ static void pass_rewrite_done(px_exch_t *x) {
   px_buf_init(&b, PX_MAX_UPSTREAM_JSON + 4096);
   px_json_replace_str(&b, x->acc.data, x->acc.len, top, 1, x->model);
   px_usage_from_body(x->out, b.data, b.len, &x->usage);
-  px_exch_trace_answer(x, x->acc.data, x->acc.len, b.data, b.len);
+  px_exch_trace_answer(x, x->acc.data, x->acc.len, NULL, 0); /* its model written back */
   if (px_exch_respond(x, x->up_status, up_ctype(x), 0, (int64_t)b.len) == 0)
     px_exch_write(x, b.data, b.len);
   px_buf_free(&b);

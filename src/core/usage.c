@@ -410,16 +410,14 @@ void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *
   px_usage_read(&px_proto_get(p)->watch, body, len, NULL, u); /* a prefix */
 }
 
-/* The string value at path in p[0..n) copied into dst (cut to fit, its
- * escapes as written); 0 when there is none. */
-static int copy_str(const char *p, size_t n, const char *const *path, size_t depth,
-                    char *dst, size_t cap) {
-  size_t s, l;
-  if (px_json_find(p, n, path, depth, &s, &l) != PX_JSON_FOUND || l < 2 || p[s] != '"')
-    return 0;
+/* The string token p[s..s+l) (quotes included) copied into dst without
+ * its quotes, cut to fit (its escapes as written, never half of one); 0
+ * when it is not a string. */
+static int copy_str(const char *p, size_t s, size_t l, char *dst, size_t cap) {
+  if (s == END || l < 2 || p[s] != '"') return 0;
   l -= 2;
   if (l >= cap) l = cap - 1;
-  while (l > 0 && p[s + l] == '\\') l--; /* never half an escape */
+  while (l > 0 && p[s + l] == '\\') l--;
   memcpy(dst, p + s + 1, l);
   dst[l] = 0;
   return 1;
@@ -427,29 +425,38 @@ static int copy_str(const char *p, size_t n, const char *const *path, size_t dep
 
 void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
                     px_answer_t *a) {
-  const char *path[2];
-  size_t d = 0, s, l;
-  if (outer) path[d++] = outer;
-  if (!a->id[0]) {
-    path[d] = w->answer_id ? w->answer_id : "id";
-    copy_str(p, n, path, d + 1, a->id, sizeof(a->id));
+  size_t i = skip_ws(p, 0, n), s, l;
+  if (outer) { /* the object the answer sits in */
+    if (px_json_find(p, n, &outer, 1, &s, &l) != PX_JSON_FOUND) return;
+    i = s;
   }
-  if (!a->model[0]) {
-    path[d] = w->body_model ? w->body_model : "model";
-    copy_str(p, n, path, d + 1, a->model, sizeof(a->model));
-  }
-  if (!w->finish_key) return;
+  /* one walk of its members: the id, the model, the finish reason (or the
+   * list whose first element holds it) */
+  enum { ID, MODEL, FIN };
+  px_json_pick_t pk = {.n = 0};
+  px_json_pick_add(&pk, w->answer_id ? w->answer_id : "id");
+  px_json_pick_add(&pk, w->body_model ? w->body_model : "model");
+  px_json_pick_add(&pk, w->finish_list ? w->finish_list : w->finish_key ? w->finish_key : "");
+  if (a->id[0]) pk.nlen[ID] = (size_t)-1; /* kept: not looked for */
+  if (a->model[0]) pk.nlen[MODEL] = (size_t)-1;
+  if (!w->finish_key) pk.nlen[FIN] = (size_t)-1;
+  if (px_json_pick(p, n, i, &pk) == END) return;
+  copy_str(p, pk.at[ID], pk.len[ID], a->id, sizeof(a->id));
+  copy_str(p, pk.at[MODEL], pk.len[MODEL], a->model, sizeof(a->model));
+  if (pk.at[FIN] == END) return;
+  s = pk.at[FIN];
+  l = pk.len[FIN];
   if (!w->finish_list) {
-    path[d] = w->finish_key;
-    copy_str(p, n, path, d + 1, a->finish, sizeof(a->finish));
+    copy_str(p, s, l, a->finish, sizeof(a->finish));
     return;
   }
-  /* the first element of the list: its object, read on its own */
-  path[d] = w->finish_list;
-  if (px_json_find(p, n, path, d + 1, &s, &l) != PX_JSON_FOUND || p[s] != '[') return;
-  size_t i = skip_ws(p, s + 1, s + l);
-  if (i < s + l && p[i] == '{')
-    copy_str(p + i, s + l - i, &w->finish_key, 1, a->finish, sizeof(a->finish));
+  /* the first element of the list, its finish reason member */
+  if (p[s] != '[') return;
+  px_json_pick_t fk = {.n = 0};
+  px_json_pick_add(&fk, w->finish_key);
+  size_t e = skip_ws(p, s + 1, s + l);
+  if (e < s + l && px_json_pick(p, s + l, e, &fk) != END)
+    copy_str(p, fk.at[0], fk.len[0], a->finish, sizeof(a->finish));
 }
 
 void px_answer_event(const px_wire_watch_t *w, px_str_t event, const char *p, size_t n,
