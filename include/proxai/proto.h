@@ -406,8 +406,9 @@ typedef struct px_wire_watch {
   const char *body_model;         /**< the model's member in a response body;
                                        NULL: "model" */
   const char *answer_id;          /**< the answer's id member; NULL: "id" */
-  const char *finish_list;        /**< the array whose first element holds the
-                                       finish reason ("choices"); NULL: none */
+  const char *finish_list;        /**< the array whose elements hold the finish
+                                       reason ("choices"): read back from the
+                                       end; NULL: a member of the answer */
   const char *finish_key;         /**< the finish reason's member */
   const char *delta_outer;        /**< delta_event: the object holding it */
 } px_wire_watch_t;

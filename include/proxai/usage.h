@@ -28,7 +28,8 @@ void px_usage_read(const px_wire_watch_t *w, const char *p, size_t n, const char
                    px_usage_t *u);
 
 /** What an answer says of itself, for traces (SPEC 15): its id, its model
- *  and its (first choice's) finish reason, as the protocol spells them;
+ *  and its finish reason (of its last choice: the one there usually is),
+ *  as the protocol spells them;
  *  "" when not seen. Values are cut to fit. */
 typedef struct px_answer {
   char id[96];

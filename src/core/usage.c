@@ -423,40 +423,57 @@ static int copy_str(const char *p, size_t s, size_t l, char *dst, size_t cap) {
   return 1;
 }
 
-void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
-                    px_answer_t *a) {
-  size_t i = skip_ws(p, 0, n), s, l;
-  if (outer) { /* the object the answer sits in */
-    if (px_json_find(p, n, &outer, 1, &s, &l) != PX_JSON_FOUND) return;
-    i = s;
-  }
-  /* one walk of its members: the id, the model, the finish reason (or the
-   * list whose first element holds it) */
-  enum { ID, MODEL, FIN };
-  px_json_pick_t pk = {.n = 0};
-  px_json_pick_add(&pk, w->answer_id ? w->answer_id : "id");
-  px_json_pick_add(&pk, w->body_model ? w->body_model : "model");
-  px_json_pick_add(&pk, w->finish_list ? w->finish_list : w->finish_key ? w->finish_key : "");
-  if (a->id[0]) pk.nlen[ID] = (size_t)-1; /* kept: not looked for */
-  if (a->model[0]) pk.nlen[MODEL] = (size_t)-1;
-  if (!w->finish_key) pk.nlen[FIN] = (size_t)-1;
-  if (px_json_pick(p, n, i, &pk) == END) return;
-  copy_str(p, pk.at[ID], pk.len[ID], a->id, sizeof(a->id));
-  copy_str(p, pk.at[MODEL], pk.len[MODEL], a->model, sizeof(a->model));
-  if (pk.at[FIN] == END) return;
-  s = pk.at[FIN];
-  l = pk.len[FIN];
-  if (!w->finish_list) {
-    copy_str(p, s, l, a->finish, sizeof(a->finish));
+/* The value of the last member named `name` in p[0..n), at any depth,
+ * found walking back from the end: a quoted name no backslash escapes,
+ * followed by ':' (inside a string its quotes would be escaped). For a
+ * finish reason that sits in the list before the usage, the bytes after it
+ * are read, not the answer's content. *s = END when there is none. */
+static void last_member(const char *p, size_t n, const char *name, size_t *s, size_t *l) {
+  size_t nl = strlen(name), j = n;
+  *s = END;
+  while (j > nl + 1) {
+    const char *q = memrchr(p, '"', j);
+    if (q == NULL) return;
+    j = (size_t)(q - p); /* the closing quote of a name? */
+    if (j < nl + 1 || p[j - nl - 1] != '"' || memcmp(p + j - nl, name, nl) != 0 ||
+        (j >= nl + 2 && p[j - nl - 2] == '\\'))
+      continue;
+    size_t c = skip_ws(p, j + 1, n);
+    if (c >= n || p[c] != ':') continue;
+    size_t v = skip_ws(p, c + 1, n), e = v;
+    if (v >= n || p[v] != '"') return; /* null: no finish reason (yet) */
+    for (e = v + 1; e < n && p[e] != '"'; e++)
+      if (p[e] == '\\') e++;
+    if (e < n) *s = v, *l = e + 1 - v;
     return;
   }
-  /* the first element of the list, its finish reason member */
-  if (p[s] != '[') return;
-  px_json_pick_t fk = {.n = 0};
-  px_json_pick_add(&fk, w->finish_key);
-  size_t e = skip_ws(p, s + 1, s + l);
-  if (e < s + l && px_json_pick(p, s + l, e, &fk) != END)
-    copy_str(p, fk.at[0], fk.len[0], a->finish, sizeof(a->finish));
+}
+
+void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
+                    px_answer_t *a) {
+  const char *path[2];
+  size_t d = 0, s, l;
+  if (outer) path[d++] = outer;
+  /* the id and the model lead the answer in every protocol but Gemini's:
+   * the finder stops at them */
+  if (!a->id[0]) {
+    path[d] = w->answer_id ? w->answer_id : "id";
+    if (px_json_find(p, n, path, d + 1, &s, &l) == PX_JSON_FOUND)
+      copy_str(p, s, l, a->id, sizeof(a->id));
+  }
+  if (!a->model[0]) {
+    path[d] = w->body_model ? w->body_model : "model";
+    if (px_json_find(p, n, path, d + 1, &s, &l) == PX_JSON_FOUND)
+      copy_str(p, s, l, a->model, sizeof(a->model));
+  }
+  if (!w->finish_key) return;
+  if (w->finish_list) { /* in the list's elements, which only the usage follows */
+    last_member(p, n, w->finish_key, &s, &l);
+  } else {
+    path[d] = w->finish_key;
+    if (px_json_find(p, n, path, d + 1, &s, &l) != PX_JSON_FOUND) return;
+  }
+  copy_str(p, s, l, a->finish, sizeof(a->finish));
 }
 
 void px_answer_event(const px_wire_watch_t *w, px_str_t event, const char *p, size_t n,
