@@ -1,5 +1,6 @@
-/* fuzz_translate_fast.c - the fast path of non-streaming translation
- * (src/proto/translate_fast.c) against the jansson path, the arbiter.
+/* fuzz_translate_fast.c - the fast path of translation (requests streaming
+ * or not, non-streaming answers; src/proto/translate_fast.c) against the
+ * jansson path, the arbiter.
  *
  * Input: byte 0 picks the pair among the four protocols, Gemini included
  * (in = (b & 15) >> 2, out = b & 3: the PX_PROTO_ values), bit 4

@@ -1,4 +1,5 @@
-/* xlate_diff.h - the differential check of non-streaming translation
+/* xlate_diff.h - the differential check of request and non-streaming
+ * response translation
  * shared by fuzz_translate_fast.c and fuzz_gemini_fast.c: the fast path
  * (src/proto/translate_fast.c) against the jansson path, the arbiter. Wherever
  * the fast path takes a body, the jansson path must succeed too, with a
@@ -40,9 +41,7 @@ static inline void check_json(const char *what, const px_tr_ctx_t *c, const char
   json_decref(b);
 }
 
-static inline void request(const px_tr_ctx_t *c, const char *body, size_t len) {
-  px_json_req_t scan;
-  if (px_json_request(body, len, &scan) < 0) return;
+static inline void request_one(const px_tr_ctx_t *c, const char *body, size_t len) {
   unsigned long before, after;
   px_translate_fast_counts(&before, NULL);
   char *fo = NULL, *so = NULL;
@@ -66,6 +65,20 @@ static inline void request(const px_tr_ctx_t *c, const char *body, size_t len) {
   }
   free(fo);
   free(so);
+}
+
+/* as the gateway sets the context: the request streams as the body's
+ * `stream` says, or, where the path names the model and the method (Gemini),
+ * either way */
+static inline void request(const px_tr_ctx_t *c, const char *body, size_t len) {
+  px_json_req_t scan;
+  if (px_json_request(body, len, &scan) < 0) return;
+  px_tr_ctx_t s = *c;
+  for (int st = 0; st < 2; st++) {
+    if (!px_proto_get(c->in)->model_in_path && st != scan.stream) continue;
+    s.stream = st;
+    request_one(&s, body, len);
+  }
 }
 
 static inline void response(const px_tr_ctx_t *c, const char *body, size_t len) {

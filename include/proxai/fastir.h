@@ -1,5 +1,6 @@
 /**
- * fastir.h - the fast translation model of non-streaming bodies: a compact
+ * fastir.h - the fast translation model of request bodies (streaming or
+ * not) and of non-streaming answers: a compact
  * C IR (arena-allocated), a walker over bodies the scanner has validated,
  * and the hub entry points (src/proto/translate_fast.c).
  *
@@ -107,6 +108,8 @@ typedef struct px_freq {
   px_str_t metadata;             /**< raw JSON object (Chat) */
   int metadata_empty;
   int stream_false;              /**< `stream` was given false */
+  int stream_true;               /**< the request streams (the body's `stream`
+                                      true; Gemini: the path's method) */
   int rf_text;                   /**< response_format {"type":"text"} */
 } px_freq_t;
 

@@ -163,6 +163,9 @@ int px_fj_value(const px_fj_t *j, const px_fj_str_t *st, px_buf_t *scratch, px_s
  *  sees more. */
 #define PX_JSON_MAX_DEPTH 256
 
+/** Output-token cap paths a scan can watch (px_json_request_caps). */
+#define PX_JREQ_CAPS 2
+
 /** Why px_json_request refused a body. */
 typedef enum {
   PX_JREQ_OK = 0,
@@ -180,6 +183,10 @@ typedef struct px_json_req {
   size_t stream_at, stream_len; /**< `stream` value token */
   int stream;                   /**< `stream` is true */
   int include_usage;            /**< `stream_options.include_usage` is true */
+  size_t so_at, so_len;         /**< `stream_options` value token (its first
+                                     byte for a container; len 0: absent) */
+  size_t cap_at[PX_JREQ_CAPS], cap_len[PX_JREQ_CAPS]; /**< value token of each
+                                     watched output-token cap (caps[k]) */
   size_t user_at, user_len;     /**< the end user's string token (SPEC 13), 0 if
                                      none: `metadata.user_id`, else
                                      `safety_identifier`, else `user` (the
@@ -204,6 +211,23 @@ typedef struct px_json_req {
  * JSON, and this scanner refuses it (on both paths, as it runs first).
  */
 int px_json_request(const char *p, size_t n, px_json_req_t *r);
+
+/**
+ * px_json_request watching also the client protocol's output-token caps
+ * (px_proto_ops_t.max_tokens_keys: up to PX_JREQ_CAPS paths of one or two
+ * member names, NULL-padded; caps NULL: none). The rule for repeated
+ * members is one for every member the gateway reads from a client body:
+ * `model`, `stream`, `stream_options` and its `include_usage`, and each cap
+ * (with the object holding it, e.g. Gemini's `generationConfig`) appearing
+ * twice at its place, under any spelling of its name, refuses the body
+ * (PX_JREQ_DUPLICATE). So admission, routing, the rate limiter's
+ * reservation and the upstream (which gets the body as is, or translated by
+ * a codec) all read the one value. Other repeated members are not read by
+ * the gateway: passed through as they are, or read as jansson reads them
+ * (the last one) when translated.
+ */
+int px_json_request_caps(const char *p, size_t n, const char *const (*caps)[2],
+                         px_json_req_t *r);
 
 /** The model of a scanned request as a NUL-terminated malloc'd string
  *  (unescaped), or NULL: absent, not a string, or out of memory. */

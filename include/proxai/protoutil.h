@@ -30,6 +30,11 @@ struct px_sse_event;
 static inline const char *px_jstr(const json_t *o, const char *k) {
   return json_string_value(json_object_get(o, k));
 }
+
+/** The IR text part {"type":"text","text":text} of a document's string
+ *  (valid UTF-8 already: copied without jansson's check); NULL when text
+ *  is NULL or out of memory. */
+json_t *px_ir_text(const char *text);
 /** The string member k of o as a view (with its length), or PX_STR_NULL. */
 static inline px_str_t px_jview(const json_t *o, const char *k) {
   json_t *v = json_object_get(o, k);

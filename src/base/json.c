@@ -82,9 +82,67 @@ size_t px_json_ws_run(const unsigned char *p, size_t n, size_t i) {
   return i;
 }
 
-/* px_json_string (json.h) past its plain ASCII start */
+/* The length of the escape at p[j] (a backslash) as jansson reads it: 2,
+ * 6 or 12 (a surrogate pair), 0 when invalid (a bad escape or hex, \u0000,
+ * a lone surrogate, truncated). */
+static const unsigned char simple_escape[256] = {
+    ['"'] = 1, ['\\'] = 1, ['/'] = 1, ['b'] = 1,
+    ['f'] = 1, ['n'] = 1,  ['r'] = 1, ['t'] = 1};
+static size_t escape_u(const unsigned char *p, size_t n, size_t j) {
+  if (j + 6 > n || p[j + 1] != 'u') return 0;
+  long v = px_hex4(p + j + 2);
+  if (v <= 0) return 0;                     /* bad hex, or \u0000 (jansson refuses NUL) */
+  if (v >= 0xDC00 && v <= 0xDFFF) return 0; /* lone low surrogate */
+  if (v < 0xD800 || v > 0xDBFF) return 6;
+  if (j + 12 > n || p[j + 6] != '\\' || p[j + 7] != 'u') return 0;
+  long lo = px_hex4(p + j + 8);
+  return lo >= 0xDC00 && lo <= 0xDFFF ? 12 : 0;
+}
+static inline size_t escape_len(const unsigned char *p, size_t n, size_t j) {
+  if (j + 1 >= n) return 0;
+  return simple_escape[p[j + 1]] ? 2 : escape_u(p, n, j);
+}
+
+/* px_json_string (json.h) past its plain ASCII start. With SSE2 a block of
+ * sixteen bytes is loaded once and every special byte in it (quote,
+ * backslash, control, non-ASCII) handled from its mask: text with an
+ * escape every few bytes (code, tool output) is not reloaded per escape. */
 int px_json_string_at(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
   *esc = 0;
+#if defined(__SSE2__)
+  const __m128i lo = _mm_set1_epi8(0x20), qt = _mm_set1_epi8('"'),
+                bs = _mm_set1_epi8('\\');
+  while (i + 16 <= n) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+    __m128i hit =
+        _mm_or_si128(_mm_cmplt_epi8(v, lo),
+                     _mm_or_si128(_mm_cmpeq_epi8(v, qt), _mm_cmpeq_epi8(v, bs)));
+    unsigned m = (unsigned)_mm_movemask_epi8(hit);
+    size_t base = i, j = i + 16;
+    while (m != 0) {
+      j = base + (size_t)__builtin_ctz(m);
+      unsigned c = p[j];
+      size_t l;
+      if (c == '"') {
+        *end = j;
+        return 0;
+      }
+      if (c == '\\') {
+        *esc = 1;
+        if ((l = escape_len(p, n, j)) == 0) return -1;
+      } else if (c < 0x80) {
+        return -1; /* a raw control character */
+      } else if ((l = px_utf8_seq(p + j, n - j)) == 0) {
+        return -1;
+      }
+      j += l;
+      if (j - base >= 16) break; /* past this block: the next starts at j */
+      m &= ~0u << (j - base);    /* the bytes the sequence took are done */
+      j = base + 16;
+    }
+    i = j;
+  }
+#endif
   for (;;) {
     i = px_json_plain(p, n, i);
     if (i >= n) return -1;
@@ -99,27 +157,9 @@ int px_json_string_at(const unsigned char *p, size_t n, size_t i, size_t *end, i
     }
     /* backslash */
     *esc = 1;
-    if (i + 1 >= n) return -1;
-    c = p[i + 1];
-    if (c == 'u') {
-      if (i + 6 > n) return -1;
-      long v = px_hex4(p + i + 2);
-      if (v <= 0) return -1; /* bad hex, or \u0000 (jansson refuses NUL) */
-      if (v >= 0xDC00 && v <= 0xDFFF) return -1; /* lone low surrogate */
-      if (v >= 0xD800 && v <= 0xDBFF) {
-        if (i + 12 > n || p[i + 6] != '\\' || p[i + 7] != 'u') return -1;
-        long lo = px_hex4(p + i + 8);
-        if (lo < 0xDC00 || lo > 0xDFFF) return -1;
-        i += 12;
-      } else {
-        i += 6;
-      }
-    } else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' ||
-               c == 'r' || c == 't') {
-      i += 2;
-    } else {
-      return -1;
-    }
+    size_t l = escape_len(p, n, i);
+    if (l == 0) return -1;
+    i += l;
   }
   *end = i;
   return 0;
@@ -138,8 +178,12 @@ int px_json_unescape(const char *s, size_t n, int esc, px_buf_t *b, px_str_t *ou
   char *o = b->data;
   size_t i = 0;
   while (i < n) {
-    if (p[i] != '\\') {
-      o[b->len++] = (char)p[i++];
+    if (p[i] != '\\') { /* the run to the next escape in one copy */
+      const char *bs = memchr(s + i, '\\', n - i);
+      size_t k = bs != NULL ? (size_t)(bs - s) : n;
+      memcpy(o + b->len, s + i, k - i);
+      b->len += k - i;
+      i = k;
       continue;
     }
     unsigned c = p[i + 1];
@@ -382,30 +426,72 @@ static int scan_number(const unsigned char *p, size_t n, size_t *i) {
   return bad ? -1 : 0;
 }
 
-/* The members the request scanner watches, at the top level (TOP_*) and in
- * stream_options (SO_*). */
+/* The members the request scanner watches: a name and the member it sits in
+ * (W_TOP: the top-level object), and whether it may appear only once (a
+ * repeat refuses the body) or is only read (the last one, as jansson). The
+ * first eight are fixed; the caller's output-token caps
+ * (px_json_request_caps, once) follow, at most PX_JREQ_CAPS paths of one or
+ * two names. */
 enum {
   W_NONE = -1,
+  W_TOP = -1,
   TOP_MODEL,
   TOP_STREAM,
   TOP_SO,
   SO_USAGE,
-  W_ONCE, /* the members above may appear once; those below are only read */
-  TOP_META = W_ONCE,
+  TOP_META,
   TOP_SAFETY,
   TOP_USER,
   META_USER,
-  W_COUNT
+  W_FIXED
 };
-static const char *const watched[W_COUNT] = {
-    "model", "stream", "stream_options", "include_usage", "metadata", "safety_identifier",
-    "user",  "user_id"};
+#define W_MAX (W_FIXED + 2 * PX_JREQ_CAPS)
+typedef struct watch {
+  const char *name[W_MAX];
+  size_t len[W_MAX];
+  int parent[W_MAX]; /* W_TOP or the index of the member holding it */
+  int cap[W_MAX];    /* the cap path it ends, or -1 */
+  int once[W_MAX];   /* a repeat refuses the body */
+  int n;
+} watch_t;
 
-/* Which watched member the key p[s..e) names (escapes decoded), among
- * [from, to). An escaped spelling longer than 6 bytes a character cannot
- * name one of them. */
-static int watched_key(const unsigned char *p, size_t s, size_t e, int esc, int from,
-                       int to) {
+static int watch_add(watch_t *w, const char *name, int parent, int once) {
+  for (int k = 0; k < w->n; k++)
+    if (w->parent[k] == parent && strcmp(w->name[k], name) == 0) {
+      w->once[k] |= once;
+      return k;
+    }
+  w->name[w->n] = name;
+  w->len[w->n] = strlen(name);
+  w->parent[w->n] = parent;
+  w->cap[w->n] = -1;
+  w->once[w->n] = once;
+  return w->n++;
+}
+
+static void watch_init(watch_t *w, const char *const (*caps)[2]) {
+  w->n = 0;
+  watch_add(w, "model", W_TOP, 1);
+  watch_add(w, "stream", W_TOP, 1);
+  watch_add(w, "stream_options", W_TOP, 1);
+  watch_add(w, "include_usage", TOP_SO, 1);
+  /* the end user (SPEC 13): only read */
+  watch_add(w, "metadata", W_TOP, 0);
+  watch_add(w, "safety_identifier", W_TOP, 0);
+  watch_add(w, "user", W_TOP, 0);
+  watch_add(w, "user_id", TOP_META, 0);
+  for (int c = 0; caps != NULL && c < PX_JREQ_CAPS && caps[c][0] != NULL; c++) {
+    int k = watch_add(w, caps[c][0], W_TOP, 1);
+    if (caps[c][1] != NULL) k = watch_add(w, caps[c][1], k, 1);
+    w->cap[k] = c;
+  }
+}
+
+/* Which watched member the key p[s..e) names (escapes decoded) inside the
+ * member `parent`. An escaped spelling longer than 6 bytes a character
+ * cannot name one of them. */
+static int watched_key(const watch_t *w, const unsigned char *p, size_t s, size_t e,
+                       int esc, int parent) {
   char tmp[96];
   const char *k = (const char *)p + s;
   size_t l = e - s;
@@ -417,8 +503,9 @@ static int watched_key(const unsigned char *p, size_t s, size_t e, int esc, int 
     k = v.ptr;
     l = v.len;
   }
-  for (int w = from; w < to; w++)
-    if (strlen(watched[w]) == l && memcmp(watched[w], k, l) == 0) return w;
+  for (int x = 0; x < w->n; x++)
+    if (w->parent[x] == parent && w->len[x] == l && memcmp(w->name[x], k, l) == 0)
+      return x;
   return W_NONE;
 }
 
@@ -448,13 +535,22 @@ static int req_fail(px_json_req_t *r, px_jreq_err_t err, size_t at, const char *
 }
 
 int px_json_request(const char *text, size_t n, px_json_req_t *r) {
+  return px_json_request_caps(text, n, NULL, r);
+}
+
+int px_json_request_caps(const char *text, size_t n, const char *const (*caps)[2],
+                         px_json_req_t *r) {
   const unsigned char *p = (const unsigned char *)text;
   unsigned char is_obj[PX_JSON_MAX_DEPTH + 1]; /* per depth: object (1) or array */
-  int seen[W_COUNT] = {0};
-  size_t at[W_COUNT] = {0}, len[W_COUNT] = {0}; /* value token of each member */
-  size_t depth = 0, so_depth = 0; /* so_depth: depth of stream_options' object */
-  size_t meta_depth = 0;          /* depth of metadata's object */
-  int pending = W_NONE;           /* the value about to be read is this member */
+  watch_t w;
+  watch_init(&w, caps);
+  int seen[W_MAX] = {0};
+  size_t at[W_MAX] = {0}, len[W_MAX] = {0}; /* value token of each member */
+  /* the watched member whose object is open at depth 2 (its members are
+   * watched too: stream_options, metadata, a cap's parent), or W_NONE */
+  int sub = W_NONE;
+  size_t depth = 0;
+  int pending = W_NONE; /* the value about to be read is this member */
   size_t cost = 0;
   memset(r, 0, sizeof(*r));
   size_t i = px_json_ws(p, n, 0);
@@ -477,8 +573,7 @@ value:
                         "nested too deeply (more than " DEPTH_TEXT " levels)");
       is_obj[++depth] = p[i] == '{';
       cost += is_obj[depth] ? COST_OBJECT : COST_ARRAY;
-      if (rec == TOP_SO && p[i] == '{') so_depth = depth;
-      if (rec == TOP_META && p[i] == '{') meta_depth = depth;
+      if (rec != W_NONE && w.parent[rec] == W_TOP && p[i] == '{') sub = rec;
       if (rec != W_NONE) at[rec] = s, len[rec] = 1; /* the type is all we need */
       i = px_json_ws(p, n, i + 1);
       if (i < n && p[i] == (is_obj[depth] ? '}' : ']')) {
@@ -532,17 +627,12 @@ key:
       return req_fail(r, PX_JREQ_SYNTAX, i,
                       "invalid member name (a raw control character, invalid UTF-8, a "
                       "bad escape or no closing quote)");
-    if (depth == 1 && top_obj) {
-      pending = watched_key(p, i + 1, e, esc, TOP_MODEL, TOP_SO + 1);
-      if (pending == W_NONE)
-        pending = watched_key(p, i + 1, e, esc, TOP_META, TOP_USER + 1);
-    } else if (depth == 2 && so_depth == 2) {
-      pending = watched_key(p, i + 1, e, esc, SO_USAGE, SO_USAGE + 1);
-    } else if (depth == 2 && meta_depth == 2) {
-      pending = watched_key(p, i + 1, e, esc, META_USER, META_USER + 1);
-    }
-    if (pending != W_NONE && pending < W_ONCE && seen[pending]++) {
-      r->key = watched[pending];
+    if (depth == 1 && top_obj)
+      pending = watched_key(&w, p, i + 1, e, esc, W_TOP);
+    else if (depth == 2 && sub != W_NONE)
+      pending = watched_key(&w, p, i + 1, e, esc, sub);
+    if (pending != W_NONE && w.once[pending] && seen[pending]++) {
+      r->key = w.name[pending];
       return req_fail(r, PX_JREQ_DUPLICATE, i, "duplicate member");
     }
     cost += COST_MEMBER + (e - i);
@@ -562,6 +652,9 @@ after:
     r->stream_at = at[TOP_STREAM], r->stream_len = len[TOP_STREAM];
     r->stream = len[TOP_STREAM] == 4 && memcmp(p + at[TOP_STREAM], "true", 4) == 0;
     r->include_usage = len[SO_USAGE] == 4 && memcmp(p + at[SO_USAGE], "true", 4) == 0;
+    r->so_at = at[TOP_SO], r->so_len = len[TOP_SO];
+    for (int k = W_FIXED; k < w.n; k++)
+      if (w.cap[k] >= 0) r->cap_at[w.cap[k]] = at[k], r->cap_len[w.cap[k]] = len[k];
     static const int users[] = {META_USER, TOP_SAFETY, TOP_USER}; /* first wins */
     for (size_t k = 0; k < sizeof(users) / sizeof(users[0]); k++) {
       int u = users[k];
@@ -585,8 +678,7 @@ after:
                     is_obj[depth] ? "',' or '}' expected" : "',' or ']' expected");
   i++;
 close:
-  if (depth == so_depth) so_depth = 0;
-  if (depth == meta_depth) meta_depth = 0;
+  if (depth == 2) sub = W_NONE;
   depth--;
   goto after;
 }

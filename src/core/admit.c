@@ -208,8 +208,10 @@ static void serve_metrics(px_conn_t *c) {
   px_buf_free(&b);
 }
 
-/* The request's own output cap (the client protocol's members, first
- * present wins), else the route's max_tokens; 0 when neither. */
+/* The request's own output cap (the client protocol's members as the body
+ * scan found them, each present at most once: the upstream reads the same
+ * value; the first present wins), else the route's max_tokens; 0 when
+ * neither. */
 static uint64_t output_cap(px_exch_t *x, const px_route_conf_t *rt) {
   int64_t m = px_exch_max_tokens(x);
   if (m >= 0) return (uint64_t)m;
@@ -381,7 +383,8 @@ static int read_request(px_exch_t *x, const px_inbound_t *in) {
    * acts on; a request that stays in its own protocol is never parsed. */
   const px_req_t *r = x->req;
   const char *bd = r->body.data ? r->body.data : "";
-  if (px_json_request(bd, r->body.len, &x->jreq) < 0) {
+  const char *const(*caps)[2] = px_exch_client_ops(x)->max_tokens_keys;
+  if (px_json_request_caps(bd, r->body.len, caps, &x->jreq) < 0) {
     const px_json_req_t *jr = &x->jreq;
     char msg[300];
     if (jr->err == PX_JREQ_DUPLICATE)

@@ -249,31 +249,17 @@ static void trace_watch_free(px_exch_t *x) {
 }
 
 /* The output token limit the client's body sets, where its protocol keeps
- * it (the first of its keys present); -1 when none. Read once. */
+ * it (the first of its keys present), as the body scan found it (each cap
+ * at most once there: the upstream reads the same value); -1 when none.
+ * Read once. */
 int64_t px_exch_max_tokens(px_exch_t *x) {
   if (x->max_tokens_read) return x->max_tokens;
   x->max_tokens_read = 1;
   x->max_tokens = -1;
-  const px_proto_ops_t *ops = px_exch_client_ops(x);
   const char *bd = x->req->body.data ? x->req->body.data : "";
-  for (size_t i = 0; i < 2 && ops->max_tokens_keys[i][0] != NULL; i++) {
-    const char *const *path = ops->max_tokens_keys[i];
-    /* a body without the member's name, quoted, anywhere is not walked
-     * (px_json_find compares names as written too): memmem reads a byte
-     * for a fraction of what a walk of every value costs */
-    const char *name = path[1] ? path[1] : path[0];
-    char q[64];
-    size_t l = strlen(name);
-    if (l + 2 <= sizeof(q)) {
-      q[0] = '"';
-      memcpy(q + 1, name, l);
-      q[l + 1] = '"';
-      if (memmem(bd, x->req->body.len, q, l + 2) == NULL) continue;
-    }
-    size_t vs, vl;
-    if (px_json_find(bd, x->req->body.len, path, path[1] ? 2 : 1, &vs, &vl) ==
-            PX_JSON_FOUND &&
-        vl > 0 && bd[vs] >= '0' && bd[vs] <= '9') {
+  for (size_t i = 0; i < PX_JREQ_CAPS; i++) {
+    size_t vs = x->jreq.cap_at[i], vl = x->jreq.cap_len[i];
+    if (vl > 0 && bd[vs] >= '0' && bd[vs] <= '9') {
       uint64_t v = 0; /* the digits of the number, saturated */
       for (size_t k = vs; k < vs + vl && bd[k] >= '0' && bd[k] <= '9'; k++)
         v = v > (UINT64_MAX - 9) / 10 ? UINT64_MAX : v * 10 + (uint64_t)(bd[k] - '0');

@@ -25,6 +25,7 @@
 #include <strings.h>
 
 #include "proxai/fastir.h"
+#include "proxai/jdoc.h"
 #include "proxai/json.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
@@ -285,7 +286,7 @@ static void tr_json_done(px_exch_t *x) {
   }
   px_buf_free(&fb);
   json_error_t je;
-  json_t *ub = json_loadb(x->acc.data, x->acc.len, 0, &je);
+  json_t *ub = px_jdoc_load(x->acc.data, x->acc.len, 0, &je);
   if (ub == NULL) {
     x->error_type = "bad_gateway";
     px_exch_error(x, PX_ERR_BAD_GATEWAY, "bad gateway: upstream returned invalid JSON", NULL);
@@ -303,7 +304,7 @@ static void tr_json_done(px_exch_t *x) {
     px_exch_error(x, err.kind == PX_ERR_INVALID ? PX_ERR_BAD_GATEWAY : err.kind, msg, NULL);
     return;
   }
-  char *s = json_dumps(cb, JSON_COMPACT);
+  char *s = px_jdoc_dump(cb, JSON_COMPACT);
   json_decref(cb);
   if (s == NULL) {
     px_exch_error(x, PX_ERR_API, "out of memory", NULL);
@@ -320,7 +321,7 @@ static const px_mode_t mode_tr_json = {"tr_json", collect_head, data_collect, tr
 /* count: another protocol's token count, in the client's shape              */
 
 static void count_done(px_exch_t *x) {
-  json_t *ub = json_loadb(x->acc.data, x->acc.len, 0, NULL);
+  json_t *ub = px_jdoc_load(x->acc.data, x->acc.len, 0, NULL);
   int64_t n = px_proto_get(x->out)->count_decode(ub);
   json_decref(ub);
   if (n < 0) {

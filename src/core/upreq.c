@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "proxai/jdoc.h"
 #include "stored.h"
 
 static int value_ok(const char *v) { return px_header_value_ok(v, strlen(v)); }
@@ -166,13 +167,12 @@ static char **build_upstream_headers(px_exch_t *x) {
 /* A stream body that asks for usage (SPEC 5: the final usage must be real,
  * for tpm and metrics, whatever the client asked; the watcher strips the
  * extra chunk for a client that did not ask), for protocols whose streams
- * carry usage only on request. Without stream_options the member is put
- * first, bytes otherwise untouched; with one (include_usage not true), the
- * body is parsed and include_usage set. NULL: nothing to change. */
-static char *usage_body(const char *bd, size_t n, size_t *len) {
-  static const char *const P_SO[] = {"stream_options"};
-  size_t vs, vl;
-  if (px_json_find(bd, n, P_SO, 1, &vs, &vl) == PX_JSON_ABSENT) {
+ * carry usage only on request. Without stream_options (as the body scan
+ * read it: any spelling of the name) the member is put first, bytes
+ * otherwise untouched; with one (include_usage not true), the body is
+ * parsed and include_usage set. NULL: nothing to change. */
+static char *usage_body(const char *bd, size_t n, int has_so, size_t *len) {
+  if (!has_so) {
     static const char ins[] = "\"stream_options\":{\"include_usage\":true},";
     size_t i = 0;
     while (i < n && bd[i] != '{') i++;
@@ -186,14 +186,14 @@ static char *usage_body(const char *bd, size_t n, size_t *len) {
     b[*len] = 0;
     return b;
   }
-  json_t *body = json_loadb(bd, n, 0, NULL);
+  json_t *body = px_jdoc_load(bd, n, 0, NULL);
   json_t *so = json_object_get(body, "stream_options");
   char *out = NULL;
   if (json_is_object(body)) {
     json_t *nso = json_is_object(so) ? json_copy(so) : json_object();
     json_object_set_new(nso, "include_usage", json_true());
     json_object_set_new(body, "stream_options", nso);
-    out = json_dumps(body, JSON_COMPACT);
+    out = px_jdoc_dump(body, JSON_COMPACT);
     if (out) *len = strlen(out);
   }
   json_decref(body);
@@ -221,7 +221,7 @@ static int pass_body(px_exch_t *x) {
   if (px_exch_client_ops(x)->stream_usage_opt_in && x->stream && x->ep == PX_EP_GENERATE &&
       !x->include_usage) {
     size_t l = 0;
-    char *u = usage_body(bd, n, &l);
+    char *u = usage_body(bd, n, x->jreq.so_len > 0, &l);
     if (u != NULL) {
       free(owned);
       bd = owned = u;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "proxai/fastir.h"
+#include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 
@@ -41,7 +42,7 @@ static void set_new(json_t *o, const char *k, json_t *v) {
 }
 
 static json_t *text_part(const char *text) {
-  return json_pack("{s:s,s:s}", "type", "text", "text", text);
+  return px_ir_text(text);
 }
 
 /* ======================================================================== */
@@ -223,7 +224,7 @@ static int decode_tool_use(json_t *b, int assistant, const char *path, json_t *p
     return px_tr_fail(err, p, "%s: tool_use needs id and name", p);
   }
   char *args =
-      input != NULL ? json_dumps(input, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{}");
+      input != NULL ? px_jdoc_dump(input, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{}");
   if (args == NULL) return PX_ENOMEM;
   json_array_append_new(parts, json_pack("{s:s,s:s,s:s,s:s}", "type", "tool_call", "id",
                                          id, "name", name, "arguments", args));
@@ -1230,7 +1231,7 @@ static int anth_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
     } else if (strcmp(t, "tool_use") == 0) {
       json_t *input = json_object_get(b, "input");
       /* no input: a no-argument call ("{}") */
-      char *args = input != NULL ? json_dumps(input, JSON_COMPACT | JSON_ENCODE_ANY)
+      char *args = input != NULL ? px_jdoc_dump(input, JSON_COMPACT | JSON_ENCODE_ANY)
                                  : strdup("{}");
       if (args == NULL) {
         json_decref(ir);
@@ -1375,7 +1376,7 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
       if (args == NULL || args[strspn(args, " \t\r\n")] == 0) {
         input = json_object();
       } else {
-        input = json_loads(args, JSON_DECODE_ANY, NULL);
+        input = px_jdoc_loads(args, JSON_DECODE_ANY, NULL);
         if (!json_is_object(input)) {
           json_decref(input);
           json_decref(content);
@@ -1446,7 +1447,7 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
 
 static int anth_decode_error(int status, const char *body, size_t len,
                              px_upstream_err_t *out) {
-  json_t *j = json_loadb(body, len, 0, NULL);
+  json_t *j = px_jdoc_load(body, len, 0, NULL);
   json_t *e = json_object_get(j, "error");
   if (!json_is_object(e) || !is_type(j, "error")) {
     json_decref(j);

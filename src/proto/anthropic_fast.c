@@ -304,8 +304,10 @@ static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
           if (v.kind != PX_FV_ARR) return DECLINE;
           if (!px_fw_empty(v.raw)) ir->stop = v.raw;
         } else if (ki == K_STREAM) {
-          if (v.kind == PX_FV_TRUE) return DECLINE; /* streams: not here */
-          ir->stream_false = 1;
+          if (v.kind == PX_FV_TRUE)
+            ir->stream_true = 1;
+          else
+            ir->stream_false = 1;
         }
     }
     if (rc != 0) return DECLINE;
@@ -506,6 +508,7 @@ static int anth_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
     if (rc == 0) rc = px_fb_lit(b, "}");
   }
   if (ir->metadata.ptr && !ir->metadata_empty) px_lossy_add(lossy, "metadata");
+  if (rc == 0 && ir->stream_true) rc = px_fb_lit(b, ",\"stream\":true");
   if (rc == 0) rc = px_fb_lit(b, "}");
   return rc;
 }

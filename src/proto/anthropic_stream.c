@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
@@ -196,7 +197,7 @@ static int sd_block_start(px_sdec_t *d, json_t *j) {
   if (ev.block == PX_BLOCK_TOOL_CALL) {
     json_t *in = json_object_get(cb, "input");
     if (json_is_object(in) && json_object_size(in) > 0) {
-      char *s = json_dumps(in, JSON_COMPACT);
+      char *s = px_jdoc_dump(in, JSON_COMPACT);
       if (s == NULL) return PX_ENOMEM;
       rc = sd_delta(d, PX_DELTA_TOOL_ARGS, px_str(s));
       free(s);
@@ -258,7 +259,7 @@ static int sd_block_stop(px_sdec_t *d, json_t *j) {
                             (json_int_t)d->chars);
       if (a != NULL && px_jstr(c, "title") != NULL)
         json_object_set(a, "title", json_object_get(c, "title"));
-      char *s = a ? json_dumps(a, JSON_COMPACT) : NULL;
+      char *s = a ? px_jdoc_dump(a, JSON_COMPACT) : NULL;
       json_decref(a);
       if (s == NULL) return PX_ENOMEM;
       px_ev_t av;
@@ -464,7 +465,7 @@ int px_anthropic_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
       return frc < 0 ? frc : 0;
     }
   }
-  json_t *j = json_loadb(sse->data.ptr, sse->data.len, 0, NULL);
+  json_t *j = px_jdoc_load(sse->data.ptr, sse->data.len, 0, NULL);
   if (!json_is_object(j)) {
     json_decref(j);
     return sd_proto(d, "upstream sent an event that is not JSON");
@@ -880,7 +881,7 @@ static int se_annotation(px_senc_t *e, int pos, px_str_t js) {
     px_dropped(e->ctx, px_lossy_annotations(e->ctx));
     return 0;
   }
-  char *cj = json_dumps(c, JSON_COMPACT);
+  char *cj = px_jdoc_dump(c, JSON_COMPACT);
   json_decref(c);
   if (cj == NULL) return PX_ENOMEM;
   int rc;

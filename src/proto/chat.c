@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "proxai/fastir.h"
+#include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 
@@ -183,7 +184,7 @@ static int user_part(const px_tr_ctx_t *ctx, json_t *c, const char *p, json_t *o
 static int check_arguments(const px_tr_ctx_t *ctx, const char *args, const char *p,
                            px_tr_err_t *err) {
   json_error_t je;
-  json_t *v = json_loads(args, JSON_DECODE_ANY, &je);
+  json_t *v = px_jdoc_loads(args, JSON_DECODE_ANY, &je);
   if (v == NULL) return px_tr_fail(err, p, "%s is not valid JSON: %s", p, je.text);
   int ok = json_is_object(v) || px_tr_out_can(ctx, PX_CAP_ANY_TOOL_ARGS);
   json_decref(v);
@@ -819,9 +820,15 @@ static json_t *tool_msg_out(const px_tr_ctx_t *ctx, json_t *p, px_lossy_t *lossy
   }
   if (json_is_true(json_object_get(p, "is_error")))
     px_lossy_add(lossy, "messages[].content[].is_error");
-  json_t *m = json_pack("{s:s, s:s, s:s%}", "role", "tool", "tool_call_id",
-                        px_jstr(p, "tool_call_id") ? px_jstr(p, "tool_call_id") : "",
-                        "content", b.data ? b.data : "", b.len);
+  json_t *m = json_pack("{s:s, s:s}", "role", "tool", "tool_call_id",
+                        px_jstr(p, "tool_call_id") ? px_jstr(p, "tool_call_id") : "");
+  /* the texts of a document, joined: valid UTF-8 already */
+  if (m != NULL &&
+      json_object_set_new_nocheck(
+          m, "content", json_stringn_nocheck(b.data ? b.data : "", b.len)) < 0) {
+    json_decref(m);
+    m = NULL;
+  }
   px_buf_free(&b);
   return m;
 }
@@ -1430,7 +1437,7 @@ static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
 
 static int chat_decode_error(int status, const char *body, size_t len,
                              px_upstream_err_t *out) {
-  json_t *root = json_loadb(body, len, 0, NULL);
+  json_t *root = px_jdoc_load(body, len, 0, NULL);
   if (root == NULL) return PX_EINVAL;
   json_t *e = json_object_get(root, "error");
   const char *msg = NULL, *type = NULL;

@@ -235,13 +235,14 @@ static int format_text(const px_fv_t *v) {
 }
 
 enum { K_MODEL, K_MESSAGES, K_TOOLS, K_TC, K_PAR, K_MAX, K_MCT, K_TEMP, K_TOPP, K_STOP,
-       K_USER, K_META, K_STREAM, K_N, K_LOGPROBS, K_RF };
+       K_USER, K_META, K_STREAM, K_N, K_LOGPROBS, K_RF, K_SO };
 static const px_fkey_t top_keys[] = {PX_FK("model"), PX_FK("messages"), PX_FK("tools"),
                                      PX_FK("tool_choice"), PX_FK("parallel_tool_calls"),
                                      PX_FK("max_tokens"), PX_FK("max_completion_tokens"),
                                      PX_FK("temperature"), PX_FK("top_p"), PX_FK("stop"),
                                      PX_FK("user"), PX_FK("metadata"), PX_FK("stream"),
-                                     PX_FK("n"), PX_FK("logprobs"), PX_FK("response_format")};
+                                     PX_FK("n"), PX_FK("logprobs"), PX_FK("response_format"),
+                                     PX_FK("stream_options")};
 
 static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                     px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
@@ -308,7 +309,15 @@ static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     ir->metadata = f[K_META].raw;
     ir->metadata_empty = px_fw_empty(f[K_META].raw);
   }
-  if (HAS(K_STREAM) && f[K_STREAM].kind == PX_FV_TRUE) return DECLINE;
+  if (HAS(K_STREAM) && f[K_STREAM].kind == PX_FV_TRUE) ir->stream_true = 1;
+  if (HAS(K_SO) && f[K_SO].kind == PX_FV_OBJ) {
+    /* include_usage is the context's (the encoder always asks for usage);
+     * include_obfuscation is lossy: the jansson codec names it */
+    static const px_fkey_t so_keys[] = {PX_FK("include_obfuscation")};
+    px_fv_t so[1];
+    unsigned so_seen = 0;
+    if (px_fv_kfields(&f[K_SO], so_keys, 1, so, &so_seen) != 0 || so_seen) return DECLINE;
+  }
   if (HAS(K_STREAM) && f[K_STREAM].kind == PX_FV_FALSE) ir->stream_false = 1;
   if (HAS(K_RF) && f[K_RF].kind != PX_FV_NULL) {
     if (!format_text(&f[K_RF])) return DECLINE;
@@ -492,6 +501,9 @@ static int chat_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
   if (rc == 0 && ir->rf_text) rc = px_fb_lit(b, ",\"response_format\":{\"type\":\"text\"}");
   if (rc == 0) rc = px_fb_opt_str(b, ",\"user\":", ir->user);
   if (rc == 0) rc = px_fb_opt_raw(b, ",\"metadata\":", ir->metadata);
+  /* a stream always asks for its usage (SPEC 5: the final usage is real) */
+  if (rc == 0 && (ctx->stream || ir->stream_true))
+    rc = px_fb_lit(b, ",\"stream\":true,\"stream_options\":{\"include_usage\":true}");
   if (rc == 0) rc = px_fb_lit(b, "}");
   return rc;
 }

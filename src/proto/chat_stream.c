@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
@@ -288,7 +289,7 @@ static int annotations(px_sdec_t *d, json_t *anns) {
       else
         json_object_set(o, k, x);
     }
-    char *s = json_dumps(o, JSON_COMPACT);
+    char *s = px_jdoc_dump(o, JSON_COMPACT);
     json_decref(o);
     if (s == NULL) return dec_error(d, PX_ERR_API, "out of memory");
     int rc = delta(d, d->live_index, PX_DELTA_ANNOTATION, s, strlen(s));
@@ -822,7 +823,7 @@ static int on_chunk(px_sdec_t *d, json_t *chunk) {
 /* `event: error` (some OpenAI-compatible servers): the upstream's message
  * from {"error":{"message"}}, {"message"} or the raw text. */
 static int event_error(px_sdec_t *d, px_str_t data) {
-  json_t *j = json_loadb(data.ptr, data.len, 0, NULL);
+  json_t *j = px_jdoc_load(data.ptr, data.len, 0, NULL);
   json_t *e = json_object_get(j, "error");
   const char *msg = json_string_value(json_object_get(e, "message"));
   if (msg == NULL) msg = json_string_value(e);
@@ -870,7 +871,7 @@ int px_chat_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
     }
   }
   json_error_t je;
-  json_t *chunk = json_loadb(data.ptr, data.len, 0, &je);
+  json_t *chunk = px_jdoc_load(data.ptr, data.len, 0, &je);
   if (chunk == NULL) return proto_error(d, "malformed chunk JSON");
   int rc = json_is_object(chunk) ? on_chunk(d, chunk)
                                  : proto_error(d, "chunk is not an object");
@@ -1060,7 +1061,7 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
       if (json_array_size(conv) > 0) {
         rc = chunk_open(e);
         if (rc == 0) rc = px_buf_puts(e->out, "\"annotations\":");
-        char *s = rc == 0 ? json_dumps(conv, JSON_COMPACT) : NULL;
+        char *s = rc == 0 ? px_jdoc_dump(conv, JSON_COMPACT) : NULL;
         if (rc == 0 && s == NULL) rc = PX_ENOMEM;
         if (rc == 0) rc = px_buf_puts(e->out, s);
         free(s);

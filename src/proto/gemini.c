@@ -23,6 +23,7 @@
 #include <strings.h>
 
 #include "proxai/fastir.h"
+#include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 
@@ -133,7 +134,7 @@ static json_t *response_text(json_t *resp) {
   if (!json_is_string(out)) out = json_object_get(resp, "content");
   if (json_is_string(out) && json_object_size(resp) == 1)
     return json_pack("[{s:s, s:O}]", "type", "text", "text", out);
-  char *j = json_dumps(resp ? resp : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
+  char *j = px_jdoc_dump(resp ? resp : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
   json_t *r = json_pack("[{s:s, s:s}]", "type", "text", "text", j ? j : "{}");
   free(j);
   return r;
@@ -200,7 +201,7 @@ static int decode_part(json_t *pt, int model, const char *path, json_t *parts,
     if (!model || name == NULL)
       return px_tr_fail(err, path, "%s.functionCall needs a name in a model turn", path);
     json_t *args = json_object_get(v, "args");
-    char *a = json_is_object(args) ? json_dumps(args, JSON_COMPACT) : strdup("{}");
+    char *a = json_is_object(args) ? px_jdoc_dump(args, JSON_COMPACT) : strdup("{}");
     const char *id = call_open(calls, px_jstr(v, "id"), name, idbuf, sizeof(idbuf));
     json_array_append_new(parts, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call",
                                            "id", id, "name", name, "arguments", a ? a : "{}"));
@@ -451,7 +452,7 @@ static json_t *result_response(json_t *part, px_lossy_t *lossy) {
     if (t != NULL) px_buf_append(&text, t, strlen(t));
     else px_lossy_add(lossy, "messages[].content[].tool_result.content[].image");
   }
-  json_t *parsed = text.len ? json_loadb(text.data, text.len, 0, NULL) : NULL;
+  json_t *parsed = text.len ? px_jdoc_load(text.data, text.len, 0, NULL) : NULL;
   json_t *r;
   if (json_is_object(parsed)) {
     r = parsed;
@@ -761,7 +762,7 @@ static int gem_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
       if (cid == NULL) px_gemini_call_id(rid, calls, id, sizeof(id));
       calls++;
       json_t *args = json_object_get(fc, "args");
-      char *a = json_is_object(args) ? json_dumps(args, JSON_COMPACT) : strdup("{}");
+      char *a = json_is_object(args) ? px_jdoc_dump(args, JSON_COMPACT) : strdup("{}");
       json_array_append_new(content, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call",
                                                "id", cid ? cid : id, "name",
                                                px_jstr(fc, "name") ? px_jstr(fc, "name") : "",
@@ -853,7 +854,7 @@ static int gem_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
         px_lossy_add(lossy, px_lossy_annotations(ctx));
     } else if (strcmp(type, "tool_call") == 0) {
       const char *a = px_jstr(p, "arguments");
-      json_t *args = a ? json_loads(a, 0, NULL) : NULL;
+      json_t *args = a ? px_jdoc_loads(a, 0, NULL) : NULL;
       if (!json_is_object(args)) {
         json_decref(args);
         json_decref(parts);
@@ -933,7 +934,7 @@ static px_errkind_t kind_of_status(const char *s, int http) {
 }
 
 static int gem_decode_error(int status, const char *body, size_t len, px_upstream_err_t *out) {
-  json_t *j = json_loadb(body, len, 0, NULL);
+  json_t *j = px_jdoc_load(body, len, 0, NULL);
   if (json_is_array(j) && json_array_size(j) == 1) { /* streams may wrap it in an array */
     json_t *first = json_incref(json_array_get(j, 0));
     json_decref(j);

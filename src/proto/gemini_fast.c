@@ -453,7 +453,6 @@ static const char *const top_keys[] = {
 
 static int gem_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
-  (void)ctx;
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
   px_fv_t f[NKEYS(top_keys)];
@@ -491,7 +490,11 @@ static int gem_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, siz
   }
   if (r < 0 || !HAS(K_CONTENTS) || HAS(K_CACHED) || HAS(K_WRAPPED)) return DECLINE;
   if (HAS(K_TC) && decode_tool_config(&f[K_TC], ir) != 0) return DECLINE;
-  ir->stream_false = 1; /* the IR says stream false there */
+  /* the method of the path decides, as the IR says there */
+  if (ctx->stream)
+    ir->stream_true = 1;
+  else
+    ir->stream_false = 1;
   for (int i = 0; i < N_DROPPED; i++)
     if (dropped & (1u << i)) {
       char p[64];

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
@@ -133,7 +134,7 @@ static int sd_start(px_sdec_t *d, px_str_t rid, px_str_t model, const px_usage_t
 /* The open call's arguments (args, an object) as one TOOL_ARGS delta, and
  * its block closed. */
 static int sd_call_end(px_sdec_t *d, json_t *args) {
-  char *a = json_is_object(args) ? json_dumps(args, JSON_COMPACT) : strdup("{}");
+  char *a = json_is_object(args) ? px_jdoc_dump(args, JSON_COMPACT) : strdup("{}");
   if (a == NULL) return PX_ENOMEM;
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_DELTA);
@@ -615,7 +616,7 @@ int px_gemini_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
       return frc < 0 ? frc : 0;
     }
   }
-  json_t *j = json_loadb(sse->data.ptr, sse->data.len, 0, NULL);
+  json_t *j = px_jdoc_load(sse->data.ptr, sse->data.len, 0, NULL);
   if (!json_is_object(j)) {
     json_decref(j);
     return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream sent a chunk that is not a JSON object");
@@ -686,7 +687,7 @@ static int chunk_close(px_senc_t *e, const px_usage_t *u) {
   int rc = px_buf_append(e->out, "\"index\":0}]", 11);
   if (rc == 0 && u != NULL) {
     json_t *um = px_gemini_usage_out(u);
-    char *s = json_dumps(um, JSON_COMPACT);
+    char *s = px_jdoc_dump(um, JSON_COMPACT);
     json_decref(um);
     rc = s ? w(e, ",\"usageMetadata\":") : PX_ENOMEM;
     if (rc == 0) rc = w(e, s);
@@ -750,12 +751,13 @@ static int text_chunk(px_senc_t *e, px_str_t text, int thought) {
 }
 
 static int call_chunk(px_senc_t *e) {
-  json_t *args = e->args.len ? json_loadb(e->args.data, e->args.len, 0, NULL) : json_object();
+  json_t *args =
+      e->args.len ? px_jdoc_load(e->args.data, e->args.len, 0, NULL) : json_object();
   if (!json_is_object(args)) {
     json_decref(args);
     return PX_EPROTO; /* the hub ends the stream with an error */
   }
-  char *a = json_dumps(args, JSON_COMPACT);
+  char *a = px_jdoc_dump(args, JSON_COMPACT);
   json_decref(args);
   int rc = a ? chunk_open(e) : PX_ENOMEM;
   if (rc == 0) rc = w(e, "\"content\":{\"role\":\"model\",\"parts\":[{\"functionCall\":{\"id\":");

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "proxai/fastir.h"
+#include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
@@ -39,7 +40,7 @@ static char *data_url(const char *mt, const char *data) {
 
 static int is_valid_json_text(const char *s) {
   json_error_t e;
-  json_t *v = json_loads(s, JSON_DECODE_ANY, &e);
+  json_t *v = px_jdoc_loads(s, JSON_DECODE_ANY, &e);
   if (v == NULL) return 0;
   json_decref(v);
   return 1;
@@ -115,7 +116,7 @@ typedef struct dec {
 } dec_t;
 
 static json_t *text_part(const char *t) {
-  return json_pack("{s:s, s:s}", "type", "text", "text", t);
+  return px_ir_text(t);
 }
 
 /* An input_image / input_file / input_text part of user content (also used
@@ -379,7 +380,7 @@ static int dec_custom_call(dec_t *d, json_t *item, const char *path) {
                        "name", name, "custom", 1, "input", in));
   px_lossy_add(d->lossy, "input[].custom_tool_call");
   json_t *args = json_pack("{s:s}", "input", in);
-  char *a = args ? json_dumps(args, JSON_COMPACT) : NULL;
+  char *a = args ? px_jdoc_dump(args, JSON_COMPACT) : NULL;
   json_decref(args);
   if (a == NULL) return PX_ENOMEM;
   int rc =
@@ -1578,7 +1579,7 @@ static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
 static int decode_error(int status, const char *body, size_t len,
                         px_upstream_err_t *out) {
   json_error_t e;
-  json_t *j = json_loadb(body, len, 0, &e);
+  json_t *j = px_jdoc_load(body, len, 0, &e);
   if (j == NULL) return PX_EINVAL;
   json_t *er = json_object_get(j, "error");
   if (!json_is_object(er)) {

@@ -254,7 +254,7 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
   if (HAS(K_META) && f[K_META].kind == PX_FV_OBJ && !px_fw_empty(f[K_META].raw))
     ir->metadata = f[K_META].raw;
   if (HAS(K_STREAM)) {
-    if (f[K_STREAM].kind == PX_FV_TRUE) return DECLINE;
+    if (f[K_STREAM].kind == PX_FV_TRUE) ir->stream_true = 1;
     if (f[K_STREAM].kind == PX_FV_FALSE) ir->stream_false = 1;
   }
   if (HAS(K_STORE) && f[K_STORE].kind == PX_FV_TRUE) return DECLINE;
@@ -396,6 +396,7 @@ static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
   if (rc == 0) rc = px_fb_opt_str(b, ",\"user\":", ir->user);
   if (rc == 0) rc = px_fb_opt_raw(b, ",\"metadata\":", ir->metadata);
   if (rc == 0 && ir->stream_false) rc = px_fb_lit(b, ",\"stream\":false");
+  if (rc == 0 && ir->stream_true) rc = px_fb_lit(b, ",\"stream\":true");
   /* stateless toward Responses (no reasoning in this shape: no include) */
   if (rc == 0 && !px_tr_in_can(ctx, PX_CAP_STORED_RESPONSES))
     rc = px_fb_lit(b, ",\"store\":false");

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/jdoc.h"
 #include "proxai/json.h"
 #include "proxai/passthru.h"
 #include "proxai/proto.h"
@@ -166,7 +167,7 @@ static int store_input_items(const char *body, size_t len, const char *resp_id,
   int fast = input_items_text(body + vs, vl, base, out);
   if (fast <= 0) return fast;
   out->len = mark; /* not the common shape: the document path */
-  json_t *in = json_loadb(body + vs, vl, JSON_DECODE_ANY, NULL);
+  json_t *in = px_jdoc_load(body + vs, vl, JSON_DECODE_ANY, NULL);
   if (in == NULL) return PX_EINVAL;
   if (json_is_string(in)) { /* a string is one user message */
     json_t *m = json_pack("{s:s, s:s, s:[{s:s, s:O}]}", "type", "message", "role", "user",
@@ -190,7 +191,7 @@ static int store_input_items(const char *body, size_t len, const char *resp_id,
     if (px_jstr(it, "type") == NULL)
       json_object_set_new(it, "type", json_string("message"));
   }
-  char *s = json_dumps(in, JSON_COMPACT);
+  char *s = px_jdoc_dump(in, JSON_COMPACT);
   json_decref(in);
   if (s == NULL) return PX_ENOMEM;
   int rc = px_buf_puts(out, s);
@@ -339,7 +340,7 @@ static int store_list_items(px_str_t items, const char *query, size_t qlen, px_b
   }
   const char *after = qparam(query, qlen, "after", &vl);
   size_t after_len = vl;
-  json_t *arr = json_loadb(items.ptr, items.len, 0, NULL);
+  json_t *arr = px_jdoc_load(items.ptr, items.len, 0, NULL);
   if (!json_is_array(arr)) {
     json_decref(arr);
     snprintf(err, errcap, "stored input items are unreadable");
@@ -370,7 +371,7 @@ static int store_list_items(px_str_t items, const char *query, size_t qlen, px_b
       got ? json_object_get(json_array_get(data, got - 1), "id") : json_null(),
       "has_more", start + got < n);
   json_decref(arr);
-  char *s = page ? json_dumps(page, JSON_COMPACT) : NULL;
+  char *s = page ? px_jdoc_dump(page, JSON_COMPACT) : NULL;
   json_decref(page);
   if (s == NULL) return PX_ENOMEM;
   int rc = px_buf_puts(out, s);

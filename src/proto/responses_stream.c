@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
@@ -197,7 +198,7 @@ static int d_annotation(px_sdec_t *d, json_t *j) {
   json_t *a = json_object_get(j, "annotation");
   dblock_t *b = dfind(d, oindex(j), cindex(j));
   if (!json_is_object(a) || b == NULL || !b->open || b->kind != PX_BLOCK_TEXT) return 0;
-  char *s = json_dumps(a, JSON_COMPACT);
+  char *s = px_jdoc_dump(a, JSON_COMPACT);
   if (s == NULL) return PX_ENOMEM;
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_DELTA);
@@ -474,7 +475,7 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
     }
   }
   json_error_t e;
-  json_t *j = json_loadb(sse->data.ptr, sse->data.len, 0, &e);
+  json_t *j = px_jdoc_load(sse->data.ptr, sse->data.len, 0, &e);
   if (!json_is_object(j)) {
     json_decref(j);
     return derror(d, PX_ERR_BAD_GATEWAY, "upstream sent a non-JSON event");
@@ -654,17 +655,6 @@ static int eaccum(px_senc_t *e, size_t n) {
   return 0;
 }
 
-typedef struct dump_ctx {
-  px_buf_t *out;
-  int rc;
-} dump_ctx_t;
-
-static int dump_cb(const char *buf, size_t size, void *data) {
-  dump_ctx_t *d = data;
-  d->rc = px_buf_append(d->out, buf, size);
-  return d->rc < 0 ? -1 : 0;
-}
-
 /* A new text slot; its index, or <0. */
 static int etext_new(px_senc_t *e) {
   if (e->ntexts == e->captexts) {
@@ -693,7 +683,7 @@ static json_t *etext_value(px_senc_t *e, int tix) {
   json_t *v = NULL;
   if (px_buf_append(&q, "\"", 1) == 0 && px_buf_append(&q, t->data, t->len) == 0 &&
       px_buf_append(&q, "\"", 1) == 0)
-    v = json_loadb(q.data, q.len, JSON_DECODE_ANY, NULL);
+    v = px_jdoc_load(q.data, q.len, JSON_DECODE_ANY, NULL);
   px_buf_free(&q);
   return v;
 }
@@ -757,12 +747,11 @@ static int eemit(px_senc_t *e, const char *type, json_t *obj) {
   json_decref(obj);
   size_t mark = e->out->len;
   px_buf_reset(&e->scratch);
-  dump_ctx_t dc = {&e->scratch, 0};
   int rc = px_buf_puts(e->out, "event: ");
   if (rc == 0) rc = px_buf_puts(e->out, type);
   if (rc == 0) rc = px_buf_puts(e->out, "\ndata: ");
-  if (rc == 0 && json_dump_callback(full, dump_cb, &dc, JSON_COMPACT) != 0)
-    rc = dc.rc < 0 ? dc.rc : PX_ENOMEM;
+  if (rc == 0) rc = px_jdoc_dump_buf(full, &e->scratch);
+  if (rc == PX_EINVAL) rc = PX_ENOMEM; /* as before: jansson refused to write it */
   if (rc == 0) rc = esplice(e, e->scratch.data, e->scratch.len);
   if (rc == 0) rc = px_buf_puts(e->out, "\n\n");
   json_decref(full);

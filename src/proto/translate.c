@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "proxai/fastir.h"
+#include "proxai/jdoc.h"
 #include "proxai/json.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
@@ -182,7 +183,7 @@ static int budget_admits(const px_tr_ctx_t *ctx) {
 static json_t *parse_budgeted(const px_tr_ctx_t *ctx, const char *body, size_t len,
                               px_tr_err_t *err) {
   json_error_t je;
-  json_t *src = json_loadb(body, len, 0, &je);
+  json_t *src = px_jdoc_load(body, len, 0, &je);
   if (src == NULL || !json_is_object(src) || mem.exceeded) {
     if (!mem.exceeded)
       px_tr_fail(err, "", "request body is not a JSON object: %s", je.text);
@@ -224,7 +225,7 @@ int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t l
   if (rc < 0) goto done;
   if ((flags & PX_TR_COUNT_TOKENS) && px_proto_get(ctx->out)->count_request)
     px_proto_get(ctx->out)->count_request(ub, ctx->upstream_model);
-  text = json_dumps(ub, JSON_COMPACT);
+  text = px_jdoc_dump(ub, JSON_COMPACT);
   if (text == NULL && !mem.exceeded) {
     rc = px_tr_fail(err, "", "out of memory");
     if (err) err->kind = PX_ERR_API;

@@ -1,4 +1,5 @@
-/* translate_fast.c - the fast path of non-streaming translation
+/* translate_fast.c - the fast path of request translation (streaming or
+ * not) and of non-streaming answers
  * (include/proxai/fastir.h): the client protocol's fast decoder reads the
  * body into the C IR, the upstream protocol's fast encoder writes the
  * upstream body; the same for an upstream answer. When either side
@@ -26,7 +27,7 @@ static size_t out_cap(size_t len) { return len * 4 + (64u << 10); }
 
 int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
                               int flags, char **out, size_t *out_len, px_lossy_t *lossy) {
-  if (ctx->reference || flags != 0 || ctx->stream || ctx->in == ctx->out) return PX_FAST_DECLINE;
+  if (ctx->reference || flags != 0 || ctx->in == ctx->out) return PX_FAST_DECLINE;
   const px_fast_ops_t *in = fast_of(ctx->in), *op = fast_of(ctx->out);
   if (in == NULL || op == NULL || in->decode_request == NULL || op->encode_request == NULL)
     return PX_FAST_DECLINE;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/jdoc.h"
 #include "proxai/protoutil.h"
 
 /* ------------------------------------------------------------------------ */
@@ -39,7 +40,7 @@ const char *px_id_prefix(const char *prefix, const char **id) {
 json_t *px_tool_args_object(const px_tr_ctx_t *ctx, json_t *part, px_tr_err_t *err) {
   const char *args = px_jstr(part, "arguments");
   if (args == NULL || args[strspn(args, " \t\r\n")] == 0) return json_object();
-  json_t *v = json_loads(args, JSON_DECODE_ANY, NULL);
+  json_t *v = px_jdoc_loads(args, JSON_DECODE_ANY, NULL);
   if (json_is_object(v)) return v;
   json_decref(v);
   const char *p = px_in_names(ctx)->tool_args_param;
@@ -196,7 +197,7 @@ const char *px_idset_unique(px_idset_t *s, px_str_t id, int nth) {
 
 json_t *px_annotation_parse(px_str_t text) {
   if (text.ptr == NULL || text.len == 0) return NULL;
-  json_t *a = json_loadb(text.ptr, text.len, 0, NULL);
+  json_t *a = px_jdoc_load(text.ptr, text.len, 0, NULL);
   if (!json_is_object(a) || px_jstr(a, "type") == NULL) {
     json_decref(a);
     return NULL;
@@ -282,4 +283,15 @@ int px_rtok_in(px_proto_t client, json_t *p, const char *tok) {
   }
   if (*tok == 0) return 0;
   return json_object_set_new(p, field, json_string(tok)) == 0 ? 0 : PX_ENOMEM;
+}
+
+json_t *px_ir_text(const char *text) {
+  if (text == NULL) return NULL;
+  json_t *p = json_pack("{s:s}", "type", "text");
+  if (p != NULL &&
+      json_object_set_new_nocheck(p, "text", json_string_nocheck(text)) < 0) {
+    json_decref(p);
+    return NULL;
+  }
+  return p;
 }

@@ -50,13 +50,13 @@ const px = await startProxai(CONFIG);
 // The inbound paths: the client protocol, a valid body around a message text,
 // and the route prefix of the same protocol and of another one.
 const PATHS = [
-  { name: 'chat', path: '/v1/chat/completions', shape: 'openai', same: 'chat', other: 'anth',
+  { name: 'chat', path: '/v1/chat/completions', shape: 'openai', same: 'chat', other: 'anth', cap: 'max_tokens',
     body: (m, t, extra = '') => `{"model":${m},"messages":[{"role":"user","content":"${t}"}]${extra}}` },
-  { name: 'responses', path: '/v1/responses', shape: 'openai', same: 'resp', other: 'chat',
+  { name: 'responses', path: '/v1/responses', shape: 'openai', same: 'resp', other: 'chat', cap: 'max_output_tokens',
     body: (m, t, extra = '') => `{"model":${m},"input":"${t}"${extra}}` },
-  { name: 'anthropic', path: '/v1/messages', shape: 'anthropic', same: 'anth', other: 'resp',
+  { name: 'anthropic', path: '/v1/messages', shape: 'anthropic', same: 'anth', other: 'resp', cap: 'max_tokens',
     body: (m, t, extra = '') => `{"model":${m},"max_tokens":16,"messages":[{"role":"user","content":"${t}"}]${extra}}` },
-  { name: 'count_tokens', path: '/v1/messages/count_tokens', shape: 'anthropic', same: 'anth', other: 'resp',
+  { name: 'count_tokens', path: '/v1/messages/count_tokens', shape: 'anthropic', same: 'anth', other: 'resp', cap: 'max_tokens',
     body: (m, t, extra = '') => `{"model":${m},"messages":[{"role":"user","content":"${t}"}]${extra}}` },
 ];
 
@@ -73,6 +73,10 @@ const SHAPES = [
   { name: 'duplicate model, same value', body: (p, m) => p.body(m, 'hi', `,"model":${m}`), status: 400, msg: /'model' more than once/, param: 'model' },
   { name: 'duplicate stream', body: (p, m) => p.body(m, 'hi', `,"stream":false,"stream":true`), status: 400, msg: /'stream' more than once/, param: 'stream' },
   { name: 'duplicate stream_options.include_usage', body: (p, m) => p.body(m, 'hi', `,"stream_options":{"include_usage":false,"include_usage":true}`), status: 400, msg: /'include_usage' more than once/, param: 'include_usage' },
+  // the output-token cap the rate limiter reserves by (issue 21): the tpm
+  // reservation and the upstream must read one value
+  { name: 'duplicate output-token cap', body: (p, m) => p.body(m, 'hi', `,"${p.cap}":1,"${p.cap}":99999`), status: 400, msg: /more than once/, param: (p) => p.cap },
+  { name: 'duplicate output-token cap, escaped name', body: (p, m) => p.body(m, 'hi', `,"${p.cap}":1,"${p.cap.replace('t', '\\u0074')}":99999`), status: 400, msg: /more than once/, param: (p) => p.cap },
   { name: 'duplicate model nested (not acted on)', body: (p, m) => p.body(m, 'hi', `,"metadata":{"model":"a","model":"b"}`), status: 200, sameOnly: true },
   // control characters
   { name: 'raw NUL in a string', body: (p, m) => p.body(m, 'a\x00b'), status: 400, msg: /not valid JSON: invalid string/ },
@@ -176,7 +180,7 @@ test(`${SHAPES.length} hostile JSON shapes on every inbound path, fast and trans
           if (s.status === 400) {
             assertShape(p, r, 'invalid_request_error', what);
             assert.match(r.json.error.message, s.msg, what);
-            if (s.param && p.shape === 'openai') assert.equal(r.json.error.param, s.param, `${what}: param`);
+            if (s.param && p.shape === 'openai') assert.equal(r.json.error.param, typeof s.param === 'function' ? s.param(p) : s.param, `${what}: param`);
             assert.equal(await mockCount(), before, `${what}: a refused body reached the upstream`);
             assert.equal(r.headers.get('x-proxai-upstream'), null, `${what}: no upstream chosen`);
           } else {

@@ -626,6 +626,18 @@ test('chat stream with include_usage: false and another option: usage asked, the
   assert.ok(!parseSSE(r.text).some((e) => e.data !== '[DONE]' && JSON.parse(e.data).usage));
 });
 
+test('chat stream with stream_options under an escaped name: read as the scan reads it, never a second member (issue 21)', async () => {
+  up.reset();
+  up.script(http(200, SSE_CT, sse(chatEvents())), healthy('chat'));
+  const id = nextId();
+  const raw = JSON.stringify(reqBody('chat', 'chat-a', { stream: true })).replace(/}$/, ',"stream_optio\\u006es":{"include_obfuscation":false}}');
+  const { responses } = await exchange(px.port, [post(PATH.chat, raw, { ...KEY, 'x-request-id': id }, { close: true })]);
+  assert.equal(responses[0].status, 200, responses[0].text);
+  const sent = up.requests[0].body;
+  assert.equal(sent.match(/"stream_optio(ns|\\u006es)"/g).length, 1, sent);
+  assert.deepEqual(up.requests[0].json.stream_options, { include_obfuscation: false, include_usage: true });
+});
+
 test('chat stream with include_usage: true: the client gets its usage chunk', async () => {
   const r = await onePlusHealthy('chat', 'chat-a', http(200, SSE_CT, sse(chatEvents())), { stream: true, extra: { stream_options: { include_usage: true } } });
   assert.equal(r.text, sse(chatEvents()));

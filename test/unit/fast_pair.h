@@ -30,13 +30,16 @@ static inline int same_json(const char *a, size_t an, const char *b, size_t bn) 
 }
 
 /* a client request: the fast path takes it; the same body and lossy list,
- * and want (when not NULL) in the fast body */
-static inline void request_pair(int in, int out, const char *body, const char *want) {
+ * and want (when not NULL) in the fast body. stream: the context's (-1: the
+ * body's `stream`, as the gateway sets it) */
+static inline void request_pair_s(int in, int out, const char *body, const char *want,
+                                  int stream) {
   px_tr_ctx_t c;
   ctx_of(&c, in, out);
   size_t len = strlen(body);
   px_json_req_t scan;
   CHECK(px_json_request(body, len, &scan) == 0);
+  c.stream = stream < 0 ? scan.stream : stream;
   char *fo = NULL, *so = NULL;
   size_t fl = 0, sl = 0;
   px_lossy_t lf, ls;
@@ -57,6 +60,10 @@ static inline void request_pair(int in, int out, const char *body, const char *w
   }
   free(fo);
   free(so);
+}
+
+static inline void request_pair(int in, int out, const char *body, const char *want) {
+  request_pair_s(in, out, body, want, -1);
 }
 
 /* an upstream answer: the same */

@@ -159,6 +159,8 @@ int main(void) {
   for (int o = 0; o < 3; o++) {
     /* a Gemini client: its request out, the other's answer back */
     request_pair(GEM, o, gem_request, NULL);
+    /* streamGenerateContent: the same codecs, the upstream body streams */
+    request_pair_s(GEM, o, gem_request, "\"stream\":true", 1);
     answer_pair(GEM, o, answers[o], "\"finishReason\"");
     /* a Gemini upstream: the other's request out, Gemini's answer back */
     request_pair(o, GEM, requests[o], "\"role\":\"model\"");

@@ -243,8 +243,47 @@ static void test_budget_sweep(void) {
   CHECK(cases > 50);
 }
 
+/* The output-token caps the gateway reserves by (issue 21): found where the
+ * upstream reads them, and a repeated one (any spelling) refused, so that
+ * the rate limiter and the upstream cannot read two values. */
+static void test_caps(void) {
+  static const char *const chat[2][2] = {{"max_completion_tokens", NULL},
+                                         {"max_tokens", NULL}};
+  static const char *const gem[2][2] = {{"generationConfig", "maxOutputTokens"}, {NULL}};
+  px_json_req_t r;
+  const char *b =
+      "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[],\"max_tokens\":99999}";
+  CHECK(px_json_request_caps(b, strlen(b), chat, &r) < 0 && r.err == PX_JREQ_DUPLICATE &&
+        strcmp(r.key, "max_tokens") == 0);
+  b = "{\"model\":\"m\",\"max_tokens\":1,\"max_to\\u006bens\":99999}";
+  CHECK(px_json_request_caps(b, strlen(b), chat, &r) < 0 && r.err == PX_JREQ_DUPLICATE);
+  /* both caps once each: found */
+  b = "{\"max_tokens\":7,\"x\":{\"max_tokens\":1,\"max_tokens\":2},\"max_completion_"
+      "tokens\":9}";
+  CHECK(px_json_request_caps(b, strlen(b), chat, &r) == 0);
+  CHECK(r.cap_len[0] == 1 && b[r.cap_at[0]] == '9' && r.cap_len[1] == 1 &&
+        b[r.cap_at[1]] == '7');
+  /* without the caps, a repeated max_tokens is not the scan's business */
+  b = "{\"max_tokens\":1,\"max_tokens\":2}";
+  CHECK(scan(b, &r) == 0 && r.cap_len[0] == 0);
+  /* a nested cap: its place only, and the object holding it once */
+  b = "{\"generationConfig\":{\"maxOutputTokens\":5,\"topK\":1},\"contents\":[]}";
+  CHECK(px_json_request_caps(b, strlen(b), gem, &r) == 0 && r.cap_len[0] == 1 &&
+        b[r.cap_at[0]] == '5');
+  b = "{\"generationConfig\":{\"maxOutputTokens\":5,\"maxOutputTokens\":50000}}";
+  CHECK(px_json_request_caps(b, strlen(b), gem, &r) < 0 && r.err == PX_JREQ_DUPLICATE);
+  b = "{\"generationConfig\":{\"maxOutputTokens\":5},\"generationConfig\":{}}";
+  CHECK(px_json_request_caps(b, strlen(b), gem, &r) < 0 && r.err == PX_JREQ_DUPLICATE);
+  b = "{\"maxOutputTokens\":1,\"maxOutputTokens\":2,\"x\":{\"maxOutputTokens\":1}}";
+  CHECK(px_json_request_caps(b, strlen(b), gem, &r) == 0 && r.cap_len[0] == 0);
+  /* stream_options keeps its member watched beside a cap's object */
+  b = "{\"generationConfig\":{},\"stream_options\":{\"include_usage\":true}}";
+  CHECK(px_json_request_caps(b, strlen(b), gem, &r) == 0 && r.include_usage);
+}
+
 int main(void) {
   test_members();
+  test_caps();
   test_duplicates();
   test_syntax();
   test_depth();

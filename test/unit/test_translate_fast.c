@@ -67,16 +67,20 @@ static void declines(void) {
     const char *body;
   } cases[] = {
       /* thinking, a rare member, an escaped member name, a repeated member */
-      {2, 0, "{\"model\":\"m\",\"messages\":[],\"thinking\":{\"type\":\"enabled\","
-             "\"budget_tokens\":2048},\"max_tokens\":4096}"},
+      {2, 0,
+       "{\"model\":\"m\",\"messages\":[],\"thinking\":{\"type\":\"enabled\","
+       "\"budget_tokens\":2048},\"max_tokens\":4096}"},
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"seed\":1}"},
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"\\u0074emperature\":1}"},
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"temperature\":1,\"temperature\":0}"},
-      /* a stream */
-      {0, 2, "{\"model\":\"m\",\"messages\":[],\"stream\":true}"},
+      /* stream options beyond include_usage (lossy) */
+      {0, 2,
+       "{\"model\":\"m\",\"messages\":[],\"stream\":true,\"stream_options\":"
+       "{\"include_usage\":true,\"include_obfuscation\":false}}"},
       /* an image part */
-      {0, 1, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
-             "\"image_url\",\"image_url\":{\"url\":\"https://x/y.png\"}}]}]}"},
+      {0, 1,
+       "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+       "\"image_url\",\"image_url\":{\"url\":\"https://x/y.png\"}}]}]}"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     px_tr_ctx_t c;
@@ -112,6 +116,21 @@ int main(void) {
       if (in != out) {
         request_pair(in, out, requests[in], NULL);
         answer_pair(in, out, answers[out], NULL);
+      }
+  /* streaming requests take the same codecs (issue 21): the upstream body
+   * streams, a Chat upstream always asks for the usage */
+  static const char *const streaming[] = {
+      ",\"stream\":true,\"stream_options\":{\"include_usage\":false}}",
+      ",\"stream\":true}", ",\"stream\":true}"};
+  static const char *const want[] = {"\"stream_options\":{\"include_usage\":true}",
+                                     "\"stream\":true", "\"stream\":true"};
+  for (int in = 0; in < 3; in++)
+    for (int out = 0; out < 3; out++)
+      if (in != out) {
+        char body[4096];
+        size_t n = strlen(requests[in]) - 1; /* without its closing brace */
+        snprintf(body, sizeof(body), "%.*s%s", (int)n, requests[in], streaming[in]);
+        request_pair(in, out, body, want[out]);
       }
   declines();
   return check_report("translate_fast");

@@ -1,0 +1,79 @@
+/* fuzz_jdoc.c - the document reader and writer (px_jdoc_load, px_jdoc_dump)
+ * against jansson's: for every input,
+ *   px_jdoc_load == json_loadb (flags 0 and JSON_DECODE_ANY): both refuse
+ *     with the same error text, or both read documents json_equal and
+ *     written the same;
+ *   px_jdoc_dump == json_dumps (JSON_COMPACT, with and without
+ *     JSON_ENCODE_ANY) byte for byte, and px_jdoc_dump_buf appends the
+ *     same, of the document read and of the input
+ *     taken as one string's bytes (control characters, NUL, invalid UTF-8:
+ *     jansson refuses to write it, so must the writer). */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxai/jdoc.h"
+
+#define CHECK(c)                                     \
+  do {                                               \
+    if (!(c)) {                                      \
+      fprintf(stderr, "fuzz_jdoc: %s failed\n", #c); \
+      abort();                                       \
+    }                                                \
+  } while (0)
+
+static void same_dump(const json_t *j, size_t flags) {
+  char *a = px_jdoc_dump(j, flags), *b = json_dumps(j, flags);
+  CHECK((a == NULL) == (b == NULL));
+  if (a != NULL) {
+    if (strcmp(a, b) != 0) fprintf(stderr, "fuzz_jdoc: dumps differ:\n%s\n%s\n", a, b);
+    CHECK(strcmp(a, b) == 0);
+  }
+  /* appended to a buffer: the same bytes after what it held */
+  if (flags == JSON_COMPACT) {
+    px_buf_t o;
+    px_buf_init(&o, SIZE_MAX / 2);
+    CHECK(px_buf_append(&o, "x", 1) == 0);
+    int rc = px_jdoc_dump_buf(j, &o);
+    CHECK((rc == 0) == (b != NULL));
+    CHECK(rc == 0 ? o.len == strlen(b) + 1 && memcmp(o.data + 1, b, o.len - 1) == 0
+                  : o.len == 1);
+    px_buf_free(&o);
+  }
+  free(a);
+  free(b);
+}
+
+static void same_load(const char *p, size_t n, size_t flags) {
+  json_error_t e1, e2;
+  json_t *a = px_jdoc_load(p, n, flags, &e1), *b = json_loadb(p, n, flags, &e2);
+  CHECK((a == NULL) == (b == NULL));
+  if (a == NULL) {
+    CHECK(strcmp(e1.text, e2.text) == 0 && e1.position == e2.position);
+    return;
+  }
+  CHECK(json_equal(a, b));
+  char *da = json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY);
+  char *db = json_dumps(b, JSON_COMPACT | JSON_ENCODE_ANY);
+  CHECK(da != NULL && db != NULL && strcmp(da, db) == 0); /* member order too */
+  free(da);
+  free(db);
+  same_dump(a, JSON_COMPACT);
+  same_dump(a, JSON_COMPACT | JSON_ENCODE_ANY);
+  json_decref(a);
+  json_decref(b);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  const char *p = (const char *)data;
+  same_load(p, size, 0);
+  same_load(p, size, JSON_DECODE_ANY);
+  json_t *s = json_stringn_nocheck(p, size); /* any bytes: the writer judges */
+  json_t *a = json_pack("[o,{s:O}]", s, "k", s);
+  same_dump(s, JSON_COMPACT | JSON_ENCODE_ANY);
+  same_dump(a, JSON_COMPACT);
+  json_decref(a);
+  return 0;
+}
