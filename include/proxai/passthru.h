@@ -10,6 +10,7 @@
 #include "proxai/json.h"
 #include "proxai/proto.h"
 #include "proxai/sse.h"
+#include "proxai/usage.h"
 
 /** Stream watcher/rewriter for a pass-through SSE body. Only complete
  *  events are passed on, so the client's stream always stands at an event
@@ -30,6 +31,8 @@ typedef struct px_passthru {
   int failed;         /**< <0: an event over the cap (PX_ETOOBIG) or a buffer
                            error; the stream is broken, feed refuses more */
   px_usage_t usage;   /**< usage seen so far, for logs and tpm */
+  px_answer_t *answer; /**< NULL, or the answer's id, model and finish
+                            reason kept here (a traced request) */
 } px_passthru_t;
 
 void px_passthru_init(px_passthru_t *pt, px_proto_t proto, const char *model);

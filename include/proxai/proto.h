@@ -408,6 +408,12 @@ typedef struct px_wire_watch {
   int model_depth;
   const char *body_model;         /**< the model's member in a response body;
                                        NULL: "model" */
+  const char *answer_id;          /**< the answer's id member; NULL: "id" */
+  const char *finish_list;        /**< the array whose elements hold the finish
+                                       reason ("choices"): read back from the
+                                       end; NULL: a member of the answer */
+  const char *finish_key;         /**< the finish reason's member */
+  const char *delta_outer;        /**< delta_event: the object holding it */
 } px_wire_watch_t;
 
 /* ------------------------------------------------------------------------ */
@@ -773,6 +779,10 @@ const px_usage_t *px_stream_tr_usage(const px_stream_tr_t *t);
  *  x-proxai-lossy header of a stream is predicted from the request by
  *  px_translate_request (px_lossy_predict, one rule set with these). */
 const px_lossy_t *px_stream_tr_dropped(const px_stream_tr_t *t);
+/** Keep the upstream answer's id, model and finish reason (usage.h) in a
+ *  as its events pass (a traced request). */
+struct px_answer;
+void px_stream_tr_answer(px_stream_tr_t *t, struct px_answer *a);
 void px_stream_tr_free(px_stream_tr_t *t);
 
 #endif

@@ -67,7 +67,9 @@ typedef struct px_span {
   const char *name_model;    /**< the model in the span name */
   const char *provider;      /**< gen_ai.provider.name */
   const char *request_model; /**< gen_ai.request.model */
-  const char *response_model;
+  const char *response_model; /**< gen_ai.response.model; NULL: none */
+  const char *response_id;    /**< gen_ai.response.id */
+  const char *finish_reason;  /**< gen_ai.response.finish_reasons: [it] */
   int64_t max_tokens;   /**< gen_ai.request.max_tokens; <0: none */
   int64_t input_tokens; /**< <0: unknown */
   int64_t output_tokens;

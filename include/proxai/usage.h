@@ -27,4 +27,27 @@ void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *
 void px_usage_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
                    px_usage_t *u);
 
+/** What an answer says of itself, for traces (SPEC 15): its id, its model
+ *  and its finish reason (of its last choice: the one there usually is),
+ *  as the protocol spells them;
+ *  "" when not seen. Values are cut to fit. */
+typedef struct px_answer {
+  char id[96];
+  char model[96];
+  char finish[32];
+} px_answer_t;
+
+/** The id, model and finish reason in a body or one stream event of the
+ *  protocol of w, under member outer (NULL: at the top), by the watch
+ *  descriptor's names; the id and model are kept once seen, a finish
+ *  reason that is a string replaces the last. */
+void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
+                    px_answer_t *a);
+
+/** px_answer_read on one stream event of the protocol of w (named event,
+ *  data p[0..n)): where its start, delta and terminal events, or every
+ *  data chunk, keep them. */
+void px_answer_event(const px_wire_watch_t *w, px_str_t event, const char *p, size_t n,
+                     px_answer_t *a);
+
 #endif

@@ -156,6 +156,7 @@ struct px_exch {
   int tr_status;             /* its upstream status; 0: none */
   int tr_failed;             /* its transfer failed: tr_result */
   px_xfer_result_t tr_result;
+  struct px_answer_watch *tr_watch; /* tr_stream: the client's events read */
   /* Text buffers, last: exch_new() zeroes the fields above and only empties
    * these (zeroing 1.7 KiB per request costs more than the rest of it). */
   char retry_reason[96]; /* why the last attempt is retried (for the log) */
@@ -163,7 +164,20 @@ struct px_exch {
   char content_type[128];
   char label[256];       /* x-proxai-upstream value */
   px_lossy_t lossy;
+  /* a traced request's answer (emptied when sampled): as the upstream wrote
+   * it (the last attempt's span) and as the client got it (the request's) */
+  px_answer_t ans_up, ans_cl;
 };
+
+/* The answer's id, model and finish reason for the spans, read from the
+ * upstream's body and the body the client got (NULL: the same bytes, the
+ * model written back when the route rewrites it); only
+ * for a sampled request. */
+void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, const char *cl,
+                          size_t cn);
+/* A stream's answer watched for the spans: the upstream's events by the
+ * pass-through watcher or the translator, the client's as they are sent. */
+void px_exch_trace_stream(px_exch_t *x);
 
 static inline uint64_t px_exch_now(px_exch_t *x) { return uv_now(x->w->loop); }
 static inline const px_proto_ops_t *px_exch_client_ops(px_exch_t *x) {

@@ -38,6 +38,7 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
   const px_wire_watch_t *w = &px_proto_get(pt->proto)->watch;
   const char *d = ev->data.ptr;
   size_t n = ev->data.len;
+  if (pt->answer) px_answer_event(w, ev->event, d, n, pt->answer);
   for (size_t k = 0; k < 3 && w->terminal_events[k]; k++)
     if (px_str_eq(ev->event, w->terminal_events[k])) {
       pt->terminal = 1;

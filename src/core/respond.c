@@ -232,10 +232,12 @@ static void usage_from_tail(px_exch_t *x) {
 static void pass_json_done(px_exch_t *x) {
   if (!x->started) { /* held whole: sent with our own Content-Length */
     px_usage_from_body(x->out, x->acc.data ? x->acc.data : "", x->acc.len, &x->usage);
+    px_exch_trace_answer(x, x->acc.data, x->acc.len, NULL, 0);
     if (px_exch_respond(x, x->up_status, up_ctype(x), 0, (int64_t)x->acc.len) == 0)
       px_exch_write(x, x->acc.data, x->acc.len);
   } else {
     usage_from_tail(x);
+    px_exch_trace_answer(x, x->acc.data, x->acc.len, NULL, 0); /* its tail's */
   }
   px_exch_finalize(x);
 }
@@ -258,6 +260,7 @@ static void pass_rewrite_done(px_exch_t *x) {
   px_buf_init(&b, PX_MAX_UPSTREAM_JSON + 4096);
   px_json_replace_str(&b, x->acc.data, x->acc.len, top, 1, x->model);
   px_usage_from_body(x->out, b.data, b.len, &x->usage);
+  px_exch_trace_answer(x, x->acc.data, x->acc.len, NULL, 0); /* its model written back */
   if (px_exch_respond(x, x->up_status, up_ctype(x), 0, (int64_t)b.len) == 0)
     px_exch_write(x, b.data, b.len);
   px_buf_free(&b);
@@ -272,6 +275,7 @@ static const px_mode_t mode_pass_rewrite = {"pass_rewrite", collect_head, data_c
 
 /* The translated body, answered and the exchange finished. */
 static void tr_json_answer(px_exch_t *x, const char *p, size_t n) {
+  px_exch_trace_answer(x, x->acc.data, x->acc.len, p, n);
   if (px_stored_json(x, p, n)) return; /* answered once the turn is kept */
   if (px_exch_respond(x, 200, "application/json", 0, (int64_t)n) == 0) px_exch_write(x, p, n);
   px_exch_finalize(x);
@@ -374,6 +378,7 @@ static int pass_stream_head(px_exch_t *x) {
   /* upreq.c asked an opt-in upstream for usage (pass_body) */
   x->pt.strip_usage = px_exch_client_ops(x)->stream_usage_opt_in && !x->include_usage;
   x->pt_init = 1;
+  px_exch_trace_stream(x);
   return px_exch_respond(x, 200, "text/event-stream", 1, -1);
 }
 
@@ -434,6 +439,7 @@ static int tr_stream_head(px_exch_t *x) {
   x->ctx.flush_arg = x;
   x->str = px_stream_tr_new(&x->ctx, &x->obuf);
   if (x->str == NULL) return -1;
+  px_exch_trace_stream(x);
   return px_exch_respond(x, 200, "text/event-stream", 1, -1);
 }
 

@@ -409,3 +409,85 @@ void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *
   if (px_usage_scan(p, body, len, u)) return; /* the usual case: one walk */
   px_usage_read(&px_proto_get(p)->watch, body, len, NULL, u); /* a prefix */
 }
+
+/* The string token p[s..s+l) (quotes included) copied into dst without
+ * its quotes, cut to fit (its escapes as written, never half of one); 0
+ * when it is not a string. */
+static int copy_str(const char *p, size_t s, size_t l, char *dst, size_t cap) {
+  if (s == END || l < 2 || p[s] != '"') return 0;
+  l -= 2;
+  if (l >= cap) l = cap - 1;
+  while (l > 0 && p[s + l] == '\\') l--;
+  memcpy(dst, p + s + 1, l);
+  dst[l] = 0;
+  return 1;
+}
+
+/* The value of the last member named `name` in p[0..n), at any depth,
+ * found walking back from the end: a quoted name no backslash escapes,
+ * followed by ':' (inside a string its quotes would be escaped). For a
+ * finish reason that sits in the list before the usage, the bytes after it
+ * are read, not the answer's content. *s = END when there is none. */
+static void last_member(const char *p, size_t n, const char *name, size_t *s, size_t *l) {
+  size_t nl = strlen(name), j = n;
+  *s = END;
+  while (j > nl + 1) {
+    const char *q = memrchr(p, '"', j);
+    if (q == NULL) return;
+    j = (size_t)(q - p); /* the closing quote of a name? */
+    if (j < nl + 1 || p[j - nl - 1] != '"' || memcmp(p + j - nl, name, nl) != 0 ||
+        (j >= nl + 2 && p[j - nl - 2] == '\\'))
+      continue;
+    size_t c = skip_ws(p, j + 1, n);
+    if (c >= n || p[c] != ':') continue;
+    size_t v = skip_ws(p, c + 1, n), e = v;
+    if (v >= n || p[v] != '"') return; /* null: no finish reason (yet) */
+    for (e = v + 1; e < n && p[e] != '"'; e++)
+      if (p[e] == '\\') e++;
+    if (e < n) *s = v, *l = e + 1 - v;
+    return;
+  }
+}
+
+void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
+                    px_answer_t *a) {
+  const char *path[2];
+  size_t d = 0, s, l;
+  if (outer) path[d++] = outer;
+  /* the id and the model lead the answer in every protocol but Gemini's:
+   * the finder stops at them */
+  if (!a->id[0]) {
+    path[d] = w->answer_id ? w->answer_id : "id";
+    if (px_json_find(p, n, path, d + 1, &s, &l) == PX_JSON_FOUND)
+      copy_str(p, s, l, a->id, sizeof(a->id));
+  }
+  if (!a->model[0]) {
+    path[d] = w->body_model ? w->body_model : "model";
+    if (px_json_find(p, n, path, d + 1, &s, &l) == PX_JSON_FOUND)
+      copy_str(p, s, l, a->model, sizeof(a->model));
+  }
+  if (!w->finish_key) return;
+  if (w->finish_list) { /* in the list's elements, which only the usage follows */
+    last_member(p, n, w->finish_key, &s, &l);
+  } else {
+    path[d] = w->finish_key;
+    if (px_json_find(p, n, path, d + 1, &s, &l) != PX_JSON_FOUND) return;
+  }
+  copy_str(p, s, l, a->finish, sizeof(a->finish));
+}
+
+void px_answer_event(const px_wire_watch_t *w, px_str_t event, const char *p, size_t n,
+                     px_answer_t *a) {
+  if (n == 0 || p[0] != '{') return; /* [DONE] and the like */
+  for (size_t k = 0; k < 3 && w->terminal_events[k]; k++)
+    if (px_str_eq(event, w->terminal_events[k])) {
+      px_answer_read(w, p, n, w->terminal_outer, a);
+      return;
+    }
+  if (w->start_event && px_str_eq(event, w->start_event))
+    px_answer_read(w, p, n, w->start_outer, a);
+  else if (w->delta_event && px_str_eq(event, w->delta_event))
+    px_answer_read(w, p, n, w->delta_outer, a);
+  else if (!w->start_event && !w->terminal_events[0])
+    px_answer_read(w, p, n, NULL, a); /* every data chunk says it all */
+}

@@ -408,7 +408,7 @@ static sv_t sv(const char *s) {
 /* Writes the span at w (room for span_bound bytes reserved); returns the end. */
 static char *put_span(char *w, const px_trace_ctx_t *t, const px_span_t *s,
                       const sv_t *v) {
-  enum { OP, NAME, PROV, REQ, RESP, KEY, TEAM, USER, ROUTE, UP, ERR };
+  enum { OP, NAME, PROV, REQ, RESP, KEY, TEAM, USER, ROUTE, UP, ERR, RID, FIN };
   if (nspans) *w++ = ',';
   LIT(w, "{\"traceId\":\"");
   memcpy(w, t->trace_hex, 32);
@@ -448,6 +448,14 @@ static char *put_span(char *w, const px_trace_ctx_t *t, const px_span_t *s,
   if (v[PROV].p) ATTR_STR(w, "gen_ai.provider.name", v[PROV].p, v[PROV].n);
   if (v[REQ].p) ATTR_STR(w, "gen_ai.request.model", v[REQ].p, v[REQ].n);
   if (v[RESP].p) ATTR_STR(w, "gen_ai.response.model", v[RESP].p, v[RESP].n);
+  if (v[RID].p) ATTR_STR(w, "gen_ai.response.id", v[RID].p, v[RID].n);
+  if (v[FIN].p) {
+    LIT(w,
+        ",{\"key\":\"gen_ai.response.finish_reasons\",\"value\":{\"arrayValue\":{"
+        "\"values\":[{\"stringValue\":\"");
+    w = put_text(w, v[FIN].p, v[FIN].n);
+    LIT(w, "\"}]}}}");
+  }
   if (s->max_tokens >= 0) ATTR_INT(w, "gen_ai.request.max_tokens", s->max_tokens);
   if (s->input_tokens >= 0) ATTR_INT(w, "gen_ai.usage.input_tokens", s->input_tokens);
   if (s->output_tokens >= 0) ATTR_INT(w, "gen_ai.usage.output_tokens", s->output_tokens);
@@ -492,7 +500,8 @@ void px_trace_emit(const px_trace_ctx_t *t, const px_span_t *s) {
   const sv_t v[] = {sv(s->operation),     sv(s->name_model),     sv(s->provider),
                     sv(s->request_model), sv(s->response_model), sv(s->key),
                     sv(s->team),          sv(s->user),           sv(s->route),
-                    sv(s->upstream),      sv(s->error_type)};
+                    sv(s->upstream),      sv(s->error_type),     sv(s->response_id),
+                    sv(s->finish_reason)};
   size_t strings = 2 * v[0].n + t->tracestate.len +
                    (s->server_url ? strlen(s->server_url) : 0) +
                    (s->lossy ? 2 * strlen(s->lossy) : 0);

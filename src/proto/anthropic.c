@@ -1609,5 +1609,7 @@ const px_proto_ops_t px_proto_anthropic = {
               .terminal_events = {"message_stop"},
               .error_event = "error",
               .model_path = {"message", "model"},
-              .model_depth = 2},
+              .model_depth = 2,
+              .finish_key = "stop_reason",
+              .delta_outer = "delta"},
 };

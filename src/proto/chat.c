@@ -1531,5 +1531,7 @@ const px_proto_ops_t px_proto_chat = {
               .terminal_data = "[DONE]",
               .error_data = 1,
               .model_path = {"model"},
-              .model_depth = 1},
+              .model_depth = 1,
+              .finish_list = "choices",
+              .finish_key = "finish_reason"},
 };

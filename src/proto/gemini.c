@@ -1140,5 +1140,8 @@ const px_proto_ops_t px_proto_gemini = {
               .error_data = 1,
               .model_path = {"modelVersion"},
               .model_depth = 1,
-              .body_model = "modelVersion"},
+              .body_model = "modelVersion",
+              .answer_id = "responseId",
+              .finish_list = "candidates",
+              .finish_key = "finishReason"},
 };

@@ -1704,5 +1704,6 @@ const px_proto_ops_t px_proto_responses = {
               .terminal_outer = "response",
               .error_event = "error",
               .model_path = {"response", "model"},
-              .model_depth = 2},
+              .model_depth = 2,
+              .finish_key = "status"},
 };

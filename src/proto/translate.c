@@ -13,6 +13,7 @@
 #include "proxai/protoutil.h"
 #include "proxai/scrub.h"
 #include "proxai/sse.h"
+#include "proxai/usage.h"
 
 /* config names from the X-macro (a table entry may not be filled in yet) */
 static const char *const proto_names[] = {
@@ -367,6 +368,7 @@ struct px_stream_tr {
   int nopen;
   px_usage_t usage;
   px_lossy_t dropped;
+  px_answer_t *answer; /* NULL, or the upstream answer's id, model, finish */
 };
 
 #define PX_MAX_BLOCKS 65536
@@ -528,6 +530,8 @@ static int on_sse(void *arg, const px_sse_event_t *ev) {
     return write_error(t, PX_ERR_BAD_GATEWAY,
                        "upstream stream event is not JSON or too complex to translate "
                        "within the memory bound of its size");
+  if (t->answer)
+    px_answer_event(&t->out->watch, ev->event, ev->data.ptr, ev->data.len, t->answer);
   int rc = t->out->sdec_feed(t->dec, ev);
   if (rc < 0 && !t->done)
     return write_error(t, PX_ERR_BAD_GATEWAY, "upstream sent a malformed stream event");
@@ -599,6 +603,10 @@ int px_stream_tr_done(const px_stream_tr_t *t) {
 
 const px_usage_t *px_stream_tr_usage(const px_stream_tr_t *t) {
   return &t->usage;
+}
+
+void px_stream_tr_answer(px_stream_tr_t *t, px_answer_t *a) {
+  t->answer = a;
 }
 
 const px_lossy_t *px_stream_tr_dropped(const px_stream_tr_t *t) {

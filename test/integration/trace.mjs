@@ -42,6 +42,8 @@ upstream = a
 model = up-model
 fallback = b/claude-up
 max_tokens = 100
+[route plain-*]
+upstream = a
 [team platform]
 [price up-model]
 input = 2.5
@@ -143,6 +145,10 @@ test('a request is a SERVER span with its attempt as a CLIENT child, in the clie
   assert.deepEqual(server.attrs, {
     'gen_ai.operation.name': 'chat',
     'gen_ai.request.model': 'm-one',
+    // what the client saw: its model written back
+    'gen_ai.response.model': 'm-one',
+    'gen_ai.response.id': 'chatcmpl-up1',
+    'gen_ai.response.finish_reasons': ['stop'],
     'gen_ai.request.max_tokens': 64,
     'gen_ai.usage.input_tokens': 11,
     'gen_ai.usage.output_tokens': 7,
@@ -158,6 +164,9 @@ test('a request is a SERVER span with its attempt as a CLIENT child, in the clie
     'gen_ai.operation.name': 'chat',
     'gen_ai.provider.name': 'openai',
     'gen_ai.request.model': 'up-model',
+    'gen_ai.response.model': 'up-model',
+    'gen_ai.response.id': 'chatcmpl-up1',
+    'gen_ai.response.finish_reasons': ['stop'],
     'gen_ai.usage.input_tokens': 11,
     'gen_ai.usage.output_tokens': 7,
     'server.address': '127.0.0.1',
@@ -239,6 +248,9 @@ test('retries and a fallback are sibling CLIENT spans; the upstream sees each as
     'gen_ai.operation.name': 'chat',
     'gen_ai.provider.name': 'anthropic',
     'gen_ai.request.model': 'claude-up',
+    'gen_ai.response.model': 'claude-up',
+    'gen_ai.response.id': 'msg_up1',
+    'gen_ai.response.finish_reasons': ['end_turn'],
     'gen_ai.usage.input_tokens': 13,
     'gen_ai.usage.output_tokens': 5,
     'server.address': '127.0.0.1',
@@ -250,6 +262,12 @@ test('retries and a fallback are sibling CLIENT spans; the upstream sees each as
   assert.equal(server.name, 'chat m-two');
   assert.equal(server.attrs['http.response.status_code'], 200);
   assert.equal(server.attrs['error.type'], undefined);
+  // the translated answer, as the Chat client got it
+  const body = JSON.parse(r.text);
+  assert.equal(server.attrs['gen_ai.response.model'], body.model);
+  assert.equal(server.attrs['gen_ai.response.id'], body.id);
+  assert.deepEqual(server.attrs['gen_ai.response.finish_reasons'], ['stop']);
+  assert.equal(body.model, 'm-two');
   assertNothingPrivate(col);
 });
 
@@ -312,6 +330,52 @@ test('a stream\'s spans end with its last byte; first token is an event; lossy f
   assert.equal(server.attrs['gen_ai.usage.input_tokens'], 3);
   assert.equal(server.attrs['gen_ai.usage.output_tokens'], 4);
   assert.equal(client.attrs['gen_ai.provider.name'], 'openai');
+  // the upstream's answer on the attempt, the translated one on the request
+  assert.equal(client.attrs['gen_ai.response.model'], 'up-model');
+  assert.equal(client.attrs['gen_ai.response.id'], 'chatcmpl-s1');
+  assert.deepEqual(client.attrs['gen_ai.response.finish_reasons'], ['stop']);
+  const start = JSON.parse(/event: message_start\ndata: (.*)\n/.exec(body)[1]).message;
+  assert.equal(server.attrs['gen_ai.response.model'], start.model);
+  assert.equal(server.attrs['gen_ai.response.id'], start.id);
+  assert.deepEqual(server.attrs['gen_ai.response.finish_reasons'], ['end_turn']);
+  assert.equal(start.model, 'm-three');
+  assertNothingPrivate(col);
+});
+
+test('the answer\'s model, id and finish reasons on both spans: pass-through, whole and streamed', async () => {
+  up.reset();
+  const n0 = col.spans.length;
+  // a whole answer passed through untouched (the client's model is the upstream's)
+  up.script(raw(200, { 'content-type': 'application/json' }, JSON.stringify({
+    id: 'chatcmpl-p1', object: 'chat.completion', created: 1700000000, model: 'plain-1-2026',
+    choices: [{ index: 0, message: { role: 'assistant', content: COMPLETION }, finish_reason: 'length' }],
+    usage: { prompt_tokens: 2, completion_tokens: 64, total_tokens: 66 },
+  })));
+  assert.equal((await chat(px, { model: 'plain-1' })).status, 200);
+  // a stream passed through, its model written back to the client's
+  const ev = (o) => `data: ${JSON.stringify(o)}\n\n`;
+  const chunk = (delta, finish = null) => ({ id: 'chatcmpl-p2', object: 'chat.completion.chunk', created: 1700000000, model: 'up-model', choices: [{ index: 0, delta, finish_reason: finish }] });
+  up.script(raw(200, { 'content-type': 'text/event-stream' }, ev(chunk({ role: 'assistant', content: COMPLETION })) + ev(chunk({}, 'tool_calls')) + 'data: [DONE]\n\n'));
+  const r = await chat(px, { stream: true });
+  assert.equal(r.status, 200);
+  assert.match(r.text, /"model":"m-one"/);
+  await waitFor(() => col.spans.length >= n0 + 4, { timeout: 15000, what: 'four spans' });
+  const spans = col.spans.slice(n0);
+  const pick = (name, kind) => spans.find((s) => s.kind === kind && s.name === name);
+  const json = [pick('chat plain-1', 2), pick('chat plain-1', 3)];
+  for (const s of json) {
+    assert.ok(s, JSON.stringify(spans.map((x) => x.name)));
+    assert.equal(s.attrs['gen_ai.response.model'], 'plain-1-2026');
+    assert.equal(s.attrs['gen_ai.response.id'], 'chatcmpl-p1');
+    assert.deepEqual(s.attrs['gen_ai.response.finish_reasons'], ['length']);
+  }
+  const [server, client] = [pick('chat m-one', 2), pick('chat up-model', 3)];
+  assert.equal(server.attrs['gen_ai.response.model'], 'm-one', 'the model the client saw');
+  assert.equal(client.attrs['gen_ai.response.model'], 'up-model', 'the model the upstream sent');
+  for (const s of [server, client]) {
+    assert.equal(s.attrs['gen_ai.response.id'], 'chatcmpl-p2');
+    assert.deepEqual(s.attrs['gen_ai.response.finish_reasons'], ['tool_calls']);
+  }
   assertNothingPrivate(col);
 });
 
