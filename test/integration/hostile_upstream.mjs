@@ -29,9 +29,9 @@ process.on('exit', () => fs.rmSync(logDir, { recursive: true, force: true }));
 // a path with '%' goes by curl, which does not read SSL_CERT_FILE: under
 // hostile_upstream_tls its CA is named.)
 const LEAK = {
-  chat: 'sk-proj-Q7mZr2xKp9LbV4nT8wYc3HdF6sJ1aE5uG0iXoRk2',
-  ant: 'sk-ant-api03-Vb8Nq2Lm5Xc7Zr1Tk4Yw9Pd3Hs6Jf0Ga-QwErTyUiOp',
-  gem: 'AIzaSyD3m0kEyF0rTh3Gat3waYqXwZ1234567890',
+  chat: 'sk-proj-EXAMPLEnotArealKEY0testOnlyEXAMPLEnowxyz',
+  ant: 'sk-ant-api03-EXAMPLEnotArealKEY0testOnlyEXAMPLEnotArAnt9',
+  gem: 'AIzaSyEXAMPLEnotArealKEY0testOnlyEXAGem7',
 };
 const px = await startProxai(`[server]
 listen = 127.0.0.1:{{PORT}}

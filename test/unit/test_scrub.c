@@ -11,7 +11,7 @@
 #include "proxai/log.h"
 #include "proxai/scrub.h"
 
-#define KEY "sk-proj-Q7mZr2xKp9LbV4nT8wYc3HdF6sJ1aE5uG0iXoRk2"
+#define KEY "sk-proj-EXAMPLEnotArealKEY0testOnlyEXAMPLEnowxyz"
 
 /* s with its first occurrence of word overwritten with '*' (static) */
 static const char *starred(const char *s, const char *word) {
@@ -37,17 +37,17 @@ static void test_shapes(void) {
   px_scrub_add("short", 5); /* under the minimum: ignored */
   /* OpenAI's echo: a prefix, stars, the last four; a full stop after it */
   const char *echo =
-      "Incorrect API key provided: sk-proj-****************************oRk2. You";
+      "Incorrect API key provided: sk-proj-****************************wxyz. You";
   CHECK(strcmp(scrubbed(echo),
-               starred(echo, "sk-proj-****************************oRk2")) == 0);
+               starred(echo, "sk-proj-****************************wxyz")) == 0);
   const char *cases[][2] = {
-      {"key sk-proj-Q7...oRk2 is bad", "sk-proj-Q7...oRk2"},
-      {"key ****oRk2", "****oRk2"},
-      {"key sk-proj-Q7m**", "sk-proj-Q7m**"},
+      {"key sk-proj-EX...wxyz is bad", "sk-proj-EX...wxyz"},
+      {"key ****wxyz", "****wxyz"},
+      {"key sk-proj-EXA**", "sk-proj-EXA**"},
       {"\"" KEY "\"", KEY},
       {"x=" KEY "&y", KEY},
       /* a long enough piece of a secret without a mask */
-      {"prefix sk-proj-Q7mZr2 shown", "sk-proj-Q7mZr2"},
+      {"prefix sk-proj-EXAMPL shown", "sk-proj-EXAMPL"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     char want[1024];
