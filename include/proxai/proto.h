@@ -714,8 +714,9 @@ int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t l
  *  event's data) fits the budget of its size, from one scan before any
  *  parse. 0: it does not (or it is not one JSON object): not parsed. */
 int px_translate_answer_fits(const char *p, size_t n);
-/** SSE events up to this size are parsed without that scan: their document
- *  is small whatever its shape. */
+/** Answers and SSE events up to this size fit without that scan: their
+ *  document is small whatever its shape (invalid JSON is then the parser's
+ *  to refuse). */
 #define PX_TR_EVENT_SCAN (16u << 10)
 /** Translate an upstream success body to the client protocol's body. */
 int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,

@@ -176,6 +176,7 @@ static int budget_admits(const px_tr_ctx_t *ctx) {
 }
 
 int px_translate_answer_fits(const char *p, size_t n) {
+  if (n <= PX_TR_EVENT_SCAN) return 1; /* small whatever its shape: no scan */
   px_json_req_t scan;
   if (px_json_request(p, n, &scan) < 0) return 0;
   /* budget_admits' rule: three documents at once within the budget */
@@ -525,8 +526,7 @@ static int on_event(void *arg, const px_ev_t *ev) {
 static int on_sse(void *arg, const px_sse_event_t *ev) {
   px_stream_tr_t *t = arg;
   if (t->done) return 0; /* trailing bytes after the terminal: ignored */
-  if (ev->data.len > PX_TR_EVENT_SCAN &&
-      !px_translate_answer_fits(ev->data.ptr, ev->data.len))
+  if (!px_translate_answer_fits(ev->data.ptr, ev->data.len))
     return write_error(t, PX_ERR_BAD_GATEWAY,
                        "upstream stream event is not JSON or too complex to translate "
                        "within the memory bound of its size");
