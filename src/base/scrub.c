@@ -69,7 +69,11 @@ static size_t word_secret(const char *w, size_t n) {
   }
   int masked = head < n;
   if (!masked && n < 8) return 0;
-  if (!masked && strspn(w, "0123456789.-") >= n) return 0; /* a JSON number stays one */
+  if (!masked) { /* a JSON number stays one (w is not NUL-terminated) */
+    size_t d = 0;
+    while (d < n && ((w[d] >= '0' && w[d] <= '9') || w[d] == '.' || w[d] == '-')) d++;
+    if (d == n) return 0;
+  }
   for (size_t k = 0; k < g_nsecrets; k++) {
     const secret_t *s = &g_secrets[k];
     if (masked) {

@@ -120,7 +120,10 @@ static int expand(px_exch_t *x, const px_stored_turn_t *turns, size_t n) {
                            turns, n, &nb);
   if (rc == 0) rc = px_buf_reserve(&nb, 1); /* NUL-terminated, as a client's */
   if (rc == 0) nb.data[nb.len] = 0;
-  if (rc == 0 && px_json_request(nb.data, nb.len, &x->jreq) < 0) rc = PX_EPROTO;
+  /* the same scan as admission's (its output cap included) */
+  if (rc == 0 && px_json_request_caps(nb.data, nb.len, px_exch_client_ops(x)->max_tokens_keys,
+                                      &x->jreq) < 0)
+    rc = PX_EPROTO;
   if (rc < 0) {
     px_buf_free(&nb);
     if (rc == PX_ETOOBIG)

@@ -159,7 +159,9 @@ static int parg_apply(json_t *args, json_t *pa) {
   if (path == NULL || path[0] != '$' || v == NULL) return -1;
   json_t *at = args; /* the container the next step reads */
   const char *p = path + 1;
+  unsigned depth = 0;
   while (*p) {
+    if (++depth > PX_JSON_MAX_DEPTH) return -1; /* as deep as any JSON read */
     char key[256];
     size_t kl = 0;
     long idx = -1;
@@ -171,6 +173,8 @@ static int parg_apply(json_t *args, json_t *pa) {
       char *end;
       idx = strtol(p + 1, &end, 10);
       if (end == p + 1 || *end != ']' || idx < 0 || idx > 4096) return -1;
+      /* the next element or one already there: no room made for a far index */
+      if (json_is_array(at) && (size_t)idx > json_array_size(at)) return -1;
       p = end + 1;
     } else {
       return -1;
@@ -204,7 +208,6 @@ static int parg_apply(json_t *args, json_t *pa) {
         json_decref(next);
         return -1;
       }
-      while (json_array_size(at) < (size_t)idx) json_array_append_new(at, json_null());
       int r = json_array_size(at) == (size_t)idx
                   ? json_array_append_new(at, next)
                   : json_array_set_new(at, (size_t)idx, next);

@@ -231,6 +231,9 @@ static px_key_conf_t *key_from(const px_config_t *cfg, const json_t *j,
     const char *g = json_string_value(json_array_get(m, i));
     if (g && (k->models[k->nmodels] = strdup(g)) != NULL) k->nmodels++;
   }
+  /* no model list read whole is no list at all (which allows every model):
+   * such a key is not made */
+  int models_short = k->nmodels != n;
   const char *team = jstr(j, "team");
   if (team) {
     k->team_name = strdup(team);
@@ -242,7 +245,7 @@ static px_key_conf_t *key_from(const px_config_t *cfg, const json_t *j,
       json_decref(t);
     }
   }
-  if (!k->name || (team && !k->team_name)) {
+  if (!k->name || models_short || (team && !k->team_name)) {
     px_keys_free(k);
     return NULL;
   }
