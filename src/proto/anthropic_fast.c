@@ -1,9 +1,13 @@
 /* anthropic_fast.c - the fast codec of Anthropic Messages bodies
- * (include/proxai/fastir.h): the common shape of a request (text, tool
- * use and results, tools, sampling parameters) and of a response (text and
- * tool use), read and written without a jansson document. Anything else
- * declines to the jansson codec in anthropic.c, the reference: every rule
- * here is that codec's rule for the same shape. */
+ * (include/proxai/fastir.h): requests as Claude Code sends them (system and
+ * text blocks with cache_control, thinking and redacted thinking, tool use
+ * and results with their content blocks, images, tools, the thinking and
+ * output configuration, metadata) and what an Anthropic upstream takes of
+ * any fast IR (thinking blocks, the thinking budget, structured output);
+ * responses with text and tool use. Read and written without a jansson
+ * document. Anything else declines to the jansson codec in anthropic.c,
+ * the reference: every rule here is that codec's rule for the same shape,
+ * its lossy names included, in its order. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,32 +22,43 @@
 /* ======================================================================== */
 /* Request decode                                                            */
 
-/* system blocks / tool_result content blocks: {type:"text", text, ...} */
+/* The reference names what it drops in this order: system, then messages,
+ * then the other members in body order; the walk here reads them in body
+ * order, so each goes to its own list and the lists are joined at the end. */
+typedef struct {
+  px_lossy_t sys, msgs, rest;
+} dec_lossy_t;
+
+/* a plain (unescaped) string member equal to lit */
+static int str_is(const px_fv_t *v, const char *lit) {
+  return v->kind == PX_FV_STR && px_fs_is(v->s, lit);
+}
+
+/* system blocks: {type:"text", text, cache_control?, citations?} */
 enum { TB_TYPE, TB_TEXT, TB_CC, TB_CIT };
 static const px_fkey_t text_block_keys[] = {PX_FK("type"), PX_FK("text"),
                                             PX_FK("cache_control"), PX_FK("citations")};
 
-/* One text block; allow_cc: cache_control is kept (system), else it
- * declines (lossy in the jansson codec). Unknown keys are ignored there. */
-static int text_block(px_fw_t *w, px_arena_t *a, int allow_cc, px_fpart_t **out) {
+static int text_block(px_fw_t *w, px_arena_t *a, px_lossy_t *lossy, px_fpart_t **out) {
   px_fv_t f[NKEYS(text_block_keys)];
   unsigned seen = 0;
 #define HAS(x) (seen & (1u << (x)))
   if (px_fw_kfields(w, text_block_keys, NKEYS(text_block_keys), f, &seen) != 0)
     return DECLINE;
-  if (!HAS(TB_TYPE) || f[TB_TYPE].kind != PX_FV_STR || !px_fs_is(f[TB_TYPE].s, "text") ||
-      !HAS(TB_TEXT) || f[TB_TEXT].kind != PX_FV_STR || (HAS(TB_CC) && !allow_cc) ||
-      (HAS(TB_CIT) && f[TB_CIT].kind != PX_FV_NULL))
+  if (!HAS(TB_TYPE) || !str_is(&f[TB_TYPE], "text") || !HAS(TB_TEXT) ||
+      f[TB_TEXT].kind != PX_FV_STR)
     return DECLINE;
   px_fpart_t *p = px_fpart_text(a, f[TB_TEXT].s);
   if (p == NULL) return DECLINE;
   if (HAS(TB_CC)) p->cache_control = f[TB_CC].raw;
+  if (HAS(TB_CIT) && f[TB_CIT].kind != PX_FV_NULL)
+    px_lossy_add(lossy, "messages[].content[].citations");
 #undef HAS
   *out = p;
   return 0;
 }
 
-static int decode_system(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
+static int decode_system(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
   px_fv_kind_t kind = px_fw_peek(w);
   if (kind == PX_FV_STR) {
     px_fv_t v;
@@ -59,14 +74,41 @@ static int decode_system(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
   int r;
   while ((r = px_fw_elem(w)) == 1) {
     px_fpart_t *p;
-    if (text_block(w, a, 1, &p) != 0) return DECLINE;
+    if (text_block(w, a, lossy, &p) != 0) return DECLINE;
     px_fpart_push(&ir->system, &ir->system_last, p);
   }
   return r < 0 ? DECLINE : 0;
 }
 
-/* tool_result content: absent/null, a string, or text blocks */
-static int tool_result_content(px_fv_t *c, px_fpart_t *part, px_arena_t *a) {
+/* an image block's source (base64 data with its media type, or a URL) */
+static int image_part(const px_fv_t *src, px_arena_t *a, px_fpart_t **out) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("media_type"), PX_FK("data"),
+                                   PX_FK("url")};
+  px_fv_t f[4];
+  unsigned seen = 0;
+  if (src->kind != PX_FV_OBJ || px_fv_kfields(src, keys, 4, f, &seen) != 0 || !(seen & 1))
+    return DECLINE;
+  px_fpart_t *p = px_fpart_new(a, PX_FP_IMAGE);
+  if (p == NULL) return DECLINE;
+  if (str_is(&f[0], "base64") && (seen & 2) && f[1].kind == PX_FV_STR && (seen & 4) &&
+      f[2].kind == PX_FV_STR) {
+    p->media_type = f[1].s;
+    p->data = f[2].s;
+  } else if (str_is(&f[0], "url") && (seen & 8) && f[3].kind == PX_FV_STR) {
+    p->url = f[3].s;
+  } else {
+    return DECLINE; /* the reference's error */
+  }
+  *out = p;
+  return 0;
+}
+
+/* tool_result content: absent/null, a string, or blocks (text, images,
+ * tool references) */
+static int tool_result_content(px_fv_t *c, px_fpart_t *part, px_arena_t *a,
+                               px_lossy_t *lossy) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("cache_control"),
+                                   PX_FK("citations"), PX_FK("source")};
   if (c->kind == PX_FV_NULL) return 0;
   if (c->kind == PX_FV_STR) {
     part->content = px_fpart_text(a, c->s);
@@ -78,37 +120,64 @@ static int tool_result_content(px_fv_t *c, px_fpart_t *part, px_arena_t *a) {
   int r;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(&w)) == 1) {
-    px_fpart_t *p;
-    if (text_block(&w, a, 0, &p) != 0) return DECLINE;
-    px_fpart_push(&part->content, &tail, p);
+    px_fv_t f[NKEYS(keys)];
+    unsigned seen = 0;
+    px_fpart_t *p = NULL;
+    if (px_fw_kfields(&w, keys, NKEYS(keys), f, &seen) != 0 || !(seen & 1)) return DECLINE;
+    if (str_is(&f[0], "text") && (seen & 2) && f[1].kind == PX_FV_STR) {
+      if ((p = px_fpart_text(a, f[1].s)) == NULL) return DECLINE;
+      if (seen & 8) px_lossy_add(lossy, "messages[].content[].citations");
+    } else if (str_is(&f[0], "image")) {
+      if (!(seen & 16) || image_part(&f[4], a, &p) != 0) return DECLINE;
+    } else if (str_is(&f[0], "tool_reference")) {
+      px_lossy_add(lossy, "messages[].content[].content[].tool_reference");
+    } else {
+      return DECLINE; /* documents, search results: the reference */
+    }
+    if (seen & 4) px_lossy_add(lossy, "cache_control");
+    if (p != NULL) px_fpart_push(&part->content, &tail, p);
   }
   return r < 0 ? DECLINE : 0;
 }
 
-enum { B_TYPE, B_TEXT, B_CC, B_CIT, B_ID, B_NAME, B_INPUT, B_TUID, B_CONTENT, B_ISERR };
-static const px_fkey_t block_keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("cache_control"),
-                                       PX_FK("citations"), PX_FK("id"), PX_FK("name"),
-                                       PX_FK("input"), PX_FK("tool_use_id"),
-                                       PX_FK("content"), PX_FK("is_error")};
+/* server-side tools' blocks: dropped and named there */
+static int server_result_type(px_fstr_t t) {
+  static const char suffix[] = "_tool_result";
+  size_t n = sizeof(suffix) - 1;
+  return t.n > n && memcmp(t.p + t.n - n, suffix, n) == 0;
+}
 
-static int decode_block(px_fw_t *w, int assistant, px_fmsg_t *m, px_arena_t *a) {
+enum { B_TYPE, B_TEXT, B_CC, B_CIT, B_ID, B_NAME, B_INPUT, B_TUID, B_CONTENT, B_ISERR,
+       B_THINKING, B_SIG, B_DATA, B_SOURCE };
+static const px_fkey_t block_keys[] = {
+    PX_FK("type"),     PX_FK("text"),        PX_FK("cache_control"), PX_FK("citations"),
+    PX_FK("id"),       PX_FK("name"),        PX_FK("input"),         PX_FK("tool_use_id"),
+    PX_FK("content"),  PX_FK("is_error"),    PX_FK("thinking"),      PX_FK("signature"),
+    PX_FK("data"),     PX_FK("source")};
+
+static int decode_block(px_fw_t *w, int assistant, px_fmsg_t *m, px_arena_t *a,
+                        px_lossy_t *lossy) {
   px_fv_t f[NKEYS(block_keys)];
   unsigned seen = 0;
   /* the jansson codec reads only the keys above */
   if (px_fw_kfields(w, block_keys, NKEYS(block_keys), f, &seen) != 0 ||
-      !(seen & (1u << B_TYPE)) || f[B_TYPE].kind != PX_FV_STR)
+      !(seen & (1u << B_TYPE)) || f[B_TYPE].kind != PX_FV_STR || f[B_TYPE].s.esc)
     return DECLINE;
   px_fstr_t t = f[B_TYPE].s;
 #define HAS(x) (seen & (1u << (x)))
   px_fpart_t *p;
   if (px_fs_is(t, "text")) {
     if (!HAS(B_TEXT) || f[B_TEXT].kind != PX_FV_STR) return DECLINE;
-    if (HAS(B_CIT) && f[B_CIT].kind != PX_FV_NULL) return DECLINE;
     p = px_fpart_text(a, f[B_TEXT].s);
     if (p == NULL) return DECLINE;
     if (HAS(B_CC)) p->cache_control = f[B_CC].raw;
+    if (HAS(B_CIT) && f[B_CIT].kind != PX_FV_NULL)
+      px_lossy_add(lossy, "messages[].content[].citations");
+  } else if (px_fs_is(t, "image")) {
+    if (!HAS(B_SOURCE) || image_part(&f[B_SOURCE], a, &p) != 0) return DECLINE;
+    if (HAS(B_CC)) px_lossy_add(lossy, "cache_control");
   } else if (px_fs_is(t, "tool_use")) {
-    if (!assistant || HAS(B_CC)) return DECLINE;
+    if (!assistant) return DECLINE;
     if (!HAS(B_ID) || !HAS(B_NAME) || f[B_ID].kind != PX_FV_STR ||
         f[B_NAME].kind != PX_FV_STR)
       return DECLINE;
@@ -122,26 +191,48 @@ static int decode_block(px_fw_t *w, int assistant, px_fmsg_t *m, px_arena_t *a) 
       if (px_fast_dump_value(a, f[B_INPUT].raw, &p->args) != 0) return DECLINE;
       if (f[B_INPUT].kind == PX_FV_OBJ) p->input = f[B_INPUT].raw;
     }
+    if (HAS(B_CC)) px_lossy_add(lossy, "cache_control");
   } else if (px_fs_is(t, "tool_result")) {
-    if (assistant || HAS(B_CC)) return DECLINE;
+    if (assistant) return DECLINE;
     if (!HAS(B_TUID) || f[B_TUID].kind != PX_FV_STR) return DECLINE;
     p = px_fpart_new(a, PX_FP_TOOL_RESULT);
     if (p == NULL) return DECLINE;
     p->id = f[B_TUID].s;
-    if (HAS(B_CONTENT) && tool_result_content(&f[B_CONTENT], p, a) != 0) return DECLINE;
-    if (HAS(B_ISERR)) {
-      if (f[B_ISERR].kind == PX_FV_TRUE) p->is_error = 1;
-      else if (f[B_ISERR].kind != PX_FV_FALSE) return DECLINE;
-    }
+    if (HAS(B_CONTENT) && tool_result_content(&f[B_CONTENT], p, a, lossy) != 0)
+      return DECLINE;
+    p->is_error = HAS(B_ISERR) && f[B_ISERR].kind == PX_FV_TRUE;
+    if (HAS(B_CC)) px_lossy_add(lossy, "cache_control");
+  } else if (px_fs_is(t, "thinking")) {
+    /* its signature back to its family's field (px_rtok_in) */
+    p = px_fpart_new(a, PX_FP_REASONING);
+    if (p == NULL) return DECLINE;
+    p->text = HAS(B_THINKING) && f[B_THINKING].kind == PX_FV_STR ? f[B_THINKING].s
+                                                                 : (px_fstr_t){"", 0, 0};
+    if (HAS(B_SIG) && f[B_SIG].kind == PX_FV_STR &&
+        px_frtok_in(PX_PROTO_ANTHROPIC, p, f[B_SIG].s) != 0)
+      return DECLINE;
+  } else if (px_fs_is(t, "redacted_thinking")) {
+    int k = px_frtok_index("redacted_data");
+    p = px_fpart_new(a, PX_FP_REASONING);
+    if (p == NULL || k < 0) return DECLINE;
+    p->text = (px_fstr_t){"", 0, 0};
+    p->tok[k] = HAS(B_DATA) && f[B_DATA].kind == PX_FV_STR ? f[B_DATA].s
+                                                           : (px_fstr_t){"", 0, 0};
+  } else if (px_fs_is(t, "server_tool_use") || px_fs_is(t, "mcp_tool_use")) {
+    px_lossy_add(lossy, "messages[].content[].server_tool_use");
+    return 0;
+  } else if (server_result_type(t)) {
+    px_lossy_add(lossy, "messages[].content[].server_tool_result");
+    return 0;
   } else {
-    return DECLINE;
+    return DECLINE; /* documents, search results ...: the reference */
   }
 #undef HAS
   px_fpart_push(&m->parts, &m->last, p);
   return 0;
 }
 
-static int decode_messages(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
+static int decode_messages(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
   int r;
   if (px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(w)) == 1) {
@@ -167,7 +258,7 @@ static int decode_messages(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
       int rc;
       if (px_fw_open(&cw, '[') < 0) return DECLINE;
       while ((rc = px_fw_elem(&cw)) == 1)
-        if (decode_block(&cw, assistant, m, a) != 0) return DECLINE;
+        if (decode_block(&cw, assistant, m, a, lossy) != 0) return DECLINE;
       if (rc < 0) return DECLINE;
     } else {
       return DECLINE;
@@ -181,27 +272,60 @@ static const px_fkey_t tool_keys[] = {PX_FK("type"), PX_FK("name"), PX_FK("descr
                                       PX_FK("input_schema"), PX_FK("strict"),
                                       PX_FK("cache_control")};
 
-static int decode_tools(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
+/* the members of a tool the IR has no slot for, named as the reference
+ * names them, in member order */
+static int tool_extra_lossy(px_str_t raw, px_lossy_t *lossy) {
+  static const px_fkey_t named[] = {PX_FK("defer_loading"), PX_FK("input_examples"),
+                                    PX_FK("eager_input_streaming"),
+                                    PX_FK("allowed_callers")};
+  static const char *const names[] = {"tools[].defer_loading", "tools[].input_examples",
+                                      "tools[].eager_input_streaming",
+                                      "tools[].allowed_callers"};
+  px_fw_t w = {raw.ptr, raw.len, 0};
+  px_fstr_t k;
+  px_fv_t v;
+  int r;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    if (px_fw_value(&w, &v) < 0) return DECLINE;
+    if (px_fk_of(k, tool_keys, NKEYS(tool_keys)) >= 0) continue;
+    int i = px_fk_of(k, named, NKEYS(named));
+    px_lossy_add(lossy, i >= 0 ? names[i] : "tools[].unknown_field");
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+static int decode_tools(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
   int r;
   if (px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(w)) == 1) {
     px_fstr_t k;
-    px_fv_t f[NKEYS(tool_keys)];
+    px_fv_t f[NKEYS(tool_keys)], whole;
     unsigned seen = 0;
-    int rm;
-    if (px_fw_open(w, '{') < 0) return DECLINE;
-    while ((rm = px_fw_member(w, &k)) == 1) {
+    int rm, extra = 0;
+    if (px_fw_peek(w) != PX_FV_OBJ || px_fw_value(w, &whole) < 0) return DECLINE;
+    px_fw_t tw = {whole.raw.ptr, whole.raw.len, 0};
+    if (px_fw_open(&tw, '{') < 0) return DECLINE;
+    while ((rm = px_fw_member(&tw, &k)) == 1) {
       int ki = px_fk_of(k, tool_keys, NKEYS(tool_keys));
       px_fv_t v;
-      if (ki < 0 || px_fw_value(w, &v) < 0) return DECLINE; /* lossy there */
+      if (k.esc || px_fw_value(&tw, &v) < 0) return DECLINE;
+      if (ki < 0) {
+        extra = 1;
+        continue;
+      }
       if (px_fw_seen_twice(&seen, ki)) return DECLINE;
       f[ki] = v;
     }
 #define HAS(x) (seen & (1u << (x)))
     if (rm < 0) return DECLINE;
-    if (HAS(T_TYPE) && f[T_TYPE].kind == PX_FV_STR && !px_fs_is(f[T_TYPE].s, "custom"))
-      return DECLINE; /* a server tool */
-    if (HAS(T_TYPE) && f[T_TYPE].kind != PX_FV_STR) return DECLINE;
+    if (HAS(T_TYPE) && f[T_TYPE].kind == PX_FV_STR) {
+      if (f[T_TYPE].s.esc) return DECLINE;
+      if (!px_fs_is(f[T_TYPE].s, "custom")) { /* a server tool, run at Anthropic */
+        px_lossy_add(lossy, "tools[].server_tool");
+        continue;
+      }
+    }
     if (!HAS(T_NAME) || f[T_NAME].kind != PX_FV_STR) return DECLINE;
     px_ftool_t *t = px_ftool_push(ir, a, f[T_NAME].s, HAS(T_DESC) ? &f[T_DESC] : NULL,
                                   HAS(T_SCHEMA) ? &f[T_SCHEMA] : NULL,
@@ -210,6 +334,7 @@ static int decode_tools(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
     if (t == NULL) return DECLINE;
     if (HAS(T_CC)) t->cache_control = f[T_CC].raw;
 #undef HAS
+    if (extra && tool_extra_lossy(whole.raw, lossy) != 0) return DECLINE;
   }
   return r < 0 ? DECLINE : 0;
 }
@@ -236,7 +361,7 @@ static int decode_tool_choice(px_fw_t *w, px_freq_t *ir) {
   return 0;
 }
 
-static int decode_metadata(px_fw_t *w, px_freq_t *ir) {
+static int decode_metadata(px_fw_t *w, px_freq_t *ir, px_lossy_t *lossy) {
   px_fstr_t k;
   px_fv_t v;
   int r, nu = 0;
@@ -244,36 +369,136 @@ static int decode_metadata(px_fw_t *w, px_freq_t *ir) {
   if (px_fw_open(w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(w, &k)) == 1) {
     if (px_fw_value(w, &v) < 0 || k.esc) return DECLINE;
-    if (px_fs_is(k, "user_id") && nu++) return DECLINE; /* the last one counts there */
-    if (px_fs_is(k, "user_id") && v.kind == PX_FV_STR) {
-      ir->user = v.s;
-    } else if (v.kind != PX_FV_NULL) {
-      return DECLINE; /* lossy "metadata" there */
+    int uid = px_fs_is(k, "user_id");
+    if (uid && nu++) return DECLINE; /* the last one counts there */
+    if (uid && v.kind == PX_FV_STR) ir->user = v.s;
+    else if (v.kind != PX_FV_NULL) px_lossy_add(lossy, "metadata");
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* thinking {type, budget_tokens, display} -> the IR reasoning */
+static int decode_thinking(px_fw_t *w, px_freq_t *ir, px_lossy_t *lossy) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("budget_tokens"), PX_FK("display")};
+  px_fv_t f[3];
+  unsigned seen = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ || px_fw_kfields(w, keys, 3, f, &seen) != 0 ||
+      !(seen & 1))
+    return DECLINE;
+  if (str_is(&f[0], "enabled")) {
+    ir->reasoning_enabled = 1;
+    if ((seen & 2) && f[1].kind == PX_FV_NUM && px_fw_is_int(f[1].raw)) {
+      if (px_fw_uint(f[1].raw, &ir->budget_v) < 0) return DECLINE; /* negative, huge */
+      ir->budget = f[1].raw;
+      if (ir->effort.p == NULL) {
+        const char *e = px_effort_of_budget(ir->budget_v);
+        ir->effort = (px_fstr_t){e, strlen(e), 0};
+      }
+    }
+  } else if (str_is(&f[0], "adaptive")) {
+    ir->reasoning_enabled = 1;
+  } else if (str_is(&f[0], "disabled")) {
+    ir->reasoning_enabled = 0;
+  } else {
+    return DECLINE; /* the reference's error */
+  }
+  ir->has_reasoning = 1;
+  if (seen & 4) px_lossy_add(lossy, "thinking.display");
+  return 0;
+}
+
+/* output_config.format / output_format: a JSON schema -> the IR
+ * response_format (named "response": OpenAI needs a name) */
+static int decode_json_format(const px_fv_t *v, px_freq_t *ir) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("schema")};
+  px_fv_t f[2];
+  unsigned seen = 0;
+  if (v->kind != PX_FV_OBJ || px_fv_kfields(v, keys, 2, f, &seen) != 0 || seen != 3 ||
+      !str_is(&f[0], "json_schema") || f[1].kind != PX_FV_OBJ)
+    return DECLINE;
+  ir->rf_schema = f[1].raw;
+  ir->rf_name = (px_fstr_t){"response", 8, 0};
+  return 0;
+}
+
+/* output_config {effort, format} -> the IR reasoning effort, response_format */
+static int decode_output_config(px_fw_t *w, px_freq_t *ir, px_lossy_t *lossy) {
+  px_fstr_t k;
+  px_fv_t v;
+  unsigned seen = 0;
+  int r;
+  if (px_fw_peek(w) != PX_FV_OBJ) return px_fw_value(w, &v) < 0 ? DECLINE : 0;
+  if (px_fw_open(w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    if (px_fw_value(w, &v) < 0 || k.esc) return DECLINE;
+    if (v.kind == PX_FV_NULL) continue;
+    if (px_fs_is(k, "effort")) {
+      static const char *const efforts[] = {"low", "medium", "high", "max", "xhigh"};
+      int e = v.kind == PX_FV_STR ? px_fw_key_of(v.s, efforts, 5) : -1;
+      if (e < 0 || px_fw_seen_twice(&seen, 0)) return DECLINE;
+      const char *ie = e >= 3 ? "xhigh" : efforts[e];
+      /* the explicit effort wins over one derived from budget_tokens */
+      ir->effort = (px_fstr_t){ie, strlen(ie), 0};
+      ir->has_reasoning = 1;
+    } else if (px_fs_is(k, "format")) {
+      if (px_fw_seen_twice(&seen, 1) || decode_json_format(&v, ir) != 0) return DECLINE;
+    } else {
+      px_lossy_add(lossy, "output_config");
     }
   }
   return r < 0 ? DECLINE : 0;
 }
 
+/* a member the reference drops, named by its own key (context_management,
+ * service_tier, container, ...): declines when repeated (jansson keeps one
+ * of them, null or not) */
+typedef struct dropped_key {
+  struct dropped_key *next;
+  px_fstr_t k;
+} dropped_key_t;
+
+static int drop_member(px_fstr_t k, dropped_key_t **seen, px_arena_t *a, px_lossy_t *lossy) {
+  if (k.n == 0) return DECLINE;
+  for (dropped_key_t *d = *seen; d; d = d->next)
+    if (d->k.n == k.n && memcmp(d->k.p, k.p, k.n) == 0) return DECLINE;
+  dropped_key_t *d = px_arena_alloc(a, sizeof(*d) + k.n + 1);
+  if (d == NULL) return DECLINE;
+  char *name = (char *)(d + 1);
+  memcpy(name, k.p, k.n);
+  name[k.n] = 0;
+  d->k = k;
+  d->next = *seen;
+  *seen = d;
+  px_lossy_add(lossy, name);
+  return 0;
+}
+
 enum { K_MODEL, K_SYSTEM, K_MESSAGES, K_MAX, K_TEMP, K_TOPP, K_TOPK, K_STOP, K_STREAM,
-       K_TOOLS, K_TC, K_META };
-static const px_fkey_t top_keys[] = {PX_FK("model"), PX_FK("system"), PX_FK("messages"),
-                                     PX_FK("max_tokens"), PX_FK("temperature"),
-                                     PX_FK("top_p"), PX_FK("top_k"),
-                                     PX_FK("stop_sequences"), PX_FK("stream"),
-                                     PX_FK("tools"), PX_FK("tool_choice"), PX_FK("metadata")};
+       K_TOOLS, K_TC, K_META, K_THINKING, K_OUTCFG, K_OUTFMT };
+static const px_fkey_t top_keys[] = {
+    PX_FK("model"),         PX_FK("system"),         PX_FK("messages"),
+    PX_FK("max_tokens"),    PX_FK("temperature"),    PX_FK("top_p"),
+    PX_FK("top_k"),         PX_FK("stop_sequences"), PX_FK("stream"),
+    PX_FK("tools"),         PX_FK("tool_choice"),    PX_FK("metadata"),
+    PX_FK("thinking"),      PX_FK("output_config"),  PX_FK("output_format")};
 
 static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                     px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
   (void)ctx;
-  (void)lossy;
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
   unsigned seen = 0;
+  dropped_key_t *dropped = NULL;
+  dec_lossy_t l;
   int r;
+  px_lossy_init(&l.sys);
+  px_lossy_init(&l.msgs);
+  px_lossy_init(&l.rest);
   if (px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(&w, &k)) == 1) {
+    if (k.esc) return DECLINE;
     int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
-    if (ki < 0 || px_fw_seen_twice(&seen, ki)) return DECLINE;
+    if (ki >= 0 && px_fw_seen_twice(&seen, ki)) return DECLINE;
     px_fv_t v;
     if (px_fw_peek(&w) == PX_FV_NULL && ki != K_MESSAGES) {
       if (px_fw_value(&w, &v) < 0) return DECLINE;
@@ -281,14 +506,20 @@ static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     }
     int rc = 0;
     switch (ki) {
-      case K_SYSTEM: rc = decode_system(&w, ir, a); break;
-      case K_MESSAGES: rc = decode_messages(&w, ir, a); break;
-      case K_TOOLS: rc = decode_tools(&w, ir, a); break;
+      case K_SYSTEM: rc = decode_system(&w, ir, a, &l.sys); break;
+      case K_MESSAGES: rc = decode_messages(&w, ir, a, &l.msgs); break;
+      case K_TOOLS: rc = decode_tools(&w, ir, a, &l.rest); break;
       case K_TC: rc = decode_tool_choice(&w, ir); break;
-      case K_META: rc = decode_metadata(&w, ir); break;
+      case K_META: rc = decode_metadata(&w, ir, &l.rest); break;
+      case K_THINKING: rc = decode_thinking(&w, ir, &l.rest); break;
+      case K_OUTCFG: rc = decode_output_config(&w, ir, &l.rest); break;
       default:
         if (px_fw_value(&w, &v) < 0) return DECLINE;
-        if (ki == K_MAX) {
+        if (ki < 0) {
+          rc = drop_member(k, &dropped, a, &l.rest);
+        } else if (ki == K_OUTFMT) {
+          rc = decode_json_format(&v, ir);
+        } else if (ki == K_MAX) {
           if (v.kind != PX_FV_NUM || px_fw_uint(v.raw, &ir->max_tokens_v) < 0 ||
               ir->max_tokens_v < 1)
             return DECLINE;
@@ -313,17 +544,67 @@ static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     if (rc != 0) return DECLINE;
   }
   if (r < 0 || !(seen & (1u << K_MESSAGES))) return DECLINE;
+  px_lossy_merge(lossy, &l.sys);
+  px_lossy_merge(lossy, &l.msgs);
+  px_lossy_merge(lossy, &l.rest);
   return 0;
 }
 
 /* ======================================================================== */
 /* Request encode                                                            */
 
-/* whether an IR message writes any block */
-static int has_blocks(const px_fmsg_t *m) {
+/* Reasoning effort -> thinking budget_tokens, as the reference maps it
+ * (docs/translation-anthropic.md); Anthropic's minimum budget is 1024. */
+#define PX_ANTH_MIN_BUDGET 1024
+
+typedef struct {
+  const px_tr_ctx_t *ctx;
+  px_arena_t *a;
+  int sig, red, enc, tsig; /* px_fpart_t.tok indices of the token fields */
+  /* the turns written so far: the last two's role, the last one's blocks
+   * all tool results, the one before's first block thinking */
+  int nturns, last_user, last_results, prev_thinking, cur_thinking;
+} enc_t;
+
+static int tok_set(const px_fpart_t *p, int k) { return k >= 0 && p->tok[k].p != NULL; }
+
+/* whether part p writes a block in a turn of its message's role (the
+ * reference writes none for empty texts and unsigned reasoning) */
+static int writes_block(const enc_t *e, const px_fpart_t *p, int asst) {
+  switch (p->type) {
+    case PX_FP_TEXT:
+    case PX_FP_REFUSAL:
+      return p->text.n > 0;
+    case PX_FP_REASONING:
+      return asst && (tok_set(p, e->red) || tok_set(p, e->sig));
+    default:
+      return 1;
+  }
+}
+
+static int has_blocks(const enc_t *e, const px_fmsg_t *m) {
   for (const px_fpart_t *p = m->parts; p; p = p->next)
-    if (p->type != PX_FP_TEXT || p->text.n > 0) return 1;
+    if (writes_block(e, p, m->assistant)) return 1;
   return 0;
+}
+
+/* what the messages drop, named in their order (the blocks are written by
+ * turns, tool results first: the names are not) */
+static void messages_lossy(const enc_t *e, const px_freq_t *ir, px_lossy_t *lossy) {
+  const px_lossy_names_t *n = px_in_names(e->ctx);
+  for (const px_fmsg_t *m = ir->msgs; m; m = m->next)
+    for (const px_fpart_t *p = m->parts; p; p = p->next) {
+      if (p->type == PX_FP_REFUSAL) {
+        px_lossy_add(lossy, n->refusal); /* no refusal block: the wording stays */
+      } else if (p->type == PX_FP_REASONING && m->assistant && !tok_set(p, e->red) &&
+                 !tok_set(p, e->sig)) {
+        /* Anthropic rejects thinking without a valid signature */
+        px_lossy_add(lossy, (tok_set(p, e->enc) || tok_set(p, e->tsig)) &&
+                                    n->reasoning_token != NULL
+                                ? n->reasoning_token
+                                : n->reasoning_text);
+      }
+    }
 }
 
 static int put_text_block(px_buf_t *b, const px_fpart_t *p) {
@@ -353,52 +634,137 @@ static int put_tool_use(px_buf_t *b, px_fpart_t *p, px_arena_t *a) {
   return rc;
 }
 
-static int put_block(px_buf_t *b, px_fpart_t *p, px_arena_t *a, int *first) {
-  int rc = 0;
-  if (p->type == PX_FP_TEXT && p->text.n == 0) return 0; /* Anthropic rejects them */
-  if (!*first) rc = px_fb_lit(b, ",");
-  *first = 0;
+/* a data URL "data:<media type>;base64,<data>" (px_data_url_split on a
+ * span): 0 with *mt and *data set, -1 when url is not one; declines on
+ * escapes */
+static int data_url(px_fstr_t url, px_fstr_t *mt, px_fstr_t *data) {
+  static const char marker[] = ";base64,";
+  const size_t m = sizeof(marker) - 1;
+  if (url.n < 5 || memcmp(url.p, "data:", 5) != 0) return -1;
+  for (size_t i = 5; i + m <= url.n; i++)
+    if (memcmp(url.p + i, marker, m) == 0) {
+      size_t n = i - 5;
+      if (n == 0 || n >= 64) return -1; /* px_data_url_split's media type buffer */
+      *mt = (px_fstr_t){url.p + 5, n, 0};
+      *data = (px_fstr_t){url.p + i + m, url.n - i - m, 0};
+      return 0;
+    }
+  return -1;
+}
+
+static int put_source(px_buf_t *b, const char *type, px_fstr_t mt, px_fstr_t data,
+                      px_fstr_t url) {
+  int rc = px_fb_lit(b, type);
+  if (rc == 0 && url.p != NULL) {
+    rc = px_fb_lit(b, ",\"source\":{\"type\":\"url\",\"url\":");
+    if (rc == 0) rc = px_fb_str(b, url);
+  } else if (rc == 0) {
+    rc = px_fb_lit(b, ",\"source\":{\"type\":\"base64\",\"media_type\":");
+    if (rc == 0) rc = px_fb_str(b, mt);
+    if (rc == 0) rc = px_fb_lit(b, ",\"data\":");
+    if (rc == 0) rc = px_fb_str(b, data);
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* an IMAGE part -> an image block; a FILE part -> a document block (PDF
+ * data or a URL; the others are the reference's errors) */
+static int put_media(px_buf_t *b, const px_fpart_t *p) {
+  px_fstr_t mt = p->media_type, data = p->data, url = p->url;
+  if (url.p != NULL) {
+    if (url.esc) return DECLINE;
+    if (data_url(url, &mt, &data) == 0) url = (px_fstr_t){0};
+  }
+  int rc;
+  if (p->type == PX_FP_IMAGE) {
+    if (url.p == NULL && (data.p == NULL || mt.p == NULL)) return DECLINE;
+    rc = put_source(b, "{\"type\":\"image\"", mt, data, url);
+  } else {
+    if (url.p == NULL && (data.p == NULL || !px_fs_is(mt, "application/pdf")))
+      return DECLINE;
+    rc = put_source(b, "{\"type\":\"document\"", mt, data, url);
+    if (rc == 0) rc = px_fb_opt_str(b, ",\"title\":", p->filename);
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+static int put_tool_result(px_buf_t *b, const px_fpart_t *p) {
+  int rc = px_fb_lit(b, "{\"type\":\"tool_result\",\"tool_use_id\":");
+  if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : (px_fstr_t){"", 0, 0});
+  const px_fpart_t *c = p->content;
+  if (rc == 0 && c != NULL && c->next == NULL && c->type == PX_FP_TEXT) {
+    rc = px_fb_lit(b, ",\"content\":");
+    if (rc == 0) rc = px_fb_str(b, c->text);
+  } else if (rc == 0 && c != NULL) {
+    rc = px_fb_lit(b, ",\"content\":[");
+    int f = 1;
+    for (; c && rc == 0; c = c->next) {
+      if (c->type == PX_FP_TEXT && c->text.n == 0) continue;
+      if (!f) rc = px_fb_lit(b, ",");
+      f = 0;
+      if (rc != 0) break;
+      if (c->type == PX_FP_TEXT) {
+        rc = px_fb_lit(b, "{\"type\":\"text\",\"text\":");
+        if (rc == 0) rc = px_fb_str(b, c->text);
+        if (rc == 0) rc = px_fb_lit(b, "}");
+      } else if (c->type == PX_FP_IMAGE || c->type == PX_FP_FILE) {
+        rc = put_media(b, c);
+      } else {
+        return DECLINE; /* the reference's error */
+      }
+    }
+    if (rc == 0) rc = px_fb_lit(b, "]");
+  }
+  if (rc == 0 && p->is_error) rc = px_fb_lit(b, ",\"is_error\":true");
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+static int put_block(px_buf_t *b, enc_t *e, px_fpart_t *p, int asst, int *first) {
+  if (!writes_block(e, p, asst)) return 0;
+  int rc = *first ? 0 : px_fb_lit(b, ",");
   if (rc < 0) return rc;
+  if (*first) e->cur_thinking = p->type == PX_FP_REASONING;
+  *first = 0;
+  if (p->type != PX_FP_TOOL_RESULT) e->last_results = 0;
   switch (p->type) {
     case PX_FP_TEXT:
       return put_text_block(b, p);
-    case PX_FP_TOOL_CALL:
-      return put_tool_use(b, p, a);
-    case PX_FP_TOOL_RESULT: {
-      rc = px_fb_lit(b, "{\"type\":\"tool_result\",\"tool_use_id\":");
-      if (rc == 0) rc = px_fb_str(b, p->id);
-      if (rc == 0 && p->content != NULL && p->content->next == NULL) {
-        rc = px_fb_lit(b, ",\"content\":");
-        if (rc == 0) rc = px_fb_str(b, p->content->text);
-      } else if (rc == 0 && p->content != NULL) {
-        rc = px_fb_lit(b, ",\"content\":[");
-        int f = 1;
-        for (const px_fpart_t *c = p->content; c && rc == 0; c = c->next) {
-          if (c->text.n == 0) continue;
-          if (!f) rc = px_fb_lit(b, ",");
-          f = 0;
-          if (rc == 0) rc = px_fb_lit(b, "{\"type\":\"text\",\"text\":");
-          if (rc == 0) rc = px_fb_str(b, c->text);
-          if (rc == 0) rc = px_fb_lit(b, "}");
-        }
-        if (rc == 0) rc = px_fb_lit(b, "]");
-      }
-      if (rc == 0 && p->is_error) rc = px_fb_lit(b, ",\"is_error\":true");
+    case PX_FP_REFUSAL:
+      rc = px_fb_lit(b, "{\"type\":\"text\",\"text\":");
+      if (rc == 0) rc = px_fb_str(b, p->text);
       if (rc == 0) rc = px_fb_lit(b, "}");
       return rc;
-    }
-    default: /* not written by this encoder yet (px_fast_ops_t.encodes) */
-      break;
+    case PX_FP_REASONING:
+      if (tok_set(p, e->red)) {
+        rc = px_fb_lit(b, "{\"type\":\"redacted_thinking\",\"data\":");
+        if (rc == 0) rc = px_fb_str(b, p->tok[e->red]);
+      } else {
+        rc = px_fb_lit(b, "{\"type\":\"thinking\",\"thinking\":");
+        if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : (px_fstr_t){"", 0, 0});
+        if (rc == 0) rc = px_fb_lit(b, ",\"signature\":");
+        if (rc == 0) rc = px_fb_str(b, p->tok[e->sig]);
+      }
+      if (rc == 0) rc = px_fb_lit(b, "}");
+      return rc;
+    case PX_FP_TOOL_CALL:
+      return put_tool_use(b, p, e->a);
+    case PX_FP_TOOL_RESULT:
+      return put_tool_result(b, p);
+    case PX_FP_IMAGE:
+    case PX_FP_FILE:
+      return put_media(b, p);
   }
   return DECLINE;
 }
 
-static int encode_messages(px_buf_t *b, const px_freq_t *ir, px_arena_t *a) {
+static int encode_messages(px_buf_t *b, enc_t *e, const px_freq_t *ir) {
   int rc = px_fb_lit(b, ",\"messages\":[");
-  int firstmsg = 1;
   const px_fmsg_t *m = ir->msgs;
   while (rc == 0 && m != NULL) {
-    if (!has_blocks(m)) {
+    if (!has_blocks(e, m)) {
       m = m->next;
       continue;
     }
@@ -406,17 +772,20 @@ static int encode_messages(px_buf_t *b, const px_freq_t *ir, px_arena_t *a) {
      * ones without blocks in between change nothing) */
     int asst = m->assistant;
     const px_fmsg_t *end = m->next;
-    while (end != NULL && (end->assistant == asst || !has_blocks(end))) end = end->next;
-    rc = px_fb_lit(b, firstmsg ? "{\"role\":" : ",{\"role\":");
-    firstmsg = 0;
+    while (end != NULL && (end->assistant == asst || !has_blocks(e, end))) end = end->next;
+    rc = px_fb_lit(b, e->nturns ? ",{\"role\":" : "{\"role\":");
     if (rc == 0) rc = px_fb_lit(b, asst ? "\"assistant\",\"content\":[" : "\"user\",\"content\":[");
+    e->prev_thinking = e->cur_thinking;
+    e->last_results = 1;
+    e->nturns++;
+    e->last_user = !asst;
     int first = 1;
     /* a user turn: tool results first, as the API requires */
     for (int pass = asst ? 1 : 0; pass < 2 && rc == 0; pass++)
       for (const px_fmsg_t *x = m; x != end && rc == 0; x = x->next)
         for (px_fpart_t *p = x->parts; p && rc == 0; p = p->next) {
           if (!asst && (pass == 0) != (p->type == PX_FP_TOOL_RESULT)) continue;
-          rc = put_block(b, p, a, &first);
+          rc = put_block(b, e, p, x->assistant, &first);
         }
     if (rc == 0) rc = px_fb_lit(b, "]}");
     m = end;
@@ -425,8 +794,172 @@ static int encode_messages(px_buf_t *b, const px_freq_t *ir, px_arena_t *a) {
   return rc;
 }
 
+static int64_t budget_of_effort(px_fstr_t e) {
+  if (px_fs_is(e, "minimal") || px_fs_is(e, "low")) return 1024;
+  if (px_fs_is(e, "high")) return 24576;
+  if (px_fs_is(e, "xhigh")) return 32768;
+  return 8192;
+}
+
+/* max_tokens (required) and thinking, as the reference's thinking_out:
+ * *thinking set when thinking is on */
+static int thinking_out(px_buf_t *b, const enc_t *e, const px_freq_t *ir, int *thinking,
+                        px_lossy_t *lossy) {
+  const px_tr_ctx_t *ctx = e->ctx;
+  int64_t max_tokens = ir->max_tokens.ptr ? ir->max_tokens_v : 0;
+  int defaulted = 0, rc = 0;
+  *thinking = 0;
+  if (max_tokens <= 0) {
+    max_tokens = ctx->default_max_tokens > 0 ? ctx->default_max_tokens
+                                             : PX_ANTH_DEFAULT_MAX_TOKENS;
+    defaulted = 1;
+    px_lossy_add(lossy, "max_tokens");
+  }
+  int64_t max_in = max_tokens;
+  if (ir->has_reasoning) {
+    if (ir->effort.esc) return DECLINE;
+    int asks = ir->reasoning_enabled == 1 || ir->effort.p != NULL || ir->budget.ptr != NULL;
+    /* with thinking on, Anthropic wants the assistant turn a tool loop
+     * continues to start with thinking, and no forced tool choice */
+    int loop = e->nturns >= 2 && e->last_user && e->last_results && !e->prev_thinking;
+    int forced = (ir->tool_choice == PX_FTC_REQUIRED || ir->tool_choice == PX_FTC_TOOL) &&
+                 ir->tools != NULL;
+    if (ir->reasoning_enabled == 0 || px_fs_is(ir->effort, "none")) {
+      rc = px_fb_lit(b, ",\"thinking\":{\"type\":\"disabled\"}");
+    } else if (asks && (loop || forced)) {
+      px_lossy_add(lossy, px_in_names(ctx)->reasoning_config);
+    } else if (asks) {
+      int64_t budget = ir->budget.ptr ? ir->budget_v : budget_of_effort(ir->effort);
+      if (budget < PX_ANTH_MIN_BUDGET) budget = PX_ANTH_MIN_BUDGET;
+      /* Anthropic needs max_tokens > budget_tokens (the reference's rule) */
+      if (max_tokens <= budget) {
+        if (!defaulted && max_tokens - 1 >= PX_ANTH_MIN_BUDGET) {
+          budget = max_tokens - 1;
+        } else {
+          if (!defaulted) {
+            budget = PX_ANTH_MIN_BUDGET;
+            px_lossy_add(lossy, "max_tokens");
+          }
+          max_tokens += budget;
+        }
+      }
+      rc = px_fb_lit(b, ",\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":");
+      if (rc == 0) rc = px_fb_i64(b, budget);
+      if (rc == 0) rc = px_fb_lit(b, "}");
+      *thinking = 1;
+    }
+  }
+  if (rc == 0) rc = px_fb_lit(b, ",\"max_tokens\":");
+  if (rc == 0 && !defaulted && max_tokens == max_in)
+    rc = px_fb_raw(b, ir->max_tokens);
+  else if (rc == 0)
+    rc = px_fb_i64(b, max_tokens);
+  return rc;
+}
+
+/* a raw number token below limit (json_number_value) */
+static int num_below(px_str_t raw, double limit, int *below) {
+  char tmp[64];
+  if (raw.len >= sizeof(tmp)) return DECLINE;
+  memcpy(tmp, raw.ptr, raw.len);
+  tmp[raw.len] = 0;
+  *below = strtod(tmp, NULL) < limit;
+  return 0;
+}
+
+/* sampling: what thinking allows, and the stop sequences */
+static int sampling_out(px_buf_t *b, const px_freq_t *ir, int thinking, px_lossy_t *lossy) {
+  int rc = 0, low = 0;
+  if (ir->temperature.ptr && thinking)
+    px_lossy_add(lossy, "temperature"); /* rejected with thinking */
+  else
+    rc = px_fb_opt_raw(b, ",\"temperature\":", ir->temperature);
+  if (rc == 0 && ir->top_p.ptr && thinking && num_below(ir->top_p, 0.95, &low) != 0)
+    return DECLINE;
+  if (low)
+    px_lossy_add(lossy, "top_p"); /* thinking allows only 0.95..1 */
+  else if (rc == 0)
+    rc = px_fb_opt_raw(b, ",\"top_p\":", ir->top_p);
+  if (ir->top_k.ptr && px_fw_is_int(ir->top_k)) {
+    if (thinking) px_lossy_add(lossy, "top_k");
+    else if (rc == 0) rc = px_fb_opt_raw(b, ",\"top_k\":", ir->top_k);
+  }
+  if (rc == 0 && ir->stop1.p) {
+    rc = px_fb_lit(b, ",\"stop_sequences\":[");
+    if (rc == 0) rc = px_fb_str(b, ir->stop1);
+    if (rc == 0) rc = px_fb_lit(b, "]");
+  } else if (rc == 0) {
+    rc = px_fb_opt_raw(b, ",\"stop_sequences\":", ir->stop);
+  }
+  return rc;
+}
+
+static int tools_out(px_buf_t *b, const px_freq_t *ir, px_lossy_t *lossy) {
+  int rc = 0;
+  if (ir->tools == NULL) {
+    if (ir->tool_choice == PX_FTC_REQUIRED || ir->tool_choice == PX_FTC_TOOL)
+      px_lossy_add(lossy, "tool_choice");
+    return 0;
+  }
+  rc = px_fb_lit(b, ",\"tools\":[");
+  for (const px_ftool_t *t = ir->tools; t && rc == 0; t = t->next) {
+    rc = px_fb_lit(b, t == ir->tools ? "{\"name\":" : ",{\"name\":");
+    if (rc == 0) rc = px_fb_str(b, t->name);
+    if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", t->desc);
+    if (rc == 0) rc = px_fb_lit(b, ",\"input_schema\":");
+    if (rc == 0) rc = px_fb_raw(b, t->params);
+    if (rc == 0 && t->strict == 1) rc = px_fb_lit(b, ",\"strict\":true");
+    if (rc == 0) rc = px_fb_opt_raw(b, ",\"cache_control\":", t->cache_control);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "]");
+  const char *atc = NULL;
+  switch (ir->tool_choice) {
+    case PX_FTC_UNSET:
+    case PX_FTC_AUTO: atc = ir->parallel == 0 ? "{\"type\":\"auto\"" : NULL; break;
+    case PX_FTC_REQUIRED: atc = "{\"type\":\"any\""; break;
+    case PX_FTC_NONE: atc = "{\"type\":\"none\""; break;
+    case PX_FTC_TOOL: atc = "{\"type\":\"tool\",\"name\":"; break;
+  }
+  if (rc == 0 && atc != NULL) {
+    rc = px_fb_lit(b, ",\"tool_choice\":");
+    if (rc == 0) rc = px_fb_lit(b, atc);
+    if (rc == 0 && ir->tool_choice == PX_FTC_TOOL) rc = px_fb_str(b, ir->tc_name);
+    if (rc == 0 && ir->parallel == 0 && ir->tool_choice != PX_FTC_NONE)
+      rc = px_fb_lit(b, ",\"disable_parallel_tool_use\":true");
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  return rc;
+}
+
+/* structured output, user, metadata, stream */
+static int output_out(px_buf_t *b, const px_freq_t *ir, px_lossy_t *lossy) {
+  int rc = 0;
+  if (ir->rf_schema.ptr != NULL) {
+    rc = px_fb_lit(b, ",\"output_config\":{\"format\":{\"type\":\"json_schema\",\"schema\":");
+    if (rc == 0) rc = px_fb_raw(b, ir->rf_schema);
+    if (rc == 0) rc = px_fb_lit(b, "}}");
+  } else if (ir->rf_json) {
+    px_lossy_add(lossy, "response_format");
+  }
+  if (rc == 0 && ir->user.p) {
+    rc = px_fb_lit(b, ",\"metadata\":{\"user_id\":");
+    if (rc == 0) rc = px_fb_str(b, ir->user);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  if (ir->metadata.ptr && !ir->metadata_empty) px_lossy_add(lossy, "metadata");
+  if (rc == 0 && ir->stream_true) rc = px_fb_lit(b, ",\"stream\":true");
+  return rc;
+}
+
 static int anth_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy) {
+  enc_t e = {.ctx = ctx,
+             .a = a,
+             .sig = px_frtok_index("signature"),
+             .red = px_frtok_index("redacted_data"),
+             .enc = px_frtok_index("encrypted_content"),
+             .tsig = px_frtok_index("thought_signature")};
   int rc = px_fb_lit(b, "{\"model\":");
   if (rc == 0) rc = px_buf_json_str(b, ctx->upstream_model, strlen(ctx->upstream_model));
   /* system: a string for one plain part, blocks otherwise */
@@ -452,65 +985,13 @@ static int anth_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
     }
     if (rc == 0) rc = px_fb_lit(b, "]");
   }
-  if (rc == 0) rc = encode_messages(b, ir, a);
-  if (rc != 0) return rc;
-  rc = px_fb_lit(b, ",\"max_tokens\":");
-  if (rc == 0 && ir->max_tokens.ptr != NULL) {
-    rc = px_fb_raw(b, ir->max_tokens);
-  } else if (rc == 0) {
-    rc = px_fb_i64(b, ctx->default_max_tokens > 0 ? ctx->default_max_tokens
-                                                : PX_ANTH_DEFAULT_MAX_TOKENS);
-    px_lossy_add(lossy, "max_tokens");
-  }
-  if (rc == 0) rc = px_fb_opt_raw(b, ",\"temperature\":", ir->temperature);
-  if (rc == 0) rc = px_fb_opt_raw(b, ",\"top_p\":", ir->top_p);
-  if (rc == 0) rc = px_fb_opt_raw(b, ",\"top_k\":", ir->top_k);
-  if (rc == 0 && ir->stop1.p) {
-    rc = px_fb_lit(b, ",\"stop_sequences\":[");
-    if (rc == 0) rc = px_fb_str(b, ir->stop1);
-    if (rc == 0) rc = px_fb_lit(b, "]");
-  } else if (rc == 0) {
-    rc = px_fb_opt_raw(b, ",\"stop_sequences\":", ir->stop);
-  }
-  if (rc == 0 && ir->tools != NULL) {
-    rc = px_fb_lit(b, ",\"tools\":[");
-    for (const px_ftool_t *t = ir->tools; t && rc == 0; t = t->next) {
-      rc = px_fb_lit(b, t == ir->tools ? "{\"name\":" : ",{\"name\":");
-      if (rc == 0) rc = px_fb_str(b, t->name);
-      if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", t->desc);
-      if (rc == 0) rc = px_fb_lit(b, ",\"input_schema\":");
-      if (rc == 0) rc = px_fb_raw(b, t->params);
-      if (rc == 0 && t->strict == 1) rc = px_fb_lit(b, ",\"strict\":true");
-      if (rc == 0) rc = px_fb_opt_raw(b, ",\"cache_control\":", t->cache_control);
-      if (rc == 0) rc = px_fb_lit(b, "}");
-    }
-    if (rc == 0) rc = px_fb_lit(b, "]");
-    const char *atc = NULL;
-    switch (ir->tool_choice) {
-      case PX_FTC_UNSET:
-      case PX_FTC_AUTO: atc = ir->parallel == 0 ? "{\"type\":\"auto\"" : NULL; break;
-      case PX_FTC_REQUIRED: atc = "{\"type\":\"any\""; break;
-      case PX_FTC_NONE: atc = "{\"type\":\"none\""; break;
-      case PX_FTC_TOOL: atc = "{\"type\":\"tool\",\"name\":"; break;
-    }
-    if (rc == 0 && atc != NULL) {
-      rc = px_fb_lit(b, ",\"tool_choice\":");
-      if (rc == 0) rc = px_fb_lit(b, atc);
-      if (rc == 0 && ir->tool_choice == PX_FTC_TOOL) rc = px_fb_str(b, ir->tc_name);
-      if (rc == 0 && ir->parallel == 0 && ir->tool_choice != PX_FTC_NONE)
-        rc = px_fb_lit(b, ",\"disable_parallel_tool_use\":true");
-      if (rc == 0) rc = px_fb_lit(b, "}");
-    }
-  } else if (ir->tool_choice == PX_FTC_REQUIRED || ir->tool_choice == PX_FTC_TOOL) {
-    px_lossy_add(lossy, "tool_choice");
-  }
-  if (rc == 0 && ir->user.p) {
-    rc = px_fb_lit(b, ",\"metadata\":{\"user_id\":");
-    if (rc == 0) rc = px_fb_str(b, ir->user);
-    if (rc == 0) rc = px_fb_lit(b, "}");
-  }
-  if (ir->metadata.ptr && !ir->metadata_empty) px_lossy_add(lossy, "metadata");
-  if (rc == 0 && ir->stream_true) rc = px_fb_lit(b, ",\"stream\":true");
+  messages_lossy(&e, ir, lossy);
+  if (rc == 0) rc = encode_messages(b, &e, ir);
+  int thinking = 0;
+  if (rc == 0) rc = thinking_out(b, &e, ir, &thinking, lossy);
+  if (rc == 0) rc = sampling_out(b, ir, thinking, lossy);
+  if (rc == 0) rc = tools_out(b, ir, lossy);
+  if (rc == 0) rc = output_out(b, ir, lossy);
   if (rc == 0) rc = px_fb_lit(b, "}");
   return rc;
 }
@@ -697,5 +1178,7 @@ const px_fast_ops_t px_anthropic_fast = {
     .encode_request = anth_fast_encode_request,
     .decode_response = anth_fast_decode_response,
     .encode_response = anth_fast_encode_response,
+    .encodes = PX_FU_REASONING | PX_FU_REASONING_CFG | PX_FU_MEDIA | PX_FU_REFUSAL |
+               PX_FU_RF_JSON,
     .response_checked = 1,
 };

@@ -24,13 +24,13 @@
 static const int dec_ready[PX_PROTO_COUNT] = {
     [PX_PROTO_CHAT] = 0,
     [PX_PROTO_RESPONSES] = 0,
-    [PX_PROTO_ANTHROPIC] = 0,
+    [PX_PROTO_ANTHROPIC] = 1,
     [PX_PROTO_GEMINI] = 0,
 };
 static const int enc_ready[PX_PROTO_COUNT] = {
     [PX_PROTO_CHAT] = 0,
     [PX_PROTO_RESPONSES] = 0,
-    [PX_PROTO_ANTHROPIC] = 0,
+    [PX_PROTO_ANTHROPIC] = 1,
     [PX_PROTO_GEMINI] = 0,
 };
 
