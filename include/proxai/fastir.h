@@ -171,7 +171,9 @@ typedef struct px_fresp {
   px_fstr_t id, model;
   int64_t created;
   int has_created;
-  px_fpart_t *content, *last; /**< TEXT and TOOL_CALL parts */
+  px_fpart_t *content, *last; /**< TEXT and TOOL_CALL parts; REASONING
+                                   parts for an encoder that lists them
+                                   (px_fast_ops_t.resp_encodes) */
   px_stop_t stop;
   px_fstr_t stop_sequence;
   int has_usage;
@@ -196,6 +198,8 @@ typedef struct px_fresp {
 #define PX_FU_ALL 0xffu
 /** The PX_FU_* a decoded request uses. */
 unsigned px_freq_uses(const px_freq_t *ir);
+/** The PX_FU_* a decoded answer's content uses. */
+unsigned px_fresp_uses(const px_fresp_t *ir);
 
 /** What a protocol's fast codec offers (px_proto_ops_t.fast; NULL members
  *  decline). Each returns 0, PX_FAST_DECLINE, or <0 (also a decline). */
@@ -215,6 +219,11 @@ typedef struct px_fast_ops {
    *  px_fc_* reads), in the same pass: the hub scans nothing before it.
    *  0: the hub validates the body first (px_json_request). */
   int response_checked;
+  /** What encode_response writes of an answer beyond text and tool calls
+   *  (PX_FU_REASONING: REASONING parts in px_fresp_t.content, which a
+   *  decode_response may put there): the hub declines an answer using
+   *  more (px_fresp_uses). Added with issue 21's reasoning answers. */
+  unsigned resp_encodes;
 } px_fast_ops_t;
 
 /** The protocols' fast codecs (src/proto/<p>_fast.c). */

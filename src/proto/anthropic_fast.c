@@ -1030,33 +1030,44 @@ static int decode_usage(px_fw_t *w, px_fresp_t *ir) {
 
 /* the content array at the cursor (checked reads) */
 static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
+  static const px_fkey_t keys[] = {PX_FK("type"),     PX_FK("text"),      PX_FK("citations"),
+                                   PX_FK("id"),       PX_FK("name"),      PX_FK("input"),
+                                   PX_FK("thinking"), PX_FK("signature"), PX_FK("data")};
   int r, first = 1;
   if (px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fc_elem(w, &first)) == 1) {
-    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("citations"),
-                                     PX_FK("id"),   PX_FK("name"), PX_FK("input")};
-    px_fv_t f[6];
+    px_fv_t f[NKEYS(keys)];
     unsigned seen = 0;
-    if (px_fc_fields(w, keys, 6, f, &seen) != 0) return DECLINE;
+    if (px_fc_fields(w, keys, NKEYS(keys), f, &seen) != 0) return DECLINE;
 #define HAS(x) (seen & (1u << (x)))
+#define STR_OR_EMPTY(x) (HAS(x) && f[x].kind == PX_FV_STR ? f[x].s : (px_fstr_t){"", 0, 0})
     if (!HAS(0) || f[0].kind != PX_FV_STR) continue; /* no type: skipped there */
     px_fpart_t *p;
     if (px_fs_is(f[0].s, "text")) {
       if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw)) return DECLINE;
-      p = px_fpart_text(
-          a, HAS(1) && f[1].kind == PX_FV_STR ? f[1].s : (px_fstr_t){"", 0, 0});
+      p = px_fpart_text(a, STR_OR_EMPTY(1));
       if (p == NULL) return DECLINE;
     } else if (px_fs_is(f[0].s, "tool_use")) {
       p = px_fpart_new(a, PX_FP_TOOL_CALL);
       if (p == NULL) return DECLINE;
-      p->id = HAS(3) && f[3].kind == PX_FV_STR ? f[3].s : (px_fstr_t){"", 0, 0};
-      p->name = HAS(4) && f[4].kind == PX_FV_STR ? f[4].s : (px_fstr_t){"", 0, 0};
+      p->id = STR_OR_EMPTY(3);
+      p->name = STR_OR_EMPTY(4);
       if (!HAS(5)) p->args = (px_fstr_t){"{}", 2, 0};
       else if (px_fast_dump_value(a, f[5].raw, &p->args) != 0) return DECLINE;
       if (HAS(5) && f[5].kind == PX_FV_OBJ) p->input = f[5].raw;
+    } else if (px_fs_is(f[0].s, "thinking") || px_fs_is(f[0].s, "redacted_thinking")) {
+      /* reasoning: a signature (as it is: no family tag read here) or the
+       * redacted data */
+      int red = f[0].s.n > 8, k = px_frtok_index(red ? "redacted_data" : "signature");
+      p = px_fpart_new(a, PX_FP_REASONING);
+      if (p == NULL || k < 0) return DECLINE;
+      p->text = red ? (px_fstr_t){"", 0, 0} : STR_OR_EMPTY(6);
+      if (red) p->tok[k] = STR_OR_EMPTY(8);
+      else if (HAS(7) && f[7].kind == PX_FV_STR && f[7].s.n > 0) p->tok[k] = f[7].s;
     } else {
-      return DECLINE; /* thinking, server tools ...: the jansson codec */
+      return DECLINE; /* server tools ...: the jansson codec */
     }
+#undef STR_OR_EMPTY
 #undef HAS
     px_fpart_push(&ir->content, &ir->last, p);
   }
@@ -1122,6 +1133,38 @@ static int anth_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
 /* ======================================================================== */
 /* Response encode                                                           */
 
+/* whether a reasoning part writes a block: redacted data, a token the
+ * client carries (px_rtok_out), or text shown with an empty signature */
+static int reasoning_block(const px_fpart_t *p) {
+  const char *tag;
+  px_fstr_t tok;
+  int red = px_frtok_index("redacted_data");
+  return (red >= 0 && p->tok[red].p != NULL) ||
+         px_frtok_out(PX_PROTO_ANTHROPIC, p, &tag, &tok) || p->text.n > 0;
+}
+
+/* a reasoning part -> a redacted_thinking block, or a thinking block with
+ * its signature: another family's token travels tagged in it, so that the
+ * client replays it; unsigned reasoning with an empty one */
+static int put_reasoning(px_buf_t *b, const px_fpart_t *p) {
+  int red = px_frtok_index("redacted_data"), rc;
+  if (red >= 0 && p->tok[red].p != NULL) {
+    rc = px_fb_lit(b, "{\"type\":\"redacted_thinking\",\"data\":");
+    if (rc == 0) rc = px_fb_str(b, p->tok[red]);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+    return rc;
+  }
+  rc = px_fb_lit(b, "{\"type\":\"thinking\",\"thinking\":");
+  if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : (px_fstr_t){"", 0, 0});
+  if (rc == 0) rc = px_fb_lit(b, ",\"signature\":");
+  if (rc == 0) {
+    rc = px_fb_rtok(b, PX_PROTO_ANTHROPIC, p);
+    if (rc == 1) rc = px_fb_lit(b, "\"\"");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
 static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
                                      px_buf_t *b, px_arena_t *a, px_lossy_t *lossy) {
   (void)lossy;
@@ -1139,6 +1182,7 @@ static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   if (rc == 0) rc = px_fb_lit(b, ",\"content\":[");
   int first = 1;
   for (px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
+    if (p->type == PX_FP_REASONING && !reasoning_block(p)) continue;
     if (!first) rc = px_fb_lit(b, ",");
     first = 0;
     if (rc != 0) break;
@@ -1146,9 +1190,13 @@ static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
       rc = px_fb_lit(b, "{\"type\":\"text\",\"text\":");
       if (rc == 0) rc = px_fb_str(b, p->text);
       if (rc == 0) rc = px_fb_lit(b, "}");
-      continue;
+    } else if (p->type == PX_FP_REASONING) {
+      rc = put_reasoning(b, p);
+    } else if (p->type == PX_FP_TOOL_CALL) {
+      rc = put_tool_use(b, p, a);
+    } else {
+      rc = DECLINE; /* not in a fast answer (px_fast_ops_t.resp_encodes) */
     }
-    rc = put_tool_use(b, p, a);
   }
   if (rc == 0) rc = px_fb_lit(b, "],\"stop_reason\":\"");
   if (rc == 0) rc = px_fb_lit(b, sr);
@@ -1180,5 +1228,6 @@ const px_fast_ops_t px_anthropic_fast = {
     .encode_response = anth_fast_encode_response,
     .encodes = PX_FU_REASONING | PX_FU_REASONING_CFG | PX_FU_MEDIA | PX_FU_REFUSAL |
                PX_FU_RF_JSON,
+    .resp_encodes = PX_FU_REASONING,
     .response_checked = 1,
 };

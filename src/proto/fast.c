@@ -871,3 +871,5 @@ unsigned px_freq_uses(const px_freq_t *ir) {
   if (ir->verbosity.p != NULL) u |= PX_FU_VERBOSITY;
   return u;
 }
+
+unsigned px_fresp_uses(const px_fresp_t *ir) { return part_uses(ir->content); }

@@ -85,6 +85,7 @@ int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t 
   px_lossy_init(&l);
   size_t start = out->len;
   int rc = up->decode_response(ctx, body, len, &ir, &a, &l);
+  if (rc == 0 && (px_fresp_uses(&ir) & ~cl->resp_encodes) != 0) rc = PX_FAST_DECLINE;
   if (rc == 0) rc = px_buf_reserve(out, len + 256);
   if (rc == 0) rc = cl->encode_response(ctx, &ir, out, &a, &l);
   px_arena_free(&a);

@@ -163,6 +163,46 @@ static void anth_self(const char *body, const char *want, const char *lossy) {
   px_buf_free(&b);
 }
 
+/* An Anthropic answer through the Anthropic fast response decoder and
+ * encoder against the jansson codecs (as anth_self for requests). */
+static void anth_self_answer(const char *body, const char *want) {
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_ANTHROPIC, PX_PROTO_ANTHROPIC);
+  size_t len = strlen(body);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_fresp_t ir;
+  memset(&ir, 0, sizeof(ir));
+  ir.in = ir.out = ir.cache_read = ir.cache_creation = ir.reasoning = -1;
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  int rc = px_anthropic_fast.decode_response(&c, body, len, &ir, &a, &lf);
+  CHECK(rc == 0 && (px_fresp_uses(&ir) & ~px_anthropic_fast.resp_encodes) == 0);
+  if (rc == 0) rc = px_anthropic_fast.encode_response(&c, &ir, &b, &a, &lf);
+  CHECK(rc == 0);
+  px_arena_free(&a);
+  json_t *up = json_loadb(body, len, 0, NULL), *cb = NULL;
+  px_tr_err_t err;
+  CHECK(up != NULL && px_translate_response(&c, up, &cb, &ls, &err) == 0);
+  char *so = cb ? json_dumps(cb, JSON_COMPACT) : NULL;
+  if (rc == 0 && so != NULL) {
+    int eq = same_json(b.data, b.len, so, strlen(so)) && strcmp(lf.buf, ls.buf) == 0;
+    CHECK(eq);
+    if (!eq)
+      fprintf(stderr, "anthropic answer\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len,
+              b.data, lf.buf, so, ls.buf);
+    CHECK(px_buf_append(&b, "", 1) == 0);
+    if (want != NULL) CHECK(strstr(b.data, want) != NULL);
+  }
+  free(so);
+  json_decref(cb);
+  json_decref(up);
+  px_buf_free(&b);
+}
+
 #define ANTH_TOOLS                                                                    \
   "\"tools\":[{\"name\":\"Bash\",\"description\":\"run\",\"input_schema\":{\"type\":"  \
   "\"object\"},\"cache_control\":{\"type\":\"ephemeral\"}},{\"name\":\"Later\","       \
@@ -238,6 +278,18 @@ static void anthropic_cases(void) {
             "\"signature\":\"pxo1:enc:gAAA\"},{\"type\":\"text\",\"text\":\"b\"}]},"
             "{\"role\":\"user\",\"content\":\"c\"}],\"max_tokens\":10}",
             NULL, "messages[].content[].signature");
+
+  /* answers with thinking: signed, redacted, unsigned with text (shown
+   * with an empty signature), unsigned without (dropped) */
+  anth_self_answer("{\"id\":\"msg_1\",\"model\":\"u\",\"content\":[{\"type\":\"thinking\","
+                   "\"thinking\":\"hm\",\"signature\":\"EqQB\"},{\"type\":"
+                   "\"redacted_thinking\",\"data\":\"EmwK\"},{\"type\":\"thinking\","
+                   "\"thinking\":\"plain\",\"signature\":\"\"},{\"type\":\"thinking\","
+                   "\"thinking\":\"\"},{\"type\":\"text\",\"text\":\"x\"},{\"type\":"
+                   "\"tool_use\",\"id\":\"tu_1\",\"name\":\"f\",\"input\":{}}],"
+                   "\"stop_reason\":\"tool_use\",\"usage\":{\"input_tokens\":3,"
+                   "\"output_tokens\":9}}",
+                   "{\"type\":\"thinking\",\"thinking\":\"plain\",\"signature\":\"\"}");
 
   /* toward the other upstreams: what Claude Code sends beside its thinking */
   for (int out = 0; out < PX_PROTO_COUNT; out++) {
