@@ -458,7 +458,9 @@ typedef struct dropped_key {
 } dropped_key_t;
 
 static int drop_member(px_fstr_t k, dropped_key_t **seen, px_arena_t *a, px_lossy_t *lossy) {
-  if (k.n == 0) return DECLINE;
+  /* names the lists would not join back the same (px_lossy_each) */
+  if (k.n == 0 || memchr(k.p, ',', k.n) != NULL || (k.n == 3 && memcmp(k.p, "...", 3) == 0))
+    return DECLINE;
   for (dropped_key_t *d = *seen; d; d = d->next)
     if (d->k.n == k.n && memcmp(d->k.p, k.p, k.n) == 0) return DECLINE;
   dropped_key_t *d = px_arena_alloc(a, sizeof(*d) + k.n + 1);
@@ -544,6 +546,8 @@ static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     if (rc != 0) return DECLINE;
   }
   if (r < 0 || !(seen & (1u << K_MESSAGES))) return DECLINE;
+  /* joined exactly while none of them is cut short ("...") */
+  if (l.sys.len + l.msgs.len + l.rest.len + 8 >= sizeof(l.rest.buf)) return DECLINE;
   px_lossy_merge(lossy, &l.sys);
   px_lossy_merge(lossy, &l.msgs);
   px_lossy_merge(lossy, &l.rest);

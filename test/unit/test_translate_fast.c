@@ -314,6 +314,8 @@ static void anthropic_cases(void) {
       "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\","
       "\"source\":{\"type\":\"file\",\"file_id\":\"f\"}}]}]}",
       "{\"model\":\"m\",\"messages\":[],\"x\":1,\"x\":2}",
+      /* a dropped member whose name the lossy list would split */
+      "{\"model\":\"m\",\"messages\":[],\"a,b\":1}",
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     px_tr_ctx_t c;
