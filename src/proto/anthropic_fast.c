@@ -34,6 +34,25 @@ static int str_is(const px_fv_t *v, const char *lit) {
   return v->kind == PX_FV_STR && px_fs_is(v->s, lit);
 }
 
+/* Members read by name in a loop over an object: jansson keeps the last of
+ * a repeated one (null or not), the walk would read each: a repeat
+ * declines. The names seen so far, in the arena (objects are small). */
+typedef struct key_seen {
+  struct key_seen *next;
+  px_fstr_t k;
+} key_seen_t;
+
+static int key_once(px_fstr_t k, key_seen_t **seen, px_arena_t *a) {
+  for (key_seen_t *d = *seen; d; d = d->next)
+    if (d->k.n == k.n && memcmp(d->k.p, k.p, k.n) == 0) return DECLINE;
+  key_seen_t *d = px_arena_alloc(a, sizeof(*d));
+  if (d == NULL) return DECLINE;
+  d->k = k;
+  d->next = *seen;
+  *seen = d;
+  return 0;
+}
+
 /* system blocks: {type:"text", text, cache_control?, citations?} */
 enum { TB_TYPE, TB_TEXT, TB_CC, TB_CIT };
 static const px_fkey_t text_block_keys[] = {PX_FK("type"), PX_FK("text"),
@@ -361,16 +380,16 @@ static int decode_tool_choice(px_fw_t *w, px_freq_t *ir) {
   return 0;
 }
 
-static int decode_metadata(px_fw_t *w, px_freq_t *ir, px_lossy_t *lossy) {
+static int decode_metadata(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
   px_fstr_t k;
   px_fv_t v;
-  int r, nu = 0;
+  key_seen_t *seen = NULL;
+  int r;
   if (px_fw_peek(w) != PX_FV_OBJ) return px_fw_value(w, &v) < 0 ? DECLINE : 0;
   if (px_fw_open(w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(w, &k)) == 1) {
-    if (px_fw_value(w, &v) < 0 || k.esc) return DECLINE;
+    if (px_fw_value(w, &v) < 0 || k.esc || key_once(k, &seen, a) != 0) return DECLINE;
     int uid = px_fs_is(k, "user_id");
-    if (uid && nu++) return DECLINE; /* the last one counts there */
     if (uid && v.kind == PX_FV_STR) ir->user = v.s;
     else if (v.kind != PX_FV_NULL) px_lossy_add(lossy, "metadata");
   }
@@ -422,26 +441,27 @@ static int decode_json_format(const px_fv_t *v, px_freq_t *ir) {
 }
 
 /* output_config {effort, format} -> the IR reasoning effort, response_format */
-static int decode_output_config(px_fw_t *w, px_freq_t *ir, px_lossy_t *lossy) {
+static int decode_output_config(px_fw_t *w, px_freq_t *ir, px_arena_t *a,
+                                px_lossy_t *lossy) {
   px_fstr_t k;
   px_fv_t v;
-  unsigned seen = 0;
+  key_seen_t *seen = NULL;
   int r;
   if (px_fw_peek(w) != PX_FV_OBJ) return px_fw_value(w, &v) < 0 ? DECLINE : 0;
   if (px_fw_open(w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(w, &k)) == 1) {
-    if (px_fw_value(w, &v) < 0 || k.esc) return DECLINE;
+    if (px_fw_value(w, &v) < 0 || k.esc || key_once(k, &seen, a) != 0) return DECLINE;
     if (v.kind == PX_FV_NULL) continue;
     if (px_fs_is(k, "effort")) {
       static const char *const efforts[] = {"low", "medium", "high", "max", "xhigh"};
       int e = v.kind == PX_FV_STR ? px_fw_key_of(v.s, efforts, 5) : -1;
-      if (e < 0 || px_fw_seen_twice(&seen, 0)) return DECLINE;
+      if (e < 0) return DECLINE;
       const char *ie = e >= 3 ? "xhigh" : efforts[e];
       /* the explicit effort wins over one derived from budget_tokens */
       ir->effort = (px_fstr_t){ie, strlen(ie), 0};
       ir->has_reasoning = 1;
     } else if (px_fs_is(k, "format")) {
-      if (px_fw_seen_twice(&seen, 1) || decode_json_format(&v, ir) != 0) return DECLINE;
+      if (decode_json_format(&v, ir) != 0) return DECLINE;
     } else {
       px_lossy_add(lossy, "output_config");
     }
@@ -450,27 +470,15 @@ static int decode_output_config(px_fw_t *w, px_freq_t *ir, px_lossy_t *lossy) {
 }
 
 /* a member the reference drops, named by its own key (context_management,
- * service_tier, container, ...): declines when repeated (jansson keeps one
- * of them, null or not) */
-typedef struct dropped_key {
-  struct dropped_key *next;
-  px_fstr_t k;
-} dropped_key_t;
-
-static int drop_member(px_fstr_t k, dropped_key_t **seen, px_arena_t *a, px_lossy_t *lossy) {
+ * service_tier, container, ...) */
+static int drop_member(px_fstr_t k, px_arena_t *a, px_lossy_t *lossy) {
   /* names the lists would not join back the same (px_lossy_each) */
   if (k.n == 0 || memchr(k.p, ',', k.n) != NULL || (k.n == 3 && memcmp(k.p, "...", 3) == 0))
     return DECLINE;
-  for (dropped_key_t *d = *seen; d; d = d->next)
-    if (d->k.n == k.n && memcmp(d->k.p, k.p, k.n) == 0) return DECLINE;
-  dropped_key_t *d = px_arena_alloc(a, sizeof(*d) + k.n + 1);
-  if (d == NULL) return DECLINE;
-  char *name = (char *)(d + 1);
+  char *name = px_arena_alloc(a, k.n + 1);
+  if (name == NULL) return DECLINE;
   memcpy(name, k.p, k.n);
   name[k.n] = 0;
-  d->k = k;
-  d->next = *seen;
-  *seen = d;
   px_lossy_add(lossy, name);
   return 0;
 }
@@ -490,7 +498,7 @@ static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
   unsigned seen = 0;
-  dropped_key_t *dropped = NULL;
+  key_seen_t *others = NULL;
   dec_lossy_t l;
   int r;
   px_lossy_init(&l.sys);
@@ -500,7 +508,8 @@ static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
   while ((r = px_fw_member(&w, &k)) == 1) {
     if (k.esc) return DECLINE;
     int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
-    if (ki >= 0 && px_fw_seen_twice(&seen, ki)) return DECLINE;
+    if (ki >= 0 ? px_fw_seen_twice(&seen, ki) : key_once(k, &others, a) != 0)
+      return DECLINE;
     px_fv_t v;
     if (px_fw_peek(&w) == PX_FV_NULL && ki != K_MESSAGES) {
       if (px_fw_value(&w, &v) < 0) return DECLINE;
@@ -512,13 +521,13 @@ static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
       case K_MESSAGES: rc = decode_messages(&w, ir, a, &l.msgs); break;
       case K_TOOLS: rc = decode_tools(&w, ir, a, &l.rest); break;
       case K_TC: rc = decode_tool_choice(&w, ir); break;
-      case K_META: rc = decode_metadata(&w, ir, &l.rest); break;
+      case K_META: rc = decode_metadata(&w, ir, a, &l.rest); break;
       case K_THINKING: rc = decode_thinking(&w, ir, &l.rest); break;
-      case K_OUTCFG: rc = decode_output_config(&w, ir, &l.rest); break;
+      case K_OUTCFG: rc = decode_output_config(&w, ir, a, &l.rest); break;
       default:
         if (px_fw_value(&w, &v) < 0) return DECLINE;
         if (ki < 0) {
-          rc = drop_member(k, &dropped, a, &l.rest);
+          rc = drop_member(k, a, &l.rest);
         } else if (ki == K_OUTFMT) {
           rc = decode_json_format(&v, ir);
         } else if (ki == K_MAX) {

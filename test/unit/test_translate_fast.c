@@ -313,7 +313,11 @@ static void anthropic_cases(void) {
       "{\"model\":\"m\",\"messages\":[],\"output_format\":{\"type\":\"json_object\"}}",
       "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\","
       "\"source\":{\"type\":\"file\",\"file_id\":\"f\"}}]}]}",
-      "{\"model\":\"m\",\"messages\":[],\"x\":1,\"x\":2}",
+      /* a repeated member read by name: jansson keeps the last, null or not */
+      "{\"model\":\"m\",\"messages\":[],\"x\":1,\"x\":null}",
+      "{\"model\":\"m\",\"messages\":[],\"metadata\":{\"k\":1,\"k\":null}}",
+      "{\"model\":\"m\",\"messages\":[],\"output_config\":{\"effort\":\"high\","
+      "\"effort\":null}}",
       /* a dropped member whose name the lossy list would split */
       "{\"model\":\"m\",\"messages\":[],\"a,b\":1}",
   };
