@@ -66,10 +66,11 @@ static void declines(void) {
     int in, out;
     const char *body;
   } cases[] = {
-      /* thinking, a rare member, an escaped member name, a repeated member */
+      /* a document, a rare member, an escaped member name, a repeated member */
       {2, 0,
-       "{\"model\":\"m\",\"messages\":[],\"thinking\":{\"type\":\"enabled\","
-       "\"budget_tokens\":2048},\"max_tokens\":4096}"},
+       "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+       "\"document\",\"source\":{\"type\":\"text\",\"data\":\"x\"}}]}],"
+       "\"max_tokens\":4096}"},
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"seed\":1}"},
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"\\u0074emperature\":1}"},
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"temperature\":1,\"temperature\":0}"},
@@ -358,7 +359,7 @@ int main(void) {
         snprintf(body, sizeof(body), "%.*s%s", (int)n, requests[in], streaming[in]);
         request_pair(in, out, body, want[out]);
       }
-  declines();
   anthropic_cases();
+  declines();
   return check_report("translate_fast");
 }
