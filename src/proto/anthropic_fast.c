@@ -251,37 +251,69 @@ static int decode_block(px_fw_t *w, int assistant, px_fmsg_t *m, px_arena_t *a,
   return 0;
 }
 
+/* a message's content at the cursor: a string, or blocks decoded where
+ * they stand */
+static int message_content(px_fw_t *w, px_fmsg_t *m, px_arena_t *a, px_lossy_t *lossy) {
+  px_fv_kind_t kind = px_fw_peek(w);
+  if (kind == PX_FV_STR) {
+    px_fv_t v;
+    px_fpart_t *p = px_fw_value(w, &v) < 0 ? NULL : px_fpart_text(a, v.s);
+    if (p == NULL) return DECLINE;
+    px_fpart_push(&m->parts, &m->last, p);
+    return 0;
+  }
+  int r;
+  if (kind != PX_FV_ARR || px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(w)) == 1)
+    if (decode_block(w, m->assistant, m, a, lossy) != 0) return DECLINE;
+  return r < 0 ? DECLINE : 0;
+}
+
+/* messages: {role, content} (other members ignored there); the content is
+ * decoded where it stands once the role is known (one walk of the body),
+ * else kept and decoded at the role */
 static int decode_messages(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+  static const px_fkey_t keys[] = {PX_FK("role"), PX_FK("content")};
   int r;
   if (px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(w)) == 1) {
-    static const px_fkey_t keys[] = {PX_FK("role"), PX_FK("content")};
-    px_fv_t f[2];
+    px_fstr_t k;
+    px_fv_t v, content;
+    px_fmsg_t *m = NULL;
     unsigned seen = 0;
-    if (px_fw_kfields(w, keys, 2, f, &seen) != 0 || seen != 3 || f[0].kind != PX_FV_STR)
-      return DECLINE;
-    px_fstr_t role = f[0].s;
-    px_fv_t content = f[1];
-    int assistant;
-    if (px_fs_is(role, "user")) assistant = 0;
-    else if (px_fs_is(role, "assistant")) assistant = 1;
-    else return DECLINE; /* system turns: the jansson codec folds them */
-    px_fmsg_t *m = px_fmsg_push(ir, a, assistant);
-    if (m == NULL) return DECLINE;
-    if (content.kind == PX_FV_STR) {
-      px_fpart_t *p = px_fpart_text(a, content.s);
-      if (p == NULL) return DECLINE;
-      px_fpart_push(&m->parts, &m->last, p);
-    } else if (content.kind == PX_FV_ARR) {
-      px_fw_t cw = {content.raw.ptr, content.raw.len, 0};
-      int rc;
-      if (px_fw_open(&cw, '[') < 0) return DECLINE;
-      while ((rc = px_fw_elem(&cw)) == 1)
-        if (decode_block(&cw, assistant, m, a, lossy) != 0) return DECLINE;
-      if (rc < 0) return DECLINE;
-    } else {
-      return DECLINE;
+    int rm;
+    if (px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0) return DECLINE;
+    while ((rm = px_fw_member(w, &k)) == 1) {
+      int ki = px_fk_of(k, keys, 2);
+      if (k.esc) return DECLINE;
+      if (ki < 0) {
+        if (px_fw_value(w, &v) < 0) return DECLINE;
+        continue;
+      }
+      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+      if (ki == 1) {
+        if (m != NULL) {
+          if (message_content(w, m, a, lossy) != 0) return DECLINE;
+        } else if (px_fw_value(w, &content) < 0) {
+          return DECLINE;
+        }
+        continue;
+      }
+      if (px_fw_value(w, &v) < 0 || v.kind != PX_FV_STR) return DECLINE;
+      int assistant;
+      if (px_fs_is(v.s, "user")) assistant = 0;
+      else if (px_fs_is(v.s, "assistant")) assistant = 1;
+      else return DECLINE; /* system turns: the jansson codec folds them */
+      if ((m = px_fmsg_push(ir, a, assistant)) == NULL) return DECLINE;
+      if (seen & 2) { /* the content came first */
+        px_fw_t cw = {content.raw.ptr, content.raw.len, 0};
+        px_fpart_t *p = content.kind == PX_FV_STR ? px_fpart_text(a, content.s) : NULL;
+        if (p != NULL) px_fpart_push(&m->parts, &m->last, p);
+        else if (content.kind == PX_FV_STR || message_content(&cw, m, a, lossy) != 0)
+          return DECLINE;
+      }
     }
+    if (rm < 0 || seen != 3) return DECLINE;
   }
   return r < 0 ? DECLINE : 0;
 }
@@ -319,16 +351,15 @@ static int decode_tools(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t *lo
   if (px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(w)) == 1) {
     px_fstr_t k;
-    px_fv_t f[NKEYS(tool_keys)], whole;
+    px_fv_t f[NKEYS(tool_keys)];
     unsigned seen = 0;
     int rm, extra = 0;
-    if (px_fw_peek(w) != PX_FV_OBJ || px_fw_value(w, &whole) < 0) return DECLINE;
-    px_fw_t tw = {whole.raw.ptr, whole.raw.len, 0};
-    if (px_fw_open(&tw, '{') < 0) return DECLINE;
-    while ((rm = px_fw_member(&tw, &k)) == 1) {
+    size_t start = w->i;
+    if (px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0) return DECLINE;
+    while ((rm = px_fw_member(w, &k)) == 1) {
       int ki = px_fk_of(k, tool_keys, NKEYS(tool_keys));
       px_fv_t v;
-      if (k.esc || px_fw_value(&tw, &v) < 0) return DECLINE;
+      if (k.esc || px_fw_value(w, &v) < 0) return DECLINE;
       if (ki < 0) {
         extra = 1;
         continue;
@@ -353,7 +384,8 @@ static int decode_tools(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t *lo
     if (t == NULL) return DECLINE;
     if (HAS(T_CC)) t->cache_control = f[T_CC].raw;
 #undef HAS
-    if (extra && tool_extra_lossy(whole.raw, lossy) != 0) return DECLINE;
+    if (extra && tool_extra_lossy((px_str_t){w->p + start, w->i - start}, lossy) != 0)
+      return DECLINE;
   }
   return r < 0 ? DECLINE : 0;
 }

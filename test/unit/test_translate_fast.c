@@ -272,6 +272,14 @@ static void anthropic_cases(void) {
             "\"schema\":{\"type\":\"object\"}},\"metadata\":{\"user_id\":\"u\",\"k\":1},"
             "\"stop_sequences\":[\"END\"]}",
             "\"thinking\":{\"type\":\"disabled\"}", "service_tier,x_new,metadata");
+  /* a message's content before its role, members the reference ignores */
+  anth_self("{\"model\":\"m\",\"messages\":[{\"content\":\"hi\",\"id\":1,\"role\":\"user\"},"
+            "{\"content\":[{\"type\":\"text\",\"text\":\"a\",\"x\":[1]}],\"role\":"
+            "\"assistant\"},{\"role\":\"user\",\"name\":\"n\",\"content\":[{\"type\":"
+            "\"text\",\"text\":\"b\",\"citations\":[{\"type\":\"char_location\"}]}]}],"
+            "\"max_tokens\":10}",
+            "\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]",
+            "messages[].content[].citations");
   /* a signature another family's token was carried in goes back to it:
    * without an Anthropic signature the block is dropped, named */
   anth_self("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
