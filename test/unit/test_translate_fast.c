@@ -315,6 +315,14 @@ static void anthropic_cases(void) {
                  NULL);
   }
 
+  /* the hub: a stream's predicted names come before the encoder's, as in
+   * the jansson pipeline (a Chat client cannot hold Gemini's signatures;
+   * the Gemini encoder drops `user`) */
+  request_pair_s(PX_PROTO_CHAT, PX_PROTO_GEMINI,
+                 "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                 "\"user\":\"u\",\"stream\":true}",
+                 NULL, 1);
+
   /* the reference's errors stay the reference's (the fast path declines) */
   static const char *const bad[] = {
       "{\"model\":\"m\",\"messages\":[],\"thinking\":{\"type\":\"sometimes\"}}",
