@@ -1103,7 +1103,7 @@ static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
     } else if (px_fs_is(f[0].s, "thinking") || px_fs_is(f[0].s, "redacted_thinking")) {
       /* reasoning: a signature (as it is: no family tag read here) or the
        * redacted data */
-      int red = f[0].s.n > 8, k = px_frtok_index(red ? "redacted_data" : "signature");
+      int red = !px_fs_is(f[0].s, "thinking"), k = px_frtok_index(red ? "redacted_data" : "signature");
       p = px_fpart_new(a, PX_FP_REASONING);
       if (p == NULL || k < 0) return DECLINE;
       p->text = red ? (px_fstr_t){"", 0, 0} : STR_OR_EMPTY(6);
