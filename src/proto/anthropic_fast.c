@@ -142,7 +142,8 @@ static int tool_result_content(px_fv_t *c, px_fpart_t *part, px_arena_t *a,
     px_fv_t f[NKEYS(keys)];
     unsigned seen = 0;
     px_fpart_t *p = NULL;
-    if (px_fw_kfields(&w, keys, NKEYS(keys), f, &seen) != 0 || !(seen & 1)) return DECLINE;
+    if (px_fw_kfields(&w, keys, NKEYS(keys), f, &seen) != 0 || !(seen & 1))
+      return DECLINE;
     if (str_is(&f[0], "text") && (seen & 2) && f[1].kind == PX_FV_STR) {
       if ((p = px_fpart_text(a, f[1].s)) == NULL) return DECLINE;
       if (seen & 8) px_lossy_add(lossy, "messages[].content[].citations");
@@ -166,13 +167,27 @@ static int server_result_type(px_fstr_t t) {
   return t.n > n && memcmp(t.p + t.n - n, suffix, n) == 0;
 }
 
-enum { B_TYPE, B_TEXT, B_CC, B_CIT, B_ID, B_NAME, B_INPUT, B_TUID, B_CONTENT, B_ISERR,
-       B_THINKING, B_SIG, B_DATA, B_SOURCE };
+enum {
+  B_TYPE,
+  B_TEXT,
+  B_CC,
+  B_CIT,
+  B_ID,
+  B_NAME,
+  B_INPUT,
+  B_TUID,
+  B_CONTENT,
+  B_ISERR,
+  B_THINKING,
+  B_SIG,
+  B_DATA,
+  B_SOURCE
+};
 static const px_fkey_t block_keys[] = {
-    PX_FK("type"),     PX_FK("text"),        PX_FK("cache_control"), PX_FK("citations"),
-    PX_FK("id"),       PX_FK("name"),        PX_FK("input"),         PX_FK("tool_use_id"),
-    PX_FK("content"),  PX_FK("is_error"),    PX_FK("thinking"),      PX_FK("signature"),
-    PX_FK("data"),     PX_FK("source")};
+    PX_FK("type"),    PX_FK("text"),     PX_FK("cache_control"), PX_FK("citations"),
+    PX_FK("id"),      PX_FK("name"),     PX_FK("input"),         PX_FK("tool_use_id"),
+    PX_FK("content"), PX_FK("is_error"), PX_FK("thinking"),      PX_FK("signature"),
+    PX_FK("data"),    PX_FK("source")};
 
 static int decode_block(px_fw_t *w, int assistant, px_fmsg_t *m, px_arena_t *a,
                         px_lossy_t *lossy) {
@@ -235,8 +250,8 @@ static int decode_block(px_fw_t *w, int assistant, px_fmsg_t *m, px_arena_t *a,
     p = px_fpart_new(a, PX_FP_REASONING);
     if (p == NULL || k < 0) return DECLINE;
     p->text = (px_fstr_t){"", 0, 0};
-    p->tok[k] = HAS(B_DATA) && f[B_DATA].kind == PX_FV_STR ? f[B_DATA].s
-                                                           : (px_fstr_t){"", 0, 0};
+    p->tok[k] =
+        HAS(B_DATA) && f[B_DATA].kind == PX_FV_STR ? f[B_DATA].s : (px_fstr_t){"", 0, 0};
   } else if (px_fs_is(t, "server_tool_use") || px_fs_is(t, "mcp_tool_use")) {
     px_lossy_add(lossy, "messages[].content[].server_tool_use");
     return 0;
@@ -301,14 +316,18 @@ static int decode_messages(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t 
       }
       if (px_fw_value(w, &v) < 0 || v.kind != PX_FV_STR) return DECLINE;
       int assistant;
-      if (px_fs_is(v.s, "user")) assistant = 0;
-      else if (px_fs_is(v.s, "assistant")) assistant = 1;
-      else return DECLINE; /* system turns: the jansson codec folds them */
+      if (px_fs_is(v.s, "user"))
+        assistant = 0;
+      else if (px_fs_is(v.s, "assistant"))
+        assistant = 1;
+      else
+        return DECLINE; /* system turns: the jansson codec folds them */
       if ((m = px_fmsg_push(ir, a, assistant)) == NULL) return DECLINE;
       if (seen & 2) { /* the content came first */
         px_fw_t cw = {content.raw.ptr, content.raw.len, 0};
         px_fpart_t *p = content.kind == PX_FV_STR ? px_fpart_text(a, content.s) : NULL;
-        if (p != NULL) px_fpart_push(&m->parts, &m->last, p);
+        if (p != NULL)
+          px_fpart_push(&m->parts, &m->last, p);
         else if (content.kind == PX_FV_STR || message_content(&cw, m, a, lossy) != 0)
           return DECLINE;
       }
@@ -422,15 +441,18 @@ static int decode_metadata(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t 
   while ((r = px_fw_member(w, &k)) == 1) {
     if (px_fw_value(w, &v) < 0 || k.esc || key_once(k, &seen, a) != 0) return DECLINE;
     int uid = px_fs_is(k, "user_id");
-    if (uid && v.kind == PX_FV_STR) ir->user = v.s;
-    else if (v.kind != PX_FV_NULL) px_lossy_add(lossy, "metadata");
+    if (uid && v.kind == PX_FV_STR)
+      ir->user = v.s;
+    else if (v.kind != PX_FV_NULL)
+      px_lossy_add(lossy, "metadata");
   }
   return r < 0 ? DECLINE : 0;
 }
 
 /* thinking {type, budget_tokens, display} -> the IR reasoning */
 static int decode_thinking(px_fw_t *w, px_freq_t *ir, px_lossy_t *lossy) {
-  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("budget_tokens"), PX_FK("display")};
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("budget_tokens"),
+                                   PX_FK("display")};
   px_fv_t f[3];
   unsigned seen = 0;
   if (px_fw_peek(w) != PX_FV_OBJ || px_fw_kfields(w, keys, 3, f, &seen) != 0 ||
@@ -505,7 +527,8 @@ static int decode_output_config(px_fw_t *w, px_freq_t *ir, px_arena_t *a,
  * service_tier, container, ...) */
 static int drop_member(px_fstr_t k, px_arena_t *a, px_lossy_t *lossy) {
   /* names the lists would not join back the same (px_lossy_each) */
-  if (k.n == 0 || memchr(k.p, ',', k.n) != NULL || (k.n == 3 && memcmp(k.p, "...", 3) == 0))
+  if (k.n == 0 || memchr(k.p, ',', k.n) != NULL ||
+      (k.n == 3 && memcmp(k.p, "...", 3) == 0))
     return DECLINE;
   char *name = px_arena_alloc(a, k.n + 1);
   if (name == NULL) return DECLINE;
@@ -515,14 +538,29 @@ static int drop_member(px_fstr_t k, px_arena_t *a, px_lossy_t *lossy) {
   return 0;
 }
 
-enum { K_MODEL, K_SYSTEM, K_MESSAGES, K_MAX, K_TEMP, K_TOPP, K_TOPK, K_STOP, K_STREAM,
-       K_TOOLS, K_TC, K_META, K_THINKING, K_OUTCFG, K_OUTFMT };
+enum {
+  K_MODEL,
+  K_SYSTEM,
+  K_MESSAGES,
+  K_MAX,
+  K_TEMP,
+  K_TOPP,
+  K_TOPK,
+  K_STOP,
+  K_STREAM,
+  K_TOOLS,
+  K_TC,
+  K_META,
+  K_THINKING,
+  K_OUTCFG,
+  K_OUTFMT
+};
 static const px_fkey_t top_keys[] = {
-    PX_FK("model"),         PX_FK("system"),         PX_FK("messages"),
-    PX_FK("max_tokens"),    PX_FK("temperature"),    PX_FK("top_p"),
-    PX_FK("top_k"),         PX_FK("stop_sequences"), PX_FK("stream"),
-    PX_FK("tools"),         PX_FK("tool_choice"),    PX_FK("metadata"),
-    PX_FK("thinking"),      PX_FK("output_config"),  PX_FK("output_format")};
+    PX_FK("model"),      PX_FK("system"),         PX_FK("messages"),
+    PX_FK("max_tokens"), PX_FK("temperature"),    PX_FK("top_p"),
+    PX_FK("top_k"),      PX_FK("stop_sequences"), PX_FK("stream"),
+    PX_FK("tools"),      PX_FK("tool_choice"),    PX_FK("metadata"),
+    PX_FK("thinking"),   PX_FK("output_config"),  PX_FK("output_format")};
 
 static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                     px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
@@ -549,13 +587,25 @@ static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     }
     int rc = 0;
     switch (ki) {
-      case K_SYSTEM: rc = decode_system(&w, ir, a, &l.sys); break;
-      case K_MESSAGES: rc = decode_messages(&w, ir, a, &l.msgs); break;
-      case K_TOOLS: rc = decode_tools(&w, ir, a, &l.rest); break;
+      case K_SYSTEM:
+        rc = decode_system(&w, ir, a, &l.sys);
+        break;
+      case K_MESSAGES:
+        rc = decode_messages(&w, ir, a, &l.msgs);
+        break;
+      case K_TOOLS:
+        rc = decode_tools(&w, ir, a, &l.rest);
+        break;
       case K_TC: rc = decode_tool_choice(&w, ir); break;
-      case K_META: rc = decode_metadata(&w, ir, a, &l.rest); break;
-      case K_THINKING: rc = decode_thinking(&w, ir, &l.rest); break;
-      case K_OUTCFG: rc = decode_output_config(&w, ir, a, &l.rest); break;
+      case K_META:
+        rc = decode_metadata(&w, ir, a, &l.rest);
+        break;
+      case K_THINKING:
+        rc = decode_thinking(&w, ir, &l.rest);
+        break;
+      case K_OUTCFG:
+        rc = decode_output_config(&w, ir, a, &l.rest);
+        break;
       default:
         if (px_fw_value(&w, &v) < 0) return DECLINE;
         if (ki < 0) {
@@ -611,7 +661,9 @@ typedef struct {
   int nturns, last_user, last_results, prev_thinking, cur_thinking;
 } enc_t;
 
-static int tok_set(const px_fpart_t *p, int k) { return k >= 0 && p->tok[k].p != NULL; }
+static int tok_set(const px_fpart_t *p, int k) {
+  return k >= 0 && p->tok[k].p != NULL;
+}
 
 /* whether part p writes a block in a turn of its message's role (the
  * reference writes none for empty texts and unsigned reasoning) */
@@ -817,7 +869,8 @@ static int encode_messages(px_buf_t *b, enc_t *e, const px_freq_t *ir) {
      * ones without blocks in between change nothing) */
     int asst = m->assistant;
     const px_fmsg_t *end = m->next;
-    while (end != NULL && (end->assistant == asst || !has_blocks(e, end))) end = end->next;
+    while (end != NULL && (end->assistant == asst || !has_blocks(e, end)))
+      end = end->next;
     rc = px_fb_lit(b, e->nturns ? ",{\"role\":" : "{\"role\":");
     if (rc == 0) rc = px_fb_lit(b, asst ? "\"assistant\",\"content\":[" : "\"user\",\"content\":[");
     e->prev_thinking = e->cur_thinking;
@@ -863,7 +916,8 @@ static int thinking_out(px_buf_t *b, const enc_t *e, const px_freq_t *ir, int *t
   int64_t max_in = max_tokens;
   if (ir->has_reasoning) {
     if (ir->effort.esc) return DECLINE;
-    int asks = ir->reasoning_enabled == 1 || ir->effort.p != NULL || ir->budget.ptr != NULL;
+    int asks =
+        ir->reasoning_enabled == 1 || ir->effort.p != NULL || ir->budget.ptr != NULL;
     /* with thinking on, Anthropic wants the assistant turn a tool loop
      * continues to start with thinking, and no forced tool choice */
     int loop = e->nturns >= 2 && e->last_user && e->last_results && !e->prev_thinking;
@@ -913,7 +967,8 @@ static int num_below(px_str_t raw, double limit, int *below) {
 }
 
 /* sampling: what thinking allows, and the stop sequences */
-static int sampling_out(px_buf_t *b, const px_freq_t *ir, int thinking, px_lossy_t *lossy) {
+static int sampling_out(px_buf_t *b, const px_freq_t *ir, int thinking,
+                        px_lossy_t *lossy) {
   int rc = 0, low = 0;
   if (ir->temperature.ptr && thinking)
     px_lossy_add(lossy, "temperature"); /* rejected with thinking */
@@ -926,8 +981,10 @@ static int sampling_out(px_buf_t *b, const px_freq_t *ir, int thinking, px_lossy
   else if (rc == 0)
     rc = px_fb_opt_raw(b, ",\"top_p\":", ir->top_p);
   if (ir->top_k.ptr && px_fw_is_int(ir->top_k)) {
-    if (thinking) px_lossy_add(lossy, "top_k");
-    else if (rc == 0) rc = px_fb_opt_raw(b, ",\"top_k\":", ir->top_k);
+    if (thinking)
+      px_lossy_add(lossy, "top_k");
+    else if (rc == 0)
+      rc = px_fb_opt_raw(b, ",\"top_k\":", ir->top_k);
   }
   if (rc == 0 && ir->stop1.p) {
     rc = px_fb_lit(b, ",\"stop_sequences\":[");
@@ -961,10 +1018,18 @@ static int tools_out(px_buf_t *b, const px_freq_t *ir, px_lossy_t *lossy) {
   const char *atc = NULL;
   switch (ir->tool_choice) {
     case PX_FTC_UNSET:
-    case PX_FTC_AUTO: atc = ir->parallel == 0 ? "{\"type\":\"auto\"" : NULL; break;
-    case PX_FTC_REQUIRED: atc = "{\"type\":\"any\""; break;
-    case PX_FTC_NONE: atc = "{\"type\":\"none\""; break;
-    case PX_FTC_TOOL: atc = "{\"type\":\"tool\",\"name\":"; break;
+    case PX_FTC_AUTO:
+      atc = ir->parallel == 0 ? "{\"type\":\"auto\"" : NULL;
+      break;
+    case PX_FTC_REQUIRED:
+      atc = "{\"type\":\"any\"";
+      break;
+    case PX_FTC_NONE:
+      atc = "{\"type\":\"none\"";
+      break;
+    case PX_FTC_TOOL:
+      atc = "{\"type\":\"tool\",\"name\":";
+      break;
   }
   if (rc == 0 && atc != NULL) {
     rc = px_fb_lit(b, ",\"tool_choice\":");
@@ -981,7 +1046,8 @@ static int tools_out(px_buf_t *b, const px_freq_t *ir, px_lossy_t *lossy) {
 static int output_out(px_buf_t *b, const px_freq_t *ir, px_lossy_t *lossy) {
   int rc = 0;
   if (ir->rf_schema.ptr != NULL) {
-    rc = px_fb_lit(b, ",\"output_config\":{\"format\":{\"type\":\"json_schema\",\"schema\":");
+    rc = px_fb_lit(
+        b, ",\"output_config\":{\"format\":{\"type\":\"json_schema\",\"schema\":");
     if (rc == 0) rc = px_fb_raw(b, ir->rf_schema);
     if (rc == 0) rc = px_fb_lit(b, "}}");
   } else if (ir->rf_json) {
@@ -1075,9 +1141,9 @@ static int decode_usage(px_fw_t *w, px_fresp_t *ir) {
 
 /* the content array at the cursor (checked reads) */
 static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
-  static const px_fkey_t keys[] = {PX_FK("type"),     PX_FK("text"),      PX_FK("citations"),
-                                   PX_FK("id"),       PX_FK("name"),      PX_FK("input"),
-                                   PX_FK("thinking"), PX_FK("signature"), PX_FK("data")};
+  static const px_fkey_t keys[] = {
+      PX_FK("type"),  PX_FK("text"),     PX_FK("citations"), PX_FK("id"),  PX_FK("name"),
+      PX_FK("input"), PX_FK("thinking"), PX_FK("signature"), PX_FK("data")};
   int r, first = 1;
   if (px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fc_elem(w, &first)) == 1) {
@@ -1085,7 +1151,8 @@ static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
     unsigned seen = 0;
     if (px_fc_fields(w, keys, NKEYS(keys), f, &seen) != 0) return DECLINE;
 #define HAS(x) (seen & (1u << (x)))
-#define STR_OR_EMPTY(x) (HAS(x) && f[x].kind == PX_FV_STR ? f[x].s : (px_fstr_t){"", 0, 0})
+#define STR_OR_EMPTY(x) \
+  (HAS(x) && f[x].kind == PX_FV_STR ? f[x].s : (px_fstr_t){"", 0, 0})
     if (!HAS(0) || f[0].kind != PX_FV_STR) continue; /* no type: skipped there */
     px_fpart_t *p;
     if (px_fs_is(f[0].s, "text")) {
@@ -1103,12 +1170,15 @@ static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
     } else if (px_fs_is(f[0].s, "thinking") || px_fs_is(f[0].s, "redacted_thinking")) {
       /* reasoning: a signature (as it is: no family tag read here) or the
        * redacted data */
-      int red = !px_fs_is(f[0].s, "thinking"), k = px_frtok_index(red ? "redacted_data" : "signature");
+      int red = !px_fs_is(f[0].s, "thinking"),
+          k = px_frtok_index(red ? "redacted_data" : "signature");
       p = px_fpart_new(a, PX_FP_REASONING);
       if (p == NULL || k < 0) return DECLINE;
       p->text = red ? (px_fstr_t){"", 0, 0} : STR_OR_EMPTY(6);
-      if (red) p->tok[k] = STR_OR_EMPTY(8);
-      else if (HAS(7) && f[7].kind == PX_FV_STR && f[7].s.n > 0) p->tok[k] = f[7].s;
+      if (red)
+        p->tok[k] = STR_OR_EMPTY(8);
+      else if (HAS(7) && f[7].kind == PX_FV_STR && f[7].s.n > 0)
+        p->tok[k] = f[7].s;
     } else {
       return DECLINE; /* server tools ...: the jansson codec */
     }

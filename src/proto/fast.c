@@ -872,4 +872,6 @@ unsigned px_freq_uses(const px_freq_t *ir) {
   return u;
 }
 
-unsigned px_fresp_uses(const px_fresp_t *ir) { return part_uses(ir->content); }
+unsigned px_fresp_uses(const px_fresp_t *ir) {
+  return part_uses(ir->content);
+}

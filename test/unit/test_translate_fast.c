@@ -151,8 +151,8 @@ static void anth_self(const char *body, const char *want, const char *lossy) {
     int eq = same_json(b.data, b.len, so, sl) && strcmp(lf.buf, ls.buf) == 0;
     CHECK(eq);
     if (!eq)
-      fprintf(stderr, "anthropic self\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len, b.data,
-              lf.buf, so, ls.buf);
+      fprintf(stderr, "anthropic self\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len,
+              b.data, lf.buf, so, ls.buf);
     CHECK(px_buf_append(&b, "", 1) == 0);
     if (want != NULL) CHECK(strstr(b.data, want) != NULL);
     if (lossy != NULL && strcmp(lf.buf, lossy) != 0) {
@@ -205,23 +205,24 @@ static void anth_self_answer(const char *body, const char *want) {
 }
 
 #define ANTH_TOOLS                                                                    \
-  "\"tools\":[{\"name\":\"Bash\",\"description\":\"run\",\"input_schema\":{\"type\":"  \
-  "\"object\"},\"cache_control\":{\"type\":\"ephemeral\"}},{\"name\":\"Later\","       \
-  "\"input_schema\":{\"type\":\"object\"},\"defer_loading\":true,\"strict\":true},"    \
+  "\"tools\":[{\"name\":\"Bash\",\"description\":\"run\",\"input_schema\":{\"type\":" \
+  "\"object\"},\"cache_control\":{\"type\":\"ephemeral\"}},{\"name\":\"Later\","      \
+  "\"input_schema\":{\"type\":\"object\"},\"defer_loading\":true,\"strict\":true},"   \
   "{\"type\":\"web_search_20250305\",\"name\":\"web_search\"}]"
-#define ANTH_HISTORY                                                                    \
+#define ANTH_HISTORY                                                                     \
   "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"fix it\","              \
   "\"citations\":null,\"cache_control\":{\"type\":\"ephemeral\"}},{\"type\":\"image\","  \
-  "\"source\":{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"iVBO\"}}]},"   \
+  "\"source\":{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"iVBO\"}}]},"  \
   "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"hm\","     \
-  "\"signature\":\"EqQBsig\"},{\"type\":\"redacted_thinking\",\"data\":\"EmwKred\"},"     \
-  "{\"type\":\"text\",\"text\":\"Running.\"},{\"type\":\"tool_use\",\"id\":\"toolu_1\","  \
-  "\"name\":\"Bash\",\"input\":{\"command\":\"ls\"},\"cache_control\":{\"type\":"         \
+  "\"signature\":\"EqQBsig\"},{\"type\":\"redacted_thinking\",\"data\":\"EmwKred\"},"    \
+  "{\"type\":\"text\",\"text\":\"Running.\"},{\"type\":\"tool_use\",\"id\":\"toolu_1\"," \
+  "\"name\":\"Bash\",\"input\":{\"command\":\"ls\"},\"cache_control\":{\"type\":"        \
   "\"ephemeral\"}},{\"type\":\"server_tool_use\",\"id\":\"srv_1\",\"name\":"             \
   "\"web_search\",\"input\":{}}]},"                                                      \
-  "{\"role\":\"user\",\"content\":[{\"type\":\"web_search_tool_result\",\"tool_use_id\":" \
-  "\"srv_1\",\"content\":[]},{\"tool_use_id\":\"toolu_1\",\"type\":\"tool_result\","      \
-  "\"content\":[{\"type\":\"text\",\"text\":\"a\\nb\"},{\"type\":\"image\",\"source\":"   \
+  "{\"role\":\"user\",\"content\":[{\"type\":\"web_search_tool_result\","                \
+  "\"tool_use_id\":"                                                                     \
+  "\"srv_1\",\"content\":[]},{\"tool_use_id\":\"toolu_1\",\"type\":\"tool_result\","     \
+  "\"content\":[{\"type\":\"text\",\"text\":\"a\\nb\"},{\"type\":\"image\",\"source\":"  \
   "{\"type\":\"url\",\"url\":\"https://x/y.png\"},\"cache_control\":{\"type\":"          \
   "\"ephemeral\"}},{\"type\":\"tool_reference\",\"tool_name\":\"Later\"}],"              \
   "\"is_error\":false,\"cache_control\":{\"type\":\"ephemeral\"}}]}"
@@ -229,90 +230,102 @@ static void anth_self_answer(const char *body, const char *want) {
 static void anthropic_cases(void) {
   /* Claude Code: adaptive thinking with an effort, kept with the tool loop
    * that starts with thinking; what the IR has no slot for named */
-  anth_self("{\"model\":\"claude-opus-4-6\",\"messages\":[" ANTH_HISTORY "],"
-            "\"system\":[{\"type\":\"text\",\"text\":\"x-billing\"},{\"type\":\"text\","
-            "\"text\":\"You are Claude Code.\",\"cache_control\":{\"type\":\"ephemeral\"}}],"
-            ANTH_TOOLS ",\"metadata\":{\"user_id\":\"{\\\"session_id\\\":\\\"s1\\\"}\"},"
-            "\"max_tokens\":64000,\"thinking\":{\"type\":\"adaptive\",\"display\":"
-            "\"omitted\"},\"context_management\":{\"edits\":[{\"type\":"
-            "\"clear_thinking_20251015\",\"keep\":\"all\"}]},\"output_config\":{\"effort\":"
-            "\"high\"},\"stream\":true,\"temperature\":1,\"top_k\":5,\"top_p\":0.5}",
-            "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":24576}",
-            "cache_control,messages[].content[].server_tool_use,"
-            "messages[].content[].server_tool_result,"
-            "messages[].content[].content[].tool_reference,"
-            "tools[].defer_loading,tools[].server_tool,thinking.display,context_management,"
-            "temperature,top_p,top_k");
+  anth_self(
+      "{\"model\":\"claude-opus-4-6\",\"messages\":[" ANTH_HISTORY
+      "],"
+      "\"system\":[{\"type\":\"text\",\"text\":\"x-billing\"},{\"type\":\"text\","
+      "\"text\":\"You are Claude "
+      "Code.\",\"cache_control\":{\"type\":\"ephemeral\"}}]," ANTH_TOOLS
+      ",\"metadata\":{\"user_id\":\"{\\\"session_id\\\":\\\"s1\\\"}\"},"
+      "\"max_tokens\":64000,\"thinking\":{\"type\":\"adaptive\",\"display\":"
+      "\"omitted\"},\"context_management\":{\"edits\":[{\"type\":"
+      "\"clear_thinking_20251015\",\"keep\":\"all\"}]},\"output_config\":{\"effort\":"
+      "\"high\"},\"stream\":true,\"temperature\":1,\"top_k\":5,\"top_p\":0.5}",
+      "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":24576}",
+      "cache_control,messages[].content[].server_tool_use,"
+      "messages[].content[].server_tool_result,"
+      "messages[].content[].content[].tool_reference,"
+      "tools[].defer_loading,tools[].server_tool,thinking.display,context_management,"
+      "temperature,top_p,top_k");
   /* a budget above a client's max_tokens is lowered to fit it */
-  anth_self("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-            "\"max_tokens\":1500,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":2000}}",
-            "\"budget_tokens\":1499", "");
+  anth_self(
+      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+      "\"max_tokens\":1500,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":2000}}",
+      "\"budget_tokens\":1499", "");
   /* ... or max_tokens raised when the budget cannot go lower, named */
-  anth_self("{\"model\":\"m\",\"output_config\":{\"effort\":\"max\",\"task_budget\":1},"
-            "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":1000,"
-            "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":5000}}",
-            "\"max_tokens\":2024", "output_config,max_tokens");
+  anth_self(
+      "{\"model\":\"m\",\"output_config\":{\"effort\":\"max\",\"task_budget\":1},"
+      "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":1000,"
+      "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":5000}}",
+      "\"max_tokens\":2024", "output_config,max_tokens");
   /* a tool loop whose assistant turn has no thinking, a forced tool: thinking
    * stays off, named */
-  anth_self("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
-            "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t1\","
-            "\"name\":\"f\"}]},{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\","
-            "\"tool_use_id\":\"t1\"}]}],\"max_tokens\":100,\"thinking\":{\"type\":"
-            "\"enabled\",\"budget_tokens\":2048},\"tools\":[{\"name\":\"f\"}]}",
-            NULL, "thinking");
-  anth_self("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-            "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}],"
-            "\"tool_choice\":{\"type\":\"any\",\"disable_parallel_tool_use\":true},"
-            "\"thinking\":{\"type\":\"adaptive\"}}",
-            "\"disable_parallel_tool_use\":true", "max_tokens,thinking");
+  anth_self(
+      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+      "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t1\","
+      "\"name\":\"f\"}]},{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\","
+      "\"tool_use_id\":\"t1\"}]}],\"max_tokens\":100,\"thinking\":{\"type\":"
+      "\"enabled\",\"budget_tokens\":2048},\"tools\":[{\"name\":\"f\"}]}",
+      NULL, "thinking");
+  anth_self(
+      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+      "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}],"
+      "\"tool_choice\":{\"type\":\"any\",\"disable_parallel_tool_use\":true},"
+      "\"thinking\":{\"type\":\"adaptive\"}}",
+      "\"disable_parallel_tool_use\":true", "max_tokens,thinking");
   /* thinking off; structured output; unknown and null members */
-  anth_self("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-            "\"max_tokens\":10,\"thinking\":{\"type\":\"disabled\"},\"service_tier\":"
-            "\"auto\",\"x_new\":1,\"system\":null,\"output_format\":{\"type\":\"json_schema\","
-            "\"schema\":{\"type\":\"object\"}},\"metadata\":{\"user_id\":\"u\",\"k\":1},"
-            "\"stop_sequences\":[\"END\"]}",
-            "\"thinking\":{\"type\":\"disabled\"}", "service_tier,x_new,metadata");
+  anth_self(
+      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+      "\"max_tokens\":10,\"thinking\":{\"type\":\"disabled\"},\"service_tier\":"
+      "\"auto\",\"x_new\":1,\"system\":null,\"output_format\":{\"type\":\"json_schema\","
+      "\"schema\":{\"type\":\"object\"}},\"metadata\":{\"user_id\":\"u\",\"k\":1},"
+      "\"stop_sequences\":[\"END\"]}",
+      "\"thinking\":{\"type\":\"disabled\"}", "service_tier,x_new,metadata");
   /* a message's content before its role, members the reference ignores */
-  anth_self("{\"model\":\"m\",\"messages\":[{\"content\":\"hi\",\"id\":1,\"role\":\"user\"},"
-            "{\"content\":[{\"type\":\"text\",\"text\":\"a\",\"x\":[1]}],\"role\":"
-            "\"assistant\"},{\"role\":\"user\",\"name\":\"n\",\"content\":[{\"type\":"
-            "\"text\",\"text\":\"b\",\"citations\":[{\"type\":\"char_location\"}]}]}],"
-            "\"max_tokens\":10}",
-            "\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]",
-            "messages[].content[].citations");
+  anth_self(
+      "{\"model\":\"m\",\"messages\":[{\"content\":\"hi\",\"id\":1,\"role\":\"user\"},"
+      "{\"content\":[{\"type\":\"text\",\"text\":\"a\",\"x\":[1]}],\"role\":"
+      "\"assistant\"},{\"role\":\"user\",\"name\":\"n\",\"content\":[{\"type\":"
+      "\"text\",\"text\":\"b\",\"citations\":[{\"type\":\"char_location\"}]}]}],"
+      "\"max_tokens\":10}",
+      "\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]",
+      "messages[].content[].citations");
   /* a signature another family's token was carried in goes back to it:
    * without an Anthropic signature the block is dropped, named */
-  anth_self("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
-            "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"a\","
-            "\"signature\":\"pxo1:enc:gAAA\"},{\"type\":\"text\",\"text\":\"b\"}]},"
-            "{\"role\":\"user\",\"content\":\"c\"}],\"max_tokens\":10}",
-            NULL, "messages[].content[].signature");
+  anth_self(
+      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+      "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"a\","
+      "\"signature\":\"pxo1:enc:gAAA\"},{\"type\":\"text\",\"text\":\"b\"}]},"
+      "{\"role\":\"user\",\"content\":\"c\"}],\"max_tokens\":10}",
+      NULL, "messages[].content[].signature");
 
   /* answers with thinking: signed, redacted, unsigned with text (shown
    * with an empty signature), unsigned without (dropped) */
-  anth_self_answer("{\"id\":\"msg_1\",\"model\":\"u\",\"content\":[{\"type\":\"thinking\","
-                   "\"thinking\":\"hm\",\"signature\":\"EqQB\"},{\"type\":"
-                   "\"redacted_thinking\",\"data\":\"EmwK\"},{\"type\":\"thinking\","
-                   "\"thinking\":\"plain\",\"signature\":\"\"},{\"type\":\"thinking\","
-                   "\"thinking\":\"\"},{\"type\":\"text\",\"text\":\"x\"},{\"type\":"
-                   "\"tool_use\",\"id\":\"tu_1\",\"name\":\"f\",\"input\":{}}],"
-                   "\"stop_reason\":\"tool_use\",\"usage\":{\"input_tokens\":3,"
-                   "\"output_tokens\":9}}",
-                   "{\"type\":\"thinking\",\"thinking\":\"plain\",\"signature\":\"\"}");
+  anth_self_answer(
+      "{\"id\":\"msg_1\",\"model\":\"u\",\"content\":[{\"type\":\"thinking\","
+      "\"thinking\":\"hm\",\"signature\":\"EqQB\"},{\"type\":"
+      "\"redacted_thinking\",\"data\":\"EmwK\"},{\"type\":\"thinking\","
+      "\"thinking\":\"plain\",\"signature\":\"\"},{\"type\":\"thinking\","
+      "\"thinking\":\"\"},{\"type\":\"text\",\"text\":\"x\"},{\"type\":"
+      "\"tool_use\",\"id\":\"tu_1\",\"name\":\"f\",\"input\":{}}],"
+      "\"stop_reason\":\"tool_use\",\"usage\":{\"input_tokens\":3,"
+      "\"output_tokens\":9}}",
+      "{\"type\":\"thinking\",\"thinking\":\"plain\",\"signature\":\"\"}");
 
   /* toward the other upstreams: what Claude Code sends beside its thinking */
   for (int out = 0; out < PX_PROTO_COUNT; out++) {
     if (out == PX_PROTO_ANTHROPIC) continue;
-    request_pair(PX_PROTO_ANTHROPIC, out,
-                 "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
-                 "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t1\","
-                 "\"name\":\"f\",\"input\":{}}]},{\"role\":\"user\",\"content\":[{\"type\":"
-                 "\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"ok\",\"is_error\":false,"
-                 "\"cache_control\":{\"type\":\"ephemeral\"}}]}],\"tools\":[{\"name\":\"f\","
-                 "\"input_schema\":{\"type\":\"object\"},\"defer_loading\":true}],"
-                 "\"metadata\":{\"user_id\":\"u\"},\"context_management\":{\"edits\":[]},"
-                 "\"max_tokens\":100,\"stream\":true}",
-                 NULL);
+    request_pair(
+        PX_PROTO_ANTHROPIC, out,
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+        "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t1\","
+        "\"name\":\"f\",\"input\":{}}]},{\"role\":\"user\",\"content\":[{\"type\":"
+        "\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"ok\",\"is_error\":false,"
+        "\"cache_control\":{\"type\":\"ephemeral\"}}]}],\"tools\":[{\"name\":\"f\","
+        "\"input_schema\":{\"type\":\"object\"},\"defer_loading\":true}],"
+        "\"metadata\":{\"user_id\":\"u\"},\"context_management\":{\"edits\":[]},"
+        "\"max_tokens\":100,\"stream\":true}",
+        NULL);
   }
 
   /* the hub: a stream's predicted names come before the encoder's, as in
@@ -328,7 +341,8 @@ static void anthropic_cases(void) {
       "{\"model\":\"m\",\"messages\":[],\"thinking\":{\"type\":\"sometimes\"}}",
       "{\"model\":\"m\",\"messages\":[],\"output_config\":{\"effort\":\"extreme\"}}",
       "{\"model\":\"m\",\"messages\":[],\"output_format\":{\"type\":\"json_object\"}}",
-      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\","
+      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+      "\"image\","
       "\"source\":{\"type\":\"file\",\"file_id\":\"f\"}}]}]}",
       /* a repeated member read by name: jansson keeps the last, null or not */
       "{\"model\":\"m\",\"messages\":[],\"x\":1,\"x\":null}",
