@@ -431,22 +431,34 @@ static int decode_tool_choice(px_fw_t *w, px_freq_t *ir) {
   return 0;
 }
 
-static int decode_metadata(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+/* The members of the object at the cursor as jansson's foreach reads them
+ * (a value that is no object: none), each to fn; escaped or repeated names
+ * decline (key_once). */
+typedef int (*member_fn)(px_fstr_t k, const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy);
+
+static int each_member(px_fw_t *w, member_fn fn, px_freq_t *ir, px_arena_t *a,
+                       px_lossy_t *lossy) {
   px_fstr_t k;
   px_fv_t v;
   key_seen_t *seen = NULL;
   int r;
   if (px_fw_peek(w) != PX_FV_OBJ) return px_fw_value(w, &v) < 0 ? DECLINE : 0;
   if (px_fw_open(w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(w, &k)) == 1) {
-    if (px_fw_value(w, &v) < 0 || k.esc || key_once(k, &seen, a) != 0) return DECLINE;
-    int uid = px_fs_is(k, "user_id");
-    if (uid && v.kind == PX_FV_STR)
-      ir->user = v.s;
-    else if (v.kind != PX_FV_NULL)
-      px_lossy_add(lossy, "metadata");
-  }
+  while ((r = px_fw_member(w, &k)) == 1)
+    if (px_fw_value(w, &v) < 0 || k.esc || key_once(k, &seen, a) != 0 ||
+        fn(k, &v, ir, lossy) != 0)
+      return DECLINE;
   return r < 0 ? DECLINE : 0;
+}
+
+/* metadata: user_id -> the IR user; anything else named */
+static int metadata_member(px_fstr_t k, const px_fv_t *v, px_freq_t *ir,
+                           px_lossy_t *lossy) {
+  if (px_fs_is(k, "user_id") && v->kind == PX_FV_STR)
+    ir->user = v->s;
+  else if (v->kind != PX_FV_NULL)
+    px_lossy_add(lossy, "metadata");
+  return 0;
 }
 
 /* thinking {type, budget_tokens, display} -> the IR reasoning */
@@ -495,32 +507,22 @@ static int decode_json_format(const px_fv_t *v, px_freq_t *ir) {
 }
 
 /* output_config {effort, format} -> the IR reasoning effort, response_format */
-static int decode_output_config(px_fw_t *w, px_freq_t *ir, px_arena_t *a,
+static int output_config_member(px_fstr_t k, const px_fv_t *v, px_freq_t *ir,
                                 px_lossy_t *lossy) {
-  px_fstr_t k;
-  px_fv_t v;
-  key_seen_t *seen = NULL;
-  int r;
-  if (px_fw_peek(w) != PX_FV_OBJ) return px_fw_value(w, &v) < 0 ? DECLINE : 0;
-  if (px_fw_open(w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(w, &k)) == 1) {
-    if (px_fw_value(w, &v) < 0 || k.esc || key_once(k, &seen, a) != 0) return DECLINE;
-    if (v.kind == PX_FV_NULL) continue;
-    if (px_fs_is(k, "effort")) {
-      static const char *const efforts[] = {"low", "medium", "high", "max", "xhigh"};
-      int e = v.kind == PX_FV_STR ? px_fw_key_of(v.s, efforts, 5) : -1;
-      if (e < 0) return DECLINE;
-      const char *ie = e >= 3 ? "xhigh" : efforts[e];
-      /* the explicit effort wins over one derived from budget_tokens */
-      ir->effort = (px_fstr_t){ie, strlen(ie), 0};
-      ir->has_reasoning = 1;
-    } else if (px_fs_is(k, "format")) {
-      if (decode_json_format(&v, ir) != 0) return DECLINE;
-    } else {
-      px_lossy_add(lossy, "output_config");
-    }
+  static const char *const efforts[] = {"low", "medium", "high", "max", "xhigh"};
+  if (v->kind == PX_FV_NULL) return 0;
+  if (px_fs_is(k, "effort")) {
+    int e = v->kind == PX_FV_STR ? px_fw_key_of(v->s, efforts, 5) : -1;
+    if (e < 0) return DECLINE; /* the reference's error */
+    const char *ie = e >= 3 ? "xhigh" : efforts[e];
+    /* the explicit effort wins over one derived from budget_tokens */
+    ir->effort = (px_fstr_t){ie, strlen(ie), 0};
+    ir->has_reasoning = 1;
+    return 0;
   }
-  return r < 0 ? DECLINE : 0;
+  if (px_fs_is(k, "format")) return decode_json_format(v, ir);
+  px_lossy_add(lossy, "output_config");
+  return 0;
 }
 
 /* a member the reference drops, named by its own key (context_management,
@@ -598,13 +600,13 @@ static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
         break;
       case K_TC: rc = decode_tool_choice(&w, ir); break;
       case K_META:
-        rc = decode_metadata(&w, ir, a, &l.rest);
+        rc = each_member(&w, metadata_member, ir, a, &l.rest);
         break;
       case K_THINKING:
         rc = decode_thinking(&w, ir, &l.rest);
         break;
       case K_OUTCFG:
-        rc = decode_output_config(&w, ir, a, &l.rest);
+        rc = each_member(&w, output_config_member, ir, a, &l.rest);
         break;
       default:
         if (px_fw_value(&w, &v) < 0) return DECLINE;
