@@ -581,7 +581,11 @@ typedef struct unknown_key {
 
 static int unknown_member(px_fstr_t k, const px_fv_t *v, unknown_key_t **seen_keys,
                           px_arena_t *a, px_lossy_t *lossy) {
-  if (k.esc || k.n >= 256) return DECLINE;
+  /* a name with a comma, or "...", is not one element of a lossy list (the
+   * hub's merge splits or skips it): the reference names it */
+  if (k.esc || k.n >= 256 || memchr(k.p, ',', k.n) != NULL ||
+      (k.n == 3 && memcmp(k.p, "...", 3) == 0))
+    return DECLINE;
   for (const unknown_key_t *u = *seen_keys; u; u = u->next)
     if (u->k.n == k.n && memcmp(u->k.p, k.p, k.n) == 0) return DECLINE;
   unknown_key_t *u = px_arena_alloc(a, sizeof(*u));
