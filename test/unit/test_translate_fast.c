@@ -362,6 +362,10 @@ static void chat_clients(void) {
       "{'model':'m','messages':[{'role':'user','content':'Hi'}],'tools':[{'type':"
       "'function','function':{'name':'f','parameters':{'type':'object'}}}],"
       "'tool_choice':{'type':'function','function':{'name':'f'}},'stop':['a','b']}",
+      /* a stream: what it may drop is named before what the encoder names */
+      "{'model':'m','messages':[{'role':'system','content':'S'},{'role':'user',"
+      "'content':'Hi'}],'user':'u','metadata':{'a':'b'},'stop':'x','seed':1,"
+      "'stream':true}",
   };
   /* content: images (by URL, with detail, as data), files (data URL, bare
    * base64, file id), assistant history with refusals, reasoning text,
