@@ -945,7 +945,7 @@ static int edump(px_senc_t *e, json_t *obj) {
 /* Write the event dumped in e->scratch into the out buffer: type and
  * sequence_number first (written here: no wrapper object), then its
  * members with the text placeholders spliced. On failure the out buffer
- * is left as it was. */
+ * is left as it was. The caller flushes (eflush) once scratch is free. */
 static int ewrite(px_senc_t *e, const char *type) {
   char num[24];
   const char *ns = utoa(num + sizeof(num), (unsigned long long)e->seq);
@@ -965,7 +965,6 @@ static int ewrite(px_senc_t *e, const char *type) {
     return rc;
   }
   e->seq++;
-  eflush(e);
   return 0;
 }
 
@@ -974,6 +973,7 @@ static int eemit(px_senc_t *e, const char *type, json_t *obj) {
   int rc = edump(e, obj);
   if (rc == 0) rc = ewrite(e, type);
   px_buf_free(&e->scratch); /* lifecycle events are few: no idle copy kept */
+  if (rc == 0) eflush(e);
   return rc;
 }
 
@@ -1430,6 +1430,7 @@ static int e_start(px_senc_t *e, const px_ev_t *ev) {
   if (rc == 0) rc = ewrite(e, "response.created");
   if (rc == 0) rc = ewrite(e, "response.in_progress");
   px_buf_free(&e->scratch);
+  if (rc == 0) eflush(e); /* after both: the flush may call back into the encoder */
   return rc;
 }
 
