@@ -965,11 +965,13 @@ static int put_user(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fmsg_t *m, int
   return rc;
 }
 
-/* whether the IR tool named s is a custom one */
+/* whether the first IR tool named s is a custom one (px_ir_is_custom_tool);
+ * -1 when escapes keep the names from being compared as they are */
 static int custom_tool(const px_freq_t *ir, px_fstr_t s) {
-  for (const px_ftool_t *t = ir->tools; t; t = t->next)
-    if (t->name.n == s.n && t->name.esc == s.esc && memcmp(t->name.p, s.p, s.n) == 0)
-      return t->custom;
+  for (const px_ftool_t *t = ir->tools; t; t = t->next) {
+    if (s.esc || t->name.esc) return -1;
+    if (t->name.n == s.n && memcmp(t->name.p, s.p, s.n) == 0) return t->custom;
+  }
   return 0;
 }
 
@@ -1023,6 +1025,7 @@ static int put_tools(px_buf_t *b, const px_freq_t *ir, px_lossy_t *lossy) {
   if (rc == 0) rc = px_fb_lit(b, "]");
   if (rc == 0 && ir->tool_choice == PX_FTC_TOOL) {
     int cu = custom_tool(ir, ir->tc_name);
+    if (cu < 0) return DECLINE;
     rc = px_fb_lit(
         b, cu ? ",\"tool_choice\":{\"type\":\"custom\",\"custom\":{\"name\":"
               : ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":");
