@@ -66,10 +66,9 @@ static void declines(void) {
     int in, out;
     const char *body;
   } cases[] = {
-      /* thinking, a rare member, an escaped member name, a repeated member */
-      {2, 0,
-       "{\"model\":\"m\",\"messages\":[],\"thinking\":{\"type\":\"enabled\","
-       "\"budget_tokens\":2048},\"max_tokens\":4096}"},
+      /* messages that are no list, more than one choice (the reference
+       * refuses both), an escaped member name, a repeated member */
+      {2, 0, "{\"model\":\"m\",\"messages\":{},\"max_tokens\":4096}"},
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"n\":2}"},
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"\\u0074emperature\":1}"},
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"temperature\":1,\"temperature\":0}"},
