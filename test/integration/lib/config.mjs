@@ -22,10 +22,17 @@ export const baseUrl = (proto, url) => (proto === 'chat' || proto === 'responses
 
 const value = (v) => (Array.isArray(v) ? v.join(', ') : typeof v === 'boolean' ? (v ? 'on' : 'off') : String(v));
 
+const EACH = Symbol('each');
+/** A key written once per value (header = A: 1, header = B: 2). */
+export const each = (...values) => ({ [EACH]: values });
+
 /** `[head]` and its `key = value` lines. */
 export function section(head, keys = {}) {
   let s = `[${head}]\n`;
-  for (const [k, v] of Object.entries(keys)) if (v !== undefined && v !== null) s += `${k} = ${value(v)}\n`;
+  for (const [k, v] of Object.entries(keys)) {
+    if (v === undefined || v === null) continue;
+    for (const one of v[EACH] ?? [v]) s += `${k} = ${value(one)}\n`;
+  }
   return s;
 }
 
