@@ -1,9 +1,9 @@
-// Client-side helpers the suites share: a raw socket client, a parser of raw
-// HTTP/1.1 responses, a JSON POST, one request on a fresh connection with a
-// key (call), a proxai started for one block of tests, and the process
-// probes (RSS). Node built-ins only.
+// Client-side helpers the suites share: a raw socket client and the bytes of
+// a raw POST, a parser of raw HTTP/1.1 responses, a JSON POST, one request on
+// a fresh connection with a key (call), a proxai started for one block of
+// tests, and the process probes (RSS). Node built-ins only.
 //
-//   import { rawClient, parseResponses, post, call, withProxai } from './lib/client.mjs';
+//   import { rawClient, rawPost, parseResponses, post, call, withProxai } from './lib/client.mjs';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -47,6 +47,11 @@ export function rawClient(target) {
   };
   return { sock, st, closed, connected, waitFor };
 }
+
+/** The bytes of a raw HTTP/1.1 POST of a JSON body (extra: more header
+ *  lines, each ending in CRLF), for rawClient. */
+export const rawPost = (path, body, extra = '') =>
+  `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${extra}\r\n${body}`;
 
 /**
  * The complete HTTP/1.1 responses at the start of `data` (Content-Length or
