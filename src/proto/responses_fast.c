@@ -599,14 +599,8 @@ static int decode_top(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_
       return decode_text(v, ir, lossy);
     case K_REASONING:
       return decode_reasoning_cfg(v, ir);
-    case K_INSTR:
-      if (v->kind != PX_FV_STR) return DECLINE;
-      if (v->s.n > 0) {
-        px_fpart_t *p = px_fpart_text(a, v->s);
-        if (p == NULL) return DECLINE;
-        px_fpart_push(&ir->system, &ir->system_last, p);
-      }
-      return 0;
+    case K_INSTR: /* the caller puts it first */
+      return v->kind == PX_FV_STR ? 0 : DECLINE;
     case K_PAR:
       if (v->kind == PX_FV_TRUE || v->kind == PX_FV_FALSE)
         ir->parallel = v->kind == PX_FV_TRUE;
@@ -666,20 +660,39 @@ static int decode_top(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_
   }
 }
 
+/* the input list at the cursor, read where it stands (no second walk of
+ * the body's bulk): its items' lossy names go to in_lossy, which the
+ * caller adds after the other members' (responses.c reads input last) */
+static int decode_input(const px_tr_ctx_t *ctx, px_fw_t *w, px_freq_t *ir, px_arena_t *a,
+                        px_lossy_t *in_lossy) {
+  int r;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(w)) == 1)
+    if (decode_item(ctx, w, ir, a, in_lossy) != 0) return DECLINE;
+  return r < 0 ? DECLINE : 0;
+}
+
 static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                     px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
   px_fw_t w = {body, len, 0};
   px_fstr_t k, unknown[8];
-  px_fv_t in = {PX_FV_NULL, {0}, {NULL, 0}}, sid = in;
+  px_fv_t in = {PX_FV_NULL, {0}, {NULL, 0}}, sid = in, instr = in;
+  px_lossy_t in_lossy;
   unsigned seen = 0; /* also the null ones (repeats) */
-  int r, nunknown = 0;
+  int r, nunknown = 0, input_read = 0;
+  px_lossy_init(&in_lossy);
   ir->parallel = -1;
   if (px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(&w, &k)) == 1) {
     int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
     px_fv_t v;
-    if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
-    if (ki >= 0 && px_fw_seen_twice(&seen, ki)) return DECLINE;
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+    if (ki == K_INPUT && px_fw_peek(&w) == PX_FV_ARR) {
+      if (decode_input(ctx, &w, ir, a, &in_lossy) != 0) return DECLINE;
+      input_read = 1;
+      continue;
+    }
+    if (px_fw_value(&w, &v) < 0) return DECLINE;
     if (ki < 0) { /* named as itself when not null; a repeat would keep its place */
       for (int i = 0; i < nunknown; i++)
         if (unknown[i].n == k.n && memcmp(unknown[i].p, k.p, k.n) == 0) return DECLINE;
@@ -695,6 +708,7 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     if (v.kind == PX_FV_NULL) continue; /* null = not given, for every field */
     if (ki == K_INPUT) in = v;
     if (ki == K_SAFETY) sid = v;
+    if (ki == K_INSTR) instr = v;
     if (decode_top(ctx, ki, &v, ir, a, lossy) != 0) return DECLINE;
   }
   if (r < 0) return DECLINE;
@@ -712,19 +726,24 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     ir->tool_choice = PX_FTC_UNSET;
     ir->parallel = -1;
   }
-  if (in.kind == PX_FV_STR) {
-    px_fmsg_t *m = px_fmsg_push(ir, a, 0);
-    px_fpart_t *p = px_fpart_text(a, in.s);
-    if (m == NULL || p == NULL) return DECLINE;
-    px_fpart_push(&m->parts, &m->last, p);
+  /* the instructions before the input's system and developer messages */
+  if (instr.kind == PX_FV_STR && instr.s.n > 0) {
+    px_fpart_t *p = px_fpart_text(a, instr.s);
+    if (p == NULL) return DECLINE;
+    p->next = ir->system;
+    ir->system = p;
+    if (ir->system_last == NULL) ir->system_last = p;
+  }
+  if (input_read) {
+    px_lossy_merge(lossy, &in_lossy);
     return 0;
   }
-  if (in.kind != PX_FV_ARR) return DECLINE; /* required, a string or a list */
-  px_fw_t iw = {in.raw.ptr, in.raw.len, 0};
-  if (px_fw_open(&iw, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&iw)) == 1)
-    if (decode_item(ctx, &iw, ir, a, lossy) != 0) return DECLINE;
-  return r < 0 ? DECLINE : 0;
+  if (in.kind != PX_FV_STR) return DECLINE; /* required, a string or a list */
+  px_fmsg_t *m = px_fmsg_push(ir, a, 0);
+  px_fpart_t *p = px_fpart_text(a, in.s);
+  if (m == NULL || p == NULL) return DECLINE;
+  px_fpart_push(&m->parts, &m->last, p);
+  return 0;
 }
 
 /* ======================================================================== */
