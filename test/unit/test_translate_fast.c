@@ -299,4 +299,30 @@ static void responses_codec(void) {
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
     resp_halves_all(cases[i].body, strlen(cases[i].body), cases[i].want);
+  /* left to responses.c: a stored conversation, an item no upstream takes,
+   * arguments that are no object, an escaped role, an escaped effort, an
+   * input_image by file id (errors there, or another body) */
+  static const char *const declined[] = {
+      "{\"model\":\"m\",\"previous_response_id\":\"resp_1\",\"input\":\"hi\"}",
+      "{\"model\":\"m\",\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}",
+      "{\"model\":\"m\",\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\","
+      "\"name\":\"f\",\"arguments\":\"[1]\"}]}",
+      "{\"model\":\"m\",\"input\":[{\"role\":\"\\u0075ser\",\"content\":\"hi\"}]}",
+      "{\"model\":\"m\",\"reasoning\":{\"effort\":\"n\\u006fne\"},\"input\":\"hi\"}",
+      "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
+      "\"input_image\",\"file_id\":\"file_1\"}]}]}",
+  };
+  for (size_t i = 0; i < sizeof(declined) / sizeof(declined[0]); i++) {
+    px_tr_ctx_t c;
+    ctx_of(&c, PX_PROTO_RESPONSES, PX_PROTO_ANTHROPIC);
+    px_arena_t a;
+    px_arena_init(&a);
+    px_freq_t ir;
+    memset(&ir, 0, sizeof(ir));
+    px_lossy_t l;
+    px_lossy_init(&l);
+    CHECK(px_responses_fast.decode_request(&c, declined[i], strlen(declined[i]), &ir, &a,
+                                           &l) == PX_FAST_DECLINE);
+    px_arena_free(&a);
+  }
 }
