@@ -61,6 +61,7 @@ static const char *const answers[] = {
 };
 
 static void responses_codec(void);
+static void responses_encoder(void);
 
 /* what the fast path must leave to the jansson codecs */
 static void declines(void) {
@@ -136,6 +137,7 @@ int main(void) {
       }
   declines();
   responses_codec();
+  responses_encoder();
   return check_report("translate_fast");
 }
 
@@ -325,4 +327,143 @@ static void responses_codec(void) {
                                            &l) == PX_FAST_DECLINE);
     px_arena_free(&a);
   }
+}
+
+/* Responses' fast encoder on what other clients' decoders fill (cache
+ * controls, thinking budgets and switches, signed and redacted thinking,
+ * images and files in tool results): the fast IR built by hand, the same
+ * IR as a document, both encoded for an Anthropic client. */
+static px_fstr_t fs(const char *s) {
+  return (px_fstr_t){s, strlen(s), 0};
+}
+
+static void resp_encode_case(px_freq_t *ir, const char *doc, const char *want) {
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_ANTHROPIC, PX_PROTO_RESPONSES);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t b;
+  px_buf_init(&b, 1u << 20);
+  CHECK(px_responses_fast.encode_request(&c, ir, &b, &a, &lf) == 0);
+  json_t *jir = json_loads(doc, 0, NULL), *out = NULL;
+  px_tr_err_t err;
+  CHECK(jir != NULL &&
+        px_proto_get(PX_PROTO_RESPONSES)->encode_request(&c, jir, &out, &ls, &err) == 0);
+  char *so = out ? json_dumps(out, JSON_COMPACT) : NULL;
+  int eq = so != NULL && same_json(b.data, b.len, so, strlen(so)) &&
+           strcmp(lf.buf, ls.buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "responses encoder:\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len,
+            b.data, lf.buf, so ? so : "", ls.buf);
+  CHECK(memmem(b.data, b.len, want, strlen(want)) != NULL);
+  free(so);
+  json_decref(jir);
+  json_decref(out);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
+static void responses_encoder(void) {
+  static const px_str_t cc = {"{\"type\":\"ephemeral\"}", 20};
+  px_arena_t a;
+  px_arena_init(&a);
+  px_freq_t ir;
+  memset(&ir, 0, sizeof(ir));
+  ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
+  px_fpart_t *s1 = px_fpart_text(&a, fs("a")), *s2 = px_fpart_text(&a, fs("b"));
+  s1->cache_control = cc;
+  px_fpart_push(&ir.system, &ir.system_last, s1);
+  px_fpart_push(&ir.system, &ir.system_last, s2);
+  px_fmsg_t *u = px_fmsg_push(&ir, &a, 0);
+  px_fpart_t *t = px_fpart_text(&a, fs("hi")), *img = px_fpart_new(&a, PX_FP_IMAGE);
+  t->cache_control = cc;
+  img->media_type = fs("image/jpeg");
+  img->data = fs("AAAA");
+  px_fpart_push(&u->parts, &u->last, t);
+  px_fpart_push(&u->parts, &u->last, img);
+  px_fmsg_t *m = px_fmsg_push(&ir, &a, 1);
+  px_fpart_t *r1 = px_fpart_new(&a, PX_FP_REASONING),
+             *r2 = px_fpart_new(&a, PX_FP_REASONING),
+             *r3 = px_fpart_new(&a, PX_FP_REASONING);
+  r1->text = fs("th");
+  r1->tok[px_frtok_index("signature")] = fs("sig");
+  r2->text = fs("");
+  r2->tok[px_frtok_index("redacted_data")] = fs("rd");
+  r3->text = fs("t2");
+  r3->tok[px_frtok_index("encrypted_content")] = fs("enc");
+  px_fpart_t *tx = px_fpart_text(&a, fs("ok")), *call = px_fpart_new(&a, PX_FP_TOOL_CALL);
+  call->id = fs("c1");
+  call->name = fs("f");
+  call->input = (px_str_t){"{\"a\": 1}", 8};
+  px_fpart_t *parts[] = {r1, tx, r2, r3, call};
+  for (size_t i = 0; i < 5; i++) px_fpart_push(&m->parts, &m->last, parts[i]);
+  px_fmsg_t *u2 = px_fmsg_push(&ir, &a, 0);
+  px_fpart_t *res = px_fpart_new(&a, PX_FP_TOOL_RESULT), *rt = px_fpart_text(&a, fs("r")),
+             *f1 = px_fpart_new(&a, PX_FP_FILE), *f2 = px_fpart_new(&a, PX_FP_FILE),
+             *tail = NULL;
+  res->id = fs("c1");
+  res->is_error = 1;
+  f1->file_id = fs("file_1");
+  f2->media_type = fs("text/plain");
+  f2->data = fs("QQ==");
+  px_fpart_push(&res->content, &tail, rt);
+  px_fpart_push(&res->content, &tail, f1);
+  px_fpart_push(&res->content, &tail, f2);
+  px_fpart_push(&u2->parts, &u2->last, res);
+  px_ftool_t *tool =
+      px_ftool_push(&ir, &a, fs("f"), NULL, NULL, NULL, PX_FAST_OPENAI_PARAMS);
+  tool->cache_control = cc;
+  ir.tool_choice = PX_FTC_TOOL;
+  ir.tc_name = fs("f");
+  ir.has_reasoning = 1;
+  ir.reasoning_enabled = 1;
+  ir.budget = (px_str_t){"5000", 4};
+  ir.budget_v = 5000;
+  ir.top_k = (px_str_t){"3", 1};
+  ir.stop1 = fs("x");
+  ir.stream_true = 1;
+  const char *doc =
+      "{\"system\":[{\"type\":\"text\",\"text\":\"a\",\"cache_control\":{\"type\":"
+      "\"ephemeral\"}},{\"type\":\"text\",\"text\":\"b\"}],\"messages\":[{\"role\":"
+      "\"user\","
+      "\"content\":[{\"type\":\"text\",\"text\":\"hi\",\"cache_control\":{\"type\":"
+      "\"ephemeral\"}},{\"type\":\"image\",\"media_type\":\"image/"
+      "jpeg\",\"data\":\"AAAA\"}]},"
+      "{\"role\":\"assistant\",\"content\":[{\"type\":\"reasoning\",\"text\":\"th\","
+      "\"signature\":\"sig\"},{\"type\":\"text\",\"text\":\"ok\"},{\"type\":"
+      "\"reasoning\","
+      "\"text\":\"\",\"redacted_data\":\"rd\"},{\"type\":\"reasoning\",\"text\":\"t2\","
+      "\"encrypted_content\":\"enc\"},{\"type\":\"tool_call\",\"id\":\"c1\",\"name\":"
+      "\"f\","
+      "\"arguments\":\"{\\\"a\\\":1}\"}]},{\"role\":\"user\",\"content\":[{\"type\":"
+      "\"tool_result\",\"tool_call_id\":\"c1\",\"is_error\":true,\"content\":[{\"type\":"
+      "\"text\",\"text\":\"r\"},{\"type\":\"file\",\"file_id\":\"file_1\"},{\"type\":"
+      "\"file\","
+      "\"media_type\":\"text/plain\",\"data\":\"QQ==\"}]}]}],\"tools\":[{\"name\":\"f\","
+      "\"parameters\":{\"type\":\"object\",\"properties\":{}},\"cache_control\":{"
+      "\"type\":"
+      "\"ephemeral\"}}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"f\"},\"reasoning\":"
+      "{\"enabled\":true,\"budget_tokens\":5000},\"top_k\":3,\"stop\":[\"x\"],\"stream\":"
+      "true}";
+  resp_encode_case(&ir, doc, "\"effort\":\"medium\"");
+  /* thinking on without a budget (adaptive): summaries, the setting named */
+  ir.budget = (px_str_t){NULL, 0};
+  const char *adaptive = "{\"messages\":[],\"reasoning\":{\"enabled\":true}}";
+  px_freq_t ir2;
+  memset(&ir2, 0, sizeof(ir2));
+  ir2.parallel = ir2.rf_strict = -1;
+  ir2.has_reasoning = ir2.reasoning_enabled = 1;
+  resp_encode_case(&ir2, adaptive, "\"summary\":\"auto\"");
+  /* thinking off: no reasoning, no include */
+  ir2.reasoning_enabled = 0;
+  ir2.budget = (px_str_t){"5000", 4};
+  ir2.budget_v = 5000;
+  resp_encode_case(
+      &ir2, "{\"messages\":[],\"reasoning\":{\"enabled\":false,\"budget_tokens\":5000}}",
+      "\"store\":false}");
+  px_arena_free(&a);
 }
