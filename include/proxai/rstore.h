@@ -63,6 +63,10 @@ px_rs_op_t *px_rs_put(const px_rs_where_t *w, const char *id, const char *owner,
 /** Remove the owner's turn (PX_RS_NOT_FOUND when there is none). */
 px_rs_op_t *px_rs_delete(const px_rs_where_t *w, const char *owner, const char *id,
                          px_rs_done_fn cb, void *arg);
+/** During op's chain callback: turn t (its views) is no longer needed, its
+ *  memory goes now rather than after the callback (a long chain copied
+ *  turn by turn is never in memory twice). */
+void px_rs_release(px_rs_op_t *op, size_t t);
 /** cb (PX_RS_OK) from the loop, after what the caller's callback holds is
  *  released (a chain's reply). */
 px_rs_op_t *px_rs_defer(const px_rs_where_t *w, px_rs_done_fn cb, void *arg);

@@ -118,6 +118,8 @@ struct px_rs_op {
   size_t n;
   char missing[PX_STORED_ID_MAX + 1];
   px_rs_op_t *next;
+  /* Redis: the chain's reply during the callback (px_rs_release) */
+  redisReply *reply;
   /* Redis: the script call, kept for a resend after NOSCRIPT */
   const char *script;
   px_redis_reply_fn cb;
@@ -152,6 +154,23 @@ static px_rs_op_t *fail_now(px_rs_op_t *op) {
 
 int px_rs_available(void) {
   return px_store_on() || px_redis_running();
+}
+
+void px_rs_release(px_rs_op_t *op, size_t t) {
+  if (op == NULL || t >= op->n) return;
+  if (op->reply == NULL) { /* the local store's copy */
+    px_buf_free(&op->bufs[t]);
+    return;
+  }
+  /* Redis: turn t's two strings of the reply (newest first there); the
+   * reply's own free skips them */
+  for (size_t e = 1 + 2 * (op->n - 1 - t); e <= 2 + 2 * (op->n - 1 - t); e++) {
+    redisReply *r = op->reply->element[e];
+    if (r->type != REDIS_REPLY_STRING) continue;
+    free(r->str);
+    r->str = NULL;
+    r->len = 0;
+  }
 }
 
 void px_rs_cancel(px_rs_op_t *op) {
@@ -275,11 +294,14 @@ static void local_chain(px_rs_op_t *op, const char *owner, const char *id,
     memcpy(cur, r.prev.ptr, pl);
     cur[pl] = 0;
   }
-  /* newest first as read: oldest first for the caller */
+  /* newest first as read: oldest first for the caller (turn i in bufs[i]) */
   for (size_t i = 0, j = op->n ? op->n - 1 : 0; i < j; i++, j--) {
     px_stored_turn_t t = op->turns[i];
     op->turns[i] = op->turns[j];
     op->turns[j] = t;
+    px_buf_t b = op->bufs[i];
+    op->bufs[i] = op->bufs[j];
+    op->bufs[j] = b;
   }
   return;
 unavailable:
@@ -443,7 +465,11 @@ static void on_chain(void *arg, redisReply *r) {
         t[n - 1 - k].input = rstr(r->element[1 + 2 * k]);
         t[n - 1 - k].response = rstr(r->element[2 + 2 * k]);
       }
+      op->reply = r;
+      op->n = n;
       op->chain(op->arg, PX_RS_OK, t, n, NULL);
+      op->reply = NULL;
+      op->n = 0;
       free(t);
     }
   }
