@@ -126,8 +126,14 @@ struct px_rs_op {
   int argc, resent;
   const char *argv[RS_ARGS];
   size_t lens[RS_ARGS];
-  char *copies;
+  char *copies; /* the small arguments, copied at once */
+  char *big;    /* the large ones, copied when cancelled (own_args) */
 };
+
+/* Small arguments are copied into the op at once (for a resend); larger
+ * ones stay views of the caller's memory until the callback or
+ * px_rs_cancel, which copies them (own_args). */
+#define ARG_COPY_MAX 4096
 
 static px_rs_op_t *op_new(px_rs_chain_fn chain, px_rs_done_fn done, void *arg) {
   px_rs_op_t *op = calloc(1, sizeof(*op));
@@ -140,6 +146,7 @@ static px_rs_op_t *op_new(px_rs_chain_fn chain, px_rs_done_fn done, void *arg) {
 
 static void op_free(px_rs_op_t *op) {
   free(op->copies);
+  free(op->big);
   for (size_t i = 0; i < op->n; i++) px_buf_free(&op->bufs[i]);
   free(op->bufs);
   free(op->turns);
@@ -173,8 +180,33 @@ void px_rs_release(px_rs_op_t *op, size_t t) {
   }
 }
 
+/* The caller's memory may go once its op is cancelled: a Redis call still
+ * unanswered takes copies of the arguments it holds as views, so that a
+ * NOSCRIPT answer can still be sent again in full (a put whose client left
+ * is kept all the same). Without memory it is not resent. */
+static void own_args(px_rs_op_t *op) {
+  size_t need = 0;
+  for (int i = 0; i < op->argc; i++)
+    if (op->lens[i] > ARG_COPY_MAX) need += op->lens[i];
+  if (need == 0) return;
+  char *c = malloc(need);
+  if (c == NULL) {
+    op->resent = 1; /* nothing to send again from */
+    return;
+  }
+  op->big = c; /* the small ones are in op->copies already */
+  for (int i = 0; i < op->argc; i++) {
+    if (op->lens[i] <= ARG_COPY_MAX) continue;
+    memcpy(c, op->argv[i], op->lens[i]);
+    op->argv[i] = c;
+    c += op->lens[i];
+  }
+}
+
 void px_rs_cancel(px_rs_op_t *op) {
-  if (op) op->cancelled = 1;
+  if (op == NULL || op->cancelled) return;
+  op->cancelled = 1;
+  if (op->argc > 0 && !op->resent) own_args(op);
 }
 
 /* ---- local results, delivered from the loop ------------------------------ */
@@ -357,10 +389,6 @@ px_rs_op_t *px_rs_defer(const px_rs_where_t *w, px_rs_done_fn cb, void *arg) {
 
 /* ---- Redis ---------------------------------------------------------------- */
 
-/* Small arguments are copied into the op (for a resend); larger ones stay
- * views of the caller's memory, valid until the callback (rstore.h). */
-#define ARG_COPY_MAX 4096
-
 static const char *script_sha(const char *script) {
   static struct {
     const char *script;
@@ -422,10 +450,11 @@ static int eval(const char *script, const char *const *args, const size_t *lens,
 }
 
 /* A reply of NOSCRIPT: sent again in full (1; the reply comes back to the
- * same callback), else 0. */
+ * same callback), else 0. A write is, even once cancelled (its client left:
+ * the turn is kept all the same); a read nobody waits for is not. */
 static int resent(px_rs_op_t *op, const redisReply *r) {
-  if (op->resent || op->cancelled || r == NULL || r->type != REDIS_REPLY_ERROR ||
-      strncmp(r->str, "NOSCRIPT", 8) != 0)
+  if (op->resent || (op->cancelled && op->chain) || r == NULL ||
+      r->type != REDIS_REPLY_ERROR || strncmp(r->str, "NOSCRIPT", 8) != 0)
     return 0;
   op->resent = 1;
   return send_script(op) == 0;

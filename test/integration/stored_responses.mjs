@@ -238,27 +238,36 @@ if (!LOCAL) test('the terminal event waits for the write: another instance finds
       const r = await a.responses.create({ model: fam.model, input: `j${i}` });
       assert.equal((await alice.responses.retrieve(r.id)).id, r.id);
     }
-    // a client that leaves while its turn is being written does not cut it short
-    const ac = new AbortController();
-    const gone = await a.responses.create({ model: 'claude-sonnet', input: 'leaving', stream: true },
-      { signal: ac.signal });
-    let id = null;
-    try {
-      for await (const ev of gone) {
-        if (ev.type === 'response.created') id = ev.response.id;
-        if (ev.type === 'response.output_item.done') ac.abort(); // the terminal event is held now
-      }
-    } catch {
-      // aborted
-    }
-    assert.ok(id);
-    await waitFor(async () => {
+    // a client that leaves while its turn is being written does not cut it
+    // short; nor when Redis forgot the script meanwhile (SCRIPT FLUSH: the
+    // write answered NOSCRIPT after the client left is sent again in full,
+    // its input, over the size copied at once, still there)
+    for (const flush of [false, true]) {
+      if (flush) assert.match(await redis.command('SCRIPT', 'FLUSH'), /OK/);
+      const input = flush ? `leaving ${'x'.repeat(20000)}` : 'leaving';
+      const ac = new AbortController();
+      const gone = await a.responses.create({ model: 'claude-sonnet', input, stream: true },
+        { signal: ac.signal });
+      let id = null;
       try {
-        return (await alice.responses.retrieve(id)).status === 'completed';
+        for await (const ev of gone) {
+          if (ev.type === 'response.created') id = ev.response.id;
+          if (ev.type === 'response.output_item.done') ac.abort(); // the terminal event is held now
+        }
       } catch {
-        return false;
+        // aborted
       }
-    }, { timeout: 10000, what: 'the turn of a client that left' });
+      assert.ok(id);
+      await waitFor(async () => {
+        try {
+          return (await alice.responses.retrieve(id)).status === 'completed';
+        } catch {
+          return false;
+        }
+      }, { timeout: 10000, what: `the turn of a client that left${flush ? ' (NOSCRIPT)' : ''}` });
+      const items = await alice.responses.inputItems.list(id);
+      assert.equal(items.data[0].content[0].text, input);
+    }
     assert.equal((await fetch(`${slow.url}/healthz`)).status, 200);
   } finally {
     await slow.stop();
