@@ -312,7 +312,9 @@ static void on_put(void *arg, px_rs_status_t st) {
     px_exch_finalize(x);
     return;
   }
-  px_exch_write(x, rs->held.data, rs->held.len);
+  /* the terminal event goes out as every other event of the stream does
+   * (px_exch_flush): the trace's watch reads it too */
+  if (px_buf_append(&x->obuf, rs->held.data, rs->held.len) == 0) px_exch_flush(x);
   if (rs->finalize_wanted) px_exch_finalize(x);
 }
 

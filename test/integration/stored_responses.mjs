@@ -14,6 +14,7 @@ import net from 'node:net';
 import { startMock, startProxai, test, run, sleep, waitFor } from './lib/harness.mjs';
 import { startRedis } from './lib/redis.mjs';
 import * as up from './lib/stored.mjs';
+import { startCollector } from './lib/otlp.mjs';
 
 const { default: OpenAI } = await import('openai');
 
@@ -274,6 +275,39 @@ if (!LOCAL) test('the terminal event waits for the write: another instance finds
     relay.close();
   }
 }, { timeout: 90000 });
+
+test('traced: a kept turn\'s request span reads its held terminal event and ends after the write', async () => {
+  const col = await startCollector();
+  // on Redis over a link that holds every byte 150 ms each way: the write
+  // takes 300 ms or more, which the client waits for, and so does the span
+  const relay = LOCAL ? null : await slowRelay(redis.port, 150);
+  const cf = LOCAL ? conf() : conf().replace(redis.url, `redis://127.0.0.1:${relay.port}/0`);
+  const traced = await startProxai(`${cf}\n[trace]\nendpoint = ${col.url}\nsample = 1.0\n`);
+  try {
+    const c = client(traced);
+    for (const stream of [true, false]) {
+      const n0 = col.spans.length;
+      const r = stream
+        ? await c.responses.stream({ model: 'claude-sonnet', input: 'traced' }).finalResponse()
+        : await c.responses.create({ model: 'claude-sonnet', input: 'traced' });
+      await waitFor(() => col.spans.length >= n0 + 2, { timeout: 15000, what: 'two spans' });
+      const spans = col.spans.slice(n0);
+      const server = spans.find((s) => s.kind === 2), attempt = spans.find((s) => s.kind === 3);
+      // what the client got, the terminal event held for the write included
+      assert.equal(server.attrs['gen_ai.response.id'], r.id, `stream ${stream}`);
+      assert.deepEqual(server.attrs['gen_ai.response.finish_reasons'], ['completed'], `stream ${stream}`);
+      if (!LOCAL) {
+        const dur = BigInt(server.endTimeUnixNano) - BigInt(server.startTimeUnixNano);
+        assert.ok(dur >= 300000000n, `the request span lasts the write (${dur} ns, stream ${stream})`);
+        assert.ok(BigInt(server.endTimeUnixNano) > BigInt(attempt.endTimeUnixNano));
+      }
+    }
+  } finally {
+    await traced.stop();
+    relay?.close();
+    await col.close();
+  }
+}, { timeout: 60000 });
 
 test('bad input: malformed id, store:false history, unknown id; nothing sent upstream', async () => {
   const n = (await mock.requests()).length;
