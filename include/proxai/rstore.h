@@ -37,6 +37,7 @@ typedef struct px_rs_where {
   const char *prefix;
   uint64_t ttl_ms;
   uint64_t max_size;
+  uint64_t timeout_ms; /**< Redis: each call's bound ([responses] timeout) */
 } px_rs_where_t;
 
 /** A chain (or one turn): turns oldest first, views valid during the call;

@@ -59,7 +59,8 @@ static const px_store_ops_t *sops(px_exch_t *x) {
 
 static px_rs_where_t where(uv_loop_t *loop, const px_config_t *cfg) {
   return (px_rs_where_t){loop, cfg->state.prefix ? cfg->state.prefix : "",
-                         cfg->responses.ttl_ms, cfg->responses.max_size};
+                         cfg->responses.ttl_ms, cfg->responses.max_size,
+                         cfg->responses.timeout_ms};
 }
 
 /* Who owns a stored response: the key's name ("" for an open gateway). */

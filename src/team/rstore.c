@@ -124,6 +124,7 @@ struct px_rs_op {
   const char *script;
   px_redis_reply_fn cb;
   int argc, resent;
+  uint64_t timeout_ms;
   const char *argv[RS_ARGS];
   size_t lens[RS_ARGS];
   char *copies; /* the small arguments, copied at once */
@@ -420,13 +421,14 @@ static int send_script(px_rs_op_t *op) {
     argv[3 + i] = op->argv[i];
     argvlen[3 + i] = op->lens[i];
   }
-  return px_redis_command(3 + op->argc, argv, argvlen, op->cb, op);
+  return px_redis_command(3 + op->argc, argv, argvlen, op->timeout_ms, op->cb, op);
 }
 
 /* The script by its SHA1 (EVALSHA), in full (EVAL) when Redis does not
  * know it (NOSCRIPT: restarted, flushed). */
-static int eval(const char *script, const char *const *args, const size_t *lens, int n,
-                px_redis_reply_fn cb, px_rs_op_t *op) {
+static int eval(const px_rs_where_t *w, const char *script, const char *const *args,
+                const size_t *lens, int n, px_redis_reply_fn cb, px_rs_op_t *op) {
+  op->timeout_ms = w->timeout_ms;
   size_t copy = 0;
   for (int i = 0; i < n; i++) {
     op->lens[i] = lens ? lens[i] : strlen(args[i]);
@@ -518,7 +520,7 @@ px_rs_op_t *px_rs_chain(const px_rs_where_t *w, const char *owner, const char *i
   snprintf(mb, sizeof(mb), "%zu", max_bytes);
   snprintf(mn, sizeof(mn), "%zu", max_turns);
   const char *args[] = {w->prefix, owner, id, mb, mn, "0"};
-  if (eval(chain_script, args, NULL, 6, on_chain, op) < 0) return fail_now(op);
+  if (eval(w, chain_script, args, NULL, 6, on_chain, op) < 0) return fail_now(op);
   return op;
 }
 
@@ -532,7 +534,7 @@ px_rs_op_t *px_rs_get(const px_rs_where_t *w, const char *owner, const char *id,
     return deliver(w, op);
   }
   const char *args[] = {w->prefix, owner, id, "18446744073709551615", "1", "1"};
-  if (eval(chain_script, args, NULL, 6, on_chain, op) < 0) return fail_now(op);
+  if (eval(w, chain_script, args, NULL, 6, on_chain, op) < 0) return fail_now(op);
   return op;
 }
 
@@ -563,7 +565,7 @@ px_rs_op_t *px_rs_put(const px_rs_where_t *w, const char *id, const char *owner,
   const char *args[] = {w->prefix, id, owner, prev, input.ptr, response.ptr, ttl, max};
   size_t lens[] = {strlen(w->prefix), strlen(id),   strlen(owner), strlen(prev),
                    input.len,         response.len, strlen(ttl),   strlen(max)};
-  if (eval(put_script, args, lens, 8, on_done, op) < 0) return fail_now(op);
+  if (eval(w, put_script, args, lens, 8, on_done, op) < 0) return fail_now(op);
   return op;
 }
 
@@ -576,6 +578,6 @@ px_rs_op_t *px_rs_delete(const px_rs_where_t *w, const char *owner, const char *
     return deliver(w, op);
   }
   const char *args[] = {w->prefix, owner, id};
-  if (eval(del_script, args, NULL, 3, on_done, op) < 0) return fail_now(op);
+  if (eval(w, del_script, args, NULL, 3, on_done, op) < 0) return fail_now(op);
   return op;
 }

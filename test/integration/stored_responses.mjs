@@ -214,6 +214,62 @@ async function slowRelay(port, ms) {
   return { port: server.address().port, close: () => server.close() };
 }
 
+/** A TCP relay to port that holds each chunk of 8 KiB or more from the
+ *  server for ms (in order): a chain's read is slow, Redis's small answers
+ *  (PONG, a write's result) are not. */
+async function bulkyRelay(port, ms) {
+  const server = net.createServer((a) => {
+    const b = net.connect(port, '127.0.0.1');
+    let chain = Promise.resolve();
+    b.on('data', (d) => {
+      chain = chain.then(() => (d.length >= 8192 ? sleep(ms) : null)).then(() => a.destroyed || a.write(d));
+    });
+    a.on('data', (d) => b.destroyed || b.write(d));
+    for (const [x, y] of [[a, b], [b, a]]) {
+      x.on('close', () => chain.then(() => y.destroy()));
+      x.on('error', () => y.destroy());
+    }
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  process.on('exit', () => server.close());
+  return { port: server.address().port, close: () => server.close() };
+}
+
+if (!LOCAL) test('a chain\'s read is bounded by [responses] timeout, not [state] timeout', async () => {
+  // [state] timeout 200 ms (the limits' small scripts); a chain's reply held
+  // 400 ms a chunk: read within [responses] timeout, the connection kept
+  const relay = await bulkyRelay(redis.port, 400);
+  const cf = (rt) => conf().replace(redis.url, `redis://127.0.0.1:${relay.port}/0`)
+    .replace('timeout = 5s', 'timeout = 200ms').replace('max_size = 1g', `max_size = 1g\ntimeout = ${rt}`);
+  const px2 = await startProxai(cf('20s'));
+  try {
+    const c = client(px2);
+    let prev;
+    for (let i = 0; i < 3; i++) {
+      const t0 = Date.now();
+      const r = await c.responses.create({ model: 'claude-sonnet', input: `${i} ${'z'.repeat(30000)}`, previous_response_id: prev });
+      if (i > 0) assert.ok(Date.now() - t0 >= 400, 'the chain\'s read took longer than [state] timeout');
+      prev = r.id;
+    }
+    const sent = up.conversation(up.FAMILIES[0], (await lastUpstream()).body);
+    assert.equal(sent.turns.length, 5);
+    assert.doesNotMatch(px2.logs().stderr, /unreachable/);
+  } finally {
+    await px2.stop();
+  }
+  // and the bound holds: a read slower than it is a 503, never a shortened chain
+  const px3 = await startProxai(cf('300ms'));
+  try {
+    const c = client(px3);
+    const r = await c.responses.create({ model: 'claude-sonnet', input: `a ${'z'.repeat(30000)}` });
+    await assert.rejects(c.responses.create({ model: 'claude-sonnet', input: 'b', previous_response_id: r.id }),
+      (e) => e.status === 503);
+  } finally {
+    await px3.stop();
+    relay.close();
+  }
+}, { timeout: 90000 });
+
 if (!LOCAL) test('the terminal event waits for the write: another instance finds the turn at once', async () => {
   // instance A reaches Redis over a link that holds every byte 150 ms; B
   // reads directly: were the event sent before A's write is answered, B
