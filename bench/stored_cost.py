@@ -41,8 +41,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADERS = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
 
 
-def conf(tmp, name, port, mock_port, backend, redis_port, max_body="16m"):
-    state = ("[state]\nbackend = redis\nredis = redis://127.0.0.1:%d/0\nprefix = bench:\n" % redis_port
+def conf(tmp, name, port, mock_port, backend, redis_port, max_body="16m", slow=False):
+    """slow: under valgrind (every reply takes some 50 times longer: [state]
+    timeout 5 s, or the connection is dropped and turns are not kept)."""
+    state = ("[state]\nbackend = redis\nredis = redis://127.0.0.1:%d/0\nprefix = bench:\n%s"
+             % (redis_port, "timeout = 5s\n" if slow else "")
              if backend == "redis" else "[state]\ndir = %s\n" % os.path.join(tmp, "store-" + name))
     path = os.path.join(tmp, name)
     with open(path, "w") as f:
@@ -249,7 +252,8 @@ def main():
                     for n in (n1, n2):
                         port = free_port()
                         out = os.path.join(tmp, "cg-%s-%s-%d.out" % (backend, kind, n))
-                        cfg = conf(tmp, "cg-%s.conf" % backend, port, mock_port, backend, redis_port)
+                        cfg = conf(tmp, "cg-%s.conf" % backend, port, mock_port, backend, redis_port,
+                                   slow=True)
                         p = subprocess.Popen(["valgrind", "--tool=callgrind",
                                               "--callgrind-out-file=" + out, proxai, "-c", cfg],
                                              stderr=subprocess.DEVNULL)

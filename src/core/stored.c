@@ -315,7 +315,10 @@ static void on_put(void *arg, px_rs_status_t st) {
   }
   /* the terminal event goes out as every other event of the stream does
    * (px_exch_flush): the trace's watch reads it too */
-  if (px_buf_append(&x->obuf, rs->held.data, rs->held.len) == 0) px_exch_flush(x);
+  if (px_buf_append(&x->obuf, rs->held.data, rs->held.len) == 0)
+    px_exch_flush(x);
+  else
+    px_exch_write(x, rs->held.data, rs->held.len);
   if (rs->finalize_wanted) px_exch_finalize(x);
 }
 
