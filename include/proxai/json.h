@@ -22,10 +22,7 @@
 /* ------------------------------------------------------------------------ */
 /* UTF-8 and JSON string syntax                                             */
 
-/** One UTF-8 sequence at s[0..n), n >= 1: its length (1 for ASCII), or 0 if
- *  invalid (stray continuation byte, overlong, surrogate, above U+10FFFF,
- *  truncated). */
-size_t px_utf8_seq(const unsigned char *s, size_t n);
+/* px_utf8_seq: buf.h */
 /** Code points in the UTF-8 text s[0..n) (bytes that are not continuation
  *  bytes). */
 size_t px_utf8_chars(const char *s, size_t n);

@@ -354,7 +354,8 @@ static void after_admission(px_exch_t *x) {
     }
     return;
   }
-  if (px_stored_admit(x) != 0) return; /* the chain of previous_response_id */
+  /* the chain of previous_response_id first (it may go on later itself) */
+  if (px_stored_admit(x, px_exch_attempt) != 0) return;
   px_exch_attempt(x);
 }
 

@@ -14,7 +14,7 @@
  *   endpoints: GET / DELETE {id}, GET {id}/input_items
  *
  * finalize() waits for a pending write while the client is there to get
- * what is held (px_stored_defer). A client that leaves does not cut the
+ * what is held (defer, x->rs_part). A client that leaves does not cut the
  * turn short: its write is with the backend already; only its answer is no
  * longer waited for.
  */
@@ -29,7 +29,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "attempt.h"
 #include "proxai/log.h"
 #include "proxai/rstore.h"
 #include "proxai/worker.h"
@@ -51,7 +50,12 @@ struct px_stored_x {
   px_buf_t input; /* the request's own input items */
   px_buf_t held;  /* what the client gets once the turn is written */
   px_rs_op_t *op;
+  void (*go)(px_exch_t *x); /* the attempt, after a pending admission */
 };
+
+static int defer(px_exch_t *x);
+static void part_free(px_exch_t *x);
+static const px_exch_part_t part = {defer, part_free};
 
 static const px_store_ops_t *sops(px_exch_t *x) {
   return px_exch_client_ops(x)->store;
@@ -182,7 +186,7 @@ static int expand(px_exch_t *x, px_rs_op_t *op, const px_stored_turn_t *turns, s
 static void on_expanded(void *arg, px_rs_status_t st) {
   px_exch_t *x = arg;
   x->rs->op = NULL;
-  px_exch_attempt(x);
+  x->rs->go(x);
 }
 
 static void on_chain(void *arg, px_rs_status_t st, const px_stored_turn_t *turns,
@@ -216,7 +220,7 @@ static void on_chain(void *arg, px_rs_status_t st, const px_stored_turn_t *turns
                     "previous_response_id");
       return;
   }
-  px_exch_attempt(x);
+  rs->go(x);
 }
 
 /* Whether a target of the route (deployment or fallback) cannot store. */
@@ -229,7 +233,7 @@ static int route_may_keep(const px_exch_t *x) {
   return 0;
 }
 
-int px_stored_admit(px_exch_t *x) {
+int px_stored_admit(px_exch_t *x, void (*go)(px_exch_t *x)) {
   const px_store_ops_t *so = sops(x);
   if (so == NULL || x->ep != PX_EP_GENERATE || !x->cfg->responses.store) return 0;
   const char *bd = x->req->body.data ? x->req->body.data : "";
@@ -252,6 +256,8 @@ int px_stored_admit(px_exch_t *x) {
     return -1;
   }
   x->rs = rs;
+  x->rs_part = &part;
+  rs->go = go;
   px_buf_init(&rs->input, 2 * x->cfg->server.max_body + 4096); /* ids added */
   px_buf_init(&rs->held, SIZE_MAX);
   /* a body whose input cannot be read is the translator's to refuse */
@@ -367,7 +373,8 @@ void px_stored_stream(px_exch_t *x) {
   }
 }
 
-int px_stored_defer(px_exch_t *x) {
+/* finalize() waits while a write is pending: 1 (it is called again). */
+static int defer(px_exch_t *x) {
   px_stored_x_t *rs = x->rs;
   if (rs == NULL || !rs->busy) return 0;
   if (x->conn == NULL) {
@@ -390,7 +397,7 @@ int px_stored_defer(px_exch_t *x) {
   return 1;
 }
 
-void px_stored_free(px_exch_t *x) {
+static void part_free(px_exch_t *x) {
   px_stored_x_t *rs = x->rs;
   if (rs == NULL) return;
   if (rs->op) px_rs_cancel(rs->op);

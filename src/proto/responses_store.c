@@ -21,7 +21,6 @@
 
 #include "proxai/jdoc.h"
 #include "proxai/json.h"
-#include "proxai/passthru.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 

@@ -13,6 +13,7 @@ import path from 'node:path';
 import net from 'node:net';
 import { startMock, startProxai, test, run, sleep, waitFor } from './lib/harness.mjs';
 import { startRedis } from './lib/redis.mjs';
+import * as C from './lib/config.mjs';
 import * as up from './lib/stored.mjs';
 import { startCollector } from './lib/otlp.mjs';
 
@@ -26,35 +27,17 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-stored-'));
 process.on('exit', () => fs.rmSync(tmp, { recursive: true, force: true }));
 const mainDir = path.join(tmp, 'state');
 // timeout: a 15 MB chain (the 50-turn test) is read within it, on a loaded machine
-const state = (dir) => (LOCAL ? `dir = ${dir}` : `backend = redis
-redis = ${redis.url}
-prefix = ${prefix}${dir === mainDir ? '' : 'other:'}
-on_error = allow
-timeout = 5s`);
+const state = (dir) => (LOCAL ? C.state({ dir }) : C.state({
+  backend: 'redis', redis: redis.url, prefix: `${prefix}${dir === mainDir ? '' : 'other:'}`, on_error: 'allow',
+  timeout: '5s',
+}));
 
 const conf = ({ ttl = '30d', maxSize = '1g', maxBody = '16m', store = 'on', responses = false, dir = mainDir,
-  workers = 1 } = {}) => `[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-max_body = ${maxBody}
-workers = ${workers}
-
-[state]
-${state(dir)}
-
-[responses]
-store = ${store}
-ttl = ${ttl}
-max_size = ${maxSize}
-
-${up.upstreams(mock.url, { responses })}
-
-[key alice]
-secret = sk-alice
-
-[key bob]
-secret = sk-bob
-`;
+  workers = 1 } = {}) => C.server({ max_body: maxBody, workers })
+  + state(dir)
+  + C.responses({ store, ttl, max_size: maxSize })
+  + up.upstreams(mock.url, { responses })
+  + C.keys({ alice: { secret: 'sk-alice' }, bob: { secret: 'sk-bob' } });
 
 const px = await startProxai(conf());
 const client = (p = px, key = 'sk-alice') => new OpenAI({ baseURL: `${p.url}/v1`, apiKey: key, maxRetries: 0 });
