@@ -12,6 +12,8 @@
 #include "fast_pair.h"
 #include "proxai/fastir.h"
 
+static void gemini_codec(void);
+
 static const char *const requests[] = {
     /* chat */
     "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
@@ -117,6 +119,7 @@ int main(void) {
         request_pair(in, out, requests[in], NULL);
         answer_pair(in, out, answers[out], NULL);
       }
+  gemini_codec(); /* the fast Gemini codec against gemini.c */
   /* streaming requests take the same codecs (issue 21): the upstream body
    * streams, a Chat upstream always asks for the usage */
   static const char *const streaming[] = {
@@ -134,4 +137,350 @@ int main(void) {
       }
   declines();
   return check_report("translate_fast");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Gemini clients and upstreams: the fast Gemini codec against gemini.c      */
+
+/* a body written with ' for " (readability), made JSON */
+static char *gem_body(const char *q) {
+  char *b = strdup(q);
+  for (char *p = b; *p; p++)
+    if (*p == '\'') *p = '"';
+  return b;
+}
+
+/* a fast IR as the hub starts it */
+static void gem_ir_init(px_freq_t *ir) {
+  memset(ir, 0, sizeof(*ir));
+  ir->parallel = ir->reasoning_enabled = ir->rf_strict = -1;
+}
+
+/* The fast Gemini decoder and encoder, one after the other, against
+ * gemini.c's decode_request and encode_request: thoughts and signatures,
+ * blobs, minted ids, the thinking and JSON output settings go both ways;
+ * want (when not NULL) is in the fast body. */
+static void gem_round(const char *q, int stream, const char *want) {
+  char *body = gem_body(q);
+  size_t len = strlen(body);
+  px_json_req_t scan;
+  CHECK(px_json_request(body, len, &scan) == 0);
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_GEMINI, PX_PROTO_GEMINI);
+  c.stream = stream;
+  px_arena_t a;
+  px_arena_init(&a);
+  px_freq_t ir;
+  gem_ir_init(&ir);
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  CHECK(px_gemini_fast.decode_request(&c, body, len, &ir, &a, &lf) == 0);
+  px_fit_fast_request(&c, &ir, &lf);
+  if (stream) px_lossy_predict(&c, px_freq_reasoning_on(&ir), &lf);
+  CHECK((px_freq_uses(&ir) & ~px_gemini_fast.encodes) == 0);
+  CHECK(px_gemini_fast.encode_request(&c, &ir, &b, &a, &lf) == 0);
+  CHECK(px_buf_append(&b, "", 1) == 0);
+  px_tr_ctx_t ref = c;
+  ref.reference = 1;
+  json_t *src = json_loadb(body, len, 0, NULL), *ub = NULL;
+  px_tr_err_t err;
+  CHECK(px_translate_request(&ref, src, &ub, &ls, &err) == 0);
+  char *so = ub ? json_dumps(ub, JSON_COMPACT) : NULL;
+  int eq = so != NULL && b.data != NULL && same_json(b.data, b.len - 1, so, strlen(so)) &&
+           strcmp(lf.buf, ls.buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "gemini round\nfast: %s [%s]\nslow: %s [%s]\n", b.data ? b.data : "",
+            lf.buf, so ? so : "", ls.buf);
+  if (want != NULL && b.data != NULL) CHECK(strstr(b.data, want) != NULL);
+  if (want != NULL && b.data != NULL && strstr(b.data, want) == NULL)
+    fprintf(stderr, "gemini round: no %s in %s\n", want, b.data);
+  free(so);
+  json_decref(ub);
+  json_decref(src);
+  px_buf_free(&b);
+  px_arena_free(&a);
+  free(body);
+}
+
+/* A Gemini client's body toward every other upstream: the fast path takes
+ * it (equal to the reference), or declines because the upstream's fast
+ * encoder does not list a part the body uses. */
+static void gem_pairs(const char *q, int stream) {
+  char *body = gem_body(q);
+  size_t len = strlen(body);
+  for (int out = 0; out < PX_PROTO_GEMINI; out++) {
+    px_tr_ctx_t c;
+    ctx_of(&c, PX_PROTO_GEMINI, out);
+    c.stream = stream;
+    char *fo = NULL, *so = NULL;
+    size_t fl = 0, sl = 0;
+    px_lossy_t lf, ls;
+    px_tr_err_t err;
+    px_lossy_init(&lf);
+    px_lossy_init(&ls);
+    int rc = px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf);
+    px_tr_ctx_t ref = c;
+    ref.reference = 1;
+    int rr = px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &err);
+    if (rc == 0) {
+      int eq = rr == 0 && same_json(fo, fl, so, sl) && strcmp(lf.buf, ls.buf) == 0;
+      CHECK(eq);
+      if (!eq)
+        fprintf(stderr, "gemini -> %d\nfast: %s [%s]\nslow: %s [%s]\n", out, fo, lf.buf,
+                so ? so : "", ls.buf);
+    } else if (rr == 0) {
+      px_arena_t a;
+      px_arena_init(&a);
+      px_freq_t ir;
+      gem_ir_init(&ir);
+      px_lossy_t l;
+      px_lossy_init(&l);
+      CHECK(px_gemini_fast.decode_request(&c, body, len, &ir, &a, &l) == 0);
+      px_fit_fast_request(&c, &ir, &l);
+      int unknown = (px_freq_uses(&ir) & ~px_proto_get(out)->fast->encodes) != 0;
+      CHECK(unknown);
+      if (!unknown) fprintf(stderr, "gemini -> %d declined: %s\n", out, body);
+      px_arena_free(&a);
+    }
+    free(fo);
+    free(so);
+  }
+  free(body);
+}
+
+/* What other clients' decoders put in the IR and a Gemini client never
+ * sends (Anthropic signatures and redacted thinking, OpenAI encrypted
+ * reasoning, file ids, refusals, images in tool results, an effort or a
+ * budget, a summary, a JSON schema): the fast Gemini encoder writes from
+ * the fast IR what gemini.c writes from the same IR. */
+static void gem_encode_ir(int variant) {
+  static const char *const doc =
+      "{'model':'m','messages':[{'role':'assistant','content':[{'type':'reasoning',"
+      "'text':'hm','signature':'sig'},{'type':'reasoning','text':'','redacted_data':"
+      "'red'},{'type':'reasoning','text':'own','thought_signature':'ts1'},{'type':"
+      "'reasoning','text':'','thought_signature':'ts2'},{'type':'refusal','text':'no'},"
+      "{'type':'tool_call','id':'c1','name':'f','arguments':' \\n'}]},{'role':'user',"
+      "'content':[{'type':'tool_result','tool_call_id':'c1','content':[{'type':'text',"
+      "'text':' {\\'a\\': 1}'},{'type':'image','url':'https://i'}],'is_error':true},"
+      "{'type':'image','url':'data:image/png;base64,QUFB'},{'type':'file','url':"
+      "'https://x/doc.PDF?x=1'},{'type':'file','file_id':'file-1'},{'type':'image',"
+      "'media_type':'image/gif','data':'R0lG'}]}]}";
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_ANTHROPIC, PX_PROTO_GEMINI);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_freq_t ir;
+  gem_ir_init(&ir);
+  px_fmsg_t *m = px_fmsg_push(&ir, &a, 1), *u = px_fmsg_push(&ir, &a, 0);
+  CHECK(m && u);
+  if (!(m && u)) return;
+  static const struct {
+    const char *text, *field, *tok;
+  } rs[] = {{"hm", "signature", "sig"},
+            {"", "redacted_data", "red"},
+            {"own", "thought_signature", "ts1"},
+            {"", "thought_signature", "ts2"}};
+  for (size_t i = 0; i < 4; i++) {
+    px_fpart_t *r = px_fpart_new(&a, PX_FP_REASONING);
+    if (r == NULL) return;
+    r->text = (px_fstr_t){rs[i].text, strlen(rs[i].text), 0};
+    r->tok[px_frtok_index(rs[i].field)] = (px_fstr_t){rs[i].tok, strlen(rs[i].tok), 0};
+    px_fpart_push(&m->parts, &m->last, r);
+  }
+  px_fpart_t *ref = px_fpart_new(&a, PX_FP_REFUSAL),
+             *call = px_fpart_new(&a, PX_FP_TOOL_CALL);
+  px_fpart_t *res = px_fpart_new(&a, PX_FP_TOOL_RESULT), *tail = NULL;
+  px_fpart_t *rt = px_fpart_text(&a, (px_fstr_t){" {\\\"a\\\": 1}", 11, 1});
+  px_fpart_t *ri = px_fpart_new(&a, PX_FP_IMAGE), *i1 = px_fpart_new(&a, PX_FP_IMAGE);
+  px_fpart_t *f1 = px_fpart_new(&a, PX_FP_FILE), *f2 = px_fpart_new(&a, PX_FP_FILE);
+  px_fpart_t *i2 = px_fpart_new(&a, PX_FP_IMAGE);
+  CHECK(ref && call && res && rt && ri && i1 && f1 && f2 && i2);
+  if (!(ref && call && res && rt && ri && i1 && f1 && f2 && i2)) return;
+  ref->text = (px_fstr_t){"no", 2, 0};
+  call->id = (px_fstr_t){"c1", 2, 0};
+  call->name = (px_fstr_t){"f", 1, 0};
+  call->args = (px_fstr_t){" \\n", 3, 1};
+  px_fpart_push(&m->parts, &m->last, ref);
+  px_fpart_push(&m->parts, &m->last, call);
+  res->id = (px_fstr_t){"c1", 2, 0};
+  res->is_error = 1;
+  ri->url = (px_fstr_t){"https://i", 9, 0};
+  px_fpart_push(&res->content, &tail, rt);
+  px_fpart_push(&res->content, &tail, ri);
+  i1->url = (px_fstr_t){"data:image/png;base64,QUFB", 26, 0};
+  f1->url = (px_fstr_t){"https://x/doc.PDF?x=1", 21, 0};
+  f2->file_id = (px_fstr_t){"file-1", 6, 0};
+  i2->media_type = (px_fstr_t){"image/gif", 9, 0};
+  i2->data = (px_fstr_t){"R0lG", 4, 0};
+  px_fpart_t *up[] = {res, i1, f1, f2, i2};
+  for (size_t i = 0; i < 5; i++) px_fpart_push(&u->parts, &u->last, up[i]);
+  char *q = gem_body(doc);
+  json_t *jir = json_loads(q, 0, NULL);
+  free(q);
+  CHECK(jir != NULL);
+  ir.has_reasoning = 1;
+  if (variant == 0) { /* a budget, a summary, a JSON schema */
+    ir.budget = (px_str_t){"5000", 4};
+    ir.budget_v = 5000;
+    ir.summary = (px_fstr_t){"auto", 4, 0};
+    ir.rf_schema = (px_str_t){"{\"type\":\"object\"}", 17};
+    ir.rf_name = (px_fstr_t){"out", 3, 0};
+    json_object_set_new(
+        jir, "reasoning",
+        json_pack("{s:i, s:s}", "budget_tokens", 5000, "summary", "auto"));
+    json_object_set_new(jir, "response_format",
+                        json_pack("{s:s, s:s, s:{s:s}}", "type", "json_schema", "name",
+                                  "out", "schema", "type", "object"));
+  } else if (variant == 1) { /* no thinking; JSON */
+    ir.effort = (px_fstr_t){"none", 4, 0};
+    ir.rf_json = 1;
+    json_object_set_new(jir, "reasoning", json_pack("{s:s}", "effort", "none"));
+    json_object_set_new(jir, "response_format",
+                        json_pack("{s:s}", "type", "json_object"));
+  } else { /* an effort, enabled */
+    ir.effort = (px_fstr_t){"medium", 6, 0};
+    ir.reasoning_enabled = 1;
+    json_object_set_new(jir, "reasoning",
+                        json_pack("{s:s, s:b}", "effort", "medium", "enabled", 1));
+  }
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  CHECK((px_freq_uses(&ir) & ~px_gemini_fast.encodes) == 0);
+  CHECK(px_gemini_fast.encode_request(&c, &ir, &b, &a, &lf) == 0);
+  CHECK(px_buf_append(&b, "", 1) == 0);
+  json_t *ub = NULL;
+  px_tr_err_t err;
+  CHECK(px_proto_get(PX_PROTO_GEMINI)->encode_request(&c, jir, &ub, &ls, &err) == 0);
+  char *so = ub ? json_dumps(ub, JSON_COMPACT) : NULL;
+  int eq = so != NULL && b.data != NULL && same_json(b.data, b.len - 1, so, strlen(so)) &&
+           strcmp(lf.buf, ls.buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "gemini encode\nfast: %s [%s]\nslow: %s [%s]\n", b.data ? b.data : "",
+            lf.buf, so ? so : "", ls.buf);
+  /* Gemini's own signature rides on the part after it; the others drop */
+  CHECK(b.data != NULL &&
+        strstr(b.data, "{\"thoughtSignature\":\"ts2\",\"text\":\"no\"}"));
+  CHECK(strstr(lf.buf, "reasoning.signature") != NULL);
+  free(so);
+  json_decref(ub);
+  json_decref(jir);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
+/* whether a fast string is the literal lit */
+static int gem_is(px_fstr_t s, const char *lit) {
+  return s.p != NULL && s.n == strlen(lit) && memcmp(s.p, lit, s.n) == 0;
+}
+
+/* The IR the fast decoder reads from a Gemini client's history: minted ids
+ * answered by name in order, another family's signature joined to the
+ * thought before it (Anthropic's, OpenAI's) or a part of its own (redacted
+ * thinking), thoughts of user turns dropped. */
+static void gem_decode_ir(const char *q) {
+  char *body = gem_body(q);
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_GEMINI, PX_PROTO_CHAT);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_freq_t ir;
+  gem_ir_init(&ir);
+  px_lossy_t l;
+  px_lossy_init(&l);
+  CHECK(px_gemini_fast.decode_request(&c, body, strlen(body), &ir, &a, &l) == 0);
+  int ks = px_frtok_index("signature"), kr = px_frtok_index("redacted_data"),
+      ke = px_frtok_index("encrypted_content");
+  const px_fmsg_t *m = ir.msgs;
+  CHECK(m != NULL && !m->assistant && m->parts == m->last && gem_is(m->parts->text, "q"));
+  m = m ? m->next : NULL;
+  const px_fpart_t *p = m ? m->parts : NULL;
+  CHECK(m != NULL && m->assistant && p != NULL && p->type == PX_FP_REASONING &&
+        gem_is(p->text, "hm") && gem_is(p->tok[ks], "S1"));
+  p = p ? p->next : NULL;
+  CHECK(p != NULL && p->type == PX_FP_TEXT && gem_is(p->text, "a"));
+  p = p ? p->next : NULL;
+  CHECK(p != NULL && p->type == PX_FP_TOOL_CALL && gem_is(p->id, "call_1"));
+  p = p ? p->next : NULL;
+  CHECK(p != NULL && p->type == PX_FP_TOOL_CALL && gem_is(p->id, "call_2"));
+  p = p ? p->next : NULL;
+  CHECK(p != NULL && p->type == PX_FP_REASONING && p->text.n == 0 &&
+        gem_is(p->tok[kr], "R1") && p->next == NULL);
+  m = m ? m->next : NULL;
+  p = m ? m->parts : NULL;
+  CHECK(p != NULL && p->type == PX_FP_TOOL_RESULT && gem_is(p->id, "call_1") &&
+        p->next != NULL && gem_is(p->next->id, "call_2"));
+  m = m ? m->next : NULL;
+  p = m ? m->parts : NULL;
+  CHECK(p != NULL && p->type == PX_FP_REASONING && gem_is(p->tok[ke], "E1") &&
+        p->next != NULL && p->next->type == PX_FP_TEXT);
+  CHECK(strcmp(l.buf, "contents[].parts[].executableCode,generationConfig.seed") == 0);
+  px_arena_free(&a);
+  free(body);
+}
+
+static void gemini_codec(void) {
+  gem_encode_ir(0);
+  gem_encode_ir(1);
+  gem_encode_ir(2);
+  /* Gemini CLI's shape: thought signatures on calls and text, a thought,
+   * ids of its own, a JSON schema declaration and an OpenAPI one */
+  static const char *const bodies[] = {
+      "{'contents':[{'role':'user','parts':[{'text':'Hi \\u00e9'}]},{'role':'model',"
+      "'parts':[{'text':'plan','thought':true,'thoughtSignature':'c2ln'},{'text':'ok'},"
+      "{'functionCall':{'id':'run_1','name':'sh','args':{'cmd':'ls','n':[1,2.5]}},"
+      "'thoughtSignature':'c2ln2'}]},{'role':'user','parts':[{'functionResponse':{"
+      "'id':'run_1','name':'sh','response':{'output':'a b'}}}]}],'systemInstruction':"
+      "{'role':'user','parts':[{'text':'Be brief.'}]},'tools':[{'functionDeclarations':["
+      "{'name':'sh','description':'Shell','parametersJsonSchema':{'type':'object',"
+      "'properties':{'cmd':{'type':'string'}}}},{'name':'g','parameters':{'type':"
+      "'OBJECT','properties':{'x':{'type':'STRING'}}}},{'name':'h'}]}],"
+      "'generationConfig':{'temperature':1,'topP':0.95,'topK':64,'thinkingConfig':"
+      "{'includeThoughts':true,'thinkingBudget':8192}}}",
+      /* minted ids: calls without ids, results by name; roles after parts;
+       * a signature-only part, a code execution part; a thought in a user
+       * turn; another family's signatures after a thought (joined) and
+       * redacted (a part of its own) */
+      "{'contents':[{'parts':[{'text':'q'},{'text':'t','thought':true}]},{'parts':["
+      "{'text':'hm','thought':true},{'text':'a','thoughtSignature':'pxa1:sig:S1'},"
+      "{'functionCall':{'name':'f','args':{}}},{'functionCall':{'name':'f'}},"
+      "{'thoughtSignature':'pxa1:red:R1'},{'executableCode':{'code':'1'}}],'role':"
+      "'model'},{'role':'user','parts':[{'functionResponse':{'name':'f','response':"
+      "{'content':'r1'}}},{'functionResponse':{'name':'f','response':{'a':1,'b':'x'}}}]},"
+      "{'role':'model','parts':[{'text':'x','thought':true},{'text':'y',"
+      "'thoughtSignature':'pxo1:enc:E1'}]}],'generationConfig':{'thinkingConfig':"
+      "{'thinkingBudget':0},'responseMimeType':'application/json','responseSchema':"
+      "{'type':'OBJECT','properties':{'a':{'type':'INTEGER'}}},'seed':1}}",
+      /* blobs; a thinking level; JSON output without a schema */
+      "{'contents':[{'role':'user','parts':[{'inlineData':{'mimeType':'image/png',"
+      "'data':'QUFB'}},{'inlineData':{'mimeType':'application/pdf','data':'JVBE'}},"
+      "{'fileData':{'mimeType':'image/jpeg','fileUri':'https://x/a.jpg'}},{'text':"
+      "'see'}]}],'generationConfig':{'thinkingConfig':{'thinkingLevel':'LOW',"
+      "'thinkingBudget':-1},'responseMimeType':'application/json',"
+      "'responseJsonSchema':null,'maxOutputTokens':100},'safetySettings':[]}",
+      /* other MIME types are dropped; a level of its own is high */
+      "{'contents':[{'role':'user','parts':[{'text':'x'}]}],'generationConfig':{"
+      "'responseMimeType':'text/x.enum','thinkingConfig':{'thinkingLevel':'max'}}}",
+  };
+  for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++)
+    for (int stream = 0; stream < 2; stream++) {
+      gem_round(bodies[i], stream, NULL);
+      gem_pairs(bodies[i], stream);
+    }
+  gem_decode_ir(bodies[1]);
+  /* what they become on the Gemini wire */
+  gem_round(bodies[0], 1, "\"thoughtSignature\":\"c2ln2\",\"functionCall\"");
+  gem_round(bodies[0], 0, "\"thought\":true,\"thoughtSignature\":\"c2ln\"");
+  gem_round(bodies[0], 0, "\"thinkingBudget\":8192");
+  gem_round(bodies[1], 0, "{\"thinkingBudget\":0}");
+  gem_round(bodies[1], 0, "\"responseJsonSchema\":{\"type\":\"object\"");
+  gem_round(bodies[2], 0, "{\"fileData\":{\"mimeType\":\"image/jpeg\"");
+  gem_round(bodies[2], 0, "\"thinkingBudget\":1024");
 }
