@@ -146,36 +146,76 @@ typedef struct gdec {
   int exec;         /* code execution parts were dropped (lossy) */
 } gdec_t;
 
+/* A functionResponse read where it stands (its response is the large
+ * member of an agent's history: walked once). */
+typedef struct fresp {
+  px_fv_t name, id;
+  int has_resp;
+  px_str_t resp;  /* the response value, raw */
+  px_fstr_t lone; /* a lone "output" or "content" string of it (p NULL: none) */
+} fresp_t;
+
+/* response {..}: its raw span, and its lone "output" / "content" string */
+static int read_response(px_fw_t *w, fresp_t *fr) {
+  px_fv_t x;
+  fr->has_resp = 1;
+  if (px_fw_peek(w) != PX_FV_OBJ) {
+    if (px_fw_value(w, &x) < 0) return DECLINE;
+    fr->resp = x.raw;
+    return 0;
+  }
+  size_t start = w->i;
+  px_fstr_t k, k0 = {0};
+  px_fv_t one = {0};
+  int r, n = 0, same = 1, lone = 0;
+  if (px_fw_open(w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    if (k.esc || px_fw_value(w, &x) < 0) return DECLINE;
+    if (n++ == 0)
+      k0 = k, lone = px_fs_is(k, "output") || px_fs_is(k, "content");
+    else
+      same &= fs_eq(k, k0);
+    one = x; /* jansson keeps the last of repeated members */
+  }
+  if (r < 0 || (n > 1 && same)) return DECLINE; /* one member there, repeated */
+  fr->resp = (px_str_t){w->p + start, w->i - start};
+  if (lone && n == 1 && one.kind == PX_FV_STR) fr->lone = one.s;
+  return 0;
+}
+
+/* functionResponse {name, id, response} at the cursor */
+static int read_fresp(px_fw_t *w, fresp_t *fr) {
+  static const px_fkey_t keys[] = {PX_FK("name"), PX_FK("id"), PX_FK("response")};
+  px_fstr_t k;
+  unsigned seen = 0;
+  int r;
+  memset(fr, 0, sizeof(*fr));
+  if (px_fw_open(w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    int ki = px_fk_of(k, keys, 3);
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+    if (ki == 2) {
+      if (read_response(w, fr) != 0) return DECLINE;
+      continue;
+    }
+    px_fv_t x;
+    if (px_fw_value(w, &x) < 0) return DECLINE;
+    if (ki == 0) fr->name = x;
+    if (ki == 1) fr->id = x;
+  }
+  if (!(seen & 1)) fr->name.kind = PX_FV_NULL;
+  if (!(seen & 2)) fr->id.kind = PX_FV_NULL;
+  return r < 0 ? DECLINE : 0;
+}
+
 /* functionResponse.response -> the tool result's text: a lone "output" or
  * "content" string is the text itself, anything else its compact JSON */
-static int response_text(const px_fv_t *resp, px_fpart_t *res, px_arena_t *a) {
-  px_fstr_t text;
-  if (resp == NULL) {
+static int response_text(const fresp_t *fr, px_fpart_t *res, px_arena_t *a) {
+  px_fstr_t text = fr->lone;
+  if (!fr->has_resp)
     text = (px_fstr_t){"null", 4, 0};
-  } else {
-    int lone = 0;
-    if (resp->kind == PX_FV_OBJ) {
-      px_fw_t w = {resp->raw.ptr, resp->raw.len, 0};
-      px_fstr_t k;
-      px_fstr_t k0 = {0};
-      px_fv_t x, one = {0};
-      int r, n = 0, same = 1;
-      if (px_fw_open(&w, '{') < 0) return DECLINE;
-      while ((r = px_fw_member(&w, &k)) == 1) {
-        if (k.esc || px_fw_value(&w, &x) < 0) return DECLINE;
-        if (n++ == 0)
-          k0 = k, lone = px_fs_is(k, "output") || px_fs_is(k, "content");
-        else
-          same &= fs_eq(k, k0);
-        one = x; /* jansson keeps the last of repeated members */
-      }
-      if (r < 0) return DECLINE;
-      if (n > 1 && same) return DECLINE; /* one member there, repeated */
-      if (n != 1 || one.kind != PX_FV_STR) lone = 0;
-      if (lone) text = one.s;
-    }
-    if (!lone && px_fast_dump_value(a, resp->raw, &text) != 0) return DECLINE;
-  }
+  else if (text.p == NULL && px_fast_dump_value(a, fr->resp, &text) != 0)
+    return DECLINE;
   px_fpart_t *t = px_fpart_text(a, text);
   if (t == NULL) return DECLINE;
   res->content = t;
@@ -262,30 +302,26 @@ static int decode_call(const px_fv_t *v, px_fmsg_t *m, gdec_t *d, px_arena_t *a)
   return 0;
 }
 
-static int decode_fresp(const px_fv_t *v, px_fmsg_t *m, gdec_t *d, px_arena_t *a) {
-  static const char *const keys[] = {"name", "id", "response"};
-  px_fv_t g[3];
-  unsigned gs = 0;
-  if (v->kind != PX_FV_OBJ || px_fv_fields(v, keys, 3, g, &gs) != 0) return DECLINE;
-  px_fstr_t name = (gs & 1) && g[0].kind == PX_FV_STR ? g[0].s : (px_fstr_t){"", 0, 0};
-  int by_id = (gs & 2) && g[1].kind == PX_FV_STR && g[1].s.n > 0;
-  if (name.esc || (by_id && g[1].s.esc)) return DECLINE;
+static int decode_fresp(const fresp_t *fr, px_fmsg_t *m, gdec_t *d, px_arena_t *a) {
+  px_fstr_t name = fr->name.kind == PX_FV_STR ? fr->name.s : (px_fstr_t){"", 0, 0};
+  px_fstr_t id = fr->id.kind == PX_FV_STR ? fr->id.s : (px_fstr_t){0};
+  int by_id = id.n > 0;
+  if (name.esc || (by_id && id.esc)) return DECLINE;
   px_fpart_t *res = px_fpart_new(a, PX_FP_TOOL_RESULT);
   if (res == NULL) return DECLINE;
   open_call_t **pp = &d->open;
-  while (*pp &&
-         !(by_id ? fs_eq((*pp)->call->id, g[1].s) : fs_eq((*pp)->call->name, name)))
+  while (*pp && !(by_id ? fs_eq((*pp)->call->id, id) : fs_eq((*pp)->call->name, name)))
     pp = &(*pp)->next;
   if (*pp) {
     res->id = (*pp)->call->id;
     if (d->open_tail == &(*pp)->next) d->open_tail = pp;
     *pp = (*pp)->next;
   } else if (by_id) {
-    res->id = g[1].s;
+    res->id = id;
   } else {
     return DECLINE; /* answers no call: an error there */
   }
-  if (response_text((gs & 4) ? &g[2] : NULL, res, a) != 0) return DECLINE;
+  if (response_text(fr, res, a) != 0) return DECLINE;
   px_fpart_push(&m->parts, &m->last, res);
   return 0;
 }
@@ -295,14 +331,32 @@ static const char *const part_keys[] = {
     "text",         "thought",          "thoughtSignature",
     "functionCall", "functionResponse", "inlineData",
     "fileData",     "executableCode",   "codeExecutionResult"};
+static const px_fkey_t part_fkeys[] = {
+    PX_FK("text"),         PX_FK("thought"),          PX_FK("thoughtSignature"),
+    PX_FK("functionCall"), PX_FK("functionResponse"), PX_FK("inlineData"),
+    PX_FK("fileData"),     PX_FK("executableCode"),   PX_FK("codeExecutionResult")};
 
 /* one part of a turn, in gemini.c's order of checks (decode_part there) */
 static int decode_part(px_fw_t *w, px_fmsg_t *m, int model, gdec_t *d, px_arena_t *a) {
   px_fv_t f[NKEYS(part_keys)];
+  fresp_t fr;
+  px_fstr_t k;
   unsigned seen = 0;
-  if (px_fw_peek(w) != PX_FV_OBJ ||
-      px_fw_fields(w, part_keys, NKEYS(part_keys), f, &seen) != 0)
-    return DECLINE;
+  int r;
+  if (px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    int ki = px_fk_of(k, part_fkeys, NKEYS(part_fkeys));
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+    if (ki == P_FR && px_fw_peek(w) == PX_FV_OBJ) { /* read where it stands */
+      if (read_fresp(w, &fr) != 0) return DECLINE;
+      f[P_FR].kind = PX_FV_OBJ;
+      continue;
+    }
+    px_fv_t v;
+    if (px_fw_value(w, &v) < 0) return DECLINE;
+    if (ki >= 0) f[ki] = v;
+  }
+  if (r < 0) return DECLINE;
   int sig = HAS(P_SIG) && f[P_SIG].kind == PX_FV_STR;
   int thought = HAS(P_THOUGHT) && f[P_THOUGHT].kind == PX_FV_TRUE;
   if (sig && model && !thought && sig_part(m, f[P_SIG].s, d, a) != 0) return DECLINE;
@@ -326,7 +380,8 @@ static int decode_part(px_fw_t *w, px_fmsg_t *m, int model, gdec_t *d, px_arena_
   if (HAS(P_INLINE)) return decode_blob(&f[P_INLINE], 0, m, a);
   if (HAS(P_FILE)) return decode_blob(&f[P_FILE], 1, m, a);
   if (HAS(P_FC)) return model ? decode_call(&f[P_FC], m, d, a) : DECLINE;
-  if (HAS(P_FR)) return model ? DECLINE : decode_fresp(&f[P_FR], m, d, a);
+  if (HAS(P_FR))
+    return model || f[P_FR].kind != PX_FV_OBJ ? DECLINE : decode_fresp(&fr, m, d, a);
   if (HAS(P_EXEC) || HAS(P_EXECR)) {
     d->exec = 1;
     return 0;
@@ -674,14 +729,16 @@ static int gem_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, siz
 /* ======================================================================== */
 /* Request encode                                                            */
 
-/* args as an object (px_tool_args_object): the JSON text, blank for {}, or
- * the string checked to be one */
-static int call_args(px_arena_t *a, const px_fpart_t *p, px_str_t *out) {
+/* args as an object: the JSON text, or the string checked to be one;
+ * blank_ok: blank is {} (px_tool_args_object, a client's call; an
+ * upstream's must be an object) */
+static int call_args(px_arena_t *a, const px_fpart_t *p, int blank_ok, px_str_t *out) {
   if (p->input.ptr != NULL) {
     *out = p->input;
     return 0;
   }
-  int blank = p->args.p == NULL ? 1 : px_fs_blank_value(p->args);
+  if (p->args.p == NULL && !blank_ok) return DECLINE; /* an error there */
+  int blank = p->args.p == NULL ? 1 : blank_ok ? px_fs_blank_value(p->args) : 0;
   if (blank < 0) return DECLINE;
   if (blank) {
     *out = (px_str_t){"{}", 2};
@@ -792,9 +849,9 @@ static const char *mime_of_url(px_fstr_t url, int image) {
   return image ? "image/jpeg" : "application/pdf";
 }
 
-/* an image or file part (blob_out in gemini.c): 1 when written, 0 when
- * dropped (an OpenAI file id) */
-static int put_blob(px_buf_t *b, const px_fpart_t *p, px_lossy_t *lossy) {
+/* an image or file part with a URL or data (blob_out in gemini.c; one
+ * with neither, an OpenAI file id, is dropped by put_contents) */
+static int put_blob(px_buf_t *b, const px_fpart_t *p) {
   px_fstr_t mt, data;
   int file = 0;
   if (p->url.p != NULL) {
@@ -813,12 +870,9 @@ static int put_blob(px_buf_t *b, const px_fpart_t *p, px_lossy_t *lossy) {
       data = p->url;
       file = 1;
     }
-  } else if (p->data.p != NULL) {
+  } else {
     mt = p->media_type.p ? p->media_type : (px_fstr_t){"application/octet-stream", 24, 0};
     data = p->data;
-  } else {
-    px_lossy_add(lossy, "messages[].content[].file_id");
-    return 0;
   }
   int rc = px_fb_lit(
       b, file ? "\"fileData\":{\"mimeType\":" : "\"inlineData\":{\"mimeType\":");
@@ -826,7 +880,7 @@ static int put_blob(px_buf_t *b, const px_fpart_t *p, px_lossy_t *lossy) {
   if (rc == 0) rc = px_fb_lit(b, file ? ",\"fileUri\":" : ",\"data\":");
   if (rc == 0) rc = px_fb_str(b, data);
   if (rc == 0) rc = px_fb_lit(b, "}");
-  return rc < 0 ? rc : 1;
+  return rc;
 }
 
 /* What the encoding of contents keeps: the IR fields of reasoning tokens. */
@@ -835,7 +889,7 @@ typedef struct genc {
 } genc_t;
 
 /* One IR part's members into the Gemini part already open (part_out in
- * gemini.c): 1 when written, 0 when it writes nothing */
+ * gemini.c); the parts that write nothing are put_contents' */
 static int put_part(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p, px_arena_t *a,
                     px_lossy_t *lossy) {
   int rc;
@@ -847,11 +901,11 @@ static int put_part(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p, px_ar
       break;
     case PX_FP_IMAGE:
     case PX_FP_FILE:
-      return put_blob(b, p, lossy);
+      return put_blob(b, p);
     case PX_FP_TOOL_CALL: {
       px_str_t args;
       /* arguments that are no object: an error there */
-      if (p->name.p == NULL || call_args(a, p, &args) != 0) return DECLINE;
+      if (p->name.p == NULL || call_args(a, p, 1, &args) != 0) return DECLINE;
       rc = px_fb_lit(b, "\"functionCall\":{\"name\":");
       if (rc == 0) rc = px_fb_str(b, p->name);
       if (rc == 0) rc = px_fb_lit(b, ",\"args\":");
@@ -872,7 +926,7 @@ static int put_part(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p, px_ar
     default:
       return DECLINE;
   }
-  return rc < 0 ? rc : 1;
+  return rc;
 }
 
 /* contents (contents_out in gemini.c): a turn per message, merged into the
@@ -927,7 +981,7 @@ static int put_contents(px_buf_t *b, const px_freq_t *ir, const genc_t *g, px_ar
           if (rc == 0) rc = px_fb_lit(b, ",");
           sig.p = NULL;
         }
-        if (rc == 0 && put_part(b, ir, p, a, lossy) != 1) rc = DECLINE;
+        if (rc == 0) rc = put_part(b, ir, p, a, lossy);
       }
       if (rc == 0) rc = px_fb_lit(b, "}");
     }
@@ -1254,7 +1308,7 @@ static int gem_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir
     } else if (p->type == PX_FP_TOOL_CALL) {
       px_str_t args;
       /* arguments that are no object: an error there */
-      if (call_args(a, p, &args) != 0) return DECLINE;
+      if (call_args(a, p, 0, &args) != 0) return DECLINE;
       rc = px_fb_lit(b, "{\"functionCall\":{\"id\":");
       if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : (px_fstr_t){"", 0, 0});
       if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
