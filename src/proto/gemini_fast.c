@@ -44,6 +44,19 @@ static int fs_eq(px_fstr_t x, px_fstr_t y) {
   return x.n == y.n && (x.n == 0 || memcmp(x.p, y.p, x.n) == 0);
 }
 
+/* a functionCall's args (NULL: absent) -> the call's arguments: an object's
+ * compact JSON (as gemini.c dumps it), anything else {} */
+static int args_in(px_arena_t *a, const px_fv_t *args, px_fpart_t *p) {
+  if (args != NULL && args->kind == PX_FV_OBJ) {
+    if (px_fast_dump_value(a, args->raw, &p->args) != 0) return DECLINE;
+    p->input = args->raw;
+  } else {
+    p->args = (px_fstr_t){"{}", 2, 0};
+    p->input = (px_str_t){"{}", 2};
+  }
+  return 0;
+}
+
 /* ======================================================================== */
 /* Request decode                                                            */
 
@@ -288,13 +301,7 @@ static int decode_call(const px_fv_t *v, px_fmsg_t *m, gdec_t *d, px_arena_t *a)
   } else if (mint_id(a, "call_", (px_fstr_t){0}, d->n, &p->id) != 0) {
     return DECLINE;
   }
-  if ((gs & 2) && g[1].kind == PX_FV_OBJ) {
-    if (px_fast_dump_value(a, g[1].raw, &p->args) != 0) return DECLINE;
-    p->input = g[1].raw;
-  } else {
-    p->args = (px_fstr_t){"{}", 2, 0};
-    p->input = (px_str_t){"{}", 2};
-  }
+  if (args_in(a, (gs & 2) ? &g[1] : NULL, p) != 0) return DECLINE;
   o->call = p;
   *d->open_tail = o;
   d->open_tail = &o->next;
@@ -1171,13 +1178,7 @@ static int decode_part_out(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
     if ((p = px_fpart_new(a, PX_FP_TOOL_CALL)) == NULL) return DECLINE;
     p->name = (gs & 1) && g[0].kind == PX_FV_STR ? g[0].s : (px_fstr_t){"", 0, 0};
     if ((gs & 4) && g[2].kind == PX_FV_STR) p->id = g[2].s; /* else minted */
-    if ((gs & 2) && g[1].kind == PX_FV_OBJ) {
-      if (px_fast_dump_value(a, g[1].raw, &p->args) != 0) return DECLINE;
-      p->input = g[1].raw;
-    } else {
-      p->args = (px_fstr_t){"{}", 2, 0};
-      p->input = (px_str_t){"{}", 2};
-    }
+    if (args_in(a, (gs & 2) ? &g[1] : NULL, p) != 0) return DECLINE;
   } else {
     return DECLINE; /* blobs, code execution (lossy), others */
   }

@@ -156,6 +156,33 @@ static void gem_ir_init(px_freq_t *ir) {
   ir->parallel = ir->reasoning_enabled = ir->rf_strict = -1;
 }
 
+/* the fast Gemini decoder's IR of a body, with a fresh arena and lossy */
+static int gem_decode(const px_tr_ctx_t *c, const char *body, size_t len, px_freq_t *ir,
+                      px_arena_t *a, px_lossy_t *l) {
+  px_arena_init(a);
+  gem_ir_init(ir);
+  px_lossy_init(l);
+  return px_gemini_fast.decode_request(c, body, len, ir, a, l);
+}
+
+/* the fast body b (NUL-terminated) and lossy lf against the reference body
+ * ub and lossy ls; want (when not NULL) in the fast body */
+static void gem_same(const char *what, const px_buf_t *b, const px_lossy_t *lf,
+                     json_t *ub, const px_lossy_t *ls, const char *want) {
+  char *so = ub ? json_dumps(ub, JSON_COMPACT) : NULL;
+  int eq = so != NULL && b->data != NULL &&
+           same_json(b->data, b->len - 1, so, strlen(so)) &&
+           strcmp(lf->buf, ls->buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "%s\nfast: %s [%s]\nslow: %s [%s]\n", what, b->data ? b->data : "",
+            lf->buf, so ? so : "", ls->buf);
+  if (want != NULL) CHECK(b->data != NULL && strstr(b->data, want) != NULL);
+  if (want != NULL && b->data != NULL && strstr(b->data, want) == NULL)
+    fprintf(stderr, "%s: no %s in %s\n", what, want, b->data);
+  free(so);
+}
+
 /* The fast Gemini decoder and encoder, one after the other, against
  * gemini.c's decode_request and encode_request: thoughts and signatures,
  * blobs, minted ids, the thinking and JSON output settings go both ways;
@@ -188,17 +215,7 @@ static void gem_round(const char *q, int stream, const char *want) {
   json_t *src = json_loadb(body, len, 0, NULL), *ub = NULL;
   px_tr_err_t err;
   CHECK(px_translate_request(&ref, src, &ub, &ls, &err) == 0);
-  char *so = ub ? json_dumps(ub, JSON_COMPACT) : NULL;
-  int eq = so != NULL && b.data != NULL && same_json(b.data, b.len - 1, so, strlen(so)) &&
-           strcmp(lf.buf, ls.buf) == 0;
-  CHECK(eq);
-  if (!eq)
-    fprintf(stderr, "gemini round\nfast: %s [%s]\nslow: %s [%s]\n", b.data ? b.data : "",
-            lf.buf, so ? so : "", ls.buf);
-  if (want != NULL && b.data != NULL) CHECK(strstr(b.data, want) != NULL);
-  if (want != NULL && b.data != NULL && strstr(b.data, want) == NULL)
-    fprintf(stderr, "gemini round: no %s in %s\n", want, b.data);
-  free(so);
+  gem_same("gemini round", &b, &lf, ub, &ls, want);
   json_decref(ub);
   json_decref(src);
   px_buf_free(&b);
@@ -234,12 +251,9 @@ static void gem_pairs(const char *q, int stream) {
                 so ? so : "", ls.buf);
     } else if (rr == 0) {
       px_arena_t a;
-      px_arena_init(&a);
       px_freq_t ir;
-      gem_ir_init(&ir);
       px_lossy_t l;
-      px_lossy_init(&l);
-      CHECK(px_gemini_fast.decode_request(&c, body, len, &ir, &a, &l) == 0);
+      CHECK(gem_decode(&c, body, len, &ir, &a, &l) == 0);
       px_fit_fast_request(&c, &ir, &l);
       int unknown = (px_freq_uses(&ir) & ~px_proto_get(out)->fast->encodes) != 0;
       CHECK(unknown);
@@ -358,18 +372,10 @@ static void gem_encode_ir(int variant) {
   json_t *ub = NULL;
   px_tr_err_t err;
   CHECK(px_proto_get(PX_PROTO_GEMINI)->encode_request(&c, jir, &ub, &ls, &err) == 0);
-  char *so = ub ? json_dumps(ub, JSON_COMPACT) : NULL;
-  int eq = so != NULL && b.data != NULL && same_json(b.data, b.len - 1, so, strlen(so)) &&
-           strcmp(lf.buf, ls.buf) == 0;
-  CHECK(eq);
-  if (!eq)
-    fprintf(stderr, "gemini encode\nfast: %s [%s]\nslow: %s [%s]\n", b.data ? b.data : "",
-            lf.buf, so ? so : "", ls.buf);
   /* Gemini's own signature rides on the part after it; the others drop */
-  CHECK(b.data != NULL &&
-        strstr(b.data, "{\"thoughtSignature\":\"ts2\",\"text\":\"no\"}"));
+  gem_same("gemini encode", &b, &lf, ub, &ls,
+           "{\"thoughtSignature\":\"ts2\",\"text\":\"no\"}");
   CHECK(strstr(lf.buf, "reasoning.signature") != NULL);
-  free(so);
   json_decref(ub);
   json_decref(jir);
   px_buf_free(&b);
@@ -390,12 +396,9 @@ static void gem_decode_ir(const char *q) {
   px_tr_ctx_t c;
   ctx_of(&c, PX_PROTO_GEMINI, PX_PROTO_CHAT);
   px_arena_t a;
-  px_arena_init(&a);
   px_freq_t ir;
-  gem_ir_init(&ir);
   px_lossy_t l;
-  px_lossy_init(&l);
-  CHECK(px_gemini_fast.decode_request(&c, body, strlen(body), &ir, &a, &l) == 0);
+  CHECK(gem_decode(&c, body, strlen(body), &ir, &a, &l) == 0);
   int ks = px_frtok_index("signature"), kr = px_frtok_index("redacted_data"),
       ke = px_frtok_index("encrypted_content");
   const px_fmsg_t *m = ir.msgs;
