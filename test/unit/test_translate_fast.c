@@ -151,16 +151,38 @@ static char *chat_body(const char *q) {
   return b;
 }
 
-/* The fast Chat decoder and encoder, one after the other, against chat.c's
- * decode_request and encode_request (a Chat-shaped codec on both sides of
- * the IR: every part and setting the Chat wire holds goes both ways). */
-static void chat_round(const char *q, const char *want) {
+/* the fast body b (NUL-terminated) and lossy lf against the reference body
+ * ub and lossy ls; want (when not NULL) in the fast body */
+static void round_same(const char *what, const px_buf_t *b, const px_lossy_t *lf,
+                       json_t *ub, const px_lossy_t *ls, const char *want) {
+  char *so = ub ? json_dumps(ub, JSON_COMPACT) : NULL;
+  int eq = so != NULL && b->data != NULL &&
+           same_json(b->data, b->len - 1, so, strlen(so)) &&
+           strcmp(lf->buf, ls->buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "%s\nfast: %s [%s]\nslow: %s [%s]\n", what, b->data ? b->data : "",
+            lf->buf, so ? so : "", ls->buf);
+  if (want != NULL) CHECK(b->data != NULL && strstr(b->data, want) != NULL);
+  if (want != NULL && b->data != NULL && strstr(b->data, want) == NULL)
+    fprintf(stderr, "%s: no %s in %s\n", what, want, b->data);
+  free(so);
+}
+
+/* A codec's fast decoder and encoder (ops, protocol p on both sides of the
+ * IR), one after the other, against its jansson codec's decode_request and
+ * encode_request (px_translate_request from p to p): every part and setting
+ * the wire holds goes both ways; want (when not NULL) is in the fast body.
+ * stream: the context's. */
+static void codec_round(int p, const px_fast_ops_t *ops, const char *q, int stream,
+                        const char *want) {
   char *body = chat_body(q);
   size_t len = strlen(body);
   px_json_req_t scan;
   CHECK(px_json_request(body, len, &scan) == 0);
   px_tr_ctx_t c;
-  ctx_of(&c, PX_PROTO_CHAT, PX_PROTO_CHAT);
+  ctx_of(&c, p, p);
+  c.stream = stream;
   px_arena_t a;
   px_arena_init(&a);
   px_freq_t ir;
@@ -171,25 +193,18 @@ static void chat_round(const char *q, const char *want) {
   px_lossy_init(&ls);
   px_buf_t b;
   px_buf_init(&b, 1 << 20);
-  CHECK(px_chat_fast.decode_request(&c, body, len, &ir, &a, &lf) == 0);
+  CHECK(ops->decode_request(&c, body, len, &ir, &a, &lf) == 0);
   px_fit_fast_request(&c, &ir, &lf);
-  CHECK((px_freq_uses(&ir) & ~px_chat_fast.encodes) == 0);
-  CHECK(px_chat_fast.encode_request(&c, &ir, &b, &a, &lf) == 0);
+  if (stream) px_lossy_predict(&c, px_freq_reasoning_on(&ir), &lf);
+  CHECK((px_freq_uses(&ir) & ~ops->encodes) == 0);
+  CHECK(ops->encode_request(&c, &ir, &b, &a, &lf) == 0);
   CHECK(px_buf_append(&b, "", 1) == 0);
   px_tr_ctx_t ref = c;
   ref.reference = 1;
   json_t *src = json_loadb(body, len, 0, NULL), *ub = NULL;
   px_tr_err_t err;
   CHECK(px_translate_request(&ref, src, &ub, &ls, &err) == 0);
-  char *so = ub ? json_dumps(ub, JSON_COMPACT) : NULL;
-  int eq = so != NULL && b.data != NULL && same_json(b.data, b.len - 1, so, strlen(so)) &&
-           strcmp(lf.buf, ls.buf) == 0;
-  CHECK(eq);
-  if (!eq)
-    fprintf(stderr, "chat round\nfast: %s [%s]\nslow: %s [%s]\n", b.data ? b.data : "",
-            lf.buf, so ? so : "", ls.buf);
-  if (want != NULL && b.data != NULL) CHECK(strstr(b.data, want) != NULL);
-  free(so);
+  round_same(px_proto_get(p)->name, &b, &lf, ub, &ls, want);
   json_decref(ub);
   json_decref(src);
   px_buf_free(&b);
@@ -197,18 +212,28 @@ static void chat_round(const char *q, const char *want) {
   free(body);
 }
 
-/* A Chat client's body toward every other upstream: the fast path takes it
- * (equal to the reference), or declines because the upstream's fast encoder
- * does not list a part the body uses, or the reference refuses it too. */
-static void chat_pairs(const char *q) {
+/* The fast Chat decoder and encoder, one after the other, against chat.c's
+ * decode_request and encode_request (a Chat-shaped codec on both sides of
+ * the IR: every part and setting the Chat wire holds goes both ways). */
+static void chat_round(const char *q, const char *want) {
+  codec_round(PX_PROTO_CHAT, &px_chat_fast, q, 0, want);
+}
+
+/* A client's body (a Chat, Gemini ... codec's, dec its fast decoder)
+ * toward every other upstream: the fast path takes it (equal to the
+ * reference), or declines because the upstream's fast encoder does not list
+ * a part the body uses, or the reference refuses it too. stream: the
+ * context's (-1: the body's `stream`). */
+static void client_pairs(int in, const px_fast_ops_t *dec, const char *q, int stream) {
   char *body = chat_body(q);
   size_t len = strlen(body);
-  for (int out = 1; out < PX_PROTO_COUNT; out++) {
+  for (int out = 0; out < PX_PROTO_COUNT; out++) {
+    if (out == in) continue;
     px_tr_ctx_t c;
-    ctx_of(&c, PX_PROTO_CHAT, out);
+    ctx_of(&c, in, out);
     px_json_req_t scan;
     CHECK(px_json_request(body, len, &scan) == 0);
-    c.stream = scan.stream;
+    c.stream = stream < 0 ? scan.stream : stream;
     char *fo = NULL, *so = NULL;
     size_t fl = 0, sl = 0;
     px_lossy_t lf, ls;
@@ -223,7 +248,7 @@ static void chat_pairs(const char *q) {
       int eq = rr == 0 && same_json(fo, fl, so, sl) && strcmp(lf.buf, ls.buf) == 0;
       CHECK(eq);
       if (!eq)
-        fprintf(stderr, "chat -> %d\nfast: %s [%s]\nslow: %s [%s]\n", out, fo, lf.buf,
+        fprintf(stderr, "%d -> %d\nfast: %s [%s]\nslow: %s [%s]\n", in, out, fo, lf.buf,
                 so ? so : "", ls.buf);
     } else if (rr == 0) {
       /* declined: only for a part the upstream's encoder does not write */
@@ -234,17 +259,21 @@ static void chat_pairs(const char *q) {
       ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
       px_lossy_t l;
       px_lossy_init(&l);
-      CHECK(px_chat_fast.decode_request(&c, body, len, &ir, &a, &l) == 0);
+      CHECK(dec->decode_request(&c, body, len, &ir, &a, &l) == 0);
       px_fit_fast_request(&c, &ir, &l);
       int unknown = (px_freq_uses(&ir) & ~px_proto_get(out)->fast->encodes) != 0;
       CHECK(unknown);
-      if (!unknown) fprintf(stderr, "chat -> %d declined: %s\n", out, body);
+      if (!unknown) fprintf(stderr, "%d -> %d declined: %s\n", in, out, body);
       px_arena_free(&a);
     }
     free(fo);
     free(so);
   }
   free(body);
+}
+
+static void chat_pairs(const char *q) {
+  client_pairs(PX_PROTO_CHAT, &px_chat_fast, q, -1);
 }
 
 /* What other clients' decoders put in the IR and a Chat client never
@@ -750,12 +779,11 @@ static void responses_encoder(void) {
 /* ------------------------------------------------------------------------ */
 /* Gemini clients and upstreams: the fast Gemini codec against gemini.c      */
 
-/* a body written with ' for " (readability), made JSON */
-static char *gem_body(const char *q) {
-  char *b = strdup(q);
-  for (char *p = b; *p; p++)
-    if (*p == '\'') *p = '"';
-  return b;
+/* The fast Gemini decoder and encoder, one after the other, against
+ * gemini.c's: thoughts and signatures, blobs, minted ids, the thinking and
+ * JSON output settings go both ways. */
+static void gem_round(const char *q, int stream, const char *want) {
+  codec_round(PX_PROTO_GEMINI, &px_gemini_fast, q, stream, want);
 }
 
 /* a fast IR as the hub starts it */
@@ -771,107 +799,6 @@ static int gem_decode(const px_tr_ctx_t *c, const char *body, size_t len, px_fre
   gem_ir_init(ir);
   px_lossy_init(l);
   return px_gemini_fast.decode_request(c, body, len, ir, a, l);
-}
-
-/* the fast body b (NUL-terminated) and lossy lf against the reference body
- * ub and lossy ls; want (when not NULL) in the fast body */
-static void gem_same(const char *what, const px_buf_t *b, const px_lossy_t *lf,
-                     json_t *ub, const px_lossy_t *ls, const char *want) {
-  char *so = ub ? json_dumps(ub, JSON_COMPACT) : NULL;
-  int eq = so != NULL && b->data != NULL &&
-           same_json(b->data, b->len - 1, so, strlen(so)) &&
-           strcmp(lf->buf, ls->buf) == 0;
-  CHECK(eq);
-  if (!eq)
-    fprintf(stderr, "%s\nfast: %s [%s]\nslow: %s [%s]\n", what, b->data ? b->data : "",
-            lf->buf, so ? so : "", ls->buf);
-  if (want != NULL) CHECK(b->data != NULL && strstr(b->data, want) != NULL);
-  if (want != NULL && b->data != NULL && strstr(b->data, want) == NULL)
-    fprintf(stderr, "%s: no %s in %s\n", what, want, b->data);
-  free(so);
-}
-
-/* The fast Gemini decoder and encoder, one after the other, against
- * gemini.c's decode_request and encode_request: thoughts and signatures,
- * blobs, minted ids, the thinking and JSON output settings go both ways;
- * want (when not NULL) is in the fast body. */
-static void gem_round(const char *q, int stream, const char *want) {
-  char *body = gem_body(q);
-  size_t len = strlen(body);
-  px_json_req_t scan;
-  CHECK(px_json_request(body, len, &scan) == 0);
-  px_tr_ctx_t c;
-  ctx_of(&c, PX_PROTO_GEMINI, PX_PROTO_GEMINI);
-  c.stream = stream;
-  px_arena_t a;
-  px_arena_init(&a);
-  px_freq_t ir;
-  gem_ir_init(&ir);
-  px_lossy_t lf, ls;
-  px_lossy_init(&lf);
-  px_lossy_init(&ls);
-  px_buf_t b;
-  px_buf_init(&b, 1 << 20);
-  CHECK(px_gemini_fast.decode_request(&c, body, len, &ir, &a, &lf) == 0);
-  px_fit_fast_request(&c, &ir, &lf);
-  if (stream) px_lossy_predict(&c, px_freq_reasoning_on(&ir), &lf);
-  CHECK((px_freq_uses(&ir) & ~px_gemini_fast.encodes) == 0);
-  CHECK(px_gemini_fast.encode_request(&c, &ir, &b, &a, &lf) == 0);
-  CHECK(px_buf_append(&b, "", 1) == 0);
-  px_tr_ctx_t ref = c;
-  ref.reference = 1;
-  json_t *src = json_loadb(body, len, 0, NULL), *ub = NULL;
-  px_tr_err_t err;
-  CHECK(px_translate_request(&ref, src, &ub, &ls, &err) == 0);
-  gem_same("gemini round", &b, &lf, ub, &ls, want);
-  json_decref(ub);
-  json_decref(src);
-  px_buf_free(&b);
-  px_arena_free(&a);
-  free(body);
-}
-
-/* A Gemini client's body toward every other upstream: the fast path takes
- * it (equal to the reference), or declines because the upstream's fast
- * encoder does not list a part the body uses. */
-static void gem_pairs(const char *q, int stream) {
-  char *body = gem_body(q);
-  size_t len = strlen(body);
-  for (int out = 0; out < PX_PROTO_GEMINI; out++) {
-    px_tr_ctx_t c;
-    ctx_of(&c, PX_PROTO_GEMINI, out);
-    c.stream = stream;
-    char *fo = NULL, *so = NULL;
-    size_t fl = 0, sl = 0;
-    px_lossy_t lf, ls;
-    px_tr_err_t err;
-    px_lossy_init(&lf);
-    px_lossy_init(&ls);
-    int rc = px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf);
-    px_tr_ctx_t ref = c;
-    ref.reference = 1;
-    int rr = px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &err);
-    if (rc == 0) {
-      int eq = rr == 0 && same_json(fo, fl, so, sl) && strcmp(lf.buf, ls.buf) == 0;
-      CHECK(eq);
-      if (!eq)
-        fprintf(stderr, "gemini -> %d\nfast: %s [%s]\nslow: %s [%s]\n", out, fo, lf.buf,
-                so ? so : "", ls.buf);
-    } else if (rr == 0) {
-      px_arena_t a;
-      px_freq_t ir;
-      px_lossy_t l;
-      CHECK(gem_decode(&c, body, len, &ir, &a, &l) == 0);
-      px_fit_fast_request(&c, &ir, &l);
-      int unknown = (px_freq_uses(&ir) & ~px_proto_get(out)->fast->encodes) != 0;
-      CHECK(unknown);
-      if (!unknown) fprintf(stderr, "gemini -> %d declined: %s\n", out, body);
-      px_arena_free(&a);
-    }
-    free(fo);
-    free(so);
-  }
-  free(body);
 }
 
 /* What other clients' decoders put in the IR and a Gemini client never
@@ -940,7 +867,7 @@ static void gem_encode_ir(int variant) {
   i2->data = (px_fstr_t){"R0lG", 4, 0};
   px_fpart_t *up[] = {res, i1, f1, f2, i2};
   for (size_t i = 0; i < 5; i++) px_fpart_push(&u->parts, &u->last, up[i]);
-  char *q = gem_body(doc);
+  char *q = chat_body(doc);
   json_t *jir = json_loads(q, 0, NULL);
   free(q);
   CHECK(jir != NULL);
@@ -981,8 +908,8 @@ static void gem_encode_ir(int variant) {
   px_tr_err_t err;
   CHECK(px_proto_get(PX_PROTO_GEMINI)->encode_request(&c, jir, &ub, &ls, &err) == 0);
   /* Gemini's own signature rides on the part after it; the others drop */
-  gem_same("gemini encode", &b, &lf, ub, &ls,
-           "{\"thoughtSignature\":\"ts2\",\"text\":\"no\"}");
+  round_same("gemini encode", &b, &lf, ub, &ls,
+             "{\"thoughtSignature\":\"ts2\",\"text\":\"no\"}");
   CHECK(strstr(lf.buf, "reasoning.signature") != NULL);
   json_decref(ub);
   json_decref(jir);
@@ -1000,7 +927,7 @@ static int gem_is(px_fstr_t s, const char *lit) {
  * thought before it (Anthropic's, OpenAI's) or a part of its own (redacted
  * thinking), thoughts of user turns dropped. */
 static void gem_decode_ir(const char *q) {
-  char *body = gem_body(q);
+  char *body = chat_body(q);
   px_tr_ctx_t c;
   ctx_of(&c, PX_PROTO_GEMINI, PX_PROTO_CHAT);
   px_arena_t a;
@@ -1083,7 +1010,7 @@ static void gemini_codec(void) {
   for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++)
     for (int stream = 0; stream < 2; stream++) {
       gem_round(bodies[i], stream, NULL);
-      gem_pairs(bodies[i], stream);
+      client_pairs(PX_PROTO_GEMINI, &px_gemini_fast, bodies[i], stream);
     }
   gem_decode_ir(bodies[1]);
   /* what they become on the Gemini wire */
