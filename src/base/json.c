@@ -820,6 +820,7 @@ int px_json_find(const char *p, size_t n, const char *const *path, size_t depth,
 }
 
 size_t px_json_pick(const char *p, size_t n, size_t i, px_json_pick_t *pk) {
+  size_t found = 0;
   if (i >= n) return MORE;
   if (p[i] != '{') return END;
   i = skip_ws(p, i + 1, n);
@@ -845,6 +846,7 @@ size_t px_json_pick(const char *p, size_t n, size_t i, px_json_pick_t *pk) {
     if (hit < PX_JSON_PICK_MAX) {
       pk->at[hit] = i;
       pk->len[hit] = ve - i;
+      if (pk->until_found && ++found == pk->n) return ve;
     }
     i = skip_ws(p, ve, n);
     if (i >= n) return MORE;
