@@ -426,8 +426,9 @@ static int copy_str(const char *p, size_t s, size_t l, char *dst, size_t cap) {
 /* The value of the last member named `name` in p[0..n), at any depth,
  * found walking back from the end: a quoted name no backslash escapes,
  * followed by ':' (inside a string its quotes would be escaped). For a
- * finish reason that sits in the list before the usage, the bytes after it
- * are read, not the answer's content. *s = END when there is none. */
+ * finish reason that sits in the list before the usage, or after the
+ * content (finish_last), the bytes after it are read, not the answer's
+ * content. *s = END when there is none. */
 static void last_member(const char *p, size_t n, const char *name, size_t *s, size_t *l) {
   size_t nl = strlen(name), j = n;
   *s = END;
@@ -479,7 +480,7 @@ void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const cha
       copy_str(p, pk.at[k], pk.len[k], dst[k], sizeof(a->id));
   }
   if (!w->finish_key) return;
-  if (w->finish_list) { /* in the list's elements, which only the usage follows */
+  if (w->finish_list || w->finish_last) { /* only the usage and the like follow */
     last_member(p, n, w->finish_key, &s, &l);
   } else {
     path[d] = w->finish_key;
