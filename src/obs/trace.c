@@ -20,6 +20,9 @@
 #include <sys/random.h>
 #include <time.h>
 #include <uv.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "proxai/json.h"
 #include "proxai/metrics.h"
@@ -71,29 +74,25 @@ static uint64_t next64(void) {
 
 static const char hexd[] = "0123456789abcdef";
 
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-/* the 8 hex digits of 4 bytes (memory order) as one word: each byte spread
- * to two, the nibbles turned to digits a word at a time */
-static inline uint64_t hex4(uint32_t a) {
-  const uint64_t ones = 0x0101010101010101ull, lo4 = 0x000F000F000F000Full;
-  uint64_t v = a;
-  v = (v | (v << 16)) & 0x0000FFFF0000FFFFull;
-  v = (v | (v << 8)) & 0x00FF00FF00FF00FFull;        /* byte 2i: byte i */
-  uint64_t d = ((v >> 4) & lo4) | ((v & lo4) << 8);  /* its high nibble first */
-  uint64_t letter = ((d + ones * 0x76) >> 7) & ones; /* 1 where a nibble is > 9 */
-  return d + ones * '0' + letter * ('a' - '0' - 10);
+#if defined(__SSE2__)
+/* nibbles (0-15, one a byte) as lower-case hex digits */
+static inline __m128i hex_digits(__m128i nib) {
+  __m128i letter = _mm_and_si128(_mm_cmpgt_epi8(nib, _mm_set1_epi8(9)),
+                                 _mm_set1_epi8('a' - '0' - 10));
+  return _mm_add_epi8(_mm_add_epi8(nib, _mm_set1_epi8('0')), letter);
 }
 #endif
 
-/* the 16 hex digits of 8 bytes */
-static void hex8(char *out, const uint8_t *b) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  uint32_t a[2];
-  memcpy(a, b, 8);
-  uint64_t h[2] = {hex4(a[0]), hex4(a[1])};
-  memcpy(out, h, 16);
+/* the 2n hex digits of n bytes (8 or 16): the nibbles of all at once */
+static void hex_id(char *out, const uint8_t *b, size_t n) {
+#if defined(__SSE2__)
+  const __m128i m = _mm_set1_epi8(0x0f);
+  __m128i v = n > 8 ? _mm_loadu_si128((const __m128i *)b) : _mm_loadl_epi64((const __m128i *)b);
+  __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), m), lo = _mm_and_si128(v, m);
+  _mm_storeu_si128((__m128i *)out, hex_digits(_mm_unpacklo_epi8(hi, lo)));
+  if (n > 8) _mm_storeu_si128((__m128i *)(out + 16), hex_digits(_mm_unpackhi_epi8(hi, lo)));
 #else
-  for (size_t i = 0; i < 8; i++) {
+  for (size_t i = 0; i < n; i++) {
     out[2 * i] = hexd[b[i] >> 4];
     out[2 * i + 1] = hexd[b[i] & 15];
   }
@@ -109,8 +108,7 @@ static void new_id(uint8_t *bin, char *hex, size_t n) {
     r[1] = n > 8 ? next64() : 0;
   } while (r[0] == 0 && r[1] == 0);
   if (bin) memcpy(bin, r, n);
-  hex8(hex, (const uint8_t *)r);
-  if (n > 8) hex8(hex + 16, (const uint8_t *)(r + 1));
+  hex_id(hex, (const uint8_t *)r, n);
 }
 
 static int unhex1(char c) {
