@@ -429,17 +429,9 @@ static int copy_str(const char *p, size_t s, size_t l, char *dst, size_t cap) {
  * finish reason that sits in the list before the usage, or after the
  * content (finish_last), the bytes after it are read, not the answer's
  * content. *s = END when there is none. */
-static void last_member(const char *p, size_t n, const char *name, int event, size_t *s,
-                        size_t *l) {
+static void last_member(const char *p, size_t n, const char *name, size_t *s, size_t *l) {
   size_t nl = strlen(name), j = n;
   *s = END;
-  char quoted[64]; /* most events have no finish reason: one search says so */
-  if (event && nl + 2 <= sizeof(quoted)) {
-    quoted[0] = '"';
-    memcpy(quoted + 1, name, nl);
-    quoted[nl + 1] = '"';
-    if (memmem(p, n, quoted, nl + 2) == NULL) return;
-  }
   while (j > nl + 1) {
     const char *q = memrchr(p, '"', j);
     if (q == NULL) return;
@@ -458,9 +450,8 @@ static void last_member(const char *p, size_t n, const char *name, int event, si
   }
 }
 
-/* px_answer_read; event: p is one stream event (most have no finish) */
-static void answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
-                        int event, px_answer_t *a) {
+void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
+                    px_answer_t *a) {
   const char *path[2];
   size_t d = 0, s, l;
   if (outer) path[d++] = outer;
@@ -490,7 +481,7 @@ static void answer_read(const px_wire_watch_t *w, const char *p, size_t n, const
   }
   if (!w->finish_key) return;
   if (w->finish_list || w->finish_last) { /* only the usage and the like follow */
-    last_member(p, n, w->finish_key, event, &s, &l);
+    last_member(p, n, w->finish_key, &s, &l);
   } else {
     path[d] = w->finish_key;
     if (px_json_find(p, n, path, d + 1, &s, &l) != PX_JSON_FOUND) return;
@@ -498,23 +489,18 @@ static void answer_read(const px_wire_watch_t *w, const char *p, size_t n, const
   copy_str(p, s, l, a->finish, sizeof(a->finish));
 }
 
-void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
-                    px_answer_t *a) {
-  answer_read(w, p, n, outer, 0, a);
-}
-
 void px_answer_event(const px_wire_watch_t *w, px_str_t event, const char *p, size_t n,
                      px_answer_t *a) {
   if (n == 0 || p[0] != '{') return; /* [DONE] and the like */
   for (size_t k = 0; k < 3 && w->terminal_events[k]; k++)
     if (px_str_eq(event, w->terminal_events[k])) {
-      answer_read(w, p, n, w->terminal_outer, 1, a);
+      px_answer_read(w, p, n, w->terminal_outer, a);
       return;
     }
   if (w->start_event && px_str_eq(event, w->start_event))
-    answer_read(w, p, n, w->start_outer, 1, a);
+    px_answer_read(w, p, n, w->start_outer, a);
   else if (w->delta_event && px_str_eq(event, w->delta_event))
-    answer_read(w, p, n, w->delta_outer, 1, a);
+    px_answer_read(w, p, n, w->delta_outer, a);
   else if (!w->start_event && !w->terminal_events[0])
-    answer_read(w, p, n, NULL, 1, a); /* every data chunk says it all */
+    px_answer_read(w, p, n, NULL, a); /* every data chunk says it all */
 }
