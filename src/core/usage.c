@@ -428,14 +428,21 @@ static int copy_str(const char *p, size_t s, size_t l, char *dst, size_t cap) {
  * followed by ':' (inside a string its quotes would be escaped). For a
  * finish reason that sits in the list before the usage, or after the
  * content (finish_last), the bytes after it are read, not the answer's
- * content. *s = END when there is none. */
-static void last_member(const char *p, size_t n, const char *name, size_t *s, size_t *l) {
-  size_t nl = strlen(name), j = n;
+ * content; the walk ends at the member named `list` (NULL: none), whose
+ * elements it has passed (a stream chunk with usage alone). *s = END when
+ * there is none. */
+static void last_member(const char *p, size_t n, const char *name, const char *list, size_t *s,
+                        size_t *l) {
+  size_t nl = strlen(name), ll = list ? strlen(list) : 0, j = n;
   *s = END;
   while (j > nl + 1) {
     const char *q = memrchr(p, '"', j);
     if (q == NULL) return;
     j = (size_t)(q - p); /* the closing quote of a name? */
+    if (ll && j >= ll + 1 && p[j - ll - 1] == '"' && memcmp(p + j - ll, list, ll) == 0) {
+      size_t c = skip_ws(p, j + 1, n); /* the list's name: its elements are behind */
+      if (c < n && p[c] == ':') return;
+    }
     if (j < nl + 1 || p[j - nl - 1] != '"' || memcmp(p + j - nl, name, nl) != 0 ||
         (j >= nl + 2 && p[j - nl - 2] == '\\'))
       continue;
@@ -481,7 +488,7 @@ void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const cha
   }
   if (!w->finish_key) return;
   if (w->finish_list || w->finish_last) { /* only the usage and the like follow */
-    last_member(p, n, w->finish_key, &s, &l);
+    last_member(p, n, w->finish_key, w->finish_list, &s, &l);
   } else {
     path[d] = w->finish_key;
     if (px_json_find(p, n, path, d + 1, &s, &l) != PX_JSON_FOUND) return;
