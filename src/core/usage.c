@@ -463,28 +463,30 @@ void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const cha
   size_t d = 0, s, l;
   if (outer) path[d++] = outer;
   /* the id and the model lead the answer in every protocol but Gemini's:
-   * one walk of the members, which stops at them */
-  px_json_pick_t pk = {.n = 0, .until_found = 1};
-  char *dst[2];
-  if (!a->id[0]) {
-    dst[pk.n] = a->id;
-    px_json_pick_add(&pk, w->answer_id ? w->answer_id : "id");
-  }
-  if (!a->model[0]) {
-    dst[pk.n] = a->model;
-    px_json_pick_add(&pk, w->body_model ? w->body_model : "model");
-  }
-  if (pk.n) {
-    size_t o = 0, on = n; /* the object walked: the answer's, or outer's */
-    if (outer && px_json_find(p, n, path, 1, &o, &l) == PX_JSON_FOUND)
-      on = o + l;
-    else if (outer)
-      on = 0;
-    while (o < on && (p[o] == ' ' || p[o] == '\t' || p[o] == '\n' || p[o] == '\r')) o++;
-    if (o < on) px_json_pick(p, on, o, &pk);
-    _Static_assert(sizeof(a->id) == sizeof(a->model), "one size for both");
-    for (size_t k = 0; k < pk.n; k++)
-      copy_str(p, pk.at[k], pk.len[k], dst[k], sizeof(a->id));
+   * one walk of the members stops at them; in an event's inner object, the
+   * finder goes into it (not over it) for each */
+  const char *names[2] = {w->answer_id ? w->answer_id : "id",
+                          w->body_model ? w->body_model : "model"};
+  char *dst[2] = {a->id, a->model};
+  _Static_assert(sizeof(a->id) == sizeof(a->model), "one size for both");
+  if (outer) {
+    for (size_t k = 0; k < 2; k++) {
+      path[d] = names[k];
+      if (!dst[k][0] && px_json_find(p, n, path, d + 1, &s, &l) == PX_JSON_FOUND)
+        copy_str(p, s, l, dst[k], sizeof(a->id));
+    }
+  } else if (!a->id[0] || !a->model[0]) {
+    px_json_pick_t pk = {.n = 0, .until_found = 1};
+    char *to[2];
+    for (size_t k = 0; k < 2; k++)
+      if (!dst[k][0]) {
+        to[pk.n] = dst[k];
+        px_json_pick_add(&pk, names[k]);
+      }
+    size_t o = 0;
+    while (o < n && (p[o] == ' ' || p[o] == '\t' || p[o] == '\n' || p[o] == '\r')) o++;
+    if (o < n) px_json_pick(p, n, o, &pk);
+    for (size_t k = 0; k < pk.n; k++) copy_str(p, pk.at[k], pk.len[k], to[k], sizeof(a->id));
   }
   if (!w->finish_key) return;
   if (w->finish_list || w->finish_last) { /* only the usage and the like follow */
