@@ -29,6 +29,12 @@ static px_trace_conf_t conf(double sample) {
   return c;
 }
 
+/* the spans of an ExportTraceServiceRequest */
+static json_t *spans_of(json_t *doc) {
+  json_t *rs = json_array_get(json_object_get(doc, "resourceSpans"), 0);
+  return json_object_get(json_array_get(json_object_get(rs, "scopeSpans"), 0), "spans");
+}
+
 static int continues(const char *tp) {
   px_trace_conf_t c = conf(1);
   px_trace_ctx_t t;
@@ -172,12 +178,7 @@ static void test_batch(void) {
   json_t *doc = json_loadb(body.data, body.len, 0, &je);
   CHECK(doc != NULL);
   if (doc == NULL) fprintf(stderr, "%s\n%.*s\n", je.text, (int)body.len, body.data);
-  json_t *spans = json_object_get(
-      json_array_get(
-          json_object_get(json_array_get(json_object_get(doc, "resourceSpans"), 0),
-                          "scopeSpans"),
-          0),
-      "spans");
+  json_t *spans = spans_of(doc);
   CHECK(json_array_size(spans) == 2);
   json_t *sv = json_array_get(spans, 0), *cv = json_array_get(spans, 1);
   CHECK_STR(json_string_value(json_object_get(sv, "name")),
@@ -308,12 +309,7 @@ static void test_names(void) {
   CHECK(px_trace_take(&body) == spans);
   json_t *doc = json_loadb(body.data, body.len, 0, NULL);
   CHECK(doc != NULL);
-  json_t *sp = json_object_get(
-      json_array_get(
-          json_object_get(json_array_get(json_object_get(doc, "resourceSpans"), 0),
-                          "scopeSpans"),
-          0),
-      "spans");
+  json_t *sp = spans_of(doc);
   size_t i = 0;
   for (size_t len = 1; len <= 20; len++)
     for (size_t at = 0; at < len; at++)
