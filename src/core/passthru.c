@@ -46,8 +46,9 @@ static unsigned keys_in(const char *d, size_t n, const char *const *keys) {
   for (; i + 17 <= n && found != all; i += 16) {
     __m128i q = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(d + i)), qt);
     __m128i v = _mm_loadu_si128((const __m128i *)(d + i + 1));
-    __m128i b = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, f[0]), _mm_cmpeq_epi8(v, f[1])),
-                             _mm_or_si128(_mm_cmpeq_epi8(v, f[2]), _mm_cmpeq_epi8(v, f[3])));
+    __m128i b =
+        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, f[0]), _mm_cmpeq_epi8(v, f[1])),
+                     _mm_or_si128(_mm_cmpeq_epi8(v, f[2]), _mm_cmpeq_epi8(v, f[3])));
     for (unsigned m = (unsigned)_mm_movemask_epi8(_mm_and_si128(q, b)); m; m &= m - 1)
       found |= key_at(d, n, i + (size_t)__builtin_ctz(m), keys, kl);
   }
@@ -86,7 +87,8 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
   if (n > 0) {
     if (w->error_data && n > 9 && d[0] == '{') keys[K_ERROR] = "error";
     if (!w->start_event && !w->terminal_events[0]) keys[K_USAGE] = w->usage_obj;
-    for (size_t k = 0; k < 2 && w->finish_keys[k]; k++) keys[K_FINISH + k] = w->finish_keys[k];
+    for (size_t k = 0; k < 2 && w->finish_keys[k]; k++)
+      keys[K_FINISH + k] = w->finish_keys[k];
     if (keys[K_ERROR] || keys[K_USAGE] || keys[K_FINISH]) has = keys_in(d, n, keys);
   }
   if (w->error_event && px_str_eq(ev->event, w->error_event)) {
