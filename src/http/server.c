@@ -522,9 +522,9 @@ static int on_headers_complete(llhttp_t *p) {
   /* a body of announced length: its buffer sized once (no copies while it
    * doubles; at most PX_BODY_PRESIZE before its bytes arrive) and read
    * into directly (on_alloc) */
-  if ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0 &&
-      !(p->flags & F_CHUNKED)) {
-    uint64_t want = p->content_length < PX_BODY_PRESIZE ? p->content_length : PX_BODY_PRESIZE;
+  if ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0 && !(p->flags & F_CHUNKED)) {
+    uint64_t want =
+        p->content_length < PX_BODY_PRESIZE ? p->content_length : PX_BODY_PRESIZE;
     if (px_buf_reserve(&r->body, (size_t)want + 1) == 0) c->body_direct = 1;
   }
   const char *expect = px_req_header(r, "expect");

@@ -15,7 +15,7 @@
 #define PX_MAX_CHUNK_EXT 4096       /* chunk extension bytes in one request */
 #define PX_LINGER_MS 2000           /* lingering close: longest drain */
 #define PX_LINGER_MAX (8u << 20)    /* lingering close: most bytes drained */
-#define PX_BODY_PRESIZE (1u << 20)  /* a body buffer sized from Content-Length: at most */
+#define PX_BODY_PRESIZE (1u << 20)  /* body buffer sized from Content-Length */
 #define PX_HEAD_READ 16384          /* a new request's first read: at most */
 
 /* deferred jobs run by t_tick on the next loop iteration */
