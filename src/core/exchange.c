@@ -448,8 +448,8 @@ static int64_t cost_of(const px_exch_t *x) {
  * had a large body, the free pages go back to the system (malloc_trim) once
  * a second has passed with none in flight; small requests never arm it. */
 #define TRIM_BODY (64u << 10)
-static size_t live;      /* exchanges of this process in flight */
-static int trim_due;     /* a large body since the last trim */
+static size_t live;  /* exchanges of this process in flight */
+static int trim_due; /* a large body since the last trim */
 static uv_timer_t trim_timer;
 static int trim_timer_init;
 
