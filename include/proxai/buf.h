@@ -127,6 +127,10 @@ int px_buf_printf(px_buf_t *b, const char *fmt, ...)
 int px_buf_i64(px_buf_t *b, long long v);
 /** Append s as the body of a JSON string (escaped, without quotes). */
 int px_buf_json_escape(px_buf_t *b, const char *s, size_t n);
+/** px_buf_json_escape as jansson's json_dumps writes strings: \u00XX in
+ *  capitals, and -1 on invalid UTF-8 (jansson refuses the document). */
+#define PX_ESC_JANSSON 1
+int px_buf_json_escape_as(px_buf_t *b, const char *s, size_t n, int how);
 /** Append s as a quoted JSON string. */
 int px_buf_json_str(px_buf_t *b, const char *s, size_t n);
 /** Drop the first n bytes. */

@@ -58,21 +58,53 @@ typedef struct px_fstr {
   int esc;
 } px_fstr_t;
 
-typedef enum { PX_FP_TEXT, PX_FP_TOOL_CALL, PX_FP_TOOL_RESULT } px_fpart_type_t;
+/** Part kinds, one per IR PART kind of proto.h ("text", "tool_call",
+ *  "tool_result", "reasoning", "image", "file", "refusal"). */
+typedef enum {
+  PX_FP_TEXT,
+  PX_FP_TOOL_CALL,
+  PX_FP_TOOL_RESULT,
+  PX_FP_REASONING,
+  PX_FP_IMAGE,
+  PX_FP_FILE,
+  PX_FP_REFUSAL,
+} px_fpart_type_t;
 
+/** Opaque reasoning token fields over every protocol (px_rtok_at(k) names
+ *  field k: the protocols' rtoks in table order). */
+#define PX_FRTOKS 6
+
+/*
+ * A part holds what the IR PART of the same kind holds (proto.h), field by
+ * field; a decoder fills a part exactly as the jansson decoder fills the IR
+ * part, and an encoder writes from it exactly what the jansson encoder
+ * writes from that IR part. Strings are still-escaped spans (of the body,
+ * or of the arena when a decoder had to build one, e.g. joined texts).
+ */
 typedef struct px_fpart {
   struct px_fpart *next;
   px_fpart_type_t type;
-  px_fstr_t text;         /**< TEXT */
+  px_fstr_t text;         /**< TEXT, REFUSAL, REASONING: text (REASONING:
+                               "" when none); TOOL_CALL custom: its input */
   px_str_t cache_control; /**< TEXT: raw JSON value, ptr NULL if absent */
   int developer;          /**< system TEXT: role developer (Chat) */
-  px_fstr_t id, name;     /**< TOOL_CALL id and name; TOOL_RESULT: id */
+  px_fstr_t id, name;     /**< TOOL_CALL id and name; TOOL_RESULT: id;
+                               REASONING: its item id (IR "id") */
   px_fstr_t args;         /**< TOOL_CALL: arguments, a JSON string's content
                                (JSON text, escaped); p NULL: see input */
   px_str_t input;         /**< TOOL_CALL: the arguments as JSON text (a valid
                                object); set with args, or alone */
-  struct px_fpart *content; /**< TOOL_RESULT: its TEXT parts */
+  int custom;             /**< TOOL_CALL: a custom (freeform) tool's call
+                               (IR "custom": true; its input in text) */
+  struct px_fpart *content; /**< TOOL_RESULT: its TEXT (and IMAGE) parts */
   int is_error;           /**< TOOL_RESULT: is_error true */
+  /** REASONING: the opaque tokens by IR field, tok[k] the field
+   *  px_rtok_at(k) ("encrypted_content", "signature", "redacted_data",
+   *  "thought_signature"); p NULL: absent. */
+  px_fstr_t tok[PX_FRTOKS];
+  /** IMAGE / FILE: url, or media_type with base64 data, or file_id (FILE);
+   *  filename (FILE); p NULL: absent. */
+  px_fstr_t url, media_type, data, file_id, filename;
 } px_fpart_t;
 
 typedef struct px_fmsg {
@@ -84,9 +116,14 @@ typedef struct px_fmsg {
 typedef struct px_ftool {
   struct px_ftool *next;
   px_fstr_t name, desc;
-  px_str_t params;  /**< raw JSON object (always set by the decoders) */
+  px_str_t params;        /**< raw JSON object (always set by the decoders;
+                               unused for a custom tool) */
   px_str_t cache_control; /**< raw JSON value, ptr NULL if absent */
   int strict;       /**< -1 absent, 0 false, 1 true */
+  int custom;       /**< an IR custom (freeform) tool: name, desc, format */
+  px_str_t format;  /**< custom: the IR "format" object as raw JSON, in the
+                         IR's shape ({"type":"text"} or {"type":"grammar",
+                         "syntax":..,"definition":..}); ptr NULL: absent */
 } px_ftool_t;
 
 typedef enum { PX_FTC_UNSET, PX_FTC_AUTO, PX_FTC_NONE, PX_FTC_REQUIRED, PX_FTC_TOOL } px_ftc_t;
@@ -111,6 +148,22 @@ typedef struct px_freq {
   int stream_true;               /**< the request streams (the body's `stream`
                                       true; Gemini: the path's method) */
   int rf_text;                   /**< response_format {"type":"text"} */
+  int rf_json;                   /**< response_format {"type":"json_object"} */
+  /** response_format {"type":"json_schema", name, schema, strict?,
+   *  description?} (IR shape): rf_schema.ptr set (raw object) */
+  px_str_t rf_schema;
+  px_fstr_t rf_name, rf_desc;
+  int rf_strict; /**< -1 absent, 0 false, 1 true */
+  /** IR "reasoning": has_reasoning 1 when the IR holds the object (even
+   *  empty members); effort / summary p NULL when absent; budget raw
+   *  integer token (ptr NULL: absent) and its value; enabled -1 absent. */
+  int has_reasoning;
+  px_fstr_t effort, summary;
+  px_str_t budget;
+  int64_t budget_v;
+  int reasoning_enabled;
+  px_fstr_t prompt_cache_key; /**< IR prompt_cache_key (p NULL: absent) */
+  px_fstr_t verbosity;        /**< IR verbosity (p NULL: absent) */
 } px_freq_t;
 
 /** A response in the common shape (text and tool calls). */
@@ -130,6 +183,20 @@ typedef struct px_fresp {
   int64_t usage_in, usage_out;
 } px_fresp_t;
 
+/** Parts of the fast IR an encoder must know to take a request (the hub
+ *  reads them off the decoded IR: px_freq_uses). */
+#define PX_FU_REASONING (1u << 0)     /**< REASONING parts */
+#define PX_FU_REASONING_CFG (1u << 1) /**< has_reasoning */
+#define PX_FU_CUSTOM (1u << 2)        /**< custom tools or custom calls */
+#define PX_FU_MEDIA (1u << 3)         /**< IMAGE / FILE parts (anywhere) */
+#define PX_FU_REFUSAL (1u << 4)       /**< REFUSAL parts */
+#define PX_FU_RF_JSON (1u << 5)       /**< rf_json / rf_schema */
+#define PX_FU_CACHE_KEY (1u << 6)     /**< prompt_cache_key (after the fit) */
+#define PX_FU_VERBOSITY (1u << 7)     /**< verbosity (after the fit) */
+#define PX_FU_ALL 0xffu
+/** The PX_FU_* a decoded request uses. */
+unsigned px_freq_uses(const px_freq_t *ir);
+
 /** What a protocol's fast codec offers (px_proto_ops_t.fast; NULL members
  *  decline). Each returns 0, PX_FAST_DECLINE, or <0 (also a decline). */
 typedef struct px_fast_ops {
@@ -141,6 +208,9 @@ typedef struct px_fast_ops {
                          px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy);
   int (*encode_response)(const px_tr_ctx_t *ctx, const px_fresp_t *ir, px_buf_t *out,
                          px_arena_t *a, px_lossy_t *lossy);
+  /** What encode_request writes of the IR beyond the first fast IR's
+   *  shape (PX_FU_*): the hub declines a decoded request using more. */
+  unsigned encodes;
   /** decode_response checks the whole body itself by jansson's rules (the
    *  px_fc_* reads), in the same pass: the hub scans nothing before it.
    *  0: the hub validates the body first (px_json_request). */
@@ -333,6 +403,29 @@ int px_fast_args_object(px_arena_t *a, px_fpart_t *part);
 /** A raw JSON value -> jansson's compact dump of it as escaped string
  *  content (what the jansson codecs put in IR arguments). 0 or decline. */
 int px_fast_dump_value(px_arena_t *a, px_str_t raw, px_fstr_t *out);
+
+/* ---- opaque reasoning tokens (protoutil.h px_rtok_*, on fast parts) ---- */
+
+/** The index of IR token field `field` in px_fpart_t.tok (-1: none). */
+int px_frtok_index(const char *field);
+/** A token a `client` client replayed (its own token field's string
+ *  content, escaped) -> set in reasoning part p's tok[] by its tag, as
+ *  px_rtok_in does (an empty token sets nothing). 0, or PX_FAST_DECLINE
+ *  when the token has escapes where a tag would be. */
+int px_frtok_in(px_proto_t client, px_fpart_t *p, px_fstr_t tok);
+/** The token a `client` client carries for reasoning part p, as
+ *  px_rtok_out picks it: 1 with *tag (the tag to write before it, maybe
+ *  "") and *tok set; 0 when p has none the client can carry. */
+int px_frtok_out(px_proto_t client, const px_fpart_t *p, const char **tag,
+                 px_fstr_t *tok);
+/** px_frtok_out written as one quoted JSON string; 0 when written, 1 when
+ *  p has none for the client (nothing written), <0 on memory. */
+int px_fb_rtok(px_buf_t *b, px_proto_t client, const px_fpart_t *p);
+/** px_ir_fit_request on the fast IR (src/proto/common.c: one table). */
+void px_fit_fast_request(const px_tr_ctx_t *ctx, px_freq_t *ir, px_lossy_t *lossy);
+/** Whether the IR asks for reasoning (px_lossy_predict's rule): an IR
+ *  reasoning object, not enabled false, effort not "none". */
+int px_freq_reasoning_on(const px_freq_t *ir);
 
 /* ------------------------------------------------------------------------ */
 /* Hub (src/proto/translate_fast.c)                                                */

@@ -676,12 +676,15 @@ PX_PROTO_MAP(XX)
 int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
                          json_t **upstream_body, px_lossy_t *lossy,
                          px_tr_err_t *err);
-/** The response fields a stream of this request may drop, predicted from the
- *  IR request (x-proxai-lossy leaves before the stream; the names are those
- *  the non-streaming encoders use for the same content). Called by
- *  px_translate_request and the fast path (ir_request NULL: no reasoning
- *  asked) when ctx->stream. */
-void px_lossy_predict(const px_tr_ctx_t *ctx, json_t *ir_request, px_lossy_t *lossy);
+/** The response fields a stream of this request may drop, predicted from
+ *  whether the request asks for reasoning (x-proxai-lossy leaves before the
+ *  stream; the names are those the non-streaming encoders use for the same
+ *  content). Called by px_translate_request and the fast path when
+ *  ctx->stream. */
+void px_lossy_predict(const px_tr_ctx_t *ctx, int reasoning, px_lossy_t *lossy);
+/** Whether an IR request asks for reasoning: a reasoning object, not
+ *  enabled false, effort not "none". */
+int px_ir_reasoning_on(json_t *ir_request);
 /** The one place where a decoded request is fitted to the upstream's
  *  capabilities: IR fields the upstream's caps cannot hold (prompt_cache_key,
  *  verbosity) are removed and named in lossy by the client's names. Called by

@@ -139,6 +139,9 @@ void px_usage_merge(px_usage_t *d, const px_usage_t *s);
  * A client's own family travels untagged; Chat clients cannot carry any.
  */
 
+/** The k-th token field over every protocol's rtoks, in table order; NULL
+ *  past the last. */
+const char *px_rtok_at(size_t k);
 /** The IR field of protocol p's own token ("signature", "encrypted_content",
  *  "thought_signature"); NULL for Chat. */
 const char *px_rtok_field(px_proto_t p);

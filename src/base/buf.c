@@ -83,9 +83,10 @@ static inline uint64_t escapable8(uint64_t v) {
 /* The one writer of JSON string bodies: every JSON the gateway writes is
  * valid UTF-8 (SPEC 10), so a byte that does not start a valid UTF-8
  * sequence (an invalid one, or one cut short by a truncation) is written
- * as U+FFFD. */
-int px_buf_json_escape(px_buf_t *b, const char *s, size_t n) {
-  static const char hex[] = "0123456789abcdef";
+ * as U+FFFD; as jansson (PX_ESC_JANSSON): \u00XX in capitals, and invalid
+ * UTF-8 refused (-1). */
+int px_buf_json_escape_as(px_buf_t *b, const char *s, size_t n, int how) {
+  const char *hex = how == PX_ESC_JANSSON ? "0123456789ABCDEF" : "0123456789abcdef";
   /* worst case 6 bytes per input byte */
   size_t start = 0;
   for (size_t i = 0; i < n; i++) {
@@ -127,6 +128,7 @@ int px_buf_json_escape(px_buf_t *b, const char *s, size_t n) {
           i += l - 1;
           continue;
         }
+        if (how == PX_ESC_JANSSON) return -1;
         esc = "\xef\xbf\xbd";
         elen = 3;
       }
@@ -138,6 +140,10 @@ int px_buf_json_escape(px_buf_t *b, const char *s, size_t n) {
     start = i + 1;
   }
   return px_buf_append(b, s + start, n - start);
+}
+
+int px_buf_json_escape(px_buf_t *b, const char *s, size_t n) {
+  return px_buf_json_escape_as(b, s, n, 0);
 }
 
 int px_buf_json_str(px_buf_t *b, const char *s, size_t n) {

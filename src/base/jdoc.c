@@ -161,58 +161,10 @@ json_t *px_jdoc_loads(const char *s, size_t flags, json_error_t *err) {
 
 #define DUMP_MAX_DEPTH 2048
 
-/* a string as jansson writes it: '"', '\\' and control characters escaped
- * (\b \f \n \r \t, else \u00XX in capitals), everything else as is; -1 on
- * invalid UTF-8 (jansson refuses the document) */
+/* a string as jansson writes it (buf.c's one string writer) */
 static int dump_string(px_buf_t *b, const char *s, size_t n) {
-  static const char hex[] = "0123456789ABCDEF";
-  const unsigned char *p = (const unsigned char *)s;
-  if (px_buf_reserve(b, n + 2) < 0) return -1;
-  b->data[b->len++] = '"';
-  size_t i = 0;
-  while (i < n) {
-    size_t k = px_json_plain(p, n, i);
-    if (k > i && px_buf_append(b, s + i, k - i) < 0) return -1;
-    i = k;
-    if (i >= n) break;
-    unsigned c = p[i];
-    if (c >= 0x80) {
-      size_t l = px_utf8_seq(p + i, n - i);
-      if (l == 0 || px_buf_append(b, s + i, l) < 0) return -1;
-      i += l;
-      continue;
-    }
-    char e[6] = {'\\', 0, 0, 0, 0, 0};
-    size_t el = 2;
-    switch (c) {
-      case '"':
-        e[1] = '"';
-        break;
-      case '\\':
-        e[1] = '\\';
-        break;
-      case '\b':
-        e[1] = 'b';
-        break;
-      case '\f':
-        e[1] = 'f';
-        break;
-      case '\n':
-        e[1] = 'n';
-        break;
-      case '\r':
-        e[1] = 'r';
-        break;
-      case '\t':
-        e[1] = 't';
-        break;
-      default:
-        e[1] = 'u', e[2] = '0', e[3] = '0', e[4] = hex[c >> 4], e[5] = hex[c & 15];
-        el = 6;
-    }
-    if (px_buf_append(b, e, el) < 0) return -1;
-    i++;
-  }
+  if (px_buf_append(b, "\"", 1) < 0 || px_buf_json_escape_as(b, s, n, PX_ESC_JANSSON) < 0)
+    return -1;
   return px_buf_append(b, "\"", 1);
 }
 

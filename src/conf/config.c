@@ -84,7 +84,7 @@ struct directive {
   int flags;
 };
 
-#define NDIRECTIVES 64
+#define NDIRECTIVES 128
 
 struct parse {
   px_config_t *c;

@@ -171,18 +171,24 @@ static char *url_decode(px_str_t s) {
   return o;
 }
 
+/* The runtime key of a secret no static key holds, from the state
+ * backend's local store (*owned, the caller frees it), else NULL. */
+static const px_key_conf_t *find_runtime_key(px_config_t *cfg, const char *sec, size_t sl,
+                                             px_key_conf_t **owned) {
+  int64_t now = (int64_t)time(NULL);
+  *owned = px_keys_find(cfg, sec, sl, now);
+  if (*owned) px_rl_touch((*owned)->name, now);
+  return *owned;
+}
+
 /* The key of a secret: a static one of the configuration, else a runtime
- * one from the state backend (*owned, the caller frees it), else NULL. */
+ * one (find_runtime_key), else NULL. */
 static const px_key_conf_t *find_key(px_config_t *cfg, const char *sec, size_t sl,
                                      px_key_conf_t **owned) {
   *owned = NULL;
   if (!sec) return NULL;
   const px_key_conf_t *k = px_config_key(cfg, sec, sl);
-  if (k) return k;
-  int64_t now = (int64_t)time(NULL);
-  *owned = px_keys_find(cfg, sec, sl, now);
-  if (*owned) px_rl_touch((*owned)->name, now);
-  return *owned;
+  return k != NULL ? k : find_runtime_key(cfg, sec, sl, owned);
 }
 
 /* GET endpoints that need a client key when keys exist (/v1/models, /metrics
@@ -336,7 +342,7 @@ static void after_admission(px_exch_t *x) {
     px_exch_error(x, PX_ERR_OVERLOADED, "the gateway is shutting down", NULL);
     return;
   }
-  x->route = px_config_route(cfg, x->model);
+  if (x->route == NULL) x->route = px_config_route(cfg, x->model); /* once */
   if (x->route == NULL) {
     if (cfg->unconfigured_message) {
       px_exch_error(x, PX_ERR_UNAVAILABLE, cfg->unconfigured_message, NULL);
@@ -469,7 +475,7 @@ static int authorize_key(px_exch_t *x, int presented) {
   a->key = k; /* the spend is counted for every key */
   a->now_s = (int64_t)time(NULL);
   if (k->rpm == 0 && k->tpm == 0 && !budgeted) return 0;
-  const px_route_conf_t *rt = px_config_route(cfg, x->model);
+  const px_route_conf_t *rt = x->route = px_config_route(cfg, x->model);
   if (budgeted && rt == NULL) return 0; /* no route: 404 from after_admission */
   a->budgeted = budgeted;
   if (k->tpm) {
@@ -515,8 +521,11 @@ static int authorize(px_exch_t *x) {
   if (!px_config_keyed(cfg)) return 0;
   size_t sl = 0;
   const char *sec = client_secret(x->req, px_exch_client_ops(x), &sl);
-  if (sec && sl && !px_config_key(cfg, sec, sl) && px_keys_on(cfg) &&
-      px_redis_running()) {
+  x->rkey = NULL;
+  /* a static key is looked up once */
+  x->key = sec != NULL ? px_config_key(cfg, sec, sl) : NULL;
+  if (x->key != NULL || sec == NULL) return authorize_key(x, sec != NULL);
+  if (sl && px_keys_on(cfg) && px_redis_running()) {
     char hex[65];
     px_keys_hash(sec, sl, hex);
     if (px_redis_key_lookup(hex, on_key_records, px_exch_arg(x), &x->rl_wait) == 1)
@@ -526,8 +535,8 @@ static int authorize(px_exch_t *x) {
                   NULL);
     return -1;
   }
-  x->key = find_key(cfg, sec, sl, &x->rkey);
-  return authorize_key(x, sec != NULL);
+  x->key = find_runtime_key(cfg, sec, sl, &x->rkey);
+  return authorize_key(x, 1);
 }
 
 static void gateway(px_worker_t *w, px_conn_t *c, px_req_t *r, const px_inbound_t *in) {

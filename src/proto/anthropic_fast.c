@@ -387,6 +387,8 @@ static int put_block(px_buf_t *b, px_fpart_t *p, px_arena_t *a, int *first) {
       if (rc == 0) rc = px_fb_lit(b, "}");
       return rc;
     }
+    default: /* not written by this encoder yet (px_fast_ops_t.encodes) */
+      break;
   }
   return DECLINE;
 }

@@ -7,6 +7,7 @@
 
 #include "proxai/fastir.h"
 #include "proxai/jdoc.h"
+#include "proxai/protoutil.h"
 
 /* ------------------------------------------------------------------------ */
 /* Arena                                                                     */
@@ -765,4 +766,108 @@ int px_fb_i64(px_buf_t *b, int64_t v) {
   } while (u);
   if (v < 0) *--q = '-';
   return px_fb_put(b, q, (size_t)(e - q));
+}
+
+/* ---- opaque reasoning tokens on fast parts (protoutil.h px_rtok_*) ---- */
+
+int px_frtok_index(const char *field) {
+  const char *f;
+  for (size_t k = 0; k < PX_FRTOKS && (f = px_rtok_at(k)) != NULL; k++)
+    if (strcmp(f, field) == 0) return (int)k;
+  return -1;
+}
+
+int px_frtok_in(px_proto_t client, px_fpart_t *p, px_fstr_t tok) {
+  const char *own = px_rtok_field(client), *field = own, *f;
+  if (tok.p == NULL || tok.n == 0 || own == NULL) return 0;
+  int tagged = 0;
+  for (size_t k = 0; (f = px_rtok_at(k)) != NULL; k++) {
+    const char *tag = px_rtok_tag(client, f);
+    size_t n = tag != NULL ? strlen(tag) : 0;
+    /* a tag is plain ASCII: its raw bytes are its unescaped bytes */
+    if (n > 0 && tok.n >= n && memcmp(tok.p, tag, n) == 0) {
+      field = f;
+      tok.p += n;
+      tok.n -= n;
+      tagged = 1;
+      break;
+    }
+  }
+  /* an escape might spell a tag the raw bytes do not show */
+  if (!tagged && tok.esc) return PX_FAST_DECLINE;
+  if (tok.n == 0) return 0;
+  int k = px_frtok_index(field);
+  if (k < 0) return PX_FAST_DECLINE;
+  p->tok[k] = tok;
+  return 0;
+}
+
+int px_frtok_out(px_proto_t client, const px_fpart_t *p, const char **tag,
+                 px_fstr_t *tok) {
+  const char *own = px_rtok_field(client);
+  if (own == NULL) return 0;
+  const char *f = own;
+  for (size_t k = 0; f != NULL; f = px_rtok_at(k++)) {
+    int i = px_frtok_index(f);
+    const char *t = px_rtok_tag(client, f);
+    if (i >= 0 && p->tok[i].p != NULL && p->tok[i].n > 0 && t != NULL) {
+      *tag = t;
+      *tok = p->tok[i];
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int px_fb_rtok(px_buf_t *b, px_proto_t client, const px_fpart_t *p) {
+  const char *tag;
+  px_fstr_t tok;
+  if (!px_frtok_out(client, p, &tag, &tok)) return 1;
+  if (px_fb_lit(b, "\"") < 0 || px_fb_lit(b, tag) < 0 || px_fb_put(b, tok.p, tok.n) < 0 ||
+      px_fb_lit(b, "\"") < 0)
+    return PX_ENOMEM;
+  return 0;
+}
+
+int px_freq_reasoning_on(const px_freq_t *ir) {
+  return ir->has_reasoning && ir->reasoning_enabled != 0 && !px_fs_is(ir->effort, "none");
+}
+
+static unsigned part_uses(const px_fpart_t *p) {
+  unsigned u = 0;
+  for (; p != NULL; p = p->next) {
+    switch (p->type) {
+      case PX_FP_REASONING:
+        u |= PX_FU_REASONING;
+        break;
+      case PX_FP_IMAGE:
+      case PX_FP_FILE:
+        u |= PX_FU_MEDIA;
+        break;
+      case PX_FP_REFUSAL:
+        u |= PX_FU_REFUSAL;
+        break;
+      case PX_FP_TOOL_CALL:
+        u |= p->custom ? PX_FU_CUSTOM : 0;
+        break;
+      case PX_FP_TOOL_RESULT:
+        u |= part_uses(p->content);
+        break;
+      case PX_FP_TEXT:
+        break;
+    }
+  }
+  return u;
+}
+
+unsigned px_freq_uses(const px_freq_t *ir) {
+  unsigned u = part_uses(ir->system);
+  for (const px_fmsg_t *m = ir->msgs; m != NULL; m = m->next) u |= part_uses(m->parts);
+  for (const px_ftool_t *t = ir->tools; t != NULL; t = t->next)
+    u |= t->custom ? PX_FU_CUSTOM : 0;
+  if (ir->has_reasoning) u |= PX_FU_REASONING_CFG;
+  if (ir->rf_json || ir->rf_schema.ptr != NULL) u |= PX_FU_RF_JSON;
+  if (ir->prompt_cache_key.p != NULL) u |= PX_FU_CACHE_KEY;
+  if (ir->verbosity.p != NULL) u |= PX_FU_VERBOSITY;
+  return u;
 }

@@ -617,6 +617,8 @@ static int put_part(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p,
       if (rc == 0) rc = px_fb_lit(b, "}}");
       return rc;
     }
+    default: /* not written by this encoder yet (px_fast_ops_t.encodes) */
+      break;
   }
   return DECLINE;
 }

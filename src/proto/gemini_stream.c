@@ -9,6 +9,7 @@
  * whole when its block stops (Gemini carries args as an object), and the
  * finishReason with usageMetadata on MESSAGE_DELTA.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,11 @@ struct px_sdec {
   long fast_hits;    /* chunks it handled */
   char resp_id[128];
   json_t *pargs;    /* a call whose arguments stream (willContinue): so far */
+  /* the run of stringValue fragments at one jsonPath not yet in pargs
+   * (joined once when the run ends: no quadratic re-joining) */
+  char *run_path;
+  px_buf_t run;
+  size_t pargs_held; /* bytes the streaming call's arguments hold (max_accum) */
   px_usage_t usage; /* an event's usage as px_ev_init leaves it */
   px_buf_t scratch; /* the fast path's unescaped text */
 };
@@ -57,6 +63,8 @@ void px_gemini_sdec_free(px_sdec_t *d) {
   if (d == NULL) return;
   px_buf_free(&d->scratch);
   json_decref(d->pargs);
+  free(d->run_path);
+  px_buf_free(&d->run);
   free(d);
 }
 
@@ -147,15 +155,10 @@ static int sd_call_end(px_sdec_t *d, json_t *args) {
   return rc;
 }
 
-/* One partialArgs entry {jsonPath: "$.a.b[0]", stringValue | numberValue |
- * boolValue | nullValue, willContinue} set into args: a string continues
- * the one already at its path. 0, or -1 when the path is not one. */
-static int parg_apply(json_t *args, json_t *pa) {
-  const char *path = px_jstr(pa, "jsonPath");
-  json_t *v = json_object_get(pa, "stringValue");
-  if (v == NULL) v = json_object_get(pa, "numberValue");
-  if (v == NULL) v = json_object_get(pa, "boolValue");
-  if (v == NULL && json_object_get(pa, "nullValue") != NULL) v = json_null();
+/* A partialArgs value v set into args at path ("$.a.b[0]"): a string
+ * continues the one already at its path. 0, or -1 when the path is not
+ * one. */
+static int parg_apply(json_t *args, const char *path, json_t *v) {
   if (path == NULL || path[0] != '$' || v == NULL) return -1;
   json_t *at = args; /* the container the next step reads */
   const char *p = path + 1;
@@ -218,10 +221,25 @@ static int parg_apply(json_t *args, json_t *pa) {
   return 0;
 }
 
+/* The pending run of string fragments into pargs, joined once. */
+static int sd_run_end(px_sdec_t *d) {
+  if (d->run_path == NULL) return 0;
+  json_t *v = json_stringn(d->run.data ? d->run.data : "", d->run.len);
+  int rc = v != NULL && parg_apply(d->pargs, d->run_path, v) == 0 ? 0 : -1;
+  json_decref(v);
+  free(d->run_path);
+  d->run_path = NULL;
+  d->run.len = 0;
+  return rc;
+}
+
 /* The call whose arguments stream, ended: its arguments so far as one
  * delta. Also when something else arrives before its last part. */
 static int sd_call_flush(px_sdec_t *d) {
   if (d->pargs == NULL) return 0;
+  if (sd_run_end(d) < 0)
+    return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream partialArgs with a bad jsonPath");
+  d->pargs_held = 0;
   json_t *done = d->pargs;
   d->pargs = NULL;
   int rc = sd_call_end(d, done);
@@ -229,16 +247,49 @@ static int sd_call_flush(px_sdec_t *d) {
   return rc;
 }
 
+/* One partialArgs entry {jsonPath, stringValue | numberValue | boolValue |
+ * nullValue, willContinue} into the streaming call: a string fragment at
+ * the path of the run goes on the run; anything else ends the run first.
+ * The arguments held stay within ctx->max_accum. 0 or -1. */
+static int sd_parg(px_sdec_t *d, json_t *pa) {
+  const char *path = px_jstr(pa, "jsonPath");
+  json_t *v = json_object_get(pa, "stringValue");
+  int str = v != NULL;
+  if (v == NULL) v = json_object_get(pa, "numberValue");
+  if (v == NULL) v = json_object_get(pa, "boolValue");
+  if (v == NULL && json_object_get(pa, "nullValue") != NULL) v = json_null();
+  if (path == NULL || path[0] != '$' || v == NULL) return -1;
+  size_t n = str && json_is_string(v) ? json_string_length(v) : 16;
+  d->pargs_held += n + strlen(path);
+  if (d->ctx->max_accum > 0 && d->pargs_held > d->ctx->max_accum) return -1;
+  if (str && json_is_string(v)) {
+    if (d->run_path != NULL && strcmp(d->run_path, path) != 0 && sd_run_end(d) < 0)
+      return -1;
+    if (d->run_path == NULL) {
+      if ((d->run_path = strdup(path)) == NULL) return -1;
+      if (d->run.cap == 0) px_buf_init(&d->run, SIZE_MAX / 2);
+    }
+    return px_buf_append(&d->run, json_string_value(v), n) == 0 ? 0 : -1;
+  }
+  if (sd_run_end(d) < 0) return -1;
+  return parg_apply(d->pargs, path, v);
+}
+
 /* A part's partialArgs (and whole args) into the streaming call. */
 static int sd_call_args(px_sdec_t *d, json_t *fc) {
   size_t i;
   json_t *pa;
   json_array_foreach(json_object_get(fc, "partialArgs"), i, pa) {
-    if (parg_apply(d->pargs, pa) < 0)
-      return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream partialArgs with a bad jsonPath");
+    if (sd_parg(d, pa) < 0)
+      return sd_fail(d, PX_ERR_BAD_GATEWAY,
+                     "upstream partialArgs with a bad jsonPath or over the size limit");
   }
   json_t *args = json_object_get(fc, "args");
-  if (json_is_object(args) && json_object_update(d->pargs, args) < 0) return PX_ENOMEM;
+  if (json_is_object(args)) {
+    if (sd_run_end(d) < 0)
+      return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream partialArgs with a bad jsonPath");
+    if (json_object_update(d->pargs, args) < 0) return PX_ENOMEM;
+  }
   return 0;
 }
 

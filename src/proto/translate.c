@@ -63,7 +63,7 @@ static int pipeline(px_tr_ctx_t *c, int is_request, tr_fn decode, tr_fn encode,
   if (is_request) px_ir_fit_request(c, ir, lossy); /* what the upstream cannot hold */
   /* a stream's headers leave before its content: what it may drop is
    * named now, from the request (the rules of the non-streaming path) */
-  if (is_request && c->stream) px_lossy_predict(c, ir, lossy);
+  if (is_request && c->stream) px_lossy_predict(c, px_ir_reasoning_on(ir), lossy);
   if (!is_request && c->client_model == NULL) {
     json_t *m = json_object_get(ir, "model");
     if (json_is_string(m)) c->client_model = json_string_value(m);

@@ -38,12 +38,14 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
   px_arena_init(&a);
   px_freq_t ir;
   memset(&ir, 0, sizeof(ir));
-  ir.parallel = -1;
+  ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
   px_lossy_t l;
   px_lossy_init(&l);
   px_buf_t b;
   px_buf_init(&b, out_cap(len));
   int rc = in->decode_request(&c, body, len, &ir, &a, &l);
+  if (rc == 0) px_fit_fast_request(&c, &ir, &l);
+  if (rc == 0 && (px_freq_uses(&ir) & ~op->encodes) != 0) rc = PX_FAST_DECLINE;
   if (rc == 0) rc = px_buf_reserve(&b, len + 256);
   if (rc == 0) rc = op->encode_request(&c, &ir, &b, &a, &l);
   if (rc == 0) rc = px_buf_append(&b, "", 1);
@@ -56,9 +58,8 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
   *out = px_buf_steal(&b, NULL);
   px_lossy_merge(lossy, &l);
   /* a stream's headers name what it may drop (one rule with the jansson
-   * pipeline); the fast IR holds no reasoning request (those decline), so
-   * only what the upstream sends unasked (Gemini's signatures) applies */
-  if (c.stream) px_lossy_predict(&c, NULL, lossy);
+   * pipeline) */
+  if (c.stream) px_lossy_predict(&c, px_freq_reasoning_on(&ir), lossy);
   taken_req++;
   return 0;
 }

@@ -247,8 +247,7 @@ const char *px_rtok_stream_tag(px_proto_t client, px_proto_t upstream) {
   return f != NULL ? px_rtok_tag(client, f) : "";
 }
 
-/* The k-th token field over every protocol's rtoks; NULL past the last. */
-static const char *rtok_at(size_t k) {
+const char *px_rtok_at(size_t k) {
   for (int p = 0; p < PX_PROTO_COUNT; p++) {
     const px_proto_ops_t *ops = px_proto_get((px_proto_t)p);
     for (size_t i = 0; i < PX_RTOKS && ops->rtoks[i].field; i++)
@@ -261,7 +260,7 @@ json_t *px_rtok_out(px_proto_t client, json_t *p) {
   const char *own = px_rtok_field(client);
   if (own == NULL) return NULL;
   const char *f = own;
-  for (size_t k = 0; f != NULL; f = rtok_at(k++)) {
+  for (size_t k = 0; f != NULL; f = px_rtok_at(k++)) {
     const char *v = px_jstr(p, f), *tag = px_rtok_tag(client, f);
     if (v != NULL && *v != 0 && tag != NULL) return json_sprintf("%s%s", tag, v);
   }
@@ -272,7 +271,7 @@ int px_rtok_in(px_proto_t client, json_t *p, const char *tok) {
   const char *own = px_rtok_field(client), *field = own;
   if (tok == NULL || *tok == 0 || own == NULL) return 0;
   const char *f;
-  for (size_t k = 0; (f = rtok_at(k)) != NULL; k++) {
+  for (size_t k = 0; (f = px_rtok_at(k)) != NULL; k++) {
     const char *tag = px_rtok_tag(client, f);
     size_t n = tag != NULL ? strlen(tag) : 0;
     if (n > 0 && strncmp(tok, tag, n) == 0) {

@@ -929,12 +929,17 @@ void px_redis_settle(const px_admit_t *a, uint64_t used, int64_t cost) {
   const px_key_conf_t *k = a->key;
   int64_t delta = k->tpm ? (int64_t)used - (int64_t)a->tokens : 0;
   if (delta == 0 && !a->budgeted && cost <= 0) return;
-  /* lost when not connected: the bucket refills, the reservations lapse */
-  if (!g.ac || g.down) return;
   px_rl_wait_t *w =
       wait_new(k, "s", a->now_s, (long long)delta, a->budgeted ? a->cost : 0, cost, NULL);
   if (!w) return;
+  /* not held any more, settled or not: a reservation this worker no longer
+   * renews lapses */
   if (w->budgeted) held_wait(w, -1);
+  /* lost when not connected: the bucket refills, the reservations lapse */
+  if (!g.ac || g.down) {
+    wait_free(w);
+    return;
+  }
   /* tokens returned: the local over-limit mark may be stale */
   cache_slot_t *c = &g.cache[w->hash & (CACHE_SLOTS - 1)];
   if (delta < 0 && c->hash == w->hash) c->until_ms = 0;

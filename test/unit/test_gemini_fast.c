@@ -11,6 +11,8 @@
 #include "check.h"
 #include "fast_pair.h"
 #include "proxai/fastir.h"
+#include "proxai/protoutil.h"
+#include "proxai/sse.h"
 
 #define CHAT 0
 #define RESP 1
@@ -155,7 +157,63 @@ static void declines(void) {
                   "{\"candidates\":[],\"promptFeedback\":{\"blockReason\":\"SAFETY\"}}");
 }
 
+/* ---- a streamed call's partialArgs: a long run of string fragments is
+ * joined once (linear), and the arguments held stay within max_accum ---- */
+typedef struct {
+  int errors;
+  px_buf_t args;
+} sink_t;
+
+static int on_ev(void *arg, const px_ev_t *ev) {
+  sink_t *s = arg;
+  if (ev->type == PX_EV_ERROR) s->errors++;
+  if (ev->type == PX_EV_DELTA && ev->delta == PX_DELTA_TOOL_ARGS)
+    CHECK(px_buf_append(&s->args, ev->text.ptr, ev->text.len) == 0);
+  return 0;
+}
+
+static void feed(px_sdec_t *d, const char *data) {
+  px_sse_event_t e = {PX_STR_NULL, px_str(data), PX_STR_NULL};
+  px_gemini_sdec_feed(d, &e);
+}
+
+static int partial_args(size_t fragments, size_t max_accum, sink_t *s) {
+  px_tr_ctx_t c;
+  ctx_of(&c, CHAT, GEM);
+  c.max_accum = max_accum;
+  memset(s, 0, sizeof(*s));
+  px_buf_init(&s->args, 64u << 20);
+  px_sdec_t *d = px_gemini_sdec_new(&c, on_ev, s);
+  feed(d,
+       "{\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"functionCall\":"
+       "{\"name\":\"w\",\"willContinue\":true}}]}}],\"responseId\":\"r\"}");
+  for (size_t i = 0; i < fragments; i++)
+    feed(d,
+         "{\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"functionCall\":"
+         "{\"partialArgs\":[{\"jsonPath\":\"$.code\",\"stringValue\":\"0123456789\","
+         "\"willContinue\":true}],\"willContinue\":true}}]}}]}");
+  feed(d,
+       "{\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"functionCall\":"
+       "{}}]},\"finishReason\":\"STOP\"}]}");
+  px_gemini_sdec_finish(d);
+  px_gemini_sdec_free(d);
+  return s->errors;
+}
+
+static void streamed_partial_args(void) {
+  sink_t s;
+  /* 20,000 fragments (200 KB): one string of them all */
+  CHECK(partial_args(20000, 1u << 20, &s) == 0);
+  CHECK(s.args.len == 200000 + strlen("{\"code\":\"\"}"));
+  px_buf_free(&s.args);
+  /* past max_accum: an error event, not a growing document */
+  CHECK(partial_args(20000, 64u << 10, &s) > 0);
+  CHECK(s.args.len == 0);
+  px_buf_free(&s.args);
+}
+
 int main(void) {
+  streamed_partial_args();
   for (int o = 0; o < 3; o++) {
     /* a Gemini client: its request out, the other's answer back */
     request_pair(GEM, o, gem_request, NULL);
