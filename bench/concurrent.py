@@ -19,6 +19,8 @@ each upstream protocol of --ups.
 proxai is started afresh for each burst (its memory is that burst's alone).
 Reported per case (the median run): the time to the first event (median and
 slowest of the CONNS requests) and its ratio to nginx's in the same run;
+the CPU seconds the server spent on the burst (utime + stime: on a shared
+machine steadier than the wall-clock figures) beside nginx's;
 for proxai, VmRSS before the burst, its peak while the streams are open
 (streamclient -m samples it every 100 ms), the peak growth per request in
 flight against the body's size, and VmRSS two seconds after the burst.
@@ -39,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from agents import HEADERS, PREFIX, SHAPES, UPS, client_path, generate  # noqa: E402
-from bench import Proc, free_port, log, nginx_conf, proxai_conf, wait_port  # noqa: E402
+from bench import Proc, cpu_seconds, free_port, log, nginx_conf, proxai_conf, wait_port  # noqa: E402
 
 
 def rss_kb(pid):
@@ -99,7 +101,9 @@ def run(a):
                     f.write(body)
                 path = client_path(proto, model, 1)
                 if who == "nginx":
+                    c0 = cpu_seconds([ng.pid])
                     r = burst(a, ngp, path, bf, hdr)
+                    r["cpu_s"] = cpu_seconds([ng.pid]) - c0
                 else:  # a fresh proxai per burst: its memory is this burst's alone
                     pxp = free_port()
                     px = Proc("proxai", [a.proxai, "-c", proxai_conf(
@@ -107,7 +111,9 @@ def run(a):
                     try:
                         if not wait_port(pxp, px, 60.0):
                             raise RuntimeError("proxai did not start (%s)" % tmp)
+                        c0 = cpu_seconds([px.pid])
                         r = burst(a, pxp, path, bf, hdr, px.pid)
+                        r["cpu_s"] = cpu_seconds([px.pid]) - c0
                         time.sleep(2.0)
                         r["rss_after_kb"] = rss_kb(px.pid)
                     finally:
@@ -135,9 +141,11 @@ def table(a, rows):
     ng = [r for r in rows if r["who"] == "nginx"][0]
     ng_p50 = statistics.median(ttfe(r, "p50") for r in ng["runs"])
     ng_max = statistics.median(ttfe(r, "max") for r in ng["runs"])
+    ng_cpu = statistics.median(r["cpu_s"] for r in ng["runs"])
     out = ["| target | body | first event p50 | / nginx | first event max | / nginx | "
-           "RSS before | RSS peak | peak growth per request | / body | RSS 2 s after |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "CPU per burst | / nginx | RSS before | RSS peak | peak growth per request | "
+           "/ body | RSS 2 s after |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         p50 = statistics.median(ttfe(r, "p50") for r in row["runs"])
         mx = statistics.median(ttfe(r, "max") for r in row["runs"])
@@ -153,9 +161,10 @@ def table(a, rows):
             mem = ["{:,} KiB".format(m["rss_base_kb"]), "{:,} KiB".format(m["rss_max_kb"]),
                    "{:,.0f} KiB".format(per / 1024), "%.2fx" % (per / size),
                    "{:,} KiB".format(m["rss_after_kb"])]
-        out.append("| %s | %s B | %.1f ms | %.2fx | %.1f ms | %.2fx | %s |" % (
-            name, "{:,}".format(size), p50 / 1000, p50 / ng_p50, mx / 1000, mx / ng_max,
-            " | ".join(mem)))
+        cpu = statistics.median(r["cpu_s"] for r in row["runs"])
+        out.append("| %s | %s B | %.1f ms | %.2fx | %.1f ms | %.2fx | %.2f s | %.1fx | %s |" % (
+            name, "{:,}".format(size), p50 / 1000, p50 / ng_p50, mx / 1000, mx / ng_max, cpu,
+            cpu / ng_cpu if ng_cpu > 0 else 0, " | ".join(mem)))
     return "\n".join(out)
 
 
