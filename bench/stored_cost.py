@@ -21,7 +21,7 @@ a follow-up naming the last turn, and for the same conversation sent in full
 by the client (store: false): what the chain costs beside what its text costs.
 
 Usage: bench/stored_cost.py [--build build] [--requests 3000] [--cg 100,200]
-                            [--chain 50] [--turn-kb 300]
+                            [--chain 50] [--turn-kb 300] [--memory-only]
 Every process it starts listens on 127.0.0.1 only and is stopped by its PID.
 Not a test: it asserts nothing.
 """
@@ -41,8 +41,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADERS = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
 
 
-def conf(tmp, name, port, mock_port, backend, redis_port, max_body="16m"):
-    state = ("[state]\nbackend = redis\nredis = redis://127.0.0.1:%d/0\nprefix = bench:\n" % redis_port
+def conf(tmp, name, port, mock_port, backend, redis_port, max_body="16m", slow=False):
+    """slow: under valgrind (every reply takes some 50 times longer: [state]
+    timeout 5 s, or the connection is dropped and turns are not kept)."""
+    state = ("[state]\nbackend = redis\nredis = redis://127.0.0.1:%d/0\nprefix = bench:\n%s"
+             % (redis_port, "timeout = 5s\n" if slow else "")
              if backend == "redis" else "[state]\ndir = %s\n" % os.path.join(tmp, "store-" + name))
     path = os.path.join(tmp, name)
     with open(path, "w") as f:
@@ -142,12 +145,13 @@ def status_kb(pid, field):
 
 
 def peak_of(pid, fn):
-    """Peak RSS above the RSS before fn(), in KiB."""
+    """Peak RSS above the RSS before fn(), and the file pages it mapped
+    (RssFile after less before: the host's store's map), in KiB."""
     with open("/proc/%d/clear_refs" % pid, "w") as f:
         f.write("5")
-    before = status_kb(pid, "VmRSS")
+    before, fbefore = status_kb(pid, "VmRSS"), status_kb(pid, "RssFile")
     fn()
-    return status_kb(pid, "VmHWM") - before
+    return status_kb(pid, "VmHWM") - before, status_kb(pid, "RssFile") - fbefore
 
 
 def chain_memory(proxai, tmp, mock_port, redis_port, backend, turns, turn_kb):
@@ -199,6 +203,7 @@ def main():
     ap.add_argument("--cg", default="100,200", help="N1,N2 requests under callgrind")
     ap.add_argument("--chain", type=int, default=50, help="turns of the memory chain (0: none)")
     ap.add_argument("--turn-kb", type=int, default=300)
+    ap.add_argument("--memory-only", action="store_true", help="only the chain's memory")
     a = ap.parse_args()
     proxai = os.path.join(a.build, "proxai")
     fastmock = os.path.join(a.build, "bench", "fastmock")
@@ -220,7 +225,7 @@ def main():
             sys.exit("mock or redis did not start")
         backends = ["redis"] + (["local"] if has_dir_option(proxai, tmp, mock_port) else [])
         rows = {}
-        for backend in backends:
+        for backend in [] if a.memory_only else backends:
             port = free_port()
             p = subprocess.Popen([proxai, "-c", conf(tmp, backend + ".conf", port, mock_port,
                                                      backend, redis_port)])
@@ -239,7 +244,7 @@ def main():
                     "mean": statistics.fmean(lat), "redis": calls if backend == "redis" else None,
                 }
             stop(p)
-        if shutil.which("valgrind"):
+        if shutil.which("valgrind") and not a.memory_only:
             n1, n2 = (int(x) for x in a.cg.split(","))
             for backend in backends:
                 for kind in kinds:
@@ -247,7 +252,8 @@ def main():
                     for n in (n1, n2):
                         port = free_port()
                         out = os.path.join(tmp, "cg-%s-%s-%d.out" % (backend, kind, n))
-                        cfg = conf(tmp, "cg-%s.conf" % backend, port, mock_port, backend, redis_port)
+                        cfg = conf(tmp, "cg-%s.conf" % backend, port, mock_port, backend, redis_port,
+                                   slow=True)
                         p = subprocess.Popen(["valgrind", "--tool=callgrind",
                                               "--callgrind-out-file=" + out, proxai, "-c", cfg],
                                              stderr=subprocess.DEVNULL)
@@ -260,10 +266,11 @@ def main():
                         irs.append(callgrind_total(out))
                     if None not in irs:
                         rows[(backend, kind)]["ir"] = (irs[1] - irs[0]) / (n2 - n1)
-        print("| backend | request | p50 us | p99 us | mean us | added p50 us vs plain "
-              "| Redis round trips/request (commands) | proxai instructions/request |")
-        print("|---|---|---|---|---|---|---|---|")
-        for backend in backends:
+        if not a.memory_only:
+            print("| backend | request | p50 us | p99 us | mean us | added p50 us vs plain "
+                  "| Redis round trips/request (commands) | proxai instructions/request |")
+            print("|---|---|---|---|---|---|---|---|")
+        for backend in [] if a.memory_only else backends:
             base = rows[(backend, "plain")]["p50"]
             for kind in kinds:
                 r = rows[(backend, kind)]
@@ -275,14 +282,15 @@ def main():
         if a.chain > 0:
             print()
             print("| backend | chain | conversation bytes | peak RSS added, follow-up (MiB) "
+                  "| of which the store's file pages (MiB) "
                   "| peak RSS added, the same sent in full (MiB) |")
-            print("|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|")
             for backend in backends:
                 n, peaks = chain_memory(proxai, tmp, mock_port, redis_port, backend, a.chain,
                                         a.turn_kb)
-                print("| %s | %d x %d KiB | %d | %.1f | %.1f |" % (
-                    backend, a.chain, a.turn_kb, n, peaks["follow-up"] / 1024.0,
-                    peaks["full"] / 1024.0))
+                print("| %s | %d x %d KiB | %d | %.1f | %.1f | %.1f |" % (
+                    backend, a.chain, a.turn_kb, n, peaks["follow-up"][0] / 1024.0,
+                    peaks["follow-up"][1] / 1024.0, peaks["full"][0] / 1024.0))
     finally:
         for p in reversed(procs):
             stop(p)

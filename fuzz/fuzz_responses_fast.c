@@ -60,8 +60,10 @@ static void start(fd_pair_t *p, int kind) {
     if (starts[kind][k] != NULL) fd_feed(p, starts[kind][k], strlen(starts[kind][k]));
 }
 
-/* Self check: the fast path handles the reasoning, arguments and first text deltas; the
- * lone surrogate goes to jansson, which rejects the event */
+/* Self check: the fast path handles response.created, the reasoning, arguments and
+ * first text deltas and the text part's start (the tool and reasoning items go to
+ * jansson); the lone surrogate goes to jansson, which rejects the event, and the
+ * restarted stream's created, message item and text part are the fast path's: 8 */
 static const char self_body[] =
     "event: response.created\n"
     "data: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\"}}\n\n"
@@ -96,7 +98,7 @@ static const fd_ops_t ops = {
     .tail = "\"}",
     .self_body = self_body,
     .self_len = sizeof(self_body) - 1,
-    .self_hits = 3,
+    .self_hits = 8,
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

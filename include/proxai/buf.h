@@ -64,6 +64,30 @@ static inline int px_header_value_ok(const char *v, size_t n) {
   return 1;
 }
 
+/** One UTF-8 sequence at s[0..n), n >= 1: its length (1 for ASCII), or 0 if
+ *  invalid (stray continuation byte, overlong, surrogate, above U+10FFFF,
+ *  truncated). */
+static inline size_t px_utf8_seq(const unsigned char *s, size_t n) {
+  unsigned c = s[0];
+  if (c < 0x80) return 1;
+  if (c < 0xC2) return 0;
+  if (c < 0xE0) return n >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
+  if (c < 0xF0) {
+    if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
+    if (c == 0xE0 && s[1] < 0xA0) return 0;  /* overlong */
+    if (c == 0xED && s[1] >= 0xA0) return 0; /* surrogate */
+    return 3;
+  }
+  if (c < 0xF5) {
+    if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
+      return 0;
+    if (c == 0xF0 && s[1] < 0x90) return 0;  /* overlong */
+    if (c == 0xF4 && s[1] >= 0x90) return 0; /* above U+10FFFF */
+    return 4;
+  }
+  return 0;
+}
+
 /** The length of s[0..n) cut to at most max bytes, never inside a UTF-8
  *  character (for "%.*s" and the like). */
 static inline int px_utf8_cut(const char *s, size_t n, size_t max) {

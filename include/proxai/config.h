@@ -165,6 +165,8 @@ typedef struct px_responses_conf {
   int store;         /**< store = on (default) | off */
   uint64_t ttl_ms;   /**< kept this long from creation; default 30d */
   uint64_t max_size; /**< bytes of all stored responses; default 1g */
+  uint64_t timeout_ms; /**< a stored turn's write or a chain's read on Redis
+                            (up to max_body bytes); default 5s */
 } px_responses_conf_t;
 
 typedef struct px_config {

@@ -22,10 +22,7 @@
 /* ------------------------------------------------------------------------ */
 /* UTF-8 and JSON string syntax                                             */
 
-/** One UTF-8 sequence at s[0..n), n >= 1: its length (1 for ASCII), or 0 if
- *  invalid (stray continuation byte, overlong, surrogate, above U+10FFFF,
- *  truncated). */
-size_t px_utf8_seq(const unsigned char *s, size_t n);
+/* px_utf8_seq: buf.h */
 /** Code points in the UTF-8 text s[0..n) (bytes that are not continuation
  *  bytes). */
 size_t px_utf8_chars(const char *s, size_t n);
@@ -165,6 +162,8 @@ int px_fj_value(const px_fj_t *j, const px_fj_str_t *st, px_buf_t *scratch, px_s
 
 /** Output-token cap paths a scan can watch (px_json_request_caps). */
 #define PX_JREQ_CAPS 2
+/** Other top-level members a scan can hand over (px_json_request_watch). */
+#define PX_JREQ_MEMBERS 3
 
 /** Why px_json_request refused a body. */
 typedef enum {
@@ -187,6 +186,9 @@ typedef struct px_json_req {
                                      byte for a container; len 0: absent) */
   size_t cap_at[PX_JREQ_CAPS], cap_len[PX_JREQ_CAPS]; /**< value token of each
                                      watched output-token cap (caps[k]) */
+  size_t mem_at[PX_JREQ_MEMBERS], mem_len[PX_JREQ_MEMBERS]; /**< value token
+                                     of each watched top-level member
+                                     (members[k]), a container whole */
   size_t user_at, user_len;     /**< the end user's string token (SPEC 13), 0 if
                                      none: `metadata.user_id`, else
                                      `safety_identifier`, else `user` (the
@@ -228,6 +230,17 @@ int px_json_request(const char *p, size_t n, px_json_req_t *r);
  */
 int px_json_request_caps(const char *p, size_t n, const char *const (*caps)[2],
                          px_json_req_t *r);
+
+/**
+ * px_json_request_caps handing over also the spans of up to PX_JREQ_MEMBERS
+ * top-level members (members: NULL-padded, or NULL), in r->mem_at/mem_len:
+ * what a client protocol reads of every request (the stored responses'
+ * previous_response_id, store and input) costs no walk of its own. They
+ * are members the gateway reads, so the rule for repeated members holds for
+ * them too (PX_JREQ_DUPLICATE).
+ */
+int px_json_request_watch(const char *p, size_t n, const char *const (*caps)[2],
+                          const char *const *members, px_json_req_t *r);
 
 /** The model of a scanned request as a NUL-terminated malloc'd string
  *  (unescaped), or NULL: absent, not a string, or out of memory. */

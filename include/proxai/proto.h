@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "proxai/buf.h"
+#include "proxai/json.h"
 
 /* XX(enum suffix, config name, inbound path, upstream path, symbol prefix) */
 #define PX_PROTO_MAP(XX)                                                       \
@@ -486,18 +487,29 @@ typedef struct px_store_ops {
   /** A resource path of stored responses ({id} or {id}/input_items, with or
    *  without /v1): 1 with the id (still as sent) and *items set. */
   int (*match)(const char *path, size_t len, px_str_t *id, int *items);
+  /** The top-level members of a request the three below read (NULL-padded):
+   *  the admission's scan hands their spans over (px_json_request_watch,
+   *  px_json_req_t.mem_at/mem_len in this order), so reading them walks no
+   *  body again. */
+  const char *members[PX_JREQ_MEMBERS];
   /** The request's previous response id (unescaped into prev, "" when
-   *  absent or null) and its store flag (1 unless `store` is false). <0 when
-   *  the id is not a string of at most PX_STORED_ID_MAX id characters. */
-  int (*fields)(const char *body, size_t len, char *prev, size_t cap, int *store);
+   *  absent or null) and its store flag (1 unless `store` is false), from
+   *  the spans jr found in body. <0 when the id is not a string of at most
+   *  PX_STORED_ID_MAX id characters. */
+  int (*fields)(const char *body, const px_json_req_t *jr, char *prev, size_t cap,
+                int *store);
   /** The request's own input items as a JSON array text, each with an id
    *  (the client's, else made from the response id resp_id). */
-  int (*input_items)(const char *body, size_t len, const char *resp_id, px_buf_t *out);
+  int (*input_items)(const char *body, const px_json_req_t *jr, const char *resp_id,
+                     px_buf_t *out);
   /** The body sent on for a request continuing n stored turns (oldest
    *  first): the turns' input items and response outputs, then its own
-   *  input, its previous response id null. PX_ETOOBIG past out's cap. */
-  int (*expand)(const char *body, size_t len, const px_stored_turn_t *turns, size_t n,
-                px_buf_t *out);
+   *  input, its previous response id null. PX_ETOOBIG past out's cap.
+   *  used(arg, t), when not NULL, is called once turn t is copied: what
+   *  holds it may go (a long chain is not held twice). */
+  int (*expand)(const char *body, size_t len, const px_json_req_t *jr,
+                const px_stored_turn_t *turns, size_t n, px_buf_t *out,
+                void (*used)(void *arg, size_t t), void *arg);
   /** The last event of an encoded client stream (out, len): 1 when it is
    *  the terminal event of a response to keep, with its offset and its
    *  response object's span; 0 when it is not. */

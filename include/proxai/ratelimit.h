@@ -4,7 +4,8 @@
  *
  * Two backends ([state] backend): local keeps the buckets in the host's
  * shared memory (shm.h), shared by every worker; redis keeps them in Redis,
- * shared by every gateway on it (state_redis.c).
+ * shared by every gateway on it (state_redis.c); state.c picks the one in
+ * force, ratelimit.c is the local one and the fallback of the Redis one.
  *
  * Buckets are keyed by key name so they survive a configuration reload.
  * Times are milliseconds from any monotonic clock (uv_now()).

@@ -37,6 +37,7 @@ typedef struct px_rs_where {
   const char *prefix;
   uint64_t ttl_ms;
   uint64_t max_size;
+  uint64_t timeout_ms; /**< Redis: each call's bound ([responses] timeout) */
 } px_rs_where_t;
 
 /** A chain (or one turn): turns oldest first, views valid during the call;
@@ -56,17 +57,23 @@ px_rs_op_t *px_rs_chain(const px_rs_where_t *w, const char *owner, const char *i
 px_rs_op_t *px_rs_get(const px_rs_where_t *w, const char *owner, const char *id,
                       px_rs_chain_fn cb, void *arg);
 /** Keep a turn under a new id; input and response stay valid until the
- *  callback. */
+ *  callback or px_rs_cancel (the op copies what it may still send). */
 px_rs_op_t *px_rs_put(const px_rs_where_t *w, const char *id, const char *owner,
                       const char *prev, px_str_t input, px_str_t response,
                       px_rs_done_fn cb, void *arg);
 /** Remove the owner's turn (PX_RS_NOT_FOUND when there is none). */
 px_rs_op_t *px_rs_delete(const px_rs_where_t *w, const char *owner, const char *id,
                          px_rs_done_fn cb, void *arg);
+/** During op's chain callback: turn t (its views) is no longer needed, its
+ *  memory goes now rather than after the callback (a long chain copied
+ *  turn by turn is never in memory twice). */
+void px_rs_release(px_rs_op_t *op, size_t t);
 /** cb (PX_RS_OK) from the loop, after what the caller's callback holds is
  *  released (a chain's reply). */
 px_rs_op_t *px_rs_defer(const px_rs_where_t *w, px_rs_done_fn cb, void *arg);
-/** Its callback will not be called (the op ends by itself). */
+/** Its callback will not be called (the op ends by itself). A write
+ *  still completes (sent again in full if Redis forgot the script), a
+ *  read is dropped. */
 void px_rs_cancel(px_rs_op_t *op);
 
 #endif

@@ -56,9 +56,10 @@ struct redisReply;
 typedef void (*px_redis_reply_fn)(void *arg, struct redisReply *reply);
 /** One command (argv) on the worker's connection (stored responses,
  *  rstore.c); cb is called once with the reply, NULL when the connection is
- *  lost or unanswered (the watchdog). <0 when there is no connection (cb is
- *  not called). */
+ *  lost or unanswered within timeout_ms (0: [state] timeout; the watchdog
+ *  drops the connection). <0 when there is no connection (cb is not
+ *  called). */
 int px_redis_command(int argc, const char **argv, const size_t *argvlen,
-                     px_redis_reply_fn cb, void *arg);
+                     uint64_t timeout_ms, px_redis_reply_fn cb, void *arg);
 
 #endif

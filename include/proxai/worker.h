@@ -9,8 +9,9 @@
 
 #include <uv.h>
 
-#include "proxai/config.h"
 #include "proxai/upstream.h"
+
+typedef struct px_config px_config_t; /* config.h */
 
 typedef struct px_worker {
   uv_loop_t *loop;

@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <strings.h>
 
-#include "proxai/json.h"
-
 void px_buf_init(px_buf_t *b, size_t cap) {
   b->data = NULL;
   b->len = b->size = 0;

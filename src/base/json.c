@@ -11,27 +11,6 @@
 /* ------------------------------------------------------------------------ */
 /* UTF-8 and JSON string syntax                                             */
 
-size_t px_utf8_seq(const unsigned char *s, size_t n) {
-  unsigned c = s[0];
-  if (c < 0x80) return 1;
-  if (c < 0xC2) return 0;
-  if (c < 0xE0) return n >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
-  if (c < 0xF0) {
-    if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
-    if (c == 0xE0 && s[1] < 0xA0) return 0;  /* overlong */
-    if (c == 0xED && s[1] >= 0xA0) return 0; /* surrogate */
-    return 3;
-  }
-  if (c < 0xF5) {
-    if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
-      return 0;
-    if (c == 0xF0 && s[1] < 0x90) return 0;  /* overlong */
-    if (c == 0xF4 && s[1] >= 0x90) return 0; /* above U+10FFFF */
-    return 4;
-  }
-  return 0;
-}
-
 size_t px_utf8_chars(const char *s, size_t n) {
   size_t c = 0;
   for (size_t i = 0; i < n; i++)
@@ -445,12 +424,13 @@ enum {
   META_USER,
   W_FIXED
 };
-#define W_MAX (W_FIXED + 2 * PX_JREQ_CAPS)
+#define W_MAX (W_FIXED + 2 * PX_JREQ_CAPS + PX_JREQ_MEMBERS)
 typedef struct watch {
   const char *name[W_MAX];
   size_t len[W_MAX];
   int parent[W_MAX]; /* W_TOP or the index of the member holding it */
   int cap[W_MAX];    /* the cap path it ends, or -1 */
+  int mem[W_MAX];    /* the caller's top-level member it is (its whole span), or -1 */
   int once[W_MAX];   /* a repeat refuses the body */
   int n;
 } watch_t;
@@ -465,11 +445,13 @@ static int watch_add(watch_t *w, const char *name, int parent, int once) {
   w->len[w->n] = strlen(name);
   w->parent[w->n] = parent;
   w->cap[w->n] = -1;
+  w->mem[w->n] = -1;
   w->once[w->n] = once;
   return w->n++;
 }
 
-static void watch_init(watch_t *w, const char *const (*caps)[2]) {
+static void watch_init(watch_t *w, const char *const (*caps)[2],
+                       const char *const *members) {
   w->n = 0;
   watch_add(w, "model", W_TOP, 1);
   watch_add(w, "stream", W_TOP, 1);
@@ -485,6 +467,8 @@ static void watch_init(watch_t *w, const char *const (*caps)[2]) {
     if (caps[c][1] != NULL) k = watch_add(w, caps[c][1], k, 1);
     w->cap[k] = c;
   }
+  for (int m = 0; members != NULL && m < PX_JREQ_MEMBERS && members[m] != NULL; m++)
+    w->mem[watch_add(w, members[m], W_TOP, 1)] = m;
 }
 
 /* Which watched member the key p[s..e) names (escapes decoded) inside the
@@ -540,15 +524,21 @@ int px_json_request(const char *text, size_t n, px_json_req_t *r) {
 
 int px_json_request_caps(const char *text, size_t n, const char *const (*caps)[2],
                          px_json_req_t *r) {
+  return px_json_request_watch(text, n, caps, NULL, r);
+}
+
+int px_json_request_watch(const char *text, size_t n, const char *const (*caps)[2],
+                          const char *const *members, px_json_req_t *r) {
   const unsigned char *p = (const unsigned char *)text;
   unsigned char is_obj[PX_JSON_MAX_DEPTH + 1]; /* per depth: object (1) or array */
   watch_t w;
-  watch_init(&w, caps);
+  watch_init(&w, caps, members);
   int seen[W_MAX] = {0};
   size_t at[W_MAX] = {0}, len[W_MAX] = {0}; /* value token of each member */
   /* the watched member whose object is open at depth 2 (its members are
    * watched too: stream_options, metadata, a cap's parent), or W_NONE */
   int sub = W_NONE;
+  int whole = W_NONE; /* the caller's member whose container is open at depth 2 */
   size_t depth = 0;
   int pending = W_NONE; /* the value about to be read is this member */
   size_t cost = 0;
@@ -574,7 +564,9 @@ value:
       is_obj[++depth] = p[i] == '{';
       cost += is_obj[depth] ? COST_OBJECT : COST_ARRAY;
       if (rec != W_NONE && w.parent[rec] == W_TOP && p[i] == '{') sub = rec;
-      if (rec != W_NONE) at[rec] = s, len[rec] = 1; /* the type is all we need */
+      /* the type is all we need, or a caller's member's whole span (at close) */
+      if (rec != W_NONE) at[rec] = s, len[rec] = 1;
+      if (rec != W_NONE && w.mem[rec] >= 0) whole = rec;
       i = px_json_ws(p, n, i + 1);
       if (i < n && p[i] == (is_obj[depth] ? '}' : ']')) {
         i++;
@@ -653,8 +645,10 @@ after:
     r->stream = len[TOP_STREAM] == 4 && memcmp(p + at[TOP_STREAM], "true", 4) == 0;
     r->include_usage = len[SO_USAGE] == 4 && memcmp(p + at[SO_USAGE], "true", 4) == 0;
     r->so_at = at[TOP_SO], r->so_len = len[TOP_SO];
-    for (int k = W_FIXED; k < w.n; k++)
+    for (int k = W_FIXED; k < w.n; k++) {
       if (w.cap[k] >= 0) r->cap_at[w.cap[k]] = at[k], r->cap_len[w.cap[k]] = len[k];
+      if (w.mem[k] >= 0) r->mem_at[w.mem[k]] = at[k], r->mem_len[w.mem[k]] = len[k];
+    }
     static const int users[] = {META_USER, TOP_SAFETY, TOP_USER}; /* first wins */
     for (size_t k = 0; k < sizeof(users) / sizeof(users[0]); k++) {
       int u = users[k];
@@ -678,7 +672,10 @@ after:
                     is_obj[depth] ? "',' or '}' expected" : "',' or ']' expected");
   i++;
 close:
-  if (depth == 2) sub = W_NONE;
+  if (depth == 2) {
+    sub = W_NONE;
+    if (whole != W_NONE) len[whole] = i - at[whole], whole = W_NONE;
+  }
   depth--;
   goto after;
 }

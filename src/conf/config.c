@@ -930,6 +930,7 @@ static const directive_t directives[] = {
     {SEC_RESPONSES, "store", set_bool, RS(store), 0, 0, 0},
     {SEC_RESPONSES, "ttl", set_duration, RS(ttl_ms), 0, 0, 0},
     {SEC_RESPONSES, "max_size", set_size, RS(max_size), 1, 0, 0},
+    {SEC_RESPONSES, "timeout", set_duration, RS(timeout_ms), 0, 0, 0},
 };
 #define NDIR (sizeof directives / sizeof directives[0])
 _Static_assert(NDIR <= NDIRECTIVES, "seen[] too small");
@@ -1013,6 +1014,7 @@ static px_config_t *config_new(void) {
   c->responses.store = 1;
   c->responses.ttl_ms = 30ull * 24 * 3600 * 1000;
   c->responses.max_size = 1ull << 30;
+  c->responses.timeout_ms = 5000;
   if (s->listen == NULL || s->access_log == NULL || c->state.prefix == NULL) {
     config_free(c);
     return NULL;
@@ -1570,6 +1572,8 @@ static int resolve(parse_t *p) {
     return fail(p, p->state_line, "[state] backend = redis needs 'redis ='");
   if (c->state.timeout_ms == 0)
     return fail(p, p->state_line, "[state] timeout must be at least 1ms");
+  if (c->responses.timeout_ms == 0)
+    return fail(p, p->responses_line, "[responses] timeout must be at least 1ms");
   return 1;
 }
 
@@ -1965,6 +1969,7 @@ void px_config_print(const px_config_t *c, FILE *out) {
   fprintf(out, "responses\n  store: %s\n", c->responses.store ? "on" : "off");
   print_ms(out, "ttl", c->responses.ttl_ms);
   fprintf(out, "  max_size: %llu\n", (unsigned long long)c->responses.max_size);
+  print_ms(out, "timeout", c->responses.timeout_ms);
   for (size_t i = 0; i < c->nupstreams; i++) {
     const px_upstream_conf_t *u = &c->upstreams[i];
     const char *pname = "?";

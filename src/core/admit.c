@@ -354,7 +354,8 @@ static void after_admission(px_exch_t *x) {
     }
     return;
   }
-  if (px_stored_admit(x) != 0) return; /* the chain of previous_response_id */
+  /* the chain of previous_response_id first (it may go on later itself) */
+  if (px_stored_admit(x, px_exch_attempt) != 0) return;
   px_exch_attempt(x);
 }
 
@@ -394,8 +395,9 @@ static int read_request(px_exch_t *x, const px_inbound_t *in) {
    * acts on; a request that stays in its own protocol is never parsed. */
   const px_req_t *r = x->req;
   const char *bd = r->body.data ? r->body.data : "";
-  const char *const(*caps)[2] = px_exch_client_ops(x)->max_tokens_keys;
-  if (px_json_request_caps(bd, r->body.len, caps, &x->jreq) < 0) {
+  const px_proto_ops_t *ops = px_exch_client_ops(x);
+  if (px_json_request_watch(bd, r->body.len, ops->max_tokens_keys,
+                            ops->store ? ops->store->members : NULL, &x->jreq) < 0) {
     const px_json_req_t *jr = &x->jreq;
     char msg[300];
     if (jr->err == PX_JREQ_DUPLICATE)

@@ -27,7 +27,6 @@
 #include "proxai/log.h"
 #include "proxai/metrics.h"
 #include "proxai/money.h"
-#include "stored.h"
 
 static void finalize(px_exch_t *x);
 static const px_conn_handler_t conn_handler;
@@ -565,7 +564,7 @@ void px_exch_drop_upreq(px_exch_t *x) {
 /* The exchange's memory (freed here, or when its timer has closed). */
 static void exch_free(px_exch_t *x) {
   free(x->model_buf);
-  px_stored_free(x);
+  if (x->rs) x->rs_part->free(x);
   free(x->user_buf);
   px_keys_free(x->rkey);
   px_exch_drop_upreq(x);
@@ -596,7 +595,7 @@ static void exch_free(px_exch_t *x) {
 /* Ends the exchange once: the transfer, the access log, metrics, limits,
  * the client's response, the exchange's memory. A second call is a no-op. */
 static void finalize(px_exch_t *x) {
-  if (x->finalized || px_stored_defer(x)) return;
+  if (x->finalized || (x->rs && x->rs_part->defer(x))) return;
   x->finalized = 1;
   px_handle_release(&px_exch_handles, x->ref); /* from here on no callback finds it */
   if (x->xfer) {

@@ -44,6 +44,14 @@
 typedef struct px_exch px_exch_t;
 typedef struct px_stored_x px_stored_x_t;
 
+/* The stored-responses part of an exchange (x->rs), kept by stored.c above
+ * the exchange: finalize asks it whether to wait, recycling frees it,
+ * through the table stored.c sets beside x->rs. */
+typedef struct px_exch_part {
+  int (*defer)(px_exch_t *x); /* 1: finalize waits (it is called again) */
+  void (*free)(px_exch_t *x);
+} px_exch_part_t;
+
 /* A handle on an exchange, for a callback that may run after the exchange
  * ended: px_exch_get() gives the exchange while it lives, else NULL. Passed
  * as the callback's void * (px_exch_arg). */
@@ -101,6 +109,7 @@ struct px_exch {
                             upstream model */
   struct px_inflight_rec *rl_rec; /* the reservation, for the master if we die */
   px_stored_x_t *rs;              /* stored responses (stored.c); NULL: none */
+  const px_exch_part_t *rs_part;  /* what finalize and recycling do with rs */
   int metric_status;     /* status for /metrics when a started response failed */
   int attempt_open;      /* a 2xx attempt, counted in /metrics when it ends */
   const px_route_conf_t *route;

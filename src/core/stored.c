@@ -14,25 +14,29 @@
  *   endpoints: GET / DELETE {id}, GET {id}/input_items
  *
  * finalize() waits for a pending write while the client is there to get
- * what is held (px_stored_defer). A client that leaves does not cut the
+ * what is held (defer, x->rs_part). A client that leaves does not cut the
  * turn short: its write is with the backend already; only its answer is no
  * longer waited for.
  */
 #include "stored.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "attempt.h"
 #include "proxai/log.h"
 #include "proxai/rstore.h"
 #include "proxai/worker.h"
 
 /* Turns a chain may have: past it, the conversation is refused as too big. */
 #define PX_STORED_MAX_TURNS 10000
+/* Bytes of a chain's turns released between two returns of their pages */
+#define PX_STORED_TRIM (2u << 20)
 
 struct px_stored_x {
   int save;            /* the client's store flag (and the gateway's) */
@@ -46,7 +50,12 @@ struct px_stored_x {
   px_buf_t input; /* the request's own input items */
   px_buf_t held;  /* what the client gets once the turn is written */
   px_rs_op_t *op;
+  void (*go)(px_exch_t *x); /* the attempt, after a pending admission */
 };
+
+static int defer(px_exch_t *x);
+static void part_free(px_exch_t *x);
+static const px_exch_part_t part = {defer, part_free};
 
 static const px_store_ops_t *sops(px_exch_t *x) {
   return px_exch_client_ops(x)->store;
@@ -54,7 +63,8 @@ static const px_store_ops_t *sops(px_exch_t *x) {
 
 static px_rs_where_t where(uv_loop_t *loop, const px_config_t *cfg) {
   return (px_rs_where_t){loop, cfg->state.prefix ? cfg->state.prefix : "",
-                         cfg->responses.ttl_ms, cfg->responses.max_size};
+                         cfg->responses.ttl_ms, cfg->responses.max_size,
+                         cfg->responses.timeout_ms};
 }
 
 /* Who owns a stored response: the key's name ("" for an open gateway). */
@@ -112,17 +122,49 @@ static void too_big(px_exch_t *x) {
   px_exch_error(x, PX_ERR_TOO_LARGE, msg, "previous_response_id");
 }
 
-/* The body carries the chain from here on: scanned again, as a client's. */
-static int expand(px_exch_t *x, const px_stored_turn_t *turns, size_t n) {
+/* The chain being copied into the expanded body (expand's used callback). */
+typedef struct chain_use {
+  px_rs_op_t *op;
+  const px_stored_turn_t *turns;
+  size_t freed; /* bytes released since their pages last went back */
+} chain_use_t;
+
+/* A turn is in the expanded body: the backend's copy of it goes. glibc
+ * keeps freed heap pages resident when live chunks sit between them (the
+ * reply's small parts do): every PX_STORED_TRIM bytes they are given back,
+ * so the chain is in memory once while it is copied, not twice. */
+static void turn_used(void *arg, size_t t) {
+  chain_use_t *u = arg;
+  u->freed += u->turns[t].input.len + u->turns[t].response.len;
+  px_rs_release(u->op, t);
+#if defined(__GLIBC__)
+  if (u->freed >= PX_STORED_TRIM) {
+    malloc_trim(0);
+    u->freed = 0;
+  }
+#endif
+}
+
+/* The body carries the chain from here on: scanned again, as a client's.
+ * It is written once at its final size (no growth by copies), each turn
+ * released from the backend's reply as soon as it is in (turn_used): the
+ * chain is in memory once, never twice (issue 23). */
+static int expand(px_exch_t *x, px_rs_op_t *op, const px_stored_turn_t *turns, size_t n) {
   px_buf_t nb;
   px_buf_init(&nb, x->cfg->server.max_body);
-  int rc = sops(x)->expand(x->req->body.data ? x->req->body.data : "", x->req->body.len,
-                           turns, n, &nb);
+  size_t need = x->req->body.len + 64;
+  for (size_t t = 0; t < n; t++) need += turns[t].input.len + turns[t].response.len + 2;
+  const char *bd = x->req->body.data ? x->req->body.data : "";
+  int rc = px_buf_reserve(&nb, need < nb.cap ? need : nb.cap);
+  chain_use_t use = {op, turns, 0};
+  if (rc == 0)
+    rc = sops(x)->expand(bd, x->req->body.len, &x->jreq, turns, n, &nb, turn_used, &use);
   if (rc == 0) rc = px_buf_reserve(&nb, 1); /* NUL-terminated, as a client's */
   if (rc == 0) nb.data[nb.len] = 0;
   /* the same scan as admission's (its output cap included) */
-  if (rc == 0 && px_json_request_caps(nb.data, nb.len, px_exch_client_ops(x)->max_tokens_keys,
-                                      &x->jreq) < 0)
+  if (rc == 0 &&
+      px_json_request_watch(nb.data, nb.len, px_exch_client_ops(x)->max_tokens_keys,
+                            sops(x)->members, &x->jreq) < 0)
     rc = PX_EPROTO;
   if (rc < 0) {
     px_buf_free(&nb);
@@ -144,18 +186,19 @@ static int expand(px_exch_t *x, const px_stored_turn_t *turns, size_t n) {
 static void on_expanded(void *arg, px_rs_status_t st) {
   px_exch_t *x = arg;
   x->rs->op = NULL;
-  px_exch_attempt(x);
+  x->rs->go(x);
 }
 
 static void on_chain(void *arg, px_rs_status_t st, const px_stored_turn_t *turns,
                      size_t n, const char *missing) {
   px_exch_t *x = arg;
   px_stored_x_t *rs = x->rs;
+  px_rs_op_t *op = rs->op; /* alive until this returns */
   rs->op = NULL;
   const px_upstream_conf_t *up = &x->cfg->upstreams[x->route->upstream];
   switch (st) {
     case PX_RS_OK: {
-      if (expand(x, turns, n) < 0) return;
+      if (expand(x, op, turns, n) < 0) return;
       px_rs_where_t w = where(x->w->loop, x->cfg);
       if ((rs->op = px_rs_defer(&w, on_expanded, x)) != NULL) return;
       break;
@@ -177,7 +220,7 @@ static void on_chain(void *arg, px_rs_status_t st, const px_stored_turn_t *turns
                     "previous_response_id");
       return;
   }
-  px_exch_attempt(x);
+  rs->go(x);
 }
 
 /* Whether a target of the route (deployment or fallback) cannot store. */
@@ -190,13 +233,13 @@ static int route_may_keep(const px_exch_t *x) {
   return 0;
 }
 
-int px_stored_admit(px_exch_t *x) {
+int px_stored_admit(px_exch_t *x, void (*go)(px_exch_t *x)) {
   const px_store_ops_t *so = sops(x);
   if (so == NULL || x->ep != PX_EP_GENERATE || !x->cfg->responses.store) return 0;
   const char *bd = x->req->body.data ? x->req->body.data : "";
   char prev[PX_STORED_ID_MAX + 1];
   int store = 1;
-  if (so->fields(bd, x->req->body.len, prev, sizeof(prev), &store) < 0) {
+  if (so->fields(bd, &x->jreq, prev, sizeof(prev), &store) < 0) {
     px_exch_error(x, PX_ERR_INVALID,
                   "previous_response_id must be a response id (letters, digits, '_' and "
                   "'-', at most 128)",
@@ -213,11 +256,13 @@ int px_stored_admit(px_exch_t *x) {
     return -1;
   }
   x->rs = rs;
+  x->rs_part = &part;
+  rs->go = go;
   px_buf_init(&rs->input, 2 * x->cfg->server.max_body + 4096); /* ids added */
   px_buf_init(&rs->held, SIZE_MAX);
   /* a body whose input cannot be read is the translator's to refuse */
   rs->save = store && backend && mint(rs->id, sizeof(rs->id)) == 0 &&
-             so->input_items(bd, x->req->body.len, rs->id, &rs->input) == 0;
+             so->input_items(bd, &x->jreq, rs->id, &rs->input) == 0;
   if (prev[0] == 0) return 0;
   int up_stores = can_store(x->cfg->upstreams[x->route->upstream].protocol);
   if (!backend) { /* nowhere to keep them: an upstream that stores may know it */
@@ -274,7 +319,12 @@ static void on_put(void *arg, px_rs_status_t st) {
     px_exch_finalize(x);
     return;
   }
-  px_exch_write(x, rs->held.data, rs->held.len);
+  /* the terminal event goes out as every other event of the stream does
+   * (px_exch_flush): the trace's watch reads it too */
+  if (px_buf_append(&x->obuf, rs->held.data, rs->held.len) == 0)
+    px_exch_flush(x);
+  else
+    px_exch_write(x, rs->held.data, rs->held.len);
   if (rs->finalize_wanted) px_exch_finalize(x);
 }
 
@@ -323,7 +373,8 @@ void px_stored_stream(px_exch_t *x) {
   }
 }
 
-int px_stored_defer(px_exch_t *x) {
+/* finalize() waits while a write is pending: 1 (it is called again). */
+static int defer(px_exch_t *x) {
   px_stored_x_t *rs = x->rs;
   if (rs == NULL || !rs->busy) return 0;
   if (x->conn == NULL) {
@@ -346,7 +397,7 @@ int px_stored_defer(px_exch_t *x) {
   return 1;
 }
 
-void px_stored_free(px_exch_t *x) {
+static void part_free(px_exch_t *x) {
   px_stored_x_t *rs = x->rs;
   if (rs == NULL) return;
   if (rs->op) px_rs_cancel(rs->op);

@@ -46,6 +46,12 @@ static llhttp_settings_t parser_settings;
 static uint64_t rid_state;
 
 static void conn_feed(px_conn_t *c, const char *p, size_t n, int buffered);
+static void px_srv_close(px_conn_t *c);
+static void px_srv_tick(px_conn_t *c, unsigned job);
+static void px_srv_flushed(px_conn_t *c);
+static void px_srv_request_done(px_conn_t *c);
+static const px_srv_reader_t reader = {px_srv_close, px_srv_tick, px_srv_flushed,
+                                       px_srv_request_done};
 static size_t in_left(const px_conn_t *c) { return c->in.len - c->in_off; }
 static void conn_error(px_conn_t *c, int status, const char *msg);
 
@@ -107,7 +113,7 @@ void px_conn_set_handler(px_conn_t *c, const px_conn_handler_t *h, void *arg) {
 static void on_tick(uv_timer_t *t);
 
 /* Run job on the next loop iteration (the poll does not block meanwhile). */
-void px_srv_tick(px_conn_t *c, unsigned job) {
+static void px_srv_tick(px_conn_t *c, unsigned job) {
   c->tick_jobs |= job;
   if (!uv_is_active((uv_handle_t *)&c->t_tick)) uv_timer_start(&c->t_tick, on_tick, 0, 0);
 }
@@ -180,7 +186,7 @@ static void conn_linger(px_conn_t *c) {
 }
 
 /* The write queue is empty. */
-void px_srv_flushed(px_conn_t *c) {
+static void px_srv_flushed(px_conn_t *c) {
   if (c->closing || c->failing || c->lingering || c->head_pending) return;
   if (c->close_after_flush) {
     if (c->linger) conn_linger(c);
@@ -234,7 +240,7 @@ static void on_tick(uv_timer_t *t) {
 
 /* The response has ended (px_resp_end): the connection reads the next
  * request (pipelined bytes first), or closes once flushed. */
-void px_srv_request_done(px_conn_t *c) {
+static void px_srv_request_done(px_conn_t *c) {
   c->state = C_IDLE;
   c->handler = NULL;
   c->harg = NULL;
@@ -725,7 +731,7 @@ static void on_conn_handle_closed(uv_handle_t *h) {
   free(c);
 }
 
-void px_srv_close(px_conn_t *c) {
+static void px_srv_close(px_conn_t *c) {
   if (c->closing) return;
   c->closing = 1;
   c->head_pending = 0;
@@ -833,6 +839,7 @@ static void conn_start(px_server_t *s, px_conn_t *c, int is_pipe) {
   if (!is_pipe) uv_tcp_nodelay(&c->h.tcp, 1);
   llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
   c->parser.data = c;
+  c->rd = &reader;
   px_buf_init(&c->req.url, PX_MAX_URL);
   px_buf_init(&c->req.hbuf, s->w->config->server.max_header + 1024);
   px_buf_init(&c->req.body, s->w->config->server.max_body + 1);

@@ -2,7 +2,9 @@
  * (not installed): server.c reads requests (listeners, connections,
  * llhttp, limits, timers, keep-alive and pipelining, lingering close);
  * server_write.c writes responses (head, body framing, the write queue,
- * the send timeout, the access log once the bytes are out). */
+ * the send timeout, the access log once the bytes are out). The reader
+ * sits above: it calls the writer by name, the writer calls back through
+ * the connection's px_srv_reader_t. */
 #ifndef PROXAI_SERVER_INT_H
 #define PROXAI_SERVER_INT_H
 
@@ -29,6 +31,15 @@ typedef enum { C_IDLE, C_READING, C_BUSY } conn_state_t;
 typedef struct hdr_off {
   size_t no, nl, vo, vl;
 } hdr_off_t;
+
+/* server.c: what the reading half does when the writing half reports; the
+ * writer (the lower half) calls it through c->rd, never by name */
+typedef struct px_srv_reader {
+  void (*close)(px_conn_t *c);              /* close (idempotent) */
+  void (*tick)(px_conn_t *c, unsigned job); /* run TICK_* on the next iteration */
+  void (*flushed)(px_conn_t *c);            /* the write queue is empty */
+  void (*request_done)(px_conn_t *c);       /* the response ended: next request */
+} px_srv_reader_t;
 
 typedef struct wreq {
   uv_write_t req;
@@ -92,14 +103,9 @@ struct px_conn {
   px_access_rec_t *log;    /* access log record waiting for the last byte */
   const px_conn_handler_t *handler;
   void *harg;
+  const px_srv_reader_t *rd; /* the reading half (server.c) */
   struct px_conn *next, *prev;
 };
-
-/* server.c */
-void px_srv_close(px_conn_t *c);             /* close (idempotent) */
-void px_srv_tick(px_conn_t *c, unsigned job); /* run TICK_* on the next iteration */
-void px_srv_flushed(px_conn_t *c);           /* the write queue is empty */
-void px_srv_request_done(px_conn_t *c);      /* the response ended: next request */
 
 /* server_write.c */
 /* every byte to the client: bufs (the held-back head first, if any), what

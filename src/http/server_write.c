@@ -72,7 +72,7 @@ static void conn_fail(px_conn_t *c) {
   c->head_pending = 0;
   uv_read_stop(&c->h.stream);
   c->reading = 0;
-  px_srv_tick(c, TICK_FAIL);
+  c->rd->tick(c, TICK_FAIL);
 }
 
 /* Bytes of this connection the client has taken: handed to the kernel
@@ -116,7 +116,7 @@ static void on_send_timer(uv_timer_t *t) {
   }
   px_log_warn("%s: client took no bytes for %llu ms: closing", c->req.request_id,
               (unsigned long long)c->srv->w->config->server.idle_timeout_ms);
-  px_srv_close(c);
+  c->rd->close(c);
 }
 
 static void on_write_done(uv_write_t *w, int status) {
@@ -127,7 +127,7 @@ static void on_write_done(uv_write_t *w, int status) {
   free(wr->owned);
   free(wr);
   if (status < 0) {
-    px_srv_close(c);
+    c->rd->close(c);
     return;
   }
   if (c->closing) return;
@@ -139,7 +139,7 @@ static void on_write_done(uv_write_t *w, int status) {
   send_timer(c, 1);
   if (c->pending == 0) {
     if (c->state != C_BUSY) px_srv_log_emit(c);
-    px_srv_flushed(c);
+    c->rd->flushed(c);
   }
 }
 
@@ -388,7 +388,7 @@ int px_resp_start(px_conn_t *c, int status, const px_hdr_t *hdrs, size_t n,
      * bytes, so both leave in one write, at most until the next loop
      * iteration. */
     c->head_pending = 1;
-    px_srv_tick(c, TICK_FLUSH_HEAD);
+    c->rd->tick(c, TICK_FLUSH_HEAD);
     free(big);
     return 0;
   }
@@ -424,13 +424,13 @@ void px_resp_end(px_conn_t *c) {
   if (c->resp_started && c->resp_chunked && !c->closing && !c->failing &&
       c->req.method != HTTP_HEAD)
     px_srv_write(c, "0\r\n\r\n", 5);
-  px_srv_request_done(c);
+  c->rd->request_done(c);
 }
 
 void px_resp_abort(px_conn_t *c) {
   c->handler = NULL;
   c->head_pending = 0;
-  px_srv_close(c);
+  c->rd->close(c);
 }
 
 int px_resp_simple(px_conn_t *c, int status, const char *content_type,

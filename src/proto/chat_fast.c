@@ -17,7 +17,8 @@
 /* ======================================================================== */
 /* Request decode                                                            */
 
-/* text-only content (system, developer, tool): a string or text parts */
+/* text-only content (system, developer, tool): a string or text parts
+ * (other members of a part ignored, as chat.c's text_content) */
 static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
                         int developer, px_arena_t *a) {
   if (c->kind == PX_FV_STR) {
@@ -46,10 +47,113 @@ static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
   return r < 0 ? DECLINE : 0;
 }
 
-/* assistant content parts: text only here (refusal parts: jansson) */
+/* "data:<media>;base64,<data>" (unescaped content) -> media, data spans, as
+ * chat.c's parse_data_url: 0, or DECLINE when not one (the reference
+ * names the error) */
+static int data_url(px_fstr_t u, px_fstr_t *media, px_fstr_t *data) {
+  if (u.esc || u.n < 5 || memcmp(u.p, "data:", 5) != 0) return DECLINE;
+  const char *m = u.p + 5, *end = u.p + u.n;
+  const char *comma = memchr(m, ',', (size_t)(end - m));
+  if (comma == NULL) return DECLINE;
+  const char *semi = memchr(m, ';', (size_t)(comma - m));
+  if (semi == NULL || semi == m) return DECLINE;
+  if ((size_t)(comma - m) < 7 || memcmp(comma - 7, ";base64", 7) != 0) return DECLINE;
+  *media = (px_fstr_t){m, (size_t)(semi - m), 0};
+  *data = (px_fstr_t){comma + 1, (size_t)(end - comma - 1), 0};
+  return 0;
+}
+
+static int is_data(px_fstr_t s) {
+  return s.n >= 5 && memcmp(s.p, "data:", 5) == 0;
+}
+
+/* {type:"image_url", image_url: url | {url, detail}} -> an IMAGE part */
+static int image_part(const px_fv_t *iu, px_fpart_t *p, px_lossy_t *lossy) {
+  static const px_fkey_t keys[] = {PX_FK("url"), PX_FK("detail")};
+  px_fv_t f[2];
+  unsigned seen = 0;
+  px_fstr_t url;
+  if (iu->kind == PX_FV_STR) {
+    url = iu->s;
+  } else {
+    if (iu->kind != PX_FV_OBJ || px_fv_kfields(iu, keys, 2, f, &seen) != 0 || !HAS(0) ||
+        f[0].kind != PX_FV_STR)
+      return DECLINE;
+    url = f[0].s;
+    if (HAS(1) && f[1].kind == PX_FV_STR && !px_fs_is(f[1].s, "auto")) {
+      if (f[1].s.esc) return DECLINE;
+      px_lossy_add(lossy, "messages[].content[].image_url.detail");
+    }
+  }
+  if (is_data(url)) return data_url(url, &p->media_type, &p->data);
+  /* an escape in the first bytes might spell "data:" */
+  if (url.esc && memchr(url.p, '\\', url.n < 5 ? url.n : 5) != NULL) return DECLINE;
+  p->url = url;
+  return 0;
+}
+
+/* {type:"file", file:{file_data | file_id, filename}} -> a FILE part */
+static int file_part(const px_tr_ctx_t *ctx, const px_fv_t *fv, px_fpart_t *p) {
+  static const px_fkey_t keys[] = {PX_FK("file_data"), PX_FK("file_id"),
+                                   PX_FK("filename")};
+  px_fv_t f[3];
+  unsigned seen = 0;
+  if (fv->kind != PX_FV_OBJ || px_fv_kfields(fv, keys, 3, f, &seen) != 0) return DECLINE;
+  if (HAS(0) && f[0].kind == PX_FV_STR) {
+    px_fstr_t fd = f[0].s;
+    if (fd.esc) return DECLINE; /* an escape might spell "data:" */
+    if (is_data(fd)) {
+      if (data_url(fd, &p->media_type, &p->data) != 0) return DECLINE;
+    } else { /* bare base64: OpenAI accepts PDFs only */
+      p->media_type = (px_fstr_t){"application/pdf", 15, 0};
+      p->data = fd;
+    }
+  } else if (HAS(1) && f[1].kind == PX_FV_STR) {
+    if (!px_tr_out_can(ctx, PX_CAP_FILE_ID)) return DECLINE;
+    p->file_id = f[1].s;
+  } else {
+    return DECLINE;
+  }
+  if (HAS(2) && f[2].kind == PX_FV_STR) p->filename = f[2].s;
+  return 0;
+}
+
+/* a user message's content parts (chat.c's user_part) */
+static int user_parts(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m,
+                      px_arena_t *a, px_lossy_t *lossy) {
+  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("image_url"),
+                                     PX_FK("file")};
+    px_fv_t f[4];
+    unsigned seen = 0;
+    if (px_fw_kfields(&w, keys, 4, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR)
+      return DECLINE;
+    px_fstr_t t = f[0].s;
+    px_fpart_t *p;
+    if (px_fs_is(t, "text")) {
+      if (!HAS(1) || f[1].kind != PX_FV_STR || (p = px_fpart_text(a, f[1].s)) == NULL)
+        return DECLINE;
+    } else if (px_fs_is(t, "image_url")) {
+      if (!HAS(2) || (p = px_fpart_new(a, PX_FP_IMAGE)) == NULL ||
+          image_part(&f[2], p, lossy) != 0)
+        return DECLINE;
+    } else if (px_fs_is(t, "file")) {
+      if (!HAS(3) || (p = px_fpart_new(a, PX_FP_FILE)) == NULL ||
+          file_part(ctx, &f[3], p) != 0)
+        return DECLINE;
+    } else {
+      return DECLINE; /* audio, unknown: the reference names the error */
+    }
+    px_fpart_push(&m->parts, &m->last, p);
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* assistant content: a string, text and refusal parts, or null */
 static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
-  /* parts: {type:"text", text} only (refusal parts: jansson) */
-  if (c->kind == PX_FV_ARR) return text_content(c, &m->parts, &m->last, 0, a);
   if (c->kind == PX_FV_STR) {
     if (c->s.n == 0) return 0;
     px_fpart_t *p = px_fpart_text(a, c->s);
@@ -57,7 +161,29 @@ static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
     px_fpart_push(&m->parts, &m->last, p);
     return 0;
   }
-  return c->kind == PX_FV_NULL ? 0 : DECLINE;
+  if (c->kind == PX_FV_NULL) return 0;
+  if (c->kind != PX_FV_ARR) return DECLINE;
+  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("refusal")};
+    px_fv_t f[3];
+    unsigned seen = 0;
+    if (px_fw_kfields(&w, keys, 3, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR)
+      return DECLINE;
+    px_fpart_t *p;
+    if (px_fs_is(f[0].s, "text") && HAS(1) && f[1].kind == PX_FV_STR)
+      p = px_fpart_text(a, f[1].s);
+    else if (px_fs_is(f[0].s, "refusal") && HAS(2) && f[2].kind == PX_FV_STR)
+      p = px_fpart_new(a, PX_FP_REFUSAL);
+    else
+      return DECLINE;
+    if (p == NULL) return DECLINE;
+    if (p->type == PX_FP_REFUSAL) p->text = f[2].s;
+    px_fpart_push(&m->parts, &m->last, p);
+  }
+  return r < 0 ? DECLINE : 0;
 }
 
 /* one entry of a tool_calls list (requests and responses): {type:
@@ -74,20 +200,55 @@ static int call_fields(px_fw_t *w, px_fv_t f[3], unsigned *seen, px_fv_t g[2],
   return px_fv_kfields(&f[2], fkeys, 2, g, gs);
 }
 
-static int tool_calls(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
+/* a custom tool call {type:"custom", id, custom:{name, input}} (toward an
+ * upstream with PX_CAP_CUSTOM_TOOLS) */
+static int custom_call(px_fw_t *w, px_fpart_t *p) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("id"), PX_FK("custom")};
+  static const px_fkey_t ckeys[] = {PX_FK("name"), PX_FK("input")};
+  px_fv_t f[3], g[2];
+  unsigned seen = 0, gs = 0;
+  if (px_fw_kfields(w, keys, 3, f, &seen) != 0 || !HAS(1) || f[1].kind != PX_FV_STR ||
+      !HAS(2) || f[2].kind != PX_FV_OBJ || px_fv_kfields(&f[2], ckeys, 2, g, &gs) != 0 ||
+      !(gs & 1) || g[0].kind != PX_FV_STR)
+    return DECLINE;
+  p->custom = 1;
+  p->id = f[1].s;
+  p->name = g[0].s;
+  p->text = (gs & 2) && g[1].kind == PX_FV_STR ? g[1].s : (px_fstr_t){"", 0, 0};
+  return 0;
+}
+
+/* whether the array element at the cursor is {"type":"custom",...} (a
+ * look ahead: the element is read again) */
+static int is_custom(const px_fw_t *w) {
+  static const px_fkey_t keys[] = {PX_FK("type")};
+  px_fw_t x = *w;
+  px_fv_t f[1];
+  unsigned seen = 0;
+  return px_fw_kfields(&x, keys, 1, f, &seen) == 0 && seen && f[0].kind == PX_FV_STR &&
+         px_fs_is(f[0].s, "custom");
+}
+
+static int tool_calls(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m,
+                      px_arena_t *a) {
   if (c->kind == PX_FV_NULL) return 0;
   if (c->kind != PX_FV_ARR) return DECLINE;
   px_fw_t w = {c->raw.ptr, c->raw.len, 0};
-  int r;
+  int r, custom_ok = px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS);
   if (px_fw_open(&w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(&w)) == 1) {
+    px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
+    if (p == NULL) return DECLINE;
+    if (custom_ok && w.p[w.i] == '{' && is_custom(&w)) {
+      if (custom_call(&w, p) != 0) return DECLINE;
+      px_fpart_push(&m->parts, &m->last, p);
+      continue;
+    }
     px_fv_t f[3], g[2];
     unsigned seen = 0, fseen = 0;
     if (call_fields(&w, f, &seen, g, &fseen) != 0 || !HAS(1) || f[1].kind != PX_FV_STR ||
         !(fseen & 1) || g[0].kind != PX_FV_STR)
       return DECLINE;
-    px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
-    if (p == NULL) return DECLINE;
     p->id = f[1].s;
     p->name = g[0].s;
     if (!(fseen & 2) || g[1].kind != PX_FV_STR || px_fs_blank_value(g[1].s) == 1) {
@@ -119,11 +280,40 @@ static const px_fkey_t msg_keys[] = {PX_FK("role"), PX_FK("content"), PX_FK("nam
                                      PX_FK("reasoning_content"), PX_FK("refusal"),
                                      PX_FK("function_call"), PX_FK("audio")};
 
-static int decode_message(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
+static int decode_assistant(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
+                            const px_fv_t *content, px_freq_t *ir, px_arena_t *a) {
+  px_fmsg_t *m = px_fmsg_push(ir, a, 1);
+  if (m == NULL) return DECLINE;
+  if (HAS(M_RC) && f[M_RC].kind == PX_FV_STR && f[M_RC].s.n > 0) {
+    px_fpart_t *p = px_fpart_new(a, PX_FP_REASONING);
+    if (p == NULL) return DECLINE;
+    p->text = f[M_RC].s;
+    px_fpart_push(&m->parts, &m->last, p);
+  }
+  if (assistant_parts(content, m, a) != 0) return DECLINE;
+  if (HAS(M_REFUSAL) && f[M_REFUSAL].kind == PX_FV_STR && f[M_REFUSAL].s.n > 0) {
+    int has = 0;
+    for (const px_fpart_t *p = m->parts; p; p = p->next) has |= p->type == PX_FP_REFUSAL;
+    if (!has) {
+      px_fpart_t *p = px_fpart_new(a, PX_FP_REFUSAL);
+      if (p == NULL) return DECLINE;
+      p->text = f[M_REFUSAL].s;
+      px_fpart_push(&m->parts, &m->last, p);
+    }
+  }
+  if (HAS(M_FC) && f[M_FC].kind != PX_FV_NULL) return DECLINE;
+  if (HAS(M_AUDIO) && f[M_AUDIO].kind != PX_FV_NULL) return DECLINE;
+  if (HAS(M_TC) && tool_calls(ctx, &f[M_TC], m, a) != 0) return DECLINE;
+  return 0;
+}
+
+static int decode_message(const px_tr_ctx_t *ctx, px_fw_t *w, px_freq_t *ir,
+                          px_arena_t *a, px_lossy_t *lossy) {
   px_fv_t f[NKEYS(msg_keys)];
   unsigned seen = 0;
   if (px_fw_kfields(w, msg_keys, NKEYS(msg_keys), f, &seen) != 0) return DECLINE;
-  if (!HAS(M_ROLE) || f[M_ROLE].kind != PX_FV_STR || HAS(M_NAME)) return DECLINE;
+  if (!HAS(M_ROLE) || f[M_ROLE].kind != PX_FV_STR) return DECLINE;
+  if (HAS(M_NAME)) px_lossy_add(lossy, "messages[].name");
   px_fstr_t role = f[M_ROLE].s;
   px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
   const px_fv_t *content = HAS(M_CONTENT) ? &f[M_CONTENT] : &none;
@@ -133,29 +323,15 @@ static int decode_message(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
                         px_fs_is(role, "developer"), a);
   }
   if (px_fs_is(role, "user")) {
-    if (content->kind == PX_FV_STR) {
-      if ((m = px_fmsg_push(ir, a, 0)) == NULL) return DECLINE;
-      px_fpart_t *p = px_fpart_text(a, content->s);
-      if (p == NULL) return DECLINE;
-      px_fpart_push(&m->parts, &m->last, p);
-      return 0;
-    }
-    if (content->kind != PX_FV_ARR) return DECLINE;
+    if (content->kind != PX_FV_STR && content->kind != PX_FV_ARR) return DECLINE;
     if ((m = px_fmsg_push(ir, a, 0)) == NULL) return DECLINE;
-    /* user parts: text only here (images, files, audio: jansson) */
-    return text_content(content, &m->parts, &m->last, 0, a);
-  }
-  if (px_fs_is(role, "assistant")) {
-    if (HAS(M_RC) && f[M_RC].kind == PX_FV_STR && f[M_RC].s.n > 0) return DECLINE;
-    if (HAS(M_REFUSAL) && f[M_REFUSAL].kind == PX_FV_STR && f[M_REFUSAL].s.n > 0)
-      return DECLINE;
-    if (HAS(M_FC) && f[M_FC].kind != PX_FV_NULL) return DECLINE;
-    if (HAS(M_AUDIO) && f[M_AUDIO].kind != PX_FV_NULL) return DECLINE;
-    if ((m = px_fmsg_push(ir, a, 1)) == NULL) return DECLINE;
-    if (assistant_parts(content, m, a) != 0) return DECLINE;
-    if (HAS(M_TC) && tool_calls(&f[M_TC], m, a) != 0) return DECLINE;
+    if (content->kind == PX_FV_ARR) return user_parts(ctx, content, m, a, lossy);
+    px_fpart_t *p = px_fpart_text(a, content->s);
+    if (p == NULL) return DECLINE;
+    px_fpart_push(&m->parts, &m->last, p);
     return 0;
   }
+  if (px_fs_is(role, "assistant")) return decode_assistant(ctx, f, seen, content, ir, a);
   if (px_fs_is(role, "tool")) {
     if (!HAS(M_TCID) || f[M_TCID].kind != PX_FV_STR) return DECLINE;
     px_fpart_t *res = px_fpart_new(a, PX_FP_TOOL_RESULT), *tail = NULL;
@@ -171,19 +347,76 @@ static int decode_message(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
   return DECLINE;
 }
 
-static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
+/* a string or null JSON value as raw JSON ("null" when absent), into b */
+static int put_str_or_null(px_buf_t *b, const px_fv_t *v, int has) {
+  return has && v->kind == PX_FV_STR ? px_fb_str(b, v->s) : px_fb_lit(b, "null");
+}
+
+/* a Chat custom tool's format -> the IR shape (chat.c's format_in), built
+ * in the arena; *out ptr NULL when it has no type */
+static int format_in(const px_fv_t *fv, px_str_t *out, px_arena_t *a) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("grammar")};
+  static const px_fkey_t gkeys[] = {PX_FK("syntax"), PX_FK("definition")};
+  px_fv_t f[2], g[2];
+  unsigned seen = 0, gs = 0;
+  out->ptr = NULL;
+  if (fv->kind != PX_FV_OBJ) return 0;
+  if (px_fv_kfields(fv, keys, 2, f, &seen) != 0) return DECLINE;
+  if (!HAS(0) || f[0].kind != PX_FV_STR) return 0;
+  int grammar = px_fs_is(f[0].s, "grammar");
+  if (f[0].s.esc) return DECLINE;
+  if (grammar && HAS(1) && f[1].kind == PX_FV_OBJ &&
+      px_fv_kfields(&f[1], gkeys, 2, g, &gs) != 0)
+    return DECLINE;
+  px_buf_t b;
+  px_buf_init(&b, SIZE_MAX);
+  int rc = px_fb_lit(&b, "{\"type\":");
+  if (rc == 0) rc = px_fb_str(&b, f[0].s);
+  if (rc == 0 && grammar) {
+    rc = px_fb_lit(&b, ",\"syntax\":");
+    if (rc == 0) rc = put_str_or_null(&b, &g[0], (int)(gs & 1));
+    if (rc == 0) rc = px_fb_lit(&b, ",\"definition\":");
+    if (rc == 0) rc = put_str_or_null(&b, &g[1], (int)(gs & 2));
+  }
+  if (rc == 0) rc = px_fb_lit(&b, "}");
+  char *s = rc == 0 ? px_arena_alloc(a, b.len) : NULL;
+  if (s != NULL) {
+    memcpy(s, b.data, b.len);
+    *out = (px_str_t){s, b.len};
+  }
+  px_buf_free(&b);
+  return s != NULL ? 0 : DECLINE;
+}
+
+static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir,
+                        px_arena_t *a) {
   if (tv->kind != PX_FV_ARR) return DECLINE;
   px_fw_t w = {tv->raw.ptr, tv->raw.len, 0};
-  int r;
+  int r, custom_ok = px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS);
   if (px_fw_open(&w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(&w)) == 1) {
-    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("function")};
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("function"), PX_FK("custom")};
     static const px_fkey_t fkeys[] = {PX_FK("name"), PX_FK("description"),
                                       PX_FK("parameters"), PX_FK("strict")};
-    px_fv_t f[2], g[4];
+    static const px_fkey_t ckeys[] = {PX_FK("name"), PX_FK("description"),
+                                      PX_FK("format")};
+    px_fv_t f[3], g[4];
     unsigned seen = 0, fseen = 0;
-    if (px_fw_kfields(&w, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
-        !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_OBJ)
+    if (px_fw_kfields(&w, keys, 3, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR)
+      return DECLINE;
+    if (custom_ok && px_fs_is(f[0].s, "custom")) {
+      if (!HAS(2) || f[2].kind != PX_FV_OBJ ||
+          px_fv_kfields(&f[2], ckeys, 3, g, &fseen) != 0 || !(fseen & 1) ||
+          g[0].kind != PX_FV_STR)
+        return DECLINE;
+      px_ftool_t *t = px_ftool_push(ir, a, g[0].s, (fseen & 2) ? &g[1] : NULL, NULL, NULL,
+                                    PX_FAST_OPENAI_PARAMS);
+      if (t == NULL) return DECLINE;
+      t->custom = 1;
+      if ((fseen & 4) && format_in(&g[2], &t->format, a) != 0) return DECLINE;
+      continue;
+    }
+    if (!px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_OBJ)
       return DECLINE;
     if (px_fv_kfields(&f[1], fkeys, 4, g, &fseen) != 0 || !(fseen & 1) ||
         g[0].kind != PX_FV_STR)
@@ -196,18 +429,45 @@ static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
   return r < 0 ? DECLINE : 0;
 }
 
-static int decode_tool_choice(const px_fv_t *v, px_freq_t *ir) {
+static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_t *ir,
+                              px_lossy_t *lossy) {
   if (v->kind == PX_FV_STR) return px_fast_openai_tc(v->s, ir);
   if (v->kind != PX_FV_OBJ) return DECLINE;
-  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("function")};
-  static const px_fkey_t fkeys[] = {PX_FK("name")};
-  px_fv_t f[2], g[1];
-  unsigned seen = 0, fseen = 0;
-  if (px_fv_kfields(v, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
-      !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_OBJ)
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("function"), PX_FK("custom"),
+                                   PX_FK("allowed_tools")};
+  static const px_fkey_t nkeys[] = {PX_FK("name")};
+  static const px_fkey_t akeys[] = {PX_FK("mode")};
+  px_fv_t f[4], g[1];
+  unsigned seen = 0, gs = 0;
+  if (px_fv_kfields(v, keys, 4, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR)
     return DECLINE;
-  if (px_fv_kfields(&f[1], fkeys, 1, g, &fseen) != 0 || !fseen || g[0].kind != PX_FV_STR)
+  px_fstr_t t = f[0].s;
+  int k = px_fs_is(t, "function")                                            ? 1
+          : px_fs_is(t, "custom") && px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS) ? 2
+          : px_fs_is(t, "allowed_tools")                                     ? 3
+                                                                             : -1;
+  if (k < 0 || !HAS(k)) {
+    /* allowed_tools without its object: no mode, auto */
+    if (k != 3) return DECLINE;
+    px_lossy_add(lossy, "tool_choice.allowed_tools");
+    ir->tool_choice = PX_FTC_AUTO;
+    return 0;
+  }
+  if (f[k].kind != PX_FV_OBJ) {
+    if (k != 3) return DECLINE;
+    gs = 0;
+  } else if (px_fv_kfields(&f[k], k == 3 ? akeys : nkeys, 1, g, &gs) != 0) {
     return DECLINE;
+  }
+  if (k == 3) {
+    px_lossy_add(lossy, "tool_choice.allowed_tools");
+    ir->tool_choice = gs && g[0].kind == PX_FV_STR && px_fs_is(g[0].s, "required")
+                          ? PX_FTC_REQUIRED
+                          : PX_FTC_AUTO;
+    if (gs && g[0].kind == PX_FV_STR && g[0].s.esc) return DECLINE;
+    return 0;
+  }
+  if (!gs || g[0].kind != PX_FV_STR) return DECLINE;
   ir->tool_choice = PX_FTC_TOOL;
   ir->tc_name = g[0].s;
   return 0;
@@ -225,117 +485,296 @@ static int strings_only(const px_fv_t *v) {
   return r == 0;
 }
 
-/* response_format {"type":"text"} (the others: jansson) */
-static int format_text(const px_fv_t *v) {
-  static const px_fkey_t keys[] = {PX_FK("type")};
-  px_fv_t f[1];
-  unsigned seen = 0;
-  return v->kind == PX_FV_OBJ && px_fv_kfields(v, keys, 1, f, &seen) == 0 && seen &&
-         f[0].kind == PX_FV_STR && px_fs_is(f[0].s, "text");
+/* modalities: a list of "text" only (anything else than an array: no
+ * list, as chat.c reads it) */
+static int text_modalities(const px_fv_t *v) {
+  if (v->kind != PX_FV_ARR) return 1;
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return 0;
+  while ((r = px_fw_elem(&w)) == 1) {
+    px_fv_t x;
+    if (px_fw_value(&w, &x) < 0 || x.kind != PX_FV_STR || !px_fs_is(x.s, "text"))
+      return 0;
+  }
+  return r == 0;
 }
 
-enum { K_MODEL, K_MESSAGES, K_TOOLS, K_TC, K_PAR, K_MAX, K_MCT, K_TEMP, K_TOPP, K_STOP,
-       K_USER, K_META, K_STREAM, K_N, K_LOGPROBS, K_RF, K_SO };
-static const px_fkey_t top_keys[] = {PX_FK("model"), PX_FK("messages"), PX_FK("tools"),
-                                     PX_FK("tool_choice"), PX_FK("parallel_tool_calls"),
-                                     PX_FK("max_tokens"), PX_FK("max_completion_tokens"),
-                                     PX_FK("temperature"), PX_FK("top_p"), PX_FK("stop"),
-                                     PX_FK("user"), PX_FK("metadata"), PX_FK("stream"),
-                                     PX_FK("n"), PX_FK("logprobs"), PX_FK("response_format"),
-                                     PX_FK("stream_options")};
+/* response_format: text, json_object, json_schema {name?, description?,
+ * schema, strict?} (chat.c's decode_response_format) */
+static int response_format(const px_fv_t *v, px_freq_t *ir) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("json_schema")};
+  static const px_fkey_t skeys[] = {PX_FK("schema"), PX_FK("name"), PX_FK("description"),
+                                    PX_FK("strict")};
+  px_fv_t f[2], g[4];
+  unsigned seen = 0, gs = 0;
+  if (v->kind != PX_FV_OBJ || px_fv_kfields(v, keys, 2, f, &seen) != 0 || !HAS(0) ||
+      f[0].kind != PX_FV_STR)
+    return DECLINE;
+  if (px_fs_is(f[0].s, "text")) {
+    ir->rf_text = 1;
+    return 0;
+  }
+  if (px_fs_is(f[0].s, "json_object")) {
+    ir->rf_json = 1;
+    return 0;
+  }
+  if (!px_fs_is(f[0].s, "json_schema") || !HAS(1) || f[1].kind != PX_FV_OBJ ||
+      px_fv_kfields(&f[1], skeys, 4, g, &gs) != 0 || !(gs & 1) || g[0].kind != PX_FV_OBJ)
+    return DECLINE;
+  ir->rf_schema = g[0].raw;
+  if ((gs & 2) && g[1].kind == PX_FV_STR) ir->rf_name = g[1].s;
+  if ((gs & 4) && g[2].kind == PX_FV_STR) ir->rf_desc = g[2].s;
+  if ((gs & 8) && g[3].kind == PX_FV_TRUE) ir->rf_strict = 1;
+  if ((gs & 8) && g[3].kind == PX_FV_FALSE) ir->rf_strict = 0;
+  return 0;
+}
+
+enum {
+  K_MODEL,
+  K_MESSAGES,
+  K_TOOLS,
+  K_TC,
+  K_PAR,
+  K_MAX,
+  K_MCT,
+  K_TEMP,
+  K_TOPP,
+  K_STOP,
+  K_USER,
+  K_META,
+  K_STREAM,
+  K_N,
+  K_LOGPROBS,
+  K_RF,
+  K_SO,
+  K_EFFORT,
+  K_SAFETY,
+  K_PCK,
+  K_VERB,
+  K_MODALITIES,
+  K_AUDIO,
+  K_FUNCS,
+  K_FCALL,
+  K_DROPPED
+};
+static const px_fkey_t top_keys[] = {
+    PX_FK("model"), PX_FK("messages"), PX_FK("tools"), PX_FK("tool_choice"),
+    PX_FK("parallel_tool_calls"), PX_FK("max_tokens"), PX_FK("max_completion_tokens"),
+    PX_FK("temperature"), PX_FK("top_p"), PX_FK("stop"), PX_FK("user"), PX_FK("metadata"),
+    PX_FK("stream"), PX_FK("n"), PX_FK("logprobs"), PX_FK("response_format"),
+    PX_FK("stream_options"), PX_FK("reasoning_effort"), PX_FK("safety_identifier"),
+    PX_FK("prompt_cache_key"), PX_FK("verbosity"), PX_FK("modalities"), PX_FK("audio"),
+    PX_FK("functions"), PX_FK("function_call"),
+    /* dropped when set (chat.c's decode_dropped), named by themselves */
+    PX_FK("top_logprobs"), PX_FK("logit_bias"), PX_FK("seed"), PX_FK("presence_penalty"),
+    PX_FK("frequency_penalty"), PX_FK("service_tier"), PX_FK("prediction"),
+    PX_FK("store"), PX_FK("prompt_cache_retention"), PX_FK("web_search_options")};
+
+/* an unknown member, named by itself when set (chat.c: never silently
+ * dropped); a repeated one declines (jansson names it where it first
+ * stood, with its last value) */
+typedef struct unknown_key {
+  struct unknown_key *next;
+  px_fstr_t k;
+} unknown_key_t;
+
+static int unknown_member(px_fstr_t k, const px_fv_t *v, unknown_key_t **seen_keys,
+                          px_arena_t *a, px_lossy_t *lossy) {
+  /* a name with a comma, or "...", is not one element of a lossy list (the
+   * hub's merge splits or skips it): the reference names it */
+  if (k.esc || k.n >= 256 || memchr(k.p, ',', k.n) != NULL ||
+      (k.n == 3 && memcmp(k.p, "...", 3) == 0))
+    return DECLINE;
+  for (const unknown_key_t *u = *seen_keys; u; u = u->next)
+    if (u->k.n == k.n && memcmp(u->k.p, k.p, k.n) == 0) return DECLINE;
+  unknown_key_t *u = px_arena_alloc(a, sizeof(*u));
+  if (u == NULL) return DECLINE;
+  u->k = k;
+  u->next = *seen_keys;
+  *seen_keys = u;
+  if (v->kind == PX_FV_NULL) return 0;
+  char name[256];
+  memcpy(name, k.p, k.n);
+  name[k.n] = 0;
+  px_lossy_add(lossy, name);
+  return 0;
+}
+
+/* One top-level member, as chat.c's decode_request reads it where it
+ * stands (its lossy names in the body's order). */
+static int decode_member(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_t *ir,
+                         px_arena_t *a, px_lossy_t *lossy, int *user_from_safety) {
+  switch (ki) {
+    case K_MODEL:
+      return v->kind == PX_FV_STR ? 0 : DECLINE;
+    case K_TOOLS:
+      return v->kind == PX_FV_NULL ? 0 : decode_tools(ctx, v, ir, a);
+    case K_TC:
+      return v->kind == PX_FV_NULL ? 0 : decode_tool_choice(ctx, v, ir, lossy);
+    case K_PAR:
+      if (v->kind == PX_FV_TRUE || v->kind == PX_FV_FALSE)
+        ir->parallel = v->kind == PX_FV_TRUE;
+      return 0;
+    case K_TEMP:
+      if (v->kind == PX_FV_NUM) ir->temperature = v->raw;
+      return 0;
+    case K_TOPP:
+      if (v->kind == PX_FV_NUM) ir->top_p = v->raw;
+      return 0;
+    case K_STOP:
+      if (v->kind == PX_FV_STR) {
+        ir->stop1 = v->s;
+      } else if (v->kind == PX_FV_ARR) {
+        if (!strings_only(v)) return DECLINE;
+        if (!px_fw_empty(v->raw)) ir->stop = v->raw;
+      } else if (v->kind != PX_FV_NULL) {
+        return DECLINE;
+      }
+      return 0;
+    case K_USER:
+      if (v->kind != PX_FV_STR) return 0;
+      if (*user_from_safety) return DECLINE; /* named where safety_identifier stood */
+      ir->user = v->s;
+      return 0;
+    case K_SAFETY:
+      if (v->kind != PX_FV_STR) return 0;
+      if (ir->user.p != NULL) {
+        px_lossy_add(lossy, "safety_identifier");
+      } else {
+        ir->user = v->s;
+        *user_from_safety = 1;
+      }
+      return 0;
+    case K_META:
+      if (v->kind == PX_FV_OBJ) {
+        ir->metadata = v->raw;
+        ir->metadata_empty = px_fw_empty(v->raw);
+      }
+      return 0;
+    case K_STREAM:
+      if (v->kind == PX_FV_TRUE) ir->stream_true = 1;
+      if (v->kind == PX_FV_FALSE) ir->stream_false = 1;
+      return 0;
+    case K_SO:
+      if (v->kind == PX_FV_OBJ) {
+        /* include_usage is the context's (the encoders ask for usage) */
+        static const px_fkey_t so_keys[] = {PX_FK("include_obfuscation")};
+        px_fv_t so[1];
+        unsigned so_seen = 0;
+        if (px_fv_kfields(v, so_keys, 1, so, &so_seen) != 0) return DECLINE;
+        if (so_seen) px_lossy_add(lossy, "stream_options.include_obfuscation");
+      }
+      return 0;
+    case K_RF:
+      return v->kind == PX_FV_NULL ? 0 : response_format(v, ir);
+    case K_EFFORT:
+      if (v->kind == PX_FV_STR) {
+        ir->has_reasoning = 1;
+        ir->effort = v->s;
+      }
+      return 0;
+    case K_PCK:
+    case K_VERB:
+      if (v->kind == PX_FV_STR)
+        *(ki == K_PCK ? &ir->prompt_cache_key : &ir->verbosity) = v->s;
+      else if (v->kind != PX_FV_NULL)
+        px_lossy_add(lossy, ki == K_PCK ? "prompt_cache_key" : "verbosity");
+      return 0;
+    case K_N:
+      return v->kind == PX_FV_NULL ||
+                     (v->kind == PX_FV_NUM && v->raw.len == 1 && v->raw.ptr[0] == '1')
+                 ? 0
+                 : DECLINE;
+    case K_LOGPROBS:
+      if (v->kind == PX_FV_TRUE) px_lossy_add(lossy, "logprobs");
+      return 0;
+    case K_MODALITIES:
+      return text_modalities(v) ? 0 : DECLINE;
+    case K_AUDIO:
+    case K_FUNCS:
+    case K_FCALL:
+      return v->kind == PX_FV_NULL ? 0 : DECLINE;
+    default: /* dropped when set */
+      if (v->kind != PX_FV_NULL) px_lossy_add(lossy, top_keys[ki].s);
+      return 0;
+  }
+}
 
 static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                     px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
-  (void)ctx;
-  (void)lossy;
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
-  px_fv_t f[NKEYS(top_keys)];
-  unsigned seen = 0;
-  int r;
+  px_fv_t lim[2] = {{PX_FV_NULL, {0}, {NULL, 0}}, {PX_FV_NULL, {0}, {NULL, 0}}};
+  unknown_key_t *unknown = NULL;
+  uint64_t seen = 0;
+  int r, user_from_safety = 0;
   if (px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(&w, &k)) == 1) {
     int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
+    if (ki >= 0) {
+      if (seen & ((uint64_t)1 << ki)) return DECLINE; /* jansson keeps the last */
+      seen |= (uint64_t)1 << ki;
+    }
     if (ki == K_MESSAGES) {
       /* messages are read in place, in body order */
-      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
       int re;
       if (px_fw_peek(&w) != PX_FV_ARR || px_fw_open(&w, '[') < 0) return DECLINE;
       while ((re = px_fw_elem(&w)) == 1)
-        if (decode_message(&w, ir, a) != 0) return DECLINE;
+        if (decode_message(ctx, &w, ir, a, lossy) != 0) return DECLINE;
       if (re < 0) return DECLINE;
       continue;
     }
     px_fv_t v;
     if (px_fw_value(&w, &v) < 0) return DECLINE;
     if (ki < 0) {
-      /* an unknown or rare member: null is no member there, else lossy or
-       * special (jansson) */
-      if (k.esc || v.kind != PX_FV_NULL) return DECLINE;
-      continue;
+      if (unknown_member(k, &v, &unknown, a, lossy) != 0) return DECLINE;
+    } else if (ki == K_MAX || ki == K_MCT) {
+      lim[ki - K_MAX] = v;
+    } else if (decode_member(ctx, ki, &v, ir, a, lossy, &user_from_safety) != 0) {
+      return DECLINE;
     }
-    if (px_fw_seen_twice(&seen, ki)) return DECLINE;
-    f[ki] = v;
   }
-  if (r < 0 || !HAS(K_MESSAGES)) return DECLINE;
-  if (!HAS(K_MODEL) || f[K_MODEL].kind != PX_FV_STR) return DECLINE;
-  if (HAS(K_TOOLS) && f[K_TOOLS].kind != PX_FV_NULL && decode_tools(&f[K_TOOLS], ir, a) != 0)
-    return DECLINE;
-  if (HAS(K_TC) && f[K_TC].kind != PX_FV_NULL && decode_tool_choice(&f[K_TC], ir) != 0)
-    return DECLINE;
-  ir->parallel = -1;
-  if (HAS(K_PAR) && f[K_PAR].kind == PX_FV_TRUE) ir->parallel = 1;
-  if (HAS(K_PAR) && f[K_PAR].kind == PX_FV_FALSE) ir->parallel = 0;
-  /* max_completion_tokens wins over the deprecated max_tokens */
-  for (int i = K_MAX; i <= K_MCT; i++) {
-    if (!HAS(i) || f[i].kind == PX_FV_NULL) continue;
+  if (r < 0 || !(seen & ((uint64_t)1 << K_MESSAGES))) return DECLINE;
+  /* max_completion_tokens wins over the deprecated max_tokens; both must be
+   * positive integers when set */
+  for (int i = 0; i < 2; i++) {
+    if (lim[i].kind == PX_FV_NULL) continue;
     int64_t n;
-    if (f[i].kind != PX_FV_NUM || px_fw_uint(f[i].raw, &n) < 0 || n < 1) return DECLINE;
-    ir->max_tokens = f[i].raw;
+    if (lim[i].kind != PX_FV_NUM || px_fw_uint(lim[i].raw, &n) < 0 || n < 1)
+      return DECLINE;
+    ir->max_tokens = lim[i].raw;
     ir->max_tokens_v = n;
   }
-  if (HAS(K_TEMP) && f[K_TEMP].kind == PX_FV_NUM) ir->temperature = f[K_TEMP].raw;
-  if (HAS(K_TOPP) && f[K_TOPP].kind == PX_FV_NUM) ir->top_p = f[K_TOPP].raw;
-  if (HAS(K_STOP)) {
-    if (f[K_STOP].kind == PX_FV_STR) ir->stop1 = f[K_STOP].s;
-    else if (f[K_STOP].kind == PX_FV_ARR) {
-      if (!strings_only(&f[K_STOP])) return DECLINE;
-      if (!px_fw_empty(f[K_STOP].raw)) ir->stop = f[K_STOP].raw;
-    } else if (f[K_STOP].kind != PX_FV_NULL)
-      return DECLINE;
-  }
-  if (HAS(K_USER) && f[K_USER].kind == PX_FV_STR) ir->user = f[K_USER].s;
-  if (HAS(K_META) && f[K_META].kind == PX_FV_OBJ) {
-    ir->metadata = f[K_META].raw;
-    ir->metadata_empty = px_fw_empty(f[K_META].raw);
-  }
-  if (HAS(K_STREAM) && f[K_STREAM].kind == PX_FV_TRUE) ir->stream_true = 1;
-  if (HAS(K_SO) && f[K_SO].kind == PX_FV_OBJ) {
-    /* include_usage is the context's (the encoder always asks for usage);
-     * include_obfuscation is lossy: the jansson codec names it */
-    static const px_fkey_t so_keys[] = {PX_FK("include_obfuscation")};
-    px_fv_t so[1];
-    unsigned so_seen = 0;
-    if (px_fv_kfields(&f[K_SO], so_keys, 1, so, &so_seen) != 0 || so_seen) return DECLINE;
-  }
-  if (HAS(K_STREAM) && f[K_STREAM].kind == PX_FV_FALSE) ir->stream_false = 1;
-  if (HAS(K_RF) && f[K_RF].kind != PX_FV_NULL) {
-    if (!format_text(&f[K_RF])) return DECLINE;
-    ir->rf_text = 1;
-  }
-  if (HAS(K_N) && f[K_N].kind != PX_FV_NULL &&
-      !(f[K_N].kind == PX_FV_NUM && f[K_N].raw.len == 1 && f[K_N].raw.ptr[0] == '1'))
-    return DECLINE;
-  if (HAS(K_LOGPROBS) && f[K_LOGPROBS].kind == PX_FV_TRUE) return DECLINE;
   return 0;
 }
 
 /* ======================================================================== */
 /* Request encode                                                            */
 
-static int put_tool_msg(px_buf_t *b, const px_fpart_t *p) {
+/* the texts of the parts of type t in a list, one after the other */
+static int put_texts_of(px_buf_t *b, const px_fpart_t *p, px_fpart_type_t t) {
+  int rc = 0;
+  for (; p && rc == 0; p = p->next)
+    if (p->type == t && p->text.n) rc = px_fb_put(b, p->text.p, p->text.n);
+  return rc;
+}
+
+/* an IR tool result -> a tool message: its texts joined (images and files
+ * named as the client spelled them) */
+static int put_tool_msg(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fpart_t *p,
+                        px_lossy_t *lossy) {
+  for (const px_fpart_t *c = p->content; c; c = c->next) {
+    if (c->type == PX_FP_IMAGE)
+      px_lossy_add(lossy, px_in_names(ctx)->tool_result_image);
+    else if (c->type == PX_FP_FILE)
+      px_lossy_add(lossy, px_in_names(ctx)->tool_result_file);
+    else if (c->type != PX_FP_TEXT)
+      return DECLINE;
+  }
+  if (p->is_error) px_lossy_add(lossy, "messages[].content[].is_error");
   int rc = px_fb_lit(b, "{\"role\":\"tool\",\"tool_call_id\":");
-  if (rc == 0) rc = px_fb_str(b, p->id);
+  if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : (px_fstr_t){"", 0, 0});
   if (rc == 0) rc = px_fb_lit(b, ",\"content\":\"");
   if (rc == 0) rc = px_fb_texts(b, p->content);
   if (rc == 0) rc = px_fb_lit(b, "\"}");
@@ -343,26 +782,57 @@ static int put_tool_msg(px_buf_t *b, const px_fpart_t *p) {
 }
 
 static int put_call(px_buf_t *b, const px_fpart_t *p) {
+  static const px_fstr_t none = {"", 0, 0};
   int rc = px_fb_lit(b, "{\"id\":");
-  if (rc == 0) rc = px_fb_str(b, p->id);
+  if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : none);
+  if (p->custom) {
+    if (rc == 0) rc = px_fb_lit(b, ",\"type\":\"custom\",\"custom\":{\"name\":");
+    if (rc == 0) rc = px_fb_str(b, p->name.p ? p->name : none);
+    if (rc == 0) rc = px_fb_lit(b, ",\"input\":");
+    if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : none);
+    if (rc == 0) rc = px_fb_lit(b, "}}");
+    return rc;
+  }
   if (rc == 0) rc = px_fb_lit(b, ",\"type\":\"function\",\"function\":{\"name\":");
-  if (rc == 0) rc = px_fb_str(b, p->name);
+  if (rc == 0) rc = px_fb_str(b, p->name.p ? p->name : none);
   if (rc == 0) rc = px_fb_lit(b, ",\"arguments\":");
   if (rc == 0) rc = px_fb_str(b, p->args.p ? p->args : (px_fstr_t){"{}", 2, 0});
   if (rc == 0) rc = px_fb_lit(b, "}}");
   return rc;
 }
 
-/* consecutive assistant messages [m, end) -> one Chat message */
-static int put_assistant(px_buf_t *b, const px_fmsg_t *m, const px_fmsg_t *end,
-                         px_lossy_t *lossy) {
-  int ntext = 0, ncalls = 0;
+/* consecutive assistant messages [m, end) -> one Chat message: texts,
+ * refusals and reasoning texts joined, tool calls; opaque reasoning tokens
+ * named as the client spelled them */
+static int put_assistant(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fmsg_t *m,
+                         const px_fmsg_t *end, px_lossy_t *lossy) {
+  const px_lossy_names_t *n = px_in_names(ctx);
+  int ntext = 0, ncalls = 0, nref = 0, nreason = 0;
   for (const px_fmsg_t *x = m; x != end; x = x->next)
     for (const px_fpart_t *p = x->parts; p; p = p->next) {
       if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
-      if (p->type == PX_FP_TEXT) ntext++;
-      else if (p->type == PX_FP_TOOL_CALL) ncalls++;
-      else return DECLINE;
+      if (p->type == PX_FP_TEXT) {
+        ntext++;
+      } else if (p->type == PX_FP_TOOL_CALL) {
+        ncalls++;
+      } else if (p->type == PX_FP_REFUSAL) {
+        nref++;
+      } else if (p->type == PX_FP_REASONING) {
+        nreason += p->text.n > 0;
+        static const char *const toks[] = {"signature", "encrypted_content",
+                                           "thought_signature"};
+        for (size_t i = 0; i < sizeof(toks) / sizeof(toks[0]); i++) {
+          int k = px_frtok_index(toks[i]);
+          if (k >= 0 && p->tok[k].p != NULL) {
+            px_lossy_add(lossy, n->reasoning_token);
+            break;
+          }
+        }
+        int k = px_frtok_index("redacted_data");
+        if (k >= 0 && p->tok[k].p != NULL) px_lossy_add(lossy, n->reasoning_redacted);
+      } else {
+        return DECLINE;
+      }
     }
   int rc = px_fb_lit(b, "{\"role\":\"assistant\",\"content\":");
   if (rc == 0 && ntext > 0) {
@@ -372,6 +842,18 @@ static int put_assistant(px_buf_t *b, const px_fmsg_t *m, const px_fmsg_t *end,
     if (rc == 0) rc = px_fb_lit(b, "\"");
   } else if (rc == 0) {
     rc = px_fb_lit(b, ncalls ? "null" : "\"\"");
+  }
+  if (rc == 0 && nref > 0) {
+    rc = px_fb_lit(b, ",\"refusal\":\"");
+    for (const px_fmsg_t *x = m; x != end && rc == 0; x = x->next)
+      rc = put_texts_of(b, x->parts, PX_FP_REFUSAL);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  }
+  if (rc == 0 && nreason > 0) {
+    rc = px_fb_lit(b, ",\"reasoning_content\":\"");
+    for (const px_fmsg_t *x = m; x != end && rc == 0; x = x->next)
+      rc = put_texts_of(b, x->parts, PX_FP_REASONING);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
   }
   if (rc == 0 && ncalls) {
     rc = px_fb_lit(b, ",\"tool_calls\":[");
@@ -389,45 +871,208 @@ static int put_assistant(px_buf_t *b, const px_fmsg_t *m, const px_fmsg_t *end,
   return rc;
 }
 
-static int put_user(px_buf_t *b, const px_fmsg_t *m, int *first, px_lossy_t *lossy) {
-  int ntext = 0, rc = 0;
+/* "data:<media type>;base64,<data>" as a quoted string (the parts are
+ * written as they are: escaped media types or data decline) */
+static int put_data_url(px_buf_t *b, px_fstr_t mt, px_fstr_t data) {
+  if (mt.esc || data.esc) return DECLINE;
+  int rc = px_fb_lit(b, "\"data:");
+  if (rc == 0) rc = px_fb_put(b, mt.p, mt.n);
+  if (rc == 0) rc = px_fb_lit(b, ";base64,");
+  if (rc == 0) rc = px_fb_put(b, data.p, data.n);
+  if (rc == 0) rc = px_fb_lit(b, "\"");
+  return rc;
+}
+
+/* an IR image or file part -> a Chat content part */
+static int put_media(px_buf_t *b, const px_fpart_t *p) {
+  int rc;
+  if (p->type == PX_FP_IMAGE) {
+    rc = px_fb_lit(b, "{\"type\":\"image_url\",\"image_url\":{\"url\":");
+    if (rc == 0 && p->url.p)
+      rc = px_fb_str(b, p->url);
+    else if (rc == 0 && p->media_type.p && p->data.p)
+      rc = put_data_url(b, p->media_type, p->data);
+    else if (rc == 0)
+      return DECLINE; /* the reference names the error */
+    return rc == 0 ? px_fb_lit(b, "}}") : rc;
+  }
+  rc = px_fb_lit(b, "{\"type\":\"file\",\"file\":{");
+  if (rc == 0 && p->file_id.p) {
+    rc = px_fb_lit(b, "\"file_id\":");
+    if (rc == 0) rc = px_fb_str(b, p->file_id);
+    if (rc == 0) rc = px_fb_opt_str(b, ",\"filename\":", p->filename);
+  } else if (rc == 0 && p->media_type.p && p->data.p) {
+    rc = px_fb_lit(b, "\"file_data\":");
+    if (rc == 0) rc = put_data_url(b, p->media_type, p->data);
+    /* OpenAI wants a filename with inline file data (px_inline_filename) */
+    if (rc == 0) rc = px_fb_lit(b, ",\"filename\":");
+    if (rc == 0 && p->filename.p && p->filename.n > 0)
+      rc = px_fb_str(b, p->filename);
+    else if (rc == 0 && p->media_type.esc)
+      rc = DECLINE;
+    else if (rc == 0)
+      rc = px_fb_lit(b, px_fs_is(p->media_type, "text/plain") ? "\"document.txt\""
+                                                              : "\"document.pdf\"");
+  } else if (rc == 0) {
+    return DECLINE; /* a file by URL: the reference names the error */
+  }
+  return rc == 0 ? px_fb_lit(b, "}}") : rc;
+}
+
+static int put_user(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fmsg_t *m, int *first,
+                    px_lossy_t *lossy) {
+  int nparts = 0, only_text = 1, rc = 0;
   const px_fpart_t *one = NULL;
   for (const px_fpart_t *p = m->parts; p; p = p->next) {
     if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
     if (p->type == PX_FP_TOOL_RESULT) {
-      for (const px_fpart_t *c = p->content; c; c = c->next)
-        if (c->type != PX_FP_TEXT) return DECLINE;
-      if (p->is_error) px_lossy_add(lossy, "messages[].content[].is_error");
       if (!*first) rc = px_fb_lit(b, ",");
       *first = 0;
-      if (rc == 0) rc = put_tool_msg(b, p);
+      if (rc == 0) rc = put_tool_msg(ctx, b, p, lossy);
       if (rc != 0) return rc;
-    } else if (p->type == PX_FP_TEXT) {
-      ntext++;
+    } else if (p->type == PX_FP_TEXT || p->type == PX_FP_IMAGE || p->type == PX_FP_FILE) {
+      nparts++;
+      only_text &= p->type == PX_FP_TEXT;
       one = p;
     } else {
       return DECLINE;
     }
   }
-  if (ntext == 0) return 0;
+  if (nparts == 0) return 0;
   if (!*first) rc = px_fb_lit(b, ",");
   *first = 0;
   if (rc == 0) rc = px_fb_lit(b, "{\"role\":\"user\",\"content\":");
-  if (rc == 0 && ntext == 1) {
+  if (rc == 0 && nparts == 1 && only_text) {
     rc = px_fb_str(b, one->text);
   } else if (rc == 0) {
     rc = px_fb_lit(b, "[");
     int f = 1;
     for (const px_fpart_t *p = m->parts; p && rc == 0; p = p->next) {
-      if (p->type != PX_FP_TEXT) continue;
-      rc = px_fb_lit(b, f ? "{\"type\":\"text\",\"text\":" : ",{\"type\":\"text\",\"text\":");
+      if (p->type == PX_FP_TOOL_RESULT) continue;
+      if (!f) rc = px_fb_lit(b, ",");
       f = 0;
+      if (rc == 0 && p->type != PX_FP_TEXT) {
+        rc = put_media(b, p);
+        continue;
+      }
+      if (rc == 0) rc = px_fb_lit(b, "{\"type\":\"text\",\"text\":");
       if (rc == 0) rc = px_fb_str(b, p->text);
       if (rc == 0) rc = px_fb_lit(b, "}");
     }
     if (rc == 0) rc = px_fb_lit(b, "]");
   }
   if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* whether the first IR tool named s is a custom one (px_ir_is_custom_tool);
+ * -1 when escapes keep the names from being compared as they are */
+static int custom_tool(const px_freq_t *ir, px_fstr_t s) {
+  for (const px_ftool_t *t = ir->tools; t; t = t->next) {
+    if (s.esc || t->name.esc) return -1;
+    if (t->name.n == s.n && memcmp(t->name.p, s.p, s.n) == 0) return t->custom;
+  }
+  return 0;
+}
+
+/* an IR custom tool format -> the Chat shape ({"type":"grammar","grammar":
+ * {syntax, definition}} or {"type": t}), as chat.c's format_out */
+static int put_format(px_buf_t *b, px_str_t raw) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("syntax"), PX_FK("definition")};
+  px_fv_t v = {PX_FV_OBJ, {0}, raw}, f[3];
+  unsigned seen = 0;
+  if (px_fv_kfields(&v, keys, 3, f, &seen) != 0) return DECLINE;
+  if (!HAS(0) || f[0].kind != PX_FV_STR) return 0; /* no type: no format */
+  if (f[0].s.esc) return DECLINE;
+  int rc = px_fb_lit(b, ",\"format\":{\"type\":");
+  if (rc == 0) rc = px_fb_str(b, f[0].s);
+  if (rc == 0 && px_fs_is(f[0].s, "grammar")) {
+    rc = px_fb_lit(b, ",\"grammar\":{\"syntax\":");
+    for (int i = 1; i <= 2 && rc == 0; i++) {
+      if (i == 2) rc = px_fb_lit(b, ",\"definition\":");
+      if (rc == 0 && HAS(i) && f[i].kind == PX_FV_STR)
+        rc = px_fb_str(b, f[i].s);
+      else if (rc == 0)
+        rc = px_fb_lit(b, "null");
+    }
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+static int put_tools(px_buf_t *b, const px_freq_t *ir, px_lossy_t *lossy) {
+  int rc = px_fb_lit(b, ",\"tools\":[");
+  for (const px_ftool_t *t = ir->tools; t && rc == 0; t = t->next) {
+    if (t != ir->tools) rc = px_fb_lit(b, ",");
+    if (rc == 0 && t->custom) {
+      rc = px_fb_lit(b, "{\"type\":\"custom\",\"custom\":{\"name\":");
+      if (rc == 0) rc = px_fb_str(b, t->name);
+      if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", t->desc);
+      if (rc == 0 && t->format.ptr) rc = put_format(b, t->format);
+      if (rc == 0) rc = px_fb_lit(b, "}}");
+      continue; /* chat.c names no cache_control of a custom tool */
+    }
+    if (rc == 0) rc = px_fb_lit(b, "{\"type\":\"function\",\"function\":{\"name\":");
+    if (rc == 0) rc = px_fb_str(b, t->name);
+    if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", t->desc);
+    if (rc == 0) rc = px_fb_opt_raw(b, ",\"parameters\":", t->params);
+    if (rc == 0 && t->strict >= 0)
+      rc = px_fb_lit(b, t->strict ? ",\"strict\":true" : ",\"strict\":false");
+    if (rc == 0) rc = px_fb_lit(b, "}}");
+    if (t->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "]");
+  if (rc == 0 && ir->tool_choice == PX_FTC_TOOL) {
+    int cu = custom_tool(ir, ir->tc_name);
+    if (cu < 0) return DECLINE;
+    rc = px_fb_lit(
+        b, cu ? ",\"tool_choice\":{\"type\":\"custom\",\"custom\":{\"name\":"
+              : ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":");
+    if (rc == 0) rc = px_fb_str(b, ir->tc_name);
+    if (rc == 0) rc = px_fb_lit(b, "}}");
+  }
+  if (rc == 0) rc = px_fb_openai_tc(b, ir->tool_choice, ir->parallel);
+  return rc;
+}
+
+/* response_format as chat.c's response_format_out writes it */
+static int put_response_format(px_buf_t *b, const px_freq_t *ir) {
+  if (ir->rf_schema.ptr) {
+    int rc = px_fb_lit(b,
+                       ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+                       "{\"name\":");
+    if (rc == 0)
+      rc = px_fb_str(b, ir->rf_name.p ? ir->rf_name : (px_fstr_t){"response", 8, 0});
+    if (rc == 0) rc = px_fb_opt_raw(b, ",\"schema\":", ir->rf_schema);
+    if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", ir->rf_desc);
+    if (rc == 0 && ir->rf_strict >= 0)
+      rc = px_fb_lit(b, ir->rf_strict ? ",\"strict\":true" : ",\"strict\":false");
+    return rc == 0 ? px_fb_lit(b, "}}") : rc;
+  }
+  if (ir->rf_json) return px_fb_lit(b, ",\"response_format\":{\"type\":\"json_object\"}");
+  if (ir->rf_text) return px_fb_lit(b, ",\"response_format\":{\"type\":\"text\"}");
+  return 0;
+}
+
+/* the reasoning effort (from a budget when only that is given), as chat.c's
+ * reasoning_out */
+static int put_reasoning(const px_tr_ctx_t *ctx, px_buf_t *b, const px_freq_t *ir,
+                         px_lossy_t *lossy) {
+  if (!ir->has_reasoning) return 0;
+  int rc = 0;
+  if (ir->effort.p) {
+    rc = px_fb_lit(b, ",\"reasoning_effort\":");
+    if (rc == 0) rc = px_fb_str(b, ir->effort);
+  } else if (ir->budget.ptr) {
+    rc = px_fb_lit(b, ",\"reasoning_effort\":\"");
+    if (rc == 0) rc = px_fb_lit(b, px_effort_of_budget(ir->budget_v));
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  } else if (ir->reasoning_enabled == 1) {
+    /* Anthropic adaptive thinking: Chat cannot ask for visible thinking */
+    px_lossy_add(lossy, px_in_names(ctx)->reasoning_config);
+  }
+  if (ir->summary.p) px_lossy_add(lossy, "reasoning.summary");
   return rc;
 }
 
@@ -454,36 +1099,17 @@ static int chat_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
       while (end != NULL && end->assistant) end = end->next;
       if (!first) rc = px_fb_lit(b, ",");
       first = 0;
-      if (rc == 0) rc = put_assistant(b, m, end, lossy);
+      if (rc == 0) rc = put_assistant(ctx, b, m, end, lossy);
       m = end;
     } else {
-      rc = put_user(b, m, &first, lossy);
+      rc = put_user(ctx, b, m, &first, lossy);
       m = m->next;
     }
   }
   if (rc == 0) rc = px_fb_lit(b, "]");
   if (rc != 0) return rc;
   if (ir->tools != NULL) {
-    rc = px_fb_lit(b, ",\"tools\":[");
-    for (const px_ftool_t *t = ir->tools; t && rc == 0; t = t->next) {
-      rc = px_fb_lit(b, t == ir->tools ? "{\"type\":\"function\",\"function\":{\"name\":"
-                                       : ",{\"type\":\"function\",\"function\":{\"name\":");
-      if (rc == 0) rc = px_fb_str(b, t->name);
-      if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", t->desc);
-      if (rc == 0) rc = px_fb_lit(b, ",\"parameters\":");
-      if (rc == 0) rc = px_fb_raw(b, t->params);
-      if (rc == 0 && t->strict >= 0)
-        rc = px_fb_lit(b, t->strict ? ",\"strict\":true" : ",\"strict\":false");
-      if (rc == 0) rc = px_fb_lit(b, "}}");
-      if (t->cache_control.ptr) px_lossy_add(lossy, "cache_control");
-    }
-    if (rc == 0) rc = px_fb_lit(b, "]");
-    if (rc == 0 && ir->tool_choice == PX_FTC_TOOL) {
-      rc = px_fb_lit(b, ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":");
-      if (rc == 0) rc = px_fb_str(b, ir->tc_name);
-      if (rc == 0) rc = px_fb_lit(b, "}}");
-    }
-    if (rc == 0) rc = px_fb_openai_tc(b, ir->tool_choice, ir->parallel);
+    rc = put_tools(b, ir, lossy);
   } else if (ir->tool_choice == PX_FTC_REQUIRED || ir->tool_choice == PX_FTC_TOOL) {
     px_lossy_add(lossy, "tool_choice");
   }
@@ -498,9 +1124,12 @@ static int chat_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
   } else if (rc == 0) {
     rc = px_fb_opt_raw(b, ",\"stop\":", ir->stop);
   }
-  if (rc == 0 && ir->rf_text) rc = px_fb_lit(b, ",\"response_format\":{\"type\":\"text\"}");
+  if (rc == 0) rc = put_response_format(b, ir);
+  if (rc == 0) rc = put_reasoning(ctx, b, ir, lossy);
   if (rc == 0) rc = px_fb_opt_str(b, ",\"user\":", ir->user);
   if (rc == 0) rc = px_fb_opt_raw(b, ",\"metadata\":", ir->metadata);
+  if (rc == 0) rc = px_fb_opt_str(b, ",\"prompt_cache_key\":", ir->prompt_cache_key);
+  if (rc == 0) rc = px_fb_opt_str(b, ",\"verbosity\":", ir->verbosity);
   /* a stream always asks for its usage (SPEC 5: the final usage is real) */
   if (rc == 0 && (ctx->stream || ir->stream_true))
     rc = px_fb_lit(b, ",\"stream\":true,\"stream_options\":{\"include_usage\":true}");
@@ -698,5 +1327,6 @@ const px_fast_ops_t px_chat_fast = {
     .encode_request = chat_fast_encode_request,
     .decode_response = chat_fast_decode_response,
     .encode_response = chat_fast_encode_response,
+    .encodes = PX_FU_ALL,
     .response_checked = 1,
 };

@@ -106,7 +106,9 @@ FC_INLINE void ws(px_fw_t *w) {
 
 /* at the opening quote: content span, cursor past the closing quote. The
  * plain ASCII run inline (px_json_plain); from the first non-ASCII byte on
- * the quotes and backslashes are looked up with memchr. */
+ * only the quotes and backslashes matter (the body has no raw controls),
+ * looked for 16 bytes at a time (one pass, where two memchr calls per
+ * escape read an escaped text twice). */
 FC_INLINE int str(px_fw_t *w, px_fstr_t *s) {
   const unsigned char *u = (const unsigned char *)w->p;
   size_t i = w->i + 1;
@@ -120,16 +122,23 @@ FC_INLINE int str(px_fw_t *w, px_fstr_t *s) {
     i += 2;
   }
   for (;;) {
-    if (i > w->n) return -1;
-    const char *q = memchr(w->p + i, '"', w->n - i);
-    if (q == NULL) return -1;
-    const char *bs = memchr(w->p + i, '\\', (size_t)(q - w->p) - i);
-    if (bs == NULL) {
-      i = (size_t)(q - w->p);
-      goto done;
+#if defined(__SSE2__)
+    const __m128i qt = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\');
+    for (; i + 16 <= w->n; i += 16) {
+      __m128i v = _mm_loadu_si128((const __m128i *)(u + i));
+      unsigned m = (unsigned)_mm_movemask_epi8(
+          _mm_or_si128(_mm_cmpeq_epi8(v, qt), _mm_cmpeq_epi8(v, bs)));
+      if (m) {
+        i += (size_t)__builtin_ctz(m);
+        break;
+      }
     }
+#endif
+    while (i < w->n && u[i] != '"' && u[i] != '\\') i++;
+    if (i >= w->n) return -1;
+    if (u[i] == '"') goto done;
     esc = 1;
-    i = (size_t)(bs - w->p) + 2;
+    i += 2;
   }
 done:
   s->p = w->p + w->i + 1;

@@ -1,10 +1,12 @@
 /* responses_fast.c - the fast codec of OpenAI Responses bodies
- * (include/proxai/fastir.h): the common shape (instructions, message,
- * function_call and function_call_output items with text, function tools,
- * sampling parameters) without a jansson document. Anything else declines
- * to responses.c, the reference: every rule here is that codec's rule for
- * the same shape; the same for response bodies (message text and
- * function calls). */
+ * (include/proxai/fastir.h) without a jansson document: requests as Codex
+ * sends them (instructions; message, reasoning, function and custom tool
+ * call and output items with text, images and files; function, custom and
+ * hosted tools; reasoning, text, include, store, prompt_cache_key and the
+ * sampling parameters), and response bodies (message text and function
+ * calls). Anything else declines to responses.c, the reference: every rule
+ * here is that codec's rule for the same shape, its lossy names added in
+ * the same order. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,31 +17,150 @@
 #define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define HAS(x) (seen & (1u << (x)))
 
+static const px_fstr_t EMPTY = {"", 0, 0};
+
+/* member x of f as a string, p NULL when absent or not a string (px_jstr) */
+#define FSTR(x) (HAS(x) && f[x].kind == PX_FV_STR ? f[x].s : (px_fstr_t){0})
+
 static int is_text_type(px_fstr_t t) {
   return px_fs_is(t, "input_text") || px_fs_is(t, "text") || px_fs_is(t, "output_text");
 }
 
-/* content parts of text types only -> TEXT parts; assistant: annotations
- * must be empty (lossy there) */
-static int text_parts(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail, int sys_role,
-                      int assistant, px_arena_t *a) {
+/* A data URL "data:<mt>;base64,<data>" (unescaped span) split as
+ * px_data_url_split does: 0, or -1 when it is not one. */
+static int data_url_split(px_fstr_t url, px_fstr_t *mt, px_fstr_t *data) {
+  static const char sep[] = ";base64,";
+  if (url.n < 5 || memcmp(url.p, "data:", 5) != 0) return -1;
+  for (size_t i = 5; i + 8 <= url.n; i++)
+    if (url.p[i] == ';' && memcmp(url.p + i, sep, 8) == 0) {
+      size_t n = i - 5;
+      if (n == 0 || n >= 128) return -1; /* its media type buffer */
+      *mt = (px_fstr_t){url.p + 5, n, 0};
+      *data = (px_fstr_t){url.p + i + 8, url.n - i - 8, 0};
+      return 0;
+    }
+  return -1;
+}
+
+/* ======================================================================== */
+/* Request decode                                                            */
+
+/* what a content part may be (responses.c: dec_system_msg, dec_message's
+ * assistant parts, dec_user_part) */
+enum { PM_SYSTEM, PM_USER, PM_ASSISTANT };
+
+enum {
+  P_TYPE,
+  P_TEXT,
+  P_ANN,
+  P_REFUSAL,
+  P_IMAGE_URL,
+  P_DETAIL,
+  P_FILE_DATA,
+  P_FILE_URL,
+  P_FILE_ID,
+  P_FILENAME
+};
+static const px_fkey_t part_keys[] = {
+    PX_FK("type"),      PX_FK("text"),    PX_FK("annotations"), PX_FK("refusal"),
+    PX_FK("image_url"), PX_FK("detail"),  PX_FK("file_data"),   PX_FK("file_url"),
+    PX_FK("file_id"),   PX_FK("filename")};
+
+/* an input_image part -> an IMAGE part */
+static px_fpart_t *image_part(const px_fv_t *f, unsigned seen, px_arena_t *a,
+                              px_lossy_t *lossy) {
+  px_fstr_t url = FSTR(P_IMAGE_URL), detail = FSTR(P_DETAIL), mt, data;
+  if (detail.p != NULL && !px_fs_is(detail, "auto")) {
+    if (detail.esc) return NULL;
+    px_lossy_add(lossy, "input[].content[].detail");
+  }
+  if (url.p == NULL || url.esc) return NULL; /* file_id or none: an error there */
+  px_fpart_t *p = px_fpart_new(a, PX_FP_IMAGE);
+  if (p == NULL) return NULL;
+  if (data_url_split(url, &mt, &data) == 0) {
+    p->media_type = mt;
+    p->data = data;
+  } else if (url.n >= 5 && memcmp(url.p, "data:", 5) == 0) {
+    return NULL; /* not a base64 data URL: an error there */
+  } else {
+    p->url = url;
+  }
+  return p;
+}
+
+/* an input_file part -> a FILE part */
+static px_fpart_t *file_part(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
+                             px_arena_t *a) {
+  px_fstr_t fd = FSTR(P_FILE_DATA), fu = FSTR(P_FILE_URL), fid = FSTR(P_FILE_ID);
+  px_fpart_t *p = px_fpart_new(a, PX_FP_FILE);
+  if (p == NULL) return NULL;
+  if (fd.p != NULL) {
+    if (fd.esc) return NULL;
+    if (data_url_split(fd, &p->media_type, &p->data) != 0) {
+      /* raw base64 without a data URL: Responses documents PDFs */
+      p->media_type = (px_fstr_t){"application/pdf", 15, 0};
+      p->data = fd;
+    }
+    p->filename = FSTR(P_FILENAME);
+  } else if (fu.p != NULL) {
+    p->url = fu;
+  } else if (fid.p != NULL && px_tr_out_can(ctx, PX_CAP_FILE_ID)) {
+    p->file_id = fid;
+  } else {
+    return NULL; /* an error there */
+  }
+  return p;
+}
+
+/* the content part at the cursor -> a part appended to head .. tail */
+static int dec_part(const px_tr_ctx_t *ctx, px_fw_t *w, int mode, int developer,
+                    px_fpart_t **head, px_fpart_t **tail, px_arena_t *a,
+                    px_lossy_t *lossy) {
+  px_fv_t f[NKEYS(part_keys)];
+  unsigned seen = 0;
+  if (px_fw_kfields(w, part_keys, NKEYS(part_keys), f, &seen) != 0) return DECLINE;
+  px_fstr_t type = FSTR(P_TYPE);
+  if (type.p == NULL || type.esc) return DECLINE;
+  px_fpart_t *p = NULL;
+  if (is_text_type(type)) {
+    px_fstr_t text = FSTR(P_TEXT);
+    if (text.p == NULL) return DECLINE;
+    if (mode == PM_ASSISTANT && HAS(P_ANN) && f[P_ANN].kind == PX_FV_ARR &&
+        !px_fw_empty(f[P_ANN].raw))
+      px_lossy_add(lossy, "input[].content[].annotations");
+    p = px_fpart_text(a, text);
+    if (p != NULL) p->developer = developer;
+  } else if (mode == PM_ASSISTANT && px_fs_is(type, "refusal")) {
+    px_fstr_t text = FSTR(P_REFUSAL);
+    if (text.p == NULL) return DECLINE;
+    if ((p = px_fpart_new(a, PX_FP_REFUSAL)) != NULL) p->text = text;
+  } else if (mode == PM_USER && px_fs_is(type, "input_image")) {
+    p = image_part(f, seen, a, lossy);
+  } else if (mode == PM_USER && px_fs_is(type, "input_file")) {
+    p = file_part(ctx, f, seen, a);
+  }
+  if (p == NULL) return DECLINE; /* other parts: an error there */
+  px_fpart_push(head, tail, p);
+  return 0;
+}
+
+/* a message's content (string or list) -> parts */
+static int dec_content(const px_tr_ctx_t *ctx, const px_fv_t *c, int mode, int developer,
+                       px_fpart_t **head, px_fpart_t **tail, px_arena_t *a,
+                       px_lossy_t *lossy) {
+  if (c->kind == PX_FV_STR) {
+    px_fpart_t *p = px_fpart_text(a, c->s);
+    if (p == NULL) return DECLINE;
+    p->developer = developer;
+    px_fpart_push(head, tail, p);
+    return 0;
+  }
+  if (c->kind != PX_FV_ARR) return DECLINE;
   px_fw_t w = {c->raw.ptr, c->raw.len, 0};
   int r;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
-    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("annotations")};
-    px_fv_t f[3];
-    unsigned seen = 0;
-    if (px_fw_kfields(&w, keys, 3, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
-        !is_text_type(f[0].s) || !HAS(1) || f[1].kind != PX_FV_STR)
-      return DECLINE;
-    if (assistant && HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw))
-      return DECLINE;
-    px_fpart_t *p = px_fpart_text(a, f[1].s);
-    if (p == NULL) return DECLINE;
-    p->developer = sys_role == 2;
-    px_fpart_push(head, tail, p);
-  }
+  while ((r = px_fw_elem(&w)) == 1)
+    if (dec_part(ctx, &w, mode, developer, head, tail, a, lossy) != 0) return DECLINE;
   return r < 0 ? DECLINE : 0;
 }
 
@@ -48,290 +169,909 @@ static px_fmsg_t *asst_msg(px_freq_t *ir, px_arena_t *a) {
   return px_fmsg_push(ir, a, 1);
 }
 
-enum { I_TYPE, I_ROLE, I_CONTENT, I_CALL_ID, I_NAME, I_ARGS, I_OUTPUT, I_NS };
-static const px_fkey_t item_keys[] = {PX_FK("type"), PX_FK("role"), PX_FK("content"),
-                                      PX_FK("call_id"), PX_FK("name"), PX_FK("arguments"),
-                                      PX_FK("output"), PX_FK("namespace")};
+static int push_asst(px_freq_t *ir, px_arena_t *a, px_fpart_t *p) {
+  px_fmsg_t *m = p != NULL ? asst_msg(ir, a) : NULL;
+  if (m == NULL) return DECLINE;
+  px_fpart_push(&m->parts, &m->last, p);
+  return 0;
+}
 
-static int decode_item(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
+enum {
+  I_TYPE,
+  I_ROLE,
+  I_CONTENT,
+  I_CALL_ID,
+  I_NAME,
+  I_ARGS,
+  I_OUTPUT,
+  I_NS,
+  I_INPUT,
+  I_ID,
+  I_SUMMARY,
+  I_ENC
+};
+static const px_fkey_t item_keys[] = {
+    PX_FK("type"),  PX_FK("role"),      PX_FK("content"), PX_FK("call_id"),
+    PX_FK("name"),  PX_FK("arguments"), PX_FK("output"),  PX_FK("namespace"),
+    PX_FK("input"), PX_FK("id"),        PX_FK("summary"), PX_FK("encrypted_content")};
+
+static int dec_message(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
+                       px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+  px_fstr_t role = FSTR(I_ROLE);
+  px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
+  const px_fv_t *c = HAS(I_CONTENT) ? &f[I_CONTENT] : &none;
+  if (role.p == NULL || role.esc) return DECLINE;
+  int dev = px_fs_is(role, "developer");
+  if (dev || px_fs_is(role, "system"))
+    return dec_content(ctx, c, PM_SYSTEM, dev, &ir->system, &ir->system_last, a, lossy);
+  px_fmsg_t *m;
+  int mode;
+  if (px_fs_is(role, "user")) {
+    m = px_fmsg_push(ir, a, 0);
+    mode = PM_USER;
+  } else if (px_fs_is(role, "assistant")) {
+    m = asst_msg(ir, a);
+    mode = PM_ASSISTANT;
+  } else {
+    return DECLINE; /* an error there */
+  }
+  if (m == NULL) return DECLINE;
+  return dec_content(ctx, c, mode, 0, &m->parts, &m->last, a, lossy);
+}
+
+/* The texts of the parts of list v whose type is want, joined by blank
+ * lines (responses.c append_texts): *out, "" when none. */
+static int join_texts(const px_fv_t *v, const char *want, px_fstr_t *out, px_arena_t *a) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text")};
+  *out = EMPTY;
+  if (v == NULL || v->kind != PX_FV_ARR) return 0;
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  px_buf_t b; /* only when two or more texts are joined */
+  px_buf_init(&b, SIZE_MAX);
+  int r, rc = 0;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[2];
+    unsigned seen = 0;
+    if (px_fw_peek(&w) != PX_FV_OBJ) { /* no type there: skipped */
+      px_fv_t skip;
+      if (px_fw_value(&w, &skip) < 0) rc = DECLINE;
+      continue;
+    }
+    if (px_fw_kfields(&w, keys, 2, f, &seen) != 0) {
+      rc = DECLINE;
+      break;
+    }
+    px_fstr_t t = FSTR(0), s = FSTR(1);
+    if (t.p == NULL || s.p == NULL) continue;
+    if (t.esc) {
+      rc = DECLINE;
+      break;
+    }
+    if (!px_fs_is(t, want)) continue;
+    if (out->n == 0) { /* the first text, or after empty ones */
+      *out = s;
+      continue;
+    }
+    if (b.len == 0) rc = px_buf_append(&b, out->p, out->n);
+    if (rc == 0) rc = px_buf_append(&b, "\\n\\n", 4);
+    if (rc == 0 && s.n > 0) rc = px_buf_append(&b, s.p, s.n);
+  }
+  if (rc == 0 && r < 0) rc = DECLINE;
+  if (rc == 0 && b.len > 0) {
+    char *copy = px_arena_alloc(a, b.len);
+    if (copy == NULL)
+      rc = DECLINE;
+    else {
+      memcpy(copy, b.data, b.len);
+      *out = (px_fstr_t){copy, b.len, 1};
+    }
+  }
+  px_buf_free(&b);
+  return rc == 0 ? 0 : DECLINE;
+}
+
+/* a reasoning item: its text the reasoning_text contents joined, else the
+ * summaries; encrypted_content to its field by its tag (px_frtok_in) */
+static int dec_reasoning(const px_fv_t *f, unsigned seen, px_freq_t *ir, px_arena_t *a) {
+  px_fpart_t *p = px_fpart_new(a, PX_FP_REASONING);
+  if (p == NULL || join_texts(HAS(I_CONTENT) ? &f[I_CONTENT] : NULL, "reasoning_text",
+                              &p->text, a) != 0)
+    return DECLINE;
+  if (p->text.n == 0 &&
+      join_texts(HAS(I_SUMMARY) ? &f[I_SUMMARY] : NULL, "summary_text", &p->text, a) != 0)
+    return DECLINE;
+  if (px_frtok_in(PX_PROTO_RESPONSES, p, FSTR(I_ENC)) != 0) return DECLINE;
+  p->id = FSTR(I_ID);
+  return push_asst(ir, a, p);
+}
+
+static int dec_function_call(const px_fv_t *f, unsigned seen, px_freq_t *ir,
+                             px_arena_t *a, px_lossy_t *lossy) {
+  px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
+  if (p == NULL) return DECLINE;
+  p->id = FSTR(I_CALL_ID);
+  p->name = FSTR(I_NAME);
+  p->args = FSTR(I_ARGS);
+  /* required there; valid JSON there, objects the shape taken here */
+  if (p->id.p == NULL || p->name.p == NULL || p->args.p == NULL ||
+      px_fast_args_object(a, p) != 0)
+    return DECLINE;
+  if (FSTR(I_NS).p != NULL) px_lossy_add(lossy, "input[].namespace");
+  return push_asst(ir, a, p);
+}
+
+/* custom_tool_call: a custom call for an upstream with freeform tools, else
+ * a function call of arguments {"input": text}, as jansson dumps it */
+static int dec_custom_call(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
+                           px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+  px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
+  px_fstr_t in = FSTR(I_INPUT);
+  if (p == NULL) return DECLINE;
+  p->id = FSTR(I_CALL_ID);
+  p->name = FSTR(I_NAME);
+  if (p->id.p == NULL || p->name.p == NULL || in.p == NULL) return DECLINE;
+  if (px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
+    p->custom = 1;
+    p->text = in;
+    return push_asst(ir, a, p);
+  }
+  px_lossy_add(lossy, "input[].custom_tool_call");
+  char *raw = px_arena_alloc(a, in.n + 13);
+  if (raw == NULL) return DECLINE;
+  memcpy(raw, "{\"input\":\"", 10);
+  memcpy(raw + 10, in.p, in.n);
+  memcpy(raw + 10 + in.n, "\"}", 2);
+  if (px_fast_dump_value(a, (px_str_t){raw, in.n + 12}, &p->args) != 0 ||
+      px_fast_args_object(a, p) != 0)
+    return DECLINE;
+  return push_asst(ir, a, p);
+}
+
+/* function_call_output / custom_tool_call_output: a tool result, joining
+ * the user message whose last part is one */
+static int dec_output(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
+                      px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+  px_fpart_t *res = px_fpart_new(a, PX_FP_TOOL_RESULT), *tail = NULL;
+  if (res == NULL || (res->id = FSTR(I_CALL_ID)).p == NULL || !HAS(I_OUTPUT))
+    return DECLINE;
+  const px_fv_t *o = &f[I_OUTPUT];
+  if (o->kind == PX_FV_STR) {
+    if (o->s.n > 0 && (res->content = px_fpart_text(a, o->s)) == NULL) return DECLINE;
+  } else if (o->kind != PX_FV_ARR ||
+             dec_content(ctx, o, PM_USER, 0, &res->content, &tail, a, lossy) != 0) {
+    return DECLINE;
+  }
+  px_fmsg_t *m = ir->msgs_last;
+  if (m == NULL || m->assistant || m->last == NULL || m->last->type != PX_FP_TOOL_RESULT)
+    m = px_fmsg_push(ir, a, 0);
+  if (m == NULL) return DECLINE;
+  px_fpart_push(&m->parts, &m->last, res);
+  return 0;
+}
+
+static int decode_item(const px_tr_ctx_t *ctx, px_fw_t *w, px_freq_t *ir, px_arena_t *a,
+                       px_lossy_t *lossy) {
   px_fv_t f[NKEYS(item_keys)];
   unsigned seen = 0;
   if (px_fw_kfields(w, item_keys, NKEYS(item_keys), f, &seen) != 0) return DECLINE;
-  px_fstr_t type = HAS(I_TYPE) && f[I_TYPE].kind == PX_FV_STR ? f[I_TYPE].s : (px_fstr_t){0};
-  if (type.p == NULL || px_fs_is(type, "message")) {
-    if (!HAS(I_ROLE) || f[I_ROLE].kind != PX_FV_STR) return DECLINE;
-    px_fstr_t role = f[I_ROLE].s;
-    px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
-    const px_fv_t *c = HAS(I_CONTENT) ? &f[I_CONTENT] : &none;
-    int sys = px_fs_is(role, "system") ? 1 : px_fs_is(role, "developer") ? 2 : 0;
-    px_fpart_t **head, **tail;
-    px_fmsg_t *m = NULL;
-    if (sys) {
-      head = &ir->system;
-      tail = &ir->system_last;
-    } else if (px_fs_is(role, "user")) {
-      if (c->kind != PX_FV_STR && c->kind != PX_FV_ARR) return DECLINE;
-      m = px_fmsg_push(ir, a, 0);
-    } else if (px_fs_is(role, "assistant")) {
-      if (c->kind != PX_FV_STR && c->kind != PX_FV_ARR) return DECLINE;
-      m = asst_msg(ir, a);
-    } else {
-      return DECLINE;
-    }
-    if (!sys) {
-      if (m == NULL) return DECLINE;
-      head = &m->parts;
-      tail = &m->last;
-    }
-    if (c->kind == PX_FV_STR) {
-      px_fpart_t *p = px_fpart_text(a, c->s);
-      if (p == NULL) return DECLINE;
-      p->developer = sys == 2;
-      px_fpart_push(head, tail, p);
-      return 0;
-    }
-    if (c->kind != PX_FV_ARR) return DECLINE;
-    return text_parts(c, head, tail, sys, m != NULL && m->assistant, a);
-  }
-  if (px_fs_is(type, "function_call")) {
-    if (!HAS(I_CALL_ID) || f[I_CALL_ID].kind != PX_FV_STR || !HAS(I_NAME) ||
-        f[I_NAME].kind != PX_FV_STR || !HAS(I_ARGS) || f[I_ARGS].kind != PX_FV_STR)
-      return DECLINE;
-    if (HAS(I_NS) && f[I_NS].kind == PX_FV_STR) return DECLINE; /* lossy there */
-    px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
-    if (p == NULL) return DECLINE;
-    p->id = f[I_CALL_ID].s;
-    p->name = f[I_NAME].s;
-    p->args = f[I_ARGS].s;
-    /* valid JSON there; objects are the shape taken here */
-    if (px_fast_args_object(a, p) != 0) return DECLINE;
-    px_fmsg_t *m = asst_msg(ir, a);
-    if (m == NULL) return DECLINE;
-    px_fpart_push(&m->parts, &m->last, p);
-    return 0;
-  }
-  if (px_fs_is(type, "function_call_output")) {
-    if (!HAS(I_CALL_ID) || f[I_CALL_ID].kind != PX_FV_STR || !HAS(I_OUTPUT)) return DECLINE;
-    px_fpart_t *res = px_fpart_new(a, PX_FP_TOOL_RESULT), *tail = NULL;
-    if (res == NULL) return DECLINE;
-    res->id = f[I_CALL_ID].s;
-    const px_fv_t *o = &f[I_OUTPUT];
-    if (o->kind == PX_FV_STR) {
-      if (o->s.n > 0) {
-        res->content = px_fpart_text(a, o->s);
-        if (res->content == NULL) return DECLINE;
-      }
-    } else if (o->kind == PX_FV_ARR) {
-      if (text_parts(o, &res->content, &tail, 0, 0, a) != 0) return DECLINE;
-    } else {
-      return DECLINE;
-    }
-    /* joins the user message whose last part is a tool result */
-    px_fmsg_t *m = ir->msgs_last;
-    if (m == NULL || m->assistant || m->last == NULL || m->last->type != PX_FP_TOOL_RESULT)
-      m = px_fmsg_push(ir, a, 0);
-    if (m == NULL) return DECLINE;
-    px_fpart_push(&m->parts, &m->last, res);
-    return 0;
-  }
-  return DECLINE;
+  px_fstr_t type = FSTR(I_TYPE);
+  if (type.p == NULL || px_fs_is(type, "message"))
+    return dec_message(ctx, f, seen, ir, a, lossy);
+  if (type.esc) return DECLINE;
+  if (px_fs_is(type, "function_call")) return dec_function_call(f, seen, ir, a, lossy);
+  if (px_fs_is(type, "function_call_output") || px_fs_is(type, "custom_tool_call_output"))
+    return dec_output(ctx, f, seen, ir, a, lossy);
+  if (px_fs_is(type, "reasoning")) return dec_reasoning(f, seen, ir, a);
+  if (px_fs_is(type, "custom_tool_call"))
+    return dec_custom_call(ctx, f, seen, ir, a, lossy);
+  return DECLINE; /* an item no other upstream takes: an error there */
 }
 
-static int decode_tools(const px_fv_t *tv, px_freq_t *ir, px_arena_t *a) {
+/* a hosted tool, dropped and named (responses.c lossy_hosted_tool) */
+static void lossy_hosted_tool(px_lossy_t *l, px_fstr_t type) {
+  static const struct {
+    const char *type, *lossy;
+  } hosted[] = {
+      {"web_search", "tools[].web_search"},
+      {"file_search", "tools[].file_search"},
+      {"code_interpreter", "tools[].code_interpreter"},
+      {"image_generation", "tools[].image_generation"},
+      {"computer_use_preview", "tools[].computer"},
+      {"computer", "tools[].computer"},
+      {"mcp", "tools[].mcp"},
+      {"local_shell", "tools[].shell"},
+      {"shell", "tools[].shell"},
+      {"apply_patch", "tools[].apply_patch"},
+      {"custom", "tools[].custom"},
+      {"namespace", "tools[].namespace"},
+  };
+  if (type.n >= 18 && memcmp(type.p, "web_search_preview", 18) == 0) {
+    px_lossy_add(l, "tools[].web_search");
+    return;
+  }
+  for (size_t i = 0; i < sizeof(hosted) / sizeof(hosted[0]); i++)
+    if (px_fs_is(type, hosted[i].type)) {
+      px_lossy_add(l, hosted[i].lossy);
+      return;
+    }
+  px_lossy_add(l, "tools[].other");
+}
+
+static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir,
+                        px_arena_t *a, px_lossy_t *lossy) {
   if (tv->kind != PX_FV_ARR) return DECLINE;
   px_fw_t w = {tv->raw.ptr, tv->raw.len, 0};
   int r;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(&w)) == 1) {
-    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("name"), PX_FK("description"),
-                                     PX_FK("parameters"), PX_FK("strict"),
-                                     PX_FK("defer_loading")};
-    px_fv_t f[6];
+    enum { T_TYPE, T_NAME, T_DESC, T_PARAMS, T_STRICT, T_DEFER, T_FORMAT };
+    static const px_fkey_t keys[] = {PX_FK("type"),        PX_FK("name"),
+                                     PX_FK("description"), PX_FK("parameters"),
+                                     PX_FK("strict"),      PX_FK("defer_loading"),
+                                     PX_FK("format")};
+    px_fv_t f[NKEYS(keys)];
     unsigned seen = 0;
-    if (px_fw_kfields(&w, keys, 6, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
-        !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_STR)
+    if (px_fw_kfields(&w, keys, NKEYS(keys), f, &seen) != 0) return DECLINE;
+    px_fstr_t type = FSTR(T_TYPE), name = FSTR(T_NAME);
+    if (type.p == NULL || type.esc) return DECLINE;
+    if (px_fs_is(type, "custom") && name.p != NULL &&
+        px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
+      /* freeform tool, for an upstream that has them */
+      px_ftool_t *t = px_ftool_push(ir, a, name, HAS(T_DESC) ? &f[T_DESC] : NULL, NULL,
+                                    NULL, PX_FAST_OPENAI_PARAMS);
+      if (t == NULL) return DECLINE;
+      t->custom = 1;
+      if (HAS(T_FORMAT) && f[T_FORMAT].kind == PX_FV_OBJ) t->format = f[T_FORMAT].raw;
+      continue;
+    }
+    if (!px_fs_is(type, "function")) {
+      lossy_hosted_tool(lossy, type);
+      continue;
+    }
+    if (name.p == NULL) return DECLINE;
+    if (px_ftool_push(ir, a, name, HAS(T_DESC) ? &f[T_DESC] : NULL,
+                      HAS(T_PARAMS) ? &f[T_PARAMS] : NULL,
+                      HAS(T_STRICT) ? &f[T_STRICT] : NULL, PX_FAST_OPENAI_PARAMS) == NULL)
       return DECLINE;
-    if (HAS(5) && f[5].kind == PX_FV_TRUE) return DECLINE;
-    if (px_ftool_push(ir, a, f[1].s, HAS(2) ? &f[2] : NULL, HAS(3) ? &f[3] : NULL,
-                      HAS(4) ? &f[4] : NULL, PX_FAST_OPENAI_PARAMS) == NULL)
-      return DECLINE;
+    if (HAS(T_DEFER) && f[T_DEFER].kind == PX_FV_TRUE)
+      px_lossy_add(lossy, "tools[].defer_loading");
   }
   return r < 0 ? DECLINE : 0;
 }
 
-static int decode_tool_choice(const px_fv_t *v, px_freq_t *ir) {
+static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_t *ir,
+                              px_lossy_t *lossy) {
   if (v->kind == PX_FV_STR) return px_fast_openai_tc(v->s, ir);
-  if (v->kind != PX_FV_OBJ) return DECLINE;
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("name")};
   px_fv_t f[2];
   unsigned seen = 0;
-  if (px_fv_kfields(v, keys, 2, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR ||
-      !px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_STR)
-    return DECLINE;
-  ir->tool_choice = PX_FTC_TOOL;
-  ir->tc_name = f[1].s;
+  if (v->kind == PX_FV_OBJ && px_fv_kfields(v, keys, 2, f, &seen) != 0) return DECLINE;
+  px_fstr_t type = FSTR(0), name = FSTR(1);
+  if (type.esc) return DECLINE;
+  if (type.p != NULL && name.p != NULL &&
+      (px_fs_is(type, "function") ||
+       (px_fs_is(type, "custom") && px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)))) {
+    ir->tool_choice = PX_FTC_TOOL;
+    ir->tc_name = name;
+    return 0;
+  }
+  /* allowed_tools, hosted tool types, custom, mcp: no equivalent */
+  px_lossy_add(lossy, "tool_choice");
   return 0;
 }
 
-/* text: {format: {"type":"text"} | null, verbosity: null} */
-static int decode_text(const px_fv_t *v, px_freq_t *ir) {
-  if (v->kind != PX_FV_OBJ) return DECLINE;
+/* text: {format, verbosity} */
+static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy) {
+  enum { X_FORMAT, X_VERBOSITY };
   static const px_fkey_t keys[] = {PX_FK("format"), PX_FK("verbosity")};
-  static const px_fkey_t fkeys[] = {PX_FK("type")};
-  px_fv_t f[2], g[1];
-  unsigned seen = 0, fseen = 0;
-  if (px_fv_kfields(v, keys, 2, f, &seen) != 0) return DECLINE;
-  if (HAS(1) && f[1].kind != PX_FV_NULL) return DECLINE;
-  if (!HAS(0) || f[0].kind == PX_FV_NULL) return 0;
-  if (f[0].kind != PX_FV_OBJ || px_fv_kfields(&f[0], fkeys, 1, g, &fseen) != 0 || !fseen ||
-      g[0].kind != PX_FV_STR || !px_fs_is(g[0].s, "text"))
+  enum { F_TYPE, F_NAME, F_SCHEMA, F_STRICT, F_DESC };
+  static const px_fkey_t fkeys[] = {PX_FK("type"), PX_FK("name"), PX_FK("schema"),
+                                    PX_FK("strict"), PX_FK("description")};
+  px_fv_t f[5];
+  unsigned seen = 0;
+  if (v->kind != PX_FV_OBJ || px_fv_kfields(v, keys, 2, f, &seen) != 0) return DECLINE;
+  if (HAS(X_VERBOSITY) && f[X_VERBOSITY].kind != PX_FV_NULL) {
+    if (f[X_VERBOSITY].kind == PX_FV_STR)
+      ir->verbosity = f[X_VERBOSITY].s;
+    else
+      px_lossy_add(lossy, "text.verbosity");
+  }
+  if (!HAS(X_FORMAT) || f[X_FORMAT].kind == PX_FV_NULL) return 0;
+  px_fv_t fmt = f[X_FORMAT];
+  seen = 0;
+  if (fmt.kind != PX_FV_OBJ || px_fv_kfields(&fmt, fkeys, 5, f, &seen) != 0)
     return DECLINE;
-  ir->rf_text = 1;
+  px_fstr_t type = FSTR(F_TYPE);
+  if (type.p == NULL || type.esc) return DECLINE;
+  if (px_fs_is(type, "text")) {
+    ir->rf_text = 1;
+  } else if (px_fs_is(type, "json_object")) {
+    ir->rf_json = 1;
+  } else if (px_fs_is(type, "json_schema")) {
+    if (!HAS(F_SCHEMA) || f[F_SCHEMA].kind != PX_FV_OBJ) return DECLINE;
+    ir->rf_schema = f[F_SCHEMA].raw;
+    ir->rf_name = FSTR(F_NAME);
+    if (ir->rf_name.p == NULL) ir->rf_name = (px_fstr_t){"response", 8, 0};
+    if (HAS(F_STRICT) && f[F_STRICT].kind == PX_FV_TRUE) ir->rf_strict = 1;
+    if (HAS(F_STRICT) && f[F_STRICT].kind == PX_FV_FALSE) ir->rf_strict = 0;
+    ir->rf_desc = FSTR(F_DESC);
+  } else {
+    return DECLINE; /* an error there */
+  }
   return 0;
 }
 
-enum { K_MODEL, K_INSTR, K_INPUT, K_TOOLS, K_TC, K_PAR, K_MAX, K_TEMP, K_TOPP, K_TEXT,
-       K_USER, K_META, K_STREAM, K_STORE, K_INCLUDE, K_TRUNC };
-static const px_fkey_t top_keys[] = {PX_FK("model"), PX_FK("instructions"), PX_FK("input"),
-                                     PX_FK("tools"), PX_FK("tool_choice"),
+/* reasoning: {effort, summary (or generate_summary)} */
+static int decode_reasoning_cfg(const px_fv_t *v, px_freq_t *ir) {
+  static const px_fkey_t keys[] = {PX_FK("effort"), PX_FK("summary"),
+                                   PX_FK("generate_summary")};
+  px_fv_t f[3];
+  unsigned seen = 0;
+  if (v->kind != PX_FV_OBJ || px_fv_kfields(v, keys, 3, f, &seen) != 0) return DECLINE;
+  ir->effort = FSTR(0);
+  ir->summary = FSTR(1);
+  if (ir->summary.p == NULL) ir->summary = FSTR(2);
+  /* values the encoders compare */
+  if (ir->effort.esc || ir->summary.esc) return DECLINE;
+  ir->has_reasoning = ir->effort.p != NULL || ir->summary.p != NULL;
+  return 0;
+}
+
+/* the top-level members responses.c reads (decode_request and its
+ * dec_settings, dec_stateful, dec_dropped); any other is dropped and named
+ * as itself */
+enum {
+  K_MODEL,
+  K_INPUT,
+  K_TOOLS,
+  K_TC,
+  K_TEXT,
+  K_REASONING,
+  K_SAFETY,
+  K_INSTR,
+  K_PAR,
+  K_MAX,
+  K_TEMP,
+  K_TOPP,
+  K_USER,
+  K_META,
+  K_STREAM,
+  K_STREAM_OPT,
+  K_PREV,
+  K_CONV,
+  K_BG,
+  K_PROMPT,
+  K_STORE,
+  K_INCLUDE,
+  K_TRUNC,
+  K_CACHE_KEY,
+  K_CACHE_RET,
+  K_TIER,
+  K_CLIENT_META,
+  K_MAX_CALLS,
+  K_LOGPROBS
+};
+static const px_fkey_t top_keys[] = {PX_FK("model"),
+                                     PX_FK("input"),
+                                     PX_FK("tools"),
+                                     PX_FK("tool_choice"),
+                                     PX_FK("text"),
+                                     PX_FK("reasoning"),
+                                     PX_FK("safety_identifier"),
+                                     PX_FK("instructions"),
                                      PX_FK("parallel_tool_calls"),
-                                     PX_FK("max_output_tokens"), PX_FK("temperature"),
-                                     PX_FK("top_p"), PX_FK("text"), PX_FK("user"),
-                                     PX_FK("metadata"), PX_FK("stream"), PX_FK("store"),
-                                     PX_FK("include"), PX_FK("truncation")};
+                                     PX_FK("max_output_tokens"),
+                                     PX_FK("temperature"),
+                                     PX_FK("top_p"),
+                                     PX_FK("user"),
+                                     PX_FK("metadata"),
+                                     PX_FK("stream"),
+                                     PX_FK("stream_options"),
+                                     PX_FK("previous_response_id"),
+                                     PX_FK("conversation"),
+                                     PX_FK("background"),
+                                     PX_FK("prompt"),
+                                     PX_FK("store"),
+                                     PX_FK("include"),
+                                     PX_FK("truncation"),
+                                     PX_FK("prompt_cache_key"),
+                                     PX_FK("prompt_cache_retention"),
+                                     PX_FK("service_tier"),
+                                     PX_FK("client_metadata"),
+                                     PX_FK("max_tool_calls"),
+                                     PX_FK("top_logprobs")};
+
+/* one top-level member (not null) as responses.c's decode_request takes it */
+static int decode_top(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_t *ir,
+                      px_arena_t *a, px_lossy_t *lossy) {
+  switch (ki) {
+    case K_MODEL:
+      return v->kind == PX_FV_STR ? 0 : DECLINE;
+    case K_INPUT:
+    case K_SAFETY:
+      return 0; /* after the other members */
+    case K_TOOLS:
+      return decode_tools(ctx, v, ir, a, lossy);
+    case K_TC:
+      return decode_tool_choice(ctx, v, ir, lossy);
+    case K_TEXT:
+      return decode_text(v, ir, lossy);
+    case K_REASONING:
+      return decode_reasoning_cfg(v, ir);
+    case K_INSTR: /* the caller puts it first */
+      return v->kind == PX_FV_STR ? 0 : DECLINE;
+    case K_PAR:
+      if (v->kind == PX_FV_TRUE || v->kind == PX_FV_FALSE)
+        ir->parallel = v->kind == PX_FV_TRUE;
+      return 0;
+    case K_MAX: /* an integer there; the positive ones taken here */
+      if (v->kind != PX_FV_NUM || px_fw_uint(v->raw, &ir->max_tokens_v) < 0 ||
+          ir->max_tokens_v < 1)
+        return DECLINE;
+      ir->max_tokens = v->raw;
+      return 0;
+    case K_TEMP:
+    case K_TOPP:
+      if (v->kind != PX_FV_NUM) return DECLINE;
+      *(ki == K_TEMP ? &ir->temperature : &ir->top_p) = v->raw;
+      return 0;
+    case K_USER:
+      if (v->kind == PX_FV_STR) ir->user = v->s;
+      return 0;
+    case K_META:
+      if (v->kind == PX_FV_OBJ && !px_fw_empty(v->raw)) ir->metadata = v->raw;
+      return 0;
+    case K_STREAM:
+      if (v->kind == PX_FV_TRUE) ir->stream_true = 1;
+      if (v->kind == PX_FV_FALSE) ir->stream_false = 1;
+      return 0;
+    case K_STREAM_OPT:
+      if (v->kind == PX_FV_OBJ && !px_fw_empty(v->raw))
+        px_lossy_add(lossy, "stream_options");
+      return 0;
+    case K_PREV:
+    case K_CONV:
+    case K_PROMPT: /* a Responses upstream's (an error there) */
+      return DECLINE;
+    case K_BG:
+      return v->kind == PX_FV_TRUE ? DECLINE : 0;
+    case K_STORE:
+      if (v->kind == PX_FV_TRUE && ctx->resp_id == NULL) px_lossy_add(lossy, "store");
+      return 0;
+    case K_INCLUDE:
+      if (v->kind == PX_FV_ARR && !px_fw_empty(v->raw)) px_lossy_add(lossy, "include");
+      return 0;
+    case K_TRUNC:
+      if (v->kind == PX_FV_STR && !px_fs_is(v->s, "disabled")) {
+        if (v->s.esc) return DECLINE;
+        px_lossy_add(lossy, "truncation");
+      }
+      return 0;
+    case K_CACHE_KEY: /* kept for the hub's fit (px_fit_fast_request) */
+      if (v->kind == PX_FV_STR)
+        ir->prompt_cache_key = v->s;
+      else
+        px_lossy_add(lossy, "prompt_cache_key");
+      return 0;
+    default: /* dropped by name */
+      px_lossy_add(lossy, top_keys[ki].s);
+      return 0;
+  }
+}
+
+/* the input list at the cursor, read where it stands (no second walk of
+ * the body's bulk): its items' lossy names go to in_lossy, which the
+ * caller adds after the other members' (responses.c reads input last) */
+static int decode_input(const px_tr_ctx_t *ctx, px_fw_t *w, px_freq_t *ir, px_arena_t *a,
+                        px_lossy_t *in_lossy) {
+  int r;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(w)) == 1)
+    if (decode_item(ctx, w, ir, a, in_lossy) != 0) return DECLINE;
+  return r < 0 ? DECLINE : 0;
+}
 
 static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                     px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
-  (void)ctx;
-  (void)lossy;
   px_fw_t w = {body, len, 0};
-  px_fstr_t k;
-  px_fv_t f[NKEYS(top_keys)];
-  unsigned seen = 0, any = 0; /* any: also the null ones (repeats) */
-  int r;
+  px_fstr_t k, unknown[8];
+  px_fv_t in = {PX_FV_NULL, {0}, {NULL, 0}}, sid = in, instr = in;
+  px_lossy_t in_lossy;
+  unsigned seen = 0; /* also the null ones (repeats) */
+  int r, nunknown = 0, input_read = 0;
+  px_lossy_init(&in_lossy);
+  ir->parallel = -1;
   if (px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(&w, &k)) == 1) {
     int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
     px_fv_t v;
-    if (px_fw_value(&w, &v) < 0 || k.esc) return DECLINE;
-    if (ki >= 0 && px_fw_seen_twice(&any, ki)) return DECLINE;
-    if (v.kind == PX_FV_NULL) continue; /* null = not given, for every field */
-    if (ki < 0) return DECLINE;
-    seen |= 1u << ki;
-    f[ki] = v;
-  }
-  if (r < 0 || !HAS(K_INPUT)) return DECLINE;
-  if (HAS(K_MODEL) && f[K_MODEL].kind != PX_FV_STR) return DECLINE;
-  if (HAS(K_INSTR)) {
-    if (f[K_INSTR].kind != PX_FV_STR) return DECLINE;
-    if (f[K_INSTR].s.n > 0) {
-      px_fpart_t *p = px_fpart_text(a, f[K_INSTR].s);
-      if (p == NULL) return DECLINE;
-      px_fpart_push(&ir->system, &ir->system_last, p);
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+    if (ki == K_INPUT && px_fw_peek(&w) == PX_FV_ARR) {
+      if (decode_input(ctx, &w, ir, a, &in_lossy) != 0) return DECLINE;
+      input_read = 1;
+      continue;
     }
+    if (px_fw_value(&w, &v) < 0) return DECLINE;
+    if (ki < 0) { /* named as itself when not null; a repeat would keep its place */
+      for (int i = 0; i < nunknown; i++)
+        if (unknown[i].n == k.n && memcmp(unknown[i].p, k.p, k.n) == 0) return DECLINE;
+      if (nunknown == NKEYS(unknown)) return DECLINE;
+      unknown[nunknown++] = k;
+      if (v.kind == PX_FV_NULL) continue;
+      char *name = px_arena_alloc(a, k.n + 1);
+      if (name == NULL) return DECLINE;
+      memcpy(name, k.p, k.n);
+      px_lossy_add(lossy, name);
+      continue;
+    }
+    if (v.kind == PX_FV_NULL) continue; /* null = not given, for every field */
+    if (ki == K_INPUT) in = v;
+    if (ki == K_SAFETY) sid = v;
+    if (ki == K_INSTR) instr = v;
+    if (decode_top(ctx, ki, &v, ir, a, lossy) != 0) return DECLINE;
   }
-  if (HAS(K_TOOLS) && decode_tools(&f[K_TOOLS], ir, a) != 0) return DECLINE;
-  if (HAS(K_TC) && decode_tool_choice(&f[K_TC], ir) != 0) return DECLINE;
-  ir->parallel = -1;
-  if (HAS(K_PAR) && f[K_PAR].kind == PX_FV_TRUE) ir->parallel = 1;
-  if (HAS(K_PAR) && f[K_PAR].kind == PX_FV_FALSE) ir->parallel = 0;
-  if (HAS(K_MAX)) {
-    if (f[K_MAX].kind != PX_FV_NUM || px_fw_uint(f[K_MAX].raw, &ir->max_tokens_v) < 0 ||
-        ir->max_tokens_v < 1)
-      return DECLINE;
-    ir->max_tokens = f[K_MAX].raw;
+  if (r < 0) return DECLINE;
+  if (sid.kind == PX_FV_STR) { /* user wins when both are given */
+    if (ir->user.p == NULL)
+      ir->user = sid.s;
+    else
+      px_lossy_add(lossy, "safety_identifier");
   }
-  if (HAS(K_TEMP)) {
-    if (f[K_TEMP].kind != PX_FV_NUM) return DECLINE;
-    ir->temperature = f[K_TEMP].raw;
-  }
-  if (HAS(K_TOPP)) {
-    if (f[K_TOPP].kind != PX_FV_NUM) return DECLINE;
-    ir->top_p = f[K_TOPP].raw;
-  }
-  if (HAS(K_TEXT) && decode_text(&f[K_TEXT], ir) != 0) return DECLINE;
-  if (HAS(K_USER) && f[K_USER].kind == PX_FV_STR) ir->user = f[K_USER].s;
-  if (HAS(K_META) && f[K_META].kind == PX_FV_OBJ && !px_fw_empty(f[K_META].raw))
-    ir->metadata = f[K_META].raw;
-  if (HAS(K_STREAM)) {
-    if (f[K_STREAM].kind == PX_FV_TRUE) ir->stream_true = 1;
-    if (f[K_STREAM].kind == PX_FV_FALSE) ir->stream_false = 1;
-  }
-  if (HAS(K_STORE) && f[K_STORE].kind == PX_FV_TRUE) return DECLINE;
-  if (HAS(K_INCLUDE) && f[K_INCLUDE].kind == PX_FV_ARR && !px_fw_empty(f[K_INCLUDE].raw))
-    return DECLINE;
-  if (HAS(K_TRUNC) && f[K_TRUNC].kind == PX_FV_STR && !px_fs_is(f[K_TRUNC].s, "disabled"))
-    return DECLINE;
   if (ir->tools == NULL) {
-    /* tool_choice and parallel_tool_calls mean nothing without tools */
-    if (ir->tool_choice == PX_FTC_REQUIRED || ir->tool_choice == PX_FTC_TOOL) return DECLINE;
+    /* only hosted tools (dropped): tool_choice and parallel_tool_calls
+     * mean nothing without tools */
+    if (ir->tool_choice == PX_FTC_REQUIRED || ir->tool_choice == PX_FTC_TOOL)
+      px_lossy_add(lossy, "tool_choice");
     ir->tool_choice = PX_FTC_UNSET;
     ir->parallel = -1;
   }
-  const px_fv_t *in = &f[K_INPUT];
-  if (in->kind == PX_FV_STR) {
-    px_fmsg_t *m = px_fmsg_push(ir, a, 0);
-    px_fpart_t *p = px_fpart_text(a, in->s);
-    if (m == NULL || p == NULL) return DECLINE;
-    px_fpart_push(&m->parts, &m->last, p);
+  /* the instructions before the input's system and developer messages */
+  if (instr.kind == PX_FV_STR && instr.s.n > 0) {
+    px_fpart_t *p = px_fpart_text(a, instr.s);
+    if (p == NULL) return DECLINE;
+    p->next = ir->system;
+    ir->system = p;
+    if (ir->system_last == NULL) ir->system_last = p;
+  }
+  if (input_read) {
+    px_lossy_merge(lossy, &in_lossy);
     return 0;
   }
-  if (in->kind != PX_FV_ARR) return DECLINE;
-  px_fw_t iw = {in->raw.ptr, in->raw.len, 0};
-  if (px_fw_open(&iw, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&iw)) == 1)
-    if (decode_item(&iw, ir, a) != 0) return DECLINE;
-  return r < 0 ? DECLINE : 0;
+  if (in.kind != PX_FV_STR) return DECLINE; /* required, a string or a list */
+  px_fmsg_t *m = px_fmsg_push(ir, a, 0);
+  px_fpart_t *p = px_fpart_text(a, in.s);
+  if (m == NULL || p == NULL) return DECLINE;
+  px_fpart_push(&m->parts, &m->last, p);
+  return 0;
 }
 
 /* ======================================================================== */
 /* Request encode                                                            */
 
-static int put_output(px_buf_t *b, const px_fpart_t *p, px_lossy_t *lossy) {
-  if (p->is_error) px_lossy_add(lossy, "messages[].content[].is_error");
-  int rc = px_fb_lit(b, "{\"type\":\"function_call_output\",\"call_id\":");
-  if (rc == 0) rc = px_fb_str(b, p->id);
-  if (rc == 0) rc = px_fb_lit(b, ",\"output\":\"");
-  if (rc == 0) rc = px_fb_texts(b, p->content);
-  if (rc == 0) rc = px_fb_lit(b, "\"}");
+/* Whether two string spans hold the same value: 1, 0, or -1 when escapes
+ * leave it open. */
+static int fs_same(px_fstr_t x, px_fstr_t y) {
+  if (x.n == y.n && (x.n == 0 || memcmp(x.p, y.p, x.n) == 0)) return 1;
+  return x.esc || y.esc ? -1 : 0;
+}
+
+/* Whether the first tool call of the request with this id is a custom one
+ * (responses.c custom_call_id): 1, 0, or -1 (undecided: decline). */
+static int custom_call_id(const px_freq_t *ir, px_fstr_t id) {
+  if (id.p == NULL) return 0;
+  for (const px_fmsg_t *m = ir->msgs; m; m = m->next)
+    for (const px_fpart_t *p = m->parts; p; p = p->next) {
+      if (p->type != PX_FP_TOOL_CALL || p->id.p == NULL) continue;
+      int same = fs_same(p->id, id);
+      if (same != 0) return same < 0 ? -1 : p->custom;
+    }
+  return 0;
+}
+
+/* Whether the first tool named name is a custom one (px_ir_is_custom_tool):
+ * 1, 0, or -1. */
+static int custom_tool_named(const px_freq_t *ir, px_fstr_t name) {
+  for (const px_ftool_t *t = ir->tools; t; t = t->next) {
+    int same = fs_same(t->name, name);
+    if (same != 0) return same < 0 ? -1 : t->custom;
+  }
+  return 0;
+}
+
+/* "data:<mt>;base64,<data>" as one string */
+static int put_data_url(px_buf_t *b, px_fstr_t mt, const char *dflt, px_fstr_t data) {
+  int rc = px_fb_lit(b, "\"data:");
+  if (rc == 0) rc = mt.p ? px_fb_put(b, mt.p, mt.n) : px_fb_lit(b, dflt);
+  if (rc == 0) rc = px_fb_lit(b, ";base64,");
+  if (rc == 0) rc = px_fb_put(b, data.p, data.n);
+  if (rc == 0) rc = px_fb_lit(b, "\"");
   return rc;
 }
 
-static int put_call(px_buf_t *b, const px_fpart_t *p) {
-  int rc = px_fb_lit(b, "{\"type\":\"function_call\",\"call_id\":");
-  if (rc == 0) rc = px_fb_str(b, p->id);
-  if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
-  if (rc == 0) rc = px_fb_str(b, p->name);
-  if (rc == 0) rc = px_fb_lit(b, ",\"arguments\":");
-  if (rc == 0) rc = px_fb_str(b, p->args.p ? p->args : (px_fstr_t){"{}", 2, 0});
+/* a user part (text, image, file) -> its input item part (responses.c
+ * enc_user_part); DECLINE for what it cannot write */
+static int put_user_part(px_buf_t *b, const px_fpart_t *p, px_lossy_t *lossy) {
+  int rc;
+  if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+  switch (p->type) {
+    case PX_FP_TEXT:
+      rc = px_fb_lit(b, "{\"type\":\"input_text\",\"text\":");
+      if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : EMPTY);
+      break;
+    case PX_FP_IMAGE:
+      rc = px_fb_lit(b, "{\"type\":\"input_image\",\"image_url\":");
+      if (rc == 0 && p->url.p)
+        rc = px_fb_str(b, p->url);
+      else if (rc == 0 && p->data.p)
+        rc = put_data_url(b, p->media_type, "image/png", p->data);
+      else if (rc == 0)
+        rc = DECLINE;
+      break;
+    case PX_FP_FILE:
+      rc = px_fb_lit(b, "{\"type\":\"input_file\",");
+      if (rc == 0 && p->data.p) {
+        rc = px_fb_lit(b, "\"file_data\":");
+        if (rc == 0) rc = put_data_url(b, p->media_type, "application/pdf", p->data);
+        /* OpenAI rejects inline file data without a filename */
+        if (rc == 0) rc = px_fb_lit(b, ",\"filename\":");
+        if (rc == 0 && p->filename.n > 0)
+          rc = px_fb_str(b, p->filename);
+        else if (rc == 0)
+          rc = px_fb_lit(b, px_fs_is(p->media_type, "text/plain") ? "\"document.txt\""
+                                                                  : "\"document.pdf\"");
+        if (rc == 0 && p->media_type.esc && p->filename.n == 0) rc = DECLINE;
+      } else if (rc == 0 && p->url.p) {
+        rc = px_fb_lit(b, "\"file_url\":");
+        if (rc == 0) rc = px_fb_str(b, p->url);
+      } else if (rc == 0 && p->file_id.p) {
+        rc = px_fb_lit(b, "\"file_id\":");
+        if (rc == 0) rc = px_fb_str(b, p->file_id);
+      } else if (rc == 0) {
+        rc = DECLINE;
+      }
+      break;
+    default:
+      return DECLINE; /* an error there */
+  }
   if (rc == 0) rc = px_fb_lit(b, "}");
   return rc;
 }
 
-/* a run of text parts [from, to) -> one message item */
-static int put_text_msg(px_buf_t *b, int assistant, const px_fpart_t *from,
-                        const px_fpart_t *to, int *first, px_lossy_t *lossy) {
-  int rc = px_fb_lit(b, *first ? "{\"type\":\"message\",\"role\":"
-                               : ",{\"type\":\"message\",\"role\":");
-  *first = 0;
-  if (rc == 0) rc = px_fb_lit(b, assistant ? "\"assistant\",\"content\":["
-                                           : "\"user\",\"content\":[");
-  for (const px_fpart_t *p = from; p != to && rc == 0; p = p->next) {
-    if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
-    if (p != from) rc = px_fb_lit(b, ",");
-    if (rc == 0)
-      rc = px_fb_lit(b, assistant ? "{\"type\":\"output_text\",\"text\":"
-                                  : "{\"type\":\"input_text\",\"text\":");
-    if (rc == 0) rc = px_fb_str(b, p->text);
-    if (rc == 0) rc = px_fb_lit(b, assistant ? ",\"annotations\":[]}" : "}");
+/* A tool result -> function_call_output or custom_tool_call_output: its
+ * output the texts joined, or a list when it holds other parts. */
+static int put_output(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p,
+                      px_lossy_t *lossy) {
+  int custom = custom_call_id(ir, p->id), only_text = 1, rc;
+  if (custom < 0 || p->id.p == NULL) return DECLINE;
+  if (p->is_error) px_lossy_add(lossy, "messages[].content[].is_error");
+  for (const px_fpart_t *c = p->content; c; c = c->next)
+    if (c->type != PX_FP_TEXT) only_text = 0;
+  rc = px_fb_lit(b, custom ? "{\"type\":\"custom_tool_call_output\",\"call_id\":"
+                           : "{\"type\":\"function_call_output\",\"call_id\":");
+  if (rc == 0) rc = px_fb_str(b, p->id);
+  if (only_text) {
+    if (rc == 0) rc = px_fb_lit(b, ",\"output\":\"");
+    if (rc == 0) rc = px_fb_texts(b, p->content);
+    if (rc == 0) rc = px_fb_lit(b, "\"}");
+    return rc;
+  }
+  if (rc == 0) rc = px_fb_lit(b, ",\"output\":[");
+  for (const px_fpart_t *c = p->content; c && rc == 0; c = c->next) {
+    if (c != p->content) rc = px_fb_lit(b, ",");
+    if (rc == 0) rc = put_user_part(b, c, lossy);
   }
   if (rc == 0) rc = px_fb_lit(b, "]}");
   return rc;
 }
 
+static int put_call(px_buf_t *b, const px_fpart_t *p, px_arena_t *a) {
+  int rc;
+  if (p->custom) {
+    rc = px_fb_lit(b, "{\"type\":\"custom_tool_call\",\"call_id\":");
+    if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : EMPTY);
+    if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
+    if (rc == 0) rc = px_fb_str(b, p->name.p ? p->name : EMPTY);
+    if (rc == 0) rc = px_fb_lit(b, ",\"input\":");
+    if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : EMPTY);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+    return rc;
+  }
+  px_fstr_t args = p->args;
+  if (args.p == NULL && p->input.ptr != NULL &&
+      px_fast_dump_value(a, p->input, &args) != 0)
+    return DECLINE;
+  rc = px_fb_lit(b, "{\"type\":\"function_call\",\"call_id\":");
+  if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : EMPTY);
+  if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
+  if (rc == 0) rc = px_fb_str(b, p->name.p ? p->name : EMPTY);
+  if (rc == 0) rc = px_fb_lit(b, ",\"arguments\":");
+  if (rc == 0) rc = px_fb_str(b, args.p ? args : (px_fstr_t){"{}", 2, 0});
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* a reasoning part with encrypted_content -> a reasoning item (its text
+ * the one summary, its id kept) */
+static int put_reasoning(px_buf_t *b, const px_fpart_t *p, px_fstr_t enc) {
+  int rc = px_fb_lit(b, "{\"type\":\"reasoning\",\"summary\":[");
+  if (rc == 0 && p->text.n > 0) {
+    rc = px_fb_lit(b, "{\"type\":\"summary_text\",\"text\":");
+    if (rc == 0) rc = px_fb_str(b, p->text);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "],\"encrypted_content\":");
+  if (rc == 0) rc = px_fb_str(b, enc);
+  if (rc == 0 && p->id.p) {
+    rc = px_fb_lit(b, ",\"id\":");
+    if (rc == 0) rc = px_fb_str(b, p->id);
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* The IR messages -> input items (responses.c enc_messages): a message's
+ * content parts gather into one message item, which a call, a result or a
+ * reasoning item ends. *reasoning_items: whether one was written. */
+static int put_input(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
+                     px_arena_t *a, px_lossy_t *lossy, int *reasoning_items) {
+  static int k_enc = -2, k_red;
+  if (k_enc == -2) {
+    k_red = px_frtok_index("redacted_data");
+    k_enc = px_frtok_index("encrypted_content");
+  }
+  if (k_enc < 0) return DECLINE;
+  const px_lossy_names_t *names = px_in_names(ctx);
+  int first = 1, rc = 0;
+  for (const px_fmsg_t *m = ir->msgs; m && rc == 0; m = m->next) {
+    int open = 0; /* a message item is open, its content being written */
+    for (const px_fpart_t *p = m->parts; p && rc == 0; p = p->next) {
+      int item = p->type == PX_FP_TOOL_RESULT || p->type == PX_FP_TOOL_CALL;
+      if (p->type == PX_FP_REASONING) {
+        if (p->tok[k_enc].p == NULL) { /* dropped: named as the client spells it */
+          px_lossy_add(lossy,
+                       k_red >= 0 && p->tok[k_red].p != NULL && names->reasoning_redacted
+                           ? names->reasoning_redacted
+                           : names->reasoning_text);
+          continue;
+        }
+        item = 1;
+      }
+      if (item) {
+        if (open) rc = px_fb_lit(b, "]}");
+        open = 0;
+        if (rc == 0 && !first) rc = px_fb_lit(b, ",");
+        first = 0;
+        if (rc != 0) break;
+        if (p->type == PX_FP_TOOL_RESULT) {
+          rc = put_output(b, ir, p, lossy);
+        } else if (p->type == PX_FP_TOOL_CALL) {
+          rc = put_call(b, p, a);
+        } else {
+          rc = put_reasoning(b, p, p->tok[k_enc]);
+          *reasoning_items = 1;
+        }
+        continue;
+      }
+      /* a content part of the pending message */
+      if (!open) {
+        rc = px_fb_lit(b, first ? "{\"type\":\"message\",\"role\":"
+                                : ",{\"type\":\"message\",\"role\":");
+        if (rc == 0)
+          rc = px_fb_lit(
+              b, m->assistant ? "\"assistant\",\"content\":[" : "\"user\",\"content\":[");
+        first = 0;
+        open = 1;
+      } else {
+        rc = px_fb_lit(b, ",");
+      }
+      if (rc != 0) break;
+      if (!m->assistant) {
+        rc = put_user_part(b, p, lossy);
+      } else if (p->type == PX_FP_TEXT) {
+        if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+        rc = px_fb_lit(b, "{\"type\":\"output_text\",\"text\":");
+        if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : EMPTY);
+        if (rc == 0) rc = px_fb_lit(b, ",\"annotations\":[]}");
+      } else if (p->type == PX_FP_REFUSAL) {
+        rc = px_fb_lit(b, "{\"type\":\"refusal\",\"refusal\":");
+        if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : EMPTY);
+        if (rc == 0) rc = px_fb_lit(b, "}");
+      } else {
+        rc = DECLINE; /* an error there */
+      }
+    }
+    if (rc == 0 && open) rc = px_fb_lit(b, "]}");
+  }
+  return rc;
+}
+
+static int put_tools(const px_freq_t *ir, px_buf_t *b, px_lossy_t *lossy) {
+  int rc = px_fb_lit(b, ",\"tools\":[");
+  for (const px_ftool_t *t = ir->tools; t && rc == 0; t = t->next) {
+    if (t != ir->tools) rc = px_fb_lit(b, ",");
+    if (rc == 0)
+      rc = px_fb_lit(b, t->custom ? "{\"type\":\"custom\",\"name\":"
+                                  : "{\"type\":\"function\",\"name\":");
+    if (rc == 0) rc = px_fb_str(b, t->name.p ? t->name : EMPTY);
+    if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", t->desc);
+    if (t->custom) {
+      if (rc == 0) rc = px_fb_opt_raw(b, ",\"format\":", t->format);
+      if (rc == 0) rc = px_fb_lit(b, "}");
+      continue;
+    }
+    if (rc == 0) rc = px_fb_lit(b, ",\"parameters\":");
+    if (rc == 0) rc = px_fb_raw(b, t->params.ptr ? t->params : PX_FAST_OPENAI_PARAMS);
+    /* Responses defaults strict to true, which rejects most schemas: false
+     * unless the client asked for strict */
+    if (rc == 0)
+      rc = px_fb_lit(b, t->strict == 1 ? ",\"strict\":true}" : ",\"strict\":false}");
+    if (t->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "]");
+  return rc;
+}
+
+/* text {format, verbosity} from the IR response format and verbosity */
+static int put_text(const px_freq_t *ir, px_buf_t *b) {
+  int has_rf = ir->rf_text || ir->rf_json || ir->rf_schema.ptr != NULL;
+  if (!has_rf && ir->verbosity.p == NULL) return 0;
+  int rc = px_fb_lit(b, ",\"text\":{");
+  if (rc == 0 && has_rf) {
+    if (ir->rf_schema.ptr != NULL) {
+      rc = px_fb_lit(b, "\"format\":{\"type\":\"json_schema\",\"schema\":");
+      if (rc == 0) rc = px_fb_raw(b, ir->rf_schema);
+      if (rc == 0) rc = px_fb_opt_str(b, ",\"name\":", ir->rf_name);
+      if (rc == 0 && ir->rf_strict >= 0)
+        rc = px_fb_lit(b, ir->rf_strict ? ",\"strict\":true" : ",\"strict\":false");
+      if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", ir->rf_desc);
+      if (rc == 0) rc = px_fb_lit(b, "}");
+    } else {
+      rc = px_fb_lit(b, ir->rf_json ? "\"format\":{\"type\":\"json_object\"}"
+                                    : "\"format\":{\"type\":\"text\"}");
+    }
+  }
+  if (rc == 0 && ir->verbosity.p != NULL) {
+    rc = px_fb_lit(b, has_rf ? ",\"verbosity\":" : "\"verbosity\":");
+    if (rc == 0) rc = px_fb_str(b, ir->verbosity);
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* IR reasoning -> reasoning {effort, summary} (responses.c reasoning_out);
+ * *possible: it asks for reasoning (an effort other than none) */
+static int put_reasoning_cfg(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
+                             px_lossy_t *lossy, int *possible) {
+  px_fstr_t effort = ir->effort, summary = ir->summary;
+  if (effort.p == NULL && ir->reasoning_enabled != 0 && ir->budget.ptr != NULL) {
+    const char *e = px_effort_of_budget(ir->budget_v);
+    effort = (px_fstr_t){e, strlen(e), 0};
+  }
+  if (effort.p == NULL && summary.p == NULL && ir->reasoning_enabled == 1) {
+    /* Anthropic adaptive thinking: the model's own effort, its reasoning
+     * shown; the setting itself is declared */
+    summary = (px_fstr_t){"auto", 4, 0};
+    px_lossy_add(lossy, px_in_names(ctx)->reasoning_config);
+  }
+  if (effort.p == NULL && summary.p == NULL) return 0;
+  if (effort.esc) return DECLINE; /* "none" decides the include */
+  *possible = !px_fs_is(effort, "none");
+  int rc = px_fb_lit(b, ",\"reasoning\":{");
+  if (rc == 0 && effort.p) {
+    rc = px_fb_lit(b, "\"effort\":");
+    if (rc == 0) rc = px_fb_str(b, effort);
+  }
+  if (rc == 0 && summary.p) {
+    rc = px_fb_lit(b, effort.p ? ",\"summary\":" : "\"summary\":");
+    if (rc == 0) rc = px_fb_str(b, summary);
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
 static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy) {
-  (void)a;
   int rc = px_fb_lit(b, "{\"model\":");
   if (rc == 0) rc = px_buf_json_str(b, ctx->upstream_model, strlen(ctx->upstream_model));
   if (rc == 0 && ir->system != NULL) {
@@ -343,46 +1083,17 @@ static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
     }
     if (rc == 0) rc = px_fb_lit(b, "\"");
   }
+  int reasoning_items = 0, possible = 0;
   if (rc == 0) rc = px_fb_lit(b, ",\"input\":[");
-  int first = 1;
-  for (const px_fmsg_t *m = ir->msgs; m && rc == 0; m = m->next) {
-    const px_fpart_t *run = NULL; /* pending text parts */
-    for (const px_fpart_t *p = m->parts; p && rc == 0; p = p->next) {
-      if (p->type == PX_FP_TEXT) {
-        if (run == NULL) run = p;
-        continue;
-      }
-      if (run != NULL) rc = put_text_msg(b, m->assistant, run, p, &first, lossy);
-      run = NULL;
-      if (rc != 0) break;
-      if (p->type == PX_FP_TOOL_RESULT)
-        for (const px_fpart_t *c = p->content; c; c = c->next)
-          if (c->type != PX_FP_TEXT) return DECLINE;
-      if (!first) rc = px_fb_lit(b, ",");
-      first = 0;
-      if (rc == 0)
-        rc = p->type == PX_FP_TOOL_RESULT ? put_output(b, p, lossy) : put_call(b, p);
-    }
-    if (rc == 0 && run != NULL) rc = put_text_msg(b, m->assistant, run, NULL, &first, lossy);
-  }
+  if (rc == 0) rc = put_input(ctx, ir, b, a, lossy, &reasoning_items);
   if (rc == 0) rc = px_fb_lit(b, "]");
-  if (rc == 0 && ir->tools != NULL) {
-    rc = px_fb_lit(b, ",\"tools\":[");
-    for (const px_ftool_t *t = ir->tools; t && rc == 0; t = t->next) {
-      rc = px_fb_lit(b, t == ir->tools ? "{\"type\":\"function\",\"name\":"
-                                       : ",{\"type\":\"function\",\"name\":");
-      if (rc == 0) rc = px_fb_str(b, t->name);
-      if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", t->desc);
-      if (rc == 0) rc = px_fb_lit(b, ",\"parameters\":");
-      if (rc == 0) rc = px_fb_raw(b, t->params);
-      if (rc == 0) rc = px_fb_lit(b, t->strict == 1 ? ",\"strict\":true}" : ",\"strict\":false}");
-      if (t->cache_control.ptr) px_lossy_add(lossy, "cache_control");
-    }
-    if (rc == 0) rc = px_fb_lit(b, "]");
-  }
+  if (rc == 0 && ir->tools != NULL) rc = put_tools(ir, b, lossy);
   if (rc == 0 && ir->tool_choice == PX_FTC_TOOL) {
-    rc = px_fb_lit(b, ",\"tool_choice\":{\"type\":\"function\",\"name\":");
-    if (rc == 0) rc = px_fb_str(b, ir->tc_name);
+    int custom = custom_tool_named(ir, ir->tc_name);
+    if (custom < 0) return DECLINE;
+    rc = px_fb_lit(b, custom ? ",\"tool_choice\":{\"type\":\"custom\",\"name\":"
+                             : ",\"tool_choice\":{\"type\":\"function\",\"name\":");
+    if (rc == 0) rc = px_fb_str(b, ir->tc_name.p ? ir->tc_name : EMPTY);
     if (rc == 0) rc = px_fb_lit(b, "}");
   }
   if (rc == 0) rc = px_fb_openai_tc(b, ir->tool_choice, ir->parallel);
@@ -390,16 +1101,22 @@ static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
   if (rc == 0) rc = px_fb_opt_raw(b, ",\"temperature\":", ir->temperature);
   if (rc == 0) rc = px_fb_opt_raw(b, ",\"top_p\":", ir->top_p);
   if (ir->top_k.ptr) px_lossy_add(lossy, "top_k");
-  if (ir->stop.ptr || ir->stop1.p)
-    px_lossy_add(lossy, px_in_names(ctx)->stop);
-  if (rc == 0 && ir->rf_text) rc = px_fb_lit(b, ",\"text\":{\"format\":{\"type\":\"text\"}}");
+  if (ir->stop.ptr || ir->stop1.p) px_lossy_add(lossy, px_in_names(ctx)->stop);
+  if (rc == 0) rc = put_text(ir, b);
+  if (rc == 0) rc = px_fb_opt_str(b, ",\"prompt_cache_key\":", ir->prompt_cache_key);
+  if (rc == 0 && ir->has_reasoning) rc = put_reasoning_cfg(ctx, ir, b, lossy, &possible);
   if (rc == 0) rc = px_fb_opt_str(b, ",\"user\":", ir->user);
   if (rc == 0) rc = px_fb_opt_raw(b, ",\"metadata\":", ir->metadata);
   if (rc == 0 && ir->stream_false) rc = px_fb_lit(b, ",\"stream\":false");
   if (rc == 0 && ir->stream_true) rc = px_fb_lit(b, ",\"stream\":true");
-  /* stateless toward Responses (no reasoning in this shape: no include) */
-  if (rc == 0 && !px_tr_in_can(ctx, PX_CAP_STORED_RESPONSES))
+  /* A client that cannot name a stored response makes the gateway
+   * stateless toward Responses: never store, and ask for the encrypted
+   * reasoning whenever reasoning can occur (responses.c encode_request) */
+  if (rc == 0 && !px_tr_in_can(ctx, PX_CAP_STORED_RESPONSES)) {
     rc = px_fb_lit(b, ",\"store\":false");
+    if (rc == 0 && (possible || reasoning_items))
+      rc = px_fb_lit(b, ",\"include\":[\"reasoning.encrypted_content\"]");
+  }
   if (rc == 0) rc = px_fb_lit(b, "}");
   return rc;
 }
@@ -690,5 +1407,6 @@ const px_fast_ops_t px_responses_fast = {
     .encode_request = resp_fast_encode_request,
     .decode_response = resp_fast_decode_response,
     .encode_response = resp_fast_encode_response,
+    .encodes = PX_FU_ALL,
     .response_checked = 1,
 };

@@ -3,7 +3,8 @@
  * that cannot (Anthropic, Chat, Gemini), as text in and text out.
  *
  *   request:  fields (previous_response_id, store) -> input_items (own input,
- *             ids minted) -> expand (stored turns + own input -> one body)
+ *             ids minted) -> expand (stored turns + own input -> one body),
+ *             all from the spans the admission's scan found (members)
  *   answer:   final_event (the response object of the terminal event)
  *   GET:      list_items (after, limit, order), deleted
  *
@@ -20,7 +21,6 @@
 
 #include "proxai/jdoc.h"
 #include "proxai/json.h"
-#include "proxai/passthru.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 
@@ -56,18 +56,16 @@ static int id_ok(const char *s, size_t n) {
   return 1;
 }
 
-static int store_fields(const char *body, size_t len, char *prev, size_t cap,
+/* The members the admission's scan hands over (px_responses_store.members). */
+enum { M_PREV, M_STORE, M_INPUT };
+
+static int store_fields(const char *body, const px_json_req_t *jr, char *prev, size_t cap,
                         int *store) {
-  static const char *const P_PREV[] = {"previous_response_id"};
-  static const char *const P_STORE[] = {"store"};
-  size_t vs, vl;
+  size_t vs = jr->mem_at[M_STORE], vl = jr->mem_len[M_STORE];
   prev[0] = 0;
-  *store = 1;
-  if (px_json_find(body, len, P_STORE, 1, &vs, &vl) == PX_JSON_FOUND && vl == 5 &&
-      memcmp(body + vs, "false", 5) == 0)
-    *store = 0;
-  if (px_json_find(body, len, P_PREV, 1, &vs, &vl) != PX_JSON_FOUND) return 0;
-  if (vl == 4 && memcmp(body + vs, "null", 4) == 0) return 0;
+  *store = !(vl == 5 && memcmp(body + vs, "false", 5) == 0);
+  vs = jr->mem_at[M_PREV], vl = jr->mem_len[M_PREV];
+  if (vl == 0 || (vl == 4 && memcmp(body + vs, "null", 4) == 0)) return 0;
   /* a string of id characters needs no unescaping: anything else is refused */
   if (vl < 2 || body[vs] != '"' || !id_ok(body + vs + 1, vl - 2) || vl - 2 >= cap)
     return PX_EINVAL;
@@ -157,11 +155,10 @@ static int input_items_text(const char *in, size_t n, const char *base, px_buf_t
   return px_buf_append(out, "]", 1) < 0 ? PX_ETOOBIG : 0;
 }
 
-static int store_input_items(const char *body, size_t len, const char *resp_id,
-                             px_buf_t *out) {
-  static const char *const P_INPUT[] = {"input"};
-  size_t vs, vl;
-  if (px_json_find(body, len, P_INPUT, 1, &vs, &vl) != PX_JSON_FOUND) return PX_EINVAL;
+static int store_input_items(const char *body, const px_json_req_t *jr,
+                             const char *resp_id, px_buf_t *out) {
+  size_t vs = jr->mem_at[M_INPUT], vl = jr->mem_len[M_INPUT];
+  if (vl == 0) return PX_EINVAL;
   const char *base = strncmp(resp_id, "resp_", 5) == 0 ? resp_id + 5 : resp_id;
   size_t mark = out->len;
   int fast = input_items_text(body + vs, vl, base, out);
@@ -224,15 +221,13 @@ static int add_members(px_buf_t *out, px_str_t arr, int *first) {
   return px_buf_append(out, m.ptr, m.len) < 0 ? PX_ETOOBIG : 0;
 }
 
-static int store_expand(const char *body, size_t len, const px_stored_turn_t *turns,
-                        size_t n, px_buf_t *out) {
-  static const char *const P_INPUT[] = {"input"};
-  static const char *const P_PREV[] = {"previous_response_id"};
+static int store_expand(const char *body, size_t len, const px_json_req_t *jr,
+                        const px_stored_turn_t *turns, size_t n, px_buf_t *out,
+                        void (*used)(void *arg, size_t t), void *arg) {
   static const char *const P_OUTPUT[] = {"output"};
-  size_t is, il, ps, pl;
-  if (px_json_find(body, len, P_INPUT, 1, &is, &il) != PX_JSON_FOUND ||
-      px_json_find(body, len, P_PREV, 1, &ps, &pl) != PX_JSON_FOUND)
-    return PX_EINVAL;
+  size_t is = jr->mem_at[M_INPUT], il = jr->mem_len[M_INPUT];
+  size_t ps = jr->mem_at[M_PREV], pl = jr->mem_len[M_PREV];
+  if (il == 0 || pl == 0) return PX_EINVAL;
   /* the two spans in body order, each replaced */
   int prev_first = ps < is;
   size_t a_at = prev_first ? ps : is, a_len = prev_first ? pl : il;
@@ -251,6 +246,7 @@ static int store_expand(const char *body, size_t len, const px_stored_turn_t *tu
         if (rc == 0 && px_json_find(turns[t].response.ptr, turns[t].response.len,
                                     P_OUTPUT, 1, &os, &ol) == PX_JSON_FOUND)
           rc = add_members(out, (px_str_t){turns[t].response.ptr + os, ol}, &first);
+        if (used != NULL) used(arg, t);
       }
       if (rc == 0) {
         const char *v = body + is;
@@ -391,6 +387,8 @@ static int store_deleted(px_buf_t *out, const char *id) {
 
 const px_store_ops_t px_responses_store = {
     .match = store_match,
+    .members =
+        {[M_PREV] = "previous_response_id", [M_STORE] = "store", [M_INPUT] = "input"},
     .fields = store_fields,
     .input_items = store_input_items,
     .expand = store_expand,

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/fastir.h"
 #include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
@@ -444,6 +445,195 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   return rc < 0 ? rc : 1;
 }
 
+/* The lifecycle events (response.created, output_item.added / .done of a
+ * message, content_part.added / .done, response.completed, the .done
+ * echoes) repeat the response, its items and texts: read by the checked
+ * walker of the fast codecs (fastir.h px_fc_*: every byte checked by
+ * jansson's rules, any number), without a document. The shapes read here
+ * are the common ones; the others (tool and reasoning items, a text part
+ * that starts with text, failures, errors, annotations) go to the jansson
+ * path, the arbiter. Returns 1 when handled, 0 to use the jansson path,
+ * <0 on a sink error. */
+enum { L_TYPE, L_OI, L_CI, L_ITEM, L_PART, L_RESP, NKEYS_LIFE };
+static const px_fkey_t life_keys[] = {PX_FK("type"),          PX_FK("output_index"),
+                                      PX_FK("content_index"), PX_FK("item"),
+                                      PX_FK("part"),          PX_FK("response")};
+
+/* a member's string value when it is one, unescaped bytes (escapes:
+ * unknown, -1); absent or another kind: p NULL */
+static int life_str(const px_fv_t *v, unsigned seen, int k, px_fstr_t *out) {
+  static const px_fstr_t none = {NULL, 0, 0};
+  *out = none;
+  if (!(seen & (1u << k)) || v->kind != PX_FV_STR) return 0;
+  if (v->s.esc) return -1;
+  *out = v->s;
+  return 0;
+}
+
+/* a member as oindex() / cindex() read it (dflt when not an integer) */
+static int life_int(const px_fv_t *f, unsigned seen, int k, int64_t dflt, int *out) {
+  int64_t v = dflt;
+  if ((seen & (1u << k)) && px_fw_jint(&f[k], dflt, &v) != 0) return -1;
+  if (v > INT32_MAX) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+/* the string member key of object value v (unescaped, as life_str) */
+static int life_member(const px_fv_t *v, const char *key, px_fstr_t *out) {
+  px_fkey_t k = {key, strlen(key)};
+  px_fv_t f[1];
+  unsigned seen = 0;
+  *out = (px_fstr_t){NULL, 0, 0};
+  if (v->kind != PX_FV_OBJ) return 0;
+  if (px_fv_kfields(v, &k, 1, f, &seen) != 0) return -1;
+  return life_str(f, seen, 0, out);
+}
+
+/* response.completed / incomplete that ends well: stop and usage as
+ * d_terminal reads them */
+static int life_terminal(px_sdec_t *d, const px_fv_t *r, int incomplete) {
+  static const px_fkey_t rkeys[] = {PX_FK("status"), PX_FK("incomplete_details"),
+                                    PX_FK("usage")};
+  static const px_fkey_t ukeys[] = {PX_FK("input_tokens"), PX_FK("output_tokens"),
+                                    PX_FK("input_tokens_details"),
+                                    PX_FK("output_tokens_details")};
+  px_fv_t f[3], u[4];
+  unsigned seen = 0, us = 0;
+  px_fstr_t status, reason = {NULL, 0, 0};
+  if (r->kind == PX_FV_OBJ && px_fv_kfields(r, rkeys, 3, f, &seen) != 0) return 0;
+  if (life_str(f, seen, 0, &status) < 0) return 0;
+  if (status.p == NULL)
+    status =
+        incomplete ? (px_fstr_t){"incomplete", 10, 0} : (px_fstr_t){"completed", 9, 0};
+  if (!px_fs_is(status, "completed") && !px_fs_is(status, "incomplete")) return 0;
+  if ((seen & 2) && life_member(&f[1], "reason", &reason) < 0) return 0;
+  px_ev_t ev;
+  px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
+  if ((seen & 4) && f[2].kind == PX_FV_OBJ) {
+    if (px_fv_kfields(&f[2], ukeys, 4, u, &us) != 0) return 0;
+    int64_t *dst[4] = {&ev.usage.input_tokens, &ev.usage.output_tokens,
+                       &ev.usage.cache_read_tokens, &ev.usage.reasoning_tokens};
+    for (int k = 0; k < 4; k++) {
+      int64_t v = -1;
+      if (k >= 2 && (us & (1u << k)) &&
+          px_fw_detail(&u[k], k == 2 ? "cached_tokens" : "reasoning_tokens", &v) != 0)
+        return 0;
+      if (k < 2 && (us & (1u << k)) && px_fw_jint(&u[k], -1, &v) != 0) return 0;
+      if (v >= 0) *dst[k] = v;
+    }
+  }
+  /* an open reasoning block may find its opaque reasoning in the output */
+  for (size_t i = 0; i < d->nblocks; i++)
+    if (d->blocks[i].open && d->blocks[i].kind == PX_BLOCK_THINKING) return 0;
+  char st[16], rs[64];
+  if (reason.p != NULL && reason.n >= sizeof(rs)) return 0;
+  memcpy(st, status.p, status.n);
+  st[status.n] = 0;
+  if (reason.p != NULL) {
+    memcpy(rs, reason.p, reason.n);
+    rs[reason.n] = 0;
+  }
+  ev.stop = px_stop_from_responses(st, reason.p ? rs : NULL, d->has_tool);
+  if (ev.stop == PX_STOP_NONE) return 0;
+  int rc = dstop_all(d, -1);
+  if (rc == 0) rc = demit(d, &ev);
+  if (rc < 0) return rc;
+  dset(d, D_DONE);
+  px_ev_init(&ev, PX_EV_MESSAGE_STOP);
+  rc = demit(d, &ev);
+  return rc < 0 ? rc : 1;
+}
+
+/* Whether the event might nest as deep as the jansson path's limit (the
+ * checked walker counts its depth from each member's value, the loader
+ * from the event): an upper bound, by its opening brackets. */
+static int life_deep(const char *data, size_t n) {
+  if (n < 2 * PX_JSON_MAX_DEPTH) return 0;
+  size_t open = 0;
+  for (size_t i = 0; i < n; i++) open += data[i] == '{' || data[i] == '[';
+  return open >= PX_JSON_MAX_DEPTH;
+}
+
+static int life_event(px_sdec_t *d, const char *data, size_t n) {
+  if (life_deep(data, n)) return 0;
+  px_fw_t w = {data, n, 0};
+  px_fv_t f[NKEYS_LIFE];
+  unsigned seen = 0;
+  px_fstr_t type, t;
+  int oi, ci;
+  if (px_fc_fields(&w, life_keys, NKEYS_LIFE, f, &seen) != 0 || px_fc_end(&w) < 0 ||
+      life_str(f, seen, L_TYPE, &type) < 0 || type.p == NULL ||
+      life_int(f, seen, L_OI, -1, &oi) < 0 || life_int(f, seen, L_CI, 0, &ci) < 0)
+    return 0;
+  px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
+  const px_fv_t *item = (seen & (1u << L_ITEM)) ? &f[L_ITEM] : &none;
+  const px_fv_t *part = (seen & (1u << L_PART)) ? &f[L_PART] : &none;
+  const px_fv_t *resp = (seen & (1u << L_RESP)) ? &f[L_RESP] : &none;
+  if (d->state == D_INIT) {
+    if (!px_fs_is(type, "response.created") && !px_fs_is(type, "response.in_progress") &&
+        !px_fs_is(type, "response.queued"))
+      return 0;
+    px_fstr_t id, model;
+    if (life_member(resp, "id", &id) < 0 || life_member(resp, "model", &model) < 0)
+      return 0;
+    px_ev_t ev;
+    px_ev_init(&ev, PX_EV_MESSAGE_START);
+    ev.id = (px_str_t){id.p, id.n};
+    ev.model = (px_str_t){model.p, model.n};
+    dset(d, D_RUNNING);
+    int rc = demit(d, &ev);
+    return rc < 0 ? rc : 1;
+  }
+  if (d->state != D_RUNNING) return 0;
+  if (px_fs_is(type, "response.output_item.added")) {
+    /* a message: its parts open the blocks */
+    if (life_member(item, "type", &t) < 0 || !px_fs_is(t, "message") || oi < 0) return 0;
+    return 1;
+  }
+  if (px_fs_is(type, "response.content_part.added")) {
+    if (life_member(part, "type", &t) < 0) return 0;
+    int text = px_fs_is(t, "output_text");
+    if (!text && !px_fs_is(t, "refusal")) return t.p != NULL && t.n > 0 ? 0 : 1;
+    px_fstr_t init;
+    if (life_member(part, text ? "text" : "refusal", &init) < 0 || init.n > 0) return 0;
+    dblock_t *b =
+        dstart(d, oi, ci, text ? PX_BLOCK_TEXT : PX_BLOCK_REFUSAL, NULL, NULL, 0);
+    return b != NULL ? 1 : PX_ENOMEM;
+  }
+  if (px_fs_is(type, "response.content_part.done")) {
+    dblock_t *b = dfind(d, oi, ci);
+    int rc = b != NULL ? dstop(d, b) : 0;
+    return rc < 0 ? rc : 1;
+  }
+  if (px_fs_is(type, "response.output_item.done")) {
+    if (life_member(item, "type", &t) < 0 || t.p == NULL ||
+        px_fs_is(t, "function_call") || px_fs_is(t, "custom_tool_call") ||
+        px_fs_is(t, "reasoning"))
+      return 0;
+    int rc = dstop_all(d, oi);
+    return rc < 0 ? rc : 1;
+  }
+  if (px_fs_is(type, "response.completed") || px_fs_is(type, "response.incomplete"))
+    return life_terminal(d, resp, px_fs_is(type, "response.incomplete"));
+  /* what the jansson path acts on (the deltas: when fast_event left them) */
+  static const char *const acted[] = {"error",
+                                      "response.created",
+                                      "response.failed",
+                                      "response.output_text.delta",
+                                      "response.refusal.delta",
+                                      "response.function_call_arguments.delta",
+                                      "response.custom_tool_call_input.delta",
+                                      "response.reasoning_summary_text.delta",
+                                      "response.reasoning_text.delta",
+                                      "response.reasoning_summary_part.added",
+                                      "response.output_text.annotation.added"};
+  for (size_t i = 0; i < sizeof(acted) / sizeof(acted[0]); i++)
+    if (px_fs_is(type, acted[i])) return 0;
+  /* the .done echoes, in_progress, hosted tool progress: nothing to carry */
+  return 1;
+}
+
 px_sdec_t *px_responses_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg) {
   px_sdec_t *d = calloc(1, sizeof(*d));
   if (d == NULL) return NULL;
@@ -469,6 +659,7 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
   if (px_str_eq(sse->data, "[DONE]") || sse->data.len == 0) return 0;
   if (d->fast) {
     int frc = fast_event(d, sse->data.ptr, sse->data.len);
+    if (frc == 0) frc = life_event(d, sse->data.ptr, sse->data.len);
     if (frc != 0) {
       d->fast_hits++;
       return frc < 0 ? frc : 0;
@@ -732,39 +923,6 @@ static void eflush(px_senc_t *e) {
     e->ctx.flush(e->ctx.flush_arg);
 }
 
-/* Emit a jansson event into the out buffer: type and sequence_number are
- * set here, text placeholders spliced. On failure the out buffer is left as
- * it was. */
-static int eemit(px_senc_t *e, const char *type, json_t *obj) {
-  if (obj == NULL) return PX_ENOMEM;
-  json_t *full =
-      json_pack("{s:s, s:I}", "type", type, "sequence_number", (json_int_t)e->seq);
-  if (full == NULL) {
-    json_decref(obj);
-    return PX_ENOMEM;
-  }
-  json_object_update(full, obj);
-  json_decref(obj);
-  size_t mark = e->out->len;
-  px_buf_reset(&e->scratch);
-  int rc = px_buf_puts(e->out, "event: ");
-  if (rc == 0) rc = px_buf_puts(e->out, type);
-  if (rc == 0) rc = px_buf_puts(e->out, "\ndata: ");
-  if (rc == 0) rc = px_jdoc_dump_buf(full, &e->scratch);
-  if (rc == PX_EINVAL) rc = PX_ENOMEM; /* as before: jansson refused to write it */
-  if (rc == 0) rc = esplice(e, e->scratch.data, e->scratch.len);
-  if (rc == 0) rc = px_buf_puts(e->out, "\n\n");
-  json_decref(full);
-  px_buf_free(&e->scratch); /* lifecycle events are few: no idle copy kept */
-  if (rc < 0) {
-    e->out->len = mark;
-    return rc;
-  }
-  e->seq++;
-  eflush(e);
-  return 0;
-}
-
 static char *utoa(char *end, unsigned long long v) {
   *--end = 0;
   do {
@@ -772,6 +930,51 @@ static char *utoa(char *end, unsigned long long v) {
     v /= 10;
   } while (v);
   return end;
+}
+
+/* Dump an event's members (obj, a jansson object: its reference is taken)
+ * into e->scratch, placeholders and all. */
+static int edump(px_senc_t *e, json_t *obj) {
+  if (obj == NULL) return PX_ENOMEM;
+  px_buf_reset(&e->scratch);
+  int rc = px_jdoc_dump_buf(obj, &e->scratch);
+  json_decref(obj);
+  return rc == PX_EINVAL ? PX_ENOMEM : rc; /* as before: jansson refused to write it */
+}
+
+/* Write the event dumped in e->scratch into the out buffer: type and
+ * sequence_number first (written here: no wrapper object), then its
+ * members with the text placeholders spliced. On failure the out buffer
+ * is left as it was. The caller flushes (eflush) once scratch is free. */
+static int ewrite(px_senc_t *e, const char *type) {
+  char num[24];
+  const char *ns = utoa(num + sizeof(num), (unsigned long long)e->seq);
+  size_t mark = e->out->len, n = e->scratch.len;
+  int rc = px_buf_puts(e->out, "event: ");
+  if (rc == 0) rc = px_buf_puts(e->out, type);
+  if (rc == 0) rc = px_buf_puts(e->out, "\ndata: {\"type\":\"");
+  if (rc == 0) rc = px_buf_puts(e->out, type);
+  if (rc == 0) rc = px_buf_puts(e->out, "\",\"sequence_number\":");
+  if (rc == 0) rc = px_buf_puts(e->out, ns);
+  /* the members, between the dumped object's braces */
+  if (rc == 0 && n > 2) rc = px_buf_puts(e->out, ",");
+  if (rc == 0 && n > 2) rc = esplice(e, e->scratch.data + 1, n - 2);
+  if (rc == 0) rc = px_buf_puts(e->out, "}\n\n");
+  if (rc < 0) {
+    e->out->len = mark;
+    return rc;
+  }
+  e->seq++;
+  return 0;
+}
+
+/* Emit a jansson event (its members in obj, whose reference is taken). */
+static int eemit(px_senc_t *e, const char *type, json_t *obj) {
+  int rc = edump(e, obj);
+  if (rc == 0) rc = ewrite(e, type);
+  px_buf_free(&e->scratch); /* lifecycle events are few: no idle copy kept */
+  if (rc == 0) eflush(e);
+  return rc;
 }
 
 /* The delta event head of a block after its sequence number:
@@ -1222,11 +1425,12 @@ static int e_start(px_senc_t *e, const px_ev_t *ev) {
   if (ev->usage.cache_read_tokens >= 0)
     e->usage.cache_read_tokens = ev->usage.cache_read_tokens;
   eset(e, E_OPEN);
-  int rc = eemit(e, "response.created",
-                 json_pack("{s:o}", "response", eresponse(e, "in_progress", NULL, 0)));
-  if (rc == 0)
-    rc = eemit(e, "response.in_progress",
-               json_pack("{s:o}", "response", eresponse(e, "in_progress", NULL, 0)));
+  /* the two events carry the same response: built and dumped once */
+  int rc = edump(e, json_pack("{s:o}", "response", eresponse(e, "in_progress", NULL, 0)));
+  if (rc == 0) rc = ewrite(e, "response.created");
+  if (rc == 0) rc = ewrite(e, "response.in_progress");
+  px_buf_free(&e->scratch);
+  if (rc == 0) eflush(e); /* after both: the flush may call back into the encoder */
   return rc;
 }
 

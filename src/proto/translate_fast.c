@@ -46,6 +46,9 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
   int rc = in->decode_request(&c, body, len, &ir, &a, &l);
   if (rc == 0) px_fit_fast_request(&c, &ir, &l);
   if (rc == 0 && (px_freq_uses(&ir) & ~op->encodes) != 0) rc = PX_FAST_DECLINE;
+  /* a stream's headers name what it may drop, before what the encoder
+   * names (one rule and one order with the jansson pipeline) */
+  if (rc == 0 && c.stream) px_lossy_predict(&c, px_freq_reasoning_on(&ir), &l);
   if (rc == 0) rc = px_buf_reserve(&b, len + 256);
   if (rc == 0) rc = op->encode_request(&c, &ir, &b, &a, &l);
   if (rc == 0) rc = px_buf_append(&b, "", 1);
@@ -57,9 +60,6 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
   *out_len = b.len - 1;
   *out = px_buf_steal(&b, NULL);
   px_lossy_merge(lossy, &l);
-  /* a stream's headers name what it may drop (one rule with the jansson
-   * pipeline) */
-  if (c.stream) px_lossy_predict(&c, px_freq_reasoning_on(&ir), lossy);
   taken_req++;
   return 0;
 }

@@ -22,10 +22,11 @@
  * request has set aside is in its worker's in-flight records (inflight.h),
  * so that the master can release a dead worker's reservations.
  *
- * With [state] backend = redis the same table holds the buckets of
- * on_error = local: during an outage each key gets ceil(limit / instances)
- * here. Entries carry the outage they belong to (epoch), so every bucket
- * starts full at each outage.
+ * This is the local backend and what the Redis one falls back on; state.c
+ * dispatches between them. With [state] backend = redis the same table
+ * holds the buckets of on_error = local: during an outage each key gets
+ * ceil(limit / instances) here. Entries carry the outage they belong to
+ * (epoch), so every bucket starts full at each outage.
  */
 #include "proxai/ratelimit.h"
 
@@ -40,6 +41,7 @@
 #include "proxai/money.h"
 #include "proxai/shm.h"
 #include "proxai/store.h"
+#include "ratelimit_local.h"
 
 #define UNITS_PER_TOKEN 60000 /* ms per minute */
 /* Debt floor: about 10^13 tokens, far past any real request, keeps the
@@ -358,7 +360,7 @@ static void tpm_give(rl_entry_t *e, uint64_t tokens) {
   if (e->tpm.level > cap) e->tpm.level = cap;
 }
 
-static px_rl_verdict_t local_admit(const px_admit_t *a, uint64_t now, px_refusal_t *why) {
+px_rl_verdict_t px_rl_local_admit(const px_admit_t *a, uint64_t now, px_refusal_t *why) {
   const px_key_conf_t *k = a->key;
   const px_team_conf_t *tm = k->team && k->team->budget > 0 ? k->team : NULL;
   int64_t kb = k->budget;
@@ -421,8 +423,15 @@ static void settle_budget(rl_entry_t *e, px_window_t kind, const px_admit_t *a,
   px_shm_unlock(&e->mu);
 }
 
-static void local_settle(const px_admit_t *a, uint64_t used, int64_t cost, uint64_t now) {
+static uint64_t share(uint64_t limit);
+static uint32_t outage_epoch(void);
+
+void px_rl_local_settle(const px_admit_t *a, uint64_t used, int64_t cost, uint64_t now) {
   const px_key_conf_t *k = a->key;
+  if (a->local) { /* admitted by on_error = local: this host's share */
+    if (k->tpm) charge_at(k->name, share(k->tpm), used, now, outage_epoch());
+    return;
+  }
   if (k->tpm) {
     rl_entry_t *e = lookup(k->name, 0);
     if (e) {
@@ -443,7 +452,7 @@ static void local_settle(const px_admit_t *a, uint64_t used, int64_t cost, uint6
                   cost);
 }
 
-static void local_usage(const px_key_conf_t *k, int64_t now_s, px_budget_state_t st[2]) {
+void px_rl_local_usage(const px_key_conf_t *k, int64_t now_s, px_budget_state_t st[2]) {
   memset(st, 0, 2 * sizeof(*st));
   rl_entry_t *e = lookup(k->name, 0);
   if (e) {
@@ -493,12 +502,10 @@ static void release_local(const px_inflight_rec_t *r) {
 }
 
 /* ---------------------------------------------------------------------- */
-/* backend dispatch                                                         */
+/* outages of the shared backend (on_error), the store's start and stop   */
 
-#include "proxai/inflight.h"
 #include "proxai/log.h"
 #include "proxai/metrics.h"
-#include "proxai/state_redis.h"
 
 static px_on_error_t g_on_error;
 
@@ -565,39 +572,6 @@ px_rl_verdict_t px_rl_fallback(const char *key, uint64_t rpm, uint64_t tpm,
   return PX_RL_LIMITED;
 }
 
-px_rl_verdict_t px_rl_check(const px_admit_t *a, uint64_t now_ms, px_refusal_t *why,
-                            px_rl_done_fn done, void *arg, px_rl_wait_t **wait) {
-  const px_key_conf_t *k = a->key;
-  if (k->rpm == 0 && k->tpm == 0 && !a->budgeted) return PX_RL_ALLOW;
-  if (px_redis_running()) return px_redis_admit(a, now_ms, why, done, arg, wait);
-  return local_admit(a, now_ms, why);
-}
-
-void px_rl_cancel(px_rl_wait_t *w) {
-  if (w) px_redis_cancel(w);
-}
-
-void px_rl_settle(const px_admit_t *a, uint64_t used, int64_t cost, uint64_t now_ms) {
-  if (a->key->tpm == 0 && !a->budgeted && cost <= 0) return;
-  if (a->local) { /* admitted by on_error = local: this host's share */
-    if (a->key->tpm)
-      charge_at(a->key->name, share(a->key->tpm), used, now_ms, outage_epoch());
-    return;
-  }
-  if (px_redis_running()) {
-    px_redis_settle(a, used, cost);
-    return;
-  }
-  local_settle(a, used, cost, now_ms);
-}
-
-int px_rl_usage(const px_key_conf_t *k, int64_t now_s, px_budget_state_t st[2],
-                px_rl_usage_fn done, void *arg, px_rl_wait_t **wait) {
-  if (px_redis_running()) return px_redis_usage(k, now_s, done, arg, wait);
-  local_usage(k, now_s, st);
-  return 0;
-}
-
 static uv_timer_t sync_timer;
 static int sync_on;
 
@@ -617,19 +591,11 @@ void px_rl_owner(unsigned worker, long pid, char *out, size_t len) {
   snprintf(out, len, "%s/%u/%ld", px_rl_instance(), worker, pid);
 }
 
-void px_rl_release_lost(const px_config_t *cfg, const px_inflight_rec_t *recs, size_t n,
-                        unsigned worker, long pid) {
-  if (n == 0) return;
-  if (cfg->state.backend == PX_STATE_REDIS) {
-    char owner[160];
-    px_rl_owner(worker, pid, owner, sizeof(owner));
-    px_redis_release(&cfg->state, recs, n, owner);
-    return;
-  }
+void px_rl_local_release(const px_inflight_rec_t *recs, size_t n) {
   for (size_t i = 0; i < n; i++) release_local(&recs[i]);
 }
 
-int px_rl_start(uv_loop_t *loop, const px_config_t *cfg) {
+int px_rl_local_start(uv_loop_t *loop, const px_config_t *cfg) {
   g_on_error = cfg->state.on_error;
   const char *dir = cfg->state.dir ? cfg->state.dir : scratch_dir;
   if (cfg->state.backend == PX_STATE_LOCAL && dir) {
@@ -643,16 +609,14 @@ int px_rl_start(uv_loop_t *loop, const px_config_t *cfg) {
     uv_timer_start(&sync_timer, on_sync, 1000, 1000);
     sync_on = 1;
   }
-  if (cfg->state.backend != PX_STATE_REDIS) return 0;
-  return px_redis_start(loop, &cfg->state);
+  return 0;
 }
 
 static void on_sync_closed(uv_handle_t *h) {
   (void)h;
 }
 
-void px_rl_stop(void) {
-  px_redis_stop();
+void px_rl_local_stop(void) {
   if (sync_on) {
     sync_on = 0;
     uv_close((uv_handle_t *)&sync_timer, on_sync_closed);

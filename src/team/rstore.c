@@ -118,14 +118,23 @@ struct px_rs_op {
   size_t n;
   char missing[PX_STORED_ID_MAX + 1];
   px_rs_op_t *next;
+  /* Redis: the chain's reply during the callback (px_rs_release) */
+  redisReply *reply;
   /* Redis: the script call, kept for a resend after NOSCRIPT */
   const char *script;
   px_redis_reply_fn cb;
   int argc, resent;
+  uint64_t timeout_ms;
   const char *argv[RS_ARGS];
   size_t lens[RS_ARGS];
-  char *copies;
+  char *copies; /* the small arguments, copied at once */
+  char *big;    /* the large ones, copied when cancelled (own_args) */
 };
+
+/* Small arguments are copied into the op at once (for a resend); larger
+ * ones stay views of the caller's memory until the callback or
+ * px_rs_cancel, which copies them (own_args). */
+#define ARG_COPY_MAX 4096
 
 static px_rs_op_t *op_new(px_rs_chain_fn chain, px_rs_done_fn done, void *arg) {
   px_rs_op_t *op = calloc(1, sizeof(*op));
@@ -138,6 +147,7 @@ static px_rs_op_t *op_new(px_rs_chain_fn chain, px_rs_done_fn done, void *arg) {
 
 static void op_free(px_rs_op_t *op) {
   free(op->copies);
+  free(op->big);
   for (size_t i = 0; i < op->n; i++) px_buf_free(&op->bufs[i]);
   free(op->bufs);
   free(op->turns);
@@ -154,8 +164,50 @@ int px_rs_available(void) {
   return px_store_on() || px_redis_running();
 }
 
+void px_rs_release(px_rs_op_t *op, size_t t) {
+  if (op == NULL || t >= op->n) return;
+  if (op->reply == NULL) { /* the local store's copy */
+    px_buf_free(&op->bufs[t]);
+    return;
+  }
+  /* Redis: turn t's two strings of the reply (newest first there); the
+   * reply's own free skips them */
+  for (size_t e = 1 + 2 * (op->n - 1 - t); e <= 2 + 2 * (op->n - 1 - t); e++) {
+    redisReply *r = op->reply->element[e];
+    if (r->type != REDIS_REPLY_STRING) continue;
+    free(r->str);
+    r->str = NULL;
+    r->len = 0;
+  }
+}
+
+/* The caller's memory may go once its op is cancelled: a Redis call still
+ * unanswered takes copies of the arguments it holds as views, so that a
+ * NOSCRIPT answer can still be sent again in full (a put whose client left
+ * is kept all the same). Without memory it is not resent. */
+static void own_args(px_rs_op_t *op) {
+  size_t need = 0;
+  for (int i = 0; i < op->argc; i++)
+    if (op->lens[i] > ARG_COPY_MAX) need += op->lens[i];
+  if (need == 0) return;
+  char *c = malloc(need);
+  if (c == NULL) {
+    op->resent = 1; /* nothing to send again from */
+    return;
+  }
+  op->big = c; /* the small ones are in op->copies already */
+  for (int i = 0; i < op->argc; i++) {
+    if (op->lens[i] <= ARG_COPY_MAX) continue;
+    memcpy(c, op->argv[i], op->lens[i]);
+    op->argv[i] = c;
+    c += op->lens[i];
+  }
+}
+
 void px_rs_cancel(px_rs_op_t *op) {
-  if (op) op->cancelled = 1;
+  if (op == NULL || op->cancelled) return;
+  op->cancelled = 1;
+  if (op->argc > 0 && !op->resent) own_args(op);
 }
 
 /* ---- local results, delivered from the loop ------------------------------ */
@@ -275,11 +327,14 @@ static void local_chain(px_rs_op_t *op, const char *owner, const char *id,
     memcpy(cur, r.prev.ptr, pl);
     cur[pl] = 0;
   }
-  /* newest first as read: oldest first for the caller */
+  /* newest first as read: oldest first for the caller (turn i in bufs[i]) */
   for (size_t i = 0, j = op->n ? op->n - 1 : 0; i < j; i++, j--) {
     px_stored_turn_t t = op->turns[i];
     op->turns[i] = op->turns[j];
     op->turns[j] = t;
+    px_buf_t b = op->bufs[i];
+    op->bufs[i] = op->bufs[j];
+    op->bufs[j] = b;
   }
   return;
 unavailable:
@@ -335,10 +390,6 @@ px_rs_op_t *px_rs_defer(const px_rs_where_t *w, px_rs_done_fn cb, void *arg) {
 
 /* ---- Redis ---------------------------------------------------------------- */
 
-/* Small arguments are copied into the op (for a resend); larger ones stay
- * views of the caller's memory, valid until the callback (rstore.h). */
-#define ARG_COPY_MAX 4096
-
 static const char *script_sha(const char *script) {
   static struct {
     const char *script;
@@ -370,13 +421,14 @@ static int send_script(px_rs_op_t *op) {
     argv[3 + i] = op->argv[i];
     argvlen[3 + i] = op->lens[i];
   }
-  return px_redis_command(3 + op->argc, argv, argvlen, op->cb, op);
+  return px_redis_command(3 + op->argc, argv, argvlen, op->timeout_ms, op->cb, op);
 }
 
 /* The script by its SHA1 (EVALSHA), in full (EVAL) when Redis does not
  * know it (NOSCRIPT: restarted, flushed). */
-static int eval(const char *script, const char *const *args, const size_t *lens, int n,
-                px_redis_reply_fn cb, px_rs_op_t *op) {
+static int eval(const px_rs_where_t *w, const char *script, const char *const *args,
+                const size_t *lens, int n, px_redis_reply_fn cb, px_rs_op_t *op) {
+  op->timeout_ms = w->timeout_ms;
   size_t copy = 0;
   for (int i = 0; i < n; i++) {
     op->lens[i] = lens ? lens[i] : strlen(args[i]);
@@ -400,10 +452,11 @@ static int eval(const char *script, const char *const *args, const size_t *lens,
 }
 
 /* A reply of NOSCRIPT: sent again in full (1; the reply comes back to the
- * same callback), else 0. */
+ * same callback), else 0. A write is, even once cancelled (its client left:
+ * the turn is kept all the same); a read nobody waits for is not. */
 static int resent(px_rs_op_t *op, const redisReply *r) {
-  if (op->resent || op->cancelled || r == NULL || r->type != REDIS_REPLY_ERROR ||
-      strncmp(r->str, "NOSCRIPT", 8) != 0)
+  if (op->resent || (op->cancelled && op->chain) || r == NULL ||
+      r->type != REDIS_REPLY_ERROR || strncmp(r->str, "NOSCRIPT", 8) != 0)
     return 0;
   op->resent = 1;
   return send_script(op) == 0;
@@ -443,7 +496,11 @@ static void on_chain(void *arg, redisReply *r) {
         t[n - 1 - k].input = rstr(r->element[1 + 2 * k]);
         t[n - 1 - k].response = rstr(r->element[2 + 2 * k]);
       }
+      op->reply = r;
+      op->n = n;
       op->chain(op->arg, PX_RS_OK, t, n, NULL);
+      op->reply = NULL;
+      op->n = 0;
       free(t);
     }
   }
@@ -463,7 +520,7 @@ px_rs_op_t *px_rs_chain(const px_rs_where_t *w, const char *owner, const char *i
   snprintf(mb, sizeof(mb), "%zu", max_bytes);
   snprintf(mn, sizeof(mn), "%zu", max_turns);
   const char *args[] = {w->prefix, owner, id, mb, mn, "0"};
-  if (eval(chain_script, args, NULL, 6, on_chain, op) < 0) return fail_now(op);
+  if (eval(w, chain_script, args, NULL, 6, on_chain, op) < 0) return fail_now(op);
   return op;
 }
 
@@ -477,7 +534,7 @@ px_rs_op_t *px_rs_get(const px_rs_where_t *w, const char *owner, const char *id,
     return deliver(w, op);
   }
   const char *args[] = {w->prefix, owner, id, "18446744073709551615", "1", "1"};
-  if (eval(chain_script, args, NULL, 6, on_chain, op) < 0) return fail_now(op);
+  if (eval(w, chain_script, args, NULL, 6, on_chain, op) < 0) return fail_now(op);
   return op;
 }
 
@@ -508,7 +565,7 @@ px_rs_op_t *px_rs_put(const px_rs_where_t *w, const char *id, const char *owner,
   const char *args[] = {w->prefix, id, owner, prev, input.ptr, response.ptr, ttl, max};
   size_t lens[] = {strlen(w->prefix), strlen(id),   strlen(owner), strlen(prev),
                    input.len,         response.len, strlen(ttl),   strlen(max)};
-  if (eval(put_script, args, lens, 8, on_done, op) < 0) return fail_now(op);
+  if (eval(w, put_script, args, lens, 8, on_done, op) < 0) return fail_now(op);
   return op;
 }
 
@@ -521,6 +578,6 @@ px_rs_op_t *px_rs_delete(const px_rs_where_t *w, const char *owner, const char *
     return deliver(w, op);
   }
   const char *args[] = {w->prefix, owner, id};
-  if (eval(del_script, args, NULL, 3, on_done, op) < 0) return fail_now(op);
+  if (eval(w, del_script, args, NULL, 3, on_done, op) < 0) return fail_now(op);
   return op;
 }

@@ -215,7 +215,8 @@ static const char registry_script[] =
 /* Every command sent, in the order sent (= the order Redis answers). */
 typedef struct cmd {
   struct cmd *prev, *next;
-  uint64_t sent_ms;
+  uint64_t sent_ms; /* or when the one before it was answered, if later */
+  uint64_t wait_ms; /* its bound: 0 is [state] timeout */
 } cmd_t;
 
 #define NKEYS 5
@@ -328,6 +329,7 @@ static void on_watch(uv_timer_t *t);
 
 static void link_cmd(cmd_t *c) {
   c->sent_ms = uv_now(g.loop);
+  c->wait_ms = 0;
   c->next = NULL;
   c->prev = g.tail;
   if (g.tail)
@@ -340,6 +342,9 @@ static void link_cmd(cmd_t *c) {
 }
 
 static void unlink_cmd(cmd_t *c) {
+  /* Redis answers in order: the next one's wait starts now at the latest */
+  if (c == g.head && c->next && c->next->sent_ms < uv_now(g.loop))
+    c->next->sent_ms = uv_now(g.loop);
   if (c->prev)
     c->prev->next = c->next;
   else
@@ -372,11 +377,11 @@ static void drop(const char *why) {
 static void on_watch(uv_timer_t *t) {
   (void)t;
   if (g.head == NULL) return;
-  uint64_t now = uv_now(g.loop), due = g.head->sent_ms + g.timeout_ms;
+  uint64_t wait = g.head->wait_ms ? g.head->wait_ms : g.timeout_ms;
+  uint64_t now = uv_now(g.loop), due = g.head->sent_ms + wait;
   if (now >= due) {
     char why[64];
-    snprintf(why, sizeof(why), "no reply within %llu ms",
-             (unsigned long long)g.timeout_ms);
+    snprintf(why, sizeof(why), "no reply within %llu ms", (unsigned long long)wait);
     drop(why);
     return;
   }
@@ -1221,7 +1226,7 @@ static void on_command_reply(redisAsyncContext *ac, void *r, void *priv) {
 }
 
 int px_redis_command(int argc, const char **argv, const size_t *argvlen,
-                     px_redis_reply_fn cb, void *arg) {
+                     uint64_t timeout_ms, px_redis_reply_fn cb, void *arg) {
   if (!g.ac || g.down) return -1;
   cmd_wait_t *w = calloc(1, sizeof(*w));
   if (w == NULL) return -1;
@@ -1232,5 +1237,6 @@ int px_redis_command(int argc, const char **argv, const size_t *argvlen,
     return -1;
   }
   link_cmd(&w->c);
+  w->c.wait_ms = timeout_ms;
   return 0;
 }

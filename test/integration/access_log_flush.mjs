@@ -8,6 +8,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { startMock, startProxai, test, run, sleep, waitFor, jsonLines } from './lib/harness.mjs';
+import { rawPost } from './lib/client.mjs';
 import * as S from './lib/scripts.mjs';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-logflush-'));
@@ -26,7 +27,7 @@ function slowReader(body, holdMs) {
     const timer = setTimeout(() => { sock.destroy(); reject(new Error('no answer within 60 s')); }, 60000);
     sock.on('connect', () => {
       sock.pause();
-      sock.write(`POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nx-api-key: k\r\nConnection: close\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+      sock.write(rawPost('/v1/messages', body, 'x-api-key: k\r\nConnection: close\r\n'));
       setTimeout(() => sock.resume(), holdMs);
     });
     sock.on('data', (d) => chunks.push(d));

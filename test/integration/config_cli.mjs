@@ -9,6 +9,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { startMock, startProxai, test, run, waitFor, sleep, repoRoot, parseSSE, cleanEnv, proxaiSync, proxaiBin, writeFile } from './lib/harness.mjs';
+import * as C from './lib/config.mjs';
 
 const BIN = proxaiBin;
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-cli-'));
@@ -37,31 +38,16 @@ test('--help prints the usage and exits 0; an unknown argument exits 2', () => {
 });
 
 test('--check on a valid config prints the routes, exits 0 and never prints a secret', () => {
-  const conf = writeConf('good.conf', `[server]
-listen = 127.0.0.1:1
-[upstream oc]
-protocol = openai_chat_completions
-base_url = http://127.0.0.1:9/v1
-api_key = \${CLI_TEST_UPSTREAM_KEY}
-header = OpenAI-Organization: org-visible
-[upstream an]
-protocol = anthropic_messages
-base_url = http://127.0.0.1:9
-api_key = sk-ant-literal-secret-42
-[route fast]
-upstream = oc
-model = gpt-4o-mini
-fallback = an
-[route claude-*]
-upstream = an
-[route *]
-upstream = oc
-[key team-a]
-secret = \${CLI_TEST_CLIENT_KEY}
-models = gpt-*
-[key team-b]
-secret = client-literal-secret-77
-`);
+  const conf = writeConf('good.conf', C.server({ listen: '127.0.0.1:1', access_log: null })
+    + C.upstream('oc', 'chat', 'http://127.0.0.1:9', {
+      api_key: '${CLI_TEST_UPSTREAM_KEY}', header: 'OpenAI-Organization: org-visible', retries: null,
+    })
+    + C.upstream('an', 'anthropic', 'http://127.0.0.1:9', { api_key: 'sk-ant-literal-secret-42', retries: null })
+    + C.route('fast', { upstream: 'oc', model: 'gpt-4o-mini', fallback: 'an' })
+    + C.route('claude-*', { upstream: 'an' })
+    + C.route('*', { upstream: 'oc' })
+    + C.key('team-a', { secret: '${CLI_TEST_CLIENT_KEY}', models: 'gpt-*' })
+    + C.key('team-b', { secret: 'client-literal-secret-77' }));
   const r = proxai(['-c', conf, '--check'], { env: cleanEnv({ CLI_TEST_UPSTREAM_KEY: 'sk-env-upstream-secret-99', CLI_TEST_CLIENT_KEY: 'client-env-secret-55' }) });
   assert.equal(r.code, 0, r.stderr);
   const all = r.stdout + r.stderr;
@@ -115,7 +101,8 @@ test('a missing config file exits 2 naming the file', () => {
 
 test('./proxai.conf in the working directory is used without -c', () => {
   const dir = fs.mkdtempSync(path.join(tmp, 'cwd-'));
-  fs.writeFileSync(path.join(dir, 'proxai.conf'), '[upstream a]\nprotocol = openai_chat_completions\nbase_url = http://x/v1\n[route only-this-route]\nupstream = a\n');
+  fs.writeFileSync(path.join(dir, 'proxai.conf'), C.upstream('a', 'chat', 'http://x', { api_key: null, retries: null })
+    + C.route('only-this-route', { upstream: 'a' }));
   const r = proxai(['--check'], { cwd: dir });
   assert.equal(r.code, 0, r.stderr);
   assert.match(r.stdout, /route only-this-route -> a/);
@@ -125,17 +112,7 @@ test('./proxai.conf in the working directory is used without -c', () => {
 
 test('SIGHUP reload: a new route takes effect; a bad file is rejected and the old config stays', async () => {
   const mock = await startMock();
-  const base = `[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = k
-retries = 0
-[route gpt-*]
-upstream = oc
-`;
+  const base = C.server() + C.upstream('oc', 'chat', mock.url, { api_key: 'k' }) + C.route('gpt-*', { upstream: 'oc' });
   const px = await startProxai(base);
   const ask = async (model) => {
     const r = await fetch(`${px.url}/v1/chat/completions`, {
@@ -150,10 +127,7 @@ upstream = oc
     assert.equal((await ask('llama-3')).status, 404);
 
     const port = px.port;
-    fs.writeFileSync(px.configPath, base.replace('{{PORT}}', String(port)) + `[route llama-*]
-upstream = oc
-model = served-llama
-`);
+    fs.writeFileSync(px.configPath, base.replace('{{PORT}}', String(port)) + C.route('llama-*', { upstream: 'oc', model: 'served-llama' }));
     process.kill(px.pid, 'SIGHUP');
     const r = await waitFor(async () => {
       const x = await ask('llama-3');
@@ -164,7 +138,7 @@ model = served-llama
 
     // a bad file: rejected with a log line, the running config stays
     const logLen = px.logs().stderr.length;
-    fs.writeFileSync(px.configPath, base.replace('{{PORT}}', String(port)) + '[route mistral-*]\nupstream = no-such-upstream\n');
+    fs.writeFileSync(px.configPath, base.replace('{{PORT}}', String(port)) + C.route('mistral-*', { upstream: 'no-such-upstream' }));
     process.kill(px.pid, 'SIGHUP');
     await waitFor(() => px.logs().stderr.length > logLen, { timeout: 5000, what: 'a log line about the rejected reload' });
     const logged = px.logs().stderr.slice(logLen);
@@ -184,18 +158,8 @@ model = served-llama
 
 test('SIGHUP reload: an in-flight stream finishes on the configuration it started with', async () => {
   const mock = await startMock();
-  const conf = (model) => `[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = k
-retries = 0
-[route gpt-*]
-upstream = oc
-model = ${model}
-`;
+  const conf = (model) => C.server() + C.upstream('oc', 'chat', mock.url, { api_key: 'k' })
+    + C.route('gpt-*', { upstream: 'oc', model });
   const px = await startProxai(conf('first-model'));
   try {
     await mock.script([{

@@ -11,6 +11,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { startProxai, test, run, waitFor, freePort, repoRoot } from './lib/harness.mjs';
 import { startFaultUpstream, http as raw } from './lib/faultup.mjs';
+import { post } from './lib/client.mjs';
+import * as C from './lib/config.mjs';
 import { startCollector } from './lib/otlp.mjs';
 
 const dash = JSON.parse(fs.readFileSync(path.join(repoRoot, 'deploy/compose/grafana/dashboards/proxai.json'), 'utf8'));
@@ -22,37 +24,16 @@ const chatJson = () =>
     usage: { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 },
   }));
 
-const config = (upUrl, deadPort, redisPort, trace) => `[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-[state]
-backend = redis
-redis = redis://127.0.0.1:${redisPort}/0
-on_error = allow
-[upstream live]
-protocol = openai_chat_completions
-base_url = ${upUrl}/v1
-retries = 0
-[upstream dead]
-protocol = openai_chat_completions
-base_url = http://127.0.0.1:${deadPort}/v1
-retries = 0
-eject_after = 1
-[route live-*]
-upstream = live
-[route dead-*]
-upstream = dead
-[team platform]
-[price *]
-input = 1
-output = 2
-[key team-a]
-secret = sk-dash
-team = platform
-rpm = 100000
-[trace]
-endpoint = ${trace}
-`;
+const config = (upUrl, deadPort, redisPort, trace) => C.server()
+  + C.redisState(redisPort, undefined, { on_error: 'allow' })
+  + C.upstream('live', 'chat', upUrl, { api_key: null })
+  + C.upstream('dead', 'chat', `http://127.0.0.1:${deadPort}`, { api_key: null, eject_after: 1 })
+  + C.route('live-*', { upstream: 'live' })
+  + C.route('dead-*', { upstream: 'dead' })
+  + C.team('platform')
+  + C.price('*', { input: 1, output: 2 })
+  + C.key('team-a', { secret: 'sk-dash', team: 'platform', rpm: 100000 })
+  + C.trace({ endpoint: trace });
 
 /** /metrics -> Map(family -> Set(label names)); families from # TYPE. */
 function families(text) {
@@ -84,15 +65,9 @@ async function scrape(px) {
   return res.text();
 }
 
-async function post(px, pathName, body, headers = {}) {
-  const res = await fetch(`${px.url}${pathName}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: 'Bearer sk-dash', ...headers },
-    body: JSON.stringify(body),
-  });
-  await res.text();
-  return res.status;
-}
+// the status of a request of key sk-dash
+const send = async (px, pathName, body, headers = {}) =>
+  (await post(px.url, pathName, body, { authorization: 'Bearer sk-dash', ...headers })).status;
 
 test('every series the dashboard queries is one proxai exports, with its labels', async () => {
   const up = await startFaultUpstream();
@@ -106,10 +81,10 @@ test('every series the dashboard queries is one proxai exports, with its labels'
   try {
     for (const px of [a, b]) {
       up.script(chatJson(), chatJson());
-      assert.equal(await post(px, '/v1/chat/completions', { model: 'live-1', messages: [{ role: 'user', content: 'hi' }] }), 200);
+      assert.equal(await send(px, '/v1/chat/completions', { model: 'live-1', messages: [{ role: 'user', content: 'hi' }] }), 200);
       // an Anthropic client with top_k: dropped on the way to Chat (proxai_lossy_fields_total)
-      assert.equal(await post(px, '/v1/messages', { model: 'live-1', max_tokens: 10, top_k: 3, messages: [{ role: 'user', content: 'hi' }] }, { 'anthropic-version': '2023-06-01' }), 200);
-      assert.equal(await post(px, '/v1/chat/completions', { model: 'dead-1', messages: [{ role: 'user', content: 'hi' }] }), 502);
+      assert.equal(await send(px, '/v1/messages', { model: 'live-1', max_tokens: 10, top_k: 3, messages: [{ role: 'user', content: 'hi' }] }, { 'anthropic-version': '2023-06-01' }), 200);
+      assert.equal(await send(px, '/v1/chat/completions', { model: 'dead-1', messages: [{ role: 'user', content: 'hi' }] }), 502);
     }
     await waitFor(async () => /proxai_trace_spans_exported_total \d/.test(await scrape(a)), { timeout: 15000, what: 'an export' });
     await waitFor(async () => /proxai_trace_spans_dropped_total\{reason="export_failed"\}/.test(await scrape(b)), { timeout: 15000, what: 'a failed export' });

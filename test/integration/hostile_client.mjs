@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import { startMock, startProxai, test, run, sleep, waitFor } from './lib/harness.mjs';
 import * as C from './lib/config.mjs';
-import { rawClient, parseResponses } from './lib/client.mjs';
+import { rawClient, rawPost as post, parseResponses } from './lib/client.mjs';
 
 const mock = await startMock();
 const px = await startProxai(
@@ -119,8 +119,6 @@ const hcase = (name, fn, opts) => test(name, async () => { await fn(); await set
 
 const chatBody = JSON.stringify({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] });
 const anthBody = JSON.stringify({ model: 'claude-x', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] });
-const post = (path, body, extra = '') =>
-  `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${extra}\r\n${body}`;
 
 await healthy();
 const fdBase = fdCount();

@@ -20,32 +20,13 @@ const BIN = path.resolve(process.env.PROXAI_BIN || path.join(repoRoot, 'build/pr
 const SANITIZED = !!process.env.PROXAI_SANITIZED;
 
 const mock = await startMock();
-const CONFIG = `[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-max_body = 32m
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = up-key
-retries = 0
-[upstream or]
-protocol = openai_responses
-base_url = ${mock.url}/v1
-api_key = up-key
-retries = 0
-[upstream an]
-protocol = anthropic_messages
-base_url = ${mock.url}
-api_key = up-key
-retries = 0
-[route chat-*]
-upstream = oc
-[route resp-*]
-upstream = or
-[route anth-*]
-upstream = an
-`;
+const CONFIG = C.server({ max_body: '32m' })
+  + C.upstream('oc', 'chat', mock.url, { api_key: 'up-key' })
+  + C.upstream('or', 'responses', mock.url, { api_key: 'up-key' })
+  + C.upstream('an', 'anthropic', mock.url, { api_key: 'up-key' })
+  + C.route('chat-*', { upstream: 'oc' })
+  + C.route('resp-*', { upstream: 'or' })
+  + C.route('anth-*', { upstream: 'an' });
 const px = await startProxai(CONFIG);
 
 // The inbound paths: the client protocol, a valid body around a message text,
@@ -317,12 +298,8 @@ test('a translated request uses memory within a fixed multiple of its body (VmHW
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-hostile-'));
 process.on('exit', () => fs.rmSync(tmp, { recursive: true, force: true }));
-const TRUNCATED = `[server]
-listen = 127.0.0.1:1
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-`;
+const TRUNCATED = C.server({ listen: '127.0.0.1:1', access_log: null })
+  + C.upstream('oc', 'chat', mock.url, { api_key: null, retries: null });
 
 test('--check refuses a file that routes nothing: empty, blank, truncated', () => {
   for (const [name, text] of [['empty.conf', ''], ['blank.conf', '\n; only a comment\n\n'], ['truncated.conf', TRUNCATED]]) {

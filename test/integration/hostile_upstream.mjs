@@ -16,6 +16,7 @@ import os from 'node:os';
 import path from 'node:path';
 import zlib from 'node:zlib';
 import { startProxai, test, run, parseSSE, waitFor } from './lib/harness.mjs';
+import * as C from './lib/config.mjs';
 import { startFaultUpstream, http, chunked, sse, post, exchange, openRaw } from './lib/faultup.mjs';
 
 const NATIVE = process.env.PROXAI_UPSTREAM_CLIENT !== 'curl';
@@ -33,99 +34,26 @@ const LEAK = {
   ant: 'sk-ant-api03-EXAMPLEnotArealKEY0testOnlyEXAMPLEnotArAnt9',
   gem: 'AIzaSyEXAMPLEnotArealKEY0testOnlyEXAGem7',
 };
-const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = ${accessLog}
-
-[upstream uc]
-protocol = openai_chat_completions
-base_url = ${up.url}/v1
-api_key = up-key
-retries = 0
-
-[upstream ur]
-protocol = openai_responses
-base_url = ${up.url}/v1
-api_key = up-key
-retries = 0
-
-[upstream ua]
-protocol = anthropic_messages
-base_url = ${up.url}
-api_key = up-key
-retries = 0
-
-[upstream uc_retry]
-protocol = openai_chat_completions
-base_url = ${up.url}/v1
-api_key = up-key
-retries = 1
-
-[upstream uc_org]
-protocol = openai_chat_completions
-base_url = ${up.url}/v1
-api_key = up-key
-retries = 0
-header = OpenAI-Organization: org-gateway
-header = user-agent: gateway-agent
-
-[route chat-*]
-upstream = uc
-
-[route rw-*]
-upstream = uc
-model = up-model
-
-[route resp-*]
-upstream = ur
-
-[route claude-*]
-upstream = ua
-
-[route xclaude-*]
-upstream = ua
-
-[route retry-*]
-upstream = uc_retry
-
-[route org-*]
-upstream = uc_org
-
-[upstream uc_leak]
-protocol = openai_chat_completions
-base_url = ${up.url}/v1
-api_key = ${LEAK.chat}
-retries = 0
-
-[upstream ua_leak]
-protocol = anthropic_messages
-base_url = ${up.url}
-api_key = ${LEAK.ant}
-retries = 0
-
-[upstream ug]
-protocol = gemini_generate_content
-base_url = ${up.url}
-api_key = ${LEAK.gem}
-retries = 0
-${process.env.SSL_CERT_FILE ? `ca_file = ${process.env.SSL_CERT_FILE}` : ''}
-
-[route leak-*]
-upstream = uc_leak
-
-[route leakant-*]
-upstream = ua_leak
-
-[route gem-*]
-upstream = ug
-
-[key main]
-secret = sk-main
-
-[key metered]
-secret = sk-metered
-tpm = 100
-`);
+// [upstream name] on the scripted upstream
+const upstream = (name, proto, keys = {}) => C.upstream(name, proto, up.url, { api_key: 'up-key', ...keys });
+const px = await startProxai(C.server({ access_log: accessLog })
+  + upstream('uc', 'chat') + upstream('ur', 'responses') + upstream('ua', 'anthropic')
+  + upstream('uc_retry', 'chat', { retries: 1 })
+  + upstream('uc_org', 'chat', { header: C.each('OpenAI-Organization: org-gateway', 'user-agent: gateway-agent') })
+  + C.route('chat-*', { upstream: 'uc' })
+  + C.route('rw-*', { upstream: 'uc', model: 'up-model' })
+  + C.route('resp-*', { upstream: 'ur' })
+  + C.route('claude-*', { upstream: 'ua' })
+  + C.route('xclaude-*', { upstream: 'ua' })
+  + C.route('retry-*', { upstream: 'uc_retry' })
+  + C.route('org-*', { upstream: 'uc_org' })
+  + upstream('uc_leak', 'chat', { api_key: LEAK.chat })
+  + upstream('ua_leak', 'anthropic', { api_key: LEAK.ant })
+  + upstream('ug', 'gemini', { api_key: LEAK.gem, ca_file: process.env.SSL_CERT_FILE || undefined })
+  + C.route('leak-*', { upstream: 'uc_leak' })
+  + C.route('leakant-*', { upstream: 'ua_leak' })
+  + C.route('gem-*', { upstream: 'ug' })
+  + C.keys({ main: { secret: 'sk-main' }, metered: { secret: 'sk-metered', tpm: 100 } }));
 
 const KEY = { authorization: 'Bearer sk-main' };
 const AV = { 'anthropic-version': '2023-06-01' };

@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import net from 'node:net';
 import { startMock, test, run, waitFor, parseSSE, sleep } from './lib/harness.mjs';
+import { post } from './lib/client.mjs';
 
 // The SDKs live in test/node_modules: `npm ci` in test/ installs them.
 let OpenAI, Anthropic;
@@ -19,15 +20,6 @@ try {
 const mock = await startMock();
 const openai = new OpenAI({ baseURL: `${mock.url}/v1`, apiKey: 'sk-test', maxRetries: 0 });
 const anthropic = new Anthropic({ baseURL: mock.url, apiKey: 'sk-ant-test', maxRetries: 0 });
-
-async function post(pathname, body, headers = {}) {
-  const res = await fetch(mock.url + pathname, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...headers },
-    body: typeof body === 'string' ? body : JSON.stringify(body),
-  });
-  return { status: res.status, headers: res.headers, text: await res.text() };
-}
 
 /** Raw HTTP/1.1 exchange on a fresh socket; resolves to everything received until close. */
 function rawExchange(bytes, { endAfterMs } = {}) {
@@ -46,7 +38,7 @@ function rawExchange(bytes, { endAfterMs } = {}) {
 
 test('default chat completion (fetch) echoes the model', async () => {
   await mock.reset();
-  const r = await post('/v1/chat/completions', { model: 'gpt-test', messages: [{ role: 'user', content: 'hi' }] });
+  const r = await post(mock.url, '/v1/chat/completions', { model: 'gpt-test', messages: [{ role: 'user', content: 'hi' }] });
   assert.equal(r.status, 200);
   assert.match(r.headers.get('content-type'), /application\/json/);
   const j = JSON.parse(r.text);
@@ -125,7 +117,7 @@ test('openai SDK: models.list and input token count (fetch)', async () => {
   const ids = [];
   for await (const m of openai.models.list()) ids.push(m.id);
   assert.deepEqual(ids, ['mock-model']);
-  const r = await post('/v1/responses/input_tokens', { model: 'gpt-5', input: 'hello' });
+  const r = await post(mock.url, '/v1/responses/input_tokens', { model: 'gpt-5', input: 'hello' });
   assert.equal(r.status, 200);
   const j = JSON.parse(r.text);
   assert.equal(j.object, 'response.input_tokens');
@@ -220,25 +212,25 @@ test('match, path, repeat and queue order', async () => {
     { repeat: true, path: '/special', status: 201, body: 'R' },
     { status: 202, body: 'ANY' },
   ]);
-  assert.equal((await post('/x/special', { a: 1 })).text, 'R'); // repeat entry stays
-  assert.equal((await post('/x/special', { a: 2 })).status, 201);
-  assert.equal((await post('/v1/messages', { no: 'match here' })).text, 'B');
-  const any = await post('/v1/chat/completions', { q: 'none' });
+  assert.equal((await post(mock.url, '/x/special', { a: 1 })).text, 'R'); // repeat entry stays
+  assert.equal((await post(mock.url, '/x/special', { a: 2 })).status, 201);
+  assert.equal((await post(mock.url, '/v1/messages', { no: 'match here' })).text, 'B');
+  const any = await post(mock.url, '/v1/chat/completions', { q: 'none' });
   assert.equal(any.status, 202);
   assert.equal(any.text, 'ANY');
-  assert.equal((await post('/v1/chat/completions', { q: 'has needle inside' })).text, 'A');
+  assert.equal((await post(mock.url, '/v1/chat/completions', { q: 'has needle inside' })).text, 'A');
   const q = await mock.queue();
   assert.equal(q.length, 1);
   assert.equal(q[0].path, '/special');
   // With only the path-bound repeat entry left, other paths get defaults.
-  const d = JSON.parse((await post('/v1/chat/completions', { model: 'dflt' })).text);
+  const d = JSON.parse((await post(mock.url, '/v1/chat/completions', { model: 'dflt' })).text);
   assert.equal(d.model, 'dflt');
 });
 
 test('bad scripts are rejected with 400 and leave the queue unchanged', async () => {
   await mock.reset();
   for (const bad of [[{ bogus: 1 }], [{ status: 'x' }], [{ fault: 'explode' }], [{ sse: 'no' }], [{ body: 'x', sse: ['data: 1\n\n'] }], '{not json', [{ headers: { 'a b': 'c' } }], [{ headers: { a: 'x\r\ny: z' } }]]) {
-    const r = await post('/_mock/script', bad);
+    const r = await post(mock.url, '/_mock/script', bad);
     assert.equal(r.status, 400, `accepted ${JSON.stringify(bad)}`);
     assert.ok(JSON.parse(r.text).error);
   }
@@ -248,7 +240,7 @@ test('bad scripts are rejected with 400 and leave the queue unchanged', async ()
 test('requests are recorded with lower-case headers, parsed body and query; reset clears', async () => {
   await mock.reset();
   await anthropic.messages.create({ model: 'claude-rec', max_tokens: 9, messages: [{ role: 'user', content: 'rec' }] });
-  await post('/v1/messages?beta=true', 'not json at all', { 'X-Mixed-Case': 'V' });
+  await post(mock.url, '/v1/messages?beta=true', 'not json at all', { 'X-Mixed-Case': 'V' });
   const reqs = await mock.requests();
   assert.equal(reqs.length, 2);
   assert.equal(reqs[0].method, 'POST');
@@ -312,7 +304,7 @@ test('split writes (chunk), delays and default overlay keep streams intact', asy
 test('fault reset before headers: the client sees a connection error', async () => {
   await mock.reset();
   await mock.script([{ fault: 'reset' }]);
-  await assert.rejects(post('/v1/chat/completions', { model: 'x' }), (e) => e instanceof TypeError);
+  await assert.rejects(post(mock.url, '/v1/chat/completions', { model: 'x' }), (e) => e instanceof TypeError);
   await mock.script([{ fault: 'close' }]);
   await assert.rejects(openai.chat.completions.create({ model: 'x', messages: [] }), (e) => e instanceof OpenAI.APIConnectionError);
   const st = await mock.stats();
@@ -413,17 +405,17 @@ test('sse_repeat: a long stream is bounded by a slow reader, then delivered whol
 test('raw responses and bad input do not break the mock', async () => {
   await mock.reset();
   await mock.script([{ raw: 'this is not HTTP\r\n\r\n' }]);
-  await assert.rejects(post('/v1/chat/completions', { model: 'x' }));
+  await assert.rejects(post(mock.url, '/v1/chat/completions', { model: 'x' }));
   const garbage = await rawExchange('\x00\x01GARBAGE \r\n\r\n');
   assert.match(garbage, /^HTTP\/1\.1 400 /);
   const bad = await rawExchange('POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n');
   assert.match(bad, /^HTTP\/1\.1 400 /);
   // a client that vanishes mid-request
   await rawExchange('POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{"a"', { endAfterMs: 1 });
-  const ok = await post('/v1/chat/completions', { model: 'still-alive' });
+  const ok = await post(mock.url, '/v1/chat/completions', { model: 'still-alive' });
   assert.equal(JSON.parse(ok.text).model, 'still-alive');
-  assert.equal((await post('/_mock/nope', {})).status, 404);
-  assert.equal((await post('/v1/unknown', {})).status, 404);
+  assert.equal((await post(mock.url, '/_mock/nope', {})).status, 404);
+  assert.equal((await post(mock.url, '/v1/unknown', {})).status, 404);
 });
 
 test('keep-alive: several requests on one connection', async () => {

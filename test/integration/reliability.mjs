@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import { startMock, startProxai, test, run, waitFor, parseSSE, sleep, freePort } from './lib/harness.mjs';
 import * as C from './lib/config.mjs';
-import { post as postJSON, vmRSSKiB } from './lib/client.mjs';
+import { post as postJSON, rawPost, vmRSSKiB } from './lib/client.mjs';
 
 const mock = await startMock();
 
@@ -233,7 +233,7 @@ test('client stops reading during a long stream: RSS stays bounded, every event 
     sock.on('error', reject);
     sock.on('close', () => (complete ? resolve() : reject(new Error(`closed after ${received} bytes, ${count} events`))));
   });
-  sock.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+  sock.write(rawPost('/v1/chat/completions', body));
   await waitFor(() => received > 1024 * 1024, { timeout: 10000, what: 'first MB' });
   sock.pause();
   let maxRss = 0;

@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { startMock, startProxai, test, run, waitFor, sleep } from './lib/harness.mjs';
+import { rawPost } from './lib/client.mjs';
 import * as C from './lib/config.mjs';
 
 const mock = await startMock();
@@ -23,7 +24,7 @@ test('a client that takes no bytes is dropped after idle_timeout; the upstream i
   sock.on('close', () => (closed = true));
   sock.on('error', () => {});
   await new Promise((r) => sock.once('connect', r));
-  sock.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  sock.write(rawPost('/v1/chat/completions', body));
   sock.pause(); // never read: the kernel buffers fill, then proxai's queue
   await sleep(500);
   assert.equal(closed, false, 'not dropped before the timeout');

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { startMock, startProxai, test, run, sleep, freePort } from './lib/harness.mjs';
 import * as C from './lib/config.mjs';
-import { rawClient, parseResponses } from './lib/client.mjs';
+import { rawClient, rawPost as post, parseResponses } from './lib/client.mjs';
 
 const mock = await startMock();
 const upstreams =
@@ -24,8 +24,6 @@ const chatBody = JSON.stringify({ model: 'gpt-4o', messages: [{ role: 'user', co
 
 const tcp = (port = px.port) => rawClient({ port, host: '127.0.0.1' });
 
-const post = (pathname, body, extra = '') =>
-  `POST ${pathname} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${extra}\r\n${body}`;
 
 test('HEAD gets the headers without a body; the next keep-alive answer is intact', async () => {
   const u = new URL(px.url);
@@ -265,7 +263,7 @@ test('unix socket listener', async () => {
   const bin = process.env.PROXAI_BIN || 'build/proxai';
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-unix-'));
   const conf = path.join(dir, 'proxai.conf');
-  fs.writeFileSync(conf, `[server]\nlisten = unix:${sockPath}\naccess_log = off\n${upstreams}`);
+  fs.writeFileSync(conf, C.server({ listen: `unix:${sockPath}` }) + upstreams);
   const child = spawn(bin, ['-c', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (d) => (stderr += d));
@@ -312,7 +310,7 @@ test('IPv6 [::1]:port listener (when the machine has ::1)', async () => {
   const bin = process.env.PROXAI_BIN || 'build/proxai';
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-v6-'));
   const conf = path.join(dir, 'proxai.conf');
-  fs.writeFileSync(conf, `[server]\nlisten = [::1]:${port}\naccess_log = off\n${upstreams}`);
+  fs.writeFileSync(conf, C.server({ listen: `[::1]:${port}` }) + upstreams);
   const child = spawn(bin, ['-c', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (d) => (stderr += d));

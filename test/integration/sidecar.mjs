@@ -8,6 +8,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { freePort, startMock, test, run, waitFor, sleep, repoRoot, cleanEnv, proxaiSync as runSync, proxaiBin, writeFile } from './lib/harness.mjs';
+import { post } from './lib/client.mjs';
+import * as C from './lib/config.mjs';
 
 const BIN = proxaiBin;
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-sidecar-'));
@@ -27,7 +29,10 @@ process.on('exit', () => {
 
 
 /* a file must route something: the smallest route, for tests about [server] */
-const ROUTE = '\n[upstream u]\nprotocol = openai_chat_completions\nbase_url = http://127.0.0.1:9\n[route *]\nupstream = u\n';
+const ROUTE = C.section('upstream u', { protocol: C.PROTOCOL.chat, base_url: 'http://127.0.0.1:9' })
+  + C.route('*', { upstream: 'u' });
+// [upstream name] with no key or retries (--check warnings)
+const bare = (name, proto = 'chat') => C.upstream(name, proto, 'http://127.0.0.1:9', { api_key: null, retries: null });
 
 const proxaiSync = (args, { env = cleanEnv(), input } = {}) => runSync(args, { cwd: tmp, env, input });
 const writeConf = (name, text) => writeFile(tmp, name, text);
@@ -68,26 +73,10 @@ async function startRaw(args, { env = cleanEnv(), port, heredoc } = {}) {
   return { proc, pid: proc.pid, url, out, exited, stop };
 }
 
-function upstreamConf(port, extra = '') {
-  return `[upstream up]
-protocol = openai_chat_completions
-base_url = http://127.0.0.1:${port}/v1
-retries = 0
-[route *]
-upstream = up
-${extra}`;
-}
+const upstreamConf = (port) =>
+  C.upstream('up', 'chat', `http://127.0.0.1:${port}`, { api_key: null }) + C.route('*', { upstream: 'up' });
 
 const chat = (model) => ({ model, messages: [{ role: 'user', content: 'hi' }] });
-
-async function post(url, body, headers = {}) {
-  const r = await fetch(`${url}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...headers },
-    body: JSON.stringify(body),
-  });
-  return { status: r.status, text: await r.text() };
-}
 
 // ---- listen address and config path from the environment -------------------
 
@@ -106,7 +95,7 @@ test('PROXAI_LISTEN sets the embedded default\'s listen address (0.0.0.0 with on
 
 test('--listen overrides a file\'s listen and PROXAI_LISTEN; PROXAI_LISTEN overrides the file', async () => {
   const [p1, p2, p3] = [await freePort(), await freePort(), await freePort()];
-  const conf = writeConf('listen.conf', `[server]\nlisten = 127.0.0.1:${p1}\n` + ROUTE);
+  const conf = writeConf('listen.conf', C.server({ listen: `127.0.0.1:${p1}`, access_log: null }) + ROUTE);
   const listenOf = (r) => /^ {2}listen: (.*)$/m.exec(r.stdout)?.[1];
   assert.equal(listenOf(proxaiSync(['-c', conf, '--check'])), `127.0.0.1:${p1}`);
   assert.equal(listenOf(proxaiSync(['-c', conf, '--check'], { env: cleanEnv({ PROXAI_LISTEN: `127.0.0.1:${p2}` }) })), `127.0.0.1:${p2}`);
@@ -131,8 +120,8 @@ test('--listen overrides a file\'s listen and PROXAI_LISTEN; PROXAI_LISTEN overr
 });
 
 test('PROXAI_CONFIG is the config path when -c is not given; -c wins', () => {
-  const a = writeConf('env-a.conf', '[server]\nlisten = 127.0.0.1:1\n' + ROUTE);
-  const b = writeConf('env-b.conf', '[server]\nlisten = 127.0.0.1:2\n' + ROUTE);
+  const a = writeConf('env-a.conf', C.server({ listen: '127.0.0.1:1', access_log: null }) + ROUTE);
+  const b = writeConf('env-b.conf', C.server({ listen: '127.0.0.1:2', access_log: null }) + ROUTE);
   let r = proxaiSync(['--check'], { env: cleanEnv({ PROXAI_CONFIG: a }) });
   assert.equal(r.code, 0, r.stderr);
   assert.match(r.stdout, new RegExp(`configuration: ${a.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`));
@@ -148,15 +137,11 @@ test('PROXAI_CONFIG is the config path when -c is not given; -c wins', () => {
 test('log_format = json: every stderr line is a JSON object (time, level, pid, request id, message, fields); access_log = stdout', async () => {
   const port = await freePort();
   const dead = await freePort(); // nothing listens there: the attempt fails
-  const conf = writeConf('json.conf', `[server]
-listen = 127.0.0.1:${port}
-log_format = json
-access_log = stdout
-log_level = debug
-${upstreamConf(dead)}`);
+  const conf = writeConf('json.conf', C.server({ listen: `127.0.0.1:${port}`, log_format: 'json', access_log: 'stdout', log_level: 'debug' })
+    + upstreamConf(dead));
   const px = await startRaw(['-c', conf], { port });
   const rid = 'sidecar-rid-1';
-  const r = await post(px.url, chat('gpt-x'), { 'x-request-id': rid });
+  const r = await post(px.url, '/v1/chat/completions', chat('gpt-x'), { 'x-request-id': rid });
   assert.ok(r.status >= 500, r.text);
   await waitFor(() => px.out.stdout.includes(rid), { timeout: 5000, what: 'the access log line on stdout' });
   px.proc.kill('SIGHUP');
@@ -201,12 +186,12 @@ test('log_format = text keeps the text lines; an unknown log_format is a config 
   assert.equal(r.code, 2);
   assert.match(r.stderr, /badfmt\.conf:2: invalid log_format 'yaml' \(text or json\)/);
   const port = await freePort();
-  const conf = writeConf('text.conf', `[server]\nlisten = 127.0.0.1:${port}\nlog_format = text\naccess_log = stdout\n` + ROUTE);
+  const conf = writeConf('text.conf', C.server({ listen: `127.0.0.1:${port}`, log_format: 'text', access_log: 'stdout' }) + ROUTE);
   const c = proxaiSync(['-c', conf, '--check']);
   assert.match(c.stdout, /log_format: text/);
   assert.match(c.stdout, /access_log: stdout/);
   const px = await startRaw(['-c', conf], { port });
-  await post(px.url, chat('gpt-x'));
+  await post(px.url, '/v1/chat/completions', chat('gpt-x'));
   await waitFor(() => px.out.stdout.includes('"path":"/v1/chat/completions"'), { timeout: 5000, what: 'the access line on stdout' });
   assert.equal((await px.stop()).code, 0);
   assert.match(px.out.stderr, /^\d{4}-\d\d-\d\dT[\d:.]+Z info \[\d+\] proxai .* listening on/m);
@@ -219,9 +204,10 @@ test('-c /dev/stdin: the piped config stays in force on SIGHUP, which says it di
   const mock = await startMock();
   await mock.script([{ status: 200, body: { id: 'c1', object: 'chat.completion', created: 1, model: 'gpt-x', choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } } }]);
   const port = await freePort();
-  const text = `[server]\nlisten = 127.0.0.1:${port}\n${upstreamConf(mock.port)}[key app]\nsecret = piped-secret-1\n`;
+  const text = C.server({ listen: `127.0.0.1:${port}`, access_log: null }) + upstreamConf(mock.port)
+    + C.key('app', { secret: 'piped-secret-1' });
   const px = await startRaw(['-c', '/dev/stdin'], { port, heredoc: text });
-  assert.equal((await post(px.url, chat('gpt-x'))).status, 401, 'the piped key is in force');
+  assert.equal((await post(px.url, '/v1/chat/completions', chat('gpt-x'))).status, 401, 'the piped key is in force');
   const before = px.out.stderr.length;
   px.proc.kill('SIGHUP');
   await waitFor(() => /not a regular file/.test(px.out.stderr.slice(before)), { timeout: 5000, what: 'the SIGHUP log line' });
@@ -230,8 +216,8 @@ test('-c /dev/stdin: the piped config stays in force on SIGHUP, which says it di
   assert.match(line, /keeping the running configuration/);
   assert.doesNotMatch(line, /reloaded/);
   // still the piped configuration: the key is required and the route works
-  assert.equal((await post(px.url, chat('gpt-x'))).status, 401);
-  const ok = await post(px.url, chat('gpt-x'), { authorization: 'Bearer piped-secret-1' });
+  assert.equal((await post(px.url, '/v1/chat/completions', chat('gpt-x'))).status, 401);
+  const ok = await post(px.url, '/v1/chat/completions', chat('gpt-x'), { authorization: 'Bearer piped-secret-1' });
   assert.equal(ok.status, 200, ok.text);
   assert.equal((await px.stop()).code, 0);
   await mock.stop();
@@ -240,40 +226,16 @@ test('-c /dev/stdin: the piped config stays in force on SIGHUP, which says it di
 // ---- --check warnings ----------------------------------------------------------
 
 test('--check warns (stderr, exit 0) about unused upstreams, shadowed routes and keys whose models match no route', () => {
-  const conf = writeConf('warn.conf', `[upstream a]
-protocol = openai_chat_completions
-base_url = http://127.0.0.1:9/v1
-[upstream b]
-protocol = anthropic_messages
-base_url = http://127.0.0.1:9
-[upstream c]
-protocol = openai_chat_completions
-base_url = http://127.0.0.1:9/v1
-[upstream spare]
-protocol = openai_chat_completions
-base_url = http://127.0.0.1:9/v1
-[route gpt-4*]
-upstream = a
-fallback = c
-[route gpt-4o]
-upstream = a
-[route gpt-4?]
-upstream = a
-[route gpt-*]
-upstream = a
-[route claude-*]
-upstream = b
-[route *]
-upstream = a
-[route o1]
-upstream = a
-[key team]
-secret = s1
-models = gpt-4o, llama-*
-[key other]
-secret = s2
-models = ll?ma-3, *-haiku
-`);
+  const conf = writeConf('warn.conf', bare('a') + bare('b', 'anthropic') + bare('c') + bare('spare')
+    + C.route('gpt-4*', { upstream: 'a', fallback: 'c' })
+    + C.route('gpt-4o', { upstream: 'a' })
+    + C.route('gpt-4?', { upstream: 'a' })
+    + C.route('gpt-*', { upstream: 'a' })
+    + C.route('claude-*', { upstream: 'b' })
+    + C.route('*', { upstream: 'a' })
+    + C.route('o1', { upstream: 'a' })
+    + C.key('team', { secret: 's1', models: ['gpt-4o', 'llama-*'] })
+    + C.key('other', { secret: 's2', models: ['ll?ma-3', '*-haiku'] }));
   const r = proxaiSync(['-c', conf, '--check']);
   assert.equal(r.code, 0, r.stderr);
   const warnings = r.stderr.split('\n').filter((l) => l !== '');
@@ -292,17 +254,10 @@ models = ll?ma-3, *-haiku
   assert.equal(warnings.length, 4, r.stderr);
   assert.match(r.stdout, /route gpt-4o -> a/, 'the resolved routes are still printed on stdout');
 
-  const keys = writeConf('keys.conf', `[upstream a]
-protocol = openai_chat_completions
-base_url = http://127.0.0.1:9/v1
-[route gpt-*]
-upstream = a
-[route claude-?-*]
-upstream = a
-[key team]
-secret = s1
-models = gpt-4o, llama-*, claude-3*, *-mini, claude-x
-`);
+  const keys = writeConf('keys.conf', bare('a')
+    + C.route('gpt-*', { upstream: 'a' })
+    + C.route('claude-?-*', { upstream: 'a' })
+    + C.key('team', { secret: 's1', models: ['gpt-4o', 'llama-*', 'claude-3*', '*-mini', 'claude-x'] }));
   const k = proxaiSync(['-c', keys, '--check']);
   assert.equal(k.code, 0, k.stderr);
   const kw = k.stderr.split('\n').filter((l) => l !== '');
@@ -311,14 +266,7 @@ models = gpt-4o, llama-*, claude-3*, *-mini, claude-x
   assert.equal(kw.length, 2, k.stderr);
 
   // a configuration without such parts: no warning at all
-  const clean = writeConf('clean.conf', `[upstream a]
-protocol = openai_chat_completions
-base_url = http://127.0.0.1:9/v1
-[route gpt-4o]
-upstream = a
-[route *]
-upstream = a
-`);
+  const clean = writeConf('clean.conf', bare('a') + C.route('gpt-4o', { upstream: 'a' }) + C.route('*', { upstream: 'a' }));
   const c = proxaiSync(['-c', clean, '--check']);
   assert.equal(c.code, 0);
   assert.equal(c.stderr, '');

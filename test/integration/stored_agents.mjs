@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict';
 import { startMock, startProxai, test, run } from './lib/harness.mjs';
 import { startRedis } from './lib/redis.mjs';
+import * as C from './lib/config.mjs';
 import * as up from './lib/stored.mjs';
 
 process.env.OPENAI_AGENTS_DISABLE_TRACING = '1';
@@ -17,20 +18,10 @@ const { z } = await import('zod');
 
 const redis = await startRedis();
 const mock = await startMock();
-const px = await startProxai(`[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-
-[state]
-backend = redis
-redis = ${redis.url}
-prefix = ag${process.pid}:
-
-${up.upstreams(mock.url)}
-
-[key agent]
-secret = sk-agent
-`);
+const px = await startProxai(C.server()
+  + C.state({ backend: 'redis', redis: redis.url, prefix: `ag${process.pid}:` })
+  + up.upstreams(mock.url)
+  + C.key('agent', { secret: 'sk-agent' }));
 
 agents.setTracingDisabled(true);
 // what the SDK itself sends, to show it relies on the stored turns

@@ -13,7 +13,9 @@ import path from 'node:path';
 import net from 'node:net';
 import { startMock, startProxai, test, run, sleep, waitFor } from './lib/harness.mjs';
 import { startRedis } from './lib/redis.mjs';
+import * as C from './lib/config.mjs';
 import * as up from './lib/stored.mjs';
+import { startCollector } from './lib/otlp.mjs';
 
 const { default: OpenAI } = await import('openai');
 
@@ -25,35 +27,17 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-stored-'));
 process.on('exit', () => fs.rmSync(tmp, { recursive: true, force: true }));
 const mainDir = path.join(tmp, 'state');
 // timeout: a 15 MB chain (the 50-turn test) is read within it, on a loaded machine
-const state = (dir) => (LOCAL ? `dir = ${dir}` : `backend = redis
-redis = ${redis.url}
-prefix = ${prefix}${dir === mainDir ? '' : 'other:'}
-on_error = allow
-timeout = 5s`);
+const state = (dir) => (LOCAL ? C.state({ dir }) : C.state({
+  backend: 'redis', redis: redis.url, prefix: `${prefix}${dir === mainDir ? '' : 'other:'}`, on_error: 'allow',
+  timeout: '5s',
+}));
 
 const conf = ({ ttl = '30d', maxSize = '1g', maxBody = '16m', store = 'on', responses = false, dir = mainDir,
-  workers = 1 } = {}) => `[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-max_body = ${maxBody}
-workers = ${workers}
-
-[state]
-${state(dir)}
-
-[responses]
-store = ${store}
-ttl = ${ttl}
-max_size = ${maxSize}
-
-${up.upstreams(mock.url, { responses })}
-
-[key alice]
-secret = sk-alice
-
-[key bob]
-secret = sk-bob
-`;
+  workers = 1 } = {}) => C.server({ max_body: maxBody, workers })
+  + state(dir)
+  + C.responses({ store, ttl, max_size: maxSize })
+  + up.upstreams(mock.url, { responses })
+  + C.keys({ alice: { secret: 'sk-alice' }, bob: { secret: 'sk-bob' } });
 
 const px = await startProxai(conf());
 const client = (p = px, key = 'sk-alice') => new OpenAI({ baseURL: `${p.url}/v1`, apiKey: key, maxRetries: 0 });
@@ -213,6 +197,62 @@ async function slowRelay(port, ms) {
   return { port: server.address().port, close: () => server.close() };
 }
 
+/** A TCP relay to port that holds each chunk of 8 KiB or more from the
+ *  server for ms (in order): a chain's read is slow, Redis's small answers
+ *  (PONG, a write's result) are not. */
+async function bulkyRelay(port, ms) {
+  const server = net.createServer((a) => {
+    const b = net.connect(port, '127.0.0.1');
+    let chain = Promise.resolve();
+    b.on('data', (d) => {
+      chain = chain.then(() => (d.length >= 8192 ? sleep(ms) : null)).then(() => a.destroyed || a.write(d));
+    });
+    a.on('data', (d) => b.destroyed || b.write(d));
+    for (const [x, y] of [[a, b], [b, a]]) {
+      x.on('close', () => chain.then(() => y.destroy()));
+      x.on('error', () => y.destroy());
+    }
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  process.on('exit', () => server.close());
+  return { port: server.address().port, close: () => server.close() };
+}
+
+if (!LOCAL) test('a chain\'s read is bounded by [responses] timeout, not [state] timeout', async () => {
+  // [state] timeout 200 ms (the limits' small scripts); a chain's reply held
+  // 400 ms a chunk: read within [responses] timeout, the connection kept
+  const relay = await bulkyRelay(redis.port, 400);
+  const cf = (rt) => conf().replace(redis.url, `redis://127.0.0.1:${relay.port}/0`)
+    .replace('timeout = 5s', 'timeout = 200ms').replace('max_size = 1g', `max_size = 1g\ntimeout = ${rt}`);
+  const px2 = await startProxai(cf('20s'));
+  try {
+    const c = client(px2);
+    let prev;
+    for (let i = 0; i < 3; i++) {
+      const t0 = Date.now();
+      const r = await c.responses.create({ model: 'claude-sonnet', input: `${i} ${'z'.repeat(30000)}`, previous_response_id: prev });
+      if (i > 0) assert.ok(Date.now() - t0 >= 400, 'the chain\'s read took longer than [state] timeout');
+      prev = r.id;
+    }
+    const sent = up.conversation(up.FAMILIES[0], (await lastUpstream()).body);
+    assert.equal(sent.turns.length, 5);
+    assert.doesNotMatch(px2.logs().stderr, /unreachable/);
+  } finally {
+    await px2.stop();
+  }
+  // and the bound holds: a read slower than it is a 503, never a shortened chain
+  const px3 = await startProxai(cf('300ms'));
+  try {
+    const c = client(px3);
+    const r = await c.responses.create({ model: 'claude-sonnet', input: `a ${'z'.repeat(30000)}` });
+    await assert.rejects(c.responses.create({ model: 'claude-sonnet', input: 'b', previous_response_id: r.id }),
+      (e) => e.status === 503);
+  } finally {
+    await px3.stop();
+    relay.close();
+  }
+}, { timeout: 90000 });
+
 if (!LOCAL) test('the terminal event waits for the write: another instance finds the turn at once', async () => {
   // instance A reaches Redis over a link that holds every byte 150 ms; B
   // reads directly: were the event sent before A's write is answered, B
@@ -238,33 +278,75 @@ if (!LOCAL) test('the terminal event waits for the write: another instance finds
       const r = await a.responses.create({ model: fam.model, input: `j${i}` });
       assert.equal((await alice.responses.retrieve(r.id)).id, r.id);
     }
-    // a client that leaves while its turn is being written does not cut it short
-    const ac = new AbortController();
-    const gone = await a.responses.create({ model: 'claude-sonnet', input: 'leaving', stream: true },
-      { signal: ac.signal });
-    let id = null;
-    try {
-      for await (const ev of gone) {
-        if (ev.type === 'response.created') id = ev.response.id;
-        if (ev.type === 'response.output_item.done') ac.abort(); // the terminal event is held now
-      }
-    } catch {
-      // aborted
-    }
-    assert.ok(id);
-    await waitFor(async () => {
+    // a client that leaves while its turn is being written does not cut it
+    // short; nor when Redis forgot the script meanwhile (SCRIPT FLUSH: the
+    // write answered NOSCRIPT after the client left is sent again in full,
+    // its input, over the size copied at once, still there)
+    for (const flush of [false, true]) {
+      if (flush) assert.match(await redis.command('SCRIPT', 'FLUSH'), /OK/);
+      const input = flush ? `leaving ${'x'.repeat(20000)}` : 'leaving';
+      const ac = new AbortController();
+      const gone = await a.responses.create({ model: 'claude-sonnet', input, stream: true },
+        { signal: ac.signal });
+      let id = null;
       try {
-        return (await alice.responses.retrieve(id)).status === 'completed';
+        for await (const ev of gone) {
+          if (ev.type === 'response.created') id = ev.response.id;
+          if (ev.type === 'response.output_item.done') ac.abort(); // the terminal event is held now
+        }
       } catch {
-        return false;
+        // aborted
       }
-    }, { timeout: 10000, what: 'the turn of a client that left' });
+      assert.ok(id);
+      await waitFor(async () => {
+        try {
+          return (await alice.responses.retrieve(id)).status === 'completed';
+        } catch {
+          return false;
+        }
+      }, { timeout: 10000, what: `the turn of a client that left${flush ? ' (NOSCRIPT)' : ''}` });
+      const items = await alice.responses.inputItems.list(id);
+      assert.equal(items.data[0].content[0].text, input);
+    }
     assert.equal((await fetch(`${slow.url}/healthz`)).status, 200);
   } finally {
     await slow.stop();
     relay.close();
   }
 }, { timeout: 90000 });
+
+test('traced: a kept turn\'s request span reads its held terminal event and ends after the write', async () => {
+  const col = await startCollector();
+  // on Redis over a link that holds every byte 150 ms each way: the write
+  // takes 300 ms or more, which the client waits for, and so does the span
+  const relay = LOCAL ? null : await slowRelay(redis.port, 150);
+  const cf = LOCAL ? conf() : conf().replace(redis.url, `redis://127.0.0.1:${relay.port}/0`);
+  const traced = await startProxai(`${cf}\n[trace]\nendpoint = ${col.url}\nsample = 1.0\n`);
+  try {
+    const c = client(traced);
+    for (const stream of [true, false]) {
+      const n0 = col.spans.length;
+      const r = stream
+        ? await c.responses.stream({ model: 'claude-sonnet', input: 'traced' }).finalResponse()
+        : await c.responses.create({ model: 'claude-sonnet', input: 'traced' });
+      await waitFor(() => col.spans.length >= n0 + 2, { timeout: 15000, what: 'two spans' });
+      const spans = col.spans.slice(n0);
+      const server = spans.find((s) => s.kind === 2), attempt = spans.find((s) => s.kind === 3);
+      // what the client got, the terminal event held for the write included
+      assert.equal(server.attrs['gen_ai.response.id'], r.id, `stream ${stream}`);
+      assert.deepEqual(server.attrs['gen_ai.response.finish_reasons'], ['completed'], `stream ${stream}`);
+      if (!LOCAL) {
+        const dur = BigInt(server.endTimeUnixNano) - BigInt(server.startTimeUnixNano);
+        assert.ok(dur >= 300000000n, `the request span lasts the write (${dur} ns, stream ${stream})`);
+        assert.ok(BigInt(server.endTimeUnixNano) > BigInt(attempt.endTimeUnixNano));
+      }
+    }
+  } finally {
+    await traced.stop();
+    relay?.close();
+    await col.close();
+  }
+}, { timeout: 60000 });
 
 test('bad input: malformed id, store:false history, unknown id; nothing sent upstream', async () => {
   const n = (await mock.requests()).length;

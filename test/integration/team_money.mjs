@@ -10,7 +10,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { startMock, startProxai, test, run, sleep, freePort, waitFor } from './lib/harness.mjs';
-import { call, childrenOf } from './lib/team.mjs';
+import { call as post } from './lib/client.mjs';
+import * as C from './lib/config.mjs';
+import { childrenOf } from './lib/team.mjs';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-money-'));
 process.on('exit', () => fs.rmSync(tmp, { recursive: true, force: true }));
@@ -19,78 +21,27 @@ const accessLog = path.join(tmp, 'access.log');
 const ADMIN = 'adm-Zq8s7d6f5g4h3j2k';
 const mock = await startMock();
 const adminPort = await freePort();
-const conf = `[server]
-listen = 127.0.0.1:{{PORT}}
-admin_listen = 127.0.0.1:${adminPort}
-workers = 2
-access_log = ${accessLog}
-
-[state]
-dir = ${stateDir}
-
-[admin]
-token = ${ADMIN}
-
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-retries = 0
-
-[upstream an]
-protocol = anthropic_messages
-base_url = ${mock.url}
-retries = 0
-
-[route claude-*]
-upstream = an
-
-[route free-*]
-upstream = oc
-
-[route *]
-upstream = oc
-
-[price gpt-4o*]
-input = 2.50
-output = 10
-cache_read = 1.25
-
-[price claude-*]
-input = 3
-output = 15
-cache_read = 0.3
-cache_write = 3.75
-
-[team plat]
-budget = 0.002
-budget_window = day
-
-[key plain]
-secret = sk-plain
-
-[key capped]
-secret = sk-capped
-budget = 0.0005
-
-[key t1]
-secret = sk-t1
-team = plat
-budget = 0.0015
-
-[key slow]
-secret = sk-slow
-budget = 1
-tpm = 100000
-
-[key t2]
-secret = sk-t2
-team = plat
-budget = 0.0015
-`;
+const conf = C.server({ admin_listen: `127.0.0.1:${adminPort}`, workers: 2, access_log: accessLog })
+  + C.state({ dir: stateDir })
+  + C.admin(ADMIN)
+  + C.upstream('oc', 'chat', mock.url, { api_key: null })
+  + C.upstream('an', 'anthropic', mock.url, { api_key: null })
+  + C.route('claude-*', { upstream: 'an' })
+  + C.route('free-*', { upstream: 'oc' })
+  + C.route('*', { upstream: 'oc' })
+  + C.price('gpt-4o*', { input: '2.50', output: 10, cache_read: 1.25 })
+  + C.price('claude-*', { input: 3, output: 15, cache_read: 0.3, cache_write: 3.75 })
+  + C.team('plat', { budget: 0.002, budget_window: 'day' })
+  + C.keys({
+    plain: { secret: 'sk-plain' },
+    capped: { secret: 'sk-capped', budget: 0.0005 },
+    t1: { secret: 'sk-t1', team: 'plat', budget: 0.0015 },
+    slow: { secret: 'sk-slow', budget: 1, tpm: 100000 },
+    t2: { secret: 'sk-t2', team: 'plat', budget: 0.0015 },
+  });
 let px = await startProxai(conf);
 const admin = `http://127.0.0.1:${adminPort}`;
 
-const post = call;
 const adminCall = (method, pathname, body, token = ADMIN) =>
   post(admin, token, { method, pathname, body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body) });
 const usage0 = async (key) => (await post(px.url, key, { method: 'GET', pathname: '/v1/proxai/usage' })).json();

@@ -7,7 +7,9 @@
 // the other; spend and runtime keys surviving a restart of everything.
 import assert from 'node:assert/strict';
 import { startMock, startProxai, test, run, sleep, freePort, waitFor } from './lib/harness.mjs';
-import { call, startRedis, startNginx, childrenOf } from './lib/team.mjs';
+import { call as post } from './lib/client.mjs';
+import * as C from './lib/config.mjs';
+import { startRedis, startNginx, childrenOf } from './lib/team.mjs';
 
 // an append-only file: a restarted Redis finds what was written
 const redisPort = await freePort();
@@ -16,64 +18,25 @@ let redis = await startRedis(redisPort, PERSIST);
 const mock = await startMock();
 const ADMIN = 'adm-redis-Yx7c6v5b4n3m';
 const prefix = `m${process.pid}:`;
-const conf = (adminPort) => `[server]
-listen = 127.0.0.1:{{PORT}}
-admin_listen = 127.0.0.1:${adminPort}
-workers = 2
-access_log = off
-
-[state]
-backend = redis
-redis = redis://127.0.0.1:${redisPort}/0
-prefix = ${prefix}
-on_error = allow
-
-[admin]
-token = ${ADMIN}
-
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-retries = 0
-
-[route *]
-upstream = oc
-
-[price gpt-4o*]
-input = 2.50
-output = 10
-
-[team plat]
-budget = 0.002
-budget_window = month
-
-[key plain]
-secret = sk-plain
-
-[key capped]
-secret = sk-capped
-budget = 0.0005
-budget_window = day
-rpm = 100000
-tpm = 10000000
-
-[key t1]
-secret = sk-t1
-team = plat
-budget = 0.0015
-
-[key t2]
-secret = sk-t2
-team = plat
-budget = 0.0015
-`;
+const conf = (adminPort) => C.server({ admin_listen: `127.0.0.1:${adminPort}`, workers: 2 })
+  + C.redisState(redisPort, prefix, { on_error: 'allow' })
+  + C.admin(ADMIN)
+  + C.upstream('oc', 'chat', mock.url, { api_key: null })
+  + C.route('*', { upstream: 'oc' })
+  + C.price('gpt-4o*', { input: '2.50', output: 10 })
+  + C.team('plat', { budget: 0.002, budget_window: 'month' })
+  + C.keys({
+    plain: { secret: 'sk-plain' },
+    capped: { secret: 'sk-capped', budget: 0.0005, budget_window: 'day', rpm: 100000, tpm: 10000000 },
+    t1: { secret: 'sk-t1', team: 'plat', budget: 0.0015 },
+    t2: { secret: 'sk-t2', team: 'plat', budget: 0.0015 },
+  });
 let admins = [await freePort(), await freePort()];
 let pxA = await startProxai(conf(admins[0]));
 let pxB = await startProxai(conf(admins[1]));
 let nginx = await startNginx([pxA.port, pxB.port]);
 const CHAT_COST = 5 * 2500 + 3 * 10000; // the mock's 5 in, 3 out at 2.50 / 10 per million
 
-const post = call;
 const adminOf = (i) => `http://127.0.0.1:${admins[i]}`;
 const adminCall = (i, method, pathname, body) =>
   post(adminOf(i), ADMIN, { method, pathname, body: body === undefined ? undefined : JSON.stringify(body) });

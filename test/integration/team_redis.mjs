@@ -6,9 +6,10 @@
 // redis-server and nginx are Debian packages (scripts/setup.sh installs
 // them); both are started here on random loopback ports and stopped by PID.
 import assert from 'node:assert/strict';
-import http from 'node:http';
 import path from 'node:path';
 import { startMock, startProxai, test, run, waitFor, freePort } from './lib/harness.mjs';
+import { call } from './lib/client.mjs';
+import * as C from './lib/config.mjs';
 import { tmp, startChild, startRedis as startRedisOn, startNginx } from './lib/team.mjs';
 
 const REDIS = process.env.REDIS_SERVER || '/usr/bin/redis-server';
@@ -18,62 +19,24 @@ let redis = await startRedis();
 
 const mock = await startMock();
 const prefix = `t${process.pid}:`;
-const conf = (onError) => `[server]
-listen = 127.0.0.1:{{PORT}}
-workers = 2
-access_log = off
-
-[state]
-backend = redis
-redis = redis://127.0.0.1:${redisPort}/0
-prefix = ${prefix}
-on_error = ${onError}
-
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = up-key
-retries = 0
-
-[route *]
-upstream = oc
-
-[key rpm10]
-secret = sk-rpm10
-rpm = 10
-
-[key tpm40]
-secret = sk-tpm40
-tpm = 40
-
-[key rpm3]
-secret = sk-rpm3
-rpm = 3
-`;
+const conf = (onError) => C.server({ workers: 2 })
+  + C.redisState(redisPort, prefix, { on_error: onError })
+  + C.upstream('oc', 'chat', mock.url, { api_key: 'up-key' })
+  + C.route('*', { upstream: 'oc' })
+  + C.keys({
+    rpm10: { secret: 'sk-rpm10', rpm: 10 },
+    tpm40: { secret: 'sk-tpm40', tpm: 40 },
+    rpm3: { secret: 'sk-rpm3', rpm: 3 },
+  });
 const pxA = await startProxai(conf('allow'));
 const pxB = await startProxai(conf('deny'));
 
 const nginx = await startNginx([pxA.port, pxB.port]);
 const front = nginx.url;
 
-function post(url, key, { pathname = '/v1/chat/completions', body, headers = {} } = {}) {
-  const u = new URL(url);
-  const data = body ?? JSON.stringify({ model: 'gpt-4o', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] });
-  return new Promise((resolve, reject) => {
-    const req = http.request({
-      host: u.hostname, port: u.port, method: 'POST', path: pathname, agent: false,
-      headers: { connection: 'close', 'content-type': 'application/json', authorization: `Bearer ${key}`, ...headers },
-    }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (d) => (text += d));
-      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, text }));
-    });
-    req.on('error', reject);
-    req.setTimeout(20000, () => req.destroy(new Error('request timed out')));
-    req.end(data);
-  });
-}
+// a small Chat request (max_tokens 8) on its own connection
+const CHAT = JSON.stringify({ model: 'gpt-4o', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] });
+const post = (url, key, opts = {}) => call(url, key, { body: CHAT, ...opts });
 
 const metrics = async (px) => (await fetch(`${px.url}/metrics`, { headers: { authorization: 'Bearer sk-rpm10' } })).text();
 const metric = (text, re) => Number((re.exec(text) || [0, 0])[1]);
@@ -146,24 +109,11 @@ test('password (from ${VAR}) and db in the redis address; unix:/path; a refused 
   const redis2 = await startChild(REDIS, ['--port', String(port2), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
     '--dir', tmp, '--requirepass', 'pw-test-1', '--unixsocket', sock, '--unixsocketperm', '700'],
   (o) => /Ready to accept connections/.test(o), 'redis-server with a password');
-  const keyed = (addr, onError) => `[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = off
-[state]
-backend = redis
-redis = ${addr}
-prefix = ${prefix}pw:
-on_error = ${onError}
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-retries = 0
-[route *]
-upstream = oc
-[key rpm2]
-secret = sk-rpm2
-rpm = 2
-`;
+  const keyed = (addr, onError) => C.server()
+    + C.state({ backend: 'redis', redis: addr, prefix: `${prefix}pw:`, on_error: onError })
+    + C.upstream('oc', 'chat', mock.url, { api_key: null })
+    + C.route('*', { upstream: 'oc' })
+    + C.key('rpm2', { secret: 'sk-rpm2', rpm: 2 });
   const pxC = await startProxai(keyed(`redis://:\${PROXAI_TEST_REDIS_PW}@127.0.0.1:${port2}/3`, 'deny'), { env: { PROXAI_TEST_REDIS_PW: 'pw-test-1' } });
   const pxD = await startProxai(keyed(`unix:${sock}`, 'deny'));
   try {

@@ -10,6 +10,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { startMock, startProxai, test, run, waitFor, sleep, freePort } from './lib/harness.mjs';
+import * as C from './lib/config.mjs';
 import { startRedis, redisCommand, startNginx, childrenOf } from './lib/team.mjs';
 
 const slow = process.env.PROXAI_SANITIZED ? 3 : 1; // time bounds that are not the SPEC's own
@@ -18,50 +19,20 @@ let redis = await startRedis(redisPort);
 const mock = await startMock();
 const prefix = `r${process.pid}:`;
 
-const conf = (onError, extra = '', pfx = prefix) => `[server]
-listen = 127.0.0.1:{{PORT}}
-workers = 2
-access_log = off
-
-[state]
-backend = redis
-redis = redis://127.0.0.1:${redisPort}/0
-prefix = ${pfx}
-on_error = ${onError}
-${extra}
-[upstream oc]
-protocol = openai_chat_completions
-base_url = ${mock.url}/v1
-api_key = up-key
-retries = 0
-
-[route *]
-upstream = oc
-
-[key rpm10]
-secret = sk-rpm10
-rpm = 10
-
-[key tpm80]
-secret = sk-tpm80
-tpm = 80
-
-[key front]
-secret = sk-front
-rpm = 10
-
-[key tpm1k]
-secret = sk-tpm1k
-tpm = 1000
-
-[key big]
-secret = sk-big
-rpm = 1000000
-tpm = 1000000
-`;
+const conf = (onError, stateKeys = {}, pfx = prefix) => C.server({ workers: 2 })
+  + C.redisState(redisPort, pfx, { on_error: onError, ...stateKeys })
+  + C.upstream('oc', 'chat', mock.url, { api_key: 'up-key' })
+  + C.route('*', { upstream: 'oc' })
+  + C.keys({
+    rpm10: { secret: 'sk-rpm10', rpm: 10 },
+    tpm80: { secret: 'sk-tpm80', tpm: 80 },
+    front: { secret: 'sk-front', rpm: 10 },
+    tpm1k: { secret: 'sk-tpm1k', tpm: 1000 },
+    big: { secret: 'sk-big', rpm: 1000000, tpm: 1000000 },
+  });
 // A first: B's workers find both instances in the registry when they start
 const pxA = await startProxai(conf('deny'));
-const pxB = await startProxai(conf('local', 'timeout = 600ms'));
+const pxB = await startProxai(conf('local', { timeout: '600ms' }));
 
 /** One request on its own connection (SO_REUSEPORT spreads them over the
  *  workers); resolves to {status, headers, text, ms}. */
@@ -340,7 +311,7 @@ async function tpmLevel(pfx, key) {
 test('kill -9 of a worker with streams in flight: the master logs pid, signal and how many (idle connections excluded), counts them in proxai_requests_lost_total, releases their tpm reservations in Redis and corrects the gauges; a reservation never exceeds the key\'s tpm', async () => {
   const up = await startMock();
   const pfx = `${prefix}kill:`;
-  const px = await startProxai(conf('deny', '', pfx).replace(mock.url, up.url));
+  const px = await startProxai(conf('deny', {}, pfx).replace(mock.url, up.url));
   const streams = [];
   const idle = [];
   try {
@@ -404,7 +375,7 @@ test('kill -9 of a worker with streams in flight: the master logs pid, signal an
 
 test('SIGHUP with streams open on two workers: every stream finishes, both workers reload', async () => {
   const up = await startMock();
-  const px = await startProxai(conf('deny', '', `${prefix}hup:`).replace(mock.url, up.url));
+  const px = await startProxai(conf('deny', {}, `${prefix}hup:`).replace(mock.url, up.url));
   try {
     await waitFor(() => childrenOf(px.pid).length === 2, { what: 'two workers' });
     await up.script([{ path: '/chat/completions', default: true, chunk_delay_ms: 400, repeat: true }]);

@@ -9,7 +9,8 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { startMock, startProxai, test, run, waitFor, freePort, parseSSE, repoRoot } from './lib/harness.mjs';
-import { withProxai } from './lib/client.mjs';
+import { post, withProxai } from './lib/client.mjs';
+import * as C from './lib/config.mjs';
 
 const mocks = [await startMock(), await startMock(), await startMock()];
 const [ma, mb, mc] = mocks;
@@ -39,34 +40,18 @@ const blackholePort = await new Promise((resolve, reject) => {
 });
 const refusedPort = await freePort(); // nothing listens there
 
-function upstream(name, m, extra = '', protocol = 'openai_chat_completions') {
-  const base = protocol === 'anthropic_messages' ? m.url : `${m.url}/v1`;
-  return `[upstream ${name}]\nprotocol = ${protocol}\nbase_url = ${base}\napi_key = k-${name}\n${extra}\n`;
-}
-
-function config(body) {
-  return `[server]\nlisten = 127.0.0.1:{{PORT}}\nlog_level = info\n${body}`;
-}
+// [upstream name] on mock m: api key k-NAME, the default retries
+const upstream = (name, m, keys = {}, proto = 'chat') =>
+  C.upstream(name, proto, m.url, { api_key: `k-${name}`, retries: null, ...keys });
+// the access log on stderr (log lines are matched)
+const config = (body) => C.server({ log_level: 'info', access_log: null }) + body;
 
 async function resetAll() {
   await Promise.all(mocks.map((m) => m.reset()));
 }
 
-async function chat(px, model, extra = {}) {
-  const res = await fetch(`${px.url}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], ...extra }),
-  });
-  const text = await res.text();
-  let json;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: res.status, headers: res.headers, text, json };
-}
+const chat = (px, model, extra = {}) =>
+  post(px.url, '/v1/chat/completions', { model, messages: [{ role: 'user', content: 'hi' }], ...extra });
 
 async function counts() {
   return Promise.all(mocks.map(async (m) => (await m.requests()).length));
@@ -88,7 +73,7 @@ test('balance = round_robin spreads requests evenly over the deployments', async
   await resetAll();
   await withProxai(config(
     upstream('a', ma) + upstream('b', mb) + upstream('c', mc) +
-      '[route *]\nupstream = a, b, c\nbalance = round_robin\n'),
+      C.route('*', { upstream: ['a', 'b', 'c'], balance: 'round_robin' })),
     async (px) => {
       for (let i = 0; i < 30; i++) assert.equal((await chat(px, 'gpt-x')).status, 200);
       assert.deepEqual(await counts(), [10, 10, 10]);
@@ -99,8 +84,8 @@ test('balance = round_robin spreads requests evenly over the deployments', async
 test('balance = weighted follows the upstreams\' weights', async () => {
   await resetAll();
   await withProxai(config(
-    upstream('a', ma, 'weight = 3') + upstream('b', mb) +
-      '[route *]\nupstream = a, b\nbalance = weighted\n'),
+    upstream('a', ma, { weight: 3 }) + upstream('b', mb) +
+      C.route('*', { upstream: ['a', 'b'], balance: 'weighted' })),
     async (px) => {
       for (let i = 0; i < 40; i++) assert.equal((await chat(px, 'gpt-x')).status, 200);
       assert.deepEqual(await counts(), [30, 10, 0]);
@@ -113,7 +98,7 @@ test('balance = least_busy (the default) keeps away from a slow deployment', asy
   // a answers every request 300 ms late; b at once
   await ma.script([{ default: true, headers_delay_ms: 300, repeat: true }]);
   await withProxai(config(
-    upstream('a', ma) + upstream('b', mb) + '[route *]\nupstream = a, b\n'),
+    upstream('a', ma) + upstream('b', mb) + C.route('*', { upstream: ['a', 'b'] })),
     async (px) => {
       for (let i = 0; i < 20; i++) assert.equal((await chat(px, 'gpt-x')).status, 200);
       const [a, b] = await counts();
@@ -128,7 +113,7 @@ test('upstream = a, b/model-b sends model-b to b and the requested name to a', a
   await resetAll();
   await withProxai(config(
     upstream('a', ma) + upstream('b', mb) +
-      '[route gpt-x]\nupstream = a, b/model-b\nbalance = round_robin\n'),
+      C.route('gpt-x', { upstream: ['a', 'b/model-b'], balance: 'round_robin' })),
     async (px) => {
       for (let i = 0; i < 4; i++) {
         const r = await chat(px, 'gpt-x');
@@ -152,8 +137,8 @@ test('a failing deployment is ejected after eject_after failures, retried elsewh
   await resetAll();
   await ma.script([{ status: 503, body: { error: { message: 'down', type: 'server_error' } }, repeat: true }]);
   await withProxai(config(
-    upstream('a', ma, 'eject_after = 2\neject_for = 3s\nretries = 0') + upstream('b', mb, 'retries = 0') +
-      '[route *]\nupstream = a, b\nbalance = round_robin\n'),
+    upstream('a', ma, { eject_after: 2, eject_for: '3s', retries: 0 }) + upstream('b', mb, { retries: 0 }) +
+      C.route('*', { upstream: ['a', 'b'], balance: 'round_robin' })),
     async (px) => {
       for (let i = 0; i < 10; i++) {
         const r = await chat(px, 'gpt-x');
@@ -186,10 +171,10 @@ test('a fallback to another protocol receives its own model, translated', async 
   await resetAll();
   await ma.script([{ status: 503, body: { error: { message: 'down', type: 'server_error' } }, repeat: true }]);
   await withProxai(config(
-    upstream('primary', ma, 'retries = 0') + upstream('claude', mb, '', 'anthropic_messages') +
-      upstream('spare', mc, 'retries = 0') +
-      '[route gpt-primary]\nupstream = primary\nfallback = claude/claude-fallback-1\n' +
-      '[route gpt-plain]\nupstream = primary\nfallback = spare\n'),
+    upstream('primary', ma, { retries: 0 }) + upstream('claude', mb, {}, 'anthropic') +
+      upstream('spare', mc, { retries: 0 }) +
+      C.route('gpt-primary', { upstream: 'primary', fallback: 'claude/claude-fallback-1' }) +
+      C.route('gpt-plain', { upstream: 'primary', fallback: 'spare' })),
     async (px) => {
       const r = await chat(px, 'gpt-primary');
       assert.equal(r.status, 200, r.text);
@@ -229,14 +214,13 @@ test('a fallback to another protocol receives its own model, translated', async 
 test('connect failures and a blackholed host fail over like a 503', async () => {
   await resetAll();
   const dead = (name, port) =>
-    `[upstream ${name}]\nprotocol = openai_chat_completions\nbase_url = http://127.0.0.1:${port}/v1\n` +
-    'api_key = k\nconnect_timeout = 300ms\nretries = 1\n';
+    C.upstream(name, 'chat', `http://127.0.0.1:${port}`, { api_key: 'k', connect_timeout: '300ms', retries: 1 });
   await withProxai(config(
     dead('hole', blackholePort) + dead('refused', refusedPort) + upstream('good', ma) +
-      '[route via-hole]\nupstream = hole\nfallback = good/good-model\n' +
-      '[route via-refused]\nupstream = refused\nfallback = good\n' +
-      '[route only-hole]\nupstream = hole\n' +
-      '[route pair]\nupstream = hole, good\nbalance = round_robin\n'),
+      C.route('via-hole', { upstream: 'hole', fallback: 'good/good-model' }) +
+      C.route('via-refused', { upstream: 'refused', fallback: 'good' }) +
+      C.route('only-hole', { upstream: 'hole' }) +
+      C.route('pair', { upstream: ['hole', 'good'], balance: 'round_robin' })),
     async (px) => {
       const r = await chat(px, 'via-hole');
       assert.equal(r.status, 200, r.text);
@@ -267,11 +251,11 @@ test('a retry-after above retry_after_max moves on at once; the 429 reaches the 
   await ma.script([limited]);
   await mb.script([{ ...limited, headers: { 'retry-after': '1' }, repeat: false }]);
   await withProxai(config(
-    upstream('a', ma, 'retry_after_max = 2s\nretries = 2') + upstream('b', mb, 'retries = 1') +
+    upstream('a', ma, { retry_after_max: '2s', retries: 2 }) + upstream('b', mb, { retries: 1 }) +
       upstream('c', mc) +
-      '[route with-fallback]\nupstream = a\nfallback = c\n' +
-      '[route alone]\nupstream = a\n' +
-      '[route short-wait]\nupstream = b\n'),
+      C.route('with-fallback', { upstream: 'a', fallback: 'c' }) +
+      C.route('alone', { upstream: 'a' }) +
+      C.route('short-wait', { upstream: 'b' })),
     async (px) => {
       const r = await chat(px, 'with-fallback');
       assert.equal(r.status, 200, r.text);
@@ -296,8 +280,8 @@ test('a retry-after above the cap on one deployment goes to the next deployment 
   await resetAll();
   await ma.script([{ status: 429, headers: { 'retry-after': '60' }, body: { error: { message: 'later', type: 'rate_limit_error' } }, repeat: true }]);
   await withProxai(config(
-    upstream('a', ma, 'retries = 3') + upstream('b', mb/* default cap 10s */) +
-      '[route *]\nupstream = a, b/b-model\nbalance = round_robin\n'),
+    upstream('a', ma, { retries: 3 }) + upstream('b', mb/* default cap 10s */) +
+      C.route('*', { upstream: ['a', 'b/b-model'], balance: 'round_robin' })),
     async (px) => {
       for (let i = 0; i < 2; i++) {
         const r = await chat(px, 'gpt-x');

@@ -154,7 +154,7 @@ test('/v1/models lists the concrete names the key may use (never a glob) and nee
 
 test('a route `models =` entry must be concrete: a glob there is a configuration error', async () => {
   const conf = path.join(tmp, 'glob-models.conf');
-  fs.writeFileSync(conf, `${upstreams}\n[route c-*]\nupstream = oc\nmodels = c-1, c-*\n`);
+  fs.writeFileSync(conf, upstreams + C.route('c-*', { upstream: 'oc', models: ['c-1', 'c-*'] }));
   const { spawnSync } = await import('node:child_process');
   const r = spawnSync(process.env.PROXAI_BIN || 'build/proxai', ['--check', '-c', conf], { encoding: 'utf8' });
   assert.equal(r.status, 2, r.stderr);
@@ -243,7 +243,7 @@ test('SIGUSR1 also reopens the diagnostic log when stderr is a file', async () =
   const errLog = path.join(tmp, 'proxai-error.log');
   const conf = path.join(tmp, 'stderr-file.conf');
   const port = await freePort();
-  fs.writeFileSync(conf, `[server]\nlisten = 127.0.0.1:${port}\nworkers = 2\naccess_log = off\n${upstreams}\n[route *]\nupstream = oc\n`);
+  fs.writeFileSync(conf, C.server({ listen: `127.0.0.1:${port}`, workers: 2 }) + upstreams + C.route('*', { upstream: 'oc' }));
   const fd = fs.openSync(errLog, 'a');
   const child = spawn(process.env.PROXAI_BIN || 'build/proxai', ['-c', conf], { stdio: ['ignore', 'ignore', fd] });
   fs.closeSync(fd);
@@ -298,17 +298,10 @@ test('SIGHUP with an emptied or truncated file is rejected; the running configur
 });
 
 test('socket_mode: a unix listener gets 0660 by default, else the configured mode', async () => {
-  for (const [line, want] of [['', 0o660], ['socket_mode = 0600', 0o600]]) {
+  for (const [mode, want] of [[undefined, 0o660], ['0600', 0o600]]) {
     const sock = path.join(tmp, `px-${want.toString(8)}.sock`);
-    const px = await startProxai(`[server]
-listen = unix:${sock}
-admin_listen = 127.0.0.1:{{PORT}}
-${line}
-access_log = off
-${upstreams}
-[route *]
-upstream = oc
-`);
+    const px = await startProxai(C.server({ listen: `unix:${sock}`, admin_listen: '127.0.0.1:{{PORT}}', socket_mode: mode })
+      + upstreams + C.route('*', { upstream: 'oc' }));
     try {
       assert.equal(fs.statSync(sock).mode & 0o777, want, `mode of ${sock}`);
       const r = await request({ socketPath: sock }, { method: 'POST', path: '/v1/chat/completions', body: chatBody });
@@ -322,15 +315,8 @@ upstream = oc
 
 test('workers = 2 on a unix listener: every worker accepts on the one socket at the path', async () => {
   const sock = path.join(tmp, 'px-workers.sock');
-  const px = await startProxai(`[server]
-listen = unix:${sock}
-admin_listen = 127.0.0.1:{{PORT}}
-workers = 2
-access_log = off
-${upstreams}
-[route *]
-upstream = oc
-`);
+  const px = await startProxai(C.server({ listen: `unix:${sock}`, admin_listen: '127.0.0.1:{{PORT}}', workers: 2 })
+    + upstreams + C.route('*', { upstream: 'oc' }));
   try {
     const workers = await waitFor(() => {
       const c = childrenOf(px.pid);

@@ -8,6 +8,7 @@ import http2 from 'node:http2';
 import https from 'node:https';
 import path from 'node:path';
 import { startProxai, test, run, repoRoot, parseSSE } from './lib/harness.mjs';
+import * as C from './lib/config.mjs';
 
 const dir = path.join(repoRoot, 'test/integration/tls');
 const cert = fs.readFileSync(path.join(dir, 'cert.pem'));
@@ -40,9 +41,9 @@ await new Promise((r) => server.listen(0, '127.0.0.1', r));
 const port = server.address().port;
 process.on('exit', () => server.close());
 
-function conf(extra) {
-  return `[server]\nlisten = 127.0.0.1:{{PORT}}\n[upstream tls]\nprotocol = openai_chat_completions\nbase_url = https://127.0.0.1:${port}/v1\napi_key = tls-key\nretries = 0\n${extra}\n[route *]\nupstream = tls\n`;
-}
+const conf = (keys = {}) => C.server({ access_log: null })
+  + C.upstream('tls', 'chat', `https://127.0.0.1:${port}`, { api_key: 'tls-key', ...keys })
+  + C.route('*', { upstream: 'tls' });
 
 async function chat(px, stream = false) {
   return fetch(`${px.url}/v1/chat/completions`, {
@@ -53,7 +54,7 @@ async function chat(px, stream = false) {
 }
 
 test('HTTPS upstream verified with ca_file (HTTP/1.1 by default)', async () => {
-  const px = await startProxai(conf(`ca_file = ${path.join(dir, 'cert.pem')}`));
+  const px = await startProxai(conf({ ca_file: path.join(dir, 'cert.pem') }));
   try {
     seen.length = 0;
     const r = await chat(px);
@@ -71,7 +72,7 @@ test('HTTPS upstream verified with ca_file (HTTP/1.1 by default)', async () => {
 });
 
 test('an unknown certificate is refused: 502 in the client shape', async () => {
-  const px = await startProxai(conf(''));
+  const px = await startProxai(conf());
   try {
     const r = await chat(px);
     assert.equal(r.status, 502);
@@ -83,7 +84,7 @@ test('an unknown certificate is refused: 502 in the client shape', async () => {
 });
 
 test('tls_verify = off accepts the self-signed upstream', async () => {
-  const px = await startProxai(conf('tls_verify = off'));
+  const px = await startProxai(conf({ tls_verify: 'off' }));
   try {
     const r = await chat(px);
     assert.equal(r.status, 200);
@@ -93,7 +94,7 @@ test('tls_verify = off accepts the self-signed upstream', async () => {
 });
 
 test('http2 = on negotiates HTTP/2; streams still complete', async () => {
-  const px = await startProxai(conf(`ca_file = ${path.join(dir, 'cert.pem')}\nhttp2 = on`));
+  const px = await startProxai(conf({ ca_file: path.join(dir, 'cert.pem'), http2: 'on' }));
   try {
     seen.length = 0;
     const s = await chat(px, true);

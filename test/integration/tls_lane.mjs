@@ -16,6 +16,7 @@ import net from 'node:net';
 import tls from 'node:tls';
 import { startProxai, test, run, parseSSE } from './lib/harness.mjs';
 import { withProxai } from './lib/client.mjs';
+import * as C from './lib/config.mjs';
 import { makeCerts } from './lib/tlscerts.mjs';
 
 const certs = makeCerts();
@@ -105,9 +106,9 @@ const wrongname = await tlsUpstream(certs.wrongname);
 const expired = await tlsUpstream(certs.expired);
 const self = await tlsUpstream(certs.self);
 
-function conf(up, extra, { host = '127.0.0.1', client = '' } = {}) {
-  return `[server]\nlisten = 127.0.0.1:{{PORT}}\n[upstream u]\nprotocol = openai_chat_completions\nbase_url = https://${host}:${up.port}/v1\napi_key = k\nretries = 0\n${client}\n${extra}\n[route *]\nupstream = u\n`;
-}
+const conf = (up, keys = {}, { host = '127.0.0.1' } = {}) => C.server({ access_log: null })
+  + C.upstream('u', 'chat', `https://${host}:${up.port}`, { api_key: 'k', ...keys })
+  + C.route('*', { upstream: 'u' });
 
 async function chat(px, model = 'gpt-tls', stream = false) {
   const r = await fetch(`${px.url}/v1/chat/completions`, {
@@ -136,7 +137,7 @@ function bad(r) {
 
 test('valid chain via ca_file: 200, body and stream passed through; one connection', async () => {
   good.reset();
-  await withProxai(conf(good, `ca_file = ${certs.caA}`), async (px) => {
+  await withProxai(conf(good, { ca_file: certs.caA }), async (px) => {
     const r = await chat(px);
     assert.equal(r.status, 200, r.text);
     assert.equal(JSON.parse(r.text).choices[0].message.content, 'Hello over TLS');
@@ -155,7 +156,7 @@ test('valid chain via ca_file: 200, body and stream passed through; one connecti
 
 test('a host name: SNI sent, verified against the DNS name', async () => {
   good.reset();
-  await withProxai(conf(good, `ca_file = ${certs.caA}`, { host: 'localhost' }), async (px) => {
+  await withProxai(conf(good, { ca_file: certs.caA }, { host: 'localhost' }), async (px) => {
     const r = await chat(px);
     assert.equal(r.status, 200, r.text);
   });
@@ -164,7 +165,7 @@ test('a host name: SNI sent, verified against the DNS name', async () => {
 
 test('keep-alive: 30 sequential requests use one TLS connection; 4 concurrent use at most 4', async () => {
   good.reset();
-  await withProxai(conf(good, `ca_file = ${certs.caA}\nmax_connections = 4`), async (px) => {
+  await withProxai(conf(good, { ca_file: certs.caA, max_connections: 4 }), async (px) => {
     for (let i = 0; i < 30; i++) assert.equal((await chat(px)).status, 200);
     assert.equal(good.st.accepts, 1);
     for (let round = 0; round < 5; round++) {
@@ -178,7 +179,7 @@ test('keep-alive: 30 sequential requests use one TLS connection; 4 concurrent us
 
 test('a new connection resumes the TLS session', async () => {
   good.reset();
-  await withProxai(conf(good, `ca_file = ${certs.caA}`), async (px) => {
+  await withProxai(conf(good, { ca_file: certs.caA }), async (px) => {
     assert.equal((await chat(px, 'close-after')).status, 200);
     assert.equal((await chat(px)).status, 200);
   });
@@ -188,7 +189,7 @@ test('a new connection resumes the TLS session', async () => {
 
 test('wrong CA: 502 in the Chat and in the Anthropic shape', async () => {
   otherca.reset();
-  await withProxai(conf(otherca, `ca_file = ${certs.caA}`), async (px) => {
+  await withProxai(conf(otherca, { ca_file: certs.caA }), async (px) => {
     bad(await chat(px));
     const m = await messages(px);
     assert.equal(m.status, 502, m.text);
@@ -201,31 +202,31 @@ test('wrong CA: 502 in the Chat and in the Anthropic shape', async () => {
 
 test('wrong host name: 502 (IP literal and DNS name)', async () => {
   wrongname.reset();
-  await withProxai(conf(wrongname, `ca_file = ${certs.caA}`), async (px) => bad(await chat(px)));
-  await withProxai(conf(wrongname, `ca_file = ${certs.caA}`, { host: 'localhost' }), async (px) => bad(await chat(px)));
+  await withProxai(conf(wrongname, { ca_file: certs.caA }), async (px) => bad(await chat(px)));
+  await withProxai(conf(wrongname, { ca_file: certs.caA }, { host: 'localhost' }), async (px) => bad(await chat(px)));
   assert.equal(wrongname.st.requests, 0);
 });
 
 test('expired certificate: 502', async () => {
   expired.reset();
-  await withProxai(conf(expired, `ca_file = ${certs.caA}`), async (px) => bad(await chat(px)));
+  await withProxai(conf(expired, { ca_file: certs.caA }), async (px) => bad(await chat(px)));
   assert.equal(expired.st.requests, 0);
 });
 
 test('self-signed certificate without ca_file: 502', async () => {
   self.reset();
-  await withProxai(conf(self, ''), async (px) => bad(await chat(px)));
+  await withProxai(conf(self), async (px) => bad(await chat(px)));
   assert.equal(self.st.requests, 0);
 });
 
 test('a ca_file of another CA does not trust the default store\'s absence: 502; the right one: 200', async () => {
-  await withProxai(conf(good, `ca_file = ${certs.caB}`), async (px) => bad(await chat(px)));
-  await withProxai(conf(self, `ca_file = ${certs.self.cert}`), async (px) => assert.equal((await chat(px)).status, 200));
+  await withProxai(conf(good, { ca_file: certs.caB }), async (px) => bad(await chat(px)));
+  await withProxai(conf(self, { ca_file: certs.self.cert }), async (px) => assert.equal((await chat(px)).status, 200));
 });
 
 test('tls_verify = false accepts self-signed, expired and wrong-name certificates', async () => {
   for (const up of [self, expired, wrongname, otherca]) {
-    await withProxai(conf(up, 'tls_verify = false'), async (px) => {
+    await withProxai(conf(up, { tls_verify: 'false' }), async (px) => {
       const r = await chat(px);
       assert.equal(r.status, 200, r.text);
     });
@@ -233,9 +234,9 @@ test('tls_verify = false accepts self-signed, expired and wrong-name certificate
 });
 
 test('client = builtin takes https (verification applies); client = curl still works', async () => {
-  await withProxai(conf(wrongname, `ca_file = ${certs.caA}`, { client: 'client = builtin' }), async (px) => bad(await chat(px)));
+  await withProxai(conf(wrongname, { ca_file: certs.caA, client: 'builtin' }), async (px) => bad(await chat(px)));
   good.reset();
-  await withProxai(conf(good, `ca_file = ${certs.caA}`, { client: 'client = curl' }), async (px) => {
+  await withProxai(conf(good, { ca_file: certs.caA, client: 'curl' }), async (px) => {
     for (let i = 0; i < 3; i++) assert.equal((await chat(px)).status, 200);
   });
   assert.equal(good.st.accepts, 1);
@@ -243,7 +244,7 @@ test('client = builtin takes https (verification applies); client = curl still w
 
 test('hostile: a TCP close without close_notify, close mid-body, garbage records', async () => {
   good.reset();
-  await withProxai(conf(good, `ca_file = ${certs.caA}`), async (px) => {
+  await withProxai(conf(good, { ca_file: certs.caA }), async (px) => {
     for (const m of ['cut-tcp', 'cut-notify', 'garbage']) {
       bad(await chat(px, m));
       assert.equal((await chat(px)).status, 200, `healthy after ${m}`);
@@ -262,7 +263,7 @@ test('a TLS upstream that never answers the handshake: connect timeout, 502 or 5
   const silent = net.createServer((s) => s.on('error', () => {}));
   await new Promise((r) => silent.listen(0, '127.0.0.1', r));
   try {
-    await withProxai(conf({ port: silent.address().port }, `ca_file = ${certs.caA}\nconnect_timeout = 300ms`), async (px) => {
+    await withProxai(conf({ port: silent.address().port }, { ca_file: certs.caA, connect_timeout: '300ms' }), async (px) => {
       const r = await chat(px);
       assert.ok(r.status === 502 || r.status === 504, r.text);
     });
@@ -275,12 +276,12 @@ test('--check warns that client = builtin with http2 = on still uses libcurl', (
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-tls-check-'));
   try {
     const f = path.join(dir, 'p.conf');
-    fs.writeFileSync(f, conf(good, 'http2 = on', { client: 'client = builtin' }).replace('{{PORT}}', '1'));
+    fs.writeFileSync(f, conf(good, { http2: 'on', client: 'builtin' }).replace('{{PORT}}', '1'));
     const bin = process.env.PROXAI_BIN || 'build/proxai';
     const r = spawnSync(bin, ['--check', '-c', f], { encoding: 'utf8' });
     assert.equal(r.status, 0, r.stderr);
     assert.match(r.stderr, /\[upstream u\] client = builtin with http2 = on/);
-    fs.writeFileSync(path.join(dir, 'q.conf'), conf(good, '', { client: 'client = builtin' }).replace('{{PORT}}', '1'));
+    fs.writeFileSync(path.join(dir, 'q.conf'), conf(good, { client: 'builtin' }).replace('{{PORT}}', '1'));
     const q = spawnSync(bin, ['--check', '-c', path.join(dir, 'q.conf')], { encoding: 'utf8' });
     assert.equal(q.status, 0, q.stderr);
     assert.doesNotMatch(q.stderr, /http2/);

@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { startProxai, test, run, sleep, waitFor, freePort } from './lib/harness.mjs';
 import { startFaultUpstream, http as raw, chunked } from './lib/faultup.mjs';
+import * as C from './lib/config.mjs';
 import { startCollector } from './lib/otlp.mjs';
 
 const PROMPT = 'PROMPT-TEXT-never-in-a-span';
@@ -22,36 +23,15 @@ const TRACEPARENT = `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01`;
 const TRACESTATE = 'congo=t61rcWkgMzE,rojo=00f067aa0ba902b7';
 
 function config(upUrl, trace) {
-  return `[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = stderr
-[upstream a]
-protocol = openai_chat_completions
-base_url = ${upUrl}/v1
-api_key = ${UP_KEY}
-retries = 1
-eject_after = 0
-[upstream b]
-protocol = anthropic_messages
-base_url = ${upUrl}
-api_key = ${ANT_KEY}
-retries = 0
-eject_after = 0
-[route m-*]
-upstream = a
-model = up-model
-fallback = b/claude-up
-max_tokens = 100
-[route plain-*]
-upstream = a
-[team platform]
-[price up-model]
-input = 2.5
-output = 10
-[key team-a]
-secret = ${CLIENT_SECRET}
-team = platform
-${trace}`;
+  return C.server({ access_log: 'stderr' })
+    + C.upstream('a', 'chat', upUrl, { api_key: UP_KEY, retries: 1, eject_after: 0 })
+    + C.upstream('b', 'anthropic', upUrl, { api_key: ANT_KEY, eject_after: 0 })
+    + C.route('m-*', { upstream: 'a', model: 'up-model', fallback: 'b/claude-up', max_tokens: 100 })
+    + C.route('plain-*', { upstream: 'a' })
+    + C.team('platform')
+    + C.price('up-model', { input: 2.5, output: 10 })
+    + C.key('team-a', { secret: CLIENT_SECRET, team: 'platform' })
+    + trace;
 }
 
 const chatJson = (usage = { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 }) =>
@@ -109,11 +89,7 @@ function assertNothingPrivate(col) {
 
 const up = await startFaultUpstream();
 const col = await startCollector();
-const traced = `[trace]
-endpoint = ${col.url}
-sample = 1.0
-header = x-collector-token: ${EXPORT_HEADER}
-`;
+const traced = C.trace({ endpoint: col.url, sample: '1.0', header: `x-collector-token: ${EXPORT_HEADER}` });
 const px = await startProxai(config(up.url, traced));
 
 test('a request is a SERVER span with its attempt as a CLIENT child, in the client\'s trace', async () => {
@@ -382,7 +358,7 @@ test('the answer\'s model, id and finish reasons on both spans: pass-through, wh
 test('sample = 0 exports nothing and still propagates the trace, unsampled', async () => {
   const c0 = await startCollector();
   const u0 = await startFaultUpstream();
-  const p0 = await startProxai(config(u0.url, `[trace]\nendpoint = ${c0.url}\nsample = 0\n`));
+  const p0 = await startProxai(config(u0.url, C.trace({ endpoint: c0.url, sample: 0 })));
   try {
     u0.script(chatJson(), chatJson());
     assert.equal((await chat(p0, { headers: { traceparent: TRACEPARENT, tracestate: TRACESTATE } })).status, 200);
@@ -406,7 +382,7 @@ test('sample = 0 exports nothing and still propagates the trace, unsampled', asy
 test('a draining proxai sends the spans of its last requests before it exits', async () => {
   const c0 = await startCollector();
   const u0 = await startFaultUpstream();
-  const p0 = await startProxai(config(u0.url, `[trace]\nendpoint = ${c0.url}\n`));
+  const p0 = await startProxai(config(u0.url, C.trace({ endpoint: c0.url })));
   try {
     u0.script(chatJson());
     assert.equal((await chat(p0, { headers: { traceparent: TRACEPARENT } })).status, 200);
@@ -440,7 +416,7 @@ for (const kind of ['dead', 'hanging']) {
     const hang = kind === 'hanging' ? await startCollector({ hang: true }) : null;
     const endpoint = hang ? hang.url : `http://127.0.0.1:${await freePort()}/v1/traces`;
     const u0 = await startFaultUpstream();
-    const p0 = await startProxai(config(u0.url, `[trace]\nendpoint = ${endpoint}\n`));
+    const p0 = await startProxai(config(u0.url, C.trace({ endpoint })));
     try {
       u0.script(chatJson());
       assert.equal((await chat(p0)).status, 200);
@@ -470,7 +446,7 @@ for (const kind of ['dead', 'hanging']) {
 }
 
 test('[trace] is checked: a bad endpoint or sample is refused at start', async () => {
-  for (const [t, msg] of [[`[trace]\nendpoint = ftp://x\n`, /invalid endpoint/], [`[trace]\nendpoint = http://127.0.0.1:1/v1/traces\nsample = 2\n`, /from 0 to 1/], [`[trace]\nsample = 1\n`, /missing 'endpoint'/]]) {
+  for (const [t, msg] of [[C.trace({ endpoint: 'ftp://x' }), /invalid endpoint/], [C.trace({ endpoint: 'http://127.0.0.1:1/v1/traces', sample: 2 }), /from 0 to 1/], [C.trace({ sample: 1 }), /missing 'endpoint'/]]) {
     await assert.rejects(startProxai(config(up.url, t)), msg);
   }
 });

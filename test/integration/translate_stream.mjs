@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import http from 'node:http';
 import { startMock, startProxai, test, run, parseSSE, sleep } from './lib/harness.mjs';
-import { vmRSSKiB } from './lib/client.mjs';
+import { post, vmRSSKiB } from './lib/client.mjs';
 
 // AddressSanitizer keeps freed blocks in a quarantine and pads every
 // allocation; scripts/test.sh sets PROXAI_SANITIZED=1 for that build, where
@@ -81,14 +81,14 @@ async function streamFinal(client, req) {
 
 const meaningful = (n) => ({ text: n.text, refusal: n.refusal, reasoning: n.reasoning, toolCalls: n.toolCalls, stop: n.stop, usage: n.usage });
 
-/** Raw POST through proxai; resolves to {status, headers, text, events}. */
+/** A POST of the client protocol through proxai (lib/client.mjs); resolves
+ *  to {status, headers, text, events}. */
 async function rawPost(client, body) {
   const p = { chat: '/v1/chat/completions', responses: '/v1/responses', anthropic: '/v1/messages' }[client];
-  const headers = { 'content-type': 'application/json', authorization: 'Bearer client-key' };
+  const headers = { authorization: 'Bearer client-key' };
   if (client === 'anthropic') headers['anthropic-version'] = '2023-06-01';
-  const res = await fetch(px.url + p, { method: 'POST', headers, body: JSON.stringify(body) });
-  const text = await res.text();
-  return { status: res.status, headers: res.headers, text, events: parseSSE(text) };
+  const r = await post(px.url, p, body, headers);
+  return { ...r, events: parseSSE(r.text) };
 }
 
 const ANSWERS = {

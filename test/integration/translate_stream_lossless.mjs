@@ -9,6 +9,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { startMock, startProxai, test, run, parseSSE, waitFor, jsonLines } from './lib/harness.mjs';
+import { post } from './lib/client.mjs';
 import * as S from './lib/scripts.mjs';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-lossless-'));
@@ -41,9 +42,8 @@ function citedAnswer() {
   ];
 }
 
-async function post(p, body) {
-  return fetch(`${px.url}${p}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer client-key', 'x-api-key': 'client-key' }, body: JSON.stringify(body) });
-}
+// a request of the client key, in both carriers
+const send = (p, body) => post(px.url, p, body, { authorization: 'Bearer client-key', 'x-api-key': 'client-key' });
 
 const logLines = () => jsonLines(logPath);
 
@@ -51,11 +51,11 @@ test('chat client: citations arrive as delta.annotations; signatures named at th
   await mock.reset();
   await mock.script([{ path: S.UPSTREAM_PATH.anthropic, sse: citedAnswer() }]);
   const before = logLines().length;
-  const r = await post('/v1/chat/completions', { model: 'to-anthropic-a', stream: true, reasoning_effort: 'low', messages: [{ role: 'user', content: 'weather?' }] });
+  const r = await send('/v1/chat/completions', { model: 'to-anthropic-a', stream: true, reasoning_effort: 'low', messages: [{ role: 'user', content: 'weather?' }] });
   assert.equal(r.status, 200);
   const lossy = r.headers.get('x-proxai-lossy') || '';
   assert.match(lossy, /content\[\]\.signature/, `header: ${lossy}`);
-  const events = parseSSE(await r.text());
+  const events = parseSSE(r.text);
   const chunks = events.filter((e) => e.data && e.data !== '[DONE]').map((e) => JSON.parse(e.data));
   const anns = chunks.flatMap((c) => c.choices?.[0]?.delta?.annotations ?? []);
   assert.equal(anns.length, 1, JSON.stringify(chunks));
@@ -77,9 +77,9 @@ test('chat client: citations arrive as delta.annotations; signatures named at th
 test('responses client: citations arrive as response.output_text.annotation.added and in the final part', async () => {
   await mock.reset();
   await mock.script([{ path: S.UPSTREAM_PATH.anthropic, sse: citedAnswer() }]);
-  const r = await post('/v1/responses', { model: 'to-anthropic-a', stream: true, input: 'weather?' });
+  const r = await send('/v1/responses', { model: 'to-anthropic-a', stream: true, input: 'weather?' });
   assert.equal(r.status, 200);
-  const events = parseSSE(await r.text()).map((e) => ({ event: e.event, data: JSON.parse(e.data) }));
+  const events = parseSSE(r.text).map((e) => ({ event: e.event, data: JSON.parse(e.data) }));
   const added = events.filter((e) => e.event === 'response.output_text.annotation.added');
   assert.equal(added.length, 1);
   assert.equal(added[0].data.annotation.url, 'https://example.com/w');
@@ -97,9 +97,9 @@ test('responses client: citations arrive as response.output_text.annotation.adde
 test('anthropic client: a 429 insufficient_quota from a Responses upstream is rate_limit_error', async () => {
   await mock.reset();
   await mock.script([{ path: S.UPSTREAM_PATH.responses, status: 429, body: { error: { message: 'You exceeded your current quota, please check your plan and billing details.', type: 'insufficient_quota', param: null, code: 'insufficient_quota' } } }]);
-  const r = await post('/v1/messages', { model: 'to-responses-a', max_tokens: 10, messages: [{ role: 'user', content: 'x' }] });
+  const r = await send('/v1/messages', { model: 'to-responses-a', max_tokens: 10, messages: [{ role: 'user', content: 'x' }] });
   assert.equal(r.status, 429);
-  const b = await r.json();
+  const b = r.json;
   assert.equal(b.error.type, 'rate_limit_error');
 });
 

@@ -22,16 +22,16 @@
 
 /* by PX_PROTO_ value: chat, responses, anthropic, gemini */
 static const int dec_ready[PX_PROTO_COUNT] = {
-    [PX_PROTO_CHAT] = 0,
-    [PX_PROTO_RESPONSES] = 0,
+    [PX_PROTO_CHAT] = 1,
+    [PX_PROTO_RESPONSES] = 1,
     [PX_PROTO_ANTHROPIC] = 0,
-    [PX_PROTO_GEMINI] = 0,
+    [PX_PROTO_GEMINI] = 1,
 };
 static const int enc_ready[PX_PROTO_COUNT] = {
-    [PX_PROTO_CHAT] = 0,
-    [PX_PROTO_RESPONSES] = 0,
+    [PX_PROTO_CHAT] = 1,
+    [PX_PROTO_RESPONSES] = 1,
     [PX_PROTO_ANTHROPIC] = 0,
-    [PX_PROTO_GEMINI] = 0,
+    [PX_PROTO_GEMINI] = 1,
 };
 
 static int cases, taken;

@@ -28,6 +28,33 @@ static int json_eq(const char *got, size_t n, const char *want) {
   return eq;
 }
 
+/* The admission's scan of a body, with the members the store ops read. */
+static const px_json_req_t *scanned(const char *body) {
+  static px_json_req_t jr;
+  CHECK(px_json_request_watch(body, strlen(body), NULL, so->members, &jr) == 0);
+  return &jr;
+}
+
+static int fields(const char *body, char *prev, size_t cap, int *store) {
+  return so->fields(body, scanned(body), prev, cap, store);
+}
+
+static int input_items(const char *body, const char *id, px_buf_t *out) {
+  return so->input_items(body, scanned(body), id, out);
+}
+
+static size_t used_n;
+static void used(void *arg, size_t t) {
+  (void)arg;
+  CHECK(t == used_n); /* each turn once, oldest first */
+  used_n++;
+}
+
+static int expand(const char *body, const px_stored_turn_t *t, size_t n, px_buf_t *out) {
+  used_n = 0;
+  return so->expand(body, strlen(body), scanned(body), t, n, out, used, NULL);
+}
+
 static void test_match(void) {
   CHECK(match("/v1/responses/resp_1", "resp_1", 0));
   CHECK(match("/responses/resp_1", "resp_1", 0));
@@ -43,27 +70,27 @@ static void test_fields(void) {
   int store;
   const char *b1 =
       "{\"model\":\"m\",\"previous_response_id\":\"resp_abc-1\",\"store\":false}";
-  CHECK(so->fields(b1, strlen(b1), prev, sizeof(prev), &store) == 0);
+  CHECK(fields(b1, prev, sizeof(prev), &store) == 0);
   CHECK(strcmp(prev, "resp_abc-1") == 0 && store == 0);
   const char *b2 = "{\"model\":\"m\",\"previous_response_id\":null}";
-  CHECK(so->fields(b2, strlen(b2), prev, sizeof(prev), &store) == 0);
+  CHECK(fields(b2, prev, sizeof(prev), &store) == 0);
   CHECK(prev[0] == 0 && store == 1);
   const char *bad[] = {"{\"previous_response_id\":\"a b\"}",
                        "{\"previous_response_id\":7}", "{\"previous_response_id\":\"\"}",
                        "{\"previous_response_id\":\"r\\u0065sp\"}"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-    CHECK(so->fields(bad[i], strlen(bad[i]), prev, sizeof(prev), &store) < 0);
+    CHECK(fields(bad[i], prev, sizeof(prev), &store) < 0);
   char longid[300] = "{\"previous_response_id\":\"";
   memset(longid + strlen(longid), 'a', 129);
   strcat(longid, "\"}");
-  CHECK(so->fields(longid, strlen(longid), prev, sizeof(prev), &store) < 0);
+  CHECK(fields(longid, prev, sizeof(prev), &store) < 0);
 }
 
 static void test_input_items(void) {
   px_buf_t b;
   px_buf_init(&b, 1u << 20);
   const char *s = "{\"input\":\"hi\"}";
-  CHECK(so->input_items(s, strlen(s), "resp_X", &b) == 0);
+  CHECK(input_items(s, "resp_X", &b) == 0);
   CHECK(json_eq(b.data, b.len,
                 "[{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_"
                 "text\",\"text\":\"hi\"}],\"id\":\"msg_X_0\"}]"));
@@ -72,7 +99,7 @@ static void test_input_items(void) {
       "{\"input\":[{\"role\":\"user\",\"content\":\"a\"},{\"type\":\"function_call_"
       "output\",\"call_id\":\"c\",\"output\":\"o\"},{\"type\":\"message\",\"role\":"
       "\"user\",\"content\":\"b\",\"id\":\"mine\"}]}";
-  CHECK(so->input_items(a, strlen(a), "resp_X", &b) == 0);
+  CHECK(input_items(a, "resp_X", &b) == 0);
   CHECK(json_eq(
       b.data, b.len,
       "[{\"role\":\"user\",\"content\":\"a\",\"id\":\"msg_X_0\",\"type\":\"message\"},"
@@ -99,7 +126,7 @@ static void test_input_items(void) {
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     px_buf_reset(&b);
-    CHECK(so->input_items(cases[i].body, strlen(cases[i].body), "resp_X", &b) == 0);
+    CHECK(input_items(cases[i].body, "resp_X", &b) == 0);
     CHECK(json_eq(b.data, b.len, cases[i].want));
   }
   px_buf_free(&b);
@@ -116,7 +143,7 @@ static void test_expand(void) {
   px_buf_init(&b, 1u << 20);
   const char *body =
       "{\"previous_response_id\":\"resp_2\",\"model\":\"m\",\"input\":\"two\"}";
-  CHECK(so->expand(body, strlen(body), t, 2, &b) == 0);
+  CHECK(expand(body, t, 2, &b) == 0 && used_n == 2);
   CHECK(json_eq(
       b.data, b.len,
       "{\"previous_response_id\":null,\"model\":\"m\",\"input\":[{\"id\":\"i1\","
@@ -125,14 +152,14 @@ static void test_expand(void) {
       "\"content\":\"two\"}]}"));
   px_buf_reset(&b);
   const char *body2 = "{\"input\":[{\"x\":1}],\"previous_response_id\":\"resp_2\"}";
-  CHECK(so->expand(body2, strlen(body2), t, 1, &b) == 0);
+  CHECK(expand(body2, t, 1, &b) == 0);
   CHECK(
       json_eq(b.data, b.len,
               "{\"input\":[{\"id\":\"i1\",\"role\":\"user\",\"content\":\"one\"},{\"id\":"
               "\"o1\",\"type\":\"message\"},{\"x\":1}],\"previous_response_id\":null}"));
   px_buf_t small;
   px_buf_init(&small, 40);
-  CHECK(so->expand(body, strlen(body), t, 2, &small) == PX_ETOOBIG);
+  CHECK(expand(body, t, 2, &small) == PX_ETOOBIG);
   px_buf_free(&small);
   px_buf_free(&b);
 }

@@ -66,21 +66,16 @@ static void declines(void) {
     int in, out;
     const char *body;
   } cases[] = {
-      /* thinking, a rare member, an escaped member name, a repeated member */
-      {2, 0,
-       "{\"model\":\"m\",\"messages\":[],\"thinking\":{\"type\":\"enabled\","
-       "\"budget_tokens\":2048},\"max_tokens\":4096}"},
-      {0, 2, "{\"model\":\"m\",\"messages\":[],\"seed\":1}"},
+      /* messages that are no list, more than one choice (the reference
+       * refuses both), an escaped member name, a repeated member */
+      {2, 0, "{\"model\":\"m\",\"messages\":{},\"max_tokens\":4096}"},
+      {0, 2, "{\"model\":\"m\",\"messages\":[],\"n\":2}"},
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"\\u0074emperature\":1}"},
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"temperature\":1,\"temperature\":0}"},
-      /* stream options beyond include_usage (lossy) */
+      /* legacy function calling (the reference names the error) */
       {0, 2,
-       "{\"model\":\"m\",\"messages\":[],\"stream\":true,\"stream_options\":"
-       "{\"include_usage\":true,\"include_obfuscation\":false}}"},
-      /* an image part */
-      {0, 1,
-       "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
-       "\"image_url\",\"image_url\":{\"url\":\"https://x/y.png\"}}]}]}"},
+       "{\"model\":\"m\",\"messages\":[],\"stream\":true,\"functions\":[{\"name\":"
+       "\"f\"}]}"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     px_tr_ctx_t c;
@@ -110,6 +105,11 @@ static void declines(void) {
   px_buf_free(&b);
 }
 
+static void chat_clients(void);
+static void responses_codec(void);
+static void responses_encoder(void);
+static void gemini_codec(void);
+
 int main(void) {
   for (int in = 0; in < 3; in++)
     for (int out = 0; out < 3; out++)
@@ -133,5 +133,892 @@ int main(void) {
         request_pair(in, out, body, want[out]);
       }
   declines();
+  chat_clients();
+  responses_codec();
+  responses_encoder();
+  gemini_codec();
   return check_report("translate_fast");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Chat clients: the fast Chat codec (src/proto/chat_fast.c) against chat.c   */
+
+/* a body written with ' for " (readability), made JSON */
+static char *chat_body(const char *q) {
+  char *b = strdup(q);
+  for (char *p = b; *p; p++)
+    if (*p == '\'') *p = '"';
+  return b;
+}
+
+/* the fast body b (NUL-terminated) and lossy lf against the reference body
+ * ub and lossy ls; want (when not NULL) in the fast body */
+static void round_same(const char *what, const px_buf_t *b, const px_lossy_t *lf,
+                       json_t *ub, const px_lossy_t *ls, const char *want) {
+  char *so = ub ? json_dumps(ub, JSON_COMPACT) : NULL;
+  int eq = so != NULL && b->data != NULL &&
+           same_json(b->data, b->len - 1, so, strlen(so)) &&
+           strcmp(lf->buf, ls->buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "%s\nfast: %s [%s]\nslow: %s [%s]\n", what, b->data ? b->data : "",
+            lf->buf, so ? so : "", ls->buf);
+  if (want != NULL) CHECK(b->data != NULL && strstr(b->data, want) != NULL);
+  if (want != NULL && b->data != NULL && strstr(b->data, want) == NULL)
+    fprintf(stderr, "%s: no %s in %s\n", what, want, b->data);
+  free(so);
+}
+
+/* A codec's fast decoder and encoder (ops, protocol p on both sides of the
+ * IR), one after the other, against its jansson codec's decode_request and
+ * encode_request (px_translate_request from p to p): every part and setting
+ * the wire holds goes both ways; want (when not NULL) is in the fast body.
+ * stream: the context's. */
+static void codec_round(int p, const px_fast_ops_t *ops, const char *q, int stream,
+                        const char *want) {
+  char *body = chat_body(q);
+  size_t len = strlen(body);
+  px_json_req_t scan;
+  CHECK(px_json_request(body, len, &scan) == 0);
+  px_tr_ctx_t c;
+  ctx_of(&c, p, p);
+  c.stream = stream;
+  px_arena_t a;
+  px_arena_init(&a);
+  px_freq_t ir;
+  memset(&ir, 0, sizeof(ir));
+  ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  CHECK(ops->decode_request(&c, body, len, &ir, &a, &lf) == 0);
+  px_fit_fast_request(&c, &ir, &lf);
+  if (stream) px_lossy_predict(&c, px_freq_reasoning_on(&ir), &lf);
+  CHECK((px_freq_uses(&ir) & ~ops->encodes) == 0);
+  CHECK(ops->encode_request(&c, &ir, &b, &a, &lf) == 0);
+  CHECK(px_buf_append(&b, "", 1) == 0);
+  px_tr_ctx_t ref = c;
+  ref.reference = 1;
+  json_t *src = json_loadb(body, len, 0, NULL), *ub = NULL;
+  px_tr_err_t err;
+  CHECK(px_translate_request(&ref, src, &ub, &ls, &err) == 0);
+  round_same(px_proto_get(p)->name, &b, &lf, ub, &ls, want);
+  json_decref(ub);
+  json_decref(src);
+  px_buf_free(&b);
+  px_arena_free(&a);
+  free(body);
+}
+
+/* The fast Chat decoder and encoder, one after the other, against chat.c's
+ * decode_request and encode_request (a Chat-shaped codec on both sides of
+ * the IR: every part and setting the Chat wire holds goes both ways). */
+static void chat_round(const char *q, const char *want) {
+  codec_round(PX_PROTO_CHAT, &px_chat_fast, q, 0, want);
+}
+
+/* A client's body (a Chat, Gemini ... codec's, dec its fast decoder)
+ * toward every other upstream: the fast path takes it (equal to the
+ * reference), or declines because the upstream's fast encoder does not list
+ * a part the body uses, or the reference refuses it too. stream: the
+ * context's (-1: the body's `stream`). */
+static void client_pairs(int in, const px_fast_ops_t *dec, const char *q, int stream) {
+  char *body = chat_body(q);
+  size_t len = strlen(body);
+  for (int out = 0; out < PX_PROTO_COUNT; out++) {
+    if (out == in) continue;
+    px_tr_ctx_t c;
+    ctx_of(&c, in, out);
+    px_json_req_t scan;
+    CHECK(px_json_request(body, len, &scan) == 0);
+    c.stream = stream < 0 ? scan.stream : stream;
+    char *fo = NULL, *so = NULL;
+    size_t fl = 0, sl = 0;
+    px_lossy_t lf, ls;
+    px_tr_err_t err;
+    px_lossy_init(&lf);
+    px_lossy_init(&ls);
+    int rc = px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf);
+    px_tr_ctx_t ref = c;
+    ref.reference = 1;
+    int rr = px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &err);
+    if (rc == 0) {
+      int eq = rr == 0 && same_json(fo, fl, so, sl) && strcmp(lf.buf, ls.buf) == 0;
+      CHECK(eq);
+      if (!eq)
+        fprintf(stderr, "%d -> %d\nfast: %s [%s]\nslow: %s [%s]\n", in, out, fo, lf.buf,
+                so ? so : "", ls.buf);
+    } else if (rr == 0) {
+      /* declined: only for a part the upstream's encoder does not write */
+      px_arena_t a;
+      px_arena_init(&a);
+      px_freq_t ir;
+      memset(&ir, 0, sizeof(ir));
+      ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
+      px_lossy_t l;
+      px_lossy_init(&l);
+      CHECK(dec->decode_request(&c, body, len, &ir, &a, &l) == 0);
+      px_fit_fast_request(&c, &ir, &l);
+      int unknown = (px_freq_uses(&ir) & ~px_proto_get(out)->fast->encodes) != 0;
+      CHECK(unknown);
+      if (!unknown) fprintf(stderr, "%d -> %d declined: %s\n", in, out, body);
+      px_arena_free(&a);
+    }
+    free(fo);
+    free(so);
+  }
+  free(body);
+}
+
+static void chat_pairs(const char *q) {
+  client_pairs(PX_PROTO_CHAT, &px_chat_fast, q, -1);
+}
+
+/* What other clients' decoders put in the IR and a Chat client never
+ * sends (opaque reasoning tokens, a thinking budget or adaptive thinking,
+ * a reasoning summary, images in tool results): the fast Chat encoder
+ * writes from the fast IR what chat.c writes from the same IR, with the
+ * Anthropic client's lossy names. */
+static void chat_encode_ir(int adaptive) {
+  static const char *const doc =
+      "{'model':'m','messages':[{'role':'assistant','content':[{'type':'reasoning',"
+      "'text':'hm','signature':'sig'},{'type':'reasoning','text':'','redacted_data':"
+      "'red'},{'type':'text','text':'x'},{'type':'tool_call','id':'c1','name':'f',"
+      "'arguments':'{}'}]},{'role':'user','content':[{'type':'tool_result',"
+      "'tool_call_id':'c1','content':[{'type':'text','text':'r'},{'type':'image',"
+      "'url':'https://i'}],'is_error':true}]}],'reasoning':{'budget_tokens':5000,"
+      "'summary':'auto'}}";
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_ANTHROPIC, PX_PROTO_CHAT);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_freq_t ir;
+  memset(&ir, 0, sizeof(ir));
+  ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
+  px_fmsg_t *m = px_fmsg_push(&ir, &a, 1);
+  px_fpart_t *r1 = px_fpart_new(&a, PX_FP_REASONING),
+             *r2 = px_fpart_new(&a, PX_FP_REASONING);
+  px_fpart_t *tx = px_fpart_text(&a, (px_fstr_t){"x", 1, 0});
+  px_fpart_t *call = px_fpart_new(&a, PX_FP_TOOL_CALL);
+  CHECK(m && r1 && r2 && tx && call);
+  if (!(m && r1 && r2 && tx && call)) return;
+  r1->text = (px_fstr_t){"hm", 2, 0};
+  r1->tok[px_frtok_index("signature")] = (px_fstr_t){"sig", 3, 0};
+  r2->text = (px_fstr_t){"", 0, 0};
+  r2->tok[px_frtok_index("redacted_data")] = (px_fstr_t){"red", 3, 0};
+  call->id = (px_fstr_t){"c1", 2, 0};
+  call->name = (px_fstr_t){"f", 1, 0};
+  call->args = (px_fstr_t){"{}", 2, 0};
+  call->input = (px_str_t){"{}", 2};
+  px_fpart_push(&m->parts, &m->last, r1);
+  px_fpart_push(&m->parts, &m->last, r2);
+  px_fpart_push(&m->parts, &m->last, tx);
+  px_fpart_push(&m->parts, &m->last, call);
+  px_fmsg_t *u = px_fmsg_push(&ir, &a, 0);
+  px_fpart_t *res = px_fpart_new(&a, PX_FP_TOOL_RESULT),
+             *img = px_fpart_new(&a, PX_FP_IMAGE),
+             *rt = px_fpart_text(&a, (px_fstr_t){"r", 1, 0}), *tail = NULL;
+  CHECK(u && res && img && rt);
+  if (!(u && res && img && rt)) return;
+  res->id = (px_fstr_t){"c1", 2, 0};
+  res->is_error = 1;
+  img->url = (px_fstr_t){"https://i", 9, 0};
+  px_fpart_push(&res->content, &tail, rt);
+  px_fpart_push(&res->content, &tail, img);
+  px_fpart_push(&u->parts, &u->last, res);
+  ir.has_reasoning = 1;
+  char *q = chat_body(doc);
+  json_t *jir = json_loads(q, 0, NULL);
+  free(q);
+  CHECK(jir != NULL);
+  if (adaptive) { /* adaptive thinking: enabled, no budget, no summary */
+    ir.reasoning_enabled = 1;
+    json_object_set_new(jir, "reasoning", json_pack("{s:b}", "enabled", 1));
+  } else {
+    ir.budget = (px_str_t){"5000", 4};
+    ir.budget_v = 5000;
+    ir.summary = (px_fstr_t){"auto", 4, 0};
+  }
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  CHECK((px_freq_uses(&ir) & ~px_chat_fast.encodes) == 0);
+  CHECK(px_chat_fast.encode_request(&c, &ir, &b, &a, &lf) == 0);
+  json_t *ub = NULL;
+  px_tr_err_t err;
+  CHECK(px_proto_get(PX_PROTO_CHAT)->encode_request(&c, jir, &ub, &ls, &err) == 0);
+  char *so = ub ? json_dumps(ub, JSON_COMPACT) : NULL;
+  int eq = so != NULL && b.data != NULL && same_json(b.data, b.len, so, strlen(so)) &&
+           strcmp(lf.buf, ls.buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "chat encode\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len,
+            b.data ? b.data : "", lf.buf, so ? so : "", ls.buf);
+  CHECK(strstr(lf.buf, adaptive ? "thinking" : "reasoning.summary") != NULL);
+  free(so);
+  json_decref(ub);
+  json_decref(jir);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
+static void chat_clients(void) {
+  chat_encode_ir(0);
+  chat_encode_ir(1);
+  /* settings: reasoning effort, cache key, verbosity, structured output,
+   * metadata, user, developer instructions, tool choice, streaming */
+  static const char *const settings[] = {
+      "{'model':'m','messages':[{'role':'developer','content':'Be brief.'},"
+      "{'role':'system','content':[{'type':'text','text':'A'},{'type':'text','text':'B'}]"
+      "},"
+      "{'role':'user','content':'Hi'}],'reasoning_effort':'high',"
+      "'prompt_cache_key':'k-1','verbosity':'low','metadata':{'a':'b'},'user':'u-1',"
+      "'response_format':{'type':'json_schema','json_schema':{'name':'out',"
+      "'description':'d','strict':true,'schema':{'type':'object','properties':{}}}},"
+      "'max_completion_tokens':100,'max_tokens':5,'stream':true,"
+      "'stream_options':{'include_usage':true}}",
+      "{'model':'m','messages':[{'role':'user','content':'Hi','name':'ann'}],"
+      "'response_format':{'type':'json_object'},'seed':7,'logprobs':true,'x_extra':1,"
+      "'y_null':null,'safety_identifier':'s-1','store':false,'n':1,"
+      "'modalities':['text'],'stream_options':{'include_obfuscation':false}}",
+      "{'model':'m','messages':[{'role':'user','content':'Hi'}],'user':'u',"
+      "'safety_identifier':'s','reasoning_effort':'minimal','verbosity':null,"
+      "'prompt_cache_key':5,'response_format':{'type':'json_schema','json_schema':"
+      "{'schema':{'type':'object'}}}}",
+      "{'model':'m','messages':[{'role':'user','content':'Hi'}],'tools':[{'type':"
+      "'function','function':{'name':'f','description':'F','strict':false}}],"
+      "'tool_choice':{'type':'allowed_tools','allowed_tools':{'mode':'required',"
+      "'tools':[]}},'parallel_tool_calls':false}",
+      "{'model':'m','messages':[{'role':'user','content':'Hi'}],'tools':[{'type':"
+      "'function','function':{'name':'f','parameters':{'type':'object'}}}],"
+      "'tool_choice':{'type':'function','function':{'name':'f'}},'stop':['a','b']}",
+      /* a stream: what it may drop is named before what the encoder names */
+      "{'model':'m','messages':[{'role':'system','content':'S'},{'role':'user',"
+      "'content':'Hi'}],'user':'u','metadata':{'a':'b'},'stop':'x','seed':1,"
+      "'stream':true}",
+  };
+  /* content: images (by URL, with detail, as data), files (data URL, bare
+   * base64, file id), assistant history with refusals, reasoning text,
+   * tool calls and custom (freeform) tools and calls */
+  static const char *const content[] = {
+      "{'model':'m','messages':[{'role':'user','content':[{'type':'text','text':'see'},"
+      "{'type':'image_url','image_url':{'url':'https://x/y.png','detail':'high'}},"
+      "{'type':'image_url','image_url':{'url':'data:image/png;base64,iVBORw0K'}},"
+      "{'type':'file','file':{'file_data':'data:application/pdf;base64,JVBERi0x',"
+      "'filename':'a.pdf'}},{'type':'file','file':{'file_data':'JVBERi0y'}}]}]}",
+      "{'model':'m','messages':[{'role':'user','content':[{'type':'image_url',"
+      "'image_url':'https://x/z.png'}]}]}",
+      "{'model':'m','messages':[{'role':'user','content':[{'type':'file','file':"
+      "{'file_id':'file-1','filename':'b.txt'}}]}]}",
+      "{'model':'m','messages':[{'role':'user','content':'Hi'},{'role':'assistant',"
+      "'content':null,'refusal':'I cannot.'},{'role':'user','content':'Why?'},"
+      "{'role':'assistant','content':[{'type':'text','text':'Because '},"
+      "{'type':'refusal','refusal':'no.'}],'refusal':'dropped'},{'role':'user',"
+      "'content':'Go on'},{'role':'assistant','reasoning_content':'think \\u00e9',"
+      "'content':'ok','tool_calls':[{'id':'c1','type':'function','function':{'name':'f',"
+      "'arguments':'{\\'a\\':1}'}},{'id':'c2','type':'custom','custom':{'name':'g',"
+      "'input':'raw text'}}]},{'role':'tool','tool_call_id':'c1','content':'r1'},"
+      "{'role':'tool','tool_call_id':'c2','content':[{'type':'text','text':'r2'}]}],"
+      "'tools':[{'type':'function','function':{'name':'f','parameters':{'type':'object'}}"
+      "},"
+      "{'type':'custom','custom':{'name':'g','description':'G','format':{'type':'grammar'"
+      ","
+      "'grammar':{'syntax':'lark','definition':'start: WORD'}}}},{'type':'custom',"
+      "'custom':{'name':'h','format':{'type':'text'}}},{'type':'custom','custom':"
+      "{'name':'i'}}],'tool_choice':{'type':'custom','custom':{'name':'g'}}}",
+  };
+  for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
+    chat_round(settings[i], NULL);
+    chat_pairs(settings[i]);
+  }
+  for (size_t i = 0; i < sizeof(content) / sizeof(content[0]); i++) {
+    chat_round(content[i], NULL);
+    chat_pairs(content[i]);
+  }
+  /* what the fields become on the Chat wire */
+  chat_round(settings[0], "\"reasoning_effort\":\"high\"");
+  chat_round(settings[0], "\"max_completion_tokens\":100");
+  chat_round(content[0], "\"url\":\"data:image/png;base64,iVBORw0K\"");
+  chat_round(content[0], "\"filename\":\"document.pdf\"");
+  chat_round(content[3], "\"refusal\":\"I cannot.\"");
+  chat_round(content[3], "\"reasoning_content\":\"think \\u00e9\"");
+  chat_round(content[3], "\"grammar\":{\"syntax\":\"lark\"");
+  chat_round(content[3], "\"tool_choice\":{\"type\":\"custom\"");
+}
+/* ---- Responses (responses_fast.c), in halves ----
+ * Its decoder and its encoder each against responses.c's, chained through
+ * each other: a Responses client body decoded for an upstream of protocol
+ * dout (what the decoder keeps depends on it), fitted and encoded toward a
+ * Responses upstream for a client of protocol ein (the encoder's lossy
+ * names and its store/include depend on it). Both halves must take the
+ * body; the body and the lossy list must equal the jansson halves'. */
+static void resp_halves(const char *body, size_t len, int dout, int ein,
+                        const char *want) {
+  px_tr_ctx_t d, e;
+  ctx_of(&d, PX_PROTO_RESPONSES, dout);
+  ctx_of(&e, ein, PX_PROTO_RESPONSES);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_freq_t ir;
+  memset(&ir, 0, sizeof(ir));
+  ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t b;
+  px_buf_init(&b, 64u << 20);
+  int rc = px_responses_fast.decode_request(&d, body, len, &ir, &a, &lf);
+  CHECK(rc == 0);
+  if (rc == 0) {
+    px_fit_fast_request(&e, &ir, &lf);
+    rc = px_responses_fast.encode_request(&e, &ir, &b, &a, &lf);
+    CHECK(rc == 0);
+  }
+  json_t *src = json_loadb(body, len, 0, NULL), *jir = NULL, *out = NULL;
+  px_tr_err_t err;
+  const px_proto_ops_t *ops = px_proto_get(PX_PROTO_RESPONSES);
+  CHECK(src != NULL && ops->decode_request(&d, src, &jir, &ls, &err) == 0);
+  if (jir != NULL) {
+    json_object_set_new(jir, "model", json_string(e.upstream_model));
+    px_ir_fit_request(&e, jir, &ls);
+    CHECK(ops->encode_request(&e, jir, &out, &ls, &err) == 0);
+  }
+  char *so = out ? json_dumps(out, JSON_COMPACT) : NULL;
+  if (rc == 0 && so != NULL) {
+    int eq = same_json(b.data, b.len, so, strlen(so)) && strcmp(lf.buf, ls.buf) == 0;
+    CHECK(eq);
+    if (!eq)
+      fprintf(stderr,
+              "responses halves, for %d, from %d:\nfast: %.*s [%s]\nslow: %s [%s]\n",
+              dout, ein, (int)b.len, b.data, lf.buf, so, ls.buf);
+    if (want != NULL) CHECK(memmem(b.data, b.len, want, strlen(want)) != NULL);
+  }
+  free(so);
+  json_decref(src);
+  json_decref(jir);
+  json_decref(out);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
+static void resp_halves_all(const char *body, size_t len, const char *want) {
+  for (int dout = 0; dout < PX_PROTO_COUNT; dout++)
+    for (int ein = 0; ein < PX_PROTO_COUNT; ein++)
+      if (dout != PX_PROTO_RESPONSES && ein != PX_PROTO_RESPONSES)
+        resp_halves(body, len, dout, ein, want);
+}
+
+/* Codex's requests (test/agents/captured) and the shapes around them */
+static void responses_codec(void) {
+  const char *src = getenv("PROXAI_TEST_SRCDIR");
+  static const char *const files[] = {"codex-0.169.0-gpt-5.1-codex.json",
+                                      "codex-0.169.0-gpt-5.5.json"};
+  for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/test/agents/captured/%s", src ? src : ".", files[i]);
+    json_t *caps = json_load_file(path, 0, NULL);
+    CHECK(json_is_array(caps));
+    size_t k;
+    json_t *r;
+    json_array_foreach(caps, k, r) {
+      char *body = json_dumps(json_object_get(r, "body"), JSON_COMPACT);
+      CHECK(body != NULL);
+      if (body != NULL) resp_halves_all(body, strlen(body), NULL);
+      free(body);
+    }
+    json_decref(caps);
+  }
+  static const struct {
+    const char *body, *want;
+  } cases[] = {
+      /* reasoning items: content texts first, else the summaries joined;
+       * tagged tokens of other families; a reasoning item without a token */
+      {"{\"model\":\"m\",\"reasoning\":{\"effort\":\"high\",\"summary\":\"auto\"},"
+       "\"input\":[{\"role\":\"user\",\"content\":\"hi\"},{\"type\":\"reasoning\",\"id\":"
+       "\"rs_1\",\"summary\":[{\"type\":\"summary_text\",\"text\":\"a\"},{\"type\":"
+       "\"summary_text\",\"text\":\"\"},{\"type\":\"summary_text\",\"text\":\"b\\n\"}],"
+       "\"encrypted_content\":\"enc1\"},{\"type\":\"reasoning\",\"summary\":[],"
+       "\"content\":"
+       "[{\"type\":\"reasoning_text\",\"text\":\"\"},{\"type\":\"reasoning_text\","
+       "\"text\":"
+       "\"t\"},7],\"encrypted_content\":\"pxa1:sig:abc\"},{\"type\":\"reasoning\","
+       "\"summary\":"
+       "[{\"type\":\"summary_text\",\"text\":\"x\"}]},{\"role\":\"assistant\","
+       "\"content\":"
+       "\"done\"}]}",
+       "\"encrypted_content\":\"enc1\""},
+      /* custom tools and calls, hosted and namespace tools, defer_loading,
+       * a namespaced call, tool_choice of a custom tool */
+      {"{\"model\":\"m\",\"input\":[{\"type\":\"custom_tool_call\",\"call_id\":\"c1\","
+       "\"name\":\"apply_patch\",\"input\":\"*** Begin \\\"x\\\"\\n\"},{\"type\":"
+       "\"custom_tool_call_output\",\"call_id\":\"c1\",\"output\":\"ok\"},{\"type\":"
+       "\"function_call\",\"call_id\":\"c2\",\"name\":\"f\",\"namespace\":\"ns\","
+       "\"arguments\":\"{\\\"a\\\":1}\"},{\"type\":\"function_call_output\",\"call_id\":"
+       "\"c2\",\"output\":[{\"type\":\"input_text\",\"text\":\"r\"}]}],\"tools\":[{"
+       "\"type\":"
+       "\"custom\",\"name\":\"apply_patch\",\"description\":\"d\",\"format\":{\"type\":"
+       "\"grammar\",\"syntax\":\"lark\",\"definition\":\"start: x\"}},{\"type\":"
+       "\"function\",\"name\":\"f\",\"strict\":true,\"defer_loading\":true},{\"type\":"
+       "\"namespace\",\"name\":\"n\",\"tools\":[{\"type\":\"function\",\"name\":\"g\"}]},"
+       "{\"type\":\"web_search_preview_2025\"},{\"type\":\"tool_search\"},{\"type\":"
+       "\"mcp\"}],\"tool_choice\":{\"type\":\"custom\",\"name\":\"apply_patch\"},"
+       "\"parallel_tool_calls\":false}",
+       NULL},
+      /* images and files; assistant refusals and annotations; developer
+       * and system messages */
+      {"{\"model\":\"m\",\"instructions\":\"sys\",\"input\":[{\"type\":\"message\","
+       "\"role\":\"developer\",\"content\":[{\"type\":\"input_text\",\"text\":\"dev\"}]},"
+       "{\"role\":\"system\",\"content\":\"s2\"},{\"role\":\"user\",\"content\":[{"
+       "\"type\":"
+       "\"input_text\",\"text\":\"see\"},{\"type\":\"input_image\",\"image_url\":"
+       "\"data:image/jpeg;base64,AAAA\",\"detail\":\"high\"},{\"type\":\"input_image\","
+       "\"image_url\":\"https://x/y.png\"},{\"type\":\"input_file\",\"file_data\":"
+       "\"data:text/plain;base64,QQ==\"},{\"type\":\"input_file\",\"file_data\":\"JVBE\","
+       "\"filename\":\"a.pdf\"},{\"type\":\"input_file\",\"file_url\":\"https://x/f\"}]},"
+       "{\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"t\","
+       "\"annotations\":[{\"type\":\"url_citation\"}]},{\"type\":\"refusal\",\"refusal\":"
+       "\"no\"}]},{\"type\":\"function_call\",\"call_id\":\"c3\",\"name\":\"f\","
+       "\"arguments\":\"{}\"},{\"type\":\"function_call_output\",\"call_id\":\"c3\","
+       "\"output\":[{\"type\":\"input_text\",\"text\":\"r\"},{\"type\":\"input_image\","
+       "\"image_url\":\"https://x/z.png\"}]}],\"tools\":[{\"type\":\"function\",\"name\":"
+       "\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}]}",
+       NULL},
+      /* text format and verbosity, the members dropped by name, an unknown
+       * member, safety_identifier, tool_choice without tools */
+      {"{\"model\":\"m\",\"input\":\"hi\",\"text\":{\"format\":{\"type\":\"json_schema\","
+       "\"name\":\"out\",\"schema\":{\"type\":\"object\"},\"strict\":true,"
+       "\"description\":"
+       "\"d\"},\"verbosity\":\"low\"},\"store\":true,\"include\":[\"x\"],\"truncation\":"
+       "\"auto\",\"prompt_cache_key\":\"k\",\"service_tier\":\"flex\",\"client_"
+       "metadata\":"
+       "{\"a\":\"b\"},\"max_tool_calls\":3,\"top_logprobs\":2,\"stream_options\":"
+       "{\"include_obfuscation\":false},\"x_future\":1,\"safety_identifier\":\"s\","
+       "\"tools\":[{\"type\":\"web_search\"}],\"tool_choice\":\"required\",\"metadata\":"
+       "{\"k\":\"v\"},\"max_output_tokens\":100,\"temperature\":0.5,\"top_p\":1,"
+       "\"stream\":"
+       "true,\"reasoning\":{\"effort\":\"none\"}}",
+       "\"store\":false"},
+      {"{\"input\":[],\"text\":{\"format\":{\"type\":\"json_object\"},\"verbosity\":3},"
+       "\"user\":\"u\",\"safety_identifier\":\"s\",\"prompt_cache_key\":5,\"reasoning\":"
+       "{\"generate_summary\":\"concise\"}}",
+       "\"include\":[\"reasoning.encrypted_content\"]"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    resp_halves_all(cases[i].body, strlen(cases[i].body), cases[i].want);
+  /* left to responses.c: a stored conversation, an item no upstream takes,
+   * arguments that are no object, an escaped role, an escaped effort, an
+   * input_image by file id (errors there, or another body) */
+  static const char *const declined[] = {
+      "{\"model\":\"m\",\"previous_response_id\":\"resp_1\",\"input\":\"hi\"}",
+      "{\"model\":\"m\",\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}",
+      "{\"model\":\"m\",\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\","
+      "\"name\":\"f\",\"arguments\":\"[1]\"}]}",
+      "{\"model\":\"m\",\"input\":[{\"role\":\"\\u0075ser\",\"content\":\"hi\"}]}",
+      "{\"model\":\"m\",\"reasoning\":{\"effort\":\"n\\u006fne\"},\"input\":\"hi\"}",
+      "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
+      "\"input_image\",\"file_id\":\"file_1\"}]}]}",
+  };
+  for (size_t i = 0; i < sizeof(declined) / sizeof(declined[0]); i++) {
+    px_tr_ctx_t c;
+    ctx_of(&c, PX_PROTO_RESPONSES, PX_PROTO_ANTHROPIC);
+    px_arena_t a;
+    px_arena_init(&a);
+    px_freq_t ir;
+    memset(&ir, 0, sizeof(ir));
+    px_lossy_t l;
+    px_lossy_init(&l);
+    CHECK(px_responses_fast.decode_request(&c, declined[i], strlen(declined[i]), &ir, &a,
+                                           &l) == PX_FAST_DECLINE);
+    px_arena_free(&a);
+  }
+}
+
+/* Responses' fast encoder on what other clients' decoders fill (cache
+ * controls, thinking budgets and switches, signed and redacted thinking,
+ * images and files in tool results): the fast IR built by hand, the same
+ * IR as a document, both encoded for an Anthropic client. */
+static px_fstr_t fs(const char *s) {
+  return (px_fstr_t){s, strlen(s), 0};
+}
+
+static void resp_encode_case(px_freq_t *ir, const char *doc, const char *want) {
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_ANTHROPIC, PX_PROTO_RESPONSES);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t b;
+  px_buf_init(&b, 1u << 20);
+  CHECK(px_responses_fast.encode_request(&c, ir, &b, &a, &lf) == 0);
+  json_t *jir = json_loads(doc, 0, NULL), *out = NULL;
+  px_tr_err_t err;
+  CHECK(jir != NULL &&
+        px_proto_get(PX_PROTO_RESPONSES)->encode_request(&c, jir, &out, &ls, &err) == 0);
+  char *so = out ? json_dumps(out, JSON_COMPACT) : NULL;
+  int eq = so != NULL && same_json(b.data, b.len, so, strlen(so)) &&
+           strcmp(lf.buf, ls.buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "responses encoder:\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len,
+            b.data, lf.buf, so ? so : "", ls.buf);
+  CHECK(memmem(b.data, b.len, want, strlen(want)) != NULL);
+  free(so);
+  json_decref(jir);
+  json_decref(out);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
+static void responses_encoder(void) {
+  static const px_str_t cc = {"{\"type\":\"ephemeral\"}", 20};
+  px_arena_t a;
+  px_arena_init(&a);
+  px_freq_t ir;
+  memset(&ir, 0, sizeof(ir));
+  ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
+  px_fpart_t *s1 = px_fpart_text(&a, fs("a")), *s2 = px_fpart_text(&a, fs("b"));
+  s1->cache_control = cc;
+  px_fpart_push(&ir.system, &ir.system_last, s1);
+  px_fpart_push(&ir.system, &ir.system_last, s2);
+  px_fmsg_t *u = px_fmsg_push(&ir, &a, 0);
+  px_fpart_t *t = px_fpart_text(&a, fs("hi")), *img = px_fpart_new(&a, PX_FP_IMAGE);
+  t->cache_control = cc;
+  img->media_type = fs("image/jpeg");
+  img->data = fs("AAAA");
+  px_fpart_push(&u->parts, &u->last, t);
+  px_fpart_push(&u->parts, &u->last, img);
+  px_fmsg_t *m = px_fmsg_push(&ir, &a, 1);
+  px_fpart_t *r1 = px_fpart_new(&a, PX_FP_REASONING),
+             *r2 = px_fpart_new(&a, PX_FP_REASONING),
+             *r3 = px_fpart_new(&a, PX_FP_REASONING);
+  r1->text = fs("th");
+  r1->tok[px_frtok_index("signature")] = fs("sig");
+  r2->text = fs("");
+  r2->tok[px_frtok_index("redacted_data")] = fs("rd");
+  r3->text = fs("t2");
+  r3->tok[px_frtok_index("encrypted_content")] = fs("enc");
+  px_fpart_t *tx = px_fpart_text(&a, fs("ok")), *call = px_fpart_new(&a, PX_FP_TOOL_CALL);
+  call->id = fs("c1");
+  call->name = fs("f");
+  call->input = (px_str_t){"{\"a\": 1}", 8};
+  px_fpart_t *parts[] = {r1, tx, r2, r3, call};
+  for (size_t i = 0; i < 5; i++) px_fpart_push(&m->parts, &m->last, parts[i]);
+  px_fmsg_t *u2 = px_fmsg_push(&ir, &a, 0);
+  px_fpart_t *res = px_fpart_new(&a, PX_FP_TOOL_RESULT), *rt = px_fpart_text(&a, fs("r")),
+             *f1 = px_fpart_new(&a, PX_FP_FILE), *f2 = px_fpart_new(&a, PX_FP_FILE),
+             *tail = NULL;
+  res->id = fs("c1");
+  res->is_error = 1;
+  f1->file_id = fs("file_1");
+  f2->media_type = fs("text/plain");
+  f2->data = fs("QQ==");
+  px_fpart_push(&res->content, &tail, rt);
+  px_fpart_push(&res->content, &tail, f1);
+  px_fpart_push(&res->content, &tail, f2);
+  px_fpart_push(&u2->parts, &u2->last, res);
+  px_ftool_t *tool =
+      px_ftool_push(&ir, &a, fs("f"), NULL, NULL, NULL, PX_FAST_OPENAI_PARAMS);
+  tool->cache_control = cc;
+  ir.tool_choice = PX_FTC_TOOL;
+  ir.tc_name = fs("f");
+  ir.has_reasoning = 1;
+  ir.reasoning_enabled = 1;
+  ir.budget = (px_str_t){"5000", 4};
+  ir.budget_v = 5000;
+  ir.top_k = (px_str_t){"3", 1};
+  ir.stop1 = fs("x");
+  ir.stream_true = 1;
+  const char *doc =
+      "{\"system\":[{\"type\":\"text\",\"text\":\"a\",\"cache_control\":{\"type\":"
+      "\"ephemeral\"}},{\"type\":\"text\",\"text\":\"b\"}],\"messages\":[{\"role\":"
+      "\"user\","
+      "\"content\":[{\"type\":\"text\",\"text\":\"hi\",\"cache_control\":{\"type\":"
+      "\"ephemeral\"}},{\"type\":\"image\",\"media_type\":\"image/"
+      "jpeg\",\"data\":\"AAAA\"}]},"
+      "{\"role\":\"assistant\",\"content\":[{\"type\":\"reasoning\",\"text\":\"th\","
+      "\"signature\":\"sig\"},{\"type\":\"text\",\"text\":\"ok\"},{\"type\":"
+      "\"reasoning\","
+      "\"text\":\"\",\"redacted_data\":\"rd\"},{\"type\":\"reasoning\",\"text\":\"t2\","
+      "\"encrypted_content\":\"enc\"},{\"type\":\"tool_call\",\"id\":\"c1\",\"name\":"
+      "\"f\","
+      "\"arguments\":\"{\\\"a\\\":1}\"}]},{\"role\":\"user\",\"content\":[{\"type\":"
+      "\"tool_result\",\"tool_call_id\":\"c1\",\"is_error\":true,\"content\":[{\"type\":"
+      "\"text\",\"text\":\"r\"},{\"type\":\"file\",\"file_id\":\"file_1\"},{\"type\":"
+      "\"file\","
+      "\"media_type\":\"text/plain\",\"data\":\"QQ==\"}]}]}],\"tools\":[{\"name\":\"f\","
+      "\"parameters\":{\"type\":\"object\",\"properties\":{}},\"cache_control\":{"
+      "\"type\":"
+      "\"ephemeral\"}}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"f\"},\"reasoning\":"
+      "{\"enabled\":true,\"budget_tokens\":5000},\"top_k\":3,\"stop\":[\"x\"],\"stream\":"
+      "true}";
+  resp_encode_case(&ir, doc, "\"effort\":\"medium\"");
+  /* thinking on without a budget (adaptive): summaries, the setting named */
+  ir.budget = (px_str_t){NULL, 0};
+  const char *adaptive = "{\"messages\":[],\"reasoning\":{\"enabled\":true}}";
+  px_freq_t ir2;
+  memset(&ir2, 0, sizeof(ir2));
+  ir2.parallel = ir2.rf_strict = -1;
+  ir2.has_reasoning = ir2.reasoning_enabled = 1;
+  resp_encode_case(&ir2, adaptive, "\"summary\":\"auto\"");
+  /* thinking off: no reasoning, no include */
+  ir2.reasoning_enabled = 0;
+  ir2.budget = (px_str_t){"5000", 4};
+  ir2.budget_v = 5000;
+  resp_encode_case(
+      &ir2, "{\"messages\":[],\"reasoning\":{\"enabled\":false,\"budget_tokens\":5000}}",
+      "\"store\":false}");
+  px_arena_free(&a);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Gemini clients and upstreams: the fast Gemini codec against gemini.c      */
+
+/* The fast Gemini decoder and encoder, one after the other, against
+ * gemini.c's: thoughts and signatures, blobs, minted ids, the thinking and
+ * JSON output settings go both ways. */
+static void gem_round(const char *q, int stream, const char *want) {
+  codec_round(PX_PROTO_GEMINI, &px_gemini_fast, q, stream, want);
+}
+
+/* a fast IR as the hub starts it */
+static void gem_ir_init(px_freq_t *ir) {
+  memset(ir, 0, sizeof(*ir));
+  ir->parallel = ir->reasoning_enabled = ir->rf_strict = -1;
+}
+
+/* the fast Gemini decoder's IR of a body, with a fresh arena and lossy */
+static int gem_decode(const px_tr_ctx_t *c, const char *body, size_t len, px_freq_t *ir,
+                      px_arena_t *a, px_lossy_t *l) {
+  px_arena_init(a);
+  gem_ir_init(ir);
+  px_lossy_init(l);
+  return px_gemini_fast.decode_request(c, body, len, ir, a, l);
+}
+
+/* What other clients' decoders put in the IR and a Gemini client never
+ * sends (Anthropic signatures and redacted thinking, OpenAI encrypted
+ * reasoning, file ids, refusals, images in tool results, an effort or a
+ * budget, a summary, a JSON schema): the fast Gemini encoder writes from
+ * the fast IR what gemini.c writes from the same IR. */
+static void gem_encode_ir(int variant) {
+  static const char *const doc =
+      "{'model':'m','messages':[{'role':'assistant','content':[{'type':'reasoning',"
+      "'text':'hm','signature':'sig'},{'type':'reasoning','text':'','redacted_data':"
+      "'red'},{'type':'reasoning','text':'own','thought_signature':'ts1'},{'type':"
+      "'reasoning','text':'','thought_signature':'ts2'},{'type':'refusal','text':'no'},"
+      "{'type':'tool_call','id':'c1','name':'f','arguments':' \\n'}]},{'role':'user',"
+      "'content':[{'type':'tool_result','tool_call_id':'c1','content':[{'type':'text',"
+      "'text':' {\\'a\\': 1}'},{'type':'image','url':'https://i'}],'is_error':true},"
+      "{'type':'image','url':'data:image/png;base64,QUFB'},{'type':'file','url':"
+      "'https://x/doc.PDF?x=1'},{'type':'file','file_id':'file-1'},{'type':'image',"
+      "'media_type':'image/gif','data':'R0lG'}]}]}";
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_ANTHROPIC, PX_PROTO_GEMINI);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_freq_t ir;
+  gem_ir_init(&ir);
+  px_fmsg_t *m = px_fmsg_push(&ir, &a, 1), *u = px_fmsg_push(&ir, &a, 0);
+  CHECK(m && u);
+  if (!(m && u)) return;
+  static const struct {
+    const char *text, *field, *tok;
+  } rs[] = {{"hm", "signature", "sig"},
+            {"", "redacted_data", "red"},
+            {"own", "thought_signature", "ts1"},
+            {"", "thought_signature", "ts2"}};
+  for (size_t i = 0; i < 4; i++) {
+    px_fpart_t *r = px_fpart_new(&a, PX_FP_REASONING);
+    if (r == NULL) return;
+    r->text = (px_fstr_t){rs[i].text, strlen(rs[i].text), 0};
+    r->tok[px_frtok_index(rs[i].field)] = (px_fstr_t){rs[i].tok, strlen(rs[i].tok), 0};
+    px_fpart_push(&m->parts, &m->last, r);
+  }
+  px_fpart_t *ref = px_fpart_new(&a, PX_FP_REFUSAL),
+             *call = px_fpart_new(&a, PX_FP_TOOL_CALL);
+  px_fpart_t *res = px_fpart_new(&a, PX_FP_TOOL_RESULT), *tail = NULL;
+  px_fpart_t *rt = px_fpart_text(&a, (px_fstr_t){" {\\\"a\\\": 1}", 11, 1});
+  px_fpart_t *ri = px_fpart_new(&a, PX_FP_IMAGE), *i1 = px_fpart_new(&a, PX_FP_IMAGE);
+  px_fpart_t *f1 = px_fpart_new(&a, PX_FP_FILE), *f2 = px_fpart_new(&a, PX_FP_FILE);
+  px_fpart_t *i2 = px_fpart_new(&a, PX_FP_IMAGE);
+  CHECK(ref && call && res && rt && ri && i1 && f1 && f2 && i2);
+  if (!(ref && call && res && rt && ri && i1 && f1 && f2 && i2)) return;
+  ref->text = (px_fstr_t){"no", 2, 0};
+  call->id = (px_fstr_t){"c1", 2, 0};
+  call->name = (px_fstr_t){"f", 1, 0};
+  call->args = (px_fstr_t){" \\n", 3, 1};
+  px_fpart_push(&m->parts, &m->last, ref);
+  px_fpart_push(&m->parts, &m->last, call);
+  res->id = (px_fstr_t){"c1", 2, 0};
+  res->is_error = 1;
+  ri->url = (px_fstr_t){"https://i", 9, 0};
+  px_fpart_push(&res->content, &tail, rt);
+  px_fpart_push(&res->content, &tail, ri);
+  i1->url = (px_fstr_t){"data:image/png;base64,QUFB", 26, 0};
+  f1->url = (px_fstr_t){"https://x/doc.PDF?x=1", 21, 0};
+  f2->file_id = (px_fstr_t){"file-1", 6, 0};
+  i2->media_type = (px_fstr_t){"image/gif", 9, 0};
+  i2->data = (px_fstr_t){"R0lG", 4, 0};
+  px_fpart_t *up[] = {res, i1, f1, f2, i2};
+  for (size_t i = 0; i < 5; i++) px_fpart_push(&u->parts, &u->last, up[i]);
+  char *q = chat_body(doc);
+  json_t *jir = json_loads(q, 0, NULL);
+  free(q);
+  CHECK(jir != NULL);
+  ir.has_reasoning = 1;
+  if (variant == 0) { /* a budget, a summary, a JSON schema */
+    ir.budget = (px_str_t){"5000", 4};
+    ir.budget_v = 5000;
+    ir.summary = (px_fstr_t){"auto", 4, 0};
+    ir.rf_schema = (px_str_t){"{\"type\":\"object\"}", 17};
+    ir.rf_name = (px_fstr_t){"out", 3, 0};
+    json_object_set_new(
+        jir, "reasoning",
+        json_pack("{s:i, s:s}", "budget_tokens", 5000, "summary", "auto"));
+    json_object_set_new(jir, "response_format",
+                        json_pack("{s:s, s:s, s:{s:s}}", "type", "json_schema", "name",
+                                  "out", "schema", "type", "object"));
+  } else if (variant == 1) { /* no thinking; JSON */
+    ir.effort = (px_fstr_t){"none", 4, 0};
+    ir.rf_json = 1;
+    json_object_set_new(jir, "reasoning", json_pack("{s:s}", "effort", "none"));
+    json_object_set_new(jir, "response_format",
+                        json_pack("{s:s}", "type", "json_object"));
+  } else { /* an effort, enabled */
+    ir.effort = (px_fstr_t){"medium", 6, 0};
+    ir.reasoning_enabled = 1;
+    json_object_set_new(jir, "reasoning",
+                        json_pack("{s:s, s:b}", "effort", "medium", "enabled", 1));
+  }
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  CHECK((px_freq_uses(&ir) & ~px_gemini_fast.encodes) == 0);
+  CHECK(px_gemini_fast.encode_request(&c, &ir, &b, &a, &lf) == 0);
+  CHECK(px_buf_append(&b, "", 1) == 0);
+  json_t *ub = NULL;
+  px_tr_err_t err;
+  CHECK(px_proto_get(PX_PROTO_GEMINI)->encode_request(&c, jir, &ub, &ls, &err) == 0);
+  /* Gemini's own signature rides on the part after it; the others drop */
+  round_same("gemini encode", &b, &lf, ub, &ls,
+             "{\"thoughtSignature\":\"ts2\",\"text\":\"no\"}");
+  CHECK(strstr(lf.buf, "reasoning.signature") != NULL);
+  json_decref(ub);
+  json_decref(jir);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
+/* whether a fast string is the literal lit */
+static int gem_is(px_fstr_t s, const char *lit) {
+  return s.p != NULL && s.n == strlen(lit) && memcmp(s.p, lit, s.n) == 0;
+}
+
+/* The IR the fast decoder reads from a Gemini client's history: minted ids
+ * answered by name in order, another family's signature joined to the
+ * thought before it (Anthropic's, OpenAI's) or a part of its own (redacted
+ * thinking), thoughts of user turns dropped. */
+static void gem_decode_ir(const char *q) {
+  char *body = chat_body(q);
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_GEMINI, PX_PROTO_CHAT);
+  px_arena_t a;
+  px_freq_t ir;
+  px_lossy_t l;
+  CHECK(gem_decode(&c, body, strlen(body), &ir, &a, &l) == 0);
+  int ks = px_frtok_index("signature"), kr = px_frtok_index("redacted_data"),
+      ke = px_frtok_index("encrypted_content");
+  const px_fmsg_t *m = ir.msgs;
+  CHECK(m != NULL && !m->assistant && m->parts == m->last && gem_is(m->parts->text, "q"));
+  m = m ? m->next : NULL;
+  const px_fpart_t *p = m ? m->parts : NULL;
+  CHECK(m != NULL && m->assistant && p != NULL && p->type == PX_FP_REASONING &&
+        gem_is(p->text, "hm") && gem_is(p->tok[ks], "S1"));
+  p = p ? p->next : NULL;
+  CHECK(p != NULL && p->type == PX_FP_TEXT && gem_is(p->text, "a"));
+  p = p ? p->next : NULL;
+  CHECK(p != NULL && p->type == PX_FP_TOOL_CALL && gem_is(p->id, "call_1"));
+  p = p ? p->next : NULL;
+  CHECK(p != NULL && p->type == PX_FP_TOOL_CALL && gem_is(p->id, "call_2"));
+  p = p ? p->next : NULL;
+  CHECK(p != NULL && p->type == PX_FP_REASONING && p->text.n == 0 &&
+        gem_is(p->tok[kr], "R1") && p->next == NULL);
+  m = m ? m->next : NULL;
+  p = m ? m->parts : NULL;
+  CHECK(p != NULL && p->type == PX_FP_TOOL_RESULT && gem_is(p->id, "call_1") &&
+        p->next != NULL && gem_is(p->next->id, "call_2"));
+  m = m ? m->next : NULL;
+  p = m ? m->parts : NULL;
+  CHECK(p != NULL && p->type == PX_FP_REASONING && gem_is(p->tok[ke], "E1") &&
+        p->next != NULL && p->next->type == PX_FP_TEXT);
+  CHECK(strcmp(l.buf, "contents[].parts[].executableCode,generationConfig.seed") == 0);
+  px_arena_free(&a);
+  free(body);
+}
+
+static void gemini_codec(void) {
+  gem_encode_ir(0);
+  gem_encode_ir(1);
+  gem_encode_ir(2);
+  /* Gemini CLI's shape: thought signatures on calls and text, a thought,
+   * ids of its own, a JSON schema declaration and an OpenAPI one */
+  static const char *const bodies[] = {
+      "{'contents':[{'role':'user','parts':[{'text':'Hi \\u00e9'}]},{'role':'model',"
+      "'parts':[{'text':'plan','thought':true,'thoughtSignature':'c2ln'},{'text':'ok'},"
+      "{'functionCall':{'id':'run_1','name':'sh','args':{'cmd':'ls','n':[1,2.5]}},"
+      "'thoughtSignature':'c2ln2'}]},{'role':'user','parts':[{'functionResponse':{"
+      "'id':'run_1','name':'sh','response':{'output':'a b'}}}]}],'systemInstruction':"
+      "{'role':'user','parts':[{'text':'Be brief.'}]},'tools':[{'functionDeclarations':["
+      "{'name':'sh','description':'Shell','parametersJsonSchema':{'type':'object',"
+      "'properties':{'cmd':{'type':'string'}}}},{'name':'g','parameters':{'type':"
+      "'OBJECT','properties':{'x':{'type':'STRING'}}}},{'name':'h'}]}],"
+      "'generationConfig':{'temperature':1,'topP':0.95,'topK':64,'thinkingConfig':"
+      "{'includeThoughts':true,'thinkingBudget':8192}}}",
+      /* minted ids: calls without ids, results by name; roles after parts;
+       * a signature-only part, a code execution part; a thought in a user
+       * turn; another family's signatures after a thought (joined) and
+       * redacted (a part of its own) */
+      "{'contents':[{'parts':[{'text':'q'},{'text':'t','thought':true}]},{'parts':["
+      "{'text':'hm','thought':true},{'text':'a','thoughtSignature':'pxa1:sig:S1'},"
+      "{'functionCall':{'name':'f','args':{}}},{'functionCall':{'name':'f'}},"
+      "{'thoughtSignature':'pxa1:red:R1'},{'executableCode':{'code':'1'}}],'role':"
+      "'model'},{'role':'user','parts':[{'functionResponse':{'name':'f','response':"
+      "{'content':'r1'}}},{'functionResponse':{'name':'f','response':{'a':1,'b':'x'}}}]},"
+      "{'role':'model','parts':[{'text':'x','thought':true},{'text':'y',"
+      "'thoughtSignature':'pxo1:enc:E1'}]}],'generationConfig':{'thinkingConfig':"
+      "{'thinkingBudget':0},'responseMimeType':'application/json','responseSchema':"
+      "{'type':'OBJECT','properties':{'a':{'type':'INTEGER'}}},'seed':1}}",
+      /* blobs; a thinking level; JSON output without a schema */
+      "{'contents':[{'role':'user','parts':[{'inlineData':{'mimeType':'image/png',"
+      "'data':'QUFB'}},{'inlineData':{'mimeType':'application/pdf','data':'JVBE'}},"
+      "{'fileData':{'mimeType':'image/jpeg','fileUri':'https://x/a.jpg'}},{'text':"
+      "'see'}]}],'generationConfig':{'thinkingConfig':{'thinkingLevel':'LOW',"
+      "'thinkingBudget':-1},'responseMimeType':'application/json',"
+      "'responseJsonSchema':null,'maxOutputTokens':100},'safetySettings':[]}",
+      /* other MIME types are dropped; a level of its own is high */
+      "{'contents':[{'role':'user','parts':[{'text':'x'}]}],'generationConfig':{"
+      "'responseMimeType':'text/x.enum','thinkingConfig':{'thinkingLevel':'max'}}}",
+  };
+  for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++)
+    for (int stream = 0; stream < 2; stream++) {
+      gem_round(bodies[i], stream, NULL);
+      client_pairs(PX_PROTO_GEMINI, &px_gemini_fast, bodies[i], stream);
+    }
+  gem_decode_ir(bodies[1]);
+  /* what they become on the Gemini wire */
+  gem_round(bodies[0], 1, "\"thoughtSignature\":\"c2ln2\",\"functionCall\"");
+  gem_round(bodies[0], 0, "\"thought\":true,\"thoughtSignature\":\"c2ln\"");
+  gem_round(bodies[0], 0, "\"thinkingBudget\":8192");
+  gem_round(bodies[1], 0, "{\"thinkingBudget\":0}");
+  gem_round(bodies[1], 0, "\"responseJsonSchema\":{\"type\":\"object\"");
+  gem_round(bodies[2], 0, "{\"fileData\":{\"mimeType\":\"image/jpeg\"");
+  gem_round(bodies[2], 0, "\"thinkingBudget\":1024");
 }

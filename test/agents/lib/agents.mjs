@@ -14,6 +14,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import * as C from '../../integration/lib/config.mjs';
+
 export const agentsDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const repoRoot = path.resolve(agentsDir, '../..');
 export const SKIP_CODE = 77; // meson: test skipped
@@ -161,12 +163,8 @@ export function runProcess(bin, args, { env, cwd, timeoutMs = 120000, input = nu
 
 // ---- proxai configuration --------------------------------------------------
 
-export const PROTOCOLS = {
-  anthropic: 'anthropic_messages',
-  chat: 'openai_chat_completions',
-  responses: 'openai_responses',
-  gemini: 'gemini_generate_content',
-};
+/** The config name of each upstream protocol (the integration suites' table). */
+export const PROTOCOLS = C.PROTOCOL;
 
 /**
  * The upstream path suffix of a model turn per upstream protocol (the mock
@@ -191,22 +189,9 @@ export const UPSTREAM_MODEL = 'mock-upstream-model';
  * UPSTREAM_MODEL. Same text as the examples in docs/agents.md.
  */
 export function proxaiConfig(upstream, mockUrl, accessLog) {
-  // Anthropic and Gemini take the host root, the OpenAI protocols end with /v1.
-  const baseUrl = upstream === 'anthropic' || upstream === 'gemini' ? mockUrl : `${mockUrl}/v1`;
-  return `[server]
-listen = 127.0.0.1:{{PORT}}
-access_log = ${accessLog}
-
-[upstream up]
-protocol = ${PROTOCOLS[upstream]}
-base_url = ${baseUrl}
-api_key = upstream-secret
-
-[route *]
-upstream = up
-model = ${UPSTREAM_MODEL}
-max_tokens = 8192
-`;
+  return C.server({ access_log: accessLog })
+    + C.upstream('up', upstream, mockUrl, { api_key: 'upstream-secret', retries: null })
+    + C.route('*', { upstream: 'up', model: UPSTREAM_MODEL, max_tokens: 8192 });
 }
 
 /** Parsed JSON lines of proxai's access log file ([] if none yet). */

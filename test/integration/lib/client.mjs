@@ -1,10 +1,12 @@
-// Client-side helpers the suites share: a raw socket client, a parser of raw
-// HTTP/1.1 responses, a JSON POST, a proxai started for one block of tests,
-// and the process probes (RSS). Node built-ins only.
+// Client-side helpers the suites share: a raw socket client and the bytes of
+// a raw POST, a parser of raw HTTP/1.1 responses, a JSON POST, one request on
+// a fresh connection with a key (call), a proxai started for one block of
+// tests, and the process probes (RSS). Node built-ins only.
 //
-//   import { rawClient, parseResponses, post, withProxai } from './lib/client.mjs';
+//   import { rawClient, rawPost, parseResponses, post, call, withProxai } from './lib/client.mjs';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 
 import { sleep, startProxai } from './harness.mjs';
@@ -45,6 +47,11 @@ export function rawClient(target) {
   };
   return { sock, st, closed, connected, waitFor };
 }
+
+/** The bytes of a raw HTTP/1.1 POST of a JSON body (extra: more header
+ *  lines, each ending in CRLF), for rawClient. */
+export const rawPost = (path, body, extra = '') =>
+  `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${extra}\r\n${body}`;
 
 /**
  * The complete HTTP/1.1 responses at the start of `data` (Content-Length or
@@ -122,6 +129,29 @@ export async function post(url, pathname, body, headers = {}) {
     json = undefined;
   }
   return { status: res.status, headers: res.headers, text, json };
+}
+
+/** One request on a fresh connection (no agent: each request may reach
+ *  another worker or instance). key: Authorization: Bearer (null: none);
+ *  the body defaults to a small Chat request. Resolves to {status, headers,
+ *  text, json()}. */
+export function call(url, key, { pathname = '/v1/chat/completions', body, headers = {}, method = 'POST' } = {}) {
+  const u = new URL(url);
+  const data = body ?? JSON.stringify({ model: 'gpt-4o', max_tokens: 3, messages: [{ role: 'user', content: 'hi' }] });
+  return new Promise((resolve, reject) => {
+    const req = http.request({
+      host: u.hostname, port: u.port, method, path: pathname, agent: false,
+      headers: { connection: 'close', 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}), ...headers },
+    }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => (text += d));
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, text, json: () => JSON.parse(text) }));
+    });
+    req.on('error', reject);
+    req.setTimeout(30000, () => req.destroy(new Error('request timed out')));
+    req.end(method === 'GET' || method === 'DELETE' ? undefined : data);
+  });
 }
 
 /**

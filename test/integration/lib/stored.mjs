@@ -1,39 +1,19 @@
 // The three upstream families of the stored Responses tests: their config
 // sections, scripted answers, and readers of what the gateway sent them.
+import * as C from './config.mjs';
 
 /** [upstream] and [route] sections for the mock at url (with an
  *  openai_responses upstream for oai-* when responses is set). */
-export const upstreams = (url, { responses = false } = {}) => `${responses ? `[upstream oai]
-protocol = openai_responses
-base_url = ${url}/v1
-api_key = up-key
-
-[route oai-*]
-upstream = oai
-
-` : ''}[upstream anth]
-protocol = anthropic_messages
-base_url = ${url}
-api_key = up-key
-
-[upstream chat]
-protocol = openai_chat_completions
-base_url = ${url}/v1
-api_key = up-key
-
-[upstream gem]
-protocol = gemini_generate_content
-base_url = ${url}
-api_key = up-key
-
-[route claude-*]
-upstream = anth
-
-[route gpt-*]
-upstream = chat
-
-[route gemini-*]
-upstream = gem`;
+export function upstreams(url, { responses = false } = {}) {
+  const keys = { api_key: 'up-key', retries: null };
+  return (responses ? C.upstream('oai', 'responses', url, keys) + C.route('oai-*', { upstream: 'oai' }) : '')
+    + C.upstream('anth', 'anthropic', url, keys)
+    + C.upstream('chat', 'chat', url, keys)
+    + C.upstream('gem', 'gemini', url, keys)
+    + C.route('claude-*', { upstream: 'anth' })
+    + C.route('gpt-*', { upstream: 'chat' })
+    + C.route('gemini-*', { upstream: 'gem' });
+}
 
 const text = (c) => (typeof c === 'string' ? c
   : (c || []).filter((p) => p.type === 'text' || p.text !== undefined).map((p) => p.text).join(''));

@@ -2,7 +2,6 @@
 // scripts/setup.sh installs): started on loopback ports in a temporary
 // folder, tracked, and killed by PID when the test process exits.
 import { spawn } from 'node:child_process';
-import http from 'node:http';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -154,27 +153,4 @@ export function childrenOf(pid) {
     }
   }
   return out.sort((a, b) => a - b);
-}
-
-/** One request on a fresh connection (no agent: each request may reach
- *  another worker or instance). key: Authorization: Bearer (null: none);
- *  the body defaults to a small Chat request. Resolves to {status, headers,
- *  text, json()}. */
-export function call(url, key, { pathname = '/v1/chat/completions', body, headers = {}, method = 'POST' } = {}) {
-  const u = new URL(url);
-  const data = body ?? JSON.stringify({ model: 'gpt-4o', max_tokens: 3, messages: [{ role: 'user', content: 'hi' }] });
-  return new Promise((resolve, reject) => {
-    const req = http.request({
-      host: u.hostname, port: u.port, method, path: pathname, agent: false,
-      headers: { connection: 'close', 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}), ...headers },
-    }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (d) => (text += d));
-      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, text, json: () => JSON.parse(text) }));
-    });
-    req.on('error', reject);
-    req.setTimeout(30000, () => req.destroy(new Error('request timed out')));
-    req.end(method === 'GET' || method === 'DELETE' ? undefined : data);
-  });
 }
