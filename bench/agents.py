@@ -337,7 +337,8 @@ def main():
     ap.add_argument("--sizes", default="20,100,300")
     ap.add_argument("--shapes", default="claude_code,codex,gemini_cli")
     ap.add_argument("--streams", default="0,1")
-    ap.add_argument("--ups", default=",".join(UPS), help="upstream protocols translated to")
+    ap.add_argument("--ups", default=",".join(UPS),
+                    help="upstream protocols translated to (none: pass-through only)")
     ap.add_argument("--n", type=int, default=3, help="ir: requests per case")
     ap.add_argument("--nice", type=int, default=10)
     ap.add_argument("--json", default=None, help="ir: also write the rows here")
@@ -347,7 +348,7 @@ def main():
     a.sizes = [int(x) for x in a.sizes.split(",")]
     a.shapes = a.shapes.split(",")
     a.streams = [int(x) for x in a.streams.split(",")]
-    a.ups = a.ups.split(",")
+    a.ups = [u for u in a.ups.split(",") if u in UPS]
     if a.mode == "gen":
         os.makedirs(a.dir, exist_ok=True)
         for shape in a.shapes:

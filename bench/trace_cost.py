@@ -12,6 +12,10 @@ Measures, on loopback:
   * latency of N sequential keep-alive requests, p50 / p99 in us.
 
 Usage: bench/trace_cost.py [--build build] [--requests 3000] [--cg 200,600]
+                           [--binary LABEL=PATH ...] [--cases CASE,...]
+--binary (repeatable) measures each given proxai binary in the same run
+(e.g. before=/tmp/old/proxai after=build/proxai); --requests 0 skips the
+latency rounds.
 Every process it starts listens on 127.0.0.1 only and is stopped by its PID.
 Not a test: it asserts nothing.
 """
@@ -93,14 +97,21 @@ secret = sk-bench
     return path
 
 
+CHAT_H = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
+ANTH_H = {"content-type": "application/json", "x-api-key": "sk-bench",
+          "anthropic-version": "2023-06-01"}
+MSGS = [{"role": "user", "content": "Hi"}]
+# small bodies; a stream of 3 text deltas (fastmock: model suffix -n3)
 CASES = {
     "chat>chat": ("/v1/chat/completions", json.dumps(
-        {"model": "to_chat", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}),
-        {"content-type": "application/json", "authorization": "Bearer sk-bench"}),
+        {"model": "to_chat", "max_tokens": 16, "messages": MSGS}), CHAT_H),
     "anthropic>chat": ("/v1/messages", json.dumps(
-        {"model": "to_chat", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}),
-        {"content-type": "application/json", "x-api-key": "sk-bench",
-         "anthropic-version": "2023-06-01"}),
+        {"model": "to_chat", "max_tokens": 16, "messages": MSGS}), ANTH_H),
+    "chat>chat stream": ("/v1/chat/completions", json.dumps(
+        {"model": "to_chat-n3", "max_tokens": 16, "messages": MSGS, "stream": True,
+         "stream_options": {"include_usage": True}}), CHAT_H),
+    "anthropic>chat stream": ("/v1/messages", json.dumps(
+        {"model": "to_chat-n3", "max_tokens": 16, "messages": MSGS, "stream": True}), ANTH_H),
 }
 
 
@@ -152,8 +163,13 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--cg", default="200,600", help="N1,N2 requests under callgrind")
+    ap.add_argument("--binary", action="append", default=[],
+                    help="LABEL=PATH of a proxai to measure (default: BUILD/proxai)")
+    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated")
+    ap.add_argument("--keep", help="a directory to keep the callgrind outputs in")
     a = ap.parse_args()
-    proxai = os.path.join(a.build, "proxai")
+    bins = [b.split("=", 1) for b in a.binary] or [["", os.path.join(a.build, "proxai")]]
+    cases = a.cases.split(",")
     fastmock = os.path.join(a.build, "bench", "fastmock")
     tmp = tempfile.mkdtemp(prefix="proxai-trace-bench-")
     procs = []
@@ -168,48 +184,61 @@ def main():
         if not wait_port(mock_port, mock):
             sys.exit("mock did not start")
         rows = {}
-        for case in CASES:
-            for mode, _ in modes:
-                port = free_port()
-                p = subprocess.Popen([proxai, "-c", conf(tmp, mode + ".conf", port, mock_port,
-                                                         mode, cport)])
-                procs.append(p)
-                if not wait_port(port, p):
-                    sys.exit("proxai (%s) did not start" % mode)
-                run_requests(port, 200, case)
-                lat = sorted(run_requests(port, a.requests, case))
-                stop(p)
-                rows[(case, mode)] = {"p50": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)]}
+        for label, proxai in bins:
+            for case in cases:
+                for mode, _ in modes:
+                    r = rows[(label, case, mode)] = {}
+                    if a.requests <= 0:
+                        continue
+                    port = free_port()
+                    p = subprocess.Popen([proxai, "-c", conf(tmp, mode + ".conf", port,
+                                                             mock_port, mode, cport)])
+                    procs.append(p)
+                    if not wait_port(port, p):
+                        sys.exit("proxai (%s) did not start" % mode)
+                    run_requests(port, 200, case)
+                    lat = sorted(run_requests(port, a.requests, case))
+                    stop(p)
+                    r["p50"], r["p99"] = lat[len(lat) // 2], lat[int(len(lat) * 0.99)]
         if shutil.which("valgrind"):
             n1, n2 = (int(x) for x in a.cg.split(","))
-            for case in CASES:
-                for mode, _ in modes:
-                    irs = []
-                    for n in (n1, n2):
-                        port = free_port()
-                        out = os.path.join(tmp, "cg-%s-%d.out" % (mode, n))
-                        p = subprocess.Popen(["valgrind", "--tool=callgrind",
-                                              "--callgrind-out-file=" + out, proxai, "-c",
-                                              conf(tmp, "cg.conf", port, mock_port, mode, cport)],
-                                             stderr=subprocess.DEVNULL)
-                        procs.append(p)
-                        if not wait_port(port, p, 120):
-                            sys.exit("proxai under valgrind did not start")
-                        run_requests(port, n, case)
-                        time.sleep(1.5)  # the last batch leaves before the stop
-                        stop(p, timeout=120)
-                        irs.append(callgrind_total(out))
-                    if None not in irs:
-                        rows[(case, mode)]["ir"] = (irs[1] - irs[0]) / (n2 - n1)
-        print("| case | tracing | p50 us | p99 us | proxai instructions/request | vs no [trace] |")
-        print("|---|---|---|---|---|---|")
-        for case in CASES:
-            base = rows[(case, "off")].get("ir")
-            for mode, label in modes:
-                r = rows[(case, mode)]
-                ir = "%.0f" % r["ir"] if "ir" in r else "-"
-                rel = "%+.1f%%" % (100 * (r["ir"] - base) / base) if "ir" in r and base else "-"
-                print("| %s | %s | %.1f | %.1f | %s | %s |" % (case, label, r["p50"], r["p99"], ir, rel))
+            for label, proxai in bins:
+                for case in cases:
+                    for mode, _ in modes:
+                        irs = []
+                        for n in (n1, n2):
+                            port = free_port()
+                            name = "cg-%s-%s-%s-%d.out" % (label, case.replace(">", "-").replace(
+                                " ", "-"), mode, n)
+                            out = os.path.join(a.keep or tmp, name)
+                            p = subprocess.Popen(["valgrind", "--tool=callgrind",
+                                                  "--callgrind-out-file=" + out, proxai, "-c",
+                                                  conf(tmp, "cg.conf", port, mock_port, mode,
+                                                       cport)],
+                                                 stderr=subprocess.DEVNULL)
+                            procs.append(p)
+                            if not wait_port(port, p, 120):
+                                sys.exit("proxai under valgrind did not start")
+                            run_requests(port, n, case)
+                            time.sleep(1.5)  # the last batch leaves before the stop
+                            stop(p, timeout=120)
+                            irs.append(callgrind_total(out))
+                        if None not in irs:
+                            rows[(label, case, mode)]["ir"] = (irs[1] - irs[0]) / (n2 - n1)
+        head = "| binary " if len(bins) > 1 else ""
+        print(head + "| case | tracing | p50 us | p99 us | proxai instructions/request "
+              "| vs no [trace] |")
+        print("|---" * (6 + (len(bins) > 1)) + "|")
+        for label, _ in bins:
+            for case in cases:
+                base = rows[(label, case, "off")].get("ir")
+                for mode, mlabel in modes:
+                    r = rows[(label, case, mode)]
+                    ir = "%.0f" % r["ir"] if "ir" in r else "-"
+                    rel = "%+.1f%%" % (100 * (r["ir"] - base) / base) if "ir" in r and base else "-"
+                    lat = ("%.1f | %.1f" % (r["p50"], r["p99"])) if "p50" in r else "- | -"
+                    print(("| %s " % label if len(bins) > 1 else "") +
+                          "| %s | %s | %s | %s | %s |" % (case, mlabel, lat, ir, rel))
         print("\nspans received by the collector: %d" % Collector.spans)
     finally:
         srv.shutdown()

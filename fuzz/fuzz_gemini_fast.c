@@ -12,9 +12,15 @@
  * numbers, broken quoting ...), so that the fuzzer works inside shapes the
  * fast path takes instead of finding them first.
  *
+ * Agents' shapes (thoughts, thought signatures of every family, blobs,
+ * minted ids, thinkingConfig, JSON output) are also sent round: the fast
+ * Gemini decoder then the fast Gemini encoder against gemini.c both ways
+ * (round()), whatever the other protocols' encoders take.
+ *
  * Input: byte 0: bits 0-1 the other protocol (% 3: chat, responses,
  * anthropic), bit 2 the Gemini template variant, bit 3 names an upstream
- * model, bit 4 sets a route max_tokens. The rest, split at '\n': line 0 the
+ * model, bit 4 sets a route max_tokens, bit 5 the agent templates (bit 2
+ * picks one). The rest, split at '\n': line 0 the
  * function name (@N), line 1 the call id (@I), lines 2.. the slots @{..}@
  * in order; a slot without a line keeps its default (the text between the
  * braces). The first call checks that the fast path takes every template
@@ -54,6 +60,40 @@ static const char *const gem_req[2] = {
     "\"@{string}@\"}}}}]}],\"toolConfig\":{\"functionCallingConfig\":{\"mode\":\"ANY\","
     "\"allowedFunctionNames\":[\"@N\"]}},\"generationConfig\":{\"topP\":@{0.9}@,"
     "\"candidateCount\":1,\"seed\":3},\"safetySettings\":[]}",
+};
+
+/* Gemini CLI's requests: thoughts and signatures (Gemini's own, or another
+ * family's behind its tag), ids of its own or minted, blobs, roles after
+ * parts, code execution, thinking, JSON output */
+static const char *const gem_agent[2] = {
+    "{\"contents\":[{\"role\":\"user\",\"parts\":[{\"text\":\"@{run it}@\"},{\"text\":"
+    "\"@{t}@\",\"thought\":true}]},{\"role\":\"model\",\"parts\":[{\"text\":\"@{plan}@\","
+    "\"thought\":true,\"thoughtSignature\":\"@{c2ln}@\"},{\"text\":\"@{ok}@\","
+    "\"thoughtSignature\":\"@{pxa1:sig:S1}@\"},{\"functionCall\":{\"id\":\"@I\",\"name\":"
+    "\"@N\",\"args\":{\"command\":\"@{ls}@\"}},\"thoughtSignature\":\"@{Z2Vt}@\"}]},"
+    "{\"role\":\"user\",\"parts\":[{\"functionResponse\":{\"id\":\"@I\",\"name\":\"@N\","
+    "\"response\":{\"output\":\"@{a b}@\"}}}]},{\"role\":\"model\",\"parts\":[{\"text\":"
+    "\"@{x}@\",\"thought\":true},{\"text\":\"@{y}@\",\"thoughtSignature\":"
+    "\"@{pxo1:enc:E1}@\"},{\"thoughtSignature\":\"@{pxa1:red:R1}@\"}]}],"
+    "\"systemInstruction\":{\"role\":\"user\",\"parts\":[{\"text\":\"@{sys}@\"}]},"
+    "\"tools\":[{\"functionDeclarations\":[{\"name\":\"@N\",\"description\":\"@{d}@\","
+    "\"parametersJsonSchema\":{\"type\":\"object\",\"properties\":{\"command\":{"
+    "\"type\":\"string\"}}}}]}],\"generationConfig\":{\"temperature\":1,\"topP\":0.95,"
+    "\"topK\":64,\"thinkingConfig\":{\"includeThoughts\":true,\"thinkingBudget\":"
+    "@{8192}@}}}",
+    "{\"contents\":[{\"parts\":[{\"inlineData\":{\"mimeType\":\"@{image/png}@\",\"data\":"
+    "\"@{QUFB}@\"}},{\"fileData\":{\"mimeType\":\"@{application/pdf}@\",\"fileUri\":"
+    "\"@{https://x/a.pdf}@\"}},{\"text\":\"@{see}@\"}]},{\"parts\":[{\"functionCall\":{"
+    "\"name\":\"@N\",\"args\":{}}},{\"functionCall\":{\"name\":\"@N\"}},{"
+    "\"executableCode\":"
+    "{\"code\":\"@{1}@\"}}],\"role\":\"model\"},{\"role\":\"user\",\"parts\":[{"
+    "\"functionResponse\":{\"name\":\"@N\",\"response\":{\"content\":\"@{r1}@\"}}},{"
+    "\"functionResponse\":{\"name\":\"@N\",\"response\":{\"a\":1,\"b\":\"@{x}@\"}}}]}],"
+    "\"generationConfig\":{\"responseMimeType\":\"@{application/"
+    "json}@\",\"responseSchema\":"
+    "{\"type\":\"@{OBJECT}@\",\"properties\":{\"a\":{\"type\":\"@{INTEGER}@\"}}},"
+    "\"thinkingConfig\":{\"thinkingLevel\":\"@{LOW}@\",\"thinkingBudget\":@{-1}@},"
+    "\"maxOutputTokens\":@{100}@}}",
 };
 
 /* Gemini upstream answers */
@@ -187,6 +227,58 @@ static void ctx_of(px_tr_ctx_t *c, px_proto_t in, px_proto_t out, int flags) {
   c->upstream_model = flags & 8 ? "upstream-\"model\"" : NULL;
 }
 
+/* A Gemini request round: the fast decoder and encoder against gemini.c's
+ * (px_translate_request, Gemini on both sides), generateContent and
+ * streamGenerateContent; returns the rounds the fast codec took. */
+static unsigned long round_trip(const px_tr_ctx_t *c0, const char *body, size_t len) {
+  px_json_req_t scan;
+  unsigned long taken = 0;
+  if (px_json_request(body, len, &scan) < 0) return 0;
+  for (int st = 0; st < 2; st++) {
+    px_tr_ctx_t c = *c0;
+    c.in = c.out = PX_PROTO_GEMINI;
+    c.stream = st;
+    if (c.upstream_model == NULL) c.upstream_model = c.client_model;
+    px_arena_t a;
+    px_arena_init(&a);
+    px_freq_t ir;
+    memset(&ir, 0, sizeof(ir));
+    ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
+    px_lossy_t lf, ls;
+    px_lossy_init(&lf);
+    px_lossy_init(&ls);
+    px_buf_t b;
+    px_buf_init(&b, len * 4 + 65536);
+    int rc = px_gemini_fast.decode_request(&c, body, len, &ir, &a, &lf);
+    if (rc == 0) px_fit_fast_request(&c, &ir, &lf);
+    if (rc == 0 && st) px_lossy_predict(&c, px_freq_reasoning_on(&ir), &lf);
+    if (rc == 0 && (px_freq_uses(&ir) & ~px_gemini_fast.encodes) != 0)
+      rc = PX_FAST_DECLINE;
+    if (rc == 0) rc = px_gemini_fast.encode_request(&c, &ir, &b, &a, &lf);
+    if (rc == 0) {
+      taken++;
+      px_tr_ctx_t ref = c;
+      ref.reference = 1;
+      json_t *src = json_loadb(body, len, 0, NULL), *ub = NULL;
+      px_tr_err_t err;
+      memset(&err, 0, sizeof(err));
+      if (px_buf_append(&b, "", 1) < 0) abort();
+      if (src == NULL || px_translate_request(&ref, src, &ub, &ls, &err) < 0)
+        diff_fail("round (jansson refused)", &c, body, len, b.data, err.message, lf.buf,
+                  "");
+      char *so = json_dumps(ub, JSON_COMPACT);
+      if (so == NULL) abort();
+      check_json("round", &c, body, len, b.data, b.len - 1, so, strlen(so), &lf, &ls);
+      free(so);
+      json_decref(ub);
+      json_decref(src);
+    }
+    px_buf_free(&b);
+    px_arena_free(&a);
+  }
+  return taken;
+}
+
 /* every direction of one input; returns the bodies the fast path took
  * (five: the Gemini request is tried as generateContent and as
  * streamGenerateContent, request() in xlate_diff.h) */
@@ -198,6 +290,14 @@ static unsigned long run(int flags, const lines_t *l) {
   px_buf_t b;
   px_tr_ctx_t c;
   px_buf_init(&b, 1u << 20);
+  if (flags & 32) { /* an agent's request: round, and to the other upstream */
+    fill(&b, gem_agent[v], l);
+    ctx_of(&c, PX_PROTO_GEMINI, o, flags);
+    unsigned long rounds = round_trip(&c, b.data, b.len);
+    request(&c, b.data, b.len);
+    px_buf_free(&b);
+    return rounds;
+  }
   fill(&b, gem_req[v], l); /* Gemini client -> other upstream */
   ctx_of(&c, PX_PROTO_GEMINI, o, flags);
   request(&c, b.data, b.len);
@@ -218,13 +318,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!checked) {
     checked = 1;
     lines_t none = {.count = 0};
-    for (int f = 0; f < 32; f++) {
+    for (int f = 0; f < 64; f++) {
       if ((f & 3) == 3) continue;
-      unsigned long taken = run(f, &none);
-      if (taken != 5) {
+      unsigned long taken = run(f, &none), want = f & 32 ? 2 : 5;
+      if (taken != want) {
         fprintf(stderr,
-                "fuzz_gemini_fast: the fast path took %lu of 5 bodies (flags %d)\n",
-                taken, f);
+                "fuzz_gemini_fast: the fast path took %lu of %lu bodies (flags %d)\n",
+                taken, want, f);
         abort();
       }
     }

@@ -388,6 +388,7 @@ typedef struct px_json_pick {
   size_t n;
   size_t at[PX_JSON_PICK_MAX],
       len[PX_JSON_PICK_MAX]; /* value spans; at == NPOS: absent */
+  int until_found;           /**< 1: the walk stops once every name is found */
 } px_json_pick_t;
 
 static inline void px_json_pick_add(px_json_pick_t *pk, const char *name) {
@@ -398,8 +399,9 @@ static inline void px_json_pick_add(px_json_pick_t *pk, const char *name) {
 }
 /** One walk over the object at p[i] ('{'): the value span of the first
  *  member named like each of pk's names (compared byte for byte). Returns
- *  the index after the closing brace, PX_JSON_CUT (cut short) or
- *  PX_JSON_NPOS (not an object, or broken). */
+ *  the index after the closing brace (with until_found, after the value of
+ *  the last name found, when all are: the rest is not walked), PX_JSON_CUT
+ *  (cut short) or PX_JSON_NPOS (not an object, or broken). */
 size_t px_json_pick(const char *p, size_t n, size_t i, px_json_pick_t *pk);
 
 #endif

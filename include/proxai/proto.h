@@ -414,6 +414,9 @@ typedef struct px_wire_watch {
                                        reason ("choices"): read back from the
                                        end; NULL: a member of the answer */
   const char *finish_key;         /**< the finish reason's member */
+  int finish_last;                /**< 1: it follows the answer's content (only
+                                       usage and the like after it): read back
+                                       from the end, as a list's */
   const char *delta_outer;        /**< delta_event: the object holding it */
 } px_wire_watch_t;
 

@@ -9,6 +9,8 @@
 #ifndef PROXAI_SSE_H
 #define PROXAI_SSE_H
 
+#include <string.h>
+
 #include "proxai/buf.h"
 
 /** Largest single SSE event we accept from an upstream. */
@@ -36,6 +38,16 @@ typedef struct px_sse {
   void *arg;
   int err;          /**< sticky PX_ETOOBIG after an over-long event */
 } px_sse_t;
+
+/** The first CR or LF in [s, end), else end: two memchr passes beat a byte
+ *  loop (CR is rare in practice). The parser's and the pass-through
+ *  framer's line search. */
+static inline const char *px_sse_eol(const char *s, const char *end) {
+  const char *lf = memchr(s, '\n', (size_t)(end - s));
+  if (lf == NULL) lf = end;
+  const char *cr = memchr(s, '\r', (size_t)(lf - s));
+  return cr ? cr : lf;
+}
 
 /** Initialise a parser calling cb for each event; cap bounds one event. */
 void px_sse_init(px_sse_t *p, size_t cap, px_sse_cb cb, void *arg);

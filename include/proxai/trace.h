@@ -30,9 +30,9 @@ typedef struct px_trace_ctx {
   uint8_t has_parent; /**< the client sent a valid traceparent */
   uint8_t trace_id[16];
   uint8_t parent_id[8]; /**< the client's span (valid with has_parent) */
-  uint8_t span_id[8];   /**< the request's SERVER span (sampled only) */
-  uint8_t att_id[8];    /**< the current attempt's CLIENT span */
-  /* the same ids in lower-case hex, as they are written (not terminated) */
+  /* the ids in lower-case hex, as they are written (not terminated): the
+   * trace's, the client's span, the request's SERVER span (sampled only),
+   * the current attempt's CLIENT span */
   char trace_hex[32], parent_hex[16], span_hex[16], att_hex[16];
   px_str_t tracestate; /**< the client's, a view into its request head */
 } px_trace_ctx_t;
@@ -45,7 +45,7 @@ typedef struct px_trace_ctx {
 void px_trace_begin(px_trace_ctx_t *t, const px_trace_conf_t *conf, px_str_t traceparent,
                     px_str_t tracestate);
 
-/** A new attempt span id in t->att_id; the traceparent to send upstream
+/** A new attempt span id in t->att_hex; the traceparent to send upstream
  *  (this attempt as parent, sampled flag as decided) written into out, which
  *  holds PX_TRACEPARENT_LEN bytes (not NUL-terminated); out may be NULL. */
 void px_trace_attempt(px_trace_ctx_t *t, char *out);

@@ -79,6 +79,8 @@ typedef struct px_xfer_opts {
   const char *url;
   const char *const *headers; /**< "Name: value" lines, NULL-terminated; the
                                    caller keeps them alive until on_done/cancel */
+  int headers_checked;        /**< 1: every line passes px_header_value_ok (the
+                                   caller checked it): not checked again */
   const char *body;           /**< caller keeps it alive until on_done/cancel */
   size_t body_len;
   uint64_t connect_timeout_ms;

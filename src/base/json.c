@@ -816,7 +816,14 @@ int px_json_find(const char *p, size_t n, const char *const *path, size_t depth,
   }
 }
 
+/* skip_string with the usual string (plain ASCII to its quote) inline */
+static inline size_t string_end(const char *p, size_t i, size_t n) {
+  size_t k = px_json_plain((const unsigned char *)p, n, i + 1);
+  return k < n && p[k] == '"' ? k + 1 : skip_string(p, i, n);
+}
+
 size_t px_json_pick(const char *p, size_t n, size_t i, px_json_pick_t *pk) {
+  size_t found = 0;
   if (i >= n) return MORE;
   if (p[i] != '{') return END;
   i = skip_ws(p, i + 1, n);
@@ -824,11 +831,11 @@ size_t px_json_pick(const char *p, size_t n, size_t i, px_json_pick_t *pk) {
   if (p[i] == '}') return i + 1;
   for (;;) {
     if (p[i] != '"') return END;
-    size_t ke = skip_string(p, i, n);
+    size_t ke = string_end(p, i, n);
     if (ke == MORE) return MORE;
     size_t kl = ke - i - 2, hit = PX_JSON_PICK_MAX;
     for (size_t k = 0; k < pk->n; k++)
-      if (pk->at[k] == END && pk->nlen[k] == kl &&
+      if (pk->at[k] == END && pk->nlen[k] == kl && (kl == 0 || pk->name[k][0] == p[i + 1]) &&
           memcmp(p + i + 1, pk->name[k], kl) == 0) {
         hit = k;
         break;
@@ -837,11 +844,12 @@ size_t px_json_pick(const char *p, size_t n, size_t i, px_json_pick_t *pk) {
     if (i >= n) return MORE;
     if (p[i] != ':') return END;
     i = skip_ws(p, i + 1, n);
-    size_t ve = skip_value(p, i, n);
+    size_t ve = i < n && p[i] == '"' ? string_end(p, i, n) : skip_value(p, i, n);
     if (ve == MORE || ve == END) return ve;
     if (hit < PX_JSON_PICK_MAX) {
       pk->at[hit] = i;
       pk->len[hit] = ve - i;
+      if (pk->until_found && ++found == pk->n) return ve;
     }
     i = skip_ws(p, ve, n);
     if (i >= n) return MORE;

@@ -146,15 +146,6 @@ static int broken(px_sse_t *p, dview_t *v) {
   return PX_ETOOBIG;
 }
 
-/* First CR or LF in [s, end), else end (two memchr passes beat a byte
- * loop: CR is rare in practice). */
-static const char *find_eol(const char *s, const char *end) {
-  const char *lf = memchr(s, '\n', (size_t)(end - s));
-  if (lf == NULL) lf = end;
-  const char *cr = memchr(s, '\r', (size_t)(lf - s));
-  return cr ? cr : lf;
-}
-
 int px_sse_feed(px_sse_t *p, const char *d, size_t n) {
   dview_t v = {NULL, 0, 0, 0};
   int rc = 0;
@@ -165,7 +156,7 @@ int px_sse_feed(px_sse_t *p, const char *d, size_t n) {
     if (*s == '\n') s++;
   }
   while (s < end) {
-    const char *e = find_eol(s, end);
+    const char *e = px_sse_eol(s, end);
     if (e == end) { /* partial line: keep it */
       rc = px_buf_append(&p->line, s, (size_t)(end - s));
       if (rc < 0) return broken(p, &v);

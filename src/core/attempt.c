@@ -394,6 +394,7 @@ static void send_upstream(px_exch_t *x) {
       .method = "POST",
       .url = x->url,
       .headers = (const char *const *)x->up_hdrs,
+      .headers_checked = 1, /* build_upstream_headers checks every line */
       .body = x->up_body,
       .body_len = x->up_body_len,
       .connect_timeout_ms = x->up->connect_timeout_ms,

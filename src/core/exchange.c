@@ -16,6 +16,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <string.h>
 #include <strings.h>
 
@@ -439,6 +442,36 @@ static int64_t cost_of(const px_exch_t *x) {
   return px_cost(p, &x->usage);
 }
 
+/* Memory back after a burst of large requests: glibc keeps the heap a burst
+ * grew (a few hundred KB a request in flight) after it is freed. When the
+ * last exchange of this process ends and one of those since the last trim
+ * had a large body, the free pages go back to the system (malloc_trim) once
+ * a second has passed with none in flight; small requests never arm it. */
+#define TRIM_BODY (64u << 10)
+static size_t live;  /* exchanges of this process in flight */
+static int trim_due; /* a large body since the last trim */
+static uv_timer_t trim_timer;
+static int trim_timer_init;
+
+static void on_trim(uv_timer_t *t) {
+  (void)t;
+  if (live > 0 || !trim_due) return;
+  trim_due = 0;
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
+static void trim_later(px_worker_t *w) {
+  if (!trim_timer_init) {
+    if (uv_timer_init(w->loop, &trim_timer) != 0) return;
+    uv_unref((uv_handle_t *)&trim_timer); /* never keeps the loop alive */
+    trim_timer_init = 1;
+  }
+  if (!uv_is_closing((uv_handle_t *)&trim_timer))
+    uv_timer_start(&trim_timer, on_trim, 1000, 0);
+}
+
 /* One finished exchange's memory, its small buffers' with it, kept for the
  * next request (a keep-alive client's next one, most often): a malloc and
  * free of the exchange and the first growth of each buffer saved per
@@ -499,6 +532,8 @@ px_exch_t *px_exch_new(px_worker_t *w, px_conn_t *c, px_req_t *r, px_proto_t in,
     return NULL;
   }
   px_inflight_begin(); /* until finalize: lost if this worker dies first */
+  live++;
+  if (r->body.len > TRIM_BODY) trim_due = 1;
   x->retry_reason[0] = x->bad_msg[0] = x->content_type[0] = x->label[0] = 0;
   px_lossy_init(&x->lossy);
   x->w = w;
@@ -596,8 +631,10 @@ static void finalize(px_exch_t *x) {
     else px_resp_abort(x->conn);
     x->conn = NULL;
   }
+  px_worker_t *w = x->w;
   exch_free(x);
   px_inflight_end();
+  if (--live == 0 && trim_due) trim_later(w);
 }
 
 void px_exch_finalize(px_exch_t *x) { finalize(x); }

@@ -9,26 +9,61 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "proxai/json.h"
 #include "proxai/scrub.h"
 #include "proxai/usage.h"
 
-/* An error frame in data: a top-level "error" member that is not null. */
+/* Which of keys[0..PX_WATCH_KEYS) d[0..n) holds as "key" (bit k for
+ * keys[k]; a NULL key is never held): a quick test before a scan, one pass
+ * for all of them. With SSE2, sixteen places at a time where a quote is
+ * followed by one of the keys' first bytes; only those are compared. */
+#define PX_WATCH_KEYS 4
+static unsigned key_at(const char *d, size_t n, size_t j, const char *const *keys,
+                       const size_t *kl) {
+  unsigned found = 0;
+  for (size_t k = 0; k < PX_WATCH_KEYS; k++)
+    if (kl[k] > 0 && n - j > kl[k] + 1 && d[j + kl[k] + 1] == '"' &&
+        memcmp(d + j + 1, keys[k], kl[k]) == 0)
+      found |= 1u << k;
+  return found;
+}
+
+static unsigned keys_in(const char *d, size_t n, const char *const *keys) {
+  size_t kl[PX_WATCH_KEYS], i = 0;
+  unsigned all = 0, found = 0;
+  for (size_t k = 0; k < PX_WATCH_KEYS; k++) {
+    kl[k] = keys[k] ? strlen(keys[k]) : 0;
+    if (kl[k] > 0) all |= 1u << k;
+  }
+#if defined(__SSE2__)
+  const __m128i qt = _mm_set1_epi8('"');
+  __m128i f[PX_WATCH_KEYS];
+  for (size_t k = 0; k < PX_WATCH_KEYS; k++) f[k] = _mm_set1_epi8(kl[k] ? keys[k][0] : 0);
+  for (; i + 17 <= n && found != all; i += 16) {
+    __m128i q = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(d + i)), qt);
+    __m128i v = _mm_loadu_si128((const __m128i *)(d + i + 1));
+    __m128i b =
+        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, f[0]), _mm_cmpeq_epi8(v, f[1])),
+                     _mm_or_si128(_mm_cmpeq_epi8(v, f[2]), _mm_cmpeq_epi8(v, f[3])));
+    for (unsigned m = (unsigned)_mm_movemask_epi8(_mm_and_si128(q, b)); m; m &= m - 1)
+      found |= key_at(d, n, i + (size_t)__builtin_ctz(m), keys, kl);
+  }
+#endif
+  for (; i < n && found != all; i++)
+    if (d[i] == '"') found |= key_at(d, n, i, keys, kl);
+  return found;
+}
+
+/* An error frame in data (its "error" key seen): a top-level "error"
+ * member that is not null. */
 static int data_error(const char *d, size_t n) {
   static const char *const err[] = {"error"};
   size_t s, l;
-  return n > 9 && d[0] == '{' && memmem(d, n, "\"error\"", 7) != NULL &&
-         px_json_find(d, n, err, 1, &s, &l) == PX_JSON_FOUND && d[s] != 'n';
-}
-
-/* d[0..n) holds "key" (a quick test before a scan) */
-static int has_key(const char *d, size_t n, const char *key) {
-  size_t kl = strlen(key);
-  for (const char *p = d; (p = memchr(p, '"', (size_t)(d + n - p))) != NULL; p++)
-    if ((size_t)(d + n - p) > kl + 1 && memcmp(p + 1, key, kl) == 0 && p[kl + 1] == '"')
-      return 1;
-  return 0;
+  return px_json_find(d, n, err, 1, &s, &l) == PX_JSON_FOUND && d[s] != 'n';
 }
 
 /* One event, judged by the protocol's watch descriptor: terminal, error,
@@ -45,6 +80,17 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
       px_usage_read(w, d, n, w->terminal_outer, &pt->usage);
       return 0;
     }
+  /* the keys this protocol's data chunks are tested for, in one pass */
+  enum { K_ERROR, K_USAGE, K_FINISH };
+  const char *keys[PX_WATCH_KEYS] = {NULL};
+  unsigned has = 0;
+  if (n > 0) {
+    if (w->error_data && n > 9 && d[0] == '{') keys[K_ERROR] = "error";
+    if (!w->start_event && !w->terminal_events[0]) keys[K_USAGE] = w->usage_obj;
+    for (size_t k = 0; k < 2 && w->finish_keys[k]; k++)
+      keys[K_FINISH + k] = w->finish_keys[k];
+    if (keys[K_ERROR] || keys[K_USAGE] || keys[K_FINISH]) has = keys_in(d, n, keys);
+  }
   if (w->error_event && px_str_eq(ev->event, w->error_event)) {
     pt->upstream_error = 1;
   } else if (w->start_event && px_str_eq(ev->event, w->start_event)) {
@@ -55,14 +101,14 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
     pt->usage.output_tokens = u.output_tokens;
   } else if (w->terminal_data && px_str_eq(ev->data, w->terminal_data)) {
     pt->terminal = 1;
-  } else if (w->error_data && data_error(d, n)) {
+  } else if ((has >> K_ERROR & 1) && data_error(d, n)) {
     pt->upstream_error = 1;
-  } else if (!w->start_event && !w->terminal_events[0] && n > 0 &&
-             has_key(d, n, w->usage_obj)) {
-    px_usage_read(w, d, n, NULL, &pt->usage); /* usage rides on a data chunk */
+  } else if (has >> K_USAGE & 1) {
+    /* usage rides on a data chunk: read as in a whole body (from its end,
+     * where it sits; a repeated name: the last, as jansson) */
+    px_usage_from_body(pt->proto, d, n, &pt->usage);
   }
-  for (size_t k = 0; k < 2 && w->finish_keys[k] && n > 0; k++)
-    if (has_key(d, n, w->finish_keys[k])) pt->terminal = 1;
+  if (has >> K_FINISH) pt->terminal = 1;
   return 0;
 }
 
@@ -139,6 +185,14 @@ int px_passthru_feed(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out) 
   int rc = 0;
   for (size_t i = 0; i < n; i++) {
     char c = p[i];
+    if (c != '\n' && c != '\r') { /* the rest of the line in one step */
+      size_t e = (size_t)(px_sse_eol(p + i, p + n) - p);
+      pt->cr_end = 0;
+      pt->last_cr = 0;
+      pt->line_len += e - i;
+      i = e - 1;
+      continue;
+    }
     if (c == '\n' && pt->last_cr) {
       pt->last_cr = 0;
       /* the LF of an event's closing CRLF goes with that event: passed on
@@ -154,10 +208,6 @@ int px_passthru_feed(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out) 
     }
     pt->cr_end = 0;
     pt->last_cr = c == '\r';
-    if (c != '\n' && c != '\r') {
-      pt->line_len++;
-      continue;
-    }
     if (pt->line_len > 0) {
       pt->line_len = 0;
       continue;

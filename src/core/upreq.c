@@ -104,7 +104,9 @@ static char **join_lines(const hdr_parts_t *parts, size_t n, size_t joined) {
 }
 
 /* The header lines, as NULL-terminated array of strings in one allocation
- * (pointers first, then the lines): no allocation and no printf per line. */
+ * (pointers first, then the lines): no allocation and no printf per line.
+ * Every line passes px_header_value_ok (the lanes do not check again:
+ * px_xfer_opts_t.headers_checked). */
 static char **build_upstream_headers(px_exch_t *x) {
   const px_upstream_conf_t *up = x->up;
   size_t max = 16 + x->req->nhdrs + up->nheaders;
@@ -117,11 +119,15 @@ static char **build_upstream_headers(px_exch_t *x) {
   size_t n = 0;
   /* every value passes the one header-value rule; a name the upstream
    * configures is left to its `header =` line */
-#define ADD(name, sep, value)                                                            \
-  do {                                                                                   \
-    px_str_t nm_ = (name), v_ = (value);                                                 \
-    if (px_header_value_ok(v_.ptr, v_.len) && !configured(up, nm_))                      \
-      parts[n++] = (hdr_parts_t){nm_, (sep), v_};                                        \
+#define ADD_CHECKED(name, sep, value)                                     \
+  do {                                                                    \
+    px_str_t nm_ = (name), v_ = (value);                                  \
+    if (!configured(up, nm_)) parts[n++] = (hdr_parts_t){nm_, (sep), v_}; \
+  } while (0)
+#define ADD(name, sep, value)                                              \
+  do {                                                                     \
+    px_str_t v0_ = (value);                                                \
+    if (px_header_value_ok(v0_.ptr, v0_.len)) ADD_CHECKED(name, sep, v0_); \
   } while (0)
   ADD(PX_STR("Content-Type"), PX_STR(": "), PX_STR("application/json"));
   ADD(PX_STR("Accept"), PX_STR(": "), x->stream ? PX_STR("text/event-stream") : PX_STR("application/json"));
@@ -142,17 +148,21 @@ static char **build_upstream_headers(px_exch_t *x) {
     ADD(rh->name, PX_STR(": "), rh->value);
   }
   /* the trace context: the value is written per attempt
-   * (px_trace_attempt, in place); the client's tracestate goes on as is */
+   * (px_trace_attempt, in place, hex digits); the client's tracestate goes
+   * on as is (px_trace_begin checked it) */
   size_t tp_line = (size_t)-1;
   if (x->tr.on) {
     static const char zeros[PX_TRACEPARENT_LEN + 1] =
         "00-00000000000000000000000000000000-0000000000000000-00";
     size_t before = n;
-    ADD(PX_STR("traceparent"), PX_STR(": "), ((px_str_t){zeros, PX_TRACEPARENT_LEN}));
+    ADD_CHECKED(PX_STR("traceparent"), PX_STR(": "),
+                ((px_str_t){zeros, PX_TRACEPARENT_LEN}));
     if (n > before) tp_line = before;
-    if (x->tr.tracestate.len) ADD(PX_STR("tracestate"), PX_STR(": "), x->tr.tracestate);
+    if (x->tr.tracestate.len)
+      ADD_CHECKED(PX_STR("tracestate"), PX_STR(": "), x->tr.tracestate);
   }
 #undef ADD
+#undef ADD_CHECKED
   size_t joined = n; /* lines after this one are configured ones, kept whole */
   for (size_t i = 0; i < up->nheaders; i++)
     if (value_ok(up->headers[i]))

@@ -134,6 +134,7 @@ static void req_reset(px_conn_t *c) {
   c->last_was_value = 0;
   c->trailers = 0;
   c->chunk_ext = 0;
+  c->body_direct = 0;
   c->head_bytes = 0;
   c->err_status = 0;
   c->err_msg = NULL;
@@ -524,6 +525,14 @@ static int on_headers_complete(llhttp_t *p) {
   if (p->content_length > max_body && p->content_length != UINT64_MAX &&
       (p->flags & F_CONTENT_LENGTH))
     return parse_fail(c, 413, "request body too large");
+  /* a body of announced length: its buffer sized once (no copies while it
+   * doubles; at most PX_BODY_PRESIZE before its bytes arrive) and read
+   * into directly (on_alloc) */
+  if ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0 && !(p->flags & F_CHUNKED)) {
+    uint64_t want =
+        p->content_length < PX_BODY_PRESIZE ? p->content_length : PX_BODY_PRESIZE;
+    if (px_buf_reserve(&r->body, (size_t)want + 1) == 0) c->body_direct = 1;
+  }
   const char *expect = px_req_header(r, "expect");
   if (expect && strcasecmp(expect, "100-continue") == 0 &&
       (p->flags & (F_CONTENT_LENGTH | F_CHUNKED)))
@@ -561,14 +570,21 @@ static int on_chunk_ext_done(llhttp_t *p) {
 
 static int on_body(llhttp_t *p, const char *at, size_t n) {
   px_conn_t *c = p->data;
-  if (c->req.body.len + n > c->srv->w->config->server.max_body ||
-      px_buf_append(&c->req.body, at, n) < 0)
-    return parse_fail(c, 413, "request body too large");
+  px_buf_t *b = &c->req.body;
+  if (b->len + n > c->srv->w->config->server.max_body) goto large;
+  if (b->data != NULL && at == b->data + b->len && n <= b->size - b->len) {
+    b->len += n; /* read in place (on_alloc) */
+    return 0;
+  }
+  if (px_buf_append(b, at, n) < 0) goto large;
   return 0;
+large:
+  return parse_fail(c, 413, "request body too large");
 }
 
 static int on_message_complete(llhttp_t *p) {
   px_conn_t *c = p->data;
+  c->body_direct = 0;
   if (px_buf_reserve(&c->req.body, 1) == 0) c->req.body.data[c->req.body.len] = 0;
   uv_timer_stop(&c->t_read);
   c->head_scan = HS_PRE;
@@ -638,8 +654,24 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   }
   if (!c->lingering && (c->state == C_BUSY || in_left(c) > 0) && c->in.cap - c->in.len < room)
     room = c->in.cap - c->in.len;
+  /* a new request's first read: its head, and a small body whole; a large
+   * body's rest then goes straight into its buffer (below), so little of it
+   * is copied out of the slab */
+  if (c->state == C_IDLE && in_left(c) == 0 && room > PX_HEAD_READ) room = PX_HEAD_READ;
   buf->base = slab;
   buf->len = room;
+  /* the rest of a Content-Length body, and nothing after it, read straight
+   * into the body buffer: on_body then only counts it (no copy) */
+  px_buf_t *b = &c->req.body;
+  uint64_t left = c->parser.content_length;
+  if (c->body_direct && !c->lingering && c->state == C_READING && in_left(c) == 0 &&
+      left > 0 && left != UINT64_MAX) {
+    size_t want = left < room ? (size_t)left : room;
+    if (px_buf_reserve(b, want + 1) == 0) { /* + 1: the terminating NUL */
+      buf->base = b->data + b->len;
+      buf->len = want;
+    }
+  }
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {

@@ -17,6 +17,8 @@
 #define PX_MAX_CHUNK_EXT 4096       /* chunk extension bytes in one request */
 #define PX_LINGER_MS 2000           /* lingering close: longest drain */
 #define PX_LINGER_MAX (8u << 20)    /* lingering close: most bytes drained */
+#define PX_BODY_PRESIZE (1u << 20)  /* body buffer sized from Content-Length */
+#define PX_HEAD_READ 16384          /* a new request's first read: at most */
 
 /* deferred jobs run by t_tick on the next loop iteration */
 enum { TICK_FLUSH_HEAD = 1, TICK_FAIL = 2, TICK_RESUME = 4 };
@@ -75,6 +77,8 @@ struct px_conn {
   int trailers;            /* the head is parsed: header callbacks now carry
                             * a chunked body's trailer fields, never stored */
   size_t chunk_ext;        /* chunk extension bytes of this request */
+  int body_direct;         /* a Content-Length body is being read: libuv
+                            * reads it straight into req.body (on_alloc) */
   int head_scan;           /* HS_*: raw head bytes seen so far */
   size_t head_bytes;
   int err_status;          /* error found by a parser callback */

@@ -20,7 +20,11 @@
 #include <sys/random.h>
 #include <time.h>
 #include <uv.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
+#include "proxai/json.h"
 #include "proxai/metrics.h"
 
 #define BATCH_MAX (4u << 20) /* bytes waiting, in flight apart: beyond, spans drop */
@@ -68,32 +72,43 @@ static uint64_t next64(void) {
   return r;
 }
 
-/* A random non-zero id of n bytes (8 or 16). */
-static void new_id(uint8_t *id, size_t n) {
-  for (;;) {
-    uint64_t a = next64(), b = n > 8 ? next64() : 0;
-    if (a == 0 && b == 0) continue;
-    memcpy(id, &a, 8);
-    if (n > 8) memcpy(id + 8, &b, 8);
-    return;
-  }
-}
-
 static const char hexd[] = "0123456789abcdef";
 
-/* two hex digits per byte value */
-static const char hex2[] =
-    "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
-    "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f"
-    "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
-    "606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f"
-    "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f"
-    "a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
-    "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
-    "e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
+#if defined(__SSE2__)
+/* nibbles (0-15, one a byte) as lower-case hex digits */
+static inline __m128i hex_digits(__m128i nib) {
+  __m128i letter = _mm_and_si128(_mm_cmpgt_epi8(nib, _mm_set1_epi8(9)),
+                                 _mm_set1_epi8('a' - '0' - 10));
+  return _mm_add_epi8(_mm_add_epi8(nib, _mm_set1_epi8('0')), letter);
+}
+#endif
 
-static void hex(char *out, const uint8_t *id, size_t n) {
-  for (size_t i = 0; i < n; i++) memcpy(out + 2 * i, hex2 + 2 * id[i], 2);
+/* the 2n hex digits of n bytes (8 or 16): the nibbles of all at once */
+static void hex_id(char *out, const uint8_t *b, size_t n) {
+#if defined(__SSE2__)
+  const __m128i m = _mm_set1_epi8(0x0f);
+  __m128i v = n > 8 ? _mm_loadu_si128((const __m128i *)b) : _mm_loadl_epi64((const __m128i *)b);
+  __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), m), lo = _mm_and_si128(v, m);
+  _mm_storeu_si128((__m128i *)out, hex_digits(_mm_unpacklo_epi8(hi, lo)));
+  if (n > 8) _mm_storeu_si128((__m128i *)(out + 16), hex_digits(_mm_unpackhi_epi8(hi, lo)));
+#else
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = hexd[b[i] >> 4];
+    out[2 * i + 1] = hexd[b[i] & 15];
+  }
+#endif
+}
+
+/* A random non-zero id of n bytes (8 or 16) into bin (NULL: not kept) and
+ * its hex digits into hex. */
+static void new_id(uint8_t *bin, char *hex, size_t n) {
+  uint64_t r[2];
+  do {
+    r[0] = next64();
+    r[1] = n > 8 ? next64() : 0;
+  } while (r[0] == 0 && r[1] == 0);
+  if (bin) memcpy(bin, r, n);
+  hex_id(hex, (const uint8_t *)r, n);
 }
 
 static int unhex1(char c) {
@@ -151,18 +166,15 @@ void px_trace_begin(px_trace_ctx_t *t, const px_trace_conf_t *conf, px_str_t tra
     if (tracestate.len && px_header_value_ok(tracestate.ptr, tracestate.len))
       t->tracestate = tracestate;
   } else {
-    new_id(t->trace_id, 16);
-    hex(t->trace_hex, t->trace_id, 16);
+    new_id(t->trace_id, t->trace_hex, 16);
   }
   t->sampled = (uint8_t)sample_keep(t->trace_id, conf->sample);
   if (!t->sampled) return; /* no span: the attempts' ids alone go upstream */
-  new_id(t->span_id, 8);
-  hex(t->span_hex, t->span_id, 8);
+  new_id(NULL, t->span_hex, 8);
 }
 
 void px_trace_attempt(px_trace_ctx_t *t, char *out) {
-  new_id(t->att_id, 8);
-  hex(t->att_hex, t->att_id, 8);
+  new_id(NULL, t->att_hex, 8);
   if (out == NULL) return;
   memcpy(out, "00-", 3);
   memcpy(out + 3, t->trace_hex, 32);
@@ -258,14 +270,41 @@ static char *put_text_slow(char *w, const char *s, size_t n) {
 }
 
 /* A JSON string's content (escaped): names are short and plain as a rule,
- * copied while checked, written again by the slow path when not plain */
+ * copied while checked a word at a time (px_json_special8: the bytes care[]
+ * flags), written again by the slow path when not plain. */
 static char *put_text(char *w, const char *s, size_t n) {
-  unsigned bad = 0;
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  uint64_t x, bad = 0;
+  if (n >= 8) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      memcpy(&x, s + i, 8);
+      memcpy(w + i, &x, 8);
+      bad |= px_json_special8(x);
+    }
+    if (i < n) { /* the last 8 bytes, overlapping */
+      memcpy(&x, s + n - 8, 8);
+      memcpy(w + n - 8, &x, 8);
+      bad |= px_json_special8(x);
+    }
+    return bad ? put_text_slow(w, s, n) : w + n;
+  }
+  if (n >= 4) { /* the first and the last 4 bytes */
+    uint32_t a, b;
+    memcpy(&a, s, 4);
+    memcpy(&b, s + n - 4, 4);
+    memcpy(w, &a, 4);
+    memcpy(w + n - 4, &b, 4);
+    bad = px_json_special8(a | (uint64_t)b << 32);
+    return bad ? put_text_slow(w, s, n) : w + n;
+  }
+#endif
+  unsigned plain = 1;
   for (size_t i = 0; i < n; i++) {
     w[i] = s[i];
-    bad |= care[(unsigned char)s[i]];
+    plain &= !care[(unsigned char)s[i]];
   }
-  return bad ? put_text_slow(w, s, n) : w + n;
+  return plain ? w + n : put_text_slow(w, s, n);
 }
 
 static const char digits2[] =
@@ -318,14 +357,22 @@ static char *put_u64(char *w, uint64_t v) {
   return put8(w, lo);
 }
 
-/* a wall-clock time in ns: seconds (10 digits until 2286) and 9 digits */
+/* a wall-clock time in ns: seconds (10 digits until 2286), their digits
+ * kept from the last time (spans end within the same second, as a rule),
+ * and 9 digits */
 static char *put_time(char *w, uint64_t hr) {
+  static uint64_t last_sec = UINT64_MAX;
+  static char sec_text[24];
+  static size_t sec_len;
   uint64_t v = hr + wall_offset, sec = v / 1000000000;
-  uint32_t ns = (uint32_t)(v % 1000000000);
-  if (sec >= 10000000000ull) return put_u64(w, v);
-  w = put_small(w, (uint32_t)(sec / 100));
-  memcpy(w, digits2 + 2 * (sec % 100), 2);
-  w = put8(w + 2, ns / 10);
+  uint32_t ns = (uint32_t)(v - sec * 1000000000);
+  if (sec != last_sec) {
+    sec_len = (size_t)(put_u64(sec_text, sec) - sec_text);
+    last_sec = sec;
+  }
+  memcpy(w, sec_text, 16); /* a fixed-length copy: the room has it */
+  if (sec_len > 16) memcpy(w + 16, sec_text + 16, sec_len - 16);
+  w = put8(w + sec_len, ns / 10);
   *w++ = (char)('0' + ns % 10);
   return w;
 }
@@ -345,7 +392,7 @@ static char *put_time(char *w, uint64_t hr) {
   } while (0)
 
 /* server.address: the host of the upstream's base URL */
-static px_str_t url_host(const char *url) {
+static px_str_t url_host_find(const char *url) {
   const char *h = strstr(url, "://");
   h = h ? h + 3 : url;
   const char *at = h;
@@ -360,6 +407,21 @@ static px_str_t url_host(const char *url) {
   }
   if (*h == '[' && e - h >= 2 && e[-1] == ']') h++, e--; /* the address without [] */
   return (px_str_t){h, (size_t)(e - h)};
+}
+
+/* the last URL's host kept (its place in the URL): an upstream comes back
+ * span after span */
+static px_str_t url_host(const char *url) {
+  static char last[256];
+  static size_t at, len;
+  if (strcmp(url, last) == 0) return (px_str_t){url + at, len};
+  px_str_t h = url_host_find(url);
+  if (strlen(url) < sizeof(last)) {
+    strcpy(last, url);
+    at = (size_t)(h.ptr - url);
+    len = h.len;
+  }
+  return h;
 }
 
 /* proxai.lossy: the comma-separated list as a string array */

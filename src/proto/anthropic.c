@@ -1611,5 +1611,6 @@ const px_proto_ops_t px_proto_anthropic = {
               .model_path = {"message", "model"},
               .model_depth = 2,
               .finish_key = "stop_reason",
+              .finish_last = 1,
               .delta_outer = "delta"},
 };

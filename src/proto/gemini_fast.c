@@ -1,15 +1,18 @@
 /* gemini_fast.c - the fast codec of Gemini generateContent bodies
- * (include/proxai/fastir.h): the common shape of a request (system
- * instruction, user and model turns of text, function calls and function
- * responses, function declarations, tool config, the sampling part of
- * generationConfig) and of a response (one candidate: text and function
- * calls, usageMetadata), without a jansson document. Anything else
- * (thoughts and thought signatures, blobs, thinkingConfig, JSON output,
- * promptFeedback, refusals, ...) declines to gemini.c, the reference: every
- * rule here is that codec's rule for the same shape. */
+ * (include/proxai/fastir.h), without a jansson document: a request (system
+ * instruction, user and model turns of text, thoughts, thought signatures,
+ * blobs, function calls and function responses with the ids gemini.c mints,
+ * function declarations, tool config, generationConfig with thinkingConfig
+ * and JSON output) both ways, and a response (one candidate: text and
+ * function calls, usageMetadata). Anything else (code execution tools,
+ * cachedContent, thoughts in answers, promptFeedback, refusals, ...)
+ * declines to gemini.c, the reference: every rule here is that codec's rule
+ * for the same shape. jansson stays only where gemini.c's rule is its dump:
+ * function call args and structured function responses made strings. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "proxai/fastir.h"
 #include "proxai/protoutil.h"
@@ -39,6 +42,19 @@ static int mint_id(px_arena_t *a, const char *prefix, px_fstr_t mid, int n,
 
 static int fs_eq(px_fstr_t x, px_fstr_t y) {
   return x.n == y.n && (x.n == 0 || memcmp(x.p, y.p, x.n) == 0);
+}
+
+/* a functionCall's args (NULL: absent) -> the call's arguments: an object's
+ * compact JSON (as gemini.c dumps it), anything else {} */
+static int args_in(px_arena_t *a, const px_fv_t *args, px_fpart_t *p) {
+  if (args != NULL && args->kind == PX_FV_OBJ) {
+    if (px_fast_dump_value(a, args->raw, &p->args) != 0) return DECLINE;
+    p->input = args->raw;
+  } else {
+    p->args = (px_fstr_t){"{}", 2, 0};
+    p->input = (px_str_t){"{}", 2};
+  }
+  return 0;
 }
 
 /* ======================================================================== */
@@ -135,44 +151,185 @@ typedef struct open_call {
   const px_fpart_t *call;
 } open_call_t;
 
-typedef struct calls {
-  open_call_t *open;
-  int n; /* calls seen */
-} calls_t;
+/* What the decoding of contents keeps from part to part. */
+typedef struct gdec {
+  open_call_t *open, **open_tail;
+  int n;            /* calls seen */
+  int k_sig, k_enc; /* the IR fields "signature" and "encrypted_content" */
+  int exec;         /* code execution parts were dropped (lossy) */
+} gdec_t;
+
+/* A functionResponse read where it stands (its response is the large
+ * member of an agent's history: walked once). */
+typedef struct fresp {
+  px_fv_t name, id;
+  int has_resp;
+  px_str_t resp;  /* the response value, raw */
+  px_fstr_t lone; /* a lone "output" or "content" string of it (p NULL: none) */
+} fresp_t;
+
+/* response {..}: its raw span, and its lone "output" / "content" string */
+static int read_response(px_fw_t *w, fresp_t *fr) {
+  px_fv_t x;
+  fr->has_resp = 1;
+  if (px_fw_peek(w) != PX_FV_OBJ) {
+    if (px_fw_value(w, &x) < 0) return DECLINE;
+    fr->resp = x.raw;
+    return 0;
+  }
+  size_t start = w->i;
+  px_fstr_t k, k0 = {0};
+  px_fv_t one = {0};
+  int r, n = 0, same = 1, lone = 0;
+  if (px_fw_open(w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    if (k.esc || px_fw_value(w, &x) < 0) return DECLINE;
+    if (n++ == 0)
+      k0 = k, lone = px_fs_is(k, "output") || px_fs_is(k, "content");
+    else
+      same &= fs_eq(k, k0);
+    one = x; /* jansson keeps the last of repeated members */
+  }
+  if (r < 0 || (n > 1 && same)) return DECLINE; /* one member there, repeated */
+  fr->resp = (px_str_t){w->p + start, w->i - start};
+  if (lone && n == 1 && one.kind == PX_FV_STR) fr->lone = one.s;
+  return 0;
+}
+
+/* functionResponse {name, id, response} at the cursor */
+static int read_fresp(px_fw_t *w, fresp_t *fr) {
+  static const px_fkey_t keys[] = {PX_FK("name"), PX_FK("id"), PX_FK("response")};
+  px_fstr_t k;
+  unsigned seen = 0;
+  int r;
+  memset(fr, 0, sizeof(*fr));
+  if (px_fw_open(w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    int ki = px_fk_of(k, keys, 3);
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+    if (ki == 2) {
+      if (read_response(w, fr) != 0) return DECLINE;
+      continue;
+    }
+    px_fv_t x;
+    if (px_fw_value(w, &x) < 0) return DECLINE;
+    if (ki == 0) fr->name = x;
+    if (ki == 1) fr->id = x;
+  }
+  if (!(seen & 1)) fr->name.kind = PX_FV_NULL;
+  if (!(seen & 2)) fr->id.kind = PX_FV_NULL;
+  return r < 0 ? DECLINE : 0;
+}
 
 /* functionResponse.response -> the tool result's text: a lone "output" or
  * "content" string is the text itself, anything else its compact JSON */
-static int response_text(const px_fv_t *resp, px_fpart_t *res, px_arena_t *a) {
-  px_fstr_t text;
-  if (resp == NULL) {
+static int response_text(const fresp_t *fr, px_fpart_t *res, px_arena_t *a) {
+  px_fstr_t text = fr->lone;
+  if (!fr->has_resp)
     text = (px_fstr_t){"null", 4, 0};
-  } else {
-    int lone = 0;
-    if (resp->kind == PX_FV_OBJ) {
-      px_fw_t w = {resp->raw.ptr, resp->raw.len, 0};
-      px_fstr_t k;
-      px_fstr_t k0 = {0};
-      px_fv_t x, one = {0};
-      int r, n = 0, same = 1;
-      if (px_fw_open(&w, '{') < 0) return DECLINE;
-      while ((r = px_fw_member(&w, &k)) == 1) {
-        if (k.esc || px_fw_value(&w, &x) < 0) return DECLINE;
-        if (n++ == 0)
-          k0 = k, lone = px_fs_is(k, "output") || px_fs_is(k, "content");
-        else
-          same &= fs_eq(k, k0);
-        one = x; /* jansson keeps the last of repeated members */
-      }
-      if (r < 0) return DECLINE;
-      if (n > 1 && same) return DECLINE; /* one member there, repeated */
-      if (n != 1 || one.kind != PX_FV_STR) lone = 0;
-      if (lone) text = one.s;
-    }
-    if (!lone && px_fast_dump_value(a, resp->raw, &text) != 0) return DECLINE;
-  }
+  else if (text.p == NULL && px_fast_dump_value(a, fr->resp, &text) != 0)
+    return DECLINE;
   px_fpart_t *t = px_fpart_text(a, text);
   if (t == NULL) return DECLINE;
   res->content = t;
+  return 0;
+}
+
+/* A thoughtSignature on a call, text or blob part of a model turn: a
+ * reasoning part of its own, the token in its family's field (sig_part in
+ * gemini.c). Another family's signature joins the thought text before it
+ * when that thought has no token yet. */
+static int sig_part(px_fmsg_t *m, px_fstr_t sig, const gdec_t *d, px_arena_t *a) {
+  px_fpart_t *r = px_fpart_new(a, PX_FP_REASONING);
+  if (r == NULL) return DECLINE;
+  r->text = (px_fstr_t){"", 0, 0};
+  if (px_frtok_in(PX_PROTO_GEMINI, r, sig) != 0) return DECLINE;
+  px_fpart_t *prev = m->last;
+  if ((r->tok[d->k_sig].p || r->tok[d->k_enc].p) && prev != NULL &&
+      prev->type == PX_FP_REASONING && prev->text.n > 0 && prev->id.p == NULL) {
+    int bare = 1;
+    for (int k = 0; k < PX_FRTOKS; k++) bare &= prev->tok[k].p == NULL;
+    if (bare) {
+      memcpy(prev->tok, r->tok, sizeof(prev->tok));
+      return 0;
+    }
+  }
+  px_fpart_push(&m->parts, &m->last, r);
+  return 0;
+}
+
+/* inlineData {mimeType, data} / fileData {mimeType, fileUri} -> an image or
+ * file part (decode_blob in gemini.c) */
+static int decode_blob(const px_fv_t *v, int is_file, px_fmsg_t *m, px_arena_t *a) {
+  static const char *const keys[] = {"mimeType", "data", "fileUri"};
+  px_fv_t g[3];
+  unsigned gs = 0;
+  int dk = is_file ? 2 : 1;
+  if (v->kind != PX_FV_OBJ || px_fv_fields(v, keys, 3, g, &gs) != 0 || !(gs & 1) ||
+      !(gs & (1u << dk)) || g[0].kind != PX_FV_STR || g[dk].kind != PX_FV_STR ||
+      g[0].s.esc)
+    return DECLINE; /* an error there; an escaped type may spell image/ */
+  int image = g[0].s.n >= 6 && memcmp(g[0].s.p, "image/", 6) == 0;
+  px_fpart_t *p = px_fpart_new(a, image ? PX_FP_IMAGE : PX_FP_FILE);
+  if (p == NULL) return DECLINE;
+  if (is_file) {
+    p->url = g[dk].s;
+  } else {
+    p->media_type = g[0].s;
+    p->data = g[dk].s;
+    if (!image) p->filename = (px_fstr_t){"document.pdf", 12, 0};
+  }
+  px_fpart_push(&m->parts, &m->last, p);
+  return 0;
+}
+
+static int decode_call(const px_fv_t *v, px_fmsg_t *m, gdec_t *d, px_arena_t *a) {
+  static const char *const keys[] = {"name", "args", "id"};
+  px_fv_t g[3];
+  unsigned gs = 0;
+  if (v->kind != PX_FV_OBJ || px_fv_fields(v, keys, 3, g, &gs) != 0 || !(gs & 1) ||
+      g[0].kind != PX_FV_STR || g[0].s.esc)
+    return DECLINE;
+  px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
+  open_call_t *o = px_arena_alloc(a, sizeof(*o));
+  if (p == NULL || o == NULL) return DECLINE;
+  p->name = g[0].s;
+  d->n++;
+  if ((gs & 4) && g[2].kind == PX_FV_STR && g[2].s.n > 0) {
+    if (g[2].s.esc) return DECLINE;
+    p->id = g[2].s;
+  } else if (mint_id(a, "call_", (px_fstr_t){0}, d->n, &p->id) != 0) {
+    return DECLINE;
+  }
+  if (args_in(a, (gs & 2) ? &g[1] : NULL, p) != 0) return DECLINE;
+  o->call = p;
+  *d->open_tail = o;
+  d->open_tail = &o->next;
+  px_fpart_push(&m->parts, &m->last, p);
+  return 0;
+}
+
+static int decode_fresp(const fresp_t *fr, px_fmsg_t *m, gdec_t *d, px_arena_t *a) {
+  px_fstr_t name = fr->name.kind == PX_FV_STR ? fr->name.s : (px_fstr_t){"", 0, 0};
+  px_fstr_t id = fr->id.kind == PX_FV_STR ? fr->id.s : (px_fstr_t){0};
+  int by_id = id.n > 0;
+  if (name.esc || (by_id && id.esc)) return DECLINE;
+  px_fpart_t *res = px_fpart_new(a, PX_FP_TOOL_RESULT);
+  if (res == NULL) return DECLINE;
+  open_call_t **pp = &d->open;
+  while (*pp && !(by_id ? fs_eq((*pp)->call->id, id) : fs_eq((*pp)->call->name, name)))
+    pp = &(*pp)->next;
+  if (*pp) {
+    res->id = (*pp)->call->id;
+    if (d->open_tail == &(*pp)->next) d->open_tail = pp;
+    *pp = (*pp)->next;
+  } else if (by_id) {
+    res->id = id;
+  } else {
+    return DECLINE; /* answers no call: an error there */
+  }
+  if (response_text(fr, res, a) != 0) return DECLINE;
+  px_fpart_push(&m->parts, &m->last, res);
   return 0;
 }
 
@@ -181,127 +338,114 @@ static const char *const part_keys[] = {
     "text",         "thought",          "thoughtSignature",
     "functionCall", "functionResponse", "inlineData",
     "fileData",     "executableCode",   "codeExecutionResult"};
+static const px_fkey_t part_fkeys[] = {
+    PX_FK("text"),         PX_FK("thought"),          PX_FK("thoughtSignature"),
+    PX_FK("functionCall"), PX_FK("functionResponse"), PX_FK("inlineData"),
+    PX_FK("fileData"),     PX_FK("executableCode"),   PX_FK("codeExecutionResult")};
 
-static int decode_part(px_fw_t *w, px_fmsg_t *m, calls_t *calls, px_arena_t *a) {
+/* one part of a turn, in gemini.c's order of checks (decode_part there) */
+static int decode_part(px_fw_t *w, px_fmsg_t *m, int model, gdec_t *d, px_arena_t *a) {
   px_fv_t f[NKEYS(part_keys)];
+  fresp_t fr;
+  px_fstr_t k;
   unsigned seen = 0;
-  if (px_fw_peek(w) != PX_FV_OBJ ||
-      px_fw_fields(w, part_keys, NKEYS(part_keys), f, &seen) != 0)
-    return DECLINE;
-  /* thoughts and signatures become reasoning parts: the jansson codec */
-  if (HAS(P_SIG) || (HAS(P_THOUGHT) && f[P_THOUGHT].kind == PX_FV_TRUE)) return DECLINE;
+  int r;
+  if (px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    int ki = px_fk_of(k, part_fkeys, NKEYS(part_fkeys));
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+    if (ki == P_FR && px_fw_peek(w) == PX_FV_OBJ) { /* read where it stands */
+      if (read_fresp(w, &fr) != 0) return DECLINE;
+      f[P_FR].kind = PX_FV_OBJ;
+      continue;
+    }
+    px_fv_t v;
+    if (px_fw_value(w, &v) < 0) return DECLINE;
+    if (ki >= 0) f[ki] = v;
+  }
+  if (r < 0) return DECLINE;
+  int sig = HAS(P_SIG) && f[P_SIG].kind == PX_FV_STR;
+  int thought = HAS(P_THOUGHT) && f[P_THOUGHT].kind == PX_FV_TRUE;
+  if (sig && model && !thought && sig_part(m, f[P_SIG].s, d, a) != 0) return DECLINE;
   if (HAS(P_TEXT)) {
     if (f[P_TEXT].kind != PX_FV_STR) return DECLINE;
-    px_fpart_t *p = px_fpart_text(a, f[P_TEXT].s);
+    px_fpart_t *p;
+    if (!thought) {
+      p = px_fpart_text(a, f[P_TEXT].s);
+    } else if (!model) {
+      return 0; /* thoughts belong to model turns */
+    } else {
+      p = px_fpart_new(a, PX_FP_REASONING);
+      if (p == NULL) return DECLINE;
+      p->text = f[P_TEXT].s;
+      if (sig && px_frtok_in(PX_PROTO_GEMINI, p, f[P_SIG].s) != 0) return DECLINE;
+    }
     if (p == NULL) return DECLINE;
     px_fpart_push(&m->parts, &m->last, p);
     return 0;
   }
-  if (HAS(P_INLINE) || HAS(P_FILE)) return DECLINE; /* blobs */
-  if (HAS(P_FC)) {
-    static const char *const keys[] = {"name", "args", "id"};
-    px_fv_t g[3];
-    unsigned gs = 0;
-    if (f[P_FC].kind != PX_FV_OBJ || px_fv_fields(&f[P_FC], keys, 3, g, &gs) != 0 ||
-        !(gs & 1) || g[0].kind != PX_FV_STR || g[0].s.esc)
-      return DECLINE;
-    px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
-    open_call_t *o = px_arena_alloc(a, sizeof(*o));
-    if (p == NULL || o == NULL) return DECLINE;
-    p->name = g[0].s;
-    calls->n++;
-    if ((gs & 4) && g[2].kind == PX_FV_STR && g[2].s.n > 0) {
-      if (g[2].s.esc) return DECLINE;
-      p->id = g[2].s;
-    } else if (mint_id(a, "call_", (px_fstr_t){0}, calls->n, &p->id) != 0) {
-      return DECLINE;
-    }
-    if ((gs & 2) && g[1].kind == PX_FV_OBJ) {
-      if (px_fast_dump_value(a, g[1].raw, &p->args) != 0) return DECLINE;
-      p->input = g[1].raw;
-    } else {
-      p->args = (px_fstr_t){"{}", 2, 0};
-      p->input = (px_str_t){"{}", 2};
-    }
-    o->call = p;
-    open_call_t **tail = &calls->open;
-    while (*tail) tail = &(*tail)->next;
-    *tail = o;
-    px_fpart_push(&m->parts, &m->last, p);
+  if (HAS(P_INLINE)) return decode_blob(&f[P_INLINE], 0, m, a);
+  if (HAS(P_FILE)) return decode_blob(&f[P_FILE], 1, m, a);
+  if (HAS(P_FC)) return model ? decode_call(&f[P_FC], m, d, a) : DECLINE;
+  if (HAS(P_FR))
+    return model || f[P_FR].kind != PX_FV_OBJ ? DECLINE : decode_fresp(&fr, m, d, a);
+  if (HAS(P_EXEC) || HAS(P_EXECR)) {
+    d->exec = 1;
     return 0;
   }
-  if (HAS(P_FR)) {
-    static const char *const keys[] = {"name", "id", "response"};
-    px_fv_t g[3];
-    unsigned gs = 0;
-    if (f[P_FR].kind != PX_FV_OBJ || px_fv_fields(&f[P_FR], keys, 3, g, &gs) != 0)
-      return DECLINE;
-    px_fstr_t name = (gs & 1) && g[0].kind == PX_FV_STR ? g[0].s : (px_fstr_t){"", 0, 0};
-    int by_id = (gs & 2) && g[1].kind == PX_FV_STR && g[1].s.n > 0;
-    if (name.esc || (by_id && g[1].s.esc)) return DECLINE;
-    px_fpart_t *res = px_fpart_new(a, PX_FP_TOOL_RESULT);
-    if (res == NULL) return DECLINE;
-    open_call_t **pp = &calls->open;
-    while (*pp &&
-           !(by_id ? fs_eq((*pp)->call->id, g[1].s) : fs_eq((*pp)->call->name, name)))
-      pp = &(*pp)->next;
-    if (*pp) {
-      res->id = (*pp)->call->id;
-      *pp = (*pp)->next;
-    } else if (by_id) {
-      res->id = g[1].s;
-    } else {
-      return DECLINE; /* answers no call: an error there */
-    }
-    if (response_text((gs & 4) ? &g[2] : NULL, res, a) != 0) return DECLINE;
-    px_fpart_push(&m->parts, &m->last, res);
-    return 0;
-  }
-  return DECLINE; /* code execution (lossy), signature-only, unsupported */
+  return sig ? 0 : DECLINE; /* a signature-only part; else unsupported there */
 }
 
-/* contents, each turn read in place: its role may follow its parts, so
- * the parts are checked against it when the turn is over (calls belong to
- * model turns, function responses to user turns) */
-static int decode_contents(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
-  calls_t calls = {NULL, 0};
+/* a turn's role as gemini.c reads it: 1 model, 0 user (or none), <0 */
+static int role_of(const px_fv_t *v) {
+  if (v->kind != PX_FV_STR) return 0;
+  if (px_fs_is(v->s, "model")) return 1;
+  return px_fs_is(v->s, "user") ? 0 : -1;
+}
+
+/* the role of a turn whose parts come first: the members after them */
+static int role_ahead(px_fw_t w) {
+  px_fv_t v;
+  px_fstr_t k;
+  int r, role = 0, n = 0;
+  if (px_fw_value(&w, &v) < 0) return -1; /* the parts */
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    if (k.esc || px_fw_value(&w, &v) < 0) return -1;
+    if (px_fs_is(k, "role") && (n++ || (role = role_of(&v)) < 0)) return -1;
+  }
+  return r < 0 ? -1 : role;
+}
+
+/* contents, each turn read in place, its parts by its role */
+static int decode_contents(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) {
   int r;
   if (px_fw_peek(w) != PX_FV_ARR || px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(w)) == 1) {
     px_fstr_t k;
     px_fv_t v;
-    int rk, model = 0;
+    int rk, model = -1;
     unsigned seen = 0;
     px_fmsg_t *m = px_fmsg_push(ir, a, 0);
     if (m == NULL || px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0) return DECLINE;
     while ((rk = px_fw_member(w, &k)) == 1) {
       if (k.esc) return DECLINE;
       if (px_fs_is(k, "parts")) {
-        if (px_fw_seen_twice(&seen, 1) || px_fw_peek(w) != PX_FV_ARR ||
-            px_fw_open(w, '[') < 0)
-          return DECLINE;
+        if (px_fw_seen_twice(&seen, 1) || px_fw_peek(w) != PX_FV_ARR) return DECLINE;
+        if (model < 0 && (model = role_ahead(*w)) < 0) return DECLINE;
+        if (px_fw_open(w, '[') < 0) return DECLINE;
         int rp;
         while ((rp = px_fw_elem(w)) == 1)
-          if (decode_part(w, m, &calls, a) != 0) return DECLINE;
+          if (decode_part(w, m, model, d, a) != 0) return DECLINE;
         if (rp < 0) return DECLINE;
         continue;
       }
       if (px_fw_value(w, &v) < 0) return DECLINE;
       if (!px_fs_is(k, "role")) continue;
-      if (px_fw_seen_twice(&seen, 0)) return DECLINE;
-      if (v.kind != PX_FV_STR) continue; /* no role: user there */
-      if (px_fs_is(v.s, "model"))
-        model = 1;
-      else if (!px_fs_is(v.s, "user"))
-        return DECLINE;
+      if (px_fw_seen_twice(&seen, 0) || (model = role_of(&v)) < 0) return DECLINE;
     }
     if (rk < 0 || !HAS(1) || m->parts == NULL)
-      return DECLINE; /* an empty turn: jansson */
+      return DECLINE; /* no parts: an error there; none kept: an empty turn */
     m->assistant = model;
-    for (const px_fpart_t *p = m->parts; p; p = p->next)
-      if ((p->type == PX_FP_TOOL_CALL && !model) ||
-          (p->type == PX_FP_TOOL_RESULT && model))
-        return DECLINE; /* an error there */
   }
   return r < 0 ? DECLINE : 0;
 }
@@ -395,13 +539,77 @@ static const char *const gen_dropped[] = {
     "logprobs",        "mediaResolution",  "speechConfig", "responseModalities"};
 #define N_DROPPED NKEYS(gen_dropped)
 
-enum { G_TEMP, G_TOPP, G_TOPK, G_MAX, G_STOP, G_CAND, G_MIME, G_THINK, G_DROP0 };
+enum {
+  G_TEMP,
+  G_TOPP,
+  G_TOPK,
+  G_MAX,
+  G_STOP,
+  G_CAND,
+  G_MIME,
+  G_JSCHEMA,
+  G_SCHEMA,
+  G_THINK,
+  G_DROP0
+};
 #define N_GEN (G_DROP0 + N_DROPPED)
 
-static int decode_generation(px_fw_t *w, px_freq_t *ir, unsigned *dropped) {
+/* effort_of_level in gemini.c: a thinkingLevel's effort */
+static int effort_of_level(px_fstr_t l, px_fstr_t *out) {
+  static const char *const lv[][2] = {
+      {"minimal", "MINIMAL"}, {"low", "LOW"}, {"medium", "MEDIUM"}};
+  if (l.esc) return DECLINE;
+  for (size_t i = 0; i < 3; i++)
+    if (px_fs_is(l, lv[i][0]) || px_fs_is(l, lv[i][1])) {
+      *out = (px_fstr_t){lv[i][0], strlen(lv[i][0]), 0};
+      return 0;
+    }
+  *out = (px_fstr_t){"high", 4, 0};
+  return 0;
+}
+
+/* thinkingConfig -> the IR reasoning, as decode_generation in gemini.c */
+static int decode_thinking(const px_fv_t *tc, px_freq_t *ir) {
+  static const char *const keys[] = {"thinkingBudget", "thinkingLevel"};
+  px_fv_t g[2];
+  unsigned gs = 0;
+  if (tc->kind != PX_FV_OBJ) return 0;
+  if (px_fv_fields(tc, keys, 2, g, &gs) != 0) return DECLINE;
+  /* thinkingBudget: an integer's sign (0, > 0, < 0) and value */
+  int sign = 0, is_int = (gs & 1) && g[0].kind == PX_FV_NUM && px_fw_is_int(g[0].raw);
+  int64_t v = 0;
+  if (is_int) {
+    px_str_t raw = g[0].raw;
+    int neg = raw.len > 0 && raw.ptr[0] == '-';
+    if (neg) raw.ptr++, raw.len--;
+    if (px_fw_uint(raw, &v) < 0) return DECLINE;
+    sign = v == 0 ? 0 : neg ? -1 : 1;
+  }
+  ir->has_reasoning = 1;
+  if (is_int && sign == 0) {
+    ir->effort = (px_fstr_t){"none", 4, 0};
+    return 0;
+  }
+  ir->reasoning_enabled = 1;
+  if (sign > 0) {
+    const char *e = px_effort_of_budget(v);
+    ir->budget = g[0].raw;
+    ir->budget_v = v;
+    ir->effort = (px_fstr_t){e, strlen(e), 0};
+  } else if ((gs & 2) && g[1].kind == PX_FV_STR) {
+    return effort_of_level(g[1].s, &ir->effort);
+  }
+  return 0;
+}
+
+/* lossy marks of generationConfig, added when the request is read */
+#define L_MIME (1u << 0)
+
+static int decode_generation(px_fw_t *w, px_freq_t *ir, px_arena_t *a, unsigned *dropped,
+                             unsigned *marks) {
   static const char *const keys[N_GEN] = {
       "temperature", "topP", "topK", "maxOutputTokens", "stopSequences", "candidateCount",
-      "responseMimeType", "thinkingConfig",
+      "responseMimeType", "responseJsonSchema", "responseSchema", "thinkingConfig",
       /* gen_dropped[] */
       "presencePenalty", "frequencyPenalty", "seed", "responseLogprobs", "logprobs",
       "mediaResolution", "speechConfig", "responseModalities"};
@@ -422,12 +630,12 @@ static int decode_generation(px_fw_t *w, px_freq_t *ir, unsigned *dropped) {
     ir->max_tokens = f[G_MAX].raw;
   }
   if (HAS(G_STOP) && f[G_STOP].kind == PX_FV_ARR) {
-    px_fw_t w = {f[G_STOP].raw.ptr, f[G_STOP].raw.len, 0};
+    px_fw_t sw = {f[G_STOP].raw.ptr, f[G_STOP].raw.len, 0};
     int r, n = 0;
-    if (px_fw_open(&w, '[') < 0) return DECLINE;
-    while ((r = px_fw_elem(&w)) == 1) {
+    if (px_fw_open(&sw, '[') < 0) return DECLINE;
+    while ((r = px_fw_elem(&sw)) == 1) {
       px_fv_t x;
-      if (px_fw_value(&w, &x) < 0 || x.kind != PX_FV_STR) return DECLINE;
+      if (px_fw_value(&sw, &x) < 0 || x.kind != PX_FV_STR) return DECLINE;
       n++;
     }
     if (r < 0 || n == 0) return DECLINE;
@@ -436,11 +644,25 @@ static int decode_generation(px_fw_t *w, px_freq_t *ir, unsigned *dropped) {
   if (HAS(G_CAND) && !(f[G_CAND].kind == PX_FV_NUM && f[G_CAND].raw.len == 1 &&
                        f[G_CAND].raw.ptr[0] == '1'))
     return DECLINE;
-  /* JSON output, other MIME types (lossy), thinking: the jansson codec */
-  if (HAS(G_MIME) &&
-      !(f[G_MIME].kind == PX_FV_STR && px_fs_is(f[G_MIME].s, "text/plain")))
-    return DECLINE;
-  if (HAS(G_THINK)) return DECLINE;
+  if (HAS(G_MIME) && f[G_MIME].kind == PX_FV_STR) {
+    px_fstr_t mime = f[G_MIME].s;
+    if (mime.esc) return DECLINE;
+    if (px_fs_is(mime, "application/json")) {
+      /* responseJsonSchema, else responseSchema: an object is the schema */
+      const px_fv_t *s = HAS(G_JSCHEMA)  ? &f[G_JSCHEMA]
+                         : HAS(G_SCHEMA) ? &f[G_SCHEMA]
+                                         : NULL;
+      if (s != NULL && s->kind == PX_FV_OBJ) {
+        if (schema_lower(s, a, &ir->rf_schema) != 0) return DECLINE;
+        ir->rf_name = (px_fstr_t){"response", 8, 0};
+      } else {
+        ir->rf_json = 1;
+      }
+    } else if (!px_fs_is(mime, "text/plain")) {
+      *marks |= L_MIME;
+    }
+  }
+  if (HAS(G_THINK) && decode_thinking(&f[G_THINK], ir) != 0) return DECLINE;
   *dropped = seen >> G_DROP0;
   return 0;
 }
@@ -456,9 +678,12 @@ static int gem_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, siz
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
   px_fv_t f[NKEYS(top_keys)];
-  unsigned seen = 0, dropped = 0;
+  unsigned seen = 0, dropped = 0, marks = 0;
+  gdec_t d = {
+      NULL, NULL, 0, px_frtok_index("signature"), px_frtok_index("encrypted_content"), 0};
   int r;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  d.open_tail = &d.open;
+  if (d.k_sig < 0 || d.k_enc < 0 || px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(&w, &k)) == 1) {
     if (k.esc) return DECLINE;
     int ki = px_fw_key_of(k, top_keys, NKEYS(top_keys));
@@ -467,7 +692,7 @@ static int gem_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, siz
     int rc = 0, inplace = 1;
     switch (ki) {
       case K_CONTENTS:
-        rc = decode_contents(&w, ir, a);
+        rc = decode_contents(&w, ir, &d, a);
         break;
       case K_SYS:
         rc = decode_system(&w, ir, a);
@@ -476,7 +701,7 @@ static int gem_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, siz
         rc = decode_tools(&w, ir, a);
         break;
       case K_GEN:
-        rc = decode_generation(&w, ir, &dropped);
+        rc = decode_generation(&w, ir, a, &dropped, &marks);
         break;
       default:
         inplace = 0;
@@ -495,6 +720,8 @@ static int gem_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, siz
     ir->stream_true = 1;
   else
     ir->stream_false = 1;
+  if (d.exec) px_lossy_add(lossy, "contents[].parts[].executableCode");
+  if (marks & L_MIME) px_lossy_add(lossy, "generationConfig.responseMimeType");
   for (int i = 0; i < N_DROPPED; i++)
     if (dropped & (1u << i)) {
       char p[64];
@@ -509,18 +736,23 @@ static int gem_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, siz
 /* ======================================================================== */
 /* Request encode                                                            */
 
-/* args as an object: the JSON text, or the string checked to be one */
-static int call_args(px_arena_t *a, const px_fpart_t *p, px_str_t *out) {
+/* args as an object: the JSON text, or the string checked to be one;
+ * blank_ok: blank is {} (px_tool_args_object, a client's call; an
+ * upstream's must be an object) */
+static int call_args(px_arena_t *a, const px_fpart_t *p, int blank_ok, px_str_t *out) {
   if (p->input.ptr != NULL) {
     *out = p->input;
     return 0;
   }
-  if (p->args.p == NULL) {
+  if (p->args.p == NULL && !blank_ok) return DECLINE; /* an error there */
+  int blank = p->args.p == NULL ? 1 : blank_ok ? px_fs_blank_value(p->args) : 0;
+  if (blank < 0) return DECLINE;
+  if (blank) {
     *out = (px_str_t){"{}", 2};
     return 0;
   }
   px_fpart_t tmp = *p;
-  /* a string that is no object becomes {} there: not taken here */
+  /* a string that is no object is the client's error there */
   if (px_fast_args_object(a, &tmp) != 0) return DECLINE;
   *out = tmp.input;
   return 0;
@@ -536,23 +768,45 @@ static const px_fpart_t *call_of(const px_freq_t *ir, px_fstr_t id) {
   return NULL;
 }
 
-/* the response object of a tool result: its text when that is a JSON
- * object, else {"output"|"error": text} */
-static int put_result(px_buf_t *b, const px_fpart_t *res, px_arena_t *a) {
+/* Whether the texts of a list, unescaped, start with '{' after whitespace:
+ * 1, 0, or -1 when an escape hides it (\uXXXX). */
+static int texts_open_brace(const px_fpart_t *parts) {
+  for (const px_fpart_t *c = parts; c; c = c->next) {
+    if (c->type != PX_FP_TEXT) continue;
+    for (size_t i = 0; i < c->text.n; i++) {
+      char ch = c->text.p[i];
+      if (ch == ' ') continue;
+      if (ch != '\\') return ch == '{';
+      if (++i >= c->text.n) return -1;
+      ch = c->text.p[i];
+      if (ch != 'n' && ch != 't' && ch != 'r') return ch == 'u' ? -1 : 0;
+    }
+  }
+  return 0;
+}
+
+/* the response object of a tool result (result_response in gemini.c): its
+ * text when that is a JSON object, else {"output"|"error": text}; other
+ * than text is dropped */
+static int put_result(px_buf_t *b, const px_fpart_t *res, px_arena_t *a,
+                      px_lossy_t *lossy) {
   size_t n = 0;
   int esc = 0;
   for (const px_fpart_t *c = res->content; c; c = c->next) {
-    if (c->type != PX_FP_TEXT) return DECLINE;
+    if (c->type != PX_FP_TEXT) {
+      px_lossy_add(lossy, "messages[].content[].tool_result.content[].image");
+      continue;
+    }
     n += c->text.n;
     esc |= c->text.esc;
   }
-  if (n > 0) {
+  if (n > 0 && texts_open_brace(res->content) != 0) {
     /* the unescaped text, checked to be one object as jansson reads it */
     px_buf_t t;
     px_buf_init(&t, n + 1);
     int rc = 0;
     for (const px_fpart_t *c = res->content; c && rc == 0; c = c->next) {
-      if (c->text.n == 0) continue;
+      if (c->type != PX_FP_TEXT || c->text.n == 0) continue;
       if (!esc) {
         rc = px_buf_append(&t, c->text.p, c->text.n);
       } else {
@@ -587,67 +841,246 @@ static int put_result(px_buf_t *b, const px_fpart_t *res, px_arena_t *a) {
   return rc;
 }
 
-static int put_part(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p,
-                    px_arena_t *a) {
+/* mime_of_url in gemini.c: fileData's mimeType by the URL's extension */
+static const char *mime_of_url(px_fstr_t url, int image) {
+  static const char *const ext[][2] = {
+      {".png", "image/png"},      {".jpg", "image/jpeg"}, {".jpeg", "image/jpeg"},
+      {".webp", "image/webp"},    {".gif", "image/gif"},  {".heic", "image/heic"},
+      {".pdf", "application/pdf"}};
+  size_t n = 0;
+  while (n < url.n && url.p[n] != '?' && url.p[n] != '#') n++;
+  for (size_t i = 0; i < NKEYS(ext); i++) {
+    size_t el = strlen(ext[i][0]);
+    if (n > el && strncasecmp(url.p + n - el, ext[i][0], el) == 0) return ext[i][1];
+  }
+  return image ? "image/jpeg" : "application/pdf";
+}
+
+/* an image or file part with a URL or data (blob_out in gemini.c; one
+ * with neither, an OpenAI file id, is dropped by put_contents) */
+static int put_blob(px_buf_t *b, const px_fpart_t *p) {
+  px_fstr_t mt, data;
+  int file = 0;
+  if (p->url.p != NULL) {
+    /* an escape may hide "data:" or the URL's extension */
+    if (p->url.esc) return DECLINE;
+    const char *u = p->url.p, *semi;
+    size_t n = p->url.n;
+    if (n > 5 && memcmp(u, "data:", 5) == 0 &&
+        (semi = memmem(u + 5, n - 5, ";base64,", 8)) != NULL && semi > u + 5 &&
+        semi - (u + 5) < 64) {
+      mt = (px_fstr_t){u + 5, (size_t)(semi - (u + 5)), 0};
+      data = (px_fstr_t){semi + 8, n - (size_t)(semi + 8 - u), 0};
+    } else {
+      const char *m = mime_of_url(p->url, p->type == PX_FP_IMAGE);
+      mt = (px_fstr_t){m, strlen(m), 0};
+      data = p->url;
+      file = 1;
+    }
+  } else {
+    mt = p->media_type.p ? p->media_type : (px_fstr_t){"application/octet-stream", 24, 0};
+    data = p->data;
+  }
+  int rc = px_fb_lit(
+      b, file ? "\"fileData\":{\"mimeType\":" : "\"inlineData\":{\"mimeType\":");
+  if (rc == 0) rc = px_fb_str(b, mt);
+  if (rc == 0) rc = px_fb_lit(b, file ? ",\"fileUri\":" : ",\"data\":");
+  if (rc == 0) rc = px_fb_str(b, data);
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* What the encoding of contents keeps: the IR fields of reasoning tokens. */
+typedef struct genc {
+  int k_ts, k_sig, k_enc, k_red;
+} genc_t;
+
+/* One IR part's members into the Gemini part already open (part_out in
+ * gemini.c); the parts that write nothing are put_contents' */
+static int put_part(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p, px_arena_t *a,
+                    px_lossy_t *lossy) {
   int rc;
   switch (p->type) {
     case PX_FP_TEXT:
-      rc = px_fb_lit(b, "{\"text\":");
-      if (rc == 0) rc = px_fb_str(b, p->text);
-      if (rc == 0) rc = px_fb_lit(b, "}");
-      return rc;
+    case PX_FP_REFUSAL:
+      rc = px_fb_lit(b, "\"text\":");
+      if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : (px_fstr_t){"", 0, 0});
+      break;
+    case PX_FP_IMAGE:
+    case PX_FP_FILE:
+      return put_blob(b, p);
     case PX_FP_TOOL_CALL: {
       px_str_t args;
-      if (p->name.p == NULL || call_args(a, p, &args) != 0) return DECLINE;
-      rc = px_fb_lit(b, "{\"functionCall\":{\"name\":");
+      /* arguments that are no object: an error there */
+      if (p->name.p == NULL || call_args(a, p, 1, &args) != 0) return DECLINE;
+      rc = px_fb_lit(b, "\"functionCall\":{\"name\":");
       if (rc == 0) rc = px_fb_str(b, p->name);
       if (rc == 0) rc = px_fb_lit(b, ",\"args\":");
       if (rc == 0) rc = px_fb_raw(b, args);
-      if (rc == 0) rc = px_fb_lit(b, "}}");
-      return rc;
+      if (rc == 0) rc = px_fb_lit(b, "}");
+      break;
     }
     case PX_FP_TOOL_RESULT: {
-      if (p->id.esc) return DECLINE;
       const px_fpart_t *call = call_of(ir, p->id);
-      if (call == NULL || call->id.esc) return DECLINE; /* an error there */
-      rc = px_fb_lit(b, "{\"functionResponse\":{\"name\":");
+      if (call == NULL) return DECLINE; /* an error there */
+      rc = px_fb_lit(b, "\"functionResponse\":{\"name\":");
       if (rc == 0) rc = px_fb_str(b, call->name);
       if (rc == 0) rc = px_fb_lit(b, ",\"response\":");
-      if (rc == 0) rc = put_result(b, p, a);
-      if (rc == 0) rc = px_fb_lit(b, "}}");
-      return rc;
-    }
-    default: /* not written by this encoder yet (px_fast_ops_t.encodes) */
+      if (rc == 0) rc = put_result(b, p, a, lossy);
+      if (rc == 0) rc = px_fb_lit(b, "}");
       break;
+    }
+    default:
+      return DECLINE;
   }
-  return DECLINE;
+  return rc;
+}
+
+/* contents (contents_out in gemini.c): a turn per message, merged into the
+ * turn before of the same role, none for a message that writes no part; a
+ * Gemini signature of a reasoning part without text rides on the next part
+ * of a model message; other families' tokens are dropped */
+static int put_contents(px_buf_t *b, const px_freq_t *ir, const genc_t *g, px_arena_t *a,
+                        px_lossy_t *lossy) {
+  int rc = px_fb_lit(b, "{\"contents\":[");
+  int open = -1; /* the role of the turn open */
+  for (const px_fmsg_t *m = ir->msgs; m && rc == 0; m = m->next) {
+    px_fstr_t sig = {0}; /* a signature waiting for the next part */
+    for (const px_fpart_t *p = m->parts; p && rc == 0; p = p->next) {
+      if (p->cache_control.ptr) px_lossy_add(lossy, "messages[].content[].cache_control");
+      int thought = 0;
+      if (p->type == PX_FP_REASONING) {
+        px_fstr_t ts = p->tok[g->k_ts];
+        if (ts.p == NULL) {
+          if (p->tok[g->k_sig].p || p->tok[g->k_enc].p || p->tok[g->k_red].p)
+            px_lossy_add(lossy, "messages[].content[].reasoning.signature");
+          continue; /* thoughts of another family mean nothing to Gemini */
+        }
+        if (p->text.p == NULL || p->text.n == 0) {
+          sig = ts;
+          continue;
+        }
+        thought = 1;
+      } else if ((p->type == PX_FP_IMAGE || p->type == PX_FP_FILE) && p->url.p == NULL &&
+                 p->data.p == NULL) {
+        px_lossy_add(lossy, "messages[].content[].file_id");
+        continue;
+      }
+      if (open != m->assistant) {
+        if (open >= 0) rc = px_fb_lit(b, "]},");
+        if (rc == 0)
+          rc = px_fb_lit(b, m->assistant ? "{\"role\":\"model\",\"parts\":[{"
+                                         : "{\"role\":\"user\",\"parts\":[{");
+        open = m->assistant;
+      } else {
+        rc = px_fb_lit(b, ",{");
+      }
+      if (rc != 0) break;
+      if (thought) {
+        rc = px_fb_lit(b, "\"text\":");
+        if (rc == 0) rc = px_fb_str(b, p->text);
+        if (rc == 0) rc = px_fb_lit(b, ",\"thought\":true,\"thoughtSignature\":");
+        if (rc == 0) rc = px_fb_str(b, p->tok[g->k_ts]);
+      } else {
+        if (sig.p != NULL && m->assistant) {
+          rc = px_fb_lit(b, "\"thoughtSignature\":");
+          if (rc == 0) rc = px_fb_str(b, sig);
+          if (rc == 0) rc = px_fb_lit(b, ",");
+          sig.p = NULL;
+        }
+        if (rc == 0) rc = put_part(b, ir, p, a, lossy);
+      }
+      if (rc == 0) rc = px_fb_lit(b, "}");
+    }
+  }
+  if (rc == 0) rc = px_fb_lit(b, open >= 0 ? "]}]" : "]");
+  return rc;
+}
+
+/* budget_of_effort in gemini.c: -1 is dynamic */
+static int64_t budget_of_effort(px_fstr_t e) {
+  if (e.p == NULL) return -1;
+  if (px_fs_is(e, "minimal") || px_fs_is(e, "low")) return 1024;
+  if (px_fs_is(e, "medium")) return 8192;
+  return 24576;
+}
+
+/* ,"<name>": opening generationConfig with its first member */
+static int gen_key(px_buf_t *b, int *first, const char *name) {
+  int rc = px_fb_lit(b, *first ? ",\"generationConfig\":{\"" : ",\"");
+  *first = 0;
+  if (rc == 0) rc = px_fb_lit(b, name);
+  if (rc == 0) rc = px_fb_lit(b, "\":");
+  return rc;
+}
+
+/* generationConfig (generation_out in gemini.c), omitted when empty */
+static int put_generation(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
+                          px_lossy_t *lossy) {
+  int rc = 0, first = 1;
+  if (ir->max_tokens.ptr) {
+    rc = gen_key(b, &first, "maxOutputTokens");
+    if (rc == 0) rc = px_fb_raw(b, ir->max_tokens);
+  } else if (ctx->default_max_tokens > 0) {
+    rc = gen_key(b, &first, "maxOutputTokens");
+    if (rc == 0) rc = px_fb_i64(b, ctx->default_max_tokens);
+  }
+  static const char *const gk[] = {"temperature", "topP", "topK"};
+  px_str_t gv[3] = {ir->temperature, ir->top_p, ir->top_k};
+  for (int i = 0; i < 3 && rc == 0; i++) {
+    if (gv[i].ptr == NULL) continue;
+    rc = gen_key(b, &first, gk[i]);
+    if (rc == 0) rc = px_fb_raw(b, gv[i]);
+  }
+  if (rc == 0 && (ir->stop.ptr || ir->stop1.p)) {
+    rc = gen_key(b, &first, "stopSequences");
+    if (rc == 0 && ir->stop.ptr) {
+      rc = px_fb_raw(b, ir->stop);
+    } else if (rc == 0) {
+      rc = px_fb_lit(b, "[");
+      if (rc == 0) rc = px_fb_str(b, ir->stop1);
+      if (rc == 0) rc = px_fb_lit(b, "]");
+    }
+  }
+  if (rc == 0 && (ir->rf_json || ir->rf_schema.ptr)) {
+    rc = gen_key(b, &first, "responseMimeType");
+    if (rc == 0) rc = px_fb_lit(b, "\"application/json\"");
+    if (rc == 0 && ir->rf_schema.ptr) {
+      rc = px_fb_lit(b, ",\"responseJsonSchema\":");
+      if (rc == 0) rc = px_fb_raw(b, ir->rf_schema);
+    }
+  }
+  if (rc == 0 && ir->has_reasoning) {
+    if (ir->effort.esc) return DECLINE;
+    rc = gen_key(b, &first, "thinkingConfig");
+    if (rc == 0 && px_fs_is(ir->effort, "none")) {
+      rc = px_fb_lit(b, "{\"thinkingBudget\":0}");
+    } else if (rc == 0) {
+      rc = px_fb_lit(b, "{\"includeThoughts\":true,\"thinkingBudget\":");
+      if (rc == 0)
+        rc = px_fb_i64(b, ir->budget.ptr && ir->budget_v > 0
+                              ? ir->budget_v
+                              : budget_of_effort(ir->effort));
+      if (rc == 0) rc = px_fb_lit(b, "}");
+    }
+    if (ir->summary.p) px_lossy_add(lossy, "reasoning.summary");
+  }
+  if (rc == 0 && !first) rc = px_fb_lit(b, "}");
+  return rc;
 }
 
 static int gem_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
                                    px_buf_t *b, px_arena_t *a, px_lossy_t *lossy) {
+  genc_t g = {px_frtok_index("thought_signature"), px_frtok_index("signature"),
+              px_frtok_index("encrypted_content"), px_frtok_index("redacted_data")};
+  if (g.k_ts < 0 || g.k_sig < 0 || g.k_enc < 0 || g.k_red < 0) return DECLINE;
   /* results find their call by id: compared as written, so unescaped */
   for (const px_fmsg_t *m = ir->msgs; m; m = m->next)
     for (const px_fpart_t *p = m->parts; p; p = p->next)
-      if ((p->type == PX_FP_TOOL_CALL || p->type == PX_FP_TOOL_RESULT) && p->id.esc)
+      if ((p->type == PX_FP_TOOL_CALL && p->id.esc) ||
+          (p->type == PX_FP_TOOL_RESULT && (p->id.p == NULL || p->id.esc)))
         return DECLINE;
-  int rc = px_fb_lit(b, "{\"contents\":[");
-  int open = -1; /* the role of the content open: consecutive turns merge */
-  for (const px_fmsg_t *m = ir->msgs; m && rc == 0; m = m->next) {
-    for (const px_fpart_t *p = m->parts; p && rc == 0; p = p->next) {
-      if (p->cache_control.ptr) px_lossy_add(lossy, "messages[].content[].cache_control");
-      if (open != m->assistant) {
-        if (open >= 0) rc = px_fb_lit(b, "]},");
-        if (rc == 0)
-          rc = px_fb_lit(b, m->assistant ? "{\"role\":\"model\",\"parts\":["
-                                         : "{\"role\":\"user\",\"parts\":[");
-        open = m->assistant;
-      } else {
-        rc = px_fb_lit(b, ",");
-      }
-      if (rc == 0) rc = put_part(b, ir, p, a);
-    }
-  }
-  if (rc == 0) rc = px_fb_lit(b, open >= 0 ? "]}]" : "]");
+  int rc = put_contents(b, ir, &g, a, lossy);
   if (rc == 0 && ir->system != NULL) {
     rc = px_fb_lit(b, ",\"systemInstruction\":{\"parts\":[");
     for (const px_fpart_t *p = ir->system; p && rc == 0; p = p->next) {
@@ -689,34 +1122,7 @@ static int gem_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
     }
     if (rc == 0) rc = px_fb_lit(b, "}}");
   }
-  /* generationConfig: members in gemini.c's order, omitted when empty */
-  int first = 1;
-  if (rc == 0 && ir->max_tokens.ptr) {
-    rc = px_fb_lit(b, ",\"generationConfig\":{\"maxOutputTokens\":");
-    if (rc == 0) rc = px_fb_raw(b, ir->max_tokens);
-    first = 0;
-  } else if (rc == 0 && ctx->default_max_tokens > 0) {
-    rc = px_fb_lit(b, ",\"generationConfig\":{\"maxOutputTokens\":");
-    if (rc == 0) rc = px_fb_i64(b, ctx->default_max_tokens);
-    first = 0;
-  }
-  static const char *const gk[] = {"temperature", "topP", "topK", "stopSequences"};
-  px_str_t gv[4] = {ir->temperature, ir->top_p, ir->top_k, ir->stop};
-  for (int i = 0; i < 4 && rc == 0; i++) {
-    if (gv[i].ptr == NULL && !(i == 3 && ir->stop1.p)) continue;
-    rc = px_fb_lit(b, first ? ",\"generationConfig\":{\"" : ",\"");
-    first = 0;
-    if (rc == 0) rc = px_fb_lit(b, gk[i]);
-    if (rc == 0) rc = px_fb_lit(b, "\":");
-    if (rc == 0 && gv[i].ptr) {
-      rc = px_fb_raw(b, gv[i]);
-    } else if (rc == 0) {
-      rc = px_fb_lit(b, "[");
-      if (rc == 0) rc = px_fb_str(b, ir->stop1);
-      if (rc == 0) rc = px_fb_lit(b, "]");
-    }
-  }
-  if (rc == 0 && !first) rc = px_fb_lit(b, "}");
+  if (rc == 0) rc = put_generation(ctx, ir, b, lossy);
   if (ir->user.p) px_lossy_add(lossy, "user");
   if (ir->metadata.ptr) px_lossy_add(lossy, "metadata");
   if (ir->parallel >= 0) px_lossy_add(lossy, "parallel_tool_calls");
@@ -772,13 +1178,7 @@ static int decode_part_out(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
     if ((p = px_fpart_new(a, PX_FP_TOOL_CALL)) == NULL) return DECLINE;
     p->name = (gs & 1) && g[0].kind == PX_FV_STR ? g[0].s : (px_fstr_t){"", 0, 0};
     if ((gs & 4) && g[2].kind == PX_FV_STR) p->id = g[2].s; /* else minted */
-    if ((gs & 2) && g[1].kind == PX_FV_OBJ) {
-      if (px_fast_dump_value(a, g[1].raw, &p->args) != 0) return DECLINE;
-      p->input = g[1].raw;
-    } else {
-      p->args = (px_fstr_t){"{}", 2, 0};
-      p->input = (px_str_t){"{}", 2};
-    }
+    if (args_in(a, (gs & 2) ? &g[1] : NULL, p) != 0) return DECLINE;
   } else {
     return DECLINE; /* blobs, code execution (lossy), others */
   }
@@ -909,7 +1309,7 @@ static int gem_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir
     } else if (p->type == PX_FP_TOOL_CALL) {
       px_str_t args;
       /* arguments that are no object: an error there */
-      if (call_args(a, p, &args) != 0) return DECLINE;
+      if (call_args(a, p, 0, &args) != 0) return DECLINE;
       rc = px_fb_lit(b, "{\"functionCall\":{\"id\":");
       if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : (px_fstr_t){"", 0, 0});
       if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
@@ -961,4 +1361,6 @@ const px_fast_ops_t px_gemini_fast = {
     .encode_request = gem_fast_encode_request,
     .decode_response = gem_fast_decode_response,
     .encode_response = gem_fast_encode_response,
+    .encodes = PX_FU_REASONING | PX_FU_REASONING_CFG | PX_FU_MEDIA | PX_FU_REFUSAL |
+               PX_FU_RF_JSON,
 };

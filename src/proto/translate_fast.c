@@ -45,9 +45,6 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
   px_buf_init(&b, out_cap(len));
   int rc = in->decode_request(&c, body, len, &ir, &a, &l);
   if (rc == 0) px_fit_fast_request(&c, &ir, &l);
-  /* a stream's headers name what it may drop (one rule with the jansson
-   * pipeline, at the same step: before what the encoder names) */
-  if (rc == 0 && c.stream) px_lossy_predict(&c, px_freq_reasoning_on(&ir), &l);
   if (rc == 0 && (px_freq_uses(&ir) & ~op->encodes) != 0) rc = PX_FAST_DECLINE;
   /* a stream's headers name what it may drop, before what the encoder
    * names (one rule and one order with the jansson pipeline) */

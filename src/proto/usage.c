@@ -426,15 +426,23 @@ static int copy_str(const char *p, size_t s, size_t l, char *dst, size_t cap) {
 /* The value of the last member named `name` in p[0..n), at any depth,
  * found walking back from the end: a quoted name no backslash escapes,
  * followed by ':' (inside a string its quotes would be escaped). For a
- * finish reason that sits in the list before the usage, the bytes after it
- * are read, not the answer's content. *s = END when there is none. */
-static void last_member(const char *p, size_t n, const char *name, size_t *s, size_t *l) {
-  size_t nl = strlen(name), j = n;
+ * finish reason that sits in the list before the usage, or after the
+ * content (finish_last), the bytes after it are read, not the answer's
+ * content; the walk ends at the member named `list` (NULL: none), whose
+ * elements it has passed (a stream chunk with usage alone). *s = END when
+ * there is none. */
+static void last_member(const char *p, size_t n, const char *name, const char *list, size_t *s,
+                        size_t *l) {
+  size_t nl = strlen(name), ll = list ? strlen(list) : 0, j = n;
   *s = END;
   while (j > nl + 1) {
     const char *q = memrchr(p, '"', j);
     if (q == NULL) return;
     j = (size_t)(q - p); /* the closing quote of a name? */
+    if (ll && j >= ll + 1 && p[j - ll - 1] == '"' && memcmp(p + j - ll, list, ll) == 0) {
+      size_t c = skip_ws(p, j + 1, n); /* the list's name: its elements are behind */
+      if (c < n && p[c] == ':') return;
+    }
     if (j < nl + 1 || p[j - nl - 1] != '"' || memcmp(p + j - nl, name, nl) != 0 ||
         (j >= nl + 2 && p[j - nl - 2] == '\\'))
       continue;
@@ -455,20 +463,34 @@ void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const cha
   size_t d = 0, s, l;
   if (outer) path[d++] = outer;
   /* the id and the model lead the answer in every protocol but Gemini's:
-   * the finder stops at them */
-  if (!a->id[0]) {
-    path[d] = w->answer_id ? w->answer_id : "id";
-    if (px_json_find(p, n, path, d + 1, &s, &l) == PX_JSON_FOUND)
-      copy_str(p, s, l, a->id, sizeof(a->id));
-  }
-  if (!a->model[0]) {
-    path[d] = w->body_model ? w->body_model : "model";
-    if (px_json_find(p, n, path, d + 1, &s, &l) == PX_JSON_FOUND)
-      copy_str(p, s, l, a->model, sizeof(a->model));
+   * one walk of the members stops at them; in an event's inner object, the
+   * finder goes into it (not over it) for each */
+  const char *names[2] = {w->answer_id ? w->answer_id : "id",
+                          w->body_model ? w->body_model : "model"};
+  char *dst[2] = {a->id, a->model};
+  _Static_assert(sizeof(a->id) == sizeof(a->model), "one size for both");
+  if (outer) {
+    for (size_t k = 0; k < 2; k++) {
+      path[d] = names[k];
+      if (!dst[k][0] && px_json_find(p, n, path, d + 1, &s, &l) == PX_JSON_FOUND)
+        copy_str(p, s, l, dst[k], sizeof(a->id));
+    }
+  } else if (!a->id[0] || !a->model[0]) {
+    px_json_pick_t pk = {.n = 0, .until_found = 1};
+    char *to[2];
+    for (size_t k = 0; k < 2; k++)
+      if (!dst[k][0]) {
+        to[pk.n] = dst[k];
+        px_json_pick_add(&pk, names[k]);
+      }
+    size_t o = 0;
+    while (o < n && (p[o] == ' ' || p[o] == '\t' || p[o] == '\n' || p[o] == '\r')) o++;
+    if (o < n) px_json_pick(p, n, o, &pk);
+    for (size_t k = 0; k < pk.n; k++) copy_str(p, pk.at[k], pk.len[k], to[k], sizeof(a->id));
   }
   if (!w->finish_key) return;
-  if (w->finish_list) { /* in the list's elements, which only the usage follows */
-    last_member(p, n, w->finish_key, &s, &l);
+  if (w->finish_list || w->finish_last) { /* only the usage and the like follow */
+    last_member(p, n, w->finish_key, w->finish_list, &s, &l);
   } else {
     path[d] = w->finish_key;
     if (px_json_find(p, n, path, d + 1, &s, &l) != PX_JSON_FOUND) return;

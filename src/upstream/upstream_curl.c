@@ -534,7 +534,7 @@ static int curl_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
     l[k++].data = (char *)fixed_hdrs[0];
     if (o->body_len >= PX_CURL_EXPECT_FROM) l[k++].data = (char *)fixed_hdrs[1];
     for (size_t i = 0; i < n; i++) /* never a second line (SPEC section 10) */
-      if (px_header_value_ok(o->headers[i], strlen(o->headers[i])))
+      if (o->headers_checked || px_header_value_ok(o->headers[i], strlen(o->headers[i])))
         l[k++].data = (char *)o->headers[i];
     for (size_t i = 0; i < k; i++) l[i].next = i + 1 < k ? &l[i + 1] : NULL;
     x->u.cu.hdrs = l;

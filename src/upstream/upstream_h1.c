@@ -195,8 +195,8 @@ static bool hdr_named(const char *h, size_t len, const char *name, size_t n) {
  * empty, "Name:" (no value) removes it, as in curl. */
 typedef enum { HL_SKIP, HL_ASIS, HL_EMPTY } hl_kind_t;
 
-static hl_kind_t hl_kind(const char *h, size_t len, size_t *n) {
-  if (!px_header_value_ok(h, len)) return HL_SKIP; /* never a second line */
+static hl_kind_t hl_kind(const char *h, size_t len, size_t *n, int checked) {
+  if (!checked && !px_header_value_ok(h, len)) return HL_SKIP; /* never a second line */
   const char *colon = memchr(h, ':', len);
   const char *semi = memchr(h, ';', colon ? (size_t)(colon - h) : len);
   if (colon && !semi) {
@@ -276,7 +276,7 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
   size_t lens[KEEP], hi = 0;
   for (const char *const *h = o->headers; h && *h; h++, hi++) {
     size_t n = 0, len = strlen(*h);
-    hl_kind_t k = hl_kind(*h, len, &n);
+    hl_kind_t k = hl_kind(*h, len, &n, o->headers_checked);
     switch ((*h)[0] | 0x20) { /* most lines start with none of these */
       case 'h':
         has_host = has_host || HDR_NAMED(*h, len, "host");
@@ -317,7 +317,8 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
   hi = 0;
   for (const char *const *h = o->headers; h && *h; h++, hi++) {
     size_t n = hi < KEEP ? lens[hi] : 0;
-    hl_kind_t k = hi < KEEP ? (hl_kind_t)kinds[hi] : hl_kind(*h, strlen(*h), &n);
+    hl_kind_t k = hi < KEEP ? (hl_kind_t)kinds[hi]
+                            : hl_kind(*h, strlen(*h), &n, o->headers_checked);
     if (k == HL_SKIP || (hi >= KEEP && HDR_NAMED(*h, strlen(*h), "accept-encoding"))) continue;
     memcpy(w, *h, n), w += n;
     if (k == HL_EMPTY) *w++ = ':';

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { startMock, startProxai, test, run, parseSSE, waitFor } from './lib/harness.mjs';
 import * as C from './lib/config.mjs';
-import { post } from './lib/client.mjs';
+import { post, rawClient, parseResponses } from './lib/client.mjs';
 
 let OpenAI, Anthropic;
 try {
@@ -212,6 +212,35 @@ for (const kind of ['chat', 'resp', 'claude']) {
     for (const rec of raw) assert.ok(!JSON.stringify(rec.headers).includes(CLIENT_SECRET));
   });
 }
+
+test('a 300 KB body sent in pieces, a second request pipelined after its last byte: both forwarded byte-identical', async () => {
+  // the first read holds the head and the body's start; the rest is read
+  // straight into the body buffer, never past the body (the next request)
+  raw.length = 0;
+  const big = JSON.stringify({
+    model: 'raw-chat',
+    messages: [{ role: 'user', content: 'caf\u00e9 "q" \\ line\n'.repeat(15000) }],
+  });
+  const small = oddBodies.chat('raw-chat');
+  const head = (b) => `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${CLIENT_SECRET}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(b)}\r\n\r\n`;
+  const bytes = Buffer.concat([Buffer.from(head(big)), Buffer.from(big), Buffer.from(head(small)), Buffer.from(small)]);
+  const bigEnd = Buffer.byteLength(head(big)) + Buffer.byteLength(big);
+  const c = rawClient(Number(new URL(px.url).port));
+  await c.connected;
+  // cuts: inside the head, at 40 KB, at 130 KB, and the body's last bytes
+  // with the next request's head in one write
+  for (const [a, b] of [[0, 60], [60, 40000], [40000, 130000], [130000, bigEnd - 7], [bigEnd - 7, bytes.length]]) {
+    c.sock.write(bytes.subarray(a, b));
+    await new Promise((r) => setTimeout(r, 30));
+  }
+  await c.waitFor((d) => parseResponses(d).responses.length >= 2, 20000, 'two responses');
+  const rs = parseResponses(c.st.data).responses;
+  assert.deepEqual(rs.map((r) => r.status), [200, 200]);
+  c.sock.destroy();
+  assert.equal(raw.length, 2);
+  assert.ok(raw[0].body.equals(Buffer.from(big, 'utf8')), 'the large body differs');
+  assert.ok(raw[1].body.equals(Buffer.from(small, 'utf8')), 'the pipelined body differs');
+});
 
 test('model rewrite: mock sees only model changed; SDK sees requested name (3 pairs, stream and not)', async () => {
   await mock.reset();

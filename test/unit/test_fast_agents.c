@@ -25,13 +25,13 @@ static const int dec_ready[PX_PROTO_COUNT] = {
     [PX_PROTO_CHAT] = 1,
     [PX_PROTO_RESPONSES] = 1,
     [PX_PROTO_ANTHROPIC] = 1,
-    [PX_PROTO_GEMINI] = 0,
+    [PX_PROTO_GEMINI] = 1,
 };
 static const int enc_ready[PX_PROTO_COUNT] = {
     [PX_PROTO_CHAT] = 1,
     [PX_PROTO_RESPONSES] = 1,
     [PX_PROTO_ANTHROPIC] = 1,
-    [PX_PROTO_GEMINI] = 0,
+    [PX_PROTO_GEMINI] = 1,
 };
 
 static int cases, taken;

@@ -3,7 +3,8 @@
  * the common shape of a generateContent request and answer toward and from
  * Chat, Responses and Anthropic, its body is JSON-equal to the jansson
  * path's (gemini.c) with the same lossy list, and it declines what it does
- * not know exactly (thoughts, signatures, blobs, JSON output, ...). */
+ * not know exactly (test_translate_fast.c holds thoughts, signatures,
+ * blobs, thinking and JSON output against gemini.c). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,20 +122,21 @@ static void answer_declines(int in, int out, const char *body) {
 }
 
 static void declines(void) {
-  /* thoughts and signatures, blobs, thinking, JSON output, cached content */
-  request_declines(
-      GEM, CHAT,
-      "{\"contents\":[{\"role\":\"model\",\"parts\":[{\"functionCall\":{\"name\":"
-      "\"f\",\"args\":{}},\"thoughtSignature\":\"c2ln\"}]}]}");
+  /* what gemini.c refuses or reads otherwise: a call in a user turn, a
+   * wrapped countTokens body, several candidates, other tools (dropped
+   * there), cached content */
+  request_declines(GEM, CHAT,
+                   "{\"contents\":[{\"role\":\"user\",\"parts\":[{\"functionCall\":{"
+                   "\"name\":\"f\",\"args\":{}}}]}]}");
   request_declines(GEM, ANTH,
-                   "{\"contents\":[{\"role\":\"user\",\"parts\":[{\"inlineData\":{"
-                   "\"mimeType\":\"image/png\",\"data\":\"AAAA\"}}]}]}");
+                   "{\"generateContentRequest\":{\"contents\":[{\"parts\":[{\"text\":"
+                   "\"x\"}]}]},\"contents\":[]}");
   request_declines(GEM, RESP,
                    "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"generationConfig\":{"
-                   "\"thinkingConfig\":{\"thinkingBudget\":1024}}}");
+                   "\"candidateCount\":2}}");
   request_declines(GEM, CHAT,
-                   "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"generationConfig\":{"
-                   "\"responseMimeType\":\"application/json\"}}");
+                   "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"tools\":[{"
+                   "\"googleSearch\":{}}]}");
   request_declines(
       GEM, CHAT,
       "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"cachedContent\":\"c\"}");

@@ -281,7 +281,71 @@ static void test_caps(void) {
   CHECK(px_json_request_caps(b, strlen(b), gem, &r) == 0 && r.include_usage);
 }
 
+/* The string check (px_json_string) against jansson on generated strings:
+ * runs of one-letter escapes, backslash runs of every length, \u escapes
+ * and surrogate pairs (good and lone), UTF-8 (good, cut, overlong, a
+ * surrogate), raw controls, an unescaped quote, at every offset across the
+ * sixteen-byte blocks: accepted to its closing quote exactly when jansson
+ * reads the text as that one string, with *esc set exactly when it holds
+ * an escape. */
+static unsigned str_rnd_state = 2463534242u;
+static unsigned str_rnd(unsigned n) {
+  str_rnd_state ^= str_rnd_state << 13;
+  str_rnd_state ^= str_rnd_state >> 17;
+  str_rnd_state ^= str_rnd_state << 5;
+  return str_rnd_state % n;
+}
+
+static void test_strings(void) {
+  static const char *const parts[] = {
+      "a",  "plain text ", "0123456789abcdef", "\\n",        "\\\"",      "\\\\",
+      "\\/", "\\t",        "\\u00e9",          "\\ud83d\\ude00", "\\ud83d", "\\ude00",
+      "\\x", "\\u12",      "\\u0000",          "\xc3\xa9",   "\xe6\x97\xa5", "\xf0\x9f\x98\x80",
+      "\xc3", "\xed\xa0\x80", "\xc0\xaf",      "\x01",       "\x1f",      "\"",
+      "\\",  "\\\\\\",     "\x7f",             "\\b\\f\\r"};
+  const size_t np = sizeof(parts) / sizeof(parts[0]);
+  char text[1024];
+  for (int iter = 0; iter < 60000; iter++) {
+    size_t pad = str_rnd(33), n = 0;
+    memset(text, 'x', pad); /* the string starts at every offset of a block */
+    n = pad;
+    text[n++] = '"';
+    size_t k = str_rnd(iter < 10000 ? 12 : iter < 30000 ? 40 : 90);
+    for (size_t j = 0; j < k; j++) {
+      /* mostly what agents send (text and one-letter escapes) */
+      const char *pt = parts[str_rnd(4) ? str_rnd(8) : str_rnd((unsigned)np)];
+      size_t l = strlen(pt);
+      if (n + l + 2 >= sizeof(text)) break;
+      memcpy(text + n, pt, l);
+      n += l;
+    }
+    if (str_rnd(8)) text[n++] = '"';
+    size_t end = 0;
+    int esc = -1;
+    int rc = px_json_string((const unsigned char *)text, n, pad + 1, &end, &esc);
+    json_error_t err;
+    json_t *j = json_loadb(text + pad, n - pad, JSON_DECODE_ANY, &err);
+    int whole = rc == 0 && end == n - 1;
+    if (whole != (j != NULL && json_is_string(j))) {
+      fprintf(stderr, "string scan %d (end %zu of %zu) vs jansson %s: %.*s\n", rc, end, n,
+              j ? "accepts" : "refuses", (int)(n - pad), text + pad);
+      failures++;
+    } else if (whole) {
+      int has = memchr(text + pad + 1, '\\', n - pad - 2) != NULL;
+      CHECK(esc == has);
+    }
+    if (rc == 0 && !whole) { /* ended early: at an unescaped quote jansson also ends at */
+      CHECK(text[end] == '"');
+      json_t *pre = json_loadb(text + pad, end + 1 - pad, JSON_DECODE_ANY, &err);
+      CHECK(pre != NULL && json_is_string(pre));
+      json_decref(pre);
+    }
+    json_decref(j);
+  }
+}
+
 int main(void) {
+  test_strings();
   test_members();
   test_caps();
   test_duplicates();

@@ -29,6 +29,12 @@ static px_trace_conf_t conf(double sample) {
   return c;
 }
 
+/* the spans of an ExportTraceServiceRequest */
+static json_t *spans_of(json_t *doc) {
+  json_t *rs = json_array_get(json_object_get(doc, "resourceSpans"), 0);
+  return json_object_get(json_array_get(json_object_get(rs, "scopeSpans"), 0), "spans");
+}
+
 static int continues(const char *tp) {
   px_trace_conf_t c = conf(1);
   px_trace_ctx_t t;
@@ -92,6 +98,12 @@ static void test_sampling(void) {
       char tp[PX_TRACEPARENT_LEN];
       px_trace_attempt(&t, tp);
       CHECK(memcmp(tp + 52, t.sampled ? "-01" : "-00", 3) == 0);
+      /* the ids as lower-case hex of the trace id sampled on: another gateway
+       * continues the trace and samples alike */
+      px_trace_ctx_t u;
+      px_trace_begin(&u, &c, (px_str_t){tp, PX_TRACEPARENT_LEN}, px_str(""));
+      CHECK(u.has_parent && memcmp(u.trace_id, t.trace_id, 16) == 0 &&
+            u.sampled == t.sampled);
     }
     if (ratio == 0) CHECK(kept == 0);
     if (ratio == 1) CHECK(kept == n);
@@ -166,12 +178,7 @@ static void test_batch(void) {
   json_t *doc = json_loadb(body.data, body.len, 0, &je);
   CHECK(doc != NULL);
   if (doc == NULL) fprintf(stderr, "%s\n%.*s\n", je.text, (int)body.len, body.data);
-  json_t *spans = json_object_get(
-      json_array_get(
-          json_object_get(json_array_get(json_object_get(doc, "resourceSpans"), 0),
-                          "scopeSpans"),
-          0),
-      "spans");
+  json_t *spans = spans_of(doc);
   CHECK(json_array_size(spans) == 2);
   json_t *sv = json_array_get(spans, 0), *cv = json_array_get(spans, 1);
   CHECK_STR(json_string_value(json_object_get(sv, "name")),
@@ -197,7 +204,8 @@ static void test_batch(void) {
   CHECK(json_integer_value(json_object_get(json_object_get(cv, "status"), "code")) == 2);
   CHECK(json_object_get(json_object_get(cv, "status"), "message") == NULL);
   char want[17];
-  for (int i = 0; i < 8; i++) snprintf(want + 2 * i, 3, "%02x", t.span_id[i]);
+  memcpy(want, t.span_hex, 16);
+  want[16] = 0;
   CHECK_STR(json_string_value(json_object_get(cv, "parentSpanId")), want);
   /* attributes by key */
   const char *lossy[3] = {0};
@@ -266,9 +274,62 @@ static void test_batch(void) {
   px_trace_reset();
 }
 
+/* Names of every length to 20 with one byte to escape (or not) at every
+ * place: each span name comes back exactly, whichever way it was copied
+ * (a word at a time, overlapping, or byte by byte). */
+static void test_names(void) {
+  px_trace_reset();
+  px_trace_conf_t c = conf(1);
+  px_trace_ctx_t t;
+  px_trace_begin(&t, &c, px_str(""), px_str(""));
+  const char odd[] = {'"', '\\', '\n', 'x'};
+  size_t spans = 0;
+  for (size_t len = 1; len <= 20; len++)
+    for (size_t at = 0; at < len; at++)
+      for (size_t k = 0; k < sizeof(odd); k++) {
+        char name[24];
+        for (size_t i = 0; i < len; i++) name[i] = (char)('a' + i);
+        name[at] = odd[k];
+        name[len] = 0;
+        px_span_t s = {.kind = PX_SPAN_SERVER,
+                       .id = t.span_hex,
+                       .start = 1,
+                       .end = 2,
+                       .operation = "chat",
+                       .name_model = name,
+                       .max_tokens = -1,
+                       .input_tokens = -1,
+                       .output_tokens = -1,
+                       .cost_nano = -1};
+        px_trace_emit(&t, &s);
+        spans++;
+      }
+  px_buf_t body;
+  px_buf_init(&body, 0);
+  CHECK(px_trace_take(&body) == spans);
+  json_t *doc = json_loadb(body.data, body.len, 0, NULL);
+  CHECK(doc != NULL);
+  json_t *sp = spans_of(doc);
+  size_t i = 0;
+  for (size_t len = 1; len <= 20; len++)
+    for (size_t at = 0; at < len; at++)
+      for (size_t k = 0; k < sizeof(odd); k++, i++) {
+        char want[32] = "chat ";
+        for (size_t j = 0; j < len; j++) want[5 + j] = (char)('a' + j);
+        want[5 + at] = odd[k];
+        want[5 + len] = 0;
+        CHECK_STR(json_string_value(json_object_get(json_array_get(sp, i), "name")),
+                  want);
+      }
+  json_decref(doc);
+  px_buf_free(&body);
+  px_trace_reset();
+}
+
 int main(void) {
   test_traceparent();
   test_sampling();
   test_batch();
+  test_names();
   return check_report("test_trace");
 }

@@ -364,6 +364,7 @@ static void anthropic_cases(void) {
 static void chat_clients(void);
 static void responses_codec(void);
 static void responses_encoder(void);
+static void gemini_codec(void);
 
 int main(void) {
   for (int in = 0; in < 3; in++)
@@ -392,6 +393,7 @@ int main(void) {
   chat_clients();
   responses_codec();
   responses_encoder();
+  gemini_codec();
   return check_report("translate_fast");
 }
 
@@ -406,16 +408,38 @@ static char *chat_body(const char *q) {
   return b;
 }
 
-/* The fast Chat decoder and encoder, one after the other, against chat.c's
- * decode_request and encode_request (a Chat-shaped codec on both sides of
- * the IR: every part and setting the Chat wire holds goes both ways). */
-static void chat_round(const char *q, const char *want) {
+/* the fast body b (NUL-terminated) and lossy lf against the reference body
+ * ub and lossy ls; want (when not NULL) in the fast body */
+static void round_same(const char *what, const px_buf_t *b, const px_lossy_t *lf,
+                       json_t *ub, const px_lossy_t *ls, const char *want) {
+  char *so = ub ? json_dumps(ub, JSON_COMPACT) : NULL;
+  int eq = so != NULL && b->data != NULL &&
+           same_json(b->data, b->len - 1, so, strlen(so)) &&
+           strcmp(lf->buf, ls->buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "%s\nfast: %s [%s]\nslow: %s [%s]\n", what, b->data ? b->data : "",
+            lf->buf, so ? so : "", ls->buf);
+  if (want != NULL) CHECK(b->data != NULL && strstr(b->data, want) != NULL);
+  if (want != NULL && b->data != NULL && strstr(b->data, want) == NULL)
+    fprintf(stderr, "%s: no %s in %s\n", what, want, b->data);
+  free(so);
+}
+
+/* A codec's fast decoder and encoder (ops, protocol p on both sides of the
+ * IR), one after the other, against its jansson codec's decode_request and
+ * encode_request (px_translate_request from p to p): every part and setting
+ * the wire holds goes both ways; want (when not NULL) is in the fast body.
+ * stream: the context's. */
+static void codec_round(int p, const px_fast_ops_t *ops, const char *q, int stream,
+                        const char *want) {
   char *body = chat_body(q);
   size_t len = strlen(body);
   px_json_req_t scan;
   CHECK(px_json_request(body, len, &scan) == 0);
   px_tr_ctx_t c;
-  ctx_of(&c, PX_PROTO_CHAT, PX_PROTO_CHAT);
+  ctx_of(&c, p, p);
+  c.stream = stream;
   px_arena_t a;
   px_arena_init(&a);
   px_freq_t ir;
@@ -426,25 +450,18 @@ static void chat_round(const char *q, const char *want) {
   px_lossy_init(&ls);
   px_buf_t b;
   px_buf_init(&b, 1 << 20);
-  CHECK(px_chat_fast.decode_request(&c, body, len, &ir, &a, &lf) == 0);
+  CHECK(ops->decode_request(&c, body, len, &ir, &a, &lf) == 0);
   px_fit_fast_request(&c, &ir, &lf);
-  CHECK((px_freq_uses(&ir) & ~px_chat_fast.encodes) == 0);
-  CHECK(px_chat_fast.encode_request(&c, &ir, &b, &a, &lf) == 0);
+  if (stream) px_lossy_predict(&c, px_freq_reasoning_on(&ir), &lf);
+  CHECK((px_freq_uses(&ir) & ~ops->encodes) == 0);
+  CHECK(ops->encode_request(&c, &ir, &b, &a, &lf) == 0);
   CHECK(px_buf_append(&b, "", 1) == 0);
   px_tr_ctx_t ref = c;
   ref.reference = 1;
   json_t *src = json_loadb(body, len, 0, NULL), *ub = NULL;
   px_tr_err_t err;
   CHECK(px_translate_request(&ref, src, &ub, &ls, &err) == 0);
-  char *so = ub ? json_dumps(ub, JSON_COMPACT) : NULL;
-  int eq = so != NULL && b.data != NULL && same_json(b.data, b.len - 1, so, strlen(so)) &&
-           strcmp(lf.buf, ls.buf) == 0;
-  CHECK(eq);
-  if (!eq)
-    fprintf(stderr, "chat round\nfast: %s [%s]\nslow: %s [%s]\n", b.data ? b.data : "",
-            lf.buf, so ? so : "", ls.buf);
-  if (want != NULL && b.data != NULL) CHECK(strstr(b.data, want) != NULL);
-  free(so);
+  round_same(px_proto_get(p)->name, &b, &lf, ub, &ls, want);
   json_decref(ub);
   json_decref(src);
   px_buf_free(&b);
@@ -452,18 +469,28 @@ static void chat_round(const char *q, const char *want) {
   free(body);
 }
 
-/* A Chat client's body toward every other upstream: the fast path takes it
- * (equal to the reference), or declines because the upstream's fast encoder
- * does not list a part the body uses, or the reference refuses it too. */
-static void chat_pairs(const char *q) {
+/* The fast Chat decoder and encoder, one after the other, against chat.c's
+ * decode_request and encode_request (a Chat-shaped codec on both sides of
+ * the IR: every part and setting the Chat wire holds goes both ways). */
+static void chat_round(const char *q, const char *want) {
+  codec_round(PX_PROTO_CHAT, &px_chat_fast, q, 0, want);
+}
+
+/* A client's body (a Chat, Gemini ... codec's, dec its fast decoder)
+ * toward every other upstream: the fast path takes it (equal to the
+ * reference), or declines because the upstream's fast encoder does not list
+ * a part the body uses, or the reference refuses it too. stream: the
+ * context's (-1: the body's `stream`). */
+static void client_pairs(int in, const px_fast_ops_t *dec, const char *q, int stream) {
   char *body = chat_body(q);
   size_t len = strlen(body);
-  for (int out = 1; out < PX_PROTO_COUNT; out++) {
+  for (int out = 0; out < PX_PROTO_COUNT; out++) {
+    if (out == in) continue;
     px_tr_ctx_t c;
-    ctx_of(&c, PX_PROTO_CHAT, out);
+    ctx_of(&c, in, out);
     px_json_req_t scan;
     CHECK(px_json_request(body, len, &scan) == 0);
-    c.stream = scan.stream;
+    c.stream = stream < 0 ? scan.stream : stream;
     char *fo = NULL, *so = NULL;
     size_t fl = 0, sl = 0;
     px_lossy_t lf, ls;
@@ -478,7 +505,7 @@ static void chat_pairs(const char *q) {
       int eq = rr == 0 && same_json(fo, fl, so, sl) && strcmp(lf.buf, ls.buf) == 0;
       CHECK(eq);
       if (!eq)
-        fprintf(stderr, "chat -> %d\nfast: %s [%s]\nslow: %s [%s]\n", out, fo, lf.buf,
+        fprintf(stderr, "%d -> %d\nfast: %s [%s]\nslow: %s [%s]\n", in, out, fo, lf.buf,
                 so ? so : "", ls.buf);
     } else if (rr == 0) {
       /* declined: only for a part the upstream's encoder does not write */
@@ -489,17 +516,21 @@ static void chat_pairs(const char *q) {
       ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
       px_lossy_t l;
       px_lossy_init(&l);
-      CHECK(px_chat_fast.decode_request(&c, body, len, &ir, &a, &l) == 0);
+      CHECK(dec->decode_request(&c, body, len, &ir, &a, &l) == 0);
       px_fit_fast_request(&c, &ir, &l);
       int unknown = (px_freq_uses(&ir) & ~px_proto_get(out)->fast->encodes) != 0;
       CHECK(unknown);
-      if (!unknown) fprintf(stderr, "chat -> %d declined: %s\n", out, body);
+      if (!unknown) fprintf(stderr, "%d -> %d declined: %s\n", in, out, body);
       px_arena_free(&a);
     }
     free(fo);
     free(so);
   }
   free(body);
+}
+
+static void chat_pairs(const char *q) {
+  client_pairs(PX_PROTO_CHAT, &px_chat_fast, q, -1);
 }
 
 /* What other clients' decoders put in the IR and a Chat client never
@@ -1000,4 +1031,251 @@ static void responses_encoder(void) {
       &ir2, "{\"messages\":[],\"reasoning\":{\"enabled\":false,\"budget_tokens\":5000}}",
       "\"store\":false}");
   px_arena_free(&a);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Gemini clients and upstreams: the fast Gemini codec against gemini.c      */
+
+/* The fast Gemini decoder and encoder, one after the other, against
+ * gemini.c's: thoughts and signatures, blobs, minted ids, the thinking and
+ * JSON output settings go both ways. */
+static void gem_round(const char *q, int stream, const char *want) {
+  codec_round(PX_PROTO_GEMINI, &px_gemini_fast, q, stream, want);
+}
+
+/* a fast IR as the hub starts it */
+static void gem_ir_init(px_freq_t *ir) {
+  memset(ir, 0, sizeof(*ir));
+  ir->parallel = ir->reasoning_enabled = ir->rf_strict = -1;
+}
+
+/* the fast Gemini decoder's IR of a body, with a fresh arena and lossy */
+static int gem_decode(const px_tr_ctx_t *c, const char *body, size_t len, px_freq_t *ir,
+                      px_arena_t *a, px_lossy_t *l) {
+  px_arena_init(a);
+  gem_ir_init(ir);
+  px_lossy_init(l);
+  return px_gemini_fast.decode_request(c, body, len, ir, a, l);
+}
+
+/* What other clients' decoders put in the IR and a Gemini client never
+ * sends (Anthropic signatures and redacted thinking, OpenAI encrypted
+ * reasoning, file ids, refusals, images in tool results, an effort or a
+ * budget, a summary, a JSON schema): the fast Gemini encoder writes from
+ * the fast IR what gemini.c writes from the same IR. */
+static void gem_encode_ir(int variant) {
+  static const char *const doc =
+      "{'model':'m','messages':[{'role':'assistant','content':[{'type':'reasoning',"
+      "'text':'hm','signature':'sig'},{'type':'reasoning','text':'','redacted_data':"
+      "'red'},{'type':'reasoning','text':'own','thought_signature':'ts1'},{'type':"
+      "'reasoning','text':'','thought_signature':'ts2'},{'type':'refusal','text':'no'},"
+      "{'type':'tool_call','id':'c1','name':'f','arguments':' \\n'}]},{'role':'user',"
+      "'content':[{'type':'tool_result','tool_call_id':'c1','content':[{'type':'text',"
+      "'text':' {\\'a\\': 1}'},{'type':'image','url':'https://i'}],'is_error':true},"
+      "{'type':'image','url':'data:image/png;base64,QUFB'},{'type':'file','url':"
+      "'https://x/doc.PDF?x=1'},{'type':'file','file_id':'file-1'},{'type':'image',"
+      "'media_type':'image/gif','data':'R0lG'}]}]}";
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_ANTHROPIC, PX_PROTO_GEMINI);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_freq_t ir;
+  gem_ir_init(&ir);
+  px_fmsg_t *m = px_fmsg_push(&ir, &a, 1), *u = px_fmsg_push(&ir, &a, 0);
+  CHECK(m && u);
+  if (!(m && u)) return;
+  static const struct {
+    const char *text, *field, *tok;
+  } rs[] = {{"hm", "signature", "sig"},
+            {"", "redacted_data", "red"},
+            {"own", "thought_signature", "ts1"},
+            {"", "thought_signature", "ts2"}};
+  for (size_t i = 0; i < 4; i++) {
+    px_fpart_t *r = px_fpart_new(&a, PX_FP_REASONING);
+    if (r == NULL) return;
+    r->text = (px_fstr_t){rs[i].text, strlen(rs[i].text), 0};
+    r->tok[px_frtok_index(rs[i].field)] = (px_fstr_t){rs[i].tok, strlen(rs[i].tok), 0};
+    px_fpart_push(&m->parts, &m->last, r);
+  }
+  px_fpart_t *ref = px_fpart_new(&a, PX_FP_REFUSAL),
+             *call = px_fpart_new(&a, PX_FP_TOOL_CALL);
+  px_fpart_t *res = px_fpart_new(&a, PX_FP_TOOL_RESULT), *tail = NULL;
+  px_fpart_t *rt = px_fpart_text(&a, (px_fstr_t){" {\\\"a\\\": 1}", 11, 1});
+  px_fpart_t *ri = px_fpart_new(&a, PX_FP_IMAGE), *i1 = px_fpart_new(&a, PX_FP_IMAGE);
+  px_fpart_t *f1 = px_fpart_new(&a, PX_FP_FILE), *f2 = px_fpart_new(&a, PX_FP_FILE);
+  px_fpart_t *i2 = px_fpart_new(&a, PX_FP_IMAGE);
+  CHECK(ref && call && res && rt && ri && i1 && f1 && f2 && i2);
+  if (!(ref && call && res && rt && ri && i1 && f1 && f2 && i2)) return;
+  ref->text = (px_fstr_t){"no", 2, 0};
+  call->id = (px_fstr_t){"c1", 2, 0};
+  call->name = (px_fstr_t){"f", 1, 0};
+  call->args = (px_fstr_t){" \\n", 3, 1};
+  px_fpart_push(&m->parts, &m->last, ref);
+  px_fpart_push(&m->parts, &m->last, call);
+  res->id = (px_fstr_t){"c1", 2, 0};
+  res->is_error = 1;
+  ri->url = (px_fstr_t){"https://i", 9, 0};
+  px_fpart_push(&res->content, &tail, rt);
+  px_fpart_push(&res->content, &tail, ri);
+  i1->url = (px_fstr_t){"data:image/png;base64,QUFB", 26, 0};
+  f1->url = (px_fstr_t){"https://x/doc.PDF?x=1", 21, 0};
+  f2->file_id = (px_fstr_t){"file-1", 6, 0};
+  i2->media_type = (px_fstr_t){"image/gif", 9, 0};
+  i2->data = (px_fstr_t){"R0lG", 4, 0};
+  px_fpart_t *up[] = {res, i1, f1, f2, i2};
+  for (size_t i = 0; i < 5; i++) px_fpart_push(&u->parts, &u->last, up[i]);
+  char *q = chat_body(doc);
+  json_t *jir = json_loads(q, 0, NULL);
+  free(q);
+  CHECK(jir != NULL);
+  ir.has_reasoning = 1;
+  if (variant == 0) { /* a budget, a summary, a JSON schema */
+    ir.budget = (px_str_t){"5000", 4};
+    ir.budget_v = 5000;
+    ir.summary = (px_fstr_t){"auto", 4, 0};
+    ir.rf_schema = (px_str_t){"{\"type\":\"object\"}", 17};
+    ir.rf_name = (px_fstr_t){"out", 3, 0};
+    json_object_set_new(
+        jir, "reasoning",
+        json_pack("{s:i, s:s}", "budget_tokens", 5000, "summary", "auto"));
+    json_object_set_new(jir, "response_format",
+                        json_pack("{s:s, s:s, s:{s:s}}", "type", "json_schema", "name",
+                                  "out", "schema", "type", "object"));
+  } else if (variant == 1) { /* no thinking; JSON */
+    ir.effort = (px_fstr_t){"none", 4, 0};
+    ir.rf_json = 1;
+    json_object_set_new(jir, "reasoning", json_pack("{s:s}", "effort", "none"));
+    json_object_set_new(jir, "response_format",
+                        json_pack("{s:s}", "type", "json_object"));
+  } else { /* an effort, enabled */
+    ir.effort = (px_fstr_t){"medium", 6, 0};
+    ir.reasoning_enabled = 1;
+    json_object_set_new(jir, "reasoning",
+                        json_pack("{s:s, s:b}", "effort", "medium", "enabled", 1));
+  }
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  CHECK((px_freq_uses(&ir) & ~px_gemini_fast.encodes) == 0);
+  CHECK(px_gemini_fast.encode_request(&c, &ir, &b, &a, &lf) == 0);
+  CHECK(px_buf_append(&b, "", 1) == 0);
+  json_t *ub = NULL;
+  px_tr_err_t err;
+  CHECK(px_proto_get(PX_PROTO_GEMINI)->encode_request(&c, jir, &ub, &ls, &err) == 0);
+  /* Gemini's own signature rides on the part after it; the others drop */
+  round_same("gemini encode", &b, &lf, ub, &ls,
+             "{\"thoughtSignature\":\"ts2\",\"text\":\"no\"}");
+  CHECK(strstr(lf.buf, "reasoning.signature") != NULL);
+  json_decref(ub);
+  json_decref(jir);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
+/* whether a fast string is the literal lit */
+static int gem_is(px_fstr_t s, const char *lit) {
+  return s.p != NULL && s.n == strlen(lit) && memcmp(s.p, lit, s.n) == 0;
+}
+
+/* The IR the fast decoder reads from a Gemini client's history: minted ids
+ * answered by name in order, another family's signature joined to the
+ * thought before it (Anthropic's, OpenAI's) or a part of its own (redacted
+ * thinking), thoughts of user turns dropped. */
+static void gem_decode_ir(const char *q) {
+  char *body = chat_body(q);
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_GEMINI, PX_PROTO_CHAT);
+  px_arena_t a;
+  px_freq_t ir;
+  px_lossy_t l;
+  CHECK(gem_decode(&c, body, strlen(body), &ir, &a, &l) == 0);
+  int ks = px_frtok_index("signature"), kr = px_frtok_index("redacted_data"),
+      ke = px_frtok_index("encrypted_content");
+  const px_fmsg_t *m = ir.msgs;
+  CHECK(m != NULL && !m->assistant && m->parts == m->last && gem_is(m->parts->text, "q"));
+  m = m ? m->next : NULL;
+  const px_fpart_t *p = m ? m->parts : NULL;
+  CHECK(m != NULL && m->assistant && p != NULL && p->type == PX_FP_REASONING &&
+        gem_is(p->text, "hm") && gem_is(p->tok[ks], "S1"));
+  p = p ? p->next : NULL;
+  CHECK(p != NULL && p->type == PX_FP_TEXT && gem_is(p->text, "a"));
+  p = p ? p->next : NULL;
+  CHECK(p != NULL && p->type == PX_FP_TOOL_CALL && gem_is(p->id, "call_1"));
+  p = p ? p->next : NULL;
+  CHECK(p != NULL && p->type == PX_FP_TOOL_CALL && gem_is(p->id, "call_2"));
+  p = p ? p->next : NULL;
+  CHECK(p != NULL && p->type == PX_FP_REASONING && p->text.n == 0 &&
+        gem_is(p->tok[kr], "R1") && p->next == NULL);
+  m = m ? m->next : NULL;
+  p = m ? m->parts : NULL;
+  CHECK(p != NULL && p->type == PX_FP_TOOL_RESULT && gem_is(p->id, "call_1") &&
+        p->next != NULL && gem_is(p->next->id, "call_2"));
+  m = m ? m->next : NULL;
+  p = m ? m->parts : NULL;
+  CHECK(p != NULL && p->type == PX_FP_REASONING && gem_is(p->tok[ke], "E1") &&
+        p->next != NULL && p->next->type == PX_FP_TEXT);
+  CHECK(strcmp(l.buf, "contents[].parts[].executableCode,generationConfig.seed") == 0);
+  px_arena_free(&a);
+  free(body);
+}
+
+static void gemini_codec(void) {
+  gem_encode_ir(0);
+  gem_encode_ir(1);
+  gem_encode_ir(2);
+  /* Gemini CLI's shape: thought signatures on calls and text, a thought,
+   * ids of its own, a JSON schema declaration and an OpenAPI one */
+  static const char *const bodies[] = {
+      "{'contents':[{'role':'user','parts':[{'text':'Hi \\u00e9'}]},{'role':'model',"
+      "'parts':[{'text':'plan','thought':true,'thoughtSignature':'c2ln'},{'text':'ok'},"
+      "{'functionCall':{'id':'run_1','name':'sh','args':{'cmd':'ls','n':[1,2.5]}},"
+      "'thoughtSignature':'c2ln2'}]},{'role':'user','parts':[{'functionResponse':{"
+      "'id':'run_1','name':'sh','response':{'output':'a b'}}}]}],'systemInstruction':"
+      "{'role':'user','parts':[{'text':'Be brief.'}]},'tools':[{'functionDeclarations':["
+      "{'name':'sh','description':'Shell','parametersJsonSchema':{'type':'object',"
+      "'properties':{'cmd':{'type':'string'}}}},{'name':'g','parameters':{'type':"
+      "'OBJECT','properties':{'x':{'type':'STRING'}}}},{'name':'h'}]}],"
+      "'generationConfig':{'temperature':1,'topP':0.95,'topK':64,'thinkingConfig':"
+      "{'includeThoughts':true,'thinkingBudget':8192}}}",
+      /* minted ids: calls without ids, results by name; roles after parts;
+       * a signature-only part, a code execution part; a thought in a user
+       * turn; another family's signatures after a thought (joined) and
+       * redacted (a part of its own) */
+      "{'contents':[{'parts':[{'text':'q'},{'text':'t','thought':true}]},{'parts':["
+      "{'text':'hm','thought':true},{'text':'a','thoughtSignature':'pxa1:sig:S1'},"
+      "{'functionCall':{'name':'f','args':{}}},{'functionCall':{'name':'f'}},"
+      "{'thoughtSignature':'pxa1:red:R1'},{'executableCode':{'code':'1'}}],'role':"
+      "'model'},{'role':'user','parts':[{'functionResponse':{'name':'f','response':"
+      "{'content':'r1'}}},{'functionResponse':{'name':'f','response':{'a':1,'b':'x'}}}]},"
+      "{'role':'model','parts':[{'text':'x','thought':true},{'text':'y',"
+      "'thoughtSignature':'pxo1:enc:E1'}]}],'generationConfig':{'thinkingConfig':"
+      "{'thinkingBudget':0},'responseMimeType':'application/json','responseSchema':"
+      "{'type':'OBJECT','properties':{'a':{'type':'INTEGER'}}},'seed':1}}",
+      /* blobs; a thinking level; JSON output without a schema */
+      "{'contents':[{'role':'user','parts':[{'inlineData':{'mimeType':'image/png',"
+      "'data':'QUFB'}},{'inlineData':{'mimeType':'application/pdf','data':'JVBE'}},"
+      "{'fileData':{'mimeType':'image/jpeg','fileUri':'https://x/a.jpg'}},{'text':"
+      "'see'}]}],'generationConfig':{'thinkingConfig':{'thinkingLevel':'LOW',"
+      "'thinkingBudget':-1},'responseMimeType':'application/json',"
+      "'responseJsonSchema':null,'maxOutputTokens':100},'safetySettings':[]}",
+      /* other MIME types are dropped; a level of its own is high */
+      "{'contents':[{'role':'user','parts':[{'text':'x'}]}],'generationConfig':{"
+      "'responseMimeType':'text/x.enum','thinkingConfig':{'thinkingLevel':'max'}}}",
+  };
+  for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++)
+    for (int stream = 0; stream < 2; stream++) {
+      gem_round(bodies[i], stream, NULL);
+      client_pairs(PX_PROTO_GEMINI, &px_gemini_fast, bodies[i], stream);
+    }
+  gem_decode_ir(bodies[1]);
+  /* what they become on the Gemini wire */
+  gem_round(bodies[0], 1, "\"thoughtSignature\":\"c2ln2\",\"functionCall\"");
+  gem_round(bodies[0], 0, "\"thought\":true,\"thoughtSignature\":\"c2ln\"");
+  gem_round(bodies[0], 0, "\"thinkingBudget\":8192");
+  gem_round(bodies[1], 0, "{\"thinkingBudget\":0}");
+  gem_round(bodies[1], 0, "\"responseJsonSchema\":{\"type\":\"object\"");
+  gem_round(bodies[2], 0, "{\"fileData\":{\"mimeType\":\"image/jpeg\"");
+  gem_round(bodies[2], 0, "\"thinkingBudget\":1024");
 }
