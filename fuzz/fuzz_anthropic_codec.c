@@ -30,8 +30,8 @@ static void fail(const char *what, const char *body, size_t len, const char *fas
   abort();
 }
 
-static void same(const char *what, const char *body, size_t len, px_buf_t *fb, json_t *out,
-                 const px_lossy_t *lf, const px_lossy_t *ls) {
+static void same(const char *what, const char *body, size_t len, px_buf_t *fb,
+                 json_t *out, const px_lossy_t *lf, const px_lossy_t *ls) {
   json_t *fj = json_loadb(fb->data, fb->len - 1, 0, NULL);
   if (fj == NULL || !json_equal(fj, out) || strcmp(lf->buf, ls->buf) != 0) {
     char *s = json_dumps(out, JSON_COMPACT);
