@@ -45,19 +45,14 @@ static void request(const char *body, size_t len, const px_tr_ctx_t *d,
   px_arena_t a;
   px_arena_init(&a);
   px_freq_t ir;
-  memset(&ir, 0, sizeof(ir));
-  ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
+  px_freq_init(&ir);
   px_lossy_t lf, ls;
   px_lossy_init(&lf);
   px_lossy_init(&ls);
   px_buf_t fb;
   px_buf_init(&fb, 64u << 20);
-  int rc = px_anthropic_fast.decode_request(d, body, len, &ir, &a, &lf);
-  if (rc == 0) {
-    px_fit_fast_request(e, &ir, &lf);
-    if ((px_freq_uses(&ir) & ~px_anthropic_fast.encodes) != 0) rc = PX_FAST_DECLINE;
-  }
-  if (rc == 0) rc = px_anthropic_fast.encode_request(e, &ir, &fb, &a, &lf);
+  int rc = px_fast_request_steps(d, e, &px_anthropic_fast, &px_anthropic_fast, body, len, &ir,
+                                 &a, &fb, &lf);
   if (rc == 0) {
     const px_proto_ops_t *ops = px_proto_get(PX_PROTO_ANTHROPIC);
     json_t *src = json_loadb(body, len, 0, NULL), *jir = NULL, *out = NULL;

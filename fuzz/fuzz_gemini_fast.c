@@ -242,19 +242,14 @@ static unsigned long round_trip(const px_tr_ctx_t *c0, const char *body, size_t 
     px_arena_t a;
     px_arena_init(&a);
     px_freq_t ir;
-    memset(&ir, 0, sizeof(ir));
-    ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
+    px_freq_init(&ir);
     px_lossy_t lf, ls;
     px_lossy_init(&lf);
     px_lossy_init(&ls);
     px_buf_t b;
     px_buf_init(&b, len * 4 + 65536);
-    int rc = px_gemini_fast.decode_request(&c, body, len, &ir, &a, &lf);
-    if (rc == 0) px_fit_fast_request(&c, &ir, &lf);
-    if (rc == 0 && st) px_lossy_predict(&c, px_freq_reasoning_on(&ir), &lf);
-    if (rc == 0 && (px_freq_uses(&ir) & ~px_gemini_fast.encodes) != 0)
-      rc = PX_FAST_DECLINE;
-    if (rc == 0) rc = px_gemini_fast.encode_request(&c, &ir, &b, &a, &lf);
+    int rc =
+        px_fast_request_steps(&c, &c, &px_gemini_fast, &px_gemini_fast, body, len, &ir, &a, &b, &lf);
     if (rc == 0) {
       taken++;
       px_tr_ctx_t ref = c;

@@ -439,6 +439,17 @@ int px_freq_reasoning_on(const px_freq_t *ir);
 /* ------------------------------------------------------------------------ */
 /* Hub (src/proto/translate_fast.c)                                                */
 
+/** A request in the fast IR as the hub makes it: zeroed, the tri-state
+ *  members (parallel, reasoning_enabled, rf_strict) unset (-1). */
+void px_freq_init(px_freq_t *ir);
+/** The hub's steps for one request: px_freq_init, in's decoder (context
+ *  dc), the caps fit, the declines for what op's encoder does not write,
+ *  the stream's lossy prediction and op's encoder (context ec) into out.
+ *  The hub passes one context twice; the tests and fuzzers chain halves.
+ *  0, or the failing step's code. */
+int px_fast_request_steps(const px_tr_ctx_t *dc, const px_tr_ctx_t *ec, const px_fast_ops_t *in,
+                          const px_fast_ops_t *op, const char *body, size_t len, px_freq_t *ir,
+                          px_arena_t *a, px_buf_t *out, px_lossy_t *l);
 /** The fast path of px_translate_request_body: 0 with *out (malloc'd, NUL-
  *  terminated) and lossy merged; PX_FAST_DECLINE when the body is not of
  *  the common shape (nothing changed). */

@@ -25,6 +25,25 @@ static const px_fast_ops_t *fast_of(px_proto_t p) {
  * name is longer): bounded all the same */
 static size_t out_cap(size_t len) { return len * 4 + (64u << 10); }
 
+void px_freq_init(px_freq_t *ir) {
+  memset(ir, 0, sizeof(*ir));
+  ir->parallel = ir->reasoning_enabled = ir->rf_strict = -1;
+}
+
+int px_fast_request_steps(const px_tr_ctx_t *dc, const px_tr_ctx_t *ec, const px_fast_ops_t *in,
+                          const px_fast_ops_t *op, const char *body, size_t len, px_freq_t *ir,
+                          px_arena_t *a, px_buf_t *out, px_lossy_t *l) {
+  px_freq_init(ir);
+  int rc = in->decode_request(dc, body, len, ir, a, l);
+  if (rc == 0) px_fit_fast_request(ec, ir, l);
+  if (rc == 0 && (px_freq_uses(ir) & ~op->encodes) != 0) rc = PX_FAST_DECLINE;
+  /* a stream's headers name what it may drop, before what the encoder
+   * names (one rule and one order with the jansson pipeline) */
+  if (rc == 0 && ec->stream) px_lossy_predict(ec, px_freq_reasoning_on(ir), l);
+  if (rc == 0) rc = op->encode_request(ec, ir, out, a, l);
+  return rc;
+}
+
 int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
                               int flags, char **out, size_t *out_len, px_lossy_t *lossy) {
   if (ctx->reference || flags != 0 || ctx->in == ctx->out) return PX_FAST_DECLINE;
@@ -37,20 +56,12 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
   px_arena_t a;
   px_arena_init(&a);
   px_freq_t ir;
-  memset(&ir, 0, sizeof(ir));
-  ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
   px_lossy_t l;
   px_lossy_init(&l);
   px_buf_t b;
   px_buf_init(&b, out_cap(len));
-  int rc = in->decode_request(&c, body, len, &ir, &a, &l);
-  if (rc == 0) px_fit_fast_request(&c, &ir, &l);
-  if (rc == 0 && (px_freq_uses(&ir) & ~op->encodes) != 0) rc = PX_FAST_DECLINE;
-  /* a stream's headers name what it may drop, before what the encoder
-   * names (one rule and one order with the jansson pipeline) */
-  if (rc == 0 && c.stream) px_lossy_predict(&c, px_freq_reasoning_on(&ir), &l);
-  if (rc == 0) rc = px_buf_reserve(&b, len + 256);
-  if (rc == 0) rc = op->encode_request(&c, &ir, &b, &a, &l);
+  int rc = px_buf_reserve(&b, len + 256);
+  if (rc == 0) rc = px_fast_request_steps(&c, &c, in, op, body, len, &ir, &a, &b, &l);
   if (rc == 0) rc = px_buf_append(&b, "", 1);
   px_arena_free(&a);
   if (rc != 0) {

@@ -121,18 +121,14 @@ static void anth_self(const char *body, const char *want, const char *lossy) {
   px_arena_t a;
   px_arena_init(&a);
   px_freq_t ir;
-  memset(&ir, 0, sizeof(ir));
-  ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
+  px_freq_init(&ir);
   px_lossy_t lf, ls;
   px_lossy_init(&lf);
   px_lossy_init(&ls);
   px_buf_t b;
   px_buf_init(&b, 1 << 20);
-  int rc = px_anthropic_fast.decode_request(&c, body, len, &ir, &a, &lf);
-  if (rc == 0) px_fit_fast_request(&c, &ir, &lf);
-  CHECK(rc == 0 && (px_freq_uses(&ir) & ~px_anthropic_fast.encodes) == 0);
-  if (rc == 0) rc = px_anthropic_fast.encode_request(&c, &ir, &b, &a, &lf);
-  if (rc == 0 && c.stream) px_lossy_predict(&c, px_freq_reasoning_on(&ir), &lf);
+  int rc = px_fast_request_steps(&c, &c, &px_anthropic_fast, &px_anthropic_fast, body, len,
+                                 &ir, &a, &b, &lf);
   CHECK(rc == 0);
   px_arena_free(&a);
   px_tr_ctx_t ref = c;
@@ -443,18 +439,13 @@ static void codec_round(int p, const px_fast_ops_t *ops, const char *q, int stre
   px_arena_t a;
   px_arena_init(&a);
   px_freq_t ir;
-  memset(&ir, 0, sizeof(ir));
-  ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
+  px_freq_init(&ir);
   px_lossy_t lf, ls;
   px_lossy_init(&lf);
   px_lossy_init(&ls);
   px_buf_t b;
   px_buf_init(&b, 1 << 20);
-  CHECK(ops->decode_request(&c, body, len, &ir, &a, &lf) == 0);
-  px_fit_fast_request(&c, &ir, &lf);
-  if (stream) px_lossy_predict(&c, px_freq_reasoning_on(&ir), &lf);
-  CHECK((px_freq_uses(&ir) & ~ops->encodes) == 0);
-  CHECK(ops->encode_request(&c, &ir, &b, &a, &lf) == 0);
+  CHECK(px_fast_request_steps(&c, &c, ops, ops, body, len, &ir, &a, &b, &lf) == 0);
   CHECK(px_buf_append(&b, "", 1) == 0);
   px_tr_ctx_t ref = c;
   ref.reference = 1;
@@ -512,8 +503,7 @@ static void client_pairs(int in, const px_fast_ops_t *dec, const char *q, int st
       px_arena_t a;
       px_arena_init(&a);
       px_freq_t ir;
-      memset(&ir, 0, sizeof(ir));
-      ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
+      px_freq_init(&ir);
       px_lossy_t l;
       px_lossy_init(&l);
       CHECK(dec->decode_request(&c, body, len, &ir, &a, &l) == 0);
@@ -552,8 +542,7 @@ static void chat_encode_ir(int adaptive) {
   px_arena_t a;
   px_arena_init(&a);
   px_freq_t ir;
-  memset(&ir, 0, sizeof(ir));
-  ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
+  px_freq_init(&ir);
   px_fmsg_t *m = px_fmsg_push(&ir, &a, 1);
   px_fpart_t *r1 = px_fpart_new(&a, PX_FP_REASONING),
              *r2 = px_fpart_new(&a, PX_FP_REASONING);
@@ -721,20 +710,15 @@ static void resp_halves(const char *body, size_t len, int dout, int ein,
   px_arena_t a;
   px_arena_init(&a);
   px_freq_t ir;
-  memset(&ir, 0, sizeof(ir));
-  ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
+  px_freq_init(&ir);
   px_lossy_t lf, ls;
   px_lossy_init(&lf);
   px_lossy_init(&ls);
   px_buf_t b;
   px_buf_init(&b, 64u << 20);
-  int rc = px_responses_fast.decode_request(&d, body, len, &ir, &a, &lf);
+  int rc = px_fast_request_steps(&d, &e, &px_responses_fast, &px_responses_fast, body, len,
+                                 &ir, &a, &b, &lf);
   CHECK(rc == 0);
-  if (rc == 0) {
-    px_fit_fast_request(&e, &ir, &lf);
-    rc = px_responses_fast.encode_request(&e, &ir, &b, &a, &lf);
-    CHECK(rc == 0);
-  }
   json_t *src = json_loadb(body, len, 0, NULL), *jir = NULL, *out = NULL;
   px_tr_err_t err;
   const px_proto_ops_t *ops = px_proto_get(PX_PROTO_RESPONSES);
@@ -937,8 +921,7 @@ static void responses_encoder(void) {
   px_arena_t a;
   px_arena_init(&a);
   px_freq_t ir;
-  memset(&ir, 0, sizeof(ir));
-  ir.parallel = ir.reasoning_enabled = ir.rf_strict = -1;
+  px_freq_init(&ir);
   px_fpart_t *s1 = px_fpart_text(&a, fs("a")), *s2 = px_fpart_text(&a, fs("b"));
   s1->cache_control = cc;
   px_fpart_push(&ir.system, &ir.system_last, s1);
@@ -1043,17 +1026,11 @@ static void gem_round(const char *q, int stream, const char *want) {
   codec_round(PX_PROTO_GEMINI, &px_gemini_fast, q, stream, want);
 }
 
-/* a fast IR as the hub starts it */
-static void gem_ir_init(px_freq_t *ir) {
-  memset(ir, 0, sizeof(*ir));
-  ir->parallel = ir->reasoning_enabled = ir->rf_strict = -1;
-}
-
 /* the fast Gemini decoder's IR of a body, with a fresh arena and lossy */
 static int gem_decode(const px_tr_ctx_t *c, const char *body, size_t len, px_freq_t *ir,
                       px_arena_t *a, px_lossy_t *l) {
   px_arena_init(a);
-  gem_ir_init(ir);
+  px_freq_init(ir);
   px_lossy_init(l);
   return px_gemini_fast.decode_request(c, body, len, ir, a, l);
 }
@@ -1080,7 +1057,7 @@ static void gem_encode_ir(int variant) {
   px_arena_t a;
   px_arena_init(&a);
   px_freq_t ir;
-  gem_ir_init(&ir);
+  px_freq_init(&ir);
   px_fmsg_t *m = px_fmsg_push(&ir, &a, 1), *u = px_fmsg_push(&ir, &a, 0);
   CHECK(m && u);
   if (!(m && u)) return;
