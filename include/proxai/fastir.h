@@ -430,6 +430,11 @@ int px_frtok_out(px_proto_t client, const px_fpart_t *p, const char **tag,
 /** px_frtok_out written as one quoted JSON string; 0 when written, 1 when
  *  p has none for the client (nothing written), <0 on memory. */
 int px_fb_rtok(px_buf_t *b, px_proto_t client, const px_fpart_t *p);
+/** A member the reference drops, named in lossy by its own key (lossy
+ *  NULL: only whether it can be); declines
+ *  a name a lossy list cannot hold as one element (escapes, a comma, "...",
+ *  empty or 256 bytes and more). */
+int px_fast_lossy_key(px_lossy_t *lossy, px_fstr_t k);
 /** px_ir_fit_request on the fast IR (src/proto/common.c: one table). */
 void px_fit_fast_request(const px_tr_ctx_t *ctx, px_freq_t *ir, px_lossy_t *lossy);
 /** Whether the IR asks for reasoning (px_lossy_predict's rule): an IR

@@ -436,13 +436,15 @@ typedef struct watch {
 } watch_t;
 
 static int watch_add(watch_t *w, const char *name, int parent, int once) {
+  size_t len = strlen(name);
   for (int k = 0; k < w->n; k++)
-    if (w->parent[k] == parent && strcmp(w->name[k], name) == 0) {
+    if (w->len[k] == len && w->parent[k] == parent &&
+        memcmp(w->name[k], name, len) == 0) {
       w->once[k] |= once;
       return k;
     }
   w->name[w->n] = name;
-  w->len[w->n] = strlen(name);
+  w->len[w->n] = len;
   w->parent[w->n] = parent;
   w->cap[w->n] = -1;
   w->mem[w->n] = -1;

@@ -528,16 +528,8 @@ static int output_config_member(px_fstr_t k, const px_fv_t *v, px_freq_t *ir,
 /* a member the reference drops, named by its own key (context_management,
  * service_tier, container, ...) */
 static int drop_member(px_fstr_t k, px_arena_t *a, px_lossy_t *lossy) {
-  /* names the lists would not join back the same (px_lossy_each) */
-  if (k.n == 0 || memchr(k.p, ',', k.n) != NULL ||
-      (k.n == 3 && memcmp(k.p, "...", 3) == 0))
-    return DECLINE;
-  char *name = px_arena_alloc(a, k.n + 1);
-  if (name == NULL) return DECLINE;
-  memcpy(name, k.p, k.n);
-  name[k.n] = 0;
-  px_lossy_add(lossy, name);
-  return 0;
+  (void)a;
+  return px_fast_lossy_key(lossy, k);
 }
 
 enum {

@@ -581,11 +581,7 @@ typedef struct unknown_key {
 
 static int unknown_member(px_fstr_t k, const px_fv_t *v, unknown_key_t **seen_keys,
                           px_arena_t *a, px_lossy_t *lossy) {
-  /* a name with a comma, or "...", is not one element of a lossy list (the
-   * hub's merge splits or skips it): the reference names it */
-  if (k.esc || k.n >= 256 || memchr(k.p, ',', k.n) != NULL ||
-      (k.n == 3 && memcmp(k.p, "...", 3) == 0))
-    return DECLINE;
+  if (px_fast_lossy_key(NULL, k) != 0) return DECLINE; /* one a list cannot hold */
   for (const unknown_key_t *u = *seen_keys; u; u = u->next)
     if (u->k.n == k.n && memcmp(u->k.p, k.p, k.n) == 0) return DECLINE;
   unknown_key_t *u = px_arena_alloc(a, sizeof(*u));
@@ -594,11 +590,7 @@ static int unknown_member(px_fstr_t k, const px_fv_t *v, unknown_key_t **seen_ke
   u->next = *seen_keys;
   *seen_keys = u;
   if (v->kind == PX_FV_NULL) return 0;
-  char name[256];
-  memcpy(name, k.p, k.n);
-  name[k.n] = 0;
-  px_lossy_add(lossy, name);
-  return 0;
+  return px_fast_lossy_key(lossy, k);
 }
 
 /* One top-level member, as chat.c's decode_request reads it where it

@@ -884,3 +884,18 @@ unsigned px_freq_uses(const px_freq_t *ir) {
 unsigned px_fresp_uses(const px_fresp_t *ir) {
   return part_uses(ir->content);
 }
+
+int px_fast_lossy_key(px_lossy_t *lossy, px_fstr_t k) {
+  /* a name with escapes, a comma or "..." is not one element of a lossy list
+   * as the reference writes it (the hub's merge splits or skips it:
+   * px_lossy_each): the reference names it */
+  if (k.p == NULL || k.esc || k.n == 0 || k.n >= 256 || memchr(k.p, ',', k.n) != NULL ||
+      (k.n == 3 && memcmp(k.p, "...", 3) == 0))
+    return PX_FAST_DECLINE;
+  if (lossy == NULL) return 0; /* only asked whether it can be named */
+  char name[256];
+  memcpy(name, k.p, k.n);
+  name[k.n] = 0;
+  px_lossy_add(lossy, name);
+  return 0;
+}

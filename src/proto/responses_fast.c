@@ -699,10 +699,7 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
       if (nunknown == NKEYS(unknown)) return DECLINE;
       unknown[nunknown++] = k;
       if (v.kind == PX_FV_NULL) continue;
-      char *name = px_arena_alloc(a, k.n + 1);
-      if (name == NULL) return DECLINE;
-      memcpy(name, k.p, k.n);
-      px_lossy_add(lossy, name);
+      if (px_fast_lossy_key(lossy, k) != 0) return DECLINE;
       continue;
     }
     if (v.kind == PX_FV_NULL) continue; /* null = not given, for every field */
