@@ -238,6 +238,11 @@ void px_responses_ctc_id(const char *resp_id, const char *call_id, int oi, char 
                          size_t n);
 void px_responses_rs_id(const char *resp_id, const char *rid, int oi, char *out, size_t n);
 json_t *px_responses_usage(const px_usage_t *u);
+int px_responses_usage_write(px_buf_t *b, const px_usage_t *u);
+int px_responses_object_head(px_buf_t *b, const px_tr_ctx_t *ctx, const char *resp_id,
+                             int64_t created, const char *status,
+                             const char *incomplete_reason);
+int px_responses_object_tail(px_buf_t *b, const px_tr_ctx_t *ctx);
 json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id, int64_t created,
                             const char *status, const char *incomplete_reason);
 /** Stateless mid-stream error (responses_stream.c): a response.failed event

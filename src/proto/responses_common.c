@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 
@@ -107,36 +108,98 @@ json_t *px_responses_annotations(json_t *ann, px_lossy_t *lossy) {
   return out;
 }
 
-/** Usage object of the Responses shape. */
-json_t *px_responses_usage(const px_usage_t *u) {
+/* A string member value as jansson's dump writes it; <0 on invalid UTF-8. */
+static int wstr(px_buf_t *b, const char *s) {
+  if (px_buf_append(b, "\"", 1) < 0 ||
+      px_buf_json_escape_as(b, s, strlen(s), PX_ESC_JANSSON) < 0)
+    return PX_ENOMEM;
+  return px_buf_append(b, "\"", 1);
+}
+
+static int wint(px_buf_t *b, int64_t v) {
+  return px_buf_i64(b, (long long)v);
+}
+
+/** Usage object of the Responses shape, written into b (the one writer of
+ *  the shape: px_responses_usage reads it back for the jansson encoder). */
+int px_responses_usage_write(px_buf_t *b, const px_usage_t *u) {
   int64_t in = u->input_tokens < 0 ? 0 : u->input_tokens;
   int64_t out = u->output_tokens < 0 ? 0 : u->output_tokens;
   int64_t cr = u->cache_read_tokens < 0 ? 0 : u->cache_read_tokens;
   int64_t rt = u->reasoning_tokens < 0 ? 0 : u->reasoning_tokens;
-  return json_pack("{s:I, s:{s:I}, s:I, s:{s:I}, s:I}", "input_tokens", (json_int_t)in,
-                   "input_tokens_details", "cached_tokens", (json_int_t)cr,
-                   "output_tokens", (json_int_t)out, "output_tokens_details",
-                   "reasoning_tokens", (json_int_t)rt, "total_tokens",
-                   (json_int_t)(in + out));
+  if (px_buf_puts(b, "{\"input_tokens\":") || wint(b, in) ||
+      px_buf_puts(b, ",\"input_tokens_details\":{\"cached_tokens\":") || wint(b, cr) ||
+      px_buf_puts(b, "},\"output_tokens\":") || wint(b, out) ||
+      px_buf_puts(b, ",\"output_tokens_details\":{\"reasoning_tokens\":") ||
+      wint(b, rt) || px_buf_puts(b, "},\"total_tokens\":") || wint(b, in + out) ||
+      px_buf_puts(b, "}"))
+    return PX_ENOMEM;
+  return 0;
 }
 
-/** The Response object skeleton shared by bodies and stream events. */
+/* Read back what a writer of this file wrote (NULL on failure). */
+static json_t *wload(px_buf_t *b, int rc) {
+  json_t *v = rc == 0 ? px_jdoc_load(b->data, b->len, 0, NULL) : NULL;
+  px_buf_free(b);
+  return v;
+}
+
+/** Usage object of the Responses shape (jansson). */
+json_t *px_responses_usage(const px_usage_t *u) {
+  px_buf_t b;
+  px_buf_init(&b, SIZE_MAX);
+  return wload(&b, px_responses_usage_write(&b, u));
+}
+
+/** The Response object skeleton shared by bodies and stream events, up to
+ *  its output array: {"id":...,"model":..,"output":[ */
+int px_responses_object_head(px_buf_t *b, const px_tr_ctx_t *ctx, const char *resp_id,
+                             int64_t created, const char *status,
+                             const char *incomplete_reason) {
+  if (px_buf_puts(b, "{\"id\":") || wstr(b, resp_id) ||
+      px_buf_puts(b, ",\"object\":\"response\",\"created_at\":") || wint(b, created) ||
+      px_buf_puts(b, ",\"status\":") || wstr(b, status) ||
+      px_buf_puts(b, ",\"error\":null,\"incomplete_details\":"))
+    return PX_ENOMEM;
+  if (incomplete_reason != NULL) {
+    if (px_buf_puts(b, "{\"reason\":") || wstr(b, incomplete_reason) ||
+        px_buf_puts(b, "}"))
+      return PX_ENOMEM;
+  } else if (px_buf_puts(b, "null")) {
+    return PX_ENOMEM;
+  }
+  if (px_buf_puts(b, ",\"instructions\":null,\"max_output_tokens\":null,\"model\":") ||
+      wstr(b, ctx->client_model ? ctx->client_model : "") ||
+      px_buf_puts(b, ",\"output\":["))
+    return PX_ENOMEM;
+  return 0;
+}
+
+/** The rest of the skeleton after the output array's items:
+ *  ],"parallel_tool_calls":...,"metadata":{} (the object left open). */
+int px_responses_object_tail(px_buf_t *b, const px_tr_ctx_t *ctx) {
+  if (px_buf_puts(b, "],\"parallel_tool_calls\":true,\"previous_response_id\":"))
+    return PX_ENOMEM;
+  if (ctx->prev_id != NULL && ctx->prev_id[0] ? wstr(b, ctx->prev_id)
+                                              : px_buf_puts(b, "null"))
+    return PX_ENOMEM;
+  if (px_buf_puts(b,
+                  ",\"temperature\":null,\"tool_choice\":\"auto\",\"tools\":[],"
+                  "\"top_p\":null") ||
+      (ctx->resp_id != NULL && px_buf_puts(b, ",\"store\":true")) ||
+      px_buf_puts(b, ",\"metadata\":{}"))
+    return PX_ENOMEM;
+  return 0;
+}
+
+/** The Response object skeleton as a jansson object (the non-streaming
+ *  encoder's), read back from the writers above. */
 json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id, int64_t created,
                             const char *status, const char *incomplete_reason) {
-  json_t *o = json_pack(
-      "{s:s, s:s, s:I, s:s, s:n, s:n, s:n, s:n, s:s, s:[], s:b, s:n, s:n, s:s, "
-      "s:[], s:n}",
-      "id", resp_id, "object", "response", "created_at", (json_int_t)created, "status",
-      status, "error", "incomplete_details", "instructions", "max_output_tokens", "model",
-      ctx->client_model ? ctx->client_model : "", "output", "parallel_tool_calls", 1,
-      "previous_response_id", "temperature", "tool_choice", "auto", "tools", "top_p");
-  if (o == NULL) return NULL;
-  if (ctx->prev_id != NULL && ctx->prev_id[0])
-    json_object_set_new(o, "previous_response_id", json_string(ctx->prev_id));
-  if (ctx->resp_id != NULL) json_object_set_new(o, "store", json_true());
-  json_object_set_new(o, "metadata", json_object());
-  if (incomplete_reason != NULL)
-    json_object_set_new(o, "incomplete_details",
-                        json_pack("{s:s}", "reason", incomplete_reason));
-  return o;
+  px_buf_t b;
+  px_buf_init(&b, SIZE_MAX);
+  int rc = px_responses_object_head(&b, ctx, resp_id, created, status, incomplete_reason);
+  if (rc == 0) rc = px_responses_object_tail(&b, ctx);
+  if (rc == 0 && px_buf_puts(&b, "}")) rc = PX_ENOMEM;
+  return wload(&b, rc);
 }

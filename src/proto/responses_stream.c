@@ -786,6 +786,13 @@ typedef struct eblock {
   json_t *anns; /* text: annotations so far (Responses shape) */
 } eblock_t;
 
+/* An output item of the response: its bytes as written (text placeholders,
+ * see below) once it is done, repeated by the terminal response. */
+typedef struct eitem {
+  int done;
+  px_buf_t b;
+} eitem_t;
+
 struct px_senc {
   px_tr_ctx_t ctx;
   px_buf_t *out;
@@ -798,11 +805,12 @@ struct px_senc {
   /* open message item */
   int msg_oi;
   char msg_id[200];
-  json_t *msg_content;
+  px_buf_t msg_parts; /* its content parts so far, comma-separated */
   int msg_nparts;
   int has_refusal;
   int any_output;
-  json_t *output; /* final output array; null placeholders for open items */
+  eitem_t *items; /* the output array; open items not done yet */
+  size_t nitems, capitems;
   eblock_t *blocks;
   size_t nblocks;
   size_t accum;
@@ -811,14 +819,13 @@ struct px_senc {
   char *explanation;
   px_buf_t scratch;
   /* Text slots: the text of every block, JSON-escaped once as its deltas
-   * go out. jansson trees (items, the final response) hold a placeholder
-   * string for a slot; eemit() splices the escaped bytes in while writing,
-   * so a text is never copied into jansson nor escaped again (the closing
-   * events repeat it four times). */
+   * go out. Events, items and the final response are written with a
+   * placeholder string for a slot (jansson trees of the rare events too);
+   * ewrite() splices the escaped bytes in while writing, so a text is never
+   * copied nor escaped again (the closing events repeat it four times). */
   px_buf_t *texts;
   size_t ntexts, captexts;
   char marker[48];        /* placeholder prefix as dumped: \u0001pxtx<hex>_ */
-  char mraw[32];          /* the same, raw: 0x01 pxtx<hex>_ */
   px_senc_t *next, *prev; /* live encoders of this thread (see below) */
 };
 
@@ -859,11 +866,26 @@ static int etext_new(px_senc_t *e) {
   return (int)e->ntexts++;
 }
 
-/* The placeholder string of a text slot (a jansson string). */
-static json_t *etext(px_senc_t *e, int tix) {
-  char ph[64];
-  snprintf(ph, sizeof(ph), "%s%d\x01", e->mraw, tix);
-  return json_string(ph);
+/* Event members, items and the response are written by hand, as jansson's
+ * dump writes them (keys in their order, no spaces, strings escaped as
+ * jansson does); the writers return nonzero on failure. */
+static int wlit(px_buf_t *b, const char *s) {
+  return px_buf_puts(b, s) != 0;
+}
+
+static int wstr(px_buf_t *b, const char *s) {
+  return s == NULL || px_buf_append(b, "\"", 1) != 0 ||
+         px_buf_json_escape_as(b, s, strlen(s), PX_ESC_JANSSON) != 0 ||
+         px_buf_append(b, "\"", 1) != 0;
+}
+
+static int wint(px_buf_t *b, long long v) {
+  return px_buf_i64(b, v) != 0;
+}
+
+/* The placeholder string of a text slot, as dumped: "\u0001pxtx<hex>_N\u0001" */
+static int wtext(px_senc_t *e, px_buf_t *b, int tix) {
+  return wlit(b, "\"") || wlit(b, e->marker) || wint(b, tix) || wlit(b, "\\u0001\"");
 }
 
 /* The real text of a slot as a jansson string (slow path: error output). */
@@ -968,13 +990,35 @@ static int ewrite(px_senc_t *e, const char *type) {
   return 0;
 }
 
-/* Emit a jansson event (its members in obj, whose reference is taken). */
-static int eemit(px_senc_t *e, const char *type, json_t *obj) {
-  int rc = edump(e, obj);
+/* Write the event whose members are in scratch (fail: writing them failed). */
+static int esend(px_senc_t *e, const char *type, int fail) {
+  int rc = fail ? PX_ENOMEM : 0;
   if (rc == 0) rc = ewrite(e, type);
   px_buf_free(&e->scratch); /* lifecycle events are few: no idle copy kept */
   if (rc == 0) eflush(e);
   return rc;
+}
+
+/* Emit a jansson event (its members in obj, whose reference is taken): the
+ * rare ones (annotations, errors). */
+static int eemit(px_senc_t *e, const char *type, json_t *obj) {
+  int rc = edump(e, obj);
+  return rc < 0 ? (px_buf_free(&e->scratch), rc) : esend(e, type, 0);
+}
+
+/* Start an event's members in scratch: {"item_id":..,"output_index":N */
+static int ehead(px_senc_t *e, const char *item_id, int oi) {
+  px_buf_t *s = &e->scratch;
+  px_buf_reset(s);
+  return wlit(s, "{\"item_id\":") || wstr(s, item_id) || wlit(s, ",\"output_index\":") ||
+         wint(s, oi);
+}
+
+/* Start an output item event's members in scratch: {"output_index":N,"item": */
+static int eitem_head(px_senc_t *e, int oi) {
+  px_buf_t *s = &e->scratch;
+  px_buf_reset(s);
+  return wlit(s, "{\"output_index\":") || wint(s, oi) || wlit(s, ",\"item\":");
 }
 
 /* The delta event head of a block after its sequence number:
@@ -1026,32 +1070,47 @@ static int edelta(px_senc_t *e, eblock_t *b, const char *type, const char *s, si
   return 0;
 }
 
-static json_t *eresponse(px_senc_t *e, const char *status, const char *reason,
-                         int with_output) {
-  json_t *o = px_responses_object(&e->ctx, e->resp_id, e->ctx.created, status, reason);
-  if (o == NULL) return NULL;
-  if (with_output) {
-    /* drop placeholders of items that never finished */
-    json_t *out = json_array();
-    size_t i;
-    json_t *it;
-    json_array_foreach(e->output, i, it) {
-      if (!json_is_null(it)) json_array_append(out, it);
-    }
-    json_object_set_new(o, "output", out);
-    json_object_set_new(o, "usage", px_responses_usage(&e->usage));
-  } else {
-    json_object_set_new(o, "usage", json_null());
+/* {"response":{...} of an event in scratch: the Response object, with the
+ * finished items and the usage when with_output. */
+static int wresponse(px_senc_t *e, const char *status, const char *reason,
+                     int with_output) {
+  px_buf_t *s = &e->scratch;
+  px_buf_reset(s);
+  if (wlit(s, "{\"response\":") ||
+      px_responses_object_head(s, &e->ctx, e->resp_id, e->ctx.created, status, reason))
+    return 1;
+  int first = 1;
+  for (size_t i = 0; with_output && i < e->nitems; i++) {
+    if (!e->items[i].done) continue; /* an item that never finished */
+    if ((!first && wlit(s, ",")) ||
+        px_buf_append(s, e->items[i].b.data, e->items[i].b.len))
+      return 1;
+    first = 0;
   }
-  return o;
+  if (px_responses_object_tail(s, &e->ctx) || wlit(s, ",\"usage\":")) return 1;
+  if (with_output ? px_responses_usage_write(s, &e->usage) != 0 : wlit(s, "null"))
+    return 1;
+  return wlit(s, "}}");
 }
 
-/* A finished output item: stored at its index of the response's output and
- * announced (response.output_item.done). Takes the caller's reference. */
-static int eitem_done(px_senc_t *e, int oi, json_t *item) {
-  json_array_set(e->output, (size_t)oi, item);
-  return eemit(e, "response.output_item.done",
-               json_pack("{s:i, s:o}", "output_index", oi, "item", item));
+/* A finished output item (its bytes written in e->items[oi].b): announced
+ * (response.output_item.done) and kept for the terminal response. */
+static int eitem_done(px_senc_t *e, int oi) {
+  eitem_t *it = &e->items[oi];
+  it->done = 1;
+  int fail = eitem_head(e, oi) || px_buf_append(&e->scratch, it->b.data, it->b.len) ||
+             wlit(&e->scratch, "}");
+  return esend(e, "response.output_item.done", fail);
+}
+
+/* A message item: {"id":..,"type":"message","status":..,"role":"assistant",
+ * "content":[<parts>]} */
+static int wmsg_item(px_senc_t *e, px_buf_t *b, const char *status,
+                     const px_buf_t *parts) {
+  return wlit(b, "{\"id\":") || wstr(b, e->msg_id) ||
+         wlit(b, ",\"type\":\"message\",\"status\":") || wstr(b, status) ||
+         wlit(b, ",\"role\":\"assistant\",\"content\":[") ||
+         (parts != NULL && px_buf_append(b, parts->data, parts->len)) || wlit(b, "]}");
 }
 
 static int eclose_part(px_senc_t *e, eblock_t *b);
@@ -1072,35 +1131,47 @@ static int eclose_msg(px_senc_t *e) {
     if (rc < 0) return rc;
     b->suspended = 1;
   }
-  json_t *item =
-      json_pack("{s:s, s:s, s:s, s:s, s:O}", "id", e->msg_id, "type", "message", "status",
-                "completed", "role", "assistant", "content", e->msg_content);
-  if (item == NULL) return PX_ENOMEM;
-  int rc = eitem_done(e, e->msg_oi, item);
-  json_decref(e->msg_content);
-  e->msg_content = NULL;
+  int oi = e->msg_oi;
+  px_buf_reset(&e->items[oi].b);
+  int rc = wmsg_item(e, &e->items[oi].b, "completed", &e->msg_parts) ? PX_ENOMEM
+                                                                     : eitem_done(e, oi);
+  px_buf_free(&e->msg_parts);
   e->msg_oi = -1;
   return rc;
 }
 
-static int enew_item(px_senc_t *e, json_t *item) {
+/* A new output item: its slot and the start of its output_item.added event
+ * in scratch (the caller writes the item and sends it); its index, or <0. */
+static int enew_item(px_senc_t *e) {
+  if (e->nitems == e->capitems) {
+    size_t nc = e->capitems ? e->capitems * 2 : 8;
+    eitem_t *n = realloc(e->items, nc * sizeof(*n));
+    if (n == NULL) return PX_ENOMEM;
+    e->items = n;
+    e->capitems = nc;
+  }
   int oi = e->next_oi++;
-  json_array_append_new(e->output, json_null());
+  e->items[e->nitems].done = 0;
+  px_buf_init(&e->items[e->nitems++].b, SIZE_MAX);
   e->any_output = 1;
-  return eemit(e, "response.output_item.added",
-               json_pack("{s:i, s:o}", "output_index", oi, "item", item)) < 0
-             ? -1
-             : oi;
+  return eitem_head(e, oi) ? PX_ENOMEM : oi;
+}
+
+/* Send the output_item.added event enew_item started (fail: writing the item
+ * failed); the item's index, or <0. */
+static int eitem_added(px_senc_t *e, int oi, int fail) {
+  fail = fail || wlit(&e->scratch, "}");
+  return esend(e, "response.output_item.added", fail) < 0 ? PX_ENOMEM : oi;
 }
 
 static int eopen_msg(px_senc_t *e) {
   if (e->msg_oi >= 0) return 0;
   px_responses_msg_id(e->up_id, e->nmsg++, e->msg_id, sizeof(e->msg_id));
-  e->msg_content = json_array();
+  px_buf_init(&e->msg_parts, SIZE_MAX);
   e->msg_nparts = 0;
-  int oi = enew_item(
-      e, json_pack("{s:s, s:s, s:s, s:s, s:[]}", "id", e->msg_id, "type", "message",
-                   "status", "in_progress", "role", "assistant", "content"));
+  int oi = enew_item(e);
+  if (oi < 0) return PX_ENOMEM;
+  oi = eitem_added(e, oi, wmsg_item(e, &e->scratch, "in_progress", NULL));
   if (oi < 0) return PX_ENOMEM;
   e->msg_oi = oi;
   return 0;
@@ -1137,6 +1208,21 @@ static void efree_block(eblock_t *b) {
   memset(b, 0, sizeof(*b));
 }
 
+/* A text or refusal block's content part (text: the slot's placeholder, or
+ * empty): {"type":"output_text","text":..,"annotations":[..]} or
+ * {"type":"refusal","refusal":..} */
+static int wpart(px_senc_t *e, px_buf_t *o, const eblock_t *b, int empty) {
+  if (wlit(o, b->kind == PX_BLOCK_TEXT ? "{\"type\":\"output_text\",\"text\":"
+                                       : "{\"type\":\"refusal\",\"refusal\":") ||
+      (empty ? wlit(o, "\"\"") : wtext(e, o, b->tix)))
+    return 1;
+  if (b->kind != PX_BLOCK_TEXT) return wlit(o, "}");
+  if (wlit(o, ",\"annotations\":")) return 1;
+  if (!empty && b->anns != NULL ? px_jdoc_dump_buf(b->anns, o) != 0 : wlit(o, "[]"))
+    return 1;
+  return wlit(o, "}");
+}
+
 /* A text or refusal block's content part in the open message item (opened
  * when there is none). */
 static int eopen_part(px_senc_t *e, eblock_t *b) {
@@ -1147,15 +1233,27 @@ static int eopen_part(px_senc_t *e, eblock_t *b) {
   free(b->item_id);
   b->item_id = strdup(e->msg_id);
   if (b->item_id == NULL) return PX_ENOMEM;
-  rc = eemit(e, "response.content_part.added",
-             json_pack("{s:s, s:i, s:i, s:o}", "item_id", e->msg_id, "output_index",
-                       b->output_index, "content_index", b->content_index, "part",
-                       b->kind == PX_BLOCK_TEXT
-                           ? json_pack("{s:s, s:s, s:[]}", "type", "output_text", "text",
-                                       "", "annotations")
-                           : json_pack("{s:s, s:s}", "type", "refusal", "refusal", "")));
+  px_buf_t *s = &e->scratch;
+  int fail = ehead(e, b->item_id, b->output_index) || wlit(s, ",\"content_index\":") ||
+             wint(s, b->content_index) || wlit(s, ",\"part\":") || wpart(e, s, b, 1) ||
+             wlit(s, "}");
+  rc = esend(e, "response.content_part.added", fail);
   if (rc == 0) rc = edelta_head(b, b->content_index, -1);
   return rc;
+}
+
+/* A tool call item (arguments: the slot's placeholder, or empty):
+ * {"id":..,"type":"function_call","status":..,"call_id":..,"name":..,
+ * "arguments":..} (a custom one: "custom_tool_call", "input") */
+static int wcall_item(px_senc_t *e, px_buf_t *o, const eblock_t *b, const char *status,
+                      int empty) {
+  return wlit(o, "{\"id\":") || wstr(o, b->item_id) ||
+         wlit(o, b->custom ? ",\"type\":\"custom_tool_call\",\"status\":"
+                           : ",\"type\":\"function_call\",\"status\":") ||
+         wstr(o, status) || wlit(o, ",\"call_id\":") || wstr(o, b->call_id) ||
+         wlit(o, ",\"name\":") || wstr(o, b->name) ||
+         wlit(o, b->custom ? ",\"input\":" : ",\"arguments\":") ||
+         (empty ? wlit(o, "\"\"") : wtext(e, o, b->tix)) || wlit(o, "}");
 }
 
 static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
@@ -1197,8 +1295,11 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
         if (rc == 0) rc = px_buf_append(&b->enc, ev->text.ptr, ev->text.len);
         if (rc < 0) return rc;
       }
-      int oi = enew_item(
-          e, json_pack("{s:s, s:s, s:[]}", "id", id, "type", "reasoning", "summary"));
+      int oi = enew_item(e);
+      if (oi < 0) return PX_ENOMEM;
+      oi = eitem_added(e, oi,
+                       wlit(&e->scratch, "{\"id\":") || wstr(&e->scratch, id) ||
+                           wlit(&e->scratch, ",\"type\":\"reasoning\",\"summary\":[]}"));
       if (oi < 0) return PX_ENOMEM;
       b->output_index = oi;
       return edelta_head(b, -1, 0);
@@ -1216,11 +1317,9 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
         px_responses_fc_id(e->up_id, b->call_id, e->next_oi, id, sizeof(id));
       b->item_id = strdup(id);
       b->content_index = -1;
-      int oi =
-          enew_item(e, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", id, "type",
-                                 b->custom ? "custom_tool_call" : "function_call",
-                                 "status", "in_progress", "call_id", b->call_id, "name",
-                                 b->name, b->custom ? "input" : "arguments", ""));
+      int oi = enew_item(e);
+      if (oi < 0) return PX_ENOMEM;
+      oi = eitem_added(e, oi, wcall_item(e, &e->scratch, b, "in_progress", 1));
       if (oi < 0) return PX_ENOMEM;
       b->output_index = oi;
       return edelta_head(b, -1, -1);
@@ -1299,10 +1398,11 @@ static int e_delta(px_senc_t *e, const px_ev_t *ev) {
     case PX_BLOCK_REDACTED_THINKING:
       if (!b->summary_open) {
         b->summary_open = 1;
-        rc = eemit(e, "response.reasoning_summary_part.added",
-                   json_pack("{s:s, s:i, s:i, s:{s:s, s:s}}", "item_id", b->item_id,
-                             "output_index", b->output_index, "summary_index", 0, "part",
-                             "type", "summary_text", "text", ""));
+        rc = esend(e, "response.reasoning_summary_part.added",
+                   ehead(e, b->item_id, b->output_index) ||
+                       wlit(&e->scratch,
+                            ",\"summary_index\":0,\"part\":{\"type\":"
+                            "\"summary_text\",\"text\":\"\"}}"));
         if (rc < 0) return rc;
       }
       return edelta(e, b, "response.reasoning_summary_text.delta", ev->text.ptr,
@@ -1314,31 +1414,44 @@ static int e_delta(px_senc_t *e, const px_ev_t *ev) {
 /* The closing events of a text or refusal part; the part joins the open
  * message item's content. */
 static int eclose_part(px_senc_t *e, eblock_t *b) {
-  int rc = 0;
-  json_t *text = etext(e, b->tix);
-  if (text == NULL) return PX_ENOMEM;
   int is_text = b->kind == PX_BLOCK_TEXT;
-  rc = eemit(e, is_text ? "response.output_text.done" : "response.refusal.done",
-             is_text ? json_pack("{s:s, s:i, s:i, s:O, s:[]}", "item_id", b->item_id,
-                                 "output_index", b->output_index, "content_index",
-                                 b->content_index, "text", text, "logprobs")
-                     : json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id,
-                                 "output_index", b->output_index, "content_index",
-                                 b->content_index, "refusal", text));
-  json_t *part = is_text ? json_pack("{s:s, s:O, s:o}", "type", "output_text", "text",
-                                     text, "annotations",
-                                     b->anns ? json_deep_copy(b->anns) : json_array())
-                         : json_pack("{s:s, s:O}", "type", "refusal", "refusal", text);
-  if (rc == 0)
-    rc = eemit(
-        e, "response.content_part.done",
-        json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id, "output_index",
-                  b->output_index, "content_index", b->content_index, "part", part));
-  if (e->msg_content != NULL && b->output_index == e->msg_oi)
-    json_array_append(e->msg_content, part);
-  json_decref(part);
-  json_decref(text);
+  px_buf_t *s = &e->scratch;
+  int fail = ehead(e, b->item_id, b->output_index) || wlit(s, ",\"content_index\":") ||
+             wint(s, b->content_index) ||
+             wlit(s, is_text ? ",\"text\":" : ",\"refusal\":") || wtext(e, s, b->tix) ||
+             wlit(s, is_text ? ",\"logprobs\":[]}" : "}");
+  int rc =
+      esend(e, is_text ? "response.output_text.done" : "response.refusal.done", fail);
+  if (rc == 0) {
+    fail = ehead(e, b->item_id, b->output_index) || wlit(s, ",\"content_index\":") ||
+           wint(s, b->content_index) || wlit(s, ",\"part\":") || wpart(e, s, b, 0) ||
+           wlit(s, "}");
+    rc = esend(e, "response.content_part.done", fail);
+  }
+  if (e->msg_oi >= 0 && b->output_index == e->msg_oi) {
+    px_buf_t *m = &e->msg_parts;
+    if ((m->len > 0 && wlit(m, ",")) || wpart(e, m, b, 0)) return PX_ENOMEM;
+  }
   return rc;
+}
+
+/* A reasoning item: {"id":..,"type":"reasoning","summary":[..]} and its
+ * encrypted_content if any (left out if not UTF-8, as jansson would). */
+static int wreasoning_item(px_senc_t *e, px_buf_t *o, const eblock_t *b) {
+  if (wlit(o, "{\"id\":") || wstr(o, b->item_id) ||
+      wlit(o, ",\"type\":\"reasoning\",\"summary\":[") ||
+      (b->summary_open && (wlit(o, "{\"type\":\"summary_text\",\"text\":") ||
+                           wtext(e, o, b->tix) || wlit(o, "}"))) ||
+      wlit(o, "]"))
+    return 1;
+  if (b->enc.len > 0) {
+    size_t mark = o->len;
+    if (wlit(o, ",\"encrypted_content\":\"") ||
+        px_buf_json_escape_as(o, b->enc.data, b->enc.len, PX_ESC_JANSSON) != 0 ||
+        wlit(o, "\""))
+      o->len = mark;
+  }
+  return wlit(o, "}");
 }
 
 static int e_block_stop(px_senc_t *e, const px_ev_t *ev) {
@@ -1349,8 +1462,7 @@ static int e_block_stop(px_senc_t *e, const px_ev_t *ev) {
     efree_block(b);
     return 0;
   }
-  json_t *text = etext(e, b->tix);
-  if (text == NULL) return PX_ENOMEM;
+  px_buf_t *s = &e->scratch;
   switch (b->kind) {
     case PX_BLOCK_TEXT:
     case PX_BLOCK_REFUSAL:
@@ -1358,55 +1470,42 @@ static int e_block_stop(px_senc_t *e, const px_ev_t *ev) {
       break;
     case PX_BLOCK_THINKING:
     case PX_BLOCK_REDACTED_THINKING: {
-      json_t *summary = json_array();
       if (b->summary_open) {
-        rc =
-            eemit(e, "response.reasoning_summary_text.done",
-                  json_pack("{s:s, s:i, s:i, s:O}", "item_id", b->item_id, "output_index",
-                            b->output_index, "summary_index", 0, "text", text));
+        rc = esend(e, "response.reasoning_summary_text.done",
+                   ehead(e, b->item_id, b->output_index) ||
+                       wlit(s, ",\"summary_index\":0,\"text\":") || wtext(e, s, b->tix) ||
+                       wlit(s, "}"));
         if (rc == 0)
-          rc = eemit(e, "response.reasoning_summary_part.done",
-                     json_pack("{s:s, s:i, s:i, s:{s:s, s:O}}", "item_id", b->item_id,
-                               "output_index", b->output_index, "summary_index", 0,
-                               "part", "type", "summary_text", "text", text));
-        json_array_append_new(
-            summary, json_pack("{s:s, s:O}", "type", "summary_text", "text", text));
+          rc = esend(e, "response.reasoning_summary_part.done",
+                     ehead(e, b->item_id, b->output_index) ||
+                         wlit(s,
+                              ",\"summary_index\":0,\"part\":{\"type\":"
+                              "\"summary_text\",\"text\":") ||
+                         wtext(e, s, b->tix) || wlit(s, "}}"));
       }
-      json_t *item = json_pack("{s:s, s:s, s:o}", "id", b->item_id, "type", "reasoning",
-                               "summary", summary);
-      if (item != NULL && b->enc.len > 0)
-        json_object_set_new(item, "encrypted_content",
-                            json_stringn(b->enc.data, b->enc.len));
-      if (item == NULL) rc = PX_ENOMEM;
-      if (rc == 0)
-        rc = eitem_done(e, b->output_index, item);
-      else
-        json_decref(item);
+      px_buf_t *it = &e->items[b->output_index].b;
+      px_buf_reset(it);
+      if (wreasoning_item(e, it, b)) rc = PX_ENOMEM;
+      if (rc == 0) rc = eitem_done(e, b->output_index);
       break;
     }
     case PX_BLOCK_TOOL_CALL: {
       if (b->custom)
-        rc = eemit(e, "response.custom_tool_call_input.done",
-                   json_pack("{s:s, s:i, s:O}", "item_id", b->item_id, "output_index",
-                             b->output_index, "input", text));
+        rc = esend(e, "response.custom_tool_call_input.done",
+                   ehead(e, b->item_id, b->output_index) || wlit(s, ",\"input\":") ||
+                       wtext(e, s, b->tix) || wlit(s, "}"));
       else
-        rc =
-            eemit(e, "response.function_call_arguments.done",
-                  json_pack("{s:s, s:i, s:s, s:O}", "item_id", b->item_id, "output_index",
-                            b->output_index, "name", b->name, "arguments", text));
-      json_t *item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:O}", "id", b->item_id, "type",
-                               b->custom ? "custom_tool_call" : "function_call", "status",
-                               "completed", "call_id", b->call_id, "name", b->name,
-                               b->custom ? "input" : "arguments", text);
-      if (item == NULL) rc = PX_ENOMEM;
-      if (rc == 0)
-        rc = eitem_done(e, b->output_index, item);
-      else
-        json_decref(item);
+        rc = esend(e, "response.function_call_arguments.done",
+                   ehead(e, b->item_id, b->output_index) || wlit(s, ",\"name\":") ||
+                       wstr(s, b->name) || wlit(s, ",\"arguments\":") ||
+                       wtext(e, s, b->tix) || wlit(s, "}"));
+      px_buf_t *it = &e->items[b->output_index].b;
+      px_buf_reset(it);
+      if (wcall_item(e, it, b, "completed", 0)) rc = PX_ENOMEM;
+      if (rc == 0) rc = eitem_done(e, b->output_index);
       break;
     }
   }
-  json_decref(text);
   efree_block(b);
   return rc;
 }
@@ -1425,8 +1524,8 @@ static int e_start(px_senc_t *e, const px_ev_t *ev) {
   if (ev->usage.cache_read_tokens >= 0)
     e->usage.cache_read_tokens = ev->usage.cache_read_tokens;
   eset(e, E_OPEN);
-  /* the two events carry the same response: built and dumped once */
-  int rc = edump(e, json_pack("{s:o}", "response", eresponse(e, "in_progress", NULL, 0)));
+  /* the two events carry the same response: written once */
+  int rc = wresponse(e, "in_progress", NULL, 0) ? PX_ENOMEM : 0;
   if (rc == 0) rc = ewrite(e, "response.created");
   if (rc == 0) rc = ewrite(e, "response.in_progress");
   px_buf_free(&e->scratch);
@@ -1444,11 +1543,17 @@ static int e_finish_items(px_senc_t *e) {
  * object still tells the truth: the wording becomes refusal parts there, as
  * in the non-streaming translation. */
 static void erefusal_parts(px_senc_t *e) {
-  size_t i, j;
-  json_t *it, *p;
-  json_array_foreach(e->output, i, it) {
+  for (size_t i = 0; i < e->nitems; i++) {
+    px_buf_t *ib = &e->items[i].b;
+    if (!e->items[i].done) continue;
+    json_t *it = px_jdoc_load(ib->data, ib->len, 0, NULL); /* rare: jansson */
     const char *t = px_jstr(it, "type");
-    if (t == NULL || strcmp(t, "message") != 0) continue;
+    if (t == NULL || strcmp(t, "message") != 0) {
+      json_decref(it);
+      continue;
+    }
+    size_t j;
+    json_t *p;
     json_t *c = json_object_get(it, "content");
     json_array_foreach(c, j, p) {
       const char *pt = px_jstr(p, "type");
@@ -1458,6 +1563,14 @@ static void erefusal_parts(px_senc_t *e) {
       if (r != NULL) json_array_set_new(c, j, r);
       e->has_refusal = 1;
     }
+    size_t mark = ib->len;
+    if (px_jdoc_dump_buf(it, ib) == 0) {
+      memmove(ib->data, ib->data + mark, ib->len - mark);
+      ib->len -= mark;
+    } else {
+      ib->len = mark;
+    }
+    json_decref(it);
   }
 }
 
@@ -1496,18 +1609,23 @@ static int e_stop(px_senc_t *e) {
                      : strcmp(status, "incomplete") == 0 ? "response.incomplete"
                                                          : "response.failed";
   eset(e, E_DONE);
-  return eemit(e, type, json_pack("{s:o}", "response", eresponse(e, status, reason, 1)));
+  return esend(e, type, wresponse(e, status, reason, 1));
 }
 
 /* An item that has not finished, as far as it got (status incomplete). */
 static json_t *epartial_item(px_senc_t *e, int oi) {
   json_t *item = NULL;
   if (oi == e->msg_oi) {
-    item = json_pack("{s:s, s:s, s:s, s:s, s:O}", "id", e->msg_id, "type", "message",
+    px_buf_t m; /* the parts closed so far, read back */
+    px_buf_init(&m, SIZE_MAX);
+    json_t *content = NULL;
+    if (wlit(&m, "[") == 0 &&
+        px_buf_append(&m, e->msg_parts.data, e->msg_parts.len) == 0 && wlit(&m, "]") == 0)
+      content = px_jdoc_load(m.data, m.len, 0, NULL);
+    px_buf_free(&m);
+    item = json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", e->msg_id, "type", "message",
                      "status", "incomplete", "role", "assistant", "content",
-                     e->msg_content ? e->msg_content : json_array());
-    if (item != NULL && e->msg_content == NULL)
-      json_decref(json_object_get(item, "content")); /* O took a new ref */
+                     content ? content : json_array());
   }
   for (size_t i = 0; i < e->nblocks; i++) {
     eblock_t *b = &e->blocks[i];
@@ -1545,8 +1663,7 @@ static int e_error(px_senc_t *e, px_errkind_t kind, px_str_t msg) {
   int rc = 0;
   if (e->state == E_INIT) {
     snprintf(e->resp_id, sizeof(e->resp_id), "resp_proxai_error");
-    rc = eemit(e, "response.created",
-               json_pack("{s:o}", "response", eresponse(e, "in_progress", NULL, 0)));
+    rc = esend(e, "response.created", wresponse(e, "in_progress", NULL, 0));
     if (rc < 0) return rc;
   }
   eset(e, E_DONE);
@@ -1554,19 +1671,16 @@ static int e_error(px_senc_t *e, px_errkind_t kind, px_str_t msg) {
   /* the output so far, unfinished items included; if that does not fit
    * the out buffer, the error alone */
   for (int with_output = 1; with_output >= 0; with_output--) {
-    json_t *r = eresponse(e, "failed", NULL, 1);
+    json_t *r = px_responses_object(&e->ctx, e->resp_id, e->ctx.created, "failed", NULL);
     if (r == NULL) return PX_ENOMEM;
     json_t *out = json_object_get(r, "output");
-    json_array_clear(out);
-    size_t i;
-    json_t *it;
-    json_array_foreach(e->output, i, it) {
-      if (!with_output) break;
-      if (!json_is_null(it))
-        json_array_append(out, it);
-      else if ((it = epartial_item(e, (int)i)) != NULL)
-        json_array_append_new(out, it);
+    for (size_t i = 0; with_output && i < e->nitems; i++) {
+      json_t *it = e->items[i].done
+                       ? px_jdoc_load(e->items[i].b.data, e->items[i].b.len, 0, NULL)
+                       : epartial_item(e, (int)i);
+      if (it != NULL) json_array_append_new(out, it);
     }
+    json_object_set_new(r, "usage", px_responses_usage(&e->usage));
     json_object_set_new(r, "error",
                         json_pack("{s:s, s:s#}", "code", code, "message",
                                   msg.ptr ? msg.ptr : "", msg.len));
@@ -1593,7 +1707,6 @@ px_senc_t *px_responses_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
   e->ctx = *ctx;
   e->out = out;
   e->msg_oi = -1;
-  e->output = json_array();
   e->usage.input_tokens = e->usage.output_tokens = -1;
   e->usage.cache_read_tokens = e->usage.cache_creation_tokens = -1;
   e->usage.reasoning_tokens = -1;
@@ -1602,12 +1715,7 @@ px_senc_t *px_responses_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
   unsigned long long h = (unsigned long long)(uintptr_t)e * 0x9E3779B97F4A7C15ull;
   h ^= (unsigned long long)(uintptr_t)&live * 0xC2B2AE3D27D4EB4Full;
   h ^= (unsigned long long)ctx->created * 0x165667B19E3779F9ull;
-  snprintf(e->mraw, sizeof(e->mraw), "\x01pxtx%016llx_", h);
   snprintf(e->marker, sizeof(e->marker), "\\u0001pxtx%016llx_", h);
-  if (e->output == NULL) {
-    free(e);
-    return NULL;
-  }
   eset(e, E_INIT);
   e->next = live;
   if (live != NULL) live->prev = e;
@@ -1683,8 +1791,9 @@ void px_responses_senc_free(px_senc_t *e) {
   free(e->blocks);
   for (size_t i = 0; i < e->ntexts; i++) px_buf_free(&e->texts[i]);
   free(e->texts);
-  json_decref(e->output);
-  json_decref(e->msg_content);
+  for (size_t i = 0; i < e->nitems; i++) px_buf_free(&e->items[i].b);
+  free(e->items);
+  px_buf_free(&e->msg_parts);
   free(e->explanation);
   px_buf_free(&e->scratch);
   free(e);
