@@ -856,7 +856,7 @@ static int eaccum(px_senc_t *e, size_t n) {
 /* A new text slot; its index, or <0. */
 static int etext_new(px_senc_t *e) {
   if (e->ntexts == e->captexts) {
-    size_t nc = e->captexts ? e->captexts * 2 : 8;
+    size_t nc = e->captexts ? e->captexts * 2 : 2; /* most streams hold one or two */
     px_buf_t *n = realloc(e->texts, nc * sizeof(*n));
     if (n == NULL) return PX_ENOMEM;
     e->texts = n;
@@ -1144,7 +1144,7 @@ static int eclose_msg(px_senc_t *e) {
  * in scratch (the caller writes the item and sends it); its index, or <0. */
 static int enew_item(px_senc_t *e) {
   if (e->nitems == e->capitems) {
-    size_t nc = e->capitems ? e->capitems * 2 : 8;
+    size_t nc = e->capitems ? e->capitems * 2 : 2; /* most streams hold one or two */
     eitem_t *n = realloc(e->items, nc * sizeof(*n));
     if (n == NULL) return PX_ENOMEM;
     e->items = n;
