@@ -14,21 +14,8 @@
  * and values of fuzz_responses_codec.dict (-dict=) reach the items' kinds
  * quickly. */
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "proxai/fastir.h"
-#include "proxai/proto.h"
-
-static void fail(const char *body, size_t len, const char *fast, const char *slow,
-                 const char *lf, const char *ls) {
-  fprintf(stderr,
-          "fuzz_responses_codec: differs\nbody: %.*s\nfast: %s\nslow: %s\nlossy fast: "
-          "%s\nlossy slow: %s\n",
-          (int)len, body, fast ? fast : "(none)", slow ? slow : "(none)", lf, ls);
-  abort();
-}
+#include "codec_halves.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
@@ -49,40 +36,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (e.in == PX_PROTO_RESPONSES) e.in = PX_PROTO_CHAT;
   e.out = PX_PROTO_RESPONSES;
 
-  px_arena_t a;
-  px_arena_init(&a);
-  px_freq_t ir;
-  px_freq_init(&ir);
-  px_lossy_t lf, ls;
-  px_lossy_init(&lf);
-  px_lossy_init(&ls);
-  px_buf_t fb;
-  px_buf_init(&fb, 64u << 20);
-  int rc = px_fast_request_steps(&d, &e, &px_responses_fast, &px_responses_fast, body, len, &ir,
-                                 &a, &fb, &lf);
-  if (rc == 0) {
-    const px_proto_ops_t *ops = px_proto_get(PX_PROTO_RESPONSES);
-    json_t *src = json_loadb(body, len, 0, NULL), *jir = NULL, *out = NULL;
-    px_tr_err_t err;
-    memset(&err, 0, sizeof(err));
-    if (px_buf_append(&fb, "", 1) < 0) abort();
-    if (src == NULL || ops->decode_request(&d, src, &jir, &ls, &err) != 0)
-      fail(body, len, fb.data, err.message, lf.buf, "(decode refused)");
-    json_object_set_new(jir, "model", json_string(e.upstream_model));
-    px_ir_fit_request(&e, jir, &ls);
-    if (ops->encode_request(&e, jir, &out, &ls, &err) != 0)
-      fail(body, len, fb.data, err.message, lf.buf, "(encode refused)");
-    json_t *fj = json_loadb(fb.data, fb.len - 1, 0, NULL);
-    if (fj == NULL || !json_equal(fj, out) || strcmp(lf.buf, ls.buf) != 0) {
-      char *s = json_dumps(out, JSON_COMPACT);
-      fail(body, len, fb.data, s, lf.buf, ls.buf);
-    }
-    json_decref(fj);
-    json_decref(src);
-    json_decref(jir);
-    json_decref(out);
-  }
-  px_buf_free(&fb);
-  px_arena_free(&a);
+  halves_request(PX_PROTO_RESPONSES, body, len, &d, &e);
   return 0;
 }
