@@ -60,6 +60,22 @@ static const char *const answers[] = {
     "\"cache_read_input_tokens\":3}}",
 };
 
+/* protocol in's fast decoder declines body (for an upstream of out) */
+static void decoder_declines(int in, int out, const char *body) {
+  px_tr_ctx_t c;
+  ctx_of(&c, in, out);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_freq_t ir;
+  px_freq_init(&ir);
+  px_lossy_t l;
+  px_lossy_init(&l);
+  int rc = px_proto_get((px_proto_t)in)->fast->decode_request(&c, body, strlen(body), &ir, &a, &l);
+  CHECK(rc == PX_FAST_DECLINE);
+  if (rc != PX_FAST_DECLINE) fprintf(stderr, "taken: %s\n", body);
+  px_arena_free(&a);
+}
+
 /* what the fast path must leave to the jansson codecs */
 static void declines(void) {
   static const struct {
@@ -342,19 +358,8 @@ static void anthropic_cases(void) {
       /* a dropped member whose name the lossy list would split */
       "{\"model\":\"m\",\"messages\":[],\"a,b\":1}",
   };
-  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-    px_tr_ctx_t c;
-    ctx_of(&c, PX_PROTO_ANTHROPIC, PX_PROTO_ANTHROPIC);
-    px_arena_t a;
-    px_arena_init(&a);
-    px_freq_t ir;
-    memset(&ir, 0, sizeof(ir));
-    px_lossy_t l;
-    px_lossy_init(&l);
-    CHECK(px_anthropic_fast.decode_request(&c, bad[i], strlen(bad[i]), &ir, &a, &l) ==
-          PX_FAST_DECLINE);
-    px_arena_free(&a);
-  }
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    decoder_declines(PX_PROTO_ANTHROPIC, PX_PROTO_ANTHROPIC, bad[i]);
 }
 
 static void chat_clients(void);
@@ -863,19 +868,8 @@ static void responses_codec(void) {
       "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
       "\"input_image\",\"file_id\":\"file_1\"}]}]}",
   };
-  for (size_t i = 0; i < sizeof(declined) / sizeof(declined[0]); i++) {
-    px_tr_ctx_t c;
-    ctx_of(&c, PX_PROTO_RESPONSES, PX_PROTO_ANTHROPIC);
-    px_arena_t a;
-    px_arena_init(&a);
-    px_freq_t ir;
-    memset(&ir, 0, sizeof(ir));
-    px_lossy_t l;
-    px_lossy_init(&l);
-    CHECK(px_responses_fast.decode_request(&c, declined[i], strlen(declined[i]), &ir, &a,
-                                           &l) == PX_FAST_DECLINE);
-    px_arena_free(&a);
-  }
+  for (size_t i = 0; i < sizeof(declined) / sizeof(declined[0]); i++)
+    decoder_declines(PX_PROTO_RESPONSES, PX_PROTO_ANTHROPIC, declined[i]);
 }
 
 /* Responses' fast encoder on what other clients' decoders fill (cache
