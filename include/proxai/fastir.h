@@ -11,13 +11,21 @@
  * escaped (both sides are JSON), and copied out as they are; numbers,
  * schemas and other passive values are copied as raw JSON spans.
  *
- * A fast decoder or encoder DECLINES (returns PX_FAST_DECLINE) on anything
- * outside the shape it knows exactly: unknown or rare fields, escaped keys
- * or enum values, repeated members, anything the jansson codec treats
- * specially. The jansson codecs (proto.h) stay the reference and the
- * fallback; fuzz/fuzz_translate_fast.c holds the two paths equal: the fast
- * path declines, or its body is JSON-equal to the jansson path's and the
- * lossy lists are equal.
+ * The IR mirrors the document IR of proto.h part by part (text, tool calls
+ * and results, reasoning with its opaque tokens, images, files, refusals,
+ * custom tools; the reasoning setting, JSON output, prompt_cache_key,
+ * verbosity): a decoder fills it as the jansson decoder fills the document,
+ * an encoder writes from it what the jansson encoder writes. Everything
+ * the agents send takes it (test/unit/test_fast_agents.c). A fast decoder
+ * or encoder DECLINES (returns PX_FAST_DECLINE) on anything outside what it
+ * knows exactly: rare blocks and tools, escaped keys or enum values where
+ * they decide something, repeated members, names a lossy list cannot hold;
+ * the hub declines a request using a part the upstream's encoder does not
+ * list (px_fast_ops_t.encodes). The jansson codecs (proto.h) stay the
+ * reference and the fallback; fuzz/fuzz_translate_fast.c and the codec
+ * fuzzers (fuzz/codec_halves.h) hold the two paths equal: the fast path
+ * declines, or its body is JSON-equal to the jansson path's and the lossy
+ * lists are equal.
  */
 #ifndef PROXAI_FASTIR_H
 #define PROXAI_FASTIR_H
