@@ -70,7 +70,7 @@ static void test_shapes(void) {
 }
 
 static void log_it(void) {
-  px_log_error("upstream said: Incorrect API key provided: sk-ant-a***WXyz.");
+  px_log_error("upstream said: Incorrect API key provided: sk-ant-E***WXyz.");
 }
 
 static void test_config_and_log(void) {
@@ -78,7 +78,7 @@ static void test_config_and_log(void) {
   px_config_t *c = px_config_parse(
       "[upstream a]\nprotocol = anthropic_messages\n"
       "base_url = http://127.0.0.1:1\n"
-      "api_key = sk-ant-api03-abcdefghijklmnopWXyz\n"
+      "api_key = sk-ant-EXAMPLEnotArealKEYtestOnlyWXyz\n"
       "header = X-Extra-Token: Bearer tok-0123456789\n"
       "[route *]\nupstream = a\n[key k]\nsecret = client-secret-1\n"
       "[admin]\ntoken = admin-token-abcdef\n",
