@@ -84,10 +84,12 @@ def free_port():
     return port
 
 
-def wait_port(port, proc, timeout=10.0):
+def wait_port(port, proc, timeout=30.0):
+    """Wait until port accepts; False when proc (a Proc or a Popen) ends first."""
     end = time.time() + timeout
     while time.time() < end:
-        if proc is not None and not proc.alive():
+        if proc is not None and not (proc.alive() if hasattr(proc, "alive") else
+                                     proc.poll() is None):
             return False
         try:
             socket.create_connection(("127.0.0.1", port), 0.2).close()
@@ -95,6 +97,17 @@ def wait_port(port, proc, timeout=10.0):
         except OSError:
             time.sleep(0.02)
     return False
+
+
+def stop(proc, sig=signal.SIGTERM, timeout=60):
+    """Stop a subprocess.Popen by its PID: sig, then SIGKILL after timeout."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def pids_tree(pid):

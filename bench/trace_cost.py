@@ -33,37 +33,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait_port(port, proc, timeout=30):
-    end = time.time() + timeout
-    while time.time() < end:
-        if proc.poll() is not None:
-            return False
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return True
-        except OSError:
-            time.sleep(0.05)
-    return False
-
-
-def stop(proc, sig=signal.SIGTERM, timeout=60):
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from bench import free_port, stop, wait_port  # noqa: E402
 
 
 import http.server
