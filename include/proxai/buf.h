@@ -157,6 +157,8 @@ int px_buf_json_escape(px_buf_t *b, const char *s, size_t n);
 int px_buf_json_escape_as(px_buf_t *b, const char *s, size_t n, int how);
 /** Append s as a quoted JSON string. */
 int px_buf_json_str(px_buf_t *b, const char *s, size_t n);
+/** px_buf_json_str with px_buf_json_escape_as's how (PX_ESC_JANSSON). */
+int px_buf_json_str_as(px_buf_t *b, const char *s, size_t n, int how);
 /** Drop the first n bytes. */
 void px_buf_consume(px_buf_t *b, size_t n);
 /** Detach the storage (caller frees with free()); buffer becomes empty. */

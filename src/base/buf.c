@@ -145,8 +145,12 @@ int px_buf_json_escape(px_buf_t *b, const char *s, size_t n) {
 }
 
 int px_buf_json_str(px_buf_t *b, const char *s, size_t n) {
+  return px_buf_json_str_as(b, s, n, 0);
+}
+
+int px_buf_json_str_as(px_buf_t *b, const char *s, size_t n, int how) {
   int rc = px_buf_append(b, "\"", 1);
-  if (rc == 0) rc = px_buf_json_escape(b, s, n);
+  if (rc == 0) rc = px_buf_json_escape_as(b, s, n, how);
   if (rc == 0) rc = px_buf_append(b, "\"", 1);
   return rc;
 }

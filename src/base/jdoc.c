@@ -163,9 +163,7 @@ json_t *px_jdoc_loads(const char *s, size_t flags, json_error_t *err) {
 
 /* a string as jansson writes it (buf.c's one string writer) */
 static int dump_string(px_buf_t *b, const char *s, size_t n) {
-  if (px_buf_append(b, "\"", 1) < 0 || px_buf_json_escape_as(b, s, n, PX_ESC_JANSSON) < 0)
-    return -1;
-  return px_buf_append(b, "\"", 1);
+  return px_buf_json_str_as(b, s, n, PX_ESC_JANSSON) < 0 ? -1 : 0;
 }
 
 static int dump_value(px_buf_t *b, const json_t *v, int depth) {

@@ -169,8 +169,10 @@ static int parg_apply(json_t *args, const char *path, json_t *v) {
     size_t kl = 0;
     long idx = -1;
     if (*p == '.') {
-      for (p++; *p && *p != '.' && *p != '['; p++)
-        if (kl < sizeof(key) - 1) key[kl++] = *p;
+      for (p++; *p && *p != '.' && *p != '['; p++) {
+        if (kl == sizeof(key) - 1) return -1; /* never cut: two keys would meet */
+        key[kl++] = *p;
+      }
       if (kl == 0) return -1;
     } else if (*p == '[') {
       char *end;
@@ -205,7 +207,11 @@ static int parg_apply(json_t *args, const char *path, json_t *v) {
       next = *p == '[' ? json_array() : json_object();
     }
     if (idx < 0) {
-      if (!json_is_object(at) || json_object_set_new(at, key, next) < 0) return -1;
+      if (!json_is_object(at)) {
+        json_decref(next);
+        return -1;
+      }
+      if (json_object_set_new(at, key, next) < 0) return -1; /* takes next */
     } else {
       if (!json_is_array(at)) {
         json_decref(next);

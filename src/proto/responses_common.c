@@ -110,10 +110,8 @@ json_t *px_responses_annotations(json_t *ann, px_lossy_t *lossy) {
 
 /* A string member value as jansson's dump writes it; <0 on invalid UTF-8. */
 static int wstr(px_buf_t *b, const char *s) {
-  if (px_buf_append(b, "\"", 1) < 0 ||
-      px_buf_json_escape_as(b, s, strlen(s), PX_ESC_JANSSON) < 0)
-    return PX_ENOMEM;
-  return px_buf_append(b, "\"", 1);
+  if (s == NULL) return PX_ENOMEM; /* never a member's value here */
+  return px_buf_json_str_as(b, s, strlen(s), PX_ESC_JANSSON) < 0 ? PX_ENOMEM : 0;
 }
 
 static int wint(px_buf_t *b, int64_t v) {

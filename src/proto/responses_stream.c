@@ -22,6 +22,7 @@
  *   ctx->max_accum.
  */
 #include <stdio.h>
+#include <sys/random.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -874,9 +875,7 @@ static int wlit(px_buf_t *b, const char *s) {
 }
 
 static int wstr(px_buf_t *b, const char *s) {
-  return s == NULL || px_buf_append(b, "\"", 1) != 0 ||
-         px_buf_json_escape_as(b, s, strlen(s), PX_ESC_JANSSON) != 0 ||
-         px_buf_append(b, "\"", 1) != 0;
+  return s == NULL || px_buf_json_str_as(b, s, strlen(s), PX_ESC_JANSSON) != 0;
 }
 
 static int wint(px_buf_t *b, long long v) {
@@ -1711,10 +1710,14 @@ px_senc_t *px_responses_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
   e->usage.cache_read_tokens = e->usage.cache_creation_tokens = -1;
   e->usage.reasoning_tokens = -1;
   px_buf_init(&e->scratch, SIZE_MAX);
-  /* placeholder prefix: not guessable from the content (address entropy) */
-  unsigned long long h = (unsigned long long)(uintptr_t)e * 0x9E3779B97F4A7C15ull;
-  h ^= (unsigned long long)(uintptr_t)&live * 0xC2B2AE3D27D4EB4Full;
-  h ^= (unsigned long long)ctx->created * 0x165667B19E3779F9ull;
+  /* placeholder prefix: not guessable from the content (a random key per
+   * process, one draw; the address mix only if the kernel has none) and
+   * different for every stream */
+  static unsigned long long key, n;
+  if (key == 0 && getrandom(&key, sizeof(key), 0) != (ssize_t)sizeof(key))
+    key = (unsigned long long)(uintptr_t)&live * 0xC2B2AE3D27D4EB4Full ^
+          (unsigned long long)ctx->created * 0x165667B19E3779F9ull;
+  unsigned long long h = key ^ (++n * 0x9E3779B97F4A7C15ull) ^ (uintptr_t)e;
   snprintf(e->marker, sizeof(e->marker), "\\u0001pxtx%016llx_", h);
   eset(e, E_INIT);
   e->next = live;
