@@ -6,10 +6,24 @@
 #ifndef PX_TEST_FAST_JSON_H
 #define PX_TEST_FAST_JSON_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "proxai/fastir.h"
+
+/* The census (PX_FAST_CENSUS=1 in the environment): every body the fast
+ * path declines is named on stderr, "census: request|response <name>
+ * (<in> -> <out>)", where <name> is what the runner set last. What is left
+ * before a protocol's jansson codec can go. */
+static const char *px_test_census_name = "";
+static inline void px_test_census(const char *what, const px_tr_ctx_t *ctx) {
+  static int on = -1;
+  if (on < 0) on = getenv("PX_FAST_CENSUS") != NULL;
+  if (on)
+    fprintf(stderr, "census: %s %s (%s -> %s)\n", what, px_test_census_name,
+            px_proto_get(ctx->in)->name, px_proto_get(ctx->out)->name);
+}
 
 static inline int px_test_fast_request(const px_tr_ctx_t *ctx, json_t *body, json_t **out,
                                        px_lossy_t *lossy) {
@@ -25,6 +39,7 @@ static inline int px_test_fast_request(const px_tr_ctx_t *ctx, json_t *body, jso
                ? 0
                : 1;
   free(s);
+  if (rc != 0) px_test_census("request", ctx);
   if (rc == 0) {
     *out = json_loadb(o, ol, 0, NULL);
     free(o);
@@ -41,6 +56,7 @@ static inline int px_test_fast_response(const px_tr_ctx_t *ctx, json_t *body, js
   px_buf_init(&b, SIZE_MAX);
   int rc = px_translate_response_fast(ctx, s, strlen(s), &b, lossy, NULL) == 0 ? 0 : 1;
   free(s);
+  if (rc != 0) px_test_census("response", ctx);
   if (rc == 0) {
     *out = json_loadb(b.data, b.len, 0, NULL);
     if (*out == NULL) abort();

@@ -807,6 +807,7 @@ static void check_body(px_proto_t up, json_t *body, json_t *req, const char *nam
     px_lossy_t lossy;
     px_lossy_init(&lossy);
     json_t *cb = NULL;
+    px_test_census_name = what;
     if (px_test_fast_response(&ctx, body, &cb, &lossy) != 0 &&
         px_translate_response(&ctx, body, &cb, &lossy, &err) < 0) {
       fail("%s: translation failed: %s", what, err.message);
@@ -1199,6 +1200,7 @@ static void check_request(px_proto_t up, json_t *req, const char *name) {
     px_lossy_init(&lossy);
     json_t *ub = NULL;
     checks++;
+    px_test_census_name = what;
     if (px_test_fast_request(&ctx, req, &ub, &lossy) != 0 &&
         px_translate_request(&ctx, req, &ub, &lossy, &err) < 0) {
       /* a clear refusal (a 400 naming the field) is an answer, not a drop */
