@@ -51,7 +51,7 @@ static inline void halves_request(px_proto_t p, const char *body, size_t len, co
   px_lossy_init(&ls);
   px_buf_t fb;
   px_buf_init(&fb, 64u << 20);
-  int rc = px_fast_request_steps(d, e, fast, fast, body, len, &ir, &a, &fb, &lf);
+  int rc = px_fast_request_steps(d, e, fast, fast, body, len, &ir, &a, &fb, &lf, NULL);
   if (rc == 0) {
     const px_proto_ops_t *ops = px_proto_get(p);
     json_t *src = json_loadb(body, len, 0, NULL), *jir = NULL, *out = NULL;
@@ -86,9 +86,9 @@ static inline void halves_answer(px_proto_t p, const char *body, size_t len, con
   px_lossy_init(&ls);
   px_buf_t fb;
   px_buf_init(&fb, 64u << 20);
-  int rc = fast->decode_response(c, body, len, &ir, &a, &lf);
+  int rc = fast->decode_response(c, body, len, &ir, &a, &lf, NULL);
   if (rc == 0 && (px_fresp_uses(&ir) & ~fast->resp_encodes) != 0) rc = PX_FAST_DECLINE;
-  if (rc == 0) rc = fast->encode_response(c, &ir, &fb, &a, &lf);
+  if (rc == 0) rc = fast->encode_response(c, &ir, &fb, &a, &lf, NULL);
   if (rc == 0) {
     const px_proto_ops_t *ops = px_proto_get(p);
     json_t *src = json_loadb(body, len, 0, NULL), *jir = NULL, *out = NULL;

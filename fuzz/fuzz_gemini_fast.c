@@ -249,7 +249,7 @@ static unsigned long round_trip(const px_tr_ctx_t *c0, const char *body, size_t 
     px_buf_t b;
     px_buf_init(&b, len * 4 + 65536);
     int rc =
-        px_fast_request_steps(&c, &c, &px_gemini_fast, &px_gemini_fast, body, len, &ir, &a, &b, &lf);
+        px_fast_request_steps(&c, &c, &px_gemini_fast, &px_gemini_fast, body, len, &ir, &a, &b, &lf, NULL);
     if (rc == 0) {
       taken++;
       px_tr_ctx_t ref = c;

@@ -88,7 +88,7 @@ static inline void response(const px_tr_ctx_t *c, const char *body, size_t len) 
   px_lossy_init(&lf);
   px_lossy_init(&ls);
   px_usage_t uf = {-1, -1, -1, -1, -1}, us = uf;
-  int fr = px_translate_response_fast(c, body, len, &fb, &lf, &uf);
+  int fr = px_translate_response_fast(c, body, len, &fb, &lf, &uf, NULL);
   if (fr == 0 || fr == PX_FAST_USAGE) {
     /* the usage handed over is what the scan of the body finds */
     px_usage_from_body(c->out, body, len, &us);

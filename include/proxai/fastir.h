@@ -39,6 +39,9 @@
 
 /** A fast decoder or encoder does not take this body (not an error). */
 #define PX_FAST_DECLINE 1
+/** A fast codec refuses the body as the reference codec does (px_fast_ops_t):
+ *  the error is the answer, no other path is tried. */
+#define PX_FAST_REFUSE 3
 
 /* ------------------------------------------------------------------------ */
 /* Arena                                                                     */
@@ -210,16 +213,19 @@ unsigned px_freq_uses(const px_freq_t *ir);
 unsigned px_fresp_uses(const px_fresp_t *ir);
 
 /** What a protocol's fast codec offers (px_proto_ops_t.fast; NULL members
- *  decline). Each returns 0, PX_FAST_DECLINE, or <0 (also a decline). */
+ *  decline). Each returns 0, PX_FAST_DECLINE, <0 (also a decline), or
+ *  PX_FAST_REFUSE with *err set (px_tr_fail; err may be NULL) exactly as
+ *  the reference codec refuses the same body: kind, param and message are
+ *  the client's answer, and no other codec is tried. */
 typedef struct px_fast_ops {
   int (*decode_request)(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                        px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy);
+                        px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err);
   int (*encode_request)(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *out,
-                        px_arena_t *a, px_lossy_t *lossy);
+                        px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err);
   int (*decode_response)(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                         px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy);
+                         px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err);
   int (*encode_response)(const px_tr_ctx_t *ctx, const px_fresp_t *ir, px_buf_t *out,
-                         px_arena_t *a, px_lossy_t *lossy);
+                         px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err);
   /** What encode_request writes of the IR beyond the first fast IR's
    *  shape (PX_FU_*): the hub declines a decoded request using more. */
   unsigned encodes;
@@ -459,25 +465,31 @@ void px_freq_init(px_freq_t *ir);
  *  dc), the caps fit, the declines for what op's encoder does not write,
  *  the stream's lossy prediction and op's encoder (context ec) into out.
  *  The hub passes one context twice; the tests and fuzzers chain halves.
- *  0, or the failing step's code. */
+ *  0, or the failing step's code (PX_FAST_REFUSE with *err set). */
 int px_fast_request_steps(const px_tr_ctx_t *dc, const px_tr_ctx_t *ec, const px_fast_ops_t *in,
                           const px_fast_ops_t *op, const char *body, size_t len, px_freq_t *ir,
-                          px_arena_t *a, px_buf_t *out, px_lossy_t *l);
+                          px_arena_t *a, px_buf_t *out, px_lossy_t *l, px_tr_err_t *err);
 /** The fast path of px_translate_request_body: 0 with *out (malloc'd, NUL-
- *  terminated) and lossy merged; PX_FAST_DECLINE when the body is not of
- *  the common shape (nothing changed). */
+ *  terminated) and lossy merged; PX_FAST_REFUSE with *err set (err may be
+ *  NULL) when a codec refuses the body as the reference would;
+ *  PX_FAST_DECLINE when the body is not of the common shape (nothing
+ *  changed). */
 int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                              int flags, char **out, size_t *out_len, px_lossy_t *lossy);
+                              int flags, char **out, size_t *out_len, px_lossy_t *lossy,
+                              px_tr_err_t *err);
 /** The fast path of a non-streaming upstream body -> client body: 0 with
  *  out filled and lossy merged and, when usage is not NULL, the body's
  *  usage merged into *usage as px_usage_from_body would read it (the
  *  decoder read it exactly: no second walk); PX_FAST_USAGE when taken the
  *  same way but the usage was not read (the caller scans the body);
- *  PX_FAST_DECLINE otherwise (out reset, usage untouched). The caller then
- *  parses the body and calls px_translate_response. */
+ *  PX_FAST_REFUSE with *err set (err may be NULL) when a codec refuses the
+ *  answer as the reference would (out reset); PX_FAST_DECLINE otherwise
+ *  (out reset, usage untouched). The caller then parses the body and calls
+ *  px_translate_response. */
 #define PX_FAST_USAGE 2
 int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                               px_buf_t *out, px_lossy_t *lossy, px_usage_t *usage);
+                               px_buf_t *out, px_lossy_t *lossy, px_usage_t *usage,
+                               px_tr_err_t *err);
 /** An OpenAI usage counter (v: the member, NULL when absent) for
  *  px_fresp_t.usage_in / usage_out: its value, -1 when absent; 0 when it
  *  is a value px_usage_scan might read differently (not a plain integer).

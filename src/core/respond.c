@@ -281,11 +281,21 @@ static void tr_json_answer(px_exch_t *x, const char *p, size_t n) {
   px_exch_finalize(x);
 }
 
+/* An answer the codecs refuse to translate: a bad gateway (or the kind the
+ * codec names), in the client's shape. */
+static void tr_json_refused(px_exch_t *x, const px_tr_err_t *err) {
+  char msg[300];
+  snprintf(msg, sizeof(msg), "upstream response cannot be translated: %s", err->message);
+  px_exch_error(x, err->kind == PX_ERR_INVALID ? PX_ERR_BAD_GATEWAY : err->kind, msg, NULL);
+}
+
 static void tr_json_done(px_exch_t *x) {
   px_buf_t fb; /* the common shape: no document at all (translate_fast.c) */
   px_buf_init(&fb, x->acc.len * 4 + (64u << 10));
+  px_tr_err_t err;
+  memset(&err, 0, sizeof(err));
   int fr = px_translate_response_fast(&x->ctx, x->acc.data, x->acc.len, &fb, &x->lossy,
-                                      &x->usage);
+                                      &x->usage, &err);
   if (fr == 0 || fr == PX_FAST_USAGE) {
     if (fr == PX_FAST_USAGE) px_usage_from_body(x->out, x->acc.data, x->acc.len, &x->usage);
     tr_json_answer(x, fb.data, fb.len);
@@ -293,6 +303,10 @@ static void tr_json_done(px_exch_t *x) {
     return;
   }
   px_buf_free(&fb);
+  if (fr == PX_FAST_REFUSE) {
+    tr_json_refused(x, &err);
+    return;
+  }
   /* the document is built only when it fits the memory bound of the
    * answer's size (SPEC 10): a million small objects are a 502, not a
    * hundred times their size in memory */
@@ -313,14 +327,10 @@ static void tr_json_done(px_exch_t *x) {
   }
   px_usage_from_body(x->out, x->acc.data, x->acc.len, &x->usage);
   json_t *cb = NULL;
-  px_tr_err_t err;
-  memset(&err, 0, sizeof(err));
   int rc = px_translate_response(&x->ctx, ub, &cb, &x->lossy, &err);
   json_decref(ub);
   if (rc < 0) {
-    char msg[300];
-    snprintf(msg, sizeof(msg), "upstream response cannot be translated: %s", err.message);
-    px_exch_error(x, err.kind == PX_ERR_INVALID ? PX_ERR_BAD_GATEWAY : err.kind, msg, NULL);
+    tr_json_refused(x, &err);
     return;
   }
   char *s = px_jdoc_dump(cb, JSON_COMPACT);

@@ -557,7 +557,7 @@ static const px_fkey_t top_keys[] = {
     PX_FK("thinking"),   PX_FK("output_config"),  PX_FK("output_format")};
 
 static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   (void)ctx;
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
@@ -1058,7 +1058,7 @@ static int output_out(px_buf_t *b, const px_freq_t *ir, px_lossy_t *lossy) {
 }
 
 static int anth_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
-                                    px_buf_t *b, px_arena_t *a, px_lossy_t *lossy) {
+                                    px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   enc_t e = {.ctx = ctx,
              .a = a,
              .sig = px_frtok_index("signature"),
@@ -1191,7 +1191,7 @@ static const px_fkey_t resp_keys[] = {
     PX_FK("stop_sequence"), PX_FK("stop_details"), PX_FK("usage")};
 
 static int anth_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   (void)ctx;
   (void)lossy;
   px_fv_t f[NKEYS(resp_keys)];
@@ -1275,7 +1275,7 @@ static int put_reasoning(px_buf_t *b, const px_fpart_t *p) {
 }
 
 static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
-                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy) {
+                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   (void)lossy;
   if (ir->id.esc || !px_fast_ids_plain(ir->content)) return DECLINE;
   px_stop_t st = ir->stop == PX_STOP_NONE ? PX_STOP_END_TURN : ir->stop;

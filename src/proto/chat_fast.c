@@ -694,7 +694,7 @@ static int decode_member(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_fr
 }
 
 static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
   px_fv_t lim[2] = {{PX_FV_NULL, {0}, {NULL, 0}}, {PX_FV_NULL, {0}, {NULL, 0}}};
@@ -1069,7 +1069,7 @@ static int put_reasoning(const px_tr_ctx_t *ctx, px_buf_t *b, const px_freq_t *i
 }
 
 static int chat_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
-                                    px_buf_t *b, px_arena_t *a, px_lossy_t *lossy) {
+                                    px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   (void)a;
   int rc = px_fb_lit(b, "{\"model\":");
   if (rc == 0) rc = px_buf_json_str(b, ctx->upstream_model, strlen(ctx->upstream_model));
@@ -1209,7 +1209,7 @@ static int decode_choices(px_fw_t *w, px_fresp_t *ir, px_fv_t *msg) {
 }
 
 static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   (void)ctx;
   (void)lossy;
   px_fv_t f[NKEYS(resp_keys)], msg;
@@ -1246,7 +1246,7 @@ static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
 /* Response encode                                                           */
 
 static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
-                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy) {
+                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   (void)a;
   if (ir->id.esc || !px_fast_ids_plain(ir->content)) return DECLINE;
   int rc = px_fb_lit(b, "{\"id\":\"");

@@ -674,7 +674,7 @@ static const char *const top_keys[] = {
     "labels",     "cachedContent",     "generateContentRequest"};
 
 static int gem_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                   px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+                                   px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
   px_fv_t f[NKEYS(top_keys)];
@@ -1070,7 +1070,7 @@ static int put_generation(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t 
 }
 
 static int gem_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
-                                   px_buf_t *b, px_arena_t *a, px_lossy_t *lossy) {
+                                   px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   genc_t g = {px_frtok_index("thought_signature"), px_frtok_index("signature"),
               px_frtok_index("encrypted_content"), px_frtok_index("redacted_data")};
   if (g.k_ts < 0 || g.k_sig < 0 || g.k_enc < 0 || g.k_red < 0) return DECLINE;
@@ -1245,7 +1245,7 @@ static const char *const resp_keys[] = {"candidates", "responseId", "modelVersio
                                         "usageMetadata"};
 
 static int gem_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                    px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+                                    px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   px_fw_t w = {body, len, 0};
   px_fstr_t k, rid = {0};
   unsigned seen = 0, cseen = 0;
@@ -1296,7 +1296,7 @@ static int gem_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, si
 /* Response encode                                                           */
 
 static int gem_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
-                                    px_buf_t *b, px_arena_t *a, px_lossy_t *lossy) {
+                                    px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   (void)lossy;
   int rc = px_fb_lit(b, "{\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[");
   for (const px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {

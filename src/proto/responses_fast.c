@@ -673,7 +673,7 @@ static int decode_input(const px_tr_ctx_t *ctx, px_fw_t *w, px_freq_t *ir, px_ar
 }
 
 static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   px_fw_t w = {body, len, 0};
   px_fstr_t k, unknown[8];
   px_fv_t in = {PX_FV_NULL, {0}, {NULL, 0}}, sid = in, instr = in;
@@ -1068,7 +1068,7 @@ static int put_reasoning_cfg(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf
 }
 
 static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
-                                    px_buf_t *b, px_arena_t *a, px_lossy_t *lossy) {
+                                    px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   int rc = px_fb_lit(b, "{\"model\":");
   if (rc == 0) rc = px_buf_json_str(b, ctx->upstream_model, strlen(ctx->upstream_model));
   if (rc == 0 && ir->system != NULL) {
@@ -1206,7 +1206,7 @@ static const px_fkey_t resp_keys[] = {PX_FK("id"),     PX_FK("model"), PX_FK("cr
                                       PX_FK("incomplete_details")};
 
 static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   (void)ctx;
   (void)lossy;
   px_fv_t f[NKEYS(resp_keys)];
@@ -1275,7 +1275,7 @@ static int put_prefixed(px_buf_t *b, const char *prefix, px_fstr_t id) {
 }
 
 static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
-                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy) {
+                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   (void)a;
   /* ids go through fixed buffers there (long ones are cut): short plain ones here */
   px_fstr_t uid = ir->id.p && ir->id.n ? ir->id : (px_fstr_t){"proxai", 6, 0};

@@ -220,10 +220,12 @@ int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t l
   mem_begin(&c, len);
   if (!budget_admits(&c)) goto done;
   size_t fast_len; /* the common shape: no document at all (translate_fast.c) */
-  if (c.mem_limit == NULL &&
-      px_translate_request_fast(&c, body, len, flags, &text, &fast_len, lossy) == 0) {
-    rc = 0;
-    goto done;
+  if (c.mem_limit == NULL) {
+    int fr = px_translate_request_fast(&c, body, len, flags, &text, &fast_len, lossy, err);
+    if (fr == 0 || fr == PX_FAST_REFUSE) {
+      rc = fr == 0 ? 0 : PX_EINVAL;
+      goto done;
+    }
   }
   json_t *src = parse_budgeted(&c, body, len, err);
   if (src == NULL) goto done;

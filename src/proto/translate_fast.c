@@ -32,20 +32,21 @@ void px_freq_init(px_freq_t *ir) {
 
 int px_fast_request_steps(const px_tr_ctx_t *dc, const px_tr_ctx_t *ec, const px_fast_ops_t *in,
                           const px_fast_ops_t *op, const char *body, size_t len, px_freq_t *ir,
-                          px_arena_t *a, px_buf_t *out, px_lossy_t *l) {
+                          px_arena_t *a, px_buf_t *out, px_lossy_t *l, px_tr_err_t *err) {
   px_freq_init(ir);
-  int rc = in->decode_request(dc, body, len, ir, a, l);
+  int rc = in->decode_request(dc, body, len, ir, a, l, err);
   if (rc == 0) px_fit_fast_request(ec, ir, l);
   if (rc == 0 && (px_freq_uses(ir) & ~op->encodes) != 0) rc = PX_FAST_DECLINE;
   /* a stream's headers name what it may drop, before what the encoder
    * names (one rule and one order with the jansson pipeline) */
   if (rc == 0 && ec->stream) px_lossy_predict(ec, px_freq_reasoning_on(ir), l);
-  if (rc == 0) rc = op->encode_request(ec, ir, out, a, l);
+  if (rc == 0) rc = op->encode_request(ec, ir, out, a, l, err);
   return rc;
 }
 
 int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                              int flags, char **out, size_t *out_len, px_lossy_t *lossy) {
+                              int flags, char **out, size_t *out_len, px_lossy_t *lossy,
+                              px_tr_err_t *err) {
   if (ctx->reference || flags != 0 || ctx->in == ctx->out) return PX_FAST_DECLINE;
   const px_fast_ops_t *in = fast_of(ctx->in), *op = fast_of(ctx->out);
   if (in == NULL || op == NULL || in->decode_request == NULL || op->encode_request == NULL)
@@ -61,12 +62,12 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
   px_buf_t b;
   px_buf_init(&b, out_cap(len));
   int rc = px_buf_reserve(&b, len + 256);
-  if (rc == 0) rc = px_fast_request_steps(&c, &c, in, op, body, len, &ir, &a, &b, &l);
+  if (rc == 0) rc = px_fast_request_steps(&c, &c, in, op, body, len, &ir, &a, &b, &l, err);
   if (rc == 0) rc = px_buf_append(&b, "", 1);
   px_arena_free(&a);
   if (rc != 0) {
     px_buf_free(&b);
-    return PX_FAST_DECLINE;
+    return rc == PX_FAST_REFUSE ? PX_FAST_REFUSE : PX_FAST_DECLINE;
   }
   *out_len = b.len - 1;
   *out = px_buf_steal(&b, NULL);
@@ -76,7 +77,8 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
 }
 
 int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                               px_buf_t *out, px_lossy_t *lossy, px_usage_t *usage) {
+                               px_buf_t *out, px_lossy_t *lossy, px_usage_t *usage,
+                               px_tr_err_t *err) {
   if (ctx->reference || ctx->in == ctx->out) return PX_FAST_DECLINE;
   const px_fast_ops_t *up = fast_of(ctx->out), *cl = fast_of(ctx->in);
   if (up == NULL || cl == NULL || up->decode_response == NULL || cl->encode_response == NULL)
@@ -95,14 +97,14 @@ int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t 
   px_lossy_t l;
   px_lossy_init(&l);
   size_t start = out->len;
-  int rc = up->decode_response(ctx, body, len, &ir, &a, &l);
+  int rc = up->decode_response(ctx, body, len, &ir, &a, &l, err);
   if (rc == 0 && (px_fresp_uses(&ir) & ~cl->resp_encodes) != 0) rc = PX_FAST_DECLINE;
   if (rc == 0) rc = px_buf_reserve(out, len + 256);
-  if (rc == 0) rc = cl->encode_response(ctx, &ir, out, &a, &l);
+  if (rc == 0) rc = cl->encode_response(ctx, &ir, out, &a, &l, err);
   px_arena_free(&a);
   if (rc != 0) {
     out->len = start;
-    return PX_FAST_DECLINE;
+    return rc == PX_FAST_REFUSE ? PX_FAST_REFUSE : PX_FAST_DECLINE;
   }
   px_lossy_merge(lossy, &l);
   taken_resp++;

@@ -46,7 +46,7 @@ static inline void request_pair_s(int in, int out, const char *body, const char 
   px_tr_err_t err;
   px_lossy_init(&lf);
   px_lossy_init(&ls);
-  CHECK(px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf) == 0);
+  CHECK(px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf, NULL) == 0);
   px_tr_ctx_t ref = c;
   ref.reference = 1;
   CHECK(px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &err) == 0);
@@ -75,7 +75,7 @@ static inline void answer_pair(int in, int out, const char *body, const char *wa
   px_lossy_t lf, ls;
   px_lossy_init(&lf);
   px_lossy_init(&ls);
-  CHECK(px_translate_response_fast(&c, body, strlen(body), &b, &lf, NULL) == 0);
+  CHECK(px_translate_response_fast(&c, body, strlen(body), &b, &lf, NULL, NULL) == 0);
   json_t *up = json_loadb(body, strlen(body), 0, NULL), *cb = NULL;
   px_tr_err_t err;
   CHECK(px_translate_response(&c, up, &cb, &ls, &err) == 0);

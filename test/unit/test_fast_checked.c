@@ -74,7 +74,7 @@ static int run(int in, int out, const char *body, size_t len, px_usage_t *u) {
   px_buf_init(&b, 1 << 20);
   px_lossy_t l;
   px_lossy_init(&l);
-  int rc = px_translate_response_fast(&c, body, len, &b, &l, u);
+  int rc = px_translate_response_fast(&c, body, len, &b, &l, u, NULL);
   if (rc != PX_FAST_DECLINE) CHECK(valid(b.data, b.len));
   px_buf_free(&b);
   return rc;

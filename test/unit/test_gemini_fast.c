@@ -103,7 +103,7 @@ static void request_declines(int in, int out, const char *body) {
   size_t ol = 0;
   px_lossy_t l;
   px_lossy_init(&l);
-  CHECK(px_translate_request_fast(&c, body, strlen(body), 0, &o, &ol, &l) ==
+  CHECK(px_translate_request_fast(&c, body, strlen(body), 0, &o, &ol, &l, NULL) ==
         PX_FAST_DECLINE);
   CHECK(o == NULL && l.len == 0);
   free(o);
@@ -116,7 +116,7 @@ static void answer_declines(int in, int out, const char *body) {
   px_buf_init(&b, 4096);
   px_lossy_t l;
   px_lossy_init(&l);
-  CHECK(px_translate_response_fast(&c, body, strlen(body), &b, &l, NULL) == PX_FAST_DECLINE);
+  CHECK(px_translate_response_fast(&c, body, strlen(body), &b, &l, NULL, NULL) == PX_FAST_DECLINE);
   CHECK(b.len == 0 && l.len == 0);
   px_buf_free(&b);
 }

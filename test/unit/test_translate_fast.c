@@ -70,7 +70,7 @@ static void decoder_declines(int in, int out, const char *body) {
   px_freq_init(&ir);
   px_lossy_t l;
   px_lossy_init(&l);
-  int rc = px_proto_get((px_proto_t)in)->fast->decode_request(&c, body, strlen(body), &ir, &a, &l);
+  int rc = px_proto_get((px_proto_t)in)->fast->decode_request(&c, body, strlen(body), &ir, &a, &l, NULL);
   CHECK(rc == PX_FAST_DECLINE);
   if (rc != PX_FAST_DECLINE) fprintf(stderr, "taken: %s\n", body);
   px_arena_free(&a);
@@ -102,7 +102,7 @@ static void declines(void) {
     px_lossy_t l;
     px_lossy_init(&l);
     CHECK(px_translate_request_fast(&c, cases[i].body, strlen(cases[i].body), 0, &o, &ol,
-                                    &l) == PX_FAST_DECLINE);
+                                    &l, NULL) == PX_FAST_DECLINE);
     CHECK(o == NULL && l.len == 0);
     free(o);
   }
@@ -116,7 +116,7 @@ static void declines(void) {
   px_buf_init(&b, 4096);
   px_lossy_t l;
   px_lossy_init(&l);
-  CHECK(px_translate_response_fast(&c, think, strlen(think), &b, &l, NULL) == PX_FAST_DECLINE);
+  CHECK(px_translate_response_fast(&c, think, strlen(think), &b, &l, NULL, NULL) == PX_FAST_DECLINE);
   CHECK(b.len == 0);
   px_buf_free(&b);
 }
@@ -144,7 +144,7 @@ static void anth_self(const char *body, const char *want, const char *lossy) {
   px_buf_t b;
   px_buf_init(&b, 1 << 20);
   int rc = px_fast_request_steps(&c, &c, &px_anthropic_fast, &px_anthropic_fast, body, len,
-                                 &ir, &a, &b, &lf);
+                                 &ir, &a, &b, &lf, NULL);
   CHECK(rc == 0);
   px_arena_free(&a);
   px_tr_ctx_t ref = c;
@@ -186,9 +186,9 @@ static void anth_self_answer(const char *body, const char *want) {
   px_lossy_init(&ls);
   px_buf_t b;
   px_buf_init(&b, 1 << 20);
-  int rc = px_anthropic_fast.decode_response(&c, body, len, &ir, &a, &lf);
+  int rc = px_anthropic_fast.decode_response(&c, body, len, &ir, &a, &lf, NULL);
   CHECK(rc == 0 && (px_fresp_uses(&ir) & ~px_anthropic_fast.resp_encodes) == 0);
-  if (rc == 0) rc = px_anthropic_fast.encode_response(&c, &ir, &b, &a, &lf);
+  if (rc == 0) rc = px_anthropic_fast.encode_response(&c, &ir, &b, &a, &lf, NULL);
   CHECK(rc == 0);
   px_arena_free(&a);
   json_t *up = json_loadb(body, len, 0, NULL), *cb = NULL;
@@ -450,7 +450,7 @@ static void codec_round(int p, const px_fast_ops_t *ops, const char *q, int stre
   px_lossy_init(&ls);
   px_buf_t b;
   px_buf_init(&b, 1 << 20);
-  CHECK(px_fast_request_steps(&c, &c, ops, ops, body, len, &ir, &a, &b, &lf) == 0);
+  CHECK(px_fast_request_steps(&c, &c, ops, ops, body, len, &ir, &a, &b, &lf, NULL) == 0);
   CHECK(px_buf_append(&b, "", 1) == 0);
   px_tr_ctx_t ref = c;
   ref.reference = 1;
@@ -493,7 +493,7 @@ static void client_pairs(int in, const px_fast_ops_t *dec, const char *q, int st
     px_tr_err_t err;
     px_lossy_init(&lf);
     px_lossy_init(&ls);
-    int rc = px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf);
+    int rc = px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf, NULL);
     px_tr_ctx_t ref = c;
     ref.reference = 1;
     int rr = px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &err);
@@ -511,7 +511,7 @@ static void client_pairs(int in, const px_fast_ops_t *dec, const char *q, int st
       px_freq_init(&ir);
       px_lossy_t l;
       px_lossy_init(&l);
-      CHECK(dec->decode_request(&c, body, len, &ir, &a, &l) == 0);
+      CHECK(dec->decode_request(&c, body, len, &ir, &a, &l, NULL) == 0);
       px_fit_fast_request(&c, &ir, &l);
       int unknown = (px_freq_uses(&ir) & ~px_proto_get(out)->fast->encodes) != 0;
       CHECK(unknown);
@@ -598,7 +598,7 @@ static void chat_encode_ir(int adaptive) {
   px_buf_t b;
   px_buf_init(&b, 1 << 20);
   CHECK((px_freq_uses(&ir) & ~px_chat_fast.encodes) == 0);
-  CHECK(px_chat_fast.encode_request(&c, &ir, &b, &a, &lf) == 0);
+  CHECK(px_chat_fast.encode_request(&c, &ir, &b, &a, &lf, NULL) == 0);
   json_t *ub = NULL;
   px_tr_err_t err;
   CHECK(px_proto_get(PX_PROTO_CHAT)->encode_request(&c, jir, &ub, &ls, &err) == 0);
@@ -722,7 +722,7 @@ static void resp_halves(const char *body, size_t len, int dout, int ein,
   px_buf_t b;
   px_buf_init(&b, 64u << 20);
   int rc = px_fast_request_steps(&d, &e, &px_responses_fast, &px_responses_fast, body, len,
-                                 &ir, &a, &b, &lf);
+                                 &ir, &a, &b, &lf, NULL);
   CHECK(rc == 0);
   json_t *src = json_loadb(body, len, 0, NULL), *jir = NULL, *out = NULL;
   px_tr_err_t err;
@@ -890,7 +890,7 @@ static void resp_encode_case(px_freq_t *ir, const char *doc, const char *want) {
   px_lossy_init(&ls);
   px_buf_t b;
   px_buf_init(&b, 1u << 20);
-  CHECK(px_responses_fast.encode_request(&c, ir, &b, &a, &lf) == 0);
+  CHECK(px_responses_fast.encode_request(&c, ir, &b, &a, &lf, NULL) == 0);
   json_t *jir = json_loads(doc, 0, NULL), *out = NULL;
   px_tr_err_t err;
   CHECK(jir != NULL &&
@@ -1026,7 +1026,7 @@ static int gem_decode(const px_tr_ctx_t *c, const char *body, size_t len, px_fre
   px_arena_init(a);
   px_freq_init(ir);
   px_lossy_init(l);
-  return px_gemini_fast.decode_request(c, body, len, ir, a, l);
+  return px_gemini_fast.decode_request(c, body, len, ir, a, l, NULL);
 }
 
 /* What other clients' decoders put in the IR and a Gemini client never
@@ -1130,7 +1130,7 @@ static void gem_encode_ir(int variant) {
   px_buf_t b;
   px_buf_init(&b, 1 << 20);
   CHECK((px_freq_uses(&ir) & ~px_gemini_fast.encodes) == 0);
-  CHECK(px_gemini_fast.encode_request(&c, &ir, &b, &a, &lf) == 0);
+  CHECK(px_gemini_fast.encode_request(&c, &ir, &b, &a, &lf, NULL) == 0);
   CHECK(px_buf_append(&b, "", 1) == 0);
   json_t *ub = NULL;
   px_tr_err_t err;
