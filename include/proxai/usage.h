@@ -18,6 +18,13 @@
  *  Other bodies get one forward walk (px_json_complete's answer). */
 int px_usage_scan(px_proto_t p, const char *body, size_t len, px_usage_t *u);
 
+/** px_usage_scan, and *tail: the offset from which the answer depended on
+ *  p[*tail..len) alone (read back from the end, p[0] == '{'), else
+ *  (size_t)-1. Any object of protocol p ending in the same bytes reads the
+ *  same: a stream watcher that kept them need not read them again. */
+int px_usage_scan_tail(px_proto_t p, const char *body, size_t len, px_usage_t *u,
+                       size_t *tail);
+
 /** Read usage from a non-streaming response body of protocol p. */
 void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *u);
 

@@ -315,7 +315,7 @@ static size_t prev_mark(const unsigned char *p, size_t lo, size_t i) {
  * name repeats at the top, the last one counts, as in jansson and the
  * clients' JSON parsers. */
 static int top_member_from_end(const char *text, size_t n, const char *name,
-                               px_json_pick_t *pk) {
+                               px_json_pick_t *pk, size_t *key) {
   const unsigned char *p = (const unsigned char *)text;
   size_t nl = strlen(name), first = skip_ws(text, 0, n), j = n;
   while (j > first &&
@@ -341,6 +341,7 @@ static int top_member_from_end(const char *text, size_t n, const char *name,
       } else if (depth == 1 && kl == nl && e < n && p[e] == ':' &&
                  memcmp(p + k + 1, name, nl) == 0) {    /* a top-level member name */
         if (skip_ws(text, e + 1, n) != open) pk->n = 0; /* not an object */
+        *key = k;
         return 1;
       }
       j = k;
@@ -356,7 +357,14 @@ static int top_member_from_end(const char *text, size_t n, const char *name,
 }
 
 int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
+  size_t tail;
+  return px_usage_scan_tail(proto, p, n, u, &tail);
+}
+
+int px_usage_scan_tail(px_proto_t proto, const char *p, size_t n, px_usage_t *u,
+                       size_t *tail) {
   const px_wire_watch_t *w = &px_proto_get(proto)->watch;
+  *tail = END;
   /* the usage object's counters */
   enum { IN, OUT, OUT_X, IN_X };
   px_json_pick_t us = {.n = 0};
@@ -367,7 +375,12 @@ int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
     px_json_pick_add(&us, w->usage_in_extra[k]);
   if (!w->usage_out_extra) us.nlen[OUT_X] = (size_t)-1; /* never matches */
   size_t names = us.n;
-  int rc = top_member_from_end(p, n, w->usage_obj, &us);
+  size_t key = END;
+  int rc = top_member_from_end(p, n, w->usage_obj, &us, &key);
+  /* read back from the end, the answer is the bytes from the key's opening
+   * quote on, and the byte before it (not a backslash: the quote opens the
+   * name), whatever comes before them in an object (p[0] == '{') */
+  if (rc == 1 && key > 0 && p[key - 1] != '\\' && p[0] == '{') *tail = key - 1;
   if (rc == 0 || (rc == 1 && us.n == 0)) return 1;
   if (rc < 0) { /* forward: the whole body once, then the usage object */
     px_json_pick_t top = {.n = 1};
