@@ -93,8 +93,8 @@ static int run_pt(const uint8_t *p, size_t n, uint32_t seed, px_proto_t proto,
 }
 
 static void check_passthru(const uint8_t *p, size_t n, uint32_t seed, unsigned pick) {
-  static const px_proto_t protos[] = {PX_PROTO_CHAT, PX_PROTO_RESPONSES, PX_PROTO_ANTHROPIC,
-                                      PX_PROTO_GEMINI};
+  static const px_proto_t protos[] = {PX_PROTO_CHAT, PX_PROTO_RESPONSES,
+                                      PX_PROTO_ANTHROPIC, PX_PROTO_GEMINI};
   px_proto_t proto = protos[pick & 3];
   const char *model = pick & 4 ? "client-model" : NULL;
   int strip = (pick & 8) != 0;

@@ -726,7 +726,8 @@ member : {
       lv = LV_DELTA;
       /* a head that read nothing but the id and the model (what only the
        * first chunk needs) is kept: a resumed walk reads the rest */
-      if (!(strs & ~(BIT(S_ID) | BIT(S_MODEL))) && !nums && !usage) memo_keep(d, p, i, seen);
+      if (!(strs & ~(BIT(S_ID) | BIT(S_MODEL))) && !nums && !usage)
+        memo_keep(d, p, i, seen);
       goto open;
     case K_FUNCTION:
       if (p[i] != '{') return 0;
