@@ -401,6 +401,11 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
       s->s = i + 1;
       s->set = 1;
       i = s->e + 1;
+      /* a type that is no delta's (every delta type ends so): not handled
+       * here, known before the rest of a lifecycle event is walked twice */
+      if (s == &type &&
+          (type.esc || type.e - type.s < 6 || memcmp(p + type.e - 6, ".delta", 6) != 0))
+        return 0;
     } else if (iv != NULL) {
       size_t e = px_fj_int_end(p, n, i);
       if (*iv_set || e == 0) return 0;
@@ -900,12 +905,25 @@ static json_t *etext_value(px_senc_t *e, int tix) {
   return v;
 }
 
+/* The first place of the marker m (ml bytes) in p[0..n), or NULL: its
+ * first byte (a backslash: a dump has few) found by memchr, the rest
+ * compared there. */
+static const char *find_marker(const char *p, size_t n, const char *m, size_t ml) {
+  const char *end = p + n;
+  while ((size_t)(end - p) >= ml) {
+    const char *b = memchr(p, m[0], (size_t)(end - p) - ml + 1);
+    if (b == NULL || memcmp(b, m, ml) == 0) return b;
+    p = b + 1;
+  }
+  return NULL;
+}
+
 /* Copy a dumped event to out, replacing each quoted placeholder with the
  * escaped text of its slot. */
 static int esplice(px_senc_t *e, const char *p, size_t n) {
   size_t ml = strlen(e->marker);
   while (n > 0) {
-    const char *m = memmem(p, n, e->marker, ml);
+    const char *m = find_marker(p, n, e->marker, ml);
     if (m == NULL) return px_buf_append(e->out, p, n);
     size_t head = (size_t)(m - p);
     const char *q = m + ml;
@@ -1514,7 +1532,8 @@ static int e_start(px_senc_t *e, const px_ev_t *ev) {
   size_t n = ev->id.len < sizeof(idb) - 1 ? ev->id.len : sizeof(idb) - 1;
   if (n) memcpy(idb, ev->id.ptr, n);
   idb[n] = 0;
-  snprintf(e->up_id, sizeof(e->up_id), "%s", idb);
+  memcpy(e->up_id, idb, n < sizeof(e->up_id) - 1 ? n + 1 : sizeof(e->up_id) - 1);
+  e->up_id[sizeof(e->up_id) - 1] = 0;
   if (e->ctx.resp_id != NULL)
     snprintf(e->resp_id, sizeof(e->resp_id), "%s", e->ctx.resp_id);
   else
@@ -1718,7 +1737,13 @@ px_senc_t *px_responses_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
     key = (unsigned long long)(uintptr_t)&live * 0xC2B2AE3D27D4EB4Full ^
           (unsigned long long)ctx->created * 0x165667B19E3779F9ull;
   unsigned long long h = key ^ (++n * 0x9E3779B97F4A7C15ull) ^ (uintptr_t)e;
-  snprintf(e->marker, sizeof(e->marker), "\\u0001pxtx%016llx_", h);
+  static const char hex[] = "0123456789abcdef";
+  char *mk = e->marker;
+  _Static_assert(sizeof(e->marker) >= 10 + 16 + 2, "the marker fits");
+  memcpy(mk, "\\u0001pxtx", 10); /* then h as %016llx, and '_' */
+  for (int k = 0; k < 16; k++) mk[10 + k] = hex[(h >> (60 - 4 * k)) & 15];
+  mk[26] = '_';
+  mk[27] = 0;
   eset(e, E_INIT);
   e->next = live;
   if (live != NULL) live->prev = e;
