@@ -375,6 +375,12 @@ enum {
   F_NONE
 };
 #define FB(f) (1u << (f))
+/* the members that are objects (walked into), and the integers */
+#define OBJ_FIELDS (FB(T_DELTA) | FB(T_MSG) | FB(T_USAGE) | FB(T_CB) | FB(M_USAGE))
+#define STR_FIELDS (~(OBJ_FIELDS | INT_FIELDS | FB(C_CITS) | FB(D_SD)) & (FB(F_NONE) - 1))
+#define INT_FIELDS                                                                    \
+  (FB(T_INDEX) | FB(U_IN) | FB(U_CR) | FB(U_CC) | FB(U_OUT) | FB(MU_IN) | FB(MU_CR) | \
+   FB(MU_CC) | FB(MU_OUT))
 
 static int fast_field(int lv, const unsigned char *k, size_t kl) {
 #define IS(lit) (kl == sizeof(lit) - 1 && memcmp(k, lit, sizeof(lit) - 1) == 0)
@@ -446,32 +452,37 @@ member : {
   size_t ks = i + 1;
   if (px_fj_key(p, n, &i, &kl) < 0) return 0;
   int f = fast_field(lv, p + ks, kl);
-  int depth = lv == L_EV ? 1 : lv == L_MUSAGE ? 3 : 2;
   if (f == F_NONE) {
-    if (px_fj_pass(p, n, &i, depth) < 0) return 0;
+    if (px_fj_pass(p, n, &i, lv == L_EV ? 1 : lv == L_MUSAGE ? 3 : 2) < 0) return 0;
     goto after;
   }
   if (seen & FB(f)) return 0;
   seen |= FB(f);
-  int child = f == T_DELTA   ? L_DELTA
-              : f == T_MSG   ? L_MSG
-              : f == T_USAGE ? L_USAGE
-              : f == T_CB    ? L_CB
-              : f == M_USAGE ? L_MUSAGE
-                             : -1;
+  if (p[i] == '"' && (FB(f) & STR_FIELDS)) { /* the usual member: a string */
+    px_fj_str_t *s = &st[f];
+    if (px_json_string(p, n, i + 1, &s->e, &s->esc) < 0) return 0;
+    s->s = i + 1;
+    strs |= FB(f);
+    i = s->e + 1;
+    goto after;
+  }
   if (p[i] == 'n') { /* null: the jansson path reads it as a missing member */
     if (n - i < 4 || memcmp(p + i, "null", 4) != 0) return 0;
     i += 4;
     goto after;
   }
-  if (f == C_CITS || f == D_SD) return 0; /* citations, stop details: jansson */
-  if (child >= 0) {
+  if (FB(f) & (FB(C_CITS) | FB(D_SD))) return 0; /* citations, stop details: jansson */
+  if (FB(f) & OBJ_FIELDS) {
     if (p[i] != '{') return 0;
     i++;
-    lv = child;
+    lv = f == T_DELTA   ? L_DELTA
+         : f == T_MSG   ? L_MSG
+         : f == T_USAGE ? L_USAGE
+         : f == T_CB    ? L_CB
+                        : L_MUSAGE;
     goto open;
   }
-  if (f == T_INDEX || (f >= U_IN && f <= MU_OUT)) {
+  if (FB(f) & INT_FIELDS) {
     size_t e = px_fj_int_end(p, n, i);
     if (e == 0) return 0;
     num[f] = px_fj_int_value(p, i, e);
@@ -479,11 +490,7 @@ member : {
     i = e;
     goto after;
   }
-  px_fj_str_t *s = &st[f];
-  if (p[i] != '"' || px_json_string(p, n, i + 1, &s->e, &s->esc) < 0) return 0;
-  s->s = i + 1;
-  strs |= FB(f);
-  i = s->e + 1;
+  return 0; /* a string member that is no string */
 }
 after:
   r = px_fj_next(p, n, &i, '}');
@@ -500,11 +507,44 @@ close:
 #define TYPE(lit) (tl == sizeof(lit) - 1 && memcmp(tp, lit, sizeof(lit) - 1) == 0)
 #define NUM(f, dflt) (nums & FB(f) ? num[f] : (int64_t)(dflt))
   if (TYPE("ping")) return 1;
+  if (TYPE("content_block_delta")) { /* the hot one: its text, unescaped */
+    if (d->st == SD_SKIP) return 1;
+    if (d->st != SD_BLOCK || !(nums & FB(T_INDEX)) || num[T_INDEX] != d->up_index ||
+        !(strs & FB(D_TYPE)) || st[D_TYPE].esc)
+      return 0;
+    const char *dt = data + st[D_TYPE].s;
+    size_t dtl = st[D_TYPE].e - st[D_TYPE].s;
+#define DT(lit) (dtl == sizeof(lit) - 1 && memcmp(dt, lit, sizeof(lit) - 1) == 0)
+    int field;
+    px_delta_t dk;
+    if (DT("text_delta") && d->block == PX_BLOCK_TEXT) {
+      field = D_TEXT;
+      dk = PX_DELTA_TEXT;
+    } else if (DT("thinking_delta") && d->block == PX_BLOCK_THINKING) {
+      field = D_THINKING;
+      dk = PX_DELTA_THINKING;
+    } else if (DT("signature_delta") && d->block == PX_BLOCK_THINKING) {
+      field = D_SIGNATURE;
+      dk = PX_DELTA_SIGNATURE;
+    } else if (DT("input_json_delta") && d->block == PX_BLOCK_TOOL_CALL) {
+      field = D_JSON;
+      dk = PX_DELTA_TOOL_ARGS;
+    } else {
+      return 0;
+    }
+#undef DT
+    if (!(strs & FB(field))) return 0;
+    px_str_t text;
+    const px_fj_str_t *fs = &st[field];
+    if (px_json_unescape(data + fs->s, fs->e - fs->s, fs->esc, &d->scratch, &text) < 0)
+      return 0; /* scratch too small: let jansson decide */
+    int rc = sd_delta(d, dk, text);
+    return rc < 0 ? rc : 1;
+  }
   /* the strings used, unescaped one after another into d->scratch (never
    * longer than their raw text: room reserved once) */
   uint32_t use;
-  int kind = TYPE("content_block_delta")   ? 1
-             : TYPE("content_block_stop")  ? 2
+  int kind = TYPE("content_block_stop")    ? 2
              : TYPE("message_delta")       ? 3
              : TYPE("message_stop")        ? 4
              : TYPE("message_start")       ? 5
@@ -512,9 +552,6 @@ close:
                                            : 0;
 #undef TYPE
   switch (kind) {
-    case 1:
-      use = FB(D_TEXT) | FB(D_THINKING) | FB(D_SIGNATURE) | FB(D_JSON) | FB(D_TYPE);
-      break;
     case 3:
       use = FB(D_SR) | FB(D_SS);
       break;
@@ -557,33 +594,6 @@ close:
   px_ev_t ev;
   int rc;
   switch (kind) {
-    case 1: { /* content_block_delta */
-      if (d->st == SD_SKIP) return 1;
-      if (d->st != SD_BLOCK || !(nums & FB(T_INDEX)) || num[T_INDEX] != d->up_index ||
-          !(use & FB(D_TYPE)))
-        return 0;
-      px_str_t dt = v[D_TYPE];
-      int field;
-      px_delta_t dk;
-      if (px_str_eq(dt, "text_delta") && d->block == PX_BLOCK_TEXT) {
-        field = D_TEXT;
-        dk = PX_DELTA_TEXT;
-      } else if (px_str_eq(dt, "thinking_delta") && d->block == PX_BLOCK_THINKING) {
-        field = D_THINKING;
-        dk = PX_DELTA_THINKING;
-      } else if (px_str_eq(dt, "signature_delta") && d->block == PX_BLOCK_THINKING) {
-        field = D_SIGNATURE;
-        dk = PX_DELTA_SIGNATURE;
-      } else if (px_str_eq(dt, "input_json_delta") && d->block == PX_BLOCK_TOOL_CALL) {
-        field = D_JSON;
-        dk = PX_DELTA_TOOL_ARGS;
-      } else {
-        return 0;
-      }
-      if (!(use & FB(field))) return 0;
-      rc = sd_delta(d, dk, v[field]);
-      break;
-    }
     case 2: /* content_block_stop */
       if (d->st == SD_SKIP) {
         sd_set(d, SD_MESSAGE);

@@ -485,15 +485,23 @@ static int life_int(const px_fv_t *f, unsigned seen, int k, int64_t dflt, int *o
   return 0;
 }
 
+/* the string members keys[0..n) of object value v (unescaped, as
+ * life_str), in one walk of it */
+static int life_members(const px_fv_t *v, const px_fkey_t *keys, int n, px_fstr_t *out) {
+  px_fv_t f[2];
+  unsigned seen = 0;
+  for (int k = 0; k < n; k++) out[k] = (px_fstr_t){NULL, 0, 0};
+  if (v->kind != PX_FV_OBJ) return 0;
+  if (n > 2 || px_fv_kfields(v, keys, n, f, &seen) != 0) return -1;
+  for (int k = 0; k < n; k++)
+    if (life_str(&f[k], seen, k, &out[k]) < 0) return -1;
+  return 0;
+}
+
 /* the string member key of object value v (unescaped, as life_str) */
 static int life_member(const px_fv_t *v, const char *key, px_fstr_t *out) {
   px_fkey_t k = {key, strlen(key)};
-  px_fv_t f[1];
-  unsigned seen = 0;
-  *out = (px_fstr_t){NULL, 0, 0};
-  if (v->kind != PX_FV_OBJ) return 0;
-  if (px_fv_kfields(v, &k, 1, f, &seen) != 0) return -1;
-  return life_str(f, seen, 0, out);
+  return life_members(v, &k, 1, out);
 }
 
 /* response.completed / incomplete that ends well: stop and usage as
@@ -580,13 +588,13 @@ static int life_event(px_sdec_t *d, const char *data, size_t n) {
     if (!px_fs_is(type, "response.created") && !px_fs_is(type, "response.in_progress") &&
         !px_fs_is(type, "response.queued"))
       return 0;
-    px_fstr_t id, model;
-    if (life_member(resp, "id", &id) < 0 || life_member(resp, "model", &model) < 0)
-      return 0;
+    static const px_fkey_t im[] = {PX_FK("id"), PX_FK("model")};
+    px_fstr_t v[2];
+    if (life_members(resp, im, 2, v) < 0) return 0;
     px_ev_t ev;
     px_ev_init(&ev, PX_EV_MESSAGE_START);
-    ev.id = (px_str_t){id.p, id.n};
-    ev.model = (px_str_t){model.p, model.n};
+    ev.id = (px_str_t){v[0].p, v[0].n};
+    ev.model = (px_str_t){v[1].p, v[1].n};
     dset(d, D_RUNNING);
     int rc = demit(d, &ev);
     return rc < 0 ? rc : 1;
