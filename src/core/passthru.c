@@ -27,12 +27,13 @@
  * compared (the last places in a block overlapping the one before). */
 #define PX_WATCH_KEYS 4
 enum { PX_K_ERROR, PX_K_USAGE, PX_K_FINISH };
+/* the keys held at the quote d[j] (j + 1 < n) */
 static unsigned key_at(const char *d, size_t n, size_t j, const char *const *keys,
                        const unsigned char *kl) {
   unsigned found = 0;
   for (size_t k = 0; k < PX_WATCH_KEYS; k++)
-    if (kl[k] > 0 && n - j > kl[k] + 1u && d[j + kl[k] + 1] == '"' &&
-        memcmp(d + j + 1, keys[k], kl[k]) == 0)
+    if (kl[k] > 0 && d[j + 1] == keys[k][0] && n - j > kl[k] + 1u &&
+        d[j + kl[k] + 1] == '"' && memcmp(d + j + 2, keys[k] + 1, kl[k] - 1u) == 0)
       found |= 1u << k;
   return found;
 }
@@ -104,7 +105,7 @@ static unsigned keys_in(const char *d, size_t n, const char *const *keys,
     return found;
   }
 #endif
-  for (; i < n && found != all; i++)
+  for (; i + 1 < n && found != all; i++) /* a quote at n - 1 opens no key */
     if (d[i] == '"') found |= key_at(d, n, i, keys, kl);
   return found;
 }
