@@ -138,6 +138,12 @@ static void chunk_usage(px_passthru_t *pt, const char *d, size_t n) {
     (void)px_buf_append(t, d + tail, n - tail); /* none kept if it fails */
 }
 
+/* a is the name lit of length len (NULL: no such name); the lengths are
+ * taken once per stream (px_passthru_init), not per event */
+static int name_is(px_str_t a, const char *lit, size_t len) {
+  return lit != NULL && a.len == len && memcmp(a.ptr, lit, len) == 0;
+}
+
 /* One event, judged by the protocol's watch descriptor: terminal, error,
  * finish and usage. */
 static int on_event(void *arg, const px_sse_event_t *ev) {
@@ -146,8 +152,9 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
   const char *d = ev->data.ptr;
   size_t n = ev->data.len;
   if (pt->answer) px_answer_event(w, ev->event, d, n, pt->answer);
+  const unsigned char *nl = pt->name_len;
   for (size_t k = 0; k < 3 && w->terminal_events[k]; k++)
-    if (px_str_eq(ev->event, w->terminal_events[k])) {
+    if (name_is(ev->event, w->terminal_events[k], nl[PX_N_TERMINAL + k])) {
       pt->terminal = 1;
       px_usage_read(w, d, n, w->terminal_outer, &pt->usage);
       return 0;
@@ -163,15 +170,15 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
     if (n <= 9 || d[0] != '{') kl[PX_K_ERROR] = 0;
     has = keys_in(d, n, keys, kl);
   }
-  if (w->error_event && px_str_eq(ev->event, w->error_event)) {
+  if (name_is(ev->event, w->error_event, nl[PX_N_ERROR])) {
     pt->upstream_error = 1;
-  } else if (w->start_event && px_str_eq(ev->event, w->start_event)) {
+  } else if (name_is(ev->event, w->start_event, nl[PX_N_START])) {
     px_usage_read(w, d, n, w->start_outer, &pt->usage);
-  } else if (w->delta_event && px_str_eq(ev->event, w->delta_event)) {
+  } else if (name_is(ev->event, w->delta_event, nl[PX_N_DELTA])) {
     px_usage_t u = pt->usage;
     px_usage_read(w, d, n, NULL, &u);
     pt->usage.output_tokens = u.output_tokens;
-  } else if (w->terminal_data && px_str_eq(ev->data, w->terminal_data)) {
+  } else if (name_is(ev->data, w->terminal_data, nl[PX_N_DATA])) {
     pt->terminal = 1;
   } else if ((has >> PX_K_ERROR & 1) && data_error(d, n)) {
     pt->upstream_error = 1;
@@ -197,6 +204,11 @@ void px_passthru_init(px_passthru_t *pt, px_proto_t proto, const char *model) {
   for (size_t k = 0; k < 2 && w->finish_keys[k]; k++)
     pt->klen[PX_K_FINISH + k] = (unsigned char)strlen(w->finish_keys[k]);
   for (size_t k = 0; k < PX_WATCH_KEYS; k++) pt->keys |= pt->klen[k] > 0;
+  const char *names[PX_N_COUNT] = {
+      w->terminal_events[0], w->terminal_events[1], w->terminal_events[2], w->error_event,
+      w->start_event,        w->delta_event,        w->terminal_data};
+  for (size_t k = 0; k < PX_N_COUNT; k++)
+    pt->name_len[k] = names[k] ? (unsigned char)strlen(names[k]) : 0;
   px_sse_init(&pt->sse, PX_MAX_SSE_EVENT, on_event, pt);
   pt->sse.on_end = on_event_end;
   px_buf_init(&pt->utail, PX_USAGE_TAIL_MAX);
