@@ -1019,7 +1019,7 @@ static int ewrite(px_senc_t *e, const char *type) {
 static int esend(px_senc_t *e, const char *type, int fail) {
   int rc = fail ? PX_ENOMEM : 0;
   if (rc == 0) rc = ewrite(e, type);
-  px_buf_free(&e->scratch); /* lifecycle events are few: no idle copy kept */
+  px_buf_reset(&e->scratch); /* kept for the IR event's next one, then freed */
   if (rc == 0) eflush(e);
   return rc;
 }
@@ -1722,7 +1722,9 @@ int px_responses_stream_error(px_buf_t *out, px_errkind_t kind, const char *mess
   for (px_senc_t *e = live; e != NULL; e = e->next) {
     if (e->out != out) continue;
     if (e->state == E_DONE) return 0;
-    return e_error(e, kind, px_str(message ? message : "upstream error"));
+    int rc = e_error(e, kind, px_str(message ? message : "upstream error"));
+    px_buf_free(&e->scratch); /* as after px_responses_senc_event */
+    return rc;
   }
   return PX_EINVAL;
 }
@@ -1762,7 +1764,11 @@ px_senc_t *px_responses_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
 int px_responses_senc_event(px_senc_t *e, const px_ev_t *ev) {
   if (e->state == E_DONE) return 0;
   int rc;
-  if (ev->type == PX_EV_ERROR) return e_error(e, ev->errkind, ev->text);
+  if (ev->type == PX_EV_ERROR) {
+    rc = e_error(e, ev->errkind, ev->text);
+    px_buf_free(&e->scratch);
+    return rc;
+  }
   if (e->state == E_INIT && ev->type != PX_EV_MESSAGE_START) {
     rc = PX_EPROTO;
     goto fail;
@@ -1805,6 +1811,9 @@ int px_responses_senc_event(px_senc_t *e, const px_ev_t *ev) {
       rc = PX_EPROTO;
       break;
   }
+  /* the lifecycle events of one IR event share the scratch; none is kept
+   * between IR events (a stream idles between them) */
+  px_buf_free(&e->scratch);
   if (rc >= 0) return 0;
 fail:
   if (rc == PX_ETOOBIG)
@@ -1812,6 +1821,7 @@ fail:
             PX_STR("response too large to accumulate for the final event"));
   else
     e_error(e, PX_ERR_BAD_GATEWAY, PX_STR("stream translation failed"));
+  px_buf_free(&e->scratch);
   return rc;
 }
 
