@@ -58,6 +58,13 @@ struct px_sdec {
   int fast;           /* fast path on (differential tests turn it off) */
   long fast_hits;     /* events the fast path handled */
   px_buf_t scratch;   /* unescaped delta text of the fast path */
+  /* the fast walk's head memo (see fast_event): the bytes of the last
+   * walked head up to its delta object's '{', and what the walk had read */
+  unsigned char *memo;
+  size_t memo_len;
+  uint32_t memo_seen, memo_strs, memo_nums;
+  px_fj_str_t memo_type;
+  int64_t memo_index;
   json_t *cits;       /* citations of the open text block */
   int64_t chars;      /* characters of the open text block */
 };
@@ -95,6 +102,7 @@ void px_anthropic_sdec_free(px_sdec_t *d) {
   if (d == NULL) return;
   px_buf_free(&d->scratch);
   json_decref(d->cits);
+  free(d->memo);
   free(d);
 }
 
@@ -425,10 +433,34 @@ static int fast_field(int lv, const unsigned char *k, size_t kl) {
 #undef IS
 }
 
+#define ANTH_MEMO_MAX 256 /* longest head kept */
+
+static void memo_keep(px_sdec_t *d, const unsigned char *p, size_t len, uint32_t seen,
+                      uint32_t strs, uint32_t nums, const px_fj_str_t *type,
+                      int64_t index) {
+  if (len > ANTH_MEMO_MAX) return;
+  if (d->memo_len != len || memcmp(d->memo, p, len) != 0) {
+    unsigned char *m = realloc(d->memo, len);
+    if (m == NULL) return;
+    memcpy(m, p, len);
+    d->memo = m;
+    d->memo_len = len;
+  }
+  d->memo_seen = seen, d->memo_strs = strs, d->memo_nums = nums;
+  if (strs & FB(T_TYPE)) d->memo_type = *type;
+  if (nums & FB(T_INDEX)) d->memo_index = index;
+}
+
 /* Returns 1 when the event was handled, 0 to use the jansson path, <0 on a
  * sink error. Every event of a plain stream: message_start, the text and
  * thinking blocks' content_block_start, content_block_delta,
- * content_block_stop, message_delta, message_stop and ping. */
+ * content_block_stop, message_delta, message_stop and ping.
+ *
+ * Head memo: a block's deltas repeat the same bytes up to their delta
+ * object ({"type":"content_block_delta","index":N,"delta":{); the walk's
+ * state there is a function of those bytes alone, so the decoder keeps the
+ * last walked head and that state, and an event starting with the same
+ * bytes resumes the walk there, validated as if walked again. */
 static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   /* one flat walk of the event and its objects (px_fj_key / px_fj_pass /
    * px_fj_next of json.h); the members read are checked as they are read:
@@ -439,7 +471,17 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   int64_t num[F_NONE];
   uint32_t seen = 0, strs = 0, nums = 0; /* members met; strings and integers read */
   int lv = L_EV, r;
-  size_t i = px_json_ws(p, n, 0), kl;
+  size_t i, kl;
+  if (d->memo_len > 0 && n > d->memo_len && memcmp(p, d->memo, d->memo_len) == 0) {
+    /* the head of the last walk: resumed where its delta object opened */
+    i = d->memo_len;
+    seen = d->memo_seen, strs = d->memo_strs, nums = d->memo_nums;
+    st[T_TYPE] = d->memo_type;
+    num[T_INDEX] = d->memo_index;
+    lv = L_DELTA;
+    goto open;
+  }
+  i = px_json_ws(p, n, 0);
   if (i >= n || p[i] != '{') return 0;
   i++;
 open:
@@ -480,6 +522,10 @@ member : {
          : f == T_USAGE ? L_USAGE
          : f == T_CB    ? L_CB
                         : L_MUSAGE;
+    /* a head that read the type and the index at most is kept: the walk's
+     * state where the delta opens is a function of its bytes alone */
+    if (f == T_DELTA && !(strs & ~FB(T_TYPE)) && !(nums & ~FB(T_INDEX)))
+      memo_keep(d, p, i, seen, strs, nums, &st[T_TYPE], num[T_INDEX]);
     goto open;
   }
   if (FB(f) & INT_FIELDS) {
