@@ -34,11 +34,10 @@ static inline int px_test_fast_request(const px_tr_ctx_t *ctx, json_t *body, jso
   char *s = json_dumps(body, JSON_COMPACT), *o = NULL;
   size_t ol = 0;
   px_json_req_t scan;
-  int rc =
-      s != NULL && px_json_request(s, strlen(s), &scan) == 0 &&
-              px_translate_request_fast(&c, s, strlen(s), 0, &o, &ol, lossy, NULL) == 0
-          ? 0
-          : 1;
+  int rc = s != NULL && px_json_request(s, strlen(s), &scan) == 0 &&
+                   px_translate_request_fast(&c, s, strlen(s), 0, &o, &ol, lossy, NULL) == 0
+               ? 0
+               : 1;
   free(s);
   if (rc != 0) px_test_census("request", ctx);
   if (rc == 0) {
@@ -55,8 +54,7 @@ static inline int px_test_fast_response(const px_tr_ctx_t *ctx, json_t *body, js
   if (s == NULL) return 1;
   px_buf_t b;
   px_buf_init(&b, SIZE_MAX);
-  int rc =
-      px_translate_response_fast(ctx, s, strlen(s), &b, lossy, NULL, NULL) == 0 ? 0 : 1;
+  int rc = px_translate_response_fast(ctx, s, strlen(s), &b, lossy, NULL, NULL) == 0 ? 0 : 1;
   free(s);
   if (rc != 0) px_test_census("response", ctx);
   if (rc == 0) {

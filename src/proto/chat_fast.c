@@ -694,8 +694,7 @@ static int decode_member(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_fr
 }
 
 static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
-                                    px_tr_err_t *err) {
+                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
   px_fv_t lim[2] = {{PX_FV_NULL, {0}, {NULL, 0}}, {PX_FV_NULL, {0}, {NULL, 0}}};
@@ -1134,9 +1133,9 @@ static int chat_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
 /* Response decode                                                           */
 
 static int decode_message_out(const px_fv_t *mv, px_fresp_t *ir, px_arena_t *a) {
-  static const px_fkey_t keys[] = {PX_FK("content"),           PX_FK("refusal"),
+  static const px_fkey_t keys[] = {PX_FK("content"), PX_FK("refusal"),
                                    PX_FK("reasoning_content"), PX_FK("tool_calls"),
-                                   PX_FK("annotations"),       PX_FK("audio")};
+                                   PX_FK("annotations"), PX_FK("audio")};
   px_fv_t f[6];
   unsigned seen = 0;
   int r;
@@ -1210,8 +1209,7 @@ static int decode_choices(px_fw_t *w, px_fresp_t *ir, px_fv_t *msg) {
 }
 
 static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy,
-                                     px_tr_err_t *err) {
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   (void)ctx;
   (void)lossy;
   px_fv_t f[NKEYS(resp_keys)], msg;
@@ -1248,8 +1246,7 @@ static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
 /* Response encode                                                           */
 
 static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
-                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy,
-                                     px_tr_err_t *err) {
+                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   (void)a;
   if (ir->id.esc || !px_fast_ids_plain(ir->content)) return DECLINE;
   int rc = px_fb_lit(b, "{\"id\":\"");
@@ -1269,16 +1266,12 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
     else if (rc == 0)
       rc = px_fb_str(b, ir->model);
   }
-  if (rc == 0)
-    rc = px_fb_lit(b,
-                   ",\"choices\":[{\"index\":0,\"message\":{\"role\":"
-                   "\"assistant\",\"content\":");
+  if (rc == 0) rc = px_fb_lit(b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":"
+                                 "\"assistant\",\"content\":");
   int ntext = 0, ncalls = 0;
   for (const px_fpart_t *p = ir->content; p; p = p->next) {
-    if (p->type == PX_FP_TEXT)
-      ntext++;
-    else
-      ncalls++;
+    if (p->type == PX_FP_TEXT) ntext++;
+    else ncalls++;
   }
   if (rc == 0 && ntext) {
     rc = px_fb_lit(b, "\"");

@@ -673,8 +673,7 @@ static int decode_input(const px_tr_ctx_t *ctx, px_fw_t *w, px_freq_t *ir, px_ar
 }
 
 static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
-                                    px_tr_err_t *err) {
+                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   px_fw_t w = {body, len, 0};
   px_fstr_t k, unknown[8];
   px_fv_t in = {PX_FV_NULL, {0}, {NULL, 0}}, sid = in, instr = in;
@@ -1132,7 +1131,7 @@ static int decode_message_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
     px_fv_t f[4];
     unsigned seen = 0;
     if (px_fc_fields(w, keys, 4, f, &seen) != 0) return DECLINE;
-    if (!HAS(0) || f[0].kind != PX_FV_STR) continue;      /* no type: skipped there */
+    if (!HAS(0) || f[0].kind != PX_FV_STR) continue; /* no type: skipped there */
     if (!px_fs_is(f[0].s, "output_text")) return DECLINE; /* refusal, others */
     if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw)) return DECLINE;
     if (HAS(3) && f[3].kind == PX_FV_ARR && !px_fw_empty(f[3].raw)) return DECLINE;
@@ -1148,8 +1147,8 @@ static int decode_message_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
  * content is decoded where it stands when its type came first (as
  * OpenAI writes it), else from its span after the item */
 enum { O_TYPE, O_CONTENT, O_CALL_ID, O_NAME, O_ARGS, O_NS };
-static const px_fkey_t out_keys[] = {PX_FK("type"),      PX_FK("content"),
-                                     PX_FK("call_id"),   PX_FK("name"),
+static const px_fkey_t out_keys[] = {PX_FK("type"),    PX_FK("content"),
+                                     PX_FK("call_id"), PX_FK("name"),
                                      PX_FK("arguments"), PX_FK("namespace")};
 
 static int decode_output(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, int *has_tool) {
@@ -1202,13 +1201,12 @@ static int decode_output(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, int *has_too
  * nothing before): output and usage are decoded where they stand, every
  * other member is checked and skipped. */
 enum { R_ID, R_MODEL, R_CREATED, R_STATUS, R_OUTPUT, R_USAGE, R_INCOMPLETE };
-static const px_fkey_t resp_keys[] = {
-    PX_FK("id"),     PX_FK("model"), PX_FK("created_at"),        PX_FK("status"),
-    PX_FK("output"), PX_FK("usage"), PX_FK("incomplete_details")};
+static const px_fkey_t resp_keys[] = {PX_FK("id"),     PX_FK("model"), PX_FK("created_at"),
+                                      PX_FK("status"), PX_FK("output"), PX_FK("usage"),
+                                      PX_FK("incomplete_details")};
 
 static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy,
-                                     px_tr_err_t *err) {
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   (void)ctx;
   (void)lossy;
   px_fv_t f[NKEYS(resp_keys)];
@@ -1239,10 +1237,8 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
   /* finished answers only: completed, or incomplete with a reason */
   int incomplete = 0;
   if (HAS(R_STATUS) && f[R_STATUS].kind == PX_FV_STR) {
-    if (px_fs_is(f[R_STATUS].s, "incomplete"))
-      incomplete = 1;
-    else if (!px_fs_is(f[R_STATUS].s, "completed"))
-      return DECLINE;
+    if (px_fs_is(f[R_STATUS].s, "incomplete")) incomplete = 1;
+    else if (!px_fs_is(f[R_STATUS].s, "completed")) return DECLINE;
   }
   ir->id = HAS(R_ID) && f[R_ID].kind == PX_FV_STR ? f[R_ID].s : (px_fstr_t){"", 0, 0};
   if (HAS(R_MODEL) && f[R_MODEL].kind == PX_FV_STR) ir->model = f[R_MODEL].s;
@@ -1258,8 +1254,8 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
       if (ds && g[0].kind == PX_FV_STR) reason = g[0].s;
       if (reason.esc) return DECLINE;
     }
-    ir->stop =
-        px_fs_is(reason, "content_filter") ? PX_STOP_CONTENT_FILTER : PX_STOP_MAX_TOKENS;
+    ir->stop = px_fs_is(reason, "content_filter") ? PX_STOP_CONTENT_FILTER
+                                                  : PX_STOP_MAX_TOKENS;
   } else {
     ir->stop = has_tool ? PX_STOP_TOOL_USE : PX_STOP_END_TURN;
   }
@@ -1279,8 +1275,7 @@ static int put_prefixed(px_buf_t *b, const char *prefix, px_fstr_t id) {
 }
 
 static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
-                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy,
-                                     px_tr_err_t *err) {
+                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   (void)a;
   /* ids go through fixed buffers there (long ones are cut): short plain ones here */
   px_fstr_t uid = ir->id.p && ir->id.n ? ir->id : (px_fstr_t){"proxai", 6, 0};
@@ -1333,9 +1328,8 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
         }
         nmsg++;
         if (rc == 0)
-          rc = px_fb_lit(b,
-                         "\",\"type\":\"message\",\"status\":\"completed\",\"role\":"
-                         "\"assistant\",\"content\":[");
+          rc = px_fb_lit(b, "\",\"type\":\"message\",\"status\":\"completed\",\"role\":"
+                            "\"assistant\",\"content\":[");
         in_msg = 1;
         oi++;
       } else {
@@ -1359,8 +1353,7 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
       if (rc == 0) rc = px_fb_i64(b, oi);
     }
     if (rc == 0)
-      rc = px_fb_lit(
-          b, "\",\"type\":\"function_call\",\"status\":\"completed\",\"call_id\":");
+      rc = px_fb_lit(b, "\",\"type\":\"function_call\",\"status\":\"completed\",\"call_id\":");
     if (rc == 0) rc = px_fb_str(b, p->id);
     if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
     if (rc == 0) rc = px_fb_str(b, p->name);

@@ -297,34 +297,12 @@ static unsigned str_rnd(unsigned n) {
 }
 
 static void test_strings(void) {
-  static const char *const parts[] = {"a",
-                                      "plain text ",
-                                      "0123456789abcdef",
-                                      "\\n",
-                                      "\\\"",
-                                      "\\\\",
-                                      "\\/",
-                                      "\\t",
-                                      "\\u00e9",
-                                      "\\ud83d\\ude00",
-                                      "\\ud83d",
-                                      "\\ude00",
-                                      "\\x",
-                                      "\\u12",
-                                      "\\u0000",
-                                      "\xc3\xa9",
-                                      "\xe6\x97\xa5",
-                                      "\xf0\x9f\x98\x80",
-                                      "\xc3",
-                                      "\xed\xa0\x80",
-                                      "\xc0\xaf",
-                                      "\x01",
-                                      "\x1f",
-                                      "\"",
-                                      "\\",
-                                      "\\\\\\",
-                                      "\x7f",
-                                      "\\b\\f\\r"};
+  static const char *const parts[] = {
+      "a",  "plain text ", "0123456789abcdef", "\\n",        "\\\"",      "\\\\",
+      "\\/", "\\t",        "\\u00e9",          "\\ud83d\\ude00", "\\ud83d", "\\ude00",
+      "\\x", "\\u12",      "\\u0000",          "\xc3\xa9",   "\xe6\x97\xa5", "\xf0\x9f\x98\x80",
+      "\xc3", "\xed\xa0\x80", "\xc0\xaf",      "\x01",       "\x1f",      "\"",
+      "\\",  "\\\\\\",     "\x7f",             "\\b\\f\\r"};
   const size_t np = sizeof(parts) / sizeof(parts[0]);
   char text[1024];
   for (int iter = 0; iter < 60000; iter++) {

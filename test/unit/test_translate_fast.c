@@ -116,8 +116,7 @@ static void declines(void) {
   px_buf_init(&b, 4096);
   px_lossy_t l;
   px_lossy_init(&l);
-  CHECK(px_translate_response_fast(&c, think, strlen(think), &b, &l, NULL, NULL) ==
-        PX_FAST_DECLINE);
+  CHECK(px_translate_response_fast(&c, think, strlen(think), &b, &l, NULL, NULL) == PX_FAST_DECLINE);
   CHECK(b.len == 0);
   px_buf_free(&b);
 }
