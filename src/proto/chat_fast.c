@@ -4,23 +4,72 @@
  * sampling parameters) and of a response (one choice: text and tool
  * calls), without a jansson document. Anything else declines to chat.c,
  * the reference: every rule here is that codec's rule for the same shape. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "proxai/fastir.h"
+#include "proxai/jdoc.h"
 #include "proxai/protoutil.h"
 
 #define DECLINE PX_FAST_DECLINE
 #define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define HAS(x) (seen & (1u << (x)))
+/* refused as chat.c refuses: its param and words (px_tr_fail) */
+#define REFUSE(err, ...) (px_tr_fail((err), __VA_ARGS__), PX_FAST_REFUSE)
+/* chat.c's path buffers (the same truncation) */
+#define PATH_MAX_LEN 96
+#define SUBPATH_LEN 128
+
+/* The value of string s as a C string in the arena (what chat.c prints
+ * with %s: JSON strings hold no NUL); NULL when out of memory. */
+static const char *cstr(px_arena_t *a, px_fstr_t s) {
+  px_buf_t b;
+  px_str_t v;
+  px_buf_init(&b, SIZE_MAX);
+  char *c = NULL;
+  if (px_json_unescape(s.p, s.n, s.esc, &b, &v) == 0 && (c = px_arena_alloc(a, v.len + 1)))
+    memcpy(c, v.ptr, v.len);
+  px_buf_free(&b);
+  return c;
+}
+
+/* Whether the value of string s (escaped or not) is lit, as chat.c's
+ * strcmp on it decides. */
+static int is_val(px_fstr_t s, const char *lit) {
+  if (s.p == NULL) return 0;
+  if (!s.esc) return px_fs_is(s, lit);
+  size_t n = strlen(lit);
+  if (s.n > 6 * n) return 0; /* an escape spells one byte in 6 at most */
+  px_buf_t b;
+  px_str_t v;
+  px_buf_init(&b, s.n + 1);
+  int eq = px_json_unescape(s.p, s.n, 1, &b, &v) == 0 && v.len == n &&
+           memcmp(v.ptr, lit, n) == 0;
+  px_buf_free(&b);
+  return eq;
+}
 
 /* ======================================================================== */
 /* Request decode                                                            */
 
-/* text-only content (system, developer, tool): a string or text parts
- * (other members of a part ignored, as chat.c's text_content) */
+/* "messages[mi].content" (chat.c's content path) into p */
+static const char *content_path(char *p, size_t n, size_t mi) {
+  snprintf(p, n, "messages[%zu].content", mi);
+  return p;
+}
+
+/* "messages[mi].content[j]" (chat.c's part path) into p */
+static const char *part_path(char *p, size_t n, size_t mi, size_t j) {
+  snprintf(p, n, "messages[%zu].content[%zu]", mi, j);
+  return p;
+}
+
+/* text-only content (system, developer, tool) of message mi: a string or
+ * text parts (other members of a part ignored, as chat.c's text_content) */
 static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
-                        int developer, px_arena_t *a) {
+                        int developer, size_t mi, px_arena_t *a, px_tr_err_t *err) {
+  char cp[PATH_MAX_LEN], q[SUBPATH_LEN];
   if (c->kind == PX_FV_STR) {
     px_fpart_t *p = px_fpart_text(a, c->s);
     if (p == NULL) return DECLINE;
@@ -28,17 +77,25 @@ static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
     px_fpart_push(head, tail, p);
     return 0;
   }
-  if (c->kind != PX_FV_ARR) return DECLINE;
+  if (c->kind != PX_FV_ARR) {
+    content_path(cp, sizeof(cp), mi);
+    return REFUSE(err, cp, "%s must be a string or an array of text parts", cp);
+  }
   px_fw_t w = {c->raw.ptr, c->raw.len, 0};
   int r;
+  size_t i = 0;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
+  for (; (r = px_fw_elem(&w)) == 1; i++) {
     static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text")};
     px_fv_t f[2];
     unsigned seen = 0;
-    if (px_fw_kfields(&w, keys, 2, f, &seen) != 0 || !HAS(0) || !HAS(1) ||
-        f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "text") || f[1].kind != PX_FV_STR)
-      return DECLINE;
+    int obj = px_fw_peek(&w) == PX_FV_OBJ;
+    if (obj && px_fw_kfields(&w, keys, 2, f, &seen) != 0) return DECLINE;
+    if (!obj || !HAS(0) || f[0].kind != PX_FV_STR || !is_val(f[0].s, "text") || !HAS(1) ||
+        f[1].kind != PX_FV_STR) {
+      snprintf(q, sizeof(q), "%s[%zu]", content_path(cp, sizeof(cp), mi), i);
+      return REFUSE(err, q, "%s: only text parts are allowed here", q);
+    }
     px_fpart_t *p = px_fpart_text(a, f[1].s);
     if (p == NULL) return DECLINE;
     p->developer = developer;
@@ -48,16 +105,18 @@ static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
 }
 
 /* "data:<media>;base64,<data>" (unescaped content) -> media, data spans, as
- * chat.c's parse_data_url: 0, or DECLINE when not one (the reference
- * names the error) */
+ * chat.c's parse_data_url (and a media type required): 0; -1 when not one
+ * (chat.c names the error); DECLINE when escapes keep it from being read
+ * as it is */
 static int data_url(px_fstr_t u, px_fstr_t *media, px_fstr_t *data) {
-  if (u.esc || u.n < 5 || memcmp(u.p, "data:", 5) != 0) return DECLINE;
+  if (u.esc) return DECLINE;
+  if (u.n < 5 || memcmp(u.p, "data:", 5) != 0) return -1;
   const char *m = u.p + 5, *end = u.p + u.n;
   const char *comma = memchr(m, ',', (size_t)(end - m));
-  if (comma == NULL) return DECLINE;
+  if (comma == NULL) return -1;
   const char *semi = memchr(m, ';', (size_t)(comma - m));
-  if (semi == NULL || semi == m) return DECLINE;
-  if ((size_t)(comma - m) < 7 || memcmp(comma - 7, ";base64", 7) != 0) return DECLINE;
+  if (semi == NULL || semi == m) return -1;
+  if ((size_t)(comma - m) < 7 || memcmp(comma - 7, ";base64", 7) != 0) return -1;
   *media = (px_fstr_t){m, (size_t)(semi - m), 0};
   *data = (px_fstr_t){comma + 1, (size_t)(end - comma - 1), 0};
   return 0;
@@ -67,93 +126,129 @@ static int is_data(px_fstr_t s) {
   return s.n >= 5 && memcmp(s.p, "data:", 5) == 0;
 }
 
-/* {type:"image_url", image_url: url | {url, detail}} -> an IMAGE part */
-static int image_part(const px_fv_t *iu, px_fpart_t *p, px_lossy_t *lossy) {
+/* {type:"image_url", image_url: url | {url, detail}} (has: the member is
+ * there) of part j of message mi -> an IMAGE part */
+static int image_part(const px_fv_t *iu, int has, px_fpart_t *p, size_t mi, size_t j,
+                      px_lossy_t *lossy, px_tr_err_t *err) {
   static const px_fkey_t keys[] = {PX_FK("url"), PX_FK("detail")};
+  char pp[PATH_MAX_LEN], q[SUBPATH_LEN];
   px_fv_t f[2];
   unsigned seen = 0;
-  px_fstr_t url;
-  if (iu->kind == PX_FV_STR) {
+  px_fstr_t url = {NULL, 0, 0};
+  if (has && iu->kind == PX_FV_STR) {
     url = iu->s;
-  } else {
-    if (iu->kind != PX_FV_OBJ || px_fv_kfields(iu, keys, 2, f, &seen) != 0 || !HAS(0) ||
-        f[0].kind != PX_FV_STR)
-      return DECLINE;
-    url = f[0].s;
-    if (HAS(1) && f[1].kind == PX_FV_STR && !px_fs_is(f[1].s, "auto")) {
-      if (f[1].s.esc) return DECLINE;
-      px_lossy_add(lossy, "messages[].content[].image_url.detail");
-    }
+  } else if (has && iu->kind == PX_FV_OBJ) {
+    if (px_fv_kfields(iu, keys, 2, f, &seen) != 0) return DECLINE;
+    if (HAS(0) && f[0].kind == PX_FV_STR) url = f[0].s;
   }
-  if (is_data(url)) return data_url(url, &p->media_type, &p->data);
+  snprintf(q, sizeof(q), "%s.image_url.url", part_path(pp, sizeof(pp), mi, j));
+  if (url.p == NULL) return REFUSE(err, q, "%s is required", q);
+  if (HAS(1) && f[1].kind == PX_FV_STR && !is_val(f[1].s, "auto"))
+    px_lossy_add(lossy, "messages[].content[].image_url.detail");
+  if (is_data(url)) {
+    int rc = data_url(url, &p->media_type, &p->data);
+    return rc < 0 ? REFUSE(err, q, "%s: only base64 data URLs are supported", q) : rc;
+  }
   /* an escape in the first bytes might spell "data:" */
   if (url.esc && memchr(url.p, '\\', url.n < 5 ? url.n : 5) != NULL) return DECLINE;
   p->url = url;
   return 0;
 }
 
-/* {type:"file", file:{file_data | file_id, filename}} -> a FILE part */
-static int file_part(const px_tr_ctx_t *ctx, const px_fv_t *fv, px_fpart_t *p) {
+/* {type:"file", file:{file_data | file_id, filename}} of part j of message
+ * mi -> a FILE part */
+static int file_part(const px_tr_ctx_t *ctx, const px_fv_t *fv, int has, px_fpart_t *p,
+                     size_t mi, size_t j, px_tr_err_t *err) {
   static const px_fkey_t keys[] = {PX_FK("file_data"), PX_FK("file_id"),
                                    PX_FK("filename")};
+  char pp[PATH_MAX_LEN], q[SUBPATH_LEN];
   px_fv_t f[3];
   unsigned seen = 0;
-  if (fv->kind != PX_FV_OBJ || px_fv_kfields(fv, keys, 3, f, &seen) != 0) return DECLINE;
+  if (!has || fv->kind != PX_FV_OBJ) {
+    snprintf(q, sizeof(q), "%s.file", part_path(pp, sizeof(pp), mi, j));
+    return REFUSE(err, q, "%s must be an object", q);
+  }
+  if (px_fv_kfields(fv, keys, 3, f, &seen) != 0) return DECLINE;
   if (HAS(0) && f[0].kind == PX_FV_STR) {
     px_fstr_t fd = f[0].s;
     if (fd.esc) return DECLINE; /* an escape might spell "data:" */
     if (is_data(fd)) {
-      if (data_url(fd, &p->media_type, &p->data) != 0) return DECLINE;
+      if (data_url(fd, &p->media_type, &p->data) != 0) {
+        snprintf(q, sizeof(q), "%s.file.file_data", part_path(pp, sizeof(pp), mi, j));
+        return REFUSE(err, q, "%s: only base64 data URLs are supported", q);
+      }
     } else { /* bare base64: OpenAI accepts PDFs only */
       p->media_type = (px_fstr_t){"application/pdf", 15, 0};
       p->data = fd;
     }
   } else if (HAS(1) && f[1].kind == PX_FV_STR) {
-    if (!px_tr_out_can(ctx, PX_CAP_FILE_ID)) return DECLINE;
+    if (!px_tr_out_can(ctx, PX_CAP_FILE_ID)) {
+      snprintf(q, sizeof(q), "%s.file.file_id", part_path(pp, sizeof(pp), mi, j));
+      px_file_id_check(ctx, q, err);
+      return PX_FAST_REFUSE;
+    }
     p->file_id = f[1].s;
   } else {
-    return DECLINE;
+    snprintf(q, sizeof(q), "%s.file", part_path(pp, sizeof(pp), mi, j));
+    return REFUSE(err, q, "%s needs file_data or file_id", q);
   }
   if (HAS(2) && f[2].kind == PX_FV_STR) p->filename = f[2].s;
   return 0;
 }
 
-/* a user message's content parts (chat.c's user_part) */
-static int user_parts(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m,
-                      px_arena_t *a, px_lossy_t *lossy) {
+/* the content parts of user message mi (chat.c's user_part) */
+static int user_parts(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m, size_t mi,
+                      px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   px_fw_t w = {c->raw.ptr, c->raw.len, 0};
-  int r;
+  char pp[PATH_MAX_LEN], q[SUBPATH_LEN];
+  int r, rc;
+  size_t j = 0;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
+  for (; (r = px_fw_elem(&w)) == 1; j++) {
     static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("image_url"),
                                      PX_FK("file")};
     px_fv_t f[4];
     unsigned seen = 0;
-    if (px_fw_kfields(&w, keys, 4, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR)
-      return DECLINE;
+    int obj = px_fw_peek(&w) == PX_FV_OBJ;
+    if (obj && px_fw_kfields(&w, keys, 4, f, &seen) != 0) return DECLINE;
+    if (!obj || !HAS(0) || f[0].kind != PX_FV_STR) {
+      part_path(pp, sizeof(pp), mi, j);
+      return REFUSE(err, pp, "%s.type is required", pp);
+    }
     px_fstr_t t = f[0].s;
     px_fpart_t *p;
-    if (px_fs_is(t, "text")) {
-      if (!HAS(1) || f[1].kind != PX_FV_STR || (p = px_fpart_text(a, f[1].s)) == NULL)
-        return DECLINE;
-    } else if (px_fs_is(t, "image_url")) {
-      if (!HAS(2) || (p = px_fpart_new(a, PX_FP_IMAGE)) == NULL ||
-          image_part(&f[2], p, lossy) != 0)
-        return DECLINE;
-    } else if (px_fs_is(t, "file")) {
-      if (!HAS(3) || (p = px_fpart_new(a, PX_FP_FILE)) == NULL ||
-          file_part(ctx, &f[3], p) != 0)
-        return DECLINE;
+    if (is_val(t, "text")) {
+      if (!HAS(1) || f[1].kind != PX_FV_STR) {
+        part_path(pp, sizeof(pp), mi, j);
+        return REFUSE(err, pp, "%s.text must be a string", pp);
+      }
+      if ((p = px_fpart_text(a, f[1].s)) == NULL) return DECLINE;
+    } else if (is_val(t, "image_url")) {
+      if ((p = px_fpart_new(a, PX_FP_IMAGE)) == NULL) return DECLINE;
+      if ((rc = image_part(&f[2], HAS(2), p, mi, j, lossy, err)) != 0) return rc;
+    } else if (is_val(t, "input_audio")) {
+      part_path(pp, sizeof(pp), mi, j);
+      return REFUSE(err, pp, "%s: audio parts cannot be translated to %s", pp,
+                    px_proto_get(ctx->out)->name);
+    } else if (is_val(t, "file")) {
+      if ((p = px_fpart_new(a, PX_FP_FILE)) == NULL) return DECLINE;
+      if ((rc = file_part(ctx, &f[3], HAS(3), p, mi, j, err)) != 0) return rc;
     } else {
-      return DECLINE; /* audio, unknown: the reference names the error */
+      const char *tv = cstr(a, t);
+      if (tv == NULL) return DECLINE;
+      snprintf(q, sizeof(q), "%s.type", part_path(pp, sizeof(pp), mi, j));
+      return REFUSE(err, q, "%s: unknown content part type '%s'", q, tv);
     }
     px_fpart_push(&m->parts, &m->last, p);
   }
   return r < 0 ? DECLINE : 0;
 }
 
-/* assistant content: a string, text and refusal parts, or null */
-static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
+/* the content of assistant message mi: a string, text and refusal parts,
+ * or null */
+static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, size_t mi, px_arena_t *a,
+                           px_tr_err_t *err) {
+  char q[PATH_MAX_LEN];
   if (c->kind == PX_FV_STR) {
     if (c->s.n == 0) return 0;
     px_fpart_t *p = px_fpart_text(a, c->s);
@@ -162,33 +257,42 @@ static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
     return 0;
   }
   if (c->kind == PX_FV_NULL) return 0;
-  if (c->kind != PX_FV_ARR) return DECLINE;
+  if (c->kind != PX_FV_ARR) {
+    content_path(q, sizeof(q), mi);
+    return REFUSE(err, q, "%s must be a string, an array or null", q);
+  }
   px_fw_t w = {c->raw.ptr, c->raw.len, 0};
   int r;
+  size_t j = 0;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
+  for (; (r = px_fw_elem(&w)) == 1; j++) {
     static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("refusal")};
     px_fv_t f[3];
     unsigned seen = 0;
-    if (px_fw_kfields(&w, keys, 3, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR)
-      return DECLINE;
+    int obj = px_fw_peek(&w) == PX_FV_OBJ;
+    if (obj && px_fw_kfields(&w, keys, 3, f, &seen) != 0) return DECLINE;
     px_fpart_t *p;
-    if (px_fs_is(f[0].s, "text") && HAS(1) && f[1].kind == PX_FV_STR)
+    int t = !obj || !HAS(0) || f[0].kind != PX_FV_STR ? 0
+            : is_val(f[0].s, "text")                   ? 1
+            : is_val(f[0].s, "refusal")                ? 2
+                                                       : 0;
+    if (t == 1 && HAS(1) && f[1].kind == PX_FV_STR) {
       p = px_fpart_text(a, f[1].s);
-    else if (px_fs_is(f[0].s, "refusal") && HAS(2) && f[2].kind == PX_FV_STR)
-      p = px_fpart_new(a, PX_FP_REFUSAL);
-    else
-      return DECLINE;
+    } else if (t == 2 && HAS(2) && f[2].kind == PX_FV_STR) {
+      if ((p = px_fpart_new(a, PX_FP_REFUSAL)) != NULL) p->text = f[2].s;
+    } else {
+      part_path(q, sizeof(q), mi, j);
+      return REFUSE(err, q, "%s: assistant content parts must be text or refusal", q);
+    }
     if (p == NULL) return DECLINE;
-    if (p->type == PX_FP_REFUSAL) p->text = f[2].s;
     px_fpart_push(&m->parts, &m->last, p);
   }
   return r < 0 ? DECLINE : 0;
 }
 
-/* one entry of a tool_calls list (requests and responses): {type:
- * "function" or none, id, function: {name, arguments}} -> f (type, id,
- * function) and g (name, arguments), present as the bits of *seen, *gs */
+/* one entry of a tool_calls list of an answer: {type: "function" or none,
+ * id, function: {name, arguments}} -> f (type, id, function) and g (name,
+ * arguments), present as the bits of *seen, *gs */
 static int call_fields(px_fw_t *w, px_fv_t f[3], unsigned *seen, px_fv_t g[2],
                        unsigned *gs) {
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("id"), PX_FK("function")};
@@ -200,67 +304,94 @@ static int call_fields(px_fw_t *w, px_fv_t f[3], unsigned *seen, px_fv_t g[2],
   return px_fv_kfields(&f[2], fkeys, 2, g, gs);
 }
 
-/* a custom tool call {type:"custom", id, custom:{name, input}} (toward an
- * upstream with PX_CAP_CUSTOM_TOOLS) */
-static int custom_call(px_fw_t *w, px_fpart_t *p) {
-  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("id"), PX_FK("custom")};
+/* arguments px_fast_args_object did not take (path: theirs): chat.c's
+ * check_arguments words (jansson's own on invalid JSON: this is the error
+ * path only), or a decline where it takes them */
+static int args_refusal(const px_tr_ctx_t *ctx, px_fstr_t args, const char *path,
+                        px_arena_t *a, px_tr_err_t *err) {
+  const char *s = cstr(a, args);
+  if (s == NULL) return DECLINE;
+  json_error_t je;
+  json_t *v = px_jdoc_loads(s, JSON_DECODE_ANY, &je);
+  if (v == NULL) return REFUSE(err, path, "%s is not valid JSON: %s", path, je.text);
+  int ok = json_is_object(v) || px_tr_out_can(ctx, PX_CAP_ANY_TOOL_ARGS);
+  json_decref(v);
+  if (!ok) return REFUSE(err, path, "%s must be a JSON object", path);
+  return DECLINE; /* taken by chat.c, not in the shape taken here */
+}
+
+/* the tool_calls of assistant message mi (chat.c's assistant_tool_calls) */
+static int tool_calls(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m, size_t mi,
+                      px_arena_t *a, px_tr_err_t *err) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("id"), PX_FK("function"),
+                                   PX_FK("custom")};
+  static const px_fkey_t fkeys[] = {PX_FK("name"), PX_FK("arguments")};
   static const px_fkey_t ckeys[] = {PX_FK("name"), PX_FK("input")};
-  px_fv_t f[3], g[2];
-  unsigned seen = 0, gs = 0;
-  if (px_fw_kfields(w, keys, 3, f, &seen) != 0 || !HAS(1) || f[1].kind != PX_FV_STR ||
-      !HAS(2) || f[2].kind != PX_FV_OBJ || px_fv_kfields(&f[2], ckeys, 2, g, &gs) != 0 ||
-      !(gs & 1) || g[0].kind != PX_FV_STR)
-    return DECLINE;
-  p->custom = 1;
-  p->id = f[1].s;
-  p->name = g[0].s;
-  p->text = (gs & 2) && g[1].kind == PX_FV_STR ? g[1].s : (px_fstr_t){"", 0, 0};
-  return 0;
-}
-
-/* whether the array element at the cursor is {"type":"custom",...} (a
- * look ahead: the element is read again) */
-static int is_custom(const px_fw_t *w) {
-  static const px_fkey_t keys[] = {PX_FK("type")};
-  px_fw_t x = *w;
-  px_fv_t f[1];
-  unsigned seen = 0;
-  return px_fw_kfields(&x, keys, 1, f, &seen) == 0 && seen && f[0].kind == PX_FV_STR &&
-         px_fs_is(f[0].s, "custom");
-}
-
-static int tool_calls(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m,
-                      px_arena_t *a) {
+  char p[PATH_MAX_LEN];
   if (c->kind == PX_FV_NULL) return 0;
-  if (c->kind != PX_FV_ARR) return DECLINE;
+  if (c->kind != PX_FV_ARR) {
+    snprintf(p, sizeof(p), "messages[%zu].tool_calls", mi);
+    return REFUSE(err, p, "%s must be an array", p);
+  }
   px_fw_t w = {c->raw.ptr, c->raw.len, 0};
   int r, custom_ok = px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS);
+  size_t j = 0;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
-    px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
-    if (p == NULL) return DECLINE;
-    if (custom_ok && w.p[w.i] == '{' && is_custom(&w)) {
-      if (custom_call(&w, p) != 0) return DECLINE;
-      px_fpart_push(&m->parts, &m->last, p);
+  for (; (r = px_fw_elem(&w)) == 1; j++) {
+    px_fv_t f[4], g[2];
+    unsigned seen = 0, gs = 0;
+    if (px_fw_peek(&w) == PX_FV_OBJ) {
+      if (px_fw_kfields(&w, keys, 4, f, &seen) != 0) return DECLINE;
+    } else if (px_fw_value(&w, &f[0]) < 0) {
+      return DECLINE;
+    }
+    px_fstr_t t = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
+    px_fpart_t *pt = px_fpart_new(a, PX_FP_TOOL_CALL);
+    if (pt == NULL) return DECLINE;
+    if (t.p != NULL && custom_ok && is_val(t, "custom")) {
+      /* a custom (freeform) tool call, for an upstream that can hold it */
+      if (HAS(3) && f[3].kind == PX_FV_OBJ && px_fv_kfields(&f[3], ckeys, 2, g, &gs) != 0)
+        return DECLINE;
+      if (!HAS(1) || f[1].kind != PX_FV_STR || !(gs & 1) || g[0].kind != PX_FV_STR) {
+        snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu]", mi, j);
+        return REFUSE(err, p, "%s needs id and custom.name", p);
+      }
+      pt->custom = 1;
+      pt->id = f[1].s;
+      pt->name = g[0].s;
+      pt->text = (gs & 2) && g[1].kind == PX_FV_STR ? g[1].s : (px_fstr_t){"", 0, 0};
+      px_fpart_push(&m->parts, &m->last, pt);
       continue;
     }
-    px_fv_t f[3], g[2];
-    unsigned seen = 0, fseen = 0;
-    if (call_fields(&w, f, &seen, g, &fseen) != 0 || !HAS(1) || f[1].kind != PX_FV_STR ||
-        !(fseen & 1) || g[0].kind != PX_FV_STR)
+    if (t.p != NULL && !is_val(t, "function")) {
+      const char *tv = cstr(a, t);
+      if (tv == NULL) return DECLINE;
+      snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu]", mi, j);
+      return REFUSE(err, p, "%s: %s tool calls cannot be translated", p, tv);
+    }
+    if (HAS(2) && f[2].kind == PX_FV_OBJ && px_fv_kfields(&f[2], fkeys, 2, g, &gs) != 0)
       return DECLINE;
-    p->id = f[1].s;
-    p->name = g[0].s;
-    if (!(fseen & 2) || g[1].kind != PX_FV_STR || px_fs_blank_value(g[1].s) == 1) {
-      p->args = (px_fstr_t){"{}", 2, 0}; /* a call without arguments */
-      p->input = (px_str_t){"{}", 2};
+    if (!HAS(1) || f[1].kind != PX_FV_STR || !(gs & 1) || g[0].kind != PX_FV_STR) {
+      snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu]", mi, j);
+      return REFUSE(err, p, "%s needs id, function.name and function.arguments", p);
+    }
+    pt->id = f[1].s;
+    pt->name = g[0].s;
+    int blank = (gs & 2) && g[1].kind == PX_FV_STR ? px_fs_blank_value(g[1].s) : 1;
+    if (blank < 0) return DECLINE;
+    if (blank) {
+      pt->args = (px_fstr_t){"{}", 2, 0}; /* a call without arguments */
+      pt->input = (px_str_t){"{}", 2};
     } else {
-      p->args = g[1].s;
+      pt->args = g[1].s;
       /* the jansson codec checks them as JSON (an object toward
        * Anthropic); objects are the shape taken here */
-      if (px_fast_args_object(a, p) != 0) return DECLINE;
+      if (px_fast_args_object(a, pt) != 0) {
+        snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu].function.arguments", mi, j);
+        return args_refusal(ctx, g[1].s, p, a, err);
+      }
     }
-    px_fpart_push(&m->parts, &m->last, p);
+    px_fpart_push(&m->parts, &m->last, pt);
   }
   return r < 0 ? DECLINE : 0;
 }
@@ -281,7 +412,10 @@ static const px_fkey_t msg_keys[] = {PX_FK("role"), PX_FK("content"), PX_FK("nam
                                      PX_FK("function_call"), PX_FK("audio")};
 
 static int decode_assistant(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
-                            const px_fv_t *content, px_freq_t *ir, px_arena_t *a) {
+                            const px_fv_t *content, size_t mi, px_freq_t *ir,
+                            px_arena_t *a, px_tr_err_t *err) {
+  char p[PATH_MAX_LEN];
+  int rc;
   px_fmsg_t *m = px_fmsg_push(ir, a, 1);
   if (m == NULL) return DECLINE;
   if (HAS(M_RC) && f[M_RC].kind == PX_FV_STR && f[M_RC].s.n > 0) {
@@ -290,7 +424,7 @@ static int decode_assistant(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned s
     p->text = f[M_RC].s;
     px_fpart_push(&m->parts, &m->last, p);
   }
-  if (assistant_parts(content, m, a) != 0) return DECLINE;
+  if ((rc = assistant_parts(content, m, mi, a, err)) != 0) return rc;
   if (HAS(M_REFUSAL) && f[M_REFUSAL].kind == PX_FV_STR && f[M_REFUSAL].s.n > 0) {
     int has = 0;
     for (const px_fpart_t *p = m->parts; p; p = p->next) has |= p->type == PX_FP_REFUSAL;
@@ -301,50 +435,75 @@ static int decode_assistant(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned s
       px_fpart_push(&m->parts, &m->last, p);
     }
   }
-  if (HAS(M_FC) && f[M_FC].kind != PX_FV_NULL) return DECLINE;
-  if (HAS(M_AUDIO) && f[M_AUDIO].kind != PX_FV_NULL) return DECLINE;
-  if (HAS(M_TC) && tool_calls(ctx, &f[M_TC], m, a) != 0) return DECLINE;
-  return 0;
+  if (HAS(M_FC) && f[M_FC].kind != PX_FV_NULL) {
+    snprintf(p, sizeof(p), "messages[%zu].function_call", mi);
+    return REFUSE(err, p, "%s: legacy function calls are not supported, use tool_calls", p);
+  }
+  if (HAS(M_AUDIO) && f[M_AUDIO].kind != PX_FV_NULL) {
+    snprintf(p, sizeof(p), "messages[%zu].audio", mi);
+    return REFUSE(err, p, "%s: audio cannot be translated", p);
+  }
+  return HAS(M_TC) ? tool_calls(ctx, &f[M_TC], m, mi, a, err) : 0;
 }
 
-static int decode_message(const px_tr_ctx_t *ctx, px_fw_t *w, px_freq_t *ir,
-                          px_arena_t *a, px_lossy_t *lossy) {
+/* message mi at the cursor (chat.c's decode_messages, one turn) */
+static int decode_message(const px_tr_ctx_t *ctx, px_fw_t *w, size_t mi, px_freq_t *ir,
+                          px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  char p[PATH_MAX_LEN];
   px_fv_t f[NKEYS(msg_keys)];
   unsigned seen = 0;
-  if (px_fw_kfields(w, msg_keys, NKEYS(msg_keys), f, &seen) != 0) return DECLINE;
-  if (!HAS(M_ROLE) || f[M_ROLE].kind != PX_FV_STR) return DECLINE;
+  int obj = px_fw_peek(w) == PX_FV_OBJ, rc;
+  if (obj && px_fw_kfields(w, msg_keys, NKEYS(msg_keys), f, &seen) != 0) return DECLINE;
+  if (!obj && px_fw_value(w, &f[0]) < 0) return DECLINE; /* past it (the caller goes on) */
+  if (!obj || !HAS(M_ROLE) || f[M_ROLE].kind != PX_FV_STR) {
+    snprintf(p, sizeof(p), "messages[%zu].role", mi);
+    return REFUSE(err, p, "%s is required", p);
+  }
   if (HAS(M_NAME)) px_lossy_add(lossy, "messages[].name");
   px_fstr_t role = f[M_ROLE].s;
   px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
   const px_fv_t *content = HAS(M_CONTENT) ? &f[M_CONTENT] : &none;
   px_fmsg_t *m;
-  if (px_fs_is(role, "system") || px_fs_is(role, "developer")) {
-    return text_content(content, &ir->system, &ir->system_last,
-                        px_fs_is(role, "developer"), a);
-  }
-  if (px_fs_is(role, "user")) {
-    if (content->kind != PX_FV_STR && content->kind != PX_FV_ARR) return DECLINE;
+  int dev = is_val(role, "developer");
+  if (dev || is_val(role, "system"))
+    return text_content(content, &ir->system, &ir->system_last, dev, mi, a, err);
+  if (is_val(role, "user")) {
+    if (content->kind != PX_FV_STR && content->kind != PX_FV_ARR) {
+      content_path(p, sizeof(p), mi);
+      return REFUSE(err, p, "%s must be a string or an array", p);
+    }
     if ((m = px_fmsg_push(ir, a, 0)) == NULL) return DECLINE;
-    if (content->kind == PX_FV_ARR) return user_parts(ctx, content, m, a, lossy);
-    px_fpart_t *p = px_fpart_text(a, content->s);
-    if (p == NULL) return DECLINE;
-    px_fpart_push(&m->parts, &m->last, p);
+    if (content->kind == PX_FV_ARR) return user_parts(ctx, content, m, mi, a, lossy, err);
+    px_fpart_t *pt = px_fpart_text(a, content->s);
+    if (pt == NULL) return DECLINE;
+    px_fpart_push(&m->parts, &m->last, pt);
     return 0;
   }
-  if (px_fs_is(role, "assistant")) return decode_assistant(ctx, f, seen, content, ir, a);
-  if (px_fs_is(role, "tool")) {
-    if (!HAS(M_TCID) || f[M_TCID].kind != PX_FV_STR) return DECLINE;
+  if (is_val(role, "assistant"))
+    return decode_assistant(ctx, f, seen, content, mi, ir, a, err);
+  if (is_val(role, "tool")) {
+    if (!HAS(M_TCID) || f[M_TCID].kind != PX_FV_STR) {
+      snprintf(p, sizeof(p), "messages[%zu].tool_call_id", mi);
+      return REFUSE(err, p, "%s is required", p);
+    }
     px_fpart_t *res = px_fpart_new(a, PX_FP_TOOL_RESULT), *tail = NULL;
     if (res == NULL) return DECLINE;
     res->id = f[M_TCID].s;
-    if (text_content(content, &res->content, &tail, 0, a) != 0) return DECLINE;
+    if ((rc = text_content(content, &res->content, &tail, 0, mi, a, err)) != 0) return rc;
     /* consecutive tool results share one user message */
     m = tool_result_tail(ir);
     if (m == NULL && (m = px_fmsg_push(ir, a, 0)) == NULL) return DECLINE;
     px_fpart_push(&m->parts, &m->last, res);
     return 0;
   }
-  return DECLINE;
+  snprintf(p, sizeof(p), "messages[%zu].role", mi);
+  if (is_val(role, "function"))
+    return REFUSE(err, p,
+                  "%s: the legacy 'function' role cannot be translated "
+                  "(it has no tool_call_id); use 'tool'",
+                  p);
+  const char *rv = cstr(a, role);
+  return rv == NULL ? DECLINE : REFUSE(err, p, "%s: unknown role '%s'", p, rv);
 }
 
 /* a string or null JSON value as raw JSON ("null" when absent), into b */
@@ -389,12 +548,14 @@ static int format_in(const px_fv_t *fv, px_str_t *out, px_arena_t *a) {
 }
 
 static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir,
-                        px_arena_t *a) {
-  if (tv->kind != PX_FV_ARR) return DECLINE;
+                        px_arena_t *a, px_tr_err_t *err) {
+  char p[PATH_MAX_LEN];
+  if (tv->kind != PX_FV_ARR) return REFUSE(err, "tools", "tools must be an array");
   px_fw_t w = {tv->raw.ptr, tv->raw.len, 0};
   int r, custom_ok = px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS);
+  size_t i = 0;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
+  for (; (r = px_fw_elem(&w)) == 1; i++) {
     static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("function"), PX_FK("custom")};
     static const px_fkey_t fkeys[] = {PX_FK("name"), PX_FK("description"),
                                       PX_FK("parameters"), PX_FK("strict")};
@@ -402,25 +563,35 @@ static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir
                                       PX_FK("format")};
     px_fv_t f[3], g[4];
     unsigned seen = 0, fseen = 0;
-    if (px_fw_kfields(&w, keys, 3, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR)
-      return DECLINE;
-    if (custom_ok && px_fs_is(f[0].s, "custom")) {
-      if (!HAS(2) || f[2].kind != PX_FV_OBJ ||
-          px_fv_kfields(&f[2], ckeys, 3, g, &fseen) != 0 || !(fseen & 1) ||
-          g[0].kind != PX_FV_STR)
+    int obj = px_fw_peek(&w) == PX_FV_OBJ;
+    if (obj && px_fw_kfields(&w, keys, 3, f, &seen) != 0) return DECLINE;
+    px_fstr_t t = obj && HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
+    int custom = is_val(t, "custom");
+    if (custom && custom_ok) {
+      if (HAS(2) && f[2].kind == PX_FV_OBJ && px_fv_kfields(&f[2], ckeys, 3, g, &fseen) != 0)
         return DECLINE;
-      px_ftool_t *t = px_ftool_push(ir, a, g[0].s, (fseen & 2) ? &g[1] : NULL, NULL, NULL,
-                                    PX_FAST_OPENAI_PARAMS);
-      if (t == NULL) return DECLINE;
-      t->custom = 1;
-      if ((fseen & 4) && format_in(&g[2], &t->format, a) != 0) return DECLINE;
+      if (!(fseen & 1) || g[0].kind != PX_FV_STR) {
+        snprintf(p, sizeof(p), "tools[%zu].custom.name", i);
+        return REFUSE(err, p, "%s is required", p);
+      }
+      px_ftool_t *tl = px_ftool_push(ir, a, g[0].s, (fseen & 2) ? &g[1] : NULL, NULL, NULL,
+                                     PX_FAST_OPENAI_PARAMS);
+      if (tl == NULL) return DECLINE;
+      tl->custom = 1;
+      if ((fseen & 4) && format_in(&g[2], &tl->format, a) != 0) return DECLINE;
       continue;
     }
-    if (!px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_OBJ)
+    snprintf(p, sizeof(p), "tools[%zu].type", i);
+    if (custom)
+      return REFUSE(err, p, "%s: custom (freeform text) tools cannot be translated to %s", p,
+                    px_proto_get(ctx->out)->name);
+    if (!is_val(t, "function")) return REFUSE(err, p, "%s: unsupported tool type", p);
+    if (HAS(1) && f[1].kind == PX_FV_OBJ && px_fv_kfields(&f[1], fkeys, 4, g, &fseen) != 0)
       return DECLINE;
-    if (px_fv_kfields(&f[1], fkeys, 4, g, &fseen) != 0 || !(fseen & 1) ||
-        g[0].kind != PX_FV_STR)
-      return DECLINE;
+    if (!(fseen & 1) || g[0].kind != PX_FV_STR) {
+      snprintf(p, sizeof(p), "tools[%zu].function.name", i);
+      return REFUSE(err, p, "%s is required", p);
+    }
     if (px_ftool_push(ir, a, g[0].s, (fseen & 2) ? &g[1] : NULL,
                       (fseen & 4) ? &g[2] : NULL, (fseen & 8) ? &g[3] : NULL,
                       PX_FAST_OPENAI_PARAMS) == NULL)
@@ -430,44 +601,46 @@ static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir
 }
 
 static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_t *ir,
-                              px_lossy_t *lossy) {
-  if (v->kind == PX_FV_STR) return px_fast_openai_tc(v->s, ir);
-  if (v->kind != PX_FV_OBJ) return DECLINE;
+                              px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  if (v->kind == PX_FV_STR) {
+    if (is_val(v->s, "auto") || is_val(v->s, "none") || is_val(v->s, "required"))
+      return px_fast_openai_tc(v->s, ir);
+    const char *s = cstr(a, v->s);
+    return s ? REFUSE(err, "tool_choice", "tool_choice: unknown value '%s'", s) : DECLINE;
+  }
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("function"), PX_FK("custom"),
                                    PX_FK("allowed_tools")};
   static const px_fkey_t nkeys[] = {PX_FK("name")};
   static const px_fkey_t akeys[] = {PX_FK("mode")};
   px_fv_t f[4], g[1];
   unsigned seen = 0, gs = 0;
-  if (px_fv_kfields(v, keys, 4, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR)
-    return DECLINE;
-  px_fstr_t t = f[0].s;
-  int k = px_fs_is(t, "function")                                            ? 1
-          : px_fs_is(t, "custom") && px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS) ? 2
-          : px_fs_is(t, "allowed_tools")                                     ? 3
-                                                                             : -1;
-  if (k < 0 || !HAS(k)) {
-    /* allowed_tools without its object: no mode, auto */
-    if (k != 3) return DECLINE;
-    px_lossy_add(lossy, "tool_choice.allowed_tools");
-    ir->tool_choice = PX_FTC_AUTO;
-    return 0;
+  if (v->kind == PX_FV_OBJ && px_fv_kfields(v, keys, 4, f, &seen) != 0) return DECLINE;
+  px_fstr_t t = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
+  int k = is_val(t, "function")                                            ? 1
+          : is_val(t, "custom") && px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS) ? 2
+          : is_val(t, "allowed_tools")                                     ? 3
+                                                                           : -1;
+  if (k < 0) {
+    const char *s = t.p ? cstr(a, t) : "?";
+    return s ? REFUSE(err, "tool_choice", "tool_choice: type '%s' cannot be translated", s)
+             : DECLINE;
   }
-  if (f[k].kind != PX_FV_OBJ) {
-    if (k != 3) return DECLINE;
-    gs = 0;
-  } else if (px_fv_kfields(&f[k], k == 3 ? akeys : nkeys, 1, g, &gs) != 0) {
+  if (HAS(k) && f[k].kind == PX_FV_OBJ &&
+      px_fv_kfields(&f[k], k == 3 ? akeys : nkeys, 1, g, &gs) != 0)
     return DECLINE;
-  }
   if (k == 3) {
+    /* the restriction to a subset cannot be carried; the mode can */
     px_lossy_add(lossy, "tool_choice.allowed_tools");
-    ir->tool_choice = gs && g[0].kind == PX_FV_STR && px_fs_is(g[0].s, "required")
+    ir->tool_choice = gs && g[0].kind == PX_FV_STR && is_val(g[0].s, "required")
                           ? PX_FTC_REQUIRED
                           : PX_FTC_AUTO;
-    if (gs && g[0].kind == PX_FV_STR && g[0].s.esc) return DECLINE;
     return 0;
   }
-  if (!gs || g[0].kind != PX_FV_STR) return DECLINE;
+  if (!gs || g[0].kind != PX_FV_STR)
+    return k == 1 ? REFUSE(err, "tool_choice.function.name",
+                           "tool_choice.function.name is required")
+                  : REFUSE(err, "tool_choice.custom.name",
+                           "tool_choice.custom.name is required");
   ir->tool_choice = PX_FTC_TOOL;
   ir->tc_name = g[0].s;
   return 0;
@@ -494,34 +667,41 @@ static int text_modalities(const px_fv_t *v) {
   if (px_fw_open(&w, '[') < 0) return 0;
   while ((r = px_fw_elem(&w)) == 1) {
     px_fv_t x;
-    if (px_fw_value(&w, &x) < 0 || x.kind != PX_FV_STR || !px_fs_is(x.s, "text"))
-      return 0;
+    if (px_fw_value(&w, &x) < 0 || x.kind != PX_FV_STR || !is_val(x.s, "text")) return 0;
   }
   return r == 0;
 }
 
 /* response_format: text, json_object, json_schema {name?, description?,
  * schema, strict?} (chat.c's decode_response_format) */
-static int response_format(const px_fv_t *v, px_freq_t *ir) {
+static int response_format(const px_fv_t *v, px_freq_t *ir, px_arena_t *a,
+                           px_tr_err_t *err) {
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("json_schema")};
   static const px_fkey_t skeys[] = {PX_FK("schema"), PX_FK("name"), PX_FK("description"),
                                     PX_FK("strict")};
   px_fv_t f[2], g[4];
   unsigned seen = 0, gs = 0;
-  if (v->kind != PX_FV_OBJ || px_fv_kfields(v, keys, 2, f, &seen) != 0 || !HAS(0) ||
-      f[0].kind != PX_FV_STR)
-    return DECLINE;
-  if (px_fs_is(f[0].s, "text")) {
+  if (v->kind == PX_FV_OBJ && px_fv_kfields(v, keys, 2, f, &seen) != 0) return DECLINE;
+  if (!HAS(0) || f[0].kind != PX_FV_STR)
+    return REFUSE(err, "response_format", "response_format.type is required");
+  if (is_val(f[0].s, "text")) {
     ir->rf_text = 1;
     return 0;
   }
-  if (px_fs_is(f[0].s, "json_object")) {
+  if (is_val(f[0].s, "json_object")) {
     ir->rf_json = 1;
     return 0;
   }
-  if (!px_fs_is(f[0].s, "json_schema") || !HAS(1) || f[1].kind != PX_FV_OBJ ||
-      px_fv_kfields(&f[1], skeys, 4, g, &gs) != 0 || !(gs & 1) || g[0].kind != PX_FV_OBJ)
+  if (!is_val(f[0].s, "json_schema")) {
+    const char *s = cstr(a, f[0].s);
+    return s ? REFUSE(err, "response_format.type", "response_format.type '%s' is unknown", s)
+             : DECLINE;
+  }
+  if (HAS(1) && f[1].kind == PX_FV_OBJ && px_fv_kfields(&f[1], skeys, 4, g, &gs) != 0)
     return DECLINE;
+  if (!(gs & 1) || g[0].kind != PX_FV_OBJ)
+    return REFUSE(err, "response_format.json_schema.schema",
+                  "response_format.json_schema.schema is required");
   ir->rf_schema = g[0].raw;
   if ((gs & 2) && g[1].kind == PX_FV_STR) ir->rf_name = g[1].s;
   if ((gs & 4) && g[2].kind == PX_FV_STR) ir->rf_desc = g[2].s;
@@ -593,21 +773,45 @@ static int unknown_member(px_fstr_t k, const px_fv_t *v, unknown_key_t **seen_ke
   return px_fast_lossy_key(lossy, k);
 }
 
+/* max_tokens / max_completion_tokens (key: its name): a positive integer
+ * (chat.c's decode_limits) -> *v; null: nothing */
+static int limit(const char *key, const px_fv_t *v, int64_t *n, px_tr_err_t *err) {
+  *n = 0;
+  if (v->kind == PX_FV_NULL) return 0;
+  if (v->kind == PX_FV_NUM && px_fw_is_int(v->raw) && v->raw.ptr[0] != '-' &&
+      px_fw_uint(v->raw, n) < 0)
+    return DECLINE; /* an integer this walker cannot read */
+  if (*n < 1) return REFUSE(err, key, "%s must be a positive integer", key);
+  return 0;
+}
+
 /* One top-level member, as chat.c's decode_request reads it where it
  * stands (its lossy names in the body's order). */
 static int decode_member(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_t *ir,
-                         px_arena_t *a, px_lossy_t *lossy, int *user_from_safety) {
+                         px_arena_t *a, px_lossy_t *lossy, int *user_from_safety,
+                         px_tr_err_t *err) {
   switch (ki) {
     case K_MODEL:
-      return v->kind == PX_FV_STR ? 0 : DECLINE;
+      return v->kind == PX_FV_STR ? 0 : REFUSE(err, "model", "model must be a string");
     case K_TOOLS:
-      return v->kind == PX_FV_NULL ? 0 : decode_tools(ctx, v, ir, a);
+      return v->kind == PX_FV_NULL ? 0 : decode_tools(ctx, v, ir, a, err);
     case K_TC:
-      return v->kind == PX_FV_NULL ? 0 : decode_tool_choice(ctx, v, ir, lossy);
+      return v->kind == PX_FV_NULL ? 0 : decode_tool_choice(ctx, v, ir, a, lossy, err);
     case K_PAR:
       if (v->kind == PX_FV_TRUE || v->kind == PX_FV_FALSE)
         ir->parallel = v->kind == PX_FV_TRUE;
       return 0;
+    case K_MAX:
+    case K_MCT: {
+      int64_t n;
+      int rc = limit(top_keys[ki].s, v, &n, err);
+      /* max_completion_tokens wins over the deprecated max_tokens */
+      if (rc == 0 && n > 0 && (ki == K_MCT || ir->max_tokens.ptr == NULL)) {
+        ir->max_tokens = v->raw;
+        ir->max_tokens_v = n;
+      }
+      return rc;
+    }
     case K_TEMP:
       if (v->kind == PX_FV_NUM) ir->temperature = v->raw;
       return 0;
@@ -617,11 +821,10 @@ static int decode_member(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_fr
     case K_STOP:
       if (v->kind == PX_FV_STR) {
         ir->stop1 = v->s;
-      } else if (v->kind == PX_FV_ARR) {
-        if (!strings_only(v)) return DECLINE;
+      } else if (v->kind == PX_FV_ARR && strings_only(v)) {
         if (!px_fw_empty(v->raw)) ir->stop = v->raw;
       } else if (v->kind != PX_FV_NULL) {
-        return DECLINE;
+        return REFUSE(err, "stop", "stop must be a string or an array of strings");
       }
       return 0;
     case K_USER:
@@ -659,7 +862,7 @@ static int decode_member(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_fr
       }
       return 0;
     case K_RF:
-      return v->kind == PX_FV_NULL ? 0 : response_format(v, ir);
+      return v->kind == PX_FV_NULL ? 0 : response_format(v, ir, a, err);
     case K_EFFORT:
       if (v->kind == PX_FV_STR) {
         ir->has_reasoning = 1;
@@ -677,31 +880,57 @@ static int decode_member(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_fr
       return v->kind == PX_FV_NULL ||
                      (v->kind == PX_FV_NUM && v->raw.len == 1 && v->raw.ptr[0] == '1')
                  ? 0
-                 : DECLINE;
+                 : REFUSE(err, "n", "n: only one choice can be translated to %s",
+                          px_proto_get(ctx->out)->name);
     case K_LOGPROBS:
       if (v->kind == PX_FV_TRUE) px_lossy_add(lossy, "logprobs");
       return 0;
     case K_MODALITIES:
-      return text_modalities(v) ? 0 : DECLINE;
+      return text_modalities(v) ? 0
+                                : REFUSE(err, "modalities",
+                                         "modalities: only text output can be translated");
     case K_AUDIO:
+      return v->kind == PX_FV_NULL
+                 ? 0
+                 : REFUSE(err, "audio", "audio: audio output cannot be translated");
     case K_FUNCS:
     case K_FCALL:
-      return v->kind == PX_FV_NULL ? 0 : DECLINE;
+      return v->kind == PX_FV_NULL
+                 ? 0
+                 : REFUSE(err, top_keys[ki].s,
+                          "%s: legacy function calling is not supported, use tools",
+                          top_keys[ki].s);
     default: /* dropped when set */
       if (v->kind != PX_FV_NULL) px_lossy_add(lossy, top_keys[ki].s);
       return 0;
   }
 }
 
+/* After a refusal at a member: the rest of the object read for what would
+ * move it (jansson keeps a repeated member where it first stood, with its
+ * last value): a repeated member seen up to the refusal (or an escaped
+ * key, which might spell one) declines. */
+static int refused_rest(px_fw_t *w, uint64_t seen) {
+  px_fstr_t k;
+  px_fv_t v;
+  int r;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
+    if (k.esc || (ki >= 0 && (seen & ((uint64_t)1 << ki))) || px_fw_value(w, &v) < 0)
+      return DECLINE;
+  }
+  return r < 0 ? DECLINE : PX_FAST_REFUSE;
+}
+
 static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                    px_tr_err_t *err) {
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
-  px_fv_t lim[2] = {{PX_FV_NULL, {0}, {NULL, 0}}, {PX_FV_NULL, {0}, {NULL, 0}}};
   unknown_key_t *unknown = NULL;
   uint64_t seen = 0;
-  int r, user_from_safety = 0;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  int r, rc, user_from_safety = 0;
+  if (px_fw_open(&w, '{') < 0) return REFUSE(err, "", "request body must be a JSON object");
   while ((r = px_fw_member(&w, &k)) == 1) {
     int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
     if (ki >= 0) {
@@ -711,9 +940,23 @@ static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     if (ki == K_MESSAGES) {
       /* messages are read in place, in body order */
       int re;
-      if (px_fw_peek(&w) != PX_FV_ARR || px_fw_open(&w, '[') < 0) return DECLINE;
-      while ((re = px_fw_elem(&w)) == 1)
-        if (decode_message(ctx, &w, ir, a, lossy) != 0) return DECLINE;
+      size_t mi = 0;
+      if (px_fw_peek(&w) != PX_FV_ARR) {
+        rc = REFUSE(err, "messages", "messages must be an array");
+        if (px_fw_value(&w, &(px_fv_t){0}) < 0) return DECLINE;
+        return refused_rest(&w, seen);
+      }
+      if (px_fw_open(&w, '[') < 0) return DECLINE;
+      while ((re = px_fw_elem(&w)) == 1) {
+        rc = decode_message(ctx, &w, mi++, ir, a, lossy, err);
+        if (rc == PX_FAST_REFUSE) {
+          px_fv_t skip; /* the rest of the messages, to the members after */
+          while ((re = px_fw_elem(&w)) == 1)
+            if (px_fw_value(&w, &skip) < 0) return DECLINE;
+          return re < 0 ? DECLINE : refused_rest(&w, seen);
+        }
+        if (rc != 0) return DECLINE;
+      }
       if (re < 0) return DECLINE;
       continue;
     }
@@ -721,23 +964,13 @@ static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     if (px_fw_value(&w, &v) < 0) return DECLINE;
     if (ki < 0) {
       if (unknown_member(k, &v, &unknown, a, lossy) != 0) return DECLINE;
-    } else if (ki == K_MAX || ki == K_MCT) {
-      lim[ki - K_MAX] = v;
-    } else if (decode_member(ctx, ki, &v, ir, a, lossy, &user_from_safety) != 0) {
-      return DECLINE;
+    } else if ((rc = decode_member(ctx, ki, &v, ir, a, lossy, &user_from_safety, err)) != 0) {
+      return rc == PX_FAST_REFUSE ? refused_rest(&w, seen) : DECLINE;
     }
   }
-  if (r < 0 || !(seen & ((uint64_t)1 << K_MESSAGES))) return DECLINE;
-  /* max_completion_tokens wins over the deprecated max_tokens; both must be
-   * positive integers when set */
-  for (int i = 0; i < 2; i++) {
-    if (lim[i].kind == PX_FV_NULL) continue;
-    int64_t n;
-    if (lim[i].kind != PX_FV_NUM || px_fw_uint(lim[i].raw, &n) < 0 || n < 1)
-      return DECLINE;
-    ir->max_tokens = lim[i].raw;
-    ir->max_tokens_v = n;
-  }
+  if (r < 0) return DECLINE;
+  if (!(seen & ((uint64_t)1 << K_MESSAGES)))
+    return REFUSE(err, "messages", "messages is required");
   return 0;
 }
 

@@ -85,13 +85,8 @@ static void declines(void) {
       /* messages that are no list, more than one choice (the reference
        * refuses both), an escaped member name, a repeated member */
       {2, 0, "{\"model\":\"m\",\"messages\":{},\"max_tokens\":4096}"},
-      {0, 2, "{\"model\":\"m\",\"messages\":[],\"n\":2}"},
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"\\u0074emperature\":1}"},
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"temperature\":1,\"temperature\":0}"},
-      /* legacy function calling (the reference names the error) */
-      {0, 2,
-       "{\"model\":\"m\",\"messages\":[],\"stream\":true,\"functions\":[{\"name\":"
-       "\"f\"}]}"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     px_tr_ctx_t c;
@@ -617,7 +612,10 @@ static void chat_encode_ir(int adaptive) {
   px_arena_free(&a);
 }
 
+static void chat_refusals(void);
+
 static void chat_clients(void) {
+  chat_refusals();
   chat_encode_ir(0);
   chat_encode_ir(1);
   /* settings: reasoning effort, cache key, verbosity, structured output,
@@ -1249,4 +1247,132 @@ static void gemini_codec(void) {
   gem_round(bodies[1], 0, "\"responseJsonSchema\":{\"type\":\"object\"");
   gem_round(bodies[2], 0, "{\"fileData\":{\"mimeType\":\"image/jpeg\"");
   gem_round(bodies[2], 0, "\"thinkingBudget\":1024");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Chat clients' bodies the reference refuses: the fast decoder refuses them
+ * in the same words (kind, param, message), or declines where the words
+ * could move (a member repeated after the refusal) */
+
+/* body (' for ") toward upstream out: refused as chat.c refuses it (1), or
+ * declined by the fast path and left to the reference (0) */
+static void chat_refusal(int out, const char *q, int refused) {
+  char *body = chat_body(q);
+  px_tr_ctx_t c, ref;
+  ctx_of(&c, PX_PROTO_CHAT, out);
+  ref = c;
+  ref.reference = 1;
+  char *fo = NULL, *so = NULL;
+  size_t fl = 0, sl = 0;
+  px_lossy_t lf, ls;
+  px_tr_err_t ef, es;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  memset(&ef, 0, sizeof(ef));
+  memset(&es, 0, sizeof(es));
+  int rc = px_translate_request_fast(&c, body, strlen(body), 0, &fo, &fl, &lf, &ef);
+  int rs = px_translate_request_body(&ref, body, strlen(body), 0, &so, &sl, &ls, &es);
+  CHECK(rc == (refused ? PX_FAST_REFUSE : PX_FAST_DECLINE));
+  if (refused) {
+    CHECK(rs != 0);
+    CHECK(ef.kind == es.kind && strcmp(ef.param, es.param) == 0 &&
+          strcmp(ef.message, es.message) == 0);
+    if (strcmp(ef.message, es.message) != 0 || strcmp(ef.param, es.param) != 0)
+      fprintf(stderr, "fast: %s [%s]\nslow: %s [%s]\nbody: %s\n", ef.message, ef.param,
+              es.message, es.param, body);
+  }
+  if (rc != (refused ? PX_FAST_REFUSE : PX_FAST_DECLINE)) fprintf(stderr, "body: %s\n", body);
+  free(fo);
+  free(so);
+  free(body);
+}
+
+static void chat_refusals(void) {
+#define M "{'model':'m','messages':"
+#define U "[{'role':'user','content':"
+  static const char *const refused[] = {
+      M "[],'n':2}",
+      M "[],'n':1.0}",
+      M "[],'stream':true,'functions':[{'name':'f'}]}",
+      M "[],'function_call':'auto'}",
+      M "[],'audio':{'voice':'x'}}",
+      M "[],'modalities':['text','audio']}",
+      "{'model':'m'}",
+      "{'model':5,'messages':[]}",
+      M "{}}",
+      M "[5]}",
+      M "[{'content':'x'}]}",
+      M "[{'role':'function','name':'f','content':'x'}]}",
+      M "[{'role':'b\\u00f6t','content':'x'}]}",
+      M "[{'role':'system','content':5}]}",
+      M "[{'role':'system','content':[{'type':'image_url'}]}]}",
+      M "[{'role':'user'}]}",
+      M U "[{'type':'input_audio','input_audio':{}}]}]}",
+      M U "[{'type':'x\\\"y'}]}]}",
+      M U "[{'text':'x'}]}]}",
+      M U "[1]}]}",
+      M U "[{'type':'text','text':1}]}]}",
+      M U "[{'type':'image_url'}]}]}",
+      M U "[{'type':'image_url','image_url':{'url':'data:image/png,abc'}}]}]}",
+      M U "[{'type':'file'}]}]}",
+      M U "[{'type':'file','file':{}}]}]}",
+      M U "[{'type':'file','file':{'file_data':'data:;base64,x'}}]}]}",
+      M "[{'role':'assistant','content':5}]}",
+      M "[{'role':'assistant','content':[{'type':'image_url'}]}]}",
+      M "[{'role':'assistant','content':null,'function_call':{'name':'f'}}]}",
+      M "[{'role':'assistant','content':null,'audio':{'id':'a'}}]}",
+      M "[{'role':'assistant','tool_calls':{}}]}",
+      M "[{'role':'assistant','tool_calls':[{'type':'custom','id':'c','custom':{}}]}]}",
+      M "[{'role':'assistant','tool_calls':[{'id':'c','type':'function','function':"
+        "{'name':'f','arguments':'{\\\"a\\\":'}}]}]}",
+      M "[{'role':'assistant','tool_calls':[{'id':'c','function':{}}]}]}",
+      M "[{'role':'assistant','tool_calls':[5]}]}",
+      M "[{'role':'tool','content':'x'}]}",
+      M "[{'role':'tool','tool_call_id':'c','content':[{'type':'text'}]}]}",
+      M "[],'tools':{}}",
+      M "[],'tools':[{'type':'web_search'}]}",
+      M "[],'tools':[{'type':'function','function':{}}]}",
+      M "[],'tools':[5]}",
+      M "[],'tool_choice':'any'}",
+      M "[],'tool_choice':{'type':'web'}}",
+      M "[],'tool_choice':5}",
+      M "[],'tool_choice':{'type':'function','function':{}}}",
+      M "[],'max_tokens':0}",
+      M "[],'max_completion_tokens':1.5}",
+      M "[],'max_tokens':-3,'max_completion_tokens':4}",
+      M "[],'stop':5}",
+      M "[],'stop':['a',1]}",
+      M "[],'response_format':{}}",
+      M "[],'response_format':{'type':'xml'}}",
+      M "[],'response_format':{'type':'json_schema','json_schema':{}}}",
+      /* the first refusal in body order wins */
+      M "[{'role':'tool','content':'x'}],'n':2}",
+      "{'n':3,'model':'m','messages':[{'role':'tool','content':'x'}]}",
+      /* a member repeated after the refusal but only seen there */
+      M "[],'n':2,'seed':1,'seed':2}",
+  };
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+    for (int out = 1; out < PX_PROTO_COUNT; out++) chat_refusal(out, refused[i], 1);
+  /* escaped values decide as their value does */
+  chat_refusal(2, M "[{'role':'user','content':[{'type':'t\\u0065xt','text':1}]}]}", 1);
+  chat_refusal(2, M "[{'role':'\\u0075ser','content':[{'type':'inp\\u0075t_audio'}]}]}",
+               1);
+  /* uploaded files, custom tools and any JSON as arguments go to Responses
+   * only */
+  for (int out = 2; out < PX_PROTO_COUNT; out++) {
+    chat_refusal(out, M U "[{'type':'file','file':{'file_id':'file-1'}}]}]}", 1);
+    chat_refusal(out, M "[],'tools':[{'type':'custom','custom':{'name':'c'}}]}", 1);
+  }
+  chat_refusal(2, M "[{'role':'assistant','tool_calls':[{'id':'c','function':{'name':'f',"
+                    "'arguments':'[1]'}}]}]}",
+               1);
+  chat_refusal(1, M "[{'role':'assistant','tool_calls':[{'id':'c','function':{'name':'f',"
+                    "'arguments':'[1]'}}]}]}",
+               0);
+  /* where a repeated member would move the reference's refusal */
+  chat_refusal(2, M "[],'n':2,'n':1}", 0);
+  chat_refusal(2, "{'n':2,'messages':[],'messages':{}}", 1); /* it stands after */
+  chat_refusal(2, M "[{'role':'tool','content':'x'}],'messages':[]}", 0);
+#undef M
+#undef U
 }
