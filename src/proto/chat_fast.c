@@ -28,7 +28,8 @@ static const char *cstr(px_arena_t *a, px_fstr_t s) {
   px_str_t v;
   px_buf_init(&b, SIZE_MAX);
   char *c = NULL;
-  if (px_json_unescape(s.p, s.n, s.esc, &b, &v) == 0 && (c = px_arena_alloc(a, v.len + 1)))
+  if (px_json_unescape(s.p, s.n, s.esc, &b, &v) == 0 &&
+      (c = px_arena_alloc(a, v.len + 1)))
     memcpy(c, v.ptr, v.len);
   px_buf_free(&b);
   return c;
@@ -273,9 +274,9 @@ static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, size_t mi, px_arena_t
     if (obj && px_fw_kfields(&w, keys, 3, f, &seen) != 0) return DECLINE;
     px_fpart_t *p;
     int t = !obj || !HAS(0) || f[0].kind != PX_FV_STR ? 0
-            : is_val(f[0].s, "text")                   ? 1
-            : is_val(f[0].s, "refusal")                ? 2
-                                                       : 0;
+            : is_val(f[0].s, "text")                  ? 1
+            : is_val(f[0].s, "refusal")               ? 2
+                                                      : 0;
     if (t == 1 && HAS(1) && f[1].kind == PX_FV_STR) {
       p = px_fpart_text(a, f[1].s);
     } else if (t == 2 && HAS(2) && f[2].kind == PX_FV_STR) {
@@ -288,20 +289,6 @@ static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, size_t mi, px_arena_t
     px_fpart_push(&m->parts, &m->last, p);
   }
   return r < 0 ? DECLINE : 0;
-}
-
-/* one entry of a tool_calls list of an answer: {type: "function" or none,
- * id, function: {name, arguments}} -> f (type, id, function) and g (name,
- * arguments), present as the bits of *seen, *gs */
-static int call_fields(px_fw_t *w, px_fv_t f[3], unsigned *seen, px_fv_t g[2],
-                       unsigned *gs) {
-  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("id"), PX_FK("function")};
-  static const px_fkey_t fkeys[] = {PX_FK("name"), PX_FK("arguments")};
-  if (px_fw_kfields(w, keys, 3, f, seen) != 0) return DECLINE;
-  if ((*seen & 1) && !(f[0].kind == PX_FV_STR && px_fs_is(f[0].s, "function")))
-    return DECLINE;
-  if (!(*seen & 4) || f[2].kind != PX_FV_OBJ) return DECLINE;
-  return px_fv_kfields(&f[2], fkeys, 2, g, gs);
 }
 
 /* arguments px_fast_args_object did not take (path: theirs): chat.c's
@@ -437,7 +424,8 @@ static int decode_assistant(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned s
   }
   if (HAS(M_FC) && f[M_FC].kind != PX_FV_NULL) {
     snprintf(p, sizeof(p), "messages[%zu].function_call", mi);
-    return REFUSE(err, p, "%s: legacy function calls are not supported, use tool_calls", p);
+    return REFUSE(err, p, "%s: legacy function calls are not supported, use tool_calls",
+                  p);
   }
   if (HAS(M_AUDIO) && f[M_AUDIO].kind != PX_FV_NULL) {
     snprintf(p, sizeof(p), "messages[%zu].audio", mi);
@@ -454,7 +442,8 @@ static int decode_message(const px_tr_ctx_t *ctx, px_fw_t *w, size_t mi, px_freq
   unsigned seen = 0;
   int obj = px_fw_peek(w) == PX_FV_OBJ, rc;
   if (obj && px_fw_kfields(w, msg_keys, NKEYS(msg_keys), f, &seen) != 0) return DECLINE;
-  if (!obj && px_fw_value(w, &f[0]) < 0) return DECLINE; /* past it (the caller goes on) */
+  if (!obj && px_fw_value(w, &f[0]) < 0)
+    return DECLINE; /* past it (the caller goes on) */
   if (!obj || !HAS(M_ROLE) || f[M_ROLE].kind != PX_FV_STR) {
     snprintf(p, sizeof(p), "messages[%zu].role", mi);
     return REFUSE(err, p, "%s is required", p);
@@ -565,17 +554,19 @@ static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir
     unsigned seen = 0, fseen = 0;
     int obj = px_fw_peek(&w) == PX_FV_OBJ;
     if (obj && px_fw_kfields(&w, keys, 3, f, &seen) != 0) return DECLINE;
-    px_fstr_t t = obj && HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
+    px_fstr_t t =
+        obj && HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
     int custom = is_val(t, "custom");
     if (custom && custom_ok) {
-      if (HAS(2) && f[2].kind == PX_FV_OBJ && px_fv_kfields(&f[2], ckeys, 3, g, &fseen) != 0)
+      if (HAS(2) && f[2].kind == PX_FV_OBJ &&
+          px_fv_kfields(&f[2], ckeys, 3, g, &fseen) != 0)
         return DECLINE;
       if (!(fseen & 1) || g[0].kind != PX_FV_STR) {
         snprintf(p, sizeof(p), "tools[%zu].custom.name", i);
         return REFUSE(err, p, "%s is required", p);
       }
-      px_ftool_t *tl = px_ftool_push(ir, a, g[0].s, (fseen & 2) ? &g[1] : NULL, NULL, NULL,
-                                     PX_FAST_OPENAI_PARAMS);
+      px_ftool_t *tl = px_ftool_push(ir, a, g[0].s, (fseen & 2) ? &g[1] : NULL, NULL,
+                                     NULL, PX_FAST_OPENAI_PARAMS);
       if (tl == NULL) return DECLINE;
       tl->custom = 1;
       if ((fseen & 4) && format_in(&g[2], &tl->format, a) != 0) return DECLINE;
@@ -583,10 +574,11 @@ static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir
     }
     snprintf(p, sizeof(p), "tools[%zu].type", i);
     if (custom)
-      return REFUSE(err, p, "%s: custom (freeform text) tools cannot be translated to %s", p,
-                    px_proto_get(ctx->out)->name);
+      return REFUSE(err, p, "%s: custom (freeform text) tools cannot be translated to %s",
+                    p, px_proto_get(ctx->out)->name);
     if (!is_val(t, "function")) return REFUSE(err, p, "%s: unsupported tool type", p);
-    if (HAS(1) && f[1].kind == PX_FV_OBJ && px_fv_kfields(&f[1], fkeys, 4, g, &fseen) != 0)
+    if (HAS(1) && f[1].kind == PX_FV_OBJ &&
+        px_fv_kfields(&f[1], fkeys, 4, g, &fseen) != 0)
       return DECLINE;
     if (!(fseen & 1) || g[0].kind != PX_FV_STR) {
       snprintf(p, sizeof(p), "tools[%zu].function.name", i);
@@ -622,7 +614,8 @@ static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_
                                                                            : -1;
   if (k < 0) {
     const char *s = t.p ? cstr(a, t) : "?";
-    return s ? REFUSE(err, "tool_choice", "tool_choice: type '%s' cannot be translated", s)
+    return s ? REFUSE(err, "tool_choice", "tool_choice: type '%s' cannot be translated",
+                      s)
              : DECLINE;
   }
   if (HAS(k) && f[k].kind == PX_FV_OBJ &&
@@ -694,7 +687,8 @@ static int response_format(const px_fv_t *v, px_freq_t *ir, px_arena_t *a,
   }
   if (!is_val(f[0].s, "json_schema")) {
     const char *s = cstr(a, f[0].s);
-    return s ? REFUSE(err, "response_format.type", "response_format.type '%s' is unknown", s)
+    return s ? REFUSE(err, "response_format.type", "response_format.type '%s' is unknown",
+                      s)
              : DECLINE;
   }
   if (HAS(1) && f[1].kind == PX_FV_OBJ && px_fv_kfields(&f[1], skeys, 4, g, &gs) != 0)
@@ -886,9 +880,10 @@ static int decode_member(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_fr
       if (v->kind == PX_FV_TRUE) px_lossy_add(lossy, "logprobs");
       return 0;
     case K_MODALITIES:
-      return text_modalities(v) ? 0
-                                : REFUSE(err, "modalities",
-                                         "modalities: only text output can be translated");
+      return text_modalities(v)
+                 ? 0
+                 : REFUSE(err, "modalities",
+                          "modalities: only text output can be translated");
     case K_AUDIO:
       return v->kind == PX_FV_NULL
                  ? 0
@@ -930,7 +925,8 @@ static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
   unknown_key_t *unknown = NULL;
   uint64_t seen = 0;
   int r, rc, user_from_safety = 0;
-  if (px_fw_open(&w, '{') < 0) return REFUSE(err, "", "request body must be a JSON object");
+  if (px_fw_open(&w, '{') < 0)
+    return REFUSE(err, "", "request body must be a JSON object");
   while ((r = px_fw_member(&w, &k)) == 1) {
     int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
     if (ki >= 0) {
@@ -964,7 +960,8 @@ static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     if (px_fw_value(&w, &v) < 0) return DECLINE;
     if (ki < 0) {
       if (unknown_member(k, &v, &unknown, a, lossy) != 0) return DECLINE;
-    } else if ((rc = decode_member(ctx, ki, &v, ir, a, lossy, &user_from_safety, err)) != 0) {
+    } else if ((rc = decode_member(ctx, ki, &v, ir, a, lossy, &user_from_safety, err)) !=
+               0) {
       return rc == PX_FAST_REFUSE ? refused_rest(&w, seen) : DECLINE;
     }
   }
@@ -1144,8 +1141,27 @@ static int put_media(px_buf_t *b, const px_fpart_t *p) {
   return rc == 0 ? px_fb_lit(b, "}}") : rc;
 }
 
+/* a system turn met mid-conversation -> a system message in place: its
+ * texts joined by blank lines (chat.c's system_note_out) */
+static int put_system_note(px_buf_t *b, const px_fmsg_t *m, int *first,
+                           px_lossy_t *lossy) {
+  int rc = px_fb_lit(b, *first ? "{\"role\":\"system\",\"content\":\""
+                               : ",{\"role\":\"system\",\"content\":\"");
+  int any = 0;
+  *first = 0;
+  for (const px_fpart_t *p = m->parts; p && rc == 0; p = p->next) {
+    if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+    if (p->type != PX_FP_TEXT) return DECLINE;
+    if (any) rc = px_fb_lit(b, "\\n\\n"); /* after anything written */
+    if (rc == 0 && p->text.n > 0) rc = px_fb_put(b, p->text.p, p->text.n);
+    any |= p->text.n > 0;
+  }
+  return rc == 0 ? px_fb_lit(b, "\"}") : rc;
+}
+
 static int put_user(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fmsg_t *m, int *first,
                     px_lossy_t *lossy) {
+  if (m->system_note) return put_system_note(b, m, first, lossy);
   int nparts = 0, only_text = 1, rc = 0;
   const px_fpart_t *one = NULL;
   for (const px_fpart_t *p = m->parts; p; p = p->next) {
@@ -1365,45 +1381,202 @@ static int chat_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
 /* ======================================================================== */
 /* Response decode                                                           */
 
-static int decode_message_out(const px_fv_t *mv, px_fresp_t *ir, px_arena_t *a) {
-  static const px_fkey_t keys[] = {PX_FK("content"), PX_FK("refusal"),
-                                   PX_FK("reasoning_content"), PX_FK("tool_calls"),
-                                   PX_FK("annotations"), PX_FK("audio")};
-  px_fv_t f[6];
-  unsigned seen = 0;
-  int r;
-  if (px_fv_kfields(mv, keys, 6, f, &seen) != 0) return DECLINE;
-  if (HAS(2) && f[2].kind == PX_FV_STR && f[2].s.n > 0) return DECLINE;
-  if (HAS(0) && f[0].kind == PX_FV_ARR) return DECLINE;
-  if (HAS(4) && f[4].kind == PX_FV_ARR && !px_fw_empty(f[4].raw)) return DECLINE;
-  if (HAS(1) && f[1].kind == PX_FV_STR && f[1].s.n > 0) return DECLINE;
-  if (HAS(5) && f[5].kind != PX_FV_NULL) return DECLINE;
-  if (HAS(0) && f[0].kind == PX_FV_STR && f[0].s.n > 0) {
-    px_fpart_t *p = px_fpart_text(a, f[0].s);
-    if (p == NULL) return DECLINE;
-    px_fpart_push(&ir->content, &ir->last, p);
+/* A string built in the arena from b (escaped content) */
+static int arena_fstr(px_arena_t *a, const px_buf_t *b, int esc, px_fstr_t *out) {
+  char *s = px_arena_alloc(a, b->len + 1);
+  if (s == NULL) return DECLINE;
+  if (b->len) memcpy(s, b->data, b->len);
+  *out = (px_fstr_t){s, b->len, esc};
+  return 0;
+}
+
+/* The members of object v written into b after what b holds (",k":v each,
+ * raw), as jansson's json_object_set of each would leave them: an escaped
+ * key, a repeated one or one named skip (jansson would replace the one
+ * written before) declines. */
+static int copy_members(px_buf_t *b, const px_fv_t *v, const char *skip) {
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  px_fstr_t k, keys[32];
+  px_fv_t x;
+  int r, n = 0;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    if (k.esc || n == 32 || px_fs_is(k, skip) || px_fw_value(&w, &x) < 0) return DECLINE;
+    for (int i = 0; i < n; i++)
+      if (keys[i].n == k.n && memcmp(keys[i].p, k.p, k.n) == 0) return DECLINE;
+    keys[n++] = k;
+    if (px_fb_lit(b, ",\"") < 0 || px_fb_put(b, k.p, k.n) < 0 ||
+        px_fb_lit(b, "\":") < 0 || px_fb_raw(b, x.raw) < 0)
+      return DECLINE;
   }
-  if (!HAS(3) || f[3].kind != PX_FV_ARR) return 0;
-  px_fw_t tw = {f[3].raw.ptr, f[3].raw.len, 0};
-  if (px_fw_open(&tw, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&tw)) == 1) {
-    px_fv_t g[3], h[2];
-    unsigned gs = 0, hs = 0;
-    if (call_fields(&tw, g, &gs, h, &hs) != 0) return DECLINE;
+  return r < 0 ? DECLINE : 0;
+}
+
+/* Chat url_citation {type, url_citation:{...}} -> the flat IR annotations
+ * (chat.c's annotations_in) as raw JSON in the arena; others named */
+static int annotations_in(const px_fv_t *anns, px_str_t *out, px_arena_t *a,
+                          px_lossy_t *lossy) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("url_citation")};
+  px_fw_t w = {anns->raw.ptr, anns->raw.len, 0};
+  px_buf_t b;
+  px_buf_init(&b, SIZE_MAX);
+  int r, rc = px_fb_lit(&b, "["), n = 0;
+  if (px_fw_open(&w, '[') < 0) rc = DECLINE;
+  while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[2];
+    unsigned seen = 0;
+    if (px_fw_peek(&w) == PX_FV_OBJ) {
+      if (px_fw_kfields(&w, keys, 2, f, &seen) != 0) rc = DECLINE;
+    } else if (px_fw_value(&w, &f[0]) < 0) {
+      rc = DECLINE;
+    }
+    if (rc != 0) break;
+    if (!HAS(0) || f[0].kind != PX_FV_STR || !is_val(f[0].s, "url_citation") || !HAS(1) ||
+        f[1].kind != PX_FV_OBJ) {
+      px_lossy_add(lossy, "choices[].message.annotations");
+      continue;
+    }
+    rc =
+        px_fb_lit(&b, n++ ? ",{\"type\":\"url_citation\"" : "{\"type\":\"url_citation\"");
+    if (rc == 0) rc = copy_members(&b, &f[1], "type");
+    if (rc == 0) rc = px_fb_lit(&b, "}");
+  }
+  if (rc == 0 && r < 0) rc = DECLINE;
+  if (rc == 0) rc = px_fb_lit(&b, "]");
+  px_fstr_t s;
+  if (rc == 0) rc = arena_fstr(a, &b, 0, &s);
+  if (rc == 0) *out = (px_str_t){s.p, s.n};
+  px_buf_free(&b);
+  return rc == 0 ? 0 : DECLINE;
+}
+
+/* content parts: the texts of the "text" ones joined (chat.c's join_parts)
+ * -> *out (p NULL: none) */
+static int join_texts(const px_fv_t *c, px_fstr_t *out, px_arena_t *a) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text")};
+  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
+  px_buf_t b;
+  px_buf_init(&b, SIZE_MAX);
+  int r, rc = 0, n = 0, esc = 0;
+  out->p = NULL;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[2];
+    unsigned seen = 0;
+    if (px_fw_peek(&w) != PX_FV_OBJ) {
+      rc = px_fw_value(&w, &f[0]) < 0 ? DECLINE : 0;
+      continue;
+    }
+    if (px_fw_kfields(&w, keys, 2, f, &seen) != 0) rc = DECLINE;
+    if (rc != 0 || !HAS(0) || f[0].kind != PX_FV_STR || !is_val(f[0].s, "text")) continue;
+    n++;
+    if (HAS(1) && f[1].kind == PX_FV_STR) {
+      rc = px_fb_put(&b, f[1].s.p, f[1].s.n);
+      esc |= f[1].s.esc;
+    }
+  }
+  if (rc == 0 && r < 0) rc = DECLINE;
+  if (rc == 0 && n > 0) rc = arena_fstr(a, &b, esc, out);
+  px_buf_free(&b);
+  return rc;
+}
+
+/* the tool calls of an answer (chat.c's decode_response): function calls,
+ * custom ones for a client that holds them; another kind refuses */
+static int calls_out(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_fresp_t *ir,
+                     px_arena_t *a, px_tr_err_t *err, int *refused) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("id"), PX_FK("function"),
+                                   PX_FK("custom")};
+  static const px_fkey_t fkeys[] = {PX_FK("name"), PX_FK("arguments")};
+  static const px_fkey_t ckeys[] = {PX_FK("name"), PX_FK("input")};
+  static const px_fstr_t none = {"", 0, 0};
+  px_fw_t w = {tv->raw.ptr, tv->raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[4], g[2];
+    unsigned seen = 0, gs = 0;
+    if (px_fw_peek(&w) == PX_FV_OBJ) {
+      if (px_fw_kfields(&w, keys, 4, f, &seen) != 0) return DECLINE;
+    } else if (px_fw_value(&w, &f[0]) < 0) {
+      return DECLINE;
+    }
+    px_fstr_t t = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
+    int custom = t.p && is_val(t, "custom") && px_tr_in_can(ctx, PX_CAP_CUSTOM_TOOLS) &&
+                 HAS(3) && f[3].kind == PX_FV_OBJ;
+    int k = custom ? 3 : 2;
+    if (!custom &&
+        ((t.p && !is_val(t, "function")) || !HAS(2) || f[2].kind != PX_FV_OBJ)) {
+      px_tr_fail(err, "choices[0].message.tool_calls",
+                 "upstream returned a tool call that cannot be translated");
+      if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+      *refused = 1;
+      return PX_FAST_REFUSE;
+    }
+    if (px_fv_kfields(&f[k], custom ? ckeys : fkeys, 2, g, &gs) != 0) return DECLINE;
     px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
     if (p == NULL) return DECLINE;
-    p->id = (gs & 2) && g[1].kind == PX_FV_STR ? g[1].s : (px_fstr_t){"", 0, 0};
-    p->name = (hs & 1) && h[0].kind == PX_FV_STR ? h[0].s : (px_fstr_t){"", 0, 0};
-    if (!(hs & 2) || h[1].kind != PX_FV_STR) {
+    p->id = HAS(1) && f[1].kind == PX_FV_STR ? f[1].s : none;
+    p->name = (gs & 1) && g[0].kind == PX_FV_STR ? g[0].s : none;
+    if (custom) {
+      p->custom = 1;
+      p->text = (gs & 2) && g[1].kind == PX_FV_STR ? g[1].s : none;
+    } else if (!(gs & 2) || g[1].kind != PX_FV_STR) {
       p->args = (px_fstr_t){"{}", 2, 0};
     } else {
-      int blank = px_fs_blank_value(h[1].s);
+      int blank = px_fs_blank_value(g[1].s);
       if (blank < 0) return DECLINE;
-      p->args = blank ? (px_fstr_t){"{}", 2, 0} : h[1].s;
+      p->args = blank ? (px_fstr_t){"{}", 2, 0} : g[1].s;
     }
     px_fpart_push(&ir->content, &ir->last, p);
   }
   return r < 0 ? DECLINE : 0;
+}
+
+/* the one choice's message (chat.c's decode_response, in its order):
+ * reasoning, text (with annotations), refusal, tool calls */
+static int decode_message_out(const px_tr_ctx_t *ctx, const px_fv_t *mv, px_fresp_t *ir,
+                              px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  static const px_fkey_t keys[] = {PX_FK("content"),           PX_FK("refusal"),
+                                   PX_FK("reasoning_content"), PX_FK("tool_calls"),
+                                   PX_FK("annotations"),       PX_FK("audio")};
+  px_fv_t f[6];
+  unsigned seen = 0;
+  int refused = 0;
+  px_fpart_t *p;
+  if (px_fv_kfields(mv, keys, 6, f, &seen) != 0) return DECLINE;
+  if (HAS(2) && f[2].kind == PX_FV_STR && f[2].s.n > 0) {
+    if ((p = px_fpart_new(a, PX_FP_REASONING)) == NULL) return DECLINE;
+    p->text = f[2].s;
+    px_fpart_push(&ir->content, &ir->last, p);
+  }
+  px_fstr_t text = {NULL, 0, 0};
+  if (HAS(0) && f[0].kind == PX_FV_STR && f[0].s.n > 0)
+    text = f[0].s;
+  else if (HAS(0) && f[0].kind == PX_FV_ARR && join_texts(&f[0], &text, a) != 0)
+    return DECLINE;
+  if (text.p != NULL && text.n == 0) text.p = NULL; /* joined, empty: none */
+  px_str_t anns = {NULL, 0};
+  if (HAS(4) && f[4].kind == PX_FV_ARR && !px_fw_empty(f[4].raw)) {
+    if (text.p == NULL) text = (px_fstr_t){"", 0, 0};
+    if (annotations_in(&f[4], &anns, a, lossy) != 0) return DECLINE;
+  }
+  if (text.p != NULL) {
+    if ((p = px_fpart_text(a, text)) == NULL) return DECLINE;
+    p->annotations = anns;
+    px_fpart_push(&ir->content, &ir->last, p);
+  }
+  if (HAS(1) && f[1].kind == PX_FV_STR && f[1].s.n > 0) {
+    if ((p = px_fpart_new(a, PX_FP_REFUSAL)) == NULL) return DECLINE;
+    p->text = f[1].s;
+    px_fpart_push(&ir->content, &ir->last, p);
+  }
+  if (HAS(3) && f[3].kind == PX_FV_ARR) {
+    int rc = calls_out(ctx, &f[3], ir, a, err, &refused);
+    if (rc != 0) return rc;
+  }
+  if (HAS(5) && f[5].kind != PX_FV_NULL) px_lossy_add(lossy, "choices[].message.audio");
+  return 0;
 }
 
 /* The body is read once and checked as it is read (px_fc_*: the hub scans
@@ -1413,39 +1586,60 @@ enum { C_ID, C_MODEL, C_CREATED, C_CHOICES, C_USAGE };
 static const px_fkey_t resp_keys[] = {PX_FK("id"), PX_FK("model"), PX_FK("created"),
                                       PX_FK("choices"), PX_FK("usage")};
 
-/* choices at the cursor: exactly one choice -> *msg, ir->stop */
-static int decode_choices(px_fw_t *w, px_fresp_t *ir, px_fv_t *msg) {
+/* what decode_choices read */
+typedef struct {
+  size_t n;        /* choices */
+  int has_msg;     /* the first one's message is an object */
+  px_fv_t msg, fr; /* its message and finish_reason (kind NULL: absent) */
+  int logprobs;    /* its logprobs are set (not null) */
+} choices_t;
+
+/* choices at the cursor, checked: how many, and the first one's message,
+ * finish_reason and logprobs */
+static int decode_choices(px_fw_t *w, choices_t *ch) {
   static const px_fkey_t ckeys[] = {PX_FK("message"), PX_FK("finish_reason"),
                                     PX_FK("logprobs")};
-  px_fv_t g[3];
-  unsigned gs = 0;
-  int first = 1;
-  if (px_fw_open(w, '[') < 0 || px_fc_elem(w, &first) != 1 ||
-      px_fc_fields(w, ckeys, 3, g, &gs) != 0 || px_fc_elem(w, &first) != 0)
-    return DECLINE;
-  if (!(gs & 1) || g[0].kind != PX_FV_OBJ) return DECLINE;
-  if ((gs & 4) && g[2].kind != PX_FV_NULL) return DECLINE;
-  ir->stop = PX_STOP_NONE;
-  if ((gs & 2) && g[1].kind == PX_FV_STR) {
-    char fr[40];
-    if (g[1].s.esc) return DECLINE;
-    if (g[1].s.n >= sizeof(fr)) {
-      ir->stop = PX_STOP_END_TURN;
-    } else {
-      memcpy(fr, g[1].s.p, g[1].s.n);
-      fr[g[1].s.n] = 0;
-      ir->stop = px_stop_from_chat(fr);
+  px_fv_t g[3], v;
+  int first = 1, r;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fc_elem(w, &first)) == 1) {
+    unsigned gs = 0;
+    if (ch->n++ > 0 || w->p[w->i] != '{') {
+      if (px_fc_value(w, &v) < 0) return DECLINE;
+      continue;
     }
+    if (px_fc_fields(w, ckeys, 3, g, &gs) != 0) return DECLINE;
+    ch->has_msg = (gs & 1) && g[0].kind == PX_FV_OBJ;
+    if (ch->has_msg) ch->msg = g[0];
+    if (gs & 2) ch->fr = g[1];
+    ch->logprobs = (gs & 4) && g[2].kind != PX_FV_NULL;
   }
-  *msg = g[0];
+  return r < 0 ? DECLINE : 0;
+}
+
+/* finish_reason -> ir->stop (chat.c: px_stop_from_chat of the string) */
+static int finish(const px_fv_t *fr, px_fresp_t *ir) {
+  char buf[40];
+  ir->stop = PX_STOP_NONE;
+  if (fr->kind != PX_FV_STR) return 0;
+  if (fr->s.esc) return DECLINE;
+  if (fr->s.n >= sizeof(buf)) {
+    ir->stop = PX_STOP_END_TURN;
+    return 0;
+  }
+  memcpy(buf, fr->s.p, fr->s.n);
+  buf[fr->s.n] = 0;
+  ir->stop = px_stop_from_chat(buf);
   return 0;
 }
 
 static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
-  (void)ctx;
-  (void)lossy;
-  px_fv_t f[NKEYS(resp_keys)], msg;
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                     px_tr_err_t *err) {
+  px_fv_t f[NKEYS(resp_keys)];
+  choices_t ch;
+  memset(&ch, 0, sizeof(ch));
+  ch.fr.kind = PX_FV_NULL;
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
   unsigned seen = 0;
@@ -1454,8 +1648,8 @@ static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
   while ((r = px_fc_member(&w, &k, &first)) == 1) {
     int ki = px_fk_of(k, resp_keys, NKEYS(resp_keys));
     if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
-    if (ki == C_CHOICES) {
-      if (w.p[w.i] != '[' || decode_choices(&w, ir, &msg) != 0) return DECLINE;
+    if (ki == C_CHOICES && w.p[w.i] == '[') {
+      if (decode_choices(&w, &ch) != 0) return DECLINE;
     } else if (ki == C_USAGE && w.p[w.i] == '{') {
       static const px_fkey_t ukeys[] = {PX_FK("prompt_tokens"), PX_FK("completion_tokens"),
                                         PX_FK("prompt_tokens_details"),
@@ -1467,22 +1661,178 @@ static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
       if (ki >= 0) f[ki] = v;
     }
   }
-  if (r < 0 || px_fc_end(&w) < 0 || !HAS(C_CHOICES)) return DECLINE;
+  if (r < 0 || px_fc_end(&w) < 0) return DECLINE;
+  /* one JSON object, as jansson reads it: chat.c's refusals */
+  if (ch.n != 1) {
+    px_tr_fail(err, "choices",
+               "upstream returned %zu choices; exactly one can be translated to %s", ch.n,
+               px_proto_get(ctx->in)->name);
+    if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+    return PX_FAST_REFUSE;
+  }
+  if (!ch.has_msg) {
+    px_tr_fail(err, "choices[0].message", "upstream choice has no message");
+    if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+    return PX_FAST_REFUSE;
+  }
   if (!HAS(C_USAGE)) ir->usage_known = 1, ir->usage_in = ir->usage_out = -1;
   if (HAS(C_ID) && f[C_ID].kind == PX_FV_STR) ir->id = f[C_ID].s;
   if (HAS(C_MODEL) && f[C_MODEL].kind == PX_FV_STR) ir->model = f[C_MODEL].s;
   if (px_fast_created(HAS(C_CREATED) ? &f[C_CREATED] : NULL, ir) != 0) return DECLINE;
-  return decode_message_out(&msg, ir, a);
+  int rc = decode_message_out(ctx, &ch.msg, ir, a, lossy, err);
+  if (rc != 0) return rc;
+  if (ch.logprobs) px_lossy_add(lossy, "choices[].logprobs");
+  return finish(&ch.fr, ir);
 }
 
 /* ======================================================================== */
 /* Response encode                                                           */
 
+/* Code points of the value of string content s (px_utf8_chars of its
+ * unescaped text; escapes as the scanner checked them: surrogates in
+ * pairs). */
+static size_t esc_chars(px_fstr_t s) {
+  if (!s.esc) return px_utf8_chars(s.p, s.n);
+  size_t n = 0, i = 0;
+  while (i < s.n) {
+    unsigned char c = (unsigned char)s.p[i];
+    if (c != '\\') {
+      n += (c & 0xC0) != 0x80;
+      i++;
+    } else if (s.p[i + 1] == 'u') {
+      long cp = px_hex4((const unsigned char *)s.p + i + 2);
+      i += cp >= 0xD800 && cp <= 0xDBFF ? 12 : 6; /* a pair: one code point */
+      n++;
+    } else {
+      i += 2;
+      n++;
+    }
+  }
+  return n;
+}
+
+/* IR annotations (raw array) -> Chat's, after the *nann written to b
+ * (chat.c's px_chat_annotations): a url_citation with a url as {type,
+ * url_citation: its other members, start_index / end_index shifted by the
+ * code points of the texts before}; others named (px_lossy_annotations) */
+static int put_annotations(const px_tr_ctx_t *ctx, px_buf_t *b, px_str_t raw,
+                           int64_t shift, int *nann, px_lossy_t *lossy) {
+  px_fw_t w = {raw.ptr, raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    px_fstr_t keys[32];
+    px_fv_t vals[32], x;
+    int n = 0, type = -1, url = -1, rm;
+    if (px_fw_peek(&w) != PX_FV_OBJ) {
+      if (px_fw_value(&w, &x) < 0) return DECLINE;
+      px_lossy_add(lossy, px_lossy_annotations(ctx));
+      continue;
+    }
+    px_fw_open(&w, '{');
+    while ((rm = px_fw_member(&w, &keys[n])) == 1) {
+      /* jansson keeps one of a repeated member: not this walk */
+      if (keys[n].esc || n == 31 || px_fw_value(&w, &vals[n]) < 0) return DECLINE;
+      for (int i = 0; i < n; i++)
+        if (keys[i].n == keys[n].n && memcmp(keys[i].p, keys[n].p, keys[n].n) == 0)
+          return DECLINE;
+      if (px_fs_is(keys[n], "type")) type = n;
+      if (px_fs_is(keys[n], "url")) url = n;
+      n++;
+    }
+    if (rm < 0) return DECLINE;
+    if (type < 0 || vals[type].kind != PX_FV_STR ||
+        !is_val(vals[type].s, "url_citation") || url < 0 || vals[url].kind != PX_FV_STR) {
+      px_lossy_add(lossy, px_lossy_annotations(ctx));
+      continue;
+    }
+    int rc = px_fb_lit(b, (*nann)++ ? ",{\"type\":\"url_citation\",\"url_citation\":{"
+                                    : "{\"type\":\"url_citation\",\"url_citation\":{");
+    for (int i = 0, f = 1; i < n && rc == 0; i++) {
+      if (i == type) continue;
+      rc = px_fb_lit(b, f ? "\"" : ",\"");
+      f = 0;
+      if (rc == 0) rc = px_fb_put(b, keys[i].p, keys[i].n);
+      if (rc == 0) rc = px_fb_lit(b, "\":");
+      if (rc == 0 && vals[i].kind == PX_FV_NUM && px_fw_is_int(vals[i].raw) &&
+          (px_fs_is(keys[i], "start_index") || px_fs_is(keys[i], "end_index"))) {
+        int64_t v;
+        if (vals[i].raw.ptr[0] == '-' || px_fw_uint(vals[i].raw, &v) < 0) return DECLINE;
+        rc = px_fb_i64(b, v + shift);
+      } else if (rc == 0) {
+        rc = px_fb_raw(b, vals[i].raw);
+      }
+    }
+    if (rc == 0) rc = px_fb_lit(b, "}}");
+    if (rc != 0) return rc;
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* a tool call of an answer, its id made unique among the message's
+ * (px_idset_unique, the nth call) */
+static int put_answer_call(px_buf_t *b, const px_fpart_t *p, px_idset_t *ids, int nth,
+                           px_arena_t *a) {
+  if (ids == NULL) return put_call(b, p);
+  const char *id = p->id.p ? cstr(a, p->id) : "";
+  if (id == NULL || (id = px_idset_unique(ids, px_str(id), nth)) == NULL) return DECLINE;
+  px_fpart_t q = *p;
+  q.id = (px_fstr_t){NULL, 0, 0};
+  px_buf_t idb;
+  px_buf_init(&idb, SIZE_MAX);
+  int rc = px_buf_json_escape(&idb, id, strlen(id));
+  px_fstr_t s;
+  if (rc == 0) rc = arena_fstr(a, &idb, 1, &s);
+  px_buf_free(&idb);
+  if (rc != 0) return DECLINE;
+  q.id = s;
+  return put_call(b, &q);
+}
+
 static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
-                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
-  (void)a;
-  if (ir->id.esc || !px_fast_ids_plain(ir->content)) return DECLINE;
-  int rc = px_fb_lit(b, "{\"id\":\"");
+                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy,
+                                     px_tr_err_t *err) {
+  (void)err;
+  if (ir->id.esc) return DECLINE;
+  /* what chat.c's encoder reads of the content, in order (the lossy names
+   * of annotations and opaque reasoning as it meets them) */
+  int ntext = 0, ncalls = 0, nref = 0, nreason = 0, nann = 0, rc = 0;
+  size_t chars = 0;
+  px_buf_t anns;
+  px_buf_init(&anns, SIZE_MAX);
+  int ks = px_frtok_index("signature"), ke = px_frtok_index("encrypted_content"),
+      kt = px_frtok_index("thought_signature"), kr = px_frtok_index("redacted_data");
+  const px_fpart_t *last_ann = NULL; /* the texts before it are counted */
+  for (const px_fpart_t *p = ir->content; p; p = p->next)
+    if (p->type == PX_FP_TEXT && p->annotations.ptr != NULL) last_ann = p;
+  for (const px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
+    if (p->type == PX_FP_TEXT) {
+      ntext++;
+      if (p->annotations.ptr != NULL)
+        rc = put_annotations(ctx, &anns, p->annotations, (int64_t)chars, &nann, lossy);
+      if (last_ann != NULL) chars += esc_chars(p->text);
+      if (p == last_ann) last_ann = NULL;
+    } else if (p->type == PX_FP_REASONING) {
+      nreason += p->text.n > 0;
+      if ((ks >= 0 && p->tok[ks].p) || (ke >= 0 && p->tok[ke].p) ||
+          (kt >= 0 && p->tok[kt].p))
+        px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
+      if (kr >= 0 && p->tok[kr].p) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 1));
+    } else if (p->type == PX_FP_TOOL_CALL) {
+      ncalls++;
+    } else if (p->type == PX_FP_REFUSAL) {
+      nref++;
+    } /* other parts: not in a Chat message (chat.c skips them) */
+  }
+  px_fstr_t expl = ir->refusal_explanation;
+  int worded = nref > 0 || ntext > 0; /* text words a refusal */
+  int expl_as_refusal = nref == 0 && expl.p != NULL && ntext == 0;
+  if (expl_as_refusal) /* Anthropic refusal without visible wording */
+    worded = 1;
+  else if (expl.p != NULL)
+    px_lossy_add(lossy, px_out_names(ctx)->refusal_explanation);
+  if (ir->stop_sequence.p) px_lossy_add(lossy, "stop_sequence");
+  if (rc == 0) rc = px_fb_lit(b, "{\"id\":\"");
   if (rc == 0 && ir->id.p == NULL)
     rc = px_fb_lit(b, "chatcmpl-proxai");
   else if (rc == 0) {
@@ -1499,13 +1849,10 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
     else if (rc == 0)
       rc = px_fb_str(b, ir->model);
   }
-  if (rc == 0) rc = px_fb_lit(b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":"
-                                 "\"assistant\",\"content\":");
-  int ntext = 0, ncalls = 0;
-  for (const px_fpart_t *p = ir->content; p; p = p->next) {
-    if (p->type == PX_FP_TEXT) ntext++;
-    else ncalls++;
-  }
+  if (rc == 0)
+    rc = px_fb_lit(b,
+                   ",\"choices\":[{\"index\":0,\"message\":{\"role\":"
+                   "\"assistant\",\"content\":");
   if (rc == 0 && ntext) {
     rc = px_fb_lit(b, "\"");
     if (rc == 0) rc = px_fb_texts(b, ir->content);
@@ -1513,19 +1860,45 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   } else if (rc == 0) {
     rc = px_fb_lit(b, "null");
   }
+  if (rc == 0 && expl_as_refusal) {
+    rc = px_fb_lit(b, ",\"refusal\":");
+    if (rc == 0) rc = px_fb_str(b, expl);
+  } else if (rc == 0 && nref > 0) {
+    rc = px_fb_lit(b, ",\"refusal\":\"");
+    if (rc == 0) rc = put_texts_of(b, ir->content, PX_FP_REFUSAL);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  }
+  if (rc == 0 && nreason > 0) {
+    rc = px_fb_lit(b, ",\"reasoning_content\":\"");
+    if (rc == 0) rc = put_texts_of(b, ir->content, PX_FP_REASONING);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  }
   if (rc == 0 && ncalls) {
+    /* ids unique in the message: a missing or repeated one minted */
+    px_idset_t set = {0};
+    px_idset_t *ids = px_fast_ids_plain(ir->content) ? NULL : &set;
     rc = px_fb_lit(b, ",\"tool_calls\":[");
-    int first = 1;
+    int nth = 0;
     for (const px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
       if (p->type != PX_FP_TOOL_CALL) continue;
-      if (!first) rc = px_fb_lit(b, ",");
-      first = 0;
-      if (rc == 0) rc = put_call(b, p);
+      if (nth) rc = px_fb_lit(b, ",");
+      if (rc == 0) rc = put_answer_call(b, p, ids, nth, a);
+      nth++;
     }
     if (rc == 0) rc = px_fb_lit(b, "]");
+    px_idset_free(&set);
   }
-  px_stop_t st = ir->stop == PX_STOP_NONE ? PX_STOP_END_TURN : ir->stop;
-  if (ir->stop_sequence.p) px_lossy_add(lossy, "stop_sequence");
+  if (rc == 0 && nann > 0) {
+    rc = px_fb_lit(b, ",\"annotations\":[");
+    if (rc == 0) rc = px_fb_put(b, anns.data, anns.len);
+    if (rc == 0) rc = px_fb_lit(b, "]");
+  }
+  px_buf_free(&anns);
+  /* a refusal with nothing at all to show (no text, no refusal, no
+   * explanation) must not read as a normal stop */
+  px_stop_t st = ir->stop == PX_STOP_NONE                 ? PX_STOP_END_TURN
+                 : ir->stop == PX_STOP_REFUSAL && !worded ? PX_STOP_CONTENT_FILTER
+                                                          : ir->stop;
   if (rc == 0) rc = px_fb_lit(b, "},\"logprobs\":null,\"finish_reason\":\"");
   if (rc == 0) rc = px_fb_lit(b, px_stop_to_chat(st));
   if (rc == 0) rc = px_fb_lit(b, "\"}]");
@@ -1552,6 +1925,8 @@ const px_fast_ops_t px_chat_fast = {
     .encode_request = chat_fast_encode_request,
     .decode_response = chat_fast_decode_response,
     .encode_response = chat_fast_encode_response,
-    .encodes = PX_FU_ALL,
+    .encodes = PX_FU_ALL | PX_FU_SYSTEM_NOTE,
     .response_checked = 1,
+    .resp_encodes = PX_FU_REASONING | PX_FU_REFUSAL | PX_FU_CUSTOM | PX_FU_MEDIA |
+                    PX_FU_ANNOTATIONS | PX_FU_REFUSAL_EXPL,
 };

@@ -884,7 +884,8 @@ unsigned px_freq_uses(const px_freq_t *ir) {
 }
 
 unsigned px_fresp_uses(const px_fresp_t *ir) {
-  return part_uses(ir->content) | (ir->refusal_explanation.p != NULL ? PX_FU_REFUSAL_EXPL : 0);
+  return part_uses(ir->content) |
+         (ir->refusal_explanation.p != NULL ? PX_FU_REFUSAL_EXPL : 0);
 }
 
 int px_fast_lossy_key(px_lossy_t *lossy, px_fstr_t k) {
