@@ -1023,15 +1023,49 @@ static int put_call(px_buf_t *b, const px_fpart_t *p) {
   return rc;
 }
 
+/* the IR's name of a part kind (chat.c's words name it) */
+static const char *part_name(px_fpart_type_t t) {
+  static const char *const names[] = {"text",  "tool_call", "tool_result", "reasoning",
+                                      "image", "file",      "refusal"};
+  return (unsigned)t < sizeof(names) / sizeof(names[0]) ? names[t] : "";
+}
+
+/* part j of IR message mi that a Chat message cannot hold: chat.c's
+ * refusal (an image without its data, a file by URL, a part of another
+ * kind); 0 when it can */
+static int cannot_send(const px_fpart_t *p, size_t mi, size_t j, int user,
+                       px_tr_err_t *err) {
+  char q[PATH_MAX_LEN];
+  const char *why = NULL;
+  if (p->type == PX_FP_IMAGE && user && !p->url.p && !(p->media_type.p && p->data.p))
+    why = "%s: image needs url or media_type and data";
+  else if (p->type == PX_FP_FILE && user && !p->file_id.p &&
+           !(p->media_type.p && p->data.p))
+    why = "%s: files by URL cannot be sent to openai_chat_completions";
+  else if (user ? p->type != PX_FP_TEXT && p->type != PX_FP_IMAGE &&
+                      p->type != PX_FP_FILE && p->type != PX_FP_TOOL_RESULT
+                : p->type != PX_FP_TEXT && p->type != PX_FP_TOOL_CALL &&
+                      p->type != PX_FP_REFUSAL && p->type != PX_FP_REASONING) {
+    snprintf(q, sizeof(q), "messages[%zu].content[%zu]", mi, j);
+    return REFUSE(err, q, "%s: part type '%s' cannot be sent to openai_chat_completions",
+                  q, part_name(p->type));
+  }
+  if (why == NULL) return 0;
+  snprintf(q, sizeof(q), "messages[%zu].content[%zu]", mi, j);
+  return REFUSE(err, q, why, q);
+}
+
 /* consecutive assistant messages [m, end) -> one Chat message: texts,
  * refusals and reasoning texts joined, tool calls; opaque reasoning tokens
  * named as the client spelled them */
 static int put_assistant(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fmsg_t *m,
-                         const px_fmsg_t *end, px_lossy_t *lossy) {
+                         const px_fmsg_t *end, size_t mi, px_lossy_t *lossy,
+                         px_tr_err_t *err) {
   const px_lossy_names_t *n = px_in_names(ctx);
   int ntext = 0, ncalls = 0, nref = 0, nreason = 0;
+  size_t j = 0; /* the index in the merged message */
   for (const px_fmsg_t *x = m; x != end; x = x->next)
-    for (const px_fpart_t *p = x->parts; p; p = p->next) {
+    for (const px_fpart_t *p = x->parts; p; p = p->next, j++) {
       if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
       if (p->type == PX_FP_TEXT) {
         ntext++;
@@ -1053,7 +1087,7 @@ static int put_assistant(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fmsg_t *m
         int k = px_frtok_index("redacted_data");
         if (k >= 0 && p->tok[k].p != NULL) px_lossy_add(lossy, n->reasoning_redacted);
       } else {
-        return DECLINE;
+        return cannot_send(p, mi, j, 0, err);
       }
     }
   int rc = px_fb_lit(b, "{\"role\":\"assistant\",\"content\":");
@@ -1105,7 +1139,8 @@ static int put_data_url(px_buf_t *b, px_fstr_t mt, px_fstr_t data) {
   return rc;
 }
 
-/* an IR image or file part -> a Chat content part */
+/* an IR image or file part (cannot_send let it through) -> a Chat
+ * content part */
 static int put_media(px_buf_t *b, const px_fpart_t *p) {
   int rc;
   if (p->type == PX_FP_IMAGE) {
@@ -1115,7 +1150,7 @@ static int put_media(px_buf_t *b, const px_fpart_t *p) {
     else if (rc == 0 && p->media_type.p && p->data.p)
       rc = put_data_url(b, p->media_type, p->data);
     else if (rc == 0)
-      return DECLINE; /* the reference names the error */
+      return DECLINE; /* cannot_send refused it */
     return rc == 0 ? px_fb_lit(b, "}}") : rc;
   }
   rc = px_fb_lit(b, "{\"type\":\"file\",\"file\":{");
@@ -1136,7 +1171,7 @@ static int put_media(px_buf_t *b, const px_fpart_t *p) {
       rc = px_fb_lit(b, px_fs_is(p->media_type, "text/plain") ? "\"document.txt\""
                                                               : "\"document.pdf\"");
   } else if (rc == 0) {
-    return DECLINE; /* a file by URL: the reference names the error */
+    return DECLINE; /* a file by URL: cannot_send refused it */
   }
   return rc == 0 ? px_fb_lit(b, "}}") : rc;
 }
@@ -1159,13 +1194,15 @@ static int put_system_note(px_buf_t *b, const px_fmsg_t *m, int *first,
   return rc == 0 ? px_fb_lit(b, "\"}") : rc;
 }
 
-static int put_user(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fmsg_t *m, int *first,
-                    px_lossy_t *lossy) {
+static int put_user(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fmsg_t *m, size_t mi,
+                    int *first, px_lossy_t *lossy, px_tr_err_t *err) {
   if (m->system_note) return put_system_note(b, m, first, lossy);
   int nparts = 0, only_text = 1, rc = 0;
   const px_fpart_t *one = NULL;
-  for (const px_fpart_t *p = m->parts; p; p = p->next) {
+  size_t j = 0;
+  for (const px_fpart_t *p = m->parts; p; p = p->next, j++) {
     if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+    if ((rc = cannot_send(p, mi, j, 1, err)) != 0) return rc;
     if (p->type == PX_FP_TOOL_RESULT) {
       if (!*first) rc = px_fb_lit(b, ",");
       *first = 0;
@@ -1334,16 +1371,19 @@ static int chat_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
     if (rc == 0) rc = px_fb_lit(b, "}");
   }
   const px_fmsg_t *m = ir->msgs;
+  size_t mi = 0; /* the IR message's index (chat.c's words name it) */
   while (rc == 0 && m != NULL) {
     if (m->assistant) {
       const px_fmsg_t *end = m->next;
-      while (end != NULL && end->assistant) end = end->next;
+      size_t n = 1;
+      for (; end != NULL && end->assistant; end = end->next) n++;
       if (!first) rc = px_fb_lit(b, ",");
       first = 0;
-      if (rc == 0) rc = put_assistant(ctx, b, m, end, lossy);
+      if (rc == 0) rc = put_assistant(ctx, b, m, end, mi, lossy, err);
       m = end;
+      mi += n;
     } else {
-      rc = put_user(ctx, b, m, &first, lossy);
+      rc = put_user(ctx, b, m, mi++, &first, lossy, err);
       m = m->next;
     }
   }
