@@ -291,20 +291,24 @@ static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, size_t mi, px_arena_t
   return r < 0 ? DECLINE : 0;
 }
 
-/* arguments px_fast_args_object did not take (path: theirs): chat.c's
- * check_arguments words (jansson's own on invalid JSON: this is the error
- * path only), or a decline where it takes them */
-static int args_refusal(const px_tr_ctx_t *ctx, px_fstr_t args, const char *path,
-                        px_arena_t *a, px_tr_err_t *err) {
+/* arguments px_fast_args_object did not take (path: theirs), as chat.c's
+ * check_arguments judges them (jansson's own words on invalid JSON: the
+ * error path, and JSON that is no object): 0 when taken (JSON of another
+ * kind toward an upstream that holds any: args only, no input), a refusal,
+ * or a decline (an object the scanner's limits keep out) */
+static int args_check(const px_tr_ctx_t *ctx, px_fstr_t args, const char *path,
+                      px_arena_t *a, px_tr_err_t *err) {
   const char *s = cstr(a, args);
   if (s == NULL) return DECLINE;
   json_error_t je;
   json_t *v = px_jdoc_loads(s, JSON_DECODE_ANY, &je);
   if (v == NULL) return REFUSE(err, path, "%s is not valid JSON: %s", path, je.text);
-  int ok = json_is_object(v) || px_tr_out_can(ctx, PX_CAP_ANY_TOOL_ARGS);
+  int obj = json_is_object(v);
   json_decref(v);
-  if (!ok) return REFUSE(err, path, "%s must be a JSON object", path);
-  return DECLINE; /* taken by chat.c, not in the shape taken here */
+  if (obj) return DECLINE;
+  if (!px_tr_out_can(ctx, PX_CAP_ANY_TOOL_ARGS))
+    return REFUSE(err, path, "%s must be a JSON object", path);
+  return 0;
 }
 
 /* the tool_calls of assistant message mi (chat.c's assistant_tool_calls) */
@@ -375,7 +379,8 @@ static int tool_calls(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m, si
        * Anthropic); objects are the shape taken here */
       if (px_fast_args_object(a, pt) != 0) {
         snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu].function.arguments", mi, j);
-        return args_refusal(ctx, g[1].s, p, a, err);
+        int rc = args_check(ctx, g[1].s, p, a, err);
+        if (rc != 0) return rc;
       }
     }
     px_fpart_push(&m->parts, &m->last, pt);
@@ -1453,7 +1458,8 @@ static int copy_members(px_buf_t *b, const px_fv_t *v, const char *skip) {
 }
 
 /* Chat url_citation {type, url_citation:{...}} -> the flat IR annotations
- * (chat.c's annotations_in) as raw JSON in the arena; others named */
+ * (chat.c's annotations_in) as raw JSON in the arena (ptr NULL when none
+ * is kept); others named */
 static int annotations_in(const px_fv_t *anns, px_str_t *out, px_arena_t *a,
                           px_lossy_t *lossy) {
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("url_citation")};
@@ -1484,8 +1490,9 @@ static int annotations_in(const px_fv_t *anns, px_str_t *out, px_arena_t *a,
   if (rc == 0 && r < 0) rc = DECLINE;
   if (rc == 0) rc = px_fb_lit(&b, "]");
   px_fstr_t s;
-  if (rc == 0) rc = arena_fstr(a, &b, 0, &s);
-  if (rc == 0) *out = (px_str_t){s.p, s.n};
+  /* none kept: none (an empty IR list writes nothing anywhere) */
+  if (rc == 0 && n > 0) rc = arena_fstr(a, &b, 0, &s);
+  if (rc == 0 && n > 0) *out = (px_str_t){s.p, s.n};
   px_buf_free(&b);
   return rc == 0 ? 0 : DECLINE;
 }

@@ -1365,11 +1365,11 @@ static void chat_refusals(void) {
                "[{'role':'assistant','tool_calls':[{'id':'c','function':{'name':'f',"
                "'arguments':'[1]'}}]}]}",
                1);
-  chat_refusal(1,
-               M
-               "[{'role':'assistant','tool_calls':[{'id':'c','function':{'name':'f',"
-               "'arguments':'[1]'}}]}]}",
-               0);
+  char *any = chat_body(M
+                        "[{'role':'assistant','tool_calls':[{'id':'c','function':{"
+                        "'name':'f','arguments':'[1]'}}]}]}");
+  request_pair(PX_PROTO_CHAT, PX_PROTO_RESPONSES, any, "\"arguments\":\"[1]\"");
+  free(any);
   /* where a repeated member would move the reference's refusal */
   chat_refusal(2, M "[],'n':2,'n':1}", 0);
   chat_refusal(2, "{'n':2,'messages':[],'messages':{}}", 1); /* it stands after */
