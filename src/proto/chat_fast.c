@@ -1840,7 +1840,9 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
                                      px_buf_t *b, px_arena_t *a, px_lossy_t *lossy,
                                      px_tr_err_t *err) {
   (void)err;
-  if (ir->id.esc) return DECLINE;
+  /* an escape where "chatcmpl-" would stand might spell it */
+  if (ir->id.esc && memchr(ir->id.p, '\\', ir->id.n < 9 ? ir->id.n : 9) != NULL)
+    return DECLINE;
   /* what chat.c's encoder reads of the content, in order (the lossy names
    * of annotations and opaque reasoning as it meets them) */
   int ntext = 0, ncalls = 0, nref = 0, nreason = 0, nann = 0, rc = 0;
@@ -1889,13 +1891,11 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   }
   if (rc == 0) rc = px_fb_lit(b, "\",\"object\":\"chat.completion\",\"created\":");
   if (rc == 0) rc = px_fb_i64(b, ir->has_created ? ir->created : ctx->created);
-  if (rc == 0 && (ctx->client_model || ir->model.p)) {
-    rc = px_fb_lit(b, ",\"model\":");
-    if (rc == 0 && ctx->client_model)
-      rc = px_buf_json_str(b, ctx->client_model, strlen(ctx->client_model));
-    else if (rc == 0)
-      rc = px_fb_str(b, ir->model);
-  }
+  if (rc == 0) rc = px_fb_lit(b, ",\"model\":"); /* null when nothing names it */
+  if (rc == 0 && ctx->client_model)
+    rc = px_buf_json_str(b, ctx->client_model, strlen(ctx->client_model));
+  else if (rc == 0)
+    rc = ir->model.p ? px_fb_str(b, ir->model) : px_fb_lit(b, "null");
   if (rc == 0)
     rc = px_fb_lit(b,
                    ",\"choices\":[{\"index\":0,\"message\":{\"role\":"
