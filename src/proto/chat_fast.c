@@ -105,26 +105,32 @@ static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
   return r < 0 ? DECLINE : 0;
 }
 
-/* "data:<media>;base64,<data>" (unescaped content) -> media, data spans, as
- * chat.c's parse_data_url (and a media type required): 0; -1 when not one
- * (chat.c names the error); DECLINE when escapes keep it from being read
- * as it is */
+/* "data:<media>;base64,<data>" (u begins with "data:" as it is: is_data)
+ * -> media, data spans, as chat.c's parse_data_url (and a media type
+ * required): 0; -1 when not one (chat.c names the error); DECLINE when
+ * escapes in its header keep it from being read as it is (the data's are
+ * kept: base64's "\/") */
 static int data_url(px_fstr_t u, px_fstr_t *media, px_fstr_t *data) {
-  if (u.esc) return DECLINE;
-  if (u.n < 5 || memcmp(u.p, "data:", 5) != 0) return -1;
   const char *m = u.p + 5, *end = u.p + u.n;
   const char *comma = memchr(m, ',', (size_t)(end - m));
+  if (u.esc && memchr(u.p, '\\', comma ? (size_t)(comma - u.p) : u.n) != NULL)
+    return DECLINE;
   if (comma == NULL) return -1;
   const char *semi = memchr(m, ';', (size_t)(comma - m));
   if (semi == NULL || semi == m) return -1;
   if ((size_t)(comma - m) < 7 || memcmp(comma - 7, ";base64", 7) != 0) return -1;
   *media = (px_fstr_t){m, (size_t)(semi - m), 0};
-  *data = (px_fstr_t){comma + 1, (size_t)(end - comma - 1), 0};
+  *data = (px_fstr_t){comma + 1, (size_t)(end - comma - 1), u.esc};
   return 0;
 }
 
+/* Whether the value of s begins with "data:": 1, 0, or -1 when an escape
+ * where it would stand keeps it from being told as it is */
 static int is_data(px_fstr_t s) {
-  return s.n >= 5 && memcmp(s.p, "data:", 5) == 0;
+  size_t k = 0;
+  for (; k < 5 && k < s.n && s.p[k] != '\\'; k++)
+    if (s.p[k] != "data:"[k]) return 0;
+  return k == 5 ? 1 : k == s.n ? 0 : -1;
 }
 
 /* {type:"image_url", image_url: url | {url, detail}} (has: the member is
@@ -146,12 +152,12 @@ static int image_part(const px_fv_t *iu, int has, px_fpart_t *p, size_t mi, size
   if (url.p == NULL) return REFUSE(err, q, "%s is required", q);
   if (HAS(1) && f[1].kind == PX_FV_STR && !is_val(f[1].s, "auto"))
     px_lossy_add(lossy, "messages[].content[].image_url.detail");
-  if (is_data(url)) {
+  int d = is_data(url);
+  if (d < 0) return DECLINE;
+  if (d) {
     int rc = data_url(url, &p->media_type, &p->data);
     return rc < 0 ? REFUSE(err, q, "%s: only base64 data URLs are supported", q) : rc;
   }
-  /* an escape in the first bytes might spell "data:" */
-  if (url.esc && memchr(url.p, '\\', url.n < 5 ? url.n : 5) != NULL) return DECLINE;
   p->url = url;
   return 0;
 }
@@ -172,12 +178,15 @@ static int file_part(const px_tr_ctx_t *ctx, const px_fv_t *fv, int has, px_fpar
   if (px_fv_kfields(fv, keys, 3, f, &seen) != 0) return DECLINE;
   if (HAS(0) && f[0].kind == PX_FV_STR) {
     px_fstr_t fd = f[0].s;
-    if (fd.esc) return DECLINE; /* an escape might spell "data:" */
-    if (is_data(fd)) {
-      if (data_url(fd, &p->media_type, &p->data) != 0) {
+    int d = is_data(fd);
+    if (d < 0) return DECLINE;
+    if (d) {
+      int rc = data_url(fd, &p->media_type, &p->data);
+      if (rc < 0) {
         snprintf(q, sizeof(q), "%s.file.file_data", part_path(pp, sizeof(pp), mi, j));
         return REFUSE(err, q, "%s: only base64 data URLs are supported", q);
       }
+      if (rc != 0) return rc;
     } else { /* bare base64: OpenAI accepts PDFs only */
       p->media_type = (px_fstr_t){"application/pdf", 15, 0};
       p->data = fd;
@@ -1132,10 +1141,9 @@ static int put_assistant(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fmsg_t *m
   return rc;
 }
 
-/* "data:<media type>;base64,<data>" as a quoted string (the parts are
- * written as they are: escaped media types or data decline) */
+/* "data:<media type>;base64,<data>" as a quoted string (the parts'
+ * escaped contents one after the other: the value is theirs joined) */
 static int put_data_url(px_buf_t *b, px_fstr_t mt, px_fstr_t data) {
-  if (mt.esc || data.esc) return DECLINE;
   int rc = px_fb_lit(b, "\"data:");
   if (rc == 0) rc = px_fb_put(b, mt.p, mt.n);
   if (rc == 0) rc = px_fb_lit(b, ";base64,");
@@ -1170,11 +1178,9 @@ static int put_media(px_buf_t *b, const px_fpart_t *p) {
     if (rc == 0) rc = px_fb_lit(b, ",\"filename\":");
     if (rc == 0 && p->filename.p && p->filename.n > 0)
       rc = px_fb_str(b, p->filename);
-    else if (rc == 0 && p->media_type.esc)
-      rc = DECLINE;
     else if (rc == 0)
-      rc = px_fb_lit(b, px_fs_is(p->media_type, "text/plain") ? "\"document.txt\""
-                                                              : "\"document.pdf\"");
+      rc = px_fb_lit(b, is_val(p->media_type, "text/plain") ? "\"document.txt\""
+                                                            : "\"document.pdf\"");
   } else if (rc == 0) {
     return DECLINE; /* a file by URL: cannot_send refused it */
   }

@@ -1370,6 +1370,16 @@ static void chat_refusals(void) {
                         "'name':'f','arguments':'[1]'}}]}]}");
   request_pair(PX_PROTO_CHAT, PX_PROTO_RESPONSES, any, "\"arguments\":\"[1]\"");
   free(any);
+  /* base64 data with escaped slashes (some serializers write "\/") is
+   * taken as it is */
+  char *esc =
+      chat_body(M
+                "[{'role':'user','content':[{'type':'image_url','image_url':{'url':"
+                "'data:image/png;base64,ab\\/"
+                "c'}},{'type':'file','file':{'file_data':'x\\/y'}}]}]}");
+  for (int out = 1; out < PX_PROTO_COUNT; out++)
+    request_pair(PX_PROTO_CHAT, out, esc, NULL);
+  free(esc);
   /* where a repeated member would move the reference's refusal */
   chat_refusal(2, M "[],'n':2,'n':1}", 0);
   chat_refusal(2, "{'n':2,'messages':[],'messages':{}}", 1); /* it stands after */
