@@ -35,12 +35,8 @@ static const char *cstr(px_arena_t *a, px_fstr_t s) {
   return c;
 }
 
-/* Whether the value of string s (escaped or not) is lit, as chat.c's
- * strcmp on it decides. */
-static int is_val(px_fstr_t s, const char *lit) {
-  if (s.p == NULL) return 0;
-  if (!s.esc) return px_fs_is(s, lit);
-  size_t n = strlen(lit);
+/* is_val of an escaped s */
+static int esc_is(px_fstr_t s, const char *lit, size_t n) {
   if (s.n > 6 * n) return 0; /* an escape spells one byte in 6 at most */
   px_buf_t b;
   px_str_t v;
@@ -50,6 +46,19 @@ static int is_val(px_fstr_t s, const char *lit) {
   px_buf_free(&b);
   return eq;
 }
+
+/* Whether the value of string s (escaped or not) is lit, as chat.c's
+ * strcmp on it decides (inline: lit's length folds). */
+static inline int is_val(px_fstr_t s, const char *lit) {
+  size_t n = strlen(lit);
+  if (s.p == NULL) return 0;
+  if (s.esc) return esc_is(s, lit, n);
+  return s.n == n && memcmp(s.p, lit, n) == 0;
+}
+
+/* the array element at the cursor (px_fw_elem left it there) is an
+ * object */
+#define AT_OBJ(w) ((w).i < (w).n && (w).p[(w).i] == '{')
 
 /* ======================================================================== */
 /* Request decode                                                            */
@@ -90,7 +99,7 @@ static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
     static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text")};
     px_fv_t f[2];
     unsigned seen = 0;
-    int obj = px_fw_peek(&w) == PX_FV_OBJ;
+    int obj = AT_OBJ(w);
     if (obj && px_fw_kfields(&w, keys, 2, f, &seen) != 0) return DECLINE;
     if (!obj || !HAS(0) || f[0].kind != PX_FV_STR || !is_val(f[0].s, "text") || !HAS(1) ||
         f[1].kind != PX_FV_STR) {
@@ -219,7 +228,7 @@ static int user_parts(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m, si
                                      PX_FK("file")};
     px_fv_t f[4];
     unsigned seen = 0;
-    int obj = px_fw_peek(&w) == PX_FV_OBJ;
+    int obj = AT_OBJ(w);
     if (obj && px_fw_kfields(&w, keys, 4, f, &seen) != 0) return DECLINE;
     if (!obj || !HAS(0) || f[0].kind != PX_FV_STR) {
       part_path(pp, sizeof(pp), mi, j);
@@ -279,7 +288,7 @@ static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, size_t mi, px_arena_t
     static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("refusal")};
     px_fv_t f[3];
     unsigned seen = 0;
-    int obj = px_fw_peek(&w) == PX_FV_OBJ;
+    int obj = AT_OBJ(w);
     if (obj && px_fw_kfields(&w, keys, 3, f, &seen) != 0) return DECLINE;
     px_fpart_t *p;
     int t = !obj || !HAS(0) || f[0].kind != PX_FV_STR ? 0
@@ -340,7 +349,7 @@ static int tool_calls(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m, si
   for (; (r = px_fw_elem(&w)) == 1; j++) {
     px_fv_t f[4], g[2];
     unsigned seen = 0, gs = 0;
-    if (px_fw_peek(&w) == PX_FV_OBJ) {
+    if (AT_OBJ(w)) {
       if (px_fw_kfields(&w, keys, 4, f, &seen) != 0) return DECLINE;
     } else if (px_fw_value(&w, &f[0]) < 0) {
       return DECLINE;
@@ -454,7 +463,7 @@ static int decode_message(const px_tr_ctx_t *ctx, px_fw_t *w, size_t mi, px_freq
   char p[PATH_MAX_LEN];
   px_fv_t f[NKEYS(msg_keys)];
   unsigned seen = 0;
-  int obj = px_fw_peek(w) == PX_FV_OBJ, rc;
+  int obj = AT_OBJ(*w), rc;
   if (obj && px_fw_kfields(w, msg_keys, NKEYS(msg_keys), f, &seen) != 0) return DECLINE;
   if (!obj && px_fw_value(w, &f[0]) < 0)
     return DECLINE; /* past it (the caller goes on) */
@@ -566,7 +575,7 @@ static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir
                                       PX_FK("format")};
     px_fv_t f[3], g[4];
     unsigned seen = 0, fseen = 0;
-    int obj = px_fw_peek(&w) == PX_FV_OBJ;
+    int obj = AT_OBJ(w);
     if (obj && px_fw_kfields(&w, keys, 3, f, &seen) != 0) return DECLINE;
     px_fstr_t t =
         obj && HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
@@ -1037,6 +1046,22 @@ static int put_call(px_buf_t *b, const px_fpart_t *p) {
   return rc;
 }
 
+/* Which opaque tokens reasoning part p carries, as chat.c reads them:
+ * *sig a signature, encrypted_content or thought_signature, *red redacted
+ * data (the fields' indexes found once) */
+static void reasoning_tokens(const px_fpart_t *p, int *sig, int *red) {
+  static int k[4] = {-2, -2, -2, -2};
+  if (k[0] == -2) {
+    k[0] = px_frtok_index("signature");
+    k[1] = px_frtok_index("encrypted_content");
+    k[2] = px_frtok_index("thought_signature");
+    k[3] = px_frtok_index("redacted_data");
+  }
+  *sig = 0;
+  for (int i = 0; i < 3; i++) *sig |= k[i] >= 0 && p->tok[k[i]].p != NULL;
+  *red = k[3] >= 0 && p->tok[k[3]].p != NULL;
+}
+
 /* the IR's name of a part kind (chat.c's words name it) */
 static const char *part_name(px_fpart_type_t t) {
   static const char *const names[] = {"text",  "tool_call", "tool_result", "reasoning",
@@ -1089,17 +1114,10 @@ static int put_assistant(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fmsg_t *m
         nref++;
       } else if (p->type == PX_FP_REASONING) {
         nreason += p->text.n > 0;
-        static const char *const toks[] = {"signature", "encrypted_content",
-                                           "thought_signature"};
-        for (size_t i = 0; i < sizeof(toks) / sizeof(toks[0]); i++) {
-          int k = px_frtok_index(toks[i]);
-          if (k >= 0 && p->tok[k].p != NULL) {
-            px_lossy_add(lossy, n->reasoning_token);
-            break;
-          }
-        }
-        int k = px_frtok_index("redacted_data");
-        if (k >= 0 && p->tok[k].p != NULL) px_lossy_add(lossy, n->reasoning_redacted);
+        int sig, red;
+        reasoning_tokens(p, &sig, &red);
+        if (sig) px_lossy_add(lossy, n->reasoning_token);
+        if (red) px_lossy_add(lossy, n->reasoning_redacted);
       } else {
         return cannot_send(p, mi, j, 0, err);
       }
@@ -1477,7 +1495,7 @@ static int annotations_in(const px_fv_t *anns, px_str_t *out, px_arena_t *a,
   while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
     px_fv_t f[2];
     unsigned seen = 0;
-    if (px_fw_peek(&w) == PX_FV_OBJ) {
+    if (AT_OBJ(w)) {
       if (px_fw_kfields(&w, keys, 2, f, &seen) != 0) rc = DECLINE;
     } else if (px_fw_value(&w, &f[0]) < 0) {
       rc = DECLINE;
@@ -1516,7 +1534,7 @@ static int join_texts(const px_fv_t *c, px_fstr_t *out, px_arena_t *a) {
   while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
     px_fv_t f[2];
     unsigned seen = 0;
-    if (px_fw_peek(&w) != PX_FV_OBJ) {
+    if (!AT_OBJ(w)) {
       rc = px_fw_value(&w, &f[0]) < 0 ? DECLINE : 0;
       continue;
     }
@@ -1549,7 +1567,7 @@ static int calls_out(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_fresp_t *ir,
   while ((r = px_fw_elem(&w)) == 1) {
     px_fv_t f[4], g[2];
     unsigned seen = 0, gs = 0;
-    if (px_fw_peek(&w) == PX_FV_OBJ) {
+    if (AT_OBJ(w)) {
       if (px_fw_kfields(&w, keys, 4, f, &seen) != 0) return DECLINE;
     } else if (px_fw_value(&w, &f[0]) < 0) {
       return DECLINE;
@@ -1777,7 +1795,7 @@ static int put_annotations(const px_tr_ctx_t *ctx, px_buf_t *b, px_str_t raw,
     px_fstr_t keys[32];
     px_fv_t vals[32], x;
     int n = 0, type = -1, url = -1, rm;
-    if (px_fw_peek(&w) != PX_FV_OBJ) {
+    if (!AT_OBJ(w)) {
       if (px_fw_value(&w, &x) < 0) return DECLINE;
       px_lossy_add(lossy, px_lossy_annotations(ctx));
       continue;
@@ -1855,8 +1873,6 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   size_t chars = 0;
   px_buf_t anns;
   px_buf_init(&anns, SIZE_MAX);
-  int ks = px_frtok_index("signature"), ke = px_frtok_index("encrypted_content"),
-      kt = px_frtok_index("thought_signature"), kr = px_frtok_index("redacted_data");
   const px_fpart_t *last_ann = NULL; /* the texts before it are counted */
   for (const px_fpart_t *p = ir->content; p; p = p->next)
     if (p->type == PX_FP_TEXT && p->annotations.ptr != NULL) last_ann = p;
@@ -1869,10 +1885,10 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
       if (p == last_ann) last_ann = NULL;
     } else if (p->type == PX_FP_REASONING) {
       nreason += p->text.n > 0;
-      if ((ks >= 0 && p->tok[ks].p) || (ke >= 0 && p->tok[ke].p) ||
-          (kt >= 0 && p->tok[kt].p))
-        px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
-      if (kr >= 0 && p->tok[kr].p) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 1));
+      int sig, red;
+      reasoning_tokens(p, &sig, &red);
+      if (sig) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
+      if (red) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 1));
     } else if (p->type == PX_FP_TOOL_CALL) {
       ncalls++;
     } else if (p->type == PX_FP_REFUSAL) {
