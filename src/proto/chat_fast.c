@@ -60,6 +60,15 @@ static inline int is_val(px_fstr_t s, const char *lit) {
  * object */
 #define AT_OBJ(w) ((w).i < (w).n && (w).p[(w).i] == '{')
 
+/* The array element at the cursor: an object's members named in keys into
+ * f (px_fw_kfields), another value passed (nothing seen). 0 or DECLINE. */
+static int elem_fields(px_fw_t *w, const px_fkey_t *keys, int n, px_fv_t *f,
+                       unsigned *seen) {
+  px_fv_t skip;
+  if (AT_OBJ(*w)) return px_fw_kfields(w, keys, n, f, seen);
+  return px_fw_value(w, &skip) < 0 ? DECLINE : 0;
+}
+
 /* ======================================================================== */
 /* Request decode                                                            */
 
@@ -349,11 +358,7 @@ static int tool_calls(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m, si
   for (; (r = px_fw_elem(&w)) == 1; j++) {
     px_fv_t f[4], g[2];
     unsigned seen = 0, gs = 0;
-    if (AT_OBJ(w)) {
-      if (px_fw_kfields(&w, keys, 4, f, &seen) != 0) return DECLINE;
-    } else if (px_fw_value(&w, &f[0]) < 0) {
-      return DECLINE;
-    }
+    if (elem_fields(&w, keys, 4, f, &seen) != 0) return DECLINE;
     px_fstr_t t = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
     px_fpart_t *pt = px_fpart_new(a, PX_FP_TOOL_CALL);
     if (pt == NULL) return DECLINE;
@@ -1495,12 +1500,7 @@ static int annotations_in(const px_fv_t *anns, px_str_t *out, px_arena_t *a,
   while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
     px_fv_t f[2];
     unsigned seen = 0;
-    if (AT_OBJ(w)) {
-      if (px_fw_kfields(&w, keys, 2, f, &seen) != 0) rc = DECLINE;
-    } else if (px_fw_value(&w, &f[0]) < 0) {
-      rc = DECLINE;
-    }
-    if (rc != 0) break;
+    if ((rc = elem_fields(&w, keys, 2, f, &seen)) != 0) break;
     if (!HAS(0) || f[0].kind != PX_FV_STR || !is_val(f[0].s, "url_citation") || !HAS(1) ||
         f[1].kind != PX_FV_OBJ) {
       px_lossy_add(lossy, "choices[].message.annotations");
@@ -1567,11 +1567,7 @@ static int calls_out(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_fresp_t *ir,
   while ((r = px_fw_elem(&w)) == 1) {
     px_fv_t f[4], g[2];
     unsigned seen = 0, gs = 0;
-    if (AT_OBJ(w)) {
-      if (px_fw_kfields(&w, keys, 4, f, &seen) != 0) return DECLINE;
-    } else if (px_fw_value(&w, &f[0]) < 0) {
-      return DECLINE;
-    }
+    if (elem_fields(&w, keys, 4, f, &seen) != 0) return DECLINE;
     px_fstr_t t = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
     int custom = t.p && is_val(t, "custom") && px_tr_in_can(ctx, PX_CAP_CUSTOM_TOOLS) &&
                  HAS(3) && f[3].kind == PX_FV_OBJ;
