@@ -82,46 +82,10 @@ static inline size_t escape_len(const unsigned char *p, size_t n, size_t j) {
   return simple_escape[p[j + 1]] ? 2 : escape_u(p, n, j);
 }
 
-/* px_json_string (json.h) past its plain ASCII start. With SSE2 a block of
- * sixteen bytes is loaded once and every special byte in it (quote,
- * backslash, control, non-ASCII) handled from its mask: text with an
- * escape every few bytes (code, tool output) is not reloaded per escape. */
-int px_json_string_at(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
-  *esc = 0;
-#if defined(__SSE2__)
-  const __m128i lo = _mm_set1_epi8(0x20), qt = _mm_set1_epi8('"'),
-                bs = _mm_set1_epi8('\\');
-  while (i + 16 <= n) {
-    __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
-    __m128i hit =
-        _mm_or_si128(_mm_cmplt_epi8(v, lo),
-                     _mm_or_si128(_mm_cmpeq_epi8(v, qt), _mm_cmpeq_epi8(v, bs)));
-    unsigned m = (unsigned)_mm_movemask_epi8(hit);
-    size_t base = i, j = i + 16;
-    while (m != 0) {
-      j = base + (size_t)__builtin_ctz(m);
-      unsigned c = p[j];
-      size_t l;
-      if (c == '"') {
-        *end = j;
-        return 0;
-      }
-      if (c == '\\') {
-        *esc = 1;
-        if ((l = escape_len(p, n, j)) == 0) return -1;
-      } else if (c < 0x80) {
-        return -1; /* a raw control character */
-      } else if ((l = px_utf8_seq(p + j, n - j)) == 0) {
-        return -1;
-      }
-      j += l;
-      if (j - base >= 16) break; /* past this block: the next starts at j */
-      m &= ~0u << (j - base);    /* the bytes the sequence took are done */
-      j = base + 16;
-    }
-    i = j;
-  }
-#endif
+/* px_json_string_at's loop for what is left of a string once no whole
+ * block is (and for targets without SSE2): the plain runs eight or sixteen
+ * bytes at a time, each special byte in a scalar step. */
+static int string_tail(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
   for (;;) {
     i = px_json_plain(p, n, i);
     if (i >= n) return -1;
@@ -142,6 +106,219 @@ int px_json_string_at(const unsigned char *p, size_t n, size_t i, size_t *end, i
   }
   *end = i;
   return 0;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* The block-wise check (x86-64). The content is read in blocks of 64 bytes,
+ * each starting fresh: never on a byte an escape or a UTF-8 sequence of the
+ * block before has taken. Vector compares give one bit a byte in each mask
+ * of blk_t; blk_check does the rest on the masks, a scalar step only for
+ * the rare bytes (\b, \u, non-ASCII).
+ * The escaped bytes are the ones right after a run of backslashes of odd
+ * length: a run starting at an even offset ends (its first byte past it,
+ * found by adding the run's start bit to the backslash mask: the carry runs
+ * through the run) at an odd offset exactly when its length is odd, and the
+ * other way round. A run reaching the block's end has no end in it: its
+ * complete pairs (escaped backslashes) are done, and an odd last backslash
+ * starts the next block. */
+typedef struct blk {
+  uint64_t q;  /* '"' */
+  uint64_t b;  /* '\\' */
+  uint64_t ok; /* what may follow an escaping backslash but \b and \u: " \ / f n r t */
+  uint64_t c;  /* below 0x20 or 0x80 and above */
+  uint64_t hi; /* 0x80 and above (only read when c has a byte before the end) */
+} blk_t;
+
+#define EVEN_BITS 0x5555555555555555ull
+
+/* The UTF-8 sequences starting at the bits of hi (non-ASCII bytes of the
+ * block at base, its first one a lead byte), each checked by px_utf8_seq;
+ * *reach moves past one running over the block. 0, or -1. */
+static inline __attribute__((always_inline)) int blk_utf8(const unsigned char *p, size_t n,
+                                                          size_t base, uint64_t hi,
+                                                          size_t *reach) {
+  while (hi != 0) {
+    unsigned j = (unsigned)__builtin_ctzll(hi);
+    size_t l = px_utf8_seq(p + base + j, n - base - j);
+    if (l == 0) return -1;
+    size_t stop = j + l;
+    if (stop >= 64) {
+      if (base + stop > *reach) *reach = base + stop;
+      return 0;
+    }
+    hi &= ~0ull << stop;
+  }
+  return 0;
+}
+
+/* The escapes of the block at base that the masks do not clear (bits of
+ * odd: the letters after escaping backslashes): \b, \u (its hex, \u0000
+ * and surrogate pairs as escape_u reads them), or an invalid escape.
+ * *reach moves past one running over the block. 0, or -1. */
+static int blk_escapes(const unsigned char *p, size_t n, size_t base, uint64_t odd,
+                       size_t *reach) {
+  while (odd != 0) {
+    unsigned j = (unsigned)__builtin_ctzll(odd);
+    size_t at = base + j;
+    if (p[at] == 'b') {
+      odd &= odd - 1;
+      continue;
+    }
+    size_t l = p[at] == 'u' ? escape_u(p, n, at - 1) : 0;
+    if (l == 0) return -1;
+    size_t stop = j - 1 + l; /* a pair's second \u is taken with it */
+    if (stop >= 64) {
+      *reach = base + stop;
+      return 0;
+    }
+    odd &= ~0ull << stop;
+  }
+  return 0;
+}
+
+/* Check the block at p[base..base+64) from its masks m: 1 when the string
+ * ends in it (*end), 0 when it goes on (*next: where the next block
+ * starts), -1 when jansson would refuse it. *bs gets the backslashes of
+ * the string's bytes. */
+static inline __attribute__((always_inline)) int blk_check(const unsigned char *p, size_t n,
+                                                           size_t base, const blk_t *m,
+                                                           size_t *next, size_t *end,
+                                                           uint64_t *bs) {
+  uint64_t b = m->b, escaped;
+  if ((b & (b << 1)) == 0) { /* the usual: every backslash alone */
+    escaped = b << 1;
+  } else {
+    uint64_t starts = b & ~(b << 1);
+    uint64_t from_even = (b + (starts & EVEN_BITS)) & ~b;
+    uint64_t from_odd = (b + (starts & ~EVEN_BITS)) & ~b;
+    escaped = (from_even & ~EVEN_BITS) | (from_odd & EVEN_BITS);
+  }
+  uint64_t closing = m->q & ~escaped;
+  uint64_t in = (closing & (0 - closing)) - 1; /* the bytes before the end (all: none) */
+  size_t reach = 0; /* past an escape or a sequence that ran over the block */
+  *bs |= b & in;
+  uint64_t odd = escaped & ~m->ok & in;
+  if (odd != 0 && blk_escapes(p, n, base, odd, &reach) < 0) return -1;
+  if ((m->c & in) != 0) {
+    if ((m->c & ~m->hi & in) != 0) return -1; /* a raw control character */
+    if (blk_utf8(p, n, base, m->hi & in, &reach) < 0) return -1;
+  }
+  if (closing != 0) {
+    *end = base + (size_t)__builtin_ctzll(closing);
+    return 1;
+  }
+  size_t nb = base + 64;
+  if ((int64_t)b < 0) /* a run of backslashes to the end: an odd last one escapes onward */
+    nb -= (~b != 0 ? (size_t)__builtin_clzll(~b) : 64) & 1;
+  *next = nb > reach ? nb : reach;
+  return 0;
+}
+
+/* The bytes that may follow an escaping backslash, by their low four bits
+ * (the lookup of string_avx2; '"' has the quote mask, 'b' and 'u' are
+ * blk_escapes' business); 0x80 matches no byte the lookup indexes. */
+#define LETTERS                                                                           \
+  0x80, 0x80, 'r', 0x80, 't', 0x80, 'f', 0x80, 0x80, 0x80, 0x80, 0x80, '\\', 0x80, 'n', '/'
+
+/* every CPU with AVX2 has BMI1 and BMI2 (andn, blsi, tzcnt, shlx) */
+#define AVX2 __attribute__((target("avx2,bmi,bmi2")))
+#include <immintrin.h>
+
+AVX2 static inline uint64_t avx2_bits(__m256i lo, __m256i hi) {
+  return (uint32_t)_mm256_movemask_epi8(lo) | (uint64_t)(uint32_t)_mm256_movemask_epi8(hi) << 32;
+}
+
+AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
+  const __m256i qt = _mm256_set1_epi8('"'), bs = _mm256_set1_epi8('\\'),
+                us = _mm256_set1_epi8(0x1f), let = _mm256_setr_epi8(LETTERS, LETTERS);
+  uint64_t any_bs = 0;
+  int rc = 0;
+  while (i + 64 <= n) {
+    __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + i));
+    __m256i v1 = _mm256_loadu_si256((const __m256i *)(p + i + 32));
+    __m256i q0 = _mm256_cmpeq_epi8(v0, qt), q1 = _mm256_cmpeq_epi8(v1, qt);
+    blk_t m;
+    m.q = avx2_bits(q0, q1);
+    m.b = avx2_bits(_mm256_cmpeq_epi8(v0, bs), _mm256_cmpeq_epi8(v1, bs));
+    m.ok = avx2_bits(_mm256_or_si256(q0, _mm256_cmpeq_epi8(_mm256_shuffle_epi8(let, v0), v0)),
+                     _mm256_or_si256(q1, _mm256_cmpeq_epi8(_mm256_shuffle_epi8(let, v1), v1)));
+    /* signed: a control and a non-ASCII byte are both not above 0x1f */
+    m.c = ~avx2_bits(_mm256_cmpgt_epi8(v0, us), _mm256_cmpgt_epi8(v1, us));
+    m.hi = m.c != 0 ? avx2_bits(v0, v1) : 0;
+    if ((rc = blk_check(p, n, i, &m, &i, end, &any_bs)) != 0) break;
+  }
+  if (any_bs != 0) *esc = 1;
+  if (rc != 0) return rc < 0 ? -1 : 0;
+  return string_tail(p, n, i, end, esc);
+}
+
+static uint64_t sse2_bits(__m128i a, __m128i b, __m128i c, __m128i d) {
+  return (uint64_t)(uint16_t)_mm_movemask_epi8(a) |
+         (uint64_t)(uint16_t)_mm_movemask_epi8(b) << 16 |
+         (uint64_t)(uint16_t)_mm_movemask_epi8(c) << 32 |
+         (uint64_t)(uint16_t)_mm_movemask_epi8(d) << 48;
+}
+
+/* string_avx2 sixteen bytes at a time (SSE2 has no byte lookup: the
+ * letters compared one by one) */
+static int string_sse2(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
+  const __m128i qt = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'), sp = _mm_set1_epi8(0x20);
+  static const char ok[] = "\"\\/fnrt";
+  uint64_t any_bs = 0;
+  int rc = 0;
+  while (i + 64 <= n) {
+    __m128i v[4], q[4], b[4], o[4], c[4];
+    for (int k = 0; k < 4; k++) {
+      v[k] = _mm_loadu_si128((const __m128i *)(p + i + 16 * k));
+      q[k] = _mm_cmpeq_epi8(v[k], qt);
+      b[k] = _mm_cmpeq_epi8(v[k], bs);
+      c[k] = _mm_cmplt_epi8(v[k], sp);
+      o[k] = q[k];
+      for (int l = 1; ok[l] != 0; l++)
+        o[k] = _mm_or_si128(o[k], _mm_cmpeq_epi8(v[k], _mm_set1_epi8(ok[l])));
+    }
+    blk_t m = {sse2_bits(q[0], q[1], q[2], q[3]), sse2_bits(b[0], b[1], b[2], b[3]),
+               sse2_bits(o[0], o[1], o[2], o[3]), sse2_bits(c[0], c[1], c[2], c[3]), 0};
+    if (m.c != 0) m.hi = sse2_bits(v[0], v[1], v[2], v[3]);
+    if ((rc = blk_check(p, n, i, &m, &i, end, &any_bs)) != 0) break;
+  }
+  if (any_bs != 0) *esc = 1;
+  if (rc != 0) return rc < 0 ? -1 : 0;
+  return string_tail(p, n, i, end, esc);
+}
+#endif
+
+/* The string check's path: 2 AVX2, 1 SSE2, 0 scalar; -1 until asked. */
+static int simd_level = -1;
+
+static int simd_best(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
+      __builtin_cpu_supports("bmi2"))
+    return 2;
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+int px_json_simd(int level) {
+  int was = simd_level < 0 ? simd_best() : simd_level, best = simd_best();
+  simd_level = level < 0 || level > best ? best : level;
+  return was;
+}
+
+/* px_json_string (json.h) past its plain ASCII start: whole blocks of 64
+ * bytes with AVX2 when the CPU has it (asked once), else SSE2, the rest
+ * (and everything on other targets) by string_tail. */
+int px_json_string_at(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
+  *esc = 0;
+  if (simd_level < 0) simd_level = simd_best();
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (i + 64 <= n && simd_level > 0)
+    return simd_level == 2 ? string_avx2(p, n, i, end, esc) : string_sse2(p, n, i, end, esc);
+#endif
+  return string_tail(p, n, i, end, esc);
 }
 
 int px_json_unescape(const char *s, size_t n, int esc, px_buf_t *b, px_str_t *out) {
