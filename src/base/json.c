@@ -126,27 +126,26 @@ typedef struct blk {
   uint64_t b;  /* '\\' */
   uint64_t ok; /* what may follow an escaping backslash but \b and \u: " \ / f n r t */
   uint64_t c;  /* below 0x20 or 0x80 and above */
-  uint64_t hi; /* 0x80 and above (only read when c has a byte before the end) */
 } blk_t;
 
 #define EVEN_BITS 0x5555555555555555ull
 
-/* The UTF-8 sequences starting at the bits of hi (non-ASCII bytes of the
- * block at base, its first one a lead byte), each checked by px_utf8_seq;
- * *reach moves past one running over the block. 0, or -1. */
-static inline __attribute__((always_inline)) int blk_utf8(const unsigned char *p, size_t n,
-                                                          size_t base, uint64_t hi,
-                                                          size_t *reach) {
-  while (hi != 0) {
-    unsigned j = (unsigned)__builtin_ctzll(hi);
+/* The control and non-ASCII bytes of the block at base (bits of c, the
+ * first one not inside a sequence): a control byte refused, a UTF-8
+ * sequence starting at each non-ASCII byte checked by px_utf8_seq; *next
+ * moves past one running over the block. 0, or -1. */
+static int blk_utf8(const unsigned char *p, size_t n, size_t base, uint64_t c, size_t *next) {
+  while (c != 0) {
+    unsigned j = (unsigned)__builtin_ctzll(c);
+    if (p[base + j] < 0x80) return -1; /* a raw control character */
     size_t l = px_utf8_seq(p + base + j, n - base - j);
     if (l == 0) return -1;
     size_t stop = j + l;
     if (stop >= 64) {
-      if (base + stop > *reach) *reach = base + stop;
+      if (base + stop > *next) *next = base + stop;
       return 0;
     }
-    hi &= ~0ull << stop;
+    c &= ~0ull << stop;
   }
   return 0;
 }
@@ -154,9 +153,9 @@ static inline __attribute__((always_inline)) int blk_utf8(const unsigned char *p
 /* The escapes of the block at base that the masks do not clear (bits of
  * odd: the letters after escaping backslashes): \b, \u (its hex, \u0000
  * and surrogate pairs as escape_u reads them), or an invalid escape.
- * *reach moves past one running over the block. 0, or -1. */
+ * *next moves past one running over the block. 0, or -1. */
 static int blk_escapes(const unsigned char *p, size_t n, size_t base, uint64_t odd,
-                       size_t *reach) {
+                       size_t *next) {
   while (odd != 0) {
     unsigned j = (unsigned)__builtin_ctzll(odd);
     size_t at = base + j;
@@ -168,7 +167,7 @@ static int blk_escapes(const unsigned char *p, size_t n, size_t base, uint64_t o
     if (l == 0) return -1;
     size_t stop = j - 1 + l; /* a pair's second \u is taken with it */
     if (stop >= 64) {
-      *reach = base + stop;
+      if (base + stop > *next) *next = base + stop;
       return 0;
     }
     odd &= ~0ull << stop;
@@ -195,22 +194,18 @@ static inline __attribute__((always_inline)) int blk_check(const unsigned char *
   }
   uint64_t closing = m->q & ~escaped;
   uint64_t in = (closing & (0 - closing)) - 1; /* the bytes before the end (all: none) */
-  size_t reach = 0; /* past an escape or a sequence that ran over the block */
   *bs |= b & in;
+  size_t nb = base + 64;
+  if ((int64_t)b < 0) /* a run of backslashes to the end: an odd last one escapes onward */
+    nb -= (~b != 0 ? (size_t)__builtin_clzll(~b) : 64) & 1;
   uint64_t odd = escaped & ~m->ok & in;
-  if (odd != 0 && blk_escapes(p, n, base, odd, &reach) < 0) return -1;
-  if ((m->c & in) != 0) {
-    if ((m->c & ~m->hi & in) != 0) return -1; /* a raw control character */
-    if (blk_utf8(p, n, base, m->hi & in, &reach) < 0) return -1;
-  }
+  if (odd != 0 && blk_escapes(p, n, base, odd, &nb) < 0) return -1;
+  if ((m->c & in) != 0 && blk_utf8(p, n, base, m->c & in, &nb) < 0) return -1;
   if (closing != 0) {
     *end = base + (size_t)__builtin_ctzll(closing);
     return 1;
   }
-  size_t nb = base + 64;
-  if ((int64_t)b < 0) /* a run of backslashes to the end: an odd last one escapes onward */
-    nb -= (~b != 0 ? (size_t)__builtin_clzll(~b) : 64) & 1;
-  *next = nb > reach ? nb : reach;
+  *next = nb;
   return 0;
 }
 
@@ -244,7 +239,6 @@ AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *
                      _mm256_or_si256(q1, _mm256_cmpeq_epi8(_mm256_shuffle_epi8(let, v1), v1)));
     /* signed: a control and a non-ASCII byte are both not above 0x1f */
     m.c = ~avx2_bits(_mm256_cmpgt_epi8(v0, us), _mm256_cmpgt_epi8(v1, us));
-    m.hi = m.c != 0 ? avx2_bits(v0, v1) : 0;
     if ((rc = blk_check(p, n, i, &m, &i, end, &any_bs)) != 0) break;
   }
   if (any_bs != 0) *esc = 1;
@@ -278,8 +272,7 @@ static int string_sse2(const unsigned char *p, size_t n, size_t i, size_t *end, 
         o[k] = _mm_or_si128(o[k], _mm_cmpeq_epi8(v[k], _mm_set1_epi8(ok[l])));
     }
     blk_t m = {sse2_bits(q[0], q[1], q[2], q[3]), sse2_bits(b[0], b[1], b[2], b[3]),
-               sse2_bits(o[0], o[1], o[2], o[3]), sse2_bits(c[0], c[1], c[2], c[3]), 0};
-    if (m.c != 0) m.hi = sse2_bits(v[0], v[1], v[2], v[3]);
+               sse2_bits(o[0], o[1], o[2], o[3]), sse2_bits(c[0], c[1], c[2], c[3])};
     if ((rc = blk_check(p, n, i, &m, &i, end, &any_bs)) != 0) break;
   }
   if (any_bs != 0) *esc = 1;
