@@ -134,7 +134,8 @@ typedef struct blk {
  * first one not inside a sequence): a control byte refused, a UTF-8
  * sequence starting at each non-ASCII byte checked by px_utf8_seq; *next
  * moves past one running over the block. 0, or -1. */
-static int blk_utf8(const unsigned char *p, size_t n, size_t base, uint64_t c, size_t *next) {
+static inline __attribute__((always_inline)) int blk_utf8(const unsigned char *p, size_t n,
+                                                          size_t base, uint64_t c, size_t *next) {
   while (c != 0) {
     unsigned j = (unsigned)__builtin_ctzll(c);
     if (p[base + j] < 0x80) return -1; /* a raw control character */
@@ -703,6 +704,7 @@ int px_json_request_watch(const char *text, size_t n, const char *const (*caps)[
                           const char *const *members, px_json_req_t *r) {
   const unsigned char *p = (const unsigned char *)text;
   unsigned char is_obj[PX_JSON_MAX_DEPTH + 1]; /* per depth: object (1) or array */
+  is_obj[0] = 0;
   watch_t w;
   watch_init(&w, caps, members);
   int seen[W_MAX] = {0};
@@ -712,6 +714,7 @@ int px_json_request_watch(const char *text, size_t n, const char *const (*caps)[
   int sub = W_NONE;
   int whole = W_NONE; /* the caller's member whose container is open at depth 2 */
   size_t depth = 0;
+  int obj = 0;          /* the container at depth is an object (is_obj[depth]) */
   int pending = W_NONE; /* the value about to be read is this member */
   size_t cost = 0;
   memset(r, 0, sizeof(*r));
@@ -726,25 +729,25 @@ value:
     int rec = pending;
     size_t s = i;
     pending = W_NONE;
-    if (depth > 0 && !is_obj[depth]) cost += COST_ELEMENT;
     switch (p[i]) {
     case '{':
     case '[':
       if (depth >= PX_JSON_MAX_DEPTH)
         return req_fail(r, PX_JREQ_DEPTH, i,
                         "nested too deeply (more than " DEPTH_TEXT " levels)");
-      is_obj[++depth] = p[i] == '{';
-      cost += is_obj[depth] ? COST_OBJECT : COST_ARRAY;
+      is_obj[++depth] = (unsigned char)(obj = p[i] == '{');
+      cost += obj ? COST_OBJECT : COST_ARRAY;
       if (rec != W_NONE && w.parent[rec] == W_TOP && p[i] == '{') sub = rec;
       /* the type is all we need, or a caller's member's whole span (at close) */
       if (rec != W_NONE) at[rec] = s, len[rec] = 1;
       if (rec != W_NONE && w.mem[rec] >= 0) whole = rec;
       i = px_json_ws(p, n, i + 1);
-      if (i < n && p[i] == (is_obj[depth] ? '}' : ']')) {
+      if (i < n && p[i] == (obj ? '}' : ']')) {
         i++;
         goto close;
       }
-      if (is_obj[depth]) goto key;
+      if (obj) goto key;
+      cost += COST_ELEMENT; /* the first element of an array */
       goto value;
     case '"': {
       size_t e;
@@ -791,7 +794,7 @@ key:
       return req_fail(r, PX_JREQ_SYNTAX, i,
                       "invalid member name (a raw control character, invalid UTF-8, a "
                       "bad escape or no closing quote)");
-    if (depth == 1 && top_obj)
+    if (depth == 1) /* (the top is an object then) */
       pending = watched_key(&w, p, i + 1, e, esc, W_TOP);
     else if (depth == 2 && sub != W_NONE)
       pending = watched_key(&w, p, i + 1, e, esc, sub);
@@ -836,19 +839,19 @@ after:
   if (i >= n) return req_fail(r, PX_JREQ_SYNTAX, i, "unexpected end of the body");
   if (p[i] == ',') {
     i = px_json_ws(p, n, i + 1);
-    if (is_obj[depth]) goto key;
+    if (obj) goto key;
+    cost += COST_ELEMENT;
     goto value;
   }
-  if (p[i] != (is_obj[depth] ? '}' : ']'))
-    return req_fail(r, PX_JREQ_SYNTAX, i,
-                    is_obj[depth] ? "',' or '}' expected" : "',' or ']' expected");
+  if (p[i] != (obj ? '}' : ']'))
+    return req_fail(r, PX_JREQ_SYNTAX, i, obj ? "',' or '}' expected" : "',' or ']' expected");
   i++;
 close:
   if (depth == 2) {
     sub = W_NONE;
     if (whole != W_NONE) len[whole] = i - at[whole], whole = W_NONE;
   }
-  depth--;
+  obj = is_obj[--depth];
   goto after;
 }
 
