@@ -128,6 +128,11 @@ typedef struct blk {
   uint64_t c;  /* below 0x20 or 0x80 and above */
 } blk_t;
 
+/* A check of the UTF-8 and the controls of the whole block at p[base]:
+ * *bad gets the bytes where a sequence (or a control byte) is wrong, *cut
+ * the start of a sequence the block's end cuts (0: none). */
+typedef void blk_utf8_fn(const unsigned char *p, size_t base, uint64_t *bad, size_t *cut);
+
 #define EVEN_BITS 0x5555555555555555ull
 
 /* The control and non-ASCII bytes of the block at base (bits of c, the
@@ -183,7 +188,7 @@ static int blk_escapes(const unsigned char *p, size_t n, size_t base, uint64_t o
 static inline __attribute__((always_inline)) int blk_check(const unsigned char *p, size_t n,
                                                            size_t base, const blk_t *m,
                                                            size_t *next, size_t *end,
-                                                           uint64_t *bs) {
+                                                           uint64_t *bs, blk_utf8_fn *all) {
   uint64_t b = m->b, escaped;
   if ((b & (b << 1)) == 0) { /* the usual: every backslash alone */
     escaped = b << 1;
@@ -201,7 +206,19 @@ static inline __attribute__((always_inline)) int blk_check(const unsigned char *
     nb -= (~b != 0 ? (size_t)__builtin_clzll(~b) : 64) & 1;
   uint64_t odd = escaped & ~m->ok & in;
   if (odd != 0 && blk_escapes(p, n, base, odd, &nb) < 0) return -1;
-  if ((m->c & in) != 0 && blk_utf8(p, n, base, m->c & in, &nb) < 0) return -1;
+  if ((m->c & in) != 0) {
+    if (all != NULL && __builtin_popcountll(m->c & in) > 16) {
+      /* many non-ASCII bytes (text in most scripts but Latin): at once */
+      uint64_t bad;
+      size_t cut;
+      all(p, base, &bad, &cut);
+      /* a sequence the closing quote cuts shows at the quote */
+      if ((bad & (in | (closing & (0 - closing)))) != 0) return -1;
+      if (cut != 0 && cut < nb) nb = cut;
+    } else if (blk_utf8(p, n, base, m->c & in, &nb) < 0) {
+      return -1;
+    }
+  }
   if (closing != 0) {
     *end = base + (size_t)__builtin_ctzll(closing);
     return 1;
@@ -216,12 +233,86 @@ static inline __attribute__((always_inline)) int blk_check(const unsigned char *
 #define LETTERS                                                                           \
   0x80, 0x80, 'r', 0x80, 't', 0x80, 'f', 0x80, 0x80, 0x80, 0x80, 0x80, '\\', 0x80, 'n', '/'
 
-/* every CPU with AVX2 has BMI1 and BMI2 (andn, blsi, tzcnt, shlx) */
-#define AVX2 __attribute__((target("avx2,bmi,bmi2")))
+/* every CPU with AVX2 has BMI1, BMI2 and POPCNT (andn, blsi, tzcnt, shlx) */
+#define AVX2 __attribute__((target("avx2,bmi,bmi2,popcnt")))
 #include <immintrin.h>
 
 AVX2 static inline uint64_t avx2_bits(__m256i lo, __m256i hi) {
   return (uint32_t)_mm256_movemask_epi8(lo) | (uint64_t)(uint32_t)_mm256_movemask_epi8(hi) << 32;
+}
+
+/* The UTF-8 of a block with many non-ASCII bytes, all at once (after
+ * Keiser and Lemire, "Validating UTF-8 in less than one instruction per
+ * byte"): each byte with the one before it falls in one of the classes
+ * below, by three lookups (the high and low half of the byte before, the
+ * high half of this one) whose AND is non-zero only for a wrong pair; a
+ * continuation byte after a continuation byte is wrong unless a lead two
+ * or three bytes before asks for it. Leads that are never valid (C0, C1,
+ * F5 and above) and control bytes are refused directly. The block starts
+ * fresh (the bytes before it count as ASCII). */
+enum {
+  U8_SHORT = 0x01,     /* a lead not followed by a continuation byte */
+  U8_LONG = 0x02,      /* a continuation byte after ASCII */
+  U8_OVER3 = 0x04,     /* E0 80..9F */
+  U8_SURR = 0x08,      /* ED A0..BF */
+  U8_OVER4 = 0x10,     /* F0 80..8F */
+  U8_LARGE = 0x20,     /* F4 90..BF */
+  U8_TWO_CONTS = 0x80, /* a continuation byte after a continuation byte */
+};
+#define U8_PREV_HIGH                                                                     \
+  U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_TWO_CONTS,  \
+      U8_TWO_CONTS, U8_TWO_CONTS, U8_TWO_CONTS, U8_SHORT, U8_SHORT,                      \
+      U8_SHORT | U8_OVER3 | U8_SURR, U8_SHORT | U8_OVER4 | U8_LARGE
+#define U8_ANY (U8_SHORT | U8_LONG | U8_TWO_CONTS)
+#define U8_PREV_LOW                                                                     \
+  U8_ANY | U8_OVER3 | U8_OVER4, U8_ANY, U8_ANY, U8_ANY, U8_ANY | U8_LARGE, U8_ANY, U8_ANY, \
+      U8_ANY, U8_ANY, U8_ANY, U8_ANY, U8_ANY, U8_ANY, U8_ANY | U8_SURR, U8_ANY, U8_ANY
+#define U8_CONT (U8_LONG | U8_TWO_CONTS)
+#define U8_HIGH                                                                         \
+  U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT,       \
+      U8_CONT | U8_OVER3 | U8_OVER4, U8_CONT | U8_OVER3 | U8_LARGE,                     \
+      U8_CONT | U8_SURR | U8_LARGE, U8_CONT | U8_SURR | U8_LARGE, U8_SHORT, U8_SHORT,   \
+      U8_SHORT, U8_SHORT
+
+/* The wrong bytes of one half (v, prev: the 32 bytes before it, zero at
+ * the block's start) as 0 (fine) or not. */
+AVX2 static inline __m256i avx2_utf8_half(__m256i v, __m256i before) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i t1 = _mm256_setr_epi8(U8_PREV_HIGH, U8_PREV_HIGH),
+                t2 = _mm256_setr_epi8(U8_PREV_LOW, U8_PREV_LOW),
+                t3 = _mm256_setr_epi8(U8_HIGH, U8_HIGH);
+  __m256i prev1 = _mm256_alignr_epi8(v, before, 15);
+  __m256i prev2 = _mm256_alignr_epi8(v, before, 14);
+  __m256i prev3 = _mm256_alignr_epi8(v, before, 13);
+  __m256i cls = _mm256_and_si256(
+      _mm256_and_si256(
+          _mm256_shuffle_epi8(t1, _mm256_and_si256(_mm256_srli_epi16(prev1, 4), low4)),
+          _mm256_shuffle_epi8(t2, _mm256_and_si256(prev1, low4))),
+      _mm256_shuffle_epi8(t3, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4)));
+  /* a third or fourth byte of a sequence: the continuation there is due */
+  __m256i due = _mm256_and_si256(
+      _mm256_or_si256(_mm256_subs_epu8(prev2, _mm256_set1_epi8(0xe0 - 0x80)),
+                      _mm256_subs_epu8(prev3, _mm256_set1_epi8((char)(0xf0 - 0x80)))),
+      _mm256_set1_epi8((char)0x80));
+  __m256i never = _mm256_or_si256(
+      _mm256_subs_epu8(v, _mm256_set1_epi8((char)0xf4)),
+      _mm256_cmpeq_epi8(_mm256_and_si256(v, _mm256_set1_epi8((char)0xfe)),
+                        _mm256_set1_epi8((char)0xc0)));
+  __m256i ctl = _mm256_cmpeq_epi8(_mm256_max_epu8(v, _mm256_set1_epi8(0x1f)),
+                                  _mm256_set1_epi8(0x1f));
+  return _mm256_or_si256(_mm256_xor_si256(cls, due), _mm256_or_si256(never, ctl));
+}
+
+/* blk_utf8_fn with AVX2 */
+AVX2 __attribute__((noinline)) static void avx2_utf8(const unsigned char *p, size_t base, uint64_t *bad, size_t *cut) {
+  const __m256i zero = _mm256_setzero_si256();
+  __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + base));
+  __m256i v1 = _mm256_loadu_si256((const __m256i *)(p + base + 32));
+  __m256i e0 = avx2_utf8_half(v0, _mm256_permute2x128_si256(v0, v0, 0x08));
+  __m256i e1 = avx2_utf8_half(v1, _mm256_permute2x128_si256(v0, v1, 0x21));
+  *bad = ~avx2_bits(_mm256_cmpeq_epi8(e0, zero), _mm256_cmpeq_epi8(e1, zero));
+  const unsigned char *e = p + base + 64;
+  *cut = e[-1] >= 0xc0 ? base + 63 : e[-2] >= 0xe0 ? base + 62 : e[-3] >= 0xf0 ? base + 61 : 0;
 }
 
 AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
@@ -240,7 +331,7 @@ AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *
                      _mm256_or_si256(q1, _mm256_cmpeq_epi8(_mm256_shuffle_epi8(let, v1), v1)));
     /* signed: a control and a non-ASCII byte are both not above 0x1f */
     m.c = ~avx2_bits(_mm256_cmpgt_epi8(v0, us), _mm256_cmpgt_epi8(v1, us));
-    if ((rc = blk_check(p, n, i, &m, &i, end, &any_bs)) != 0) break;
+    if ((rc = blk_check(p, n, i, &m, &i, end, &any_bs, avx2_utf8)) != 0) break;
   }
   if (any_bs != 0) *esc = 1;
   if (rc != 0) return rc < 0 ? -1 : 0;
@@ -274,7 +365,7 @@ static int string_sse2(const unsigned char *p, size_t n, size_t i, size_t *end, 
     }
     blk_t m = {sse2_bits(q[0], q[1], q[2], q[3]), sse2_bits(b[0], b[1], b[2], b[3]),
                sse2_bits(o[0], o[1], o[2], o[3]), sse2_bits(c[0], c[1], c[2], c[3])};
-    if ((rc = blk_check(p, n, i, &m, &i, end, &any_bs)) != 0) break;
+    if ((rc = blk_check(p, n, i, &m, &i, end, &any_bs, NULL)) != 0) break;
   }
   if (any_bs != 0) *esc = 1;
   if (rc != 0) return rc < 0 ? -1 : 0;
@@ -288,7 +379,7 @@ static int simd_level = -1;
 static int simd_best(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
-      __builtin_cpu_supports("bmi2"))
+      __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt"))
     return 2;
   return 1;
 #else

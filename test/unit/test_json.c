@@ -299,6 +299,8 @@ static unsigned str_rnd(unsigned n) {
   return str_rnd_state % n;
 }
 
+/* the UTF-8 parts start at str_parts[STR_UTF8] and end before the controls */
+#define STR_UTF8 27
 static const char *const str_parts[] = {
     /* mostly what agents send (text and one-letter escapes): first 8 */
     "a", "plain text ", "0123456789abcdef", "\\n", "\\\"", "\\\\", "\\/", "\\t",
@@ -312,10 +314,11 @@ static const char *const str_parts[] = {
     "\xf4\x8f\xbf\xbf", "\xc3", "\xe6\x97", "\xf0\x9f\x98", "\xc0\xaf", "\xc1\xbf",
     "\xe0\x80\x80", "\xe0\x9f\xbf", "\xf0\x80\x80\x80", "\xf0\x8f\xbf\xbf", "\xed\xa0\x80",
     "\xed\xbf\xbf", "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xf8\x88\x80\x80\x80", "\x80",
-    "\xbf", "\xfe", "\xff", "\\\xc3\xa9",
+    "\xbf", "\xfe", "\xff", "\xe4\xb8\xad\xe6\x96\x87", "\\\xc3\xa9",
     /* controls, DEL (allowed), quotes */
     "\x01", "\x1f", "\t", "\n", "\x7f", "\"", " \" "};
 #define STR_NPARTS (sizeof(str_parts) / sizeof(str_parts[0]))
+#define STR_UTF8_N 31
 
 /* What jansson makes of the text t[0..n) (an opening quote first) read as
  * far as its closing quote: the first quote at which jansson reads
@@ -370,6 +373,7 @@ static void test_strings(void) {
     n = pad;
     text[n++] = '"';
     size_t k = str_rnd(iter < 8000 ? 12 : iter < 24000 ? 40 : 100);
+    int dense = iter % 3 == 2; /* mostly non-ASCII: the vector UTF-8 check */
     for (size_t j = 0; j < k; j++) {
       const char *pt;
       char run[80];
@@ -385,6 +389,9 @@ static void test_strings(void) {
         run[l] = "n\"u\\x/"[str_rnd(6)];
         run[l + 1] = 0;
         pt = run;
+      } else if (dense && pick < 8) { /* text in a non-Latin script: a block of it */
+        static const unsigned good[] = {0, 3, 8, 29}; /* 2, 3, 4 bytes, two of 3 */
+        pt = str_parts[STR_UTF8 + (str_rnd(12) ? good[str_rnd(4)] : str_rnd(STR_UTF8_N))];
       } else {
         pt = str_parts[pick < 6 ? str_rnd(8) : str_rnd((unsigned)STR_NPARTS)];
       }
