@@ -85,7 +85,8 @@ static inline size_t escape_len(const unsigned char *p, size_t n, size_t j) {
 /* px_json_string_at's loop for what is left of a string once no whole
  * block is (and for targets without SSE2): the plain runs eight or sixteen
  * bytes at a time, each special byte in a scalar step. */
-static int string_tail(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
+static int string_tail(const unsigned char *p, size_t n, size_t i, size_t *end,
+                       int *esc) {
   for (;;) {
     i = px_json_plain(p, n, i);
     if (i >= n) return -1;
@@ -139,8 +140,9 @@ typedef void blk_utf8_fn(const unsigned char *p, size_t base, uint64_t *bad, siz
  * first one not inside a sequence): a control byte refused, a UTF-8
  * sequence starting at each non-ASCII byte checked by px_utf8_seq; *next
  * moves past one running over the block. 0, or -1. */
-static inline __attribute__((always_inline)) int blk_utf8(const unsigned char *p, size_t n,
-                                                          size_t base, uint64_t c, size_t *next) {
+static inline __attribute__((always_inline)) int blk_utf8(const unsigned char *p,
+                                                          size_t n, size_t base,
+                                                          uint64_t c, size_t *next) {
   while (c != 0) {
     unsigned j = (unsigned)__builtin_ctzll(c);
     if (p[base + j] < 0x80) return -1; /* a raw control character */
@@ -185,10 +187,11 @@ static int blk_escapes(const unsigned char *p, size_t n, size_t base, uint64_t o
  * ends in it (*end), 0 when it goes on (*next: where the next block
  * starts), -1 when jansson would refuse it. *bs gets the backslashes of
  * the string's bytes. */
-static inline __attribute__((always_inline)) int blk_check(const unsigned char *p, size_t n,
-                                                           size_t base, const blk_t *m,
-                                                           size_t *next, size_t *end,
-                                                           uint64_t *bs, blk_utf8_fn *all) {
+static inline __attribute__((always_inline)) int blk_check(const unsigned char *p,
+                                                           size_t n, size_t base,
+                                                           const blk_t *m, size_t *next,
+                                                           size_t *end, uint64_t *bs,
+                                                           blk_utf8_fn *all) {
   uint64_t b = m->b, escaped;
   if ((b & (b << 1)) == 0) { /* the usual: every backslash alone */
     escaped = b << 1;
@@ -202,8 +205,8 @@ static inline __attribute__((always_inline)) int blk_check(const unsigned char *
   uint64_t in = (closing & (0 - closing)) - 1; /* the bytes before the end (all: none) */
   *bs |= b & in;
   size_t nb = base + 64;
-  if ((int64_t)b < 0) /* a run of backslashes to the end: an odd last one escapes onward */
-    nb -= (~b != 0 ? (size_t)__builtin_clzll(~b) : 64) & 1;
+  /* a run of backslashes to the end: an odd last one escapes onward */
+  if ((int64_t)b < 0) nb -= (~b != 0 ? (size_t)__builtin_clzll(~b) : 64) & 1;
   uint64_t odd = escaped & ~m->ok & in;
   if (odd != 0 && blk_escapes(p, n, base, odd, &nb) < 0) return -1;
   if ((m->c & in) != 0) {
@@ -230,15 +233,17 @@ static inline __attribute__((always_inline)) int blk_check(const unsigned char *
 /* The bytes that may follow an escaping backslash, by their low four bits
  * (the lookup of string_avx2; '"' has the quote mask, 'b' and 'u' are
  * blk_escapes' business); 0x80 matches no byte the lookup indexes. */
-#define LETTERS                                                                           \
-  0x80, 0x80, 'r', 0x80, 't', 0x80, 'f', 0x80, 0x80, 0x80, 0x80, 0x80, '\\', 0x80, 'n', '/'
+#define LETTERS                                                                         \
+  0x80, 0x80, 'r', 0x80, 't', 0x80, 'f', 0x80, 0x80, 0x80, 0x80, 0x80, '\\', 0x80, 'n', \
+      '/'
 
 /* every CPU with AVX2 has BMI1, BMI2 and POPCNT (andn, blsi, tzcnt, shlx) */
 #define AVX2 __attribute__((target("avx2,bmi,bmi2,popcnt")))
 #include <immintrin.h>
 
 AVX2 static inline uint64_t avx2_bits(__m256i lo, __m256i hi) {
-  return (uint32_t)_mm256_movemask_epi8(lo) | (uint64_t)(uint32_t)_mm256_movemask_epi8(hi) << 32;
+  uint64_t l = (uint32_t)_mm256_movemask_epi8(lo), h = (uint32_t)_mm256_movemask_epi8(hi);
+  return l | h << 32;
 }
 
 /* The UTF-8 of a block with many non-ASCII bytes, all at once (after
@@ -259,19 +264,20 @@ enum {
   U8_LARGE = 0x20,     /* F4 90..BF */
   U8_TWO_CONTS = 0x80, /* a continuation byte after a continuation byte */
 };
-#define U8_PREV_HIGH                                                                     \
-  U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_TWO_CONTS,  \
-      U8_TWO_CONTS, U8_TWO_CONTS, U8_TWO_CONTS, U8_SHORT, U8_SHORT,                      \
+#define U8_PREV_HIGH                                                                    \
+  U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_TWO_CONTS, \
+      U8_TWO_CONTS, U8_TWO_CONTS, U8_TWO_CONTS, U8_SHORT, U8_SHORT,                     \
       U8_SHORT | U8_OVER3 | U8_SURR, U8_SHORT | U8_OVER4 | U8_LARGE
 #define U8_ANY (U8_SHORT | U8_LONG | U8_TWO_CONTS)
 #define U8_PREV_LOW                                                                     \
-  U8_ANY | U8_OVER3 | U8_OVER4, U8_ANY, U8_ANY, U8_ANY, U8_ANY | U8_LARGE, U8_ANY, U8_ANY, \
-      U8_ANY, U8_ANY, U8_ANY, U8_ANY, U8_ANY, U8_ANY, U8_ANY | U8_SURR, U8_ANY, U8_ANY
+  U8_ANY | U8_OVER3 | U8_OVER4, U8_ANY, U8_ANY, U8_ANY, U8_ANY | U8_LARGE, U8_ANY,      \
+      U8_ANY, U8_ANY, U8_ANY, U8_ANY, U8_ANY, U8_ANY, U8_ANY, U8_ANY | U8_SURR, U8_ANY, \
+      U8_ANY
 #define U8_CONT (U8_LONG | U8_TWO_CONTS)
-#define U8_HIGH                                                                         \
-  U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT,       \
-      U8_CONT | U8_OVER3 | U8_OVER4, U8_CONT | U8_OVER3 | U8_LARGE,                     \
-      U8_CONT | U8_SURR | U8_LARGE, U8_CONT | U8_SURR | U8_LARGE, U8_SHORT, U8_SHORT,   \
+#define U8_HIGH                                                                       \
+  U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT,     \
+      U8_CONT | U8_OVER3 | U8_OVER4, U8_CONT | U8_OVER3 | U8_LARGE,                   \
+      U8_CONT | U8_SURR | U8_LARGE, U8_CONT | U8_SURR | U8_LARGE, U8_SHORT, U8_SHORT, \
       U8_SHORT, U8_SHORT
 
 /* The wrong bytes of one half (v, prev: the 32 bytes before it, zero at
@@ -294,17 +300,18 @@ AVX2 static inline __m256i avx2_utf8_half(__m256i v, __m256i before) {
       _mm256_or_si256(_mm256_subs_epu8(prev2, _mm256_set1_epi8(0xe0 - 0x80)),
                       _mm256_subs_epu8(prev3, _mm256_set1_epi8((char)(0xf0 - 0x80)))),
       _mm256_set1_epi8((char)0x80));
-  __m256i never = _mm256_or_si256(
-      _mm256_subs_epu8(v, _mm256_set1_epi8((char)0xf4)),
-      _mm256_cmpeq_epi8(_mm256_and_si256(v, _mm256_set1_epi8((char)0xfe)),
-                        _mm256_set1_epi8((char)0xc0)));
+  __m256i never =
+      _mm256_or_si256(_mm256_subs_epu8(v, _mm256_set1_epi8((char)0xf4)),
+                      _mm256_cmpeq_epi8(_mm256_and_si256(v, _mm256_set1_epi8((char)0xfe)),
+                                        _mm256_set1_epi8((char)0xc0)));
   __m256i ctl = _mm256_cmpeq_epi8(_mm256_max_epu8(v, _mm256_set1_epi8(0x1f)),
                                   _mm256_set1_epi8(0x1f));
   return _mm256_or_si256(_mm256_xor_si256(cls, due), _mm256_or_si256(never, ctl));
 }
 
 /* blk_utf8_fn with AVX2 */
-AVX2 __attribute__((noinline)) static void avx2_utf8(const unsigned char *p, size_t base, uint64_t *bad, size_t *cut) {
+AVX2 __attribute__((noinline)) static void avx2_utf8(const unsigned char *p, size_t base,
+                                                     uint64_t *bad, size_t *cut) {
   const __m256i zero = _mm256_setzero_si256();
   __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + base));
   __m256i v1 = _mm256_loadu_si256((const __m256i *)(p + base + 32));
@@ -312,10 +319,14 @@ AVX2 __attribute__((noinline)) static void avx2_utf8(const unsigned char *p, siz
   __m256i e1 = avx2_utf8_half(v1, _mm256_permute2x128_si256(v0, v1, 0x21));
   *bad = ~avx2_bits(_mm256_cmpeq_epi8(e0, zero), _mm256_cmpeq_epi8(e1, zero));
   const unsigned char *e = p + base + 64;
-  *cut = e[-1] >= 0xc0 ? base + 63 : e[-2] >= 0xe0 ? base + 62 : e[-3] >= 0xf0 ? base + 61 : 0;
+  *cut = e[-1] >= 0xc0   ? base + 63
+         : e[-2] >= 0xe0 ? base + 62
+         : e[-3] >= 0xf0 ? base + 61
+                         : 0;
 }
 
-AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
+AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *end,
+                            int *esc) {
   const __m256i qt = _mm256_set1_epi8('"'), bs = _mm256_set1_epi8('\\'),
                 us = _mm256_set1_epi8(0x1f), let = _mm256_setr_epi8(LETTERS, LETTERS);
   uint64_t any_bs = 0;
@@ -327,8 +338,9 @@ AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *
     blk_t m;
     m.q = avx2_bits(q0, q1);
     m.b = avx2_bits(_mm256_cmpeq_epi8(v0, bs), _mm256_cmpeq_epi8(v1, bs));
-    m.ok = avx2_bits(_mm256_or_si256(q0, _mm256_cmpeq_epi8(_mm256_shuffle_epi8(let, v0), v0)),
-                     _mm256_or_si256(q1, _mm256_cmpeq_epi8(_mm256_shuffle_epi8(let, v1), v1)));
+    m.ok = avx2_bits(
+        _mm256_or_si256(q0, _mm256_cmpeq_epi8(_mm256_shuffle_epi8(let, v0), v0)),
+        _mm256_or_si256(q1, _mm256_cmpeq_epi8(_mm256_shuffle_epi8(let, v1), v1)));
     /* signed: a control and a non-ASCII byte are both not above 0x1f */
     m.c = ~avx2_bits(_mm256_cmpgt_epi8(v0, us), _mm256_cmpgt_epi8(v1, us));
     if ((rc = blk_check(p, n, i, &m, &i, end, &any_bs, avx2_utf8)) != 0) break;
@@ -347,8 +359,10 @@ static uint64_t sse2_bits(__m128i a, __m128i b, __m128i c, __m128i d) {
 
 /* string_avx2 sixteen bytes at a time (SSE2 has no byte lookup: the
  * letters compared one by one) */
-static int string_sse2(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
-  const __m128i qt = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'), sp = _mm_set1_epi8(0x20);
+static int string_sse2(const unsigned char *p, size_t n, size_t i, size_t *end,
+                       int *esc) {
+  const __m128i qt = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'),
+                sp = _mm_set1_epi8(0x20);
   static const char ok[] = "\"\\/fnrt";
   uint64_t any_bs = 0;
   int rc = 0;
@@ -401,7 +415,8 @@ int px_json_string_at(const unsigned char *p, size_t n, size_t i, size_t *end, i
   if (simd_level < 0) simd_level = simd_best();
 #if defined(__x86_64__) && defined(__GNUC__)
   if (i + 64 <= n && simd_level > 0)
-    return simd_level == 2 ? string_avx2(p, n, i, end, esc) : string_sse2(p, n, i, end, esc);
+    return simd_level == 2 ? string_avx2(p, n, i, end, esc)
+                           : string_sse2(p, n, i, end, esc);
 #endif
   return string_tail(p, n, i, end, esc);
 }
@@ -935,7 +950,8 @@ after:
     goto value;
   }
   if (p[i] != (obj ? '}' : ']'))
-    return req_fail(r, PX_JREQ_SYNTAX, i, obj ? "',' or '}' expected" : "',' or ']' expected");
+    return req_fail(r, PX_JREQ_SYNTAX, i,
+                    obj ? "',' or '}' expected" : "',' or ']' expected");
   i++;
 close:
   if (depth == 2) {

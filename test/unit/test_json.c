@@ -312,9 +312,10 @@ static const char *const str_parts[] = {
     "\xc3\xa9", "\xc2\x80", "\xdf\xbf", "\xe6\x97\xa5", "\xe0\xa0\x80", "\xed\x9f\xbf",
     "\xee\x80\x80", "\xef\xbf\xbf", "\xf0\x9f\x98\x80", "\xf0\x90\x80\x80",
     "\xf4\x8f\xbf\xbf", "\xc3", "\xe6\x97", "\xf0\x9f\x98", "\xc0\xaf", "\xc1\xbf",
-    "\xe0\x80\x80", "\xe0\x9f\xbf", "\xf0\x80\x80\x80", "\xf0\x8f\xbf\xbf", "\xed\xa0\x80",
-    "\xed\xbf\xbf", "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xf8\x88\x80\x80\x80", "\x80",
-    "\xbf", "\xfe", "\xff", "\xe4\xb8\xad\xe6\x96\x87", "\\\xc3\xa9",
+    "\xe0\x80\x80", "\xe0\x9f\xbf", "\xf0\x80\x80\x80", "\xf0\x8f\xbf\xbf",
+    "\xed\xa0\x80", "\xed\xbf\xbf", "\xf4\x90\x80\x80", "\xf5\x80\x80\x80",
+    "\xf8\x88\x80\x80\x80", "\x80", "\xbf", "\xfe", "\xff", "\xe4\xb8\xad\xe6\x96\x87",
+    "\\\xc3\xa9",
     /* controls, DEL (allowed), quotes */
     "\x01", "\x1f", "\t", "\n", "\x7f", "\"", " \" "};
 #define STR_NPARTS (sizeof(str_parts) / sizeof(str_parts[0]))
@@ -352,8 +353,8 @@ static void str_case(const char *t, size_t n, size_t pad) {
     int esc = -1;
     int rc = px_json_string(b, n, pad + 1, &end, &esc);
     if ((rc == 0) != want || (want && end != pad + want_end)) {
-      fprintf(stderr, "string scan (level %d) %d end %zu, jansson %d end %zu: %.*s\n", level, rc,
-              end - pad, want, want_end, (int)(n - pad), t + pad);
+      fprintf(stderr, "string scan (level %d) %d end %zu, jansson %d end %zu: %.*s\n",
+              level, rc, end - pad, want, want_end, (int)(n - pad), t + pad);
       failures++;
     } else if (want) {
       int has = memchr(t + pad + 1, '\\', want_end - 1) != NULL;
