@@ -7,13 +7,16 @@
  * calls). Anything else declines to responses.c, the reference: every rule
  * here is that codec's rule for the same shape, its lossy names added in
  * the same order. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "proxai/fastir.h"
+#include "proxai/jdoc.h"
 #include "proxai/protoutil.h"
 
 #define DECLINE PX_FAST_DECLINE
+#define REFUSE PX_FAST_REFUSE
 #define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define HAS(x) (seen & (1u << (x)))
 
@@ -66,36 +69,55 @@ static const px_fkey_t part_keys[] = {
     PX_FK("image_url"), PX_FK("detail"),  PX_FK("file_data"),   PX_FK("file_url"),
     PX_FK("file_id"),   PX_FK("filename")};
 
-/* an input_image part -> an IMAGE part */
-static px_fpart_t *image_part(const px_fv_t *f, unsigned seen, px_arena_t *a,
-                              px_lossy_t *lossy) {
+/* The reference's refusal: px_tr_fail's words, PX_FAST_REFUSE. */
+#define FAIL(err, param, ...) (px_tr_fail((err), (param), __VA_ARGS__), REFUSE)
+
+/* an input_image part (at sub, e.g. "input[1].content[0]") -> an IMAGE
+ * part; *p NULL: declined */
+static int image_part(const px_fv_t *f, unsigned seen, const char *sub, px_fpart_t **out,
+                      px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  char pp[256];
   px_fstr_t url = FSTR(P_IMAGE_URL), detail = FSTR(P_DETAIL), mt, data;
   if (detail.p != NULL && !px_fs_is(detail, "auto")) {
-    if (detail.esc) return NULL;
+    if (detail.esc) return DECLINE;
     px_lossy_add(lossy, "input[].content[].detail");
   }
-  if (url.p == NULL || url.esc) return NULL; /* file_id or none: an error there */
+  if (url.p == NULL) {
+    if (FSTR(P_FILE_ID).p != NULL) {
+      snprintf(pp, sizeof(pp), "%s.file_id", sub);
+      return FAIL(err, pp,
+                  "%s.file_id: image file ids cannot be sent to this upstream; send "
+                  "image_url",
+                  sub);
+    }
+    snprintf(pp, sizeof(pp), "%s.image_url", sub);
+    return FAIL(err, pp, "%s.image_url is required", sub);
+  }
+  if (url.esc) return DECLINE; /* its value decides */
   px_fpart_t *p = px_fpart_new(a, PX_FP_IMAGE);
-  if (p == NULL) return NULL;
+  if (p == NULL) return DECLINE;
   if (data_url_split(url, &mt, &data) == 0) {
     p->media_type = mt;
     p->data = data;
   } else if (url.n >= 5 && memcmp(url.p, "data:", 5) == 0) {
-    return NULL; /* not a base64 data URL: an error there */
+    snprintf(pp, sizeof(pp), "%s.image_url", sub);
+    return FAIL(err, pp, "%s.image_url: not a base64 data URL", sub);
   } else {
     p->url = url;
   }
-  return p;
+  *out = p;
+  return 0;
 }
 
 /* an input_file part -> a FILE part */
-static px_fpart_t *file_part(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
-                             px_arena_t *a) {
+static int file_part(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
+                     const char *sub, px_fpart_t **out, px_arena_t *a, px_tr_err_t *err) {
+  char pp[256];
   px_fstr_t fd = FSTR(P_FILE_DATA), fu = FSTR(P_FILE_URL), fid = FSTR(P_FILE_ID);
   px_fpart_t *p = px_fpart_new(a, PX_FP_FILE);
-  if (p == NULL) return NULL;
+  if (p == NULL) return DECLINE;
   if (fd.p != NULL) {
-    if (fd.esc) return NULL;
+    if (fd.esc) return DECLINE;
     if (data_url_split(fd, &p->media_type, &p->data) != 0) {
       /* raw base64 without a data URL: Responses documents PDFs */
       p->media_type = (px_fstr_t){"application/pdf", 15, 0};
@@ -104,63 +126,118 @@ static px_fpart_t *file_part(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned 
     p->filename = FSTR(P_FILENAME);
   } else if (fu.p != NULL) {
     p->url = fu;
-  } else if (fid.p != NULL && px_tr_out_can(ctx, PX_CAP_FILE_ID)) {
+  } else if (fid.p != NULL) {
+    snprintf(pp, sizeof(pp), "%s.file_id", sub);
+    if (px_file_id_check(ctx, pp, err) < 0) return REFUSE;
     p->file_id = fid;
   } else {
-    return NULL; /* an error there */
+    snprintf(pp, sizeof(pp), "%s.file_data", sub);
+    return FAIL(err, pp, "%s: input_file needs file_data, file_url or file_id", sub);
   }
-  return p;
+  *out = p;
+  return 0;
 }
 
-/* the content part at the cursor -> a part appended to head .. tail */
-static int dec_part(const px_tr_ctx_t *ctx, px_fw_t *w, int mode, int developer,
-                    px_fpart_t **head, px_fpart_t **tail, px_arena_t *a,
-                    px_lossy_t *lossy) {
+/* What a content list belongs to, for the parts' rules and the reference's
+ * words: the item path ("input[2]"), the list's name ("content" or
+ * "output") and, for a system message, its role. */
+typedef struct {
+  const char *path, *list, *role;
+} plist_t;
+
+/* the content part j at the cursor -> a part appended to head .. tail
+ * (responses.c: dec_system_msg, dec_message's assistant parts,
+ * dec_user_part) */
+static int dec_part(const px_tr_ctx_t *ctx, px_fw_t *w, int mode, const plist_t *pl,
+                    size_t j, px_fpart_t **head, px_fpart_t **tail, px_arena_t *a,
+                    px_lossy_t *lossy, px_tr_err_t *err) {
+  char pp[256], sub[128];
   px_fv_t f[NKEYS(part_keys)];
   unsigned seen = 0;
-  if (px_fw_kfields(w, part_keys, NKEYS(part_keys), f, &seen) != 0) return DECLINE;
-  px_fstr_t type = FSTR(P_TYPE);
-  if (type.p == NULL || type.esc) return DECLINE;
-  px_fpart_t *p = NULL;
-  if (is_text_type(type)) {
-    px_fstr_t text = FSTR(P_TEXT);
-    if (text.p == NULL) return DECLINE;
-    if (mode == PM_ASSISTANT && HAS(P_ANN) && f[P_ANN].kind == PX_FV_ARR &&
-        !px_fw_empty(f[P_ANN].raw))
-      px_lossy_add(lossy, "input[].content[].annotations");
-    p = px_fpart_text(a, text);
-    if (p != NULL) p->developer = developer;
-  } else if (mode == PM_ASSISTANT && px_fs_is(type, "refusal")) {
-    px_fstr_t text = FSTR(P_REFUSAL);
-    if (text.p == NULL) return DECLINE;
-    if ((p = px_fpart_new(a, PX_FP_REFUSAL)) != NULL) p->text = text;
-  } else if (mode == PM_USER && px_fs_is(type, "input_image")) {
-    p = image_part(f, seen, a, lossy);
-  } else if (mode == PM_USER && px_fs_is(type, "input_file")) {
-    p = file_part(ctx, f, seen, a);
+  if (px_fw_peek(w) == PX_FV_OBJ) {
+    if (px_fw_kfields(w, part_keys, NKEYS(part_keys), f, &seen) != 0) return DECLINE;
+  } else if (px_fw_value(w, &f[0]) < 0) { /* not an object: no type */
+    return DECLINE;
   }
-  if (p == NULL) return DECLINE; /* other parts: an error there */
+  px_fstr_t type = FSTR(P_TYPE), text = FSTR(P_TEXT);
+  if (type.esc) return DECLINE;
+  px_fpart_t *p = NULL;
+  int rc = 0;
+  if (mode == PM_SYSTEM) {
+    if (type.p == NULL || text.p == NULL || !is_text_type(type)) {
+      snprintf(pp, sizeof(pp), "%s.content[%zu].type", pl->path, j);
+      return FAIL(err, pp, "%s.content[%zu]: only text is allowed in %s messages", pl->path,
+                  j, pl->role);
+    }
+    if ((p = px_fpart_text(a, text)) != NULL) p->developer = pl->role[0] == 'd';
+  } else if (mode == PM_ASSISTANT) {
+    snprintf(pp, sizeof(pp), "%s.content[%zu].type", pl->path, j);
+    if (type.p == NULL) return FAIL(err, pp, "%s.content[%zu] has no type", pl->path, j);
+    if (is_text_type(type)) {
+      if (text.p == NULL)
+        return FAIL(err, pp, "%s.content[%zu].text is required", pl->path, j);
+      if (HAS(P_ANN) && f[P_ANN].kind == PX_FV_ARR && !px_fw_empty(f[P_ANN].raw))
+        px_lossy_add(lossy, "input[].content[].annotations");
+      p = px_fpart_text(a, text);
+    } else if (px_fs_is(type, "refusal")) {
+      px_fstr_t r = FSTR(P_REFUSAL);
+      if (r.p == NULL) return FAIL(err, pp, "%s.content[%zu].refusal is required", pl->path, j);
+      if ((p = px_fpart_new(a, PX_FP_REFUSAL)) != NULL) p->text = r;
+    } else {
+      return FAIL(err, pp, "%s.content[%zu].type: unsupported assistant content part '%.*s'",
+                  pl->path, j, (int)type.n, type.p);
+    }
+  } else { /* a user part, or a part of a tool output */
+    snprintf(sub, sizeof(sub), "%s.%s[%zu]", pl->path, pl->list, j);
+    snprintf(pp, sizeof(pp), "%s.type", sub);
+    if (type.p == NULL) return FAIL(err, pp, "%s: content part without a type", sub);
+    if (is_text_type(type)) {
+      if (text.p == NULL) {
+        snprintf(pp, sizeof(pp), "%s.text", sub);
+        return FAIL(err, pp, "%s.text must be a string", sub);
+      }
+      p = px_fpart_text(a, text);
+    } else if (px_fs_is(type, "input_image")) {
+      rc = image_part(f, seen, sub, &p, a, lossy, err);
+    } else if (px_fs_is(type, "input_file")) {
+      rc = file_part(ctx, f, seen, sub, &p, a, err);
+    } else if (px_fs_is(type, "input_audio")) {
+      return FAIL(err, pp, "%s: audio input is not supported", sub);
+    } else {
+      return FAIL(err, pp, "%s.type: unsupported content part '%.*s'", sub, (int)type.n,
+                  type.p);
+    }
+  }
+  if (rc != 0) return rc;
+  if (p == NULL) return DECLINE;
   px_fpart_push(head, tail, p);
   return 0;
 }
 
 /* a message's content (string or list) -> parts */
-static int dec_content(const px_tr_ctx_t *ctx, const px_fv_t *c, int mode, int developer,
+static int dec_content(const px_tr_ctx_t *ctx, const px_fv_t *c, int mode, const plist_t *pl,
                        px_fpart_t **head, px_fpart_t **tail, px_arena_t *a,
-                       px_lossy_t *lossy) {
+                       px_lossy_t *lossy, px_tr_err_t *err) {
   if (c->kind == PX_FV_STR) {
     px_fpart_t *p = px_fpart_text(a, c->s);
     if (p == NULL) return DECLINE;
-    p->developer = developer;
+    p->developer = mode == PM_SYSTEM && pl->role[0] == 'd';
     px_fpart_push(head, tail, p);
     return 0;
   }
-  if (c->kind != PX_FV_ARR) return DECLINE;
+  if (c->kind != PX_FV_ARR) {
+    char pp[256];
+    snprintf(pp, sizeof(pp), "%s.%s", pl->path, pl->list);
+    return FAIL(err, pp, "%s.%s must be a string or a list", pl->path, pl->list);
+  }
   px_fw_t w = {c->raw.ptr, c->raw.len, 0};
   int r;
+  size_t j = 0;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1)
-    if (dec_part(ctx, &w, mode, developer, head, tail, a, lossy) != 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    int rc = dec_part(ctx, &w, mode, pl, j++, head, tail, a, lossy, err);
+    if (rc != 0) return rc;
+  }
   return r < 0 ? DECLINE : 0;
 }
 
@@ -196,14 +273,23 @@ static const px_fkey_t item_keys[] = {
     PX_FK("input"), PX_FK("id"),        PX_FK("summary"), PX_FK("encrypted_content")};
 
 static int dec_message(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
-                       px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+                       const char *path, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                       px_tr_err_t *err) {
+  char pp[256];
   px_fstr_t role = FSTR(I_ROLE);
   px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
   const px_fv_t *c = HAS(I_CONTENT) ? &f[I_CONTENT] : &none;
-  if (role.p == NULL || role.esc) return DECLINE;
+  plist_t pl = {path, "content", NULL};
+  if (role.p == NULL) {
+    snprintf(pp, sizeof(pp), "%s.role", path);
+    return FAIL(err, pp, "%s.role is required", path);
+  }
+  if (role.esc) return DECLINE;
   int dev = px_fs_is(role, "developer");
-  if (dev || px_fs_is(role, "system"))
-    return dec_content(ctx, c, PM_SYSTEM, dev, &ir->system, &ir->system_last, a, lossy);
+  if (dev || px_fs_is(role, "system")) {
+    pl.role = dev ? "developer" : "system";
+    return dec_content(ctx, c, PM_SYSTEM, &pl, &ir->system, &ir->system_last, a, lossy, err);
+  }
   px_fmsg_t *m;
   int mode;
   if (px_fs_is(role, "user")) {
@@ -213,10 +299,11 @@ static int dec_message(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
     m = asst_msg(ir, a);
     mode = PM_ASSISTANT;
   } else {
-    return DECLINE; /* an error there */
+    snprintf(pp, sizeof(pp), "%s.role", path);
+    return FAIL(err, pp, "%s.role: unsupported role '%.*s'", path, (int)role.n, role.p);
   }
   if (m == NULL) return DECLINE;
-  return dec_content(ctx, c, mode, 0, &m->parts, &m->last, a, lossy);
+  return dec_content(ctx, c, mode, &pl, &m->parts, &m->last, a, lossy, err);
 }
 
 /* The texts of the parts of list v whose type is want, joined by blank
@@ -286,17 +373,63 @@ static int dec_reasoning(const px_fv_t *f, unsigned seen, px_freq_t *ir, px_aren
   return push_asst(ir, a, p);
 }
 
-static int dec_function_call(const px_fv_t *f, unsigned seen, px_freq_t *ir,
-                             px_arena_t *a, px_lossy_t *lossy) {
+/* Tool-call arguments as responses.c takes them: valid JSON text of any
+ * kind (is_valid_json_text). An object is kept as input too; another value
+ * stays a string (an upstream that takes only objects refuses it, naming
+ * the client's field: px_tool_args_object). NUL in the text declines
+ * (the reference reads the string up to it). */
+static int call_args(px_arena_t *a, px_fpart_t *p, const char *path, px_tr_err_t *err) {
+  px_buf_t b;
+  px_str_t v;
+  px_buf_init(&b, p->args.n + 1);
+  if (px_json_unescape(p->args.p, p->args.n, p->args.esc, &b, &v) < 0) {
+    px_buf_free(&b);
+    return DECLINE;
+  }
+  char *copy = NULL;
+  if (v.len == 0 || memchr(v.ptr, 0, v.len) == NULL) copy = px_arena_alloc(a, v.len + 1);
+  if (copy != NULL && v.len) memcpy(copy, v.ptr, v.len);
+  px_buf_free(&b);
+  if (copy == NULL) return DECLINE;
+  px_json_req_t r; /* the scanner takes exactly what jansson reads, objects only */
+  if (px_json_request(copy, v.len, &r) == 0) {
+    p->input = (px_str_t){copy, v.len};
+    return 0;
+  }
+  json_t *j = px_jdoc_load(copy, v.len, JSON_DECODE_ANY, NULL);
+  if (j != NULL) {
+    int obj = json_is_object(j);
+    json_decref(j);
+    return obj ? DECLINE : 0; /* an object the scanner refused: its limits */
+  }
+  char pp[256];
+  snprintf(pp, sizeof(pp), "%s.arguments", path);
+  return FAIL(err, pp, "%s.arguments is not valid JSON", path);
+}
+
+static int dec_function_call(const px_fv_t *f, unsigned seen, const char *path,
+                             px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                             px_tr_err_t *err) {
+  char pp[256];
   px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
   if (p == NULL) return DECLINE;
   p->id = FSTR(I_CALL_ID);
   p->name = FSTR(I_NAME);
   p->args = FSTR(I_ARGS);
-  /* required there; valid JSON there, objects the shape taken here */
-  if (p->id.p == NULL || p->name.p == NULL || p->args.p == NULL ||
-      px_fast_args_object(a, p) != 0)
-    return DECLINE;
+  if (p->id.p == NULL) {
+    snprintf(pp, sizeof(pp), "%s.call_id", path);
+    return FAIL(err, pp, "%s.call_id is required", path);
+  }
+  if (p->name.p == NULL) {
+    snprintf(pp, sizeof(pp), "%s.name", path);
+    return FAIL(err, pp, "%s.name is required", path);
+  }
+  if (p->args.p == NULL) {
+    snprintf(pp, sizeof(pp), "%s.arguments", path);
+    return FAIL(err, pp, "%s.arguments must be a JSON string", path);
+  }
+  int rc = call_args(a, p, path, err);
+  if (rc != 0) return rc;
   if (FSTR(I_NS).p != NULL) px_lossy_add(lossy, "input[].namespace");
   return push_asst(ir, a, p);
 }
@@ -304,13 +437,21 @@ static int dec_function_call(const px_fv_t *f, unsigned seen, px_freq_t *ir,
 /* custom_tool_call: a custom call for an upstream with freeform tools, else
  * a function call of arguments {"input": text}, as jansson dumps it */
 static int dec_custom_call(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
-                           px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+                           const char *path, px_freq_t *ir, px_arena_t *a,
+                           px_lossy_t *lossy, px_tr_err_t *err) {
   px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
   px_fstr_t in = FSTR(I_INPUT);
   if (p == NULL) return DECLINE;
   p->id = FSTR(I_CALL_ID);
   p->name = FSTR(I_NAME);
-  if (p->id.p == NULL || p->name.p == NULL || in.p == NULL) return DECLINE;
+  if (p->id.p == NULL || p->name.p == NULL || in.p == NULL) {
+    char pp[256];
+    snprintf(pp, sizeof(pp), "%s.%s", path,
+             p->id.p == NULL     ? "call_id"
+             : p->name.p == NULL ? "name"
+                                 : "input");
+    return FAIL(err, pp, "%s is required (a string)", pp);
+  }
   if (px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
     p->custom = 1;
     p->text = in;
@@ -331,16 +472,23 @@ static int dec_custom_call(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned se
 /* function_call_output / custom_tool_call_output: a tool result, joining
  * the user message whose last part is one */
 static int dec_output(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
-                      px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+                      const char *path, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                      px_tr_err_t *err) {
+  char pp[256];
   px_fpart_t *res = px_fpart_new(a, PX_FP_TOOL_RESULT), *tail = NULL;
-  if (res == NULL || (res->id = FSTR(I_CALL_ID)).p == NULL || !HAS(I_OUTPUT))
-    return DECLINE;
-  const px_fv_t *o = &f[I_OUTPUT];
+  if (res == NULL) return DECLINE;
+  if ((res->id = FSTR(I_CALL_ID)).p == NULL) {
+    snprintf(pp, sizeof(pp), "%s.call_id", path);
+    return FAIL(err, pp, "%s.call_id is required", path);
+  }
+  px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
+  const px_fv_t *o = HAS(I_OUTPUT) ? &f[I_OUTPUT] : &none;
+  plist_t pl = {path, "output", NULL};
   if (o->kind == PX_FV_STR) {
     if (o->s.n > 0 && (res->content = px_fpart_text(a, o->s)) == NULL) return DECLINE;
-  } else if (o->kind != PX_FV_ARR ||
-             dec_content(ctx, o, PM_USER, 0, &res->content, &tail, a, lossy) != 0) {
-    return DECLINE;
+  } else {
+    int rc = dec_content(ctx, o, PM_USER, &pl, &res->content, &tail, a, lossy, err);
+    if (rc != 0) return rc;
   }
   px_fmsg_t *m = ir->msgs_last;
   if (m == NULL || m->assistant || m->last == NULL || m->last->type != PX_FP_TOOL_RESULT)
@@ -350,22 +498,29 @@ static int dec_output(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
   return 0;
 }
 
-static int decode_item(const px_tr_ctx_t *ctx, px_fw_t *w, px_freq_t *ir, px_arena_t *a,
-                       px_lossy_t *lossy) {
+/* input item i at the cursor */
+static int decode_item(const px_tr_ctx_t *ctx, px_fw_t *w, size_t i, px_freq_t *ir,
+                       px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  char path[64], pp[256];
   px_fv_t f[NKEYS(item_keys)];
   unsigned seen = 0;
+  snprintf(path, sizeof(path), "input[%zu]", i);
+  if (px_fw_peek(w) != PX_FV_OBJ) return FAIL(err, path, "%s must be an object", path);
   if (px_fw_kfields(w, item_keys, NKEYS(item_keys), f, &seen) != 0) return DECLINE;
   px_fstr_t type = FSTR(I_TYPE);
-  if (type.p == NULL || px_fs_is(type, "message"))
-    return dec_message(ctx, f, seen, ir, a, lossy);
   if (type.esc) return DECLINE;
-  if (px_fs_is(type, "function_call")) return dec_function_call(f, seen, ir, a, lossy);
+  if (type.p == NULL || px_fs_is(type, "message"))
+    return dec_message(ctx, f, seen, path, ir, a, lossy, err);
+  if (px_fs_is(type, "function_call"))
+    return dec_function_call(f, seen, path, ir, a, lossy, err);
   if (px_fs_is(type, "function_call_output") || px_fs_is(type, "custom_tool_call_output"))
-    return dec_output(ctx, f, seen, ir, a, lossy);
-  if (px_fs_is(type, "reasoning")) return dec_reasoning(f, seen, ir, a);
+    return dec_output(ctx, f, seen, path, ir, a, lossy, err);
   if (px_fs_is(type, "custom_tool_call"))
-    return dec_custom_call(ctx, f, seen, ir, a, lossy);
-  return DECLINE; /* an item no other upstream takes: an error there */
+    return dec_custom_call(ctx, f, seen, path, ir, a, lossy, err);
+  if (px_fs_is(type, "reasoning")) return dec_reasoning(f, seen, ir, a);
+  snprintf(pp, sizeof(pp), "%s.type", path);
+  return FAIL(err, pp, "%s.type: input item '%.*s' cannot be sent to this upstream", path,
+              (int)type.n, type.p);
 }
 
 /* a hosted tool, dropped and named (responses.c lossy_hosted_tool) */
@@ -399,12 +554,13 @@ static void lossy_hosted_tool(px_lossy_t *l, px_fstr_t type) {
 }
 
 static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir,
-                        px_arena_t *a, px_lossy_t *lossy) {
-  if (tv->kind != PX_FV_ARR) return DECLINE;
+                        px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  if (tv->kind != PX_FV_ARR) return FAIL(err, "tools", "tools must be a list");
   px_fw_t w = {tv->raw.ptr, tv->raw.len, 0};
   int r;
+  size_t i = 0;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
+  for (; (r = px_fw_elem(&w)) == 1; i++) {
     enum { T_TYPE, T_NAME, T_DESC, T_PARAMS, T_STRICT, T_DEFER, T_FORMAT };
     static const px_fkey_t keys[] = {PX_FK("type"),        PX_FK("name"),
                                      PX_FK("description"), PX_FK("parameters"),
@@ -412,9 +568,18 @@ static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir
                                      PX_FK("format")};
     px_fv_t f[NKEYS(keys)];
     unsigned seen = 0;
-    if (px_fw_kfields(&w, keys, NKEYS(keys), f, &seen) != 0) return DECLINE;
+    char pp[64];
+    if (px_fw_peek(&w) == PX_FV_OBJ) {
+      if (px_fw_kfields(&w, keys, NKEYS(keys), f, &seen) != 0) return DECLINE;
+    } else if (px_fw_value(&w, &f[0]) < 0) {
+      return DECLINE;
+    }
     px_fstr_t type = FSTR(T_TYPE), name = FSTR(T_NAME);
-    if (type.p == NULL || type.esc) return DECLINE;
+    if (type.p == NULL) {
+      snprintf(pp, sizeof(pp), "tools[%zu].type", i);
+      return FAIL(err, pp, "%s is required", pp);
+    }
+    if (type.esc) return DECLINE;
     if (px_fs_is(type, "custom") && name.p != NULL &&
         px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
       /* freeform tool, for an upstream that has them */
@@ -429,7 +594,10 @@ static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir
       lossy_hosted_tool(lossy, type);
       continue;
     }
-    if (name.p == NULL) return DECLINE;
+    if (name.p == NULL) {
+      snprintf(pp, sizeof(pp), "tools[%zu].name", i);
+      return FAIL(err, pp, "%s is required", pp);
+    }
     if (px_ftool_push(ir, a, name, HAS(T_DESC) ? &f[T_DESC] : NULL,
                       HAS(T_PARAMS) ? &f[T_PARAMS] : NULL,
                       HAS(T_STRICT) ? &f[T_STRICT] : NULL, PX_FAST_OPENAI_PARAMS) == NULL)
@@ -441,8 +609,12 @@ static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir
 }
 
 static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_t *ir,
-                              px_lossy_t *lossy) {
-  if (v->kind == PX_FV_STR) return px_fast_openai_tc(v->s, ir);
+                              px_lossy_t *lossy, px_tr_err_t *err) {
+  if (v->kind == PX_FV_STR) {
+    if (px_fast_openai_tc(v->s, ir) == 0) return 0;
+    if (v->s.esc) return DECLINE;
+    return FAIL(err, "tool_choice", "tool_choice: unknown value '%.*s'", (int)v->s.n, v->s.p);
+  }
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("name")};
   px_fv_t f[2];
   unsigned seen = 0;
@@ -462,7 +634,7 @@ static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_
 }
 
 /* text: {format, verbosity} */
-static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy) {
+static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy, px_tr_err_t *err) {
   enum { X_FORMAT, X_VERBOSITY };
   static const px_fkey_t keys[] = {PX_FK("format"), PX_FK("verbosity")};
   enum { F_TYPE, F_NAME, F_SCHEMA, F_STRICT, F_DESC };
@@ -470,7 +642,8 @@ static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy) {
                                     PX_FK("strict"), PX_FK("description")};
   px_fv_t f[5];
   unsigned seen = 0;
-  if (v->kind != PX_FV_OBJ || px_fv_kfields(v, keys, 2, f, &seen) != 0) return DECLINE;
+  if (v->kind != PX_FV_OBJ) return FAIL(err, "text", "text must be an object");
+  if (px_fv_kfields(v, keys, 2, f, &seen) != 0) return DECLINE;
   if (HAS(X_VERBOSITY) && f[X_VERBOSITY].kind != PX_FV_NULL) {
     if (f[X_VERBOSITY].kind == PX_FV_STR)
       ir->verbosity = f[X_VERBOSITY].s;
@@ -480,16 +653,17 @@ static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy) {
   if (!HAS(X_FORMAT) || f[X_FORMAT].kind == PX_FV_NULL) return 0;
   px_fv_t fmt = f[X_FORMAT];
   seen = 0;
-  if (fmt.kind != PX_FV_OBJ || px_fv_kfields(&fmt, fkeys, 5, f, &seen) != 0)
-    return DECLINE;
+  if (fmt.kind == PX_FV_OBJ && px_fv_kfields(&fmt, fkeys, 5, f, &seen) != 0) return DECLINE;
   px_fstr_t type = FSTR(F_TYPE);
-  if (type.p == NULL || type.esc) return DECLINE;
+  if (type.p == NULL) return FAIL(err, "text.format.type", "text.format.type is required");
+  if (type.esc) return DECLINE;
   if (px_fs_is(type, "text")) {
     ir->rf_text = 1;
   } else if (px_fs_is(type, "json_object")) {
     ir->rf_json = 1;
   } else if (px_fs_is(type, "json_schema")) {
-    if (!HAS(F_SCHEMA) || f[F_SCHEMA].kind != PX_FV_OBJ) return DECLINE;
+    if (!HAS(F_SCHEMA) || f[F_SCHEMA].kind != PX_FV_OBJ)
+      return FAIL(err, "text.format.schema", "text.format.schema must be an object");
     ir->rf_schema = f[F_SCHEMA].raw;
     ir->rf_name = FSTR(F_NAME);
     if (ir->rf_name.p == NULL) ir->rf_name = (px_fstr_t){"response", 8, 0};
@@ -497,18 +671,20 @@ static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy) {
     if (HAS(F_STRICT) && f[F_STRICT].kind == PX_FV_FALSE) ir->rf_strict = 0;
     ir->rf_desc = FSTR(F_DESC);
   } else {
-    return DECLINE; /* an error there */
+    return FAIL(err, "text.format.type", "text.format.type: unsupported format '%.*s'",
+                (int)type.n, type.p);
   }
   return 0;
 }
 
 /* reasoning: {effort, summary (or generate_summary)} */
-static int decode_reasoning_cfg(const px_fv_t *v, px_freq_t *ir) {
+static int decode_reasoning_cfg(const px_fv_t *v, px_freq_t *ir, px_tr_err_t *err) {
   static const px_fkey_t keys[] = {PX_FK("effort"), PX_FK("summary"),
                                    PX_FK("generate_summary")};
   px_fv_t f[3];
   unsigned seen = 0;
-  if (v->kind != PX_FV_OBJ || px_fv_kfields(v, keys, 3, f, &seen) != 0) return DECLINE;
+  if (v->kind != PX_FV_OBJ) return FAIL(err, "reasoning", "reasoning must be an object");
+  if (px_fv_kfields(v, keys, 3, f, &seen) != 0) return DECLINE;
   ir->effort = FSTR(0);
   ir->summary = FSTR(1);
   if (ir->summary.p == NULL) ir->summary = FSTR(2);
@@ -584,36 +760,39 @@ static const px_fkey_t top_keys[] = {PX_FK("model"),
 
 /* one top-level member (not null) as responses.c's decode_request takes it */
 static int decode_top(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_t *ir,
-                      px_arena_t *a, px_lossy_t *lossy) {
+                      px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   switch (ki) {
     case K_MODEL:
-      return v->kind == PX_FV_STR ? 0 : DECLINE;
+      return v->kind == PX_FV_STR ? 0 : FAIL(err, "model", "model must be a string");
     case K_INPUT:
     case K_SAFETY:
       return 0; /* after the other members */
     case K_TOOLS:
-      return decode_tools(ctx, v, ir, a, lossy);
+      return decode_tools(ctx, v, ir, a, lossy, err);
     case K_TC:
-      return decode_tool_choice(ctx, v, ir, lossy);
+      return decode_tool_choice(ctx, v, ir, lossy, err);
     case K_TEXT:
-      return decode_text(v, ir, lossy);
+      return decode_text(v, ir, lossy, err);
     case K_REASONING:
-      return decode_reasoning_cfg(v, ir);
+      return decode_reasoning_cfg(v, ir, err);
     case K_INSTR: /* the caller puts it first */
-      return v->kind == PX_FV_STR ? 0 : DECLINE;
+      return v->kind == PX_FV_STR
+                 ? 0
+                 : FAIL(err, "instructions", "instructions must be a string");
     case K_PAR:
       if (v->kind == PX_FV_TRUE || v->kind == PX_FV_FALSE)
         ir->parallel = v->kind == PX_FV_TRUE;
       return 0;
-    case K_MAX: /* an integer there; the positive ones taken here */
-      if (v->kind != PX_FV_NUM || px_fw_uint(v->raw, &ir->max_tokens_v) < 0 ||
-          ir->max_tokens_v < 1)
-        return DECLINE;
+    case K_MAX: /* an integer; the positive ones taken here */
+      if (v->kind != PX_FV_NUM || !px_fw_is_int(v->raw))
+        return FAIL(err, "max_output_tokens", "max_output_tokens must be an integer");
+      if (px_fw_uint(v->raw, &ir->max_tokens_v) < 0 || ir->max_tokens_v < 1) return DECLINE;
       ir->max_tokens = v->raw;
       return 0;
     case K_TEMP:
     case K_TOPP:
-      if (v->kind != PX_FV_NUM) return DECLINE;
+      if (v->kind != PX_FV_NUM)
+        return FAIL(err, top_keys[ki].s, "%s must be a number", top_keys[ki].s);
       *(ki == K_TEMP ? &ir->temperature : &ir->top_p) = v->raw;
       return 0;
     case K_USER:
@@ -630,12 +809,22 @@ static int decode_top(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_
       if (v->kind == PX_FV_OBJ && !px_fw_empty(v->raw))
         px_lossy_add(lossy, "stream_options");
       return 0;
+    /* a Responses upstream's (stored state, background, prompt templates) */
     case K_PREV:
+      return FAIL(err, "previous_response_id",
+                  "previous_response_id needs an openai_responses upstream or [responses] "
+                  "store = on (it is off); send the full conversation in input");
     case K_CONV:
-    case K_PROMPT: /* a Responses upstream's (an error there) */
-      return DECLINE;
+      return FAIL(err, "conversation",
+                  "conversation needs an openai_responses upstream; send the full "
+                  "conversation in input");
     case K_BG:
-      return v->kind == PX_FV_TRUE ? DECLINE : 0;
+      return v->kind == PX_FV_TRUE ? FAIL(err, "background",
+                                          "background mode needs an openai_responses "
+                                          "upstream")
+                                   : 0;
+    case K_PROMPT:
+      return FAIL(err, "prompt", "prompt templates need an openai_responses upstream");
     case K_STORE:
       if (v->kind == PX_FV_TRUE && ctx->resp_id == NULL) px_lossy_add(lossy, "store");
       return 0;
@@ -664,31 +853,44 @@ static int decode_top(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_
  * the body's bulk): its items' lossy names go to in_lossy, which the
  * caller adds after the other members' (responses.c reads input last) */
 static int decode_input(const px_tr_ctx_t *ctx, px_fw_t *w, px_freq_t *ir, px_arena_t *a,
-                        px_lossy_t *in_lossy) {
+                        px_lossy_t *in_lossy, px_tr_err_t *err) {
   int r;
+  size_t i = 0;
   if (px_fw_open(w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(w)) == 1)
-    if (decode_item(ctx, w, ir, a, in_lossy) != 0) return DECLINE;
+  while ((r = px_fw_elem(w)) == 1) {
+    int rc = decode_item(ctx, w, i++, ir, a, in_lossy, err);
+    if (rc != 0) return rc;
+  }
   return r < 0 ? DECLINE : 0;
 }
 
 static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                    px_tr_err_t *err) {
   px_fw_t w = {body, len, 0};
   px_fstr_t k, unknown[8];
   px_fv_t in = {PX_FV_NULL, {0}, {NULL, 0}}, sid = in, instr = in;
   px_lossy_t in_lossy;
-  unsigned seen = 0; /* also the null ones (repeats) */
-  int r, nunknown = 0, input_read = 0;
+  px_tr_err_t in_err; /* the input's refusal: the reference reads input last */
+  unsigned seen = 0;  /* also the null ones (repeats) */
+  int r, nunknown = 0, input_read = 0, input_refused = 0;
   px_lossy_init(&in_lossy);
   ir->parallel = -1;
   if (px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(&w, &k)) == 1) {
-    int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
+    int ki = px_fk_of(k, top_keys, NKEYS(top_keys)), rc;
     px_fv_t v;
     if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
     if (ki == K_INPUT && px_fw_peek(&w) == PX_FV_ARR) {
-      if (decode_input(ctx, &w, ir, a, &in_lossy) != 0) return DECLINE;
+      size_t at = w.i;
+      rc = decode_input(ctx, &w, ir, a, &in_lossy, &in_err);
+      if (rc == REFUSE) { /* the rest of the list skipped */
+        w.i = at;
+        if (px_fw_value(&w, &v) < 0) return DECLINE;
+        input_refused = 1;
+      } else if (rc != 0) {
+        return DECLINE;
+      }
       input_read = 1;
       continue;
     }
@@ -702,13 +904,22 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
       if (px_fast_lossy_key(lossy, k) != 0) return DECLINE;
       continue;
     }
+    if (ki == K_INPUT) input_read = -1; /* given, not a list */
     if (v.kind == PX_FV_NULL) continue; /* null = not given, for every field */
     if (ki == K_INPUT) in = v;
     if (ki == K_SAFETY) sid = v;
     if (ki == K_INSTR) instr = v;
-    if (decode_top(ctx, ki, &v, ir, a, lossy) != 0) return DECLINE;
+    rc = decode_top(ctx, ki, &v, ir, a, lossy, err);
+    if (rc != 0) return rc == REFUSE ? REFUSE : DECLINE;
   }
   if (r < 0) return DECLINE;
+  if (input_refused) {
+    if (err != NULL) *err = in_err;
+    return REFUSE;
+  }
+  if (input_read == 0) return FAIL(err, "input", "input is required");
+  if (input_read < 0 && in.kind != PX_FV_STR)
+    return FAIL(err, "input", "input must be a string or a list");
   if (sid.kind == PX_FV_STR) { /* user wins when both are given */
     if (ir->user.p == NULL)
       ir->user = sid.s;
@@ -731,11 +942,10 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     ir->system = p;
     if (ir->system_last == NULL) ir->system_last = p;
   }
-  if (input_read) {
+  if (input_read > 0) {
     px_lossy_merge(lossy, &in_lossy);
     return 0;
   }
-  if (in.kind != PX_FV_STR) return DECLINE; /* required, a string or a list */
   px_fmsg_t *m = px_fmsg_push(ir, a, 0);
   px_fpart_t *p = px_fpart_text(a, in.s);
   if (m == NULL || p == NULL) return DECLINE;

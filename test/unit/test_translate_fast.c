@@ -366,6 +366,7 @@ static void chat_clients(void);
 static void responses_codec(void);
 static void responses_encoder(void);
 static void gemini_codec(void);
+static void responses_refusals(void);
 
 int main(void) {
   for (int in = 0; in < 3; in++)
@@ -395,6 +396,7 @@ int main(void) {
   responses_codec();
   responses_encoder();
   gemini_codec();
+  responses_refusals();
   return check_report("translate_fast");
 }
 
@@ -855,18 +857,13 @@ static void responses_codec(void) {
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
     resp_halves_all(cases[i].body, strlen(cases[i].body), cases[i].want);
-  /* left to responses.c: a stored conversation, an item no upstream takes,
-   * arguments that are no object, an escaped role, an escaped effort, an
-   * input_image by file id (errors there, or another body) */
+  /* left to responses.c: an escaped role, an escaped effort (their
+   * values decide), arguments with a NUL (read up to it there) */
   static const char *const declined[] = {
-      "{\"model\":\"m\",\"previous_response_id\":\"resp_1\",\"input\":\"hi\"}",
-      "{\"model\":\"m\",\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}",
-      "{\"model\":\"m\",\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\","
-      "\"name\":\"f\",\"arguments\":\"[1]\"}]}",
       "{\"model\":\"m\",\"input\":[{\"role\":\"\\u0075ser\",\"content\":\"hi\"}]}",
       "{\"model\":\"m\",\"reasoning\":{\"effort\":\"n\\u006fne\"},\"input\":\"hi\"}",
-      "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
-      "\"input_image\",\"file_id\":\"file_1\"}]}]}",
+      "{\"model\":\"m\",\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\","
+      "\"name\":\"f\",\"arguments\":\"{}\\u0000x\"}]}",
   };
   for (size_t i = 0; i < sizeof(declined) / sizeof(declined[0]); i++)
     decoder_declines(PX_PROTO_RESPONSES, PX_PROTO_ANTHROPIC, declined[i]);
@@ -1249,4 +1246,126 @@ static void gemini_codec(void) {
   gem_round(bodies[1], 0, "\"responseJsonSchema\":{\"type\":\"object\"");
   gem_round(bodies[2], 0, "{\"fileData\":{\"mimeType\":\"image/jpeg\"");
   gem_round(bodies[2], 0, "\"thinkingBudget\":1024");
+}
+
+/* ---- Responses clients: what responses.c refuses, the fast decoder
+ * refuses in the same words (kind, param, message), for every upstream;
+ * the first refusal in the body's order, the input's after every other
+ * member's (the reference reads input last). Arguments that are valid JSON
+ * but no object are taken (an upstream taking only objects refuses them). */
+static void resp_refuses(const char *body) {
+  for (int out = 0; out < PX_PROTO_COUNT; out++) {
+    if (out == PX_PROTO_RESPONSES) continue;
+    px_tr_ctx_t c;
+    ctx_of(&c, PX_PROTO_RESPONSES, out);
+    px_arena_t a;
+    px_arena_init(&a);
+    px_freq_t ir;
+    px_freq_init(&ir);
+    px_lossy_t l;
+    px_lossy_init(&l);
+    px_tr_err_t fe, se;
+    memset(&fe, 0, sizeof(fe));
+    memset(&se, 0, sizeof(se));
+    int rc = px_responses_fast.decode_request(&c, body, strlen(body), &ir, &a, &l, &fe);
+    json_t *src = json_loads(body, 0, NULL), *jir = NULL;
+    px_lossy_init(&l);
+    int sr = px_proto_get(PX_PROTO_RESPONSES)->decode_request(&c, src, &jir, &l, &se);
+    int same = sr == 0 ? rc == 0 /* an upstream that takes it (a file id) */
+                       : rc == PX_FAST_REFUSE && fe.kind == se.kind &&
+                             strcmp(fe.param, se.param) == 0 &&
+                             strcmp(fe.message, se.message) == 0;
+    CHECK(same);
+    if (!same)
+      fprintf(stderr, "responses refusal for %d: %s\nfast %d [%s] %s\nslow %d [%s] %s\n", out,
+              body, rc, fe.param, fe.message, sr, se.param, se.message);
+    json_decref(src);
+    json_decref(jir);
+    px_arena_free(&a);
+  }
+}
+
+static void responses_refusals(void) {
+  static const char *const bodies[] = {
+      /* what needs a Responses upstream */
+      "{'model':'m','previous_response_id':'resp_1','input':'hi'}",
+      "{'model':'m','conversation':{'id':'c'},'input':'hi'}",
+      "{'model':'m','background':true,'input':'hi'}",
+      "{'model':'m','prompt':{'id':'p'},'input':'hi'}",
+      /* top-level members of the wrong kind */
+      "{'model':5,'input':'hi'}",
+      "{'model':'m','input':'hi','tools':{}}",
+      "{'model':'m','input':'hi','tools':[{'type':'function','name':'f'},7]}",
+      "{'model':'m','input':'hi','tools':[{'type':'function'}]}",
+      "{'model':'m','input':'hi','tool_choice':'sometimes'}",
+      "{'model':'m','input':'hi','text':[]}",
+      "{'model':'m','input':'hi','text':{'format':{'name':'x'}}}",
+      "{'model':'m','input':'hi','text':{'format':'json'}}",
+      "{'model':'m','input':'hi','text':{'format':{'type':'json_schema','schema':1}}}",
+      "{'model':'m','input':'hi','text':{'format':{'type':'yaml'}}}",
+      "{'model':'m','input':'hi','reasoning':'high'}",
+      "{'model':'m','input':'hi','instructions':['a']}",
+      "{'model':'m','input':'hi','max_output_tokens':1.5}",
+      "{'model':'m','input':'hi','max_output_tokens':'9'}",
+      "{'model':'m','input':'hi','temperature':'hot'}",
+      "{'model':'m','input':'hi','top_p':true}",
+      "{'model':'m'}",
+      "{'model':'m','input':null}",
+      "{'model':'m','input':{}}",
+      /* items */
+      "{'model':'m','input':[1]}",
+      "{'model':'m','input':[{'type':'item_reference','id':'x'}]}",
+      "{'model':'m','input':[{'content':'hi'}]}",
+      "{'model':'m','input':[{'role':'tool','content':'hi'}]}",
+      "{'model':'m','input':[{'role':'user'}]}",
+      "{'model':'m','input':[{'role':'assistant','content':7}]}",
+      "{'model':'m','input':[{'role':'system','content':[{'type':'input_image'}]}]}",
+      "{'model':'m','input':[{'role':'developer','content':[{'type':'text'}]}]}",
+      "{'model':'m','input':[{'role':'system','content':['x']}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'text':'x'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':['x']}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_text'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_image','file_id':'f'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_image'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_image','image_url':"
+      "'data:image/png,AAAA'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_file','file_id':'f'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_file'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_audio'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'video'}]}]}",
+      "{'model':'m','input':[{'role':'assistant','content':[{}]}]}",
+      "{'model':'m','input':[{'role':'assistant','content':[5]}]}",
+      "{'model':'m','input':[{'role':'assistant','content':[{'type':'output_text'}]}]}",
+      "{'model':'m','input':[{'role':'assistant','content':[{'type':'refusal'}]}]}",
+      "{'model':'m','input':[{'role':'assistant','content':[{'type':'input_image'}]}]}",
+      "{'model':'m','input':[{'type':'function_call','name':'f','arguments':'{}'}]}",
+      "{'model':'m','input':[{'type':'function_call','call_id':'c','arguments':'{}'}]}",
+      "{'model':'m','input':[{'type':'function_call','call_id':'c','name':'f'}]}",
+      "{'model':'m','input':[{'type':'function_call','call_id':'c','name':'f',"
+      "'arguments':'{city: 1}'}]}",
+      "{'model':'m','input':[{'type':'function_call','call_id':'c','name':'f',"
+      "'arguments':''}]}",
+      "{'model':'m','input':[{'type':'custom_tool_call','name':'f','input':'x'}]}",
+      "{'model':'m','input':[{'type':'custom_tool_call','call_id':'c','input':'x'}]}",
+      "{'model':'m','input':[{'type':'custom_tool_call','call_id':'c','name':'f'}]}",
+      "{'model':'m','input':[{'type':'function_call_output','output':'x'}]}",
+      "{'model':'m','input':[{'type':'function_call_output','call_id':'c'}]}",
+      "{'model':'m','input':[{'type':'function_call_output','call_id':'c','output':"
+      "[{'type':'input_file'}]}]}",
+      /* the first refusal in order, the input's last */
+      "{'model':'m','input':[{'type':'item_reference'}],'tools':5}",
+      "{'model':'m','text':5,'input':[{'type':'item_reference'}],'tools':5}",
+      "{'model':'m','input':[{'role':'user','content':'a'},{'type':'x'},{'type':'y'}]}",
+  };
+  for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+    char body[512];
+    snprintf(body, sizeof(body), "%s", bodies[i]);
+    for (char *q = body; *q; q++)
+      if (*q == '\'') *q = '"';
+    resp_refuses(body);
+  }
+  /* arguments that are JSON but no object: taken, the text kept as it is */
+  const char *arr = "{\"model\":\"m\",\"input\":[{\"type\":\"function_call\",\"call_id\":"
+                    "\"c\",\"name\":\"f\",\"arguments\":\"[1, 2]\"}]}";
+  request_pair(PX_PROTO_RESPONSES, PX_PROTO_CHAT, arr, "\"arguments\":\"[1, 2]\"");
 }
