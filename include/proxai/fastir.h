@@ -116,6 +116,11 @@ typedef struct px_fpart {
   /** IMAGE / FILE: url, or media_type with base64 data, or file_id (FILE);
    *  filename (FILE); p NULL: absent. */
   px_fstr_t url, media_type, data, file_id, filename;
+  /** TEXT of an answer: its annotations, a raw non-empty JSON array in the
+   *  IR's shape (flat url_citation, file_citation, ...: a Responses
+   *  upstream's as they are); ptr NULL: none (PX_FU_ANNOTATIONS). Added
+   *  with issue 21's complete Responses codec. */
+  px_str_t annotations;
 } px_fpart_t;
 
 typedef struct px_fmsg {
@@ -194,6 +199,10 @@ typedef struct px_fresp {
    *  exactly (usage_known); -1: not in the body. Else the hub scans. */
   int usage_known;
   int64_t usage_in, usage_out;
+  /** IR refusal_explanation (an Anthropic stop_details explanation, a
+   *  Gemini finishMessage), escaped; p NULL: absent. Added with issue 21's
+   *  complete Responses codec. */
+  px_fstr_t refusal_explanation;
 } px_fresp_t;
 
 /** Parts of the fast IR an encoder must know to take a request (the hub
@@ -207,6 +216,9 @@ typedef struct px_fresp {
 #define PX_FU_CACHE_KEY (1u << 6)     /**< prompt_cache_key (after the fit) */
 #define PX_FU_VERBOSITY (1u << 7)     /**< verbosity (after the fit) */
 #define PX_FU_ALL 0xffu
+/** TEXT parts of an answer with annotations (px_fpart_t.annotations; an
+ *  answer's only: not in PX_FU_ALL, which is a request's). */
+#define PX_FU_ANNOTATIONS (1u << 8)
 /** The PX_FU_* a decoded request uses. */
 unsigned px_freq_uses(const px_freq_t *ir);
 /** The PX_FU_* a decoded answer's content uses. */

@@ -863,6 +863,7 @@ static unsigned part_uses(const px_fpart_t *p) {
         u |= part_uses(p->content);
         break;
       case PX_FP_TEXT:
+        u |= p->annotations.ptr != NULL ? PX_FU_ANNOTATIONS : 0;
         break;
     }
   }

@@ -1,12 +1,17 @@
 /* responses_fast.c - the fast codec of OpenAI Responses bodies
- * (include/proxai/fastir.h) without a jansson document: requests as Codex
- * sends them (instructions; message, reasoning, function and custom tool
- * call and output items with text, images and files; function, custom and
- * hosted tools; reasoning, text, include, store, prompt_cache_key and the
- * sampling parameters), and response bodies (message text and function
- * calls). Anything else declines to responses.c, the reference: every rule
- * here is that codec's rule for the same shape, its lossy names added in
- * the same order. */
+ * (include/proxai/fastir.h) without a jansson document, in its four roles:
+ * client requests (instructions; message, reasoning, function and custom
+ * tool call and output items with text, images and files; function, custom
+ * and hosted tools; reasoning, text, include, store, prompt_cache_key and
+ * the sampling parameters), upstream requests from the whole fast IR,
+ * upstream answers (message text with annotations, refusals, function and
+ * custom tool calls, reasoning items with their tokens; other items and
+ * parts dropped and named) and answers to Responses clients. What
+ * responses.c refuses is refused in its words (PX_FAST_REFUSE); what this
+ * codec cannot tell exactly (escapes where a value decides, repeated
+ * members) declines to responses.c, the reference: every rule here is that
+ * codec's rule for the same shape, its lossy names added in the same
+ * order. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -376,8 +381,7 @@ static int dec_reasoning(const px_fv_t *f, unsigned seen, px_freq_t *ir, px_aren
 /* Tool-call arguments as responses.c takes them: valid JSON text of any
  * kind (is_valid_json_text). An object is kept as input too; another value
  * stays a string (an upstream that takes only objects refuses it, naming
- * the client's field: px_tool_args_object). NUL in the text declines
- * (the reference reads the string up to it). */
+ * the client's field: px_tool_args_object). */
 static int call_args(px_arena_t *a, px_fpart_t *p, const char *path, px_tr_err_t *err) {
   px_buf_t b;
   px_str_t v;
@@ -386,8 +390,7 @@ static int call_args(px_arena_t *a, px_fpart_t *p, const char *path, px_tr_err_t
     px_buf_free(&b);
     return DECLINE;
   }
-  char *copy = NULL;
-  if (v.len == 0 || memchr(v.ptr, 0, v.len) == NULL) copy = px_arena_alloc(a, v.len + 1);
+  char *copy = px_arena_alloc(a, v.len + 1);
   if (copy != NULL && v.len) memcpy(copy, v.ptr, v.len);
   px_buf_free(&b);
   if (copy == NULL) return DECLINE;
@@ -1331,37 +1334,64 @@ static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
 /* ======================================================================== */
 /* Response decode                                                           */
 
-/* a message item's content array at the cursor (checked reads) */
-static int decode_message_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
+/* a message item's content array at the cursor (checked reads): output
+ * text (its annotations kept), refusals; other parts dropped and named */
+static int decode_message_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a,
+                                  px_lossy_t *lossy) {
   int r, first = 1;
   if (px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fc_elem(w, &first)) == 1) {
     static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("annotations"),
-                                     PX_FK("logprobs")};
-    px_fv_t f[4];
+                                     PX_FK("logprobs"), PX_FK("refusal")};
+    px_fv_t f[5];
     unsigned seen = 0;
-    if (px_fc_fields(w, keys, 4, f, &seen) != 0) return DECLINE;
-    if (!HAS(0) || f[0].kind != PX_FV_STR) continue; /* no type: skipped there */
-    if (!px_fs_is(f[0].s, "output_text")) return DECLINE; /* refusal, others */
-    if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw)) return DECLINE;
-    if (HAS(3) && f[3].kind == PX_FV_ARR && !px_fw_empty(f[3].raw)) return DECLINE;
-    px_fpart_t *p = px_fpart_text(
-        a, HAS(1) && f[1].kind == PX_FV_STR ? f[1].s : (px_fstr_t){"", 0, 0});
-    if (p == NULL) return DECLINE;
+    if (px_fw_peek(w) != PX_FV_OBJ) { /* no type: skipped there */
+      if (px_fc_value(w, &f[0]) < 0) return DECLINE;
+      continue;
+    }
+    if (px_fc_fields(w, keys, 5, f, &seen) != 0) return DECLINE;
+    px_fstr_t type = FSTR(0);
+    if (type.p == NULL) continue; /* skipped there */
+    if (type.esc) return DECLINE;
+    px_fpart_t *p;
+    if (px_fs_is(type, "output_text")) {
+      if ((p = px_fpart_text(a, FSTR(1).p ? FSTR(1) : EMPTY)) == NULL) return DECLINE;
+      if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw)) p->annotations = f[2].raw;
+      if (HAS(3) && f[3].kind == PX_FV_ARR && !px_fw_empty(f[3].raw))
+        px_lossy_add(lossy, "output[].content[].logprobs");
+    } else if (px_fs_is(type, "refusal")) {
+      if ((p = px_fpart_new(a, PX_FP_REFUSAL)) == NULL) return DECLINE;
+      p->text = FSTR(4).p ? FSTR(4) : EMPTY;
+    } else {
+      px_lossy_add(lossy, "output[].content[].other");
+      continue;
+    }
     px_fpart_push(&ir->content, &ir->last, p);
   }
   return r < 0 ? DECLINE : 0;
 }
 
+/* An output item no other protocol carries, named (px_responses_lossy_item). */
+static int lossy_item(px_lossy_t *lossy, px_fstr_t type) {
+  char t[32];
+  if (type.esc) return DECLINE;
+  /* the names it knows are short: a longer one is "other" there too */
+  snprintf(t, sizeof(t), "%.*s", type.n < sizeof(t) ? (int)type.n : 0, type.p);
+  px_responses_lossy_item(lossy, type.n < sizeof(t) ? t : "");
+  return 0;
+}
+
 /* the output array at the cursor, checked as it is read; a message's
  * content is decoded where it stands when its type came first (as
  * OpenAI writes it), else from its span after the item */
-enum { O_TYPE, O_CONTENT, O_CALL_ID, O_NAME, O_ARGS, O_NS };
-static const px_fkey_t out_keys[] = {PX_FK("type"),    PX_FK("content"),
-                                     PX_FK("call_id"), PX_FK("name"),
-                                     PX_FK("arguments"), PX_FK("namespace")};
+enum { O_TYPE, O_CONTENT, O_CALL_ID, O_NAME, O_ARGS, O_NS, O_INPUT, O_ID, O_SUMMARY, O_ENC };
+static const px_fkey_t out_keys[] = {
+    PX_FK("type"),      PX_FK("content"),   PX_FK("call_id"), PX_FK("name"),
+    PX_FK("arguments"), PX_FK("namespace"), PX_FK("input"),   PX_FK("id"),
+    PX_FK("summary"),   PX_FK("encrypted_content")};
 
-static int decode_output(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, int *has_tool) {
+static int decode_output(const px_tr_ctx_t *ctx, px_fw_t *w, px_fresp_t *ir, px_arena_t *a,
+                         px_lossy_t *lossy, int *has_tool) {
   int r, first = 1;
   if (px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fc_elem(w, &first)) == 1) {
@@ -1369,13 +1399,17 @@ static int decode_output(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, int *has_too
     px_fstr_t k;
     unsigned seen = 0;
     int ri, ifirst = 1, content_done = 0;
+    if (px_fw_peek(w) != PX_FV_OBJ) { /* no type: skipped there */
+      if (px_fc_value(w, &f[0]) < 0) return DECLINE;
+      continue;
+    }
     if (px_fw_open(w, '{') < 0) return DECLINE;
     while ((ri = px_fc_member(w, &k, &ifirst)) == 1) {
       int ki = px_fk_of(k, out_keys, NKEYS(out_keys));
       if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
-      if (ki == O_CONTENT && HAS(O_TYPE) && f[O_TYPE].kind == PX_FV_STR &&
-          px_fs_is(f[O_TYPE].s, "message") && w->p[w->i] == '[') {
-        if (decode_message_content(w, ir, a) != 0) return DECLINE;
+      if (ki == O_CONTENT && FSTR(O_TYPE).p != NULL && px_fs_is(f[O_TYPE].s, "message") &&
+          w->p[w->i] == '[') {
+        if (decode_message_content(w, ir, a, lossy) != 0) return DECLINE;
         content_done = 1;
         continue;
       }
@@ -1384,53 +1418,87 @@ static int decode_output(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, int *has_too
       if (ki >= 0) f[ki] = v;
     }
     if (ri < 0) return DECLINE;
-    if (!HAS(O_TYPE) || f[O_TYPE].kind != PX_FV_STR) continue;
-    if (px_fs_is(f[O_TYPE].s, "message")) {
+    px_fstr_t type = FSTR(O_TYPE);
+    if (type.p == NULL) continue; /* skipped there */
+    if (type.esc) return DECLINE;
+    if (px_fs_is(type, "message")) {
       if (HAS(O_CONTENT) && !content_done && f[O_CONTENT].kind == PX_FV_ARR) {
         px_fw_t cw = {f[O_CONTENT].raw.ptr, f[O_CONTENT].raw.len, 0};
-        if (decode_message_content(&cw, ir, a) != 0) return DECLINE;
+        if (decode_message_content(&cw, ir, a, lossy) != 0) return DECLINE;
       }
-    } else if (px_fs_is(f[O_TYPE].s, "function_call")) {
-      if (HAS(O_NS) && f[O_NS].kind == PX_FV_STR) return DECLINE; /* lossy there */
+      continue;
+    }
+    int fc = px_fs_is(type, "function_call");
+    if (fc || (px_fs_is(type, "custom_tool_call") && px_tr_in_can(ctx, PX_CAP_CUSTOM_TOOLS))) {
       px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
       if (p == NULL) return DECLINE;
-      px_fstr_t empty = {"", 0, 0};
-      p->id = HAS(O_CALL_ID) && f[O_CALL_ID].kind == PX_FV_STR ? f[O_CALL_ID].s : empty;
-      p->name = HAS(O_NAME) && f[O_NAME].kind == PX_FV_STR ? f[O_NAME].s : empty;
-      p->args = HAS(O_ARGS) && f[O_ARGS].kind == PX_FV_STR ? f[O_ARGS].s : empty;
+      p->id = FSTR(O_CALL_ID).p ? FSTR(O_CALL_ID) : EMPTY;
+      p->name = FSTR(O_NAME).p ? FSTR(O_NAME) : EMPTY;
+      if (fc) {
+        p->args = FSTR(O_ARGS).p ? FSTR(O_ARGS) : EMPTY;
+      } else { /* for a client that has custom tools too */
+        p->custom = 1;
+        p->text = FSTR(O_INPUT).p ? FSTR(O_INPUT) : EMPTY;
+      }
       *has_tool = 1;
       px_fpart_push(&ir->content, &ir->last, p);
-    } else {
-      return DECLINE; /* reasoning, hosted tools ...: the jansson codec */
+      if (fc && FSTR(O_NS).p != NULL) px_lossy_add(lossy, "output[].namespace");
+    } else if (px_fs_is(type, "reasoning")) {
+      /* the reasoning_text contents joined, else the summaries; its token
+       * and id as they are */
+      static int k_enc = -2;
+      if (k_enc == -2) k_enc = px_frtok_index("encrypted_content");
+      px_fpart_t *p = px_fpart_new(a, PX_FP_REASONING);
+      if (p == NULL || k_enc < 0 ||
+          join_texts(HAS(O_CONTENT) ? &f[O_CONTENT] : NULL, "reasoning_text", &p->text, a) !=
+              0)
+        return DECLINE;
+      if (p->text.n == 0 && join_texts(HAS(O_SUMMARY) ? &f[O_SUMMARY] : NULL,
+                                       "summary_text", &p->text, a) != 0)
+        return DECLINE;
+      p->tok[k_enc] = FSTR(O_ENC);
+      p->id = FSTR(O_ID);
+      px_fpart_push(&ir->content, &ir->last, p);
+    } else if (lossy_item(lossy, type) != 0) {
+      return DECLINE;
     }
   }
   return r < 0 ? DECLINE : 0;
 }
 
+/* responses.c bad_gateway: the upstream's answer is no answer */
+static int bad_gateway(px_tr_err_t *err, const char *fmt, px_fstr_t arg) {
+  char s[256];
+  if (arg.esc) return DECLINE; /* its value is quoted */
+  snprintf(s, sizeof(s), "%.*s", (int)(arg.n < sizeof(s) ? arg.n : sizeof(s) - 1), arg.p);
+  px_tr_fail(err, "", fmt, s);
+  if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+  return REFUSE;
+}
+
 /* The body is read once and checked as it is read (px_fc_*: the hub scans
  * nothing before): output and usage are decoded where they stand, every
  * other member is checked and skipped. */
-enum { R_ID, R_MODEL, R_CREATED, R_STATUS, R_OUTPUT, R_USAGE, R_INCOMPLETE };
-static const px_fkey_t resp_keys[] = {PX_FK("id"),     PX_FK("model"), PX_FK("created_at"),
-                                      PX_FK("status"), PX_FK("output"), PX_FK("usage"),
-                                      PX_FK("incomplete_details")};
+enum { R_ID, R_MODEL, R_CREATED, R_STATUS, R_OUTPUT, R_USAGE, R_INCOMPLETE, R_ERROR };
+static const px_fkey_t resp_keys[] = {
+    PX_FK("id"),    PX_FK("model"), PX_FK("created_at"),         PX_FK("status"),
+    PX_FK("output"), PX_FK("usage"), PX_FK("incomplete_details"), PX_FK("error")};
 
 static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
-  (void)ctx;
-  (void)lossy;
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                     px_tr_err_t *err) {
   px_fv_t f[NKEYS(resp_keys)];
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
   unsigned seen = 0;
-  int r, first = 1, has_tool = 0;
+  int r, first = 1, has_tool = 0, output = 0;
   if (px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fc_member(&w, &k, &first)) == 1) {
     int ki = px_fk_of(k, resp_keys, NKEYS(resp_keys));
     if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
-    if (ki == R_OUTPUT) {
-      if (px_fw_peek(&w) != PX_FV_ARR || decode_output(&w, ir, a, &has_tool) != 0)
-        return DECLINE;
+    if (ki == R_OUTPUT && px_fw_peek(&w) == PX_FV_ARR) {
+      if (decode_output(ctx, &w, ir, a, lossy, &has_tool) != 0) return DECLINE;
+      output = 1;
     } else if (ki == R_USAGE && px_fw_peek(&w) == PX_FV_OBJ) {
       static const px_fkey_t ukeys[] = {PX_FK("input_tokens"), PX_FK("output_tokens"),
                                         PX_FK("input_tokens_details"),
@@ -1442,18 +1510,28 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
       if (ki >= 0) f[ki] = v;
     }
   }
-  if (r < 0 || px_fc_end(&w) < 0 || !HAS(R_OUTPUT)) return DECLINE;
-  if (!HAS(R_USAGE)) ir->usage_known = 1, ir->usage_in = ir->usage_out = -1;
-  /* finished answers only: completed, or incomplete with a reason */
-  int incomplete = 0;
-  if (HAS(R_STATUS) && f[R_STATUS].kind == PX_FV_STR) {
-    if (px_fs_is(f[R_STATUS].s, "incomplete")) incomplete = 1;
-    else if (!px_fs_is(f[R_STATUS].s, "completed")) return DECLINE;
+  if (r < 0 || px_fc_end(&w) < 0) return DECLINE;
+  /* the whole body read and valid: the reference's refusals */
+  if (!output) return bad_gateway(err, "upstream response has no output%s", EMPTY);
+  px_fstr_t status = FSTR(R_STATUS);
+  if (status.p == NULL) status = (px_fstr_t){"completed", 9, 0};
+  if (status.esc) return DECLINE;
+  if (px_fs_is(status, "failed") && HAS(R_ERROR) && f[R_ERROR].kind == PX_FV_OBJ) {
+    static const px_fkey_t ekeys[] = {PX_FK("message")};
+    px_fv_t g[1];
+    unsigned es = 0;
+    if (px_fv_kfields(&f[R_ERROR], ekeys, 1, g, &es) != 0) return DECLINE;
+    px_fstr_t msg = es && g[0].kind == PX_FV_STR ? g[0].s : (px_fstr_t){"(no message)", 12, 0};
+    return bad_gateway(err, "upstream response failed: %s", msg);
   }
-  ir->id = HAS(R_ID) && f[R_ID].kind == PX_FV_STR ? f[R_ID].s : (px_fstr_t){"", 0, 0};
-  if (HAS(R_MODEL) && f[R_MODEL].kind == PX_FV_STR) ir->model = f[R_MODEL].s;
+  if (!px_fs_is(status, "completed") && !px_fs_is(status, "incomplete") &&
+      !px_fs_is(status, "failed"))
+    return bad_gateway(err, "upstream response is not finished (status %s)", status);
+  if (!HAS(R_USAGE)) ir->usage_known = 1, ir->usage_in = ir->usage_out = -1;
+  ir->id = FSTR(R_ID).p ? FSTR(R_ID) : EMPTY;
+  if (FSTR(R_MODEL).p != NULL) ir->model = f[R_MODEL].s;
   if (px_fast_created(HAS(R_CREATED) ? &f[R_CREATED] : NULL, ir) != 0) return DECLINE;
-  if (incomplete) {
+  if (px_fs_is(status, "incomplete")) {
     /* the reason decides content_filter / max_tokens */
     static const px_fkey_t dkeys[] = {PX_FK("reason")};
     px_fstr_t reason = {0};
@@ -1466,6 +1544,8 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
     }
     ir->stop = px_fs_is(reason, "content_filter") ? PX_STOP_CONTENT_FILTER
                                                   : PX_STOP_MAX_TOKENS;
+  } else if (px_fs_is(status, "failed")) {
+    ir->stop = PX_STOP_REFUSAL;
   } else {
     ir->stop = has_tool ? PX_STOP_TOOL_USE : PX_STOP_END_TURN;
   }
@@ -1484,22 +1564,141 @@ static int put_prefixed(px_buf_t *b, const char *prefix, px_fstr_t id) {
   return rc;
 }
 
+/* A text part's annotations in the Responses shape (responses_common.c
+ * px_responses_annotations): the kinds Responses has as they are, others
+ * dropped and named; Chat's nested url_citation declines (the IR's are
+ * flat). */
+static int put_annotations(px_buf_t *b, px_str_t ann, px_lossy_t *lossy) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("url_citation")};
+  int r, rc = px_fb_lit(b, "["), n = 0;
+  px_fw_t w = {ann.ptr, ann.len, 0};
+  if (ann.ptr == NULL) return rc == 0 ? px_fb_lit(b, "]") : rc;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[2], el;
+    unsigned seen = 0;
+    size_t at = w.i;
+    if (px_fw_peek(&w) != PX_FV_OBJ) { /* no type: skipped */
+      if (px_fw_value(&w, &el) < 0) return DECLINE;
+      continue;
+    }
+    if (px_fw_kfields(&w, keys, 2, f, &seen) != 0) return DECLINE;
+    px_fstr_t t = FSTR(0);
+    if (t.p == NULL) continue;
+    if (t.esc) return DECLINE;
+    int url = px_fs_is(t, "url_citation");
+    if (url && HAS(1) && f[1].kind == PX_FV_OBJ) return DECLINE;
+    if (url || px_fs_is(t, "file_citation") || px_fs_is(t, "container_file_citation") ||
+        px_fs_is(t, "file_path")) {
+      if (n++ > 0) rc = px_fb_lit(b, ",");
+      if (rc == 0) rc = px_fb_raw(b, (px_str_t){ann.ptr + at, w.i - at});
+    } else {
+      px_lossy_add(lossy, "output[].content[].annotations");
+    }
+  }
+  if (rc == 0 && r < 0) return DECLINE;
+  return rc == 0 ? px_fb_lit(b, "]") : rc;
+}
+
+/* a message item's head: its id the n-th message's (responses_common.c
+ * px_responses_msg_id) */
+static int put_msg_head(px_buf_t *b, px_fstr_t base, int n) {
+  int rc = px_fb_lit(b, "{\"id\":\"");
+  if (rc == 0) rc = put_prefixed(b, "msg_", base);
+  if (rc == 0 && n > 0) {
+    rc = px_fb_lit(b, "_");
+    if (rc == 0) rc = px_fb_i64(b, n);
+  }
+  if (rc == 0)
+    rc = px_fb_lit(b, "\",\"type\":\"message\",\"status\":\"completed\",\"role\":"
+                      "\"assistant\",\"content\":[");
+  return rc;
+}
+
+/* a call's item id: prefix + its call id, or prefix + base + "_" + the
+ * output index when it has none (px_responses_fc_id, _ctc_id) */
+static int put_call_id(px_buf_t *b, const char *prefix, px_fstr_t id, px_fstr_t base,
+                       int oi) {
+  if (id.n) return put_prefixed(b, prefix, id);
+  int rc = px_fb_lit(b, prefix);
+  if (rc == 0) rc = px_fb_put(b, base.p, base.n);
+  if (rc == 0) rc = px_fb_lit(b, "_");
+  if (rc == 0) rc = px_fb_i64(b, oi);
+  return rc;
+}
+
+/* a tool call -> a function_call or custom_tool_call item */
+static int put_call_item(px_buf_t *b, const px_fpart_t *p, px_fstr_t base, int oi) {
+  int rc = px_fb_lit(b, "{\"id\":\"");
+  if (rc == 0) rc = put_call_id(b, p->custom ? "ctc_" : "fc_", p->id, base, oi);
+  if (rc == 0)
+    rc = px_fb_lit(b, p->custom ? "\",\"type\":\"custom_tool_call\",\"status\":\"completed\","
+                                  "\"call_id\":"
+                                : "\",\"type\":\"function_call\",\"status\":\"completed\","
+                                  "\"call_id\":");
+  if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : EMPTY);
+  if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
+  if (rc == 0) rc = px_fb_str(b, p->name.p ? p->name : EMPTY);
+  if (rc == 0) rc = px_fb_lit(b, p->custom ? ",\"input\":" : ",\"arguments\":");
+  if (rc == 0) rc = px_fb_str(b, p->custom ? (p->text.p ? p->text : EMPTY)
+                                           : (p->args.p ? p->args : EMPTY));
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* a reasoning part -> a reasoning item: its id the upstream's, else "rs_"
+ * + base + output index (px_responses_rs_id); its text the one summary;
+ * the token it carries for a Responses client (px_rtok_out) */
+static int put_reasoning_item(px_buf_t *b, const px_fpart_t *p, px_fstr_t base, int oi) {
+  int rc = px_fb_lit(b, "{\"id\":");
+  if (rc == 0 && p->id.n) {
+    rc = px_fb_str(b, p->id);
+  } else if (rc == 0) {
+    rc = px_fb_lit(b, "\"rs_");
+    if (rc == 0) rc = px_fb_put(b, base.p, base.n);
+    if (rc == 0) rc = px_fb_lit(b, "_");
+    if (rc == 0) rc = px_fb_i64(b, oi);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  }
+  if (rc == 0) rc = px_fb_lit(b, ",\"type\":\"reasoning\",\"summary\":[");
+  if (rc == 0 && p->text.n > 0) {
+    rc = px_fb_lit(b, "{\"type\":\"summary_text\",\"text\":");
+    if (rc == 0) rc = px_fb_str(b, p->text);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "]");
+  if (rc == 0) {
+    size_t at = b->len;
+    rc = px_fb_lit(b, ",\"encrypted_content\":");
+    int t = rc == 0 ? px_fb_rtok(b, PX_PROTO_RESPONSES, p) : rc;
+    if (t == 1) b->len = at; /* none for a Responses client */
+    rc = t < 0 ? t : 0;
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
 static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
-                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy,
+                                     px_tr_err_t *err) {
   (void)a;
+  (void)err;
   /* ids go through fixed buffers there (long ones are cut): short plain ones here */
   px_fstr_t uid = ir->id.p && ir->id.n ? ir->id : (px_fstr_t){"proxai", 6, 0};
   if (uid.esc || uid.n > 100) return DECLINE;
   for (const px_fpart_t *p = ir->content; p; p = p->next)
-    if (p->type == PX_FP_TOOL_CALL && (p->id.esc || p->id.n > 100)) return DECLINE;
+    if ((p->type == PX_FP_TOOL_CALL && p->id.esc) || p->id.n > 100) return DECLINE;
   px_fstr_t base = uid; /* item ids: the id without "resp_" */
   if (base.n > 5 && memcmp(base.p, "resp_", 5) == 0) {
     base.p += 5;
     base.n -= 5;
   }
+  int has_refusal = 0;
+  for (const px_fpart_t *p = ir->content; p; p = p->next)
+    if (p->type == PX_FP_REFUSAL) has_refusal = 1;
   px_stop_t stop = ir->stop == PX_STOP_NONE ? PX_STOP_END_TURN : ir->stop;
   const char *reason = NULL;
-  const char *status = px_stop_to_responses(stop, 0, &reason);
+  const char *status = px_stop_to_responses(stop, has_refusal, &reason);
   int rc = px_fb_lit(b, "{\"id\":\"");
   if (rc == 0 && ctx->resp_id != NULL) /* ids of kept responses are plain */
     rc = px_fb_lit(b, ctx->resp_id);
@@ -1526,53 +1725,51 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   if (rc == 0) rc = px_fb_lit(b, ",\"output\":[");
   int oi = 0, nmsg = 0, in_msg = 0;
   for (const px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
-    if (p->type == PX_FP_TEXT) {
-      if (!in_msg) {
-        if (oi > 0) rc = px_fb_lit(b, "]}");
-        if (rc == 0 && oi > 0) rc = px_fb_lit(b, ",");
-        if (rc == 0) rc = px_fb_lit(b, "{\"id\":\"");
-        if (rc == 0) rc = put_prefixed(b, "msg_", base);
-        if (rc == 0 && nmsg > 0) {
-          rc = px_fb_lit(b, "_");
-          if (rc == 0) rc = px_fb_i64(b, nmsg);
-        }
-        nmsg++;
-        if (rc == 0)
-          rc = px_fb_lit(b, "\",\"type\":\"message\",\"status\":\"completed\",\"role\":"
-                            "\"assistant\",\"content\":[");
+    if (p->type == PX_FP_TEXT || p->type == PX_FP_REFUSAL) {
+      if (!in_msg) { /* a message item, open until a call or reasoning */
+        if (oi > 0) rc = px_fb_lit(b, ",");
+        if (rc == 0) rc = put_msg_head(b, base, nmsg++);
         in_msg = 1;
         oi++;
       } else {
         rc = px_fb_lit(b, ",");
       }
+      if (rc == 0 && p->type == PX_FP_REFUSAL) {
+        rc = px_fb_lit(b, "{\"type\":\"refusal\",\"refusal\":");
+        if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : EMPTY);
+        if (rc == 0) rc = px_fb_lit(b, "}");
+        continue;
+      }
       if (rc == 0) rc = px_fb_lit(b, "{\"type\":\"output_text\",\"text\":");
-      if (rc == 0) rc = px_fb_str(b, p->text);
-      if (rc == 0) rc = px_fb_lit(b, ",\"annotations\":[]}");
+      if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : EMPTY);
+      if (rc == 0) rc = px_fb_lit(b, ",\"annotations\":");
+      if (rc == 0) rc = put_annotations(b, p->annotations, lossy);
+      if (rc == 0) rc = px_fb_lit(b, "}");
       continue;
     }
-    if (in_msg) rc = px_fb_lit(b, "]}");
+    if (in_msg) rc = px_fb_lit(b, "]}"); /* any other part ends the message */
     in_msg = 0;
+    if (p->type != PX_FP_TOOL_CALL && p->type != PX_FP_REASONING) continue; /* not there */
     if (rc == 0 && oi > 0) rc = px_fb_lit(b, ",");
-    if (rc == 0) rc = px_fb_lit(b, "{\"id\":\"");
-    if (rc == 0 && p->id.n) {
-      rc = put_prefixed(b, "fc_", p->id);
-    } else if (rc == 0) {
-      rc = px_fb_lit(b, "fc_");
-      if (rc == 0) rc = px_fb_put(b, base.p, base.n);
-      if (rc == 0) rc = px_fb_lit(b, "_");
-      if (rc == 0) rc = px_fb_i64(b, oi);
-    }
     if (rc == 0)
-      rc = px_fb_lit(b, "\",\"type\":\"function_call\",\"status\":\"completed\",\"call_id\":");
-    if (rc == 0) rc = px_fb_str(b, p->id);
-    if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
-    if (rc == 0) rc = px_fb_str(b, p->name);
-    if (rc == 0) rc = px_fb_lit(b, ",\"arguments\":");
-    if (rc == 0) rc = px_fb_str(b, p->args.p ? p->args : (px_fstr_t){"", 0, 0});
-    if (rc == 0) rc = px_fb_lit(b, "}");
+      rc = p->type == PX_FP_TOOL_CALL ? put_call_item(b, p, base, oi)
+                                      : put_reasoning_item(b, p, base, oi);
     oi++;
   }
   if (rc == 0 && in_msg) rc = px_fb_lit(b, "]}");
+  if (rc == 0 && px_stop_refused(stop) && ir->refusal_explanation.p != NULL) {
+    if (!has_refusal) {
+      /* a refusal with no visible wording: the explanation is the only
+       * wording there is */
+      if (oi > 0) rc = px_fb_lit(b, ",");
+      if (rc == 0) rc = put_msg_head(b, base, nmsg++);
+      if (rc == 0) rc = px_fb_lit(b, "{\"type\":\"refusal\",\"refusal\":");
+      if (rc == 0) rc = px_fb_str(b, ir->refusal_explanation);
+      if (rc == 0) rc = px_fb_lit(b, "}]}");
+    } else {
+      px_lossy_add(lossy, px_out_names(ctx)->refusal_explanation);
+    }
+  }
   if (rc == 0)
     rc = px_fb_lit(b, "],\"parallel_tool_calls\":true,\"previous_response_id\":");
   if (rc == 0 && ctx->prev_id != NULL &&
@@ -1616,4 +1813,5 @@ const px_fast_ops_t px_responses_fast = {
     .encode_response = resp_fast_encode_response,
     .encodes = PX_FU_ALL,
     .response_checked = 1,
+    .resp_encodes = PX_FU_REASONING | PX_FU_REFUSAL | PX_FU_CUSTOM | PX_FU_ANNOTATIONS,
 };

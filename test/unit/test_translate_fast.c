@@ -367,6 +367,7 @@ static void responses_codec(void);
 static void responses_encoder(void);
 static void gemini_codec(void);
 static void responses_refusals(void);
+static void responses_answers(void);
 
 int main(void) {
   for (int in = 0; in < 3; in++)
@@ -397,6 +398,7 @@ int main(void) {
   responses_encoder();
   gemini_codec();
   responses_refusals();
+  responses_answers();
   return check_report("translate_fast");
 }
 
@@ -858,12 +860,12 @@ static void responses_codec(void) {
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
     resp_halves_all(cases[i].body, strlen(cases[i].body), cases[i].want);
   /* left to responses.c: an escaped role, an escaped effort (their
-   * values decide), arguments with a NUL (read up to it there) */
+   * values decide), a repeated member of an item (jansson keeps the last) */
   static const char *const declined[] = {
       "{\"model\":\"m\",\"input\":[{\"role\":\"\\u0075ser\",\"content\":\"hi\"}]}",
       "{\"model\":\"m\",\"reasoning\":{\"effort\":\"n\\u006fne\"},\"input\":\"hi\"}",
-      "{\"model\":\"m\",\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\","
-      "\"name\":\"f\",\"arguments\":\"{}\\u0000x\"}]}",
+      "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":\"a\",\"content\":"
+      "\"b\"}]}",
   };
   for (size_t i = 0; i < sizeof(declined) / sizeof(declined[0]); i++)
     decoder_declines(PX_PROTO_RESPONSES, PX_PROTO_ANTHROPIC, declined[i]);
@@ -1368,4 +1370,120 @@ static void responses_refusals(void) {
   const char *arr = "{\"model\":\"m\",\"input\":[{\"type\":\"function_call\",\"call_id\":"
                     "\"c\",\"name\":\"f\",\"arguments\":\"[1, 2]\"}]}";
   request_pair(PX_PROTO_RESPONSES, PX_PROTO_CHAT, arr, "\"arguments\":\"[1, 2]\"");
+}
+
+/* ---- Responses answers: responses_fast.c's decoder and encoder, chained
+ * (a Responses client of a Responses upstream, the context the halves
+ * share), against responses.c's halves on the same body: reasoning items
+ * with their tokens, refusals, annotations, custom tool calls, the items
+ * and parts only Responses has (dropped and named); expl, when set, is an
+ * IR refusal_explanation of a refused answer (the fast IR's and the
+ * document's). A refusal of the body: the same words. */
+static void resp_answer(const char *q, const char *expl, const char *want) {
+  char body[2048];
+  snprintf(body, sizeof(body), "%s", q);
+  for (char *x = body; *x; x++)
+    if (*x == '\'') *x = '"';
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_RESPONSES, PX_PROTO_RESPONSES);
+  size_t len = strlen(body);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_fresp_t ir;
+  memset(&ir, 0, sizeof(ir));
+  ir.in = ir.out = ir.cache_read = ir.cache_creation = ir.reasoning = -1;
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  px_tr_err_t fe, se;
+  memset(&fe, 0, sizeof(fe));
+  memset(&se, 0, sizeof(se));
+  const px_proto_ops_t *ops = px_proto_get(PX_PROTO_RESPONSES);
+  int rc = px_responses_fast.decode_response(&c, body, len, &ir, &a, &lf, &fe);
+  json_t *up = json_loadb(body, len, 0, NULL), *jir = NULL, *cb = NULL;
+  int sr = up != NULL ? ops->decode_response(&c, up, &jir, &ls, &se) : -1;
+  if (sr < 0) { /* refused: in the same words */
+    int same = rc == PX_FAST_REFUSE && fe.kind == se.kind && strcmp(fe.param, se.param) == 0 &&
+               strcmp(fe.message, se.message) == 0;
+    CHECK(same);
+    if (!same) fprintf(stderr, "responses answer refusal: %s\nfast %d %s\nslow %s\n", body, rc,
+                       fe.message, se.message);
+    goto done;
+  }
+  if (expl != NULL) {
+    ir.stop = PX_STOP_REFUSAL;
+    ir.refusal_explanation = (px_fstr_t){expl, strlen(expl), 0};
+    json_object_set_new(jir, "stop_reason", json_string("refusal"));
+    json_object_set_new(jir, "refusal_explanation", json_string(expl));
+  }
+  CHECK(rc == 0 && (px_fresp_uses(&ir) & ~px_responses_fast.resp_encodes) == 0);
+  if (rc == 0) rc = px_responses_fast.encode_response(&c, &ir, &b, &a, &lf, NULL);
+  CHECK(rc == 0);
+  CHECK(ops->encode_response(&c, jir, &cb, &ls, &se) == 0);
+  char *so = cb ? json_dumps(cb, JSON_COMPACT) : NULL;
+  if (rc == 0 && so != NULL) {
+    int eq = same_json(b.data, b.len, so, strlen(so)) && strcmp(lf.buf, ls.buf) == 0;
+    CHECK(eq);
+    if (!eq)
+      fprintf(stderr, "responses answer\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len, b.data,
+              lf.buf, so, ls.buf);
+    CHECK(px_buf_append(&b, "", 1) == 0);
+    if (want != NULL) CHECK(strstr(b.data, want) != NULL);
+  }
+  free(so);
+done:
+  px_arena_free(&a);
+  json_decref(cb);
+  json_decref(jir);
+  json_decref(up);
+  px_buf_free(&b);
+}
+
+static void responses_answers(void) {
+  /* reasoning: the contents joined, else the summaries; its token and id */
+  resp_answer("{'id':'resp_1','status':'completed','output':[{'type':'reasoning','id':'rs_a',"
+              "'summary':[{'type':'summary_text','text':'a'},{'type':'summary_text',"
+              "'text':'b'}],'encrypted_content':'gAAA'},{'type':'reasoning','summary':[],"
+              "'content':[{'type':'reasoning_text','text':'t1'},7,{'type':'reasoning_text',"
+              "'text':'t2'}]},{'type':'message','content':[{'type':'output_text','text':"
+              "'hi','annotations':[]}]}],'usage':{'input_tokens':3,'output_tokens':4,"
+              "'output_tokens_details':{'reasoning_tokens':2}}}",
+              NULL, "\"encrypted_content\":\"gAAA\"");
+  /* refusals beside texts, annotations (kept, dropped and named, skipped),
+   * logprobs and other parts, a namespaced call, a custom call, items only
+   * Responses has; the content before the type */
+  resp_answer("{'id':'r','output':[{'content':[{'type':'output_text','text':'x',"
+              "'annotations':[{'type':'url_citation','url':'https://a','title':'A',"
+              "'start_index':0,'end_index':1},{'type':'file_path','file_id':'f'},"
+              "{'type':'other'},{'x':1},3],'logprobs':[{'token':'x'}]},{'type':'refusal',"
+              "'refusal':'no'},{'type':'audio'},{'text':'untyped'}],'type':'message'},"
+              "{'type':'function_call','call_id':'c1','name':'f','arguments':'{}',"
+              "'namespace':'ns'},{'type':'custom_tool_call','call_id':'c2','name':'p',"
+              "'input':'*** x'},{'type':'web_search_call'},{'type':'image_generation_call'},"
+              "{'type':'mcp_call'},{'no':'type'},5,{'type':'message','content':"
+              "[{'type':'refusal'}]}]}",
+              NULL, "\"type\":\"custom_tool_call\"");
+  /* incomplete answers, a failed one without an error object */
+  resp_answer("{'id':'r','status':'incomplete','incomplete_details':{'reason':"
+              "'content_filter'},'output':[]}",
+              NULL, "\"reason\":\"content_filter\"");
+  resp_answer("{'id':'r','status':'incomplete','output':[{'type':'message','content':"
+              "[{'type':'output_text','text':'cut'}]}]}",
+              NULL, "\"reason\":\"max_output_tokens\"");
+  resp_answer("{'id':'r','status':'failed','error':null,'output':[]}", NULL,
+              "\"status\":\"failed\"");
+  /* a refusal's explanation: the only wording, or dropped and named */
+  resp_answer("{'id':'r','output':[]}", "not allowed", "\"refusal\":\"not allowed\"");
+  resp_answer("{'id':'r','output':[{'type':'message','content':[{'type':'refusal',"
+              "'refusal':'no'}]}]}",
+              "not allowed", NULL);
+  /* no answer: refused as the reference refuses */
+  resp_answer("{'id':'r','status':'completed'}", NULL, NULL);
+  resp_answer("{'id':'r','output':{}}", NULL, NULL);
+  resp_answer("{'id':'r','status':'failed','error':{'message':'boom'},'output':[]}", NULL,
+              NULL);
+  resp_answer("{'id':'r','status':'failed','error':{},'output':[]}", NULL, NULL);
+  resp_answer("{'id':'r','status':'in_progress','output':[]}", NULL, NULL);
 }
