@@ -999,8 +999,19 @@ static int put_data_url(px_buf_t *b, px_fstr_t mt, const char *dflt, px_fstr_t d
   return rc;
 }
 
+/* What responses.c's enc_user_part cannot write (it refuses the request):
+ * put_user_part's answer, the caller's words. */
+#define UNWRITABLE 2
+
+/* The IR name of a part kind (the reference's error quotes it). */
+static const char *ir_type(px_fpart_type_t t) {
+  static const char *const names[] = {"text",      "tool_call", "tool_result", "reasoning",
+                                      "image",     "file",      "refusal"};
+  return (unsigned)t < sizeof(names) / sizeof(names[0]) ? names[t] : "";
+}
+
 /* a user part (text, image, file) -> its input item part (responses.c
- * enc_user_part); DECLINE for what it cannot write */
+ * enc_user_part); UNWRITABLE for what it cannot write */
 static int put_user_part(px_buf_t *b, const px_fpart_t *p, px_lossy_t *lossy) {
   int rc;
   if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
@@ -1016,7 +1027,7 @@ static int put_user_part(px_buf_t *b, const px_fpart_t *p, px_lossy_t *lossy) {
       else if (rc == 0 && p->data.p)
         rc = put_data_url(b, p->media_type, "image/png", p->data);
       else if (rc == 0)
-        rc = DECLINE;
+        rc = UNWRITABLE;
       break;
     case PX_FP_FILE:
       rc = px_fb_lit(b, "{\"type\":\"input_file\",");
@@ -1038,11 +1049,11 @@ static int put_user_part(px_buf_t *b, const px_fpart_t *p, px_lossy_t *lossy) {
         rc = px_fb_lit(b, "\"file_id\":");
         if (rc == 0) rc = px_fb_str(b, p->file_id);
       } else if (rc == 0) {
-        rc = DECLINE;
+        rc = UNWRITABLE;
       }
       break;
     default:
-      return DECLINE; /* an error there */
+      return UNWRITABLE;
   }
   if (rc == 0) rc = px_fb_lit(b, "}");
   return rc;
@@ -1051,9 +1062,10 @@ static int put_user_part(px_buf_t *b, const px_fpart_t *p, px_lossy_t *lossy) {
 /* A tool result -> function_call_output or custom_tool_call_output: its
  * output the texts joined, or a list when it holds other parts. */
 static int put_output(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p,
-                      px_lossy_t *lossy) {
+                      const char *path, px_lossy_t *lossy, px_tr_err_t *err) {
+  if (p->id.p == NULL) return FAIL(err, path, "%s: tool result without a call id", path);
   int custom = custom_call_id(ir, p->id), only_text = 1, rc;
-  if (custom < 0 || p->id.p == NULL) return DECLINE;
+  if (custom < 0) return DECLINE;
   if (p->is_error) px_lossy_add(lossy, "messages[].content[].is_error");
   for (const px_fpart_t *c = p->content; c; c = c->next)
     if (c->type != PX_FP_TEXT) only_text = 0;
@@ -1071,6 +1083,7 @@ static int put_output(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p,
     if (c != p->content) rc = px_fb_lit(b, ",");
     if (rc == 0) rc = put_user_part(b, c, lossy);
   }
+  if (rc == UNWRITABLE) return FAIL(err, path, "%s: unsupported tool result content", path);
   if (rc == 0) rc = px_fb_lit(b, "]}");
   return rc;
 }
@@ -1124,7 +1137,8 @@ static int put_reasoning(px_buf_t *b, const px_fpart_t *p, px_fstr_t enc) {
  * content parts gather into one message item, which a call, a result or a
  * reasoning item ends. *reasoning_items: whether one was written. */
 static int put_input(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
-                     px_arena_t *a, px_lossy_t *lossy, int *reasoning_items) {
+                     px_arena_t *a, px_lossy_t *lossy, int *reasoning_items,
+                     px_tr_err_t *err) {
   static int k_enc = -2, k_red;
   if (k_enc == -2) {
     k_red = px_frtok_index("redacted_data");
@@ -1133,9 +1147,13 @@ static int put_input(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
   if (k_enc < 0) return DECLINE;
   const px_lossy_names_t *names = px_in_names(ctx);
   int first = 1, rc = 0;
-  for (const px_fmsg_t *m = ir->msgs; m && rc == 0; m = m->next) {
+  size_t i = 0;
+  for (const px_fmsg_t *m = ir->msgs; m && rc == 0; m = m->next, i++) {
     int open = 0; /* a message item is open, its content being written */
-    for (const px_fpart_t *p = m->parts; p && rc == 0; p = p->next) {
+    size_t j = 0;
+    char path[64];
+    for (const px_fpart_t *p = m->parts; p && rc == 0; p = p->next, j++) {
+      snprintf(path, sizeof(path), "messages[%zu].content[%zu]", i, j);
       int item = p->type == PX_FP_TOOL_RESULT || p->type == PX_FP_TOOL_CALL;
       if (p->type == PX_FP_REASONING) {
         if (p->tok[k_enc].p == NULL) { /* dropped: named as the client spells it */
@@ -1154,7 +1172,7 @@ static int put_input(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
         first = 0;
         if (rc != 0) break;
         if (p->type == PX_FP_TOOL_RESULT) {
-          rc = put_output(b, ir, p, lossy);
+          rc = put_output(b, ir, p, path, lossy, err);
         } else if (p->type == PX_FP_TOOL_CALL) {
           rc = put_call(b, p, a);
         } else {
@@ -1188,8 +1206,10 @@ static int put_input(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
         if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : EMPTY);
         if (rc == 0) rc = px_fb_lit(b, "}");
       } else {
-        rc = DECLINE; /* an error there */
+        rc = UNWRITABLE;
       }
+      if (rc == UNWRITABLE)
+        return FAIL(err, path, "%s: unsupported content part '%s'", path, ir_type(p->type));
     }
     if (rc == 0 && open) rc = px_fb_lit(b, "]}");
   }
@@ -1295,7 +1315,8 @@ static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
   }
   int reasoning_items = 0, possible = 0;
   if (rc == 0) rc = px_fb_lit(b, ",\"input\":[");
-  if (rc == 0) rc = put_input(ctx, ir, b, a, lossy, &reasoning_items);
+  if (rc == 0) rc = put_input(ctx, ir, b, a, lossy, &reasoning_items, err);
+  if (rc == REFUSE) return rc;
   if (rc == 0) rc = px_fb_lit(b, "]");
   if (rc == 0 && ir->tools != NULL) rc = put_tools(ir, b, lossy);
   if (rc == 0 && ir->tool_choice == PX_FTC_TOOL) {

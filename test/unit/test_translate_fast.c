@@ -368,6 +368,7 @@ static void responses_encoder(void);
 static void gemini_codec(void);
 static void responses_refusals(void);
 static void responses_answers(void);
+static void responses_encoder_refusals(void);
 
 int main(void) {
   for (int in = 0; in < 3; in++)
@@ -399,6 +400,7 @@ int main(void) {
   gemini_codec();
   responses_refusals();
   responses_answers();
+  responses_encoder_refusals();
   return check_report("translate_fast");
 }
 
@@ -1486,4 +1488,85 @@ static void responses_answers(void) {
               NULL);
   resp_answer("{'id':'r','status':'failed','error':{},'output':[]}", NULL, NULL);
   resp_answer("{'id':'r','status':'in_progress','output':[]}", NULL, NULL);
+}
+
+/* ---- a Responses upstream: what responses.c's encoder refuses (a part a
+ * message of that role cannot hold, a tool result it cannot write), the
+ * fast encoder refuses in its words; the fast IR built by hand, the same
+ * IR as a document */
+static void resp_encode_refuses(px_freq_t *ir, const char *doc) {
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_ANTHROPIC, PX_PROTO_RESPONSES);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_lossy_t l;
+  px_lossy_init(&l);
+  px_buf_t b;
+  px_buf_init(&b, 1u << 20);
+  px_tr_err_t fe, se;
+  memset(&fe, 0, sizeof(fe));
+  memset(&se, 0, sizeof(se));
+  int rc = px_responses_fast.encode_request(&c, ir, &b, &a, &l, &fe);
+  json_t *jir = json_loads(doc, 0, NULL), *out = NULL;
+  int sr = jir != NULL ? px_proto_get(PX_PROTO_RESPONSES)->encode_request(&c, jir, &out, &l, &se)
+                       : 0;
+  int same = rc == PX_FAST_REFUSE && sr < 0 && fe.kind == se.kind &&
+             strcmp(fe.param, se.param) == 0 && strcmp(fe.message, se.message) == 0;
+  CHECK(same);
+  if (!same)
+    fprintf(stderr, "responses encoder refusal: fast %d [%s] %s, slow %d [%s] %s\n", rc, fe.param,
+            fe.message, sr, se.param, se.message);
+  json_decref(jir);
+  json_decref(out);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
+static void responses_encoder_refusals(void) {
+  px_arena_t a;
+  px_arena_init(&a);
+  for (int k = 0; k < 3; k++) {
+    px_freq_t ir;
+    px_freq_init(&ir);
+    px_fmsg_t *u = px_fmsg_push(&ir, &a, 0), *m = px_fmsg_push(&ir, &a, 1);
+    px_fpart_push(&u->parts, &u->last, px_fpart_text(&a, fs("hi")));
+    px_fpart_t *p;
+    const char *doc;
+    if (k == 0) { /* an image in an assistant message */
+      p = px_fpart_new(&a, PX_FP_IMAGE);
+      p->url = fs("https://x/y.png");
+      px_fpart_push(&m->parts, &m->last, px_fpart_text(&a, fs("see")));
+      px_fpart_push(&m->parts, &m->last, p);
+      doc = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+            "\"hi\"}]},{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":"
+            "\"see\"},{\"type\":\"image\",\"url\":\"https://x/y.png\"}]}]}";
+    } else if (k == 1) { /* a refusal in a user message */
+      p = px_fpart_new(&a, PX_FP_REFUSAL);
+      p->text = fs("no");
+      px_fpart_push(&u->parts, &u->last, p);
+      doc = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+            "\"hi\"},{\"type\":\"refusal\",\"text\":\"no\"}]},{\"role\":\"assistant\","
+            "\"content\":[]}]}";
+    } else { /* a tool result holding a refusal, one without its call id */
+      px_fmsg_t *r = px_fmsg_push(&ir, &a, 0);
+      px_fpart_t *res = px_fpart_new(&a, PX_FP_TOOL_RESULT), *bad = px_fpart_new(&a, PX_FP_TOOL_RESULT);
+      res->id = fs("c1");
+      res->content = px_fpart_new(&a, PX_FP_REFUSAL);
+      res->content->text = fs("no");
+      px_fpart_push(&r->parts, &r->last, res);
+      px_fpart_push(&r->parts, &r->last, bad);
+      doc = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+            "\"hi\"}]},{\"role\":\"assistant\",\"content\":[]},{\"role\":\"user\",\"content\":"
+            "[{\"type\":\"tool_result\",\"tool_call_id\":\"c1\",\"content\":[{\"type\":"
+            "\"refusal\",\"text\":\"no\"}]},{\"type\":\"tool_result\",\"content\":[]}]}]}";
+      resp_encode_refuses(&ir, doc);
+      res->content = NULL; /* then the one without an id */
+      doc = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+            "\"hi\"}]},{\"role\":\"assistant\",\"content\":[]},{\"role\":\"user\",\"content\":"
+            "[{\"type\":\"tool_result\",\"tool_call_id\":\"c1\",\"content\":[]},{\"type\":"
+            "\"tool_result\",\"content\":[]}]}]}";
+    }
+    resp_encode_refuses(&ir, doc);
+  }
+  px_arena_free(&a);
 }
