@@ -77,17 +77,44 @@ static const px_fkey_t part_keys[] = {
 /* The reference's refusal: px_tr_fail's words, PX_FAST_REFUSE. */
 #define FAIL(err, param, ...) (px_tr_fail((err), (param), __VA_ARGS__), REFUSE)
 
-/* an input_image part (at sub, e.g. "input[1].content[0]") -> an IMAGE
- * part; *p NULL: declined */
-static int image_part(const px_fv_t *f, unsigned seen, const char *sub, px_fpart_t **out,
-                      px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
-  char pp[256];
+/* An input item's path ("input[2]") for the reference's words, written
+ * only when a refusal needs it. */
+typedef struct {
+  size_t i;
+  char s[64];
+} ipath_t;
+
+static const char *ipath(ipath_t *ip) {
+  if (ip->s[0] == 0) snprintf(ip->s, sizeof(ip->s), "input[%zu]", ip->i);
+  return ip->s;
+}
+
+/* What a content list belongs to, for the parts' rules and the reference's
+ * words: the item's path, the list's name ("content" or "output") and, for
+ * a system message, its role. */
+typedef struct {
+  ipath_t *path;
+  const char *list, *role;
+} plist_t;
+
+/* a user part's path ("input[1].content[0]"), for the reference's words */
+static const char *part_path(char *sub, size_t n, const plist_t *pl, size_t j) {
+  snprintf(sub, n, "%s.%s[%zu]", ipath(pl->path), pl->list, j);
+  return sub;
+}
+
+/* an input_image part (part j of pl) -> an IMAGE part */
+static int image_part(const px_fv_t *f, unsigned seen, const plist_t *pl, size_t j,
+                      px_fpart_t **out, px_arena_t *a, px_lossy_t *lossy,
+                      px_tr_err_t *err) {
+  char pp[256], sub[128];
   px_fstr_t url = FSTR(P_IMAGE_URL), detail = FSTR(P_DETAIL), mt, data;
   if (detail.p != NULL && !px_fs_is(detail, "auto")) {
     if (detail.esc) return DECLINE;
     px_lossy_add(lossy, "input[].content[].detail");
   }
   if (url.p == NULL) {
+    part_path(sub, sizeof(sub), pl, j);
     if (FSTR(P_FILE_ID).p != NULL) {
       snprintf(pp, sizeof(pp), "%s.file_id", sub);
       return FAIL(err, pp,
@@ -105,6 +132,7 @@ static int image_part(const px_fv_t *f, unsigned seen, const char *sub, px_fpart
     p->media_type = mt;
     p->data = data;
   } else if (url.n >= 5 && memcmp(url.p, "data:", 5) == 0) {
+    part_path(sub, sizeof(sub), pl, j);
     snprintf(pp, sizeof(pp), "%s.image_url", sub);
     return FAIL(err, pp, "%s.image_url: not a base64 data URL", sub);
   } else {
@@ -116,8 +144,9 @@ static int image_part(const px_fv_t *f, unsigned seen, const char *sub, px_fpart
 
 /* an input_file part -> a FILE part */
 static int file_part(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
-                     const char *sub, px_fpart_t **out, px_arena_t *a, px_tr_err_t *err) {
-  char pp[256];
+                     const plist_t *pl, size_t j, px_fpart_t **out, px_arena_t *a,
+                     px_tr_err_t *err) {
+  char pp[256], sub[128];
   px_fstr_t fd = FSTR(P_FILE_DATA), fu = FSTR(P_FILE_URL), fid = FSTR(P_FILE_ID);
   px_fpart_t *p = px_fpart_new(a, PX_FP_FILE);
   if (p == NULL) return DECLINE;
@@ -132,23 +161,19 @@ static int file_part(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
   } else if (fu.p != NULL) {
     p->url = fu;
   } else if (fid.p != NULL) {
-    snprintf(pp, sizeof(pp), "%s.file_id", sub);
-    if (px_file_id_check(ctx, pp, err) < 0) return REFUSE;
+    if (!px_tr_out_can(ctx, PX_CAP_FILE_ID)) {
+      snprintf(pp, sizeof(pp), "%s.file_id", part_path(sub, sizeof(sub), pl, j));
+      px_file_id_check(ctx, pp, err);
+      return REFUSE;
+    }
     p->file_id = fid;
   } else {
-    snprintf(pp, sizeof(pp), "%s.file_data", sub);
+    snprintf(pp, sizeof(pp), "%s.file_data", part_path(sub, sizeof(sub), pl, j));
     return FAIL(err, pp, "%s: input_file needs file_data, file_url or file_id", sub);
   }
   *out = p;
   return 0;
 }
-
-/* What a content list belongs to, for the parts' rules and the reference's
- * words: the item path ("input[2]"), the list's name ("content" or
- * "output") and, for a system message, its role. */
-typedef struct {
-  const char *path, *list, *role;
-} plist_t;
 
 /* the content part j at the cursor -> a part appended to head .. tail
  * (responses.c: dec_system_msg, dec_message's assistant parts,
@@ -170,48 +195,53 @@ static int dec_part(const px_tr_ctx_t *ctx, px_fw_t *w, int mode, const plist_t 
   int rc = 0;
   if (mode == PM_SYSTEM) {
     if (type.p == NULL || text.p == NULL || !is_text_type(type)) {
-      snprintf(pp, sizeof(pp), "%s.content[%zu].type", pl->path, j);
-      return FAIL(err, pp, "%s.content[%zu]: only text is allowed in %s messages", pl->path,
-                  j, pl->role);
+      snprintf(pp, sizeof(pp), "%s.content[%zu].type", ipath(pl->path), j);
+      return FAIL(err, pp, "%s.content[%zu]: only text is allowed in %s messages",
+                  ipath(pl->path), j, pl->role);
     }
     if ((p = px_fpart_text(a, text)) != NULL) p->developer = pl->role[0] == 'd';
   } else if (mode == PM_ASSISTANT) {
-    snprintf(pp, sizeof(pp), "%s.content[%zu].type", pl->path, j);
-    if (type.p == NULL) return FAIL(err, pp, "%s.content[%zu] has no type", pl->path, j);
+    /* the part's path (ipath: idempotent, any argument order gives the
+     * same words) */
+#define APP (snprintf(pp, sizeof(pp), "%s.content[%zu].type", ipath(pl->path), j), pp)
+    if (type.p == NULL)
+      return FAIL(err, APP, "%s.content[%zu] has no type", ipath(pl->path), j);
     if (is_text_type(type)) {
       if (text.p == NULL)
-        return FAIL(err, pp, "%s.content[%zu].text is required", pl->path, j);
+        return FAIL(err, APP, "%s.content[%zu].text is required", ipath(pl->path), j);
       if (HAS(P_ANN) && f[P_ANN].kind == PX_FV_ARR && !px_fw_empty(f[P_ANN].raw))
         px_lossy_add(lossy, "input[].content[].annotations");
       p = px_fpart_text(a, text);
     } else if (px_fs_is(type, "refusal")) {
       px_fstr_t r = FSTR(P_REFUSAL);
-      if (r.p == NULL) return FAIL(err, pp, "%s.content[%zu].refusal is required", pl->path, j);
+      if (r.p == NULL)
+        return FAIL(err, APP, "%s.content[%zu].refusal is required", ipath(pl->path), j);
       if ((p = px_fpart_new(a, PX_FP_REFUSAL)) != NULL) p->text = r;
     } else {
-      return FAIL(err, pp, "%s.content[%zu].type: unsupported assistant content part '%.*s'",
-                  pl->path, j, (int)type.n, type.p);
+      return FAIL(err, APP,
+                  "%s.content[%zu].type: unsupported assistant content part '%.*s'",
+                  ipath(pl->path), j, (int)type.n, type.p);
     }
-  } else { /* a user part, or a part of a tool output */
-    snprintf(sub, sizeof(sub), "%s.%s[%zu]", pl->path, pl->list, j);
-    snprintf(pp, sizeof(pp), "%s.type", sub);
-    if (type.p == NULL) return FAIL(err, pp, "%s: content part without a type", sub);
+#undef APP
+  } else { /* a user part, or a part of a tool output: its path sub */
+#define SUB(field) \
+  (snprintf(pp, sizeof(pp), "%s" field, part_path(sub, sizeof(sub), pl, j)), pp)
+    if (type.p == NULL)
+      return FAIL(err, SUB(".type"), "%s: content part without a type", sub);
     if (is_text_type(type)) {
-      if (text.p == NULL) {
-        snprintf(pp, sizeof(pp), "%s.text", sub);
-        return FAIL(err, pp, "%s.text must be a string", sub);
-      }
+      if (text.p == NULL) return FAIL(err, SUB(".text"), "%s.text must be a string", sub);
       p = px_fpart_text(a, text);
     } else if (px_fs_is(type, "input_image")) {
-      rc = image_part(f, seen, sub, &p, a, lossy, err);
+      rc = image_part(f, seen, pl, j, &p, a, lossy, err);
     } else if (px_fs_is(type, "input_file")) {
-      rc = file_part(ctx, f, seen, sub, &p, a, err);
+      rc = file_part(ctx, f, seen, pl, j, &p, a, err);
     } else if (px_fs_is(type, "input_audio")) {
-      return FAIL(err, pp, "%s: audio input is not supported", sub);
+      return FAIL(err, SUB(".type"), "%s: audio input is not supported", sub);
     } else {
-      return FAIL(err, pp, "%s.type: unsupported content part '%.*s'", sub, (int)type.n,
-                  type.p);
+      return FAIL(err, SUB(".type"), "%s.type: unsupported content part '%.*s'", sub,
+                  (int)type.n, type.p);
     }
+#undef SUB
   }
   if (rc != 0) return rc;
   if (p == NULL) return DECLINE;
@@ -220,9 +250,9 @@ static int dec_part(const px_tr_ctx_t *ctx, px_fw_t *w, int mode, const plist_t 
 }
 
 /* a message's content (string or list) -> parts */
-static int dec_content(const px_tr_ctx_t *ctx, const px_fv_t *c, int mode, const plist_t *pl,
-                       px_fpart_t **head, px_fpart_t **tail, px_arena_t *a,
-                       px_lossy_t *lossy, px_tr_err_t *err) {
+static int dec_content(const px_tr_ctx_t *ctx, const px_fv_t *c, int mode,
+                       const plist_t *pl, px_fpart_t **head, px_fpart_t **tail,
+                       px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   if (c->kind == PX_FV_STR) {
     px_fpart_t *p = px_fpart_text(a, c->s);
     if (p == NULL) return DECLINE;
@@ -232,8 +262,9 @@ static int dec_content(const px_tr_ctx_t *ctx, const px_fv_t *c, int mode, const
   }
   if (c->kind != PX_FV_ARR) {
     char pp[256];
-    snprintf(pp, sizeof(pp), "%s.%s", pl->path, pl->list);
-    return FAIL(err, pp, "%s.%s must be a string or a list", pl->path, pl->list);
+    const char *path = ipath(pl->path);
+    snprintf(pp, sizeof(pp), "%s.%s", path, pl->list);
+    return FAIL(err, pp, "%s.%s must be a string or a list", path, pl->list);
   }
   px_fw_t w = {c->raw.ptr, c->raw.len, 0};
   int r;
@@ -278,22 +309,23 @@ static const px_fkey_t item_keys[] = {
     PX_FK("input"), PX_FK("id"),        PX_FK("summary"), PX_FK("encrypted_content")};
 
 static int dec_message(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
-                       const char *path, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                       ipath_t *ip, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
                        px_tr_err_t *err) {
   char pp[256];
   px_fstr_t role = FSTR(I_ROLE);
   px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
   const px_fv_t *c = HAS(I_CONTENT) ? &f[I_CONTENT] : &none;
-  plist_t pl = {path, "content", NULL};
+  plist_t pl = {ip, "content", NULL};
   if (role.p == NULL) {
-    snprintf(pp, sizeof(pp), "%s.role", path);
-    return FAIL(err, pp, "%s.role is required", path);
+    snprintf(pp, sizeof(pp), "%s.role", ipath(ip));
+    return FAIL(err, pp, "%s.role is required", ipath(ip));
   }
   if (role.esc) return DECLINE;
   int dev = px_fs_is(role, "developer");
   if (dev || px_fs_is(role, "system")) {
     pl.role = dev ? "developer" : "system";
-    return dec_content(ctx, c, PM_SYSTEM, &pl, &ir->system, &ir->system_last, a, lossy, err);
+    return dec_content(ctx, c, PM_SYSTEM, &pl, &ir->system, &ir->system_last, a, lossy,
+                       err);
   }
   px_fmsg_t *m;
   int mode;
@@ -304,8 +336,9 @@ static int dec_message(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
     m = asst_msg(ir, a);
     mode = PM_ASSISTANT;
   } else {
-    snprintf(pp, sizeof(pp), "%s.role", path);
-    return FAIL(err, pp, "%s.role: unsupported role '%.*s'", path, (int)role.n, role.p);
+    snprintf(pp, sizeof(pp), "%s.role", ipath(ip));
+    return FAIL(err, pp, "%s.role: unsupported role '%.*s'", ipath(ip), (int)role.n,
+                role.p);
   }
   if (m == NULL) return DECLINE;
   return dec_content(ctx, c, mode, &pl, &m->parts, &m->last, a, lossy, err);
@@ -382,7 +415,7 @@ static int dec_reasoning(const px_fv_t *f, unsigned seen, px_freq_t *ir, px_aren
  * kind (is_valid_json_text). An object is kept as input too; another value
  * stays a string (an upstream that takes only objects refuses it, naming
  * the client's field: px_tool_args_object). */
-static int call_args(px_arena_t *a, px_fpart_t *p, const char *path, px_tr_err_t *err) {
+static int call_args(px_arena_t *a, px_fpart_t *p, ipath_t *ip, px_tr_err_t *err) {
   px_buf_t b;
   px_str_t v;
   px_buf_init(&b, p->args.n + 1);
@@ -406,13 +439,12 @@ static int call_args(px_arena_t *a, px_fpart_t *p, const char *path, px_tr_err_t
     return obj ? DECLINE : 0; /* an object the scanner refused: its limits */
   }
   char pp[256];
-  snprintf(pp, sizeof(pp), "%s.arguments", path);
-  return FAIL(err, pp, "%s.arguments is not valid JSON", path);
+  snprintf(pp, sizeof(pp), "%s.arguments", ipath(ip));
+  return FAIL(err, pp, "%s.arguments is not valid JSON", ipath(ip));
 }
 
-static int dec_function_call(const px_fv_t *f, unsigned seen, const char *path,
-                             px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
-                             px_tr_err_t *err) {
+static int dec_function_call(const px_fv_t *f, unsigned seen, ipath_t *ip, px_freq_t *ir,
+                             px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   char pp[256];
   px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
   if (p == NULL) return DECLINE;
@@ -420,18 +452,18 @@ static int dec_function_call(const px_fv_t *f, unsigned seen, const char *path,
   p->name = FSTR(I_NAME);
   p->args = FSTR(I_ARGS);
   if (p->id.p == NULL) {
-    snprintf(pp, sizeof(pp), "%s.call_id", path);
-    return FAIL(err, pp, "%s.call_id is required", path);
+    snprintf(pp, sizeof(pp), "%s.call_id", ipath(ip));
+    return FAIL(err, pp, "%s.call_id is required", ipath(ip));
   }
   if (p->name.p == NULL) {
-    snprintf(pp, sizeof(pp), "%s.name", path);
-    return FAIL(err, pp, "%s.name is required", path);
+    snprintf(pp, sizeof(pp), "%s.name", ipath(ip));
+    return FAIL(err, pp, "%s.name is required", ipath(ip));
   }
   if (p->args.p == NULL) {
-    snprintf(pp, sizeof(pp), "%s.arguments", path);
-    return FAIL(err, pp, "%s.arguments must be a JSON string", path);
+    snprintf(pp, sizeof(pp), "%s.arguments", ipath(ip));
+    return FAIL(err, pp, "%s.arguments must be a JSON string", ipath(ip));
   }
-  int rc = call_args(a, p, path, err);
+  int rc = call_args(a, p, ip, err);
   if (rc != 0) return rc;
   if (FSTR(I_NS).p != NULL) px_lossy_add(lossy, "input[].namespace");
   return push_asst(ir, a, p);
@@ -440,8 +472,8 @@ static int dec_function_call(const px_fv_t *f, unsigned seen, const char *path,
 /* custom_tool_call: a custom call for an upstream with freeform tools, else
  * a function call of arguments {"input": text}, as jansson dumps it */
 static int dec_custom_call(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
-                           const char *path, px_freq_t *ir, px_arena_t *a,
-                           px_lossy_t *lossy, px_tr_err_t *err) {
+                           ipath_t *ip, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                           px_tr_err_t *err) {
   px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
   px_fstr_t in = FSTR(I_INPUT);
   if (p == NULL) return DECLINE;
@@ -449,7 +481,7 @@ static int dec_custom_call(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned se
   p->name = FSTR(I_NAME);
   if (p->id.p == NULL || p->name.p == NULL || in.p == NULL) {
     char pp[256];
-    snprintf(pp, sizeof(pp), "%s.%s", path,
+    snprintf(pp, sizeof(pp), "%s.%s", ipath(ip),
              p->id.p == NULL     ? "call_id"
              : p->name.p == NULL ? "name"
                                  : "input");
@@ -475,18 +507,18 @@ static int dec_custom_call(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned se
 /* function_call_output / custom_tool_call_output: a tool result, joining
  * the user message whose last part is one */
 static int dec_output(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
-                      const char *path, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                      ipath_t *ip, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
                       px_tr_err_t *err) {
   char pp[256];
   px_fpart_t *res = px_fpart_new(a, PX_FP_TOOL_RESULT), *tail = NULL;
   if (res == NULL) return DECLINE;
   if ((res->id = FSTR(I_CALL_ID)).p == NULL) {
-    snprintf(pp, sizeof(pp), "%s.call_id", path);
-    return FAIL(err, pp, "%s.call_id is required", path);
+    snprintf(pp, sizeof(pp), "%s.call_id", ipath(ip));
+    return FAIL(err, pp, "%s.call_id is required", ipath(ip));
   }
   px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
   const px_fv_t *o = HAS(I_OUTPUT) ? &f[I_OUTPUT] : &none;
-  plist_t pl = {path, "output", NULL};
+  plist_t pl = {ip, "output", NULL};
   if (o->kind == PX_FV_STR) {
     if (o->s.n > 0 && (res->content = px_fpart_text(a, o->s)) == NULL) return DECLINE;
   } else {
@@ -504,26 +536,27 @@ static int dec_output(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
 /* input item i at the cursor */
 static int decode_item(const px_tr_ctx_t *ctx, px_fw_t *w, size_t i, px_freq_t *ir,
                        px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
-  char path[64], pp[256];
+  char pp[256];
+  ipath_t path = {i, {0}};
   px_fv_t f[NKEYS(item_keys)];
   unsigned seen = 0;
-  snprintf(path, sizeof(path), "input[%zu]", i);
-  if (px_fw_peek(w) != PX_FV_OBJ) return FAIL(err, path, "%s must be an object", path);
+  if (px_fw_peek(w) != PX_FV_OBJ)
+    return FAIL(err, ipath(&path), "%s must be an object", ipath(&path));
   if (px_fw_kfields(w, item_keys, NKEYS(item_keys), f, &seen) != 0) return DECLINE;
   px_fstr_t type = FSTR(I_TYPE);
   if (type.esc) return DECLINE;
   if (type.p == NULL || px_fs_is(type, "message"))
-    return dec_message(ctx, f, seen, path, ir, a, lossy, err);
+    return dec_message(ctx, f, seen, &path, ir, a, lossy, err);
   if (px_fs_is(type, "function_call"))
-    return dec_function_call(f, seen, path, ir, a, lossy, err);
+    return dec_function_call(f, seen, &path, ir, a, lossy, err);
   if (px_fs_is(type, "function_call_output") || px_fs_is(type, "custom_tool_call_output"))
-    return dec_output(ctx, f, seen, path, ir, a, lossy, err);
+    return dec_output(ctx, f, seen, &path, ir, a, lossy, err);
   if (px_fs_is(type, "custom_tool_call"))
-    return dec_custom_call(ctx, f, seen, path, ir, a, lossy, err);
+    return dec_custom_call(ctx, f, seen, &path, ir, a, lossy, err);
   if (px_fs_is(type, "reasoning")) return dec_reasoning(f, seen, ir, a);
-  snprintf(pp, sizeof(pp), "%s.type", path);
-  return FAIL(err, pp, "%s.type: input item '%.*s' cannot be sent to this upstream", path,
-              (int)type.n, type.p);
+  snprintf(pp, sizeof(pp), "%s.type", ipath(&path));
+  return FAIL(err, pp, "%s.type: input item '%.*s' cannot be sent to this upstream",
+              path.s, (int)type.n, type.p);
 }
 
 /* a hosted tool, dropped and named (responses.c lossy_hosted_tool) */
@@ -616,7 +649,8 @@ static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_
   if (v->kind == PX_FV_STR) {
     if (px_fast_openai_tc(v->s, ir) == 0) return 0;
     if (v->s.esc) return DECLINE;
-    return FAIL(err, "tool_choice", "tool_choice: unknown value '%.*s'", (int)v->s.n, v->s.p);
+    return FAIL(err, "tool_choice", "tool_choice: unknown value '%.*s'", (int)v->s.n,
+                v->s.p);
   }
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("name")};
   px_fv_t f[2];
@@ -637,7 +671,8 @@ static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_
 }
 
 /* text: {format, verbosity} */
-static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy, px_tr_err_t *err) {
+static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy,
+                       px_tr_err_t *err) {
   enum { X_FORMAT, X_VERBOSITY };
   static const px_fkey_t keys[] = {PX_FK("format"), PX_FK("verbosity")};
   enum { F_TYPE, F_NAME, F_SCHEMA, F_STRICT, F_DESC };
@@ -656,9 +691,11 @@ static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy, px_tr
   if (!HAS(X_FORMAT) || f[X_FORMAT].kind == PX_FV_NULL) return 0;
   px_fv_t fmt = f[X_FORMAT];
   seen = 0;
-  if (fmt.kind == PX_FV_OBJ && px_fv_kfields(&fmt, fkeys, 5, f, &seen) != 0) return DECLINE;
+  if (fmt.kind == PX_FV_OBJ && px_fv_kfields(&fmt, fkeys, 5, f, &seen) != 0)
+    return DECLINE;
   px_fstr_t type = FSTR(F_TYPE);
-  if (type.p == NULL) return FAIL(err, "text.format.type", "text.format.type is required");
+  if (type.p == NULL)
+    return FAIL(err, "text.format.type", "text.format.type is required");
   if (type.esc) return DECLINE;
   if (px_fs_is(type, "text")) {
     ir->rf_text = 1;
@@ -789,7 +826,8 @@ static int decode_top(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_
     case K_MAX: /* an integer; the positive ones taken here */
       if (v->kind != PX_FV_NUM || !px_fw_is_int(v->raw))
         return FAIL(err, "max_output_tokens", "max_output_tokens must be an integer");
-      if (px_fw_uint(v->raw, &ir->max_tokens_v) < 0 || ir->max_tokens_v < 1) return DECLINE;
+      if (px_fw_uint(v->raw, &ir->max_tokens_v) < 0 || ir->max_tokens_v < 1)
+        return DECLINE;
       ir->max_tokens = v->raw;
       return 0;
     case K_TEMP:
@@ -814,9 +852,10 @@ static int decode_top(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_
       return 0;
     /* a Responses upstream's (stored state, background, prompt templates) */
     case K_PREV:
-      return FAIL(err, "previous_response_id",
-                  "previous_response_id needs an openai_responses upstream or [responses] "
-                  "store = on (it is off); send the full conversation in input");
+      return FAIL(
+          err, "previous_response_id",
+          "previous_response_id needs an openai_responses upstream or [responses] "
+          "store = on (it is off); send the full conversation in input");
     case K_CONV:
       return FAIL(err, "conversation",
                   "conversation needs an openai_responses upstream; send the full "
@@ -871,7 +910,7 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
                                     px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
                                     px_tr_err_t *err) {
   px_fw_t w = {body, len, 0};
-  px_fstr_t k, unknown[8];
+  px_fstr_t k, unknown[32];
   px_fv_t in = {PX_FV_NULL, {0}, {NULL, 0}}, sid = in, instr = in;
   px_lossy_t in_lossy;
   px_tr_err_t in_err; /* the input's refusal: the reference reads input last */
@@ -1005,8 +1044,8 @@ static int put_data_url(px_buf_t *b, px_fstr_t mt, const char *dflt, px_fstr_t d
 
 /* The IR name of a part kind (the reference's error quotes it). */
 static const char *ir_type(px_fpart_type_t t) {
-  static const char *const names[] = {"text",      "tool_call", "tool_result", "reasoning",
-                                      "image",     "file",      "refusal"};
+  static const char *const names[] = {"text",  "tool_call", "tool_result", "reasoning",
+                                      "image", "file",      "refusal"};
   return (unsigned)t < sizeof(names) / sizeof(names[0]) ? names[t] : "";
 }
 
@@ -1061,9 +1100,18 @@ static int put_user_part(px_buf_t *b, const px_fpart_t *p, px_lossy_t *lossy) {
 
 /* A tool result -> function_call_output or custom_tool_call_output: its
  * output the texts joined, or a list when it holds other parts. */
-static int put_output(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p,
-                      const char *path, px_lossy_t *lossy, px_tr_err_t *err) {
-  if (p->id.p == NULL) return FAIL(err, path, "%s: tool result without a call id", path);
+/* an IR part's path ("messages[i].content[j]"), for the reference's words */
+static const char *msg_path(char *path, size_t n, size_t i, size_t j) {
+  snprintf(path, n, "messages[%zu].content[%zu]", i, j);
+  return path;
+}
+
+static int put_output(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p, size_t i,
+                      size_t j, px_lossy_t *lossy, px_tr_err_t *err) {
+  char path[64];
+  if (p->id.p == NULL)
+    return FAIL(err, msg_path(path, sizeof(path), i, j),
+                "%s: tool result without a call id", path);
   int custom = custom_call_id(ir, p->id), only_text = 1, rc;
   if (custom < 0) return DECLINE;
   if (p->is_error) px_lossy_add(lossy, "messages[].content[].is_error");
@@ -1083,7 +1131,9 @@ static int put_output(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p,
     if (c != p->content) rc = px_fb_lit(b, ",");
     if (rc == 0) rc = put_user_part(b, c, lossy);
   }
-  if (rc == UNWRITABLE) return FAIL(err, path, "%s: unsupported tool result content", path);
+  if (rc == UNWRITABLE)
+    return FAIL(err, msg_path(path, sizeof(path), i, j),
+                "%s: unsupported tool result content", path);
   if (rc == 0) rc = px_fb_lit(b, "]}");
   return rc;
 }
@@ -1153,7 +1203,6 @@ static int put_input(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
     size_t j = 0;
     char path[64];
     for (const px_fpart_t *p = m->parts; p && rc == 0; p = p->next, j++) {
-      snprintf(path, sizeof(path), "messages[%zu].content[%zu]", i, j);
       int item = p->type == PX_FP_TOOL_RESULT || p->type == PX_FP_TOOL_CALL;
       if (p->type == PX_FP_REASONING) {
         if (p->tok[k_enc].p == NULL) { /* dropped: named as the client spells it */
@@ -1172,7 +1221,7 @@ static int put_input(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
         first = 0;
         if (rc != 0) break;
         if (p->type == PX_FP_TOOL_RESULT) {
-          rc = put_output(b, ir, p, path, lossy, err);
+          rc = put_output(b, ir, p, i, j, lossy, err);
         } else if (p->type == PX_FP_TOOL_CALL) {
           rc = put_call(b, p, a);
         } else {
@@ -1209,7 +1258,8 @@ static int put_input(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
         rc = UNWRITABLE;
       }
       if (rc == UNWRITABLE)
-        return FAIL(err, path, "%s: unsupported content part '%s'", path, ir_type(p->type));
+        return FAIL(err, msg_path(path, sizeof(path), i, j),
+                    "%s: unsupported content part '%s'", path, ir_type(p->type));
     }
     if (rc == 0 && open) rc = px_fb_lit(b, "]}");
   }
@@ -1377,7 +1427,8 @@ static int decode_message_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a,
     px_fpart_t *p;
     if (px_fs_is(type, "output_text")) {
       if ((p = px_fpart_text(a, FSTR(1).p ? FSTR(1) : EMPTY)) == NULL) return DECLINE;
-      if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw)) p->annotations = f[2].raw;
+      if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw))
+        p->annotations = f[2].raw;
       if (HAS(3) && f[3].kind == PX_FV_ARR && !px_fw_empty(f[3].raw))
         px_lossy_add(lossy, "output[].content[].logprobs");
     } else if (px_fs_is(type, "refusal")) {
@@ -1405,14 +1456,25 @@ static int lossy_item(px_lossy_t *lossy, px_fstr_t type) {
 /* the output array at the cursor, checked as it is read; a message's
  * content is decoded where it stands when its type came first (as
  * OpenAI writes it), else from its span after the item */
-enum { O_TYPE, O_CONTENT, O_CALL_ID, O_NAME, O_ARGS, O_NS, O_INPUT, O_ID, O_SUMMARY, O_ENC };
+enum {
+  O_TYPE,
+  O_CONTENT,
+  O_CALL_ID,
+  O_NAME,
+  O_ARGS,
+  O_NS,
+  O_INPUT,
+  O_ID,
+  O_SUMMARY,
+  O_ENC
+};
 static const px_fkey_t out_keys[] = {
-    PX_FK("type"),      PX_FK("content"),   PX_FK("call_id"), PX_FK("name"),
-    PX_FK("arguments"), PX_FK("namespace"), PX_FK("input"),   PX_FK("id"),
+    PX_FK("type"),      PX_FK("content"),          PX_FK("call_id"), PX_FK("name"),
+    PX_FK("arguments"), PX_FK("namespace"),        PX_FK("input"),   PX_FK("id"),
     PX_FK("summary"),   PX_FK("encrypted_content")};
 
-static int decode_output(const px_tr_ctx_t *ctx, px_fw_t *w, px_fresp_t *ir, px_arena_t *a,
-                         px_lossy_t *lossy, int *has_tool) {
+static int decode_output(const px_tr_ctx_t *ctx, px_fw_t *w, px_fresp_t *ir,
+                         px_arena_t *a, px_lossy_t *lossy, int *has_tool) {
   int r, first = 1;
   if (px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fc_elem(w, &first)) == 1) {
@@ -1450,7 +1512,8 @@ static int decode_output(const px_tr_ctx_t *ctx, px_fw_t *w, px_fresp_t *ir, px_
       continue;
     }
     int fc = px_fs_is(type, "function_call");
-    if (fc || (px_fs_is(type, "custom_tool_call") && px_tr_in_can(ctx, PX_CAP_CUSTOM_TOOLS))) {
+    if (fc ||
+        (px_fs_is(type, "custom_tool_call") && px_tr_in_can(ctx, PX_CAP_CUSTOM_TOOLS))) {
       px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
       if (p == NULL) return DECLINE;
       p->id = FSTR(O_CALL_ID).p ? FSTR(O_CALL_ID) : EMPTY;
@@ -1471,8 +1534,8 @@ static int decode_output(const px_tr_ctx_t *ctx, px_fw_t *w, px_fresp_t *ir, px_
       if (k_enc == -2) k_enc = px_frtok_index("encrypted_content");
       px_fpart_t *p = px_fpart_new(a, PX_FP_REASONING);
       if (p == NULL || k_enc < 0 ||
-          join_texts(HAS(O_CONTENT) ? &f[O_CONTENT] : NULL, "reasoning_text", &p->text, a) !=
-              0)
+          join_texts(HAS(O_CONTENT) ? &f[O_CONTENT] : NULL, "reasoning_text", &p->text,
+                     a) != 0)
         return DECLINE;
       if (p->text.n == 0 && join_texts(HAS(O_SUMMARY) ? &f[O_SUMMARY] : NULL,
                                        "summary_text", &p->text, a) != 0)
@@ -1502,7 +1565,7 @@ static int bad_gateway(px_tr_err_t *err, const char *fmt, px_fstr_t arg) {
  * other member is checked and skipped. */
 enum { R_ID, R_MODEL, R_CREATED, R_STATUS, R_OUTPUT, R_USAGE, R_INCOMPLETE, R_ERROR };
 static const px_fkey_t resp_keys[] = {
-    PX_FK("id"),    PX_FK("model"), PX_FK("created_at"),         PX_FK("status"),
+    PX_FK("id"),     PX_FK("model"), PX_FK("created_at"),         PX_FK("status"),
     PX_FK("output"), PX_FK("usage"), PX_FK("incomplete_details"), PX_FK("error")};
 
 static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
@@ -1542,7 +1605,8 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
     px_fv_t g[1];
     unsigned es = 0;
     if (px_fv_kfields(&f[R_ERROR], ekeys, 1, g, &es) != 0) return DECLINE;
-    px_fstr_t msg = es && g[0].kind == PX_FV_STR ? g[0].s : (px_fstr_t){"(no message)", 12, 0};
+    px_fstr_t msg =
+        es && g[0].kind == PX_FV_STR ? g[0].s : (px_fstr_t){"(no message)", 12, 0};
     return bad_gateway(err, "upstream response failed: %s", msg);
   }
   if (!px_fs_is(status, "completed") && !px_fs_is(status, "incomplete") &&
@@ -1631,8 +1695,9 @@ static int put_msg_head(px_buf_t *b, px_fstr_t base, int n) {
     if (rc == 0) rc = px_fb_i64(b, n);
   }
   if (rc == 0)
-    rc = px_fb_lit(b, "\",\"type\":\"message\",\"status\":\"completed\",\"role\":"
-                      "\"assistant\",\"content\":[");
+    rc = px_fb_lit(b,
+                   "\",\"type\":\"message\",\"status\":\"completed\",\"role\":"
+                   "\"assistant\",\"content\":[");
   return rc;
 }
 
@@ -1653,16 +1718,18 @@ static int put_call_item(px_buf_t *b, const px_fpart_t *p, px_fstr_t base, int o
   int rc = px_fb_lit(b, "{\"id\":\"");
   if (rc == 0) rc = put_call_id(b, p->custom ? "ctc_" : "fc_", p->id, base, oi);
   if (rc == 0)
-    rc = px_fb_lit(b, p->custom ? "\",\"type\":\"custom_tool_call\",\"status\":\"completed\","
-                                  "\"call_id\":"
-                                : "\",\"type\":\"function_call\",\"status\":\"completed\","
-                                  "\"call_id\":");
+    rc = px_fb_lit(b, p->custom
+                          ? "\",\"type\":\"custom_tool_call\",\"status\":\"completed\","
+                            "\"call_id\":"
+                          : "\",\"type\":\"function_call\",\"status\":\"completed\","
+                            "\"call_id\":");
   if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : EMPTY);
   if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
   if (rc == 0) rc = px_fb_str(b, p->name.p ? p->name : EMPTY);
   if (rc == 0) rc = px_fb_lit(b, p->custom ? ",\"input\":" : ",\"arguments\":");
-  if (rc == 0) rc = px_fb_str(b, p->custom ? (p->text.p ? p->text : EMPTY)
-                                           : (p->args.p ? p->args : EMPTY));
+  if (rc == 0)
+    rc = px_fb_str(
+        b, p->custom ? (p->text.p ? p->text : EMPTY) : (p->args.p ? p->args : EMPTY));
   if (rc == 0) rc = px_fb_lit(b, "}");
   return rc;
 }
@@ -1770,7 +1837,8 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
     }
     if (in_msg) rc = px_fb_lit(b, "]}"); /* any other part ends the message */
     in_msg = 0;
-    if (p->type != PX_FP_TOOL_CALL && p->type != PX_FP_REASONING) continue; /* not there */
+    if (p->type != PX_FP_TOOL_CALL && p->type != PX_FP_REASONING)
+      continue; /* not there */
     if (rc == 0 && oi > 0) rc = px_fb_lit(b, ",");
     if (rc == 0)
       rc = p->type == PX_FP_TOOL_CALL ? put_call_item(b, p, base, oi)
