@@ -913,9 +913,13 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
   px_fstr_t k, unknown[32];
   px_fv_t in = {PX_FV_NULL, {0}, {NULL, 0}}, sid = in, instr = in;
   px_lossy_t in_lossy;
-  px_tr_err_t in_err; /* the input's refusal: the reference reads input last */
-  unsigned seen = 0;  /* also the null ones (repeats) */
-  int r, nunknown = 0, input_read = 0, input_refused = 0;
+  /* A refusal is told once the whole body is read: a member repeated
+   * later (jansson keeps its last value, in the first one's place) would
+   * change what the reference sees. The input's comes after every other
+   * member's (the reference reads input last). */
+  px_tr_err_t top_err, in_err;
+  unsigned seen = 0; /* also the null ones (repeats) */
+  int r, nunknown = 0, input_read = 0, input_refused = 0, refused = 0;
   px_lossy_init(&in_lossy);
   ir->parallel = -1;
   if (px_fw_open(&w, '{') < 0) return DECLINE;
@@ -923,7 +927,7 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     int ki = px_fk_of(k, top_keys, NKEYS(top_keys)), rc;
     px_fv_t v;
     if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
-    if (ki == K_INPUT && px_fw_peek(&w) == PX_FV_ARR) {
+    if (ki == K_INPUT && !refused && px_fw_peek(&w) == PX_FV_ARR) {
       size_t at = w.i;
       rc = decode_input(ctx, &w, ir, a, &in_lossy, &in_err);
       if (rc == REFUSE) { /* the rest of the list skipped */
@@ -937,6 +941,7 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
       continue;
     }
     if (px_fw_value(&w, &v) < 0) return DECLINE;
+    if (refused) continue; /* only the repeats looked for */
     if (ki < 0) { /* named as itself when not null; a repeat would keep its place */
       for (int i = 0; i < nunknown; i++)
         if (unknown[i].n == k.n && memcmp(unknown[i].p, k.p, k.n) == 0) return DECLINE;
@@ -951,12 +956,13 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     if (ki == K_INPUT) in = v;
     if (ki == K_SAFETY) sid = v;
     if (ki == K_INSTR) instr = v;
-    rc = decode_top(ctx, ki, &v, ir, a, lossy, err);
-    if (rc != 0) return rc == REFUSE ? REFUSE : DECLINE;
+    rc = decode_top(ctx, ki, &v, ir, a, lossy, &top_err);
+    if (rc == REFUSE) refused = 1;
+    else if (rc != 0) return DECLINE;
   }
   if (r < 0) return DECLINE;
-  if (input_refused) {
-    if (err != NULL) *err = in_err;
+  if (refused || input_refused) {
+    if (err != NULL) *err = refused ? top_err : in_err;
     return REFUSE;
   }
   if (input_read == 0) return FAIL(err, "input", "input is required");

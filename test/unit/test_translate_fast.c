@@ -862,8 +862,11 @@ static void responses_codec(void) {
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
     resp_halves_all(cases[i].body, strlen(cases[i].body), cases[i].want);
   /* left to responses.c: an escaped role, an escaped effort (their
-   * values decide), a repeated member of an item (jansson keeps the last) */
+   * values decide), a repeated member of an item (jansson keeps the last),
+   * a member the reference refuses repeated with a value it takes */
   static const char *const declined[] = {
+      "{\"model\":\"m\",\"top_p\":\"x\",\"input\":\"hi\",\"top_p\":1}",
+      "{\"model\":\"m\",\"input\":[{\"type\":\"x\"}],\"input\":\"hi\"}",
       "{\"model\":\"m\",\"input\":[{\"role\":\"\\u0075ser\",\"content\":\"hi\"}]}",
       "{\"model\":\"m\",\"reasoning\":{\"effort\":\"n\\u006fne\"},\"input\":\"hi\"}",
       "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":\"a\",\"content\":"
