@@ -537,7 +537,9 @@ static int dec_output(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
 static int decode_item(const px_tr_ctx_t *ctx, px_fw_t *w, size_t i, px_freq_t *ir,
                        px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   char pp[256];
-  ipath_t path = {i, {0}};
+  ipath_t path; /* its text written on a refusal only */
+  path.i = i;
+  path.s[0] = 0;
   px_fv_t f[NKEYS(item_keys)];
   unsigned seen = 0;
   if (px_fw_peek(w) != PX_FV_OBJ)
