@@ -959,8 +959,10 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     if (ki == K_SAFETY) sid = v;
     if (ki == K_INSTR) instr = v;
     rc = decode_top(ctx, ki, &v, ir, a, lossy, &top_err);
-    if (rc == REFUSE) refused = 1;
-    else if (rc != 0) return DECLINE;
+    if (rc == REFUSE)
+      refused = 1;
+    else if (rc != 0)
+      return DECLINE;
   }
   if (r < 0) return DECLINE;
   if (refused || input_refused) {
