@@ -47,7 +47,8 @@ static inline int px_test_refusal_same(const char *what, const px_tr_ctx_t *ctx,
       strcmp(fast->message, ref->message) == 0)
     return 1;
   px_test_census_missed++;
-  fprintf(stderr, "census: REFUSED differently %s %s (%s -> %s): fast [%s] %s, reference %s%s\n",
+  fprintf(stderr,
+          "census: REFUSED differently %s %s (%s -> %s): fast [%s] %s, reference %s%s\n",
           what, px_test_census_name, px_proto_get(ctx->in)->name,
           px_proto_get(ctx->out)->name, fast->param, fast->message,
           ref_rc < 0 ? ref->param : "took it", ref_rc < 0 ? ref->message : "");

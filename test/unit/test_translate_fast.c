@@ -1284,8 +1284,8 @@ static void resp_refuses(const char *body) {
                              strcmp(fe.message, se.message) == 0;
     CHECK(same);
     if (!same)
-      fprintf(stderr, "responses refusal for %d: %s\nfast %d [%s] %s\nslow %d [%s] %s\n", out,
-              body, rc, fe.param, fe.message, sr, se.param, se.message);
+      fprintf(stderr, "responses refusal for %d: %s\nfast %d [%s] %s\nslow %d [%s] %s\n",
+              out, body, rc, fe.param, fe.message, sr, se.param, se.message);
     json_decref(src);
     json_decref(jir);
     px_arena_free(&a);
@@ -1332,11 +1332,13 @@ static void responses_refusals(void) {
       "{'model':'m','input':[{'role':'user','content':[{'text':'x'}]}]}",
       "{'model':'m','input':[{'role':'user','content':['x']}]}",
       "{'model':'m','input':[{'role':'user','content':[{'type':'input_text'}]}]}",
-      "{'model':'m','input':[{'role':'user','content':[{'type':'input_image','file_id':'f'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_image','file_id':'"
+      "f'}]}]}",
       "{'model':'m','input':[{'role':'user','content':[{'type':'input_image'}]}]}",
       "{'model':'m','input':[{'role':'user','content':[{'type':'input_image','image_url':"
       "'data:image/png,AAAA'}]}]}",
-      "{'model':'m','input':[{'role':'user','content':[{'type':'input_file','file_id':'f'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_file','file_id':'f'"
+      "}]}]}",
       "{'model':'m','input':[{'role':'user','content':[{'type':'input_file'}]}]}",
       "{'model':'m','input':[{'role':'user','content':[{'type':'input_audio'}]}]}",
       "{'model':'m','input':[{'role':'user','content':[{'type':'video'}]}]}",
@@ -1372,8 +1374,9 @@ static void responses_refusals(void) {
     resp_refuses(body);
   }
   /* arguments that are JSON but no object: taken, the text kept as it is */
-  const char *arr = "{\"model\":\"m\",\"input\":[{\"type\":\"function_call\",\"call_id\":"
-                    "\"c\",\"name\":\"f\",\"arguments\":\"[1, 2]\"}]}";
+  const char *arr =
+      "{\"model\":\"m\",\"input\":[{\"type\":\"function_call\",\"call_id\":"
+      "\"c\",\"name\":\"f\",\"arguments\":\"[1, 2]\"}]}";
   request_pair(PX_PROTO_RESPONSES, PX_PROTO_CHAT, arr, "\"arguments\":\"[1, 2]\"");
 }
 
@@ -1410,11 +1413,12 @@ static void resp_answer(const char *q, const char *expl, const char *want) {
   json_t *up = json_loadb(body, len, 0, NULL), *jir = NULL, *cb = NULL;
   int sr = up != NULL ? ops->decode_response(&c, up, &jir, &ls, &se) : -1;
   if (sr < 0) { /* refused: in the same words */
-    int same = rc == PX_FAST_REFUSE && fe.kind == se.kind && strcmp(fe.param, se.param) == 0 &&
-               strcmp(fe.message, se.message) == 0;
+    int same = rc == PX_FAST_REFUSE && fe.kind == se.kind &&
+               strcmp(fe.param, se.param) == 0 && strcmp(fe.message, se.message) == 0;
     CHECK(same);
-    if (!same) fprintf(stderr, "responses answer refusal: %s\nfast %d %s\nslow %s\n", body, rc,
-                       fe.message, se.message);
+    if (!same)
+      fprintf(stderr, "responses answer refusal: %s\nfast %d %s\nslow %s\n", body, rc,
+              fe.message, se.message);
     goto done;
   }
   if (expl != NULL) {
@@ -1432,8 +1436,8 @@ static void resp_answer(const char *q, const char *expl, const char *want) {
     int eq = same_json(b.data, b.len, so, strlen(so)) && strcmp(lf.buf, ls.buf) == 0;
     CHECK(eq);
     if (!eq)
-      fprintf(stderr, "responses answer\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len, b.data,
-              lf.buf, so, ls.buf);
+      fprintf(stderr, "responses answer\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len,
+              b.data, lf.buf, so, ls.buf);
     CHECK(px_buf_append(&b, "", 1) == 0);
     if (want != NULL) CHECK(strstr(b.data, want) != NULL);
   }
@@ -1448,42 +1452,47 @@ done:
 
 static void responses_answers(void) {
   /* reasoning: the contents joined, else the summaries; its token and id */
-  resp_answer("{'id':'resp_1','status':'completed','output':[{'type':'reasoning','id':'rs_a',"
-              "'summary':[{'type':'summary_text','text':'a'},{'type':'summary_text',"
-              "'text':'b'}],'encrypted_content':'gAAA'},{'type':'reasoning','summary':[],"
-              "'content':[{'type':'reasoning_text','text':'t1'},7,{'type':'reasoning_text',"
-              "'text':'t2'}]},{'type':'message','content':[{'type':'output_text','text':"
-              "'hi','annotations':[]}]}],'usage':{'input_tokens':3,'output_tokens':4,"
-              "'output_tokens_details':{'reasoning_tokens':2}}}",
-              NULL, "\"encrypted_content\":\"gAAA\"");
+  resp_answer(
+      "{'id':'resp_1','status':'completed','output':[{'type':'reasoning','id':'rs_a',"
+      "'summary':[{'type':'summary_text','text':'a'},{'type':'summary_text',"
+      "'text':'b'}],'encrypted_content':'gAAA'},{'type':'reasoning','summary':[],"
+      "'content':[{'type':'reasoning_text','text':'t1'},7,{'type':'reasoning_text',"
+      "'text':'t2'}]},{'type':'message','content':[{'type':'output_text','text':"
+      "'hi','annotations':[]}]}],'usage':{'input_tokens':3,'output_tokens':4,"
+      "'output_tokens_details':{'reasoning_tokens':2}}}",
+      NULL, "\"encrypted_content\":\"gAAA\"");
   /* refusals beside texts, annotations (kept, dropped and named, skipped),
    * logprobs and other parts, a namespaced call, a custom call, items only
    * Responses has; the content before the type */
-  resp_answer("{'id':'r','output':[{'content':[{'type':'output_text','text':'x',"
-              "'annotations':[{'type':'url_citation','url':'https://a','title':'A',"
-              "'start_index':0,'end_index':1},{'type':'file_path','file_id':'f'},"
-              "{'type':'other'},{'x':1},3],'logprobs':[{'token':'x'}]},{'type':'refusal',"
-              "'refusal':'no'},{'type':'audio'},{'text':'untyped'}],'type':'message'},"
-              "{'type':'function_call','call_id':'c1','name':'f','arguments':'{}',"
-              "'namespace':'ns'},{'type':'custom_tool_call','call_id':'c2','name':'p',"
-              "'input':'*** x'},{'type':'web_search_call'},{'type':'image_generation_call'},"
-              "{'type':'mcp_call'},{'no':'type'},5,{'type':'message','content':"
-              "[{'type':'refusal'}]}]}",
-              NULL, "\"type\":\"custom_tool_call\"");
+  resp_answer(
+      "{'id':'r','output':[{'content':[{'type':'output_text','text':'x',"
+      "'annotations':[{'type':'url_citation','url':'https://a','title':'A',"
+      "'start_index':0,'end_index':1},{'type':'file_path','file_id':'f'},"
+      "{'type':'other'},{'x':1},3],'logprobs':[{'token':'x'}]},{'type':'refusal',"
+      "'refusal':'no'},{'type':'audio'},{'text':'untyped'}],'type':'message'},"
+      "{'type':'function_call','call_id':'c1','name':'f','arguments':'{}',"
+      "'namespace':'ns'},{'type':'custom_tool_call','call_id':'c2','name':'p',"
+      "'input':'*** x'},{'type':'web_search_call'},{'type':'image_generation_call'},"
+      "{'type':'mcp_call'},{'no':'type'},5,{'type':'message','content':"
+      "[{'type':'refusal'}]}]}",
+      NULL, "\"type\":\"custom_tool_call\"");
   /* incomplete answers, a failed one without an error object */
-  resp_answer("{'id':'r','status':'incomplete','incomplete_details':{'reason':"
-              "'content_filter'},'output':[]}",
-              NULL, "\"reason\":\"content_filter\"");
-  resp_answer("{'id':'r','status':'incomplete','output':[{'type':'message','content':"
-              "[{'type':'output_text','text':'cut'}]}]}",
-              NULL, "\"reason\":\"max_output_tokens\"");
+  resp_answer(
+      "{'id':'r','status':'incomplete','incomplete_details':{'reason':"
+      "'content_filter'},'output':[]}",
+      NULL, "\"reason\":\"content_filter\"");
+  resp_answer(
+      "{'id':'r','status':'incomplete','output':[{'type':'message','content':"
+      "[{'type':'output_text','text':'cut'}]}]}",
+      NULL, "\"reason\":\"max_output_tokens\"");
   resp_answer("{'id':'r','status':'failed','error':null,'output':[]}", NULL,
               "\"status\":\"failed\"");
   /* a refusal's explanation: the only wording, or dropped and named */
   resp_answer("{'id':'r','output':[]}", "not allowed", "\"refusal\":\"not allowed\"");
-  resp_answer("{'id':'r','output':[{'type':'message','content':[{'type':'refusal',"
-              "'refusal':'no'}]}]}",
-              "not allowed", NULL);
+  resp_answer(
+      "{'id':'r','output':[{'type':'message','content':[{'type':'refusal',"
+      "'refusal':'no'}]}]}",
+      "not allowed", NULL);
   /* no answer: refused as the reference refuses */
   resp_answer("{'id':'r','status':'completed'}", NULL, NULL);
   resp_answer("{'id':'r','output':{}}", NULL, NULL);
@@ -1511,14 +1520,15 @@ static void resp_encode_refuses(px_freq_t *ir, const char *doc) {
   memset(&se, 0, sizeof(se));
   int rc = px_responses_fast.encode_request(&c, ir, &b, &a, &l, &fe);
   json_t *jir = json_loads(doc, 0, NULL), *out = NULL;
-  int sr = jir != NULL ? px_proto_get(PX_PROTO_RESPONSES)->encode_request(&c, jir, &out, &l, &se)
-                       : 0;
+  int sr = jir != NULL
+               ? px_proto_get(PX_PROTO_RESPONSES)->encode_request(&c, jir, &out, &l, &se)
+               : 0;
   int same = rc == PX_FAST_REFUSE && sr < 0 && fe.kind == se.kind &&
              strcmp(fe.param, se.param) == 0 && strcmp(fe.message, se.message) == 0;
   CHECK(same);
   if (!same)
-    fprintf(stderr, "responses encoder refusal: fast %d [%s] %s, slow %d [%s] %s\n", rc, fe.param,
-            fe.message, sr, se.param, se.message);
+    fprintf(stderr, "responses encoder refusal: fast %d [%s] %s, slow %d [%s] %s\n", rc,
+            fe.param, fe.message, sr, se.param, se.message);
   json_decref(jir);
   json_decref(out);
   px_buf_free(&b);
@@ -1540,34 +1550,41 @@ static void responses_encoder_refusals(void) {
       p->url = fs("https://x/y.png");
       px_fpart_push(&m->parts, &m->last, px_fpart_text(&a, fs("see")));
       px_fpart_push(&m->parts, &m->last, p);
-      doc = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
-            "\"hi\"}]},{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":"
-            "\"see\"},{\"type\":\"image\",\"url\":\"https://x/y.png\"}]}]}";
+      doc =
+          "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+          "\"hi\"}]},{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":"
+          "\"see\"},{\"type\":\"image\",\"url\":\"https://x/y.png\"}]}]}";
     } else if (k == 1) { /* a refusal in a user message */
       p = px_fpart_new(&a, PX_FP_REFUSAL);
       p->text = fs("no");
       px_fpart_push(&u->parts, &u->last, p);
-      doc = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
-            "\"hi\"},{\"type\":\"refusal\",\"text\":\"no\"}]},{\"role\":\"assistant\","
-            "\"content\":[]}]}";
+      doc =
+          "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+          "\"hi\"},{\"type\":\"refusal\",\"text\":\"no\"}]},{\"role\":\"assistant\","
+          "\"content\":[]}]}";
     } else { /* a tool result holding a refusal, one without its call id */
       px_fmsg_t *r = px_fmsg_push(&ir, &a, 0);
-      px_fpart_t *res = px_fpart_new(&a, PX_FP_TOOL_RESULT), *bad = px_fpart_new(&a, PX_FP_TOOL_RESULT);
+      px_fpart_t *res = px_fpart_new(&a, PX_FP_TOOL_RESULT),
+                 *bad = px_fpart_new(&a, PX_FP_TOOL_RESULT);
       res->id = fs("c1");
       res->content = px_fpart_new(&a, PX_FP_REFUSAL);
       res->content->text = fs("no");
       px_fpart_push(&r->parts, &r->last, res);
       px_fpart_push(&r->parts, &r->last, bad);
-      doc = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
-            "\"hi\"}]},{\"role\":\"assistant\",\"content\":[]},{\"role\":\"user\",\"content\":"
-            "[{\"type\":\"tool_result\",\"tool_call_id\":\"c1\",\"content\":[{\"type\":"
-            "\"refusal\",\"text\":\"no\"}]},{\"type\":\"tool_result\",\"content\":[]}]}]}";
+      doc =
+          "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+          "\"hi\"}]},{\"role\":\"assistant\",\"content\":[]},{\"role\":\"user\","
+          "\"content\":"
+          "[{\"type\":\"tool_result\",\"tool_call_id\":\"c1\",\"content\":[{\"type\":"
+          "\"refusal\",\"text\":\"no\"}]},{\"type\":\"tool_result\",\"content\":[]}]}]}";
       resp_encode_refuses(&ir, doc);
       res->content = NULL; /* then the one without an id */
-      doc = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
-            "\"hi\"}]},{\"role\":\"assistant\",\"content\":[]},{\"role\":\"user\",\"content\":"
-            "[{\"type\":\"tool_result\",\"tool_call_id\":\"c1\",\"content\":[]},{\"type\":"
-            "\"tool_result\",\"content\":[]}]}]}";
+      doc =
+          "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+          "\"hi\"}]},{\"role\":\"assistant\",\"content\":[]},{\"role\":\"user\","
+          "\"content\":"
+          "[{\"type\":\"tool_result\",\"tool_call_id\":\"c1\",\"content\":[]},{\"type\":"
+          "\"tool_result\",\"content\":[]}]}]}";
     }
     resp_encode_refuses(&ir, doc);
   }
