@@ -125,13 +125,19 @@ static int image_part(const px_fv_t *f, unsigned seen, const plist_t *pl, size_t
     snprintf(pp, sizeof(pp), "%s.image_url", sub);
     return FAIL(err, pp, "%s.image_url is required", sub);
   }
-  if (url.esc) return DECLINE; /* its value decides */
+  /* whether it is a data URL: its first five bytes say when they hold no
+   * escape (a URL written with "\/" is common) */
+  int data_head = url.n >= 5 && memcmp(url.p, "data:", 5) == 0;
+  if (url.esc && (data_head || memchr(url.p, '\\', url.n < 5 ? url.n : 5) != NULL))
+    return DECLINE;
   px_fpart_t *p = px_fpart_new(a, PX_FP_IMAGE);
   if (p == NULL) return DECLINE;
-  if (data_url_split(url, &mt, &data) == 0) {
+  if (url.esc) {
+    p->url = url;
+  } else if (data_url_split(url, &mt, &data) == 0) {
     p->media_type = mt;
     p->data = data;
-  } else if (url.n >= 5 && memcmp(url.p, "data:", 5) == 0) {
+  } else if (data_head) {
     part_path(sub, sizeof(sub), pl, j);
     snprintf(pp, sizeof(pp), "%s.image_url", sub);
     return FAIL(err, pp, "%s.image_url: not a base64 data URL", sub);

@@ -1378,6 +1378,11 @@ static void responses_refusals(void) {
       "{\"model\":\"m\",\"input\":[{\"type\":\"function_call\",\"call_id\":"
       "\"c\",\"name\":\"f\",\"arguments\":\"[1, 2]\"}]}";
   request_pair(PX_PROTO_RESPONSES, PX_PROTO_CHAT, arr, "\"arguments\":\"[1, 2]\"");
+  /* an image URL written with "\/" (no data URL: its first bytes say) */
+  const char *esc =
+      "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
+      "\"input_image\",\"image_url\":\"https:\\/\\/x\\/y.png\"}]}]}";
+  request_pair(PX_PROTO_RESPONSES, PX_PROTO_CHAT, esc, "https:");
 }
 
 /* ---- Responses answers: responses_fast.c's decoder and encoder, chained
