@@ -354,6 +354,9 @@ static void chat_clients(void);
 static void responses_codec(void);
 static void responses_encoder(void);
 static void gemini_codec(void);
+static void responses_refusals(void);
+static void responses_answers(void);
+static void responses_encoder_refusals(void);
 
 int main(void) {
   for (int in = 0; in < 3; in++)
@@ -383,6 +386,9 @@ int main(void) {
   responses_codec();
   responses_encoder();
   gemini_codec();
+  responses_refusals();
+  responses_answers();
+  responses_encoder_refusals();
   return check_report("translate_fast");
 }
 
@@ -848,18 +854,16 @@ static void responses_codec(void) {
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
     resp_halves_all(cases[i].body, strlen(cases[i].body), cases[i].want);
-  /* left to responses.c: a stored conversation, an item no upstream takes,
-   * arguments that are no object, an escaped role, an escaped effort, an
-   * input_image by file id (errors there, or another body) */
+  /* left to responses.c: an escaped role, an escaped effort (their
+   * values decide), a repeated member of an item (jansson keeps the last),
+   * a member the reference refuses repeated with a value it takes */
   static const char *const declined[] = {
-      "{\"model\":\"m\",\"previous_response_id\":\"resp_1\",\"input\":\"hi\"}",
-      "{\"model\":\"m\",\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}",
-      "{\"model\":\"m\",\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\","
-      "\"name\":\"f\",\"arguments\":\"[1]\"}]}",
+      "{\"model\":\"m\",\"top_p\":\"x\",\"input\":\"hi\",\"top_p\":1}",
+      "{\"model\":\"m\",\"input\":[{\"type\":\"x\"}],\"input\":\"hi\"}",
       "{\"model\":\"m\",\"input\":[{\"role\":\"\\u0075ser\",\"content\":\"hi\"}]}",
       "{\"model\":\"m\",\"reasoning\":{\"effort\":\"n\\u006fne\"},\"input\":\"hi\"}",
-      "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
-      "\"input_image\",\"file_id\":\"file_1\"}]}]}",
+      "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":\"a\",\"content\":"
+      "\"b\"}]}",
   };
   for (size_t i = 0; i < sizeof(declined) / sizeof(declined[0]); i++)
     decoder_declines(PX_PROTO_RESPONSES, PX_PROTO_ANTHROPIC, declined[i]);
@@ -1632,4 +1636,345 @@ static void chat_answers(void) {
                       "[{'message':{'tool_calls':[{'id':'c','type':'custom','custom':"
                       "{'name':'g'}}]}}]}");
 #undef A
+}
+
+/* ---- Responses clients: what responses.c refuses, the fast decoder
+ * refuses in the same words (kind, param, message), for every upstream;
+ * the first refusal in the body's order, the input's after every other
+ * member's (the reference reads input last). Arguments that are valid JSON
+ * but no object are taken (an upstream taking only objects refuses them). */
+static void resp_refuses(const char *body) {
+  for (int out = 0; out < PX_PROTO_COUNT; out++) {
+    if (out == PX_PROTO_RESPONSES) continue;
+    px_tr_ctx_t c;
+    ctx_of(&c, PX_PROTO_RESPONSES, out);
+    px_arena_t a;
+    px_arena_init(&a);
+    px_freq_t ir;
+    px_freq_init(&ir);
+    px_lossy_t l;
+    px_lossy_init(&l);
+    px_tr_err_t fe, se;
+    memset(&fe, 0, sizeof(fe));
+    memset(&se, 0, sizeof(se));
+    int rc = px_responses_fast.decode_request(&c, body, strlen(body), &ir, &a, &l, &fe);
+    json_t *src = json_loads(body, 0, NULL), *jir = NULL;
+    px_lossy_init(&l);
+    int sr = px_proto_get(PX_PROTO_RESPONSES)->decode_request(&c, src, &jir, &l, &se);
+    int same = sr == 0 ? rc == 0 /* an upstream that takes it (a file id) */
+                       : rc == PX_FAST_REFUSE && fe.kind == se.kind &&
+                             strcmp(fe.param, se.param) == 0 &&
+                             strcmp(fe.message, se.message) == 0;
+    CHECK(same);
+    if (!same)
+      fprintf(stderr, "responses refusal for %d: %s\nfast %d [%s] %s\nslow %d [%s] %s\n",
+              out, body, rc, fe.param, fe.message, sr, se.param, se.message);
+    json_decref(src);
+    json_decref(jir);
+    px_arena_free(&a);
+  }
+}
+
+static void responses_refusals(void) {
+  static const char *const bodies[] = {
+      /* what needs a Responses upstream */
+      "{'model':'m','previous_response_id':'resp_1','input':'hi'}",
+      "{'model':'m','conversation':{'id':'c'},'input':'hi'}",
+      "{'model':'m','background':true,'input':'hi'}",
+      "{'model':'m','prompt':{'id':'p'},'input':'hi'}",
+      /* top-level members of the wrong kind */
+      "{'model':5,'input':'hi'}",
+      "{'model':'m','input':'hi','tools':{}}",
+      "{'model':'m','input':'hi','tools':[{'type':'function','name':'f'},7]}",
+      "{'model':'m','input':'hi','tools':[{'type':'function'}]}",
+      "{'model':'m','input':'hi','tool_choice':'sometimes'}",
+      "{'model':'m','input':'hi','text':[]}",
+      "{'model':'m','input':'hi','text':{'format':{'name':'x'}}}",
+      "{'model':'m','input':'hi','text':{'format':'json'}}",
+      "{'model':'m','input':'hi','text':{'format':{'type':'json_schema','schema':1}}}",
+      "{'model':'m','input':'hi','text':{'format':{'type':'yaml'}}}",
+      "{'model':'m','input':'hi','reasoning':'high'}",
+      "{'model':'m','input':'hi','instructions':['a']}",
+      "{'model':'m','input':'hi','max_output_tokens':1.5}",
+      "{'model':'m','input':'hi','max_output_tokens':'9'}",
+      "{'model':'m','input':'hi','temperature':'hot'}",
+      "{'model':'m','input':'hi','top_p':true}",
+      "{'model':'m'}",
+      "{'model':'m','input':null}",
+      "{'model':'m','input':{}}",
+      /* items */
+      "{'model':'m','input':[1]}",
+      "{'model':'m','input':[{'type':'item_reference','id':'x'}]}",
+      "{'model':'m','input':[{'content':'hi'}]}",
+      "{'model':'m','input':[{'role':'tool','content':'hi'}]}",
+      "{'model':'m','input':[{'role':'user'}]}",
+      "{'model':'m','input':[{'role':'assistant','content':7}]}",
+      "{'model':'m','input':[{'role':'system','content':[{'type':'input_image'}]}]}",
+      "{'model':'m','input':[{'role':'developer','content':[{'type':'text'}]}]}",
+      "{'model':'m','input':[{'role':'system','content':['x']}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'text':'x'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':['x']}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_text'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_image','file_id':'"
+      "f'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_image'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_image','image_url':"
+      "'data:image/png,AAAA'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_file','file_id':'f'"
+      "}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_file'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_audio'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'video'}]}]}",
+      "{'model':'m','input':[{'role':'assistant','content':[{}]}]}",
+      "{'model':'m','input':[{'role':'assistant','content':[5]}]}",
+      "{'model':'m','input':[{'role':'assistant','content':[{'type':'output_text'}]}]}",
+      "{'model':'m','input':[{'role':'assistant','content':[{'type':'refusal'}]}]}",
+      "{'model':'m','input':[{'role':'assistant','content':[{'type':'input_image'}]}]}",
+      "{'model':'m','input':[{'type':'function_call','name':'f','arguments':'{}'}]}",
+      "{'model':'m','input':[{'type':'function_call','call_id':'c','arguments':'{}'}]}",
+      "{'model':'m','input':[{'type':'function_call','call_id':'c','name':'f'}]}",
+      "{'model':'m','input':[{'type':'function_call','call_id':'c','name':'f',"
+      "'arguments':'{city: 1}'}]}",
+      "{'model':'m','input':[{'type':'function_call','call_id':'c','name':'f',"
+      "'arguments':''}]}",
+      "{'model':'m','input':[{'type':'custom_tool_call','name':'f','input':'x'}]}",
+      "{'model':'m','input':[{'type':'custom_tool_call','call_id':'c','input':'x'}]}",
+      "{'model':'m','input':[{'type':'custom_tool_call','call_id':'c','name':'f'}]}",
+      "{'model':'m','input':[{'type':'function_call_output','output':'x'}]}",
+      "{'model':'m','input':[{'type':'function_call_output','call_id':'c'}]}",
+      "{'model':'m','input':[{'type':'function_call_output','call_id':'c','output':"
+      "[{'type':'input_file'}]}]}",
+      /* the first refusal in order, the input's last */
+      "{'model':'m','input':[{'type':'item_reference'}],'tools':5}",
+      "{'model':'m','text':5,'input':[{'type':'item_reference'}],'tools':5}",
+      "{'model':'m','input':[{'role':'user','content':'a'},{'type':'x'},{'type':'y'}]}",
+  };
+  for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+    char body[512];
+    snprintf(body, sizeof(body), "%s", bodies[i]);
+    for (char *q = body; *q; q++)
+      if (*q == '\'') *q = '"';
+    resp_refuses(body);
+  }
+  /* arguments that are JSON but no object: taken, the text kept as it is */
+  const char *arr =
+      "{\"model\":\"m\",\"input\":[{\"type\":\"function_call\",\"call_id\":"
+      "\"c\",\"name\":\"f\",\"arguments\":\"[1, 2]\"}]}";
+  request_pair(PX_PROTO_RESPONSES, PX_PROTO_CHAT, arr, "\"arguments\":\"[1, 2]\"");
+  /* an image URL written with "\/" (no data URL: its first bytes say) */
+  const char *esc =
+      "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
+      "\"input_image\",\"image_url\":\"https:\\/\\/x\\/y.png\"}]}]}";
+  request_pair(PX_PROTO_RESPONSES, PX_PROTO_CHAT, esc, "https:");
+}
+
+/* ---- Responses answers: responses_fast.c's decoder and encoder, chained
+ * (a Responses client of a Responses upstream, the context the halves
+ * share), against responses.c's halves on the same body: reasoning items
+ * with their tokens, refusals, annotations, custom tool calls, the items
+ * and parts only Responses has (dropped and named); expl, when set, is an
+ * IR refusal_explanation of a refused answer (the fast IR's and the
+ * document's). A refusal of the body: the same words. */
+static void resp_answer(const char *q, const char *expl, const char *want) {
+  char body[2048];
+  snprintf(body, sizeof(body), "%s", q);
+  for (char *x = body; *x; x++)
+    if (*x == '\'') *x = '"';
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_RESPONSES, PX_PROTO_RESPONSES);
+  size_t len = strlen(body);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_fresp_t ir;
+  memset(&ir, 0, sizeof(ir));
+  ir.in = ir.out = ir.cache_read = ir.cache_creation = ir.reasoning = -1;
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  px_tr_err_t fe, se;
+  memset(&fe, 0, sizeof(fe));
+  memset(&se, 0, sizeof(se));
+  const px_proto_ops_t *ops = px_proto_get(PX_PROTO_RESPONSES);
+  int rc = px_responses_fast.decode_response(&c, body, len, &ir, &a, &lf, &fe);
+  json_t *up = json_loadb(body, len, 0, NULL), *jir = NULL, *cb = NULL;
+  int sr = up != NULL ? ops->decode_response(&c, up, &jir, &ls, &se) : -1;
+  if (sr < 0) { /* refused: in the same words */
+    int same = rc == PX_FAST_REFUSE && fe.kind == se.kind &&
+               strcmp(fe.param, se.param) == 0 && strcmp(fe.message, se.message) == 0;
+    CHECK(same);
+    if (!same)
+      fprintf(stderr, "responses answer refusal: %s\nfast %d %s\nslow %s\n", body, rc,
+              fe.message, se.message);
+    goto done;
+  }
+  if (expl != NULL) {
+    ir.stop = PX_STOP_REFUSAL;
+    ir.refusal_explanation = (px_fstr_t){expl, strlen(expl), 0};
+    json_object_set_new(jir, "stop_reason", json_string("refusal"));
+    json_object_set_new(jir, "refusal_explanation", json_string(expl));
+  }
+  CHECK(rc == 0 && (px_fresp_uses(&ir) & ~px_responses_fast.resp_encodes) == 0);
+  if (rc == 0) rc = px_responses_fast.encode_response(&c, &ir, &b, &a, &lf, NULL);
+  CHECK(rc == 0);
+  CHECK(ops->encode_response(&c, jir, &cb, &ls, &se) == 0);
+  char *so = cb ? json_dumps(cb, JSON_COMPACT) : NULL;
+  if (rc == 0 && so != NULL) {
+    int eq = same_json(b.data, b.len, so, strlen(so)) && strcmp(lf.buf, ls.buf) == 0;
+    CHECK(eq);
+    if (!eq)
+      fprintf(stderr, "responses answer\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len,
+              b.data, lf.buf, so, ls.buf);
+    CHECK(px_buf_append(&b, "", 1) == 0);
+    if (want != NULL) CHECK(strstr(b.data, want) != NULL);
+  }
+  free(so);
+done:
+  px_arena_free(&a);
+  json_decref(cb);
+  json_decref(jir);
+  json_decref(up);
+  px_buf_free(&b);
+}
+
+static void responses_answers(void) {
+  /* reasoning: the contents joined, else the summaries; its token and id */
+  resp_answer(
+      "{'id':'resp_1','status':'completed','output':[{'type':'reasoning','id':'rs_a',"
+      "'summary':[{'type':'summary_text','text':'a'},{'type':'summary_text',"
+      "'text':'b'}],'encrypted_content':'gAAA'},{'type':'reasoning','summary':[],"
+      "'content':[{'type':'reasoning_text','text':'t1'},7,{'type':'reasoning_text',"
+      "'text':'t2'}]},{'type':'message','content':[{'type':'output_text','text':"
+      "'hi','annotations':[]}]}],'usage':{'input_tokens':3,'output_tokens':4,"
+      "'output_tokens_details':{'reasoning_tokens':2}}}",
+      NULL, "\"encrypted_content\":\"gAAA\"");
+  /* refusals beside texts, annotations (kept, dropped and named, skipped),
+   * logprobs and other parts, a namespaced call, a custom call, items only
+   * Responses has; the content before the type */
+  resp_answer(
+      "{'id':'r','output':[{'content':[{'type':'output_text','text':'x',"
+      "'annotations':[{'type':'url_citation','url':'https://a','title':'A',"
+      "'start_index':0,'end_index':1},{'type':'file_path','file_id':'f'},"
+      "{'type':'other'},{'x':1},3],'logprobs':[{'token':'x'}]},{'type':'refusal',"
+      "'refusal':'no'},{'type':'audio'},{'text':'untyped'}],'type':'message'},"
+      "{'type':'function_call','call_id':'c1','name':'f','arguments':'{}',"
+      "'namespace':'ns'},{'type':'custom_tool_call','call_id':'c2','name':'p',"
+      "'input':'*** x'},{'type':'web_search_call'},{'type':'image_generation_call'},"
+      "{'type':'mcp_call'},{'no':'type'},5,{'type':'message','content':"
+      "[{'type':'refusal'}]}]}",
+      NULL, "\"type\":\"custom_tool_call\"");
+  /* incomplete answers, a failed one without an error object */
+  resp_answer(
+      "{'id':'r','status':'incomplete','incomplete_details':{'reason':"
+      "'content_filter'},'output':[]}",
+      NULL, "\"reason\":\"content_filter\"");
+  resp_answer(
+      "{'id':'r','status':'incomplete','output':[{'type':'message','content':"
+      "[{'type':'output_text','text':'cut'}]}]}",
+      NULL, "\"reason\":\"max_output_tokens\"");
+  resp_answer("{'id':'r','status':'failed','error':null,'output':[]}", NULL,
+              "\"status\":\"failed\"");
+  /* a refusal's explanation: the only wording, or dropped and named */
+  resp_answer("{'id':'r','output':[]}", "not allowed", "\"refusal\":\"not allowed\"");
+  resp_answer(
+      "{'id':'r','output':[{'type':'message','content':[{'type':'refusal',"
+      "'refusal':'no'}]}]}",
+      "not allowed", NULL);
+  /* no answer: refused as the reference refuses */
+  resp_answer("{'id':'r','status':'completed'}", NULL, NULL);
+  resp_answer("{'id':'r','output':{}}", NULL, NULL);
+  resp_answer("{'id':'r','status':'failed','error':{'message':'boom'},'output':[]}", NULL,
+              NULL);
+  resp_answer("{'id':'r','status':'failed','error':{},'output':[]}", NULL, NULL);
+  resp_answer("{'id':'r','status':'in_progress','output':[]}", NULL, NULL);
+}
+
+/* ---- a Responses upstream: what responses.c's encoder refuses (a part a
+ * message of that role cannot hold, a tool result it cannot write), the
+ * fast encoder refuses in its words; the fast IR built by hand, the same
+ * IR as a document */
+static void resp_encode_refuses(px_freq_t *ir, const char *doc) {
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_ANTHROPIC, PX_PROTO_RESPONSES);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_lossy_t l;
+  px_lossy_init(&l);
+  px_buf_t b;
+  px_buf_init(&b, 1u << 20);
+  px_tr_err_t fe, se;
+  memset(&fe, 0, sizeof(fe));
+  memset(&se, 0, sizeof(se));
+  int rc = px_responses_fast.encode_request(&c, ir, &b, &a, &l, &fe);
+  json_t *jir = json_loads(doc, 0, NULL), *out = NULL;
+  int sr = jir != NULL
+               ? px_proto_get(PX_PROTO_RESPONSES)->encode_request(&c, jir, &out, &l, &se)
+               : 0;
+  int same = rc == PX_FAST_REFUSE && sr < 0 && fe.kind == se.kind &&
+             strcmp(fe.param, se.param) == 0 && strcmp(fe.message, se.message) == 0;
+  CHECK(same);
+  if (!same)
+    fprintf(stderr, "responses encoder refusal: fast %d [%s] %s, slow %d [%s] %s\n", rc,
+            fe.param, fe.message, sr, se.param, se.message);
+  json_decref(jir);
+  json_decref(out);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
+static void responses_encoder_refusals(void) {
+  px_arena_t a;
+  px_arena_init(&a);
+  for (int k = 0; k < 3; k++) {
+    px_freq_t ir;
+    px_freq_init(&ir);
+    px_fmsg_t *u = px_fmsg_push(&ir, &a, 0), *m = px_fmsg_push(&ir, &a, 1);
+    px_fpart_push(&u->parts, &u->last, px_fpart_text(&a, fs("hi")));
+    px_fpart_t *p;
+    const char *doc;
+    if (k == 0) { /* an image in an assistant message */
+      p = px_fpart_new(&a, PX_FP_IMAGE);
+      p->url = fs("https://x/y.png");
+      px_fpart_push(&m->parts, &m->last, px_fpart_text(&a, fs("see")));
+      px_fpart_push(&m->parts, &m->last, p);
+      doc =
+          "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+          "\"hi\"}]},{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":"
+          "\"see\"},{\"type\":\"image\",\"url\":\"https://x/y.png\"}]}]}";
+    } else if (k == 1) { /* a refusal in a user message */
+      p = px_fpart_new(&a, PX_FP_REFUSAL);
+      p->text = fs("no");
+      px_fpart_push(&u->parts, &u->last, p);
+      doc =
+          "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+          "\"hi\"},{\"type\":\"refusal\",\"text\":\"no\"}]},{\"role\":\"assistant\","
+          "\"content\":[]}]}";
+    } else { /* a tool result holding a refusal, one without its call id */
+      px_fmsg_t *r = px_fmsg_push(&ir, &a, 0);
+      px_fpart_t *res = px_fpart_new(&a, PX_FP_TOOL_RESULT),
+                 *bad = px_fpart_new(&a, PX_FP_TOOL_RESULT);
+      res->id = fs("c1");
+      res->content = px_fpart_new(&a, PX_FP_REFUSAL);
+      res->content->text = fs("no");
+      px_fpart_push(&r->parts, &r->last, res);
+      px_fpart_push(&r->parts, &r->last, bad);
+      doc =
+          "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+          "\"hi\"}]},{\"role\":\"assistant\",\"content\":[]},{\"role\":\"user\","
+          "\"content\":"
+          "[{\"type\":\"tool_result\",\"tool_call_id\":\"c1\",\"content\":[{\"type\":"
+          "\"refusal\",\"text\":\"no\"}]},{\"type\":\"tool_result\",\"content\":[]}]}]}";
+      resp_encode_refuses(&ir, doc);
+      res->content = NULL; /* then the one without an id */
+      doc =
+          "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+          "\"hi\"}]},{\"role\":\"assistant\",\"content\":[]},{\"role\":\"user\","
+          "\"content\":"
+          "[{\"type\":\"tool_result\",\"tool_call_id\":\"c1\",\"content\":[]},{\"type\":"
+          "\"tool_result\",\"content\":[]}]}]}";
+    }
+    resp_encode_refuses(&ir, doc);
+  }
+  px_arena_free(&a);
 }
