@@ -280,6 +280,7 @@ static const char *attempt_error(px_exch_t *x) {
   if (x->tr_status >= 400)
     return ops->error_type(px_errkind_from_type(NULL, x->tr_status));
   if (x->tr_failed) return ops->error_type(px_exch_result_kind(x->tr_result));
+  if (x->tr_cut) return x->error_type ? x->error_type : "cancelled"; /* the gateway's name */
   return NULL;
 }
 
@@ -325,6 +326,7 @@ void px_exch_trace_attempt(px_exch_t *x) {
   x->tr_end = 0;
   x->tr_status = 0;
   x->tr_failed = 0;
+  x->tr_cut = 0;
 }
 
 static void trace_end(px_exch_t *x, uint64_t end) {
@@ -602,6 +604,12 @@ static void finalize(px_exch_t *x) {
   if (x->xfer) {
     px_xfer_cancel(x->xfer);
     x->xfer = NULL;
+    /* the attempt is cut here (client gone, a timeout): its span ends now,
+     * failed */
+    if (x->tr_start && !x->tr_end) {
+      x->tr_end = uv_hrtime();
+      x->tr_cut = 1;
+    }
   }
   px_balance_end(x->bal); /* the attempt's transfer is over */
   x->bal = NULL;

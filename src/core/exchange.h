@@ -164,6 +164,7 @@ struct px_exch {
   uint64_t tr_start, tr_end; /* uv_hrtime(); tr_start 0: no attempt span */
   int tr_status;             /* its upstream status; 0: none */
   int tr_failed;             /* its transfer failed: tr_result */
+  int tr_cut;                /* finalize cancelled its transfer */
   px_xfer_result_t tr_result;
   struct px_answer_watch *tr_watch; /* tr_stream: the client's events read */
   /* Text buffers, last: exch_new() zeroes the fields above and only empties
