@@ -35,6 +35,7 @@ typedef struct px_answer {
   char id[96];
   char model[96];
   char finish[32];
+  unsigned char id_len, model_len, finish_len; /**< their lengths */
 } px_answer_t;
 
 /** The id, model and finish reason in a body or one stream event of the

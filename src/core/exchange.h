@@ -166,7 +166,6 @@ struct px_exch {
   int tr_failed;             /* its transfer failed: tr_result */
   int tr_cut;                /* finalize cancelled its transfer */
   px_xfer_result_t tr_result;
-  struct px_answer_watch *tr_watch; /* tr_stream: the client's events read */
   /* Text buffers, last: exch_new() zeroes the fields above and only empties
    * these (zeroing 1.7 KiB per request costs more than the rest of it). */
   char retry_reason[96]; /* why the last attempt is retried (for the log) */
@@ -186,7 +185,8 @@ struct px_exch {
 void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, const char *cl,
                           size_t cn);
 /* A stream's answer watched for the spans: the upstream's events by the
- * pass-through watcher or the translator, the client's as they are sent. */
+ * pass-through watcher or the translator, the client's as the translator's
+ * encoder writes its start and end events. */
 void px_exch_trace_stream(px_exch_t *x);
 
 static inline uint64_t px_exch_now(px_exch_t *x) { return uv_now(x->w->loop); }
