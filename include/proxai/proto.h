@@ -802,7 +802,8 @@ const px_lossy_t *px_stream_tr_dropped(const px_stream_tr_t *t);
  *  as its events pass, and the client's in client as the encoder writes
  *  its start and end events (a traced request); either may be NULL. */
 struct px_answer;
-void px_stream_tr_answer(px_stream_tr_t *t, struct px_answer *up, struct px_answer *client);
+void px_stream_tr_answer(px_stream_tr_t *t, struct px_answer *up,
+                         struct px_answer *client);
 void px_stream_tr_free(px_stream_tr_t *t);
 
 #endif

@@ -205,8 +205,7 @@ static void trace_begin(px_exch_t *x) {
  * written back when the route rewrites it */
 static void answer_passed(px_exch_t *x) {
   x->ans_cl = x->ans_up;
-  if (x->up_model && x->model && strcmp(x->up_model, x->model) != 0)
-  {
+  if (x->up_model && x->model && strcmp(x->up_model, x->model) != 0) {
     px_copy_cut(x->ans_cl.model, sizeof(x->ans_cl.model), px_str(x->model), PX_STR(""));
     x->ans_cl.model_len = (unsigned char)strlen(x->ans_cl.model);
   }
@@ -259,7 +258,8 @@ static const char *attempt_error(px_exch_t *x) {
   if (x->tr_status >= 400)
     return ops->error_type(px_errkind_from_type(NULL, x->tr_status));
   if (x->tr_failed) return ops->error_type(px_exch_result_kind(x->tr_result));
-  if (x->tr_cut) return x->error_type ? x->error_type : "cancelled"; /* the gateway's name */
+  if (x->tr_cut)
+    return x->error_type ? x->error_type : "cancelled"; /* the gateway's name */
   return NULL;
 }
 

@@ -529,7 +529,8 @@ static void fixed_of(const px_span_t *s, const char **k) {
 static const frag_t *fixed_find(const px_span_t *s, const char **k, sv_t *f) {
   if (s->cfg != NULL && s->cfg == frag_cfg) {
     const frag_t *c = &frags[s->kind == PX_SPAN_CLIENT];
-    if (c->len && c->k[0] == k[0] && c->k[1] == k[1] && c->k[2] == k[2] && c->k[3] == k[3])
+    if (c->len && c->k[0] == k[0] && c->k[1] == k[1] && c->k[2] == k[2] &&
+        c->k[3] == k[3])
       return f[0] = sv(k[0]), c;
   }
   for (int i = 0; i < 4; i++) f[i] = sv(k[i]);

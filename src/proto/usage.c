@@ -547,7 +547,8 @@ static int last_member_fast(const char *p, size_t n, const char *name, const cha
     if (j - b == 16) {
       __m128i a = _mm_loadu_si128((const __m128i *)(p + b)),
               c = _mm_loadu_si128((const __m128i *)(p + b + 1));
-      m = (unsigned)_mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8(a, qt), _mm_cmpeq_epi8(c, co)));
+      m = (unsigned)_mm_movemask_epi8(
+          _mm_and_si128(_mm_cmpeq_epi8(a, qt), _mm_cmpeq_epi8(c, co)));
     } else {
       for (size_t q = b; q < j; q++)
         if (p[q] == '"' && p[q + 1] == ':') m |= 1u << (q - b);
