@@ -211,10 +211,10 @@ static void answer_passed(px_exch_t *x) {
   }
 }
 
-void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, const char *cl,
-                          size_t cn) {
+void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, size_t up_tail,
+                          const char *cl, size_t cn) {
   if (!x->tr.sampled) return;
-  px_answer_read(&px_proto_get(x->out)->watch, up ? up : "", un, NULL, &x->ans_up);
+  px_answer_body(&px_proto_get(x->out)->watch, up ? up : "", un, up_tail, &x->ans_up);
   if (cl == NULL)
     answer_passed(x);
   else

@@ -179,11 +179,12 @@ struct px_exch {
 };
 
 /* The answer's id, model and finish reason for the spans, read from the
- * upstream's body and the body the client got (NULL: the same bytes, the
- * model written back when the route rewrites it); only
- * for a sampled request. */
-void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, const char *cl,
-                          size_t cn);
+ * upstream's body (its usage member at up_tail, px_usage_scan_at, or
+ * PX_JSON_NPOS) and the body the client got (NULL: the same bytes, the
+ * model written back when the route rewrites it); only for a sampled
+ * request. */
+void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, size_t up_tail,
+                          const char *cl, size_t cn);
 /* A stream's answer watched for the spans: the upstream's events by the
  * pass-through watcher or the translator, the client's as the translator's
  * encoder writes its start and end events. */

@@ -315,7 +315,7 @@ static size_t prev_mark(const unsigned char *p, size_t lo, size_t i) {
  * name repeats at the top, the last one counts, as in jansson and the
  * clients' JSON parsers. */
 static int top_member_from_end(const char *text, size_t n, const char *name,
-                               px_json_pick_t *pk) {
+                               px_json_pick_t *pk, size_t *at) {
   const unsigned char *p = (const unsigned char *)text;
   size_t nl = strlen(name), first = skip_ws(text, 0, n), j = n;
   while (j > first &&
@@ -341,6 +341,7 @@ static int top_member_from_end(const char *text, size_t n, const char *name,
       } else if (depth == 1 && kl == nl && e < n && p[e] == ':' &&
                  memcmp(p + k + 1, name, nl) == 0) {    /* a top-level member name */
         if (skip_ws(text, e + 1, n) != open) pk->n = 0; /* not an object */
+        if (at) *at = k;
         return 1;
       }
       j = k;
@@ -355,7 +356,7 @@ static int top_member_from_end(const char *text, size_t n, const char *name,
   }
 }
 
-int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
+int px_usage_scan_at(px_proto_t proto, const char *p, size_t n, px_usage_t *u, size_t *at) {
   const px_wire_watch_t *w = &px_proto_get(proto)->watch;
   /* the usage object's counters */
   enum { IN, OUT, OUT_X, IN_X };
@@ -367,7 +368,8 @@ int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
     px_json_pick_add(&us, w->usage_in_extra[k]);
   if (!w->usage_out_extra) us.nlen[OUT_X] = (size_t)-1; /* never matches */
   size_t names = us.n;
-  int rc = top_member_from_end(p, n, w->usage_obj, &us);
+  if (at) *at = END;
+  int rc = top_member_from_end(p, n, w->usage_obj, &us, at);
   if (rc == 0 || (rc == 1 && us.n == 0)) return 1;
   if (rc < 0) { /* forward: the whole body once, then the usage object */
     px_json_pick_t top = {.n = 1};
@@ -405,9 +407,18 @@ int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
   return 1;
 }
 
-void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *u) {
-  if (px_usage_scan(p, body, len, u)) return; /* the usual case: one walk */
+int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
+  return px_usage_scan_at(proto, p, n, u, NULL);
+}
+
+void px_usage_from_body_at(px_proto_t p, const char *body, size_t len, px_usage_t *u,
+                           size_t *at) {
+  if (px_usage_scan_at(p, body, len, u, at)) return; /* the usual case: one walk */
   px_usage_read(&px_proto_get(p)->watch, body, len, NULL, u); /* a prefix */
+}
+
+void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *u) {
+  px_usage_from_body_at(p, body, len, u, NULL);
 }
 
 /* The string token p[s..s+l) (quotes included) copied into dst without
@@ -574,8 +585,8 @@ static int last_member_fast(const char *p, size_t n, const char *name, const cha
 }
 #endif
 
-void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
-                    px_answer_t *a) {
+static void answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
+                        size_t tail, px_answer_t *a) {
   const char *path[2];
   size_t d = 0, s, l;
   if (outer) path[d++] = outer;
@@ -612,7 +623,9 @@ void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const cha
   if (!w->finish_key) return;
   if (w->finish_list || w->finish_last) { /* only the usage and the like follow */
 #if defined(__SSE2__)
-    if (!last_member_fast(p, n, w->finish_key, w->finish_list, &s, &l))
+    /* before the usage member first: what follows it was walked already */
+    if (!(tail != END && last_member_fast(p, tail, w->finish_key, w->finish_list, &s, &l)) &&
+        !last_member_fast(p, n, w->finish_key, w->finish_list, &s, &l))
 #endif
       last_member(p, n, w->finish_key, w->finish_list, &s, &l);
   } else {
@@ -620,6 +633,30 @@ void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const cha
     if (px_json_find(p, n, path, d + 1, &s, &l) != PX_JSON_FOUND) return;
   }
   copy_str(p, s, l, a->finish, sizeof(a->finish), &a->finish_len);
+}
+
+void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
+                    px_answer_t *a) {
+  answer_read(w, p, n, outer, END, a);
+}
+
+/* a string's content into dst as copy_str cuts it */
+static void set_str(px_str_t v, char *dst, size_t cap, unsigned char *len) {
+  size_t l = v.len < cap ? v.len : cap - 1;
+  while (l > 0 && v.ptr[l - 1] == '\\' && l < v.len) l--; /* never half an escape */
+  memcpy(dst, v.ptr, l);
+  dst[l] = 0;
+  *len = (unsigned char)l;
+}
+
+void px_answer_set(px_answer_t *a, px_str_t id, px_str_t model) {
+  if (id.len) set_str(id, a->id, sizeof(a->id), &a->id_len);
+  if (model.len) set_str(model, a->model, sizeof(a->model), &a->model_len);
+}
+
+void px_answer_body(const px_wire_watch_t *w, const char *p, size_t n, size_t tail,
+                    px_answer_t *a) {
+  answer_read(w, p, n, NULL, tail, a);
 }
 
 void px_answer_event(const px_wire_watch_t *w, px_str_t event, const char *p, size_t n,
