@@ -21,7 +21,8 @@ int px_usage_scan(px_proto_t p, const char *body, size_t len, px_usage_t *u);
 /** px_usage_scan, and *at: where the top-level usage member's name starts
  *  when the walk back from the end met it, else PX_JSON_NPOS (a trace's
  *  answer reading starts there: px_answer_body). */
-int px_usage_scan_at(px_proto_t p, const char *body, size_t len, px_usage_t *u, size_t *at);
+int px_usage_scan_at(px_proto_t p, const char *body, size_t len, px_usage_t *u,
+                     size_t *at);
 
 /** Read usage from a non-streaming response body of protocol p. */
 void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *u);

@@ -356,7 +356,8 @@ static int top_member_from_end(const char *text, size_t n, const char *name,
   }
 }
 
-int px_usage_scan_at(px_proto_t proto, const char *p, size_t n, px_usage_t *u, size_t *at) {
+int px_usage_scan_at(px_proto_t proto, const char *p, size_t n, px_usage_t *u,
+                     size_t *at) {
   const px_wire_watch_t *w = &px_proto_get(proto)->watch;
   /* the usage object's counters */
   enum { IN, OUT, OUT_X, IN_X };
@@ -585,8 +586,8 @@ static int last_member_fast(const char *p, size_t n, const char *name, const cha
 }
 #endif
 
-static void answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
-                        size_t tail, px_answer_t *a) {
+static void answer_read(const px_wire_watch_t *w, const char *p, size_t n,
+                        const char *outer, size_t tail, px_answer_t *a) {
   const char *path[2];
   size_t d = 0, s, l;
   if (outer) path[d++] = outer;
@@ -624,7 +625,8 @@ static void answer_read(const px_wire_watch_t *w, const char *p, size_t n, const
   if (w->finish_list || w->finish_last) { /* only the usage and the like follow */
 #if defined(__SSE2__)
     /* before the usage member first: what follows it was walked already */
-    if (!(tail != END && last_member_fast(p, tail, w->finish_key, w->finish_list, &s, &l)) &&
+    if (!(tail != END &&
+          last_member_fast(p, tail, w->finish_key, w->finish_list, &s, &l)) &&
         !last_member_fast(p, n, w->finish_key, w->finish_list, &s, &l))
 #endif
       last_member(p, n, w->finish_key, w->finish_list, &s, &l);
