@@ -31,6 +31,9 @@
 #define BATCH_SPANS_MAX 8192 /* spans waiting */
 #define READY_SPANS 512      /* a batch this large is sent at once */
 #define READY_BYTES (1u << 20)
+/* room a batch starts with: a second's spans of a busy worker are written
+ * without the buffer growing (each growth copies what it holds) */
+#define BATCH_START (256u << 10)
 
 static px_buf_t batch;
 static size_t nspans;
@@ -651,7 +654,10 @@ static char *put_span(char *w, const px_trace_ctx_t *t, const px_span_t *s, cons
 
 void px_trace_emit(const px_trace_ctx_t *t, const px_span_t *s) {
   if (!t->sampled) return;
-  if (batch.cap == 0) px_buf_init(&batch, BATCH_MAX);
+  if (batch.cap == 0) {
+    px_buf_init(&batch, BATCH_MAX);
+    px_buf_reserve(&batch, BATCH_START); /* else it grows as it can */
+  }
   const char *fk[4];
   sv_t f[4];
   fixed_of(s, fk);
@@ -707,6 +713,7 @@ size_t px_trace_take(px_buf_t *body) {
   batch = tmp; /* the caller's old buffer becomes the next batch */
   batch.cap = BATCH_MAX;
   px_buf_reset(&batch);
+  if (batch.size < BATCH_START) px_buf_reserve(&batch, BATCH_START);
   size_t n = nspans;
   nspans = 0;
   ready_signalled = 0;

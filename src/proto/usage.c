@@ -548,7 +548,12 @@ static int lead_pick(const char *p, size_t n, size_t o, px_json_pick_t *pk) {
  * or none): the caller walks with last_member. */
 static int last_member_fast(const char *p, size_t n, const char *name, const char *list,
                             size_t *s, size_t *l) {
-  size_t nl = strlen(name), ll = list ? strlen(list) : 0, j = n > 0 ? n - 1 : 0;
+  /* the names are the protocols' descriptors' literals: their lengths kept */
+  static const char *last_name, *last_list;
+  static size_t nl, ll;
+  if (name != last_name) nl = strlen(name), last_name = name;
+  if (list != last_list) ll = list ? strlen(list) : 0, last_list = list;
+  size_t j = n > 0 ? n - 1 : 0;
   const __m128i qt = _mm_set1_epi8('"'), co = _mm_set1_epi8(':');
   /* the last bytes of the names: most places fail on them */
   const char nz = name[nl - 1], lz = ll ? list[ll - 1] : 0;
