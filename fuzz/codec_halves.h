@@ -51,7 +51,30 @@ static inline void halves_request(px_proto_t p, const char *body, size_t len, co
   px_lossy_init(&ls);
   px_buf_t fb;
   px_buf_init(&fb, 64u << 20);
-  int rc = px_fast_request_steps(d, e, fast, fast, body, len, &ir, &a, &fb, &lf, NULL);
+  px_tr_err_t ef;
+  memset(&ef, 0, sizeof(ef));
+  int rc = px_fast_request_steps(d, e, fast, fast, body, len, &ir, &a, &fb, &lf, &ef);
+  if (rc == PX_FAST_REFUSE) {
+    /* the jansson halves refuse it too, in the same words */
+    const px_proto_ops_t *ops = px_proto_get(p);
+    json_t *src = json_loadb(body, len, 0, NULL), *jir = NULL, *out = NULL;
+    px_tr_err_t es;
+    memset(&es, 0, sizeof(es));
+    int rs = src == NULL ? -1 : ops->decode_request(d, src, &jir, &ls, &es);
+    if (rs == 0) {
+      json_object_set_new(jir, "model", json_string(e->upstream_model));
+      px_ir_fit_request(e, jir, &ls);
+      rs = ops->encode_request(e, jir, &out, &ls, &es);
+    }
+    if (src != NULL &&
+        (rs == 0 || es.kind != ef.kind || strcmp(es.param, ef.param) != 0 ||
+         strcmp(es.message, ef.message) != 0))
+      halves_fail(p, "request refusal", body, len, ef.message, es.message, ef.param,
+                  es.param);
+    json_decref(src);
+    json_decref(jir);
+    json_decref(out);
+  }
   if (rc == 0) {
     const px_proto_ops_t *ops = px_proto_get(p);
     json_t *src = json_loadb(body, len, 0, NULL), *jir = NULL, *out = NULL;

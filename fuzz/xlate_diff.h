@@ -41,6 +41,11 @@ static inline void check_json(const char *what, const px_tr_ctx_t *c, const char
   json_decref(b);
 }
 
+static inline int same_refusal(const px_tr_err_t *a, const px_tr_err_t *b) {
+  return a->kind == b->kind && strcmp(a->param, b->param) == 0 &&
+         strcmp(a->message, b->message) == 0;
+}
+
 static inline void request_one(const px_tr_ctx_t *c, const char *body, size_t len) {
   unsigned long before, after;
   px_translate_fast_counts(&before, NULL);
@@ -62,6 +67,23 @@ static inline void request_one(const px_tr_ctx_t *c, const char *body, size_t le
     if (rs != 0)
       diff_fail("request (jansson refused)", c, body, len, fo, es.message, lf.buf, "");
     check_json("request", c, body, len, fo, fl, so, sl, &lf, &ls);
+  } else if (rf != 0) {
+    /* a refusal of the fast codecs is the reference's refusal, word for word */
+    px_tr_err_t ed;
+    memset(&ed, 0, sizeof(ed));
+    char *d = NULL;
+    size_t dl = 0;
+    px_lossy_t ld;
+    px_lossy_init(&ld);
+    if (px_translate_request_fast(c, body, len, 0, &d, &dl, &ld, &ed) == PX_FAST_REFUSE) {
+      px_tr_ctx_t ref = *c;
+      ref.reference = 1;
+      if (px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &es) == 0 ||
+          !same_refusal(&ed, &es))
+        diff_fail("request refusal", c, body, len, ed.message, es.message, ed.param,
+                  es.param);
+    }
+    free(d);
   }
   free(fo);
   free(so);
@@ -88,7 +110,21 @@ static inline void response(const px_tr_ctx_t *c, const char *body, size_t len) 
   px_lossy_init(&lf);
   px_lossy_init(&ls);
   px_usage_t uf = {-1, -1, -1, -1, -1}, us = uf;
-  int fr = px_translate_response_fast(c, body, len, &fb, &lf, &uf, NULL);
+  px_tr_err_t ef;
+  memset(&ef, 0, sizeof(ef));
+  int fr = px_translate_response_fast(c, body, len, &fb, &lf, &uf, &ef);
+  if (fr == PX_FAST_REFUSE) {
+    /* the reference refuses it too, in the same words */
+    json_t *ub = json_loadb(body, len, 0, NULL), *cb = NULL;
+    px_tr_err_t es;
+    memset(&es, 0, sizeof(es));
+    if (ub != NULL &&
+        (px_translate_response(c, ub, &cb, &ls, &es) == 0 || !same_refusal(&ef, &es)))
+      diff_fail("response refusal", c, body, len, ef.message, es.message, ef.param,
+                es.param);
+    json_decref(cb);
+    json_decref(ub);
+  }
   if (fr == 0 || fr == PX_FAST_USAGE) {
     /* the usage handed over is what the scan of the body finds */
     px_usage_from_body(c->out, body, len, &us);

@@ -17,12 +17,24 @@
  * (<in> -> <out>)", where <name> is what the runner set last. What is left
  * before a protocol's jansson codec can go. */
 static const char *px_test_census_name = "";
+
+/* The protocols whose fast codec is complete (issue 21: one codec per
+ * protocol): all four roles (decode and encode, requests and answers) take
+ * every body of the fixtures and recordings, or refuse it as the reference
+ * does (PX_FAST_REFUSE). A body between two complete protocols that the
+ * fast path declines fails the runner. Indexed by px_proto_t (chat,
+ * responses, anthropic, gemini). */
+static const int px_test_fast_complete[PX_PROTO_COUNT] = {0, 0, 0, 0};
+static int px_test_census_missed;
+
 static inline void px_test_census(const char *what, const px_tr_ctx_t *ctx) {
   static int on = -1;
   if (on < 0) on = getenv("PX_FAST_CENSUS") != NULL;
-  if (on)
-    fprintf(stderr, "census: %s %s (%s -> %s)\n", what, px_test_census_name,
-            px_proto_get(ctx->in)->name, px_proto_get(ctx->out)->name);
+  int must = px_test_fast_complete[ctx->in] && px_test_fast_complete[ctx->out];
+  if (must) px_test_census_missed++;
+  if (on || must)
+    fprintf(stderr, "census: %s%s %s (%s -> %s)\n", must ? "MISSED " : "", what,
+            px_test_census_name, px_proto_get(ctx->in)->name, px_proto_get(ctx->out)->name);
 }
 
 static inline int px_test_fast_request(const px_tr_ctx_t *ctx, json_t *body, json_t **out,
@@ -70,6 +82,9 @@ static inline void px_test_fast_report(void) {
   unsigned long rq, rs;
   px_translate_fast_counts(&rq, &rs);
   printf("fast path: %lu requests, %lu responses\n", rq, rs);
+  if (px_test_census_missed)
+    printf("fast path: %d bodies between complete codecs declined (census: MISSED)\n",
+           px_test_census_missed);
 }
 
 #endif

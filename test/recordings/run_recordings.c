@@ -1322,5 +1322,5 @@ int main(int argc, char **argv) {
   printf("%zu recordings, %d checks, %d failure(s)\n", ncases, checks, failures);
   px_test_fast_report();
   if (ncases == 0) return 1;
-  return failures ? 1 : 0;
+  return failures || px_test_census_missed ? 1 : 0;
 }
