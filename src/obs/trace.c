@@ -328,6 +328,20 @@ static inline char *put8(char *w, uint32_t v) {
   return put4(put4(w, v / 10000), v % 10000);
 }
 
+/* exactly 9 digits of u < 10^9: u / 10^8 as a 32.32 fixed-point number
+ * (jeaiii's constant and correction for nine digits), then two digits per
+ * multiplication by 100; checked against printf for every u < 10^9 */
+static inline char *put9(char *w, uint32_t u) {
+  uint64_t t = (uint64_t)u * 2882303762ull; /* 2^58 / 10^8 + 1 */
+  t = (t >> 26) + 4;
+  *w = (char)('0' + (t >> 32));
+  for (int i = 0; i < 4; i++) {
+    t = (uint64_t)(uint32_t)t * 100;
+    memcpy(w + 1 + 2 * i, digits2 + 2 * (t >> 32), 2);
+  }
+  return w + 9;
+}
+
 /* v < 100000000, without leading zeros */
 static char *put_small(char *w, uint32_t v) {
   if (v < 10) {
@@ -375,9 +389,7 @@ static char *put_time(char *w, uint64_t hr) {
   }
   memcpy(w, sec_text, 16); /* a fixed-length copy: the room has it */
   if (sec_len > 16) memcpy(w + 16, sec_text + 16, sec_len - 16);
-  w = put8(w + sec_len, ns / 10);
-  *w++ = (char)('0' + ns % 10);
-  return w;
+  return put9(w + sec_len, ns);
 }
 
 /* ,{"key":"K","value":{"stringValue":"V"}} */

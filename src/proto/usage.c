@@ -597,20 +597,20 @@ static void answer_read(const px_wire_watch_t *w, const char *p, size_t n,
   size_t d = 0, s, l;
   if (outer) path[d++] = outer;
   /* the id and the model lead the answer in every protocol but Gemini's:
-   * one walk of the members stops at them; in an event's inner object, the
-   * finder goes into it (not over it) for each */
+   * one walk of the members stops at them */
   const char *names[2] = {w->answer_id ? w->answer_id : "id",
                           w->body_model ? w->body_model : "model"};
   char *dst[2] = {a->id, a->model};
   unsigned char *dlen[2] = {&a->id_len, &a->model_len};
   _Static_assert(sizeof(a->id) == sizeof(a->model), "one size for both");
-  if (outer) {
-    for (size_t k = 0; k < 2; k++) {
-      path[d] = names[k];
-      if (!dst[k][0] && px_json_find(p, n, path, d + 1, &s, &l) == PX_JSON_FOUND)
-        copy_str(p, s, l, dst[k], sizeof(a->id), dlen[k]);
-    }
-  } else if (!a->id[0] || !a->model[0]) {
+  if (!a->id[0] || !a->model[0]) {
+    /* the object that holds them: the answer, or an event's inner object
+     * (found once, then walked as the answer is) */
+    size_t o = 0, e = n;
+    if (outer && px_json_find(p, n, path, 1, &s, &l) == PX_JSON_FOUND && p[s] == '{')
+      o = s, e = s + l;
+    else if (outer)
+      e = 0; /* no such object: nothing to walk */
     px_json_pick_t pk = {.n = 0, .until_found = 1};
     char *to[2];
     unsigned char *tlen[2];
@@ -620,9 +620,8 @@ static void answer_read(const px_wire_watch_t *w, const char *p, size_t n,
         tlen[pk.n] = dlen[k];
         px_json_pick_add(&pk, names[k]);
       }
-    size_t o = 0;
-    while (o < n && (p[o] == ' ' || p[o] == '\t' || p[o] == '\n' || p[o] == '\r')) o++;
-    if (o < n && !lead_pick(p, n, o, &pk)) px_json_pick(p, n, o, &pk);
+    while (o < e && (p[o] == ' ' || p[o] == '\t' || p[o] == '\n' || p[o] == '\r')) o++;
+    if (o < e && !lead_pick(p, e, o, &pk)) px_json_pick(p, e, o, &pk);
     for (size_t k = 0; k < pk.n; k++)
       copy_str(p, pk.at[k], pk.len[k], to[k], sizeof(a->id), tlen[k]);
   }

@@ -397,11 +397,58 @@ static void test_fixed_attrs(void) {
   CHECK(a.refs == 1 && b.refs == 1);
 }
 
+/* A span's times: every nanosecond digit where it belongs (the end minus
+ * the start, across digit and second boundaries). */
+static void test_times(void) {
+  px_trace_conf_t c = conf(1);
+  px_trace_ctx_t t;
+  px_trace_begin(&t, &c, px_str(""), px_str(""));
+  const uint64_t base = 5000000000ull, d[] = {0,         1,         9,          10,
+                                              99,        123456789, 999999999,  1000000000,
+                                              987654321, 100000001, 4294967295u};
+  size_t n = sizeof(d) / sizeof(d[0]);
+  for (size_t i = 0; i < n; i++) {
+    px_span_t s = {.kind = PX_SPAN_SERVER,
+                   .id = t.span_hex,
+                   .start = base + 7 * i,
+                   .end = base + 7 * i + d[i],
+                   .operation = "chat",
+                   .max_tokens = -1,
+                   .input_tokens = -1,
+                   .output_tokens = -1,
+                   .cost_nano = -1};
+    px_trace_emit(&t, &s);
+  }
+  px_buf_t body;
+  px_buf_init(&body, 0);
+  CHECK(px_trace_take(&body) == n);
+  json_t *doc = json_loadb(body.data, body.len, 0, NULL);
+  CHECK(doc != NULL);
+  json_t *js = spans_of(doc);
+  for (size_t i = 0; doc && i < n; i++) {
+    json_t *sp = json_array_get(js, i);
+    const char *a = json_string_value(json_object_get(sp, "startTimeUnixNano"));
+    const char *b = json_string_value(json_object_get(sp, "endTimeUnixNano"));
+    CHECK(a && b && strlen(a) == 19 && strspn(a, "0123456789") == 19 &&
+          strspn(b, "0123456789") == strlen(b));
+    if (a && b) CHECK(strtoull(b, NULL, 10) - strtoull(a, NULL, 10) == d[i]);
+    if (i && a) { /* 7 ns after the last span's start */
+      const char *p = json_string_value(
+          json_object_get(json_array_get(js, i - 1), "startTimeUnixNano"));
+      CHECK(p && strtoull(a, NULL, 10) - strtoull(p, NULL, 10) == 7);
+    }
+  }
+  json_decref(doc);
+  px_buf_free(&body);
+  px_trace_reset();
+}
+
 int main(void) {
   test_traceparent();
   test_sampling();
   test_batch();
   test_names();
   test_fixed_attrs();
+  test_times();
   return check_report("test_trace");
 }
