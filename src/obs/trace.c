@@ -335,10 +335,14 @@ static inline char *put9(char *w, uint32_t u) {
   uint64_t t = (uint64_t)u * 2882303762ull; /* 2^58 / 10^8 + 1 */
   t = (t >> 26) + 4;
   *w = (char)('0' + (t >> 32));
-  for (int i = 0; i < 4; i++) {
-    t = (uint64_t)(uint32_t)t * 100;
-    memcpy(w + 1 + 2 * i, digits2 + 2 * (t >> 32), 2);
-  }
+#define PUT2(at)                                \
+  t = (uint64_t)(uint32_t)t * 100;              \
+  memcpy(w + (at), digits2 + 2 * (t >> 32), 2)
+  PUT2(1);
+  PUT2(3);
+  PUT2(5);
+  PUT2(7);
+#undef PUT2
   return w + 9;
 }
 

@@ -504,8 +504,8 @@ static const unsigned char scalar_end[256] = {
  * p[o] while their values are strings or scalars: the id and the model
  * lead the answers of every protocol but Gemini's, so the walk is a few
  * memchr. 1 when every name of pk is found or the object ended; 0 when it
- * met a container (or anything else) first: pk holds what it found, the
- * caller walks on with px_json_pick. */
+ * met a container that is not empty (or anything else) first: pk holds
+ * what it found, the caller walks for the rest with px_json_pick. */
 static int lead_pick(const char *p, size_t n, size_t o, px_json_pick_t *pk) {
   size_t found = 0, i = o + 1;
   if (o >= n || p[o] != '{') return 0;
@@ -522,8 +522,12 @@ static int lead_pick(const char *p, size_t n, size_t o, px_json_pick_t *pk) {
     i = skip_ws(p, ke, n);
     if (i >= n || p[i] != ':') return 0;
     size_t vs = skip_ws(p, i + 1, n), ve = vs;
-    if (vs >= n || p[vs] == '{' || p[vs] == '[') return 0;
-    if (p[vs] == '"') {
+    if (vs >= n) return 0;
+    if (p[vs] == '{' || p[vs] == '[') { /* an empty one is stepped over ("content":[]) */
+      ve = skip_ws(p, vs + 1, n);
+      if (ve >= n || p[ve] != (p[vs] == '{' ? '}' : ']')) return 0;
+      ve++;
+    } else if (p[vs] == '"') {
       if ((ve = str_end(p, vs, n)) == END) return 0;
     } else {
       while (ve < n && !scalar_end[(unsigned char)p[ve]]) ve++;
@@ -621,7 +625,17 @@ static void answer_read(const px_wire_watch_t *w, const char *p, size_t n,
         px_json_pick_add(&pk, names[k]);
       }
     while (o < e && (p[o] == ' ' || p[o] == '\t' || p[o] == '\n' || p[o] == '\r')) o++;
-    if (o < e && !lead_pick(p, e, o, &pk)) px_json_pick(p, e, o, &pk);
+    if (o < e && !lead_pick(p, e, o, &pk)) { /* the names still missing, walked */
+      px_json_pick_t rest = {.n = 0, .until_found = 1};
+      size_t of[2];
+      for (size_t k = 0; k < pk.n; k++)
+        if (pk.at[k] == END) {
+          of[rest.n] = k;
+          px_json_pick_add(&rest, pk.name[k]);
+        }
+      px_json_pick(p, e, o, &rest);
+      for (size_t k = 0; k < rest.n; k++) pk.at[of[k]] = rest.at[k], pk.len[of[k]] = rest.len[k];
+    }
     for (size_t k = 0; k < pk.n; k++)
       copy_str(p, pk.at[k], pk.len[k], to[k], sizeof(a->id), tlen[k]);
   }
