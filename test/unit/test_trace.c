@@ -326,6 +326,17 @@ static void test_names(void) {
   px_trace_reset();
 }
 
+/* the batch taken (n spans) and parsed; NULL (a failure counted) when not */
+static json_t *take_doc(size_t n) {
+  px_buf_t body;
+  px_buf_init(&body, 0);
+  CHECK(px_trace_take(&body) == n);
+  json_t *doc = json_loadb(body.data, body.len, 0, NULL);
+  CHECK(doc != NULL);
+  px_buf_free(&body);
+  return doc;
+}
+
 /* the value of attribute key of span i in a taken batch, or NULL */
 static const char *attr_of(json_t *spans, size_t i, const char *key) {
   json_t *attrs = json_object_get(json_array_get(spans, i), "attributes"), *a;
@@ -379,12 +390,7 @@ static void test_fixed_attrs(void) {
   }
   /* one reference while kept: the last span's configuration */
   CHECK(a.refs == 2 && b.refs == 1);
-  px_buf_t body;
-  px_buf_init(&body, 0);
-  CHECK(px_trace_take(&body) == n);
-  json_t *doc = json_loadb(body.data, body.len, 0, NULL);
-  CHECK(doc != NULL);
-  json_t *js = spans_of(doc);
+  json_t *doc = take_doc(n), *js = spans_of(doc);
   for (size_t i = 0; doc && i < n; i++) {
     CHECK_STR(attr_of(js, i, "proxai.upstream"), spans[i].up);
     CHECK_STR(attr_of(js, i, "server.address"), spans[i].host);
@@ -392,7 +398,6 @@ static void test_fixed_attrs(void) {
     CHECK_STR(attr_of(js, i, "gen_ai.operation.name"), i == 1 ? "generate_content" : "chat");
   }
   json_decref(doc);
-  px_buf_free(&body);
   px_trace_reset();
   CHECK(a.refs == 1 && b.refs == 1);
 }
@@ -419,12 +424,7 @@ static void test_times(void) {
                    .cost_nano = -1};
     px_trace_emit(&t, &s);
   }
-  px_buf_t body;
-  px_buf_init(&body, 0);
-  CHECK(px_trace_take(&body) == n);
-  json_t *doc = json_loadb(body.data, body.len, 0, NULL);
-  CHECK(doc != NULL);
-  json_t *js = spans_of(doc);
+  json_t *doc = take_doc(n), *js = spans_of(doc);
   for (size_t i = 0; doc && i < n; i++) {
     json_t *sp = json_array_get(js, i);
     const char *a = json_string_value(json_object_get(sp, "startTimeUnixNano"));
@@ -439,7 +439,6 @@ static void test_times(void) {
     }
   }
   json_decref(doc);
-  px_buf_free(&body);
   px_trace_reset();
 }
 
