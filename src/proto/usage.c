@@ -505,7 +505,9 @@ static const unsigned char scalar_end[256] = {
  * lead the answers of every protocol but Gemini's, so the walk is a few
  * memchr. 1 when every name of pk is found or the object ended; 0 when it
  * met a container that is not empty (or anything else) first: pk holds
- * what it found, the caller walks for the rest with px_json_pick. */
+ * what it found, the caller walks for the rest with px_json_pick. A name
+ * whose value is a container that is not empty gets its start only (len
+ * 0), and the walk ends there. */
 static int lead_pick(const char *p, size_t n, size_t o, px_json_pick_t *pk) {
   size_t found = 0, i = o + 1;
   if (o >= n || p[o] != '{') return 0;
@@ -525,7 +527,12 @@ static int lead_pick(const char *p, size_t n, size_t o, px_json_pick_t *pk) {
     if (vs >= n) return 0;
     if (p[vs] == '{' || p[vs] == '[') { /* an empty one is stepped over ("content":[]) */
       ve = skip_ws(p, vs + 1, n);
-      if (ve >= n || p[ve] != (p[vs] == '{' ? '}' : ']')) return 0;
+      if (ve >= n || p[ve] != (p[vs] == '{' ? '}' : ']')) {
+        if (hit == PX_JSON_PICK_MAX) return 0;
+        pk->at[hit] = vs; /* a container named: its start only (len 0) */
+        pk->len[hit] = 0;
+        return ++found == pk->n;
+      }
       ve++;
     } else if (p[vs] == '"') {
       if ((ve = str_end(p, vs, n)) == END) return 0;
@@ -611,10 +618,18 @@ static void answer_read(const px_wire_watch_t *w, const char *p, size_t n,
     /* the object that holds them: the answer, or an event's inner object
      * (found once, then walked as the answer is) */
     size_t o = 0, e = n;
-    if (outer && px_json_find(p, n, path, 1, &s, &l) == PX_JSON_FOUND && p[s] == '{')
-      o = s, e = s + l;
-    else if (outer)
-      e = 0; /* no such object: nothing to walk */
+    while (o < n && (p[o] == ' ' || p[o] == '\t' || p[o] == '\n' || p[o] == '\r')) o++;
+    if (outer) { /* its start: the walk stops at its closing brace */
+      px_json_pick_t in = {.n = 0, .until_found = 1};
+      px_json_pick_add(&in, outer);
+      if (!lead_pick(p, n, o, &in) && in.at[0] == END &&
+          px_json_find(p, n, path, 1, &s, &l) == PX_JSON_FOUND)
+        in.at[0] = s;
+      if (in.at[0] != END && p[in.at[0]] == '{')
+        o = in.at[0];
+      else
+        e = 0; /* no such object: nothing to walk */
+    }
     px_json_pick_t pk = {.n = 0, .until_found = 1};
     char *to[2];
     unsigned char *tlen[2];
@@ -624,7 +639,6 @@ static void answer_read(const px_wire_watch_t *w, const char *p, size_t n,
         tlen[pk.n] = dlen[k];
         px_json_pick_add(&pk, names[k]);
       }
-    while (o < e && (p[o] == ' ' || p[o] == '\t' || p[o] == '\n' || p[o] == '\r')) o++;
     if (o < e && !lead_pick(p, e, o, &pk)) { /* the names still missing, walked */
       px_json_pick_t rest = {.n = 0, .until_found = 1};
       size_t of[2];
