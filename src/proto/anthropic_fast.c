@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "proxai/fastir.h"
+#include "proxai/jdoc.h"
 #include "proxai/protoutil.h"
 
 #define DECLINE PX_FAST_DECLINE
@@ -1248,6 +1249,95 @@ static int put_media(px_buf_t *b, const px_fpart_t *p) {
   return rc;
 }
 
+/* ---- the reference's refusals, in its order (every part of every
+ * message, before a block is written) ---- */
+
+/* An IMAGE / FILE part the reference refuses (encode_image, encode_file). */
+static int check_media(const px_fpart_t *p, px_tr_err_t *err) {
+  px_fstr_t mt = p->media_type, data = p->data, url = p->url;
+  char b[300];
+  if (url.p != NULL) {
+    if (url.esc) return DECLINE;
+    if (data_url(url, &mt, &data) == 0) url = (px_fstr_t){0};
+  }
+  if (url.p != NULL) return 0;
+  if (p->type == PX_FP_IMAGE)
+    return data.p != NULL && mt.p != NULL ? 0
+                                          : FAIL(err, "image", "image part without url or data");
+  if (mt.p != NULL && mt.esc) return DECLINE;
+  if (data.p != NULL && px_fs_is(mt, "application/pdf")) return 0;
+  if (p->file_id.p != NULL)
+    return FAIL(err, "file_id",
+                "file_id: uploaded file references cannot be sent to an Anthropic "
+                "upstream; send the file data");
+  return FAIL(err, "file",
+              "file: only PDF data or URLs can be sent to an Anthropic upstream (got %s)",
+              mt.p != NULL ? cstr(mt, b, sizeof(b)) : "no media type");
+}
+
+/* Whether tool-call arguments that are no object as the fast reader sees
+ * them are refused by jansson (px_jdoc_loads of the C string, as
+ * px_tool_args_object reads it): 1 refused, 0 taken there (this path
+ * declines), <0 unreadable. */
+static int args_not_object(px_fstr_t args) {
+  px_buf_t b;
+  px_str_t v;
+  px_buf_init(&b, args.n + 1);
+  int rc = -1;
+  if (px_json_unescape(args.p, args.n, args.esc, &b, &v) == 0) {
+    char *c = malloc(v.len + 1);
+    if (c != NULL) {
+      memcpy(c, v.ptr, v.len);
+      c[v.len] = 0;
+      json_t *j = px_jdoc_loads(c, JSON_DECODE_ANY, NULL);
+      rc = !json_is_object(j);
+      json_decref(j);
+      free(c);
+    }
+  }
+  px_buf_free(&b);
+  return rc;
+}
+
+/* A tool call's input made (an object), or the reference's refusal. */
+static int call_input(px_fpart_t *p, px_arena_t *a) {
+  if (p->input.ptr != NULL) return 0;
+  int blank = px_fs_blank_value(p->args); /* also no arguments (args.p NULL) */
+  if (blank == 1) {
+    p->input = (px_str_t){"{}", 2};
+    return 0;
+  }
+  if (blank == 0 && px_fast_args_object(a, p) == 0) return 0;
+  return blank < 0 || p->id.esc || args_not_object(p->args) != 1 ? DECLINE : REFUSE;
+}
+
+static int check_parts(const enc_t *e, const px_freq_t *ir, px_tr_err_t *err) {
+  char id[300];
+  for (const px_fmsg_t *m = ir->msgs; m; m = m->next)
+    for (px_fpart_t *p = m->parts; p; p = p->next) {
+      int rc = 0;
+      if (p->type == PX_FP_IMAGE || p->type == PX_FP_FILE) {
+        rc = check_media(p, err);
+      } else if (p->type == PX_FP_TOOL_CALL) {
+        if ((rc = call_input(p, e->a)) == REFUSE) {
+          const char *n = px_in_names(e->ctx)->tool_args_param;
+          px_tr_fail(err, n, "%s: arguments of tool call '%s' are not a JSON object", n,
+                     p->id.p ? cstr(p->id, id, sizeof(id)) : "");
+        }
+      } else if (p->type == PX_FP_TOOL_RESULT) {
+        const px_fpart_t *c = p->content;
+        if (c != NULL && c->next == NULL && c->type == PX_FP_TEXT) continue;
+        for (; c && rc == 0; c = c->next)
+          if (c->type == PX_FP_IMAGE || c->type == PX_FP_FILE)
+            rc = check_media(c, err);
+          else if (c->type != PX_FP_TEXT)
+            rc = FAIL(err, "tool_result.content", "tool_result.content: unsupported part");
+      }
+      if (rc != 0) return rc;
+    }
+  return 0;
+}
+
 static int put_tool_result(px_buf_t *b, const px_fpart_t *p) {
   int rc = px_fb_lit(b, "{\"type\":\"tool_result\",\"tool_use_id\":");
   if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : (px_fstr_t){"", 0, 0});
@@ -1557,6 +1647,8 @@ static int anth_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
     }
     if (rc == 0) rc = px_fb_lit(b, "]");
   }
+  int refused = check_parts(&e, ir, err);
+  if (refused != 0) return refused;
   messages_lossy(&e, ir, lossy);
   if (rc == 0) rc = encode_messages(b, &e, ir);
   int thinking = 0;
@@ -1802,8 +1894,10 @@ const px_fast_ops_t px_anthropic_fast = {
     .encode_request = anth_fast_encode_request,
     .decode_response = anth_fast_decode_response,
     .encode_response = anth_fast_encode_response,
-    .encodes = PX_FU_REASONING | PX_FU_REASONING_CFG | PX_FU_MEDIA | PX_FU_REFUSAL |
-               PX_FU_RF_JSON,
+    /* custom tools and calls as the reference writes them (a function
+     * tool, input {}); prompt_cache_key and verbosity never reach it (the
+     * fit drops them: no caps) and are not written */
+    .encodes = PX_FU_ALL | PX_FU_SYSTEM_NOTE,
     .resp_encodes = PX_FU_REASONING,
     .response_checked = 1,
 };
