@@ -1692,8 +1692,87 @@ static int decode_usage(px_fw_t *w, px_fresp_t *ir) {
   return 0;
 }
 
-/* the content array at the cursor (checked reads) */
-static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
+/* whether a string's value is "" as a C string reads it (px_jstr: an
+ * escaped NUL first ends it) */
+static int cempty(px_fstr_t s) {
+  return s.n == 0 || (s.esc && s.n >= 6 && memcmp(s.p, "\\u0000", 6) == 0);
+}
+
+/* The C string a string's value is (the reference's px_jstr: cut at a
+ * NUL): a view of s, or unescaped into b. 0 or -1. */
+static int cvalue(px_fstr_t s, px_buf_t *b, px_str_t *v) {
+  if (px_json_unescape(s.p, s.n, s.esc, b, v) < 0) return -1;
+  const char *z = memchr(v->ptr, 0, v->len);
+  if (z != NULL) v->len = (size_t)(z - v->ptr);
+  return 0;
+}
+
+/* A text block's citations (a non-empty array) -> the IR annotations, raw
+ * JSON in the arena: a citation with a URL spans the whole text, the
+ * others are named (citations_to_annotations). ann->ptr NULL: none. */
+static int citations_in(const px_fv_t *cits, px_fstr_t text, px_arena_t *a,
+                        px_lossy_t *lossy, px_str_t *ann) {
+  static const px_fkey_t keys[] = {PX_FK("url"), PX_FK("title")};
+  px_fw_t w = {cits->raw.ptr, cits->raw.len, 0};
+  px_buf_t b;
+  int r, rc = 0;
+  size_t chars = 0;
+  int counted = 0;
+  ann->ptr = NULL;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  px_buf_init(&b, SIZE_MAX);
+  while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[2];
+    unsigned seen = 0;
+    if (px_fw_peek(&w) != PX_FV_OBJ) {
+      rc = skip_value(&w);
+      px_lossy_add(lossy, "content[].citations");
+      continue;
+    }
+    if (px_fw_kfields(&w, keys, 2, f, &seen) != 0) {
+      rc = DECLINE;
+      break;
+    }
+    if (!(seen & 1) || f[0].kind != PX_FV_STR) {
+      px_lossy_add(lossy, "content[].citations");
+      continue;
+    }
+    if (!counted) {
+      px_buf_t tb;
+      px_str_t tv;
+      px_buf_init(&tb, text.n + 1);
+      if (cvalue(text, &tb, &tv) < 0) rc = DECLINE;
+      else chars = px_utf8_chars(tv.ptr, tv.len);
+      px_buf_free(&tb);
+      counted = 1;
+    }
+    if (rc == 0) rc = px_fb_lit(&b, b.len ? ",{\"type\":\"url_citation\",\"url\":"
+                                          : "[{\"type\":\"url_citation\",\"url\":");
+    if (rc == 0) rc = px_fb_str(&b, f[0].s);
+    if (rc == 0) rc = px_fb_lit(&b, ",\"start_index\":0,\"end_index\":");
+    if (rc == 0) rc = px_fb_i64(&b, (int64_t)chars);
+    if (rc == 0 && (seen & 2) && f[1].kind == PX_FV_STR) {
+      rc = px_fb_lit(&b, ",\"title\":");
+      if (rc == 0) rc = px_fb_str(&b, f[1].s);
+    }
+    if (rc == 0) rc = px_fb_lit(&b, "}");
+  }
+  if (rc == 0 && r < 0) rc = DECLINE;
+  if (rc == 0 && b.len > 0 && (rc = px_fb_lit(&b, "]")) == 0) {
+    char *copy = px_arena_alloc(a, b.len);
+    if (copy == NULL) rc = DECLINE;
+    else memcpy(copy, b.data, b.len);
+    *ann = (px_str_t){copy, b.len};
+  }
+  px_buf_free(&b);
+  return rc == 0 ? 0 : DECLINE;
+}
+
+/* The content array at the cursor (checked reads). What is dropped is
+ * named in *lossy; a citation without a URL only in *cited (named unless
+ * the answer is a refusal: its texts keep no citations). */
+static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                          px_lossy_t *cited) {
   static const px_fkey_t keys[] = {
       PX_FK("type"),  PX_FK("text"),     PX_FK("citations"), PX_FK("id"),  PX_FK("name"),
       PX_FK("input"), PX_FK("thinking"), PX_FK("signature"), PX_FK("data")};
@@ -1702,17 +1781,25 @@ static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
   while ((r = px_fc_elem(w, &first)) == 1) {
     px_fv_t f[NKEYS(keys)];
     unsigned seen = 0;
+    if (w->p[w->i] != '{') { /* no type: skipped there */
+      if (px_fc_value(w, f) < 0) return DECLINE;
+      continue;
+    }
     if (px_fc_fields(w, keys, NKEYS(keys), f, &seen) != 0) return DECLINE;
 #define HAS(x) (seen & (1u << (x)))
 #define STR_OR_EMPTY(x) \
   (HAS(x) && f[x].kind == PX_FV_STR ? f[x].s : (px_fstr_t){"", 0, 0})
     if (!HAS(0) || f[0].kind != PX_FV_STR) continue; /* no type: skipped there */
+    px_fstr_t t = f[0].s;
+    if (t.esc) return DECLINE;
     px_fpart_t *p;
-    if (px_fs_is(f[0].s, "text")) {
-      if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw)) return DECLINE;
+    if (px_fs_is(t, "text")) {
       p = px_fpart_text(a, STR_OR_EMPTY(1));
       if (p == NULL) return DECLINE;
-    } else if (px_fs_is(f[0].s, "tool_use")) {
+      if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw) &&
+          citations_in(&f[2], p->text, a, cited, &p->annotations) != 0)
+        return DECLINE;
+    } else if (px_fs_is(t, "tool_use")) {
       p = px_fpart_new(a, PX_FP_TOOL_CALL);
       if (p == NULL) return DECLINE;
       p->id = STR_OR_EMPTY(3);
@@ -1720,20 +1807,27 @@ static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
       if (!HAS(5)) p->args = (px_fstr_t){"{}", 2, 0};
       else if (px_fast_dump_value(a, f[5].raw, &p->args) != 0) return DECLINE;
       if (HAS(5) && f[5].kind == PX_FV_OBJ) p->input = f[5].raw;
-    } else if (px_fs_is(f[0].s, "thinking") || px_fs_is(f[0].s, "redacted_thinking")) {
+    } else if (px_fs_is(t, "thinking") || px_fs_is(t, "redacted_thinking")) {
       /* reasoning: a signature (as it is: no family tag read here) or the
        * redacted data */
-      int red = !px_fs_is(f[0].s, "thinking"),
-          k = px_frtok_index(red ? "redacted_data" : "signature");
+      int red = !px_fs_is(t, "thinking"), k = px_frtok_index(red ? "redacted_data" : "signature");
       p = px_fpart_new(a, PX_FP_REASONING);
       if (p == NULL || k < 0) return DECLINE;
       p->text = red ? (px_fstr_t){"", 0, 0} : STR_OR_EMPTY(6);
       if (red)
         p->tok[k] = STR_OR_EMPTY(8);
-      else if (HAS(7) && f[7].kind == PX_FV_STR && f[7].s.n > 0)
+      else if (HAS(7) && f[7].kind == PX_FV_STR && !cempty(f[7].s))
         p->tok[k] = f[7].s;
     } else {
-      return DECLINE; /* server tools ...: the jansson codec */
+      /* server tools' blocks (their history cannot be replayed elsewhere),
+       * and blocks of kinds this gateway does not know */
+      const char *drop = px_fs_is(t, "server_tool_use") || px_fs_is(t, "mcp_tool_use")
+                             ? "content[].server_tool_use"
+                         : server_result_type(t) ? "content[].server_tool_result"
+                                                 : "content[].unknown_block";
+      px_lossy_add(lossy, drop);
+      px_lossy_add(cited, drop);
+      continue;
     }
 #undef STR_OR_EMPTY
 #undef HAS
@@ -1750,39 +1844,50 @@ static const px_fkey_t resp_keys[] = {
     PX_FK("stop_sequence"), PX_FK("stop_details"), PX_FK("usage")};
 
 static int anth_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                     px_tr_err_t *err) {
   (void)ctx;
-  (void)lossy;
   px_fv_t f[NKEYS(resp_keys)];
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
   unsigned seen = 0;
-  int r, first = 1;
+  int r, first = 1, not_array = 0;
+  /* what the content drops, named as for a refusal (l) and otherwise (lc:
+   * with the citations the texts could not keep) */
+  px_lossy_t l, lc;
+  px_lossy_init(&l);
+  px_lossy_init(&lc);
 #define HAS(x) (seen & (1u << (x)))
   if (px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fc_member(&w, &k, &first)) == 1) {
     int ki = px_fk_of(k, resp_keys, NKEYS(resp_keys));
     if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
-    if (ki == R_CONTENT) {
-      if (w.p[w.i] != '[' || decode_content(&w, ir, a) != 0) return DECLINE;
+    if (ki == R_CONTENT && w.p[w.i] == '[') {
+      if (decode_content(&w, ir, a, &l, &lc) != 0) return DECLINE;
     } else if (ki == R_USAGE && w.p[w.i] == '{') {
       if (decode_usage(&w, ir) != 0) return DECLINE;
     } else {
       px_fv_t v;
       if (px_fc_value(&w, &v) < 0) return DECLINE;
       if (ki >= 0) f[ki] = v;
+      if (ki == R_CONTENT) not_array = 1;
     }
   }
-  if (r < 0 || px_fc_end(&w) < 0 || !HAS(R_CONTENT)) return DECLINE;
+  if (r < 0 || px_fc_end(&w) < 0) return DECLINE;
+  if (!HAS(R_CONTENT) || not_array) {
+    px_tr_fail(err, "content", "upstream response is not an Anthropic message");
+    if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+    return REFUSE;
+  }
   if (!HAS(R_USAGE)) ir->usage_known = 1, ir->usage_in = ir->usage_out = -1;
   if (HAS(R_ID) && f[R_ID].kind == PX_FV_STR) ir->id = f[R_ID].s;
   if (HAS(R_MODEL) && f[R_MODEL].kind == PX_FV_STR) ir->model = f[R_MODEL].s;
   ir->stop = PX_STOP_NONE;
+  int refusal = 0;
   if (HAS(R_STOP) && f[R_STOP].kind == PX_FV_STR) {
     char sr[40];
     px_fstr_t s = f[R_STOP].s;
     if (s.esc) return DECLINE;
-    if (px_fs_is(s, "refusal")) return DECLINE;
     if (s.n >= sizeof(sr)) {
       ir->stop = PX_STOP_END_TURN;
     } else {
@@ -1790,10 +1895,25 @@ static int anth_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
       sr[s.n] = 0;
       ir->stop = strcmp(sr, "model_context_window_exceeded") == 0 ? PX_STOP_MAX_TOKENS
                                                                    : px_stop_parse(sr);
+      refusal = strcmp(sr, "refusal") == 0;
     }
   }
+  if (refusal) /* the texts are the refusal's wording, without citations */
+    for (px_fpart_t *p = ir->content; p; p = p->next)
+      if (p->type == PX_FP_TEXT) {
+        p->type = PX_FP_REFUSAL;
+        p->annotations = (px_str_t){NULL, 0};
+      }
+  px_lossy_merge(lossy, refusal ? &l : &lc);
   if (HAS(R_STOPSEQ) && f[R_STOPSEQ].kind == PX_FV_STR) ir->stop_sequence = f[R_STOPSEQ].s;
-  if (HAS(R_STOPDET) && f[R_STOPDET].kind == PX_FV_OBJ) return DECLINE;
+  if (HAS(R_STOPDET) && f[R_STOPDET].kind == PX_FV_OBJ) {
+    static const px_fkey_t dkeys[] = {PX_FK("explanation"), PX_FK("category")};
+    px_fv_t d[2];
+    unsigned ds = 0;
+    if (px_fv_kfields(&f[R_STOPDET], dkeys, 2, d, &ds) != 0) return DECLINE;
+    if ((ds & 1) && d[0].kind == PX_FV_STR) ir->refusal_explanation = d[0].s;
+    if ((ds & 2) && d[1].kind == PX_FV_STR) px_lossy_add(lossy, "stop_details.category");
+  }
 #undef HAS
   return 0;
 }
@@ -1808,7 +1928,7 @@ static int reasoning_block(const px_fpart_t *p) {
   px_fstr_t tok;
   int red = px_frtok_index("redacted_data");
   return (red >= 0 && p->tok[red].p != NULL) ||
-         px_frtok_out(PX_PROTO_ANTHROPIC, p, &tag, &tok) || p->text.n > 0;
+         px_frtok_out(PX_PROTO_ANTHROPIC, p, &tag, &tok) || !cempty(p->text);
 }
 
 /* a reasoning part -> a redacted_thinking block, or a thinking block with
@@ -1833,14 +1953,155 @@ static int put_reasoning(px_buf_t *b, const px_fpart_t *p) {
   return rc;
 }
 
+/* A tool call's id as the reference makes it unique (px_idset_unique):
+ * its own when non-empty and not taken by an earlier call of the answer,
+ * else call_proxai_<n>[_<k>]; into ids[n]. Escaped ids decline. */
+static int id_taken(const px_fstr_t *ids, int n, const char *s, size_t len) {
+  for (int i = 0; i < n; i++)
+    if (ids[i].n == len && memcmp(ids[i].p, s, len) == 0) return 1;
+  return 0;
+}
+
+static int unique_id(px_arena_t *a, px_fstr_t id, px_fstr_t *ids, int n) {
+  if (id.esc) return DECLINE;
+  if (id.n > 0 && !id_taken(ids, n, id.p, id.n)) {
+    ids[n] = id;
+    return 0;
+  }
+  char minted[48];
+  for (int k = 0;; k++) {
+    if (k == 0)
+      snprintf(minted, sizeof(minted), "call_proxai_%d", n);
+    else
+      snprintf(minted, sizeof(minted), "call_proxai_%d_%d", n, k);
+    if (!id_taken(ids, n, minted, strlen(minted))) break;
+  }
+  size_t len = strlen(minted);
+  char *c = px_arena_alloc(a, len + 1);
+  if (c == NULL) return DECLINE;
+  memcpy(c, minted, len);
+  ids[n] = (px_fstr_t){c, len, 0};
+  return 0;
+}
+
+/* The byte offset of character ci of s[0..n) (clipped to n). */
+static size_t utf8_offset(const char *s, size_t n, int64_t ci) {
+  size_t at = 0;
+  for (int64_t k = 0; k < ci && at < n; k++) {
+    size_t l = px_utf8_seq((const unsigned char *)s + at, n - at);
+    at += l ? l : 1;
+  }
+  return at;
+}
+
+/* whether an escaped string may hold a NUL (a C string cuts it there) */
+static int esc_nul(px_fstr_t s) {
+  return s.esc && s.n >= 6 && memmem(s.p, s.n, "\\u0000", 6) != NULL;
+}
+
+/* A text part's IR annotations -> ,"citations":[...] (web search result
+ * locations, the cited text cut from the text by the annotation's
+ * characters); what has no citation form is named (annotations_to_citations,
+ * px_anthropic_citation). Nothing written when none maps. */
+static int put_citations(px_buf_t *b, const px_tr_ctx_t *ctx, const px_fpart_t *p,
+                         px_lossy_t *lossy) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("url"), PX_FK("title"),
+                                   PX_FK("start_index"), PX_FK("end_index")};
+  px_fw_t w = {p->annotations.ptr, p->annotations.len, 0};
+  px_buf_t tb;
+  px_str_t tv = {NULL, 0};
+  int r, rc = 0, first = 1, have_text = 0;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  px_buf_init(&tb, p->text.n + 1);
+  while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[NKEYS(keys)];
+    unsigned seen = 0;
+    px_fstr_t t = {0};
+    if (px_fw_peek(&w) != PX_FV_OBJ) {
+      rc = skip_value(&w);
+      px_lossy_add(lossy, px_lossy_annotations(ctx));
+      continue;
+    }
+    if (px_fw_kfields(&w, keys, NKEYS(keys), f, &seen) != 0) {
+      rc = DECLINE;
+      break;
+    }
+    int rt = plain_str((seen & 1) ? &f[0] : NULL, &t);
+    if (rt < 0 || ((seen & 2) && f[1].kind == PX_FV_STR && esc_nul(f[1].s))) {
+      rc = DECLINE;
+      break;
+    }
+    if (rt == 0 || !px_fs_is(t, "url_citation") || !(seen & 2) || f[1].kind != PX_FV_STR ||
+        cempty(f[1].s)) {
+      px_lossy_add(lossy, px_lossy_annotations(ctx));
+      continue;
+    }
+    int64_t si = 0, ei = -1;
+    if (((seen & 8) && px_fw_jint(&f[3], 0, &si) != 0) ||
+        ((seen & 16) && px_fw_jint(&f[4], -1, &ei) != 0)) {
+      rc = DECLINE;
+      break;
+    }
+    if (!have_text) {
+      if (cvalue(p->text.p ? p->text : (px_fstr_t){"", 0, 0}, &tb, &tv) < 0) {
+        rc = DECLINE;
+        break;
+      }
+      have_text = 1;
+    }
+    size_t from = si > 0 ? utf8_offset(tv.ptr, tv.len, si) : 0;
+    size_t to = ei >= 0 ? utf8_offset(tv.ptr, tv.len, ei) : tv.len;
+    if (to < from) to = from;
+    rc = px_fb_lit(b, first ? ",\"citations\":[{\"type\":\"web_search_result_location\",\"url\":"
+                            : ",{\"type\":\"web_search_result_location\",\"url\":");
+    first = 0;
+    if (rc == 0) rc = px_fb_str(b, f[1].s);
+    if (rc == 0) rc = px_fb_lit(b, ",\"title\":");
+    if (rc == 0)
+      rc = (seen & 4) && f[2].kind == PX_FV_STR ? px_fb_str(b, f[2].s) : px_fb_lit(b, "null");
+    if (rc == 0) rc = px_fb_lit(b, ",\"cited_text\":");
+    if (rc == 0) rc = px_buf_json_str(b, tv.ptr + from, to - from);
+    if (rc == 0) rc = px_fb_lit(b, ",\"encrypted_index\":\"\"}");
+  }
+  if (rc == 0 && r < 0) rc = DECLINE;
+  if (rc == 0 && !first) rc = px_fb_lit(b, "]");
+  px_buf_free(&tb);
+  return rc;
+}
+
 static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
-                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
-  (void)lossy;
-  if (ir->id.esc || !px_fast_ids_plain(ir->content)) return DECLINE;
+                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy,
+                                     px_tr_err_t *err) {
+  if (ir->id.esc) return DECLINE;
+  /* the calls' inputs (the reference's refusal: arguments that are no
+   * object) and ids (non-empty and unique, else minted), and the first
+   * refusal's wording, before a byte is written */
+  int ncalls = 0, rc = 0;
+  const px_fpart_t *refusal = NULL;
+  for (const px_fpart_t *p = ir->content; p; p = p->next) {
+    ncalls += p->type == PX_FP_TOOL_CALL;
+    if (p->type == PX_FP_REFUSAL && refusal == NULL) refusal = p;
+  }
+  px_fstr_t *ids = ncalls ? px_arena_alloc(a, sizeof(*ids) * (size_t)ncalls) : NULL;
+  if (ncalls && ids == NULL) return DECLINE;
+  int n = 0;
+  for (px_fpart_t *p = ir->content; p; p = p->next) {
+    if (p->type != PX_FP_TOOL_CALL) continue;
+    if ((rc = call_input(p, a)) == REFUSE) {
+      char id[300];
+      px_tr_fail(err, "tool_calls.arguments",
+                 "upstream tool call '%s' has arguments that are not a JSON object",
+                 p->id.p ? cstr(p->id, id, sizeof(id)) : "");
+      if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+      return REFUSE;
+    }
+    if (rc != 0 || unique_id(a, p->id, ids, n) != 0) return DECLINE;
+    n++;
+  }
   px_stop_t st = ir->stop == PX_STOP_NONE ? PX_STOP_END_TURN : ir->stop;
+  if (refusal != NULL) st = PX_STOP_REFUSAL;
   const char *sr = px_stop_to_anthropic(st);
-  if (strcmp(sr, "refusal") == 0) return DECLINE;
-  int rc = px_fb_lit(b, "{\"id\":\"");
+  rc = px_fb_lit(b, "{\"id\":\"");
   if (rc == 0) rc = px_buf_mint_id(b, "msg_", (px_str_t){ir->id.p, ir->id.n});
   if (rc == 0) rc = px_fb_lit(b, "\",\"type\":\"message\",\"role\":\"assistant\",\"model\":");
   if (rc == 0 && ctx->client_model)
@@ -1849,19 +2110,29 @@ static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
     rc = px_fb_str(b, ir->model.p ? ir->model : (px_fstr_t){"", 0, 0});
   if (rc == 0) rc = px_fb_lit(b, ",\"content\":[");
   int first = 1;
+  n = 0;
   for (px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
     if (p->type == PX_FP_REASONING && !reasoning_block(p)) continue;
+    if (p->type == PX_FP_IMAGE || p->type == PX_FP_FILE) continue; /* no block there */
     if (!first) rc = px_fb_lit(b, ",");
     first = 0;
     if (rc != 0) break;
-    if (p->type == PX_FP_TEXT) {
+    if (p->type == PX_FP_TEXT || p->type == PX_FP_REFUSAL) {
       rc = px_fb_lit(b, "{\"type\":\"text\",\"text\":");
-      if (rc == 0) rc = px_fb_str(b, p->text);
+      if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : (px_fstr_t){"", 0, 0});
+      if (rc == 0 && p->type == PX_FP_TEXT && p->annotations.ptr != NULL)
+        rc = put_citations(b, ctx, p, lossy);
       if (rc == 0) rc = px_fb_lit(b, "}");
     } else if (p->type == PX_FP_REASONING) {
       rc = put_reasoning(b, p);
     } else if (p->type == PX_FP_TOOL_CALL) {
-      rc = put_tool_use(b, p, a);
+      rc = px_fb_lit(b, "{\"type\":\"tool_use\",\"id\":");
+      if (rc == 0) rc = px_fb_str(b, ids[n++]);
+      if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
+      if (rc == 0) rc = px_fb_str(b, p->name.p ? p->name : (px_fstr_t){"", 0, 0});
+      if (rc == 0) rc = px_fb_lit(b, ",\"input\":");
+      if (rc == 0) rc = px_fb_raw(b, p->input);
+      if (rc == 0) rc = px_fb_lit(b, "}");
     } else {
       rc = DECLINE; /* not in a fast answer (px_fast_ops_t.resp_encodes) */
     }
@@ -1870,6 +2141,16 @@ static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   if (rc == 0) rc = px_fb_lit(b, sr);
   if (rc == 0) rc = px_fb_lit(b, "\",\"stop_sequence\":");
   if (rc == 0) rc = ir->stop_sequence.p ? px_fb_str(b, ir->stop_sequence) : px_fb_lit(b, "null");
+  if (rc == 0 && strcmp(sr, "refusal") == 0) {
+    /* why: the upstream's explanation, else the refusal's wording */
+    px_fstr_t expl = ir->refusal_explanation.p ? ir->refusal_explanation
+                     : refusal != NULL         ? refusal->text
+                                               : (px_fstr_t){0};
+    rc = px_fb_lit(b, ",\"stop_details\":{\"type\":\"refusal\",\"category\":null,"
+                      "\"explanation\":");
+    if (rc == 0) rc = expl.p ? px_fb_str(b, expl) : px_fb_lit(b, "null");
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
   int64_t in = ir->has_usage ? ir->in : -1, out = ir->has_usage ? ir->out : -1;
   int64_t cr = ir->has_usage ? ir->cache_read : -1, cc = ir->has_usage ? ir->cache_creation : -1;
   if (cr < 0) cr = 0;
@@ -1898,6 +2179,7 @@ const px_fast_ops_t px_anthropic_fast = {
      * tool, input {}); prompt_cache_key and verbosity never reach it (the
      * fit drops them: no caps) and are not written */
     .encodes = PX_FU_ALL | PX_FU_SYSTEM_NOTE,
-    .resp_encodes = PX_FU_REASONING,
+    .resp_encodes = PX_FU_REASONING | PX_FU_REFUSAL | PX_FU_CUSTOM | PX_FU_MEDIA |
+                    PX_FU_ANNOTATIONS | PX_FU_REFUSAL_EXPL,
     .response_checked = 1,
 };
