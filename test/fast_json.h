@@ -47,10 +47,11 @@ static inline void px_test_refusal(const char *what, const px_tr_ctx_t *ctx,
       strcmp(fe->message, es->message) == 0)
     return;
   px_test_census_missed++;
-  fprintf(stderr, "census: REFUSAL DIFFERS %s %s (%s -> %s): fast [%s] %s; jansson %s[%s] %s\n",
+  fprintf(stderr,
+          "census: REFUSAL DIFFERS %s %s (%s -> %s): fast [%s] %s; jansson %s[%s] %s\n",
           what, px_test_census_name, px_proto_get(ctx->in)->name,
-          px_proto_get(ctx->out)->name, fe->param, fe->message,
-          rc < 0 ? "" : "took it ", es->param, es->message);
+          px_proto_get(ctx->out)->name, fe->param, fe->message, rc < 0 ? "" : "took it ",
+          es->param, es->message);
 }
 
 static inline int px_test_fast_request(const px_tr_ctx_t *ctx, json_t *body, json_t **out,
@@ -75,7 +76,8 @@ static inline int px_test_fast_request(const px_tr_ctx_t *ctx, json_t *body, jso
     json_t *jo = NULL;
     memset(&es, 0, sizeof(es));
     px_lossy_init(&l);
-    px_test_refusal("request", ctx, &fe, px_translate_request(ctx, body, &jo, &l, &es), &es);
+    px_test_refusal("request", ctx, &fe, px_translate_request(ctx, body, &jo, &l, &es),
+                    &es);
     json_decref(jo);
   } else if (rc != 0) {
     px_test_census("request", ctx);
@@ -105,7 +107,8 @@ static inline int px_test_fast_response(const px_tr_ctx_t *ctx, json_t *body, js
     json_t *jo = NULL;
     memset(&es, 0, sizeof(es));
     px_lossy_init(&l);
-    px_test_refusal("response", ctx, &fe, px_translate_response(ctx, body, &jo, &l, &es), &es);
+    px_test_refusal("response", ctx, &fe, px_translate_response(ctx, body, &jo, &l, &es),
+                    &es);
     json_decref(jo);
   } else if (rc != 0) {
     px_test_census("response", ctx);

@@ -221,8 +221,8 @@ typedef struct px_fresp {
 #define PX_FU_VERBOSITY (1u << 7)     /**< verbosity (after the fit) */
 /** The first fast IR's bits; the bits after it are listed one by one. */
 #define PX_FU_ALL 0xffu
-#define PX_FU_SYSTEM_NOTE (1u << 8)  /**< system_note messages (issue 21) */
-#define PX_FU_ANNOTATIONS (1u << 9)  /**< answers: TEXT annotations (issue 21) */
+#define PX_FU_SYSTEM_NOTE (1u << 8)   /**< system_note messages (issue 21) */
+#define PX_FU_ANNOTATIONS (1u << 9)   /**< answers: TEXT annotations (issue 21) */
 #define PX_FU_REFUSAL_EXPL (1u << 10) /**< answers: refusal_explanation (issue 21) */
 /** The PX_FU_* a decoded request uses. */
 unsigned px_freq_uses(const px_freq_t *ir);

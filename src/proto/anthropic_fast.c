@@ -90,7 +90,8 @@ typedef struct fpath {
 } fpath_t;
 
 /* the reference's pathf: a path cut at the buffer's size */
-static void pathf(char *p, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void pathf(char *p, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void pathf(char *p, size_t n, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -156,8 +157,9 @@ bad:;
 
 /* a system value (the member, or a system turn's content) at the cursor:
  * its TEXT parts appended to *head .. *tail */
-static int decode_system(px_fw_t *w, const char *path, px_fpart_t **head, px_fpart_t **tail,
-                         px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+static int decode_system(px_fw_t *w, const char *path, px_fpart_t **head,
+                         px_fpart_t **tail, px_arena_t *a, px_lossy_t *lossy,
+                         px_tr_err_t *err) {
   px_fv_kind_t kind = px_fw_peek(w);
   if (kind == PX_FV_STR) {
     px_fv_t v;
@@ -257,13 +259,13 @@ typedef struct {
 } block_t;
 #define BHAS(b, x) ((b)->seen & (1u << (x)))
 
-/* the block at the cursor read (DECLINE), or *isobj 0 when it is no object
- * (skipped) */
-static int read_block(px_fw_t *w, block_t *b, int *isobj) {
+/* the block at the cursor read (no member when it is no object: skipped);
+ * 0 or DECLINE */
+static int read_block(px_fw_t *w, block_t *b) {
   b->seen = 0;
-  *isobj = px_fw_peek(w) == PX_FV_OBJ;
-  if (!*isobj) return skip_value(w);
-  return px_fw_kfields(w, block_keys, NKEYS(block_keys), b->f, &b->seen) != 0 ? DECLINE : 0;
+  if (px_fw_peek(w) != PX_FV_OBJ) return skip_value(w);
+  return px_fw_kfields(w, block_keys, NKEYS(block_keys), b->f, &b->seen) != 0 ? DECLINE
+                                                                              : 0;
 }
 
 /* a part appended to the list *head .. *tail (NULL: out of memory) */
@@ -276,9 +278,10 @@ static int push_new(px_fpart_t **head, px_fpart_t **tail, px_fpart_t *p) {
 /* a document block -> FILE or TEXT parts (text sources: the words are the
  * content) */
 static int document(const block_t *blk, const fpath_t *path, px_fpart_t **head,
-                    px_fpart_t **tail, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
-  static const px_fkey_t keys[] = {PX_FK("type"),    PX_FK("media_type"), PX_FK("data"),
-                                   PX_FK("url"),     PX_FK("file_id"),    PX_FK("content")};
+                    px_fpart_t **tail, px_arena_t *a, px_lossy_t *lossy,
+                    px_tr_err_t *err) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("media_type"), PX_FK("data"),
+                                   PX_FK("url"),  PX_FK("file_id"),    PX_FK("content")};
   enum { S_TYPE, S_MT, S_DATA, S_URL, S_FID, S_CONTENT };
   px_fv_t f[NKEYS(keys)];
   unsigned seen = 0;
@@ -314,11 +317,13 @@ static int document(const block_t *blk, const fpath_t *path, px_fpart_t **head,
     if ((pt = px_fpart_new(a, PX_FP_FILE)) == NULL) return DECLINE;
     pt->url = f[S_URL].s;
     px_fpart_push(head, tail, pt);
-  } else if (rs == 1 && px_fs_is(st, "file") && HAS(S_FID) && f[S_FID].kind == PX_FV_STR) {
+  } else if (rs == 1 && px_fs_is(st, "file") && HAS(S_FID) &&
+             f[S_FID].kind == PX_FV_STR) {
     if ((pt = px_fpart_new(a, PX_FP_FILE)) == NULL) return DECLINE;
     pt->file_id = f[S_FID].s;
     px_fpart_push(head, tail, pt);
-  } else if (rs == 1 && px_fs_is(st, "text") && HAS(S_DATA) && f[S_DATA].kind == PX_FV_STR) {
+  } else if (rs == 1 && px_fs_is(st, "text") && HAS(S_DATA) &&
+             f[S_DATA].kind == PX_FV_STR) {
     if (push_new(head, tail, px_fpart_text(a, f[S_DATA].s)) != 0) return DECLINE;
   } else if (rs == 1 && px_fs_is(st, "content")) {
     px_fv_t *c = HAS(S_CONTENT) ? &f[S_CONTENT] : NULL;
@@ -326,21 +331,22 @@ static int document(const block_t *blk, const fpath_t *path, px_fpart_t **head,
       if (push_new(head, tail, px_fpart_text(a, c->s)) != 0) return DECLINE;
     } else if (c != NULL && c->kind == PX_FV_ARR) {
       px_fw_t cw = {c->raw.ptr, c->raw.len, 0};
-      int r, isobj;
+      int r;
       size_t i = 0;
       if (px_fw_open(&cw, '[') < 0) return DECLINE;
       while ((r = px_fw_elem(&cw)) == 1) {
         block_t e;
         px_fstr_t et = {0};
         fpath_t q = {path, 1, i++, 0};
-        if (read_block(&cw, &e, &isobj) != 0) return DECLINE;
+        if (read_block(&cw, &e) != 0) return DECLINE;
         int rt = plain_str(BHAS(&e, B_TYPE) ? &e.f[B_TYPE] : NULL, &et);
         if (rt < 0) return DECLINE;
         if (rt == 1 && px_fs_is(et, "text") && BHAS(&e, B_TEXT) &&
             e.f[B_TEXT].kind == PX_FV_STR) {
           if (push_new(head, tail, px_fpart_text(a, e.f[B_TEXT].s)) != 0) return DECLINE;
         } else if (rt == 1 && px_fs_is(et, "image")) {
-          int rc = image_part(BHAS(&e, B_SOURCE) ? &e.f[B_SOURCE] : NULL, &q, a, &pt, err);
+          int rc =
+              image_part(BHAS(&e, B_SOURCE) ? &e.f[B_SOURCE] : NULL, &q, a, &pt, err);
           if (rc != 0) return rc;
           px_fpart_push(head, tail, pt);
         } else {
@@ -405,7 +411,7 @@ static int tool_result_content(const block_t *blk, const fpath_t *path, px_fpart
   }
   px_fw_t w = {c->raw.ptr, c->raw.len, 0};
   px_fpart_t *tail = NULL;
-  int r, isobj;
+  int r;
   size_t i = 0;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(&w)) == 1) {
@@ -414,10 +420,11 @@ static int tool_result_content(const block_t *blk, const fpath_t *path, px_fpart
     fpath_t q = {path, 0, i++, 0};
     px_fpart_t *pt = NULL;
     int rc;
-    if (read_block(&w, &b, &isobj) != 0) return DECLINE;
+    if (read_block(&w, &b) != 0) return DECLINE;
     int rt = plain_str(BHAS(&b, B_TYPE) ? &b.f[B_TYPE] : NULL, &t);
     if (rt < 0) return DECLINE;
-    if (rt == 1 && px_fs_is(t, "text") && BHAS(&b, B_TEXT) && b.f[B_TEXT].kind == PX_FV_STR) {
+    if (rt == 1 && px_fs_is(t, "text") && BHAS(&b, B_TEXT) &&
+        b.f[B_TEXT].kind == PX_FV_STR) {
       if ((pt = px_fpart_text(a, b.f[B_TEXT].s)) == NULL) return DECLINE;
       if (BHAS(&b, B_CIT)) px_lossy_add(lossy, "messages[].content[].citations");
     } else if (rt == 1 && px_fs_is(t, "image")) {
@@ -457,8 +464,8 @@ static int decode_block(px_fw_t *w, const fpath_t *path, px_fmsg_t *m, px_arena_
   const px_fv_t *f = blk.f;
   px_fstr_t t = {0};
   char p[96], b[300];
-  int isobj, rc, assistant = m->assistant;
-  if (read_block(w, &blk, &isobj) != 0) return DECLINE;
+  int rc, assistant = m->assistant;
+  if (read_block(w, &blk) != 0) return DECLINE;
   rc = plain_str(BHAS(&blk, B_TYPE) ? &f[B_TYPE] : NULL, &t);
   if (rc < 0) return DECLINE;
   if (rc == 0) {
@@ -609,8 +616,9 @@ static int role_content(px_fw_t *w, size_t i, int role, px_fmsg_t *m, px_fpart_t
  * right after tool calls, joins the system (*fold); elsewhere it stays in
  * place as a system note. A refusal waits for the message's end (a
  * repeated member there declines). */
-static int decode_messages(px_fw_t *w, px_freq_t *ir, px_fpart_t **fold, px_fpart_t **fold_last,
-                           px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+static int decode_messages(px_fw_t *w, px_freq_t *ir, px_fpart_t **fold,
+                           px_fpart_t **fold_last, px_arena_t *a, px_lossy_t *lossy,
+                           px_tr_err_t *err) {
   static const px_fkey_t keys[] = {PX_FK("role"), PX_FK("content")};
   int r;
   size_t i = 0;
@@ -678,8 +686,10 @@ static int decode_messages(px_fw_t *w, px_freq_t *ir, px_fpart_t **fold, px_fpar
       if (seen & 2) { /* the content came first */
         px_fw_t cw = {content.raw.ptr, content.raw.len, 0};
         int rc2 = role_content(&cw, i, role, m, &sys, &sys_last, a, lossy, err);
-        if (rc2 == REFUSE) refused = 1;
-        else if (rc2 != 0) return DECLINE;
+        if (rc2 == REFUSE)
+          refused = 1;
+        else if (rc2 != 0)
+          return DECLINE;
       }
     }
     if (rm < 0) return DECLINE;
@@ -690,12 +700,15 @@ static int decode_messages(px_fw_t *w, px_freq_t *ir, px_fpart_t **fold, px_fpar
       return FAIL(err, p, "%s: missing role", p);
     }
     if (!(seen & 2))
-      return role == 2 ? FAIL(err, p, "%s: must be a string or an array of text blocks", p)
-                       : FAIL(err, p, "%s: must be a string or an array of blocks", p);
+      return role == 2
+                 ? FAIL(err, p, "%s: must be a string or an array of text blocks", p)
+                 : FAIL(err, p, "%s: must be a string or an array of blocks", p);
     if (role < 2 || sys == NULL) continue;
     if (ir->msgs == NULL || after_tool_calls(ir)) {
-      if (*fold_last) (*fold_last)->next = sys;
-      else *fold = sys;
+      if (*fold_last)
+        (*fold_last)->next = sys;
+      else
+        *fold = sys;
       *fold_last = sys_last;
     } else {
       px_fmsg_t *note = px_fmsg_push(ir, a, 0);
@@ -844,15 +857,17 @@ static int each_member(px_fw_t *w, member_fn fn, px_freq_t *ir, px_arena_t *a,
     if (px_fw_value(w, &v) < 0 || k.esc || key_once(k, &seen, a) != 0) return DECLINE;
     if (refused) continue;
     int rc = fn(k, &v, ir, lossy, err);
-    if (rc == REFUSE) refused = 1;
-    else if (rc != 0) return DECLINE;
+    if (rc == REFUSE)
+      refused = 1;
+    else if (rc != 0)
+      return DECLINE;
   }
   return r < 0 ? DECLINE : refused ? REFUSE : 0;
 }
 
 /* metadata: user_id -> the IR user; anything else named */
-static int metadata_member(px_fstr_t k, const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy,
-                           px_tr_err_t *err) {
+static int metadata_member(px_fstr_t k, const px_fv_t *v, px_freq_t *ir,
+                           px_lossy_t *lossy, px_tr_err_t *err) {
   (void)err;
   if (px_fs_is(k, "user_id") && v->kind == PX_FV_STR)
     ir->user = v->s;
@@ -862,7 +877,8 @@ static int metadata_member(px_fstr_t k, const px_fv_t *v, px_freq_t *ir, px_loss
 }
 
 /* thinking {type, budget_tokens, display} -> the IR reasoning */
-static int decode_thinking(px_fw_t *w, px_freq_t *ir, px_lossy_t *lossy, px_tr_err_t *err) {
+static int decode_thinking(px_fw_t *w, px_freq_t *ir, px_lossy_t *lossy,
+                           px_tr_err_t *err) {
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("budget_tokens"),
                                    PX_FK("display")};
   px_fv_t f[3];
@@ -909,9 +925,8 @@ static int decode_json_format(const px_fv_t *v, const char *path, px_freq_t *ir,
   px_fstr_t t = {0};
   char p[96];
   int rt = 0;
-  if (v->kind == PX_FV_OBJ &&
-      (px_fv_kfields(v, keys, 2, f, &seen) != 0 ||
-       (rt = plain_str((seen & 1) ? &f[0] : NULL, &t)) < 0))
+  if (v->kind == PX_FV_OBJ && (px_fv_kfields(v, keys, 2, f, &seen) != 0 ||
+                               (rt = plain_str((seen & 1) ? &f[0] : NULL, &t)) < 0))
     return DECLINE;
   if (rt == 0 || !px_fs_is(t, "json_schema")) {
     snprintf(p, sizeof(p), "%s.type", path);
@@ -942,7 +957,8 @@ static int output_config_member(px_fstr_t k, const px_fv_t *v, px_freq_t *ir,
     ir->has_reasoning = 1;
     return 0;
   }
-  if (px_fs_is(k, "format")) return decode_json_format(v, "output_config.format", ir, err);
+  if (px_fs_is(k, "format"))
+    return decode_json_format(v, "output_config.format", ir, err);
   px_lossy_add(lossy, "output_config");
   return 0;
 }
@@ -989,8 +1005,10 @@ static int decode_sampling(int ki, const px_fv_t *v, px_freq_t *ir, px_tr_err_t 
       if (v->kind != PX_FV_NUM)
         return FAIL(err, ki == K_TEMP ? "temperature" : "top_p", "%s: must be a number",
                     ki == K_TEMP ? "temperature" : "top_p");
-      if (ki == K_TEMP) ir->temperature = v->raw;
-      else ir->top_p = v->raw;
+      if (ki == K_TEMP)
+        ir->temperature = v->raw;
+      else
+        ir->top_p = v->raw;
       return 0;
     case K_TOPK:
       if (v->kind != PX_FV_NUM || !px_fw_is_int(v->raw))
@@ -1003,8 +1021,10 @@ static int decode_sampling(int ki, const px_fv_t *v, px_freq_t *ir, px_tr_err_t 
       if (!px_fw_empty(v->raw)) ir->stop = v->raw;
       return 0;
     case K_STREAM:
-      if (v->kind == PX_FV_TRUE) ir->stream_true = 1;
-      else ir->stream_false = 1;
+      if (v->kind == PX_FV_TRUE)
+        ir->stream_true = 1;
+      else
+        ir->stream_false = 1;
       return 0;
   }
   return 0;
@@ -1095,8 +1115,10 @@ static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     }
   /* system turns joined to the system follow its own parts */
   if (fold != NULL) {
-    if (ir->system_last) ir->system_last->next = fold;
-    else ir->system = fold;
+    if (ir->system_last)
+      ir->system_last->next = fold;
+    else
+      ir->system = fold;
     ir->system_last = fold_last;
   }
   /* joined exactly while none of them is cut short ("...") */
@@ -1262,8 +1284,9 @@ static int check_media(const px_fpart_t *p, px_tr_err_t *err) {
   }
   if (url.p != NULL) return 0;
   if (p->type == PX_FP_IMAGE)
-    return data.p != NULL && mt.p != NULL ? 0
-                                          : FAIL(err, "image", "image part without url or data");
+    return data.p != NULL && mt.p != NULL
+               ? 0
+               : FAIL(err, "image", "image part without url or data");
   if (mt.p != NULL && mt.esc) return DECLINE;
   if (data.p != NULL && px_fs_is(mt, "application/pdf")) return 0;
   if (p->file_id.p != NULL)
@@ -1331,7 +1354,8 @@ static int check_parts(const enc_t *e, const px_freq_t *ir, px_tr_err_t *err) {
           if (c->type == PX_FP_IMAGE || c->type == PX_FP_FILE)
             rc = check_media(c, err);
           else if (c->type != PX_FP_TEXT)
-            rc = FAIL(err, "tool_result.content", "tool_result.content: unsupported part");
+            rc =
+                FAIL(err, "tool_result.content", "tool_result.content: unsupported part");
       }
       if (rc != 0) return rc;
     }
@@ -1741,13 +1765,16 @@ static int citations_in(const px_fv_t *cits, px_fstr_t text, px_arena_t *a,
       px_buf_t tb;
       px_str_t tv;
       px_buf_init(&tb, text.n + 1);
-      if (cvalue(text, &tb, &tv) < 0) rc = DECLINE;
-      else chars = px_utf8_chars(tv.ptr, tv.len);
+      if (cvalue(text, &tb, &tv) < 0)
+        rc = DECLINE;
+      else
+        chars = px_utf8_chars(tv.ptr, tv.len);
       px_buf_free(&tb);
       counted = 1;
     }
-    if (rc == 0) rc = px_fb_lit(&b, b.len ? ",{\"type\":\"url_citation\",\"url\":"
-                                          : "[{\"type\":\"url_citation\",\"url\":");
+    if (rc == 0)
+      rc = px_fb_lit(&b, b.len ? ",{\"type\":\"url_citation\",\"url\":"
+                               : "[{\"type\":\"url_citation\",\"url\":");
     if (rc == 0) rc = px_fb_str(&b, f[0].s);
     if (rc == 0) rc = px_fb_lit(&b, ",\"start_index\":0,\"end_index\":");
     if (rc == 0) rc = px_fb_i64(&b, (int64_t)chars);
@@ -1760,8 +1787,10 @@ static int citations_in(const px_fv_t *cits, px_fstr_t text, px_arena_t *a,
   if (rc == 0 && r < 0) rc = DECLINE;
   if (rc == 0 && b.len > 0 && (rc = px_fb_lit(&b, "]")) == 0) {
     char *copy = px_arena_alloc(a, b.len);
-    if (copy == NULL) rc = DECLINE;
-    else memcpy(copy, b.data, b.len);
+    if (copy == NULL)
+      rc = DECLINE;
+    else
+      memcpy(copy, b.data, b.len);
     *ann = (px_str_t){copy, b.len};
   }
   px_buf_free(&b);
@@ -1810,7 +1839,8 @@ static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, px_lossy_t 
     } else if (px_fs_is(t, "thinking") || px_fs_is(t, "redacted_thinking")) {
       /* reasoning: a signature (as it is: no family tag read here) or the
        * redacted data */
-      int red = !px_fs_is(t, "thinking"), k = px_frtok_index(red ? "redacted_data" : "signature");
+      int red = !px_fs_is(t, "thinking"),
+          k = px_frtok_index(red ? "redacted_data" : "signature");
       p = px_fpart_new(a, PX_FP_REASONING);
       if (p == NULL || k < 0) return DECLINE;
       p->text = red ? (px_fstr_t){"", 0, 0} : STR_OR_EMPTY(6);
@@ -2031,8 +2061,8 @@ static int put_citations(px_buf_t *b, const px_tr_ctx_t *ctx, const px_fpart_t *
       rc = DECLINE;
       break;
     }
-    if (rt == 0 || !px_fs_is(t, "url_citation") || !(seen & 2) || f[1].kind != PX_FV_STR ||
-        cempty(f[1].s)) {
+    if (rt == 0 || !px_fs_is(t, "url_citation") || !(seen & 2) ||
+        f[1].kind != PX_FV_STR || cempty(f[1].s)) {
       px_lossy_add(lossy, px_lossy_annotations(ctx));
       continue;
     }
@@ -2052,13 +2082,15 @@ static int put_citations(px_buf_t *b, const px_tr_ctx_t *ctx, const px_fpart_t *
     size_t from = si > 0 ? utf8_offset(tv.ptr, tv.len, si) : 0;
     size_t to = ei >= 0 ? utf8_offset(tv.ptr, tv.len, ei) : tv.len;
     if (to < from) to = from;
-    rc = px_fb_lit(b, first ? ",\"citations\":[{\"type\":\"web_search_result_location\",\"url\":"
-                            : ",{\"type\":\"web_search_result_location\",\"url\":");
+    rc = px_fb_lit(
+        b, first ? ",\"citations\":[{\"type\":\"web_search_result_location\",\"url\":"
+                 : ",{\"type\":\"web_search_result_location\",\"url\":");
     first = 0;
     if (rc == 0) rc = px_fb_str(b, f[1].s);
     if (rc == 0) rc = px_fb_lit(b, ",\"title\":");
     if (rc == 0)
-      rc = (seen & 4) && f[2].kind == PX_FV_STR ? px_fb_str(b, f[2].s) : px_fb_lit(b, "null");
+      rc = (seen & 4) && f[2].kind == PX_FV_STR ? px_fb_str(b, f[2].s)
+                                                : px_fb_lit(b, "null");
     if (rc == 0) rc = px_fb_lit(b, ",\"cited_text\":");
     if (rc == 0) rc = px_buf_json_str(b, tv.ptr + from, to - from);
     if (rc == 0) rc = px_fb_lit(b, ",\"encrypted_index\":\"\"}");
@@ -2146,8 +2178,9 @@ static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
     px_fstr_t expl = ir->refusal_explanation.p ? ir->refusal_explanation
                      : refusal != NULL         ? refusal->text
                                                : (px_fstr_t){0};
-    rc = px_fb_lit(b, ",\"stop_details\":{\"type\":\"refusal\",\"category\":null,"
-                      "\"explanation\":");
+    rc = px_fb_lit(b,
+                   ",\"stop_details\":{\"type\":\"refusal\",\"category\":null,"
+                   "\"explanation\":");
     if (rc == 0) rc = expl.p ? px_fb_str(b, expl) : px_fb_lit(b, "null");
     if (rc == 0) rc = px_fb_lit(b, "}");
   }

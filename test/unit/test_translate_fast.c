@@ -1269,7 +1269,8 @@ static void anth_refuses(int out, const char *q, const char *param) {
   memset(&es, 0, sizeof(es));
   px_lossy_init(&lf);
   px_lossy_init(&ls);
-  CHECK(px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf, &ef) == PX_FAST_REFUSE);
+  CHECK(px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf, &ef) ==
+        PX_FAST_REFUSE);
   px_tr_ctx_t ref = c;
   ref.reference = 1;
   CHECK(px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &es) != 0);
@@ -1277,8 +1278,8 @@ static void anth_refuses(int out, const char *q, const char *param) {
              strcmp(ef.message, es.message) == 0 && strcmp(ef.param, param) == 0;
   CHECK(same);
   if (!same)
-    fprintf(stderr, "anthropic refusal of %s\nfast: [%s] %s\nslow: [%s] %s\n", body, ef.param,
-            ef.message, es.param, es.message);
+    fprintf(stderr, "anthropic refusal of %s\nfast: [%s] %s\nslow: [%s] %s\n", body,
+            ef.param, ef.message, es.param, es.message);
   free(fo);
   free(so);
   free(body);
@@ -1315,7 +1316,8 @@ static void anth_answer_refused(int out, const char *q) {
   int same = ef.kind == es.kind && ef.kind == PX_ERR_BAD_GATEWAY &&
              strcmp(ef.param, es.param) == 0 && strcmp(ef.message, es.message) == 0;
   CHECK(same);
-  if (!same) fprintf(stderr, "answer refusal\nfast: %s\nslow: %s\n", ef.message, es.message);
+  if (!same)
+    fprintf(stderr, "answer refusal\nfast: %s\nslow: %s\n", ef.message, es.message);
   json_decref(cb);
   json_decref(up);
   px_buf_free(&b);
@@ -1330,7 +1332,8 @@ static void anth_complete_requests(void) {
       "{'model':'m','max_tokens':10,'messages':[{'role':'user','content':["
       "{'type':'document','source':{'type':'base64','media_type':'application/pdf',"
       "'data':'JVBE'},'title':'r.pdf','cache_control':{'type':'ephemeral'}},"
-      "{'type':'document','source':{'type':'text','media_type':'text/plain','data':'notes'},"
+      "{'type':'document','source':{'type':'text','media_type':'text/"
+      "plain','data':'notes'},"
       "'title':'n','context':'c','citations':{'enabled':true}},"
       "{'type':'document','source':{'type':'url','url':'https://x/a.pdf'}},"
       "{'type':'document','source':{'type':'content','content':[{'type':'text','text':"
@@ -1338,7 +1341,8 @@ static void anth_complete_requests(void) {
       "{'type':'search_result','source':'https://s','title':'t','content':[{'type':"
       "'text','text':'found'},7]},"
       "{'type':'text','text':'Summarize'}]},"
-      "{'role':'assistant','content':[{'type':'tool_use','id':'t1','name':'f','input':{}}]},"
+      "{'role':'assistant','content':[{'type':'tool_use','id':'t1','name':'f','input':{}}"
+      "]},"
       "{'role':'user','content':[{'type':'tool_result','tool_use_id':'t1','content':["
       "{'type':'document','source':{'type':'base64','media_type':'application/pdf',"
       "'data':'JVBE'}},{'type':'search_result','content':[{'text':'r'}],"
@@ -1388,7 +1392,8 @@ static void anth_complete_requests(void) {
       {"{'model':'m'}", "messages"},
       {"{'model':'m','messages':[5]}", "messages[0].role"},
       {"{'model':'m','messages':[{'content':'x'}]}", "messages[0].role"},
-      {"{'model':'m','messages':[{'role':'developer','content':'x'}]}", "messages[0].role"},
+      {"{'model':'m','messages':[{'role':'developer','content':'x'}]}",
+       "messages[0].role"},
       {"{'model':'m','messages':[{'role':'user'}]}", "messages[0].content"},
       {"{'model':'m','messages':[{'role':'system','content':5}]}", "messages[0].content"},
       {"{'model':'m','messages':[{'role':'system','content':[{'type':'image'}]}]}",
@@ -1451,7 +1456,8 @@ static void anth_complete_requests(void) {
   /* what the reference might read otherwise declines: a member repeated
    * after the refused one (jansson keeps the last), an escaped type */
   static const char *const unsure[] = {
-      "{'model':'m','messages':[{'role':'user','content':[{'type':'video'}],'content':'x'}]}",
+      "{'model':'m','messages':[{'role':'user','content':[{'type':'video'}],'content':'x'"
+      "}]}",
       "{'model':'m','messages':[],'output_config':{'effort':'extreme','effort':'high'}}",
       "{'model':'m','messages':[{'role':'user','content':[{'type':'vide\\u006f'}]}]}",
   };
@@ -1502,8 +1508,10 @@ static void anth_complete_encoder(void) {
     px_freq_init(&ir);
     px_fmsg_t *u = px_fmsg_push(&ir, &a, 0), *m = px_fmsg_push(&ir, &a, 1);
     px_fpart_t *f = px_fpart_new(&a, PX_FP_FILE), *t = px_fpart_new(&a, PX_FP_TOOL_CALL);
-    if (v == 0) f->file_id = (px_fstr_t){"file-1", 6, 0};
-    else f->media_type = (px_fstr_t){"text/csv", 8, 0}, f->data = (px_fstr_t){"YQ==", 4, 0};
+    if (v == 0)
+      f->file_id = (px_fstr_t){"file-1", 6, 0};
+    else
+      f->media_type = (px_fstr_t){"text/csv", 8, 0}, f->data = (px_fstr_t){"YQ==", 4, 0};
     t->id = (px_fstr_t){"c1", 2, 0};
     t->name = (px_fstr_t){"f", 1, 0};
     t->args = (px_fstr_t){"[1]", 3, 0};
@@ -1518,7 +1526,8 @@ static void anth_complete_encoder(void) {
         "'name':'f','arguments':'[1]'}]}]}",
         "{'messages':[{'role':'assistant','content':[{'type':'tool_call','id':'c1',"
         "'name':'f','arguments':'[1]'}]}]}"};
-    static const char *const params[] = {"file_id", "file", "messages.tool_calls.function.arguments"};
+    static const char *const params[] = {"file_id", "file",
+                                         "messages.tool_calls.function.arguments"};
     char *doc = chat_body(docs[v]);
     anth_encoder_refuses(&ir, doc, params[v]);
     free(doc);
@@ -1531,7 +1540,8 @@ static void anth_complete_answers(void) {
    * named; citations as annotations (those without a URL named); server
    * tools' and unknown blocks named */
   anth_self_answer(
-      "{\"id\":\"msg_1\",\"model\":\"u\",\"content\":[{\"type\":\"text\",\"text\":\"No.\","
+      "{\"id\":\"msg_1\",\"model\":\"u\",\"content\":[{\"type\":\"text\",\"text\":\"No."
+      "\","
       "\"citations\":[{\"type\":\"char_location\"}]}],\"stop_reason\":\"refusal\","
       "\"stop_details\":{\"type\":\"refusal\",\"category\":\"cyber\",\"explanation\":"
       "\"policy\"},\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}",
@@ -1540,9 +1550,11 @@ static void anth_complete_answers(void) {
       "{\"id\":\"msg_1\",\"model\":\"u\",\"content\":[],\"stop_reason\":\"refusal\"}",
       "\"stop_details\":{\"type\":\"refusal\",\"category\":null,\"explanation\":null}");
   anth_self_answer(
-      "{\"id\":\"msg_1\",\"model\":\"u\",\"content\":[{\"type\":\"server_tool_use\",\"id\":"
+      "{\"id\":\"msg_1\",\"model\":\"u\",\"content\":[{\"type\":\"server_tool_use\","
+      "\"id\":"
       "\"s\",\"name\":\"web_search\",\"input\":{}},{\"type\":\"web_search_tool_result\","
-      "\"tool_use_id\":\"s\",\"content\":[]},{\"type\":\"text\",\"text\":\"Caf\\u00e9 \\ud83d"
+      "\"tool_use_id\":\"s\",\"content\":[]},{\"type\":\"text\",\"text\":\"Caf\\u00e9 "
+      "\\ud83d"
       "\\ude00 rained.\",\"citations\":[{\"type\":\"web_search_result_location\",\"url\":"
       "\"https://n/a\",\"title\":\"Rain\",\"cited_text\":\"rained\"},{\"type\":"
       "\"char_location\",\"cited_text\":\"x\"},{\"url\":\"https://n/b\"}]},{\"type\":"
@@ -1556,11 +1568,12 @@ static void anth_complete_answers(void) {
       "\"stop_reason\":\"tool_use\"}",
       "\"id\":\"call_proxai_1\"");
   /* ... toward the other clients, and from the others' answers */
-  answer_pair(PX_PROTO_ANTHROPIC, PX_PROTO_CHAT,
-              "{\"id\":\"c\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"u\","
-              "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":"
-              "\"Partial\"},\"finish_reason\":\"content_filter\"}]}",
-              "\"stop_reason\":\"refusal\"");
+  answer_pair(
+      PX_PROTO_ANTHROPIC, PX_PROTO_CHAT,
+      "{\"id\":\"c\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"u\","
+      "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":"
+      "\"Partial\"},\"finish_reason\":\"content_filter\"}]}",
+      "\"stop_reason\":\"refusal\"");
   /* the reference's refusals of answers: no message; arguments no object */
   anth_answer_refused(PX_PROTO_ANTHROPIC, "{'id':'m','content':{}}");
   anth_answer_refused(PX_PROTO_ANTHROPIC, "{'id':'m','type':'message'}");
