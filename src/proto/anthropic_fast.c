@@ -694,15 +694,16 @@ static int decode_messages(px_fw_t *w, px_freq_t *ir, px_fpart_t **fold,
     }
     if (rm < 0) return DECLINE;
     if (refused) return REFUSE;
-    snprintf(p, sizeof(p), "messages[%zu].content", i);
     if (role < 0) {
       snprintf(p, sizeof(p), "messages[%zu].role", i);
       return FAIL(err, p, "%s: missing role", p);
     }
-    if (!(seen & 2))
+    if (!(seen & 2)) {
+      snprintf(p, sizeof(p), "messages[%zu].content", i);
       return role == 2
                  ? FAIL(err, p, "%s: must be a string or an array of text blocks", p)
                  : FAIL(err, p, "%s: must be a string or an array of blocks", p);
+    }
     if (role < 2 || sys == NULL) continue;
     if (ir->msgs == NULL || after_tool_calls(ir)) {
       if (*fold_last)
@@ -992,13 +993,15 @@ static const px_fkey_t top_keys[] = {
 static int decode_sampling(int ki, const px_fv_t *v, px_freq_t *ir, px_tr_err_t *err) {
   switch (ki) {
     case K_MAX:
-      if (v->kind == PX_FV_NUM && px_fw_is_int(v->raw) && v->raw.ptr[0] != '-') {
-        if (px_fw_uint(v->raw, &ir->max_tokens_v) < 0) return DECLINE; /* past int64 */
-        if (ir->max_tokens_v >= 1) {
-          ir->max_tokens = v->raw;
-          return 0;
-        }
+      if (v->kind == PX_FV_NUM && px_fw_uint(v->raw, &ir->max_tokens_v) == 0) {
+        if (ir->max_tokens_v < 1)
+          return FAIL(err, "max_tokens", "max_tokens: must be a positive integer");
+        ir->max_tokens = v->raw;
+        return 0;
       }
+      /* a huge positive integer is not read here */
+      if (v->kind == PX_FV_NUM && px_fw_is_int(v->raw) && v->raw.ptr[0] != '-')
+        return DECLINE;
       return FAIL(err, "max_tokens", "max_tokens: must be a positive integer");
     case K_TEMP:
     case K_TOPP:
@@ -1985,32 +1988,32 @@ static int put_reasoning(px_buf_t *b, const px_fpart_t *p) {
 
 /* A tool call's id as the reference makes it unique (px_idset_unique):
  * its own when non-empty and not taken by an earlier call of the answer,
- * else call_proxai_<n>[_<k>]; into ids[n]. Escaped ids decline. */
-static int id_taken(const px_fstr_t *ids, int n, const char *s, size_t len) {
-  for (int i = 0; i < n; i++)
-    if (ids[i].n == len && memcmp(ids[i].p, s, len) == 0) return 1;
+ * else call_proxai_<n>[_<k>] (the call's id made so: the next calls
+ * compare with it). Escaped ids decline. */
+static int id_taken(const px_fpart_t *parts, const px_fpart_t *call, const char *s,
+                    size_t len) {
+  for (const px_fpart_t *q = parts; q != call; q = q->next)
+    if (q->type == PX_FP_TOOL_CALL && q->id.n == len && memcmp(q->id.p, s, len) == 0)
+      return 1;
   return 0;
 }
 
-static int unique_id(px_arena_t *a, px_fstr_t id, px_fstr_t *ids, int n) {
-  if (id.esc) return DECLINE;
-  if (id.n > 0 && !id_taken(ids, n, id.p, id.n)) {
-    ids[n] = id;
-    return 0;
-  }
+static int unique_id(px_arena_t *a, const px_fpart_t *parts, px_fpart_t *call, int n) {
+  if (call->id.esc) return DECLINE;
+  if (call->id.n > 0 && !id_taken(parts, call, call->id.p, call->id.n)) return 0;
   char minted[48];
   for (int k = 0;; k++) {
     if (k == 0)
       snprintf(minted, sizeof(minted), "call_proxai_%d", n);
     else
       snprintf(minted, sizeof(minted), "call_proxai_%d_%d", n, k);
-    if (!id_taken(ids, n, minted, strlen(minted))) break;
+    if (!id_taken(parts, call, minted, strlen(minted))) break;
   }
   size_t len = strlen(minted);
   char *c = px_arena_alloc(a, len + 1);
   if (c == NULL) return DECLINE;
   memcpy(c, minted, len);
-  ids[n] = (px_fstr_t){c, len, 0};
+  call->id = (px_fstr_t){c, len, 0};
   return 0;
 }
 
@@ -2105,35 +2108,8 @@ static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
                                      px_buf_t *b, px_arena_t *a, px_lossy_t *lossy,
                                      px_tr_err_t *err) {
   if (ir->id.esc) return DECLINE;
-  /* the calls' inputs (the reference's refusal: arguments that are no
-   * object) and ids (non-empty and unique, else minted), and the first
-   * refusal's wording, before a byte is written */
-  int ncalls = 0, rc = 0;
-  const px_fpart_t *refusal = NULL;
-  for (const px_fpart_t *p = ir->content; p; p = p->next) {
-    ncalls += p->type == PX_FP_TOOL_CALL;
-    if (p->type == PX_FP_REFUSAL && refusal == NULL) refusal = p;
-  }
-  px_fstr_t *ids = ncalls ? px_arena_alloc(a, sizeof(*ids) * (size_t)ncalls) : NULL;
-  if (ncalls && ids == NULL) return DECLINE;
-  int n = 0;
-  for (px_fpart_t *p = ir->content; p; p = p->next) {
-    if (p->type != PX_FP_TOOL_CALL) continue;
-    if ((rc = call_input(p, a)) == REFUSE) {
-      char id[300];
-      px_tr_fail(err, "tool_calls.arguments",
-                 "upstream tool call '%s' has arguments that are not a JSON object",
-                 p->id.p ? cstr(p->id, id, sizeof(id)) : "");
-      if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
-      return REFUSE;
-    }
-    if (rc != 0 || unique_id(a, p->id, ids, n) != 0) return DECLINE;
-    n++;
-  }
-  px_stop_t st = ir->stop == PX_STOP_NONE ? PX_STOP_END_TURN : ir->stop;
-  if (refusal != NULL) st = PX_STOP_REFUSAL;
-  const char *sr = px_stop_to_anthropic(st);
-  rc = px_fb_lit(b, "{\"id\":\"");
+  const px_fpart_t *refusal = NULL; /* the first refusal: its wording */
+  int rc = px_fb_lit(b, "{\"id\":\"");
   if (rc == 0) rc = px_buf_mint_id(b, "msg_", (px_str_t){ir->id.p, ir->id.n});
   if (rc == 0) rc = px_fb_lit(b, "\",\"type\":\"message\",\"role\":\"assistant\",\"model\":");
   if (rc == 0 && ctx->client_model)
@@ -2141,11 +2117,24 @@ static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   else if (rc == 0)
     rc = px_fb_str(b, ir->model.p ? ir->model : (px_fstr_t){"", 0, 0});
   if (rc == 0) rc = px_fb_lit(b, ",\"content\":[");
-  int first = 1;
-  n = 0;
+  int first = 1, n = 0;
   for (px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
     if (p->type == PX_FP_REASONING && !reasoning_block(p)) continue;
     if (p->type == PX_FP_IMAGE || p->type == PX_FP_FILE) continue; /* no block there */
+    if (p->type == PX_FP_TOOL_CALL) {
+      /* the reference's refusal: arguments that are no object (what was
+       * written is dropped with it) */
+      if ((rc = call_input(p, a)) == REFUSE) {
+        char id[300];
+        px_tr_fail(err, "tool_calls.arguments",
+                   "upstream tool call '%s' has arguments that are not a JSON object",
+                   p->id.p ? cstr(p->id, id, sizeof(id)) : "");
+        if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+        return REFUSE;
+      }
+      if (rc != 0 || unique_id(a, ir->content, p, n++) != 0) return DECLINE;
+    }
+    if (p->type == PX_FP_REFUSAL && refusal == NULL) refusal = p;
     if (!first) rc = px_fb_lit(b, ",");
     first = 0;
     if (rc != 0) break;
@@ -2159,7 +2148,7 @@ static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
       rc = put_reasoning(b, p);
     } else if (p->type == PX_FP_TOOL_CALL) {
       rc = px_fb_lit(b, "{\"type\":\"tool_use\",\"id\":");
-      if (rc == 0) rc = px_fb_str(b, ids[n++]);
+      if (rc == 0) rc = px_fb_str(b, p->id);
       if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
       if (rc == 0) rc = px_fb_str(b, p->name.p ? p->name : (px_fstr_t){"", 0, 0});
       if (rc == 0) rc = px_fb_lit(b, ",\"input\":");
@@ -2169,6 +2158,9 @@ static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
       rc = DECLINE; /* not in a fast answer (px_fast_ops_t.resp_encodes) */
     }
   }
+  px_stop_t st = ir->stop == PX_STOP_NONE ? PX_STOP_END_TURN : ir->stop;
+  if (refusal != NULL) st = PX_STOP_REFUSAL;
+  const char *sr = px_stop_to_anthropic(st);
   if (rc == 0) rc = px_fb_lit(b, "],\"stop_reason\":\"");
   if (rc == 0) rc = px_fb_lit(b, sr);
   if (rc == 0) rc = px_fb_lit(b, "\",\"stop_sequence\":");
