@@ -1535,6 +1535,93 @@ static void anth_complete_encoder(void) {
   px_arena_free(&a);
 }
 
+/* Custom (freeform) tools and calls, which only a decoder for an upstream
+ * that has them makes: the Anthropic encoder writes them as the reference
+ * does (a function tool without parameters, the call's input {}), the
+ * request and the answer. */
+static void anth_complete_custom(void) {
+  px_arena_t a;
+  px_arena_init(&a);
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_CHAT, PX_PROTO_ANTHROPIC);
+  px_freq_t ir;
+  px_freq_init(&ir);
+  px_fmsg_t *u = px_fmsg_push(&ir, &a, 0), *m = px_fmsg_push(&ir, &a, 1);
+  px_fpart_push(&u->parts, &u->last, px_fpart_text(&a, (px_fstr_t){"hi", 2, 0}));
+  px_fpart_t *call = px_fpart_new(&a, PX_FP_TOOL_CALL);
+  call->custom = 1;
+  call->id = (px_fstr_t){"c1", 2, 0};
+  call->name = (px_fstr_t){"grep", 4, 0};
+  call->text = (px_fstr_t){"pattern", 7, 0};
+  px_fpart_push(&m->parts, &m->last, call);
+  px_fv_t desc = {PX_FV_STR, {"d", 1, 0}, {"\"d\"", 3}};
+  px_ftool_t *t = px_ftool_push(&ir, &a, (px_fstr_t){"grep", 4, 0}, &desc, NULL, NULL,
+                                PX_FAST_OPENAI_PARAMS);
+  t->custom = 1;
+  t->format = (px_str_t){"{\"type\":\"text\"}", 15};
+  CHECK((px_freq_uses(&ir) & ~px_anthropic_fast.encodes) == 0);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  CHECK(px_anthropic_fast.encode_request(&c, &ir, &b, &a, &lf, NULL) == 0);
+  char *doc = chat_body(
+      "{'messages':[{'role':'user','content':[{'type':'text','text':'hi'}]},{'role':"
+      "'assistant','content':[{'type':'tool_call','id':'c1','name':'grep','custom':true,"
+      "'input':'pattern'}]}],'tools':[{'type':'custom','name':'grep','description':'d',"
+      "'format':{'type':'text'}}]}");
+  json_t *jir = json_loads(doc, 0, NULL), *out = NULL;
+  px_tr_err_t err;
+  CHECK(jir != NULL && px_proto_anthropic.encode_request(&c, jir, &out, &ls, &err) == 0);
+  char *so = out ? json_dumps(out, JSON_COMPACT) : NULL;
+  int eq = so != NULL && same_json(b.data, b.len, so, strlen(so)) &&
+           strcmp(lf.buf, ls.buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "custom request\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len,
+            b.data, lf.buf, so ? so : "", ls.buf);
+  free(so);
+  json_decref(out);
+  json_decref(jir);
+  free(doc);
+  /* the answer */
+  px_fresp_t ans;
+  memset(&ans, 0, sizeof(ans));
+  ans.in = ans.out = ans.cache_read = ans.cache_creation = ans.reasoning = -1;
+  ans.id = (px_fstr_t){"r1", 2, 0};
+  ans.stop = PX_STOP_TOOL_USE;
+  px_fpart_t *ac = px_fpart_new(&a, PX_FP_TOOL_CALL);
+  *ac = *call;
+  ac->next = NULL;
+  ac->input = (px_str_t){NULL, 0};
+  ans.content = ans.last = ac;
+  CHECK((px_fresp_uses(&ans) & ~px_anthropic_fast.resp_encodes) == 0);
+  b.len = 0;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  CHECK(px_anthropic_fast.encode_response(&c, &ans, &b, &a, &lf, NULL) == 0);
+  doc = chat_body(
+      "{'id':'r1','stop_reason':'tool_use','content':[{'type':'tool_call','id':'c1',"
+      "'name':'grep','custom':true,'input':'pattern'}]}");
+  jir = json_loads(doc, 0, NULL);
+  out = NULL;
+  CHECK(jir != NULL && px_proto_anthropic.encode_response(&c, jir, &out, &ls, &err) == 0);
+  so = out ? json_dumps(out, JSON_COMPACT) : NULL;
+  eq = so != NULL && same_json(b.data, b.len, so, strlen(so)) &&
+       strcmp(lf.buf, ls.buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "custom answer\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len, b.data,
+            lf.buf, so ? so : "", ls.buf);
+  free(so);
+  json_decref(out);
+  json_decref(jir);
+  free(doc);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
 static void anth_complete_answers(void) {
   /* a refusal: its texts the wording, the explanation kept, the category
    * named; citations as annotations (those without a URL named); server
@@ -1587,5 +1674,6 @@ static void anth_complete_answers(void) {
 static void anth_complete(void) {
   anth_complete_requests();
   anth_complete_encoder();
+  anth_complete_custom();
   anth_complete_answers();
 }
