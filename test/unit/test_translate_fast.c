@@ -82,15 +82,10 @@ static void declines(void) {
     int in, out;
     const char *body;
   } cases[] = {
-      /* more than one choice (the reference refuses it), an escaped member
-       * name, a repeated member */
-      {0, 2, "{\"model\":\"m\",\"messages\":[],\"n\":2}"},
+      /* an escaped member name, a repeated member (the reference's
+       * refusals: chat_refusals, anth_complete) */
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"\\u0074emperature\":1}"},
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"temperature\":1,\"temperature\":0}"},
-      /* legacy function calling (the reference names the error) */
-      {0, 2,
-       "{\"model\":\"m\",\"messages\":[],\"stream\":true,\"functions\":[{\"name\":"
-       "\"f\"}]}"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     px_tr_ctx_t c;
@@ -105,19 +100,12 @@ static void declines(void) {
     CHECK(o == NULL && l.len == 0);
     free(o);
   }
-  /* an answer with reasoning */
+  /* an answer with reasoning: a Chat client takes its text (the signature
+   * named) */
   const char *think =
       "{\"id\":\"msg_1\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"hm\","
       "\"signature\":\"s\"},{\"type\":\"text\",\"text\":\"x\"}],\"stop_reason\":\"end_turn\"}";
-  px_tr_ctx_t c;
-  ctx_of(&c, 0, 2);
-  px_buf_t b;
-  px_buf_init(&b, 4096);
-  px_lossy_t l;
-  px_lossy_init(&l);
-  CHECK(px_translate_response_fast(&c, think, strlen(think), &b, &l, NULL, NULL) == PX_FAST_DECLINE);
-  CHECK(b.len == 0);
-  px_buf_free(&b);
+  answer_pair(0, 2, think, "\"reasoning_content\":\"hm\"");
 }
 
 /* ---- Anthropic Messages (Claude Code's shapes) -------------------------- */
@@ -613,7 +601,12 @@ static void chat_encode_ir(int adaptive) {
   px_arena_free(&a);
 }
 
+static void chat_refusals(void);
+static void chat_answers(void);
+
 static void chat_clients(void) {
+  chat_refusals();
+  chat_answers();
   chat_encode_ir(0);
   chat_encode_ir(1);
   /* settings: reasoning effort, cache key, verbosity, structured output,
@@ -1245,6 +1238,396 @@ static void gemini_codec(void) {
   gem_round(bodies[1], 0, "\"responseJsonSchema\":{\"type\":\"object\"");
   gem_round(bodies[2], 0, "{\"fileData\":{\"mimeType\":\"image/jpeg\"");
   gem_round(bodies[2], 0, "\"thinkingBudget\":1024");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Chat clients' bodies the reference refuses: the fast decoder refuses them
+ * in the same words (kind, param, message), or declines where the words
+ * could move (a member repeated after the refusal) */
+
+/* body (' for ") toward upstream out: refused as chat.c refuses it (1), or
+ * declined by the fast path and left to the reference (0) */
+static void chat_refusal(int out, const char *q, int refused) {
+  char *body = chat_body(q);
+  px_tr_ctx_t c, ref;
+  ctx_of(&c, PX_PROTO_CHAT, out);
+  ref = c;
+  ref.reference = 1;
+  char *fo = NULL, *so = NULL;
+  size_t fl = 0, sl = 0;
+  px_lossy_t lf, ls;
+  px_tr_err_t ef, es;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  memset(&ef, 0, sizeof(ef));
+  memset(&es, 0, sizeof(es));
+  int rc = px_translate_request_fast(&c, body, strlen(body), 0, &fo, &fl, &lf, &ef);
+  int rs = px_translate_request_body(&ref, body, strlen(body), 0, &so, &sl, &ls, &es);
+  CHECK(rc == (refused ? PX_FAST_REFUSE : PX_FAST_DECLINE));
+  if (refused) {
+    CHECK(rs != 0);
+    CHECK(ef.kind == es.kind && strcmp(ef.param, es.param) == 0 &&
+          strcmp(ef.message, es.message) == 0);
+    if (strcmp(ef.message, es.message) != 0 || strcmp(ef.param, es.param) != 0)
+      fprintf(stderr, "fast: %s [%s]\nslow: %s [%s]\nbody: %s\n", ef.message, ef.param,
+              es.message, es.param, body);
+  }
+  if (rc != (refused ? PX_FAST_REFUSE : PX_FAST_DECLINE))
+    fprintf(stderr, "body: %s\n", body);
+  free(fo);
+  free(so);
+  free(body);
+}
+
+static void chat_refusals(void) {
+#define M "{'model':'m','messages':"
+#define U "[{'role':'user','content':"
+  static const char *const refused[] = {
+      M "[],'n':2}",
+      M "[],'n':1.0}",
+      M "[],'stream':true,'functions':[{'name':'f'}]}",
+      M "[],'function_call':'auto'}",
+      M "[],'audio':{'voice':'x'}}",
+      M "[],'modalities':['text','audio']}",
+      "{'model':'m'}",
+      "{'model':5,'messages':[]}",
+      M "{}}",
+      M "[5]}",
+      M "[{'content':'x'}]}",
+      M "[{'role':'function','name':'f','content':'x'}]}",
+      M "[{'role':'b\\u00f6t','content':'x'}]}",
+      M "[{'role':'system','content':5}]}",
+      M "[{'role':'system','content':[{'type':'image_url'}]}]}",
+      M "[{'role':'user'}]}",
+      M U "[{'type':'input_audio','input_audio':{}}]}]}",
+      M U "[{'type':'x\\\"y'}]}]}",
+      M U "[{'text':'x'}]}]}",
+      M U "[1]}]}",
+      M U "[{'type':'text','text':1}]}]}",
+      M U "[{'type':'image_url'}]}]}",
+      M U "[{'type':'image_url','image_url':{'url':'data:image/png,abc'}}]}]}",
+      M U "[{'type':'file'}]}]}",
+      M U "[{'type':'file','file':{}}]}]}",
+      M U "[{'type':'file','file':{'file_data':'data:;base64,x'}}]}]}",
+      M "[{'role':'assistant','content':5}]}",
+      M "[{'role':'assistant','content':[{'type':'image_url'}]}]}",
+      M "[{'role':'assistant','content':null,'function_call':{'name':'f'}}]}",
+      M "[{'role':'assistant','content':null,'audio':{'id':'a'}}]}",
+      M "[{'role':'assistant','tool_calls':{}}]}",
+      M "[{'role':'assistant','tool_calls':[{'type':'custom','id':'c','custom':{}}]}]}",
+      M
+      "[{'role':'assistant','tool_calls':[{'id':'c','type':'function','function':"
+      "{'name':'f','arguments':'{\\\"a\\\":'}}]}]}",
+      M "[{'role':'assistant','tool_calls':[{'id':'c','function':{}}]}]}",
+      M "[{'role':'assistant','tool_calls':[5]}]}",
+      M "[{'role':'tool','content':'x'}]}",
+      M "[{'role':'tool','tool_call_id':'c','content':[{'type':'text'}]}]}",
+      M "[],'tools':{}}",
+      M "[],'tools':[{'type':'web_search'}]}",
+      M "[],'tools':[{'type':'function','function':{}}]}",
+      M "[],'tools':[5]}",
+      M "[],'tool_choice':'any'}",
+      M "[],'tool_choice':{'type':'web'}}",
+      M "[],'tool_choice':5}",
+      M "[],'tool_choice':{'type':'function','function':{}}}",
+      M "[],'max_tokens':0}",
+      M "[],'max_completion_tokens':1.5}",
+      M "[],'max_tokens':-3,'max_completion_tokens':4}",
+      M "[],'stop':5}",
+      M "[],'stop':['a',1]}",
+      M "[],'response_format':{}}",
+      M "[],'response_format':{'type':'xml'}}",
+      M "[],'response_format':{'type':'json_schema','json_schema':{}}}",
+      /* the first refusal in body order wins */
+      M "[{'role':'tool','content':'x'}],'n':2}",
+      "{'n':3,'model':'m','messages':[{'role':'tool','content':'x'}]}",
+      /* a member repeated after the refusal but only seen there */
+      M "[],'n':2,'seed':1,'seed':2}",
+  };
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+    for (int out = 1; out < PX_PROTO_COUNT; out++) chat_refusal(out, refused[i], 1);
+  /* escaped values decide as their value does */
+  chat_refusal(2, M "[{'role':'user','content':[{'type':'t\\u0065xt','text':1}]}]}", 1);
+  chat_refusal(2, M "[{'role':'\\u0075ser','content':[{'type':'inp\\u0075t_audio'}]}]}",
+               1);
+  /* uploaded files, custom tools and any JSON as arguments go to Responses
+   * only */
+  for (int out = 2; out < PX_PROTO_COUNT; out++) {
+    chat_refusal(out, M U "[{'type':'file','file':{'file_id':'file-1'}}]}]}", 1);
+    chat_refusal(out, M "[],'tools':[{'type':'custom','custom':{'name':'c'}}]}", 1);
+  }
+  chat_refusal(2,
+               M
+               "[{'role':'assistant','tool_calls':[{'id':'c','function':{'name':'f',"
+               "'arguments':'[1]'}}]}]}",
+               1);
+  char *any = chat_body(M
+                        "[{'role':'assistant','tool_calls':[{'id':'c','function':{"
+                        "'name':'f','arguments':'[1]'}}]}]}");
+  request_pair(PX_PROTO_CHAT, PX_PROTO_RESPONSES, any, "\"arguments\":\"[1]\"");
+  free(any);
+  /* base64 data with escaped slashes (some serializers write "\/") is
+   * taken as it is */
+  char *esc =
+      chat_body(M
+                "[{'role':'user','content':[{'type':'image_url','image_url':{'url':"
+                "'data:image/png;base64,ab\\/"
+                "c'}},{'type':'file','file':{'file_data':'x\\/y'}}]}]}");
+  for (int out = 1; out < PX_PROTO_COUNT; out++)
+    request_pair(PX_PROTO_CHAT, out, esc, NULL);
+  free(esc);
+  /* where a repeated member would move the reference's refusal */
+  chat_refusal(2, M "[],'n':2,'n':1}", 0);
+  chat_refusal(2, "{'n':2,'messages':[],'messages':{}}", 1); /* it stands after */
+  chat_refusal(2, M "[{'role':'tool','content':'x'}],'messages':[]}", 0);
+#undef M
+#undef U
+}
+
+/* ------------------------------------------------------------------------ */
+/* Chat answers: the fast decoder of a Chat upstream's answer and the fast
+ * encoder of a Chat client's, against chat.c */
+
+/* a Chat answer (' for ") the reference refuses, toward client in: the
+ * fast path refuses it in the same words */
+static void chat_answer_refused(int in, const char *q) {
+  char *body = chat_body(q);
+  px_tr_ctx_t c;
+  ctx_of(&c, in, PX_PROTO_CHAT);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_tr_err_t ef, es;
+  memset(&ef, 0, sizeof(ef));
+  memset(&es, 0, sizeof(es));
+  CHECK(px_translate_response_fast(&c, body, strlen(body), &b, &lf, NULL, &ef) ==
+        PX_FAST_REFUSE);
+  json_t *up = json_loads(body, 0, NULL), *cb = NULL;
+  CHECK(px_translate_response(&c, up, &cb, &ls, &es) != 0);
+  int same = ef.kind == es.kind && strcmp(ef.param, es.param) == 0 &&
+             strcmp(ef.message, es.message) == 0;
+  CHECK(same);
+  if (!same)
+    fprintf(stderr, "fast: %s\nslow: %s\nbody: %s\n", ef.message, es.message, body);
+  json_decref(up);
+  json_decref(cb);
+  px_buf_free(&b);
+  free(body);
+}
+
+/* an answer IR in both forms (jir: the document IR, ' for ") through the
+ * Chat client's encoders, for an upstream out: JSON-equal, the same lossy
+ * list; want: in the fast body */
+static void chat_answer_ir(int out, const px_fresp_t *ir, const char *jir_q,
+                           const char *want) {
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_CHAT, out);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  CHECK((px_fresp_uses(ir) & ~px_chat_fast.resp_encodes) == 0);
+  CHECK(px_chat_fast.encode_response(&c, ir, &b, &a, &lf, NULL) == 0);
+  char *q = chat_body(jir_q);
+  json_t *jir = json_loads(q, 0, NULL), *cb = NULL;
+  free(q);
+  px_tr_err_t err;
+  CHECK(jir != NULL &&
+        px_proto_get(PX_PROTO_CHAT)->encode_response(&c, jir, &cb, &ls, &err) == 0);
+  char *so = cb ? json_dumps(cb, JSON_COMPACT) : NULL;
+  int eq = so != NULL && b.data != NULL && same_json(b.data, b.len, so, strlen(so)) &&
+           strcmp(lf.buf, ls.buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "chat answer\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len,
+            b.data ? b.data : "", lf.buf, so ? so : "", ls.buf);
+  if (want != NULL && b.data != NULL) {
+    CHECK(px_buf_append(&b, "", 1) == 0);
+    CHECK(strstr(b.data, want) != NULL);
+  }
+  free(so);
+  json_decref(cb);
+  json_decref(jir);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
+static px_fpart_t *fpart(px_arena_t *a, px_fresp_t *ir, px_fpart_type_t t,
+                         const char *text) {
+  px_fpart_t *p = px_fpart_new(a, t);
+  if (p == NULL) abort();
+  if (text) p->text = (px_fstr_t){text, strlen(text), strchr(text, '\\') != NULL};
+  px_fpart_push(&ir->content, &ir->last, p);
+  return p;
+}
+
+static void chat_answer_irs(void) {
+  px_arena_t a;
+  px_arena_init(&a);
+  px_fresp_t ir;
+  /* reasoning with its tokens, texts with annotations (shifted by the code
+   * points before: escapes, a surrogate pair), a refusal, calls with ids
+   * missing and repeated */
+  memset(&ir, 0, sizeof(ir));
+  ir.in = ir.out = ir.cache_read = ir.cache_creation = ir.reasoning = -1;
+  ir.id = (px_fstr_t){"msg_1", 5, 0};
+  ir.stop = PX_STOP_TOOL_USE;
+  px_fpart_t *r = fpart(&a, &ir, PX_FP_REASONING, "hm");
+  r->tok[px_frtok_index("signature")] = (px_fstr_t){"sig", 3, 0};
+  r = fpart(&a, &ir, PX_FP_REASONING, "");
+  r->tok[px_frtok_index("redacted_data")] = (px_fstr_t){"red", 3, 0};
+  fpart(&a, &ir, PX_FP_TEXT, "a\\u00e9\\ud83d\\ude00\\n\xc3\xa9");
+  px_fpart_t *t = fpart(&a, &ir, PX_FP_TEXT, "see");
+  static const char anns[] =
+      "[{\"type\":\"url_citation\",\"url\":\"https://x\",\"title\":\"X\","
+      "\"start_index\":0,\"end_index\":3},{\"type\":\"file_citation\",\"file_id\":\"f\"},"
+      "{\"type\":\"url_citation\",\"start_index\":1},5]";
+  t->annotations = (px_str_t){anns, sizeof(anns) - 1};
+  fpart(&a, &ir, PX_FP_REFUSAL, "no");
+  px_fpart_t *c1 = fpart(&a, &ir, PX_FP_TOOL_CALL, NULL),
+             *c2 = fpart(&a, &ir, PX_FP_TOOL_CALL, NULL),
+             *c3 = fpart(&a, &ir, PX_FP_TOOL_CALL, NULL);
+  c1->id = c2->id = (px_fstr_t){"c", 1, 0};
+  c1->name = c2->name = c3->name = (px_fstr_t){"f", 1, 0};
+  c1->args = c2->args = (px_fstr_t){"{}", 2, 0};
+  c3->custom = 1;
+  c3->text = (px_fstr_t){"x = 1", 5, 0};
+  ir.has_usage = 1;
+  ir.in = 3;
+  ir.out = 4;
+  ir.reasoning = 2;
+  static const char doc[] =
+      "{'id':'msg_1','stop_reason':'tool_use','content':[{'type':'reasoning','text':'hm',"
+      "'signature':'sig'},{'type':'reasoning','text':'','redacted_data':'red'},"
+      "{'type':'text','text':'a\\u00e9\\ud83d\\ude00\\n\xc3\xa9'},{'type':'text','text':'"
+      "see',"
+      "'annotations':[{'type':'url_citation','url':'https://x','title':'X',"
+      "'start_index':0,'end_index':3},{'type':'file_citation','file_id':'f'},"
+      "{'type':'url_citation','start_index':1},5]},{'type':'refusal','text':'no'},"
+      "{'type':'tool_call','id':'c','name':'f','arguments':'{}'},{'type':'tool_call',"
+      "'id':'c','name':'f','arguments':'{}'},{'type':'tool_call','name':'f','custom':"
+      "true,"
+      "'input':'x = "
+      "1'}],'usage':{'input_tokens':3,'output_tokens':4,'reasoning_tokens':2}}";
+  for (int out = 1; out < PX_PROTO_COUNT; out++)
+    chat_answer_ir(out, &ir, doc, "\"start_index\":5,\"end_index\":8");
+  /* a refusal explanation: the refusal when nothing else words it, else
+   * named; a refusal with nothing to show is content_filter */
+  memset(&ir, 0, sizeof(ir));
+  ir.stop = PX_STOP_REFUSAL;
+  ir.refusal_explanation = (px_fstr_t){"policy \\\"x\\\"", 12, 1};
+  chat_answer_ir(
+      2, &ir,
+      "{'stop_reason':'refusal','refusal_explanation':'policy \\\"x\\\"','content':[]}",
+      "\"refusal\":\"policy");
+  fpart(&a, &ir, PX_FP_TEXT, "partial");
+  chat_answer_ir(2, &ir,
+                 "{'stop_reason':'refusal','refusal_explanation':'policy \\\"x\\\"',"
+                 "'content':[{'type':'text','text':'partial'}]}",
+                 NULL);
+  memset(&ir, 0, sizeof(ir));
+  ir.stop = PX_STOP_REFUSAL;
+  chat_answer_ir(3, &ir, "{'stop_reason':'refusal','content':[]}", "content_filter");
+  px_arena_free(&a);
+}
+
+/* a Chat answer (' for ") through both fast halves of chat_fast.c (the
+ * upstream's decoder, the client's encoder) against chat.c's */
+static void chat_self_answer(const char *q) {
+  char *body = chat_body(q);
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_CHAT, PX_PROTO_CHAT);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_fresp_t ir;
+  memset(&ir, 0, sizeof(ir));
+  ir.in = ir.out = ir.cache_read = ir.cache_creation = ir.reasoning = -1;
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  CHECK(px_chat_fast.decode_response(&c, body, strlen(body), &ir, &a, &lf, NULL) == 0);
+  CHECK((px_fresp_uses(&ir) & ~px_chat_fast.resp_encodes) == 0);
+  CHECK(px_chat_fast.encode_response(&c, &ir, &b, &a, &lf, NULL) == 0);
+  const px_proto_ops_t *ops = px_proto_get(PX_PROTO_CHAT);
+  json_t *up = json_loads(body, 0, NULL), *jir = NULL, *cb = NULL;
+  px_tr_err_t err;
+  CHECK(up != NULL && ops->decode_response(&c, up, &jir, &ls, &err) == 0 &&
+        ops->encode_response(&c, jir, &cb, &ls, &err) == 0);
+  char *so = cb ? json_dumps(cb, JSON_COMPACT) : NULL;
+  int eq = so != NULL && b.data != NULL && same_json(b.data, b.len, so, strlen(so)) &&
+           strcmp(lf.buf, ls.buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "chat answer\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len,
+            b.data ? b.data : "", lf.buf, so ? so : "", ls.buf);
+  free(so);
+  json_decref(cb);
+  json_decref(jir);
+  json_decref(up);
+  px_buf_free(&b);
+  px_arena_free(&a);
+  free(body);
+}
+
+static void chat_answers(void) {
+  chat_answer_irs();
+#define A \
+  "{'id':'chatcmpl-1','object':'chat.completion','created':1,'model':'u','choices':"
+  /* what a Chat upstream answers, to every client */
+  static const char *const ok[] = {
+      A
+      "[{'index':0,'message':{'role':'assistant','reasoning_content':'hm','content':"
+      "'Hi','refusal':null,'tool_calls':[{'id':'c1','type':'function','function':"
+      "{'name':'f','arguments':' '}}]},'logprobs':{'content':[]},'finish_reason':"
+      "'tool_calls'}],'usage':{'prompt_tokens':5,'completion_tokens':3,"
+      "'completion_tokens_details':{'reasoning_tokens':2}}}",
+      A
+      "[{'index':0,'message':{'role':'assistant','content':[{'type':'text','text':'a'},"
+      "{'type':'text'},{'type':'image'},5,{'type':'text','text':'b\\u00e9'}],"
+      "'annotations':[{'type':'url_citation','url_citation':{'url':'https://x',"
+      "'title':'X','start_index':0,'end_index':2}},{'type':'file'}],"
+      "'audio':{'id':'a'}},'finish_reason':'stop'}]}",
+      A
+      "[{'index':0,'message':{'role':'assistant','content':null,'annotations':"
+      "[{'type':'url_citation','url_citation':{'url':'u'}}]},'finish_reason':'stop'}]}",
+      A
+      "[{'index':0,'message':{'role':'assistant','content':[{'type':'text','text':''}],"
+      "'refusal':'I cannot.'},'finish_reason':'stop'}]}",
+      A
+      "[{'index':0,'message':{'role':'assistant','content':'','tool_calls':[{'id':'c',"
+      "'function':{'name':'f','arguments':'{}'}},{'function':{'arguments':5}}]},"
+      "'finish_reason':'tool_calls'}]}",
+  };
+  for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) chat_self_answer(ok[i]);
+  /* a custom tool call, for a client that holds it */
+  chat_self_answer(
+      A
+      "[{'index':0,'message':{'role':'assistant','content':null,'tool_calls':[{'id':'c',"
+      "'type':'custom','custom':{'name':'g','input':'x'}}]},'finish_reason':'tool_calls'}"
+      "]}");
+  /* what chat.c refuses (502): not one choice, no message, a tool call of
+   * another kind (custom toward a client without custom tools) */
+  for (int in = 1; in < PX_PROTO_COUNT; in++) {
+    chat_answer_refused(in, A "[]}");
+    chat_answer_refused(in, "{'id':'x'}");
+    chat_answer_refused(in,
+                        A "[{'message':{'content':'a'}},{'message':{'content':'b'}}]}");
+    chat_answer_refused(in, A "[5]}");
+    chat_answer_refused(in, A "[{'message':'x'}]}");
+    chat_answer_refused(in, A "[{'message':{'tool_calls':[{'id':'c','type':'web'}]}}]}");
+    chat_answer_refused(in, A "[{'message':{'tool_calls':[{'id':'c'}]}}]}");
+  }
+  chat_answer_refused(PX_PROTO_ANTHROPIC, A
+                      "[{'message':{'tool_calls':[{'id':'c','type':'custom','custom':"
+                      "{'name':'g'}}]}}]}");
+#undef A
 }
 
 /* ------------------------------------------------------------------------ */
