@@ -884,7 +884,8 @@ unsigned px_freq_uses(const px_freq_t *ir) {
 }
 
 unsigned px_fresp_uses(const px_fresp_t *ir) {
-  return part_uses(ir->content) |
+  /* an answer that stops as a refusal is one, even without its wording */
+  return part_uses(ir->content) | (ir->stop == PX_STOP_REFUSAL ? PX_FU_REFUSAL : 0) |
          (ir->refusal_explanation.p != NULL ? PX_FU_REFUSAL_EXPL : 0);
 }
 
