@@ -2195,7 +2195,17 @@ static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   return rc;
 }
 
+/* anthropic.c's anth_count_request: the members a count does not take */
+static int anth_fast_count(px_buf_t *b, size_t start, const char *model) {
+  static const px_fkey_t drop[] = {
+      PX_FK("stream"), PX_FK("max_tokens"),     PX_FK("temperature"), PX_FK("top_p"),
+      PX_FK("top_k"),  PX_FK("stop_sequences"), PX_FK("metadata")};
+  (void)model;
+  return px_fb_drop_members(b, start, drop, (int)(sizeof(drop) / sizeof(drop[0])));
+}
+
 const px_fast_ops_t px_anthropic_fast = {
+    .count_request = anth_fast_count,
     .decode_request = anth_fast_decode_request,
     .encode_request = anth_fast_encode_request,
     .decode_response = anth_fast_decode_response,

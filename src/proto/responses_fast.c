@@ -1912,7 +1912,16 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   return rc;
 }
 
+/* responses.c's responses_count_request: the members a count does not take */
+static int resp_fast_count(px_buf_t *b, size_t start, const char *model) {
+  static const px_fkey_t drop[] = {PX_FK("stream"), PX_FK("max_output_tokens"),
+                                   PX_FK("stream_options")};
+  (void)model;
+  return px_fb_drop_members(b, start, drop, (int)(sizeof(drop) / sizeof(drop[0])));
+}
+
 const px_fast_ops_t px_responses_fast = {
+    .count_request = resp_fast_count,
     .decode_request = resp_fast_decode_request,
     .encode_request = resp_fast_encode_request,
     .decode_response = resp_fast_decode_response,
