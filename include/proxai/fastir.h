@@ -116,12 +116,22 @@ typedef struct px_fpart {
   /** IMAGE / FILE: url, or media_type with base64 data, or file_id (FILE);
    *  filename (FILE); p NULL: absent. */
   px_fstr_t url, media_type, data, file_id, filename;
+  /** TEXT (answers): the IR "annotations" array as raw JSON, in the IR's
+   *  shape (url_citation objects {type, url, title?, start_index,
+   *  end_index}, or another protocol's own as the reference keeps them);
+   *  ptr NULL: absent. Added with issue 21's answers (PX_FU_ANNOTATIONS). */
+  px_str_t annotations;
 } px_fpart_t;
 
 typedef struct px_fmsg {
   struct px_fmsg *next;
   int assistant; /**< 0: user */
   px_fpart_t *parts, *last;
+  /** A user message holding a system turn met mid-conversation (IR
+   *  "system_note": its TEXT parts, cache_control kept): the OpenAI
+   *  encoders write a system message in place, the others a user turn.
+   *  Added with issue 21 (PX_FU_SYSTEM_NOTE). */
+  int system_note;
 } px_fmsg_t;
 
 typedef struct px_ftool {
@@ -194,6 +204,9 @@ typedef struct px_fresp {
    *  exactly (usage_known); -1: not in the body. Else the hub scans. */
   int usage_known;
   int64_t usage_in, usage_out;
+  /** IR refusal_explanation (Anthropic stop_details.explanation); p NULL:
+   *  absent. Added with issue 21's answers (PX_FU_REFUSAL_EXPL). */
+  px_fstr_t refusal_explanation;
 } px_fresp_t;
 
 /** Parts of the fast IR an encoder must know to take a request (the hub
@@ -206,7 +219,11 @@ typedef struct px_fresp {
 #define PX_FU_RF_JSON (1u << 5)       /**< rf_json / rf_schema */
 #define PX_FU_CACHE_KEY (1u << 6)     /**< prompt_cache_key (after the fit) */
 #define PX_FU_VERBOSITY (1u << 7)     /**< verbosity (after the fit) */
+/** The first fast IR's bits; the bits after it are listed one by one. */
 #define PX_FU_ALL 0xffu
+#define PX_FU_SYSTEM_NOTE (1u << 8)  /**< system_note messages (issue 21) */
+#define PX_FU_ANNOTATIONS (1u << 9)  /**< answers: TEXT annotations (issue 21) */
+#define PX_FU_REFUSAL_EXPL (1u << 10) /**< answers: refusal_explanation (issue 21) */
 /** The PX_FU_* a decoded request uses. */
 unsigned px_freq_uses(const px_freq_t *ir);
 /** The PX_FU_* a decoded answer's content uses. */

@@ -863,6 +863,7 @@ static unsigned part_uses(const px_fpart_t *p) {
         u |= part_uses(p->content);
         break;
       case PX_FP_TEXT:
+        u |= p->annotations.ptr != NULL ? PX_FU_ANNOTATIONS : 0;
         break;
     }
   }
@@ -871,7 +872,8 @@ static unsigned part_uses(const px_fpart_t *p) {
 
 unsigned px_freq_uses(const px_freq_t *ir) {
   unsigned u = part_uses(ir->system);
-  for (const px_fmsg_t *m = ir->msgs; m != NULL; m = m->next) u |= part_uses(m->parts);
+  for (const px_fmsg_t *m = ir->msgs; m != NULL; m = m->next)
+    u |= part_uses(m->parts) | (m->system_note ? PX_FU_SYSTEM_NOTE : 0);
   for (const px_ftool_t *t = ir->tools; t != NULL; t = t->next)
     u |= t->custom ? PX_FU_CUSTOM : 0;
   if (ir->has_reasoning) u |= PX_FU_REASONING_CFG;
@@ -882,7 +884,7 @@ unsigned px_freq_uses(const px_freq_t *ir) {
 }
 
 unsigned px_fresp_uses(const px_fresp_t *ir) {
-  return part_uses(ir->content);
+  return part_uses(ir->content) | (ir->refusal_explanation.p != NULL ? PX_FU_REFUSAL_EXPL : 0);
 }
 
 int px_fast_lossy_key(px_lossy_t *lossy, px_fstr_t k) {
