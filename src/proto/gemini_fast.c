@@ -52,7 +52,8 @@ static const char *fs_cstr(px_arena_t *a, px_fstr_t s) {
   px_str_t v;
   px_buf_init(&u, s.n + 1);
   char *c = NULL;
-  if (px_json_unescape(s.p, s.n, s.esc, &u, &v) == 0 && (c = px_arena_alloc(a, v.len + 1)))
+  if (px_json_unescape(s.p, s.n, s.esc, &u, &v) == 0 &&
+      (c = px_arena_alloc(a, v.len + 1)))
     memcpy(c, v.ptr, v.len);
   px_buf_free(&u);
   return c;
@@ -163,7 +164,7 @@ typedef struct gdec {
   int k_sig, k_enc; /* the IR fields "signature" and "encrypted_content" */
   int exec;         /* code execution parts were dropped (lossy) */
   tool_drop_t *drops, **drops_tail;
-  int prio;         /* the refusal held (E_*), 0: none */
+  int prio; /* the refusal held (E_*), 0: none */
   px_tr_err_t e;
 } gdec_t;
 
@@ -336,7 +337,8 @@ static int decode_blob(const px_fv_t *v, int is_file, px_fmsg_t *m, gdec_t *d,
   int dk = is_file ? 2 : 1;
   char p2[128];
   if (v->kind == PX_FV_OBJ && px_fv_fields(v, keys, 3, g, &gs) != 0) return DECLINE;
-  if (!(gs & 1) || !(gs & (1u << dk)) || g[0].kind != PX_FV_STR || g[dk].kind != PX_FV_STR) {
+  if (!(gs & 1) || !(gs & (1u << dk)) || g[0].kind != PX_FV_STR ||
+      g[dk].kind != PX_FV_STR) {
     snprintf(p2, sizeof(p2), "%s.%s", path, is_file ? "fileData" : "inlineData");
     return PART_FAIL(d, p2, "%s needs mimeType and %s", p2, is_file ? "fileUri" : "data");
   }
@@ -401,8 +403,8 @@ static int decode_fresp(const fresp_t *fr, px_fmsg_t *m, int model, gdec_t *d,
   } else if (by_id && !model) {
     res->id = id;
   } else {
-    return PART_FAIL(d, path, "%s.functionResponse does not answer a preceding functionCall",
-                     path);
+    return PART_FAIL(
+        d, path, "%s.functionResponse does not answer a preceding functionCall", path);
   }
   if (response_text(fr, res, a) != 0) return DECLINE;
   px_fpart_push(&m->parts, &m->last, res);
@@ -452,7 +454,8 @@ static int decode_part(px_fw_t *w, px_fmsg_t *m, int model, gdec_t *d, const cha
   int thought = HAS(P_THOUGHT) && f[P_THOUGHT].kind == PX_FV_TRUE;
   if (sig && model && !thought && sig_part(m, f[P_SIG].s, d, a) != 0) return DECLINE;
   if (HAS(P_TEXT)) {
-    if (f[P_TEXT].kind != PX_FV_STR) return PART_FAIL(d, path, "%s.text must be a string", path);
+    if (f[P_TEXT].kind != PX_FV_STR)
+      return PART_FAIL(d, path, "%s.text must be a string", path);
     px_fpart_t *p;
     if (!thought) {
       p = px_fpart_text(a, f[P_TEXT].s);
@@ -524,7 +527,8 @@ static int decode_contents(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) 
     px_fmsg_t *m = px_fmsg_push(ir, a, 0);
     if (m == NULL) return DECLINE;
     if (px_fw_peek(w) != PX_FV_OBJ)
-      return gfail(d, E_TURNS, path, "contents[%zu] needs role user or model and parts", i);
+      return gfail(d, E_TURNS, path, "contents[%zu] needs role user or model and parts",
+                   i);
     if (px_fw_open(w, '{') < 0) return DECLINE;
     while ((rk = px_fw_member(w, &k)) == 1) {
       if (k.esc) return DECLINE;
@@ -538,8 +542,8 @@ static int decode_contents(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) 
         if (model == -2) model = role_ahead(*w, a);
         if (model == ROLE_UNREAD) return DECLINE;
         if (model < 0)
-          return gfail(d, E_TURNS, path, "contents[%zu] needs role user or model and parts",
-                       i);
+          return gfail(d, E_TURNS, path,
+                       "contents[%zu] needs role user or model and parts", i);
         if (px_fw_open(w, '[') < 0) return DECLINE;
         int rp;
         char pp[128];
@@ -555,11 +559,13 @@ static int decode_contents(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) 
       if (px_fw_seen_twice(&seen, 0)) return DECLINE;
       if ((model = role_of(&v, a)) == ROLE_UNREAD) return DECLINE;
       if (model < 0)
-        return gfail(d, E_TURNS, path, "contents[%zu] needs role user or model and parts", i);
+        return gfail(d, E_TURNS, path, "contents[%zu] needs role user or model and parts",
+                     i);
     }
     if (rk < 0) return DECLINE;
     if (!arr)
-      return gfail(d, E_TURNS, path, "contents[%zu] needs role user or model and parts", i);
+      return gfail(d, E_TURNS, path, "contents[%zu] needs role user or model and parts",
+                   i);
     if (m->parts == NULL) return DECLINE; /* none kept: an empty turn */
     m->assistant = model;
   }
@@ -636,7 +642,8 @@ static int decode_tools(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) {
 }
 
 /* toolConfig.functionCallingConfig {mode, allowedFunctionNames} */
-static int decode_tool_config(const px_fv_t *tc, px_freq_t *ir, gdec_t *d, px_arena_t *a) {
+static int decode_tool_config(const px_fv_t *tc, px_freq_t *ir, gdec_t *d,
+                              px_arena_t *a) {
   static const char *const keys[] = {"functionCallingConfig"};
   static const char *const fkeys[] = {"mode", "allowedFunctionNames"};
   px_fv_t f[1], g[2];
@@ -675,7 +682,8 @@ static int decode_tool_config(const px_fv_t *tc, px_freq_t *ir, gdec_t *d, px_ar
   }
   if (m == NULL && (m = fs_cstr(a, mode)) == NULL) return DECLINE;
   gfail(d, E_TC, "toolConfig.functionCallingConfig",
-        "function calling mode %s with several allowedFunctionNames cannot be translated", m);
+        "function calling mode %s with several allowedFunctionNames cannot be translated",
+        m);
   return 0;
 }
 
@@ -1093,7 +1101,8 @@ typedef struct genc {
 /* One IR part's members into the Gemini part already open (part_out in
  * gemini.c); the parts that write nothing are put_contents' */
 static int put_part(const px_tr_ctx_t *ctx, px_buf_t *b, const px_freq_t *ir,
-                    const px_fpart_t *p, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+                    const px_fpart_t *p, px_arena_t *a, px_lossy_t *lossy,
+                    px_tr_err_t *err) {
   int rc;
   switch (p->type) {
     case PX_FP_TEXT:
@@ -1144,7 +1153,8 @@ static int put_part(const px_tr_ctx_t *ctx, px_buf_t *b, const px_freq_t *ir,
  * Gemini signature of a reasoning part without text rides on the next part
  * of a model message; other families' tokens are dropped */
 static int put_contents(const px_tr_ctx_t *ctx, px_buf_t *b, const px_freq_t *ir,
-                        const genc_t *g, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+                        const genc_t *g, px_arena_t *a, px_lossy_t *lossy,
+                        px_tr_err_t *err) {
   int rc = px_fb_lit(b, "{\"contents\":[");
   int open = -1; /* the role of the turn open */
   for (const px_fmsg_t *m = ir->msgs; m && rc == 0; m = m->next) {
@@ -1300,7 +1310,8 @@ static int gem_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
       if (rc == 0) rc = px_fb_str(b, t->name);
       if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", t->desc);
       /* a custom tool holds no parameters */
-      if (rc == 0 && !t->custom) rc = px_fb_opt_raw(b, ",\"parametersJsonSchema\":", t->params);
+      if (rc == 0 && !t->custom)
+        rc = px_fb_opt_raw(b, ",\"parametersJsonSchema\":", t->params);
       if (rc == 0) rc = px_fb_lit(b, "}");
     }
     if (rc == 0) rc = px_fb_lit(b, "]}]");
@@ -1454,9 +1465,9 @@ static int decode_content(px_fw_t *w, px_fresp_t *ir, gresp_t *g, px_arena_t *a)
 }
 
 enum { C_CONTENT, C_FINISH, C_SAFETY, C_GROUND, C_CITE, C_FMSG };
-static const char *const cand_keys[] = {"content",           "finishReason",
-                                        "safetyRatings",     "groundingMetadata",
-                                        "citationMetadata",  "finishMessage"};
+static const char *const cand_keys[] = {"content",          "finishReason",
+                                        "safetyRatings",    "groundingMetadata",
+                                        "citationMetadata", "finishMessage"};
 
 /* candidates: the first one read, the others counted (gemini.c answers
  * one candidate, or a blocked prompt) */
@@ -1548,8 +1559,8 @@ static int gem_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, si
   if (fr == NULL) return DECLINE;
   int refused = px_stop_refused(px_gemini_stop(fr, 0));
   ir->id = g.rid_set ? g.rid : (px_fstr_t){"gemini", 6, 0};
-  if (!g.model_set && fs_of_cstr(a, ctx->upstream_model ? ctx->upstream_model : "",
-                                 &ir->model) != 0)
+  if (!g.model_set &&
+      fs_of_cstr(a, ctx->upstream_model ? ctx->upstream_model : "", &ir->model) != 0)
     return DECLINE;
   /* minted call ids: px_gemini_call_id, call_<responseId or "gemini">_<n> */
   const char *rid = g.rid_set ? fs_cstr(a, g.rid) : "";
@@ -1571,7 +1582,8 @@ static int gem_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, si
   if (g.cseen & (1u << C_CITE)) px_lossy_add(lossy, "candidates[].citationMetadata");
   ir->stop = px_gemini_stop(fr, calls > 0);
   /* a refusal's own words (Vertex: promptFeedback.blockReasonMessage) */
-  if (fms.p != NULL && fms.n > 0 && px_stop_refused(ir->stop)) ir->refusal_explanation = fms;
+  if (fms.p != NULL && fms.n > 0 && px_stop_refused(ir->stop))
+    ir->refusal_explanation = fms;
   return 0;
 }
 
@@ -1591,7 +1603,8 @@ static int put_sig_part(px_buf_t *b, int *first, const px_fpart_t *sig) {
 /* an upstream call's arguments as an object (gem_encode_response: parsed
  * by jansson, anything else is the upstream's fault): 0, DECLINE, or
  * PX_FAST_REFUSE with err set */
-static int answer_args(px_arena_t *a, const px_fpart_t *p, px_str_t *args, px_tr_err_t *err) {
+static int answer_args(px_arena_t *a, const px_fpart_t *p, px_str_t *args,
+                       px_tr_err_t *err) {
   if (!p->custom && call_args(a, p, 0, args) == 0) return 0;
   if (!p->custom && p->input.ptr == NULL && p->args.p != NULL) {
     /* what the scanner does not take, jansson may: the reference decides */
@@ -1640,7 +1653,8 @@ static int gem_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir
     if (p->type != PX_FP_TEXT && p->type != PX_FP_REFUSAL && p->type != PX_FP_TOOL_CALL)
       continue; /* nothing there */
     px_str_t args = {0};
-    if (p->type == PX_FP_TOOL_CALL && (rc = answer_args(a, p, &args, err)) != 0) return rc;
+    if (p->type == PX_FP_TOOL_CALL && (rc = answer_args(a, p, &args, err)) != 0)
+      return rc;
     rc = px_fb_lit(b, first ? "{" : ",{");
     first = 0;
     if (rc == 0 && sig != NULL) {
@@ -1662,7 +1676,8 @@ static int gem_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir
     }
     refused |= p->type == PX_FP_REFUSAL;
     texted = 1;
-    if (p->type == PX_FP_TEXT && p->annotations.ptr != NULL && !px_fw_empty(p->annotations))
+    if (p->type == PX_FP_TEXT && p->annotations.ptr != NULL &&
+        !px_fw_empty(p->annotations))
       px_lossy_add(lossy, px_lossy_annotations(ctx));
     rc = px_fb_lit(b, "\"text\":");
     if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : (px_fstr_t){"", 0, 0});

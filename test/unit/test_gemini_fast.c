@@ -130,7 +130,8 @@ static void request_refuses(int in, int out, const char *body, const char *param
   CHECK(ef.kind == es.kind && strcmp(ef.param, es.param) == 0 &&
         strcmp(ef.message, es.message) == 0);
   CHECK(strcmp(ef.param, param) == 0);
-  if (strcmp(ef.param, param) != 0) fprintf(stderr, "refused at %s: %s\n", ef.param, ef.message);
+  if (strcmp(ef.param, param) != 0)
+    fprintf(stderr, "refused at %s: %s\n", ef.param, ef.message);
   free(o);
   free(so);
 }
@@ -178,9 +179,10 @@ static void refusals(void) {
                   "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"generationConfig\":{"
                   "\"candidateCount\":2}}",
                   "generationConfig.candidateCount");
-  request_refuses(GEM, CHAT,
-                  "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"cachedContent\":\"c\"}",
-                  "cachedContent");
+  request_refuses(
+      GEM, CHAT,
+      "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"cachedContent\":\"c\"}",
+      "cachedContent");
   /* a response answering no call */
   request_refuses(GEM, ANTH,
                   "{\"contents\":[{\"parts\":[{\"functionResponse\":{\"name\":\"f\","
@@ -207,22 +209,25 @@ static void refusals(void) {
                   "systemInstruction.parts");
   request_refuses(GEM, CHAT, "{\"contents\":{}}", "contents");
   /* toward Gemini: a result answering no call, arguments that are no object */
-  request_refuses(CHAT, GEM,
-                  "{\"model\":\"m\",\"messages\":[{\"role\":\"tool\",\"tool_call_id\":\"c9\","
-                  "\"content\":\"x\"}]}",
-                  "messages[].content[].tool_result");
-  request_refuses(ANTH, GEM,
-                  "{\"model\":\"m\",\"max_tokens\":9,\"messages\":[{\"role\":\"assistant\","
-                  "\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":"
-                  "[1]}]}]}",
-                  "messages.content.input");
+  request_refuses(
+      CHAT, GEM,
+      "{\"model\":\"m\",\"messages\":[{\"role\":\"tool\",\"tool_call_id\":\"c9\","
+      "\"content\":\"x\"}]}",
+      "messages[].content[].tool_result");
+  request_refuses(
+      ANTH, GEM,
+      "{\"model\":\"m\",\"max_tokens\":9,\"messages\":[{\"role\":\"assistant\","
+      "\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":"
+      "[1]}]}]}",
+      "messages.content.input");
   /* a Gemini client: arguments of an upstream's call that are no object */
-  answer_refuses(GEM, CHAT,
-                 "{\"id\":\"c\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"u\","
-                 "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
-                 "\"content\":null,\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\","
-                 "\"function\":{\"name\":\"f\",\"arguments\":\"[1]\"}}]},"
-                 "\"finish_reason\":\"tool_calls\"}]}");
+  answer_refuses(
+      GEM, CHAT,
+      "{\"id\":\"c\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"u\","
+      "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+      "\"content\":null,\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\","
+      "\"function\":{\"name\":\"f\",\"arguments\":\"[1]\"}}]},"
+      "\"finish_reason\":\"tool_calls\"}]}");
 }
 
 /* A Gemini answer through Gemini's own fast halves (decode_response, then
@@ -290,22 +295,26 @@ static void answers_taken(void) {
   /* a SAFETY finish with words and an explanation, safety ratings */
   gem_answer_halves(
       "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"no\"}]},\"finishReason\":"
-      "\"SAFETY\",\"finishMessage\":\"blocked\",\"safetyRatings\":[]}],\"modelVersion\":\"g\"}",
+      "\"SAFETY\",\"finishMessage\":\"blocked\",\"safetyRatings\":[]}],\"modelVersion\":"
+      "\"g\"}",
       "\"finishMessage\":\"blocked\"");
   /* a blocked prompt: no candidate; its message is the only wording */
   gem_answer_halves(
-      "{\"promptFeedback\":{\"blockReason\":\"PROHIBITED_CONTENT\",\"blockReasonMessage\":"
+      "{\"promptFeedback\":{\"blockReason\":\"PROHIBITED_CONTENT\","
+      "\"blockReasonMessage\":"
       "\"not allowed\"},\"usageMetadata\":{\"promptTokenCount\":4}}",
       "\"parts\":[{\"text\":\"not allowed\"}]},\"finishReason\":\"SAFETY\"");
   /* a finish reason spelled with escapes, an explanation of no refusal */
-  gem_answer_halves("{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"x\"}]},"
-                    "\"finishReason\":\"M\\u0041X_TOKENS\",\"finishMessage\":\"m\"}]}",
-                    "\"MAX_TOKENS\"");
+  gem_answer_halves(
+      "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"x\"}]},"
+      "\"finishReason\":\"M\\u0041X_TOKENS\",\"finishMessage\":\"m\"}]}",
+      "\"MAX_TOKENS\"");
   /* code execution and blobs dropped, grounding and citations named */
   gem_answer_halves(
       "{\"candidates\":[{\"content\":{\"parts\":[{\"executableCode\":{\"code\":\"1\"}},"
       "{\"codeExecutionResult\":{\"output\":\"1\"}},{\"inlineData\":{\"mimeType\":"
-      "\"image/png\",\"data\":\"AA==\"}},{\"text\":\"done\"},7]},\"finishReason\":\"STOP\","
+      "\"image/"
+      "png\",\"data\":\"AA==\"}},{\"text\":\"done\"},7]},\"finishReason\":\"STOP\","
       "\"groundingMetadata\":{},\"citationMetadata\":{}}]}",
       NULL);
   /* no single candidate: gemini.c's 502 */
