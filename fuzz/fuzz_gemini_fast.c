@@ -124,10 +124,12 @@ static const char *const gem_agent_resp[2] = {
     "\"}},\"thoughtSignature\":\"@{Z2Vt}@\"},{\"thoughtSignature\":\"@{pxo1:enc:E1}@\"},"
     "{\"executableCode\":{\"code\":\"@{1}@\"}},{\"inlineData\":{\"mimeType\":\"@{image/"
     "png}@\",\"data\":\"AA==\"}},{\"text\":\"@{done}@\"}],\"role\":\"model\"},"
-    "\"finishReason\":\"@{STOP}@\",\"finishMessage\":\"@{m}@\",\"groundingMetadata\":{}}],"
+    "\"finishReason\":\"@{STOP}@\",\"finishMessage\":\"@{m}@\",\"groundingMetadata\":{}}]"
+    ","
     "\"usageMetadata\":{\"promptTokenCount\":9,\"thoughtsTokenCount\":@{3}@},"
     "\"responseId\":\"@{r1}@\"}",
-    "{\"promptFeedback\":{\"blockReason\":\"@{PROHIBITED_CONTENT}@\",\"blockReasonMessage\""
+    "{\"promptFeedback\":{\"blockReason\":\"@{PROHIBITED_CONTENT}@\","
+    "\"blockReasonMessage\""
     ":\"@{no}@\"},\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"@{x}@\"}]},"
     "\"finishReason\":\"@{SAFETY}@\",\"finishMessage\":\"@{m}@\",\"citationMetadata\":{}}"
     "],\"modelVersion\":\"@{g}@\",\"usageMetadata\":{\"promptTokenCount\":@{4}@}}",
@@ -272,8 +274,8 @@ static unsigned long round_trip(const px_tr_ctx_t *c0, const char *body, size_t 
     px_buf_init(&b, len * 4 + 65536);
     px_tr_err_t ef;
     memset(&ef, 0, sizeof(ef));
-    int rc = px_fast_request_steps(&c, &c, &px_gemini_fast, &px_gemini_fast, body, len, &ir,
-                                   &a, &b, &lf, &ef);
+    int rc = px_fast_request_steps(&c, &c, &px_gemini_fast, &px_gemini_fast, body, len,
+                                   &ir, &a, &b, &lf, &ef);
     if (rc == PX_FAST_REFUSE) { /* gemini.c refuses it too, in the same words */
       px_tr_ctx_t ref = c;
       ref.reference = 1;
@@ -346,11 +348,12 @@ static unsigned long answer_round(const px_tr_ctx_t *c0, const char *body, size_
   if (rc == 0) {
     if (px_buf_append(&b, "", 1) < 0) abort();
     if (rs != 0)
-      diff_fail("answer round (jansson refused)", &c, body, len, b.data, es.message, lf.buf,
-                "");
+      diff_fail("answer round (jansson refused)", &c, body, len, b.data, es.message,
+                lf.buf, "");
     char *so = json_dumps(out, JSON_COMPACT);
     if (so == NULL) abort();
-    check_json("answer round", &c, body, len, b.data, b.len - 1, so, strlen(so), &lf, &ls);
+    check_json("answer round", &c, body, len, b.data, b.len - 1, so, strlen(so), &lf,
+               &ls);
     free(so);
   }
   json_decref(src);
