@@ -324,23 +324,36 @@ static int sig_part(px_fmsg_t *m, px_fstr_t sig, const gdec_t *d, px_arena_t *a)
   return 0;
 }
 
+/* A part's place, its path "contents[i].parts[n]" written only for a
+ * refusal (the path of a part is gemini.c's words then). */
+typedef struct ppath {
+  size_t i, n;
+  char s[128];
+} ppath_t;
+
+static const char *pp_str(ppath_t *pp) {
+  snprintf(pp->s, sizeof(pp->s), "contents[%zu].parts[%zu]", pp->i, pp->n);
+  return pp->s;
+}
+
 /* A refusal of gemini.c's decode_part, at the part's path. */
-#define PART_FAIL(d, path, ...) gfail(d, E_TURNS, path, __VA_ARGS__)
+#define PART_FAIL(d, pp, fmt) gfail(d, E_TURNS, pp_str(pp), fmt, (pp)->s)
 
 /* inlineData {mimeType, data} / fileData {mimeType, fileUri} -> an image or
  * file part (decode_blob in gemini.c) */
 static int decode_blob(const px_fv_t *v, int is_file, px_fmsg_t *m, gdec_t *d,
-                       const char *path, px_arena_t *a) {
+                       ppath_t *path, px_arena_t *a) {
   static const char *const keys[] = {"mimeType", "data", "fileUri"};
   px_fv_t g[3];
   unsigned gs = 0;
   int dk = is_file ? 2 : 1;
-  char p2[128];
+  char p2[160]; /* never cut: a path is at most 58 bytes */
   if (v->kind == PX_FV_OBJ && px_fv_fields(v, keys, 3, g, &gs) != 0) return DECLINE;
   if (!(gs & 1) || !(gs & (1u << dk)) || g[0].kind != PX_FV_STR ||
       g[dk].kind != PX_FV_STR) {
-    snprintf(p2, sizeof(p2), "%s.%s", path, is_file ? "fileData" : "inlineData");
-    return PART_FAIL(d, p2, "%s needs mimeType and %s", p2, is_file ? "fileUri" : "data");
+    snprintf(p2, sizeof(p2), "%s.%s", pp_str(path), is_file ? "fileData" : "inlineData");
+    return gfail(d, E_TURNS, p2, "%s needs mimeType and %s", p2,
+                 is_file ? "fileUri" : "data");
   }
   if (g[0].s.esc) return DECLINE; /* an escaped type may spell image/ */
   int image = g[0].s.n >= 6 && memcmp(g[0].s.p, "image/", 6) == 0;
@@ -358,13 +371,13 @@ static int decode_blob(const px_fv_t *v, int is_file, px_fmsg_t *m, gdec_t *d,
 }
 
 static int decode_call(const px_fv_t *v, px_fmsg_t *m, int model, gdec_t *d,
-                       const char *path, px_arena_t *a) {
+                       ppath_t *path, px_arena_t *a) {
   static const char *const keys[] = {"name", "args", "id"};
   px_fv_t g[3];
   unsigned gs = 0;
   if (v->kind == PX_FV_OBJ && px_fv_fields(v, keys, 3, g, &gs) != 0) return DECLINE;
   if (!model || !(gs & 1) || g[0].kind != PX_FV_STR)
-    return PART_FAIL(d, path, "%s.functionCall needs a name in a model turn", path);
+    return PART_FAIL(d, path, "%s.functionCall needs a name in a model turn");
   if (g[0].s.esc) return DECLINE;
   px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
   open_call_t *o = px_arena_alloc(a, sizeof(*o));
@@ -386,7 +399,7 @@ static int decode_call(const px_fv_t *v, px_fmsg_t *m, int model, gdec_t *d,
 }
 
 static int decode_fresp(const fresp_t *fr, px_fmsg_t *m, int model, gdec_t *d,
-                        const char *path, px_arena_t *a) {
+                        ppath_t *path, px_arena_t *a) {
   px_fstr_t name = fr->name.kind == PX_FV_STR ? fr->name.s : (px_fstr_t){"", 0, 0};
   px_fstr_t id = fr->id.kind == PX_FV_STR ? fr->id.s : (px_fstr_t){0};
   int by_id = id.n > 0;
@@ -403,8 +416,8 @@ static int decode_fresp(const fresp_t *fr, px_fmsg_t *m, int model, gdec_t *d,
   } else if (by_id && !model) {
     res->id = id;
   } else {
-    return PART_FAIL(
-        d, path, "%s.functionResponse does not answer a preceding functionCall", path);
+    return PART_FAIL(d, path,
+                     "%s.functionResponse does not answer a preceding functionCall");
   }
   if (response_text(fr, res, a) != 0) return DECLINE;
   px_fpart_push(&m->parts, &m->last, res);
@@ -423,14 +436,14 @@ static const px_fkey_t part_fkeys[] = {
 
 /* one part of a turn, in gemini.c's order of checks (decode_part there);
  * path: "contents[i].parts[k]" */
-static int decode_part(px_fw_t *w, px_fmsg_t *m, int model, gdec_t *d, const char *path,
+static int decode_part(px_fw_t *w, px_fmsg_t *m, int model, gdec_t *d, ppath_t *path,
                        px_arena_t *a) {
   px_fv_t f[NKEYS(part_keys)];
   fresp_t fr;
   px_fstr_t k;
   unsigned seen = 0;
   int r;
-  if (px_fw_peek(w) != PX_FV_OBJ) return PART_FAIL(d, path, "%s must be an object", path);
+  if (px_fw_peek(w) != PX_FV_OBJ) return PART_FAIL(d, path, "%s must be an object");
   if (px_fw_open(w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(w, &k)) == 1) {
     int ki = px_fk_of(k, part_fkeys, NKEYS(part_fkeys));
@@ -455,7 +468,7 @@ static int decode_part(px_fw_t *w, px_fmsg_t *m, int model, gdec_t *d, const cha
   if (sig && model && !thought && sig_part(m, f[P_SIG].s, d, a) != 0) return DECLINE;
   if (HAS(P_TEXT)) {
     if (f[P_TEXT].kind != PX_FV_STR)
-      return PART_FAIL(d, path, "%s.text must be a string", path);
+      return PART_FAIL(d, path, "%s.text must be a string");
     px_fpart_t *p;
     if (!thought) {
       p = px_fpart_text(a, f[P_TEXT].s);
@@ -480,7 +493,7 @@ static int decode_part(px_fw_t *w, px_fmsg_t *m, int model, gdec_t *d, const cha
     return 0;
   }
   if (sig) return 0; /* a signature-only part */
-  return PART_FAIL(d, path, "%s: unsupported part", path);
+  return PART_FAIL(d, path, "%s: unsupported part");
 }
 
 /* a turn's role as gemini.c reads it: 1 model, 0 user (or none), -1 another
@@ -509,12 +522,18 @@ static int role_ahead(px_fw_t w, px_arena_t *a) {
   return r < 0 ? ROLE_UNREAD : role;
 }
 
+/* gemini.c's refusal of turn i */
+static int turn_fail(gdec_t *d, size_t i) {
+  char path[48];
+  snprintf(path, sizeof(path), "contents[%zu]", i);
+  return gfail(d, E_TURNS, path, "contents[%zu] needs role user or model and parts", i);
+}
+
 /* contents, each turn read in place, its parts by its role; 0, DECLINE, or
  * PX_FAST_REFUSE (a refusal held in d: the rest of contents unread) */
 static int decode_contents(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) {
   int r;
   size_t i = 0;
-  char path[96];
   if (px_fw_peek(w) != PX_FV_ARR)
     return gfail(d, E_CONTENTS, "contents", "contents must be an array");
   if (px_fw_open(w, '[') < 0) return DECLINE;
@@ -523,12 +542,9 @@ static int decode_contents(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) 
     px_fv_t v;
     int rk, model = -2, arr = 0; /* -2: not read yet */
     unsigned seen = 0;
-    snprintf(path, sizeof(path), "contents[%zu]", i);
     px_fmsg_t *m = px_fmsg_push(ir, a, 0);
     if (m == NULL) return DECLINE;
-    if (px_fw_peek(w) != PX_FV_OBJ)
-      return gfail(d, E_TURNS, path, "contents[%zu] needs role user or model and parts",
-                   i);
+    if (px_fw_peek(w) != PX_FV_OBJ) return turn_fail(d, i);
     if (px_fw_open(w, '{') < 0) return DECLINE;
     while ((rk = px_fw_member(w, &k)) == 1) {
       if (k.esc) return DECLINE;
@@ -541,16 +557,12 @@ static int decode_contents(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) 
         arr = 1;
         if (model == -2) model = role_ahead(*w, a);
         if (model == ROLE_UNREAD) return DECLINE;
-        if (model < 0)
-          return gfail(d, E_TURNS, path,
-                       "contents[%zu] needs role user or model and parts", i);
+        if (model < 0) return turn_fail(d, i);
         if (px_fw_open(w, '[') < 0) return DECLINE;
         int rp;
-        char pp[128];
-        for (size_t n = 0; (rp = px_fw_elem(w)) == 1; n++) {
-          snprintf(pp, sizeof(pp), "contents[%zu].parts[%zu]", i, n);
-          if ((rp = decode_part(w, m, model, d, pp, a)) != 0) return rp;
-        }
+        ppath_t pp = {i, 0, ""};
+        for (; (rp = px_fw_elem(w)) == 1; pp.n++)
+          if ((rp = decode_part(w, m, model, d, &pp, a)) != 0) return rp;
         if (rp < 0) return DECLINE;
         continue;
       }
@@ -558,14 +570,10 @@ static int decode_contents(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) 
       if (!px_fs_is(k, "role")) continue;
       if (px_fw_seen_twice(&seen, 0)) return DECLINE;
       if ((model = role_of(&v, a)) == ROLE_UNREAD) return DECLINE;
-      if (model < 0)
-        return gfail(d, E_TURNS, path, "contents[%zu] needs role user or model and parts",
-                     i);
+      if (model < 0) return turn_fail(d, i);
     }
     if (rk < 0) return DECLINE;
-    if (!arr)
-      return gfail(d, E_TURNS, path, "contents[%zu] needs role user or model and parts",
-                   i);
+    if (!arr) return turn_fail(d, i);
     if (m->parts == NULL) return DECLINE; /* none kept: an empty turn */
     m->assistant = model;
   }
