@@ -208,6 +208,30 @@ static void refusals(void) {
                   "\"data\":\"AA==\"}}]}],\"systemInstruction\":{\"parts\":[{\"x\":1}]}}",
                   "systemInstruction.parts");
   request_refuses(GEM, CHAT, "{\"contents\":{}}", "contents");
+  request_refuses(GEM, ANTH,
+                  "{\"cachedContent\":\"c\",\"systemInstruction\":{\"parts\":[1]},"
+                  "\"contents\":[{\"parts\":[{\"text\":\"a\"}]}]}",
+                  "cachedContent");
+  request_refuses(
+      GEM, CHAT,
+      "{\"contents\":[{\"parts\":[{\"text\":\"a\"}]}],\"toolConfig\":{"
+      "\"functionCallingConfig\":{\"mode\":\"AN\\u0059\",\"allowedFunctionNames\":"
+      "[\"a\",\"b\"]}}}",
+      "toolConfig.functionCallingConfig");
+  request_refuses(GEM, CHAT,
+                  "{\"contents\":[{\"role\":\"user\",\"parts\":[{\"inlineData\":{"
+                  "\"mimeType\":\"image/png\"}}]}]}",
+                  "contents[0].parts[0].inlineData");
+  /* taken: other tools dropped by their names, an escaped role, what
+   * gemini.c reads nothing of */
+  request_pair(GEM, CHAT,
+               "{\"contents\":[{\"parts\":[{\"text\":\"a\"}]},{\"role\":\"mod\\u0065l\","
+               "\"parts\":[{\"text\":\"b\"},{\"executableCode\":{}}]}],\"tools\":[{"
+               "\"googleSearch\":{}},{\"urlContext\":{},\"codeExecution\":{}},7,{"
+               "\"functionDeclarations\":[{\"name\":\"f\"}],\"fileSearch\":{}}],"
+               "\"generationConfig\":{\"candidateCount\":-3},\"toolConfig\":[],"
+               "\"systemInstruction\":\"s\"}",
+               "\"role\":\"assistant\"");
   /* toward Gemini: a result answering no call, arguments that are no object */
   request_refuses(
       CHAT, GEM,
