@@ -1,14 +1,19 @@
 /* gemini_fast.c - the fast codec of Gemini generateContent bodies
- * (include/proxai/fastir.h), without a jansson document: a request (system
- * instruction, user and model turns of text, thoughts, thought signatures,
- * blobs, function calls and function responses with the ids gemini.c mints,
- * function declarations, tool config, generationConfig with thinkingConfig
- * and JSON output) both ways, and a response (one candidate: text and
- * function calls, usageMetadata). Anything else (code execution tools,
- * cachedContent, thoughts in answers, promptFeedback, refusals, ...)
- * declines to gemini.c, the reference: every rule here is that codec's rule
- * for the same shape. jansson stays only where gemini.c's rule is its dump:
- * function call args and structured function responses made strings. */
+ * (include/proxai/fastir.h), without a jansson document, in all four
+ * roles: a request (system instruction, user and model turns of text,
+ * thoughts, thought signatures, blobs, function calls and function
+ * responses with the ids gemini.c mints, function declarations and the
+ * other tools gemini.c drops, tool config, generationConfig with
+ * thinkingConfig and JSON output) both ways, and an answer (one candidate
+ * or a blocked prompt: text or refusal wording, function calls, thoughts
+ * and signatures, the refusal's explanation, usageMetadata) both ways.
+ * Every rule here is gemini.c's (the reference) for the same shape, and
+ * what gemini.c refuses is refused in its words (PX_FAST_REFUSE); what
+ * cannot be proved the same (escaped or repeated member names, escapes
+ * in values that decide something) declines to gemini.c. jansson stays
+ * only where gemini.c's rule is its dump (function call args and
+ * structured function responses made strings) or its parse (arguments
+ * that are no object, on the way to a refusal). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
