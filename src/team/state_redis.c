@@ -230,7 +230,8 @@ struct px_rl_wait {
   px_redis_key_fn kdone; /* lookup_script */
   void *arg;
   uint64_t hash;
-  int resent; /* EVAL after NOSCRIPT */
+  struct px_rl_wait *later; /* the next settlement kept for Redis's return */
+  int resent;               /* EVAL after NOSCRIPT */
   int budgeted;
   int lookup;
   unsigned flags; /* for px_rl_fallback */
@@ -284,6 +285,9 @@ static struct {
   char owner[160]; /* this worker's name on its budget reservations */
   held_t *held;
   size_t nheld;
+  px_rl_wait_t *later_head, *later_tail; /* settlements kept while unreachable */
+  size_t nlater;
+  int later_lost; /* some did not fit (logged once an incident) */
   uv_timer_t renew;
   redisContext *sync; /* the admin API's own connection (blocking, short) */
   cmd_t *head, *tail; /* unanswered commands, oldest first */
@@ -314,8 +318,12 @@ static void go_down(const char *why) {
                why, g.on_error);
 }
 
+static void send_later(void);
+static void free_later(void);
+
 static void go_up(void) {
   g.up = 1;
+  send_later();
   if (!g.down) return;
   g.down = 0;
   px_metrics_state("redis", "back");
@@ -638,6 +646,7 @@ void px_redis_stop(void) {
   free(g.held);
   g.held = NULL;
   g.nheld = 0;
+  free_later();
   addr_free(&g.a);
   free(g.prefix);
   free(g.reg_key);
@@ -930,19 +939,75 @@ static void on_fire_reply(redisAsyncContext *ac, void *r, void *priv) {
   wait_free(w);
 }
 
+/* Settlements made while Redis is unreachable (requests admitted before
+ * the outage that end during it) are kept, oldest first, and sent once a
+ * PING is answered again: the spend is counted in its window and the
+ * reservation released (else a busy worker, renewing its other
+ * reservations on the same budget, would hold this one as long as it is
+ * busy). Releasing one that lapsed meanwhile is a no-op (the script drops a
+ * field at or below zero). Only what was never sent is kept: one lost with
+ * its connection may have been applied. The tpm debt is not kept (the
+ * bucket refilled during the outage). At most LATER_MAX, the requests in
+ * flight when Redis went away: past that a spend is lost, logged. */
+#define LATER_MAX 4096
+static int keep_later(px_rl_wait_t *w) {
+  if (g.stopping) return 0;
+  if (g.nlater >= LATER_MAX) {
+    if (!g.later_lost)
+      px_log_error(
+          "redis state backend unreachable: more than %d settlements waiting, "
+          "later spend is not counted",
+          LATER_MAX);
+    g.later_lost = 1;
+    return 0;
+  }
+  w->later = NULL;
+  if (g.later_tail)
+    g.later_tail->later = w;
+  else
+    g.later_head = w;
+  g.later_tail = w;
+  g.nlater++;
+  return 1;
+}
+
+static void send_later(void) {
+  px_rl_wait_t *w = g.later_head;
+  g.later_head = g.later_tail = NULL;
+  g.nlater = 0;
+  g.later_lost = 0;
+  while (w) {
+    px_rl_wait_t *next = w->later;
+    if (send_script(w, on_fire_reply) < 0) wait_free(w);
+    w = next;
+  }
+}
+
+static void free_later(void) {
+  while (g.later_head) {
+    px_rl_wait_t *next = g.later_head->later;
+    wait_free(g.later_head);
+    g.later_head = next;
+  }
+  g.later_tail = NULL;
+  g.nlater = 0;
+}
+
 void px_redis_settle(const px_admit_t *a, uint64_t used, int64_t cost) {
   const px_key_conf_t *k = a->key;
   int64_t delta = k->tpm ? (int64_t)used - (int64_t)a->tokens : 0;
   if (delta == 0 && !a->budgeted && cost <= 0) return;
-  px_rl_wait_t *w =
-      wait_new(k, "s", a->now_s, (long long)delta, a->budgeted ? a->cost : 0, cost, NULL);
+  int now_up = g.ac && !g.down;
+  /* unreachable: the budget's part is kept for later (keep_later) */
+  if (!now_up && !a->budgeted && cost <= 0) return;
+  px_rl_wait_t *w = wait_new(k, "s", a->now_s, now_up ? (long long)delta : 0,
+                             a->budgeted ? a->cost : 0, cost, NULL);
   if (!w) return;
   /* not held any more, settled or not: a reservation this worker no longer
    * renews lapses */
   if (w->budgeted) held_wait(w, -1);
-  /* lost when not connected: the bucket refills, the reservations lapse */
-  if (!g.ac || g.down) {
-    wait_free(w);
+  if (!now_up) {
+    if (!keep_later(w)) wait_free(w);
     return;
   }
   /* tokens returned: the local over-limit mark may be stale */

@@ -188,6 +188,23 @@ test('Redis unreachable: budgets and runtime keys never fail open (503), a key w
   await waitFor(async () => (await post(pxA.url, secret)).status === 200, { what: 'back on Redis', timeout: 15000 });
 }, { timeout: 60000 });
 
+test('a request admitted before Redis went away and ended during the outage is charged, its reservation released, once Redis is back', async () => {
+  const before = await settled(pxB, 'sk-t1');
+  await mock.script([{ path: '/v1/chat/completions', default: true, headers_delay_ms: 3000 }]);
+  const pending = post(pxA.url, 'sk-t1');
+  let u;
+  await waitFor(async () => (u = await usage(pxB, 'sk-t1')).key.reserved_usd > 0, { what: 'a reservation', timeout: 10000 });
+  await redis.stop(); // written to its append-only file: the reservation is there when it is back
+  const r = await pending;
+  assert.equal(r.status, 200, 'admitted before the outage: served');
+  await mock.reset();
+  redis = await startRedis(redisPort, PERSIST);
+  u = await settled(pxB, 'sk-t1');
+  assert.equal(nano(u.key.spend_usd), nano(before.key.spend_usd) + CHAT_COST, 'the spend made during the outage');
+  assert.equal(nano(u.team.spend_usd), nano(before.team.spend_usd) + CHAT_COST);
+  assert.equal(u.key.reserved_usd, 0, 'the reservation released, not left to lapse');
+}, { timeout: 60000 });
+
 test('spend and runtime keys survive a restart of everything', async () => {
   const before = [await settled(pxA, 'sk-plain'), await settled(pxA, 'sk-t1'), await settled(pxA, secret)];
   for (const px of [pxA, pxB]) {
