@@ -360,8 +360,11 @@ static int decode_blob(const px_fv_t *v, int is_file, px_fmsg_t *m, gdec_t *d,
     return gfail(d, E_TURNS, p2, "%s needs mimeType and %s", p2,
                  is_file ? "fileUri" : "data");
   }
-  if (g[0].s.esc) return DECLINE; /* an escaped type may spell image/ */
-  int image = g[0].s.n >= 6 && memcmp(g[0].s.p, "image/", 6) == 0;
+  /* an escaped type may spell image/: read unescaped */
+  const char *mt = g[0].s.esc ? fs_cstr(a, g[0].s) : NULL;
+  if (g[0].s.esc && mt == NULL) return DECLINE;
+  int image = mt != NULL ? strncmp(mt, "image/", 6) == 0
+                         : g[0].s.n >= 6 && memcmp(g[0].s.p, "image/", 6) == 0;
   px_fpart_t *p = px_fpart_new(a, image ? PX_FP_IMAGE : PX_FP_FILE);
   if (p == NULL) return DECLINE;
   if (is_file) {
@@ -722,10 +725,14 @@ enum {
 #define N_GEN (G_DROP0 + N_DROPPED)
 
 /* effort_of_level in gemini.c: a thinkingLevel's effort */
-static int effort_of_level(px_fstr_t l, px_fstr_t *out) {
+static int effort_of_level(px_fstr_t l, px_fstr_t *out, px_arena_t *a) {
   static const char *const lv[][2] = {
       {"minimal", "MINIMAL"}, {"low", "LOW"}, {"medium", "MEDIUM"}};
-  if (l.esc) return DECLINE;
+  if (l.esc) { /* compared unescaped */
+    const char *u = fs_cstr(a, l);
+    if (u == NULL) return DECLINE;
+    l = (px_fstr_t){u, strlen(u), 0};
+  }
   for (size_t i = 0; i < 3; i++)
     if (px_fs_is(l, lv[i][0]) || px_fs_is(l, lv[i][1])) {
       *out = (px_fstr_t){lv[i][0], strlen(lv[i][0]), 0};
@@ -736,7 +743,7 @@ static int effort_of_level(px_fstr_t l, px_fstr_t *out) {
 }
 
 /* thinkingConfig -> the IR reasoning, as decode_generation in gemini.c */
-static int decode_thinking(const px_fv_t *tc, px_freq_t *ir) {
+static int decode_thinking(const px_fv_t *tc, px_freq_t *ir, px_arena_t *a) {
   static const char *const keys[] = {"thinkingBudget", "thinkingLevel"};
   px_fv_t g[2];
   unsigned gs = 0;
@@ -764,7 +771,7 @@ static int decode_thinking(const px_fv_t *tc, px_freq_t *ir) {
     ir->budget_v = v;
     ir->effort = (px_fstr_t){e, strlen(e), 0};
   } else if ((gs & 2) && g[1].kind == PX_FV_STR) {
-    return effort_of_level(g[1].s, &ir->effort);
+    return effort_of_level(g[1].s, &ir->effort, a);
   }
   return 0;
 }
@@ -835,7 +842,7 @@ static int decode_generation(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a
       *marks |= L_MIME;
     }
   }
-  if (HAS(G_THINK) && decode_thinking(&f[G_THINK], ir) != 0) return DECLINE;
+  if (HAS(G_THINK) && decode_thinking(&f[G_THINK], ir, a) != 0) return DECLINE;
   *dropped = seen >> G_DROP0;
   return 0;
 }

@@ -232,6 +232,13 @@ static void refusals(void) {
                "\"generationConfig\":{\"candidateCount\":-3},\"toolConfig\":[],"
                "\"systemInstruction\":\"s\"}",
                "\"role\":\"assistant\"");
+  /* an escaped MIME type and thinking level, read unescaped */
+  request_pair(
+      GEM, ANTH,
+      "{\"contents\":[{\"parts\":[{\"inlineData\":{\"mimeType\":\"im\\u0061ge/png\","
+      "\"data\":\"AA==\"}}]}],\"generationConfig\":{\"thinkingConfig\":{"
+      "\"thinkingLevel\":\"L\\u004fW\"}}}",
+      "\"type\":\"image\"");
   /* toward Gemini: a result answering no call, arguments that are no object */
   request_refuses(
       CHAT, GEM,
