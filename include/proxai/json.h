@@ -41,8 +41,15 @@ static inline size_t px_json_ws(const unsigned char *p, size_t n, size_t i) {
  *  quote) exactly as strictly as jansson reads it: valid UTF-8, no raw
  *  control characters, valid escapes, no \u0000, surrogate escapes only as
  *  pairs. 0 with *end = index of the closing quote and *esc = whether it has
- *  escapes; -1 when jansson would reject it or it is unterminated. */
+ *  escapes; -1 when jansson would reject it or it is unterminated. Reads
+ *  64-byte blocks with vector masks (AVX2 when the CPU has it, else SSE2;
+ *  px_json_simd), never a byte at or past n. */
 int px_json_string_at(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc);
+/** The instructions px_json_string_at checks a string with: 2 AVX2 (with
+ *  BMI1/2), 1 SSE2, 0 scalar; -1 (or more than the CPU has): the best the
+ *  CPU has, which is the default. Returns the level before. For tests and
+ *  benchmarks: every level accepts exactly the same strings. */
+int px_json_simd(int level);
 /** Non-zero when one of the 8 bytes of v is '"', '\\', below 0x20 or at or
  *  above 0x80 (the bytes that end a plain ASCII run of a JSON string); the
  *  lowest flagged byte is exact (borrows only run upwards from a hit). */

@@ -82,46 +82,11 @@ static inline size_t escape_len(const unsigned char *p, size_t n, size_t j) {
   return simple_escape[p[j + 1]] ? 2 : escape_u(p, n, j);
 }
 
-/* px_json_string (json.h) past its plain ASCII start. With SSE2 a block of
- * sixteen bytes is loaded once and every special byte in it (quote,
- * backslash, control, non-ASCII) handled from its mask: text with an
- * escape every few bytes (code, tool output) is not reloaded per escape. */
-int px_json_string_at(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
-  *esc = 0;
-#if defined(__SSE2__)
-  const __m128i lo = _mm_set1_epi8(0x20), qt = _mm_set1_epi8('"'),
-                bs = _mm_set1_epi8('\\');
-  while (i + 16 <= n) {
-    __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
-    __m128i hit =
-        _mm_or_si128(_mm_cmplt_epi8(v, lo),
-                     _mm_or_si128(_mm_cmpeq_epi8(v, qt), _mm_cmpeq_epi8(v, bs)));
-    unsigned m = (unsigned)_mm_movemask_epi8(hit);
-    size_t base = i, j = i + 16;
-    while (m != 0) {
-      j = base + (size_t)__builtin_ctz(m);
-      unsigned c = p[j];
-      size_t l;
-      if (c == '"') {
-        *end = j;
-        return 0;
-      }
-      if (c == '\\') {
-        *esc = 1;
-        if ((l = escape_len(p, n, j)) == 0) return -1;
-      } else if (c < 0x80) {
-        return -1; /* a raw control character */
-      } else if ((l = px_utf8_seq(p + j, n - j)) == 0) {
-        return -1;
-      }
-      j += l;
-      if (j - base >= 16) break; /* past this block: the next starts at j */
-      m &= ~0u << (j - base);    /* the bytes the sequence took are done */
-      j = base + 16;
-    }
-    i = j;
-  }
-#endif
+/* px_json_string_at's loop for what is left of a string once no whole
+ * block is (and for targets without SSE2): the plain runs eight or sixteen
+ * bytes at a time, each special byte in a scalar step. */
+static int string_tail(const unsigned char *p, size_t n, size_t i, size_t *end,
+                       int *esc) {
   for (;;) {
     i = px_json_plain(p, n, i);
     if (i >= n) return -1;
@@ -142,6 +107,318 @@ int px_json_string_at(const unsigned char *p, size_t n, size_t i, size_t *end, i
   }
   *end = i;
   return 0;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* The block-wise check (x86-64). The content is read in blocks of 64 bytes,
+ * each starting fresh: never on a byte an escape or a UTF-8 sequence of the
+ * block before has taken. Vector compares give one bit a byte in each mask
+ * of blk_t; blk_check does the rest on the masks, a scalar step only for
+ * the rare bytes (\b, \u, non-ASCII).
+ * The escaped bytes are the ones right after a run of backslashes of odd
+ * length: a run starting at an even offset ends (its first byte past it,
+ * found by adding the run's start bit to the backslash mask: the carry runs
+ * through the run) at an odd offset exactly when its length is odd, and the
+ * other way round. A run reaching the block's end has no end in it: its
+ * complete pairs (escaped backslashes) are done, and an odd last backslash
+ * starts the next block. */
+typedef struct blk {
+  uint64_t q;  /* '"' */
+  uint64_t b;  /* '\\' */
+  uint64_t ok; /* what may follow an escaping backslash but \b and \u: " \ / f n r t */
+  uint64_t c;  /* below 0x20 or 0x80 and above */
+} blk_t;
+
+/* A check of the UTF-8 and the controls of the whole block at p[base]:
+ * *bad gets the bytes where a sequence (or a control byte) is wrong, *cut
+ * the start of a sequence the block's end cuts (0: none). */
+typedef void blk_utf8_fn(const unsigned char *p, size_t base, uint64_t *bad, size_t *cut);
+
+#define EVEN_BITS 0x5555555555555555ull
+
+/* The control and non-ASCII bytes of the block at base (bits of c, the
+ * first one not inside a sequence): a control byte refused, a UTF-8
+ * sequence starting at each non-ASCII byte checked by px_utf8_seq; *next
+ * moves past one running over the block. 0, or -1. */
+static inline __attribute__((always_inline)) int blk_utf8(const unsigned char *p,
+                                                          size_t n, size_t base,
+                                                          uint64_t c, size_t *next) {
+  while (c != 0) {
+    unsigned j = (unsigned)__builtin_ctzll(c);
+    if (p[base + j] < 0x80) return -1; /* a raw control character */
+    size_t l = px_utf8_seq(p + base + j, n - base - j);
+    if (l == 0) return -1;
+    size_t stop = j + l;
+    if (stop >= 64) {
+      if (base + stop > *next) *next = base + stop;
+      return 0;
+    }
+    c &= ~0ull << stop;
+  }
+  return 0;
+}
+
+/* The escapes of the block at base that the masks do not clear (bits of
+ * odd: the letters after escaping backslashes): \b, \u (its hex, \u0000
+ * and surrogate pairs as escape_u reads them), or an invalid escape.
+ * *next moves past one running over the block. 0, or -1. */
+static int blk_escapes(const unsigned char *p, size_t n, size_t base, uint64_t odd,
+                       size_t *next) {
+  while (odd != 0) {
+    unsigned j = (unsigned)__builtin_ctzll(odd);
+    size_t at = base + j;
+    if (p[at] == 'b') {
+      odd &= odd - 1;
+      continue;
+    }
+    size_t l = p[at] == 'u' ? escape_u(p, n, at - 1) : 0;
+    if (l == 0) return -1;
+    size_t stop = j - 1 + l; /* a pair's second \u is taken with it */
+    if (stop >= 64) {
+      if (base + stop > *next) *next = base + stop;
+      return 0;
+    }
+    odd &= ~0ull << stop;
+  }
+  return 0;
+}
+
+/* Check the block at p[base..base+64) from its masks m: 1 when the string
+ * ends in it (*end), 0 when it goes on (*next: where the next block
+ * starts), -1 when jansson would refuse it. *bs gets the backslashes of
+ * the string's bytes. */
+static inline __attribute__((always_inline)) int blk_check(const unsigned char *p,
+                                                           size_t n, size_t base,
+                                                           const blk_t *m, size_t *next,
+                                                           size_t *end, uint64_t *bs,
+                                                           blk_utf8_fn *all) {
+  uint64_t b = m->b, escaped;
+  if ((b & (b << 1)) == 0) { /* the usual: every backslash alone */
+    escaped = b << 1;
+  } else {
+    uint64_t starts = b & ~(b << 1);
+    uint64_t from_even = (b + (starts & EVEN_BITS)) & ~b;
+    uint64_t from_odd = (b + (starts & ~EVEN_BITS)) & ~b;
+    escaped = (from_even & ~EVEN_BITS) | (from_odd & EVEN_BITS);
+  }
+  uint64_t closing = m->q & ~escaped;
+  uint64_t in = (closing & (0 - closing)) - 1; /* the bytes before the end (all: none) */
+  *bs |= b & in;
+  size_t nb = base + 64;
+  /* a run of backslashes to the end: an odd last one escapes onward */
+  if ((int64_t)b < 0) nb -= (~b != 0 ? (size_t)__builtin_clzll(~b) : 64) & 1;
+  uint64_t odd = escaped & ~m->ok & in;
+  if (odd != 0 && blk_escapes(p, n, base, odd, &nb) < 0) return -1;
+  if ((m->c & in) != 0) {
+    if (all != NULL && __builtin_popcountll(m->c & in) > 16) {
+      /* many non-ASCII bytes (text in most scripts but Latin): at once */
+      uint64_t bad;
+      size_t cut;
+      all(p, base, &bad, &cut);
+      /* a sequence the closing quote cuts shows at the quote */
+      if ((bad & (in | (closing & (0 - closing)))) != 0) return -1;
+      if (cut != 0 && cut < nb) nb = cut;
+    } else if (blk_utf8(p, n, base, m->c & in, &nb) < 0) {
+      return -1;
+    }
+  }
+  if (closing != 0) {
+    *end = base + (size_t)__builtin_ctzll(closing);
+    return 1;
+  }
+  *next = nb;
+  return 0;
+}
+
+/* The bytes that may follow an escaping backslash, by their low four bits
+ * (the lookup of string_avx2; '"' has the quote mask, 'b' and 'u' are
+ * blk_escapes' business); 0x80 matches no byte the lookup indexes. */
+#define LETTERS                                                                         \
+  0x80, 0x80, 'r', 0x80, 't', 0x80, 'f', 0x80, 0x80, 0x80, 0x80, 0x80, '\\', 0x80, 'n', \
+      '/'
+
+/* every CPU with AVX2 has BMI1, BMI2 and POPCNT (andn, blsi, tzcnt, shlx) */
+#define AVX2 __attribute__((target("avx2,bmi,bmi2,popcnt")))
+#include <immintrin.h>
+
+AVX2 static inline uint64_t avx2_bits(__m256i lo, __m256i hi) {
+  uint64_t l = (uint32_t)_mm256_movemask_epi8(lo), h = (uint32_t)_mm256_movemask_epi8(hi);
+  return l | h << 32;
+}
+
+/* The UTF-8 of a block with many non-ASCII bytes, all at once (after
+ * Keiser and Lemire, "Validating UTF-8 in less than one instruction per
+ * byte"): each byte with the one before it falls in one of the classes
+ * below, by three lookups (the high and low half of the byte before, the
+ * high half of this one) whose AND is non-zero only for a wrong pair; a
+ * continuation byte after a continuation byte is wrong unless a lead two
+ * or three bytes before asks for it. Leads that are never valid (C0, C1,
+ * F5 and above) and control bytes are refused directly. The block starts
+ * fresh (the bytes before it count as ASCII). */
+enum {
+  U8_SHORT = 0x01,     /* a lead not followed by a continuation byte */
+  U8_LONG = 0x02,      /* a continuation byte after ASCII */
+  U8_OVER3 = 0x04,     /* E0 80..9F */
+  U8_SURR = 0x08,      /* ED A0..BF */
+  U8_OVER4 = 0x10,     /* F0 80..8F */
+  U8_LARGE = 0x20,     /* F4 90..BF */
+  U8_TWO_CONTS = 0x80, /* a continuation byte after a continuation byte */
+};
+#define U8_PREV_HIGH                                                                    \
+  U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_TWO_CONTS, \
+      U8_TWO_CONTS, U8_TWO_CONTS, U8_TWO_CONTS, U8_SHORT, U8_SHORT,                     \
+      U8_SHORT | U8_OVER3 | U8_SURR, U8_SHORT | U8_OVER4 | U8_LARGE
+#define U8_ANY (U8_SHORT | U8_LONG | U8_TWO_CONTS)
+#define U8_PREV_LOW                                                                     \
+  U8_ANY | U8_OVER3 | U8_OVER4, U8_ANY, U8_ANY, U8_ANY, U8_ANY | U8_LARGE, U8_ANY,      \
+      U8_ANY, U8_ANY, U8_ANY, U8_ANY, U8_ANY, U8_ANY, U8_ANY, U8_ANY | U8_SURR, U8_ANY, \
+      U8_ANY
+#define U8_CONT (U8_LONG | U8_TWO_CONTS)
+#define U8_HIGH                                                                       \
+  U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT,     \
+      U8_CONT | U8_OVER3 | U8_OVER4, U8_CONT | U8_OVER3 | U8_LARGE,                   \
+      U8_CONT | U8_SURR | U8_LARGE, U8_CONT | U8_SURR | U8_LARGE, U8_SHORT, U8_SHORT, \
+      U8_SHORT, U8_SHORT
+
+/* The wrong bytes of one half (v, prev: the 32 bytes before it, zero at
+ * the block's start) as 0 (fine) or not. */
+AVX2 static inline __m256i avx2_utf8_half(__m256i v, __m256i before) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i t1 = _mm256_setr_epi8(U8_PREV_HIGH, U8_PREV_HIGH),
+                t2 = _mm256_setr_epi8(U8_PREV_LOW, U8_PREV_LOW),
+                t3 = _mm256_setr_epi8(U8_HIGH, U8_HIGH);
+  __m256i prev1 = _mm256_alignr_epi8(v, before, 15);
+  __m256i prev2 = _mm256_alignr_epi8(v, before, 14);
+  __m256i prev3 = _mm256_alignr_epi8(v, before, 13);
+  __m256i cls = _mm256_and_si256(
+      _mm256_and_si256(
+          _mm256_shuffle_epi8(t1, _mm256_and_si256(_mm256_srli_epi16(prev1, 4), low4)),
+          _mm256_shuffle_epi8(t2, _mm256_and_si256(prev1, low4))),
+      _mm256_shuffle_epi8(t3, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4)));
+  /* a third or fourth byte of a sequence: the continuation there is due */
+  __m256i due = _mm256_and_si256(
+      _mm256_or_si256(_mm256_subs_epu8(prev2, _mm256_set1_epi8(0xe0 - 0x80)),
+                      _mm256_subs_epu8(prev3, _mm256_set1_epi8((char)(0xf0 - 0x80)))),
+      _mm256_set1_epi8((char)0x80));
+  __m256i never =
+      _mm256_or_si256(_mm256_subs_epu8(v, _mm256_set1_epi8((char)0xf4)),
+                      _mm256_cmpeq_epi8(_mm256_and_si256(v, _mm256_set1_epi8((char)0xfe)),
+                                        _mm256_set1_epi8((char)0xc0)));
+  __m256i ctl = _mm256_cmpeq_epi8(_mm256_max_epu8(v, _mm256_set1_epi8(0x1f)),
+                                  _mm256_set1_epi8(0x1f));
+  return _mm256_or_si256(_mm256_xor_si256(cls, due), _mm256_or_si256(never, ctl));
+}
+
+/* blk_utf8_fn with AVX2 */
+AVX2 __attribute__((noinline)) static void avx2_utf8(const unsigned char *p, size_t base,
+                                                     uint64_t *bad, size_t *cut) {
+  const __m256i zero = _mm256_setzero_si256();
+  __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + base));
+  __m256i v1 = _mm256_loadu_si256((const __m256i *)(p + base + 32));
+  __m256i e0 = avx2_utf8_half(v0, _mm256_permute2x128_si256(v0, v0, 0x08));
+  __m256i e1 = avx2_utf8_half(v1, _mm256_permute2x128_si256(v0, v1, 0x21));
+  *bad = ~avx2_bits(_mm256_cmpeq_epi8(e0, zero), _mm256_cmpeq_epi8(e1, zero));
+  const unsigned char *e = p + base + 64;
+  *cut = e[-1] >= 0xc0   ? base + 63
+         : e[-2] >= 0xe0 ? base + 62
+         : e[-3] >= 0xf0 ? base + 61
+                         : 0;
+}
+
+AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *end,
+                            int *esc) {
+  const __m256i qt = _mm256_set1_epi8('"'), bs = _mm256_set1_epi8('\\'),
+                us = _mm256_set1_epi8(0x1f), let = _mm256_setr_epi8(LETTERS, LETTERS);
+  uint64_t any_bs = 0;
+  int rc = 0;
+  while (i + 64 <= n) {
+    __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + i));
+    __m256i v1 = _mm256_loadu_si256((const __m256i *)(p + i + 32));
+    __m256i q0 = _mm256_cmpeq_epi8(v0, qt), q1 = _mm256_cmpeq_epi8(v1, qt);
+    blk_t m;
+    m.q = avx2_bits(q0, q1);
+    m.b = avx2_bits(_mm256_cmpeq_epi8(v0, bs), _mm256_cmpeq_epi8(v1, bs));
+    m.ok = avx2_bits(
+        _mm256_or_si256(q0, _mm256_cmpeq_epi8(_mm256_shuffle_epi8(let, v0), v0)),
+        _mm256_or_si256(q1, _mm256_cmpeq_epi8(_mm256_shuffle_epi8(let, v1), v1)));
+    /* signed: a control and a non-ASCII byte are both not above 0x1f */
+    m.c = ~avx2_bits(_mm256_cmpgt_epi8(v0, us), _mm256_cmpgt_epi8(v1, us));
+    if ((rc = blk_check(p, n, i, &m, &i, end, &any_bs, avx2_utf8)) != 0) break;
+  }
+  if (any_bs != 0) *esc = 1;
+  if (rc != 0) return rc < 0 ? -1 : 0;
+  return string_tail(p, n, i, end, esc);
+}
+
+static uint64_t sse2_bits(__m128i a, __m128i b, __m128i c, __m128i d) {
+  return (uint64_t)(uint16_t)_mm_movemask_epi8(a) |
+         (uint64_t)(uint16_t)_mm_movemask_epi8(b) << 16 |
+         (uint64_t)(uint16_t)_mm_movemask_epi8(c) << 32 |
+         (uint64_t)(uint16_t)_mm_movemask_epi8(d) << 48;
+}
+
+/* string_avx2 sixteen bytes at a time (SSE2 has no byte lookup: the
+ * letters compared one by one) */
+static int string_sse2(const unsigned char *p, size_t n, size_t i, size_t *end,
+                       int *esc) {
+  const __m128i qt = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'),
+                sp = _mm_set1_epi8(0x20);
+  static const char ok[] = "\"\\/fnrt";
+  uint64_t any_bs = 0;
+  int rc = 0;
+  while (i + 64 <= n) {
+    __m128i v[4], q[4], b[4], o[4], c[4];
+    for (int k = 0; k < 4; k++) {
+      v[k] = _mm_loadu_si128((const __m128i *)(p + i + 16 * k));
+      q[k] = _mm_cmpeq_epi8(v[k], qt);
+      b[k] = _mm_cmpeq_epi8(v[k], bs);
+      c[k] = _mm_cmplt_epi8(v[k], sp);
+      o[k] = q[k];
+      for (int l = 1; ok[l] != 0; l++)
+        o[k] = _mm_or_si128(o[k], _mm_cmpeq_epi8(v[k], _mm_set1_epi8(ok[l])));
+    }
+    blk_t m = {sse2_bits(q[0], q[1], q[2], q[3]), sse2_bits(b[0], b[1], b[2], b[3]),
+               sse2_bits(o[0], o[1], o[2], o[3]), sse2_bits(c[0], c[1], c[2], c[3])};
+    if ((rc = blk_check(p, n, i, &m, &i, end, &any_bs, NULL)) != 0) break;
+  }
+  if (any_bs != 0) *esc = 1;
+  if (rc != 0) return rc < 0 ? -1 : 0;
+  return string_tail(p, n, i, end, esc);
+}
+#endif
+
+/* The string check's path: 2 AVX2, 1 SSE2, 0 scalar; -1 until asked. */
+static int simd_level = -1;
+
+static int simd_best(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
+      __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt"))
+    return 2;
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+int px_json_simd(int level) {
+  int was = simd_level < 0 ? simd_best() : simd_level, best = simd_best();
+  simd_level = level < 0 || level > best ? best : level;
+  return was;
+}
+
+/* px_json_string (json.h) past its plain ASCII start: whole blocks of 64
+ * bytes with AVX2 when the CPU has it (asked once), else SSE2, the rest
+ * (and everything on other targets) by string_tail. */
+int px_json_string_at(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
+  *esc = 0;
+  if (simd_level < 0) simd_level = simd_best();
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (i + 64 <= n && simd_level > 0)
+    return simd_level == 2 ? string_avx2(p, n, i, end, esc)
+                           : string_sse2(p, n, i, end, esc);
+#endif
+  return string_tail(p, n, i, end, esc);
 }
 
 int px_json_unescape(const char *s, size_t n, int esc, px_buf_t *b, px_str_t *out) {
@@ -533,6 +810,7 @@ int px_json_request_watch(const char *text, size_t n, const char *const (*caps)[
                           const char *const *members, px_json_req_t *r) {
   const unsigned char *p = (const unsigned char *)text;
   unsigned char is_obj[PX_JSON_MAX_DEPTH + 1]; /* per depth: object (1) or array */
+  is_obj[0] = 0;
   watch_t w;
   watch_init(&w, caps, members);
   int seen[W_MAX] = {0};
@@ -542,6 +820,7 @@ int px_json_request_watch(const char *text, size_t n, const char *const (*caps)[
   int sub = W_NONE;
   int whole = W_NONE; /* the caller's member whose container is open at depth 2 */
   size_t depth = 0;
+  int obj = 0;          /* the container at depth is an object (is_obj[depth]) */
   int pending = W_NONE; /* the value about to be read is this member */
   size_t cost = 0;
   memset(r, 0, sizeof(*r));
@@ -556,25 +835,25 @@ value:
     int rec = pending;
     size_t s = i;
     pending = W_NONE;
-    if (depth > 0 && !is_obj[depth]) cost += COST_ELEMENT;
     switch (p[i]) {
     case '{':
     case '[':
       if (depth >= PX_JSON_MAX_DEPTH)
         return req_fail(r, PX_JREQ_DEPTH, i,
                         "nested too deeply (more than " DEPTH_TEXT " levels)");
-      is_obj[++depth] = p[i] == '{';
-      cost += is_obj[depth] ? COST_OBJECT : COST_ARRAY;
+      is_obj[++depth] = (unsigned char)(obj = p[i] == '{');
+      cost += obj ? COST_OBJECT : COST_ARRAY;
       if (rec != W_NONE && w.parent[rec] == W_TOP && p[i] == '{') sub = rec;
       /* the type is all we need, or a caller's member's whole span (at close) */
       if (rec != W_NONE) at[rec] = s, len[rec] = 1;
       if (rec != W_NONE && w.mem[rec] >= 0) whole = rec;
       i = px_json_ws(p, n, i + 1);
-      if (i < n && p[i] == (is_obj[depth] ? '}' : ']')) {
+      if (i < n && p[i] == (obj ? '}' : ']')) {
         i++;
         goto close;
       }
-      if (is_obj[depth]) goto key;
+      if (obj) goto key;
+      cost += COST_ELEMENT; /* the first element of an array */
       goto value;
     case '"': {
       size_t e;
@@ -621,7 +900,7 @@ key:
       return req_fail(r, PX_JREQ_SYNTAX, i,
                       "invalid member name (a raw control character, invalid UTF-8, a "
                       "bad escape or no closing quote)");
-    if (depth == 1 && top_obj)
+    if (depth == 1) /* (the top is an object then) */
       pending = watched_key(&w, p, i + 1, e, esc, W_TOP);
     else if (depth == 2 && sub != W_NONE)
       pending = watched_key(&w, p, i + 1, e, esc, sub);
@@ -666,19 +945,20 @@ after:
   if (i >= n) return req_fail(r, PX_JREQ_SYNTAX, i, "unexpected end of the body");
   if (p[i] == ',') {
     i = px_json_ws(p, n, i + 1);
-    if (is_obj[depth]) goto key;
+    if (obj) goto key;
+    cost += COST_ELEMENT;
     goto value;
   }
-  if (p[i] != (is_obj[depth] ? '}' : ']'))
+  if (p[i] != (obj ? '}' : ']'))
     return req_fail(r, PX_JREQ_SYNTAX, i,
-                    is_obj[depth] ? "',' or '}' expected" : "',' or ']' expected");
+                    obj ? "',' or '}' expected" : "',' or ']' expected");
   i++;
 close:
   if (depth == 2) {
     sub = W_NONE;
     if (whole != W_NONE) len[whole] = i - at[whole], whole = W_NONE;
   }
-  depth--;
+  obj = is_obj[--depth];
   goto after;
 }
 

@@ -282,12 +282,15 @@ static void test_caps(void) {
 }
 
 /* The string check (px_json_string) against jansson on generated strings:
- * runs of one-letter escapes, backslash runs of every length, \u escapes
- * and surrogate pairs (good and lone), UTF-8 (good, cut, overlong, a
- * surrogate), raw controls, an unescaped quote, at every offset across the
- * sixteen-byte blocks: accepted to its closing quote exactly when jansson
- * reads the text as that one string, with *esc set exactly when it holds
- * an escape. */
+ * runs of one-letter escapes, backslash runs of every length before a
+ * letter or a quote, \u escapes and surrogate pairs (good, lone, cut),
+ * UTF-8 of every length (good, at the edges of its ranges, cut, overlong,
+ * surrogates, above U+10FFFF, stray continuation bytes), raw controls,
+ * plain runs of every length (so that each of these meets the 16, 32 and
+ * 64 byte block edges at every offset), an unescaped quote; at every
+ * offset of a block, and followed by nothing (the string at the very end
+ * of a malloc'd buffer: the sanitizer build sees any read past it) or by
+ * more text. With every instruction set the CPU has (px_json_simd). */
 static unsigned str_rnd_state = 2463534242u;
 static unsigned str_rnd(unsigned n) {
   str_rnd_state ^= str_rnd_state << 13;
@@ -296,52 +299,117 @@ static unsigned str_rnd(unsigned n) {
   return str_rnd_state % n;
 }
 
+/* the UTF-8 parts start at str_parts[STR_UTF8] and end before the controls */
+#define STR_UTF8 27
+static const char *const str_parts[] = {
+    /* mostly what agents send (text and one-letter escapes): first 8 */
+    "a", "plain text ", "0123456789abcdef", "\\n", "\\\"", "\\\\", "\\/", "\\t",
+    /* escapes */
+    "\\b\\f\\r", "\\u00e9", "\\u00E9", "\\ud83d\\ude00", "\\uDBFF\\uDFFF", "\\ud83d",
+    "\\ude00", "\\ud83d\\u0041", "\\ud83d\\n", "\\x", "\\u12", "\\u12g4", "\\u0000",
+    "\\u0001", "\\U0041", "\\", "\\\\\\", "\\\\\\\\\\\"", "\\\\\\\\\\\\\\\\\\\\\\\\\\",
+    /* UTF-8: good (edges too), cut, overlong, surrogate, too high, stray */
+    "\xc3\xa9", "\xc2\x80", "\xdf\xbf", "\xe6\x97\xa5", "\xe0\xa0\x80", "\xed\x9f\xbf",
+    "\xee\x80\x80", "\xef\xbf\xbf", "\xf0\x9f\x98\x80", "\xf0\x90\x80\x80",
+    "\xf4\x8f\xbf\xbf", "\xc3", "\xe6\x97", "\xf0\x9f\x98", "\xc0\xaf", "\xc1\xbf",
+    "\xe0\x80\x80", "\xe0\x9f\xbf", "\xf0\x80\x80\x80", "\xf0\x8f\xbf\xbf",
+    "\xed\xa0\x80", "\xed\xbf\xbf", "\xf4\x90\x80\x80", "\xf5\x80\x80\x80",
+    "\xf8\x88\x80\x80\x80", "\x80", "\xbf", "\xfe", "\xff", "\xe4\xb8\xad\xe6\x96\x87",
+    "\\\xc3\xa9",
+    /* controls, DEL (allowed), quotes */
+    "\x01", "\x1f", "\t", "\n", "\x7f", "\"", " \" "};
+#define STR_NPARTS (sizeof(str_parts) / sizeof(str_parts[0]))
+#define STR_UTF8_N 31
+
+/* What jansson makes of the text t[0..n) (an opening quote first) read as
+ * far as its closing quote: the first quote at which jansson reads
+ * t[0..e] as one string is the end (1, *end = e); none: refused (0). */
+static int jansson_string(const char *t, size_t n, size_t *end) {
+  for (size_t e = 1; e < n; e++) {
+    if (t[e] != '"') continue;
+    json_error_t err;
+    json_t *j = json_loadb(t, e + 1, JSON_DECODE_ANY, &err);
+    int ok = j != NULL && json_is_string(j);
+    json_decref(j);
+    if (ok) {
+      *end = e;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static unsigned str_cases;
+
+/* t[0..n): one case; the scan starts at t[pad] (the opening quote) */
+static void str_case(const char *t, size_t n, size_t pad) {
+  unsigned char *b = malloc(n ? n : 1); /* exactly n: no slack to read */
+  memcpy(b, t, n);
+  size_t want_end = 0;
+  int want = jansson_string(t + pad, n - pad, &want_end);
+  for (int level = px_json_simd(-1); level >= 0; level--) {
+    px_json_simd(level);
+    size_t end = 0;
+    int esc = -1;
+    int rc = px_json_string(b, n, pad + 1, &end, &esc);
+    if ((rc == 0) != want || (want && end != pad + want_end)) {
+      fprintf(stderr, "string scan (level %d) %d end %zu, jansson %d end %zu: %.*s\n",
+              level, rc, end - pad, want, want_end, (int)(n - pad), t + pad);
+      failures++;
+    } else if (want) {
+      int has = memchr(t + pad + 1, '\\', want_end - 1) != NULL;
+      CHECK(esc == has);
+    }
+  }
+  px_json_simd(-1);
+  free(b);
+  str_cases++;
+}
+
 static void test_strings(void) {
-  static const char *const parts[] = {
-      "a",  "plain text ", "0123456789abcdef", "\\n",        "\\\"",      "\\\\",
-      "\\/", "\\t",        "\\u00e9",          "\\ud83d\\ude00", "\\ud83d", "\\ude00",
-      "\\x", "\\u12",      "\\u0000",          "\xc3\xa9",   "\xe6\x97\xa5", "\xf0\x9f\x98\x80",
-      "\xc3", "\xed\xa0\x80", "\xc0\xaf",      "\x01",       "\x1f",      "\"",
-      "\\",  "\\\\\\",     "\x7f",             "\\b\\f\\r"};
-  const size_t np = sizeof(parts) / sizeof(parts[0]);
-  char text[1024];
-  for (int iter = 0; iter < 60000; iter++) {
-    size_t pad = str_rnd(33), n = 0;
-    memset(text, 'x', pad); /* the string starts at every offset of a block */
+  char text[2048];
+  for (int iter = 0; iter < 40000; iter++) {
+    size_t pad = str_rnd(70), n; /* the string starts at every offset of a block */
+    memset(text, 'x', pad);
     n = pad;
     text[n++] = '"';
-    size_t k = str_rnd(iter < 10000 ? 12 : iter < 30000 ? 40 : 90);
+    size_t k = str_rnd(iter < 8000 ? 12 : iter < 24000 ? 40 : 100);
+    int dense = iter % 3 == 2; /* mostly non-ASCII: the vector UTF-8 check */
     for (size_t j = 0; j < k; j++) {
-      /* mostly what agents send (text and one-letter escapes) */
-      const char *pt = parts[str_rnd(4) ? str_rnd(8) : str_rnd((unsigned)np)];
+      const char *pt;
+      char run[80];
+      unsigned pick = str_rnd(10);
+      if (pick == 0) { /* a plain run of any length moves what follows */
+        size_t l = 1 + str_rnd(70);
+        memset(run, 'p', l);
+        run[l] = 0;
+        pt = run;
+      } else if (pick == 1) { /* a run of backslashes of any length, then a letter */
+        size_t l = 1 + str_rnd(70);
+        memset(run, '\\', l);
+        run[l] = "n\"u\\x/"[str_rnd(6)];
+        run[l + 1] = 0;
+        pt = run;
+      } else if (dense && pick < 8) { /* text in a non-Latin script: a block of it */
+        static const unsigned good[] = {0, 3, 8, 29}; /* 2, 3, 4 bytes, two of 3 */
+        pt = str_parts[STR_UTF8 + (str_rnd(12) ? good[str_rnd(4)] : str_rnd(STR_UTF8_N))];
+      } else {
+        pt = str_parts[pick < 6 ? str_rnd(8) : str_rnd((unsigned)STR_NPARTS)];
+      }
       size_t l = strlen(pt);
-      if (n + l + 2 >= sizeof(text)) break;
+      if (n + l + 200 >= sizeof(text)) break;
       memcpy(text + n, pt, l);
       n += l;
     }
     if (str_rnd(8)) text[n++] = '"';
-    size_t end = 0;
-    int esc = -1;
-    int rc = px_json_string((const unsigned char *)text, n, pad + 1, &end, &esc);
-    json_error_t err;
-    json_t *j = json_loadb(text + pad, n - pad, JSON_DECODE_ANY, &err);
-    int whole = rc == 0 && end == n - 1;
-    if (whole != (j != NULL && json_is_string(j))) {
-      fprintf(stderr, "string scan %d (end %zu of %zu) vs jansson %s: %.*s\n", rc, end, n,
-              j ? "accepts" : "refuses", (int)(n - pad), text + pad);
-      failures++;
-    } else if (whole) {
-      int has = memchr(text + pad + 1, '\\', n - pad - 2) != NULL;
-      CHECK(esc == has);
-    }
-    if (rc == 0 && !whole) { /* ended early: at an unescaped quote jansson also ends at */
-      CHECK(text[end] == '"');
-      json_t *pre = json_loadb(text + pad, end + 1 - pad, JSON_DECODE_ANY, &err);
-      CHECK(pre != NULL && json_is_string(pre));
-      json_decref(pre);
-    }
-    json_decref(j);
+    str_case(text, n, pad); /* the string ends the buffer */
+    /* more text after it: the body goes on (JSON, or anything) */
+    size_t more = str_rnd(140);
+    for (size_t j = 0; j < more; j++)
+      text[n++] = str_rnd(4) ? "x,:{}[] 1"[str_rnd(9)] : "\"\\\n\x80\xc3"[str_rnd(5)];
+    str_case(text, n, pad);
   }
+  CHECK(str_cases == 80000);
 }
 
 int main(void) {
