@@ -909,8 +909,11 @@ key:
       return req_fail(r, PX_JREQ_DUPLICATE, i, "duplicate member");
     }
     cost += COST_MEMBER + (e - i);
-    i = px_json_ws(p, n, e + 1);
-    if (i >= n || p[i] != ':') return req_fail(r, PX_JREQ_SYNTAX, i, "':' expected");
+    i = e + 1;
+    if (i >= n || p[i] != ':') { /* the usual: the colon right after the name */
+      i = px_json_ws(p, n, i);
+      if (i >= n || p[i] != ':') return req_fail(r, PX_JREQ_SYNTAX, i, "':' expected");
+    }
     i = px_json_ws(p, n, i + 1);
     goto value;
   }
@@ -941,8 +944,10 @@ after:
     r->cost = cost;
     return 0;
   }
-  i = px_json_ws(p, n, i);
-  if (i >= n) return req_fail(r, PX_JREQ_SYNTAX, i, "unexpected end of the body");
+  if (i >= n || p[i] <= ' ') { /* the usual: no blank after a value */
+    i = px_json_ws(p, n, i);
+    if (i >= n) return req_fail(r, PX_JREQ_SYNTAX, i, "unexpected end of the body");
+  }
   if (p[i] == ',') {
     i = px_json_ws(p, n, i + 1);
     if (obj) goto key;
