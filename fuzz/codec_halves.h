@@ -109,7 +109,22 @@ static inline void halves_answer(px_proto_t p, const char *body, size_t len, con
   px_lossy_init(&ls);
   px_buf_t fb;
   px_buf_init(&fb, 64u << 20);
-  int rc = fast->decode_response(c, body, len, &ir, &a, &lf, NULL);
+  px_tr_err_t ef;
+  memset(&ef, 0, sizeof(ef));
+  int rc = fast->decode_response(c, body, len, &ir, &a, &lf, &ef);
+  if (rc == PX_FAST_REFUSE) {
+    /* the jansson decoder refuses it too, in the same words */
+    json_t *src = json_loadb(body, len, 0, NULL), *jir = NULL;
+    px_tr_err_t es;
+    memset(&es, 0, sizeof(es));
+    int rs = src == NULL ? -1 : px_proto_get(p)->decode_response(c, src, &jir, &ls, &es);
+    if (src == NULL || rs == 0 || es.kind != ef.kind || strcmp(es.param, ef.param) != 0 ||
+        strcmp(es.message, ef.message) != 0)
+      halves_fail(p, "answer refusal", body, len, ef.message, es.message, ef.param,
+                  es.param);
+    json_decref(src);
+    json_decref(jir);
+  }
   if (rc == 0 && (px_fresp_uses(&ir) & ~fast->resp_encodes) != 0) rc = PX_FAST_DECLINE;
   if (rc == 0) rc = fast->encode_response(c, &ir, &fb, &a, &lf, NULL);
   if (rc == 0) {

@@ -2,7 +2,10 @@
  * translation (include/proxai/fastir.h): a document in, a document out, so
  * that the fixture and recording runners check the path the gateway takes
  * first. Each returns 0 when the fast path took the body (*out and lossy
- * set), 1 when it declined (the runner then takes the jansson path). */
+ * set), 1 when it declined or refused (the runner then takes the jansson
+ * path). A refusal (PX_FAST_REFUSE) is an answer, not in the census: it is
+ * held to the jansson path's refusal of the same body (kind, param,
+ * message), a difference failing the runner. */
 #ifndef PX_TEST_FAST_JSON_H
 #define PX_TEST_FAST_JSON_H
 
@@ -24,7 +27,7 @@ static const char *px_test_census_name = "";
  * does (PX_FAST_REFUSE). A body between two complete protocols that the
  * fast path declines fails the runner. Indexed by px_proto_t (chat,
  * responses, anthropic, gemini). */
-static const int px_test_fast_complete[PX_PROTO_COUNT] = {0, 0, 0, 0};
+static const int px_test_fast_complete[PX_PROTO_COUNT] = {1, 1, 1, 0};
 static int px_test_census_missed;
 
 static inline void px_test_census(const char *what, const px_tr_ctx_t *ctx) {
@@ -37,6 +40,20 @@ static inline void px_test_census(const char *what, const px_tr_ctx_t *ctx) {
             px_test_census_name, px_proto_get(ctx->in)->name, px_proto_get(ctx->out)->name);
 }
 
+/* A fast refusal fe against the jansson path's (rc, es) of the same body. */
+static inline void px_test_refusal(const char *what, const px_tr_ctx_t *ctx,
+                                   const px_tr_err_t *fe, int rc, const px_tr_err_t *es) {
+  if (rc < 0 && fe->kind == es->kind && strcmp(fe->param, es->param) == 0 &&
+      strcmp(fe->message, es->message) == 0)
+    return;
+  px_test_census_missed++;
+  fprintf(stderr,
+          "census: REFUSAL DIFFERS %s %s (%s -> %s): fast [%s] %s; jansson %s[%s] %s\n",
+          what, px_test_census_name, px_proto_get(ctx->in)->name,
+          px_proto_get(ctx->out)->name, fe->param, fe->message, rc < 0 ? "" : "took it ",
+          es->param, es->message);
+}
+
 static inline int px_test_fast_request(const px_tr_ctx_t *ctx, json_t *body, json_t **out,
                                        px_lossy_t *lossy) {
   px_tr_ctx_t c = *ctx;
@@ -46,12 +63,25 @@ static inline int px_test_fast_request(const px_tr_ctx_t *ctx, json_t *body, jso
   char *s = json_dumps(body, JSON_COMPACT), *o = NULL;
   size_t ol = 0;
   px_json_req_t scan;
-  int rc = s != NULL && px_json_request(s, strlen(s), &scan) == 0 &&
-                   px_translate_request_fast(&c, s, strlen(s), 0, &o, &ol, lossy, NULL) == 0
-               ? 0
-               : 1;
+  px_tr_err_t fe;
+  memset(&fe, 0, sizeof(fe));
+  int fr = s != NULL && px_json_request(s, strlen(s), &scan) == 0
+               ? px_translate_request_fast(&c, s, strlen(s), 0, &o, &ol, lossy, &fe)
+               : PX_FAST_DECLINE;
+  int rc = fr == 0 ? 0 : 1;
   free(s);
-  if (rc != 0) px_test_census("request", ctx);
+  if (fr == PX_FAST_REFUSE) {
+    px_tr_err_t es;
+    px_lossy_t l;
+    json_t *jo = NULL;
+    memset(&es, 0, sizeof(es));
+    px_lossy_init(&l);
+    px_test_refusal("request", ctx, &fe, px_translate_request(ctx, body, &jo, &l, &es),
+                    &es);
+    json_decref(jo);
+  } else if (rc != 0) {
+    px_test_census("request", ctx);
+  }
   if (rc == 0) {
     *out = json_loadb(o, ol, 0, NULL);
     free(o);
@@ -66,9 +96,23 @@ static inline int px_test_fast_response(const px_tr_ctx_t *ctx, json_t *body, js
   if (s == NULL) return 1;
   px_buf_t b;
   px_buf_init(&b, SIZE_MAX);
-  int rc = px_translate_response_fast(ctx, s, strlen(s), &b, lossy, NULL, NULL) == 0 ? 0 : 1;
+  px_tr_err_t fe;
+  memset(&fe, 0, sizeof(fe));
+  int fr = px_translate_response_fast(ctx, s, strlen(s), &b, lossy, NULL, &fe);
+  int rc = fr == 0 ? 0 : 1;
   free(s);
-  if (rc != 0) px_test_census("response", ctx);
+  if (fr == PX_FAST_REFUSE) {
+    px_tr_err_t es;
+    px_lossy_t l;
+    json_t *jo = NULL;
+    memset(&es, 0, sizeof(es));
+    px_lossy_init(&l);
+    px_test_refusal("response", ctx, &fe, px_translate_response(ctx, body, &jo, &l, &es),
+                    &es);
+    json_decref(jo);
+  } else if (rc != 0) {
+    px_test_census("response", ctx);
+  }
   if (rc == 0) {
     *out = json_loadb(b.data, b.len, 0, NULL);
     if (*out == NULL) abort();

@@ -116,12 +116,22 @@ typedef struct px_fpart {
   /** IMAGE / FILE: url, or media_type with base64 data, or file_id (FILE);
    *  filename (FILE); p NULL: absent. */
   px_fstr_t url, media_type, data, file_id, filename;
+  /** TEXT (answers): the IR "annotations" array as raw JSON, in the IR's
+   *  shape (url_citation objects {type, url, title?, start_index,
+   *  end_index}, or another protocol's own as the reference keeps them);
+   *  ptr NULL: absent. Added with issue 21's answers (PX_FU_ANNOTATIONS). */
+  px_str_t annotations;
 } px_fpart_t;
 
 typedef struct px_fmsg {
   struct px_fmsg *next;
   int assistant; /**< 0: user */
   px_fpart_t *parts, *last;
+  /** A user message holding a system turn met mid-conversation (IR
+   *  "system_note": its TEXT parts, cache_control kept): the OpenAI
+   *  encoders write a system message in place, the others a user turn.
+   *  Added with issue 21 (PX_FU_SYSTEM_NOTE). */
+  int system_note;
 } px_fmsg_t;
 
 typedef struct px_ftool {
@@ -194,6 +204,9 @@ typedef struct px_fresp {
    *  exactly (usage_known); -1: not in the body. Else the hub scans. */
   int usage_known;
   int64_t usage_in, usage_out;
+  /** IR refusal_explanation (Anthropic stop_details.explanation); p NULL:
+   *  absent. Added with issue 21's answers (PX_FU_REFUSAL_EXPL). */
+  px_fstr_t refusal_explanation;
 } px_fresp_t;
 
 /** Parts of the fast IR an encoder must know to take a request (the hub
@@ -206,7 +219,11 @@ typedef struct px_fresp {
 #define PX_FU_RF_JSON (1u << 5)       /**< rf_json / rf_schema */
 #define PX_FU_CACHE_KEY (1u << 6)     /**< prompt_cache_key (after the fit) */
 #define PX_FU_VERBOSITY (1u << 7)     /**< verbosity (after the fit) */
+/** The first fast IR's bits; the bits after it are listed one by one. */
 #define PX_FU_ALL 0xffu
+#define PX_FU_SYSTEM_NOTE (1u << 8)   /**< system_note messages (issue 21) */
+#define PX_FU_ANNOTATIONS (1u << 9)   /**< answers: TEXT annotations (issue 21) */
+#define PX_FU_REFUSAL_EXPL (1u << 10) /**< answers: refusal_explanation (issue 21) */
 /** The PX_FU_* a decoded request uses. */
 unsigned px_freq_uses(const px_freq_t *ir);
 /** The PX_FU_* a decoded answer's content uses. */
@@ -238,6 +255,11 @@ typedef struct px_fast_ops {
    *  decode_response may put there): the hub declines an answer using
    *  more (px_fresp_uses). Added with issue 21's reasoning answers. */
   unsigned resp_encodes;
+  /** A count_tokens request (PX_TR_COUNT_TOKENS): the encoded body at
+   *  b->data + start made the protocol's token count body for model, in
+   *  place (px_proto_ops_t.count_request's rule, without a document); NULL:
+   *  the body is sent as it is. 0 or <0. */
+  int (*count_request)(px_buf_t *b, size_t start, const char *model);
 } px_fast_ops_t;
 
 /** The protocols' fast codecs (src/proto/<p>_fast.c). */
@@ -385,6 +407,10 @@ static inline int px_fb_lit(px_buf_t *b, const char *s) {
   return px_fb_put(b, s, strlen(s)); /* inlined: the length of a literal folds */
 }
 int px_fb_str(px_buf_t *b, px_fstr_t s); /* quoted */
+/** The object at b->data + start (an encoder's output: valid, compact or
+ *  not) without its top-level members named in drop[0..n), rewritten in
+ *  place. 0, or <0 (b unchanged). */
+int px_fb_drop_members(px_buf_t *b, size_t start, const px_fkey_t *drop, int n);
 int px_fb_raw(px_buf_t *b, px_str_t r);
 int px_fb_key(px_buf_t *b, int *first, const char *key); /* ,"key": */
 /** key_lit (`,"name":`) and the raw value, when r is set (r.ptr). */

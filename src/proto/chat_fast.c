@@ -4,23 +4,91 @@
  * sampling parameters) and of a response (one choice: text and tool
  * calls), without a jansson document. Anything else declines to chat.c,
  * the reference: every rule here is that codec's rule for the same shape. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "proxai/fastir.h"
+#include "proxai/jdoc.h"
 #include "proxai/protoutil.h"
 
 #define DECLINE PX_FAST_DECLINE
 #define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define HAS(x) (seen & (1u << (x)))
+/* refused as chat.c refuses: its param and words (px_tr_fail) */
+#define REFUSE(err, ...) (px_tr_fail((err), __VA_ARGS__), PX_FAST_REFUSE)
+/* chat.c's path buffers (the same truncation) */
+#define PATH_MAX_LEN 96
+#define SUBPATH_LEN 128
+
+/* The value of string s as a C string in the arena (what chat.c prints
+ * with %s: JSON strings hold no NUL); NULL when out of memory. */
+static const char *cstr(px_arena_t *a, px_fstr_t s) {
+  px_buf_t b;
+  px_str_t v;
+  px_buf_init(&b, SIZE_MAX);
+  char *c = NULL;
+  if (px_json_unescape(s.p, s.n, s.esc, &b, &v) == 0 &&
+      (c = px_arena_alloc(a, v.len + 1)))
+    memcpy(c, v.ptr, v.len);
+  px_buf_free(&b);
+  return c;
+}
+
+/* is_val of an escaped s */
+static int esc_is(px_fstr_t s, const char *lit, size_t n) {
+  if (s.n > 6 * n) return 0; /* an escape spells one byte in 6 at most */
+  px_buf_t b;
+  px_str_t v;
+  px_buf_init(&b, s.n + 1);
+  int eq = px_json_unescape(s.p, s.n, 1, &b, &v) == 0 && v.len == n &&
+           memcmp(v.ptr, lit, n) == 0;
+  px_buf_free(&b);
+  return eq;
+}
+
+/* Whether the value of string s (escaped or not) is lit, as chat.c's
+ * strcmp on it decides (inline: lit's length folds). */
+static inline int is_val(px_fstr_t s, const char *lit) {
+  size_t n = strlen(lit);
+  if (s.p == NULL) return 0;
+  if (s.esc) return esc_is(s, lit, n);
+  return s.n == n && memcmp(s.p, lit, n) == 0;
+}
+
+/* the array element at the cursor (px_fw_elem left it there) is an
+ * object */
+#define AT_OBJ(w) ((w).i < (w).n && (w).p[(w).i] == '{')
+
+/* The array element at the cursor: an object's members named in keys into
+ * f (px_fw_kfields), another value passed (nothing seen). 0 or DECLINE. */
+static int elem_fields(px_fw_t *w, const px_fkey_t *keys, int n, px_fv_t *f,
+                       unsigned *seen) {
+  px_fv_t skip;
+  if (AT_OBJ(*w)) return px_fw_kfields(w, keys, n, f, seen);
+  return px_fw_value(w, &skip) < 0 ? DECLINE : 0;
+}
 
 /* ======================================================================== */
 /* Request decode                                                            */
 
-/* text-only content (system, developer, tool): a string or text parts
- * (other members of a part ignored, as chat.c's text_content) */
+/* "messages[mi].content" (chat.c's content path) into p */
+static const char *content_path(char *p, size_t n, size_t mi) {
+  snprintf(p, n, "messages[%zu].content", mi);
+  return p;
+}
+
+/* "messages[mi].content[j]" (chat.c's part path) into p */
+static const char *part_path(char *p, size_t n, size_t mi, size_t j) {
+  snprintf(p, n, "messages[%zu].content[%zu]", mi, j);
+  return p;
+}
+
+/* text-only content (system, developer, tool) of message mi: a string or
+ * text parts (other members of a part ignored, as chat.c's text_content) */
 static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
-                        int developer, px_arena_t *a) {
+                        int developer, size_t mi, px_arena_t *a, px_tr_err_t *err) {
+  char cp[PATH_MAX_LEN], q[SUBPATH_LEN];
   if (c->kind == PX_FV_STR) {
     px_fpart_t *p = px_fpart_text(a, c->s);
     if (p == NULL) return DECLINE;
@@ -28,17 +96,25 @@ static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
     px_fpart_push(head, tail, p);
     return 0;
   }
-  if (c->kind != PX_FV_ARR) return DECLINE;
+  if (c->kind != PX_FV_ARR) {
+    content_path(cp, sizeof(cp), mi);
+    return REFUSE(err, cp, "%s must be a string or an array of text parts", cp);
+  }
   px_fw_t w = {c->raw.ptr, c->raw.len, 0};
   int r;
+  size_t i = 0;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
+  for (; (r = px_fw_elem(&w)) == 1; i++) {
     static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text")};
     px_fv_t f[2];
     unsigned seen = 0;
-    if (px_fw_kfields(&w, keys, 2, f, &seen) != 0 || !HAS(0) || !HAS(1) ||
-        f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "text") || f[1].kind != PX_FV_STR)
-      return DECLINE;
+    int obj = AT_OBJ(w);
+    if (obj && px_fw_kfields(&w, keys, 2, f, &seen) != 0) return DECLINE;
+    if (!obj || !HAS(0) || f[0].kind != PX_FV_STR || !is_val(f[0].s, "text") || !HAS(1) ||
+        f[1].kind != PX_FV_STR) {
+      snprintf(q, sizeof(q), "%s[%zu]", content_path(cp, sizeof(cp), mi), i);
+      return REFUSE(err, q, "%s: only text parts are allowed here", q);
+    }
     px_fpart_t *p = px_fpart_text(a, f[1].s);
     if (p == NULL) return DECLINE;
     p->developer = developer;
@@ -47,113 +123,160 @@ static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
   return r < 0 ? DECLINE : 0;
 }
 
-/* "data:<media>;base64,<data>" (unescaped content) -> media, data spans, as
- * chat.c's parse_data_url: 0, or DECLINE when not one (the reference
- * names the error) */
+/* "data:<media>;base64,<data>" (u begins with "data:" as it is: is_data)
+ * -> media, data spans, as chat.c's parse_data_url (and a media type
+ * required): 0; -1 when not one (chat.c names the error); DECLINE when
+ * escapes in its header keep it from being read as it is (the data's are
+ * kept: base64's "\/") */
 static int data_url(px_fstr_t u, px_fstr_t *media, px_fstr_t *data) {
-  if (u.esc || u.n < 5 || memcmp(u.p, "data:", 5) != 0) return DECLINE;
   const char *m = u.p + 5, *end = u.p + u.n;
   const char *comma = memchr(m, ',', (size_t)(end - m));
-  if (comma == NULL) return DECLINE;
+  if (u.esc && memchr(u.p, '\\', comma ? (size_t)(comma - u.p) : u.n) != NULL)
+    return DECLINE;
+  if (comma == NULL) return -1;
   const char *semi = memchr(m, ';', (size_t)(comma - m));
-  if (semi == NULL || semi == m) return DECLINE;
-  if ((size_t)(comma - m) < 7 || memcmp(comma - 7, ";base64", 7) != 0) return DECLINE;
+  if (semi == NULL || semi == m) return -1;
+  if ((size_t)(comma - m) < 7 || memcmp(comma - 7, ";base64", 7) != 0) return -1;
   *media = (px_fstr_t){m, (size_t)(semi - m), 0};
-  *data = (px_fstr_t){comma + 1, (size_t)(end - comma - 1), 0};
+  *data = (px_fstr_t){comma + 1, (size_t)(end - comma - 1), u.esc};
   return 0;
 }
 
+/* Whether the value of s begins with "data:": 1, 0, or -1 when an escape
+ * where it would stand keeps it from being told as it is */
 static int is_data(px_fstr_t s) {
-  return s.n >= 5 && memcmp(s.p, "data:", 5) == 0;
+  size_t k = 0;
+  for (; k < 5 && k < s.n && s.p[k] != '\\'; k++)
+    if (s.p[k] != "data:"[k]) return 0;
+  return k == 5 ? 1 : k == s.n ? 0 : -1;
 }
 
-/* {type:"image_url", image_url: url | {url, detail}} -> an IMAGE part */
-static int image_part(const px_fv_t *iu, px_fpart_t *p, px_lossy_t *lossy) {
+/* {type:"image_url", image_url: url | {url, detail}} (has: the member is
+ * there) of part j of message mi -> an IMAGE part */
+static int image_part(const px_fv_t *iu, int has, px_fpart_t *p, size_t mi, size_t j,
+                      px_lossy_t *lossy, px_tr_err_t *err) {
   static const px_fkey_t keys[] = {PX_FK("url"), PX_FK("detail")};
+  char pp[PATH_MAX_LEN], q[SUBPATH_LEN];
   px_fv_t f[2];
   unsigned seen = 0;
-  px_fstr_t url;
-  if (iu->kind == PX_FV_STR) {
+  px_fstr_t url = {NULL, 0, 0};
+  if (has && iu->kind == PX_FV_STR) {
     url = iu->s;
-  } else {
-    if (iu->kind != PX_FV_OBJ || px_fv_kfields(iu, keys, 2, f, &seen) != 0 || !HAS(0) ||
-        f[0].kind != PX_FV_STR)
-      return DECLINE;
-    url = f[0].s;
-    if (HAS(1) && f[1].kind == PX_FV_STR && !px_fs_is(f[1].s, "auto")) {
-      if (f[1].s.esc) return DECLINE;
-      px_lossy_add(lossy, "messages[].content[].image_url.detail");
-    }
+  } else if (has && iu->kind == PX_FV_OBJ) {
+    if (px_fv_kfields(iu, keys, 2, f, &seen) != 0) return DECLINE;
+    if (HAS(0) && f[0].kind == PX_FV_STR) url = f[0].s;
   }
-  if (is_data(url)) return data_url(url, &p->media_type, &p->data);
-  /* an escape in the first bytes might spell "data:" */
-  if (url.esc && memchr(url.p, '\\', url.n < 5 ? url.n : 5) != NULL) return DECLINE;
+  snprintf(q, sizeof(q), "%s.image_url.url", part_path(pp, sizeof(pp), mi, j));
+  if (url.p == NULL) return REFUSE(err, q, "%s is required", q);
+  if (HAS(1) && f[1].kind == PX_FV_STR && !is_val(f[1].s, "auto"))
+    px_lossy_add(lossy, "messages[].content[].image_url.detail");
+  int d = is_data(url);
+  if (d < 0) return DECLINE;
+  if (d) {
+    int rc = data_url(url, &p->media_type, &p->data);
+    return rc < 0 ? REFUSE(err, q, "%s: only base64 data URLs are supported", q) : rc;
+  }
   p->url = url;
   return 0;
 }
 
-/* {type:"file", file:{file_data | file_id, filename}} -> a FILE part */
-static int file_part(const px_tr_ctx_t *ctx, const px_fv_t *fv, px_fpart_t *p) {
+/* {type:"file", file:{file_data | file_id, filename}} of part j of message
+ * mi -> a FILE part */
+static int file_part(const px_tr_ctx_t *ctx, const px_fv_t *fv, int has, px_fpart_t *p,
+                     size_t mi, size_t j, px_tr_err_t *err) {
   static const px_fkey_t keys[] = {PX_FK("file_data"), PX_FK("file_id"),
                                    PX_FK("filename")};
+  char pp[PATH_MAX_LEN], q[SUBPATH_LEN];
   px_fv_t f[3];
   unsigned seen = 0;
-  if (fv->kind != PX_FV_OBJ || px_fv_kfields(fv, keys, 3, f, &seen) != 0) return DECLINE;
+  if (!has || fv->kind != PX_FV_OBJ) {
+    snprintf(q, sizeof(q), "%s.file", part_path(pp, sizeof(pp), mi, j));
+    return REFUSE(err, q, "%s must be an object", q);
+  }
+  if (px_fv_kfields(fv, keys, 3, f, &seen) != 0) return DECLINE;
   if (HAS(0) && f[0].kind == PX_FV_STR) {
     px_fstr_t fd = f[0].s;
-    if (fd.esc) return DECLINE; /* an escape might spell "data:" */
-    if (is_data(fd)) {
-      if (data_url(fd, &p->media_type, &p->data) != 0) return DECLINE;
+    int d = is_data(fd);
+    if (d < 0) return DECLINE;
+    if (d) {
+      int rc = data_url(fd, &p->media_type, &p->data);
+      if (rc < 0) {
+        snprintf(q, sizeof(q), "%s.file.file_data", part_path(pp, sizeof(pp), mi, j));
+        return REFUSE(err, q, "%s: only base64 data URLs are supported", q);
+      }
+      if (rc != 0) return rc;
     } else { /* bare base64: OpenAI accepts PDFs only */
       p->media_type = (px_fstr_t){"application/pdf", 15, 0};
       p->data = fd;
     }
   } else if (HAS(1) && f[1].kind == PX_FV_STR) {
-    if (!px_tr_out_can(ctx, PX_CAP_FILE_ID)) return DECLINE;
+    if (!px_tr_out_can(ctx, PX_CAP_FILE_ID)) {
+      snprintf(q, sizeof(q), "%s.file.file_id", part_path(pp, sizeof(pp), mi, j));
+      px_file_id_check(ctx, q, err);
+      return PX_FAST_REFUSE;
+    }
     p->file_id = f[1].s;
   } else {
-    return DECLINE;
+    snprintf(q, sizeof(q), "%s.file", part_path(pp, sizeof(pp), mi, j));
+    return REFUSE(err, q, "%s needs file_data or file_id", q);
   }
   if (HAS(2) && f[2].kind == PX_FV_STR) p->filename = f[2].s;
   return 0;
 }
 
-/* a user message's content parts (chat.c's user_part) */
-static int user_parts(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m,
-                      px_arena_t *a, px_lossy_t *lossy) {
+/* the content parts of user message mi (chat.c's user_part) */
+static int user_parts(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m, size_t mi,
+                      px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   px_fw_t w = {c->raw.ptr, c->raw.len, 0};
-  int r;
+  char pp[PATH_MAX_LEN], q[SUBPATH_LEN];
+  int r, rc;
+  size_t j = 0;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
+  for (; (r = px_fw_elem(&w)) == 1; j++) {
     static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("image_url"),
                                      PX_FK("file")};
     px_fv_t f[4];
     unsigned seen = 0;
-    if (px_fw_kfields(&w, keys, 4, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR)
-      return DECLINE;
+    int obj = AT_OBJ(w);
+    if (obj && px_fw_kfields(&w, keys, 4, f, &seen) != 0) return DECLINE;
+    if (!obj || !HAS(0) || f[0].kind != PX_FV_STR) {
+      part_path(pp, sizeof(pp), mi, j);
+      return REFUSE(err, pp, "%s.type is required", pp);
+    }
     px_fstr_t t = f[0].s;
     px_fpart_t *p;
-    if (px_fs_is(t, "text")) {
-      if (!HAS(1) || f[1].kind != PX_FV_STR || (p = px_fpart_text(a, f[1].s)) == NULL)
-        return DECLINE;
-    } else if (px_fs_is(t, "image_url")) {
-      if (!HAS(2) || (p = px_fpart_new(a, PX_FP_IMAGE)) == NULL ||
-          image_part(&f[2], p, lossy) != 0)
-        return DECLINE;
-    } else if (px_fs_is(t, "file")) {
-      if (!HAS(3) || (p = px_fpart_new(a, PX_FP_FILE)) == NULL ||
-          file_part(ctx, &f[3], p) != 0)
-        return DECLINE;
+    if (is_val(t, "text")) {
+      if (!HAS(1) || f[1].kind != PX_FV_STR) {
+        part_path(pp, sizeof(pp), mi, j);
+        return REFUSE(err, pp, "%s.text must be a string", pp);
+      }
+      if ((p = px_fpart_text(a, f[1].s)) == NULL) return DECLINE;
+    } else if (is_val(t, "image_url")) {
+      if ((p = px_fpart_new(a, PX_FP_IMAGE)) == NULL) return DECLINE;
+      if ((rc = image_part(&f[2], HAS(2), p, mi, j, lossy, err)) != 0) return rc;
+    } else if (is_val(t, "input_audio")) {
+      part_path(pp, sizeof(pp), mi, j);
+      return REFUSE(err, pp, "%s: audio parts cannot be translated to %s", pp,
+                    px_proto_get(ctx->out)->name);
+    } else if (is_val(t, "file")) {
+      if ((p = px_fpart_new(a, PX_FP_FILE)) == NULL) return DECLINE;
+      if ((rc = file_part(ctx, &f[3], HAS(3), p, mi, j, err)) != 0) return rc;
     } else {
-      return DECLINE; /* audio, unknown: the reference names the error */
+      const char *tv = cstr(a, t);
+      if (tv == NULL) return DECLINE;
+      snprintf(q, sizeof(q), "%s.type", part_path(pp, sizeof(pp), mi, j));
+      return REFUSE(err, q, "%s: unknown content part type '%s'", q, tv);
     }
     px_fpart_push(&m->parts, &m->last, p);
   }
   return r < 0 ? DECLINE : 0;
 }
 
-/* assistant content: a string, text and refusal parts, or null */
-static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
+/* the content of assistant message mi: a string, text and refusal parts,
+ * or null */
+static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, size_t mi, px_arena_t *a,
+                           px_tr_err_t *err) {
+  char q[PATH_MAX_LEN];
   if (c->kind == PX_FV_STR) {
     if (c->s.n == 0) return 0;
     px_fpart_t *p = px_fpart_text(a, c->s);
@@ -162,105 +285,128 @@ static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, px_arena_t *a) {
     return 0;
   }
   if (c->kind == PX_FV_NULL) return 0;
-  if (c->kind != PX_FV_ARR) return DECLINE;
+  if (c->kind != PX_FV_ARR) {
+    content_path(q, sizeof(q), mi);
+    return REFUSE(err, q, "%s must be a string, an array or null", q);
+  }
   px_fw_t w = {c->raw.ptr, c->raw.len, 0};
   int r;
+  size_t j = 0;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
+  for (; (r = px_fw_elem(&w)) == 1; j++) {
     static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("refusal")};
     px_fv_t f[3];
     unsigned seen = 0;
-    if (px_fw_kfields(&w, keys, 3, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR)
-      return DECLINE;
+    int obj = AT_OBJ(w);
+    if (obj && px_fw_kfields(&w, keys, 3, f, &seen) != 0) return DECLINE;
     px_fpart_t *p;
-    if (px_fs_is(f[0].s, "text") && HAS(1) && f[1].kind == PX_FV_STR)
+    int t = !obj || !HAS(0) || f[0].kind != PX_FV_STR ? 0
+            : is_val(f[0].s, "text")                  ? 1
+            : is_val(f[0].s, "refusal")               ? 2
+                                                      : 0;
+    if (t == 1 && HAS(1) && f[1].kind == PX_FV_STR) {
       p = px_fpart_text(a, f[1].s);
-    else if (px_fs_is(f[0].s, "refusal") && HAS(2) && f[2].kind == PX_FV_STR)
-      p = px_fpart_new(a, PX_FP_REFUSAL);
-    else
-      return DECLINE;
+    } else if (t == 2 && HAS(2) && f[2].kind == PX_FV_STR) {
+      if ((p = px_fpart_new(a, PX_FP_REFUSAL)) != NULL) p->text = f[2].s;
+    } else {
+      part_path(q, sizeof(q), mi, j);
+      return REFUSE(err, q, "%s: assistant content parts must be text or refusal", q);
+    }
     if (p == NULL) return DECLINE;
-    if (p->type == PX_FP_REFUSAL) p->text = f[2].s;
     px_fpart_push(&m->parts, &m->last, p);
   }
   return r < 0 ? DECLINE : 0;
 }
 
-/* one entry of a tool_calls list (requests and responses): {type:
- * "function" or none, id, function: {name, arguments}} -> f (type, id,
- * function) and g (name, arguments), present as the bits of *seen, *gs */
-static int call_fields(px_fw_t *w, px_fv_t f[3], unsigned *seen, px_fv_t g[2],
-                       unsigned *gs) {
-  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("id"), PX_FK("function")};
-  static const px_fkey_t fkeys[] = {PX_FK("name"), PX_FK("arguments")};
-  if (px_fw_kfields(w, keys, 3, f, seen) != 0) return DECLINE;
-  if ((*seen & 1) && !(f[0].kind == PX_FV_STR && px_fs_is(f[0].s, "function")))
-    return DECLINE;
-  if (!(*seen & 4) || f[2].kind != PX_FV_OBJ) return DECLINE;
-  return px_fv_kfields(&f[2], fkeys, 2, g, gs);
-}
-
-/* a custom tool call {type:"custom", id, custom:{name, input}} (toward an
- * upstream with PX_CAP_CUSTOM_TOOLS) */
-static int custom_call(px_fw_t *w, px_fpart_t *p) {
-  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("id"), PX_FK("custom")};
-  static const px_fkey_t ckeys[] = {PX_FK("name"), PX_FK("input")};
-  px_fv_t f[3], g[2];
-  unsigned seen = 0, gs = 0;
-  if (px_fw_kfields(w, keys, 3, f, &seen) != 0 || !HAS(1) || f[1].kind != PX_FV_STR ||
-      !HAS(2) || f[2].kind != PX_FV_OBJ || px_fv_kfields(&f[2], ckeys, 2, g, &gs) != 0 ||
-      !(gs & 1) || g[0].kind != PX_FV_STR)
-    return DECLINE;
-  p->custom = 1;
-  p->id = f[1].s;
-  p->name = g[0].s;
-  p->text = (gs & 2) && g[1].kind == PX_FV_STR ? g[1].s : (px_fstr_t){"", 0, 0};
+/* arguments px_fast_args_object did not take (path: theirs), as chat.c's
+ * check_arguments judges them (jansson's own words on invalid JSON: the
+ * error path, and JSON that is no object): 0 when taken (JSON of another
+ * kind toward an upstream that holds any: args only, no input), a refusal,
+ * or a decline (an object the scanner's limits keep out) */
+static int args_check(const px_tr_ctx_t *ctx, px_fstr_t args, const char *path,
+                      px_arena_t *a, px_tr_err_t *err) {
+  const char *s = cstr(a, args);
+  if (s == NULL) return DECLINE;
+  json_error_t je;
+  json_t *v = px_jdoc_loads(s, JSON_DECODE_ANY, &je);
+  if (v == NULL) return REFUSE(err, path, "%s is not valid JSON: %s", path, je.text);
+  int obj = json_is_object(v);
+  json_decref(v);
+  if (obj) return DECLINE;
+  if (!px_tr_out_can(ctx, PX_CAP_ANY_TOOL_ARGS))
+    return REFUSE(err, path, "%s must be a JSON object", path);
   return 0;
 }
 
-/* whether the array element at the cursor is {"type":"custom",...} (a
- * look ahead: the element is read again) */
-static int is_custom(const px_fw_t *w) {
-  static const px_fkey_t keys[] = {PX_FK("type")};
-  px_fw_t x = *w;
-  px_fv_t f[1];
-  unsigned seen = 0;
-  return px_fw_kfields(&x, keys, 1, f, &seen) == 0 && seen && f[0].kind == PX_FV_STR &&
-         px_fs_is(f[0].s, "custom");
-}
-
-static int tool_calls(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m,
-                      px_arena_t *a) {
+/* the tool_calls of assistant message mi (chat.c's assistant_tool_calls) */
+static int tool_calls(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m, size_t mi,
+                      px_arena_t *a, px_tr_err_t *err) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("id"), PX_FK("function"),
+                                   PX_FK("custom")};
+  static const px_fkey_t fkeys[] = {PX_FK("name"), PX_FK("arguments")};
+  static const px_fkey_t ckeys[] = {PX_FK("name"), PX_FK("input")};
+  char p[PATH_MAX_LEN];
   if (c->kind == PX_FV_NULL) return 0;
-  if (c->kind != PX_FV_ARR) return DECLINE;
+  if (c->kind != PX_FV_ARR) {
+    snprintf(p, sizeof(p), "messages[%zu].tool_calls", mi);
+    return REFUSE(err, p, "%s must be an array", p);
+  }
   px_fw_t w = {c->raw.ptr, c->raw.len, 0};
   int r, custom_ok = px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS);
+  size_t j = 0;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
-    px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
-    if (p == NULL) return DECLINE;
-    if (custom_ok && w.p[w.i] == '{' && is_custom(&w)) {
-      if (custom_call(&w, p) != 0) return DECLINE;
-      px_fpart_push(&m->parts, &m->last, p);
+  for (; (r = px_fw_elem(&w)) == 1; j++) {
+    px_fv_t f[4], g[2];
+    unsigned seen = 0, gs = 0;
+    if (elem_fields(&w, keys, 4, f, &seen) != 0) return DECLINE;
+    px_fstr_t t = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
+    px_fpart_t *pt = px_fpart_new(a, PX_FP_TOOL_CALL);
+    if (pt == NULL) return DECLINE;
+    if (t.p != NULL && custom_ok && is_val(t, "custom")) {
+      /* a custom (freeform) tool call, for an upstream that can hold it */
+      if (HAS(3) && f[3].kind == PX_FV_OBJ && px_fv_kfields(&f[3], ckeys, 2, g, &gs) != 0)
+        return DECLINE;
+      if (!HAS(1) || f[1].kind != PX_FV_STR || !(gs & 1) || g[0].kind != PX_FV_STR) {
+        snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu]", mi, j);
+        return REFUSE(err, p, "%s needs id and custom.name", p);
+      }
+      pt->custom = 1;
+      pt->id = f[1].s;
+      pt->name = g[0].s;
+      pt->text = (gs & 2) && g[1].kind == PX_FV_STR ? g[1].s : (px_fstr_t){"", 0, 0};
+      px_fpart_push(&m->parts, &m->last, pt);
       continue;
     }
-    px_fv_t f[3], g[2];
-    unsigned seen = 0, fseen = 0;
-    if (call_fields(&w, f, &seen, g, &fseen) != 0 || !HAS(1) || f[1].kind != PX_FV_STR ||
-        !(fseen & 1) || g[0].kind != PX_FV_STR)
+    if (t.p != NULL && !is_val(t, "function")) {
+      const char *tv = cstr(a, t);
+      if (tv == NULL) return DECLINE;
+      snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu]", mi, j);
+      return REFUSE(err, p, "%s: %s tool calls cannot be translated", p, tv);
+    }
+    if (HAS(2) && f[2].kind == PX_FV_OBJ && px_fv_kfields(&f[2], fkeys, 2, g, &gs) != 0)
       return DECLINE;
-    p->id = f[1].s;
-    p->name = g[0].s;
-    if (!(fseen & 2) || g[1].kind != PX_FV_STR || px_fs_blank_value(g[1].s) == 1) {
-      p->args = (px_fstr_t){"{}", 2, 0}; /* a call without arguments */
-      p->input = (px_str_t){"{}", 2};
+    if (!HAS(1) || f[1].kind != PX_FV_STR || !(gs & 1) || g[0].kind != PX_FV_STR) {
+      snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu]", mi, j);
+      return REFUSE(err, p, "%s needs id, function.name and function.arguments", p);
+    }
+    pt->id = f[1].s;
+    pt->name = g[0].s;
+    int blank = (gs & 2) && g[1].kind == PX_FV_STR ? px_fs_blank_value(g[1].s) : 1;
+    if (blank < 0) return DECLINE;
+    if (blank) {
+      pt->args = (px_fstr_t){"{}", 2, 0}; /* a call without arguments */
+      pt->input = (px_str_t){"{}", 2};
     } else {
-      p->args = g[1].s;
+      pt->args = g[1].s;
       /* the jansson codec checks them as JSON (an object toward
        * Anthropic); objects are the shape taken here */
-      if (px_fast_args_object(a, p) != 0) return DECLINE;
+      if (px_fast_args_object(a, pt) != 0) {
+        snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu].function.arguments", mi, j);
+        int rc = args_check(ctx, g[1].s, p, a, err);
+        if (rc != 0) return rc;
+      }
     }
-    px_fpart_push(&m->parts, &m->last, p);
+    px_fpart_push(&m->parts, &m->last, pt);
   }
   return r < 0 ? DECLINE : 0;
 }
@@ -281,7 +427,10 @@ static const px_fkey_t msg_keys[] = {PX_FK("role"), PX_FK("content"), PX_FK("nam
                                      PX_FK("function_call"), PX_FK("audio")};
 
 static int decode_assistant(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
-                            const px_fv_t *content, px_freq_t *ir, px_arena_t *a) {
+                            const px_fv_t *content, size_t mi, px_freq_t *ir,
+                            px_arena_t *a, px_tr_err_t *err) {
+  char p[PATH_MAX_LEN];
+  int rc;
   px_fmsg_t *m = px_fmsg_push(ir, a, 1);
   if (m == NULL) return DECLINE;
   if (HAS(M_RC) && f[M_RC].kind == PX_FV_STR && f[M_RC].s.n > 0) {
@@ -290,7 +439,7 @@ static int decode_assistant(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned s
     p->text = f[M_RC].s;
     px_fpart_push(&m->parts, &m->last, p);
   }
-  if (assistant_parts(content, m, a) != 0) return DECLINE;
+  if ((rc = assistant_parts(content, m, mi, a, err)) != 0) return rc;
   if (HAS(M_REFUSAL) && f[M_REFUSAL].kind == PX_FV_STR && f[M_REFUSAL].s.n > 0) {
     int has = 0;
     for (const px_fpart_t *p = m->parts; p; p = p->next) has |= p->type == PX_FP_REFUSAL;
@@ -301,50 +450,77 @@ static int decode_assistant(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned s
       px_fpart_push(&m->parts, &m->last, p);
     }
   }
-  if (HAS(M_FC) && f[M_FC].kind != PX_FV_NULL) return DECLINE;
-  if (HAS(M_AUDIO) && f[M_AUDIO].kind != PX_FV_NULL) return DECLINE;
-  if (HAS(M_TC) && tool_calls(ctx, &f[M_TC], m, a) != 0) return DECLINE;
-  return 0;
+  if (HAS(M_FC) && f[M_FC].kind != PX_FV_NULL) {
+    snprintf(p, sizeof(p), "messages[%zu].function_call", mi);
+    return REFUSE(err, p, "%s: legacy function calls are not supported, use tool_calls",
+                  p);
+  }
+  if (HAS(M_AUDIO) && f[M_AUDIO].kind != PX_FV_NULL) {
+    snprintf(p, sizeof(p), "messages[%zu].audio", mi);
+    return REFUSE(err, p, "%s: audio cannot be translated", p);
+  }
+  return HAS(M_TC) ? tool_calls(ctx, &f[M_TC], m, mi, a, err) : 0;
 }
 
-static int decode_message(const px_tr_ctx_t *ctx, px_fw_t *w, px_freq_t *ir,
-                          px_arena_t *a, px_lossy_t *lossy) {
+/* message mi at the cursor (chat.c's decode_messages, one turn) */
+static int decode_message(const px_tr_ctx_t *ctx, px_fw_t *w, size_t mi, px_freq_t *ir,
+                          px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  char p[PATH_MAX_LEN];
   px_fv_t f[NKEYS(msg_keys)];
   unsigned seen = 0;
-  if (px_fw_kfields(w, msg_keys, NKEYS(msg_keys), f, &seen) != 0) return DECLINE;
-  if (!HAS(M_ROLE) || f[M_ROLE].kind != PX_FV_STR) return DECLINE;
+  int obj = AT_OBJ(*w), rc;
+  if (obj && px_fw_kfields(w, msg_keys, NKEYS(msg_keys), f, &seen) != 0) return DECLINE;
+  if (!obj && px_fw_value(w, &f[0]) < 0)
+    return DECLINE; /* past it (the caller goes on) */
+  if (!obj || !HAS(M_ROLE) || f[M_ROLE].kind != PX_FV_STR) {
+    snprintf(p, sizeof(p), "messages[%zu].role", mi);
+    return REFUSE(err, p, "%s is required", p);
+  }
   if (HAS(M_NAME)) px_lossy_add(lossy, "messages[].name");
   px_fstr_t role = f[M_ROLE].s;
   px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
   const px_fv_t *content = HAS(M_CONTENT) ? &f[M_CONTENT] : &none;
   px_fmsg_t *m;
-  if (px_fs_is(role, "system") || px_fs_is(role, "developer")) {
-    return text_content(content, &ir->system, &ir->system_last,
-                        px_fs_is(role, "developer"), a);
-  }
-  if (px_fs_is(role, "user")) {
-    if (content->kind != PX_FV_STR && content->kind != PX_FV_ARR) return DECLINE;
+  int dev = is_val(role, "developer");
+  if (dev || is_val(role, "system"))
+    return text_content(content, &ir->system, &ir->system_last, dev, mi, a, err);
+  if (is_val(role, "user")) {
+    if (content->kind != PX_FV_STR && content->kind != PX_FV_ARR) {
+      content_path(p, sizeof(p), mi);
+      return REFUSE(err, p, "%s must be a string or an array", p);
+    }
     if ((m = px_fmsg_push(ir, a, 0)) == NULL) return DECLINE;
-    if (content->kind == PX_FV_ARR) return user_parts(ctx, content, m, a, lossy);
-    px_fpart_t *p = px_fpart_text(a, content->s);
-    if (p == NULL) return DECLINE;
-    px_fpart_push(&m->parts, &m->last, p);
+    if (content->kind == PX_FV_ARR) return user_parts(ctx, content, m, mi, a, lossy, err);
+    px_fpart_t *pt = px_fpart_text(a, content->s);
+    if (pt == NULL) return DECLINE;
+    px_fpart_push(&m->parts, &m->last, pt);
     return 0;
   }
-  if (px_fs_is(role, "assistant")) return decode_assistant(ctx, f, seen, content, ir, a);
-  if (px_fs_is(role, "tool")) {
-    if (!HAS(M_TCID) || f[M_TCID].kind != PX_FV_STR) return DECLINE;
+  if (is_val(role, "assistant"))
+    return decode_assistant(ctx, f, seen, content, mi, ir, a, err);
+  if (is_val(role, "tool")) {
+    if (!HAS(M_TCID) || f[M_TCID].kind != PX_FV_STR) {
+      snprintf(p, sizeof(p), "messages[%zu].tool_call_id", mi);
+      return REFUSE(err, p, "%s is required", p);
+    }
     px_fpart_t *res = px_fpart_new(a, PX_FP_TOOL_RESULT), *tail = NULL;
     if (res == NULL) return DECLINE;
     res->id = f[M_TCID].s;
-    if (text_content(content, &res->content, &tail, 0, a) != 0) return DECLINE;
+    if ((rc = text_content(content, &res->content, &tail, 0, mi, a, err)) != 0) return rc;
     /* consecutive tool results share one user message */
     m = tool_result_tail(ir);
     if (m == NULL && (m = px_fmsg_push(ir, a, 0)) == NULL) return DECLINE;
     px_fpart_push(&m->parts, &m->last, res);
     return 0;
   }
-  return DECLINE;
+  snprintf(p, sizeof(p), "messages[%zu].role", mi);
+  if (is_val(role, "function"))
+    return REFUSE(err, p,
+                  "%s: the legacy 'function' role cannot be translated "
+                  "(it has no tool_call_id); use 'tool'",
+                  p);
+  const char *rv = cstr(a, role);
+  return rv == NULL ? DECLINE : REFUSE(err, p, "%s: unknown role '%s'", p, rv);
 }
 
 /* a string or null JSON value as raw JSON ("null" when absent), into b */
@@ -389,12 +565,14 @@ static int format_in(const px_fv_t *fv, px_str_t *out, px_arena_t *a) {
 }
 
 static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir,
-                        px_arena_t *a) {
-  if (tv->kind != PX_FV_ARR) return DECLINE;
+                        px_arena_t *a, px_tr_err_t *err) {
+  char p[PATH_MAX_LEN];
+  if (tv->kind != PX_FV_ARR) return REFUSE(err, "tools", "tools must be an array");
   px_fw_t w = {tv->raw.ptr, tv->raw.len, 0};
   int r, custom_ok = px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS);
+  size_t i = 0;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
+  for (; (r = px_fw_elem(&w)) == 1; i++) {
     static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("function"), PX_FK("custom")};
     static const px_fkey_t fkeys[] = {PX_FK("name"), PX_FK("description"),
                                       PX_FK("parameters"), PX_FK("strict")};
@@ -402,25 +580,38 @@ static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir
                                       PX_FK("format")};
     px_fv_t f[3], g[4];
     unsigned seen = 0, fseen = 0;
-    if (px_fw_kfields(&w, keys, 3, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR)
-      return DECLINE;
-    if (custom_ok && px_fs_is(f[0].s, "custom")) {
-      if (!HAS(2) || f[2].kind != PX_FV_OBJ ||
-          px_fv_kfields(&f[2], ckeys, 3, g, &fseen) != 0 || !(fseen & 1) ||
-          g[0].kind != PX_FV_STR)
+    int obj = AT_OBJ(w);
+    if (obj && px_fw_kfields(&w, keys, 3, f, &seen) != 0) return DECLINE;
+    px_fstr_t t =
+        obj && HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
+    int custom = is_val(t, "custom");
+    if (custom && custom_ok) {
+      if (HAS(2) && f[2].kind == PX_FV_OBJ &&
+          px_fv_kfields(&f[2], ckeys, 3, g, &fseen) != 0)
         return DECLINE;
-      px_ftool_t *t = px_ftool_push(ir, a, g[0].s, (fseen & 2) ? &g[1] : NULL, NULL, NULL,
-                                    PX_FAST_OPENAI_PARAMS);
-      if (t == NULL) return DECLINE;
-      t->custom = 1;
-      if ((fseen & 4) && format_in(&g[2], &t->format, a) != 0) return DECLINE;
+      if (!(fseen & 1) || g[0].kind != PX_FV_STR) {
+        snprintf(p, sizeof(p), "tools[%zu].custom.name", i);
+        return REFUSE(err, p, "%s is required", p);
+      }
+      px_ftool_t *tl = px_ftool_push(ir, a, g[0].s, (fseen & 2) ? &g[1] : NULL, NULL,
+                                     NULL, PX_FAST_OPENAI_PARAMS);
+      if (tl == NULL) return DECLINE;
+      tl->custom = 1;
+      if ((fseen & 4) && format_in(&g[2], &tl->format, a) != 0) return DECLINE;
       continue;
     }
-    if (!px_fs_is(f[0].s, "function") || !HAS(1) || f[1].kind != PX_FV_OBJ)
+    snprintf(p, sizeof(p), "tools[%zu].type", i);
+    if (custom)
+      return REFUSE(err, p, "%s: custom (freeform text) tools cannot be translated to %s",
+                    p, px_proto_get(ctx->out)->name);
+    if (!is_val(t, "function")) return REFUSE(err, p, "%s: unsupported tool type", p);
+    if (HAS(1) && f[1].kind == PX_FV_OBJ &&
+        px_fv_kfields(&f[1], fkeys, 4, g, &fseen) != 0)
       return DECLINE;
-    if (px_fv_kfields(&f[1], fkeys, 4, g, &fseen) != 0 || !(fseen & 1) ||
-        g[0].kind != PX_FV_STR)
-      return DECLINE;
+    if (!(fseen & 1) || g[0].kind != PX_FV_STR) {
+      snprintf(p, sizeof(p), "tools[%zu].function.name", i);
+      return REFUSE(err, p, "%s is required", p);
+    }
     if (px_ftool_push(ir, a, g[0].s, (fseen & 2) ? &g[1] : NULL,
                       (fseen & 4) ? &g[2] : NULL, (fseen & 8) ? &g[3] : NULL,
                       PX_FAST_OPENAI_PARAMS) == NULL)
@@ -430,44 +621,47 @@ static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir
 }
 
 static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_t *ir,
-                              px_lossy_t *lossy) {
-  if (v->kind == PX_FV_STR) return px_fast_openai_tc(v->s, ir);
-  if (v->kind != PX_FV_OBJ) return DECLINE;
+                              px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  if (v->kind == PX_FV_STR) {
+    if (is_val(v->s, "auto") || is_val(v->s, "none") || is_val(v->s, "required"))
+      return px_fast_openai_tc(v->s, ir);
+    const char *s = cstr(a, v->s);
+    return s ? REFUSE(err, "tool_choice", "tool_choice: unknown value '%s'", s) : DECLINE;
+  }
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("function"), PX_FK("custom"),
                                    PX_FK("allowed_tools")};
   static const px_fkey_t nkeys[] = {PX_FK("name")};
   static const px_fkey_t akeys[] = {PX_FK("mode")};
   px_fv_t f[4], g[1];
   unsigned seen = 0, gs = 0;
-  if (px_fv_kfields(v, keys, 4, f, &seen) != 0 || !HAS(0) || f[0].kind != PX_FV_STR)
-    return DECLINE;
-  px_fstr_t t = f[0].s;
-  int k = px_fs_is(t, "function")                                            ? 1
-          : px_fs_is(t, "custom") && px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS) ? 2
-          : px_fs_is(t, "allowed_tools")                                     ? 3
-                                                                             : -1;
-  if (k < 0 || !HAS(k)) {
-    /* allowed_tools without its object: no mode, auto */
-    if (k != 3) return DECLINE;
-    px_lossy_add(lossy, "tool_choice.allowed_tools");
-    ir->tool_choice = PX_FTC_AUTO;
-    return 0;
+  if (v->kind == PX_FV_OBJ && px_fv_kfields(v, keys, 4, f, &seen) != 0) return DECLINE;
+  px_fstr_t t = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
+  int k = is_val(t, "function")                                            ? 1
+          : is_val(t, "custom") && px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS) ? 2
+          : is_val(t, "allowed_tools")                                     ? 3
+                                                                           : -1;
+  if (k < 0) {
+    const char *s = t.p ? cstr(a, t) : "?";
+    return s ? REFUSE(err, "tool_choice", "tool_choice: type '%s' cannot be translated",
+                      s)
+             : DECLINE;
   }
-  if (f[k].kind != PX_FV_OBJ) {
-    if (k != 3) return DECLINE;
-    gs = 0;
-  } else if (px_fv_kfields(&f[k], k == 3 ? akeys : nkeys, 1, g, &gs) != 0) {
+  if (HAS(k) && f[k].kind == PX_FV_OBJ &&
+      px_fv_kfields(&f[k], k == 3 ? akeys : nkeys, 1, g, &gs) != 0)
     return DECLINE;
-  }
   if (k == 3) {
+    /* the restriction to a subset cannot be carried; the mode can */
     px_lossy_add(lossy, "tool_choice.allowed_tools");
-    ir->tool_choice = gs && g[0].kind == PX_FV_STR && px_fs_is(g[0].s, "required")
+    ir->tool_choice = gs && g[0].kind == PX_FV_STR && is_val(g[0].s, "required")
                           ? PX_FTC_REQUIRED
                           : PX_FTC_AUTO;
-    if (gs && g[0].kind == PX_FV_STR && g[0].s.esc) return DECLINE;
     return 0;
   }
-  if (!gs || g[0].kind != PX_FV_STR) return DECLINE;
+  if (!gs || g[0].kind != PX_FV_STR)
+    return k == 1 ? REFUSE(err, "tool_choice.function.name",
+                           "tool_choice.function.name is required")
+                  : REFUSE(err, "tool_choice.custom.name",
+                           "tool_choice.custom.name is required");
   ir->tool_choice = PX_FTC_TOOL;
   ir->tc_name = g[0].s;
   return 0;
@@ -494,34 +688,42 @@ static int text_modalities(const px_fv_t *v) {
   if (px_fw_open(&w, '[') < 0) return 0;
   while ((r = px_fw_elem(&w)) == 1) {
     px_fv_t x;
-    if (px_fw_value(&w, &x) < 0 || x.kind != PX_FV_STR || !px_fs_is(x.s, "text"))
-      return 0;
+    if (px_fw_value(&w, &x) < 0 || x.kind != PX_FV_STR || !is_val(x.s, "text")) return 0;
   }
   return r == 0;
 }
 
 /* response_format: text, json_object, json_schema {name?, description?,
  * schema, strict?} (chat.c's decode_response_format) */
-static int response_format(const px_fv_t *v, px_freq_t *ir) {
+static int response_format(const px_fv_t *v, px_freq_t *ir, px_arena_t *a,
+                           px_tr_err_t *err) {
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("json_schema")};
   static const px_fkey_t skeys[] = {PX_FK("schema"), PX_FK("name"), PX_FK("description"),
                                     PX_FK("strict")};
   px_fv_t f[2], g[4];
   unsigned seen = 0, gs = 0;
-  if (v->kind != PX_FV_OBJ || px_fv_kfields(v, keys, 2, f, &seen) != 0 || !HAS(0) ||
-      f[0].kind != PX_FV_STR)
-    return DECLINE;
-  if (px_fs_is(f[0].s, "text")) {
+  if (v->kind == PX_FV_OBJ && px_fv_kfields(v, keys, 2, f, &seen) != 0) return DECLINE;
+  if (!HAS(0) || f[0].kind != PX_FV_STR)
+    return REFUSE(err, "response_format", "response_format.type is required");
+  if (is_val(f[0].s, "text")) {
     ir->rf_text = 1;
     return 0;
   }
-  if (px_fs_is(f[0].s, "json_object")) {
+  if (is_val(f[0].s, "json_object")) {
     ir->rf_json = 1;
     return 0;
   }
-  if (!px_fs_is(f[0].s, "json_schema") || !HAS(1) || f[1].kind != PX_FV_OBJ ||
-      px_fv_kfields(&f[1], skeys, 4, g, &gs) != 0 || !(gs & 1) || g[0].kind != PX_FV_OBJ)
+  if (!is_val(f[0].s, "json_schema")) {
+    const char *s = cstr(a, f[0].s);
+    return s ? REFUSE(err, "response_format.type", "response_format.type '%s' is unknown",
+                      s)
+             : DECLINE;
+  }
+  if (HAS(1) && f[1].kind == PX_FV_OBJ && px_fv_kfields(&f[1], skeys, 4, g, &gs) != 0)
     return DECLINE;
+  if (!(gs & 1) || g[0].kind != PX_FV_OBJ)
+    return REFUSE(err, "response_format.json_schema.schema",
+                  "response_format.json_schema.schema is required");
   ir->rf_schema = g[0].raw;
   if ((gs & 2) && g[1].kind == PX_FV_STR) ir->rf_name = g[1].s;
   if ((gs & 4) && g[2].kind == PX_FV_STR) ir->rf_desc = g[2].s;
@@ -593,21 +795,45 @@ static int unknown_member(px_fstr_t k, const px_fv_t *v, unknown_key_t **seen_ke
   return px_fast_lossy_key(lossy, k);
 }
 
+/* max_tokens / max_completion_tokens (key: its name): a positive integer
+ * (chat.c's decode_limits) -> *v; null: nothing */
+static int limit(const char *key, const px_fv_t *v, int64_t *n, px_tr_err_t *err) {
+  *n = 0;
+  if (v->kind == PX_FV_NULL) return 0;
+  if (v->kind == PX_FV_NUM && px_fw_is_int(v->raw) && v->raw.ptr[0] != '-' &&
+      px_fw_uint(v->raw, n) < 0)
+    return DECLINE; /* an integer this walker cannot read */
+  if (*n < 1) return REFUSE(err, key, "%s must be a positive integer", key);
+  return 0;
+}
+
 /* One top-level member, as chat.c's decode_request reads it where it
  * stands (its lossy names in the body's order). */
 static int decode_member(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_t *ir,
-                         px_arena_t *a, px_lossy_t *lossy, int *user_from_safety) {
+                         px_arena_t *a, px_lossy_t *lossy, int *user_from_safety,
+                         px_tr_err_t *err) {
   switch (ki) {
     case K_MODEL:
-      return v->kind == PX_FV_STR ? 0 : DECLINE;
+      return v->kind == PX_FV_STR ? 0 : REFUSE(err, "model", "model must be a string");
     case K_TOOLS:
-      return v->kind == PX_FV_NULL ? 0 : decode_tools(ctx, v, ir, a);
+      return v->kind == PX_FV_NULL ? 0 : decode_tools(ctx, v, ir, a, err);
     case K_TC:
-      return v->kind == PX_FV_NULL ? 0 : decode_tool_choice(ctx, v, ir, lossy);
+      return v->kind == PX_FV_NULL ? 0 : decode_tool_choice(ctx, v, ir, a, lossy, err);
     case K_PAR:
       if (v->kind == PX_FV_TRUE || v->kind == PX_FV_FALSE)
         ir->parallel = v->kind == PX_FV_TRUE;
       return 0;
+    case K_MAX:
+    case K_MCT: {
+      int64_t n;
+      int rc = limit(top_keys[ki].s, v, &n, err);
+      /* max_completion_tokens wins over the deprecated max_tokens */
+      if (rc == 0 && n > 0 && (ki == K_MCT || ir->max_tokens.ptr == NULL)) {
+        ir->max_tokens = v->raw;
+        ir->max_tokens_v = n;
+      }
+      return rc;
+    }
     case K_TEMP:
       if (v->kind == PX_FV_NUM) ir->temperature = v->raw;
       return 0;
@@ -617,11 +843,10 @@ static int decode_member(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_fr
     case K_STOP:
       if (v->kind == PX_FV_STR) {
         ir->stop1 = v->s;
-      } else if (v->kind == PX_FV_ARR) {
-        if (!strings_only(v)) return DECLINE;
+      } else if (v->kind == PX_FV_ARR && strings_only(v)) {
         if (!px_fw_empty(v->raw)) ir->stop = v->raw;
       } else if (v->kind != PX_FV_NULL) {
-        return DECLINE;
+        return REFUSE(err, "stop", "stop must be a string or an array of strings");
       }
       return 0;
     case K_USER:
@@ -659,7 +884,7 @@ static int decode_member(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_fr
       }
       return 0;
     case K_RF:
-      return v->kind == PX_FV_NULL ? 0 : response_format(v, ir);
+      return v->kind == PX_FV_NULL ? 0 : response_format(v, ir, a, err);
     case K_EFFORT:
       if (v->kind == PX_FV_STR) {
         ir->has_reasoning = 1;
@@ -677,31 +902,59 @@ static int decode_member(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_fr
       return v->kind == PX_FV_NULL ||
                      (v->kind == PX_FV_NUM && v->raw.len == 1 && v->raw.ptr[0] == '1')
                  ? 0
-                 : DECLINE;
+                 : REFUSE(err, "n", "n: only one choice can be translated to %s",
+                          px_proto_get(ctx->out)->name);
     case K_LOGPROBS:
       if (v->kind == PX_FV_TRUE) px_lossy_add(lossy, "logprobs");
       return 0;
     case K_MODALITIES:
-      return text_modalities(v) ? 0 : DECLINE;
+      return text_modalities(v)
+                 ? 0
+                 : REFUSE(err, "modalities",
+                          "modalities: only text output can be translated");
     case K_AUDIO:
+      return v->kind == PX_FV_NULL
+                 ? 0
+                 : REFUSE(err, "audio", "audio: audio output cannot be translated");
     case K_FUNCS:
     case K_FCALL:
-      return v->kind == PX_FV_NULL ? 0 : DECLINE;
+      return v->kind == PX_FV_NULL
+                 ? 0
+                 : REFUSE(err, top_keys[ki].s,
+                          "%s: legacy function calling is not supported, use tools",
+                          top_keys[ki].s);
     default: /* dropped when set */
       if (v->kind != PX_FV_NULL) px_lossy_add(lossy, top_keys[ki].s);
       return 0;
   }
 }
 
+/* After a refusal at a member: the rest of the object read for what would
+ * move it (jansson keeps a repeated member where it first stood, with its
+ * last value): a repeated member seen up to the refusal (or an escaped
+ * key, which might spell one) declines. */
+static int refused_rest(px_fw_t *w, uint64_t seen) {
+  px_fstr_t k;
+  px_fv_t v;
+  int r;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
+    if (k.esc || (ki >= 0 && (seen & ((uint64_t)1 << ki))) || px_fw_value(w, &v) < 0)
+      return DECLINE;
+  }
+  return r < 0 ? DECLINE : PX_FAST_REFUSE;
+}
+
 static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                    px_tr_err_t *err) {
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
-  px_fv_t lim[2] = {{PX_FV_NULL, {0}, {NULL, 0}}, {PX_FV_NULL, {0}, {NULL, 0}}};
   unknown_key_t *unknown = NULL;
   uint64_t seen = 0;
-  int r, user_from_safety = 0;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  int r, rc, user_from_safety = 0;
+  if (px_fw_open(&w, '{') < 0)
+    return REFUSE(err, "", "request body must be a JSON object");
   while ((r = px_fw_member(&w, &k)) == 1) {
     int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
     if (ki >= 0) {
@@ -711,9 +964,23 @@ static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     if (ki == K_MESSAGES) {
       /* messages are read in place, in body order */
       int re;
-      if (px_fw_peek(&w) != PX_FV_ARR || px_fw_open(&w, '[') < 0) return DECLINE;
-      while ((re = px_fw_elem(&w)) == 1)
-        if (decode_message(ctx, &w, ir, a, lossy) != 0) return DECLINE;
+      size_t mi = 0;
+      if (px_fw_peek(&w) != PX_FV_ARR) {
+        rc = REFUSE(err, "messages", "messages must be an array");
+        if (px_fw_value(&w, &(px_fv_t){0}) < 0) return DECLINE;
+        return refused_rest(&w, seen);
+      }
+      if (px_fw_open(&w, '[') < 0) return DECLINE;
+      while ((re = px_fw_elem(&w)) == 1) {
+        rc = decode_message(ctx, &w, mi++, ir, a, lossy, err);
+        if (rc == PX_FAST_REFUSE) {
+          px_fv_t skip; /* the rest of the messages, to the members after */
+          while ((re = px_fw_elem(&w)) == 1)
+            if (px_fw_value(&w, &skip) < 0) return DECLINE;
+          return re < 0 ? DECLINE : refused_rest(&w, seen);
+        }
+        if (rc != 0) return DECLINE;
+      }
       if (re < 0) return DECLINE;
       continue;
     }
@@ -721,23 +988,14 @@ static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     if (px_fw_value(&w, &v) < 0) return DECLINE;
     if (ki < 0) {
       if (unknown_member(k, &v, &unknown, a, lossy) != 0) return DECLINE;
-    } else if (ki == K_MAX || ki == K_MCT) {
-      lim[ki - K_MAX] = v;
-    } else if (decode_member(ctx, ki, &v, ir, a, lossy, &user_from_safety) != 0) {
-      return DECLINE;
+    } else if ((rc = decode_member(ctx, ki, &v, ir, a, lossy, &user_from_safety, err)) !=
+               0) {
+      return rc == PX_FAST_REFUSE ? refused_rest(&w, seen) : DECLINE;
     }
   }
-  if (r < 0 || !(seen & ((uint64_t)1 << K_MESSAGES))) return DECLINE;
-  /* max_completion_tokens wins over the deprecated max_tokens; both must be
-   * positive integers when set */
-  for (int i = 0; i < 2; i++) {
-    if (lim[i].kind == PX_FV_NULL) continue;
-    int64_t n;
-    if (lim[i].kind != PX_FV_NUM || px_fw_uint(lim[i].raw, &n) < 0 || n < 1)
-      return DECLINE;
-    ir->max_tokens = lim[i].raw;
-    ir->max_tokens_v = n;
-  }
+  if (r < 0) return DECLINE;
+  if (!(seen & ((uint64_t)1 << K_MESSAGES)))
+    return REFUSE(err, "messages", "messages is required");
   return 0;
 }
 
@@ -793,15 +1051,65 @@ static int put_call(px_buf_t *b, const px_fpart_t *p) {
   return rc;
 }
 
+/* Which opaque tokens reasoning part p carries, as chat.c reads them:
+ * *sig a signature, encrypted_content or thought_signature, *red redacted
+ * data (the fields' indexes found once) */
+static void reasoning_tokens(const px_fpart_t *p, int *sig, int *red) {
+  static int k[4] = {-2, -2, -2, -2};
+  if (k[0] == -2) {
+    k[0] = px_frtok_index("signature");
+    k[1] = px_frtok_index("encrypted_content");
+    k[2] = px_frtok_index("thought_signature");
+    k[3] = px_frtok_index("redacted_data");
+  }
+  *sig = 0;
+  for (int i = 0; i < 3; i++) *sig |= k[i] >= 0 && p->tok[k[i]].p != NULL;
+  *red = k[3] >= 0 && p->tok[k[3]].p != NULL;
+}
+
+/* the IR's name of a part kind (chat.c's words name it) */
+static const char *part_name(px_fpart_type_t t) {
+  static const char *const names[] = {"text",  "tool_call", "tool_result", "reasoning",
+                                      "image", "file",      "refusal"};
+  return (unsigned)t < sizeof(names) / sizeof(names[0]) ? names[t] : "";
+}
+
+/* part j of IR message mi that a Chat message cannot hold: chat.c's
+ * refusal (an image without its data, a file by URL, a part of another
+ * kind); 0 when it can */
+static int cannot_send(const px_fpart_t *p, size_t mi, size_t j, int user,
+                       px_tr_err_t *err) {
+  char q[PATH_MAX_LEN];
+  const char *why = NULL;
+  if (p->type == PX_FP_IMAGE && user && !p->url.p && !(p->media_type.p && p->data.p))
+    why = "%s: image needs url or media_type and data";
+  else if (p->type == PX_FP_FILE && user && !p->file_id.p &&
+           !(p->media_type.p && p->data.p))
+    why = "%s: files by URL cannot be sent to openai_chat_completions";
+  else if (user ? p->type != PX_FP_TEXT && p->type != PX_FP_IMAGE &&
+                      p->type != PX_FP_FILE && p->type != PX_FP_TOOL_RESULT
+                : p->type != PX_FP_TEXT && p->type != PX_FP_TOOL_CALL &&
+                      p->type != PX_FP_REFUSAL && p->type != PX_FP_REASONING) {
+    snprintf(q, sizeof(q), "messages[%zu].content[%zu]", mi, j);
+    return REFUSE(err, q, "%s: part type '%s' cannot be sent to openai_chat_completions",
+                  q, part_name(p->type));
+  }
+  if (why == NULL) return 0;
+  snprintf(q, sizeof(q), "messages[%zu].content[%zu]", mi, j);
+  return REFUSE(err, q, why, q);
+}
+
 /* consecutive assistant messages [m, end) -> one Chat message: texts,
  * refusals and reasoning texts joined, tool calls; opaque reasoning tokens
  * named as the client spelled them */
 static int put_assistant(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fmsg_t *m,
-                         const px_fmsg_t *end, px_lossy_t *lossy) {
+                         const px_fmsg_t *end, size_t mi, px_lossy_t *lossy,
+                         px_tr_err_t *err) {
   const px_lossy_names_t *n = px_in_names(ctx);
   int ntext = 0, ncalls = 0, nref = 0, nreason = 0;
+  size_t j = 0; /* the index in the merged message */
   for (const px_fmsg_t *x = m; x != end; x = x->next)
-    for (const px_fpart_t *p = x->parts; p; p = p->next) {
+    for (const px_fpart_t *p = x->parts; p; p = p->next, j++) {
       if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
       if (p->type == PX_FP_TEXT) {
         ntext++;
@@ -811,19 +1119,12 @@ static int put_assistant(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fmsg_t *m
         nref++;
       } else if (p->type == PX_FP_REASONING) {
         nreason += p->text.n > 0;
-        static const char *const toks[] = {"signature", "encrypted_content",
-                                           "thought_signature"};
-        for (size_t i = 0; i < sizeof(toks) / sizeof(toks[0]); i++) {
-          int k = px_frtok_index(toks[i]);
-          if (k >= 0 && p->tok[k].p != NULL) {
-            px_lossy_add(lossy, n->reasoning_token);
-            break;
-          }
-        }
-        int k = px_frtok_index("redacted_data");
-        if (k >= 0 && p->tok[k].p != NULL) px_lossy_add(lossy, n->reasoning_redacted);
+        int sig, red;
+        reasoning_tokens(p, &sig, &red);
+        if (sig) px_lossy_add(lossy, n->reasoning_token);
+        if (red) px_lossy_add(lossy, n->reasoning_redacted);
       } else {
-        return DECLINE;
+        return cannot_send(p, mi, j, 0, err);
       }
     }
   int rc = px_fb_lit(b, "{\"role\":\"assistant\",\"content\":");
@@ -863,10 +1164,9 @@ static int put_assistant(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fmsg_t *m
   return rc;
 }
 
-/* "data:<media type>;base64,<data>" as a quoted string (the parts are
- * written as they are: escaped media types or data decline) */
+/* "data:<media type>;base64,<data>" as a quoted string (the parts'
+ * escaped contents one after the other: the value is theirs joined) */
 static int put_data_url(px_buf_t *b, px_fstr_t mt, px_fstr_t data) {
-  if (mt.esc || data.esc) return DECLINE;
   int rc = px_fb_lit(b, "\"data:");
   if (rc == 0) rc = px_fb_put(b, mt.p, mt.n);
   if (rc == 0) rc = px_fb_lit(b, ";base64,");
@@ -875,7 +1175,8 @@ static int put_data_url(px_buf_t *b, px_fstr_t mt, px_fstr_t data) {
   return rc;
 }
 
-/* an IR image or file part -> a Chat content part */
+/* an IR image or file part (cannot_send let it through) -> a Chat
+ * content part */
 static int put_media(px_buf_t *b, const px_fpart_t *p) {
   int rc;
   if (p->type == PX_FP_IMAGE) {
@@ -885,7 +1186,7 @@ static int put_media(px_buf_t *b, const px_fpart_t *p) {
     else if (rc == 0 && p->media_type.p && p->data.p)
       rc = put_data_url(b, p->media_type, p->data);
     else if (rc == 0)
-      return DECLINE; /* the reference names the error */
+      return DECLINE; /* cannot_send refused it */
     return rc == 0 ? px_fb_lit(b, "}}") : rc;
   }
   rc = px_fb_lit(b, "{\"type\":\"file\",\"file\":{");
@@ -900,23 +1201,42 @@ static int put_media(px_buf_t *b, const px_fpart_t *p) {
     if (rc == 0) rc = px_fb_lit(b, ",\"filename\":");
     if (rc == 0 && p->filename.p && p->filename.n > 0)
       rc = px_fb_str(b, p->filename);
-    else if (rc == 0 && p->media_type.esc)
-      rc = DECLINE;
     else if (rc == 0)
-      rc = px_fb_lit(b, px_fs_is(p->media_type, "text/plain") ? "\"document.txt\""
-                                                              : "\"document.pdf\"");
+      rc = px_fb_lit(b, is_val(p->media_type, "text/plain") ? "\"document.txt\""
+                                                            : "\"document.pdf\"");
   } else if (rc == 0) {
-    return DECLINE; /* a file by URL: the reference names the error */
+    return DECLINE; /* a file by URL: cannot_send refused it */
   }
   return rc == 0 ? px_fb_lit(b, "}}") : rc;
 }
 
-static int put_user(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fmsg_t *m, int *first,
-                    px_lossy_t *lossy) {
+/* a system turn met mid-conversation -> a system message in place: its
+ * texts joined by blank lines (chat.c's system_note_out) */
+static int put_system_note(px_buf_t *b, const px_fmsg_t *m, int *first,
+                           px_lossy_t *lossy) {
+  int rc = px_fb_lit(b, *first ? "{\"role\":\"system\",\"content\":\""
+                               : ",{\"role\":\"system\",\"content\":\"");
+  int any = 0;
+  *first = 0;
+  for (const px_fpart_t *p = m->parts; p && rc == 0; p = p->next) {
+    if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+    if (p->type != PX_FP_TEXT) return DECLINE;
+    if (any) rc = px_fb_lit(b, "\\n\\n"); /* after anything written */
+    if (rc == 0 && p->text.n > 0) rc = px_fb_put(b, p->text.p, p->text.n);
+    any |= p->text.n > 0;
+  }
+  return rc == 0 ? px_fb_lit(b, "\"}") : rc;
+}
+
+static int put_user(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fmsg_t *m, size_t mi,
+                    int *first, px_lossy_t *lossy, px_tr_err_t *err) {
+  if (m->system_note) return put_system_note(b, m, first, lossy);
   int nparts = 0, only_text = 1, rc = 0;
   const px_fpart_t *one = NULL;
-  for (const px_fpart_t *p = m->parts; p; p = p->next) {
+  size_t j = 0;
+  for (const px_fpart_t *p = m->parts; p; p = p->next, j++) {
     if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+    if ((rc = cannot_send(p, mi, j, 1, err)) != 0) return rc;
     if (p->type == PX_FP_TOOL_RESULT) {
       if (!*first) rc = px_fb_lit(b, ",");
       *first = 0;
@@ -1085,16 +1405,19 @@ static int chat_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
     if (rc == 0) rc = px_fb_lit(b, "}");
   }
   const px_fmsg_t *m = ir->msgs;
+  size_t mi = 0; /* the IR message's index (chat.c's words name it) */
   while (rc == 0 && m != NULL) {
     if (m->assistant) {
       const px_fmsg_t *end = m->next;
-      while (end != NULL && end->assistant) end = end->next;
+      size_t n = 1;
+      for (; end != NULL && end->assistant; end = end->next) n++;
       if (!first) rc = px_fb_lit(b, ",");
       first = 0;
-      if (rc == 0) rc = put_assistant(ctx, b, m, end, lossy);
+      if (rc == 0) rc = put_assistant(ctx, b, m, end, mi, lossy, err);
       m = end;
+      mi += n;
     } else {
-      rc = put_user(ctx, b, m, &first, lossy);
+      rc = put_user(ctx, b, m, mi++, &first, lossy, err);
       m = m->next;
     }
   }
@@ -1132,45 +1455,195 @@ static int chat_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
 /* ======================================================================== */
 /* Response decode                                                           */
 
-static int decode_message_out(const px_fv_t *mv, px_fresp_t *ir, px_arena_t *a) {
-  static const px_fkey_t keys[] = {PX_FK("content"), PX_FK("refusal"),
-                                   PX_FK("reasoning_content"), PX_FK("tool_calls"),
-                                   PX_FK("annotations"), PX_FK("audio")};
-  px_fv_t f[6];
-  unsigned seen = 0;
-  int r;
-  if (px_fv_kfields(mv, keys, 6, f, &seen) != 0) return DECLINE;
-  if (HAS(2) && f[2].kind == PX_FV_STR && f[2].s.n > 0) return DECLINE;
-  if (HAS(0) && f[0].kind == PX_FV_ARR) return DECLINE;
-  if (HAS(4) && f[4].kind == PX_FV_ARR && !px_fw_empty(f[4].raw)) return DECLINE;
-  if (HAS(1) && f[1].kind == PX_FV_STR && f[1].s.n > 0) return DECLINE;
-  if (HAS(5) && f[5].kind != PX_FV_NULL) return DECLINE;
-  if (HAS(0) && f[0].kind == PX_FV_STR && f[0].s.n > 0) {
-    px_fpart_t *p = px_fpart_text(a, f[0].s);
-    if (p == NULL) return DECLINE;
-    px_fpart_push(&ir->content, &ir->last, p);
+/* A string built in the arena from b (escaped content) */
+static int arena_fstr(px_arena_t *a, const px_buf_t *b, int esc, px_fstr_t *out) {
+  char *s = px_arena_alloc(a, b->len + 1);
+  if (s == NULL) return DECLINE;
+  if (b->len) memcpy(s, b->data, b->len);
+  *out = (px_fstr_t){s, b->len, esc};
+  return 0;
+}
+
+/* The members of object v written into b after what b holds (",k":v each,
+ * raw), as jansson's json_object_set of each would leave them: an escaped
+ * key, a repeated one or one named skip (jansson would replace the one
+ * written before) declines. */
+static int copy_members(px_buf_t *b, const px_fv_t *v, const char *skip) {
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  px_fstr_t k, keys[32];
+  px_fv_t x;
+  int r, n = 0;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    if (k.esc || n == 32 || px_fs_is(k, skip) || px_fw_value(&w, &x) < 0) return DECLINE;
+    for (int i = 0; i < n; i++)
+      if (keys[i].n == k.n && memcmp(keys[i].p, k.p, k.n) == 0) return DECLINE;
+    keys[n++] = k;
+    if (px_fb_lit(b, ",\"") < 0 || px_fb_put(b, k.p, k.n) < 0 ||
+        px_fb_lit(b, "\":") < 0 || px_fb_raw(b, x.raw) < 0)
+      return DECLINE;
   }
-  if (!HAS(3) || f[3].kind != PX_FV_ARR) return 0;
-  px_fw_t tw = {f[3].raw.ptr, f[3].raw.len, 0};
-  if (px_fw_open(&tw, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&tw)) == 1) {
-    px_fv_t g[3], h[2];
-    unsigned gs = 0, hs = 0;
-    if (call_fields(&tw, g, &gs, h, &hs) != 0) return DECLINE;
+  return r < 0 ? DECLINE : 0;
+}
+
+/* Chat url_citation {type, url_citation:{...}} -> the flat IR annotations
+ * (chat.c's annotations_in) as raw JSON in the arena (ptr NULL when none
+ * is kept); others named */
+static int annotations_in(const px_fv_t *anns, px_str_t *out, px_arena_t *a,
+                          px_lossy_t *lossy) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("url_citation")};
+  px_fw_t w = {anns->raw.ptr, anns->raw.len, 0};
+  px_buf_t b;
+  px_buf_init(&b, SIZE_MAX);
+  int r, rc = px_fb_lit(&b, "["), n = 0;
+  if (px_fw_open(&w, '[') < 0) rc = DECLINE;
+  while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[2];
+    unsigned seen = 0;
+    if ((rc = elem_fields(&w, keys, 2, f, &seen)) != 0) break;
+    if (!HAS(0) || f[0].kind != PX_FV_STR || !is_val(f[0].s, "url_citation") || !HAS(1) ||
+        f[1].kind != PX_FV_OBJ) {
+      px_lossy_add(lossy, "choices[].message.annotations");
+      continue;
+    }
+    rc =
+        px_fb_lit(&b, n++ ? ",{\"type\":\"url_citation\"" : "{\"type\":\"url_citation\"");
+    if (rc == 0) rc = copy_members(&b, &f[1], "type");
+    if (rc == 0) rc = px_fb_lit(&b, "}");
+  }
+  if (rc == 0 && r < 0) rc = DECLINE;
+  if (rc == 0) rc = px_fb_lit(&b, "]");
+  px_fstr_t s;
+  /* none kept: none (an empty IR list writes nothing anywhere) */
+  if (rc == 0 && n > 0) rc = arena_fstr(a, &b, 0, &s);
+  if (rc == 0 && n > 0) *out = (px_str_t){s.p, s.n};
+  px_buf_free(&b);
+  return rc == 0 ? 0 : DECLINE;
+}
+
+/* content parts: the texts of the "text" ones joined (chat.c's join_parts)
+ * -> *out (p NULL: none) */
+static int join_texts(const px_fv_t *c, px_fstr_t *out, px_arena_t *a) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text")};
+  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
+  px_buf_t b;
+  px_buf_init(&b, SIZE_MAX);
+  int r, rc = 0, n = 0, esc = 0;
+  out->p = NULL;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[2];
+    unsigned seen = 0;
+    if (!AT_OBJ(w)) {
+      rc = px_fw_value(&w, &f[0]) < 0 ? DECLINE : 0;
+      continue;
+    }
+    if (px_fw_kfields(&w, keys, 2, f, &seen) != 0) rc = DECLINE;
+    if (rc != 0 || !HAS(0) || f[0].kind != PX_FV_STR || !is_val(f[0].s, "text")) continue;
+    n++;
+    if (HAS(1) && f[1].kind == PX_FV_STR) {
+      rc = px_fb_put(&b, f[1].s.p, f[1].s.n);
+      esc |= f[1].s.esc;
+    }
+  }
+  if (rc == 0 && r < 0) rc = DECLINE;
+  if (rc == 0 && n > 0) rc = arena_fstr(a, &b, esc, out);
+  px_buf_free(&b);
+  return rc;
+}
+
+/* the tool calls of an answer (chat.c's decode_response): function calls,
+ * custom ones for a client that holds them; another kind refuses */
+static int calls_out(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_fresp_t *ir,
+                     px_arena_t *a, px_tr_err_t *err, int *refused) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("id"), PX_FK("function"),
+                                   PX_FK("custom")};
+  static const px_fkey_t fkeys[] = {PX_FK("name"), PX_FK("arguments")};
+  static const px_fkey_t ckeys[] = {PX_FK("name"), PX_FK("input")};
+  static const px_fstr_t none = {"", 0, 0};
+  px_fw_t w = {tv->raw.ptr, tv->raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[4], g[2];
+    unsigned seen = 0, gs = 0;
+    if (elem_fields(&w, keys, 4, f, &seen) != 0) return DECLINE;
+    px_fstr_t t = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
+    int custom = t.p && is_val(t, "custom") && px_tr_in_can(ctx, PX_CAP_CUSTOM_TOOLS) &&
+                 HAS(3) && f[3].kind == PX_FV_OBJ;
+    int k = custom ? 3 : 2;
+    if (!custom &&
+        ((t.p && !is_val(t, "function")) || !HAS(2) || f[2].kind != PX_FV_OBJ)) {
+      px_tr_fail(err, "choices[0].message.tool_calls",
+                 "upstream returned a tool call that cannot be translated");
+      if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+      *refused = 1;
+      return PX_FAST_REFUSE;
+    }
+    if (px_fv_kfields(&f[k], custom ? ckeys : fkeys, 2, g, &gs) != 0) return DECLINE;
     px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
     if (p == NULL) return DECLINE;
-    p->id = (gs & 2) && g[1].kind == PX_FV_STR ? g[1].s : (px_fstr_t){"", 0, 0};
-    p->name = (hs & 1) && h[0].kind == PX_FV_STR ? h[0].s : (px_fstr_t){"", 0, 0};
-    if (!(hs & 2) || h[1].kind != PX_FV_STR) {
+    p->id = HAS(1) && f[1].kind == PX_FV_STR ? f[1].s : none;
+    p->name = (gs & 1) && g[0].kind == PX_FV_STR ? g[0].s : none;
+    if (custom) {
+      p->custom = 1;
+      p->text = (gs & 2) && g[1].kind == PX_FV_STR ? g[1].s : none;
+    } else if (!(gs & 2) || g[1].kind != PX_FV_STR) {
       p->args = (px_fstr_t){"{}", 2, 0};
     } else {
-      int blank = px_fs_blank_value(h[1].s);
+      int blank = px_fs_blank_value(g[1].s);
       if (blank < 0) return DECLINE;
-      p->args = blank ? (px_fstr_t){"{}", 2, 0} : h[1].s;
+      p->args = blank ? (px_fstr_t){"{}", 2, 0} : g[1].s;
     }
     px_fpart_push(&ir->content, &ir->last, p);
   }
   return r < 0 ? DECLINE : 0;
+}
+
+/* the one choice's message (chat.c's decode_response, in its order):
+ * reasoning, text (with annotations), refusal, tool calls */
+static int decode_message_out(const px_tr_ctx_t *ctx, const px_fv_t *mv, px_fresp_t *ir,
+                              px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  static const px_fkey_t keys[] = {PX_FK("content"),           PX_FK("refusal"),
+                                   PX_FK("reasoning_content"), PX_FK("tool_calls"),
+                                   PX_FK("annotations"),       PX_FK("audio")};
+  px_fv_t f[6];
+  unsigned seen = 0;
+  int refused = 0;
+  px_fpart_t *p;
+  if (px_fv_kfields(mv, keys, 6, f, &seen) != 0) return DECLINE;
+  if (HAS(2) && f[2].kind == PX_FV_STR && f[2].s.n > 0) {
+    if ((p = px_fpart_new(a, PX_FP_REASONING)) == NULL) return DECLINE;
+    p->text = f[2].s;
+    px_fpart_push(&ir->content, &ir->last, p);
+  }
+  px_fstr_t text = {NULL, 0, 0};
+  if (HAS(0) && f[0].kind == PX_FV_STR && f[0].s.n > 0)
+    text = f[0].s;
+  else if (HAS(0) && f[0].kind == PX_FV_ARR && join_texts(&f[0], &text, a) != 0)
+    return DECLINE;
+  if (text.p != NULL && text.n == 0) text.p = NULL; /* joined, empty: none */
+  px_str_t anns = {NULL, 0};
+  if (HAS(4) && f[4].kind == PX_FV_ARR && !px_fw_empty(f[4].raw)) {
+    if (text.p == NULL) text = (px_fstr_t){"", 0, 0};
+    if (annotations_in(&f[4], &anns, a, lossy) != 0) return DECLINE;
+  }
+  if (text.p != NULL) {
+    if ((p = px_fpart_text(a, text)) == NULL) return DECLINE;
+    p->annotations = anns;
+    px_fpart_push(&ir->content, &ir->last, p);
+  }
+  if (HAS(1) && f[1].kind == PX_FV_STR && f[1].s.n > 0) {
+    if ((p = px_fpart_new(a, PX_FP_REFUSAL)) == NULL) return DECLINE;
+    p->text = f[1].s;
+    px_fpart_push(&ir->content, &ir->last, p);
+  }
+  if (HAS(3) && f[3].kind == PX_FV_ARR) {
+    int rc = calls_out(ctx, &f[3], ir, a, err, &refused);
+    if (rc != 0) return rc;
+  }
+  if (HAS(5) && f[5].kind != PX_FV_NULL) px_lossy_add(lossy, "choices[].message.audio");
+  return 0;
 }
 
 /* The body is read once and checked as it is read (px_fc_*: the hub scans
@@ -1180,39 +1653,60 @@ enum { C_ID, C_MODEL, C_CREATED, C_CHOICES, C_USAGE };
 static const px_fkey_t resp_keys[] = {PX_FK("id"), PX_FK("model"), PX_FK("created"),
                                       PX_FK("choices"), PX_FK("usage")};
 
-/* choices at the cursor: exactly one choice -> *msg, ir->stop */
-static int decode_choices(px_fw_t *w, px_fresp_t *ir, px_fv_t *msg) {
+/* what decode_choices read */
+typedef struct {
+  size_t n;        /* choices */
+  int has_msg;     /* the first one's message is an object */
+  px_fv_t msg, fr; /* its message and finish_reason (kind NULL: absent) */
+  int logprobs;    /* its logprobs are set (not null) */
+} choices_t;
+
+/* choices at the cursor, checked: how many, and the first one's message,
+ * finish_reason and logprobs */
+static int decode_choices(px_fw_t *w, choices_t *ch) {
   static const px_fkey_t ckeys[] = {PX_FK("message"), PX_FK("finish_reason"),
                                     PX_FK("logprobs")};
-  px_fv_t g[3];
-  unsigned gs = 0;
-  int first = 1;
-  if (px_fw_open(w, '[') < 0 || px_fc_elem(w, &first) != 1 ||
-      px_fc_fields(w, ckeys, 3, g, &gs) != 0 || px_fc_elem(w, &first) != 0)
-    return DECLINE;
-  if (!(gs & 1) || g[0].kind != PX_FV_OBJ) return DECLINE;
-  if ((gs & 4) && g[2].kind != PX_FV_NULL) return DECLINE;
-  ir->stop = PX_STOP_NONE;
-  if ((gs & 2) && g[1].kind == PX_FV_STR) {
-    char fr[40];
-    if (g[1].s.esc) return DECLINE;
-    if (g[1].s.n >= sizeof(fr)) {
-      ir->stop = PX_STOP_END_TURN;
-    } else {
-      memcpy(fr, g[1].s.p, g[1].s.n);
-      fr[g[1].s.n] = 0;
-      ir->stop = px_stop_from_chat(fr);
+  px_fv_t g[3], v;
+  int first = 1, r;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fc_elem(w, &first)) == 1) {
+    unsigned gs = 0;
+    if (ch->n++ > 0 || w->p[w->i] != '{') {
+      if (px_fc_value(w, &v) < 0) return DECLINE;
+      continue;
     }
+    if (px_fc_fields(w, ckeys, 3, g, &gs) != 0) return DECLINE;
+    ch->has_msg = (gs & 1) && g[0].kind == PX_FV_OBJ;
+    if (ch->has_msg) ch->msg = g[0];
+    if (gs & 2) ch->fr = g[1];
+    ch->logprobs = (gs & 4) && g[2].kind != PX_FV_NULL;
   }
-  *msg = g[0];
+  return r < 0 ? DECLINE : 0;
+}
+
+/* finish_reason -> ir->stop (chat.c: px_stop_from_chat of the string) */
+static int finish(const px_fv_t *fr, px_fresp_t *ir) {
+  char buf[40];
+  ir->stop = PX_STOP_NONE;
+  if (fr->kind != PX_FV_STR) return 0;
+  if (fr->s.esc) return DECLINE;
+  if (fr->s.n >= sizeof(buf)) {
+    ir->stop = PX_STOP_END_TURN;
+    return 0;
+  }
+  memcpy(buf, fr->s.p, fr->s.n);
+  buf[fr->s.n] = 0;
+  ir->stop = px_stop_from_chat(buf);
   return 0;
 }
 
 static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
-  (void)ctx;
-  (void)lossy;
-  px_fv_t f[NKEYS(resp_keys)], msg;
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                     px_tr_err_t *err) {
+  px_fv_t f[NKEYS(resp_keys)];
+  choices_t ch;
+  memset(&ch, 0, sizeof(ch));
+  ch.fr.kind = PX_FV_NULL;
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
   unsigned seen = 0;
@@ -1221,8 +1715,8 @@ static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
   while ((r = px_fc_member(&w, &k, &first)) == 1) {
     int ki = px_fk_of(k, resp_keys, NKEYS(resp_keys));
     if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
-    if (ki == C_CHOICES) {
-      if (w.p[w.i] != '[' || decode_choices(&w, ir, &msg) != 0) return DECLINE;
+    if (ki == C_CHOICES && w.p[w.i] == '[') {
+      if (decode_choices(&w, &ch) != 0) return DECLINE;
     } else if (ki == C_USAGE && w.p[w.i] == '{') {
       static const px_fkey_t ukeys[] = {PX_FK("prompt_tokens"), PX_FK("completion_tokens"),
                                         PX_FK("prompt_tokens_details"),
@@ -1234,22 +1728,178 @@ static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
       if (ki >= 0) f[ki] = v;
     }
   }
-  if (r < 0 || px_fc_end(&w) < 0 || !HAS(C_CHOICES)) return DECLINE;
+  if (r < 0 || px_fc_end(&w) < 0) return DECLINE;
+  /* one JSON object, as jansson reads it: chat.c's refusals */
+  if (ch.n != 1) {
+    px_tr_fail(err, "choices",
+               "upstream returned %zu choices; exactly one can be translated to %s", ch.n,
+               px_proto_get(ctx->in)->name);
+    if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+    return PX_FAST_REFUSE;
+  }
+  if (!ch.has_msg) {
+    px_tr_fail(err, "choices[0].message", "upstream choice has no message");
+    if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+    return PX_FAST_REFUSE;
+  }
   if (!HAS(C_USAGE)) ir->usage_known = 1, ir->usage_in = ir->usage_out = -1;
   if (HAS(C_ID) && f[C_ID].kind == PX_FV_STR) ir->id = f[C_ID].s;
   if (HAS(C_MODEL) && f[C_MODEL].kind == PX_FV_STR) ir->model = f[C_MODEL].s;
   if (px_fast_created(HAS(C_CREATED) ? &f[C_CREATED] : NULL, ir) != 0) return DECLINE;
-  return decode_message_out(&msg, ir, a);
+  int rc = decode_message_out(ctx, &ch.msg, ir, a, lossy, err);
+  if (rc != 0) return rc;
+  if (ch.logprobs) px_lossy_add(lossy, "choices[].logprobs");
+  return finish(&ch.fr, ir);
 }
 
 /* ======================================================================== */
 /* Response encode                                                           */
 
+/* Code points of the value of string content s (px_utf8_chars of its
+ * unescaped text; escapes as the scanner checked them: surrogates in
+ * pairs). */
+static size_t esc_chars(px_fstr_t s) {
+  if (!s.esc) return px_utf8_chars(s.p, s.n);
+  size_t n = 0, i = 0;
+  while (i < s.n) {
+    unsigned char c = (unsigned char)s.p[i];
+    if (c != '\\') {
+      n += (c & 0xC0) != 0x80;
+      i++;
+    } else if (s.p[i + 1] == 'u') {
+      long cp = px_hex4((const unsigned char *)s.p + i + 2);
+      i += cp >= 0xD800 && cp <= 0xDBFF ? 12 : 6; /* a pair: one code point */
+      n++;
+    } else {
+      i += 2;
+      n++;
+    }
+  }
+  return n;
+}
+
+/* IR annotations (raw array) -> Chat's, after the *nann written to b
+ * (chat.c's px_chat_annotations): a url_citation with a url as {type,
+ * url_citation: its other members, start_index / end_index shifted by the
+ * code points of the texts before}; others named (px_lossy_annotations) */
+static int put_annotations(const px_tr_ctx_t *ctx, px_buf_t *b, px_str_t raw,
+                           int64_t shift, int *nann, px_lossy_t *lossy) {
+  px_fw_t w = {raw.ptr, raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    px_fstr_t keys[32];
+    px_fv_t vals[32], x;
+    int n = 0, type = -1, url = -1, rm;
+    if (!AT_OBJ(w)) {
+      if (px_fw_value(&w, &x) < 0) return DECLINE;
+      px_lossy_add(lossy, px_lossy_annotations(ctx));
+      continue;
+    }
+    px_fw_open(&w, '{');
+    while ((rm = px_fw_member(&w, &keys[n])) == 1) {
+      /* jansson keeps one of a repeated member: not this walk */
+      if (keys[n].esc || n == 31 || px_fw_value(&w, &vals[n]) < 0) return DECLINE;
+      for (int i = 0; i < n; i++)
+        if (keys[i].n == keys[n].n && memcmp(keys[i].p, keys[n].p, keys[n].n) == 0)
+          return DECLINE;
+      if (px_fs_is(keys[n], "type")) type = n;
+      if (px_fs_is(keys[n], "url")) url = n;
+      n++;
+    }
+    if (rm < 0) return DECLINE;
+    if (type < 0 || vals[type].kind != PX_FV_STR ||
+        !is_val(vals[type].s, "url_citation") || url < 0 || vals[url].kind != PX_FV_STR) {
+      px_lossy_add(lossy, px_lossy_annotations(ctx));
+      continue;
+    }
+    int rc = px_fb_lit(b, (*nann)++ ? ",{\"type\":\"url_citation\",\"url_citation\":{"
+                                    : "{\"type\":\"url_citation\",\"url_citation\":{");
+    for (int i = 0, f = 1; i < n && rc == 0; i++) {
+      if (i == type) continue;
+      rc = px_fb_lit(b, f ? "\"" : ",\"");
+      f = 0;
+      if (rc == 0) rc = px_fb_put(b, keys[i].p, keys[i].n);
+      if (rc == 0) rc = px_fb_lit(b, "\":");
+      if (rc == 0 && vals[i].kind == PX_FV_NUM && px_fw_is_int(vals[i].raw) &&
+          (px_fs_is(keys[i], "start_index") || px_fs_is(keys[i], "end_index"))) {
+        int64_t v;
+        if (vals[i].raw.ptr[0] == '-' || px_fw_uint(vals[i].raw, &v) < 0) return DECLINE;
+        rc = px_fb_i64(b, v + shift);
+      } else if (rc == 0) {
+        rc = px_fb_raw(b, vals[i].raw);
+      }
+    }
+    if (rc == 0) rc = px_fb_lit(b, "}}");
+    if (rc != 0) return rc;
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* a tool call of an answer, its id made unique among the message's
+ * (px_idset_unique, the nth call) */
+static int put_answer_call(px_buf_t *b, const px_fpart_t *p, px_idset_t *ids, int nth,
+                           px_arena_t *a) {
+  if (ids == NULL) return put_call(b, p);
+  const char *id = p->id.p ? cstr(a, p->id) : "";
+  if (id == NULL || (id = px_idset_unique(ids, px_str(id), nth)) == NULL) return DECLINE;
+  px_fpart_t q = *p;
+  q.id = (px_fstr_t){NULL, 0, 0};
+  px_buf_t idb;
+  px_buf_init(&idb, SIZE_MAX);
+  int rc = px_buf_json_escape(&idb, id, strlen(id));
+  px_fstr_t s;
+  if (rc == 0) rc = arena_fstr(a, &idb, 1, &s);
+  px_buf_free(&idb);
+  if (rc != 0) return DECLINE;
+  q.id = s;
+  return put_call(b, &q);
+}
+
 static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
-                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
-  (void)a;
-  if (ir->id.esc || !px_fast_ids_plain(ir->content)) return DECLINE;
-  int rc = px_fb_lit(b, "{\"id\":\"");
+                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy,
+                                     px_tr_err_t *err) {
+  (void)err;
+  /* an escape where "chatcmpl-" would stand might spell it */
+  if (ir->id.esc && memchr(ir->id.p, '\\', ir->id.n < 9 ? ir->id.n : 9) != NULL)
+    return DECLINE;
+  /* what chat.c's encoder reads of the content, in order (the lossy names
+   * of annotations and opaque reasoning as it meets them) */
+  int ntext = 0, ncalls = 0, nref = 0, nreason = 0, nann = 0, rc = 0;
+  size_t chars = 0;
+  px_buf_t anns;
+  px_buf_init(&anns, SIZE_MAX);
+  const px_fpart_t *last_ann = NULL; /* the texts before it are counted */
+  for (const px_fpart_t *p = ir->content; p; p = p->next)
+    if (p->type == PX_FP_TEXT && p->annotations.ptr != NULL) last_ann = p;
+  for (const px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
+    if (p->type == PX_FP_TEXT) {
+      ntext++;
+      if (p->annotations.ptr != NULL)
+        rc = put_annotations(ctx, &anns, p->annotations, (int64_t)chars, &nann, lossy);
+      if (last_ann != NULL) chars += esc_chars(p->text);
+      if (p == last_ann) last_ann = NULL;
+    } else if (p->type == PX_FP_REASONING) {
+      nreason += p->text.n > 0;
+      int sig, red;
+      reasoning_tokens(p, &sig, &red);
+      if (sig) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
+      if (red) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 1));
+    } else if (p->type == PX_FP_TOOL_CALL) {
+      ncalls++;
+    } else if (p->type == PX_FP_REFUSAL) {
+      nref++;
+    } /* other parts: not in a Chat message (chat.c skips them) */
+  }
+  px_fstr_t expl = ir->refusal_explanation;
+  int worded = nref > 0 || ntext > 0; /* text words a refusal */
+  int expl_as_refusal = nref == 0 && expl.p != NULL && ntext == 0;
+  if (expl_as_refusal) /* Anthropic refusal without visible wording */
+    worded = 1;
+  else if (expl.p != NULL)
+    px_lossy_add(lossy, px_out_names(ctx)->refusal_explanation);
+  if (ir->stop_sequence.p) px_lossy_add(lossy, "stop_sequence");
+  if (rc == 0) rc = px_fb_lit(b, "{\"id\":\"");
   if (rc == 0 && ir->id.p == NULL)
     rc = px_fb_lit(b, "chatcmpl-proxai");
   else if (rc == 0) {
@@ -1259,20 +1909,15 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   }
   if (rc == 0) rc = px_fb_lit(b, "\",\"object\":\"chat.completion\",\"created\":");
   if (rc == 0) rc = px_fb_i64(b, ir->has_created ? ir->created : ctx->created);
-  if (rc == 0 && (ctx->client_model || ir->model.p)) {
-    rc = px_fb_lit(b, ",\"model\":");
-    if (rc == 0 && ctx->client_model)
-      rc = px_buf_json_str(b, ctx->client_model, strlen(ctx->client_model));
-    else if (rc == 0)
-      rc = px_fb_str(b, ir->model);
-  }
-  if (rc == 0) rc = px_fb_lit(b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":"
-                                 "\"assistant\",\"content\":");
-  int ntext = 0, ncalls = 0;
-  for (const px_fpart_t *p = ir->content; p; p = p->next) {
-    if (p->type == PX_FP_TEXT) ntext++;
-    else ncalls++;
-  }
+  if (rc == 0) rc = px_fb_lit(b, ",\"model\":"); /* null when nothing names it */
+  if (rc == 0 && ctx->client_model)
+    rc = px_buf_json_str(b, ctx->client_model, strlen(ctx->client_model));
+  else if (rc == 0)
+    rc = ir->model.p ? px_fb_str(b, ir->model) : px_fb_lit(b, "null");
+  if (rc == 0)
+    rc = px_fb_lit(b,
+                   ",\"choices\":[{\"index\":0,\"message\":{\"role\":"
+                   "\"assistant\",\"content\":");
   if (rc == 0 && ntext) {
     rc = px_fb_lit(b, "\"");
     if (rc == 0) rc = px_fb_texts(b, ir->content);
@@ -1280,19 +1925,45 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   } else if (rc == 0) {
     rc = px_fb_lit(b, "null");
   }
+  if (rc == 0 && expl_as_refusal) {
+    rc = px_fb_lit(b, ",\"refusal\":");
+    if (rc == 0) rc = px_fb_str(b, expl);
+  } else if (rc == 0 && nref > 0) {
+    rc = px_fb_lit(b, ",\"refusal\":\"");
+    if (rc == 0) rc = put_texts_of(b, ir->content, PX_FP_REFUSAL);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  }
+  if (rc == 0 && nreason > 0) {
+    rc = px_fb_lit(b, ",\"reasoning_content\":\"");
+    if (rc == 0) rc = put_texts_of(b, ir->content, PX_FP_REASONING);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  }
   if (rc == 0 && ncalls) {
+    /* ids unique in the message: a missing or repeated one minted */
+    px_idset_t set = {0};
+    px_idset_t *ids = px_fast_ids_plain(ir->content) ? NULL : &set;
     rc = px_fb_lit(b, ",\"tool_calls\":[");
-    int first = 1;
+    int nth = 0;
     for (const px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
       if (p->type != PX_FP_TOOL_CALL) continue;
-      if (!first) rc = px_fb_lit(b, ",");
-      first = 0;
-      if (rc == 0) rc = put_call(b, p);
+      if (nth) rc = px_fb_lit(b, ",");
+      if (rc == 0) rc = put_answer_call(b, p, ids, nth, a);
+      nth++;
     }
     if (rc == 0) rc = px_fb_lit(b, "]");
+    px_idset_free(&set);
   }
-  px_stop_t st = ir->stop == PX_STOP_NONE ? PX_STOP_END_TURN : ir->stop;
-  if (ir->stop_sequence.p) px_lossy_add(lossy, "stop_sequence");
+  if (rc == 0 && nann > 0) {
+    rc = px_fb_lit(b, ",\"annotations\":[");
+    if (rc == 0) rc = px_fb_put(b, anns.data, anns.len);
+    if (rc == 0) rc = px_fb_lit(b, "]");
+  }
+  px_buf_free(&anns);
+  /* a refusal with nothing at all to show (no text, no refusal, no
+   * explanation) must not read as a normal stop */
+  px_stop_t st = ir->stop == PX_STOP_NONE                 ? PX_STOP_END_TURN
+                 : ir->stop == PX_STOP_REFUSAL && !worded ? PX_STOP_CONTENT_FILTER
+                                                          : ir->stop;
   if (rc == 0) rc = px_fb_lit(b, "},\"logprobs\":null,\"finish_reason\":\"");
   if (rc == 0) rc = px_fb_lit(b, px_stop_to_chat(st));
   if (rc == 0) rc = px_fb_lit(b, "\"}]");
@@ -1319,6 +1990,8 @@ const px_fast_ops_t px_chat_fast = {
     .encode_request = chat_fast_encode_request,
     .decode_response = chat_fast_decode_response,
     .encode_response = chat_fast_encode_response,
-    .encodes = PX_FU_ALL,
+    .encodes = PX_FU_ALL | PX_FU_SYSTEM_NOTE,
     .response_checked = 1,
+    .resp_encodes = PX_FU_REASONING | PX_FU_REFUSAL | PX_FU_CUSTOM | PX_FU_MEDIA |
+                    PX_FU_ANNOTATIONS | PX_FU_REFUSAL_EXPL,
 };

@@ -1,19 +1,27 @@
 /* responses_fast.c - the fast codec of OpenAI Responses bodies
- * (include/proxai/fastir.h) without a jansson document: requests as Codex
- * sends them (instructions; message, reasoning, function and custom tool
- * call and output items with text, images and files; function, custom and
- * hosted tools; reasoning, text, include, store, prompt_cache_key and the
- * sampling parameters), and response bodies (message text and function
- * calls). Anything else declines to responses.c, the reference: every rule
- * here is that codec's rule for the same shape, its lossy names added in
- * the same order. */
+ * (include/proxai/fastir.h) without a jansson document, in its four roles:
+ * client requests (instructions; message, reasoning, function and custom
+ * tool call and output items with text, images and files; function, custom
+ * and hosted tools; reasoning, text, include, store, prompt_cache_key and
+ * the sampling parameters), upstream requests from the whole fast IR,
+ * upstream answers (message text with annotations, refusals, function and
+ * custom tool calls, reasoning items with their tokens; other items and
+ * parts dropped and named) and answers to Responses clients. What
+ * responses.c refuses is refused in its words (PX_FAST_REFUSE); what this
+ * codec cannot tell exactly (escapes where a value decides, repeated
+ * members) declines to responses.c, the reference: every rule here is that
+ * codec's rule for the same shape, its lossy names added in the same
+ * order. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "proxai/fastir.h"
+#include "proxai/jdoc.h"
 #include "proxai/protoutil.h"
 
 #define DECLINE PX_FAST_DECLINE
+#define REFUSE PX_FAST_REFUSE
 #define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define HAS(x) (seen & (1u << (x)))
 
@@ -66,36 +74,90 @@ static const px_fkey_t part_keys[] = {
     PX_FK("image_url"), PX_FK("detail"),  PX_FK("file_data"),   PX_FK("file_url"),
     PX_FK("file_id"),   PX_FK("filename")};
 
-/* an input_image part -> an IMAGE part */
-static px_fpart_t *image_part(const px_fv_t *f, unsigned seen, px_arena_t *a,
-                              px_lossy_t *lossy) {
+/* The reference's refusal: px_tr_fail's words, PX_FAST_REFUSE. */
+#define FAIL(err, param, ...) (px_tr_fail((err), (param), __VA_ARGS__), REFUSE)
+
+/* An input item's path ("input[2]") for the reference's words, written
+ * only when a refusal needs it. */
+typedef struct {
+  size_t i;
+  char s[64];
+} ipath_t;
+
+static const char *ipath(ipath_t *ip) {
+  if (ip->s[0] == 0) snprintf(ip->s, sizeof(ip->s), "input[%zu]", ip->i);
+  return ip->s;
+}
+
+/* What a content list belongs to, for the parts' rules and the reference's
+ * words: the item's path, the list's name ("content" or "output") and, for
+ * a system message, its role. */
+typedef struct {
+  ipath_t *path;
+  const char *list, *role;
+} plist_t;
+
+/* a user part's path ("input[1].content[0]"), for the reference's words */
+static const char *part_path(char *sub, size_t n, const plist_t *pl, size_t j) {
+  snprintf(sub, n, "%s.%s[%zu]", ipath(pl->path), pl->list, j);
+  return sub;
+}
+
+/* an input_image part (part j of pl) -> an IMAGE part */
+static int image_part(const px_fv_t *f, unsigned seen, const plist_t *pl, size_t j,
+                      px_fpart_t **out, px_arena_t *a, px_lossy_t *lossy,
+                      px_tr_err_t *err) {
+  char pp[256], sub[128];
   px_fstr_t url = FSTR(P_IMAGE_URL), detail = FSTR(P_DETAIL), mt, data;
   if (detail.p != NULL && !px_fs_is(detail, "auto")) {
-    if (detail.esc) return NULL;
+    if (detail.esc) return DECLINE;
     px_lossy_add(lossy, "input[].content[].detail");
   }
-  if (url.p == NULL || url.esc) return NULL; /* file_id or none: an error there */
+  if (url.p == NULL) {
+    part_path(sub, sizeof(sub), pl, j);
+    if (FSTR(P_FILE_ID).p != NULL) {
+      snprintf(pp, sizeof(pp), "%s.file_id", sub);
+      return FAIL(err, pp,
+                  "%s.file_id: image file ids cannot be sent to this upstream; send "
+                  "image_url",
+                  sub);
+    }
+    snprintf(pp, sizeof(pp), "%s.image_url", sub);
+    return FAIL(err, pp, "%s.image_url is required", sub);
+  }
+  /* whether it is a data URL: its first five bytes say when they hold no
+   * escape (a URL written with "\/" is common) */
+  int data_head = url.n >= 5 && memcmp(url.p, "data:", 5) == 0;
+  if (url.esc && (data_head || memchr(url.p, '\\', url.n < 5 ? url.n : 5) != NULL))
+    return DECLINE;
   px_fpart_t *p = px_fpart_new(a, PX_FP_IMAGE);
-  if (p == NULL) return NULL;
-  if (data_url_split(url, &mt, &data) == 0) {
+  if (p == NULL) return DECLINE;
+  if (url.esc) {
+    p->url = url;
+  } else if (data_url_split(url, &mt, &data) == 0) {
     p->media_type = mt;
     p->data = data;
-  } else if (url.n >= 5 && memcmp(url.p, "data:", 5) == 0) {
-    return NULL; /* not a base64 data URL: an error there */
+  } else if (data_head) {
+    part_path(sub, sizeof(sub), pl, j);
+    snprintf(pp, sizeof(pp), "%s.image_url", sub);
+    return FAIL(err, pp, "%s.image_url: not a base64 data URL", sub);
   } else {
     p->url = url;
   }
-  return p;
+  *out = p;
+  return 0;
 }
 
 /* an input_file part -> a FILE part */
-static px_fpart_t *file_part(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
-                             px_arena_t *a) {
+static int file_part(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
+                     const plist_t *pl, size_t j, px_fpart_t **out, px_arena_t *a,
+                     px_tr_err_t *err) {
+  char pp[256], sub[128];
   px_fstr_t fd = FSTR(P_FILE_DATA), fu = FSTR(P_FILE_URL), fid = FSTR(P_FILE_ID);
   px_fpart_t *p = px_fpart_new(a, PX_FP_FILE);
-  if (p == NULL) return NULL;
+  if (p == NULL) return DECLINE;
   if (fd.p != NULL) {
-    if (fd.esc) return NULL;
+    if (fd.esc) return DECLINE;
     if (data_url_split(fd, &p->media_type, &p->data) != 0) {
       /* raw base64 without a data URL: Responses documents PDFs */
       p->media_type = (px_fstr_t){"application/pdf", 15, 0};
@@ -104,63 +166,120 @@ static px_fpart_t *file_part(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned 
     p->filename = FSTR(P_FILENAME);
   } else if (fu.p != NULL) {
     p->url = fu;
-  } else if (fid.p != NULL && px_tr_out_can(ctx, PX_CAP_FILE_ID)) {
+  } else if (fid.p != NULL) {
+    if (!px_tr_out_can(ctx, PX_CAP_FILE_ID)) {
+      snprintf(pp, sizeof(pp), "%s.file_id", part_path(sub, sizeof(sub), pl, j));
+      px_file_id_check(ctx, pp, err);
+      return REFUSE;
+    }
     p->file_id = fid;
   } else {
-    return NULL; /* an error there */
+    snprintf(pp, sizeof(pp), "%s.file_data", part_path(sub, sizeof(sub), pl, j));
+    return FAIL(err, pp, "%s: input_file needs file_data, file_url or file_id", sub);
   }
-  return p;
+  *out = p;
+  return 0;
 }
 
-/* the content part at the cursor -> a part appended to head .. tail */
-static int dec_part(const px_tr_ctx_t *ctx, px_fw_t *w, int mode, int developer,
-                    px_fpart_t **head, px_fpart_t **tail, px_arena_t *a,
-                    px_lossy_t *lossy) {
+/* the content part j at the cursor -> a part appended to head .. tail
+ * (responses.c: dec_system_msg, dec_message's assistant parts,
+ * dec_user_part) */
+static int dec_part(const px_tr_ctx_t *ctx, px_fw_t *w, int mode, const plist_t *pl,
+                    size_t j, px_fpart_t **head, px_fpart_t **tail, px_arena_t *a,
+                    px_lossy_t *lossy, px_tr_err_t *err) {
+  char pp[256], sub[128];
   px_fv_t f[NKEYS(part_keys)];
   unsigned seen = 0;
-  if (px_fw_kfields(w, part_keys, NKEYS(part_keys), f, &seen) != 0) return DECLINE;
-  px_fstr_t type = FSTR(P_TYPE);
-  if (type.p == NULL || type.esc) return DECLINE;
-  px_fpart_t *p = NULL;
-  if (is_text_type(type)) {
-    px_fstr_t text = FSTR(P_TEXT);
-    if (text.p == NULL) return DECLINE;
-    if (mode == PM_ASSISTANT && HAS(P_ANN) && f[P_ANN].kind == PX_FV_ARR &&
-        !px_fw_empty(f[P_ANN].raw))
-      px_lossy_add(lossy, "input[].content[].annotations");
-    p = px_fpart_text(a, text);
-    if (p != NULL) p->developer = developer;
-  } else if (mode == PM_ASSISTANT && px_fs_is(type, "refusal")) {
-    px_fstr_t text = FSTR(P_REFUSAL);
-    if (text.p == NULL) return DECLINE;
-    if ((p = px_fpart_new(a, PX_FP_REFUSAL)) != NULL) p->text = text;
-  } else if (mode == PM_USER && px_fs_is(type, "input_image")) {
-    p = image_part(f, seen, a, lossy);
-  } else if (mode == PM_USER && px_fs_is(type, "input_file")) {
-    p = file_part(ctx, f, seen, a);
+  if (px_fw_peek(w) == PX_FV_OBJ) {
+    if (px_fw_kfields(w, part_keys, NKEYS(part_keys), f, &seen) != 0) return DECLINE;
+  } else if (px_fw_value(w, &f[0]) < 0) { /* not an object: no type */
+    return DECLINE;
   }
-  if (p == NULL) return DECLINE; /* other parts: an error there */
+  px_fstr_t type = FSTR(P_TYPE), text = FSTR(P_TEXT);
+  if (type.esc) return DECLINE;
+  px_fpart_t *p = NULL;
+  int rc = 0;
+  if (mode == PM_SYSTEM) {
+    if (type.p == NULL || text.p == NULL || !is_text_type(type)) {
+      snprintf(pp, sizeof(pp), "%s.content[%zu].type", ipath(pl->path), j);
+      return FAIL(err, pp, "%s.content[%zu]: only text is allowed in %s messages",
+                  ipath(pl->path), j, pl->role);
+    }
+    if ((p = px_fpart_text(a, text)) != NULL) p->developer = pl->role[0] == 'd';
+  } else if (mode == PM_ASSISTANT) {
+    /* the part's path (ipath: idempotent, any argument order gives the
+     * same words) */
+#define APP (snprintf(pp, sizeof(pp), "%s.content[%zu].type", ipath(pl->path), j), pp)
+    if (type.p == NULL)
+      return FAIL(err, APP, "%s.content[%zu] has no type", ipath(pl->path), j);
+    if (is_text_type(type)) {
+      if (text.p == NULL)
+        return FAIL(err, APP, "%s.content[%zu].text is required", ipath(pl->path), j);
+      if (HAS(P_ANN) && f[P_ANN].kind == PX_FV_ARR && !px_fw_empty(f[P_ANN].raw))
+        px_lossy_add(lossy, "input[].content[].annotations");
+      p = px_fpart_text(a, text);
+    } else if (px_fs_is(type, "refusal")) {
+      px_fstr_t r = FSTR(P_REFUSAL);
+      if (r.p == NULL)
+        return FAIL(err, APP, "%s.content[%zu].refusal is required", ipath(pl->path), j);
+      if ((p = px_fpart_new(a, PX_FP_REFUSAL)) != NULL) p->text = r;
+    } else {
+      return FAIL(err, APP,
+                  "%s.content[%zu].type: unsupported assistant content part '%.*s'",
+                  ipath(pl->path), j, (int)type.n, type.p);
+    }
+#undef APP
+  } else { /* a user part, or a part of a tool output: its path sub */
+#define SUB(field) \
+  (snprintf(pp, sizeof(pp), "%s" field, part_path(sub, sizeof(sub), pl, j)), pp)
+    if (type.p == NULL)
+      return FAIL(err, SUB(".type"), "%s: content part without a type", sub);
+    if (is_text_type(type)) {
+      if (text.p == NULL) return FAIL(err, SUB(".text"), "%s.text must be a string", sub);
+      p = px_fpart_text(a, text);
+    } else if (px_fs_is(type, "input_image")) {
+      rc = image_part(f, seen, pl, j, &p, a, lossy, err);
+    } else if (px_fs_is(type, "input_file")) {
+      rc = file_part(ctx, f, seen, pl, j, &p, a, err);
+    } else if (px_fs_is(type, "input_audio")) {
+      return FAIL(err, SUB(".type"), "%s: audio input is not supported", sub);
+    } else {
+      return FAIL(err, SUB(".type"), "%s.type: unsupported content part '%.*s'", sub,
+                  (int)type.n, type.p);
+    }
+#undef SUB
+  }
+  if (rc != 0) return rc;
+  if (p == NULL) return DECLINE;
   px_fpart_push(head, tail, p);
   return 0;
 }
 
 /* a message's content (string or list) -> parts */
-static int dec_content(const px_tr_ctx_t *ctx, const px_fv_t *c, int mode, int developer,
-                       px_fpart_t **head, px_fpart_t **tail, px_arena_t *a,
-                       px_lossy_t *lossy) {
+static int dec_content(const px_tr_ctx_t *ctx, const px_fv_t *c, int mode,
+                       const plist_t *pl, px_fpart_t **head, px_fpart_t **tail,
+                       px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   if (c->kind == PX_FV_STR) {
     px_fpart_t *p = px_fpart_text(a, c->s);
     if (p == NULL) return DECLINE;
-    p->developer = developer;
+    p->developer = mode == PM_SYSTEM && pl->role[0] == 'd';
     px_fpart_push(head, tail, p);
     return 0;
   }
-  if (c->kind != PX_FV_ARR) return DECLINE;
+  if (c->kind != PX_FV_ARR) {
+    char pp[256];
+    const char *path = ipath(pl->path);
+    snprintf(pp, sizeof(pp), "%s.%s", path, pl->list);
+    return FAIL(err, pp, "%s.%s must be a string or a list", path, pl->list);
+  }
   px_fw_t w = {c->raw.ptr, c->raw.len, 0};
   int r;
+  size_t j = 0;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1)
-    if (dec_part(ctx, &w, mode, developer, head, tail, a, lossy) != 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    int rc = dec_part(ctx, &w, mode, pl, j++, head, tail, a, lossy, err);
+    if (rc != 0) return rc;
+  }
   return r < 0 ? DECLINE : 0;
 }
 
@@ -196,14 +315,24 @@ static const px_fkey_t item_keys[] = {
     PX_FK("input"), PX_FK("id"),        PX_FK("summary"), PX_FK("encrypted_content")};
 
 static int dec_message(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
-                       px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+                       ipath_t *ip, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                       px_tr_err_t *err) {
+  char pp[256];
   px_fstr_t role = FSTR(I_ROLE);
   px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
   const px_fv_t *c = HAS(I_CONTENT) ? &f[I_CONTENT] : &none;
-  if (role.p == NULL || role.esc) return DECLINE;
+  plist_t pl = {ip, "content", NULL};
+  if (role.p == NULL) {
+    snprintf(pp, sizeof(pp), "%s.role", ipath(ip));
+    return FAIL(err, pp, "%s.role is required", ipath(ip));
+  }
+  if (role.esc) return DECLINE;
   int dev = px_fs_is(role, "developer");
-  if (dev || px_fs_is(role, "system"))
-    return dec_content(ctx, c, PM_SYSTEM, dev, &ir->system, &ir->system_last, a, lossy);
+  if (dev || px_fs_is(role, "system")) {
+    pl.role = dev ? "developer" : "system";
+    return dec_content(ctx, c, PM_SYSTEM, &pl, &ir->system, &ir->system_last, a, lossy,
+                       err);
+  }
   px_fmsg_t *m;
   int mode;
   if (px_fs_is(role, "user")) {
@@ -213,10 +342,12 @@ static int dec_message(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
     m = asst_msg(ir, a);
     mode = PM_ASSISTANT;
   } else {
-    return DECLINE; /* an error there */
+    snprintf(pp, sizeof(pp), "%s.role", ipath(ip));
+    return FAIL(err, pp, "%s.role: unsupported role '%.*s'", ipath(ip), (int)role.n,
+                role.p);
   }
   if (m == NULL) return DECLINE;
-  return dec_content(ctx, c, mode, 0, &m->parts, &m->last, a, lossy);
+  return dec_content(ctx, c, mode, &pl, &m->parts, &m->last, a, lossy, err);
 }
 
 /* The texts of the parts of list v whose type is want, joined by blank
@@ -286,17 +417,60 @@ static int dec_reasoning(const px_fv_t *f, unsigned seen, px_freq_t *ir, px_aren
   return push_asst(ir, a, p);
 }
 
-static int dec_function_call(const px_fv_t *f, unsigned seen, px_freq_t *ir,
-                             px_arena_t *a, px_lossy_t *lossy) {
+/* Tool-call arguments as responses.c takes them: valid JSON text of any
+ * kind (is_valid_json_text). An object is kept as input too; another value
+ * stays a string (an upstream that takes only objects refuses it, naming
+ * the client's field: px_tool_args_object). */
+static int call_args(px_arena_t *a, px_fpart_t *p, ipath_t *ip, px_tr_err_t *err) {
+  px_buf_t b;
+  px_str_t v;
+  px_buf_init(&b, p->args.n + 1);
+  if (px_json_unescape(p->args.p, p->args.n, p->args.esc, &b, &v) < 0) {
+    px_buf_free(&b);
+    return DECLINE;
+  }
+  char *copy = px_arena_alloc(a, v.len + 1);
+  if (copy != NULL && v.len) memcpy(copy, v.ptr, v.len);
+  px_buf_free(&b);
+  if (copy == NULL) return DECLINE;
+  px_json_req_t r; /* the scanner takes exactly what jansson reads, objects only */
+  if (px_json_request(copy, v.len, &r) == 0) {
+    p->input = (px_str_t){copy, v.len};
+    return 0;
+  }
+  json_t *j = px_jdoc_load(copy, v.len, JSON_DECODE_ANY, NULL);
+  if (j != NULL) {
+    int obj = json_is_object(j);
+    json_decref(j);
+    return obj ? DECLINE : 0; /* an object the scanner refused: its limits */
+  }
+  char pp[256];
+  snprintf(pp, sizeof(pp), "%s.arguments", ipath(ip));
+  return FAIL(err, pp, "%s.arguments is not valid JSON", ipath(ip));
+}
+
+static int dec_function_call(const px_fv_t *f, unsigned seen, ipath_t *ip, px_freq_t *ir,
+                             px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  char pp[256];
   px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
   if (p == NULL) return DECLINE;
   p->id = FSTR(I_CALL_ID);
   p->name = FSTR(I_NAME);
   p->args = FSTR(I_ARGS);
-  /* required there; valid JSON there, objects the shape taken here */
-  if (p->id.p == NULL || p->name.p == NULL || p->args.p == NULL ||
-      px_fast_args_object(a, p) != 0)
-    return DECLINE;
+  if (p->id.p == NULL) {
+    snprintf(pp, sizeof(pp), "%s.call_id", ipath(ip));
+    return FAIL(err, pp, "%s.call_id is required", ipath(ip));
+  }
+  if (p->name.p == NULL) {
+    snprintf(pp, sizeof(pp), "%s.name", ipath(ip));
+    return FAIL(err, pp, "%s.name is required", ipath(ip));
+  }
+  if (p->args.p == NULL) {
+    snprintf(pp, sizeof(pp), "%s.arguments", ipath(ip));
+    return FAIL(err, pp, "%s.arguments must be a JSON string", ipath(ip));
+  }
+  int rc = call_args(a, p, ip, err);
+  if (rc != 0) return rc;
   if (FSTR(I_NS).p != NULL) px_lossy_add(lossy, "input[].namespace");
   return push_asst(ir, a, p);
 }
@@ -304,13 +478,21 @@ static int dec_function_call(const px_fv_t *f, unsigned seen, px_freq_t *ir,
 /* custom_tool_call: a custom call for an upstream with freeform tools, else
  * a function call of arguments {"input": text}, as jansson dumps it */
 static int dec_custom_call(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
-                           px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+                           ipath_t *ip, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                           px_tr_err_t *err) {
   px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
   px_fstr_t in = FSTR(I_INPUT);
   if (p == NULL) return DECLINE;
   p->id = FSTR(I_CALL_ID);
   p->name = FSTR(I_NAME);
-  if (p->id.p == NULL || p->name.p == NULL || in.p == NULL) return DECLINE;
+  if (p->id.p == NULL || p->name.p == NULL || in.p == NULL) {
+    char pp[256];
+    snprintf(pp, sizeof(pp), "%s.%s", ipath(ip),
+             p->id.p == NULL     ? "call_id"
+             : p->name.p == NULL ? "name"
+                                 : "input");
+    return FAIL(err, pp, "%s is required (a string)", pp);
+  }
   if (px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
     p->custom = 1;
     p->text = in;
@@ -331,16 +513,23 @@ static int dec_custom_call(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned se
 /* function_call_output / custom_tool_call_output: a tool result, joining
  * the user message whose last part is one */
 static int dec_output(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
-                      px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+                      ipath_t *ip, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                      px_tr_err_t *err) {
+  char pp[256];
   px_fpart_t *res = px_fpart_new(a, PX_FP_TOOL_RESULT), *tail = NULL;
-  if (res == NULL || (res->id = FSTR(I_CALL_ID)).p == NULL || !HAS(I_OUTPUT))
-    return DECLINE;
-  const px_fv_t *o = &f[I_OUTPUT];
+  if (res == NULL) return DECLINE;
+  if ((res->id = FSTR(I_CALL_ID)).p == NULL) {
+    snprintf(pp, sizeof(pp), "%s.call_id", ipath(ip));
+    return FAIL(err, pp, "%s.call_id is required", ipath(ip));
+  }
+  px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
+  const px_fv_t *o = HAS(I_OUTPUT) ? &f[I_OUTPUT] : &none;
+  plist_t pl = {ip, "output", NULL};
   if (o->kind == PX_FV_STR) {
     if (o->s.n > 0 && (res->content = px_fpart_text(a, o->s)) == NULL) return DECLINE;
-  } else if (o->kind != PX_FV_ARR ||
-             dec_content(ctx, o, PM_USER, 0, &res->content, &tail, a, lossy) != 0) {
-    return DECLINE;
+  } else {
+    int rc = dec_content(ctx, o, PM_USER, &pl, &res->content, &tail, a, lossy, err);
+    if (rc != 0) return rc;
   }
   px_fmsg_t *m = ir->msgs_last;
   if (m == NULL || m->assistant || m->last == NULL || m->last->type != PX_FP_TOOL_RESULT)
@@ -350,22 +539,32 @@ static int dec_output(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
   return 0;
 }
 
-static int decode_item(const px_tr_ctx_t *ctx, px_fw_t *w, px_freq_t *ir, px_arena_t *a,
-                       px_lossy_t *lossy) {
+/* input item i at the cursor */
+static int decode_item(const px_tr_ctx_t *ctx, px_fw_t *w, size_t i, px_freq_t *ir,
+                       px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  char pp[256];
+  ipath_t path; /* its text written on a refusal only */
+  path.i = i;
+  path.s[0] = 0;
   px_fv_t f[NKEYS(item_keys)];
   unsigned seen = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ)
+    return FAIL(err, ipath(&path), "%s must be an object", ipath(&path));
   if (px_fw_kfields(w, item_keys, NKEYS(item_keys), f, &seen) != 0) return DECLINE;
   px_fstr_t type = FSTR(I_TYPE);
-  if (type.p == NULL || px_fs_is(type, "message"))
-    return dec_message(ctx, f, seen, ir, a, lossy);
   if (type.esc) return DECLINE;
-  if (px_fs_is(type, "function_call")) return dec_function_call(f, seen, ir, a, lossy);
+  if (type.p == NULL || px_fs_is(type, "message"))
+    return dec_message(ctx, f, seen, &path, ir, a, lossy, err);
+  if (px_fs_is(type, "function_call"))
+    return dec_function_call(f, seen, &path, ir, a, lossy, err);
   if (px_fs_is(type, "function_call_output") || px_fs_is(type, "custom_tool_call_output"))
-    return dec_output(ctx, f, seen, ir, a, lossy);
-  if (px_fs_is(type, "reasoning")) return dec_reasoning(f, seen, ir, a);
+    return dec_output(ctx, f, seen, &path, ir, a, lossy, err);
   if (px_fs_is(type, "custom_tool_call"))
-    return dec_custom_call(ctx, f, seen, ir, a, lossy);
-  return DECLINE; /* an item no other upstream takes: an error there */
+    return dec_custom_call(ctx, f, seen, &path, ir, a, lossy, err);
+  if (px_fs_is(type, "reasoning")) return dec_reasoning(f, seen, ir, a);
+  snprintf(pp, sizeof(pp), "%s.type", ipath(&path));
+  return FAIL(err, pp, "%s.type: input item '%.*s' cannot be sent to this upstream",
+              path.s, (int)type.n, type.p);
 }
 
 /* a hosted tool, dropped and named (responses.c lossy_hosted_tool) */
@@ -399,12 +598,13 @@ static void lossy_hosted_tool(px_lossy_t *l, px_fstr_t type) {
 }
 
 static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir,
-                        px_arena_t *a, px_lossy_t *lossy) {
-  if (tv->kind != PX_FV_ARR) return DECLINE;
+                        px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  if (tv->kind != PX_FV_ARR) return FAIL(err, "tools", "tools must be a list");
   px_fw_t w = {tv->raw.ptr, tv->raw.len, 0};
   int r;
+  size_t i = 0;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
+  for (; (r = px_fw_elem(&w)) == 1; i++) {
     enum { T_TYPE, T_NAME, T_DESC, T_PARAMS, T_STRICT, T_DEFER, T_FORMAT };
     static const px_fkey_t keys[] = {PX_FK("type"),        PX_FK("name"),
                                      PX_FK("description"), PX_FK("parameters"),
@@ -412,9 +612,18 @@ static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir
                                      PX_FK("format")};
     px_fv_t f[NKEYS(keys)];
     unsigned seen = 0;
-    if (px_fw_kfields(&w, keys, NKEYS(keys), f, &seen) != 0) return DECLINE;
+    char pp[64];
+    if (px_fw_peek(&w) == PX_FV_OBJ) {
+      if (px_fw_kfields(&w, keys, NKEYS(keys), f, &seen) != 0) return DECLINE;
+    } else if (px_fw_value(&w, &f[0]) < 0) {
+      return DECLINE;
+    }
     px_fstr_t type = FSTR(T_TYPE), name = FSTR(T_NAME);
-    if (type.p == NULL || type.esc) return DECLINE;
+    if (type.p == NULL) {
+      snprintf(pp, sizeof(pp), "tools[%zu].type", i);
+      return FAIL(err, pp, "%s is required", pp);
+    }
+    if (type.esc) return DECLINE;
     if (px_fs_is(type, "custom") && name.p != NULL &&
         px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
       /* freeform tool, for an upstream that has them */
@@ -429,7 +638,10 @@ static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir
       lossy_hosted_tool(lossy, type);
       continue;
     }
-    if (name.p == NULL) return DECLINE;
+    if (name.p == NULL) {
+      snprintf(pp, sizeof(pp), "tools[%zu].name", i);
+      return FAIL(err, pp, "%s is required", pp);
+    }
     if (px_ftool_push(ir, a, name, HAS(T_DESC) ? &f[T_DESC] : NULL,
                       HAS(T_PARAMS) ? &f[T_PARAMS] : NULL,
                       HAS(T_STRICT) ? &f[T_STRICT] : NULL, PX_FAST_OPENAI_PARAMS) == NULL)
@@ -441,8 +653,13 @@ static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir
 }
 
 static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_t *ir,
-                              px_lossy_t *lossy) {
-  if (v->kind == PX_FV_STR) return px_fast_openai_tc(v->s, ir);
+                              px_lossy_t *lossy, px_tr_err_t *err) {
+  if (v->kind == PX_FV_STR) {
+    if (px_fast_openai_tc(v->s, ir) == 0) return 0;
+    if (v->s.esc) return DECLINE;
+    return FAIL(err, "tool_choice", "tool_choice: unknown value '%.*s'", (int)v->s.n,
+                v->s.p);
+  }
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("name")};
   px_fv_t f[2];
   unsigned seen = 0;
@@ -462,7 +679,8 @@ static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_
 }
 
 /* text: {format, verbosity} */
-static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy) {
+static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy,
+                       px_tr_err_t *err) {
   enum { X_FORMAT, X_VERBOSITY };
   static const px_fkey_t keys[] = {PX_FK("format"), PX_FK("verbosity")};
   enum { F_TYPE, F_NAME, F_SCHEMA, F_STRICT, F_DESC };
@@ -470,7 +688,8 @@ static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy) {
                                     PX_FK("strict"), PX_FK("description")};
   px_fv_t f[5];
   unsigned seen = 0;
-  if (v->kind != PX_FV_OBJ || px_fv_kfields(v, keys, 2, f, &seen) != 0) return DECLINE;
+  if (v->kind != PX_FV_OBJ) return FAIL(err, "text", "text must be an object");
+  if (px_fv_kfields(v, keys, 2, f, &seen) != 0) return DECLINE;
   if (HAS(X_VERBOSITY) && f[X_VERBOSITY].kind != PX_FV_NULL) {
     if (f[X_VERBOSITY].kind == PX_FV_STR)
       ir->verbosity = f[X_VERBOSITY].s;
@@ -480,16 +699,19 @@ static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy) {
   if (!HAS(X_FORMAT) || f[X_FORMAT].kind == PX_FV_NULL) return 0;
   px_fv_t fmt = f[X_FORMAT];
   seen = 0;
-  if (fmt.kind != PX_FV_OBJ || px_fv_kfields(&fmt, fkeys, 5, f, &seen) != 0)
+  if (fmt.kind == PX_FV_OBJ && px_fv_kfields(&fmt, fkeys, 5, f, &seen) != 0)
     return DECLINE;
   px_fstr_t type = FSTR(F_TYPE);
-  if (type.p == NULL || type.esc) return DECLINE;
+  if (type.p == NULL)
+    return FAIL(err, "text.format.type", "text.format.type is required");
+  if (type.esc) return DECLINE;
   if (px_fs_is(type, "text")) {
     ir->rf_text = 1;
   } else if (px_fs_is(type, "json_object")) {
     ir->rf_json = 1;
   } else if (px_fs_is(type, "json_schema")) {
-    if (!HAS(F_SCHEMA) || f[F_SCHEMA].kind != PX_FV_OBJ) return DECLINE;
+    if (!HAS(F_SCHEMA) || f[F_SCHEMA].kind != PX_FV_OBJ)
+      return FAIL(err, "text.format.schema", "text.format.schema must be an object");
     ir->rf_schema = f[F_SCHEMA].raw;
     ir->rf_name = FSTR(F_NAME);
     if (ir->rf_name.p == NULL) ir->rf_name = (px_fstr_t){"response", 8, 0};
@@ -497,18 +719,20 @@ static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy) {
     if (HAS(F_STRICT) && f[F_STRICT].kind == PX_FV_FALSE) ir->rf_strict = 0;
     ir->rf_desc = FSTR(F_DESC);
   } else {
-    return DECLINE; /* an error there */
+    return FAIL(err, "text.format.type", "text.format.type: unsupported format '%.*s'",
+                (int)type.n, type.p);
   }
   return 0;
 }
 
 /* reasoning: {effort, summary (or generate_summary)} */
-static int decode_reasoning_cfg(const px_fv_t *v, px_freq_t *ir) {
+static int decode_reasoning_cfg(const px_fv_t *v, px_freq_t *ir, px_tr_err_t *err) {
   static const px_fkey_t keys[] = {PX_FK("effort"), PX_FK("summary"),
                                    PX_FK("generate_summary")};
   px_fv_t f[3];
   unsigned seen = 0;
-  if (v->kind != PX_FV_OBJ || px_fv_kfields(v, keys, 3, f, &seen) != 0) return DECLINE;
+  if (v->kind != PX_FV_OBJ) return FAIL(err, "reasoning", "reasoning must be an object");
+  if (px_fv_kfields(v, keys, 3, f, &seen) != 0) return DECLINE;
   ir->effort = FSTR(0);
   ir->summary = FSTR(1);
   if (ir->summary.p == NULL) ir->summary = FSTR(2);
@@ -584,36 +808,40 @@ static const px_fkey_t top_keys[] = {PX_FK("model"),
 
 /* one top-level member (not null) as responses.c's decode_request takes it */
 static int decode_top(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_t *ir,
-                      px_arena_t *a, px_lossy_t *lossy) {
+                      px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   switch (ki) {
     case K_MODEL:
-      return v->kind == PX_FV_STR ? 0 : DECLINE;
+      return v->kind == PX_FV_STR ? 0 : FAIL(err, "model", "model must be a string");
     case K_INPUT:
     case K_SAFETY:
       return 0; /* after the other members */
     case K_TOOLS:
-      return decode_tools(ctx, v, ir, a, lossy);
+      return decode_tools(ctx, v, ir, a, lossy, err);
     case K_TC:
-      return decode_tool_choice(ctx, v, ir, lossy);
+      return decode_tool_choice(ctx, v, ir, lossy, err);
     case K_TEXT:
-      return decode_text(v, ir, lossy);
+      return decode_text(v, ir, lossy, err);
     case K_REASONING:
-      return decode_reasoning_cfg(v, ir);
+      return decode_reasoning_cfg(v, ir, err);
     case K_INSTR: /* the caller puts it first */
-      return v->kind == PX_FV_STR ? 0 : DECLINE;
+      return v->kind == PX_FV_STR
+                 ? 0
+                 : FAIL(err, "instructions", "instructions must be a string");
     case K_PAR:
       if (v->kind == PX_FV_TRUE || v->kind == PX_FV_FALSE)
         ir->parallel = v->kind == PX_FV_TRUE;
       return 0;
-    case K_MAX: /* an integer there; the positive ones taken here */
-      if (v->kind != PX_FV_NUM || px_fw_uint(v->raw, &ir->max_tokens_v) < 0 ||
-          ir->max_tokens_v < 1)
+    case K_MAX: /* an integer; the positive ones taken here */
+      if (v->kind != PX_FV_NUM || !px_fw_is_int(v->raw))
+        return FAIL(err, "max_output_tokens", "max_output_tokens must be an integer");
+      if (px_fw_uint(v->raw, &ir->max_tokens_v) < 0 || ir->max_tokens_v < 1)
         return DECLINE;
       ir->max_tokens = v->raw;
       return 0;
     case K_TEMP:
     case K_TOPP:
-      if (v->kind != PX_FV_NUM) return DECLINE;
+      if (v->kind != PX_FV_NUM)
+        return FAIL(err, top_keys[ki].s, "%s must be a number", top_keys[ki].s);
       *(ki == K_TEMP ? &ir->temperature : &ir->top_p) = v->raw;
       return 0;
     case K_USER:
@@ -630,12 +858,23 @@ static int decode_top(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_
       if (v->kind == PX_FV_OBJ && !px_fw_empty(v->raw))
         px_lossy_add(lossy, "stream_options");
       return 0;
+    /* a Responses upstream's (stored state, background, prompt templates) */
     case K_PREV:
+      return FAIL(
+          err, "previous_response_id",
+          "previous_response_id needs an openai_responses upstream or [responses] "
+          "store = on (it is off); send the full conversation in input");
     case K_CONV:
-    case K_PROMPT: /* a Responses upstream's (an error there) */
-      return DECLINE;
+      return FAIL(err, "conversation",
+                  "conversation needs an openai_responses upstream; send the full "
+                  "conversation in input");
     case K_BG:
-      return v->kind == PX_FV_TRUE ? DECLINE : 0;
+      return v->kind == PX_FV_TRUE ? FAIL(err, "background",
+                                          "background mode needs an openai_responses "
+                                          "upstream")
+                                   : 0;
+    case K_PROMPT:
+      return FAIL(err, "prompt", "prompt templates need an openai_responses upstream");
     case K_STORE:
       if (v->kind == PX_FV_TRUE && ctx->resp_id == NULL) px_lossy_add(lossy, "store");
       return 0;
@@ -664,35 +903,53 @@ static int decode_top(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_
  * the body's bulk): its items' lossy names go to in_lossy, which the
  * caller adds after the other members' (responses.c reads input last) */
 static int decode_input(const px_tr_ctx_t *ctx, px_fw_t *w, px_freq_t *ir, px_arena_t *a,
-                        px_lossy_t *in_lossy) {
+                        px_lossy_t *in_lossy, px_tr_err_t *err) {
   int r;
+  size_t i = 0;
   if (px_fw_open(w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(w)) == 1)
-    if (decode_item(ctx, w, ir, a, in_lossy) != 0) return DECLINE;
+  while ((r = px_fw_elem(w)) == 1) {
+    int rc = decode_item(ctx, w, i++, ir, a, in_lossy, err);
+    if (rc != 0) return rc;
+  }
   return r < 0 ? DECLINE : 0;
 }
 
 static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                    px_tr_err_t *err) {
   px_fw_t w = {body, len, 0};
-  px_fstr_t k, unknown[8];
+  px_fstr_t k, unknown[32];
   px_fv_t in = {PX_FV_NULL, {0}, {NULL, 0}}, sid = in, instr = in;
   px_lossy_t in_lossy;
+  /* A refusal is told once the whole body is read: a member repeated
+   * later (jansson keeps its last value, in the first one's place) would
+   * change what the reference sees. The input's comes after every other
+   * member's (the reference reads input last). */
+  px_tr_err_t top_err, in_err;
   unsigned seen = 0; /* also the null ones (repeats) */
-  int r, nunknown = 0, input_read = 0;
+  int r, nunknown = 0, input_read = 0, input_refused = 0, refused = 0;
   px_lossy_init(&in_lossy);
   ir->parallel = -1;
   if (px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(&w, &k)) == 1) {
-    int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
+    int ki = px_fk_of(k, top_keys, NKEYS(top_keys)), rc;
     px_fv_t v;
     if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
-    if (ki == K_INPUT && px_fw_peek(&w) == PX_FV_ARR) {
-      if (decode_input(ctx, &w, ir, a, &in_lossy) != 0) return DECLINE;
+    if (ki == K_INPUT && !refused && px_fw_peek(&w) == PX_FV_ARR) {
+      size_t at = w.i;
+      rc = decode_input(ctx, &w, ir, a, &in_lossy, &in_err);
+      if (rc == REFUSE) { /* the rest of the list skipped */
+        w.i = at;
+        if (px_fw_value(&w, &v) < 0) return DECLINE;
+        input_refused = 1;
+      } else if (rc != 0) {
+        return DECLINE;
+      }
       input_read = 1;
       continue;
     }
     if (px_fw_value(&w, &v) < 0) return DECLINE;
+    if (refused) continue; /* only the repeats looked for */
     if (ki < 0) { /* named as itself when not null; a repeat would keep its place */
       for (int i = 0; i < nunknown; i++)
         if (unknown[i].n == k.n && memcmp(unknown[i].p, k.p, k.n) == 0) return DECLINE;
@@ -702,13 +959,25 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
       if (px_fast_lossy_key(lossy, k) != 0) return DECLINE;
       continue;
     }
+    if (ki == K_INPUT) input_read = -1; /* given, not a list */
     if (v.kind == PX_FV_NULL) continue; /* null = not given, for every field */
     if (ki == K_INPUT) in = v;
     if (ki == K_SAFETY) sid = v;
     if (ki == K_INSTR) instr = v;
-    if (decode_top(ctx, ki, &v, ir, a, lossy) != 0) return DECLINE;
+    rc = decode_top(ctx, ki, &v, ir, a, lossy, &top_err);
+    if (rc == REFUSE)
+      refused = 1;
+    else if (rc != 0)
+      return DECLINE;
   }
   if (r < 0) return DECLINE;
+  if (refused || input_refused) {
+    if (err != NULL) *err = refused ? top_err : in_err;
+    return REFUSE;
+  }
+  if (input_read == 0) return FAIL(err, "input", "input is required");
+  if (input_read < 0 && in.kind != PX_FV_STR)
+    return FAIL(err, "input", "input must be a string or a list");
   if (sid.kind == PX_FV_STR) { /* user wins when both are given */
     if (ir->user.p == NULL)
       ir->user = sid.s;
@@ -731,11 +1000,10 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
     ir->system = p;
     if (ir->system_last == NULL) ir->system_last = p;
   }
-  if (input_read) {
+  if (input_read > 0) {
     px_lossy_merge(lossy, &in_lossy);
     return 0;
   }
-  if (in.kind != PX_FV_STR) return DECLINE; /* required, a string or a list */
   px_fmsg_t *m = px_fmsg_push(ir, a, 0);
   px_fpart_t *p = px_fpart_text(a, in.s);
   if (m == NULL || p == NULL) return DECLINE;
@@ -786,8 +1054,19 @@ static int put_data_url(px_buf_t *b, px_fstr_t mt, const char *dflt, px_fstr_t d
   return rc;
 }
 
+/* What responses.c's enc_user_part cannot write (it refuses the request):
+ * put_user_part's answer, the caller's words. */
+#define UNWRITABLE 2
+
+/* The IR name of a part kind (the reference's error quotes it). */
+static const char *ir_type(px_fpart_type_t t) {
+  static const char *const names[] = {"text",  "tool_call", "tool_result", "reasoning",
+                                      "image", "file",      "refusal"};
+  return (unsigned)t < sizeof(names) / sizeof(names[0]) ? names[t] : "";
+}
+
 /* a user part (text, image, file) -> its input item part (responses.c
- * enc_user_part); DECLINE for what it cannot write */
+ * enc_user_part); UNWRITABLE for what it cannot write */
 static int put_user_part(px_buf_t *b, const px_fpart_t *p, px_lossy_t *lossy) {
   int rc;
   if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
@@ -803,7 +1082,7 @@ static int put_user_part(px_buf_t *b, const px_fpart_t *p, px_lossy_t *lossy) {
       else if (rc == 0 && p->data.p)
         rc = put_data_url(b, p->media_type, "image/png", p->data);
       else if (rc == 0)
-        rc = DECLINE;
+        rc = UNWRITABLE;
       break;
     case PX_FP_FILE:
       rc = px_fb_lit(b, "{\"type\":\"input_file\",");
@@ -825,11 +1104,11 @@ static int put_user_part(px_buf_t *b, const px_fpart_t *p, px_lossy_t *lossy) {
         rc = px_fb_lit(b, "\"file_id\":");
         if (rc == 0) rc = px_fb_str(b, p->file_id);
       } else if (rc == 0) {
-        rc = DECLINE;
+        rc = UNWRITABLE;
       }
       break;
     default:
-      return DECLINE; /* an error there */
+      return UNWRITABLE;
   }
   if (rc == 0) rc = px_fb_lit(b, "}");
   return rc;
@@ -837,10 +1116,20 @@ static int put_user_part(px_buf_t *b, const px_fpart_t *p, px_lossy_t *lossy) {
 
 /* A tool result -> function_call_output or custom_tool_call_output: its
  * output the texts joined, or a list when it holds other parts. */
-static int put_output(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p,
-                      px_lossy_t *lossy) {
+/* an IR part's path ("messages[i].content[j]"), for the reference's words */
+static const char *msg_path(char *path, size_t n, size_t i, size_t j) {
+  snprintf(path, n, "messages[%zu].content[%zu]", i, j);
+  return path;
+}
+
+static int put_output(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p, size_t i,
+                      size_t j, px_lossy_t *lossy, px_tr_err_t *err) {
+  char path[64];
+  if (p->id.p == NULL)
+    return FAIL(err, msg_path(path, sizeof(path), i, j),
+                "%s: tool result without a call id", path);
   int custom = custom_call_id(ir, p->id), only_text = 1, rc;
-  if (custom < 0 || p->id.p == NULL) return DECLINE;
+  if (custom < 0) return DECLINE;
   if (p->is_error) px_lossy_add(lossy, "messages[].content[].is_error");
   for (const px_fpart_t *c = p->content; c; c = c->next)
     if (c->type != PX_FP_TEXT) only_text = 0;
@@ -858,6 +1147,9 @@ static int put_output(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p,
     if (c != p->content) rc = px_fb_lit(b, ",");
     if (rc == 0) rc = put_user_part(b, c, lossy);
   }
+  if (rc == UNWRITABLE)
+    return FAIL(err, msg_path(path, sizeof(path), i, j),
+                "%s: unsupported tool result content", path);
   if (rc == 0) rc = px_fb_lit(b, "]}");
   return rc;
 }
@@ -911,7 +1203,8 @@ static int put_reasoning(px_buf_t *b, const px_fpart_t *p, px_fstr_t enc) {
  * content parts gather into one message item, which a call, a result or a
  * reasoning item ends. *reasoning_items: whether one was written. */
 static int put_input(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
-                     px_arena_t *a, px_lossy_t *lossy, int *reasoning_items) {
+                     px_arena_t *a, px_lossy_t *lossy, int *reasoning_items,
+                     px_tr_err_t *err) {
   static int k_enc = -2, k_red;
   if (k_enc == -2) {
     k_red = px_frtok_index("redacted_data");
@@ -920,9 +1213,12 @@ static int put_input(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
   if (k_enc < 0) return DECLINE;
   const px_lossy_names_t *names = px_in_names(ctx);
   int first = 1, rc = 0;
-  for (const px_fmsg_t *m = ir->msgs; m && rc == 0; m = m->next) {
+  size_t i = 0;
+  for (const px_fmsg_t *m = ir->msgs; m && rc == 0; m = m->next, i++) {
     int open = 0; /* a message item is open, its content being written */
-    for (const px_fpart_t *p = m->parts; p && rc == 0; p = p->next) {
+    size_t j = 0;
+    char path[64];
+    for (const px_fpart_t *p = m->parts; p && rc == 0; p = p->next, j++) {
       int item = p->type == PX_FP_TOOL_RESULT || p->type == PX_FP_TOOL_CALL;
       if (p->type == PX_FP_REASONING) {
         if (p->tok[k_enc].p == NULL) { /* dropped: named as the client spells it */
@@ -941,7 +1237,7 @@ static int put_input(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
         first = 0;
         if (rc != 0) break;
         if (p->type == PX_FP_TOOL_RESULT) {
-          rc = put_output(b, ir, p, lossy);
+          rc = put_output(b, ir, p, i, j, lossy, err);
         } else if (p->type == PX_FP_TOOL_CALL) {
           rc = put_call(b, p, a);
         } else {
@@ -955,8 +1251,9 @@ static int put_input(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
         rc = px_fb_lit(b, first ? "{\"type\":\"message\",\"role\":"
                                 : ",{\"type\":\"message\",\"role\":");
         if (rc == 0)
-          rc = px_fb_lit(
-              b, m->assistant ? "\"assistant\",\"content\":[" : "\"user\",\"content\":[");
+          rc = px_fb_lit(b, m->assistant     ? "\"assistant\",\"content\":["
+                            : m->system_note ? "\"system\",\"content\":[" /* in place */
+                                             : "\"user\",\"content\":[");
         first = 0;
         open = 1;
       } else {
@@ -975,8 +1272,11 @@ static int put_input(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
         if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : EMPTY);
         if (rc == 0) rc = px_fb_lit(b, "}");
       } else {
-        rc = DECLINE; /* an error there */
+        rc = UNWRITABLE;
       }
+      if (rc == UNWRITABLE)
+        return FAIL(err, msg_path(path, sizeof(path), i, j),
+                    "%s: unsupported content part '%s'", path, ir_type(p->type));
     }
     if (rc == 0 && open) rc = px_fb_lit(b, "]}");
   }
@@ -1082,7 +1382,8 @@ static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
   }
   int reasoning_items = 0, possible = 0;
   if (rc == 0) rc = px_fb_lit(b, ",\"input\":[");
-  if (rc == 0) rc = put_input(ctx, ir, b, a, lossy, &reasoning_items);
+  if (rc == 0) rc = put_input(ctx, ir, b, a, lossy, &reasoning_items, err);
+  if (rc == REFUSE) return rc;
   if (rc == 0) rc = px_fb_lit(b, "]");
   if (rc == 0 && ir->tools != NULL) rc = put_tools(ir, b, lossy);
   if (rc == 0 && ir->tool_choice == PX_FTC_TOOL) {
@@ -1121,37 +1422,76 @@ static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
 /* ======================================================================== */
 /* Response decode                                                           */
 
-/* a message item's content array at the cursor (checked reads) */
-static int decode_message_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
+/* a message item's content array at the cursor (checked reads): output
+ * text (its annotations kept), refusals; other parts dropped and named */
+static int decode_message_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a,
+                                  px_lossy_t *lossy) {
   int r, first = 1;
   if (px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fc_elem(w, &first)) == 1) {
     static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("annotations"),
-                                     PX_FK("logprobs")};
-    px_fv_t f[4];
+                                     PX_FK("logprobs"), PX_FK("refusal")};
+    px_fv_t f[5];
     unsigned seen = 0;
-    if (px_fc_fields(w, keys, 4, f, &seen) != 0) return DECLINE;
-    if (!HAS(0) || f[0].kind != PX_FV_STR) continue; /* no type: skipped there */
-    if (!px_fs_is(f[0].s, "output_text")) return DECLINE; /* refusal, others */
-    if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw)) return DECLINE;
-    if (HAS(3) && f[3].kind == PX_FV_ARR && !px_fw_empty(f[3].raw)) return DECLINE;
-    px_fpart_t *p = px_fpart_text(
-        a, HAS(1) && f[1].kind == PX_FV_STR ? f[1].s : (px_fstr_t){"", 0, 0});
-    if (p == NULL) return DECLINE;
+    if (px_fw_peek(w) != PX_FV_OBJ) { /* no type: skipped there */
+      if (px_fc_value(w, &f[0]) < 0) return DECLINE;
+      continue;
+    }
+    if (px_fc_fields(w, keys, 5, f, &seen) != 0) return DECLINE;
+    px_fstr_t type = FSTR(0);
+    if (type.p == NULL) continue; /* skipped there */
+    if (type.esc) return DECLINE;
+    px_fpart_t *p;
+    if (px_fs_is(type, "output_text")) {
+      if ((p = px_fpart_text(a, FSTR(1).p ? FSTR(1) : EMPTY)) == NULL) return DECLINE;
+      if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw))
+        p->annotations = f[2].raw;
+      if (HAS(3) && f[3].kind == PX_FV_ARR && !px_fw_empty(f[3].raw))
+        px_lossy_add(lossy, "output[].content[].logprobs");
+    } else if (px_fs_is(type, "refusal")) {
+      if ((p = px_fpart_new(a, PX_FP_REFUSAL)) == NULL) return DECLINE;
+      p->text = FSTR(4).p ? FSTR(4) : EMPTY;
+    } else {
+      px_lossy_add(lossy, "output[].content[].other");
+      continue;
+    }
     px_fpart_push(&ir->content, &ir->last, p);
   }
   return r < 0 ? DECLINE : 0;
 }
 
+/* An output item no other protocol carries, named (px_responses_lossy_item). */
+static int lossy_item(px_lossy_t *lossy, px_fstr_t type) {
+  char t[32];
+  if (type.esc) return DECLINE;
+  /* the names it knows are short: a longer one is "other" there too */
+  snprintf(t, sizeof(t), "%.*s", type.n < sizeof(t) ? (int)type.n : 0, type.p);
+  px_responses_lossy_item(lossy, type.n < sizeof(t) ? t : "");
+  return 0;
+}
+
 /* the output array at the cursor, checked as it is read; a message's
  * content is decoded where it stands when its type came first (as
  * OpenAI writes it), else from its span after the item */
-enum { O_TYPE, O_CONTENT, O_CALL_ID, O_NAME, O_ARGS, O_NS };
-static const px_fkey_t out_keys[] = {PX_FK("type"),    PX_FK("content"),
-                                     PX_FK("call_id"), PX_FK("name"),
-                                     PX_FK("arguments"), PX_FK("namespace")};
+enum {
+  O_TYPE,
+  O_CONTENT,
+  O_CALL_ID,
+  O_NAME,
+  O_ARGS,
+  O_NS,
+  O_INPUT,
+  O_ID,
+  O_SUMMARY,
+  O_ENC
+};
+static const px_fkey_t out_keys[] = {
+    PX_FK("type"),      PX_FK("content"),          PX_FK("call_id"), PX_FK("name"),
+    PX_FK("arguments"), PX_FK("namespace"),        PX_FK("input"),   PX_FK("id"),
+    PX_FK("summary"),   PX_FK("encrypted_content")};
 
-static int decode_output(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, int *has_tool) {
+static int decode_output(const px_tr_ctx_t *ctx, px_fw_t *w, px_fresp_t *ir,
+                         px_arena_t *a, px_lossy_t *lossy, int *has_tool) {
   int r, first = 1;
   if (px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fc_elem(w, &first)) == 1) {
@@ -1159,13 +1499,17 @@ static int decode_output(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, int *has_too
     px_fstr_t k;
     unsigned seen = 0;
     int ri, ifirst = 1, content_done = 0;
+    if (px_fw_peek(w) != PX_FV_OBJ) { /* no type: skipped there */
+      if (px_fc_value(w, &f[0]) < 0) return DECLINE;
+      continue;
+    }
     if (px_fw_open(w, '{') < 0) return DECLINE;
     while ((ri = px_fc_member(w, &k, &ifirst)) == 1) {
       int ki = px_fk_of(k, out_keys, NKEYS(out_keys));
       if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
-      if (ki == O_CONTENT && HAS(O_TYPE) && f[O_TYPE].kind == PX_FV_STR &&
-          px_fs_is(f[O_TYPE].s, "message") && w->p[w->i] == '[') {
-        if (decode_message_content(w, ir, a) != 0) return DECLINE;
+      if (ki == O_CONTENT && FSTR(O_TYPE).p != NULL && px_fs_is(f[O_TYPE].s, "message") &&
+          w->p[w->i] == '[') {
+        if (decode_message_content(w, ir, a, lossy) != 0) return DECLINE;
         content_done = 1;
         continue;
       }
@@ -1174,53 +1518,88 @@ static int decode_output(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, int *has_too
       if (ki >= 0) f[ki] = v;
     }
     if (ri < 0) return DECLINE;
-    if (!HAS(O_TYPE) || f[O_TYPE].kind != PX_FV_STR) continue;
-    if (px_fs_is(f[O_TYPE].s, "message")) {
+    px_fstr_t type = FSTR(O_TYPE);
+    if (type.p == NULL) continue; /* skipped there */
+    if (type.esc) return DECLINE;
+    if (px_fs_is(type, "message")) {
       if (HAS(O_CONTENT) && !content_done && f[O_CONTENT].kind == PX_FV_ARR) {
         px_fw_t cw = {f[O_CONTENT].raw.ptr, f[O_CONTENT].raw.len, 0};
-        if (decode_message_content(&cw, ir, a) != 0) return DECLINE;
+        if (decode_message_content(&cw, ir, a, lossy) != 0) return DECLINE;
       }
-    } else if (px_fs_is(f[O_TYPE].s, "function_call")) {
-      if (HAS(O_NS) && f[O_NS].kind == PX_FV_STR) return DECLINE; /* lossy there */
+      continue;
+    }
+    int fc = px_fs_is(type, "function_call");
+    if (fc ||
+        (px_fs_is(type, "custom_tool_call") && px_tr_in_can(ctx, PX_CAP_CUSTOM_TOOLS))) {
       px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
       if (p == NULL) return DECLINE;
-      px_fstr_t empty = {"", 0, 0};
-      p->id = HAS(O_CALL_ID) && f[O_CALL_ID].kind == PX_FV_STR ? f[O_CALL_ID].s : empty;
-      p->name = HAS(O_NAME) && f[O_NAME].kind == PX_FV_STR ? f[O_NAME].s : empty;
-      p->args = HAS(O_ARGS) && f[O_ARGS].kind == PX_FV_STR ? f[O_ARGS].s : empty;
+      p->id = FSTR(O_CALL_ID).p ? FSTR(O_CALL_ID) : EMPTY;
+      p->name = FSTR(O_NAME).p ? FSTR(O_NAME) : EMPTY;
+      if (fc) {
+        p->args = FSTR(O_ARGS).p ? FSTR(O_ARGS) : EMPTY;
+      } else { /* for a client that has custom tools too */
+        p->custom = 1;
+        p->text = FSTR(O_INPUT).p ? FSTR(O_INPUT) : EMPTY;
+      }
       *has_tool = 1;
       px_fpart_push(&ir->content, &ir->last, p);
-    } else {
-      return DECLINE; /* reasoning, hosted tools ...: the jansson codec */
+      if (fc && FSTR(O_NS).p != NULL) px_lossy_add(lossy, "output[].namespace");
+    } else if (px_fs_is(type, "reasoning")) {
+      /* the reasoning_text contents joined, else the summaries; its token
+       * and id as they are */
+      static int k_enc = -2;
+      if (k_enc == -2) k_enc = px_frtok_index("encrypted_content");
+      px_fpart_t *p = px_fpart_new(a, PX_FP_REASONING);
+      if (p == NULL || k_enc < 0 ||
+          join_texts(HAS(O_CONTENT) ? &f[O_CONTENT] : NULL, "reasoning_text", &p->text,
+                     a) != 0)
+        return DECLINE;
+      if (p->text.n == 0 && join_texts(HAS(O_SUMMARY) ? &f[O_SUMMARY] : NULL,
+                                       "summary_text", &p->text, a) != 0)
+        return DECLINE;
+      p->tok[k_enc] = FSTR(O_ENC);
+      p->id = FSTR(O_ID);
+      px_fpart_push(&ir->content, &ir->last, p);
+    } else if (lossy_item(lossy, type) != 0) {
+      return DECLINE;
     }
   }
   return r < 0 ? DECLINE : 0;
 }
 
+/* responses.c bad_gateway: the upstream's answer is no answer */
+static int bad_gateway(px_tr_err_t *err, const char *fmt, px_fstr_t arg) {
+  char s[256];
+  if (arg.esc) return DECLINE; /* its value is quoted */
+  snprintf(s, sizeof(s), "%.*s", (int)(arg.n < sizeof(s) ? arg.n : sizeof(s) - 1), arg.p);
+  px_tr_fail(err, "", fmt, s);
+  if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+  return REFUSE;
+}
+
 /* The body is read once and checked as it is read (px_fc_*: the hub scans
  * nothing before): output and usage are decoded where they stand, every
  * other member is checked and skipped. */
-enum { R_ID, R_MODEL, R_CREATED, R_STATUS, R_OUTPUT, R_USAGE, R_INCOMPLETE };
-static const px_fkey_t resp_keys[] = {PX_FK("id"),     PX_FK("model"), PX_FK("created_at"),
-                                      PX_FK("status"), PX_FK("output"), PX_FK("usage"),
-                                      PX_FK("incomplete_details")};
+enum { R_ID, R_MODEL, R_CREATED, R_STATUS, R_OUTPUT, R_USAGE, R_INCOMPLETE, R_ERROR };
+static const px_fkey_t resp_keys[] = {
+    PX_FK("id"),     PX_FK("model"), PX_FK("created_at"),         PX_FK("status"),
+    PX_FK("output"), PX_FK("usage"), PX_FK("incomplete_details"), PX_FK("error")};
 
 static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
-  (void)ctx;
-  (void)lossy;
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                     px_tr_err_t *err) {
   px_fv_t f[NKEYS(resp_keys)];
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
   unsigned seen = 0;
-  int r, first = 1, has_tool = 0;
+  int r, first = 1, has_tool = 0, output = 0;
   if (px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fc_member(&w, &k, &first)) == 1) {
     int ki = px_fk_of(k, resp_keys, NKEYS(resp_keys));
     if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
-    if (ki == R_OUTPUT) {
-      if (px_fw_peek(&w) != PX_FV_ARR || decode_output(&w, ir, a, &has_tool) != 0)
-        return DECLINE;
+    if (ki == R_OUTPUT && px_fw_peek(&w) == PX_FV_ARR) {
+      if (decode_output(ctx, &w, ir, a, lossy, &has_tool) != 0) return DECLINE;
+      output = 1;
     } else if (ki == R_USAGE && px_fw_peek(&w) == PX_FV_OBJ) {
       static const px_fkey_t ukeys[] = {PX_FK("input_tokens"), PX_FK("output_tokens"),
                                         PX_FK("input_tokens_details"),
@@ -1232,18 +1611,29 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
       if (ki >= 0) f[ki] = v;
     }
   }
-  if (r < 0 || px_fc_end(&w) < 0 || !HAS(R_OUTPUT)) return DECLINE;
-  if (!HAS(R_USAGE)) ir->usage_known = 1, ir->usage_in = ir->usage_out = -1;
-  /* finished answers only: completed, or incomplete with a reason */
-  int incomplete = 0;
-  if (HAS(R_STATUS) && f[R_STATUS].kind == PX_FV_STR) {
-    if (px_fs_is(f[R_STATUS].s, "incomplete")) incomplete = 1;
-    else if (!px_fs_is(f[R_STATUS].s, "completed")) return DECLINE;
+  if (r < 0 || px_fc_end(&w) < 0) return DECLINE;
+  /* the whole body read and valid: the reference's refusals */
+  if (!output) return bad_gateway(err, "upstream response has no output%s", EMPTY);
+  px_fstr_t status = FSTR(R_STATUS);
+  if (status.p == NULL) status = (px_fstr_t){"completed", 9, 0};
+  if (status.esc) return DECLINE;
+  if (px_fs_is(status, "failed") && HAS(R_ERROR) && f[R_ERROR].kind == PX_FV_OBJ) {
+    static const px_fkey_t ekeys[] = {PX_FK("message")};
+    px_fv_t g[1];
+    unsigned es = 0;
+    if (px_fv_kfields(&f[R_ERROR], ekeys, 1, g, &es) != 0) return DECLINE;
+    px_fstr_t msg =
+        es && g[0].kind == PX_FV_STR ? g[0].s : (px_fstr_t){"(no message)", 12, 0};
+    return bad_gateway(err, "upstream response failed: %s", msg);
   }
-  ir->id = HAS(R_ID) && f[R_ID].kind == PX_FV_STR ? f[R_ID].s : (px_fstr_t){"", 0, 0};
-  if (HAS(R_MODEL) && f[R_MODEL].kind == PX_FV_STR) ir->model = f[R_MODEL].s;
+  if (!px_fs_is(status, "completed") && !px_fs_is(status, "incomplete") &&
+      !px_fs_is(status, "failed"))
+    return bad_gateway(err, "upstream response is not finished (status %s)", status);
+  if (!HAS(R_USAGE)) ir->usage_known = 1, ir->usage_in = ir->usage_out = -1;
+  ir->id = FSTR(R_ID).p ? FSTR(R_ID) : EMPTY;
+  if (FSTR(R_MODEL).p != NULL) ir->model = f[R_MODEL].s;
   if (px_fast_created(HAS(R_CREATED) ? &f[R_CREATED] : NULL, ir) != 0) return DECLINE;
-  if (incomplete) {
+  if (px_fs_is(status, "incomplete")) {
     /* the reason decides content_filter / max_tokens */
     static const px_fkey_t dkeys[] = {PX_FK("reason")};
     px_fstr_t reason = {0};
@@ -1256,6 +1646,8 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
     }
     ir->stop = px_fs_is(reason, "content_filter") ? PX_STOP_CONTENT_FILTER
                                                   : PX_STOP_MAX_TOKENS;
+  } else if (px_fs_is(status, "failed")) {
+    ir->stop = PX_STOP_REFUSAL;
   } else {
     ir->stop = has_tool ? PX_STOP_TOOL_USE : PX_STOP_END_TURN;
   }
@@ -1274,22 +1666,144 @@ static int put_prefixed(px_buf_t *b, const char *prefix, px_fstr_t id) {
   return rc;
 }
 
+/* A text part's annotations in the Responses shape (responses_common.c
+ * px_responses_annotations): the kinds Responses has as they are, others
+ * dropped and named; Chat's nested url_citation declines (the IR's are
+ * flat). */
+static int put_annotations(px_buf_t *b, px_str_t ann, px_lossy_t *lossy) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("url_citation")};
+  int r, rc = px_fb_lit(b, "["), n = 0;
+  px_fw_t w = {ann.ptr, ann.len, 0};
+  if (ann.ptr == NULL) return rc == 0 ? px_fb_lit(b, "]") : rc;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[2], el;
+    unsigned seen = 0;
+    size_t at = w.i;
+    if (px_fw_peek(&w) != PX_FV_OBJ) { /* no type: skipped */
+      if (px_fw_value(&w, &el) < 0) return DECLINE;
+      continue;
+    }
+    if (px_fw_kfields(&w, keys, 2, f, &seen) != 0) return DECLINE;
+    px_fstr_t t = FSTR(0);
+    if (t.p == NULL) continue;
+    if (t.esc) return DECLINE;
+    int url = px_fs_is(t, "url_citation");
+    if (url && HAS(1) && f[1].kind == PX_FV_OBJ) return DECLINE;
+    if (url || px_fs_is(t, "file_citation") || px_fs_is(t, "container_file_citation") ||
+        px_fs_is(t, "file_path")) {
+      if (n++ > 0) rc = px_fb_lit(b, ",");
+      if (rc == 0) rc = px_fb_raw(b, (px_str_t){ann.ptr + at, w.i - at});
+    } else {
+      px_lossy_add(lossy, "output[].content[].annotations");
+    }
+  }
+  if (rc == 0 && r < 0) return DECLINE;
+  return rc == 0 ? px_fb_lit(b, "]") : rc;
+}
+
+/* a message item's head: its id the n-th message's (responses_common.c
+ * px_responses_msg_id) */
+static int put_msg_head(px_buf_t *b, px_fstr_t base, int n) {
+  int rc = px_fb_lit(b, "{\"id\":\"");
+  if (rc == 0) rc = put_prefixed(b, "msg_", base);
+  if (rc == 0 && n > 0) {
+    rc = px_fb_lit(b, "_");
+    if (rc == 0) rc = px_fb_i64(b, n);
+  }
+  if (rc == 0)
+    rc = px_fb_lit(b,
+                   "\",\"type\":\"message\",\"status\":\"completed\",\"role\":"
+                   "\"assistant\",\"content\":[");
+  return rc;
+}
+
+/* a call's item id: prefix + its call id, or prefix + base + "_" + the
+ * output index when it has none (px_responses_fc_id, _ctc_id) */
+static int put_call_id(px_buf_t *b, const char *prefix, px_fstr_t id, px_fstr_t base,
+                       int oi) {
+  if (id.n) return put_prefixed(b, prefix, id);
+  int rc = px_fb_lit(b, prefix);
+  if (rc == 0) rc = px_fb_put(b, base.p, base.n);
+  if (rc == 0) rc = px_fb_lit(b, "_");
+  if (rc == 0) rc = px_fb_i64(b, oi);
+  return rc;
+}
+
+/* a tool call -> a function_call or custom_tool_call item */
+static int put_call_item(px_buf_t *b, const px_fpart_t *p, px_fstr_t base, int oi) {
+  int rc = px_fb_lit(b, "{\"id\":\"");
+  if (rc == 0) rc = put_call_id(b, p->custom ? "ctc_" : "fc_", p->id, base, oi);
+  if (rc == 0)
+    rc = px_fb_lit(b, p->custom
+                          ? "\",\"type\":\"custom_tool_call\",\"status\":\"completed\","
+                            "\"call_id\":"
+                          : "\",\"type\":\"function_call\",\"status\":\"completed\","
+                            "\"call_id\":");
+  if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : EMPTY);
+  if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
+  if (rc == 0) rc = px_fb_str(b, p->name.p ? p->name : EMPTY);
+  if (rc == 0) rc = px_fb_lit(b, p->custom ? ",\"input\":" : ",\"arguments\":");
+  if (rc == 0)
+    rc = px_fb_str(
+        b, p->custom ? (p->text.p ? p->text : EMPTY) : (p->args.p ? p->args : EMPTY));
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* a reasoning part -> a reasoning item: its id the upstream's, else "rs_"
+ * + base + output index (px_responses_rs_id); its text the one summary;
+ * the token it carries for a Responses client (px_rtok_out) */
+static int put_reasoning_item(px_buf_t *b, const px_fpart_t *p, px_fstr_t base, int oi) {
+  int rc = px_fb_lit(b, "{\"id\":");
+  if (rc == 0 && p->id.n) {
+    rc = px_fb_str(b, p->id);
+  } else if (rc == 0) {
+    rc = px_fb_lit(b, "\"rs_");
+    if (rc == 0) rc = px_fb_put(b, base.p, base.n);
+    if (rc == 0) rc = px_fb_lit(b, "_");
+    if (rc == 0) rc = px_fb_i64(b, oi);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  }
+  if (rc == 0) rc = px_fb_lit(b, ",\"type\":\"reasoning\",\"summary\":[");
+  if (rc == 0 && p->text.n > 0) {
+    rc = px_fb_lit(b, "{\"type\":\"summary_text\",\"text\":");
+    if (rc == 0) rc = px_fb_str(b, p->text);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "]");
+  if (rc == 0) {
+    size_t at = b->len;
+    rc = px_fb_lit(b, ",\"encrypted_content\":");
+    int t = rc == 0 ? px_fb_rtok(b, PX_PROTO_RESPONSES, p) : rc;
+    if (t == 1) b->len = at; /* none for a Responses client */
+    rc = t < 0 ? t : 0;
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
 static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
-                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy,
+                                     px_tr_err_t *err) {
   (void)a;
+  (void)err;
   /* ids go through fixed buffers there (long ones are cut): short plain ones here */
   px_fstr_t uid = ir->id.p && ir->id.n ? ir->id : (px_fstr_t){"proxai", 6, 0};
   if (uid.esc || uid.n > 100) return DECLINE;
   for (const px_fpart_t *p = ir->content; p; p = p->next)
-    if (p->type == PX_FP_TOOL_CALL && (p->id.esc || p->id.n > 100)) return DECLINE;
+    if ((p->type == PX_FP_TOOL_CALL && p->id.esc) || p->id.n > 100) return DECLINE;
   px_fstr_t base = uid; /* item ids: the id without "resp_" */
   if (base.n > 5 && memcmp(base.p, "resp_", 5) == 0) {
     base.p += 5;
     base.n -= 5;
   }
+  int has_refusal = 0;
+  for (const px_fpart_t *p = ir->content; p; p = p->next)
+    if (p->type == PX_FP_REFUSAL) has_refusal = 1;
   px_stop_t stop = ir->stop == PX_STOP_NONE ? PX_STOP_END_TURN : ir->stop;
   const char *reason = NULL;
-  const char *status = px_stop_to_responses(stop, 0, &reason);
+  const char *status = px_stop_to_responses(stop, has_refusal, &reason);
   int rc = px_fb_lit(b, "{\"id\":\"");
   if (rc == 0 && ctx->resp_id != NULL) /* ids of kept responses are plain */
     rc = px_fb_lit(b, ctx->resp_id);
@@ -1316,53 +1830,52 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   if (rc == 0) rc = px_fb_lit(b, ",\"output\":[");
   int oi = 0, nmsg = 0, in_msg = 0;
   for (const px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
-    if (p->type == PX_FP_TEXT) {
-      if (!in_msg) {
-        if (oi > 0) rc = px_fb_lit(b, "]}");
-        if (rc == 0 && oi > 0) rc = px_fb_lit(b, ",");
-        if (rc == 0) rc = px_fb_lit(b, "{\"id\":\"");
-        if (rc == 0) rc = put_prefixed(b, "msg_", base);
-        if (rc == 0 && nmsg > 0) {
-          rc = px_fb_lit(b, "_");
-          if (rc == 0) rc = px_fb_i64(b, nmsg);
-        }
-        nmsg++;
-        if (rc == 0)
-          rc = px_fb_lit(b, "\",\"type\":\"message\",\"status\":\"completed\",\"role\":"
-                            "\"assistant\",\"content\":[");
+    if (p->type == PX_FP_TEXT || p->type == PX_FP_REFUSAL) {
+      if (!in_msg) { /* a message item, open until a call or reasoning */
+        if (oi > 0) rc = px_fb_lit(b, ",");
+        if (rc == 0) rc = put_msg_head(b, base, nmsg++);
         in_msg = 1;
         oi++;
       } else {
         rc = px_fb_lit(b, ",");
       }
+      if (rc == 0 && p->type == PX_FP_REFUSAL) {
+        rc = px_fb_lit(b, "{\"type\":\"refusal\",\"refusal\":");
+        if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : EMPTY);
+        if (rc == 0) rc = px_fb_lit(b, "}");
+        continue;
+      }
       if (rc == 0) rc = px_fb_lit(b, "{\"type\":\"output_text\",\"text\":");
-      if (rc == 0) rc = px_fb_str(b, p->text);
-      if (rc == 0) rc = px_fb_lit(b, ",\"annotations\":[]}");
+      if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : EMPTY);
+      if (rc == 0) rc = px_fb_lit(b, ",\"annotations\":");
+      if (rc == 0) rc = put_annotations(b, p->annotations, lossy);
+      if (rc == 0) rc = px_fb_lit(b, "}");
       continue;
     }
-    if (in_msg) rc = px_fb_lit(b, "]}");
+    if (in_msg) rc = px_fb_lit(b, "]}"); /* any other part ends the message */
     in_msg = 0;
+    if (p->type != PX_FP_TOOL_CALL && p->type != PX_FP_REASONING)
+      continue; /* not there */
     if (rc == 0 && oi > 0) rc = px_fb_lit(b, ",");
-    if (rc == 0) rc = px_fb_lit(b, "{\"id\":\"");
-    if (rc == 0 && p->id.n) {
-      rc = put_prefixed(b, "fc_", p->id);
-    } else if (rc == 0) {
-      rc = px_fb_lit(b, "fc_");
-      if (rc == 0) rc = px_fb_put(b, base.p, base.n);
-      if (rc == 0) rc = px_fb_lit(b, "_");
-      if (rc == 0) rc = px_fb_i64(b, oi);
-    }
     if (rc == 0)
-      rc = px_fb_lit(b, "\",\"type\":\"function_call\",\"status\":\"completed\",\"call_id\":");
-    if (rc == 0) rc = px_fb_str(b, p->id);
-    if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
-    if (rc == 0) rc = px_fb_str(b, p->name);
-    if (rc == 0) rc = px_fb_lit(b, ",\"arguments\":");
-    if (rc == 0) rc = px_fb_str(b, p->args.p ? p->args : (px_fstr_t){"", 0, 0});
-    if (rc == 0) rc = px_fb_lit(b, "}");
+      rc = p->type == PX_FP_TOOL_CALL ? put_call_item(b, p, base, oi)
+                                      : put_reasoning_item(b, p, base, oi);
     oi++;
   }
   if (rc == 0 && in_msg) rc = px_fb_lit(b, "]}");
+  if (rc == 0 && px_stop_refused(stop) && ir->refusal_explanation.p != NULL) {
+    if (!has_refusal) {
+      /* a refusal with no visible wording: the explanation is the only
+       * wording there is */
+      if (oi > 0) rc = px_fb_lit(b, ",");
+      if (rc == 0) rc = put_msg_head(b, base, nmsg++);
+      if (rc == 0) rc = px_fb_lit(b, "{\"type\":\"refusal\",\"refusal\":");
+      if (rc == 0) rc = px_fb_str(b, ir->refusal_explanation);
+      if (rc == 0) rc = px_fb_lit(b, "}]}");
+    } else {
+      px_lossy_add(lossy, px_out_names(ctx)->refusal_explanation);
+    }
+  }
   if (rc == 0)
     rc = px_fb_lit(b, "],\"parallel_tool_calls\":true,\"previous_response_id\":");
   if (rc == 0 && ctx->prev_id != NULL &&
@@ -1399,11 +1912,22 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   return rc;
 }
 
+/* responses.c's responses_count_request: the members a count does not take */
+static int resp_fast_count(px_buf_t *b, size_t start, const char *model) {
+  static const px_fkey_t drop[] = {PX_FK("stream"), PX_FK("max_output_tokens"),
+                                   PX_FK("stream_options")};
+  (void)model;
+  return px_fb_drop_members(b, start, drop, (int)(sizeof(drop) / sizeof(drop[0])));
+}
+
 const px_fast_ops_t px_responses_fast = {
+    .count_request = resp_fast_count,
     .decode_request = resp_fast_decode_request,
     .encode_request = resp_fast_encode_request,
     .decode_response = resp_fast_decode_response,
     .encode_response = resp_fast_encode_response,
-    .encodes = PX_FU_ALL,
+    .encodes = PX_FU_ALL | PX_FU_SYSTEM_NOTE,
     .response_checked = 1,
+    .resp_encodes = PX_FU_REASONING | PX_FU_REFUSAL | PX_FU_CUSTOM | PX_FU_ANNOTATIONS |
+                    PX_FU_REFUSAL_EXPL,
 };

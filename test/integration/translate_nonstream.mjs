@@ -437,6 +437,26 @@ for (const [client, upstream] of S.PAIRS) {
     });
   }
 
+  if (upstream === 'responses') {
+    test(`${pair}: a Responses answer that is none (failed, not finished) is a 5xx naming why`, async () => {
+      for (const [status, extra, words] of [
+        ['failed', { error: { code: 'server_error', message: 'the model stopped' } }, 'upstream response failed: the model stopped'],
+        ['in_progress', {}, 'upstream response is not finished (status in_progress)'],
+      ]) {
+        const body = { ...S.responsesBody({ id: 'resp_f1', model: S.UPSTREAM_MODEL.responses, text: 'partial' }), status, ...extra };
+        await mock.reset();
+        await mock.script([{ path: S.UPSTREAM_PATH.responses, body }]);
+        const err = await send(client, clientRequest(client, model, { user: 'hi' })).then(
+          (r) => r.data,
+          (e) => e,
+        );
+        assert.ok(err instanceof Error, `must be an error, got ${JSON.stringify(err)}`);
+        assert.ok(err.status >= 500, `${err.status} ${err.message}`);
+        assert.ok(err.message.includes(words), err.message);
+      }
+    });
+  }
+
   if (upstream !== 'chat' || client !== 'responses') {
     test(`${pair}: invalid tool-call arguments in history are rejected with a 400, never replaced by {}`, async () => {
       const req = clientRequest(client, model, { user: 'hi', tools: TOOLS });

@@ -82,16 +82,10 @@ static void declines(void) {
     int in, out;
     const char *body;
   } cases[] = {
-      /* messages that are no list, more than one choice (the reference
-       * refuses both), an escaped member name, a repeated member */
-      {2, 0, "{\"model\":\"m\",\"messages\":{},\"max_tokens\":4096}"},
-      {0, 2, "{\"model\":\"m\",\"messages\":[],\"n\":2}"},
+      /* an escaped member name, a repeated member (the reference's
+       * refusals: chat_refusals, anth_complete) */
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"\\u0074emperature\":1}"},
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"temperature\":1,\"temperature\":0}"},
-      /* legacy function calling (the reference names the error) */
-      {0, 2,
-       "{\"model\":\"m\",\"messages\":[],\"stream\":true,\"functions\":[{\"name\":"
-       "\"f\"}]}"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     px_tr_ctx_t c;
@@ -106,19 +100,12 @@ static void declines(void) {
     CHECK(o == NULL && l.len == 0);
     free(o);
   }
-  /* an answer with reasoning */
+  /* an answer with reasoning: a Chat client takes its text (the signature
+   * named) */
   const char *think =
       "{\"id\":\"msg_1\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"hm\","
       "\"signature\":\"s\"},{\"type\":\"text\",\"text\":\"x\"}],\"stop_reason\":\"end_turn\"}";
-  px_tr_ctx_t c;
-  ctx_of(&c, 0, 2);
-  px_buf_t b;
-  px_buf_init(&b, 4096);
-  px_lossy_t l;
-  px_lossy_init(&l);
-  CHECK(px_translate_response_fast(&c, think, strlen(think), &b, &l, NULL, NULL) == PX_FAST_DECLINE);
-  CHECK(b.len == 0);
-  px_buf_free(&b);
+  answer_pair(0, 2, think, "\"reasoning_content\":\"hm\"");
 }
 
 /* ---- Anthropic Messages (Claude Code's shapes) -------------------------- */
@@ -233,6 +220,7 @@ static void anth_self_answer(const char *body, const char *want) {
   "\"ephemeral\"}},{\"type\":\"tool_reference\",\"tool_name\":\"Later\"}],"              \
   "\"is_error\":false,\"cache_control\":{\"type\":\"ephemeral\"}}]}"
 
+static void anth_complete(void);
 static void anthropic_cases(void) {
   /* Claude Code: adaptive thinking with an effort, kept with the tool loop
    * that starts with thinking; what the IR has no slot for named */
@@ -342,14 +330,9 @@ static void anthropic_cases(void) {
                  "\"user\":\"u\",\"stream\":true}",
                  NULL, 1);
 
-  /* the reference's errors stay the reference's (the fast path declines) */
+  /* what the fast path cannot read as the reference does declines (the
+   * reference's refusals: anth_complete) */
   static const char *const bad[] = {
-      "{\"model\":\"m\",\"messages\":[],\"thinking\":{\"type\":\"sometimes\"}}",
-      "{\"model\":\"m\",\"messages\":[],\"output_config\":{\"effort\":\"extreme\"}}",
-      "{\"model\":\"m\",\"messages\":[],\"output_format\":{\"type\":\"json_object\"}}",
-      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
-      "\"image\","
-      "\"source\":{\"type\":\"file\",\"file_id\":\"f\"}}]}]}",
       /* a repeated member read by name: jansson keeps the last, null or not */
       "{\"model\":\"m\",\"messages\":[],\"x\":1,\"x\":null}",
       "{\"model\":\"m\",\"messages\":[],\"metadata\":{\"k\":1,\"k\":null}}",
@@ -360,12 +343,16 @@ static void anthropic_cases(void) {
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
     decoder_declines(PX_PROTO_ANTHROPIC, PX_PROTO_ANTHROPIC, bad[i]);
+  anth_complete();
 }
 
 static void chat_clients(void);
 static void responses_codec(void);
 static void responses_encoder(void);
 static void gemini_codec(void);
+static void responses_refusals(void);
+static void responses_answers(void);
+static void responses_encoder_refusals(void);
 
 int main(void) {
   for (int in = 0; in < 3; in++)
@@ -395,6 +382,9 @@ int main(void) {
   responses_codec();
   responses_encoder();
   gemini_codec();
+  responses_refusals();
+  responses_answers();
+  responses_encoder_refusals();
   return check_report("translate_fast");
 }
 
@@ -617,7 +607,12 @@ static void chat_encode_ir(int adaptive) {
   px_arena_free(&a);
 }
 
+static void chat_refusals(void);
+static void chat_answers(void);
+
 static void chat_clients(void) {
+  chat_refusals();
+  chat_answers();
   chat_encode_ir(0);
   chat_encode_ir(1);
   /* settings: reasoning effort, cache key, verbosity, structured output,
@@ -855,18 +850,16 @@ static void responses_codec(void) {
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
     resp_halves_all(cases[i].body, strlen(cases[i].body), cases[i].want);
-  /* left to responses.c: a stored conversation, an item no upstream takes,
-   * arguments that are no object, an escaped role, an escaped effort, an
-   * input_image by file id (errors there, or another body) */
+  /* left to responses.c: an escaped role, an escaped effort (their
+   * values decide), a repeated member of an item (jansson keeps the last),
+   * a member the reference refuses repeated with a value it takes */
   static const char *const declined[] = {
-      "{\"model\":\"m\",\"previous_response_id\":\"resp_1\",\"input\":\"hi\"}",
-      "{\"model\":\"m\",\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}",
-      "{\"model\":\"m\",\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\","
-      "\"name\":\"f\",\"arguments\":\"[1]\"}]}",
+      "{\"model\":\"m\",\"top_p\":\"x\",\"input\":\"hi\",\"top_p\":1}",
+      "{\"model\":\"m\",\"input\":[{\"type\":\"x\"}],\"input\":\"hi\"}",
       "{\"model\":\"m\",\"input\":[{\"role\":\"\\u0075ser\",\"content\":\"hi\"}]}",
       "{\"model\":\"m\",\"reasoning\":{\"effort\":\"n\\u006fne\"},\"input\":\"hi\"}",
-      "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
-      "\"input_image\",\"file_id\":\"file_1\"}]}]}",
+      "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":\"a\",\"content\":"
+      "\"b\"}]}",
   };
   for (size_t i = 0; i < sizeof(declined) / sizeof(declined[0]); i++)
     decoder_declines(PX_PROTO_RESPONSES, PX_PROTO_ANTHROPIC, declined[i]);
@@ -1249,4 +1242,1165 @@ static void gemini_codec(void) {
   gem_round(bodies[1], 0, "\"responseJsonSchema\":{\"type\":\"object\"");
   gem_round(bodies[2], 0, "{\"fileData\":{\"mimeType\":\"image/jpeg\"");
   gem_round(bodies[2], 0, "\"thinkingBudget\":1024");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Chat clients' bodies the reference refuses: the fast decoder refuses them
+ * in the same words (kind, param, message), or declines where the words
+ * could move (a member repeated after the refusal) */
+
+/* body (' for ") toward upstream out: refused as chat.c refuses it (1), or
+ * declined by the fast path and left to the reference (0) */
+static void chat_refusal(int out, const char *q, int refused) {
+  char *body = chat_body(q);
+  px_tr_ctx_t c, ref;
+  ctx_of(&c, PX_PROTO_CHAT, out);
+  ref = c;
+  ref.reference = 1;
+  char *fo = NULL, *so = NULL;
+  size_t fl = 0, sl = 0;
+  px_lossy_t lf, ls;
+  px_tr_err_t ef, es;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  memset(&ef, 0, sizeof(ef));
+  memset(&es, 0, sizeof(es));
+  int rc = px_translate_request_fast(&c, body, strlen(body), 0, &fo, &fl, &lf, &ef);
+  int rs = px_translate_request_body(&ref, body, strlen(body), 0, &so, &sl, &ls, &es);
+  CHECK(rc == (refused ? PX_FAST_REFUSE : PX_FAST_DECLINE));
+  if (refused) {
+    CHECK(rs != 0);
+    CHECK(ef.kind == es.kind && strcmp(ef.param, es.param) == 0 &&
+          strcmp(ef.message, es.message) == 0);
+    if (strcmp(ef.message, es.message) != 0 || strcmp(ef.param, es.param) != 0)
+      fprintf(stderr, "fast: %s [%s]\nslow: %s [%s]\nbody: %s\n", ef.message, ef.param,
+              es.message, es.param, body);
+  }
+  if (rc != (refused ? PX_FAST_REFUSE : PX_FAST_DECLINE))
+    fprintf(stderr, "body: %s\n", body);
+  free(fo);
+  free(so);
+  free(body);
+}
+
+static void chat_refusals(void) {
+#define M "{'model':'m','messages':"
+#define U "[{'role':'user','content':"
+  static const char *const refused[] = {
+      M "[],'n':2}",
+      M "[],'n':1.0}",
+      M "[],'stream':true,'functions':[{'name':'f'}]}",
+      M "[],'function_call':'auto'}",
+      M "[],'audio':{'voice':'x'}}",
+      M "[],'modalities':['text','audio']}",
+      "{'model':'m'}",
+      "{'model':5,'messages':[]}",
+      M "{}}",
+      M "[5]}",
+      M "[{'content':'x'}]}",
+      M "[{'role':'function','name':'f','content':'x'}]}",
+      M "[{'role':'b\\u00f6t','content':'x'}]}",
+      M "[{'role':'system','content':5}]}",
+      M "[{'role':'system','content':[{'type':'image_url'}]}]}",
+      M "[{'role':'user'}]}",
+      M U "[{'type':'input_audio','input_audio':{}}]}]}",
+      M U "[{'type':'x\\\"y'}]}]}",
+      M U "[{'text':'x'}]}]}",
+      M U "[1]}]}",
+      M U "[{'type':'text','text':1}]}]}",
+      M U "[{'type':'image_url'}]}]}",
+      M U "[{'type':'image_url','image_url':{'url':'data:image/png,abc'}}]}]}",
+      M U "[{'type':'file'}]}]}",
+      M U "[{'type':'file','file':{}}]}]}",
+      M U "[{'type':'file','file':{'file_data':'data:;base64,x'}}]}]}",
+      M "[{'role':'assistant','content':5}]}",
+      M "[{'role':'assistant','content':[{'type':'image_url'}]}]}",
+      M "[{'role':'assistant','content':null,'function_call':{'name':'f'}}]}",
+      M "[{'role':'assistant','content':null,'audio':{'id':'a'}}]}",
+      M "[{'role':'assistant','tool_calls':{}}]}",
+      M "[{'role':'assistant','tool_calls':[{'type':'custom','id':'c','custom':{}}]}]}",
+      M
+      "[{'role':'assistant','tool_calls':[{'id':'c','type':'function','function':"
+      "{'name':'f','arguments':'{\\\"a\\\":'}}]}]}",
+      M "[{'role':'assistant','tool_calls':[{'id':'c','function':{}}]}]}",
+      M "[{'role':'assistant','tool_calls':[5]}]}",
+      M "[{'role':'tool','content':'x'}]}",
+      M "[{'role':'tool','tool_call_id':'c','content':[{'type':'text'}]}]}",
+      M "[],'tools':{}}",
+      M "[],'tools':[{'type':'web_search'}]}",
+      M "[],'tools':[{'type':'function','function':{}}]}",
+      M "[],'tools':[5]}",
+      M "[],'tool_choice':'any'}",
+      M "[],'tool_choice':{'type':'web'}}",
+      M "[],'tool_choice':5}",
+      M "[],'tool_choice':{'type':'function','function':{}}}",
+      M "[],'max_tokens':0}",
+      M "[],'max_completion_tokens':1.5}",
+      M "[],'max_tokens':-3,'max_completion_tokens':4}",
+      M "[],'stop':5}",
+      M "[],'stop':['a',1]}",
+      M "[],'response_format':{}}",
+      M "[],'response_format':{'type':'xml'}}",
+      M "[],'response_format':{'type':'json_schema','json_schema':{}}}",
+      /* the first refusal in body order wins */
+      M "[{'role':'tool','content':'x'}],'n':2}",
+      "{'n':3,'model':'m','messages':[{'role':'tool','content':'x'}]}",
+      /* a member repeated after the refusal but only seen there */
+      M "[],'n':2,'seed':1,'seed':2}",
+  };
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+    for (int out = 1; out < PX_PROTO_COUNT; out++) chat_refusal(out, refused[i], 1);
+  /* escaped values decide as their value does */
+  chat_refusal(2, M "[{'role':'user','content':[{'type':'t\\u0065xt','text':1}]}]}", 1);
+  chat_refusal(2, M "[{'role':'\\u0075ser','content':[{'type':'inp\\u0075t_audio'}]}]}",
+               1);
+  /* uploaded files, custom tools and any JSON as arguments go to Responses
+   * only */
+  for (int out = 2; out < PX_PROTO_COUNT; out++) {
+    chat_refusal(out, M U "[{'type':'file','file':{'file_id':'file-1'}}]}]}", 1);
+    chat_refusal(out, M "[],'tools':[{'type':'custom','custom':{'name':'c'}}]}", 1);
+  }
+  chat_refusal(2,
+               M
+               "[{'role':'assistant','tool_calls':[{'id':'c','function':{'name':'f',"
+               "'arguments':'[1]'}}]}]}",
+               1);
+  char *any = chat_body(M
+                        "[{'role':'assistant','tool_calls':[{'id':'c','function':{"
+                        "'name':'f','arguments':'[1]'}}]}]}");
+  request_pair(PX_PROTO_CHAT, PX_PROTO_RESPONSES, any, "\"arguments\":\"[1]\"");
+  free(any);
+  /* base64 data with escaped slashes (some serializers write "\/") is
+   * taken as it is */
+  char *esc =
+      chat_body(M
+                "[{'role':'user','content':[{'type':'image_url','image_url':{'url':"
+                "'data:image/png;base64,ab\\/"
+                "c'}},{'type':'file','file':{'file_data':'x\\/y'}}]}]}");
+  for (int out = 1; out < PX_PROTO_COUNT; out++)
+    request_pair(PX_PROTO_CHAT, out, esc, NULL);
+  free(esc);
+  /* where a repeated member would move the reference's refusal */
+  chat_refusal(2, M "[],'n':2,'n':1}", 0);
+  chat_refusal(2, "{'n':2,'messages':[],'messages':{}}", 1); /* it stands after */
+  chat_refusal(2, M "[{'role':'tool','content':'x'}],'messages':[]}", 0);
+#undef M
+#undef U
+}
+
+/* ------------------------------------------------------------------------ */
+/* Chat answers: the fast decoder of a Chat upstream's answer and the fast
+ * encoder of a Chat client's, against chat.c */
+
+/* a Chat answer (' for ") the reference refuses, toward client in: the
+ * fast path refuses it in the same words */
+static void chat_answer_refused(int in, const char *q) {
+  char *body = chat_body(q);
+  px_tr_ctx_t c;
+  ctx_of(&c, in, PX_PROTO_CHAT);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_tr_err_t ef, es;
+  memset(&ef, 0, sizeof(ef));
+  memset(&es, 0, sizeof(es));
+  CHECK(px_translate_response_fast(&c, body, strlen(body), &b, &lf, NULL, &ef) ==
+        PX_FAST_REFUSE);
+  json_t *up = json_loads(body, 0, NULL), *cb = NULL;
+  CHECK(px_translate_response(&c, up, &cb, &ls, &es) != 0);
+  int same = ef.kind == es.kind && strcmp(ef.param, es.param) == 0 &&
+             strcmp(ef.message, es.message) == 0;
+  CHECK(same);
+  if (!same)
+    fprintf(stderr, "fast: %s\nslow: %s\nbody: %s\n", ef.message, es.message, body);
+  json_decref(up);
+  json_decref(cb);
+  px_buf_free(&b);
+  free(body);
+}
+
+/* an answer IR in both forms (jir: the document IR, ' for ") through the
+ * Chat client's encoders, for an upstream out: JSON-equal, the same lossy
+ * list; want: in the fast body */
+static void chat_answer_ir(int out, const px_fresp_t *ir, const char *jir_q,
+                           const char *want) {
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_CHAT, out);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  CHECK((px_fresp_uses(ir) & ~px_chat_fast.resp_encodes) == 0);
+  CHECK(px_chat_fast.encode_response(&c, ir, &b, &a, &lf, NULL) == 0);
+  char *q = chat_body(jir_q);
+  json_t *jir = json_loads(q, 0, NULL), *cb = NULL;
+  free(q);
+  px_tr_err_t err;
+  CHECK(jir != NULL &&
+        px_proto_get(PX_PROTO_CHAT)->encode_response(&c, jir, &cb, &ls, &err) == 0);
+  char *so = cb ? json_dumps(cb, JSON_COMPACT) : NULL;
+  int eq = so != NULL && b.data != NULL && same_json(b.data, b.len, so, strlen(so)) &&
+           strcmp(lf.buf, ls.buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "chat answer\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len,
+            b.data ? b.data : "", lf.buf, so ? so : "", ls.buf);
+  if (want != NULL && b.data != NULL) {
+    CHECK(px_buf_append(&b, "", 1) == 0);
+    CHECK(strstr(b.data, want) != NULL);
+  }
+  free(so);
+  json_decref(cb);
+  json_decref(jir);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
+static px_fpart_t *fpart(px_arena_t *a, px_fresp_t *ir, px_fpart_type_t t,
+                         const char *text) {
+  px_fpart_t *p = px_fpart_new(a, t);
+  if (p == NULL) abort();
+  if (text) p->text = (px_fstr_t){text, strlen(text), strchr(text, '\\') != NULL};
+  px_fpart_push(&ir->content, &ir->last, p);
+  return p;
+}
+
+static void chat_answer_irs(void) {
+  px_arena_t a;
+  px_arena_init(&a);
+  px_fresp_t ir;
+  /* reasoning with its tokens, texts with annotations (shifted by the code
+   * points before: escapes, a surrogate pair), a refusal, calls with ids
+   * missing and repeated */
+  memset(&ir, 0, sizeof(ir));
+  ir.in = ir.out = ir.cache_read = ir.cache_creation = ir.reasoning = -1;
+  ir.id = (px_fstr_t){"msg_1", 5, 0};
+  ir.stop = PX_STOP_TOOL_USE;
+  px_fpart_t *r = fpart(&a, &ir, PX_FP_REASONING, "hm");
+  r->tok[px_frtok_index("signature")] = (px_fstr_t){"sig", 3, 0};
+  r = fpart(&a, &ir, PX_FP_REASONING, "");
+  r->tok[px_frtok_index("redacted_data")] = (px_fstr_t){"red", 3, 0};
+  fpart(&a, &ir, PX_FP_TEXT, "a\\u00e9\\ud83d\\ude00\\n\xc3\xa9");
+  px_fpart_t *t = fpart(&a, &ir, PX_FP_TEXT, "see");
+  static const char anns[] =
+      "[{\"type\":\"url_citation\",\"url\":\"https://x\",\"title\":\"X\","
+      "\"start_index\":0,\"end_index\":3},{\"type\":\"file_citation\",\"file_id\":\"f\"},"
+      "{\"type\":\"url_citation\",\"start_index\":1},5]";
+  t->annotations = (px_str_t){anns, sizeof(anns) - 1};
+  fpart(&a, &ir, PX_FP_REFUSAL, "no");
+  px_fpart_t *c1 = fpart(&a, &ir, PX_FP_TOOL_CALL, NULL),
+             *c2 = fpart(&a, &ir, PX_FP_TOOL_CALL, NULL),
+             *c3 = fpart(&a, &ir, PX_FP_TOOL_CALL, NULL);
+  c1->id = c2->id = (px_fstr_t){"c", 1, 0};
+  c1->name = c2->name = c3->name = (px_fstr_t){"f", 1, 0};
+  c1->args = c2->args = (px_fstr_t){"{}", 2, 0};
+  c3->custom = 1;
+  c3->text = (px_fstr_t){"x = 1", 5, 0};
+  ir.has_usage = 1;
+  ir.in = 3;
+  ir.out = 4;
+  ir.reasoning = 2;
+  static const char doc[] =
+      "{'id':'msg_1','stop_reason':'tool_use','content':[{'type':'reasoning','text':'hm',"
+      "'signature':'sig'},{'type':'reasoning','text':'','redacted_data':'red'},"
+      "{'type':'text','text':'a\\u00e9\\ud83d\\ude00\\n\xc3\xa9'},{'type':'text','text':'"
+      "see',"
+      "'annotations':[{'type':'url_citation','url':'https://x','title':'X',"
+      "'start_index':0,'end_index':3},{'type':'file_citation','file_id':'f'},"
+      "{'type':'url_citation','start_index':1},5]},{'type':'refusal','text':'no'},"
+      "{'type':'tool_call','id':'c','name':'f','arguments':'{}'},{'type':'tool_call',"
+      "'id':'c','name':'f','arguments':'{}'},{'type':'tool_call','name':'f','custom':"
+      "true,"
+      "'input':'x = "
+      "1'}],'usage':{'input_tokens':3,'output_tokens':4,'reasoning_tokens':2}}";
+  for (int out = 1; out < PX_PROTO_COUNT; out++)
+    chat_answer_ir(out, &ir, doc, "\"start_index\":5,\"end_index\":8");
+  /* a refusal explanation: the refusal when nothing else words it, else
+   * named; a refusal with nothing to show is content_filter */
+  memset(&ir, 0, sizeof(ir));
+  ir.stop = PX_STOP_REFUSAL;
+  ir.refusal_explanation = (px_fstr_t){"policy \\\"x\\\"", 12, 1};
+  chat_answer_ir(
+      2, &ir,
+      "{'stop_reason':'refusal','refusal_explanation':'policy \\\"x\\\"','content':[]}",
+      "\"refusal\":\"policy");
+  fpart(&a, &ir, PX_FP_TEXT, "partial");
+  chat_answer_ir(2, &ir,
+                 "{'stop_reason':'refusal','refusal_explanation':'policy \\\"x\\\"',"
+                 "'content':[{'type':'text','text':'partial'}]}",
+                 NULL);
+  memset(&ir, 0, sizeof(ir));
+  ir.stop = PX_STOP_REFUSAL;
+  chat_answer_ir(3, &ir, "{'stop_reason':'refusal','content':[]}", "content_filter");
+  px_arena_free(&a);
+}
+
+/* a Chat answer (' for ") through both fast halves of chat_fast.c (the
+ * upstream's decoder, the client's encoder) against chat.c's */
+static void chat_self_answer(const char *q) {
+  char *body = chat_body(q);
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_CHAT, PX_PROTO_CHAT);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_fresp_t ir;
+  memset(&ir, 0, sizeof(ir));
+  ir.in = ir.out = ir.cache_read = ir.cache_creation = ir.reasoning = -1;
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  CHECK(px_chat_fast.decode_response(&c, body, strlen(body), &ir, &a, &lf, NULL) == 0);
+  CHECK((px_fresp_uses(&ir) & ~px_chat_fast.resp_encodes) == 0);
+  CHECK(px_chat_fast.encode_response(&c, &ir, &b, &a, &lf, NULL) == 0);
+  const px_proto_ops_t *ops = px_proto_get(PX_PROTO_CHAT);
+  json_t *up = json_loads(body, 0, NULL), *jir = NULL, *cb = NULL;
+  px_tr_err_t err;
+  CHECK(up != NULL && ops->decode_response(&c, up, &jir, &ls, &err) == 0 &&
+        ops->encode_response(&c, jir, &cb, &ls, &err) == 0);
+  char *so = cb ? json_dumps(cb, JSON_COMPACT) : NULL;
+  int eq = so != NULL && b.data != NULL && same_json(b.data, b.len, so, strlen(so)) &&
+           strcmp(lf.buf, ls.buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "chat answer\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len,
+            b.data ? b.data : "", lf.buf, so ? so : "", ls.buf);
+  free(so);
+  json_decref(cb);
+  json_decref(jir);
+  json_decref(up);
+  px_buf_free(&b);
+  px_arena_free(&a);
+  free(body);
+}
+
+static void chat_answers(void) {
+  chat_answer_irs();
+#define A \
+  "{'id':'chatcmpl-1','object':'chat.completion','created':1,'model':'u','choices':"
+  /* what a Chat upstream answers, to every client */
+  static const char *const ok[] = {
+      A
+      "[{'index':0,'message':{'role':'assistant','reasoning_content':'hm','content':"
+      "'Hi','refusal':null,'tool_calls':[{'id':'c1','type':'function','function':"
+      "{'name':'f','arguments':' '}}]},'logprobs':{'content':[]},'finish_reason':"
+      "'tool_calls'}],'usage':{'prompt_tokens':5,'completion_tokens':3,"
+      "'completion_tokens_details':{'reasoning_tokens':2}}}",
+      A
+      "[{'index':0,'message':{'role':'assistant','content':[{'type':'text','text':'a'},"
+      "{'type':'text'},{'type':'image'},5,{'type':'text','text':'b\\u00e9'}],"
+      "'annotations':[{'type':'url_citation','url_citation':{'url':'https://x',"
+      "'title':'X','start_index':0,'end_index':2}},{'type':'file'}],"
+      "'audio':{'id':'a'}},'finish_reason':'stop'}]}",
+      A
+      "[{'index':0,'message':{'role':'assistant','content':null,'annotations':"
+      "[{'type':'url_citation','url_citation':{'url':'u'}}]},'finish_reason':'stop'}]}",
+      A
+      "[{'index':0,'message':{'role':'assistant','content':[{'type':'text','text':''}],"
+      "'refusal':'I cannot.'},'finish_reason':'stop'}]}",
+      A
+      "[{'index':0,'message':{'role':'assistant','content':'','tool_calls':[{'id':'c',"
+      "'function':{'name':'f','arguments':'{}'}},{'function':{'arguments':5}}]},"
+      "'finish_reason':'tool_calls'}]}",
+  };
+  for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) chat_self_answer(ok[i]);
+  /* a custom tool call, for a client that holds it */
+  chat_self_answer(
+      A
+      "[{'index':0,'message':{'role':'assistant','content':null,'tool_calls':[{'id':'c',"
+      "'type':'custom','custom':{'name':'g','input':'x'}}]},'finish_reason':'tool_calls'}"
+      "]}");
+  /* what chat.c refuses (502): not one choice, no message, a tool call of
+   * another kind (custom toward a client without custom tools) */
+  for (int in = 1; in < PX_PROTO_COUNT; in++) {
+    chat_answer_refused(in, A "[]}");
+    chat_answer_refused(in, "{'id':'x'}");
+    chat_answer_refused(in,
+                        A "[{'message':{'content':'a'}},{'message':{'content':'b'}}]}");
+    chat_answer_refused(in, A "[5]}");
+    chat_answer_refused(in, A "[{'message':'x'}]}");
+    chat_answer_refused(in, A "[{'message':{'tool_calls':[{'id':'c','type':'web'}]}}]}");
+    chat_answer_refused(in, A "[{'message':{'tool_calls':[{'id':'c'}]}}]}");
+  }
+  chat_answer_refused(PX_PROTO_ANTHROPIC, A
+                      "[{'message':{'tool_calls':[{'id':'c','type':'custom','custom':"
+                      "{'name':'g'}}]}}]}");
+#undef A
+}
+
+/* ---- Responses clients: what responses.c refuses, the fast decoder
+ * refuses in the same words (kind, param, message), for every upstream;
+ * the first refusal in the body's order, the input's after every other
+ * member's (the reference reads input last). Arguments that are valid JSON
+ * but no object are taken (an upstream taking only objects refuses them). */
+static void resp_refuses(const char *body) {
+  for (int out = 0; out < PX_PROTO_COUNT; out++) {
+    if (out == PX_PROTO_RESPONSES) continue;
+    px_tr_ctx_t c;
+    ctx_of(&c, PX_PROTO_RESPONSES, out);
+    px_arena_t a;
+    px_arena_init(&a);
+    px_freq_t ir;
+    px_freq_init(&ir);
+    px_lossy_t l;
+    px_lossy_init(&l);
+    px_tr_err_t fe, se;
+    memset(&fe, 0, sizeof(fe));
+    memset(&se, 0, sizeof(se));
+    int rc = px_responses_fast.decode_request(&c, body, strlen(body), &ir, &a, &l, &fe);
+    json_t *src = json_loads(body, 0, NULL), *jir = NULL;
+    px_lossy_init(&l);
+    int sr = px_proto_get(PX_PROTO_RESPONSES)->decode_request(&c, src, &jir, &l, &se);
+    int same = sr == 0 ? rc == 0 /* an upstream that takes it (a file id) */
+                       : rc == PX_FAST_REFUSE && fe.kind == se.kind &&
+                             strcmp(fe.param, se.param) == 0 &&
+                             strcmp(fe.message, se.message) == 0;
+    CHECK(same);
+    if (!same)
+      fprintf(stderr, "responses refusal for %d: %s\nfast %d [%s] %s\nslow %d [%s] %s\n",
+              out, body, rc, fe.param, fe.message, sr, se.param, se.message);
+    json_decref(src);
+    json_decref(jir);
+    px_arena_free(&a);
+  }
+}
+
+static void responses_refusals(void) {
+  static const char *const bodies[] = {
+      /* what needs a Responses upstream */
+      "{'model':'m','previous_response_id':'resp_1','input':'hi'}",
+      "{'model':'m','conversation':{'id':'c'},'input':'hi'}",
+      "{'model':'m','background':true,'input':'hi'}",
+      "{'model':'m','prompt':{'id':'p'},'input':'hi'}",
+      /* top-level members of the wrong kind */
+      "{'model':5,'input':'hi'}",
+      "{'model':'m','input':'hi','tools':{}}",
+      "{'model':'m','input':'hi','tools':[{'type':'function','name':'f'},7]}",
+      "{'model':'m','input':'hi','tools':[{'type':'function'}]}",
+      "{'model':'m','input':'hi','tool_choice':'sometimes'}",
+      "{'model':'m','input':'hi','text':[]}",
+      "{'model':'m','input':'hi','text':{'format':{'name':'x'}}}",
+      "{'model':'m','input':'hi','text':{'format':'json'}}",
+      "{'model':'m','input':'hi','text':{'format':{'type':'json_schema','schema':1}}}",
+      "{'model':'m','input':'hi','text':{'format':{'type':'yaml'}}}",
+      "{'model':'m','input':'hi','reasoning':'high'}",
+      "{'model':'m','input':'hi','instructions':['a']}",
+      "{'model':'m','input':'hi','max_output_tokens':1.5}",
+      "{'model':'m','input':'hi','max_output_tokens':'9'}",
+      "{'model':'m','input':'hi','temperature':'hot'}",
+      "{'model':'m','input':'hi','top_p':true}",
+      "{'model':'m'}",
+      "{'model':'m','input':null}",
+      "{'model':'m','input':{}}",
+      /* items */
+      "{'model':'m','input':[1]}",
+      "{'model':'m','input':[{'type':'item_reference','id':'x'}]}",
+      "{'model':'m','input':[{'content':'hi'}]}",
+      "{'model':'m','input':[{'role':'tool','content':'hi'}]}",
+      "{'model':'m','input':[{'role':'user'}]}",
+      "{'model':'m','input':[{'role':'assistant','content':7}]}",
+      "{'model':'m','input':[{'role':'system','content':[{'type':'input_image'}]}]}",
+      "{'model':'m','input':[{'role':'developer','content':[{'type':'text'}]}]}",
+      "{'model':'m','input':[{'role':'system','content':['x']}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'text':'x'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':['x']}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_text'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_image','file_id':'"
+      "f'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_image'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_image','image_url':"
+      "'data:image/png,AAAA'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_file','file_id':'f'"
+      "}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_file'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'input_audio'}]}]}",
+      "{'model':'m','input':[{'role':'user','content':[{'type':'video'}]}]}",
+      "{'model':'m','input':[{'role':'assistant','content':[{}]}]}",
+      "{'model':'m','input':[{'role':'assistant','content':[5]}]}",
+      "{'model':'m','input':[{'role':'assistant','content':[{'type':'output_text'}]}]}",
+      "{'model':'m','input':[{'role':'assistant','content':[{'type':'refusal'}]}]}",
+      "{'model':'m','input':[{'role':'assistant','content':[{'type':'input_image'}]}]}",
+      "{'model':'m','input':[{'type':'function_call','name':'f','arguments':'{}'}]}",
+      "{'model':'m','input':[{'type':'function_call','call_id':'c','arguments':'{}'}]}",
+      "{'model':'m','input':[{'type':'function_call','call_id':'c','name':'f'}]}",
+      "{'model':'m','input':[{'type':'function_call','call_id':'c','name':'f',"
+      "'arguments':'{city: 1}'}]}",
+      "{'model':'m','input':[{'type':'function_call','call_id':'c','name':'f',"
+      "'arguments':''}]}",
+      "{'model':'m','input':[{'type':'custom_tool_call','name':'f','input':'x'}]}",
+      "{'model':'m','input':[{'type':'custom_tool_call','call_id':'c','input':'x'}]}",
+      "{'model':'m','input':[{'type':'custom_tool_call','call_id':'c','name':'f'}]}",
+      "{'model':'m','input':[{'type':'function_call_output','output':'x'}]}",
+      "{'model':'m','input':[{'type':'function_call_output','call_id':'c'}]}",
+      "{'model':'m','input':[{'type':'function_call_output','call_id':'c','output':"
+      "[{'type':'input_file'}]}]}",
+      /* the first refusal in order, the input's last */
+      "{'model':'m','input':[{'type':'item_reference'}],'tools':5}",
+      "{'model':'m','text':5,'input':[{'type':'item_reference'}],'tools':5}",
+      "{'model':'m','input':[{'role':'user','content':'a'},{'type':'x'},{'type':'y'}]}",
+  };
+  for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+    char body[512];
+    snprintf(body, sizeof(body), "%s", bodies[i]);
+    for (char *q = body; *q; q++)
+      if (*q == '\'') *q = '"';
+    resp_refuses(body);
+  }
+  /* arguments that are JSON but no object: taken, the text kept as it is */
+  const char *arr =
+      "{\"model\":\"m\",\"input\":[{\"type\":\"function_call\",\"call_id\":"
+      "\"c\",\"name\":\"f\",\"arguments\":\"[1, 2]\"}]}";
+  request_pair(PX_PROTO_RESPONSES, PX_PROTO_CHAT, arr, "\"arguments\":\"[1, 2]\"");
+  /* an image URL written with "\/" (no data URL: its first bytes say) */
+  const char *esc =
+      "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
+      "\"input_image\",\"image_url\":\"https:\\/\\/x\\/y.png\"}]}]}";
+  request_pair(PX_PROTO_RESPONSES, PX_PROTO_CHAT, esc, "https:");
+}
+
+/* ---- Responses answers: responses_fast.c's decoder and encoder, chained
+ * (a Responses client of a Responses upstream, the context the halves
+ * share), against responses.c's halves on the same body: reasoning items
+ * with their tokens, refusals, annotations, custom tool calls, the items
+ * and parts only Responses has (dropped and named); expl, when set, is an
+ * IR refusal_explanation of a refused answer (the fast IR's and the
+ * document's). A refusal of the body: the same words. */
+static void resp_answer(const char *q, const char *expl, const char *want) {
+  char body[2048];
+  snprintf(body, sizeof(body), "%s", q);
+  for (char *x = body; *x; x++)
+    if (*x == '\'') *x = '"';
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_RESPONSES, PX_PROTO_RESPONSES);
+  size_t len = strlen(body);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_fresp_t ir;
+  memset(&ir, 0, sizeof(ir));
+  ir.in = ir.out = ir.cache_read = ir.cache_creation = ir.reasoning = -1;
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  px_tr_err_t fe, se;
+  memset(&fe, 0, sizeof(fe));
+  memset(&se, 0, sizeof(se));
+  const px_proto_ops_t *ops = px_proto_get(PX_PROTO_RESPONSES);
+  int rc = px_responses_fast.decode_response(&c, body, len, &ir, &a, &lf, &fe);
+  json_t *up = json_loadb(body, len, 0, NULL), *jir = NULL, *cb = NULL;
+  int sr = up != NULL ? ops->decode_response(&c, up, &jir, &ls, &se) : -1;
+  if (sr < 0) { /* refused: in the same words */
+    int same = rc == PX_FAST_REFUSE && fe.kind == se.kind &&
+               strcmp(fe.param, se.param) == 0 && strcmp(fe.message, se.message) == 0;
+    CHECK(same);
+    if (!same)
+      fprintf(stderr, "responses answer refusal: %s\nfast %d %s\nslow %s\n", body, rc,
+              fe.message, se.message);
+    goto done;
+  }
+  if (expl != NULL) {
+    ir.stop = PX_STOP_REFUSAL;
+    ir.refusal_explanation = (px_fstr_t){expl, strlen(expl), 0};
+    json_object_set_new(jir, "stop_reason", json_string("refusal"));
+    json_object_set_new(jir, "refusal_explanation", json_string(expl));
+  }
+  CHECK(rc == 0 && (px_fresp_uses(&ir) & ~px_responses_fast.resp_encodes) == 0);
+  if (rc == 0) rc = px_responses_fast.encode_response(&c, &ir, &b, &a, &lf, NULL);
+  CHECK(rc == 0);
+  CHECK(ops->encode_response(&c, jir, &cb, &ls, &se) == 0);
+  char *so = cb ? json_dumps(cb, JSON_COMPACT) : NULL;
+  if (rc == 0 && so != NULL) {
+    int eq = same_json(b.data, b.len, so, strlen(so)) && strcmp(lf.buf, ls.buf) == 0;
+    CHECK(eq);
+    if (!eq)
+      fprintf(stderr, "responses answer\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len,
+              b.data, lf.buf, so, ls.buf);
+    CHECK(px_buf_append(&b, "", 1) == 0);
+    if (want != NULL) CHECK(strstr(b.data, want) != NULL);
+  }
+  free(so);
+done:
+  px_arena_free(&a);
+  json_decref(cb);
+  json_decref(jir);
+  json_decref(up);
+  px_buf_free(&b);
+}
+
+static void responses_answers(void) {
+  /* reasoning: the contents joined, else the summaries; its token and id */
+  resp_answer(
+      "{'id':'resp_1','status':'completed','output':[{'type':'reasoning','id':'rs_a',"
+      "'summary':[{'type':'summary_text','text':'a'},{'type':'summary_text',"
+      "'text':'b'}],'encrypted_content':'gAAA'},{'type':'reasoning','summary':[],"
+      "'content':[{'type':'reasoning_text','text':'t1'},7,{'type':'reasoning_text',"
+      "'text':'t2'}]},{'type':'message','content':[{'type':'output_text','text':"
+      "'hi','annotations':[]}]}],'usage':{'input_tokens':3,'output_tokens':4,"
+      "'output_tokens_details':{'reasoning_tokens':2}}}",
+      NULL, "\"encrypted_content\":\"gAAA\"");
+  /* refusals beside texts, annotations (kept, dropped and named, skipped),
+   * logprobs and other parts, a namespaced call, a custom call, items only
+   * Responses has; the content before the type */
+  resp_answer(
+      "{'id':'r','output':[{'content':[{'type':'output_text','text':'x',"
+      "'annotations':[{'type':'url_citation','url':'https://a','title':'A',"
+      "'start_index':0,'end_index':1},{'type':'file_path','file_id':'f'},"
+      "{'type':'other'},{'x':1},3],'logprobs':[{'token':'x'}]},{'type':'refusal',"
+      "'refusal':'no'},{'type':'audio'},{'text':'untyped'}],'type':'message'},"
+      "{'type':'function_call','call_id':'c1','name':'f','arguments':'{}',"
+      "'namespace':'ns'},{'type':'custom_tool_call','call_id':'c2','name':'p',"
+      "'input':'*** x'},{'type':'web_search_call'},{'type':'image_generation_call'},"
+      "{'type':'mcp_call'},{'no':'type'},5,{'type':'message','content':"
+      "[{'type':'refusal'}]}]}",
+      NULL, "\"type\":\"custom_tool_call\"");
+  /* incomplete answers, a failed one without an error object */
+  resp_answer(
+      "{'id':'r','status':'incomplete','incomplete_details':{'reason':"
+      "'content_filter'},'output':[]}",
+      NULL, "\"reason\":\"content_filter\"");
+  resp_answer(
+      "{'id':'r','status':'incomplete','output':[{'type':'message','content':"
+      "[{'type':'output_text','text':'cut'}]}]}",
+      NULL, "\"reason\":\"max_output_tokens\"");
+  resp_answer("{'id':'r','status':'failed','error':null,'output':[]}", NULL,
+              "\"status\":\"failed\"");
+  /* a refusal's explanation: the only wording, or dropped and named */
+  resp_answer("{'id':'r','output':[]}", "not allowed", "\"refusal\":\"not allowed\"");
+  resp_answer(
+      "{'id':'r','output':[{'type':'message','content':[{'type':'refusal',"
+      "'refusal':'no'}]}]}",
+      "not allowed", NULL);
+  /* no answer: refused as the reference refuses */
+  resp_answer("{'id':'r','status':'completed'}", NULL, NULL);
+  resp_answer("{'id':'r','output':{}}", NULL, NULL);
+  resp_answer("{'id':'r','status':'failed','error':{'message':'boom'},'output':[]}", NULL,
+              NULL);
+  resp_answer("{'id':'r','status':'failed','error':{},'output':[]}", NULL, NULL);
+  resp_answer("{'id':'r','status':'in_progress','output':[]}", NULL, NULL);
+}
+
+/* ---- a Responses upstream: what responses.c's encoder refuses (a part a
+ * message of that role cannot hold, a tool result it cannot write), the
+ * fast encoder refuses in its words; the fast IR built by hand, the same
+ * IR as a document */
+static void resp_encode_refuses(px_freq_t *ir, const char *doc) {
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_ANTHROPIC, PX_PROTO_RESPONSES);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_lossy_t l;
+  px_lossy_init(&l);
+  px_buf_t b;
+  px_buf_init(&b, 1u << 20);
+  px_tr_err_t fe, se;
+  memset(&fe, 0, sizeof(fe));
+  memset(&se, 0, sizeof(se));
+  int rc = px_responses_fast.encode_request(&c, ir, &b, &a, &l, &fe);
+  json_t *jir = json_loads(doc, 0, NULL), *out = NULL;
+  int sr = jir != NULL
+               ? px_proto_get(PX_PROTO_RESPONSES)->encode_request(&c, jir, &out, &l, &se)
+               : 0;
+  int same = rc == PX_FAST_REFUSE && sr < 0 && fe.kind == se.kind &&
+             strcmp(fe.param, se.param) == 0 && strcmp(fe.message, se.message) == 0;
+  CHECK(same);
+  if (!same)
+    fprintf(stderr, "responses encoder refusal: fast %d [%s] %s, slow %d [%s] %s\n", rc,
+            fe.param, fe.message, sr, se.param, se.message);
+  json_decref(jir);
+  json_decref(out);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
+static void responses_encoder_refusals(void) {
+  px_arena_t a;
+  px_arena_init(&a);
+  for (int k = 0; k < 3; k++) {
+    px_freq_t ir;
+    px_freq_init(&ir);
+    px_fmsg_t *u = px_fmsg_push(&ir, &a, 0), *m = px_fmsg_push(&ir, &a, 1);
+    px_fpart_push(&u->parts, &u->last, px_fpart_text(&a, fs("hi")));
+    px_fpart_t *p;
+    const char *doc;
+    if (k == 0) { /* an image in an assistant message */
+      p = px_fpart_new(&a, PX_FP_IMAGE);
+      p->url = fs("https://x/y.png");
+      px_fpart_push(&m->parts, &m->last, px_fpart_text(&a, fs("see")));
+      px_fpart_push(&m->parts, &m->last, p);
+      doc =
+          "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+          "\"hi\"}]},{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":"
+          "\"see\"},{\"type\":\"image\",\"url\":\"https://x/y.png\"}]}]}";
+    } else if (k == 1) { /* a refusal in a user message */
+      p = px_fpart_new(&a, PX_FP_REFUSAL);
+      p->text = fs("no");
+      px_fpart_push(&u->parts, &u->last, p);
+      doc =
+          "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+          "\"hi\"},{\"type\":\"refusal\",\"text\":\"no\"}]},{\"role\":\"assistant\","
+          "\"content\":[]}]}";
+    } else { /* a tool result holding a refusal, one without its call id */
+      px_fmsg_t *r = px_fmsg_push(&ir, &a, 0);
+      px_fpart_t *res = px_fpart_new(&a, PX_FP_TOOL_RESULT),
+                 *bad = px_fpart_new(&a, PX_FP_TOOL_RESULT);
+      res->id = fs("c1");
+      res->content = px_fpart_new(&a, PX_FP_REFUSAL);
+      res->content->text = fs("no");
+      px_fpart_push(&r->parts, &r->last, res);
+      px_fpart_push(&r->parts, &r->last, bad);
+      doc =
+          "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+          "\"hi\"}]},{\"role\":\"assistant\",\"content\":[]},{\"role\":\"user\","
+          "\"content\":"
+          "[{\"type\":\"tool_result\",\"tool_call_id\":\"c1\",\"content\":[{\"type\":"
+          "\"refusal\",\"text\":\"no\"}]},{\"type\":\"tool_result\",\"content\":[]}]}]}";
+      resp_encode_refuses(&ir, doc);
+      res->content = NULL; /* then the one without an id */
+      doc =
+          "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+          "\"hi\"}]},{\"role\":\"assistant\",\"content\":[]},{\"role\":\"user\","
+          "\"content\":"
+          "[{\"type\":\"tool_result\",\"tool_call_id\":\"c1\",\"content\":[]},{\"type\":"
+          "\"tool_result\",\"content\":[]}]}]}";
+    }
+    resp_encode_refuses(&ir, doc);
+  }
+  px_arena_free(&a);
+}
+/* ------------------------------------------------------------------------ */
+/* Anthropic, complete (issue 21): documents, search results, system turns,  */
+/* refusals in the reference's words, answers with refusals and citations    */
+
+/* A request (' for ") of an Anthropic client toward an upstream of out:
+ * the fast path refuses it as the jansson path does (kind, param, message),
+ * param the one expected. */
+static void anth_refuses(int out, const char *q, const char *param) {
+  char *body = chat_body(q);
+  size_t len = strlen(body);
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_ANTHROPIC, out);
+  px_json_req_t scan;
+  CHECK(px_json_request(body, len, &scan) == 0);
+  char *fo = NULL, *so = NULL;
+  size_t fl = 0, sl = 0;
+  px_lossy_t lf, ls;
+  px_tr_err_t ef, es;
+  memset(&ef, 0, sizeof(ef));
+  memset(&es, 0, sizeof(es));
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  CHECK(px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf, &ef) ==
+        PX_FAST_REFUSE);
+  px_tr_ctx_t ref = c;
+  ref.reference = 1;
+  CHECK(px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &es) != 0);
+  int same = ef.kind == es.kind && strcmp(ef.param, es.param) == 0 &&
+             strcmp(ef.message, es.message) == 0 && strcmp(ef.param, param) == 0;
+  CHECK(same);
+  if (!same)
+    fprintf(stderr, "anthropic refusal of %s\nfast: [%s] %s\nslow: [%s] %s\n", body,
+            ef.param, ef.message, es.param, es.message);
+  free(fo);
+  free(so);
+  free(body);
+}
+
+/* An answer (' for ") of an upstream of protocol out for an Anthropic
+ * client: refused as the jansson path refuses it (kind and message). */
+static void anth_answer_refused(int out, const char *q) {
+  char *body = chat_body(q);
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_ANTHROPIC, out);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_tr_err_t ef, es;
+  memset(&ef, 0, sizeof(ef));
+  memset(&es, 0, sizeof(es));
+  /* the hub's steps (px_translate_response_fast), also for a same-protocol
+   * pair the hub passes through */
+  px_arena_t a;
+  px_arena_init(&a);
+  px_fresp_t ir;
+  memset(&ir, 0, sizeof(ir));
+  ir.in = ir.out = ir.cache_read = ir.cache_creation = ir.reasoning = -1;
+  const px_fast_ops_t *up_ops = px_proto_get((px_proto_t)out)->fast;
+  int rc = up_ops->decode_response(&c, body, strlen(body), &ir, &a, &lf, &ef);
+  if (rc == 0) rc = px_anthropic_fast.encode_response(&c, &ir, &b, &a, &lf, &ef);
+  CHECK(rc == PX_FAST_REFUSE);
+  px_arena_free(&a);
+  json_t *up = json_loads(body, 0, NULL), *cb = NULL;
+  CHECK(up != NULL && px_translate_response(&c, up, &cb, &ls, &es) != 0);
+  int same = ef.kind == es.kind && ef.kind == PX_ERR_BAD_GATEWAY &&
+             strcmp(ef.param, es.param) == 0 && strcmp(ef.message, es.message) == 0;
+  CHECK(same);
+  if (!same)
+    fprintf(stderr, "answer refusal\nfast: %s\nslow: %s\n", ef.message, es.message);
+  json_decref(cb);
+  json_decref(up);
+  px_buf_free(&b);
+  free(body);
+}
+
+static void anth_complete_requests(void) {
+  /* documents: PDF data (its title the file name), plain text (its words),
+   * a URL, an uploaded file, content blocks; search results (their texts);
+   * in a tool result too */
+  char *q = chat_body(
+      "{'model':'m','max_tokens':10,'messages':[{'role':'user','content':["
+      "{'type':'document','source':{'type':'base64','media_type':'application/pdf',"
+      "'data':'JVBE'},'title':'r.pdf','cache_control':{'type':'ephemeral'}},"
+      "{'type':'document','source':{'type':'text','media_type':'text/"
+      "plain','data':'notes'},"
+      "'title':'n','context':'c','citations':{'enabled':true}},"
+      "{'type':'document','source':{'type':'url','url':'https://x/a.pdf'}},"
+      "{'type':'document','source':{'type':'content','content':[{'type':'text','text':"
+      "'one'},{'type':'image','source':{'type':'url','url':'https://x/i.png'}}]}},"
+      "{'type':'search_result','source':'https://s','title':'t','content':[{'type':"
+      "'text','text':'found'},7]},"
+      "{'type':'text','text':'Summarize'}]},"
+      "{'role':'assistant','content':[{'type':'tool_use','id':'t1','name':'f','input':{}}"
+      "]},"
+      "{'role':'user','content':[{'type':'tool_result','tool_use_id':'t1','content':["
+      "{'type':'document','source':{'type':'base64','media_type':'application/pdf',"
+      "'data':'JVBE'}},{'type':'search_result','content':[{'text':'r'}],"
+      "'cache_control':{'type':'ephemeral'}}]}]}]}");
+  anth_self(q, "\"title\":\"r.pdf\"",
+            "cache_control,messages[].content[].context,messages[].content[].citations,"
+            "messages[].content[].title,messages[].content[].search_result");
+  free(q);
+  /* ... toward the other upstreams (which take no uploaded file or URL) */
+  q = chat_body(
+      "{'model':'m','max_tokens':10,'messages':[{'role':'user','content':["
+      "{'type':'document','source':{'type':'base64','media_type':'application/pdf',"
+      "'data':'JVBE'},'title':'r.pdf'},{'type':'document','source':{'type':'text',"
+      "'data':'notes'},'title':'n'},{'type':'search_result','content':[{'type':'text',"
+      "'text':'found'}]}]}]}");
+  for (int out = 0; out < PX_PROTO_COUNT; out++)
+    if (out != PX_PROTO_ANTHROPIC) request_pair(PX_PROTO_ANTHROPIC, out, q, NULL);
+  free(q);
+  /* system turns: before any other and right after tool calls they join
+   * the system (after its own blocks, wherever messages stand); elsewhere
+   * a system note in place (a user turn toward Anthropic and Gemini) */
+  q = chat_body(
+      "{'model':'m','max_tokens':10,'messages':[{'role':'system','content':'first'},"
+      "{'role':'user','content':'hi'},{'content':[{'type':'text','text':'note',"
+      "'cache_control':{'type':'ephemeral'}}],'role':'system'},"
+      "{'role':'assistant','content':[{'type':'tool_use','id':'t1','name':'f'}]},"
+      "{'role':'system','content':[{'type':'text','text':'late'}]},"
+      "{'role':'user','content':[{'type':'tool_result','tool_use_id':'t1'}]},"
+      "{'role':'system','content':''}],"
+      "'system':[{'type':'text','text':'own','cache_control':{'type':'ephemeral'}}]}");
+  anth_self(q, "\"text\":\"note\",\"cache_control\":{\"type\":\"ephemeral\"}", "");
+  free(q);
+
+  /* the reference's refusals, in its words: each member's own ... */
+  static const struct {
+    const char *q, *param;
+  } bad[] = {
+      {"{'model':'m','messages':[],'thinking':{'type':'sometimes'}}", "thinking.type"},
+      {"{'model':'m','messages':[],'thinking':5}", "thinking.type"},
+      {"{'model':'m','messages':[],'output_config':{'effort':'extreme'}}",
+       "output_config.effort"},
+      {"{'model':'m','messages':[],'output_format':{'type':'json_object'}}",
+       "output_format.type"},
+      {"{'model':'m','messages':[],'output_config':{'format':{'type':'json_schema'}}}",
+       "output_config.format.schema"},
+      {"{'model':'m','messages':{}}", "messages"},
+      {"{'model':'m'}", "messages"},
+      {"{'model':'m','messages':[5]}", "messages[0].role"},
+      {"{'model':'m','messages':[{'content':'x'}]}", "messages[0].role"},
+      {"{'model':'m','messages':[{'role':'developer','content':'x'}]}",
+       "messages[0].role"},
+      {"{'model':'m','messages':[{'role':'user'}]}", "messages[0].content"},
+      {"{'model':'m','messages':[{'role':'system','content':5}]}", "messages[0].content"},
+      {"{'model':'m','messages':[{'role':'system','content':[{'type':'image'}]}]}",
+       "messages[0].content[0].type"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'video'}]}]}",
+       "messages[0].content[0].type"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'text':'a'}]}]}",
+       "messages[0].content[0].type"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'text'}]}]}",
+       "messages[0].content[0].text"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'image','source':"
+       "{'type':'file','file_id':'f'}}]}]}",
+       "messages[0].content[0].source.type"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'image','source':"
+       "{'type':'base64','data':'x'}}]}]}",
+       "messages[0].content[0].source"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'document'}]}]}",
+       "messages[0].content[0].source"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'document','source':"
+       "{'type':'content','content':[{'type':'video'}]}}]}]}",
+       "messages[0].content[0].source.content[0].type"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'tool_use','id':'t',"
+       "'name':'f'}]}]}",
+       "messages[0].content[0].type"},
+      {"{'model':'m','messages':[{'role':'assistant','content':[{'type':'tool_use',"
+       "'id':'t'}]}]}",
+       "messages[0].content[0].id"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'tool_result'}]}]}",
+       "messages[0].content[0].tool_use_id"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'tool_result',"
+       "'tool_use_id':'t','content':[{'type':'thinking'}]}]}]}",
+       "messages[0].content[0].content[0].type"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'tool_result',"
+       "'tool_use_id':'t','content':5}]}]}",
+       "messages[0].content[0].content"},
+      {"{'model':'m','messages':[],'max_tokens':0}", "max_tokens"},
+      {"{'model':'m','messages':[],'max_tokens':1.5}", "max_tokens"},
+      {"{'model':'m','messages':[],'temperature':'hot'}", "temperature"},
+      {"{'model':'m','messages':[],'top_k':0.5}", "top_k"},
+      {"{'model':'m','messages':[],'stop_sequences':'END'}", "stop_sequences"},
+      {"{'model':'m','messages':[],'tools':{}}", "tools"},
+      {"{'model':'m','messages':[],'tools':[{'type':'custom','description':'d'}]}",
+       "tools[0].name"},
+      {"{'model':'m','messages':[],'tool_choice':{}}", "tool_choice.type"},
+      {"{'model':'m','messages':[],'tool_choice':{'type':'tool'}}", "tool_choice.type"},
+      {"{'model':'m','system':{},'messages':[]}", "system"},
+      {"{'model':'m','system':[{'type':'text'}],'messages':[]}", "system[0].type"},
+      /* ... and their order: system's, then messages', then the first
+       * other member's in body order */
+      {"{'model':'m','thinking':{},'messages':[5],'system':5}", "system"},
+      {"{'model':'m','thinking':{},'top_k':'x','messages':[5]}", "messages[0].role"},
+      {"{'model':'m','top_k':'x','thinking':{},'messages':[]}", "top_k"},
+      /* within a message, its role first */
+      {"{'model':'m','messages':[{'content':[{'type':'video'}],'role':'robot'}]}",
+       "messages[0].role"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    for (int out = 0; out < PX_PROTO_COUNT; out++)
+      if (out != PX_PROTO_ANTHROPIC) anth_refuses(out, bad[i].q, bad[i].param);
+  /* what the reference might read otherwise declines: a member repeated
+   * after the refused one (jansson keeps the last), an escaped type */
+  static const char *const unsure[] = {
+      "{'model':'m','messages':[{'role':'user','content':[{'type':'video'}],'content':'x'"
+      "}]}",
+      "{'model':'m','messages':[],'output_config':{'effort':'extreme','effort':'high'}}",
+      "{'model':'m','messages':[{'role':'user','content':[{'type':'vide\\u006f'}]}]}",
+  };
+  for (size_t i = 0; i < sizeof(unsure) / sizeof(unsure[0]); i++) {
+    char *b = chat_body(unsure[i]);
+    decoder_declines(PX_PROTO_ANTHROPIC, PX_PROTO_CHAT, b);
+    free(b);
+  }
+}
+
+/* An IR the Anthropic encoder refuses as the reference does: its kind,
+ * param and message (the reference's encode_request of the same IR). */
+static void anth_encoder_refuses(px_freq_t *ir, const char *ir_json, const char *param) {
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_CHAT, PX_PROTO_ANTHROPIC);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_tr_err_t ef, es;
+  memset(&ef, 0, sizeof(ef));
+  memset(&es, 0, sizeof(es));
+  CHECK(px_anthropic_fast.encode_request(&c, ir, &b, &a, &lf, &ef) == PX_FAST_REFUSE);
+  json_t *jir = json_loads(ir_json, 0, NULL), *out = NULL;
+  CHECK(jir != NULL && px_proto_anthropic.encode_request(&c, jir, &out, &ls, &es) != 0);
+  int same = ef.kind == es.kind && strcmp(ef.param, es.param) == 0 &&
+             strcmp(ef.message, es.message) == 0 && strcmp(ef.param, param) == 0;
+  CHECK(same);
+  if (!same)
+    fprintf(stderr, "anthropic encoder refusal\nfast: [%s] %s\nslow: [%s] %s\n", ef.param,
+            ef.message, es.param, es.message);
+  json_decref(jir);
+  json_decref(out);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
+static void anth_complete_encoder(void) {
+  px_arena_t a;
+  px_arena_init(&a);
+  /* an uploaded file, a file the API cannot take, arguments that are no
+   * object: the first in the messages' order */
+  for (int v = 0; v < 3; v++) {
+    px_freq_t ir;
+    px_freq_init(&ir);
+    px_fmsg_t *u = px_fmsg_push(&ir, &a, 0), *m = px_fmsg_push(&ir, &a, 1);
+    px_fpart_t *f = px_fpart_new(&a, PX_FP_FILE), *t = px_fpart_new(&a, PX_FP_TOOL_CALL);
+    if (v == 0)
+      f->file_id = (px_fstr_t){"file-1", 6, 0};
+    else
+      f->media_type = (px_fstr_t){"text/csv", 8, 0}, f->data = (px_fstr_t){"YQ==", 4, 0};
+    t->id = (px_fstr_t){"c1", 2, 0};
+    t->name = (px_fstr_t){"f", 1, 0};
+    t->args = (px_fstr_t){"[1]", 3, 0};
+    if (v < 2) px_fpart_push(&u->parts, &u->last, f);
+    px_fpart_push(&m->parts, &m->last, t);
+    static const char *const docs[] = {
+        "{'messages':[{'role':'user','content':[{'type':'file','file_id':'file-1'}]},"
+        "{'role':'assistant','content':[{'type':'tool_call','id':'c1','name':'f',"
+        "'arguments':'[1]'}]}]}",
+        "{'messages':[{'role':'user','content':[{'type':'file','media_type':'text/csv',"
+        "'data':'YQ=='}]},{'role':'assistant','content':[{'type':'tool_call','id':'c1',"
+        "'name':'f','arguments':'[1]'}]}]}",
+        "{'messages':[{'role':'assistant','content':[{'type':'tool_call','id':'c1',"
+        "'name':'f','arguments':'[1]'}]}]}"};
+    static const char *const params[] = {"file_id", "file",
+                                         "messages.tool_calls.function.arguments"};
+    char *doc = chat_body(docs[v]);
+    anth_encoder_refuses(&ir, doc, params[v]);
+    free(doc);
+  }
+  px_arena_free(&a);
+}
+
+/* Custom (freeform) tools and calls, which only a decoder for an upstream
+ * that has them makes: the Anthropic encoder writes them as the reference
+ * does (a function tool without parameters, the call's input {}), the
+ * request and the answer. */
+static void anth_complete_custom(void) {
+  px_arena_t a;
+  px_arena_init(&a);
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_CHAT, PX_PROTO_ANTHROPIC);
+  px_freq_t ir;
+  px_freq_init(&ir);
+  px_fmsg_t *u = px_fmsg_push(&ir, &a, 0), *m = px_fmsg_push(&ir, &a, 1);
+  px_fpart_push(&u->parts, &u->last, px_fpart_text(&a, (px_fstr_t){"hi", 2, 0}));
+  px_fpart_t *call = px_fpart_new(&a, PX_FP_TOOL_CALL);
+  call->custom = 1;
+  call->id = (px_fstr_t){"c1", 2, 0};
+  call->name = (px_fstr_t){"grep", 4, 0};
+  call->text = (px_fstr_t){"pattern", 7, 0};
+  px_fpart_push(&m->parts, &m->last, call);
+  px_fv_t desc = {PX_FV_STR, {"d", 1, 0}, {"\"d\"", 3}};
+  px_ftool_t *t = px_ftool_push(&ir, &a, (px_fstr_t){"grep", 4, 0}, &desc, NULL, NULL,
+                                PX_FAST_OPENAI_PARAMS);
+  t->custom = 1;
+  t->format = (px_str_t){"{\"type\":\"text\"}", 15};
+  CHECK((px_freq_uses(&ir) & ~px_anthropic_fast.encodes) == 0);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  CHECK(px_anthropic_fast.encode_request(&c, &ir, &b, &a, &lf, NULL) == 0);
+  char *doc = chat_body(
+      "{'messages':[{'role':'user','content':[{'type':'text','text':'hi'}]},{'role':"
+      "'assistant','content':[{'type':'tool_call','id':'c1','name':'grep','custom':true,"
+      "'input':'pattern'}]}],'tools':[{'type':'custom','name':'grep','description':'d',"
+      "'format':{'type':'text'}}]}");
+  json_t *jir = json_loads(doc, 0, NULL), *out = NULL;
+  px_tr_err_t err;
+  CHECK(jir != NULL && px_proto_anthropic.encode_request(&c, jir, &out, &ls, &err) == 0);
+  char *so = out ? json_dumps(out, JSON_COMPACT) : NULL;
+  int eq = so != NULL && same_json(b.data, b.len, so, strlen(so)) &&
+           strcmp(lf.buf, ls.buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "custom request\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len,
+            b.data, lf.buf, so ? so : "", ls.buf);
+  free(so);
+  json_decref(out);
+  json_decref(jir);
+  free(doc);
+  /* the answer */
+  px_fresp_t ans;
+  memset(&ans, 0, sizeof(ans));
+  ans.in = ans.out = ans.cache_read = ans.cache_creation = ans.reasoning = -1;
+  ans.id = (px_fstr_t){"r1", 2, 0};
+  ans.stop = PX_STOP_TOOL_USE;
+  px_fpart_t *ac = px_fpart_new(&a, PX_FP_TOOL_CALL);
+  *ac = *call;
+  ac->next = NULL;
+  ac->input = (px_str_t){NULL, 0};
+  ans.content = ans.last = ac;
+  CHECK((px_fresp_uses(&ans) & ~px_anthropic_fast.resp_encodes) == 0);
+  b.len = 0;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  CHECK(px_anthropic_fast.encode_response(&c, &ans, &b, &a, &lf, NULL) == 0);
+  doc = chat_body(
+      "{'id':'r1','stop_reason':'tool_use','content':[{'type':'tool_call','id':'c1',"
+      "'name':'grep','custom':true,'input':'pattern'}]}");
+  jir = json_loads(doc, 0, NULL);
+  out = NULL;
+  CHECK(jir != NULL && px_proto_anthropic.encode_response(&c, jir, &out, &ls, &err) == 0);
+  so = out ? json_dumps(out, JSON_COMPACT) : NULL;
+  eq = so != NULL && same_json(b.data, b.len, so, strlen(so)) &&
+       strcmp(lf.buf, ls.buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "custom answer\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len, b.data,
+            lf.buf, so ? so : "", ls.buf);
+  free(so);
+  json_decref(out);
+  json_decref(jir);
+  free(doc);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
+static void anth_complete_answers(void) {
+  /* a refusal: its texts the wording, the explanation kept, the category
+   * named; citations as annotations (those without a URL named); server
+   * tools' and unknown blocks named */
+  anth_self_answer(
+      "{\"id\":\"msg_1\",\"model\":\"u\",\"content\":[{\"type\":\"text\",\"text\":\"No."
+      "\","
+      "\"citations\":[{\"type\":\"char_location\"}]}],\"stop_reason\":\"refusal\","
+      "\"stop_details\":{\"type\":\"refusal\",\"category\":\"cyber\",\"explanation\":"
+      "\"policy\"},\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}",
+      "\"explanation\":\"policy\"");
+  anth_self_answer(
+      "{\"id\":\"msg_1\",\"model\":\"u\",\"content\":[],\"stop_reason\":\"refusal\"}",
+      "\"stop_details\":{\"type\":\"refusal\",\"category\":null,\"explanation\":null}");
+  anth_self_answer(
+      "{\"id\":\"msg_1\",\"model\":\"u\",\"content\":[{\"type\":\"server_tool_use\","
+      "\"id\":"
+      "\"s\",\"name\":\"web_search\",\"input\":{}},{\"type\":\"web_search_tool_result\","
+      "\"tool_use_id\":\"s\",\"content\":[]},{\"type\":\"text\",\"text\":\"Caf\\u00e9 "
+      "\\ud83d"
+      "\\ude00 rained.\",\"citations\":[{\"type\":\"web_search_result_location\",\"url\":"
+      "\"https://n/a\",\"title\":\"Rain\",\"cited_text\":\"rained\"},{\"type\":"
+      "\"char_location\",\"cited_text\":\"x\"},{\"url\":\"https://n/b\"}]},{\"type\":"
+      "\"container_upload\"},5,{\"type\":7}],\"stop_reason\":\"end_turn\"}",
+      "\"citations\":[{\"type\":\"web_search_result_location\",\"url\":\"https://n/a\"");
+  /* tool-use ids made unique as the reference mints them */
+  anth_self_answer(
+      "{\"id\":\"m\",\"content\":[{\"type\":\"tool_use\",\"id\":\"\",\"name\":\"f\"},"
+      "{\"type\":\"tool_use\",\"id\":\"call_proxai_0\",\"name\":\"f\",\"input\":{}},"
+      "{\"type\":\"tool_use\",\"id\":\"call_proxai_0\",\"name\":\"g\",\"input\":{}}],"
+      "\"stop_reason\":\"tool_use\"}",
+      "\"id\":\"call_proxai_1\"");
+  /* ... toward the other clients, and from the others' answers */
+  answer_pair(
+      PX_PROTO_ANTHROPIC, PX_PROTO_CHAT,
+      "{\"id\":\"c\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"u\","
+      "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":"
+      "\"Partial\"},\"finish_reason\":\"content_filter\"}]}",
+      "\"stop_reason\":\"refusal\"");
+  /* the reference's refusals of answers: no message; arguments no object */
+  anth_answer_refused(PX_PROTO_ANTHROPIC, "{'id':'m','content':{}}");
+  anth_answer_refused(PX_PROTO_ANTHROPIC, "{'id':'m','type':'message'}");
+  anth_answer_refused(PX_PROTO_CHAT,
+                      "{'id':'c','object':'chat.completion','created':1,'model':'u',"
+                      "'choices':[{'index':0,'message':{'role':'assistant','tool_calls':"
+                      "[{'id':'c1','type':'function','function':{'name':'f','arguments':"
+                      "'[1]'}}]},'finish_reason':'tool_calls'}]}");
+}
+
+static void anth_complete(void) {
+  anth_complete_requests();
+  anth_complete_encoder();
+  anth_complete_custom();
+  anth_complete_answers();
 }
