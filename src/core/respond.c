@@ -309,6 +309,8 @@ static void tr_json_done(px_exch_t *x) {
   }
   px_buf_free(&fb);
   if (fr == PX_FAST_REFUSE) {
+    /* the tokens were spent all the same, as the jansson path counts them */
+    px_usage_from_body(x->out, x->acc.data, x->acc.len, &x->usage);
     tr_json_refused(x, &err);
     return;
   }
