@@ -15,7 +15,10 @@
  * Agents' shapes (thoughts, thought signatures of every family, blobs,
  * minted ids, thinkingConfig, JSON output) are also sent round: the fast
  * Gemini decoder then the fast Gemini encoder against gemini.c both ways
- * (round()), whatever the other protocols' encoders take.
+ * (round_trip()), whatever the other protocols' encoders take; so are
+ * Gemini answers (answer_round(): thoughts and signatures, filtered
+ * finishes, blocked prompts), and a refusal of the fast codec must be
+ * gemini.c's, word for word.
  *
  * Input: byte 0: bits 0-1 the other protocol (% 3: chat, responses,
  * anthropic), bit 2 the Gemini template variant, bit 3 names an upstream
@@ -109,6 +112,27 @@ static const char *const gem_resp[2] = {
     ","
     "\"role\":\"model\"},\"finishReason\":\"MAX_TOKENS\"}],\"usageMetadata\":{"
     "\"promptTokenCount\":@{5}@,\"cachedContentTokenCount\":2},\"responseId\":\"@{r}@\"}",
+};
+
+/* Gemini upstream answers of agents' turns: thoughts with signatures (on
+ * text, on calls, alone), a filtered finish with its message, a blocked
+ * prompt, dropped parts; sent round through Gemini's own halves */
+static const char *const gem_agent_resp[2] = {
+    "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"@{plan}@\",\"thought\":"
+    "true,\"thoughtSignature\":\"@{c2ln}@\"},{\"text\":\"@{ok}@\",\"thoughtSignature\":"
+    "\"@{pxa1:sig:S1}@\"},{\"functionCall\":{\"name\":\"@N\",\"args\":{\"c\":\"@{ls}@"
+    "\"}},\"thoughtSignature\":\"@{Z2Vt}@\"},{\"thoughtSignature\":\"@{pxo1:enc:E1}@\"},"
+    "{\"executableCode\":{\"code\":\"@{1}@\"}},{\"inlineData\":{\"mimeType\":\"@{image/"
+    "png}@\",\"data\":\"AA==\"}},{\"text\":\"@{done}@\"}],\"role\":\"model\"},"
+    "\"finishReason\":\"@{STOP}@\",\"finishMessage\":\"@{m}@\",\"groundingMetadata\":{}}]"
+    ","
+    "\"usageMetadata\":{\"promptTokenCount\":9,\"thoughtsTokenCount\":@{3}@},"
+    "\"responseId\":\"@{r1}@\"}",
+    "{\"promptFeedback\":{\"blockReason\":\"@{PROHIBITED_CONTENT}@\","
+    "\"blockReasonMessage\""
+    ":\"@{no}@\"},\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"@{x}@\"}]},"
+    "\"finishReason\":\"@{SAFETY}@\",\"finishMessage\":\"@{m}@\",\"citationMetadata\":{}}"
+    "],\"modelVersion\":\"@{g}@\",\"usageMetadata\":{\"promptTokenCount\":@{4}@}}",
 };
 
 /* other clients' requests, by protocol (chat, responses, anthropic) */
@@ -248,8 +272,23 @@ static unsigned long round_trip(const px_tr_ctx_t *c0, const char *body, size_t 
     px_lossy_init(&ls);
     px_buf_t b;
     px_buf_init(&b, len * 4 + 65536);
-    int rc =
-        px_fast_request_steps(&c, &c, &px_gemini_fast, &px_gemini_fast, body, len, &ir, &a, &b, &lf, NULL);
+    px_tr_err_t ef;
+    memset(&ef, 0, sizeof(ef));
+    int rc = px_fast_request_steps(&c, &c, &px_gemini_fast, &px_gemini_fast, body, len,
+                                   &ir, &a, &b, &lf, &ef);
+    if (rc == PX_FAST_REFUSE) { /* gemini.c refuses it too, in the same words */
+      px_tr_ctx_t ref = c;
+      ref.reference = 1;
+      json_t *src = json_loadb(body, len, 0, NULL), *ub = NULL;
+      px_tr_err_t es;
+      memset(&es, 0, sizeof(es));
+      if (src != NULL && (px_translate_request(&ref, src, &ub, &ls, &es) == 0 ||
+                          !same_refusal(&ef, &es)))
+        diff_fail("round refusal", &c, body, len, ef.message, es.message, ef.param,
+                  es.param);
+      json_decref(ub);
+      json_decref(src);
+    }
     if (rc == 0) {
       taken++;
       px_tr_ctx_t ref = c;
@@ -274,6 +313,57 @@ static unsigned long round_trip(const px_tr_ctx_t *c0, const char *body, size_t 
   return taken;
 }
 
+/* A Gemini answer round: the fast decoder and encoder (a Gemini client)
+ * against gemini.c's; 1 when the fast codec took it (or refused it as
+ * gemini.c does). */
+static unsigned long answer_round(const px_tr_ctx_t *c0, const char *body, size_t len) {
+  px_json_req_t scan;
+  if (px_json_request(body, len, &scan) < 0) return 0;
+  px_tr_ctx_t c = *c0;
+  c.in = c.out = PX_PROTO_GEMINI;
+  px_arena_t a;
+  px_arena_init(&a);
+  px_fresp_t ir;
+  memset(&ir, 0, sizeof(ir));
+  ir.in = ir.out = ir.cache_read = ir.cache_creation = ir.reasoning = -1;
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t b;
+  px_buf_init(&b, len * 4 + 65536);
+  px_tr_err_t ef, es;
+  memset(&ef, 0, sizeof(ef));
+  memset(&es, 0, sizeof(es));
+  int rc = px_gemini_fast.decode_response(&c, body, len, &ir, &a, &lf, &ef);
+  if (rc == 0 && (px_fresp_uses(&ir) & ~px_gemini_fast.resp_encodes) != 0) rc = 1;
+  if (rc == 0) rc = px_gemini_fast.encode_response(&c, &ir, &b, &a, &lf, &ef);
+  const px_proto_ops_t *ops = px_proto_get(PX_PROTO_GEMINI);
+  json_t *src = rc == 0 || rc == PX_FAST_REFUSE ? json_loadb(body, len, 0, NULL) : NULL;
+  json_t *jir = NULL, *out = NULL;
+  int rs = src == NULL ? -1 : ops->decode_response(&c, src, &jir, &ls, &es);
+  if (rs == 0) rs = ops->encode_response(&c, jir, &out, &ls, &es);
+  if (rc == PX_FAST_REFUSE && src != NULL && (rs == 0 || !same_refusal(&ef, &es)))
+    diff_fail("answer round refusal", &c, body, len, ef.message, es.message, ef.param,
+              es.param);
+  if (rc == 0) {
+    if (px_buf_append(&b, "", 1) < 0) abort();
+    if (rs != 0)
+      diff_fail("answer round (jansson refused)", &c, body, len, b.data, es.message,
+                lf.buf, "");
+    char *so = json_dumps(out, JSON_COMPACT);
+    if (so == NULL) abort();
+    check_json("answer round", &c, body, len, b.data, b.len - 1, so, strlen(so), &lf,
+               &ls);
+    free(so);
+  }
+  json_decref(src);
+  json_decref(jir);
+  json_decref(out);
+  px_buf_free(&b);
+  px_arena_free(&a);
+  return rc == 0 || rc == PX_FAST_REFUSE;
+}
+
 /* every direction of one input; returns the bodies the fast path took
  * (five: the Gemini request is tried as generateContent and as
  * streamGenerateContent, request() in xlate_diff.h) */
@@ -290,6 +380,12 @@ static unsigned long run(int flags, const lines_t *l) {
     ctx_of(&c, PX_PROTO_GEMINI, o, flags);
     unsigned long rounds = round_trip(&c, b.data, b.len);
     request(&c, b.data, b.len);
+    fill(&b, gem_agent_resp[v], l); /* its answer: round, and to the other client */
+    rounds += answer_round(&c, b.data, b.len);
+    ctx_of(&c, o, PX_PROTO_GEMINI, flags);
+    response(&c, b.data, b.len);
+    fill(&b, gem_resp[v], l);
+    rounds += answer_round(&c, b.data, b.len);
     px_buf_free(&b);
     return rounds;
   }
@@ -315,7 +411,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     lines_t none = {.count = 0};
     for (int f = 0; f < 64; f++) {
       if ((f & 3) == 3) continue;
-      unsigned long taken = run(f, &none), want = f & 32 ? 2 : 5;
+      unsigned long taken = run(f, &none), want = f & 32 ? 4 : 5;
       if (taken != want) {
         fprintf(stderr,
                 "fuzz_gemini_fast: the fast path took %lu of %lu bodies (flags %d)\n",

@@ -27,7 +27,7 @@ static const char *px_test_census_name = "";
  * does (PX_FAST_REFUSE). A body between two complete protocols that the
  * fast path declines fails the runner. Indexed by px_proto_t (chat,
  * responses, anthropic, gemini). */
-static const int px_test_fast_complete[PX_PROTO_COUNT] = {1, 1, 0, 0};
+static const int px_test_fast_complete[PX_PROTO_COUNT] = {1, 1, 1, 1};
 static int px_test_census_missed;
 
 static inline void px_test_census(const char *what, const px_tr_ctx_t *ctx) {

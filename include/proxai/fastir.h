@@ -255,6 +255,11 @@ typedef struct px_fast_ops {
    *  decode_response may put there): the hub declines an answer using
    *  more (px_fresp_uses). Added with issue 21's reasoning answers. */
   unsigned resp_encodes;
+  /** A count_tokens request (PX_TR_COUNT_TOKENS): the encoded body at
+   *  b->data + start made the protocol's token count body for model, in
+   *  place (px_proto_ops_t.count_request's rule, without a document); NULL:
+   *  the body is sent as it is. 0 or <0. */
+  int (*count_request)(px_buf_t *b, size_t start, const char *model);
 } px_fast_ops_t;
 
 /** The protocols' fast codecs (src/proto/<p>_fast.c). */
@@ -402,6 +407,10 @@ static inline int px_fb_lit(px_buf_t *b, const char *s) {
   return px_fb_put(b, s, strlen(s)); /* inlined: the length of a literal folds */
 }
 int px_fb_str(px_buf_t *b, px_fstr_t s); /* quoted */
+/** The object at b->data + start (an encoder's output: valid, compact or
+ *  not) without its top-level members named in drop[0..n), rewritten in
+ *  place. 0, or <0 (b unchanged). */
+int px_fb_drop_members(px_buf_t *b, size_t start, const px_fkey_t *drop, int n);
 int px_fb_raw(px_buf_t *b, px_str_t r);
 int px_fb_key(px_buf_t *b, int *first, const char *key); /* ,"key": */
 /** key_lit (`,"name":`) and the raw value, when r is set (r.ptr). */

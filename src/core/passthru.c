@@ -119,9 +119,12 @@ static int data_error(const char *d, size_t n) {
 }
 
 /* Usage on a data chunk, read as in a whole body (from its end, where it
- * sits; a repeated name: the last, as jansson). A chunk ending in the bytes
- * the last read depended on reads the same (px_usage_scan_tail): not read
- * again (Gemini repeats its usage on every chunk). */
+ * sits; a repeated name: the last, as jansson). Read back from the end, the
+ * answer depends on the bytes from the usage member's name on alone (and
+ * the byte before it, not a backslash: the quote opens the name) in any
+ * object (d[0] == '{'): a chunk ending in the bytes the last read depended
+ * on reads the same and is not read again (Gemini repeats its usage on
+ * every chunk). */
 #define PX_USAGE_TAIL_MAX 256
 static void chunk_usage(px_passthru_t *pt, const char *d, size_t n) {
   px_buf_t *t = &pt->utail;
@@ -129,13 +132,14 @@ static void chunk_usage(px_passthru_t *pt, const char *d, size_t n) {
       memcmp(d + n - t->len, t->data, t->len) == 0)
     return;
   px_buf_reset(t);
-  size_t tail;
-  if (!px_usage_scan_tail(pt->proto, d, n, &pt->usage, &tail)) {
+  size_t at;
+  if (!px_usage_scan_at(pt->proto, d, n, &pt->usage, &at)) {
     px_usage_read(pt->w, d, n, NULL, &pt->usage); /* a prefix */
     return;
   }
-  if (tail < n && n - tail <= PX_USAGE_TAIL_MAX)
-    (void)px_buf_append(t, d + tail, n - tail); /* none kept if it fails */
+  if (at != PX_JSON_NPOS && at > 0 && at < n && d[at - 1] != '\\' && d[0] == '{' &&
+      n - at < PX_USAGE_TAIL_MAX)
+    (void)px_buf_append(t, d + at - 1, n - at + 1); /* none kept if it fails */
 }
 
 /* a is the name lit of length len (NULL: no such name); the lengths are

@@ -1,23 +1,31 @@
 /* anthropic_fast.c - the fast codec of Anthropic Messages bodies
- * (include/proxai/fastir.h): requests as Claude Code sends them (system and
- * text blocks with cache_control, thinking and redacted thinking, tool use
- * and results with their content blocks, images, tools, the thinking and
- * output configuration, metadata) and what an Anthropic upstream takes of
- * any fast IR (thinking blocks, the thinking budget, structured output);
- * responses with text and tool use. Read and written without a jansson
- * document. Anything else declines to the jansson codec in anthropic.c,
- * the reference: every rule here is that codec's rule for the same shape,
- * its lossy names included, in its order. */
+ * (include/proxai/fastir.h), in its four roles: requests as clients send
+ * them (system and text blocks with cache_control, system turns in the
+ * conversation, thinking and redacted thinking, tool use and results with
+ * their content blocks, images, documents, search results, tools, the
+ * thinking and output configuration, metadata), what an Anthropic upstream
+ * takes of any fast IR, Anthropic answers (refusals, citations, server
+ * tools' blocks) and the answers Anthropic clients get. Read and written
+ * without a jansson document. The jansson codec in anthropic.c is the
+ * reference: every rule here is that codec's rule for the same shape, its
+ * lossy names included, in its order, and its refusals in its words
+ * (PX_FAST_REFUSE); what this codec cannot tell exactly (escaped keys or
+ * values where they decide, repeated members) declines to it. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "proxai/fastir.h"
+#include "proxai/jdoc.h"
 #include "proxai/protoutil.h"
 
 #define DECLINE PX_FAST_DECLINE
+#define REFUSE PX_FAST_REFUSE
 #define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define PX_ANTH_DEFAULT_MAX_TOKENS 4096
+/* the reference's refusal: err as px_tr_fail sets it */
+#define FAIL(err, param, ...) (px_tr_fail((err), (param), __VA_ARGS__), REFUSE)
 
 /* ======================================================================== */
 /* Request decode                                                            */
@@ -29,9 +37,29 @@ typedef struct {
   px_lossy_t sys, msgs, rest;
 } dec_lossy_t;
 
-/* a plain (unescaped) string member equal to lit */
-static int str_is(const px_fv_t *v, const char *lit) {
-  return v->kind == PX_FV_STR && px_fs_is(v->s, lit);
+/* A string member the reference compares (px_jstr): 1 with *s set when it
+ * is a plain string, 0 when it is no string (NULL there), -1 when it has
+ * escapes (its value is not read here: the caller declines). f NULL:
+ * absent. */
+static int plain_str(const px_fv_t *f, px_fstr_t *s) {
+  if (f == NULL || f->kind != PX_FV_STR) return 0;
+  if (f->s.esc) return -1;
+  *s = f->s;
+  return 1;
+}
+
+/* a plain string's value for a message (NUL-ended, cut as the message is) */
+static const char *cstr(px_fstr_t s, char *buf, size_t n) {
+  size_t k = s.n < n - 1 ? s.n : n - 1;
+  memcpy(buf, s.p, k);
+  buf[k] = 0;
+  return buf;
+}
+
+/* The value at the cursor skipped (a refusal's remaining bytes). */
+static int skip_value(px_fw_t *w) {
+  px_fv_t v;
+  return px_fw_value(w, &v) < 0 ? DECLINE : 0;
 }
 
 /* Members read by name in a loop over an object: jansson keeps the last of
@@ -53,20 +81,66 @@ static int key_once(px_fstr_t k, key_seen_t **seen, px_arena_t *a) {
   return 0;
 }
 
-/* system blocks: {type:"text", text, cache_control?, citations?} */
+/* The path of a content block, made only for a refusal's words: the
+ * reference's pathf steps (96-byte buffers, each cut where it cuts). */
+typedef struct fpath {
+  const struct fpath *up; /* NULL: messages[i].content[j] */
+  int doc;                /* up: <up>.source.content[i] (1), <up>.content[i] (0) */
+  size_t i, j;
+} fpath_t;
+
+/* the reference's pathf: a path cut at the buffer's size */
+static void pathf(char *p, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void pathf(char *p, size_t n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(p, n, fmt, ap);
+  va_end(ap);
+}
+
+static void path_of(const fpath_t *p, char out[96]) {
+  char b[96];
+  if (p->up == NULL) {
+    pathf(out, 96, "messages[%zu].content[%zu]", p->i, p->j);
+    return;
+  }
+  path_of(p->up, b);
+  if (p->doc)
+    pathf(out, 96, "%s.source.content[%zu]", b, p->i);
+  else
+    pathf(out, 96, "%s.content[%zu]", b, p->i);
+}
+
+/* path + suffix into out, for a refusal */
+static void path_sfx(const fpath_t *p, const char *sfx, char out[96]) {
+  char b[96];
+  path_of(p, b);
+  pathf(out, 96, "%s%s", b, sfx);
+}
+
+/* system blocks: {type:"text", text, cache_control?, citations?}; block i
+ * of the system value at path */
 enum { TB_TYPE, TB_TEXT, TB_CC, TB_CIT };
 static const px_fkey_t text_block_keys[] = {PX_FK("type"), PX_FK("text"),
                                             PX_FK("cache_control"), PX_FK("citations")};
 
-static int text_block(px_fw_t *w, px_arena_t *a, px_lossy_t *lossy, px_fpart_t **out) {
+static int text_block(px_fw_t *w, const char *path, size_t i, px_arena_t *a,
+                      px_lossy_t *lossy, px_fpart_t **out, px_tr_err_t *err) {
   px_fv_t f[NKEYS(text_block_keys)];
   unsigned seen = 0;
+  px_fstr_t t;
 #define HAS(x) (seen & (1u << (x)))
+  if (px_fw_peek(w) != PX_FV_OBJ) {
+    if (skip_value(w) != 0) return DECLINE;
+    goto bad;
+  }
   if (px_fw_kfields(w, text_block_keys, NKEYS(text_block_keys), f, &seen) != 0)
     return DECLINE;
-  if (!HAS(TB_TYPE) || !str_is(&f[TB_TYPE], "text") || !HAS(TB_TEXT) ||
-      f[TB_TEXT].kind != PX_FV_STR)
-    return DECLINE;
+  int rc = plain_str(HAS(TB_TYPE) ? &f[TB_TYPE] : NULL, &t);
+  if (rc < 0) return DECLINE;
+  if (rc == 0 || !px_fs_is(t, "text") || !HAS(TB_TEXT) || f[TB_TEXT].kind != PX_FV_STR)
+    goto bad;
   px_fpart_t *p = px_fpart_text(a, f[TB_TEXT].s);
   if (p == NULL) return DECLINE;
   if (HAS(TB_CC)) p->cache_control = f[TB_CC].raw;
@@ -75,9 +149,17 @@ static int text_block(px_fw_t *w, px_arena_t *a, px_lossy_t *lossy, px_fpart_t *
 #undef HAS
   *out = p;
   return 0;
+bad:;
+  char pp[96];
+  snprintf(pp, sizeof(pp), "%s[%zu].type", path, i);
+  return FAIL(err, pp, "%s: system blocks must be text", pp);
 }
 
-static int decode_system(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+/* a system value (the member, or a system turn's content) at the cursor:
+ * its TEXT parts appended to *head .. *tail */
+static int decode_system(px_fw_t *w, const char *path, px_fpart_t **head,
+                         px_fpart_t **tail, px_arena_t *a, px_lossy_t *lossy,
+                         px_tr_err_t *err) {
   px_fv_kind_t kind = px_fw_peek(w);
   if (kind == PX_FV_STR) {
     px_fv_t v;
@@ -85,88 +167,68 @@ static int decode_system(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t *l
     if (v.s.n > 0) {
       px_fpart_t *p = px_fpart_text(a, v.s);
       if (p == NULL) return DECLINE;
-      px_fpart_push(&ir->system, &ir->system_last, p);
+      px_fpart_push(head, tail, p);
     }
     return 0;
   }
-  if (kind != PX_FV_ARR || px_fw_open(w, '[') < 0) return DECLINE;
+  if (kind != PX_FV_ARR) {
+    if (skip_value(w) != 0) return DECLINE;
+    return FAIL(err, path, "%s: must be a string or an array of text blocks", path);
+  }
   int r;
+  size_t i = 0;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
   while ((r = px_fw_elem(w)) == 1) {
     px_fpart_t *p;
-    if (text_block(w, a, lossy, &p) != 0) return DECLINE;
-    px_fpart_push(&ir->system, &ir->system_last, p);
+    int rc = text_block(w, path, i++, a, lossy, &p, err);
+    if (rc != 0) return rc;
+    px_fpart_push(head, tail, p);
   }
   return r < 0 ? DECLINE : 0;
 }
 
-/* an image block's source (base64 data with its media type, or a URL) */
-static int image_part(const px_fv_t *src, px_arena_t *a, px_fpart_t **out) {
+/* an image's source (base64 data with its media type, or a URL) -> an
+ * IMAGE part; path: the block's */
+static int image_part(const px_fv_t *src, const fpath_t *path, px_arena_t *a,
+                      px_fpart_t **out, px_tr_err_t *err) {
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("media_type"), PX_FK("data"),
                                    PX_FK("url")};
   px_fv_t f[4];
   unsigned seen = 0;
-  if (src->kind != PX_FV_OBJ || px_fv_kfields(src, keys, 4, f, &seen) != 0 || !(seen & 1))
-    return DECLINE;
-  px_fpart_t *p = px_fpart_new(a, PX_FP_IMAGE);
-  if (p == NULL) return DECLINE;
-  if (str_is(&f[0], "base64") && (seen & 2) && f[1].kind == PX_FV_STR && (seen & 4) &&
-      f[2].kind == PX_FV_STR) {
-    p->media_type = f[1].s;
-    p->data = f[2].s;
-  } else if (str_is(&f[0], "url") && (seen & 8) && f[3].kind == PX_FV_STR) {
-    p->url = f[3].s;
-  } else {
-    return DECLINE; /* the reference's error */
+  px_fstr_t st = {0};
+  char p[96], b[300];
+  if (src == NULL || src->kind != PX_FV_OBJ) {
+    path_sfx(path, ".source", p);
+    return FAIL(err, p, "%s: missing image source", p);
   }
-  *out = p;
-  return 0;
-}
-
-/* tool_result content: absent/null, a string, or blocks (text, images,
- * tool references) */
-static int tool_result_content(px_fv_t *c, px_fpart_t *part, px_arena_t *a,
-                               px_lossy_t *lossy) {
-  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("cache_control"),
-                                   PX_FK("citations"), PX_FK("source")};
-  if (c->kind == PX_FV_NULL) return 0;
-  if (c->kind == PX_FV_STR) {
-    part->content = px_fpart_text(a, c->s);
-    return part->content ? 0 : DECLINE;
-  }
-  if (c->kind != PX_FV_ARR) return DECLINE;
-  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
-  px_fpart_t *tail = NULL;
-  int r;
-  if (px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
-    px_fv_t f[NKEYS(keys)];
-    unsigned seen = 0;
-    px_fpart_t *p = NULL;
-    if (px_fw_kfields(&w, keys, NKEYS(keys), f, &seen) != 0 || !(seen & 1))
-      return DECLINE;
-    if (str_is(&f[0], "text") && (seen & 2) && f[1].kind == PX_FV_STR) {
-      if ((p = px_fpart_text(a, f[1].s)) == NULL) return DECLINE;
-      if (seen & 8) px_lossy_add(lossy, "messages[].content[].citations");
-    } else if (str_is(&f[0], "image")) {
-      if (!(seen & 16) || image_part(&f[4], a, &p) != 0) return DECLINE;
-    } else if (str_is(&f[0], "tool_reference")) {
-      px_lossy_add(lossy, "messages[].content[].content[].tool_reference");
-    } else {
-      return DECLINE; /* documents, search results: the reference */
+  if (px_fv_kfields(src, keys, 4, f, &seen) != 0) return DECLINE;
+  int rc = plain_str((seen & 1) ? &f[0] : NULL, &st);
+  if (rc < 0) return DECLINE;
+  if (rc == 1 && px_fs_is(st, "base64")) {
+    if (!(seen & 2) || f[1].kind != PX_FV_STR || !(seen & 4) || f[2].kind != PX_FV_STR) {
+      path_sfx(path, ".source", p);
+      return FAIL(err, p, "%s: base64 image needs media_type and data", p);
     }
-    if (seen & 4) px_lossy_add(lossy, "cache_control");
-    if (p != NULL) px_fpart_push(&part->content, &tail, p);
+    px_fpart_t *pt = px_fpart_new(a, PX_FP_IMAGE);
+    if (pt == NULL) return DECLINE;
+    pt->media_type = f[1].s;
+    pt->data = f[2].s;
+    *out = pt;
+    return 0;
   }
-  return r < 0 ? DECLINE : 0;
+  if (rc == 1 && px_fs_is(st, "url") && (seen & 8) && f[3].kind == PX_FV_STR) {
+    px_fpart_t *pt = px_fpart_new(a, PX_FP_IMAGE);
+    if (pt == NULL) return DECLINE;
+    pt->url = f[3].s;
+    *out = pt;
+    return 0;
+  }
+  path_sfx(path, ".source.type", p);
+  return FAIL(err, p, "%s: image source type '%s' cannot be translated", p,
+              rc == 1 ? cstr(st, b, sizeof(b)) : "(none)");
 }
 
-/* server-side tools' blocks: dropped and named there */
-static int server_result_type(px_fstr_t t) {
-  static const char suffix[] = "_tool_result";
-  size_t n = sizeof(suffix) - 1;
-  return t.n > n && memcmp(t.p + t.n - n, suffix, n) == 0;
-}
-
+/* A block's members (every block kind's, read once). */
 enum {
   B_TYPE,
   B_TEXT,
@@ -181,76 +243,306 @@ enum {
   B_THINKING,
   B_SIG,
   B_DATA,
-  B_SOURCE
+  B_SOURCE,
+  B_TITLE,
+  B_CONTEXT
 };
 static const px_fkey_t block_keys[] = {
     PX_FK("type"),    PX_FK("text"),     PX_FK("cache_control"), PX_FK("citations"),
     PX_FK("id"),      PX_FK("name"),     PX_FK("input"),         PX_FK("tool_use_id"),
     PX_FK("content"), PX_FK("is_error"), PX_FK("thinking"),      PX_FK("signature"),
-    PX_FK("data"),    PX_FK("source")};
+    PX_FK("data"),    PX_FK("source"),   PX_FK("title"),         PX_FK("context")};
 
-static int decode_block(px_fw_t *w, int assistant, px_fmsg_t *m, px_arena_t *a,
-                        px_lossy_t *lossy) {
+typedef struct {
   px_fv_t f[NKEYS(block_keys)];
+  unsigned seen;
+} block_t;
+#define BHAS(b, x) ((b)->seen & (1u << (x)))
+
+/* the block at the cursor read (no member when it is no object: skipped);
+ * 0 or DECLINE */
+static int read_block(px_fw_t *w, block_t *b) {
+  b->seen = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ) return skip_value(w);
+  return px_fw_kfields(w, block_keys, NKEYS(block_keys), b->f, &b->seen) != 0 ? DECLINE
+                                                                              : 0;
+}
+
+/* a part appended to the list *head .. *tail (NULL: out of memory) */
+static int push_new(px_fpart_t **head, px_fpart_t **tail, px_fpart_t *p) {
+  if (p == NULL) return DECLINE;
+  px_fpart_push(head, tail, p);
+  return 0;
+}
+
+/* a document block -> FILE or TEXT parts (text sources: the words are the
+ * content) */
+static int document(const block_t *blk, const fpath_t *path, px_fpart_t **head,
+                    px_fpart_t **tail, px_arena_t *a, px_lossy_t *lossy,
+                    px_tr_err_t *err) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("media_type"), PX_FK("data"),
+                                   PX_FK("url"),  PX_FK("file_id"),    PX_FK("content")};
+  enum { S_TYPE, S_MT, S_DATA, S_URL, S_FID, S_CONTENT };
+  px_fv_t f[NKEYS(keys)];
   unsigned seen = 0;
-  /* the jansson codec reads only the keys above */
-  if (px_fw_kfields(w, block_keys, NKEYS(block_keys), f, &seen) != 0 ||
-      !(seen & (1u << B_TYPE)) || f[B_TYPE].kind != PX_FV_STR || f[B_TYPE].s.esc)
-    return DECLINE;
-  px_fstr_t t = f[B_TYPE].s;
+  px_fstr_t st = {0};
+  char p[96], b[300];
 #define HAS(x) (seen & (1u << (x)))
-  px_fpart_t *p;
+  if (!BHAS(blk, B_SOURCE) || blk->f[B_SOURCE].kind != PX_FV_OBJ) {
+    path_sfx(path, ".source", p);
+    return FAIL(err, p, "%s: missing document source", p);
+  }
+  if (px_fv_kfields(&blk->f[B_SOURCE], keys, NKEYS(keys), f, &seen) != 0) return DECLINE;
+  int rs = plain_str(HAS(S_TYPE) ? &f[S_TYPE] : NULL, &st);
+  if (rs < 0) return DECLINE;
+  int titled = BHAS(blk, B_TITLE) && blk->f[B_TITLE].kind == PX_FV_STR;
+  if (BHAS(blk, B_CONTEXT)) px_lossy_add(lossy, "messages[].content[].context");
+  if (BHAS(blk, B_CIT)) px_lossy_add(lossy, "messages[].content[].citations");
+  if (BHAS(blk, B_CC)) px_lossy_add(lossy, "cache_control");
+  px_fpart_t *pt;
+  if (rs == 1 && px_fs_is(st, "base64")) {
+    if (!HAS(S_MT) || f[S_MT].kind != PX_FV_STR || !HAS(S_DATA) ||
+        f[S_DATA].kind != PX_FV_STR) {
+      path_sfx(path, ".source", p);
+      return FAIL(err, p, "%s: base64 document needs media_type and data", p);
+    }
+    if ((pt = px_fpart_new(a, PX_FP_FILE)) == NULL) return DECLINE;
+    pt->media_type = f[S_MT].s;
+    pt->data = f[S_DATA].s;
+    if (titled) pt->filename = blk->f[B_TITLE].s;
+    px_fpart_push(head, tail, pt);
+    return 0;
+  }
+  if (rs == 1 && px_fs_is(st, "url") && HAS(S_URL) && f[S_URL].kind == PX_FV_STR) {
+    if ((pt = px_fpart_new(a, PX_FP_FILE)) == NULL) return DECLINE;
+    pt->url = f[S_URL].s;
+    px_fpart_push(head, tail, pt);
+  } else if (rs == 1 && px_fs_is(st, "file") && HAS(S_FID) &&
+             f[S_FID].kind == PX_FV_STR) {
+    if ((pt = px_fpart_new(a, PX_FP_FILE)) == NULL) return DECLINE;
+    pt->file_id = f[S_FID].s;
+    px_fpart_push(head, tail, pt);
+  } else if (rs == 1 && px_fs_is(st, "text") && HAS(S_DATA) &&
+             f[S_DATA].kind == PX_FV_STR) {
+    if (push_new(head, tail, px_fpart_text(a, f[S_DATA].s)) != 0) return DECLINE;
+  } else if (rs == 1 && px_fs_is(st, "content")) {
+    px_fv_t *c = HAS(S_CONTENT) ? &f[S_CONTENT] : NULL;
+    if (c != NULL && c->kind == PX_FV_STR) {
+      if (push_new(head, tail, px_fpart_text(a, c->s)) != 0) return DECLINE;
+    } else if (c != NULL && c->kind == PX_FV_ARR) {
+      px_fw_t cw = {c->raw.ptr, c->raw.len, 0};
+      int r;
+      size_t i = 0;
+      if (px_fw_open(&cw, '[') < 0) return DECLINE;
+      while ((r = px_fw_elem(&cw)) == 1) {
+        block_t e;
+        px_fstr_t et = {0};
+        fpath_t q = {path, 1, i++, 0};
+        if (read_block(&cw, &e) != 0) return DECLINE;
+        int rt = plain_str(BHAS(&e, B_TYPE) ? &e.f[B_TYPE] : NULL, &et);
+        if (rt < 0) return DECLINE;
+        if (rt == 1 && px_fs_is(et, "text") && BHAS(&e, B_TEXT) &&
+            e.f[B_TEXT].kind == PX_FV_STR) {
+          if (push_new(head, tail, px_fpart_text(a, e.f[B_TEXT].s)) != 0) return DECLINE;
+        } else if (rt == 1 && px_fs_is(et, "image")) {
+          int rc =
+              image_part(BHAS(&e, B_SOURCE) ? &e.f[B_SOURCE] : NULL, &q, a, &pt, err);
+          if (rc != 0) return rc;
+          px_fpart_push(head, tail, pt);
+        } else {
+          path_sfx(&q, ".type", p);
+          return FAIL(err, p, "%s: unsupported document content block", p);
+        }
+      }
+      if (r < 0) return DECLINE;
+    }
+  } else {
+    path_sfx(path, ".source.type", p);
+    return FAIL(err, p, "%s: document source type '%s' cannot be translated", p,
+                rs == 1 ? cstr(st, b, sizeof(b)) : "(none)");
+  }
+#undef HAS
+  if (BHAS(blk, B_TITLE) && blk->f[B_TITLE].kind == PX_FV_STR)
+    px_lossy_add(lossy, "messages[].content[].title");
+  return 0;
+}
+
+/* a search_result block (RAG content with a source) -> its texts as TEXT
+ * parts; the source, title and citations have no IR slot */
+static int search_result(const block_t *blk, px_fpart_t **head, px_fpart_t **tail,
+                         px_arena_t *a, px_lossy_t *lossy) {
+  static const px_fkey_t keys[] = {PX_FK("text")};
+  if (BHAS(blk, B_CONTENT) && blk->f[B_CONTENT].kind == PX_FV_ARR) {
+    px_fw_t w = {blk->f[B_CONTENT].raw.ptr, blk->f[B_CONTENT].raw.len, 0};
+    int r;
+    if (px_fw_open(&w, '[') < 0) return DECLINE;
+    while ((r = px_fw_elem(&w)) == 1) {
+      px_fv_t f[1];
+      unsigned seen = 0;
+      if (px_fw_peek(&w) != PX_FV_OBJ) {
+        if (skip_value(&w) != 0) return DECLINE;
+        continue;
+      }
+      if (px_fw_kfields(&w, keys, 1, f, &seen) != 0) return DECLINE;
+      if (seen && f[0].kind == PX_FV_STR &&
+          push_new(head, tail, px_fpart_text(a, f[0].s)) != 0)
+        return DECLINE;
+    }
+    if (r < 0) return DECLINE;
+  }
+  px_lossy_add(lossy, "messages[].content[].search_result");
+  return 0;
+}
+
+/* tool_result content: absent/null, a string, or blocks (text, images,
+ * documents, search results, tool references) */
+static int tool_result_content(const block_t *blk, const fpath_t *path, px_fpart_t *part,
+                               px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  const px_fv_t *c = BHAS(blk, B_CONTENT) ? &blk->f[B_CONTENT] : NULL;
+  char p[96];
+  if (c == NULL || c->kind == PX_FV_NULL) return 0;
+  if (c->kind == PX_FV_STR) {
+    part->content = px_fpart_text(a, c->s);
+    return part->content ? 0 : DECLINE;
+  }
+  if (c->kind != PX_FV_ARR) {
+    path_sfx(path, ".content", p);
+    return FAIL(err, p, "%s: must be a string or an array of blocks", p);
+  }
+  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
+  px_fpart_t *tail = NULL;
+  int r;
+  size_t i = 0;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    block_t b;
+    px_fstr_t t = {0};
+    fpath_t q = {path, 0, i++, 0};
+    px_fpart_t *pt = NULL;
+    int rc;
+    if (read_block(&w, &b) != 0) return DECLINE;
+    int rt = plain_str(BHAS(&b, B_TYPE) ? &b.f[B_TYPE] : NULL, &t);
+    if (rt < 0) return DECLINE;
+    if (rt == 1 && px_fs_is(t, "text") && BHAS(&b, B_TEXT) &&
+        b.f[B_TEXT].kind == PX_FV_STR) {
+      if ((pt = px_fpart_text(a, b.f[B_TEXT].s)) == NULL) return DECLINE;
+      if (BHAS(&b, B_CIT)) px_lossy_add(lossy, "messages[].content[].citations");
+    } else if (rt == 1 && px_fs_is(t, "image")) {
+      rc = image_part(BHAS(&b, B_SOURCE) ? &b.f[B_SOURCE] : NULL, &q, a, &pt, err);
+      if (rc != 0) return rc;
+    } else if (rt == 1 && px_fs_is(t, "document")) {
+      if ((rc = document(&b, &q, &part->content, &tail, a, lossy, err)) != 0) return rc;
+    } else if (rt == 1 && px_fs_is(t, "search_result")) {
+      if (search_result(&b, &part->content, &tail, a, lossy) != 0) return DECLINE;
+    } else if (rt == 1 && px_fs_is(t, "tool_reference")) {
+      /* every tool is always loaded at the target: only the marker goes */
+      px_lossy_add(lossy, "messages[].content[].content[].tool_reference");
+    } else {
+      char pq[96], tq[112], tb[300];
+      path_of(&q, pq);
+      snprintf(tq, sizeof(tq), "%s.type", pq);
+      return FAIL(err, tq, "%s: tool_result content type '%s' is not supported", tq,
+                  rt == 1 ? cstr(t, tb, sizeof(tb)) : "(none)");
+    }
+    if (BHAS(&b, B_CC) && !px_fs_is(t, "document")) px_lossy_add(lossy, "cache_control");
+    if (pt != NULL) px_fpart_push(&part->content, &tail, pt);
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* server-side tools' blocks: dropped and named there */
+static int server_result_type(px_fstr_t t) {
+  static const char suffix[] = "_tool_result";
+  size_t n = sizeof(suffix) - 1;
+  return t.n > n && memcmp(t.p + t.n - n, suffix, n) == 0;
+}
+
+/* One content block of a message at the cursor -> 0..n parts of m. */
+static int decode_block(px_fw_t *w, const fpath_t *path, px_fmsg_t *m, px_arena_t *a,
+                        px_lossy_t *lossy, px_tr_err_t *err) {
+  block_t blk;
+  const px_fv_t *f = blk.f;
+  px_fstr_t t = {0};
+  char p[96], b[300];
+  int rc, assistant = m->assistant;
+  if (read_block(w, &blk) != 0) return DECLINE;
+  rc = plain_str(BHAS(&blk, B_TYPE) ? &f[B_TYPE] : NULL, &t);
+  if (rc < 0) return DECLINE;
+  if (rc == 0) {
+    path_sfx(path, ".type", p);
+    return FAIL(err, p, "%s: content block without a type", p);
+  }
+#define HAS(x) BHAS(&blk, x)
+  px_fpart_t *pt;
   if (px_fs_is(t, "text")) {
-    if (!HAS(B_TEXT) || f[B_TEXT].kind != PX_FV_STR) return DECLINE;
-    p = px_fpart_text(a, f[B_TEXT].s);
-    if (p == NULL) return DECLINE;
-    if (HAS(B_CC)) p->cache_control = f[B_CC].raw;
+    if (!HAS(B_TEXT) || f[B_TEXT].kind != PX_FV_STR) {
+      path_sfx(path, ".text", p);
+      return FAIL(err, p, "%s: text block without text", p);
+    }
+    pt = px_fpart_text(a, f[B_TEXT].s);
+    if (pt == NULL) return DECLINE;
+    if (HAS(B_CC)) pt->cache_control = f[B_CC].raw;
     if (HAS(B_CIT) && f[B_CIT].kind != PX_FV_NULL)
       px_lossy_add(lossy, "messages[].content[].citations");
   } else if (px_fs_is(t, "image")) {
-    if (!HAS(B_SOURCE) || image_part(&f[B_SOURCE], a, &p) != 0) return DECLINE;
+    if ((rc = image_part(HAS(B_SOURCE) ? &f[B_SOURCE] : NULL, path, a, &pt, err)) != 0)
+      return rc;
     if (HAS(B_CC)) px_lossy_add(lossy, "cache_control");
+  } else if (px_fs_is(t, "document")) {
+    return document(&blk, path, &m->parts, &m->last, a, lossy, err);
+  } else if (px_fs_is(t, "search_result")) {
+    return search_result(&blk, &m->parts, &m->last, a, lossy);
   } else if (px_fs_is(t, "tool_use")) {
-    if (!assistant) return DECLINE;
+    if (!assistant) {
+      path_sfx(path, ".type", p);
+      return FAIL(err, p, "%s: tool_use only in assistant turns", p);
+    }
     if (!HAS(B_ID) || !HAS(B_NAME) || f[B_ID].kind != PX_FV_STR ||
-        f[B_NAME].kind != PX_FV_STR)
-      return DECLINE;
-    p = px_fpart_new(a, PX_FP_TOOL_CALL);
-    if (p == NULL) return DECLINE;
-    p->id = f[B_ID].s;
-    p->name = f[B_NAME].s;
+        f[B_NAME].kind != PX_FV_STR) {
+      path_sfx(path, ".id", p);
+      return FAIL(err, p, "%s: tool_use needs id and name", p);
+    }
+    pt = px_fpart_new(a, PX_FP_TOOL_CALL);
+    if (pt == NULL) return DECLINE;
+    pt->id = f[B_ID].s;
+    pt->name = f[B_NAME].s;
     if (!HAS(B_INPUT)) {
-      p->args = (px_fstr_t){"{}", 2, 0};
+      pt->args = (px_fstr_t){"{}", 2, 0};
     } else {
-      if (px_fast_dump_value(a, f[B_INPUT].raw, &p->args) != 0) return DECLINE;
-      if (f[B_INPUT].kind == PX_FV_OBJ) p->input = f[B_INPUT].raw;
+      if (px_fast_dump_value(a, f[B_INPUT].raw, &pt->args) != 0) return DECLINE;
+      if (f[B_INPUT].kind == PX_FV_OBJ) pt->input = f[B_INPUT].raw;
     }
     if (HAS(B_CC)) px_lossy_add(lossy, "cache_control");
   } else if (px_fs_is(t, "tool_result")) {
-    if (assistant) return DECLINE;
-    if (!HAS(B_TUID) || f[B_TUID].kind != PX_FV_STR) return DECLINE;
-    p = px_fpart_new(a, PX_FP_TOOL_RESULT);
-    if (p == NULL) return DECLINE;
-    p->id = f[B_TUID].s;
-    if (HAS(B_CONTENT) && tool_result_content(&f[B_CONTENT], p, a, lossy) != 0)
-      return DECLINE;
-    p->is_error = HAS(B_ISERR) && f[B_ISERR].kind == PX_FV_TRUE;
+    if (assistant) {
+      path_sfx(path, ".type", p);
+      return FAIL(err, p, "%s: tool_result only in user turns", p);
+    }
+    if (!HAS(B_TUID) || f[B_TUID].kind != PX_FV_STR) {
+      path_sfx(path, ".tool_use_id", p);
+      return FAIL(err, p, "%s: tool_result needs tool_use_id", p);
+    }
+    pt = px_fpart_new(a, PX_FP_TOOL_RESULT);
+    if (pt == NULL) return DECLINE;
+    pt->id = f[B_TUID].s;
+    if ((rc = tool_result_content(&blk, path, pt, a, lossy, err)) != 0) return rc;
+    pt->is_error = HAS(B_ISERR) && f[B_ISERR].kind == PX_FV_TRUE;
     if (HAS(B_CC)) px_lossy_add(lossy, "cache_control");
   } else if (px_fs_is(t, "thinking")) {
     /* its signature back to its family's field (px_rtok_in) */
-    p = px_fpart_new(a, PX_FP_REASONING);
-    if (p == NULL) return DECLINE;
-    p->text = HAS(B_THINKING) && f[B_THINKING].kind == PX_FV_STR ? f[B_THINKING].s
-                                                                 : (px_fstr_t){"", 0, 0};
+    pt = px_fpart_new(a, PX_FP_REASONING);
+    if (pt == NULL) return DECLINE;
+    pt->text = HAS(B_THINKING) && f[B_THINKING].kind == PX_FV_STR ? f[B_THINKING].s
+                                                                  : (px_fstr_t){"", 0, 0};
     if (HAS(B_SIG) && f[B_SIG].kind == PX_FV_STR &&
-        px_frtok_in(PX_PROTO_ANTHROPIC, p, f[B_SIG].s) != 0)
+        px_frtok_in(PX_PROTO_ANTHROPIC, pt, f[B_SIG].s) != 0)
       return DECLINE;
   } else if (px_fs_is(t, "redacted_thinking")) {
     int k = px_frtok_index("redacted_data");
-    p = px_fpart_new(a, PX_FP_REASONING);
-    if (p == NULL || k < 0) return DECLINE;
-    p->text = (px_fstr_t){"", 0, 0};
-    p->tok[k] =
+    pt = px_fpart_new(a, PX_FP_REASONING);
+    if (pt == NULL || k < 0) return DECLINE;
+    pt->text = (px_fstr_t){"", 0, 0};
+    pt->tok[k] =
         HAS(B_DATA) && f[B_DATA].kind == PX_FV_STR ? f[B_DATA].s : (px_fstr_t){"", 0, 0};
   } else if (px_fs_is(t, "server_tool_use") || px_fs_is(t, "mcp_tool_use")) {
     px_lossy_add(lossy, "messages[].content[].server_tool_use");
@@ -259,16 +551,19 @@ static int decode_block(px_fw_t *w, int assistant, px_fmsg_t *m, px_arena_t *a,
     px_lossy_add(lossy, "messages[].content[].server_tool_result");
     return 0;
   } else {
-    return DECLINE; /* documents, search results ...: the reference */
+    path_sfx(path, ".type", p);
+    return FAIL(err, p, "%s: content block type '%s' cannot be translated", p,
+                cstr(t, b, sizeof(b)));
   }
 #undef HAS
-  px_fpart_push(&m->parts, &m->last, p);
+  px_fpart_push(&m->parts, &m->last, pt);
   return 0;
 }
 
-/* a message's content at the cursor: a string, or blocks decoded where
+/* message i's content at the cursor: a string, or blocks decoded where
  * they stand */
-static int message_content(px_fw_t *w, px_fmsg_t *m, px_arena_t *a, px_lossy_t *lossy) {
+static int message_content(px_fw_t *w, size_t i, px_fmsg_t *m, px_arena_t *a,
+                           px_lossy_t *lossy, px_tr_err_t *err) {
   px_fv_kind_t kind = px_fw_peek(w);
   if (kind == PX_FV_STR) {
     px_fv_t v;
@@ -278,26 +573,74 @@ static int message_content(px_fw_t *w, px_fmsg_t *m, px_arena_t *a, px_lossy_t *
     return 0;
   }
   int r;
-  if (kind != PX_FV_ARR || px_fw_open(w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(w)) == 1)
-    if (decode_block(w, m->assistant, m, a, lossy) != 0) return DECLINE;
+  if (kind != PX_FV_ARR) {
+    char p[96];
+    if (skip_value(w) != 0) return DECLINE;
+    snprintf(p, sizeof(p), "messages[%zu].content", i);
+    return FAIL(err, p, "%s: must be a string or an array of blocks", p);
+  }
+  fpath_t path = {NULL, 0, i, 0};
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(w)) == 1) {
+    int rc = decode_block(w, &path, m, a, lossy, err);
+    if (rc != 0) return rc;
+    path.j++;
+  }
   return r < 0 ? DECLINE : 0;
+}
+
+/* Whether the last message is an assistant turn with tool calls (a system
+ * turn after it joins the system: the results must follow the calls). */
+static int after_tool_calls(const px_freq_t *ir) {
+  const px_fmsg_t *m = ir->msgs_last;
+  if (m == NULL || !m->assistant) return 0;
+  for (const px_fpart_t *p = m->parts; p; p = p->next)
+    if (p->type == PX_FP_TOOL_CALL) return 1;
+  return 0;
+}
+
+/* A message's content at the cursor for its role (0 user, 1 assistant, 2
+ * system: into *sys .. *sys_last). */
+static int role_content(px_fw_t *w, size_t i, int role, px_fmsg_t *m, px_fpart_t **sys,
+                        px_fpart_t **sys_last, px_arena_t *a, px_lossy_t *lossy,
+                        px_tr_err_t *err) {
+  if (role < 2) return message_content(w, i, m, a, lossy, err);
+  char p[96];
+  snprintf(p, sizeof(p), "messages[%zu].content", i);
+  return decode_system(w, p, sys, sys_last, a, lossy, err);
 }
 
 /* messages: {role, content} (other members ignored there); the content is
  * decoded where it stands once the role is known (one walk of the body),
- * else kept and decoded at the role */
-static int decode_messages(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+ * else kept and decoded at the role. A system turn before any other, or
+ * right after tool calls, joins the system (*fold); elsewhere it stays in
+ * place as a system note. A refusal waits for the message's end (a
+ * repeated member there declines). */
+static int decode_messages(px_fw_t *w, px_freq_t *ir, px_fpart_t **fold,
+                           px_fpart_t **fold_last, px_arena_t *a, px_lossy_t *lossy,
+                           px_tr_err_t *err) {
   static const px_fkey_t keys[] = {PX_FK("role"), PX_FK("content")};
   int r;
+  size_t i = 0;
+  if (px_fw_peek(w) != PX_FV_ARR) {
+    if (skip_value(w) != 0) return DECLINE;
+    return FAIL(err, "messages", "messages: must be an array");
+  }
   if (px_fw_open(w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(w)) == 1) {
+  for (; (r = px_fw_elem(w)) == 1; i++) {
+    char p[96];
+    if (px_fw_peek(w) != PX_FV_OBJ) {
+      if (skip_value(w) != 0) return DECLINE;
+      snprintf(p, sizeof(p), "messages[%zu].role", i);
+      return FAIL(err, p, "%s: missing role", p);
+    }
     px_fstr_t k;
     px_fv_t v, content;
     px_fmsg_t *m = NULL;
+    px_fpart_t *sys = NULL, *sys_last = NULL;
     unsigned seen = 0;
-    int rm;
-    if (px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0) return DECLINE;
+    int rm, role = -1, refused = 0;
+    if (px_fw_open(w, '{') < 0) return DECLINE;
     while ((rm = px_fw_member(w, &k)) == 1) {
       int ki = px_fk_of(k, keys, 2);
       if (k.esc) return DECLINE;
@@ -307,32 +650,74 @@ static int decode_messages(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t 
       }
       if (px_fw_seen_twice(&seen, ki)) return DECLINE;
       if (ki == 1) {
-        if (m != NULL) {
-          if (message_content(w, m, a, lossy) != 0) return DECLINE;
-        } else if (px_fw_value(w, &content) < 0) {
-          return DECLINE;
+        size_t at = w->i;
+        int rc = role >= 0 && !refused
+                     ? role_content(w, i, role, m, &sys, &sys_last, a, lossy, err)
+                     : (px_fw_value(w, &content) < 0 ? DECLINE : 0);
+        if (rc == REFUSE) {
+          refused = 1;
+          w->i = at;
+          rc = skip_value(w);
         }
+        if (rc != 0) return DECLINE;
         continue;
       }
-      if (px_fw_value(w, &v) < 0 || v.kind != PX_FV_STR) return DECLINE;
-      int assistant;
-      if (px_fs_is(v.s, "user"))
-        assistant = 0;
-      else if (px_fs_is(v.s, "assistant"))
-        assistant = 1;
-      else
-        return DECLINE; /* system turns: the jansson codec folds them */
-      if ((m = px_fmsg_push(ir, a, assistant)) == NULL) return DECLINE;
+      if (px_fw_value(w, &v) < 0) return DECLINE;
+      px_fstr_t rs;
+      int rc = plain_str(&v, &rs);
+      if (rc < 0) return DECLINE;
+      if (rc == 1 && px_fs_is(rs, "user")) {
+        role = 0;
+      } else if (rc == 1 && px_fs_is(rs, "assistant")) {
+        role = 1;
+      } else if (rc == 1 && px_fs_is(rs, "system")) {
+        role = 2;
+      } else {
+        char b[300];
+        snprintf(p, sizeof(p), "messages[%zu].role", i);
+        if (rc == 1)
+          px_tr_fail(err, p, "%s: role '%s' is not supported", p, cstr(rs, b, sizeof(b)));
+        else
+          px_tr_fail(err, p, "%s: missing role", p);
+        refused = 1;
+        continue;
+      }
+      if (role < 2 && (m = px_fmsg_push(ir, a, role)) == NULL) return DECLINE;
       if (seen & 2) { /* the content came first */
         px_fw_t cw = {content.raw.ptr, content.raw.len, 0};
-        px_fpart_t *p = content.kind == PX_FV_STR ? px_fpart_text(a, content.s) : NULL;
-        if (p != NULL)
-          px_fpart_push(&m->parts, &m->last, p);
-        else if (content.kind == PX_FV_STR || message_content(&cw, m, a, lossy) != 0)
+        int rc2 = role_content(&cw, i, role, m, &sys, &sys_last, a, lossy, err);
+        if (rc2 == REFUSE)
+          refused = 1;
+        else if (rc2 != 0)
           return DECLINE;
       }
     }
-    if (rm < 0 || seen != 3) return DECLINE;
+    if (rm < 0) return DECLINE;
+    if (refused) return REFUSE;
+    if (role < 0) {
+      snprintf(p, sizeof(p), "messages[%zu].role", i);
+      return FAIL(err, p, "%s: missing role", p);
+    }
+    if (!(seen & 2)) {
+      snprintf(p, sizeof(p), "messages[%zu].content", i);
+      return role == 2
+                 ? FAIL(err, p, "%s: must be a string or an array of text blocks", p)
+                 : FAIL(err, p, "%s: must be a string or an array of blocks", p);
+    }
+    if (role < 2 || sys == NULL) continue;
+    if (ir->msgs == NULL || after_tool_calls(ir)) {
+      if (*fold_last)
+        (*fold_last)->next = sys;
+      else
+        *fold = sys;
+      *fold_last = sys_last;
+    } else {
+      px_fmsg_t *note = px_fmsg_push(ir, a, 0);
+      if (note == NULL) return DECLINE;
+      note->system_note = 1;
+      note->parts = sys;
+      note->last = sys_last;
+    }
   }
   return r < 0 ? DECLINE : 0;
 }
@@ -365,16 +750,28 @@ static int tool_extra_lossy(px_str_t raw, px_lossy_t *lossy) {
   return r < 0 ? DECLINE : 0;
 }
 
-static int decode_tools(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy) {
+static int decode_tools(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                        px_tr_err_t *err) {
   int r;
+  size_t i = 0;
+  char p[96];
+  if (px_fw_peek(w) != PX_FV_ARR) {
+    if (skip_value(w) != 0) return DECLINE;
+    return FAIL(err, "tools", "tools: must be an array");
+  }
   if (px_fw_open(w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(w)) == 1) {
+  for (; (r = px_fw_elem(w)) == 1; i++) {
     px_fstr_t k;
     px_fv_t f[NKEYS(tool_keys)];
     unsigned seen = 0;
     int rm, extra = 0;
     size_t start = w->i;
-    if (px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0) return DECLINE;
+    if (px_fw_peek(w) != PX_FV_OBJ) {
+      if (skip_value(w) != 0) return DECLINE;
+      snprintf(p, sizeof(p), "tools[%zu].name", i);
+      return FAIL(err, p, "%s: missing tool name", p);
+    }
+    if (px_fw_open(w, '{') < 0) return DECLINE;
     while ((rm = px_fw_member(w, &k)) == 1) {
       int ki = px_fk_of(k, tool_keys, NKEYS(tool_keys));
       px_fv_t v;
@@ -395,7 +792,10 @@ static int decode_tools(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t *lo
         continue;
       }
     }
-    if (!HAS(T_NAME) || f[T_NAME].kind != PX_FV_STR) return DECLINE;
+    if (!HAS(T_NAME) || f[T_NAME].kind != PX_FV_STR) {
+      snprintf(p, sizeof(p), "tools[%zu].name", i);
+      return FAIL(err, p, "%s: missing tool name", p);
+    }
     px_ftool_t *t = px_ftool_push(ir, a, f[T_NAME].s, HAS(T_DESC) ? &f[T_DESC] : NULL,
                                   HAS(T_SCHEMA) ? &f[T_SCHEMA] : NULL,
                                   HAS(T_STRICT) ? &f[T_STRICT] : NULL,
@@ -409,14 +809,21 @@ static int decode_tools(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t *lo
   return r < 0 ? DECLINE : 0;
 }
 
-static int decode_tool_choice(px_fw_t *w, px_freq_t *ir) {
+static int decode_tool_choice(px_fw_t *w, px_freq_t *ir, px_tr_err_t *err) {
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("name"),
                                    PX_FK("disable_parallel_tool_use")};
   px_fv_t f[3];
   unsigned seen = 0;
-  if (px_fw_kfields(w, keys, 3, f, &seen) != 0) return DECLINE;
-  if ((seen & 1) && f[0].kind != PX_FV_STR) return DECLINE;
-  px_fstr_t type = (seen & 1) ? f[0].s : (px_fstr_t){0};
+  px_fstr_t type = {0};
+  char b[300];
+  int rt = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ) {
+    if (skip_value(w) != 0) return DECLINE;
+  } else if (px_fw_kfields(w, keys, 3, f, &seen) != 0 ||
+             (rt = plain_str((seen & 1) ? &f[0] : NULL, &type)) < 0) {
+    return DECLINE;
+  }
+  if (rt == 0) return FAIL(err, "tool_choice.type", "tool_choice.type: missing");
   px_fstr_t name = (seen & 2) && f[1].kind == PX_FV_STR ? f[1].s : (px_fstr_t){0};
   int disable = (seen & 4) && f[2].kind == PX_FV_TRUE;
   if (px_fs_is(type, "auto")) ir->tool_choice = PX_FTC_AUTO;
@@ -426,34 +833,43 @@ static int decode_tool_choice(px_fw_t *w, px_freq_t *ir) {
     ir->tool_choice = PX_FTC_TOOL;
     ir->tc_name = name;
   } else
-    return DECLINE;
+    return FAIL(err, "tool_choice.type", "tool_choice.type: '%s' is not supported",
+                cstr(type, b, sizeof(b)));
   if (disable) ir->parallel = 0;
   return 0;
 }
 
 /* The members of the object at the cursor as jansson's foreach reads them
  * (a value that is no object: none), each to fn; escaped or repeated names
- * decline (key_once). */
-typedef int (*member_fn)(px_fstr_t k, const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy);
+ * decline (key_once). fn's first refusal is the answer once the object is
+ * read whole (a repeated member after it declines). */
+typedef int (*member_fn)(px_fstr_t k, const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy,
+                         px_tr_err_t *err);
 
 static int each_member(px_fw_t *w, member_fn fn, px_freq_t *ir, px_arena_t *a,
-                       px_lossy_t *lossy) {
+                       px_lossy_t *lossy, px_tr_err_t *err) {
   px_fstr_t k;
   px_fv_t v;
   key_seen_t *seen = NULL;
-  int r;
-  if (px_fw_peek(w) != PX_FV_OBJ) return px_fw_value(w, &v) < 0 ? DECLINE : 0;
+  int r, refused = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ) return skip_value(w);
   if (px_fw_open(w, '{') < 0) return DECLINE;
-  while ((r = px_fw_member(w, &k)) == 1)
-    if (px_fw_value(w, &v) < 0 || k.esc || key_once(k, &seen, a) != 0 ||
-        fn(k, &v, ir, lossy) != 0)
+  while ((r = px_fw_member(w, &k)) == 1) {
+    if (px_fw_value(w, &v) < 0 || k.esc || key_once(k, &seen, a) != 0) return DECLINE;
+    if (refused) continue;
+    int rc = fn(k, &v, ir, lossy, err);
+    if (rc == REFUSE)
+      refused = 1;
+    else if (rc != 0)
       return DECLINE;
-  return r < 0 ? DECLINE : 0;
+  }
+  return r < 0 ? DECLINE : refused ? REFUSE : 0;
 }
 
 /* metadata: user_id -> the IR user; anything else named */
 static int metadata_member(px_fstr_t k, const px_fv_t *v, px_freq_t *ir,
-                           px_lossy_t *lossy) {
+                           px_lossy_t *lossy, px_tr_err_t *err) {
+  (void)err;
   if (px_fs_is(k, "user_id") && v->kind == PX_FV_STR)
     ir->user = v->s;
   else if (v->kind != PX_FV_NULL)
@@ -462,15 +878,22 @@ static int metadata_member(px_fstr_t k, const px_fv_t *v, px_freq_t *ir,
 }
 
 /* thinking {type, budget_tokens, display} -> the IR reasoning */
-static int decode_thinking(px_fw_t *w, px_freq_t *ir, px_lossy_t *lossy) {
+static int decode_thinking(px_fw_t *w, px_freq_t *ir, px_lossy_t *lossy,
+                           px_tr_err_t *err) {
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("budget_tokens"),
                                    PX_FK("display")};
   px_fv_t f[3];
   unsigned seen = 0;
-  if (px_fw_peek(w) != PX_FV_OBJ || px_fw_kfields(w, keys, 3, f, &seen) != 0 ||
-      !(seen & 1))
+  px_fstr_t t = {0};
+  char b[300];
+  int rt = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ) {
+    if (skip_value(w) != 0) return DECLINE;
+  } else if (px_fw_kfields(w, keys, 3, f, &seen) != 0 ||
+             (rt = plain_str((seen & 1) ? &f[0] : NULL, &t)) < 0) {
     return DECLINE;
-  if (str_is(&f[0], "enabled")) {
+  }
+  if (rt == 1 && px_fs_is(t, "enabled")) {
     ir->reasoning_enabled = 1;
     if ((seen & 2) && f[1].kind == PX_FV_NUM && px_fw_is_int(f[1].raw)) {
       if (px_fw_uint(f[1].raw, &ir->budget_v) < 0) return DECLINE; /* negative, huge */
@@ -480,27 +903,40 @@ static int decode_thinking(px_fw_t *w, px_freq_t *ir, px_lossy_t *lossy) {
         ir->effort = (px_fstr_t){e, strlen(e), 0};
       }
     }
-  } else if (str_is(&f[0], "adaptive")) {
+  } else if (rt == 1 && px_fs_is(t, "adaptive")) {
     ir->reasoning_enabled = 1;
-  } else if (str_is(&f[0], "disabled")) {
+  } else if (rt == 1 && px_fs_is(t, "disabled")) {
     ir->reasoning_enabled = 0;
   } else {
-    return DECLINE; /* the reference's error */
+    return FAIL(err, "thinking.type", "thinking.type: '%s' is not supported",
+                rt == 1 ? cstr(t, b, sizeof(b)) : "(none)");
   }
   ir->has_reasoning = 1;
   if (seen & 4) px_lossy_add(lossy, "thinking.display");
   return 0;
 }
 
-/* output_config.format / output_format: a JSON schema -> the IR
+/* output_config.format / output_format (at path): a JSON schema -> the IR
  * response_format (named "response": OpenAI needs a name) */
-static int decode_json_format(const px_fv_t *v, px_freq_t *ir) {
+static int decode_json_format(const px_fv_t *v, const char *path, px_freq_t *ir,
+                              px_tr_err_t *err) {
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("schema")};
   px_fv_t f[2];
   unsigned seen = 0;
-  if (v->kind != PX_FV_OBJ || px_fv_kfields(v, keys, 2, f, &seen) != 0 || seen != 3 ||
-      !str_is(&f[0], "json_schema") || f[1].kind != PX_FV_OBJ)
+  px_fstr_t t = {0};
+  char p[96];
+  int rt = 0;
+  if (v->kind == PX_FV_OBJ && (px_fv_kfields(v, keys, 2, f, &seen) != 0 ||
+                               (rt = plain_str((seen & 1) ? &f[0] : NULL, &t)) < 0))
     return DECLINE;
+  if (rt == 0 || !px_fs_is(t, "json_schema")) {
+    snprintf(p, sizeof(p), "%s.type", path);
+    return FAIL(err, p, "%s: only json_schema output formats are supported", p);
+  }
+  if (!(seen & 2) || f[1].kind != PX_FV_OBJ) {
+    snprintf(p, sizeof(p), "%s.schema", path);
+    return FAIL(err, p, "%s: must be an object", p);
+  }
   ir->rf_schema = f[1].raw;
   ir->rf_name = (px_fstr_t){"response", 8, 0};
   return 0;
@@ -508,28 +944,24 @@ static int decode_json_format(const px_fv_t *v, px_freq_t *ir) {
 
 /* output_config {effort, format} -> the IR reasoning effort, response_format */
 static int output_config_member(px_fstr_t k, const px_fv_t *v, px_freq_t *ir,
-                                px_lossy_t *lossy) {
+                                px_lossy_t *lossy, px_tr_err_t *err) {
   static const char *const efforts[] = {"low", "medium", "high", "max", "xhigh"};
   if (v->kind == PX_FV_NULL) return 0;
   if (px_fs_is(k, "effort")) {
+    if (v->kind == PX_FV_STR && v->s.esc) return DECLINE;
     int e = v->kind == PX_FV_STR ? px_fw_key_of(v->s, efforts, 5) : -1;
-    if (e < 0) return DECLINE; /* the reference's error */
+    if (e < 0)
+      return FAIL(err, "output_config.effort", "output_config.effort: unknown value");
     const char *ie = e >= 3 ? "xhigh" : efforts[e];
     /* the explicit effort wins over one derived from budget_tokens */
     ir->effort = (px_fstr_t){ie, strlen(ie), 0};
     ir->has_reasoning = 1;
     return 0;
   }
-  if (px_fs_is(k, "format")) return decode_json_format(v, ir);
+  if (px_fs_is(k, "format"))
+    return decode_json_format(v, "output_config.format", ir, err);
   px_lossy_add(lossy, "output_config");
   return 0;
-}
-
-/* a member the reference drops, named by its own key (context_management,
- * service_tier, container, ...) */
-static int drop_member(px_fstr_t k, px_arena_t *a, px_lossy_t *lossy) {
-  (void)a;
-  return px_fast_lossy_key(lossy, k);
 }
 
 enum {
@@ -556,14 +988,66 @@ static const px_fkey_t top_keys[] = {
     PX_FK("tools"),      PX_FK("tool_choice"),    PX_FK("metadata"),
     PX_FK("thinking"),   PX_FK("output_config"),  PX_FK("output_format")};
 
+/* a sampling member's value (max_tokens, temperature, top_p, top_k,
+ * stop_sequences, stream) -> the IR */
+static int decode_sampling(int ki, const px_fv_t *v, px_freq_t *ir, px_tr_err_t *err) {
+  switch (ki) {
+    case K_MAX:
+      if (v->kind == PX_FV_NUM && px_fw_uint(v->raw, &ir->max_tokens_v) == 0) {
+        if (ir->max_tokens_v < 1)
+          return FAIL(err, "max_tokens", "max_tokens: must be a positive integer");
+        ir->max_tokens = v->raw;
+        return 0;
+      }
+      /* a huge positive integer is not read here */
+      if (v->kind == PX_FV_NUM && px_fw_is_int(v->raw) && v->raw.ptr[0] != '-')
+        return DECLINE;
+      return FAIL(err, "max_tokens", "max_tokens: must be a positive integer");
+    case K_TEMP:
+    case K_TOPP:
+      if (v->kind != PX_FV_NUM)
+        return FAIL(err, ki == K_TEMP ? "temperature" : "top_p", "%s: must be a number",
+                    ki == K_TEMP ? "temperature" : "top_p");
+      if (ki == K_TEMP)
+        ir->temperature = v->raw;
+      else
+        ir->top_p = v->raw;
+      return 0;
+    case K_TOPK:
+      if (v->kind != PX_FV_NUM || !px_fw_is_int(v->raw))
+        return FAIL(err, "top_k", "top_k: must be an integer");
+      ir->top_k = v->raw;
+      return 0;
+    case K_STOP:
+      if (v->kind != PX_FV_ARR)
+        return FAIL(err, "stop_sequences", "stop_sequences: must be an array of strings");
+      if (!px_fw_empty(v->raw)) ir->stop = v->raw;
+      return 0;
+    case K_STREAM:
+      if (v->kind == PX_FV_TRUE)
+        ir->stream_true = 1;
+      else
+        ir->stream_false = 1;
+      return 0;
+  }
+  return 0;
+}
+
 static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                    px_tr_err_t *err) {
   (void)ctx;
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
   unsigned seen = 0;
   key_seen_t *others = NULL;
   dec_lossy_t l;
+  /* the reference's first refusal: system's, then messages', then the
+   * first of the other members' in body order */
+  enum { E_SYS, E_MSGS, E_REST };
+  px_tr_err_t e[3], ce;
+  int bad[3] = {0, 0, 0};
+  px_fpart_t *fold = NULL, *fold_last = NULL;
   int r;
   px_lossy_init(&l.sys);
   px_lossy_init(&l.msgs);
@@ -579,58 +1063,67 @@ static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
       if (px_fw_value(&w, &v) < 0) return DECLINE;
       continue; /* a null member is no member there */
     }
+    int cat = ki == K_SYSTEM ? E_SYS : ki == K_MESSAGES ? E_MSGS : E_REST;
+    size_t at = w.i;
     int rc = 0;
     switch (ki) {
       case K_SYSTEM:
-        rc = decode_system(&w, ir, a, &l.sys);
+        rc = decode_system(&w, "system", &ir->system, &ir->system_last, a, &l.sys, &ce);
         break;
       case K_MESSAGES:
-        rc = decode_messages(&w, ir, a, &l.msgs);
+        rc = decode_messages(&w, ir, &fold, &fold_last, a, &l.msgs, &ce);
         break;
       case K_TOOLS:
-        rc = decode_tools(&w, ir, a, &l.rest);
+        rc = decode_tools(&w, ir, a, &l.rest, &ce);
         break;
-      case K_TC: rc = decode_tool_choice(&w, ir); break;
+      case K_TC:
+        rc = decode_tool_choice(&w, ir, &ce);
+        break;
       case K_META:
-        rc = each_member(&w, metadata_member, ir, a, &l.rest);
+        rc = each_member(&w, metadata_member, ir, a, &l.rest, &ce);
         break;
       case K_THINKING:
-        rc = decode_thinking(&w, ir, &l.rest);
+        rc = decode_thinking(&w, ir, &l.rest, &ce);
         break;
       case K_OUTCFG:
-        rc = each_member(&w, output_config_member, ir, a, &l.rest);
+        rc = each_member(&w, output_config_member, ir, a, &l.rest, &ce);
         break;
       default:
         if (px_fw_value(&w, &v) < 0) return DECLINE;
-        if (ki < 0) {
-          rc = drop_member(k, a, &l.rest);
-        } else if (ki == K_OUTFMT) {
-          rc = decode_json_format(&v, ir);
-        } else if (ki == K_MAX) {
-          if (v.kind != PX_FV_NUM || px_fw_uint(v.raw, &ir->max_tokens_v) < 0 ||
-              ir->max_tokens_v < 1)
-            return DECLINE;
-          ir->max_tokens = v.raw;
-        } else if (ki == K_TEMP || ki == K_TOPP) {
-          if (v.kind != PX_FV_NUM) return DECLINE;
-          if (ki == K_TEMP) ir->temperature = v.raw;
-          else ir->top_p = v.raw;
-        } else if (ki == K_TOPK) {
-          if (v.kind != PX_FV_NUM || !px_fw_is_int(v.raw)) return DECLINE;
-          ir->top_k = v.raw;
-        } else if (ki == K_STOP) {
-          if (v.kind != PX_FV_ARR) return DECLINE;
-          if (!px_fw_empty(v.raw)) ir->stop = v.raw;
-        } else if (ki == K_STREAM) {
-          if (v.kind == PX_FV_TRUE)
-            ir->stream_true = 1;
-          else
-            ir->stream_false = 1;
-        }
+        if (ki < 0)
+          rc = px_fast_lossy_key(&l.rest, k); /* dropped, named by its own key */
+        else if (ki == K_OUTFMT)
+          rc = decode_json_format(&v, "output_format", ir, &ce);
+        else if (ki != K_MODEL)
+          rc = decode_sampling(ki, &v, ir, &ce);
     }
-    if (rc != 0) return DECLINE;
+    if (rc == REFUSE) {
+      if (!bad[cat]) e[cat] = ce; /* the first of its slot */
+      bad[cat] = 1;
+      w.i = at;
+      if (skip_value(&w) != 0) return DECLINE;
+    } else if (rc != 0) {
+      return DECLINE;
+    }
   }
-  if (r < 0 || !(seen & (1u << K_MESSAGES))) return DECLINE;
+  if (r < 0) return DECLINE;
+  if (!(seen & (1u << K_MESSAGES)) && !bad[E_MSGS]) {
+    px_tr_fail(&e[E_MSGS], "messages", "messages: must be an array");
+    bad[E_MSGS] = 1;
+  }
+  for (int c = E_SYS; c <= E_REST; c++)
+    if (bad[c]) {
+      if (err != NULL) *err = e[c];
+      return REFUSE;
+    }
+  /* system turns joined to the system follow its own parts */
+  if (fold != NULL) {
+    if (ir->system_last)
+      ir->system_last->next = fold;
+    else
+      ir->system = fold;
+    ir->system_last = fold_last;
+  }
   /* joined exactly while none of them is cut short ("...") */
   if (l.sys.len + l.msgs.len + l.rest.len + 8 >= sizeof(l.rest.buf)) return DECLINE;
   px_lossy_merge(lossy, &l.sys);
@@ -779,6 +1272,97 @@ static int put_media(px_buf_t *b, const px_fpart_t *p) {
   }
   if (rc == 0) rc = px_fb_lit(b, "}");
   return rc;
+}
+
+/* ---- the reference's refusals, in its order (every part of every
+ * message, before a block is written) ---- */
+
+/* An IMAGE / FILE part the reference refuses (encode_image, encode_file). */
+static int check_media(const px_fpart_t *p, px_tr_err_t *err) {
+  px_fstr_t mt = p->media_type, data = p->data, url = p->url;
+  char b[300];
+  if (url.p != NULL) {
+    if (url.esc) return DECLINE;
+    if (data_url(url, &mt, &data) == 0) url = (px_fstr_t){0};
+  }
+  if (url.p != NULL) return 0;
+  if (p->type == PX_FP_IMAGE)
+    return data.p != NULL && mt.p != NULL
+               ? 0
+               : FAIL(err, "image", "image part without url or data");
+  if (mt.p != NULL && mt.esc) return DECLINE;
+  if (data.p != NULL && px_fs_is(mt, "application/pdf")) return 0;
+  if (p->file_id.p != NULL)
+    return FAIL(err, "file_id",
+                "file_id: uploaded file references cannot be sent to an Anthropic "
+                "upstream; send the file data");
+  return FAIL(err, "file",
+              "file: only PDF data or URLs can be sent to an Anthropic upstream (got %s)",
+              mt.p != NULL ? cstr(mt, b, sizeof(b)) : "no media type");
+}
+
+/* Whether tool-call arguments that are no object as the fast reader sees
+ * them are refused by jansson (px_jdoc_loads of the C string, as
+ * px_tool_args_object reads it): 1 refused, 0 taken there (this path
+ * declines), <0 unreadable. */
+static int args_not_object(px_fstr_t args) {
+  px_buf_t b;
+  px_str_t v;
+  px_buf_init(&b, args.n + 1);
+  int rc = -1;
+  if (px_json_unescape(args.p, args.n, args.esc, &b, &v) == 0) {
+    char *c = malloc(v.len + 1);
+    if (c != NULL) {
+      memcpy(c, v.ptr, v.len);
+      c[v.len] = 0;
+      json_t *j = px_jdoc_loads(c, JSON_DECODE_ANY, NULL);
+      rc = !json_is_object(j);
+      json_decref(j);
+      free(c);
+    }
+  }
+  px_buf_free(&b);
+  return rc;
+}
+
+/* A tool call's input made (an object), or the reference's refusal. */
+static int call_input(px_fpart_t *p, px_arena_t *a) {
+  if (p->input.ptr != NULL) return 0;
+  int blank = px_fs_blank_value(p->args); /* also no arguments (args.p NULL) */
+  if (blank == 1) {
+    p->input = (px_str_t){"{}", 2};
+    return 0;
+  }
+  if (blank == 0 && px_fast_args_object(a, p) == 0) return 0;
+  return blank < 0 || p->id.esc || args_not_object(p->args) != 1 ? DECLINE : REFUSE;
+}
+
+static int check_parts(const enc_t *e, const px_freq_t *ir, px_tr_err_t *err) {
+  char id[300];
+  for (const px_fmsg_t *m = ir->msgs; m; m = m->next)
+    for (px_fpart_t *p = m->parts; p; p = p->next) {
+      int rc = 0;
+      if (p->type == PX_FP_IMAGE || p->type == PX_FP_FILE) {
+        rc = check_media(p, err);
+      } else if (p->type == PX_FP_TOOL_CALL) {
+        if ((rc = call_input(p, e->a)) == REFUSE) {
+          const char *n = px_in_names(e->ctx)->tool_args_param;
+          px_tr_fail(err, n, "%s: arguments of tool call '%s' are not a JSON object", n,
+                     p->id.p ? cstr(p->id, id, sizeof(id)) : "");
+        }
+      } else if (p->type == PX_FP_TOOL_RESULT) {
+        const px_fpart_t *c = p->content;
+        if (c != NULL && c->next == NULL && c->type == PX_FP_TEXT) continue;
+        for (; c && rc == 0; c = c->next)
+          if (c->type == PX_FP_IMAGE || c->type == PX_FP_FILE)
+            rc = check_media(c, err);
+          else if (c->type != PX_FP_TEXT)
+            rc =
+                FAIL(err, "tool_result.content", "tool_result.content: unsupported part");
+      }
+      if (rc != 0) return rc;
+    }
+  return 0;
 }
 
 static int put_tool_result(px_buf_t *b, const px_fpart_t *p) {
@@ -1090,6 +1674,8 @@ static int anth_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
     }
     if (rc == 0) rc = px_fb_lit(b, "]");
   }
+  int refused = check_parts(&e, ir, err);
+  if (refused != 0) return refused;
   messages_lossy(&e, ir, lossy);
   if (rc == 0) rc = encode_messages(b, &e, ir);
   int thinking = 0;
@@ -1133,8 +1719,92 @@ static int decode_usage(px_fw_t *w, px_fresp_t *ir) {
   return 0;
 }
 
-/* the content array at the cursor (checked reads) */
-static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
+/* whether a string's value is "" as a C string reads it (px_jstr: an
+ * escaped NUL first ends it) */
+static int cempty(px_fstr_t s) {
+  return s.n == 0 || (s.esc && s.n >= 6 && memcmp(s.p, "\\u0000", 6) == 0);
+}
+
+/* The C string a string's value is (the reference's px_jstr: cut at a
+ * NUL): a view of s, or unescaped into b. 0 or -1. */
+static int cvalue(px_fstr_t s, px_buf_t *b, px_str_t *v) {
+  if (px_json_unescape(s.p, s.n, s.esc, b, v) < 0) return -1;
+  const char *z = memchr(v->ptr, 0, v->len);
+  if (z != NULL) v->len = (size_t)(z - v->ptr);
+  return 0;
+}
+
+/* A text block's citations (a non-empty array) -> the IR annotations, raw
+ * JSON in the arena: a citation with a URL spans the whole text, the
+ * others are named (citations_to_annotations). ann->ptr NULL: none. */
+static int citations_in(const px_fv_t *cits, px_fstr_t text, px_arena_t *a,
+                        px_lossy_t *lossy, px_str_t *ann) {
+  static const px_fkey_t keys[] = {PX_FK("url"), PX_FK("title")};
+  px_fw_t w = {cits->raw.ptr, cits->raw.len, 0};
+  px_buf_t b;
+  int r, rc = 0;
+  size_t chars = 0;
+  int counted = 0;
+  ann->ptr = NULL;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  px_buf_init(&b, SIZE_MAX);
+  while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[2];
+    unsigned seen = 0;
+    if (px_fw_peek(&w) != PX_FV_OBJ) {
+      rc = skip_value(&w);
+      px_lossy_add(lossy, "content[].citations");
+      continue;
+    }
+    if (px_fw_kfields(&w, keys, 2, f, &seen) != 0) {
+      rc = DECLINE;
+      break;
+    }
+    if (!(seen & 1) || f[0].kind != PX_FV_STR) {
+      px_lossy_add(lossy, "content[].citations");
+      continue;
+    }
+    if (!counted) {
+      px_buf_t tb;
+      px_str_t tv;
+      px_buf_init(&tb, text.n + 1);
+      if (cvalue(text, &tb, &tv) < 0)
+        rc = DECLINE;
+      else
+        chars = px_utf8_chars(tv.ptr, tv.len);
+      px_buf_free(&tb);
+      counted = 1;
+    }
+    if (rc == 0)
+      rc = px_fb_lit(&b, b.len ? ",{\"type\":\"url_citation\",\"url\":"
+                               : "[{\"type\":\"url_citation\",\"url\":");
+    if (rc == 0) rc = px_fb_str(&b, f[0].s);
+    if (rc == 0) rc = px_fb_lit(&b, ",\"start_index\":0,\"end_index\":");
+    if (rc == 0) rc = px_fb_i64(&b, (int64_t)chars);
+    if (rc == 0 && (seen & 2) && f[1].kind == PX_FV_STR) {
+      rc = px_fb_lit(&b, ",\"title\":");
+      if (rc == 0) rc = px_fb_str(&b, f[1].s);
+    }
+    if (rc == 0) rc = px_fb_lit(&b, "}");
+  }
+  if (rc == 0 && r < 0) rc = DECLINE;
+  if (rc == 0 && b.len > 0 && (rc = px_fb_lit(&b, "]")) == 0) {
+    char *copy = px_arena_alloc(a, b.len);
+    if (copy == NULL)
+      rc = DECLINE;
+    else
+      memcpy(copy, b.data, b.len);
+    *ann = (px_str_t){copy, b.len};
+  }
+  px_buf_free(&b);
+  return rc == 0 ? 0 : DECLINE;
+}
+
+/* The content array at the cursor (checked reads). What is dropped is
+ * named in *lossy; a citation without a URL only in *cited (named unless
+ * the answer is a refusal: its texts keep no citations). */
+static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                          px_lossy_t *cited) {
   static const px_fkey_t keys[] = {
       PX_FK("type"),  PX_FK("text"),     PX_FK("citations"), PX_FK("id"),  PX_FK("name"),
       PX_FK("input"), PX_FK("thinking"), PX_FK("signature"), PX_FK("data")};
@@ -1143,17 +1813,25 @@ static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
   while ((r = px_fc_elem(w, &first)) == 1) {
     px_fv_t f[NKEYS(keys)];
     unsigned seen = 0;
+    if (w->p[w->i] != '{') { /* no type: skipped there */
+      if (px_fc_value(w, f) < 0) return DECLINE;
+      continue;
+    }
     if (px_fc_fields(w, keys, NKEYS(keys), f, &seen) != 0) return DECLINE;
 #define HAS(x) (seen & (1u << (x)))
 #define STR_OR_EMPTY(x) \
   (HAS(x) && f[x].kind == PX_FV_STR ? f[x].s : (px_fstr_t){"", 0, 0})
     if (!HAS(0) || f[0].kind != PX_FV_STR) continue; /* no type: skipped there */
+    px_fstr_t t = f[0].s;
+    if (t.esc) return DECLINE;
     px_fpart_t *p;
-    if (px_fs_is(f[0].s, "text")) {
-      if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw)) return DECLINE;
+    if (px_fs_is(t, "text")) {
       p = px_fpart_text(a, STR_OR_EMPTY(1));
       if (p == NULL) return DECLINE;
-    } else if (px_fs_is(f[0].s, "tool_use")) {
+      if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw) &&
+          citations_in(&f[2], p->text, a, cited, &p->annotations) != 0)
+        return DECLINE;
+    } else if (px_fs_is(t, "tool_use")) {
       p = px_fpart_new(a, PX_FP_TOOL_CALL);
       if (p == NULL) return DECLINE;
       p->id = STR_OR_EMPTY(3);
@@ -1161,20 +1839,28 @@ static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
       if (!HAS(5)) p->args = (px_fstr_t){"{}", 2, 0};
       else if (px_fast_dump_value(a, f[5].raw, &p->args) != 0) return DECLINE;
       if (HAS(5) && f[5].kind == PX_FV_OBJ) p->input = f[5].raw;
-    } else if (px_fs_is(f[0].s, "thinking") || px_fs_is(f[0].s, "redacted_thinking")) {
+    } else if (px_fs_is(t, "thinking") || px_fs_is(t, "redacted_thinking")) {
       /* reasoning: a signature (as it is: no family tag read here) or the
        * redacted data */
-      int red = !px_fs_is(f[0].s, "thinking"),
+      int red = !px_fs_is(t, "thinking"),
           k = px_frtok_index(red ? "redacted_data" : "signature");
       p = px_fpart_new(a, PX_FP_REASONING);
       if (p == NULL || k < 0) return DECLINE;
       p->text = red ? (px_fstr_t){"", 0, 0} : STR_OR_EMPTY(6);
       if (red)
         p->tok[k] = STR_OR_EMPTY(8);
-      else if (HAS(7) && f[7].kind == PX_FV_STR && f[7].s.n > 0)
+      else if (HAS(7) && f[7].kind == PX_FV_STR && !cempty(f[7].s))
         p->tok[k] = f[7].s;
     } else {
-      return DECLINE; /* server tools ...: the jansson codec */
+      /* server tools' blocks (their history cannot be replayed elsewhere),
+       * and blocks of kinds this gateway does not know */
+      const char *drop = px_fs_is(t, "server_tool_use") || px_fs_is(t, "mcp_tool_use")
+                             ? "content[].server_tool_use"
+                         : server_result_type(t) ? "content[].server_tool_result"
+                                                 : "content[].unknown_block";
+      px_lossy_add(lossy, drop);
+      px_lossy_add(cited, drop);
+      continue;
     }
 #undef STR_OR_EMPTY
 #undef HAS
@@ -1191,39 +1877,50 @@ static const px_fkey_t resp_keys[] = {
     PX_FK("stop_sequence"), PX_FK("stop_details"), PX_FK("usage")};
 
 static int anth_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                     px_tr_err_t *err) {
   (void)ctx;
-  (void)lossy;
   px_fv_t f[NKEYS(resp_keys)];
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
   unsigned seen = 0;
-  int r, first = 1;
+  int r, first = 1, not_array = 0;
+  /* what the content drops, named as for a refusal (l) and otherwise (lc:
+   * with the citations the texts could not keep) */
+  px_lossy_t l, lc;
+  px_lossy_init(&l);
+  px_lossy_init(&lc);
 #define HAS(x) (seen & (1u << (x)))
   if (px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fc_member(&w, &k, &first)) == 1) {
     int ki = px_fk_of(k, resp_keys, NKEYS(resp_keys));
     if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
-    if (ki == R_CONTENT) {
-      if (w.p[w.i] != '[' || decode_content(&w, ir, a) != 0) return DECLINE;
+    if (ki == R_CONTENT && w.p[w.i] == '[') {
+      if (decode_content(&w, ir, a, &l, &lc) != 0) return DECLINE;
     } else if (ki == R_USAGE && w.p[w.i] == '{') {
       if (decode_usage(&w, ir) != 0) return DECLINE;
     } else {
       px_fv_t v;
       if (px_fc_value(&w, &v) < 0) return DECLINE;
       if (ki >= 0) f[ki] = v;
+      if (ki == R_CONTENT) not_array = 1;
     }
   }
-  if (r < 0 || px_fc_end(&w) < 0 || !HAS(R_CONTENT)) return DECLINE;
+  if (r < 0 || px_fc_end(&w) < 0) return DECLINE;
+  if (!HAS(R_CONTENT) || not_array) {
+    px_tr_fail(err, "content", "upstream response is not an Anthropic message");
+    if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+    return REFUSE;
+  }
   if (!HAS(R_USAGE)) ir->usage_known = 1, ir->usage_in = ir->usage_out = -1;
   if (HAS(R_ID) && f[R_ID].kind == PX_FV_STR) ir->id = f[R_ID].s;
   if (HAS(R_MODEL) && f[R_MODEL].kind == PX_FV_STR) ir->model = f[R_MODEL].s;
   ir->stop = PX_STOP_NONE;
+  int refusal = 0;
   if (HAS(R_STOP) && f[R_STOP].kind == PX_FV_STR) {
     char sr[40];
     px_fstr_t s = f[R_STOP].s;
     if (s.esc) return DECLINE;
-    if (px_fs_is(s, "refusal")) return DECLINE;
     if (s.n >= sizeof(sr)) {
       ir->stop = PX_STOP_END_TURN;
     } else {
@@ -1231,10 +1928,25 @@ static int anth_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
       sr[s.n] = 0;
       ir->stop = strcmp(sr, "model_context_window_exceeded") == 0 ? PX_STOP_MAX_TOKENS
                                                                    : px_stop_parse(sr);
+      refusal = strcmp(sr, "refusal") == 0;
     }
   }
+  if (refusal) /* the texts are the refusal's wording, without citations */
+    for (px_fpart_t *p = ir->content; p; p = p->next)
+      if (p->type == PX_FP_TEXT) {
+        p->type = PX_FP_REFUSAL;
+        p->annotations = (px_str_t){NULL, 0};
+      }
+  px_lossy_merge(lossy, refusal ? &l : &lc);
   if (HAS(R_STOPSEQ) && f[R_STOPSEQ].kind == PX_FV_STR) ir->stop_sequence = f[R_STOPSEQ].s;
-  if (HAS(R_STOPDET) && f[R_STOPDET].kind == PX_FV_OBJ) return DECLINE;
+  if (HAS(R_STOPDET) && f[R_STOPDET].kind == PX_FV_OBJ) {
+    static const px_fkey_t dkeys[] = {PX_FK("explanation"), PX_FK("category")};
+    px_fv_t d[2];
+    unsigned ds = 0;
+    if (px_fv_kfields(&f[R_STOPDET], dkeys, 2, d, &ds) != 0) return DECLINE;
+    if ((ds & 1) && d[0].kind == PX_FV_STR) ir->refusal_explanation = d[0].s;
+    if ((ds & 2) && d[1].kind == PX_FV_STR) px_lossy_add(lossy, "stop_details.category");
+  }
 #undef HAS
   return 0;
 }
@@ -1249,7 +1961,7 @@ static int reasoning_block(const px_fpart_t *p) {
   px_fstr_t tok;
   int red = px_frtok_index("redacted_data");
   return (red >= 0 && p->tok[red].p != NULL) ||
-         px_frtok_out(PX_PROTO_ANTHROPIC, p, &tag, &tok) || p->text.n > 0;
+         px_frtok_out(PX_PROTO_ANTHROPIC, p, &tag, &tok) || !cempty(p->text);
 }
 
 /* a reasoning part -> a redacted_thinking block, or a thinking block with
@@ -1274,13 +1986,129 @@ static int put_reasoning(px_buf_t *b, const px_fpart_t *p) {
   return rc;
 }
 
+/* A tool call's id as the reference makes it unique (px_idset_unique):
+ * its own when non-empty and not taken by an earlier call of the answer,
+ * else call_proxai_<n>[_<k>] (the call's id made so: the next calls
+ * compare with it). Escaped ids decline. */
+static int id_taken(const px_fpart_t *parts, const px_fpart_t *call, const char *s,
+                    size_t len) {
+  for (const px_fpart_t *q = parts; q != call; q = q->next)
+    if (q->type == PX_FP_TOOL_CALL && q->id.n == len && memcmp(q->id.p, s, len) == 0)
+      return 1;
+  return 0;
+}
+
+static int unique_id(px_arena_t *a, const px_fpart_t *parts, px_fpart_t *call, int n) {
+  if (call->id.esc) return DECLINE;
+  if (call->id.n > 0 && !id_taken(parts, call, call->id.p, call->id.n)) return 0;
+  char minted[48];
+  for (int k = 0;; k++) {
+    if (k == 0)
+      snprintf(minted, sizeof(minted), "call_proxai_%d", n);
+    else
+      snprintf(minted, sizeof(minted), "call_proxai_%d_%d", n, k);
+    if (!id_taken(parts, call, minted, strlen(minted))) break;
+  }
+  size_t len = strlen(minted);
+  char *c = px_arena_alloc(a, len + 1);
+  if (c == NULL) return DECLINE;
+  memcpy(c, minted, len);
+  call->id = (px_fstr_t){c, len, 0};
+  return 0;
+}
+
+/* The byte offset of character ci of s[0..n) (clipped to n). */
+static size_t utf8_offset(const char *s, size_t n, int64_t ci) {
+  size_t at = 0;
+  for (int64_t k = 0; k < ci && at < n; k++) {
+    size_t l = px_utf8_seq((const unsigned char *)s + at, n - at);
+    at += l ? l : 1;
+  }
+  return at;
+}
+
+/* whether an escaped string may hold a NUL (a C string cuts it there) */
+static int esc_nul(px_fstr_t s) {
+  return s.esc && s.n >= 6 && memmem(s.p, s.n, "\\u0000", 6) != NULL;
+}
+
+/* A text part's IR annotations -> ,"citations":[...] (web search result
+ * locations, the cited text cut from the text by the annotation's
+ * characters); what has no citation form is named (annotations_to_citations,
+ * px_anthropic_citation). Nothing written when none maps. */
+static int put_citations(px_buf_t *b, const px_tr_ctx_t *ctx, const px_fpart_t *p,
+                         px_lossy_t *lossy) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("url"), PX_FK("title"),
+                                   PX_FK("start_index"), PX_FK("end_index")};
+  px_fw_t w = {p->annotations.ptr, p->annotations.len, 0};
+  px_buf_t tb;
+  px_str_t tv = {NULL, 0};
+  int r, rc = 0, first = 1, have_text = 0;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  px_buf_init(&tb, p->text.n + 1);
+  while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[NKEYS(keys)];
+    unsigned seen = 0;
+    px_fstr_t t = {0};
+    if (px_fw_peek(&w) != PX_FV_OBJ) {
+      rc = skip_value(&w);
+      px_lossy_add(lossy, px_lossy_annotations(ctx));
+      continue;
+    }
+    if (px_fw_kfields(&w, keys, NKEYS(keys), f, &seen) != 0) {
+      rc = DECLINE;
+      break;
+    }
+    int rt = plain_str((seen & 1) ? &f[0] : NULL, &t);
+    if (rt < 0 || ((seen & 2) && f[1].kind == PX_FV_STR && esc_nul(f[1].s))) {
+      rc = DECLINE;
+      break;
+    }
+    if (rt == 0 || !px_fs_is(t, "url_citation") || !(seen & 2) ||
+        f[1].kind != PX_FV_STR || cempty(f[1].s)) {
+      px_lossy_add(lossy, px_lossy_annotations(ctx));
+      continue;
+    }
+    int64_t si = 0, ei = -1;
+    if (((seen & 8) && px_fw_jint(&f[3], 0, &si) != 0) ||
+        ((seen & 16) && px_fw_jint(&f[4], -1, &ei) != 0)) {
+      rc = DECLINE;
+      break;
+    }
+    if (!have_text) {
+      if (cvalue(p->text.p ? p->text : (px_fstr_t){"", 0, 0}, &tb, &tv) < 0) {
+        rc = DECLINE;
+        break;
+      }
+      have_text = 1;
+    }
+    size_t from = si > 0 ? utf8_offset(tv.ptr, tv.len, si) : 0;
+    size_t to = ei >= 0 ? utf8_offset(tv.ptr, tv.len, ei) : tv.len;
+    if (to < from) to = from;
+    rc = px_fb_lit(
+        b, first ? ",\"citations\":[{\"type\":\"web_search_result_location\",\"url\":"
+                 : ",{\"type\":\"web_search_result_location\",\"url\":");
+    first = 0;
+    if (rc == 0) rc = px_fb_str(b, f[1].s);
+    if (rc == 0) rc = px_fb_lit(b, ",\"title\":");
+    if (rc == 0)
+      rc = (seen & 4) && f[2].kind == PX_FV_STR ? px_fb_str(b, f[2].s)
+                                                : px_fb_lit(b, "null");
+    if (rc == 0) rc = px_fb_lit(b, ",\"cited_text\":");
+    if (rc == 0) rc = px_buf_json_str(b, tv.ptr + from, to - from);
+    if (rc == 0) rc = px_fb_lit(b, ",\"encrypted_index\":\"\"}");
+  }
+  if (rc == 0 && r < 0) rc = DECLINE;
+  if (rc == 0 && !first) rc = px_fb_lit(b, "]");
+  px_buf_free(&tb);
+  return rc;
+}
+
 static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
-                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
-  (void)lossy;
-  if (ir->id.esc || !px_fast_ids_plain(ir->content)) return DECLINE;
-  px_stop_t st = ir->stop == PX_STOP_NONE ? PX_STOP_END_TURN : ir->stop;
-  const char *sr = px_stop_to_anthropic(st);
-  if (strcmp(sr, "refusal") == 0) return DECLINE;
+                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy,
+                                     px_tr_err_t *err) {
+  if (ir->id.esc) return DECLINE;
+  const px_fpart_t *refusal = NULL; /* the first refusal: its wording */
   int rc = px_fb_lit(b, "{\"id\":\"");
   if (rc == 0) rc = px_buf_mint_id(b, "msg_", (px_str_t){ir->id.p, ir->id.n});
   if (rc == 0) rc = px_fb_lit(b, "\",\"type\":\"message\",\"role\":\"assistant\",\"model\":");
@@ -1289,28 +2117,65 @@ static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   else if (rc == 0)
     rc = px_fb_str(b, ir->model.p ? ir->model : (px_fstr_t){"", 0, 0});
   if (rc == 0) rc = px_fb_lit(b, ",\"content\":[");
-  int first = 1;
+  int first = 1, n = 0;
   for (px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
     if (p->type == PX_FP_REASONING && !reasoning_block(p)) continue;
+    if (p->type == PX_FP_IMAGE || p->type == PX_FP_FILE) continue; /* no block there */
+    if (p->type == PX_FP_TOOL_CALL) {
+      /* the reference's refusal: arguments that are no object (what was
+       * written is dropped with it) */
+      if ((rc = call_input(p, a)) == REFUSE) {
+        char id[300];
+        px_tr_fail(err, "tool_calls.arguments",
+                   "upstream tool call '%s' has arguments that are not a JSON object",
+                   p->id.p ? cstr(p->id, id, sizeof(id)) : "");
+        if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+        return REFUSE;
+      }
+      if (rc != 0 || unique_id(a, ir->content, p, n++) != 0) return DECLINE;
+    }
+    if (p->type == PX_FP_REFUSAL && refusal == NULL) refusal = p;
     if (!first) rc = px_fb_lit(b, ",");
     first = 0;
     if (rc != 0) break;
-    if (p->type == PX_FP_TEXT) {
+    if (p->type == PX_FP_TEXT || p->type == PX_FP_REFUSAL) {
       rc = px_fb_lit(b, "{\"type\":\"text\",\"text\":");
-      if (rc == 0) rc = px_fb_str(b, p->text);
+      if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : (px_fstr_t){"", 0, 0});
+      if (rc == 0 && p->type == PX_FP_TEXT && p->annotations.ptr != NULL)
+        rc = put_citations(b, ctx, p, lossy);
       if (rc == 0) rc = px_fb_lit(b, "}");
     } else if (p->type == PX_FP_REASONING) {
       rc = put_reasoning(b, p);
     } else if (p->type == PX_FP_TOOL_CALL) {
-      rc = put_tool_use(b, p, a);
+      rc = px_fb_lit(b, "{\"type\":\"tool_use\",\"id\":");
+      if (rc == 0) rc = px_fb_str(b, p->id);
+      if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
+      if (rc == 0) rc = px_fb_str(b, p->name.p ? p->name : (px_fstr_t){"", 0, 0});
+      if (rc == 0) rc = px_fb_lit(b, ",\"input\":");
+      if (rc == 0) rc = px_fb_raw(b, p->input);
+      if (rc == 0) rc = px_fb_lit(b, "}");
     } else {
       rc = DECLINE; /* not in a fast answer (px_fast_ops_t.resp_encodes) */
     }
   }
+  px_stop_t st = ir->stop == PX_STOP_NONE ? PX_STOP_END_TURN : ir->stop;
+  if (refusal != NULL) st = PX_STOP_REFUSAL;
+  const char *sr = px_stop_to_anthropic(st);
   if (rc == 0) rc = px_fb_lit(b, "],\"stop_reason\":\"");
   if (rc == 0) rc = px_fb_lit(b, sr);
   if (rc == 0) rc = px_fb_lit(b, "\",\"stop_sequence\":");
   if (rc == 0) rc = ir->stop_sequence.p ? px_fb_str(b, ir->stop_sequence) : px_fb_lit(b, "null");
+  if (rc == 0 && strcmp(sr, "refusal") == 0) {
+    /* why: the upstream's explanation, else the refusal's wording */
+    px_fstr_t expl = ir->refusal_explanation.p ? ir->refusal_explanation
+                     : refusal != NULL         ? refusal->text
+                                               : (px_fstr_t){0};
+    rc = px_fb_lit(b,
+                   ",\"stop_details\":{\"type\":\"refusal\",\"category\":null,"
+                   "\"explanation\":");
+    if (rc == 0) rc = expl.p ? px_fb_str(b, expl) : px_fb_lit(b, "null");
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
   int64_t in = ir->has_usage ? ir->in : -1, out = ir->has_usage ? ir->out : -1;
   int64_t cr = ir->has_usage ? ir->cache_read : -1, cc = ir->has_usage ? ir->cache_creation : -1;
   if (cr < 0) cr = 0;
@@ -1330,13 +2195,26 @@ static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   return rc;
 }
 
+/* anthropic.c's anth_count_request: the members a count does not take */
+static int anth_fast_count(px_buf_t *b, size_t start, const char *model) {
+  static const px_fkey_t drop[] = {
+      PX_FK("stream"), PX_FK("max_tokens"),     PX_FK("temperature"), PX_FK("top_p"),
+      PX_FK("top_k"),  PX_FK("stop_sequences"), PX_FK("metadata")};
+  (void)model;
+  return px_fb_drop_members(b, start, drop, (int)(sizeof(drop) / sizeof(drop[0])));
+}
+
 const px_fast_ops_t px_anthropic_fast = {
+    .count_request = anth_fast_count,
     .decode_request = anth_fast_decode_request,
     .encode_request = anth_fast_encode_request,
     .decode_response = anth_fast_decode_response,
     .encode_response = anth_fast_encode_response,
-    .encodes = PX_FU_REASONING | PX_FU_REASONING_CFG | PX_FU_MEDIA | PX_FU_REFUSAL |
-               PX_FU_RF_JSON,
-    .resp_encodes = PX_FU_REASONING,
+    /* custom tools and calls as the reference writes them (a function
+     * tool, input {}); prompt_cache_key and verbosity never reach it (the
+     * fit drops them: no caps) and are not written */
+    .encodes = PX_FU_ALL | PX_FU_SYSTEM_NOTE,
+    .resp_encodes = PX_FU_REASONING | PX_FU_REFUSAL | PX_FU_CUSTOM | PX_FU_MEDIA |
+                    PX_FU_ANNOTATIONS | PX_FU_REFUSAL_EXPL,
     .response_checked = 1,
 };

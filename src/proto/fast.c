@@ -884,7 +884,8 @@ unsigned px_freq_uses(const px_freq_t *ir) {
 }
 
 unsigned px_fresp_uses(const px_fresp_t *ir) {
-  return part_uses(ir->content) |
+  /* an answer that stops as a refusal is one, even without its wording */
+  return part_uses(ir->content) | (ir->stop == PX_STOP_REFUSAL ? PX_FU_REFUSAL : 0) |
          (ir->refusal_explanation.p != NULL ? PX_FU_REFUSAL_EXPL : 0);
 }
 
@@ -901,4 +902,32 @@ int px_fast_lossy_key(px_lossy_t *lossy, px_fstr_t k) {
   name[k.n] = 0;
   px_lossy_add(lossy, name);
   return 0;
+}
+
+int px_fb_drop_members(px_buf_t *b, size_t start, const px_fkey_t *drop, int n) {
+  px_buf_t o;
+  px_buf_init(&o, b->cap);
+  px_fw_t w = {b->data + start, b->len - start, 0};
+  px_fstr_t key;
+  px_fv_t v;
+  int rc = px_fw_open(&w, '{') == 0 ? px_buf_reserve(&o, b->len - start) : -1, r,
+      kept = 0;
+  if (rc == 0) rc = px_buf_append(&o, "{", 1);
+  while (rc == 0 && (r = px_fw_member(&w, &key)) != 0) {
+    const char *ks = key.p - 1; /* its opening quote */
+    if (r < 0 || px_fw_value(&w, &v) < 0) {
+      rc = -1;
+      break;
+    }
+    if (px_fk_of(key, drop, n) >= 0) continue;
+    if (kept++) rc = px_buf_append(&o, ",", 1);
+    if (rc == 0) rc = px_buf_append(&o, ks, (size_t)(w.p + w.i - ks));
+  }
+  if (rc == 0) rc = px_buf_append(&o, "}", 1);
+  if (rc == 0) {
+    b->len = start;
+    rc = px_buf_append(b, o.data, o.len);
+  }
+  px_buf_free(&o);
+  return rc;
 }

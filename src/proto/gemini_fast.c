@@ -1,20 +1,27 @@
 /* gemini_fast.c - the fast codec of Gemini generateContent bodies
- * (include/proxai/fastir.h), without a jansson document: a request (system
- * instruction, user and model turns of text, thoughts, thought signatures,
- * blobs, function calls and function responses with the ids gemini.c mints,
- * function declarations, tool config, generationConfig with thinkingConfig
- * and JSON output) both ways, and a response (one candidate: text and
- * function calls, usageMetadata). Anything else (code execution tools,
- * cachedContent, thoughts in answers, promptFeedback, refusals, ...)
- * declines to gemini.c, the reference: every rule here is that codec's rule
- * for the same shape. jansson stays only where gemini.c's rule is its dump:
- * function call args and structured function responses made strings. */
+ * (include/proxai/fastir.h), without a jansson document, in all four
+ * roles: a request (system instruction, user and model turns of text,
+ * thoughts, thought signatures, blobs, function calls and function
+ * responses with the ids gemini.c mints, function declarations and the
+ * other tools gemini.c drops, tool config, generationConfig with
+ * thinkingConfig and JSON output) both ways, and an answer (one candidate
+ * or a blocked prompt: text or refusal wording, function calls, thoughts
+ * and signatures, the refusal's explanation, usageMetadata) both ways.
+ * Every rule here is gemini.c's (the reference) for the same shape, and
+ * what gemini.c refuses is refused in its words (PX_FAST_REFUSE); what
+ * cannot be proved the same (escaped or repeated member names, escapes
+ * in values that decide something) declines to gemini.c. jansson stays
+ * only where gemini.c's rule is its dump (function call args and
+ * structured function responses made strings) or its parse (arguments
+ * that are no object, on the way to a refusal). */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "proxai/fastir.h"
+#include "proxai/jdoc.h"
 #include "proxai/protoutil.h"
 
 #define DECLINE PX_FAST_DECLINE
@@ -42,6 +49,31 @@ static int mint_id(px_arena_t *a, const char *prefix, px_fstr_t mid, int n,
 
 static int fs_eq(px_fstr_t x, px_fstr_t y) {
   return x.n == y.n && (x.n == 0 || memcmp(x.p, y.p, x.n) == 0);
+}
+
+/* the unescaped value of string content s, NUL-ended, in the arena */
+static const char *fs_cstr(px_arena_t *a, px_fstr_t s) {
+  px_buf_t u;
+  px_str_t v;
+  px_buf_init(&u, s.n + 1);
+  char *c = NULL;
+  if (px_json_unescape(s.p, s.n, s.esc, &u, &v) == 0 &&
+      (c = px_arena_alloc(a, v.len + 1)))
+    memcpy(c, v.ptr, v.len);
+  px_buf_free(&u);
+  return c;
+}
+
+/* a C string as string content (escaped) in the arena */
+static int fs_of_cstr(px_arena_t *a, const char *s, px_fstr_t *out) {
+  px_buf_t b;
+  px_buf_init(&b, SIZE_MAX);
+  int rc = px_buf_json_escape(&b, s, strlen(s));
+  char *c = rc == 0 ? px_arena_alloc(a, b.len + 1) : NULL;
+  if (c != NULL && b.len) memcpy(c, b.data, b.len);
+  *out = (px_fstr_t){c, b.len, c != NULL && memchr(c, '\\', b.len) != NULL};
+  px_buf_free(&b);
+  return c != NULL ? 0 : DECLINE;
 }
 
 /* a functionCall's args (NULL: absent) -> the call's arguments: an object's
@@ -113,28 +145,82 @@ static int schema_lower(const px_fv_t *v, px_arena_t *a, px_str_t *out) {
   return 0;
 }
 
-/* systemInstruction: {parts: [{text}, ...]}, read in place */
-static int decode_system(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
+/* The calls of the conversation not answered yet, in order: a function
+ * response takes the id of the earliest open call of its name. */
+typedef struct open_call {
+  struct open_call *next;
+  const px_fpart_t *call;
+} open_call_t;
+
+/* A member of a tool gemini.c drops (googleSearch, codeExecution ...). */
+typedef struct tool_drop {
+  struct tool_drop *next;
+  px_fstr_t key;
+} tool_drop_t;
+
+/* gemini.c's refusals, by the order it checks them: the first one it
+ * would meet is the answer, wherever the body holds it */
+enum { E_CONTENTS = 1, E_CACHED, E_SYSTEM, E_TURNS, E_TOOLS, E_TC, E_GEN };
+
+/* What the decoding of a request keeps from member to member. */
+typedef struct gdec {
+  open_call_t *open, **open_tail;
+  int n;            /* calls seen */
+  int k_sig, k_enc; /* the IR fields "signature" and "encrypted_content" */
+  int exec;         /* code execution parts were dropped (lossy) */
+  tool_drop_t *drops, **drops_tail;
+  int prio; /* the refusal held (E_*), 0: none */
+  px_tr_err_t e;
+} gdec_t;
+
+/* a refusal of gemini.c at order prio: kept unless one before it is */
+__attribute__((format(printf, 4, 5))) static int gfail(gdec_t *d, int prio,
+                                                       const char *param, const char *fmt,
+                                                       ...) {
+  if (d->prio != 0 && d->prio <= prio) return PX_FAST_REFUSE;
+  d->prio = prio;
+  d->e.kind = PX_ERR_INVALID;
+  snprintf(d->e.param, sizeof(d->e.param), "%s", param);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(d->e.message, sizeof(d->e.message), fmt, ap);
+  va_end(ap);
+  return PX_FAST_REFUSE;
+}
+
+/* systemInstruction: {parts: [{text}, ...]}, read in place; gemini.c
+ * reads nothing of a value of another shape, and refuses a part without a
+ * text string */
+static int decode_system(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) {
   px_fstr_t k;
   px_fv_t v;
   int r, nparts = 0;
-  if (px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0) return DECLINE;
+  if (px_fw_peek(w) != PX_FV_OBJ) return px_fw_value(w, &v) < 0 ? DECLINE : 0;
+  if (px_fw_open(w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(w, &k)) == 1) {
     if (k.esc) return DECLINE;
-    if (!px_fs_is(k, "parts")) {
+    if (!px_fs_is(k, "parts") || px_fw_peek(w) != PX_FV_ARR) {
+      if (px_fs_is(k, "parts") && nparts++) return DECLINE;
       if (px_fw_value(w, &v) < 0) return DECLINE;
       continue;
     }
     /* repeated: the last there */
-    if (nparts++ || px_fw_peek(w) != PX_FV_ARR || px_fw_open(w, '[') < 0) return DECLINE;
+    if (nparts++ || px_fw_open(w, '[') < 0) return DECLINE;
     int rp;
     while ((rp = px_fw_elem(w)) == 1) {
       static const char *const pkeys[] = {"text"};
       px_fv_t g[1];
       unsigned gs = 0;
-      if (px_fw_peek(w) != PX_FV_OBJ || px_fw_fields(w, pkeys, 1, g, &gs) != 0 || !gs ||
-          g[0].kind != PX_FV_STR)
+      if (px_fw_peek(w) != PX_FV_OBJ) {
+        if (px_fw_value(w, &v) < 0) return DECLINE;
+        gs = 0;
+      } else if (px_fw_fields(w, pkeys, 1, g, &gs) != 0) {
         return DECLINE;
+      }
+      if (!gs || g[0].kind != PX_FV_STR) {
+        gfail(d, E_SYSTEM, "systemInstruction.parts", "system parts must be text");
+        continue;
+      }
       px_fpart_t *p = px_fpart_text(a, g[0].s);
       if (p == NULL) return DECLINE;
       px_fpart_push(&ir->system, &ir->system_last, p);
@@ -143,21 +229,6 @@ static int decode_system(px_fw_t *w, px_freq_t *ir, px_arena_t *a) {
   }
   return r < 0 ? DECLINE : 0;
 }
-
-/* The calls of the conversation not answered yet, in order: a function
- * response takes the id of the earliest open call of its name. */
-typedef struct open_call {
-  struct open_call *next;
-  const px_fpart_t *call;
-} open_call_t;
-
-/* What the decoding of contents keeps from part to part. */
-typedef struct gdec {
-  open_call_t *open, **open_tail;
-  int n;            /* calls seen */
-  int k_sig, k_enc; /* the IR fields "signature" and "encrypted_content" */
-  int exec;         /* code execution parts were dropped (lossy) */
-} gdec_t;
 
 /* A functionResponse read where it stands (its response is the large
  * member of an agent's history: walked once). */
@@ -258,18 +329,42 @@ static int sig_part(px_fmsg_t *m, px_fstr_t sig, const gdec_t *d, px_arena_t *a)
   return 0;
 }
 
+/* A part's place, its path "contents[i].parts[n]" written only for a
+ * refusal (the path of a part is gemini.c's words then). */
+typedef struct ppath {
+  size_t i, n;
+  char s[128];
+} ppath_t;
+
+static const char *pp_str(ppath_t *pp) {
+  snprintf(pp->s, sizeof(pp->s), "contents[%zu].parts[%zu]", pp->i, pp->n);
+  return pp->s;
+}
+
+/* A refusal of gemini.c's decode_part, at the part's path. */
+#define PART_FAIL(d, pp, fmt) gfail(d, E_TURNS, pp_str(pp), fmt, (pp)->s)
+
 /* inlineData {mimeType, data} / fileData {mimeType, fileUri} -> an image or
  * file part (decode_blob in gemini.c) */
-static int decode_blob(const px_fv_t *v, int is_file, px_fmsg_t *m, px_arena_t *a) {
+static int decode_blob(const px_fv_t *v, int is_file, px_fmsg_t *m, gdec_t *d,
+                       ppath_t *path, px_arena_t *a) {
   static const char *const keys[] = {"mimeType", "data", "fileUri"};
   px_fv_t g[3];
   unsigned gs = 0;
   int dk = is_file ? 2 : 1;
-  if (v->kind != PX_FV_OBJ || px_fv_fields(v, keys, 3, g, &gs) != 0 || !(gs & 1) ||
-      !(gs & (1u << dk)) || g[0].kind != PX_FV_STR || g[dk].kind != PX_FV_STR ||
-      g[0].s.esc)
-    return DECLINE; /* an error there; an escaped type may spell image/ */
-  int image = g[0].s.n >= 6 && memcmp(g[0].s.p, "image/", 6) == 0;
+  char p2[160]; /* never cut: a path is at most 58 bytes */
+  if (v->kind == PX_FV_OBJ && px_fv_fields(v, keys, 3, g, &gs) != 0) return DECLINE;
+  if (!(gs & 1) || !(gs & (1u << dk)) || g[0].kind != PX_FV_STR ||
+      g[dk].kind != PX_FV_STR) {
+    snprintf(p2, sizeof(p2), "%s.%s", pp_str(path), is_file ? "fileData" : "inlineData");
+    return gfail(d, E_TURNS, p2, "%s needs mimeType and %s", p2,
+                 is_file ? "fileUri" : "data");
+  }
+  /* an escaped type may spell image/: read unescaped */
+  const char *mt = g[0].s.esc ? fs_cstr(a, g[0].s) : NULL;
+  if (g[0].s.esc && mt == NULL) return DECLINE;
+  int image = mt != NULL ? strncmp(mt, "image/", 6) == 0
+                         : g[0].s.n >= 6 && memcmp(g[0].s.p, "image/", 6) == 0;
   px_fpart_t *p = px_fpart_new(a, image ? PX_FP_IMAGE : PX_FP_FILE);
   if (p == NULL) return DECLINE;
   if (is_file) {
@@ -283,13 +378,15 @@ static int decode_blob(const px_fv_t *v, int is_file, px_fmsg_t *m, px_arena_t *
   return 0;
 }
 
-static int decode_call(const px_fv_t *v, px_fmsg_t *m, gdec_t *d, px_arena_t *a) {
+static int decode_call(const px_fv_t *v, px_fmsg_t *m, int model, gdec_t *d,
+                       ppath_t *path, px_arena_t *a) {
   static const char *const keys[] = {"name", "args", "id"};
   px_fv_t g[3];
   unsigned gs = 0;
-  if (v->kind != PX_FV_OBJ || px_fv_fields(v, keys, 3, g, &gs) != 0 || !(gs & 1) ||
-      g[0].kind != PX_FV_STR || g[0].s.esc)
-    return DECLINE;
+  if (v->kind == PX_FV_OBJ && px_fv_fields(v, keys, 3, g, &gs) != 0) return DECLINE;
+  if (!model || !(gs & 1) || g[0].kind != PX_FV_STR)
+    return PART_FAIL(d, path, "%s.functionCall needs a name in a model turn");
+  if (g[0].s.esc) return DECLINE;
   px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
   open_call_t *o = px_arena_alloc(a, sizeof(*o));
   if (p == NULL || o == NULL) return DECLINE;
@@ -309,7 +406,8 @@ static int decode_call(const px_fv_t *v, px_fmsg_t *m, gdec_t *d, px_arena_t *a)
   return 0;
 }
 
-static int decode_fresp(const fresp_t *fr, px_fmsg_t *m, gdec_t *d, px_arena_t *a) {
+static int decode_fresp(const fresp_t *fr, px_fmsg_t *m, int model, gdec_t *d,
+                        ppath_t *path, px_arena_t *a) {
   px_fstr_t name = fr->name.kind == PX_FV_STR ? fr->name.s : (px_fstr_t){"", 0, 0};
   px_fstr_t id = fr->id.kind == PX_FV_STR ? fr->id.s : (px_fstr_t){0};
   int by_id = id.n > 0;
@@ -319,14 +417,15 @@ static int decode_fresp(const fresp_t *fr, px_fmsg_t *m, gdec_t *d, px_arena_t *
   open_call_t **pp = &d->open;
   while (*pp && !(by_id ? fs_eq((*pp)->call->id, id) : fs_eq((*pp)->call->name, name)))
     pp = &(*pp)->next;
-  if (*pp) {
+  if (*pp && !model) {
     res->id = (*pp)->call->id;
     if (d->open_tail == &(*pp)->next) d->open_tail = pp;
     *pp = (*pp)->next;
-  } else if (by_id) {
+  } else if (by_id && !model) {
     res->id = id;
   } else {
-    return DECLINE; /* answers no call: an error there */
+    return PART_FAIL(d, path,
+                     "%s.functionResponse does not answer a preceding functionCall");
   }
   if (response_text(fr, res, a) != 0) return DECLINE;
   px_fpart_push(&m->parts, &m->last, res);
@@ -343,20 +442,28 @@ static const px_fkey_t part_fkeys[] = {
     PX_FK("functionCall"), PX_FK("functionResponse"), PX_FK("inlineData"),
     PX_FK("fileData"),     PX_FK("executableCode"),   PX_FK("codeExecutionResult")};
 
-/* one part of a turn, in gemini.c's order of checks (decode_part there) */
-static int decode_part(px_fw_t *w, px_fmsg_t *m, int model, gdec_t *d, px_arena_t *a) {
+/* one part of a turn, in gemini.c's order of checks (decode_part there);
+ * path: "contents[i].parts[k]" */
+static int decode_part(px_fw_t *w, px_fmsg_t *m, int model, gdec_t *d, ppath_t *path,
+                       px_arena_t *a) {
   px_fv_t f[NKEYS(part_keys)];
   fresp_t fr;
   px_fstr_t k;
   unsigned seen = 0;
   int r;
-  if (px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0) return DECLINE;
+  if (px_fw_peek(w) != PX_FV_OBJ) return PART_FAIL(d, path, "%s must be an object");
+  if (px_fw_open(w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(w, &k)) == 1) {
     int ki = px_fk_of(k, part_fkeys, NKEYS(part_fkeys));
     if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
-    if (ki == P_FR && px_fw_peek(w) == PX_FV_OBJ) { /* read where it stands */
-      if (read_fresp(w, &fr) != 0) return DECLINE;
-      f[P_FR].kind = PX_FV_OBJ;
+    if (ki == P_FR) { /* read where it stands */
+      memset(&fr, 0, sizeof(fr));
+      fr.name.kind = fr.id.kind = PX_FV_NULL;
+      if (px_fw_peek(w) == PX_FV_OBJ) {
+        if (read_fresp(w, &fr) != 0) return DECLINE;
+      } else if (px_fw_value(w, &f[P_FR]) < 0) {
+        return DECLINE;
+      }
       continue;
     }
     px_fv_t v;
@@ -368,7 +475,8 @@ static int decode_part(px_fw_t *w, px_fmsg_t *m, int model, gdec_t *d, px_arena_
   int thought = HAS(P_THOUGHT) && f[P_THOUGHT].kind == PX_FV_TRUE;
   if (sig && model && !thought && sig_part(m, f[P_SIG].s, d, a) != 0) return DECLINE;
   if (HAS(P_TEXT)) {
-    if (f[P_TEXT].kind != PX_FV_STR) return DECLINE;
+    if (f[P_TEXT].kind != PX_FV_STR)
+      return PART_FAIL(d, path, "%s.text must be a string");
     px_fpart_t *p;
     if (!thought) {
       p = px_fpart_text(a, f[P_TEXT].s);
@@ -384,95 +492,150 @@ static int decode_part(px_fw_t *w, px_fmsg_t *m, int model, gdec_t *d, px_arena_
     px_fpart_push(&m->parts, &m->last, p);
     return 0;
   }
-  if (HAS(P_INLINE)) return decode_blob(&f[P_INLINE], 0, m, a);
-  if (HAS(P_FILE)) return decode_blob(&f[P_FILE], 1, m, a);
-  if (HAS(P_FC)) return model ? decode_call(&f[P_FC], m, d, a) : DECLINE;
-  if (HAS(P_FR))
-    return model || f[P_FR].kind != PX_FV_OBJ ? DECLINE : decode_fresp(&fr, m, d, a);
+  if (HAS(P_INLINE)) return decode_blob(&f[P_INLINE], 0, m, d, path, a);
+  if (HAS(P_FILE)) return decode_blob(&f[P_FILE], 1, m, d, path, a);
+  if (HAS(P_FC)) return decode_call(&f[P_FC], m, model, d, path, a);
+  if (HAS(P_FR)) return decode_fresp(&fr, m, model, d, path, a);
   if (HAS(P_EXEC) || HAS(P_EXECR)) {
     d->exec = 1;
     return 0;
   }
-  return sig ? 0 : DECLINE; /* a signature-only part; else unsupported there */
+  if (sig) return 0; /* a signature-only part */
+  return PART_FAIL(d, path, "%s: unsupported part");
 }
 
-/* a turn's role as gemini.c reads it: 1 model, 0 user (or none), <0 */
-static int role_of(const px_fv_t *v) {
+/* a turn's role as gemini.c reads it: 1 model, 0 user (or none), -1 another
+ * one, ROLE_UNREAD when this walker cannot tell */
+#define ROLE_UNREAD (-3)
+static int role_of(const px_fv_t *v, px_arena_t *a) {
   if (v->kind != PX_FV_STR) return 0;
-  if (px_fs_is(v->s, "model")) return 1;
-  return px_fs_is(v->s, "user") ? 0 : -1;
+  const char *r = v->s.esc ? fs_cstr(a, v->s) : NULL;
+  if (v->s.esc && r == NULL) return ROLE_UNREAD;
+  px_fstr_t s = r ? (px_fstr_t){r, strlen(r), 0} : v->s;
+  if (px_fs_is(s, "model")) return 1;
+  return px_fs_is(s, "user") ? 0 : -1;
 }
 
 /* the role of a turn whose parts come first: the members after them */
-static int role_ahead(px_fw_t w) {
+static int role_ahead(px_fw_t w, px_arena_t *a) {
   px_fv_t v;
   px_fstr_t k;
   int r, role = 0, n = 0;
-  if (px_fw_value(&w, &v) < 0) return -1; /* the parts */
+  if (px_fw_value(&w, &v) < 0) return ROLE_UNREAD; /* the parts */
   while ((r = px_fw_member(&w, &k)) == 1) {
-    if (k.esc || px_fw_value(&w, &v) < 0) return -1;
-    if (px_fs_is(k, "role") && (n++ || (role = role_of(&v)) < 0)) return -1;
+    if (k.esc || px_fw_value(&w, &v) < 0) return ROLE_UNREAD;
+    if (px_fs_is(k, "role") && n++) return ROLE_UNREAD;
+    if (px_fs_is(k, "role")) role = role_of(&v, a);
   }
-  return r < 0 ? -1 : role;
+  return r < 0 ? ROLE_UNREAD : role;
 }
 
-/* contents, each turn read in place, its parts by its role */
+/* gemini.c's refusal of turn i */
+static int turn_fail(gdec_t *d, size_t i) {
+  char path[48];
+  snprintf(path, sizeof(path), "contents[%zu]", i);
+  return gfail(d, E_TURNS, path, "contents[%zu] needs role user or model and parts", i);
+}
+
+/* contents, each turn read in place, its parts by its role; 0, DECLINE, or
+ * PX_FAST_REFUSE (a refusal held in d: the rest of contents unread) */
 static int decode_contents(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) {
   int r;
-  if (px_fw_peek(w) != PX_FV_ARR || px_fw_open(w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(w)) == 1) {
+  size_t i = 0;
+  if (px_fw_peek(w) != PX_FV_ARR)
+    return gfail(d, E_CONTENTS, "contents", "contents must be an array");
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  for (; (r = px_fw_elem(w)) == 1; i++) {
     px_fstr_t k;
     px_fv_t v;
-    int rk, model = -1;
+    int rk, model = -2, arr = 0; /* -2: not read yet */
     unsigned seen = 0;
     px_fmsg_t *m = px_fmsg_push(ir, a, 0);
-    if (m == NULL || px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0) return DECLINE;
+    if (m == NULL) return DECLINE;
+    if (px_fw_peek(w) != PX_FV_OBJ) return turn_fail(d, i);
+    if (px_fw_open(w, '{') < 0) return DECLINE;
     while ((rk = px_fw_member(w, &k)) == 1) {
       if (k.esc) return DECLINE;
       if (px_fs_is(k, "parts")) {
-        if (px_fw_seen_twice(&seen, 1) || px_fw_peek(w) != PX_FV_ARR) return DECLINE;
-        if (model < 0 && (model = role_ahead(*w)) < 0) return DECLINE;
+        if (px_fw_seen_twice(&seen, 1)) return DECLINE;
+        if (px_fw_peek(w) != PX_FV_ARR) { /* an error there, told at the end */
+          if (px_fw_value(w, &v) < 0) return DECLINE;
+          continue;
+        }
+        arr = 1;
+        if (model == -2) model = role_ahead(*w, a);
+        if (model == ROLE_UNREAD) return DECLINE;
+        if (model < 0) return turn_fail(d, i);
         if (px_fw_open(w, '[') < 0) return DECLINE;
         int rp;
-        while ((rp = px_fw_elem(w)) == 1)
-          if (decode_part(w, m, model, d, a) != 0) return DECLINE;
+        ppath_t pp = {i, 0, ""};
+        for (; (rp = px_fw_elem(w)) == 1; pp.n++)
+          if ((rp = decode_part(w, m, model, d, &pp, a)) != 0) return rp;
         if (rp < 0) return DECLINE;
         continue;
       }
       if (px_fw_value(w, &v) < 0) return DECLINE;
       if (!px_fs_is(k, "role")) continue;
-      if (px_fw_seen_twice(&seen, 0) || (model = role_of(&v)) < 0) return DECLINE;
+      if (px_fw_seen_twice(&seen, 0)) return DECLINE;
+      if ((model = role_of(&v, a)) == ROLE_UNREAD) return DECLINE;
+      if (model < 0) return turn_fail(d, i);
     }
-    if (rk < 0 || !HAS(1) || m->parts == NULL)
-      return DECLINE; /* no parts: an error there; none kept: an empty turn */
+    if (rk < 0) return DECLINE;
+    if (!arr) return turn_fail(d, i);
+    if (m->parts == NULL) return DECLINE; /* none kept: an empty turn */
     m->assistant = model;
   }
   return r < 0 ? DECLINE : 0;
 }
 
-static int decode_tools(px_fw_t *wp, px_freq_t *ir, px_arena_t *a) {
-  px_fw_t w = *wp;
+/* tools: function declarations; another member of a tool (googleSearch,
+ * codeExecution, urlContext ...) is dropped there, named "tools[].<key>" */
+static int decode_tools(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) {
   int r;
-  if (px_fw_peek(&w) != PX_FV_ARR || px_fw_open(&w, '[') < 0) return DECLINE;
-  while ((r = px_fw_elem(&w)) == 1) {
+  px_fv_t v;
+  if (px_fw_peek(w) != PX_FV_ARR) return px_fw_value(w, &v) < 0 ? DECLINE : 0;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(w)) == 1) {
     px_fstr_t k;
     int rk, ndecl = 0;
-    if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_open(&w, '{') < 0) return DECLINE;
-    while ((rk = px_fw_member(&w, &k)) == 1) {
-      /* other tools (googleSearch, codeExecution ...) are lossy there; a
-       * repeated member is read once there */
-      if (!px_fs_is(k, "functionDeclarations") || ndecl++ ||
-          px_fw_peek(&w) != PX_FV_ARR || px_fw_open(&w, '[') < 0)
-        return DECLINE;
+    if (px_fw_peek(w) != PX_FV_OBJ) { /* nothing of it read there */
+      if (px_fw_value(w, &v) < 0) return DECLINE;
+      continue;
+    }
+    if (px_fw_open(w, '{') < 0) return DECLINE;
+    while ((rk = px_fw_member(w, &k)) == 1) {
+      if (k.esc) return DECLINE;
+      if (!px_fs_is(k, "functionDeclarations")) {
+        tool_drop_t *t = px_arena_alloc(a, sizeof(*t));
+        if (t == NULL || px_fast_lossy_key(NULL, k) != 0 || px_fw_value(w, &v) < 0)
+          return DECLINE;
+        t->key = k;
+        *d->drops_tail = t;
+        d->drops_tail = &t->next;
+        continue;
+      }
+      if (ndecl++) return DECLINE; /* repeated: read once there */
+      if (px_fw_peek(w) != PX_FV_ARR) {
+        if (px_fw_value(w, &v) < 0) return DECLINE;
+        continue;
+      }
+      if (px_fw_open(w, '[') < 0) return DECLINE;
       int rd;
-      while ((rd = px_fw_elem(&w)) == 1) {
+      while ((rd = px_fw_elem(w)) == 1) {
         static const char *const keys[] = {"name", "description", "parametersJsonSchema",
                                            "parameters"};
         px_fv_t f[4];
         unsigned seen = 0;
-        if (px_fw_peek(&w) != PX_FV_OBJ || px_fw_fields(&w, keys, 4, f, &seen) != 0 ||
-            !HAS(0) || f[0].kind != PX_FV_STR)
+        if (px_fw_peek(w) != PX_FV_OBJ) {
+          if (px_fw_value(w, &v) < 0) return DECLINE;
+        } else if (px_fw_fields(w, keys, 4, f, &seen) != 0) {
           return DECLINE;
+        }
+        if (!HAS(0) || f[0].kind != PX_FV_STR) {
+          gfail(d, E_TOOLS, "tools[].functionDeclarations[].name",
+                "a function declaration needs a name");
+          continue;
+        }
         px_fv_t params;
         params.kind = PX_FV_OBJ;
         if (HAS(2)) {
@@ -491,23 +654,24 @@ static int decode_tools(px_fw_t *wp, px_freq_t *ir, px_arena_t *a) {
     }
     if (rk < 0) return DECLINE;
   }
-  if (r < 0) return DECLINE;
-  *wp = w;
-  return 0;
+  return r < 0 ? DECLINE : 0;
 }
 
 /* toolConfig.functionCallingConfig {mode, allowedFunctionNames} */
-static int decode_tool_config(const px_fv_t *tc, px_freq_t *ir) {
+static int decode_tool_config(const px_fv_t *tc, px_freq_t *ir, gdec_t *d,
+                              px_arena_t *a) {
   static const char *const keys[] = {"functionCallingConfig"};
   static const char *const fkeys[] = {"mode", "allowedFunctionNames"};
   px_fv_t f[1], g[2];
   unsigned seen = 0, gs = 0;
-  if (tc->kind != PX_FV_OBJ || px_fv_fields(tc, keys, 1, f, &seen) != 0) return DECLINE;
-  if (!seen) return 0;
-  if (f[0].kind != PX_FV_OBJ || px_fv_fields(&f[0], fkeys, 2, g, &gs) != 0)
-    return DECLINE;
+  if (tc->kind != PX_FV_OBJ) return 0;
+  if (px_fv_fields(tc, keys, 1, f, &seen) != 0) return DECLINE;
+  if (!seen || f[0].kind != PX_FV_OBJ) return 0;
+  if (px_fv_fields(&f[0], fkeys, 2, g, &gs) != 0) return DECLINE;
   if (!(gs & 1) || g[0].kind != PX_FV_STR) return 0;
-  px_fstr_t mode = g[0].s;
+  const char *m = g[0].s.esc ? fs_cstr(a, g[0].s) : NULL;
+  if (g[0].s.esc && m == NULL) return DECLINE;
+  px_fstr_t mode = m ? (px_fstr_t){m, strlen(m), 0} : g[0].s;
   if (px_fs_is(mode, "AUTO") || px_fs_is(mode, "VALIDATED")) {
     ir->tool_choice = PX_FTC_AUTO;
     return 0;
@@ -516,20 +680,26 @@ static int decode_tool_config(const px_fv_t *tc, px_freq_t *ir) {
     ir->tool_choice = PX_FTC_NONE;
     return 0;
   }
-  if (!px_fs_is(mode, "ANY")) return DECLINE;
-  /* ANY: one allowed name is that tool; none is any tool */
-  ir->tool_choice = PX_FTC_REQUIRED;
-  if (!(gs & 2) || g[1].kind != PX_FV_ARR) return 0;
-  px_fw_t w = {g[1].raw.ptr, g[1].raw.len, 0};
-  px_fv_t x;
-  if (px_fw_open(&w, '[') < 0) return DECLINE;
-  int r = px_fw_elem(&w);
-  if (r == 0) return 0;
-  if (r < 0 || px_fw_value(&w, &x) < 0 || px_fw_elem(&w) != 0) return DECLINE;
-  if (x.kind == PX_FV_STR) {
-    ir->tool_choice = PX_FTC_TOOL;
-    ir->tc_name = x.s;
+  /* ANY: one allowed name is that tool; none (or one not a string) is any */
+  int n = 0;
+  px_fv_t x = {0}, y;
+  if (px_fs_is(mode, "ANY") && (gs & 2) && g[1].kind == PX_FV_ARR) {
+    px_fw_t w = {g[1].raw.ptr, g[1].raw.len, 0};
+    int r;
+    if (px_fw_open(&w, '[') < 0) return DECLINE;
+    while ((r = px_fw_elem(&w)) == 1)
+      if (px_fw_value(&w, n++ ? &y : &x) < 0) return DECLINE;
+    if (r < 0) return DECLINE;
   }
+  if (px_fs_is(mode, "ANY") && n <= 1) {
+    ir->tool_choice = n == 1 && x.kind == PX_FV_STR ? PX_FTC_TOOL : PX_FTC_REQUIRED;
+    if (ir->tool_choice == PX_FTC_TOOL) ir->tc_name = x.s;
+    return 0;
+  }
+  if (m == NULL && (m = fs_cstr(a, mode)) == NULL) return DECLINE;
+  gfail(d, E_TC, "toolConfig.functionCallingConfig",
+        "function calling mode %s with several allowedFunctionNames cannot be translated",
+        m);
   return 0;
 }
 
@@ -555,10 +725,14 @@ enum {
 #define N_GEN (G_DROP0 + N_DROPPED)
 
 /* effort_of_level in gemini.c: a thinkingLevel's effort */
-static int effort_of_level(px_fstr_t l, px_fstr_t *out) {
+static int effort_of_level(px_fstr_t l, px_fstr_t *out, px_arena_t *a) {
   static const char *const lv[][2] = {
       {"minimal", "MINIMAL"}, {"low", "LOW"}, {"medium", "MEDIUM"}};
-  if (l.esc) return DECLINE;
+  if (l.esc) { /* compared unescaped */
+    const char *u = fs_cstr(a, l);
+    if (u == NULL) return DECLINE;
+    l = (px_fstr_t){u, strlen(u), 0};
+  }
   for (size_t i = 0; i < 3; i++)
     if (px_fs_is(l, lv[i][0]) || px_fs_is(l, lv[i][1])) {
       *out = (px_fstr_t){lv[i][0], strlen(lv[i][0]), 0};
@@ -569,7 +743,7 @@ static int effort_of_level(px_fstr_t l, px_fstr_t *out) {
 }
 
 /* thinkingConfig -> the IR reasoning, as decode_generation in gemini.c */
-static int decode_thinking(const px_fv_t *tc, px_freq_t *ir) {
+static int decode_thinking(const px_fv_t *tc, px_freq_t *ir, px_arena_t *a) {
   static const char *const keys[] = {"thinkingBudget", "thinkingLevel"};
   px_fv_t g[2];
   unsigned gs = 0;
@@ -597,7 +771,7 @@ static int decode_thinking(const px_fv_t *tc, px_freq_t *ir) {
     ir->budget_v = v;
     ir->effort = (px_fstr_t){e, strlen(e), 0};
   } else if ((gs & 2) && g[1].kind == PX_FV_STR) {
-    return effort_of_level(g[1].s, &ir->effort);
+    return effort_of_level(g[1].s, &ir->effort, a);
   }
   return 0;
 }
@@ -605,8 +779,8 @@ static int decode_thinking(const px_fv_t *tc, px_freq_t *ir) {
 /* lossy marks of generationConfig, added when the request is read */
 #define L_MIME (1u << 0)
 
-static int decode_generation(px_fw_t *w, px_freq_t *ir, px_arena_t *a, unsigned *dropped,
-                             unsigned *marks) {
+static int decode_generation(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a,
+                             unsigned *dropped, unsigned *marks) {
   static const char *const keys[N_GEN] = {
       "temperature", "topP", "topK", "maxOutputTokens", "stopSequences", "candidateCount",
       "responseMimeType", "responseJsonSchema", "responseSchema", "thinkingConfig",
@@ -615,8 +789,8 @@ static int decode_generation(px_fw_t *w, px_freq_t *ir, px_arena_t *a, unsigned 
       "mediaResolution", "speechConfig", "responseModalities"};
   px_fv_t f[N_GEN];
   unsigned seen = 0;
-  if (px_fw_peek(w) != PX_FV_OBJ || px_fw_fields(w, keys, N_GEN, f, &seen) != 0)
-    return DECLINE;
+  if (px_fw_peek(w) != PX_FV_OBJ) return px_fw_value(w, &f[0]) < 0 ? DECLINE : 0;
+  if (px_fw_fields(w, keys, N_GEN, f, &seen) != 0) return DECLINE;
   if (HAS(G_TEMP) && f[G_TEMP].kind == PX_FV_NUM) ir->temperature = f[G_TEMP].raw;
   if (HAS(G_TOPP) && f[G_TOPP].kind == PX_FV_NUM) ir->top_p = f[G_TOPP].raw;
   if (HAS(G_TOPK) && f[G_TOPK].kind == PX_FV_NUM) {
@@ -641,9 +815,15 @@ static int decode_generation(px_fw_t *w, px_freq_t *ir, px_arena_t *a, unsigned 
     if (r < 0 || n == 0) return DECLINE;
     ir->stop = f[G_STOP].raw;
   }
-  if (HAS(G_CAND) && !(f[G_CAND].kind == PX_FV_NUM && f[G_CAND].raw.len == 1 &&
-                       f[G_CAND].raw.ptr[0] == '1'))
-    return DECLINE;
+  if (HAS(G_CAND) && f[G_CAND].kind == PX_FV_NUM && px_fw_is_int(f[G_CAND].raw) &&
+      f[G_CAND].raw.ptr[0] != '-') {
+    /* an integer above 1 (any other value reads as 0 there) */
+    int64_t n;
+    if (px_fw_uint(f[G_CAND].raw, &n) < 0) return DECLINE;
+    if (n > 1)
+      gfail(d, E_GEN, "generationConfig.candidateCount",
+            "candidateCount above 1 cannot be translated");
+  }
   if (HAS(G_MIME) && f[G_MIME].kind == PX_FV_STR) {
     px_fstr_t mime = f[G_MIME].s;
     if (mime.esc) return DECLINE;
@@ -662,7 +842,7 @@ static int decode_generation(px_fw_t *w, px_freq_t *ir, px_arena_t *a, unsigned 
       *marks |= L_MIME;
     }
   }
-  if (HAS(G_THINK) && decode_thinking(&f[G_THINK], ir) != 0) return DECLINE;
+  if (HAS(G_THINK) && decode_thinking(&f[G_THINK], ir, a) != 0) return DECLINE;
   *dropped = seen >> G_DROP0;
   return 0;
 }
@@ -674,15 +854,19 @@ static const char *const top_keys[] = {
     "labels",     "cachedContent",     "generateContentRequest"};
 
 static int gem_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                   px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+                                   px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                   px_tr_err_t *err) {
   px_fw_t w = {body, len, 0};
   px_fstr_t k;
   px_fv_t f[NKEYS(top_keys)];
   unsigned seen = 0, dropped = 0, marks = 0;
-  gdec_t d = {
-      NULL, NULL, 0, px_frtok_index("signature"), px_frtok_index("encrypted_content"), 0};
+  gdec_t d;
   int r;
+  memset(&d, 0, sizeof(d));
+  d.k_sig = px_frtok_index("signature");
+  d.k_enc = px_frtok_index("encrypted_content");
   d.open_tail = &d.open;
+  d.drops_tail = &d.drops;
   if (d.k_sig < 0 || d.k_enc < 0 || px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(&w, &k)) == 1) {
     if (k.esc) return DECLINE;
@@ -690,37 +874,57 @@ static int gem_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, siz
     if (ki >= 0 && px_fw_seen_twice(&seen, ki)) return DECLINE;
     /* the large members are read in place, in body order */
     int rc = 0, inplace = 1;
+    px_fw_t at = w;
     switch (ki) {
       case K_CONTENTS:
         rc = decode_contents(&w, ir, &d, a);
         break;
       case K_SYS:
-        rc = decode_system(&w, ir, a);
+        rc = decode_system(&w, ir, &d, a);
         break;
       case K_TOOLS:
-        rc = decode_tools(&w, ir, a);
+        rc = decode_tools(&w, ir, &d, a);
         break;
       case K_GEN:
-        rc = decode_generation(&w, ir, a, &dropped, &marks);
+        rc = decode_generation(&w, ir, &d, a, &dropped, &marks);
         break;
       default:
         inplace = 0;
         break;
     }
-    if (rc != 0) return DECLINE;
+    if (rc == PX_FAST_REFUSE) { /* refused there: the rest of it unread */
+      w = at;
+      inplace = 0;
+    } else if (rc != 0) {
+      return DECLINE;
+    }
     if (inplace) continue;
     px_fv_t v;
     if (px_fw_value(&w, &v) < 0) return DECLINE;
     if (ki >= 0) f[ki] = v; /* other members are not read there */
   }
-  if (r < 0 || !HAS(K_CONTENTS) || HAS(K_CACHED) || HAS(K_WRAPPED)) return DECLINE;
-  if (HAS(K_TC) && decode_tool_config(&f[K_TC], ir) != 0) return DECLINE;
+  if (r < 0) return DECLINE;
+  /* a wrapped countTokens body: the inner request is read there */
+  if (HAS(K_WRAPPED) && f[K_WRAPPED].kind == PX_FV_OBJ) return DECLINE;
+  if (!HAS(K_CONTENTS)) gfail(&d, E_CONTENTS, "contents", "contents must be an array");
+  if (HAS(K_CACHED))
+    gfail(&d, E_CACHED, "cachedContent", "cachedContent cannot be translated");
+  if (HAS(K_TC) && decode_tool_config(&f[K_TC], ir, &d, a) != 0) return DECLINE;
+  if (d.prio != 0) {
+    if (err != NULL) *err = d.e;
+    return PX_FAST_REFUSE;
+  }
   /* the method of the path decides, as the IR says there */
   if (ctx->stream)
     ir->stream_true = 1;
   else
     ir->stream_false = 1;
   if (d.exec) px_lossy_add(lossy, "contents[].parts[].executableCode");
+  for (const tool_drop_t *t = d.drops; t; t = t->next) {
+    char p[64];
+    snprintf(p, sizeof(p), "tools[].%.*s", (int)t->key.n, t->key.p);
+    px_lossy_add(lossy, p);
+  }
   if (marks & L_MIME) px_lossy_add(lossy, "generationConfig.responseMimeType");
   for (int i = 0; i < N_DROPPED; i++)
     if (dropped & (1u << i)) {
@@ -756,6 +960,25 @@ static int call_args(px_arena_t *a, const px_fpart_t *p, int blank_ok, px_str_t 
   if (px_fast_args_object(a, &tmp) != 0) return DECLINE;
   *out = tmp.input;
   return 0;
+}
+
+/* a client's call's arguments as an object (px_tool_args_object): blank is
+ * {}, anything else that is no object the client's error, named by its
+ * own field; 0, DECLINE, or PX_FAST_REFUSE with err set */
+static int client_args(const px_tr_ctx_t *ctx, px_arena_t *a, const px_fpart_t *p,
+                       px_str_t *args, px_tr_err_t *err) {
+  if (call_args(a, p, 1, args) == 0) return 0;
+  if (p->args.p == NULL || px_fs_blank_value(p->args) < 0) return DECLINE;
+  /* what the scanner does not take, jansson may: the reference decides */
+  const char *s = fs_cstr(a, p->args), *id = p->id.p ? fs_cstr(a, p->id) : "";
+  if (s == NULL || id == NULL) return DECLINE;
+  json_t *j = px_jdoc_loads(s, JSON_DECODE_ANY, NULL);
+  int obj = json_is_object(j);
+  json_decref(j);
+  if (obj) return DECLINE;
+  const char *pa = px_in_names(ctx)->tool_args_param;
+  px_tr_fail(err, pa, "%s: arguments of tool call '%s' are not a JSON object", pa, id);
+  return PX_FAST_REFUSE;
 }
 
 /* the name of the call a result answers (the first part with that id) */
@@ -897,8 +1120,9 @@ typedef struct genc {
 
 /* One IR part's members into the Gemini part already open (part_out in
  * gemini.c); the parts that write nothing are put_contents' */
-static int put_part(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p, px_arena_t *a,
-                    px_lossy_t *lossy) {
+static int put_part(const px_tr_ctx_t *ctx, px_buf_t *b, const px_freq_t *ir,
+                    const px_fpart_t *p, px_arena_t *a, px_lossy_t *lossy,
+                    px_tr_err_t *err) {
   int rc;
   switch (p->type) {
     case PX_FP_TEXT:
@@ -911,8 +1135,12 @@ static int put_part(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p, px_ar
       return put_blob(b, p);
     case PX_FP_TOOL_CALL: {
       px_str_t args;
-      /* arguments that are no object: an error there */
-      if (p->name.p == NULL || call_args(a, p, 1, &args) != 0) return DECLINE;
+      if (p->custom) {
+        px_tr_fail(err, "tools", "custom tools cannot be sent to a Gemini upstream");
+        return PX_FAST_REFUSE;
+      }
+      if (p->name.p == NULL) return DECLINE;
+      if ((rc = client_args(ctx, a, p, &args, err)) != 0) return rc;
       rc = px_fb_lit(b, "\"functionCall\":{\"name\":");
       if (rc == 0) rc = px_fb_str(b, p->name);
       if (rc == 0) rc = px_fb_lit(b, ",\"args\":");
@@ -921,8 +1149,12 @@ static int put_part(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p, px_ar
       break;
     }
     case PX_FP_TOOL_RESULT: {
-      const px_fpart_t *call = call_of(ir, p->id);
-      if (call == NULL) return DECLINE; /* an error there */
+      const px_fpart_t *call = p->id.p != NULL ? call_of(ir, p->id) : NULL;
+      if (call == NULL) {
+        px_tr_fail(err, "messages[].content[].tool_result",
+                   "a tool result has no preceding tool call");
+        return PX_FAST_REFUSE;
+      }
       rc = px_fb_lit(b, "\"functionResponse\":{\"name\":");
       if (rc == 0) rc = px_fb_str(b, call->name);
       if (rc == 0) rc = px_fb_lit(b, ",\"response\":");
@@ -940,8 +1172,9 @@ static int put_part(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p, px_ar
  * turn before of the same role, none for a message that writes no part; a
  * Gemini signature of a reasoning part without text rides on the next part
  * of a model message; other families' tokens are dropped */
-static int put_contents(px_buf_t *b, const px_freq_t *ir, const genc_t *g, px_arena_t *a,
-                        px_lossy_t *lossy) {
+static int put_contents(const px_tr_ctx_t *ctx, px_buf_t *b, const px_freq_t *ir,
+                        const genc_t *g, px_arena_t *a, px_lossy_t *lossy,
+                        px_tr_err_t *err) {
   int rc = px_fb_lit(b, "{\"contents\":[");
   int open = -1; /* the role of the turn open */
   for (const px_fmsg_t *m = ir->msgs; m && rc == 0; m = m->next) {
@@ -988,7 +1221,7 @@ static int put_contents(px_buf_t *b, const px_freq_t *ir, const genc_t *g, px_ar
           if (rc == 0) rc = px_fb_lit(b, ",");
           sig.p = NULL;
         }
-        if (rc == 0) rc = put_part(b, ir, p, a, lossy);
+        if (rc == 0) rc = put_part(ctx, b, ir, p, a, lossy, err);
       }
       if (rc == 0) rc = px_fb_lit(b, "}");
     }
@@ -1078,9 +1311,9 @@ static int gem_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
   for (const px_fmsg_t *m = ir->msgs; m; m = m->next)
     for (const px_fpart_t *p = m->parts; p; p = p->next)
       if ((p->type == PX_FP_TOOL_CALL && p->id.esc) ||
-          (p->type == PX_FP_TOOL_RESULT && (p->id.p == NULL || p->id.esc)))
+          (p->type == PX_FP_TOOL_RESULT && p->id.esc))
         return DECLINE;
-  int rc = put_contents(b, ir, &g, a, lossy);
+  int rc = put_contents(ctx, b, ir, &g, a, lossy, err);
   if (rc == 0 && ir->system != NULL) {
     rc = px_fb_lit(b, ",\"systemInstruction\":{\"parts\":[");
     for (const px_fpart_t *p = ir->system; p && rc == 0; p = p->next) {
@@ -1096,7 +1329,9 @@ static int gem_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
       rc = px_fb_lit(b, t == ir->tools ? "{\"name\":" : ",{\"name\":");
       if (rc == 0) rc = px_fb_str(b, t->name);
       if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", t->desc);
-      if (rc == 0) rc = px_fb_opt_raw(b, ",\"parametersJsonSchema\":", t->params);
+      /* a custom tool holds no parameters */
+      if (rc == 0 && !t->custom)
+        rc = px_fb_opt_raw(b, ",\"parametersJsonSchema\":", t->params);
       if (rc == 0) rc = px_fb_lit(b, "}");
     }
     if (rc == 0) rc = px_fb_lit(b, "]}]");
@@ -1126,6 +1361,9 @@ static int gem_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
   if (ir->user.p) px_lossy_add(lossy, "user");
   if (ir->metadata.ptr) px_lossy_add(lossy, "metadata");
   if (ir->parallel >= 0) px_lossy_add(lossy, "parallel_tool_calls");
+  /* none after the fit: Gemini holds neither */
+  if (ir->prompt_cache_key.p) px_lossy_add(lossy, "prompt_cache_key");
+  if (ir->verbosity.p) px_lossy_add(lossy, "verbosity");
   if (rc == 0) rc = px_fb_lit(b, "}");
   return rc;
 }
@@ -1135,7 +1373,8 @@ static int gem_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
 
 /* The answer is walked once, in place: each container is read where it
  * stands instead of skipped first and read again (a generateContent answer
- * is nested four deep). */
+ * is nested four deep). What gemini.c reads with px_jstr is read here only
+ * when a string, unescaped where its value decides something. */
 
 /* usageMetadata as px_gemini_usage_in reads it */
 static int decode_usage(px_fw_t *w, px_fresp_t *ir) {
@@ -1157,37 +1396,69 @@ static int decode_usage(px_fw_t *w, px_fresp_t *ir) {
   return 0;
 }
 
-/* one part of the candidate's content; a call without an id gets its
- * minted one when the walk is over (responseId may come last) */
-static int decode_part_out(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
+/* What the walk of an answer keeps for the end (the finish reason may come
+ * after the parts, the response id after the calls). */
+typedef struct gresp {
+  px_lossy_t *lossy;
+  int k_ts;          /* the IR field "thought_signature" */
+  int ncand;         /* candidates: its length (0: no array) */
+  unsigned cseen;    /* the first candidate's members seen (C_*) */
+  px_fstr_t fr, fm;  /* its finishReason, finishMessage (strings) */
+  px_fstr_t br, brm; /* promptFeedback.blockReason, blockReasonMessage */
+  px_fstr_t rid;     /* responseId (a string) */
+  int rid_set, model_set;
+} gresp_t;
+
+/* one part of the candidate's content (gem_decode_response's loop) */
+static int decode_part_out(px_fw_t *w, px_fresp_t *ir, gresp_t *g, px_arena_t *a) {
   px_fv_t f[NKEYS(part_keys)];
   unsigned seen = 0;
-  if (px_fw_peek(w) != PX_FV_OBJ ||
-      px_fw_fields(w, part_keys, NKEYS(part_keys), f, &seen) != 0)
-    return DECLINE;
-  /* thoughts, signatures: reasoning parts there */
-  if (HAS(P_SIG) || (HAS(P_THOUGHT) && f[P_THOUGHT].kind == PX_FV_TRUE)) return DECLINE;
+  if (px_fw_peek(w) != PX_FV_OBJ) { /* no member of it is read there */
+    px_fv_t v;
+    return px_fw_value(w, &v) < 0 ? DECLINE : 0;
+  }
+  if (px_fw_kfields(w, part_fkeys, NKEYS(part_fkeys), f, &seen) != 0) return DECLINE;
+  int sig = HAS(P_SIG) && f[P_SIG].kind == PX_FV_STR;
+  int text = HAS(P_TEXT) && f[P_TEXT].kind == PX_FV_STR;
   px_fpart_t *p;
-  if (HAS(P_TEXT) && f[P_TEXT].kind == PX_FV_STR) {
+  if (HAS(P_THOUGHT) && f[P_THOUGHT].kind == PX_FV_TRUE) {
+    if ((p = px_fpart_new(a, PX_FP_REASONING)) == NULL) return DECLINE;
+    p->text = text ? f[P_TEXT].s : (px_fstr_t){"", 0, 0};
+    if (sig) p->tok[g->k_ts] = f[P_SIG].s;
+    px_fpart_push(&ir->content, &ir->last, p);
+    return 0;
+  }
+  if (sig) {
+    if ((p = px_fpart_new(a, PX_FP_REASONING)) == NULL) return DECLINE;
+    p->text = (px_fstr_t){"", 0, 0};
+    p->tok[g->k_ts] = f[P_SIG].s;
+    px_fpart_push(&ir->content, &ir->last, p);
+  }
+  if (text) {
+    /* a refusal's words when the finish says so: told at the end */
     if ((p = px_fpart_text(a, f[P_TEXT].s)) == NULL) return DECLINE;
   } else if (HAS(P_FC) && f[P_FC].kind == PX_FV_OBJ) {
     static const char *const keys[] = {"name", "args", "id"};
-    px_fv_t g[3];
-    unsigned gs = 0;
-    if (px_fv_fields(&f[P_FC], keys, 3, g, &gs) != 0) return DECLINE;
+    px_fv_t c[3];
+    unsigned cs = 0;
+    if (px_fv_fields(&f[P_FC], keys, 3, c, &cs) != 0) return DECLINE;
     if ((p = px_fpart_new(a, PX_FP_TOOL_CALL)) == NULL) return DECLINE;
-    p->name = (gs & 1) && g[0].kind == PX_FV_STR ? g[0].s : (px_fstr_t){"", 0, 0};
-    if ((gs & 4) && g[2].kind == PX_FV_STR) p->id = g[2].s; /* else minted */
-    if (args_in(a, (gs & 2) ? &g[1] : NULL, p) != 0) return DECLINE;
+    p->name = (cs & 1) && c[0].kind == PX_FV_STR ? c[0].s : (px_fstr_t){"", 0, 0};
+    if ((cs & 4) && c[2].kind == PX_FV_STR) p->id = c[2].s; /* else minted */
+    if (args_in(a, (cs & 2) ? &c[1] : NULL, p) != 0) return DECLINE;
   } else {
-    return DECLINE; /* blobs, code execution (lossy), others */
+    if (HAS(P_INLINE) || HAS(P_FILE))
+      px_lossy_add(g->lossy, "candidates[].content.parts[].inlineData");
+    else if (HAS(P_EXEC) || HAS(P_EXECR))
+      px_lossy_add(g->lossy, "candidates[].content.parts[].executableCode");
+    return 0;
   }
   px_fpart_push(&ir->content, &ir->last, p);
   return 0;
 }
 
 /* content {parts: [...], role} */
-static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
+static int decode_content(px_fw_t *w, px_fresp_t *ir, gresp_t *g, px_arena_t *a) {
   px_fstr_t k;
   px_fv_t v;
   int r, nparts = 0;
@@ -1195,69 +1466,96 @@ static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a) {
   if (px_fw_open(w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(w, &k)) == 1) {
     if (k.esc) return DECLINE;
-    if (!px_fs_is(k, "parts") || px_fw_peek(w) != PX_FV_ARR) {
-      if (px_fs_is(k, "parts") && nparts++) return DECLINE;
+    if (!px_fs_is(k, "parts")) {
       if (px_fw_value(w, &v) < 0) return DECLINE;
       continue;
     }
-    if (nparts++ || px_fw_open(w, '[') < 0) return DECLINE; /* repeated: the last there */
+    if (nparts++) return DECLINE; /* repeated: the last there */
+    if (px_fw_peek(w) != PX_FV_ARR) {
+      if (px_fw_value(w, &v) < 0) return DECLINE;
+      continue;
+    }
+    if (px_fw_open(w, '[') < 0) return DECLINE;
     int rp;
     while ((rp = px_fw_elem(w)) == 1)
-      if (decode_part_out(w, ir, a) != 0) return DECLINE;
+      if (decode_part_out(w, ir, g, a) != 0) return DECLINE;
     if (rp < 0) return DECLINE;
   }
   return r < 0 ? DECLINE : 0;
 }
 
-enum { C_CONTENT, C_FINISH, C_SAFETY, C_GROUND, C_CITE };
-static const char *const cand_keys[] = {"content", "finishReason", "safetyRatings",
-                                        "groundingMetadata", "citationMetadata"};
+enum { C_CONTENT, C_FINISH, C_SAFETY, C_GROUND, C_CITE, C_FMSG };
+static const char *const cand_keys[] = {"content",          "finishReason",
+                                        "safetyRatings",    "groundingMetadata",
+                                        "citationMetadata", "finishMessage"};
 
-/* candidates: exactly one (none: promptFeedback, the jansson codec) */
-static int decode_candidates(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, char *fr,
-                             size_t frn, unsigned *cseen) {
+/* candidates: the first one read, the others counted (gemini.c answers
+ * one candidate, or a blocked prompt) */
+static int decode_candidates(px_fw_t *w, px_fresp_t *ir, gresp_t *g, px_arena_t *a) {
   px_fstr_t k;
+  px_fv_t v;
   int r;
-  if (px_fw_peek(w) != PX_FV_ARR || px_fw_open(w, '[') < 0 || px_fw_elem(w) != 1 ||
-      px_fw_peek(w) != PX_FV_OBJ || px_fw_open(w, '{') < 0)
-    return DECLINE;
-  while ((r = px_fw_member(w, &k)) == 1) {
-    if (k.esc) return DECLINE;
-    int ki = px_fw_key_of(k, cand_keys, NKEYS(cand_keys));
-    if (ki >= 0 && px_fw_seen_twice(cseen, ki)) return DECLINE;
-    if (ki == C_CONTENT) {
-      if (decode_content(w, ir, a) != 0) return DECLINE;
+  if (px_fw_peek(w) != PX_FV_ARR) return px_fw_value(w, &v) < 0 ? DECLINE : 0;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(w)) == 1) {
+    if (g->ncand++ || px_fw_peek(w) != PX_FV_OBJ) {
+      if (px_fw_value(w, &v) < 0) return DECLINE;
       continue;
     }
-    px_fv_t v;
-    if (px_fw_value(w, &v) < 0) return DECLINE;
-    if (ki == C_FINISH && v.kind == PX_FV_STR) {
-      if (v.s.esc || v.s.n >= frn) return DECLINE;
-      memcpy(fr, v.s.p, v.s.n);
-      fr[v.s.n] = 0;
+    if (px_fw_open(w, '{') < 0) return DECLINE;
+    int rk;
+    while ((rk = px_fw_member(w, &k)) == 1) {
+      if (k.esc) return DECLINE;
+      int ki = px_fw_key_of(k, cand_keys, NKEYS(cand_keys));
+      if (ki >= 0 && px_fw_seen_twice(&g->cseen, ki)) return DECLINE;
+      if (ki == C_CONTENT) {
+        if (decode_content(w, ir, g, a) != 0) return DECLINE;
+        continue;
+      }
+      if (px_fw_value(w, &v) < 0) return DECLINE;
+      if (ki == C_FINISH && v.kind == PX_FV_STR) g->fr = v.s;
+      if (ki == C_FMSG && v.kind == PX_FV_STR) g->fm = v.s;
     }
+    if (rk < 0) return DECLINE;
   }
-  return r < 0 || px_fw_elem(w) != 0 ? DECLINE : 0;
+  return r < 0 ? DECLINE : 0;
 }
 
-enum { R_CANDS, R_ID, R_MODEL, R_USAGE };
+/* promptFeedback {blockReason, blockReasonMessage} */
+static int decode_feedback(px_fw_t *w, gresp_t *g) {
+  static const char *const keys[] = {"blockReason", "blockReasonMessage"};
+  px_fv_t f[2];
+  unsigned seen = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ) return px_fw_value(w, &f[0]) < 0 ? DECLINE : 0;
+  if (px_fw_fields(w, keys, 2, f, &seen) != 0) return DECLINE;
+  if (HAS(0) && f[0].kind == PX_FV_STR) g->br = f[0].s;
+  if (HAS(1) && f[1].kind == PX_FV_STR) g->brm = f[1].s;
+  return 0;
+}
+
+enum { R_CANDS, R_ID, R_MODEL, R_USAGE, R_FEEDBACK };
 static const char *const resp_keys[] = {"candidates", "responseId", "modelVersion",
-                                        "usageMetadata"};
+                                        "usageMetadata", "promptFeedback"};
 
 static int gem_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                                    px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+                                    px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                    px_tr_err_t *err) {
   px_fw_t w = {body, len, 0};
-  px_fstr_t k, rid = {0};
-  unsigned seen = 0, cseen = 0;
-  char fr[48] = "STOP";
+  px_fstr_t k;
+  unsigned seen = 0;
+  gresp_t g = {.lossy = lossy, .k_ts = px_frtok_index("thought_signature")};
   int r;
-  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  if (g.k_ts < 0 || px_fw_open(&w, '{') < 0) return DECLINE;
   while ((r = px_fw_member(&w, &k)) == 1) {
     if (k.esc) return DECLINE;
     int ki = px_fw_key_of(k, resp_keys, NKEYS(resp_keys));
     if (ki >= 0 && px_fw_seen_twice(&seen, ki)) return DECLINE;
     if (ki == R_CANDS) {
-      if (decode_candidates(&w, ir, a, fr, sizeof(fr), &cseen) != 0) return DECLINE;
+      if (decode_candidates(&w, ir, &g, a) != 0) return DECLINE;
+      continue;
+    }
+    if (ki == R_FEEDBACK) {
+      if (decode_feedback(&w, &g) != 0) return DECLINE;
       continue;
     }
     if (ki == R_USAGE && px_fw_peek(&w) == PX_FV_OBJ) {
@@ -1266,65 +1564,164 @@ static int gem_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, si
     }
     px_fv_t v;
     if (px_fw_value(&w, &v) < 0) return DECLINE;
-    if (ki == R_ID && v.kind == PX_FV_STR) rid = v.s;
-    if (ki == R_MODEL && v.kind == PX_FV_STR) ir->model = v.s;
+    if (ki == R_ID && v.kind == PX_FV_STR) g.rid = v.s, g.rid_set = 1;
+    if (ki == R_MODEL && v.kind == PX_FV_STR) ir->model = v.s, g.model_set = 1;
   }
-  if (r < 0 || !HAS(R_CANDS)) return DECLINE;
-  if (ir->model.p == NULL && ctx->client_model == NULL)
-    return DECLINE; /* upstream model */
-  /* refused: the text parts are refusals there */
-  if (px_stop_refused(px_gemini_stop(fr, 0))) return DECLINE;
-  ir->id = rid.p ? rid : (px_fstr_t){"gemini", 6, 0};
-  /* minted call ids: call_<responseId or "gemini">_<n>, cut at 159 bytes there */
-  px_fstr_t mid = rid.n > 0 ? rid : (px_fstr_t){"gemini", 6, 0};
+  if (r < 0) return DECLINE;
+  if (g.ncand != 1 && g.br.p == NULL) {
+    px_tr_fail(err, "candidates", "%s", "upstream returned no single candidate");
+    if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+    return PX_FAST_REFUSE;
+  }
+  /* the first candidate's finish, else the blocked prompt's */
+  px_fstr_t frs = g.ncand > 0 ? g.fr : g.br, fms = g.ncand > 0 ? g.fm : g.brm;
+  const char *fr = frs.p != NULL ? fs_cstr(a, frs) : "STOP";
+  if (fr == NULL) return DECLINE;
+  int refused = px_stop_refused(px_gemini_stop(fr, 0));
+  ir->id = g.rid_set ? g.rid : (px_fstr_t){"gemini", 6, 0};
+  if (!g.model_set &&
+      fs_of_cstr(a, ctx->upstream_model ? ctx->upstream_model : "", &ir->model) != 0)
+    return DECLINE;
+  /* minted call ids: px_gemini_call_id, call_<responseId or "gemini">_<n> */
+  const char *rid = g.rid_set ? fs_cstr(a, g.rid) : "";
+  if (rid == NULL) return DECLINE;
   int calls = 0;
   for (px_fpart_t *p = ir->content; p; p = p->next) {
+    if (p->type == PX_FP_TEXT && refused) p->type = PX_FP_REFUSAL;
     if (p->type != PX_FP_TOOL_CALL) continue;
-    if (p->id.p == NULL &&
-        (mid.esc || mid.n > 120 || mint_id(a, "call_", mid, calls, &p->id)))
-      return DECLINE;
+    if (p->id.p == NULL) {
+      char id[160];
+      int n = snprintf(id, sizeof(id), "call_%s_%d", *rid ? rid : "gemini", calls);
+      if (n < 0 || (size_t)n >= sizeof(id) || fs_of_cstr(a, id, &p->id) != 0)
+        return DECLINE; /* cut there, maybe inside a character */
+    }
     calls++;
   }
-  if (cseen & (1u << C_SAFETY)) px_lossy_add(lossy, "candidates[].safetyRatings");
-  if (cseen & (1u << C_GROUND)) px_lossy_add(lossy, "candidates[].groundingMetadata");
-  if (cseen & (1u << C_CITE)) px_lossy_add(lossy, "candidates[].citationMetadata");
+  if (g.cseen & (1u << C_SAFETY)) px_lossy_add(lossy, "candidates[].safetyRatings");
+  if (g.cseen & (1u << C_GROUND)) px_lossy_add(lossy, "candidates[].groundingMetadata");
+  if (g.cseen & (1u << C_CITE)) px_lossy_add(lossy, "candidates[].citationMetadata");
   ir->stop = px_gemini_stop(fr, calls > 0);
+  /* a refusal's own words (Vertex: promptFeedback.blockReasonMessage) */
+  if (fms.p != NULL && fms.n > 0 && px_stop_refused(ir->stop))
+    ir->refusal_explanation = fms;
   return 0;
 }
 
 /* ======================================================================== */
 /* Response encode                                                           */
 
+/* a Gemini part {"text":"","thoughtSignature":<sig>} holding a signature */
+static int put_sig_part(px_buf_t *b, int *first, const px_fpart_t *sig) {
+  int rc = px_fb_lit(b, *first ? "{\"text\":\"\",\"thoughtSignature\":"
+                               : ",{\"text\":\"\",\"thoughtSignature\":");
+  *first = 0;
+  if (rc == 0) rc = px_fb_rtok(b, PX_PROTO_GEMINI, sig);
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* an upstream call's arguments as an object (gem_encode_response: parsed
+ * by jansson, anything else is the upstream's fault): 0, DECLINE, or
+ * PX_FAST_REFUSE with err set */
+static int answer_args(px_arena_t *a, const px_fpart_t *p, px_str_t *args,
+                       px_tr_err_t *err) {
+  if (!p->custom && call_args(a, p, 0, args) == 0) return 0;
+  if (!p->custom && p->input.ptr == NULL && p->args.p != NULL) {
+    /* what the scanner does not take, jansson may: the reference decides */
+    const char *s = fs_cstr(a, p->args);
+    if (s == NULL) return DECLINE;
+    json_t *j = px_jdoc_loads(s, 0, NULL);
+    int obj = json_is_object(j);
+    json_decref(j);
+    if (obj) return DECLINE;
+  }
+  px_tr_fail(err, "content[].arguments", "%s",
+             "upstream tool call arguments are not a JSON object");
+  if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+  return PX_FAST_REFUSE;
+}
+
 static int gem_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
-                                    px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
-  (void)lossy;
-  int rc = px_fb_lit(b, "{\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[");
+                                    px_buf_t *b, px_arena_t *a, px_lossy_t *lossy,
+                                    px_tr_err_t *err) {
+  const px_fpart_t *sig = NULL; /* a signature waiting for the next part */
+  int refused = 0, texted = 0, first = 1, rc;
+  rc = px_fb_lit(b, "{\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[");
   for (const px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
-    if (p != ir->content) rc = px_fb_lit(b, ",");
+    const char *tag;
+    px_fstr_t tok;
+    if (p->type == PX_FP_REASONING) {
+      /* Gemini's own signature as is, another family's behind its tag */
+      int ts = px_frtok_out(PX_PROTO_GEMINI, p, &tag, &tok);
+      if (p->text.p != NULL && p->text.n > 0) {
+        rc = px_fb_lit(b, first ? "{\"text\":" : ",{\"text\":");
+        first = 0;
+        if (rc == 0) rc = px_fb_str(b, p->text);
+        if (rc == 0) rc = px_fb_lit(b, ",\"thought\":true");
+        if (rc == 0 && ts) {
+          rc = px_fb_lit(b, ",\"thoughtSignature\":");
+          if (rc == 0) rc = px_fb_rtok(b, PX_PROTO_GEMINI, p);
+        }
+        if (rc == 0) rc = px_fb_lit(b, "}");
+      } else if (ts) {
+        /* two signatures in a row: the first on an empty part */
+        if (sig != NULL) rc = put_sig_part(b, &first, sig);
+        sig = p;
+      }
+      continue;
+    }
+    if (p->type != PX_FP_TEXT && p->type != PX_FP_REFUSAL && p->type != PX_FP_TOOL_CALL)
+      continue; /* nothing there */
+    px_str_t args = {0};
+    if (p->type == PX_FP_TOOL_CALL && (rc = answer_args(a, p, &args, err)) != 0)
+      return rc;
+    rc = px_fb_lit(b, first ? "{" : ",{");
+    first = 0;
+    if (rc == 0 && sig != NULL) {
+      rc = px_fb_lit(b, "\"thoughtSignature\":");
+      if (rc == 0) rc = px_fb_rtok(b, PX_PROTO_GEMINI, sig);
+      if (rc == 0) rc = px_fb_lit(b, ",");
+      sig = NULL;
+    }
     if (rc != 0) break;
-    if (p->type == PX_FP_TEXT) {
-      rc = px_fb_lit(b, "{\"text\":");
-      if (rc == 0) rc = px_fb_str(b, p->text);
-      if (rc == 0) rc = px_fb_lit(b, "}");
-    } else if (p->type == PX_FP_TOOL_CALL) {
-      px_str_t args;
-      /* arguments that are no object: an error there */
-      if (call_args(a, p, 0, &args) != 0) return DECLINE;
-      rc = px_fb_lit(b, "{\"functionCall\":{\"id\":");
+    if (p->type == PX_FP_TOOL_CALL) {
+      rc = px_fb_lit(b, "\"functionCall\":{\"id\":");
       if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : (px_fstr_t){"", 0, 0});
       if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
       if (rc == 0) rc = px_fb_str(b, p->name.p ? p->name : (px_fstr_t){"", 0, 0});
       if (rc == 0) rc = px_fb_lit(b, ",\"args\":");
       if (rc == 0) rc = px_fb_raw(b, args);
       if (rc == 0) rc = px_fb_lit(b, "}}");
-    } else {
-      return DECLINE;
+      continue;
     }
+    refused |= p->type == PX_FP_REFUSAL;
+    texted = 1;
+    if (p->type == PX_FP_TEXT && p->annotations.ptr != NULL &&
+        !px_fw_empty(p->annotations))
+      px_lossy_add(lossy, px_lossy_annotations(ctx));
+    rc = px_fb_lit(b, "\"text\":");
+    if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : (px_fstr_t){"", 0, 0});
+    if (rc == 0) rc = px_fb_lit(b, "}");
   }
-  const char *fin = px_gemini_finish(ir->stop);
+  /* a signature nothing followed: an empty part holds it */
+  if (rc == 0 && sig != NULL) rc = put_sig_part(b, &first, sig);
+  /* SPEC 11: toward Gemini clients any refusal is SAFETY, its wording a
+   * text part, an explanation its finishMessage (and the only text part
+   * when there is no other wording) */
+  px_stop_t st = ir->stop;
+  px_fstr_t expl = ir->refusal_explanation;
+  if (refused && !px_stop_refused(st)) st = PX_STOP_REFUSAL;
+  if (rc == 0 && px_stop_refused(st) && expl.p != NULL && !texted) {
+    rc = px_fb_lit(b, first ? "{\"text\":" : ",{\"text\":");
+    if (rc == 0) rc = px_fb_str(b, expl);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  const char *fin = px_gemini_finish(st);
   if (rc == 0) rc = px_fb_lit(b, "]},\"finishReason\":\"");
   if (rc == 0) rc = px_fb_lit(b, fin ? fin : "STOP");
-  if (rc == 0) rc = px_fb_lit(b, "\",\"index\":0}]");
+  if (rc == 0) rc = px_fb_lit(b, "\",\"index\":0");
+  if (rc == 0) rc = px_fb_opt_str(b, ",\"finishMessage\":", expl);
+  if (rc == 0) rc = px_fb_lit(b, "}]");
   if (rc == 0 && ir->has_usage) {
     int64_t in = ir->in > 0 ? ir->in : 0, out = ir->out > 0 ? ir->out : 0;
     int64_t th = ir->reasoning > 0 ? ir->reasoning : 0;
@@ -1346,21 +1743,48 @@ static int gem_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir
     if (rc == 0) rc = px_fb_lit(b, "}");
   }
   if (rc == 0) rc = px_fb_lit(b, ",\"modelVersion\":");
-  if (rc == 0 && ctx->client_model)
-    rc = px_buf_json_str(b, ctx->client_model, strlen(ctx->client_model));
-  else if (rc == 0)
-    rc = px_fb_str(b, ir->model.p ? ir->model : (px_fstr_t){"", 0, 0});
+  if (rc == 0)
+    rc = px_buf_json_str(b, ctx->client_model ? ctx->client_model : "",
+                         ctx->client_model ? strlen(ctx->client_model) : 0);
   if (rc == 0) rc = px_fb_lit(b, ",\"responseId\":");
   if (rc == 0) rc = px_fb_str(b, ir->id.p ? ir->id : (px_fstr_t){"", 0, 0});
   if (rc == 0) rc = px_fb_lit(b, "}");
   return rc;
 }
 
+/* gemini.c's gem_count_request: the request wrapped as countTokens takes
+ * it, {"generateContentRequest": {..., "model": "models/MODEL"}} */
+static int gem_fast_count(px_buf_t *b, size_t start, const char *model) {
+  size_t n = b->len - start, i = 1;
+  if (n < 2 || b->data[start] != '{' || b->data[b->len - 1] != '}') return -1;
+  while (i < n - 1 && (b->data[start + i] == ' ' || b->data[start + i] == '\n')) i++;
+  int empty = i == n - 1;
+  px_buf_t o;
+  px_buf_init(&o, b->cap);
+  static const char head[] = "{\"generateContentRequest\":";
+  int rc = px_buf_reserve(&o, n + sizeof(head) + 32 + (model ? strlen(model) : 0));
+  if (rc == 0) rc = px_buf_append(&o, head, sizeof(head) - 1);
+  if (rc == 0) rc = px_buf_append(&o, b->data + start, n - 1);
+  if (rc == 0)
+    rc = px_buf_puts(&o, empty ? "\"model\":\"models/" : ",\"model\":\"models/");
+  if (rc == 0 && model) rc = px_buf_json_escape(&o, model, strlen(model));
+  if (rc == 0) rc = px_buf_puts(&o, "\"}}");
+  if (rc == 0) {
+    b->len = start;
+    rc = px_buf_append(b, o.data, o.len);
+  }
+  px_buf_free(&o);
+  return rc;
+}
+
 const px_fast_ops_t px_gemini_fast = {
+    .count_request = gem_fast_count,
     .decode_request = gem_fast_decode_request,
     .encode_request = gem_fast_encode_request,
     .decode_response = gem_fast_decode_response,
     .encode_response = gem_fast_encode_response,
-    .encodes = PX_FU_REASONING | PX_FU_REASONING_CFG | PX_FU_MEDIA | PX_FU_REFUSAL |
-               PX_FU_RF_JSON,
+    /* a system note is a user turn there */
+    .encodes = PX_FU_ALL | PX_FU_SYSTEM_NOTE,
+    .resp_encodes = PX_FU_REASONING | PX_FU_REFUSAL | PX_FU_CUSTOM | PX_FU_MEDIA |
+                    PX_FU_ANNOTATIONS | PX_FU_REFUSAL_EXPL,
 };

@@ -1251,8 +1251,9 @@ static int put_input(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
         rc = px_fb_lit(b, first ? "{\"type\":\"message\",\"role\":"
                                 : ",{\"type\":\"message\",\"role\":");
         if (rc == 0)
-          rc = px_fb_lit(
-              b, m->assistant ? "\"assistant\",\"content\":[" : "\"user\",\"content\":[");
+          rc = px_fb_lit(b, m->assistant     ? "\"assistant\",\"content\":["
+                            : m->system_note ? "\"system\",\"content\":[" /* in place */
+                                             : "\"user\",\"content\":[");
         first = 0;
         open = 1;
       } else {
@@ -1911,12 +1912,21 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   return rc;
 }
 
+/* responses.c's responses_count_request: the members a count does not take */
+static int resp_fast_count(px_buf_t *b, size_t start, const char *model) {
+  static const px_fkey_t drop[] = {PX_FK("stream"), PX_FK("max_output_tokens"),
+                                   PX_FK("stream_options")};
+  (void)model;
+  return px_fb_drop_members(b, start, drop, (int)(sizeof(drop) / sizeof(drop[0])));
+}
+
 const px_fast_ops_t px_responses_fast = {
+    .count_request = resp_fast_count,
     .decode_request = resp_fast_decode_request,
     .encode_request = resp_fast_encode_request,
     .decode_response = resp_fast_decode_response,
     .encode_response = resp_fast_encode_response,
-    .encodes = PX_FU_ALL,
+    .encodes = PX_FU_ALL | PX_FU_SYSTEM_NOTE,
     .response_checked = 1,
     .resp_encodes = PX_FU_REASONING | PX_FU_REFUSAL | PX_FU_CUSTOM | PX_FU_ANNOTATIONS |
                     PX_FU_REFUSAL_EXPL,

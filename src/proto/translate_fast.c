@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "proxai/fastir.h"
+#include "proxai/usage.h"
 
 static unsigned long taken_req, taken_resp;
 
@@ -47,7 +48,8 @@ int px_fast_request_steps(const px_tr_ctx_t *dc, const px_tr_ctx_t *ec, const px
 int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
                               int flags, char **out, size_t *out_len, px_lossy_t *lossy,
                               px_tr_err_t *err) {
-  if (ctx->reference || flags != 0 || ctx->in == ctx->out) return PX_FAST_DECLINE;
+  if (ctx->reference || (flags & ~PX_TR_COUNT_TOKENS) != 0 || ctx->in == ctx->out)
+    return PX_FAST_DECLINE;
   const px_fast_ops_t *in = fast_of(ctx->in), *op = fast_of(ctx->out);
   if (in == NULL || op == NULL || in->decode_request == NULL || op->encode_request == NULL)
     return PX_FAST_DECLINE;
@@ -63,6 +65,9 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
   px_buf_init(&b, out_cap(len));
   int rc = px_buf_reserve(&b, len + 256);
   if (rc == 0) rc = px_fast_request_steps(&c, &c, in, op, body, len, &ir, &a, &b, &l, err);
+  /* a token count: the body the upstream's count endpoint takes */
+  if (rc == 0 && (flags & PX_TR_COUNT_TOKENS) && op->count_request != NULL)
+    rc = op->count_request(&b, 0, c.upstream_model) == 0 ? 0 : PX_FAST_DECLINE;
   if (rc == 0) rc = px_buf_append(&b, "", 1);
   px_arena_free(&a);
   if (rc != 0) {
@@ -108,6 +113,10 @@ int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t 
   }
   px_lossy_merge(lossy, &l);
   taken_resp++;
+  /* traces: what the decoder read, not read again */
+  if (ctx->answer)
+    px_answer_set(ctx->answer, (px_str_t){ir.id.p, ir.id.p ? ir.id.n : 0},
+                  (px_str_t){ir.model.p, ir.model.p ? ir.model.n : 0});
   if (usage == NULL) return 0;
   if (!ir.usage_known) return PX_FAST_USAGE;
   /* what px_usage_from_body would find: no second walk */

@@ -36,41 +36,49 @@ static const int enc_ready[PX_PROTO_COUNT] = {
 
 static int cases, taken;
 
-/* one body from a client of protocol in, to every other upstream */
+/* one body from a client of protocol in, to every other upstream; and as a
+ * token count (the count_tokens endpoints) where the upstream counts */
 static void body_case(const char *what, int in, const char *body, size_t len,
                       int stream) {
   for (int out = 0; out < PX_PROTO_COUNT; out++) {
     if (out == in) continue;
-    px_tr_ctx_t c;
-    ctx_of(&c, in, out);
-    px_json_req_t scan;
-    CHECK(px_json_request(body, len, &scan) == 0);
-    c.stream = stream;
-    char *fo = NULL, *so = NULL;
-    size_t fl = 0, sl = 0;
-    px_lossy_t lf, ls;
-    px_tr_err_t err;
-    px_lossy_init(&lf);
-    px_lossy_init(&ls);
-    int rc = px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf, NULL);
-    cases++;
-    if (rc == 0) taken++;
-    if (rc != 0 && dec_ready[in] && enc_ready[out]) {
-      fprintf(stderr, "%s: %d -> %d declined by the fast path\n", what, in, out);
-      CHECK(rc == 0);
+    for (int count = 0; count < 2; count++) {
+      int flags = count ? PX_TR_COUNT_TOKENS : 0;
+      if (count && px_proto_get(out)->count_request == NULL) continue;
+      px_tr_ctx_t c;
+      ctx_of(&c, in, out);
+      px_json_req_t scan;
+      CHECK(px_json_request(body, len, &scan) == 0);
+      c.stream = stream;
+      char *fo = NULL, *so = NULL;
+      size_t fl = 0, sl = 0;
+      px_lossy_t lf, ls;
+      px_tr_err_t err;
+      px_lossy_init(&lf);
+      px_lossy_init(&ls);
+      int rc = px_translate_request_fast(&c, body, len, flags, &fo, &fl, &lf, NULL);
+      if (!count) cases++;
+      if (rc == 0 && !count) taken++;
+      if (rc != 0 && dec_ready[in] && enc_ready[out]) {
+        fprintf(stderr, "%s: %d -> %d%s declined by the fast path\n", what, in, out,
+                count ? " (count)" : "");
+        CHECK(rc == 0);
+      }
+      if (rc == 0) {
+        px_tr_ctx_t ref = c;
+        ref.reference = 1;
+        CHECK(px_translate_request_body(&ref, body, len, flags, &so, &sl, &ls, &err) ==
+              0);
+        int eq = so != NULL && same_json(fo, fl, so, sl) && strcmp(lf.buf, ls.buf) == 0;
+        CHECK(eq);
+        if (!eq)
+          fprintf(stderr,
+                  "%s: %d -> %d%s differ\nfast: %.2000s [%s]\nslow: %.2000s [%s]\n", what,
+                  in, out, count ? " (count)" : "", fo, lf.buf, so ? so : "", ls.buf);
+      }
+      free(fo);
+      free(so);
     }
-    if (rc == 0) {
-      px_tr_ctx_t ref = c;
-      ref.reference = 1;
-      CHECK(px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &err) == 0);
-      int eq = so != NULL && same_json(fo, fl, so, sl) && strcmp(lf.buf, ls.buf) == 0;
-      CHECK(eq);
-      if (!eq)
-        fprintf(stderr, "%s: %d -> %d differ\nfast: %.2000s [%s]\nslow: %.2000s [%s]\n",
-                what, in, out, fo, lf.buf, so ? so : "", ls.buf);
-    }
-    free(fo);
-    free(so);
   }
 }
 

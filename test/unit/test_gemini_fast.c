@@ -109,54 +109,250 @@ static void request_declines(int in, int out, const char *body) {
   free(o);
 }
 
-static void answer_declines(int in, int out, const char *body) {
+/* a body gemini.c refuses: the fast path refuses it in the same words
+ * (kind, param, message) */
+static void request_refuses(int in, int out, const char *body, const char *param) {
+  px_tr_ctx_t c;
+  ctx_of(&c, in, out);
+  char *o = NULL, *so = NULL;
+  size_t ol = 0, sl = 0;
+  px_lossy_t l;
+  px_lossy_init(&l);
+  px_tr_err_t ef, es;
+  memset(&ef, 0, sizeof(ef));
+  memset(&es, 0, sizeof(es));
+  CHECK(px_translate_request_fast(&c, body, strlen(body), 0, &o, &ol, &l, &ef) ==
+        PX_FAST_REFUSE);
+  CHECK(o == NULL);
+  px_tr_ctx_t ref = c;
+  ref.reference = 1;
+  CHECK(px_translate_request_body(&ref, body, strlen(body), 0, &so, &sl, &l, &es) != 0);
+  CHECK(ef.kind == es.kind && strcmp(ef.param, es.param) == 0 &&
+        strcmp(ef.message, es.message) == 0);
+  CHECK(strcmp(ef.param, param) == 0);
+  if (strcmp(ef.param, param) != 0)
+    fprintf(stderr, "refused at %s: %s\n", ef.param, ef.message);
+  free(o);
+  free(so);
+}
+
+static void answer_refuses(int in, int out, const char *body) {
   px_tr_ctx_t c;
   ctx_of(&c, in, out);
   px_buf_t b;
   px_buf_init(&b, 4096);
   px_lossy_t l;
   px_lossy_init(&l);
-  CHECK(px_translate_response_fast(&c, body, strlen(body), &b, &l, NULL, NULL) == PX_FAST_DECLINE);
-  CHECK(b.len == 0 && l.len == 0);
+  px_tr_err_t ef, es;
+  memset(&ef, 0, sizeof(ef));
+  memset(&es, 0, sizeof(es));
+  CHECK(px_translate_response_fast(&c, body, strlen(body), &b, &l, NULL, &ef) ==
+        PX_FAST_REFUSE);
+  json_t *up = json_loadb(body, strlen(body), 0, NULL), *cb = NULL;
+  CHECK(px_translate_response(&c, up, &cb, &l, &es) != 0);
+  CHECK(ef.kind == es.kind && ef.kind == PX_ERR_BAD_GATEWAY &&
+        strcmp(ef.param, es.param) == 0 && strcmp(ef.message, es.message) == 0);
+  json_decref(up);
+  json_decref(cb);
   px_buf_free(&b);
 }
 
 static void declines(void) {
-  /* what gemini.c refuses or reads otherwise: a call in a user turn, a
-   * wrapped countTokens body, several candidates, other tools (dropped
-   * there), cached content */
-  request_declines(GEM, CHAT,
-                   "{\"contents\":[{\"role\":\"user\",\"parts\":[{\"functionCall\":{"
-                   "\"name\":\"f\",\"args\":{}}}]}]}");
+  /* a wrapped countTokens body: its inner request is read there */
   request_declines(GEM, ANTH,
                    "{\"generateContentRequest\":{\"contents\":[{\"parts\":[{\"text\":"
                    "\"x\"}]}]},\"contents\":[]}");
-  request_declines(GEM, RESP,
-                   "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"generationConfig\":{"
-                   "\"candidateCount\":2}}");
-  request_declines(GEM, CHAT,
-                   "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"tools\":[{"
-                   "\"googleSearch\":{}}]}");
-  request_declines(
-      GEM, CHAT,
-      "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"cachedContent\":\"c\"}");
-  /* an escaped member name, a repeated one, a response answering no call */
+  /* an escaped member name, a repeated one */
   request_declines(GEM, CHAT, "{\"c\\u006fntents\":[{\"parts\":[{\"text\":\"x\"}]}]}");
   request_declines(GEM, CHAT,
                    "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"contents\":[]}");
-  request_declines(GEM, CHAT,
-                   "{\"contents\":[{\"parts\":[{\"functionResponse\":{\"name\":\"f\","
-                   "\"response\":{}}}]}]}");
-  /* answers: a thought, a refusal, a blocked prompt */
-  answer_declines(
+}
+
+/* what gemini.c refuses, refused in its words: the first refusal it meets
+ * in its order of reading, wherever the body holds it */
+static void refusals(void) {
+  request_refuses(GEM, CHAT,
+                  "{\"contents\":[{\"role\":\"user\",\"parts\":[{\"functionCall\":{"
+                  "\"name\":\"f\",\"args\":{}}}]}]}",
+                  "contents[0].parts[0]");
+  request_refuses(GEM, RESP,
+                  "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"generationConfig\":{"
+                  "\"candidateCount\":2}}",
+                  "generationConfig.candidateCount");
+  request_refuses(
+      GEM, CHAT,
+      "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"cachedContent\":\"c\"}",
+      "cachedContent");
+  /* a response answering no call */
+  request_refuses(GEM, ANTH,
+                  "{\"contents\":[{\"parts\":[{\"functionResponse\":{\"name\":\"f\","
+                  "\"response\":{}}}]}]}",
+                  "contents[0].parts[0]");
+  /* tools before contents in the body: contents' refusal is gemini.c's first */
+  request_refuses(GEM, CHAT,
+                  "{\"tools\":[{\"functionDeclarations\":[{\"description\":\"d\"}]}],"
+                  "\"contents\":[{\"role\":\"user\",\"parts\":[{\"text\":\"a\"}]},"
+                  "{\"role\":\"tool\",\"parts\":[]}]}",
+                  "contents[1]");
+  request_refuses(GEM, CHAT,
+                  "{\"contents\":[{\"parts\":[{\"text\":\"a\"}]}],\"tools\":[{"
+                  "\"functionDeclarations\":[{\"description\":\"d\"}]}]}",
+                  "tools[].functionDeclarations[].name");
+  request_refuses(GEM, RESP,
+                  "{\"toolConfig\":{\"functionCallingConfig\":{\"mode\":\"ANY\","
+                  "\"allowedFunctionNames\":[\"a\",\"b\"]}},\"contents\":[{\"parts\":[{"
+                  "\"text\":\"a\"}]}]}",
+                  "toolConfig.functionCallingConfig");
+  request_refuses(GEM, CHAT,
+                  "{\"contents\":[{\"role\":\"model\",\"parts\":[{\"inlineData\":{"
+                  "\"data\":\"AA==\"}}]}],\"systemInstruction\":{\"parts\":[{\"x\":1}]}}",
+                  "systemInstruction.parts");
+  request_refuses(GEM, CHAT, "{\"contents\":{}}", "contents");
+  request_refuses(GEM, ANTH,
+                  "{\"cachedContent\":\"c\",\"systemInstruction\":{\"parts\":[1]},"
+                  "\"contents\":[{\"parts\":[{\"text\":\"a\"}]}]}",
+                  "cachedContent");
+  request_refuses(
+      GEM, CHAT,
+      "{\"contents\":[{\"parts\":[{\"text\":\"a\"}]}],\"toolConfig\":{"
+      "\"functionCallingConfig\":{\"mode\":\"AN\\u0059\",\"allowedFunctionNames\":"
+      "[\"a\",\"b\"]}}}",
+      "toolConfig.functionCallingConfig");
+  request_refuses(GEM, CHAT,
+                  "{\"contents\":[{\"role\":\"user\",\"parts\":[{\"inlineData\":{"
+                  "\"mimeType\":\"image/png\"}}]}]}",
+                  "contents[0].parts[0].inlineData");
+  /* taken: other tools dropped by their names, an escaped role, what
+   * gemini.c reads nothing of */
+  request_pair(GEM, CHAT,
+               "{\"contents\":[{\"parts\":[{\"text\":\"a\"}]},{\"role\":\"mod\\u0065l\","
+               "\"parts\":[{\"text\":\"b\"},{\"executableCode\":{}}]}],\"tools\":[{"
+               "\"googleSearch\":{}},{\"urlContext\":{},\"codeExecution\":{}},7,{"
+               "\"functionDeclarations\":[{\"name\":\"f\"}],\"fileSearch\":{}}],"
+               "\"generationConfig\":{\"candidateCount\":-3},\"toolConfig\":[],"
+               "\"systemInstruction\":\"s\"}",
+               "\"role\":\"assistant\"");
+  /* an escaped MIME type and thinking level, read unescaped */
+  request_pair(
+      GEM, ANTH,
+      "{\"contents\":[{\"parts\":[{\"inlineData\":{\"mimeType\":\"im\\u0061ge/png\","
+      "\"data\":\"AA==\"}}]}],\"generationConfig\":{\"thinkingConfig\":{"
+      "\"thinkingLevel\":\"L\\u004fW\"}}}",
+      "\"type\":\"image\"");
+  /* toward Gemini: a result answering no call, arguments that are no object */
+  request_refuses(
       CHAT, GEM,
-      "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"hm\",\"thought\":"
-      "true},{\"text\":\"x\"}]},\"finishReason\":\"STOP\"}]}");
-  answer_declines(ANTH, GEM,
-                  "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"x\"}]},"
-                  "\"finishReason\":\"SAFETY\"}]}");
-  answer_declines(RESP, GEM,
-                  "{\"candidates\":[],\"promptFeedback\":{\"blockReason\":\"SAFETY\"}}");
+      "{\"model\":\"m\",\"messages\":[{\"role\":\"tool\",\"tool_call_id\":\"c9\","
+      "\"content\":\"x\"}]}",
+      "messages[].content[].tool_result");
+  request_refuses(
+      ANTH, GEM,
+      "{\"model\":\"m\",\"max_tokens\":9,\"messages\":[{\"role\":\"assistant\","
+      "\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":"
+      "[1]}]}]}",
+      "messages.content.input");
+  /* a Gemini client: arguments of an upstream's call that are no object */
+  answer_refuses(
+      GEM, CHAT,
+      "{\"id\":\"c\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"u\","
+      "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+      "\"content\":null,\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\","
+      "\"function\":{\"name\":\"f\",\"arguments\":\"[1]\"}}]},"
+      "\"finish_reason\":\"tool_calls\"}]}");
+}
+
+/* A Gemini answer through Gemini's own fast halves (decode_response, then
+ * encode_response for a Gemini client) against gemini.c's halves: the same
+ * body and lossy list, or the same refusal; want (not NULL) in the body. */
+static void gem_answer_halves(const char *body, const char *want) {
+  px_tr_ctx_t c;
+  ctx_of(&c, GEM, GEM);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_fresp_t ir;
+  memset(&ir, 0, sizeof(ir));
+  ir.in = ir.out = ir.cache_read = ir.cache_creation = ir.reasoning = -1;
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_buf_t fb;
+  px_buf_init(&fb, 1 << 20);
+  px_tr_err_t ef, es;
+  memset(&ef, 0, sizeof(ef));
+  memset(&es, 0, sizeof(es));
+  int rc = px_gemini_fast.decode_response(&c, body, strlen(body), &ir, &a, &lf, &ef);
+  if (rc == 0) CHECK((px_fresp_uses(&ir) & ~px_gemini_fast.resp_encodes) == 0);
+  if (rc == 0) rc = px_gemini_fast.encode_response(&c, &ir, &fb, &a, &lf, &ef);
+  const px_proto_ops_t *ops = px_proto_get(PX_PROTO_GEMINI);
+  json_t *src = json_loadb(body, strlen(body), 0, NULL), *jir = NULL, *out = NULL;
+  int rs = ops->decode_response(&c, src, &jir, &ls, &es);
+  if (rs == 0) rs = ops->encode_response(&c, jir, &out, &ls, &es);
+  CHECK(rc == 0 || rc == PX_FAST_REFUSE);
+  if (rc == PX_FAST_REFUSE) {
+    CHECK(rs != 0 && ef.kind == es.kind && strcmp(ef.param, es.param) == 0 &&
+          strcmp(ef.message, es.message) == 0);
+  } else if (rc == 0) {
+    char *s = out ? json_dumps(out, JSON_COMPACT) : NULL;
+    int eq = rs == 0 && s != NULL && same_json(fb.data, fb.len, s, strlen(s)) &&
+             strcmp(lf.buf, ls.buf) == 0;
+    CHECK(eq);
+    if (!eq)
+      fprintf(stderr, "gemini halves\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)fb.len,
+              fb.data, lf.buf, s ? s : "", ls.buf);
+    if (want != NULL) {
+      CHECK(px_buf_append(&fb, "", 1) == 0);
+      CHECK(strstr(fb.data, want) != NULL);
+    }
+    free(s);
+  }
+  json_decref(src);
+  json_decref(jir);
+  json_decref(out);
+  px_buf_free(&fb);
+  px_arena_free(&a);
+}
+
+/* Gemini's answers the fast codec takes: thoughts and signatures, refusals
+ * and their explanation, blocked prompts, dropped parts */
+static void answers_taken(void) {
+  /* thoughts with signatures, on text, on a call and alone */
+  gem_answer_halves(
+      "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"hm\",\"thought\":true,"
+      "\"thoughtSignature\":\"s1\"},{\"text\":\"x\",\"thoughtSignature\":\"s2\"},"
+      "{\"functionCall\":{\"name\":\"f\",\"args\":{}},\"thoughtSignature\":\"s3\"},"
+      "{\"thoughtSignature\":\"s4\"},{\"thoughtSignature\":\"s5\"}],\"role\":\"model\"},"
+      "\"finishReason\":\"STOP\"}],\"responseId\":\"r\",\"modelVersion\":\"g\"}",
+      "{\"thoughtSignature\":\"s3\",\"functionCall\":{\"id\":\"call_r_0\"");
+  /* a SAFETY finish with words and an explanation, safety ratings */
+  gem_answer_halves(
+      "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"no\"}]},\"finishReason\":"
+      "\"SAFETY\",\"finishMessage\":\"blocked\",\"safetyRatings\":[]}],\"modelVersion\":"
+      "\"g\"}",
+      "\"finishMessage\":\"blocked\"");
+  /* a blocked prompt: no candidate; its message is the only wording */
+  gem_answer_halves(
+      "{\"promptFeedback\":{\"blockReason\":\"PROHIBITED_CONTENT\","
+      "\"blockReasonMessage\":"
+      "\"not allowed\"},\"usageMetadata\":{\"promptTokenCount\":4}}",
+      "\"parts\":[{\"text\":\"not allowed\"}]},\"finishReason\":\"SAFETY\"");
+  /* a finish reason spelled with escapes, an explanation of no refusal */
+  gem_answer_halves(
+      "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"x\"}]},"
+      "\"finishReason\":\"M\\u0041X_TOKENS\",\"finishMessage\":\"m\"}]}",
+      "\"MAX_TOKENS\"");
+  /* code execution and blobs dropped, grounding and citations named */
+  gem_answer_halves(
+      "{\"candidates\":[{\"content\":{\"parts\":[{\"executableCode\":{\"code\":\"1\"}},"
+      "{\"codeExecutionResult\":{\"output\":\"1\"}},{\"inlineData\":{\"mimeType\":"
+      "\"image/"
+      "png\",\"data\":\"AA==\"}},{\"text\":\"done\"},7]},\"finishReason\":\"STOP\","
+      "\"groundingMetadata\":{},\"citationMetadata\":{}}]}",
+      NULL);
+  /* no single candidate: gemini.c's 502 */
+  gem_answer_halves("{\"candidates\":[],\"modelVersion\":\"g\"}", NULL);
+  gem_answer_halves("{\"candidates\":[{},{}]}", NULL);
+  answer_refuses(CHAT, GEM, "{\"candidates\":[],\"modelVersion\":\"g\"}");
+  answer_refuses(ANTH, GEM, "{\"usageMetadata\":{\"promptTokenCount\":3}}");
 }
 
 /* ---- a streamed call's partialArgs: a long run of string fragments is
@@ -233,5 +429,7 @@ int main(void) {
   /* Gemini's call ids are minted from the response id */
   answer_pair(CHAT, GEM, gem_answer, "\"call_abc_0\"");
   declines();
+  refusals();
+  answers_taken();
   return check_report("gemini_fast");
 }

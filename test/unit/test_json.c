@@ -412,8 +412,44 @@ static void test_strings(void) {
   CHECK(str_cases == 80000);
 }
 
+/* Whole request bodies with each string part above as a member name and as
+ * a value, after plain runs of every length 0-39 (so that it falls in the
+ * walk's first 16-byte step of a string, at its edge, and past it), the
+ * body at the very end of an exact-size buffer: px_json_request accepts
+ * exactly what jansson reads as an object, with every instruction set. */
+static void test_documents(void) {
+  char doc[256], s[128];
+  for (size_t k = 0; k < STR_NPARTS; k++)
+    for (size_t pre = 0; pre < 40; pre++)
+      for (int where = 0; where < 3; where++) {
+        memset(s, 'p', pre);
+        strcpy(s + pre, str_parts[k]);
+        static const char *const shape[] = {"{\"model\":\"m\",\"%s\":1}",
+                                            "{\"model\":\"m\",\"k\":[\"%s\"]}",
+                                            "{\"%s\" : \"%s\" }"};
+        int n = snprintf(doc, sizeof(doc), shape[where], s, s);
+        unsigned char *b = malloc((size_t)n);
+        memcpy(b, doc, (size_t)n);
+        json_t *j = json_loadb(doc, (size_t)n, 0, NULL);
+        for (int level = px_json_simd(-1); level >= 0; level--) {
+          px_json_simd(level);
+          px_json_req_t r;
+          int rc = px_json_request((const char *)b, (size_t)n, &r);
+          if ((rc == 0) != (j != NULL)) {
+            fprintf(stderr, "request scan (level %d) %d, jansson %d: %s\n", level, rc,
+                    j != NULL, doc);
+            failures++;
+          }
+        }
+        px_json_simd(-1);
+        json_decref(j);
+        free(b);
+      }
+}
+
 int main(void) {
   test_strings();
+  test_documents();
   test_members();
   test_caps();
   test_duplicates();

@@ -82,9 +82,8 @@ static void declines(void) {
     int in, out;
     const char *body;
   } cases[] = {
-      /* messages that are no list, more than one choice (the reference
-       * refuses both), an escaped member name, a repeated member */
-      {2, 0, "{\"model\":\"m\",\"messages\":{},\"max_tokens\":4096}"},
+      /* an escaped member name, a repeated member (the reference's
+       * refusals: chat_refusals, anth_complete) */
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"\\u0074emperature\":1}"},
       {0, 2, "{\"model\":\"m\",\"messages\":[],\"temperature\":1,\"temperature\":0}"},
   };
@@ -221,6 +220,7 @@ static void anth_self_answer(const char *body, const char *want) {
   "\"ephemeral\"}},{\"type\":\"tool_reference\",\"tool_name\":\"Later\"}],"              \
   "\"is_error\":false,\"cache_control\":{\"type\":\"ephemeral\"}}]}"
 
+static void anth_complete(void);
 static void anthropic_cases(void) {
   /* Claude Code: adaptive thinking with an effort, kept with the tool loop
    * that starts with thinking; what the IR has no slot for named */
@@ -330,14 +330,9 @@ static void anthropic_cases(void) {
                  "\"user\":\"u\",\"stream\":true}",
                  NULL, 1);
 
-  /* the reference's errors stay the reference's (the fast path declines) */
+  /* what the fast path cannot read as the reference does declines (the
+   * reference's refusals: anth_complete) */
   static const char *const bad[] = {
-      "{\"model\":\"m\",\"messages\":[],\"thinking\":{\"type\":\"sometimes\"}}",
-      "{\"model\":\"m\",\"messages\":[],\"output_config\":{\"effort\":\"extreme\"}}",
-      "{\"model\":\"m\",\"messages\":[],\"output_format\":{\"type\":\"json_object\"}}",
-      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
-      "\"image\","
-      "\"source\":{\"type\":\"file\",\"file_id\":\"f\"}}]}]}",
       /* a repeated member read by name: jansson keeps the last, null or not */
       "{\"model\":\"m\",\"messages\":[],\"x\":1,\"x\":null}",
       "{\"model\":\"m\",\"messages\":[],\"metadata\":{\"k\":1,\"k\":null}}",
@@ -348,6 +343,7 @@ static void anthropic_cases(void) {
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
     decoder_declines(PX_PROTO_ANTHROPIC, PX_PROTO_ANTHROPIC, bad[i]);
+  anth_complete();
 }
 
 static void chat_clients(void);
@@ -1977,4 +1973,434 @@ static void responses_encoder_refusals(void) {
     resp_encode_refuses(&ir, doc);
   }
   px_arena_free(&a);
+}
+/* ------------------------------------------------------------------------ */
+/* Anthropic, complete (issue 21): documents, search results, system turns,  */
+/* refusals in the reference's words, answers with refusals and citations    */
+
+/* A request (' for ") of an Anthropic client toward an upstream of out:
+ * the fast path refuses it as the jansson path does (kind, param, message),
+ * param the one expected. */
+static void anth_refuses(int out, const char *q, const char *param) {
+  char *body = chat_body(q);
+  size_t len = strlen(body);
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_ANTHROPIC, out);
+  px_json_req_t scan;
+  CHECK(px_json_request(body, len, &scan) == 0);
+  char *fo = NULL, *so = NULL;
+  size_t fl = 0, sl = 0;
+  px_lossy_t lf, ls;
+  px_tr_err_t ef, es;
+  memset(&ef, 0, sizeof(ef));
+  memset(&es, 0, sizeof(es));
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  CHECK(px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf, &ef) ==
+        PX_FAST_REFUSE);
+  px_tr_ctx_t ref = c;
+  ref.reference = 1;
+  CHECK(px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &es) != 0);
+  int same = ef.kind == es.kind && strcmp(ef.param, es.param) == 0 &&
+             strcmp(ef.message, es.message) == 0 && strcmp(ef.param, param) == 0;
+  CHECK(same);
+  if (!same)
+    fprintf(stderr, "anthropic refusal of %s\nfast: [%s] %s\nslow: [%s] %s\n", body,
+            ef.param, ef.message, es.param, es.message);
+  free(fo);
+  free(so);
+  free(body);
+}
+
+/* An answer (' for ") of an upstream of protocol out for an Anthropic
+ * client: refused as the jansson path refuses it (kind and message). */
+static void anth_answer_refused(int out, const char *q) {
+  char *body = chat_body(q);
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_ANTHROPIC, out);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_tr_err_t ef, es;
+  memset(&ef, 0, sizeof(ef));
+  memset(&es, 0, sizeof(es));
+  /* the hub's steps (px_translate_response_fast), also for a same-protocol
+   * pair the hub passes through */
+  px_arena_t a;
+  px_arena_init(&a);
+  px_fresp_t ir;
+  memset(&ir, 0, sizeof(ir));
+  ir.in = ir.out = ir.cache_read = ir.cache_creation = ir.reasoning = -1;
+  const px_fast_ops_t *up_ops = px_proto_get((px_proto_t)out)->fast;
+  int rc = up_ops->decode_response(&c, body, strlen(body), &ir, &a, &lf, &ef);
+  if (rc == 0) rc = px_anthropic_fast.encode_response(&c, &ir, &b, &a, &lf, &ef);
+  CHECK(rc == PX_FAST_REFUSE);
+  px_arena_free(&a);
+  json_t *up = json_loads(body, 0, NULL), *cb = NULL;
+  CHECK(up != NULL && px_translate_response(&c, up, &cb, &ls, &es) != 0);
+  int same = ef.kind == es.kind && ef.kind == PX_ERR_BAD_GATEWAY &&
+             strcmp(ef.param, es.param) == 0 && strcmp(ef.message, es.message) == 0;
+  CHECK(same);
+  if (!same)
+    fprintf(stderr, "answer refusal\nfast: %s\nslow: %s\n", ef.message, es.message);
+  json_decref(cb);
+  json_decref(up);
+  px_buf_free(&b);
+  free(body);
+}
+
+static void anth_complete_requests(void) {
+  /* documents: PDF data (its title the file name), plain text (its words),
+   * a URL, an uploaded file, content blocks; search results (their texts);
+   * in a tool result too */
+  char *q = chat_body(
+      "{'model':'m','max_tokens':10,'messages':[{'role':'user','content':["
+      "{'type':'document','source':{'type':'base64','media_type':'application/pdf',"
+      "'data':'JVBE'},'title':'r.pdf','cache_control':{'type':'ephemeral'}},"
+      "{'type':'document','source':{'type':'text','media_type':'text/"
+      "plain','data':'notes'},"
+      "'title':'n','context':'c','citations':{'enabled':true}},"
+      "{'type':'document','source':{'type':'url','url':'https://x/a.pdf'}},"
+      "{'type':'document','source':{'type':'content','content':[{'type':'text','text':"
+      "'one'},{'type':'image','source':{'type':'url','url':'https://x/i.png'}}]}},"
+      "{'type':'search_result','source':'https://s','title':'t','content':[{'type':"
+      "'text','text':'found'},7]},"
+      "{'type':'text','text':'Summarize'}]},"
+      "{'role':'assistant','content':[{'type':'tool_use','id':'t1','name':'f','input':{}}"
+      "]},"
+      "{'role':'user','content':[{'type':'tool_result','tool_use_id':'t1','content':["
+      "{'type':'document','source':{'type':'base64','media_type':'application/pdf',"
+      "'data':'JVBE'}},{'type':'search_result','content':[{'text':'r'}],"
+      "'cache_control':{'type':'ephemeral'}}]}]}]}");
+  anth_self(q, "\"title\":\"r.pdf\"",
+            "cache_control,messages[].content[].context,messages[].content[].citations,"
+            "messages[].content[].title,messages[].content[].search_result");
+  free(q);
+  /* ... toward the other upstreams (which take no uploaded file or URL) */
+  q = chat_body(
+      "{'model':'m','max_tokens':10,'messages':[{'role':'user','content':["
+      "{'type':'document','source':{'type':'base64','media_type':'application/pdf',"
+      "'data':'JVBE'},'title':'r.pdf'},{'type':'document','source':{'type':'text',"
+      "'data':'notes'},'title':'n'},{'type':'search_result','content':[{'type':'text',"
+      "'text':'found'}]}]}]}");
+  for (int out = 0; out < PX_PROTO_COUNT; out++)
+    if (out != PX_PROTO_ANTHROPIC) request_pair(PX_PROTO_ANTHROPIC, out, q, NULL);
+  free(q);
+  /* system turns: before any other and right after tool calls they join
+   * the system (after its own blocks, wherever messages stand); elsewhere
+   * a system note in place (a user turn toward Anthropic and Gemini) */
+  q = chat_body(
+      "{'model':'m','max_tokens':10,'messages':[{'role':'system','content':'first'},"
+      "{'role':'user','content':'hi'},{'content':[{'type':'text','text':'note',"
+      "'cache_control':{'type':'ephemeral'}}],'role':'system'},"
+      "{'role':'assistant','content':[{'type':'tool_use','id':'t1','name':'f'}]},"
+      "{'role':'system','content':[{'type':'text','text':'late'}]},"
+      "{'role':'user','content':[{'type':'tool_result','tool_use_id':'t1'}]},"
+      "{'role':'system','content':''}],"
+      "'system':[{'type':'text','text':'own','cache_control':{'type':'ephemeral'}}]}");
+  anth_self(q, "\"text\":\"note\",\"cache_control\":{\"type\":\"ephemeral\"}", "");
+  free(q);
+
+  /* the reference's refusals, in its words: each member's own ... */
+  static const struct {
+    const char *q, *param;
+  } bad[] = {
+      {"{'model':'m','messages':[],'thinking':{'type':'sometimes'}}", "thinking.type"},
+      {"{'model':'m','messages':[],'thinking':5}", "thinking.type"},
+      {"{'model':'m','messages':[],'output_config':{'effort':'extreme'}}",
+       "output_config.effort"},
+      {"{'model':'m','messages':[],'output_format':{'type':'json_object'}}",
+       "output_format.type"},
+      {"{'model':'m','messages':[],'output_config':{'format':{'type':'json_schema'}}}",
+       "output_config.format.schema"},
+      {"{'model':'m','messages':{}}", "messages"},
+      {"{'model':'m'}", "messages"},
+      {"{'model':'m','messages':[5]}", "messages[0].role"},
+      {"{'model':'m','messages':[{'content':'x'}]}", "messages[0].role"},
+      {"{'model':'m','messages':[{'role':'developer','content':'x'}]}",
+       "messages[0].role"},
+      {"{'model':'m','messages':[{'role':'user'}]}", "messages[0].content"},
+      {"{'model':'m','messages':[{'role':'system','content':5}]}", "messages[0].content"},
+      {"{'model':'m','messages':[{'role':'system','content':[{'type':'image'}]}]}",
+       "messages[0].content[0].type"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'video'}]}]}",
+       "messages[0].content[0].type"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'text':'a'}]}]}",
+       "messages[0].content[0].type"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'text'}]}]}",
+       "messages[0].content[0].text"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'image','source':"
+       "{'type':'file','file_id':'f'}}]}]}",
+       "messages[0].content[0].source.type"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'image','source':"
+       "{'type':'base64','data':'x'}}]}]}",
+       "messages[0].content[0].source"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'document'}]}]}",
+       "messages[0].content[0].source"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'document','source':"
+       "{'type':'content','content':[{'type':'video'}]}}]}]}",
+       "messages[0].content[0].source.content[0].type"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'tool_use','id':'t',"
+       "'name':'f'}]}]}",
+       "messages[0].content[0].type"},
+      {"{'model':'m','messages':[{'role':'assistant','content':[{'type':'tool_use',"
+       "'id':'t'}]}]}",
+       "messages[0].content[0].id"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'tool_result'}]}]}",
+       "messages[0].content[0].tool_use_id"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'tool_result',"
+       "'tool_use_id':'t','content':[{'type':'thinking'}]}]}]}",
+       "messages[0].content[0].content[0].type"},
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'tool_result',"
+       "'tool_use_id':'t','content':5}]}]}",
+       "messages[0].content[0].content"},
+      {"{'model':'m','messages':[],'max_tokens':0}", "max_tokens"},
+      {"{'model':'m','messages':[],'max_tokens':1.5}", "max_tokens"},
+      {"{'model':'m','messages':[],'temperature':'hot'}", "temperature"},
+      {"{'model':'m','messages':[],'top_k':0.5}", "top_k"},
+      {"{'model':'m','messages':[],'stop_sequences':'END'}", "stop_sequences"},
+      {"{'model':'m','messages':[],'tools':{}}", "tools"},
+      {"{'model':'m','messages':[],'tools':[{'type':'custom','description':'d'}]}",
+       "tools[0].name"},
+      {"{'model':'m','messages':[],'tool_choice':{}}", "tool_choice.type"},
+      {"{'model':'m','messages':[],'tool_choice':{'type':'tool'}}", "tool_choice.type"},
+      {"{'model':'m','system':{},'messages':[]}", "system"},
+      {"{'model':'m','system':[{'type':'text'}],'messages':[]}", "system[0].type"},
+      /* ... and their order: system's, then messages', then the first
+       * other member's in body order */
+      {"{'model':'m','thinking':{},'messages':[5],'system':5}", "system"},
+      {"{'model':'m','thinking':{},'top_k':'x','messages':[5]}", "messages[0].role"},
+      {"{'model':'m','top_k':'x','thinking':{},'messages':[]}", "top_k"},
+      /* within a message, its role first */
+      {"{'model':'m','messages':[{'content':[{'type':'video'}],'role':'robot'}]}",
+       "messages[0].role"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    for (int out = 0; out < PX_PROTO_COUNT; out++)
+      if (out != PX_PROTO_ANTHROPIC) anth_refuses(out, bad[i].q, bad[i].param);
+  /* what the reference might read otherwise declines: a member repeated
+   * after the refused one (jansson keeps the last), an escaped type */
+  static const char *const unsure[] = {
+      "{'model':'m','messages':[{'role':'user','content':[{'type':'video'}],'content':'x'"
+      "}]}",
+      "{'model':'m','messages':[],'output_config':{'effort':'extreme','effort':'high'}}",
+      "{'model':'m','messages':[{'role':'user','content':[{'type':'vide\\u006f'}]}]}",
+  };
+  for (size_t i = 0; i < sizeof(unsure) / sizeof(unsure[0]); i++) {
+    char *b = chat_body(unsure[i]);
+    decoder_declines(PX_PROTO_ANTHROPIC, PX_PROTO_CHAT, b);
+    free(b);
+  }
+}
+
+/* An IR the Anthropic encoder refuses as the reference does: its kind,
+ * param and message (the reference's encode_request of the same IR). */
+static void anth_encoder_refuses(px_freq_t *ir, const char *ir_json, const char *param) {
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_CHAT, PX_PROTO_ANTHROPIC);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_tr_err_t ef, es;
+  memset(&ef, 0, sizeof(ef));
+  memset(&es, 0, sizeof(es));
+  CHECK(px_anthropic_fast.encode_request(&c, ir, &b, &a, &lf, &ef) == PX_FAST_REFUSE);
+  json_t *jir = json_loads(ir_json, 0, NULL), *out = NULL;
+  CHECK(jir != NULL && px_proto_anthropic.encode_request(&c, jir, &out, &ls, &es) != 0);
+  int same = ef.kind == es.kind && strcmp(ef.param, es.param) == 0 &&
+             strcmp(ef.message, es.message) == 0 && strcmp(ef.param, param) == 0;
+  CHECK(same);
+  if (!same)
+    fprintf(stderr, "anthropic encoder refusal\nfast: [%s] %s\nslow: [%s] %s\n", ef.param,
+            ef.message, es.param, es.message);
+  json_decref(jir);
+  json_decref(out);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
+static void anth_complete_encoder(void) {
+  px_arena_t a;
+  px_arena_init(&a);
+  /* an uploaded file, a file the API cannot take, arguments that are no
+   * object: the first in the messages' order */
+  for (int v = 0; v < 3; v++) {
+    px_freq_t ir;
+    px_freq_init(&ir);
+    px_fmsg_t *u = px_fmsg_push(&ir, &a, 0), *m = px_fmsg_push(&ir, &a, 1);
+    px_fpart_t *f = px_fpart_new(&a, PX_FP_FILE), *t = px_fpart_new(&a, PX_FP_TOOL_CALL);
+    if (v == 0)
+      f->file_id = (px_fstr_t){"file-1", 6, 0};
+    else
+      f->media_type = (px_fstr_t){"text/csv", 8, 0}, f->data = (px_fstr_t){"YQ==", 4, 0};
+    t->id = (px_fstr_t){"c1", 2, 0};
+    t->name = (px_fstr_t){"f", 1, 0};
+    t->args = (px_fstr_t){"[1]", 3, 0};
+    if (v < 2) px_fpart_push(&u->parts, &u->last, f);
+    px_fpart_push(&m->parts, &m->last, t);
+    static const char *const docs[] = {
+        "{'messages':[{'role':'user','content':[{'type':'file','file_id':'file-1'}]},"
+        "{'role':'assistant','content':[{'type':'tool_call','id':'c1','name':'f',"
+        "'arguments':'[1]'}]}]}",
+        "{'messages':[{'role':'user','content':[{'type':'file','media_type':'text/csv',"
+        "'data':'YQ=='}]},{'role':'assistant','content':[{'type':'tool_call','id':'c1',"
+        "'name':'f','arguments':'[1]'}]}]}",
+        "{'messages':[{'role':'assistant','content':[{'type':'tool_call','id':'c1',"
+        "'name':'f','arguments':'[1]'}]}]}"};
+    static const char *const params[] = {"file_id", "file",
+                                         "messages.tool_calls.function.arguments"};
+    char *doc = chat_body(docs[v]);
+    anth_encoder_refuses(&ir, doc, params[v]);
+    free(doc);
+  }
+  px_arena_free(&a);
+}
+
+/* Custom (freeform) tools and calls, which only a decoder for an upstream
+ * that has them makes: the Anthropic encoder writes them as the reference
+ * does (a function tool without parameters, the call's input {}), the
+ * request and the answer. */
+static void anth_complete_custom(void) {
+  px_arena_t a;
+  px_arena_init(&a);
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_CHAT, PX_PROTO_ANTHROPIC);
+  px_freq_t ir;
+  px_freq_init(&ir);
+  px_fmsg_t *u = px_fmsg_push(&ir, &a, 0), *m = px_fmsg_push(&ir, &a, 1);
+  px_fpart_push(&u->parts, &u->last, px_fpart_text(&a, (px_fstr_t){"hi", 2, 0}));
+  px_fpart_t *call = px_fpart_new(&a, PX_FP_TOOL_CALL);
+  call->custom = 1;
+  call->id = (px_fstr_t){"c1", 2, 0};
+  call->name = (px_fstr_t){"grep", 4, 0};
+  call->text = (px_fstr_t){"pattern", 7, 0};
+  px_fpart_push(&m->parts, &m->last, call);
+  px_fv_t desc = {PX_FV_STR, {"d", 1, 0}, {"\"d\"", 3}};
+  px_ftool_t *t = px_ftool_push(&ir, &a, (px_fstr_t){"grep", 4, 0}, &desc, NULL, NULL,
+                                PX_FAST_OPENAI_PARAMS);
+  t->custom = 1;
+  t->format = (px_str_t){"{\"type\":\"text\"}", 15};
+  CHECK((px_freq_uses(&ir) & ~px_anthropic_fast.encodes) == 0);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  CHECK(px_anthropic_fast.encode_request(&c, &ir, &b, &a, &lf, NULL) == 0);
+  char *doc = chat_body(
+      "{'messages':[{'role':'user','content':[{'type':'text','text':'hi'}]},{'role':"
+      "'assistant','content':[{'type':'tool_call','id':'c1','name':'grep','custom':true,"
+      "'input':'pattern'}]}],'tools':[{'type':'custom','name':'grep','description':'d',"
+      "'format':{'type':'text'}}]}");
+  json_t *jir = json_loads(doc, 0, NULL), *out = NULL;
+  px_tr_err_t err;
+  CHECK(jir != NULL && px_proto_anthropic.encode_request(&c, jir, &out, &ls, &err) == 0);
+  char *so = out ? json_dumps(out, JSON_COMPACT) : NULL;
+  int eq = so != NULL && same_json(b.data, b.len, so, strlen(so)) &&
+           strcmp(lf.buf, ls.buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "custom request\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len,
+            b.data, lf.buf, so ? so : "", ls.buf);
+  free(so);
+  json_decref(out);
+  json_decref(jir);
+  free(doc);
+  /* the answer */
+  px_fresp_t ans;
+  memset(&ans, 0, sizeof(ans));
+  ans.in = ans.out = ans.cache_read = ans.cache_creation = ans.reasoning = -1;
+  ans.id = (px_fstr_t){"r1", 2, 0};
+  ans.stop = PX_STOP_TOOL_USE;
+  px_fpart_t *ac = px_fpart_new(&a, PX_FP_TOOL_CALL);
+  *ac = *call;
+  ac->next = NULL;
+  ac->input = (px_str_t){NULL, 0};
+  ans.content = ans.last = ac;
+  CHECK((px_fresp_uses(&ans) & ~px_anthropic_fast.resp_encodes) == 0);
+  b.len = 0;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  CHECK(px_anthropic_fast.encode_response(&c, &ans, &b, &a, &lf, NULL) == 0);
+  doc = chat_body(
+      "{'id':'r1','stop_reason':'tool_use','content':[{'type':'tool_call','id':'c1',"
+      "'name':'grep','custom':true,'input':'pattern'}]}");
+  jir = json_loads(doc, 0, NULL);
+  out = NULL;
+  CHECK(jir != NULL && px_proto_anthropic.encode_response(&c, jir, &out, &ls, &err) == 0);
+  so = out ? json_dumps(out, JSON_COMPACT) : NULL;
+  eq = so != NULL && same_json(b.data, b.len, so, strlen(so)) &&
+       strcmp(lf.buf, ls.buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "custom answer\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len, b.data,
+            lf.buf, so ? so : "", ls.buf);
+  free(so);
+  json_decref(out);
+  json_decref(jir);
+  free(doc);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
+static void anth_complete_answers(void) {
+  /* a refusal: its texts the wording, the explanation kept, the category
+   * named; citations as annotations (those without a URL named); server
+   * tools' and unknown blocks named */
+  anth_self_answer(
+      "{\"id\":\"msg_1\",\"model\":\"u\",\"content\":[{\"type\":\"text\",\"text\":\"No."
+      "\","
+      "\"citations\":[{\"type\":\"char_location\"}]}],\"stop_reason\":\"refusal\","
+      "\"stop_details\":{\"type\":\"refusal\",\"category\":\"cyber\",\"explanation\":"
+      "\"policy\"},\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}",
+      "\"explanation\":\"policy\"");
+  anth_self_answer(
+      "{\"id\":\"msg_1\",\"model\":\"u\",\"content\":[],\"stop_reason\":\"refusal\"}",
+      "\"stop_details\":{\"type\":\"refusal\",\"category\":null,\"explanation\":null}");
+  anth_self_answer(
+      "{\"id\":\"msg_1\",\"model\":\"u\",\"content\":[{\"type\":\"server_tool_use\","
+      "\"id\":"
+      "\"s\",\"name\":\"web_search\",\"input\":{}},{\"type\":\"web_search_tool_result\","
+      "\"tool_use_id\":\"s\",\"content\":[]},{\"type\":\"text\",\"text\":\"Caf\\u00e9 "
+      "\\ud83d"
+      "\\ude00 rained.\",\"citations\":[{\"type\":\"web_search_result_location\",\"url\":"
+      "\"https://n/a\",\"title\":\"Rain\",\"cited_text\":\"rained\"},{\"type\":"
+      "\"char_location\",\"cited_text\":\"x\"},{\"url\":\"https://n/b\"}]},{\"type\":"
+      "\"container_upload\"},5,{\"type\":7}],\"stop_reason\":\"end_turn\"}",
+      "\"citations\":[{\"type\":\"web_search_result_location\",\"url\":\"https://n/a\"");
+  /* tool-use ids made unique as the reference mints them */
+  anth_self_answer(
+      "{\"id\":\"m\",\"content\":[{\"type\":\"tool_use\",\"id\":\"\",\"name\":\"f\"},"
+      "{\"type\":\"tool_use\",\"id\":\"call_proxai_0\",\"name\":\"f\",\"input\":{}},"
+      "{\"type\":\"tool_use\",\"id\":\"call_proxai_0\",\"name\":\"g\",\"input\":{}}],"
+      "\"stop_reason\":\"tool_use\"}",
+      "\"id\":\"call_proxai_1\"");
+  /* ... toward the other clients, and from the others' answers */
+  answer_pair(
+      PX_PROTO_ANTHROPIC, PX_PROTO_CHAT,
+      "{\"id\":\"c\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"u\","
+      "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":"
+      "\"Partial\"},\"finish_reason\":\"content_filter\"}]}",
+      "\"stop_reason\":\"refusal\"");
+  /* the reference's refusals of answers: no message; arguments no object */
+  anth_answer_refused(PX_PROTO_ANTHROPIC, "{'id':'m','content':{}}");
+  anth_answer_refused(PX_PROTO_ANTHROPIC, "{'id':'m','type':'message'}");
+  anth_answer_refused(PX_PROTO_CHAT,
+                      "{'id':'c','object':'chat.completion','created':1,'model':'u',"
+                      "'choices':[{'index':0,'message':{'role':'assistant','tool_calls':"
+                      "[{'id':'c1','type':'function','function':{'name':'f','arguments':"
+                      "'[1]'}}]},'finish_reason':'tool_calls'}]}");
+}
+
+static void anth_complete(void) {
+  anth_complete_requests();
+  anth_complete_encoder();
+  anth_complete_custom();
+  anth_complete_answers();
 }
