@@ -343,6 +343,9 @@ typedef struct px_ev {
   px_str_t name;        /**< BLOCK_START tool name */
   px_str_t model;       /**< MESSAGE_START upstream model */
   px_stop_t stop;       /**< MESSAGE_DELTA */
+  px_str_t finish;      /**< MESSAGE_DELTA: the upstream's own finish word
+                             (traces: the answer's finish reason); len 0:
+                             none */
   px_str_t stop_sequence;
   px_str_t refusal_explanation; /**< MESSAGE_DELTA (Anthropic stop_details) */
   px_usage_t usage;     /**< MESSAGE_START (input), MESSAGE_DELTA (final) */

@@ -54,9 +54,9 @@ typedef struct px_answer {
 void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
                     px_answer_t *a);
 
-/** Sets a's id and model (JSON string contents, escapes as written; len 0:
- *  not set), cut to fit as px_answer_read cuts them. */
-void px_answer_set(px_answer_t *a, px_str_t id, px_str_t model);
+/** Sets a's id, model and finish reason (JSON string contents; len 0: not
+ *  set), cut to fit as px_answer_read cuts them. */
+void px_answer_set(px_answer_t *a, px_str_t id, px_str_t model, px_str_t finish);
 
 /** px_answer_read on a whole body (outer NULL) whose usage member starts
  *  at tail (px_usage_scan_at; PX_JSON_NPOS: not known): a finish reason

@@ -298,6 +298,7 @@ static int sd_message_delta(px_sdec_t *d, json_t *j) {
   px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
   const char *sr = json_string_value(json_object_get(dl, "stop_reason"));
   ev.stop = px_stop_parse(sr);
+  ev.finish = px_str(sr);
   /* newer Anthropic reason with an existing IR equivalent */
   if (sr != NULL && strcmp(sr, "model_context_window_exceeded") == 0)
     ev.stop = PX_STOP_MAX_TOKENS;
@@ -663,6 +664,7 @@ close:
       }
       px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
       ev.stop = px_stop_parse(s.ptr ? sr : NULL);
+      ev.finish = s;
       if (s.ptr && strcmp(sr, "model_context_window_exceeded") == 0)
         ev.stop = PX_STOP_MAX_TOKENS;
       ev.stop_sequence = VIEW(D_SS);

@@ -74,6 +74,8 @@ struct px_sdec {
   size_t accum; /* bytes deferred */
   size_t max_accum;
   px_stop_t stop;
+  char finish[32];     /* the finish_reason as sent (cut), for MESSAGE_DELTA */
+  size_t finish_len;
   px_usage_t usage;    /* final usage (usage-only chunk, else finish chunk's) */
   int fast;            /* fast path on (differential tests turn it off) */
   long fast_hits;      /* chunks the fast path handled */
@@ -375,6 +377,10 @@ static int finish(px_sdec_t *d, const char *fr) {
   }
   if (rc < 0) return rc;
   d->stop = px_stop_from_chat(fr);
+  if (fr != NULL) {
+    d->finish_len = strnlen(fr, sizeof(d->finish) - 1);
+    memcpy(d->finish, fr, d->finish_len);
+  }
   dec_set(d, D_FINISHED);
   return 0;
 }
@@ -383,6 +389,7 @@ static int message_delta(px_sdec_t *d) {
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
   ev.stop = d->stop;
+  ev.finish = (px_str_t){d->finish, d->finish_len};
   ev.usage = d->usage;
   return emit(d, &ev);
 }

@@ -377,6 +377,7 @@ static int sd_finish_reason(px_sdec_t *d, const char *fr, const px_usage_t *u,
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
   ev.stop = fr ? px_gemini_stop(fr, d->calls > 0) : PX_STOP_NONE;
+  ev.finish = px_str(fr);
   if (px_stop_refused(ev.stop)) ev.refusal_explanation = explanation;
   if (u != NULL) ev.usage = *u;
   if (fr != NULL) d->ended = 1;

@@ -309,6 +309,7 @@ static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
   if (rc < 0) return rc;
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
+  ev.finish = px_str(status);
   ev.stop = px_stop_from_responses(
       status, px_jstr(json_object_get(r, "incomplete_details"), "reason"), d->has_tool);
   if (ev.stop == PX_STOP_NONE)
@@ -549,6 +550,7 @@ static int life_terminal(px_sdec_t *d, const px_fv_t *r, int incomplete) {
     rs[reason.n] = 0;
   }
   ev.stop = px_stop_from_responses(st, reason.p ? rs : NULL, d->has_tool);
+  ev.finish = (px_str_t){st, status.n};
   if (ev.stop == PX_STOP_NONE) return 0;
   int rc = dstop_all(d, -1);
   if (rc == 0) rc = demit(d, &ev);

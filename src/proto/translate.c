@@ -371,7 +371,8 @@ struct px_stream_tr {
   int nopen;
   px_usage_t usage;
   px_lossy_t dropped;
-  px_answer_t *answer; /* NULL, or the upstream answer's id, model, finish */
+  px_answer_t *answer; /* NULL, or the upstream answer's id, model, finish
+                        * (from the decoder's MESSAGE_START and _DELTA) */
   px_answer_t *client; /* NULL, or the same as the client gets them (traces) */
 };
 
@@ -490,6 +491,7 @@ static int on_event(void *arg, const px_ev_t *ev) {
       if (t->started) return illegal(t, "second message start");
       t->started = 1;
       px_usage_merge(&t->usage, &ev->usage);
+      if (t->answer) px_answer_set(t->answer, ev->id, ev->model, PX_STR_NULL);
       return enc(t, ev);
     case PX_EV_BLOCK_START:
       if (!t->started) return illegal(t, "content before message start");
@@ -528,6 +530,8 @@ static int on_event(void *arg, const px_ev_t *ev) {
       t->deltas++;
       if (ev->stop != PX_STOP_NONE) t->stopped = 1;
       px_usage_merge(&t->usage, &ev->usage);
+      /* traces: the upstream's answer as its decoder read it */
+      if (t->answer) px_answer_set(t->answer, PX_STR_NULL, PX_STR_NULL, ev->finish);
       return enc(t, ev);
     }
     case PX_EV_MESSAGE_STOP: {
@@ -561,8 +565,6 @@ static int on_sse(void *arg, const px_sse_event_t *ev) {
     return write_error(t, PX_ERR_BAD_GATEWAY,
                        "upstream stream event is not JSON or too complex to translate "
                        "within the memory bound of its size");
-  if (t->answer)
-    px_answer_event(&t->out->watch, ev->event, ev->data.ptr, ev->data.len, t->answer);
   int rc = t->out->sdec_feed(t->dec, ev);
   if (rc < 0 && !t->done)
     return write_error(t, PX_ERR_BAD_GATEWAY, "upstream sent a malformed stream event");

@@ -116,7 +116,7 @@ int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t 
   /* traces: what the decoder read, not read again */
   if (ctx->answer)
     px_answer_set(ctx->answer, (px_str_t){ir.id.p, ir.id.p ? ir.id.n : 0},
-                  (px_str_t){ir.model.p, ir.model.p ? ir.model.n : 0});
+                  (px_str_t){ir.model.p, ir.model.p ? ir.model.n : 0}, PX_STR_NULL);
   if (usage == NULL) return 0;
   if (!ir.usage_known) return PX_FAST_USAGE;
   /* what px_usage_from_body would find: no second walk */

@@ -683,9 +683,10 @@ static void set_str(px_str_t v, char *dst, size_t cap, unsigned char *len) {
   *len = (unsigned char)l;
 }
 
-void px_answer_set(px_answer_t *a, px_str_t id, px_str_t model) {
+void px_answer_set(px_answer_t *a, px_str_t id, px_str_t model, px_str_t finish) {
   if (id.len) set_str(id, a->id, sizeof(a->id), &a->id_len);
   if (model.len) set_str(model, a->model, sizeof(a->model), &a->model_len);
+  if (finish.len) set_str(finish, a->finish, sizeof(a->finish), &a->finish_len);
 }
 
 void px_answer_body(const px_wire_watch_t *w, const char *p, size_t n, size_t tail,
