@@ -196,6 +196,8 @@ typedef struct px_fresp {
                                    parts for an encoder that lists them
                                    (px_fast_ops_t.resp_encodes) */
   px_stop_t stop;
+  px_fstr_t finish; /**< the finish word as the upstream wrote it (traces:
+                         the answer's finish reason); p NULL: none */
   px_fstr_t stop_sequence;
   int has_usage;
   int64_t in, out, cache_read, cache_creation, reasoning; /**< -1: absent */

@@ -150,9 +150,13 @@ typedef struct px_tr_ctx {
   const long long *mem_limit;/**< tests: px_translate_request_body's memory
                                   budget whatever the body size (to stop at
                                   every stage); NULL: the rule */
-  struct px_answer *answer;  /**< traces: the upstream answer's id and model
-                                  as a fast response decoder read them
-                                  (px_answer_set); NULL: not wanted */
+  struct px_answer *answer;  /**< traces: the upstream answer's id, model
+                                  and finish word as a fast response decoder
+                                  read them (px_answer_set); NULL: not
+                                  wanted */
+  struct px_answer *client;  /**< traces: the client answer's, as a fast
+                                  response encoder wrote them
+                                  (px_answer_wrote); NULL: not wanted */
 } px_tr_ctx_t;
 
 /** Bytes of out after which a stream encoder calls ctx->flush. */

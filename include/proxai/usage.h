@@ -58,9 +58,17 @@ void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const cha
  *  set), cut to fit as px_answer_read cuts them. */
 void px_answer_set(px_answer_t *a, px_str_t id, px_str_t model, px_str_t finish);
 
+/** Sets a (NULL: nothing) to a client answer as its encoder wrote it in
+ *  b: the id's string content at [id_at, id_end), the model's JSON value at
+ *  [model_at, model_end) (a string: its content; null: none), the finish
+ *  word (NULL: none). */
+void px_answer_wrote(px_answer_t *a, const px_buf_t *b, size_t id_at, size_t id_end,
+                     size_t model_at, size_t model_end, const char *finish);
+
 /** px_answer_read on a whole body (outer NULL) whose usage member starts
  *  at tail (px_usage_scan_at; PX_JSON_NPOS: not known): a finish reason
- *  before usage is looked for back from there first. */
+ *  before usage is looked for back from there first. Nothing is read when
+ *  a's id, model and finish reason are all set (by its decoder). */
 void px_answer_body(const px_wire_watch_t *w, const char *p, size_t n, size_t tail,
                     px_answer_t *a);
 

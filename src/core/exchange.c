@@ -215,9 +215,10 @@ void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, size_t up_tai
                           const char *cl, size_t cn) {
   if (!x->tr.sampled) return;
   px_answer_body(&px_proto_get(x->out)->watch, up ? up : "", un, up_tail, &x->ans_up);
+  const px_answer_t *c = &x->ans_cl;
   if (cl == NULL)
     answer_passed(x);
-  else
+  else if (!(c->id[0] && c->model[0] && c->finish[0])) /* not noted by its encoder */
     px_answer_read(&px_exch_client_ops(x)->watch, cl, cn, NULL, &x->ans_cl);
 }
 

@@ -294,7 +294,10 @@ static void tr_json_refused(px_exch_t *x, const px_tr_err_t *err) {
 }
 
 static void tr_json_done(px_exch_t *x) {
-  if (x->tr.sampled) x->ctx.answer = &x->ans_up; /* the decoder's id and model */
+  if (x->tr.sampled) { /* the decoder's id, model and finish; the encoder's */
+    x->ctx.answer = &x->ans_up;
+    x->ctx.client = &x->ans_cl;
+  }
   px_buf_t fb; /* the common shape: no document at all (translate_fast.c) */
   px_buf_init(&fb, x->acc.len * 4 + (64u << 10));
   px_tr_err_t err;

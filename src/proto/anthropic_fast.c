@@ -19,6 +19,7 @@
 #include "proxai/fastir.h"
 #include "proxai/jdoc.h"
 #include "proxai/protoutil.h"
+#include "proxai/usage.h"
 
 #define DECLINE PX_FAST_DECLINE
 #define REFUSE PX_FAST_REFUSE
@@ -1921,6 +1922,7 @@ static int anth_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
     char sr[40];
     px_fstr_t s = f[R_STOP].s;
     if (s.esc) return DECLINE;
+    ir->finish = s;
     if (s.n >= sizeof(sr)) {
       ir->stop = PX_STOP_END_TURN;
     } else {
@@ -2110,12 +2112,16 @@ static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   if (ir->id.esc) return DECLINE;
   const px_fpart_t *refusal = NULL; /* the first refusal: its wording */
   int rc = px_fb_lit(b, "{\"id\":\"");
+  size_t id_at = b->len; /* traces: the id and the model as written */
   if (rc == 0) rc = px_buf_mint_id(b, "msg_", (px_str_t){ir->id.p, ir->id.n});
+  size_t id_end = b->len;
   if (rc == 0) rc = px_fb_lit(b, "\",\"type\":\"message\",\"role\":\"assistant\",\"model\":");
+  size_t model_at = b->len;
   if (rc == 0 && ctx->client_model)
     rc = px_buf_json_str(b, ctx->client_model, strlen(ctx->client_model));
   else if (rc == 0)
     rc = px_fb_str(b, ir->model.p ? ir->model : (px_fstr_t){"", 0, 0});
+  size_t model_end = b->len;
   if (rc == 0) rc = px_fb_lit(b, ",\"content\":[");
   int first = 1, n = 0;
   for (px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
@@ -2192,6 +2198,7 @@ static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   if (rc == 0) rc = px_fb_lit(b, ",\"cache_read_input_tokens\":");
   if (rc == 0) rc = px_fb_i64(b, cr);
   if (rc == 0) rc = px_fb_lit(b, "}}");
+  if (rc == 0) px_answer_wrote(ctx->client, b, id_at, id_end, model_at, model_end, sr);
   return rc;
 }
 

@@ -11,6 +11,7 @@
 #include "proxai/fastir.h"
 #include "proxai/jdoc.h"
 #include "proxai/protoutil.h"
+#include "proxai/usage.h"
 
 #define DECLINE PX_FAST_DECLINE
 #define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -1690,6 +1691,7 @@ static int finish(const px_fv_t *fr, px_fresp_t *ir) {
   ir->stop = PX_STOP_NONE;
   if (fr->kind != PX_FV_STR) return 0;
   if (fr->s.esc) return DECLINE;
+  ir->finish = fr->s;
   if (fr->s.n >= sizeof(buf)) {
     ir->stop = PX_STOP_END_TURN;
     return 0;
@@ -1900,6 +1902,7 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
     px_lossy_add(lossy, px_out_names(ctx)->refusal_explanation);
   if (ir->stop_sequence.p) px_lossy_add(lossy, "stop_sequence");
   if (rc == 0) rc = px_fb_lit(b, "{\"id\":\"");
+  size_t id_at = b->len; /* traces: the id and the model as written */
   if (rc == 0 && ir->id.p == NULL)
     rc = px_fb_lit(b, "chatcmpl-proxai");
   else if (rc == 0) {
@@ -1907,13 +1910,16 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
       rc = px_fb_lit(b, "chatcmpl-");
     if (rc == 0 && ir->id.n) rc = px_fb_put(b, ir->id.p, ir->id.n);
   }
+  size_t id_end = b->len;
   if (rc == 0) rc = px_fb_lit(b, "\",\"object\":\"chat.completion\",\"created\":");
   if (rc == 0) rc = px_fb_i64(b, ir->has_created ? ir->created : ctx->created);
   if (rc == 0) rc = px_fb_lit(b, ",\"model\":"); /* null when nothing names it */
+  size_t model_at = b->len;
   if (rc == 0 && ctx->client_model)
     rc = px_buf_json_str(b, ctx->client_model, strlen(ctx->client_model));
   else if (rc == 0)
     rc = ir->model.p ? px_fb_str(b, ir->model) : px_fb_lit(b, "null");
+  size_t model_end = b->len;
   if (rc == 0)
     rc = px_fb_lit(b,
                    ",\"choices\":[{\"index\":0,\"message\":{\"role\":"
@@ -1965,7 +1971,8 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
                  : ir->stop == PX_STOP_REFUSAL && !worded ? PX_STOP_CONTENT_FILTER
                                                           : ir->stop;
   if (rc == 0) rc = px_fb_lit(b, "},\"logprobs\":null,\"finish_reason\":\"");
-  if (rc == 0) rc = px_fb_lit(b, px_stop_to_chat(st));
+  const char *fr = px_stop_to_chat(st);
+  if (rc == 0) rc = px_fb_lit(b, fr);
   if (rc == 0) rc = px_fb_lit(b, "\"}]");
   if (rc == 0 && ir->has_usage) {
     int64_t in = ir->in < 0 ? 0 : ir->in, out = ir->out < 0 ? 0 : ir->out;
@@ -1982,6 +1989,7 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
     if (rc == 0) rc = px_fb_lit(b, "}}");
   }
   if (rc == 0) rc = px_fb_lit(b, "}");
+  if (rc == 0) px_answer_wrote(ctx->client, b, id_at, id_end, model_at, model_end, fr);
   return rc;
 }
 

@@ -1576,6 +1576,7 @@ static int gem_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, si
   /* the first candidate's finish, else the blocked prompt's */
   px_fstr_t frs = g.ncand > 0 ? g.fr : g.br, fms = g.ncand > 0 ? g.fm : g.brm;
   const char *fr = frs.p != NULL ? fs_cstr(a, frs) : "STOP";
+  if (g.ncand > 0) ir->finish = g.fr; /* a candidate's, as the wire has it */
   if (fr == NULL) return DECLINE;
   int refused = px_stop_refused(px_gemini_stop(fr, 0));
   ir->id = g.rid_set ? g.rid : (px_fstr_t){"gemini", 6, 0};

@@ -1633,6 +1633,7 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
   ir->id = FSTR(R_ID).p ? FSTR(R_ID) : EMPTY;
   if (FSTR(R_MODEL).p != NULL) ir->model = f[R_MODEL].s;
   if (px_fast_created(HAS(R_CREATED) ? &f[R_CREATED] : NULL, ir) != 0) return DECLINE;
+  ir->finish = status;
   if (px_fs_is(status, "incomplete")) {
     /* the reason decides content_filter / max_tokens */
     static const px_fkey_t dkeys[] = {PX_FK("reason")};

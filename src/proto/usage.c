@@ -689,8 +689,18 @@ void px_answer_set(px_answer_t *a, px_str_t id, px_str_t model, px_str_t finish)
   if (finish.len) set_str(finish, a->finish, sizeof(a->finish), &a->finish_len);
 }
 
+void px_answer_wrote(px_answer_t *a, const px_buf_t *b, size_t id_at, size_t id_end,
+                     size_t model_at, size_t model_end, const char *finish) {
+  if (a == NULL) return;
+  px_str_t m = PX_STR_NULL;
+  if (model_end >= model_at + 2 && b->data[model_at] == '"')
+    m = (px_str_t){b->data + model_at + 1, model_end - model_at - 2};
+  px_answer_set(a, (px_str_t){b->data + id_at, id_end - id_at}, m, px_str(finish));
+}
+
 void px_answer_body(const px_wire_watch_t *w, const char *p, size_t n, size_t tail,
                     px_answer_t *a) {
+  if (a->id[0] && a->model[0] && a->finish[0]) return; /* a decoder's (px_answer_set) */
   answer_read(w, p, n, NULL, tail, a);
 }
 
