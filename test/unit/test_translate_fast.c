@@ -11,6 +11,7 @@
 #include "check.h"
 #include "fast_pair.h"
 #include "proxai/fastir.h"
+#include "proxai/usage.h"
 
 static const char *const requests[] = {
     /* chat */
@@ -59,6 +60,44 @@ static const char *const answers[] = {
     "\"stop_sequence\":null,\"usage\":{\"input_tokens\":25,\"output_tokens\":14,"
     "\"cache_read_input_tokens\":3}}",
 };
+
+static int answer_eq(const px_answer_t *a, const px_answer_t *b) {
+  return strcmp(a->id, b->id) == 0 && strcmp(a->model, b->model) == 0 &&
+         strcmp(a->finish, b->finish) == 0 && a->id_len == b->id_len &&
+         a->model_len == b->model_len && a->finish_len == b->finish_len;
+}
+
+/* Traces: the id, model and finish word a fast decoder notes of the
+ * upstream's answer (ctx.answer) are what reading its body finds, and what
+ * an encoder notes of the client's (ctx.client), when it notes them, what
+ * reading the body it wrote finds. */
+static void answer_noted(int in, int out, const char *body) {
+  px_tr_ctx_t c;
+  ctx_of(&c, in, out);
+  px_answer_t up, cl, want;
+  memset(&up, 0, sizeof(up));
+  memset(&cl, 0, sizeof(cl));
+  c.answer = &up;
+  c.client = &cl;
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  px_lossy_t l;
+  px_lossy_init(&l);
+  CHECK(px_translate_response_fast(&c, body, strlen(body), &b, &l, NULL, NULL) == 0);
+  memset(&want, 0, sizeof(want));
+  px_answer_read(&px_proto_get((px_proto_t)out)->watch, body, strlen(body), NULL, &want);
+  CHECK(want.finish[0] && answer_eq(&up, &want));
+  if (!answer_eq(&up, &want))
+    fprintf(stderr, "%d>%d upstream noted %s %s %s\n", in, out, up.id, up.model, up.finish);
+  memset(&want, 0, sizeof(want));
+  px_answer_read(&px_proto_get((px_proto_t)in)->watch, b.data, b.len, NULL, &want);
+  CHECK(!cl.id[0] || (want.finish[0] && answer_eq(&cl, &want)));
+  if (cl.id[0] && !answer_eq(&cl, &want))
+    fprintf(stderr, "%d>%d client noted %s %s %s\n", in, out, cl.id, cl.model, cl.finish);
+  /* the two encoders the common small answers take note it */
+  if (in == PX_PROTO_CHAT || in == PX_PROTO_ANTHROPIC) CHECK(cl.id[0] != 0);
+  px_buf_free(&b);
+}
 
 /* protocol in's fast decoder declines body (for an upstream of out) */
 static void decoder_declines(int in, int out, const char *body) {
@@ -360,6 +399,7 @@ int main(void) {
       if (in != out) {
         request_pair(in, out, requests[in], NULL);
         answer_pair(in, out, answers[out], NULL);
+        answer_noted(in, out, answers[out]);
       }
   /* streaming requests take the same codecs (issue 21): the upstream body
    * streams, a Chat upstream always asks for the usage */
