@@ -45,6 +45,8 @@ typedef struct px_answer {
   char model[96];
   char finish[32];
   unsigned char id_len, model_len, finish_len; /**< their lengths */
+  unsigned char noted; /**< 1: an encoder notes what it writes
+                            (px_answer_wrote): nothing to read back */
 } px_answer_t;
 
 /** The id, model and finish reason in a body or one stream event of the
@@ -59,9 +61,9 @@ void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const cha
 void px_answer_set(px_answer_t *a, px_str_t id, px_str_t model, px_str_t finish);
 
 /** Sets a (NULL: nothing) to a client answer as its encoder wrote it in
- *  b: the id's string content at [id_at, id_end), the model's JSON value at
- *  [model_at, model_end) (a string: its content; null: none), the finish
- *  word (NULL: none). */
+ *  b, and a->noted: the id's string content at [id_at, id_end) (empty:
+ *  none), the model's JSON value at [model_at, model_end) (a string: its
+ *  content; else none), the finish word (NULL: none). */
 void px_answer_wrote(px_answer_t *a, const px_buf_t *b, size_t id_at, size_t id_end,
                      size_t model_at, size_t model_end, const char *finish);
 

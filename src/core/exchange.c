@@ -197,7 +197,7 @@ static void trace_begin(px_exch_t *x) {
   px_trace_begin(&x->tr, &x->cfg->trace, tp, ts);
   if (!x->tr.sampled) return;
   x->ans_up.id[0] = x->ans_up.model[0] = x->ans_up.finish[0] = 0;
-  x->ans_up.id_len = x->ans_up.model_len = x->ans_up.finish_len = 0;
+  x->ans_up.id_len = x->ans_up.model_len = x->ans_up.finish_len = x->ans_up.noted = 0;
   x->ans_cl = x->ans_up;
 }
 
@@ -215,10 +215,9 @@ void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, size_t up_tai
                           const char *cl, size_t cn) {
   if (!x->tr.sampled) return;
   px_answer_body(&px_proto_get(x->out)->watch, up ? up : "", un, up_tail, &x->ans_up);
-  const px_answer_t *c = &x->ans_cl;
   if (cl == NULL)
     answer_passed(x);
-  else if (!(c->id[0] && c->model[0] && c->finish[0])) /* not noted by its encoder */
+  else if (!x->ans_cl.noted) /* its encoder does not note it */
     px_answer_read(&px_exch_client_ops(x)->watch, cl, cn, NULL, &x->ans_cl);
 }
 

@@ -30,6 +30,7 @@
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
+#include "proxai/usage.h"
 
 /* ======================================================================== */
 /* Decoder                                                                    */
@@ -889,10 +890,15 @@ static int write_message_start(px_senc_t *e, const px_ev_t *ev) {
   px_str_t id = ev ? ev->id : PX_STR_NULL;
   int rc = w(e, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":"
                 "{\"id\":\"");
+  size_t id_at = e->out->len; /* traces: the id and the model as written */
   if (rc == 0) rc = px_buf_mint_id(e->out, "msg_", id);
+  size_t id_end = e->out->len;
   if (rc == 0) rc = w(e, "\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],"
                          "\"model\":");
+  size_t model_at = e->out->len;
   if (rc == 0) rc = px_buf_json_str(e->out, model, strlen(model));
+  if (rc == 0)
+    px_answer_wrote(e->ctx->client, e->out, id_at, id_end, model_at, e->out->len, NULL);
   if (rc == 0) rc = w(e, ",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{");
   int64_t in = -1, out = -1, cr = -1, cc = -1;
   if (ev != NULL) {
@@ -1260,6 +1266,7 @@ static int se_message_delta(px_senc_t *e, const px_ev_t *ev) {
   if (rc == 0) rc = w(e, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":"
                          "{\"stop_reason\":");
   if (rc == 0) rc = px_buf_json_str(e->out, sr, strlen(sr));
+  if (rc == 0) px_answer_wrote(e->ctx->client, e->out, 0, 0, 0, 0, sr);
   if (rc == 0) rc = w(e, ",\"stop_sequence\":");
   if (rc == 0)
     rc = ev && ev->stop_sequence.len ? wstr(e, ev->stop_sequence) : w(e, "null");

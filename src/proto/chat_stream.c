@@ -31,6 +31,7 @@
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
+#include "proxai/usage.h"
 
 #define CHAT_MAX_TOOLS 1024           /* distinct tool-call indexes per stream */
 #define CHAT_DEFAULT_ACCUM (8u << 20) /* when ctx->max_accum is 0 */
@@ -1095,13 +1096,17 @@ void px_chat_senc_free(px_senc_t *e) {
 static int build_prefix(px_senc_t *e, px_str_t id) {
   px_buf_t *b = &e->prefix;
   int rc = px_buf_puts(b, "data: {\"id\":\"");
+  size_t id_at = b->len; /* traces: the id and the model as written */
   if (rc == 0) rc = px_buf_mint_id(b, "chatcmpl-", id);
+  size_t id_end = b->len;
   const char *model = e->ctx->client_model ? e->ctx->client_model : "";
   if (rc == 0)
     rc = px_buf_printf(
         b, "\",\"object\":\"chat.completion.chunk\",\"created\":%lld,\"model\":",
         (long long)e->ctx->created);
+  size_t model_at = b->len;
   if (rc == 0) rc = px_buf_json_str(b, model, strlen(model));
+  if (rc == 0) px_answer_wrote(e->ctx->client, b, id_at, id_end, model_at, b->len, NULL);
   if (rc == 0) rc = px_buf_puts(b, ",\"choices\":");
   e->choices_at = b->len;
   if (rc == 0) rc = px_buf_puts(b, "[{\"index\":0,\"delta\":{");
@@ -1121,6 +1126,7 @@ static int chunk_close(px_senc_t *e, const char *fr) {
   if (fr == NULL) return LIT(e->out, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
   int rc = LIT(e->out, "},\"logprobs\":null,\"finish_reason\":");
   if (rc == 0) rc = px_buf_json_str(e->out, fr, strlen(fr));
+  if (rc == 0) px_answer_wrote(e->ctx->client, e->out, 0, 0, 0, 0, fr); /* traces */
   if (rc == 0) rc = LIT(e->out, "}]}\n\n");
   return rc;
 }

@@ -404,8 +404,8 @@ static int write_error(px_stream_tr_t *t, px_errkind_t kind, const char *msg) {
   return PX_EPROTO;
 }
 
-/* Traces: the client's answer (id, model, finish reason) read from the
- * events the encoder just wrote for a MESSAGE_* event, buf[from, len): the
+/* Traces: the client's answer (id, model, finish reason), when its encoder
+ * does not note it (px_answer_t.noted), read from the events it just wrote for a MESSAGE_* event, buf[from, len): the
  * few events that carry them, not the whole stream parsed again. The
  * encoders write complete events, an optional `event:` line and one
  * `data:` line each. */
@@ -430,7 +430,7 @@ static void client_answer(px_stream_tr_t *t, size_t from) {
 static int enc(px_stream_tr_t *t, const px_ev_t *ev) {
   size_t from = t->buf->len;
   int rc = t->in->senc_event(t->enc, ev);
-  if (t->client && rc >= 0 &&
+  if (t->client && !t->client->noted && rc >= 0 &&
       (ev->type == PX_EV_MESSAGE_START || ev->type == PX_EV_MESSAGE_DELTA ||
        ev->type == PX_EV_MESSAGE_STOP))
     client_answer(t, from);
@@ -641,6 +641,7 @@ const px_usage_t *px_stream_tr_usage(const px_stream_tr_t *t) {
 void px_stream_tr_answer(px_stream_tr_t *t, px_answer_t *up, px_answer_t *client) {
   t->answer = up;
   t->client = client;
+  t->ctx.client = client; /* an encoder that notes its answer (px_answer_wrote) */
 }
 
 const px_lossy_t *px_stream_tr_dropped(const px_stream_tr_t *t) {

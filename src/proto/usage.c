@@ -692,6 +692,7 @@ void px_answer_set(px_answer_t *a, px_str_t id, px_str_t model, px_str_t finish)
 void px_answer_wrote(px_answer_t *a, const px_buf_t *b, size_t id_at, size_t id_end,
                      size_t model_at, size_t model_end, const char *finish) {
   if (a == NULL) return;
+  a->noted = 1;
   px_str_t m = PX_STR_NULL;
   if (model_end >= model_at + 2 && b->data[model_at] == '"')
     m = (px_str_t){b->data + model_at + 1, model_end - model_at - 2};
