@@ -29,6 +29,150 @@ static inline int same_json(const char *a, size_t an, const char *b, size_t bn) 
   return eq;
 }
 
+/* an answer IR before a decoder fills it: no token counts */
+static inline void fresp_init(px_fresp_t *ir) {
+  memset(ir, 0, sizeof(*ir));
+  ir->in = ir->out = ir->cache_read = ir->cache_creation = ir->reasoning = -1;
+}
+
+/* a fast refusal ef in the reference's words es: kind, param, message */
+static inline int same_words(const px_tr_err_t *ef, const px_tr_err_t *es) {
+  return ef->kind == es->kind && strcmp(ef->param, es->param) == 0 &&
+         strcmp(ef->message, es->message) == 0;
+}
+
+/* the fast body b and lossy list lf against the reference body so (NULL:
+ * none) and lossy list ls: JSON-equal, the same list (what names the
+ * check on stderr); want (when not NULL) in the fast body */
+static inline void fast_same(const char *what, px_buf_t *b, const px_lossy_t *lf,
+                             const char *so, const px_lossy_t *ls, const char *want) {
+  int eq = so != NULL && b->data != NULL && same_json(b->data, b->len, so, strlen(so)) &&
+           strcmp(lf->buf, ls->buf) == 0;
+  CHECK(eq);
+  if (!eq)
+    fprintf(stderr, "%s\nfast: %.*s [%s]\nslow: %s [%s]\n", what, (int)b->len,
+            b->data ? b->data : "", lf->buf, so ? so : "", ls->buf);
+  if (want != NULL && b->data != NULL) {
+    CHECK(px_buf_append(b, "", 1) == 0);
+    b->len--; /* the NUL ends the text, not the body */
+    int has = strstr(b->data, want) != NULL;
+    CHECK(has);
+    if (!has) fprintf(stderr, "%s: no %s in %s\n", what, want, b->data);
+  }
+}
+
+/* An answer through both fast halves, as the hub steps them: dec's
+ * decode_response, then enc's encode_response into b (declined when the
+ * IR holds a part enc does not write); ef (may be NULL): a refusal's
+ * words. */
+static inline int fast_answer_halves(const px_tr_ctx_t *c, const px_fast_ops_t *dec,
+                                     const px_fast_ops_t *enc, const char *body, size_t len,
+                                     px_buf_t *b, px_lossy_t *lf, px_tr_err_t *ef) {
+  px_arena_t a;
+  px_arena_init(&a);
+  px_fresp_t ir;
+  fresp_init(&ir);
+  int rc = dec->decode_response(c, body, len, &ir, &a, lf, ef);
+  if (rc == 0 && (px_fresp_uses(&ir) & ~enc->resp_encodes) != 0) rc = PX_FAST_DECLINE;
+  if (rc == 0) rc = enc->encode_response(c, &ir, b, &a, lf, ef);
+  px_arena_free(&a);
+  return rc;
+}
+
+/* a request body toward (in, out) the reference refuses: the fast path
+ * refuses it in the same words, param (when not NULL) the one named */
+static inline void request_refused(int in, int out, const char *body, const char *param) {
+  px_tr_ctx_t c;
+  ctx_of(&c, in, out);
+  size_t len = strlen(body);
+  char *fo = NULL, *so = NULL;
+  size_t fl = 0, sl = 0;
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_tr_err_t ef, es;
+  memset(&ef, 0, sizeof(ef));
+  memset(&es, 0, sizeof(es));
+  CHECK(px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf, &ef) == PX_FAST_REFUSE);
+  CHECK(fo == NULL);
+  px_tr_ctx_t ref = c;
+  ref.reference = 1;
+  CHECK(px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &es) != 0);
+  int same = same_words(&ef, &es) && (param == NULL || strcmp(ef.param, param) == 0);
+  CHECK(same);
+  if (!same)
+    fprintf(stderr, "refusal %d -> %d of %s\nfast: [%s] %s\nslow: [%s] %s\n", in, out, body,
+            ef.param, ef.message, es.param, es.message);
+  free(fo);
+  free(so);
+}
+
+/* an upstream answer (out) for a client (in) the reference refuses: the
+ * fast halves refuse it in the same words, a bad gateway (the hub's
+ * px_translate_response_fast; its steps for a same-protocol pair, which
+ * the hub passes through) */
+static inline void answer_refused(int in, int out, const char *body) {
+  px_tr_ctx_t c;
+  ctx_of(&c, in, out);
+  size_t len = strlen(body);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_tr_err_t ef, es;
+  memset(&ef, 0, sizeof(ef));
+  memset(&es, 0, sizeof(es));
+  int rc = in != out ? px_translate_response_fast(&c, body, len, &b, &lf, NULL, &ef)
+                     : fast_answer_halves(&c, px_proto_get((px_proto_t)out)->fast,
+                                          px_proto_get((px_proto_t)in)->fast, body, len, &b,
+                                          &lf, &ef);
+  CHECK(rc == PX_FAST_REFUSE);
+  json_t *up = json_loadb(body, len, 0, NULL), *cb = NULL;
+  CHECK(up != NULL && px_translate_response(&c, up, &cb, &ls, &es) != 0);
+  int same = ef.kind == PX_ERR_BAD_GATEWAY && same_words(&ef, &es);
+  CHECK(same);
+  if (!same)
+    fprintf(stderr, "answer refusal %d <- %d of %s\nfast: %s\nslow: %s\n", in, out, body,
+            ef.message, es.message);
+  json_decref(cb);
+  json_decref(up);
+  px_buf_free(&b);
+}
+
+/* a request IR the reference's encoder for out refuses (doc: the same IR
+ * as a document), for a client of in: out's fast encoder refuses it in the
+ * same words, param (when not NULL) the one named */
+static inline void encoder_refused(px_freq_t *ir, int in, int out, const char *doc,
+                                   const char *param) {
+  px_tr_ctx_t c;
+  ctx_of(&c, in, out);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  px_tr_err_t ef, es;
+  memset(&ef, 0, sizeof(ef));
+  memset(&es, 0, sizeof(es));
+  const px_proto_ops_t *ops = px_proto_get((px_proto_t)out);
+  int rc = ops->fast->encode_request(&c, ir, &b, &a, &lf, &ef);
+  json_t *jir = json_loads(doc, 0, NULL), *o = NULL;
+  int rs = jir != NULL ? ops->encode_request(&c, jir, &o, &ls, &es) : 0;
+  int same = rc == PX_FAST_REFUSE && rs != 0 && same_words(&ef, &es) &&
+             (param == NULL || strcmp(ef.param, param) == 0);
+  CHECK(same);
+  if (!same)
+    fprintf(stderr, "encoder refusal %d -> %d: fast %d [%s] %s, slow %d [%s] %s\n", in, out,
+            rc, ef.param, ef.message, rs, es.param, es.message);
+  json_decref(jir);
+  json_decref(o);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
 /* a client request: the fast path takes it; the same body and lossy list,
  * and want (when not NULL) in the fast body. stream: the context's (-1: the
  * body's `stream`, as the gateway sets it) */
