@@ -66,8 +66,9 @@ static inline void fast_same(const char *what, px_buf_t *b, const px_lossy_t *lf
  * IR holds a part enc does not write); ef (may be NULL): a refusal's
  * words. */
 static inline int fast_answer_halves(const px_tr_ctx_t *c, const px_fast_ops_t *dec,
-                                     const px_fast_ops_t *enc, const char *body, size_t len,
-                                     px_buf_t *b, px_lossy_t *lf, px_tr_err_t *ef) {
+                                     const px_fast_ops_t *enc, const char *body,
+                                     size_t len, px_buf_t *b, px_lossy_t *lf,
+                                     px_tr_err_t *ef) {
   px_arena_t a;
   px_arena_init(&a);
   px_fresp_t ir;
@@ -93,7 +94,8 @@ static inline void request_refused(int in, int out, const char *body, const char
   px_tr_err_t ef, es;
   memset(&ef, 0, sizeof(ef));
   memset(&es, 0, sizeof(es));
-  CHECK(px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf, &ef) == PX_FAST_REFUSE);
+  CHECK(px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf, &ef) ==
+        PX_FAST_REFUSE);
   CHECK(fo == NULL);
   px_tr_ctx_t ref = c;
   ref.reference = 1;
@@ -101,8 +103,8 @@ static inline void request_refused(int in, int out, const char *body, const char
   int same = same_words(&ef, &es) && (param == NULL || strcmp(ef.param, param) == 0);
   CHECK(same);
   if (!same)
-    fprintf(stderr, "refusal %d -> %d of %s\nfast: [%s] %s\nslow: [%s] %s\n", in, out, body,
-            ef.param, ef.message, es.param, es.message);
+    fprintf(stderr, "refusal %d -> %d of %s\nfast: [%s] %s\nslow: [%s] %s\n", in, out,
+            body, ef.param, ef.message, es.param, es.message);
   free(fo);
   free(so);
 }
@@ -125,8 +127,8 @@ static inline void answer_refused(int in, int out, const char *body) {
   memset(&es, 0, sizeof(es));
   int rc = in != out ? px_translate_response_fast(&c, body, len, &b, &lf, NULL, &ef)
                      : fast_answer_halves(&c, px_proto_get((px_proto_t)out)->fast,
-                                          px_proto_get((px_proto_t)in)->fast, body, len, &b,
-                                          &lf, &ef);
+                                          px_proto_get((px_proto_t)in)->fast, body, len,
+                                          &b, &lf, &ef);
   CHECK(rc == PX_FAST_REFUSE);
   json_t *up = json_loadb(body, len, 0, NULL), *cb = NULL;
   CHECK(up != NULL && px_translate_response(&c, up, &cb, &ls, &es) != 0);
@@ -165,8 +167,8 @@ static inline void encoder_refused(px_freq_t *ir, int in, int out, const char *d
              (param == NULL || strcmp(ef.param, param) == 0);
   CHECK(same);
   if (!same)
-    fprintf(stderr, "encoder refusal %d -> %d: fast %d [%s] %s, slow %d [%s] %s\n", in, out,
-            rc, ef.param, ef.message, rs, es.param, es.message);
+    fprintf(stderr, "encoder refusal %d -> %d: fast %d [%s] %s, slow %d [%s] %s\n", in,
+            out, rc, ef.param, ef.message, rs, es.param, es.message);
   json_decref(jir);
   json_decref(o);
   px_buf_free(&b);

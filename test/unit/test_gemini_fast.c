@@ -112,7 +112,6 @@ static void request_declines(int in, int out, const char *body) {
 /* a body gemini.c refuses: the fast path refuses it in the same words
  * (kind, param, message) */
 
-
 static void declines(void) {
   /* a wrapped countTokens body: its inner request is read there */
   request_declines(GEM, ANTH,

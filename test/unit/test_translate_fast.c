@@ -162,8 +162,8 @@ static void anth_self_answer(const char *body, const char *want) {
   px_lossy_init(&ls);
   px_buf_t b;
   px_buf_init(&b, 1 << 20);
-  int rc =
-      fast_answer_halves(&c, &px_anthropic_fast, &px_anthropic_fast, body, len, &b, &lf, NULL);
+  int rc = fast_answer_halves(&c, &px_anthropic_fast, &px_anthropic_fast, body, len, &b,
+                              &lf, NULL);
   CHECK(rc == 0);
   json_t *up = json_loadb(body, len, 0, NULL), *cb = NULL;
   px_tr_err_t err;
