@@ -60,8 +60,8 @@ typedef int (*px_test_jansson_fn)(const px_tr_ctx_t *ctx, json_t *in, json_t **o
 /* After the fast path's fr on body (what: "request" or "response"): a
  * refusal fe held to the jansson path's (jansson: px_translate_request or
  * px_translate_response) of the same body, a decline named in the census. */
-static inline void px_test_fast_after(const char *what, const px_tr_ctx_t *ctx, json_t *body,
-                                      int fr, const px_tr_err_t *fe,
+static inline void px_test_fast_after(const char *what, const px_tr_ctx_t *ctx,
+                                      json_t *body, int fr, const px_tr_err_t *fe,
                                       px_test_jansson_fn jansson) {
   if (fr == PX_FAST_REFUSE) {
     px_tr_err_t es;
