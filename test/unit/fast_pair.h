@@ -80,6 +80,22 @@ static inline int fast_answer_halves(const px_tr_ctx_t *c, const px_fast_ops_t *
   return rc;
 }
 
+/* a request body toward (in, out) the fast path declines (the reference
+ * then answers): nothing written, nothing named lossy */
+static inline void request_declined(int in, int out, const char *body) {
+  px_tr_ctx_t c;
+  ctx_of(&c, in, out);
+  char *o = NULL;
+  size_t ol = 0;
+  px_lossy_t l;
+  px_lossy_init(&l);
+  int rc = px_translate_request_fast(&c, body, strlen(body), 0, &o, &ol, &l, NULL);
+  int declined = rc == PX_FAST_DECLINE && o == NULL && l.len == 0;
+  CHECK(declined);
+  if (!declined) fprintf(stderr, "%d -> %d not declined (%d): %s\n", in, out, rc, body);
+  free(o);
+}
+
 /* a request body toward (in, out) the reference refuses: the fast path
  * refuses it in the same words, param (when not NULL) the one named */
 static inline void request_refused(int in, int out, const char *body, const char *param) {
