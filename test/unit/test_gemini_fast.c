@@ -96,7 +96,6 @@ static const char *const answers[3] = {
     "\"stop_sequence\":null,\"usage\":{\"input_tokens\":25,\"output_tokens\":14}}",
 };
 
-
 /* a body gemini.c refuses: the fast path refuses it in the same words
  * (kind, param, message) */
 
@@ -218,8 +217,8 @@ static void gem_answer_halves(const char *body, const char *want) {
   px_tr_err_t ef, es;
   memset(&ef, 0, sizeof(ef));
   memset(&es, 0, sizeof(es));
-  int rc = fast_answer_halves(&c, &px_gemini_fast, &px_gemini_fast, body, strlen(body), &fb,
-                              &lf, &ef);
+  int rc = fast_answer_halves(&c, &px_gemini_fast, &px_gemini_fast, body, strlen(body),
+                              &fb, &lf, &ef);
   const px_proto_ops_t *ops = px_proto_get(PX_PROTO_GEMINI);
   json_t *src = json_loadb(body, strlen(body), 0, NULL), *jir = NULL, *out = NULL;
   int rs = ops->decode_response(&c, src, &jir, &ls, &es);
