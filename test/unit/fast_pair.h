@@ -80,6 +80,38 @@ static inline int fast_answer_halves(const px_tr_ctx_t *c, const px_fast_ops_t *
   return rc;
 }
 
+/* what a refusal check holds: the context, the fast body, both lossy
+ * lists and both refusals (fast, reference) */
+typedef struct {
+  px_tr_ctx_t c;
+  px_buf_t b;
+  px_lossy_t lf, ls;
+  px_tr_err_t ef, es;
+} refusal_t;
+
+static inline void refusal_init(refusal_t *r, int in, int out) {
+  memset(r, 0, sizeof(*r));
+  ctx_of(&r->c, in, out);
+  px_buf_init(&r->b, 1 << 20);
+  px_lossy_init(&r->lf);
+  px_lossy_init(&r->ls);
+}
+
+/* refused (the fast path refused, the reference too) in the same words,
+ * param (when not NULL) the one named; what and body on stderr if not.
+ * Frees r's body. */
+static inline void refusal_same(const char *what, refusal_t *r, int refused,
+                                const char *param, const char *body) {
+  int same = refused && same_words(&r->ef, &r->es) &&
+             (param == NULL || strcmp(r->ef.param, param) == 0);
+  CHECK(same);
+  if (!same)
+    fprintf(stderr, "%s %d -> %d of %s\nfast: [%s] %s\nslow: [%s] %s\n", what,
+            (int)r->c.in, (int)r->c.out, body ? body : "(IR)", r->ef.param, r->ef.message,
+            r->es.param, r->es.message);
+  px_buf_free(&r->b);
+}
+
 /* a request body toward (in, out) the fast path declines (the reference
  * then answers): nothing written, nothing named lossy */
 static inline void request_declined(int in, int out, const char *body) {
@@ -99,28 +131,17 @@ static inline void request_declined(int in, int out, const char *body) {
 /* a request body toward (in, out) the reference refuses: the fast path
  * refuses it in the same words, param (when not NULL) the one named */
 static inline void request_refused(int in, int out, const char *body, const char *param) {
-  px_tr_ctx_t c;
-  ctx_of(&c, in, out);
+  refusal_t r;
+  refusal_init(&r, in, out);
   size_t len = strlen(body);
   char *fo = NULL, *so = NULL;
   size_t fl = 0, sl = 0;
-  px_lossy_t lf, ls;
-  px_lossy_init(&lf);
-  px_lossy_init(&ls);
-  px_tr_err_t ef, es;
-  memset(&ef, 0, sizeof(ef));
-  memset(&es, 0, sizeof(es));
-  CHECK(px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf, &ef) ==
-        PX_FAST_REFUSE);
+  int rc = px_translate_request_fast(&r.c, body, len, 0, &fo, &fl, &r.lf, &r.ef);
   CHECK(fo == NULL);
-  px_tr_ctx_t ref = c;
+  px_tr_ctx_t ref = r.c;
   ref.reference = 1;
-  CHECK(px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &es) != 0);
-  int same = same_words(&ef, &es) && (param == NULL || strcmp(ef.param, param) == 0);
-  CHECK(same);
-  if (!same)
-    fprintf(stderr, "refusal %d -> %d of %s\nfast: [%s] %s\nslow: [%s] %s\n", in, out,
-            body, ef.param, ef.message, es.param, es.message);
+  int rs = px_translate_request_body(&ref, body, len, 0, &so, &sl, &r.ls, &r.es);
+  refusal_same("request refusal", &r, rc == PX_FAST_REFUSE && rs != 0, param, body);
   free(fo);
   free(so);
 }
@@ -130,32 +151,20 @@ static inline void request_refused(int in, int out, const char *body, const char
  * px_translate_response_fast; its steps for a same-protocol pair, which
  * the hub passes through) */
 static inline void answer_refused(int in, int out, const char *body) {
-  px_tr_ctx_t c;
-  ctx_of(&c, in, out);
+  refusal_t r;
+  refusal_init(&r, in, out);
   size_t len = strlen(body);
-  px_buf_t b;
-  px_buf_init(&b, 1 << 20);
-  px_lossy_t lf, ls;
-  px_lossy_init(&lf);
-  px_lossy_init(&ls);
-  px_tr_err_t ef, es;
-  memset(&ef, 0, sizeof(ef));
-  memset(&es, 0, sizeof(es));
-  int rc = in != out ? px_translate_response_fast(&c, body, len, &b, &lf, NULL, &ef)
-                     : fast_answer_halves(&c, px_proto_get((px_proto_t)out)->fast,
+  int rc = in != out ? px_translate_response_fast(&r.c, body, len, &r.b, &r.lf, NULL, &r.ef)
+                     : fast_answer_halves(&r.c, px_proto_get((px_proto_t)out)->fast,
                                           px_proto_get((px_proto_t)in)->fast, body, len,
-                                          &b, &lf, &ef);
-  CHECK(rc == PX_FAST_REFUSE);
+                                          &r.b, &r.lf, &r.ef);
   json_t *up = json_loadb(body, len, 0, NULL), *cb = NULL;
-  CHECK(up != NULL && px_translate_response(&c, up, &cb, &ls, &es) != 0);
-  int same = ef.kind == PX_ERR_BAD_GATEWAY && same_words(&ef, &es);
-  CHECK(same);
-  if (!same)
-    fprintf(stderr, "answer refusal %d <- %d of %s\nfast: %s\nslow: %s\n", in, out, body,
-            ef.message, es.message);
+  int rs = up != NULL ? px_translate_response(&r.c, up, &cb, &r.ls, &r.es) : 0;
+  refusal_same("answer refusal", &r,
+               rc == PX_FAST_REFUSE && rs != 0 && r.ef.kind == PX_ERR_BAD_GATEWAY, NULL,
+               body);
   json_decref(cb);
   json_decref(up);
-  px_buf_free(&b);
 }
 
 /* a request IR the reference's encoder for out refuses (doc: the same IR
@@ -163,31 +172,17 @@ static inline void answer_refused(int in, int out, const char *body) {
  * same words, param (when not NULL) the one named */
 static inline void encoder_refused(px_freq_t *ir, int in, int out, const char *doc,
                                    const char *param) {
-  px_tr_ctx_t c;
-  ctx_of(&c, in, out);
+  refusal_t r;
+  refusal_init(&r, in, out);
   px_arena_t a;
   px_arena_init(&a);
-  px_buf_t b;
-  px_buf_init(&b, 1 << 20);
-  px_lossy_t lf, ls;
-  px_lossy_init(&lf);
-  px_lossy_init(&ls);
-  px_tr_err_t ef, es;
-  memset(&ef, 0, sizeof(ef));
-  memset(&es, 0, sizeof(es));
   const px_proto_ops_t *ops = px_proto_get((px_proto_t)out);
-  int rc = ops->fast->encode_request(&c, ir, &b, &a, &lf, &ef);
+  int rc = ops->fast->encode_request(&r.c, ir, &r.b, &a, &r.lf, &r.ef);
   json_t *jir = json_loads(doc, 0, NULL), *o = NULL;
-  int rs = jir != NULL ? ops->encode_request(&c, jir, &o, &ls, &es) : 0;
-  int same = rc == PX_FAST_REFUSE && rs != 0 && same_words(&ef, &es) &&
-             (param == NULL || strcmp(ef.param, param) == 0);
-  CHECK(same);
-  if (!same)
-    fprintf(stderr, "encoder refusal %d -> %d: fast %d [%s] %s, slow %d [%s] %s\n", in,
-            out, rc, ef.param, ef.message, rs, es.param, es.message);
+  int rs = jir != NULL ? ops->encode_request(&r.c, jir, &o, &r.ls, &r.es) : 0;
+  refusal_same("encoder refusal", &r, rc == PX_FAST_REFUSE && rs != 0, param, NULL);
   json_decref(jir);
   json_decref(o);
-  px_buf_free(&b);
   px_arena_free(&a);
 }
 

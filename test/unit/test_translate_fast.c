@@ -1761,10 +1761,6 @@ static void responses_answers(void) {
  * message of that role cannot hold, a tool result it cannot write), the
  * fast encoder refuses in its words; the fast IR built by hand, the same
  * IR as a document */
-static void resp_encode_refuses(px_freq_t *ir, const char *doc) {
-  encoder_refused(ir, PX_PROTO_ANTHROPIC, PX_PROTO_RESPONSES, doc, NULL);
-}
-
 static void responses_encoder_refusals(void) {
   px_arena_t a;
   px_arena_init(&a);
@@ -1807,7 +1803,7 @@ static void responses_encoder_refusals(void) {
           "\"content\":"
           "[{\"type\":\"tool_result\",\"tool_call_id\":\"c1\",\"content\":[{\"type\":"
           "\"refusal\",\"text\":\"no\"}]},{\"type\":\"tool_result\",\"content\":[]}]}]}";
-      resp_encode_refuses(&ir, doc);
+      encoder_refused(&ir, PX_PROTO_ANTHROPIC, PX_PROTO_RESPONSES, doc, NULL);
       res->content = NULL; /* then the one without an id */
       doc =
           "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
@@ -1816,7 +1812,7 @@ static void responses_encoder_refusals(void) {
           "[{\"type\":\"tool_result\",\"tool_call_id\":\"c1\",\"content\":[]},{\"type\":"
           "\"tool_result\",\"content\":[]}]}]}";
     }
-    resp_encode_refuses(&ir, doc);
+    encoder_refused(&ir, PX_PROTO_ANTHROPIC, PX_PROTO_RESPONSES, doc, NULL);
   }
   px_arena_free(&a);
 }
@@ -1987,12 +1983,8 @@ static void anth_complete_requests(void) {
   }
 }
 
-/* An IR the Anthropic encoder refuses as the reference does: its kind,
+/* IRs the Anthropic encoder refuses as the reference does: its kind,
  * param and message (the reference's encode_request of the same IR). */
-static void anth_encoder_refuses(px_freq_t *ir, const char *ir_json, const char *param) {
-  encoder_refused(ir, PX_PROTO_CHAT, PX_PROTO_ANTHROPIC, ir_json, param);
-}
-
 static void anth_complete_encoder(void) {
   px_arena_t a;
   px_arena_init(&a);
@@ -2024,7 +2016,7 @@ static void anth_complete_encoder(void) {
     static const char *const params[] = {"file_id", "file",
                                          "messages.tool_calls.function.arguments"};
     char *doc = chat_body(docs[v]);
-    anth_encoder_refuses(&ir, doc, params[v]);
+    encoder_refused(&ir, PX_PROTO_CHAT, PX_PROTO_ANTHROPIC, doc, params[v]);
     free(doc);
   }
   px_arena_free(&a);
