@@ -154,10 +154,11 @@ static inline void answer_refused(int in, int out, const char *body) {
   refusal_t r;
   refusal_init(&r, in, out);
   size_t len = strlen(body);
-  int rc = in != out ? px_translate_response_fast(&r.c, body, len, &r.b, &r.lf, NULL, &r.ef)
-                     : fast_answer_halves(&r.c, px_proto_get((px_proto_t)out)->fast,
-                                          px_proto_get((px_proto_t)in)->fast, body, len,
-                                          &r.b, &r.lf, &r.ef);
+  int rc = in != out
+               ? px_translate_response_fast(&r.c, body, len, &r.b, &r.lf, NULL, &r.ef)
+               : fast_answer_halves(&r.c, px_proto_get((px_proto_t)out)->fast,
+                                    px_proto_get((px_proto_t)in)->fast, body, len, &r.b,
+                                    &r.lf, &r.ef);
   json_t *up = json_loadb(body, len, 0, NULL), *cb = NULL;
   int rs = up != NULL ? px_translate_response(&r.c, up, &cb, &r.ls, &r.es) : 0;
   refusal_same("answer refusal", &r,
