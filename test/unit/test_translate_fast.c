@@ -544,12 +544,7 @@ static void chat_encode_ir(int adaptive) {
   px_tr_err_t err;
   CHECK(px_proto_get(PX_PROTO_CHAT)->encode_request(&c, jir, &ub, &ls, &err) == 0);
   char *so = ub ? json_dumps(ub, JSON_COMPACT) : NULL;
-  int eq = so != NULL && b.data != NULL && same_json(b.data, b.len, so, strlen(so)) &&
-           strcmp(lf.buf, ls.buf) == 0;
-  CHECK(eq);
-  if (!eq)
-    fprintf(stderr, "chat encode\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len,
-            b.data ? b.data : "", lf.buf, so ? so : "", ls.buf);
+  fast_same("chat encode", &b, &lf, so, &ls, NULL);
   CHECK(strstr(lf.buf, adaptive ? "thinking" : "reasoning.summary") != NULL);
   free(so);
   json_decref(ub);
@@ -836,13 +831,7 @@ static void resp_encode_case(px_freq_t *ir, const char *doc, const char *want) {
   CHECK(jir != NULL &&
         px_proto_get(PX_PROTO_RESPONSES)->encode_request(&c, jir, &out, &ls, &err) == 0);
   char *so = out ? json_dumps(out, JSON_COMPACT) : NULL;
-  int eq = so != NULL && same_json(b.data, b.len, so, strlen(so)) &&
-           strcmp(lf.buf, ls.buf) == 0;
-  CHECK(eq);
-  if (!eq)
-    fprintf(stderr, "responses encoder:\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len,
-            b.data, lf.buf, so ? so : "", ls.buf);
-  CHECK(memmem(b.data, b.len, want, strlen(want)) != NULL);
+  fast_same("responses encoder:", &b, &lf, so, &ls, want);
   free(so);
   json_decref(jir);
   json_decref(out);
@@ -2062,12 +2051,7 @@ static void anth_complete_custom(void) {
   px_tr_err_t err;
   CHECK(jir != NULL && px_proto_anthropic.encode_request(&c, jir, &out, &ls, &err) == 0);
   char *so = out ? json_dumps(out, JSON_COMPACT) : NULL;
-  int eq = so != NULL && same_json(b.data, b.len, so, strlen(so)) &&
-           strcmp(lf.buf, ls.buf) == 0;
-  CHECK(eq);
-  if (!eq)
-    fprintf(stderr, "custom request\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len,
-            b.data, lf.buf, so ? so : "", ls.buf);
+  fast_same("custom request", &b, &lf, so, &ls, NULL);
   free(so);
   json_decref(out);
   json_decref(jir);
@@ -2095,12 +2079,7 @@ static void anth_complete_custom(void) {
   out = NULL;
   CHECK(jir != NULL && px_proto_anthropic.encode_response(&c, jir, &out, &ls, &err) == 0);
   so = out ? json_dumps(out, JSON_COMPACT) : NULL;
-  eq = so != NULL && same_json(b.data, b.len, so, strlen(so)) &&
-       strcmp(lf.buf, ls.buf) == 0;
-  CHECK(eq);
-  if (!eq)
-    fprintf(stderr, "custom answer\nfast: %.*s [%s]\nslow: %s [%s]\n", (int)b.len, b.data,
-            lf.buf, so ? so : "", ls.buf);
+  fast_same("custom answer", &b, &lf, so, &ls, NULL);
   free(so);
   json_decref(out);
   json_decref(jir);
