@@ -21,6 +21,17 @@ static inline void ctx_of(px_tr_ctx_t *c, int in, int out) {
   c->created = 1700000000;
 }
 
+/* the context of a client request body toward (in, out), a body the
+ * scanner accepts (checked); stream: the context's (-1: the body's
+ * `stream`, as the gateway sets it) */
+static inline void request_ctx(px_tr_ctx_t *c, int in, int out, const char *body, size_t len,
+                               int stream) {
+  ctx_of(c, in, out);
+  px_json_req_t scan;
+  CHECK(px_json_request(body, len, &scan) == 0);
+  c->stream = stream < 0 ? scan.stream : stream;
+}
+
 static inline int same_json(const char *a, size_t an, const char *b, size_t bn) {
   json_t *x = json_loadb(a, an, 0, NULL), *y = json_loadb(b, bn, 0, NULL);
   int eq = x != NULL && y != NULL && json_equal(x, y);
@@ -193,11 +204,8 @@ static inline void encoder_refused(px_freq_t *ir, int in, int out, const char *d
 static inline void request_pair_s(int in, int out, const char *body, const char *want,
                                   int stream) {
   px_tr_ctx_t c;
-  ctx_of(&c, in, out);
   size_t len = strlen(body);
-  px_json_req_t scan;
-  CHECK(px_json_request(body, len, &scan) == 0);
-  c.stream = stream < 0 ? scan.stream : stream;
+  request_ctx(&c, in, out, body, len, stream);
   char *fo = NULL, *so = NULL;
   size_t fl = 0, sl = 0;
   px_lossy_t lf, ls;

@@ -424,10 +424,7 @@ static void client_pairs(int in, const px_fast_ops_t *dec, const char *q, int st
   for (int out = 0; out < PX_PROTO_COUNT; out++) {
     if (out == in) continue;
     px_tr_ctx_t c;
-    ctx_of(&c, in, out);
-    px_json_req_t scan;
-    CHECK(px_json_request(body, len, &scan) == 0);
-    c.stream = stream < 0 ? scan.stream : stream;
+    request_ctx(&c, in, out, body, len, stream);
     char *fo = NULL, *so = NULL;
     size_t fl = 0, sl = 0;
     px_lossy_t lf, ls;
