@@ -24,8 +24,8 @@ static inline void ctx_of(px_tr_ctx_t *c, int in, int out) {
 /* the context of a client request body toward (in, out), a body the
  * scanner accepts (checked); stream: the context's (-1: the body's
  * `stream`, as the gateway sets it) */
-static inline void request_ctx(px_tr_ctx_t *c, int in, int out, const char *body, size_t len,
-                               int stream) {
+static inline void request_ctx(px_tr_ctx_t *c, int in, int out, const char *body,
+                               size_t len, int stream) {
   ctx_of(c, in, out);
   px_json_req_t scan;
   CHECK(px_json_request(body, len, &scan) == 0);
