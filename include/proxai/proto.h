@@ -150,6 +150,9 @@ typedef struct px_tr_ctx {
   const long long *mem_limit;/**< tests: px_translate_request_body's memory
                                   budget whatever the body size (to stop at
                                   every stage); NULL: the rule */
+  struct px_answer *answer;  /**< traces: the upstream answer's id and model
+                                  as a fast response decoder read them
+                                  (px_answer_set); NULL: not wanted */
 } px_tr_ctx_t;
 
 /** Bytes of out after which a stream encoder calls ctx->flush. */
@@ -798,10 +801,12 @@ const px_usage_t *px_stream_tr_usage(const px_stream_tr_t *t);
  *  x-proxai-lossy header of a stream is predicted from the request by
  *  px_translate_request (px_lossy_predict, one rule set with these). */
 const px_lossy_t *px_stream_tr_dropped(const px_stream_tr_t *t);
-/** Keep the upstream answer's id, model and finish reason (usage.h) in a
- *  as its events pass (a traced request). */
+/** Keep the upstream answer's id, model and finish reason (usage.h) in up
+ *  as its events pass, and the client's in client as the encoder writes
+ *  its start and end events (a traced request); either may be NULL. */
 struct px_answer;
-void px_stream_tr_answer(px_stream_tr_t *t, struct px_answer *a);
+void px_stream_tr_answer(px_stream_tr_t *t, struct px_answer *up,
+                         struct px_answer *client);
 void px_stream_tr_free(px_stream_tr_t *t);
 
 #endif

@@ -67,9 +67,10 @@ typedef struct px_span {
   const char *name_model;    /**< the model in the span name */
   const char *provider;      /**< gen_ai.provider.name */
   const char *request_model; /**< gen_ai.request.model */
-  const char *response_model; /**< gen_ai.response.model; NULL: none */
-  const char *response_id;    /**< gen_ai.response.id */
-  const char *finish_reason;  /**< gen_ai.response.finish_reasons: [it] */
+  /* the answer's, as the protocol spelled them; len 0: none */
+  px_str_t response_model; /**< gen_ai.response.model */
+  px_str_t response_id;    /**< gen_ai.response.id */
+  px_str_t finish_reason;  /**< gen_ai.response.finish_reasons: [it] */
   int64_t max_tokens;   /**< gen_ai.request.max_tokens; <0: none */
   int64_t input_tokens; /**< <0: unknown */
   int64_t output_tokens;
@@ -84,6 +85,11 @@ typedef struct px_span {
   const char *lossy;      /**< proxai.lossy: comma-separated field list */
   int64_t cost_nano;      /**< proxai.cost_usd in nano-USD; <0: none */
   unsigned attempt;       /**< proxai.attempt (CLIENT spans), 1-based */
+  /** The configuration that owns operation, provider, server_url and
+   *  upstream (CLIENT) or key, team and route (SERVER): their encoded
+   *  attributes are kept for the next span while a reference on it is
+   *  held. NULL: they are not (a runtime key's name, tests). */
+  const px_config_t *cfg;
 } px_span_t;
 
 /** Writes a finished span of a sampled request into the batch; a span that
@@ -111,7 +117,8 @@ void px_trace_on_ready(void (*cb)(void));
  *  start and on each exporter tick). */
 void px_trace_clock(void);
 
-/** Discards the batch and its memory (worker exit, tests). */
+/** Discards the batch and its memory, and the kept attributes with their
+ *  configuration's reference (worker exit, tests). */
 void px_trace_reset(void);
 
 #endif

@@ -18,8 +18,17 @@
  *  Other bodies get one forward walk (px_json_complete's answer). */
 int px_usage_scan(px_proto_t p, const char *body, size_t len, px_usage_t *u);
 
+/** px_usage_scan, and *at: where the top-level usage member's name starts
+ *  when the walk back from the end met it, else PX_JSON_NPOS (a trace's
+ *  answer reading starts there: px_answer_body). */
+int px_usage_scan_at(px_proto_t p, const char *body, size_t len, px_usage_t *u,
+                     size_t *at);
+
 /** Read usage from a non-streaming response body of protocol p. */
 void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *u);
+/** The same, and *at as px_usage_scan_at sets it. */
+void px_usage_from_body_at(px_proto_t p, const char *body, size_t len, px_usage_t *u,
+                           size_t *at);
 
 /** Usage in a body or one stream event of the protocol of w: its usage
  *  object under member outer (NULL: at the top); a prefix cut inside the
@@ -35,6 +44,7 @@ typedef struct px_answer {
   char id[96];
   char model[96];
   char finish[32];
+  unsigned char id_len, model_len, finish_len; /**< their lengths */
 } px_answer_t;
 
 /** The id, model and finish reason in a body or one stream event of the
@@ -42,6 +52,16 @@ typedef struct px_answer {
  *  descriptor's names; the id and model are kept once seen, a finish
  *  reason that is a string replaces the last. */
 void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
+                    px_answer_t *a);
+
+/** Sets a's id and model (JSON string contents, escapes as written; len 0:
+ *  not set), cut to fit as px_answer_read cuts them. */
+void px_answer_set(px_answer_t *a, px_str_t id, px_str_t model);
+
+/** px_answer_read on a whole body (outer NULL) whose usage member starts
+ *  at tail (px_usage_scan_at; PX_JSON_NPOS: not known): a finish reason
+ *  before usage is looked for back from there first. */
+void px_answer_body(const px_wire_watch_t *w, const char *p, size_t n, size_t tail,
                     px_answer_t *a);
 
 /** px_answer_read on one stream event of the protocol of w (named event,

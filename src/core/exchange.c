@@ -115,15 +115,7 @@ void px_exch_write(px_exch_t *x, const char *p, size_t n) {
 
 /* Send what the encoder wrote. Large output (the closing events of a
  * Responses stream repeat the whole text) is handed over, not copied. */
-/* The client's events of a translated stream, read as they are sent */
-typedef struct px_answer_watch {
-  px_sse_t sse;
-  px_exch_t *x;
-} px_answer_watch_t;
-
 void px_exch_flush(px_exch_t *x) {
-  if (x->tr_watch)
-    px_sse_feed(&x->tr_watch->sse, x->obuf.data ? x->obuf.data : "", x->obuf.len);
   if (x->obuf.len >= (64u << 10) && x->conn) {
     if (x->t_first == 0) x->t_first = uv_hrtime();
     size_t n;
@@ -205,6 +197,7 @@ static void trace_begin(px_exch_t *x) {
   px_trace_begin(&x->tr, &x->cfg->trace, tp, ts);
   if (!x->tr.sampled) return;
   x->ans_up.id[0] = x->ans_up.model[0] = x->ans_up.finish[0] = 0;
+  x->ans_up.id_len = x->ans_up.model_len = x->ans_up.finish_len = 0;
   x->ans_cl = x->ans_up;
 }
 
@@ -212,25 +205,20 @@ static void trace_begin(px_exch_t *x) {
  * written back when the route rewrites it */
 static void answer_passed(px_exch_t *x) {
   x->ans_cl = x->ans_up;
-  if (x->up_model && x->model && strcmp(x->up_model, x->model) != 0)
+  if (x->up_model && x->model && strcmp(x->up_model, x->model) != 0) {
     px_copy_cut(x->ans_cl.model, sizeof(x->ans_cl.model), px_str(x->model), PX_STR(""));
+    x->ans_cl.model_len = (unsigned char)strlen(x->ans_cl.model);
+  }
 }
 
-void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, const char *cl,
-                          size_t cn) {
+void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, size_t up_tail,
+                          const char *cl, size_t cn) {
   if (!x->tr.sampled) return;
-  px_answer_read(&px_proto_get(x->out)->watch, up ? up : "", un, NULL, &x->ans_up);
+  px_answer_body(&px_proto_get(x->out)->watch, up ? up : "", un, up_tail, &x->ans_up);
   if (cl == NULL)
     answer_passed(x);
   else
     px_answer_read(&px_exch_client_ops(x)->watch, cl, cn, NULL, &x->ans_cl);
-}
-
-static int on_client_event(void *arg, const px_sse_event_t *ev) {
-  px_exch_t *x = ((px_answer_watch_t *)arg)->x;
-  px_answer_event(&px_exch_client_ops(x)->watch, ev->event, ev->data.ptr, ev->data.len,
-                  &x->ans_cl);
-  return 0;
 }
 
 void px_exch_trace_stream(px_exch_t *x) {
@@ -239,17 +227,7 @@ void px_exch_trace_stream(px_exch_t *x) {
     x->pt.answer = &x->ans_up;
     return;
   }
-  px_stream_tr_answer(x->str, &x->ans_up);
-  x->tr_watch = malloc(sizeof(*x->tr_watch));
-  if (x->tr_watch == NULL) return;
-  x->tr_watch->x = x;
-  px_sse_init(&x->tr_watch->sse, PX_MAX_SSE_EVENT, on_client_event, x->tr_watch);
-}
-
-static void trace_watch_free(px_exch_t *x) {
-  px_sse_done(&x->tr_watch->sse);
-  free(x->tr_watch);
-  x->tr_watch = NULL;
+  px_stream_tr_answer(x->str, &x->ans_up, &x->ans_cl);
 }
 
 /* The output token limit the client's body sets, where its protocol keeps
@@ -280,6 +258,8 @@ static const char *attempt_error(px_exch_t *x) {
   if (x->tr_status >= 400)
     return ops->error_type(px_errkind_from_type(NULL, x->tr_status));
   if (x->tr_failed) return ops->error_type(px_exch_result_kind(x->tr_result));
+  if (x->tr_cut)
+    return x->error_type ? x->error_type : "cancelled"; /* the gateway's name */
   return NULL;
 }
 
@@ -296,9 +276,9 @@ static void emit_attempt(px_exch_t *x, int last) {
       .name_model = x->tr_model,
       .provider = px_proto_get(up->protocol)->otel_provider,
       .request_model = x->tr_model,
-      .response_model = last && x->ans_up.model[0] ? x->ans_up.model : NULL,
-      .response_id = last && x->ans_up.id[0] ? x->ans_up.id : NULL,
-      .finish_reason = last && x->ans_up.finish[0] ? x->ans_up.finish : NULL,
+      .response_model = {x->ans_up.model, last ? x->ans_up.model_len : 0},
+      .response_id = {x->ans_up.id, last ? x->ans_up.id_len : 0},
+      .finish_reason = {x->ans_up.finish, last ? x->ans_up.finish_len : 0},
       .max_tokens = -1,
       .input_tokens = last ? x->usage.input_tokens : -1,
       .output_tokens = last ? x->usage.output_tokens : -1,
@@ -308,6 +288,7 @@ static void emit_attempt(px_exch_t *x, int last) {
       .upstream = up->name,
       .cost_nano = -1,
       .attempt = x->tr_n,
+      .cfg = x->cfg, /* the upstream's names */
   };
   px_trace_emit(&x->tr, &s);
   x->tr_start = 0;
@@ -325,6 +306,7 @@ void px_exch_trace_attempt(px_exch_t *x) {
   x->tr_end = 0;
   x->tr_status = 0;
   x->tr_failed = 0;
+  x->tr_cut = 0;
 }
 
 static void trace_end(px_exch_t *x, uint64_t end) {
@@ -346,9 +328,9 @@ static void trace_end(px_exch_t *x, uint64_t end) {
       .operation = ops->otel_operation,
       .name_model = x->model,
       .request_model = x->model,
-      .response_model = x->ans_cl.model[0] ? x->ans_cl.model : NULL,
-      .response_id = x->ans_cl.id[0] ? x->ans_cl.id : NULL,
-      .finish_reason = x->ans_cl.finish[0] ? x->ans_cl.finish : NULL,
+      .response_model = {x->ans_cl.model, x->ans_cl.model_len},
+      .response_id = {x->ans_cl.id, x->ans_cl.id_len},
+      .finish_reason = {x->ans_cl.finish, x->ans_cl.finish_len},
       .max_tokens = px_exch_max_tokens(x),
       .input_tokens = x->usage.input_tokens,
       .output_tokens = x->usage.output_tokens,
@@ -360,6 +342,7 @@ static void trace_end(px_exch_t *x, uint64_t end) {
       .route = x->route ? x->route->pattern : NULL,
       .lossy = x->lossy.len ? x->lossy.buf : NULL,
       .cost_nano = x->cost_nano,
+      .cfg = x->rkey ? NULL : x->cfg, /* a runtime key's name is its own */
   };
   px_trace_emit(&x->tr, &s);
 }
@@ -571,7 +554,6 @@ static void exch_free(px_exch_t *x) {
   px_exch_drop_upreq(x);
   if (x->str) px_stream_tr_free(x->str);
   if (x->pt_init) px_passthru_done(&x->pt);
-  if (x->tr_watch) trace_watch_free(x);
   px_config_unref(x->cfg);
   if (!x->timer_init && spare == NULL) {
     buf_keep(&spare_bufs[0], &x->passhdrs);
@@ -602,6 +584,12 @@ static void finalize(px_exch_t *x) {
   if (x->xfer) {
     px_xfer_cancel(x->xfer);
     x->xfer = NULL;
+    /* the attempt is cut here (client gone, a timeout): its span ends now,
+     * failed */
+    if (x->tr_start && !x->tr_end) {
+      x->tr_end = uv_hrtime();
+      x->tr_cut = 1;
+    }
   }
   px_balance_end(x->bal); /* the attempt's transfer is over */
   x->bal = NULL;

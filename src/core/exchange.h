@@ -164,8 +164,8 @@ struct px_exch {
   uint64_t tr_start, tr_end; /* uv_hrtime(); tr_start 0: no attempt span */
   int tr_status;             /* its upstream status; 0: none */
   int tr_failed;             /* its transfer failed: tr_result */
+  int tr_cut;                /* finalize cancelled its transfer */
   px_xfer_result_t tr_result;
-  struct px_answer_watch *tr_watch; /* tr_stream: the client's events read */
   /* Text buffers, last: exch_new() zeroes the fields above and only empties
    * these (zeroing 1.7 KiB per request costs more than the rest of it). */
   char retry_reason[96]; /* why the last attempt is retried (for the log) */
@@ -179,13 +179,15 @@ struct px_exch {
 };
 
 /* The answer's id, model and finish reason for the spans, read from the
- * upstream's body and the body the client got (NULL: the same bytes, the
- * model written back when the route rewrites it); only
- * for a sampled request. */
-void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, const char *cl,
-                          size_t cn);
+ * upstream's body (its usage member at up_tail, px_usage_scan_at, or
+ * PX_JSON_NPOS) and the body the client got (NULL: the same bytes, the
+ * model written back when the route rewrites it); only for a sampled
+ * request. */
+void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, size_t up_tail,
+                          const char *cl, size_t cn);
 /* A stream's answer watched for the spans: the upstream's events by the
- * pass-through watcher or the translator, the client's as they are sent. */
+ * pass-through watcher or the translator, the client's as the translator's
+ * encoder writes its start and end events. */
 void px_exch_trace_stream(px_exch_t *x);
 
 static inline uint64_t px_exch_now(px_exch_t *x) { return uv_now(x->w->loop); }

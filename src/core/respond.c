@@ -231,13 +231,16 @@ static void usage_from_tail(px_exch_t *x) {
 
 static void pass_json_done(px_exch_t *x) {
   if (!x->started) { /* held whole: sent with our own Content-Length */
-    px_usage_from_body(x->out, x->acc.data ? x->acc.data : "", x->acc.len, &x->usage);
-    px_exch_trace_answer(x, x->acc.data, x->acc.len, NULL, 0);
+    size_t tail;     /* where usage starts: a trace's reading of the answer stops there */
+    px_usage_from_body_at(x->out, x->acc.data ? x->acc.data : "", x->acc.len, &x->usage,
+                          &tail);
+    px_exch_trace_answer(x, x->acc.data, x->acc.len, tail, NULL, 0);
     if (px_exch_respond(x, x->up_status, up_ctype(x), 0, (int64_t)x->acc.len) == 0)
       px_exch_write(x, x->acc.data, x->acc.len);
   } else {
     usage_from_tail(x);
-    px_exch_trace_answer(x, x->acc.data, x->acc.len, NULL, 0); /* its tail's */
+    px_exch_trace_answer(x, x->acc.data, x->acc.len, PX_JSON_NPOS, NULL,
+                         0); /* its tail's */
   }
   px_exch_finalize(x);
 }
@@ -260,7 +263,8 @@ static void pass_rewrite_done(px_exch_t *x) {
   px_buf_init(&b, PX_MAX_UPSTREAM_JSON + 4096);
   px_json_replace_str(&b, x->acc.data, x->acc.len, top, 1, x->model);
   px_usage_from_body(x->out, b.data, b.len, &x->usage);
-  px_exch_trace_answer(x, x->acc.data, x->acc.len, NULL, 0); /* its model written back */
+  px_exch_trace_answer(x, x->acc.data, x->acc.len, PX_JSON_NPOS, NULL,
+                       0); /* its model written back */
   if (px_exch_respond(x, x->up_status, up_ctype(x), 0, (int64_t)b.len) == 0)
     px_exch_write(x, b.data, b.len);
   px_buf_free(&b);
@@ -275,7 +279,7 @@ static const px_mode_t mode_pass_rewrite = {"pass_rewrite", collect_head, data_c
 
 /* The translated body, answered and the exchange finished. */
 static void tr_json_answer(px_exch_t *x, const char *p, size_t n) {
-  px_exch_trace_answer(x, x->acc.data, x->acc.len, p, n);
+  px_exch_trace_answer(x, x->acc.data, x->acc.len, PX_JSON_NPOS, p, n);
   if (px_stored_json(x, p, n)) return; /* answered once the turn is kept */
   if (px_exch_respond(x, 200, "application/json", 0, (int64_t)n) == 0) px_exch_write(x, p, n);
   px_exch_finalize(x);
@@ -290,6 +294,7 @@ static void tr_json_refused(px_exch_t *x, const px_tr_err_t *err) {
 }
 
 static void tr_json_done(px_exch_t *x) {
+  if (x->tr.sampled) x->ctx.answer = &x->ans_up; /* the decoder's id and model */
   px_buf_t fb; /* the common shape: no document at all (translate_fast.c) */
   px_buf_init(&fb, x->acc.len * 4 + (64u << 10));
   px_tr_err_t err;

@@ -320,7 +320,7 @@ static void on_put(void *arg, px_rs_status_t st) {
     return;
   }
   /* the terminal event goes out as every other event of the stream does
-   * (px_exch_flush): the trace's watch reads it too */
+   * (px_exch_flush; the trace read it when the encoder wrote it) */
   if (px_buf_append(&x->obuf, rs->held.data, rs->held.len) == 0)
     px_exch_flush(x);
   else

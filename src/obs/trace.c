@@ -31,6 +31,9 @@
 #define BATCH_SPANS_MAX 8192 /* spans waiting */
 #define READY_SPANS 512      /* a batch this large is sent at once */
 #define READY_BYTES (1u << 20)
+/* room a batch starts with: a second's spans of a busy worker are written
+ * without the buffer growing (each growth copies what it holds) */
+#define BATCH_START (256u << 10)
 
 static px_buf_t batch;
 static size_t nspans;
@@ -325,6 +328,24 @@ static inline char *put8(char *w, uint32_t v) {
   return put4(put4(w, v / 10000), v % 10000);
 }
 
+/* exactly 9 digits of u < 10^9: u / 10^8 as a 32.32 fixed-point number
+ * (jeaiii's constant and correction for nine digits), then two digits per
+ * multiplication by 100; checked against printf for every u < 10^9 */
+static inline char *put9(char *w, uint32_t u) {
+  uint64_t t = (uint64_t)u * 2882303762ull; /* 2^58 / 10^8 + 1 */
+  t = (t >> 26) + 4;
+  *w = (char)('0' + (t >> 32));
+#define PUT2(at)                                \
+  t = (uint64_t)(uint32_t)t * 100;              \
+  memcpy(w + (at), digits2 + 2 * (t >> 32), 2)
+  PUT2(1);
+  PUT2(3);
+  PUT2(5);
+  PUT2(7);
+#undef PUT2
+  return w + 9;
+}
+
 /* v < 100000000, without leading zeros */
 static char *put_small(char *w, uint32_t v) {
   if (v < 10) {
@@ -372,9 +393,7 @@ static char *put_time(char *w, uint64_t hr) {
   }
   memcpy(w, sec_text, 16); /* a fixed-length copy: the room has it */
   if (sec_len > 16) memcpy(w + 16, sec_text + 16, sec_len - 16);
-  w = put8(w + sec_len, ns / 10);
-  *w++ = (char)('0' + ns % 10);
-  return w;
+  return put9(w + sec_len, ns);
 }
 
 /* ,{"key":"K","value":{"stringValue":"V"}} */
@@ -467,10 +486,98 @@ static sv_t sv(const char *s) {
   return (sv_t){s, s ? strlen(s) : 0};
 }
 
-/* Writes the span at w (room for span_bound bytes reserved); returns the end. */
-static char *put_span(char *w, const px_trace_ctx_t *t, const px_span_t *s,
-                      const sv_t *v) {
-  enum { OP, NAME, PROV, REQ, RESP, KEY, TEAM, USER, ROUTE, UP, ERR, RID, FIN };
+static sv_t str_sv(px_str_t s) {
+  return (sv_t){s.len ? s.ptr : NULL, s.len};
+}
+
+/* ---------------------------------------------------------------------- */
+/* attributes fixed per upstream, or per key and route: encoded once       */
+
+/* A span's attributes that come from the configuration (the operation, the
+ * provider, server.address and proxai.upstream of a CLIENT span; the
+ * operation, proxai.key, proxai.team and proxai.route of a SERVER span) are
+ * the same span after span: their encoded text is kept, keyed by the
+ * strings' addresses, while a reference on the configuration that owns them
+ * (px_span_t.cfg) keeps those addresses from being reused. */
+#define FRAG_MAX 1024
+typedef struct frag {
+  const char *k[4]; /* the strings it was encoded from */
+  size_t len;       /* 0: empty */
+  char text[FRAG_MAX];
+} frag_t;
+static frag_t frags[2]; /* SERVER, CLIENT */
+static px_config_t *frag_cfg;
+
+static void frags_drop(void) {
+  frags[0].len = frags[1].len = 0;
+  if (frag_cfg) px_config_unref(frag_cfg);
+  frag_cfg = NULL;
+}
+
+/* the fixed attributes of s, the operation first (the others each with its
+ * leading comma) */
+static char *put_fixed(char *w, const px_span_t *s, const sv_t *f) {
+  LIT(w, "{\"key\":\"gen_ai.operation.name\",\"value\":{\"stringValue\":\"");
+  memcpy(w, f[0].p, f[0].n); /* the protocols' own literals, plain */
+  w += f[0].n;
+  LIT(w, "\"}}");
+  if (s->kind == PX_SPAN_CLIENT) {
+    if (f[1].p) ATTR_STR(w, "gen_ai.provider.name", f[1].p, f[1].n);
+    if (f[2].p) ATTR_STR(w, "server.address", f[2].p, f[2].n);
+    if (f[3].p) ATTR_STR(w, "proxai.upstream", f[3].p, f[3].n);
+  } else {
+    if (f[1].p) ATTR_STR(w, "proxai.key", f[1].p, f[1].n);
+    if (f[2].p) ATTR_STR(w, "proxai.team", f[2].p, f[2].n);
+    if (f[3].p) ATTR_STR(w, "proxai.route", f[3].p, f[3].n);
+  }
+  return w;
+}
+
+/* the fixed strings of s: the operation, then three by kind */
+static void fixed_of(const px_span_t *s, const char **k) {
+  k[0] = s->operation;
+  if (s->kind == PX_SPAN_CLIENT) {
+    k[1] = s->provider, k[2] = s->server_url, k[3] = s->upstream;
+  } else {
+    k[1] = s->key, k[2] = s->team, k[3] = s->route;
+  }
+}
+
+/* The kept text of s's fixed attributes, or NULL (then *f holds the
+ * strings to encode: server.address as the URL's host). */
+static const frag_t *fixed_find(const px_span_t *s, const char **k, sv_t *f) {
+  if (s->cfg != NULL && s->cfg == frag_cfg) {
+    const frag_t *c = &frags[s->kind == PX_SPAN_CLIENT];
+    if (c->len && c->k[0] == k[0] && c->k[1] == k[1] && c->k[2] == k[2] &&
+        c->k[3] == k[3])
+      return f[0] = sv(k[0]), c;
+  }
+  for (int i = 0; i < 4; i++) f[i] = sv(k[i]);
+  if (s->kind == PX_SPAN_CLIENT && k[2]) {
+    px_str_t h = url_host(k[2]);
+    f[2] = (sv_t){h.ptr, h.len};
+  }
+  return NULL;
+}
+
+/* Keeps the fixed attributes just written at w[0..len) for the next span. */
+static void fixed_keep(const px_span_t *s, const char **k, const char *w, size_t len) {
+  if (s->cfg == NULL || len == 0 || len > FRAG_MAX) return;
+  if (s->cfg != frag_cfg) {
+    frags_drop();
+    frag_cfg = px_config_ref((px_config_t *)s->cfg);
+  }
+  frag_t *c = &frags[s->kind == PX_SPAN_CLIENT];
+  memcpy(c->k, k, sizeof(c->k));
+  memcpy(c->text, w, len);
+  c->len = len;
+}
+
+/* Writes the span at w (room for its bound reserved); returns the end. */
+static char *put_span(char *w, const px_trace_ctx_t *t, const px_span_t *s, const sv_t *v,
+                      const frag_t *fixed, const char **fk, const sv_t *f) {
+  enum { NAME, REQ, RESP, RID, FIN, USER, ERR };
+  const sv_t op = f[0];
   if (nspans) *w++ = ',';
   LIT(w, "{\"traceId\":\"");
   memcpy(w, t->trace_hex, 32);
@@ -488,12 +595,14 @@ static char *put_span(char *w, const px_trace_ctx_t *t, const px_span_t *s,
     w = put_text(w, t->tracestate.ptr, t->tracestate.len);
   }
   LIT(w, "\",\"name\":\"");
-  memcpy(w, v[OP].p, v[OP].n); /* the protocols' own literals, plain */
-  w += v[OP].n;
+  memcpy(w, op.p, op.n); /* the protocols' own literals, plain */
+  w += op.n;
+  const char *name = w + 1; /* the model's escaped text */
   if (v[NAME].p) {
     *w++ = ' ';
     w = put_text(w, v[NAME].p, v[NAME].n);
   }
+  size_t name_len = v[NAME].p ? (size_t)(w - name) : 0;
   if (s->kind == PX_SPAN_SERVER)
     LIT(w, "\",\"kind\":2,\"startTimeUnixNano\":\"");
   else
@@ -501,14 +610,25 @@ static char *put_span(char *w, const px_trace_ctx_t *t, const px_span_t *s,
   w = put_time(w, s->start);
   LIT(w, "\",\"endTimeUnixNano\":\"");
   w = put_time(w, s->end);
-  LIT(w,
-      "\",\"attributes\":[{\"key\":\"gen_ai.operation.name\",\"value\":{\"stringValue\":"
-      "\"");
-  memcpy(w, v[OP].p, v[OP].n);
-  w += v[OP].n;
-  LIT(w, "\"}}");
-  if (v[PROV].p) ATTR_STR(w, "gen_ai.provider.name", v[PROV].p, v[PROV].n);
-  if (v[REQ].p) ATTR_STR(w, "gen_ai.request.model", v[REQ].p, v[REQ].n);
+  LIT(w, "\",\"attributes\":[");
+  if (fixed) {
+    memcpy(w, fixed->text, fixed->len);
+    w += fixed->len;
+  } else {
+    char *at = w;
+    w = put_fixed(w, s, f);
+    fixed_keep(s, fk, at, (size_t)(w - at));
+  }
+  if (v[REQ].p) {
+    LIT(w, ",{\"key\":\"gen_ai.request.model\",\"value\":{\"stringValue\":\"");
+    if (v[REQ].p == v[NAME].p) { /* the name's model: escaped there */
+      memcpy(w, name, name_len);
+      w += name_len;
+    } else {
+      w = put_text(w, v[REQ].p, v[REQ].n);
+    }
+    LIT(w, "\"}}");
+  }
   if (v[RESP].p) ATTR_STR(w, "gen_ai.response.model", v[RESP].p, v[RESP].n);
   if (v[RID].p) ATTR_STR(w, "gen_ai.response.id", v[RID].p, v[RID].n);
   if (v[FIN].p) {
@@ -521,17 +641,9 @@ static char *put_span(char *w, const px_trace_ctx_t *t, const px_span_t *s,
   if (s->max_tokens >= 0) ATTR_INT(w, "gen_ai.request.max_tokens", s->max_tokens);
   if (s->input_tokens >= 0) ATTR_INT(w, "gen_ai.usage.input_tokens", s->input_tokens);
   if (s->output_tokens >= 0) ATTR_INT(w, "gen_ai.usage.output_tokens", s->output_tokens);
-  if (s->server_url) {
-    px_str_t h = url_host(s->server_url);
-    ATTR_STR(w, "server.address", h.ptr, h.len);
-  }
   if (s->status > 0) ATTR_INT(w, "http.response.status_code", s->status);
   if (v[ERR].p) ATTR_STR(w, "error.type", v[ERR].p, v[ERR].n);
-  if (v[KEY].p) ATTR_STR(w, "proxai.key", v[KEY].p, v[KEY].n);
-  if (v[TEAM].p) ATTR_STR(w, "proxai.team", v[TEAM].p, v[TEAM].n);
   if (v[USER].p) ATTR_STR(w, "proxai.user", v[USER].p, v[USER].n);
-  if (v[ROUTE].p) ATTR_STR(w, "proxai.route", v[ROUTE].p, v[ROUTE].n);
-  if (v[UP].p) ATTR_STR(w, "proxai.upstream", v[UP].p, v[UP].n);
   if (s->attempt) ATTR_INT(w, "proxai.attempt", s->attempt);
   if (s->lossy && *s->lossy) w = attr_lossy(w, s->lossy);
   if (s->cost_nano >= 0) { /* the exact decimal, as the access log's cost_usd */
@@ -558,16 +670,27 @@ static char *put_span(char *w, const px_trace_ctx_t *t, const px_span_t *s,
 
 void px_trace_emit(const px_trace_ctx_t *t, const px_span_t *s) {
   if (!t->sampled) return;
-  if (batch.cap == 0) px_buf_init(&batch, BATCH_MAX);
-  const sv_t v[] = {sv(s->operation),     sv(s->name_model),     sv(s->provider),
-                    sv(s->request_model), sv(s->response_model), sv(s->key),
-                    sv(s->team),          sv(s->user),           sv(s->route),
-                    sv(s->upstream),      sv(s->error_type),     sv(s->response_id),
-                    sv(s->finish_reason)};
-  size_t strings = 2 * v[0].n + t->tracestate.len +
-                   (s->server_url ? strlen(s->server_url) : 0) +
-                   (s->lossy ? 2 * strlen(s->lossy) : 0);
-  for (size_t i = 1; i < sizeof(v) / sizeof(v[0]); i++) strings += v[i].n;
+  if (batch.cap == 0) {
+    px_buf_init(&batch, BATCH_MAX);
+    px_buf_reserve(&batch, BATCH_START); /* else it grows as it can */
+  }
+  const char *fk[4];
+  sv_t f[4];
+  fixed_of(s, fk);
+  const frag_t *fixed = fixed_find(s, fk, f);
+  sv_t name = sv(s->name_model);
+  const sv_t v[] = {name,
+                    s->request_model == s->name_model ? name : sv(s->request_model),
+                    str_sv(s->response_model),
+                    str_sv(s->response_id),
+                    str_sv(s->finish_reason),
+                    sv(s->user),
+                    sv(s->error_type)};
+  size_t strings = t->tracestate.len + (s->lossy ? 2 * strlen(s->lossy) : 0) +
+                   (fixed ? fixed->len : 0);
+  for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) strings += v[i].n;
+  strings += 2 * f[0].n; /* the operation: in the name and an attribute */
+  if (!fixed) strings += f[1].n + f[2].n + f[3].n;
   size_t bound = SPAN_FIXED + ESC_MAX * strings + (s->lossy ? 32 * strlen(s->lossy) : 0);
   if (nspans >= BATCH_SPANS_MAX || (nspans == 0 && put_prefix(&batch) < 0) ||
       px_buf_reserve(&batch, bound) < 0) {
@@ -575,7 +698,7 @@ void px_trace_emit(const px_trace_ctx_t *t, const px_span_t *s) {
     px_trace_dropped(1, "queue_full");
     return;
   }
-  char *w = put_span(batch.data + batch.len, t, s, v);
+  char *w = put_span(batch.data + batch.len, t, s, v, fixed, fk, f);
   batch.len = (size_t)(w - batch.data);
   nspans++;
   if (!ready_signalled && ready_cb && px_trace_ready()) {
@@ -606,6 +729,7 @@ size_t px_trace_take(px_buf_t *body) {
   batch = tmp; /* the caller's old buffer becomes the next batch */
   batch.cap = BATCH_MAX;
   px_buf_reset(&batch);
+  if (batch.size < BATCH_START) px_buf_reserve(&batch, BATCH_START);
   size_t n = nspans;
   nspans = 0;
   ready_signalled = 0;
@@ -627,6 +751,7 @@ void px_trace_clock(void) {
 }
 
 void px_trace_reset(void) {
+  frags_drop();
   px_buf_free(&batch);
   memset(&batch, 0, sizeof(batch));
   nspans = 0;

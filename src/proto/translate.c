@@ -372,6 +372,7 @@ struct px_stream_tr {
   px_usage_t usage;
   px_lossy_t dropped;
   px_answer_t *answer; /* NULL, or the upstream answer's id, model, finish */
+  px_answer_t *client; /* NULL, or the same as the client gets them (traces) */
 };
 
 #define PX_MAX_BLOCKS 65536
@@ -402,8 +403,36 @@ static int write_error(px_stream_tr_t *t, px_errkind_t kind, const char *msg) {
   return PX_EPROTO;
 }
 
+/* Traces: the client's answer (id, model, finish reason) read from the
+ * events the encoder just wrote for a MESSAGE_* event, buf[from, len): the
+ * few events that carry them, not the whole stream parsed again. The
+ * encoders write complete events, an optional `event:` line and one
+ * `data:` line each. */
+static void client_answer(px_stream_tr_t *t, size_t from) {
+  if (t->buf->len <= from) return; /* handed over meanwhile: not read */
+  const char *p = t->buf->data + from, *end = t->buf->data + t->buf->len;
+  px_str_t name = {NULL, 0};
+  while (p < end) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    if (nl == NULL) return;
+    size_t n = (size_t)(nl - p);
+    if (n > 7 && memcmp(p, "event: ", 7) == 0) {
+      name = (px_str_t){p + 7, n - 7};
+    } else if (n > 6 && memcmp(p, "data: ", 6) == 0) {
+      px_answer_event(&t->in->watch, name, p + 6, n - 6, t->client);
+      name = (px_str_t){NULL, 0};
+    }
+    p = nl + 1;
+  }
+}
+
 static int enc(px_stream_tr_t *t, const px_ev_t *ev) {
+  size_t from = t->buf->len;
   int rc = t->in->senc_event(t->enc, ev);
+  if (t->client && rc >= 0 &&
+      (ev->type == PX_EV_MESSAGE_START || ev->type == PX_EV_MESSAGE_DELTA ||
+       ev->type == PX_EV_MESSAGE_STOP))
+    client_answer(t, from);
   if (rc < 0)
     return write_error(t, rc == PX_ETOOBIG ? PX_ERR_BAD_GATEWAY : PX_ERR_API,
                        rc == PX_ETOOBIG ? "stream translation exceeded its buffer limit"
@@ -607,8 +636,9 @@ const px_usage_t *px_stream_tr_usage(const px_stream_tr_t *t) {
   return &t->usage;
 }
 
-void px_stream_tr_answer(px_stream_tr_t *t, px_answer_t *a) {
-  t->answer = a;
+void px_stream_tr_answer(px_stream_tr_t *t, px_answer_t *up, px_answer_t *client) {
+  t->answer = up;
+  t->client = client;
 }
 
 const px_lossy_t *px_stream_tr_dropped(const px_stream_tr_t *t) {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "proxai/fastir.h"
+#include "proxai/usage.h"
 
 static unsigned long taken_req, taken_resp;
 
@@ -112,6 +113,10 @@ int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t 
   }
   px_lossy_merge(lossy, &l);
   taken_resp++;
+  /* traces: what the decoder read, not read again */
+  if (ctx->answer)
+    px_answer_set(ctx->answer, (px_str_t){ir.id.p, ir.id.p ? ir.id.n : 0},
+                  (px_str_t){ir.model.p, ir.model.p ? ir.model.n : 0});
   if (usage == NULL) return 0;
   if (!ir.usage_known) return PX_FAST_USAGE;
   /* what px_usage_from_body would find: no second walk */

@@ -315,7 +315,7 @@ static size_t prev_mark(const unsigned char *p, size_t lo, size_t i) {
  * name repeats at the top, the last one counts, as in jansson and the
  * clients' JSON parsers. */
 static int top_member_from_end(const char *text, size_t n, const char *name,
-                               px_json_pick_t *pk) {
+                               px_json_pick_t *pk, size_t *at) {
   const unsigned char *p = (const unsigned char *)text;
   size_t nl = strlen(name), first = skip_ws(text, 0, n), j = n;
   while (j > first &&
@@ -341,6 +341,7 @@ static int top_member_from_end(const char *text, size_t n, const char *name,
       } else if (depth == 1 && kl == nl && e < n && p[e] == ':' &&
                  memcmp(p + k + 1, name, nl) == 0) {    /* a top-level member name */
         if (skip_ws(text, e + 1, n) != open) pk->n = 0; /* not an object */
+        if (at) *at = k;
         return 1;
       }
       j = k;
@@ -355,7 +356,8 @@ static int top_member_from_end(const char *text, size_t n, const char *name,
   }
 }
 
-int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
+int px_usage_scan_at(px_proto_t proto, const char *p, size_t n, px_usage_t *u,
+                     size_t *at) {
   const px_wire_watch_t *w = &px_proto_get(proto)->watch;
   /* the usage object's counters */
   enum { IN, OUT, OUT_X, IN_X };
@@ -367,7 +369,8 @@ int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
     px_json_pick_add(&us, w->usage_in_extra[k]);
   if (!w->usage_out_extra) us.nlen[OUT_X] = (size_t)-1; /* never matches */
   size_t names = us.n;
-  int rc = top_member_from_end(p, n, w->usage_obj, &us);
+  if (at) *at = END;
+  int rc = top_member_from_end(p, n, w->usage_obj, &us, at);
   if (rc == 0 || (rc == 1 && us.n == 0)) return 1;
   if (rc < 0) { /* forward: the whole body once, then the usage object */
     px_json_pick_t top = {.n = 1};
@@ -405,21 +408,32 @@ int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
   return 1;
 }
 
-void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *u) {
-  if (px_usage_scan(p, body, len, u)) return; /* the usual case: one walk */
+int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
+  return px_usage_scan_at(proto, p, n, u, NULL);
+}
+
+void px_usage_from_body_at(px_proto_t p, const char *body, size_t len, px_usage_t *u,
+                           size_t *at) {
+  if (px_usage_scan_at(p, body, len, u, at)) return; /* the usual case: one walk */
   px_usage_read(&px_proto_get(p)->watch, body, len, NULL, u); /* a prefix */
+}
+
+void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *u) {
+  px_usage_from_body_at(p, body, len, u, NULL);
 }
 
 /* The string token p[s..s+l) (quotes included) copied into dst without
  * its quotes, cut to fit (its escapes as written, never half of one); 0
  * when it is not a string. */
-static int copy_str(const char *p, size_t s, size_t l, char *dst, size_t cap) {
+static int copy_str(const char *p, size_t s, size_t l, char *dst, size_t cap,
+                    unsigned char *len) {
   if (s == END || l < 2 || p[s] != '"') return 0;
   l -= 2;
   if (l >= cap) l = cap - 1;
   while (l > 0 && p[s + l] == '\\') l--;
   memcpy(dst, p + s + 1, l);
   dst[l] = 0;
+  *len = (unsigned char)l;
   return 1;
 }
 
@@ -457,45 +471,226 @@ static void last_member(const char *p, size_t n, const char *name, const char *l
   }
 }
 
-void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
-                    px_answer_t *a) {
+/* The end of the string token at p[i] ('"'): the index after its closing
+ * quote (one that no odd run of backslashes escapes); END when cut. */
+static inline size_t quote_at(const char *p, size_t j, size_t n) {
+#if defined(__SSE2__)
+  const __m128i qt = _mm_set1_epi8('"'); /* names and ids are short: inline */
+  for (; j + 16 <= n; j += 16) {
+    unsigned m = (unsigned)_mm_movemask_epi8(
+        _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + j)), qt));
+    if (m) return j + (size_t)__builtin_ctz(m);
+  }
+#endif
+  const char *q = memchr(p + j, '"', n - j);
+  return q ? (size_t)(q - p) : END;
+}
+
+static inline size_t str_end(const char *p, size_t i, size_t n) {
+  for (size_t j = i + 1;;) {
+    size_t k = quote_at(p, j, n), b = k;
+    if (k == END) return END;
+    while (b > i + 1 && p[b - 1] == '\\') b--;
+    if (((k - b) & 1) == 0) return k + 1;
+    j = k + 1;
+  }
+}
+
+/* the bytes that end a number or a literal */
+static const unsigned char scalar_end[256] = {
+    [','] = 1, ['}'] = 1, [']'] = 1, [' '] = 1, ['\n'] = 1, ['\r'] = 1, ['\t'] = 1};
+
+/* px_json_pick (until_found) over the leading members of the object at
+ * p[o] while their values are strings or scalars: the id and the model
+ * lead the answers of every protocol but Gemini's, so the walk is a few
+ * memchr. 1 when every name of pk is found or the object ended; 0 when it
+ * met a container that is not empty (or anything else) first: pk holds
+ * what it found, the caller walks for the rest with px_json_pick. A name
+ * whose value is a container that is not empty gets its start only (len
+ * 0), and the walk ends there. */
+static int lead_pick(const char *p, size_t n, size_t o, px_json_pick_t *pk) {
+  size_t found = 0, i = o + 1;
+  if (o >= n || p[o] != '{') return 0;
+  for (;;) {
+    i = skip_ws(p, i, n);
+    if (i >= n || p[i] != '"') return 0;
+    size_t ke = str_end(p, i, n);
+    if (ke == END) return 0;
+    size_t kl = ke - i - 2, hit = PX_JSON_PICK_MAX;
+    for (size_t k = 0; k < pk->n && hit == PX_JSON_PICK_MAX; k++)
+      if (pk->nlen[k] == kl && pk->at[k] == END && p[i + 1] == pk->name[k][0] &&
+          memcmp(p + i + 1, pk->name[k], kl) == 0)
+        hit = k;
+    i = skip_ws(p, ke, n);
+    if (i >= n || p[i] != ':') return 0;
+    size_t vs = skip_ws(p, i + 1, n), ve = vs;
+    if (vs >= n) return 0;
+    if (p[vs] == '{' || p[vs] == '[') { /* an empty one is stepped over ("content":[]) */
+      ve = skip_ws(p, vs + 1, n);
+      if (ve >= n || p[ve] != (p[vs] == '{' ? '}' : ']')) {
+        if (hit == PX_JSON_PICK_MAX) return 0;
+        pk->at[hit] = vs; /* a container named: its start only (len 0) */
+        pk->len[hit] = 0;
+        return ++found == pk->n;
+      }
+      ve++;
+    } else if (p[vs] == '"') {
+      if ((ve = str_end(p, vs, n)) == END) return 0;
+    } else {
+      while (ve < n && !scalar_end[(unsigned char)p[ve]]) ve++;
+    }
+    if (hit < PX_JSON_PICK_MAX) {
+      pk->at[hit] = vs;
+      pk->len[hit] = ve - vs;
+      if (++found == pk->n) return 1;
+    }
+    i = skip_ws(p, ve, n);
+    if (i < n && p[i] == '}') return 1;
+    if (i >= n || p[i] != ',') return 0;
+    i++;
+  }
+}
+
+#if defined(__SSE2__)
+/* last_member for compact JSON: walks back sixteen bytes at a time to the
+ * places where a quote is followed by ':' (the end of a member's name) and
+ * compares only those. 1 when it decided (*s as last_member sets it); 0
+ * when it met neither the name nor the list (a name spaced from its colon,
+ * or none): the caller walks with last_member. */
+static int last_member_fast(const char *p, size_t n, const char *name, const char *list,
+                            size_t *s, size_t *l) {
+  /* the names are the protocols' descriptors' literals: their lengths kept */
+  static const char *last_name, *last_list;
+  static size_t nl, ll;
+  if (name != last_name) nl = strlen(name), last_name = name;
+  if (list != last_list) ll = list ? strlen(list) : 0, last_list = list;
+  size_t j = n > 0 ? n - 1 : 0;
+  const __m128i qt = _mm_set1_epi8('"'), co = _mm_set1_epi8(':');
+  /* the last bytes of the names: most places fail on them */
+  const char nz = name[nl - 1], lz = ll ? list[ll - 1] : 0;
+  *s = END;
+  while (j > 0) { /* places q in [b, j): p[q] a quote, p[q + 1] a colon */
+    size_t b = j >= 16 ? j - 16 : 0;
+    unsigned m = 0;
+    if (j - b == 16) {
+      __m128i a = _mm_loadu_si128((const __m128i *)(p + b)),
+              c = _mm_loadu_si128((const __m128i *)(p + b + 1));
+      m = (unsigned)_mm_movemask_epi8(
+          _mm_and_si128(_mm_cmpeq_epi8(a, qt), _mm_cmpeq_epi8(c, co)));
+    } else {
+      for (size_t q = b; q < j; q++)
+        if (p[q] == '"' && p[q + 1] == ':') m |= 1u << (q - b);
+    }
+    while (m) { /* the last first */
+      unsigned bit = 31u - (unsigned)__builtin_clz(m);
+      m &= ~(1u << bit);
+      size_t q = b + bit;
+      if (q < 2) continue;
+      if (ll && p[q - 1] == lz && q >= ll + 1 && p[q - ll - 1] == '"' &&
+          memcmp(p + q - ll, list, ll) == 0)
+        return 1; /* the list's name: its elements are behind */
+      if (p[q - 1] != nz || q < nl + 1 || p[q - nl - 1] != '"' ||
+          memcmp(p + q - nl, name, nl) != 0 || (q >= nl + 2 && p[q - nl - 2] == '\\'))
+        continue;
+      size_t v = skip_ws(p, q + 2, n), e;
+      if (v < n && p[v] == '"' && (e = str_end(p, v, n)) != END) *s = v, *l = e - v;
+      return 1; /* null: no finish reason (yet) */
+    }
+    j = b;
+  }
+  return 0;
+}
+#endif
+
+static void answer_read(const px_wire_watch_t *w, const char *p, size_t n,
+                        const char *outer, size_t tail, px_answer_t *a) {
   const char *path[2];
   size_t d = 0, s, l;
   if (outer) path[d++] = outer;
   /* the id and the model lead the answer in every protocol but Gemini's:
-   * one walk of the members stops at them; in an event's inner object, the
-   * finder goes into it (not over it) for each */
+   * one walk of the members stops at them */
   const char *names[2] = {w->answer_id ? w->answer_id : "id",
                           w->body_model ? w->body_model : "model"};
   char *dst[2] = {a->id, a->model};
+  unsigned char *dlen[2] = {&a->id_len, &a->model_len};
   _Static_assert(sizeof(a->id) == sizeof(a->model), "one size for both");
-  if (outer) {
-    for (size_t k = 0; k < 2; k++) {
-      path[d] = names[k];
-      if (!dst[k][0] && px_json_find(p, n, path, d + 1, &s, &l) == PX_JSON_FOUND)
-        copy_str(p, s, l, dst[k], sizeof(a->id));
+  if (!a->id[0] || !a->model[0]) {
+    /* the object that holds them: the answer, or an event's inner object
+     * (found once, then walked as the answer is) */
+    size_t o = 0, e = n;
+    while (o < n && (p[o] == ' ' || p[o] == '\t' || p[o] == '\n' || p[o] == '\r')) o++;
+    if (outer) { /* its start: the walk stops at its closing brace */
+      px_json_pick_t in = {.n = 0, .until_found = 1};
+      px_json_pick_add(&in, outer);
+      if (!lead_pick(p, n, o, &in) && in.at[0] == END &&
+          px_json_find(p, n, path, 1, &s, &l) == PX_JSON_FOUND)
+        in.at[0] = s;
+      if (in.at[0] != END && p[in.at[0]] == '{')
+        o = in.at[0];
+      else
+        e = 0; /* no such object: nothing to walk */
     }
-  } else if (!a->id[0] || !a->model[0]) {
     px_json_pick_t pk = {.n = 0, .until_found = 1};
     char *to[2];
+    unsigned char *tlen[2];
     for (size_t k = 0; k < 2; k++)
       if (!dst[k][0]) {
         to[pk.n] = dst[k];
+        tlen[pk.n] = dlen[k];
         px_json_pick_add(&pk, names[k]);
       }
-    size_t o = 0;
-    while (o < n && (p[o] == ' ' || p[o] == '\t' || p[o] == '\n' || p[o] == '\r')) o++;
-    if (o < n) px_json_pick(p, n, o, &pk);
-    for (size_t k = 0; k < pk.n; k++) copy_str(p, pk.at[k], pk.len[k], to[k], sizeof(a->id));
+    if (o < e && !lead_pick(p, e, o, &pk)) { /* the names still missing, walked */
+      px_json_pick_t rest = {.n = 0, .until_found = 1};
+      size_t of[2];
+      for (size_t k = 0; k < pk.n; k++)
+        if (pk.at[k] == END) {
+          of[rest.n] = k;
+          px_json_pick_add(&rest, pk.name[k]);
+        }
+      px_json_pick(p, e, o, &rest);
+      for (size_t k = 0; k < rest.n; k++) pk.at[of[k]] = rest.at[k], pk.len[of[k]] = rest.len[k];
+    }
+    for (size_t k = 0; k < pk.n; k++)
+      copy_str(p, pk.at[k], pk.len[k], to[k], sizeof(a->id), tlen[k]);
   }
   if (!w->finish_key) return;
   if (w->finish_list || w->finish_last) { /* only the usage and the like follow */
-    last_member(p, n, w->finish_key, w->finish_list, &s, &l);
+#if defined(__SSE2__)
+    /* before the usage member first: what follows it was walked already */
+    if (!(tail != END &&
+          last_member_fast(p, tail, w->finish_key, w->finish_list, &s, &l)) &&
+        !last_member_fast(p, n, w->finish_key, w->finish_list, &s, &l))
+#endif
+      last_member(p, n, w->finish_key, w->finish_list, &s, &l);
   } else {
     path[d] = w->finish_key;
     if (px_json_find(p, n, path, d + 1, &s, &l) != PX_JSON_FOUND) return;
   }
-  copy_str(p, s, l, a->finish, sizeof(a->finish));
+  copy_str(p, s, l, a->finish, sizeof(a->finish), &a->finish_len);
+}
+
+void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
+                    px_answer_t *a) {
+  answer_read(w, p, n, outer, END, a);
+}
+
+/* a string's content into dst as copy_str cuts it */
+static void set_str(px_str_t v, char *dst, size_t cap, unsigned char *len) {
+  size_t l = v.len < cap ? v.len : cap - 1;
+  while (l > 0 && v.ptr[l - 1] == '\\' && l < v.len) l--; /* never half an escape */
+  memcpy(dst, v.ptr, l);
+  dst[l] = 0;
+  *len = (unsigned char)l;
+}
+
+void px_answer_set(px_answer_t *a, px_str_t id, px_str_t model) {
+  if (id.len) set_str(id, a->id, sizeof(a->id), &a->id_len);
+  if (model.len) set_str(model, a->model, sizeof(a->model), &a->model_len);
+}
+
+void px_answer_body(const px_wire_watch_t *w, const char *p, size_t n, size_t tail,
+                    px_answer_t *a) {
+  answer_read(w, p, n, NULL, tail, a);
 }
 
 void px_answer_event(const px_wire_watch_t *w, px_str_t event, const char *p, size_t n,

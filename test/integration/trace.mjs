@@ -318,6 +318,51 @@ test('a stream\'s spans end with its last byte; first token is an event; lossy f
   assertNothingPrivate(col);
 });
 
+test('a client gone mid-stream: the cut attempt span ends then, with status ERROR', async () => {
+  up.reset();
+  const n0 = col.spans.length;
+  const ev = (o) => `data: ${JSON.stringify(o)}\n\n`;
+  const chunk = (delta) => ({ id: 'chatcmpl-c1', object: 'chat.completion.chunk', created: 1700000000, model: 'up-model', choices: [{ index: 0, delta, finish_reason: null }] });
+  // one event, then the upstream goes quiet far longer than the test waits
+  up.script({
+    raw: [
+      raw(200, { 'content-type': 'text/event-stream', 'transfer-encoding': 'chunked' }, '', { length: false }),
+      chunked(ev(chunk({ role: 'assistant', content: COMPLETION }))).subarray(0, -5),
+      { wait: 20000 },
+    ],
+  });
+  const ac = new AbortController();
+  const t0 = Date.now();
+  const res = await fetch(`${px.url}/v1/chat/completions`, {
+    method: 'POST',
+    signal: ac.signal,
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${CLIENT_SECRET}` },
+    body: JSON.stringify({ model: 'm-one', stream: true, messages: [{ role: 'user', content: PROMPT }] }),
+  });
+  assert.equal(res.status, 200);
+  const reader = res.body.getReader();
+  const first = await reader.read();
+  assert.ok(!first.done && first.value.length > 0, 'the first event arrived');
+  ac.abort();
+  await reader.cancel().catch(() => {});
+  await waitFor(() => col.spans.length >= n0 + 2, { timeout: 15000, what: 'two spans' });
+  const waited = Date.now() - t0;
+  const spans = col.spans.slice(n0);
+  const server = spans.find((s) => s.kind === 2), client = spans.find((s) => s.kind === 3);
+  assert.ok(server && client, JSON.stringify(spans));
+  assert.equal(client.parentSpanId, server.spanId);
+  assert.deepEqual(client.status, { code: 2 }, 'the cut attempt failed, with no message');
+  assert.equal(client.attrs['error.type'], 'client_closed');
+  assert.equal(client.attrs['http.response.status_code'], 200, 'the upstream had answered');
+  const [cs, ce] = [nano(client.startTimeUnixNano), nano(client.endTimeUnixNano)];
+  assert.ok(ce > cs, 'the attempt span has an end');
+  assert.ok(ce - cs < BigInt(waited) * 1000000n, 'it ends at the cut, not when the upstream would have');
+  assert.ok(ce <= nano(server.endTimeUnixNano));
+  assert.equal(server.attrs['error.type'], 'client_closed');
+  assert.deepEqual(server.status, { code: 2 });
+  assertNothingPrivate(col);
+});
+
 test('the answer\'s model, id and finish reasons on both spans: pass-through, whole and streamed', async () => {
   up.reset();
   const n0 = col.spans.length;

@@ -326,10 +326,128 @@ static void test_names(void) {
   px_trace_reset();
 }
 
+/* the batch taken (n spans) and parsed; NULL (a failure counted) when not */
+static json_t *take_doc(size_t n) {
+  px_buf_t body;
+  px_buf_init(&body, 0);
+  CHECK(px_trace_take(&body) == n);
+  json_t *doc = json_loadb(body.data, body.len, 0, NULL);
+  CHECK(doc != NULL);
+  px_buf_free(&body);
+  return doc;
+}
+
+/* the value of attribute key of span i in a taken batch, or NULL */
+static const char *attr_of(json_t *spans, size_t i, const char *key) {
+  json_t *attrs = json_object_get(json_array_get(spans, i), "attributes"), *a;
+  size_t k;
+  json_array_foreach(attrs, k, a) {
+    if (strcmp(json_string_value(json_object_get(a, "key")), key) == 0)
+      return json_string_value(json_object_get(json_object_get(a, "value"), "stringValue"));
+  }
+  return NULL;
+}
+
+/* The attributes fixed per upstream or per key and route are encoded once
+ * and kept while a reference holds their configuration: each span still
+ * carries its own (another upstream, another configuration, none), and the
+ * reference is let go by px_trace_reset. */
+static void test_fixed_attrs(void) {
+  px_trace_conf_t c = conf(1);
+  px_trace_ctx_t t;
+  px_trace_begin(&t, &c, px_str(""), px_str(""));
+  px_trace_attempt(&t, NULL);
+  px_config_t a, b;
+  memset(&a, 0, sizeof(a));
+  memset(&b, 0, sizeof(b));
+  a.refs = b.refs = 1;
+  char up1[] = "up-one", up2[] = "up-two", url1[] = "http://one.example:8080/v1",
+       url2[] = "https://two.example/v1";
+  struct {
+    const px_config_t *cfg;
+    const char *up, *url, *host;
+  } spans[] = {{&a, up1, url1, "one.example"}, {&a, up1, url1, "one.example"},
+               {&a, up2, url2, "two.example"}, {&b, up1, url1, "one.example"},
+               {NULL, up2, url1, "one.example"}, {&a, up1, url1, "one.example"}};
+  size_t n = sizeof(spans) / sizeof(spans[0]);
+  for (size_t i = 0; i < n; i++) {
+    px_span_t s = {.kind = PX_SPAN_CLIENT,
+                   .id = t.att_hex,
+                   .parent = t.span_hex,
+                   .start = 1,
+                   .end = 2,
+                   .operation = i == 1 ? "generate_content" : "chat",
+                   .name_model = "m",
+                   .provider = "openai",
+                   .max_tokens = -1,
+                   .input_tokens = -1,
+                   .output_tokens = -1,
+                   .server_url = spans[i].url,
+                   .upstream = spans[i].up,
+                   .cost_nano = -1,
+                   .cfg = spans[i].cfg};
+    px_trace_emit(&t, &s);
+  }
+  /* one reference while kept: the last span's configuration */
+  CHECK(a.refs == 2 && b.refs == 1);
+  json_t *doc = take_doc(n), *js = spans_of(doc);
+  for (size_t i = 0; doc && i < n; i++) {
+    CHECK_STR(attr_of(js, i, "proxai.upstream"), spans[i].up);
+    CHECK_STR(attr_of(js, i, "server.address"), spans[i].host);
+    CHECK_STR(attr_of(js, i, "gen_ai.provider.name"), "openai");
+    CHECK_STR(attr_of(js, i, "gen_ai.operation.name"), i == 1 ? "generate_content" : "chat");
+  }
+  json_decref(doc);
+  px_trace_reset();
+  CHECK(a.refs == 1 && b.refs == 1);
+}
+
+/* A span's times: every nanosecond digit where it belongs (the end minus
+ * the start, across digit and second boundaries). */
+static void test_times(void) {
+  px_trace_conf_t c = conf(1);
+  px_trace_ctx_t t;
+  px_trace_begin(&t, &c, px_str(""), px_str(""));
+  const uint64_t base = 5000000000ull, d[] = {0,         1,         9,          10,
+                                              99,        123456789, 999999999,  1000000000,
+                                              987654321, 100000001, 4294967295u};
+  size_t n = sizeof(d) / sizeof(d[0]);
+  for (size_t i = 0; i < n; i++) {
+    px_span_t s = {.kind = PX_SPAN_SERVER,
+                   .id = t.span_hex,
+                   .start = base + 7 * i,
+                   .end = base + 7 * i + d[i],
+                   .operation = "chat",
+                   .max_tokens = -1,
+                   .input_tokens = -1,
+                   .output_tokens = -1,
+                   .cost_nano = -1};
+    px_trace_emit(&t, &s);
+  }
+  json_t *doc = take_doc(n), *js = spans_of(doc);
+  for (size_t i = 0; doc && i < n; i++) {
+    json_t *sp = json_array_get(js, i);
+    const char *a = json_string_value(json_object_get(sp, "startTimeUnixNano"));
+    const char *b = json_string_value(json_object_get(sp, "endTimeUnixNano"));
+    CHECK(a && b && strlen(a) == 19 && strspn(a, "0123456789") == 19 &&
+          strspn(b, "0123456789") == strlen(b));
+    if (a && b) CHECK(strtoull(b, NULL, 10) - strtoull(a, NULL, 10) == d[i]);
+    if (i && a) { /* 7 ns after the last span's start */
+      const char *p = json_string_value(
+          json_object_get(json_array_get(js, i - 1), "startTimeUnixNano"));
+      CHECK(p && strtoull(a, NULL, 10) - strtoull(p, NULL, 10) == 7);
+    }
+  }
+  json_decref(doc);
+  px_trace_reset();
+}
+
 int main(void) {
   test_traceparent();
   test_sampling();
   test_batch();
   test_names();
+  test_fixed_attrs();
+  test_times();
   return check_report("test_trace");
 }
