@@ -91,16 +91,17 @@ static inline int fast_answer_halves(const px_tr_ctx_t *c, const px_fast_ops_t *
   return rc;
 }
 
-/* what a refusal check holds: the context, the fast body, both lossy
- * lists and both refusals (fast, reference) */
+/* what a check of the fast path against the reference holds: the
+ * context, the fast body, both lossy lists and both refusals (fast,
+ * reference); sides_free frees the body */
 typedef struct {
   px_tr_ctx_t c;
   px_buf_t b;
   px_lossy_t lf, ls;
   px_tr_err_t ef, es;
-} refusal_t;
+} sides_t;
 
-static inline void refusal_init(refusal_t *r, int in, int out) {
+static inline void sides_init(sides_t *r, int in, int out) {
   memset(r, 0, sizeof(*r));
   ctx_of(&r->c, in, out);
   px_buf_init(&r->b, 1 << 20);
@@ -108,10 +109,11 @@ static inline void refusal_init(refusal_t *r, int in, int out) {
   px_lossy_init(&r->ls);
 }
 
+static inline void sides_free(sides_t *r) { px_buf_free(&r->b); }
+
 /* refused (the fast path refused, the reference too) in the same words,
- * param (when not NULL) the one named; what and body on stderr if not.
- * Frees r's body. */
-static inline void refusal_same(const char *what, refusal_t *r, int refused,
+ * param (when not NULL) the one named; what and body on stderr if not */
+static inline void refusal_same(const char *what, const sides_t *r, int refused,
                                 const char *param, const char *body) {
   int same = refused && same_words(&r->ef, &r->es) &&
              (param == NULL || strcmp(r->ef.param, param) == 0);
@@ -120,7 +122,6 @@ static inline void refusal_same(const char *what, refusal_t *r, int refused,
     fprintf(stderr, "%s %d -> %d of %s\nfast: [%s] %s\nslow: [%s] %s\n", what,
             (int)r->c.in, (int)r->c.out, body ? body : "(IR)", r->ef.param, r->ef.message,
             r->es.param, r->es.message);
-  px_buf_free(&r->b);
 }
 
 /* a request body toward (in, out) the fast path declines (the reference
@@ -142,8 +143,8 @@ static inline void request_declined(int in, int out, const char *body) {
 /* a request body toward (in, out) the reference refuses: the fast path
  * refuses it in the same words, param (when not NULL) the one named */
 static inline void request_refused(int in, int out, const char *body, const char *param) {
-  refusal_t r;
-  refusal_init(&r, in, out);
+  sides_t r;
+  sides_init(&r, in, out);
   size_t len = strlen(body);
   char *fo = NULL, *so = NULL;
   size_t fl = 0, sl = 0;
@@ -155,6 +156,7 @@ static inline void request_refused(int in, int out, const char *body, const char
   refusal_same("request refusal", &r, rc == PX_FAST_REFUSE && rs != 0, param, body);
   free(fo);
   free(so);
+  sides_free(&r);
 }
 
 /* an upstream answer (out) for a client (in) the reference refuses: the
@@ -162,8 +164,8 @@ static inline void request_refused(int in, int out, const char *body, const char
  * px_translate_response_fast; its steps for a same-protocol pair, which
  * the hub passes through) */
 static inline void answer_refused(int in, int out, const char *body) {
-  refusal_t r;
-  refusal_init(&r, in, out);
+  sides_t r;
+  sides_init(&r, in, out);
   size_t len = strlen(body);
   int rc = in != out
                ? px_translate_response_fast(&r.c, body, len, &r.b, &r.lf, NULL, &r.ef)
@@ -177,6 +179,7 @@ static inline void answer_refused(int in, int out, const char *body) {
                body);
   json_decref(cb);
   json_decref(up);
+  sides_free(&r);
 }
 
 /* a request IR the reference's encoder for out refuses (doc: the same IR
@@ -184,8 +187,8 @@ static inline void answer_refused(int in, int out, const char *body) {
  * same words, param (when not NULL) the one named */
 static inline void encoder_refused(px_freq_t *ir, int in, int out, const char *doc,
                                    const char *param) {
-  refusal_t r;
-  refusal_init(&r, in, out);
+  sides_t r;
+  sides_init(&r, in, out);
   px_arena_t a;
   px_arena_init(&a);
   const px_proto_ops_t *ops = px_proto_get((px_proto_t)out);
@@ -196,6 +199,7 @@ static inline void encoder_refused(px_freq_t *ir, int in, int out, const char *d
   json_decref(jir);
   json_decref(o);
   px_arena_free(&a);
+  sides_free(&r);
 }
 
 /* a client request: the fast path takes it; the same body and lossy list,

@@ -207,34 +207,26 @@ static void refusals(void) {
  * encode_response for a Gemini client) against gemini.c's halves: the same
  * body and lossy list, or the same refusal; want (not NULL) in the body. */
 static void gem_answer_halves(const char *body, const char *want) {
-  px_tr_ctx_t c;
-  ctx_of(&c, GEM, GEM);
-  px_lossy_t lf, ls;
-  px_lossy_init(&lf);
-  px_lossy_init(&ls);
-  px_buf_t fb;
-  px_buf_init(&fb, 1 << 20);
-  px_tr_err_t ef, es;
-  memset(&ef, 0, sizeof(ef));
-  memset(&es, 0, sizeof(es));
-  int rc = fast_answer_halves(&c, &px_gemini_fast, &px_gemini_fast, body, strlen(body),
-                              &fb, &lf, &ef);
+  sides_t r;
+  sides_init(&r, GEM, GEM);
+  int rc = fast_answer_halves(&r.c, &px_gemini_fast, &px_gemini_fast, body, strlen(body),
+                              &r.b, &r.lf, &r.ef);
   const px_proto_ops_t *ops = px_proto_get(PX_PROTO_GEMINI);
   json_t *src = json_loadb(body, strlen(body), 0, NULL), *jir = NULL, *out = NULL;
-  int rs = ops->decode_response(&c, src, &jir, &ls, &es);
-  if (rs == 0) rs = ops->encode_response(&c, jir, &out, &ls, &es);
+  int rs = ops->decode_response(&r.c, src, &jir, &r.ls, &r.es);
+  if (rs == 0) rs = ops->encode_response(&r.c, jir, &out, &r.ls, &r.es);
   CHECK(rc == 0 || rc == PX_FAST_REFUSE);
   if (rc == PX_FAST_REFUSE) {
-    CHECK(rs != 0 && same_words(&ef, &es));
+    refusal_same("gemini halves refusal", &r, rs != 0, NULL, body);
   } else if (rc == 0) {
     char *s = out ? json_dumps(out, JSON_COMPACT) : NULL;
-    fast_same("gemini halves", &fb, &lf, rs == 0 ? s : NULL, &ls, want);
+    fast_same("gemini halves", &r.b, &r.lf, rs == 0 ? s : NULL, &r.ls, want);
     free(s);
   }
   json_decref(src);
   json_decref(jir);
   json_decref(out);
-  px_buf_free(&fb);
+  sides_free(&r);
 }
 
 /* Gemini's answers the fast codec takes: thoughts and signatures, refusals

@@ -1643,31 +1643,19 @@ static void resp_answer(const char *q, const char *expl, const char *want) {
   snprintf(body, sizeof(body), "%s", q);
   for (char *x = body; *x; x++)
     if (*x == '\'') *x = '"';
-  px_tr_ctx_t c;
-  ctx_of(&c, PX_PROTO_RESPONSES, PX_PROTO_RESPONSES);
+  sides_t r;
+  sides_init(&r, PX_PROTO_RESPONSES, PX_PROTO_RESPONSES);
   size_t len = strlen(body);
   px_arena_t a;
   px_arena_init(&a);
   px_fresp_t ir;
   fresp_init(&ir);
-  px_lossy_t lf, ls;
-  px_lossy_init(&lf);
-  px_lossy_init(&ls);
-  px_buf_t b;
-  px_buf_init(&b, 1 << 20);
-  px_tr_err_t fe, se;
-  memset(&fe, 0, sizeof(fe));
-  memset(&se, 0, sizeof(se));
   const px_proto_ops_t *ops = px_proto_get(PX_PROTO_RESPONSES);
-  int rc = px_responses_fast.decode_response(&c, body, len, &ir, &a, &lf, &fe);
+  int rc = px_responses_fast.decode_response(&r.c, body, len, &ir, &a, &r.lf, &r.ef);
   json_t *up = json_loadb(body, len, 0, NULL), *jir = NULL, *cb = NULL;
-  int sr = up != NULL ? ops->decode_response(&c, up, &jir, &ls, &se) : -1;
+  int sr = up != NULL ? ops->decode_response(&r.c, up, &jir, &r.ls, &r.es) : -1;
   if (sr < 0) { /* refused: in the same words */
-    int same = rc == PX_FAST_REFUSE && same_words(&fe, &se);
-    CHECK(same);
-    if (!same)
-      fprintf(stderr, "responses answer refusal: %s\nfast %d %s\nslow %s\n", body, rc,
-              fe.message, se.message);
+    refusal_same("responses answer refusal", &r, rc == PX_FAST_REFUSE, NULL, body);
     goto done;
   }
   if (expl != NULL) {
@@ -1677,18 +1665,18 @@ static void resp_answer(const char *q, const char *expl, const char *want) {
     json_object_set_new(jir, "refusal_explanation", json_string(expl));
   }
   CHECK(rc == 0 && (px_fresp_uses(&ir) & ~px_responses_fast.resp_encodes) == 0);
-  if (rc == 0) rc = px_responses_fast.encode_response(&c, &ir, &b, &a, &lf, NULL);
+  if (rc == 0) rc = px_responses_fast.encode_response(&r.c, &ir, &r.b, &a, &r.lf, NULL);
   CHECK(rc == 0);
-  CHECK(ops->encode_response(&c, jir, &cb, &ls, &se) == 0);
+  CHECK(ops->encode_response(&r.c, jir, &cb, &r.ls, &r.es) == 0);
   char *so = cb ? json_dumps(cb, JSON_COMPACT) : NULL;
-  if (rc == 0 && so != NULL) fast_same("responses answer", &b, &lf, so, &ls, want);
+  if (rc == 0 && so != NULL) fast_same("responses answer", &r.b, &r.lf, so, &r.ls, want);
   free(so);
 done:
   px_arena_free(&a);
   json_decref(cb);
   json_decref(jir);
   json_decref(up);
-  px_buf_free(&b);
+  sides_free(&r);
 }
 
 static void responses_answers(void) {
