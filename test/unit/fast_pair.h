@@ -109,7 +109,9 @@ static inline void sides_init(sides_t *r, int in, int out) {
   px_lossy_init(&r->ls);
 }
 
-static inline void sides_free(sides_t *r) { px_buf_free(&r->b); }
+static inline void sides_free(sides_t *r) {
+  px_buf_free(&r->b);
+}
 
 /* refused (the fast path refused, the reference too) in the same words,
  * param (when not NULL) the one named; what and body on stderr if not */
