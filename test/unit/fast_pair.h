@@ -72,6 +72,30 @@ static inline void fast_same(const char *what, px_buf_t *b, const px_lossy_t *lf
   }
 }
 
+/* A request IR through the fast encoder of c->out, and the same IR as a
+ * document (jir) through the reference's encode_request: fast_same (want
+ * in the fast body); lf and ls: the lossy lists, for the caller's checks */
+static inline void encoder_same(const char *what, const px_tr_ctx_t *c, const px_freq_t *ir,
+                                json_t *jir, px_lossy_t *lf, px_lossy_t *ls,
+                                const char *want) {
+  const px_proto_ops_t *ops = px_proto_get(c->out);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  CHECK((px_freq_uses(ir) & ~ops->fast->encodes) == 0);
+  CHECK(ops->fast->encode_request(c, ir, &b, &a, lf, NULL) == 0);
+  json_t *out = NULL;
+  px_tr_err_t err;
+  CHECK(jir != NULL && ops->encode_request(c, jir, &out, ls, &err) == 0);
+  char *so = out ? json_dumps(out, JSON_COMPACT) : NULL;
+  fast_same(what, &b, lf, so, ls, want);
+  free(so);
+  json_decref(out);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
 /* An answer through both fast halves, as the hub steps them: dec's
  * decode_response, then enc's encode_response into b (declined when the
  * IR holds a part enc does not write); ef (may be NULL): a refusal's

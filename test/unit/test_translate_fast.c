@@ -533,20 +533,9 @@ static void chat_encode_ir(int adaptive) {
   px_lossy_t lf, ls;
   px_lossy_init(&lf);
   px_lossy_init(&ls);
-  px_buf_t b;
-  px_buf_init(&b, 1 << 20);
-  CHECK((px_freq_uses(&ir) & ~px_chat_fast.encodes) == 0);
-  CHECK(px_chat_fast.encode_request(&c, &ir, &b, &a, &lf, NULL) == 0);
-  json_t *ub = NULL;
-  px_tr_err_t err;
-  CHECK(px_proto_get(PX_PROTO_CHAT)->encode_request(&c, jir, &ub, &ls, &err) == 0);
-  char *so = ub ? json_dumps(ub, JSON_COMPACT) : NULL;
-  fast_same("chat encode", &b, &lf, so, &ls, NULL);
+  encoder_same("chat encode", &c, &ir, jir, &lf, &ls, NULL);
   CHECK(strstr(lf.buf, adaptive ? "thinking" : "reasoning.summary") != NULL);
-  free(so);
-  json_decref(ub);
   json_decref(jir);
-  px_buf_free(&b);
   px_arena_free(&a);
 }
 
@@ -815,25 +804,12 @@ static px_fstr_t fs(const char *s) {
 static void resp_encode_case(px_freq_t *ir, const char *doc, const char *want) {
   px_tr_ctx_t c;
   ctx_of(&c, PX_PROTO_ANTHROPIC, PX_PROTO_RESPONSES);
-  px_arena_t a;
-  px_arena_init(&a);
   px_lossy_t lf, ls;
   px_lossy_init(&lf);
   px_lossy_init(&ls);
-  px_buf_t b;
-  px_buf_init(&b, 1u << 20);
-  CHECK(px_responses_fast.encode_request(&c, ir, &b, &a, &lf, NULL) == 0);
-  json_t *jir = json_loads(doc, 0, NULL), *out = NULL;
-  px_tr_err_t err;
-  CHECK(jir != NULL &&
-        px_proto_get(PX_PROTO_RESPONSES)->encode_request(&c, jir, &out, &ls, &err) == 0);
-  char *so = out ? json_dumps(out, JSON_COMPACT) : NULL;
-  fast_same("responses encoder:", &b, &lf, so, &ls, want);
-  free(so);
+  json_t *jir = json_loads(doc, 0, NULL);
+  encoder_same("responses encoder:", &c, ir, jir, &lf, &ls, want);
   json_decref(jir);
-  json_decref(out);
-  px_buf_free(&b);
-  px_arena_free(&a);
 }
 
 static void responses_encoder(void) {
@@ -1053,22 +1029,11 @@ static void gem_encode_ir(int variant) {
   px_lossy_t lf, ls;
   px_lossy_init(&lf);
   px_lossy_init(&ls);
-  px_buf_t b;
-  px_buf_init(&b, 1 << 20);
-  CHECK((px_freq_uses(&ir) & ~px_gemini_fast.encodes) == 0);
-  CHECK(px_gemini_fast.encode_request(&c, &ir, &b, &a, &lf, NULL) == 0);
-  json_t *ub = NULL;
-  px_tr_err_t err;
-  CHECK(px_proto_get(PX_PROTO_GEMINI)->encode_request(&c, jir, &ub, &ls, &err) == 0);
   /* Gemini's own signature rides on the part after it; the others drop */
-  char *so = ub ? json_dumps(ub, JSON_COMPACT) : NULL;
-  fast_same("gemini encode", &b, &lf, so, &ls,
-            "{\"thoughtSignature\":\"ts2\",\"text\":\"no\"}");
-  free(so);
+  encoder_same("gemini encode", &c, &ir, jir, &lf, &ls,
+               "{\"thoughtSignature\":\"ts2\",\"text\":\"no\"}");
   CHECK(strstr(lf.buf, "reasoning.signature") != NULL);
-  json_decref(ub);
   json_decref(jir);
-  px_buf_free(&b);
   px_arena_free(&a);
 }
 
