@@ -75,9 +75,9 @@ static inline void fast_same(const char *what, px_buf_t *b, const px_lossy_t *lf
 /* A request IR through the fast encoder of c->out, and the same IR as a
  * document (jir) through the reference's encode_request: fast_same (want
  * in the fast body); lf and ls: the lossy lists, for the caller's checks */
-static inline void encoder_same(const char *what, const px_tr_ctx_t *c, const px_freq_t *ir,
-                                json_t *jir, px_lossy_t *lf, px_lossy_t *ls,
-                                const char *want) {
+static inline void encoder_same(const char *what, const px_tr_ctx_t *c,
+                                const px_freq_t *ir, json_t *jir, px_lossy_t *lf,
+                                px_lossy_t *ls, const char *want) {
   const px_proto_ops_t *ops = px_proto_get(c->out);
   px_arena_t a;
   px_arena_init(&a);
