@@ -53,13 +53,16 @@ static void start(fd_pair_t *p, int kind) {
   fd_feed(p, starts[kind], strlen(starts[kind]));
 }
 
-/* Self check: the fast path handles the thinking, signature, ping and first text deltas;
- * the lone surrogate goes to jansson, which rejects the event */
+/* Self check: the fast path handles every event of the stream (message_start,
+ * the blocks' starts, deltas and stops, ping, message_delta, message_stop)
+ * but the lone surrogate, which goes to jansson and is rejected: the pair
+ * restarts (message_start and a text block's start, fast) and ends the
+ * message (14 events) */
 static const char self_body[] =
     "event: message_start\n"
     "data: "
-    "{\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"usage\":{\"input_"
-    "tokens\":3}}}\n\n"
+    "{\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"m\\u00e9\","
+    "\"usage\":{\"input_tokens\":3,\"cache_read_input_tokens\":2}}}\n\n"
     "data: "
     "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":"
     "\"thinking\",\"thinking\":\"\"}}\n\n"
@@ -79,7 +82,14 @@ static const char self_body[] =
     "\"text\":\"hi \\\"x\\\"\"}}\n\n"
     "data: "
     "{\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\","
-    "\"text\":\"lone \\ud800\"}}\n\n";
+    "\"text\":\"lone \\ud800\"}}\n\n"
+    "data: "
+    "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\","
+    "\"text\":\"after\"}}\n\n"
+    "data: {\"type\":\"content_block_stop\",\"index\":0}\n\n"
+    "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"stop_sequence\","
+    "\"stop_sequence\":\"\\n\\nEND\"},\"usage\":{\"output_tokens\":9}}\n\n"
+    "data: {\"type\":\"message_stop\"}\n\n";
 
 static const fd_ops_t ops = {
     .proto = &px_proto_anthropic,
@@ -91,7 +101,7 @@ static const fd_ops_t ops = {
     .tail = "\"}}",
     .self_body = self_body,
     .self_len = sizeof(self_body) - 1,
-    .self_hits = 4,
+    .self_hits = 14,
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -47,9 +47,11 @@ static void start(fd_pair_t *p, int kind) {
   if (kind == 2) fd_feed(p, call, sizeof(call) - 1);
 }
 
-/* Self check: the fast path handles the content, reasoning and argument
- * fragments (5 chunks); the role chunk (first), the escaped key, the lone
- * surrogate, the finish and usage chunks go to jansson */
+/* Self check: the fast path handles the role chunk (first), the content,
+ * reasoning and argument fragments, the finish and usage chunks, and the
+ * role chunk that restarts the pair after the lone surrogate's failure (9
+ * chunks); the escaped key, the lone surrogate and the tool call's first
+ * chunk go to jansson */
 static const char self_body[] =
     "data: " PRE "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n"
     "data: " PRE "\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"},"
@@ -80,7 +82,7 @@ static const fd_ops_t ops = {
     .tails = tails,
     .self_body = self_body,
     .self_len = sizeof(self_body) - 1,
-    .self_hits = 5,
+    .self_hits = 9,
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

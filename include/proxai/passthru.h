@@ -12,6 +12,19 @@
 #include "proxai/sse.h"
 #include "proxai/usage.h"
 
+/** The watch descriptor's event names whose lengths a watcher keeps. */
+enum {
+  PX_N_TERMINAL, /* three of them */
+  PX_N_ERROR = 3,
+  PX_N_START,
+  PX_N_DELTA,
+  PX_N_DATA,
+  PX_N_COUNT
+};
+
+/** One px_passthru_feed call's framing (passthru.c). */
+typedef struct px_pt_feed px_pt_feed_t;
+
 /** Stream watcher/rewriter for a pass-through SSE body. Only complete
  *  events are passed on, so the client's stream always stands at an event
  *  boundary and an error event can end it at any point (SPEC section 5). */
@@ -22,8 +35,13 @@ typedef struct px_passthru {
                            for include_usage, the client did not) */
   px_sse_t sse;       /**< observes events for the terminal / error state */
   px_buf_t raw;       /**< bytes of the unfinished event, not passed on yet */
-  size_t line_len;    /**< bytes on the current raw line */
-  int last_cr;
+  px_pt_feed_t *feed; /**< the feed under way (its SSE parser's hooks) */
+  const px_wire_watch_t *w;           /**< the protocol's watch descriptor */
+  unsigned char klen[4];              /**< lengths of the keys data chunks are tested
+                                           for (0: not tested; passthru.c) */
+  int keys;                           /**< any of them tested */
+  unsigned char name_len[PX_N_COUNT]; /**< lengths of the event names (PX_N_*) */
+  px_buf_t utail;                     /**< the bytes the last usage read depended on */
   int cr_end;         /**< the last event ended on CR (1 passed on, 2 dropped):
                            a following LF belongs to it */
   int terminal;       /**< terminal event seen */

@@ -27,6 +27,15 @@ typedef struct px_sse_event {
  *  returned by px_sse_feed. */
 typedef int (*px_sse_cb)(void *arg, const px_sse_event_t *ev);
 
+/** Called at every blank line, after the event it ends was dispatched (or
+ *  discarded: an event without data, comments only), with the offset in
+ *  the fed chunk just past the line's end (a CRLF's LF included when it is
+ *  in the chunk; a CR ending the chunk may have its LF in the next one,
+ *  which the parser then skips). Lets a caller that forwards the stream's
+ *  bytes frame them by events in the same pass. Non-zero return stops
+ *  parsing and is returned by px_sse_feed. */
+typedef int (*px_sse_end_cb)(void *arg, size_t end);
+
 typedef struct px_sse {
   px_buf_t line;    /**< partial line carried between feeds */
   px_buf_t data;    /**< data of the event being built */
@@ -35,21 +44,11 @@ typedef struct px_sse {
   int has_data;
   int saw_cr;       /**< last byte fed was CR (a following LF is skipped) */
   px_sse_cb cb;
+  px_sse_end_cb on_end; /**< NULL, or the blank line hook (arg is cb's) */
   void *arg;
   int err;          /**< sticky PX_ETOOBIG after an over-long event */
 } px_sse_t;
 
-/** The first CR or LF in [s, end), else end: two memchr passes beat a byte
- *  loop (CR is rare in practice). The parser's and the pass-through
- *  framer's line search. */
-static inline const char *px_sse_eol(const char *s, const char *end) {
-  const char *lf = memchr(s, '\n', (size_t)(end - s));
-  if (lf == NULL) lf = end;
-  const char *cr = memchr(s, '\r', (size_t)(lf - s));
-  return cr ? cr : lf;
-}
-
-/** Initialise a parser calling cb for each event; cap bounds one event. */
 void px_sse_init(px_sse_t *p, size_t cap, px_sse_cb cb, void *arg);
 /** Feed bytes; returns 0, PX_ETOOBIG, or the callback's non-zero value. */
 int px_sse_feed(px_sse_t *p, const char *data, size_t len);

@@ -17,7 +17,44 @@
  */
 #include "proxai/sse.h"
 
+#include <stdint.h>
 #include <string.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define PX_SSE_AVX2 1
+#endif
+
+#if defined(PX_SSE_AVX2)
+/* eol thirty-two bytes at a time, where the CPU has AVX2 (end - s >= 32):
+ * one pass for both bytes, the last block overlapping the one before */
+__attribute__((target("avx2"))) static const char *eol_avx2(const char *s,
+                                                            const char *end) {
+  const __m256i lf = _mm256_set1_epi8('\n'), cr = _mm256_set1_epi8('\r');
+  const char *b = s;
+  for (;;) {
+    int last = end - b <= 32;
+    if (last) b = end - 32; /* its first places were tested: no CR or LF there */
+    __m256i v = _mm256_loadu_si256((const __m256i *)b);
+    uint32_t m = (uint32_t)_mm256_movemask_epi8(
+        _mm256_or_si256(_mm256_cmpeq_epi8(v, lf), _mm256_cmpeq_epi8(v, cr)));
+    if (m) return b + __builtin_ctz(m);
+    if (last) return end;
+    b += 32;
+  }
+}
+#endif
+
+/* The first CR or LF in [s, end), else end: two memchr passes beat a byte
+ * loop (CR is rare in practice), one AVX2 pass beats both. */
+static const char *eol(const char *s, const char *end) {
+#if defined(PX_SSE_AVX2)
+  if (end - s >= 32 && __builtin_cpu_supports("avx2")) return eol_avx2(s, end);
+#endif
+  const char *lf = memchr(s, '\n', (size_t)(end - s));
+  if (lf == NULL) lf = end;
+  const char *cr = memchr(s, '\r', (size_t)(lf - s));
+  return cr ? cr : lf;
+}
 
 /* The data of the event being built: either a view into the current chunk
  * (active) or p->data. Lives for one px_sse_feed call. */
@@ -156,12 +193,13 @@ int px_sse_feed(px_sse_t *p, const char *d, size_t n) {
     if (*s == '\n') s++;
   }
   while (s < end) {
-    const char *e = px_sse_eol(s, end);
+    const char *e = eol(s, end);
     if (e == end) { /* partial line: keep it */
       rc = px_buf_append(&p->line, s, (size_t)(end - s));
       if (rc < 0) return broken(p, &v);
       break;
     }
+    int blank = 0;
     if (p->line.len > 0) {
       rc = px_buf_append(&p->line, s, (size_t)(e - s));
       if (rc < 0) return broken(p, &v);
@@ -172,6 +210,7 @@ int px_sse_feed(px_sse_t *p, const char *d, size_t n) {
        * never depends on how the stream was chunked */
       if ((size_t)(e - s) > p->line.cap) return broken(p, &v);
       rc = process_line(p, &v, s, (size_t)(e - s), 1);
+      blank = e == s && !v.stop && rc == 0;
     }
     s = e + 1;
     if (*e == '\r') {
@@ -180,6 +219,10 @@ int px_sse_feed(px_sse_t *p, const char *d, size_t n) {
       } else {
         p->saw_cr = 1;
       }
+    }
+    if (blank && p->on_end) {
+      rc = p->on_end(p->arg, (size_t)(s - d));
+      if (rc != 0) v.stop = 1;
     }
     if (v.stop) {
       /* the callback asked to stop: its code is returned as is; the parser

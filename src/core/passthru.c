@@ -12,48 +12,100 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
 
 #include "proxai/json.h"
 #include "proxai/scrub.h"
 #include "proxai/usage.h"
 
 /* Which of keys[0..PX_WATCH_KEYS) d[0..n) holds as "key" (bit k for
- * keys[k]; a NULL key is never held): a quick test before a scan, one pass
- * for all of them. With SSE2, sixteen places at a time where a quote is
- * followed by one of the keys' first bytes; only those are compared. */
+ * keys[k]; a key of length 0 is never held): a quick test before a scan,
+ * one pass for all of them. With SSE2, sixteen places at a time where a
+ * quote is followed by one of the keys' first bytes; only those are
+ * compared (the last places in a block overlapping the one before). */
 #define PX_WATCH_KEYS 4
+enum { PX_K_ERROR, PX_K_USAGE, PX_K_FINISH };
+/* the keys held at the quote d[j] (j + 1 < n) */
 static unsigned key_at(const char *d, size_t n, size_t j, const char *const *keys,
-                       const size_t *kl) {
+                       const unsigned char *kl) {
   unsigned found = 0;
   for (size_t k = 0; k < PX_WATCH_KEYS; k++)
-    if (kl[k] > 0 && n - j > kl[k] + 1 && d[j + kl[k] + 1] == '"' &&
-        memcmp(d + j + 1, keys[k], kl[k]) == 0)
+    if (kl[k] > 0 && d[j + 1] == keys[k][0] && n - j > kl[k] + 1u &&
+        d[j + kl[k] + 1] == '"' && memcmp(d + j + 2, keys[k] + 1, kl[k] - 1u) == 0)
       found |= 1u << k;
   return found;
 }
 
-static unsigned keys_in(const char *d, size_t n, const char *const *keys) {
-  size_t kl[PX_WATCH_KEYS], i = 0;
-  unsigned all = 0, found = 0;
-  for (size_t k = 0; k < PX_WATCH_KEYS; k++) {
-    kl[k] = keys[k] ? strlen(keys[k]) : 0;
-    if (kl[k] > 0) all |= 1u << k;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* keys_in's test thirty-two places at a time, where the CPU has AVX2 */
+__attribute__((target("avx2"))) static unsigned keys_in_avx2(const char *d, size_t n,
+                                                             const char *const *keys,
+                                                             const unsigned char *kl,
+                                                             unsigned all) {
+  const __m256i qt = _mm256_set1_epi8('"');
+  __m256i f[PX_WATCH_KEYS];
+  unsigned found = 0;
+  for (size_t k = 0; k < PX_WATCH_KEYS; k++)
+    f[k] = _mm256_set1_epi8(kl[k] ? keys[k][0] : 0);
+  /* a quote at n - 1 opens no key: places up to n - 2 are tested */
+  size_t i = 0, last = n - 33;
+  for (int done = 0; !done && found != all; i += 32) {
+    unsigned skip = 0;
+    if (i >= last) { /* the last block, ending at n - 2 */
+      skip = (unsigned)(i - last);
+      i = last;
+      done = 1;
+    }
+    __m256i q = _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(d + i)), qt);
+    __m256i v = _mm256_loadu_si256((const __m256i *)(d + i + 1));
+    __m256i b = _mm256_or_si256(
+        _mm256_or_si256(_mm256_cmpeq_epi8(v, f[0]), _mm256_cmpeq_epi8(v, f[1])),
+        _mm256_or_si256(_mm256_cmpeq_epi8(v, f[2]), _mm256_cmpeq_epi8(v, f[3])));
+    uint64_t m = (uint32_t)_mm256_movemask_epi8(_mm256_and_si256(q, b)) >> skip << skip;
+    for (; m; m &= m - 1) found |= key_at(d, n, i + (size_t)__builtin_ctzll(m), keys, kl);
   }
+  return found;
+}
+#define PX_HAVE_AVX2_KEYS 1
+#endif
+
+static unsigned keys_in(const char *d, size_t n, const char *const *keys,
+                        const unsigned char *kl) {
+  size_t i = 0;
+  unsigned all = 0, found = 0;
+  for (size_t k = 0; k < PX_WATCH_KEYS; k++)
+    if (kl[k] > 0) all |= 1u << k;
+#if defined(PX_HAVE_AVX2_KEYS)
+  if (n >= 33 && __builtin_cpu_supports("avx2")) return keys_in_avx2(d, n, keys, kl, all);
+#endif
 #if defined(__SSE2__)
-  const __m128i qt = _mm_set1_epi8('"');
-  __m128i f[PX_WATCH_KEYS];
-  for (size_t k = 0; k < PX_WATCH_KEYS; k++) f[k] = _mm_set1_epi8(kl[k] ? keys[k][0] : 0);
-  for (; i + 17 <= n && found != all; i += 16) {
-    __m128i q = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(d + i)), qt);
-    __m128i v = _mm_loadu_si128((const __m128i *)(d + i + 1));
-    __m128i b =
-        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, f[0]), _mm_cmpeq_epi8(v, f[1])),
-                     _mm_or_si128(_mm_cmpeq_epi8(v, f[2]), _mm_cmpeq_epi8(v, f[3])));
-    for (unsigned m = (unsigned)_mm_movemask_epi8(_mm_and_si128(q, b)); m; m &= m - 1)
-      found |= key_at(d, n, i + (size_t)__builtin_ctz(m), keys, kl);
+  if (n >= 17) {
+    const __m128i qt = _mm_set1_epi8('"');
+    __m128i f[PX_WATCH_KEYS];
+    for (size_t k = 0; k < PX_WATCH_KEYS; k++)
+      f[k] = _mm_set1_epi8(kl[k] ? keys[k][0] : 0);
+    /* a quote at n - 1 opens no key: places up to n - 2 are tested */
+    for (size_t last = n - 17, done = 0; !done && found != all; i += 16) {
+      unsigned skip = 0;
+      if (i >= last) { /* the last block, ending at n - 2 */
+        skip = (unsigned)(i - last);
+        i = last;
+        done = 1;
+      }
+      __m128i q = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(d + i)), qt);
+      __m128i v = _mm_loadu_si128((const __m128i *)(d + i + 1));
+      __m128i b =
+          _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, f[0]), _mm_cmpeq_epi8(v, f[1])),
+                       _mm_or_si128(_mm_cmpeq_epi8(v, f[2]), _mm_cmpeq_epi8(v, f[3])));
+      unsigned m = (unsigned)_mm_movemask_epi8(_mm_and_si128(q, b)) >> skip << skip;
+      for (; m; m &= m - 1) found |= key_at(d, n, i + (size_t)__builtin_ctz(m), keys, kl);
+    }
+    return found;
   }
 #endif
-  for (; i < n && found != all; i++)
+  for (; i + 1 < n && found != all; i++) /* a quote at n - 1 opens no key */
     if (d[i] == '"') found |= key_at(d, n, i, keys, kl);
   return found;
 }
@@ -66,58 +118,104 @@ static int data_error(const char *d, size_t n) {
   return px_json_find(d, n, err, 1, &s, &l) == PX_JSON_FOUND && d[s] != 'n';
 }
 
+/* Usage on a data chunk, read as in a whole body (from its end, where it
+ * sits; a repeated name: the last, as jansson). Read back from the end, the
+ * answer depends on the bytes from the usage member's name on alone (and
+ * the byte before it, not a backslash: the quote opens the name) in any
+ * object (d[0] == '{'): a chunk ending in the bytes the last read depended
+ * on reads the same and is not read again (Gemini repeats its usage on
+ * every chunk). */
+#define PX_USAGE_TAIL_MAX 256
+static void chunk_usage(px_passthru_t *pt, const char *d, size_t n) {
+  px_buf_t *t = &pt->utail;
+  if (t->len > 0 && n >= t->len && d[0] == '{' &&
+      memcmp(d + n - t->len, t->data, t->len) == 0)
+    return;
+  px_buf_reset(t);
+  size_t at;
+  if (!px_usage_scan_at(pt->proto, d, n, &pt->usage, &at)) {
+    px_usage_read(pt->w, d, n, NULL, &pt->usage); /* a prefix */
+    return;
+  }
+  if (at != PX_JSON_NPOS && at > 0 && at < n && d[at - 1] != '\\' && d[0] == '{' &&
+      n - at < PX_USAGE_TAIL_MAX)
+    (void)px_buf_append(t, d + at - 1, n - at + 1); /* none kept if it fails */
+}
+
+/* a is the name lit of length len (NULL: no such name); the lengths are
+ * taken once per stream (px_passthru_init), not per event */
+static int name_is(px_str_t a, const char *lit, size_t len) {
+  return lit != NULL && a.len == len && memcmp(a.ptr, lit, len) == 0;
+}
+
 /* One event, judged by the protocol's watch descriptor: terminal, error,
  * finish and usage. */
 static int on_event(void *arg, const px_sse_event_t *ev) {
   px_passthru_t *pt = arg;
-  const px_wire_watch_t *w = &px_proto_get(pt->proto)->watch;
+  const px_wire_watch_t *w = pt->w;
   const char *d = ev->data.ptr;
   size_t n = ev->data.len;
   if (pt->answer) px_answer_event(w, ev->event, d, n, pt->answer);
+  const unsigned char *nl = pt->name_len;
   for (size_t k = 0; k < 3 && w->terminal_events[k]; k++)
-    if (px_str_eq(ev->event, w->terminal_events[k])) {
+    if (name_is(ev->event, w->terminal_events[k], nl[PX_N_TERMINAL + k])) {
       pt->terminal = 1;
       px_usage_read(w, d, n, w->terminal_outer, &pt->usage);
       return 0;
     }
-  /* the keys this protocol's data chunks are tested for, in one pass */
-  enum { K_ERROR, K_USAGE, K_FINISH };
-  const char *keys[PX_WATCH_KEYS] = {NULL};
+  /* the keys this protocol's data chunks are tested for, in one pass
+   * (their lengths set at init: 0 for a key not tested) */
+  const char *keys[PX_WATCH_KEYS] = {"error", w->usage_obj, w->finish_keys[0],
+                                     w->finish_keys[1]};
   unsigned has = 0;
-  if (n > 0) {
-    if (w->error_data && n > 9 && d[0] == '{') keys[K_ERROR] = "error";
-    if (!w->start_event && !w->terminal_events[0]) keys[K_USAGE] = w->usage_obj;
-    for (size_t k = 0; k < 2 && w->finish_keys[k]; k++)
-      keys[K_FINISH + k] = w->finish_keys[k];
-    if (keys[K_ERROR] || keys[K_USAGE] || keys[K_FINISH]) has = keys_in(d, n, keys);
+  if (n > 0 && pt->keys) {
+    unsigned char kl[PX_WATCH_KEYS];
+    memcpy(kl, pt->klen, sizeof(kl));
+    if (n <= 9 || d[0] != '{') kl[PX_K_ERROR] = 0;
+    has = keys_in(d, n, keys, kl);
   }
-  if (w->error_event && px_str_eq(ev->event, w->error_event)) {
+  if (name_is(ev->event, w->error_event, nl[PX_N_ERROR])) {
     pt->upstream_error = 1;
-  } else if (w->start_event && px_str_eq(ev->event, w->start_event)) {
+  } else if (name_is(ev->event, w->start_event, nl[PX_N_START])) {
     px_usage_read(w, d, n, w->start_outer, &pt->usage);
-  } else if (w->delta_event && px_str_eq(ev->event, w->delta_event)) {
+  } else if (name_is(ev->event, w->delta_event, nl[PX_N_DELTA])) {
     px_usage_t u = pt->usage;
     px_usage_read(w, d, n, NULL, &u);
     pt->usage.output_tokens = u.output_tokens;
-  } else if (w->terminal_data && px_str_eq(ev->data, w->terminal_data)) {
+  } else if (name_is(ev->data, w->terminal_data, nl[PX_N_DATA])) {
     pt->terminal = 1;
-  } else if ((has >> K_ERROR & 1) && data_error(d, n)) {
+  } else if ((has >> PX_K_ERROR & 1) && data_error(d, n)) {
     pt->upstream_error = 1;
-  } else if (has >> K_USAGE & 1) {
-    /* usage rides on a data chunk: read as in a whole body (from its end,
-     * where it sits; a repeated name: the last, as jansson) */
-    px_usage_from_body(pt->proto, d, n, &pt->usage);
+  } else if (has >> PX_K_USAGE & 1) {
+    chunk_usage(pt, d, n);
   }
-  if (has >> K_FINISH) pt->terminal = 1;
+  if (has >> PX_K_FINISH) pt->terminal = 1;
   return 0;
 }
+
+static int on_event_end(void *arg, size_t end);
 
 void px_passthru_init(px_passthru_t *pt, px_proto_t proto, const char *model) {
   memset(pt, 0, sizeof(*pt));
   pt->proto = proto;
   pt->model = model;
   pt->usage.input_tokens = pt->usage.output_tokens = -1;
+  const px_wire_watch_t *w = pt->w = &px_proto_get(proto)->watch;
+  /* error frames, usage on data chunks (no event carries it), finish keys */
+  if (w->error_data) pt->klen[PX_K_ERROR] = 5;
+  if (!w->start_event && !w->terminal_events[0])
+    pt->klen[PX_K_USAGE] = (unsigned char)strlen(w->usage_obj);
+  for (size_t k = 0; k < 2 && w->finish_keys[k]; k++)
+    pt->klen[PX_K_FINISH + k] = (unsigned char)strlen(w->finish_keys[k]);
+  for (size_t k = 0; k < PX_WATCH_KEYS; k++) pt->keys |= pt->klen[k] > 0;
+  const char *names[PX_N_COUNT] = {
+      w->terminal_events[0], w->terminal_events[1], w->terminal_events[2], w->error_event,
+      w->start_event,        w->delta_event,        w->terminal_data};
+  for (size_t k = 0; k < PX_N_COUNT; k++)
+    pt->name_len[k] = names[k] ? (unsigned char)strlen(names[k]) : 0;
   px_sse_init(&pt->sse, PX_MAX_SSE_EVENT, on_event, pt);
+  pt->sse.on_end = on_event_end;
+  px_buf_init(&pt->utail, PX_USAGE_TAIL_MAX);
   px_buf_init(&pt->raw, PX_MAX_SSE_EVENT);
 }
 
@@ -172,6 +270,54 @@ static int fail(px_passthru_t *pt, int rc) {
   return rc;
 }
 
+/* One feed: its piece, where the bytes go, the first byte of the piece not
+ * passed on yet (start) and where the current event began (ev_start; raw:
+ * before the piece). per_event: each event rewritten or dropped on its
+ * own, else the complete events go out in one piece. */
+struct px_pt_feed {
+  const char *p;
+  size_t n;
+  px_buf_t *out;
+  size_t start, ev_start;
+  int per_event;
+};
+
+/* The SSE parser's blank line hook: an event (dispatched to on_event, or
+ * comments only) ends at p[end - 1], its bytes p[start..end) after those
+ * of pt->raw (its first bytes, from an earlier piece). Framing and watching
+ * are one pass over the bytes. */
+static int on_event_end(void *arg, size_t end) {
+  px_passthru_t *pt = arg;
+  px_pt_feed_t *f = pt->feed;
+  const char *p = f->p;
+  /* a CRLF's LF is counted with the next event in the size (as CR alone) */
+  size_t size = pt->raw.len + (end - f->ev_start) -
+                (end >= 2 && p[end - 1] == '\n' && p[end - 2] == '\r');
+  if (size > PX_MAX_SSE_EVENT) return PX_ETOOBIG;
+  int cr = p[end - 1] == '\r' && end == f->n; /* its LF may open the next piece */
+  int rc = 0;
+  f->ev_start = end;
+  if (!f->per_event) {
+    pt->cr_end = cr;
+    if (pt->raw.len > 0) { /* its first bytes came in an earlier piece */
+      rc = px_buf_append(f->out, pt->raw.data, pt->raw.len);
+      px_buf_reset(&pt->raw);
+    }
+    return rc; /* p[start..ev_start) goes out in one piece at the end */
+  }
+  if (pt->raw.len > 0) {
+    rc = px_buf_append(&pt->raw, p + f->start, end - f->start);
+    if (rc == 0) rc = emit_event(pt, pt->raw.data, pt->raw.len, f->out);
+    px_buf_reset(&pt->raw);
+  } else {
+    rc = emit_event(pt, p + f->start, end - f->start, f->out);
+  }
+  f->start = end;
+  if (rc < 0) return rc;
+  pt->cr_end = cr ? 1 + rc : 0; /* dropped: its LF too */
+  return 0;
+}
+
 /* Only complete events are passed on: the client's stream always stands at
  * an event boundary, so an error event can end it at any time. The bytes of
  * an unfinished event wait in pt->raw; an event over PX_MAX_SSE_EVENT
@@ -179,74 +325,26 @@ static int fail(px_passthru_t *pt, int rc) {
 int px_passthru_feed(px_passthru_t *pt, const char *p, size_t n, px_buf_t *out) {
   if (pt->failed) return pt->failed;
   size_t out0 = out->len;
-  int per_event = pt->model != NULL || pt->strip_usage;
-  size_t start = 0;    /* first byte of p not passed on yet */
-  size_t ev_start = 0; /* where the current event began in p (raw: before) */
+  px_pt_feed_t f = {p, n, out, 0, 0, pt->model != NULL || pt->strip_usage};
   int rc = 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = p[i];
-    if (c != '\n' && c != '\r') { /* the rest of the line in one step */
-      size_t e = (size_t)(px_sse_eol(p + i, p + n) - p);
-      pt->cr_end = 0;
-      pt->last_cr = 0;
-      pt->line_len += e - i;
-      i = e - 1;
-      continue;
-    }
-    if (c == '\n' && pt->last_cr) {
-      pt->last_cr = 0;
-      /* the LF of an event's closing CRLF goes with that event: passed on
-       * (or dropped) with it, never left over for the next one */
-      if (pt->cr_end == 1 && per_event) rc = px_buf_append(out, "\n", 1);
-      if (pt->cr_end) {
-        ev_start = i + 1; /* watch-only: inside the region passed on below */
-        if (per_event) start = i + 1;
-      }
-      pt->cr_end = 0;
-      if (rc < 0) break;
-      continue; /* second half of CRLF */
-    }
-    pt->cr_end = 0;
-    pt->last_cr = c == '\r';
-    if (pt->line_len > 0) {
-      pt->line_len = 0;
-      continue;
-    }
-    /* blank line: the event ends here */
-    if (pt->raw.len + (i + 1 - ev_start) > PX_MAX_SSE_EVENT) {
-      rc = PX_ETOOBIG;
-      break;
-    }
-    ev_start = i + 1;
-    pt->cr_end = c == '\r';
-    if (!per_event) {
-      if (pt->raw.len > 0) { /* its first bytes came in an earlier piece */
-        rc = px_buf_append(out, pt->raw.data, pt->raw.len);
-        px_buf_reset(&pt->raw);
-        if (rc < 0) break;
-      }
-      continue; /* p[start..ev_start) goes out in one piece below */
-    }
-    if (pt->raw.len > 0) {
-      rc = px_buf_append(&pt->raw, p + start, i + 1 - start);
-      if (rc == 0) rc = emit_event(pt, pt->raw.data, pt->raw.len, out);
-      px_buf_reset(&pt->raw);
-    } else {
-      rc = emit_event(pt, p + start, i + 1 - start, out);
-    }
-    if (rc < 0) break;
-    if (rc == 1 && pt->cr_end) pt->cr_end = 2; /* dropped: its LF too */
-    rc = 0;
-    start = i + 1;
+  if (pt->cr_end && n > 0 && p[0] == '\n') {
+    /* the LF of an event's closing CRLF goes with that event: passed on
+     * (or dropped) with it, never left over for the next one */
+    if (f.per_event && pt->cr_end == 1) rc = px_buf_append(out, "\n", 1);
+    f.ev_start = 1; /* watch-only: inside the region passed on below */
+    if (f.per_event) f.start = 1;
   }
-  /* watch-only: the complete events of this piece (also before a failure) */
-  if (!per_event && ev_start > start) {
-    int e = px_buf_append(out, p + start, ev_start - start);
-    if (rc == 0) rc = e;
-    start = ev_start;
-  }
-  if (rc == 0 && start < n) rc = px_buf_append(&pt->raw, p + start, n - start);
+  if (n > 0) pt->cr_end = 0;
+  pt->feed = &f;
   if (rc == 0) rc = px_sse_feed(&pt->sse, p, n);
+  pt->feed = NULL;
+  /* watch-only: the complete events of this piece (also before a failure) */
+  if (!f.per_event && f.ev_start > f.start) {
+    int e = px_buf_append(out, p + f.start, f.ev_start - f.start);
+    if (rc == 0) rc = e;
+    f.start = f.ev_start;
+  }
+  if (rc == 0 && f.start < n) rc = px_buf_append(&pt->raw, p + f.start, n - f.start);
   /* an upstream error event is passed on in the piece that completes it:
    * from that piece on, what is passed on holds no configured secret (SPEC
    * 10; the events of a stream without an error are never scanned) */
@@ -262,4 +360,5 @@ int px_passthru_finish(const px_passthru_t *pt) {
 void px_passthru_done(px_passthru_t *pt) {
   px_sse_done(&pt->sse);
   px_buf_free(&pt->raw);
+  px_buf_free(&pt->utail);
 }

@@ -58,6 +58,13 @@ struct px_sdec {
   int fast;           /* fast path on (differential tests turn it off) */
   long fast_hits;     /* events the fast path handled */
   px_buf_t scratch;   /* unescaped delta text of the fast path */
+  /* the fast walk's head memo (see fast_event): the bytes of the last
+   * walked head up to its delta object's '{', and what the walk had read */
+  unsigned char *memo;
+  size_t memo_len;
+  uint32_t memo_seen, memo_strs, memo_nums;
+  px_fj_str_t memo_type;
+  int64_t memo_index;
   json_t *cits;       /* citations of the open text block */
   int64_t chars;      /* characters of the open text block */
 };
@@ -95,6 +102,7 @@ void px_anthropic_sdec_free(px_sdec_t *d) {
   if (d == NULL) return;
   px_buf_free(&d->scratch);
   json_decref(d->cits);
+  free(d->memo);
   free(d);
 }
 
@@ -334,28 +342,146 @@ static int sd_error(px_sdec_t *d, json_t *j) {
  * handled" and goes to the jansson path, which stays the arbiter. Nothing is
  * emitted before the whole event has been checked. */
 
+/* The walk's levels and the members it reads, one bit each. */
+enum { L_EV, L_DELTA, L_MSG, L_USAGE, L_MUSAGE, L_CB };
+enum {
+  /* the event */
+  T_TYPE,
+  T_INDEX,
+  T_DELTA,
+  T_MSG,
+  T_USAGE,
+  T_CB,
+  /* its delta (content_block_delta, message_delta) */
+  D_TYPE,
+  D_TEXT,
+  D_THINKING,
+  D_SIGNATURE,
+  D_JSON,
+  D_SR,
+  D_SS,
+  D_SD,
+  /* message_start's message */
+  M_ID,
+  M_MODEL,
+  M_USAGE,
+  /* usage (message_delta's), and the message's */
+  U_IN,
+  U_CR,
+  U_CC,
+  U_OUT,
+  MU_IN,
+  MU_CR,
+  MU_CC,
+  MU_OUT,
+  /* content_block_start's block */
+  C_TYPE,
+  C_TEXT,
+  C_THINKING,
+  C_SIGNATURE,
+  C_CITS,
+  F_NONE
+};
+#define FB(f) (1u << (f))
+/* the members that are objects (walked into), and the integers */
+#define OBJ_FIELDS (FB(T_DELTA) | FB(T_MSG) | FB(T_USAGE) | FB(T_CB) | FB(M_USAGE))
+#define STR_FIELDS (~(OBJ_FIELDS | INT_FIELDS | FB(C_CITS) | FB(D_SD)) & (FB(F_NONE) - 1))
+#define INT_FIELDS                                                                    \
+  (FB(T_INDEX) | FB(U_IN) | FB(U_CR) | FB(U_CC) | FB(U_OUT) | FB(MU_IN) | FB(MU_CR) | \
+   FB(MU_CC) | FB(MU_OUT))
+
+static int fast_field(int lv, const unsigned char *k, size_t kl) {
+#define IS(lit) (kl == sizeof(lit) - 1 && memcmp(k, lit, sizeof(lit) - 1) == 0)
+  switch (lv) {
+    case L_EV:
+      return IS("type")            ? T_TYPE
+             : IS("index")         ? T_INDEX
+             : IS("delta")         ? T_DELTA
+             : IS("message")       ? T_MSG
+             : IS("usage")         ? T_USAGE
+             : IS("content_block") ? T_CB
+                                   : F_NONE;
+    case L_DELTA:
+      return IS("type")            ? D_TYPE
+             : IS("text")          ? D_TEXT
+             : IS("partial_json")  ? D_JSON
+             : IS("thinking")      ? D_THINKING
+             : IS("signature")     ? D_SIGNATURE
+             : IS("stop_reason")   ? D_SR
+             : IS("stop_sequence") ? D_SS
+             : IS("stop_details")  ? D_SD
+                                   : F_NONE;
+    case L_MSG:
+      return IS("id") ? M_ID : IS("model") ? M_MODEL : IS("usage") ? M_USAGE : F_NONE;
+    case L_USAGE:
+    case L_MUSAGE: {
+      int o = lv == L_USAGE ? 0 : MU_IN - U_IN;
+      return IS("input_tokens")                  ? U_IN + o
+             : IS("cache_read_input_tokens")     ? U_CR + o
+             : IS("cache_creation_input_tokens") ? U_CC + o
+             : IS("output_tokens")               ? U_OUT + o
+                                                 : F_NONE;
+    }
+    default:
+      return IS("type")        ? C_TYPE
+             : IS("text")      ? C_TEXT
+             : IS("thinking")  ? C_THINKING
+             : IS("signature") ? C_SIGNATURE
+             : IS("citations") ? C_CITS
+                               : F_NONE;
+  }
+#undef IS
+}
+
+#define ANTH_MEMO_MAX 256 /* longest head kept */
+
+static void memo_keep(px_sdec_t *d, const unsigned char *p, size_t len, uint32_t seen,
+                      uint32_t strs, uint32_t nums, const px_fj_str_t *type,
+                      int64_t index) {
+  if (len > ANTH_MEMO_MAX) return;
+  if (d->memo_len != len || memcmp(d->memo, p, len) != 0) {
+    unsigned char *m = realloc(d->memo, len);
+    if (m == NULL) return;
+    memcpy(m, p, len);
+    d->memo = m;
+    d->memo_len = len;
+  }
+  d->memo_seen = seen, d->memo_strs = strs, d->memo_nums = nums;
+  if (strs & FB(T_TYPE)) d->memo_type = *type;
+  if (nums & FB(T_INDEX)) d->memo_index = index;
+}
+
 /* Returns 1 when the event was handled, 0 to use the jansson path, <0 on a
- * sink error. */
+ * sink error. Every event of a plain stream: message_start, the text and
+ * thinking blocks' content_block_start, content_block_delta,
+ * content_block_stop, message_delta, message_stop and ping.
+ *
+ * Head memo: a block's deltas repeat the same bytes up to their delta
+ * object ({"type":"content_block_delta","index":N,"delta":{); the walk's
+ * state there is a function of those bytes alone, so the decoder keeps the
+ * last walked head and that state, and an event starting with the same
+ * bytes resumes the walk there, validated as if walked again. */
 static int fast_event(px_sdec_t *d, const char *data, size_t n) {
-  /* one flat walk of the event and its delta object (px_fj_key / px_fj_pass
-   * / px_fj_next of json.h); the members read are checked as they are read */
-  enum {
-    T_TYPE,
-    T_INDEX,
-    T_DELTA,
-    D_TYPE,
-    D_TEXT,
-    D_THINKING,
-    D_SIGNATURE,
-    D_JSON,
-    D_NONE
-  };
+  /* one flat walk of the event and its objects (px_fj_key / px_fj_pass /
+   * px_fj_next of json.h); the members read are checked as they are read:
+   * strings (or null where the jansson path reads a missing one alike),
+   * integers (or null), objects (or null) */
   const unsigned char *p = (const unsigned char *)data;
-  px_fj_str_t st[D_NONE];
-  unsigned seen = 0;
-  int64_t index = 0;
-  int lv = 0, r; /* 0: the event, 1: its delta */
-  size_t i = px_json_ws(p, n, 0), kl;
+  px_fj_str_t st[F_NONE];
+  int64_t num[F_NONE];
+  uint32_t seen = 0, strs = 0, nums = 0; /* members met; strings and integers read */
+  int lv = L_EV, r;
+  size_t i, kl;
+  if (d->memo_len > 0 && n > d->memo_len && memcmp(p, d->memo, d->memo_len) == 0) {
+    /* the head of the last walk: resumed where its delta object opened */
+    i = d->memo_len;
+    seen = d->memo_seen, strs = d->memo_strs, nums = d->memo_nums;
+    st[T_TYPE] = d->memo_type;
+    num[T_INDEX] = d->memo_index;
+    lv = L_DELTA;
+    goto open;
+  }
+  i = px_json_ws(p, n, 0);
   if (i >= n || p[i] != '{') return 0;
   i++;
 open:
@@ -367,90 +493,244 @@ open:
 member : {
   size_t ks = i + 1;
   if (px_fj_key(p, n, &i, &kl) < 0) return 0;
-  const unsigned char *k = p + ks;
-#define IS(lit) (kl == sizeof(lit) - 1 && memcmp(k, lit, sizeof(lit) - 1) == 0)
-  int f = lv == 0 ? (IS("type")    ? T_TYPE
-                     : IS("index") ? T_INDEX
-                     : IS("delta") ? T_DELTA
-                                   : D_NONE)
-                  : (IS("type")           ? D_TYPE
-                     : IS("text")         ? D_TEXT
-                     : IS("partial_json") ? D_JSON
-                     : IS("thinking")     ? D_THINKING
-                     : IS("signature")    ? D_SIGNATURE
-                                          : D_NONE);
-#undef IS
-  if (f == D_NONE) {
-    if (px_fj_pass(p, n, &i, lv + 1) < 0) return 0;
+  int f = fast_field(lv, p + ks, kl);
+  if (f == F_NONE) {
+    if (px_fj_pass(p, n, &i, lv == L_EV ? 1 : lv == L_MUSAGE ? 3 : 2) < 0) return 0;
     goto after;
   }
-  if (seen & (1u << f)) return 0;
-  seen |= 1u << f;
-  if (f == T_DELTA) {
+  if (seen & FB(f)) return 0;
+  seen |= FB(f);
+  if (p[i] == '"' && (FB(f) & STR_FIELDS)) { /* the usual member: a string */
+    px_fj_str_t *s = &st[f];
+    if (px_json_string(p, n, i + 1, &s->e, &s->esc) < 0) return 0;
+    s->s = i + 1;
+    strs |= FB(f);
+    i = s->e + 1;
+    goto after;
+  }
+  if (p[i] == 'n') { /* null: the jansson path reads it as a missing member */
+    if (n - i < 4 || memcmp(p + i, "null", 4) != 0) return 0;
+    i += 4;
+    goto after;
+  }
+  if (FB(f) & (FB(C_CITS) | FB(D_SD))) return 0; /* citations, stop details: jansson */
+  if (FB(f) & OBJ_FIELDS) {
     if (p[i] != '{') return 0;
     i++;
-    lv = 1;
+    lv = f == T_DELTA   ? L_DELTA
+         : f == T_MSG   ? L_MSG
+         : f == T_USAGE ? L_USAGE
+         : f == T_CB    ? L_CB
+                        : L_MUSAGE;
+    /* a head that read the type and the index at most is kept: the walk's
+     * state where the delta opens is a function of its bytes alone */
+    if (f == T_DELTA && !(strs & ~FB(T_TYPE)) && !(nums & ~FB(T_INDEX)))
+      memo_keep(d, p, i, seen, strs, nums, &st[T_TYPE], num[T_INDEX]);
     goto open;
   }
-  if (f == T_INDEX) {
+  if (FB(f) & INT_FIELDS) {
     size_t e = px_fj_int_end(p, n, i);
     if (e == 0) return 0;
-    index = px_fj_int_value(p, i, e);
+    num[f] = px_fj_int_value(p, i, e);
+    nums |= FB(f);
     i = e;
     goto after;
   }
-  px_fj_str_t *s = &st[f];
-  if (p[i] != '"' || px_json_string(p, n, i + 1, &s->e, &s->esc) < 0) return 0;
-  s->s = i + 1;
-  i = s->e + 1;
+  return 0; /* a string member that is no string */
 }
 after:
   r = px_fj_next(p, n, &i, '}');
   if (r > 0) goto member;
   if (r < 0) return 0;
 close:
-  if (lv == 1) {
-    lv = 0;
+  if (lv != L_EV) {
+    lv = lv == L_MUSAGE ? L_MSG : L_EV;
     goto after;
   }
-  if (px_json_ws(p, n, i) != n || !(seen & (1u << T_TYPE)) || st[T_TYPE].esc) return 0;
+  if (px_json_ws(p, n, i) != n || !(strs & FB(T_TYPE)) || st[T_TYPE].esc) return 0;
   const char *tp = data + st[T_TYPE].s;
   size_t tl = st[T_TYPE].e - st[T_TYPE].s;
-  if (tl == 4 && memcmp(tp, "ping", 4) == 0) return 1;
-  if (!(tl == 19 && memcmp(tp, "content_block_delta", 19) == 0)) return 0;
-  if (d->st == SD_SKIP) return 1;
-  if (d->st != SD_BLOCK || !(seen & (1u << T_INDEX)) || index != d->up_index ||
-      !(seen & (1u << T_DELTA)))
-    return 0;
-  if (!(seen & (1u << D_TYPE)) || st[D_TYPE].esc) return 0;
-  const char *dt = data + st[D_TYPE].s;
-  size_t dtl = st[D_TYPE].e - st[D_TYPE].s;
-  int field;
-  px_delta_t kind;
-  if (dtl == 10 && memcmp(dt, "text_delta", 10) == 0 && d->block == PX_BLOCK_TEXT) {
-    field = D_TEXT;
-    kind = PX_DELTA_TEXT;
-  } else if (dtl == 14 && memcmp(dt, "thinking_delta", 14) == 0 &&
-             d->block == PX_BLOCK_THINKING) {
-    field = D_THINKING;
-    kind = PX_DELTA_THINKING;
-  } else if (dtl == 15 && memcmp(dt, "signature_delta", 15) == 0 &&
-             d->block == PX_BLOCK_THINKING) {
-    field = D_SIGNATURE;
-    kind = PX_DELTA_SIGNATURE;
-  } else if (dtl == 16 && memcmp(dt, "input_json_delta", 16) == 0 &&
-             d->block == PX_BLOCK_TOOL_CALL) {
-    field = D_JSON;
-    kind = PX_DELTA_TOOL_ARGS;
-  } else {
-    return 0;
+#define TYPE(lit) (tl == sizeof(lit) - 1 && memcmp(tp, lit, sizeof(lit) - 1) == 0)
+#define NUM(f, dflt) (nums & FB(f) ? num[f] : (int64_t)(dflt))
+  if (TYPE("ping")) return 1;
+  if (TYPE("content_block_delta")) { /* the hot one: its text, unescaped */
+    if (d->st == SD_SKIP) return 1;
+    if (d->st != SD_BLOCK || !(nums & FB(T_INDEX)) || num[T_INDEX] != d->up_index ||
+        !(strs & FB(D_TYPE)) || st[D_TYPE].esc)
+      return 0;
+    const char *dt = data + st[D_TYPE].s;
+    size_t dtl = st[D_TYPE].e - st[D_TYPE].s;
+#define DT(lit) (dtl == sizeof(lit) - 1 && memcmp(dt, lit, sizeof(lit) - 1) == 0)
+    int field;
+    px_delta_t dk;
+    if (DT("text_delta") && d->block == PX_BLOCK_TEXT) {
+      field = D_TEXT;
+      dk = PX_DELTA_TEXT;
+    } else if (DT("thinking_delta") && d->block == PX_BLOCK_THINKING) {
+      field = D_THINKING;
+      dk = PX_DELTA_THINKING;
+    } else if (DT("signature_delta") && d->block == PX_BLOCK_THINKING) {
+      field = D_SIGNATURE;
+      dk = PX_DELTA_SIGNATURE;
+    } else if (DT("input_json_delta") && d->block == PX_BLOCK_TOOL_CALL) {
+      field = D_JSON;
+      dk = PX_DELTA_TOOL_ARGS;
+    } else {
+      return 0;
+    }
+#undef DT
+    if (!(strs & FB(field))) return 0;
+    px_str_t text;
+    const px_fj_str_t *fs = &st[field];
+    if (px_json_unescape(data + fs->s, fs->e - fs->s, fs->esc, &d->scratch, &text) < 0)
+      return 0; /* scratch too small: let jansson decide */
+    int rc = sd_delta(d, dk, text);
+    return rc < 0 ? rc : 1;
   }
-  if (!(seen & (1u << field))) return 0;
-  px_str_t text;
-  const px_fj_str_t *fs = &st[field];
-  int rc = px_json_unescape(data + fs->s, fs->e - fs->s, fs->esc, &d->scratch, &text);
-  if (rc < 0) return 0; /* scratch too small: let jansson decide */
-  rc = sd_delta(d, kind, text);
+  /* the strings used, unescaped one after another into d->scratch (never
+   * longer than their raw text: room reserved once) */
+  uint32_t use;
+  int kind = TYPE("content_block_stop")    ? 2
+             : TYPE("message_delta")       ? 3
+             : TYPE("message_stop")        ? 4
+             : TYPE("message_start")       ? 5
+             : TYPE("content_block_start") ? 6
+                                           : 0;
+#undef TYPE
+  switch (kind) {
+    case 3:
+      use = FB(D_SR) | FB(D_SS);
+      break;
+    case 5:
+      use = FB(M_ID) | FB(M_MODEL);
+      break;
+    case 6:
+      use = FB(C_TYPE) | FB(C_TEXT) | FB(C_THINKING) | FB(C_SIGNATURE);
+      break;
+    case 2:
+    case 4:
+      use = 0;
+      break;
+    default:
+      return 0;
+  }
+  use &= strs;
+  px_str_t v[F_NONE];
+  size_t room = 0, off = 0;
+  for (uint32_t m = use; m != 0; m &= m - 1) {
+    int k = __builtin_ctz(m);
+    if (st[k].esc) room += st[k].e - st[k].s;
+  }
+  if (room > 0) {
+    d->scratch.len = 0;
+    if (px_buf_reserve(&d->scratch, room) < 0) return 0; /* let jansson decide */
+  }
+  for (uint32_t m = use; m != 0; m &= m - 1) {
+    int k = __builtin_ctz(m);
+    size_t l = st[k].e - st[k].s;
+    if (!st[k].esc) {
+      v[k] = (px_str_t){data + st[k].s, l};
+      continue;
+    }
+    px_buf_t part = {d->scratch.data + off, 0, l, l};
+    if (px_json_unescape(data + st[k].s, l, 1, &part, &v[k]) < 0) return 0;
+    off += v[k].len;
+  }
+#define VIEW(f) (use & FB(f) ? v[f] : PX_STR_NULL)
+  px_ev_t ev;
+  int rc;
+  switch (kind) {
+    case 2: /* content_block_stop */
+      if (d->st == SD_SKIP) {
+        sd_set(d, SD_MESSAGE);
+        return 1;
+      }
+      if (d->st != SD_BLOCK || NUM(T_INDEX, -1) != d->up_index) return 0;
+      if (d->block == PX_BLOCK_TEXT && d->cits != NULL) return 0; /* its citations */
+      px_ev_init(&ev, PX_EV_BLOCK_STOP);
+      ev.index = d->cur;
+      sd_set(d, SD_MESSAGE);
+      rc = d->sink(d->arg, &ev);
+      break;
+    case 3: { /* message_delta, as sd_message_delta */
+      if (d->st != SD_MESSAGE && d->st != SD_ENDING) return 0;
+      char sr[64];
+      px_str_t s = VIEW(D_SR);
+      if (s.ptr && (s.len >= sizeof(sr) || memchr(s.ptr, 0, s.len))) return 0;
+      if (s.ptr) {
+        memcpy(sr, s.ptr, s.len);
+        sr[s.len] = 0;
+      }
+      px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
+      ev.stop = px_stop_parse(s.ptr ? sr : NULL);
+      if (s.ptr && strcmp(sr, "model_context_window_exceeded") == 0)
+        ev.stop = PX_STOP_MAX_TOKENS;
+      ev.stop_sequence = VIEW(D_SS);
+      int64_t in = NUM(U_IN, -1), cr = NUM(U_CR, -1), cc = NUM(U_CC, -1);
+      if (in < 0) in = d->in_raw;
+      if (cr < 0) cr = d->cache_read;
+      if (cc < 0) cc = d->cache_creation;
+      ev.usage.input_tokens = sum_pos(in, cr, cc);
+      ev.usage.output_tokens = NUM(U_OUT, -1);
+      ev.usage.cache_read_tokens = cr;
+      ev.usage.cache_creation_tokens = cc;
+      sd_set(d, SD_ENDING);
+      rc = d->sink(d->arg, &ev);
+      break;
+    }
+    case 4: /* message_stop */
+      if (d->st != SD_ENDING) return 0;
+      px_ev_init(&ev, PX_EV_MESSAGE_STOP);
+      sd_set(d, SD_DONE);
+      rc = d->sink(d->arg, &ev);
+      break;
+    case 5: /* message_start, as sd_message_start */
+      if (d->st != SD_INIT) return 0;
+      px_ev_init(&ev, PX_EV_MESSAGE_START);
+      ev.id = VIEW(M_ID);
+      ev.model = VIEW(M_MODEL);
+      d->in_raw = NUM(MU_IN, -1);
+      d->cache_read = NUM(MU_CR, -1);
+      d->cache_creation = NUM(MU_CC, -1);
+      ev.usage.input_tokens = sum_pos(d->in_raw, d->cache_read, d->cache_creation);
+      ev.usage.output_tokens = NUM(MU_OUT, -1);
+      ev.usage.cache_read_tokens = d->cache_read;
+      ev.usage.cache_creation_tokens = d->cache_creation;
+      sd_set(d, SD_MESSAGE);
+      rc = d->sink(d->arg, &ev);
+      break;
+    default: { /* content_block_start of a text or thinking block */
+      if (d->st != SD_MESSAGE || !(use & FB(C_TYPE))) return 0;
+      px_block_t bk;
+      if (px_str_eq(v[C_TYPE], "text"))
+        bk = PX_BLOCK_TEXT;
+      else if (px_str_eq(v[C_TYPE], "thinking"))
+        bk = PX_BLOCK_THINKING;
+      else
+        return 0;
+      d->up_index = NUM(T_INDEX, -1);
+      px_ev_init(&ev, PX_EV_BLOCK_START);
+      ev.block = bk;
+      d->cur = d->next++;
+      d->block = bk;
+      ev.index = d->cur;
+      sd_set(d, SD_BLOCK);
+      rc = d->sink(d->arg, &ev);
+      if (rc < 0) break;
+      if (bk == PX_BLOCK_TEXT) {
+        d->chars = 0;
+        json_decref(d->cits);
+        d->cits = NULL;
+        rc = sd_delta(d, PX_DELTA_TEXT, VIEW(C_TEXT));
+      } else {
+        rc = sd_delta(d, PX_DELTA_THINKING, VIEW(C_THINKING));
+        if (rc == 0) rc = sd_delta(d, PX_DELTA_SIGNATURE, VIEW(C_SIGNATURE));
+      }
+      break;
+    }
+  }
+#undef VIEW
+#undef NUM
   return rc < 0 ? rc : 1;
 }
 

@@ -482,7 +482,7 @@ static int on_choice(px_sdec_t *d, json_t *chunk, json_t *ch) {
 
 #define CHAT_MEMO_MAX 512 /* longest head kept */
 
-enum { LV_TOP, LV_CHOICE, LV_DELTA, LV_CALL, LV_FN };
+enum { LV_TOP, LV_CHOICE, LV_DELTA, LV_CALL, LV_FN, LV_USAGE, LV_PTD, LV_CTD };
 
 /* the members read, by level; one bit each in the walk's seen mask */
 enum {
@@ -512,11 +512,23 @@ enum {
   K_NAME,
   K_ARGS,
   K_INPUT,
+  /* the chunk's id and model (read on the first chunk) */
+  K_ID,
+  K_MODEL,
+  /* its usage object, and its two details objects */
+  K_PT,
+  K_CT,
+  K_PTD,
+  K_CTD,
+  K_CACHED,
+  K_REASONING,
   K_NONE
 };
 #define BIT(k) (1u << (k))
 /* string slots: the delta's text fields and the call's arguments */
-enum { S_CONTENT, S_RC, S_RS, S_REFUSAL, S_ARGS, S_N };
+enum { S_CONTENT, S_RC, S_RS, S_REFUSAL, S_ARGS, S_ID, S_MODEL, S_FINISH, S_N };
+/* integer slots: the usage counts */
+enum { N_PT, N_CT, N_CACHED, N_REASONING, N_N };
 
 static int chunk_key(int lv, const unsigned char *k, size_t l) {
 #define IS(lit) (l == sizeof(lit) - 1 && memcmp(k, lit, sizeof(lit) - 1) == 0)
@@ -525,7 +537,19 @@ static int chunk_key(int lv, const unsigned char *k, size_t l) {
       return IS("choices") ? K_CHOICES
              : IS("error") ? K_ERROR
              : IS("usage") ? K_USAGE
+             : IS("id")    ? K_ID
+             : IS("model") ? K_MODEL
                            : K_NONE;
+    case LV_USAGE:
+      return IS("prompt_tokens")               ? K_PT
+             : IS("completion_tokens")         ? K_CT
+             : IS("prompt_tokens_details")     ? K_PTD
+             : IS("completion_tokens_details") ? K_CTD
+                                               : K_NONE;
+    case LV_PTD:
+      return IS("cached_tokens") ? K_CACHED : K_NONE;
+    case LV_CTD:
+      return IS("reasoning_tokens") ? K_REASONING : K_NONE;
     case LV_CHOICE:
       return IS("delta")           ? K_DELTA
              : IS("index")         ? K_INDEX
@@ -582,18 +606,39 @@ static void memo_keep(px_sdec_t *d, const unsigned char *p, size_t len, uint32_t
   d->memo_seen = seen;
 }
 
+/* The usage counts the walk read, set as read_usage sets them. */
+static void fast_usage(px_sdec_t *d, const int64_t *num, unsigned nums) {
+  if (nums & BIT(N_PT)) d->usage.input_tokens = num[N_PT];
+  if (nums & BIT(N_CT)) d->usage.output_tokens = num[N_CT];
+  if (nums & BIT(N_CACHED)) d->usage.cache_read_tokens = num[N_CACHED];
+  if (nums & BIT(N_REASONING)) d->usage.reasoning_tokens = num[N_REASONING];
+}
+
+/* A string the jansson path hands on as a C string (json_string_value):
+ * up to its first NUL (an escaped \u0000). */
+static px_str_t cstr_view(px_str_t v) {
+  const char *z = memchr(v.ptr, 0, v.len);
+  if (z) v.len = (size_t)(z - v.ptr);
+  return v;
+}
+
 /* Returns 1 when the chunk was handled, 0 to fall back to jansson, <0 on a
  * sink error. */
 static int fast_chunk(px_sdec_t *d, const char *text, size_t n) {
-  if (d->state != D_OPEN) return 0;
+  if (d->state != D_INIT && d->state != D_OPEN && d->state != D_FINISHED) return 0;
   const unsigned char *p = (const unsigned char *)text;
   uint32_t seen, strs = 0; /* members read; string slots set */
   px_fj_str_t st[S_N];
-  int calls = 0; /* tool_calls is an array (its element walked) */
+  int64_t num[N_N];
+  unsigned nums = 0; /* integer slots set */
+  int calls = 0;     /* tool_calls is an array (its element walked) */
+  int nochoice = 0;  /* choices is [] */
+  int usage = 0;     /* usage is an object (walked) */
   long tk = -1;
   size_t i, kl;
   int lv, r;
-  if (d->memo_len > 0 && n > d->memo_len && memcmp(p, d->memo, d->memo_len) == 0) {
+  if (d->state == D_OPEN && d->memo_len > 0 && n > d->memo_len &&
+      memcmp(p, d->memo, d->memo_len) == 0) {
     i = d->memo_len;
     seen = d->memo_seen;
     lv = LV_DELTA;
@@ -621,17 +666,68 @@ member : {
   }
   if (seen & BIT(k)) return 0;
   seen |= BIT(k);
-  int slot = -1;
+  int slot = -1, nslot = -1;
   switch (k) {
     case K_CHOICES:
+      if (p[i] == '[') {
+        size_t j = px_json_ws(p, n, i + 1);
+        if (j < n && p[j] == ']') {
+          nochoice = 1;
+          i = j + 1;
+          goto after;
+        }
+      }
       if (one_elem(p, n, &i) < 0) return 0;
       lv = LV_CHOICE;
       goto open;
+    case K_USAGE:
+      if (p[i] != '{') {
+        if (!is_null(p, n, i)) return 0;
+        i += 4;
+        goto after;
+      }
+      i++;
+      usage = 1;
+      lv = LV_USAGE;
+      goto open;
+    case K_PTD:
+    case K_CTD:
+      if (p[i] != '{') { /* not an object: nothing read in it */
+        if (px_fj_pass(p, n, &i, lv + 1) < 0) return 0;
+        goto after;
+      }
+      i++;
+      lv = k == K_PTD ? LV_PTD : LV_CTD;
+      goto open;
+    case K_PT:
+      nslot = N_PT;
+      break;
+    case K_CT:
+      nslot = N_CT;
+      break;
+    case K_CACHED:
+      nslot = N_CACHED;
+      break;
+    case K_REASONING:
+      nslot = N_REASONING;
+      break;
+    case K_ID:
+      slot = S_ID;
+      break;
+    case K_MODEL:
+      slot = S_MODEL;
+      break;
+    case K_FINISH:
+      slot = S_FINISH;
+      break;
     case K_DELTA:
       if (p[i] != '{') return 0;
       i++;
       lv = LV_DELTA;
-      memo_keep(d, p, i, seen);
+      /* a head that read nothing but the id and the model (what only the
+       * first chunk needs) is kept: a resumed walk reads the rest */
+      if (!(strs & ~(BIT(S_ID) | BIT(S_MODEL))) && !nums && !usage)
+        memo_keep(d, p, i, seen);
       goto open;
     case K_FUNCTION:
       if (p[i] != '{') return 0;
@@ -648,9 +744,7 @@ member : {
       /* else only null */
       /* fall through */
     case K_ERROR:
-    case K_USAGE:
     case K_LOGPROBS:
-    case K_FINISH:
     case K_ANN:
     case K_TID:
     case K_TTYPE:
@@ -699,6 +793,19 @@ member : {
     default:
       return 0; /* K_INPUT: jansson decides which one it reads */
   }
+  if (nslot >= 0) { /* a count: an integer, or null (not read) */
+    size_t e = px_fj_int_end(p, n, i);
+    if (e != 0) {
+      num[nslot] = px_fj_int_value(p, i, e);
+      nums |= BIT(nslot);
+      i = e;
+    } else if (is_null(p, n, i)) {
+      i += 4;
+    } else {
+      return 0;
+    }
+    goto after;
+  }
   /* a string slot: a string, or null (not for arguments) */
   if (p[i] == '"') {
     px_fj_str_t *s = &st[slot];
@@ -721,6 +828,13 @@ close:
   switch (lv) {
     case LV_TOP:
       break;
+    case LV_USAGE:
+      lv = LV_TOP;
+      goto after;
+    case LV_PTD:
+    case LV_CTD:
+      lv = LV_USAGE;
+      goto after;
     case LV_FN:
       lv = LV_CALL;
       goto after;
@@ -737,7 +851,17 @@ close:
       goto after;
   }
   if (px_json_ws(p, n, i) != n) return 0;
-  if (!(seen & BIT(K_DELTA))) return 0;
+  if (!(seen & BIT(K_CHOICES))) return 0;
+  if (nochoice) { /* as on_chunk: usage, or nothing (Azure's filter results) */
+    if (!usage) return 1;
+    if (d->state != D_FINISHED) return 0; /* the jansson path says why */
+    fast_usage(d, num, nums);
+    dec_set(d, D_USAGE);
+    int rc = message_delta(d);
+    return rc < 0 ? rc : 1;
+  }
+  /* a choice after finish_reason, or without a delta: the jansson path */
+  if (d->state == D_FINISHED || !(seen & BIT(K_DELTA))) return 0;
   /* tool calls: only an argument fragment of a call already started */
   if (calls) {
     if (tk < 0 || tk >= d->ntools || !d->tools[tk].seen) return 0;
@@ -781,6 +905,22 @@ close:
 #undef V
   /* checked: act exactly as on_choice would */
   int rc = 0;
+  char fr[32]; /* the finish reason, as a C string */
+  if (strs & BIT(S_FINISH)) {
+    if (v[S_FINISH].len >= sizeof(fr) || memchr(v[S_FINISH].ptr, 0, v[S_FINISH].len))
+      return 0; /* jansson's C string would end at its NUL */
+    memcpy(fr, v[S_FINISH].ptr, v[S_FINISH].len);
+    fr[v[S_FINISH].len] = 0;
+  }
+  if (d->state == D_INIT) {
+    px_ev_t ev;
+    px_ev_init(&ev, PX_EV_MESSAGE_START);
+    if (strs & BIT(S_ID)) ev.id = cstr_view(v[S_ID]);
+    if (strs & BIT(S_MODEL)) ev.model = cstr_view(v[S_MODEL]);
+    dec_set(d, D_OPEN);
+    rc = emit(d, &ev);
+    if (rc < 0) return rc;
+  }
   if (vr.ptr) rc = text_like(d, LIVE_THINKING, vr.ptr, vr.len);
   if (rc == 0 && vc.ptr) rc = text_like(d, LIVE_TEXT, vc.ptr, vc.len);
   if (rc == 0 && vf.ptr) rc = text_like(d, LIVE_REFUSAL, vf.ptr, vf.len);
@@ -788,6 +928,11 @@ close:
     tool_slot_t *s = &d->tools[tk];
     rc = s->live ? delta(d, d->live_index, PX_DELTA_TOOL_ARGS, va.ptr, va.len)
                  : defer_bytes(d, &d->defs[s->deferred], va.ptr, va.len);
+  }
+  if (rc == 0 && (strs & BIT(S_FINISH))) {
+    rc = finish(d, fr);
+    /* the usage of a finish chunk, kept until a usage-only chunk's */
+    if (rc == 0 && usage) fast_usage(d, num, nums);
   }
   return rc < 0 ? rc : 1;
 }

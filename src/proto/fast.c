@@ -104,42 +104,71 @@ FC_INLINE void ws(px_fw_t *w) {
   w->i = px_json_ws((const unsigned char *)w->p, w->n, w->i);
 }
 
+#if defined(__SSE2__)
+/* The bytes a backslash escapes in a 64-byte block whose backslashes are bs
+ * (bit k: byte k): those right after a run of odd length. *prev: the
+ * block's first byte is escaped (the last block ended in an odd run), set
+ * for the next block. A run's start bit added to the run carries through
+ * it; where it comes out says whether the length was odd. */
+static inline uint64_t escaped_bits(uint64_t bs, uint64_t *prev) {
+  const uint64_t even = 0x5555555555555555ULL;
+  bs &= ~*prev; /* an escaped backslash starts nothing */
+  uint64_t follows = bs << 1 | *prev;
+  uint64_t odd_starts = bs & ~even & ~follows;
+  uint64_t seq_even;
+  *prev = __builtin_add_overflow(odd_starts, bs, &seq_even);
+  return (even ^ (seq_even << 1)) & follows;
+}
+#endif
+
+/* The closing quote of a string of a checked body from i (not an escaped
+ * byte), n when there is none; *esc set when a backslash comes before it.
+ * Sixty-four bytes at a time: the quote mask without the escaped bytes
+ * (escaped_bits), so that text with an escape every few bytes (code, tool
+ * output) costs the same as plain text. */
+static size_t string_end(const unsigned char *u, size_t n, size_t i, int *esc) {
+#if defined(__SSE2__)
+  const __m128i qt = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\');
+  uint64_t prev = 0;
+  for (; i + 64 <= n; i += 64) {
+    uint64_t q = 0, b = 0;
+    for (int k = 0; k < 4; k++) {
+      __m128i v = _mm_loadu_si128((const __m128i *)(u + i + 16 * k));
+      q |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, qt)) << (16 * k);
+      b |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, bs)) << (16 * k);
+    }
+    uint64_t end = q & ~escaped_bits(b, &prev);
+    if (end != 0) {
+      unsigned k = (unsigned)__builtin_ctzll(end);
+      if (b & ((1ull << k) - 1)) *esc = 1;
+      return i + k;
+    }
+    if (b != 0) *esc = 1;
+  }
+  if (prev) i++; /* escaped by the last block's odd run */
+#endif
+  while (i < n) {
+    if (u[i] == '"') return i;
+    if (u[i] == '\\') {
+      *esc = 1;
+      i += 2;
+    } else {
+      i++;
+    }
+  }
+  return n;
+}
+
 /* at the opening quote: content span, cursor past the closing quote. The
- * plain ASCII run inline (px_json_plain); from the first non-ASCII byte on
- * only the quotes and backslashes matter (the body has no raw controls),
- * looked for 16 bytes at a time (one pass, where two memchr calls per
- * escape read an escaped text twice). */
+ * plain ASCII run inline (px_json_plain: most keys and short values end
+ * there); past it the block-wise search (string_end). */
 FC_INLINE int str(px_fw_t *w, px_fstr_t *s) {
   const unsigned char *u = (const unsigned char *)w->p;
-  size_t i = w->i + 1;
+  size_t i = px_json_plain(u, w->n, w->i + 1);
   int esc = 0;
-  for (;;) {
-    i = px_json_plain(u, w->n, i);
-    if (i >= w->n) return -1;
-    if (u[i] == '"') goto done;
-    if (u[i] != '\\') break; /* non-ASCII (the body has no raw controls) */
-    esc = 1;
-    i += 2;
-  }
-  for (;;) {
-#if defined(__SSE2__)
-    const __m128i qt = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\');
-    for (; i + 16 <= w->n; i += 16) {
-      __m128i v = _mm_loadu_si128((const __m128i *)(u + i));
-      unsigned m = (unsigned)_mm_movemask_epi8(
-          _mm_or_si128(_mm_cmpeq_epi8(v, qt), _mm_cmpeq_epi8(v, bs)));
-      if (m) {
-        i += (size_t)__builtin_ctz(m);
-        break;
-      }
-    }
-#endif
-    while (i < w->n && u[i] != '"' && u[i] != '\\') i++;
-    if (i >= w->n) return -1;
-    if (u[i] == '"') goto done;
-    esc = 1;
-    i += 2;
-  }
+  if (i < w->n && u[i] == '"') goto done;
+  i = string_end(u, w->n, i, &esc);
+  if (i >= w->n) return -1;
 done:
   s->p = w->p + w->i + 1;
   s->n = (size_t)(w->p + i - s->p);

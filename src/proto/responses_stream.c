@@ -401,6 +401,11 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
       s->s = i + 1;
       s->set = 1;
       i = s->e + 1;
+      /* a type that is no delta's (every delta type ends so): not handled
+       * here, known before the rest of a lifecycle event is walked twice */
+      if (s == &type &&
+          (type.esc || type.e - type.s < 6 || memcmp(p + type.e - 6, ".delta", 6) != 0))
+        return 0;
     } else if (iv != NULL) {
       size_t e = px_fj_int_end(p, n, i);
       if (*iv_set || e == 0) return 0;
@@ -480,15 +485,23 @@ static int life_int(const px_fv_t *f, unsigned seen, int k, int64_t dflt, int *o
   return 0;
 }
 
+/* the string members keys[0..n) of object value v (unescaped, as
+ * life_str), in one walk of it */
+static int life_members(const px_fv_t *v, const px_fkey_t *keys, int n, px_fstr_t *out) {
+  px_fv_t f[2];
+  unsigned seen = 0;
+  for (int k = 0; k < n; k++) out[k] = (px_fstr_t){NULL, 0, 0};
+  if (v->kind != PX_FV_OBJ) return 0;
+  if (n > 2 || px_fv_kfields(v, keys, n, f, &seen) != 0) return -1;
+  for (int k = 0; k < n; k++)
+    if (life_str(&f[k], seen, k, &out[k]) < 0) return -1;
+  return 0;
+}
+
 /* the string member key of object value v (unescaped, as life_str) */
 static int life_member(const px_fv_t *v, const char *key, px_fstr_t *out) {
   px_fkey_t k = {key, strlen(key)};
-  px_fv_t f[1];
-  unsigned seen = 0;
-  *out = (px_fstr_t){NULL, 0, 0};
-  if (v->kind != PX_FV_OBJ) return 0;
-  if (px_fv_kfields(v, &k, 1, f, &seen) != 0) return -1;
-  return life_str(f, seen, 0, out);
+  return life_members(v, &k, 1, out);
 }
 
 /* response.completed / incomplete that ends well: stop and usage as
@@ -575,13 +588,13 @@ static int life_event(px_sdec_t *d, const char *data, size_t n) {
     if (!px_fs_is(type, "response.created") && !px_fs_is(type, "response.in_progress") &&
         !px_fs_is(type, "response.queued"))
       return 0;
-    px_fstr_t id, model;
-    if (life_member(resp, "id", &id) < 0 || life_member(resp, "model", &model) < 0)
-      return 0;
+    static const px_fkey_t im[] = {PX_FK("id"), PX_FK("model")};
+    px_fstr_t v[2];
+    if (life_members(resp, im, 2, v) < 0) return 0;
     px_ev_t ev;
     px_ev_init(&ev, PX_EV_MESSAGE_START);
-    ev.id = (px_str_t){id.p, id.n};
-    ev.model = (px_str_t){model.p, model.n};
+    ev.id = (px_str_t){v[0].p, v[0].n};
+    ev.model = (px_str_t){v[1].p, v[1].n};
     dset(d, D_RUNNING);
     int rc = demit(d, &ev);
     return rc < 0 ? rc : 1;
@@ -900,12 +913,25 @@ static json_t *etext_value(px_senc_t *e, int tix) {
   return v;
 }
 
+/* The first place of the marker m (ml bytes) in p[0..n), or NULL: its
+ * first byte (a backslash: a dump has few) found by memchr, the rest
+ * compared there. */
+static const char *find_marker(const char *p, size_t n, const char *m, size_t ml) {
+  const char *end = p + n;
+  while ((size_t)(end - p) >= ml) {
+    const char *b = memchr(p, m[0], (size_t)(end - p) - ml + 1);
+    if (b == NULL || memcmp(b, m, ml) == 0) return b;
+    p = b + 1;
+  }
+  return NULL;
+}
+
 /* Copy a dumped event to out, replacing each quoted placeholder with the
  * escaped text of its slot. */
 static int esplice(px_senc_t *e, const char *p, size_t n) {
   size_t ml = strlen(e->marker);
   while (n > 0) {
-    const char *m = memmem(p, n, e->marker, ml);
+    const char *m = find_marker(p, n, e->marker, ml);
     if (m == NULL) return px_buf_append(e->out, p, n);
     size_t head = (size_t)(m - p);
     const char *q = m + ml;
@@ -993,7 +1019,7 @@ static int ewrite(px_senc_t *e, const char *type) {
 static int esend(px_senc_t *e, const char *type, int fail) {
   int rc = fail ? PX_ENOMEM : 0;
   if (rc == 0) rc = ewrite(e, type);
-  px_buf_free(&e->scratch); /* lifecycle events are few: no idle copy kept */
+  px_buf_reset(&e->scratch); /* kept for the IR event's next one, then freed */
   if (rc == 0) eflush(e);
   return rc;
 }
@@ -1514,7 +1540,8 @@ static int e_start(px_senc_t *e, const px_ev_t *ev) {
   size_t n = ev->id.len < sizeof(idb) - 1 ? ev->id.len : sizeof(idb) - 1;
   if (n) memcpy(idb, ev->id.ptr, n);
   idb[n] = 0;
-  snprintf(e->up_id, sizeof(e->up_id), "%s", idb);
+  memcpy(e->up_id, idb, n < sizeof(e->up_id) - 1 ? n + 1 : sizeof(e->up_id) - 1);
+  e->up_id[sizeof(e->up_id) - 1] = 0;
   if (e->ctx.resp_id != NULL)
     snprintf(e->resp_id, sizeof(e->resp_id), "%s", e->ctx.resp_id);
   else
@@ -1695,7 +1722,9 @@ int px_responses_stream_error(px_buf_t *out, px_errkind_t kind, const char *mess
   for (px_senc_t *e = live; e != NULL; e = e->next) {
     if (e->out != out) continue;
     if (e->state == E_DONE) return 0;
-    return e_error(e, kind, px_str(message ? message : "upstream error"));
+    int rc = e_error(e, kind, px_str(message ? message : "upstream error"));
+    px_buf_free(&e->scratch); /* as after px_responses_senc_event */
+    return rc;
   }
   return PX_EINVAL;
 }
@@ -1718,7 +1747,13 @@ px_senc_t *px_responses_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
     key = (unsigned long long)(uintptr_t)&live * 0xC2B2AE3D27D4EB4Full ^
           (unsigned long long)ctx->created * 0x165667B19E3779F9ull;
   unsigned long long h = key ^ (++n * 0x9E3779B97F4A7C15ull) ^ (uintptr_t)e;
-  snprintf(e->marker, sizeof(e->marker), "\\u0001pxtx%016llx_", h);
+  static const char hex[] = "0123456789abcdef";
+  char *mk = e->marker;
+  _Static_assert(sizeof(e->marker) >= 10 + 16 + 2, "the marker fits");
+  memcpy(mk, "\\u0001pxtx", 10); /* then h as %016llx, and '_' */
+  for (int k = 0; k < 16; k++) mk[10 + k] = hex[(h >> (60 - 4 * k)) & 15];
+  mk[26] = '_';
+  mk[27] = 0;
   eset(e, E_INIT);
   e->next = live;
   if (live != NULL) live->prev = e;
@@ -1729,7 +1764,11 @@ px_senc_t *px_responses_senc_new(const px_tr_ctx_t *ctx, px_buf_t *out) {
 int px_responses_senc_event(px_senc_t *e, const px_ev_t *ev) {
   if (e->state == E_DONE) return 0;
   int rc;
-  if (ev->type == PX_EV_ERROR) return e_error(e, ev->errkind, ev->text);
+  if (ev->type == PX_EV_ERROR) {
+    rc = e_error(e, ev->errkind, ev->text);
+    px_buf_free(&e->scratch);
+    return rc;
+  }
   if (e->state == E_INIT && ev->type != PX_EV_MESSAGE_START) {
     rc = PX_EPROTO;
     goto fail;
@@ -1772,6 +1811,9 @@ int px_responses_senc_event(px_senc_t *e, const px_ev_t *ev) {
       rc = PX_EPROTO;
       break;
   }
+  /* the lifecycle events of one IR event share the scratch; none is kept
+   * between IR events (a stream idles between them) */
+  px_buf_free(&e->scratch);
   if (rc >= 0) return 0;
 fail:
   if (rc == PX_ETOOBIG)
@@ -1779,6 +1821,7 @@ fail:
             PX_STR("response too large to accumulate for the final event"));
   else
     e_error(e, PX_ERR_BAD_GATEWAY, PX_STR("stream translation failed"));
+  px_buf_free(&e->scratch);
   return rc;
 }
 

@@ -80,7 +80,44 @@ static int run(int in, int out, const char *body, size_t len, px_usage_t *u) {
   return rc;
 }
 
+/* The walker's string end (fast.c string_end: 64-byte blocks, escapes by
+ * their backslash runs) against the pieces a string was built from: every
+ * escape kind and backslash run at every offset around the block edges,
+ * the string at the end of the body and with a member after it. */
+static void walker_strings(void) {
+  static const char *const piece[] = {"a", "\\\\", "\\\"", "\\n", "\xc3\xa9",
+                                      "\\u00e9", "\\/", "\\\\\\\\"};
+  unsigned seed = 7;
+  char s[600], body[700];
+  for (int t = 0; t < 20000; t++) {
+    size_t n = 0, len = (size_t)(seed % 200);
+    int esc = 0;
+    while (n < len) {
+      seed = seed * 1103515245u + 12345u;
+      unsigned k = (seed >> 16) % 16;
+      const char *pc = piece[k < 9 ? 0 : k - 8];
+      if (k >= 9 && k != 12) esc = 1;
+      size_t l = strlen(pc);
+      memcpy(s + n, pc, l);
+      n += l;
+    }
+    s[n] = 0;
+    seed = seed * 1103515245u + 12345u;
+    int tail = (seed >> 16) & 1;
+    int bl = snprintf(body, sizeof(body), "{\"k\":\"%s\"%s}", s, tail ? ",\"z\":1" : "");
+    CHECK(valid(body, (size_t)bl));
+    px_fw_t w = {body, (size_t)bl, 0};
+    px_fstr_t key;
+    px_fv_t v;
+    CHECK(px_fw_open(&w, '{') == 0 && px_fw_member(&w, &key) == 1);
+    CHECK(px_fw_value(&w, &v) == 0 && v.kind == PX_FV_STR);
+    CHECK(v.s.n == n && memcmp(v.s.p, s, n) == 0 && v.s.esc == esc);
+    if (tail) CHECK(px_fw_member(&w, &key) == 1 && key.n == 1 && key.p[0] == 'z');
+  }
+}
+
 int main(void) {
+  walker_strings();
   for (int out = 0; out < 3; out++) {
     int in = (out + 1) % 3;
     for (size_t k = 0; k < sizeof(good) / sizeof(good[0]); k++) {

@@ -218,6 +218,42 @@ static void test_usage(void) {
   CHECK(u.input_tokens == 11 && u.output_tokens == 22);
 }
 
+/* Gemini repeats its usage on every chunk: a chunk ending as the last one
+ * read is not read again, and what is read is what reading every chunk
+ * gives (a changed count, a count only an earlier chunk had, a repeated
+ * ending after a different start), at every split. */
+static void test_repeated_usage(void) {
+#define GEM(text, usage)                                              \
+  "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"" text \
+  "\"}]}}],"                                                          \
+  "\"usageMetadata\":" usage ",\"modelVersion\":\"m\"}\r\n\r\n"
+  const char *in = GEM("a", "{\"promptTokenCount\":4,\"candidatesTokenCount\":1}")
+      GEM("bb", "{\"promptTokenCount\":4,\"candidatesTokenCount\":1}")
+      GEM("\\\"usageMetadata\\\"", "{\"promptTokenCount\":4,\"candidatesTokenCount\":1}")
+      GEM("c", "{\"promptTokenCount\":5}")
+      GEM("d", "{\"promptTokenCount\":5}")
+      "data: {\"candidates\":[{\"finishReason\":\"STOP\"}],\"usageMetadata\":"
+      "{\"promptTokenCount\":6},\"modelVersion\":\"m\"}\n\n";
+#undef GEM
+  size_t n = strlen(in);
+  for (size_t cut = 0; cut <= n; cut++) {
+    px_passthru_t pt;
+    px_buf_t out;
+    px_buf_init(&out, 1 << 20);
+    px_passthru_init(&pt, PX_PROTO_GEMINI, NULL);
+    CHECK(px_passthru_feed(&pt, in, cut, &out) == 0);
+    if (cut == 40) /* before the first chunk's end: nothing read yet */
+      CHECK(pt.usage.input_tokens == -1);
+    CHECK(px_passthru_feed(&pt, in + cut, n - cut, &out) == 0);
+    CHECK(px_passthru_finish(&pt) == 1);
+    CHECK(out.len == n && memcmp(out.data, in, n) == 0);
+    /* the last prompt count; the output count of the chunks that had one */
+    CHECK(pt.usage.input_tokens == 6 && pt.usage.output_tokens == 1);
+    px_passthru_done(&pt);
+    px_buf_free(&out);
+  }
+}
+
 int main(void) {
   test_find();
   test_replace();
@@ -225,5 +261,6 @@ int main(void) {
   test_usage();
   test_oversize();
   test_strip_usage();
+  test_repeated_usage();
   return check_report("test_passthru");
 }

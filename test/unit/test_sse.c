@@ -277,6 +277,51 @@ static void test_write(void) {
   px_buf_free(&b);
 }
 
+/* The blank line hook: every event's end (comments-only ones too), as the
+ * offset past its line end in the piece fed, after the event was
+ * dispatched; a CR ending a piece is its end there. */
+typedef struct {
+  char log[256];
+  size_t len, base;
+} ends_t;
+static int on_end_ev(void *arg, const px_sse_event_t *ev) {
+  ends_t *e = arg;
+  e->len += (size_t)snprintf(e->log + e->len, sizeof(e->log) - e->len, "ev(%.*s) ",
+                             (int)ev->data.len, ev->data.ptr);
+  return 0;
+}
+static int on_end(void *arg, size_t end) {
+  ends_t *e = arg;
+  e->len += (size_t)snprintf(e->log + e->len, sizeof(e->log) - e->len, "end@%zu ",
+                             e->base + end);
+  return 0;
+}
+static void test_end_hook(void) {
+  const char *in = "data: a\n\n: ping\r\n\r\nevent: x\ndata: b\r\rdata: c\n\n";
+  size_t n = strlen(in);
+  const char *want = "ev(a) end@9 end@19 ev(b) end@37 ev(c) end@46 ";
+  for (size_t cut = 0; cut <= n; cut++) {
+    ends_t e = {{0}, 0, 0};
+    px_sse_t p;
+    px_sse_init(&p, 1 << 20, on_end_ev, &e);
+    p.on_end = on_end;
+    CHECK(px_sse_feed(&p, in, cut) == 0);
+    e.base = cut;
+    CHECK(px_sse_feed(&p, in + cut, n - cut) == 0);
+    px_sse_done(&p);
+    /* a CRLF cut between its CR and LF ends the event at the CR */
+    char w[256];
+    snprintf(w, sizeof(w), "%s", want);
+    if (cut == 18)
+      snprintf(w, sizeof(w), "ev(a) end@9 end@18 ev(b) end@37 ev(c) end@46 ");
+    if (strcmp(e.log, w) != 0) {
+      fprintf(stderr, "cut %zu: %s\n", cut, e.log);
+      failures++;
+      break;
+    }
+  }
+}
+
 int main(void) {
   test_basic();
   test_line_ends();
@@ -285,5 +330,6 @@ int main(void) {
   test_cap();
   test_callback_stop();
   test_write();
+  test_end_hook();
   return check_report("test_sse");
 }
