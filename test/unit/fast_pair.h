@@ -96,6 +96,32 @@ static inline void encoder_same(const char *what, const px_tr_ctx_t *c,
   px_arena_free(&a);
 }
 
+/* An answer IR through protocol p's fast response encoder, and the same IR
+ * as a document (jir) through p's reference encode_response, in context c:
+ * fast_same (want in the fast body) */
+static inline void answer_encoder_same(const char *what, int p, const px_tr_ctx_t *c,
+                                       const px_fresp_t *ir, json_t *jir, const char *want) {
+  const px_proto_ops_t *ops = px_proto_get((px_proto_t)p);
+  px_arena_t a;
+  px_arena_init(&a);
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  px_lossy_t lf, ls;
+  px_lossy_init(&lf);
+  px_lossy_init(&ls);
+  CHECK((px_fresp_uses(ir) & ~ops->fast->resp_encodes) == 0);
+  CHECK(ops->fast->encode_response(c, ir, &b, &a, &lf, NULL) == 0);
+  json_t *out = NULL;
+  px_tr_err_t err;
+  CHECK(jir != NULL && ops->encode_response(c, jir, &out, &ls, &err) == 0);
+  char *so = out ? json_dumps(out, JSON_COMPACT) : NULL;
+  fast_same(what, &b, &lf, so, &ls, want);
+  free(so);
+  json_decref(out);
+  px_buf_free(&b);
+  px_arena_free(&a);
+}
+
 /* An answer through both fast halves, as the hub steps them: dec's
  * decode_response, then enc's encode_response into b (declined when the
  * IR holds a part enc does not write); ef (may be NULL): a refusal's

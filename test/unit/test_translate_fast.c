@@ -1283,28 +1283,11 @@ static void chat_answer_ir(int out, const px_fresp_t *ir, const char *jir_q,
                            const char *want) {
   px_tr_ctx_t c;
   ctx_of(&c, PX_PROTO_CHAT, out);
-  px_arena_t a;
-  px_arena_init(&a);
-  px_lossy_t lf, ls;
-  px_lossy_init(&lf);
-  px_lossy_init(&ls);
-  px_buf_t b;
-  px_buf_init(&b, 1 << 20);
-  CHECK((px_fresp_uses(ir) & ~px_chat_fast.resp_encodes) == 0);
-  CHECK(px_chat_fast.encode_response(&c, ir, &b, &a, &lf, NULL) == 0);
   char *q = chat_body(jir_q);
-  json_t *jir = json_loads(q, 0, NULL), *cb = NULL;
+  json_t *jir = json_loads(q, 0, NULL);
   free(q);
-  px_tr_err_t err;
-  CHECK(jir != NULL &&
-        px_proto_get(PX_PROTO_CHAT)->encode_response(&c, jir, &cb, &ls, &err) == 0);
-  char *so = cb ? json_dumps(cb, JSON_COMPACT) : NULL;
-  fast_same("chat answer", &b, &lf, so, &ls, want);
-  free(so);
-  json_decref(cb);
+  answer_encoder_same("chat answer", PX_PROTO_CHAT, &c, ir, jir, want);
   json_decref(jir);
-  px_buf_free(&b);
-  px_arena_free(&a);
 }
 
 static px_fpart_t *fpart(px_arena_t *a, px_fresp_t *ir, px_fpart_type_t t,
@@ -1323,8 +1306,7 @@ static void chat_answer_irs(void) {
   /* reasoning with its tokens, texts with annotations (shifted by the code
    * points before: escapes, a surrogate pair), a refusal, calls with ids
    * missing and repeated */
-  memset(&ir, 0, sizeof(ir));
-  ir.in = ir.out = ir.cache_read = ir.cache_creation = ir.reasoning = -1;
+  fresp_init(&ir);
   ir.id = (px_fstr_t){"msg_1", 5, 0};
   ir.stop = PX_STOP_TOOL_USE;
   px_fpart_t *r = fpart(&a, &ir, PX_FP_REASONING, "hm");
@@ -1985,31 +1967,21 @@ static void anth_complete_custom(void) {
                                 PX_FAST_OPENAI_PARAMS);
   t->custom = 1;
   t->format = (px_str_t){"{\"type\":\"text\"}", 15};
-  CHECK((px_freq_uses(&ir) & ~px_anthropic_fast.encodes) == 0);
-  px_buf_t b;
-  px_buf_init(&b, 1 << 20);
   px_lossy_t lf, ls;
   px_lossy_init(&lf);
   px_lossy_init(&ls);
-  CHECK(px_anthropic_fast.encode_request(&c, &ir, &b, &a, &lf, NULL) == 0);
   char *doc = chat_body(
       "{'messages':[{'role':'user','content':[{'type':'text','text':'hi'}]},{'role':"
       "'assistant','content':[{'type':'tool_call','id':'c1','name':'grep','custom':true,"
       "'input':'pattern'}]}],'tools':[{'type':'custom','name':'grep','description':'d',"
       "'format':{'type':'text'}}]}");
-  json_t *jir = json_loads(doc, 0, NULL), *out = NULL;
-  px_tr_err_t err;
-  CHECK(jir != NULL && px_proto_anthropic.encode_request(&c, jir, &out, &ls, &err) == 0);
-  char *so = out ? json_dumps(out, JSON_COMPACT) : NULL;
-  fast_same("custom request", &b, &lf, so, &ls, NULL);
-  free(so);
-  json_decref(out);
+  json_t *jir = json_loads(doc, 0, NULL);
+  encoder_same("custom request", &c, &ir, jir, &lf, &ls, NULL);
   json_decref(jir);
   free(doc);
   /* the answer */
   px_fresp_t ans;
-  memset(&ans, 0, sizeof(ans));
-  ans.in = ans.out = ans.cache_read = ans.cache_creation = ans.reasoning = -1;
+  fresp_init(&ans);
   ans.id = (px_fstr_t){"r1", 2, 0};
   ans.stop = PX_STOP_TOOL_USE;
   px_fpart_t *ac = px_fpart_new(&a, PX_FP_TOOL_CALL);
@@ -2017,24 +1989,13 @@ static void anth_complete_custom(void) {
   ac->next = NULL;
   ac->input = (px_str_t){NULL, 0};
   ans.content = ans.last = ac;
-  CHECK((px_fresp_uses(&ans) & ~px_anthropic_fast.resp_encodes) == 0);
-  b.len = 0;
-  px_lossy_init(&lf);
-  px_lossy_init(&ls);
-  CHECK(px_anthropic_fast.encode_response(&c, &ans, &b, &a, &lf, NULL) == 0);
   doc = chat_body(
       "{'id':'r1','stop_reason':'tool_use','content':[{'type':'tool_call','id':'c1',"
       "'name':'grep','custom':true,'input':'pattern'}]}");
   jir = json_loads(doc, 0, NULL);
-  out = NULL;
-  CHECK(jir != NULL && px_proto_anthropic.encode_response(&c, jir, &out, &ls, &err) == 0);
-  so = out ? json_dumps(out, JSON_COMPACT) : NULL;
-  fast_same("custom answer", &b, &lf, so, &ls, NULL);
-  free(so);
-  json_decref(out);
+  answer_encoder_same("custom answer", PX_PROTO_ANTHROPIC, &c, &ans, jir, NULL);
   json_decref(jir);
   free(doc);
-  px_buf_free(&b);
   px_arena_free(&a);
 }
 
