@@ -100,7 +100,8 @@ static inline void encoder_same(const char *what, const px_tr_ctx_t *c,
  * as a document (jir) through p's reference encode_response, in context c:
  * fast_same (want in the fast body) */
 static inline void answer_encoder_same(const char *what, int p, const px_tr_ctx_t *c,
-                                       const px_fresp_t *ir, json_t *jir, const char *want) {
+                                       const px_fresp_t *ir, json_t *jir,
+                                       const char *want) {
   const px_proto_ops_t *ops = px_proto_get((px_proto_t)p);
   px_arena_t a;
   px_arena_init(&a);
