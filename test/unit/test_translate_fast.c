@@ -1464,13 +1464,16 @@ static void resp_refuses(const char *body) {
     px_arena_init(&a);
     px_freq_t ir;
     px_freq_init(&ir);
-    int rc = px_responses_fast.decode_request(&r.c, body, strlen(body), &ir, &a, &r.lf, &r.ef);
+    int rc =
+        px_responses_fast.decode_request(&r.c, body, strlen(body), &ir, &a, &r.lf, &r.ef);
     px_arena_free(&a);
     json_t *src = json_loads(body, 0, NULL), *jir = NULL;
-    int sr = px_proto_get(PX_PROTO_RESPONSES)->decode_request(&r.c, src, &jir, &r.ls, &r.es);
+    int sr =
+        px_proto_get(PX_PROTO_RESPONSES)->decode_request(&r.c, src, &jir, &r.ls, &r.es);
     if (sr == 0) { /* an upstream that takes it (a file id) */
       CHECK(rc == 0);
-      if (rc != 0) fprintf(stderr, "responses for %d: %s refused: %s\n", out, body, r.ef.message);
+      if (rc != 0)
+        fprintf(stderr, "responses for %d: %s refused: %s\n", out, body, r.ef.message);
     } else {
       refusal_same("responses refusal", &r, rc == PX_FAST_REFUSE, NULL, body);
     }
