@@ -75,7 +75,8 @@ struct px_sdec {
   size_t accum; /* bytes deferred */
   size_t max_accum;
   px_stop_t stop;
-  char finish[32];     /* the finish_reason as sent (cut), for MESSAGE_DELTA */
+  char finish[40];     /* the finish_reason as sent, for MESSAGE_DELTA (cut
+                        * past px_answer_t's room: px_answer_set cuts it) */
   size_t finish_len;
   px_usage_t usage;    /* final usage (usage-only chunk, else finish chunk's) */
   int fast;            /* fast path on (differential tests turn it off) */

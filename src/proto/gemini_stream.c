@@ -369,15 +369,17 @@ static void sd_dropped(px_sdec_t *d, unsigned which) {
 }
 
 /* u: the chunk's usage, NULL when it has no usageMetadata */
+/* word: the candidate's finishReason as sent (traces; a blocked prompt's
+ * blockReason is not one) */
 static int sd_finish_reason(px_sdec_t *d, const char *fr, const px_usage_t *u,
-                            px_str_t explanation) {
+                            px_str_t explanation, px_str_t word) {
   int rc = sd_call_flush(d);
   if (rc == 0) rc = sd_close(d);
   if (rc < 0) return rc;
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
   ev.stop = fr ? px_gemini_stop(fr, d->calls > 0) : PX_STOP_NONE;
-  ev.finish = px_str(fr);
+  ev.finish = word;
   if (px_stop_refused(ev.stop)) ev.refusal_explanation = explanation;
   if (u != NULL) ev.usage = *u;
   if (fr != NULL) d->ended = 1;
@@ -401,10 +403,11 @@ static int sd_chunk(px_sdec_t *d, json_t *j) {
   json_t *fb = json_object_get(j, "promptFeedback");
   const char *block = px_jstr(fb, "blockReason");
   px_str_t expl = px_jview(cand, "finishMessage");
+  px_str_t word = px_str(fr);
   if (block != NULL && cand == NULL)
-    fr = block, expl = px_jview(fb, "blockReasonMessage");
+    fr = block, expl = px_jview(fb, "blockReasonMessage"), word = PX_STR_NULL;
   if (d->ended) /* after the finish chunk: at most late usage */
-    return up != NULL ? sd_finish_reason(d, NULL, up, PX_STR_NULL) : 0;
+    return up != NULL ? sd_finish_reason(d, NULL, up, PX_STR_NULL, PX_STR_NULL) : 0;
   int refused = fr != NULL && px_stop_refused(px_gemini_stop(fr, 0));
   size_t i;
   json_t *pt;
@@ -415,7 +418,7 @@ static int sd_chunk(px_sdec_t *d, json_t *j) {
   json_array_foreach(json_object_get(json_object_get(cand, "content"), "parts"), i, pt) {
     if ((rc = sd_part(d, pt, refused)) < 0) return rc;
   }
-  if (fr != NULL) return sd_finish_reason(d, fr, up, expl);
+  if (fr != NULL) return sd_finish_reason(d, fr, up, expl, word);
   return 0;
 }
 
@@ -662,7 +665,7 @@ static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
     rc = g.fr.set && px_stop_refused(px_gemini_stop(fr, 0))
              ? sd_delta(d, PX_BLOCK_REFUSAL, PX_DELTA_REFUSAL, text)
              : sd_delta(d, PX_BLOCK_TEXT, PX_DELTA_TEXT, text);
-  if (rc == 0 && g.fr.set) rc = sd_finish_reason(d, fr, up, PX_STR_NULL);
+  if (rc == 0 && g.fr.set) rc = sd_finish_reason(d, fr, up, PX_STR_NULL, px_str(fr));
   if (d->scratch.size > 1024) px_buf_free(&d->scratch); /* keep a stream small */
   return rc < 0 ? rc : 1;
 }
