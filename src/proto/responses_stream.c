@@ -493,68 +493,30 @@ enum {
   NSLOTS
 };
 
-/* an object's members read: keys[k] into slot base + k; sub[k] non-NULL:
- * that member, when an object, is read with its own table */
-typedef struct ltab {
-  const px_fkey_t *keys;
-  int n, base;
-  const struct ltab *const *sub;
-} ltab_t;
-
 static const px_fkey_t k_det_c[] = {PX_FK("cached_tokens")};
 static const px_fkey_t k_det_r[] = {PX_FK("reasoning_tokens")};
-static const ltab_t t_det_c = {k_det_c, 1, D_CACHED, NULL};
-static const ltab_t t_det_r = {k_det_r, 1, D_REASONING, NULL};
+static const px_ftab_t t_det_c = {k_det_c, 1, D_CACHED, NULL};
+static const px_ftab_t t_det_r = {k_det_r, 1, D_REASONING, NULL};
 static const px_fkey_t k_usage[] = {PX_FK("input_tokens"), PX_FK("output_tokens"),
                                     PX_FK("input_tokens_details"),
                                     PX_FK("output_tokens_details")};
-static const ltab_t *const s_usage[] = {NULL, NULL, &t_det_c, &t_det_r};
-static const ltab_t t_usage = {k_usage, 4, U_IN, s_usage};
+static const px_ftab_t *const s_usage[] = {NULL, NULL, &t_det_c, &t_det_r};
+static const px_ftab_t t_usage = {k_usage, 4, U_IN, s_usage};
 static const px_fkey_t k_inc[] = {PX_FK("reason")};
-static const ltab_t t_inc = {k_inc, 1, INC_REASON, NULL};
+static const px_ftab_t t_inc = {k_inc, 1, INC_REASON, NULL};
 static const px_fkey_t k_resp[] = {PX_FK("id"), PX_FK("model"), PX_FK("status"),
                                    PX_FK("incomplete_details"), PX_FK("usage")};
-static const ltab_t *const s_resp[] = {NULL, NULL, NULL, &t_inc, &t_usage};
-static const ltab_t t_resp = {k_resp, 5, R_ID, s_resp};
+static const px_ftab_t *const s_resp[] = {NULL, NULL, NULL, &t_inc, &t_usage};
+static const px_ftab_t t_resp = {k_resp, 5, R_ID, s_resp};
 static const px_fkey_t k_item[] = {PX_FK("type")};
-static const ltab_t t_item = {k_item, 1, I_TYPE, NULL};
+static const px_ftab_t t_item = {k_item, 1, I_TYPE, NULL};
 static const px_fkey_t k_part[] = {PX_FK("type"), PX_FK("text"), PX_FK("refusal")};
-static const ltab_t t_part = {k_part, 3, P_TYPE, NULL};
+static const px_ftab_t t_part = {k_part, 3, P_TYPE, NULL};
 static const px_fkey_t k_life[] = {PX_FK("type"),          PX_FK("output_index"),
                                    PX_FK("content_index"), PX_FK("item"),
                                    PX_FK("part"),          PX_FK("response")};
-static const ltab_t *const s_life[] = {NULL, NULL, NULL, &t_item, &t_part, &t_resp};
-static const ltab_t t_life = {k_life, 6, L_TYPE, s_life};
-
-/* The object at the cursor, checked whole: the members of table t into
- * f[slot] (bit slot in *seen; an object with a table of its own: read with
- * it where it stands, its slot gets its span), the others checked and
- * skipped (px_fc_value). Declines (-1) on malformed input, an escaped key
- * (it might name one read) or a repeated one read (jansson keeps the last,
- * this would read the first): as px_fc_fields / px_fv_kfields did. */
-static int life_walk(px_fw_t *w, const ltab_t *t, px_fv_t *f, unsigned *seen) {
-  px_fstr_t k;
-  int r, first = 1;
-  if (px_fw_open(w, '{') < 0) return -1;
-  while ((r = px_fc_member(w, &k, &first)) == 1) {
-    if (k.esc) return -1;
-    int ki = px_fk_of(k, t->keys, t->n);
-    if (ki < 0) {
-      px_fv_t v;
-      if (px_fc_value(w, &v) < 0) return -1;
-      continue;
-    }
-    int s = t->base + ki;
-    if (px_fw_seen_twice(seen, s)) return -1;
-    if (t->sub != NULL && t->sub[ki] != NULL && w->p[w->i] == '{') {
-      f[s].kind = PX_FV_OBJ;
-      if (life_walk(w, t->sub[ki], f, seen) < 0) return -1;
-      continue;
-    }
-    if (px_fc_value(w, &f[s]) < 0) return -1;
-  }
-  return r < 0 ? -1 : 0;
-}
+static const px_ftab_t *const s_life[] = {NULL, NULL, NULL, &t_item, &t_part, &t_resp};
+static const px_ftab_t t_life = {k_life, 6, L_TYPE, s_life};
 
 /* slot k's string value when it is one, unescaped bytes (escapes:
  * unknown, -1); absent or another kind: p NULL */
@@ -638,7 +600,7 @@ static int life_event(px_sdec_t *d, const char *data, size_t n) {
   unsigned seen = 0;
   px_fstr_t type, t;
   int oi, ci;
-  if (life_walk(&w, &t_life, f, &seen) < 0 || px_fc_end(&w) < 0 ||
+  if (px_fc_tree(&w, &t_life, f, &seen) != 0 || px_fc_end(&w) < 0 ||
       life_str(f, seen, L_TYPE, &type) < 0 || type.p == NULL ||
       life_int(f, seen, L_OI, -1, &oi) < 0 || life_int(f, seen, L_CI, 0, &ci) < 0)
     return 0;
