@@ -34,6 +34,7 @@
 
 #define MAX_BLOCKS 4096
 #define DEFAULT_ACCUM (64u << 20)
+#define MEMO_HOLES 4
 
 /* ====================================================================== */
 /* Decoder                                                                 */
@@ -62,6 +63,16 @@ struct px_sdec {
   int fast;         /* fast path on (differential tests turn it off) */
   long fast_hits;   /* events the fast path handled */
   px_buf_t scratch; /* unescaped delta text of the fast path */
+  /* the last delta the fast walk read, for the next of its block, which
+   * repeats its bytes but for the integers skipped (sequence_number) and
+   * the delta text: those are holes [s, e) (str: a string's content) */
+  px_buf_t memo;
+  struct {
+    size_t s, e;
+    int str;
+  } hole[MEMO_HOLES];
+  int nholes, memo_ok, memo_oi, memo_ci;
+  px_delta_t memo_kind;
 };
 
 static void dset(px_sdec_t *d, dstate_t s) {
@@ -369,15 +380,54 @@ static int d_delta(px_sdec_t *d, json_t *j, px_delta_t kind, int item_level) {
  * sink error. Only a delta for a block that is open is handled here; the
  * jansson path decides everything else (unknown items, a part that starts
  * with its first delta, errors). */
+/* A delta that repeats the memo's bytes, its holes aside: an integer where
+ * the memo skipped one, the delta's string where the memo's was (both
+ * checked as the walk checks them), the same bytes between (what the walk
+ * checked and read there: the type, the indexes, the other members). 1
+ * when handled, 0 to walk it, <0 on a sink error. */
+static int memo_event(px_sdec_t *d, const char *data, size_t n) {
+  const unsigned char *p = (const unsigned char *)data;
+  const unsigned char *m = (const unsigned char *)d->memo.data;
+  size_t mi = 0, i = 0, ts = 0, te = 0;
+  int esc = 0;
+  for (int h = 0;; h++) {
+    size_t ms = h < d->nholes ? d->hole[h].s : d->memo.len;
+    if (n - i < ms - mi || memcmp(p + i, m + mi, ms - mi) != 0) return 0;
+    i += ms - mi;
+    if (h == d->nholes) break;
+    size_t e;
+    if (d->hole[h].str) {
+      if (px_json_string(p, n, i, &e, &esc) < 0) return 0;
+      ts = i, te = e;
+    } else if ((e = px_fj_int_end(p, n, i)) == 0) {
+      return 0;
+    }
+    i = e;
+    mi = d->hole[h].e;
+  }
+  if (i != n) return 0;
+  dblock_t *b = dfind(d, d->memo_oi, d->memo_ci);
+  if (b == NULL || !b->open) return 0;
+  px_str_t text;
+  if (px_json_unescape(data + ts, te - ts, esc, &d->scratch, &text) < 0) return 0;
+  int rc = ddelta(d, b, d->memo_kind, text.ptr, text.len);
+  return rc < 0 ? rc : 1;
+}
+
 static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   if (d->state != D_RUNNING) return 0;
+  if (d->memo_ok) {
+    int mrc = memo_event(d, data, n);
+    if (mrc != 0) return mrc;
+  }
   /* one flat walk of the event's members (px_fj_key / px_fj_pass / px_fj_next
    * of json.h); the members read are checked as they are read */
   const unsigned char *p = (const unsigned char *)data;
   px_fj_str_t type = {0, 0, 0, 0}, dl = {0, 0, 0, 0};
   int64_t oi = 0, ci = 0;
-  int oi_set = 0, ci_set = 0, r;
-  size_t i = px_json_ws(p, n, 0), kl;
+  int oi_set = 0, ci_set = 0, r, nh = 0;
+  size_t i = px_json_ws(p, n, 0), kl, hs[MEMO_HOLES], he[MEMO_HOLES];
+  int hstr[MEMO_HOLES];
   if (i >= n || p[i] != '{') return 0;
   i = px_json_ws(p, n, i + 1);
   do {
@@ -401,6 +451,8 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
       s->s = i + 1;
       s->set = 1;
       i = s->e + 1;
+      if (s == &dl && nh < MEMO_HOLES) hs[nh] = dl.s, he[nh] = dl.e, hstr[nh] = 1;
+      if (s == &dl) nh++;
       /* a type that is no delta's (every delta type ends so): not handled
        * here, known before the rest of a lifecycle event is walked twice */
       if (s == &type &&
@@ -412,8 +464,13 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
       *iv = px_fj_int_value(p, i, e);
       *iv_set = 1;
       i = e;
-    } else if (px_fj_pass(p, n, &i, 1) < 0) {
-      return 0;
+    } else {
+      size_t vs = i;
+      if (px_fj_pass(p, n, &i, 1) < 0) return 0;
+      if (p[vs] == '-' || (p[vs] >= '0' && p[vs] <= '9')) { /* an integer */
+        if (nh < MEMO_HOLES) hs[nh] = vs, he[nh] = i, hstr[nh] = 0;
+        nh++;
+      }
     }
   } while ((r = px_fj_next(p, n, &i, '}')) > 0);
   if (r < 0 || px_json_ws(p, n, i) != n) return 0;
@@ -447,6 +504,17 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   px_str_t text;
   if (px_json_unescape(data + dl.s, dl.e - dl.s, dl.esc, &d->scratch, &text) < 0)
     return 0;
+  /* the memo for the block's next delta */
+  d->memo_ok = 0;
+  if (nh <= MEMO_HOLES) {
+    px_buf_reset(&d->memo);
+    if (px_buf_append(&d->memo, data, n) == 0) {
+      for (int h = 0; h < nh; h++)
+        d->hole[h].s = hs[h], d->hole[h].e = he[h], d->hole[h].str = hstr[h];
+      d->nholes = nh, d->memo_oi = oi_, d->memo_ci = ci_, d->memo_kind = kind;
+      d->memo_ok = 1;
+    }
+  }
   int rc = ddelta(d, b, kind, text.ptr, text.len);
   return rc < 0 ? rc : 1;
 }
@@ -676,6 +744,7 @@ px_sdec_t *px_responses_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, voi
   d->arg = arg;
   d->fast = 1;
   px_buf_init(&d->scratch, 64u << 20);
+  px_buf_init(&d->memo, 64u << 20);
   dset(d, D_INIT);
   return d;
 }
@@ -795,6 +864,7 @@ void px_responses_sdec_free(px_sdec_t *d) {
   if (d == NULL) return;
   free(d->blocks);
   px_buf_free(&d->scratch);
+  px_buf_free(&d->memo);
   free(d);
 }
 
