@@ -10,6 +10,7 @@
 #ifndef PX_FUZZ_CODEC_HALVES_H
 #define PX_FUZZ_CODEC_HALVES_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,6 +145,38 @@ static inline void halves_answer(px_proto_t p, const char *body, size_t len, con
   }
   px_buf_free(&fb);
   px_arena_free(&a);
+}
+
+/* The body of a codec target (fuzz_<p>_codec.c) for protocol p: byte 0
+ * picks dout (b & 3) and ein ((b >> 2) & 3), other standing for p on
+ * either side, and bit 4 a route max_tokens; the rest is the body, checked
+ * as a client request of p (when the scanner accepts it) and as an answer
+ * of p for a client of p. */
+static inline int halves_codec_target(px_proto_t p, px_proto_t other, const uint8_t *data,
+                                      size_t size) {
+  if (size < 1) return 0;
+  const char *body = (const char *)data + 1;
+  size_t len = size - 1;
+  px_tr_ctx_t d, e;
+  memset(&d, 0, sizeof(d));
+  d.in = p;
+  d.out = (px_proto_t)(data[0] & 3);
+  if (d.out == p) d.out = other;
+  d.client_model = d.upstream_model = "m";
+  d.created = 1700000000;
+  d.default_max_tokens = data[0] & 16 ? 1024 : 0;
+  e = d;
+  e.in = (px_proto_t)((data[0] >> 2) & 3);
+  if (e.in == p) e.in = other;
+  e.out = p;
+  px_json_req_t scan;
+  if (px_json_request(body, len, &scan) == 0) halves_request(p, body, len, &d, &e);
+  /* an upstream answer is checked by the fast decoder itself */
+  px_tr_ctx_t c = e;
+  c.client_model = NULL;
+  c.in = p;
+  halves_answer(p, body, len, &c);
+  return 0;
 }
 
 #endif

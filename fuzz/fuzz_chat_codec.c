@@ -18,28 +18,5 @@
 #include "codec_halves.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size < 1) return 0;
-  const char *body = (const char *)data + 1;
-  size_t len = size - 1;
-  px_tr_ctx_t d, e;
-  memset(&d, 0, sizeof(d));
-  d.in = PX_PROTO_CHAT;
-  d.out = (px_proto_t)(data[0] & 3);
-  if (d.out == PX_PROTO_CHAT) d.out = PX_PROTO_RESPONSES;
-  d.client_model = d.upstream_model = "m";
-  d.created = 1700000000;
-  d.default_max_tokens = data[0] & 16 ? 1024 : 0;
-  e = d;
-  e.in = (px_proto_t)((data[0] >> 2) & 3);
-  if (e.in == PX_PROTO_CHAT) e.in = PX_PROTO_RESPONSES;
-  e.out = PX_PROTO_CHAT;
-  px_json_req_t scan;
-  if (px_json_request(body, len, &scan) == 0)
-    halves_request(PX_PROTO_CHAT, body, len, &d, &e);
-  /* an upstream answer is checked by the fast decoder itself */
-  px_tr_ctx_t c = e;
-  c.client_model = NULL;
-  c.in = PX_PROTO_CHAT;
-  halves_answer(PX_PROTO_CHAT, body, len, &c);
-  return 0;
+  return halves_codec_target(PX_PROTO_CHAT, PX_PROTO_RESPONSES, data, size);
 }

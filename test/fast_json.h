@@ -54,6 +54,28 @@ static inline void px_test_refusal(const char *what, const px_tr_ctx_t *ctx,
           es->param, es->message);
 }
 
+typedef int (*px_test_jansson_fn)(const px_tr_ctx_t *ctx, json_t *in, json_t **out,
+                                  px_lossy_t *lossy, px_tr_err_t *err);
+
+/* After the fast path's fr on body (what: "request" or "response"): a
+ * refusal fe held to the jansson path's (jansson: px_translate_request or
+ * px_translate_response) of the same body, a decline named in the census. */
+static inline void px_test_fast_after(const char *what, const px_tr_ctx_t *ctx,
+                                      json_t *body, int fr, const px_tr_err_t *fe,
+                                      px_test_jansson_fn jansson) {
+  if (fr == PX_FAST_REFUSE) {
+    px_tr_err_t es;
+    px_lossy_t l;
+    json_t *jo = NULL;
+    memset(&es, 0, sizeof(es));
+    px_lossy_init(&l);
+    px_test_refusal(what, ctx, fe, jansson(ctx, body, &jo, &l, &es), &es);
+    json_decref(jo);
+  } else if (fr != 0) {
+    px_test_census(what, ctx);
+  }
+}
+
 static inline int px_test_fast_request(const px_tr_ctx_t *ctx, json_t *body, json_t **out,
                                        px_lossy_t *lossy) {
   px_tr_ctx_t c = *ctx;
@@ -70,18 +92,7 @@ static inline int px_test_fast_request(const px_tr_ctx_t *ctx, json_t *body, jso
                : PX_FAST_DECLINE;
   int rc = fr == 0 ? 0 : 1;
   free(s);
-  if (fr == PX_FAST_REFUSE) {
-    px_tr_err_t es;
-    px_lossy_t l;
-    json_t *jo = NULL;
-    memset(&es, 0, sizeof(es));
-    px_lossy_init(&l);
-    px_test_refusal("request", ctx, &fe, px_translate_request(ctx, body, &jo, &l, &es),
-                    &es);
-    json_decref(jo);
-  } else if (rc != 0) {
-    px_test_census("request", ctx);
-  }
+  px_test_fast_after("request", ctx, body, fr, &fe, px_translate_request);
   if (rc == 0) {
     *out = json_loadb(o, ol, 0, NULL);
     free(o);
@@ -101,18 +112,7 @@ static inline int px_test_fast_response(const px_tr_ctx_t *ctx, json_t *body, js
   int fr = px_translate_response_fast(ctx, s, strlen(s), &b, lossy, NULL, &fe);
   int rc = fr == 0 ? 0 : 1;
   free(s);
-  if (fr == PX_FAST_REFUSE) {
-    px_tr_err_t es;
-    px_lossy_t l;
-    json_t *jo = NULL;
-    memset(&es, 0, sizeof(es));
-    px_lossy_init(&l);
-    px_test_refusal("response", ctx, &fe, px_translate_response(ctx, body, &jo, &l, &es),
-                    &es);
-    json_decref(jo);
-  } else if (rc != 0) {
-    px_test_census("response", ctx);
-  }
+  px_test_fast_after("response", ctx, body, fr, &fe, px_translate_response);
   if (rc == 0) {
     *out = json_loadb(b.data, b.len, 0, NULL);
     if (*out == NULL) abort();

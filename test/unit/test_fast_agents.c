@@ -46,10 +46,7 @@ static void body_case(const char *what, int in, const char *body, size_t len,
       int flags = count ? PX_TR_COUNT_TOKENS : 0;
       if (count && px_proto_get(out)->count_request == NULL) continue;
       px_tr_ctx_t c;
-      ctx_of(&c, in, out);
-      px_json_req_t scan;
-      CHECK(px_json_request(body, len, &scan) == 0);
-      c.stream = stream;
+      request_ctx(&c, in, out, body, len, stream);
       char *fo = NULL, *so = NULL;
       size_t fl = 0, sl = 0;
       px_lossy_t lf, ls;
