@@ -62,8 +62,11 @@ static void start(fd_pair_t *p, int kind) {
 
 /* Self check: the fast path handles response.created, the reasoning, arguments and
  * first text deltas and the text part's start (the tool and reasoning items go to
- * jansson); the lone surrogate goes to jansson, which rejects the event, and the
- * restarted stream's created, message item and text part are the fast path's: 8 */
+ * jansson); the text deltas after the first: the one repeating it read by its
+ * memo, the one with a sequence_number walked, the next read by its memo (another
+ * number, an escaped text), the one whose sequence_number is no integer by
+ * jansson; the lone surrogate goes to jansson, which rejects the event, and the
+ * restarted stream's created, message item and text part are the fast path's: 11 */
 static const char self_body[] =
     "event: response.created\n"
     "data: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\"}}\n\n"
@@ -86,6 +89,15 @@ static const char self_body[] =
     "\"output_index\":2,\"content_index\":0,\"delta\":\"hi \\\"x\\\"\","
     "\"logprobs\":[]}\n\n"
     "data: {\"type\":\"response.output_text.delta\",\"item_id\":\"m\","
+    "\"output_index\":2,\"content_index\":0,\"delta\":\"again\","
+    "\"logprobs\":[]}\n\n"
+    "data: {\"type\":\"response.output_text.delta\",\"sequence_number\":7,"
+    "\"item_id\":\"m\",\"output_index\":2,\"content_index\":0,\"delta\":\"s\"}\n\n"
+    "data: {\"type\":\"response.output_text.delta\",\"sequence_number\":18,"
+    "\"item_id\":\"m\",\"output_index\":2,\"content_index\":0,\"delta\":\"\\t\"}\n\n"
+    "data: {\"type\":\"response.output_text.delta\",\"sequence_number\":9.5,"
+    "\"item_id\":\"m\",\"output_index\":2,\"content_index\":0,\"delta\":\"f\"}\n\n"
+    "data: {\"type\":\"response.output_text.delta\",\"item_id\":\"m\","
     "\"output_index\":2,\"content_index\":0,\"delta\":\"lone \\ud800\"}\n\n";
 
 static const fd_ops_t ops = {
@@ -98,7 +110,7 @@ static const fd_ops_t ops = {
     .tail = "\"}",
     .self_body = self_body,
     .self_len = sizeof(self_body) - 1,
-    .self_hits = 8,
+    .self_hits = 11,
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -332,6 +332,20 @@ int px_fc_elem(px_fw_t *w, int *first);
 int px_fc_fields(px_fw_t *w, const px_fkey_t *keys, int n, px_fv_t *f, unsigned *seen);
 /** Only whitespace left after the value read: 0, else -1. */
 int px_fc_end(px_fw_t *w);
+/** The members an object read by px_fc_tree reads: keys[k] into slot
+ *  base + k; sub non-NULL and sub[k] non-NULL: that member, when an object,
+ *  is read with its own table where it stands. */
+typedef struct px_ftab {
+  const px_fkey_t *keys;
+  int n, base;
+  const struct px_ftab *const *sub;
+} px_ftab_t;
+/** The object at the cursor checked whole (px_fc_fields' rules, escaped or
+ *  repeated keys declined in every object read), its members in t (and
+ *  theirs in their tables) into f[slot], bit slot set in *seen (at most 32
+ *  slots; a member read with a table: kind PX_FV_OBJ, raw its span), in one
+ *  walk. 0 or PX_FAST_DECLINE. */
+int px_fc_tree(px_fw_t *w, const px_ftab_t *t, px_fv_t *f, unsigned *seen);
 
 /** Whether raw string content s equals the literal lit (escaped: never). */
 static inline int px_fs_is(px_fstr_t s, const char *lit) {

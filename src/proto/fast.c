@@ -960,3 +960,56 @@ int px_fb_drop_members(px_buf_t *b, size_t start, const px_fkey_t *drop, int n) 
   px_buf_free(&o);
   return rc;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Nested checked reads (issue 21: the Responses stream decoder's lifecycle
+ * events, read in one walk). px_fc_fields with a table per object read: the
+ * members read where they stand, the rest checked and skipped, the calls
+ * inline; a plain integer (px_fj_int_end's: at most 15 digits, which
+ * jansson reads as an integer too) without px_json_number.               */
+
+FC_INLINE int fc_value_int(px_fw_t *w, px_fv_t *v) {
+  const unsigned char *u = (const unsigned char *)w->p;
+  size_t i = w->i, e;
+  if (i < w->n && ((u[i] >= '0' && u[i] <= '9') || u[i] == '-') &&
+      (e = px_fj_int_end(u, w->n, i)) != 0) {
+    v->kind = PX_FV_NUM;
+    v->s.p = NULL;
+    v->raw.ptr = w->p + i;
+    v->raw.len = e - i;
+    w->i = e;
+    return 0;
+  }
+  return fc_value(w, v);
+}
+
+static int fc_tree(px_fw_t *w, const px_ftab_t *t, px_fv_t *f, unsigned *seen) {
+  px_fstr_t k;
+  int r, first = 1;
+  if (px_fw_open(w, '{') < 0) return PX_FAST_DECLINE;
+  while ((r = fc_member(w, &k, &first)) == 1) {
+    px_fv_t v, *dst = &v;
+    if (k.esc) return PX_FAST_DECLINE;
+    int ki = px_fk_of(k, t->keys, t->n);
+    if (ki >= 0) {
+      int s = t->base + ki;
+      if (px_fw_seen_twice(seen, s)) return PX_FAST_DECLINE;
+      dst = &f[s];
+      if (t->sub != NULL && t->sub[ki] != NULL && w->p[w->i] == '{') {
+        size_t st = w->i;
+        if (fc_tree(w, t->sub[ki], f, seen) != 0) return PX_FAST_DECLINE;
+        dst->kind = PX_FV_OBJ;
+        dst->s.p = NULL;
+        dst->raw.ptr = w->p + st;
+        dst->raw.len = w->i - st;
+        continue;
+      }
+    }
+    if (fc_value_int(w, dst) < 0) return PX_FAST_DECLINE;
+  }
+  return r < 0 ? PX_FAST_DECLINE : 0;
+}
+
+int px_fc_tree(px_fw_t *w, const px_ftab_t *t, px_fv_t *f, unsigned *seen) {
+  return fc_tree(w, t, f, seen);
+}

@@ -34,6 +34,7 @@
 
 #define MAX_BLOCKS 4096
 #define DEFAULT_ACCUM (64u << 20)
+#define MEMO_HOLES 4
 
 /* ====================================================================== */
 /* Decoder                                                                 */
@@ -62,6 +63,16 @@ struct px_sdec {
   int fast;         /* fast path on (differential tests turn it off) */
   long fast_hits;   /* events the fast path handled */
   px_buf_t scratch; /* unescaped delta text of the fast path */
+  /* the last delta the fast walk read, for the next of its block, which
+   * repeats its bytes but for the integers skipped (sequence_number) and
+   * the delta text: those are holes [s, e) (str: a string's content) */
+  px_buf_t memo;
+  struct {
+    size_t s, e;
+    int str;
+  } hole[MEMO_HOLES];
+  int nholes, memo_ok, memo_oi, memo_ci;
+  px_delta_t memo_kind;
 };
 
 static void dset(px_sdec_t *d, dstate_t s) {
@@ -370,15 +381,54 @@ static int d_delta(px_sdec_t *d, json_t *j, px_delta_t kind, int item_level) {
  * sink error. Only a delta for a block that is open is handled here; the
  * jansson path decides everything else (unknown items, a part that starts
  * with its first delta, errors). */
+/* A delta that repeats the memo's bytes, its holes aside: an integer where
+ * the memo skipped one, the delta's string where the memo's was (both
+ * checked as the walk checks them), the same bytes between (what the walk
+ * checked and read there: the type, the indexes, the other members). 1
+ * when handled, 0 to walk it, <0 on a sink error. */
+static int memo_event(px_sdec_t *d, const char *data, size_t n) {
+  const unsigned char *p = (const unsigned char *)data;
+  const unsigned char *m = (const unsigned char *)d->memo.data;
+  size_t mi = 0, i = 0, ts = 0, te = 0;
+  int esc = 0;
+  for (int h = 0;; h++) {
+    size_t ms = h < d->nholes ? d->hole[h].s : d->memo.len;
+    if (n - i < ms - mi || memcmp(p + i, m + mi, ms - mi) != 0) return 0;
+    i += ms - mi;
+    if (h == d->nholes) break;
+    size_t e;
+    if (d->hole[h].str) {
+      if (px_json_string(p, n, i, &e, &esc) < 0) return 0;
+      ts = i, te = e;
+    } else if ((e = px_fj_int_end(p, n, i)) == 0) {
+      return 0;
+    }
+    i = e;
+    mi = d->hole[h].e;
+  }
+  if (i != n) return 0;
+  dblock_t *b = dfind(d, d->memo_oi, d->memo_ci);
+  if (b == NULL || !b->open) return 0;
+  px_str_t text;
+  if (px_json_unescape(data + ts, te - ts, esc, &d->scratch, &text) < 0) return 0;
+  int rc = ddelta(d, b, d->memo_kind, text.ptr, text.len);
+  return rc < 0 ? rc : 1;
+}
+
 static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   if (d->state != D_RUNNING) return 0;
+  if (d->memo_ok) {
+    int mrc = memo_event(d, data, n);
+    if (mrc != 0) return mrc;
+  }
   /* one flat walk of the event's members (px_fj_key / px_fj_pass / px_fj_next
    * of json.h); the members read are checked as they are read */
   const unsigned char *p = (const unsigned char *)data;
   px_fj_str_t type = {0, 0, 0, 0}, dl = {0, 0, 0, 0};
   int64_t oi = 0, ci = 0;
-  int oi_set = 0, ci_set = 0, r;
-  size_t i = px_json_ws(p, n, 0), kl;
+  int oi_set = 0, ci_set = 0, r, nh = 0;
+  size_t i = px_json_ws(p, n, 0), kl, hs[MEMO_HOLES], he[MEMO_HOLES];
+  int hstr[MEMO_HOLES];
   if (i >= n || p[i] != '{') return 0;
   i = px_json_ws(p, n, i + 1);
   do {
@@ -402,6 +452,8 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
       s->s = i + 1;
       s->set = 1;
       i = s->e + 1;
+      if (s == &dl && nh < MEMO_HOLES) hs[nh] = dl.s, he[nh] = dl.e, hstr[nh] = 1;
+      if (s == &dl) nh++;
       /* a type that is no delta's (every delta type ends so): not handled
        * here, known before the rest of a lifecycle event is walked twice */
       if (s == &type &&
@@ -413,8 +465,13 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
       *iv = px_fj_int_value(p, i, e);
       *iv_set = 1;
       i = e;
-    } else if (px_fj_pass(p, n, &i, 1) < 0) {
-      return 0;
+    } else {
+      size_t vs = i;
+      if (px_fj_pass(p, n, &i, 1) < 0) return 0;
+      if (p[vs] == '-' || (p[vs] >= '0' && p[vs] <= '9')) { /* an integer */
+        if (nh < MEMO_HOLES) hs[nh] = vs, he[nh] = i, hstr[nh] = 0;
+        nh++;
+      }
     }
   } while ((r = px_fj_next(p, n, &i, '}')) > 0);
   if (r < 0 || px_json_ws(p, n, i) != n) return 0;
@@ -448,6 +505,17 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   px_str_t text;
   if (px_json_unescape(data + dl.s, dl.e - dl.s, dl.esc, &d->scratch, &text) < 0)
     return 0;
+  /* the memo for the block's next delta */
+  d->memo_ok = 0;
+  if (nh <= MEMO_HOLES) {
+    px_buf_reset(&d->memo);
+    if (px_buf_append(&d->memo, data, n) == 0) {
+      for (int h = 0; h < nh; h++)
+        d->hole[h].s = hs[h], d->hole[h].e = he[h], d->hole[h].str = hstr[h];
+      d->nholes = nh, d->memo_oi = oi_, d->memo_ci = ci_, d->memo_kind = kind;
+      d->memo_ok = 1;
+    }
+  }
   int rc = ddelta(d, b, kind, text.ptr, text.len);
   return rc < 0 ? rc : 1;
 }
@@ -455,29 +523,82 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
 /* The lifecycle events (response.created, output_item.added / .done of a
  * message, content_part.added / .done, response.completed, the .done
  * echoes) repeat the response, its items and texts: read by the checked
- * walker of the fast codecs (fastir.h px_fc_*: every byte checked by
- * jansson's rules, any number), without a document. The shapes read here
- * are the common ones; the others (tool and reasoning items, a text part
- * that starts with text, failures, errors, annotations) go to the jansson
- * path, the arbiter. Returns 1 when handled, 0 to use the jansson path,
- * <0 on a sink error. */
-enum { L_TYPE, L_OI, L_CI, L_ITEM, L_PART, L_RESP, NKEYS_LIFE };
-static const px_fkey_t life_keys[] = {PX_FK("type"),          PX_FK("output_index"),
-                                      PX_FK("content_index"), PX_FK("item"),
-                                      PX_FK("part"),          PX_FK("response")};
+ * reads of the fast codecs (fastir.h px_fc_*: every byte checked by
+ * jansson's rules, any number), without a document, in one walk of the
+ * event: the members read below (the response's id, model, status,
+ * incomplete reason and usage; an item's or a part's type and text) are
+ * read where they stand, every other value checked and skipped. The shapes
+ * read here are the common ones; the others (tool and reasoning items, a
+ * text part that starts with text, failures, errors, annotations) go to
+ * the jansson path, the arbiter. Returns 1 when handled, 0 to use the
+ * jansson path, <0 on a sink error. */
 
-/* a member's string value when it is one, unescaped bytes (escapes:
+/* the members read, one slot each (bit of the seen mask): the event's; the
+ * item's; the part's; the response's, its incomplete_details' and usage's,
+ * the usage details' */
+enum {
+  L_TYPE,
+  L_OI,
+  L_CI,
+  L_ITEM,
+  L_PART,
+  L_RESP,
+  I_TYPE,
+  P_TYPE,
+  P_TEXT,
+  P_REFUSAL,
+  R_ID,
+  R_MODEL,
+  R_STATUS,
+  R_INC,
+  R_USAGE,
+  INC_REASON,
+  U_IN,
+  U_OUT,
+  U_ITD,
+  U_OTD,
+  D_CACHED,
+  D_REASONING,
+  NSLOTS
+};
+
+static const px_fkey_t k_det_c[] = {PX_FK("cached_tokens")};
+static const px_fkey_t k_det_r[] = {PX_FK("reasoning_tokens")};
+static const px_ftab_t t_det_c = {k_det_c, 1, D_CACHED, NULL};
+static const px_ftab_t t_det_r = {k_det_r, 1, D_REASONING, NULL};
+static const px_fkey_t k_usage[] = {PX_FK("input_tokens"), PX_FK("output_tokens"),
+                                    PX_FK("input_tokens_details"),
+                                    PX_FK("output_tokens_details")};
+static const px_ftab_t *const s_usage[] = {NULL, NULL, &t_det_c, &t_det_r};
+static const px_ftab_t t_usage = {k_usage, 4, U_IN, s_usage};
+static const px_fkey_t k_inc[] = {PX_FK("reason")};
+static const px_ftab_t t_inc = {k_inc, 1, INC_REASON, NULL};
+static const px_fkey_t k_resp[] = {PX_FK("id"), PX_FK("model"), PX_FK("status"),
+                                   PX_FK("incomplete_details"), PX_FK("usage")};
+static const px_ftab_t *const s_resp[] = {NULL, NULL, NULL, &t_inc, &t_usage};
+static const px_ftab_t t_resp = {k_resp, 5, R_ID, s_resp};
+static const px_fkey_t k_item[] = {PX_FK("type")};
+static const px_ftab_t t_item = {k_item, 1, I_TYPE, NULL};
+static const px_fkey_t k_part[] = {PX_FK("type"), PX_FK("text"), PX_FK("refusal")};
+static const px_ftab_t t_part = {k_part, 3, P_TYPE, NULL};
+static const px_fkey_t k_life[] = {PX_FK("type"),          PX_FK("output_index"),
+                                   PX_FK("content_index"), PX_FK("item"),
+                                   PX_FK("part"),          PX_FK("response")};
+static const px_ftab_t *const s_life[] = {NULL, NULL, NULL, &t_item, &t_part, &t_resp};
+static const px_ftab_t t_life = {k_life, 6, L_TYPE, s_life};
+
+/* slot k's string value when it is one, unescaped bytes (escapes:
  * unknown, -1); absent or another kind: p NULL */
-static int life_str(const px_fv_t *v, unsigned seen, int k, px_fstr_t *out) {
+static int life_str(const px_fv_t *f, unsigned seen, int k, px_fstr_t *out) {
   static const px_fstr_t none = {NULL, 0, 0};
   *out = none;
-  if (!(seen & (1u << k)) || v->kind != PX_FV_STR) return 0;
-  if (v->s.esc) return -1;
-  *out = v->s;
+  if (!(seen & (1u << k)) || f[k].kind != PX_FV_STR) return 0;
+  if (f[k].s.esc) return -1;
+  *out = f[k].s;
   return 0;
 }
 
-/* a member as oindex() / cindex() read it (dflt when not an integer) */
+/* slot k as oindex() / cindex() read it (dflt when not an integer) */
 static int life_int(const px_fv_t *f, unsigned seen, int k, int64_t dflt, int *out) {
   int64_t v = dflt;
   if ((seen & (1u << k)) && px_fw_jint(&f[k], dflt, &v) != 0) return -1;
@@ -486,57 +607,28 @@ static int life_int(const px_fv_t *f, unsigned seen, int k, int64_t dflt, int *o
   return 0;
 }
 
-/* the string members keys[0..n) of object value v (unescaped, as
- * life_str), in one walk of it */
-static int life_members(const px_fv_t *v, const px_fkey_t *keys, int n, px_fstr_t *out) {
-  px_fv_t f[2];
-  unsigned seen = 0;
-  for (int k = 0; k < n; k++) out[k] = (px_fstr_t){NULL, 0, 0};
-  if (v->kind != PX_FV_OBJ) return 0;
-  if (n > 2 || px_fv_kfields(v, keys, n, f, &seen) != 0) return -1;
-  for (int k = 0; k < n; k++)
-    if (life_str(&f[k], seen, k, &out[k]) < 0) return -1;
-  return 0;
-}
-
-/* the string member key of object value v (unescaped, as life_str) */
-static int life_member(const px_fv_t *v, const char *key, px_fstr_t *out) {
-  px_fkey_t k = {key, strlen(key)};
-  return life_members(v, &k, 1, out);
-}
-
 /* response.completed / incomplete that ends well: stop and usage as
  * d_terminal reads them */
-static int life_terminal(px_sdec_t *d, const px_fv_t *r, int incomplete) {
-  static const px_fkey_t rkeys[] = {PX_FK("status"), PX_FK("incomplete_details"),
-                                    PX_FK("usage")};
-  static const px_fkey_t ukeys[] = {PX_FK("input_tokens"), PX_FK("output_tokens"),
-                                    PX_FK("input_tokens_details"),
-                                    PX_FK("output_tokens_details")};
-  px_fv_t f[3], u[4];
-  unsigned seen = 0, us = 0;
-  px_fstr_t status, reason = {NULL, 0, 0};
-  if (r->kind == PX_FV_OBJ && px_fv_kfields(r, rkeys, 3, f, &seen) != 0) return 0;
-  if (life_str(f, seen, 0, &status) < 0) return 0;
+static int life_terminal(px_sdec_t *d, const px_fv_t *f, unsigned seen, int incomplete) {
+  px_fstr_t status, reason;
+  if (life_str(f, seen, R_STATUS, &status) < 0 ||
+      life_str(f, seen, INC_REASON, &reason) < 0)
+    return 0;
   if (status.p == NULL)
     status =
         incomplete ? (px_fstr_t){"incomplete", 10, 0} : (px_fstr_t){"completed", 9, 0};
   if (!px_fs_is(status, "completed") && !px_fs_is(status, "incomplete")) return 0;
-  if ((seen & 2) && life_member(&f[1], "reason", &reason) < 0) return 0;
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
-  if ((seen & 4) && f[2].kind == PX_FV_OBJ) {
-    if (px_fv_kfields(&f[2], ukeys, 4, u, &us) != 0) return 0;
-    int64_t *dst[4] = {&ev.usage.input_tokens, &ev.usage.output_tokens,
-                       &ev.usage.cache_read_tokens, &ev.usage.reasoning_tokens};
-    for (int k = 0; k < 4; k++) {
-      int64_t v = -1;
-      if (k >= 2 && (us & (1u << k)) &&
-          px_fw_detail(&u[k], k == 2 ? "cached_tokens" : "reasoning_tokens", &v) != 0)
-        return 0;
-      if (k < 2 && (us & (1u << k)) && px_fw_jint(&u[k], -1, &v) != 0) return 0;
-      if (v >= 0) *dst[k] = v;
-    }
+  /* the counts (px_jint's integers); the details' counts where their
+   * objects had them */
+  static const int slot[4] = {U_IN, U_OUT, D_CACHED, D_REASONING};
+  int64_t *dst[4] = {&ev.usage.input_tokens, &ev.usage.output_tokens,
+                     &ev.usage.cache_read_tokens, &ev.usage.reasoning_tokens};
+  for (int k = 0; k < 4; k++) {
+    int64_t v = -1;
+    if ((seen & (1u << slot[k])) && px_fw_jint(&f[slot[k]], -1, &v) != 0) return 0;
+    if (v >= 0) *dst[k] = v;
   }
   /* an open reasoning block may find its opaque reasoning in the output */
   for (size_t i = 0; i < d->nblocks; i++)
@@ -574,29 +666,25 @@ static int life_deep(const char *data, size_t n) {
 static int life_event(px_sdec_t *d, const char *data, size_t n) {
   if (life_deep(data, n)) return 0;
   px_fw_t w = {data, n, 0};
-  px_fv_t f[NKEYS_LIFE];
+  px_fv_t f[NSLOTS];
   unsigned seen = 0;
   px_fstr_t type, t;
   int oi, ci;
-  if (px_fc_fields(&w, life_keys, NKEYS_LIFE, f, &seen) != 0 || px_fc_end(&w) < 0 ||
+  if (px_fc_tree(&w, &t_life, f, &seen) != 0 || px_fc_end(&w) < 0 ||
       life_str(f, seen, L_TYPE, &type) < 0 || type.p == NULL ||
       life_int(f, seen, L_OI, -1, &oi) < 0 || life_int(f, seen, L_CI, 0, &ci) < 0)
     return 0;
-  px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
-  const px_fv_t *item = (seen & (1u << L_ITEM)) ? &f[L_ITEM] : &none;
-  const px_fv_t *part = (seen & (1u << L_PART)) ? &f[L_PART] : &none;
-  const px_fv_t *resp = (seen & (1u << L_RESP)) ? &f[L_RESP] : &none;
   if (d->state == D_INIT) {
     if (!px_fs_is(type, "response.created") && !px_fs_is(type, "response.in_progress") &&
         !px_fs_is(type, "response.queued"))
       return 0;
-    static const px_fkey_t im[] = {PX_FK("id"), PX_FK("model")};
-    px_fstr_t v[2];
-    if (life_members(resp, im, 2, v) < 0) return 0;
+    px_fstr_t id, model;
+    if (life_str(f, seen, R_ID, &id) < 0 || life_str(f, seen, R_MODEL, &model) < 0)
+      return 0;
     px_ev_t ev;
     px_ev_init(&ev, PX_EV_MESSAGE_START);
-    ev.id = (px_str_t){v[0].p, v[0].n};
-    ev.model = (px_str_t){v[1].p, v[1].n};
+    ev.id = (px_str_t){id.p, id.n};
+    ev.model = (px_str_t){model.p, model.n};
     dset(d, D_RUNNING);
     int rc = demit(d, &ev);
     return rc < 0 ? rc : 1;
@@ -604,15 +692,15 @@ static int life_event(px_sdec_t *d, const char *data, size_t n) {
   if (d->state != D_RUNNING) return 0;
   if (px_fs_is(type, "response.output_item.added")) {
     /* a message: its parts open the blocks */
-    if (life_member(item, "type", &t) < 0 || !px_fs_is(t, "message") || oi < 0) return 0;
+    if (life_str(f, seen, I_TYPE, &t) < 0 || !px_fs_is(t, "message") || oi < 0) return 0;
     return 1;
   }
   if (px_fs_is(type, "response.content_part.added")) {
-    if (life_member(part, "type", &t) < 0) return 0;
+    if (life_str(f, seen, P_TYPE, &t) < 0) return 0;
     int text = px_fs_is(t, "output_text");
     if (!text && !px_fs_is(t, "refusal")) return t.p != NULL && t.n > 0 ? 0 : 1;
     px_fstr_t init;
-    if (life_member(part, text ? "text" : "refusal", &init) < 0 || init.n > 0) return 0;
+    if (life_str(f, seen, text ? P_TEXT : P_REFUSAL, &init) < 0 || init.n > 0) return 0;
     dblock_t *b =
         dstart(d, oi, ci, text ? PX_BLOCK_TEXT : PX_BLOCK_REFUSAL, NULL, NULL, 0);
     return b != NULL ? 1 : PX_ENOMEM;
@@ -623,7 +711,7 @@ static int life_event(px_sdec_t *d, const char *data, size_t n) {
     return rc < 0 ? rc : 1;
   }
   if (px_fs_is(type, "response.output_item.done")) {
-    if (life_member(item, "type", &t) < 0 || t.p == NULL ||
+    if (life_str(f, seen, I_TYPE, &t) < 0 || t.p == NULL ||
         px_fs_is(t, "function_call") || px_fs_is(t, "custom_tool_call") ||
         px_fs_is(t, "reasoning"))
       return 0;
@@ -631,7 +719,7 @@ static int life_event(px_sdec_t *d, const char *data, size_t n) {
     return rc < 0 ? rc : 1;
   }
   if (px_fs_is(type, "response.completed") || px_fs_is(type, "response.incomplete"))
-    return life_terminal(d, resp, px_fs_is(type, "response.incomplete"));
+    return life_terminal(d, f, seen, px_fs_is(type, "response.incomplete"));
   /* what the jansson path acts on (the deltas: when fast_event left them) */
   static const char *const acted[] = {"error",
                                       "response.created",
@@ -658,6 +746,7 @@ px_sdec_t *px_responses_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, voi
   d->arg = arg;
   d->fast = 1;
   px_buf_init(&d->scratch, 64u << 20);
+  px_buf_init(&d->memo, 64u << 20);
   dset(d, D_INIT);
   return d;
 }
@@ -777,6 +866,7 @@ void px_responses_sdec_free(px_sdec_t *d) {
   if (d == NULL) return;
   free(d->blocks);
   px_buf_free(&d->scratch);
+  px_buf_free(&d->memo);
   free(d);
 }
 
