@@ -25,14 +25,14 @@ const logDir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-hostile-up-'));
 const accessLog = path.join(logDir, 'access.log');
 process.on('exit', () => fs.rmSync(logDir, { recursive: true, force: true }));
 
-// upstream keys of the shapes providers issue (made up), echoed by the
+// upstream keys (plainly fake, not shaped like any provider's), echoed by the
 // fault upstream the way providers do in their authentication errors. (ug:
 // a path with '%' goes by curl, which does not read SSL_CERT_FILE: under
 // hostile_upstream_tls its CA is named.)
 const LEAK = {
-  chat: 'sk-proj-EXAMPLEnotArealKEY0testOnlyEXAMPLEnowxyz',
-  ant: 'sk-ant-api03-EXAMPLEnotArealKEY0testOnlyEXAMPLEnotArAnt9',
-  gem: 'AIzaSyEXAMPLEnotArealKEY0testOnlyEXAGem7',
+  chat: 'fake-openai-TESTONLYnotArealKEYplaceholder0wxyz',
+  ant: 'fake-anthropic-TESTONLYnotArealKEYplaceholderAnt9',
+  gem: 'fake-gemini-TESTONLYnotArealKEYplaceholGem7',
 };
 // [upstream name] on the scripted upstream
 const upstream = (name, proto, keys = {}) => C.upstream(name, proto, up.url, { api_key: 'up-key', ...keys });

@@ -11,7 +11,7 @@
 #include "proxai/log.h"
 #include "proxai/scrub.h"
 
-#define KEY "sk-proj-EXAMPLEnotArealKEY0testOnlyEXAMPLEnowxyz"
+#define KEY "fake-key-TESTONLYnotArealKEY0placeholderFAKEnowxyz"
 
 /* s with its first occurrence of word overwritten with '*' (static) */
 static const char *starred(const char *s, const char *word) {
@@ -35,19 +35,20 @@ static const char *scrubbed(const char *s) {
 static void test_shapes(void) {
   px_scrub_add(KEY, strlen(KEY));
   px_scrub_add("short", 5); /* under the minimum: ignored */
-  /* OpenAI's echo: a prefix, stars, the last four; a full stop after it */
+  /* OpenAI's echo shape: a prefix, stars, the last four; a full stop after
+   * it (the secrets here are plainly fake, not shaped like a provider's) */
   const char *echo =
-      "Incorrect API key provided: sk-proj-****************************wxyz. You";
+      "Incorrect API key provided: fake-key-****************************wxyz. You";
   CHECK(strcmp(scrubbed(echo),
-               starred(echo, "sk-proj-****************************wxyz")) == 0);
+               starred(echo, "fake-key-****************************wxyz")) == 0);
   const char *cases[][2] = {
-      {"key sk-proj-EX...wxyz is bad", "sk-proj-EX...wxyz"},
+      {"key fake-key-TE...wxyz is bad", "fake-key-TE...wxyz"},
       {"key ****wxyz", "****wxyz"},
-      {"key sk-proj-EXA**", "sk-proj-EXA**"},
+      {"key fake-key-TES**", "fake-key-TES**"},
       {"\"" KEY "\"", KEY},
       {"x=" KEY "&y", KEY},
       /* a long enough piece of a secret without a mask */
-      {"prefix sk-proj-EXAMPL shown", "sk-proj-EXAMPL"},
+      {"prefix fake-key-TESTON shown", "fake-key-TESTON"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     char want[1024];
@@ -70,7 +71,7 @@ static void test_shapes(void) {
 }
 
 static void log_it(void) {
-  px_log_error("upstream said: Incorrect API key provided: sk-ant-E***WXyz.");
+  px_log_error("upstream said: Incorrect API key provided: fake-anth-T***WXyz.");
 }
 
 static void test_config_and_log(void) {
@@ -78,7 +79,7 @@ static void test_config_and_log(void) {
   px_config_t *c = px_config_parse(
       "[upstream a]\nprotocol = anthropic_messages\n"
       "base_url = http://127.0.0.1:1\n"
-      "api_key = sk-ant-EXAMPLEnotArealKEYtestOnlyWXyz\n"
+      "api_key = fake-anth-TESTONLYnotArealKEYplaceholderWXyz\n"
       "header = X-Extra-Token: Bearer tok-0123456789\n"
       "[route *]\nupstream = a\n[key k]\nsecret = client-secret-1\n"
       "[admin]\ntoken = admin-token-abcdef\n",
@@ -102,8 +103,8 @@ static void test_config_and_log(void) {
   CHECK(pread(fd, text, sizeof(text) - 1, 0) > 0);
   close(fd);
   unlink(path);
-  CHECK(strstr(text, "Incorrect API key provided: ***************.") != NULL);
-  CHECK(strstr(text, "WXyz") == NULL && strstr(text, "sk-ant") == NULL);
+  CHECK(strstr(text, "Incorrect API key provided: ******************.") != NULL);
+  CHECK(strstr(text, "WXyz") == NULL && strstr(text, "fake-anth") == NULL);
   px_config_unref(c);
 }
 
