@@ -425,7 +425,8 @@ static inline int px_fb_lit(px_buf_t *b, const char *s) {
 int px_fb_str(px_buf_t *b, px_fstr_t s); /* quoted */
 /** The object at b->data + start (an encoder's output: valid, compact or
  *  not) without its top-level members named in drop[0..n), rewritten in
- *  place. 0, or <0 (b unchanged). */
+ *  place (no copy of the body). 0, or <0 on a body that is not one object
+ *  (b then holds no usable object). */
 int px_fb_drop_members(px_buf_t *b, size_t start, const px_fkey_t *drop, int n);
 int px_fb_raw(px_buf_t *b, px_str_t r);
 int px_fb_key(px_buf_t *b, int *first, const char *key); /* ,"key": */

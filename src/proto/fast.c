@@ -934,31 +934,26 @@ int px_fast_lossy_key(px_lossy_t *lossy, px_fstr_t k) {
 }
 
 int px_fb_drop_members(px_buf_t *b, size_t start, const px_fkey_t *drop, int n) {
-  px_buf_t o;
-  px_buf_init(&o, b->cap);
-  px_fw_t w = {b->data + start, b->len - start, 0};
+  /* in place: what is kept moves left, never past what is still to read */
+  char *o = b->data + start;
+  px_fw_t w = {o, b->len - start, 0};
   px_fstr_t key;
   px_fv_t v;
-  int rc = px_fw_open(&w, '{') == 0 ? px_buf_reserve(&o, b->len - start) : -1, r,
-      kept = 0;
-  if (rc == 0) rc = px_buf_append(&o, "{", 1);
-  while (rc == 0 && (r = px_fw_member(&w, &key)) != 0) {
+  size_t out = 1;
+  int r, kept = 0;
+  if (px_fw_open(&w, '{') < 0) return -1;
+  while ((r = px_fw_member(&w, &key)) != 0) {
     const char *ks = key.p - 1; /* its opening quote */
-    if (r < 0 || px_fw_value(&w, &v) < 0) {
-      rc = -1;
-      break;
-    }
+    if (r < 0 || px_fw_value(&w, &v) < 0) return -1; /* only b's tail moved: not yet */
     if (px_fk_of(key, drop, n) >= 0) continue;
-    if (kept++) rc = px_buf_append(&o, ",", 1);
-    if (rc == 0) rc = px_buf_append(&o, ks, (size_t)(w.p + w.i - ks));
+    size_t l = (size_t)(w.p + w.i - ks);
+    if (kept++) o[out++] = ',';
+    memmove(o + out, ks, l);
+    out += l;
   }
-  if (rc == 0) rc = px_buf_append(&o, "}", 1);
-  if (rc == 0) {
-    b->len = start;
-    rc = px_buf_append(b, o.data, o.len);
-  }
-  px_buf_free(&o);
-  return rc;
+  o[out++] = '}';
+  b->len = start + out;
+  return 0;
 }
 
 /* ------------------------------------------------------------------------ */

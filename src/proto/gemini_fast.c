@@ -1756,25 +1756,21 @@ static int gem_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir
 /* gemini.c's gem_count_request: the request wrapped as countTokens takes
  * it, {"generateContentRequest": {..., "model": "models/MODEL"}} */
 static int gem_fast_count(px_buf_t *b, size_t start, const char *model) {
+  static const char head[] = "{\"generateContentRequest\":";
+  const size_t hl = sizeof(head) - 1;
   size_t n = b->len - start, i = 1;
   if (n < 2 || b->data[start] != '{' || b->data[b->len - 1] != '}') return -1;
   while (i < n - 1 && (b->data[start + i] == ' ' || b->data[start + i] == '\n')) i++;
   int empty = i == n - 1;
-  px_buf_t o;
-  px_buf_init(&o, b->cap);
-  static const char head[] = "{\"generateContentRequest\":";
-  int rc = px_buf_reserve(&o, n + sizeof(head) + 32 + (model ? strlen(model) : 0));
-  if (rc == 0) rc = px_buf_append(&o, head, sizeof(head) - 1);
-  if (rc == 0) rc = px_buf_append(&o, b->data + start, n - 1);
-  if (rc == 0)
-    rc = px_buf_puts(&o, empty ? "\"model\":\"models/" : ",\"model\":\"models/");
-  if (rc == 0 && model) rc = px_buf_json_escape(&o, model, strlen(model));
-  if (rc == 0) rc = px_buf_puts(&o, "\"}}");
-  if (rc == 0) {
-    b->len = start;
-    rc = px_buf_append(b, o.data, o.len);
-  }
-  px_buf_free(&o);
+  /* in place: the body moves right by the head, its closing brace goes */
+  int rc = px_buf_reserve(b, hl + 32 + (model ? strlen(model) : 0));
+  if (rc != 0) return rc;
+  memmove(b->data + start + hl, b->data + start, n - 1);
+  memcpy(b->data + start, head, hl);
+  b->len = start + hl + n - 1;
+  rc = px_buf_puts(b, empty ? "\"model\":\"models/" : ",\"model\":\"models/");
+  if (rc == 0 && model) rc = px_buf_json_escape(b, model, strlen(model));
+  if (rc == 0) rc = px_buf_puts(b, "\"}}");
   return rc;
 }
 
