@@ -37,8 +37,10 @@ typedef struct px_passthru {
   px_buf_t raw;       /**< bytes of the unfinished event, not passed on yet */
   px_pt_feed_t *feed; /**< the feed under way (its SSE parser's hooks) */
   const px_wire_watch_t *w;           /**< the protocol's watch descriptor */
-  unsigned char klen[4];              /**< lengths of the keys data chunks are tested
-                                           for (0: not tested; passthru.c) */
+  const char *key[4];                 /**< the keys data chunks are tested for */
+  unsigned char klen[4];              /**< their lengths (0: not tested; passthru.c) */
+  unsigned char term_keys;            /**< those that end the stream (bit k: key[k]) */
+  unsigned char ans_key;              /**< a traced answer's finish key's slot; 4: none */
   int keys;                           /**< any of them tested */
   unsigned char name_len[PX_N_COUNT]; /**< lengths of the event names (PX_N_*) */
   px_buf_t utail;                     /**< the bytes the last usage read depended on */
@@ -50,10 +52,13 @@ typedef struct px_passthru {
                            error; the stream is broken, feed refuses more */
   px_usage_t usage;   /**< usage seen so far, for logs and tpm */
   px_answer_t *answer; /**< NULL, or the answer's id, model and finish
-                            reason kept here (a traced request) */
+                            reason kept here (px_passthru_answer) */
 } px_passthru_t;
 
 void px_passthru_init(px_passthru_t *pt, px_proto_t proto, const char *model);
+/** Keeps the answer's id, model and finish reason in a (NULL: none) as the
+ *  events pass (a traced request), read where the watch already looks. */
+void px_passthru_answer(px_passthru_t *pt, px_answer_t *a);
 /** Feed upstream bytes; the bytes to send to the client (complete events,
  *  rewritten or dropped as configured) are appended to out. Returns 0, or <0
  *  when the stream is broken (an event over PX_MAX_SSE_EVENT): out then holds

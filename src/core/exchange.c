@@ -224,7 +224,7 @@ void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, size_t up_tai
 void px_exch_trace_stream(px_exch_t *x) {
   if (!x->tr.sampled) return;
   if (x->pt_init) { /* the same events (the model written back: at the end) */
-    x->pt.answer = &x->ans_up;
+    px_passthru_answer(&x->pt, &x->ans_up);
     return;
   }
   px_stream_tr_answer(x->str, &x->ans_up, &x->ans_cl);

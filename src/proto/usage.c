@@ -674,6 +674,18 @@ void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const cha
   answer_read(w, p, n, outer, END, a);
 }
 
+int px_answer_finish_at(const char *p, size_t n, size_t at, size_t name_len,
+                        px_answer_t *a) {
+  size_t e = at + name_len + 2; /* past the name's closing quote */
+  if (at >= n || e > n || p[at] != '"' || (at > 0 && p[at - 1] == '\\')) return 0;
+  size_t c = skip_ws(p, e, n);
+  if (c >= n || p[c] != ':') return 0; /* a value, not a name */
+  size_t v = skip_ws(p, c + 1, n), ve;
+  if (v < n && p[v] == '"' && (ve = str_end(p, v, n)) != END)
+    copy_str(p, v, ve - v, a->finish, sizeof(a->finish), &a->finish_len);
+  return 1; /* null: no finish reason (yet) */
+}
+
 /* a string's content into dst as copy_str cuts it */
 static void set_str(px_str_t v, char *dst, size_t cap, unsigned char *len) {
   size_t l = v.len < cap ? v.len : cap - 1;
