@@ -32,12 +32,12 @@ enum { PX_K_ERROR, PX_K_USAGE, PX_K_FINISH };
  * *lk_at: the place of the last quote that holds keys[lk] (lk <
  * PX_WATCH_KEYS: a traced answer's finish key, keys_in's caller reads its
  * value there). */
-#define PX_KEYS_AT(m, i, ctz)                                   \
-  for (; m; m &= m - 1) {                                       \
-    size_t j_ = (i) + (size_t)ctz(m);                           \
-    unsigned f_ = key_at(d, n, j_, keys, kl);                   \
-    if (f_ >> lk & 1) *lk_at = j_;                               \
-    found |= f_;                                                \
+#define PX_KEYS_AT(m, i, ctz)                 \
+  for (; m; m &= m - 1) {                     \
+    size_t j_ = (i) + (size_t)ctz(m);         \
+    unsigned f_ = key_at(d, n, j_, keys, kl); \
+    if (f_ >> lk & 1) *lk_at = j_;            \
+    found |= f_;                              \
   }
 
 /* a[0..n) == b[0..n) for the keys' short names: two overlapping words,
@@ -210,7 +210,8 @@ static void chunk_answer(px_passthru_t *pt, const char *d, size_t n, unsigned ha
   px_answer_t *a = pt->answer;
   if (n == 0 || d[0] != '{') return; /* [DONE] and the like */
   if (!a->id[0] || !a->model[0] ||
-      ((has >> pt->ans_key & 1) && !px_answer_finish_at(d, n, last, pt->klen[pt->ans_key], a)))
+      ((has >> pt->ans_key & 1) &&
+       !px_answer_finish_at(d, n, last, pt->klen[pt->ans_key], a)))
     px_answer_read(pt->w, d, n, NULL, a);
 }
 
@@ -268,7 +269,8 @@ void px_passthru_answer(px_passthru_t *pt, px_answer_t *a) {
   /* a data-only stream: its finish key tested with the others (one of the
    * finish keys, or a slot of its own) */
   for (unsigned k = PX_K_FINISH; k < PX_WATCH_KEYS && pt->ans_key == PX_WATCH_KEYS; k++)
-    if (pt->klen[k] == 0 || strcmp(pt->key[k], w->finish_key) == 0) pt->ans_key = (unsigned char)k;
+    if (pt->klen[k] == 0 || strcmp(pt->key[k], w->finish_key) == 0)
+      pt->ans_key = (unsigned char)k;
   if (pt->ans_key == PX_WATCH_KEYS) return; /* no room: read by px_answer_read alone */
   pt->key[pt->ans_key] = w->finish_key;
   pt->klen[pt->ans_key] = (unsigned char)strlen(w->finish_key);
