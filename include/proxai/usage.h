@@ -56,6 +56,12 @@ typedef struct px_answer {
 void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
                     px_answer_t *a);
 
+/** px_answer_read at the top (outer NULL) without the finish reason: the
+ *  id and the model alone. */
+void px_answer_ids(const px_wire_watch_t *w, const char *p, size_t n, px_answer_t *a);
+/** ... and the finish reason alone. */
+void px_answer_finish(const px_wire_watch_t *w, const char *p, size_t n, px_answer_t *a);
+
 /** Sets a's id, model and finish reason (JSON string contents; len 0: not
  *  set), cut to fit as px_answer_read cuts them. */
 void px_answer_set(px_answer_t *a, px_str_t id, px_str_t model, px_str_t finish);
@@ -66,15 +72,6 @@ void px_answer_set(px_answer_t *a, px_str_t id, px_str_t model, px_str_t finish)
  *  content; else none), the finish word (NULL: none). */
 void px_answer_wrote(px_answer_t *a, const px_buf_t *b, size_t id_at, size_t id_end,
                      size_t model_at, size_t model_end, const char *finish);
-
-/** A data chunk's finish reason from the last place a key scan met its
- *  name (p[at] the name's opening quote, name_len the name's length): the
- *  value there when it is a string (null or anything else: none, a's
- *  unchanged), as px_answer_read finds the last such member reading back
- *  from the end. 0 when p[at] does not open a member of that name (an
- *  escaped quote, a string value): the caller reads the chunk whole. */
-int px_answer_finish_at(const char *p, size_t n, size_t at, size_t name_len,
-                        px_answer_t *a);
 
 /** px_answer_read on a whole body (outer NULL) whose usage member starts
  *  at tail (px_usage_scan_at; PX_JSON_NPOS: not known): a finish reason

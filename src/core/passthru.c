@@ -27,30 +27,19 @@
  * compared (the last places in a block overlapping the one before). */
 #define PX_WATCH_KEYS 4
 enum { PX_K_ERROR, PX_K_USAGE, PX_K_FINISH };
-
-/* The keys held at the quotes of mask m (bit b: the quote at d[i + b]);
- * *lk_at: the place of the last quote that holds keys[lk] (lk <
- * PX_WATCH_KEYS: a traced answer's finish key, keys_in's caller reads its
- * value there). */
-#define PX_KEYS_AT(m, i, ctz)                 \
-  for (; m; m &= m - 1) {                     \
-    size_t j_ = (i) + (size_t)ctz(m);         \
-    unsigned f_ = key_at(d, n, j_, keys, kl); \
-    if (f_ >> lk & 1) *lk_at = j_;            \
-    found |= f_;                              \
-  }
-
-/* a[0..n) == b[0..n) for the keys' short names: two overlapping words,
- * no call */
+/* a[0..n) == b[0..n) for short names: a word at a time (the last one
+ * overlapping), no call */
 static inline int same_bytes(const char *a, const char *b, size_t n) {
-  if (n > 16) return memcmp(a, b, n) == 0;
   if (n >= 8) {
-    uint64_t x, y, u, v;
-    memcpy(&x, a, 8);
-    memcpy(&y, b, 8);
-    memcpy(&u, a + n - 8, 8);
-    memcpy(&v, b + n - 8, 8);
-    return ((x ^ y) | (u ^ v)) == 0;
+    uint64_t x, y, diff = 0;
+    for (size_t i = 0; i + 8 < n; i += 8) {
+      memcpy(&x, a + i, 8);
+      memcpy(&y, b + i, 8);
+      diff |= x ^ y;
+    }
+    memcpy(&x, a + n - 8, 8);
+    memcpy(&y, b + n - 8, 8);
+    return (diff | (x ^ y)) == 0;
   }
   if (n >= 4) {
     uint32_t x, y, u, v;
@@ -81,8 +70,7 @@ static unsigned key_at(const char *d, size_t n, size_t j, const char *const *key
 __attribute__((target("avx2"))) static unsigned keys_in_avx2(const char *d, size_t n,
                                                              const char *const *keys,
                                                              const unsigned char *kl,
-                                                             unsigned all, unsigned lk,
-                                                             size_t *lk_at) {
+                                                             unsigned all) {
   const __m256i qt = _mm256_set1_epi8('"');
   __m256i f[PX_WATCH_KEYS];
   unsigned found = 0;
@@ -103,26 +91,21 @@ __attribute__((target("avx2"))) static unsigned keys_in_avx2(const char *d, size
         _mm256_or_si256(_mm256_cmpeq_epi8(v, f[0]), _mm256_cmpeq_epi8(v, f[1])),
         _mm256_or_si256(_mm256_cmpeq_epi8(v, f[2]), _mm256_cmpeq_epi8(v, f[3])));
     uint64_t m = (uint32_t)_mm256_movemask_epi8(_mm256_and_si256(q, b)) >> skip << skip;
-    PX_KEYS_AT(m, i, __builtin_ctzll);
+    for (; m; m &= m - 1) found |= key_at(d, n, i + (size_t)__builtin_ctzll(m), keys, kl);
   }
   return found;
 }
 #define PX_HAVE_AVX2_KEYS 1
 #endif
 
-/* Which keys d[0..n) holds, and the place of the last quote that holds
- * keys[lk] (lk >= PX_WATCH_KEYS: none wanted; else every place is tested,
- * *last untouched when it holds none). */
 static unsigned keys_in(const char *d, size_t n, const char *const *keys,
-                        const unsigned char *kl, unsigned lk, size_t *lk_at) {
+                        const unsigned char *kl) {
   size_t i = 0;
   unsigned all = 0, found = 0;
   for (size_t k = 0; k < PX_WATCH_KEYS; k++)
     if (kl[k] > 0) all |= 1u << k;
-  if (lk < PX_WATCH_KEYS) all = ~0u; /* its last place: to the end */
 #if defined(PX_HAVE_AVX2_KEYS)
-  if (n >= 33 && __builtin_cpu_supports("avx2"))
-    return keys_in_avx2(d, n, keys, kl, all, lk, lk_at);
+  if (n >= 33 && __builtin_cpu_supports("avx2")) return keys_in_avx2(d, n, keys, kl, all);
 #endif
 #if defined(__SSE2__)
   if (n >= 17) {
@@ -144,16 +127,13 @@ static unsigned keys_in(const char *d, size_t n, const char *const *keys,
           _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, f[0]), _mm_cmpeq_epi8(v, f[1])),
                        _mm_or_si128(_mm_cmpeq_epi8(v, f[2]), _mm_cmpeq_epi8(v, f[3])));
       unsigned m = (unsigned)_mm_movemask_epi8(_mm_and_si128(q, b)) >> skip << skip;
-      PX_KEYS_AT(m, i, __builtin_ctz);
+      for (; m; m &= m - 1) found |= key_at(d, n, i + (size_t)__builtin_ctz(m), keys, kl);
     }
     return found;
   }
 #endif
   for (; i + 1 < n && found != all; i++) /* a quote at n - 1 opens no key */
-    if (d[i] == '"') {
-      unsigned m = 1;
-      PX_KEYS_AT(m, i, __builtin_ctz);
-    }
+    if (d[i] == '"') found |= key_at(d, n, i, keys, kl);
   return found;
 }
 
@@ -203,16 +183,19 @@ static void answer_in(px_passthru_t *pt, const char *d, size_t n, const char *ou
 }
 
 /* ... or on a data chunk, where every chunk says it all: the id and the
- * model from the first that has them, then the finish reason where the key
- * scan met its name last (has: the keys it found) */
-static void chunk_answer(px_passthru_t *pt, const char *d, size_t n, unsigned has,
-                         size_t last) {
+ * model from the first that has them; the finish reason of a chunk that
+ * holds its name (has: the keys the scan found, when the name is one of
+ * them) and does not end in it being null ("finish_reason":null}]}: the
+ * last one, as the read back from the end meets it first, says none) */
+static void chunk_answer(px_passthru_t *pt, const char *d, size_t n, unsigned has) {
   px_answer_t *a = pt->answer;
   if (n == 0 || d[0] != '{') return; /* [DONE] and the like */
-  if (!a->id[0] || !a->model[0] ||
-      ((has >> pt->ans_key & 1) &&
-       !px_answer_finish_at(d, n, last, pt->klen[pt->ans_key], a)))
-    px_answer_read(pt->w, d, n, NULL, a);
+  if (!a->id[0] || !a->model[0]) px_answer_ids(pt->w, d, n, a);
+  if (pt->fin_bit && !(has & pt->fin_bit)) return;
+  size_t e = n, nl = pt->fin_null_len;
+  while (e > 0 && (d[e - 1] == '}' || d[e - 1] == ']')) e--;
+  if (e > nl && d[e - nl - 1] != '\\' && same_bytes(d + e - nl, pt->fin_null, nl)) return;
+  px_answer_finish(pt->w, d, n, a);
 }
 
 /* One event, judged by the protocol's watch descriptor: terminal, error,
@@ -232,13 +215,14 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
     }
   /* the keys this protocol's data chunks are tested for, in one pass
    * (their lengths set at init: 0 for a key not tested) */
+  const char *keys[PX_WATCH_KEYS] = {"error", w->usage_obj, w->finish_keys[0],
+                                     w->finish_keys[1]};
   unsigned has = 0;
-  size_t last = 0;
   if (n > 0 && pt->keys) {
     unsigned char kl[PX_WATCH_KEYS];
     memcpy(kl, pt->klen, sizeof(kl));
     if (n <= 9 || d[0] != '{') kl[PX_K_ERROR] = 0;
-    has = keys_in(d, n, pt->key, kl, pt->ans_key, &last);
+    has = keys_in(d, n, keys, kl);
   }
   if (name_is(ev->event, w->error_event, nl[PX_N_ERROR])) {
     pt->upstream_error = 1;
@@ -257,8 +241,8 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
   } else if (has >> PX_K_USAGE & 1) {
     chunk_usage(pt, d, n);
   }
-  if (has & pt->term_keys) pt->terminal = 1;
-  if (pt->ans_key < PX_WATCH_KEYS) chunk_answer(pt, d, n, has, last);
+  if (has >> PX_K_FINISH) pt->terminal = 1;
+  if (pt->fin_null_len) chunk_answer(pt, d, n, has);
   return 0;
 }
 
@@ -266,15 +250,16 @@ void px_passthru_answer(px_passthru_t *pt, px_answer_t *a) {
   const px_wire_watch_t *w = pt->w;
   pt->answer = a;
   if (a == NULL || w->start_event || w->terminal_events[0] || !w->finish_key) return;
-  /* a data-only stream: its finish key tested with the others (one of the
-   * finish keys, or a slot of its own) */
-  for (unsigned k = PX_K_FINISH; k < PX_WATCH_KEYS && pt->ans_key == PX_WATCH_KEYS; k++)
-    if (pt->klen[k] == 0 || strcmp(pt->key[k], w->finish_key) == 0)
-      pt->ans_key = (unsigned char)k;
-  if (pt->ans_key == PX_WATCH_KEYS) return; /* no room: read by px_answer_read alone */
-  pt->key[pt->ans_key] = w->finish_key;
-  pt->klen[pt->ans_key] = (unsigned char)strlen(w->finish_key);
-  pt->keys = 1;
+  /* a data-only stream: "name":null, the finish reason's name when one of
+   * the keys the scan tests for (then a chunk without it has none) */
+  size_t fl = strlen(w->finish_key);
+  if (fl + 7 > sizeof(pt->fin_null)) return; /* never: the protocols' names are short */
+  pt->fin_null[0] = '"';
+  memcpy(pt->fin_null + 1, w->finish_key, fl);
+  memcpy(pt->fin_null + 1 + fl, "\":null", 6);
+  pt->fin_null_len = (unsigned char)(fl + 7);
+  for (size_t k = 0; k < 2 && w->finish_keys[k]; k++)
+    if (strcmp(w->finish_keys[k], w->finish_key) == 0) pt->fin_bit = 1u << (PX_K_FINISH + k);
 }
 
 static int on_event_end(void *arg, size_t end);
@@ -289,14 +274,8 @@ void px_passthru_init(px_passthru_t *pt, px_proto_t proto, const char *model) {
   if (w->error_data) pt->klen[PX_K_ERROR] = 5;
   if (!w->start_event && !w->terminal_events[0])
     pt->klen[PX_K_USAGE] = (unsigned char)strlen(w->usage_obj);
-  for (size_t k = 0; k < 2 && w->finish_keys[k]; k++) {
-    pt->key[PX_K_FINISH + k] = w->finish_keys[k];
+  for (size_t k = 0; k < 2 && w->finish_keys[k]; k++)
     pt->klen[PX_K_FINISH + k] = (unsigned char)strlen(w->finish_keys[k]);
-    pt->term_keys |= (unsigned char)(1u << (PX_K_FINISH + k));
-  }
-  pt->key[PX_K_ERROR] = "error";
-  pt->key[PX_K_USAGE] = w->usage_obj;
-  pt->ans_key = PX_WATCH_KEYS; /* none: px_passthru_answer */
   for (size_t k = 0; k < PX_WATCH_KEYS; k++) pt->keys |= pt->klen[k] > 0;
   const char *names[PX_N_COUNT] = {
       w->terminal_events[0], w->terminal_events[1], w->terminal_events[2], w->error_event,

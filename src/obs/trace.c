@@ -27,6 +27,14 @@
 #include "proxai/json.h"
 #include "proxai/metrics.h"
 
+/* the encoders of a span's values: inlined where they are used (a span
+ * writes a few dozen of them, each worth less than a call) */
+#if defined(__GNUC__) || defined(__clang__)
+#define ENC static inline __attribute__((always_inline))
+#else
+#define ENC static inline
+#endif
+
 #define BATCH_MAX (4u << 20) /* bytes waiting, in flight apart: beyond, spans drop */
 #define BATCH_SPANS_MAX 8192 /* spans waiting */
 #define READY_SPANS 512      /* a batch this large is sent at once */
@@ -275,7 +283,7 @@ static char *put_text_slow(char *w, const char *s, size_t n) {
 /* A JSON string's content (escaped): names are short and plain as a rule,
  * copied while checked a word at a time (px_json_special8: the bytes care[]
  * flags), written again by the slow path when not plain. */
-static char *put_text(char *w, const char *s, size_t n) {
+ENC char *put_text(char *w, const char *s, size_t n) {
 #if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
   uint64_t x, bad = 0;
   if (n >= 8) {
@@ -346,8 +354,8 @@ static inline char *put9(char *w, uint32_t u) {
   return w + 9;
 }
 
-/* v < 100000000, without leading zeros */
-static char *put_small(char *w, uint32_t v) {
+/* v < 10000, without leading zeros */
+ENC char *put_upto4(char *w, uint32_t v) {
   if (v < 10) {
     *w = (char)('0' + v);
     return w + 1;
@@ -361,27 +369,36 @@ static char *put_small(char *w, uint32_t v) {
     memcpy(w + 1, digits2 + 2 * (v % 100), 2);
     return w + 3;
   }
-  if (v < 10000) return put4(w, v);
-  return put4(put_small(w, v / 10000), v % 10000);
+  return put4(w, v);
 }
 
-/* decimal, in 8-digit chunks of 32-bit arithmetic: the 19-digit times of
- * every span cost a few dozen instructions */
-static char *put_u64(char *w, uint64_t v) {
-  if (v < 100000000) return put_small(w, (uint32_t)v);
+/* v < 100000000, without leading zeros */
+ENC char *put_small(char *w, uint32_t v) {
+  if (v < 10000) return put_upto4(w, v);
+  return put4(put_upto4(w, v / 10000), v % 10000);
+}
+
+/* v >= 100000000 in 8-digit chunks of 32-bit arithmetic (a time's
+ * seconds, a huge count): out of line */
+static char *put_big(char *w, uint64_t v) {
   uint64_t hi = v / 100000000;
   uint32_t lo = (uint32_t)(v % 100000000);
   if (hi < 100000000)
     w = put_small(w, (uint32_t)hi);
   else
-    w = put8(put_small(w, (uint32_t)(hi / 100000000)), (uint32_t)(hi % 100000000));
+    w = put8(put_upto4(w, (uint32_t)(hi / 100000000)), (uint32_t)(hi % 100000000));
   return put8(w, lo);
+}
+
+/* decimal: the counts of a span are small */
+ENC char *put_u64(char *w, uint64_t v) {
+  return v < 100000000 ? put_small(w, (uint32_t)v) : put_big(w, v);
 }
 
 /* a wall-clock time in ns: seconds (10 digits until 2286), their digits
  * kept from the last time (spans end within the same second, as a rule),
  * and 9 digits */
-static char *put_time(char *w, uint64_t hr) {
+ENC char *put_time(char *w, uint64_t hr) {
   static uint64_t last_sec = UINT64_MAX;
   static char sec_text[24];
   static size_t sec_len;
