@@ -137,8 +137,10 @@ static void check_passthru(const uint8_t *p, size_t n, uint32_t seed, unsigned p
   if (traced && ra == 0 && rb == 0 && ref_answer(p, n, proto, &ref) == 0 &&
       (memcmp(&aa, &ab, sizeof(aa)) != 0 || strcmp(aa.id, ref.id) != 0 ||
        strcmp(aa.model, ref.model) != 0 || strcmp(aa.finish, ref.finish) != 0)) {
-    fprintf(stderr, "fuzz_sse: the watcher's answer (%s|%s|%s) is not what reading every event "
-            "finds (%s|%s|%s)\n", aa.id, aa.model, aa.finish, ref.id, ref.model, ref.finish);
+    fprintf(stderr,
+            "fuzz_sse: the watcher's answer (%s|%s|%s) is not what reading every event "
+            "finds (%s|%s|%s)\n",
+            aa.id, aa.model, aa.finish, ref.id, ref.model, ref.finish);
     abort();
   }
   /* a failure (an event over the cap, a buffer error) may come at another

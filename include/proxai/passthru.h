@@ -49,9 +49,9 @@ typedef struct px_passthru {
   int failed;         /**< <0: an event over the cap (PX_ETOOBIG) or a buffer
                            error; the stream is broken, feed refuses more */
   px_usage_t usage;   /**< usage seen so far, for logs and tpm */
-  px_answer_t *answer; /**< NULL, or the answer's id, model and finish
-                            reason kept here (px_passthru_answer) */
-  char fin_null[40];   /**< a data-only stream's "finish name":null */
+  px_answer_t *answer;        /**< NULL, or the answer's id, model and finish
+                                   reason kept here (px_passthru_answer) */
+  char fin_null[40];          /**< a data-only stream's "finish name":null */
   unsigned char fin_null_len; /**< its length; 0: not a data-only stream */
   unsigned char fin_bit; /**< the finish name's bit among the keys tested; 0: not one */
 } px_passthru_t;

@@ -224,7 +224,7 @@ void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, size_t up_tai
   if (!x->tr.sampled) return;
   px_answer_body(&px_proto_get(x->out)->watch, up ? up : "", un, up_tail, &x->ans_up);
   if (cl == NULL)
-    x->ans_pass = 1; /* passed through (answer_client) */
+    x->ans_pass = 1;         /* passed through (answer_client) */
   else if (!x->ans_cl.noted) /* its encoder does not note it */
     px_answer_read(&px_exch_client_ops(x)->watch, cl, cn, NULL, &x->ans_cl);
 }

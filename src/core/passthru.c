@@ -259,7 +259,8 @@ void px_passthru_answer(px_passthru_t *pt, px_answer_t *a) {
   memcpy(pt->fin_null + 1 + fl, "\":null", 6);
   pt->fin_null_len = (unsigned char)(fl + 7);
   for (size_t k = 0; k < 2 && w->finish_keys[k]; k++)
-    if (strcmp(w->finish_keys[k], w->finish_key) == 0) pt->fin_bit = 1u << (PX_K_FINISH + k);
+    if (strcmp(w->finish_keys[k], w->finish_key) == 0)
+      pt->fin_bit = 1u << (PX_K_FINISH + k);
 }
 
 static int on_event_end(void *arg, size_t end);

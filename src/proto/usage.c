@@ -514,14 +514,14 @@ static inline size_t scalar_to_end(const char *p, size_t i, size_t n) {
 #if defined(__SSE2__)
   for (; i + 16 <= n; i += 16) {
     __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
-    __m128i e = _mm_or_si128(
-        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(',')),
-                                  _mm_cmpeq_epi8(v, _mm_set1_epi8('}'))),
-                     _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(']')),
-                                  _mm_cmpeq_epi8(v, _mm_set1_epi8(' ')))),
-        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\n')),
-                                  _mm_cmpeq_epi8(v, _mm_set1_epi8('\r'))),
-                     _mm_cmpeq_epi8(v, _mm_set1_epi8('\t'))));
+    __m128i e =
+        _mm_or_si128(_mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(',')),
+                                               _mm_cmpeq_epi8(v, _mm_set1_epi8('}'))),
+                                  _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(']')),
+                                               _mm_cmpeq_epi8(v, _mm_set1_epi8(' ')))),
+                     _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\n')),
+                                               _mm_cmpeq_epi8(v, _mm_set1_epi8('\r'))),
+                                  _mm_cmpeq_epi8(v, _mm_set1_epi8('\t'))));
     unsigned m = (unsigned)_mm_movemask_epi8(e);
     if (m) return i + (size_t)__builtin_ctz(m);
   }
@@ -552,8 +552,8 @@ static inline size_t plain_end(const char *p, size_t i, size_t n) {
 
 /* the member name p[i + 1 .. i + 1 + kl) among pk's names not found yet
  * (lens: their lengths); PX_JSON_PICK_MAX when none */
-static inline size_t pick_hit(const char *p, size_t i, size_t kl, const px_json_pick_t *pk,
-                              uint64_t lens) {
+static inline size_t pick_hit(const char *p, size_t i, size_t kl,
+                              const px_json_pick_t *pk, uint64_t lens) {
   if (kl >= 64 ? !(lens & 1) : !(lens >> kl & 1)) return PX_JSON_PICK_MAX;
   for (size_t k = 0; k < pk->n; k++)
     if (pk->nlen[k] == kl && pk->at[k] == END && p[i + 1] == pk->name[k][0] &&
