@@ -39,9 +39,11 @@
 #define BATCH_SPANS_MAX 8192 /* spans waiting */
 #define READY_SPANS 512      /* a batch this large is sent at once */
 #define READY_BYTES (1u << 20)
-/* room a batch starts with: a second's spans of a busy worker are written
- * without the buffer growing (each growth copies what it holds) */
-#define BATCH_START (256u << 10)
+/* room a batch starts with: a batch that is sent as it becomes ready
+ * (READY_SPANS spans, READY_BYTES) is written without the buffer growing
+ * (each growth copies what it holds: a copy of a megabyte costs more than
+ * the spans of a thousand requests); pages never written cost no memory */
+#define BATCH_START (READY_BYTES + (256u << 10))
 
 static px_buf_t batch;
 static size_t nspans;
@@ -520,6 +522,7 @@ static sv_t str_sv(px_str_t s) {
 typedef struct frag {
   const char *k[4]; /* the strings it was encoded from */
   size_t len;       /* 0: empty */
+  size_t op_len;    /* the operation's length (k[0]) */
   char text[FRAG_MAX];
 } frag_t;
 static frag_t frags[2]; /* SERVER, CLIENT */
@@ -567,7 +570,7 @@ static const frag_t *fixed_find(const px_span_t *s, const char **k, sv_t *f) {
     const frag_t *c = &frags[s->kind == PX_SPAN_CLIENT];
     if (c->len && c->k[0] == k[0] && c->k[1] == k[1] && c->k[2] == k[2] &&
         c->k[3] == k[3])
-      return f[0] = sv(k[0]), c;
+      return f[0] = (sv_t){k[0], c->op_len}, c;
   }
   for (int i = 0; i < 4; i++) f[i] = sv(k[i]);
   if (s->kind == PX_SPAN_CLIENT && k[2]) {
@@ -588,6 +591,7 @@ static void fixed_keep(const px_span_t *s, const char **k, const char *w, size_t
   memcpy(c->k, k, sizeof(c->k));
   memcpy(c->text, w, len);
   c->len = len;
+  c->op_len = strlen(k[0]);
 }
 
 /* Writes the span at w (room for its bound reserved); returns the end. */
