@@ -547,7 +547,35 @@ int px_fs_blank_value(px_fstr_t s) {
 /* ------------------------------------------------------------------------ */
 /* Writers                                                                   */
 
+px_fb_spanning_t px_fb_spanning;
+
+int px_fb_span(px_buf_t *b, const void *p, size_t n) {
+  const px_fb_spanning_t *sp = &px_fb_spanning;
+  px_spans_t *s = sp->s;
+  const char *c = p;
+  if (c >= sp->lo && c < sp->hi && n <= (size_t)(sp->hi - c)) {
+    if (s->n == s->cap) {
+      size_t cap = s->cap ? s->cap * 2 : 32;
+      px_body_span_t *v = realloc(s->v, cap * sizeof(*v));
+      if (v == NULL) goto copy;
+      s->v = v;
+      s->cap = cap;
+    }
+    s->v[s->n++] = (px_body_span_t){b->len, c, n};
+    s->bytes += n;
+    return 0;
+  }
+copy:
+  return px_buf_append(b, p, n);
+}
+
 int px_fb_str(px_buf_t *b, px_fstr_t s) {
+  if (s.n >= PX_FB_SPAN_MIN && b == px_fb_spanning.b) {
+    int rc = px_fb_put(b, "\"", 1);
+    if (rc == 0) rc = px_fb_span(b, s.p, s.n);
+    if (rc == 0) rc = px_fb_put(b, "\"", 1);
+    return rc;
+  }
   if (s.n + 2 <= b->size - b->len) { /* the hub reserved room: no call */
     char *o = b->data + b->len;
     o[0] = '"';
