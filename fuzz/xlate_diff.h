@@ -46,6 +46,31 @@ static inline int same_refusal(const px_tr_err_t *a, const px_tr_err_t *b) {
          strcmp(a->message, b->message) == 0;
 }
 
+/* The same translation in parts (the client body's long strings as spans,
+ * as the gateway sends it): byte for byte the whole body fo. */
+static inline void request_parts(const px_tr_ctx_t *c, const char *body, size_t len,
+                                 const char *fo, size_t fl) {
+  px_tr_ctx_t sc = *c;
+  px_spans_t sp = {0};
+  sc.spans = &sp;
+  char *t = NULL;
+  size_t tl = 0, np = 0, at = 0;
+  px_lossy_t l;
+  px_lossy_init(&l);
+  px_tr_err_t e;
+  px_str_t *parts = NULL;
+  if (px_translate_request_body(&sc, body, len, 0, &t, &tl, &l, &e) != 0 ||
+      px_spans_parts(t, tl, &sp, &parts, &np) != 0)
+    abort();
+  for (size_t i = 0; i < np; at += parts[i].len, i++)
+    if (parts[i].len > fl - at || memcmp(fo + at, parts[i].ptr, parts[i].len) != 0)
+      diff_fail("request in parts", c, body, len, fo, t, "", "");
+  if (at != fl) diff_fail("request in parts (length)", c, body, len, fo, t, "", "");
+  free(parts);
+  free(t);
+  px_spans_free(&sp);
+}
+
 static inline void request_one(const px_tr_ctx_t *c, const char *body, size_t len) {
   unsigned long before, after;
   px_translate_fast_counts(&before, NULL);
@@ -67,6 +92,7 @@ static inline void request_one(const px_tr_ctx_t *c, const char *body, size_t le
     if (rs != 0)
       diff_fail("request (jansson refused)", c, body, len, fo, es.message, lf.buf, "");
     check_json("request", c, body, len, fo, fl, so, sl, &lf, &ls);
+    request_parts(c, body, len, fo, fl);
   } else if (rf != 0) {
     /* a refusal of the fast codecs is the reference's refusal, word for word */
     px_tr_err_t ed;
