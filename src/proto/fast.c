@@ -2,6 +2,9 @@
  * the walker over validated bodies, the writers, and the two places where
  * tool-call arguments change form (a JSON string <-> a JSON object). */
 #include <jansson.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,6 +124,46 @@ static inline uint64_t escaped_bits(uint64_t bs, uint64_t *prev) {
 }
 #endif
 
+#if defined(__SSE2__)
+/* One 64-byte block of a string whose quote and backslash masks are q and
+ * b: 1 with *end at the closing quote (not an escaped byte), else 0; *esc
+ * set when a backslash comes before it. */
+static inline int block_end(uint64_t q, uint64_t b, uint64_t *prev, size_t i, size_t *end,
+                            int *esc) {
+  uint64_t e = q & ~escaped_bits(b, prev);
+  if (e != 0) {
+    unsigned k = (unsigned)__builtin_ctzll(e);
+    if (b & ((1ull << k) - 1)) *esc = 1;
+    *end = i + k;
+    return 1;
+  }
+  if (b != 0) *esc = 1;
+  return 0;
+}
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* block_end's loop on AVX2: two loads a block instead of four */
+__attribute__((target("avx2"))) static int blocks_avx2(const unsigned char *u, size_t n,
+                                                          size_t i, int *esc,
+                                                          uint64_t *prev, size_t *end) {
+  const __m256i qt = _mm256_set1_epi8('"'), bs = _mm256_set1_epi8('\\');
+  for (; i + 64 <= n; i += 64) {
+    __m256i v0 = _mm256_loadu_si256((const __m256i *)(u + i));
+    __m256i v1 = _mm256_loadu_si256((const __m256i *)(u + i + 32));
+    uint64_t q = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v0, qt)) |
+                 (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v1, qt)) << 32;
+    uint64_t b = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v0, bs)) |
+                 (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v1, bs)) << 32;
+    if (block_end(q, b, prev, i, end, esc)) return 1;
+  }
+  *end = i;
+  return 0;
+}
+
+static int fw_avx2 = -1; /* whether the CPU has AVX2; -1 until asked */
+#endif
+
 /* The closing quote of a string of a checked body from i (not an escaped
  * byte), n when there is none; *esc set when a backslash comes before it.
  * Sixty-four bytes at a time: the quote mask without the escaped bytes
@@ -128,8 +171,16 @@ static inline uint64_t escaped_bits(uint64_t bs, uint64_t *prev) {
  * output) costs the same as plain text. */
 static size_t string_end(const unsigned char *u, size_t n, size_t i, int *esc) {
 #if defined(__SSE2__)
-  const __m128i qt = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\');
   uint64_t prev = 0;
+  size_t end;
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (fw_avx2 < 0) fw_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+  if (fw_avx2 && i + 64 <= n) {
+    if (blocks_avx2(u, n, i, esc, &prev, &end)) return end;
+    i = end;
+  }
+#endif
+  const __m128i qt = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\');
   for (; i + 64 <= n; i += 64) {
     uint64_t q = 0, b = 0;
     for (int k = 0; k < 4; k++) {
@@ -137,13 +188,7 @@ static size_t string_end(const unsigned char *u, size_t n, size_t i, int *esc) {
       q |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, qt)) << (16 * k);
       b |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, bs)) << (16 * k);
     }
-    uint64_t end = q & ~escaped_bits(b, &prev);
-    if (end != 0) {
-      unsigned k = (unsigned)__builtin_ctzll(end);
-      if (b & ((1ull << k) - 1)) *esc = 1;
-      return i + k;
-    }
-    if (b != 0) *esc = 1;
+    if (block_end(q, b, &prev, i, &end, esc)) return end;
   }
   if (prev) i++; /* escaped by the last block's odd run */
 #endif
