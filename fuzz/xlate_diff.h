@@ -54,7 +54,8 @@ static inline void join_parts(char **fo, size_t *fl, const px_spans_t *sp) {
   if (px_spans_parts(*fo, *fl, sp, &parts, &np) != 0) abort();
   char *w = malloc(*fl + sp->bytes + 1);
   if (w == NULL) abort();
-  for (size_t i = 0; i < np; at += parts[i].len, i++) memcpy(w + at, parts[i].ptr, parts[i].len);
+  for (size_t i = 0; i < np; at += parts[i].len, i++)
+    memcpy(w + at, parts[i].ptr, parts[i].len);
   w[at] = 0;
   free(parts);
   free(*fo);

@@ -143,19 +143,22 @@ static inline int block_end(uint64_t q, uint64_t b, uint64_t *prev, size_t i, si
 #endif
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#define FW_AVX2 __attribute__((target("avx2")))
+/* the 64 bytes v0, v1: bit k set where byte k is c */
+FW_AVX2 static inline uint64_t avx2_eq(__m256i v0, __m256i v1, __m256i c) {
+  uint64_t lo = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v0, c));
+  uint64_t hi = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v1, c));
+  return lo | hi << 32;
+}
+
 /* block_end's loop on AVX2: two loads a block instead of four */
-__attribute__((target("avx2"))) static int blocks_avx2(const unsigned char *u, size_t n,
-                                                          size_t i, int *esc,
-                                                          uint64_t *prev, size_t *end) {
+FW_AVX2 static int blocks_avx2(const unsigned char *u, size_t n, size_t i, int *esc,
+                               uint64_t *prev, size_t *end) {
   const __m256i qt = _mm256_set1_epi8('"'), bs = _mm256_set1_epi8('\\');
   for (; i + 64 <= n; i += 64) {
     __m256i v0 = _mm256_loadu_si256((const __m256i *)(u + i));
     __m256i v1 = _mm256_loadu_si256((const __m256i *)(u + i + 32));
-    uint64_t q = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v0, qt)) |
-                 (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v1, qt)) << 32;
-    uint64_t b = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v0, bs)) |
-                 (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v1, bs)) << 32;
-    if (block_end(q, b, prev, i, end, esc)) return 1;
+    if (block_end(avx2_eq(v0, v1, qt), avx2_eq(v0, v1, bs), prev, i, end, esc)) return 1;
   }
   *end = i;
   return 0;
