@@ -4,7 +4,9 @@
  * generates from them (grown with tool-call rounds, thinking and reasoning
  * with opaque tokens) is translated to each other upstream protocol by the
  * fast path, and the fast body is JSON-equal to the jansson path's (the
- * reference), with the same lossy list.
+ * reference), with the same lossy list; and sent in parts (the client
+ * body's long strings as spans of it, as the gateway sends it), byte for
+ * byte the body written whole.
  *
  * A pair must take the fast path once its client's fast decoder and its
  * upstream's fast encoder know the agents' shapes (dec_ready / enc_ready);
