@@ -1,7 +1,8 @@
 // A translated request's long strings go upstream as spans of the client's
 // body (the body sent in parts: writev on the built-in lane, sealed records
 // on TLS, curl's read callback): the upstream gets every byte of them, on a
-// retry of the same target too, and a fallback of another protocol gets its
+// retry of the same target too, and after a kept connection closed unanswered
+// (sent again on a fresh one), and a fallback of another protocol gets its
 // own translation of the client's body (which stays whole meanwhile). The
 // texts carry escapes, quotes, non-ASCII and long runs, so a part out of
 // place or cut shows in the JSON the mock reads back.
@@ -99,6 +100,23 @@ test('a retry resends the body whole; a fallback of another protocol gets its ow
     assert.equal(b.length, 1);
     assert.match(b[0].path, /gemini-big:generateContent/);
     hasTexts(b[0].body, 'gemini');
+  });
+});
+
+test('a kept connection closed before the answer: the body is sent again whole', async () => {
+  await Promise.all([ma.reset(), mb.reset()]);
+  await withProxai(config(C.route('big', { upstream: 'claude/claude-big' })), async (px) => {
+    const r1 = await post(px.url, '/v1/chat/completions', chatBody('big'));
+    assert.equal(r1.status, 200, r1.text);
+    // the next request goes on the kept connection, which closes unanswered:
+    // the lane sends it again on a fresh one (curl rewinds the parts)
+    await ma.script([{ fault: 'close' }]);
+    const r2 = await post(px.url, '/v1/chat/completions', chatBody('big'));
+    assert.equal(r2.status, 200, r2.text);
+    const got = await ma.requests();
+    assert.equal(got.length, 3);
+    for (const g of got) hasTexts(g.body, 'anthropic');
+    assert.deepEqual(got[2].body, got[1].body);
   });
 });
 
