@@ -414,7 +414,10 @@ int px_fb_i64(px_buf_t *b, int64_t v);
  *  writes into b, a raw copy of at least PX_FB_SPAN_MIN bytes that lie in
  *  the client's body [lo, hi) is noted in s as a span at b's length, not
  *  copied (a string copied raw because both sides escape it alike). The hub
- *  sets it around one encode (px_translate_request_fast) and clears b. */
+ *  sets it around one encode (px_translate_request_fast) and clears b. A
+ *  request encoder therefore only appends to b: it never reads back or
+ *  takes back what it wrote (the fuzzers and fast_agents hold the body in
+ *  parts to the body written whole). */
 #define PX_FB_SPAN_MIN 256
 typedef struct px_fb_spanning {
   const px_buf_t *b;
