@@ -284,7 +284,8 @@ px_fv_kind_t px_fw_peek(px_fw_t *w) { return fw_peek(w); }
 
 /* The container at the cursor skipped: strings (their escapes), brackets.
  * With SSE2 sixteen bytes at a time, every quote, backslash and bracket of
- * a block handled from its masks (a validated body: nothing else counts). */
+ * a block handled from its masks (a validated body: nothing else counts);
+ * the rest of a string longer than its block by string_end. */
 static int skip_container(px_fw_t *w) {
   const unsigned char *p = (const unsigned char *)w->p;
   size_t n = w->n, i = w->i;
@@ -323,6 +324,15 @@ static int skip_container(px_fw_t *w) {
         w->i = base + k + 1;
         return 0;
       }
+    }
+    /* a string that goes on past the block (a text, a tool output): its
+     * end found 64 bytes at a time */
+    if (in_str) {
+      int esc = 0;
+      i = string_end(p, n, i, &esc);
+      if (i >= n) return -1;
+      i++;
+      in_str = 0;
     }
   }
 #endif
