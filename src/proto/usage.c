@@ -725,6 +725,46 @@ static void answer_finish(const px_wire_watch_t *w, const char *p, size_t n,
   copy_str(p, s, l, a->finish, sizeof(a->finish), &a->finish_len);
 }
 
+/* The id and the model both, when they lead the object at p[o] in compact
+ * JSON (no space or escape before them, no container but empty ones): the
+ * string values of the first members named nm[0] and nm[1] (lengths nl)
+ * into at and len (quotes included), 1. 0 when the walk meets anything
+ * else first (the caller walks as lead_pick does; nothing was set). */
+static int lead_ids(const char *p, size_t n, size_t o, const char *const *nm,
+                    const size_t *nl, size_t *at, size_t *len) {
+  unsigned left = 3;
+  at[0] = at[1] = END;
+  for (size_t i = o + 1;;) {
+    size_t kq, ve;
+    if (i >= n || p[i] != '"' || (kq = plain_end(p, i, n)) == END || kq + 2 >= n ||
+        p[kq + 1] != ':')
+      return 0;
+    size_t kl = kq - i - 1, vs = kq + 2, k = 2;
+    for (size_t j = 0; j < 2; j++)
+      if ((left >> j & 1) && kl == nl[j] && memcmp(p + i + 1, nm[j], kl) == 0) k = j;
+    char c = p[vs];
+    if (c == '"') {
+      size_t vq = plain_end(p, vs, n);
+      if (vq == END) return 0;
+      ve = vq + 1;
+    } else if ((c == '{' || c == '[') && vs + 1 < n && p[vs + 1] == (c == '{' ? '}' : ']')) {
+      ve = vs + 2; /* empty: stepped over */
+    } else if (c != '{' && c != '[') {
+      ve = scalar_to_end(p, vs, n);
+    } else {
+      return 0;
+    }
+    if (ve >= n || (p[ve] != ',' && p[ve] != '}')) return 0;
+    if (k < 2) {
+      at[k] = vs;
+      len[k] = ve - vs;
+      if ((left &= ~(1u << k)) == 0) return 1;
+    }
+    if (p[ve] == '}') return 0;
+    i = ve + 1;
+  }
+}
+
 static void answer_read(const px_wire_watch_t *w, const char *p, size_t n,
                         const char *outer, size_t tail, px_answer_t *a, int finish) {
   const char *path[2];
@@ -737,6 +777,16 @@ static void answer_read(const px_wire_watch_t *w, const char *p, size_t n,
   char *dst[2] = {a->id, a->model};
   unsigned char *dlen[2] = {&a->id_len, &a->model_len};
   _Static_assert(sizeof(a->id) == sizeof(a->model), "one size for both");
+  if (!outer && !a->id[0] && !a->model[0]) { /* both leading a compact answer */
+    static const px_wire_watch_t *lw; /* the names' lengths, kept */
+    static size_t nl[2];
+    size_t at[2], len[2], o = px_json_ws((const unsigned char *)p, n, 0);
+    if (w != lw) nl[0] = strlen(names[0]), nl[1] = strlen(names[1]), lw = w;
+    if (o < n && p[o] == '{' && lead_ids(p, n, o, names, nl, at, len)) {
+      copy_str(p, at[0], len[0], a->id, sizeof(a->id), &a->id_len);
+      copy_str(p, at[1], len[1], a->model, sizeof(a->model), &a->model_len);
+    }
+  }
   if (!a->id[0] || !a->model[0]) {
     /* the object that holds them: the answer, or an event's inner object
      * (found once, then walked as the answer is) */
