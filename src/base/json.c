@@ -864,6 +864,36 @@ static void watch_init(watch_t *w, const char *const (*caps)[2],
     w->mem[watch_add(w, members[m], W_TOP, 1)] = m;
 }
 
+/* The watch table of caps and members, built once: the gateway asks with a
+ * few tables (a protocol's ops) every time, their names literals, so the
+ * same name pointers are the same table. A few tables are kept per thread,
+ * the oldest replaced. */
+#define WATCH_KEYS (2 * PX_JREQ_CAPS + PX_JREQ_MEMBERS)
+#define WATCH_CACHED 8
+typedef struct watch_slot {
+  const char *key[WATCH_KEYS];
+  watch_t w;
+} watch_slot_t;
+
+static const watch_t *watch_get(const char *const (*caps)[2],
+                                const char *const *members) {
+  static _Thread_local watch_slot_t slot[WATCH_CACHED];
+  static _Thread_local unsigned used, next;
+  const char *key[WATCH_KEYS] = {NULL};
+  for (int c = 0; caps != NULL && c < PX_JREQ_CAPS && caps[c][0] != NULL; c++)
+    key[2 * c] = caps[c][0], key[2 * c + 1] = caps[c][1];
+  for (int m = 0; members != NULL && m < PX_JREQ_MEMBERS && members[m] != NULL; m++)
+    key[2 * PX_JREQ_CAPS + m] = members[m];
+  for (unsigned k = 0; k < used; k++)
+    if (memcmp(slot[k].key, key, sizeof(key)) == 0) return &slot[k].w;
+  watch_slot_t *s = &slot[next];
+  next = (next + 1) % WATCH_CACHED;
+  if (used < WATCH_CACHED) used++;
+  memcpy(s->key, key, sizeof(key));
+  watch_init(&s->w, caps, members);
+  return &s->w;
+}
+
 /* Which watched member the key p[s..e) names (escapes decoded) inside the
  * member `parent`. An escaped spelling longer than 6 bytes a character
  * cannot name one of them. */
@@ -949,8 +979,7 @@ int px_json_request_watch(const char *text, size_t n, const char *const (*caps)[
   const unsigned char *p = (const unsigned char *)text;
   unsigned char is_obj[PX_JSON_MAX_DEPTH + 1]; /* per depth: object (1) or array */
   is_obj[0] = 0;
-  watch_t w;
-  watch_init(&w, caps, members);
+  const watch_t *w = watch_get(caps, members);
   int seen[W_MAX] = {0};
   size_t at[W_MAX] = {0}, len[W_MAX] = {0}; /* value token of each member */
   /* the watched member whose object is open at depth 2 (its members are
@@ -981,10 +1010,10 @@ value:
                         "nested too deeply (more than " DEPTH_TEXT " levels)");
       is_obj[++depth] = (unsigned char)(obj = p[i] == '{');
       cost += obj ? COST_OBJECT : COST_ARRAY;
-      if (rec != W_NONE && w.parent[rec] == W_TOP && p[i] == '{') sub = rec;
+      if (rec != W_NONE && w->parent[rec] == W_TOP && p[i] == '{') sub = rec;
       /* the type is all we need, or a caller's member's whole span (at close) */
       if (rec != W_NONE) at[rec] = s, len[rec] = 1;
-      if (rec != W_NONE && w.mem[rec] >= 0) whole = rec;
+      if (rec != W_NONE && w->mem[rec] >= 0) whole = rec;
       i = px_json_ws(p, n, i + 1);
       if (i < n && p[i] == (obj ? '}' : ']')) {
         i++;
@@ -1039,11 +1068,11 @@ key:
                       "invalid member name (a raw control character, invalid UTF-8, a "
                       "bad escape or no closing quote)");
     if (depth == 1) /* (the top is an object then) */
-      pending = watched_key(&w, p, i + 1, e, esc, W_TOP);
+      pending = watched_key(w, p, i + 1, e, esc, W_TOP);
     else if (depth == 2 && sub != W_NONE)
-      pending = watched_key(&w, p, i + 1, e, esc, sub);
-    if (pending != W_NONE && w.once[pending] && seen[pending]++) {
-      r->key = w.name[pending];
+      pending = watched_key(w, p, i + 1, e, esc, sub);
+    if (pending != W_NONE && w->once[pending] && seen[pending]++) {
+      r->key = w->name[pending];
       return req_fail(r, PX_JREQ_DUPLICATE, i, "duplicate member");
     }
     cost += COST_MEMBER + (e - i);
@@ -1091,9 +1120,9 @@ close:
   r->stream = len[TOP_STREAM] == 4 && memcmp(p + at[TOP_STREAM], "true", 4) == 0;
   r->include_usage = len[SO_USAGE] == 4 && memcmp(p + at[SO_USAGE], "true", 4) == 0;
   r->so_at = at[TOP_SO], r->so_len = len[TOP_SO];
-  for (int k = W_FIXED; k < w.n; k++) {
-    if (w.cap[k] >= 0) r->cap_at[w.cap[k]] = at[k], r->cap_len[w.cap[k]] = len[k];
-    if (w.mem[k] >= 0) r->mem_at[w.mem[k]] = at[k], r->mem_len[w.mem[k]] = len[k];
+  for (int k = W_FIXED; k < w->n; k++) {
+    if (w->cap[k] >= 0) r->cap_at[w->cap[k]] = at[k], r->cap_len[w->cap[k]] = len[k];
+    if (w->mem[k] >= 0) r->mem_at[w->mem[k]] = at[k], r->mem_len[w->mem[k]] = len[k];
   }
   static const int users[] = {META_USER, TOP_SAFETY, TOP_USER}; /* first wins */
   for (size_t k = 0; k < sizeof(users) / sizeof(users[0]); k++) {
