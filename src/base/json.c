@@ -259,9 +259,11 @@ static inline __attribute__((always_inline)) int blk_rare(const unsigned char *p
   return 0;
 }
 
-/* The block at st->at that blk_step does not take, checked whole (its
- * masks again, the escape carry into it st->carry): see blk_rare. */
-typedef int blk_rare_fn(const unsigned char *p, size_t n, blk_st_t *st, size_t *end);
+/* The block at st->at that blk_step does not take (its masks q, b, ok, c
+ * and escaped bytes as blk_step found them): see blk_rare. */
+typedef int blk_rare_fn(const unsigned char *p, size_t n, uint64_t q, uint64_t b,
+                        uint64_t ok, uint64_t c, uint64_t escaped, blk_st_t *st,
+                        size_t *end);
 
 /* One block of the loop from its masks m: the usual block (no end, every
  * escape a one-letter one: " \\ / f n r t, at most 16 non-ASCII bytes)
@@ -273,7 +275,6 @@ static inline __attribute__((always_inline)) int blk_step(const unsigned char *p
                                                           size_t *at, uint64_t *carry,
                                                           uint64_t *bs, size_t *end,
                                                           blk_rare_fn *rare) {
-  uint64_t cin = *carry;
   uint64_t escaped = blk_escaped(m->b, carry);
   /* no unescaped quote, no escaped byte but a quote or a letter: as ok and
    * q have no byte in common, that is q ^ (escaped & ~ok) == 0 */
@@ -293,8 +294,16 @@ static inline __attribute__((always_inline)) int blk_step(const unsigned char *p
       return 0;
     }
   }
-  blk_st_t st = {*at, cin, *bs};
-  int rc = rare(p, n, &st, end);
+  /* the string's end, after one-letter escapes and ASCII only */
+  uint64_t closing = m->q & ~escaped, in = (closing & (0 - closing)) - 1;
+  if (__builtin_expect(closing != 0, 0) &&
+      (((escaped & ~(m->ok | m->q)) | m->c) & in) == 0) {
+    *bs |= m->b & in;
+    *end = *at + (size_t)__builtin_ctzll(closing);
+    return 1;
+  }
+  blk_st_t st = {*at, *carry, *bs};
+  int rc = rare(p, n, m->q, m->b, m->ok, m->c, escaped, &st, end);
   *at = st.at, *carry = st.carry, *bs = st.bs;
   return rc;
 }
@@ -424,12 +433,12 @@ AVX2 static inline __attribute__((always_inline)) blk_t avx2_masks(const unsigne
 
 /* blk_rare_fn with AVX2 */
 AVX2 __attribute__((noinline)) static int blk_rare_avx2(const unsigned char *p, size_t n,
-                                                        blk_st_t *st, size_t *end) {
-  const avx2_k_t k = AVX2_K;
-  __m256i c0, c1;
-  blk_t m = avx2_masks(p + st->at, &k, &c0, &c1);
-  m.c = avx2_bits(c0, c1);
-  return blk_rare(p, n, &m, blk_escaped(m.b, &st->carry), st, end, avx2_utf8);
+                                                        uint64_t q, uint64_t b,
+                                                        uint64_t ok, uint64_t c,
+                                                        uint64_t escaped, blk_st_t *st,
+                                                        size_t *end) {
+  const blk_t m = {q, b, ok, c};
+  return blk_rare(p, n, &m, escaped, st, end, avx2_utf8);
 }
 
 AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *end,
@@ -481,9 +490,11 @@ static inline __attribute__((always_inline)) blk_t sse2_masks(const unsigned cha
 
 /* blk_rare_fn with SSE2 */
 __attribute__((noinline)) static int blk_rare_sse2(const unsigned char *p, size_t n,
+                                                   uint64_t q, uint64_t b, uint64_t ok,
+                                                   uint64_t c, uint64_t escaped,
                                                    blk_st_t *st, size_t *end) {
-  blk_t m = sse2_masks(p + st->at);
-  return blk_rare(p, n, &m, blk_escaped(m.b, &st->carry), st, end, NULL);
+  const blk_t m = {q, b, ok, c};
+  return blk_rare(p, n, &m, escaped, st, end, NULL);
 }
 
 /* string_avx2 sixteen bytes at a time */

@@ -283,9 +283,10 @@ static void test_caps(void) {
 
 /* The string check (px_json_string) against jansson on generated strings:
  * runs of one-letter escapes, backslash runs of every length (up to
- * several blocks) before a letter or a quote, \u escapes and surrogate pairs (good, lone, cut),
- * UTF-8 of every length (good, at the edges of its ranges, cut, overlong,
- * surrogates, above U+10FFFF, stray continuation bytes), raw controls,
+ * several blocks) before a letter or a quote, \u escapes and surrogate
+ * pairs (good, lone, cut), UTF-8 of every length (good, at the edges of its
+ * ranges, cut, overlong, surrogates, above U+10FFFF, stray continuation
+ * bytes), raw controls,
  * plain runs of every length (so that each of these meets the 16, 32 and
  * 64 byte block edges at every offset), an unescaped quote; at every
  * offset of a block, and followed by nothing (the string at the very end
