@@ -265,11 +265,11 @@ typedef int blk_rare_fn(const unsigned char *p, size_t n, uint64_t q, uint64_t b
                         uint64_t ok, uint64_t c, uint64_t escaped, blk_st_t *st,
                         size_t *end);
 
-/* One block of the loop from its masks m: the usual block (no end, every
- * escape a one-letter one: " \\ / f n r t, at most 16 non-ASCII bytes)
- * here, the rest by rare. 1 when the string ends in it (*end), 0 when it
- * goes on (*at: where the next block starts), -1 when jansson would refuse
- * it. */
+/* One block of the loop from its masks m: the usual block (every escape a
+ * one-letter one: " \\ / f n r t, at most 16 non-ASCII bytes) and the
+ * block the string ends in after such bytes here, the rest by rare. 1 when
+ * the string ends in it (*end), 0 when it goes on (*at: where the next
+ * block starts), -1 when jansson would refuse it. */
 static inline __attribute__((always_inline)) int blk_step(const unsigned char *p,
                                                           size_t n, const blk_t *m,
                                                           size_t *at, uint64_t *carry,
