@@ -73,6 +73,11 @@ struct px_sdec {
   } hole[MEMO_HOLES];
   int nholes, memo_ok, memo_oi, memo_ci;
   px_delta_t memo_kind;
+  /* what the lifecycle events repeat, as checked before: the response
+   * object of the first event (response.in_progress repeats it) and the
+   * output array the message items' output_item.done make (the terminal
+   * response repeats it); a value equal to one is compared, not walked */
+  px_buf_t seen_resp, seen_out;
 };
 
 static void dset(px_sdec_t *d, dstate_t s) {
@@ -586,6 +591,9 @@ static const px_fkey_t k_life[] = {PX_FK("type"),          PX_FK("output_index")
                                    PX_FK("part"),          PX_FK("response")};
 static const px_ftab_t *const s_life[] = {NULL, NULL, NULL, &t_item, &t_part, &t_resp};
 static const px_ftab_t t_life = {k_life, 6, L_TYPE, s_life};
+/* a running stream's events but the terminal ones: the response not read */
+static const px_ftab_t *const s_run[] = {NULL, NULL, NULL, &t_item, &t_part, NULL};
+static const px_ftab_t t_run = {k_life, 6, L_TYPE, s_run};
 
 /* slot k's string value when it is one, unescaped bytes (escapes:
  * unknown, -1); absent or another kind: p NULL */
@@ -617,7 +625,7 @@ static int life_terminal(px_sdec_t *d, const px_fv_t *f, unsigned seen, int inco
   if (status.p == NULL)
     status =
         incomplete ? (px_fstr_t){"incomplete", 10, 0} : (px_fstr_t){"completed", 9, 0};
-  if (!px_fs_is(status, "completed") && !px_fs_is(status, "incomplete")) return 0;
+  if (!PX_FS_IS(status, "completed") && !PX_FS_IS(status, "incomplete")) return 0;
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
   /* the counts (px_jint's integers); the details' counts where their
@@ -653,30 +661,48 @@ static int life_terminal(px_sdec_t *d, const px_fv_t *f, unsigned seen, int inco
   return rc < 0 ? rc : 1;
 }
 
-/* Whether the event might nest as deep as the jansson path's limit (the
- * checked walker counts its depth from each member's value, the loader
- * from the event): an upper bound, by its opening brackets. */
-static int life_deep(const char *data, size_t n) {
-  if (n < 2 * PX_JSON_MAX_DEPTH) return 0;
-  size_t open = 0;
-  for (size_t i = 0; i < n; i++) open += data[i] == '{' || data[i] == '[';
-  return open >= PX_JSON_MAX_DEPTH;
+/* Whether a running stream's event is certainly not a terminal one (its
+ * first member names another type), so its response is not read. */
+static int life_not_terminal(const char *data, size_t n) {
+  static const char head[] = "{\"type\":\"response.";
+  const size_t hl = sizeof(head) - 1;
+  if (n < hl || memcmp(data, head, hl) != 0) return 0;
+  const char *t = data + hl;
+  size_t l = n - hl;
+  return !(l >= 10 && memcmp(t, "completed\"", 10) == 0) &&
+         !(l >= 11 && memcmp(t, "incomplete\"", 11) == 0);
+}
+
+/* The message item's output_item.done (item: its span) joins the output
+ * array the terminal response will repeat. */
+static void seen_item(px_sdec_t *d, px_str_t item) {
+  px_buf_t *o = &d->seen_out;
+  if (o->len == 0 ? px_buf_append(o, "[", 1) < 0 : (o->len--, px_buf_append(o, ",", 1) < 0))
+    goto drop;
+  if (px_buf_append(o, item.ptr, item.len) < 0 || px_buf_append(o, "]", 1) < 0) goto drop;
+  return;
+drop:
+  px_buf_free(o);
 }
 
 static int life_event(px_sdec_t *d, const char *data, size_t n) {
-  if (life_deep(data, n)) return 0;
   px_fw_t w = {data, n, 0};
   px_fv_t f[NSLOTS];
   unsigned seen = 0;
   px_fstr_t type, t;
   int oi, ci;
-  if (px_fc_tree(&w, &t_life, f, &seen) != 0 || px_fc_end(&w) < 0 ||
+  px_str_t spans[2] = {{d->seen_resp.data, d->seen_resp.len},
+                       {d->seen_out.data, d->seen_out.len}};
+  px_fmemo_t memo = {spans, 2};
+  const px_ftab_t *tab =
+      d->state == D_RUNNING && life_not_terminal(data, n) ? &t_run : &t_life;
+  if (px_fc_tree_memo(&w, tab, f, &seen, &memo) != 0 || px_fc_end(&w) < 0 ||
       life_str(f, seen, L_TYPE, &type) < 0 || type.p == NULL ||
       life_int(f, seen, L_OI, -1, &oi) < 0 || life_int(f, seen, L_CI, 0, &ci) < 0)
     return 0;
   if (d->state == D_INIT) {
-    if (!px_fs_is(type, "response.created") && !px_fs_is(type, "response.in_progress") &&
-        !px_fs_is(type, "response.queued"))
+    if (!PX_FS_IS(type, "response.created") && !PX_FS_IS(type, "response.in_progress") &&
+        !PX_FS_IS(type, "response.queued"))
       return 0;
     px_fstr_t id, model;
     if (life_str(f, seen, R_ID, &id) < 0 || life_str(f, seen, R_MODEL, &model) < 0)
@@ -687,53 +713,56 @@ static int life_event(px_sdec_t *d, const char *data, size_t n) {
     ev.model = (px_str_t){model.p, model.n};
     dset(d, D_RUNNING);
     int rc = demit(d, &ev);
+    if (rc == 0 && (seen & (1u << L_RESP)) && f[L_RESP].kind == PX_FV_OBJ &&
+        px_buf_append(&d->seen_resp, f[L_RESP].raw.ptr, f[L_RESP].raw.len) < 0)
+      px_buf_free(&d->seen_resp);
     return rc < 0 ? rc : 1;
   }
   if (d->state != D_RUNNING) return 0;
-  if (px_fs_is(type, "response.output_item.added")) {
+  if (PX_FS_IS(type, "response.output_item.added")) {
     /* a message: its parts open the blocks */
-    if (life_str(f, seen, I_TYPE, &t) < 0 || !px_fs_is(t, "message") || oi < 0) return 0;
+    if (life_str(f, seen, I_TYPE, &t) < 0 || !PX_FS_IS(t, "message") || oi < 0) return 0;
     return 1;
   }
-  if (px_fs_is(type, "response.content_part.added")) {
+  if (PX_FS_IS(type, "response.content_part.added")) {
     if (life_str(f, seen, P_TYPE, &t) < 0) return 0;
-    int text = px_fs_is(t, "output_text");
-    if (!text && !px_fs_is(t, "refusal")) return t.p != NULL && t.n > 0 ? 0 : 1;
+    int text = PX_FS_IS(t, "output_text");
+    if (!text && !PX_FS_IS(t, "refusal")) return t.p != NULL && t.n > 0 ? 0 : 1;
     px_fstr_t init;
     if (life_str(f, seen, text ? P_TEXT : P_REFUSAL, &init) < 0 || init.n > 0) return 0;
     dblock_t *b =
         dstart(d, oi, ci, text ? PX_BLOCK_TEXT : PX_BLOCK_REFUSAL, NULL, NULL, 0);
     return b != NULL ? 1 : PX_ENOMEM;
   }
-  if (px_fs_is(type, "response.content_part.done")) {
+  if (PX_FS_IS(type, "response.content_part.done")) {
     dblock_t *b = dfind(d, oi, ci);
     int rc = b != NULL ? dstop(d, b) : 0;
     return rc < 0 ? rc : 1;
   }
-  if (px_fs_is(type, "response.output_item.done")) {
+  if (PX_FS_IS(type, "response.output_item.done")) {
     if (life_str(f, seen, I_TYPE, &t) < 0 || t.p == NULL ||
-        px_fs_is(t, "function_call") || px_fs_is(t, "custom_tool_call") ||
-        px_fs_is(t, "reasoning"))
+        PX_FS_IS(t, "function_call") || PX_FS_IS(t, "custom_tool_call") ||
+        PX_FS_IS(t, "reasoning"))
       return 0;
+    if (PX_FS_IS(t, "message") && f[L_ITEM].kind == PX_FV_OBJ) seen_item(d, f[L_ITEM].raw);
     int rc = dstop_all(d, oi);
     return rc < 0 ? rc : 1;
   }
-  if (px_fs_is(type, "response.completed") || px_fs_is(type, "response.incomplete"))
-    return life_terminal(d, f, seen, px_fs_is(type, "response.incomplete"));
+  if (PX_FS_IS(type, "response.completed") || PX_FS_IS(type, "response.incomplete"))
+    return life_terminal(d, f, seen, PX_FS_IS(type, "response.incomplete"));
   /* what the jansson path acts on (the deltas: when fast_event left them) */
-  static const char *const acted[] = {"error",
-                                      "response.created",
-                                      "response.failed",
-                                      "response.output_text.delta",
-                                      "response.refusal.delta",
-                                      "response.function_call_arguments.delta",
-                                      "response.custom_tool_call_input.delta",
-                                      "response.reasoning_summary_text.delta",
-                                      "response.reasoning_text.delta",
-                                      "response.reasoning_summary_part.added",
-                                      "response.output_text.annotation.added"};
-  for (size_t i = 0; i < sizeof(acted) / sizeof(acted[0]); i++)
-    if (px_fs_is(type, acted[i])) return 0;
+  static const px_fkey_t acted[] = {PX_FK("error"),
+                                    PX_FK("response.created"),
+                                    PX_FK("response.failed"),
+                                    PX_FK("response.output_text.delta"),
+                                    PX_FK("response.refusal.delta"),
+                                    PX_FK("response.function_call_arguments.delta"),
+                                    PX_FK("response.custom_tool_call_input.delta"),
+                                    PX_FK("response.reasoning_summary_text.delta"),
+                                    PX_FK("response.reasoning_text.delta"),
+                                    PX_FK("response.reasoning_summary_part.added"),
+                                    PX_FK("response.output_text.annotation.added")};
+  if (type.n == 0 || px_fk_of(type, acted, sizeof(acted) / sizeof(acted[0])) >= 0) return 0;
   /* the .done echoes, in_progress, hosted tool progress: nothing to carry */
   return 1;
 }
@@ -747,6 +776,8 @@ px_sdec_t *px_responses_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, voi
   d->fast = 1;
   px_buf_init(&d->scratch, 64u << 20);
   px_buf_init(&d->memo, 64u << 20);
+  px_buf_init(&d->seen_resp, 64u << 20);
+  px_buf_init(&d->seen_out, 64u << 20);
   dset(d, D_INIT);
   return d;
 }
@@ -867,6 +898,8 @@ void px_responses_sdec_free(px_sdec_t *d) {
   free(d->blocks);
   px_buf_free(&d->scratch);
   px_buf_free(&d->memo);
+  px_buf_free(&d->seen_resp);
+  px_buf_free(&d->seen_out);
   free(d);
 }
 
