@@ -917,7 +917,9 @@ typedef struct eblock {
   int suspended; /* text/refusal whose message item another block closed */
   int custom;    /* a custom (freeform) tool call */
   int tix;       /* its text slot (escaped text / arguments), see etext() */
-  px_buf_t dpre; /* delta event head after the sequence number */
+  px_buf_t dpre; /* delta event head: before the sequence number (dseq
+                    bytes), then after it */
+  size_t dseq;
   char *item_id;
   char *call_id;
   char *name;
@@ -1171,12 +1173,32 @@ static int eitem_head(px_senc_t *e, int oi) {
   return wlit(s, "{\"output_index\":") || wint(s, oi) || wlit(s, ",\"item\":");
 }
 
-/* The delta event head of a block after its sequence number:
+/* The delta event type of a block. */
+static const char *edelta_type(const eblock_t *b) {
+  switch (b->kind) {
+    case PX_BLOCK_TEXT: return "response.output_text.delta";
+    case PX_BLOCK_REFUSAL: return "response.refusal.delta";
+    case PX_BLOCK_TOOL_CALL:
+      return b->custom ? "response.custom_tool_call_input.delta"
+                       : "response.function_call_arguments.delta";
+    default: return "response.reasoning_summary_text.delta";
+  }
+}
+
+/* The delta event head of a block, written once: event: T\ndata:
+ * {"type":"T","sequence_number": then, after the number,
  * ,"item_id":..,"output_index":N[,"content_index":M][,"summary_index":S],"delta":" */
 static int edelta_head(eblock_t *b, int ci, int summary) {
   px_buf_t *h = &b->dpre;
+  const char *type = edelta_type(b);
   px_buf_reset(h);
-  int rc = px_buf_puts(h, ",\"item_id\":");
+  int rc = px_buf_puts(h, "event: ");
+  if (rc == 0) rc = px_buf_puts(h, type);
+  if (rc == 0) rc = px_buf_puts(h, "\ndata: {\"type\":\"");
+  if (rc == 0) rc = px_buf_puts(h, type);
+  if (rc == 0) rc = px_buf_puts(h, "\",\"sequence_number\":");
+  b->dseq = h->len;
+  if (rc == 0) rc = px_buf_puts(h, ",\"item_id\":");
   if (rc == 0) rc = px_buf_json_str(h, b->item_id, strlen(b->item_id));
   if (rc == 0) rc = px_buf_printf(h, ",\"output_index\":%d", b->output_index);
   if (rc == 0 && ci >= 0) rc = px_buf_printf(h, ",\"content_index\":%d", ci);
@@ -1185,25 +1207,22 @@ static int edelta_head(eblock_t *b, int ci, int summary) {
   return rc;
 }
 
-/* Emit a delta event by hand, escaping the text once, straight into the out
- * buffer, and append the escaped bytes to the block's text slot. */
-static int edelta(px_senc_t *e, eblock_t *b, const char *type, const char *s, size_t n) {
+/* Emit a block's delta event (its type: edelta_type) by hand, escaping the
+ * text once, straight into the out buffer, and append the escaped bytes to
+ * the block's text slot. */
+static int edelta(px_senc_t *e, eblock_t *b, const char *s, size_t n) {
   px_buf_t *o = e->out;
-  size_t mark = o->len, tl = strlen(type);
+  size_t mark = o->len;
   char num[24];
   const char *ns = utoa(num + sizeof(num), (unsigned long long)e->seq);
   size_t nl = (size_t)(num + sizeof(num) - 1 - ns);
-  int lp = strcmp(type, "response.output_text.delta") == 0;
-  int rc = px_buf_reserve(o, 7 + tl + 16 + tl + 20 + nl + b->dpre.len + n + 24);
+  int lp = b->kind == PX_BLOCK_TEXT;
+  int rc = px_buf_reserve(o, nl + b->dpre.len + n + 24);
   if (rc < 0) return rc;
   char *w = o->data + o->len;
-  memcpy(w, "event: ", 7), w += 7;
-  memcpy(w, type, tl), w += tl;
-  memcpy(w, "\ndata: {\"type\":\"", 16), w += 16;
-  memcpy(w, type, tl), w += tl;
-  memcpy(w, "\",\"sequence_number\":", 20), w += 20;
+  memcpy(w, b->dpre.data, b->dseq), w += b->dseq;
   memcpy(w, ns, nl), w += nl;
-  memcpy(w, b->dpre.data, b->dpre.len), w += b->dpre.len;
+  memcpy(w, b->dpre.data + b->dseq, b->dpre.len - b->dseq), w += b->dpre.len - b->dseq;
   o->len = (size_t)(w - o->data);
   size_t es = o->len;
   rc = px_buf_json_escape(o, s, n);
@@ -1425,10 +1444,7 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
       if (rc == 0 && ev->text.len > 0) {
         rc = eaccum(e, ev->text.len);
         if (rc == 0)
-          rc = edelta(e, b,
-                      ev->block == PX_BLOCK_TEXT ? "response.output_text.delta"
-                                                 : "response.refusal.delta",
-                      ev->text.ptr, ev->text.len);
+          rc = edelta(e, b, ev->text.ptr, ev->text.len);
       }
       return rc;
     case PX_BLOCK_THINKING:
@@ -1536,14 +1552,9 @@ static int e_delta(px_senc_t *e, const px_ev_t *ev) {
   if (ev->delta == PX_DELTA_ANNOTATION) return eannotation(e, b, ev->text);
   switch (b->kind) {
     case PX_BLOCK_TEXT:
-      return edelta(e, b, "response.output_text.delta", ev->text.ptr, ev->text.len);
     case PX_BLOCK_REFUSAL:
-      return edelta(e, b, "response.refusal.delta", ev->text.ptr, ev->text.len);
     case PX_BLOCK_TOOL_CALL:
-      return edelta(e, b,
-                    b->custom ? "response.custom_tool_call_input.delta"
-                              : "response.function_call_arguments.delta",
-                    ev->text.ptr, ev->text.len);
+      return edelta(e, b, ev->text.ptr, ev->text.len);
     case PX_BLOCK_THINKING:
     case PX_BLOCK_REDACTED_THINKING:
       if (!b->summary_open) {
@@ -1555,8 +1566,7 @@ static int e_delta(px_senc_t *e, const px_ev_t *ev) {
                             "\"summary_text\",\"text\":\"\"}}"));
         if (rc < 0) return rc;
       }
-      return edelta(e, b, "response.reasoning_summary_text.delta", ev->text.ptr,
-                    ev->text.len);
+      return edelta(e, b, ev->text.ptr, ev->text.len);
   }
   return PX_EPROTO;
 }
