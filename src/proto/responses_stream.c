@@ -685,19 +685,204 @@ drop:
   px_buf_free(o);
 }
 
+/* Templates of the lifecycle events. A stream's lifecycle events are the
+ * same bytes as the last stream's but for their ids, numbers and texts: an
+ * event the walk read (and the rules below took) is kept, per thread, with
+ * its holes (every integer, and every string value but those the rules
+ * decide on: the types, the status, the incomplete reason) and where the
+ * walk found its members. An event equal to a template but for its holes,
+ * each checked as the walk checks it (px_json_string, px_fj_int_end), has
+ * the same structure, keys and nesting, so it is valid as the template was
+ * and reads the same members, at places shifted by the holes' lengths: it
+ * is compared, not walked. */
+#define TPL_N 12
+#define TPL_HOLES 40
+#define TPL_MAX 4096 /* larger events are walked */
+
+typedef struct tpl {
+  const px_ftab_t *tab; /* the table it was read with (NULL: unused) */
+  size_t len;
+  unsigned seen;
+  int nh;
+  uint16_t hs[TPL_HOLES], he[TPL_HOLES]; /* holes [hs, he): string content or integer */
+  uint8_t hstr[TPL_HOLES];
+  px_fv_t f[NSLOTS]; /* spans as offsets into b (ptr - NULL) */
+  /* where each slot's raw and string spans start and end: after hole
+   * at[k][j] (-1: before every hole), or at its start (start[k][j]) */
+  int8_t at[NSLOTS][4];
+  uint8_t start[NSLOTS][4];
+  char b[TPL_MAX];
+} tpl_t;
+
+/* The place of a template position at, a span's start or its end (a
+ * token boundary): the last hole ending at or before it (-1: none), or,
+ * for a start, the hole starting there (*start set; an empty string's
+ * start is its hole's start, its end the hole's end). */
+static int tpl_hole(const tpl_t *t, size_t at, int end, uint8_t *start) {
+  int last = -1;
+  *start = 0;
+  for (int h = 0; h < t->nh; h++) {
+    if (!end && t->hs[h] == at) {
+      *start = 1;
+      return h;
+    }
+    if (t->he[h] > at) break;
+    last = h;
+  }
+  return last;
+}
+
+static __thread tpl_t *tpls; /* TPL_N of them, allocated once per thread */
+static __thread unsigned tpl_next;
+
+/* A template from an event the walk read and the rules took (none when
+ * it is too large or has too many holes). */
+static void tpl_keep(const px_ftab_t *tab, const char *data, size_t n, const px_fv_t *f,
+                     unsigned seen) {
+  if (n > TPL_MAX) return;
+  if (tpls == NULL && (tpls = calloc(TPL_N, sizeof(*tpls))) == NULL) return;
+  tpl_t *t = &tpls[tpl_next++ % TPL_N];
+  t->tab = NULL;
+  /* the strings the rules decide on stay bytes of the template */
+  static const int fixed[] = {L_TYPE, I_TYPE, P_TYPE, R_STATUS, INC_REASON};
+  const char *keep[sizeof(fixed) / sizeof(fixed[0])];
+  for (size_t k = 0; k < sizeof(fixed) / sizeof(fixed[0]); k++)
+    keep[k] = (seen & (1u << fixed[k])) && f[fixed[k]].kind == PX_FV_STR
+                  ? f[fixed[k]].s.p
+                  : NULL;
+  const unsigned char *p = (const unsigned char *)data;
+  int nh = 0;
+  for (size_t i = 0; i < n;) {
+    if (p[i] == '"') {
+      size_t e;
+      int esc;
+      if (px_json_string(p, n, i + 1, &e, &esc) < 0) return;
+      size_t j = px_json_ws(p, n, e + 1);
+      int value = j >= n || p[j] != ':', hole = value;
+      for (size_t k = 0; hole && k < sizeof(keep) / sizeof(keep[0]); k++)
+        if (keep[k] == data + i + 1) hole = 0;
+      if (hole) {
+        if (nh == TPL_HOLES) return;
+        t->hs[nh] = (uint16_t)(i + 1), t->he[nh] = (uint16_t)e, t->hstr[nh++] = 1;
+      }
+      i = e + 1;
+    } else if (p[i] == '-' || (p[i] >= '0' && p[i] <= '9')) {
+      size_t e = px_fj_int_end(p, n, i);
+      if (e != 0) {
+        if (nh == TPL_HOLES) return;
+        t->hs[nh] = (uint16_t)i, t->he[nh] = (uint16_t)e, t->hstr[nh++] = 0;
+        i = e;
+      } else {
+        while (i < n && p[i] != ',' && p[i] != '}' && p[i] != ']') i++;
+      }
+    } else {
+      i++;
+    }
+  }
+  memcpy(t->b, data, n);
+  t->len = n;
+  t->nh = nh;
+  t->seen = seen;
+  for (int k = 0; k < NSLOTS; k++) {
+    if (!(seen & (1u << k))) continue;
+    t->f[k] = f[k];
+    size_t pos[4] = {(size_t)(f[k].raw.ptr - data), (size_t)(f[k].raw.ptr - data) + f[k].raw.len,
+                     0, 0};
+    if (f[k].s.p != NULL) pos[2] = (size_t)(f[k].s.p - data), pos[3] = pos[2] + f[k].s.n;
+    for (int j = 0; j < 4; j++)
+      t->at[k][j] = (int8_t)tpl_hole(t, pos[j], j & 1, &t->start[k][j]);
+    t->f[k].raw.ptr = (const char *)(uintptr_t)pos[0];
+    if (f[k].s.p != NULL) t->f[k].s.p = (const char *)(uintptr_t)pos[2];
+  }
+  t->tab = tab;
+}
+
+/* The event's position for template position at whose place is (h, st)
+ * (tpl_hole), the holes' new starts and ends ns[], ne[] known. */
+static inline size_t tpl_map(const tpl_t *t, const size_t *ns, const size_t *ne, size_t at,
+                             int h, int st) {
+  if (h < 0) return at;
+  return st ? ns[h] : ne[h] + (at - t->he[h]);
+}
+
+/* The event read by a template of table tab: 1 with f and *seen, else 0. */
+static int tpl_read(const px_ftab_t *tab, const char *data, size_t n, px_fv_t *f,
+                    unsigned *seen) {
+  if (tpls == NULL) return 0;
+  const unsigned char *p = (const unsigned char *)data;
+  size_t ns[TPL_HOLES], ne[TPL_HOLES], nesc[TPL_HOLES];
+  for (int k = 0; k < TPL_N; k++) {
+    const tpl_t *t = &tpls[k];
+    if (t->tab != tab) continue;
+    size_t mi = 0, i = 0;
+    int h, ok = 1;
+    for (h = 0; ok; h++) {
+      size_t ms = h < t->nh ? t->hs[h] : t->len;
+      if (n - i < ms - mi || memcmp(p + i, t->b + mi, ms - mi) != 0) {
+        ok = 0;
+        break;
+      }
+      i += ms - mi;
+      if (h == t->nh) break;
+      size_t e;
+      int esc = 0;
+      if (t->hstr[h] ? px_json_string(p, n, i, &e, &esc) < 0
+                     : (e = px_fj_int_end(p, n, i)) == 0) {
+        ok = 0;
+        break;
+      }
+      ns[h] = i, ne[h] = e, nesc[h] = (size_t)esc;
+      i = e;
+      mi = t->he[h];
+    }
+    if (!ok || i != n) continue;
+    *seen = t->seen;
+    for (int s = 0; s < NSLOTS; s++) {
+      if (!(t->seen & (1u << s))) continue;
+      f[s] = t->f[s];
+      const int8_t *h = t->at[s];
+      const uint8_t *st = t->start[s];
+      size_t rs = (size_t)(uintptr_t)t->f[s].raw.ptr, re = rs + t->f[s].raw.len;
+      size_t a = tpl_map(t, ns, ne, rs, h[0], st[0]), b = tpl_map(t, ns, ne, re, h[1], st[1]);
+      f[s].raw.ptr = data + a;
+      f[s].raw.len = b - a;
+      if (t->f[s].s.p != NULL) {
+        size_t ss = (size_t)(uintptr_t)t->f[s].s.p, se = ss + t->f[s].s.n;
+        size_t c = tpl_map(t, ns, ne, ss, h[2], st[2]), e = tpl_map(t, ns, ne, se, h[3], st[3]);
+        f[s].s.p = data + c;
+        f[s].s.n = e - c;
+        if (st[2] && t->hstr[h[2]]) f[s].s.esc = (int)nesc[h[2]]; /* a string hole */
+      }
+    }
+    return 1;
+  }
+  return 0;
+}
+
+static int life_act(px_sdec_t *d, const px_fv_t *f, unsigned seen);
+
 static int life_event(px_sdec_t *d, const char *data, size_t n) {
-  px_fw_t w = {data, n, 0};
   px_fv_t f[NSLOTS];
   unsigned seen = 0;
-  px_fstr_t type, t;
-  int oi, ci;
+  const px_ftab_t *tab =
+      d->state == D_RUNNING && life_not_terminal(data, n) ? &t_run : &t_life;
+  if (tpl_read(tab, data, n, f, &seen)) return life_act(d, f, seen);
+  px_fw_t w = {data, n, 0};
   px_str_t spans[2] = {{d->seen_resp.data, d->seen_resp.len},
                        {d->seen_out.data, d->seen_out.len}};
   px_fmemo_t memo = {spans, 2};
-  const px_ftab_t *tab =
-      d->state == D_RUNNING && life_not_terminal(data, n) ? &t_run : &t_life;
-  if (px_fc_tree_memo(&w, tab, f, &seen, &memo) != 0 || px_fc_end(&w) < 0 ||
-      life_str(f, seen, L_TYPE, &type) < 0 || type.p == NULL ||
+  if (px_fc_tree_memo(&w, tab, f, &seen, &memo) != 0 || px_fc_end(&w) < 0) return 0;
+  int rc = life_act(d, f, seen);
+  if (rc == 1) tpl_keep(tab, data, n, f, seen);
+  return rc;
+}
+
+/* The lifecycle event read into f (see life_event): 1 when handled, 0 to
+ * use the jansson path, <0 on a sink error. */
+static int life_act(px_sdec_t *d, const px_fv_t *f, unsigned seen) {
+  px_fstr_t type, t;
+  int oi, ci;
+  if (life_str(f, seen, L_TYPE, &type) < 0 || type.p == NULL ||
       life_int(f, seen, L_OI, -1, &oi) < 0 || life_int(f, seen, L_CI, 0, &ci) < 0)
     return 0;
   if (d->state == D_INIT) {
