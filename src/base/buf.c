@@ -117,6 +117,10 @@ int px_buf_json_escape_as(px_buf_t *b, const char *s, size_t n, int how) {
       }
       i += 8;
     }
+    /* the rest of a short run a byte at a time, without the switch */
+    while (i < n && (unsigned char)s[i] >= 0x20 && (unsigned char)s[i] < 0x80 && s[i] != '"' &&
+           s[i] != '\\')
+      i++;
     if (i >= n) break;
     unsigned char c = (unsigned char)s[i];
     const char *esc = NULL;

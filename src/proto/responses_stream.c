@@ -1343,18 +1343,26 @@ static int eemit(px_senc_t *e, const char *type, json_t *obj) {
   return rc < 0 ? (px_buf_free(&e->scratch), rc) : esend(e, type, 0);
 }
 
-/* Start an event's members in scratch: {"item_id":..,"output_index":N */
-static int ehead(px_senc_t *e, const char *item_id, int oi) {
+/* The scratch emptied for an event's members, with room for a usual one
+ * (it is freed after each IR event: one allocation, not a doubling from a
+ * few bytes up). */
+static px_buf_t *escratch(px_senc_t *e) {
   px_buf_t *s = &e->scratch;
   px_buf_reset(s);
+  if (s->size == 0) (void)px_buf_reserve(s, 2048); /* else: grows as it goes */
+  return s;
+}
+
+/* Start an event's members in scratch: {"item_id":..,"output_index":N */
+static int ehead(px_senc_t *e, const char *item_id, int oi) {
+  px_buf_t *s = escratch(e);
   return wlit(s, "{\"item_id\":") || wstr(s, item_id) || wlit(s, ",\"output_index\":") ||
          wint(s, oi);
 }
 
 /* Start an output item event's members in scratch: {"output_index":N,"item": */
 static int eitem_head(px_senc_t *e, int oi) {
-  px_buf_t *s = &e->scratch;
-  px_buf_reset(s);
+  px_buf_t *s = escratch(e);
   return wlit(s, "{\"output_index\":") || wint(s, oi) || wlit(s, ",\"item\":");
 }
 
@@ -1385,9 +1393,12 @@ static int edelta_head(eblock_t *b, int ci, int summary) {
   b->dseq = h->len;
   if (rc == 0) rc = px_buf_puts(h, ",\"item_id\":");
   if (rc == 0) rc = px_buf_json_str(h, b->item_id, strlen(b->item_id));
-  if (rc == 0) rc = px_buf_printf(h, ",\"output_index\":%d", b->output_index);
-  if (rc == 0 && ci >= 0) rc = px_buf_printf(h, ",\"content_index\":%d", ci);
-  if (rc == 0 && summary >= 0) rc = px_buf_printf(h, ",\"summary_index\":%d", summary);
+  if (rc == 0) rc = px_buf_puts(h, ",\"output_index\":");
+  if (rc == 0) rc = px_buf_i64(h, b->output_index);
+  if (rc == 0 && ci >= 0) rc = px_buf_puts(h, ",\"content_index\":");
+  if (rc == 0 && ci >= 0) rc = px_buf_i64(h, ci);
+  if (rc == 0 && summary >= 0) rc = px_buf_puts(h, ",\"summary_index\":");
+  if (rc == 0 && summary >= 0) rc = px_buf_i64(h, summary);
   if (rc == 0) rc = px_buf_puts(h, ",\"delta\":\"");
   return rc;
 }
@@ -1428,8 +1439,7 @@ static int edelta(px_senc_t *e, eblock_t *b, const char *s, size_t n) {
  * finished items and the usage when with_output. */
 static int wresponse(px_senc_t *e, const char *status, const char *reason,
                      int with_output) {
-  px_buf_t *s = &e->scratch;
-  px_buf_reset(s);
+  px_buf_t *s = escratch(e);
   if (wlit(s, "{\"response\":") ||
       px_responses_object_head(s, &e->ctx, e->resp_id, e->ctx.created, status, reason))
     return 1;
