@@ -1308,8 +1308,11 @@ static int edump(px_senc_t *e, json_t *obj) {
 static int ewrite(px_senc_t *e, const char *type) {
   char num[24];
   const char *ns = utoa(num + sizeof(num), (unsigned long long)e->seq);
-  size_t mark = e->out->len, n = e->scratch.len;
-  int rc = px_buf_puts(e->out, "event: ");
+  size_t mark = e->out->len, n = e->scratch.len, tl = strlen(type);
+  /* room for the event but its spliced texts at once (out is emptied, and
+   * freed when large, after each feed: no doubling from a few bytes up) */
+  int rc = px_buf_reserve(e->out, 2 * tl + n + 64);
+  if (rc == 0) rc = px_buf_puts(e->out, "event: ");
   if (rc == 0) rc = px_buf_puts(e->out, type);
   if (rc == 0) rc = px_buf_puts(e->out, "\ndata: {\"type\":\"");
   if (rc == 0) rc = px_buf_puts(e->out, type);
