@@ -1309,17 +1309,22 @@ static int ewrite(px_senc_t *e, const char *type) {
   char num[24];
   const char *ns = utoa(num + sizeof(num), (unsigned long long)e->seq);
   size_t mark = e->out->len, n = e->scratch.len, tl = strlen(type);
+  size_t nl = (size_t)(num + sizeof(num) - 1 - ns);
   /* room for the event but its spliced texts at once (out is emptied, and
-   * freed when large, after each feed: no doubling from a few bytes up) */
-  int rc = px_buf_reserve(e->out, 2 * tl + n + 64);
-  if (rc == 0) rc = px_buf_puts(e->out, "event: ");
-  if (rc == 0) rc = px_buf_puts(e->out, type);
-  if (rc == 0) rc = px_buf_puts(e->out, "\ndata: {\"type\":\"");
-  if (rc == 0) rc = px_buf_puts(e->out, type);
-  if (rc == 0) rc = px_buf_puts(e->out, "\",\"sequence_number\":");
-  if (rc == 0) rc = px_buf_puts(e->out, ns);
+   * freed when large, after each feed: no doubling from a few bytes up);
+   * its head written there */
+  int rc = px_buf_reserve(e->out, 2 * tl + nl + n + 64);
+  if (rc < 0) return rc;
+  char *w = e->out->data + e->out->len;
+  memcpy(w, "event: ", 7), w += 7;
+  memcpy(w, type, tl), w += tl;
+  memcpy(w, "\ndata: {\"type\":\"", 16), w += 16;
+  memcpy(w, type, tl), w += tl;
+  memcpy(w, "\",\"sequence_number\":", 20), w += 20;
+  memcpy(w, ns, nl), w += nl;
   /* the members, between the dumped object's braces */
-  if (rc == 0 && n > 2) rc = px_buf_puts(e->out, ",");
+  if (n > 2) *w++ = ',';
+  e->out->len = (size_t)(w - e->out->data);
   if (rc == 0 && n > 2) rc = esplice(e, e->scratch.data + 1, n - 2);
   if (rc == 0) rc = px_buf_puts(e->out, "}\n\n");
   if (rc < 0) {
@@ -2145,8 +2150,8 @@ int px_responses_senc_event(px_senc_t *e, const px_ev_t *ev) {
       break;
   }
   /* the lifecycle events of one IR event share the scratch; none is kept
-   * between IR events (a stream idles between them) */
-  px_buf_free(&e->scratch);
+   * between IR events (a stream idles between them; a delta used none) */
+  if (e->scratch.data != NULL) px_buf_free(&e->scratch);
   if (rc >= 0) return 0;
 fail:
   if (rc == PX_ETOOBIG)
