@@ -1421,15 +1421,23 @@ static int edelta(px_senc_t *e, eblock_t *b, const char *s, size_t n) {
   const char *ns = utoa(num + sizeof(num), (unsigned long long)e->seq);
   size_t nl = (size_t)(num + sizeof(num) - 1 - ns);
   int lp = b->kind == PX_BLOCK_TEXT;
-  int rc = px_buf_reserve(o, nl + b->dpre.len + n + 24);
+  size_t need = nl + b->dpre.len + n + 24;
+  int rc = o->size - o->len >= need ? 0 : px_buf_reserve(o, need);
   if (rc < 0) return rc;
   char *w = o->data + o->len;
   memcpy(w, b->dpre.data, b->dseq), w += b->dseq;
-  memcpy(w, ns, nl), w += nl;
+  for (size_t k = 0; k < nl; k++) *w++ = ns[k]; /* a few digits: no call */
   memcpy(w, b->dpre.data + b->dseq, b->dpre.len - b->dseq), w += b->dpre.len - b->dseq;
   o->len = (size_t)(w - o->data);
   size_t es = o->len;
-  rc = px_buf_json_escape(o, s, n);
+  /* the usual text has nothing to escape (px_json_plain stops where the
+   * escaping writer would act): copied into the room reserved */
+  if (px_json_plain((const unsigned char *)s, n, 0) == n) {
+    if (n) memcpy(w, s, n);
+    o->len += n;
+  } else {
+    rc = px_buf_json_escape(o, s, n);
+  }
   size_t ee = o->len;
   if (rc == 0) rc = px_buf_append(&e->texts[b->tix], o->data + es, ee - es);
   if (rc == 0)
