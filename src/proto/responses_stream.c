@@ -74,9 +74,10 @@ struct px_sdec {
   int nholes, memo_ok, memo_oi, memo_ci;
   px_delta_t memo_kind;
   /* what the lifecycle events repeat, as checked before: the response
-   * object of the first event (response.in_progress repeats it) and the
-   * output array the message items' output_item.done make (the terminal
-   * response repeats it); a value equal to one is compared, not walked */
+   * object of the first event (response.in_progress repeats it; kept until
+   * another event comes) and the output array the message items'
+   * output_item.done make (the terminal response repeats it); a value
+   * equal to one is compared, not walked */
   px_buf_t seen_resp, seen_out;
 };
 
@@ -904,6 +905,10 @@ static int life_act(px_sdec_t *d, const px_fv_t *f, unsigned seen) {
     return rc < 0 ? rc : 1;
   }
   if (d->state != D_RUNNING) return 0;
+  /* only response.in_progress repeats response.created's response: not
+   * kept for the rest of the stream */
+  if (d->seen_resp.data != NULL && !PX_FS_IS(type, "response.in_progress"))
+    px_buf_free(&d->seen_resp);
   if (PX_FS_IS(type, "response.output_item.added")) {
     /* a message: its parts open the blocks */
     if (life_str(f, seen, I_TYPE, &t) < 0 || !PX_FS_IS(t, "message") || oi < 0) return 0;
