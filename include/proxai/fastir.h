@@ -498,6 +498,17 @@ void px_fit_fast_request(const px_tr_ctx_t *ctx, px_freq_t *ir, px_lossy_t *loss
  *  reasoning object, not enabled false, effort not "none". */
 int px_freq_reasoning_on(const px_freq_t *ir);
 
+/** What the one reader's rule refuses in a checked body (one walk, on a
+ *  body respelled by px_json_respell: names compared byte for byte are
+ *  compared unescaped): PX_ODD_REPEATED with path ("messages[2].role", cut
+ *  at cap) the first member an object holds twice; else
+ *  PX_ODD_ESCAPED_NAME with the path of the first member name that keeps
+ *  escapes in its plain spelling (a quote, a backslash or a control
+ *  character: no name a codec reads); 0 none; -1 malformed. */
+#define PX_ODD_REPEATED 1
+#define PX_ODD_ESCAPED_NAME 2
+int px_fast_odd_member(const char *p, size_t n, char *path, size_t cap);
+
 /* ------------------------------------------------------------------------ */
 /* Hub (src/proto/translate_fast.c)                                                */
 
@@ -531,6 +542,15 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
  *  px_translate_response. */
 #define PX_FAST_USAGE 2
 int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                               px_buf_t *out, px_lossy_t *lossy, px_usage_t *usage,
+                               px_tr_err_t *err);
+/** The gateway's translation of a non-streaming upstream answer: the fast
+ *  path; what it declines as written is read in its plain spelling
+ *  (px_json_respell) and what it still declines is refused: 0 or
+ *  PX_FAST_USAGE as px_translate_response_fast, else PX_FAST_REFUSE with
+ *  *err set (a codec's refusal, or PX_ERR_BAD_GATEWAY naming the answer's
+ *  problem: invalid JSON, a member twice, a name no codec reads). */
+int px_translate_response_body(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                px_buf_t *out, px_lossy_t *lossy, px_usage_t *usage,
                                px_tr_err_t *err);
 /** An OpenAI usage counter (v: the member, NULL when absent) for

@@ -80,6 +80,10 @@ typedef struct px_tr_err {
   char message[256];  /**< human readable, names the field */
 } px_tr_err_t;
 
+/** The largest output-token cap a request may name (18 digits): a larger one
+ *  is refused by every codec. */
+#define PX_TOKENS_MAX 999999999999999999LL
+
 /** Set err (printf-style message) and return PX_EINVAL. */
 int px_tr_fail(px_tr_err_t *err, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -732,11 +736,19 @@ const char *px_lossy_annotations(const px_tr_ctx_t *ctx);
 #define PX_TR_MEM_FACTOR 16
 #define PX_TR_MEM_BASE (4u << 20)
 /** The raw client request body (accepted by px_json_request) -> the raw
- *  upstream body (*out, malloc'd, NUL-terminated, *out_len bytes), within
- *  the memory budget above. ctx->client_model must be set. */
+ *  upstream body (*out, malloc'd, NUL-terminated, *out_len bytes), by the
+ *  fast codecs (translate_fast.c): what they decline as it is written is
+ *  read in its plain spelling (px_json_respell), and what they still
+ *  decline is refused (400, naming a repeated member, a name no codec
+ *  reads, or the pair). ctx->client_model must be set. */
 int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t len,
                               int flags, char **out, size_t *out_len, px_lossy_t *lossy,
                               px_tr_err_t *err);
+/** The jansson codecs' version of it (the tests' reference), within the
+ *  memory budget above. */
+int px_translate_request_ref(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                             int flags, char **out, size_t *out_len, px_lossy_t *lossy,
+                             px_tr_err_t *err);
 /** The same bound for what an upstream answers (SPEC 10): whether the
  *  document of JSON text p[0..n) (a whole answer, an error body, one SSE
  *  event's data) fits the budget of its size, from one scan before any

@@ -609,6 +609,9 @@ static int decode_sampling(const char *k, json_t *v, json_t *ir, px_tr_err_t *er
       px_tr_fail(err, "max_tokens", "max_tokens: must be a positive integer");
       return PX_EINVAL;
     }
+    if (json_integer_value(v) > PX_TOKENS_MAX)
+      return px_tr_fail(err, "max_tokens",
+                        "max_tokens: must be a positive integer of at most 18 digits");
     json_object_set(ir, "max_tokens", v);
   } else if (strcmp(k, "temperature") == 0 || strcmp(k, "top_p") == 0) {
     if (!json_is_number(v)) {

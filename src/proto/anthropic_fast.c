@@ -1000,9 +1000,10 @@ static int decode_sampling(int ki, const px_fv_t *v, px_freq_t *ir, px_tr_err_t 
         ir->max_tokens = v->raw;
         return 0;
       }
-      /* a huge positive integer is not read here */
+      /* a huge positive integer: no upstream takes it */
       if (v->kind == PX_FV_NUM && px_fw_is_int(v->raw) && v->raw.ptr[0] != '-')
-        return DECLINE;
+        return FAIL(err, "max_tokens",
+                    "max_tokens: must be a positive integer of at most 18 digits");
       return FAIL(err, "max_tokens", "max_tokens: must be a positive integer");
     case K_TEMP:
     case K_TOPP:

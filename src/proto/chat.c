@@ -584,6 +584,9 @@ static int decode_limits(const char *key, json_t *v, json_t *body, json_t *ir,
       px_tr_fail(err, key, "%s must be a positive integer", key);
       return PX_EINVAL;
     }
+    if (json_integer_value(v) > PX_TOKENS_MAX)
+      return px_tr_fail(err, key, "%s must be a positive integer of at most 18 digits",
+                        key);
     /* max_completion_tokens wins over the deprecated max_tokens */
     if (strcmp(key, "max_completion_tokens") == 0 ||
         json_object_get(body, "max_completion_tokens") == NULL ||

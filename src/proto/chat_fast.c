@@ -803,7 +803,7 @@ static int limit(const char *key, const px_fv_t *v, int64_t *n, px_tr_err_t *err
   if (v->kind == PX_FV_NULL) return 0;
   if (v->kind == PX_FV_NUM && px_fw_is_int(v->raw) && v->raw.ptr[0] != '-' &&
       px_fw_uint(v->raw, n) < 0)
-    return DECLINE; /* an integer this walker cannot read */
+    return REFUSE(err, key, "%s must be a positive integer of at most 18 digits", key);
   if (*n < 1) return REFUSE(err, key, "%s must be a positive integer", key);
   return 0;
 }

@@ -335,8 +335,13 @@ static int decode_generation(json_t *gc, json_t *ir, px_lossy_t *lossy, px_tr_er
   if ((v = json_object_get(gc, "topP")) && json_is_number(v)) json_object_set(ir, "top_p", v);
   if ((v = json_object_get(gc, "topK")) && json_is_number(v))
     json_object_set_new(ir, "top_k", json_integer((json_int_t)json_number_value(v)));
-  if ((v = json_object_get(gc, "maxOutputTokens")) && json_is_integer(v))
+  if ((v = json_object_get(gc, "maxOutputTokens")) && json_is_integer(v)) {
+    if (json_integer_value(v) < 1 || json_integer_value(v) > PX_TOKENS_MAX)
+      return px_tr_fail(
+          err, "generationConfig.maxOutputTokens",
+          "maxOutputTokens must be a positive integer of at most 18 digits");
     json_object_set(ir, "max_tokens", v);
+  }
   if ((v = json_object_get(gc, "stopSequences")) && json_is_array(v))
     json_object_set(ir, "stop", v);
   if ((v = json_object_get(gc, "candidateCount")) && json_integer_value(v) > 1)

@@ -800,8 +800,10 @@ static int decode_generation(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a
   }
   if (HAS(G_MAX) && f[G_MAX].kind == PX_FV_NUM && px_fw_is_int(f[G_MAX].raw)) {
     if (px_fw_uint(f[G_MAX].raw, &ir->max_tokens_v) < 0 || ir->max_tokens_v < 1)
-      return DECLINE;
-    ir->max_tokens = f[G_MAX].raw;
+      gfail(d, E_GEN, "generationConfig.maxOutputTokens",
+            "maxOutputTokens must be a positive integer of at most 18 digits");
+    else
+      ir->max_tokens = f[G_MAX].raw;
   }
   if (HAS(G_STOP) && f[G_STOP].kind == PX_FV_ARR) {
     px_fw_t sw = {f[G_STOP].raw.ptr, f[G_STOP].raw.len, 0};

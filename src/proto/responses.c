@@ -637,6 +637,11 @@ static int dec_settings(dec_t *d, const char *key, json_t *v) {
   } else if (strcmp(key, "parallel_tool_calls") == 0) {
     if (json_is_boolean(v)) json_object_set(d->ir, "parallel_tool_calls", v);
   } else if (strcmp(key, "max_output_tokens") == 0) {
+    if (json_is_integer(v) &&
+        (json_integer_value(v) < 1 || json_integer_value(v) > PX_TOKENS_MAX))
+      return px_tr_fail(
+          d->err, "max_output_tokens",
+          "max_output_tokens must be a positive integer of at most 18 digits");
     if (json_is_integer(v))
       json_object_set(d->ir, "max_tokens", v);
     else if (!json_is_null(v))

@@ -835,7 +835,8 @@ static int decode_top(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_
       if (v->kind != PX_FV_NUM || !px_fw_is_int(v->raw))
         return FAIL(err, "max_output_tokens", "max_output_tokens must be an integer");
       if (px_fw_uint(v->raw, &ir->max_tokens_v) < 0 || ir->max_tokens_v < 1)
-        return DECLINE;
+        return FAIL(err, "max_output_tokens",
+                    "max_output_tokens must be a positive integer of at most 18 digits");
       ir->max_tokens = v->raw;
       return 0;
     case K_TEMP:

@@ -199,11 +199,11 @@ static json_t *parse_budgeted(const px_tr_ctx_t *ctx, const char *body, size_t l
   return src;
 }
 
-/* The raw-body entry: parse, the request pipeline, write; the whole under
- * the memory budget (each stage checked as it ends). */
-int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                              int flags, char **out, size_t *out_len, px_lossy_t *lossy,
-                              px_tr_err_t *err) {
+/* The reference's raw-body entry: parse, the request pipeline, write; the
+ * whole under the memory budget (each stage checked as it ends). */
+int px_translate_request_ref(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                             int flags, char **out, size_t *out_len, px_lossy_t *lossy,
+                             px_tr_err_t *err) {
   int rc = request_pair_ok(ctx, err);
   if (rc < 0) return rc;
   if (ctx->client_model == NULL) return px_tr_fail(err, "", "no client model");
@@ -219,14 +219,6 @@ int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t l
   rc = PX_EINVAL;
   mem_begin(&c, len);
   if (!budget_admits(&c)) goto done;
-  size_t fast_len; /* the common shape: no document at all (translate_fast.c) */
-  if (c.mem_limit == NULL) {
-    int fr = px_translate_request_fast(&c, body, len, flags, &text, &fast_len, lossy, err);
-    if (fr == 0 || fr == PX_FAST_REFUSE) {
-      rc = fr == 0 ? 0 : PX_EINVAL;
-      goto done;
-    }
-  }
   json_t *src = parse_budgeted(&c, body, len, err);
   if (src == NULL) goto done;
   rc = request_pipeline(&c, src, 1, &ub, lossy, err);
