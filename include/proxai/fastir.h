@@ -504,9 +504,12 @@ int px_freq_reasoning_on(const px_freq_t *ir);
  *  at cap) the first member an object holds twice; else
  *  PX_ODD_ESCAPED_NAME with the path of the first member name that keeps
  *  escapes in its plain spelling (a quote, a backslash or a control
- *  character: no name a codec reads); 0 none; -1 malformed. */
+ *  character: no name a codec reads); else PX_ODD_UNNAMED with the path of
+ *  the first name a lossy list cannot hold (px_fast_lossy_key: empty, a
+ *  comma, "...", 256 bytes and more); 0 none; -1 malformed. */
 #define PX_ODD_REPEATED 1
 #define PX_ODD_ESCAPED_NAME 2
+#define PX_ODD_UNNAMED 3
 int px_fast_odd_member(const char *p, size_t n, char *path, size_t cap);
 
 /* ------------------------------------------------------------------------ */

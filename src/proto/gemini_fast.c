@@ -1053,11 +1053,20 @@ static int put_result(px_buf_t *b, const px_fpart_t *res, px_arena_t *a,
            (copy[i] == ' ' || copy[i] == '\n' || copy[i] == '\t' || copy[i] == '\r'))
       i++;
     if (i < tl && copy[i] == '{') {
-      /* what the scanner refuses (depth, a repeated "model" ...) jansson
-       * may still read as an object: not taken here */
+      /* an object as jansson reads it is spliced; text that only opens
+       * with a brace (not JSON) is the output, as jansson refuses it; a
+       * repeated "model" or "stream" there is the tool's, carried as is
+       * once the whole is checked; deeper than the scanner's limit: not
+       * taken */
       px_json_req_t scan;
-      if (px_json_request(copy, tl, &scan) != 0) return DECLINE;
-      return px_buf_append(b, copy, tl);
+      if (px_json_request(copy, tl, &scan) == 0) return px_buf_append(b, copy, tl);
+      if (scan.err == PX_JREQ_DUPLICATE) {
+        px_fw_t w = {copy, tl, 0};
+        px_fv_t v;
+        if (px_fc_value(&w, &v) < 0 || px_fc_end(&w) < 0) return DECLINE;
+        return px_buf_append(b, copy, tl);
+      }
+      if (scan.err != PX_JREQ_SYNTAX) return DECLINE;
     }
   }
   int rc = px_fb_lit(b, res->is_error ? "{\"error\":\"" : "{\"output\":\"");

@@ -136,8 +136,8 @@ int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t 
 
 /* What no codec takes, refused in words: a member an object holds twice
  * (the rule admission applies to the members it acts on, for every member
- * a codec reads), a member name no codec can read, or, failing both, the
- * pair. what: "request body" / "upstream answer"; from -> to: the codecs'
+ * a codec reads), a member name no codec can read or no lossy list can
+ * name, or, failing all, the pair. what: "request body" / "upstream answer"; from -> to: the codecs'
  * direction. */
 static int odd_refusal(const char *what, const char *p, size_t n, px_proto_t from,
                        px_proto_t to, px_tr_err_t *err) {
@@ -149,6 +149,12 @@ static int odd_refusal(const char *what, const char *p, size_t n, px_proto_t fro
     return px_tr_fail(err, path,
                       "%s has a member name with a quote, a backslash or a control "
                       "character ('%s'), which cannot be translated",
+                      what, path);
+  if (o == PX_ODD_UNNAMED)
+    return px_tr_fail(err, path,
+                      "%s has a member name the x-proxai-lossy header cannot list ('%s': "
+                      "empty, with a comma, \"...\" or 256 bytes and more), which cannot be "
+                      "translated",
                       what, path);
   return px_tr_fail(err, "",
                     "%s cannot be translated from %s to %s: it has a value of a form the "
