@@ -32,6 +32,7 @@
 #include "proxai/fastir.h"
 #include "proxai/json.h"
 #include "proxai/proto.h"
+#include "ref.h"
 
 static size_t depth_of(const json_t *j) {
   size_t d = 0, k;

@@ -19,6 +19,7 @@
 #include "proxai/passthru.h"
 #include "proxai/proto.h"
 #include "proxai/usage.h"
+#include "ref.h"
 
 static inline void diff_fail(const char *what, const px_tr_ctx_t *c, const char *body,
                              size_t len, const char *fast, const char *slow,
@@ -63,8 +64,7 @@ static inline void request_one(const px_tr_ctx_t *c, const char *body, size_t le
   if (after != before) {
     if (rf != 0) abort(); /* a fast answer is an answer */
     px_tr_ctx_t ref = *c;
-    ref.reference = 1;
-    int rs = px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &es);
+    int rs = px_translate_request_ref(&ref, body, len, 0, &so, &sl, &ls, &es);
     if (rs != 0)
       diff_fail("request (jansson refused)", c, body, len, fo, es.message, lf.buf, "");
     check_json("request", c, body, len, fo, fl, so, sl, &lf, &ls);
@@ -82,8 +82,7 @@ static inline void request_one(const px_tr_ctx_t *c, const char *body, size_t le
     px_lossy_init(&ld);
     if (px_translate_request_fast(c, body, len, 0, &d, &dl, &ld, &ed) == PX_FAST_REFUSE) {
       px_tr_ctx_t ref = *c;
-      ref.reference = 1;
-      if (px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &es) == 0 ||
+      if (px_translate_request_ref(&ref, body, len, 0, &so, &sl, &ls, &es) == 0 ||
           !same_refusal(&ed, &es))
         diff_fail("request refusal", c, body, len, ed.message, es.message, ed.param,
                   es.param);

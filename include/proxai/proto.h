@@ -149,11 +149,9 @@ typedef struct px_tr_ctx {
                                   made from the upstream's */
   const char *prev_id;       /**< the previous response id as sent, echoed in
                                   the response (with resp_id) */
-  int reference;             /**< the jansson codecs only, no fast path (the
-                                  tests' and fuzzers' oracle) */
-  const long long *mem_limit;/**< tests: px_translate_request_body's memory
-                                  budget whatever the body size (to stop at
-                                  every stage); NULL: the rule */
+  const long long *mem_limit; /**< tests: the reference's memory
+                                   budget whatever the body size (to stop at
+                                   every stage); NULL: the rule */
   struct px_answer *answer;  /**< traces: the upstream answer's id, model
                                   and finish word as a fast response decoder
                                   read them (px_answer_set); NULL: not
@@ -558,18 +556,6 @@ typedef struct px_proto_ops {
   const char *inbound_path;  /**< without /v1 */
   const char *upstream_path; /**< appended to base_url */
 
-  /** Client body -> IR request. On failure fill err and return <0. */
-  int (*decode_request)(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
-                        px_lossy_t *lossy, px_tr_err_t *err);
-  /** IR request -> upstream body (model = ctx->upstream_model). */
-  int (*encode_request)(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
-                        px_lossy_t *lossy, px_tr_err_t *err);
-  /** Upstream success body -> IR response. */
-  int (*decode_response)(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
-                         px_lossy_t *lossy, px_tr_err_t *err);
-  /** IR response -> client body (model = ctx->client_model). */
-  int (*encode_response)(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
-                         px_lossy_t *lossy, px_tr_err_t *err);
   /** Upstream error body (any bytes, maybe not JSON) -> neutral error.
    *  Returns 0 when the body was this protocol's error shape, <0 if not. */
   int (*decode_error)(int status, const char *body, size_t len,
@@ -612,8 +598,6 @@ typedef struct px_proto_ops {
   int64_t (*count_decode)(json_t *body);
   /** Append this protocol's count answer for n tokens. */
   int (*count_encode)(px_buf_t *out, int64_t n);
-  /** Shape a translated request body into this protocol's count request. */
-  void (*count_request)(json_t *body, const char *model);
   /** Append this protocol's model list of ids (owners may be NULL). */
   int (*encode_models)(px_buf_t *out, const char *const *ids, const char *const *owners,
                        size_t n);
@@ -701,10 +685,6 @@ PX_PROTO_MAP(XX)
 /* ------------------------------------------------------------------------ */
 /* The hub (src/proto/translate.c)                                                 */
 
-/** Translate a client request body to the upstream protocol's body. */
-int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
-                         json_t **upstream_body, px_lossy_t *lossy,
-                         px_tr_err_t *err);
 /** The response fields a stream of this request may drop, predicted from
  *  whether the request asks for reasoning (x-proxai-lossy leaves before the
  *  stream; the names are those the non-streaming encoders use for the same
@@ -726,13 +706,11 @@ const char *px_lossy_opaque_reasoning(const px_tr_ctx_t *ctx, int redacted);
 const char *px_lossy_annotations(const px_tr_ctx_t *ctx);
 
 /** px_translate_request_body flag: the body of a count_tokens call, shaped
- *  by the upstream protocol's count_request. */
+ *  by the upstream protocol's count body (px_fast_ops_t.count_request). */
 #define PX_TR_COUNT_TOKENS 1
-/** Memory a translated request may use (jansson's allocations while it is
- *  parsed, translated and written): PX_TR_MEM_FACTOR times its body size
- *  plus PX_TR_MEM_BASE. A body whose document would not fit is refused
- *  before the parse (px_json_req_t.cost); a stage (decode, encode, write)
- *  that goes past it ends the request there. Either way: PX_ERR_TOO_LARGE. */
+/** Memory a jansson document of a body may use: PX_TR_MEM_FACTOR times the
+ *  body's size plus PX_TR_MEM_BASE (an answer's, an error body's, an SSE
+ *  event's: px_translate_answer_fits; the reference's, test/reference). */
 #define PX_TR_MEM_FACTOR 16
 #define PX_TR_MEM_BASE (4u << 20)
 /** The raw client request body (accepted by px_json_request) -> the raw
@@ -744,11 +722,6 @@ const char *px_lossy_annotations(const px_tr_ctx_t *ctx);
 int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t len,
                               int flags, char **out, size_t *out_len, px_lossy_t *lossy,
                               px_tr_err_t *err);
-/** The jansson codecs' version of it (the tests' reference), within the
- *  memory budget above. */
-int px_translate_request_ref(const px_tr_ctx_t *ctx, const char *body, size_t len,
-                             int flags, char **out, size_t *out_len, px_lossy_t *lossy,
-                             px_tr_err_t *err);
 /** The same bound for what an upstream answers (SPEC 10): whether the
  *  document of JSON text p[0..n) (a whole answer, an error body, one SSE
  *  event's data) fits the budget of its size, from one scan before any
@@ -758,11 +731,6 @@ int px_translate_answer_fits(const char *p, size_t n);
  *  document is small whatever its shape (invalid JSON is then the parser's
  *  to refuse). */
 #define PX_TR_EVENT_SCAN (16u << 10)
-/** Translate an upstream success body to the client protocol's body. */
-int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,
-                          json_t **client_body, px_lossy_t *lossy,
-                          px_tr_err_t *err);
-
 /** Translate an upstream error response (status + raw body, any bytes) into
  *  the client protocol's error body, appended to out. The body is decoded
  *  with the upstream protocol's decode_error, then the other protocols'; the

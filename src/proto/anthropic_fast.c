@@ -2226,3 +2226,190 @@ const px_fast_ops_t px_anthropic_fast = {
                     PX_FU_ANNOTATIONS | PX_FU_REFUSAL_EXPL,
     .response_checked = 1,
 };
+
+/* ======================================================================== */
+/* The wire: errors, token counts, model lists, the protocol table          */
+
+json_t *px_anthropic_citation(json_t *ann, const char *text, size_t n, int64_t base) {
+  const char *t = px_jstr(ann, "type"), *url = px_jstr(ann, "url");
+  if (t == NULL || strcmp(t, "url_citation") != 0 || url == NULL || *url == 0)
+    return NULL;
+  json_int_t si = px_jint(ann, "start_index", 0), ei = px_jint(ann, "end_index", -1);
+  si -= base; /* text starts at character base of the block */
+  if (ei >= 0) ei = ei > base ? ei - base : 0;
+  size_t a = si > 0 ? utf8_offset(text, n, si) : 0;
+  size_t b = ei >= 0 ? utf8_offset(text, n, ei) : n;
+  if (b < a) b = a;
+  json_t *cited = json_stringn(text + a, b - a);
+  if (cited == NULL) cited = json_string(""); /* a span cutting a sequence */
+  json_t *title = json_object_get(ann, "title");
+  return json_pack("{s:s,s:s,s:O,s:o,s:s}", "type", "web_search_result_location", "url",
+                   url, "title", json_is_string(title) ? title : json_null(),
+                   "cited_text", cited, "encrypted_index", "");
+}
+
+/* ======================================================================== */
+/* Errors                                                                     */
+
+static int anth_decode_error(int status, const char *body, size_t len,
+                             px_upstream_err_t *out) {
+  json_t *j = px_jdoc_load(body, len, 0, NULL);
+  json_t *e = json_object_get(j, "error");
+  const char *jt = px_jstr(j, "type");
+  if (!json_is_object(e) || jt == NULL || strcmp(jt, "error") != 0) {
+    json_decref(j);
+    return PX_EINVAL;
+  }
+  const char *type = px_jstr(e, "type"), *msg = px_jstr(e, "message");
+  memset(out, 0, sizeof(*out));
+  out->kind = px_errkind_from_type(type, status);
+  snprintf(out->type, sizeof(out->type), "%s", type ? type : "");
+  snprintf(out->message, sizeof(out->message), "%s", msg ? msg : "");
+  json_decref(j);
+  return 0;
+}
+
+/* An Anthropic error type string, or NULL when type belongs to another family. */
+static const char *anthropic_type(const char *type) {
+  static const char *const known[] = {
+      "invalid_request_error", "authentication_error",
+      "billing_error",         "permission_error",
+      "not_found_error",       "request_too_large",
+      "rate_limit_error",      "api_error",
+      "overloaded_error",      "timeout_error",
+  };
+  if (type == NULL) return NULL;
+  for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+    if (strcmp(type, known[i]) == 0) return known[i];
+  return NULL;
+}
+
+static int error_object(px_buf_t *out, px_errkind_t kind, const char *type,
+                        const char *message) {
+  const char *t = anthropic_type(type);
+  if (t == NULL) t = px_errkind_anthropic(kind);
+  if (message == NULL) message = "";
+  int rc = px_buf_puts(out, "{\"type\":\"error\",\"error\":{\"type\":");
+  if (rc == 0) rc = px_buf_json_str(out, t, strlen(t));
+  if (rc == 0) rc = px_buf_puts(out, ",\"message\":");
+  if (rc == 0) rc = px_buf_json_str(out, message, strlen(message));
+  if (rc == 0) rc = px_buf_puts(out, "}");
+  return rc;
+}
+
+static int anth_encode_error(px_buf_t *out, px_errkind_t kind, const char *type,
+                             const char *message, const char *param,
+                             const char *request_id) {
+  (void)param; /* Anthropic errors have no param; messages name the field */
+  int rc = error_object(out, kind, type, message);
+  if (rc == 0) rc = px_buf_puts(out, ",\"request_id\":");
+  if (rc == 0)
+    rc = request_id ? px_buf_json_str(out, request_id, strlen(request_id))
+                    : px_buf_puts(out, "null");
+  if (rc == 0) rc = px_buf_puts(out, "}");
+  return rc;
+}
+
+static int anth_encode_stream_error(px_buf_t *out, px_errkind_t kind,
+                                    const char *message) {
+  int rc = px_buf_puts(out, "event: error\ndata: ");
+  if (rc == 0) rc = error_object(out, kind, NULL, message);
+  if (rc == 0) rc = px_buf_puts(out, "}\n\n");
+  return rc;
+}
+
+/* ---- the wire: count_tokens, the model list, forwarded headers ---- */
+
+static int anth_count_encode(px_buf_t *out, int64_t n) {
+  return px_count_body(out, "{\"input_tokens\":", n);
+}
+
+static int anth_models(px_buf_t *out, const char *const *ids, const char *const *owners,
+                       size_t n) {
+  (void)owners;
+  int rc = px_buf_puts(out, "{\"data\":[");
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    rc = px_buf_puts(out,
+                     i ? ",{\"type\":\"model\",\"id\":" : "{\"type\":\"model\",\"id\":");
+    if (rc == 0) rc = px_buf_json_str(out, ids[i], strlen(ids[i]));
+    if (rc == 0) rc = px_buf_puts(out, ",\"display_name\":");
+    if (rc == 0) rc = px_buf_json_str(out, ids[i], strlen(ids[i]));
+    if (rc == 0) rc = px_buf_puts(out, ",\"created_at\":\"1970-01-01T00:00:00Z\"}");
+  }
+  if (rc == 0) rc = px_buf_puts(out, "],\"has_more\":false,\"first_id\":");
+  if (rc == 0)
+    rc = n ? px_buf_json_str(out, ids[0], strlen(ids[0])) : px_buf_puts(out, "null");
+  if (rc == 0) rc = px_buf_puts(out, ",\"last_id\":");
+  if (rc == 0)
+    rc = n ? px_buf_json_str(out, ids[n - 1], strlen(ids[n - 1]))
+           : px_buf_puts(out, "null");
+  if (rc == 0) rc = px_buf_puts(out, "}");
+  return rc;
+}
+
+static const char *const anth_forward[] = {"anthropic-beta", NULL};
+
+const px_proto_ops_t px_proto_anthropic = {
+    .id = PX_PROTO_ANTHROPIC,
+    .name = "anthropic_messages",
+    .otel_provider = "anthropic",
+    .otel_operation = "chat",
+    .inbound_path = "/messages",
+    .upstream_path = "/v1/messages",
+    .decode_error = anth_decode_error,
+    .encode_error = anth_encode_error,
+    .encode_stream_error = anth_encode_stream_error,
+    .sdec_new = px_anthropic_sdec_new,
+    .sdec_feed = px_anthropic_sdec_feed,
+    .sdec_finish = px_anthropic_sdec_finish,
+    .sdec_free = px_anthropic_sdec_free,
+    .senc_new = px_anthropic_senc_new,
+    .senc_event = px_anthropic_senc_event,
+    .senc_free = px_anthropic_senc_free,
+    .count_inbound_path = "/messages/count_tokens",
+    .count_upstream_path = "/v1/messages/count_tokens",
+    .count_decode = px_count_input_tokens,
+    .count_encode = anth_count_encode,
+    .encode_models = anth_models,
+    .models_marker_header = "anthropic-version",
+    .forward_headers = anth_forward,
+    .auth_header = "x-api-key: ",
+    .version_header = "anthropic-version",
+    .error_type = px_errkind_anthropic,
+    .env_key = "ANTHROPIC_API_KEY",
+    .env_base = "ANTHROPIC_BASE_URL",
+    .default_base = "https://api.anthropic.com",
+    .default_name = "anthropic",
+    .default_glob = "claude-*",
+    .rtoks = {{"signature", "pxa1:sig:"}, {"redacted_data", "pxa1:red:"}},
+    .caps = PX_CAP_REASONING_TOKENS,
+    .names = {.reasoning_text = PX_LOSSY("messages[].content[].thinking"),
+              .reasoning_token = PX_LOSSY("messages[].content[].signature"),
+              .reasoning_redacted = PX_LOSSY("messages[].content[].redacted_thinking"),
+              .reasoning_config = PX_LOSSY("thinking"),
+              .stop = PX_LOSSY("stop_sequences"),
+              .tool_result_image = PX_LOSSY("messages[].content[].content[].image"),
+              .tool_result_file = PX_LOSSY("messages[].content[].content[].document"),
+              .tool_args_param = "messages.content.input",
+              .annotations = PX_LOSSY("content[].citations"),
+              .opaque_reasoning = PX_LOSSY("content[].signature"),
+              .refusal_explanation = PX_LOSSY("stop_details.explanation"),
+              .redacted_reasoning = PX_LOSSY("content[].redacted_thinking")},
+    .fast = &px_anthropic_fast,
+    .max_tokens_keys = {{"max_tokens", NULL}},
+    .watch = {.usage_obj = "usage",
+              .usage_in = "input_tokens",
+              .usage_out = "output_tokens",
+              .usage_in_extra = {"cache_read_input_tokens",
+                                 "cache_creation_input_tokens"},
+              .start_event = "message_start",
+              .start_outer = "message",
+              .delta_event = "message_delta",
+              .terminal_events = {"message_stop"},
+              .error_event = "error",
+              .model_path = {"message", "model"},
+              .model_depth = 2,
+              .finish_key = "stop_reason",
+              .finish_last = 1,
+              .delta_outer = "delta"},
+};

@@ -2003,3 +2003,136 @@ const px_fast_ops_t px_chat_fast = {
     .resp_encodes = PX_FU_REASONING | PX_FU_REFUSAL | PX_FU_CUSTOM | PX_FU_MEDIA |
                     PX_FU_ANNOTATIONS | PX_FU_REFUSAL_EXPL,
 };
+
+/* ======================================================================== */
+/* The wire: errors, token counts, model lists, the protocol table          */
+
+/* Flat IR url_citation -> Chat {type, url_citation:{...}}; indexes shifted
+ * by the characters of the text parts joined before this one. */
+json_t *px_chat_annotations(const px_tr_ctx_t *ctx, json_t *anns, json_int_t shift,
+                            px_lossy_t *lossy) {
+  json_t *out = json_array();
+  size_t i;
+  json_t *a;
+  json_array_foreach(anns, i, a) {
+    const char *t = px_jstr(a, "type");
+    if (t == NULL || strcmp(t, "url_citation") != 0 || px_jstr(a, "url") == NULL) {
+      px_lossy_add(lossy, px_lossy_annotations(ctx));
+      continue;
+    }
+    json_t *uc = json_object();
+    const char *k;
+    json_t *x;
+    json_object_foreach(a, k, x) {
+      if (strcmp(k, "type") == 0) continue;
+      if ((strcmp(k, "start_index") == 0 || strcmp(k, "end_index") == 0) &&
+          json_is_integer(x))
+        json_object_set_new(uc, k, json_integer(json_integer_value(x) + shift));
+      else
+        json_object_set(uc, k, x);
+    }
+    json_array_append_new(
+        out, json_pack("{s:s, s:o}", "type", "url_citation", "url_citation", uc));
+  }
+  return out;
+}
+
+/* ------------------------------------------------------------------------ */
+/* errors                                                                    */
+
+static int chat_decode_error(int status, const char *body, size_t len,
+                             px_upstream_err_t *out) {
+  json_t *root = px_jdoc_load(body, len, 0, NULL);
+  if (root == NULL) return PX_EINVAL;
+  json_t *e = json_object_get(root, "error");
+  const char *msg = NULL, *type = NULL;
+  int rc = PX_EINVAL;
+  if (px_jstr(root, "type") != NULL && strcmp(px_jstr(root, "type"), "error") == 0)
+    goto done; /* Anthropic's shape */
+  if (json_is_object(e)) {
+    msg = px_jstr(e, "message");
+    type = px_jstr(e, "type");
+    if (type == NULL) type = px_jstr(e, "code");
+  } else if (json_is_string(e)) {
+    msg = json_string_value(e);
+  }
+  if (msg == NULL) goto done;
+  memset(out, 0, sizeof(*out));
+  out->kind = px_errkind_from_type(type, status);
+  /* OpenAI says invalid_request_error for bad keys (401) and more: the
+   * status is the better witness then */
+  if (out->kind == PX_ERR_INVALID && status != 400 && status >= 401 && status < 500)
+    out->kind = px_errkind_from_type(NULL, status);
+  snprintf(out->type, sizeof(out->type), "%s", type ? type : "");
+  snprintf(out->message, sizeof(out->message), "%s", msg);
+  rc = 0;
+done:
+  json_decref(root);
+  return rc;
+}
+
+static int chat_encode_error(px_buf_t *out, px_errkind_t kind, const char *type,
+                             const char *message, const char *param,
+                             const char *request_id) {
+  (void)request_id;
+  if (type == NULL || *type == 0) type = px_errkind_openai(kind);
+  return px_openai_error_body(out, type, message, param);
+}
+
+static int chat_encode_stream_error(px_buf_t *out, px_errkind_t kind,
+                                    const char *message) {
+  int rc = px_buf_puts(out, "data: ");
+  if (rc == 0) rc = px_openai_error_body(out, px_errkind_openai(kind), message, NULL);
+  if (rc == 0) rc = px_buf_puts(out, "\n\n");
+  return rc;
+}
+
+const px_proto_ops_t px_proto_chat = {
+    .id = PX_PROTO_CHAT,
+    .name = "openai_chat_completions",
+    .otel_provider = "openai",
+    .otel_operation = "chat",
+    .inbound_path = "/chat/completions",
+    .upstream_path = "/chat/completions",
+    .decode_error = chat_decode_error,
+    .encode_error = chat_encode_error,
+    .encode_stream_error = chat_encode_stream_error,
+    .sdec_new = px_chat_sdec_new,
+    .sdec_feed = px_chat_sdec_feed,
+    .sdec_finish = px_chat_sdec_finish,
+    .sdec_free = px_chat_sdec_free,
+    .senc_new = px_chat_senc_new,
+    .senc_event = px_chat_senc_event,
+    .senc_free = px_chat_senc_free,
+    .stream_usage_opt_in = 1,
+    .forward_headers = px_openai_forward_headers,
+    .tenancy_headers = px_openai_tenancy_headers,
+    .auth_header = "Authorization: Bearer ",
+    .error_type = px_errkind_openai,
+    .encode_models = px_openai_models,
+    .env_key = "OPENAI_API_KEY",
+    .env_base = "OPENAI_BASE_URL",
+    .default_base = "https://api.openai.com/v1",
+    .default_name = "openai",
+    .caps = PX_CAP_CUSTOM_TOOLS | PX_CAP_PROMPT_CACHE_KEY | PX_CAP_VERBOSITY |
+            PX_CAP_FILE_ID | PX_CAP_ANY_TOOL_ARGS,
+    .names = {.refusal = PX_LOSSY("messages[].refusal"),
+              .reasoning_text = PX_LOSSY("messages[].reasoning_content"),
+              .reasoning_config = PX_LOSSY("reasoning_effort"),
+              .stop = PX_LOSSY("stop"),
+              .prompt_cache_key = PX_LOSSY("prompt_cache_key"),
+              .verbosity = PX_LOSSY("verbosity"),
+              .tool_args_param = "messages.tool_calls.function.arguments",
+              .annotations = PX_LOSSY("choices[].message.annotations")},
+    .fast = &px_chat_fast,
+    .max_tokens_keys = {{"max_completion_tokens", NULL}, {"max_tokens", NULL}},
+    .watch = {.usage_obj = "usage",
+              .usage_in = "prompt_tokens",
+              .usage_out = "completion_tokens",
+              .terminal_data = "[DONE]",
+              .error_data = 1,
+              .model_path = {"model"},
+              .model_depth = 1,
+              .finish_list = "choices",
+              .finish_key = "finish_reason"},
+};

@@ -1072,7 +1072,9 @@ static int odd_value(px_fw_t *w, odd_t *o, const char *path, size_t plen, int de
                       (int)(k.n > 96 ? 96 : k.n), k.p);
     size_t sl = kl < (int)sizeof(sub) ? (size_t)kl : sizeof(sub) - 1;
     /* the first of a kind, the kinds in their order */
-    int kind = k.esc ? PX_ODD_ESCAPED_NAME : px_fast_lossy_key(NULL, k) != 0 ? PX_ODD_UNNAMED : 0;
+    int kind = k.esc                             ? PX_ODD_ESCAPED_NAME
+               : px_fast_lossy_key(NULL, k) != 0 ? PX_ODD_UNNAMED
+                                                 : 0;
     if (kind && (!o->found || o->found > kind)) {
       o->found = kind;
       odd_path(o, sub, sl, "", 0);

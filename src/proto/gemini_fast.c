@@ -1796,3 +1796,313 @@ const px_fast_ops_t px_gemini_fast = {
     .resp_encodes = PX_FU_REASONING | PX_FU_REFUSAL | PX_FU_CUSTOM | PX_FU_MEDIA |
                     PX_FU_ANNOTATIONS | PX_FU_REFUSAL_EXPL,
 };
+
+/* ======================================================================== */
+/* The wire: errors, token counts, model lists, the protocol table          */
+
+px_stop_t px_gemini_stop(const char *fr, int has_tool_call) {
+  if (fr == NULL) return PX_STOP_NONE;
+  if (strcmp(fr, "STOP") == 0) return has_tool_call ? PX_STOP_TOOL_USE : PX_STOP_END_TURN;
+  if (strcmp(fr, "MAX_TOKENS") == 0) return PX_STOP_MAX_TOKENS;
+  if (strcmp(fr, "MALFORMED_FUNCTION_CALL") == 0 || strcmp(fr, "OTHER") == 0 ||
+      strcmp(fr, "FINISH_REASON_UNSPECIFIED") == 0 ||
+      strcmp(fr, "UNEXPECTED_TOOL_CALL") == 0)
+    return PX_STOP_END_TURN;
+  /* SAFETY, RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII, a blocked prompt's
+   * reason, ...: the output was filtered (SPEC 11: a refusal) */
+  return PX_STOP_CONTENT_FILTER;
+}
+
+const char *px_gemini_finish(px_stop_t s) {
+  switch (s) {
+    case PX_STOP_NONE:
+      return NULL;
+    case PX_STOP_MAX_TOKENS:
+      return "MAX_TOKENS";
+    case PX_STOP_REFUSAL:
+    case PX_STOP_CONTENT_FILTER:
+      return "SAFETY";
+    default:
+      return "STOP";
+  }
+}
+
+void px_gemini_usage_of(px_usage_t *u, int64_t prompt, int64_t cand, int64_t thoughts,
+                        int64_t cached) {
+  u->input_tokens = prompt;
+  u->output_tokens = cand < 0 && thoughts < 0
+                         ? -1
+                         : (cand > 0 ? cand : 0) + (thoughts > 0 ? thoughts : 0);
+  u->cache_read_tokens = cached;
+  u->reasoning_tokens = thoughts;
+}
+
+void px_gemini_usage_in(json_t *um, px_usage_t *u) {
+  px_gemini_usage_of(
+      u, px_jint(um, "promptTokenCount", -1), px_jint(um, "candidatesTokenCount", -1),
+      px_jint(um, "thoughtsTokenCount", -1), px_jint(um, "cachedContentTokenCount", -1));
+}
+
+void px_gemini_call_id(const char *resp_id, int n, char *out, size_t size) {
+  snprintf(out, size, "call_%s_%d", resp_id && *resp_id ? resp_id : "gemini", n);
+}
+
+json_t *px_gemini_usage_out(const px_usage_t *u) {
+  int64_t in = u->input_tokens > 0 ? u->input_tokens : 0;
+  int64_t out = u->output_tokens > 0 ? u->output_tokens : 0;
+  int64_t th = u->reasoning_tokens > 0 ? u->reasoning_tokens : 0;
+  if (th > out) th = out;
+  json_t *um = json_pack("{s:I, s:I, s:I}", "promptTokenCount", (json_int_t)in,
+                         "candidatesTokenCount", (json_int_t)(out - th),
+                         "totalTokenCount", (json_int_t)(in + out));
+  if (th > 0) json_object_set_new(um, "thoughtsTokenCount", json_integer(th));
+  if (u->cache_read_tokens > 0)
+    json_object_set_new(um, "cachedContentTokenCount",
+                        json_integer(u->cache_read_tokens));
+  return um;
+}
+
+/* ---- errors ---- */
+
+static const struct {
+  px_errkind_t kind;
+  const char *status;
+} gstatus[] = {
+    {PX_ERR_INVALID, "INVALID_ARGUMENT"},
+    {PX_ERR_AUTH, "UNAUTHENTICATED"},
+    {PX_ERR_PERMISSION, "PERMISSION_DENIED"},
+    {PX_ERR_NOT_FOUND, "NOT_FOUND"},
+    {PX_ERR_TOO_LARGE, "INVALID_ARGUMENT"},
+    {PX_ERR_RATE_LIMIT, "RESOURCE_EXHAUSTED"},
+    {PX_ERR_API, "INTERNAL"},
+    {PX_ERR_BAD_GATEWAY, "UNAVAILABLE"},
+    {PX_ERR_TIMEOUT, "DEADLINE_EXCEEDED"},
+    {PX_ERR_OVERLOADED, "UNAVAILABLE"},
+    {PX_ERR_UNAVAILABLE, "UNAVAILABLE"},
+    {PX_ERR_NOT_IMPL, "UNIMPLEMENTED"},
+    {PX_ERR_METHOD, "INVALID_ARGUMENT"},
+    {PX_ERR_QUOTA, "RESOURCE_EXHAUSTED"},
+};
+
+static const char *status_of_kind(px_errkind_t k) {
+  for (size_t i = 0; i < sizeof(gstatus) / sizeof(gstatus[0]); i++)
+    if (gstatus[i].kind == k) return gstatus[i].status;
+  return "INTERNAL";
+}
+
+static px_errkind_t kind_of_status(const char *s, int http) {
+  if (s != NULL) {
+    if (strcmp(s, "UNAVAILABLE") == 0)
+      return http == 503 ? PX_ERR_OVERLOADED : PX_ERR_UNAVAILABLE;
+    if (strcmp(s, "FAILED_PRECONDITION") == 0 || strcmp(s, "OUT_OF_RANGE") == 0)
+      return PX_ERR_INVALID;
+    for (size_t i = 0; i < sizeof(gstatus) / sizeof(gstatus[0]); i++)
+      if (strcmp(s, gstatus[i].status) == 0) return gstatus[i].kind;
+  }
+  return px_errkind_from_type(NULL, http);
+}
+
+static int gem_decode_error(int status, const char *body, size_t len,
+                            px_upstream_err_t *out) {
+  json_t *j = px_jdoc_load(body, len, 0, NULL);
+  if (json_is_array(j) && json_array_size(j) == 1) { /* streams may wrap it in an array */
+    json_t *first = json_incref(json_array_get(j, 0));
+    json_decref(j);
+    j = first;
+  }
+  json_t *e = json_object_get(j, "error");
+  const char *st = px_jstr(e, "status"), *msg = px_jstr(e, "message");
+  if (!json_is_object(e) || st == NULL || !json_is_integer(json_object_get(e, "code"))) {
+    json_decref(j);
+    return PX_EINVAL;
+  }
+  memset(out, 0, sizeof(*out));
+  out->kind = kind_of_status(st, status);
+  snprintf(out->type, sizeof(out->type), "%s", st);
+  snprintf(out->message, sizeof(out->message), "%s", msg ? msg : "");
+  json_decref(j);
+  return 0;
+}
+
+/* The error object {"error":{"code","message","status"}} (no newline). */
+int px_gemini_error_body(px_buf_t *out, px_errkind_t kind, const char *message,
+                         size_t len) {
+  char code[16];
+  snprintf(code, sizeof(code), "%d", px_errkind_status(kind));
+  const char *st = status_of_kind(kind);
+  int rc = px_buf_puts(out, "{\"error\":{\"code\":");
+  if (rc == 0) rc = px_buf_puts(out, code);
+  if (rc == 0) rc = px_buf_puts(out, ",\"message\":");
+  if (rc == 0) rc = px_buf_json_str(out, message ? message : "", message ? len : 0);
+  if (rc == 0) rc = px_buf_puts(out, ",\"status\":");
+  if (rc == 0) rc = px_buf_json_str(out, st, strlen(st));
+  if (rc == 0) rc = px_buf_puts(out, "}}");
+  return rc;
+}
+
+static int gem_encode_error(px_buf_t *out, px_errkind_t kind, const char *type,
+                            const char *message, const char *param,
+                            const char *request_id) {
+  (void)type, (void)param, (void)request_id; /* Gemini errors carry neither */
+  return px_gemini_error_body(out, kind, message, message ? strlen(message) : 0);
+}
+
+static int gem_encode_stream_error(px_buf_t *out, px_errkind_t kind,
+                                   const char *message) {
+  int rc = px_buf_puts(out, "data: ");
+  if (rc == 0)
+    rc = px_gemini_error_body(out, kind, message, message ? strlen(message) : 0);
+  if (rc == 0) rc = px_buf_puts(out, "\r\n\r\n");
+  return rc;
+}
+
+/* ---- the wire: model-in-path URLs, countTokens, the model list ---- */
+
+/* /v1beta/models/{model}:{method} or /v1/models/{model}:{method} */
+static int gem_match(const char *path, size_t len, px_inbound_t *in) {
+  static const char *const roots[] = {"/v1beta/models", "/v1/models"};
+  for (size_t r = 0; r < 2; r++) {
+    size_t rl = strlen(roots[r]);
+    if (len < rl || memcmp(path, roots[r], rl) != 0) continue;
+    if (len == rl) {
+      if (r == 1) return 0; /* GET /v1/models is every protocol's list */
+      in->ep = PX_EP_MODELS;
+      return 1;
+    }
+    if (path[rl] != '/') return 0;
+    const char *m = path + rl + 1, *end = path + len;
+    const char *colon = memrchr(m, ':', (size_t)(end - m)); /* methods hold none */
+    if (colon == NULL || colon == m || memchr(m, '/', (size_t)(colon - m))) return 0;
+    px_str_t method = {colon + 1, (size_t)(end - colon - 1)};
+    in->model = (px_str_t){m, (size_t)(colon - m)};
+    if (px_str_eq(method, "generateContent"))
+      in->stream = 0;
+    else if (px_str_eq(method, "streamGenerateContent"))
+      in->stream = 1;
+    else if (px_str_eq(method, "countTokens"))
+      in->ep = PX_EP_COUNT_TOKENS, in->stream = 0;
+    else
+      return 0;
+    return 1;
+  }
+  return 0;
+}
+
+/* percent-encode everything but RFC 3986 unreserved characters */
+static int put_encoded(px_buf_t *out, const char *s) {
+  static const char hex[] = "0123456789ABCDEF";
+  int rc = 0;
+  for (const unsigned char *p = (const unsigned char *)s; *p && rc == 0; p++) {
+    if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+        (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' || *p == '_' || *p == '~') {
+      rc = px_buf_append(out, p, 1);
+    } else {
+      char e[3] = {'%', hex[*p >> 4], hex[*p & 15]};
+      rc = px_buf_append(out, e, 3);
+    }
+  }
+  return rc;
+}
+
+static int gem_upstream_url(px_buf_t *out, const char *model, int stream,
+                            px_endpoint_t ep) {
+  if (ep == PX_EP_MODELS) return PX_EINVAL;
+  int rc = px_buf_puts(out, "/v1beta/models/");
+  if (rc == 0) rc = put_encoded(out, model ? model : "");
+  if (rc == 0)
+    rc = px_buf_puts(out, ep == PX_EP_COUNT_TOKENS ? ":countTokens"
+                          : stream                 ? ":streamGenerateContent?alt=sse"
+                                                   : ":generateContent");
+  return rc;
+}
+
+static int64_t gem_count_decode(json_t *body) {
+  return px_jint(body, "totalTokens", -1);
+}
+
+static int gem_count_encode(px_buf_t *out, int64_t n) {
+  return px_count_body(out, "{\"totalTokens\":", n);
+}
+
+static int gem_models(px_buf_t *out, const char *const *ids, const char *const *owners,
+                      size_t n) {
+  (void)owners;
+  int rc = px_buf_puts(out, "{\"models\":[");
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    rc = px_buf_puts(out, i ? ",{\"name\":\"models/" : "{\"name\":\"models/");
+    if (rc == 0) rc = px_buf_json_escape(out, ids[i], strlen(ids[i]));
+    if (rc == 0) rc = px_buf_puts(out, "\",\"displayName\":");
+    if (rc == 0) rc = px_buf_json_str(out, ids[i], strlen(ids[i]));
+    if (rc == 0)
+      rc = px_buf_puts(out,
+                       ",\"supportedGenerationMethods\":[\"generateContent\","
+                       "\"streamGenerateContent\",\"countTokens\"]}");
+  }
+  if (rc == 0) rc = px_buf_puts(out, "]}");
+  return rc;
+}
+
+static const char *const gem_forward[] = {NULL};
+
+const px_proto_ops_t px_proto_gemini = {
+    .id = PX_PROTO_GEMINI,
+    .name = "gemini_generate_content",
+    .otel_provider = "gcp.gemini",
+    .otel_operation = "generate_content",
+    .inbound_path = "/models/",
+    .upstream_path = "/v1beta/models/",
+    .decode_error = gem_decode_error,
+    .encode_error = gem_encode_error,
+    .encode_stream_error = gem_encode_stream_error,
+    .sdec_new = px_gemini_sdec_new,
+    .sdec_feed = px_gemini_sdec_feed,
+    .sdec_finish = px_gemini_sdec_finish,
+    .sdec_free = px_gemini_sdec_free,
+    .senc_new = px_gemini_senc_new,
+    .senc_event = px_gemini_senc_event,
+    .senc_free = px_gemini_senc_free,
+    .match = gem_match,
+    .upstream_url = gem_upstream_url,
+    .count_decode = gem_count_decode,
+    .count_encode = gem_count_encode,
+    .encode_models = gem_models,
+    .forward_headers = gem_forward,
+    .auth_header = "x-goog-api-key: ",
+    .client_key_header = "x-goog-api-key",
+    .client_key_query = "key",
+    .error_type = status_of_kind,
+    .model_in_path = 1,
+    .error_status_of_kind = 1,
+    .env_key = "GEMINI_API_KEY",
+    .env_base = "GEMINI_BASE_URL",
+    .default_base = "https://generativelanguage.googleapis.com",
+    .default_name = "gemini",
+    .default_glob = "gemini-*",
+    .rtoks = {{"thought_signature", "pxg1:sig:"}},
+    .rtoks_unasked = 1,
+    .caps = PX_CAP_REASONING_TOKENS,
+    .fast = &px_gemini_fast,
+    .names = {.reasoning_text = PX_LOSSY("contents[].parts[].thought"),
+              .reasoning_token = PX_LOSSY("contents[].parts[].thoughtSignature"),
+              .reasoning_redacted = PX_LOSSY("contents[].parts[].thoughtSignature"),
+              .reasoning_config = PX_LOSSY("generationConfig.thinkingConfig"),
+              .stop = PX_LOSSY("generationConfig.stopSequences"),
+              .tool_args_param = "contents.parts.functionCall.args",
+              .annotations = PX_LOSSY("candidates[].groundingMetadata"),
+              .opaque_reasoning =
+                  PX_LOSSY("candidates[].content.parts[].thoughtSignature"),
+              .refusal_explanation = PX_LOSSY("candidates[].finishMessage")},
+    .max_tokens_keys = {{"generationConfig", "maxOutputTokens"}},
+    .watch = {.usage_obj = "usageMetadata",
+              .usage_in = "promptTokenCount",
+              .usage_out = "candidatesTokenCount",
+              .usage_out_extra = "thoughtsTokenCount",
+              .finish_keys = {"finishReason", "blockReason"},
+              .error_data = 1,
+              .model_path = {"modelVersion"},
+              .model_depth = 1,
+              .body_model = "modelVersion",
+              .answer_id = "responseId",
+              .finish_list = "candidates",
+              .finish_key = "finishReason"},
+};

@@ -48,8 +48,7 @@ int px_fast_request_steps(const px_tr_ctx_t *dc, const px_tr_ctx_t *ec, const px
 int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
                               int flags, char **out, size_t *out_len, px_lossy_t *lossy,
                               px_tr_err_t *err) {
-  if (ctx->reference || (flags & ~PX_TR_COUNT_TOKENS) != 0 || ctx->in == ctx->out)
-    return PX_FAST_DECLINE;
+  if ((flags & ~PX_TR_COUNT_TOKENS) != 0 || ctx->in == ctx->out) return PX_FAST_DECLINE;
   const px_fast_ops_t *in = fast_of(ctx->in), *op = fast_of(ctx->out);
   if (in == NULL || op == NULL || in->decode_request == NULL || op->encode_request == NULL)
     return PX_FAST_DECLINE;
@@ -64,7 +63,8 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
   px_buf_t b;
   px_buf_init(&b, out_cap(len));
   int rc = px_buf_reserve(&b, len + 256);
-  if (rc == 0) rc = px_fast_request_steps(&c, &c, in, op, body, len, &ir, &a, &b, &l, err);
+  if (rc == 0)
+    rc = px_fast_request_steps(&c, &c, in, op, body, len, &ir, &a, &b, &l, err);
   /* a token count: the body the upstream's count endpoint takes */
   if (rc == 0 && (flags & PX_TR_COUNT_TOKENS) && op->count_request != NULL)
     rc = op->count_request(&b, 0, c.upstream_model) == 0 ? 0 : PX_FAST_DECLINE;
@@ -84,7 +84,7 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
 int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                px_buf_t *out, px_lossy_t *lossy, px_usage_t *usage,
                                px_tr_err_t *err) {
-  if (ctx->reference || ctx->in == ctx->out) return PX_FAST_DECLINE;
+  if (ctx->in == ctx->out) return PX_FAST_DECLINE;
   const px_fast_ops_t *up = fast_of(ctx->out), *cl = fast_of(ctx->in);
   if (up == NULL || cl == NULL || up->decode_response == NULL || cl->encode_response == NULL)
     return PX_FAST_DECLINE;
@@ -137,8 +137,8 @@ int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t 
 /* What no codec takes, refused in words: a member an object holds twice
  * (the rule admission applies to the members it acts on, for every member
  * a codec reads), a member name no codec can read or no lossy list can
- * name, or, failing all, the pair. what: "request body" / "upstream answer"; from -> to: the codecs'
- * direction. */
+ * name, or, failing all, the pair. what: "request body" / "upstream answer"; from -> to:
+ * the codecs' direction. */
 static int odd_refusal(const char *what, const char *p, size_t n, px_proto_t from,
                        px_proto_t to, px_tr_err_t *err) {
   char path[sizeof(err->param)];
@@ -151,11 +151,12 @@ static int odd_refusal(const char *what, const char *p, size_t n, px_proto_t fro
                       "character ('%s'), which cannot be translated",
                       what, path);
   if (o == PX_ODD_UNNAMED)
-    return px_tr_fail(err, path,
-                      "%s has a member name the x-proxai-lossy header cannot list ('%s': "
-                      "empty, with a comma, \"...\" or 256 bytes and more), which cannot be "
-                      "translated",
-                      what, path);
+    return px_tr_fail(
+        err, path,
+        "%s has a member name the x-proxai-lossy header cannot list ('%s': "
+        "empty, with a comma, \"...\" or 256 bytes and more), which cannot be "
+        "translated",
+        what, path);
   return px_tr_fail(err, "",
                     "%s cannot be translated from %s to %s: it has a value of a form the "
                     "translator does not take",
@@ -181,8 +182,6 @@ int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t l
   if ((unsigned)ctx->in >= PX_PROTO_COUNT || (unsigned)ctx->out >= PX_PROTO_COUNT)
     return px_tr_fail(err, "", "unknown protocol");
   if (ctx->client_model == NULL) return px_tr_fail(err, "", "no client model");
-  if (ctx->reference)
-    return px_translate_request_ref(ctx, body, len, flags, out, out_len, lossy, err);
   if (ctx->in == ctx->out)
     return px_tr_fail(err, "", "same protocol: nothing to translate");
   int rc = px_translate_request_fast(ctx, body, len, flags, out, out_len, lossy, err);
@@ -210,7 +209,7 @@ int px_translate_response_body(const px_tr_ctx_t *ctx, const char *body, size_t 
                                px_tr_err_t *err) {
   int rc = px_translate_response_fast(ctx, body, len, out, lossy, usage, err);
   if (rc != PX_FAST_DECLINE) return rc;
-  if (ctx->reference || ctx->in == ctx->out || body == NULL) {
+  if (ctx->in == ctx->out || body == NULL) {
     px_tr_fail(err, "", "no translation of this answer");
     return PX_FAST_REFUSE;
   }

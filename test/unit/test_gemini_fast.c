@@ -211,7 +211,7 @@ static void gem_answer_halves(const char *body, const char *want) {
   sides_init(&r, GEM, GEM);
   int rc = fast_answer_halves(&r.c, &px_gemini_fast, &px_gemini_fast, body, strlen(body),
                               &r.b, &r.lf, &r.ef);
-  const px_proto_ops_t *ops = px_proto_get(PX_PROTO_GEMINI);
+  const px_ref_ops_t *ops = px_ref_get(PX_PROTO_GEMINI);
   json_t *src = json_loadb(body, strlen(body), 0, NULL), *jir = NULL, *out = NULL;
   int rs = ops->decode_response(&r.c, src, &jir, &r.ls, &r.es);
   if (rs == 0) rs = ops->encode_response(&r.c, jir, &out, &r.ls, &r.es);

@@ -163,11 +163,10 @@ static void anth_self(const char *body, const char *want, const char *lossy) {
   CHECK(rc == 0);
   px_arena_free(&a);
   px_tr_ctx_t ref = c;
-  ref.reference = 1;
   char *so = NULL;
   size_t sl = 0;
   px_tr_err_t err;
-  CHECK(px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &err) == 0);
+  CHECK(px_translate_request_ref(&ref, body, len, 0, &so, &sl, &ls, &err) == 0);
   if (rc == 0 && so != NULL) {
     fast_same("anthropic self", &b, &lf, so, &ls, want);
     if (lossy != NULL && strcmp(lf.buf, lossy) != 0) {
@@ -420,9 +419,8 @@ static void one_reader(void) {
   CHECK(px_translate_request_body(&c, big, strlen(big), 0, &out, &n, &l, &err) < 0);
   CHECK(strcmp(err.param, "max_tokens") == 0 && strstr(err.message, "at most 18 digits"));
   px_tr_ctx_t r = c;
-  r.reference = 1;
   memset(&err, 0, sizeof(err));
-  CHECK(px_translate_request_body(&r, big, strlen(big), 0, &out, &n, &l, &err) < 0);
+  CHECK(px_translate_request_ref(&r, big, strlen(big), 0, &out, &n, &l, &err) < 0);
   CHECK(strcmp(err.param, "max_tokens") == 0 && strstr(err.message, "at most 18 digits"));
   /* answers: an escaped name is read unescaped; a member twice is a 502
    * naming it; invalid JSON is a 502 */
@@ -525,7 +523,6 @@ static void codec_round(int p, const px_fast_ops_t *ops, const char *q, int stre
   px_buf_init(&b, 1 << 20);
   CHECK(px_fast_request_steps(&c, &c, ops, ops, body, len, &ir, &a, &b, &lf, NULL) == 0);
   px_tr_ctx_t ref = c;
-  ref.reference = 1;
   json_t *src = json_loadb(body, len, 0, NULL), *ub = NULL;
   px_tr_err_t err;
   CHECK(px_translate_request(&ref, src, &ub, &ls, &err) == 0);
@@ -566,8 +563,7 @@ static void client_pairs(int in, const px_fast_ops_t *dec, const char *q, int st
     px_lossy_init(&ls);
     int rc = px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf, NULL);
     px_tr_ctx_t ref = c;
-    ref.reference = 1;
-    int rr = px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &err);
+    int rr = px_translate_request_ref(&ref, body, len, 0, &so, &sl, &ls, &err);
     if (rc == 0) {
       int eq = rr == 0 && same_json(fo, fl, so, sl) && strcmp(lf.buf, ls.buf) == 0;
       CHECK(eq);
@@ -786,7 +782,7 @@ static void resp_halves(const char *body, size_t len, int dout, int ein,
   CHECK(rc == 0);
   json_t *src = json_loadb(body, len, 0, NULL), *jir = NULL, *out = NULL;
   px_tr_err_t err;
-  const px_proto_ops_t *ops = px_proto_get(PX_PROTO_RESPONSES);
+  const px_ref_ops_t *ops = px_ref_get(PX_PROTO_RESPONSES);
   CHECK(src != NULL && ops->decode_request(&d, src, &jir, &ls, &err) == 0);
   if (jir != NULL) {
     json_object_set_new(jir, "model", json_string(e.upstream_model));
@@ -1514,7 +1510,7 @@ static void chat_self_answer(const char *q) {
   px_buf_init(&b, 1 << 20);
   CHECK(fast_answer_halves(&c, &px_chat_fast, &px_chat_fast, body, strlen(body), &b, &lf,
                            NULL) == 0);
-  const px_proto_ops_t *ops = px_proto_get(PX_PROTO_CHAT);
+  const px_ref_ops_t *ops = px_ref_get(PX_PROTO_CHAT);
   json_t *up = json_loads(body, 0, NULL), *jir = NULL, *cb = NULL;
   px_tr_err_t err;
   CHECK(up != NULL && ops->decode_response(&c, up, &jir, &ls, &err) == 0 &&
@@ -1602,7 +1598,7 @@ static void resp_refuses(const char *body) {
     px_arena_free(&a);
     json_t *src = json_loads(body, 0, NULL), *jir = NULL;
     int sr =
-        px_proto_get(PX_PROTO_RESPONSES)->decode_request(&r.c, src, &jir, &r.ls, &r.es);
+        px_ref_get(PX_PROTO_RESPONSES)->decode_request(&r.c, src, &jir, &r.ls, &r.es);
     if (sr == 0) { /* an upstream that takes it (a file id) */
       CHECK(rc == 0);
       if (rc != 0)
@@ -1728,7 +1724,7 @@ static void resp_answer(const char *q, const char *expl, const char *want) {
   px_arena_init(&a);
   px_fresp_t ir;
   fresp_init(&ir);
-  const px_proto_ops_t *ops = px_proto_get(PX_PROTO_RESPONSES);
+  const px_ref_ops_t *ops = px_ref_get(PX_PROTO_RESPONSES);
   int rc = px_responses_fast.decode_response(&r.c, body, len, &ir, &a, &r.lf, &r.ef);
   json_t *up = json_loadb(body, len, 0, NULL), *jir = NULL, *cb = NULL;
   int sr = up != NULL ? ops->decode_response(&r.c, up, &jir, &r.ls, &r.es) : -1;

@@ -26,8 +26,11 @@
 #include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
+#include "ref.h"
 
-static json_t *jstr(const char *s) { return json_string(s ? s : ""); }
+static json_t *jstr(const char *s) {
+  return json_string(s ? s : "");
+}
 
 static int bad_gateway(px_tr_err_t *err, const char *param, const char *msg) {
   px_tr_fail(err, param, "%s", msg);
@@ -98,7 +101,8 @@ static const char *call_answer(call_ids_t *c, const char *id, const char *name) 
   json_t *e;
   json_array_foreach(c->open, i, e) {
     const char *eid = px_jstr(e, "id");
-    if (id != NULL && *id ? strcmp(eid, id) == 0 : strcmp(px_jstr(e, "name"), name) == 0) {
+    if (id != NULL && *id ? strcmp(eid, id) == 0
+                          : strcmp(px_jstr(e, "name"), name) == 0) {
       if (json_array_append(c->done, e) < 0) return NULL;
       json_array_remove(c->open, i);
       return eid;
@@ -174,7 +178,8 @@ static int decode_part(json_t *pt, int model, const char *path, json_t *parts,
   if (!json_is_object(pt)) return px_tr_fail(err, path, "%s must be an object", path);
   if (sig != NULL && model && !thought && (rc = sig_part(parts, sig)) < 0) return rc;
   if ((v = json_object_get(pt, "text")) != NULL) {
-    if (!json_is_string(v)) return px_tr_fail(err, path, "%s.text must be a string", path);
+    if (!json_is_string(v))
+      return px_tr_fail(err, path, "%s.text must be a string", path);
     if (thought) {
       if (!model) return 0; /* thoughts belong to model turns */
       json_t *r = json_pack("{s:s, s:O}", "type", "reasoning", "text", v);
@@ -203,8 +208,9 @@ static int decode_part(json_t *pt, int model, const char *path, json_t *parts,
     json_t *args = json_object_get(v, "args");
     char *a = json_is_object(args) ? px_jdoc_dump(args, JSON_COMPACT) : strdup("{}");
     const char *id = call_open(calls, px_jstr(v, "id"), name, idbuf, sizeof(idbuf));
-    json_array_append_new(parts, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call",
-                                           "id", id, "name", name, "arguments", a ? a : "{}"));
+    json_array_append_new(
+        parts, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id", id, "name",
+                         name, "arguments", a ? a : "{}"));
     free(a);
     return 0;
   }
@@ -213,13 +219,15 @@ static int decode_part(json_t *pt, int model, const char *path, json_t *parts,
     const char *id = call_answer(calls, px_jstr(v, "id"), name ? name : "");
     if (model || id == NULL)
       return px_tr_fail(err, path,
-                        "%s.functionResponse does not answer a preceding functionCall", path);
-    json_array_append_new(parts, json_pack("{s:s, s:s, s:o}", "type", "tool_result",
-                                           "tool_call_id", id, "content",
-                                           response_text(json_object_get(v, "response"))));
+                        "%s.functionResponse does not answer a preceding functionCall",
+                        path);
+    json_array_append_new(
+        parts, json_pack("{s:s, s:s, s:o}", "type", "tool_result", "tool_call_id", id,
+                         "content", response_text(json_object_get(v, "response"))));
     return 0;
   }
-  if (json_object_get(pt, "executableCode") || json_object_get(pt, "codeExecutionResult")) {
+  if (json_object_get(pt, "executableCode") ||
+      json_object_get(pt, "codeExecutionResult")) {
     px_lossy_add(lossy, "contents[].parts[].executableCode");
     return 0;
   }
@@ -252,8 +260,9 @@ static int decode_contents(json_t *contents, json_t *ir_msgs, px_lossy_t *lossy,
       json_decref(parts);
       break;
     }
-    json_array_append_new(ir_msgs, json_pack("{s:s, s:o}", "role",
-                                             model ? "assistant" : "user", "content", parts));
+    json_array_append_new(
+        ir_msgs,
+        json_pack("{s:s, s:o}", "role", model ? "assistant" : "user", "content", parts));
   }
   json_decref(calls.open);
   json_decref(calls.done);
@@ -287,13 +296,16 @@ static int decode_tools(json_t *tools, json_t *ir, px_lossy_t *lossy, px_tr_err_
       json_t *ps = json_object_get(fd, "parameters");
       json_object_set_new(tool, "parameters",
                           js ? json_deep_copy(js)
-                             : ps ? schema_lower(ps)
-                                  : json_pack("{s:s, s:{}}", "type", "object", "properties"));
+                          : ps
+                              ? schema_lower(ps)
+                              : json_pack("{s:s, s:{}}", "type", "object", "properties"));
       json_array_append_new(out, tool);
     }
   }
-  if (json_array_size(out) > 0) json_object_set_new(ir, "tools", out);
-  else json_decref(out);
+  if (json_array_size(out) > 0)
+    json_object_set_new(ir, "tools", out);
+  else
+    json_decref(out);
   return 0;
 }
 
@@ -308,15 +320,17 @@ static int decode_tool_config(json_t *tc, json_t *ir, px_tr_err_t *err) {
     json_object_set_new(ir, "tool_choice", json_pack("{s:s}", "type", "none"));
   else if (strcmp(mode, "ANY") == 0 && json_array_size(names) == 1 &&
            json_is_string(json_array_get(names, 0)))
-    json_object_set_new(ir, "tool_choice", json_pack("{s:s, s:O}", "type", "tool", "name",
-                                                     json_array_get(names, 0)));
+    json_object_set_new(
+        ir, "tool_choice",
+        json_pack("{s:s, s:O}", "type", "tool", "name", json_array_get(names, 0)));
   else if (strcmp(mode, "ANY") == 0 && json_array_size(names) <= 1)
     json_object_set_new(ir, "tool_choice", json_pack("{s:s}", "type", "required"));
   else
-    return px_tr_fail(err, "toolConfig.functionCallingConfig",
-                      "function calling mode %s with several allowedFunctionNames cannot be "
-                      "translated",
-                      mode);
+    return px_tr_fail(
+        err, "toolConfig.functionCallingConfig",
+        "function calling mode %s with several allowedFunctionNames cannot be "
+        "translated",
+        mode);
   return 0;
 }
 
@@ -328,11 +342,13 @@ static const char *effort_of_level(const char *l) {
   return "high";
 }
 
-static int decode_generation(json_t *gc, json_t *ir, px_lossy_t *lossy, px_tr_err_t *err) {
+static int decode_generation(json_t *gc, json_t *ir, px_lossy_t *lossy,
+                             px_tr_err_t *err) {
   json_t *v;
   if ((v = json_object_get(gc, "temperature")) && json_is_number(v))
     json_object_set(ir, "temperature", v);
-  if ((v = json_object_get(gc, "topP")) && json_is_number(v)) json_object_set(ir, "top_p", v);
+  if ((v = json_object_get(gc, "topP")) && json_is_number(v))
+    json_object_set(ir, "top_p", v);
   if ((v = json_object_get(gc, "topK")) && json_is_number(v))
     json_object_set_new(ir, "top_k", json_integer((json_int_t)json_number_value(v)));
   if ((v = json_object_get(gc, "maxOutputTokens")) && json_is_integer(v)) {
@@ -356,7 +372,8 @@ static int decode_generation(json_t *gc, json_t *ir, px_lossy_t *lossy, px_tr_er
                           json_pack("{s:s, s:s, s:o}", "type", "json_schema", "name",
                                     "response", "schema", schema_lower(schema)));
     else
-      json_object_set_new(ir, "response_format", json_pack("{s:s}", "type", "json_object"));
+      json_object_set_new(ir, "response_format",
+                          json_pack("{s:s}", "type", "json_object"));
   } else if (mime != NULL && strcmp(mime, "text/plain") != 0) {
     px_lossy_add(lossy, "generationConfig.responseMimeType");
   }
@@ -379,9 +396,9 @@ static int decode_generation(json_t *gc, json_t *ir, px_lossy_t *lossy, px_tr_er
     }
     json_object_set_new(ir, "reasoning", r);
   }
-  static const char *const dropped[] = {"presencePenalty", "frequencyPenalty", "seed",
-                                        "responseLogprobs", "logprobs", "mediaResolution",
-                                        "speechConfig", "responseModalities"};
+  static const char *const dropped[] = {
+      "presencePenalty", "frequencyPenalty", "seed",         "responseLogprobs",
+      "logprobs",        "mediaResolution",  "speechConfig", "responseModalities"};
   for (size_t i = 0; i < sizeof(dropped) / sizeof(dropped[0]); i++)
     if (json_object_get(gc, dropped[i]) != NULL) {
       char p[64];
@@ -393,7 +410,8 @@ static int decode_generation(json_t *gc, json_t *ir, px_lossy_t *lossy, px_tr_er
 
 static int gem_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **irp,
                               px_lossy_t *lossy, px_tr_err_t *err) {
-  if (!json_is_object(body)) return px_tr_fail(err, "", "the request body must be an object");
+  if (!json_is_object(body))
+    return px_tr_fail(err, "", "the request body must be an object");
   json_t *wrapped = json_object_get(body, "generateContentRequest"); /* countTokens */
   if (json_is_object(wrapped)) body = wrapped;
   json_t *contents = json_object_get(body, "contents");
@@ -417,17 +435,21 @@ static int gem_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **irp
     json_array_append_new(sys, json_pack("{s:s, s:O, s:s}", "type", "text", "text",
                                          json_object_get(p, "text"), "role", "system"));
   }
-  if (json_array_size(sys) > 0) json_object_set_new(ir, "system", sys);
-  else json_decref(sys);
+  if (json_array_size(sys) > 0)
+    json_object_set_new(ir, "system", sys);
+  else
+    json_decref(sys);
   int rc = decode_contents(contents, msgs, lossy, err);
   if (rc == 0) rc = decode_tools(json_object_get(body, "tools"), ir, lossy, err);
   if (rc == 0) rc = decode_tool_config(json_object_get(body, "toolConfig"), ir, err);
-  if (rc == 0) rc = decode_generation(json_object_get(body, "generationConfig"), ir, lossy, err);
+  if (rc == 0)
+    rc = decode_generation(json_object_get(body, "generationConfig"), ir, lossy, err);
   if (rc < 0) {
     json_decref(ir);
     return rc;
   }
-  if (json_object_get(body, "safetySettings") != NULL) px_lossy_add(lossy, "safetySettings");
+  if (json_object_get(body, "safetySettings") != NULL)
+    px_lossy_add(lossy, "safetySettings");
   if (json_object_get(body, "labels") != NULL) px_lossy_add(lossy, "labels");
   *irp = ir;
   return 0;
@@ -454,8 +476,10 @@ static json_t *result_response(json_t *part, px_lossy_t *lossy) {
   json_t *c;
   json_array_foreach(content, i, c) {
     const char *t = px_jstr(c, "text");
-    if (t != NULL) px_buf_append(&text, t, strlen(t));
-    else px_lossy_add(lossy, "messages[].content[].tool_result.content[].image");
+    if (t != NULL)
+      px_buf_append(&text, t, strlen(t));
+    else
+      px_lossy_add(lossy, "messages[].content[].tool_result.content[].image");
   }
   json_t *parsed = text.len ? px_jdoc_load(text.data, text.len, 0, NULL) : NULL;
   json_t *r;
@@ -464,8 +488,9 @@ static json_t *result_response(json_t *part, px_lossy_t *lossy) {
   } else {
     json_decref(parsed);
     r = json_object();
-    json_object_set_new(r, json_is_true(json_object_get(part, "is_error")) ? "error" : "output",
-                        json_stringn(text.data ? text.data : "", text.len));
+    json_object_set_new(
+        r, json_is_true(json_object_get(part, "is_error")) ? "error" : "output",
+        json_stringn(text.data ? text.data : "", text.len));
   }
   px_buf_free(&text);
   return r;
@@ -473,10 +498,10 @@ static json_t *result_response(json_t *part, px_lossy_t *lossy) {
 
 /* fileData needs a concrete mimeType: guessed from the URL's extension. */
 static const char *mime_of_url(const char *url, int image) {
-  static const char *const ext[][2] = {{".png", "image/png"},   {".jpg", "image/jpeg"},
-                                       {".jpeg", "image/jpeg"}, {".webp", "image/webp"},
-                                       {".gif", "image/gif"},   {".heic", "image/heic"},
-                                       {".pdf", "application/pdf"}};
+  static const char *const ext[][2] = {
+      {".png", "image/png"},      {".jpg", "image/jpeg"}, {".jpeg", "image/jpeg"},
+      {".webp", "image/webp"},    {".gif", "image/gif"},  {".heic", "image/heic"},
+      {".pdf", "application/pdf"}};
   size_t n = strcspn(url, "?#");
   for (size_t i = 0; i < sizeof(ext) / sizeof(ext[0]); i++) {
     size_t el = strlen(ext[i][0]);
@@ -584,7 +609,8 @@ static int contents_out(const px_tr_ctx_t *ctx, json_t *msgs, json_t *contents,
     if (last != NULL && strcmp(px_jstr(last, "role"), role) == 0)
       json_array_extend(json_object_get(last, "parts"), parts), json_decref(parts);
     else
-      json_array_append_new(contents, json_pack("{s:s, s:o}", "role", role, "parts", parts));
+      json_array_append_new(contents,
+                            json_pack("{s:s, s:o}", "role", role, "parts", parts));
   }
   return 0;
 }
@@ -596,9 +622,11 @@ static json_int_t budget_of_effort(const char *e) {
   return 24576;
 }
 
-static void generation_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *body, px_lossy_t *lossy) {
+static void generation_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *body,
+                           px_lossy_t *lossy) {
   json_t *gc = json_object(), *v;
-  if ((v = json_object_get(ir, "max_tokens"))) json_object_set(gc, "maxOutputTokens", v);
+  if ((v = json_object_get(ir, "max_tokens")))
+    json_object_set(gc, "maxOutputTokens", v);
   else if (ctx->default_max_tokens > 0)
     json_object_set_new(gc, "maxOutputTokens", json_integer(ctx->default_max_tokens));
   if ((v = json_object_get(ir, "temperature"))) json_object_set(gc, "temperature", v);
@@ -624,8 +652,10 @@ static void generation_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *body, px_
                                     budget > 0 ? budget : budget_of_effort(effort)));
     if (px_jstr(r, "summary")) px_lossy_add(lossy, "reasoning.summary");
   }
-  if (json_object_size(gc) > 0) json_object_set_new(body, "generationConfig", gc);
-  else json_decref(gc);
+  if (json_object_size(gc) > 0)
+    json_object_set_new(body, "generationConfig", gc);
+  else
+    json_decref(gc);
 }
 
 static void tools_out(json_t *ir, json_t *body) {
@@ -641,7 +671,8 @@ static void tools_out(json_t *ir, json_t *body) {
     json_array_append_new(decls, d);
   }
   if (json_array_size(decls) > 0)
-    json_object_set_new(body, "tools", json_pack("[{s:o}]", "functionDeclarations", decls));
+    json_object_set_new(body, "tools",
+                        json_pack("[{s:o}]", "functionDeclarations", decls));
   else
     json_decref(decls);
   json_t *tc = json_object_get(ir, "tool_choice");
@@ -652,10 +683,12 @@ static void tools_out(json_t *ir, json_t *body) {
     fc = json_pack("{s:s, s:[s]}", "mode", "ANY", "allowedFunctionNames",
                    px_jstr(tc, "name") ? px_jstr(tc, "name") : "");
   else
-    fc = json_pack("{s:s}", "mode", strcmp(tct, "required") == 0 ? "ANY"
-                                    : strcmp(tct, "none") == 0   ? "NONE"
-                                                                 : "AUTO");
-  json_object_set_new(body, "toolConfig", json_pack("{s:o}", "functionCallingConfig", fc));
+    fc = json_pack("{s:s}", "mode",
+                   strcmp(tct, "required") == 0 ? "ANY"
+                   : strcmp(tct, "none") == 0   ? "NONE"
+                                                : "AUTO");
+  json_object_set_new(body, "toolConfig",
+                      json_pack("{s:o}", "functionCallingConfig", fc));
 }
 
 static int gem_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp,
@@ -669,16 +702,19 @@ static int gem_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp
   json_t *sp = json_array();
   size_t i;
   json_t *s;
-  json_array_foreach(json_object_get(ir, "system"), i, s)
-    json_array_append_new(sp, json_pack("{s:s}", "text", px_jstr(s, "text") ? px_jstr(s, "text") : ""));
+  json_array_foreach(json_object_get(ir, "system"), i, s) json_array_append_new(
+      sp, json_pack("{s:s}", "text", px_jstr(s, "text") ? px_jstr(s, "text") : ""));
   if (json_array_size(sp) > 0)
     json_object_set_new(body, "systemInstruction", json_pack("{s:o}", "parts", sp));
   else
     json_decref(sp);
   tools_out(ir, body);
   generation_out(ctx, ir, body, lossy);
-  static const char *const dropped[] = {"user", "metadata", "parallel_tool_calls",
-                                        "previous_response_id", "prompt_cache_key",
+  static const char *const dropped[] = {"user",
+                                        "metadata",
+                                        "parallel_tool_calls",
+                                        "previous_response_id",
+                                        "prompt_cache_key",
                                         "verbosity"};
   for (size_t k = 0; k < sizeof(dropped) / sizeof(dropped[0]); k++)
     if (json_object_get(ir, dropped[k]) != NULL) px_lossy_add(lossy, dropped[k]);
@@ -688,57 +724,20 @@ static int gem_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp
 
 /* ---- response: Gemini -> IR ---- */
 
-px_stop_t px_gemini_stop(const char *fr, int has_tool_call) {
-  if (fr == NULL) return PX_STOP_NONE;
-  if (strcmp(fr, "STOP") == 0) return has_tool_call ? PX_STOP_TOOL_USE : PX_STOP_END_TURN;
-  if (strcmp(fr, "MAX_TOKENS") == 0) return PX_STOP_MAX_TOKENS;
-  if (strcmp(fr, "MALFORMED_FUNCTION_CALL") == 0 || strcmp(fr, "OTHER") == 0 ||
-      strcmp(fr, "FINISH_REASON_UNSPECIFIED") == 0 || strcmp(fr, "UNEXPECTED_TOOL_CALL") == 0)
-    return PX_STOP_END_TURN;
-  /* SAFETY, RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII, a blocked prompt's
-   * reason, ...: the output was filtered (SPEC 11: a refusal) */
-  return PX_STOP_CONTENT_FILTER;
-}
-
-const char *px_gemini_finish(px_stop_t s) {
-  switch (s) {
-  case PX_STOP_NONE: return NULL;
-  case PX_STOP_MAX_TOKENS: return "MAX_TOKENS";
-  case PX_STOP_REFUSAL:
-  case PX_STOP_CONTENT_FILTER: return "SAFETY";
-  default: return "STOP";
-  }
-}
-
-void px_gemini_usage_of(px_usage_t *u, int64_t prompt, int64_t cand, int64_t thoughts,
-                        int64_t cached) {
-  u->input_tokens = prompt;
-  u->output_tokens = cand < 0 && thoughts < 0 ? -1 : (cand > 0 ? cand : 0) + (thoughts > 0 ? thoughts : 0);
-  u->cache_read_tokens = cached;
-  u->reasoning_tokens = thoughts;
-}
-
-void px_gemini_usage_in(json_t *um, px_usage_t *u) {
-  px_gemini_usage_of(
-      u, px_jint(um, "promptTokenCount", -1), px_jint(um, "candidatesTokenCount", -1),
-      px_jint(um, "thoughtsTokenCount", -1), px_jint(um, "cachedContentTokenCount", -1));
-}
-
-void px_gemini_call_id(const char *resp_id, int n, char *out, size_t size) {
-  snprintf(out, size, "call_%s_%d", resp_id && *resp_id ? resp_id : "gemini", n);
-}
-
 static int gem_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **irp,
                                px_lossy_t *lossy, px_tr_err_t *err) {
   json_t *cands = json_object_get(body, "candidates");
   json_t *fb = json_object_get(body, "promptFeedback");
-  if (!json_is_object(body) || (json_array_size(cands) != 1 && !px_jstr(fb, "blockReason")))
+  if (!json_is_object(body) ||
+      (json_array_size(cands) != 1 && !px_jstr(fb, "blockReason")))
     return bad_gateway(err, "candidates", "upstream returned no single candidate");
   json_t *cand = json_array_get(cands, 0);
   const char *rid = px_jstr(body, "responseId");
   json_t *ir = json_object(), *content = json_array();
   json_object_set_new(ir, "id", jstr(rid ? rid : "gemini"));
-  json_object_set_new(ir, "model", jstr(px_jstr(body, "modelVersion") ? px_jstr(body, "modelVersion") : ctx->upstream_model));
+  json_object_set_new(ir, "model",
+                      jstr(px_jstr(body, "modelVersion") ? px_jstr(body, "modelVersion")
+                                                         : ctx->upstream_model));
   json_object_set_new(ir, "content", content);
   int calls = 0, refused;
   const char *fr = cand ? px_jstr(cand, "finishReason") : px_jstr(fb, "blockReason");
@@ -756,11 +755,12 @@ static int gem_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
       continue;
     }
     if (sig != NULL)
-      json_array_append_new(content, json_pack("{s:s, s:s, s:s}", "type", "reasoning", "text",
-                                               "", "thought_signature", sig));
+      json_array_append_new(content, json_pack("{s:s, s:s, s:s}", "type", "reasoning",
+                                               "text", "", "thought_signature", sig));
     if (text != NULL) {
-      json_array_append_new(content, json_pack("{s:s, s:s}", "type", refused ? "refusal" : "text",
-                                               "text", text));
+      json_array_append_new(
+          content,
+          json_pack("{s:s, s:s}", "type", refused ? "refusal" : "text", "text", text));
     } else if (json_is_object(fc)) {
       char id[160];
       const char *cid = px_jstr(fc, "id");
@@ -768,18 +768,21 @@ static int gem_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
       calls++;
       json_t *args = json_object_get(fc, "args");
       char *a = json_is_object(args) ? px_jdoc_dump(args, JSON_COMPACT) : strdup("{}");
-      json_array_append_new(content, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call",
-                                               "id", cid ? cid : id, "name",
-                                               px_jstr(fc, "name") ? px_jstr(fc, "name") : "",
-                                               "arguments", a ? a : "{}"));
+      json_array_append_new(
+          content,
+          json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id", cid ? cid : id,
+                    "name", px_jstr(fc, "name") ? px_jstr(fc, "name") : "", "arguments",
+                    a ? a : "{}"));
       free(a);
     } else if (json_object_get(pt, "inlineData") || json_object_get(pt, "fileData")) {
       px_lossy_add(lossy, "candidates[].content.parts[].inlineData");
-    } else if (json_object_get(pt, "executableCode") || json_object_get(pt, "codeExecutionResult")) {
+    } else if (json_object_get(pt, "executableCode") ||
+               json_object_get(pt, "codeExecutionResult")) {
       px_lossy_add(lossy, "candidates[].content.parts[].executableCode");
     }
   }
-  if (json_object_get(cand, "safetyRatings")) px_lossy_add(lossy, "candidates[].safetyRatings");
+  if (json_object_get(cand, "safetyRatings"))
+    px_lossy_add(lossy, "candidates[].safetyRatings");
   if (json_object_get(cand, "groundingMetadata"))
     px_lossy_add(lossy, "candidates[].groundingMetadata");
   if (json_object_get(cand, "citationMetadata"))
@@ -795,8 +798,10 @@ static int gem_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
   if (json_is_object(um)) {
     px_usage_t u;
     px_gemini_usage_in(um, &u);
-    json_t *iu = json_pack("{s:I, s:I}", "input_tokens", (json_int_t)(u.input_tokens > 0 ? u.input_tokens : 0),
-                           "output_tokens", (json_int_t)(u.output_tokens > 0 ? u.output_tokens : 0));
+    json_t *iu =
+        json_pack("{s:I, s:I}", "input_tokens",
+                  (json_int_t)(u.input_tokens > 0 ? u.input_tokens : 0), "output_tokens",
+                  (json_int_t)(u.output_tokens > 0 ? u.output_tokens : 0));
     if (u.cache_read_tokens >= 0)
       json_object_set_new(iu, "cache_read_tokens", json_integer(u.cache_read_tokens));
     if (u.reasoning_tokens >= 0)
@@ -808,20 +813,6 @@ static int gem_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
 }
 
 /* ---- response: IR -> Gemini ---- */
-
-json_t *px_gemini_usage_out(const px_usage_t *u) {
-  int64_t in = u->input_tokens > 0 ? u->input_tokens : 0;
-  int64_t out = u->output_tokens > 0 ? u->output_tokens : 0;
-  int64_t th = u->reasoning_tokens > 0 ? u->reasoning_tokens : 0;
-  if (th > out) th = out;
-  json_t *um = json_pack("{s:I, s:I, s:I}", "promptTokenCount", (json_int_t)in,
-                         "candidatesTokenCount", (json_int_t)(out - th), "totalTokenCount",
-                         (json_int_t)(in + out));
-  if (th > 0) json_object_set_new(um, "thoughtsTokenCount", json_integer(th));
-  if (u->cache_read_tokens > 0)
-    json_object_set_new(um, "cachedContentTokenCount", json_integer(u->cache_read_tokens));
-  return um;
-}
 
 static int gem_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp,
                                px_lossy_t *lossy, px_tr_err_t *err) {
@@ -844,8 +835,8 @@ static int gem_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
         json_array_append_new(parts, o);
       } else if (ts != NULL) {
         if (sig != NULL) /* two signatures in a row: the first on an empty part */
-          json_array_append_new(parts, json_pack("{s:s, s:o}", "text", "",
-                                                 "thoughtSignature", sig));
+          json_array_append_new(
+              parts, json_pack("{s:s, s:o}", "text", "", "thoughtSignature", sig));
         sig = ts;
       }
       continue;
@@ -879,7 +870,8 @@ static int gem_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
     json_array_append_new(parts, o);
   }
   if (sig != NULL) /* a signature nothing followed: an empty part holds it */
-    json_array_append_new(parts, json_pack("{s:s, s:o}", "text", "", "thoughtSignature", sig));
+    json_array_append_new(parts,
+                          json_pack("{s:s, s:o}", "text", "", "thoughtSignature", sig));
   px_stop_t st = px_stop_parse(px_jstr(ir, "stop_reason"));
   /* SPEC 11: toward Gemini clients any refusal is SAFETY, its wording a
    * text part, an explanation its finishMessage (and the only text part
@@ -888,15 +880,16 @@ static int gem_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   if (refused && !px_stop_refused(st)) st = PX_STOP_REFUSAL;
   if (px_stop_refused(st) && expl != NULL && !texted)
     json_array_append_new(parts, json_pack("{s:s}", "text", expl));
-  json_t *cand = json_pack("{s:{s:s, s:o}, s:s, s:i}", "content", "role", "model", "parts",
-                           parts, "finishReason", px_gemini_finish(st) ? px_gemini_finish(st) : "STOP",
-                           "index", 0);
+  json_t *cand = json_pack(
+      "{s:{s:s, s:o}, s:s, s:i}", "content", "role", "model", "parts", parts,
+      "finishReason", px_gemini_finish(st) ? px_gemini_finish(st) : "STOP", "index", 0);
   if (expl != NULL) json_object_set_new(cand, "finishMessage", json_string(expl));
   json_t *body = json_pack("{s:[o]}", "candidates", cand);
   json_t *u = json_object_get(ir, "usage");
   if (json_is_object(u)) {
     px_usage_t pu = {px_jint(u, "input_tokens", 0), px_jint(u, "output_tokens", 0),
-                     px_jint(u, "cache_read_tokens", -1), px_jint(u, "cache_creation_tokens", -1),
+                     px_jint(u, "cache_read_tokens", -1),
+                     px_jint(u, "cache_creation_tokens", -1),
                      px_jint(u, "reasoning_tokens", -1)};
     json_object_set_new(body, "usageMetadata", px_gemini_usage_out(&pu));
   }
@@ -904,148 +897,6 @@ static int gem_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body
   json_object_set_new(body, "responseId", jstr(px_jstr(ir, "id")));
   *bodyp = body;
   return 0;
-}
-
-/* ---- errors ---- */
-
-static const struct {
-  px_errkind_t kind;
-  const char *status;
-} gstatus[] = {
-    {PX_ERR_INVALID, "INVALID_ARGUMENT"},     {PX_ERR_AUTH, "UNAUTHENTICATED"},
-    {PX_ERR_PERMISSION, "PERMISSION_DENIED"}, {PX_ERR_NOT_FOUND, "NOT_FOUND"},
-    {PX_ERR_TOO_LARGE, "INVALID_ARGUMENT"},   {PX_ERR_RATE_LIMIT, "RESOURCE_EXHAUSTED"},
-    {PX_ERR_API, "INTERNAL"},                 {PX_ERR_BAD_GATEWAY, "UNAVAILABLE"},
-    {PX_ERR_TIMEOUT, "DEADLINE_EXCEEDED"},    {PX_ERR_OVERLOADED, "UNAVAILABLE"},
-    {PX_ERR_UNAVAILABLE, "UNAVAILABLE"},      {PX_ERR_NOT_IMPL, "UNIMPLEMENTED"},
-    {PX_ERR_METHOD, "INVALID_ARGUMENT"},      {PX_ERR_QUOTA, "RESOURCE_EXHAUSTED"},
-};
-
-static const char *status_of_kind(px_errkind_t k) {
-  for (size_t i = 0; i < sizeof(gstatus) / sizeof(gstatus[0]); i++)
-    if (gstatus[i].kind == k) return gstatus[i].status;
-  return "INTERNAL";
-}
-
-static px_errkind_t kind_of_status(const char *s, int http) {
-  if (s != NULL) {
-    if (strcmp(s, "UNAVAILABLE") == 0) return http == 503 ? PX_ERR_OVERLOADED : PX_ERR_UNAVAILABLE;
-    if (strcmp(s, "FAILED_PRECONDITION") == 0 || strcmp(s, "OUT_OF_RANGE") == 0)
-      return PX_ERR_INVALID;
-    for (size_t i = 0; i < sizeof(gstatus) / sizeof(gstatus[0]); i++)
-      if (strcmp(s, gstatus[i].status) == 0) return gstatus[i].kind;
-  }
-  return px_errkind_from_type(NULL, http);
-}
-
-static int gem_decode_error(int status, const char *body, size_t len, px_upstream_err_t *out) {
-  json_t *j = px_jdoc_load(body, len, 0, NULL);
-  if (json_is_array(j) && json_array_size(j) == 1) { /* streams may wrap it in an array */
-    json_t *first = json_incref(json_array_get(j, 0));
-    json_decref(j);
-    j = first;
-  }
-  json_t *e = json_object_get(j, "error");
-  const char *st = px_jstr(e, "status"), *msg = px_jstr(e, "message");
-  if (!json_is_object(e) || st == NULL || !json_is_integer(json_object_get(e, "code"))) {
-    json_decref(j);
-    return PX_EINVAL;
-  }
-  memset(out, 0, sizeof(*out));
-  out->kind = kind_of_status(st, status);
-  snprintf(out->type, sizeof(out->type), "%s", st);
-  snprintf(out->message, sizeof(out->message), "%s", msg ? msg : "");
-  json_decref(j);
-  return 0;
-}
-
-/* The error object {"error":{"code","message","status"}} (no newline). */
-int px_gemini_error_body(px_buf_t *out, px_errkind_t kind, const char *message, size_t len) {
-  char code[16];
-  snprintf(code, sizeof(code), "%d", px_errkind_status(kind));
-  const char *st = status_of_kind(kind);
-  int rc = px_buf_puts(out, "{\"error\":{\"code\":");
-  if (rc == 0) rc = px_buf_puts(out, code);
-  if (rc == 0) rc = px_buf_puts(out, ",\"message\":");
-  if (rc == 0) rc = px_buf_json_str(out, message ? message : "", message ? len : 0);
-  if (rc == 0) rc = px_buf_puts(out, ",\"status\":");
-  if (rc == 0) rc = px_buf_json_str(out, st, strlen(st));
-  if (rc == 0) rc = px_buf_puts(out, "}}");
-  return rc;
-}
-
-static int gem_encode_error(px_buf_t *out, px_errkind_t kind, const char *type,
-                            const char *message, const char *param, const char *request_id) {
-  (void)type, (void)param, (void)request_id; /* Gemini errors carry neither */
-  return px_gemini_error_body(out, kind, message, message ? strlen(message) : 0);
-}
-
-static int gem_encode_stream_error(px_buf_t *out, px_errkind_t kind, const char *message) {
-  int rc = px_buf_puts(out, "data: ");
-  if (rc == 0) rc = px_gemini_error_body(out, kind, message, message ? strlen(message) : 0);
-  if (rc == 0) rc = px_buf_puts(out, "\r\n\r\n");
-  return rc;
-}
-
-/* ---- the wire: model-in-path URLs, countTokens, the model list ---- */
-
-/* /v1beta/models/{model}:{method} or /v1/models/{model}:{method} */
-static int gem_match(const char *path, size_t len, px_inbound_t *in) {
-  static const char *const roots[] = {"/v1beta/models", "/v1/models"};
-  for (size_t r = 0; r < 2; r++) {
-    size_t rl = strlen(roots[r]);
-    if (len < rl || memcmp(path, roots[r], rl) != 0) continue;
-    if (len == rl) {
-      if (r == 1) return 0; /* GET /v1/models is every protocol's list */
-      in->ep = PX_EP_MODELS;
-      return 1;
-    }
-    if (path[rl] != '/') return 0;
-    const char *m = path + rl + 1, *end = path + len;
-    const char *colon = memrchr(m, ':', (size_t)(end - m)); /* methods hold none */
-    if (colon == NULL || colon == m || memchr(m, '/', (size_t)(colon - m))) return 0;
-    px_str_t method = {colon + 1, (size_t)(end - colon - 1)};
-    in->model = (px_str_t){m, (size_t)(colon - m)};
-    if (px_str_eq(method, "generateContent")) in->stream = 0;
-    else if (px_str_eq(method, "streamGenerateContent")) in->stream = 1;
-    else if (px_str_eq(method, "countTokens")) in->ep = PX_EP_COUNT_TOKENS, in->stream = 0;
-    else return 0;
-    return 1;
-  }
-  return 0;
-}
-
-/* percent-encode everything but RFC 3986 unreserved characters */
-static int put_encoded(px_buf_t *out, const char *s) {
-  static const char hex[] = "0123456789ABCDEF";
-  int rc = 0;
-  for (const unsigned char *p = (const unsigned char *)s; *p && rc == 0; p++) {
-    if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-        *p == '-' || *p == '.' || *p == '_' || *p == '~') {
-      rc = px_buf_append(out, p, 1);
-    } else {
-      char e[3] = {'%', hex[*p >> 4], hex[*p & 15]};
-      rc = px_buf_append(out, e, 3);
-    }
-  }
-  return rc;
-}
-
-static int gem_upstream_url(px_buf_t *out, const char *model, int stream, px_endpoint_t ep) {
-  if (ep == PX_EP_MODELS) return PX_EINVAL;
-  int rc = px_buf_puts(out, "/v1beta/models/");
-  if (rc == 0) rc = put_encoded(out, model ? model : "");
-  if (rc == 0)
-    rc = px_buf_puts(out, ep == PX_EP_COUNT_TOKENS ? ":countTokens"
-                          : stream                  ? ":streamGenerateContent?alt=sse"
-                                                    : ":generateContent");
-  return rc;
-}
-
-static int64_t gem_count_decode(json_t *body) { return px_jint(body, "totalTokens", -1); }
-
-static int gem_count_encode(px_buf_t *out, int64_t n) {
-  return px_count_body(out, "{\"totalTokens\":", n);
 }
 
 /* countTokens takes {"generateContentRequest": {"model": "models/X", ...}} */
@@ -1064,89 +915,7 @@ static void gem_count_request(json_t *body, const char *model) {
   json_object_set_new(body, "generateContentRequest", inner);
 }
 
-static int gem_models(px_buf_t *out, const char *const *ids, const char *const *owners,
-                      size_t n) {
-  (void)owners;
-  int rc = px_buf_puts(out, "{\"models\":[");
-  for (size_t i = 0; i < n && rc == 0; i++) {
-    rc = px_buf_puts(out, i ? ",{\"name\":\"models/" : "{\"name\":\"models/");
-    if (rc == 0) rc = px_buf_json_escape(out, ids[i], strlen(ids[i]));
-    if (rc == 0) rc = px_buf_puts(out, "\",\"displayName\":");
-    if (rc == 0) rc = px_buf_json_str(out, ids[i], strlen(ids[i]));
-    if (rc == 0)
-      rc = px_buf_puts(out, ",\"supportedGenerationMethods\":[\"generateContent\","
-                            "\"streamGenerateContent\",\"countTokens\"]}");
-  }
-  if (rc == 0) rc = px_buf_puts(out, "]}");
-  return rc;
-}
-
-static const char *const gem_forward[] = {NULL};
-
-const px_proto_ops_t px_proto_gemini = {
-    .id = PX_PROTO_GEMINI,
-    .name = "gemini_generate_content",
-    .otel_provider = "gcp.gemini",
-    .otel_operation = "generate_content",
-    .inbound_path = "/models/",
-    .upstream_path = "/v1beta/models/",
-    .decode_request = gem_decode_request,
-    .encode_request = gem_encode_request,
-    .decode_response = gem_decode_response,
-    .encode_response = gem_encode_response,
-    .decode_error = gem_decode_error,
-    .encode_error = gem_encode_error,
-    .encode_stream_error = gem_encode_stream_error,
-    .sdec_new = px_gemini_sdec_new,
-    .sdec_feed = px_gemini_sdec_feed,
-    .sdec_finish = px_gemini_sdec_finish,
-    .sdec_free = px_gemini_sdec_free,
-    .senc_new = px_gemini_senc_new,
-    .senc_event = px_gemini_senc_event,
-    .senc_free = px_gemini_senc_free,
-    .match = gem_match,
-    .upstream_url = gem_upstream_url,
-    .count_decode = gem_count_decode,
-    .count_encode = gem_count_encode,
-    .count_request = gem_count_request,
-    .encode_models = gem_models,
-    .forward_headers = gem_forward,
-    .auth_header = "x-goog-api-key: ",
-    .client_key_header = "x-goog-api-key",
-    .client_key_query = "key",
-    .error_type = status_of_kind,
-    .model_in_path = 1,
-    .error_status_of_kind = 1,
-    .env_key = "GEMINI_API_KEY",
-    .env_base = "GEMINI_BASE_URL",
-    .default_base = "https://generativelanguage.googleapis.com",
-    .default_name = "gemini",
-    .default_glob = "gemini-*",
-    .rtoks = {{"thought_signature", "pxg1:sig:"}},
-    .rtoks_unasked = 1,
-    .caps = PX_CAP_REASONING_TOKENS,
-    .fast = &px_gemini_fast,
-    .names = {.reasoning_text = PX_LOSSY("contents[].parts[].thought"),
-              .reasoning_token = PX_LOSSY("contents[].parts[].thoughtSignature"),
-              .reasoning_redacted = PX_LOSSY("contents[].parts[].thoughtSignature"),
-              .reasoning_config = PX_LOSSY("generationConfig.thinkingConfig"),
-              .stop = PX_LOSSY("generationConfig.stopSequences"),
-              .tool_args_param = "contents.parts.functionCall.args",
-              .annotations = PX_LOSSY("candidates[].groundingMetadata"),
-              .opaque_reasoning =
-                  PX_LOSSY("candidates[].content.parts[].thoughtSignature"),
-              .refusal_explanation = PX_LOSSY("candidates[].finishMessage")},
-    .max_tokens_keys = {{"generationConfig", "maxOutputTokens"}},
-    .watch = {.usage_obj = "usageMetadata",
-              .usage_in = "promptTokenCount",
-              .usage_out = "candidatesTokenCount",
-              .usage_out_extra = "thoughtsTokenCount",
-              .finish_keys = {"finishReason", "blockReason"},
-              .error_data = 1,
-              .model_path = {"modelVersion"},
-              .model_depth = 1,
-              .body_model = "modelVersion",
-              .answer_id = "responseId",
-              .finish_list = "candidates",
-              .finish_key = "finishReason"},
-};
+/* The reference table (test/reference/ref.h). */
+const px_ref_ops_t px_ref_gemini = {gem_decode_request, gem_encode_request,
+                                    gem_decode_response, gem_encode_response,
+                                    gem_count_request};

@@ -24,6 +24,7 @@
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
+#include "ref.h"
 
 /* ---------------------------------------------------------------------- */
 /* small helpers                                                           */
@@ -1450,72 +1451,6 @@ static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
   return 0;
 }
 
-/* ---------------------------------------------------------------------- */
-/* errors                                                                  */
-
-static int decode_error(int status, const char *body, size_t len,
-                        px_upstream_err_t *out) {
-  json_error_t e;
-  json_t *j = px_jdoc_load(body, len, 0, &e);
-  if (j == NULL) return PX_EINVAL;
-  json_t *er = json_object_get(j, "error");
-  if (!json_is_object(er)) {
-    json_decref(j);
-    return PX_EINVAL;
-  }
-  const char *type = px_jstr(er, "type");
-  const char *code = px_jstr(er, "code");
-  const char *msg = px_jstr(er, "message");
-  out->kind = px_errkind_from_type(type, status);
-  /* OpenAI sends 401/403/404/429 with type invalid_request_error (the code
-   * says invalid_api_key, ...): the status is the better witness then. */
-  if (out->kind == PX_ERR_INVALID && status != 400 && status != 422 && status >= 400)
-    out->kind = px_errkind_from_type(NULL, status);
-  snprintf(out->type, sizeof(out->type), "%s", type ? type : (code ? code : ""));
-  snprintf(out->message, sizeof(out->message), "%s", msg ? msg : "");
-  json_decref(j);
-  return 0;
-}
-
-static int encode_error(px_buf_t *out, px_errkind_t kind, const char *type,
-                        const char *message, const char *param, const char *request_id) {
-  (void)request_id;
-  if (type == NULL) type = px_errkind_openai(kind);
-  return px_openai_error_body(out, type, message, param);
-}
-
-static int encode_stream_error(px_buf_t *out, px_errkind_t kind, const char *message) {
-  if (px_responses_stream_error(out, kind, message) == 0) return 0;
-  px_buf_t d;
-  px_buf_init(&d, 64u << 10);
-  int rc =
-      px_buf_puts(&d,
-                  "{\"type\":\"response.failed\",\"sequence_number\":0,\"response\":{"
-                  "\"id\":\"resp_proxai_error\",\"object\":\"response\","
-                  "\"created_at\":0,\"status\":\"failed\",\"error\":{\"code\":");
-  const char *code = kind == PX_ERR_RATE_LIMIT ? "rate_limit_exceeded" : "server_error";
-  if (rc == 0) rc = px_buf_json_str(&d, code, strlen(code));
-  if (rc == 0) rc = px_buf_puts(&d, ",\"message\":");
-  if (rc == 0)
-    rc = px_buf_json_str(&d, message ? message : "upstream error",
-                         message ? strlen(message) : 14);
-  if (rc == 0)
-    rc = px_buf_puts(&d,
-                     "},\"incomplete_details\":null,\"instructions\":null,"
-                     "\"metadata\":{},\"model\":\"\",\"output\":[],"
-                     "\"parallel_tool_calls\":true,\"temperature\":null,"
-                     "\"tool_choice\":\"auto\",\"tools\":[],\"top_p\":null}}");
-  if (rc == 0) rc = px_sse_write(out, "response.failed", d.data, d.len);
-  px_buf_free(&d);
-  return rc;
-}
-
-/* ---- token counting: POST /responses/input_tokens ---- */
-
-static int responses_count_encode(px_buf_t *out, int64_t n) {
-  return px_count_body(out, "{\"object\":\"response.input_tokens\",\"input_tokens\":", n);
-}
-
 /* input_tokens takes the request minus generation controls */
 static void responses_count_request(json_t *body, const char *model) {
   (void)model;
@@ -1524,63 +1459,6 @@ static void responses_count_request(json_t *body, const char *model) {
   json_object_del(body, "stream_options");
 }
 
-const px_proto_ops_t px_proto_responses = {
-    .id = PX_PROTO_RESPONSES,
-    .name = "openai_responses",
-    .otel_provider = "openai",
-    .otel_operation = "chat",
-    .inbound_path = "/responses",
-    .upstream_path = "/responses",
-    .decode_request = decode_request,
-    .encode_request = encode_request,
-    .decode_response = decode_response,
-    .encode_response = encode_response,
-    .decode_error = decode_error,
-    .encode_error = encode_error,
-    .encode_stream_error = encode_stream_error,
-    .sdec_new = px_responses_sdec_new,
-    .sdec_feed = px_responses_sdec_feed,
-    .sdec_finish = px_responses_sdec_finish,
-    .sdec_free = px_responses_sdec_free,
-    .senc_new = px_responses_senc_new,
-    .senc_event = px_responses_senc_event,
-    .senc_free = px_responses_senc_free,
-    .count_upstream_path = "/responses/input_tokens",
-    .count_decode = px_count_input_tokens,
-    .count_encode = responses_count_encode,
-    .count_request = responses_count_request,
-    .forward_headers = px_openai_forward_headers,
-    .tenancy_headers = px_openai_tenancy_headers,
-    .auth_header = "Authorization: Bearer ",
-    .error_type = px_errkind_openai,
-    .encode_models = px_openai_models,
-    .rtoks = {{"encrypted_content", "pxo1:enc:"}},
-    .store = &px_responses_store,
-    .caps = PX_CAP_CUSTOM_TOOLS | PX_CAP_PROMPT_CACHE_KEY | PX_CAP_VERBOSITY |
-            PX_CAP_FILE_ID | PX_CAP_ANY_TOOL_ARGS | PX_CAP_REASONING_TOKENS |
-            PX_CAP_STORED_RESPONSES,
-    .names = {.refusal = PX_LOSSY("input[].content[].refusal"),
-              .reasoning_text = PX_LOSSY("input[].summary"),
-              .reasoning_token = PX_LOSSY("input[].encrypted_content"),
-              .reasoning_redacted = PX_LOSSY("input[].encrypted_content"),
-              .reasoning_config = PX_LOSSY("reasoning"),
-              .tool_result_image = PX_LOSSY("input[].output[].image"),
-              .tool_result_file = PX_LOSSY("input[].output[].file"),
-              .prompt_cache_key = PX_LOSSY("prompt_cache_key"),
-              .verbosity = PX_LOSSY("text.verbosity"),
-              .tool_args_param = "input.arguments",
-              .annotations = PX_LOSSY("output[].content[].annotations"),
-              .opaque_reasoning = PX_LOSSY("output[].encrypted_content")},
-    .fast = &px_responses_fast,
-    .max_tokens_keys = {{"max_output_tokens", NULL}},
-    .watch = {.usage_obj = "usage",
-              .usage_in = "input_tokens",
-              .usage_out = "output_tokens",
-              .terminal_events = {"response.completed", "response.incomplete",
-                                  "response.failed"},
-              .terminal_outer = "response",
-              .error_event = "error",
-              .model_path = {"response", "model"},
-              .model_depth = 2,
-              .finish_key = "status"},
-};
+/* The reference table (test/reference/ref.h). */
+const px_ref_ops_t px_ref_responses = {decode_request, encode_request, decode_response,
+                                       encode_response, responses_count_request};

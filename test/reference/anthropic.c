@@ -15,12 +15,12 @@
 #include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
+#include "ref.h"
 
 /* Reasoning effort -> thinking budget_tokens (documented in
  * docs/translation-anthropic.md). Anthropic's minimum budget is 1024. */
 #define PX_ANTH_MIN_BUDGET 1024
 #define PX_ANTH_DEFAULT_MAX_TOKENS 4096
-
 
 /* field path for error messages; truncation is harmless there */
 static void pathf(char *p, size_t n, const char *fmt, ...)
@@ -93,14 +93,17 @@ static int decode_document(json_t *blk, const char *path, json_t *parts,
   if (!json_is_object(src)) return px_tr_fail(err, p, "%s: missing document source", p);
   const char *st = px_jstr(src, "type");
   const char *title = px_jstr(blk, "title");
-  if (json_object_get(blk, "context") != NULL) px_lossy_add(lossy, "messages[].content[].context");
-  if (json_object_get(blk, "citations") != NULL) px_lossy_add(lossy, "messages[].content[].citations");
+  if (json_object_get(blk, "context") != NULL)
+    px_lossy_add(lossy, "messages[].content[].context");
+  if (json_object_get(blk, "citations") != NULL)
+    px_lossy_add(lossy, "messages[].content[].citations");
   if (json_object_get(blk, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
   if (st != NULL && strcmp(st, "base64") == 0) {
     const char *mt = px_jstr(src, "media_type"), *data = px_jstr(src, "data");
     if (mt == NULL || data == NULL)
       return px_tr_fail(err, p, "%s: base64 document needs media_type and data", p);
-    json_t *f = json_pack("{s:s,s:s,s:s}", "type", "file", "media_type", mt, "data", data);
+    json_t *f =
+        json_pack("{s:s,s:s,s:s}", "type", "file", "media_type", mt, "data", data);
     if (title != NULL) json_object_set_new(f, "filename", json_string(title));
     json_array_append_new(parts, f);
     return 0;
@@ -185,7 +188,8 @@ static int decode_tool_result_content(json_t *c, const char *path, json_t *parts
     pathf(p, sizeof(p), "%s.content[%zu]", path, i);
     if (t != NULL && strcmp(t, "text") == 0 && px_jstr(b, "text") != NULL) {
       json_array_append_new(parts, text_part(px_jstr(b, "text")));
-      if (json_object_get(b, "citations") != NULL) px_lossy_add(lossy, "messages[].content[].citations");
+      if (json_object_get(b, "citations") != NULL)
+        px_lossy_add(lossy, "messages[].content[].citations");
     } else if (t != NULL && strcmp(t, "image") == 0) {
       json_t *img = NULL;
       if (decode_image(b, p, &img, err) < 0) return PX_EINVAL;
@@ -340,8 +344,8 @@ static int decode_system(json_t *sys, const char *path, json_t *out, px_lossy_t 
   char p[96];
   if (json_is_string(sys)) {
     if (json_string_length(sys) > 0)
-      json_array_append_new(out, json_pack("{s:s,s:O,s:s}", "type", "text", "text", sys,
-                                           "role", "system"));
+      json_array_append_new(
+          out, json_pack("{s:s,s:O,s:s}", "type", "text", "text", sys, "role", "system"));
     return 0;
   }
   if (!json_is_array(sys))
@@ -380,7 +384,8 @@ static int after_tool_calls(json_t *ir_msgs) {
 static int decode_messages(json_t *msgs, json_t *ir_msgs, json_t *ir_sys,
                            px_lossy_t *lossy, px_tr_err_t *err) {
   char p[96];
-  if (!json_is_array(msgs)) return px_tr_fail(err, "messages", "messages: must be an array");
+  if (!json_is_array(msgs))
+    return px_tr_fail(err, "messages", "messages: must be an array");
   size_t i;
   json_t *m;
   json_array_foreach(msgs, i, m) {
@@ -436,12 +441,14 @@ static int decode_messages(json_t *msgs, json_t *ir_msgs, json_t *ir_sys,
       pathf(p, sizeof(p), "messages[%zu].content", i);
       return px_tr_fail(err, p, "%s: must be a string or an array of blocks", p);
     }
-    json_array_append_new(ir_msgs, json_pack("{s:s,s:o}", "role", role, "content", parts));
+    json_array_append_new(ir_msgs,
+                          json_pack("{s:s,s:o}", "role", role, "content", parts));
   }
   return 0;
 }
 
-static int decode_tools(json_t *tools, json_t **out, px_lossy_t *lossy, px_tr_err_t *err) {
+static int decode_tools(json_t *tools, json_t **out, px_lossy_t *lossy,
+                        px_tr_err_t *err) {
   char p[96];
   if (!json_is_array(tools)) return px_tr_fail(err, "tools", "tools: must be an array");
   json_t *arr = json_array();
@@ -510,7 +517,8 @@ static int decode_tool_choice(json_t *tc, json_t *ir, px_tr_err_t *err) {
         ir, "tool_choice",
         json_pack("{s:s,s:s}", "type", "tool", "name", px_jstr(tc, "name")));
   else
-    return px_tr_fail(err, "tool_choice.type", "tool_choice.type: '%s' is not supported", t);
+    return px_tr_fail(err, "tool_choice.type", "tool_choice.type: '%s' is not supported",
+                      t);
   if (json_is_true(json_object_get(tc, "disable_parallel_tool_use")))
     json_object_set_new(ir, "parallel_tool_calls", json_false());
   return 0;
@@ -520,11 +528,13 @@ static int decode_tool_choice(json_t *tc, json_t *ir, px_tr_err_t *err) {
 static const char *effort_from_anthropic(const char *e) {
   if (e == NULL) return NULL;
   if (strcmp(e, "max") == 0 || strcmp(e, "xhigh") == 0) return "xhigh";
-  if (strcmp(e, "low") == 0 || strcmp(e, "medium") == 0 || strcmp(e, "high") == 0) return e;
+  if (strcmp(e, "low") == 0 || strcmp(e, "medium") == 0 || strcmp(e, "high") == 0)
+    return e;
   return NULL;
 }
 
-static int decode_json_format(json_t *fmt, const char *path, json_t *ir, px_tr_err_t *err) {
+static int decode_json_format(json_t *fmt, const char *path, json_t *ir,
+                              px_tr_err_t *err) {
   char p[96];
   pathf(p, sizeof(p), "%s.type", path);
   if (!is_type(fmt, "json_schema"))
@@ -535,8 +545,9 @@ static int decode_json_format(json_t *fmt, const char *path, json_t *ir, px_tr_e
     return px_tr_fail(err, p, "%s: must be an object", p);
   }
   /* OpenAI requires a schema name; Anthropic has none */
-  json_object_set_new(ir, "response_format", json_pack("{s:s,s:s,s:O}", "type", "json_schema",
-                                                       "name", "response", "schema", schema));
+  json_object_set_new(ir, "response_format",
+                      json_pack("{s:s,s:s,s:O}", "type", "json_schema", "name",
+                                "response", "schema", schema));
   return 0;
 }
 
@@ -642,7 +653,8 @@ static int decode_sampling(const char *k, json_t *v, json_t *ir, px_tr_err_t *er
 static int anth_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **irp,
                                px_lossy_t *lossy, px_tr_err_t *err) {
   (void)ctx;
-  if (!json_is_object(body)) return px_tr_fail(err, "", "request body must be a JSON object");
+  if (!json_is_object(body))
+    return px_tr_fail(err, "", "request body must be a JSON object");
   json_t *ir = json_object();
   json_t *sys = json_array(), *msgs = json_array();
   json_t *v;
@@ -659,7 +671,8 @@ static int anth_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir
 
   json_object_foreach(body, k, v) {
     if (json_is_null(v)) continue;
-    if (strcmp(k, "model") == 0 || strcmp(k, "system") == 0 || strcmp(k, "messages") == 0) {
+    if (strcmp(k, "model") == 0 || strcmp(k, "system") == 0 ||
+        strcmp(k, "messages") == 0) {
       continue;
     } else if ((rc = decode_sampling(k, v, ir, err)) <= 0) {
       if (rc < 0) goto fail;
@@ -727,11 +740,11 @@ static int encode_image(json_t *part, json_t **out, px_tr_err_t *err) {
     char mt[64];
     const char *data;
     if (px_data_url_split(url, mt, sizeof(mt), &data) == 0)
-      *out = json_pack("{s:s,s:{s:s,s:s,s:s}}", "type", "image", "source", "type", "base64",
-                       "media_type", mt, "data", data);
+      *out = json_pack("{s:s,s:{s:s,s:s,s:s}}", "type", "image", "source", "type",
+                       "base64", "media_type", mt, "data", data);
     else
-      *out = json_pack("{s:s,s:{s:s,s:s}}", "type", "image", "source", "type", "url", "url",
-                       url);
+      *out = json_pack("{s:s,s:{s:s,s:s}}", "type", "image", "source", "type", "url",
+                       "url", url);
     return 0;
   }
   if (px_jstr(part, "data") != NULL && px_jstr(part, "media_type") != NULL) {
@@ -752,18 +765,20 @@ static int encode_file(json_t *part, json_t **out, px_tr_err_t *err) {
     url = NULL;
   }
   if (url != NULL) {
-    *out = json_pack("{s:s,s:{s:s,s:s}}", "type", "document", "source", "type", "url", "url",
-                     url);
+    *out = json_pack("{s:s,s:{s:s,s:s}}", "type", "document", "source", "type", "url",
+                     "url", url);
   } else if (data != NULL && mt != NULL && strcmp(mt, "application/pdf") == 0) {
-    *out = json_pack("{s:s,s:{s:s,s:s,s:s}}", "type", "document", "source", "type", "base64",
-                     "media_type", mt, "data", data);
+    *out = json_pack("{s:s,s:{s:s,s:s,s:s}}", "type", "document", "source", "type",
+                     "base64", "media_type", mt, "data", data);
   } else if (px_jstr(part, "file_id") != NULL) {
     return px_tr_fail(err, "file_id",
                       "file_id: uploaded file references cannot be sent to an Anthropic "
                       "upstream; send the file data");
   } else {
-    return px_tr_fail(err, "file", "file: only PDF data or URLs can be sent to an Anthropic "
-                                   "upstream (got %s)", mt ? mt : "no media type");
+    return px_tr_fail(err, "file",
+                      "file: only PDF data or URLs can be sent to an Anthropic "
+                      "upstream (got %s)",
+                      mt ? mt : "no media type");
   }
   if (fname != NULL) json_object_set_new(*out, "title", json_string(fname));
   return 0;
@@ -810,8 +825,8 @@ static int encode_tool_result(json_t *part, json_t **out, px_tr_err_t *err) {
 }
 
 /* IR part -> Anthropic block (NULL *out = dropped). */
-static int encode_part(const px_tr_ctx_t *ctx, json_t *part, const char *role, json_t **out,
-                       px_lossy_t *lossy, px_tr_err_t *err) {
+static int encode_part(const px_tr_ctx_t *ctx, json_t *part, const char *role,
+                       json_t **out, px_lossy_t *lossy, px_tr_err_t *err) {
   const char *t = px_jstr(part, "type");
   *out = NULL;
   if (t == NULL) return px_tr_fail(err, "content", "content part without type");
@@ -863,7 +878,8 @@ static int encode_part(const px_tr_ctx_t *ctx, json_t *part, const char *role, j
     return 0;
   }
   if (strcmp(t, "tool_result") == 0) return encode_tool_result(part, out, err);
-  return px_tr_fail(err, "content", "content part type '%s' cannot be sent to Anthropic", t);
+  return px_tr_fail(err, "content", "content part type '%s' cannot be sent to Anthropic",
+                    t);
 }
 
 /* Append blocks to the last message when it has the same role, else start a
@@ -914,8 +930,8 @@ static int tool_loop_without_thinking(json_t *msgs) {
     return 0;
   size_t i;
   json_t *b;
-  json_array_foreach(json_object_get(last, "content"), i, b) if (!is_type(b, "tool_result"))
-      return 0;
+  json_array_foreach(json_object_get(last, "content"), i,
+                     b) if (!is_type(b, "tool_result")) return 0;
   json_t *first = json_array_get(json_object_get(prev, "content"), 0);
   return !is_type(first, "thinking") && !is_type(first, "redacted_thinking");
 }
@@ -1008,8 +1024,8 @@ static int thinking_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *body,
        * so the call is kept and thinking stays off, named lossy */
       px_lossy_add(lossy, px_in_names(ctx)->reasoning_config);
     } else if (json_is_true(en) || effort != NULL || json_is_integer(bt)) {
-      json_int_t budget = json_is_integer(bt) ? json_integer_value(bt)
-                                              : budget_of_effort(effort);
+      json_int_t budget =
+          json_is_integer(bt) ? json_integer_value(bt) : budget_of_effort(effort);
       if (budget < PX_ANTH_MIN_BUDGET) budget = PX_ANTH_MIN_BUDGET;
       /* Anthropic needs max_tokens > budget_tokens. A defaulted max_tokens
        * is raised to budget + default; a client's own limit is kept and the
@@ -1025,8 +1041,9 @@ static int thinking_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *body,
           max_tokens += budget;
         }
       }
-      json_object_set_new(body, "thinking", json_pack("{s:s,s:I}", "type", "enabled",
-                                                      "budget_tokens", budget));
+      json_object_set_new(
+          body, "thinking",
+          json_pack("{s:s,s:I}", "type", "enabled", "budget_tokens", budget));
       thinking = 1;
     }
   }
@@ -1101,7 +1118,8 @@ static int tools_out(json_t *ir, json_t *body, px_lossy_t *lossy, px_tr_err_t *e
     else if (strcmp(tct, "tool") == 0)
       atc = json_pack("{s:s,s:s?}", "type", "tool", "name", px_jstr(tc, "name"));
     else {
-      px_tr_fail(err, "tool_choice", "tool_choice: '%s' cannot be sent to Anthropic", tct);
+      px_tr_fail(err, "tool_choice", "tool_choice: '%s' cannot be sent to Anthropic",
+                 tct);
       return PX_EINVAL;
     }
     if (atc != NULL && json_is_false(json_object_get(ir, "parallel_tool_calls")) &&
@@ -1121,18 +1139,19 @@ static void output_out(json_t *ir, json_t *body, px_lossy_t *lossy) {
   json_t *rf = json_object_get(ir, "response_format");
   if (is_type(rf, "json_schema")) {
     json_t *schema = json_object_get(rf, "schema");
-    json_object_set_new(body, "output_config",
-                        json_pack("{s:{s:s,s:o}}", "format", "type", "json_schema", "schema",
-                                  json_is_object(schema) ? json_incref(schema)
-                                                         : json_object()));
+    json_object_set_new(
+        body, "output_config",
+        json_pack("{s:{s:s,s:o}}", "format", "type", "json_schema", "schema",
+                  json_is_object(schema) ? json_incref(schema) : json_object()));
   } else if (is_type(rf, "json_object")) {
     px_lossy_add(lossy, "response_format");
   }
 
   if (px_jstr(ir, "user") != NULL)
-    json_object_set_new(body, "metadata", json_pack("{s:O}", "user_id",
-                                                    json_object_get(ir, "user")));
-  if (json_object_size(json_object_get(ir, "metadata")) > 0) px_lossy_add(lossy, "metadata");
+    json_object_set_new(body, "metadata",
+                        json_pack("{s:O}", "user_id", json_object_get(ir, "user")));
+  if (json_object_size(json_object_get(ir, "metadata")) > 0)
+    px_lossy_add(lossy, "metadata");
   if (json_is_true(json_object_get(ir, "stream")))
     json_object_set_new(body, "stream", json_true());
 }
@@ -1167,7 +1186,8 @@ fail:
 /* Response decode: Anthropic message -> IR                                  */
 
 /* Anthropic citation -> IR annotation (url_citation) when it has a URL. */
-static json_t *citations_to_annotations(json_t *cits, const char *text, px_lossy_t *lossy) {
+static json_t *citations_to_annotations(json_t *cits, const char *text,
+                                        px_lossy_t *lossy) {
   json_t *arr = json_array();
   size_t i, chars = px_utf8_chars(text, strlen(text));
   json_t *c;
@@ -1210,7 +1230,8 @@ static int anth_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
     if (t == NULL) continue;
     if (strcmp(t, "text") == 0) {
       const char *text = px_jstr(b, "text") ? px_jstr(b, "text") : "";
-      json_t *part = json_pack("{s:s,s:s}", "type", refusal ? "refusal" : "text", "text", text);
+      json_t *part =
+          json_pack("{s:s,s:s}", "type", refusal ? "refusal" : "text", "text", text);
       json_t *cits = json_object_get(b, "citations");
       if (json_array_size(cits) > 0 && !refusal) {
         json_t *ann = citations_to_annotations(cits, text, lossy);
@@ -1274,8 +1295,9 @@ static int anth_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
     int64_t cr = px_jint(u, "cache_read_input_tokens", -1),
             cc = px_jint(u, "cache_creation_input_tokens", -1);
     json_t *iu = json_object();
-    json_object_set_new(iu, "input_tokens", json_integer((in > 0 ? in : 0) + (cr > 0 ? cr : 0) +
-                                                         (cc > 0 ? cc : 0)));
+    json_object_set_new(
+        iu, "input_tokens",
+        json_integer((in > 0 ? in : 0) + (cr > 0 ? cr : 0) + (cc > 0 ? cc : 0)));
     json_object_set_new(iu, "output_tokens", json_integer(out > 0 ? out : 0));
     if (cr >= 0) json_object_set_new(iu, "cache_read_tokens", json_integer(cr));
     if (cc >= 0) json_object_set_new(iu, "cache_creation_tokens", json_integer(cc));
@@ -1288,36 +1310,10 @@ static int anth_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **i
 /* ======================================================================== */
 /* Response encode: IR -> Anthropic message                                   */
 
-/* The byte offset of character ci of s[0..n) (clipped to n). */
-static size_t utf8_offset(const char *s, size_t n, json_int_t ci) {
-  size_t at = 0;
-  for (json_int_t k = 0; k < ci && at < n; k++) {
-    size_t l = px_utf8_seq((const unsigned char *)s + at, n - at);
-    at += l ? l : 1;
-  }
-  return at;
-}
-
-json_t *px_anthropic_citation(json_t *ann, const char *text, size_t n, int64_t base) {
-  const char *t = px_jstr(ann, "type"), *url = px_jstr(ann, "url");
-  if (t == NULL || strcmp(t, "url_citation") != 0 || url == NULL || *url == 0) return NULL;
-  json_int_t si = px_jint(ann, "start_index", 0), ei = px_jint(ann, "end_index", -1);
-  si -= base; /* text starts at character base of the block */
-  if (ei >= 0) ei = ei > base ? ei - base : 0;
-  size_t a = si > 0 ? utf8_offset(text, n, si) : 0;
-  size_t b = ei >= 0 ? utf8_offset(text, n, ei) : n;
-  if (b < a) b = a;
-  json_t *cited = json_stringn(text + a, b - a);
-  if (cited == NULL) cited = json_string(""); /* a span cutting a sequence */
-  json_t *title = json_object_get(ann, "title");
-  return json_pack("{s:s,s:s,s:O,s:o,s:s}", "type", "web_search_result_location", "url", url,
-                   "title", json_is_string(title) ? title : json_null(), "cited_text", cited,
-                   "encrypted_index", "");
-}
-
 /* IR annotations of a text part -> the text block's citations; what has
  * no citation form is named lossy. NULL when none maps. */
-static json_t *annotations_to_citations(const px_tr_ctx_t *ctx, json_t *p, px_lossy_t *lossy) {
+static json_t *annotations_to_citations(const px_tr_ctx_t *ctx, json_t *p,
+                                        px_lossy_t *lossy) {
   json_t *cits = NULL, *a;
   size_t i;
   const char *text = px_jstr(p, "text") ? px_jstr(p, "text") : "";
@@ -1425,7 +1421,8 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
                         json_pack("{s:s,s:n,s:O?}", "type", "refusal", "category",
                                   "explanation", json_is_string(expl) ? expl : NULL));
     if (json_object_get(json_object_get(body, "stop_details"), "explanation") == NULL)
-      json_object_set_new(json_object_get(body, "stop_details"), "explanation", json_null());
+      json_object_set_new(json_object_get(body, "stop_details"), "explanation",
+                          json_null());
   }
   json_t *u = json_object_get(ir, "usage");
   int64_t in = px_jint(u, "input_tokens", -1), out = px_jint(u, "output_tokens", -1);
@@ -1436,184 +1433,25 @@ static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bod
   if (in < 0) in = 0;
   in -= cr + cc;
   if (in < 0) in = 0;
-  json_object_set_new(body, "usage",
-                      json_pack("{s:I,s:I,s:I,s:I}", "input_tokens", (json_int_t)in,
-                                "output_tokens", (json_int_t)(out > 0 ? out : 0),
-                                "cache_creation_input_tokens", (json_int_t)cc,
-                                "cache_read_input_tokens", (json_int_t)cr));
+  json_object_set_new(
+      body, "usage",
+      json_pack("{s:I,s:I,s:I,s:I}", "input_tokens", (json_int_t)in, "output_tokens",
+                (json_int_t)(out > 0 ? out : 0), "cache_creation_input_tokens",
+                (json_int_t)cc, "cache_read_input_tokens", (json_int_t)cr));
   *bodyp = body;
   return 0;
 }
 
-/* ======================================================================== */
-/* Errors                                                                     */
-
-static int anth_decode_error(int status, const char *body, size_t len,
-                             px_upstream_err_t *out) {
-  json_t *j = px_jdoc_load(body, len, 0, NULL);
-  json_t *e = json_object_get(j, "error");
-  if (!json_is_object(e) || !is_type(j, "error")) {
-    json_decref(j);
-    return PX_EINVAL;
-  }
-  const char *type = px_jstr(e, "type"), *msg = px_jstr(e, "message");
-  memset(out, 0, sizeof(*out));
-  out->kind = px_errkind_from_type(type, status);
-  snprintf(out->type, sizeof(out->type), "%s", type ? type : "");
-  snprintf(out->message, sizeof(out->message), "%s", msg ? msg : "");
-  json_decref(j);
-  return 0;
-}
-
-/* An Anthropic error type string, or NULL when type belongs to another family. */
-static const char *anthropic_type(const char *type) {
-  static const char *const known[] = {
-      "invalid_request_error", "authentication_error", "billing_error",
-      "permission_error",      "not_found_error",      "request_too_large",
-      "rate_limit_error",      "api_error",            "overloaded_error",
-      "timeout_error",
-  };
-  if (type == NULL) return NULL;
-  for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
-    if (strcmp(type, known[i]) == 0) return known[i];
-  return NULL;
-}
-
-static int error_object(px_buf_t *out, px_errkind_t kind, const char *type,
-                        const char *message) {
-  const char *t = anthropic_type(type);
-  if (t == NULL) t = px_errkind_anthropic(kind);
-  if (message == NULL) message = "";
-  int rc = px_buf_puts(out, "{\"type\":\"error\",\"error\":{\"type\":");
-  if (rc == 0) rc = px_buf_json_str(out, t, strlen(t));
-  if (rc == 0) rc = px_buf_puts(out, ",\"message\":");
-  if (rc == 0) rc = px_buf_json_str(out, message, strlen(message));
-  if (rc == 0) rc = px_buf_puts(out, "}");
-  return rc;
-}
-
-static int anth_encode_error(px_buf_t *out, px_errkind_t kind, const char *type,
-                             const char *message, const char *param,
-                             const char *request_id) {
-  (void)param; /* Anthropic errors have no param; messages name the field */
-  int rc = error_object(out, kind, type, message);
-  if (rc == 0) rc = px_buf_puts(out, ",\"request_id\":");
-  if (rc == 0)
-    rc = request_id ? px_buf_json_str(out, request_id, strlen(request_id))
-                    : px_buf_puts(out, "null");
-  if (rc == 0) rc = px_buf_puts(out, "}");
-  return rc;
-}
-
-static int anth_encode_stream_error(px_buf_t *out, px_errkind_t kind, const char *message) {
-  int rc = px_buf_puts(out, "event: error\ndata: ");
-  if (rc == 0) rc = error_object(out, kind, NULL, message);
-  if (rc == 0) rc = px_buf_puts(out, "}\n\n");
-  return rc;
-}
-
-/* ---- the wire: count_tokens, the model list, forwarded headers ---- */
-
-static int anth_count_encode(px_buf_t *out, int64_t n) {
-  return px_count_body(out, "{\"input_tokens\":", n);
-}
-
 /* count_tokens takes the request minus generation controls */
 static void anth_count_request(json_t *body, const char *model) {
-  static const char *const drop[] = {"stream", "max_tokens", "temperature", "top_p",
-                                     "top_k", "stop_sequences", "metadata"};
+  static const char *const drop[] = {"stream", "max_tokens",     "temperature", "top_p",
+                                     "top_k",  "stop_sequences", "metadata"};
   (void)model;
-  for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++) json_object_del(body, drop[i]);
+  for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++)
+    json_object_del(body, drop[i]);
 }
 
-static int anth_models(px_buf_t *out, const char *const *ids, const char *const *owners,
-                       size_t n) {
-  (void)owners;
-  int rc = px_buf_puts(out, "{\"data\":[");
-  for (size_t i = 0; i < n && rc == 0; i++) {
-    rc = px_buf_puts(out, i ? ",{\"type\":\"model\",\"id\":" : "{\"type\":\"model\",\"id\":");
-    if (rc == 0) rc = px_buf_json_str(out, ids[i], strlen(ids[i]));
-    if (rc == 0) rc = px_buf_puts(out, ",\"display_name\":");
-    if (rc == 0) rc = px_buf_json_str(out, ids[i], strlen(ids[i]));
-    if (rc == 0) rc = px_buf_puts(out, ",\"created_at\":\"1970-01-01T00:00:00Z\"}");
-  }
-  if (rc == 0) rc = px_buf_puts(out, "],\"has_more\":false,\"first_id\":");
-  if (rc == 0) rc = n ? px_buf_json_str(out, ids[0], strlen(ids[0])) : px_buf_puts(out, "null");
-  if (rc == 0) rc = px_buf_puts(out, ",\"last_id\":");
-  if (rc == 0)
-    rc = n ? px_buf_json_str(out, ids[n - 1], strlen(ids[n - 1])) : px_buf_puts(out, "null");
-  if (rc == 0) rc = px_buf_puts(out, "}");
-  return rc;
-}
-
-static const char *const anth_forward[] = {"anthropic-beta", NULL};
-
-const px_proto_ops_t px_proto_anthropic = {
-    .id = PX_PROTO_ANTHROPIC,
-    .name = "anthropic_messages",
-    .otel_provider = "anthropic",
-    .otel_operation = "chat",
-    .inbound_path = "/messages",
-    .upstream_path = "/v1/messages",
-    .decode_request = anth_decode_request,
-    .encode_request = anth_encode_request,
-    .decode_response = anth_decode_response,
-    .encode_response = anth_encode_response,
-    .decode_error = anth_decode_error,
-    .encode_error = anth_encode_error,
-    .encode_stream_error = anth_encode_stream_error,
-    .sdec_new = px_anthropic_sdec_new,
-    .sdec_feed = px_anthropic_sdec_feed,
-    .sdec_finish = px_anthropic_sdec_finish,
-    .sdec_free = px_anthropic_sdec_free,
-    .senc_new = px_anthropic_senc_new,
-    .senc_event = px_anthropic_senc_event,
-    .senc_free = px_anthropic_senc_free,
-    .count_inbound_path = "/messages/count_tokens",
-    .count_upstream_path = "/v1/messages/count_tokens",
-    .count_decode = px_count_input_tokens,
-    .count_encode = anth_count_encode,
-    .count_request = anth_count_request,
-    .encode_models = anth_models,
-    .models_marker_header = "anthropic-version",
-    .forward_headers = anth_forward,
-    .auth_header = "x-api-key: ",
-    .version_header = "anthropic-version",
-    .error_type = px_errkind_anthropic,
-    .env_key = "ANTHROPIC_API_KEY",
-    .env_base = "ANTHROPIC_BASE_URL",
-    .default_base = "https://api.anthropic.com",
-    .default_name = "anthropic",
-    .default_glob = "claude-*",
-    .rtoks = {{"signature", "pxa1:sig:"}, {"redacted_data", "pxa1:red:"}},
-    .caps = PX_CAP_REASONING_TOKENS,
-    .names = {.reasoning_text = PX_LOSSY("messages[].content[].thinking"),
-              .reasoning_token = PX_LOSSY("messages[].content[].signature"),
-              .reasoning_redacted = PX_LOSSY("messages[].content[].redacted_thinking"),
-              .reasoning_config = PX_LOSSY("thinking"),
-              .stop = PX_LOSSY("stop_sequences"),
-              .tool_result_image = PX_LOSSY("messages[].content[].content[].image"),
-              .tool_result_file = PX_LOSSY("messages[].content[].content[].document"),
-              .tool_args_param = "messages.content.input",
-              .annotations = PX_LOSSY("content[].citations"),
-              .opaque_reasoning = PX_LOSSY("content[].signature"),
-              .refusal_explanation = PX_LOSSY("stop_details.explanation"),
-              .redacted_reasoning = PX_LOSSY("content[].redacted_thinking")},
-    .fast = &px_anthropic_fast,
-    .max_tokens_keys = {{"max_tokens", NULL}},
-    .watch = {.usage_obj = "usage",
-              .usage_in = "input_tokens",
-              .usage_out = "output_tokens",
-              .usage_in_extra = {"cache_read_input_tokens",
-                                 "cache_creation_input_tokens"},
-              .start_event = "message_start",
-              .start_outer = "message",
-              .delta_event = "message_delta",
-              .terminal_events = {"message_stop"},
-              .error_event = "error",
-              .model_path = {"message", "model"},
-              .model_depth = 2,
-              .finish_key = "stop_reason",
-              .finish_last = 1,
-              .delta_outer = "delta"},
-};
+/* The reference table (test/reference/ref.h). */
+const px_ref_ops_t px_ref_anthropic = {anth_decode_request, anth_encode_request,
+                                       anth_decode_response, anth_encode_response,
+                                       anth_count_request};
