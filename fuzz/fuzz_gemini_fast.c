@@ -1,5 +1,5 @@
 /* fuzz_gemini_fast.c - differential test of the Gemini fast codec
- * (src/proto/gemini_fast.c) against the jansson codec (gemini.c), both
+ * (src/proto/gemini.c) against the jansson codec (gemini.c), both
  * ways: a Gemini client's request and a Gemini upstream's answer, and
  * another protocol's request toward Gemini and its answer toward a Gemini
  * client. The checks are fuzz_translate_fast's (xlate_diff.h): wherever the

@@ -1,31 +1,32 @@
 /**
- * fastir.h - the fast translation model of request bodies (streaming or
- * not) and of non-streaming answers: a compact
- * C IR (arena-allocated), a walker over bodies the scanner has validated,
- * and the hub entry points (src/proto/translate_fast.c).
+ * fastir.h - the translation model of request bodies (streaming or not)
+ * and of non-streaming answers: a compact C IR (arena-allocated), a walker
+ * over bodies the scanner has validated, checked reads for the others, and
+ * the hub entry points (src/proto/translate_fast.c).
  *
- * The fast path takes the common shape of a request or a response without
- * building a jansson document: a per-protocol fast decoder reads the body
- * into the C IR, a fast encoder writes the other protocol's body straight
- * into a px_buf_t. Strings are kept as raw spans of the source body, still
- * escaped (both sides are JSON), and copied out as they are; numbers,
- * schemas and other passive values are copied as raw JSON spans.
+ * Each protocol's codec (src/proto/<p>.c, px_fast_ops_t) reads a body into
+ * the C IR, and the other protocol's writes its body straight into a
+ * px_buf_t, without a jansson document. Strings are kept as raw spans of
+ * the source body, still escaped (both sides are JSON), and copied out as
+ * they are; numbers, schemas and other passive values are copied as raw
+ * JSON spans.
  *
  * The IR mirrors the document IR of proto.h part by part (text, tool calls
  * and results, reasoning with its opaque tokens, images, files, refusals,
  * custom tools; the reasoning setting, JSON output, prompt_cache_key,
- * verbosity): a decoder fills it as the jansson decoder fills the document,
- * an encoder writes from it what the jansson encoder writes. Everything
- * the agents send takes it (test/unit/test_fast_agents.c). A fast decoder
- * or encoder DECLINES (returns PX_FAST_DECLINE) on anything outside what it
- * knows exactly: rare blocks and tools, escaped keys or enum values where
- * they decide something, repeated members, names a lossy list cannot hold;
- * the hub declines a request using a part the upstream's encoder does not
- * list (px_fast_ops_t.encodes). The jansson codecs (proto.h) stay the
- * reference and the fallback; fuzz/fuzz_translate_fast.c and the codec
- * fuzzers (fuzz/codec_halves.h) hold the two paths equal: the fast path
- * declines, or its body is JSON-equal to the jansson path's and the lossy
- * lists are equal.
+ * verbosity): a decoder fills it as the reference's jansson decoder
+ * (test/reference) fills the document, an encoder writes from it what the
+ * reference's encoder writes. Everything the agents send takes it
+ * (test/unit/test_fast_agents.c). A decoder or encoder DECLINES (returns
+ * PX_FAST_DECLINE) on what it cannot tell exactly as written: escaped keys
+ * or enum values where they decide something, repeated members, names a
+ * lossy list cannot hold. The hub then applies the one reader's rule
+ * (px_translate_request_body, px_translate_response_body): the body in its
+ * plain spelling (px_json_respell) is asked again, and what is still
+ * declined is refused in words (px_fast_odd_member); nothing else reads it.
+ * fuzz/fuzz_translate_fast.c and the codec fuzzers (fuzz/codec_halves.h)
+ * hold the codecs to the reference: a body taken is JSON-equal to the
+ * reference's with equal lossy lists, a refusal is in its words.
  */
 #ifndef PROXAI_FASTIR_H
 #define PROXAI_FASTIR_H
@@ -264,7 +265,7 @@ typedef struct px_fast_ops {
   int (*count_request)(px_buf_t *b, size_t start, const char *model);
 } px_fast_ops_t;
 
-/** The protocols' fast codecs (src/proto/<p>_fast.c). */
+/** The protocols' codecs (src/proto/<p>.c). */
 extern const px_fast_ops_t px_chat_fast;
 extern const px_fast_ops_t px_anthropic_fast;
 extern const px_fast_ops_t px_responses_fast;

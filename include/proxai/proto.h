@@ -4,13 +4,19 @@
  *
  * Translators do no I/O. Cross-protocol translation goes through a hub:
  *
- *   client request  --in->decode_request-->  IR request  --out->encode_request-->  upstream request
- *   upstream body   --out->decode_response-> IR response --in->encode_response-> client body
+ *   client request  --in->fast->decode_request-->   IR request (fastir.h)  --out->fast->encode_request-->  upstream request
+ *   upstream body   --out->fast->decode_response-->  IR response (fastir.h) --in->fast->encode_response--> client body
  *   upstream SSE    --out->stream decoder--> px_ev_t ...  --in->stream encoder--> client SSE
  *
- * Same-protocol pairs bypass all of this (pass-through, src/core/passthru.c).
+ * (translate_fast.c for bodies, with the one reader's rule for what a codec
+ * declines as written; translate.c for errors and streams.) Same-protocol
+ * pairs bypass all of this (pass-through, src/core/passthru.c).
  *
- * Adding a protocol = one translator file, one XX() line, one fixtures dir.
+ * Adding a protocol = its two files, src/proto/<p>.c (its px_fast_ops_t
+ * codec of requests and answers, its errors and its px_proto_ops_t entry)
+ * and src/proto/<p>_stream.c, one XX() line below, and its tests: fixture
+ * dirs and a reference codec in test/reference/<p>.c (px_ref_<p>, the
+ * differential tests' oracle; test/reference/ref.h).
  */
 #ifndef PROXAI_PROTO_H
 #define PROXAI_PROTO_H
@@ -165,7 +171,9 @@ typedef struct px_tr_ctx {
 #define PX_FLUSH_AT (64u << 10)
 
 /* ------------------------------------------------------------------------ */
-/* The IR (jansson documents with a fixed canonical shape)                   */
+/* The document IR: the reference codecs' (test/reference), jansson documents
+ * with a fixed canonical shape; the codecs' IR (fastir.h) holds the same
+ * parts, field by field                                                      */
 
 /*
  * IR REQUEST (json object). Absent keys mean "not specified".

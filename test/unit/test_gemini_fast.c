@@ -1,5 +1,5 @@
 /* test_gemini_fast.c - the fast path of non-streaming translation with a
- * Gemini client or a Gemini upstream (src/proto/gemini_fast.c): it takes
+ * Gemini client or a Gemini upstream (src/proto/gemini.c): it takes
  * the common shape of a generateContent request and answer toward and from
  * Chat, Responses and Anthropic, its body is JSON-equal to the jansson
  * path's (gemini.c) with the same lossy list, and it declines what it does

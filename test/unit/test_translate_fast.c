@@ -488,7 +488,7 @@ int main(void) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Chat clients: the fast Chat codec (src/proto/chat_fast.c) against chat.c   */
+/* Chat clients: the fast Chat codec (src/proto/chat.c) against chat.c   */
 
 /* a body written with ' for " (readability), made JSON */
 static char *chat_body(const char *q) {

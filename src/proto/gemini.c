@@ -1,4 +1,4 @@
-/* gemini_fast.c - the fast codec of Gemini generateContent bodies
+/* gemini.c - the Gemini generateContent codec
  * (include/proxai/fastir.h), without a jansson document, in all four
  * roles: a request (system instruction, user and model turns of text,
  * thoughts, thought signatures, blobs, function calls and function
@@ -7,13 +7,17 @@
  * thinkingConfig and JSON output) both ways, and an answer (one candidate
  * or a blocked prompt: text or refusal wording, function calls, thoughts
  * and signatures, the refusal's explanation, usageMetadata) both ways.
- * Every rule here is gemini.c's (the reference) for the same shape, and
- * what gemini.c refuses is refused in its words (PX_FAST_REFUSE); what
- * cannot be proved the same (escaped or repeated member names, escapes
- * in values that decide something) declines to gemini.c. jansson stays
- * only where gemini.c's rule is its dump (function call args and
+ * Then the wire: errors, token counts, model lists, the path with the
+ * model in it, the protocol table (streams: gemini_stream.c). Every rule
+ * here is the reference's (test/reference/gemini.c) for the same shape,
+ * and what it refuses is refused in its words (PX_FAST_REFUSE); what
+ * cannot be proved the same as written (escaped or repeated member names,
+ * escapes in values that decide something) declines to the hub's one
+ * reader's rule (translate_fast.c: respelled, else refused). jansson stays
+ * only where the reference's rule is its dump (function call args and
  * structured function responses made strings) or its parse (arguments
- * that are no object, on the way to a refusal). */
+ * that are no object, on the way to a refusal), and in the error and count
+ * bodies. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* anthropic_fast.c - the fast codec of Anthropic Messages bodies
+/* anthropic.c - the Anthropic Messages codec
  * (include/proxai/fastir.h), in its four roles: requests as clients send
  * them (system and text blocks with cache_control, system turns in the
  * conversation, thinking and redacted thinking, tool use and results with
@@ -6,11 +6,14 @@
  * thinking and output configuration, metadata), what an Anthropic upstream
  * takes of any fast IR, Anthropic answers (refusals, citations, server
  * tools' blocks) and the answers Anthropic clients get. Read and written
- * without a jansson document. The jansson codec in anthropic.c is the
- * reference: every rule here is that codec's rule for the same shape, its
- * lossy names included, in its order, and its refusals in its words
- * (PX_FAST_REFUSE); what this codec cannot tell exactly (escaped keys or
- * values where they decide, repeated members) declines to it. */
+ * without a jansson document; then the wire: errors, token counts, model
+ * lists, the protocol table (streams: anthropic_stream.c). The jansson
+ * codec in test/reference/anthropic.c is the reference: every rule here is
+ * that codec's rule for the same shape, its lossy names included, in its
+ * order, and its refusals in its words (PX_FAST_REFUSE); what this codec
+ * cannot tell exactly as written (escaped keys or values where they
+ * decide, repeated members) declines to the hub's one reader's rule
+ * (translate_fast.c: respelled, else refused). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,9 +1,13 @@
-/* chat_fast.c - the fast codec of OpenAI Chat Completions bodies
- * (include/proxai/fastir.h): the common shape of a request (system, user
- * and assistant text, tool calls and tool messages, function tools,
- * sampling parameters) and of a response (one choice: text and tool
- * calls), without a jansson document. Anything else declines to chat.c,
- * the reference: every rule here is that codec's rule for the same shape. */
+/* chat.c - the OpenAI Chat Completions codec (include/proxai/fastir.h), in
+ * its four roles, without a jansson document: requests (system, developer,
+ * user and assistant turns with text, images, files, tool calls and tool
+ * messages; function and custom tools; sampling, reasoning and output
+ * settings) and answers (one choice: text, refusal, tool calls, reasoning),
+ * read and written; then the wire: errors, model lists, the protocol table.
+ * Streams live in chat_stream.c. Every rule is the reference's
+ * (test/reference/chat.c) for the same shape, its refusals in its words
+ * (PX_FAST_REFUSE); what it cannot tell exactly as written declines to the
+ * hub's one reader's rule (translate_fast.c: respelled, else refused). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* responses_fast.c - the fast codec of OpenAI Responses bodies
+/* responses.c - the OpenAI Responses codec
  * (include/proxai/fastir.h) without a jansson document, in its four roles:
  * client requests (instructions; message, reasoning, function and custom
  * tool call and output items with text, images and files; function, custom
@@ -6,12 +6,15 @@
  * the sampling parameters), upstream requests from the whole fast IR,
  * upstream answers (message text with annotations, refusals, function and
  * custom tool calls, reasoning items with their tokens; other items and
- * parts dropped and named) and answers to Responses clients. What
- * responses.c refuses is refused in its words (PX_FAST_REFUSE); what this
- * codec cannot tell exactly (escapes where a value decides, repeated
- * members) declines to responses.c, the reference: every rule here is that
- * codec's rule for the same shape, its lossy names added in the same
- * order. */
+ * parts dropped and named) and answers to Responses clients; then the
+ * wire: errors, token counts, the protocol table (streams:
+ * responses_stream.c, stored responses: responses_store.c). What the
+ * reference (test/reference/responses.c) refuses is refused in its words
+ * (PX_FAST_REFUSE); what this codec cannot tell exactly as written
+ * (escapes where a value decides, repeated members) declines to the hub's
+ * one reader's rule (translate_fast.c: respelled, else refused); every
+ * rule here is the reference's for the same shape, its lossy names added
+ * in the same order. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
