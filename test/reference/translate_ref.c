@@ -16,13 +16,6 @@
 #include "proxai/protoutil.h"
 #include "ref.h"
 
-/* config names from the X-macro */
-static const char *const proto_names[] = {
-#define XX(e, name, inpath, uppath, sym) name,
-    PX_PROTO_MAP(XX)
-#undef XX
-};
-
 static int bad_proto(const px_tr_ctx_t *ctx) {
   return (unsigned)ctx->in >= PX_PROTO_COUNT || (unsigned)ctx->out >= PX_PROTO_COUNT;
 }
@@ -38,11 +31,12 @@ const px_ref_ops_t *px_ref_get(px_proto_t p) {
 }
 
 static int not_impl(px_tr_err_t *err, const px_tr_ctx_t *ctx, const char *what) {
-  px_tr_fail(err, "", "translation %s -> %s: %s not implemented", proto_names[ctx->in],
-             proto_names[ctx->out], what);
+  px_tr_fail(err, "", "translation %s -> %s: %s not implemented",
+             px_proto_get(ctx->in)->name, px_proto_get(ctx->out)->name, what);
   if (err != NULL) err->kind = PX_ERR_NOT_IMPL;
   return PX_EINVAL;
 }
+
 typedef int (*tr_fn)(const px_tr_ctx_t *, json_t *, json_t **, px_lossy_t *,
                      px_tr_err_t *);
 
