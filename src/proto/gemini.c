@@ -27,6 +27,7 @@
 #include "proxai/fastir.h"
 #include "proxai/jdoc.h"
 #include "proxai/protoutil.h"
+#include "proxai/usage.h"
 
 #define DECLINE PX_FAST_DECLINE
 #define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -1759,12 +1760,18 @@ static int gem_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir
     if (rc == 0) rc = px_fb_lit(b, "}");
   }
   if (rc == 0) rc = px_fb_lit(b, ",\"modelVersion\":");
+  size_t model_at = b->len; /* traces: the model and the id as written */
   if (rc == 0)
     rc = px_buf_json_str(b, ctx->client_model ? ctx->client_model : "",
                          ctx->client_model ? strlen(ctx->client_model) : 0);
+  size_t model_end = b->len;
   if (rc == 0) rc = px_fb_lit(b, ",\"responseId\":");
+  size_t id_at = b->len + 1; /* its content, within the quotes */
   if (rc == 0) rc = px_fb_str(b, ir->id.p ? ir->id : (px_fstr_t){"", 0, 0});
+  size_t id_end = b->len - 1;
   if (rc == 0) rc = px_fb_lit(b, "}");
+  if (rc == 0)
+    px_answer_wrote(ctx->client, b, id_at, id_end, model_at, model_end, fin ? fin : "STOP");
   return rc;
 }
 
@@ -1996,13 +2003,18 @@ static int gem_match(const char *path, size_t len, px_inbound_t *in) {
 static int put_encoded(px_buf_t *out, const char *s) {
   static const char hex[] = "0123456789ABCDEF";
   int rc = 0;
-  for (const unsigned char *p = (const unsigned char *)s; *p && rc == 0; p++) {
-    if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-        (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' || *p == '_' || *p == '~') {
-      rc = px_buf_append(out, p, 1);
-    } else {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p && rc == 0) {
+    const unsigned char *run =
+        p; /* the unreserved bytes up to the next other: one append */
+    while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+           (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' || *p == '_' || *p == '~')
+      p++;
+    if (p > run) rc = px_buf_append(out, run, (size_t)(p - run));
+    if (*p && rc == 0) {
       char e[3] = {'%', hex[*p >> 4], hex[*p & 15]};
       rc = px_buf_append(out, e, 3);
+      p++;
     }
   }
   return rc;
