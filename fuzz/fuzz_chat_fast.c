@@ -1,6 +1,6 @@
 /* fuzz_chat_fast.c - differential test of the Chat Completions stream
  * decoder's fast path (src/proto/chat_stream.c, fast_chunk) against its
- * jansson path: two decoders, one with the fast path on and one with it
+ * general path (fastir.h checked views): two decoders, one with the fast path on and one with it
  * off, get the same chunks; every chunk must give the same return code and
  * the same emitted events (types, indexes, kinds, text bytes, ids, usage,
  * errors).
