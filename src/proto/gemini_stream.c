@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proxai/fastir.h"
 #include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
@@ -34,7 +35,10 @@ struct px_sdec {
   int fast;          /* the fast path is on (px_gemini_sdec_fast) */
   long fast_hits;    /* chunks it handled */
   char resp_id[128];
-  json_t *pargs;    /* a call whose arguments stream (willContinue): so far */
+  /* a call whose arguments stream (willContinue, Vertex): the arguments so
+   * far, a document really built over the chunks (jansson; the one place a
+   * stream decoder holds one) */
+  json_t *pargs;
   /* the run of stringValue fragments at one jsonPath not yet in pargs
    * (joined once when the run ends: no quadratic re-joining) */
   char *run_path;
@@ -139,20 +143,28 @@ static int sd_start(px_sdec_t *d, px_str_t rid, px_str_t model, const px_usage_t
   return d->sink(d->arg, &ev);
 }
 
-/* The open call's arguments (args, an object) as one TOOL_ARGS delta, and
- * its block closed. */
-static int sd_call_end(px_sdec_t *d, json_t *args) {
-  char *a = json_is_object(args) ? px_jdoc_dump(args, JSON_COMPACT) : strdup("{}");
-  if (a == NULL) return PX_ENOMEM;
+/* The open call's arguments (their compact JSON text) as one TOOL_ARGS
+ * delta, and its block closed. */
+static int sd_call_text(px_sdec_t *d, px_str_t a) {
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_DELTA);
   ev.index = d->open;
   ev.delta = PX_DELTA_TOOL_ARGS;
-  ev.text = px_str(a);
+  ev.text = a;
   int rc = d->sink(d->arg, &ev);
-  free(a);
   if (rc == 0) rc = sd_close(d);
   return rc;
+}
+
+/* A call's args (a view of the chunk: an object, else "{}") ended. */
+static int sd_call_end(px_sdec_t *d, const px_fv_t *args) {
+  if (!px_jv_is(args, PX_FV_OBJ)) return sd_call_text(d, PX_STR("{}"));
+  px_buf_t a;
+  px_buf_init(&a, SIZE_MAX / 2);
+  int rc = px_fb_jdump(&a, args);
+  if (rc == 0) rc = sd_call_text(d, (px_str_t){a.data, a.len});
+  px_buf_free(&a);
+  return rc < 0 ? rc : 0;
 }
 
 /* A partialArgs value v set into args at path ("$.a.b[0]"): a string
@@ -248,8 +260,11 @@ static int sd_call_flush(px_sdec_t *d) {
   d->pargs_held = 0;
   json_t *done = d->pargs;
   d->pargs = NULL;
-  int rc = sd_call_end(d, done);
+  char *a = px_jdoc_dump(done, JSON_COMPACT);
   json_decref(done);
+  if (a == NULL) return PX_ENOMEM;
+  int rc = sd_call_text(d, px_str(a));
+  free(a);
   return rc;
 }
 
@@ -257,44 +272,56 @@ static int sd_call_flush(px_sdec_t *d) {
  * nullValue, willContinue} into the streaming call: a string fragment at
  * the path of the run goes on the run; anything else ends the run first.
  * The arguments held stay within ctx->max_accum. 0 or -1. */
-static int sd_parg(px_sdec_t *d, json_t *pa) {
-  const char *path = px_jstr(pa, "jsonPath");
-  json_t *v = json_object_get(pa, "stringValue");
-  int str = v != NULL;
-  if (v == NULL) v = json_object_get(pa, "numberValue");
-  if (v == NULL) v = json_object_get(pa, "boolValue");
-  if (v == NULL && json_object_get(pa, "nullValue") != NULL) v = json_null();
-  if (path == NULL || path[0] != '$' || v == NULL) return -1;
-  size_t n = str && json_is_string(v) ? json_string_length(v) : 16;
+static int sd_parg(px_sdec_t *d, const px_fv_t *pa, px_arena_t *ar) {
+  px_fv_t pv, v;
+  px_jv_get(pa, "jsonPath", &pv);
+  const char *path = px_jv_str(ar, &pv, NULL);
+  int str = px_jv_get(pa, "stringValue", &v), null = 0;
+  if (!str && !px_jv_get(pa, "numberValue", &v) && !px_jv_get(pa, "boolValue", &v))
+    null = px_jv_get(pa, "nullValue", &v);
+  if (path == NULL || path[0] != '$' || v.raw.ptr == NULL) return -1;
+  size_t n = 16;
+  const char *sv = str ? px_jv_str(ar, &v, &n) : NULL;
+  if (sv == NULL) n = 16;
   d->pargs_held += n + strlen(path);
   if (d->ctx->max_accum > 0 && d->pargs_held > d->ctx->max_accum) return -1;
-  if (str && json_is_string(v)) {
+  if (sv != NULL) {
     if (d->run_path != NULL && strcmp(d->run_path, path) != 0 && sd_run_end(d) < 0)
       return -1;
     if (d->run_path == NULL) {
       if ((d->run_path = strdup(path)) == NULL) return -1;
       if (d->run.cap == 0) px_buf_init(&d->run, SIZE_MAX / 2);
     }
-    return px_buf_append(&d->run, json_string_value(v), n) == 0 ? 0 : -1;
+    return px_buf_append(&d->run, sv, n) == 0 ? 0 : -1;
   }
   if (sd_run_end(d) < 0) return -1;
-  return parg_apply(d->pargs, path, v);
+  /* the call's arguments are a document built over the chunks (pargs):
+   * the value joins it */
+  json_t *jv = null ? json_null() : px_jdoc_load(v.raw.ptr, v.raw.len, JSON_DECODE_ANY, NULL);
+  int rc = parg_apply(d->pargs, path, jv);
+  json_decref(jv);
+  return rc;
 }
 
 /* A part's partialArgs (and whole args) into the streaming call. */
-static int sd_call_args(px_sdec_t *d, json_t *fc) {
-  size_t i;
-  json_t *pa;
-  json_array_foreach(json_object_get(fc, "partialArgs"), i, pa) {
-    if (sd_parg(d, pa) < 0)
+static int sd_call_args(px_sdec_t *d, const px_fv_t *fc, px_arena_t *ar) {
+  px_fv_t pas, pa, args;
+  px_jv_it_t it;
+  px_jv_get(fc, "partialArgs", &pas);
+  px_jv_iter(&it, &pas);
+  while (px_jv_is(&pas, PX_FV_ARR) && px_jv_elem(&it, &pa)) {
+    if (sd_parg(d, &pa, ar) < 0)
       return sd_fail(d, PX_ERR_BAD_GATEWAY,
                      "upstream partialArgs with a bad jsonPath or over the size limit");
   }
-  json_t *args = json_object_get(fc, "args");
-  if (json_is_object(args)) {
+  px_jv_get(fc, "args", &args);
+  if (px_jv_is(&args, PX_FV_OBJ)) {
     if (sd_run_end(d) < 0)
       return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream partialArgs with a bad jsonPath");
-    if (json_object_update(d->pargs, args) < 0) return PX_ENOMEM;
+    json_t *a = px_jdoc_load(args.raw.ptr, args.raw.len, 0, NULL);
+    int r = a != NULL ? json_object_update(d->pargs, a) : -1;
+    json_decref(a);
+    if (r < 0) return PX_ENOMEM;
   }
   return 0;
 }
@@ -303,38 +330,61 @@ static int sd_call_args(px_sdec_t *d, json_t *fc) {
  * naming the call says willContinue, later parts (no name) bring
  * partialArgs, and the first part without willContinue ends it. The call
  * reaches the events whole, as a non-streamed one. */
-static int sd_call(px_sdec_t *d, json_t *fc) {
-  int more = json_is_true(json_object_get(fc, "willContinue"));
-  px_str_t name = px_jview(fc, "name");
+static px_str_t view(px_arena_t *ar, const px_fv_t *o, const char *k) {
+  px_fv_t v;
+  size_t n = 0;
+  px_jv_get(o, k, &v);
+  const char *s = px_jv_str(ar, &v, &n);
+  return s ? (px_str_t){s, n} : PX_STR_NULL;
+}
+
+static int has(const px_fv_t *o, const char *k) {
+  px_fv_t v;
+  return px_jv_get(o, k, &v);
+}
+
+static int is_true(const px_fv_t *o, const char *k) {
+  px_fv_t v;
+  px_jv_get(o, k, &v);
+  return px_jv_is(&v, PX_FV_TRUE);
+}
+
+static int sd_call(px_sdec_t *d, const px_fv_t *fc, px_arena_t *ar) {
+  int more = is_true(fc, "willContinue");
+  px_str_t name = view(ar, fc, "name");
   int rc;
   if (d->pargs == NULL || name.len > 0) {
     /* a new call (one still streaming ends here) */
     if ((rc = sd_call_flush(d)) < 0) return rc;
     char id[160];
-    const char *cid = px_jstr(fc, "id");
+    const char *cid = view(ar, fc, "id").ptr;
     if (cid == NULL) px_gemini_call_id(d->resp_id, d->calls, id, sizeof(id));
     d->calls++;
     if (name.len == 0)
       return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream functionCall without a name");
     if ((rc = sd_open(d, PX_BLOCK_TOOL_CALL, px_str(cid ? cid : id), name)) < 0) return rc;
-    if (!more && json_object_get(fc, "partialArgs") == NULL)
-      return sd_call_end(d, json_object_get(fc, "args"));
+    if (!more && !has(fc, "partialArgs")) {
+      px_fv_t args;
+      px_jv_get(fc, "args", &args);
+      return sd_call_end(d, &args);
+    }
     if ((d->pargs = json_object()) == NULL) return PX_ENOMEM;
   }
-  if ((rc = sd_call_args(d, fc)) < 0) return rc;
+  if ((rc = sd_call_args(d, fc, ar)) < 0) return rc;
   return more ? 0 : sd_call_flush(d);
 }
 
-static int sd_part(px_sdec_t *d, json_t *pt, int refused) {
+static int sd_part(px_sdec_t *d, const px_fv_t *pt, int refused, px_arena_t *ar) {
   int rc = 0;
-  px_str_t text = px_jview(pt, "text");
-  px_str_t sig = px_jview(pt, "thoughtSignature");
-  json_t *fc = json_object_get(pt, "functionCall");
-  if (json_is_object(fc) && d->pargs != NULL && sig.len == 0 &&
-      px_jview(fc, "name").len == 0)
-    return sd_call(d, fc); /* a streaming call goes on */
+  px_str_t text = view(ar, pt, "text");
+  px_str_t sig = view(ar, pt, "thoughtSignature");
+  px_fv_t fc;
+  px_jv_get(pt, "functionCall", &fc);
+  if (px_jv_is(&fc, PX_FV_OBJ) && d->pargs != NULL && sig.len == 0 &&
+      view(ar, &fc, "name").len == 0)
+    return sd_call(d, &fc, ar); /* a streaming call goes on */
   if ((rc = sd_call_flush(d)) < 0) return rc;
-  if (json_is_true(json_object_get(pt, "thought"))) {
+  if (is_true(pt, "thought")) {
     rc = sd_delta(d, PX_BLOCK_THINKING, PX_DELTA_THINKING, text);
     if (rc == 0 && sig.len) rc = sd_delta(d, PX_BLOCK_THINKING, PX_DELTA_SIGNATURE, sig);
     return rc;
@@ -346,12 +396,11 @@ static int sd_part(px_sdec_t *d, json_t *pt, int refused) {
   if (text.ptr != NULL)
     return refused ? sd_delta(d, PX_BLOCK_REFUSAL, PX_DELTA_REFUSAL, text)
                    : sd_delta(d, PX_BLOCK_TEXT, PX_DELTA_TEXT, text);
-  if (json_is_object(fc)) return sd_call(d, fc);
+  if (px_jv_is(&fc, PX_FV_OBJ)) return sd_call(d, &fc, ar);
   /* inline data, code execution: nothing a stream event can carry */
-  if (json_object_get(pt, "inlineData") || json_object_get(pt, "fileData"))
+  if (has(pt, "inlineData") || has(pt, "fileData"))
     px_dropped(d->ctx, PX_LOSSY("candidates[].content.parts[].inlineData"));
-  else if (json_object_get(pt, "executableCode") ||
-           json_object_get(pt, "codeExecutionResult"))
+  else if (has(pt, "executableCode") || has(pt, "codeExecutionResult"))
     px_dropped(d->ctx, PX_LOSSY("candidates[].content.parts[].executableCode"));
   return 0;
 }
@@ -386,38 +435,53 @@ static int sd_finish_reason(px_sdec_t *d, const char *fr, const px_usage_t *u,
   return d->sink(d->arg, &ev);
 }
 
-static int sd_chunk(px_sdec_t *d, json_t *j) {
-  json_t *e = json_object_get(j, "error");
-  if (json_is_object(e)) {
-    const char *msg = px_jstr(e, "message");
-    return sd_fail(d, px_errkind_from_type(NULL, (int)px_jint(e, "code", 500)),
+static int64_t jint(const px_fv_t *o, const char *k, int64_t dflt) {
+  px_fv_t v;
+  px_jv_get(o, k, &v);
+  px_jv_int(&v, &dflt);
+  return dflt;
+}
+
+static int sd_chunk(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
+  px_fv_t e, um, cands, cand, fb, content, parts, pt;
+  px_jv_get(j, "error", &e);
+  if (px_jv_is(&e, PX_FV_OBJ)) {
+    const char *msg = view(ar, &e, "message").ptr;
+    return sd_fail(d, px_errkind_from_type(NULL, (int)jint(&e, "code", 500)),
                    msg ? msg : "upstream stream error");
   }
-  json_t *um = json_object_get(j, "usageMetadata");
+  px_jv_get(j, "usageMetadata", &um);
   px_usage_t u = d->usage, *up = NULL;
-  if (json_is_object(um)) px_gemini_usage_in(um, up = &u);
-  int rc = sd_start(d, px_jview(j, "responseId"), px_jview(j, "modelVersion"), up);
+  if (px_jv_is(&um, PX_FV_OBJ))
+    px_gemini_usage_of(up = &u, jint(&um, "promptTokenCount", -1),
+                       jint(&um, "candidatesTokenCount", -1),
+                       jint(&um, "thoughtsTokenCount", -1),
+                       jint(&um, "cachedContentTokenCount", -1));
+  int rc = sd_start(d, view(ar, j, "responseId"), view(ar, j, "modelVersion"), up);
   if (rc < 0) return rc;
-  json_t *cand = json_array_get(json_object_get(j, "candidates"), 0);
-  const char *fr = px_jstr(cand, "finishReason");
-  json_t *fb = json_object_get(j, "promptFeedback");
-  const char *block = px_jstr(fb, "blockReason");
-  px_str_t expl = px_jview(cand, "finishMessage");
+  px_jv_it_t it;
+  px_jv_get(j, "candidates", &cands);
+  px_jv_iter(&it, &cands);
+  if (!px_jv_is(&cands, PX_FV_ARR) || !px_jv_elem(&it, &cand)) cand.raw.ptr = NULL;
+  const char *fr = view(ar, &cand, "finishReason").ptr;
+  px_jv_get(j, "promptFeedback", &fb);
+  const char *block = view(ar, &fb, "blockReason").ptr;
+  px_str_t expl = view(ar, &cand, "finishMessage");
   px_str_t word = px_str(fr);
-  if (block != NULL && cand == NULL)
-    fr = block, expl = px_jview(fb, "blockReasonMessage"), word = PX_STR_NULL;
+  if (block != NULL && cand.raw.ptr == NULL)
+    fr = block, expl = view(ar, &fb, "blockReasonMessage"), word = PX_STR_NULL;
   if (d->ended) /* after the finish chunk: at most late usage */
     return up != NULL ? sd_finish_reason(d, NULL, up, PX_STR_NULL, PX_STR_NULL) : 0;
   int refused = fr != NULL && px_stop_refused(px_gemini_stop(fr, 0));
-  size_t i;
-  json_t *pt;
   unsigned drops = 0;
   for (unsigned k = 0; k < 3; k++)
-    if (json_object_get(cand, cand_drops[k]) != NULL) drops |= 1u << k;
+    if (has(&cand, cand_drops[k])) drops |= 1u << k;
   sd_dropped(d, drops);
-  json_array_foreach(json_object_get(json_object_get(cand, "content"), "parts"), i, pt) {
-    if ((rc = sd_part(d, pt, refused)) < 0) return rc;
-  }
+  px_jv_get(&cand, "content", &content);
+  px_jv_get(&content, "parts", &parts);
+  px_jv_iter(&it, &parts);
+  while (px_jv_is(&parts, PX_FV_ARR) && px_jv_elem(&it, &pt))
+    if ((rc = sd_part(d, &pt, refused, ar)) < 0) return rc;
   if (fr != NULL) return sd_finish_reason(d, fr, up, expl, word);
   return 0;
 }
@@ -425,17 +489,18 @@ static int sd_chunk(px_sdec_t *d, json_t *j) {
 /* ------------------------------------------------------------------------ */
 /* Fast path. Nearly every chunk of a Gemini stream is one candidate with
  * one text part (the last one adding finishReason), plus usageMetadata,
- * modelVersion and responseId. Building a jansson tree for each dominates
- * the translation, so those chunks are read by one flat validating walk
+ * modelVersion and responseId. The general path (the chunk checked whole,
+ * then each member looked up in its bytes) walks a chunk several times, so
+ * those chunks are read by one flat validating walk
  * (px_fj_key / px_fj_pass / px_fj_next of json.h, as the other stream
- * decoders): it accepts only what it can prove jansson would accept and
+ * decoders): it accepts only what it can prove the general path accepts and
  * read the same way (strings: valid UTF-8, no raw control characters, valid
  * escapes, no \u0000, surrogate escapes only as pairs; numbers: plain
  * integers of at most 15 digits; nesting at most 32 deep), with no escaped
  * or repeated keys where fields are read. Anything else (thought parts,
  * signatures, calls, errors, promptFeedback, several candidates or parts,
  * escaped ids or finish reasons, chunks after the finish) returns "not
- * handled" and goes to the jansson path, which stays the arbiter. Nothing
+ * handled" and goes to the general path, which stays the arbiter. Nothing
  * is emitted before the whole chunk has been checked. */
 
 typedef struct gf {
@@ -569,7 +634,7 @@ static int gf_cands(gf_t *g, int resume) {
     } else if (GF_IS(k, kl, "finishReason")) {
       if (gf_once(g, GF_FR) < 0 || gf_str(g, &g->fr) < 0) return -1;
     } else if (GF_IS(k, kl, "finishMessage")) {
-      return -1; /* a refusal's words: the jansson path */
+      return -1; /* a refusal's words: the general path */
     } else {
       for (unsigned c = 0; c < 3; c++)
         if (kl == strlen(cand_drops[c]) && memcmp(k, cand_drops[c], kl) == 0)
@@ -605,7 +670,7 @@ static int gf_usage(gf_t *g) {
   return r;
 }
 
-/* Returns 1 when the chunk was handled, 0 to use the jansson path, <0 on a
+/* Returns 1 when the chunk was handled, 0 to use the general path, <0 on a
  * sink error. */
 static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
   gf_t g = {.p = (const unsigned char *)data, .n = n, .um = {-1, -1, -1, -1}};
@@ -640,7 +705,7 @@ static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
     }
   }
   if (r < 0 || px_json_ws(g.p, n, g.i) != n || !(g.seen & GF_CANDS)) return 0;
-  /* the members read, as the jansson path reads them */
+  /* the members read, as the general path reads them */
   char fr[32];
   size_t frl = g.fr.e - g.fr.s;
   if (g.fr.set) {
@@ -652,7 +717,7 @@ static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
   px_str_t text = PX_STR_NULL;
   if (g.text.set && px_json_unescape(data + g.text.s, g.text.e - g.text.s, g.text.esc,
                                      &d->scratch, &text) < 0)
-    return 0; /* scratch too small: let jansson decide */
+    return 0; /* scratch too small: the general path decides */
   /* checked: from here on the chunk is handled */
   px_usage_t u = d->usage, *up = NULL;
   if (g.seen & GF_USAGE) px_gemini_usage_of(up = &u, g.um[0], g.um[1], g.um[2], g.um[3]);
@@ -680,13 +745,13 @@ int px_gemini_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
       return frc < 0 ? frc : 0;
     }
   }
-  json_t *j = px_jdoc_load(sse->data.ptr, sse->data.len, 0, NULL);
-  if (!json_is_object(j)) {
-    json_decref(j);
+  px_fv_t j;
+  if (px_jv_parse(sse->data.ptr, sse->data.len, &j) < 0 || !px_jv_is(&j, PX_FV_OBJ))
     return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream sent a chunk that is not a JSON object");
-  }
-  int rc = sd_chunk(d, j);
-  json_decref(j);
+  px_arena_t ar; /* the chunk's strings, unescaped */
+  px_arena_init(&ar);
+  int rc = sd_chunk(d, &j, &ar);
+  px_arena_free(&ar);
   return rc;
 }
 
@@ -745,18 +810,32 @@ static int w(px_senc_t *e, const char *s) { return px_buf_puts(e->out, s); }
 /* Start a chunk: `data: {"candidates":[{` */
 static int chunk_open(px_senc_t *e) { return w(e, "data: {\"candidates\":[{"); }
 
+/* `,"usageMetadata":{..}` of usage u, as the body's (gemini.c's
+ * px_gemini_usage_out): thoughts counted within the output */
+static int put_usage(px_buf_t *o, const px_usage_t *u) {
+  int64_t in = u->input_tokens > 0 ? u->input_tokens : 0;
+  int64_t out = u->output_tokens > 0 ? u->output_tokens : 0;
+  int64_t th = u->reasoning_tokens > 0 ? u->reasoning_tokens : 0;
+  if (th > out) th = out;
+  int rc = px_buf_puts(o, ",\"usageMetadata\":{\"promptTokenCount\":");
+  if (rc == 0) rc = px_buf_i64(o, (long long)in);
+  if (rc == 0) rc = px_buf_puts(o, ",\"candidatesTokenCount\":");
+  if (rc == 0) rc = px_buf_i64(o, (long long)(out - th));
+  if (rc == 0) rc = px_buf_puts(o, ",\"totalTokenCount\":");
+  if (rc == 0) rc = px_buf_i64(o, (long long)(in + out));
+  if (rc == 0 && th > 0) rc = px_buf_puts(o, ",\"thoughtsTokenCount\":");
+  if (rc == 0 && th > 0) rc = px_buf_i64(o, (long long)th);
+  if (rc == 0 && u->cache_read_tokens > 0) rc = px_buf_puts(o, ",\"cachedContentTokenCount\":");
+  if (rc == 0 && u->cache_read_tokens > 0) rc = px_buf_i64(o, (long long)u->cache_read_tokens);
+  if (rc == 0) rc = px_buf_puts(o, "}");
+  return rc;
+}
+
 /* End a chunk: `"index":0}],"modelVersion":..,"responseId":..}` + usage. */
 static int chunk_close(px_senc_t *e, const px_usage_t *u) {
   const char *model = e->ctx->client_model ? e->ctx->client_model : "";
   int rc = px_buf_append(e->out, "\"index\":0}]", 11);
-  if (rc == 0 && u != NULL) {
-    json_t *um = px_gemini_usage_out(u);
-    char *s = px_jdoc_dump(um, JSON_COMPACT);
-    json_decref(um);
-    rc = s ? w(e, ",\"usageMetadata\":") : PX_ENOMEM;
-    if (rc == 0) rc = w(e, s);
-    free(s);
-  }
+  if (rc == 0 && u != NULL) rc = put_usage(e->out, u);
   if (rc == 0 && e->tail.len == 0) {
     px_buf_t *t = &e->tail;
     rc = px_buf_puts(t, ",\"modelVersion\":");
@@ -814,27 +893,26 @@ static int text_chunk(px_senc_t *e, px_str_t text, int thought) {
   return rc;
 }
 
+/* The held call whole: its arguments (Gemini's args is an object) checked
+ * to be one JSON object and written as json_dumps writes it. */
 static int call_chunk(px_senc_t *e) {
-  json_t *args =
-      e->args.len ? px_jdoc_load(e->args.data, e->args.len, 0, NULL) : json_object();
-  if (!json_is_object(args)) {
-    json_decref(args);
+  px_fv_t args;
+  if (e->args.len > 0 &&
+      (px_jv_parse(e->args.data, e->args.len, &args) < 0 || !px_jv_is(&args, PX_FV_OBJ)))
     return PX_EPROTO; /* the hub ends the stream with an error */
-  }
-  char *a = px_jdoc_dump(args, JSON_COMPACT);
-  json_decref(args);
-  int rc = a ? chunk_open(e) : PX_ENOMEM;
+  size_t mark = e->out->len;
+  int rc = chunk_open(e);
   if (rc == 0) rc = w(e, "\"content\":{\"role\":\"model\",\"parts\":[{\"functionCall\":{\"id\":");
   if (rc == 0) rc = px_buf_json_str(e->out, e->tool_id, strlen(e->tool_id));
   if (rc == 0) rc = w(e, ",\"name\":");
   if (rc == 0) rc = px_buf_json_str(e->out, e->tool_name, strlen(e->tool_name));
   if (rc == 0) rc = w(e, ",\"args\":");
-  if (rc == 0) rc = w(e, a);
+  if (rc == 0) rc = e->args.len > 0 ? px_fb_jdump(e->out, &args) : w(e, "{}");
   if (rc == 0) rc = w(e, "}");
   if (rc == 0) rc = put_sig(e);
   if (rc == 0) rc = w(e, "}]},");
   if (rc == 0) rc = chunk_close(e, NULL);
-  free(a);
+  if (rc < 0) e->out->len = mark;
   return rc;
 }
 
