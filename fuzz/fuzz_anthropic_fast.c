@@ -1,7 +1,7 @@
 /* fuzz_anthropic_fast.c - differential test of the Anthropic stream
  * decoder's fast path (src/proto/anthropic_stream.c) against its general
- * path (fastir.h checked views): two decoders, one with the fast path on and one with it off, get
- * the same events; every event must give the same return code and the same
+ * path (fastir.h checked views): two decoders, one with the fast path on and one with it
+ * off, get the same events; every event must give the same return code and the same
  * emitted events (types, indexes, kinds, text bytes, ids, usage, errors).
  *
  * Input: byte 0 picks the mode.

@@ -104,7 +104,8 @@ static void same_view(const char *p, size_t n) {
   px_buf_init(&o, SIZE_MAX / 2);
   CHECK(px_fb_jdump(&o, &v) == 0);
   if (d == NULL || o.len != strlen(d) || memcmp(o.data, d, o.len) != 0)
-    fprintf(stderr, "fuzz_jdoc: view dump differs:\n%s\n%.*s\n", d ? d : "(null)", (int)o.len, o.data);
+    fprintf(stderr, "fuzz_jdoc: view dump differs:\n%s\n%.*s\n", d ? d : "(null)",
+            (int)o.len, o.data);
   CHECK(d != NULL && o.len == strlen(d) && memcmp(o.data, d, o.len) == 0);
   const char *key;
   json_t *m;

@@ -580,7 +580,8 @@ member : {
     i += 4;
     goto after;
   }
-  if (FB(f) & (FB(C_CITS) | FB(D_SD))) return 0; /* citations, stop details: the general path */
+  if (FB(f) & (FB(C_CITS) | FB(D_SD)))
+    return 0; /* citations, stop details: the general path */
   if (FB(f) & OBJ_FIELDS) {
     if (p[i] != '{') return 0;
     i++;
@@ -1244,10 +1245,12 @@ static int utf8_whole(const char *s, size_t n) {
  * url_citation with a url is a web_search_result_location whose cited_text
  * is the span of text[0..n) (text starts at character base of the block).
  * 1 written, 0 when it has no citation form, <0 on memory. */
-static int citation_of(px_buf_t *o, px_str_t js, const char *text, size_t n, int64_t base) {
+static int citation_of(px_buf_t *o, px_str_t js, const char *text, size_t n,
+                       int64_t base) {
   px_fv_t a, tv, uv, x;
   if (js.len == 0 || px_jv_parse(js.ptr, js.len, &a) < 0 || !px_jv_is(&a, PX_FV_OBJ) ||
-      !px_jv_get(&a, "type", &tv) || !px_jv_is(&tv, PX_FV_STR) || !px_jv_get(&a, "url", &uv))
+      !px_jv_get(&a, "type", &tv) || !px_jv_is(&tv, PX_FV_STR) ||
+      !px_jv_get(&a, "url", &uv))
     return 0;
   px_arena_t ar;
   px_arena_init(&ar);
@@ -1271,7 +1274,7 @@ static int citation_of(px_buf_t *o, px_str_t js, const char *text, size_t n, int
   if (rc == 0) rc = px_buf_puts(o, ",\"title\":");
   if (rc == 0)
     rc = px_jv_get(&a, "title", &x) && px_jv_is(&x, PX_FV_STR) ? px_fb_jdump(o, &x)
-                                                              : px_buf_puts(o, "null");
+                                                               : px_buf_puts(o, "null");
   if (rc == 0) rc = px_buf_puts(o, ",\"cited_text\":");
   if (rc == 0) rc = px_buf_json_str_as(o, text + s0, s1 - s0, PX_ESC_JANSSON);
   if (rc == 0) rc = px_buf_puts(o, ",\"encrypted_index\":\"\"}");

@@ -429,7 +429,8 @@ static int message_delta(px_sdec_t *d) {
 }
 
 /* a string member's value (px_jv_str), its length in *len (0: not one) */
-static const char *str_of(px_arena_t *ar, const px_fv_t *o, const char *key, size_t *len) {
+static const char *str_of(px_arena_t *ar, const px_fv_t *o, const char *key,
+                          size_t *len) {
   px_fv_t v;
   px_jv_get(o, key, &v);
   size_t l = 0;
@@ -463,7 +464,8 @@ static int on_choice(px_sdec_t *d, const px_fv_t *chunk, const px_fv_t *ch,
   if (d->state == D_FINISHED || d->state == D_USAGE) {
     /* some servers repeat an empty choice after finish_reason (with usage) */
     if (has_content) return proto_error(d, "content after finish_reason");
-    if (px_jv_get(chunk, "usage", &u) && px_jv_is(&u, PX_FV_OBJ) && d->state == D_FINISHED)
+    if (px_jv_get(chunk, "usage", &u) && px_jv_is(&u, PX_FV_OBJ) &&
+        d->state == D_FINISHED)
       read_usage(&u, &d->usage);
     return 0;
   }
@@ -499,7 +501,8 @@ static int on_choice(px_sdec_t *d, const px_fv_t *chunk, const px_fv_t *ch,
     if (rc < 0) return rc;
     /* a server that puts the final usage on the finish chunk and sends no
      * usage-only chunk: keep it until a usage-only chunk overrides it */
-    if (px_jv_get(chunk, "usage", &u) && px_jv_is(&u, PX_FV_OBJ)) read_usage(&u, &d->usage);
+    if (px_jv_get(chunk, "usage", &u) && px_jv_is(&u, PX_FV_OBJ))
+      read_usage(&u, &d->usage);
   }
   return 0;
 }
@@ -507,11 +510,11 @@ static int on_choice(px_sdec_t *d, const px_fv_t *chunk, const px_fv_t *ch,
 /* ------------------------------------------------------------------------ */
 /* Fast path. Most chunks are one text / reasoning / tool-argument fragment;
  * the general path (the chunk checked whole, then each member looked up in
- * its bytes, fastir.h's checked views) walks a chunk several times. One walk of the chunk with the shared validating scanner (px_fj_*, no
- * tokens, no allocation) reads the members those chunks have and checks the
- * rest; any chunk it does not fully understand or cannot prove valid (other
- * shapes, escaped or repeated keys where it reads, bad UTF-8, lone
- * surrogates, non-integer numbers, deep nesting) goes to the general path,
+ * its bytes, fastir.h's checked views) walks a chunk several times. One walk of the chunk
+ * with the shared validating scanner (px_fj_*, no tokens, no allocation) reads the
+ * members those chunks have and checks the rest; any chunk it does not fully understand
+ * or cannot prove valid (other shapes, escaped or repeated keys where it reads, bad
+ * UTF-8, lone surrogates, non-integer numbers, deep nesting) goes to the general path,
  * which stays the arbiter. The fast path acts only after the whole chunk
  * has been checked, so it never half-applies a chunk. */
 
@@ -1249,8 +1252,9 @@ static int on_block_start(px_senc_t *e, const px_ev_t *ev) {
 static int annotation_chunk(px_senc_t *e, const eblock_t *b, px_str_t text) {
   px_fv_t a, tv, x;
   px_fstr_t k;
-  if (text.len == 0 || px_jv_parse(text.ptr, text.len, &a) < 0 || !px_jv_is(&a, PX_FV_OBJ) ||
-      !px_jv_get(&a, "type", &tv) || !px_jv_is(&tv, PX_FV_STR))
+  if (text.len == 0 || px_jv_parse(text.ptr, text.len, &a) < 0 ||
+      !px_jv_is(&a, PX_FV_OBJ) || !px_jv_get(&a, "type", &tv) ||
+      !px_jv_is(&tv, PX_FV_STR))
     return 0;
   px_arena_t ar;
   px_arena_init(&ar);
@@ -1259,7 +1263,8 @@ static int annotation_chunk(px_senc_t *e, const eblock_t *b, px_str_t text) {
       !px_jv_is(&x, PX_FV_STR)) {
     px_lossy_t scratch;
     px_lossy_init(&scratch);
-    px_lossy_add(e->ctx->dropped ? e->ctx->dropped : &scratch, px_lossy_annotations(e->ctx));
+    px_lossy_add(e->ctx->dropped ? e->ctx->dropped : &scratch,
+                 px_lossy_annotations(e->ctx));
     px_arena_free(&ar);
     return 0;
   }

@@ -297,7 +297,8 @@ static int sd_parg(px_sdec_t *d, const px_fv_t *pa, px_arena_t *ar) {
   if (sd_run_end(d) < 0) return -1;
   /* the call's arguments are a document built over the chunks (pargs):
    * the value joins it */
-  json_t *jv = null ? json_null() : px_jdoc_load(v.raw.ptr, v.raw.len, JSON_DECODE_ANY, NULL);
+  json_t *jv =
+      null ? json_null() : px_jdoc_load(v.raw.ptr, v.raw.len, JSON_DECODE_ANY, NULL);
   int rc = parg_apply(d->pargs, path, jv);
   json_decref(jv);
   return rc;
@@ -453,10 +454,9 @@ static int sd_chunk(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
   px_jv_get(j, "usageMetadata", &um);
   px_usage_t u = d->usage, *up = NULL;
   if (px_jv_is(&um, PX_FV_OBJ))
-    px_gemini_usage_of(up = &u, jint(&um, "promptTokenCount", -1),
-                       jint(&um, "candidatesTokenCount", -1),
-                       jint(&um, "thoughtsTokenCount", -1),
-                       jint(&um, "cachedContentTokenCount", -1));
+    px_gemini_usage_of(
+        up = &u, jint(&um, "promptTokenCount", -1), jint(&um, "candidatesTokenCount", -1),
+        jint(&um, "thoughtsTokenCount", -1), jint(&um, "cachedContentTokenCount", -1));
   int rc = sd_start(d, view(ar, j, "responseId"), view(ar, j, "modelVersion"), up);
   if (rc < 0) return rc;
   px_jv_it_t it;
@@ -825,8 +825,10 @@ static int put_usage(px_buf_t *o, const px_usage_t *u) {
   if (rc == 0) rc = px_buf_i64(o, (long long)(in + out));
   if (rc == 0 && th > 0) rc = px_buf_puts(o, ",\"thoughtsTokenCount\":");
   if (rc == 0 && th > 0) rc = px_buf_i64(o, (long long)th);
-  if (rc == 0 && u->cache_read_tokens > 0) rc = px_buf_puts(o, ",\"cachedContentTokenCount\":");
-  if (rc == 0 && u->cache_read_tokens > 0) rc = px_buf_i64(o, (long long)u->cache_read_tokens);
+  if (rc == 0 && u->cache_read_tokens > 0)
+    rc = px_buf_puts(o, ",\"cachedContentTokenCount\":");
+  if (rc == 0 && u->cache_read_tokens > 0)
+    rc = px_buf_i64(o, (long long)u->cache_read_tokens);
   if (rc == 0) rc = px_buf_puts(o, "}");
   return rc;
 }
