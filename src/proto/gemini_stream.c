@@ -15,13 +15,137 @@
 #include <string.h>
 
 #include "proxai/fastir.h"
-#include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
 
 /* ======================================================================== */
 /* Decoder                                                                    */
+
+/* The arguments of a call streamed in pieces (Gemini partialArgs): a small
+ * tree built over the chunks, each piece set at its jsonPath, written as
+ * json_dumps writes the document jansson would build the same way (an
+ * object's members in their first place, a string at a path continuing the
+ * one there); other scalars kept as json_dumps writes them (px_fb_jdump). */
+typedef enum { PA_OBJ, PA_ARR, PA_STR, PA_ATOM } pa_kind_t;
+typedef struct pa {
+  pa_kind_t kind;
+  px_buf_t text;    /* PA_STR: the value; PA_ATOM: its JSON */
+  char **keys;      /* PA_OBJ: member names (NUL-terminated) */
+  struct pa **vals; /* PA_OBJ, PA_ARR: members, elements */
+  size_t n, cap;
+} pa_t;
+
+static void pa_free(pa_t *t) {
+  if (t == NULL) return;
+  for (size_t i = 0; i < t->n; i++) {
+    if (t->keys) free(t->keys[i]);
+    pa_free(t->vals[i]);
+  }
+  free(t->keys);
+  free(t->vals);
+  px_buf_free(&t->text);
+  free(t);
+}
+
+static pa_t *pa_new(pa_kind_t k) {
+  pa_t *t = calloc(1, sizeof(*t));
+  if (t != NULL) {
+    t->kind = k;
+    px_buf_init(&t->text, SIZE_MAX / 2);
+  }
+  return t;
+}
+
+/* member `key` of object t, or element idx of array t (key NULL); NULL */
+static pa_t **pa_at(pa_t *t, const char *key, size_t idx) {
+  if (key == NULL) return t->kind == PA_ARR && idx < t->n ? &t->vals[idx] : NULL;
+  if (t->kind != PA_OBJ) return NULL;
+  for (size_t i = 0; i < t->n; i++)
+    if (strcmp(t->keys[i], key) == 0) return &t->vals[i];
+  return NULL;
+}
+
+/* v set as member `key` of object t (in its place when there), or appended
+ * to array t (key NULL); v is t's then, or freed. 0 or -1. */
+static int pa_put(pa_t *t, const char *key, pa_t *v) {
+  pa_t **at = key != NULL ? pa_at(t, key, 0) : NULL;
+  if (at != NULL) {
+    pa_free(*at);
+    *at = v;
+    return 0;
+  }
+  if (t->n == t->cap) {
+    size_t nc = t->cap ? t->cap * 2 : 4;
+    pa_t **nv = realloc(t->vals, nc * sizeof(*nv));
+    if (nv != NULL) t->vals = nv;
+    char **nk = nv != NULL && key != NULL ? realloc(t->keys, nc * sizeof(*nk)) : NULL;
+    if (nk != NULL) t->keys = nk;
+    if (nv == NULL || (key != NULL && nk == NULL)) {
+      pa_free(v);
+      return -1;
+    }
+    t->cap = nc;
+  }
+  if (key != NULL && (t->keys[t->n] = strdup(key)) == NULL) {
+    pa_free(v);
+    return -1;
+  }
+  t->vals[t->n++] = v;
+  return 0;
+}
+
+/* the tree of a checked value; NULL on memory */
+static pa_t *pa_of(const px_fv_t *v, px_arena_t *ar) {
+  pa_t *t = pa_new(v->kind == PX_FV_OBJ   ? PA_OBJ
+                   : v->kind == PX_FV_ARR ? PA_ARR
+                   : v->kind == PX_FV_STR ? PA_STR
+                                          : PA_ATOM);
+  if (t == NULL) return NULL;
+  px_jv_it_t it;
+  px_fv_t x;
+  px_fstr_t k;
+  px_jv_iter(&it, v);
+  if (t->kind == PA_OBJ) {
+    while (px_jv_member(&it, &k, &x)) {
+      px_fv_t kv = {.kind = PX_FV_STR, .s = k, .raw = {k.p, k.n}};
+      const char *ks = px_jv_str(ar, &kv, NULL);
+      pa_t *c = ks != NULL ? pa_of(&x, ar) : NULL;
+      if (c == NULL || pa_put(t, ks, c) < 0) goto fail;
+    }
+  } else if (t->kind == PA_ARR) {
+    while (px_jv_elem(&it, &x)) {
+      pa_t *c = pa_of(&x, ar);
+      if (c == NULL || pa_put(t, NULL, c) < 0) goto fail;
+    }
+  } else if (t->kind == PA_STR) {
+    size_t n = 0;
+    const char *sv = px_jv_str(ar, v, &n);
+    if (sv == NULL || px_buf_append(&t->text, sv, n) < 0) goto fail;
+  } else if (px_fb_jdump(&t->text, v) < 0) {
+    goto fail;
+  }
+  return t;
+fail:
+  pa_free(t);
+  return NULL;
+}
+
+static int pa_dump(px_buf_t *b, const pa_t *t) {
+  if (t->kind == PA_STR)
+    return px_buf_json_str_as(b, t->text.data ? t->text.data : "", t->text.len,
+                              PX_ESC_JANSSON);
+  if (t->kind == PA_ATOM) return px_buf_append(b, t->text.data, t->text.len);
+  int rc = px_buf_append(b, t->kind == PA_OBJ ? "{" : "[", 1);
+  for (size_t i = 0; rc == 0 && i < t->n; i++) {
+    if (i > 0) rc = px_buf_append(b, ",", 1);
+    if (rc == 0 && t->kind == PA_OBJ)
+      rc = px_buf_json_str_as(b, t->keys[i], strlen(t->keys[i]), PX_ESC_JANSSON);
+    if (rc == 0 && t->kind == PA_OBJ) rc = px_buf_append(b, ":", 1);
+    if (rc == 0) rc = pa_dump(b, t->vals[i]);
+  }
+  return rc == 0 ? px_buf_append(b, t->kind == PA_OBJ ? "}" : "]", 1) : rc;
+}
 
 struct px_sdec {
   const px_tr_ctx_t *ctx;
@@ -36,9 +160,8 @@ struct px_sdec {
   long fast_hits;    /* chunks it handled */
   char resp_id[128];
   /* a call whose arguments stream (willContinue, Vertex): the arguments so
-   * far, a document really built over the chunks (jansson; the one place a
-   * stream decoder holds one) */
-  json_t *pargs;
+   * far (pa_t, built over the chunks) */
+  struct pa *pargs;
   /* the run of stringValue fragments at one jsonPath not yet in pargs
    * (joined once when the run ends: no quadratic re-joining) */
   char *run_path;
@@ -66,7 +189,7 @@ px_sdec_t *px_gemini_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *
 void px_gemini_sdec_free(px_sdec_t *d) {
   if (d == NULL) return;
   px_buf_free(&d->scratch);
-  json_decref(d->pargs);
+  pa_free(d->pargs);
   free(d->run_path);
   px_buf_free(&d->run);
   free(d);
@@ -169,82 +292,80 @@ static int sd_call_end(px_sdec_t *d, const px_fv_t *args) {
 
 /* A partialArgs value v set into args at path ("$.a.b[0]"): a string
  * continues the one already at its path. 0, or -1 when the path is not
- * one. */
-static int parg_apply(json_t *args, const char *path, json_t *v) {
-  if (path == NULL || path[0] != '$' || v == NULL) return -1;
-  json_t *at = args; /* the container the next step reads */
+ * one; v is args' then, or freed. */
+static int parg_apply(pa_t *args, const char *path, pa_t *v) {
+  if (path == NULL || path[0] != '$' || v == NULL) goto fail;
+  pa_t *at = args; /* the container the next step reads */
   const char *p = path + 1;
   unsigned depth = 0;
   while (*p) {
-    if (++depth > PX_JSON_MAX_DEPTH) return -1; /* as deep as any JSON read */
+    if (++depth > PX_JSON_MAX_DEPTH) goto fail; /* as deep as any JSON read */
     char key[256];
     size_t kl = 0;
     long idx = -1;
     if (*p == '.') {
       for (p++; *p && *p != '.' && *p != '['; p++) {
-        if (kl == sizeof(key) - 1) return -1; /* never cut: two keys would meet */
+        if (kl == sizeof(key) - 1) goto fail; /* never cut: two keys would meet */
         key[kl++] = *p;
       }
-      if (kl == 0) return -1;
+      if (kl == 0) goto fail;
     } else if (*p == '[') {
       char *end;
       idx = strtol(p + 1, &end, 10);
-      if (end == p + 1 || *end != ']' || idx < 0 || idx > 4096) return -1;
+      if (end == p + 1 || *end != ']' || idx < 0 || idx > 4096) goto fail;
       /* the next element or one already there: no room made for a far index */
-      if (json_is_array(at) && (size_t)idx > json_array_size(at)) return -1;
+      if (at->kind == PA_ARR && (size_t)idx > at->n) goto fail;
       p = end + 1;
     } else {
-      return -1;
+      goto fail;
     }
     key[kl] = 0;
+    const char *k = idx < 0 ? key : NULL;
     int last = *p == 0;
-    json_t *cur = idx < 0 ? json_object_get(at, key) : json_array_get(at, (size_t)idx);
-    json_t *next = NULL;
+    pa_t **cur = pa_at(at, k, (size_t)idx), *next;
     if (last) {
-      if (json_is_string(cur) && json_is_string(v)) { /* a string continues */
-        size_t a = json_string_length(cur), b = json_string_length(v);
-        char *cat = malloc(a + b + 1);
-        if (cat == NULL) return -1;
-        memcpy(cat, json_string_value(cur), a);
-        memcpy(cat + a, json_string_value(v), b);
-        next = json_stringn(cat, a + b);
-        free(cat);
-      } else {
-        next = json_incref(v);
+      if (cur != NULL && (*cur)->kind == PA_STR && v->kind == PA_STR) {
+        /* a string continues */
+        int rc = px_buf_append(&(*cur)->text, v->text.data, v->text.len);
+        pa_free(v);
+        return rc < 0 ? -1 : 0;
       }
-    } else if (cur != NULL && (json_is_object(cur) || json_is_array(cur))) {
-      at = cur;
+      next = v;
+      v = NULL;
+    } else if (cur != NULL && ((*cur)->kind == PA_OBJ || (*cur)->kind == PA_ARR)) {
+      at = *cur;
       continue;
-    } else {
-      next = *p == '[' ? json_array() : json_object();
+    } else if ((next = pa_new(*p == '[' ? PA_ARR : PA_OBJ)) == NULL) {
+      goto fail;
     }
-    if (idx < 0) {
-      if (!json_is_object(at)) {
-        json_decref(next);
-        return -1;
-      }
-      if (json_object_set_new(at, key, next) < 0) return -1; /* takes next */
-    } else {
-      if (!json_is_array(at)) {
-        json_decref(next);
-        return -1;
-      }
-      int r = json_array_size(at) == (size_t)idx
-                  ? json_array_append_new(at, next)
-                  : json_array_set_new(at, (size_t)idx, next);
-      if (r < 0) return -1;
+    if ((k != NULL && at->kind != PA_OBJ) || (k == NULL && at->kind != PA_ARR)) {
+      pa_free(next);
+      goto fail;
     }
-    if (!last) at = idx < 0 ? json_object_get(at, key) : json_array_get(at, (size_t)idx);
+    if (cur != NULL) { /* replaced where it stands */
+      pa_free(*cur);
+      *cur = next;
+    } else if (pa_put(at, k, next) < 0) {
+      goto fail;
+    }
+    at = next;
   }
+  pa_free(v);
   return 0;
+fail:
+  pa_free(v);
+  return -1;
 }
 
 /* The pending run of string fragments into pargs, joined once. */
 static int sd_run_end(px_sdec_t *d) {
   if (d->run_path == NULL) return 0;
-  json_t *v = json_stringn(d->run.data ? d->run.data : "", d->run.len);
-  int rc = v != NULL && parg_apply(d->pargs, d->run_path, v) == 0 ? 0 : -1;
-  json_decref(v);
+  pa_t *v = pa_new(PA_STR);
+  int rc = v != NULL && px_buf_append(&v->text, d->run.data, d->run.len) == 0 ? 0 : -1;
+  if (rc == 0)
+    rc = parg_apply(d->pargs, d->run_path, v);
+  else
+    pa_free(v);
   free(d->run_path);
   d->run_path = NULL;
   d->run.len = 0;
@@ -258,14 +379,15 @@ static int sd_call_flush(px_sdec_t *d) {
   if (sd_run_end(d) < 0)
     return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream partialArgs with a bad jsonPath");
   d->pargs_held = 0;
-  json_t *done = d->pargs;
+  pa_t *done = d->pargs;
   d->pargs = NULL;
-  char *a = px_jdoc_dump(done, JSON_COMPACT);
-  json_decref(done);
-  if (a == NULL) return PX_ENOMEM;
-  int rc = sd_call_text(d, px_str(a));
-  free(a);
-  return rc;
+  px_buf_t a;
+  px_buf_init(&a, SIZE_MAX / 2);
+  int rc = pa_dump(&a, done);
+  pa_free(done);
+  if (rc == 0) rc = sd_call_text(d, (px_str_t){a.data, a.len});
+  px_buf_free(&a);
+  return rc < 0 ? PX_ENOMEM : rc;
 }
 
 /* One partialArgs entry {jsonPath, stringValue | numberValue | boolValue |
@@ -295,13 +417,12 @@ static int sd_parg(px_sdec_t *d, const px_fv_t *pa, px_arena_t *ar) {
     return px_buf_append(&d->run, sv, n) == 0 ? 0 : -1;
   }
   if (sd_run_end(d) < 0) return -1;
-  /* the call's arguments are a document built over the chunks (pargs):
-   * the value joins it */
-  json_t *jv =
-      null ? json_null() : px_jdoc_load(v.raw.ptr, v.raw.len, JSON_DECODE_ANY, NULL);
-  int rc = parg_apply(d->pargs, path, jv);
-  json_decref(jv);
-  return rc;
+  pa_t *pt = null ? pa_new(PA_ATOM) : pa_of(&v, ar);
+  if (pt != NULL && null && px_buf_puts(&pt->text, "null") < 0) {
+    pa_free(pt);
+    pt = NULL;
+  }
+  return parg_apply(d->pargs, path, pt);
 }
 
 /* A part's partialArgs (and whole args) into the streaming call. */
@@ -319,10 +440,17 @@ static int sd_call_args(px_sdec_t *d, const px_fv_t *fc, px_arena_t *ar) {
   if (px_jv_is(&args, PX_FV_OBJ)) {
     if (sd_run_end(d) < 0)
       return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream partialArgs with a bad jsonPath");
-    json_t *a = px_jdoc_load(args.raw.ptr, args.raw.len, 0, NULL);
-    int r = a != NULL ? json_object_update(d->pargs, a) : -1;
-    json_decref(a);
-    if (r < 0) return PX_ENOMEM;
+    /* its members set on the arguments so far */
+    px_jv_it_t it;
+    px_fstr_t k;
+    px_fv_t x;
+    px_jv_iter(&it, &args);
+    while (px_jv_member(&it, &k, &x)) {
+      px_fv_t kv = {.kind = PX_FV_STR, .s = k, .raw = {k.p, k.n}};
+      const char *ks = px_jv_str(ar, &kv, NULL);
+      pa_t *c = ks != NULL ? pa_of(&x, ar) : NULL;
+      if (c == NULL || pa_put(d->pargs, ks, c) < 0) return PX_ENOMEM;
+    }
   }
   return 0;
 }
@@ -369,7 +497,7 @@ static int sd_call(px_sdec_t *d, const px_fv_t *fc, px_arena_t *ar) {
       px_jv_get(fc, "args", &args);
       return sd_call_end(d, &args);
     }
-    if ((d->pargs = json_object()) == NULL) return PX_ENOMEM;
+    if ((d->pargs = pa_new(PA_OBJ)) == NULL) return PX_ENOMEM;
   }
   if ((rc = sd_call_args(d, fc, ar)) < 0) return rc;
   return more ? 0 : sd_call_flush(d);

@@ -36,7 +36,8 @@ static char *slurp(const char *path, size_t *n) {
 
 /* The client bytes of upstream stream body[0..n) from protocol up to client
  * protocol in, fed in one piece then finished. */
-static int translate(px_proto_t up, px_proto_t in, const char *body, size_t n, px_buf_t *out) {
+static int translate(px_proto_t up, px_proto_t in, const char *body, size_t n,
+                     px_buf_t *out) {
   px_tr_ctx_t ctx;
   memset(&ctx, 0, sizeof(ctx));
   ctx.in = in;
@@ -67,12 +68,12 @@ static int put_str(px_buf_t *b, const char *k, px_str_t s) {
 static int on_ev(void *arg, const px_ev_t *ev) {
   px_buf_t *b = arg;
   const px_usage_t *u = &ev->usage;
-  int rc = px_buf_printf(b, "%d i=%d b=%d d=%d stop=%d err=%d custom=%d u=%lld/%lld/%lld/%lld/%lld",
-                         (int)ev->type, ev->index, (int)ev->block, (int)ev->delta,
-                         (int)ev->stop, (int)ev->errkind, ev->custom,
-                         (long long)u->input_tokens, (long long)u->output_tokens,
-                         (long long)u->cache_read_tokens, (long long)u->cache_creation_tokens,
-                         (long long)u->reasoning_tokens);
+  int rc = px_buf_printf(
+      b, "%d i=%d b=%d d=%d stop=%d err=%d custom=%d u=%lld/%lld/%lld/%lld/%lld",
+      (int)ev->type, ev->index, (int)ev->block, (int)ev->delta, (int)ev->stop,
+      (int)ev->errkind, ev->custom, (long long)u->input_tokens,
+      (long long)u->output_tokens, (long long)u->cache_read_tokens,
+      (long long)u->cache_creation_tokens, (long long)u->reasoning_tokens);
   if (rc == 0) rc = put_str(b, "text", ev->text);
   if (rc == 0) rc = put_str(b, "id", ev->id);
   if (rc == 0) rc = put_str(b, "name", ev->name);
@@ -146,7 +147,8 @@ static void events(const char *dir, const char *name, px_proto_t up, int write) 
   free(body);
 }
 
-static void pin(const char *dir, const char *name, px_proto_t up, px_proto_t in, int write) {
+static void pin(const char *dir, const char *name, px_proto_t up, px_proto_t in,
+                int write) {
   char path[4096];
   size_t n = 0;
   snprintf(path, sizeof(path), "%s/%s.sse", dir, name);
