@@ -444,6 +444,11 @@ size_t px_jv_size(const px_fv_t *a);
 const char *px_jv_str(px_arena_t *a, const px_fv_t *v, size_t *len);
 /** json_is_integer + json_integer_value: 1 with *out, else 0. */
 int px_jv_int(const px_fv_t *v, int64_t *out);
+/** The string member `key` of o (px_jv_str: NUL-terminated in the arena),
+ *  PX_STR_NULL when it is not one. */
+px_str_t px_jv_sget(px_arena_t *a, const px_fv_t *o, const char *key);
+/** The integer member `key` of o, else dflt. */
+int64_t px_jv_iget(const px_fv_t *o, const char *key, int64_t dflt);
 /** The value v written as json_dumps(JSON_COMPACT) writes jansson's
  *  document of it (strings re-escaped as jansson does, reals as jansson
  *  formats them, an object's repeated names once, at their first place, with

@@ -121,23 +121,8 @@ static int64_t sum_pos(int64_t a, int64_t b, int64_t c) {
   return a + (b > 0 ? b : 0) + (c > 0 ? c : 0);
 }
 
-/* the general path's reads: fastir.h's checked views, the event's strings
- * unescaped into the arena ar */
-static px_str_t view(px_arena_t *ar, const px_fv_t *o, const char *k) {
-  px_fv_t v;
-  size_t n = 0;
-  px_jv_get(o, k, &v);
-  const char *s = px_jv_str(ar, &v, &n);
-  return s ? (px_str_t){s, n} : PX_STR_NULL;
-}
-
-static int64_t jint(const px_fv_t *o, const char *k, int64_t dflt) {
-  px_fv_t v;
-  px_jv_get(o, k, &v);
-  px_jv_int(&v, &dflt);
-  return dflt;
-}
-
+/* The general path: the event read with fastir.h's checked views, its
+ * strings unescaped into the arena ar. */
 static int sd_message_start(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
   px_fv_t m, u;
   px_jv_get(j, "message", &m);
@@ -145,13 +130,13 @@ static int sd_message_start(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
   px_ev_t ev;
   if (d->st != SD_INIT) return sd_proto(d, "upstream sent message_start twice");
   px_ev_init(&ev, PX_EV_MESSAGE_START);
-  ev.id = view(ar, &m, "id");
-  ev.model = view(ar, &m, "model");
-  d->in_raw = jint(&u, "input_tokens", -1);
-  d->cache_read = jint(&u, "cache_read_input_tokens", -1);
-  d->cache_creation = jint(&u, "cache_creation_input_tokens", -1);
+  ev.id = px_jv_sget(ar, &m, "id");
+  ev.model = px_jv_sget(ar, &m, "model");
+  d->in_raw = px_jv_iget(&u, "input_tokens", -1);
+  d->cache_read = px_jv_iget(&u, "cache_read_input_tokens", -1);
+  d->cache_creation = px_jv_iget(&u, "cache_creation_input_tokens", -1);
   ev.usage.input_tokens = sum_pos(d->in_raw, d->cache_read, d->cache_creation);
-  ev.usage.output_tokens = jint(&u, "output_tokens", -1);
+  ev.usage.output_tokens = px_jv_iget(&u, "output_tokens", -1);
   ev.usage.cache_read_tokens = d->cache_read;
   ev.usage.cache_creation_tokens = d->cache_creation;
   sd_set(d, SD_MESSAGE);
@@ -175,7 +160,7 @@ static int sd_delta(px_sdec_t *d, px_delta_t kind, px_str_t text) {
  * length; a citation without a url holds an empty head (dropped). */
 static int cit_hold(px_sdec_t *d, const px_fv_t *c, px_arena_t *ar) {
   px_buf_t *b = &d->cits;
-  px_str_t url = view(ar, c, "url"), title = view(ar, c, "title");
+  px_str_t url = px_jv_sget(ar, c, "url"), title = px_jv_sget(ar, c, "title");
   size_t at = b->len, l = 0;
   int rc = px_buf_append(b, &l, sizeof(l));
   if (rc == 0 && url.ptr != NULL) {
@@ -205,7 +190,7 @@ static int sd_block_start(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
   px_ev_t ev;
   int rc;
   if (d->st != SD_MESSAGE) return sd_proto(d, "upstream content_block_start out of order");
-  d->up_index = jint(j, "index", -1);
+  d->up_index = px_jv_iget(j, "index", -1);
   if (t == NULL) return sd_proto(d, "upstream content block without a type");
   px_ev_init(&ev, PX_EV_BLOCK_START);
   if (strcmp(t, "text") == 0) {
@@ -214,11 +199,11 @@ static int sd_block_start(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
     ev.block = PX_BLOCK_THINKING;
   } else if (strcmp(t, "redacted_thinking") == 0) {
     ev.block = PX_BLOCK_REDACTED_THINKING;
-    ev.text = view(ar, &cb, "data");
+    ev.text = px_jv_sget(ar, &cb, "data");
   } else if (strcmp(t, "tool_use") == 0) {
     ev.block = PX_BLOCK_TOOL_CALL;
-    ev.id = view(ar, &cb, "id");
-    ev.name = view(ar, &cb, "name");
+    ev.id = px_jv_sget(ar, &cb, "id");
+    ev.name = px_jv_sget(ar, &cb, "name");
   } else {
     /* server tool use / results and future block types: not forwarded
      * (the same names as the non-streaming decoder, anthropic.c) */
@@ -248,11 +233,11 @@ static int sd_block_start(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
     px_jv_iter(&it, &c);
     while (px_jv_is(&c, PX_FV_ARR) && px_jv_elem(&it, &x))
       if (cit_hold(d, &x, ar) < 0) return PX_ENOMEM;
-    return sd_delta(d, PX_DELTA_TEXT, view(ar, &cb, "text"));
+    return sd_delta(d, PX_DELTA_TEXT, px_jv_sget(ar, &cb, "text"));
   }
   if (ev.block == PX_BLOCK_THINKING) {
-    rc = sd_delta(d, PX_DELTA_THINKING, view(ar, &cb, "thinking"));
-    if (rc == 0) rc = sd_delta(d, PX_DELTA_SIGNATURE, view(ar, &cb, "signature"));
+    rc = sd_delta(d, PX_DELTA_THINKING, px_jv_sget(ar, &cb, "thinking"));
+    if (rc == 0) rc = sd_delta(d, PX_DELTA_SIGNATURE, px_jv_sget(ar, &cb, "signature"));
     return rc;
   }
   if (ev.block == PX_BLOCK_TOOL_CALL) {
@@ -278,17 +263,17 @@ static int sd_block_delta(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
   px_jv_get(&dl, "type", &tv);
   const char *t = px_jv_str(ar, &tv, NULL);
   if (d->st == SD_SKIP) return 0;
-  if (d->st != SD_BLOCK || jint(j, "index", -1) != d->up_index)
+  if (d->st != SD_BLOCK || px_jv_iget(j, "index", -1) != d->up_index)
     return sd_proto(d, "upstream content_block_delta out of order");
   if (t == NULL) return sd_proto(d, "upstream delta without a type");
   if (strcmp(t, "text_delta") == 0 && d->block == PX_BLOCK_TEXT)
-    return sd_delta(d, PX_DELTA_TEXT, view(ar, &dl, "text"));
+    return sd_delta(d, PX_DELTA_TEXT, px_jv_sget(ar, &dl, "text"));
   if (strcmp(t, "thinking_delta") == 0 && d->block == PX_BLOCK_THINKING)
-    return sd_delta(d, PX_DELTA_THINKING, view(ar, &dl, "thinking"));
+    return sd_delta(d, PX_DELTA_THINKING, px_jv_sget(ar, &dl, "thinking"));
   if (strcmp(t, "signature_delta") == 0 && d->block == PX_BLOCK_THINKING)
-    return sd_delta(d, PX_DELTA_SIGNATURE, view(ar, &dl, "signature"));
+    return sd_delta(d, PX_DELTA_SIGNATURE, px_jv_sget(ar, &dl, "signature"));
   if (strcmp(t, "input_json_delta") == 0 && d->block == PX_BLOCK_TOOL_CALL)
-    return sd_delta(d, PX_DELTA_TOOL_ARGS, view(ar, &dl, "partial_json"));
+    return sd_delta(d, PX_DELTA_TOOL_ARGS, px_jv_sget(ar, &dl, "partial_json"));
   if (strcmp(t, "citations_delta") == 0) {
     px_fv_t c;
     px_jv_get(&dl, "citation", &c);
@@ -307,7 +292,7 @@ static int sd_block_stop(px_sdec_t *d, const px_fv_t *j) {
     sd_set(d, SD_MESSAGE);
     return 0;
   }
-  if (d->st != SD_BLOCK || jint(j, "index", -1) != d->up_index)
+  if (d->st != SD_BLOCK || px_jv_iget(j, "index", -1) != d->up_index)
     return sd_proto(d, "upstream content_block_stop out of order");
   if (d->block == PX_BLOCK_TEXT && d->cits.len > 0) {
     /* the same rule as citations_to_annotations (anthropic.c): a citation
@@ -360,23 +345,23 @@ static int sd_message_delta(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
   if (d->st != SD_MESSAGE && d->st != SD_ENDING)
     return sd_proto(d, "upstream message_delta out of order");
   px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
-  px_str_t srv = view(ar, &dl, "stop_reason");
+  px_str_t srv = px_jv_sget(ar, &dl, "stop_reason");
   const char *sr = srv.ptr;
   ev.stop = px_stop_parse(sr);
   ev.finish = px_str(sr);
   /* newer Anthropic reason with an existing IR equivalent */
   if (sr != NULL && strcmp(sr, "model_context_window_exceeded") == 0)
     ev.stop = PX_STOP_MAX_TOKENS;
-  ev.stop_sequence = view(ar, &dl, "stop_sequence");
-  ev.refusal_explanation = view(ar, &sd, "explanation");
+  ev.stop_sequence = px_jv_sget(ar, &dl, "stop_sequence");
+  ev.refusal_explanation = px_jv_sget(ar, &sd, "explanation");
   /* message_delta usage is cumulative; fields it omits keep message_start's */
-  int64_t in = jint(&u, "input_tokens", -1), cr = jint(&u, "cache_read_input_tokens", -1);
-  int64_t cc = jint(&u, "cache_creation_input_tokens", -1);
+  int64_t in = px_jv_iget(&u, "input_tokens", -1), cr = px_jv_iget(&u, "cache_read_input_tokens", -1);
+  int64_t cc = px_jv_iget(&u, "cache_creation_input_tokens", -1);
   if (in < 0) in = d->in_raw;
   if (cr < 0) cr = d->cache_read;
   if (cc < 0) cc = d->cache_creation;
   ev.usage.input_tokens = sum_pos(in, cr, cc);
-  ev.usage.output_tokens = jint(&u, "output_tokens", -1);
+  ev.usage.output_tokens = px_jv_iget(&u, "output_tokens", -1);
   ev.usage.cache_read_tokens = cr;
   ev.usage.cache_creation_tokens = cc;
   sd_set(d, SD_ENDING);
@@ -388,7 +373,7 @@ static int sd_error(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
   px_jv_get(j, "error", &e);
   px_jv_get(&e, "type", &tv);
   const char *type = px_jv_str(ar, &tv, NULL);
-  px_str_t msg = view(ar, &e, "message");
+  px_str_t msg = px_jv_sget(ar, &e, "message");
   if (msg.ptr == NULL) msg = PX_STR("upstream stream error");
   return sd_fail(d, px_errkind_from_type(type, 0), msg.ptr, msg.len);
 }
@@ -1223,16 +1208,6 @@ static int se_block_start(px_senc_t *e, const px_ev_t *ev) {
  * far, as far as it lies in the kept window (of a held block, its held
  * text); a held block holds it until it is written. Other kinds are
  * dropped under the body path's name. */
-/* The byte offset of character ci of s[0..n) (clipped to n). */
-static size_t char_offset(const char *s, size_t n, int64_t ci) {
-  size_t at = 0;
-  for (int64_t k = 0; k < ci && at < n; k++) {
-    size_t l = px_utf8_seq((const unsigned char *)s + at, n - at);
-    at += l ? l : 1;
-  }
-  return at;
-}
-
 /* Whether s[0..n) is UTF-8 as jansson takes a string's bytes. */
 static int utf8_whole(const char *s, size_t n) {
   for (size_t at = 0, l; at < n; at += l)
@@ -1265,8 +1240,8 @@ static int citation_of(px_buf_t *o, px_str_t js, const char *text, size_t n,
   px_jv_int(&x, &ei);
   si -= base;
   if (ei >= 0) ei = ei > base ? ei - base : 0;
-  size_t s0 = si > 0 ? char_offset(text, n, si) : 0;
-  size_t s1 = ei >= 0 ? char_offset(text, n, ei) : n;
+  size_t s0 = si > 0 ? px_utf8_offset(text, n, si) : 0;
+  size_t s1 = ei >= 0 ? px_utf8_offset(text, n, ei) : n;
   if (s1 < s0) s1 = s0;
   if (!utf8_whole(text + s0, s1 - s0)) s1 = s0; /* a span cutting a sequence: "" */
   rc = px_buf_puts(o, "{\"type\":\"web_search_result_location\",\"url\":");

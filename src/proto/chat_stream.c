@@ -151,22 +151,14 @@ void px_chat_sdec_free(px_sdec_t *d) {
   free(d);
 }
 
-/* an integer member of o, or of its member `in` (in NULL: o's own) */
-static void read_count(const px_fv_t *o, const char *in, const char *key, int64_t *out) {
-  px_fv_t d, v;
-  if (in != NULL) {
-    px_jv_get(o, in, &d);
-    o = &d;
-  }
-  px_jv_get(o, key, &v);
-  px_jv_int(&v, out);
-}
-
 static void read_usage(const px_fv_t *u, px_usage_t *out) {
-  read_count(u, NULL, "prompt_tokens", &out->input_tokens);
-  read_count(u, NULL, "completion_tokens", &out->output_tokens);
-  read_count(u, "prompt_tokens_details", "cached_tokens", &out->cache_read_tokens);
-  read_count(u, "completion_tokens_details", "reasoning_tokens", &out->reasoning_tokens);
+  px_fv_t ptd, ctd;
+  px_jv_get(u, "prompt_tokens_details", &ptd);
+  px_jv_get(u, "completion_tokens_details", &ctd);
+  out->input_tokens = px_jv_iget(u, "prompt_tokens", out->input_tokens);
+  out->output_tokens = px_jv_iget(u, "completion_tokens", out->output_tokens);
+  out->cache_read_tokens = px_jv_iget(&ptd, "cached_tokens", out->cache_read_tokens);
+  out->reasoning_tokens = px_jv_iget(&ctd, "reasoning_tokens", out->reasoning_tokens);
 }
 
 static int block_start(px_sdec_t *d, px_block_t b, const char *id, const char *name,
@@ -428,15 +420,12 @@ static int message_delta(px_sdec_t *d) {
   return emit(d, &ev);
 }
 
-/* a string member's value (px_jv_str), its length in *len (0: not one) */
+/* a string member's value (px_jv_sget), its length in *len (0: not one) */
 static const char *str_of(px_arena_t *ar, const px_fv_t *o, const char *key,
                           size_t *len) {
-  px_fv_t v;
-  px_jv_get(o, key, &v);
-  size_t l = 0;
-  const char *s = px_jv_str(ar, &v, &l);
-  if (len) *len = l;
-  return s;
+  px_str_t v = px_jv_sget(ar, o, key);
+  if (len) *len = v.len;
+  return v.ptr;
 }
 
 static int on_choice(px_sdec_t *d, const px_fv_t *chunk, const px_fv_t *ch,

@@ -1148,6 +1148,21 @@ const char *px_jv_str(px_arena_t *a, const px_fv_t *v, size_t *len) {
   return s;
 }
 
+px_str_t px_jv_sget(px_arena_t *a, const px_fv_t *o, const char *key) {
+  px_fv_t v;
+  size_t n = 0;
+  px_jv_get(o, key, &v);
+  const char *s = px_jv_str(a, &v, &n);
+  return s ? (px_str_t){s, n} : PX_STR_NULL;
+}
+
+int64_t px_jv_iget(const px_fv_t *o, const char *key, int64_t dflt) {
+  px_fv_t v;
+  px_jv_get(o, key, &v);
+  px_jv_int(&v, &dflt);
+  return dflt;
+}
+
 int px_jv_int(const px_fv_t *v, int64_t *out) {
   if (!px_jv_is(v, PX_FV_NUM) || !px_fw_is_int(v->raw)) return 0;
   /* in range: the checked read held it to int64 */

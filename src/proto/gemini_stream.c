@@ -459,14 +459,6 @@ static int sd_call_args(px_sdec_t *d, const px_fv_t *fc, px_arena_t *ar) {
  * naming the call says willContinue, later parts (no name) bring
  * partialArgs, and the first part without willContinue ends it. The call
  * reaches the events whole, as a non-streamed one. */
-static px_str_t view(px_arena_t *ar, const px_fv_t *o, const char *k) {
-  px_fv_t v;
-  size_t n = 0;
-  px_jv_get(o, k, &v);
-  const char *s = px_jv_str(ar, &v, &n);
-  return s ? (px_str_t){s, n} : PX_STR_NULL;
-}
-
 static int has(const px_fv_t *o, const char *k) {
   px_fv_t v;
   return px_jv_get(o, k, &v);
@@ -480,13 +472,13 @@ static int is_true(const px_fv_t *o, const char *k) {
 
 static int sd_call(px_sdec_t *d, const px_fv_t *fc, px_arena_t *ar) {
   int more = is_true(fc, "willContinue");
-  px_str_t name = view(ar, fc, "name");
+  px_str_t name = px_jv_sget(ar, fc, "name");
   int rc;
   if (d->pargs == NULL || name.len > 0) {
     /* a new call (one still streaming ends here) */
     if ((rc = sd_call_flush(d)) < 0) return rc;
     char id[160];
-    const char *cid = view(ar, fc, "id").ptr;
+    const char *cid = px_jv_sget(ar, fc, "id").ptr;
     if (cid == NULL) px_gemini_call_id(d->resp_id, d->calls, id, sizeof(id));
     d->calls++;
     if (name.len == 0)
@@ -505,12 +497,12 @@ static int sd_call(px_sdec_t *d, const px_fv_t *fc, px_arena_t *ar) {
 
 static int sd_part(px_sdec_t *d, const px_fv_t *pt, int refused, px_arena_t *ar) {
   int rc = 0;
-  px_str_t text = view(ar, pt, "text");
-  px_str_t sig = view(ar, pt, "thoughtSignature");
+  px_str_t text = px_jv_sget(ar, pt, "text");
+  px_str_t sig = px_jv_sget(ar, pt, "thoughtSignature");
   px_fv_t fc;
   px_jv_get(pt, "functionCall", &fc);
   if (px_jv_is(&fc, PX_FV_OBJ) && d->pargs != NULL && sig.len == 0 &&
-      view(ar, &fc, "name").len == 0)
+      px_jv_sget(ar, &fc, "name").len == 0)
     return sd_call(d, &fc, ar); /* a streaming call goes on */
   if ((rc = sd_call_flush(d)) < 0) return rc;
   if (is_true(pt, "thought")) {
@@ -564,40 +556,33 @@ static int sd_finish_reason(px_sdec_t *d, const char *fr, const px_usage_t *u,
   return d->sink(d->arg, &ev);
 }
 
-static int64_t jint(const px_fv_t *o, const char *k, int64_t dflt) {
-  px_fv_t v;
-  px_jv_get(o, k, &v);
-  px_jv_int(&v, &dflt);
-  return dflt;
-}
-
 static int sd_chunk(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
   px_fv_t e, um, cands, cand, fb, content, parts, pt;
   px_jv_get(j, "error", &e);
   if (px_jv_is(&e, PX_FV_OBJ)) {
-    const char *msg = view(ar, &e, "message").ptr;
-    return sd_fail(d, px_errkind_from_type(NULL, (int)jint(&e, "code", 500)),
+    const char *msg = px_jv_sget(ar, &e, "message").ptr;
+    return sd_fail(d, px_errkind_from_type(NULL, (int)px_jv_iget(&e, "code", 500)),
                    msg ? msg : "upstream stream error");
   }
   px_jv_get(j, "usageMetadata", &um);
   px_usage_t u = d->usage, *up = NULL;
   if (px_jv_is(&um, PX_FV_OBJ))
     px_gemini_usage_of(
-        up = &u, jint(&um, "promptTokenCount", -1), jint(&um, "candidatesTokenCount", -1),
-        jint(&um, "thoughtsTokenCount", -1), jint(&um, "cachedContentTokenCount", -1));
-  int rc = sd_start(d, view(ar, j, "responseId"), view(ar, j, "modelVersion"), up);
+        up = &u, px_jv_iget(&um, "promptTokenCount", -1), px_jv_iget(&um, "candidatesTokenCount", -1),
+        px_jv_iget(&um, "thoughtsTokenCount", -1), px_jv_iget(&um, "cachedContentTokenCount", -1));
+  int rc = sd_start(d, px_jv_sget(ar, j, "responseId"), px_jv_sget(ar, j, "modelVersion"), up);
   if (rc < 0) return rc;
   px_jv_it_t it;
   px_jv_get(j, "candidates", &cands);
   px_jv_iter(&it, &cands);
   if (!px_jv_is(&cands, PX_FV_ARR) || !px_jv_elem(&it, &cand)) cand.raw.ptr = NULL;
-  const char *fr = view(ar, &cand, "finishReason").ptr;
+  const char *fr = px_jv_sget(ar, &cand, "finishReason").ptr;
   px_jv_get(j, "promptFeedback", &fb);
-  const char *block = view(ar, &fb, "blockReason").ptr;
-  px_str_t expl = view(ar, &cand, "finishMessage");
+  const char *block = px_jv_sget(ar, &fb, "blockReason").ptr;
+  px_str_t expl = px_jv_sget(ar, &cand, "finishMessage");
   px_str_t word = px_str(fr);
   if (block != NULL && cand.raw.ptr == NULL)
-    fr = block, expl = view(ar, &fb, "blockReasonMessage"), word = PX_STR_NULL;
+    fr = block, expl = px_jv_sget(ar, &fb, "blockReasonMessage"), word = PX_STR_NULL;
   if (d->ended) /* after the finish chunk: at most late usage */
     return up != NULL ? sd_finish_reason(d, NULL, up, PX_STR_NULL, PX_STR_NULL) : 0;
   int refused = fr != NULL && px_stop_refused(px_gemini_stop(fr, 0));

@@ -132,7 +132,10 @@ static void same_as(const char *path, const px_buf_t *got, int write, const char
   free(want);
 }
 
-static void events(const char *dir, const char *name, px_proto_t up, int write) {
+/* case `name`'s upstream stream from protocol up: its decoder's events
+ * (in < 0) or its client bytes for client protocol in, compared with (or
+ * written to) <name>.events / <name>.<client>.out */
+static void pin(const char *dir, const char *name, px_proto_t up, int in, int write) {
   char path[4096];
   size_t n = 0;
   snprintf(path, sizeof(path), "%s/%s.sse", dir, name);
@@ -140,24 +143,13 @@ static void events(const char *dir, const char *name, px_proto_t up, int write) 
   CHECK(body != NULL);
   if (body == NULL) return;
   px_buf_t out;
-  decode(up, body, n, &out);
-  snprintf(path, sizeof(path), "%s/%s.events", dir, name);
-  same_as(path, &out, write, name);
-  px_buf_free(&out);
-  free(body);
-}
-
-static void pin(const char *dir, const char *name, px_proto_t up, px_proto_t in,
-                int write) {
-  char path[4096];
-  size_t n = 0;
-  snprintf(path, sizeof(path), "%s/%s.sse", dir, name);
-  char *body = slurp(path, &n);
-  CHECK(body != NULL);
-  if (body == NULL) return;
-  px_buf_t out;
-  CHECK(translate(up, in, body, n, &out) == 0);
-  snprintf(path, sizeof(path), "%s/%s.%s.out", dir, name, names[in]);
+  if (in < 0) {
+    decode(up, body, n, &out);
+    snprintf(path, sizeof(path), "%s/%s.events", dir, name);
+  } else {
+    CHECK(translate(up, (px_proto_t)in, body, n, &out) == 0);
+    snprintf(path, sizeof(path), "%s/%s.%s.out", dir, name, names[in]);
+  }
   same_as(path, &out, write, path);
   px_buf_free(&out);
   free(body);
@@ -175,8 +167,8 @@ int main(void) {
   pin(dir, "anthropic_general", PX_PROTO_ANTHROPIC, PX_PROTO_GEMINI, write);
   pin(dir, "gemini_general", PX_PROTO_GEMINI, PX_PROTO_CHAT, write);
   pin(dir, "gemini_general", PX_PROTO_GEMINI, PX_PROTO_ANTHROPIC, write);
-  events(dir, "chat_general", PX_PROTO_CHAT, write);
-  events(dir, "anthropic_general", PX_PROTO_ANTHROPIC, write);
-  events(dir, "gemini_general", PX_PROTO_GEMINI, write);
+  pin(dir, "chat_general", PX_PROTO_CHAT, -1, write);
+  pin(dir, "anthropic_general", PX_PROTO_ANTHROPIC, -1, write);
+  pin(dir, "gemini_general", PX_PROTO_GEMINI, -1, write);
   return check_report("test_stream_bytes");
 }
