@@ -425,6 +425,10 @@ int px_jv_parse(const char *p, size_t n, px_fv_t *v);
 /** Member `key` of object o (the last of a repeated one): 1, or 0 with out
  *  absent (o absent or not an object, or no such member). */
 int px_jv_get(const px_fv_t *o, const char *key, px_fv_t *out);
+/** Members keys[0..n) of object o (n <= 32) read in one walk, each the
+ *  last of its name, into out[k] (absent when not there, or o is not an
+ *  object); the bits of those found. */
+unsigned px_jv_fields(const px_fv_t *o, const px_fkey_t *keys, int n, px_fv_t *out);
 /** An iterator over a checked object's members or an array's elements. */
 typedef struct px_jv_it {
   px_fw_t w;

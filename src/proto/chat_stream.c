@@ -152,13 +152,15 @@ void px_chat_sdec_free(px_sdec_t *d) {
 }
 
 static void read_usage(const px_fv_t *u, px_usage_t *out) {
-  px_fv_t ptd, ctd;
-  px_jv_get(u, "prompt_tokens_details", &ptd);
-  px_jv_get(u, "completion_tokens_details", &ctd);
-  out->input_tokens = px_jv_iget(u, "prompt_tokens", out->input_tokens);
-  out->output_tokens = px_jv_iget(u, "completion_tokens", out->output_tokens);
-  out->cache_read_tokens = px_jv_iget(&ptd, "cached_tokens", out->cache_read_tokens);
-  out->reasoning_tokens = px_jv_iget(&ctd, "reasoning_tokens", out->reasoning_tokens);
+  static const px_fkey_t keys[] = {PX_FK("prompt_tokens"), PX_FK("completion_tokens"),
+                                   PX_FK("prompt_tokens_details"),
+                                   PX_FK("completion_tokens_details")};
+  px_fv_t f[4];
+  px_jv_fields(u, keys, 4, f);
+  px_jv_int(&f[0], &out->input_tokens);
+  px_jv_int(&f[1], &out->output_tokens);
+  out->cache_read_tokens = px_jv_iget(&f[2], "cached_tokens", out->cache_read_tokens);
+  out->reasoning_tokens = px_jv_iget(&f[3], "reasoning_tokens", out->reasoning_tokens);
 }
 
 static int block_start(px_sdec_t *d, px_block_t b, const char *id, const char *name,
@@ -323,13 +325,17 @@ static int annotations(px_sdec_t *d, const px_fv_t *anns, px_arena_t *ar) {
 }
 
 static int tool_fragment(px_sdec_t *d, const px_fv_t *tc, size_t pos, px_arena_t *ar) {
-  px_fv_t v, fn, ja;
+  enum { T_INDEX, T_TYPE, T_FUNCTION, T_CUSTOM, T_ID };
+  static const px_fkey_t tkeys[] = {PX_FK("index"), PX_FK("type"), PX_FK("function"),
+                                    PX_FK("custom"), PX_FK("id")};
+  enum { F_NAME, F_INPUT, F_ARGS };
+  static const px_fkey_t fkeys[] = {PX_FK("name"), PX_FK("input"), PX_FK("arguments")};
+  px_fv_t t[5], f[3], fn;
   int64_t k = (int64_t)pos;
-  px_jv_get(tc, "index", &v);
-  px_jv_int(&v, &k);
+  px_jv_fields(tc, tkeys, 5, t);
+  px_jv_int(&t[T_INDEX], &k);
   if (k < 0 || k >= CHAT_MAX_TOOLS) return proto_error(d, "tool call index out of range");
-  px_jv_get(tc, "type", &v);
-  const char *type = px_jv_str(ar, &v, NULL);
+  const char *type = px_jv_str(ar, &t[T_TYPE], NULL);
   /* custom (freeform) tool calls: {"type":"custom","custom":{"name","input"}};
    * only a client with custom tools can hold them */
   int custom = type != NULL && strcmp(type, "custom") == 0;
@@ -337,17 +343,15 @@ static int tool_fragment(px_sdec_t *d, const px_fv_t *tc, size_t pos, px_arena_t
     return proto_error(d, "custom tool call cannot be translated");
   if (type != NULL && !custom && strcmp(type, "function") != 0)
     return proto_error(d, "tool call of a type other than function");
-  px_jv_get(tc, custom ? "custom" : "function", &fn);
-  if (!custom && fn.raw.ptr == NULL && px_jv_get(tc, "custom", &v) &&
-      px_jv_is(&v, PX_FV_OBJ) && px_tr_in_can(d->ctx, PX_CAP_CUSTOM_TOOLS))
-    fn = v; /* a later fragment of a custom call */
-  px_jv_get(&fn, "name", &v);
-  const char *name = px_jv_str(ar, &v, NULL);
-  px_jv_get(tc, "id", &v);
-  const char *id = px_jv_str(ar, &v, NULL);
-  if (!px_jv_get(&fn, "input", &ja)) px_jv_get(&fn, "arguments", &ja);
+  fn = t[custom ? T_CUSTOM : T_FUNCTION];
+  if (!custom && fn.raw.ptr == NULL && px_jv_is(&t[T_CUSTOM], PX_FV_OBJ) &&
+      px_tr_in_can(d->ctx, PX_CAP_CUSTOM_TOOLS))
+    fn = t[T_CUSTOM]; /* a later fragment of a custom call */
+  px_jv_fields(&fn, fkeys, 3, f);
+  const char *name = px_jv_str(ar, &f[F_NAME], NULL);
+  const char *id = px_jv_str(ar, &t[T_ID], NULL);
   size_t alen = 0;
-  const char *args = px_jv_str(ar, &ja, &alen);
+  const char *args = px_jv_str(ar, &f[f[F_INPUT].raw.ptr ? F_INPUT : F_ARGS], &alen);
   if (k >= d->ntools) {
     int nc = d->ntools ? d->ntools : 8;
     while (nc <= k) nc *= 2;
@@ -420,49 +424,53 @@ static int message_delta(px_sdec_t *d) {
   return emit(d, &ev);
 }
 
-/* a string member's value (px_jv_sget), its length in *len (0: not one) */
-static const char *str_of(px_arena_t *ar, const px_fv_t *o, const char *key,
-                          size_t *len) {
-  px_str_t v = px_jv_sget(ar, o, key);
-  if (len) *len = v.len;
-  return v.ptr;
-}
+/* what the general path reads of a chunk (on_chunk), of its choice and
+ * its delta (on_choice) */
+enum { C_ERROR, C_CHOICES, C_USAGE, C_ID, C_MODEL, C_N };
+static const px_fkey_t chunk_keys[] = {PX_FK("error"), PX_FK("choices"), PX_FK("usage"),
+                                       PX_FK("id"), PX_FK("model")};
+enum { H_INDEX, H_LOGPROBS, H_DELTA, H_FINISH, H_N };
+static const px_fkey_t choice_keys[] = {PX_FK("index"), PX_FK("logprobs"), PX_FK("delta"),
+                                        PX_FK("finish_reason")};
+enum { L_ROLE, L_RC, L_RS, L_CONTENT, L_REFUSAL, L_TOOLS, L_ANN, L_N };
+static const px_fkey_t delta_keys[] = {
+    PX_FK("role"),    PX_FK("reasoning_content"), PX_FK("reasoning"),  PX_FK("content"),
+    PX_FK("refusal"), PX_FK("tool_calls"),        PX_FK("annotations")};
 
-static int on_choice(px_sdec_t *d, const px_fv_t *chunk, const px_fv_t *ch,
-                     px_arena_t *ar) {
-  px_fv_t v, dl, tcs, u;
+/* c: the chunk's members (chunk_keys) */
+static int on_choice(px_sdec_t *d, const px_fv_t *c, const px_fv_t *ch, px_arena_t *ar) {
+  px_fv_t h[H_N], l[L_N];
   int64_t x;
-  if (px_jv_get(ch, "index", &v) && (!px_jv_int(&v, &x) || x != 0))
+  px_jv_fields(ch, choice_keys, H_N, h);
+  if (h[H_INDEX].raw.ptr && (!px_jv_int(&h[H_INDEX], &x) || x != 0))
     return proto_error(d, "choice index other than 0 (n > 1 cannot be translated)");
-  if (px_jv_get(ch, "logprobs", &v) && !px_jv_is(&v, PX_FV_NULL))
+  if (h[H_LOGPROBS].raw.ptr && !px_jv_is(&h[H_LOGPROBS], PX_FV_NULL))
     return proto_error(d, "logprobs cannot be translated");
-  px_jv_get(ch, "delta", &dl);
-  const char *fr = str_of(ar, ch, "finish_reason", NULL);
-  const char *role = str_of(ar, &dl, "role", NULL);
+  px_jv_fields(&h[H_DELTA], delta_keys, L_N, l);
+  const char *fr = px_jv_str(ar, &h[H_FINISH], NULL);
+  const char *role = px_jv_str(ar, &l[L_ROLE], NULL);
   if (role != NULL && strcmp(role, "assistant") != 0)
     return proto_error(d, "delta role other than assistant");
 
-  size_t rl, cl, fl;
-  const char *rc_ = str_of(ar, &dl, "reasoning_content", &rl);
-  if (rc_ == NULL) rc_ = str_of(ar, &dl, "reasoning", &rl); /* vLLM, OpenRouter */
-  const char *content = str_of(ar, &dl, "content", &cl);
-  const char *refusal = str_of(ar, &dl, "refusal", &fl);
-  px_jv_get(&dl, "tool_calls", &tcs);
+  size_t rl = 0, cl = 0, fl = 0;
+  const char *rc_ = px_jv_str(ar, &l[L_RC], &rl);
+  if (rc_ == NULL) rc_ = px_jv_str(ar, &l[L_RS], &rl); /* vLLM, OpenRouter */
+  const char *content = px_jv_str(ar, &l[L_CONTENT], &cl);
+  const char *refusal = px_jv_str(ar, &l[L_REFUSAL], &fl);
+  const px_fv_t *tcs = &l[L_TOOLS], *u = &c[C_USAGE];
   int has_content = (rc_ != NULL && rl > 0) || (content != NULL && cl > 0) ||
-                    (refusal != NULL && fl > 0) || px_jv_size(&tcs) > 0;
+                    (refusal != NULL && fl > 0) || px_jv_size(tcs) > 0;
   if (d->state == D_FINISHED || d->state == D_USAGE) {
     /* some servers repeat an empty choice after finish_reason (with usage) */
     if (has_content) return proto_error(d, "content after finish_reason");
-    if (px_jv_get(chunk, "usage", &u) && px_jv_is(&u, PX_FV_OBJ) &&
-        d->state == D_FINISHED)
-      read_usage(&u, &d->usage);
+    if (px_jv_is(u, PX_FV_OBJ) && d->state == D_FINISHED) read_usage(u, &d->usage);
     return 0;
   }
   if (d->state == D_INIT) {
     px_ev_t ev;
     px_ev_init(&ev, PX_EV_MESSAGE_START);
-    ev.id = px_str(str_of(ar, chunk, "id", NULL));
-    ev.model = px_str(str_of(ar, chunk, "model", NULL));
+    ev.id = px_str(px_jv_str(ar, &c[C_ID], NULL));
+    ev.model = px_str(px_jv_str(ar, &c[C_MODEL], NULL));
     dec_set(d, D_OPEN);
     int rc = emit(d, &ev);
     if (rc < 0) return rc;
@@ -471,14 +479,13 @@ static int on_choice(px_sdec_t *d, const px_fv_t *chunk, const px_fv_t *ch,
   if (rc_ != NULL) rc = text_like(d, LIVE_THINKING, rc_, rl);
   if (rc == 0 && content != NULL) rc = text_like(d, LIVE_TEXT, content, cl);
   if (rc == 0 && refusal != NULL) rc = text_like(d, LIVE_REFUSAL, refusal, fl);
-  if (rc == 0 && px_jv_get(&dl, "annotations", &v) && px_jv_size(&v) > 0)
-    rc = annotations(d, &v, ar);
-  if (rc == 0 && tcs.raw.ptr != NULL && !px_jv_is(&tcs, PX_FV_NULL)) {
-    if (!px_jv_is(&tcs, PX_FV_ARR)) return proto_error(d, "tool_calls is not an array");
+  if (rc == 0 && px_jv_size(&l[L_ANN]) > 0) rc = annotations(d, &l[L_ANN], ar);
+  if (rc == 0 && tcs->raw.ptr != NULL && !px_jv_is(tcs, PX_FV_NULL)) {
+    if (!px_jv_is(tcs, PX_FV_ARR)) return proto_error(d, "tool_calls is not an array");
     px_jv_it_t it;
     px_fv_t tc;
     size_t i = 0;
-    px_jv_iter(&it, &tcs);
+    px_jv_iter(&it, tcs);
     while (px_jv_elem(&it, &tc)) {
       rc = tool_fragment(d, &tc, i++, ar);
       if (rc < 0) return rc;
@@ -490,8 +497,7 @@ static int on_choice(px_sdec_t *d, const px_fv_t *chunk, const px_fv_t *ch,
     if (rc < 0) return rc;
     /* a server that puts the final usage on the finish chunk and sends no
      * usage-only chunk: keep it until a usage-only chunk overrides it */
-    if (px_jv_get(chunk, "usage", &u) && px_jv_is(&u, PX_FV_OBJ))
-      read_usage(&u, &d->usage);
+    if (px_jv_is(u, PX_FV_OBJ)) read_usage(u, &d->usage);
   }
   return 0;
 }
@@ -978,31 +984,32 @@ close:
 }
 
 static int on_chunk(px_sdec_t *d, const px_fv_t *chunk, px_arena_t *ar) {
-  px_fv_t err, v, choices, u;
-  if (px_jv_get(chunk, "error", &err) && !px_jv_is(&err, PX_FV_NULL)) {
-    const char *msg = px_jv_is(&err, PX_FV_STR) ? px_jv_str(ar, &err, NULL)
-                                                : str_of(ar, &err, "message", NULL);
-    const char *type = str_of(ar, &err, "type", NULL);
-    if (type == NULL) type = str_of(ar, &err, "code", NULL);
+  px_fv_t c[C_N], v;
+  px_jv_fields(chunk, chunk_keys, C_N, c);
+  const px_fv_t *err = &c[C_ERROR];
+  if (err->raw.ptr != NULL && !px_jv_is(err, PX_FV_NULL)) {
+    const char *msg = px_jv_is(err, PX_FV_STR) ? px_jv_str(ar, err, NULL)
+                                               : px_jv_sget(ar, err, "message").ptr;
+    const char *type = px_jv_sget(ar, err, "type").ptr;
+    if (type == NULL) type = px_jv_sget(ar, err, "code").ptr;
     return dec_error(d, px_errkind_from_type(type, 0),
                      msg ? msg : "upstream stream error");
   }
-  px_jv_get(chunk, "choices", &choices);
-  if (!px_jv_is(&choices, PX_FV_ARR)) return proto_error(d, "chunk without choices");
-  size_t n = px_jv_size(&choices);
+  const px_fv_t *choices = &c[C_CHOICES];
+  if (!px_jv_is(choices, PX_FV_ARR)) return proto_error(d, "chunk without choices");
+  size_t n = px_jv_size(choices);
   if (n > 1) return proto_error(d, "multi-choice chunk (n > 1 cannot be translated)");
   if (n == 1) {
     if (d->state == D_USAGE) return proto_error(d, "choice after the usage chunk");
     px_jv_it_t it;
-    px_jv_iter(&it, &choices);
+    px_jv_iter(&it, choices);
     px_jv_elem(&it, &v);
-    return on_choice(d, chunk, &v, ar);
+    return on_choice(d, c, &v, ar);
   }
-  px_jv_get(chunk, "usage", &u);
-  if (!px_jv_is(&u, PX_FV_OBJ)) return 0; /* e.g. Azure prompt_filter_results */
+  if (!px_jv_is(&c[C_USAGE], PX_FV_OBJ)) return 0; /* e.g. Azure prompt_filter_results */
   if (d->state != D_FINISHED)
     return proto_error(d, "usage-only chunk before finish_reason");
-  read_usage(&u, &d->usage);
+  read_usage(&c[C_USAGE], &d->usage);
   dec_set(d, D_USAGE);
   return message_delta(d);
 }
@@ -1015,11 +1022,11 @@ static int event_error(px_sdec_t *d, px_str_t data) {
   px_fv_t j, e;
   int doc = px_jv_parse(data.ptr, data.len, &j) == 0;
   px_jv_get(&j, "error", &e);
-  const char *msg = str_of(&ar, &e, "message", NULL);
+  const char *msg = px_jv_sget(&ar, &e, "message").ptr;
   if (msg == NULL) msg = px_jv_str(&ar, &e, NULL);
-  if (msg == NULL) msg = str_of(&ar, &j, "message", NULL);
-  const char *type = str_of(&ar, &e, "type", NULL);
-  if (type == NULL) type = str_of(&ar, &j, "type", NULL);
+  if (msg == NULL) msg = px_jv_sget(&ar, &j, "message").ptr;
+  const char *type = px_jv_sget(&ar, &e, "type").ptr;
+  if (type == NULL) type = px_jv_sget(&ar, &j, "type").ptr;
   char raw[512];
   if (msg == NULL && !doc) {
     snprintf(raw, sizeof(raw), "%.*s", (int)(data.len < 500 ? data.len : 500), data.ptr);

@@ -1085,6 +1085,23 @@ int px_jv_get(const px_fv_t *o, const char *key, px_fv_t *out) {
   return 0;
 }
 
+unsigned px_jv_fields(const px_fv_t *o, const px_fkey_t *keys, int n, px_fv_t *out) {
+  unsigned found = 0;
+  for (int k = 0; k < n; k++) out[k].raw.ptr = NULL;
+  if (!px_jv_is(o, PX_FV_OBJ)) return 0;
+  px_fw_t w = {o->raw.ptr, o->raw.len, 1};
+  px_fstr_t k;
+  px_fv_t skip;
+  while (fw_member(&w, &k) == 1) {
+    int ki = px_fk_of(k, keys, n);
+    for (int i = 0; ki < 0 && k.esc && i < n; i++)
+      if (key_is(k, keys[i].s, keys[i].n)) ki = i;
+    if (fw_value(&w, ki >= 0 ? &out[ki] : &skip) < 0) break;
+    if (ki >= 0) found |= 1u << ki;
+  }
+  return found;
+}
+
 int px_jv_member(px_jv_it_t *it, px_fstr_t *key, px_fv_t *val) {
   px_fstr_t k, e;
   px_fv_t v;
