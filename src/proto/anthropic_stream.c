@@ -123,20 +123,63 @@ static int64_t sum_pos(int64_t a, int64_t b, int64_t c) {
 
 /* The general path: the event read with fastir.h's checked views, its
  * strings unescaped into the arena ar. */
-static int sd_message_start(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
-  px_fv_t m, u;
-  px_jv_get(j, "message", &m);
-  px_jv_get(&m, "usage", &u);
+/* What the general path reads of an event (each object in one walk,
+ * px_jv_fields): its members, a content block's, a delta's (a block's or
+ * the message's), a usage object's. */
+enum { E_TYPE, E_INDEX, E_MESSAGE, E_BLOCK, E_DELTA, E_USAGE, E_ERROR, E_N };
+static const px_fkey_t event_keys[] = {PX_FK("type"),  PX_FK("index"), PX_FK("message"),
+                                       PX_FK("content_block"), PX_FK("delta"),
+                                       PX_FK("usage"), PX_FK("error")};
+enum { B_TYPE, B_TEXT, B_THINKING, B_SIGNATURE, B_DATA, B_ID, B_NAME, B_CITATIONS,
+       B_INPUT, B_PARTIAL, B_CITATION, B_STOP_REASON, B_STOP_SEQ, B_STOP_DETAILS, B_N };
+static const px_fkey_t block_keys[] = {
+    PX_FK("type"),          PX_FK("text"),          PX_FK("thinking"),  PX_FK("signature"),
+    PX_FK("data"),          PX_FK("id"),            PX_FK("name"),      PX_FK("citations"),
+    PX_FK("input"),         PX_FK("partial_json"),  PX_FK("citation"),  PX_FK("stop_reason"),
+    PX_FK("stop_sequence"), PX_FK("stop_details")};
+enum { GU_IN, GU_CACHE_READ, GU_CACHE_CREATION, GU_OUT, GU_N };
+static const px_fkey_t usage_keys[] = {PX_FK("input_tokens"), PX_FK("cache_read_input_tokens"),
+                                       PX_FK("cache_creation_input_tokens"),
+                                       PX_FK("output_tokens")};
+
+/* the usage object u's counts (-1: not an integer there) */
+static void read_usage(const px_fv_t *u, int64_t n[GU_N]) {
+  px_fv_t f[GU_N];
+  px_jv_fields(u, usage_keys, GU_N, f);
+  for (int k = 0; k < GU_N; k++) {
+    n[k] = -1;
+    px_jv_int(&f[k], &n[k]);
+  }
+}
+
+static px_str_t str_at(px_arena_t *ar, const px_fv_t *f, int k) {
+  size_t n = 0;
+  const char *s = px_jv_str(ar, &f[k], &n);
+  return s ? (px_str_t){s, n} : PX_STR_NULL;
+}
+
+static int64_t index_of(const px_fv_t *f) {
+  int64_t i = -1;
+  px_jv_int(&f[E_INDEX], &i);
+  return i;
+}
+
+static int sd_message_start(px_sdec_t *d, const px_fv_t *f, px_arena_t *ar) {
+  static const px_fkey_t keys[] = {PX_FK("id"), PX_FK("model"), PX_FK("usage")};
+  px_fv_t m[3];
+  int64_t u[GU_N];
+  px_jv_fields(&f[E_MESSAGE], keys, 3, m);
+  read_usage(&m[2], u);
   px_ev_t ev;
   if (d->st != SD_INIT) return sd_proto(d, "upstream sent message_start twice");
   px_ev_init(&ev, PX_EV_MESSAGE_START);
-  ev.id = px_jv_sget(ar, &m, "id");
-  ev.model = px_jv_sget(ar, &m, "model");
-  d->in_raw = px_jv_iget(&u, "input_tokens", -1);
-  d->cache_read = px_jv_iget(&u, "cache_read_input_tokens", -1);
-  d->cache_creation = px_jv_iget(&u, "cache_creation_input_tokens", -1);
+  ev.id = str_at(ar, m, 0);
+  ev.model = str_at(ar, m, 1);
+  d->in_raw = u[GU_IN];
+  d->cache_read = u[GU_CACHE_READ];
+  d->cache_creation = u[GU_CACHE_CREATION];
   ev.usage.input_tokens = sum_pos(d->in_raw, d->cache_read, d->cache_creation);
-  ev.usage.output_tokens = px_jv_iget(&u, "output_tokens", -1);
+  ev.usage.output_tokens = u[GU_OUT];
   ev.usage.cache_read_tokens = d->cache_read;
   ev.usage.cache_creation_tokens = d->cache_creation;
   sd_set(d, SD_MESSAGE);
@@ -182,15 +225,14 @@ static int cit_hold(px_sdec_t *d, const px_fv_t *c, px_arena_t *ar) {
   return rc < 0 ? PX_ENOMEM : 0;
 }
 
-static int sd_block_start(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
-  px_fv_t cb, tv;
-  px_jv_get(j, "content_block", &cb);
-  px_jv_get(&cb, "type", &tv);
-  const char *t = px_jv_str(ar, &tv, NULL);
+static int sd_block_start(px_sdec_t *d, const px_fv_t *f, px_arena_t *ar) {
+  px_fv_t cb[B_N];
+  px_jv_fields(&f[E_BLOCK], block_keys, B_N, cb);
+  const char *t = px_jv_str(ar, &cb[B_TYPE], NULL);
   px_ev_t ev;
   int rc;
   if (d->st != SD_MESSAGE) return sd_proto(d, "upstream content_block_start out of order");
-  d->up_index = px_jv_iget(j, "index", -1);
+  d->up_index = index_of(f);
   if (t == NULL) return sd_proto(d, "upstream content block without a type");
   px_ev_init(&ev, PX_EV_BLOCK_START);
   if (strcmp(t, "text") == 0) {
@@ -199,11 +241,11 @@ static int sd_block_start(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
     ev.block = PX_BLOCK_THINKING;
   } else if (strcmp(t, "redacted_thinking") == 0) {
     ev.block = PX_BLOCK_REDACTED_THINKING;
-    ev.text = px_jv_sget(ar, &cb, "data");
+    ev.text = str_at(ar, cb, B_DATA);
   } else if (strcmp(t, "tool_use") == 0) {
     ev.block = PX_BLOCK_TOOL_CALL;
-    ev.id = px_jv_sget(ar, &cb, "id");
-    ev.name = px_jv_sget(ar, &cb, "name");
+    ev.id = str_at(ar, cb, B_ID);
+    ev.name = str_at(ar, cb, B_NAME);
   } else {
     /* server tool use / results and future block types: not forwarded
      * (the same names as the non-streaming decoder, anthropic.c) */
@@ -227,29 +269,28 @@ static int sd_block_start(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
   if (ev.block == PX_BLOCK_TEXT) {
     d->chars = 0;
     px_buf_reset(&d->cits);
-    px_fv_t c, x;
+    px_fv_t x;
     px_jv_it_t it;
-    px_jv_get(&cb, "citations", &c);
-    px_jv_iter(&it, &c);
-    while (px_jv_is(&c, PX_FV_ARR) && px_jv_elem(&it, &x))
+    px_jv_iter(&it, &cb[B_CITATIONS]);
+    while (px_jv_is(&cb[B_CITATIONS], PX_FV_ARR) && px_jv_elem(&it, &x))
       if (cit_hold(d, &x, ar) < 0) return PX_ENOMEM;
-    return sd_delta(d, PX_DELTA_TEXT, px_jv_sget(ar, &cb, "text"));
+    return sd_delta(d, PX_DELTA_TEXT, str_at(ar, cb, B_TEXT));
   }
   if (ev.block == PX_BLOCK_THINKING) {
-    rc = sd_delta(d, PX_DELTA_THINKING, px_jv_sget(ar, &cb, "thinking"));
-    if (rc == 0) rc = sd_delta(d, PX_DELTA_SIGNATURE, px_jv_sget(ar, &cb, "signature"));
+    rc = sd_delta(d, PX_DELTA_THINKING, str_at(ar, cb, B_THINKING));
+    if (rc == 0) rc = sd_delta(d, PX_DELTA_SIGNATURE, str_at(ar, cb, B_SIGNATURE));
     return rc;
   }
   if (ev.block == PX_BLOCK_TOOL_CALL) {
-    px_fv_t in, x;
+    const px_fv_t *in = &cb[B_INPUT];
+    px_fv_t x;
     px_fstr_t k;
     px_jv_it_t it;
-    px_jv_get(&cb, "input", &in);
-    px_jv_iter(&it, &in);
-    if (px_jv_is(&in, PX_FV_OBJ) && px_jv_member(&it, &k, &x)) { /* not empty */
+    px_jv_iter(&it, in);
+    if (px_jv_is(in, PX_FV_OBJ) && px_jv_member(&it, &k, &x)) { /* not empty */
       px_buf_t s;
       px_buf_init(&s, PX_MAX_SSE_EVENT);
-      rc = px_fb_jdump(&s, &in);
+      rc = px_fb_jdump(&s, in);
       if (rc == 0) rc = sd_delta(d, PX_DELTA_TOOL_ARGS, (px_str_t){s.data, s.len});
       px_buf_free(&s);
     }
@@ -257,28 +298,25 @@ static int sd_block_start(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
   return rc;
 }
 
-static int sd_block_delta(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
-  px_fv_t dl, tv;
-  px_jv_get(j, "delta", &dl);
-  px_jv_get(&dl, "type", &tv);
-  const char *t = px_jv_str(ar, &tv, NULL);
+static int sd_block_delta(px_sdec_t *d, const px_fv_t *f, px_arena_t *ar) {
+  px_fv_t dl[B_N];
+  px_jv_fields(&f[E_DELTA], block_keys, B_N, dl);
+  const char *t = px_jv_str(ar, &dl[B_TYPE], NULL);
   if (d->st == SD_SKIP) return 0;
-  if (d->st != SD_BLOCK || px_jv_iget(j, "index", -1) != d->up_index)
+  if (d->st != SD_BLOCK || index_of(f) != d->up_index)
     return sd_proto(d, "upstream content_block_delta out of order");
   if (t == NULL) return sd_proto(d, "upstream delta without a type");
   if (strcmp(t, "text_delta") == 0 && d->block == PX_BLOCK_TEXT)
-    return sd_delta(d, PX_DELTA_TEXT, px_jv_sget(ar, &dl, "text"));
+    return sd_delta(d, PX_DELTA_TEXT, str_at(ar, dl, B_TEXT));
   if (strcmp(t, "thinking_delta") == 0 && d->block == PX_BLOCK_THINKING)
-    return sd_delta(d, PX_DELTA_THINKING, px_jv_sget(ar, &dl, "thinking"));
+    return sd_delta(d, PX_DELTA_THINKING, str_at(ar, dl, B_THINKING));
   if (strcmp(t, "signature_delta") == 0 && d->block == PX_BLOCK_THINKING)
-    return sd_delta(d, PX_DELTA_SIGNATURE, px_jv_sget(ar, &dl, "signature"));
+    return sd_delta(d, PX_DELTA_SIGNATURE, str_at(ar, dl, B_SIGNATURE));
   if (strcmp(t, "input_json_delta") == 0 && d->block == PX_BLOCK_TOOL_CALL)
-    return sd_delta(d, PX_DELTA_TOOL_ARGS, px_jv_sget(ar, &dl, "partial_json"));
+    return sd_delta(d, PX_DELTA_TOOL_ARGS, str_at(ar, dl, B_PARTIAL));
   if (strcmp(t, "citations_delta") == 0) {
-    px_fv_t c;
-    px_jv_get(&dl, "citation", &c);
-    if (!px_jv_is(&c, PX_FV_OBJ) || d->block != PX_BLOCK_TEXT) return 0;
-    return cit_hold(d, &c, ar);
+    if (!px_jv_is(&dl[B_CITATION], PX_FV_OBJ) || d->block != PX_BLOCK_TEXT) return 0;
+    return cit_hold(d, &dl[B_CITATION], ar);
   }
   if (strcmp(t, "text_delta") == 0 || strcmp(t, "thinking_delta") == 0 ||
       strcmp(t, "signature_delta") == 0 || strcmp(t, "input_json_delta") == 0)
@@ -286,13 +324,13 @@ static int sd_block_delta(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
   return 0; /* future delta types */
 }
 
-static int sd_block_stop(px_sdec_t *d, const px_fv_t *j) {
+static int sd_block_stop(px_sdec_t *d, const px_fv_t *f) {
   px_ev_t ev;
   if (d->st == SD_SKIP) {
     sd_set(d, SD_MESSAGE);
     return 0;
   }
-  if (d->st != SD_BLOCK || px_jv_iget(j, "index", -1) != d->up_index)
+  if (d->st != SD_BLOCK || index_of(f) != d->up_index)
     return sd_proto(d, "upstream content_block_stop out of order");
   if (d->block == PX_BLOCK_TEXT && d->cits.len > 0) {
     /* the same rule as citations_to_annotations (anthropic.c): a citation
@@ -336,44 +374,39 @@ static int sd_block_stop(px_sdec_t *d, const px_fv_t *j) {
   return d->sink(d->arg, &ev);
 }
 
-static int sd_message_delta(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
-  px_fv_t dl, u, sd;
-  px_jv_get(j, "delta", &dl);
-  px_jv_get(j, "usage", &u);
-  px_jv_get(&dl, "stop_details", &sd);
+static int sd_message_delta(px_sdec_t *d, const px_fv_t *f, px_arena_t *ar) {
+  px_fv_t dl[B_N];
+  int64_t u[GU_N];
+  px_jv_fields(&f[E_DELTA], block_keys, B_N, dl);
+  read_usage(&f[E_USAGE], u);
   px_ev_t ev;
   if (d->st != SD_MESSAGE && d->st != SD_ENDING)
     return sd_proto(d, "upstream message_delta out of order");
   px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
-  px_str_t srv = px_jv_sget(ar, &dl, "stop_reason");
-  const char *sr = srv.ptr;
+  const char *sr = str_at(ar, dl, B_STOP_REASON).ptr;
   ev.stop = px_stop_parse(sr);
   ev.finish = px_str(sr);
   /* newer Anthropic reason with an existing IR equivalent */
   if (sr != NULL && strcmp(sr, "model_context_window_exceeded") == 0)
     ev.stop = PX_STOP_MAX_TOKENS;
-  ev.stop_sequence = px_jv_sget(ar, &dl, "stop_sequence");
-  ev.refusal_explanation = px_jv_sget(ar, &sd, "explanation");
+  ev.stop_sequence = str_at(ar, dl, B_STOP_SEQ);
+  ev.refusal_explanation = px_jv_sget(ar, &dl[B_STOP_DETAILS], "explanation");
   /* message_delta usage is cumulative; fields it omits keep message_start's */
-  int64_t in = px_jv_iget(&u, "input_tokens", -1), cr = px_jv_iget(&u, "cache_read_input_tokens", -1);
-  int64_t cc = px_jv_iget(&u, "cache_creation_input_tokens", -1);
+  int64_t in = u[GU_IN], cr = u[GU_CACHE_READ], cc = u[GU_CACHE_CREATION];
   if (in < 0) in = d->in_raw;
   if (cr < 0) cr = d->cache_read;
   if (cc < 0) cc = d->cache_creation;
   ev.usage.input_tokens = sum_pos(in, cr, cc);
-  ev.usage.output_tokens = px_jv_iget(&u, "output_tokens", -1);
+  ev.usage.output_tokens = u[GU_OUT];
   ev.usage.cache_read_tokens = cr;
   ev.usage.cache_creation_tokens = cc;
   sd_set(d, SD_ENDING);
   return d->sink(d->arg, &ev);
 }
 
-static int sd_error(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
-  px_fv_t e, tv;
-  px_jv_get(j, "error", &e);
-  px_jv_get(&e, "type", &tv);
-  const char *type = px_jv_str(ar, &tv, NULL);
-  px_str_t msg = px_jv_sget(ar, &e, "message");
+static int sd_error(px_sdec_t *d, const px_fv_t *f, px_arena_t *ar) {
+  const char *type = px_jv_sget(ar, &f[E_ERROR], "type").ptr;
+  px_str_t msg = px_jv_sget(ar, &f[E_ERROR], "message");
   if (msg.ptr == NULL) msg = PX_STR("upstream stream error");
   return sd_fail(d, px_errkind_from_type(type, 0), msg.ptr, msg.len);
 }
@@ -798,26 +831,26 @@ int px_anthropic_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
       return frc < 0 ? frc : 0;
     }
   }
-  px_fv_t j, tv;
+  px_fv_t j, f[E_N];
   if (px_jv_parse(sse->data.ptr, sse->data.len, &j) < 0 || !px_jv_is(&j, PX_FV_OBJ))
     return sd_proto(d, "upstream sent an event that is not JSON");
   px_arena_t ar; /* the event's strings, unescaped */
   px_arena_init(&ar);
-  px_jv_get(&j, "type", &tv);
-  const char *t = px_jv_str(&ar, &tv, NULL);
+  px_jv_fields(&j, event_keys, E_N, f);
+  const char *t = px_jv_str(&ar, &f[E_TYPE], NULL);
   int rc = 0;
   if (t == NULL) {
     rc = sd_proto(d, "upstream event without a type");
   } else if (strcmp(t, "message_start") == 0) {
-    rc = sd_message_start(d, &j, &ar);
+    rc = sd_message_start(d, f, &ar);
   } else if (strcmp(t, "content_block_start") == 0) {
-    rc = sd_block_start(d, &j, &ar);
+    rc = sd_block_start(d, f, &ar);
   } else if (strcmp(t, "content_block_delta") == 0) {
-    rc = sd_block_delta(d, &j, &ar);
+    rc = sd_block_delta(d, f, &ar);
   } else if (strcmp(t, "content_block_stop") == 0) {
-    rc = sd_block_stop(d, &j);
+    rc = sd_block_stop(d, f);
   } else if (strcmp(t, "message_delta") == 0) {
-    rc = sd_message_delta(d, &j, &ar);
+    rc = sd_message_delta(d, f, &ar);
   } else if (strcmp(t, "message_stop") == 0) {
     if (d->st != SD_ENDING) {
       rc = sd_proto(d, "upstream message_stop before message_delta");
@@ -828,7 +861,7 @@ int px_anthropic_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
       rc = d->sink(d->arg, &ev);
     }
   } else if (strcmp(t, "error") == 0) {
-    rc = sd_error(d, &j, &ar);
+    rc = sd_error(d, f, &ar);
   }
   /* ping and future event types are ignored */
   px_arena_free(&ar);
