@@ -496,16 +496,24 @@ static int sd_call(px_sdec_t *d, const px_fv_t *fc, px_arena_t *ar) {
 }
 
 static int sd_part(px_sdec_t *d, const px_fv_t *pt, int refused, px_arena_t *ar) {
+  enum { P_TEXT, P_SIG, P_CALL, P_THOUGHT, P_INLINE, P_FILE, P_CODE, P_CODE_RESULT, P_N };
+  static const px_fkey_t keys[] = {
+      PX_FK("text"),       PX_FK("thoughtSignature"), PX_FK("functionCall"),
+      PX_FK("thought"),    PX_FK("inlineData"),       PX_FK("fileData"),
+      PX_FK("executableCode"), PX_FK("codeExecutionResult")};
+  px_fv_t f[P_N];
+  px_jv_fields(pt, keys, P_N, f);
   int rc = 0;
-  px_str_t text = px_jv_sget(ar, pt, "text");
-  px_str_t sig = px_jv_sget(ar, pt, "thoughtSignature");
-  px_fv_t fc;
-  px_jv_get(pt, "functionCall", &fc);
-  if (px_jv_is(&fc, PX_FV_OBJ) && d->pargs != NULL && sig.len == 0 &&
-      px_jv_sget(ar, &fc, "name").len == 0)
-    return sd_call(d, &fc, ar); /* a streaming call goes on */
+  size_t tl = 0, sl = 0;
+  const char *tp = px_jv_str(ar, &f[P_TEXT], &tl), *sp = px_jv_str(ar, &f[P_SIG], &sl);
+  px_str_t text = tp ? (px_str_t){tp, tl} : PX_STR_NULL;
+  px_str_t sig = sp ? (px_str_t){sp, sl} : PX_STR_NULL;
+  const px_fv_t *fc = &f[P_CALL];
+  if (px_jv_is(fc, PX_FV_OBJ) && d->pargs != NULL && sig.len == 0 &&
+      px_jv_sget(ar, fc, "name").len == 0)
+    return sd_call(d, fc, ar); /* a streaming call goes on */
   if ((rc = sd_call_flush(d)) < 0) return rc;
-  if (is_true(pt, "thought")) {
+  if (px_jv_is(&f[P_THOUGHT], PX_FV_TRUE)) {
     rc = sd_delta(d, PX_BLOCK_THINKING, PX_DELTA_THINKING, text);
     if (rc == 0 && sig.len) rc = sd_delta(d, PX_BLOCK_THINKING, PX_DELTA_SIGNATURE, sig);
     return rc;
@@ -517,11 +525,11 @@ static int sd_part(px_sdec_t *d, const px_fv_t *pt, int refused, px_arena_t *ar)
   if (text.ptr != NULL)
     return refused ? sd_delta(d, PX_BLOCK_REFUSAL, PX_DELTA_REFUSAL, text)
                    : sd_delta(d, PX_BLOCK_TEXT, PX_DELTA_TEXT, text);
-  if (px_jv_is(&fc, PX_FV_OBJ)) return sd_call(d, &fc, ar);
+  if (px_jv_is(fc, PX_FV_OBJ)) return sd_call(d, fc, ar);
   /* inline data, code execution: nothing a stream event can carry */
-  if (has(pt, "inlineData") || has(pt, "fileData"))
+  if (f[P_INLINE].raw.ptr || f[P_FILE].raw.ptr)
     px_dropped(d->ctx, PX_LOSSY("candidates[].content.parts[].inlineData"));
-  else if (has(pt, "executableCode") || has(pt, "codeExecutionResult"))
+  else if (f[P_CODE].raw.ptr || f[P_CODE_RESULT].raw.ptr)
     px_dropped(d->ctx, PX_LOSSY("candidates[].content.parts[].executableCode"));
   return 0;
 }
@@ -556,42 +564,63 @@ static int sd_finish_reason(px_sdec_t *d, const char *fr, const px_usage_t *u,
   return d->sink(d->arg, &ev);
 }
 
+/* What the general path reads of a chunk and of its candidate (each in one
+ * walk, px_jv_fields). */
+enum { G_ERROR, G_USAGE, G_RID, G_MODEL, G_CANDS, G_FEEDBACK, G_N };
+static const px_fkey_t chunk_keys[] = {PX_FK("error"),        PX_FK("usageMetadata"),
+                                       PX_FK("responseId"),   PX_FK("modelVersion"),
+                                       PX_FK("candidates"),   PX_FK("promptFeedback")};
+/* the first three are cand_drops[] */
+enum { CA_SAFETY, CA_GROUNDING, CA_CITATION, CA_FINISH, CA_MESSAGE, CA_CONTENT, CA_N };
+static const px_fkey_t cand_keys[] = {PX_FK("safetyRatings"),    PX_FK("groundingMetadata"),
+                                      PX_FK("citationMetadata"), PX_FK("finishReason"),
+                                      PX_FK("finishMessage"),    PX_FK("content")};
+
 static int sd_chunk(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
-  px_fv_t e, um, cands, cand, fb, content, parts, pt;
-  px_jv_get(j, "error", &e);
-  if (px_jv_is(&e, PX_FV_OBJ)) {
-    const char *msg = px_jv_sget(ar, &e, "message").ptr;
-    return sd_fail(d, px_errkind_from_type(NULL, (int)px_jv_iget(&e, "code", 500)),
+  static const px_fkey_t um_keys[] = {PX_FK("promptTokenCount"), PX_FK("candidatesTokenCount"),
+                                      PX_FK("thoughtsTokenCount"),
+                                      PX_FK("cachedContentTokenCount")};
+  px_fv_t g[G_N], c[CA_N], cand, pt, x[4];
+  px_jv_fields(j, chunk_keys, G_N, g);
+  const px_fv_t *e = &g[G_ERROR], *fb = &g[G_FEEDBACK];
+  if (px_jv_is(e, PX_FV_OBJ)) {
+    const char *msg = px_jv_sget(ar, e, "message").ptr;
+    return sd_fail(d, px_errkind_from_type(NULL, (int)px_jv_iget(e, "code", 500)),
                    msg ? msg : "upstream stream error");
   }
-  px_jv_get(j, "usageMetadata", &um);
   px_usage_t u = d->usage, *up = NULL;
-  if (px_jv_is(&um, PX_FV_OBJ))
-    px_gemini_usage_of(
-        up = &u, px_jv_iget(&um, "promptTokenCount", -1), px_jv_iget(&um, "candidatesTokenCount", -1),
-        px_jv_iget(&um, "thoughtsTokenCount", -1), px_jv_iget(&um, "cachedContentTokenCount", -1));
-  int rc = sd_start(d, px_jv_sget(ar, j, "responseId"), px_jv_sget(ar, j, "modelVersion"), up);
+  if (px_jv_is(&g[G_USAGE], PX_FV_OBJ)) {
+    int64_t n[4] = {-1, -1, -1, -1};
+    px_jv_fields(&g[G_USAGE], um_keys, 4, x);
+    for (int k = 0; k < 4; k++) px_jv_int(&x[k], &n[k]);
+    px_gemini_usage_of(up = &u, n[0], n[1], n[2], n[3]);
+  }
+  size_t rl = 0, ml = 0;
+  const char *rid = px_jv_str(ar, &g[G_RID], &rl), *model = px_jv_str(ar, &g[G_MODEL], &ml);
+  int rc = sd_start(d, rid ? (px_str_t){rid, rl} : PX_STR_NULL,
+                    model ? (px_str_t){model, ml} : PX_STR_NULL, up);
   if (rc < 0) return rc;
   px_jv_it_t it;
-  px_jv_get(j, "candidates", &cands);
-  px_jv_iter(&it, &cands);
-  if (!px_jv_is(&cands, PX_FV_ARR) || !px_jv_elem(&it, &cand)) cand.raw.ptr = NULL;
-  const char *fr = px_jv_sget(ar, &cand, "finishReason").ptr;
-  px_jv_get(j, "promptFeedback", &fb);
-  const char *block = px_jv_sget(ar, &fb, "blockReason").ptr;
-  px_str_t expl = px_jv_sget(ar, &cand, "finishMessage");
+  px_jv_iter(&it, &g[G_CANDS]);
+  if (!px_jv_is(&g[G_CANDS], PX_FV_ARR) || !px_jv_elem(&it, &cand)) cand.raw.ptr = NULL;
+  px_jv_fields(&cand, cand_keys, CA_N, c);
+  const char *fr = px_jv_str(ar, &c[CA_FINISH], NULL);
+  const char *block = px_jv_sget(ar, fb, "blockReason").ptr;
+  size_t el = 0;
+  const char *em = px_jv_str(ar, &c[CA_MESSAGE], &el);
+  px_str_t expl = em ? (px_str_t){em, el} : PX_STR_NULL;
   px_str_t word = px_str(fr);
   if (block != NULL && cand.raw.ptr == NULL)
-    fr = block, expl = px_jv_sget(ar, &fb, "blockReasonMessage"), word = PX_STR_NULL;
+    fr = block, expl = px_jv_sget(ar, fb, "blockReasonMessage"), word = PX_STR_NULL;
   if (d->ended) /* after the finish chunk: at most late usage */
     return up != NULL ? sd_finish_reason(d, NULL, up, PX_STR_NULL, PX_STR_NULL) : 0;
   int refused = fr != NULL && px_stop_refused(px_gemini_stop(fr, 0));
   unsigned drops = 0;
   for (unsigned k = 0; k < 3; k++)
-    if (has(&cand, cand_drops[k])) drops |= 1u << k;
+    if (c[k].raw.ptr != NULL) drops |= 1u << k;
   sd_dropped(d, drops);
-  px_jv_get(&cand, "content", &content);
-  px_jv_get(&content, "parts", &parts);
+  px_fv_t parts;
+  px_jv_get(&c[CA_CONTENT], "parts", &parts);
   px_jv_iter(&it, &parts);
   while (px_jv_is(&parts, PX_FV_ARR) && px_jv_elem(&it, &pt))
     if ((rc = sd_part(d, &pt, refused, ar)) < 0) return rc;
