@@ -820,19 +820,11 @@ close:
   return rc < 0 ? rc : 1;
 }
 
-int px_anthropic_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
-  if (d->st == SD_FAILED) return PX_EPROTO;
-  if (d->st == SD_DONE) return 0; /* the stream is complete; ignore trailers */
-  if (sse->data.len == 0) return 0;
-  if (d->fast) {
-    int frc = fast_event(d, sse->data.ptr, sse->data.len);
-    if (frc != 0) {
-      d->fast_hits++;
-      return frc < 0 ? frc : 0;
-    }
-  }
+/* The general path: the event checked whole, then read where it lies. Out
+ * of line: its arena is no weight on the fast path's frame. */
+__attribute__((noinline)) static int general_event(px_sdec_t *d, px_str_t data) {
   px_fv_t j, f[E_N];
-  if (px_jv_parse(sse->data.ptr, sse->data.len, &j) < 0 || !px_jv_is(&j, PX_FV_OBJ))
+  if (px_jv_parse(data.ptr, data.len, &j) < 0 || !px_jv_is(&j, PX_FV_OBJ))
     return sd_proto(d, "upstream sent an event that is not JSON");
   px_arena_t ar; /* the event's strings, unescaped */
   px_arena_init(&ar);
@@ -866,6 +858,20 @@ int px_anthropic_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
   /* ping and future event types are ignored */
   px_arena_free(&ar);
   return rc;
+}
+
+int px_anthropic_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
+  if (d->st == SD_FAILED) return PX_EPROTO;
+  if (d->st == SD_DONE) return 0; /* the stream is complete; ignore trailers */
+  if (sse->data.len == 0) return 0;
+  if (d->fast) {
+    int frc = fast_event(d, sse->data.ptr, sse->data.len);
+    if (frc != 0) {
+      d->fast_hits++;
+      return frc < 0 ? frc : 0;
+    }
+  }
+  return general_event(d, sse->data);
 }
 
 int px_anthropic_sdec_finish(px_sdec_t *d) {

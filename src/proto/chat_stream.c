@@ -1038,6 +1038,20 @@ static int event_error(px_sdec_t *d, px_str_t data) {
   return rc;
 }
 
+/* The general path: the chunk checked whole, then read where it lies. Out
+ * of line: its arena is no weight on the fast path's frame. */
+__attribute__((noinline)) static int general_chunk(px_sdec_t *d, px_str_t data) {
+  px_fv_t chunk;
+  if (px_jv_parse(data.ptr, data.len, &chunk) < 0)
+    return proto_error(d, "malformed chunk JSON");
+  if (!px_jv_is(&chunk, PX_FV_OBJ)) return proto_error(d, "chunk is not an object");
+  px_arena_t ar; /* the chunk's strings, unescaped */
+  px_arena_init(&ar);
+  int rc = on_chunk(d, &chunk, &ar);
+  px_arena_free(&ar);
+  return rc;
+}
+
 int px_chat_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
   if (d->state == D_ERROR) return PX_EPROTO;
   if (d->state == D_DONE) return 0;
@@ -1067,15 +1081,7 @@ int px_chat_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
       return frc < 0 ? frc : 0;
     }
   }
-  px_fv_t chunk;
-  if (px_jv_parse(data.ptr, data.len, &chunk) < 0)
-    return proto_error(d, "malformed chunk JSON");
-  if (!px_jv_is(&chunk, PX_FV_OBJ)) return proto_error(d, "chunk is not an object");
-  px_arena_t ar; /* the chunk's strings, unescaped */
-  px_arena_init(&ar);
-  int rc = on_chunk(d, &chunk, &ar);
-  px_arena_free(&ar);
-  return rc;
+  return general_chunk(d, data);
 }
 
 int px_chat_sdec_finish(px_sdec_t *d) {

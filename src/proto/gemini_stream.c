@@ -877,6 +877,19 @@ static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
   return rc < 0 ? rc : 1;
 }
 
+/* The general path: the chunk checked whole, then read where it lies. Out
+ * of line: its arena is no weight on the fast path's frame. */
+__attribute__((noinline)) static int general_chunk(px_sdec_t *d, px_str_t data) {
+  px_fv_t j;
+  if (px_jv_parse(data.ptr, data.len, &j) < 0 || !px_jv_is(&j, PX_FV_OBJ))
+    return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream sent a chunk that is not a JSON object");
+  px_arena_t ar; /* the chunk's strings, unescaped */
+  px_arena_init(&ar);
+  int rc = sd_chunk(d, &j, &ar);
+  px_arena_free(&ar);
+  return rc;
+}
+
 int px_gemini_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
   if (d->failed) return PX_EPROTO;
   if (d->done || sse->data.len == 0) return 0;
@@ -887,14 +900,7 @@ int px_gemini_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
       return frc < 0 ? frc : 0;
     }
   }
-  px_fv_t j;
-  if (px_jv_parse(sse->data.ptr, sse->data.len, &j) < 0 || !px_jv_is(&j, PX_FV_OBJ))
-    return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream sent a chunk that is not a JSON object");
-  px_arena_t ar; /* the chunk's strings, unescaped */
-  px_arena_init(&ar);
-  int rc = sd_chunk(d, &j, &ar);
-  px_arena_free(&ar);
-  return rc;
+  return general_chunk(d, sse->data);
 }
 
 int px_gemini_sdec_finish(px_sdec_t *d) {
@@ -954,7 +960,7 @@ static int chunk_open(px_senc_t *e) { return w(e, "data: {\"candidates\":[{"); }
 
 /* `,"usageMetadata":{..}` of usage u, as the body's (gemini.c's
  * px_gemini_usage_out): thoughts counted within the output */
-static int put_usage(px_buf_t *o, const px_usage_t *u) {
+__attribute__((noinline)) static int put_usage(px_buf_t *o, const px_usage_t *u) {
   int64_t in = u->input_tokens > 0 ? u->input_tokens : 0;
   int64_t out = u->output_tokens > 0 ? u->output_tokens : 0;
   int64_t th = u->reasoning_tokens > 0 ? u->reasoning_tokens : 0;
