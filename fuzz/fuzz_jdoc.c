@@ -11,8 +11,9 @@
  *   the stream codecs' checked views (fastir.h px_jv_*) read what jansson
  *     reads (nesting within PX_JSON_MAX_DEPTH, no NUL after a token: the
  *     one reader's rules): px_jv_parse takes what json_loadb (flags 0)
- *     takes, px_fb_jdump writes json_dumps' bytes, and px_jv_get finds
- *     each of the object's members as json_object_get does. */
+ *     takes, px_fb_jdump writes json_dumps' bytes, and px_jv_get (and
+ *     px_jv_fields, in one walk) finds each of the object's members as
+ *     json_object_get does. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -117,6 +118,20 @@ static void same_view(const char *p, size_t n) {
     CHECK(md != NULL && px_fb_jdump(&o, &f) == 0 && o.len == strlen(md) &&
           memcmp(o.data, md, o.len) == 0);
     free(md);
+  }
+  /* px_jv_fields reads what px_jv_get reads, in one walk */
+  px_fkey_t keys[32];
+  px_fv_t got[32], one;
+  int nk = 0;
+  json_object_foreach(j, key, m) {
+    if (nk == 32) break;
+    keys[nk].s = key;
+    keys[nk++].n = strlen(key);
+  }
+  unsigned found = px_jv_fields(&v, keys, nk, got);
+  for (int k = 0; k < nk; k++) {
+    CHECK(px_jv_get(&v, keys[k].s, &one) == 1 && (found >> k & 1) &&
+          got[k].raw.ptr == one.raw.ptr && got[k].raw.len == one.raw.len);
   }
   px_fv_t none;
   CHECK(px_jv_get(&v, "\001absent", &none) == 0 && none.raw.ptr == NULL);

@@ -453,6 +453,10 @@ int px_jv_int(const px_fv_t *v, int64_t *out);
 px_str_t px_jv_sget(px_arena_t *a, const px_fv_t *o, const char *key);
 /** The integer member `key` of o, else dflt. */
 int64_t px_jv_iget(const px_fv_t *o, const char *key, int64_t dflt);
+/** px_fb_jdump writes fewer than this many bytes per byte of the value
+ *  it reads (a real grows most: "1e-7" -> "9.9999999999999995e-8"): the
+ *  room a value re-written from one event may take. */
+#define PX_JV_GROWTH 8
 /** The value v written as json_dumps(JSON_COMPACT) writes jansson's
  *  document of it (strings re-escaped as jansson does, reals as jansson
  *  formats them, an object's repeated names once, at their first place, with

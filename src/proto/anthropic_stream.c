@@ -32,6 +32,10 @@
 #include "proxai/sse.h"
 #include "proxai/usage.h"
 
+/* the citations a text block holds until its end (their annotations' heads
+ * and tails): past this, the stream fails */
+#define ANTH_MAX_CITATIONS (8u << 20)
+
 /* ======================================================================== */
 /* Decoder                                                                    */
 
@@ -95,7 +99,7 @@ px_sdec_t *px_anthropic_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, voi
   d->in_raw = d->cache_read = d->cache_creation = -1;
   d->fast = 1;
   px_buf_init(&d->scratch, PX_MAX_SSE_EVENT);
-  px_buf_init(&d->cits, SIZE_MAX / 2); /* as many as the block has */
+  px_buf_init(&d->cits, ANTH_MAX_CITATIONS);
   sd_set(d, SD_INIT);
   return d;
 }
@@ -289,7 +293,7 @@ static int sd_block_start(px_sdec_t *d, const px_fv_t *f, px_arena_t *ar) {
     px_jv_iter(&it, in);
     if (px_jv_is(in, PX_FV_OBJ) && px_jv_member(&it, &k, &x)) { /* not empty */
       px_buf_t s;
-      px_buf_init(&s, PX_MAX_SSE_EVENT);
+      px_buf_init(&s, PX_JV_GROWTH * (size_t)PX_MAX_SSE_EVENT);
       rc = px_fb_jdump(&s, in);
       if (rc == 0) rc = sd_delta(d, PX_DELTA_TOOL_ARGS, (px_str_t){s.data, s.len});
       px_buf_free(&s);
@@ -336,7 +340,7 @@ static int sd_block_stop(px_sdec_t *d, const px_fv_t *f) {
     /* the same rule as citations_to_annotations (anthropic.c): a citation
      * with a URL is a url_citation over the block's text */
     px_buf_t a;
-    px_buf_init(&a, PX_MAX_SSE_EVENT);
+    px_buf_init(&a, PX_JV_GROWTH * (size_t)PX_MAX_SSE_EVENT);
     int rc = 0;
     for (size_t at = 0; rc == 0 && at < d->cits.len;) {
       size_t hl, tl;

@@ -273,7 +273,7 @@ static int annotations(px_sdec_t *d, const px_fv_t *anns, px_arena_t *ar) {
   px_jv_it_t it, mi;
   px_fv_t a;
   px_buf_t o;
-  px_buf_init(&o, PX_MAX_SSE_EVENT);
+  px_buf_init(&o, PX_JV_GROWTH * (size_t)PX_MAX_SSE_EVENT);
   px_jv_iter(&it, anns);
   int rc = 0;
   while (rc == 0 && px_jv_elem(&it, &a)) {

@@ -283,7 +283,7 @@ static int sd_call_text(px_sdec_t *d, px_str_t a) {
 static int sd_call_end(px_sdec_t *d, const px_fv_t *args) {
   if (!px_jv_is(args, PX_FV_OBJ)) return sd_call_text(d, PX_STR("{}"));
   px_buf_t a;
-  px_buf_init(&a, SIZE_MAX / 2);
+  px_buf_init(&a, PX_JV_GROWTH * (size_t)PX_MAX_SSE_EVENT);
   int rc = px_fb_jdump(&a, args);
   if (rc == 0) rc = sd_call_text(d, (px_str_t){a.data, a.len});
   px_buf_free(&a);
@@ -381,7 +381,7 @@ static int sd_call_flush(px_sdec_t *d) {
   d->pargs_held = 0;
   pa_t *done = d->pargs;
   d->pargs = NULL;
-  px_buf_t a;
+  px_buf_t a; /* the pieces held are within pargs_held (ctx->max_accum) */
   px_buf_init(&a, SIZE_MAX / 2);
   int rc = pa_dump(&a, done);
   pa_free(done);
