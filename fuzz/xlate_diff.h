@@ -46,6 +46,23 @@ static inline int same_refusal(const px_tr_err_t *a, const px_tr_err_t *b) {
          strcmp(a->message, b->message) == 0;
 }
 
+/* A body translated in parts (the client body's long strings as spans, as
+ * the gateway sends it) made whole: *fo replaced by the parts joined. */
+static inline void join_parts(char **fo, size_t *fl, const px_spans_t *sp) {
+  px_str_t *parts = NULL;
+  size_t np = 0, at = 0;
+  if (px_spans_parts(*fo, *fl, sp, &parts, &np) != 0) abort();
+  char *w = malloc(*fl + sp->bytes + 1);
+  if (w == NULL) abort();
+  for (size_t i = 0; i < np; at += parts[i].len, i++)
+    memcpy(w + at, parts[i].ptr, parts[i].len);
+  w[at] = 0;
+  free(parts);
+  free(*fo);
+  *fo = w;
+  *fl = at;
+}
+
 static inline void request_one(const px_tr_ctx_t *c, const char *body, size_t len) {
   unsigned long before, after;
   px_translate_fast_counts(&before, NULL);
@@ -57,7 +74,13 @@ static inline void request_one(const px_tr_ctx_t *c, const char *body, size_t le
   px_lossy_init(&ls);
   memset(&ef, 0, sizeof(ef));
   memset(&es, 0, sizeof(es));
-  int rf = px_translate_request_body(c, body, len, 0, &fo, &fl, &lf, &ef);
+  /* in parts, as the gateway sends it: what the reference is held to */
+  px_tr_ctx_t pc = *c;
+  px_spans_t sp = {0};
+  pc.spans = &sp;
+  int rf = px_translate_request_body(&pc, body, len, 0, &fo, &fl, &lf, &ef);
+  if (rf == 0 && sp.n) join_parts(&fo, &fl, &sp);
+  px_spans_free(&sp);
   px_translate_fast_counts(&after, NULL);
   if (after != before) {
     if (rf != 0) abort(); /* a fast answer is an answer */

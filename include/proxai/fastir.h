@@ -465,8 +465,27 @@ int px_fb_jdump(px_buf_t *b, const px_fv_t *v);
 
 /* writers */
 int px_fb_i64(px_buf_t *b, int64_t v);
+/** Request bodies in parts (px_tr_ctx_t.spans): while the hub's encoder
+ *  writes into b, a raw copy of at least PX_FB_SPAN_MIN bytes that lie in
+ *  the client's body [lo, hi) is noted in s as a span at b's length, not
+ *  copied (a string copied raw because both sides escape it alike). The hub
+ *  sets it around one encode (px_translate_request_fast) and clears b. A
+ *  request encoder therefore only appends to b: it never reads back or
+ *  takes back what it wrote (the fuzzers and fast_agents hold the body in
+ *  parts to the body written whole). */
+#define PX_FB_SPAN_MIN 256
+typedef struct px_fb_spanning {
+  const px_buf_t *b;
+  const char *lo, *hi;
+  px_spans_t *s;
+} px_fb_spanning_t;
+extern px_fb_spanning_t px_fb_spanning;
+/** The span of p (or its copy, p not in the body or no memory for the
+ *  span): px_fb_put's long case while spanning. */
+int px_fb_span(px_buf_t *b, const void *p, size_t n);
 /** px_buf_append with the usual case (room reserved) inline. */
 static inline int px_fb_put(px_buf_t *b, const void *p, size_t n) {
+  if (n >= PX_FB_SPAN_MIN && b == px_fb_spanning.b) return px_fb_span(b, p, n);
   if (n - 1 < b->size - b->len) { /* n == 0 wraps: the call, a no-op */
     memcpy(b->data + b->len, p, n);
     b->len += n;

@@ -116,6 +116,27 @@ void px_lossy_each(const px_lossy_t *l, void (*fn)(void *arg, const char *path),
 /* ------------------------------------------------------------------------ */
 /* Translation context                                                       */
 
+/** A long string of the client's body in a translated request body: its
+ *  n bytes at p (in the client's body) go at offset `at` of the
+ *  translator's own bytes. */
+typedef struct px_body_span {
+  size_t at;
+  const char *p;
+  size_t n;
+} px_body_span_t;
+/** The spans of one translated body, in the order of `at` (v grows as
+ *  needed; px_spans_free). bytes: their total length. */
+typedef struct px_spans {
+  px_body_span_t *v;
+  size_t n, cap, bytes;
+} px_spans_t;
+void px_spans_free(px_spans_t *s);
+/** The body as parts (the translator's bytes text[0..len) with the spans
+ *  inserted, empty pieces left out) into *parts (malloc'd, *nparts); 0 or
+ *  PX_ENOMEM. */
+int px_spans_parts(const char *text, size_t len, const px_spans_t *s, px_str_t **parts,
+                   size_t *nparts);
+
 /** What translators may know about the request besides its body. */
 typedef struct px_tr_ctx {
   px_proto_t in;             /**< client protocol */
@@ -157,6 +178,12 @@ typedef struct px_tr_ctx {
   struct px_answer *client;  /**< traces: the client answer's, as a fast
                                   response encoder wrote them
                                   (px_answer_wrote); NULL: not wanted */
+  px_spans_t *spans;         /**< requests: the fast encoders note the client
+                                  body's long strings here instead of
+                                  copying them (px_fb_put); the caller sends
+                                  the body in parts (px_spans_parts) and
+                                  keeps the client's body alive meanwhile.
+                                  NULL: one contiguous body */
 } px_tr_ctx_t;
 
 /** Bytes of out after which a stream encoder calls ctx->flush. */
@@ -733,7 +760,9 @@ const char *px_lossy_annotations(const px_tr_ctx_t *ctx);
 #define PX_TR_MEM_BASE (4u << 20)
 /** The raw client request body (accepted by px_json_request) -> the raw
  *  upstream body (*out, malloc'd, NUL-terminated, *out_len bytes), within
- *  the memory budget above. ctx->client_model must be set. */
+ *  the memory budget above. ctx->client_model must be set. With
+ *  ctx->spans, the body is *out with those spans inserted (none when the
+ *  jansson codecs wrote it, or for a token count). */
 int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t len,
                               int flags, char **out, size_t *out_len, px_lossy_t *lossy,
                               px_tr_err_t *err);

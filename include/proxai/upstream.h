@@ -82,7 +82,13 @@ typedef struct px_xfer_opts {
   int headers_checked;        /**< 1: every line passes px_header_value_ok (the
                                    caller checked it): not checked again */
   const char *body;           /**< caller keeps it alive until on_done/cancel */
-  size_t body_len;
+  size_t body_len;            /**< the whole body's length (parts included) */
+  const px_str_t *body_parts; /**< NULL: the body is body; else it is these
+                                   parts one after the other (a translated
+                                   body with spans of the client's): the
+                                   caller keeps them and the array alive
+                                   until on_done/cancel */
+  size_t body_nparts;
   uint64_t connect_timeout_ms;
   uint64_t first_byte_timeout_ms;
   uint64_t idle_timeout_ms;

@@ -397,6 +397,8 @@ static void send_upstream(px_exch_t *x) {
       .headers_checked = 1, /* build_upstream_headers checks every line */
       .body = x->up_body,
       .body_len = x->up_body_len,
+      .body_parts = x->up_parts,
+      .body_nparts = x->up_nparts,
       .connect_timeout_ms = x->up->connect_timeout_ms,
       .first_byte_timeout_ms = x->up->first_byte_timeout_ms,
       .idle_timeout_ms = x->up->idle_timeout_ms,

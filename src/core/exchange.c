@@ -539,6 +539,10 @@ void px_exch_drop_upreq(px_exch_t *x) {
   free(x->up_body_owned);
   free(x->up_hdrs);
   free(x->url);
+  free(x->up_parts);
+  px_spans_free(&x->up_spans);
+  x->up_parts = NULL;
+  x->up_nparts = 0;
   x->up_body_owned = NULL;
   x->up_hdrs = NULL;
   x->tr_hdr = NULL;

@@ -129,7 +129,10 @@ struct px_exch {
   const char *built_model;
   char *up_body_owned;
   const char *up_body;
-  size_t up_body_len;
+  size_t up_body_len;  /* the whole body's (parts included) */
+  px_spans_t up_spans; /* a translated body's spans of the client body */
+  px_str_t *up_parts;  /* the body in parts (up_spans inserted), or NULL */
+  size_t up_nparts;
   char **up_hdrs;
   char *url;
   px_xfer_t *xfer;

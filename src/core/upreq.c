@@ -263,19 +263,32 @@ static void tr_ctx_init(px_exch_t *x) {
   px_stored_ctx(x, ctx);
 }
 
-/* Another protocol's upstream body: the translation of the client's. */
+/* Another protocol's upstream body: the translation of the client's. Its
+ * long strings stay in the client's body (alive until the exchange ends):
+ * the body goes upstream in parts, the client's bytes not copied. */
 static int translate_body(px_exch_t *x) {
   px_tr_err_t err;
   memset(&err, 0, sizeof(err));
-  if (px_translate_request_body(&x->ctx, x->req->body.data ? x->req->body.data : "",
-                                x->req->body.len,
-                                x->ep == PX_EP_COUNT_TOKENS ? PX_TR_COUNT_TOKENS : 0,
-                                &x->up_body_owned, &x->up_body_len, &x->lossy, &err) < 0) {
+  x->ctx.spans = &x->up_spans;
+  int rc = px_translate_request_body(&x->ctx, x->req->body.data ? x->req->body.data : "",
+                                     x->req->body.len,
+                                     x->ep == PX_EP_COUNT_TOKENS ? PX_TR_COUNT_TOKENS : 0,
+                                     &x->up_body_owned, &x->up_body_len, &x->lossy, &err);
+  x->ctx.spans = NULL;
+  if (rc == 0 && x->up_spans.n &&
+      px_spans_parts(x->up_body_owned, x->up_body_len, &x->up_spans, &x->up_parts,
+                     &x->up_nparts) < 0) {
+    err.kind = PX_ERR_API;
+    snprintf(err.message, sizeof(err.message), "out of memory");
+    rc = -1;
+  }
+  if (rc < 0) {
     px_exch_error(x, err.kind, err.message[0] ? err.message : "request cannot be translated",
                   err.param[0] ? err.param : NULL);
     return -1;
   }
   x->up_body = x->up_body_owned;
+  if (x->up_parts) x->up_body_len += x->up_spans.bytes;
   return 0;
 }
 
@@ -306,7 +319,10 @@ int px_upreq_build(px_exch_t *x) {
     return 0;
   x->built_up = NULL;
   free(x->up_body_owned);
+  free(x->up_parts);
   x->up_body_owned = NULL;
+  x->up_parts = NULL;
+  x->up_nparts = 0;
   tr_ctx_init(x);
   const px_proto_ops_t *uops = px_proto_get(x->out);
   if (x->ep == PX_EP_COUNT_TOKENS && x->in != x->out &&

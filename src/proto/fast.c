@@ -2,6 +2,9 @@
  * the walker over validated bodies, the writers, and the two places where
  * tool-call arguments change form (a JSON string <-> a JSON object). */
 #include <jansson.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +125,49 @@ static inline uint64_t escaped_bits(uint64_t bs, uint64_t *prev) {
 }
 #endif
 
+#if defined(__SSE2__)
+/* One 64-byte block of a string whose quote and backslash masks are q and
+ * b: 1 with *end at the closing quote (not an escaped byte), else 0; *esc
+ * set when a backslash comes before it. */
+static inline int block_end(uint64_t q, uint64_t b, uint64_t *prev, size_t i, size_t *end,
+                            int *esc) {
+  uint64_t e = q & ~escaped_bits(b, prev);
+  if (e != 0) {
+    unsigned k = (unsigned)__builtin_ctzll(e);
+    if (b & ((1ull << k) - 1)) *esc = 1;
+    *end = i + k;
+    return 1;
+  }
+  if (b != 0) *esc = 1;
+  return 0;
+}
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define FW_AVX2 __attribute__((target("avx2")))
+/* the 64 bytes v0, v1: bit k set where byte k is c */
+FW_AVX2 static inline uint64_t avx2_eq(__m256i v0, __m256i v1, __m256i c) {
+  uint64_t lo = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v0, c));
+  uint64_t hi = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v1, c));
+  return lo | hi << 32;
+}
+
+/* block_end's loop on AVX2: two loads a block instead of four */
+FW_AVX2 static int blocks_avx2(const unsigned char *u, size_t n, size_t i, int *esc,
+                               uint64_t *prev, size_t *end) {
+  const __m256i qt = _mm256_set1_epi8('"'), bs = _mm256_set1_epi8('\\');
+  for (; i + 64 <= n; i += 64) {
+    __m256i v0 = _mm256_loadu_si256((const __m256i *)(u + i));
+    __m256i v1 = _mm256_loadu_si256((const __m256i *)(u + i + 32));
+    if (block_end(avx2_eq(v0, v1, qt), avx2_eq(v0, v1, bs), prev, i, end, esc)) return 1;
+  }
+  *end = i;
+  return 0;
+}
+
+static int fw_avx2 = -1; /* whether the CPU has AVX2; -1 until asked */
+#endif
+
 /* The closing quote of a string of a checked body from i (not an escaped
  * byte), n when there is none; *esc set when a backslash comes before it.
  * Sixty-four bytes at a time: the quote mask without the escaped bytes
@@ -129,8 +175,16 @@ static inline uint64_t escaped_bits(uint64_t bs, uint64_t *prev) {
  * output) costs the same as plain text. */
 static size_t string_end(const unsigned char *u, size_t n, size_t i, int *esc) {
 #if defined(__SSE2__)
-  const __m128i qt = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\');
   uint64_t prev = 0;
+  size_t end;
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (fw_avx2 < 0) fw_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+  if (fw_avx2 && i + 64 <= n) {
+    if (blocks_avx2(u, n, i, esc, &prev, &end)) return end;
+    i = end;
+  }
+#endif
+  const __m128i qt = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\');
   for (; i + 64 <= n; i += 64) {
     uint64_t q = 0, b = 0;
     for (int k = 0; k < 4; k++) {
@@ -138,13 +192,7 @@ static size_t string_end(const unsigned char *u, size_t n, size_t i, int *esc) {
       q |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, qt)) << (16 * k);
       b |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, bs)) << (16 * k);
     }
-    uint64_t end = q & ~escaped_bits(b, &prev);
-    if (end != 0) {
-      unsigned k = (unsigned)__builtin_ctzll(end);
-      if (b & ((1ull << k) - 1)) *esc = 1;
-      return i + k;
-    }
-    if (b != 0) *esc = 1;
+    if (block_end(q, b, &prev, i, &end, esc)) return end;
   }
   if (prev) i++; /* escaped by the last block's odd run */
 #endif
@@ -237,7 +285,8 @@ px_fv_kind_t px_fw_peek(px_fw_t *w) { return fw_peek(w); }
 
 /* The container at the cursor skipped: strings (their escapes), brackets.
  * With SSE2 sixteen bytes at a time, every quote, backslash and bracket of
- * a block handled from its masks (a validated body: nothing else counts). */
+ * a block handled from its masks (a validated body: nothing else counts);
+ * the rest of a string longer than its block by string_end. */
 static int skip_container(px_fw_t *w) {
   const unsigned char *p = (const unsigned char *)w->p;
   size_t n = w->n, i = w->i;
@@ -276,6 +325,15 @@ static int skip_container(px_fw_t *w) {
         w->i = base + k + 1;
         return 0;
       }
+    }
+    /* a string that goes on past the block (a text, a tool output): its
+     * end found 64 bytes at a time */
+    if (in_str) {
+      int esc = 0;
+      i = string_end(p, n, i, &esc);
+      if (i >= n) return -1;
+      i++;
+      in_str = 0;
     }
   }
 #endif
@@ -548,7 +606,35 @@ int px_fs_blank_value(px_fstr_t s) {
 /* ------------------------------------------------------------------------ */
 /* Writers                                                                   */
 
+px_fb_spanning_t px_fb_spanning;
+
+int px_fb_span(px_buf_t *b, const void *p, size_t n) {
+  const px_fb_spanning_t *sp = &px_fb_spanning;
+  px_spans_t *s = sp->s;
+  const char *c = p;
+  if (c >= sp->lo && c < sp->hi && n <= (size_t)(sp->hi - c)) {
+    if (s->n == s->cap) {
+      size_t cap = s->cap ? s->cap * 2 : 32;
+      px_body_span_t *v = realloc(s->v, cap * sizeof(*v));
+      if (v == NULL) goto copy;
+      s->v = v;
+      s->cap = cap;
+    }
+    s->v[s->n++] = (px_body_span_t){b->len, c, n};
+    s->bytes += n;
+    return 0;
+  }
+copy:
+  return px_buf_append(b, p, n);
+}
+
 int px_fb_str(px_buf_t *b, px_fstr_t s) {
+  if (s.n >= PX_FB_SPAN_MIN && b == px_fb_spanning.b) {
+    int rc = px_fb_put(b, "\"", 1);
+    if (rc == 0) rc = px_fb_span(b, s.p, s.n);
+    if (rc == 0) rc = px_fb_put(b, "\"", 1);
+    return rc;
+  }
   if (s.n + 2 <= b->size - b->len) { /* the hub reserved room: no call */
     char *o = b->data + b->len;
     o[0] = '"';

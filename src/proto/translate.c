@@ -218,8 +218,9 @@ int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t l
   char *text = NULL;
   rc = PX_EINVAL;
   mem_begin(&c, len);
+  if (c.spans) c.spans->n = c.spans->bytes = 0; /* the jansson path writes it whole */
   if (!budget_admits(&c)) goto done;
-  size_t fast_len; /* the common shape: no document at all (translate_fast.c) */
+  size_t fast_len = 0; /* the common shape: no document at all (translate_fast.c) */
   if (c.mem_limit == NULL) {
     int fr = px_translate_request_fast(&c, body, len, flags, &text, &fast_len, lossy, err);
     if (fr == 0 || fr == PX_FAST_REFUSE) {
@@ -256,7 +257,7 @@ done:
     return rc;
   }
   *out = text;
-  *out_len = strlen(text);
+  *out_len = fast_len ? fast_len : strlen(text); /* the fast path knows it */
   return 0;
 }
 

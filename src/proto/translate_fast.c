@@ -26,6 +26,28 @@ static const px_fast_ops_t *fast_of(px_proto_t p) {
  * name is longer): bounded all the same */
 static size_t out_cap(size_t len) { return len * 4 + (64u << 10); }
 
+void px_spans_free(px_spans_t *s) {
+  free(s->v);
+  memset(s, 0, sizeof(*s));
+}
+
+int px_spans_parts(const char *text, size_t len, const px_spans_t *s, px_str_t **parts,
+                   size_t *nparts) {
+  px_str_t *v = malloc((2 * s->n + 1) * sizeof(*v));
+  if (v == NULL) return PX_ENOMEM;
+  size_t k = 0, at = 0;
+  for (size_t i = 0; i < s->n; i++) {
+    const px_body_span_t *sp = &s->v[i];
+    if (sp->at > at) v[k++] = (px_str_t){text + at, sp->at - at};
+    v[k++] = (px_str_t){sp->p, sp->n};
+    at = sp->at;
+  }
+  if (len > at) v[k++] = (px_str_t){text + at, len - at};
+  *parts = v;
+  *nparts = k;
+  return 0;
+}
+
 void px_freq_init(px_freq_t *ir) {
   memset(ir, 0, sizeof(*ir));
   ir->parallel = ir->reasoning_enabled = ir->rf_strict = -1;
@@ -64,7 +86,15 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
   px_buf_t b;
   px_buf_init(&b, out_cap(len));
   int rc = px_buf_reserve(&b, len + 256);
+  /* the client's long strings as spans of its body (not for a token
+   * count: its body is rewritten in place) */
+  px_spans_t *sp = (flags & PX_TR_COUNT_TOKENS) ? NULL : ctx->spans;
+  if (sp) {
+    sp->n = sp->bytes = 0;
+    px_fb_spanning = (px_fb_spanning_t){&b, body, body + len, sp};
+  }
   if (rc == 0) rc = px_fast_request_steps(&c, &c, in, op, body, len, &ir, &a, &b, &l, err);
+  px_fb_spanning.b = NULL;
   /* a token count: the body the upstream's count endpoint takes */
   if (rc == 0 && (flags & PX_TR_COUNT_TOKENS) && op->count_request != NULL)
     rc = op->count_request(&b, 0, c.upstream_model) == 0 ? 0 : PX_FAST_DECLINE;
@@ -72,10 +102,15 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
   px_arena_free(&a);
   if (rc != 0) {
     px_buf_free(&b);
+    if (sp) sp->n = sp->bytes = 0;
     return rc == PX_FAST_REFUSE ? PX_FAST_REFUSE : PX_FAST_DECLINE;
   }
   *out_len = b.len - 1;
   *out = px_buf_steal(&b, NULL);
+  if (sp && sp->bytes) { /* the room reserved for the spans' bytes goes */
+    char *o = realloc(*out, *out_len + 1);
+    if (o) *out = o;
+  }
   px_lossy_merge(lossy, &l);
   taken_req++;
   return 0;

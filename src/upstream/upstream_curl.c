@@ -33,6 +33,7 @@
  * "*": the gateway never goes through a proxy, in either lane).
  */
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -456,6 +457,37 @@ static const char *const fixed_hdrs[] = {
 #define PX_CURL_EXPECT_FROM (1u << 20)
 
 /* The options every transfer of this pool shares: set once per handle. */
+/* A body in parts (px_xfer_opts_t.body_parts) read by curl: as much as
+ * fits from where the last read stopped. */
+static size_t on_read(char *buf, size_t size, size_t nitems, void *arg) {
+  px_xfer_t *x = arg;
+  size_t room = size * nitems, n = 0;
+  while (n < room && x->u.cu.part < x->u.cu.nparts) {
+    px_str_t p = x->u.cu.parts[x->u.cu.part];
+    size_t k = p.len - x->u.cu.off;
+    if (k > room - n) k = room - n;
+    memcpy(buf + n, p.ptr + x->u.cu.off, k);
+    n += k;
+    x->u.cu.off += k;
+    if (x->u.cu.off == p.len) x->u.cu.part++, x->u.cu.off = 0;
+  }
+  return n;
+}
+
+/* curl sends the body again (a reused connection closed under it, a 307):
+ * the read starts over at offset. */
+static int on_seek(void *arg, curl_off_t offset, int origin) {
+  px_xfer_t *x = arg;
+  if (origin != SEEK_SET || offset < 0) return CURL_SEEKFUNC_CANTSEEK;
+  size_t left = (size_t)offset, i = 0;
+  while (i < x->u.cu.nparts && left >= x->u.cu.parts[i].len)
+    left -= x->u.cu.parts[i++].len;
+  if (i == x->u.cu.nparts && left > 0) return CURL_SEEKFUNC_FAIL;
+  x->u.cu.part = i;
+  x->u.cu.off = left;
+  return CURL_SEEKFUNC_OK;
+}
+
 static CURLcode setup_new_easy(px_uclient_t *c, CURL *e, const px_xfer_opts_t *o) {
   CURLcode rc = CURLE_OK;
 #define SET(opt, val) \
@@ -480,6 +512,8 @@ static CURLcode setup_new_easy(px_uclient_t *c, CURL *e, const px_xfer_opts_t *o
   SET(CURLOPT_CLOSESOCKETDATA, (void *)c);
   SET(CURLOPT_HEADERFUNCTION, on_header);
   SET(CURLOPT_WRITEFUNCTION, on_write);
+  SET(CURLOPT_READFUNCTION, on_read);
+  SET(CURLOPT_SEEKFUNCTION, on_seek);
 #undef SET
   return rc;
 }
@@ -513,7 +547,16 @@ static int curl_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
     SET(CURLOPT_HTTPGET, 1L);
   } else {
     SET(CURLOPT_CUSTOMREQUEST, strcmp(m, "POST") != 0 ? m : (char *)NULL);
-    if (o->body || strcmp(m, "POST") == 0) {
+    if (o->body_parts) {
+      /* read from the parts as curl sends (no copy of the whole) */
+      x->u.cu.parts = o->body_parts;
+      x->u.cu.nparts = o->body_nparts;
+      SET(CURLOPT_POSTFIELDS, (char *)NULL);
+      SET(CURLOPT_POST, 1L);
+      SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)o->body_len);
+      SET(CURLOPT_READDATA, (void *)x);
+      SET(CURLOPT_SEEKDATA, (void *)x);
+    } else if (o->body || strcmp(m, "POST") == 0) {
       /* The caller keeps the body alive: no copy (not COPYPOSTFIELDS). */
       SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)o->body_len);
       SET(CURLOPT_POSTFIELDS, o->body ? o->body : "");

@@ -337,6 +337,8 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
   x->u.h1.reqhead_len = (size_t)(w - head);
   x->u.h1.body = post ? (o->body ? o->body : "") : NULL;
   x->u.h1.body_len = post ? o->body_len : 0;
+  x->u.h1.parts = post && o->body_parts ? o->body_parts : NULL;
+  x->u.h1.nparts = x->u.h1.parts ? o->body_nparts : 0;
   px_buf_init(&x->u.h1.pend, 1u << 20);
   return 0;
 }
@@ -405,18 +407,9 @@ static void h1_detach(px_xfer_t *x) {
   h1_read_start(hc); /* an idle connection's EOF closes it */
 }
 
-static int h1_send(px_xfer_t *x) {
-  px_h1conn_t *hc = x->u.h1.hc;
-  llhttp_init(&x->u.h1.parser, HTTP_RESPONSE, &h1_settings);
-  x->u.h1.parser.data = x;
-  x->u.h1.got = false;
-  x->u.h1.val = false;
-  x->status = 0;
-  px_buf_reset(&x->hbuf);
-  uv_buf_t b[2] = {uv_buf_init(x->u.h1.reqhead, (unsigned)x->u.h1.reqhead_len),
-                   uv_buf_init((char *)(x->u.h1.body ? x->u.h1.body : ""),
-                               (unsigned)x->u.h1.body_len)};
-  unsigned nb = x->u.h1.body_len ? 2 : 1;
+/* Writes the request's buffers (libuv copies a queued write's buffer
+ * list: b may go when this returns). */
+static int h1_write(px_h1conn_t *hc, uv_buf_t *b, unsigned nb) {
   if (hc->tls) {
     int trc = px_tls_write(hc->tls, b, nb);
     h1_read_start(hc);
@@ -441,6 +434,34 @@ static int h1_send(px_xfer_t *x) {
   if (rc < 0) return rc;
   hc->writing = true;
   return 0;
+}
+
+static int h1_send(px_xfer_t *x) {
+  px_h1conn_t *hc = x->u.h1.hc;
+  llhttp_init(&x->u.h1.parser, HTTP_RESPONSE, &h1_settings);
+  x->u.h1.parser.data = x;
+  x->u.h1.got = false;
+  x->u.h1.val = false;
+  x->status = 0;
+  px_buf_reset(&x->hbuf);
+  /* the head and the body (or its parts) in one gather */
+  uv_buf_t two[2], *b = two;
+  unsigned nb = 1;
+  if (x->u.h1.parts && x->u.h1.nparts > 1 &&
+      !(b = malloc((x->u.h1.nparts + 1) * sizeof(*b))))
+    return UV_ENOMEM;
+  b[0] = uv_buf_init(x->u.h1.reqhead, (unsigned)x->u.h1.reqhead_len);
+  if (x->u.h1.parts) {
+    for (size_t i = 0; i < x->u.h1.nparts; i++)
+      if (x->u.h1.parts[i].len)
+        b[nb++] =
+            uv_buf_init((char *)x->u.h1.parts[i].ptr, (unsigned)x->u.h1.parts[i].len);
+  } else if (x->u.h1.body_len) {
+    b[nb++] = uv_buf_init((char *)x->u.h1.body, (unsigned)x->u.h1.body_len);
+  }
+  int rc = h1_write(hc, b, nb);
+  if (b != two) free(b);
+  return rc;
 }
 
 /* The connection failed under x (EOF, reset, write error). A reused

@@ -155,6 +155,8 @@ struct px_xfer {
       bool in_multi;
       bool h2;                 /* may multiplex: always the first shard */
       bool in_block;           /* inside a header block (status line seen) */
+      const px_str_t *parts;   /* the body in parts (px_xfer_opts_t), or NULL */
+      size_t nparts, part, off; /* the read callback's place in them */
       struct curl_slist *hdrs; /* hl or a heap array */
       struct curl_slist hl[PX_CURL_INLINE_HDRS];
     } cu;
@@ -171,6 +173,8 @@ struct px_xfer {
       size_t reqhead_len;
       const char *body;
       size_t body_len;
+      const px_str_t *parts; /* the body in parts (px_xfer_opts_t), or NULL */
+      size_t nparts;
       unsigned naddr, addr_i;
       unsigned short port;
       size_t host_len; /* key[0..host_len) is the host (no brackets) */

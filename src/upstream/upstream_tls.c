@@ -419,21 +419,32 @@ ssize_t px_tls_read(px_tls_t *t, char *buf, size_t cap) {
 int px_tls_write(px_tls_t *t, const uv_buf_t *b, unsigned nb) {
   if (t->fatal) return PX_TLS_ERR;
   err_reset();
-  /* a small request (head and body) goes in one record: one seal, not two */
-  size_t total = 0;
-  for (unsigned i = 0; i < nb; i++) total += b[i].len;
-  if (nb > 1 && total <= PX_TLS_GATHER) {
-    char one[PX_TLS_GATHER], *w = one;
-    for (unsigned i = 0; i < nb; i++) memcpy(w, b[i].base, b[i].len), w += b[i].len;
-    if (SSL_write(t->ssl, one, (int)total) <= 0) return fail_text(t, "TLS write failed");
-    return flush(t, true);
-  }
+  /* small buffers gathered into full records (a small request, head and
+   * body, is one seal, not two; a body in many parts is not a record a
+   * part); a long one sealed from where it is. Into t->out: the whole
+   * buffer or an error. */
+  char one[PX_TLS_GATHER];
+  size_t fill = 0;
   for (unsigned i = 0; i < nb; i++) {
-    if (b[i].len == 0) continue;
-    /* into t->out: the whole buffer or an error */
-    if (SSL_write(t->ssl, b[i].base, (int)b[i].len) <= 0)
-      return fail_text(t, "TLS write failed");
+    const char *p = b[i].base;
+    size_t n = b[i].len;
+    while (n > 0) {
+      if (fill == 0 && n >= PX_TLS_GATHER) {
+        if (SSL_write(t->ssl, p, (int)n) <= 0) return fail_text(t, "TLS write failed");
+        break;
+      }
+      size_t k = n < PX_TLS_GATHER - fill ? n : PX_TLS_GATHER - fill;
+      memcpy(one + fill, p, k);
+      fill += k, p += k, n -= k;
+      if (fill == PX_TLS_GATHER) {
+        if (SSL_write(t->ssl, one, (int)fill) <= 0)
+          return fail_text(t, "TLS write failed");
+        fill = 0;
+      }
+    }
   }
+  if (fill > 0 && SSL_write(t->ssl, one, (int)fill) <= 0)
+    return fail_text(t, "TLS write failed");
   return flush(t, true);
 }
 

@@ -4,7 +4,9 @@
  * generates from them (grown with tool-call rounds, thinking and reasoning
  * with opaque tokens) is translated to each other upstream protocol by the
  * fast path, and the fast body is JSON-equal to the jansson path's (the
- * reference), with the same lossy list.
+ * reference), with the same lossy list; and sent in parts (the client
+ * body's long strings as spans of it, as the gateway sends it), byte for
+ * byte the body written whole.
  *
  * A pair must take the fast path once its client's fast decoder and its
  * upstream's fast encoder know the agents' shapes (dec_ready / enc_ready);
@@ -34,7 +36,39 @@ static const int enc_ready[PX_PROTO_COUNT] = {
     [PX_PROTO_GEMINI] = 1,
 };
 
-static int cases, taken;
+static int cases, taken, spanned;
+
+/* The same translation with the client's long strings as spans of its body
+ * (what the gateway sends upstream, in parts): byte for byte the body the
+ * fast path writes whole. */
+static void same_in_parts(const px_tr_ctx_t *c0, const char *what, const char *body,
+                          size_t len, const char *whole, size_t wl) {
+  px_tr_ctx_t c = *c0;
+  px_spans_t sp = {0};
+  c.spans = &sp;
+  char *t = NULL;
+  size_t tl = 0;
+  px_lossy_t l;
+  px_lossy_init(&l);
+  CHECK(px_translate_request_fast(&c, body, len, 0, &t, &tl, &l, NULL) == 0);
+  px_str_t *parts = NULL;
+  size_t np = 0, total = 0;
+  CHECK(px_spans_parts(t, tl, &sp, &parts, &np) == 0);
+  for (size_t i = 0; i < np; i++) total += parts[i].len;
+  int eq = total == wl && total == tl + sp.bytes;
+  for (size_t i = 0, at = 0; eq && i < np; at += parts[i].len, i++) {
+    eq = memcmp(whole + at, parts[i].ptr, parts[i].len) == 0;
+    /* a part in the client's body is a span: a long string, not copied */
+    if (parts[i].ptr >= body && parts[i].ptr < body + len)
+      CHECK(parts[i].len >= PX_FB_SPAN_MIN);
+  }
+  if (!eq) fprintf(stderr, "%s: the body in parts differs from the whole\n", what);
+  CHECK(eq);
+  if (sp.n) spanned++;
+  free(parts);
+  free(t);
+  px_spans_free(&sp);
+}
 
 /* one body from a client of protocol in, to every other upstream; and as a
  * token count (the count_tokens endpoints) where the upstream counts */
@@ -72,6 +106,7 @@ static void body_case(const char *what, int in, const char *body, size_t len,
           fprintf(stderr,
                   "%s: %d -> %d%s differ\nfast: %.2000s [%s]\nslow: %.2000s [%s]\n", what,
                   in, out, count ? " (count)" : "", fo, lf.buf, so ? so : "", ls.buf);
+        if (!count) same_in_parts(&c, what, body, len, fo, fl);
       }
       free(fo);
       free(so);
@@ -172,7 +207,9 @@ int main(int argc, char **argv) {
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
     CHECK(system(cmd) == 0);
   }
-  printf("fast_agents: the fast path took %d of %d agent requests\n", taken, cases);
+  printf("fast_agents: the fast path took %d of %d agent requests (%d sent in parts)\n",
+         taken, cases, spanned);
   CHECK(cases >= 24 + 36);
+  CHECK(spanned >= cases / 2); /* agents' long texts stay in their bodies */
   return check_report("fast_agents");
 }
