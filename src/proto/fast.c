@@ -1179,9 +1179,11 @@ unsigned px_jv_fields(const px_fv_t *o, const px_fkey_t *keys, int n, px_fv_t *o
   px_fstr_t k;
   px_fv_t skip;
   while (fw_member(&w, &k) == 1) {
-    int ki = px_fk_of(k, keys, n);
-    for (int i = 0; ki < 0 && k.esc && i < n; i++)
-      if (key_is(k, keys[i].s, keys[i].n)) ki = i;
+    int ki = -1;
+    for (int i = 0; ki < 0 && i < n; i++)
+      if (k.esc ? key_is(k, keys[i].s, keys[i].n)
+                : keys[i].n == k.n && memcmp(keys[i].s, k.p, k.n) == 0)
+        ki = i;
     if (fw_value(&w, ki >= 0 ? &out[ki] : &skip) < 0) break;
     if (ki >= 0) found |= 1u << ki;
   }
