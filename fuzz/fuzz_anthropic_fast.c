@@ -1,7 +1,7 @@
 /* fuzz_anthropic_fast.c - differential test of the Anthropic stream
- * decoder's fast path (src/proto/anthropic_stream.c) against its jansson
- * path: two decoders, one with the fast path on and one with it off, get
- * the same events; every event must give the same return code and the same
+ * decoder's fast path (src/proto/anthropic_stream.c) against its general
+ * path (fastir.h checked views): two decoders, one with the fast path on and one with it
+ * off, get the same events; every event must give the same return code and the same
  * emitted events (types, indexes, kinds, text bytes, ids, usage, errors).
  *
  * Input: byte 0 picks the mode.
@@ -55,7 +55,7 @@ static void start(fd_pair_t *p, int kind) {
 
 /* Self check: the fast path handles every event of the stream (message_start,
  * the blocks' starts, deltas and stops, ping, message_delta, message_stop)
- * but the lone surrogate, which goes to jansson and is rejected: the pair
+ * but the lone surrogate, which goes to the general path and is rejected: the pair
  * restarts (message_start and a text block's start, fast) and ends the
  * message (14 events) */
 static const char self_body[] =

@@ -1,9 +1,8 @@
 /* fuzz_chat_fast.c - differential test of the Chat Completions stream
  * decoder's fast path (src/proto/chat_stream.c, fast_chunk) against its
- * jansson path: two decoders, one with the fast path on and one with it
- * off, get the same chunks; every chunk must give the same return code and
- * the same emitted events (types, indexes, kinds, text bytes, ids, usage,
- * errors).
+ * general path (fastir.h checked views): two decoders, one with the fast path on and one
+ * with it off, get the same chunks; every chunk must give the same return code and the
+ * same emitted events (types, indexes, kinds, text bytes, ids, usage, errors).
  *
  * Input: byte 0 picks the mode.
  *   even: the rest (after byte 1) is an upstream SSE body.

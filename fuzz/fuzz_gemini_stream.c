@@ -1,5 +1,6 @@
 /* fuzz_gemini_stream.c - differential test of the Gemini stream decoder's
- * fast path (src/proto/gemini_stream.c) against its jansson path: two
+ * fast path (src/proto/gemini_stream.c) against its general path (fastir.h
+ * checked views): two
  * decoders, one with the fast path on and one with it off, get the same
  * chunks; every chunk must give the same return code and the same emitted
  * events (types, indexes, kinds, text bytes, ids, usage, errors).
@@ -48,7 +49,7 @@ static void start(fd_pair_t *p, int kind) {
 }
 
 /* Self check: the fast path handles the first, the two text and the finish
- * chunks; the thought part and the late usage go to jansson */
+ * chunks; the thought part and the late usage go to the general path */
 static const char self_body[] =
     "data: " HEAD "Hel" TAIL
     ",\"index\":0}],\"usageMetadata\":{\"promptTokenCount\":3,"

@@ -427,6 +427,61 @@ int px_fast_openai_tc(px_fstr_t s, px_freq_t *ir);
  *  unique (the jansson codecs mint the others: the fast encoders decline). */
 int px_fast_ids_plain(const px_fpart_t *parts);
 
+/* ------------------------------------------------------------------------ */
+/* Checked views: the stream codecs' reading of an event (src/proto/fast.c). */
+/* A value is checked whole once (px_jv_parse: px_fc_value's rules, an      */
+/* object or an array as json_loadb with flags 0 takes them), then read     */
+/* where it lies, with no document: a member is the last of its name (names */
+/* compared unescaped), as jansson's document holds it. A view whose        */
+/* raw.ptr is NULL is absent (json_object_get's NULL).                      */
+
+/** Whether view v is present and of kind k. */
+static inline int px_jv_is(const px_fv_t *v, px_fv_kind_t k) {
+  return v->raw.ptr != NULL && v->kind == k;
+}
+/** The text p[0..n) as one checked object or array: 0, or -1 (v absent). */
+int px_jv_parse(const char *p, size_t n, px_fv_t *v);
+/** Member `key` of object o (the last of a repeated one): 1, or 0 with out
+ *  absent (o absent or not an object, or no such member). */
+int px_jv_get(const px_fv_t *o, const char *key, px_fv_t *out);
+/** Members keys[0..n) of object o (n <= 32) read in one walk, each the
+ *  last of its name, into out[k] (absent when not there, or o is not an
+ *  object); the bits of those found. */
+unsigned px_jv_fields(const px_fv_t *o, const px_fkey_t *keys, int n, px_fv_t *out);
+/** An iterator over a checked object's members or an array's elements. */
+typedef struct px_jv_it {
+  px_fw_t w;
+} px_jv_it_t;
+/** Start it on c (an object or an array; anything else: nothing to give). */
+void px_jv_iter(px_jv_it_t *it, const px_fv_t *c);
+/** The next member of the object as jansson iterates its document: each
+ *  name once, at its first place, with its last value. 1, or 0 at the end. */
+int px_jv_member(px_jv_it_t *it, px_fstr_t *key, px_fv_t *val);
+/** The next element of the array: 1, or 0 at the end. */
+int px_jv_elem(px_jv_it_t *it, px_fv_t *v);
+/** json_array_size: elements of array a, 0 when not an array. */
+size_t px_jv_size(const px_fv_t *a);
+/** json_string_value: the string's value unescaped and NUL-terminated in
+ *  the arena (*len its length, when len is not NULL); NULL when v is not a
+ *  string (or out of memory). */
+const char *px_jv_str(px_arena_t *a, const px_fv_t *v, size_t *len);
+/** json_is_integer + json_integer_value: 1 with *out, else 0. */
+int px_jv_int(const px_fv_t *v, int64_t *out);
+/** The string member `key` of o (px_jv_str: NUL-terminated in the arena),
+ *  PX_STR_NULL when it is not one. */
+px_str_t px_jv_sget(px_arena_t *a, const px_fv_t *o, const char *key);
+/** The integer member `key` of o, else dflt. */
+int64_t px_jv_iget(const px_fv_t *o, const char *key, int64_t dflt);
+/** px_fb_jdump writes fewer than this many bytes per byte of the value
+ *  it reads (a real grows most: "1e-7" -> "9.9999999999999995e-8"): the
+ *  room a value re-written from one event may take. */
+#define PX_JV_GROWTH 8
+/** The value v written as json_dumps(JSON_COMPACT) writes jansson's
+ *  document of it (strings re-escaped as jansson does, reals as jansson
+ *  formats them, an object's repeated names once, at their first place, with
+ *  the last value). 0 or b's error. */
+int px_fb_jdump(px_buf_t *b, const px_fv_t *v);
+
 /* writers */
 int px_fb_i64(px_buf_t *b, int64_t v);
 /** Request bodies in parts (px_tr_ctx_t.spans): while the hub's encoder

@@ -26,6 +26,9 @@
 /** Code points in the UTF-8 text s[0..n) (bytes that are not continuation
  *  bytes). */
 size_t px_utf8_chars(const char *s, size_t n);
+/** The byte offset of character ci of s[0..n) (clipped to n; a byte that
+ *  starts no valid sequence counts as one character). */
+size_t px_utf8_offset(const char *s, size_t n, int64_t ci);
 /** Write code point cp (<= U+10FFFF) as UTF-8 at o (room for 4); its length. */
 size_t px_utf8_put(char *o, unsigned long cp);
 /** The 4 hex digits at p (all 4 readable) -> value, or -1. */

@@ -31,12 +31,6 @@ static inline const char *px_jstr(const json_t *o, const char *k) {
   return json_string_value(json_object_get(o, k));
 }
 
-/** The string member k of o as a view (with its length), or PX_STR_NULL. */
-static inline px_str_t px_jview(const json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  if (!json_is_string(v)) return PX_STR_NULL;
-  return (px_str_t){json_string_value(v), json_string_length(v)};
-}
 /** The integer member k of o, or dflt. */
 static inline int64_t px_jint(const json_t *o, const char *k, int64_t dflt) {
   json_t *v = json_object_get(o, k);

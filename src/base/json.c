@@ -18,6 +18,15 @@ size_t px_utf8_chars(const char *s, size_t n) {
   return c;
 }
 
+size_t px_utf8_offset(const char *s, size_t n, int64_t ci) {
+  size_t at = 0;
+  for (int64_t k = 0; k < ci && at < n; k++) {
+    size_t l = px_utf8_seq((const unsigned char *)s + at, n - at);
+    at += l ? l : 1;
+  }
+  return at;
+}
+
 size_t px_utf8_put(char *o, unsigned long cp) {
   if (cp < 0x80) {
     o[0] = (char)cp;

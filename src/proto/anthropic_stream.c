@@ -26,11 +26,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proxai/jdoc.h"
+#include "proxai/fastir.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
 #include "proxai/usage.h"
+
+/* the citations a text block holds until its end (their annotations' heads
+ * and tails): past this, the stream fails */
+#define ANTH_MAX_CITATIONS (8u << 20)
 
 /* ======================================================================== */
 /* Decoder                                                                    */
@@ -66,7 +70,7 @@ struct px_sdec {
   uint32_t memo_seen, memo_strs, memo_nums;
   px_fj_str_t memo_type;
   int64_t memo_index;
-  json_t *cits;       /* citations of the open text block */
+  px_buf_t cits;      /* citations of the open text block (cit_hold) */
   int64_t chars;      /* characters of the open text block */
 };
 
@@ -95,6 +99,7 @@ px_sdec_t *px_anthropic_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, voi
   d->in_raw = d->cache_read = d->cache_creation = -1;
   d->fast = 1;
   px_buf_init(&d->scratch, PX_MAX_SSE_EVENT);
+  px_buf_init(&d->cits, ANTH_MAX_CITATIONS);
   sd_set(d, SD_INIT);
   return d;
 }
@@ -102,7 +107,7 @@ px_sdec_t *px_anthropic_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, voi
 void px_anthropic_sdec_free(px_sdec_t *d) {
   if (d == NULL) return;
   px_buf_free(&d->scratch);
-  json_decref(d->cits);
+  px_buf_free(&d->cits);
   free(d->memo);
   free(d);
 }
@@ -120,19 +125,81 @@ static int64_t sum_pos(int64_t a, int64_t b, int64_t c) {
   return a + (b > 0 ? b : 0) + (c > 0 ? c : 0);
 }
 
-static int sd_message_start(px_sdec_t *d, json_t *j) {
-  json_t *m = json_object_get(j, "message");
-  json_t *u = json_object_get(m, "usage");
+/* The general path: the event read with fastir.h's checked views, its
+ * strings unescaped into the arena ar. */
+/* What the general path reads of an event (each object in one walk,
+ * px_jv_fields): its members, a content block's, a delta's (a block's or
+ * the message's), a usage object's. */
+enum { E_TYPE, E_INDEX, E_MESSAGE, E_BLOCK, E_DELTA, E_USAGE, E_ERROR, E_N };
+static const px_fkey_t event_keys[] = {
+    PX_FK("type"),  PX_FK("index"), PX_FK("message"), PX_FK("content_block"),
+    PX_FK("delta"), PX_FK("usage"), PX_FK("error")};
+enum {
+  B_TYPE,
+  B_TEXT,
+  B_THINKING,
+  B_SIGNATURE,
+  B_DATA,
+  B_ID,
+  B_NAME,
+  B_CITATIONS,
+  B_INPUT,
+  B_PARTIAL,
+  B_CITATION,
+  B_STOP_REASON,
+  B_STOP_SEQ,
+  B_STOP_DETAILS,
+  B_N
+};
+static const px_fkey_t block_keys[] = {
+    PX_FK("type"),          PX_FK("text"),        PX_FK("thinking"),
+    PX_FK("signature"),     PX_FK("data"),        PX_FK("id"),
+    PX_FK("name"),          PX_FK("citations"),   PX_FK("input"),
+    PX_FK("partial_json"),  PX_FK("citation"),    PX_FK("stop_reason"),
+    PX_FK("stop_sequence"), PX_FK("stop_details")};
+enum { GU_IN, GU_CACHE_READ, GU_CACHE_CREATION, GU_OUT, GU_N };
+static const px_fkey_t usage_keys[] = {
+    PX_FK("input_tokens"), PX_FK("cache_read_input_tokens"),
+    PX_FK("cache_creation_input_tokens"), PX_FK("output_tokens")};
+
+/* the usage object u's counts (-1: not an integer there) */
+static void read_usage(const px_fv_t *u, int64_t n[GU_N]) {
+  px_fv_t f[GU_N];
+  px_jv_fields(u, usage_keys, GU_N, f);
+  for (int k = 0; k < GU_N; k++) {
+    n[k] = -1;
+    px_jv_int(&f[k], &n[k]);
+  }
+}
+
+static px_str_t str_at(px_arena_t *ar, const px_fv_t *f, int k) {
+  size_t n = 0;
+  const char *s = px_jv_str(ar, &f[k], &n);
+  return s ? (px_str_t){s, n} : PX_STR_NULL;
+}
+
+static int64_t index_of(const px_fv_t *f) {
+  int64_t i = -1;
+  px_jv_int(&f[E_INDEX], &i);
+  return i;
+}
+
+static int sd_message_start(px_sdec_t *d, const px_fv_t *f, px_arena_t *ar) {
+  static const px_fkey_t keys[] = {PX_FK("id"), PX_FK("model"), PX_FK("usage")};
+  px_fv_t m[3];
+  int64_t u[GU_N];
+  px_jv_fields(&f[E_MESSAGE], keys, 3, m);
+  read_usage(&m[2], u);
   px_ev_t ev;
   if (d->st != SD_INIT) return sd_proto(d, "upstream sent message_start twice");
   px_ev_init(&ev, PX_EV_MESSAGE_START);
-  ev.id = px_jview(m, "id");
-  ev.model = px_jview(m, "model");
-  d->in_raw = px_jint(u, "input_tokens", -1);
-  d->cache_read = px_jint(u, "cache_read_input_tokens", -1);
-  d->cache_creation = px_jint(u, "cache_creation_input_tokens", -1);
+  ev.id = str_at(ar, m, 0);
+  ev.model = str_at(ar, m, 1);
+  d->in_raw = u[GU_IN];
+  d->cache_read = u[GU_CACHE_READ];
+  d->cache_creation = u[GU_CACHE_CREATION];
   ev.usage.input_tokens = sum_pos(d->in_raw, d->cache_read, d->cache_creation);
-  ev.usage.output_tokens = px_jint(u, "output_tokens", -1);
+  ev.usage.output_tokens = u[GU_OUT];
   ev.usage.cache_read_tokens = d->cache_read;
   ev.usage.cache_creation_tokens = d->cache_creation;
   sd_set(d, SD_MESSAGE);
@@ -150,13 +217,42 @@ static int sd_delta(px_sdec_t *d, px_delta_t kind, px_str_t text) {
   return d->sink(d->arg, &ev);
 }
 
-static int sd_block_start(px_sdec_t *d, json_t *j) {
-  json_t *cb = json_object_get(j, "content_block");
-  const char *t = json_string_value(json_object_get(cb, "type"));
+/* A citation held to its text block's end (an annotation spans the block's
+ * text, whose length is known only then): one record in d->cits, the
+ * annotation's head (through its url) and tail (its title), each after its
+ * length; a citation without a url holds an empty head (dropped). */
+static int cit_hold(px_sdec_t *d, const px_fv_t *c, px_arena_t *ar) {
+  px_buf_t *b = &d->cits;
+  px_str_t url = px_jv_sget(ar, c, "url"), title = px_jv_sget(ar, c, "title");
+  size_t at = b->len, l = 0;
+  int rc = px_buf_append(b, &l, sizeof(l));
+  if (rc == 0 && url.ptr != NULL) {
+    rc = px_buf_puts(b, "{\"type\":\"url_citation\",\"url\":");
+    if (rc == 0) rc = px_buf_json_str_as(b, url.ptr, url.len, PX_ESC_JANSSON);
+    l = b->len - at - sizeof(l);
+    memcpy(b->data + at, &l, sizeof(l));
+  }
+  size_t tat = b->len;
+  l = 0;
+  if (rc == 0) rc = px_buf_append(b, &l, sizeof(l));
+  if (rc == 0 && url.ptr != NULL && title.ptr != NULL) {
+    rc = px_buf_puts(b, ",\"title\":");
+    if (rc == 0) rc = px_buf_json_str_as(b, title.ptr, title.len, PX_ESC_JANSSON);
+    l = b->len - tat - sizeof(l);
+    memcpy(b->data + tat, &l, sizeof(l));
+  }
+  if (rc < 0) b->len = at;
+  return rc < 0 ? PX_ENOMEM : 0;
+}
+
+static int sd_block_start(px_sdec_t *d, const px_fv_t *f, px_arena_t *ar) {
+  px_fv_t cb[B_N];
+  px_jv_fields(&f[E_BLOCK], block_keys, B_N, cb);
+  const char *t = px_jv_str(ar, &cb[B_TYPE], NULL);
   px_ev_t ev;
   int rc;
   if (d->st != SD_MESSAGE) return sd_proto(d, "upstream content_block_start out of order");
-  d->up_index = px_jint(j, "index", -1);
+  d->up_index = index_of(f);
   if (t == NULL) return sd_proto(d, "upstream content block without a type");
   px_ev_init(&ev, PX_EV_BLOCK_START);
   if (strcmp(t, "text") == 0) {
@@ -165,11 +261,11 @@ static int sd_block_start(px_sdec_t *d, json_t *j) {
     ev.block = PX_BLOCK_THINKING;
   } else if (strcmp(t, "redacted_thinking") == 0) {
     ev.block = PX_BLOCK_REDACTED_THINKING;
-    ev.text = px_jview(cb, "data");
+    ev.text = str_at(ar, cb, B_DATA);
   } else if (strcmp(t, "tool_use") == 0) {
     ev.block = PX_BLOCK_TOOL_CALL;
-    ev.id = px_jview(cb, "id");
-    ev.name = px_jview(cb, "name");
+    ev.id = str_at(ar, cb, B_ID);
+    ev.name = str_at(ar, cb, B_NAME);
   } else {
     /* server tool use / results and future block types: not forwarded
      * (the same names as the non-streaming decoder, anthropic.c) */
@@ -192,51 +288,55 @@ static int sd_block_start(px_sdec_t *d, json_t *j) {
   /* initial content carried by the start event itself */
   if (ev.block == PX_BLOCK_TEXT) {
     d->chars = 0;
-    json_decref(d->cits);
-    d->cits = NULL;
-    json_t *c = json_object_get(cb, "citations");
-    if (json_array_size(c) > 0) d->cits = json_deep_copy(c);
-    return sd_delta(d, PX_DELTA_TEXT, px_jview(cb, "text"));
+    px_buf_reset(&d->cits);
+    px_fv_t x;
+    px_jv_it_t it;
+    px_jv_iter(&it, &cb[B_CITATIONS]);
+    while (px_jv_is(&cb[B_CITATIONS], PX_FV_ARR) && px_jv_elem(&it, &x))
+      if (cit_hold(d, &x, ar) < 0) return PX_ENOMEM;
+    return sd_delta(d, PX_DELTA_TEXT, str_at(ar, cb, B_TEXT));
   }
   if (ev.block == PX_BLOCK_THINKING) {
-    rc = sd_delta(d, PX_DELTA_THINKING, px_jview(cb, "thinking"));
-    if (rc == 0) rc = sd_delta(d, PX_DELTA_SIGNATURE, px_jview(cb, "signature"));
+    rc = sd_delta(d, PX_DELTA_THINKING, str_at(ar, cb, B_THINKING));
+    if (rc == 0) rc = sd_delta(d, PX_DELTA_SIGNATURE, str_at(ar, cb, B_SIGNATURE));
     return rc;
   }
   if (ev.block == PX_BLOCK_TOOL_CALL) {
-    json_t *in = json_object_get(cb, "input");
-    if (json_is_object(in) && json_object_size(in) > 0) {
-      char *s = px_jdoc_dump(in, JSON_COMPACT);
-      if (s == NULL) return PX_ENOMEM;
-      rc = sd_delta(d, PX_DELTA_TOOL_ARGS, px_str(s));
-      free(s);
+    const px_fv_t *in = &cb[B_INPUT];
+    px_fv_t x;
+    px_fstr_t k;
+    px_jv_it_t it;
+    px_jv_iter(&it, in);
+    if (px_jv_is(in, PX_FV_OBJ) && px_jv_member(&it, &k, &x)) { /* not empty */
+      px_buf_t s;
+      px_buf_init(&s, PX_JV_GROWTH * (size_t)PX_MAX_SSE_EVENT);
+      rc = px_fb_jdump(&s, in);
+      if (rc == 0) rc = sd_delta(d, PX_DELTA_TOOL_ARGS, (px_str_t){s.data, s.len});
+      px_buf_free(&s);
     }
   }
   return rc;
 }
 
-static int sd_block_delta(px_sdec_t *d, json_t *j) {
-  json_t *dl = json_object_get(j, "delta");
-  const char *t = json_string_value(json_object_get(dl, "type"));
+static int sd_block_delta(px_sdec_t *d, const px_fv_t *f, px_arena_t *ar) {
+  px_fv_t dl[B_N];
+  px_jv_fields(&f[E_DELTA], block_keys, B_N, dl);
+  const char *t = px_jv_str(ar, &dl[B_TYPE], NULL);
   if (d->st == SD_SKIP) return 0;
-  if (d->st != SD_BLOCK || px_jint(j, "index", -1) != d->up_index)
+  if (d->st != SD_BLOCK || index_of(f) != d->up_index)
     return sd_proto(d, "upstream content_block_delta out of order");
   if (t == NULL) return sd_proto(d, "upstream delta without a type");
   if (strcmp(t, "text_delta") == 0 && d->block == PX_BLOCK_TEXT)
-    return sd_delta(d, PX_DELTA_TEXT, px_jview(dl, "text"));
+    return sd_delta(d, PX_DELTA_TEXT, str_at(ar, dl, B_TEXT));
   if (strcmp(t, "thinking_delta") == 0 && d->block == PX_BLOCK_THINKING)
-    return sd_delta(d, PX_DELTA_THINKING, px_jview(dl, "thinking"));
+    return sd_delta(d, PX_DELTA_THINKING, str_at(ar, dl, B_THINKING));
   if (strcmp(t, "signature_delta") == 0 && d->block == PX_BLOCK_THINKING)
-    return sd_delta(d, PX_DELTA_SIGNATURE, px_jview(dl, "signature"));
+    return sd_delta(d, PX_DELTA_SIGNATURE, str_at(ar, dl, B_SIGNATURE));
   if (strcmp(t, "input_json_delta") == 0 && d->block == PX_BLOCK_TOOL_CALL)
-    return sd_delta(d, PX_DELTA_TOOL_ARGS, px_jview(dl, "partial_json"));
+    return sd_delta(d, PX_DELTA_TOOL_ARGS, str_at(ar, dl, B_PARTIAL));
   if (strcmp(t, "citations_delta") == 0) {
-    /* held to the block's end: an annotation spans the block's text, whose
-     * length is known only then */
-    json_t *c = json_object_get(dl, "citation");
-    if (!json_is_object(c) || d->block != PX_BLOCK_TEXT) return 0;
-    if (d->cits == NULL) d->cits = json_array();
-    return json_array_append(d->cits, c) == 0 ? 0 : PX_ENOMEM;
+    if (!px_jv_is(&dl[B_CITATION], PX_FV_OBJ) || d->block != PX_BLOCK_TEXT) return 0;
+    return cit_hold(d, &dl[B_CITATION], ar);
   }
   if (strcmp(t, "text_delta") == 0 || strcmp(t, "thinking_delta") == 0 ||
       strcmp(t, "signature_delta") == 0 || strcmp(t, "input_json_delta") == 0)
@@ -244,44 +344,49 @@ static int sd_block_delta(px_sdec_t *d, json_t *j) {
   return 0; /* future delta types */
 }
 
-static int sd_block_stop(px_sdec_t *d, json_t *j) {
+static int sd_block_stop(px_sdec_t *d, const px_fv_t *f) {
   px_ev_t ev;
   if (d->st == SD_SKIP) {
     sd_set(d, SD_MESSAGE);
     return 0;
   }
-  if (d->st != SD_BLOCK || px_jint(j, "index", -1) != d->up_index)
+  if (d->st != SD_BLOCK || index_of(f) != d->up_index)
     return sd_proto(d, "upstream content_block_stop out of order");
-  if (d->block == PX_BLOCK_TEXT && d->cits != NULL) {
+  if (d->block == PX_BLOCK_TEXT && d->cits.len > 0) {
     /* the same rule as citations_to_annotations (anthropic.c): a citation
      * with a URL is a url_citation over the block's text */
-    size_t i;
-    json_t *c;
+    px_buf_t a;
+    px_buf_init(&a, PX_JV_GROWTH * (size_t)PX_MAX_SSE_EVENT);
     int rc = 0;
-    json_array_foreach(d->cits, i, c) {
-      if (px_jstr(c, "url") == NULL) {
+    for (size_t at = 0; rc == 0 && at < d->cits.len;) {
+      size_t hl, tl;
+      memcpy(&hl, d->cits.data + at, sizeof(hl));
+      const char *head = d->cits.data + at + sizeof(hl);
+      at += sizeof(hl) + hl;
+      memcpy(&tl, d->cits.data + at, sizeof(tl));
+      const char *tail = d->cits.data + at + sizeof(tl);
+      at += sizeof(tl) + tl;
+      if (hl == 0) {
         px_dropped(d->ctx, "content[].citations");
         continue;
       }
-      json_t *a = json_pack("{s:s,s:s,s:I,s:I}", "type", "url_citation", "url",
-                            px_jstr(c, "url"), "start_index", (json_int_t)0, "end_index",
-                            (json_int_t)d->chars);
-      if (a != NULL && px_jstr(c, "title") != NULL)
-        json_object_set(a, "title", json_object_get(c, "title"));
-      char *s = a ? px_jdoc_dump(a, JSON_COMPACT) : NULL;
-      json_decref(a);
-      if (s == NULL) return PX_ENOMEM;
+      px_buf_reset(&a);
+      rc = px_buf_append(&a, head, hl);
+      if (rc == 0) rc = px_buf_puts(&a, ",\"start_index\":0,\"end_index\":");
+      if (rc == 0) rc = px_buf_i64(&a, (long long)d->chars);
+      if (rc == 0) rc = px_buf_append(&a, tail, tl);
+      if (rc == 0) rc = px_buf_puts(&a, "}");
+      if (rc < 0) break;
       px_ev_t av;
       px_ev_init(&av, PX_EV_DELTA);
       av.index = d->cur;
       av.delta = PX_DELTA_ANNOTATION;
-      av.text = px_str(s);
+      av.text = (px_str_t){a.data, a.len};
       rc = d->sink(d->arg, &av);
-      free(s);
-      if (rc < 0) return rc;
     }
-    json_decref(d->cits);
-    d->cits = NULL;
+    px_buf_free(&a);
+    px_buf_reset(&d->cits);
+    if (rc < 0) return rc;
   }
   px_ev_init(&ev, PX_EV_BLOCK_STOP);
   ev.index = d->cur;
@@ -289,59 +394,57 @@ static int sd_block_stop(px_sdec_t *d, json_t *j) {
   return d->sink(d->arg, &ev);
 }
 
-static int sd_message_delta(px_sdec_t *d, json_t *j) {
-  json_t *dl = json_object_get(j, "delta");
-  json_t *u = json_object_get(j, "usage");
-  json_t *sd = json_object_get(dl, "stop_details");
+static int sd_message_delta(px_sdec_t *d, const px_fv_t *f, px_arena_t *ar) {
+  px_fv_t dl[B_N];
+  int64_t u[GU_N];
+  px_jv_fields(&f[E_DELTA], block_keys, B_N, dl);
+  read_usage(&f[E_USAGE], u);
   px_ev_t ev;
   if (d->st != SD_MESSAGE && d->st != SD_ENDING)
     return sd_proto(d, "upstream message_delta out of order");
   px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
-  const char *sr = json_string_value(json_object_get(dl, "stop_reason"));
+  const char *sr = str_at(ar, dl, B_STOP_REASON).ptr;
   ev.stop = px_stop_parse(sr);
   ev.finish = px_str(sr);
   /* newer Anthropic reason with an existing IR equivalent */
   if (sr != NULL && strcmp(sr, "model_context_window_exceeded") == 0)
     ev.stop = PX_STOP_MAX_TOKENS;
-  ev.stop_sequence = px_jview(dl, "stop_sequence");
-  ev.refusal_explanation = px_jview(sd, "explanation");
+  ev.stop_sequence = str_at(ar, dl, B_STOP_SEQ);
+  ev.refusal_explanation = px_jv_sget(ar, &dl[B_STOP_DETAILS], "explanation");
   /* message_delta usage is cumulative; fields it omits keep message_start's */
-  int64_t in = px_jint(u, "input_tokens", -1),
-          cr = px_jint(u, "cache_read_input_tokens", -1);
-  int64_t cc = px_jint(u, "cache_creation_input_tokens", -1);
+  int64_t in = u[GU_IN], cr = u[GU_CACHE_READ], cc = u[GU_CACHE_CREATION];
   if (in < 0) in = d->in_raw;
   if (cr < 0) cr = d->cache_read;
   if (cc < 0) cc = d->cache_creation;
   ev.usage.input_tokens = sum_pos(in, cr, cc);
-  ev.usage.output_tokens = px_jint(u, "output_tokens", -1);
+  ev.usage.output_tokens = u[GU_OUT];
   ev.usage.cache_read_tokens = cr;
   ev.usage.cache_creation_tokens = cc;
   sd_set(d, SD_ENDING);
   return d->sink(d->arg, &ev);
 }
 
-static int sd_error(px_sdec_t *d, json_t *j) {
-  json_t *e = json_object_get(j, "error");
-  const char *type = json_string_value(json_object_get(e, "type"));
-  px_str_t msg = px_jview(e, "message");
+static int sd_error(px_sdec_t *d, const px_fv_t *f, px_arena_t *ar) {
+  const char *type = px_jv_sget(ar, &f[E_ERROR], "type").ptr;
+  px_str_t msg = px_jv_sget(ar, &f[E_ERROR], "message");
   if (msg.ptr == NULL) msg = PX_STR("upstream stream error");
   return sd_fail(d, px_errkind_from_type(type, 0), msg.ptr, msg.len);
 }
 
-
 /* ------------------------------------------------------------------------ */
 /* Fast path. Nearly every upstream event is a content_block_delta carrying
  * one text / thinking / signature / partial_json fragment, or a ping.
- * Building a jansson tree for each dominates the translation, so those
+ * Walking each whole, then looking its members up (the general path), costs
+ * several passes, so those
  * events are read by a small validating scanner. It accepts only what it
- * can prove jansson would accept and read the same way: the whole event
+ * can prove the general path would accept and read the same way: the whole event
  * must be one well-formed JSON object (strings: valid UTF-8, no raw control
  * characters, valid escapes, no \u0000, surrogate escapes only as pairs;
  * numbers: plain integers of at most 15 digits; nesting at most 32 deep;
  * the scanner is px_fj_* of json.h, shared with the other stream decoders),
  * with no escaped or repeated keys where the fields are read. Anything else
  * (other events, errors, unexpected states, odd shapes) returns "not
- * handled" and goes to the jansson path, which stays the arbiter. Nothing is
+ * handled" and goes to the general path, which stays the arbiter. Nothing is
  * emitted before the whole event has been checked. */
 
 /* The walk's levels and the members it reads, one bit each. */
@@ -453,7 +556,7 @@ static void memo_keep(px_sdec_t *d, const unsigned char *p, size_t len, uint32_t
   if (nums & FB(T_INDEX)) d->memo_index = index;
 }
 
-/* Returns 1 when the event was handled, 0 to use the jansson path, <0 on a
+/* Returns 1 when the event was handled, 0 to use the general path, <0 on a
  * sink error. Every event of a plain stream: message_start, the text and
  * thinking blocks' content_block_start, content_block_delta,
  * content_block_stop, message_delta, message_stop and ping.
@@ -466,7 +569,7 @@ static void memo_keep(px_sdec_t *d, const unsigned char *p, size_t len, uint32_t
 static int fast_event(px_sdec_t *d, const char *data, size_t n) {
   /* one flat walk of the event and its objects (px_fj_key / px_fj_pass /
    * px_fj_next of json.h); the members read are checked as they are read:
-   * strings (or null where the jansson path reads a missing one alike),
+   * strings (or null where the general path reads a missing one alike),
    * integers (or null), objects (or null) */
   const unsigned char *p = (const unsigned char *)data;
   px_fj_str_t st[F_NONE];
@@ -510,12 +613,13 @@ member : {
     i = s->e + 1;
     goto after;
   }
-  if (p[i] == 'n') { /* null: the jansson path reads it as a missing member */
+  if (p[i] == 'n') { /* null: the general path reads it as a missing member */
     if (n - i < 4 || memcmp(p + i, "null", 4) != 0) return 0;
     i += 4;
     goto after;
   }
-  if (FB(f) & (FB(C_CITS) | FB(D_SD))) return 0; /* citations, stop details: jansson */
+  if (FB(f) & (FB(C_CITS) | FB(D_SD)))
+    return 0; /* citations, stop details: the general path */
   if (FB(f) & OBJ_FIELDS) {
     if (p[i] != '{') return 0;
     i++;
@@ -585,7 +689,7 @@ close:
     px_str_t text;
     const px_fj_str_t *fs = &st[field];
     if (px_json_unescape(data + fs->s, fs->e - fs->s, fs->esc, &d->scratch, &text) < 0)
-      return 0; /* scratch too small: let jansson decide */
+      return 0; /* scratch too small: the general path decides */
     int rc = sd_delta(d, dk, text);
     return rc < 0 ? rc : 1;
   }
@@ -625,7 +729,7 @@ close:
   }
   if (room > 0) {
     d->scratch.len = 0;
-    if (px_buf_reserve(&d->scratch, room) < 0) return 0; /* let jansson decide */
+    if (px_buf_reserve(&d->scratch, room) < 0) return 0; /* the general path decides */
   }
   for (uint32_t m = use; m != 0; m &= m - 1) {
     int k = __builtin_ctz(m);
@@ -648,7 +752,7 @@ close:
         return 1;
       }
       if (d->st != SD_BLOCK || NUM(T_INDEX, -1) != d->up_index) return 0;
-      if (d->block == PX_BLOCK_TEXT && d->cits != NULL) return 0; /* its citations */
+      if (d->block == PX_BLOCK_TEXT && d->cits.len > 0) return 0; /* its citations */
       px_ev_init(&ev, PX_EV_BLOCK_STOP);
       ev.index = d->cur;
       sd_set(d, SD_MESSAGE);
@@ -722,8 +826,7 @@ close:
       if (rc < 0) break;
       if (bk == PX_BLOCK_TEXT) {
         d->chars = 0;
-        json_decref(d->cits);
-        d->cits = NULL;
+        px_buf_reset(&d->cits);
         rc = sd_delta(d, PX_DELTA_TEXT, VIEW(C_TEXT));
       } else {
         rc = sd_delta(d, PX_DELTA_THINKING, VIEW(C_THINKING));
@@ -737,6 +840,46 @@ close:
   return rc < 0 ? rc : 1;
 }
 
+/* The general path: the event checked whole, then read where it lies. Out
+ * of line: its arena is no weight on the fast path's frame. */
+__attribute__((noinline)) static int general_event(px_sdec_t *d, px_str_t data) {
+  px_fv_t j, f[E_N];
+  if (px_jv_parse(data.ptr, data.len, &j) < 0 || !px_jv_is(&j, PX_FV_OBJ))
+    return sd_proto(d, "upstream sent an event that is not JSON");
+  px_arena_t ar; /* the event's strings, unescaped */
+  px_arena_init(&ar);
+  px_jv_fields(&j, event_keys, E_N, f);
+  const char *t = px_jv_str(&ar, &f[E_TYPE], NULL);
+  int rc = 0;
+  if (t == NULL) {
+    rc = sd_proto(d, "upstream event without a type");
+  } else if (strcmp(t, "message_start") == 0) {
+    rc = sd_message_start(d, f, &ar);
+  } else if (strcmp(t, "content_block_start") == 0) {
+    rc = sd_block_start(d, f, &ar);
+  } else if (strcmp(t, "content_block_delta") == 0) {
+    rc = sd_block_delta(d, f, &ar);
+  } else if (strcmp(t, "content_block_stop") == 0) {
+    rc = sd_block_stop(d, f);
+  } else if (strcmp(t, "message_delta") == 0) {
+    rc = sd_message_delta(d, f, &ar);
+  } else if (strcmp(t, "message_stop") == 0) {
+    if (d->st != SD_ENDING) {
+      rc = sd_proto(d, "upstream message_stop before message_delta");
+    } else {
+      px_ev_t ev;
+      px_ev_init(&ev, PX_EV_MESSAGE_STOP);
+      sd_set(d, SD_DONE);
+      rc = d->sink(d->arg, &ev);
+    }
+  } else if (strcmp(t, "error") == 0) {
+    rc = sd_error(d, f, &ar);
+  }
+  /* ping and future event types are ignored */
+  px_arena_free(&ar);
+  return rc;
+}
+
 int px_anthropic_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
   if (d->st == SD_FAILED) return PX_EPROTO;
   if (d->st == SD_DONE) return 0; /* the stream is complete; ignore trailers */
@@ -748,40 +891,7 @@ int px_anthropic_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
       return frc < 0 ? frc : 0;
     }
   }
-  json_t *j = px_jdoc_load(sse->data.ptr, sse->data.len, 0, NULL);
-  if (!json_is_object(j)) {
-    json_decref(j);
-    return sd_proto(d, "upstream sent an event that is not JSON");
-  }
-  const char *t = json_string_value(json_object_get(j, "type"));
-  int rc = 0;
-  if (t == NULL) {
-    rc = sd_proto(d, "upstream event without a type");
-  } else if (strcmp(t, "message_start") == 0) {
-    rc = sd_message_start(d, j);
-  } else if (strcmp(t, "content_block_start") == 0) {
-    rc = sd_block_start(d, j);
-  } else if (strcmp(t, "content_block_delta") == 0) {
-    rc = sd_block_delta(d, j);
-  } else if (strcmp(t, "content_block_stop") == 0) {
-    rc = sd_block_stop(d, j);
-  } else if (strcmp(t, "message_delta") == 0) {
-    rc = sd_message_delta(d, j);
-  } else if (strcmp(t, "message_stop") == 0) {
-    if (d->st != SD_ENDING) {
-      rc = sd_proto(d, "upstream message_stop before message_delta");
-    } else {
-      px_ev_t ev;
-      px_ev_init(&ev, PX_EV_MESSAGE_STOP);
-      sd_set(d, SD_DONE);
-      rc = d->sink(d->arg, &ev);
-    }
-  } else if (strcmp(t, "error") == 0) {
-    rc = sd_error(d, j);
-  }
-  /* ping and future event types are ignored */
-  json_decref(j);
-  return rc;
+  return general_event(d, sse->data);
 }
 
 int px_anthropic_sdec_finish(px_sdec_t *d) {
@@ -1157,30 +1267,82 @@ static int se_block_start(px_senc_t *e, const px_ev_t *ev) {
  * far, as far as it lies in the kept window (of a held block, its held
  * text); a held block holds it until it is written. Other kinds are
  * dropped under the body path's name. */
+/* Whether s[0..n) is UTF-8 as jansson takes a string's bytes. */
+static int utf8_whole(const char *s, size_t n) {
+  for (size_t at = 0, l; at < n; at += l)
+    if ((l = px_utf8_seq((const unsigned char *)s + at, n - at)) == 0) return 0;
+  return 1;
+}
+
+/* An IR annotation (the event's compact JSON) -> its citation in o, as the
+ * non-streaming encoder makes it (anthropic.c's px_anthropic_citation): a
+ * url_citation with a url is a web_search_result_location whose cited_text
+ * is the span of text[0..n) (text starts at character base of the block).
+ * 1 written, 0 when it has no citation form, <0 on memory. */
+static int citation_of(px_buf_t *o, px_str_t js, const char *text, size_t n,
+                       int64_t base) {
+  px_fv_t a, tv, uv, x;
+  if (js.len == 0 || px_jv_parse(js.ptr, js.len, &a) < 0 || !px_jv_is(&a, PX_FV_OBJ) ||
+      !px_jv_get(&a, "type", &tv) || !px_jv_is(&tv, PX_FV_STR) ||
+      !px_jv_get(&a, "url", &uv))
+    return 0;
+  px_arena_t ar;
+  px_arena_init(&ar);
+  size_t ul = 0;
+  const char *t = px_jv_str(&ar, &tv, NULL), *url = px_jv_str(&ar, &uv, &ul);
+  int rc = 0;
+  if (t == NULL || strcmp(t, "url_citation") != 0 || url == NULL || ul == 0) goto done;
+  int64_t si = 0, ei = -1;
+  px_jv_get(&a, "start_index", &x);
+  px_jv_int(&x, &si);
+  px_jv_get(&a, "end_index", &x);
+  px_jv_int(&x, &ei);
+  si -= base;
+  if (ei >= 0) ei = ei > base ? ei - base : 0;
+  size_t s0 = si > 0 ? px_utf8_offset(text, n, si) : 0;
+  size_t s1 = ei >= 0 ? px_utf8_offset(text, n, ei) : n;
+  if (s1 < s0) s1 = s0;
+  if (!utf8_whole(text + s0, s1 - s0)) s1 = s0; /* a span cutting a sequence: "" */
+  rc = px_buf_puts(o, "{\"type\":\"web_search_result_location\",\"url\":");
+  if (rc == 0) rc = px_buf_json_str_as(o, url, ul, PX_ESC_JANSSON);
+  if (rc == 0) rc = px_buf_puts(o, ",\"title\":");
+  if (rc == 0)
+    rc = px_jv_get(&a, "title", &x) && px_jv_is(&x, PX_FV_STR) ? px_fb_jdump(o, &x)
+                                                               : px_buf_puts(o, "null");
+  if (rc == 0) rc = px_buf_puts(o, ",\"cited_text\":");
+  if (rc == 0) rc = px_buf_json_str_as(o, text + s0, s1 - s0, PX_ESC_JANSSON);
+  if (rc == 0) rc = px_buf_puts(o, ",\"encrypted_index\":\"\"}");
+  rc = rc < 0 ? PX_ENOMEM : 1;
+done:
+  px_arena_free(&ar);
+  return rc;
+}
+
+/* An annotation of a text block: a url_citation becomes a citations_delta
+ * (web_search_result_location, the rule of the non-streaming encoder:
+ * citation_of), its cited_text the span of the text written so far, as far
+ * as it lies in the kept window (of a held block, its held text); a held
+ * block holds it until it is written. Other kinds are dropped under the
+ * body path's name. */
 static int se_annotation(px_senc_t *e, int pos, px_str_t js) {
   se_block_t *b = &e->blocks[pos];
   if (b->kind != PX_BLOCK_TEXT) return PX_EINVAL;
-  json_t *a = px_annotation_parse(js);
   const px_buf_t *src = pos == e->active ? &b->said : &b->text;
   int64_t base = pos == e->active ? b->said_base : 0;
-  json_t *c = a ? px_anthropic_citation(a, src->data ? src->data : "", src->len, base) : NULL;
-  json_decref(a);
-  if (c == NULL) {
-    px_dropped(e->ctx, px_lossy_annotations(e->ctx));
-    return 0;
+  px_buf_t c;
+  px_buf_init(&c, PX_MAX_SSE_EVENT + src->len * 6);
+  int rc = citation_of(&c, js, src->data ? src->data : "", src->len, base);
+  if (rc == 0) px_dropped(e->ctx, px_lossy_annotations(e->ctx));
+  if (rc == 1) {
+    if (pos == e->active) {
+      rc = write_citation(e, b, c.data, c.len);
+    } else {
+      rc = hold(e, &b->cits, c.data, c.len);
+      if (rc == 0) rc = hold(e, &b->cits, "\n", 1);
+    }
   }
-  char *cj = px_jdoc_dump(c, JSON_COMPACT);
-  json_decref(c);
-  if (cj == NULL) return PX_ENOMEM;
-  int rc;
-  if (pos == e->active) {
-    rc = write_citation(e, b, cj, strlen(cj));
-  } else {
-    rc = hold(e, &b->cits, cj, strlen(cj));
-    if (rc == 0) rc = hold(e, &b->cits, "\n", 1);
-  }
-  free(cj);
-  return rc;
+  px_buf_free(&c);
+  return rc < 0 ? rc : 0;
 }
 
 static int se_delta(px_senc_t *e, const px_ev_t *ev) {

@@ -22,12 +22,11 @@
  * with a stop (finish chunk)--> FINISHED --MESSAGE_STOP (usage chunk when the
  * client asked, [DONE])--> DONE.
  */
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "proxai/jdoc.h"
+#include "proxai/fastir.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
@@ -152,18 +151,16 @@ void px_chat_sdec_free(px_sdec_t *d) {
   free(d);
 }
 
-static void read_usage(json_t *u, px_usage_t *out) {
-  json_t *v;
-  if (json_is_integer(v = json_object_get(u, "prompt_tokens")))
-    out->input_tokens = json_integer_value(v);
-  if (json_is_integer(v = json_object_get(u, "completion_tokens")))
-    out->output_tokens = json_integer_value(v);
-  if (json_is_integer(v = json_object_get(json_object_get(u, "prompt_tokens_details"),
-                                          "cached_tokens")))
-    out->cache_read_tokens = json_integer_value(v);
-  if (json_is_integer(v = json_object_get(json_object_get(u, "completion_tokens_details"),
-                                          "reasoning_tokens")))
-    out->reasoning_tokens = json_integer_value(v);
+static void read_usage(const px_fv_t *u, px_usage_t *out) {
+  static const px_fkey_t keys[] = {PX_FK("prompt_tokens"), PX_FK("completion_tokens"),
+                                   PX_FK("prompt_tokens_details"),
+                                   PX_FK("completion_tokens_details")};
+  px_fv_t f[4];
+  px_jv_fields(u, keys, 4, f);
+  px_jv_int(&f[0], &out->input_tokens);
+  px_jv_int(&f[1], &out->output_tokens);
+  out->cache_read_tokens = px_jv_iget(&f[2], "cached_tokens", out->cache_read_tokens);
+  out->reasoning_tokens = px_jv_iget(&f[3], "reasoning_tokens", out->reasoning_tokens);
 }
 
 static int block_start(px_sdec_t *d, px_block_t b, const char *id, const char *name,
@@ -272,42 +269,73 @@ static int text_like(px_sdec_t *d, live_t kind, const char *p, size_t n) {
  * character indexes) -> annotation events on the live text block, indexes
  * made relative to it; elsewhere they cannot be placed: dropped, named as
  * the non-streaming decoder names them. */
-static int annotations(px_sdec_t *d, json_t *anns) {
-  size_t i;
-  json_t *a;
-  json_array_foreach(anns, i, a) {
-    json_t *uc = json_object_get(a, "url_citation");
-    const char *t = json_string_value(json_object_get(a, "type"));
-    if (t == NULL || strcmp(t, "url_citation") != 0 || !json_is_object(uc) ||
+static int annotations(px_sdec_t *d, const px_fv_t *anns, px_arena_t *ar) {
+  px_jv_it_t it, mi;
+  px_fv_t a;
+  px_buf_t o;
+  px_buf_init(&o, PX_JV_GROWTH * (size_t)PX_MAX_SSE_EVENT);
+  px_jv_iter(&it, anns);
+  int rc = 0;
+  while (rc == 0 && px_jv_elem(&it, &a)) {
+    px_fv_t uc, tv, x;
+    px_fstr_t k;
+    px_jv_get(&a, "url_citation", &uc);
+    px_jv_get(&a, "type", &tv);
+    const char *t = px_jv_str(ar, &tv, NULL);
+    if (t == NULL || strcmp(t, "url_citation") != 0 || !px_jv_is(&uc, PX_FV_OBJ) ||
         d->live != LIVE_TEXT || d->ndefs > 0) {
       px_dropped(d->ctx, "choices[].message.annotations");
       continue;
     }
-    json_t *o = json_pack("{s:s}", "type", "url_citation");
-    const char *k;
-    json_t *x;
-    json_object_foreach(uc, k, x) {
-      if ((strcmp(k, "start_index") == 0 || strcmp(k, "end_index") == 0) &&
-          json_is_integer(x))
-        json_object_set_new(o, k, json_integer(json_integer_value(x) - d->text_start));
-      else
-        json_object_set(o, k, x);
+    /* {"type":"url_citation"} with uc's members set on it (a "type" among
+     * them keeps the first place), the indexes made relative to the block */
+    px_buf_reset(&o);
+    rc = px_buf_puts(&o, "{\"type\":");
+    if (rc == 0)
+      rc = px_jv_get(&uc, "type", &tv) ? px_fb_jdump(&o, &tv)
+                                       : px_buf_puts(&o, "\"url_citation\"");
+    px_jv_iter(&mi, &uc);
+    while (rc == 0 && px_jv_member(&mi, &k, &x)) {
+      px_fv_t kv = {.kind = PX_FV_STR, .s = k, .raw = {k.p, k.n}};
+      const char *ks = px_jv_str(ar, &kv, NULL);
+      if (ks == NULL) {
+        rc = PX_ENOMEM;
+        break;
+      }
+      if (strcmp(ks, "type") == 0) continue;
+      int64_t v;
+      rc = px_buf_puts(&o, ",");
+      if (rc == 0) rc = px_buf_json_str_as(&o, ks, strlen(ks), PX_ESC_JANSSON);
+      if (rc == 0) rc = px_buf_puts(&o, ":");
+      if (rc == 0)
+        rc = (strcmp(ks, "start_index") == 0 || strcmp(ks, "end_index") == 0) &&
+                     px_jv_int(&x, &v)
+                 ? px_buf_i64(&o, (long long)(v - d->text_start))
+                 : px_fb_jdump(&o, &x);
     }
-    char *s = px_jdoc_dump(o, JSON_COMPACT);
-    json_decref(o);
-    if (s == NULL) return dec_error(d, PX_ERR_API, "out of memory");
-    int rc = delta(d, d->live_index, PX_DELTA_ANNOTATION, s, strlen(s));
-    free(s);
-    if (rc < 0) return rc;
+    if (rc == 0) rc = px_buf_puts(&o, "}");
+    if (rc < 0) {
+      rc = dec_error(d, PX_ERR_API, "out of memory");
+      break;
+    }
+    rc = delta(d, d->live_index, PX_DELTA_ANNOTATION, o.data, o.len);
   }
-  return 0;
+  px_buf_free(&o);
+  return rc < 0 ? rc : 0;
 }
 
-static int tool_fragment(px_sdec_t *d, json_t *tc, size_t pos) {
-  json_t *jidx = json_object_get(tc, "index");
-  json_int_t k = json_is_integer(jidx) ? json_integer_value(jidx) : (json_int_t)pos;
+static int tool_fragment(px_sdec_t *d, const px_fv_t *tc, size_t pos, px_arena_t *ar) {
+  enum { T_INDEX, T_TYPE, T_FUNCTION, T_CUSTOM, T_ID };
+  static const px_fkey_t tkeys[] = {PX_FK("index"), PX_FK("type"), PX_FK("function"),
+                                    PX_FK("custom"), PX_FK("id")};
+  enum { F_NAME, F_INPUT, F_ARGS };
+  static const px_fkey_t fkeys[] = {PX_FK("name"), PX_FK("input"), PX_FK("arguments")};
+  px_fv_t t[5], f[3], fn;
+  int64_t k = (int64_t)pos;
+  px_jv_fields(tc, tkeys, 5, t);
+  px_jv_int(&t[T_INDEX], &k);
   if (k < 0 || k >= CHAT_MAX_TOOLS) return proto_error(d, "tool call index out of range");
-  const char *type = json_string_value(json_object_get(tc, "type"));
+  const char *type = px_jv_str(ar, &t[T_TYPE], NULL);
   /* custom (freeform) tool calls: {"type":"custom","custom":{"name","input"}};
    * only a client with custom tools can hold them */
   int custom = type != NULL && strcmp(type, "custom") == 0;
@@ -315,15 +343,15 @@ static int tool_fragment(px_sdec_t *d, json_t *tc, size_t pos) {
     return proto_error(d, "custom tool call cannot be translated");
   if (type != NULL && !custom && strcmp(type, "function") != 0)
     return proto_error(d, "tool call of a type other than function");
-  json_t *fn = json_object_get(tc, custom ? "custom" : "function");
-  if (!custom && fn == NULL && json_is_object(json_object_get(tc, "custom")) &&
+  fn = t[custom ? T_CUSTOM : T_FUNCTION];
+  if (!custom && fn.raw.ptr == NULL && px_jv_is(&t[T_CUSTOM], PX_FV_OBJ) &&
       px_tr_in_can(d->ctx, PX_CAP_CUSTOM_TOOLS))
-    fn = json_object_get(tc, "custom"); /* a later fragment of a custom call */
-  const char *name = json_string_value(json_object_get(fn, "name"));
-  const char *id = json_string_value(json_object_get(tc, "id"));
-  json_t *ja = json_object_get(fn, json_object_get(fn, "input") ? "input" : "arguments");
-  const char *args = json_string_value(ja);
-  size_t alen = json_is_string(ja) ? json_string_length(ja) : 0;
+    fn = t[T_CUSTOM]; /* a later fragment of a custom call */
+  px_jv_fields(&fn, fkeys, 3, f);
+  const char *name = px_jv_str(ar, &f[F_NAME], NULL);
+  const char *id = px_jv_str(ar, &t[T_ID], NULL);
+  size_t alen = 0;
+  const char *args = px_jv_str(ar, &f[f[F_INPUT].raw.ptr ? F_INPUT : F_ARGS], &alen);
   if (k >= d->ntools) {
     int nc = d->ntools ? d->ntools : 8;
     while (nc <= k) nc *= 2;
@@ -396,60 +424,70 @@ static int message_delta(px_sdec_t *d) {
   return emit(d, &ev);
 }
 
-static int on_choice(px_sdec_t *d, json_t *chunk, json_t *ch) {
-  json_t *v = json_object_get(ch, "index");
-  if (v != NULL && (!json_is_integer(v) || json_integer_value(v) != 0))
+/* what the general path reads of a chunk (on_chunk), of its choice and
+ * its delta (on_choice) */
+enum { C_ERROR, C_CHOICES, C_USAGE, C_ID, C_MODEL, C_N };
+static const px_fkey_t chunk_keys[] = {PX_FK("error"), PX_FK("choices"), PX_FK("usage"),
+                                       PX_FK("id"), PX_FK("model")};
+enum { H_INDEX, H_LOGPROBS, H_DELTA, H_FINISH, H_N };
+static const px_fkey_t choice_keys[] = {PX_FK("index"), PX_FK("logprobs"), PX_FK("delta"),
+                                        PX_FK("finish_reason")};
+enum { L_ROLE, L_RC, L_RS, L_CONTENT, L_REFUSAL, L_TOOLS, L_ANN, L_N };
+static const px_fkey_t delta_keys[] = {
+    PX_FK("role"),    PX_FK("reasoning_content"), PX_FK("reasoning"),  PX_FK("content"),
+    PX_FK("refusal"), PX_FK("tool_calls"),        PX_FK("annotations")};
+
+/* c: the chunk's members (chunk_keys) */
+static int on_choice(px_sdec_t *d, const px_fv_t *c, const px_fv_t *ch, px_arena_t *ar) {
+  px_fv_t h[H_N], l[L_N];
+  int64_t x;
+  px_jv_fields(ch, choice_keys, H_N, h);
+  if (h[H_INDEX].raw.ptr && (!px_jv_int(&h[H_INDEX], &x) || x != 0))
     return proto_error(d, "choice index other than 0 (n > 1 cannot be translated)");
-  v = json_object_get(ch, "logprobs");
-  if (v != NULL && !json_is_null(v))
+  if (h[H_LOGPROBS].raw.ptr && !px_jv_is(&h[H_LOGPROBS], PX_FV_NULL))
     return proto_error(d, "logprobs cannot be translated");
-  json_t *dl = json_object_get(ch, "delta");
-  const char *fr = json_string_value(json_object_get(ch, "finish_reason"));
-  const char *role = json_string_value(json_object_get(dl, "role"));
+  px_jv_fields(&h[H_DELTA], delta_keys, L_N, l);
+  const char *fr = px_jv_str(ar, &h[H_FINISH], NULL);
+  const char *role = px_jv_str(ar, &l[L_ROLE], NULL);
   if (role != NULL && strcmp(role, "assistant") != 0)
     return proto_error(d, "delta role other than assistant");
 
-  json_t *rc_ = json_object_get(dl, "reasoning_content");
-  if (!json_is_string(rc_)) rc_ = json_object_get(dl, "reasoning"); /* vLLM, OpenRouter */
-  json_t *content = json_object_get(dl, "content");
-  json_t *refusal = json_object_get(dl, "refusal");
-  json_t *tcs = json_object_get(dl, "tool_calls");
-  int has_content = (json_is_string(rc_) && json_string_length(rc_) > 0) ||
-                    (json_is_string(content) && json_string_length(content) > 0) ||
-                    (json_is_string(refusal) && json_string_length(refusal) > 0) ||
-                    json_array_size(tcs) > 0;
+  size_t rl = 0, cl = 0, fl = 0;
+  const char *rc_ = px_jv_str(ar, &l[L_RC], &rl);
+  if (rc_ == NULL) rc_ = px_jv_str(ar, &l[L_RS], &rl); /* vLLM, OpenRouter */
+  const char *content = px_jv_str(ar, &l[L_CONTENT], &cl);
+  const char *refusal = px_jv_str(ar, &l[L_REFUSAL], &fl);
+  const px_fv_t *tcs = &l[L_TOOLS], *u = &c[C_USAGE];
+  int has_content = (rc_ != NULL && rl > 0) || (content != NULL && cl > 0) ||
+                    (refusal != NULL && fl > 0) || px_jv_size(tcs) > 0;
   if (d->state == D_FINISHED || d->state == D_USAGE) {
     /* some servers repeat an empty choice after finish_reason (with usage) */
     if (has_content) return proto_error(d, "content after finish_reason");
-    json_t *u = json_object_get(chunk, "usage");
-    if (json_is_object(u) && d->state == D_FINISHED) read_usage(u, &d->usage);
+    if (px_jv_is(u, PX_FV_OBJ) && d->state == D_FINISHED) read_usage(u, &d->usage);
     return 0;
   }
   if (d->state == D_INIT) {
     px_ev_t ev;
     px_ev_init(&ev, PX_EV_MESSAGE_START);
-    ev.id = px_str(json_string_value(json_object_get(chunk, "id")));
-    ev.model = px_str(json_string_value(json_object_get(chunk, "model")));
+    ev.id = px_str(px_jv_str(ar, &c[C_ID], NULL));
+    ev.model = px_str(px_jv_str(ar, &c[C_MODEL], NULL));
     dec_set(d, D_OPEN);
     int rc = emit(d, &ev);
     if (rc < 0) return rc;
   }
   int rc = 0;
-  if (json_is_string(rc_))
-    rc = text_like(d, LIVE_THINKING, json_string_value(rc_), json_string_length(rc_));
-  if (rc == 0 && json_is_string(content))
-    rc = text_like(d, LIVE_TEXT, json_string_value(content), json_string_length(content));
-  if (rc == 0 && json_is_string(refusal))
-    rc = text_like(d, LIVE_REFUSAL, json_string_value(refusal),
-                   json_string_length(refusal));
-  if (rc == 0 && json_array_size(json_object_get(dl, "annotations")) > 0)
-    rc = annotations(d, json_object_get(dl, "annotations"));
-  if (rc == 0 && tcs != NULL && !json_is_null(tcs)) {
-    if (!json_is_array(tcs)) return proto_error(d, "tool_calls is not an array");
-    size_t i;
-    json_t *tc;
-    json_array_foreach(tcs, i, tc) {
-      rc = tool_fragment(d, tc, i);
+  if (rc_ != NULL) rc = text_like(d, LIVE_THINKING, rc_, rl);
+  if (rc == 0 && content != NULL) rc = text_like(d, LIVE_TEXT, content, cl);
+  if (rc == 0 && refusal != NULL) rc = text_like(d, LIVE_REFUSAL, refusal, fl);
+  if (rc == 0 && px_jv_size(&l[L_ANN]) > 0) rc = annotations(d, &l[L_ANN], ar);
+  if (rc == 0 && tcs->raw.ptr != NULL && !px_jv_is(tcs, PX_FV_NULL)) {
+    if (!px_jv_is(tcs, PX_FV_ARR)) return proto_error(d, "tool_calls is not an array");
+    px_jv_it_t it;
+    px_fv_t tc;
+    size_t i = 0;
+    px_jv_iter(&it, tcs);
+    while (px_jv_elem(&it, &tc)) {
+      rc = tool_fragment(d, &tc, i++, ar);
       if (rc < 0) return rc;
     }
   }
@@ -459,28 +497,27 @@ static int on_choice(px_sdec_t *d, json_t *chunk, json_t *ch) {
     if (rc < 0) return rc;
     /* a server that puts the final usage on the finish chunk and sends no
      * usage-only chunk: keep it until a usage-only chunk overrides it */
-    json_t *u = json_object_get(chunk, "usage");
-    if (json_is_object(u)) read_usage(u, &d->usage);
+    if (px_jv_is(u, PX_FV_OBJ)) read_usage(u, &d->usage);
   }
   return 0;
 }
 
 /* ------------------------------------------------------------------------ */
 /* Fast path. Most chunks are one text / reasoning / tool-argument fragment;
- * building a jansson tree for each costs ~10x the rest of the translation.
- * One walk of the chunk with the shared validating scanner (px_fj_*, no
- * tokens, no allocation) reads the members those chunks have and checks the
- * rest; any chunk it does not fully understand or cannot prove valid (other
- * shapes, escaped or repeated keys where it reads, bad UTF-8, lone
- * surrogates, non-integer numbers, deep nesting) goes to the jansson path,
+ * the general path (the chunk checked whole, then each member looked up in
+ * its bytes, fastir.h's checked views) walks a chunk several times. One walk of the chunk
+ * with the shared validating scanner (px_fj_*, no tokens, no allocation) reads the
+ * members those chunks have and checks the rest; any chunk it does not fully understand
+ * or cannot prove valid (other shapes, escaped or repeated keys where it reads, bad
+ * UTF-8, lone surrogates, non-integer numbers, deep nesting) goes to the general path,
  * which stays the arbiter. The fast path acts only after the whole chunk
  * has been checked, so it never half-applies a chunk. */
 
 /* The walk is flat: one loop over the members of the chunk's five objects
  * (the chunk, choices[0], its delta, delta.tool_calls[0], its function),
  * with what each level reads known by key. A member it reads is checked
- * against what the fast path handles as it is read (anything else: back to
- * jansson at once); a repeated one fails (jansson would keep the last).
+ * against what the fast path handles as it is read (anything else: the
+ * general path at once); a repeated one fails (the views read the last).
  *
  * Head memo: a stream's chunks repeat the same bytes up to the delta object
  * (`{"id":..,"object":..,"created":..,"model":..,"system_fingerprint":..,
@@ -623,7 +660,7 @@ static void fast_usage(px_sdec_t *d, const int64_t *num, unsigned nums) {
   if (nums & BIT(N_REASONING)) d->usage.reasoning_tokens = num[N_REASONING];
 }
 
-/* A string the jansson path hands on as a C string (json_string_value):
+/* A string the general path hands on as a C string (px_jv_str):
  * up to its first NUL (an escaped \u0000). */
 static px_str_t cstr_view(px_str_t v) {
   const char *z = memchr(v.ptr, 0, v.len);
@@ -631,7 +668,7 @@ static px_str_t cstr_view(px_str_t v) {
   return v;
 }
 
-/* Returns 1 when the chunk was handled, 0 to fall back to jansson, <0 on a
+/* Returns 1 when the chunk was handled, 0 to fall back to the general path, <0 on a
  * sink error. */
 static int fast_chunk(px_sdec_t *d, const char *text, size_t n) {
   if (d->state != D_INIT && d->state != D_OPEN && d->state != D_FINISHED) return 0;
@@ -800,7 +837,7 @@ member : {
       slot = S_ARGS;
       break;
     default:
-      return 0; /* K_INPUT: jansson decides which one it reads */
+      return 0; /* K_INPUT: the general path decides which one it reads */
   }
   if (nslot >= 0) { /* a count: an integer, or null (not read) */
     size_t e = px_fj_int_end(p, n, i);
@@ -863,13 +900,13 @@ close:
   if (!(seen & BIT(K_CHOICES))) return 0;
   if (nochoice) { /* as on_chunk: usage, or nothing (Azure's filter results) */
     if (!usage) return 1;
-    if (d->state != D_FINISHED) return 0; /* the jansson path says why */
+    if (d->state != D_FINISHED) return 0; /* the general path says why */
     fast_usage(d, num, nums);
     dec_set(d, D_USAGE);
     int rc = message_delta(d);
     return rc < 0 ? rc : 1;
   }
-  /* a choice after finish_reason, or without a delta: the jansson path */
+  /* a choice after finish_reason, or without a delta: the general path */
   if (d->state == D_FINISHED || !(seen & BIT(K_DELTA))) return 0;
   /* tool calls: only an argument fragment of a call already started */
   if (calls) {
@@ -917,7 +954,7 @@ close:
   char fr[32]; /* the finish reason, as a C string */
   if (strs & BIT(S_FINISH)) {
     if (v[S_FINISH].len >= sizeof(fr) || memchr(v[S_FINISH].ptr, 0, v[S_FINISH].len))
-      return 0; /* jansson's C string would end at its NUL */
+      return 0; /* a C string would end at its NUL */
     memcpy(fr, v[S_FINISH].ptr, v[S_FINISH].len);
     fr[v[S_FINISH].len] = 0;
   }
@@ -946,30 +983,33 @@ close:
   return rc < 0 ? rc : 1;
 }
 
-static int on_chunk(px_sdec_t *d, json_t *chunk) {
-  json_t *err = json_object_get(chunk, "error");
-  if (err != NULL && !json_is_null(err)) {
-    const char *msg = json_is_string(err)
-                          ? json_string_value(err)
-                          : json_string_value(json_object_get(err, "message"));
-    const char *type = json_string_value(json_object_get(err, "type"));
-    if (type == NULL) type = json_string_value(json_object_get(err, "code"));
+static int on_chunk(px_sdec_t *d, const px_fv_t *chunk, px_arena_t *ar) {
+  px_fv_t c[C_N], v;
+  px_jv_fields(chunk, chunk_keys, C_N, c);
+  const px_fv_t *err = &c[C_ERROR];
+  if (err->raw.ptr != NULL && !px_jv_is(err, PX_FV_NULL)) {
+    const char *msg = px_jv_is(err, PX_FV_STR) ? px_jv_str(ar, err, NULL)
+                                               : px_jv_sget(ar, err, "message").ptr;
+    const char *type = px_jv_sget(ar, err, "type").ptr;
+    if (type == NULL) type = px_jv_sget(ar, err, "code").ptr;
     return dec_error(d, px_errkind_from_type(type, 0),
                      msg ? msg : "upstream stream error");
   }
-  json_t *choices = json_object_get(chunk, "choices");
-  if (!json_is_array(choices)) return proto_error(d, "chunk without choices");
-  size_t n = json_array_size(choices);
+  const px_fv_t *choices = &c[C_CHOICES];
+  if (!px_jv_is(choices, PX_FV_ARR)) return proto_error(d, "chunk without choices");
+  size_t n = px_jv_size(choices);
   if (n > 1) return proto_error(d, "multi-choice chunk (n > 1 cannot be translated)");
   if (n == 1) {
     if (d->state == D_USAGE) return proto_error(d, "choice after the usage chunk");
-    return on_choice(d, chunk, json_array_get(choices, 0));
+    px_jv_it_t it;
+    px_jv_iter(&it, choices);
+    px_jv_elem(&it, &v);
+    return on_choice(d, c, &v, ar);
   }
-  json_t *u = json_object_get(chunk, "usage");
-  if (!json_is_object(u)) return 0; /* e.g. Azure prompt_filter_results */
+  if (!px_jv_is(&c[C_USAGE], PX_FV_OBJ)) return 0; /* e.g. Azure prompt_filter_results */
   if (d->state != D_FINISHED)
     return proto_error(d, "usage-only chunk before finish_reason");
-  read_usage(u, &d->usage);
+  read_usage(&c[C_USAGE], &d->usage);
   dec_set(d, D_USAGE);
   return message_delta(d);
 }
@@ -977,21 +1017,38 @@ static int on_chunk(px_sdec_t *d, json_t *chunk) {
 /* `event: error` (some OpenAI-compatible servers): the upstream's message
  * from {"error":{"message"}}, {"message"} or the raw text. */
 static int event_error(px_sdec_t *d, px_str_t data) {
-  json_t *j = px_jdoc_load(data.ptr, data.len, 0, NULL);
-  json_t *e = json_object_get(j, "error");
-  const char *msg = json_string_value(json_object_get(e, "message"));
-  if (msg == NULL) msg = json_string_value(e);
-  if (msg == NULL) msg = json_string_value(json_object_get(j, "message"));
-  const char *type = json_string_value(json_object_get(e, "type"));
-  if (type == NULL) type = json_string_value(json_object_get(j, "type"));
+  px_arena_t ar;
+  px_arena_init(&ar);
+  px_fv_t j, e;
+  int doc = px_jv_parse(data.ptr, data.len, &j) == 0;
+  px_jv_get(&j, "error", &e);
+  const char *msg = px_jv_sget(&ar, &e, "message").ptr;
+  if (msg == NULL) msg = px_jv_str(&ar, &e, NULL);
+  if (msg == NULL) msg = px_jv_sget(&ar, &j, "message").ptr;
+  const char *type = px_jv_sget(&ar, &e, "type").ptr;
+  if (type == NULL) type = px_jv_sget(&ar, &j, "type").ptr;
   char raw[512];
-  if (msg == NULL && j == NULL) {
+  if (msg == NULL && !doc) {
     snprintf(raw, sizeof(raw), "%.*s", (int)(data.len < 500 ? data.len : 500), data.ptr);
     msg = raw;
   }
   int rc =
       dec_error(d, px_errkind_from_type(type, 0), msg ? msg : "upstream stream error");
-  json_decref(j);
+  px_arena_free(&ar);
+  return rc;
+}
+
+/* The general path: the chunk checked whole, then read where it lies. Out
+ * of line: its arena is no weight on the fast path's frame. */
+__attribute__((noinline)) static int general_chunk(px_sdec_t *d, px_str_t data) {
+  px_fv_t chunk;
+  if (px_jv_parse(data.ptr, data.len, &chunk) < 0)
+    return proto_error(d, "malformed chunk JSON");
+  if (!px_jv_is(&chunk, PX_FV_OBJ)) return proto_error(d, "chunk is not an object");
+  px_arena_t ar; /* the chunk's strings, unescaped */
+  px_arena_init(&ar);
+  int rc = on_chunk(d, &chunk, &ar);
+  px_arena_free(&ar);
   return rc;
 }
 
@@ -1024,13 +1081,7 @@ int px_chat_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
       return frc < 0 ? frc : 0;
     }
   }
-  json_error_t je;
-  json_t *chunk = px_jdoc_load(data.ptr, data.len, 0, &je);
-  if (chunk == NULL) return proto_error(d, "malformed chunk JSON");
-  int rc = json_is_object(chunk) ? on_chunk(d, chunk)
-                                 : proto_error(d, "chunk is not an object");
-  json_decref(chunk);
-  return rc;
+  return general_chunk(d, data);
 }
 
 int px_chat_sdec_finish(px_sdec_t *d) {
@@ -1197,6 +1248,58 @@ static int on_block_start(px_senc_t *e, const px_ev_t *ev) {
   return rc;
 }
 
+/* delta.annotations, as the non-streaming message.annotations: an IR
+ * url_citation with a url as {type, url_citation: its other members, the
+ * indexes shifted by the content sent before the block}; others dropped */
+static int annotation_chunk(px_senc_t *e, const eblock_t *b, px_str_t text) {
+  px_fv_t a, tv, x;
+  px_fstr_t k;
+  if (text.len == 0 || px_jv_parse(text.ptr, text.len, &a) < 0 ||
+      !px_jv_is(&a, PX_FV_OBJ) || !px_jv_get(&a, "type", &tv) ||
+      !px_jv_is(&tv, PX_FV_STR))
+    return 0;
+  px_arena_t ar;
+  px_arena_init(&ar);
+  const char *t = px_jv_str(&ar, &tv, NULL);
+  if (t == NULL || strcmp(t, "url_citation") != 0 || !px_jv_get(&a, "url", &x) ||
+      !px_jv_is(&x, PX_FV_STR)) {
+    px_lossy_t scratch;
+    px_lossy_init(&scratch);
+    px_lossy_add(e->ctx->dropped ? e->ctx->dropped : &scratch,
+                 px_lossy_annotations(e->ctx));
+    px_arena_free(&ar);
+    return 0;
+  }
+  size_t mark = e->out->len;
+  int rc = chunk_open(e), first = 1;
+  if (rc == 0)
+    rc = px_buf_puts(e->out,
+                     "\"annotations\":[{\"type\":\"url_citation\",\"url_citation\":{");
+  px_jv_it_t it;
+  px_jv_iter(&it, &a);
+  while (rc == 0 && px_jv_member(&it, &k, &x)) {
+    px_fv_t kv = {.kind = PX_FV_STR, .s = k, .raw = {k.p, k.n}};
+    const char *ks = px_jv_str(&ar, &kv, NULL);
+    if (ks == NULL) rc = PX_ENOMEM;
+    if (rc < 0 || strcmp(ks, "type") == 0) continue;
+    int64_t v;
+    if (!first) rc = px_buf_puts(e->out, ",");
+    first = 0;
+    if (rc == 0) rc = px_buf_json_str_as(e->out, ks, strlen(ks), PX_ESC_JANSSON);
+    if (rc == 0) rc = px_buf_puts(e->out, ":");
+    if (rc == 0)
+      rc = (strcmp(ks, "start_index") == 0 || strcmp(ks, "end_index") == 0) &&
+                   px_jv_int(&x, &v)
+               ? px_buf_i64(e->out, (long long)(v + b->shift))
+               : px_fb_jdump(e->out, &x);
+  }
+  if (rc == 0) rc = px_buf_puts(e->out, "}}]");
+  if (rc == 0) rc = chunk_close(e, NULL);
+  if (rc < 0) e->out->len = mark;
+  px_arena_free(&ar);
+  return rc;
+}
+
 static int on_delta(px_senc_t *e, const px_ev_t *ev) {
   eblock_t *b = eblock(e, ev->index);
   if (b == NULL) return PX_EPROTO;
@@ -1206,29 +1309,8 @@ static int on_delta(px_senc_t *e, const px_ev_t *ev) {
       e->any_content = 1;
       e->chars += (int64_t)px_utf8_chars(ev->text.ptr, ev->text.len);
       return text_chunk(e, "\"content\":\"", ev->text);
-    case PX_DELTA_ANNOTATION: {
-      /* delta.annotations, as the non-streaming message.annotations */
-      json_t *a = px_annotation_parse(ev->text);
-      if (a == NULL) return 0;
-      json_t *arr = json_pack("[o]", a);
-      px_lossy_t scratch;
-      px_lossy_init(&scratch);
-      json_t *conv = px_chat_annotations(e->ctx, arr, (json_int_t)b->shift,
-                                         e->ctx->dropped ? e->ctx->dropped : &scratch);
-      json_decref(arr);
-      int rc = 0;
-      if (json_array_size(conv) > 0) {
-        rc = chunk_open(e);
-        if (rc == 0) rc = px_buf_puts(e->out, "\"annotations\":");
-        char *s = rc == 0 ? px_jdoc_dump(conv, JSON_COMPACT) : NULL;
-        if (rc == 0 && s == NULL) rc = PX_ENOMEM;
-        if (rc == 0) rc = px_buf_puts(e->out, s);
-        free(s);
-        if (rc == 0) rc = chunk_close(e, NULL);
-      }
-      json_decref(conv);
-      return rc;
-    }
+    case PX_DELTA_ANNOTATION:
+      return annotation_chunk(e, b, ev->text);
     case PX_DELTA_REFUSAL:
       /* seed 000: delta.refusal only before any content; after content the
        * wording stays visible as content rather than being lost */

@@ -5,6 +5,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1233,4 +1234,275 @@ int px_fast_odd_member(const char *p, size_t n, char *path, size_t cap) {
   px_fw_t w = {p, n, 0};
   if (odd_value(&w, &o, "", 0, 0) < 0) return -1;
   return o.found;
+}
+/* Checked views (the stream codecs' events): a value checked whole once,   */
+/* then read where it lies, as jansson would read its document             */
+
+int px_jv_parse(const char *p, size_t n, px_fv_t *v) {
+  px_fw_t w = {p, n, 0};
+  ws(&w);
+  /* json_loadb's flags 0: an object or an array, nothing after it */
+  if (p == NULL || w.i >= n || (p[w.i] != '{' && p[w.i] != '[') || fc_value(&w, v) < 0 ||
+      px_fc_end(&w) < 0) {
+    v->raw.ptr = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+/* a member name's value (unescaped) into tmp when it has escapes */
+static int key_text(px_fstr_t k, px_buf_t *tmp, px_str_t *out) {
+  if (!k.esc) {
+    *out = (px_str_t){k.p, k.n};
+    return 0;
+  }
+  return px_json_unescape(k.p, k.n, 1, tmp, out);
+}
+
+static int key_is(px_fstr_t k, const char *key, size_t kn) {
+  if (!k.esc) return k.n == kn && memcmp(k.p, key, kn) == 0;
+  if (k.n < kn) return 0; /* escapes only lengthen */
+  px_buf_t tmp;
+  px_str_t v;
+  px_buf_init(&tmp, k.n + 1);
+  int eq = key_text(k, &tmp, &v) == 0 && v.len == kn && memcmp(v.ptr, key, kn) == 0;
+  px_buf_free(&tmp);
+  return eq;
+}
+
+static int keys_equal(px_fstr_t a, px_fstr_t b) {
+  if (!a.esc && !b.esc) return a.n == b.n && memcmp(a.p, b.p, a.n) == 0;
+  px_buf_t ta, tb;
+  px_str_t va, vb;
+  px_buf_init(&ta, a.n + 1);
+  px_buf_init(&tb, b.n + 1);
+  int eq = key_text(a, &ta, &va) == 0 && key_text(b, &tb, &vb) == 0 && va.len == vb.len &&
+           memcmp(va.ptr, vb.ptr, va.len) == 0;
+  px_buf_free(&ta);
+  px_buf_free(&tb);
+  return eq;
+}
+
+/* the last member of o from w's place on whose name is `key` */
+static int last_of(px_fw_t *w, const char *key, size_t kn, px_fv_t *out) {
+  px_fstr_t k;
+  px_fv_t v;
+  int found = 0;
+  while (fw_member(w, &k) == 1) {
+    if (fw_value(w, &v) < 0) break;
+    if (key_is(k, key, kn)) {
+      *out = v;
+      found = 1;
+    }
+  }
+  return found;
+}
+
+int px_jv_get(const px_fv_t *o, const char *key, px_fv_t *out) {
+  if (!px_jv_is(o, PX_FV_OBJ)) {
+    out->raw.ptr = NULL;
+    return 0;
+  }
+  px_fw_t w = {o->raw.ptr, o->raw.len, 1};
+  if (last_of(&w, key, strlen(key), out)) return 1;
+  out->raw.ptr = NULL;
+  return 0;
+}
+
+unsigned px_jv_fields(const px_fv_t *o, const px_fkey_t *keys, int n, px_fv_t *out) {
+  unsigned found = 0;
+  for (int k = 0; k < n; k++) out[k].raw.ptr = NULL;
+  if (!px_jv_is(o, PX_FV_OBJ)) return 0;
+  px_fw_t w = {o->raw.ptr, o->raw.len, 1};
+  px_fstr_t k;
+  px_fv_t skip;
+  while (fw_member(&w, &k) == 1) {
+    int ki = -1;
+    for (int i = 0; ki < 0 && i < n; i++)
+      if (k.esc ? key_is(k, keys[i].s, keys[i].n)
+                : keys[i].n == k.n && memcmp(keys[i].s, k.p, k.n) == 0)
+        ki = i;
+    if (fw_value(&w, ki >= 0 ? &out[ki] : &skip) < 0) break;
+    if (ki >= 0) found |= 1u << ki;
+  }
+  return found;
+}
+
+int px_jv_member(px_jv_it_t *it, px_fstr_t *key, px_fv_t *val) {
+  px_fstr_t k, e;
+  px_fv_t v;
+  while (fw_member(&it->w, &k) == 1) {
+    size_t at = it->w.i;
+    if (fw_value(&it->w, &v) < 0) return 0;
+    /* a name met before: its place and value were given then */
+    px_fw_t b = {it->w.p, it->w.n, 1};
+    int before = 0;
+    px_fv_t skip;
+    while (!before && fw_member(&b, &e) == 1 && b.i < at) {
+      before = keys_equal(e, k);
+      if (fw_value(&b, &skip) < 0) return 0;
+    }
+    if (before) continue;
+    *key = k;
+    *val = v;
+    /* the value of its last occurrence */
+    px_fw_t r = it->w;
+    px_fstr_t rk;
+    px_fv_t rv;
+    while (fw_member(&r, &rk) == 1) {
+      if (fw_value(&r, &rv) < 0) return 0;
+      if (keys_equal(rk, k)) *val = rv;
+    }
+    return 1;
+  }
+  return 0;
+}
+
+void px_jv_iter(px_jv_it_t *it, const px_fv_t *c) {
+  int ok = px_jv_is(c, PX_FV_OBJ) || px_jv_is(c, PX_FV_ARR);
+  it->w = (px_fw_t){ok ? c->raw.ptr : "", ok ? c->raw.len : 0, ok ? 1 : 0};
+}
+
+int px_jv_elem(px_jv_it_t *it, px_fv_t *v) {
+  if (it->w.n == 0 || px_fw_elem(&it->w) != 1) return 0;
+  return fw_value(&it->w, v) == 0;
+}
+
+size_t px_jv_size(const px_fv_t *a) {
+  px_jv_it_t it;
+  px_fv_t v;
+  size_t n = 0;
+  if (!px_jv_is(a, PX_FV_ARR)) return 0;
+  px_jv_iter(&it, a);
+  while (px_jv_elem(&it, &v)) n++;
+  return n;
+}
+
+const char *px_jv_str(px_arena_t *a, const px_fv_t *v, size_t *len) {
+  if (!px_jv_is(v, PX_FV_STR)) return NULL;
+  char *s = px_arena_alloc(a, v->s.n + 1);
+  if (s == NULL) return NULL;
+  px_buf_t b = {s, 0, v->s.n + 1, v->s.n + 1};
+  px_str_t out;
+  if (px_json_unescape(v->s.p, v->s.n, v->s.esc, &b, &out) < 0) return NULL;
+  if (out.ptr != s) memcpy(s, out.ptr, out.len);
+  s[out.len] = 0;
+  if (len) *len = out.len;
+  return s;
+}
+
+px_str_t px_jv_sget(px_arena_t *a, const px_fv_t *o, const char *key) {
+  px_fv_t v;
+  size_t n = 0;
+  px_jv_get(o, key, &v);
+  const char *s = px_jv_str(a, &v, &n);
+  return s ? (px_str_t){s, n} : PX_STR_NULL;
+}
+
+int64_t px_jv_iget(const px_fv_t *o, const char *key, int64_t dflt) {
+  px_fv_t v;
+  px_jv_get(o, key, &v);
+  px_jv_int(&v, &dflt);
+  return dflt;
+}
+
+int px_jv_int(const px_fv_t *v, int64_t *out) {
+  if (!px_jv_is(v, PX_FV_NUM) || !px_fw_is_int(v->raw)) return 0;
+  /* in range: the checked read held it to int64 */
+  const char *p = v->raw.ptr;
+  size_t i = p[0] == '-';
+  uint64_t u = 0;
+  for (; i < v->raw.len; i++) u = u * 10 + (uint64_t)(p[i] - '0');
+  *out = p[0] == '-' ? (int64_t)(0 - u) : (int64_t)u;
+  return 1;
+}
+
+/* a real as jansson writes it (dump.c's jsonp_dtostr: %.17g, ".0" when it
+ * reads as an integer, no '+' or leading zeros in the exponent) */
+static int fb_real(px_buf_t *b, px_str_t raw) {
+  char t[64], o[64];
+  if (raw.len >= sizeof(t)) {
+    char *h = malloc(raw.len + 1);
+    if (h == NULL) return PX_ENOMEM;
+    memcpy(h, raw.ptr, raw.len);
+    h[raw.len] = 0;
+    snprintf(o, sizeof(o), "%.17g", strtod(h, NULL));
+    free(h);
+  } else {
+    memcpy(t, raw.ptr, raw.len);
+    t[raw.len] = 0;
+    snprintf(o, sizeof(o), "%.17g", strtod(t, NULL));
+  }
+  size_t n = strlen(o);
+  if (strchr(o, '.') == NULL && strchr(o, 'e') == NULL) {
+    memcpy(o + n, ".0", 3);
+    n += 2;
+  }
+  char *e = strchr(o, 'e');
+  if (e != NULL) {
+    char *s = e + 1, *f = e + 2;
+    if (*s == '-') s++;
+    while (*f == '0') f++;
+    if (f != s) {
+      memmove(s, f, (size_t)(o + n + 1 - f));
+      n -= (size_t)(f - s);
+    }
+  }
+  return px_fb_put(b, o, n);
+}
+
+static int fb_jstr(px_buf_t *b, px_fstr_t s) {
+  px_buf_t tmp;
+  px_str_t v;
+  px_buf_init(&tmp, s.n + 1);
+  int rc = px_json_unescape(s.p, s.n, s.esc, &tmp, &v);
+  if (rc == 0) rc = px_buf_json_str_as(b, v.ptr, v.len, PX_ESC_JANSSON);
+  px_buf_free(&tmp);
+  return rc < 0 ? rc : 0;
+}
+
+int px_fb_jdump(px_buf_t *b, const px_fv_t *v) {
+  switch (v->kind) {
+    case PX_FV_STR:
+      return fb_jstr(b, v->s);
+    case PX_FV_NUM: {
+      int64_t i;
+      if (px_jv_int(v, &i)) return px_fb_i64(b, i);
+      return fb_real(b, v->raw);
+    }
+    case PX_FV_TRUE:
+      return px_fb_lit(b, "true");
+    case PX_FV_FALSE:
+      return px_fb_lit(b, "false");
+    case PX_FV_NULL:
+      return px_fb_lit(b, "null");
+    case PX_FV_ARR: {
+      px_jv_it_t it;
+      px_fv_t x;
+      int rc = px_fb_lit(b, "["), first = 1;
+      px_jv_iter(&it, v);
+      while (rc == 0 && px_jv_elem(&it, &x)) {
+        if (!first) rc = px_fb_lit(b, ",");
+        first = 0;
+        if (rc == 0) rc = px_fb_jdump(b, &x);
+      }
+      return rc == 0 ? px_fb_lit(b, "]") : rc;
+    }
+    case PX_FV_OBJ: {
+      px_jv_it_t it;
+      px_fstr_t k;
+      px_fv_t x;
+      int rc = px_fb_lit(b, "{"), first = 1;
+      px_jv_iter(&it, v);
+      while (rc == 0 && px_jv_member(&it, &k, &x)) {
+        if (!first) rc = px_fb_lit(b, ",");
+        first = 0;
+        if (rc == 0) rc = fb_jstr(b, k);
+        if (rc == 0) rc = px_fb_lit(b, ":");
+        if (rc == 0) rc = px_fb_jdump(b, &x);
+      }
+      return rc == 0 ? px_fb_lit(b, "}") : rc;
+    }
+  }
+  return PX_EINVAL;
 }

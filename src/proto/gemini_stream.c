@@ -14,13 +14,138 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proxai/jdoc.h"
+#include "proxai/fastir.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
 
 /* ======================================================================== */
 /* Decoder                                                                    */
+
+/* The arguments of a call streamed in pieces (Gemini partialArgs): a small
+ * tree built over the chunks, each piece set at its jsonPath, written as
+ * json_dumps writes the document jansson would build the same way (an
+ * object's members in their first place, a string at a path continuing the
+ * one there); other scalars kept as json_dumps writes them (px_fb_jdump). */
+typedef enum { PA_OBJ, PA_ARR, PA_STR, PA_ATOM } pa_kind_t;
+typedef struct pa {
+  pa_kind_t kind;
+  px_buf_t text;    /* PA_STR: the value; PA_ATOM: its JSON */
+  char **keys;      /* PA_OBJ: member names (NUL-terminated) */
+  struct pa **vals; /* PA_OBJ, PA_ARR: members, elements */
+  size_t n, cap;
+} pa_t;
+
+static void pa_free(pa_t *t) {
+  if (t == NULL) return;
+  for (size_t i = 0; i < t->n; i++) {
+    if (t->keys) free(t->keys[i]);
+    pa_free(t->vals[i]);
+  }
+  free(t->keys);
+  free(t->vals);
+  px_buf_free(&t->text);
+  free(t);
+}
+
+static pa_t *pa_new(pa_kind_t k) {
+  pa_t *t = calloc(1, sizeof(*t));
+  if (t != NULL) {
+    t->kind = k;
+    px_buf_init(&t->text, SIZE_MAX / 2);
+  }
+  return t;
+}
+
+/* member `key` of object t, or element idx of array t (key NULL); NULL */
+static pa_t **pa_at(pa_t *t, const char *key, size_t idx) {
+  if (key == NULL) return t->kind == PA_ARR && idx < t->n ? &t->vals[idx] : NULL;
+  if (t->kind != PA_OBJ) return NULL;
+  for (size_t i = 0; i < t->n; i++)
+    if (strcmp(t->keys[i], key) == 0) return &t->vals[i];
+  return NULL;
+}
+
+/* v set as member `key` of object t (in its place when there), or appended
+ * to array t (key NULL); v is t's then, or freed. 0 or -1. */
+static int pa_put(pa_t *t, const char *key, pa_t *v) {
+  pa_t **at = key != NULL ? pa_at(t, key, 0) : NULL;
+  if (at != NULL) {
+    pa_free(*at);
+    *at = v;
+    return 0;
+  }
+  if (t->n == t->cap) {
+    size_t nc = t->cap ? t->cap * 2 : 4;
+    pa_t **nv = realloc(t->vals, nc * sizeof(*nv));
+    if (nv != NULL) t->vals = nv;
+    char **nk = nv != NULL && key != NULL ? realloc(t->keys, nc * sizeof(*nk)) : NULL;
+    if (nk != NULL) t->keys = nk;
+    if (nv == NULL || (key != NULL && nk == NULL)) {
+      pa_free(v);
+      return -1;
+    }
+    t->cap = nc;
+  }
+  if (key != NULL && (t->keys[t->n] = strdup(key)) == NULL) {
+    pa_free(v);
+    return -1;
+  }
+  t->vals[t->n++] = v;
+  return 0;
+}
+
+/* the tree of a checked value; NULL on memory */
+static pa_t *pa_of(const px_fv_t *v, px_arena_t *ar) {
+  pa_t *t = pa_new(v->kind == PX_FV_OBJ   ? PA_OBJ
+                   : v->kind == PX_FV_ARR ? PA_ARR
+                   : v->kind == PX_FV_STR ? PA_STR
+                                          : PA_ATOM);
+  if (t == NULL) return NULL;
+  px_jv_it_t it;
+  px_fv_t x;
+  px_fstr_t k;
+  px_jv_iter(&it, v);
+  if (t->kind == PA_OBJ) {
+    while (px_jv_member(&it, &k, &x)) {
+      px_fv_t kv = {.kind = PX_FV_STR, .s = k, .raw = {k.p, k.n}};
+      const char *ks = px_jv_str(ar, &kv, NULL);
+      pa_t *c = ks != NULL ? pa_of(&x, ar) : NULL;
+      if (c == NULL || pa_put(t, ks, c) < 0) goto fail;
+    }
+  } else if (t->kind == PA_ARR) {
+    while (px_jv_elem(&it, &x)) {
+      pa_t *c = pa_of(&x, ar);
+      if (c == NULL || pa_put(t, NULL, c) < 0) goto fail;
+    }
+  } else if (t->kind == PA_STR) {
+    size_t n = 0;
+    const char *sv = px_jv_str(ar, v, &n);
+    if (sv == NULL || px_buf_append(&t->text, sv, n) < 0) goto fail;
+  } else if (px_fb_jdump(&t->text, v) < 0) {
+    goto fail;
+  }
+  return t;
+fail:
+  pa_free(t);
+  return NULL;
+}
+
+static int pa_dump(px_buf_t *b, const pa_t *t) {
+  if (t->kind == PA_STR)
+    return px_buf_json_str_as(b, t->text.data ? t->text.data : "", t->text.len,
+                              PX_ESC_JANSSON);
+  if (t->kind == PA_ATOM) return px_buf_append(b, t->text.data, t->text.len);
+  int rc = px_buf_append(b, t->kind == PA_OBJ ? "{" : "[", 1);
+  for (size_t i = 0; rc == 0 && i < t->n; i++) {
+    if (i > 0) rc = px_buf_append(b, ",", 1);
+    if (rc == 0 && t->kind == PA_OBJ)
+      rc = px_buf_json_str_as(b, t->keys[i], strlen(t->keys[i]), PX_ESC_JANSSON);
+    if (rc == 0 && t->kind == PA_OBJ) rc = px_buf_append(b, ":", 1);
+    if (rc == 0) rc = pa_dump(b, t->vals[i]);
+  }
+  return rc == 0 ? px_buf_append(b, t->kind == PA_OBJ ? "}" : "]", 1) : rc;
+}
 
 struct px_sdec {
   const px_tr_ctx_t *ctx;
@@ -34,7 +159,9 @@ struct px_sdec {
   int fast;          /* the fast path is on (px_gemini_sdec_fast) */
   long fast_hits;    /* chunks it handled */
   char resp_id[128];
-  json_t *pargs;    /* a call whose arguments stream (willContinue): so far */
+  /* a call whose arguments stream (willContinue, Vertex): the arguments so
+   * far (pa_t, built over the chunks) */
+  struct pa *pargs;
   /* the run of stringValue fragments at one jsonPath not yet in pargs
    * (joined once when the run ends: no quadratic re-joining) */
   char *run_path;
@@ -62,7 +189,7 @@ px_sdec_t *px_gemini_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *
 void px_gemini_sdec_free(px_sdec_t *d) {
   if (d == NULL) return;
   px_buf_free(&d->scratch);
-  json_decref(d->pargs);
+  pa_free(d->pargs);
   free(d->run_path);
   px_buf_free(&d->run);
   free(d);
@@ -139,100 +266,106 @@ static int sd_start(px_sdec_t *d, px_str_t rid, px_str_t model, const px_usage_t
   return d->sink(d->arg, &ev);
 }
 
-/* The open call's arguments (args, an object) as one TOOL_ARGS delta, and
- * its block closed. */
-static int sd_call_end(px_sdec_t *d, json_t *args) {
-  char *a = json_is_object(args) ? px_jdoc_dump(args, JSON_COMPACT) : strdup("{}");
-  if (a == NULL) return PX_ENOMEM;
+/* The open call's arguments (their compact JSON text) as one TOOL_ARGS
+ * delta, and its block closed. */
+static int sd_call_text(px_sdec_t *d, px_str_t a) {
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_DELTA);
   ev.index = d->open;
   ev.delta = PX_DELTA_TOOL_ARGS;
-  ev.text = px_str(a);
+  ev.text = a;
   int rc = d->sink(d->arg, &ev);
-  free(a);
   if (rc == 0) rc = sd_close(d);
   return rc;
 }
 
+/* A call's args (a view of the chunk: an object, else "{}") ended. */
+static int sd_call_end(px_sdec_t *d, const px_fv_t *args) {
+  if (!px_jv_is(args, PX_FV_OBJ)) return sd_call_text(d, PX_STR("{}"));
+  px_buf_t a;
+  px_buf_init(&a, PX_JV_GROWTH * (size_t)PX_MAX_SSE_EVENT);
+  int rc = px_fb_jdump(&a, args);
+  if (rc == 0) rc = sd_call_text(d, (px_str_t){a.data, a.len});
+  px_buf_free(&a);
+  return rc < 0 ? rc : 0;
+}
+
 /* A partialArgs value v set into args at path ("$.a.b[0]"): a string
  * continues the one already at its path. 0, or -1 when the path is not
- * one. */
-static int parg_apply(json_t *args, const char *path, json_t *v) {
-  if (path == NULL || path[0] != '$' || v == NULL) return -1;
-  json_t *at = args; /* the container the next step reads */
+ * one; v is args' then, or freed. */
+static int parg_apply(pa_t *args, const char *path, pa_t *v) {
+  if (path == NULL || path[0] != '$' || v == NULL) goto fail;
+  pa_t *at = args; /* the container the next step reads */
   const char *p = path + 1;
   unsigned depth = 0;
   while (*p) {
-    if (++depth > PX_JSON_MAX_DEPTH) return -1; /* as deep as any JSON read */
+    if (++depth > PX_JSON_MAX_DEPTH) goto fail; /* as deep as any JSON read */
     char key[256];
     size_t kl = 0;
     long idx = -1;
     if (*p == '.') {
       for (p++; *p && *p != '.' && *p != '['; p++) {
-        if (kl == sizeof(key) - 1) return -1; /* never cut: two keys would meet */
+        if (kl == sizeof(key) - 1) goto fail; /* never cut: two keys would meet */
         key[kl++] = *p;
       }
-      if (kl == 0) return -1;
+      if (kl == 0) goto fail;
     } else if (*p == '[') {
       char *end;
       idx = strtol(p + 1, &end, 10);
-      if (end == p + 1 || *end != ']' || idx < 0 || idx > 4096) return -1;
+      if (end == p + 1 || *end != ']' || idx < 0 || idx > 4096) goto fail;
       /* the next element or one already there: no room made for a far index */
-      if (json_is_array(at) && (size_t)idx > json_array_size(at)) return -1;
+      if (at->kind == PA_ARR && (size_t)idx > at->n) goto fail;
       p = end + 1;
     } else {
-      return -1;
+      goto fail;
     }
     key[kl] = 0;
+    const char *k = idx < 0 ? key : NULL;
     int last = *p == 0;
-    json_t *cur = idx < 0 ? json_object_get(at, key) : json_array_get(at, (size_t)idx);
-    json_t *next = NULL;
+    pa_t **cur = pa_at(at, k, (size_t)idx), *next;
     if (last) {
-      if (json_is_string(cur) && json_is_string(v)) { /* a string continues */
-        size_t a = json_string_length(cur), b = json_string_length(v);
-        char *cat = malloc(a + b + 1);
-        if (cat == NULL) return -1;
-        memcpy(cat, json_string_value(cur), a);
-        memcpy(cat + a, json_string_value(v), b);
-        next = json_stringn(cat, a + b);
-        free(cat);
-      } else {
-        next = json_incref(v);
+      if (cur != NULL && (*cur)->kind == PA_STR && v->kind == PA_STR) {
+        /* a string continues */
+        int rc = px_buf_append(&(*cur)->text, v->text.data, v->text.len);
+        pa_free(v);
+        return rc < 0 ? -1 : 0;
       }
-    } else if (cur != NULL && (json_is_object(cur) || json_is_array(cur))) {
-      at = cur;
+      next = v;
+      v = NULL;
+    } else if (cur != NULL && ((*cur)->kind == PA_OBJ || (*cur)->kind == PA_ARR)) {
+      at = *cur;
       continue;
-    } else {
-      next = *p == '[' ? json_array() : json_object();
+    } else if ((next = pa_new(*p == '[' ? PA_ARR : PA_OBJ)) == NULL) {
+      goto fail;
     }
-    if (idx < 0) {
-      if (!json_is_object(at)) {
-        json_decref(next);
-        return -1;
-      }
-      if (json_object_set_new(at, key, next) < 0) return -1; /* takes next */
-    } else {
-      if (!json_is_array(at)) {
-        json_decref(next);
-        return -1;
-      }
-      int r = json_array_size(at) == (size_t)idx
-                  ? json_array_append_new(at, next)
-                  : json_array_set_new(at, (size_t)idx, next);
-      if (r < 0) return -1;
+    if ((k != NULL && at->kind != PA_OBJ) || (k == NULL && at->kind != PA_ARR)) {
+      pa_free(next);
+      goto fail;
     }
-    if (!last) at = idx < 0 ? json_object_get(at, key) : json_array_get(at, (size_t)idx);
+    if (cur != NULL) { /* replaced where it stands */
+      pa_free(*cur);
+      *cur = next;
+    } else if (pa_put(at, k, next) < 0) {
+      goto fail;
+    }
+    at = next;
   }
+  pa_free(v);
   return 0;
+fail:
+  pa_free(v);
+  return -1;
 }
 
 /* The pending run of string fragments into pargs, joined once. */
 static int sd_run_end(px_sdec_t *d) {
   if (d->run_path == NULL) return 0;
-  json_t *v = json_stringn(d->run.data ? d->run.data : "", d->run.len);
-  int rc = v != NULL && parg_apply(d->pargs, d->run_path, v) == 0 ? 0 : -1;
-  json_decref(v);
+  pa_t *v = pa_new(PA_STR);
+  int rc = v != NULL && px_buf_append(&v->text, d->run.data, d->run.len) == 0 ? 0 : -1;
+  if (rc == 0)
+    rc = parg_apply(d->pargs, d->run_path, v);
+  else
+    pa_free(v);
   free(d->run_path);
   d->run_path = NULL;
   d->run.len = 0;
@@ -246,55 +379,78 @@ static int sd_call_flush(px_sdec_t *d) {
   if (sd_run_end(d) < 0)
     return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream partialArgs with a bad jsonPath");
   d->pargs_held = 0;
-  json_t *done = d->pargs;
+  pa_t *done = d->pargs;
   d->pargs = NULL;
-  int rc = sd_call_end(d, done);
-  json_decref(done);
-  return rc;
+  px_buf_t a; /* the pieces held are within pargs_held (ctx->max_accum) */
+  px_buf_init(&a, SIZE_MAX / 2);
+  int rc = pa_dump(&a, done);
+  pa_free(done);
+  if (rc == 0) rc = sd_call_text(d, (px_str_t){a.data, a.len});
+  px_buf_free(&a);
+  return rc < 0 ? PX_ENOMEM : rc;
 }
 
 /* One partialArgs entry {jsonPath, stringValue | numberValue | boolValue |
  * nullValue, willContinue} into the streaming call: a string fragment at
  * the path of the run goes on the run; anything else ends the run first.
  * The arguments held stay within ctx->max_accum. 0 or -1. */
-static int sd_parg(px_sdec_t *d, json_t *pa) {
-  const char *path = px_jstr(pa, "jsonPath");
-  json_t *v = json_object_get(pa, "stringValue");
-  int str = v != NULL;
-  if (v == NULL) v = json_object_get(pa, "numberValue");
-  if (v == NULL) v = json_object_get(pa, "boolValue");
-  if (v == NULL && json_object_get(pa, "nullValue") != NULL) v = json_null();
-  if (path == NULL || path[0] != '$' || v == NULL) return -1;
-  size_t n = str && json_is_string(v) ? json_string_length(v) : 16;
+static int sd_parg(px_sdec_t *d, const px_fv_t *pa, px_arena_t *ar) {
+  px_fv_t pv, v;
+  px_jv_get(pa, "jsonPath", &pv);
+  const char *path = px_jv_str(ar, &pv, NULL);
+  int str = px_jv_get(pa, "stringValue", &v), null = 0;
+  if (!str && !px_jv_get(pa, "numberValue", &v) && !px_jv_get(pa, "boolValue", &v))
+    null = px_jv_get(pa, "nullValue", &v);
+  if (path == NULL || path[0] != '$' || v.raw.ptr == NULL) return -1;
+  size_t n = 16;
+  const char *sv = str ? px_jv_str(ar, &v, &n) : NULL;
+  if (sv == NULL) n = 16;
   d->pargs_held += n + strlen(path);
   if (d->ctx->max_accum > 0 && d->pargs_held > d->ctx->max_accum) return -1;
-  if (str && json_is_string(v)) {
+  if (sv != NULL) {
     if (d->run_path != NULL && strcmp(d->run_path, path) != 0 && sd_run_end(d) < 0)
       return -1;
     if (d->run_path == NULL) {
       if ((d->run_path = strdup(path)) == NULL) return -1;
       if (d->run.cap == 0) px_buf_init(&d->run, SIZE_MAX / 2);
     }
-    return px_buf_append(&d->run, json_string_value(v), n) == 0 ? 0 : -1;
+    return px_buf_append(&d->run, sv, n) == 0 ? 0 : -1;
   }
   if (sd_run_end(d) < 0) return -1;
-  return parg_apply(d->pargs, path, v);
+  pa_t *pt = null ? pa_new(PA_ATOM) : pa_of(&v, ar);
+  if (pt != NULL && null && px_buf_puts(&pt->text, "null") < 0) {
+    pa_free(pt);
+    pt = NULL;
+  }
+  return parg_apply(d->pargs, path, pt);
 }
 
 /* A part's partialArgs (and whole args) into the streaming call. */
-static int sd_call_args(px_sdec_t *d, json_t *fc) {
-  size_t i;
-  json_t *pa;
-  json_array_foreach(json_object_get(fc, "partialArgs"), i, pa) {
-    if (sd_parg(d, pa) < 0)
+static int sd_call_args(px_sdec_t *d, const px_fv_t *fc, px_arena_t *ar) {
+  px_fv_t pas, pa, args;
+  px_jv_it_t it;
+  px_jv_get(fc, "partialArgs", &pas);
+  px_jv_iter(&it, &pas);
+  while (px_jv_is(&pas, PX_FV_ARR) && px_jv_elem(&it, &pa)) {
+    if (sd_parg(d, &pa, ar) < 0)
       return sd_fail(d, PX_ERR_BAD_GATEWAY,
                      "upstream partialArgs with a bad jsonPath or over the size limit");
   }
-  json_t *args = json_object_get(fc, "args");
-  if (json_is_object(args)) {
+  px_jv_get(fc, "args", &args);
+  if (px_jv_is(&args, PX_FV_OBJ)) {
     if (sd_run_end(d) < 0)
       return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream partialArgs with a bad jsonPath");
-    if (json_object_update(d->pargs, args) < 0) return PX_ENOMEM;
+    /* its members set on the arguments so far */
+    px_jv_it_t it;
+    px_fstr_t k;
+    px_fv_t x;
+    px_jv_iter(&it, &args);
+    while (px_jv_member(&it, &k, &x)) {
+      px_fv_t kv = {.kind = PX_FV_STR, .s = k, .raw = {k.p, k.n}};
+      const char *ks = px_jv_str(ar, &kv, NULL);
+      pa_t *c = ks != NULL ? pa_of(&x, ar) : NULL;
+      if (c == NULL || pa_put(d->pargs, ks, c) < 0) return PX_ENOMEM;
+    }
   }
   return 0;
 }
@@ -303,38 +459,61 @@ static int sd_call_args(px_sdec_t *d, json_t *fc) {
  * naming the call says willContinue, later parts (no name) bring
  * partialArgs, and the first part without willContinue ends it. The call
  * reaches the events whole, as a non-streamed one. */
-static int sd_call(px_sdec_t *d, json_t *fc) {
-  int more = json_is_true(json_object_get(fc, "willContinue"));
-  px_str_t name = px_jview(fc, "name");
+static int has(const px_fv_t *o, const char *k) {
+  px_fv_t v;
+  return px_jv_get(o, k, &v);
+}
+
+static int is_true(const px_fv_t *o, const char *k) {
+  px_fv_t v;
+  px_jv_get(o, k, &v);
+  return px_jv_is(&v, PX_FV_TRUE);
+}
+
+static int sd_call(px_sdec_t *d, const px_fv_t *fc, px_arena_t *ar) {
+  int more = is_true(fc, "willContinue");
+  px_str_t name = px_jv_sget(ar, fc, "name");
   int rc;
   if (d->pargs == NULL || name.len > 0) {
     /* a new call (one still streaming ends here) */
     if ((rc = sd_call_flush(d)) < 0) return rc;
     char id[160];
-    const char *cid = px_jstr(fc, "id");
+    const char *cid = px_jv_sget(ar, fc, "id").ptr;
     if (cid == NULL) px_gemini_call_id(d->resp_id, d->calls, id, sizeof(id));
     d->calls++;
     if (name.len == 0)
       return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream functionCall without a name");
     if ((rc = sd_open(d, PX_BLOCK_TOOL_CALL, px_str(cid ? cid : id), name)) < 0) return rc;
-    if (!more && json_object_get(fc, "partialArgs") == NULL)
-      return sd_call_end(d, json_object_get(fc, "args"));
-    if ((d->pargs = json_object()) == NULL) return PX_ENOMEM;
+    if (!more && !has(fc, "partialArgs")) {
+      px_fv_t args;
+      px_jv_get(fc, "args", &args);
+      return sd_call_end(d, &args);
+    }
+    if ((d->pargs = pa_new(PA_OBJ)) == NULL) return PX_ENOMEM;
   }
-  if ((rc = sd_call_args(d, fc)) < 0) return rc;
+  if ((rc = sd_call_args(d, fc, ar)) < 0) return rc;
   return more ? 0 : sd_call_flush(d);
 }
 
-static int sd_part(px_sdec_t *d, json_t *pt, int refused) {
+static int sd_part(px_sdec_t *d, const px_fv_t *pt, int refused, px_arena_t *ar) {
+  enum { P_TEXT, P_SIG, P_CALL, P_THOUGHT, P_INLINE, P_FILE, P_CODE, P_CODE_RESULT, P_N };
+  static const px_fkey_t keys[] = {PX_FK("text"),           PX_FK("thoughtSignature"),
+                                   PX_FK("functionCall"),   PX_FK("thought"),
+                                   PX_FK("inlineData"),     PX_FK("fileData"),
+                                   PX_FK("executableCode"), PX_FK("codeExecutionResult")};
+  px_fv_t f[P_N];
+  px_jv_fields(pt, keys, P_N, f);
   int rc = 0;
-  px_str_t text = px_jview(pt, "text");
-  px_str_t sig = px_jview(pt, "thoughtSignature");
-  json_t *fc = json_object_get(pt, "functionCall");
-  if (json_is_object(fc) && d->pargs != NULL && sig.len == 0 &&
-      px_jview(fc, "name").len == 0)
-    return sd_call(d, fc); /* a streaming call goes on */
+  size_t tl = 0, sl = 0;
+  const char *tp = px_jv_str(ar, &f[P_TEXT], &tl), *sp = px_jv_str(ar, &f[P_SIG], &sl);
+  px_str_t text = tp ? (px_str_t){tp, tl} : PX_STR_NULL;
+  px_str_t sig = sp ? (px_str_t){sp, sl} : PX_STR_NULL;
+  const px_fv_t *fc = &f[P_CALL];
+  if (px_jv_is(fc, PX_FV_OBJ) && d->pargs != NULL && sig.len == 0 &&
+      px_jv_sget(ar, fc, "name").len == 0)
+    return sd_call(d, fc, ar); /* a streaming call goes on */
   if ((rc = sd_call_flush(d)) < 0) return rc;
-  if (json_is_true(json_object_get(pt, "thought"))) {
+  if (px_jv_is(&f[P_THOUGHT], PX_FV_TRUE)) {
     rc = sd_delta(d, PX_BLOCK_THINKING, PX_DELTA_THINKING, text);
     if (rc == 0 && sig.len) rc = sd_delta(d, PX_BLOCK_THINKING, PX_DELTA_SIGNATURE, sig);
     return rc;
@@ -346,12 +525,11 @@ static int sd_part(px_sdec_t *d, json_t *pt, int refused) {
   if (text.ptr != NULL)
     return refused ? sd_delta(d, PX_BLOCK_REFUSAL, PX_DELTA_REFUSAL, text)
                    : sd_delta(d, PX_BLOCK_TEXT, PX_DELTA_TEXT, text);
-  if (json_is_object(fc)) return sd_call(d, fc);
+  if (px_jv_is(fc, PX_FV_OBJ)) return sd_call(d, fc, ar);
   /* inline data, code execution: nothing a stream event can carry */
-  if (json_object_get(pt, "inlineData") || json_object_get(pt, "fileData"))
+  if (f[P_INLINE].raw.ptr || f[P_FILE].raw.ptr)
     px_dropped(d->ctx, PX_LOSSY("candidates[].content.parts[].inlineData"));
-  else if (json_object_get(pt, "executableCode") ||
-           json_object_get(pt, "codeExecutionResult"))
+  else if (f[P_CODE].raw.ptr || f[P_CODE_RESULT].raw.ptr)
     px_dropped(d->ctx, PX_LOSSY("candidates[].content.parts[].executableCode"));
   return 0;
 }
@@ -386,38 +564,67 @@ static int sd_finish_reason(px_sdec_t *d, const char *fr, const px_usage_t *u,
   return d->sink(d->arg, &ev);
 }
 
-static int sd_chunk(px_sdec_t *d, json_t *j) {
-  json_t *e = json_object_get(j, "error");
-  if (json_is_object(e)) {
-    const char *msg = px_jstr(e, "message");
-    return sd_fail(d, px_errkind_from_type(NULL, (int)px_jint(e, "code", 500)),
+/* What the general path reads of a chunk and of its candidate (each in one
+ * walk, px_jv_fields). */
+enum { G_ERROR, G_USAGE, G_RID, G_MODEL, G_CANDS, G_FEEDBACK, G_N };
+static const px_fkey_t chunk_keys[] = {PX_FK("error"),      PX_FK("usageMetadata"),
+                                       PX_FK("responseId"), PX_FK("modelVersion"),
+                                       PX_FK("candidates"), PX_FK("promptFeedback")};
+/* the first three are cand_drops[] */
+enum { CA_SAFETY, CA_GROUNDING, CA_CITATION, CA_FINISH, CA_MESSAGE, CA_CONTENT, CA_N };
+static const px_fkey_t cand_keys[] = {
+    PX_FK("safetyRatings"), PX_FK("groundingMetadata"), PX_FK("citationMetadata"),
+    PX_FK("finishReason"),  PX_FK("finishMessage"),     PX_FK("content")};
+
+static int sd_chunk(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
+  static const px_fkey_t um_keys[] = {
+      PX_FK("promptTokenCount"), PX_FK("candidatesTokenCount"),
+      PX_FK("thoughtsTokenCount"), PX_FK("cachedContentTokenCount")};
+  px_fv_t g[G_N], c[CA_N], cand, pt, x[4];
+  px_jv_fields(j, chunk_keys, G_N, g);
+  const px_fv_t *e = &g[G_ERROR], *fb = &g[G_FEEDBACK];
+  if (px_jv_is(e, PX_FV_OBJ)) {
+    const char *msg = px_jv_sget(ar, e, "message").ptr;
+    return sd_fail(d, px_errkind_from_type(NULL, (int)px_jv_iget(e, "code", 500)),
                    msg ? msg : "upstream stream error");
   }
-  json_t *um = json_object_get(j, "usageMetadata");
   px_usage_t u = d->usage, *up = NULL;
-  if (json_is_object(um)) px_gemini_usage_in(um, up = &u);
-  int rc = sd_start(d, px_jview(j, "responseId"), px_jview(j, "modelVersion"), up);
+  if (px_jv_is(&g[G_USAGE], PX_FV_OBJ)) {
+    int64_t n[4] = {-1, -1, -1, -1};
+    px_jv_fields(&g[G_USAGE], um_keys, 4, x);
+    for (int k = 0; k < 4; k++) px_jv_int(&x[k], &n[k]);
+    px_gemini_usage_of(up = &u, n[0], n[1], n[2], n[3]);
+  }
+  size_t rl = 0, ml = 0;
+  const char *rid = px_jv_str(ar, &g[G_RID], &rl),
+             *model = px_jv_str(ar, &g[G_MODEL], &ml);
+  int rc = sd_start(d, rid ? (px_str_t){rid, rl} : PX_STR_NULL,
+                    model ? (px_str_t){model, ml} : PX_STR_NULL, up);
   if (rc < 0) return rc;
-  json_t *cand = json_array_get(json_object_get(j, "candidates"), 0);
-  const char *fr = px_jstr(cand, "finishReason");
-  json_t *fb = json_object_get(j, "promptFeedback");
-  const char *block = px_jstr(fb, "blockReason");
-  px_str_t expl = px_jview(cand, "finishMessage");
+  px_jv_it_t it;
+  px_jv_iter(&it, &g[G_CANDS]);
+  if (!px_jv_is(&g[G_CANDS], PX_FV_ARR) || !px_jv_elem(&it, &cand)) cand.raw.ptr = NULL;
+  px_jv_fields(&cand, cand_keys, CA_N, c);
+  const char *fr = px_jv_str(ar, &c[CA_FINISH], NULL);
+  const char *block = px_jv_sget(ar, fb, "blockReason").ptr;
+  size_t el = 0;
+  const char *em = px_jv_str(ar, &c[CA_MESSAGE], &el);
+  px_str_t expl = em ? (px_str_t){em, el} : PX_STR_NULL;
   px_str_t word = px_str(fr);
-  if (block != NULL && cand == NULL)
-    fr = block, expl = px_jview(fb, "blockReasonMessage"), word = PX_STR_NULL;
+  if (block != NULL && cand.raw.ptr == NULL)
+    fr = block, expl = px_jv_sget(ar, fb, "blockReasonMessage"), word = PX_STR_NULL;
   if (d->ended) /* after the finish chunk: at most late usage */
     return up != NULL ? sd_finish_reason(d, NULL, up, PX_STR_NULL, PX_STR_NULL) : 0;
   int refused = fr != NULL && px_stop_refused(px_gemini_stop(fr, 0));
-  size_t i;
-  json_t *pt;
   unsigned drops = 0;
   for (unsigned k = 0; k < 3; k++)
-    if (json_object_get(cand, cand_drops[k]) != NULL) drops |= 1u << k;
+    if (c[k].raw.ptr != NULL) drops |= 1u << k;
   sd_dropped(d, drops);
-  json_array_foreach(json_object_get(json_object_get(cand, "content"), "parts"), i, pt) {
-    if ((rc = sd_part(d, pt, refused)) < 0) return rc;
-  }
+  px_fv_t parts;
+  px_jv_get(&c[CA_CONTENT], "parts", &parts);
+  px_jv_iter(&it, &parts);
+  while (px_jv_is(&parts, PX_FV_ARR) && px_jv_elem(&it, &pt))
+    if ((rc = sd_part(d, &pt, refused, ar)) < 0) return rc;
   if (fr != NULL) return sd_finish_reason(d, fr, up, expl, word);
   return 0;
 }
@@ -425,17 +632,18 @@ static int sd_chunk(px_sdec_t *d, json_t *j) {
 /* ------------------------------------------------------------------------ */
 /* Fast path. Nearly every chunk of a Gemini stream is one candidate with
  * one text part (the last one adding finishReason), plus usageMetadata,
- * modelVersion and responseId. Building a jansson tree for each dominates
- * the translation, so those chunks are read by one flat validating walk
+ * modelVersion and responseId. The general path (the chunk checked whole,
+ * then each member looked up in its bytes) walks a chunk several times, so
+ * those chunks are read by one flat validating walk
  * (px_fj_key / px_fj_pass / px_fj_next of json.h, as the other stream
- * decoders): it accepts only what it can prove jansson would accept and
+ * decoders): it accepts only what it can prove the general path accepts and
  * read the same way (strings: valid UTF-8, no raw control characters, valid
  * escapes, no \u0000, surrogate escapes only as pairs; numbers: plain
  * integers of at most 15 digits; nesting at most 32 deep), with no escaped
  * or repeated keys where fields are read. Anything else (thought parts,
  * signatures, calls, errors, promptFeedback, several candidates or parts,
  * escaped ids or finish reasons, chunks after the finish) returns "not
- * handled" and goes to the jansson path, which stays the arbiter. Nothing
+ * handled" and goes to the general path, which stays the arbiter. Nothing
  * is emitted before the whole chunk has been checked. */
 
 typedef struct gf {
@@ -569,7 +777,7 @@ static int gf_cands(gf_t *g, int resume) {
     } else if (GF_IS(k, kl, "finishReason")) {
       if (gf_once(g, GF_FR) < 0 || gf_str(g, &g->fr) < 0) return -1;
     } else if (GF_IS(k, kl, "finishMessage")) {
-      return -1; /* a refusal's words: the jansson path */
+      return -1; /* a refusal's words: the general path */
     } else {
       for (unsigned c = 0; c < 3; c++)
         if (kl == strlen(cand_drops[c]) && memcmp(k, cand_drops[c], kl) == 0)
@@ -605,7 +813,7 @@ static int gf_usage(gf_t *g) {
   return r;
 }
 
-/* Returns 1 when the chunk was handled, 0 to use the jansson path, <0 on a
+/* Returns 1 when the chunk was handled, 0 to use the general path, <0 on a
  * sink error. */
 static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
   gf_t g = {.p = (const unsigned char *)data, .n = n, .um = {-1, -1, -1, -1}};
@@ -640,7 +848,7 @@ static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
     }
   }
   if (r < 0 || px_json_ws(g.p, n, g.i) != n || !(g.seen & GF_CANDS)) return 0;
-  /* the members read, as the jansson path reads them */
+  /* the members read, as the general path reads them */
   char fr[32];
   size_t frl = g.fr.e - g.fr.s;
   if (g.fr.set) {
@@ -652,7 +860,7 @@ static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
   px_str_t text = PX_STR_NULL;
   if (g.text.set && px_json_unescape(data + g.text.s, g.text.e - g.text.s, g.text.esc,
                                      &d->scratch, &text) < 0)
-    return 0; /* scratch too small: let jansson decide */
+    return 0; /* scratch too small: the general path decides */
   /* checked: from here on the chunk is handled */
   px_usage_t u = d->usage, *up = NULL;
   if (g.seen & GF_USAGE) px_gemini_usage_of(up = &u, g.um[0], g.um[1], g.um[2], g.um[3]);
@@ -670,6 +878,20 @@ static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
   return rc < 0 ? rc : 1;
 }
 
+/* The general path: the chunk checked whole, then read where it lies. Out
+ * of line: its arena is no weight on the fast path's frame. */
+__attribute__((noinline)) static int general_chunk(px_sdec_t *d, px_str_t data) {
+  px_fv_t j;
+  if (px_jv_parse(data.ptr, data.len, &j) < 0 || !px_jv_is(&j, PX_FV_OBJ))
+    return sd_fail(d, PX_ERR_BAD_GATEWAY,
+                   "upstream sent a chunk that is not a JSON object");
+  px_arena_t ar; /* the chunk's strings, unescaped */
+  px_arena_init(&ar);
+  int rc = sd_chunk(d, &j, &ar);
+  px_arena_free(&ar);
+  return rc;
+}
+
 int px_gemini_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
   if (d->failed) return PX_EPROTO;
   if (d->done || sse->data.len == 0) return 0;
@@ -680,14 +902,7 @@ int px_gemini_sdec_feed(px_sdec_t *d, const struct px_sse_event *sse) {
       return frc < 0 ? frc : 0;
     }
   }
-  json_t *j = px_jdoc_load(sse->data.ptr, sse->data.len, 0, NULL);
-  if (!json_is_object(j)) {
-    json_decref(j);
-    return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream sent a chunk that is not a JSON object");
-  }
-  int rc = sd_chunk(d, j);
-  json_decref(j);
-  return rc;
+  return general_chunk(d, sse->data);
 }
 
 int px_gemini_sdec_finish(px_sdec_t *d) {
@@ -745,18 +960,34 @@ static int w(px_senc_t *e, const char *s) { return px_buf_puts(e->out, s); }
 /* Start a chunk: `data: {"candidates":[{` */
 static int chunk_open(px_senc_t *e) { return w(e, "data: {\"candidates\":[{"); }
 
+/* `,"usageMetadata":{..}` of usage u, as the body's (gemini.c's
+ * px_gemini_usage_out): thoughts counted within the output */
+__attribute__((noinline)) static int put_usage(px_buf_t *o, const px_usage_t *u) {
+  int64_t in = u->input_tokens > 0 ? u->input_tokens : 0;
+  int64_t out = u->output_tokens > 0 ? u->output_tokens : 0;
+  int64_t th = u->reasoning_tokens > 0 ? u->reasoning_tokens : 0;
+  if (th > out) th = out;
+  int rc = px_buf_puts(o, ",\"usageMetadata\":{\"promptTokenCount\":");
+  if (rc == 0) rc = px_buf_i64(o, (long long)in);
+  if (rc == 0) rc = px_buf_puts(o, ",\"candidatesTokenCount\":");
+  if (rc == 0) rc = px_buf_i64(o, (long long)(out - th));
+  if (rc == 0) rc = px_buf_puts(o, ",\"totalTokenCount\":");
+  if (rc == 0) rc = px_buf_i64(o, (long long)(in + out));
+  if (rc == 0 && th > 0) rc = px_buf_puts(o, ",\"thoughtsTokenCount\":");
+  if (rc == 0 && th > 0) rc = px_buf_i64(o, (long long)th);
+  if (rc == 0 && u->cache_read_tokens > 0)
+    rc = px_buf_puts(o, ",\"cachedContentTokenCount\":");
+  if (rc == 0 && u->cache_read_tokens > 0)
+    rc = px_buf_i64(o, (long long)u->cache_read_tokens);
+  if (rc == 0) rc = px_buf_puts(o, "}");
+  return rc;
+}
+
 /* End a chunk: `"index":0}],"modelVersion":..,"responseId":..}` + usage. */
 static int chunk_close(px_senc_t *e, const px_usage_t *u) {
   const char *model = e->ctx->client_model ? e->ctx->client_model : "";
   int rc = px_buf_append(e->out, "\"index\":0}]", 11);
-  if (rc == 0 && u != NULL) {
-    json_t *um = px_gemini_usage_out(u);
-    char *s = px_jdoc_dump(um, JSON_COMPACT);
-    json_decref(um);
-    rc = s ? w(e, ",\"usageMetadata\":") : PX_ENOMEM;
-    if (rc == 0) rc = w(e, s);
-    free(s);
-  }
+  if (rc == 0 && u != NULL) rc = put_usage(e->out, u);
   if (rc == 0 && e->tail.len == 0) {
     px_buf_t *t = &e->tail;
     rc = px_buf_puts(t, ",\"modelVersion\":");
@@ -814,27 +1045,26 @@ static int text_chunk(px_senc_t *e, px_str_t text, int thought) {
   return rc;
 }
 
+/* The held call whole: its arguments (Gemini's args is an object) checked
+ * to be one JSON object and written as json_dumps writes it. */
 static int call_chunk(px_senc_t *e) {
-  json_t *args =
-      e->args.len ? px_jdoc_load(e->args.data, e->args.len, 0, NULL) : json_object();
-  if (!json_is_object(args)) {
-    json_decref(args);
+  px_fv_t args;
+  if (e->args.len > 0 &&
+      (px_jv_parse(e->args.data, e->args.len, &args) < 0 || !px_jv_is(&args, PX_FV_OBJ)))
     return PX_EPROTO; /* the hub ends the stream with an error */
-  }
-  char *a = px_jdoc_dump(args, JSON_COMPACT);
-  json_decref(args);
-  int rc = a ? chunk_open(e) : PX_ENOMEM;
+  size_t mark = e->out->len;
+  int rc = chunk_open(e);
   if (rc == 0) rc = w(e, "\"content\":{\"role\":\"model\",\"parts\":[{\"functionCall\":{\"id\":");
   if (rc == 0) rc = px_buf_json_str(e->out, e->tool_id, strlen(e->tool_id));
   if (rc == 0) rc = w(e, ",\"name\":");
   if (rc == 0) rc = px_buf_json_str(e->out, e->tool_name, strlen(e->tool_name));
   if (rc == 0) rc = w(e, ",\"args\":");
-  if (rc == 0) rc = w(e, a);
+  if (rc == 0) rc = e->args.len > 0 ? px_fb_jdump(e->out, &args) : w(e, "{}");
   if (rc == 0) rc = w(e, "}");
   if (rc == 0) rc = put_sig(e);
   if (rc == 0) rc = w(e, "}]},");
   if (rc == 0) rc = chunk_close(e, NULL);
-  free(a);
+  if (rc < 0) e->out->len = mark;
   return rc;
 }
 
