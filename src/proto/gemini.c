@@ -587,7 +587,6 @@ static int decode_contents(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) 
     }
     if (rk < 0) return DECLINE;
     if (!arr) return turn_fail(d, i);
-    if (m->parts == NULL) return DECLINE; /* none kept: an empty turn */
     m->assistant = model;
   }
   return r < 0 ? DECLINE : 0;
@@ -781,6 +780,27 @@ static int decode_thinking(const px_fv_t *tc, px_freq_t *ir, px_arena_t *a) {
   return 0;
 }
 
+/* topK as the reference reads it: an integer, a real cut toward zero
+ * ("40.0" is 40: Python clients write their floats so), both of a double's
+ * integer precision (below 1e15 in magnitude); else declined */
+static int top_k_of(px_str_t raw, px_arena_t *a, px_str_t *out) {
+  char t[64];
+  if (raw.len >= sizeof(t)) return DECLINE;
+  memcpy(t, raw.ptr, raw.len);
+  t[raw.len] = 0;
+  double v = strtod(t, NULL);
+  if (!(v < 1e15 && v > -1e15)) return DECLINE;
+  if (px_fw_is_int(raw)) {
+    *out = raw;
+    return 0;
+  }
+  char *s = px_arena_alloc(a, 24);
+  if (s == NULL) return DECLINE;
+  int n = snprintf(s, 24, "%lld", (long long)v);
+  *out = (px_str_t){s, (size_t)n};
+  return 0;
+}
+
 /* lossy marks of generationConfig, added when the request is read */
 #define L_MIME (1u << 0)
 
@@ -798,11 +818,9 @@ static int decode_generation(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a
   if (px_fw_fields(w, keys, N_GEN, f, &seen) != 0) return DECLINE;
   if (HAS(G_TEMP) && f[G_TEMP].kind == PX_FV_NUM) ir->temperature = f[G_TEMP].raw;
   if (HAS(G_TOPP) && f[G_TOPP].kind == PX_FV_NUM) ir->top_p = f[G_TOPP].raw;
-  if (HAS(G_TOPK) && f[G_TOPK].kind == PX_FV_NUM) {
-    /* an integer there (a real is cut): integers of a double's precision */
-    if (!px_fw_is_int(f[G_TOPK].raw) || f[G_TOPK].raw.len > 15) return DECLINE;
-    ir->top_k = f[G_TOPK].raw;
-  }
+  if (HAS(G_TOPK) && f[G_TOPK].kind == PX_FV_NUM &&
+      top_k_of(f[G_TOPK].raw, a, &ir->top_k) != 0)
+    return DECLINE;
   if (HAS(G_MAX) && f[G_MAX].kind == PX_FV_NUM && px_fw_is_int(f[G_MAX].raw)) {
     if (px_fw_uint(f[G_MAX].raw, &ir->max_tokens_v) < 0 || ir->max_tokens_v < 1)
       gfail(d, E_GEN, "generationConfig.maxOutputTokens",
