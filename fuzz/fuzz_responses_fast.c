@@ -100,6 +100,40 @@ static const char self_body[] =
     "data: {\"type\":\"response.output_text.delta\",\"item_id\":\"m\","
     "\"output_index\":2,\"content_index\":0,\"delta\":\"lone \\ud800\"}\n\n";
 
+/* Self check of the lifecycle events' memo (a response.in_progress repeating
+ * response.created's response, a response.completed repeating the output
+ * the message items' output_item.done made, its usage read where it
+ * differs): every event of the stream is the fast path's: 9 */
+#define MEMO_RESP(status, output, usage)                                               \
+  "{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1,\"status\":\"" status \
+  "\",\"error\":null,\"model\":\"m\",\"output\":[" output "],\"tools\":[],"          \
+  "\"usage\":" usage ",\"metadata\":{}}"
+#define MEMO_ITEM                                                                      \
+  "{\"id\":\"msg_1\",\"type\":\"message\",\"status\":\"completed\",\"role\":"          \
+  "\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"hi\","             \
+  "\"annotations\":[]}]}"
+static const char memo_body[] =
+    "data: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":"
+    MEMO_RESP("in_progress", "", "null") "}\n\n"
+    "data: {\"type\":\"response.in_progress\",\"sequence_number\":1,\"response\":"
+    MEMO_RESP("in_progress", "", "null") "}\n\n"
+    "data: {\"type\":\"response.output_item.added\",\"output_index\":0,\"item\":"
+    "{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[]}}\n\n"
+    "data: {\"type\":\"response.content_part.added\",\"item_id\":\"msg_1\","
+    "\"output_index\":0,\"content_index\":0,\"part\":{\"type\":\"output_text\","
+    "\"text\":\"\",\"annotations\":[]}}\n\n"
+    "data: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_1\","
+    "\"output_index\":0,\"content_index\":0,\"delta\":\"hi\"}\n\n"
+    "data: {\"type\":\"response.output_text.done\",\"item_id\":\"msg_1\","
+    "\"output_index\":0,\"content_index\":0,\"text\":\"hi\"}\n\n"
+    "data: {\"type\":\"response.content_part.done\",\"item_id\":\"msg_1\","
+    "\"output_index\":0,\"content_index\":0,\"part\":{\"type\":\"output_text\","
+    "\"text\":\"hi\",\"annotations\":[]}}\n\n"
+    "data: {\"type\":\"response.output_item.done\",\"output_index\":0,\"item\":"
+    MEMO_ITEM "}\n\n"
+    "data: {\"type\":\"response.completed\",\"response\":"
+    MEMO_RESP("completed", MEMO_ITEM, "{\"input_tokens\":3,\"output_tokens\":1}") "}\n\n";
+
 static const fd_ops_t ops = {
     .proto = &px_proto_responses,
     .out = PX_PROTO_RESPONSES,
@@ -113,6 +147,33 @@ static const fd_ops_t ops = {
     .self_hits = 11,
 };
 
+/* After memo_body, whose events the lifecycle templates keep: the same
+ * events with other ids and numbers (the holes), an escaped model (read
+ * from its hole as escaped: the jansson path's) and a text part that
+ * starts with text where the template's was empty (the jansson path's):
+ * the message item is the fast path's: 1 */
+static const char tpl_body[] =
+    "data: {\"type\":\"response.created\",\"sequence_number\":10,\"response\":"
+    "{\"id\":\"resp_22\",\"object\":\"response\",\"created_at\":17,\"status\":"
+    "\"in_progress\",\"error\":null,\"model\":\"m\\u0032\",\"output\":[],\"tools\":[],"
+    "\"usage\":null,\"metadata\":{}}}\n\n"
+    "data: {\"type\":\"response.output_item.added\",\"output_index\":0,\"item\":"
+    "{\"id\":\"msg_2\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[]}}\n\n"
+    "data: {\"type\":\"response.content_part.added\",\"item_id\":\"msg_2\","
+    "\"output_index\":0,\"content_index\":0,\"part\":{\"type\":\"output_text\","
+    "\"text\":\"abc\",\"annotations\":[]}}\n\n";
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  static int memo_checked;
+  if (!memo_checked) {
+    memo_checked = 1;
+    long hits = fd_sse_mode(&ops, memo_body, sizeof(memo_body) - 1, 0);
+    long tpl_hits = fd_sse_mode(&ops, tpl_body, sizeof(tpl_body) - 1, 0);
+    if (hits != 9 || tpl_hits != 1) {
+      fprintf(stderr, "fast path handled %ld / %ld events of the memo checks, want 9 / 1\n",
+              hits, tpl_hits);
+      abort();
+    }
+  }
   return fd_fuzz_one(&ops, data, size);
 }

@@ -6,8 +6,10 @@
  * when the stream is fed whole equal the events seen when it is fed in
  * chunks (and the result code matches); the same for what the pass-through
  * watcher (src/core/passthru.c) passes on, and what it reads of the stream
- * (terminal, error, usage), for a protocol and a model rewrite picked by
- * byte 0; neither crashes or leaks. */
+ * (terminal, error, usage, and a traced answer's id, model and finish
+ * reason: also what reading every event with px_answer_event finds), for
+ * a protocol and a model rewrite picked by byte 0; neither crashes or
+ * leaks. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 
 #include "proxai/passthru.h"
 #include "proxai/sse.h"
+#include "proxai/usage.h"
 
 typedef struct {
   uint64_t h; /* running FNV-1a over every event's fields */
@@ -66,11 +69,37 @@ static int run(const uint8_t *p, size_t n, size_t cap, uint32_t seed, digest_t *
 
 /* The pass-through watcher over the same chunks: what it passed on, its
  * result and what it read into *pt_out (done: nothing to free). */
+/* The answer as reading every event finds it (px_answer_event): what the
+ * watcher must have read as the events passed. 0 when the stream parses. */
+typedef struct {
+  const px_wire_watch_t *w;
+  px_answer_t *a;
+} ref_t;
+
+static int on_ref(void *arg, const px_sse_event_t *ev) {
+  ref_t *r = arg;
+  px_answer_event(r->w, ev->event, ev->data.ptr, ev->data.len, r->a);
+  return 0;
+}
+
+static int ref_answer(const uint8_t *p, size_t n, px_proto_t proto, px_answer_t *a) {
+  ref_t r = {&px_proto_get(proto)->watch, a};
+  px_sse_t s;
+  memset(a, 0, sizeof(*a));
+  px_sse_init(&s, PX_MAX_SSE_EVENT, on_ref, &r);
+  int rc = px_sse_feed(&s, (const char *)p, n);
+  px_sse_done(&s);
+  return rc;
+}
+
 static int run_pt(const uint8_t *p, size_t n, uint32_t seed, px_proto_t proto,
-                  const char *model, int strip, px_buf_t *out, px_passthru_t *pt_out) {
+                  const char *model, int strip, px_answer_t *ans, px_buf_t *out,
+                  px_passthru_t *pt_out) {
   px_passthru_t pt;
   px_passthru_init(&pt, proto, model);
   pt.strip_usage = strip;
+  if (ans) memset(ans, 0, sizeof(*ans));
+  px_passthru_answer(&pt, ans);
   int rc = 0;
   size_t at = 0;
   while (at < n && rc == 0) {
@@ -97,13 +126,23 @@ static void check_passthru(const uint8_t *p, size_t n, uint32_t seed, unsigned p
                                       PX_PROTO_ANTHROPIC, PX_PROTO_GEMINI};
   px_proto_t proto = protos[pick & 3];
   const char *model = pick & 4 ? "client-model" : NULL;
-  int strip = (pick & 8) != 0;
+  int strip = (pick & 8) != 0, traced = (pick & 16) != 0;
   px_buf_t a, b;
   px_passthru_t pa, pb;
+  px_answer_t aa, ab, ref;
   px_buf_init(&a, (size_t)1 << 24);
   px_buf_init(&b, (size_t)1 << 24);
-  int ra = run_pt(p, n, 0, proto, model, strip, &a, &pa);
-  int rb = run_pt(p, n, seed, proto, model, strip, &b, &pb);
+  int ra = run_pt(p, n, 0, proto, model, strip, traced ? &aa : NULL, &a, &pa);
+  int rb = run_pt(p, n, seed, proto, model, strip, traced ? &ab : NULL, &b, &pb);
+  if (traced && ra == 0 && rb == 0 && ref_answer(p, n, proto, &ref) == 0 &&
+      (memcmp(&aa, &ab, sizeof(aa)) != 0 || strcmp(aa.id, ref.id) != 0 ||
+       strcmp(aa.model, ref.model) != 0 || strcmp(aa.finish, ref.finish) != 0)) {
+    fprintf(stderr,
+            "fuzz_sse: the watcher's answer (%s|%s|%s) is not what reading every event "
+            "finds (%s|%s|%s)\n",
+            aa.id, aa.model, aa.finish, ref.id, ref.model, ref.finish);
+    abort();
+  }
   /* a failure (an event over the cap, a buffer error) may come at another
    * point of a chunked stream; a stream that went through is the same */
   if (ra == 0 && rb == 0 &&

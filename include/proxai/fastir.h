@@ -346,12 +346,30 @@ typedef struct px_ftab {
  *  slots; a member read with a table: kind PX_FV_OBJ, raw its span), in one
  *  walk. 0 or PX_FAST_DECLINE. */
 int px_fc_tree(px_fw_t *w, const px_ftab_t *t, px_fv_t *f, unsigned *seen);
+/** Spans of JSON text a caller checked before (a stream's earlier events,
+ *  kept by the caller): px_fc_tree_memo skips a value equal to one. */
+typedef struct px_fmemo {
+  const px_str_t *span;
+  int n;
+} px_fmemo_t;
+/** px_fc_tree where an object or array value that is not read with a
+ *  table and equals one of memo's spans byte for byte (so it was checked
+ *  before) is compared, not walked again (its slot, if any: kind and raw
+ *  span). */
+int px_fc_tree_memo(px_fw_t *w, const px_ftab_t *t, px_fv_t *f, unsigned *seen,
+                    const px_fmemo_t *memo);
 
-/** Whether raw string content s equals the literal lit (escaped: never). */
-static inline int px_fs_is(px_fstr_t s, const char *lit) {
-  size_t n = strlen(lit);
+/** Whether raw string content s equals the n bytes of lit (escaped:
+ *  never). */
+static inline int px_fs_isn(px_fstr_t s, const char *lit, size_t n) {
   return s.p != NULL && !s.esc && s.n == n && memcmp(s.p, lit, n) == 0;
 }
+/** Whether raw string content s equals the literal lit (escaped: never). */
+static inline int px_fs_is(px_fstr_t s, const char *lit) {
+  return px_fs_isn(s, lit, strlen(lit));
+}
+/** px_fs_is with a string literal: its length known where it is written. */
+#define PX_FS_IS(s, lit) px_fs_isn((s), "" lit, sizeof(lit) - 1)
 /** A raw integer token with no sign, fraction or exponent -> *v (>= 0). */
 int px_fw_uint(px_str_t raw, int64_t *v);
 /** Whether a raw JSON array / object is empty. */

@@ -247,7 +247,8 @@ int px_json_request_caps(const char *p, size_t n, const char *const (*caps)[2],
  * what a client protocol reads of every request (the stored responses'
  * previous_response_id, store and input) costs no walk of its own. They
  * are members the gateway reads, so the rule for repeated members holds for
- * them too (PX_JREQ_DUPLICATE).
+ * them too (PX_JREQ_DUPLICATE). The names of caps and members are string
+ * literals (a table is built once per set of name pointers and kept).
  */
 int px_json_request_watch(const char *p, size_t n, const char *const (*caps)[2],
                           const char *const *members, px_json_req_t *r);

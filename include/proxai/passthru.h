@@ -49,11 +49,17 @@ typedef struct px_passthru {
   int failed;         /**< <0: an event over the cap (PX_ETOOBIG) or a buffer
                            error; the stream is broken, feed refuses more */
   px_usage_t usage;   /**< usage seen so far, for logs and tpm */
-  px_answer_t *answer; /**< NULL, or the answer's id, model and finish
-                            reason kept here (a traced request) */
+  px_answer_t *answer;        /**< NULL, or the answer's id, model and finish
+                                   reason kept here (px_passthru_answer) */
+  char fin_null[40];          /**< a data-only stream's "finish name":null */
+  unsigned char fin_null_len; /**< its length; 0: not a data-only stream */
+  unsigned char fin_bit; /**< the finish name's bit among the keys tested; 0: not one */
 } px_passthru_t;
 
 void px_passthru_init(px_passthru_t *pt, px_proto_t proto, const char *model);
+/** Keeps the answer's id, model and finish reason in a (NULL: none) as the
+ *  events pass (a traced request), read where the watch already looks. */
+void px_passthru_answer(px_passthru_t *pt, px_answer_t *a);
 /** Feed upstream bytes; the bytes to send to the client (complete events,
  *  rewritten or dropped as configured) are appended to out. Returns 0, or <0
  *  when the stream is broken (an event over PX_MAX_SSE_EVENT): out then holds

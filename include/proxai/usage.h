@@ -56,6 +56,12 @@ typedef struct px_answer {
 void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
                     px_answer_t *a);
 
+/** px_answer_read at the top (outer NULL) without the finish reason: the
+ *  id and the model alone. */
+void px_answer_ids(const px_wire_watch_t *w, const char *p, size_t n, px_answer_t *a);
+/** ... and the finish reason alone. */
+void px_answer_finish(const px_wire_watch_t *w, const char *p, size_t n, px_answer_t *a);
+
 /** Sets a's id, model and finish reason (JSON string contents; len 0: not
  *  set), cut to fit as px_answer_read cuts them. */
 void px_answer_set(px_answer_t *a, px_str_t id, px_str_t model, px_str_t finish);

@@ -119,22 +119,19 @@ static int string_tail(const unsigned char *p, size_t n, size_t i, size_t *end,
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-/* The block-wise check (x86-64). The content is read in blocks of 64 bytes,
- * each starting fresh: never on a byte an escape or a UTF-8 sequence of the
- * block before has taken. Vector compares give one bit a byte in each mask
- * of blk_t; blk_check does the rest on the masks, a scalar step only for
- * the rare bytes (\b, \u, non-ASCII).
+/* The block-wise check (x86-64). The content is read in blocks of 64 bytes.
+ * Vector compares give one bit a byte in each mask of blk_t; blk_step does
+ * the rest on the masks, a scalar step only for the rare bytes (\b, \u,
+ * non-ASCII) and for the block the string ends in.
  * The escaped bytes are the ones right after a run of backslashes of odd
- * length: a run starting at an even offset ends (its first byte past it,
- * found by adding the run's start bit to the backslash mask: the carry runs
- * through the run) at an odd offset exactly when its length is odd, and the
- * other way round. A run reaching the block's end has no end in it: its
- * complete pairs (escaped backslashes) are done, and an odd last backslash
- * starts the next block. */
+ * length, found for the whole block at once and carried from block to block
+ * (blk_escaped). A block starts where the one before it ended, or past an
+ * escape or a UTF-8 sequence running over its end (the escape carry is then
+ * 0: the byte before is not a backslash). */
 typedef struct blk {
   uint64_t q;  /* '"' */
   uint64_t b;  /* '\\' */
-  uint64_t ok; /* what may follow an escaping backslash but \b and \u: " \ / f n r t */
+  uint64_t ok; /* what may follow an escaping backslash but '"', \b and \u: \ / f n r t */
   uint64_t c;  /* below 0x20 or 0x80 and above */
 } blk_t;
 
@@ -143,19 +140,51 @@ typedef struct blk {
  * the start of a sequence the block's end cuts (0: none). */
 typedef void blk_utf8_fn(const unsigned char *p, size_t base, uint64_t *bad, size_t *cut);
 
-#define EVEN_BITS 0x5555555555555555ull
+#define ODD_BITS 0xAAAAAAAAAAAAAAAAull
 
-/* The control and non-ASCII bytes of the block at base (bits of c, the
- * first one not inside a sequence): a control byte refused, a UTF-8
- * sequence starting at each non-ASCII byte checked by px_utf8_seq; *next
- * moves past one running over the block. 0, or -1. */
+/* The escaped bytes of the block whose backslashes are b: *carry is 1 when
+ * its first byte is escaped (an odd run ended the block before), and
+ * becomes 1 when the next block's first byte is. After simdjson's escape
+ * scanner: shifting the backslashes that start an escape up by one and
+ * subtracting them, with the odd bits set, leaves the odd bits of an
+ * odd-aligned run and the even bits of an even-aligned run; with the odd
+ * bits flipped back that is one bit on each escaping backslash and on each
+ * escaped byte. */
+static inline uint64_t blk_escaped(uint64_t b, uint64_t *carry) {
+  uint64_t in = *carry, starts = b & ~in; /* an escaped backslash escapes nothing */
+  uint64_t codes = (((starts << 1) | ODD_BITS) - starts) ^ ODD_BITS;
+  *carry = (codes & b) >> 63;
+  return codes ^ (b | in);
+}
+
+/* px_utf8_seq for a byte of a string that is not plain ASCII: 0 for a
+ * control byte; two and three byte sequences (most non-ASCII text) from one
+ * little-endian 32-bit word where four bytes are left: 110xxxxx 10xxxxxx (C0 and C1
+ * never), 1110xxxx 10xxxxxx 10xxxxxx but E0 80..9F (overlong) and
+ * ED A0..BF (surrogates) */
+static inline size_t utf8_seq_at(const unsigned char *s, size_t n) {
+  if (n >= 4) {
+    uint32_t w;
+    memcpy(&w, s, 4);
+    if ((w & 0xC0E0) == 0x80C0) return (w & 0x1E) != 0 ? 2 : 0;
+    if ((w & 0xC0C0F0) == 0x8080E0) {
+      uint32_t x = w & 0x200F; /* the lead's low four bits, 0x20 of the second */
+      return x == 0 || x == 0x200D ? 0 : 3;
+    }
+  }
+  return s[0] < 0x80 ? 0 : px_utf8_seq(s, n);
+}
+
+/* The control and non-ASCII bytes of the block at base (bits of c): a
+ * control byte refused, a UTF-8 sequence starting at each non-ASCII byte
+ * checked (utf8_seq_at); *next moves past one running over the block.
+ * 0, or -1. */
 static inline __attribute__((always_inline)) int blk_utf8(const unsigned char *p,
                                                           size_t n, size_t base,
                                                           uint64_t c, size_t *next) {
   while (c != 0) {
     unsigned j = (unsigned)__builtin_ctzll(c);
-    if (p[base + j] < 0x80) return -1; /* a raw control character */
-    size_t l = px_utf8_seq(p + base + j, n - base - j);
+    size_t l = utf8_seq_at(p + base + j, n - base - j);
     if (l == 0) return -1;
     size_t stop = j + l;
     if (stop >= 64) {
@@ -168,9 +197,10 @@ static inline __attribute__((always_inline)) int blk_utf8(const unsigned char *p
 }
 
 /* The escapes of the block at base that the masks do not clear (bits of
- * odd: the letters after escaping backslashes): \b, \u (its hex, \u0000
- * and surrogate pairs as escape_u reads them), or an invalid escape.
- * *next moves past one running over the block. 0, or -1. */
+ * odd: the letters after escaping backslashes; bit 0 may be one whose
+ * backslash ended the block before): \b, \u (its hex, \u0000 and
+ * surrogate pairs as escape_u reads them), or an invalid escape. *next
+ * moves past one running over the block. 0, or -1. */
 static int blk_escapes(const unsigned char *p, size_t n, size_t base, uint64_t odd,
                        size_t *next) {
   while (odd != 0) {
@@ -182,7 +212,7 @@ static int blk_escapes(const unsigned char *p, size_t n, size_t base, uint64_t o
     }
     size_t l = p[at] == 'u' ? escape_u(p, n, at - 1) : 0;
     if (l == 0) return -1;
-    size_t stop = j - 1 + l; /* a pair's second \u is taken with it */
+    size_t stop = (size_t)j + l - 1; /* a pair's second \u is taken with it */
     if (stop >= 64) {
       if (base + stop > *next) *next = base + stop;
       return 0;
@@ -192,31 +222,28 @@ static int blk_escapes(const unsigned char *p, size_t n, size_t base, uint64_t o
   return 0;
 }
 
-/* Check the block at p[base..base+64) from its masks m: 1 when the string
- * ends in it (*end), 0 when it goes on (*next: where the next block
- * starts), -1 when jansson would refuse it. *bs gets the backslashes of
- * the string's bytes. */
-static inline __attribute__((always_inline)) int blk_check(const unsigned char *p,
-                                                           size_t n, size_t base,
-                                                           const blk_t *m, size_t *next,
-                                                           size_t *end, uint64_t *bs,
-                                                           blk_utf8_fn *all) {
-  uint64_t b = m->b, escaped;
-  if ((b & (b << 1)) == 0) { /* the usual: every backslash alone */
-    escaped = b << 1;
-  } else {
-    uint64_t starts = b & ~(b << 1);
-    uint64_t from_even = (b + (starts & EVEN_BITS)) & ~b;
-    uint64_t from_odd = (b + (starts & ~EVEN_BITS)) & ~b;
-    escaped = (from_even & ~EVEN_BITS) | (from_odd & EVEN_BITS);
-  }
+/* Where the block loop is: the block at p[at..at+64), whether its first
+ * byte is escaped (an odd run of backslashes ended the block before), and
+ * the backslashes of the string so far. */
+typedef struct blk_st {
+  size_t at;
+  uint64_t carry, bs;
+} blk_st_t;
+
+/* A block that is not the usual one (blk_step): with an escape the masks do not
+ * clear, with many non-ASCII bytes, or with the string's end; escaped are
+ * its escaped bytes, st->carry the next block's. 1 when the string ends in
+ * it (*end), 0 when it goes on (st->at: where the next block starts), -1
+ * when jansson would refuse it. */
+static inline __attribute__((always_inline)) int blk_rare(const unsigned char *p,
+                                                          size_t n, const blk_t *m,
+                                                          uint64_t escaped, blk_st_t *st,
+                                                          size_t *end, blk_utf8_fn *all) {
+  size_t base = st->at, nb = base + 64;
   uint64_t closing = m->q & ~escaped;
   uint64_t in = (closing & (0 - closing)) - 1; /* the bytes before the end (all: none) */
-  *bs |= b & in;
-  size_t nb = base + 64;
-  /* a run of backslashes to the end: an odd last one escapes onward */
-  if ((int64_t)b < 0) nb -= (~b != 0 ? (size_t)__builtin_clzll(~b) : 64) & 1;
-  uint64_t odd = escaped & ~m->ok & in;
+  st->bs |= m->b & in;
+  uint64_t odd = escaped & ~(m->ok | m->q) & in;
   if (odd != 0 && blk_escapes(p, n, base, odd, &nb) < 0) return -1;
   if ((m->c & in) != 0) {
     if (all != NULL && __builtin_popcountll(m->c & in) > 16) {
@@ -235,8 +262,59 @@ static inline __attribute__((always_inline)) int blk_check(const unsigned char *
     *end = base + (size_t)__builtin_ctzll(closing);
     return 1;
   }
-  *next = nb;
+  /* past a \u escape: a pair's second backslash may have ended the block */
+  if (nb > base + 64) st->carry = 0;
+  st->at = nb;
   return 0;
+}
+
+/* The block at st->at that blk_step does not take (its masks q, b, ok, c
+ * and escaped bytes as blk_step found them): see blk_rare. */
+typedef int blk_rare_fn(const unsigned char *p, size_t n, uint64_t q, uint64_t b,
+                        uint64_t ok, uint64_t c, uint64_t escaped, blk_st_t *st,
+                        size_t *end);
+
+/* One block of the loop from its masks m: the usual block (every escape a
+ * one-letter one: " \\ / f n r t, at most 16 non-ASCII bytes) and the
+ * block the string ends in after such bytes here, the rest by rare. 1 when
+ * the string ends in it (*end), 0 when it goes on (*at: where the next
+ * block starts), -1 when jansson would refuse it. */
+static inline __attribute__((always_inline)) int blk_step(const unsigned char *p,
+                                                          size_t n, const blk_t *m,
+                                                          size_t *at, uint64_t *carry,
+                                                          uint64_t *bs, size_t *end,
+                                                          blk_rare_fn *rare) {
+  uint64_t escaped = blk_escaped(m->b, carry);
+  /* no unescaped quote, no escaped byte but a quote or a letter: as ok and
+   * q have no byte in common, that is q ^ (escaped & ~ok) == 0 */
+  if ((m->q ^ (escaped & ~m->ok)) == 0) {
+    if (m->c == 0) {
+      *bs |= m->b;
+      *at += 64;
+      return 0;
+    }
+    if (__builtin_popcountll(m->c) <= 16) {
+      size_t nb = *at + 64;
+      /* (a sequence running over the block ends it in a non-ASCII byte, so
+       * the escape carry is 0 already) */
+      if (blk_utf8(p, n, *at, m->c, &nb) < 0) return -1;
+      *bs |= m->b;
+      *at = nb;
+      return 0;
+    }
+  }
+  /* the string's end, after one-letter escapes and ASCII only */
+  uint64_t closing = m->q & ~escaped, in = (closing & (0 - closing)) - 1;
+  if (__builtin_expect(closing != 0, 0) &&
+      (((escaped & ~(m->ok | m->q)) | m->c) & in) == 0) {
+    *bs |= m->b & in;
+    *end = *at + (size_t)__builtin_ctzll(closing);
+    return 1;
+  }
+  blk_st_t st = {*at, *carry, *bs};
+  int rc = rare(p, n, m->q, m->b, m->ok, m->c, escaped, &st, end);
+  *at = st.at, *carry = st.carry, *bs = st.bs;
+  return rc;
 }
 
 /* The bytes that may follow an escaping backslash, by their low four bits
@@ -334,29 +412,62 @@ AVX2 __attribute__((noinline)) static void avx2_utf8(const unsigned char *p, siz
                          : 0;
 }
 
+/* The masks of the block at b but c; *c0 and *c1 get its control and
+ * non-ASCII bytes (k: the constants, AVX2_K) */
+typedef struct avx2_k {
+  __m256i qt, bs, sp, let;
+} avx2_k_t;
+#define AVX2_K                                                             \
+  {                                                                        \
+    _mm256_set1_epi8('"'), _mm256_set1_epi8('\\'), _mm256_set1_epi8(0x20), \
+        _mm256_setr_epi8(LETTERS, LETTERS)                                 \
+  }
+AVX2 static inline __attribute__((always_inline)) blk_t avx2_masks(const unsigned char *b,
+                                                                   const avx2_k_t *k,
+                                                                   __m256i *c0,
+                                                                   __m256i *c1) {
+  __m256i v0 = _mm256_loadu_si256((const __m256i *)b);
+  __m256i v1 = _mm256_loadu_si256((const __m256i *)(b + 32));
+  __m256i q0 = _mm256_cmpeq_epi8(v0, k->qt), q1 = _mm256_cmpeq_epi8(v1, k->qt);
+  /* signed: a control and a non-ASCII byte are both below 0x20 */
+  *c0 = _mm256_cmpgt_epi8(k->sp, v0), *c1 = _mm256_cmpgt_epi8(k->sp, v1);
+  blk_t m;
+  m.q = avx2_bits(q0, q1);
+  m.b = avx2_bits(_mm256_cmpeq_epi8(v0, k->bs), _mm256_cmpeq_epi8(v1, k->bs));
+  m.ok = avx2_bits(_mm256_cmpeq_epi8(_mm256_shuffle_epi8(k->let, v0), v0),
+                   _mm256_cmpeq_epi8(_mm256_shuffle_epi8(k->let, v1), v1));
+  m.c = 0;
+  return m;
+}
+
+/* blk_rare_fn with AVX2 */
+AVX2 __attribute__((noinline)) static int blk_rare_avx2(const unsigned char *p, size_t n,
+                                                        uint64_t q, uint64_t b,
+                                                        uint64_t ok, uint64_t c,
+                                                        uint64_t escaped, blk_st_t *st,
+                                                        size_t *end) {
+  const blk_t m = {q, b, ok, c};
+  return blk_rare(p, n, &m, escaped, st, end, avx2_utf8);
+}
+
 AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *end,
                             int *esc) {
-  const __m256i qt = _mm256_set1_epi8('"'), bs = _mm256_set1_epi8('\\'),
-                us = _mm256_set1_epi8(0x1f), let = _mm256_setr_epi8(LETTERS, LETTERS);
-  uint64_t any_bs = 0;
+  avx2_k_t k = AVX2_K;
+  /* the constants stay in registers, and the compare with sp one step */
+  __asm__("" : "+x"(k.qt), "+x"(k.bs), "+x"(k.sp), "+x"(k.let));
+  uint64_t carry = 0, any_bs = 0;
   int rc = 0;
   while (i + 64 <= n) {
-    __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + i));
-    __m256i v1 = _mm256_loadu_si256((const __m256i *)(p + i + 32));
-    __m256i q0 = _mm256_cmpeq_epi8(v0, qt), q1 = _mm256_cmpeq_epi8(v1, qt);
-    blk_t m;
-    m.q = avx2_bits(q0, q1);
-    m.b = avx2_bits(_mm256_cmpeq_epi8(v0, bs), _mm256_cmpeq_epi8(v1, bs));
-    m.ok = avx2_bits(
-        _mm256_or_si256(q0, _mm256_cmpeq_epi8(_mm256_shuffle_epi8(let, v0), v0)),
-        _mm256_or_si256(q1, _mm256_cmpeq_epi8(_mm256_shuffle_epi8(let, v1), v1)));
-    /* signed: a control and a non-ASCII byte are both not above 0x1f */
-    m.c = ~avx2_bits(_mm256_cmpgt_epi8(v0, us), _mm256_cmpgt_epi8(v1, us));
-    if ((rc = blk_check(p, n, i, &m, &i, end, &any_bs, avx2_utf8)) != 0) break;
+    __m256i c0, c1;
+    blk_t m = avx2_masks(p + i, &k, &c0, &c1);
+    __m256i c = _mm256_or_si256(c0, c1);
+    if (!_mm256_testz_si256(c, c)) m.c = avx2_bits(c0, c1); /* mostly none */
+    if ((rc = blk_step(p, n, &m, &i, &carry, &any_bs, end, blk_rare_avx2)) != 0) break;
   }
   if (any_bs != 0) *esc = 1;
   if (rc != 0) return rc < 0 ? -1 : 0;
-  return string_tail(p, n, i, end, esc);
+  /* an escape the last block's backslash starts is the tail's */
+  return string_tail(p, n, i - carry, end, esc);
 }
 
 static uint64_t sse2_bits(__m128i a, __m128i b, __m128i c, __m128i d) {
@@ -366,33 +477,47 @@ static uint64_t sse2_bits(__m128i a, __m128i b, __m128i c, __m128i d) {
          (uint64_t)(uint16_t)_mm_movemask_epi8(d) << 48;
 }
 
-/* string_avx2 sixteen bytes at a time (SSE2 has no byte lookup: the
- * letters compared one by one) */
-static int string_sse2(const unsigned char *p, size_t n, size_t i, size_t *end,
-                       int *esc) {
+/* The masks of the block at b with SSE2 (no byte lookup: the letters
+ * compared one by one) */
+static inline __attribute__((always_inline)) blk_t sse2_masks(const unsigned char *b) {
   const __m128i qt = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'),
                 sp = _mm_set1_epi8(0x20);
-  static const char ok[] = "\"\\/fnrt";
-  uint64_t any_bs = 0;
+  static const char ok[] = "\\/fnrt";
+  __m128i v[4], q[4], bk[4], o[4], c[4];
+  for (int k = 0; k < 4; k++) {
+    v[k] = _mm_loadu_si128((const __m128i *)(b + 16 * k));
+    q[k] = _mm_cmpeq_epi8(v[k], qt);
+    bk[k] = _mm_cmpeq_epi8(v[k], bs);
+    c[k] = _mm_cmplt_epi8(v[k], sp);
+    o[k] = _mm_cmpeq_epi8(v[k], _mm_set1_epi8(ok[0]));
+    for (int l = 1; ok[l] != 0; l++)
+      o[k] = _mm_or_si128(o[k], _mm_cmpeq_epi8(v[k], _mm_set1_epi8(ok[l])));
+  }
+  return (blk_t){sse2_bits(q[0], q[1], q[2], q[3]), sse2_bits(bk[0], bk[1], bk[2], bk[3]),
+                 sse2_bits(o[0], o[1], o[2], o[3]), sse2_bits(c[0], c[1], c[2], c[3])};
+}
+
+/* blk_rare_fn with SSE2 */
+__attribute__((noinline)) static int blk_rare_sse2(const unsigned char *p, size_t n,
+                                                   uint64_t q, uint64_t b, uint64_t ok,
+                                                   uint64_t c, uint64_t escaped,
+                                                   blk_st_t *st, size_t *end) {
+  const blk_t m = {q, b, ok, c};
+  return blk_rare(p, n, &m, escaped, st, end, NULL);
+}
+
+/* string_avx2 sixteen bytes at a time */
+static int string_sse2(const unsigned char *p, size_t n, size_t i, size_t *end,
+                       int *esc) {
+  uint64_t carry = 0, any_bs = 0;
   int rc = 0;
   while (i + 64 <= n) {
-    __m128i v[4], q[4], b[4], o[4], c[4];
-    for (int k = 0; k < 4; k++) {
-      v[k] = _mm_loadu_si128((const __m128i *)(p + i + 16 * k));
-      q[k] = _mm_cmpeq_epi8(v[k], qt);
-      b[k] = _mm_cmpeq_epi8(v[k], bs);
-      c[k] = _mm_cmplt_epi8(v[k], sp);
-      o[k] = q[k];
-      for (int l = 1; ok[l] != 0; l++)
-        o[k] = _mm_or_si128(o[k], _mm_cmpeq_epi8(v[k], _mm_set1_epi8(ok[l])));
-    }
-    blk_t m = {sse2_bits(q[0], q[1], q[2], q[3]), sse2_bits(b[0], b[1], b[2], b[3]),
-               sse2_bits(o[0], o[1], o[2], o[3]), sse2_bits(c[0], c[1], c[2], c[3])};
-    if ((rc = blk_check(p, n, i, &m, &i, end, &any_bs, NULL)) != 0) break;
+    blk_t m = sse2_masks(p + i);
+    if ((rc = blk_step(p, n, &m, &i, &carry, &any_bs, end, blk_rare_sse2)) != 0) break;
   }
   if (any_bs != 0) *esc = 1;
   if (rc != 0) return rc < 0 ? -1 : 0;
-  return string_tail(p, n, i, end, esc);
+  return string_tail(p, n, i - carry, end, esc);
 }
 #endif
 
@@ -759,6 +884,36 @@ static void watch_init(watch_t *w, const char *const (*caps)[2],
     w->mem[watch_add(w, members[m], W_TOP, 1)] = m;
 }
 
+/* The watch table of caps and members, built once: the gateway asks with a
+ * few tables (a protocol's ops) every time, their names literals, so the
+ * same name pointers are the same table. A few tables are kept per thread,
+ * the oldest replaced. */
+#define WATCH_KEYS (2 * PX_JREQ_CAPS + PX_JREQ_MEMBERS)
+#define WATCH_CACHED 8
+typedef struct watch_slot {
+  const char *key[WATCH_KEYS];
+  watch_t w;
+} watch_slot_t;
+
+static const watch_t *watch_get(const char *const (*caps)[2],
+                                const char *const *members) {
+  static _Thread_local watch_slot_t slot[WATCH_CACHED];
+  static _Thread_local unsigned used, next;
+  const char *key[WATCH_KEYS] = {NULL};
+  for (int c = 0; caps != NULL && c < PX_JREQ_CAPS && caps[c][0] != NULL; c++)
+    key[2 * c] = caps[c][0], key[2 * c + 1] = caps[c][1];
+  for (int m = 0; members != NULL && m < PX_JREQ_MEMBERS && members[m] != NULL; m++)
+    key[2 * PX_JREQ_CAPS + m] = members[m];
+  for (unsigned k = 0; k < used; k++)
+    if (memcmp(slot[k].key, key, sizeof(key)) == 0) return &slot[k].w;
+  watch_slot_t *s = &slot[next];
+  next = (next + 1) % WATCH_CACHED;
+  if (used < WATCH_CACHED) used++;
+  memcpy(s->key, key, sizeof(key));
+  watch_init(&s->w, caps, members);
+  return &s->w;
+}
+
 /* Which watched member the key p[s..e) names (escapes decoded) inside the
  * member `parent`. An escaped spelling longer than 6 bytes a character
  * cannot name one of them. */
@@ -844,8 +999,7 @@ int px_json_request_watch(const char *text, size_t n, const char *const (*caps)[
   const unsigned char *p = (const unsigned char *)text;
   unsigned char is_obj[PX_JSON_MAX_DEPTH + 1]; /* per depth: object (1) or array */
   is_obj[0] = 0;
-  watch_t w;
-  watch_init(&w, caps, members);
+  const watch_t *w = watch_get(caps, members);
   int seen[W_MAX] = {0};
   size_t at[W_MAX] = {0}, len[W_MAX] = {0}; /* value token of each member */
   /* the watched member whose object is open at depth 2 (its members are
@@ -876,10 +1030,10 @@ value:
                         "nested too deeply (more than " DEPTH_TEXT " levels)");
       is_obj[++depth] = (unsigned char)(obj = p[i] == '{');
       cost += obj ? COST_OBJECT : COST_ARRAY;
-      if (rec != W_NONE && w.parent[rec] == W_TOP && p[i] == '{') sub = rec;
+      if (rec != W_NONE && w->parent[rec] == W_TOP && p[i] == '{') sub = rec;
       /* the type is all we need, or a caller's member's whole span (at close) */
       if (rec != W_NONE) at[rec] = s, len[rec] = 1;
-      if (rec != W_NONE && w.mem[rec] >= 0) whole = rec;
+      if (rec != W_NONE && w->mem[rec] >= 0) whole = rec;
       i = px_json_ws(p, n, i + 1);
       if (i < n && p[i] == (obj ? '}' : ']')) {
         i++;
@@ -934,11 +1088,11 @@ key:
                       "invalid member name (a raw control character, invalid UTF-8, a "
                       "bad escape or no closing quote)");
     if (depth == 1) /* (the top is an object then) */
-      pending = watched_key(&w, p, i + 1, e, esc, W_TOP);
+      pending = watched_key(w, p, i + 1, e, esc, W_TOP);
     else if (depth == 2 && sub != W_NONE)
-      pending = watched_key(&w, p, i + 1, e, esc, sub);
-    if (pending != W_NONE && w.once[pending] && seen[pending]++) {
-      r->key = w.name[pending];
+      pending = watched_key(w, p, i + 1, e, esc, sub);
+    if (pending != W_NONE && w->once[pending] && seen[pending]++) {
+      r->key = w->name[pending];
       return req_fail(r, PX_JREQ_DUPLICATE, i, "duplicate member");
     }
     cost += COST_MEMBER + (e - i);
@@ -986,9 +1140,9 @@ close:
   r->stream = len[TOP_STREAM] == 4 && memcmp(p + at[TOP_STREAM], "true", 4) == 0;
   r->include_usage = len[SO_USAGE] == 4 && memcmp(p + at[SO_USAGE], "true", 4) == 0;
   r->so_at = at[TOP_SO], r->so_len = len[TOP_SO];
-  for (int k = W_FIXED; k < w.n; k++) {
-    if (w.cap[k] >= 0) r->cap_at[w.cap[k]] = at[k], r->cap_len[w.cap[k]] = len[k];
-    if (w.mem[k] >= 0) r->mem_at[w.mem[k]] = at[k], r->mem_len[w.mem[k]] = len[k];
+  for (int k = W_FIXED; k < w->n; k++) {
+    if (w->cap[k] >= 0) r->cap_at[w->cap[k]] = at[k], r->cap_len[w->cap[k]] = len[k];
+    if (w->mem[k] >= 0) r->mem_at[w->mem[k]] = at[k], r->mem_len[w->mem[k]] = len[k];
   }
   static const int users[] = {META_USER, TOP_SAFETY, TOP_USER}; /* first wins */
   for (size_t k = 0; k < sizeof(users) / sizeof(users[0]); k++) {

@@ -183,6 +183,12 @@ static void count_lossy(void *arg, const char *field) {
  * finalize (the last one then carries the answer's usage). trace.c encodes
  * them into the worker's batch; trace_export.c sends it. */
 
+/* an answer not seen yet (its strings' first bytes and lengths) */
+static void answer_clear(px_answer_t *a) {
+  a->id[0] = a->model[0] = a->finish[0] = 0;
+  a->id_len = a->model_len = a->finish_len = a->noted = 0;
+}
+
 /* The request's trace context: the client's traceparent and tracestate
  * continued (one pass over its headers). */
 static void trace_begin(px_exch_t *x) {
@@ -196,19 +202,21 @@ static void trace_begin(px_exch_t *x) {
   }
   px_trace_begin(&x->tr, &x->cfg->trace, tp, ts);
   if (!x->tr.sampled) return;
-  x->ans_up.id[0] = x->ans_up.model[0] = x->ans_up.finish[0] = 0;
-  x->ans_up.id_len = x->ans_up.model_len = x->ans_up.finish_len = x->ans_up.noted = 0;
-  x->ans_cl = x->ans_up;
+  x->ans_pass = 0;
+  answer_clear(&x->ans_up);
+  answer_clear(&x->ans_cl);
 }
 
-/* A pass-through answer as the client got it: the upstream's, its model
- * written back when the route rewrites it */
-static void answer_passed(px_exch_t *x) {
+/* The answer as the client got it: a translated one's (ans_cl); a
+ * pass-through one's is the upstream's, its model written back when the
+ * route rewrites it */
+static const px_answer_t *answer_client(px_exch_t *x) {
+  if (!x->ans_pass && !x->pt_init) return &x->ans_cl;
+  if (!(x->up_model && x->model && strcmp(x->up_model, x->model) != 0)) return &x->ans_up;
   x->ans_cl = x->ans_up;
-  if (x->up_model && x->model && strcmp(x->up_model, x->model) != 0) {
-    px_copy_cut(x->ans_cl.model, sizeof(x->ans_cl.model), px_str(x->model), PX_STR(""));
-    x->ans_cl.model_len = (unsigned char)strlen(x->ans_cl.model);
-  }
+  px_copy_cut(x->ans_cl.model, sizeof(x->ans_cl.model), px_str(x->model), PX_STR(""));
+  x->ans_cl.model_len = (unsigned char)strlen(x->ans_cl.model);
+  return &x->ans_cl;
 }
 
 void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, size_t up_tail,
@@ -216,7 +224,7 @@ void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, size_t up_tai
   if (!x->tr.sampled) return;
   px_answer_body(&px_proto_get(x->out)->watch, up ? up : "", un, up_tail, &x->ans_up);
   if (cl == NULL)
-    answer_passed(x);
+    x->ans_pass = 1;         /* passed through (answer_client) */
   else if (!x->ans_cl.noted) /* its encoder does not note it */
     px_answer_read(&px_exch_client_ops(x)->watch, cl, cn, NULL, &x->ans_cl);
 }
@@ -224,7 +232,7 @@ void px_exch_trace_answer(px_exch_t *x, const char *up, size_t un, size_t up_tai
 void px_exch_trace_stream(px_exch_t *x) {
   if (!x->tr.sampled) return;
   if (x->pt_init) { /* the same events (the model written back: at the end) */
-    x->pt.answer = &x->ans_up;
+    px_passthru_answer(&x->pt, &x->ans_up);
     return;
   }
   px_stream_tr_answer(x->str, &x->ans_up, &x->ans_cl);
@@ -311,7 +319,7 @@ void px_exch_trace_attempt(px_exch_t *x) {
 
 static void trace_end(px_exch_t *x, uint64_t end) {
   if (x->tr_start) emit_attempt(x, 1);
-  if (x->pt_init) answer_passed(x); /* a pass-through stream */
+  const px_answer_t *cl = answer_client(x);
   const px_proto_ops_t *ops = px_exch_client_ops(x);
   /* an answered error in the client protocol's words (a forwarded or
    * translated upstream error by its status); a failure after the answer
@@ -328,9 +336,9 @@ static void trace_end(px_exch_t *x, uint64_t end) {
       .operation = ops->otel_operation,
       .name_model = x->model,
       .request_model = x->model,
-      .response_model = {x->ans_cl.model, x->ans_cl.model_len},
-      .response_id = {x->ans_cl.id, x->ans_cl.id_len},
-      .finish_reason = {x->ans_cl.finish, x->ans_cl.finish_len},
+      .response_model = {cl->model, cl->model_len},
+      .response_id = {cl->id, cl->id_len},
+      .finish_reason = {cl->finish, cl->finish_len},
       .max_tokens = px_exch_max_tokens(x),
       .input_tokens = x->usage.input_tokens,
       .output_tokens = x->usage.output_tokens,

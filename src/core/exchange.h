@@ -179,6 +179,7 @@ struct px_exch {
   /* a traced request's answer (emptied when sampled): as the upstream wrote
    * it (the last attempt's span) and as the client got it (the request's) */
   px_answer_t ans_up, ans_cl;
+  int ans_pass; /**< a whole answer passed through: the client's is ans_up */
 };
 
 /* The answer's id, model and finish reason for the spans, read from the

@@ -27,13 +27,40 @@
  * compared (the last places in a block overlapping the one before). */
 #define PX_WATCH_KEYS 4
 enum { PX_K_ERROR, PX_K_USAGE, PX_K_FINISH };
+/* a[0..n) == b[0..n) for short names: a word at a time (the last one
+ * overlapping), no call */
+static inline int same_bytes(const char *a, const char *b, size_t n) {
+  if (n >= 8) {
+    uint64_t x, y, diff = 0;
+    for (size_t i = 0; i + 8 < n; i += 8) {
+      memcpy(&x, a + i, 8);
+      memcpy(&y, b + i, 8);
+      diff |= x ^ y;
+    }
+    memcpy(&x, a + n - 8, 8);
+    memcpy(&y, b + n - 8, 8);
+    return (diff | (x ^ y)) == 0;
+  }
+  if (n >= 4) {
+    uint32_t x, y, u, v;
+    memcpy(&x, a, 4);
+    memcpy(&y, b, 4);
+    memcpy(&u, a + n - 4, 4);
+    memcpy(&v, b + n - 4, 4);
+    return ((x ^ y) | (u ^ v)) == 0;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (a[i] != b[i]) return 0;
+  return 1;
+}
+
 /* the keys held at the quote d[j] (j + 1 < n) */
 static unsigned key_at(const char *d, size_t n, size_t j, const char *const *keys,
                        const unsigned char *kl) {
   unsigned found = 0;
   for (size_t k = 0; k < PX_WATCH_KEYS; k++)
     if (kl[k] > 0 && d[j + 1] == keys[k][0] && n - j > kl[k] + 1u &&
-        d[j + kl[k] + 1] == '"' && memcmp(d + j + 2, keys[k] + 1, kl[k] - 1u) == 0)
+        d[j + kl[k] + 1] == '"' && same_bytes(d + j + 2, keys[k] + 1, kl[k] - 1u))
       found |= 1u << k;
   return found;
 }
@@ -148,19 +175,42 @@ static int name_is(px_str_t a, const char *lit, size_t len) {
   return lit != NULL && a.len == len && memcmp(a.ptr, lit, len) == 0;
 }
 
+/* A traced answer's id, model and finish reason on one event: where its
+ * start, delta and terminal events keep them (outer: the object that holds
+ * them), as px_answer_event reads them */
+static void answer_in(px_passthru_t *pt, const char *d, size_t n, const char *outer) {
+  if (n > 0 && d[0] == '{') px_answer_read(pt->w, d, n, outer, pt->answer);
+}
+
+/* ... or on a data chunk, where every chunk says it all: the id and the
+ * model from the first that has them; the finish reason of a chunk that
+ * holds its name (has: the keys the scan found, when the name is one of
+ * them) and does not end in it being null ("finish_reason":null}]}: the
+ * last one, as the read back from the end meets it first, says none) */
+static void chunk_answer(px_passthru_t *pt, const char *d, size_t n, unsigned has) {
+  px_answer_t *a = pt->answer;
+  if (n == 0 || d[0] != '{') return; /* [DONE] and the like */
+  if (!a->id[0] || !a->model[0]) px_answer_ids(pt->w, d, n, a);
+  if (pt->fin_bit && !(has & pt->fin_bit)) return;
+  size_t e = n, nl = pt->fin_null_len;
+  while (e > 0 && (d[e - 1] == '}' || d[e - 1] == ']')) e--;
+  if (e > nl && d[e - nl - 1] != '\\' && same_bytes(d + e - nl, pt->fin_null, nl)) return;
+  px_answer_finish(pt->w, d, n, a);
+}
+
 /* One event, judged by the protocol's watch descriptor: terminal, error,
- * finish and usage. */
+ * finish and usage (and a traced answer's id, model and finish reason). */
 static int on_event(void *arg, const px_sse_event_t *ev) {
   px_passthru_t *pt = arg;
   const px_wire_watch_t *w = pt->w;
   const char *d = ev->data.ptr;
   size_t n = ev->data.len;
-  if (pt->answer) px_answer_event(w, ev->event, d, n, pt->answer);
   const unsigned char *nl = pt->name_len;
   for (size_t k = 0; k < 3 && w->terminal_events[k]; k++)
     if (name_is(ev->event, w->terminal_events[k], nl[PX_N_TERMINAL + k])) {
       pt->terminal = 1;
       px_usage_read(w, d, n, w->terminal_outer, &pt->usage);
+      if (pt->answer) answer_in(pt, d, n, w->terminal_outer);
       return 0;
     }
   /* the keys this protocol's data chunks are tested for, in one pass
@@ -178,10 +228,12 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
     pt->upstream_error = 1;
   } else if (name_is(ev->event, w->start_event, nl[PX_N_START])) {
     px_usage_read(w, d, n, w->start_outer, &pt->usage);
+    if (pt->answer) answer_in(pt, d, n, w->start_outer);
   } else if (name_is(ev->event, w->delta_event, nl[PX_N_DELTA])) {
     px_usage_t u = pt->usage;
     px_usage_read(w, d, n, NULL, &u);
     pt->usage.output_tokens = u.output_tokens;
+    if (pt->answer) answer_in(pt, d, n, w->delta_outer);
   } else if (name_is(ev->data, w->terminal_data, nl[PX_N_DATA])) {
     pt->terminal = 1;
   } else if ((has >> PX_K_ERROR & 1) && data_error(d, n)) {
@@ -190,7 +242,25 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
     chunk_usage(pt, d, n);
   }
   if (has >> PX_K_FINISH) pt->terminal = 1;
+  if (pt->fin_null_len) chunk_answer(pt, d, n, has);
   return 0;
+}
+
+void px_passthru_answer(px_passthru_t *pt, px_answer_t *a) {
+  const px_wire_watch_t *w = pt->w;
+  pt->answer = a;
+  if (a == NULL || w->start_event || w->terminal_events[0] || !w->finish_key) return;
+  /* a data-only stream: "name":null, the finish reason's name when one of
+   * the keys the scan tests for (then a chunk without it has none) */
+  size_t fl = strlen(w->finish_key);
+  if (fl + 7 > sizeof(pt->fin_null)) return; /* never: the protocols' names are short */
+  pt->fin_null[0] = '"';
+  memcpy(pt->fin_null + 1, w->finish_key, fl);
+  memcpy(pt->fin_null + 1 + fl, "\":null", 6);
+  pt->fin_null_len = (unsigned char)(fl + 7);
+  for (size_t k = 0; k < 2 && w->finish_keys[k]; k++)
+    if (strcmp(w->finish_keys[k], w->finish_key) == 0)
+      pt->fin_bit = 1u << (PX_K_FINISH + k);
 }
 
 static int on_event_end(void *arg, size_t end);

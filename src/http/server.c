@@ -666,7 +666,11 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   uint64_t left = c->parser.content_length;
   if (c->body_direct && !c->lingering && c->state == C_READING && in_left(c) == 0 &&
       left > 0 && left != UINT64_MAX) {
-    size_t want = left < room ? (size_t)left : room;
+    /* as much as the buffer already holds room for (fewer reads), at least
+     * a slab's worth (the buffer grows by that much at most) */
+    size_t want = b->size > b->len + 1 ? b->size - b->len - 1 : 0;
+    if (want < room) want = room;
+    if (want > left) want = (size_t)left;
     if (px_buf_reserve(b, want + 1) == 0) { /* + 1: the terminating NUL */
       buf->base = b->data + b->len;
       buf->len = want;

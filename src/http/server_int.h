@@ -18,7 +18,7 @@
 #define PX_LINGER_MS 2000           /* lingering close: longest drain */
 #define PX_LINGER_MAX (8u << 20)    /* lingering close: most bytes drained */
 #define PX_BODY_PRESIZE (1u << 20)  /* body buffer sized from Content-Length */
-#define PX_HEAD_READ 16384          /* a new request's first read: at most */
+#define PX_HEAD_READ 4096           /* a new request's first read: at most */
 
 /* deferred jobs run by t_tick on the next loop iteration */
 enum { TICK_FLUSH_HEAD = 1, TICK_FAIL = 2, TICK_RESUME = 4 };

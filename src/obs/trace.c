@@ -27,13 +27,23 @@
 #include "proxai/json.h"
 #include "proxai/metrics.h"
 
+/* the encoders of a span's values: inlined where they are used (a span
+ * writes a few dozen of them, each worth less than a call) */
+#if defined(__GNUC__) || defined(__clang__)
+#define ENC static inline __attribute__((always_inline))
+#else
+#define ENC static inline
+#endif
+
 #define BATCH_MAX (4u << 20) /* bytes waiting, in flight apart: beyond, spans drop */
 #define BATCH_SPANS_MAX 8192 /* spans waiting */
 #define READY_SPANS 512      /* a batch this large is sent at once */
 #define READY_BYTES (1u << 20)
-/* room a batch starts with: a second's spans of a busy worker are written
- * without the buffer growing (each growth copies what it holds) */
-#define BATCH_START (256u << 10)
+/* room a batch starts with: a batch that is sent as it becomes ready
+ * (READY_SPANS spans, READY_BYTES) is written without the buffer growing
+ * (each growth copies what it holds: a copy of a megabyte costs more than
+ * the spans of a thousand requests); pages never written cost no memory */
+#define BATCH_START (READY_BYTES + (256u << 10))
 
 static px_buf_t batch;
 static size_t nspans;
@@ -275,7 +285,7 @@ static char *put_text_slow(char *w, const char *s, size_t n) {
 /* A JSON string's content (escaped): names are short and plain as a rule,
  * copied while checked a word at a time (px_json_special8: the bytes care[]
  * flags), written again by the slow path when not plain. */
-static char *put_text(char *w, const char *s, size_t n) {
+ENC char *put_text(char *w, const char *s, size_t n) {
 #if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
   uint64_t x, bad = 0;
   if (n >= 8) {
@@ -346,8 +356,8 @@ static inline char *put9(char *w, uint32_t u) {
   return w + 9;
 }
 
-/* v < 100000000, without leading zeros */
-static char *put_small(char *w, uint32_t v) {
+/* v < 10000, without leading zeros */
+ENC char *put_upto4(char *w, uint32_t v) {
   if (v < 10) {
     *w = (char)('0' + v);
     return w + 1;
@@ -361,27 +371,36 @@ static char *put_small(char *w, uint32_t v) {
     memcpy(w + 1, digits2 + 2 * (v % 100), 2);
     return w + 3;
   }
-  if (v < 10000) return put4(w, v);
-  return put4(put_small(w, v / 10000), v % 10000);
+  return put4(w, v);
 }
 
-/* decimal, in 8-digit chunks of 32-bit arithmetic: the 19-digit times of
- * every span cost a few dozen instructions */
-static char *put_u64(char *w, uint64_t v) {
-  if (v < 100000000) return put_small(w, (uint32_t)v);
+/* v < 100000000, without leading zeros */
+ENC char *put_small(char *w, uint32_t v) {
+  if (v < 10000) return put_upto4(w, v);
+  return put4(put_upto4(w, v / 10000), v % 10000);
+}
+
+/* v >= 100000000 in 8-digit chunks of 32-bit arithmetic (a time's
+ * seconds, a huge count): out of line */
+static char *put_big(char *w, uint64_t v) {
   uint64_t hi = v / 100000000;
   uint32_t lo = (uint32_t)(v % 100000000);
   if (hi < 100000000)
     w = put_small(w, (uint32_t)hi);
   else
-    w = put8(put_small(w, (uint32_t)(hi / 100000000)), (uint32_t)(hi % 100000000));
+    w = put8(put_upto4(w, (uint32_t)(hi / 100000000)), (uint32_t)(hi % 100000000));
   return put8(w, lo);
+}
+
+/* decimal: the counts of a span are small */
+ENC char *put_u64(char *w, uint64_t v) {
+  return v < 100000000 ? put_small(w, (uint32_t)v) : put_big(w, v);
 }
 
 /* a wall-clock time in ns: seconds (10 digits until 2286), their digits
  * kept from the last time (spans end within the same second, as a rule),
  * and 9 digits */
-static char *put_time(char *w, uint64_t hr) {
+ENC char *put_time(char *w, uint64_t hr) {
   static uint64_t last_sec = UINT64_MAX;
   static char sec_text[24];
   static size_t sec_len;
@@ -503,6 +522,7 @@ static sv_t str_sv(px_str_t s) {
 typedef struct frag {
   const char *k[4]; /* the strings it was encoded from */
   size_t len;       /* 0: empty */
+  size_t op_len;    /* the operation's length (k[0]) */
   char text[FRAG_MAX];
 } frag_t;
 static frag_t frags[2]; /* SERVER, CLIENT */
@@ -550,7 +570,7 @@ static const frag_t *fixed_find(const px_span_t *s, const char **k, sv_t *f) {
     const frag_t *c = &frags[s->kind == PX_SPAN_CLIENT];
     if (c->len && c->k[0] == k[0] && c->k[1] == k[1] && c->k[2] == k[2] &&
         c->k[3] == k[3])
-      return f[0] = sv(k[0]), c;
+      return f[0] = (sv_t){k[0], c->op_len}, c;
   }
   for (int i = 0; i < 4; i++) f[i] = sv(k[i]);
   if (s->kind == PX_SPAN_CLIENT && k[2]) {
@@ -571,6 +591,7 @@ static void fixed_keep(const px_span_t *s, const char **k, const char *w, size_t
   memcpy(c->k, k, sizeof(c->k));
   memcpy(c->text, w, len);
   c->len = len;
+  c->op_len = strlen(k[0]);
 }
 
 /* Writes the span at w (room for its bound reserved); returns the end. */

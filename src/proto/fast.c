@@ -428,13 +428,14 @@ FC_INLINE int fc_atom(px_fw_t *w) {
   return 0;
 }
 
-/* the container at the cursor, checked and skipped */
-static int fc_container(px_fw_t *w) {
+/* the container at the cursor, checked and skipped, nested at most max
+ * (<= PX_JSON_MAX_DEPTH) deep */
+static int fc_container(px_fw_t *w, int max) {
   unsigned char obj[PX_JSON_MAX_DEPTH]; /* per level: an object */
   int d = 0;
   px_fstr_t s;
 open:
-  if (d >= PX_JSON_MAX_DEPTH) return -1;
+  if (d >= max) return -1;
   obj[d++] = w->p[w->i] == '{';
   w->i++;
   ws(w);
@@ -469,7 +470,7 @@ closed:
   goto after;
 }
 
-FC_INLINE int fc_value(px_fw_t *w, px_fv_t *v) {
+FC_INLINE int fc_value_max(px_fw_t *w, px_fv_t *v, int max) {
   ws(w);
   if (w->i >= w->n) return -1;
   size_t s = w->i;
@@ -483,7 +484,7 @@ FC_INLINE int fc_value(px_fw_t *w, px_fv_t *v) {
     case '{':
     case '[':
       v->kind = w->p[s] == '{' ? PX_FV_OBJ : PX_FV_ARR;
-      rc = fc_container(w);
+      rc = fc_container(w, max);
       break;
     default:
       v->kind = w->p[s] == 't'   ? PX_FV_TRUE
@@ -495,6 +496,10 @@ FC_INLINE int fc_value(px_fw_t *w, px_fv_t *v) {
   v->raw.ptr = w->p + s;
   v->raw.len = w->i - s;
   return rc;
+}
+
+FC_INLINE int fc_value(px_fw_t *w, px_fv_t *v) {
+  return fc_value_max(w, v, PX_JSON_MAX_DEPTH);
 }
 
 int px_fc_value(px_fw_t *w, px_fv_t *v) { return fc_value(w, v); }
@@ -1048,7 +1053,12 @@ int px_fb_drop_members(px_buf_t *b, size_t start, const px_fkey_t *drop, int n) 
  * events, read in one walk). px_fc_fields with a table per object read: the
  * members read where they stand, the rest checked and skipped, the calls
  * inline; a plain integer (px_fj_int_end's: at most 15 digits, which
- * jansson reads as an integer too) without px_json_number.               */
+ * jansson reads as an integer too) without px_json_number. The values
+ * skipped nest at most TREE_MAX deep: with the tables' levels (and a span
+ * of memo met a level deeper than where it was checked) the whole text
+ * stays within PX_JSON_MAX_DEPTH, as jansson's loader counts it.         */
+
+#define TREE_MAX (PX_JSON_MAX_DEPTH - 8)
 
 FC_INLINE int fc_value_int(px_fw_t *w, px_fv_t *v) {
   const unsigned char *u = (const unsigned char *)w->p;
@@ -1062,24 +1072,43 @@ FC_INLINE int fc_value_int(px_fw_t *w, px_fv_t *v) {
     w->i = e;
     return 0;
   }
-  return fc_value(w, v);
+  return fc_value_max(w, v, TREE_MAX);
 }
 
-static int fc_tree(px_fw_t *w, const px_ftab_t *t, px_fv_t *f, unsigned *seen) {
+/* A container value equal, byte for byte, to one of memo's spans (text
+ * checked before): its length, else 0. */
+FC_INLINE size_t seen_span(const px_fw_t *w, const px_fmemo_t *memo) {
+  for (int k = 0; memo != NULL && k < memo->n; k++) {
+    px_str_t m = memo->span[k];
+    if (m.len > 0 && m.len <= w->n - w->i && m.ptr[0] == w->p[w->i] &&
+        memcmp(m.ptr, w->p + w->i, m.len) == 0)
+      return m.len;
+  }
+  return 0;
+}
+
+static int fc_tree(px_fw_t *w, const px_ftab_t *t, px_fv_t *f, unsigned *seen,
+                   const px_fmemo_t *memo) {
   px_fstr_t k;
   int r, first = 1;
-  if (px_fw_open(w, '{') < 0) return PX_FAST_DECLINE;
+  /* the lengths of the table's names: most members' names are none of
+   * them, told by their length alone */
+  uint64_t lens = 0;
+  for (int i = 0; i < t->n; i++) lens |= 1ull << (t->keys[i].n & 63);
+  ws(w);
+  if (w->i >= w->n || w->p[w->i] != '{') return PX_FAST_DECLINE;
+  w->i++;
   while ((r = fc_member(w, &k, &first)) == 1) {
     px_fv_t v, *dst = &v;
     if (k.esc) return PX_FAST_DECLINE;
-    int ki = px_fk_of(k, t->keys, t->n);
+    int ki = (lens >> (k.n & 63) & 1) ? px_fk_of(k, t->keys, t->n) : -1;
     if (ki >= 0) {
       int s = t->base + ki;
       if (px_fw_seen_twice(seen, s)) return PX_FAST_DECLINE;
       dst = &f[s];
       if (t->sub != NULL && t->sub[ki] != NULL && w->p[w->i] == '{') {
         size_t st = w->i;
-        if (fc_tree(w, t->sub[ki], f, seen) != 0) return PX_FAST_DECLINE;
+        if (fc_tree(w, t->sub[ki], f, seen, memo) != 0) return PX_FAST_DECLINE;
         dst->kind = PX_FV_OBJ;
         dst->s.p = NULL;
         dst->raw.ptr = w->p + st;
@@ -1087,13 +1116,27 @@ static int fc_tree(px_fw_t *w, const px_ftab_t *t, px_fv_t *f, unsigned *seen) {
         continue;
       }
     }
+    size_t l;
+    if ((w->p[w->i] == '{' || w->p[w->i] == '[') && (l = seen_span(w, memo)) != 0) {
+      dst->kind = w->p[w->i] == '{' ? PX_FV_OBJ : PX_FV_ARR;
+      dst->s.p = NULL;
+      dst->raw.ptr = w->p + w->i;
+      dst->raw.len = l;
+      w->i += l;
+      continue;
+    }
     if (fc_value_int(w, dst) < 0) return PX_FAST_DECLINE;
   }
   return r < 0 ? PX_FAST_DECLINE : 0;
 }
 
 int px_fc_tree(px_fw_t *w, const px_ftab_t *t, px_fv_t *f, unsigned *seen) {
-  return fc_tree(w, t, f, seen);
+  return fc_tree(w, t, f, seen, NULL);
+}
+
+int px_fc_tree_memo(px_fw_t *w, const px_ftab_t *t, px_fv_t *f, unsigned *seen,
+                    const px_fmemo_t *memo) {
+  return fc_tree(w, t, f, seen, memo);
 }
 
 /* ------------------------------------------------------------------------ */

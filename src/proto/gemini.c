@@ -1014,13 +1014,18 @@ static int gem_match(const char *path, size_t len, px_inbound_t *in) {
 static int put_encoded(px_buf_t *out, const char *s) {
   static const char hex[] = "0123456789ABCDEF";
   int rc = 0;
-  for (const unsigned char *p = (const unsigned char *)s; *p && rc == 0; p++) {
-    if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-        *p == '-' || *p == '.' || *p == '_' || *p == '~') {
-      rc = px_buf_append(out, p, 1);
-    } else {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p && rc == 0) {
+    const unsigned char *run =
+        p; /* the unreserved bytes up to the next other: one append */
+    while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+           (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' || *p == '_' || *p == '~')
+      p++;
+    if (p > run) rc = px_buf_append(out, run, (size_t)(p - run));
+    if (*p && rc == 0) {
       char e[3] = {'%', hex[*p >> 4], hex[*p & 15]};
       rc = px_buf_append(out, e, 3);
+      p++;
     }
   }
   return rc;

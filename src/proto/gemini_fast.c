@@ -23,6 +23,7 @@
 #include "proxai/fastir.h"
 #include "proxai/jdoc.h"
 #include "proxai/protoutil.h"
+#include "proxai/usage.h"
 
 #define DECLINE PX_FAST_DECLINE
 #define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -1744,12 +1745,18 @@ static int gem_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir
     if (rc == 0) rc = px_fb_lit(b, "}");
   }
   if (rc == 0) rc = px_fb_lit(b, ",\"modelVersion\":");
+  size_t model_at = b->len; /* traces: the model and the id as written */
   if (rc == 0)
     rc = px_buf_json_str(b, ctx->client_model ? ctx->client_model : "",
                          ctx->client_model ? strlen(ctx->client_model) : 0);
+  size_t model_end = b->len;
   if (rc == 0) rc = px_fb_lit(b, ",\"responseId\":");
+  size_t id_at = b->len + 1; /* its content, within the quotes */
   if (rc == 0) rc = px_fb_str(b, ir->id.p ? ir->id : (px_fstr_t){"", 0, 0});
+  size_t id_end = b->len - 1;
   if (rc == 0) rc = px_fb_lit(b, "}");
+  if (rc == 0)
+    px_answer_wrote(ctx->client, b, id_at, id_end, model_at, model_end, fin ? fin : "STOP");
   return rc;
 }
 

@@ -19,6 +19,7 @@
 #include "proxai/fastir.h"
 #include "proxai/jdoc.h"
 #include "proxai/protoutil.h"
+#include "proxai/usage.h"
 
 #define DECLINE PX_FAST_DECLINE
 #define REFUSE PX_FAST_REFUSE
@@ -1806,10 +1807,12 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   const char *reason = NULL;
   const char *status = px_stop_to_responses(stop, has_refusal, &reason);
   int rc = px_fb_lit(b, "{\"id\":\"");
+  size_t id_at = b->len; /* traces: the id and the model as written */
   if (rc == 0 && ctx->resp_id != NULL) /* ids of kept responses are plain */
     rc = px_fb_lit(b, ctx->resp_id);
   else if (rc == 0)
     rc = put_prefixed(b, "resp_", uid);
+  size_t id_end = b->len;
   if (rc == 0) rc = px_fb_lit(b, "\",\"object\":\"response\",\"created_at\":");
   if (rc == 0) rc = px_fb_i64(b, ir->has_created ? ir->created : ctx->created);
   if (rc == 0) rc = px_fb_lit(b, ",\"status\":\"");
@@ -1823,11 +1826,13 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
     rc = px_fb_lit(b, "null");
   }
   if (rc == 0) rc = px_fb_lit(b, ",\"instructions\":null,\"max_output_tokens\":null,\"model\":");
+  size_t model_at = b->len;
   /* the client's model, else the upstream's (as the hub's pipeline sets it) */
   if (rc == 0)
     rc = ctx->client_model ? px_buf_json_str(b, ctx->client_model, strlen(ctx->client_model))
          : ir->model.p     ? px_fb_str(b, ir->model)
                            : px_fb_lit(b, "\"\"");
+  size_t model_end = b->len;
   if (rc == 0) rc = px_fb_lit(b, ",\"output\":[");
   int oi = 0, nmsg = 0, in_msg = 0;
   for (const px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
@@ -1910,6 +1915,7 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   }
   if (ir->stop_sequence.p) px_lossy_add(lossy, "stop_sequence");
   if (rc == 0) rc = px_fb_lit(b, "}");
+  if (rc == 0) px_answer_wrote(ctx->client, b, id_at, id_end, model_at, model_end, status);
   return rc;
 }
 

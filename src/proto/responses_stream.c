@@ -73,6 +73,12 @@ struct px_sdec {
   } hole[MEMO_HOLES];
   int nholes, memo_ok, memo_oi, memo_ci;
   px_delta_t memo_kind;
+  /* what the lifecycle events repeat, as checked before: the response
+   * object of the first event (response.in_progress repeats it; kept until
+   * another event comes) and the output array the message items'
+   * output_item.done make (the terminal response repeats it); a value
+   * equal to one is compared, not walked */
+  px_buf_t seen_resp, seen_out;
 };
 
 static void dset(px_sdec_t *d, dstate_t s) {
@@ -586,6 +592,9 @@ static const px_fkey_t k_life[] = {PX_FK("type"),          PX_FK("output_index")
                                    PX_FK("part"),          PX_FK("response")};
 static const px_ftab_t *const s_life[] = {NULL, NULL, NULL, &t_item, &t_part, &t_resp};
 static const px_ftab_t t_life = {k_life, 6, L_TYPE, s_life};
+/* a running stream's events but the terminal ones: the response not read */
+static const px_ftab_t *const s_run[] = {NULL, NULL, NULL, &t_item, &t_part, NULL};
+static const px_ftab_t t_run = {k_life, 6, L_TYPE, s_run};
 
 /* slot k's string value when it is one, unescaped bytes (escapes:
  * unknown, -1); absent or another kind: p NULL */
@@ -617,7 +626,7 @@ static int life_terminal(px_sdec_t *d, const px_fv_t *f, unsigned seen, int inco
   if (status.p == NULL)
     status =
         incomplete ? (px_fstr_t){"incomplete", 10, 0} : (px_fstr_t){"completed", 9, 0};
-  if (!px_fs_is(status, "completed") && !px_fs_is(status, "incomplete")) return 0;
+  if (!PX_FS_IS(status, "completed") && !PX_FS_IS(status, "incomplete")) return 0;
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
   /* the counts (px_jint's integers); the details' counts where their
@@ -653,30 +662,233 @@ static int life_terminal(px_sdec_t *d, const px_fv_t *f, unsigned seen, int inco
   return rc < 0 ? rc : 1;
 }
 
-/* Whether the event might nest as deep as the jansson path's limit (the
- * checked walker counts its depth from each member's value, the loader
- * from the event): an upper bound, by its opening brackets. */
-static int life_deep(const char *data, size_t n) {
-  if (n < 2 * PX_JSON_MAX_DEPTH) return 0;
-  size_t open = 0;
-  for (size_t i = 0; i < n; i++) open += data[i] == '{' || data[i] == '[';
-  return open >= PX_JSON_MAX_DEPTH;
+/* Whether a running stream's event is certainly not a terminal one (its
+ * first member names another type), so its response is not read. */
+static int life_not_terminal(const char *data, size_t n) {
+  static const char head[] = "{\"type\":\"response.";
+  const size_t hl = sizeof(head) - 1;
+  if (n < hl || memcmp(data, head, hl) != 0) return 0;
+  const char *t = data + hl;
+  size_t l = n - hl;
+  return !(l >= 10 && memcmp(t, "completed\"", 10) == 0) &&
+         !(l >= 11 && memcmp(t, "incomplete\"", 11) == 0);
 }
 
+/* The message item's output_item.done (item: its span) joins the output
+ * array the terminal response will repeat. */
+static void seen_item(px_sdec_t *d, px_str_t item) {
+  px_buf_t *o = &d->seen_out;
+  if (o->len == 0 ? px_buf_append(o, "[", 1) < 0 : (o->len--, px_buf_append(o, ",", 1) < 0))
+    goto drop;
+  if (px_buf_append(o, item.ptr, item.len) < 0 || px_buf_append(o, "]", 1) < 0) goto drop;
+  return;
+drop:
+  px_buf_free(o);
+}
+
+/* Templates of the lifecycle events. A stream's lifecycle events are the
+ * same bytes as the last stream's but for their ids, numbers and texts: an
+ * event the walk read (and the rules below took) is kept, per thread, with
+ * its holes (every integer, and every string value but those the rules
+ * decide on: the types, the status, the incomplete reason) and where the
+ * walk found its members. An event equal to a template but for its holes,
+ * each checked as the walk checks it (px_json_string, px_fj_int_end), has
+ * the same structure, keys and nesting, so it is valid as the template was
+ * and reads the same members, at places shifted by the holes' lengths: it
+ * is compared, not walked. */
+#define TPL_N 12
+#define TPL_HOLES 40
+#define TPL_MAX 4096 /* larger events are walked */
+
+typedef struct tpl {
+  const px_ftab_t *tab; /* the table it was read with (NULL: unused) */
+  size_t len;
+  unsigned seen;
+  int nh;
+  uint16_t hs[TPL_HOLES], he[TPL_HOLES]; /* holes [hs, he): string content or integer */
+  uint8_t hstr[TPL_HOLES];
+  px_fv_t f[NSLOTS]; /* spans as offsets into b (ptr - NULL) */
+  /* where each slot's raw and string spans start and end: after hole
+   * at[k][j] (-1: before every hole), or at its start (start[k][j]) */
+  int8_t at[NSLOTS][4];
+  uint8_t start[NSLOTS][4];
+  char b[TPL_MAX];
+} tpl_t;
+
+/* The place of a template position at, a span's start or its end (a
+ * token boundary): the last hole ending at or before it (-1: none), or,
+ * for a start, the hole starting there (*start set; an empty string's
+ * start is its hole's start, its end the hole's end). */
+static int tpl_hole(const tpl_t *t, size_t at, int end, uint8_t *start) {
+  int last = -1;
+  *start = 0;
+  for (int h = 0; h < t->nh; h++) {
+    if (!end && t->hs[h] == at) {
+      *start = 1;
+      return h;
+    }
+    if (t->he[h] > at) break;
+    last = h;
+  }
+  return last;
+}
+
+static __thread tpl_t *tpls; /* TPL_N of them, allocated once per thread */
+static __thread unsigned tpl_next;
+
+/* A template from an event the walk read and the rules took (none when
+ * it is too large or has too many holes). */
+static void tpl_keep(const px_ftab_t *tab, const char *data, size_t n, const px_fv_t *f,
+                     unsigned seen) {
+  if (n > TPL_MAX) return;
+  if (tpls == NULL && (tpls = calloc(TPL_N, sizeof(*tpls))) == NULL) return;
+  tpl_t *t = &tpls[tpl_next++ % TPL_N];
+  t->tab = NULL;
+  /* the strings the rules decide on stay bytes of the template */
+  static const int fixed[] = {L_TYPE, I_TYPE, P_TYPE, R_STATUS, INC_REASON};
+  const char *keep[sizeof(fixed) / sizeof(fixed[0])];
+  for (size_t k = 0; k < sizeof(fixed) / sizeof(fixed[0]); k++)
+    keep[k] = (seen & (1u << fixed[k])) && f[fixed[k]].kind == PX_FV_STR
+                  ? f[fixed[k]].s.p
+                  : NULL;
+  const unsigned char *p = (const unsigned char *)data;
+  int nh = 0;
+  for (size_t i = 0; i < n;) {
+    if (p[i] == '"') {
+      size_t e;
+      int esc;
+      if (px_json_string(p, n, i + 1, &e, &esc) < 0) return;
+      size_t j = px_json_ws(p, n, e + 1);
+      int value = j >= n || p[j] != ':', hole = value;
+      for (size_t k = 0; hole && k < sizeof(keep) / sizeof(keep[0]); k++)
+        if (keep[k] == data + i + 1) hole = 0;
+      if (hole) {
+        if (nh == TPL_HOLES) return;
+        t->hs[nh] = (uint16_t)(i + 1), t->he[nh] = (uint16_t)e, t->hstr[nh++] = 1;
+      }
+      i = e + 1;
+    } else if (p[i] == '-' || (p[i] >= '0' && p[i] <= '9')) {
+      size_t e = px_fj_int_end(p, n, i);
+      if (e != 0) {
+        if (nh == TPL_HOLES) return;
+        t->hs[nh] = (uint16_t)i, t->he[nh] = (uint16_t)e, t->hstr[nh++] = 0;
+        i = e;
+      } else {
+        while (i < n && p[i] != ',' && p[i] != '}' && p[i] != ']') i++;
+      }
+    } else {
+      i++;
+    }
+  }
+  memcpy(t->b, data, n);
+  t->len = n;
+  t->nh = nh;
+  t->seen = seen;
+  for (int k = 0; k < NSLOTS; k++) {
+    if (!(seen & (1u << k))) continue;
+    t->f[k] = f[k];
+    size_t pos[4] = {(size_t)(f[k].raw.ptr - data), (size_t)(f[k].raw.ptr - data) + f[k].raw.len,
+                     0, 0};
+    if (f[k].s.p != NULL) pos[2] = (size_t)(f[k].s.p - data), pos[3] = pos[2] + f[k].s.n;
+    for (int j = 0; j < 4; j++)
+      t->at[k][j] = (int8_t)tpl_hole(t, pos[j], j & 1, &t->start[k][j]);
+    t->f[k].raw.ptr = (const char *)(uintptr_t)pos[0];
+    if (f[k].s.p != NULL) t->f[k].s.p = (const char *)(uintptr_t)pos[2];
+  }
+  t->tab = tab;
+}
+
+/* The event's position for template position at whose place is (h, st)
+ * (tpl_hole), the holes' new starts and ends ns[], ne[] known. */
+static inline size_t tpl_map(const tpl_t *t, const size_t *ns, const size_t *ne, size_t at,
+                             int h, int st) {
+  if (h < 0) return at;
+  return st ? ns[h] : ne[h] + (at - t->he[h]);
+}
+
+/* The event read by a template of table tab: 1 with f and *seen, else 0. */
+static int tpl_read(const px_ftab_t *tab, const char *data, size_t n, px_fv_t *f,
+                    unsigned *seen) {
+  if (tpls == NULL) return 0;
+  const unsigned char *p = (const unsigned char *)data;
+  size_t ns[TPL_HOLES], ne[TPL_HOLES], nesc[TPL_HOLES];
+  for (int k = 0; k < TPL_N; k++) {
+    const tpl_t *t = &tpls[k];
+    if (t->tab != tab) continue;
+    size_t mi = 0, i = 0;
+    int h, ok = 1;
+    for (h = 0; ok; h++) {
+      size_t ms = h < t->nh ? t->hs[h] : t->len;
+      if (n - i < ms - mi || memcmp(p + i, t->b + mi, ms - mi) != 0) {
+        ok = 0;
+        break;
+      }
+      i += ms - mi;
+      if (h == t->nh) break;
+      size_t e;
+      int esc = 0;
+      if (t->hstr[h] ? px_json_string(p, n, i, &e, &esc) < 0
+                     : (e = px_fj_int_end(p, n, i)) == 0) {
+        ok = 0;
+        break;
+      }
+      ns[h] = i, ne[h] = e, nesc[h] = (size_t)esc;
+      i = e;
+      mi = t->he[h];
+    }
+    if (!ok || i != n) continue;
+    *seen = t->seen;
+    for (int s = 0; s < NSLOTS; s++) {
+      if (!(t->seen & (1u << s))) continue;
+      f[s] = t->f[s];
+      const int8_t *h = t->at[s];
+      const uint8_t *st = t->start[s];
+      size_t rs = (size_t)(uintptr_t)t->f[s].raw.ptr, re = rs + t->f[s].raw.len;
+      size_t a = tpl_map(t, ns, ne, rs, h[0], st[0]), b = tpl_map(t, ns, ne, re, h[1], st[1]);
+      f[s].raw.ptr = data + a;
+      f[s].raw.len = b - a;
+      if (t->f[s].s.p != NULL) {
+        size_t ss = (size_t)(uintptr_t)t->f[s].s.p, se = ss + t->f[s].s.n;
+        size_t c = tpl_map(t, ns, ne, ss, h[2], st[2]), e = tpl_map(t, ns, ne, se, h[3], st[3]);
+        f[s].s.p = data + c;
+        f[s].s.n = e - c;
+        if (st[2] && t->hstr[h[2]]) f[s].s.esc = (int)nesc[h[2]]; /* a string hole */
+      }
+    }
+    return 1;
+  }
+  return 0;
+}
+
+static int life_act(px_sdec_t *d, const px_fv_t *f, unsigned seen);
+
 static int life_event(px_sdec_t *d, const char *data, size_t n) {
-  if (life_deep(data, n)) return 0;
-  px_fw_t w = {data, n, 0};
   px_fv_t f[NSLOTS];
   unsigned seen = 0;
+  const px_ftab_t *tab =
+      d->state == D_RUNNING && life_not_terminal(data, n) ? &t_run : &t_life;
+  if (tpl_read(tab, data, n, f, &seen)) return life_act(d, f, seen);
+  px_fw_t w = {data, n, 0};
+  px_str_t spans[2] = {{d->seen_resp.data, d->seen_resp.len},
+                       {d->seen_out.data, d->seen_out.len}};
+  px_fmemo_t memo = {spans, 2};
+  if (px_fc_tree_memo(&w, tab, f, &seen, &memo) != 0 || px_fc_end(&w) < 0) return 0;
+  int rc = life_act(d, f, seen);
+  if (rc == 1) tpl_keep(tab, data, n, f, seen);
+  return rc;
+}
+
+/* The lifecycle event read into f (see life_event): 1 when handled, 0 to
+ * use the jansson path, <0 on a sink error. */
+static int life_act(px_sdec_t *d, const px_fv_t *f, unsigned seen) {
   px_fstr_t type, t;
   int oi, ci;
-  if (px_fc_tree(&w, &t_life, f, &seen) != 0 || px_fc_end(&w) < 0 ||
-      life_str(f, seen, L_TYPE, &type) < 0 || type.p == NULL ||
+  if (life_str(f, seen, L_TYPE, &type) < 0 || type.p == NULL ||
       life_int(f, seen, L_OI, -1, &oi) < 0 || life_int(f, seen, L_CI, 0, &ci) < 0)
     return 0;
   if (d->state == D_INIT) {
-    if (!px_fs_is(type, "response.created") && !px_fs_is(type, "response.in_progress") &&
-        !px_fs_is(type, "response.queued"))
+    if (!PX_FS_IS(type, "response.created") && !PX_FS_IS(type, "response.in_progress") &&
+        !PX_FS_IS(type, "response.queued"))
       return 0;
     px_fstr_t id, model;
     if (life_str(f, seen, R_ID, &id) < 0 || life_str(f, seen, R_MODEL, &model) < 0)
@@ -687,53 +899,60 @@ static int life_event(px_sdec_t *d, const char *data, size_t n) {
     ev.model = (px_str_t){model.p, model.n};
     dset(d, D_RUNNING);
     int rc = demit(d, &ev);
+    if (rc == 0 && (seen & (1u << L_RESP)) && f[L_RESP].kind == PX_FV_OBJ &&
+        px_buf_append(&d->seen_resp, f[L_RESP].raw.ptr, f[L_RESP].raw.len) < 0)
+      px_buf_free(&d->seen_resp);
     return rc < 0 ? rc : 1;
   }
   if (d->state != D_RUNNING) return 0;
-  if (px_fs_is(type, "response.output_item.added")) {
+  /* only response.in_progress repeats response.created's response: not
+   * kept for the rest of the stream */
+  if (d->seen_resp.data != NULL && !PX_FS_IS(type, "response.in_progress"))
+    px_buf_free(&d->seen_resp);
+  if (PX_FS_IS(type, "response.output_item.added")) {
     /* a message: its parts open the blocks */
-    if (life_str(f, seen, I_TYPE, &t) < 0 || !px_fs_is(t, "message") || oi < 0) return 0;
+    if (life_str(f, seen, I_TYPE, &t) < 0 || !PX_FS_IS(t, "message") || oi < 0) return 0;
     return 1;
   }
-  if (px_fs_is(type, "response.content_part.added")) {
+  if (PX_FS_IS(type, "response.content_part.added")) {
     if (life_str(f, seen, P_TYPE, &t) < 0) return 0;
-    int text = px_fs_is(t, "output_text");
-    if (!text && !px_fs_is(t, "refusal")) return t.p != NULL && t.n > 0 ? 0 : 1;
+    int text = PX_FS_IS(t, "output_text");
+    if (!text && !PX_FS_IS(t, "refusal")) return t.p != NULL && t.n > 0 ? 0 : 1;
     px_fstr_t init;
     if (life_str(f, seen, text ? P_TEXT : P_REFUSAL, &init) < 0 || init.n > 0) return 0;
     dblock_t *b =
         dstart(d, oi, ci, text ? PX_BLOCK_TEXT : PX_BLOCK_REFUSAL, NULL, NULL, 0);
     return b != NULL ? 1 : PX_ENOMEM;
   }
-  if (px_fs_is(type, "response.content_part.done")) {
+  if (PX_FS_IS(type, "response.content_part.done")) {
     dblock_t *b = dfind(d, oi, ci);
     int rc = b != NULL ? dstop(d, b) : 0;
     return rc < 0 ? rc : 1;
   }
-  if (px_fs_is(type, "response.output_item.done")) {
+  if (PX_FS_IS(type, "response.output_item.done")) {
     if (life_str(f, seen, I_TYPE, &t) < 0 || t.p == NULL ||
-        px_fs_is(t, "function_call") || px_fs_is(t, "custom_tool_call") ||
-        px_fs_is(t, "reasoning"))
+        PX_FS_IS(t, "function_call") || PX_FS_IS(t, "custom_tool_call") ||
+        PX_FS_IS(t, "reasoning"))
       return 0;
+    if (PX_FS_IS(t, "message") && f[L_ITEM].kind == PX_FV_OBJ) seen_item(d, f[L_ITEM].raw);
     int rc = dstop_all(d, oi);
     return rc < 0 ? rc : 1;
   }
-  if (px_fs_is(type, "response.completed") || px_fs_is(type, "response.incomplete"))
-    return life_terminal(d, f, seen, px_fs_is(type, "response.incomplete"));
+  if (PX_FS_IS(type, "response.completed") || PX_FS_IS(type, "response.incomplete"))
+    return life_terminal(d, f, seen, PX_FS_IS(type, "response.incomplete"));
   /* what the jansson path acts on (the deltas: when fast_event left them) */
-  static const char *const acted[] = {"error",
-                                      "response.created",
-                                      "response.failed",
-                                      "response.output_text.delta",
-                                      "response.refusal.delta",
-                                      "response.function_call_arguments.delta",
-                                      "response.custom_tool_call_input.delta",
-                                      "response.reasoning_summary_text.delta",
-                                      "response.reasoning_text.delta",
-                                      "response.reasoning_summary_part.added",
-                                      "response.output_text.annotation.added"};
-  for (size_t i = 0; i < sizeof(acted) / sizeof(acted[0]); i++)
-    if (px_fs_is(type, acted[i])) return 0;
+  static const px_fkey_t acted[] = {PX_FK("error"),
+                                    PX_FK("response.created"),
+                                    PX_FK("response.failed"),
+                                    PX_FK("response.output_text.delta"),
+                                    PX_FK("response.refusal.delta"),
+                                    PX_FK("response.function_call_arguments.delta"),
+                                    PX_FK("response.custom_tool_call_input.delta"),
+                                    PX_FK("response.reasoning_summary_text.delta"),
+                                    PX_FK("response.reasoning_text.delta"),
+                                    PX_FK("response.reasoning_summary_part.added"),
+                                    PX_FK("response.output_text.annotation.added")};
+  if (type.n == 0 || px_fk_of(type, acted, sizeof(acted) / sizeof(acted[0])) >= 0) return 0;
   /* the .done echoes, in_progress, hosted tool progress: nothing to carry */
   return 1;
 }
@@ -747,6 +966,8 @@ px_sdec_t *px_responses_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, voi
   d->fast = 1;
   px_buf_init(&d->scratch, 64u << 20);
   px_buf_init(&d->memo, 64u << 20);
+  px_buf_init(&d->seen_resp, 64u << 20);
+  px_buf_init(&d->seen_out, 64u << 20);
   dset(d, D_INIT);
   return d;
 }
@@ -867,6 +1088,8 @@ void px_responses_sdec_free(px_sdec_t *d) {
   free(d->blocks);
   px_buf_free(&d->scratch);
   px_buf_free(&d->memo);
+  px_buf_free(&d->seen_resp);
+  px_buf_free(&d->seen_out);
   free(d);
 }
 
@@ -884,7 +1107,9 @@ typedef struct eblock {
   int suspended; /* text/refusal whose message item another block closed */
   int custom;    /* a custom (freeform) tool call */
   int tix;       /* its text slot (escaped text / arguments), see etext() */
-  px_buf_t dpre; /* delta event head after the sequence number */
+  px_buf_t dpre; /* delta event head: before the sequence number (dseq
+                    bytes), then after it */
+  size_t dseq;
   char *item_id;
   char *call_id;
   char *name;
@@ -1088,15 +1313,23 @@ static int edump(px_senc_t *e, json_t *obj) {
 static int ewrite(px_senc_t *e, const char *type) {
   char num[24];
   const char *ns = utoa(num + sizeof(num), (unsigned long long)e->seq);
-  size_t mark = e->out->len, n = e->scratch.len;
-  int rc = px_buf_puts(e->out, "event: ");
-  if (rc == 0) rc = px_buf_puts(e->out, type);
-  if (rc == 0) rc = px_buf_puts(e->out, "\ndata: {\"type\":\"");
-  if (rc == 0) rc = px_buf_puts(e->out, type);
-  if (rc == 0) rc = px_buf_puts(e->out, "\",\"sequence_number\":");
-  if (rc == 0) rc = px_buf_puts(e->out, ns);
+  size_t mark = e->out->len, n = e->scratch.len, tl = strlen(type);
+  size_t nl = (size_t)(num + sizeof(num) - 1 - ns);
+  /* room for the event but its spliced texts at once (out is emptied, and
+   * freed when large, after each feed: no doubling from a few bytes up);
+   * its head written there */
+  int rc = px_buf_reserve(e->out, 2 * tl + nl + n + 64);
+  if (rc < 0) return rc;
+  char *w = e->out->data + e->out->len;
+  memcpy(w, "event: ", 7), w += 7;
+  memcpy(w, type, tl), w += tl;
+  memcpy(w, "\ndata: {\"type\":\"", 16), w += 16;
+  memcpy(w, type, tl), w += tl;
+  memcpy(w, "\",\"sequence_number\":", 20), w += 20;
+  memcpy(w, ns, nl), w += nl;
   /* the members, between the dumped object's braces */
-  if (rc == 0 && n > 2) rc = px_buf_puts(e->out, ",");
+  if (n > 2) *w++ = ',';
+  e->out->len = (size_t)(w - e->out->data);
   if (rc == 0 && n > 2) rc = esplice(e, e->scratch.data + 1, n - 2);
   if (rc == 0) rc = px_buf_puts(e->out, "}\n\n");
   if (rc < 0) {
@@ -1123,57 +1356,93 @@ static int eemit(px_senc_t *e, const char *type, json_t *obj) {
   return rc < 0 ? (px_buf_free(&e->scratch), rc) : esend(e, type, 0);
 }
 
-/* Start an event's members in scratch: {"item_id":..,"output_index":N */
-static int ehead(px_senc_t *e, const char *item_id, int oi) {
+/* The scratch emptied for an event's members, with room for a usual one
+ * (it is freed after each IR event: one allocation, not a doubling from a
+ * few bytes up). */
+static px_buf_t *escratch(px_senc_t *e) {
   px_buf_t *s = &e->scratch;
   px_buf_reset(s);
+  if (s->size == 0) (void)px_buf_reserve(s, 2048); /* else: grows as it goes */
+  return s;
+}
+
+/* Start an event's members in scratch: {"item_id":..,"output_index":N */
+static int ehead(px_senc_t *e, const char *item_id, int oi) {
+  px_buf_t *s = escratch(e);
   return wlit(s, "{\"item_id\":") || wstr(s, item_id) || wlit(s, ",\"output_index\":") ||
          wint(s, oi);
 }
 
 /* Start an output item event's members in scratch: {"output_index":N,"item": */
 static int eitem_head(px_senc_t *e, int oi) {
-  px_buf_t *s = &e->scratch;
-  px_buf_reset(s);
+  px_buf_t *s = escratch(e);
   return wlit(s, "{\"output_index\":") || wint(s, oi) || wlit(s, ",\"item\":");
 }
 
-/* The delta event head of a block after its sequence number:
+/* The delta event type of a block. */
+static const char *edelta_type(const eblock_t *b) {
+  switch (b->kind) {
+    case PX_BLOCK_TEXT: return "response.output_text.delta";
+    case PX_BLOCK_REFUSAL: return "response.refusal.delta";
+    case PX_BLOCK_TOOL_CALL:
+      return b->custom ? "response.custom_tool_call_input.delta"
+                       : "response.function_call_arguments.delta";
+    default: return "response.reasoning_summary_text.delta";
+  }
+}
+
+/* The delta event head of a block, written once: event: T\ndata:
+ * {"type":"T","sequence_number": then, after the number,
  * ,"item_id":..,"output_index":N[,"content_index":M][,"summary_index":S],"delta":" */
 static int edelta_head(eblock_t *b, int ci, int summary) {
   px_buf_t *h = &b->dpre;
+  const char *type = edelta_type(b);
   px_buf_reset(h);
-  int rc = px_buf_puts(h, ",\"item_id\":");
+  int rc = px_buf_puts(h, "event: ");
+  if (rc == 0) rc = px_buf_puts(h, type);
+  if (rc == 0) rc = px_buf_puts(h, "\ndata: {\"type\":\"");
+  if (rc == 0) rc = px_buf_puts(h, type);
+  if (rc == 0) rc = px_buf_puts(h, "\",\"sequence_number\":");
+  b->dseq = h->len;
+  if (rc == 0) rc = px_buf_puts(h, ",\"item_id\":");
   if (rc == 0) rc = px_buf_json_str(h, b->item_id, strlen(b->item_id));
-  if (rc == 0) rc = px_buf_printf(h, ",\"output_index\":%d", b->output_index);
-  if (rc == 0 && ci >= 0) rc = px_buf_printf(h, ",\"content_index\":%d", ci);
-  if (rc == 0 && summary >= 0) rc = px_buf_printf(h, ",\"summary_index\":%d", summary);
+  if (rc == 0) rc = px_buf_puts(h, ",\"output_index\":");
+  if (rc == 0) rc = px_buf_i64(h, b->output_index);
+  if (rc == 0 && ci >= 0) rc = px_buf_puts(h, ",\"content_index\":");
+  if (rc == 0 && ci >= 0) rc = px_buf_i64(h, ci);
+  if (rc == 0 && summary >= 0) rc = px_buf_puts(h, ",\"summary_index\":");
+  if (rc == 0 && summary >= 0) rc = px_buf_i64(h, summary);
   if (rc == 0) rc = px_buf_puts(h, ",\"delta\":\"");
   return rc;
 }
 
-/* Emit a delta event by hand, escaping the text once, straight into the out
- * buffer, and append the escaped bytes to the block's text slot. */
-static int edelta(px_senc_t *e, eblock_t *b, const char *type, const char *s, size_t n) {
+/* Emit a block's delta event (its type: edelta_type) by hand, escaping the
+ * text once, straight into the out buffer, and append the escaped bytes to
+ * the block's text slot. */
+static int edelta(px_senc_t *e, eblock_t *b, const char *s, size_t n) {
   px_buf_t *o = e->out;
-  size_t mark = o->len, tl = strlen(type);
+  size_t mark = o->len;
   char num[24];
   const char *ns = utoa(num + sizeof(num), (unsigned long long)e->seq);
   size_t nl = (size_t)(num + sizeof(num) - 1 - ns);
-  int lp = strcmp(type, "response.output_text.delta") == 0;
-  int rc = px_buf_reserve(o, 7 + tl + 16 + tl + 20 + nl + b->dpre.len + n + 24);
+  int lp = b->kind == PX_BLOCK_TEXT;
+  size_t need = nl + b->dpre.len + n + 24;
+  int rc = o->size - o->len >= need ? 0 : px_buf_reserve(o, need);
   if (rc < 0) return rc;
   char *w = o->data + o->len;
-  memcpy(w, "event: ", 7), w += 7;
-  memcpy(w, type, tl), w += tl;
-  memcpy(w, "\ndata: {\"type\":\"", 16), w += 16;
-  memcpy(w, type, tl), w += tl;
-  memcpy(w, "\",\"sequence_number\":", 20), w += 20;
-  memcpy(w, ns, nl), w += nl;
-  memcpy(w, b->dpre.data, b->dpre.len), w += b->dpre.len;
+  memcpy(w, b->dpre.data, b->dseq), w += b->dseq;
+  for (size_t k = 0; k < nl; k++) *w++ = ns[k]; /* a few digits: no call */
+  memcpy(w, b->dpre.data + b->dseq, b->dpre.len - b->dseq), w += b->dpre.len - b->dseq;
   o->len = (size_t)(w - o->data);
   size_t es = o->len;
-  rc = px_buf_json_escape(o, s, n);
+  /* the usual text has nothing to escape (px_json_plain stops where the
+   * escaping writer would act): copied into the room reserved */
+  if (px_json_plain((const unsigned char *)s, n, 0) == n) {
+    if (n) memcpy(w, s, n);
+    o->len += n;
+  } else {
+    rc = px_buf_json_escape(o, s, n);
+  }
   size_t ee = o->len;
   if (rc == 0) rc = px_buf_append(&e->texts[b->tix], o->data + es, ee - es);
   if (rc == 0)
@@ -1191,8 +1460,7 @@ static int edelta(px_senc_t *e, eblock_t *b, const char *type, const char *s, si
  * finished items and the usage when with_output. */
 static int wresponse(px_senc_t *e, const char *status, const char *reason,
                      int with_output) {
-  px_buf_t *s = &e->scratch;
-  px_buf_reset(s);
+  px_buf_t *s = escratch(e);
   if (wlit(s, "{\"response\":") ||
       px_responses_object_head(s, &e->ctx, e->resp_id, e->ctx.created, status, reason))
     return 1;
@@ -1392,10 +1660,7 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
       if (rc == 0 && ev->text.len > 0) {
         rc = eaccum(e, ev->text.len);
         if (rc == 0)
-          rc = edelta(e, b,
-                      ev->block == PX_BLOCK_TEXT ? "response.output_text.delta"
-                                                 : "response.refusal.delta",
-                      ev->text.ptr, ev->text.len);
+          rc = edelta(e, b, ev->text.ptr, ev->text.len);
       }
       return rc;
     case PX_BLOCK_THINKING:
@@ -1503,14 +1768,9 @@ static int e_delta(px_senc_t *e, const px_ev_t *ev) {
   if (ev->delta == PX_DELTA_ANNOTATION) return eannotation(e, b, ev->text);
   switch (b->kind) {
     case PX_BLOCK_TEXT:
-      return edelta(e, b, "response.output_text.delta", ev->text.ptr, ev->text.len);
     case PX_BLOCK_REFUSAL:
-      return edelta(e, b, "response.refusal.delta", ev->text.ptr, ev->text.len);
     case PX_BLOCK_TOOL_CALL:
-      return edelta(e, b,
-                    b->custom ? "response.custom_tool_call_input.delta"
-                              : "response.function_call_arguments.delta",
-                    ev->text.ptr, ev->text.len);
+      return edelta(e, b, ev->text.ptr, ev->text.len);
     case PX_BLOCK_THINKING:
     case PX_BLOCK_REDACTED_THINKING:
       if (!b->summary_open) {
@@ -1522,8 +1782,7 @@ static int e_delta(px_senc_t *e, const px_ev_t *ev) {
                             "\"summary_text\",\"text\":\"\"}}"));
         if (rc < 0) return rc;
       }
-      return edelta(e, b, "response.reasoning_summary_text.delta", ev->text.ptr,
-                    ev->text.len);
+      return edelta(e, b, ev->text.ptr, ev->text.len);
   }
   return PX_EPROTO;
 }
@@ -1904,8 +2163,8 @@ int px_responses_senc_event(px_senc_t *e, const px_ev_t *ev) {
       break;
   }
   /* the lifecycle events of one IR event share the scratch; none is kept
-   * between IR events (a stream idles between them) */
-  px_buf_free(&e->scratch);
+   * between IR events (a stream idles between them; a delta used none) */
+  if (e->scratch.data != NULL) px_buf_free(&e->scratch);
   if (rc >= 0) return 0;
 fail:
   if (rc == PX_ETOOBIG)

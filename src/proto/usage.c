@@ -508,19 +508,119 @@ static const unsigned char scalar_end[256] = {
  * what it found, the caller walks for the rest with px_json_pick. A name
  * whose value is a container that is not empty gets its start only (len
  * 0), and the walk ends there. */
+/* the end of the number or literal at p[i]: the first byte of scalar_end
+ * from there (sixteen at a time where the bytes are there) */
+static inline size_t scalar_to_end(const char *p, size_t i, size_t n) {
+#if defined(__SSE2__)
+  for (; i + 16 <= n; i += 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+    __m128i e =
+        _mm_or_si128(_mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(',')),
+                                               _mm_cmpeq_epi8(v, _mm_set1_epi8('}'))),
+                                  _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(']')),
+                                               _mm_cmpeq_epi8(v, _mm_set1_epi8(' ')))),
+                     _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\n')),
+                                               _mm_cmpeq_epi8(v, _mm_set1_epi8('\r'))),
+                                  _mm_cmpeq_epi8(v, _mm_set1_epi8('\t'))));
+    unsigned m = (unsigned)_mm_movemask_epi8(e);
+    if (m) return i + (size_t)__builtin_ctz(m);
+  }
+#endif
+  while (i < n && !scalar_end[(unsigned char)p[i]]) i++;
+  return i;
+}
+
+/* The closing quote of the string opening at p[i] when no backslash comes
+ * before it; END when cut or escaped (the caller walks it as str_end does) */
+static inline size_t plain_end(const char *p, size_t i, size_t n) {
+  size_t j = i + 1;
+#if defined(__SSE2__)
+  for (; j + 16 <= n; j += 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(p + j));
+    unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(
+        _mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))));
+    if (m) {
+      size_t k = j + (size_t)__builtin_ctz(m);
+      return p[k] == '"' ? k : END;
+    }
+  }
+#endif
+  for (; j < n; j++)
+    if (p[j] == '"' || p[j] == '\\') return p[j] == '"' ? j : END;
+  return END;
+}
+
+/* the member name p[i + 1 .. i + 1 + kl) among pk's names not found yet
+ * (lens: their lengths); PX_JSON_PICK_MAX when none */
+static inline size_t pick_hit(const char *p, size_t i, size_t kl,
+                              const px_json_pick_t *pk, uint64_t lens) {
+  if (kl >= 64 ? !(lens & 1) : !(lens >> kl & 1)) return PX_JSON_PICK_MAX;
+  for (size_t k = 0; k < pk->n; k++)
+    if (pk->nlen[k] == kl && pk->at[k] == END && p[i + 1] == pk->name[k][0] &&
+        memcmp(p + i + 1, pk->name[k], kl) == 0)
+      return k;
+  return PX_JSON_PICK_MAX;
+}
+
+/* lead_pick over compact JSON (no space, no escape among the leading
+ * members): one check per byte class, each string's end in one load as a
+ * rule. -1 when it meets anything else before deciding (pk as it was: the
+ * caller walks with lead_pick), else lead_pick's answer. */
+static int lead_compact(const char *p, size_t n, size_t o, px_json_pick_t *pk,
+                        uint64_t lens) {
+  size_t found = 0, i = o + 1, hits[PX_JSON_PICK_MAX];
+  for (;;) {
+    size_t kq, ve = END, hit;
+    if (i >= n || p[i] != '"' || (kq = plain_end(p, i, n)) == END || kq + 2 >= n ||
+        p[kq + 1] != ':')
+      break;
+    hit = pick_hit(p, i, kq - i - 1, pk, lens);
+    size_t vs = kq + 2;
+    char c = p[vs];
+    if (c == '"') {
+      size_t vq = plain_end(p, vs, n);
+      if (vq != END) ve = vq + 1;
+    } else if (c == '{' || c == '[') {
+      char d = vs + 1 < n ? p[vs + 1] : 0;
+      if (d == (c == '{' ? '}' : ']')) {
+        ve = vs + 2; /* empty: stepped over */
+      } else if (d != ' ' && d != '\n' && d != '\r' && d != '\t') {
+        if (hit == PX_JSON_PICK_MAX) return 0; /* a container: the walk ends */
+        pk->at[hit] = vs;
+        pk->len[hit] = 0;
+        return ++found == pk->n;
+      }
+    } else {
+      ve = scalar_to_end(p, vs, n);
+    }
+    if (ve >= n || (p[ve] != ',' && p[ve] != '}')) break;
+    if (hit < PX_JSON_PICK_MAX) {
+      pk->at[hit] = vs;
+      pk->len[hit] = ve - vs;
+      hits[found] = hit;
+      if (++found == pk->n) return 1;
+    }
+    if (p[ve] == '}') return 1;
+    i = ve + 1;
+  }
+  for (size_t k = 0; k < found; k++) pk->at[hits[k]] = END, pk->len[hits[k]] = 0;
+  return -1;
+}
+
 static int lead_pick(const char *p, size_t n, size_t o, px_json_pick_t *pk) {
   size_t found = 0, i = o + 1;
   if (o >= n || p[o] != '{') return 0;
+  /* the names' lengths: a member of another length is passed at once */
+  uint64_t lens = 0;
+  for (size_t k = 0; k < pk->n; k++) lens |= pk->nlen[k] < 64 ? 1ull << pk->nlen[k] : 1;
+  int r = lead_compact(p, n, o, pk, lens);
+  if (r >= 0) return r;
   for (;;) {
     i = skip_ws(p, i, n);
     if (i >= n || p[i] != '"') return 0;
     size_t ke = str_end(p, i, n);
     if (ke == END) return 0;
-    size_t kl = ke - i - 2, hit = PX_JSON_PICK_MAX;
-    for (size_t k = 0; k < pk->n && hit == PX_JSON_PICK_MAX; k++)
-      if (pk->nlen[k] == kl && pk->at[k] == END && p[i + 1] == pk->name[k][0] &&
-          memcmp(p + i + 1, pk->name[k], kl) == 0)
-        hit = k;
+    size_t hit = pick_hit(p, i, ke - i - 2, pk, lens);
     i = skip_ws(p, ke, n);
     if (i >= n || p[i] != ':') return 0;
     size_t vs = skip_ws(p, i + 1, n), ve = vs;
@@ -537,7 +637,7 @@ static int lead_pick(const char *p, size_t n, size_t o, px_json_pick_t *pk) {
     } else if (p[vs] == '"') {
       if ((ve = str_end(p, vs, n)) == END) return 0;
     } else {
-      while (ve < n && !scalar_end[(unsigned char)p[ve]]) ve++;
+      ve = scalar_to_end(p, ve, n);
     }
     if (hit < PX_JSON_PICK_MAX) {
       pk->at[hit] = vs;
@@ -602,8 +702,71 @@ static int last_member_fast(const char *p, size_t n, const char *name, const cha
 }
 #endif
 
+/* The finish reason of answer_read: the last member of its name (Chat and
+ * Gemini: before their list's name, back from the end; Anthropic: after
+ * the content), else the one under outer */
+static void answer_finish(const px_wire_watch_t *w, const char *p, size_t n,
+                          const char *outer, size_t tail, px_answer_t *a) {
+  size_t s, l;
+  if (!w->finish_key) return;
+  if (w->finish_list || w->finish_last) { /* only the usage and the like follow */
+#if defined(__SSE2__)
+    /* before the usage member first: what follows it was walked already */
+    if (!(tail != END &&
+          last_member_fast(p, tail, w->finish_key, w->finish_list, &s, &l)) &&
+        !last_member_fast(p, n, w->finish_key, w->finish_list, &s, &l))
+#endif
+      last_member(p, n, w->finish_key, w->finish_list, &s, &l);
+  } else {
+    const char *path[2] = {outer, w->finish_key};
+    size_t d = outer ? 2 : 1;
+    if (px_json_find(p, n, outer ? path : path + 1, d, &s, &l) != PX_JSON_FOUND) return;
+  }
+  copy_str(p, s, l, a->finish, sizeof(a->finish), &a->finish_len);
+}
+
+/* The id and the model both, when they lead the object at p[o] in compact
+ * JSON (no space or escape before them, no container but empty ones): the
+ * string values of the first members named nm[0] and nm[1] (lengths nl)
+ * into at and len (quotes included), 1. 0 when the walk meets anything
+ * else first (the caller walks as lead_pick does; nothing was set). */
+static int lead_ids(const char *p, size_t n, size_t o, const char *const *nm,
+                    const size_t *nl, size_t *at, size_t *len) {
+  unsigned left = 3;
+  at[0] = at[1] = END;
+  for (size_t i = o + 1;;) {
+    size_t kq, ve;
+    if (i >= n || p[i] != '"' || (kq = plain_end(p, i, n)) == END || kq + 2 >= n ||
+        p[kq + 1] != ':')
+      return 0;
+    size_t kl = kq - i - 1, vs = kq + 2, k = 2;
+    for (size_t j = 0; j < 2; j++)
+      if ((left >> j & 1) && kl == nl[j] && memcmp(p + i + 1, nm[j], kl) == 0) k = j;
+    char c = p[vs];
+    if (c == '"') {
+      size_t vq = plain_end(p, vs, n);
+      if (vq == END) return 0;
+      ve = vq + 1;
+    } else if ((c == '{' || c == '[') && vs + 1 < n && p[vs + 1] == (c == '{' ? '}' : ']')) {
+      ve = vs + 2; /* empty: stepped over */
+    } else if (c != '{' && c != '[') {
+      ve = scalar_to_end(p, vs, n);
+    } else {
+      return 0;
+    }
+    if (ve >= n || (p[ve] != ',' && p[ve] != '}')) return 0;
+    if (k < 2) {
+      at[k] = vs;
+      len[k] = ve - vs;
+      if ((left &= ~(1u << k)) == 0) return 1;
+    }
+    if (p[ve] == '}') return 0;
+    i = ve + 1;
+  }
+}
+
 static void answer_read(const px_wire_watch_t *w, const char *p, size_t n,
-                        const char *outer, size_t tail, px_answer_t *a) {
+                        const char *outer, size_t tail, px_answer_t *a, int finish) {
   const char *path[2];
   size_t d = 0, s, l;
   if (outer) path[d++] = outer;
@@ -614,6 +777,16 @@ static void answer_read(const px_wire_watch_t *w, const char *p, size_t n,
   char *dst[2] = {a->id, a->model};
   unsigned char *dlen[2] = {&a->id_len, &a->model_len};
   _Static_assert(sizeof(a->id) == sizeof(a->model), "one size for both");
+  if (!outer && !a->id[0] && !a->model[0]) { /* both leading a compact answer */
+    static const px_wire_watch_t *lw; /* the names' lengths, kept */
+    static size_t nl[2];
+    size_t at[2], len[2], o = px_json_ws((const unsigned char *)p, n, 0);
+    if (w != lw) nl[0] = strlen(names[0]), nl[1] = strlen(names[1]), lw = w;
+    if (o < n && p[o] == '{' && lead_ids(p, n, o, names, nl, at, len)) {
+      copy_str(p, at[0], len[0], a->id, sizeof(a->id), &a->id_len);
+      copy_str(p, at[1], len[1], a->model, sizeof(a->model), &a->model_len);
+    }
+  }
   if (!a->id[0] || !a->model[0]) {
     /* the object that holds them: the answer, or an event's inner object
      * (found once, then walked as the answer is) */
@@ -653,25 +826,20 @@ static void answer_read(const px_wire_watch_t *w, const char *p, size_t n,
     for (size_t k = 0; k < pk.n; k++)
       copy_str(p, pk.at[k], pk.len[k], to[k], sizeof(a->id), tlen[k]);
   }
-  if (!w->finish_key) return;
-  if (w->finish_list || w->finish_last) { /* only the usage and the like follow */
-#if defined(__SSE2__)
-    /* before the usage member first: what follows it was walked already */
-    if (!(tail != END &&
-          last_member_fast(p, tail, w->finish_key, w->finish_list, &s, &l)) &&
-        !last_member_fast(p, n, w->finish_key, w->finish_list, &s, &l))
-#endif
-      last_member(p, n, w->finish_key, w->finish_list, &s, &l);
-  } else {
-    path[d] = w->finish_key;
-    if (px_json_find(p, n, path, d + 1, &s, &l) != PX_JSON_FOUND) return;
-  }
-  copy_str(p, s, l, a->finish, sizeof(a->finish), &a->finish_len);
+  if (finish) answer_finish(w, p, n, outer, tail, a);
 }
 
 void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
                     px_answer_t *a) {
-  answer_read(w, p, n, outer, END, a);
+  answer_read(w, p, n, outer, END, a, 1);
+}
+
+void px_answer_ids(const px_wire_watch_t *w, const char *p, size_t n, px_answer_t *a) {
+  answer_read(w, p, n, NULL, END, a, 0);
+}
+
+void px_answer_finish(const px_wire_watch_t *w, const char *p, size_t n, px_answer_t *a) {
+  answer_finish(w, p, n, NULL, END, a);
 }
 
 /* a string's content into dst as copy_str cuts it */
@@ -702,7 +870,7 @@ void px_answer_wrote(px_answer_t *a, const px_buf_t *b, size_t id_at, size_t id_
 void px_answer_body(const px_wire_watch_t *w, const char *p, size_t n, size_t tail,
                     px_answer_t *a) {
   if (a->id[0] && a->model[0] && a->finish[0]) return; /* a decoder's (px_answer_set) */
-  answer_read(w, p, n, NULL, tail, a);
+  answer_read(w, p, n, NULL, tail, a, 1);
 }
 
 void px_answer_event(const px_wire_watch_t *w, px_str_t event, const char *p, size_t n,

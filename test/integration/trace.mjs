@@ -27,7 +27,12 @@ function config(upUrl, trace) {
     + C.upstream('a', 'chat', upUrl, { api_key: UP_KEY, retries: 1, eject_after: 0 })
     + C.upstream('b', 'anthropic', upUrl, { api_key: ANT_KEY, eject_after: 0 })
     + C.route('m-*', { upstream: 'a', model: 'up-model', fallback: 'b/claude-up', max_tokens: 100 })
+    + C.upstream('r', 'responses', upUrl, { api_key: UP_KEY, eject_after: 0 })
+    + C.upstream('g', 'gemini', upUrl, { api_key: UP_KEY, eject_after: 0 })
     + C.route('plain-*', { upstream: 'a' })
+    + C.route('pa-*', { upstream: 'b' })
+    + C.route('pr-*', { upstream: 'r' })
+    + C.route('pg-*', { upstream: 'g' })
     + C.team('platform')
     + C.price('up-model', { input: 2.5, output: 10 })
     + C.key('team-a', { secret: CLIENT_SECRET, team: 'platform' })
@@ -399,6 +404,80 @@ test('the answer\'s model, id and finish reasons on both spans: pass-through, wh
   }
   assertNothingPrivate(col);
 });
+
+// Pass-through answers of the other protocols, whole and streamed: what the
+// spans say of the answer is what the answer says of itself (the watcher
+// reads it from the events as they pass, the whole body at its end).
+const sse = (events) => events.map(([name, o]) => (name ? `event: ${name}\n` : '') + `data: ${JSON.stringify(o)}\n\n`).join('');
+const PASS = [
+  {
+    name: 'anthropic', model: 'pa-x', path: '/v1/messages', headers: { 'x-api-key': CLIENT_SECRET, 'anthropic-version': '2023-06-01' },
+    body: (stream) => ({ model: 'pa-x', max_tokens: 64, stream, messages: [{ role: 'user', content: PROMPT }] }),
+    json: { id: 'msg_pa1', type: 'message', role: 'assistant', model: 'claude-pa-2026', content: [{ type: 'text', text: COMPLETION }], stop_reason: 'max_tokens', stop_sequence: null, usage: { input_tokens: 3, output_tokens: 64 } },
+    want: ['msg_pa1', 'claude-pa-2026', 'max_tokens'],
+    stream: sse([
+      ['message_start', { type: 'message_start', message: { id: 'msg_pa2', type: 'message', role: 'assistant', model: 'claude-pa-2027', content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 3, output_tokens: 1 } } }],
+      ['content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } }],
+      ['content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: COMPLETION } }],
+      ['content_block_stop', { type: 'content_block_stop', index: 0 }],
+      ['message_delta', { type: 'message_delta', delta: { stop_reason: 'tool_use', stop_sequence: null }, usage: { output_tokens: 9 } }],
+      ['message_stop', { type: 'message_stop' }],
+    ]),
+    wantStream: ['msg_pa2', 'claude-pa-2027', 'tool_use'],
+  },
+  {
+    name: 'responses', model: 'pr-x', path: '/v1/responses', headers: { authorization: `Bearer ${CLIENT_SECRET}` },
+    body: (stream) => ({ model: 'pr-x', stream, store: false, input: PROMPT }),
+    json: { id: 'resp_pr1', object: 'response', created_at: 1700000000, status: 'incomplete', model: 'gpt-pr-2026', output: [{ type: 'message', id: 'msg_1', status: 'incomplete', role: 'assistant', content: [{ type: 'output_text', text: COMPLETION, annotations: [] }] }], incomplete_details: { reason: 'max_output_tokens' }, usage: { input_tokens: 3, output_tokens: 64, total_tokens: 67 } },
+    want: ['resp_pr1', 'gpt-pr-2026', 'incomplete'],
+    stream: sse([
+      ['response.created', { type: 'response.created', sequence_number: 0, response: { id: 'resp_pr2', object: 'response', created_at: 1700000000, status: 'in_progress', model: 'gpt-pr-2027', output: [] } }],
+      ['response.output_text.delta', { type: 'response.output_text.delta', sequence_number: 1, item_id: 'msg_2', output_index: 0, content_index: 0, delta: COMPLETION }],
+      ['response.completed', { type: 'response.completed', sequence_number: 2, response: { id: 'resp_pr2', object: 'response', created_at: 1700000000, status: 'completed', model: 'gpt-pr-2027', output: [{ type: 'message', id: 'msg_2', status: 'completed', role: 'assistant', content: [{ type: 'output_text', text: COMPLETION, annotations: [] }] }], usage: { input_tokens: 3, output_tokens: 5, total_tokens: 8 } } }],
+    ]),
+    wantStream: ['resp_pr2', 'gpt-pr-2027', 'completed'],
+  },
+  {
+    name: 'gemini', model: 'pg-x', path: '/v1beta/models/pg-x:generateContent', streamPath: '/v1beta/models/pg-x:streamGenerateContent?alt=sse',
+    headers: { 'x-goog-api-key': CLIENT_SECRET },
+    body: () => ({ contents: [{ role: 'user', parts: [{ text: PROMPT }] }] }),
+    json: { candidates: [{ content: { role: 'model', parts: [{ text: COMPLETION }] }, finishReason: 'MAX_TOKENS', index: 0 }], usageMetadata: { promptTokenCount: 3, candidatesTokenCount: 64, totalTokenCount: 67 }, modelVersion: 'gemini-pg-2026', responseId: 'gem-pg1' },
+    want: ['gem-pg1', 'gemini-pg-2026', 'MAX_TOKENS'],
+    stream: sse([
+      [null, { candidates: [{ content: { role: 'model', parts: [{ text: COMPLETION }] }, index: 0 }], usageMetadata: { promptTokenCount: 3, totalTokenCount: 3 }, modelVersion: 'gemini-pg-2027', responseId: 'gem-pg2' }],
+      [null, { candidates: [{ content: { role: 'model', parts: [{ text: COMPLETION }] }, finishReason: 'STOP', index: 0 }], usageMetadata: { promptTokenCount: 3, candidatesTokenCount: 5, totalTokenCount: 8 }, modelVersion: 'gemini-pg-2027', responseId: 'gem-pg2' }],
+    ]),
+    wantStream: ['gem-pg2', 'gemini-pg-2027', 'STOP'],
+  },
+];
+
+for (const c of PASS) {
+  test(`${c.name} pass-through: the answer's id, model and finish reason on both spans, whole and streamed`, async () => {
+    for (const stream of [false, true]) {
+      up.reset();
+      const n0 = col.spans.length;
+      up.script(stream ? raw(200, { 'content-type': 'text/event-stream' }, c.stream)
+        : raw(200, { 'content-type': 'application/json' }, JSON.stringify(c.json)));
+      const res = await fetch(`${px.url}${stream ? (c.streamPath || c.path) : c.path}`, {
+        method: 'POST', headers: { 'content-type': 'application/json', ...c.headers }, body: JSON.stringify(c.body(stream)),
+      });
+      assert.equal(res.status, 200, await res.clone().text());
+      const text = await res.text();
+      assert.equal(text, stream ? c.stream : JSON.stringify(c.json), 'passed through as it came');
+      await waitFor(() => col.spans.length >= n0 + 2, { timeout: 15000, what: 'two spans' });
+      const spans = col.spans.slice(n0);
+      const [id, model, finish] = stream ? c.wantStream : c.want;
+      for (const kind of [2, 3]) {
+        const s = spans.find((x) => x.kind === kind);
+        assert.ok(s && s.name.endsWith(c.model), JSON.stringify(spans.map((x) => x.name)));
+        assert.equal(s.attrs['gen_ai.response.id'], id, `${c.name} stream=${stream} kind ${kind}`);
+        assert.equal(s.attrs['gen_ai.response.model'], model);
+        assert.deepEqual(s.attrs['gen_ai.response.finish_reasons'], [finish]);
+      }
+    }
+    assertNothingPrivate(col);
+  });
+}
 
 test('sample = 0 exports nothing and still propagates the trace, unsampled', async () => {
   const c0 = await startCollector();

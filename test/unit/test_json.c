@@ -282,10 +282,11 @@ static void test_caps(void) {
 }
 
 /* The string check (px_json_string) against jansson on generated strings:
- * runs of one-letter escapes, backslash runs of every length before a
- * letter or a quote, \u escapes and surrogate pairs (good, lone, cut),
- * UTF-8 of every length (good, at the edges of its ranges, cut, overlong,
- * surrogates, above U+10FFFF, stray continuation bytes), raw controls,
+ * runs of one-letter escapes, backslash runs of every length (up to
+ * several blocks) before a letter or a quote, \u escapes and surrogate
+ * pairs (good, lone, cut), UTF-8 of every length (good, at the edges of its
+ * ranges, cut, overlong, surrogates, above U+10FFFF, stray continuation
+ * bytes), raw controls,
  * plain runs of every length (so that each of these meets the 16, 32 and
  * 64 byte block edges at every offset), an unescaped quote; at every
  * offset of a block, and followed by nothing (the string at the very end
@@ -377,7 +378,7 @@ static void test_strings(void) {
     int dense = iter % 3 == 2; /* mostly non-ASCII: the vector UTF-8 check */
     for (size_t j = 0; j < k; j++) {
       const char *pt;
-      char run[80];
+      char run[240];
       unsigned pick = str_rnd(10);
       if (pick == 0) { /* a plain run of any length moves what follows */
         size_t l = 1 + str_rnd(70);
@@ -385,7 +386,8 @@ static void test_strings(void) {
         run[l] = 0;
         pt = run;
       } else if (pick == 1) { /* a run of backslashes of any length, then a letter */
-        size_t l = 1 + str_rnd(70);
+        /* (some over several blocks: the escape carried from block to block) */
+        size_t l = 1 + str_rnd(iter % 4 == 3 ? 230 : 70);
         memset(run, '\\', l);
         run[l] = "n\"u\\x/"[str_rnd(6)];
         run[l + 1] = 0;

@@ -69,8 +69,8 @@ static int answer_eq(const px_answer_t *a, const px_answer_t *b) {
 
 /* Traces: the id, model and finish word a fast decoder notes of the
  * upstream's answer (ctx.answer) are what reading its body finds, and what
- * an encoder notes of the client's (ctx.client), when it notes them, what
- * reading the body it wrote finds. */
+ * an encoder notes of the client's (ctx.client) what reading the body it
+ * wrote finds. */
 static void answer_noted(int in, int out, const char *body) {
   px_tr_ctx_t c;
   ctx_of(&c, in, out);
@@ -94,8 +94,8 @@ static void answer_noted(int in, int out, const char *body) {
   CHECK(!cl.id[0] || (want.finish[0] && answer_eq(&cl, &want)));
   if (cl.id[0] && !answer_eq(&cl, &want))
     fprintf(stderr, "%d>%d client noted %s %s %s\n", in, out, cl.id, cl.model, cl.finish);
-  /* the two encoders the common small answers take note it */
-  if (in == PX_PROTO_CHAT || in == PX_PROTO_ANTHROPIC) CHECK(cl.id[0] != 0);
+  /* the encoders the common small answers take note it */
+  CHECK(cl.id[0] != 0);
   px_buf_free(&b);
 }
 
