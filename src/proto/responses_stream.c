@@ -165,43 +165,49 @@ static int dstop_all(px_sdec_t *d, int oi) {
   return 0;
 }
 
-static int oindex(json_t *j) {
-  json_t *v = json_object_get(j, "output_index");
-  return json_is_integer(v) ? (int)json_integer_value(v) : -1;
+/* The general path reads an event checked whole (px_jv_parse), members
+ * looked up where they lie (fastir.h's checked views: the last of a
+ * repeated name), strings unescaped into the event's arena. */
+static const char *jstr(px_arena_t *ar, const px_fv_t *o, const char *key) {
+  return px_jv_sget(ar, o, key).ptr;
 }
 
-static int cindex(json_t *j) {
-  json_t *v = json_object_get(j, "content_index");
-  return json_is_integer(v) ? (int)json_integer_value(v) : 0;
+static int oindex(const px_fv_t *j) {
+  return (int)px_jv_iget(j, "output_index", -1);
 }
 
-static int d_item_added(px_sdec_t *d, json_t *j) {
-  json_t *item = json_object_get(j, "item");
-  const char *t = px_jstr(item, "type");
+static int cindex(const px_fv_t *j) {
+  return (int)px_jv_iget(j, "content_index", 0);
+}
+
+static int d_item_added(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
+  px_fv_t item;
+  px_jv_get(j, "item", &item);
+  const char *t = jstr(ar, &item, "type");
   int oi = oindex(j);
   if (t == NULL || oi < 0)
     return derror(d, PX_ERR_BAD_GATEWAY, "upstream sent a malformed output item");
   if (strcmp(t, "function_call") == 0) {
     d->has_tool = 1;
-    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, px_jstr(item, "call_id"),
-                         px_jstr(item, "name"), 0);
+    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, jstr(ar, &item, "call_id"),
+                         jstr(ar, &item, "name"), 0);
     if (b == NULL) return PX_ENOMEM;
-    const char *a = px_jstr(item, "arguments");
-    if (a != NULL && *a != 0) return ddelta(d, b, PX_DELTA_TOOL_ARGS, a, strlen(a));
+    px_str_t a = px_jv_sget(ar, &item, "arguments");
+    if (a.len > 0) return ddelta(d, b, PX_DELTA_TOOL_ARGS, a.ptr, a.len);
     return 0;
   }
   if (strcmp(t, "custom_tool_call") == 0 && px_tr_in_can(&d->ctx, PX_CAP_CUSTOM_TOOLS)) {
     /* freeform tool call, for a client that has custom tools too */
     d->has_tool = 1;
-    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, px_jstr(item, "call_id"),
-                         px_jstr(item, "name"), 1);
+    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, jstr(ar, &item, "call_id"),
+                         jstr(ar, &item, "name"), 1);
     if (b == NULL) return PX_ENOMEM;
-    const char *a = px_jstr(item, "input");
-    if (a != NULL && *a != 0) return ddelta(d, b, PX_DELTA_TOOL_ARGS, a, strlen(a));
+    px_str_t a = px_jv_sget(ar, &item, "input");
+    if (a.len > 0) return ddelta(d, b, PX_DELTA_TOOL_ARGS, a.ptr, a.len);
     return 0;
   }
   if (strcmp(t, "reasoning") == 0) {
-    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_THINKING, px_jstr(item, "id"), NULL, 0);
+    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_THINKING, jstr(ar, &item, "id"), NULL, 0);
     return b ? 0 : PX_ENOMEM;
   }
   /* message: its parts open blocks; hosted tool items are not carried
@@ -212,26 +218,33 @@ static int d_item_added(px_sdec_t *d, json_t *j) {
   return 0;
 }
 
-/* response.output_text.annotation.added: an annotation of a text part */
-static int d_annotation(px_sdec_t *d, json_t *j) {
-  json_t *a = json_object_get(j, "annotation");
+/* response.output_text.annotation.added: an annotation of a text part,
+ * handed on re-written as json_dumps wrote jansson's document of it */
+static int d_annotation(px_sdec_t *d, const px_fv_t *j, size_t n) {
+  px_fv_t a;
+  px_jv_get(j, "annotation", &a);
   dblock_t *b = dfind(d, oindex(j), cindex(j));
-  if (!json_is_object(a) || b == NULL || !b->open || b->kind != PX_BLOCK_TEXT) return 0;
-  char *s = px_jdoc_dump(a, JSON_COMPACT);
-  if (s == NULL) return PX_ENOMEM;
-  px_ev_t ev;
-  px_ev_init(&ev, PX_EV_DELTA);
-  ev.index = b->index;
-  ev.delta = PX_DELTA_ANNOTATION;
-  ev.text = px_str(s);
-  int rc = demit(d, &ev);
-  free(s);
+  if (!px_jv_is(&a, PX_FV_OBJ) || b == NULL || !b->open || b->kind != PX_BLOCK_TEXT)
+    return 0;
+  px_buf_t o;
+  px_buf_init(&o, PX_JV_GROWTH * n + 64);
+  int rc = px_fb_jdump(&o, &a) == 0 ? 0 : PX_ENOMEM;
+  if (rc == 0) {
+    px_ev_t ev;
+    px_ev_init(&ev, PX_EV_DELTA);
+    ev.index = b->index;
+    ev.delta = PX_DELTA_ANNOTATION;
+    ev.text = (px_str_t){o.data, o.len};
+    rc = demit(d, &ev);
+  }
+  px_buf_free(&o);
   return rc;
 }
 
-static int d_part_added(px_sdec_t *d, json_t *j) {
-  json_t *part = json_object_get(j, "part");
-  const char *t = px_jstr(part, "type");
+static int d_part_added(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
+  px_fv_t part;
+  px_jv_get(j, "part", &part);
+  const char *t = jstr(ar, &part, "type");
   int oi = oindex(j), ci = cindex(j);
   if (t == NULL) return 0;
   px_block_t kind;
@@ -243,24 +256,25 @@ static int d_part_added(px_sdec_t *d, json_t *j) {
     return 0; /* reasoning_text parts belong to the reasoning block */
   dblock_t *b = dstart(d, oi, ci, kind, NULL, NULL, 0);
   if (b == NULL) return PX_ENOMEM;
-  const char *init = px_jstr(part, kind == PX_BLOCK_TEXT ? "text" : "refusal");
-  if (init != NULL && *init != 0)
-    return ddelta(d, b, kind == PX_BLOCK_TEXT ? PX_DELTA_TEXT : PX_DELTA_REFUSAL, init,
-                  strlen(init));
+  px_str_t init = px_jv_sget(ar, &part, kind == PX_BLOCK_TEXT ? "text" : "refusal");
+  if (init.len > 0)
+    return ddelta(d, b, kind == PX_BLOCK_TEXT ? PX_DELTA_TEXT : PX_DELTA_REFUSAL,
+                  init.ptr, init.len);
   return 0;
 }
 
-static int d_item_done(px_sdec_t *d, json_t *j) {
-  json_t *item = json_object_get(j, "item");
-  const char *t = px_jstr(item, "type");
+static int d_item_done(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
+  px_fv_t item;
+  px_jv_get(j, "item", &item);
+  const char *t = jstr(ar, &item, "type");
   int oi = oindex(j);
   if (t == NULL) return 0;
   dblock_t *b = dfind(d, oi, -1);
   int custom = strcmp(t, "custom_tool_call") == 0;
   if ((strcmp(t, "function_call") == 0 || custom) && b != NULL) {
-    const char *a = px_jstr(item, custom ? "input" : "arguments");
-    if (!b->got_delta && a != NULL && *a != 0) {
-      int rc = ddelta(d, b, PX_DELTA_TOOL_ARGS, a, strlen(a));
+    px_str_t a = px_jv_sget(ar, &item, custom ? "input" : "arguments");
+    if (!b->got_delta && a.len > 0) {
+      int rc = ddelta(d, b, PX_DELTA_TOOL_ARGS, a.ptr, a.len);
       if (rc < 0) return rc;
     }
     return dstop(d, b);
@@ -268,22 +282,23 @@ static int d_item_done(px_sdec_t *d, json_t *j) {
   if (strcmp(t, "reasoning") == 0 && b != NULL) {
     if (!b->got_delta) {
       /* no deltas streamed: take the text from the finished item */
-      json_t *arr = json_object_get(item, "summary");
-      size_t i;
-      json_t *p;
+      px_fv_t arr, p;
+      px_jv_get(&item, "summary", &arr);
+      px_jv_it_t it;
+      px_jv_iter(&it, &arr);
       int first = 1;
-      json_array_foreach(arr, i, p) {
-        const char *s = px_jstr(p, "text");
-        if (s == NULL) continue;
+      while (px_jv_elem(&it, &p)) {
+        px_str_t s = px_jv_sget(ar, &p, "text");
+        if (s.ptr == NULL) continue;
         if (!first) ddelta(d, b, PX_DELTA_THINKING, "\n\n", 2);
         first = 0;
-        int rc = ddelta(d, b, PX_DELTA_THINKING, s, strlen(s));
+        int rc = ddelta(d, b, PX_DELTA_THINKING, s.ptr, s.len);
         if (rc < 0) return rc;
       }
     }
-    const char *enc = px_jstr(item, "encrypted_content");
-    if (enc != NULL && *enc != 0) {
-      int rc = ddelta(d, b, PX_DELTA_SIGNATURE, enc, strlen(enc));
+    px_str_t enc = px_jv_sget(ar, &item, "encrypted_content");
+    if (enc.len > 0) {
+      int rc = ddelta(d, b, PX_DELTA_SIGNATURE, enc.ptr, enc.len);
       if (rc < 0) return rc;
     }
     return dstop(d, b);
@@ -291,9 +306,23 @@ static int d_item_done(px_sdec_t *d, json_t *j) {
   return dstop_all(d, oi);
 }
 
-static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
-  json_t *r = json_object_get(j, "response");
-  const char *status = px_jstr(r, "status");
+/* element i of array a (absent past its end or when a is no array) */
+static void jv_at(const px_fv_t *a, size_t i, px_fv_t *out) {
+  px_jv_it_t it;
+  px_jv_iter(&it, a);
+  while (px_jv_elem(&it, out))
+    if (i-- == 0) return;
+  memset(out, 0, sizeof(*out));
+}
+
+static int d_terminal(px_sdec_t *d, const px_fv_t *j, const char *type, px_arena_t *ar) {
+  enum { R_STATUS, R_ERROR, R_OUTPUT, R_INCOMPLETE, R_USAGE, R_N };
+  static const px_fkey_t rkeys[] = {PX_FK("status"), PX_FK("error"), PX_FK("output"),
+                                    PX_FK("incomplete_details"), PX_FK("usage")};
+  px_fv_t r, f[R_N];
+  px_jv_get(j, "response", &r);
+  px_jv_fields(&r, rkeys, R_N, f);
+  const char *status = px_jv_str(ar, &f[R_STATUS], NULL);
   if (status == NULL) {
     if (strcmp(type, "response.completed") == 0)
       status = "completed";
@@ -302,10 +331,9 @@ static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
     else
       status = "failed";
   }
-  json_t *err = json_object_get(r, "error");
-  if (strcmp(status, "failed") == 0 && json_is_object(err)) {
-    const char *code = px_jstr(err, "code");
-    const char *msg = px_jstr(err, "message");
+  if (strcmp(status, "failed") == 0 && px_jv_is(&f[R_ERROR], PX_FV_OBJ)) {
+    const char *code = jstr(ar, &f[R_ERROR], "code");
+    const char *msg = jstr(ar, &f[R_ERROR], "message");
     px_errkind_t k = px_errkind_from_type(code, 0);
     return derror(d, k, msg ? msg : "upstream response failed");
   }
@@ -314,11 +342,11 @@ static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
   for (size_t i = 0; i < d->nblocks; i++) {
     dblock_t *b = &d->blocks[i];
     if (!b->open || b->kind != PX_BLOCK_THINKING) continue;
-    const char *enc =
-        px_jstr(json_array_get(json_object_get(r, "output"), (size_t)b->output_index),
-                "encrypted_content");
-    if (enc != NULL && *enc != 0) {
-      int rc = ddelta(d, b, PX_DELTA_SIGNATURE, enc, strlen(enc));
+    px_fv_t it;
+    jv_at(&f[R_OUTPUT], (size_t)b->output_index, &it);
+    px_str_t enc = px_jv_sget(ar, &it, "encrypted_content");
+    if (enc.len > 0) {
+      int rc = ddelta(d, b, PX_DELTA_SIGNATURE, enc.ptr, enc.len);
       if (rc < 0) return rc;
     }
   }
@@ -327,24 +355,23 @@ static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
   ev.finish = px_str(status);
-  ev.stop = px_stop_from_responses(
-      status, px_jstr(json_object_get(r, "incomplete_details"), "reason"), d->has_tool);
+  ev.stop =
+      px_stop_from_responses(status, jstr(ar, &f[R_INCOMPLETE], "reason"), d->has_tool);
   if (ev.stop == PX_STOP_NONE)
     return derror(d, PX_ERR_BAD_GATEWAY,
                   "upstream ended the response without a final status");
-  json_t *u = json_object_get(r, "usage");
-  if (json_is_object(u)) {
-    json_t *v;
-    if (json_is_integer(v = json_object_get(u, "input_tokens")))
-      ev.usage.input_tokens = json_integer_value(v);
-    if (json_is_integer(v = json_object_get(u, "output_tokens")))
-      ev.usage.output_tokens = json_integer_value(v);
-    if (json_is_integer(v = json_object_get(json_object_get(u, "input_tokens_details"),
-                                            "cached_tokens")))
-      ev.usage.cache_read_tokens = json_integer_value(v);
-    if (json_is_integer(v = json_object_get(json_object_get(u, "output_tokens_details"),
-                                            "reasoning_tokens")))
-      ev.usage.reasoning_tokens = json_integer_value(v);
+  if (px_jv_is(&f[R_USAGE], PX_FV_OBJ)) {
+    static const px_fkey_t ukeys[] = {PX_FK("input_tokens"), PX_FK("output_tokens"),
+                                      PX_FK("input_tokens_details"),
+                                      PX_FK("output_tokens_details")};
+    px_fv_t u[4];
+    px_jv_fields(&f[R_USAGE], ukeys, 4, u);
+    px_jv_int(&u[0], &ev.usage.input_tokens);
+    px_jv_int(&u[1], &ev.usage.output_tokens);
+    ev.usage.cache_read_tokens =
+        px_jv_iget(&u[2], "cached_tokens", ev.usage.cache_read_tokens);
+    ev.usage.reasoning_tokens =
+        px_jv_iget(&u[3], "reasoning_tokens", ev.usage.reasoning_tokens);
   }
   rc = demit(d, &ev);
   if (rc < 0) return rc;
@@ -353,9 +380,10 @@ static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
   return demit(d, &ev);
 }
 
-static int d_delta(px_sdec_t *d, json_t *j, px_delta_t kind, int item_level) {
-  const char *s = px_jstr(j, "delta");
-  if (s == NULL) return 0;
+static int d_delta(px_sdec_t *d, const px_fv_t *j, px_delta_t kind, int item_level,
+                   px_arena_t *ar) {
+  px_str_t s = px_jv_sget(ar, j, "delta");
+  if (s.ptr == NULL) return 0;
   dblock_t *b = dfind(d, oindex(j), item_level ? -1 : cindex(j));
   if (b == NULL && !item_level && oindex(j) >= 0) {
     /* a server that skips response.content_part.added: the part starts
@@ -367,7 +395,7 @@ static int d_delta(px_sdec_t *d, json_t *j, px_delta_t kind, int item_level) {
   if (b == NULL || !b->open)
     return derror(d, PX_ERR_BAD_GATEWAY,
                   "upstream sent a delta for an unknown output item");
-  return ddelta(d, b, kind, s, json_string_length(json_object_get(j, "delta")));
+  return ddelta(d, b, kind, s.ptr, s.len);
 }
 
 /* Fast path. Nearly every upstream event is a text / arguments / reasoning
@@ -980,24 +1008,16 @@ long px_responses_sdec_fast(px_sdec_t *d, int on) {
   return d->fast_hits;
 }
 
-int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
-  if (d->state == D_DONE || d->state == D_ERROR) return 0;
-  if (px_str_eq(sse->data, "[DONE]") || sse->data.len == 0) return 0;
-  if (d->fast) {
-    int frc = fast_event(d, sse->data.ptr, sse->data.len);
-    if (frc == 0) frc = life_event(d, sse->data.ptr, sse->data.len);
-    if (frc != 0) {
-      d->fast_hits++;
-      return frc < 0 ? frc : 0;
-    }
-  }
-  json_error_t e;
-  json_t *j = px_jdoc_load(sse->data.ptr, sse->data.len, 0, &e);
-  if (!json_is_object(j)) {
-    json_decref(j);
+/* The general path: the event checked whole, then read where it lies. Out
+ * of line: its arena is no weight on the fast path's frame. */
+__attribute__((noinline)) static int general_event(px_sdec_t *d,
+                                                   const px_sse_event_t *sse) {
+  px_fv_t j;
+  if (px_jv_parse(sse->data.ptr, sse->data.len, &j) < 0 || !px_jv_is(&j, PX_FV_OBJ))
     return derror(d, PX_ERR_BAD_GATEWAY, "upstream sent a non-JSON event");
-  }
-  const char *type = px_jstr(j, "type");
+  px_arena_t ar; /* the event's strings, unescaped */
+  px_arena_init(&ar);
+  const char *type = jstr(&ar, &j, "type");
   char tbuf[96];
   if (type == NULL && sse->event.len > 0 && sse->event.len < sizeof(tbuf)) {
     memcpy(tbuf, sse->event.ptr, sse->event.len);
@@ -1008,12 +1028,13 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
   if (type == NULL) {
     rc = derror(d, PX_ERR_BAD_GATEWAY, "upstream sent an event without a type");
   } else if (strcmp(type, "error") == 0) {
-    const char *msg = px_jstr(j, "message");
-    const char *code = px_jstr(j, "code");
-    json_t *inner = json_object_get(j, "error");
-    if (msg == NULL && json_is_object(inner)) {
-      msg = px_jstr(inner, "message");
-      code = px_jstr(inner, "code") ? px_jstr(inner, "code") : px_jstr(inner, "type");
+    const char *msg = jstr(&ar, &j, "message");
+    const char *code = jstr(&ar, &j, "code");
+    px_fv_t inner;
+    if (msg == NULL && px_jv_get(&j, "error", &inner) && px_jv_is(&inner, PX_FV_OBJ)) {
+      msg = jstr(&ar, &inner, "message");
+      code = jstr(&ar, &inner, "code") ? jstr(&ar, &inner, "code")
+                                       : jstr(&ar, &inner, "type");
     }
     px_errkind_t k = PX_ERR_API;
     if (code != NULL && (strcmp(code, "rate_limit_exceeded") == 0 ||
@@ -1026,11 +1047,12 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
     if (strcmp(type, "response.created") == 0 ||
         strcmp(type, "response.in_progress") == 0 ||
         strcmp(type, "response.queued") == 0) {
-      json_t *r = json_object_get(j, "response");
+      px_fv_t r;
+      px_jv_get(&j, "response", &r);
       px_ev_t ev;
       px_ev_init(&ev, PX_EV_MESSAGE_START);
-      ev.id = px_str(px_jstr(r, "id"));
-      ev.model = px_str(px_jstr(r, "model"));
+      ev.id = px_str(jstr(&ar, &r, "id"));
+      ev.model = px_str(jstr(&ar, &r, "model"));
       dset(d, D_RUNNING);
       rc = demit(d, &ev);
     } else {
@@ -1038,44 +1060,58 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
                   "upstream stream did not start with response.created");
     }
   } else if (strcmp(type, "response.output_item.added") == 0) {
-    rc = d_item_added(d, j);
+    rc = d_item_added(d, &j, &ar);
   } else if (strcmp(type, "response.content_part.added") == 0) {
-    rc = d_part_added(d, j);
+    rc = d_part_added(d, &j, &ar);
   } else if (strcmp(type, "response.output_text.delta") == 0) {
-    rc = d_delta(d, j, PX_DELTA_TEXT, 0);
+    rc = d_delta(d, &j, PX_DELTA_TEXT, 0, &ar);
   } else if (strcmp(type, "response.refusal.delta") == 0) {
-    rc = d_delta(d, j, PX_DELTA_REFUSAL, 0);
+    rc = d_delta(d, &j, PX_DELTA_REFUSAL, 0, &ar);
   } else if (strcmp(type, "response.function_call_arguments.delta") == 0) {
-    rc = d_delta(d, j, PX_DELTA_TOOL_ARGS, 1);
+    rc = d_delta(d, &j, PX_DELTA_TOOL_ARGS, 1, &ar);
   } else if (strcmp(type, "response.custom_tool_call_input.delta") == 0) {
     /* not carried toward clients without freeform tools: ignored */
     if (px_tr_in_can(&d->ctx, PX_CAP_CUSTOM_TOOLS))
-      rc = d_delta(d, j, PX_DELTA_TOOL_ARGS, 1);
+      rc = d_delta(d, &j, PX_DELTA_TOOL_ARGS, 1, &ar);
   } else if (strcmp(type, "response.reasoning_summary_text.delta") == 0 ||
              strcmp(type, "response.reasoning_text.delta") == 0) {
-    rc = d_delta(d, j, PX_DELTA_THINKING, 1);
+    rc = d_delta(d, &j, PX_DELTA_THINKING, 1, &ar);
   } else if (strcmp(type, "response.reasoning_summary_part.added") == 0) {
-    dblock_t *b = dfind(d, oindex(j), -1);
+    dblock_t *b = dfind(d, oindex(&j), -1);
     if (b != NULL && b->nsummary++ > 0 && b->got_delta)
       rc = ddelta(d, b, PX_DELTA_THINKING, "\n\n", 2);
   } else if (strcmp(type, "response.output_text.annotation.added") == 0) {
-    rc = d_annotation(d, j);
+    rc = d_annotation(d, &j, sse->data.len);
   } else if (strcmp(type, "response.content_part.done") == 0) {
-    dblock_t *b = dfind(d, oindex(j), cindex(j));
+    dblock_t *b = dfind(d, oindex(&j), cindex(&j));
     if (b != NULL) rc = dstop(d, b);
   } else if (strcmp(type, "response.output_item.done") == 0) {
-    rc = d_item_done(d, j);
+    rc = d_item_done(d, &j, &ar);
   } else if (strcmp(type, "response.completed") == 0 ||
              strcmp(type, "response.incomplete") == 0 ||
              strcmp(type, "response.failed") == 0) {
-    rc = d_terminal(d, j, type);
+    rc = d_terminal(d, &j, type, &ar);
   } else if (strcmp(type, "response.created") == 0) {
     rc = derror(d, PX_ERR_BAD_GATEWAY, "upstream sent response.created twice");
   }
   /* everything else (.done echoes, in_progress, annotations, hosted tool
    * progress) carries nothing the event model needs */
-  json_decref(j);
+  px_arena_free(&ar);
   return rc < 0 ? rc : 0;
+}
+
+int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
+  if (d->state == D_DONE || d->state == D_ERROR) return 0;
+  if (px_str_eq(sse->data, "[DONE]") || sse->data.len == 0) return 0;
+  if (d->fast) {
+    int frc = fast_event(d, sse->data.ptr, sse->data.len);
+    if (frc == 0) frc = life_event(d, sse->data.ptr, sse->data.len);
+    if (frc != 0) {
+      d->fast_hits++;
+      return frc < 0 ? frc : 0;
+    }
+  }
+  return general_event(d, sse);
 }
 
 int px_responses_sdec_finish(px_sdec_t *d) {
