@@ -1253,17 +1253,25 @@ static int wtext(px_senc_t *e, px_buf_t *b, int tix) {
   return wlit(b, "\"") || wlit(b, e->marker) || wint(b, tix) || wlit(b, "\\u0001\"");
 }
 
-/* The real text of a slot as a jansson string (slow path: error output). */
-static json_t *etext_value(px_senc_t *e, int tix) {
+/* The real text of a slot (slow path: error output), re-written as
+ * json_dumps writes a string (the slot holds it escaped as its deltas went
+ * out): 0, 1 when it does not read as one string (left out), <0 on failure. */
+static int wtext_value(px_senc_t *e, px_buf_t *o, int tix) {
   px_buf_t *t = &e->texts[tix];
   px_buf_t q;
   px_buf_init(&q, SIZE_MAX);
-  json_t *v = NULL;
-  if (px_buf_append(&q, "\"", 1) == 0 && px_buf_append(&q, t->data, t->len) == 0 &&
-      px_buf_append(&q, "\"", 1) == 0)
-    v = px_jdoc_load(q.data, q.len, JSON_DECODE_ANY, NULL);
+  px_fv_t a, v;
+  px_jv_it_t it;
+  int rc = 1;
+  if (px_buf_append(&q, "[\"", 2) == 0 && px_buf_append(&q, t->data, t->len) == 0 &&
+      px_buf_append(&q, "\"]", 2) == 0 && px_jv_parse(q.data, q.len, &a) == 0 &&
+      px_jv_size(&a) == 1) {
+    px_jv_iter(&it, &a);
+    if (px_jv_elem(&it, &v) && px_jv_is(&v, PX_FV_STR))
+      rc = px_fb_jdump(o, &v) != 0 ? PX_ENOMEM : 0;
+  }
   px_buf_free(&q);
-  return v;
+  return rc;
 }
 
 /* The first place of the marker m (ml bytes) in p[0..n), or NULL: its
@@ -1956,35 +1964,50 @@ static int e_finish_items(px_senc_t *e) {
  * object still tells the truth: the wording becomes refusal parts there, as
  * in the non-streaming translation. */
 static void erefusal_parts(px_senc_t *e) {
+  px_buf_t o;
+  px_buf_init(&o, SIZE_MAX);
   for (size_t i = 0; i < e->nitems; i++) {
     px_buf_t *ib = &e->items[i].b;
     if (!e->items[i].done) continue;
-    json_t *it = px_jdoc_load(ib->data, ib->len, 0, NULL); /* rare: jansson */
-    const char *t = px_jstr(it, "type");
-    if (t == NULL || strcmp(t, "message") != 0) {
-      json_decref(it);
-      continue;
-    }
-    size_t j;
-    json_t *p;
-    json_t *c = json_object_get(it, "content");
-    json_array_foreach(c, j, p) {
-      const char *pt = px_jstr(p, "type");
-      if (pt == NULL || strcmp(pt, "output_text") != 0) continue;
-      json_t *r = json_pack("{s:s, s:O}", "type", "refusal", "refusal",
-                            json_object_get(p, "text"));
-      if (r != NULL) json_array_set_new(c, j, r);
-      e->has_refusal = 1;
-    }
-    size_t mark = ib->len;
-    if (px_jdoc_dump_buf(it, ib) == 0) {
-      memmove(ib->data, ib->data + mark, ib->len - mark);
-      ib->len -= mark;
+    px_fv_t it, c, p, tv;
+    px_arena_t ar;
+    px_arena_init(&ar);
+    const char *t = NULL;
+    if (px_jv_parse(ib->data, ib->len, &it) == 0) t = jstr(&ar, &it, "type");
+    px_arena_free(&ar);
+    if (t == NULL || strcmp(t, "message") != 0) continue;
+    /* the item is as its writer wrote it; its content array re-written */
+    px_buf_reset(&o);
+    int fail = 0;
+    if (px_jv_get(&it, "content", &c) && px_jv_is(&c, PX_FV_ARR)) {
+      size_t head = (size_t)(c.raw.ptr - ib->data);
+      fail = px_buf_append(&o, ib->data, head) != 0 || wlit(&o, "[");
+      px_jv_it_t el;
+      px_jv_iter(&el, &c);
+      for (int n = 0; !fail && px_jv_elem(&el, &p); n++) {
+        if (n > 0 && wlit(&o, ",")) fail = 1;
+        px_arena_init(&ar);
+        const char *pt = jstr(&ar, &p, "type");
+        int text = pt != NULL && strcmp(pt, "output_text") == 0;
+        px_arena_free(&ar);
+        if (text) e->has_refusal = 1;
+        if (!fail && text && px_jv_get(&p, "text", &tv))
+          fail = wlit(&o, "{\"type\":\"refusal\",\"refusal\":") ||
+                 px_fb_jdump(&o, &tv) != 0 || wlit(&o, "}");
+        else if (!fail)
+          fail = px_fb_jdump(&o, &p) != 0;
+      }
+      size_t tail = head + c.raw.len;
+      fail = fail || wlit(&o, "]") || px_buf_append(&o, ib->data + tail, ib->len - tail);
     } else {
-      ib->len = mark;
+      fail = px_fb_jdump(&o, &it) != 0;
     }
-    json_decref(it);
+    if (!fail) {
+      px_buf_reset(ib);
+      if (px_buf_append(ib, o.data, o.len) != 0) ib->len = 0;
+    }
   }
+  px_buf_free(&o);
 }
 
 static int e_stop(px_senc_t *e) {
@@ -2025,51 +2048,105 @@ static int e_stop(px_senc_t *e) {
   return esend(e, type, wresponse(e, status, reason, 1));
 }
 
-/* An item that has not finished, as far as it got (status incomplete). */
-static json_t *epartial_item(px_senc_t *e, int oi) {
-  json_t *item = NULL;
+/* An item that has not finished, as far as it got (status incomplete),
+ * written into o: 0, 1 when there is none, <0 on failure. As its jansson
+ * document was: a part or an item whose text does not read as a string is
+ * left out, so is one whose names or ids are no UTF-8. */
+static int wpartial_item(px_senc_t *e, px_buf_t *o, int oi) {
+  enum { NONE, MESSAGE, OTHER } item = NONE;
+  size_t start = o->len;
+  int nparts = 0, rc = 0;
   if (oi == e->msg_oi) {
-    px_buf_t m; /* the parts closed so far, read back */
-    px_buf_init(&m, SIZE_MAX);
-    json_t *content = NULL;
-    if (wlit(&m, "[") == 0 &&
-        px_buf_append(&m, e->msg_parts.data, e->msg_parts.len) == 0 && wlit(&m, "]") == 0)
-      content = px_jdoc_load(m.data, m.len, 0, NULL);
-    px_buf_free(&m);
-    item = json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", e->msg_id, "type", "message",
-                     "status", "incomplete", "role", "assistant", "content",
-                     content ? content : json_array());
+    /* the parts closed so far as written, placeholders and all */
+    if (wlit(o, "{\"id\":") || wstr(o, e->msg_id) ||
+        wlit(o,
+             ",\"type\":\"message\",\"status\":\"incomplete\",\"role\":\"assistant\","
+             "\"content\":[") ||
+        px_buf_append(o, e->msg_parts.data, e->msg_parts.len))
+      return PX_ENOMEM;
+    nparts = e->msg_parts.len > 0;
+    item = MESSAGE;
   }
-  for (size_t i = 0; i < e->nblocks; i++) {
+  px_buf_t tv;
+  px_buf_init(&tv, SIZE_MAX);
+  for (size_t i = 0; rc >= 0 && i < e->nblocks; i++) {
     eblock_t *b = &e->blocks[i];
     if (!b->used || b->output_index != oi) continue;
-    json_t *text = etext_value(e, b->tix);
-    if (text == NULL) continue;
-    if ((b->kind == PX_BLOCK_TEXT || b->kind == PX_BLOCK_REFUSAL) && item != NULL) {
-      json_t *part = b->kind == PX_BLOCK_TEXT
-                         ? json_pack("{s:s, s:O, s:[]}", "type", "output_text", "text",
-                                     text, "annotations")
-                         : json_pack("{s:s, s:O}", "type", "refusal", "refusal", text);
-      json_array_append_new(json_object_get(item, "content"), part);
-    } else if (b->kind == PX_BLOCK_TOOL_CALL && item == NULL) {
-      item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:O}", "id", b->item_id, "type",
-                       b->custom ? "custom_tool_call" : "function_call", "status",
-                       "incomplete", "call_id", b->call_id, "name", b->name,
-                       b->custom ? "input" : "arguments", text);
-    } else if (item == NULL) {
-      item = json_pack("{s:s, s:s, s:s, s:[]}", "id", b->item_id, "type", "reasoning",
-                       "status", "incomplete", "summary");
-      if (item != NULL && json_string_length(text) > 0)
-        json_array_append_new(
-            json_object_get(item, "summary"),
-            json_pack("{s:s, s:O}", "type", "summary_text", "text", text));
-      if (item != NULL && b->enc.len > 0)
-        json_object_set_new(item, "encrypted_content",
-                            json_stringn(b->enc.data, b->enc.len));
+    px_buf_reset(&tv);
+    int r = wtext_value(e, &tv, b->tix);
+    if (r != 0) {
+      rc = r < 0 ? r : rc;
+      continue;
     }
-    json_decref(text);
+    size_t mark = o->len;
+    int fail;
+    int part = b->kind == PX_BLOCK_TEXT || b->kind == PX_BLOCK_REFUSAL;
+    if (part && item == MESSAGE) {
+      fail = (nparts > 0 && wlit(o, ",")) ||
+             wlit(o, b->kind == PX_BLOCK_TEXT ? "{\"type\":\"output_text\",\"text\":"
+                                              : "{\"type\":\"refusal\",\"refusal\":") ||
+             px_buf_append(o, tv.data, tv.len) ||
+             wlit(o, b->kind == PX_BLOCK_TEXT ? ",\"annotations\":[]}" : "}");
+      if (!fail) nparts++;
+    } else if (item != NONE) {
+      continue; /* one item: a part of another item is left out */
+    } else if (b->kind == PX_BLOCK_TOOL_CALL) {
+      fail =
+          wlit(o, "{\"id\":") || wstr(o, b->item_id) ||
+          wlit(o, b->custom ? ",\"type\":\"custom_tool_call\",\"status\":\"incomplete\""
+                            : ",\"type\":\"function_call\",\"status\":\"incomplete\"") ||
+          wlit(o, ",\"call_id\":") || wstr(o, b->call_id) || wlit(o, ",\"name\":") ||
+          wstr(o, b->name) || wlit(o, b->custom ? ",\"input\":" : ",\"arguments\":") ||
+          px_buf_append(o, tv.data, tv.len) || wlit(o, "}");
+    } else {
+      fail = wlit(o, "{\"id\":") || wstr(o, b->item_id) ||
+             wlit(o, ",\"type\":\"reasoning\",\"status\":\"incomplete\",\"summary\":[") ||
+             (tv.len > 2 && (wlit(o, "{\"type\":\"summary_text\",\"text\":") ||
+                             px_buf_append(o, tv.data, tv.len) || wlit(o, "}"))) ||
+             wlit(o, "]");
+      if (!fail && b->enc.len > 0) {
+        size_t em = o->len; /* left out when it is no UTF-8 */
+        if (wlit(o, ",\"encrypted_content\":") ||
+            px_buf_json_str_as(o, b->enc.data, b->enc.len, PX_ESC_JANSSON) != 0)
+          o->len = em;
+      }
+      fail = fail || wlit(o, "}");
+    }
+    if (fail)
+      o->len = mark;
+    else if (item == NONE)
+      item = OTHER;
   }
-  return item;
+  px_buf_free(&tv);
+  if (rc >= 0 && item == MESSAGE && wlit(o, "]}")) rc = PX_ENOMEM;
+  if (rc < 0) o->len = start;
+  return rc < 0 ? rc : item == NONE;
+}
+
+/* The skeleton's "error":null (px_responses_object_head, in s from head on)
+ * given the error {"code":..,"message":..}; left null when the message is
+ * no UTF-8, as jansson's document left it. */
+static int werror_member(px_buf_t *s, size_t head, const char *code, px_str_t msg) {
+  static const char nul[] = ",\"error\":null,";
+  const char *at = memmem(s->data + head, s->len - head, nul, sizeof(nul) - 1);
+  if (at == NULL) return 1;
+  px_buf_t x;
+  px_buf_init(&x, SIZE_MAX);
+  size_t pos = (size_t)(at - s->data) + 9; /* at the null */
+  int fail = wlit(&x, "{\"code\":") || wstr(&x, code) || wlit(&x, ",\"message\":");
+  if (!fail &&
+      px_buf_json_str_as(&x, msg.ptr ? msg.ptr : "", msg.len, PX_ESC_JANSSON) != 0)
+    x.len = 0; /* no UTF-8: null stays */
+  else
+    fail = fail || wlit(&x, "}");
+  if (!fail && x.len > 0)
+    fail = px_buf_append(&x, s->data + pos + 4, s->len - pos - 4) != 0;
+  if (!fail && x.len > 0) {
+    s->len = pos;
+    fail = px_buf_append(s, x.data, x.len) != 0;
+  }
+  px_buf_free(&x);
+  return fail;
 }
 
 static int e_error(px_senc_t *e, px_errkind_t kind, px_str_t msg) {
@@ -2084,20 +2161,31 @@ static int e_error(px_senc_t *e, px_errkind_t kind, px_str_t msg) {
   /* the output so far, unfinished items included; if that does not fit
    * the out buffer, the error alone */
   for (int with_output = 1; with_output >= 0; with_output--) {
-    json_t *r = px_responses_object(&e->ctx, e->resp_id, e->ctx.created, "failed", NULL);
-    if (r == NULL) return PX_ENOMEM;
-    json_t *out = json_object_get(r, "output");
-    for (size_t i = 0; with_output && i < e->nitems; i++) {
-      json_t *it = e->items[i].done
-                       ? px_jdoc_load(e->items[i].b.data, e->items[i].b.len, 0, NULL)
-                       : epartial_item(e, (int)i);
-      if (it != NULL) json_array_append_new(out, it);
+    px_buf_t *s = escratch(e);
+    int fail = wlit(s, "{\"response\":") ||
+               px_responses_object_head(s, &e->ctx, e->resp_id, e->ctx.created, "failed",
+                                        NULL) ||
+               werror_member(s, 0, code, msg);
+    int first = 1;
+    for (size_t i = 0; !fail && with_output && i < e->nitems; i++) {
+      size_t mark = s->len;
+      if (!first && wlit(s, ",")) fail = 1;
+      int r =
+          fail ? 0
+          : e->items[i].done
+              ? (px_buf_append(s, e->items[i].b.data, e->items[i].b.len) != 0 ? -1 : 0)
+              : wpartial_item(e, s, (int)i);
+      if (r < 0) fail = 1;
+      if (r == 1) s->len = mark; /* none: not even its comma */
+      if (r == 0) first = 0;
     }
-    json_object_set_new(r, "usage", px_responses_usage(&e->usage));
-    json_object_set_new(r, "error",
-                        json_pack("{s:s, s:s#}", "code", code, "message",
-                                  msg.ptr ? msg.ptr : "", msg.len));
-    rc = eemit(e, "response.failed", json_pack("{s:o}", "response", r));
+    fail = fail || px_responses_object_tail(s, &e->ctx) || wlit(s, ",\"usage\":") ||
+           px_responses_usage_write(s, &e->usage) != 0 || wlit(s, "}}");
+    if (fail) {
+      px_buf_free(&e->scratch);
+      return PX_ENOMEM;
+    }
+    rc = esend(e, "response.failed", 0);
     if (rc != PX_ETOOBIG) break;
   }
   return rc;
