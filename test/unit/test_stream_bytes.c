@@ -192,7 +192,8 @@ int main(void) {
       {"chat_general", PX_PROTO_CHAT},       {"anthropic_general", PX_PROTO_ANTHROPIC},
       {"gemini_general", PX_PROTO_GEMINI},   {"anthropic_refusal", PX_PROTO_ANTHROPIC},
       {"anthropic_cut", PX_PROTO_ANTHROPIC}, {"chat_cut", PX_PROTO_CHAT},
-      {"chat_cut_tool", PX_PROTO_CHAT},      {"chat_error", PX_PROTO_CHAT}};
+      {"chat_cut_tool", PX_PROTO_CHAT},      {"chat_error", PX_PROTO_CHAT},
+      {"chat_annotations", PX_PROTO_CHAT},   {"responses_general", PX_PROTO_RESPONSES}};
   for (size_t i = 0; i < sizeof(ecases) / sizeof(ecases[0]); i++)
     pin(dir, ecases[i].name, ecases[i].up, PX_PROTO_RESPONSES, write);
   return check_report("test_stream_bytes");
