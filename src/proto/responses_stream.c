@@ -22,12 +22,11 @@
  *   ctx->max_accum.
  */
 #include <stdio.h>
-#include <sys/random.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "proxai/fastir.h"
-#include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
@@ -402,18 +401,18 @@ static int d_delta(px_sdec_t *d, const px_fv_t *j, px_delta_t kind, int item_lev
  * delta: response.output_text.delta, response.refusal.delta,
  * response.function_call_arguments.delta,
  * response.custom_tool_call_input.delta, response.reasoning_summary_text.delta,
- * response.reasoning_text.delta. Building a jansson tree for each dominates
- * the translation, so those events are read by the validating scanner of
+ * response.reasoning_text.delta. Reading each checked whole (the general
+ * path) dominates the translation, so those events are read by the validating scanner of
  * json.h (px_fj_*, shared with the other stream decoders): it accepts only what it
  * can prove jansson would accept and read the same way, with no escaped or
  * repeated keys where the fields are read. Anything else (other events,
  * errors, unexpected states, odd shapes) returns "not handled" and goes to
- * the jansson path, which stays the arbiter. Nothing is emitted before the
+ * the general path, which stays the arbiter. Nothing is emitted before the
  * whole event has been checked. */
 
-/* Returns 1 when the event was handled, 0 to use the jansson path, <0 on a
+/* Returns 1 when the event was handled, 0 to use the general path, <0 on a
  * sink error. Only a delta for a block that is open is handled here; the
- * jansson path decides everything else (unknown items, a part that starts
+ * general path decides everything else (unknown items, a part that starts
  * with its first delta, errors). */
 /* A delta that repeats the memo's bytes, its holes aside: an integer where
  * the memo skipped one, the delta's string where the memo's was (both
@@ -564,8 +563,8 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
  * read where they stand, every other value checked and skipped. The shapes
  * read here are the common ones; the others (tool and reasoning items, a
  * text part that starts with text, failures, errors, annotations) go to
- * the jansson path, the arbiter. Returns 1 when handled, 0 to use the
- * jansson path, <0 on a sink error. */
+ * the general path, the arbiter. Returns 1 when handled, 0 to use the
+ * general path, <0 on a sink error. */
 
 /* the members read, one slot each (bit of the seen mask): the event's; the
  * item's; the part's; the response's, its incomplete_details' and usage's,
@@ -907,7 +906,7 @@ static int life_event(px_sdec_t *d, const char *data, size_t n) {
 }
 
 /* The lifecycle event read into f (see life_event): 1 when handled, 0 to
- * use the jansson path, <0 on a sink error. */
+ * use the general path, <0 on a sink error. */
 static int life_act(px_sdec_t *d, const px_fv_t *f, unsigned seen) {
   px_fstr_t type, t;
   int oi, ci;
@@ -968,7 +967,7 @@ static int life_act(px_sdec_t *d, const px_fv_t *f, unsigned seen) {
   }
   if (PX_FS_IS(type, "response.completed") || PX_FS_IS(type, "response.incomplete"))
     return life_terminal(d, f, seen, PX_FS_IS(type, "response.incomplete"));
-  /* what the jansson path acts on (the deltas: when fast_event left them) */
+  /* what the general path acts on (the deltas: when fast_event left them) */
   static const px_fkey_t acted[] = {PX_FK("error"),
                                     PX_FK("response.created"),
                                     PX_FK("response.failed"),
@@ -1150,7 +1149,8 @@ typedef struct eblock {
   char *call_id;
   char *name;
   px_buf_t enc; /* reasoning encrypted content */
-  json_t *anns; /* text: annotations so far (Responses shape) */
+  px_buf_t anns; /* text: annotations so far (Responses shape), comma-separated */
+  int nanns;
 } eblock_t;
 
 /* An output item of the response: its bytes as written (text placeholders,
@@ -1187,7 +1187,7 @@ struct px_senc {
   px_buf_t scratch;
   /* Text slots: the text of every block, JSON-escaped once as its deltas
    * go out. Events, items and the final response are written with a
-   * placeholder string for a slot (jansson trees of the rare events too);
+   * placeholder string for a slot (the rare events' too);
    * ewrite() splices the escaped bytes in while writing, so a text is never
    * copied nor escaped again (the closing events repeat it four times). */
   px_buf_t *texts;
@@ -1340,16 +1340,6 @@ static char *utoa(char *end, unsigned long long v) {
   return end;
 }
 
-/* Dump an event's members (obj, a jansson object: its reference is taken)
- * into e->scratch, placeholders and all. */
-static int edump(px_senc_t *e, json_t *obj) {
-  if (obj == NULL) return PX_ENOMEM;
-  px_buf_reset(&e->scratch);
-  int rc = px_jdoc_dump_buf(obj, &e->scratch);
-  json_decref(obj);
-  return rc == PX_EINVAL ? PX_ENOMEM : rc; /* as before: jansson refused to write it */
-}
-
 /* Write the event dumped in e->scratch into the out buffer: type and
  * sequence_number first (written here: no wrapper object), then its
  * members with the text placeholders spliced. On failure the out buffer
@@ -1391,13 +1381,6 @@ static int esend(px_senc_t *e, const char *type, int fail) {
   px_buf_reset(&e->scratch); /* kept for the IR event's next one, then freed */
   if (rc == 0) eflush(e);
   return rc;
-}
-
-/* Emit a jansson event (its members in obj, whose reference is taken): the
- * rare ones (annotations, errors). */
-static int eemit(px_senc_t *e, const char *type, json_t *obj) {
-  int rc = edump(e, obj);
-  return rc < 0 ? (px_buf_free(&e->scratch), rc) : esend(e, type, 0);
 }
 
 /* The scratch emptied for an event's members, with room for a usual one
@@ -1633,7 +1616,7 @@ static void efree_block(eblock_t *b) {
   free(b->name);
   px_buf_free(&b->dpre);
   px_buf_free(&b->enc);
-  json_decref(b->anns);
+  px_buf_free(&b->anns);
   memset(b, 0, sizeof(*b));
 }
 
@@ -1647,7 +1630,8 @@ static int wpart(px_senc_t *e, px_buf_t *o, const eblock_t *b, int empty) {
     return 1;
   if (b->kind != PX_BLOCK_TEXT) return wlit(o, "}");
   if (wlit(o, ",\"annotations\":")) return 1;
-  if (!empty && b->anns != NULL ? px_jdoc_dump_buf(b->anns, o) != 0 : wlit(o, "[]"))
+  if (wlit(o, "[") || (!empty && px_buf_append(o, b->anns.data, b->anns.len)) ||
+      wlit(o, "]"))
     return 1;
   return wlit(o, "}");
 }
@@ -1691,6 +1675,7 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
   b->used = 1;
   b->kind = ev->block;
   px_buf_init(&b->enc, SIZE_MAX);
+  px_buf_init(&b->anns, SIZE_MAX);
   px_buf_init(&b->dpre, 1024);
   b->tix = etext_new(e);
   if (b->tix < 0) return PX_ENOMEM;
@@ -1754,32 +1739,78 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
   return PX_EPROTO;
 }
 
-/* An annotation of a text part: response.output_text.annotation.added, and
- * kept for the part's closing events (as the non-streaming encoder). */
-static int eannotation(px_senc_t *e, eblock_t *b, px_str_t text) {
-  if (b->kind != PX_BLOCK_TEXT) return PX_EPROTO;
-  json_t *a = px_annotation_parse(text);
-  if (a == NULL) return 0;
-  json_t *arr = json_pack("[o]", a);
+/* The IR annotation a in the Responses shape (flat), as the non-streaming
+ * encoder's px_responses_annotations makes it, written into o: a
+ * url_citation's nested object with its type (set in its place, else
+ * last); the other citation kinds as they are. 0, 1 when it has none
+ * (named in the lossy list), <0 on failure. */
+static int wannotation(px_senc_t *e, px_buf_t *o, const px_fv_t *a, const char *t,
+                       px_arena_t *ar) {
+  px_fv_t nested, x;
+  px_fstr_t k;
+  px_jv_get(a, t, &nested);
+  if (strcmp(t, "url_citation") == 0 && px_jv_is(&nested, PX_FV_OBJ)) {
+    px_jv_it_t it;
+    px_jv_iter(&it, &nested);
+    int rc = wlit(o, "{") ? PX_ENOMEM : 0, first = 1, typed = 0;
+    while (rc == 0 && px_jv_member(&it, &k, &x)) {
+      px_fv_t kv = {.kind = PX_FV_STR, .s = k, .raw = {k.p, k.n}};
+      const char *ks = px_jv_str(ar, &kv, NULL);
+      if (ks == NULL) return PX_ENOMEM;
+      int type = strcmp(ks, "type") == 0;
+      typed |= type;
+      if ((!first && wlit(o, ",")) || wstr(o, ks) || wlit(o, ":") ||
+          (type ? wlit(o, "\"url_citation\"") : px_fb_jdump(o, &x) != 0))
+        rc = PX_ENOMEM;
+      first = 0;
+    }
+    if (rc == 0 && !typed &&
+        wlit(o, first ? "\"type\":\"url_citation\"" : ",\"type\":\"url_citation\""))
+      rc = PX_ENOMEM;
+    return rc == 0 && wlit(o, "}") ? PX_ENOMEM : rc;
+  }
+  if (strcmp(t, "url_citation") == 0 || strcmp(t, "file_citation") == 0 ||
+      strcmp(t, "container_file_citation") == 0 || strcmp(t, "file_path") == 0)
+    return px_fb_jdump(o, a) != 0 ? PX_ENOMEM : 0;
   px_lossy_t scratch;
   px_lossy_init(&scratch);
-  json_t *conv = px_responses_annotations(arr, e->ctx.dropped ? e->ctx.dropped : &scratch);
-  json_decref(arr);
-  if (b->anns == NULL) b->anns = json_array();
-  size_t i;
-  json_t *x;
+  px_lossy_add(e->ctx.dropped ? e->ctx.dropped : &scratch,
+               "output[].content[].annotations");
+  return 1;
+}
+
+/* An annotation of a text part: response.output_text.annotation.added, and
+ * kept for the part's closing events (as the non-streaming encoder). The
+ * IR annotation is read with the checked views, re-written (px_fb_jdump). */
+static int eannotation(px_senc_t *e, eblock_t *b, px_str_t text) {
+  if (b->kind != PX_BLOCK_TEXT) return PX_EPROTO;
+  px_fv_t a;
+  if (text.ptr == NULL || text.len == 0 || px_jv_parse(text.ptr, text.len, &a) < 0 ||
+      !px_jv_is(&a, PX_FV_OBJ))
+    return 0;
+  px_arena_t ar;
+  px_arena_init(&ar);
+  const char *t = jstr(&ar, &a, "type");
   int rc = 0;
-  json_array_foreach(conv, i, x) {
-    if (rc < 0) break;
-    size_t ai = json_array_size(b->anns);
-    json_array_append(b->anns, x);
-    rc = eemit(e, "response.output_text.annotation.added",
-               json_pack("{s:s, s:i, s:i, s:i, s:O}", "item_id", b->item_id,
-                         "output_index", b->output_index, "content_index",
-                         b->content_index, "annotation_index", (int)ai, "annotation", x));
+  if (t != NULL) {
+    px_buf_t *s = escratch(e);
+    int fail = ehead(e, b->item_id, b->output_index) || wlit(s, ",\"content_index\":") ||
+               wint(s, b->content_index) || wlit(s, ",\"annotation_index\":") ||
+               wint(s, b->nanns) || wlit(s, ",\"annotation\":");
+    size_t at = s->len;
+    rc = fail ? PX_ENOMEM : wannotation(e, s, &a, t, &ar);
+    if (rc == 0 && (wlit(s, "}") || (b->nanns > 0 && wlit(&b->anns, ",")) ||
+                    px_buf_append(&b->anns, s->data + at, s->len - at - 1)))
+      rc = PX_ENOMEM;
+    if (rc == 0) {
+      b->nanns++;
+      rc = esend(e, "response.output_text.annotation.added", 0);
+    } else {
+      px_buf_free(&e->scratch);
+    }
   }
-  json_decref(conv);
-  return rc;
+  px_arena_free(&ar);
+  return rc < 0 ? rc : 0;
 }
 
 static int e_delta(px_senc_t *e, const px_ev_t *ev) {
