@@ -17,6 +17,7 @@
 
 #include "proxai/fastir.h"
 #include "proxai/proto.h"
+#include "ref.h"
 
 static inline void halves_fail(px_proto_t p, const char *what, const char *body, size_t len,
                         const char *fast, const char *slow, const char *lf, const char *ls) {
@@ -67,7 +68,7 @@ static inline void halves_request(px_proto_t p, const char *body, size_t len, co
   int rc = px_fast_request_steps(d, e, fast, fast, body, len, &ir, &a, &fb, &lf, &ef);
   if (rc == PX_FAST_REFUSE) {
     /* the jansson halves refuse it too, in the same words */
-    const px_proto_ops_t *ops = px_proto_get(p);
+    const px_ref_ops_t *ops = px_ref_get(p);
     json_t *src = json_loadb(body, len, 0, NULL), *jir = NULL, *out = NULL;
     px_tr_err_t es;
     memset(&es, 0, sizeof(es));
@@ -83,7 +84,7 @@ static inline void halves_request(px_proto_t p, const char *body, size_t len, co
     json_decref(out);
   }
   if (rc == 0) {
-    const px_proto_ops_t *ops = px_proto_get(p);
+    const px_ref_ops_t *ops = px_ref_get(p);
     json_t *src = json_loadb(body, len, 0, NULL), *jir = NULL, *out = NULL;
     px_tr_err_t err;
     memset(&err, 0, sizeof(err));
@@ -124,7 +125,7 @@ static inline void halves_answer(px_proto_t p, const char *body, size_t len, con
     json_t *src = json_loadb(body, len, 0, NULL), *jir = NULL;
     px_tr_err_t es;
     memset(&es, 0, sizeof(es));
-    int rs = src == NULL ? -1 : px_proto_get(p)->decode_response(c, src, &jir, &ls, &es);
+    int rs = src == NULL ? -1 : px_ref_get(p)->decode_response(c, src, &jir, &ls, &es);
     if (src == NULL)
       rs = 0; /* what the fast decoder refused must be JSON jansson reads */
     halves_refused(p, "answer refusal", body, len, &ef, rs, &es);
@@ -134,7 +135,7 @@ static inline void halves_answer(px_proto_t p, const char *body, size_t len, con
   if (rc == 0 && (px_fresp_uses(&ir) & ~fast->resp_encodes) != 0) rc = PX_FAST_DECLINE;
   if (rc == 0) rc = fast->encode_response(c, &ir, &fb, &a, &lf, NULL);
   if (rc == 0) {
-    const px_proto_ops_t *ops = px_proto_get(p);
+    const px_ref_ops_t *ops = px_ref_get(p);
     json_t *src = json_loadb(body, len, 0, NULL), *jir = NULL, *out = NULL;
     px_tr_err_t err;
     memset(&err, 0, sizeof(err));

@@ -1,4 +1,4 @@
-/* fuzz_anthropic_codec.c - Anthropic's fast codec (src/proto/anthropic_fast.c)
+/* fuzz_anthropic_codec.c - Anthropic's fast codec (src/proto/anthropic.c)
  * against anthropic.c, in halves: a body the scanner accepts is decoded as
  * an Anthropic client's request for an upstream of protocol dout, fitted
  * and encoded toward an Anthropic upstream for a client of protocol ein, by

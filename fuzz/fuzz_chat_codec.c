@@ -1,4 +1,4 @@
-/* fuzz_chat_codec.c - Chat Completions' fast codec (src/proto/chat_fast.c)
+/* fuzz_chat_codec.c - Chat Completions' fast codec (src/proto/chat.c)
  * against chat.c, in halves: a body the scanner accepts is decoded as a
  * Chat client's request for an upstream of protocol dout, fitted and
  * encoded toward a Chat upstream for a client of protocol ein, by the fast

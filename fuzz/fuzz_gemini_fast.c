@@ -1,5 +1,5 @@
 /* fuzz_gemini_fast.c - differential test of the Gemini fast codec
- * (src/proto/gemini_fast.c) against the jansson codec (gemini.c), both
+ * (src/proto/gemini.c) against the jansson codec (gemini.c), both
  * ways: a Gemini client's request and a Gemini upstream's answer, and
  * another protocol's request toward Gemini and its answer toward a Gemini
  * client. The checks are fuzz_translate_fast's (xlate_diff.h): wherever the
@@ -278,7 +278,6 @@ static unsigned long round_trip(const px_tr_ctx_t *c0, const char *body, size_t 
                                    &ir, &a, &b, &lf, &ef);
     if (rc == PX_FAST_REFUSE) { /* gemini.c refuses it too, in the same words */
       px_tr_ctx_t ref = c;
-      ref.reference = 1;
       json_t *src = json_loadb(body, len, 0, NULL), *ub = NULL;
       px_tr_err_t es;
       memset(&es, 0, sizeof(es));
@@ -292,7 +291,6 @@ static unsigned long round_trip(const px_tr_ctx_t *c0, const char *body, size_t 
     if (rc == 0) {
       taken++;
       px_tr_ctx_t ref = c;
-      ref.reference = 1;
       json_t *src = json_loadb(body, len, 0, NULL), *ub = NULL;
       px_tr_err_t err;
       memset(&err, 0, sizeof(err));
@@ -337,7 +335,7 @@ static unsigned long answer_round(const px_tr_ctx_t *c0, const char *body, size_
   int rc = px_gemini_fast.decode_response(&c, body, len, &ir, &a, &lf, &ef);
   if (rc == 0 && (px_fresp_uses(&ir) & ~px_gemini_fast.resp_encodes) != 0) rc = 1;
   if (rc == 0) rc = px_gemini_fast.encode_response(&c, &ir, &b, &a, &lf, &ef);
-  const px_proto_ops_t *ops = px_proto_get(PX_PROTO_GEMINI);
+  const px_ref_ops_t *ops = px_ref_get(PX_PROTO_GEMINI);
   json_t *src = rc == 0 || rc == PX_FAST_REFUSE ? json_loadb(body, len, 0, NULL) : NULL;
   json_t *jir = NULL, *out = NULL;
   int rs = src == NULL ? -1 : ops->decode_response(&c, src, &jir, &ls, &es);

@@ -1,5 +1,5 @@
 /* fuzz_responses_codec.c - Responses' fast request codec
- * (src/proto/responses_fast.c) against responses.c, in halves: a body the
+ * (src/proto/responses.c) against the reference (test/reference/responses.c), in halves: a body the
  * scanner accepts is decoded as a Responses client's request for an
  * upstream of protocol dout, fitted and encoded toward a Responses upstream
  * for a client of protocol ein, by the fast codec and by the jansson codec.

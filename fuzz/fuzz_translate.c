@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "proxai/proto.h"
+#include "ref.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 2) return 0;
@@ -52,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(s);
     /* what we send upstream is a valid request of the upstream protocol, as
      * its own decoder judges it */
-    const px_proto_ops_t *up = px_proto_get(ctx.out);
+    const px_ref_ops_t *up = px_ref_get(ctx.out);
     if (ctx.in != ctx.out && up->decode_request != NULL) {
       px_tr_ctx_t c2 = ctx;
       c2.in = ctx.out;
@@ -64,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (up->decode_request(&c2, res, &ir, &l2, &e2) < 0) {
         char *d = json_dumps(res, JSON_COMPACT);
         fprintf(stderr, "fuzz_translate: %s rejects our own request: %s [%s]\n%s\n",
-                up->name, e2.message, e2.param, d ? d : "");
+                px_proto_get(ctx.out)->name, e2.message, e2.param, d ? d : "");
         free(d);
         abort();
       }

@@ -2,7 +2,8 @@
  * response translation
  * shared by fuzz_translate_fast.c and fuzz_gemini_fast.c: the fast path
  * (src/proto/translate_fast.c) against the jansson path, the arbiter. Wherever
- * the fast path takes a body, the jansson path must succeed too, with a
+ * the fast path takes a body (as written, or in its plain spelling:
+ * px_json_respell), the jansson path must succeed too, with a
  * JSON-equal body (json_equal of both parses) and the same lossy list,
  * and the usage it hands over must be what px_usage_from_body reads;
  * else the target aborts. */
@@ -18,6 +19,7 @@
 #include "proxai/passthru.h"
 #include "proxai/proto.h"
 #include "proxai/usage.h"
+#include "ref.h"
 
 static inline void diff_fail(const char *what, const px_tr_ctx_t *c, const char *body,
                              size_t len, const char *fast, const char *slow,
@@ -85,13 +87,16 @@ static inline void request_one(const px_tr_ctx_t *c, const char *body, size_t le
   if (after != before) {
     if (rf != 0) abort(); /* a fast answer is an answer */
     px_tr_ctx_t ref = *c;
-    ref.reference = 1;
-    int rs = px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &es);
+    int rs = px_translate_request_ref(&ref, body, len, 0, &so, &sl, &ls, &es);
     if (rs != 0)
       diff_fail("request (jansson refused)", c, body, len, fo, es.message, lf.buf, "");
     check_json("request", c, body, len, fo, fl, so, sl, &lf, &ls);
   } else if (rf != 0) {
-    /* a refusal of the fast codecs is the reference's refusal, word for word */
+    /* a refusal of the fast codecs is the reference's refusal, word for word;
+     * what they decline is the gateway's 400 (a repeated member, a name no
+     * codec reads) */
+    if (ef.kind != PX_ERR_INVALID)
+      diff_fail("request (not a 400)", c, body, len, ef.message, "", "", "");
     px_tr_err_t ed;
     memset(&ed, 0, sizeof(ed));
     char *d = NULL;
@@ -100,8 +105,7 @@ static inline void request_one(const px_tr_ctx_t *c, const char *body, size_t le
     px_lossy_init(&ld);
     if (px_translate_request_fast(c, body, len, 0, &d, &dl, &ld, &ed) == PX_FAST_REFUSE) {
       px_tr_ctx_t ref = *c;
-      ref.reference = 1;
-      if (px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &es) == 0 ||
+      if (px_translate_request_ref(&ref, body, len, 0, &so, &sl, &ls, &es) == 0 ||
           !same_refusal(&ed, &es))
         diff_fail("request refusal", c, body, len, ed.message, es.message, ed.param,
                   es.param);
@@ -136,6 +140,13 @@ static inline void response(const px_tr_ctx_t *c, const char *body, size_t len) 
   px_tr_err_t ef;
   memset(&ef, 0, sizeof(ef));
   int fr = px_translate_response_fast(c, body, len, &fb, &lf, &uf, &ef);
+  if (fr == PX_FAST_DECLINE) {
+    /* the gateway's rule: the answer in its plain spelling, else a 502 */
+    fr = px_translate_response_body(c, body, len, &fb, &lf, &uf, &ef);
+    if (fr == PX_FAST_REFUSE && ef.kind != PX_ERR_BAD_GATEWAY)
+      diff_fail("response (not a 502)", c, body, len, ef.message, "", "", "");
+    if (fr == PX_FAST_REFUSE) fr = PX_FAST_DECLINE; /* its own words */
+  }
   if (fr == PX_FAST_REFUSE) {
     /* the reference refuses it too, in the same words */
     json_t *ub = json_loadb(body, len, 0, NULL), *cb = NULL;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "proxai/fastir.h"
+#include "ref.h"
 
 /* The census (PX_FAST_CENSUS=1 in the environment): every body the fast
  * path declines is named on stderr, "census: request|response <name>

@@ -1,31 +1,32 @@
 /**
- * fastir.h - the fast translation model of request bodies (streaming or
- * not) and of non-streaming answers: a compact
- * C IR (arena-allocated), a walker over bodies the scanner has validated,
- * and the hub entry points (src/proto/translate_fast.c).
+ * fastir.h - the translation model of request bodies (streaming or not)
+ * and of non-streaming answers: a compact C IR (arena-allocated), a walker
+ * over bodies the scanner has validated, checked reads for the others, and
+ * the hub entry points (src/proto/translate_fast.c).
  *
- * The fast path takes the common shape of a request or a response without
- * building a jansson document: a per-protocol fast decoder reads the body
- * into the C IR, a fast encoder writes the other protocol's body straight
- * into a px_buf_t. Strings are kept as raw spans of the source body, still
- * escaped (both sides are JSON), and copied out as they are; numbers,
- * schemas and other passive values are copied as raw JSON spans.
+ * Each protocol's codec (src/proto/<p>.c, px_fast_ops_t) reads a body into
+ * the C IR, and the other protocol's writes its body straight into a
+ * px_buf_t, without a jansson document. Strings are kept as raw spans of
+ * the source body, still escaped (both sides are JSON), and copied out as
+ * they are; numbers, schemas and other passive values are copied as raw
+ * JSON spans.
  *
  * The IR mirrors the document IR of proto.h part by part (text, tool calls
  * and results, reasoning with its opaque tokens, images, files, refusals,
  * custom tools; the reasoning setting, JSON output, prompt_cache_key,
- * verbosity): a decoder fills it as the jansson decoder fills the document,
- * an encoder writes from it what the jansson encoder writes. Everything
- * the agents send takes it (test/unit/test_fast_agents.c). A fast decoder
- * or encoder DECLINES (returns PX_FAST_DECLINE) on anything outside what it
- * knows exactly: rare blocks and tools, escaped keys or enum values where
- * they decide something, repeated members, names a lossy list cannot hold;
- * the hub declines a request using a part the upstream's encoder does not
- * list (px_fast_ops_t.encodes). The jansson codecs (proto.h) stay the
- * reference and the fallback; fuzz/fuzz_translate_fast.c and the codec
- * fuzzers (fuzz/codec_halves.h) hold the two paths equal: the fast path
- * declines, or its body is JSON-equal to the jansson path's and the lossy
- * lists are equal.
+ * verbosity): a decoder fills it as the reference's jansson decoder
+ * (test/reference) fills the document, an encoder writes from it what the
+ * reference's encoder writes. Everything the agents send takes it
+ * (test/unit/test_fast_agents.c). A decoder or encoder DECLINES (returns
+ * PX_FAST_DECLINE) on what it cannot tell exactly as written: escaped keys
+ * or enum values where they decide something, repeated members, names a
+ * lossy list cannot hold. The hub then applies the one reader's rule
+ * (px_translate_request_body, px_translate_response_body): the body in its
+ * plain spelling (px_json_respell) is asked again, and what is still
+ * declined is refused in words (px_fast_odd_member); nothing else reads it.
+ * fuzz/fuzz_translate_fast.c and the codec fuzzers (fuzz/codec_halves.h)
+ * hold the codecs to the reference: a body taken is JSON-equal to the
+ * reference's with equal lossy lists, a refusal is in its words.
  */
 #ifndef PROXAI_FASTIR_H
 #define PROXAI_FASTIR_H
@@ -264,7 +265,7 @@ typedef struct px_fast_ops {
   int (*count_request)(px_buf_t *b, size_t start, const char *model);
 } px_fast_ops_t;
 
-/** The protocols' fast codecs (src/proto/<p>_fast.c). */
+/** The protocols' codecs (src/proto/<p>.c). */
 extern const px_fast_ops_t px_chat_fast;
 extern const px_fast_ops_t px_anthropic_fast;
 extern const px_fast_ops_t px_responses_fast;
@@ -590,6 +591,20 @@ void px_fit_fast_request(const px_tr_ctx_t *ctx, px_freq_t *ir, px_lossy_t *loss
  *  reasoning object, not enabled false, effort not "none". */
 int px_freq_reasoning_on(const px_freq_t *ir);
 
+/** What the one reader's rule refuses in a checked body (one walk, on a
+ *  body respelled by px_json_respell: names compared byte for byte are
+ *  compared unescaped): PX_ODD_REPEATED with path ("messages[2].role", cut
+ *  at cap) the first member an object holds twice; else
+ *  PX_ODD_ESCAPED_NAME with the path of the first member name that keeps
+ *  escapes in its plain spelling (a quote, a backslash or a control
+ *  character: no name a codec reads); else PX_ODD_UNNAMED with the path of
+ *  the first name a lossy list cannot hold (px_fast_lossy_key: empty, a
+ *  comma, "...", 256 bytes and more); 0 none; -1 malformed. */
+#define PX_ODD_REPEATED 1
+#define PX_ODD_ESCAPED_NAME 2
+#define PX_ODD_UNNAMED 3
+int px_fast_odd_member(const char *p, size_t n, char *path, size_t cap);
+
 /* ------------------------------------------------------------------------ */
 /* Hub (src/proto/translate_fast.c)                                                */
 
@@ -623,6 +638,15 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
  *  px_translate_response. */
 #define PX_FAST_USAGE 2
 int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                               px_buf_t *out, px_lossy_t *lossy, px_usage_t *usage,
+                               px_tr_err_t *err);
+/** The gateway's translation of a non-streaming upstream answer: the fast
+ *  path; what it declines as written is read in its plain spelling
+ *  (px_json_respell) and what it still declines is refused: 0 or
+ *  PX_FAST_USAGE as px_translate_response_fast, else PX_FAST_REFUSE with
+ *  *err set (a codec's refusal, or PX_ERR_BAD_GATEWAY naming the answer's
+ *  problem: invalid JSON, a member twice, a name no codec reads). */
+int px_translate_response_body(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                px_buf_t *out, px_lossy_t *lossy, px_usage_t *usage,
                                px_tr_err_t *err);
 /** An OpenAI usage counter (v: the member, NULL when absent) for

@@ -262,6 +262,16 @@ char *px_json_req_model(const char *p, const px_json_req_t *r);
 int px_json_splice_str(px_buf_t *out, const char *p, size_t n, size_t at, size_t len,
                        const char *value);
 
+/** The JSON text p[0..n) (one value px_json_request or the checked reads
+ *  accepted) with every string, member names included, written in its
+ *  plain spelling (json_dumps' escapes: quote, backslash and control
+ *  characters only; everything else as its UTF-8 bytes), appended to out:
+ *  the same document, its names and values comparable byte for byte (the
+ *  one reader's rule: names compared unescaped). 1 when a string changed,
+ *  0 when the text was plain already (out then holds a copy), <0 on a px_buf
+ *  error. */
+int px_json_respell(const char *p, size_t n, px_buf_t *out);
+
 /** A JSON number at p[*i] checked as jansson reads it (grammar; an integer
  *  must fit int64, a real must not overflow); *i moves past it. 0 or -1.
  *  For the fast codecs' validating reads (src/proto/fast.c). */

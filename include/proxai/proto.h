@@ -4,13 +4,19 @@
  *
  * Translators do no I/O. Cross-protocol translation goes through a hub:
  *
- *   client request  --in->decode_request-->  IR request  --out->encode_request-->  upstream request
- *   upstream body   --out->decode_response-> IR response --in->encode_response-> client body
+ *   client request  --in->fast->decode_request-->   IR request (fastir.h)  --out->fast->encode_request-->  upstream request
+ *   upstream body   --out->fast->decode_response-->  IR response (fastir.h) --in->fast->encode_response--> client body
  *   upstream SSE    --out->stream decoder--> px_ev_t ...  --in->stream encoder--> client SSE
  *
- * Same-protocol pairs bypass all of this (pass-through, src/core/passthru.c).
+ * (translate_fast.c for bodies, with the one reader's rule for what a codec
+ * declines as written; translate.c for errors and streams.) Same-protocol
+ * pairs bypass all of this (pass-through, src/core/passthru.c).
  *
- * Adding a protocol = one translator file, one XX() line, one fixtures dir.
+ * Adding a protocol = its two files, src/proto/<p>.c (its px_fast_ops_t
+ * codec of requests and answers, its errors and its px_proto_ops_t entry)
+ * and src/proto/<p>_stream.c, one XX() line below, and its tests: fixture
+ * dirs and a reference codec in test/reference/<p>.c (px_ref_<p>, the
+ * differential tests' oracle; test/reference/ref.h).
  */
 #ifndef PROXAI_PROTO_H
 #define PROXAI_PROTO_H
@@ -79,6 +85,10 @@ typedef struct px_tr_err {
   char param[96];     /**< offending field path, e.g. "messages[2].role" */
   char message[256];  /**< human readable, names the field */
 } px_tr_err_t;
+
+/** The largest output-token cap a request may name (18 digits): a larger one
+ *  is refused by every codec. */
+#define PX_TOKENS_MAX 999999999999999999LL
 
 /** Set err (printf-style message) and return PX_EINVAL. */
 int px_tr_fail(px_tr_err_t *err, const char *param, const char *fmt, ...)
@@ -166,11 +176,9 @@ typedef struct px_tr_ctx {
                                   made from the upstream's */
   const char *prev_id;       /**< the previous response id as sent, echoed in
                                   the response (with resp_id) */
-  int reference;             /**< the jansson codecs only, no fast path (the
-                                  tests' and fuzzers' oracle) */
-  const long long *mem_limit;/**< tests: px_translate_request_body's memory
-                                  budget whatever the body size (to stop at
-                                  every stage); NULL: the rule */
+  const long long *mem_limit; /**< tests: the reference's memory
+                                   budget whatever the body size (to stop at
+                                   every stage); NULL: the rule */
   struct px_answer *answer;  /**< traces: the upstream answer's id, model
                                   and finish word as a fast response decoder
                                   read them (px_answer_set); NULL: not
@@ -190,7 +198,9 @@ typedef struct px_tr_ctx {
 #define PX_FLUSH_AT (64u << 10)
 
 /* ------------------------------------------------------------------------ */
-/* The IR (jansson documents with a fixed canonical shape)                   */
+/* The document IR: the reference codecs' (test/reference), jansson documents
+ * with a fixed canonical shape; the codecs' IR (fastir.h) holds the same
+ * parts, field by field                                                      */
 
 /*
  * IR REQUEST (json object). Absent keys mean "not specified".
@@ -581,18 +591,6 @@ typedef struct px_proto_ops {
   const char *inbound_path;  /**< without /v1 */
   const char *upstream_path; /**< appended to base_url */
 
-  /** Client body -> IR request. On failure fill err and return <0. */
-  int (*decode_request)(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
-                        px_lossy_t *lossy, px_tr_err_t *err);
-  /** IR request -> upstream body (model = ctx->upstream_model). */
-  int (*encode_request)(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
-                        px_lossy_t *lossy, px_tr_err_t *err);
-  /** Upstream success body -> IR response. */
-  int (*decode_response)(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
-                         px_lossy_t *lossy, px_tr_err_t *err);
-  /** IR response -> client body (model = ctx->client_model). */
-  int (*encode_response)(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
-                         px_lossy_t *lossy, px_tr_err_t *err);
   /** Upstream error body (any bytes, maybe not JSON) -> neutral error.
    *  Returns 0 when the body was this protocol's error shape, <0 if not. */
   int (*decode_error)(int status, const char *body, size_t len,
@@ -635,8 +633,6 @@ typedef struct px_proto_ops {
   int64_t (*count_decode)(json_t *body);
   /** Append this protocol's count answer for n tokens. */
   int (*count_encode)(px_buf_t *out, int64_t n);
-  /** Shape a translated request body into this protocol's count request. */
-  void (*count_request)(json_t *body, const char *model);
   /** Append this protocol's model list of ids (owners may be NULL). */
   int (*encode_models)(px_buf_t *out, const char *const *ids, const char *const *owners,
                        size_t n);
@@ -724,10 +720,6 @@ PX_PROTO_MAP(XX)
 /* ------------------------------------------------------------------------ */
 /* The hub (src/proto/translate.c)                                                 */
 
-/** Translate a client request body to the upstream protocol's body. */
-int px_translate_request(const px_tr_ctx_t *ctx, json_t *client_body,
-                         json_t **upstream_body, px_lossy_t *lossy,
-                         px_tr_err_t *err);
 /** The response fields a stream of this request may drop, predicted from
  *  whether the request asks for reasoning (x-proxai-lossy leaves before the
  *  stream; the names are those the non-streaming encoders use for the same
@@ -749,20 +741,21 @@ const char *px_lossy_opaque_reasoning(const px_tr_ctx_t *ctx, int redacted);
 const char *px_lossy_annotations(const px_tr_ctx_t *ctx);
 
 /** px_translate_request_body flag: the body of a count_tokens call, shaped
- *  by the upstream protocol's count_request. */
+ *  by the upstream protocol's count body (px_fast_ops_t.count_request). */
 #define PX_TR_COUNT_TOKENS 1
-/** Memory a translated request may use (jansson's allocations while it is
- *  parsed, translated and written): PX_TR_MEM_FACTOR times its body size
- *  plus PX_TR_MEM_BASE. A body whose document would not fit is refused
- *  before the parse (px_json_req_t.cost); a stage (decode, encode, write)
- *  that goes past it ends the request there. Either way: PX_ERR_TOO_LARGE. */
+/** Memory a jansson document of a body may use: PX_TR_MEM_FACTOR times the
+ *  body's size plus PX_TR_MEM_BASE (an answer's, an error body's, an SSE
+ *  event's: px_translate_answer_fits; the reference's, test/reference). */
 #define PX_TR_MEM_FACTOR 16
 #define PX_TR_MEM_BASE (4u << 20)
 /** The raw client request body (accepted by px_json_request) -> the raw
- *  upstream body (*out, malloc'd, NUL-terminated, *out_len bytes), within
- *  the memory budget above. ctx->client_model must be set. With
- *  ctx->spans, the body is *out with those spans inserted (none when the
- *  jansson codecs wrote it, or for a token count). */
+ *  upstream body (*out, malloc'd, NUL-terminated, *out_len bytes), by the
+ *  codecs (translate_fast.c): what they decline as it is written is read
+ *  in its plain spelling (px_json_respell), and what they still decline is
+ *  refused (400, naming a repeated member, a name no codec reads, or the
+ *  pair). ctx->client_model must be set. With ctx->spans, the body is *out
+ *  with those spans inserted (none for a token count, or a body taken in
+ *  its plain spelling). */
 int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t len,
                               int flags, char **out, size_t *out_len, px_lossy_t *lossy,
                               px_tr_err_t *err);
@@ -775,11 +768,6 @@ int px_translate_answer_fits(const char *p, size_t n);
  *  document is small whatever its shape (invalid JSON is then the parser's
  *  to refuse). */
 #define PX_TR_EVENT_SCAN (16u << 10)
-/** Translate an upstream success body to the client protocol's body. */
-int px_translate_response(const px_tr_ctx_t *ctx, json_t *upstream_body,
-                          json_t **client_body, px_lossy_t *lossy,
-                          px_tr_err_t *err);
-
 /** Translate an upstream error response (status + raw body, any bytes) into
  *  the client protocol's error body, appended to out. The body is decoded
  *  with the upstream protocol's decode_error, then the other protocols'; the

@@ -7,7 +7,7 @@
  * Also the cross-file prototypes of the translators (each protocol's stream
  * half and the Responses id/object helpers), declared once here.
  *
- * No I/O, no allocation except where said (px_mint_id). The JSON scanner
+ * No I/O, no allocation except where said. The JSON scanner
  * (UTF-8, string syntax, the fast scanner px_fj_*) is in proxai/json.h.
  */
 #ifndef PROXAI_PROTOUTIL_H
@@ -31,16 +31,6 @@ static inline const char *px_jstr(const json_t *o, const char *k) {
   return json_string_value(json_object_get(o, k));
 }
 
-/** The IR text part {"type":"text","text":text} of a document's string
- *  (valid UTF-8 already: copied without jansson's check); NULL when text
- *  is NULL or out of memory. */
-json_t *px_ir_text(const char *text);
-/** The string member k of o as a view (with its length), or PX_STR_NULL. */
-static inline px_str_t px_jview(const json_t *o, const char *k) {
-  json_t *v = json_object_get(o, k);
-  if (!json_is_string(v)) return PX_STR_NULL;
-  return (px_str_t){json_string_value(v), json_string_length(v)};
-}
 /** The integer member k of o, or dflt. */
 static inline int64_t px_jint(const json_t *o, const char *k, int64_t dflt) {
   json_t *v = json_object_get(o, k);
@@ -54,17 +44,10 @@ static inline int64_t px_jint(const json_t *o, const char *k, int64_t dflt) {
  *  table low 1024 / medium 8192 / high 24576 (docs). */
 const char *px_effort_of_budget(json_int_t budget);
 
-/** "data:<mt>;base64,<data>" -> media type copied into mt (NUL-terminated,
- *  non-empty, shorter than mtsz) and *data pointing into url. 0 or -1. */
-int px_data_url_split(const char *url, char *mt, size_t mtsz, const char **data);
-
 /** The prefix to put before id so that it carries prefix: "" when id
  *  already starts with it, else prefix. A NULL or empty *id becomes
  *  "proxai". */
 const char *px_id_prefix(const char *prefix, const char **id);
-/** prefix + id unless id already starts with prefix, as a JSON string;
- *  NULL or empty id -> prefix + "proxai". NULL on allocation failure. */
-json_t *px_mint_id(const char *prefix, const char *id);
 /** The same minted id written into a JSON string body (escaped, no quotes). */
 int px_buf_mint_id(px_buf_t *b, const char *prefix, px_str_t id);
 
@@ -113,11 +96,6 @@ const px_lossy_names_t *px_out_names(const px_tr_ctx_t *ctx);
 /** 0 when the upstream can resolve an OpenAI file id (PX_CAP_FILE_ID);
  *  otherwise a 400 at param, the client's field. */
 int px_file_id_check(const px_tr_ctx_t *ctx, const char *param, px_tr_err_t *err);
-
-/** A tool_call part's arguments as a JSON object for an upstream that takes
- *  only objects (blank: {}); NULL with err naming the client's field when
- *  they are anything else. */
-json_t *px_tool_args_object(const px_tr_ctx_t *ctx, json_t *part, px_tr_err_t *err);
 
 /** The annotation of a DELTA_ANNOTATION event as JSON (NULL if malformed). */
 json_t *px_annotation_parse(px_str_t text);
@@ -266,16 +244,8 @@ json_t *px_anthropic_citation(json_t *ann, const char *text, size_t n, int64_t b
 /** IR annotations -> Responses annotations (flat); others named in lossy. */
 json_t *px_responses_annotations(json_t *ann, px_lossy_t *lossy);
 
-/** The filename of an IR file part sent inline to OpenAI (which rejects
- *  file_data without one): its own, else "document" + the media type's
- *  usual extension. */
-const char *px_inline_filename(json_t *part);
-
 /** The lossy name of a Responses output item the IR cannot hold (hosted
  *  tool calls ...); streams and bodies share it. */
 void px_responses_lossy_item(px_lossy_t *l, const char *type);
-
-/** Whether the IR tool list names a custom (freeform) tool `name`. */
-int px_ir_is_custom_tool(json_t *tools, const char *name);
 
 #endif

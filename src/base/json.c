@@ -1357,3 +1357,37 @@ int px_json_replace_str(px_buf_t *out, const char *p, size_t n, const char *cons
   if (e == 0) e = px_buf_append(out, p + s + l, n - s - l);
   return e < 0 ? e : PX_JSON_FOUND;
 }
+
+int px_json_respell(const char *p, size_t n, px_buf_t *out) {
+  const unsigned char *u = (const unsigned char *)p;
+  px_buf_t scratch;
+  px_buf_init(&scratch, n + 1);
+  int changed = 0, rc = px_buf_reserve(out, n);
+  size_t i = 0;
+  while (rc == 0 && i < n) {
+    /* outside strings a quote is the only byte that opens one */
+    const char *q = memchr(p + i, '"', n - i);
+    size_t at = q != NULL ? (size_t)(q - p) : n;
+    rc = px_buf_append(out, p + i, at - i);
+    if (rc < 0 || at == n) break;
+    size_t end;
+    int esc;
+    if (px_json_string_at(u, n, at + 1, &end, &esc) < 0) {
+      rc = PX_EINVAL;
+      break;
+    }
+    px_str_t v;
+    if (!esc) {
+      rc = px_buf_append(out, p + at, end + 1 - at);
+    } else if ((rc = px_json_unescape(p + at + 1, end - at - 1, 1, &scratch, &v)) == 0) {
+      size_t from = out->len;
+      rc = px_buf_json_str(out, v.ptr, v.len);
+      if (rc == 0 && (out->len - from != end + 1 - at ||
+                      memcmp(out->data + from, p + at, end + 1 - at) != 0))
+        changed = 1;
+    }
+    i = end + 1;
+  }
+  px_buf_free(&scratch);
+  return rc < 0 ? rc : changed;
+}

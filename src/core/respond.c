@@ -298,11 +298,11 @@ static void tr_json_done(px_exch_t *x) {
     x->ctx.answer = &x->ans_up;
     x->ctx.client = &x->ans_cl;
   }
-  px_buf_t fb; /* the common shape: no document at all (translate_fast.c) */
+  px_buf_t fb; /* no document at all (translate_fast.c) */
   px_buf_init(&fb, x->acc.len * 4 + (64u << 10));
   px_tr_err_t err;
   memset(&err, 0, sizeof(err));
-  int fr = px_translate_response_fast(&x->ctx, x->acc.data, x->acc.len, &fb, &x->lossy,
+  int fr = px_translate_response_body(&x->ctx, x->acc.data, x->acc.len, &fb, &x->lossy,
                                       &x->usage, &err);
   if (fr == 0 || fr == PX_FAST_USAGE) {
     if (fr == PX_FAST_USAGE) px_usage_from_body(x->out, x->acc.data, x->acc.len, &x->usage);
@@ -311,46 +311,10 @@ static void tr_json_done(px_exch_t *x) {
     return;
   }
   px_buf_free(&fb);
-  if (fr == PX_FAST_REFUSE) {
-    /* the tokens were spent all the same, as the jansson path counts them */
-    px_usage_from_body(x->out, x->acc.data, x->acc.len, &x->usage);
-    tr_json_refused(x, &err);
-    return;
-  }
-  /* the document is built only when it fits the memory bound of the
-   * answer's size (SPEC 10): a million small objects are a 502, not a
-   * hundred times their size in memory */
-  if (!px_translate_answer_fits(x->acc.data ? x->acc.data : "", x->acc.len)) {
-    x->error_type = "bad_gateway";
-    px_exch_error(x, PX_ERR_BAD_GATEWAY,
-                  "bad gateway: upstream returned invalid JSON, or JSON too complex to "
-                  "translate within the memory bound of its size",
-                  NULL);
-    return;
-  }
-  json_error_t je;
-  json_t *ub = px_jdoc_load(x->acc.data, x->acc.len, 0, &je);
-  if (ub == NULL) {
-    x->error_type = "bad_gateway";
-    px_exch_error(x, PX_ERR_BAD_GATEWAY, "bad gateway: upstream returned invalid JSON", NULL);
-    return;
-  }
+  /* the tokens were spent all the same */
   px_usage_from_body(x->out, x->acc.data, x->acc.len, &x->usage);
-  json_t *cb = NULL;
-  int rc = px_translate_response(&x->ctx, ub, &cb, &x->lossy, &err);
-  json_decref(ub);
-  if (rc < 0) {
-    tr_json_refused(x, &err);
-    return;
-  }
-  char *s = px_jdoc_dump(cb, JSON_COMPACT);
-  json_decref(cb);
-  if (s == NULL) {
-    px_exch_error(x, PX_ERR_API, "out of memory", NULL);
-    return;
-  }
-  tr_json_answer(x, s, strlen(s));
-  free(s);
+  if (err.kind == PX_ERR_BAD_GATEWAY) x->error_type = "bad_gateway";
+  tr_json_refused(x, &err);
 }
 
 static const px_mode_t mode_tr_json = {"tr_json", collect_head, data_collect, tr_json_done,

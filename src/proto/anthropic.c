@@ -1,11 +1,19 @@
-/* anthropic.c - Anthropic Messages translator: request/response <-> IR,
- * error bodies. The stream half lives in anthropic_stream.c.
- *
- * Decoders read what a real client (Claude Code) sends and never reject a
- * field it may send: what the IR cannot hold is dropped and named in the
- * lossy list. Encoders produce what api.anthropic.com accepts: required
- * max_tokens, alternating roles, tool results first in their user turn,
- * only signed thinking blocks, no temperature with thinking. */
+/* anthropic.c - the Anthropic Messages codec
+ * (include/proxai/fastir.h), in its four roles: requests as clients send
+ * them (system and text blocks with cache_control, system turns in the
+ * conversation, thinking and redacted thinking, tool use and results with
+ * their content blocks, images, documents, search results, tools, the
+ * thinking and output configuration, metadata), what an Anthropic upstream
+ * takes of any fast IR, Anthropic answers (refusals, citations, server
+ * tools' blocks) and the answers Anthropic clients get. Read and written
+ * without a jansson document; then the wire: errors, token counts, model
+ * lists, the protocol table (streams: anthropic_stream.c). The jansson
+ * codec in test/reference/anthropic.c is the reference: every rule here is
+ * that codec's rule for the same shape, its lossy names included, in its
+ * order, and its refusals in its words (PX_FAST_REFUSE); what this codec
+ * cannot tell exactly as written (escaped keys or values where they
+ * decide, repeated members) declines to the hub's one reader's rule
+ * (translate_fast.c: respelled, else refused). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,16 +21,79 @@
 
 #include "proxai/fastir.h"
 #include "proxai/jdoc.h"
-#include "proxai/proto.h"
 #include "proxai/protoutil.h"
+#include "proxai/usage.h"
 
-/* Reasoning effort -> thinking budget_tokens (documented in
- * docs/translation-anthropic.md). Anthropic's minimum budget is 1024. */
-#define PX_ANTH_MIN_BUDGET 1024
+#define DECLINE PX_FAST_DECLINE
+#define REFUSE PX_FAST_REFUSE
+#define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define PX_ANTH_DEFAULT_MAX_TOKENS 4096
+/* the reference's refusal: err as px_tr_fail sets it */
+#define FAIL(err, param, ...) (px_tr_fail((err), (param), __VA_ARGS__), REFUSE)
 
+/* ======================================================================== */
+/* Request decode                                                            */
 
-/* field path for error messages; truncation is harmless there */
+/* The reference names what it drops in this order: system, then messages,
+ * then the other members in body order; the walk here reads them in body
+ * order, so each goes to its own list and the lists are joined at the end. */
+typedef struct {
+  px_lossy_t sys, msgs, rest;
+} dec_lossy_t;
+
+/* A string member the reference compares (px_jstr): 1 with *s set when it
+ * is a plain string, 0 when it is no string (NULL there), -1 when it has
+ * escapes (its value is not read here: the caller declines). f NULL:
+ * absent. */
+static int plain_str(const px_fv_t *f, px_fstr_t *s) {
+  if (f == NULL || f->kind != PX_FV_STR) return 0;
+  if (f->s.esc) return -1;
+  *s = f->s;
+  return 1;
+}
+
+/* a plain string's value for a message (NUL-ended, cut as the message is) */
+static const char *cstr(px_fstr_t s, char *buf, size_t n) {
+  size_t k = s.n < n - 1 ? s.n : n - 1;
+  memcpy(buf, s.p, k);
+  buf[k] = 0;
+  return buf;
+}
+
+/* The value at the cursor skipped (a refusal's remaining bytes). */
+static int skip_value(px_fw_t *w) {
+  px_fv_t v;
+  return px_fw_value(w, &v) < 0 ? DECLINE : 0;
+}
+
+/* Members read by name in a loop over an object: jansson keeps the last of
+ * a repeated one (null or not), the walk would read each: a repeat
+ * declines. The names seen so far, in the arena (objects are small). */
+typedef struct key_seen {
+  struct key_seen *next;
+  px_fstr_t k;
+} key_seen_t;
+
+static int key_once(px_fstr_t k, key_seen_t **seen, px_arena_t *a) {
+  for (key_seen_t *d = *seen; d; d = d->next)
+    if (d->k.n == k.n && memcmp(d->k.p, k.p, k.n) == 0) return DECLINE;
+  key_seen_t *d = px_arena_alloc(a, sizeof(*d));
+  if (d == NULL) return DECLINE;
+  d->k = k;
+  d->next = *seen;
+  *seen = d;
+  return 0;
+}
+
+/* The path of a content block, made only for a refusal's words: the
+ * reference's pathf steps (96-byte buffers, each cut where it cuts). */
+typedef struct fpath {
+  const struct fpath *up; /* NULL: messages[i].content[j] */
+  int doc;                /* up: <up>.source.content[i] (1), <up>.content[i] (0) */
+  size_t i, j;
+} fpath_t;
+
+/* the reference's pathf: a path cut at the buffer's size */
 static void pathf(char *p, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void pathf(char *p, size_t n, const char *fmt, ...) {
@@ -32,985 +103,1417 @@ static void pathf(char *p, size_t n, const char *fmt, ...) {
   va_end(ap);
 }
 
-static int is_type(json_t *o, const char *t) {
-  const char *s = px_jstr(o, "type");
-  return s != NULL && strcmp(s, t) == 0;
+static void path_of(const fpath_t *p, char out[96]) {
+  char b[96];
+  if (p->up == NULL) {
+    pathf(out, 96, "messages[%zu].content[%zu]", p->i, p->j);
+    return;
+  }
+  path_of(p->up, b);
+  if (p->doc)
+    pathf(out, 96, "%s.source.content[%zu]", b, p->i);
+  else
+    pathf(out, 96, "%s.content[%zu]", b, p->i);
 }
 
-static void set_new(json_t *o, const char *k, json_t *v) {
-  if (v != NULL) json_object_set_new(o, k, v);
+/* path + suffix into out, for a refusal */
+static void path_sfx(const fpath_t *p, const char *sfx, char out[96]) {
+  char b[96];
+  path_of(p, b);
+  pathf(out, 96, "%s%s", b, sfx);
 }
 
-static json_t *text_part(const char *text) {
-  return px_ir_text(text);
+/* system blocks: {type:"text", text, cache_control?, citations?}; block i
+ * of the system value at path */
+enum { TB_TYPE, TB_TEXT, TB_CC, TB_CIT };
+static const px_fkey_t text_block_keys[] = {PX_FK("type"), PX_FK("text"),
+                                            PX_FK("cache_control"), PX_FK("citations")};
+
+static int text_block(px_fw_t *w, const char *path, size_t i, px_arena_t *a,
+                      px_lossy_t *lossy, px_fpart_t **out, px_tr_err_t *err) {
+  px_fv_t f[NKEYS(text_block_keys)];
+  unsigned seen = 0;
+  px_fstr_t t;
+#define HAS(x) (seen & (1u << (x)))
+  if (px_fw_peek(w) != PX_FV_OBJ) {
+    if (skip_value(w) != 0) return DECLINE;
+    goto bad;
+  }
+  if (px_fw_kfields(w, text_block_keys, NKEYS(text_block_keys), f, &seen) != 0)
+    return DECLINE;
+  int rc = plain_str(HAS(TB_TYPE) ? &f[TB_TYPE] : NULL, &t);
+  if (rc < 0) return DECLINE;
+  if (rc == 0 || !px_fs_is(t, "text") || !HAS(TB_TEXT) || f[TB_TEXT].kind != PX_FV_STR)
+    goto bad;
+  px_fpart_t *p = px_fpart_text(a, f[TB_TEXT].s);
+  if (p == NULL) return DECLINE;
+  if (HAS(TB_CC)) p->cache_control = f[TB_CC].raw;
+  if (HAS(TB_CIT) && f[TB_CIT].kind != PX_FV_NULL)
+    px_lossy_add(lossy, "messages[].content[].citations");
+#undef HAS
+  *out = p;
+  return 0;
+bad:;
+  char pp[96];
+  snprintf(pp, sizeof(pp), "%s[%zu].type", path, i);
+  return FAIL(err, pp, "%s: system blocks must be text", pp);
 }
 
-/* ======================================================================== */
-/* Request decode: Anthropic body -> IR                                      */
-
-/* An Anthropic block type that records a server-side tool's work (history
- * of server tools, MCP connector, code execution ...): it cannot be replayed
- * to another provider, so it is dropped and named. */
-static int server_use_type(const char *t) {
-  return strcmp(t, "server_tool_use") == 0 || strcmp(t, "mcp_tool_use") == 0;
-}
-static int server_result_type(const char *t) {
-  size_t n = strlen(t);
-  if (strcmp(t, "tool_result") == 0) return 0;
-  if (strcmp(t, "mcp_tool_result") == 0) return 1;
-  return n > 12 && strcmp(t + n - 12, "_tool_result") == 0;
-}
-
-/* image/document source -> IR part fields. Returns 0 or fails. */
-static int decode_image(json_t *blk, const char *path, json_t **out, px_tr_err_t *err) {
-  json_t *src = json_object_get(blk, "source");
-  char p[96];
-  pathf(p, sizeof(p), "%s.source", path);
-  if (!json_is_object(src)) return px_tr_fail(err, p, "%s: missing image source", p);
-  const char *st = px_jstr(src, "type");
-  if (st != NULL && strcmp(st, "base64") == 0) {
-    const char *mt = px_jstr(src, "media_type"), *data = px_jstr(src, "data");
-    if (mt == NULL || data == NULL)
-      return px_tr_fail(err, p, "%s: base64 image needs media_type and data", p);
-    *out = json_pack("{s:s,s:s,s:s}", "type", "image", "media_type", mt, "data", data);
+/* a system value (the member, or a system turn's content) at the cursor:
+ * its TEXT parts appended to *head .. *tail */
+static int decode_system(px_fw_t *w, const char *path, px_fpart_t **head,
+                         px_fpart_t **tail, px_arena_t *a, px_lossy_t *lossy,
+                         px_tr_err_t *err) {
+  px_fv_kind_t kind = px_fw_peek(w);
+  if (kind == PX_FV_STR) {
+    px_fv_t v;
+    if (px_fw_value(w, &v) < 0) return DECLINE;
+    if (v.s.n > 0) {
+      px_fpart_t *p = px_fpart_text(a, v.s);
+      if (p == NULL) return DECLINE;
+      px_fpart_push(head, tail, p);
+    }
     return 0;
   }
-  if (st != NULL && strcmp(st, "url") == 0 && px_jstr(src, "url") != NULL) {
-    *out = json_pack("{s:s,s:s}", "type", "image", "url", px_jstr(src, "url"));
-    return 0;
+  if (kind != PX_FV_ARR) {
+    if (skip_value(w) != 0) return DECLINE;
+    return FAIL(err, path, "%s: must be a string or an array of text blocks", path);
   }
-  pathf(p, sizeof(p), "%s.source.type", path);
-  return px_tr_fail(err, p, "%s: image source type '%s' cannot be translated", p,
-                    st ? st : "(none)");
+  int r;
+  size_t i = 0;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(w)) == 1) {
+    px_fpart_t *p;
+    int rc = text_block(w, path, i++, a, lossy, &p, err);
+    if (rc != 0) return rc;
+    px_fpart_push(head, tail, p);
+  }
+  return r < 0 ? DECLINE : 0;
 }
 
-/* document block -> appends IR parts (file, or text for text sources). */
-static int decode_document(json_t *blk, const char *path, json_t *parts,
-                           px_lossy_t *lossy, px_tr_err_t *err) {
-  json_t *src = json_object_get(blk, "source");
-  char p[96];
-  pathf(p, sizeof(p), "%s.source", path);
-  if (!json_is_object(src)) return px_tr_fail(err, p, "%s: missing document source", p);
-  const char *st = px_jstr(src, "type");
-  const char *title = px_jstr(blk, "title");
-  if (json_object_get(blk, "context") != NULL) px_lossy_add(lossy, "messages[].content[].context");
-  if (json_object_get(blk, "citations") != NULL) px_lossy_add(lossy, "messages[].content[].citations");
-  if (json_object_get(blk, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
-  if (st != NULL && strcmp(st, "base64") == 0) {
-    const char *mt = px_jstr(src, "media_type"), *data = px_jstr(src, "data");
-    if (mt == NULL || data == NULL)
-      return px_tr_fail(err, p, "%s: base64 document needs media_type and data", p);
-    json_t *f = json_pack("{s:s,s:s,s:s}", "type", "file", "media_type", mt, "data", data);
-    if (title != NULL) json_object_set_new(f, "filename", json_string(title));
-    json_array_append_new(parts, f);
+/* an image's source (base64 data with its media type, or a URL) -> an
+ * IMAGE part; path: the block's */
+static int image_part(const px_fv_t *src, const fpath_t *path, px_arena_t *a,
+                      px_fpart_t **out, px_tr_err_t *err) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("media_type"), PX_FK("data"),
+                                   PX_FK("url")};
+  px_fv_t f[4];
+  unsigned seen = 0;
+  px_fstr_t st = {0};
+  char p[96], b[300];
+  if (src == NULL || src->kind != PX_FV_OBJ) {
+    path_sfx(path, ".source", p);
+    return FAIL(err, p, "%s: missing image source", p);
+  }
+  if (px_fv_kfields(src, keys, 4, f, &seen) != 0) return DECLINE;
+  int rc = plain_str((seen & 1) ? &f[0] : NULL, &st);
+  if (rc < 0) return DECLINE;
+  if (rc == 1 && px_fs_is(st, "base64")) {
+    if (!(seen & 2) || f[1].kind != PX_FV_STR || !(seen & 4) || f[2].kind != PX_FV_STR) {
+      path_sfx(path, ".source", p);
+      return FAIL(err, p, "%s: base64 image needs media_type and data", p);
+    }
+    px_fpart_t *pt = px_fpart_new(a, PX_FP_IMAGE);
+    if (pt == NULL) return DECLINE;
+    pt->media_type = f[1].s;
+    pt->data = f[2].s;
+    *out = pt;
     return 0;
   }
-  if (st != NULL && strcmp(st, "url") == 0 && px_jstr(src, "url") != NULL) {
-    json_array_append_new(
-        parts, json_pack("{s:s,s:s}", "type", "file", "url", px_jstr(src, "url")));
-    if (title != NULL) px_lossy_add(lossy, "messages[].content[].title");
+  if (rc == 1 && px_fs_is(st, "url") && (seen & 8) && f[3].kind == PX_FV_STR) {
+    px_fpart_t *pt = px_fpart_new(a, PX_FP_IMAGE);
+    if (pt == NULL) return DECLINE;
+    pt->url = f[3].s;
+    *out = pt;
     return 0;
   }
-  if (st != NULL && strcmp(st, "file") == 0 && px_jstr(src, "file_id") != NULL) {
-    json_array_append_new(parts, json_pack("{s:s,s:s}", "type", "file", "file_id",
-                                           px_jstr(src, "file_id")));
-    if (title != NULL) px_lossy_add(lossy, "messages[].content[].title");
+  path_sfx(path, ".source.type", p);
+  return FAIL(err, p, "%s: image source type '%s' cannot be translated", p,
+              rc == 1 ? cstr(st, b, sizeof(b)) : "(none)");
+}
+
+/* A block's members (every block kind's, read once). */
+enum {
+  B_TYPE,
+  B_TEXT,
+  B_CC,
+  B_CIT,
+  B_ID,
+  B_NAME,
+  B_INPUT,
+  B_TUID,
+  B_CONTENT,
+  B_ISERR,
+  B_THINKING,
+  B_SIG,
+  B_DATA,
+  B_SOURCE,
+  B_TITLE,
+  B_CONTEXT
+};
+static const px_fkey_t block_keys[] = {
+    PX_FK("type"),    PX_FK("text"),     PX_FK("cache_control"), PX_FK("citations"),
+    PX_FK("id"),      PX_FK("name"),     PX_FK("input"),         PX_FK("tool_use_id"),
+    PX_FK("content"), PX_FK("is_error"), PX_FK("thinking"),      PX_FK("signature"),
+    PX_FK("data"),    PX_FK("source"),   PX_FK("title"),         PX_FK("context")};
+
+typedef struct {
+  px_fv_t f[NKEYS(block_keys)];
+  unsigned seen;
+} block_t;
+#define BHAS(b, x) ((b)->seen & (1u << (x)))
+
+/* the block at the cursor read (no member when it is no object: skipped);
+ * 0 or DECLINE */
+static int read_block(px_fw_t *w, block_t *b) {
+  b->seen = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ) return skip_value(w);
+  return px_fw_kfields(w, block_keys, NKEYS(block_keys), b->f, &b->seen) != 0 ? DECLINE
+                                                                              : 0;
+}
+
+/* a part appended to the list *head .. *tail (NULL: out of memory) */
+static int push_new(px_fpart_t **head, px_fpart_t **tail, px_fpart_t *p) {
+  if (p == NULL) return DECLINE;
+  px_fpart_push(head, tail, p);
+  return 0;
+}
+
+/* a document block -> FILE or TEXT parts (text sources: the words are the
+ * content) */
+static int document(const block_t *blk, const fpath_t *path, px_fpart_t **head,
+                    px_fpart_t **tail, px_arena_t *a, px_lossy_t *lossy,
+                    px_tr_err_t *err) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("media_type"), PX_FK("data"),
+                                   PX_FK("url"),  PX_FK("file_id"),    PX_FK("content")};
+  enum { S_TYPE, S_MT, S_DATA, S_URL, S_FID, S_CONTENT };
+  px_fv_t f[NKEYS(keys)];
+  unsigned seen = 0;
+  px_fstr_t st = {0};
+  char p[96], b[300];
+#define HAS(x) (seen & (1u << (x)))
+  if (!BHAS(blk, B_SOURCE) || blk->f[B_SOURCE].kind != PX_FV_OBJ) {
+    path_sfx(path, ".source", p);
+    return FAIL(err, p, "%s: missing document source", p);
+  }
+  if (px_fv_kfields(&blk->f[B_SOURCE], keys, NKEYS(keys), f, &seen) != 0) return DECLINE;
+  int rs = plain_str(HAS(S_TYPE) ? &f[S_TYPE] : NULL, &st);
+  if (rs < 0) return DECLINE;
+  int titled = BHAS(blk, B_TITLE) && blk->f[B_TITLE].kind == PX_FV_STR;
+  if (BHAS(blk, B_CONTEXT)) px_lossy_add(lossy, "messages[].content[].context");
+  if (BHAS(blk, B_CIT)) px_lossy_add(lossy, "messages[].content[].citations");
+  if (BHAS(blk, B_CC)) px_lossy_add(lossy, "cache_control");
+  px_fpart_t *pt;
+  if (rs == 1 && px_fs_is(st, "base64")) {
+    if (!HAS(S_MT) || f[S_MT].kind != PX_FV_STR || !HAS(S_DATA) ||
+        f[S_DATA].kind != PX_FV_STR) {
+      path_sfx(path, ".source", p);
+      return FAIL(err, p, "%s: base64 document needs media_type and data", p);
+    }
+    if ((pt = px_fpart_new(a, PX_FP_FILE)) == NULL) return DECLINE;
+    pt->media_type = f[S_MT].s;
+    pt->data = f[S_DATA].s;
+    if (titled) pt->filename = blk->f[B_TITLE].s;
+    px_fpart_push(head, tail, pt);
     return 0;
   }
-  /* plain-text documents become text parts: the words are the content */
-  if (st != NULL && strcmp(st, "text") == 0 && px_jstr(src, "data") != NULL) {
-    json_array_append_new(parts, text_part(px_jstr(src, "data")));
-    if (title != NULL) px_lossy_add(lossy, "messages[].content[].title");
-    return 0;
-  }
-  if (st != NULL && strcmp(st, "content") == 0) {
-    json_t *c = json_object_get(src, "content");
-    if (json_is_string(c)) {
-      json_array_append_new(parts, text_part(json_string_value(c)));
-    } else if (json_is_array(c)) {
-      size_t i;
-      json_t *b;
-      json_array_foreach(c, i, b) {
-        if (is_type(b, "text") && px_jstr(b, "text") != NULL) {
-          json_array_append_new(parts, text_part(px_jstr(b, "text")));
-        } else if (is_type(b, "image")) {
-          char q[96];
-          json_t *img = NULL;
-          pathf(q, sizeof(q), "%s.source.content[%zu]", path, i);
-          if (decode_image(b, q, &img, err) < 0) return PX_EINVAL;
-          json_array_append_new(parts, img);
+  if (rs == 1 && px_fs_is(st, "url") && HAS(S_URL) && f[S_URL].kind == PX_FV_STR) {
+    if ((pt = px_fpart_new(a, PX_FP_FILE)) == NULL) return DECLINE;
+    pt->url = f[S_URL].s;
+    px_fpart_push(head, tail, pt);
+  } else if (rs == 1 && px_fs_is(st, "file") && HAS(S_FID) &&
+             f[S_FID].kind == PX_FV_STR) {
+    if ((pt = px_fpart_new(a, PX_FP_FILE)) == NULL) return DECLINE;
+    pt->file_id = f[S_FID].s;
+    px_fpart_push(head, tail, pt);
+  } else if (rs == 1 && px_fs_is(st, "text") && HAS(S_DATA) &&
+             f[S_DATA].kind == PX_FV_STR) {
+    if (push_new(head, tail, px_fpart_text(a, f[S_DATA].s)) != 0) return DECLINE;
+  } else if (rs == 1 && px_fs_is(st, "content")) {
+    px_fv_t *c = HAS(S_CONTENT) ? &f[S_CONTENT] : NULL;
+    if (c != NULL && c->kind == PX_FV_STR) {
+      if (push_new(head, tail, px_fpart_text(a, c->s)) != 0) return DECLINE;
+    } else if (c != NULL && c->kind == PX_FV_ARR) {
+      px_fw_t cw = {c->raw.ptr, c->raw.len, 0};
+      int r;
+      size_t i = 0;
+      if (px_fw_open(&cw, '[') < 0) return DECLINE;
+      while ((r = px_fw_elem(&cw)) == 1) {
+        block_t e;
+        px_fstr_t et = {0};
+        fpath_t q = {path, 1, i++, 0};
+        if (read_block(&cw, &e) != 0) return DECLINE;
+        int rt = plain_str(BHAS(&e, B_TYPE) ? &e.f[B_TYPE] : NULL, &et);
+        if (rt < 0) return DECLINE;
+        if (rt == 1 && px_fs_is(et, "text") && BHAS(&e, B_TEXT) &&
+            e.f[B_TEXT].kind == PX_FV_STR) {
+          if (push_new(head, tail, px_fpart_text(a, e.f[B_TEXT].s)) != 0) return DECLINE;
+        } else if (rt == 1 && px_fs_is(et, "image")) {
+          int rc =
+              image_part(BHAS(&e, B_SOURCE) ? &e.f[B_SOURCE] : NULL, &q, a, &pt, err);
+          if (rc != 0) return rc;
+          px_fpart_push(head, tail, pt);
         } else {
-          pathf(p, sizeof(p), "%s.source.content[%zu].type", path, i);
-          return px_tr_fail(err, p, "%s: unsupported document content block", p);
+          path_sfx(&q, ".type", p);
+          return FAIL(err, p, "%s: unsupported document content block", p);
         }
       }
+      if (r < 0) return DECLINE;
     }
-    if (title != NULL) px_lossy_add(lossy, "messages[].content[].title");
-    return 0;
+  } else {
+    path_sfx(path, ".source.type", p);
+    return FAIL(err, p, "%s: document source type '%s' cannot be translated", p,
+                rs == 1 ? cstr(st, b, sizeof(b)) : "(none)");
   }
-  pathf(p, sizeof(p), "%s.source.type", path);
-  return px_tr_fail(err, p, "%s: document source type '%s' cannot be translated", p,
-                    st ? st : "(none)");
+#undef HAS
+  if (BHAS(blk, B_TITLE) && blk->f[B_TITLE].kind == PX_FV_STR)
+    px_lossy_add(lossy, "messages[].content[].title");
+  return 0;
 }
 
-/* search_result block (RAG content with a source) -> its text as text parts;
- * the source/title/citation metadata has no IR slot. */
-static void decode_search_result(json_t *b, json_t *parts, px_lossy_t *lossy) {
-  size_t i;
-  json_t *c;
-  json_array_foreach(json_object_get(b, "content"), i, c) {
-    if (px_jstr(c, "text") != NULL)
-      json_array_append_new(parts, text_part(px_jstr(c, "text")));
+/* a search_result block (RAG content with a source) -> its texts as TEXT
+ * parts; the source, title and citations have no IR slot */
+static int search_result(const block_t *blk, px_fpart_t **head, px_fpart_t **tail,
+                         px_arena_t *a, px_lossy_t *lossy) {
+  static const px_fkey_t keys[] = {PX_FK("text")};
+  if (BHAS(blk, B_CONTENT) && blk->f[B_CONTENT].kind == PX_FV_ARR) {
+    px_fw_t w = {blk->f[B_CONTENT].raw.ptr, blk->f[B_CONTENT].raw.len, 0};
+    int r;
+    if (px_fw_open(&w, '[') < 0) return DECLINE;
+    while ((r = px_fw_elem(&w)) == 1) {
+      px_fv_t f[1];
+      unsigned seen = 0;
+      if (px_fw_peek(&w) != PX_FV_OBJ) {
+        if (skip_value(&w) != 0) return DECLINE;
+        continue;
+      }
+      if (px_fw_kfields(&w, keys, 1, f, &seen) != 0) return DECLINE;
+      if (seen && f[0].kind == PX_FV_STR &&
+          push_new(head, tail, px_fpart_text(a, f[0].s)) != 0)
+        return DECLINE;
+    }
+    if (r < 0) return DECLINE;
   }
   px_lossy_add(lossy, "messages[].content[].search_result");
+  return 0;
 }
 
-/* tool_result.content (string or blocks) -> IR parts */
-static int decode_tool_result_content(json_t *c, const char *path, json_t *parts,
-                                      px_lossy_t *lossy, px_tr_err_t *err) {
+/* tool_result content: absent/null, a string, or blocks (text, images,
+ * documents, search results, tool references) */
+static int tool_result_content(const block_t *blk, const fpath_t *path, px_fpart_t *part,
+                               px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  const px_fv_t *c = BHAS(blk, B_CONTENT) ? &blk->f[B_CONTENT] : NULL;
   char p[96];
-  if (c == NULL || json_is_null(c)) return 0;
-  if (json_is_string(c)) {
-    json_array_append_new(parts, text_part(json_string_value(c)));
-    return 0;
+  if (c == NULL || c->kind == PX_FV_NULL) return 0;
+  if (c->kind == PX_FV_STR) {
+    part->content = px_fpart_text(a, c->s);
+    return part->content ? 0 : DECLINE;
   }
-  if (!json_is_array(c)) {
-    pathf(p, sizeof(p), "%s.content", path);
-    return px_tr_fail(err, p, "%s: must be a string or an array of blocks", p);
+  if (c->kind != PX_FV_ARR) {
+    path_sfx(path, ".content", p);
+    return FAIL(err, p, "%s: must be a string or an array of blocks", p);
   }
-  size_t i;
-  json_t *b;
-  json_array_foreach(c, i, b) {
-    const char *t = px_jstr(b, "type");
-    pathf(p, sizeof(p), "%s.content[%zu]", path, i);
-    if (t != NULL && strcmp(t, "text") == 0 && px_jstr(b, "text") != NULL) {
-      json_array_append_new(parts, text_part(px_jstr(b, "text")));
-      if (json_object_get(b, "citations") != NULL) px_lossy_add(lossy, "messages[].content[].citations");
-    } else if (t != NULL && strcmp(t, "image") == 0) {
-      json_t *img = NULL;
-      if (decode_image(b, p, &img, err) < 0) return PX_EINVAL;
-      json_array_append_new(parts, img);
-    } else if (t != NULL && strcmp(t, "document") == 0) {
-      if (decode_document(b, p, parts, lossy, err) < 0) return PX_EINVAL;
-    } else if (t != NULL && strcmp(t, "search_result") == 0) {
-      decode_search_result(b, parts, lossy);
-    } else if (t != NULL && strcmp(t, "tool_reference") == 0) {
-      /* tool search: "this deferred tool is now loaded"; every tool is
-       * always loaded at the target, so nothing is lost but the marker */
+  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
+  px_fpart_t *tail = NULL;
+  int r;
+  size_t i = 0;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    block_t b;
+    px_fstr_t t = {0};
+    fpath_t q = {path, 0, i++, 0};
+    px_fpart_t *pt = NULL;
+    int rc;
+    if (read_block(&w, &b) != 0) return DECLINE;
+    int rt = plain_str(BHAS(&b, B_TYPE) ? &b.f[B_TYPE] : NULL, &t);
+    if (rt < 0) return DECLINE;
+    if (rt == 1 && px_fs_is(t, "text") && BHAS(&b, B_TEXT) &&
+        b.f[B_TEXT].kind == PX_FV_STR) {
+      if ((pt = px_fpart_text(a, b.f[B_TEXT].s)) == NULL) return DECLINE;
+      if (BHAS(&b, B_CIT)) px_lossy_add(lossy, "messages[].content[].citations");
+    } else if (rt == 1 && px_fs_is(t, "image")) {
+      rc = image_part(BHAS(&b, B_SOURCE) ? &b.f[B_SOURCE] : NULL, &q, a, &pt, err);
+      if (rc != 0) return rc;
+    } else if (rt == 1 && px_fs_is(t, "document")) {
+      if ((rc = document(&b, &q, &part->content, &tail, a, lossy, err)) != 0) return rc;
+    } else if (rt == 1 && px_fs_is(t, "search_result")) {
+      if (search_result(&b, &part->content, &tail, a, lossy) != 0) return DECLINE;
+    } else if (rt == 1 && px_fs_is(t, "tool_reference")) {
+      /* every tool is always loaded at the target: only the marker goes */
       px_lossy_add(lossy, "messages[].content[].content[].tool_reference");
     } else {
-      char q[112];
-      pathf(q, sizeof(q), "%s.type", p);
-      return px_tr_fail(err, q, "%s: tool_result content type '%s' is not supported", q,
-                        t ? t : "(none)");
+      char pq[96], tq[112], tb[300];
+      path_of(&q, pq);
+      snprintf(tq, sizeof(tq), "%s.type", pq);
+      return FAIL(err, tq, "%s: tool_result content type '%s' is not supported", tq,
+                  rt == 1 ? cstr(t, tb, sizeof(tb)) : "(none)");
     }
-    if (json_object_get(b, "cache_control") != NULL && t != NULL &&
-        strcmp(t, "document") != 0)
-      px_lossy_add(lossy, "cache_control");
+    if (BHAS(&b, B_CC) && !px_fs_is(t, "document")) px_lossy_add(lossy, "cache_control");
+    if (pt != NULL) px_fpart_push(&part->content, &tail, pt);
   }
-  return 0;
+  return r < 0 ? DECLINE : 0;
 }
 
-/* tool_use block (assistant turns) -> IR tool_call */
-static int decode_tool_use(json_t *b, int assistant, const char *path, json_t *parts,
-                           px_lossy_t *lossy, px_tr_err_t *err) {
-  char p[96];
-  pathf(p, sizeof(p), "%s.type", path);
-  const char *id = px_jstr(b, "id"), *name = px_jstr(b, "name");
-  json_t *input = json_object_get(b, "input");
-  if (!assistant) return px_tr_fail(err, p, "%s: tool_use only in assistant turns", p);
-  if (id == NULL || name == NULL) {
-    pathf(p, sizeof(p), "%s.id", path);
-    return px_tr_fail(err, p, "%s: tool_use needs id and name", p);
-  }
-  char *args =
-      input != NULL ? px_jdoc_dump(input, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{}");
-  if (args == NULL) return PX_ENOMEM;
-  json_array_append_new(parts, json_pack("{s:s,s:s,s:s,s:s}", "type", "tool_call", "id",
-                                         id, "name", name, "arguments", args));
-  free(args);
-  if (json_object_get(b, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
-  return 0;
+/* server-side tools' blocks: dropped and named there */
+static int server_result_type(px_fstr_t t) {
+  static const char suffix[] = "_tool_result";
+  size_t n = sizeof(suffix) - 1;
+  return t.n > n && memcmp(t.p + t.n - n, suffix, n) == 0;
 }
 
-/* tool_result block (user turns) -> IR tool_result */
-static int decode_tool_result(json_t *b, int assistant, const char *path, json_t *parts,
-                              px_lossy_t *lossy, px_tr_err_t *err) {
-  char p[96];
-  pathf(p, sizeof(p), "%s.type", path);
-  const char *id = px_jstr(b, "tool_use_id");
-  if (assistant) return px_tr_fail(err, p, "%s: tool_result only in user turns", p);
-  if (id == NULL) {
-    pathf(p, sizeof(p), "%s.tool_use_id", path);
-    return px_tr_fail(err, p, "%s: tool_result needs tool_use_id", p);
-  }
-  json_t *content = json_array();
-  if (decode_tool_result_content(json_object_get(b, "content"), path, content, lossy,
-                                 err) < 0) {
-    json_decref(content);
-    return PX_EINVAL;
-  }
-  json_t *part = json_pack("{s:s,s:s,s:o}", "type", "tool_result", "tool_call_id", id,
-                           "content", content);
-  json_t *ie = json_object_get(b, "is_error");
-  if (json_is_boolean(ie)) json_object_set(part, "is_error", ie);
-  if (json_object_get(b, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
-  json_array_append_new(parts, part);
-  return 0;
-}
-
-/* thinking block -> IR reasoning (its signature back to its family's field) */
-static int decode_thinking_block(json_t *b, json_t *parts) {
-  const char *sig = px_jstr(b, "signature");
-  json_t *part = json_pack("{s:s,s:s}", "type", "reasoning", "text",
-                           px_jstr(b, "thinking") ? px_jstr(b, "thinking") : "");
-  if (part == NULL) return PX_ENOMEM;
-  /* a signature proxai tagged with another family (OpenAI encrypted_content,
-   * a Gemini thoughtSignature) goes back to its field; any other signature
-   * is Anthropic's own */
-  if (px_rtok_in(PX_PROTO_ANTHROPIC, part, sig) < 0) {
-    json_decref(part);
-    return PX_ENOMEM;
-  }
-  json_array_append_new(parts, part);
-  return 0;
-}
-
-/* One content block of a messages[] entry -> 0..n IR parts. */
-static int decode_block(json_t *b, const char *role, const char *path, json_t *parts,
+/* One content block of a message at the cursor -> 0..n parts of m. */
+static int decode_block(px_fw_t *w, const fpath_t *path, px_fmsg_t *m, px_arena_t *a,
                         px_lossy_t *lossy, px_tr_err_t *err) {
-  const char *t = px_jstr(b, "type");
-  char p[96];
-  pathf(p, sizeof(p), "%s.type", path);
-  if (t == NULL) return px_tr_fail(err, p, "%s: content block without a type", p);
-  int assistant = strcmp(role, "assistant") == 0;
-
-  if (strcmp(t, "text") == 0) {
-    const char *text = px_jstr(b, "text");
-    if (text == NULL) {
-      pathf(p, sizeof(p), "%s.text", path);
-      return px_tr_fail(err, p, "%s: text block without text", p);
+  block_t blk;
+  const px_fv_t *f = blk.f;
+  px_fstr_t t = {0};
+  char p[96], b[300];
+  int rc, assistant = m->assistant;
+  if (read_block(w, &blk) != 0) return DECLINE;
+  rc = plain_str(BHAS(&blk, B_TYPE) ? &f[B_TYPE] : NULL, &t);
+  if (rc < 0) return DECLINE;
+  if (rc == 0) {
+    path_sfx(path, ".type", p);
+    return FAIL(err, p, "%s: content block without a type", p);
+  }
+#define HAS(x) BHAS(&blk, x)
+  px_fpart_t *pt;
+  if (px_fs_is(t, "text")) {
+    if (!HAS(B_TEXT) || f[B_TEXT].kind != PX_FV_STR) {
+      path_sfx(path, ".text", p);
+      return FAIL(err, p, "%s: text block without text", p);
     }
-    json_t *part = text_part(text);
-    json_t *cc = json_object_get(b, "cache_control");
-    if (cc != NULL) json_object_set(part, "cache_control", cc);
-    if (json_object_get(b, "citations") != NULL &&
-        !json_is_null(json_object_get(b, "citations")))
+    pt = px_fpart_text(a, f[B_TEXT].s);
+    if (pt == NULL) return DECLINE;
+    if (HAS(B_CC)) pt->cache_control = f[B_CC].raw;
+    if (HAS(B_CIT) && f[B_CIT].kind != PX_FV_NULL)
       px_lossy_add(lossy, "messages[].content[].citations");
-    json_array_append_new(parts, part);
-    return 0;
-  }
-  if (strcmp(t, "image") == 0) {
-    json_t *img = NULL;
-    if (decode_image(b, path, &img, err) < 0) return PX_EINVAL;
-    if (json_object_get(b, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
-    json_array_append_new(parts, img);
-    return 0;
-  }
-  if (strcmp(t, "document") == 0) return decode_document(b, path, parts, lossy, err);
-  if (strcmp(t, "search_result") == 0) {
-    decode_search_result(b, parts, lossy);
-    return 0;
-  }
-  if (strcmp(t, "tool_use") == 0)
-    return decode_tool_use(b, assistant, path, parts, lossy, err);
-  if (strcmp(t, "tool_result") == 0)
-    return decode_tool_result(b, assistant, path, parts, lossy, err);
-  if (strcmp(t, "thinking") == 0) return decode_thinking_block(b, parts);
-  if (strcmp(t, "redacted_thinking") == 0) {
-    json_array_append_new(
-        parts, json_pack("{s:s,s:s,s:s}", "type", "reasoning", "text", "",
-                         "redacted_data", px_jstr(b, "data") ? px_jstr(b, "data") : ""));
-    return 0;
-  }
-  if (server_use_type(t)) {
+  } else if (px_fs_is(t, "image")) {
+    if ((rc = image_part(HAS(B_SOURCE) ? &f[B_SOURCE] : NULL, path, a, &pt, err)) != 0)
+      return rc;
+    if (HAS(B_CC)) px_lossy_add(lossy, "cache_control");
+  } else if (px_fs_is(t, "document")) {
+    return document(&blk, path, &m->parts, &m->last, a, lossy, err);
+  } else if (px_fs_is(t, "search_result")) {
+    return search_result(&blk, &m->parts, &m->last, a, lossy);
+  } else if (px_fs_is(t, "tool_use")) {
+    if (!assistant) {
+      path_sfx(path, ".type", p);
+      return FAIL(err, p, "%s: tool_use only in assistant turns", p);
+    }
+    if (!HAS(B_ID) || !HAS(B_NAME) || f[B_ID].kind != PX_FV_STR ||
+        f[B_NAME].kind != PX_FV_STR) {
+      path_sfx(path, ".id", p);
+      return FAIL(err, p, "%s: tool_use needs id and name", p);
+    }
+    pt = px_fpart_new(a, PX_FP_TOOL_CALL);
+    if (pt == NULL) return DECLINE;
+    pt->id = f[B_ID].s;
+    pt->name = f[B_NAME].s;
+    if (!HAS(B_INPUT)) {
+      pt->args = (px_fstr_t){"{}", 2, 0};
+    } else {
+      if (px_fast_dump_value(a, f[B_INPUT].raw, &pt->args) != 0) return DECLINE;
+      if (f[B_INPUT].kind == PX_FV_OBJ) pt->input = f[B_INPUT].raw;
+    }
+    if (HAS(B_CC)) px_lossy_add(lossy, "cache_control");
+  } else if (px_fs_is(t, "tool_result")) {
+    if (assistant) {
+      path_sfx(path, ".type", p);
+      return FAIL(err, p, "%s: tool_result only in user turns", p);
+    }
+    if (!HAS(B_TUID) || f[B_TUID].kind != PX_FV_STR) {
+      path_sfx(path, ".tool_use_id", p);
+      return FAIL(err, p, "%s: tool_result needs tool_use_id", p);
+    }
+    pt = px_fpart_new(a, PX_FP_TOOL_RESULT);
+    if (pt == NULL) return DECLINE;
+    pt->id = f[B_TUID].s;
+    if ((rc = tool_result_content(&blk, path, pt, a, lossy, err)) != 0) return rc;
+    pt->is_error = HAS(B_ISERR) && f[B_ISERR].kind == PX_FV_TRUE;
+    if (HAS(B_CC)) px_lossy_add(lossy, "cache_control");
+  } else if (px_fs_is(t, "thinking")) {
+    /* its signature back to its family's field (px_rtok_in) */
+    pt = px_fpart_new(a, PX_FP_REASONING);
+    if (pt == NULL) return DECLINE;
+    pt->text = HAS(B_THINKING) && f[B_THINKING].kind == PX_FV_STR ? f[B_THINKING].s
+                                                                  : (px_fstr_t){"", 0, 0};
+    if (HAS(B_SIG) && f[B_SIG].kind == PX_FV_STR &&
+        px_frtok_in(PX_PROTO_ANTHROPIC, pt, f[B_SIG].s) != 0)
+      return DECLINE;
+  } else if (px_fs_is(t, "redacted_thinking")) {
+    int k = px_frtok_index("redacted_data");
+    pt = px_fpart_new(a, PX_FP_REASONING);
+    if (pt == NULL || k < 0) return DECLINE;
+    pt->text = (px_fstr_t){"", 0, 0};
+    pt->tok[k] =
+        HAS(B_DATA) && f[B_DATA].kind == PX_FV_STR ? f[B_DATA].s : (px_fstr_t){"", 0, 0};
+  } else if (px_fs_is(t, "server_tool_use") || px_fs_is(t, "mcp_tool_use")) {
     px_lossy_add(lossy, "messages[].content[].server_tool_use");
     return 0;
-  }
-  if (server_result_type(t)) {
+  } else if (server_result_type(t)) {
     px_lossy_add(lossy, "messages[].content[].server_tool_result");
     return 0;
+  } else {
+    path_sfx(path, ".type", p);
+    return FAIL(err, p, "%s: content block type '%s' cannot be translated", p,
+                cstr(t, b, sizeof(b)));
   }
-  return px_tr_fail(err, p, "%s: content block type '%s' cannot be translated", p, t);
+#undef HAS
+  px_fpart_push(&m->parts, &m->last, pt);
+  return 0;
 }
 
-/* system (string | text blocks) -> IR system parts */
-static int decode_system(json_t *sys, const char *path, json_t *out, px_lossy_t *lossy,
-                         px_tr_err_t *err) {
-  char p[96];
-  if (json_is_string(sys)) {
-    if (json_string_length(sys) > 0)
-      json_array_append_new(out, json_pack("{s:s,s:O,s:s}", "type", "text", "text", sys,
-                                           "role", "system"));
+/* message i's content at the cursor: a string, or blocks decoded where
+ * they stand */
+static int message_content(px_fw_t *w, size_t i, px_fmsg_t *m, px_arena_t *a,
+                           px_lossy_t *lossy, px_tr_err_t *err) {
+  px_fv_kind_t kind = px_fw_peek(w);
+  if (kind == PX_FV_STR) {
+    px_fv_t v;
+    px_fpart_t *p = px_fw_value(w, &v) < 0 ? NULL : px_fpart_text(a, v.s);
+    if (p == NULL) return DECLINE;
+    px_fpart_push(&m->parts, &m->last, p);
     return 0;
   }
-  if (!json_is_array(sys))
-    return px_tr_fail(err, path, "%s: must be a string or an array of text blocks", path);
-  size_t i;
-  json_t *b;
-  json_array_foreach(sys, i, b) {
-    pathf(p, sizeof(p), "%s[%zu].type", path, i);
-    if (!is_type(b, "text") || px_jstr(b, "text") == NULL)
-      return px_tr_fail(err, p, "%s: system blocks must be text", p);
-    json_t *part = json_pack("{s:s,s:s,s:s}", "type", "text", "text", px_jstr(b, "text"),
-                             "role", "system");
-    json_t *cc = json_object_get(b, "cache_control");
-    if (cc != NULL) json_object_set(part, "cache_control", cc);
-    if (json_object_get(b, "citations") != NULL &&
-        !json_is_null(json_object_get(b, "citations")))
-      px_lossy_add(lossy, "messages[].content[].citations");
-    json_array_append_new(out, part);
+  int r;
+  if (kind != PX_FV_ARR) {
+    char p[96];
+    if (skip_value(w) != 0) return DECLINE;
+    snprintf(p, sizeof(p), "messages[%zu].content", i);
+    return FAIL(err, p, "%s: must be a string or an array of blocks", p);
   }
+  fpath_t path = {NULL, 0, i, 0};
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(w)) == 1) {
+    int rc = decode_block(w, &path, m, a, lossy, err);
+    if (rc != 0) return rc;
+    path.j++;
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* Whether the last message is an assistant turn with tool calls (a system
+ * turn after it joins the system: the results must follow the calls). */
+static int after_tool_calls(const px_freq_t *ir) {
+  const px_fmsg_t *m = ir->msgs_last;
+  if (m == NULL || !m->assistant) return 0;
+  for (const px_fpart_t *p = m->parts; p; p = p->next)
+    if (p->type == PX_FP_TOOL_CALL) return 1;
   return 0;
 }
 
-/* Whether the last IR turn is an assistant turn with tool calls. */
-static int after_tool_calls(json_t *ir_msgs) {
-  json_t *last = json_array_get(ir_msgs, json_array_size(ir_msgs) - 1);
-  const char *r = px_jstr(last, "role");
-  if (r == NULL || strcmp(r, "assistant") != 0) return 0;
-  size_t i;
-  json_t *p;
-  json_array_foreach(json_object_get(last, "content"), i, p) {
-    if (is_type(p, "tool_call")) return 1;
-  }
-  return 0;
-}
-
-static int decode_messages(json_t *msgs, json_t *ir_msgs, json_t *ir_sys,
-                           px_lossy_t *lossy, px_tr_err_t *err) {
+/* A message's content at the cursor for its role (0 user, 1 assistant, 2
+ * system: into *sys .. *sys_last). */
+static int role_content(px_fw_t *w, size_t i, int role, px_fmsg_t *m, px_fpart_t **sys,
+                        px_fpart_t **sys_last, px_arena_t *a, px_lossy_t *lossy,
+                        px_tr_err_t *err) {
+  if (role < 2) return message_content(w, i, m, a, lossy, err);
   char p[96];
-  if (!json_is_array(msgs)) return px_tr_fail(err, "messages", "messages: must be an array");
-  size_t i;
-  json_t *m;
-  json_array_foreach(msgs, i, m) {
-    const char *role = px_jstr(m, "role");
-    json_t *c = json_object_get(m, "content");
-    pathf(p, sizeof(p), "messages[%zu].role", i);
-    if (role == NULL) return px_tr_fail(err, p, "%s: missing role", p);
-    if (strcmp(role, "system") == 0) {
-      /* some clients put a system turn in messages[]: before any turn it
-       * joins system; later (Claude Code's mid-conversation reminders) it
-       * keeps its place as a user turn marked system_note, which the
-       * OpenAI encoders send as a system message where it was and the
-       * Anthropic encoder as user text */
-      pathf(p, sizeof(p), "messages[%zu].content", i);
-      /* (also folded right after tool calls: their results must follow
-       * them directly in the OpenAI protocols) */
-      if (json_array_size(ir_msgs) == 0 || after_tool_calls(ir_msgs)) {
-        if (decode_system(c, p, ir_sys, lossy, err) < 0) return PX_EINVAL;
+  snprintf(p, sizeof(p), "messages[%zu].content", i);
+  return decode_system(w, p, sys, sys_last, a, lossy, err);
+}
+
+/* messages: {role, content} (other members ignored there); the content is
+ * decoded where it stands once the role is known (one walk of the body),
+ * else kept and decoded at the role. A system turn before any other, or
+ * right after tool calls, joins the system (*fold); elsewhere it stays in
+ * place as a system note. A refusal waits for the message's end (a
+ * repeated member there declines). */
+static int decode_messages(px_fw_t *w, px_freq_t *ir, px_fpart_t **fold,
+                           px_fpart_t **fold_last, px_arena_t *a, px_lossy_t *lossy,
+                           px_tr_err_t *err) {
+  static const px_fkey_t keys[] = {PX_FK("role"), PX_FK("content")};
+  int r;
+  size_t i = 0;
+  if (px_fw_peek(w) != PX_FV_ARR) {
+    if (skip_value(w) != 0) return DECLINE;
+    return FAIL(err, "messages", "messages: must be an array");
+  }
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  for (; (r = px_fw_elem(w)) == 1; i++) {
+    char p[96];
+    if (px_fw_peek(w) != PX_FV_OBJ) {
+      if (skip_value(w) != 0) return DECLINE;
+      snprintf(p, sizeof(p), "messages[%zu].role", i);
+      return FAIL(err, p, "%s: missing role", p);
+    }
+    px_fstr_t k;
+    px_fv_t v, content;
+    px_fmsg_t *m = NULL;
+    px_fpart_t *sys = NULL, *sys_last = NULL;
+    unsigned seen = 0;
+    int rm, role = -1, refused = 0;
+    if (px_fw_open(w, '{') < 0) return DECLINE;
+    while ((rm = px_fw_member(w, &k)) == 1) {
+      int ki = px_fk_of(k, keys, 2);
+      if (k.esc) return DECLINE;
+      if (ki < 0) {
+        if (px_fw_value(w, &v) < 0) return DECLINE;
         continue;
       }
-      json_t *note = json_array();
-      if (decode_system(c, p, note, lossy, err) < 0) {
-        json_decref(note);
-        return PX_EINVAL;
-      }
-      size_t k;
-      json_t *np;
-      json_array_foreach(note, k, np) json_object_del(np, "role");
-      if (json_array_size(note) > 0)
-        json_array_append_new(ir_msgs, json_pack("{s:s,s:o,s:b}", "role", "user",
-                                                 "content", note, "system_note", 1));
-      else
-        json_decref(note);
-      continue;
-    }
-    if (strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0)
-      return px_tr_fail(err, p, "%s: role '%s' is not supported", p, role);
-    json_t *parts = json_array();
-    if (json_is_string(c)) {
-      json_array_append_new(parts, text_part(json_string_value(c)));
-    } else if (json_is_array(c)) {
-      size_t j;
-      json_t *b;
-      json_array_foreach(c, j, b) {
-        pathf(p, sizeof(p), "messages[%zu].content[%zu]", i, j);
-        if (decode_block(b, role, p, parts, lossy, err) < 0) {
-          json_decref(parts);
-          return PX_EINVAL;
+      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+      if (ki == 1) {
+        size_t at = w->i;
+        int rc = role >= 0 && !refused
+                     ? role_content(w, i, role, m, &sys, &sys_last, a, lossy, err)
+                     : (px_fw_value(w, &content) < 0 ? DECLINE : 0);
+        if (rc == REFUSE) {
+          refused = 1;
+          w->i = at;
+          rc = skip_value(w);
         }
-      }
-    } else {
-      json_decref(parts);
-      pathf(p, sizeof(p), "messages[%zu].content", i);
-      return px_tr_fail(err, p, "%s: must be a string or an array of blocks", p);
-    }
-    json_array_append_new(ir_msgs, json_pack("{s:s,s:o}", "role", role, "content", parts));
-  }
-  return 0;
-}
-
-static int decode_tools(json_t *tools, json_t **out, px_lossy_t *lossy, px_tr_err_t *err) {
-  char p[96];
-  if (!json_is_array(tools)) return px_tr_fail(err, "tools", "tools: must be an array");
-  json_t *arr = json_array();
-  size_t i;
-  json_t *t;
-  json_array_foreach(tools, i, t) {
-    const char *type = px_jstr(t, "type");
-    if (type != NULL && strcmp(type, "custom") != 0) {
-      /* server tools (web_search_*, bash_*, text_editor_*, code_execution_*,
-       * computer_*, web_fetch_*, memory_*, ...) run at Anthropic only */
-      px_lossy_add(lossy, "tools[].server_tool");
-      continue;
-    }
-    const char *name = px_jstr(t, "name");
-    if (name == NULL) {
-      json_decref(arr);
-      pathf(p, sizeof(p), "tools[%zu].name", i);
-      return px_tr_fail(err, p, "%s: missing tool name", p);
-    }
-    json_t *schema = json_object_get(t, "input_schema");
-    json_t *o = json_pack("{s:s}", "name", name);
-    if (px_jstr(t, "description") != NULL)
-      json_object_set(o, "description", json_object_get(t, "description"));
-    json_object_set_new(o, "parameters",
-                        json_is_object(schema) ? json_incref(schema)
-                                               : json_pack("{s:s}", "type", "object"));
-    if (json_is_boolean(json_object_get(t, "strict")))
-      json_object_set(o, "strict", json_object_get(t, "strict"));
-    if (json_object_get(t, "cache_control") != NULL)
-      json_object_set(o, "cache_control", json_object_get(t, "cache_control"));
-    const char *k;
-    json_t *v;
-    json_object_foreach(t, k, v) {
-      if (strcmp(k, "type") == 0 || strcmp(k, "name") == 0 ||
-          strcmp(k, "description") == 0 || strcmp(k, "input_schema") == 0 ||
-          strcmp(k, "strict") == 0 || strcmp(k, "cache_control") == 0)
+        if (rc != 0) return DECLINE;
         continue;
-      if (strcmp(k, "defer_loading") == 0)
-        px_lossy_add(lossy, "tools[].defer_loading");
-      else if (strcmp(k, "input_examples") == 0)
-        px_lossy_add(lossy, "tools[].input_examples");
-      else if (strcmp(k, "eager_input_streaming") == 0)
-        px_lossy_add(lossy, "tools[].eager_input_streaming");
-      else if (strcmp(k, "allowed_callers") == 0)
-        px_lossy_add(lossy, "tools[].allowed_callers");
-      else
-        px_lossy_add(lossy, "tools[].unknown_field");
+      }
+      if (px_fw_value(w, &v) < 0) return DECLINE;
+      px_fstr_t rs;
+      int rc = plain_str(&v, &rs);
+      if (rc < 0) return DECLINE;
+      if (rc == 1 && px_fs_is(rs, "user")) {
+        role = 0;
+      } else if (rc == 1 && px_fs_is(rs, "assistant")) {
+        role = 1;
+      } else if (rc == 1 && px_fs_is(rs, "system")) {
+        role = 2;
+      } else {
+        char b[300];
+        snprintf(p, sizeof(p), "messages[%zu].role", i);
+        if (rc == 1)
+          px_tr_fail(err, p, "%s: role '%s' is not supported", p, cstr(rs, b, sizeof(b)));
+        else
+          px_tr_fail(err, p, "%s: missing role", p);
+        refused = 1;
+        continue;
+      }
+      if (role < 2 && (m = px_fmsg_push(ir, a, role)) == NULL) return DECLINE;
+      if (seen & 2) { /* the content came first */
+        px_fw_t cw = {content.raw.ptr, content.raw.len, 0};
+        int rc2 = role_content(&cw, i, role, m, &sys, &sys_last, a, lossy, err);
+        if (rc2 == REFUSE)
+          refused = 1;
+        else if (rc2 != 0)
+          return DECLINE;
+      }
     }
-    json_array_append_new(arr, o);
+    if (rm < 0) return DECLINE;
+    if (refused) return REFUSE;
+    if (role < 0) {
+      snprintf(p, sizeof(p), "messages[%zu].role", i);
+      return FAIL(err, p, "%s: missing role", p);
+    }
+    if (!(seen & 2)) {
+      snprintf(p, sizeof(p), "messages[%zu].content", i);
+      return role == 2
+                 ? FAIL(err, p, "%s: must be a string or an array of text blocks", p)
+                 : FAIL(err, p, "%s: must be a string or an array of blocks", p);
+    }
+    if (role < 2 || sys == NULL) continue;
+    if (ir->msgs == NULL || after_tool_calls(ir)) {
+      if (*fold_last)
+        (*fold_last)->next = sys;
+      else
+        *fold = sys;
+      *fold_last = sys_last;
+    } else {
+      px_fmsg_t *note = px_fmsg_push(ir, a, 0);
+      if (note == NULL) return DECLINE;
+      note->system_note = 1;
+      note->parts = sys;
+      note->last = sys_last;
+    }
   }
-  *out = arr;
-  return 0;
+  return r < 0 ? DECLINE : 0;
 }
 
-static int decode_tool_choice(json_t *tc, json_t *ir, px_tr_err_t *err) {
-  const char *t = px_jstr(tc, "type");
-  if (t == NULL) return px_tr_fail(err, "tool_choice.type", "tool_choice.type: missing");
-  if (strcmp(t, "auto") == 0)
-    json_object_set_new(ir, "tool_choice", json_pack("{s:s}", "type", "auto"));
-  else if (strcmp(t, "any") == 0)
-    json_object_set_new(ir, "tool_choice", json_pack("{s:s}", "type", "required"));
-  else if (strcmp(t, "none") == 0)
-    json_object_set_new(ir, "tool_choice", json_pack("{s:s}", "type", "none"));
-  else if (strcmp(t, "tool") == 0 && px_jstr(tc, "name") != NULL)
-    json_object_set_new(
-        ir, "tool_choice",
-        json_pack("{s:s,s:s}", "type", "tool", "name", px_jstr(tc, "name")));
-  else
-    return px_tr_fail(err, "tool_choice.type", "tool_choice.type: '%s' is not supported", t);
-  if (json_is_true(json_object_get(tc, "disable_parallel_tool_use")))
-    json_object_set_new(ir, "parallel_tool_calls", json_false());
-  return 0;
+enum { T_TYPE, T_NAME, T_DESC, T_SCHEMA, T_STRICT, T_CC };
+static const px_fkey_t tool_keys[] = {PX_FK("type"), PX_FK("name"), PX_FK("description"),
+                                      PX_FK("input_schema"), PX_FK("strict"),
+                                      PX_FK("cache_control")};
+
+/* the members of a tool the IR has no slot for, named as the reference
+ * names them, in member order */
+static int tool_extra_lossy(px_str_t raw, px_lossy_t *lossy) {
+  static const px_fkey_t named[] = {PX_FK("defer_loading"), PX_FK("input_examples"),
+                                    PX_FK("eager_input_streaming"),
+                                    PX_FK("allowed_callers")};
+  static const char *const names[] = {"tools[].defer_loading", "tools[].input_examples",
+                                      "tools[].eager_input_streaming",
+                                      "tools[].allowed_callers"};
+  px_fw_t w = {raw.ptr, raw.len, 0};
+  px_fstr_t k;
+  px_fv_t v;
+  int r;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    if (px_fw_value(&w, &v) < 0) return DECLINE;
+    if (px_fk_of(k, tool_keys, NKEYS(tool_keys)) >= 0) continue;
+    int i = px_fk_of(k, named, NKEYS(named));
+    px_lossy_add(lossy, i >= 0 ? names[i] : "tools[].unknown_field");
+  }
+  return r < 0 ? DECLINE : 0;
 }
 
-/* Anthropic effort -> IR effort */
-static const char *effort_from_anthropic(const char *e) {
-  if (e == NULL) return NULL;
-  if (strcmp(e, "max") == 0 || strcmp(e, "xhigh") == 0) return "xhigh";
-  if (strcmp(e, "low") == 0 || strcmp(e, "medium") == 0 || strcmp(e, "high") == 0) return e;
-  return NULL;
-}
-
-static int decode_json_format(json_t *fmt, const char *path, json_t *ir, px_tr_err_t *err) {
+static int decode_tools(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                        px_tr_err_t *err) {
+  int r;
+  size_t i = 0;
   char p[96];
-  pathf(p, sizeof(p), "%s.type", path);
-  if (!is_type(fmt, "json_schema"))
-    return px_tr_fail(err, p, "%s: only json_schema output formats are supported", p);
-  json_t *schema = json_object_get(fmt, "schema");
-  if (!json_is_object(schema)) {
-    pathf(p, sizeof(p), "%s.schema", path);
-    return px_tr_fail(err, p, "%s: must be an object", p);
+  if (px_fw_peek(w) != PX_FV_ARR) {
+    if (skip_value(w) != 0) return DECLINE;
+    return FAIL(err, "tools", "tools: must be an array");
   }
-  /* OpenAI requires a schema name; Anthropic has none */
-  json_object_set_new(ir, "response_format", json_pack("{s:s,s:s,s:O}", "type", "json_schema",
-                                                       "name", "response", "schema", schema));
-  return 0;
-}
-
-/* The IR reasoning object, made when absent. */
-static json_t *reasoning_of(json_t *ir) {
-  json_t *r = json_object_get(ir, "reasoning");
-  if (r == NULL) {
-    r = json_object();
-    json_object_set_new(ir, "reasoning", r);
-  }
-  return r;
-}
-
-/* thinking {type, budget_tokens, display} -> IR reasoning */
-static int decode_thinking(json_t *v, json_t *ir, px_lossy_t *lossy, px_tr_err_t *err) {
-  const char *t = px_jstr(v, "type");
-  json_t *r = reasoning_of(ir);
-  if (t != NULL && strcmp(t, "enabled") == 0) {
-    json_t *b = json_object_get(v, "budget_tokens");
-    json_object_set_new(r, "enabled", json_true());
-    if (json_is_integer(b)) {
-      json_object_set(r, "budget_tokens", b);
-      if (json_object_get(r, "effort") == NULL)
-        json_object_set_new(r, "effort",
-                            json_string(px_effort_of_budget(json_integer_value(b))));
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  for (; (r = px_fw_elem(w)) == 1; i++) {
+    px_fstr_t k;
+    px_fv_t f[NKEYS(tool_keys)];
+    unsigned seen = 0;
+    int rm, extra = 0;
+    size_t start = w->i;
+    if (px_fw_peek(w) != PX_FV_OBJ) {
+      if (skip_value(w) != 0) return DECLINE;
+      snprintf(p, sizeof(p), "tools[%zu].name", i);
+      return FAIL(err, p, "%s: missing tool name", p);
     }
-  } else if (t != NULL && strcmp(t, "adaptive") == 0) {
-    json_object_set_new(r, "enabled", json_true());
-  } else if (t != NULL && strcmp(t, "disabled") == 0) {
-    json_object_set_new(r, "enabled", json_false());
-  } else {
-    px_tr_fail(err, "thinking.type", "thinking.type: '%s' is not supported",
-               t ? t : "(none)");
-    return PX_EINVAL;
-  }
-  if (json_object_get(v, "display") != NULL) px_lossy_add(lossy, "thinking.display");
-  return 0;
-}
-
-/* output_config {effort, format} -> IR reasoning effort, response_format */
-static int decode_output_config(json_t *v, json_t *ir, px_lossy_t *lossy,
-                                px_tr_err_t *err) {
-  const char *ok;
-  json_t *ov;
-  json_object_foreach(v, ok, ov) {
-    if (json_is_null(ov)) continue;
-    if (strcmp(ok, "effort") == 0) {
-      const char *e = effort_from_anthropic(json_string_value(ov));
-      if (e == NULL) {
-        px_tr_fail(err, "output_config.effort", "output_config.effort: unknown value");
-        return PX_EINVAL;
+    if (px_fw_open(w, '{') < 0) return DECLINE;
+    while ((rm = px_fw_member(w, &k)) == 1) {
+      int ki = px_fk_of(k, tool_keys, NKEYS(tool_keys));
+      px_fv_t v;
+      if (k.esc || px_fw_value(w, &v) < 0) return DECLINE;
+      if (ki < 0) {
+        extra = 1;
+        continue;
       }
-      json_t *r = reasoning_of(ir);
-      /* the explicit effort wins over one derived from budget_tokens */
-      json_object_set_new(r, "effort", json_string(e));
-    } else if (strcmp(ok, "format") == 0) {
-      if (decode_json_format(ov, "output_config.format", ir, err) < 0) return PX_EINVAL;
-    } else {
-      px_lossy_add(lossy, "output_config");
+      if (px_fw_seen_twice(&seen, ki)) return DECLINE;
+      f[ki] = v;
     }
+#define HAS(x) (seen & (1u << (x)))
+    if (rm < 0) return DECLINE;
+    if (HAS(T_TYPE) && f[T_TYPE].kind == PX_FV_STR) {
+      if (f[T_TYPE].s.esc) return DECLINE;
+      if (!px_fs_is(f[T_TYPE].s, "custom")) { /* a server tool, run at Anthropic */
+        px_lossy_add(lossy, "tools[].server_tool");
+        continue;
+      }
+    }
+    if (!HAS(T_NAME) || f[T_NAME].kind != PX_FV_STR) {
+      snprintf(p, sizeof(p), "tools[%zu].name", i);
+      return FAIL(err, p, "%s: missing tool name", p);
+    }
+    px_ftool_t *t = px_ftool_push(ir, a, f[T_NAME].s, HAS(T_DESC) ? &f[T_DESC] : NULL,
+                                  HAS(T_SCHEMA) ? &f[T_SCHEMA] : NULL,
+                                  HAS(T_STRICT) ? &f[T_STRICT] : NULL,
+                                  (px_str_t){"{\"type\":\"object\"}", 17});
+    if (t == NULL) return DECLINE;
+    if (HAS(T_CC)) t->cache_control = f[T_CC].raw;
+#undef HAS
+    if (extra && tool_extra_lossy((px_str_t){w->p + start, w->i - start}, lossy) != 0)
+      return DECLINE;
   }
+  return r < 0 ? DECLINE : 0;
+}
+
+static int decode_tool_choice(px_fw_t *w, px_freq_t *ir, px_tr_err_t *err) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("name"),
+                                   PX_FK("disable_parallel_tool_use")};
+  px_fv_t f[3];
+  unsigned seen = 0;
+  px_fstr_t type = {0};
+  char b[300];
+  int rt = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ) {
+    if (skip_value(w) != 0) return DECLINE;
+  } else if (px_fw_kfields(w, keys, 3, f, &seen) != 0 ||
+             (rt = plain_str((seen & 1) ? &f[0] : NULL, &type)) < 0) {
+    return DECLINE;
+  }
+  if (rt == 0) return FAIL(err, "tool_choice.type", "tool_choice.type: missing");
+  px_fstr_t name = (seen & 2) && f[1].kind == PX_FV_STR ? f[1].s : (px_fstr_t){0};
+  int disable = (seen & 4) && f[2].kind == PX_FV_TRUE;
+  if (px_fs_is(type, "auto")) ir->tool_choice = PX_FTC_AUTO;
+  else if (px_fs_is(type, "any")) ir->tool_choice = PX_FTC_REQUIRED;
+  else if (px_fs_is(type, "none")) ir->tool_choice = PX_FTC_NONE;
+  else if (px_fs_is(type, "tool") && name.p != NULL) {
+    ir->tool_choice = PX_FTC_TOOL;
+    ir->tc_name = name;
+  } else
+    return FAIL(err, "tool_choice.type", "tool_choice.type: '%s' is not supported",
+                cstr(type, b, sizeof(b)));
+  if (disable) ir->parallel = 0;
   return 0;
 }
 
-/* A sampling field (max_tokens, temperature, top_p, top_k, stop_sequences,
- * stream) -> IR: 0, <0 when invalid, 1 when k is not one of them. */
-static int decode_sampling(const char *k, json_t *v, json_t *ir, px_tr_err_t *err) {
-  if (strcmp(k, "max_tokens") == 0) {
-    if (!json_is_integer(v) || json_integer_value(v) < 1) {
-      px_tr_fail(err, "max_tokens", "max_tokens: must be a positive integer");
-      return PX_EINVAL;
+/* The members of the object at the cursor as jansson's foreach reads them
+ * (a value that is no object: none), each to fn; escaped or repeated names
+ * decline (key_once). fn's first refusal is the answer once the object is
+ * read whole (a repeated member after it declines). */
+typedef int (*member_fn)(px_fstr_t k, const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy,
+                         px_tr_err_t *err);
+
+static int each_member(px_fw_t *w, member_fn fn, px_freq_t *ir, px_arena_t *a,
+                       px_lossy_t *lossy, px_tr_err_t *err) {
+  px_fstr_t k;
+  px_fv_t v;
+  key_seen_t *seen = NULL;
+  int r, refused = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ) return skip_value(w);
+  if (px_fw_open(w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    if (px_fw_value(w, &v) < 0 || k.esc || key_once(k, &seen, a) != 0) return DECLINE;
+    if (refused) continue;
+    int rc = fn(k, &v, ir, lossy, err);
+    if (rc == REFUSE)
+      refused = 1;
+    else if (rc != 0)
+      return DECLINE;
+  }
+  return r < 0 ? DECLINE : refused ? REFUSE : 0;
+}
+
+/* metadata: user_id -> the IR user; anything else named */
+static int metadata_member(px_fstr_t k, const px_fv_t *v, px_freq_t *ir,
+                           px_lossy_t *lossy, px_tr_err_t *err) {
+  (void)err;
+  if (px_fs_is(k, "user_id") && v->kind == PX_FV_STR)
+    ir->user = v->s;
+  else if (v->kind != PX_FV_NULL)
+    px_lossy_add(lossy, "metadata");
+  return 0;
+}
+
+/* thinking {type, budget_tokens, display} -> the IR reasoning */
+static int decode_thinking(px_fw_t *w, px_freq_t *ir, px_lossy_t *lossy,
+                           px_tr_err_t *err) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("budget_tokens"),
+                                   PX_FK("display")};
+  px_fv_t f[3];
+  unsigned seen = 0;
+  px_fstr_t t = {0};
+  char b[300];
+  int rt = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ) {
+    if (skip_value(w) != 0) return DECLINE;
+  } else if (px_fw_kfields(w, keys, 3, f, &seen) != 0 ||
+             (rt = plain_str((seen & 1) ? &f[0] : NULL, &t)) < 0) {
+    return DECLINE;
+  }
+  if (rt == 1 && px_fs_is(t, "enabled")) {
+    ir->reasoning_enabled = 1;
+    if ((seen & 2) && f[1].kind == PX_FV_NUM && px_fw_is_int(f[1].raw)) {
+      if (px_fw_uint(f[1].raw, &ir->budget_v) < 0) return DECLINE; /* negative, huge */
+      ir->budget = f[1].raw;
+      if (ir->effort.p == NULL) {
+        const char *e = px_effort_of_budget(ir->budget_v);
+        ir->effort = (px_fstr_t){e, strlen(e), 0};
+      }
     }
-    json_object_set(ir, "max_tokens", v);
-  } else if (strcmp(k, "temperature") == 0 || strcmp(k, "top_p") == 0) {
-    if (!json_is_number(v)) {
-      px_tr_fail(err, k, "%s: must be a number", k);
-      return PX_EINVAL;
-    }
-    json_object_set(ir, k, v);
-  } else if (strcmp(k, "top_k") == 0) {
-    if (!json_is_integer(v)) {
-      px_tr_fail(err, "top_k", "top_k: must be an integer");
-      return PX_EINVAL;
-    }
-    json_object_set(ir, "top_k", v);
-  } else if (strcmp(k, "stop_sequences") == 0) {
-    if (!json_is_array(v)) {
-      px_tr_fail(err, "stop_sequences", "stop_sequences: must be an array of strings");
-      return PX_EINVAL;
-    }
-    if (json_array_size(v) > 0) json_object_set(ir, "stop", v);
-  } else if (strcmp(k, "stream") == 0) {
-    json_object_set_new(ir, "stream", json_boolean(json_is_true(v)));
+  } else if (rt == 1 && px_fs_is(t, "adaptive")) {
+    ir->reasoning_enabled = 1;
+  } else if (rt == 1 && px_fs_is(t, "disabled")) {
+    ir->reasoning_enabled = 0;
   } else {
-    return 1;
+    return FAIL(err, "thinking.type", "thinking.type: '%s' is not supported",
+                rt == 1 ? cstr(t, b, sizeof(b)) : "(none)");
   }
+  ir->has_reasoning = 1;
+  if (seen & 4) px_lossy_add(lossy, "thinking.display");
   return 0;
 }
 
-static int anth_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **irp,
-                               px_lossy_t *lossy, px_tr_err_t *err) {
-  (void)ctx;
-  if (!json_is_object(body)) return px_tr_fail(err, "", "request body must be a JSON object");
-  json_t *ir = json_object();
-  json_t *sys = json_array(), *msgs = json_array();
-  json_t *v;
-  const char *k;
-  int rc;
+/* output_config.format / output_format (at path): a JSON schema -> the IR
+ * response_format (named "response": OpenAI needs a name) */
+static int decode_json_format(const px_fv_t *v, const char *path, px_freq_t *ir,
+                              px_tr_err_t *err) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("schema")};
+  px_fv_t f[2];
+  unsigned seen = 0;
+  px_fstr_t t = {0};
+  char p[96];
+  int rt = 0;
+  if (v->kind == PX_FV_OBJ && (px_fv_kfields(v, keys, 2, f, &seen) != 0 ||
+                               (rt = plain_str((seen & 1) ? &f[0] : NULL, &t)) < 0))
+    return DECLINE;
+  if (rt == 0 || !px_fs_is(t, "json_schema")) {
+    snprintf(p, sizeof(p), "%s.type", path);
+    return FAIL(err, p, "%s: only json_schema output formats are supported", p);
+  }
+  if (!(seen & 2) || f[1].kind != PX_FV_OBJ) {
+    snprintf(p, sizeof(p), "%s.schema", path);
+    return FAIL(err, p, "%s: must be an object", p);
+  }
+  ir->rf_schema = f[1].raw;
+  ir->rf_name = (px_fstr_t){"response", 8, 0};
+  return 0;
+}
 
-  if (px_jstr(body, "model") != NULL)
-    json_object_set(ir, "model", json_object_get(body, "model"));
-  v = json_object_get(body, "system");
-  if (v != NULL && !json_is_null(v) && decode_system(v, "system", sys, lossy, err) < 0)
-    goto fail;
-  if (decode_messages(json_object_get(body, "messages"), msgs, sys, lossy, err) < 0)
-    goto fail;
+/* output_config {effort, format} -> the IR reasoning effort, response_format */
+static int output_config_member(px_fstr_t k, const px_fv_t *v, px_freq_t *ir,
+                                px_lossy_t *lossy, px_tr_err_t *err) {
+  static const char *const efforts[] = {"low", "medium", "high", "max", "xhigh"};
+  if (v->kind == PX_FV_NULL) return 0;
+  if (px_fs_is(k, "effort")) {
+    if (v->kind == PX_FV_STR && v->s.esc) return DECLINE;
+    int e = v->kind == PX_FV_STR ? px_fw_key_of(v->s, efforts, 5) : -1;
+    if (e < 0)
+      return FAIL(err, "output_config.effort", "output_config.effort: unknown value");
+    const char *ie = e >= 3 ? "xhigh" : efforts[e];
+    /* the explicit effort wins over one derived from budget_tokens */
+    ir->effort = (px_fstr_t){ie, strlen(ie), 0};
+    ir->has_reasoning = 1;
+    return 0;
+  }
+  if (px_fs_is(k, "format"))
+    return decode_json_format(v, "output_config.format", ir, err);
+  px_lossy_add(lossy, "output_config");
+  return 0;
+}
 
-  json_object_foreach(body, k, v) {
-    if (json_is_null(v)) continue;
-    if (strcmp(k, "model") == 0 || strcmp(k, "system") == 0 || strcmp(k, "messages") == 0) {
-      continue;
-    } else if ((rc = decode_sampling(k, v, ir, err)) <= 0) {
-      if (rc < 0) goto fail;
-    } else if (strcmp(k, "tools") == 0) {
-      json_t *tools = NULL;
-      if (decode_tools(v, &tools, lossy, err) < 0) goto fail;
-      if (json_array_size(tools) > 0)
-        json_object_set_new(ir, "tools", tools);
+enum {
+  K_MODEL,
+  K_SYSTEM,
+  K_MESSAGES,
+  K_MAX,
+  K_TEMP,
+  K_TOPP,
+  K_TOPK,
+  K_STOP,
+  K_STREAM,
+  K_TOOLS,
+  K_TC,
+  K_META,
+  K_THINKING,
+  K_OUTCFG,
+  K_OUTFMT
+};
+static const px_fkey_t top_keys[] = {
+    PX_FK("model"),      PX_FK("system"),         PX_FK("messages"),
+    PX_FK("max_tokens"), PX_FK("temperature"),    PX_FK("top_p"),
+    PX_FK("top_k"),      PX_FK("stop_sequences"), PX_FK("stream"),
+    PX_FK("tools"),      PX_FK("tool_choice"),    PX_FK("metadata"),
+    PX_FK("thinking"),   PX_FK("output_config"),  PX_FK("output_format")};
+
+/* a sampling member's value (max_tokens, temperature, top_p, top_k,
+ * stop_sequences, stream) -> the IR */
+static int decode_sampling(int ki, const px_fv_t *v, px_freq_t *ir, px_tr_err_t *err) {
+  switch (ki) {
+    case K_MAX:
+      if (v->kind == PX_FV_NUM && px_fw_uint(v->raw, &ir->max_tokens_v) == 0) {
+        if (ir->max_tokens_v < 1)
+          return FAIL(err, "max_tokens", "max_tokens: must be a positive integer");
+        ir->max_tokens = v->raw;
+        return 0;
+      }
+      /* a huge positive integer: no upstream takes it */
+      if (v->kind == PX_FV_NUM && px_fw_is_int(v->raw) && v->raw.ptr[0] != '-')
+        return FAIL(err, "max_tokens",
+                    "max_tokens: must be a positive integer of at most 18 digits");
+      return FAIL(err, "max_tokens", "max_tokens: must be a positive integer");
+    case K_TEMP:
+    case K_TOPP:
+      if (v->kind != PX_FV_NUM)
+        return FAIL(err, ki == K_TEMP ? "temperature" : "top_p", "%s: must be a number",
+                    ki == K_TEMP ? "temperature" : "top_p");
+      if (ki == K_TEMP)
+        ir->temperature = v->raw;
       else
-        json_decref(tools);
-    } else if (strcmp(k, "tool_choice") == 0) {
-      if (decode_tool_choice(v, ir, err) < 0) goto fail;
-    } else if (strcmp(k, "thinking") == 0) {
-      if (decode_thinking(v, ir, lossy, err) < 0) goto fail;
-    } else if (strcmp(k, "output_config") == 0) {
-      if (decode_output_config(v, ir, lossy, err) < 0) goto fail;
-    } else if (strcmp(k, "output_format") == 0) {
-      if (decode_json_format(v, "output_format", ir, err) < 0) goto fail;
-    } else if (strcmp(k, "metadata") == 0) {
-      const char *mk;
-      json_t *mv;
-      json_object_foreach(v, mk, mv) {
-        if (strcmp(mk, "user_id") == 0 && json_is_string(mv))
-          json_object_set(ir, "user", mv);
-        else if (!json_is_null(mv))
-          px_lossy_add(lossy, "metadata");
-      }
-    } else if (strcmp(k, "context_management") == 0) {
-      px_lossy_add(lossy, "context_management");
-    } else if (strcmp(k, "service_tier") == 0) {
-      px_lossy_add(lossy, "service_tier");
-    } else if (strcmp(k, "container") == 0) {
-      px_lossy_add(lossy, "container");
-    } else if (strcmp(k, "mcp_servers") == 0) {
-      px_lossy_add(lossy, "mcp_servers");
-    } else if (strcmp(k, "inference_geo") == 0) {
-      px_lossy_add(lossy, "inference_geo");
-    } else {
-      /* unknown top-level field: dropped, named by its own key */
-      px_lossy_add(lossy, k);
+        ir->top_p = v->raw;
+      return 0;
+    case K_TOPK:
+      if (v->kind != PX_FV_NUM || !px_fw_is_int(v->raw))
+        return FAIL(err, "top_k", "top_k: must be an integer");
+      ir->top_k = v->raw;
+      return 0;
+    case K_STOP:
+      if (v->kind != PX_FV_ARR)
+        return FAIL(err, "stop_sequences", "stop_sequences: must be an array of strings");
+      if (!px_fw_empty(v->raw)) ir->stop = v->raw;
+      return 0;
+    case K_STREAM:
+      if (v->kind == PX_FV_TRUE)
+        ir->stream_true = 1;
+      else
+        ir->stream_false = 1;
+      return 0;
+  }
+  return 0;
+}
+
+static int anth_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                    px_tr_err_t *err) {
+  (void)ctx;
+  px_fw_t w = {body, len, 0};
+  px_fstr_t k;
+  unsigned seen = 0;
+  key_seen_t *others = NULL;
+  dec_lossy_t l;
+  /* the reference's first refusal: system's, then messages', then the
+   * first of the other members' in body order */
+  enum { E_SYS, E_MSGS, E_REST };
+  px_tr_err_t e[3], ce;
+  int bad[3] = {0, 0, 0};
+  px_fpart_t *fold = NULL, *fold_last = NULL;
+  int r;
+  px_lossy_init(&l.sys);
+  px_lossy_init(&l.msgs);
+  px_lossy_init(&l.rest);
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    if (k.esc) return DECLINE;
+    int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
+    if (ki >= 0 ? px_fw_seen_twice(&seen, ki) : key_once(k, &others, a) != 0)
+      return DECLINE;
+    px_fv_t v;
+    if (px_fw_peek(&w) == PX_FV_NULL && ki != K_MESSAGES) {
+      if (px_fw_value(&w, &v) < 0) return DECLINE;
+      continue; /* a null member is no member there */
+    }
+    int cat = ki == K_SYSTEM ? E_SYS : ki == K_MESSAGES ? E_MSGS : E_REST;
+    size_t at = w.i;
+    int rc = 0;
+    switch (ki) {
+      case K_SYSTEM:
+        rc = decode_system(&w, "system", &ir->system, &ir->system_last, a, &l.sys, &ce);
+        break;
+      case K_MESSAGES:
+        rc = decode_messages(&w, ir, &fold, &fold_last, a, &l.msgs, &ce);
+        break;
+      case K_TOOLS:
+        rc = decode_tools(&w, ir, a, &l.rest, &ce);
+        break;
+      case K_TC:
+        rc = decode_tool_choice(&w, ir, &ce);
+        break;
+      case K_META:
+        rc = each_member(&w, metadata_member, ir, a, &l.rest, &ce);
+        break;
+      case K_THINKING:
+        rc = decode_thinking(&w, ir, &l.rest, &ce);
+        break;
+      case K_OUTCFG:
+        rc = each_member(&w, output_config_member, ir, a, &l.rest, &ce);
+        break;
+      default:
+        if (px_fw_value(&w, &v) < 0) return DECLINE;
+        if (ki < 0)
+          rc = px_fast_lossy_key(&l.rest, k); /* dropped, named by its own key */
+        else if (ki == K_OUTFMT)
+          rc = decode_json_format(&v, "output_format", ir, &ce);
+        else if (ki != K_MODEL)
+          rc = decode_sampling(ki, &v, ir, &ce);
+    }
+    if (rc == REFUSE) {
+      if (!bad[cat]) e[cat] = ce; /* the first of its slot */
+      bad[cat] = 1;
+      w.i = at;
+      if (skip_value(&w) != 0) return DECLINE;
+    } else if (rc != 0) {
+      return DECLINE;
     }
   }
-  /* a thinking budget without an explicit effort keeps the derived one;
-   * adaptive thinking without effort leaves the choice to the target */
-  if (json_array_size(sys) > 0)
-    json_object_set_new(ir, "system", sys);
-  else
-    json_decref(sys);
-  json_object_set_new(ir, "messages", msgs);
-  *irp = ir;
+  if (r < 0) return DECLINE;
+  if (!(seen & (1u << K_MESSAGES)) && !bad[E_MSGS]) {
+    px_tr_fail(&e[E_MSGS], "messages", "messages: must be an array");
+    bad[E_MSGS] = 1;
+  }
+  for (int c = E_SYS; c <= E_REST; c++)
+    if (bad[c]) {
+      if (err != NULL) *err = e[c];
+      return REFUSE;
+    }
+  /* system turns joined to the system follow its own parts */
+  if (fold != NULL) {
+    if (ir->system_last)
+      ir->system_last->next = fold;
+    else
+      ir->system = fold;
+    ir->system_last = fold_last;
+  }
+  /* joined exactly while none of them is cut short ("...") */
+  if (l.sys.len + l.msgs.len + l.rest.len + 8 >= sizeof(l.rest.buf)) return DECLINE;
+  px_lossy_merge(lossy, &l.sys);
+  px_lossy_merge(lossy, &l.msgs);
+  px_lossy_merge(lossy, &l.rest);
   return 0;
-fail:
-  json_decref(sys);
-  json_decref(msgs);
-  json_decref(ir);
-  return PX_EINVAL;
 }
 
 /* ======================================================================== */
-/* Request encode: IR -> Anthropic body                                      */
+/* Request encode                                                            */
 
-static int encode_image(json_t *part, json_t **out, px_tr_err_t *err) {
-  const char *url = px_jstr(part, "url");
-  if (url != NULL) {
-    char mt[64];
-    const char *data;
-    if (px_data_url_split(url, mt, sizeof(mt), &data) == 0)
-      *out = json_pack("{s:s,s:{s:s,s:s,s:s}}", "type", "image", "source", "type", "base64",
-                       "media_type", mt, "data", data);
-    else
-      *out = json_pack("{s:s,s:{s:s,s:s}}", "type", "image", "source", "type", "url", "url",
-                       url);
-    return 0;
-  }
-  if (px_jstr(part, "data") != NULL && px_jstr(part, "media_type") != NULL) {
-    *out = json_pack("{s:s,s:{s:s,s:s,s:s}}", "type", "image", "source", "type", "base64",
-                     "media_type", px_jstr(part, "media_type"), "data",
-                     px_jstr(part, "data"));
-    return 0;
-  }
-  return px_tr_fail(err, "image", "image part without url or data");
+/* Reasoning effort -> thinking budget_tokens, as the reference maps it
+ * (docs/translation-anthropic.md); Anthropic's minimum budget is 1024. */
+#define PX_ANTH_MIN_BUDGET 1024
+
+typedef struct {
+  const px_tr_ctx_t *ctx;
+  px_arena_t *a;
+  int sig, red, enc, tsig; /* px_fpart_t.tok indices of the token fields */
+  /* the turns written so far: the last two's role, the last one's blocks
+   * all tool results, the one before's first block thinking */
+  int nturns, last_user, last_results, prev_thinking, cur_thinking;
+} enc_t;
+
+static int tok_set(const px_fpart_t *p, int k) {
+  return k >= 0 && p->tok[k].p != NULL;
 }
 
-static int encode_file(json_t *part, json_t **out, px_tr_err_t *err) {
-  const char *url = px_jstr(part, "url"), *mt = px_jstr(part, "media_type");
-  const char *data = px_jstr(part, "data"), *fname = px_jstr(part, "filename");
-  char dmt[64];
-  if (url != NULL && px_data_url_split(url, dmt, sizeof(dmt), &data) == 0) {
-    mt = dmt;
-    url = NULL;
+/* whether part p writes a block in a turn of its message's role (the
+ * reference writes none for empty texts and unsigned reasoning) */
+static int writes_block(const enc_t *e, const px_fpart_t *p, int asst) {
+  switch (p->type) {
+    case PX_FP_TEXT:
+    case PX_FP_REFUSAL:
+      return p->text.n > 0;
+    case PX_FP_REASONING:
+      return asst && (tok_set(p, e->red) || tok_set(p, e->sig));
+    default:
+      return 1;
   }
-  if (url != NULL) {
-    *out = json_pack("{s:s,s:{s:s,s:s}}", "type", "document", "source", "type", "url", "url",
-                     url);
-  } else if (data != NULL && mt != NULL && strcmp(mt, "application/pdf") == 0) {
-    *out = json_pack("{s:s,s:{s:s,s:s,s:s}}", "type", "document", "source", "type", "base64",
-                     "media_type", mt, "data", data);
-  } else if (px_jstr(part, "file_id") != NULL) {
-    return px_tr_fail(err, "file_id",
-                      "file_id: uploaded file references cannot be sent to an Anthropic "
-                      "upstream; send the file data");
-  } else {
-    return px_tr_fail(err, "file", "file: only PDF data or URLs can be sent to an Anthropic "
-                                   "upstream (got %s)", mt ? mt : "no media type");
-  }
-  if (fname != NULL) json_object_set_new(*out, "title", json_string(fname));
+}
+
+static int has_blocks(const enc_t *e, const px_fmsg_t *m) {
+  for (const px_fpart_t *p = m->parts; p; p = p->next)
+    if (writes_block(e, p, m->assistant)) return 1;
   return 0;
 }
 
-/* tool_result content parts -> string (one text part) or blocks */
-static int encode_tool_result(json_t *part, json_t **out, px_tr_err_t *err) {
-  json_t *c = json_object_get(part, "content");
-  json_t *blk =
-      json_pack("{s:s,s:s}", "type", "tool_result", "tool_use_id",
-                px_jstr(part, "tool_call_id") ? px_jstr(part, "tool_call_id") : "");
-  if (json_array_size(c) == 1 && is_type(json_array_get(c, 0), "text")) {
-    json_object_set(blk, "content", json_object_get(json_array_get(c, 0), "text"));
-  } else if (json_array_size(c) > 0) {
-    json_t *arr = json_array();
-    size_t i;
-    json_t *p;
-    json_array_foreach(c, i, p) {
-      json_t *o = NULL;
-      if (is_type(p, "text")) {
-        if (px_jstr(p, "text") == NULL || px_jstr(p, "text")[0] == 0) continue;
-        o = text_part(px_jstr(p, "text"));
-      } else if (is_type(p, "image")) {
-        if (encode_image(p, &o, err) < 0) goto fail;
-      } else if (is_type(p, "file")) {
-        if (encode_file(p, &o, err) < 0) goto fail;
-      } else {
-        px_tr_fail(err, "tool_result.content", "tool_result.content: unsupported part");
-        goto fail;
+/* what the messages drop, named in their order (the blocks are written by
+ * turns, tool results first: the names are not) */
+static void messages_lossy(const enc_t *e, const px_freq_t *ir, px_lossy_t *lossy) {
+  const px_lossy_names_t *n = px_in_names(e->ctx);
+  for (const px_fmsg_t *m = ir->msgs; m; m = m->next)
+    for (const px_fpart_t *p = m->parts; p; p = p->next) {
+      if (p->type == PX_FP_REFUSAL) {
+        px_lossy_add(lossy, n->refusal); /* no refusal block: the wording stays */
+      } else if (p->type == PX_FP_REASONING && m->assistant && !tok_set(p, e->red) &&
+                 !tok_set(p, e->sig)) {
+        /* Anthropic rejects thinking without a valid signature */
+        px_lossy_add(lossy, (tok_set(p, e->enc) || tok_set(p, e->tsig)) &&
+                                    n->reasoning_token != NULL
+                                ? n->reasoning_token
+                                : n->reasoning_text);
       }
-      json_array_append_new(arr, o);
-      continue;
-    fail:
-      json_decref(arr);
-      json_decref(blk);
-      return PX_EINVAL;
     }
-    json_object_set_new(blk, "content", arr);
+}
+
+static int put_text_block(px_buf_t *b, const px_fpart_t *p) {
+  int rc = px_fb_lit(b, "{\"type\":\"text\",\"text\":");
+  if (rc == 0) rc = px_fb_str(b, p->text);
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"cache_control\":", p->cache_control);
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* a tool call -> a tool_use block; its input an object (declines otherwise:
+ * the jansson codec's error) */
+static int put_tool_use(px_buf_t *b, px_fpart_t *p, px_arena_t *a) {
+  if (p->input.ptr == NULL) {
+    if (px_fs_blank_value(p->args) == 1) /* also no arguments (args.p NULL) */
+      p->input = (px_str_t){"{}", 2};
+    else if (px_fast_args_object(a, p) != 0)
+      return DECLINE;
   }
-  if (json_is_true(json_object_get(part, "is_error")))
-    json_object_set_new(blk, "is_error", json_true());
-  *out = blk;
+  int rc = px_fb_lit(b, "{\"type\":\"tool_use\",\"id\":");
+  if (rc == 0) rc = px_fb_str(b, p->id);
+  if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
+  if (rc == 0) rc = px_fb_str(b, p->name);
+  if (rc == 0) rc = px_fb_lit(b, ",\"input\":");
+  if (rc == 0) rc = px_fb_raw(b, p->input);
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* a data URL "data:<media type>;base64,<data>" (px_data_url_split on a
+ * span): 0 with *mt and *data set, -1 when url is not one; declines on
+ * escapes */
+static int data_url(px_fstr_t url, px_fstr_t *mt, px_fstr_t *data) {
+  static const char marker[] = ";base64,";
+  const size_t m = sizeof(marker) - 1;
+  if (url.n < 5 || memcmp(url.p, "data:", 5) != 0) return -1;
+  for (size_t i = 5; i + m <= url.n; i++)
+    if (memcmp(url.p + i, marker, m) == 0) {
+      size_t n = i - 5;
+      if (n == 0 || n >= 64) return -1; /* px_data_url_split's media type buffer */
+      *mt = (px_fstr_t){url.p + 5, n, 0};
+      *data = (px_fstr_t){url.p + i + m, url.n - i - m, 0};
+      return 0;
+    }
+  return -1;
+}
+
+static int put_source(px_buf_t *b, const char *type, px_fstr_t mt, px_fstr_t data,
+                      px_fstr_t url) {
+  int rc = px_fb_lit(b, type);
+  if (rc == 0 && url.p != NULL) {
+    rc = px_fb_lit(b, ",\"source\":{\"type\":\"url\",\"url\":");
+    if (rc == 0) rc = px_fb_str(b, url);
+  } else if (rc == 0) {
+    rc = px_fb_lit(b, ",\"source\":{\"type\":\"base64\",\"media_type\":");
+    if (rc == 0) rc = px_fb_str(b, mt);
+    if (rc == 0) rc = px_fb_lit(b, ",\"data\":");
+    if (rc == 0) rc = px_fb_str(b, data);
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* an IMAGE part -> an image block; a FILE part -> a document block (PDF
+ * data or a URL; the others are the reference's errors) */
+static int put_media(px_buf_t *b, const px_fpart_t *p) {
+  px_fstr_t mt = p->media_type, data = p->data, url = p->url;
+  if (url.p != NULL) {
+    if (url.esc) return DECLINE;
+    if (data_url(url, &mt, &data) == 0) url = (px_fstr_t){0};
+  }
+  int rc;
+  if (p->type == PX_FP_IMAGE) {
+    if (url.p == NULL && (data.p == NULL || mt.p == NULL)) return DECLINE;
+    rc = put_source(b, "{\"type\":\"image\"", mt, data, url);
+  } else {
+    if (url.p == NULL && (data.p == NULL || !px_fs_is(mt, "application/pdf")))
+      return DECLINE;
+    rc = put_source(b, "{\"type\":\"document\"", mt, data, url);
+    if (rc == 0) rc = px_fb_opt_str(b, ",\"title\":", p->filename);
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* ---- the reference's refusals, in its order (every part of every
+ * message, before a block is written) ---- */
+
+/* An IMAGE / FILE part the reference refuses (encode_image, encode_file). */
+static int check_media(const px_fpart_t *p, px_tr_err_t *err) {
+  px_fstr_t mt = p->media_type, data = p->data, url = p->url;
+  char b[300];
+  if (url.p != NULL) {
+    if (url.esc) return DECLINE;
+    if (data_url(url, &mt, &data) == 0) url = (px_fstr_t){0};
+  }
+  if (url.p != NULL) return 0;
+  if (p->type == PX_FP_IMAGE)
+    return data.p != NULL && mt.p != NULL
+               ? 0
+               : FAIL(err, "image", "image part without url or data");
+  if (mt.p != NULL && mt.esc) return DECLINE;
+  if (data.p != NULL && px_fs_is(mt, "application/pdf")) return 0;
+  if (p->file_id.p != NULL)
+    return FAIL(err, "file_id",
+                "file_id: uploaded file references cannot be sent to an Anthropic "
+                "upstream; send the file data");
+  return FAIL(err, "file",
+              "file: only PDF data or URLs can be sent to an Anthropic upstream (got %s)",
+              mt.p != NULL ? cstr(mt, b, sizeof(b)) : "no media type");
+}
+
+/* Whether tool-call arguments that are no object as the fast reader sees
+ * them are refused by jansson (px_jdoc_loads of the C string, as
+ * px_tool_args_object reads it): 1 refused, 0 taken there (this path
+ * declines), <0 unreadable. */
+static int args_not_object(px_fstr_t args) {
+  px_buf_t b;
+  px_str_t v;
+  px_buf_init(&b, args.n + 1);
+  int rc = -1;
+  if (px_json_unescape(args.p, args.n, args.esc, &b, &v) == 0) {
+    char *c = malloc(v.len + 1);
+    if (c != NULL) {
+      memcpy(c, v.ptr, v.len);
+      c[v.len] = 0;
+      json_t *j = px_jdoc_loads(c, JSON_DECODE_ANY, NULL);
+      rc = !json_is_object(j);
+      json_decref(j);
+      free(c);
+    }
+  }
+  px_buf_free(&b);
+  return rc;
+}
+
+/* A tool call's input made (an object), or the reference's refusal. */
+static int call_input(px_fpart_t *p, px_arena_t *a) {
+  if (p->input.ptr != NULL) return 0;
+  int blank = px_fs_blank_value(p->args); /* also no arguments (args.p NULL) */
+  if (blank == 1) {
+    p->input = (px_str_t){"{}", 2};
+    return 0;
+  }
+  if (blank == 0 && px_fast_args_object(a, p) == 0) return 0;
+  return blank < 0 || p->id.esc || args_not_object(p->args) != 1 ? DECLINE : REFUSE;
+}
+
+static int check_parts(const enc_t *e, const px_freq_t *ir, px_tr_err_t *err) {
+  char id[300];
+  for (const px_fmsg_t *m = ir->msgs; m; m = m->next)
+    for (px_fpart_t *p = m->parts; p; p = p->next) {
+      int rc = 0;
+      if (p->type == PX_FP_IMAGE || p->type == PX_FP_FILE) {
+        rc = check_media(p, err);
+      } else if (p->type == PX_FP_TOOL_CALL) {
+        if ((rc = call_input(p, e->a)) == REFUSE) {
+          const char *n = px_in_names(e->ctx)->tool_args_param;
+          px_tr_fail(err, n, "%s: arguments of tool call '%s' are not a JSON object", n,
+                     p->id.p ? cstr(p->id, id, sizeof(id)) : "");
+        }
+      } else if (p->type == PX_FP_TOOL_RESULT) {
+        const px_fpart_t *c = p->content;
+        if (c != NULL && c->next == NULL && c->type == PX_FP_TEXT) continue;
+        for (; c && rc == 0; c = c->next)
+          if (c->type == PX_FP_IMAGE || c->type == PX_FP_FILE)
+            rc = check_media(c, err);
+          else if (c->type != PX_FP_TEXT)
+            rc =
+                FAIL(err, "tool_result.content", "tool_result.content: unsupported part");
+      }
+      if (rc != 0) return rc;
+    }
   return 0;
 }
 
-/* IR part -> Anthropic block (NULL *out = dropped). */
-static int encode_part(const px_tr_ctx_t *ctx, json_t *part, const char *role, json_t **out,
-                       px_lossy_t *lossy, px_tr_err_t *err) {
-  const char *t = px_jstr(part, "type");
-  *out = NULL;
-  if (t == NULL) return px_tr_fail(err, "content", "content part without type");
-  if (strcmp(t, "text") == 0) {
-    const char *text = px_jstr(part, "text");
-    if (text == NULL || text[0] == 0) return 0; /* Anthropic rejects empty text blocks */
-    *out = text_part(text);
-    if (json_object_get(part, "cache_control") != NULL)
-      json_object_set(*out, "cache_control", json_object_get(part, "cache_control"));
-    return 0;
-  }
-  if (strcmp(t, "refusal") == 0) {
-    /* no refusal block in Anthropic: the wording stays as assistant text */
-    px_lossy_add(lossy, px_in_names(ctx)->refusal);
-    if (px_jstr(part, "text") != NULL && px_jstr(part, "text")[0] != 0)
-      *out = text_part(px_jstr(part, "text"));
-    return 0;
-  }
-  if (strcmp(t, "image") == 0) return encode_image(part, out, err);
-  if (strcmp(t, "file") == 0) return encode_file(part, out, err);
-  if (strcmp(t, "reasoning") == 0) {
-    if (strcmp(role, "assistant") != 0) return 0;
-    if (px_jstr(part, "redacted_data") != NULL) {
-      *out = json_pack("{s:s,s:s}", "type", "redacted_thinking", "data",
-                       px_jstr(part, "redacted_data"));
-    } else if (px_jstr(part, "signature") != NULL) {
-      *out = json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking",
-                       px_jstr(part, "text") ? px_jstr(part, "text") : "", "signature",
-                       px_jstr(part, "signature"));
-    } else {
-      /* Anthropic rejects thinking without a valid signature: another
-       * family's token (named as the client spelled it), else the text */
-      const px_lossy_names_t *n = px_in_names(ctx);
-      if ((px_jstr(part, "encrypted_content") != NULL ||
-           px_jstr(part, "thought_signature") != NULL) &&
-          n->reasoning_token != NULL)
-        px_lossy_add(lossy, n->reasoning_token);
-      else
-        px_lossy_add(lossy, n->reasoning_text);
+static int put_tool_result(px_buf_t *b, const px_fpart_t *p) {
+  int rc = px_fb_lit(b, "{\"type\":\"tool_result\",\"tool_use_id\":");
+  if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : (px_fstr_t){"", 0, 0});
+  const px_fpart_t *c = p->content;
+  if (rc == 0 && c != NULL && c->next == NULL && c->type == PX_FP_TEXT) {
+    rc = px_fb_lit(b, ",\"content\":");
+    if (rc == 0) rc = px_fb_str(b, c->text);
+  } else if (rc == 0 && c != NULL) {
+    rc = px_fb_lit(b, ",\"content\":[");
+    int f = 1;
+    for (; c && rc == 0; c = c->next) {
+      if (c->type == PX_FP_TEXT && c->text.n == 0) continue;
+      if (!f) rc = px_fb_lit(b, ",");
+      f = 0;
+      if (rc != 0) break;
+      if (c->type == PX_FP_TEXT) {
+        rc = px_fb_lit(b, "{\"type\":\"text\",\"text\":");
+        if (rc == 0) rc = px_fb_str(b, c->text);
+        if (rc == 0) rc = px_fb_lit(b, "}");
+      } else if (c->type == PX_FP_IMAGE || c->type == PX_FP_FILE) {
+        rc = put_media(b, c);
+      } else {
+        return DECLINE; /* the reference's error */
+      }
     }
-    return 0;
+    if (rc == 0) rc = px_fb_lit(b, "]");
   }
-  if (strcmp(t, "tool_call") == 0) {
-    json_t *input = px_tool_args_object(ctx, part, err);
-    if (input == NULL) return PX_EINVAL;
-    *out = json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id",
-                     px_jstr(part, "id") ? px_jstr(part, "id") : "", "name",
-                     px_jstr(part, "name") ? px_jstr(part, "name") : "", "input", input);
-    return 0;
-  }
-  if (strcmp(t, "tool_result") == 0) return encode_tool_result(part, out, err);
-  return px_tr_fail(err, "content", "content part type '%s' cannot be sent to Anthropic", t);
+  if (rc == 0 && p->is_error) rc = px_fb_lit(b, ",\"is_error\":true");
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
 }
 
-/* Append blocks to the last message when it has the same role, else start a
- * new message: Anthropic needs alternating roles. In a user turn tool_result
- * blocks go first, as the API requires. */
-static void push_turn(json_t *msgs, const char *role, json_t *blocks) {
-  json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
-  json_t *content;
-  if (last != NULL && strcmp(px_jstr(last, "role"), role) == 0) {
-    content = json_object_get(last, "content");
-  } else {
-    content = json_array();
-    json_array_append_new(msgs, json_pack("{s:s,s:o}", "role", role, "content", content));
+static int put_block(px_buf_t *b, enc_t *e, px_fpart_t *p, int asst, int *first) {
+  if (!writes_block(e, p, asst)) return 0;
+  int rc = *first ? 0 : px_fb_lit(b, ",");
+  if (rc < 0) return rc;
+  if (*first) e->cur_thinking = p->type == PX_FP_REASONING;
+  *first = 0;
+  if (p->type != PX_FP_TOOL_RESULT) e->last_results = 0;
+  switch (p->type) {
+    case PX_FP_TEXT:
+      return put_text_block(b, p);
+    case PX_FP_REFUSAL:
+      rc = px_fb_lit(b, "{\"type\":\"text\",\"text\":");
+      if (rc == 0) rc = px_fb_str(b, p->text);
+      if (rc == 0) rc = px_fb_lit(b, "}");
+      return rc;
+    case PX_FP_REASONING:
+      if (tok_set(p, e->red)) {
+        rc = px_fb_lit(b, "{\"type\":\"redacted_thinking\",\"data\":");
+        if (rc == 0) rc = px_fb_str(b, p->tok[e->red]);
+      } else {
+        rc = px_fb_lit(b, "{\"type\":\"thinking\",\"thinking\":");
+        if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : (px_fstr_t){"", 0, 0});
+        if (rc == 0) rc = px_fb_lit(b, ",\"signature\":");
+        if (rc == 0) rc = px_fb_str(b, p->tok[e->sig]);
+      }
+      if (rc == 0) rc = px_fb_lit(b, "}");
+      return rc;
+    case PX_FP_TOOL_CALL:
+      return put_tool_use(b, p, e->a);
+    case PX_FP_TOOL_RESULT:
+      return put_tool_result(b, p);
+    case PX_FP_IMAGE:
+    case PX_FP_FILE:
+      return put_media(b, p);
   }
-  json_array_extend(content, blocks);
-  if (strcmp(role, "user") == 0) {
-    json_t *sorted = json_array();
-    size_t i;
-    json_t *b;
-    json_array_foreach(content, i, b) if (is_type(b, "tool_result"))
-        json_array_append(sorted, b);
-    json_array_foreach(content, i, b) if (!is_type(b, "tool_result"))
-        json_array_append(sorted, b);
-    json_array_clear(content);
-    json_array_extend(content, sorted);
-    json_decref(sorted);
+  return DECLINE;
+}
+
+static int encode_messages(px_buf_t *b, enc_t *e, const px_freq_t *ir) {
+  int rc = px_fb_lit(b, ",\"messages\":[");
+  const px_fmsg_t *m = ir->msgs;
+  while (rc == 0 && m != NULL) {
+    if (!has_blocks(e, m)) {
+      m = m->next;
+      continue;
+    }
+    /* one turn: this message and the following ones of the same role (the
+     * ones without blocks in between change nothing) */
+    int asst = m->assistant;
+    const px_fmsg_t *end = m->next;
+    while (end != NULL && (end->assistant == asst || !has_blocks(e, end)))
+      end = end->next;
+    rc = px_fb_lit(b, e->nturns ? ",{\"role\":" : "{\"role\":");
+    if (rc == 0) rc = px_fb_lit(b, asst ? "\"assistant\",\"content\":[" : "\"user\",\"content\":[");
+    e->prev_thinking = e->cur_thinking;
+    e->last_results = 1;
+    e->nturns++;
+    e->last_user = !asst;
+    int first = 1;
+    /* a user turn: tool results first, as the API requires */
+    for (int pass = asst ? 1 : 0; pass < 2 && rc == 0; pass++)
+      for (const px_fmsg_t *x = m; x != end && rc == 0; x = x->next)
+        for (px_fpart_t *p = x->parts; p && rc == 0; p = p->next) {
+          if (!asst && (pass == 0) != (p->type == PX_FP_TOOL_RESULT)) continue;
+          rc = put_block(b, e, p, x->assistant, &first);
+        }
+    if (rc == 0) rc = px_fb_lit(b, "]}");
+    m = end;
   }
+  if (rc == 0) rc = px_fb_lit(b, "]");
+  return rc;
 }
 
-/* With thinking on, Anthropic requires the assistant turn that a tool-use
- * loop continues (the last assistant message, answered only by tool
- * results) to start with a thinking block. History from OpenAI clients has
- * no signed thinking there, so thinking must stay off for that request. */
-/* The IR forces a tool call (tool_choice required or a named tool) and
- * offers tools: Anthropic accepts only auto / none with thinking. */
-static int forced_tool_choice(json_t *ir) {
-  const char *t = px_jstr(json_object_get(ir, "tool_choice"), "type");
-  return t != NULL && (strcmp(t, "required") == 0 || strcmp(t, "tool") == 0) &&
-         json_array_size(json_object_get(ir, "tools")) > 0;
-}
-
-static int tool_loop_without_thinking(json_t *msgs) {
-  size_t n = json_array_size(msgs);
-  if (n < 2) return 0;
-  json_t *last = json_array_get(msgs, n - 1), *prev = json_array_get(msgs, n - 2);
-  if (strcmp(px_jstr(last, "role"), "user") != 0 ||
-      strcmp(px_jstr(prev, "role"), "assistant") != 0)
-    return 0;
-  size_t i;
-  json_t *b;
-  json_array_foreach(json_object_get(last, "content"), i, b) if (!is_type(b, "tool_result"))
-      return 0;
-  json_t *first = json_array_get(json_object_get(prev, "content"), 0);
-  return !is_type(first, "thinking") && !is_type(first, "redacted_thinking");
-}
-
-static json_int_t budget_of_effort(const char *e) {
-  if (e == NULL) return 8192;
-  if (strcmp(e, "minimal") == 0 || strcmp(e, "low") == 0) return 1024;
-  if (strcmp(e, "medium") == 0) return 8192;
-  if (strcmp(e, "high") == 0) return 24576;
-  if (strcmp(e, "xhigh") == 0) return 32768;
+static int64_t budget_of_effort(px_fstr_t e) {
+  if (px_fs_is(e, "minimal") || px_fs_is(e, "low")) return 1024;
+  if (px_fs_is(e, "high")) return 24576;
+  if (px_fs_is(e, "xhigh")) return 32768;
   return 8192;
 }
 
-/* system: a string for one plain part, blocks otherwise */
-static void system_out(json_t *ir, json_t *body) {
-  json_t *sys = json_object_get(ir, "system");
-  json_t *sysb = json_array();
-  size_t i;
-  json_t *v;
-  json_array_foreach(sys, i, v) {
-    if (px_jstr(v, "text") == NULL || px_jstr(v, "text")[0] == 0) continue;
-    json_t *b = text_part(px_jstr(v, "text"));
-    if (json_object_get(v, "cache_control") != NULL)
-      json_object_set(b, "cache_control", json_object_get(v, "cache_control"));
-    json_array_append_new(sysb, b);
-  }
-  if (json_array_size(sysb) == 1 &&
-      json_object_get(json_array_get(sysb, 0), "cache_control") == NULL)
-    json_object_set(body, "system", json_object_get(json_array_get(sysb, 0), "text"));
-  else if (json_array_size(sysb) > 0)
-    json_object_set(body, "system", sysb);
-  json_decref(sysb);
-}
-
-/* messages: IR parts -> blocks, roles alternating */
-static int messages_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *body,
-                        px_lossy_t *lossy, px_tr_err_t *err) {
-  size_t i;
-  json_t *v;
-  json_t *msgs = json_array();
-  json_object_set_new(body, "messages", msgs);
-  json_array_foreach(json_object_get(ir, "messages"), i, v) {
-    const char *role = px_jstr(v, "role");
-    if (role == NULL || (strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0)) {
-      px_tr_fail(err, "messages", "messages: role '%s' cannot be sent to Anthropic",
-                 role ? role : "(none)");
-      return PX_EINVAL;
-    }
-    json_t *blocks = json_array();
-    size_t j;
-    json_t *part;
-    json_array_foreach(json_object_get(v, "content"), j, part) {
-      json_t *o = NULL;
-      if (encode_part(ctx, part, role, &o, lossy, err) < 0) {
-        json_decref(blocks);
-        return PX_EINVAL;
-      }
-      if (o != NULL) json_array_append_new(blocks, o);
-    }
-    if (json_array_size(blocks) > 0) push_turn(msgs, role, blocks);
-    json_decref(blocks);
-  }
-  return 0;
-}
-
-/* max_tokens (required) and thinking; returns whether thinking is on */
-static int thinking_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *body,
+/* max_tokens (required) and thinking, as the reference's thinking_out:
+ * *thinking set when thinking is on */
+static int thinking_out(px_buf_t *b, const enc_t *e, const px_freq_t *ir, int *thinking,
                         px_lossy_t *lossy) {
-  json_int_t max_tokens = json_integer_value(json_object_get(ir, "max_tokens"));
-  int defaulted = 0;
+  const px_tr_ctx_t *ctx = e->ctx;
+  int64_t max_tokens = ir->max_tokens.ptr ? ir->max_tokens_v : 0;
+  int defaulted = 0, rc = 0;
+  *thinking = 0;
   if (max_tokens <= 0) {
     max_tokens = ctx->default_max_tokens > 0 ? ctx->default_max_tokens
                                              : PX_ANTH_DEFAULT_MAX_TOKENS;
     defaulted = 1;
     px_lossy_add(lossy, "max_tokens");
   }
-  json_t *r = json_object_get(ir, "reasoning");
-  int thinking = 0;
-  if (json_is_object(r)) {
-    const char *effort = px_jstr(r, "effort");
-    json_t *en = json_object_get(r, "enabled");
-    json_t *bt = json_object_get(r, "budget_tokens");
-    if (json_is_false(en) || (effort != NULL && strcmp(effort, "none") == 0)) {
-      json_object_set_new(body, "thinking", json_pack("{s:s}", "type", "disabled"));
-    } else if ((json_is_true(en) || effort != NULL || json_is_integer(bt)) &&
-               (tool_loop_without_thinking(json_object_get(body, "messages")) ||
-                forced_tool_choice(ir))) {
-      /* Anthropic rejects thinking with tool_choice any / tool: the forced
-       * call is the client's contract (structured output through a tool),
-       * so the call is kept and thinking stays off, named lossy */
+  int64_t max_in = max_tokens;
+  if (ir->has_reasoning) {
+    if (ir->effort.esc) return DECLINE;
+    int asks =
+        ir->reasoning_enabled == 1 || ir->effort.p != NULL || ir->budget.ptr != NULL;
+    /* with thinking on, Anthropic wants the assistant turn a tool loop
+     * continues to start with thinking, and no forced tool choice */
+    int loop = e->nturns >= 2 && e->last_user && e->last_results && !e->prev_thinking;
+    int forced = (ir->tool_choice == PX_FTC_REQUIRED || ir->tool_choice == PX_FTC_TOOL) &&
+                 ir->tools != NULL;
+    if (ir->reasoning_enabled == 0 || px_fs_is(ir->effort, "none")) {
+      rc = px_fb_lit(b, ",\"thinking\":{\"type\":\"disabled\"}");
+    } else if (asks && (loop || forced)) {
       px_lossy_add(lossy, px_in_names(ctx)->reasoning_config);
-    } else if (json_is_true(en) || effort != NULL || json_is_integer(bt)) {
-      json_int_t budget = json_is_integer(bt) ? json_integer_value(bt)
-                                              : budget_of_effort(effort);
+    } else if (asks) {
+      int64_t budget = ir->budget.ptr ? ir->budget_v : budget_of_effort(ir->effort);
       if (budget < PX_ANTH_MIN_BUDGET) budget = PX_ANTH_MIN_BUDGET;
-      /* Anthropic needs max_tokens > budget_tokens. A defaulted max_tokens
-       * is raised to budget + default; a client's own limit is kept and the
-       * budget lowered, unless that would go below the minimum budget. */
+      /* Anthropic needs max_tokens > budget_tokens (the reference's rule) */
       if (max_tokens <= budget) {
         if (!defaulted && max_tokens - 1 >= PX_ANTH_MIN_BUDGET) {
           budget = max_tokens - 1;
@@ -1022,282 +1525,718 @@ static int thinking_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *body,
           max_tokens += budget;
         }
       }
-      json_object_set_new(body, "thinking", json_pack("{s:s,s:I}", "type", "enabled",
-                                                      "budget_tokens", budget));
-      thinking = 1;
+      rc = px_fb_lit(b, ",\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":");
+      if (rc == 0) rc = px_fb_i64(b, budget);
+      if (rc == 0) rc = px_fb_lit(b, "}");
+      *thinking = 1;
     }
   }
-  json_object_set_new(body, "max_tokens", json_integer(max_tokens));
-  return thinking;
+  if (rc == 0) rc = px_fb_lit(b, ",\"max_tokens\":");
+  if (rc == 0 && !defaulted && max_tokens == max_in)
+    rc = px_fb_raw(b, ir->max_tokens);
+  else if (rc == 0)
+    rc = px_fb_i64(b, max_tokens);
+  return rc;
+}
+
+/* a raw number token below limit (json_number_value) */
+static int num_below(px_str_t raw, double limit, int *below) {
+  char tmp[64];
+  if (raw.len >= sizeof(tmp)) return DECLINE;
+  memcpy(tmp, raw.ptr, raw.len);
+  tmp[raw.len] = 0;
+  *below = strtod(tmp, NULL) < limit;
+  return 0;
 }
 
 /* sampling: what thinking allows, and the stop sequences */
-static void sampling_out(json_t *ir, json_t *body, int thinking, px_lossy_t *lossy) {
-  json_t *v = json_object_get(ir, "temperature");
-  if (json_is_number(v)) {
-    if (thinking)
-      px_lossy_add(lossy, "temperature"); /* rejected with thinking */
-    else
-      json_object_set(body, "temperature", v);
-  }
-  v = json_object_get(ir, "top_p");
-  if (json_is_number(v)) {
-    if (thinking && json_number_value(v) < 0.95)
-      px_lossy_add(lossy, "top_p"); /* thinking allows only 0.95..1 */
-    else
-      json_object_set(body, "top_p", v);
-  }
-  v = json_object_get(ir, "top_k");
-  if (json_is_integer(v)) {
+static int sampling_out(px_buf_t *b, const px_freq_t *ir, int thinking,
+                        px_lossy_t *lossy) {
+  int rc = 0, low = 0;
+  if (ir->temperature.ptr && thinking)
+    px_lossy_add(lossy, "temperature"); /* rejected with thinking */
+  else
+    rc = px_fb_opt_raw(b, ",\"temperature\":", ir->temperature);
+  if (rc == 0 && ir->top_p.ptr && thinking && num_below(ir->top_p, 0.95, &low) != 0)
+    return DECLINE;
+  if (low)
+    px_lossy_add(lossy, "top_p"); /* thinking allows only 0.95..1 */
+  else if (rc == 0)
+    rc = px_fb_opt_raw(b, ",\"top_p\":", ir->top_p);
+  if (ir->top_k.ptr && px_fw_is_int(ir->top_k)) {
     if (thinking)
       px_lossy_add(lossy, "top_k");
-    else
-      json_object_set(body, "top_k", v);
+    else if (rc == 0)
+      rc = px_fb_opt_raw(b, ",\"top_k\":", ir->top_k);
   }
-  v = json_object_get(ir, "stop");
-  if (json_is_string(v))
-    json_object_set_new(body, "stop_sequences", json_pack("[O]", v));
-  else if (json_array_size(v) > 0)
-    json_object_set(body, "stop_sequences", v);
+  if (rc == 0 && ir->stop1.p) {
+    rc = px_fb_lit(b, ",\"stop_sequences\":[");
+    if (rc == 0) rc = px_fb_str(b, ir->stop1);
+    if (rc == 0) rc = px_fb_lit(b, "]");
+  } else if (rc == 0) {
+    rc = px_fb_opt_raw(b, ",\"stop_sequences\":", ir->stop);
+  }
+  return rc;
 }
 
-/* tools and tool_choice */
-static int tools_out(json_t *ir, json_t *body, px_lossy_t *lossy, px_tr_err_t *err) {
-  size_t i;
-  json_t *v;
-  json_t *tools = json_object_get(ir, "tools");
-  if (json_array_size(tools) > 0) {
-    json_t *arr = json_array();
-    json_object_set_new(body, "tools", arr);
-    json_array_foreach(tools, i, v) {
-      json_t *params = json_object_get(v, "parameters");
-      json_t *o = json_pack("{s:s?}", "name", px_jstr(v, "name"));
-      if (px_jstr(v, "description") != NULL)
-        json_object_set(o, "description", json_object_get(v, "description"));
-      json_object_set_new(o, "input_schema",
-                          json_is_object(params)
-                              ? json_incref(params)
-                              : json_pack("{s:s,s:{}}", "type", "object", "properties"));
-      if (json_is_true(json_object_get(v, "strict")))
-        json_object_set_new(o, "strict", json_true());
-      if (json_object_get(v, "cache_control") != NULL)
-        json_object_set(o, "cache_control", json_object_get(v, "cache_control"));
-      json_array_append_new(arr, o);
-    }
-    json_t *tc = json_object_get(ir, "tool_choice");
-    const char *tct = px_jstr(tc, "type");
-    json_t *atc = NULL;
-    if (tct == NULL || strcmp(tct, "auto") == 0)
-      atc = json_is_false(json_object_get(ir, "parallel_tool_calls"))
-                ? json_pack("{s:s}", "type", "auto")
-                : NULL;
-    else if (strcmp(tct, "required") == 0)
-      atc = json_pack("{s:s}", "type", "any");
-    else if (strcmp(tct, "none") == 0)
-      atc = json_pack("{s:s}", "type", "none");
-    else if (strcmp(tct, "tool") == 0)
-      atc = json_pack("{s:s,s:s?}", "type", "tool", "name", px_jstr(tc, "name"));
-    else {
-      px_tr_fail(err, "tool_choice", "tool_choice: '%s' cannot be sent to Anthropic", tct);
-      return PX_EINVAL;
-    }
-    if (atc != NULL && json_is_false(json_object_get(ir, "parallel_tool_calls")) &&
-        !is_type(atc, "none"))
-      json_object_set_new(atc, "disable_parallel_tool_use", json_true());
-    set_new(body, "tool_choice", atc);
-  } else if (json_object_get(ir, "tool_choice") != NULL) {
-    const char *tct = px_jstr(json_object_get(ir, "tool_choice"), "type");
-    if (tct != NULL && strcmp(tct, "none") != 0 && strcmp(tct, "auto") != 0)
+static int tools_out(px_buf_t *b, const px_freq_t *ir, px_lossy_t *lossy) {
+  int rc = 0;
+  if (ir->tools == NULL) {
+    if (ir->tool_choice == PX_FTC_REQUIRED || ir->tool_choice == PX_FTC_TOOL)
       px_lossy_add(lossy, "tool_choice");
+    return 0;
   }
-  return 0;
+  rc = px_fb_lit(b, ",\"tools\":[");
+  for (const px_ftool_t *t = ir->tools; t && rc == 0; t = t->next) {
+    rc = px_fb_lit(b, t == ir->tools ? "{\"name\":" : ",{\"name\":");
+    if (rc == 0) rc = px_fb_str(b, t->name);
+    if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", t->desc);
+    if (rc == 0) rc = px_fb_lit(b, ",\"input_schema\":");
+    if (rc == 0) rc = px_fb_raw(b, t->params);
+    if (rc == 0 && t->strict == 1) rc = px_fb_lit(b, ",\"strict\":true");
+    if (rc == 0) rc = px_fb_opt_raw(b, ",\"cache_control\":", t->cache_control);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "]");
+  const char *atc = NULL;
+  switch (ir->tool_choice) {
+    case PX_FTC_UNSET:
+    case PX_FTC_AUTO:
+      atc = ir->parallel == 0 ? "{\"type\":\"auto\"" : NULL;
+      break;
+    case PX_FTC_REQUIRED:
+      atc = "{\"type\":\"any\"";
+      break;
+    case PX_FTC_NONE:
+      atc = "{\"type\":\"none\"";
+      break;
+    case PX_FTC_TOOL:
+      atc = "{\"type\":\"tool\",\"name\":";
+      break;
+  }
+  if (rc == 0 && atc != NULL) {
+    rc = px_fb_lit(b, ",\"tool_choice\":");
+    if (rc == 0) rc = px_fb_lit(b, atc);
+    if (rc == 0 && ir->tool_choice == PX_FTC_TOOL) rc = px_fb_str(b, ir->tc_name);
+    if (rc == 0 && ir->parallel == 0 && ir->tool_choice != PX_FTC_NONE)
+      rc = px_fb_lit(b, ",\"disable_parallel_tool_use\":true");
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  return rc;
 }
 
 /* structured output, user, metadata, stream */
-static void output_out(json_t *ir, json_t *body, px_lossy_t *lossy) {
-  json_t *rf = json_object_get(ir, "response_format");
-  if (is_type(rf, "json_schema")) {
-    json_t *schema = json_object_get(rf, "schema");
-    json_object_set_new(body, "output_config",
-                        json_pack("{s:{s:s,s:o}}", "format", "type", "json_schema", "schema",
-                                  json_is_object(schema) ? json_incref(schema)
-                                                         : json_object()));
-  } else if (is_type(rf, "json_object")) {
+static int output_out(px_buf_t *b, const px_freq_t *ir, px_lossy_t *lossy) {
+  int rc = 0;
+  if (ir->rf_schema.ptr != NULL) {
+    rc = px_fb_lit(
+        b, ",\"output_config\":{\"format\":{\"type\":\"json_schema\",\"schema\":");
+    if (rc == 0) rc = px_fb_raw(b, ir->rf_schema);
+    if (rc == 0) rc = px_fb_lit(b, "}}");
+  } else if (ir->rf_json) {
     px_lossy_add(lossy, "response_format");
   }
-
-  if (px_jstr(ir, "user") != NULL)
-    json_object_set_new(body, "metadata", json_pack("{s:O}", "user_id",
-                                                    json_object_get(ir, "user")));
-  if (json_object_size(json_object_get(ir, "metadata")) > 0) px_lossy_add(lossy, "metadata");
-  if (json_is_true(json_object_get(ir, "stream")))
-    json_object_set_new(body, "stream", json_true());
+  if (rc == 0 && ir->user.p) {
+    rc = px_fb_lit(b, ",\"metadata\":{\"user_id\":");
+    if (rc == 0) rc = px_fb_str(b, ir->user);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  if (ir->metadata.ptr && !ir->metadata_empty) px_lossy_add(lossy, "metadata");
+  if (rc == 0 && ir->stream_true) rc = px_fb_lit(b, ",\"stream\":true");
+  return rc;
 }
 
-static int anth_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp,
-                               px_lossy_t *lossy, px_tr_err_t *err) {
-  json_t *body = json_object();
-  const char *model = ctx->upstream_model ? ctx->upstream_model : px_jstr(ir, "model");
-
-  if (json_object_get(ir, "previous_response_id") != NULL) {
-    px_tr_fail(err, "previous_response_id",
-               "previous_response_id: stored responses exist only at an OpenAI Responses "
-               "upstream; send the full conversation");
-    goto fail;
+static int anth_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
+                                    px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  enc_t e = {.ctx = ctx,
+             .a = a,
+             .sig = px_frtok_index("signature"),
+             .red = px_frtok_index("redacted_data"),
+             .enc = px_frtok_index("encrypted_content"),
+             .tsig = px_frtok_index("thought_signature")};
+  int rc = px_fb_lit(b, "{\"model\":");
+  if (rc == 0) rc = px_buf_json_str(b, ctx->upstream_model, strlen(ctx->upstream_model));
+  /* system: a string for one plain part, blocks otherwise */
+  int nsys = 0, cc = 0;
+  const px_fpart_t *one = NULL;
+  for (const px_fpart_t *p = ir->system; p; p = p->next)
+    if (p->text.n > 0) {
+      nsys++;
+      one = p;
+      if (p->cache_control.ptr) cc = 1;
+    }
+  if (rc == 0 && nsys == 1 && !cc) {
+    rc = px_fb_lit(b, ",\"system\":");
+    if (rc == 0) rc = px_fb_str(b, one->text);
+  } else if (rc == 0 && nsys > 0) {
+    rc = px_fb_lit(b, ",\"system\":[");
+    int f = 1;
+    for (const px_fpart_t *p = ir->system; p && rc == 0; p = p->next) {
+      if (p->text.n == 0) continue;
+      if (!f) rc = px_fb_lit(b, ",");
+      f = 0;
+      if (rc == 0) rc = put_text_block(b, p);
+    }
+    if (rc == 0) rc = px_fb_lit(b, "]");
   }
-  if (model != NULL) json_object_set_new(body, "model", json_string(model));
-
-  system_out(ir, body);
-  if (messages_out(ctx, ir, body, lossy, err) < 0) goto fail;
-  int thinking = thinking_out(ctx, ir, body, lossy);
-  sampling_out(ir, body, thinking, lossy);
-  if (tools_out(ir, body, lossy, err) < 0) goto fail;
-  output_out(ir, body, lossy);
-  *bodyp = body;
-  return 0;
-fail:
-  json_decref(body);
-  return PX_EINVAL;
+  int refused = check_parts(&e, ir, err);
+  if (refused != 0) return refused;
+  messages_lossy(&e, ir, lossy);
+  if (rc == 0) rc = encode_messages(b, &e, ir);
+  int thinking = 0;
+  if (rc == 0) rc = thinking_out(b, &e, ir, &thinking, lossy);
+  if (rc == 0) rc = sampling_out(b, ir, thinking, lossy);
+  if (rc == 0) rc = tools_out(b, ir, lossy);
+  if (rc == 0) rc = output_out(b, ir, lossy);
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
 }
 
 /* ======================================================================== */
-/* Response decode: Anthropic message -> IR                                  */
+/* Response decode                                                           */
 
-/* Anthropic citation -> IR annotation (url_citation) when it has a URL. */
-static json_t *citations_to_annotations(json_t *cits, const char *text, px_lossy_t *lossy) {
-  json_t *arr = json_array();
-  size_t i, chars = px_utf8_chars(text, strlen(text));
-  json_t *c;
-  json_array_foreach(cits, i, c) {
-    if (px_jstr(c, "url") != NULL) {
-      json_t *a =
-          json_pack("{s:s,s:s,s:I,s:I}", "type", "url_citation", "url", px_jstr(c, "url"),
-                    "start_index", (json_int_t)0, "end_index", (json_int_t)chars);
-      if (px_jstr(c, "title") != NULL)
-        json_object_set(a, "title", json_object_get(c, "title"));
-      json_array_append_new(arr, a);
-    } else {
+/* the usage object at the cursor (checked reads) */
+static int decode_usage(px_fw_t *w, px_fresp_t *ir) {
+  static const px_fkey_t keys[] = {PX_FK("input_tokens"), PX_FK("output_tokens"),
+                                   PX_FK("cache_read_input_tokens"),
+                                   PX_FK("cache_creation_input_tokens")};
+  int64_t val[4] = {-1, -1, -1, -1};
+  px_fv_t f[4];
+  unsigned seen = 0;
+  if (px_fc_fields(w, keys, 4, f, &seen) != 0) return DECLINE;
+  int64_t cnt[4];
+  int known = 1;
+  for (int i = 0; i < 4; i++) {
+    if ((seen & (1u << i)) && px_fw_jint(&f[i], -1, &val[i]) != 0) return DECLINE;
+    known &= px_fast_usage_count((seen & (1u << i)) ? &f[i] : NULL, &cnt[i]);
+  }
+  int64_t in = val[0], out = val[1], cr = val[2], cc = val[3];
+  /* as px_usage_scan counts: input with the cache counts added */
+  ir->usage_known = known;
+  ir->usage_in = cnt[0] < 0 ? -1 : cnt[0] + (cnt[2] > 0 ? cnt[2] : 0) + (cnt[3] > 0 ? cnt[3] : 0);
+  ir->usage_out = cnt[1];
+  ir->has_usage = 1;
+  ir->in = (in > 0 ? in : 0) + (cr > 0 ? cr : 0) + (cc > 0 ? cc : 0);
+  ir->out = out > 0 ? out : 0;
+  ir->cache_read = cr >= 0 ? cr : -1;
+  ir->cache_creation = cc >= 0 ? cc : -1;
+  ir->reasoning = -1;
+  return 0;
+}
+
+/* whether a string's value is "" as a C string reads it (px_jstr: an
+ * escaped NUL first ends it) */
+static int cempty(px_fstr_t s) {
+  return s.n == 0 || (s.esc && s.n >= 6 && memcmp(s.p, "\\u0000", 6) == 0);
+}
+
+/* The C string a string's value is (the reference's px_jstr: cut at a
+ * NUL): a view of s, or unescaped into b. 0 or -1. */
+static int cvalue(px_fstr_t s, px_buf_t *b, px_str_t *v) {
+  if (px_json_unescape(s.p, s.n, s.esc, b, v) < 0) return -1;
+  const char *z = memchr(v->ptr, 0, v->len);
+  if (z != NULL) v->len = (size_t)(z - v->ptr);
+  return 0;
+}
+
+/* A text block's citations (a non-empty array) -> the IR annotations, raw
+ * JSON in the arena: a citation with a URL spans the whole text, the
+ * others are named (citations_to_annotations). ann->ptr NULL: none. */
+static int citations_in(const px_fv_t *cits, px_fstr_t text, px_arena_t *a,
+                        px_lossy_t *lossy, px_str_t *ann) {
+  static const px_fkey_t keys[] = {PX_FK("url"), PX_FK("title")};
+  px_fw_t w = {cits->raw.ptr, cits->raw.len, 0};
+  px_buf_t b;
+  int r, rc = 0;
+  size_t chars = 0;
+  int counted = 0;
+  ann->ptr = NULL;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  px_buf_init(&b, SIZE_MAX);
+  while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[2];
+    unsigned seen = 0;
+    if (px_fw_peek(&w) != PX_FV_OBJ) {
+      rc = skip_value(&w);
       px_lossy_add(lossy, "content[].citations");
+      continue;
     }
+    if (px_fw_kfields(&w, keys, 2, f, &seen) != 0) {
+      rc = DECLINE;
+      break;
+    }
+    if (!(seen & 1) || f[0].kind != PX_FV_STR) {
+      px_lossy_add(lossy, "content[].citations");
+      continue;
+    }
+    if (!counted) {
+      px_buf_t tb;
+      px_str_t tv;
+      px_buf_init(&tb, text.n + 1);
+      if (cvalue(text, &tb, &tv) < 0)
+        rc = DECLINE;
+      else
+        chars = px_utf8_chars(tv.ptr, tv.len);
+      px_buf_free(&tb);
+      counted = 1;
+    }
+    if (rc == 0)
+      rc = px_fb_lit(&b, b.len ? ",{\"type\":\"url_citation\",\"url\":"
+                               : "[{\"type\":\"url_citation\",\"url\":");
+    if (rc == 0) rc = px_fb_str(&b, f[0].s);
+    if (rc == 0) rc = px_fb_lit(&b, ",\"start_index\":0,\"end_index\":");
+    if (rc == 0) rc = px_fb_i64(&b, (int64_t)chars);
+    if (rc == 0 && (seen & 2) && f[1].kind == PX_FV_STR) {
+      rc = px_fb_lit(&b, ",\"title\":");
+      if (rc == 0) rc = px_fb_str(&b, f[1].s);
+    }
+    if (rc == 0) rc = px_fb_lit(&b, "}");
   }
-  return arr;
+  if (rc == 0 && r < 0) rc = DECLINE;
+  if (rc == 0 && b.len > 0 && (rc = px_fb_lit(&b, "]")) == 0) {
+    char *copy = px_arena_alloc(a, b.len);
+    if (copy == NULL)
+      rc = DECLINE;
+    else
+      memcpy(copy, b.data, b.len);
+    *ann = (px_str_t){copy, b.len};
+  }
+  px_buf_free(&b);
+  return rc == 0 ? 0 : DECLINE;
 }
 
-static int anth_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **irp,
-                                px_lossy_t *lossy, px_tr_err_t *err) {
-  (void)ctx;
-  if (!json_is_object(body) || !json_is_array(json_object_get(body, "content"))) {
-    px_tr_fail(err, "content", "upstream response is not an Anthropic message");
-    err->kind = PX_ERR_BAD_GATEWAY;
-    return PX_EINVAL;
-  }
-  json_t *ir = json_object();
-  json_t *content = json_array();
-  const char *sr = px_jstr(body, "stop_reason");
-  int refusal = sr != NULL && strcmp(sr, "refusal") == 0;
-  size_t i;
-  json_t *b;
-
-  if (px_jstr(body, "id") != NULL) json_object_set(ir, "id", json_object_get(body, "id"));
-  if (px_jstr(body, "model") != NULL)
-    json_object_set(ir, "model", json_object_get(body, "model"));
-  json_object_set_new(ir, "content", content);
-  json_array_foreach(json_object_get(body, "content"), i, b) {
-    const char *t = px_jstr(b, "type");
-    if (t == NULL) continue;
-    if (strcmp(t, "text") == 0) {
-      const char *text = px_jstr(b, "text") ? px_jstr(b, "text") : "";
-      json_t *part = json_pack("{s:s,s:s}", "type", refusal ? "refusal" : "text", "text", text);
-      json_t *cits = json_object_get(b, "citations");
-      if (json_array_size(cits) > 0 && !refusal) {
-        json_t *ann = citations_to_annotations(cits, text, lossy);
-        if (json_array_size(ann) > 0)
-          json_object_set_new(part, "annotations", ann);
-        else
-          json_decref(ann);
-      }
-      json_array_append_new(content, part);
-    } else if (strcmp(t, "thinking") == 0) {
-      json_t *part = json_pack("{s:s,s:s}", "type", "reasoning", "text",
-                               px_jstr(b, "thinking") ? px_jstr(b, "thinking") : "");
-      if (px_jstr(b, "signature") != NULL && px_jstr(b, "signature")[0] != 0)
-        json_object_set(part, "signature", json_object_get(b, "signature"));
-      json_array_append_new(content, part);
-    } else if (strcmp(t, "redacted_thinking") == 0) {
-      json_array_append_new(
-          content,
-          json_pack("{s:s,s:s,s:s}", "type", "reasoning", "text", "", "redacted_data",
-                    px_jstr(b, "data") ? px_jstr(b, "data") : ""));
-    } else if (strcmp(t, "tool_use") == 0) {
-      json_t *input = json_object_get(b, "input");
-      /* no input: a no-argument call ("{}") */
-      char *args = input != NULL ? px_jdoc_dump(input, JSON_COMPACT | JSON_ENCODE_ANY)
-                                 : strdup("{}");
-      if (args == NULL) {
-        json_decref(ir);
-        return PX_ENOMEM;
-      }
-      json_array_append_new(
-          content,
-          json_pack("{s:s,s:s,s:s,s:s}", "type", "tool_call", "id",
-                    px_jstr(b, "id") ? px_jstr(b, "id") : "", "name",
-                    px_jstr(b, "name") ? px_jstr(b, "name") : "", "arguments", args));
-      free(args);
-    } else if (server_use_type(t)) {
-      px_lossy_add(lossy, "content[].server_tool_use");
-    } else if (server_result_type(t)) {
-      px_lossy_add(lossy, "content[].server_tool_result");
+/* The content array at the cursor (checked reads). What is dropped is
+ * named in *lossy; a citation without a URL only in *cited (named unless
+ * the answer is a refusal: its texts keep no citations). */
+static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                          px_lossy_t *cited) {
+  static const px_fkey_t keys[] = {
+      PX_FK("type"),  PX_FK("text"),     PX_FK("citations"), PX_FK("id"),  PX_FK("name"),
+      PX_FK("input"), PX_FK("thinking"), PX_FK("signature"), PX_FK("data")};
+  int r, first = 1;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fc_elem(w, &first)) == 1) {
+    px_fv_t f[NKEYS(keys)];
+    unsigned seen = 0;
+    if (w->p[w->i] != '{') { /* no type: skipped there */
+      if (px_fc_value(w, f) < 0) return DECLINE;
+      continue;
+    }
+    if (px_fc_fields(w, keys, NKEYS(keys), f, &seen) != 0) return DECLINE;
+#define HAS(x) (seen & (1u << (x)))
+#define STR_OR_EMPTY(x) \
+  (HAS(x) && f[x].kind == PX_FV_STR ? f[x].s : (px_fstr_t){"", 0, 0})
+    if (!HAS(0) || f[0].kind != PX_FV_STR) continue; /* no type: skipped there */
+    px_fstr_t t = f[0].s;
+    if (t.esc) return DECLINE;
+    px_fpart_t *p;
+    if (px_fs_is(t, "text")) {
+      p = px_fpart_text(a, STR_OR_EMPTY(1));
+      if (p == NULL) return DECLINE;
+      if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw) &&
+          citations_in(&f[2], p->text, a, cited, &p->annotations) != 0)
+        return DECLINE;
+    } else if (px_fs_is(t, "tool_use")) {
+      p = px_fpart_new(a, PX_FP_TOOL_CALL);
+      if (p == NULL) return DECLINE;
+      p->id = STR_OR_EMPTY(3);
+      p->name = STR_OR_EMPTY(4);
+      if (!HAS(5)) p->args = (px_fstr_t){"{}", 2, 0};
+      else if (px_fast_dump_value(a, f[5].raw, &p->args) != 0) return DECLINE;
+      if (HAS(5) && f[5].kind == PX_FV_OBJ) p->input = f[5].raw;
+    } else if (px_fs_is(t, "thinking") || px_fs_is(t, "redacted_thinking")) {
+      /* reasoning: a signature (as it is: no family tag read here) or the
+       * redacted data */
+      int red = !px_fs_is(t, "thinking"),
+          k = px_frtok_index(red ? "redacted_data" : "signature");
+      p = px_fpart_new(a, PX_FP_REASONING);
+      if (p == NULL || k < 0) return DECLINE;
+      p->text = red ? (px_fstr_t){"", 0, 0} : STR_OR_EMPTY(6);
+      if (red)
+        p->tok[k] = STR_OR_EMPTY(8);
+      else if (HAS(7) && f[7].kind == PX_FV_STR && !cempty(f[7].s))
+        p->tok[k] = f[7].s;
     } else {
-      px_lossy_add(lossy, "content[].unknown_block");
+      /* server tools' blocks (their history cannot be replayed elsewhere),
+       * and blocks of kinds this gateway does not know */
+      const char *drop = px_fs_is(t, "server_tool_use") || px_fs_is(t, "mcp_tool_use")
+                             ? "content[].server_tool_use"
+                         : server_result_type(t) ? "content[].server_tool_result"
+                                                 : "content[].unknown_block";
+      px_lossy_add(lossy, drop);
+      px_lossy_add(cited, drop);
+      continue;
+    }
+#undef STR_OR_EMPTY
+#undef HAS
+    px_fpart_push(&ir->content, &ir->last, p);
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* The body is read once and checked as it is read (px_fc_*: the hub scans
+ * nothing before); content and usage are decoded where they stand. */
+enum { R_ID, R_MODEL, R_CONTENT, R_STOP, R_STOPSEQ, R_STOPDET, R_USAGE };
+static const px_fkey_t resp_keys[] = {
+    PX_FK("id"),            PX_FK("model"),        PX_FK("content"), PX_FK("stop_reason"),
+    PX_FK("stop_sequence"), PX_FK("stop_details"), PX_FK("usage")};
+
+static int anth_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                     px_tr_err_t *err) {
+  (void)ctx;
+  px_fv_t f[NKEYS(resp_keys)];
+  px_fw_t w = {body, len, 0};
+  px_fstr_t k;
+  unsigned seen = 0;
+  int r, first = 1, not_array = 0;
+  /* what the content drops, named as for a refusal (l) and otherwise (lc:
+   * with the citations the texts could not keep) */
+  px_lossy_t l, lc;
+  px_lossy_init(&l);
+  px_lossy_init(&lc);
+#define HAS(x) (seen & (1u << (x)))
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fc_member(&w, &k, &first)) == 1) {
+    int ki = px_fk_of(k, resp_keys, NKEYS(resp_keys));
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+    if (ki == R_CONTENT && w.p[w.i] == '[') {
+      if (decode_content(&w, ir, a, &l, &lc) != 0) return DECLINE;
+    } else if (ki == R_USAGE && w.p[w.i] == '{') {
+      if (decode_usage(&w, ir) != 0) return DECLINE;
+    } else {
+      px_fv_t v;
+      if (px_fc_value(&w, &v) < 0) return DECLINE;
+      if (ki >= 0) f[ki] = v;
+      if (ki == R_CONTENT) not_array = 1;
     }
   }
-  if (sr != NULL) {
-    px_stop_t st = px_stop_parse(sr);
-    /* newer Anthropic reasons with an existing IR equivalent */
-    if (strcmp(sr, "model_context_window_exceeded") == 0) st = PX_STOP_MAX_TOKENS;
-    json_object_set_new(ir, "stop_reason", json_string(px_stop_name(st)));
+  if (r < 0 || px_fc_end(&w) < 0) return DECLINE;
+  if (!HAS(R_CONTENT) || not_array) {
+    px_tr_fail(err, "content", "upstream response is not an Anthropic message");
+    if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+    return REFUSE;
   }
-  if (px_jstr(body, "stop_sequence") != NULL)
-    json_object_set(ir, "stop_sequence", json_object_get(body, "stop_sequence"));
-  json_t *sd = json_object_get(body, "stop_details");
-  if (json_is_object(sd)) {
-    if (px_jstr(sd, "explanation") != NULL)
-      json_object_set(ir, "refusal_explanation", json_object_get(sd, "explanation"));
-    if (px_jstr(sd, "category") != NULL) px_lossy_add(lossy, "stop_details.category");
+  if (!HAS(R_USAGE)) ir->usage_known = 1, ir->usage_in = ir->usage_out = -1;
+  if (HAS(R_ID) && f[R_ID].kind == PX_FV_STR) ir->id = f[R_ID].s;
+  if (HAS(R_MODEL) && f[R_MODEL].kind == PX_FV_STR) ir->model = f[R_MODEL].s;
+  ir->stop = PX_STOP_NONE;
+  int refusal = 0;
+  if (HAS(R_STOP) && f[R_STOP].kind == PX_FV_STR) {
+    char sr[40];
+    px_fstr_t s = f[R_STOP].s;
+    if (s.esc) return DECLINE;
+    ir->finish = s;
+    if (s.n >= sizeof(sr)) {
+      ir->stop = PX_STOP_END_TURN;
+    } else {
+      memcpy(sr, s.p, s.n);
+      sr[s.n] = 0;
+      ir->stop = strcmp(sr, "model_context_window_exceeded") == 0 ? PX_STOP_MAX_TOKENS
+                                                                   : px_stop_parse(sr);
+      refusal = strcmp(sr, "refusal") == 0;
+    }
   }
-  json_t *u = json_object_get(body, "usage");
-  if (json_is_object(u)) {
-    int64_t in = px_jint(u, "input_tokens", -1), out = px_jint(u, "output_tokens", -1);
-    int64_t cr = px_jint(u, "cache_read_input_tokens", -1),
-            cc = px_jint(u, "cache_creation_input_tokens", -1);
-    json_t *iu = json_object();
-    json_object_set_new(iu, "input_tokens", json_integer((in > 0 ? in : 0) + (cr > 0 ? cr : 0) +
-                                                         (cc > 0 ? cc : 0)));
-    json_object_set_new(iu, "output_tokens", json_integer(out > 0 ? out : 0));
-    if (cr >= 0) json_object_set_new(iu, "cache_read_tokens", json_integer(cr));
-    if (cc >= 0) json_object_set_new(iu, "cache_creation_tokens", json_integer(cc));
-    json_object_set_new(ir, "usage", iu);
+  if (refusal) /* the texts are the refusal's wording, without citations */
+    for (px_fpart_t *p = ir->content; p; p = p->next)
+      if (p->type == PX_FP_TEXT) {
+        p->type = PX_FP_REFUSAL;
+        p->annotations = (px_str_t){NULL, 0};
+      }
+  px_lossy_merge(lossy, refusal ? &l : &lc);
+  if (HAS(R_STOPSEQ) && f[R_STOPSEQ].kind == PX_FV_STR) ir->stop_sequence = f[R_STOPSEQ].s;
+  if (HAS(R_STOPDET) && f[R_STOPDET].kind == PX_FV_OBJ) {
+    static const px_fkey_t dkeys[] = {PX_FK("explanation"), PX_FK("category")};
+    px_fv_t d[2];
+    unsigned ds = 0;
+    if (px_fv_kfields(&f[R_STOPDET], dkeys, 2, d, &ds) != 0) return DECLINE;
+    if ((ds & 1) && d[0].kind == PX_FV_STR) ir->refusal_explanation = d[0].s;
+    if ((ds & 2) && d[1].kind == PX_FV_STR) px_lossy_add(lossy, "stop_details.category");
   }
-  *irp = ir;
+#undef HAS
   return 0;
 }
 
 /* ======================================================================== */
-/* Response encode: IR -> Anthropic message                                   */
+/* Response encode                                                           */
+
+/* whether a reasoning part writes a block: redacted data, a token the
+ * client carries (px_rtok_out), or text shown with an empty signature */
+static int reasoning_block(const px_fpart_t *p) {
+  const char *tag;
+  px_fstr_t tok;
+  int red = px_frtok_index("redacted_data");
+  return (red >= 0 && p->tok[red].p != NULL) ||
+         px_frtok_out(PX_PROTO_ANTHROPIC, p, &tag, &tok) || !cempty(p->text);
+}
+
+/* a reasoning part -> a redacted_thinking block, or a thinking block with
+ * its signature: another family's token travels tagged in it, so that the
+ * client replays it; unsigned reasoning with an empty one */
+static int put_reasoning(px_buf_t *b, const px_fpart_t *p) {
+  int red = px_frtok_index("redacted_data"), rc;
+  if (red >= 0 && p->tok[red].p != NULL) {
+    rc = px_fb_lit(b, "{\"type\":\"redacted_thinking\",\"data\":");
+    if (rc == 0) rc = px_fb_str(b, p->tok[red]);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+    return rc;
+  }
+  rc = px_fb_lit(b, "{\"type\":\"thinking\",\"thinking\":");
+  if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : (px_fstr_t){"", 0, 0});
+  if (rc == 0) rc = px_fb_lit(b, ",\"signature\":");
+  if (rc == 0) {
+    rc = px_fb_rtok(b, PX_PROTO_ANTHROPIC, p);
+    if (rc == 1) rc = px_fb_lit(b, "\"\"");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* A tool call's id as the reference makes it unique (px_idset_unique):
+ * its own when non-empty and not taken by an earlier call of the answer,
+ * else call_proxai_<n>[_<k>] (the call's id made so: the next calls
+ * compare with it). Escaped ids decline. */
+static int id_taken(const px_fpart_t *parts, const px_fpart_t *call, const char *s,
+                    size_t len) {
+  for (const px_fpart_t *q = parts; q != call; q = q->next)
+    if (q->type == PX_FP_TOOL_CALL && q->id.n == len && memcmp(q->id.p, s, len) == 0)
+      return 1;
+  return 0;
+}
+
+static int unique_id(px_arena_t *a, const px_fpart_t *parts, px_fpart_t *call, int n) {
+  if (call->id.esc) return DECLINE;
+  if (call->id.n > 0 && !id_taken(parts, call, call->id.p, call->id.n)) return 0;
+  char minted[48];
+  for (int k = 0;; k++) {
+    if (k == 0)
+      snprintf(minted, sizeof(minted), "call_proxai_%d", n);
+    else
+      snprintf(minted, sizeof(minted), "call_proxai_%d_%d", n, k);
+    if (!id_taken(parts, call, minted, strlen(minted))) break;
+  }
+  size_t len = strlen(minted);
+  char *c = px_arena_alloc(a, len + 1);
+  if (c == NULL) return DECLINE;
+  memcpy(c, minted, len);
+  call->id = (px_fstr_t){c, len, 0};
+  return 0;
+}
 
 /* The byte offset of character ci of s[0..n) (clipped to n). */
-static size_t utf8_offset(const char *s, size_t n, json_int_t ci) {
+static size_t utf8_offset(const char *s, size_t n, int64_t ci) {
   size_t at = 0;
-  for (json_int_t k = 0; k < ci && at < n; k++) {
+  for (int64_t k = 0; k < ci && at < n; k++) {
     size_t l = px_utf8_seq((const unsigned char *)s + at, n - at);
     at += l ? l : 1;
   }
   return at;
 }
 
+/* whether an escaped string may hold a NUL (a C string cuts it there) */
+static int esc_nul(px_fstr_t s) {
+  return s.esc && s.n >= 6 && memmem(s.p, s.n, "\\u0000", 6) != NULL;
+}
+
+/* A text part's IR annotations -> ,"citations":[...] (web search result
+ * locations, the cited text cut from the text by the annotation's
+ * characters); what has no citation form is named (annotations_to_citations,
+ * px_anthropic_citation). Nothing written when none maps. */
+static int put_citations(px_buf_t *b, const px_tr_ctx_t *ctx, const px_fpart_t *p,
+                         px_lossy_t *lossy) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("url"), PX_FK("title"),
+                                   PX_FK("start_index"), PX_FK("end_index")};
+  px_fw_t w = {p->annotations.ptr, p->annotations.len, 0};
+  px_buf_t tb;
+  px_str_t tv = {NULL, 0};
+  int r, rc = 0, first = 1, have_text = 0;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  px_buf_init(&tb, p->text.n + 1);
+  while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[NKEYS(keys)];
+    unsigned seen = 0;
+    px_fstr_t t = {0};
+    if (px_fw_peek(&w) != PX_FV_OBJ) {
+      rc = skip_value(&w);
+      px_lossy_add(lossy, px_lossy_annotations(ctx));
+      continue;
+    }
+    if (px_fw_kfields(&w, keys, NKEYS(keys), f, &seen) != 0) {
+      rc = DECLINE;
+      break;
+    }
+    int rt = plain_str((seen & 1) ? &f[0] : NULL, &t);
+    if (rt < 0 || ((seen & 2) && f[1].kind == PX_FV_STR && esc_nul(f[1].s))) {
+      rc = DECLINE;
+      break;
+    }
+    if (rt == 0 || !px_fs_is(t, "url_citation") || !(seen & 2) ||
+        f[1].kind != PX_FV_STR || cempty(f[1].s)) {
+      px_lossy_add(lossy, px_lossy_annotations(ctx));
+      continue;
+    }
+    int64_t si = 0, ei = -1;
+    if (((seen & 8) && px_fw_jint(&f[3], 0, &si) != 0) ||
+        ((seen & 16) && px_fw_jint(&f[4], -1, &ei) != 0)) {
+      rc = DECLINE;
+      break;
+    }
+    if (!have_text) {
+      if (cvalue(p->text.p ? p->text : (px_fstr_t){"", 0, 0}, &tb, &tv) < 0) {
+        rc = DECLINE;
+        break;
+      }
+      have_text = 1;
+    }
+    size_t from = si > 0 ? utf8_offset(tv.ptr, tv.len, si) : 0;
+    size_t to = ei >= 0 ? utf8_offset(tv.ptr, tv.len, ei) : tv.len;
+    if (to < from) to = from;
+    rc = px_fb_lit(
+        b, first ? ",\"citations\":[{\"type\":\"web_search_result_location\",\"url\":"
+                 : ",{\"type\":\"web_search_result_location\",\"url\":");
+    first = 0;
+    if (rc == 0) rc = px_fb_str(b, f[1].s);
+    if (rc == 0) rc = px_fb_lit(b, ",\"title\":");
+    if (rc == 0)
+      rc = (seen & 4) && f[2].kind == PX_FV_STR ? px_fb_str(b, f[2].s)
+                                                : px_fb_lit(b, "null");
+    if (rc == 0) rc = px_fb_lit(b, ",\"cited_text\":");
+    if (rc == 0) rc = px_buf_json_str(b, tv.ptr + from, to - from);
+    if (rc == 0) rc = px_fb_lit(b, ",\"encrypted_index\":\"\"}");
+  }
+  if (rc == 0 && r < 0) rc = DECLINE;
+  if (rc == 0 && !first) rc = px_fb_lit(b, "]");
+  px_buf_free(&tb);
+  return rc;
+}
+
+static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
+                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy,
+                                     px_tr_err_t *err) {
+  if (ir->id.esc) return DECLINE;
+  const px_fpart_t *refusal = NULL; /* the first refusal: its wording */
+  int rc = px_fb_lit(b, "{\"id\":\"");
+  size_t id_at = b->len; /* traces: the id and the model as written */
+  if (rc == 0) rc = px_buf_mint_id(b, "msg_", (px_str_t){ir->id.p, ir->id.n});
+  size_t id_end = b->len;
+  if (rc == 0) rc = px_fb_lit(b, "\",\"type\":\"message\",\"role\":\"assistant\",\"model\":");
+  size_t model_at = b->len;
+  if (rc == 0 && ctx->client_model)
+    rc = px_buf_json_str(b, ctx->client_model, strlen(ctx->client_model));
+  else if (rc == 0)
+    rc = px_fb_str(b, ir->model.p ? ir->model : (px_fstr_t){"", 0, 0});
+  size_t model_end = b->len;
+  if (rc == 0) rc = px_fb_lit(b, ",\"content\":[");
+  int first = 1, n = 0;
+  for (px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
+    if (p->type == PX_FP_REASONING && !reasoning_block(p)) continue;
+    if (p->type == PX_FP_IMAGE || p->type == PX_FP_FILE) continue; /* no block there */
+    if (p->type == PX_FP_TOOL_CALL) {
+      /* the reference's refusal: arguments that are no object (what was
+       * written is dropped with it) */
+      if ((rc = call_input(p, a)) == REFUSE) {
+        char id[300];
+        px_tr_fail(err, "tool_calls.arguments",
+                   "upstream tool call '%s' has arguments that are not a JSON object",
+                   p->id.p ? cstr(p->id, id, sizeof(id)) : "");
+        if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+        return REFUSE;
+      }
+      if (rc != 0 || unique_id(a, ir->content, p, n++) != 0) return DECLINE;
+    }
+    if (p->type == PX_FP_REFUSAL && refusal == NULL) refusal = p;
+    if (!first) rc = px_fb_lit(b, ",");
+    first = 0;
+    if (rc != 0) break;
+    if (p->type == PX_FP_TEXT || p->type == PX_FP_REFUSAL) {
+      rc = px_fb_lit(b, "{\"type\":\"text\",\"text\":");
+      if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : (px_fstr_t){"", 0, 0});
+      if (rc == 0 && p->type == PX_FP_TEXT && p->annotations.ptr != NULL)
+        rc = put_citations(b, ctx, p, lossy);
+      if (rc == 0) rc = px_fb_lit(b, "}");
+    } else if (p->type == PX_FP_REASONING) {
+      rc = put_reasoning(b, p);
+    } else if (p->type == PX_FP_TOOL_CALL) {
+      rc = px_fb_lit(b, "{\"type\":\"tool_use\",\"id\":");
+      if (rc == 0) rc = px_fb_str(b, p->id);
+      if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
+      if (rc == 0) rc = px_fb_str(b, p->name.p ? p->name : (px_fstr_t){"", 0, 0});
+      if (rc == 0) rc = px_fb_lit(b, ",\"input\":");
+      if (rc == 0) rc = px_fb_raw(b, p->input);
+      if (rc == 0) rc = px_fb_lit(b, "}");
+    } else {
+      rc = DECLINE; /* not in a fast answer (px_fast_ops_t.resp_encodes) */
+    }
+  }
+  px_stop_t st = ir->stop == PX_STOP_NONE ? PX_STOP_END_TURN : ir->stop;
+  if (refusal != NULL) st = PX_STOP_REFUSAL;
+  const char *sr = px_stop_to_anthropic(st);
+  if (rc == 0) rc = px_fb_lit(b, "],\"stop_reason\":\"");
+  if (rc == 0) rc = px_fb_lit(b, sr);
+  if (rc == 0) rc = px_fb_lit(b, "\",\"stop_sequence\":");
+  if (rc == 0) rc = ir->stop_sequence.p ? px_fb_str(b, ir->stop_sequence) : px_fb_lit(b, "null");
+  if (rc == 0 && strcmp(sr, "refusal") == 0) {
+    /* why: the upstream's explanation, else the refusal's wording */
+    px_fstr_t expl = ir->refusal_explanation.p ? ir->refusal_explanation
+                     : refusal != NULL         ? refusal->text
+                                               : (px_fstr_t){0};
+    rc = px_fb_lit(b,
+                   ",\"stop_details\":{\"type\":\"refusal\",\"category\":null,"
+                   "\"explanation\":");
+    if (rc == 0) rc = expl.p ? px_fb_str(b, expl) : px_fb_lit(b, "null");
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  int64_t in = ir->has_usage ? ir->in : -1, out = ir->has_usage ? ir->out : -1;
+  int64_t cr = ir->has_usage ? ir->cache_read : -1, cc = ir->has_usage ? ir->cache_creation : -1;
+  if (cr < 0) cr = 0;
+  if (cc < 0) cc = 0;
+  if (in < 0) in = 0;
+  in -= cr + cc;
+  if (in < 0) in = 0;
+  if (rc == 0) rc = px_fb_lit(b, ",\"usage\":{\"input_tokens\":");
+  if (rc == 0) rc = px_fb_i64(b, in);
+  if (rc == 0) rc = px_fb_lit(b, ",\"output_tokens\":");
+  if (rc == 0) rc = px_fb_i64(b, out > 0 ? out : 0);
+  if (rc == 0) rc = px_fb_lit(b, ",\"cache_creation_input_tokens\":");
+  if (rc == 0) rc = px_fb_i64(b, cc);
+  if (rc == 0) rc = px_fb_lit(b, ",\"cache_read_input_tokens\":");
+  if (rc == 0) rc = px_fb_i64(b, cr);
+  if (rc == 0) rc = px_fb_lit(b, "}}");
+  if (rc == 0) px_answer_wrote(ctx->client, b, id_at, id_end, model_at, model_end, sr);
+  return rc;
+}
+
+/* anthropic.c's anth_count_request: the members a count does not take */
+static int anth_fast_count(px_buf_t *b, size_t start, const char *model) {
+  static const px_fkey_t drop[] = {
+      PX_FK("stream"), PX_FK("max_tokens"),     PX_FK("temperature"), PX_FK("top_p"),
+      PX_FK("top_k"),  PX_FK("stop_sequences"), PX_FK("metadata")};
+  (void)model;
+  return px_fb_drop_members(b, start, drop, (int)(sizeof(drop) / sizeof(drop[0])));
+}
+
+const px_fast_ops_t px_anthropic_fast = {
+    .count_request = anth_fast_count,
+    .decode_request = anth_fast_decode_request,
+    .encode_request = anth_fast_encode_request,
+    .decode_response = anth_fast_decode_response,
+    .encode_response = anth_fast_encode_response,
+    /* custom tools and calls as the reference writes them (a function
+     * tool, input {}); prompt_cache_key and verbosity never reach it (the
+     * fit drops them: no caps) and are not written */
+    .encodes = PX_FU_ALL | PX_FU_SYSTEM_NOTE,
+    .resp_encodes = PX_FU_REASONING | PX_FU_REFUSAL | PX_FU_CUSTOM | PX_FU_MEDIA |
+                    PX_FU_ANNOTATIONS | PX_FU_REFUSAL_EXPL,
+    .response_checked = 1,
+};
+
+/* ======================================================================== */
+/* The wire: errors, token counts, model lists, the protocol table          */
+
 json_t *px_anthropic_citation(json_t *ann, const char *text, size_t n, int64_t base) {
   const char *t = px_jstr(ann, "type"), *url = px_jstr(ann, "url");
-  if (t == NULL || strcmp(t, "url_citation") != 0 || url == NULL || *url == 0) return NULL;
+  if (t == NULL || strcmp(t, "url_citation") != 0 || url == NULL || *url == 0)
+    return NULL;
   json_int_t si = px_jint(ann, "start_index", 0), ei = px_jint(ann, "end_index", -1);
   si -= base; /* text starts at character base of the block */
   if (ei >= 0) ei = ei > base ? ei - base : 0;
@@ -1307,139 +2246,9 @@ json_t *px_anthropic_citation(json_t *ann, const char *text, size_t n, int64_t b
   json_t *cited = json_stringn(text + a, b - a);
   if (cited == NULL) cited = json_string(""); /* a span cutting a sequence */
   json_t *title = json_object_get(ann, "title");
-  return json_pack("{s:s,s:s,s:O,s:o,s:s}", "type", "web_search_result_location", "url", url,
-                   "title", json_is_string(title) ? title : json_null(), "cited_text", cited,
-                   "encrypted_index", "");
-}
-
-/* IR annotations of a text part -> the text block's citations; what has
- * no citation form is named lossy. NULL when none maps. */
-static json_t *annotations_to_citations(const px_tr_ctx_t *ctx, json_t *p, px_lossy_t *lossy) {
-  json_t *cits = NULL, *a;
-  size_t i;
-  const char *text = px_jstr(p, "text") ? px_jstr(p, "text") : "";
-  json_array_foreach(json_object_get(p, "annotations"), i, a) {
-    json_t *c = px_anthropic_citation(a, text, strlen(text), 0);
-    if (c == NULL) {
-      px_lossy_add(lossy, px_lossy_annotations(ctx));
-      continue;
-    }
-    if (cits == NULL) cits = json_array();
-    json_array_append_new(cits, c);
-  }
-  return cits;
-}
-
-static int anth_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp,
-                                px_lossy_t *lossy, px_tr_err_t *err) {
-  json_t *content = json_array();
-  json_t *refusal_text = NULL; /* first refusal wording */
-  px_idset_t ids = {0};        /* tool_use ids: non-empty, unique */
-  int ncalls = 0;
-  size_t i;
-  json_t *p;
-  json_array_foreach(json_object_get(ir, "content"), i, p) {
-    const char *t = px_jstr(p, "type");
-    if (t == NULL) continue;
-    if (strcmp(t, "text") == 0) {
-      json_t *blk = text_part(px_jstr(p, "text") ? px_jstr(p, "text") : "");
-      json_t *cits = annotations_to_citations(ctx, p, lossy);
-      if (cits != NULL) json_object_set_new(blk, "citations", cits);
-      json_array_append_new(content, blk);
-    } else if (strcmp(t, "refusal") == 0) {
-      json_array_append_new(content,
-                            text_part(px_jstr(p, "text") ? px_jstr(p, "text") : ""));
-      if (refusal_text == NULL) refusal_text = json_object_get(p, "text");
-    } else if (strcmp(t, "reasoning") == 0) {
-      json_t *sig;
-      if (px_jstr(p, "redacted_data") != NULL) {
-        json_array_append_new(content, json_pack("{s:s,s:s}", "type", "redacted_thinking",
-                                                 "data", px_jstr(p, "redacted_data")));
-      } else if ((sig = px_rtok_out(PX_PROTO_ANTHROPIC, p)) != NULL) {
-        /* signed reasoning; another family's token (OpenAI encrypted_content,
-         * a Gemini thoughtSignature) travels tagged in the signature (even
-         * without summary text) so the client replays it */
-        const char *text = px_jstr(p, "text") ? px_jstr(p, "text") : "";
-        json_array_append_new(content, json_pack("{s:s,s:s,s:o}", "type", "thinking",
-                                                 "thinking", text, "signature", sig));
-      } else if (px_jstr(p, "text") != NULL && px_jstr(p, "text")[0] != 0) {
-        /* unsigned reasoning (Chat reasoning_content, Responses summaries
-         * without encrypted_content) is shown with an empty signature so
-         * the client keeps it */
-        json_array_append_new(content,
-                              json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking",
-                                        px_jstr(p, "text"), "signature", ""));
-      }
-    } else if (strcmp(t, "tool_call") == 0) {
-      const char *args = px_jstr(p, "arguments");
-      json_t *input;
-      if (args == NULL || args[strspn(args, " \t\r\n")] == 0) {
-        input = json_object();
-      } else {
-        input = px_jdoc_loads(args, JSON_DECODE_ANY, NULL);
-        if (!json_is_object(input)) {
-          json_decref(input);
-          json_decref(content);
-          px_idset_free(&ids);
-          px_tr_fail(err, "tool_calls.arguments",
-                     "upstream tool call '%s' has arguments that are not a JSON object",
-                     px_jstr(p, "id") ? px_jstr(p, "id") : "");
-          err->kind = PX_ERR_BAD_GATEWAY;
-          return PX_EINVAL;
-        }
-      }
-      const char *uid = px_idset_unique(&ids, px_str(px_jstr(p, "id")), ncalls++);
-      json_array_append_new(
-          content,
-          json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id", uid ? uid : "", "name",
-                    px_jstr(p, "name") ? px_jstr(p, "name") : "", "input", input));
-    }
-  }
-  px_idset_free(&ids);
-
-  px_stop_t st = px_stop_parse(px_jstr(ir, "stop_reason"));
-  if (st == PX_STOP_NONE) st = PX_STOP_END_TURN;
-  if (refusal_text != NULL) st = PX_STOP_REFUSAL;
-  const char *sr = px_stop_to_anthropic(st);
-  json_t *body = json_object();
-  json_object_set_new(body, "id", px_mint_id("msg_", px_jstr(ir, "id")));
-  json_object_set_new(body, "type", json_string("message"));
-  json_object_set_new(body, "role", json_string("assistant"));
-  json_object_set_new(body, "model",
-                      json_string(ctx->client_model      ? ctx->client_model
-                                  : px_jstr(ir, "model") ? px_jstr(ir, "model")
-                                                         : ""));
-  json_object_set_new(body, "content", content);
-  json_object_set_new(body, "stop_reason", json_string(sr));
-  json_object_set_new(body, "stop_sequence",
-                      px_jstr(ir, "stop_sequence")
-                          ? json_string(px_jstr(ir, "stop_sequence"))
-                          : json_null());
-  if (strcmp(sr, "refusal") == 0) {
-    json_t *expl = json_object_get(ir, "refusal_explanation");
-    if (!json_is_string(expl)) expl = refusal_text;
-    json_object_set_new(body, "stop_details",
-                        json_pack("{s:s,s:n,s:O?}", "type", "refusal", "category",
-                                  "explanation", json_is_string(expl) ? expl : NULL));
-    if (json_object_get(json_object_get(body, "stop_details"), "explanation") == NULL)
-      json_object_set_new(json_object_get(body, "stop_details"), "explanation", json_null());
-  }
-  json_t *u = json_object_get(ir, "usage");
-  int64_t in = px_jint(u, "input_tokens", -1), out = px_jint(u, "output_tokens", -1);
-  int64_t cr = px_jint(u, "cache_read_tokens", -1),
-          cc = px_jint(u, "cache_creation_tokens", -1);
-  if (cr < 0) cr = 0;
-  if (cc < 0) cc = 0;
-  if (in < 0) in = 0;
-  in -= cr + cc;
-  if (in < 0) in = 0;
-  json_object_set_new(body, "usage",
-                      json_pack("{s:I,s:I,s:I,s:I}", "input_tokens", (json_int_t)in,
-                                "output_tokens", (json_int_t)(out > 0 ? out : 0),
-                                "cache_creation_input_tokens", (json_int_t)cc,
-                                "cache_read_input_tokens", (json_int_t)cr));
-  *bodyp = body;
-  return 0;
+  return json_pack("{s:s,s:s,s:O,s:o,s:s}", "type", "web_search_result_location", "url",
+                   url, "title", json_is_string(title) ? title : json_null(),
+                   "cited_text", cited, "encrypted_index", "");
 }
 
 /* ======================================================================== */
@@ -1449,7 +2258,8 @@ static int anth_decode_error(int status, const char *body, size_t len,
                              px_upstream_err_t *out) {
   json_t *j = px_jdoc_load(body, len, 0, NULL);
   json_t *e = json_object_get(j, "error");
-  if (!json_is_object(e) || !is_type(j, "error")) {
+  const char *jt = px_jstr(j, "type");
+  if (!json_is_object(e) || jt == NULL || strcmp(jt, "error") != 0) {
     json_decref(j);
     return PX_EINVAL;
   }
@@ -1465,10 +2275,11 @@ static int anth_decode_error(int status, const char *body, size_t len,
 /* An Anthropic error type string, or NULL when type belongs to another family. */
 static const char *anthropic_type(const char *type) {
   static const char *const known[] = {
-      "invalid_request_error", "authentication_error", "billing_error",
-      "permission_error",      "not_found_error",      "request_too_large",
-      "rate_limit_error",      "api_error",            "overloaded_error",
-      "timeout_error",
+      "invalid_request_error", "authentication_error",
+      "billing_error",         "permission_error",
+      "not_found_error",       "request_too_large",
+      "rate_limit_error",      "api_error",
+      "overloaded_error",      "timeout_error",
   };
   if (type == NULL) return NULL;
   for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
@@ -1502,7 +2313,8 @@ static int anth_encode_error(px_buf_t *out, px_errkind_t kind, const char *type,
   return rc;
 }
 
-static int anth_encode_stream_error(px_buf_t *out, px_errkind_t kind, const char *message) {
+static int anth_encode_stream_error(px_buf_t *out, px_errkind_t kind,
+                                    const char *message) {
   int rc = px_buf_puts(out, "event: error\ndata: ");
   if (rc == 0) rc = error_object(out, kind, NULL, message);
   if (rc == 0) rc = px_buf_puts(out, "}\n\n");
@@ -1515,30 +2327,25 @@ static int anth_count_encode(px_buf_t *out, int64_t n) {
   return px_count_body(out, "{\"input_tokens\":", n);
 }
 
-/* count_tokens takes the request minus generation controls */
-static void anth_count_request(json_t *body, const char *model) {
-  static const char *const drop[] = {"stream", "max_tokens", "temperature", "top_p",
-                                     "top_k", "stop_sequences", "metadata"};
-  (void)model;
-  for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++) json_object_del(body, drop[i]);
-}
-
 static int anth_models(px_buf_t *out, const char *const *ids, const char *const *owners,
                        size_t n) {
   (void)owners;
   int rc = px_buf_puts(out, "{\"data\":[");
   for (size_t i = 0; i < n && rc == 0; i++) {
-    rc = px_buf_puts(out, i ? ",{\"type\":\"model\",\"id\":" : "{\"type\":\"model\",\"id\":");
+    rc = px_buf_puts(out,
+                     i ? ",{\"type\":\"model\",\"id\":" : "{\"type\":\"model\",\"id\":");
     if (rc == 0) rc = px_buf_json_str(out, ids[i], strlen(ids[i]));
     if (rc == 0) rc = px_buf_puts(out, ",\"display_name\":");
     if (rc == 0) rc = px_buf_json_str(out, ids[i], strlen(ids[i]));
     if (rc == 0) rc = px_buf_puts(out, ",\"created_at\":\"1970-01-01T00:00:00Z\"}");
   }
   if (rc == 0) rc = px_buf_puts(out, "],\"has_more\":false,\"first_id\":");
-  if (rc == 0) rc = n ? px_buf_json_str(out, ids[0], strlen(ids[0])) : px_buf_puts(out, "null");
+  if (rc == 0)
+    rc = n ? px_buf_json_str(out, ids[0], strlen(ids[0])) : px_buf_puts(out, "null");
   if (rc == 0) rc = px_buf_puts(out, ",\"last_id\":");
   if (rc == 0)
-    rc = n ? px_buf_json_str(out, ids[n - 1], strlen(ids[n - 1])) : px_buf_puts(out, "null");
+    rc = n ? px_buf_json_str(out, ids[n - 1], strlen(ids[n - 1]))
+           : px_buf_puts(out, "null");
   if (rc == 0) rc = px_buf_puts(out, "}");
   return rc;
 }
@@ -1552,10 +2359,6 @@ const px_proto_ops_t px_proto_anthropic = {
     .otel_operation = "chat",
     .inbound_path = "/messages",
     .upstream_path = "/v1/messages",
-    .decode_request = anth_decode_request,
-    .encode_request = anth_encode_request,
-    .decode_response = anth_decode_response,
-    .encode_response = anth_encode_response,
     .decode_error = anth_decode_error,
     .encode_error = anth_encode_error,
     .encode_stream_error = anth_encode_stream_error,
@@ -1570,7 +2373,6 @@ const px_proto_ops_t px_proto_anthropic = {
     .count_upstream_path = "/v1/messages/count_tokens",
     .count_decode = px_count_input_tokens,
     .count_encode = anth_count_encode,
-    .count_request = anth_count_request,
     .encode_models = anth_models,
     .models_marker_header = "anthropic-version",
     .forward_headers = anth_forward,

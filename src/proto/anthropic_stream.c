@@ -131,20 +131,36 @@ static int64_t sum_pos(int64_t a, int64_t b, int64_t c) {
  * px_jv_fields): its members, a content block's, a delta's (a block's or
  * the message's), a usage object's. */
 enum { E_TYPE, E_INDEX, E_MESSAGE, E_BLOCK, E_DELTA, E_USAGE, E_ERROR, E_N };
-static const px_fkey_t event_keys[] = {PX_FK("type"),  PX_FK("index"), PX_FK("message"),
-                                       PX_FK("content_block"), PX_FK("delta"),
-                                       PX_FK("usage"), PX_FK("error")};
-enum { B_TYPE, B_TEXT, B_THINKING, B_SIGNATURE, B_DATA, B_ID, B_NAME, B_CITATIONS,
-       B_INPUT, B_PARTIAL, B_CITATION, B_STOP_REASON, B_STOP_SEQ, B_STOP_DETAILS, B_N };
+static const px_fkey_t event_keys[] = {
+    PX_FK("type"),  PX_FK("index"), PX_FK("message"), PX_FK("content_block"),
+    PX_FK("delta"), PX_FK("usage"), PX_FK("error")};
+enum {
+  B_TYPE,
+  B_TEXT,
+  B_THINKING,
+  B_SIGNATURE,
+  B_DATA,
+  B_ID,
+  B_NAME,
+  B_CITATIONS,
+  B_INPUT,
+  B_PARTIAL,
+  B_CITATION,
+  B_STOP_REASON,
+  B_STOP_SEQ,
+  B_STOP_DETAILS,
+  B_N
+};
 static const px_fkey_t block_keys[] = {
-    PX_FK("type"),          PX_FK("text"),          PX_FK("thinking"),  PX_FK("signature"),
-    PX_FK("data"),          PX_FK("id"),            PX_FK("name"),      PX_FK("citations"),
-    PX_FK("input"),         PX_FK("partial_json"),  PX_FK("citation"),  PX_FK("stop_reason"),
+    PX_FK("type"),          PX_FK("text"),        PX_FK("thinking"),
+    PX_FK("signature"),     PX_FK("data"),        PX_FK("id"),
+    PX_FK("name"),          PX_FK("citations"),   PX_FK("input"),
+    PX_FK("partial_json"),  PX_FK("citation"),    PX_FK("stop_reason"),
     PX_FK("stop_sequence"), PX_FK("stop_details")};
 enum { GU_IN, GU_CACHE_READ, GU_CACHE_CREATION, GU_OUT, GU_N };
-static const px_fkey_t usage_keys[] = {PX_FK("input_tokens"), PX_FK("cache_read_input_tokens"),
-                                       PX_FK("cache_creation_input_tokens"),
-                                       PX_FK("output_tokens")};
+static const px_fkey_t usage_keys[] = {
+    PX_FK("input_tokens"), PX_FK("cache_read_input_tokens"),
+    PX_FK("cache_creation_input_tokens"), PX_FK("output_tokens")};
 
 /* the usage object u's counts (-1: not an integer there) */
 static void read_usage(const px_fv_t *u, int64_t n[GU_N]) {

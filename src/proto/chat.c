@@ -1,1295 +1,2015 @@
-/* chat.c - OpenAI Chat Completions translator: request/response <-> IR,
- * error bodies. Streams live in chat_stream.c.
- *
- * No I/O. Every field that is dropped on purpose is named with
- * px_lossy_add(); every field that cannot be represented is rejected with
- * px_tr_fail() naming it. docs/translation-chat.md lists both. */
+/* chat.c - the OpenAI Chat Completions codec (include/proxai/fastir.h), in
+ * its four roles, without a jansson document: requests (system, developer,
+ * user and assistant turns with text, images, files, tool calls and tool
+ * messages; function and custom tools; sampling, reasoning and output
+ * settings) and answers (one choice: text, refusal, tool calls, reasoning),
+ * read and written; then the wire: errors, model lists, the protocol table.
+ * Streams live in chat_stream.c. Every rule is the reference's
+ * (test/reference/chat.c) for the same shape, its refusals in its words
+ * (PX_FAST_REFUSE); what it cannot tell exactly as written declines to the
+ * hub's one reader's rule (translate_fast.c: respelled, else refused). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "proxai/fastir.h"
 #include "proxai/jdoc.h"
-#include "proxai/proto.h"
 #include "proxai/protoutil.h"
+#include "proxai/usage.h"
 
+#define DECLINE PX_FAST_DECLINE
+#define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define HAS(x) (seen & (1u << (x)))
+/* refused as chat.c refuses: its param and words (px_tr_fail) */
+#define REFUSE(err, ...) (px_tr_fail((err), __VA_ARGS__), PX_FAST_REFUSE)
+/* chat.c's path buffers (the same truncation) */
 #define PATH_MAX_LEN 96
 #define SUBPATH_LEN 128
 
-/* ------------------------------------------------------------------------ */
-/* small helpers                                                             */
-
-static void add_str(json_t *o, const char *k, const char *s) {
-  json_object_set_new(o, k, json_string(s));
-}
-
-/* Parse "data:<media>;base64,<data>". Returns 0 and fills media/data views,
- * or <0 when url is not a base64 data URL. */
-static int parse_data_url(const char *url, px_str_t *media, px_str_t *data) {
-  if (strncmp(url, "data:", 5) != 0) return PX_EINVAL;
-  const char *m = url + 5;
-  const char *comma = strchr(m, ',');
-  if (comma == NULL) return PX_EINVAL;
-  const char *semi = memchr(m, ';', (size_t)(comma - m));
-  if (semi == NULL) return PX_EINVAL;
-  /* the parameter list must end with ;base64 */
-  if ((size_t)(comma - m) < 7 || memcmp(comma - 7, ";base64", 7) != 0) return PX_EINVAL;
-  media->ptr = m;
-  media->len = (size_t)(semi - m);
-  data->ptr = comma + 1;
-  data->len = strlen(comma + 1);
-  return 0;
-}
-
-static json_t *json_stringn_view(px_str_t s) {
-  return json_stringn(s.ptr, s.len);
-}
-
-/* Join the "text" of every part of the given type in arr; NULL if none. */
-static char *join_parts(json_t *arr, const char *type, int *count) {
+/* The value of string s as a C string in the arena (what chat.c prints
+ * with %s: JSON strings hold no NUL); NULL when out of memory. */
+static const char *cstr(px_arena_t *a, px_fstr_t s) {
   px_buf_t b;
+  px_str_t v;
   px_buf_init(&b, SIZE_MAX);
-  size_t i;
-  json_t *p;
-  int n = 0;
-  json_array_foreach(arr, i, p) {
-    const char *t = px_jstr(p, "type");
-    if (t == NULL || strcmp(t, type) != 0) continue;
-    json_t *tx = json_object_get(p, "text");
-    if (json_is_string(tx))
-      px_buf_append(&b, json_string_value(tx), json_string_length(tx));
-    n++;
-  }
-  if (count) *count = n;
-  if (n == 0) {
-    px_buf_free(&b);
-    return NULL;
-  }
-  px_buf_append(&b, "", 1);
-  return px_buf_steal(&b, NULL);
-}
-
-/* ------------------------------------------------------------------------ */
-/* decode_request: Chat client body -> IR                                  */
-
-/* Text-only content (system, developer, tool): string or array of text
- * parts. Appends {"type":"text","text":..} objects (plus extra fields) to
- * out. */
-static int text_content(json_t *content, const char *path, json_t *out, const char *role,
-                        px_tr_err_t *err) {
-  char p[SUBPATH_LEN];
-  if (json_is_string(content)) {
-    json_t *part = json_pack("{s:s, s:O}", "type", "text", "text", content);
-    if (role) add_str(part, "role", role);
-    json_array_append_new(out, part);
-    return 0;
-  }
-  if (!json_is_array(content))
-    return px_tr_fail(err, path, "%s must be a string or an array of text parts", path);
-  size_t i;
-  json_t *c;
-  json_array_foreach(content, i, c) {
-    snprintf(p, sizeof(p), "%s[%zu]", path, i);
-    const char *t = px_jstr(c, "type");
-    json_t *tx = json_object_get(c, "text");
-    if (t == NULL || strcmp(t, "text") != 0 || !json_is_string(tx))
-      return px_tr_fail(err, p, "%s: only text parts are allowed here", p);
-    json_t *part = json_pack("{s:s, s:O}", "type", "text", "text", tx);
-    if (role) add_str(part, "role", role);
-    json_array_append_new(out, part);
-  }
-  return 0;
-}
-
-/* One user content part -> IR part appended to out. */
-static int user_part(const px_tr_ctx_t *ctx, json_t *c, const char *p, json_t *out,
-                     px_lossy_t *lossy, px_tr_err_t *err) {
-  char q[SUBPATH_LEN];
-  const char *t = px_jstr(c, "type");
-  if (t == NULL) return px_tr_fail(err, p, "%s.type is required", p);
-  if (strcmp(t, "text") == 0) {
-    json_t *tx = json_object_get(c, "text");
-    if (!json_is_string(tx)) return px_tr_fail(err, p, "%s.text must be a string", p);
-    json_array_append_new(out, json_pack("{s:s, s:O}", "type", "text", "text", tx));
-    return 0;
-  }
-  if (strcmp(t, "image_url") == 0) {
-    json_t *iu = json_object_get(c, "image_url");
-    const char *url = json_is_string(iu) ? json_string_value(iu) : px_jstr(iu, "url");
-    snprintf(q, sizeof(q), "%s.image_url.url", p);
-    if (url == NULL) return px_tr_fail(err, q, "%s is required", q);
-    const char *detail = px_jstr(iu, "detail");
-    if (detail != NULL && strcmp(detail, "auto") != 0)
-      px_lossy_add(lossy, "messages[].content[].image_url.detail");
-    px_str_t media, data;
-    if (strncmp(url, "data:", 5) == 0) {
-      if (parse_data_url(url, &media, &data) < 0 || media.len == 0)
-        return px_tr_fail(err, q, "%s: only base64 data URLs are supported", q);
-      json_t *part = json_pack("{s:s}", "type", "image");
-      json_object_set_new(part, "media_type", json_stringn_view(media));
-      json_object_set_new(part, "data", json_stringn_view(data));
-      json_array_append_new(out, part);
-      return 0;
-    }
-    json_array_append_new(out, json_pack("{s:s, s:s}", "type", "image", "url", url));
-    return 0;
-  }
-  if (strcmp(t, "input_audio") == 0)
-    return px_tr_fail(err, p, "%s: audio parts cannot be translated to %s", p,
-                      px_proto_get(ctx->out)->name);
-  if (strcmp(t, "file") == 0) {
-    json_t *f = json_object_get(c, "file");
-    snprintf(q, sizeof(q), "%s.file", p);
-    if (!json_is_object(f)) return px_tr_fail(err, q, "%s must be an object", q);
-    const char *fd = px_jstr(f, "file_data");
-    const char *fid = px_jstr(f, "file_id");
-    const char *fname = px_jstr(f, "filename");
-    json_t *part = json_pack("{s:s}", "type", "file");
-    if (fd != NULL) {
-      px_str_t media, data;
-      if (strncmp(fd, "data:", 5) == 0) {
-        if (parse_data_url(fd, &media, &data) < 0 || media.len == 0) {
-          json_decref(part);
-          snprintf(q, sizeof(q), "%s.file.file_data", p);
-          return px_tr_fail(err, q, "%s: only base64 data URLs are supported", q);
-        }
-        json_object_set_new(part, "media_type", json_stringn_view(media));
-        json_object_set_new(part, "data", json_stringn_view(data));
-      } else {
-        /* bare base64: OpenAI accepts PDFs only */
-        add_str(part, "media_type", "application/pdf");
-        add_str(part, "data", fd);
-      }
-    } else if (fid != NULL) {
-      snprintf(q, sizeof(q), "%s.file.file_id", p);
-      if (px_file_id_check(ctx, q, err) < 0) {
-        json_decref(part);
-        return PX_EINVAL;
-      }
-      add_str(part, "file_id", fid);
-    } else {
-      json_decref(part);
-      return px_tr_fail(err, q, "%s needs file_data or file_id", q);
-    }
-    if (fname != NULL) add_str(part, "filename", fname);
-    json_array_append_new(out, part);
-    return 0;
-  }
-  snprintf(q, sizeof(q), "%s.type", p);
-  return px_tr_fail(err, q, "%s: unknown content part type '%s'", q, t);
-}
-
-/* Validate tool-call arguments: JSON (an object toward an upstream without
- * PX_CAP_ANY_TOOL_ARGS). */
-static int check_arguments(const px_tr_ctx_t *ctx, const char *args, const char *p,
-                           px_tr_err_t *err) {
-  json_error_t je;
-  json_t *v = px_jdoc_loads(args, JSON_DECODE_ANY, &je);
-  if (v == NULL) return px_tr_fail(err, p, "%s is not valid JSON: %s", p, je.text);
-  int ok = json_is_object(v) || px_tr_out_can(ctx, PX_CAP_ANY_TOOL_ARGS);
-  json_decref(v);
-  if (!ok) return px_tr_fail(err, p, "%s must be a JSON object", p);
-  return 0;
-}
-
-static int is_blank(const char *s) {
-  for (; *s; s++)
-    if (*s != ' ' && *s != '\t' && *s != '\n' && *s != '\r') return 0;
-  return 1;
-}
-
-/* Chat custom tool format {type:text} | {type:grammar, grammar:{definition,
- * syntax}} -> the IR (Responses) shape {type:grammar, syntax, definition}. */
-static json_t *format_in(json_t *f) {
-  const char *t = px_jstr(f, "type");
-  if (t == NULL) return NULL;
-  if (strcmp(t, "grammar") == 0) {
-    json_t *g = json_object_get(f, "grammar");
-    return json_pack("{s:s, s:s?, s:s?}", "type", "grammar", "syntax",
-                     px_jstr(g, "syntax"), "definition", px_jstr(g, "definition"));
-  }
-  return json_pack("{s:s}", "type", t);
-}
-
-/* IR custom tool format -> the Chat shape. */
-static json_t *format_out(json_t *f) {
-  const char *t = px_jstr(f, "type");
-  if (t == NULL) return NULL;
-  if (strcmp(t, "grammar") == 0)
-    return json_pack("{s:s, s:{s:s?, s:s?}}", "type", "grammar", "grammar", "syntax",
-                     px_jstr(f, "syntax"), "definition", px_jstr(f, "definition"));
-  return json_pack("{s:s}", "type", t);
-}
-
-/* An assistant message's tool_calls -> IR tool_call parts (custom calls
- * only toward an upstream with PX_CAP_CUSTOM_TOOLS). */
-static int assistant_tool_calls(const px_tr_ctx_t *ctx, json_t *tcs, size_t mi,
-                                json_t *parts, px_tr_err_t *err) {
-  char p[PATH_MAX_LEN];
-  snprintf(p, sizeof(p), "messages[%zu].tool_calls", mi);
-  if (!json_is_array(tcs)) return px_tr_fail(err, p, "%s must be an array", p);
-  size_t i;
-  json_t *tc;
-  json_array_foreach(tcs, i, tc) {
-    const char *type = px_jstr(tc, "type");
-    json_t *fn = json_object_get(tc, "function");
-    const char *id = px_jstr(tc, "id");
-    snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu]", mi, i);
-    if (type != NULL && strcmp(type, "custom") == 0 &&
-        px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
-      /* a custom (freeform) tool call, for an upstream that can hold it */
-      json_t *cu = json_object_get(tc, "custom");
-      if (id == NULL || px_jstr(cu, "name") == NULL)
-        return px_tr_fail(err, p, "%s needs id and custom.name", p);
-      const char *in = px_jstr(cu, "input");
-      json_array_append_new(
-          parts,
-          json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id", id, "name",
-                    px_jstr(cu, "name"), "custom", 1, "input", in ? in : ""));
-      continue;
-    }
-    if (type != NULL && strcmp(type, "function") != 0)
-      return px_tr_fail(err, p, "%s: %s tool calls cannot be translated", p, type);
-    if (id == NULL || !json_is_object(fn) || px_jstr(fn, "name") == NULL)
-      return px_tr_fail(err, p, "%s needs id, function.name and function.arguments", p);
-    const char *args = px_jstr(fn, "arguments");
-    if (args == NULL || is_blank(args)) {
-      args = "{}"; /* a call without arguments, not invalid JSON */
-    } else {
-      snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu].function.arguments", mi, i);
-      if (check_arguments(ctx, args, p, err) < 0) return PX_EINVAL;
-    }
-    json_array_append_new(
-        parts, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id", id, "name",
-                         px_jstr(fn, "name"), "arguments", args));
-  }
-  return 0;
-}
-
-/* An assistant message's content (string, text / refusal parts) -> IR parts */
-static int assistant_content(json_t *m, size_t mi, json_t *parts, px_tr_err_t *err) {
-  char p[PATH_MAX_LEN];
-  json_t *content = json_object_get(m, "content");
-  snprintf(p, sizeof(p), "messages[%zu].content", mi);
-  if (json_is_string(content)) {
-    if (json_string_length(content) > 0)
-      json_array_append_new(parts,
-                            json_pack("{s:s, s:O}", "type", "text", "text", content));
-  } else if (json_is_array(content)) {
-    size_t i;
-    json_t *c;
-    json_array_foreach(content, i, c) {
-      char q[PATH_MAX_LEN];
-      snprintf(q, sizeof(q), "messages[%zu].content[%zu]", mi, i);
-      const char *t = px_jstr(c, "type");
-      if (t != NULL && strcmp(t, "text") == 0 &&
-          json_is_string(json_object_get(c, "text")))
-        json_array_append_new(parts, json_pack("{s:s, s:O}", "type", "text", "text",
-                                               json_object_get(c, "text")));
-      else if (t != NULL && strcmp(t, "refusal") == 0 &&
-               json_is_string(json_object_get(c, "refusal")))
-        json_array_append_new(parts, json_pack("{s:s, s:O}", "type", "refusal", "text",
-                                               json_object_get(c, "refusal")));
-      else
-        return px_tr_fail(err, q, "%s: assistant content parts must be text or refusal",
-                          q);
-    }
-  } else if (!json_is_null(content) && content != NULL) {
-    return px_tr_fail(err, p, "%s must be a string, an array or null", p);
-  }
-  return 0;
-}
-
-static int assistant_msg(const px_tr_ctx_t *ctx, json_t *m, size_t mi, json_t *parts,
-                         px_lossy_t *lossy, px_tr_err_t *err) {
-  char p[PATH_MAX_LEN];
-  json_t *rc = json_object_get(m, "reasoning_content");
-  if (json_is_string(rc) && json_string_length(rc) > 0)
-    json_array_append_new(parts,
-                          json_pack("{s:s, s:O}", "type", "reasoning", "text", rc));
-  if (assistant_content(m, mi, parts, err) < 0) return PX_EINVAL;
-  json_t *refusal = json_object_get(m, "refusal");
-  int has_refusal_part = 0;
-  size_t k;
-  json_t *x;
-  json_array_foreach(parts, k, x) {
-    if (strcmp(px_jstr(x, "type"), "refusal") == 0) has_refusal_part = 1;
-  }
-  if (json_is_string(refusal) && json_string_length(refusal) > 0 && !has_refusal_part)
-    json_array_append_new(parts,
-                          json_pack("{s:s, s:O}", "type", "refusal", "text", refusal));
-  if (json_object_get(m, "function_call") != NULL &&
-      !json_is_null(json_object_get(m, "function_call"))) {
-    snprintf(p, sizeof(p), "messages[%zu].function_call", mi);
-    return px_tr_fail(err, p,
-                      "%s: legacy function calls are not supported, use tool_calls", p);
-  }
-  if (json_object_get(m, "audio") != NULL && !json_is_null(json_object_get(m, "audio"))) {
-    snprintf(p, sizeof(p), "messages[%zu].audio", mi);
-    return px_tr_fail(err, p, "%s: audio cannot be translated", p);
-  }
-  json_t *tcs = json_object_get(m, "tool_calls");
-  if (tcs != NULL && !json_is_null(tcs) &&
-      assistant_tool_calls(ctx, tcs, mi, parts, err) < 0)
-    return PX_EINVAL;
-  (void)lossy;
-  return 0;
-}
-
-/* The last IR message if it is a user message holding only tool results. */
-static json_t *tool_result_tail(json_t *msgs) {
-  size_t n = json_array_size(msgs);
-  if (n == 0) return NULL;
-  json_t *last = json_array_get(msgs, n - 1);
-  if (strcmp(px_jstr(last, "role"), "user") != 0) return NULL;
-  if (json_array_size(json_object_get(last, "content")) == 0) return NULL;
-  size_t i;
-  json_t *p;
-  json_array_foreach(json_object_get(last, "content"), i, p) {
-    if (strcmp(px_jstr(p, "type"), "tool_result") != 0) return NULL;
-  }
-  return last;
-}
-
-/* A user message's content (string or parts) -> an IR user message */
-static int user_msg(const px_tr_ctx_t *ctx, json_t *content, size_t mi, const char *cp,
-                    json_t *ir, json_t *out, px_lossy_t *lossy, px_tr_err_t *err) {
-  json_t *parts = json_array();
-  json_object_set_new(ir, "_tmp", parts); /* freed with ir on failure */
-  if (json_is_string(content)) {
-    json_array_append_new(parts,
-                          json_pack("{s:s, s:O}", "type", "text", "text", content));
-  } else if (json_is_array(content)) {
-    size_t i;
-    json_t *c;
-    json_array_foreach(content, i, c) {
-      char q[PATH_MAX_LEN];
-      snprintf(q, sizeof(q), "messages[%zu].content[%zu]", mi, i);
-      if (user_part(ctx, c, q, parts, lossy, err) < 0) return PX_EINVAL;
-    }
-  } else {
-    return px_tr_fail(err, cp, "%s must be a string or an array", cp);
-  }
-  json_array_append_new(out, json_pack("{s:s, s:O}", "role", "user", "content", parts));
-  json_object_del(ir, "_tmp");
-  return 0;
-}
-
-/* A tool message -> an IR tool_result; consecutive ones share a user message */
-static int tool_msg(json_t *m, json_t *content, size_t mi, const char *cp, json_t *ir,
-                    json_t *out, px_tr_err_t *err) {
-  char p[PATH_MAX_LEN];
-  const char *id = px_jstr(m, "tool_call_id");
-  if (id == NULL) {
-    snprintf(p, sizeof(p), "messages[%zu].tool_call_id", mi);
-    return px_tr_fail(err, p, "%s is required", p);
-  }
-  json_t *tc = json_array();
-  json_object_set_new(ir, "_tmp", tc);
-  if (text_content(content, cp, tc, NULL, err) < 0) return PX_EINVAL;
-  json_t *res = json_pack("{s:s, s:s, s:O}", "type", "tool_result", "tool_call_id", id,
-                          "content", tc);
-  json_object_del(ir, "_tmp");
-  /* consecutive tool results share one IR user message */
-  json_t *tail = tool_result_tail(out);
-  if (tail != NULL) {
-    json_array_append_new(json_object_get(tail, "content"), res);
-  } else {
-    json_t *um = json_pack("{s:s, s:[]}", "role", "user", "content");
-    json_array_append_new(json_object_get(um, "content"), res);
-    json_array_append_new(out, um);
-  }
-  return 0;
-}
-
-static int decode_messages(const px_tr_ctx_t *ctx, json_t *msgs, json_t *ir,
-                           px_lossy_t *lossy, px_tr_err_t *err) {
-  char p[PATH_MAX_LEN];
-  if (!json_is_array(msgs))
-    return px_tr_fail(err, "messages", "messages must be an array");
-  json_t *system = json_array();
-  json_t *out = json_array();
-  json_object_set_new(ir, "system", system);
-  json_object_set_new(ir, "messages", out);
-  size_t mi;
-  json_t *m;
-  json_array_foreach(msgs, mi, m) {
-    snprintf(p, sizeof(p), "messages[%zu].role", mi);
-    const char *role = px_jstr(m, "role");
-    if (!json_is_object(m) || role == NULL)
-      return px_tr_fail(err, p, "%s is required", p);
-    if (json_object_get(m, "name") != NULL) px_lossy_add(lossy, "messages[].name");
-    json_t *content = json_object_get(m, "content");
-    char cp[PATH_MAX_LEN];
-    snprintf(cp, sizeof(cp), "messages[%zu].content", mi);
-    if (strcmp(role, "system") == 0 || strcmp(role, "developer") == 0) {
-      if (text_content(content, cp, system, role, err) < 0) return PX_EINVAL;
-    } else if (strcmp(role, "user") == 0) {
-      if (user_msg(ctx, content, mi, cp, ir, out, lossy, err) < 0) return PX_EINVAL;
-    } else if (strcmp(role, "assistant") == 0) {
-      json_t *parts = json_array();
-      json_object_set_new(ir, "_tmp", parts);
-      if (assistant_msg(ctx, m, mi, parts, lossy, err) < 0) return PX_EINVAL;
-      json_array_append_new(
-          out, json_pack("{s:s, s:O}", "role", "assistant", "content", parts));
-      json_object_del(ir, "_tmp");
-    } else if (strcmp(role, "tool") == 0) {
-      if (tool_msg(m, content, mi, cp, ir, out, err) < 0) return PX_EINVAL;
-    } else if (strcmp(role, "function") == 0) {
-      return px_tr_fail(err, p,
-                        "%s: the legacy 'function' role cannot be translated "
-                        "(it has no tool_call_id); use 'tool'",
-                        p);
-    } else {
-      return px_tr_fail(err, p, "%s: unknown role '%s'", p, role);
-    }
-  }
-  if (json_array_size(system) == 0) json_object_del(ir, "system");
-  return 0;
-}
-
-static int decode_tools(const px_tr_ctx_t *ctx, json_t *tools, json_t *ir,
-                        px_tr_err_t *err) {
-  char p[PATH_MAX_LEN];
-  if (!json_is_array(tools)) return px_tr_fail(err, "tools", "tools must be an array");
-  json_t *out = json_array();
-  json_object_set_new(ir, "tools", out);
-  size_t i;
-  json_t *t;
-  json_array_foreach(tools, i, t) {
-    const char *type = px_jstr(t, "type");
-    snprintf(p, sizeof(p), "tools[%zu].type", i);
-    if (type != NULL && strcmp(type, "custom") == 0 &&
-        px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
-      json_t *cu = json_object_get(t, "custom");
-      const char *name = px_jstr(cu, "name");
-      if (name == NULL) {
-        snprintf(p, sizeof(p), "tools[%zu].custom.name", i);
-        return px_tr_fail(err, p, "%s is required", p);
-      }
-      json_t *o = json_pack("{s:s, s:s}", "type", "custom", "name", name);
-      if (px_jstr(cu, "description") != NULL)
-        add_str(o, "description", px_jstr(cu, "description"));
-      json_t *f = format_in(json_object_get(cu, "format"));
-      if (f != NULL) json_object_set_new(o, "format", f);
-      json_array_append_new(out, o);
-      continue;
-    }
-    if (type != NULL && strcmp(type, "custom") == 0)
-      return px_tr_fail(err, p,
-                        "%s: custom (freeform text) tools cannot be translated to %s", p,
-                        px_proto_get(ctx->out)->name);
-    if (type == NULL || strcmp(type, "function") != 0)
-      return px_tr_fail(err, p, "%s: unsupported tool type", p);
-    json_t *fn = json_object_get(t, "function");
-    const char *name = px_jstr(fn, "name");
-    if (name == NULL) {
-      snprintf(p, sizeof(p), "tools[%zu].function.name", i);
-      return px_tr_fail(err, p, "%s is required", p);
-    }
-    json_t *o = json_pack("{s:s}", "name", name);
-    json_t *v;
-    if ((v = json_object_get(fn, "description")) != NULL && json_is_string(v))
-      json_object_set(o, "description", v);
-    v = json_object_get(fn, "parameters");
-    if (json_is_object(v))
-      json_object_set(o, "parameters", v);
-    else
-      json_object_set_new(o, "parameters",
-                          json_pack("{s:s, s:{}}", "type", "object", "properties"));
-    if ((v = json_object_get(fn, "strict")) != NULL && json_is_boolean(v))
-      json_object_set(o, "strict", v);
-    json_array_append_new(out, o);
-  }
-  return 0;
-}
-
-static int decode_tool_choice(const px_tr_ctx_t *ctx, json_t *tc, json_t *ir,
-                              px_lossy_t *lossy, px_tr_err_t *err) {
-  if (json_is_string(tc)) {
-    const char *s = json_string_value(tc);
-    if (strcmp(s, "auto") != 0 && strcmp(s, "none") != 0 && strcmp(s, "required") != 0)
-      return px_tr_fail(err, "tool_choice", "tool_choice: unknown value '%s'", s);
-    json_object_set_new(ir, "tool_choice", json_pack("{s:s}", "type", s));
-    return 0;
-  }
-  const char *type = px_jstr(tc, "type");
-  if (type != NULL && strcmp(type, "function") == 0) {
-    const char *name = px_jstr(json_object_get(tc, "function"), "name");
-    if (name == NULL)
-      return px_tr_fail(err, "tool_choice.function.name",
-                        "tool_choice.function.name is "
-                        "required");
-    json_object_set_new(ir, "tool_choice",
-                        json_pack("{s:s, s:s}", "type", "tool", "name", name));
-    return 0;
-  }
-  if (type != NULL && strcmp(type, "custom") == 0 &&
-      px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
-    const char *name = px_jstr(json_object_get(tc, "custom"), "name");
-    if (name == NULL)
-      return px_tr_fail(err, "tool_choice.custom.name",
-                        "tool_choice.custom.name is required");
-    json_object_set_new(ir, "tool_choice",
-                        json_pack("{s:s, s:s}", "type", "tool", "name", name));
-    return 0;
-  }
-  if (type != NULL && strcmp(type, "allowed_tools") == 0) {
-    /* the restriction to a subset cannot be carried; the mode can */
-    const char *mode = px_jstr(json_object_get(tc, "allowed_tools"), "mode");
-    px_lossy_add(lossy, "tool_choice.allowed_tools");
-    json_object_set_new(
-        ir, "tool_choice",
-        json_pack("{s:s}", "type",
-                  mode && strcmp(mode, "required") == 0 ? "required" : "auto"));
-    return 0;
-  }
-  return px_tr_fail(err, "tool_choice", "tool_choice: type '%s' cannot be translated",
-                    type ? type : "?");
-}
-
-static int decode_response_format(json_t *rf, json_t *ir, px_tr_err_t *err) {
-  const char *type = px_jstr(rf, "type");
-  if (type == NULL)
-    return px_tr_fail(err, "response_format", "response_format.type is required");
-  if (strcmp(type, "text") == 0 || strcmp(type, "json_object") == 0) {
-    json_object_set_new(ir, "response_format", json_pack("{s:s}", "type", type));
-    return 0;
-  }
-  if (strcmp(type, "json_schema") != 0)
-    return px_tr_fail(err, "response_format.type", "response_format.type '%s' is unknown",
-                      type);
-  json_t *js = json_object_get(rf, "json_schema");
-  if (!json_is_object(js) || !json_is_object(json_object_get(js, "schema")))
-    return px_tr_fail(err, "response_format.json_schema.schema",
-                      "response_format.json_schema.schema is required");
-  json_t *o = json_pack("{s:s, s:O}", "type", "json_schema", "schema",
-                        json_object_get(js, "schema"));
-  const char *s;
-  if ((s = px_jstr(js, "name")) != NULL) add_str(o, "name", s);
-  if ((s = px_jstr(js, "description")) != NULL) add_str(o, "description", s);
-  json_t *st = json_object_get(js, "strict");
-  if (json_is_boolean(st)) json_object_set(o, "strict", st);
-  json_object_set_new(ir, "response_format", o);
-  return 0;
-}
-
-/* max_tokens / max_completion_tokens, temperature, top_p, stop -> IR: 0,
- * <0 when invalid, 1 when key is none of them. */
-static int decode_limits(const char *key, json_t *v, json_t *body, json_t *ir,
-                         px_tr_err_t *err) {
-  if (strcmp(key, "max_tokens") == 0 || strcmp(key, "max_completion_tokens") == 0) {
-    if (json_is_null(v)) return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < 1) {
-      px_tr_fail(err, key, "%s must be a positive integer", key);
-      return PX_EINVAL;
-    }
-    /* max_completion_tokens wins over the deprecated max_tokens */
-    if (strcmp(key, "max_completion_tokens") == 0 ||
-        json_object_get(body, "max_completion_tokens") == NULL ||
-        json_is_null(json_object_get(body, "max_completion_tokens")))
-      json_object_set(ir, "max_tokens", v);
-  } else if (strcmp(key, "temperature") == 0 || strcmp(key, "top_p") == 0) {
-    if (json_is_number(v)) json_object_set(ir, key, v);
-  } else if (strcmp(key, "stop") == 0) {
-    if (json_is_string(v)) {
-      json_object_set_new(ir, "stop", json_pack("[O]", v));
-    } else if (json_is_array(v)) {
-      size_t i;
-      json_t *s;
-      json_array_foreach(v, i, s) {
-        if (!json_is_string(s)) {
-          px_tr_fail(err, "stop", "stop must be a string or an array of strings");
-          return PX_EINVAL;
-        }
-      }
-      if (json_array_size(v) > 0) json_object_set(ir, "stop", v);
-    } else if (!json_is_null(v)) {
-      px_tr_fail(err, "stop", "stop must be a string or an array of strings");
-      return PX_EINVAL;
-    }
-  } else {
-    return 1;
-  }
-  return 0;
-}
-
-/* Fields whose use cannot be translated (n > 1, audio, legacy functions):
- * <0 when used, 0 when unused, 1 when key is none of them. */
-static int decode_refused(const px_tr_ctx_t *ctx, const char *key, json_t *v,
-                          px_tr_err_t *err) {
-  if (strcmp(key, "n") == 0) {
-    if (json_is_null(v)) return 0;
-    if (!json_is_integer(v) || json_integer_value(v) != 1) {
-      px_tr_fail(err, "n", "n: only one choice can be translated to %s",
-                 px_proto_get(ctx->out)->name);
-      return PX_EINVAL;
-    }
-  } else if (strcmp(key, "modalities") == 0) {
-    size_t i;
-    json_t *s;
-    json_array_foreach(v, i, s) {
-      if (!json_is_string(s) || strcmp(json_string_value(s), "text") != 0) {
-        px_tr_fail(err, "modalities", "modalities: only text output can be translated");
-        return PX_EINVAL;
-      }
-    }
-  } else if (strcmp(key, "audio") == 0) {
-    if (json_is_null(v)) return 0;
-    return px_tr_fail(err, "audio", "audio: audio output cannot be translated");
-  } else if (strcmp(key, "functions") == 0 || strcmp(key, "function_call") == 0) {
-    if (json_is_null(v)) return 0;
-    return px_tr_fail(err, key, "%s: legacy function calling is not supported, use tools",
-                      key);
-  } else {
-    return 1;
-  }
-  return 0;
-}
-
-/* Fields dropped by name (and the two the hub may keep, px_ir_fit_request):
- * 0, or 1 when key is none of them. */
-static int decode_dropped(const char *key, json_t *v, json_t *ir, px_lossy_t *lossy) {
-  /* dropped when set (not null) */
-  static const char *const when_set[] = {
-      PX_LOSSY("top_logprobs"),
-      PX_LOSSY("logit_bias"),
-      PX_LOSSY("seed"),
-      PX_LOSSY("presence_penalty"),
-      PX_LOSSY("frequency_penalty"),
-      PX_LOSSY("service_tier"),
-      PX_LOSSY("prediction"),
-      PX_LOSSY("store"),
-      PX_LOSSY("prompt_cache_retention"),
-      PX_LOSSY("web_search_options"),
-  };
-  for (size_t i = 0; i < sizeof(when_set) / sizeof(when_set[0]); i++)
-    if (strcmp(key, when_set[i]) == 0) {
-      if (!json_is_null(v)) px_lossy_add(lossy, when_set[i]);
-      return 0;
-    }
-  if (strcmp(key, "logprobs") == 0) {
-    if (json_is_true(v)) px_lossy_add(lossy, "logprobs");
-  } else if (strcmp(key, "prompt_cache_key") == 0) {
-    if (json_is_string(v))
-      json_object_set(ir, "prompt_cache_key", v); /* px_ir_fit_request */
-    else if (!json_is_null(v))
-      px_lossy_add(lossy, "prompt_cache_key");
-  } else if (strcmp(key, "verbosity") == 0) {
-    if (json_is_string(v))
-      json_object_set(ir, "verbosity", v); /* px_ir_fit_request */
-    else if (!json_is_null(v))
-      px_lossy_add(lossy, "verbosity");
-  } else {
-    return 1;
-  }
-  return 0;
-}
-
-static int chat_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **irp,
-                               px_lossy_t *lossy, px_tr_err_t *err) {
-  if (!json_is_object(body))
-    return px_tr_fail(err, "", "request body must be a JSON object");
-  json_t *ir = json_object();
-  const char *key;
-  json_t *v;
-  int rc;
-  json_object_foreach(body, key, v) {
-    if (strcmp(key, "model") == 0) {
-      if (!json_is_string(v)) {
-        px_tr_fail(err, "model", "model must be a string");
-        goto fail;
-      }
-      json_object_set(ir, "model", v);
-    } else if (strcmp(key, "messages") == 0) {
-      if (decode_messages(ctx, v, ir, lossy, err) < 0) goto fail;
-    } else if (strcmp(key, "tools") == 0) {
-      if (!json_is_null(v) && decode_tools(ctx, v, ir, err) < 0) goto fail;
-    } else if (strcmp(key, "tool_choice") == 0) {
-      if (!json_is_null(v) && decode_tool_choice(ctx, v, ir, lossy, err) < 0) goto fail;
-    } else if (strcmp(key, "parallel_tool_calls") == 0) {
-      if (json_is_boolean(v)) json_object_set(ir, "parallel_tool_calls", v);
-    } else if ((rc = decode_limits(key, v, body, ir, err)) <= 0) {
-      if (rc < 0) goto fail;
-    } else if (strcmp(key, "response_format") == 0) {
-      if (!json_is_null(v) && decode_response_format(v, ir, err) < 0) goto fail;
-    } else if (strcmp(key, "reasoning_effort") == 0) {
-      if (json_is_string(v))
-        json_object_set_new(ir, "reasoning", json_pack("{s:O}", "effort", v));
-    } else if (strcmp(key, "user") == 0) {
-      if (json_is_string(v)) json_object_set(ir, "user", v);
-    } else if (strcmp(key, "safety_identifier") == 0) {
-      if (!json_is_string(v)) continue;
-      if (px_jstr(body, "user") == NULL)
-        json_object_set(ir, "user", v);
-      else
-        px_lossy_add(lossy, "safety_identifier");
-    } else if (strcmp(key, "metadata") == 0) {
-      if (json_is_object(v)) json_object_set(ir, "metadata", v);
-    } else if (strcmp(key, "stream") == 0) {
-      if (json_is_boolean(v)) json_object_set(ir, "stream", v);
-    } else if (strcmp(key, "stream_options") == 0) {
-      json_t *iu = json_object_get(v, "include_usage");
-      if (json_is_boolean(iu)) json_object_set(ir, "include_usage", iu);
-      if (json_object_get(v, "include_obfuscation") != NULL)
-        px_lossy_add(lossy, "stream_options.include_obfuscation");
-    } else if ((rc = decode_refused(ctx, key, v, err)) <= 0) {
-      if (rc < 0) goto fail;
-    } else if (decode_dropped(key, v, ir, lossy) != 0 && !json_is_null(v)) {
-      px_lossy_add(lossy, key); /* unknown field: named, never silently dropped */
-    }
-  }
-  if (json_object_get(ir, "messages") == NULL) {
-    px_tr_fail(err, "messages", "messages is required");
-    goto fail;
-  }
-  *irp = ir;
-  return 0;
-fail:
-  json_decref(ir);
-  return PX_EINVAL;
-}
-
-/* ------------------------------------------------------------------------ */
-/* encode_request: IR -> Chat upstream body                                 */
-
-/* A replayed opaque reasoning token Chat cannot carry, named as the CLIENT
- * spelled it. */
-static void lossy_reasoning_tokens(const px_tr_ctx_t *ctx, json_t *part,
-                                   px_lossy_t *lossy) {
-  const px_lossy_names_t *n = px_in_names(ctx);
-  if (px_jstr(part, "signature") != NULL || px_jstr(part, "encrypted_content") != NULL ||
-      px_jstr(part, "thought_signature") != NULL)
-    px_lossy_add(lossy, n->reasoning_token);
-  if (px_jstr(part, "redacted_data") != NULL) px_lossy_add(lossy, n->reasoning_redacted);
-}
-
-static json_t *image_part_out(json_t *p, const char *path, px_tr_err_t *err) {
-  const char *url = px_jstr(p, "url");
-  if (url != NULL)
-    return json_pack("{s:s, s:{s:s}}", "type", "image_url", "image_url", "url", url);
-  const char *mt = px_jstr(p, "media_type"), *data = px_jstr(p, "data");
-  if (mt == NULL || data == NULL) {
-    px_tr_fail(err, path, "%s: image needs url or media_type and data", path);
-    return NULL;
-  }
-  json_t *s = json_sprintf("data:%s;base64,%s", mt, data);
-  return json_pack("{s:s, s:{s:o}}", "type", "image_url", "image_url", "url", s);
-}
-
-static json_t *file_part_out(json_t *p, const char *path, px_tr_err_t *err) {
-  const char *fid = px_jstr(p, "file_id"), *mt = px_jstr(p, "media_type"),
-             *data = px_jstr(p, "data"), *fname = px_jstr(p, "filename");
-  json_t *f = json_object();
-  if (fid != NULL) {
-    add_str(f, "file_id", fid);
-  } else if (mt != NULL && data != NULL) {
-    json_object_set_new(f, "file_data", json_sprintf("data:%s;base64,%s", mt, data));
-    /* OpenAI wants a filename with inline file data */
-    add_str(f, "filename", px_inline_filename(p));
-  } else {
-    json_decref(f);
-    px_tr_fail(err, path, "%s: files by URL cannot be sent to openai_chat_completions",
-               path);
-    return NULL;
-  }
-  if (fid != NULL && fname != NULL) add_str(f, "filename", fname);
-  return json_pack("{s:s, s:o}", "type", "file", "file", f);
-}
-
-/* IR tool_result -> {"role":"tool",...}. Tool messages hold text only. */
-static json_t *tool_msg_out(const px_tr_ctx_t *ctx, json_t *p, px_lossy_t *lossy) {
-  json_t *c = json_object_get(p, "content");
-  px_buf_t b;
-  px_buf_init(&b, SIZE_MAX);
-  if (json_is_string(c)) {
-    px_buf_append(&b, json_string_value(c), json_string_length(c));
-  } else {
-    size_t i;
-    json_t *q;
-    json_array_foreach(c, i, q) {
-      const char *t = px_jstr(q, "type");
-      json_t *tx = json_object_get(q, "text");
-      int file = t != NULL && strcmp(t, "file") == 0;
-      if (t != NULL && strcmp(t, "text") == 0 && json_is_string(tx))
-        px_buf_append(&b, json_string_value(tx), json_string_length(tx));
-      else /* named as the client spelled it */
-        px_lossy_add(lossy, file ? px_in_names(ctx)->tool_result_file
-                                 : px_in_names(ctx)->tool_result_image);
-    }
-  }
-  if (json_is_true(json_object_get(p, "is_error")))
-    px_lossy_add(lossy, "messages[].content[].is_error");
-  json_t *m = json_pack("{s:s, s:s}", "role", "tool", "tool_call_id",
-                        px_jstr(p, "tool_call_id") ? px_jstr(p, "tool_call_id") : "");
-  /* the texts of a document, joined: valid UTF-8 already */
-  if (m != NULL &&
-      json_object_set_new_nocheck(
-          m, "content", json_stringn_nocheck(b.data ? b.data : "", b.len)) < 0) {
-    json_decref(m);
-    m = NULL;
-  }
+  char *c = NULL;
+  if (px_json_unescape(s.p, s.n, s.esc, &b, &v) == 0 &&
+      (c = px_arena_alloc(a, v.len + 1)))
+    memcpy(c, v.ptr, v.len);
   px_buf_free(&b);
+  return c;
+}
+
+/* is_val of an escaped s */
+static int esc_is(px_fstr_t s, const char *lit, size_t n) {
+  if (s.n > 6 * n) return 0; /* an escape spells one byte in 6 at most */
+  px_buf_t b;
+  px_str_t v;
+  px_buf_init(&b, s.n + 1);
+  int eq = px_json_unescape(s.p, s.n, 1, &b, &v) == 0 && v.len == n &&
+           memcmp(v.ptr, lit, n) == 0;
+  px_buf_free(&b);
+  return eq;
+}
+
+/* Whether the value of string s (escaped or not) is lit, as chat.c's
+ * strcmp on it decides (inline: lit's length folds). */
+static inline int is_val(px_fstr_t s, const char *lit) {
+  size_t n = strlen(lit);
+  if (s.p == NULL) return 0;
+  if (s.esc) return esc_is(s, lit, n);
+  return s.n == n && memcmp(s.p, lit, n) == 0;
+}
+
+/* the array element at the cursor (px_fw_elem left it there) is an
+ * object */
+#define AT_OBJ(w) ((w).i < (w).n && (w).p[(w).i] == '{')
+
+/* The array element at the cursor: an object's members named in keys into
+ * f (px_fw_kfields), another value passed (nothing seen). 0 or DECLINE. */
+static int elem_fields(px_fw_t *w, const px_fkey_t *keys, int n, px_fv_t *f,
+                       unsigned *seen) {
+  px_fv_t skip;
+  if (AT_OBJ(*w)) return px_fw_kfields(w, keys, n, f, seen);
+  return px_fw_value(w, &skip) < 0 ? DECLINE : 0;
+}
+
+/* ======================================================================== */
+/* Request decode                                                            */
+
+/* "messages[mi].content" (chat.c's content path) into p */
+static const char *content_path(char *p, size_t n, size_t mi) {
+  snprintf(p, n, "messages[%zu].content", mi);
+  return p;
+}
+
+/* "messages[mi].content[j]" (chat.c's part path) into p */
+static const char *part_path(char *p, size_t n, size_t mi, size_t j) {
+  snprintf(p, n, "messages[%zu].content[%zu]", mi, j);
+  return p;
+}
+
+/* text-only content (system, developer, tool) of message mi: a string or
+ * text parts (other members of a part ignored, as chat.c's text_content) */
+static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
+                        int developer, size_t mi, px_arena_t *a, px_tr_err_t *err) {
+  char cp[PATH_MAX_LEN], q[SUBPATH_LEN];
+  if (c->kind == PX_FV_STR) {
+    px_fpart_t *p = px_fpart_text(a, c->s);
+    if (p == NULL) return DECLINE;
+    p->developer = developer;
+    px_fpart_push(head, tail, p);
+    return 0;
+  }
+  if (c->kind != PX_FV_ARR) {
+    content_path(cp, sizeof(cp), mi);
+    return REFUSE(err, cp, "%s must be a string or an array of text parts", cp);
+  }
+  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
+  int r;
+  size_t i = 0;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  for (; (r = px_fw_elem(&w)) == 1; i++) {
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text")};
+    px_fv_t f[2];
+    unsigned seen = 0;
+    int obj = AT_OBJ(w);
+    if (obj && px_fw_kfields(&w, keys, 2, f, &seen) != 0) return DECLINE;
+    if (!obj || !HAS(0) || f[0].kind != PX_FV_STR || !is_val(f[0].s, "text") || !HAS(1) ||
+        f[1].kind != PX_FV_STR) {
+      snprintf(q, sizeof(q), "%s[%zu]", content_path(cp, sizeof(cp), mi), i);
+      return REFUSE(err, q, "%s: only text parts are allowed here", q);
+    }
+    px_fpart_t *p = px_fpart_text(a, f[1].s);
+    if (p == NULL) return DECLINE;
+    p->developer = developer;
+    px_fpart_push(head, tail, p);
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* "data:<media>;base64,<data>" (u begins with "data:" as it is: is_data)
+ * -> media, data spans, as chat.c's parse_data_url (and a media type
+ * required): 0; -1 when not one (chat.c names the error); DECLINE when
+ * escapes in its header keep it from being read as it is (the data's are
+ * kept: base64's "\/") */
+static int data_url(px_fstr_t u, px_fstr_t *media, px_fstr_t *data) {
+  const char *m = u.p + 5, *end = u.p + u.n;
+  const char *comma = memchr(m, ',', (size_t)(end - m));
+  if (u.esc && memchr(u.p, '\\', comma ? (size_t)(comma - u.p) : u.n) != NULL)
+    return DECLINE;
+  if (comma == NULL) return -1;
+  const char *semi = memchr(m, ';', (size_t)(comma - m));
+  if (semi == NULL || semi == m) return -1;
+  if ((size_t)(comma - m) < 7 || memcmp(comma - 7, ";base64", 7) != 0) return -1;
+  *media = (px_fstr_t){m, (size_t)(semi - m), 0};
+  *data = (px_fstr_t){comma + 1, (size_t)(end - comma - 1), u.esc};
+  return 0;
+}
+
+/* Whether the value of s begins with "data:": 1, 0, or -1 when an escape
+ * where it would stand keeps it from being told as it is */
+static int is_data(px_fstr_t s) {
+  size_t k = 0;
+  for (; k < 5 && k < s.n && s.p[k] != '\\'; k++)
+    if (s.p[k] != "data:"[k]) return 0;
+  return k == 5 ? 1 : k == s.n ? 0 : -1;
+}
+
+/* {type:"image_url", image_url: url | {url, detail}} (has: the member is
+ * there) of part j of message mi -> an IMAGE part */
+static int image_part(const px_fv_t *iu, int has, px_fpart_t *p, size_t mi, size_t j,
+                      px_lossy_t *lossy, px_tr_err_t *err) {
+  static const px_fkey_t keys[] = {PX_FK("url"), PX_FK("detail")};
+  char pp[PATH_MAX_LEN], q[SUBPATH_LEN];
+  px_fv_t f[2];
+  unsigned seen = 0;
+  px_fstr_t url = {NULL, 0, 0};
+  if (has && iu->kind == PX_FV_STR) {
+    url = iu->s;
+  } else if (has && iu->kind == PX_FV_OBJ) {
+    if (px_fv_kfields(iu, keys, 2, f, &seen) != 0) return DECLINE;
+    if (HAS(0) && f[0].kind == PX_FV_STR) url = f[0].s;
+  }
+  snprintf(q, sizeof(q), "%s.image_url.url", part_path(pp, sizeof(pp), mi, j));
+  if (url.p == NULL) return REFUSE(err, q, "%s is required", q);
+  if (HAS(1) && f[1].kind == PX_FV_STR && !is_val(f[1].s, "auto"))
+    px_lossy_add(lossy, "messages[].content[].image_url.detail");
+  int d = is_data(url);
+  if (d < 0) return DECLINE;
+  if (d) {
+    int rc = data_url(url, &p->media_type, &p->data);
+    return rc < 0 ? REFUSE(err, q, "%s: only base64 data URLs are supported", q) : rc;
+  }
+  p->url = url;
+  return 0;
+}
+
+/* {type:"file", file:{file_data | file_id, filename}} of part j of message
+ * mi -> a FILE part */
+static int file_part(const px_tr_ctx_t *ctx, const px_fv_t *fv, int has, px_fpart_t *p,
+                     size_t mi, size_t j, px_tr_err_t *err) {
+  static const px_fkey_t keys[] = {PX_FK("file_data"), PX_FK("file_id"),
+                                   PX_FK("filename")};
+  char pp[PATH_MAX_LEN], q[SUBPATH_LEN];
+  px_fv_t f[3];
+  unsigned seen = 0;
+  if (!has || fv->kind != PX_FV_OBJ) {
+    snprintf(q, sizeof(q), "%s.file", part_path(pp, sizeof(pp), mi, j));
+    return REFUSE(err, q, "%s must be an object", q);
+  }
+  if (px_fv_kfields(fv, keys, 3, f, &seen) != 0) return DECLINE;
+  if (HAS(0) && f[0].kind == PX_FV_STR) {
+    px_fstr_t fd = f[0].s;
+    int d = is_data(fd);
+    if (d < 0) return DECLINE;
+    if (d) {
+      int rc = data_url(fd, &p->media_type, &p->data);
+      if (rc < 0) {
+        snprintf(q, sizeof(q), "%s.file.file_data", part_path(pp, sizeof(pp), mi, j));
+        return REFUSE(err, q, "%s: only base64 data URLs are supported", q);
+      }
+      if (rc != 0) return rc;
+    } else { /* bare base64: OpenAI accepts PDFs only */
+      p->media_type = (px_fstr_t){"application/pdf", 15, 0};
+      p->data = fd;
+    }
+  } else if (HAS(1) && f[1].kind == PX_FV_STR) {
+    if (!px_tr_out_can(ctx, PX_CAP_FILE_ID)) {
+      snprintf(q, sizeof(q), "%s.file.file_id", part_path(pp, sizeof(pp), mi, j));
+      px_file_id_check(ctx, q, err);
+      return PX_FAST_REFUSE;
+    }
+    p->file_id = f[1].s;
+  } else {
+    snprintf(q, sizeof(q), "%s.file", part_path(pp, sizeof(pp), mi, j));
+    return REFUSE(err, q, "%s needs file_data or file_id", q);
+  }
+  if (HAS(2) && f[2].kind == PX_FV_STR) p->filename = f[2].s;
+  return 0;
+}
+
+/* the content parts of user message mi (chat.c's user_part) */
+static int user_parts(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m, size_t mi,
+                      px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
+  char pp[PATH_MAX_LEN], q[SUBPATH_LEN];
+  int r, rc;
+  size_t j = 0;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  for (; (r = px_fw_elem(&w)) == 1; j++) {
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("image_url"),
+                                     PX_FK("file")};
+    px_fv_t f[4];
+    unsigned seen = 0;
+    int obj = AT_OBJ(w);
+    if (obj && px_fw_kfields(&w, keys, 4, f, &seen) != 0) return DECLINE;
+    if (!obj || !HAS(0) || f[0].kind != PX_FV_STR) {
+      part_path(pp, sizeof(pp), mi, j);
+      return REFUSE(err, pp, "%s.type is required", pp);
+    }
+    px_fstr_t t = f[0].s;
+    px_fpart_t *p;
+    if (is_val(t, "text")) {
+      if (!HAS(1) || f[1].kind != PX_FV_STR) {
+        part_path(pp, sizeof(pp), mi, j);
+        return REFUSE(err, pp, "%s.text must be a string", pp);
+      }
+      if ((p = px_fpart_text(a, f[1].s)) == NULL) return DECLINE;
+    } else if (is_val(t, "image_url")) {
+      if ((p = px_fpart_new(a, PX_FP_IMAGE)) == NULL) return DECLINE;
+      if ((rc = image_part(&f[2], HAS(2), p, mi, j, lossy, err)) != 0) return rc;
+    } else if (is_val(t, "input_audio")) {
+      part_path(pp, sizeof(pp), mi, j);
+      return REFUSE(err, pp, "%s: audio parts cannot be translated to %s", pp,
+                    px_proto_get(ctx->out)->name);
+    } else if (is_val(t, "file")) {
+      if ((p = px_fpart_new(a, PX_FP_FILE)) == NULL) return DECLINE;
+      if ((rc = file_part(ctx, &f[3], HAS(3), p, mi, j, err)) != 0) return rc;
+    } else {
+      const char *tv = cstr(a, t);
+      if (tv == NULL) return DECLINE;
+      snprintf(q, sizeof(q), "%s.type", part_path(pp, sizeof(pp), mi, j));
+      return REFUSE(err, q, "%s: unknown content part type '%s'", q, tv);
+    }
+    px_fpart_push(&m->parts, &m->last, p);
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* the content of assistant message mi: a string, text and refusal parts,
+ * or null */
+static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, size_t mi, px_arena_t *a,
+                           px_tr_err_t *err) {
+  char q[PATH_MAX_LEN];
+  if (c->kind == PX_FV_STR) {
+    if (c->s.n == 0) return 0;
+    px_fpart_t *p = px_fpart_text(a, c->s);
+    if (p == NULL) return DECLINE;
+    px_fpart_push(&m->parts, &m->last, p);
+    return 0;
+  }
+  if (c->kind == PX_FV_NULL) return 0;
+  if (c->kind != PX_FV_ARR) {
+    content_path(q, sizeof(q), mi);
+    return REFUSE(err, q, "%s must be a string, an array or null", q);
+  }
+  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
+  int r;
+  size_t j = 0;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  for (; (r = px_fw_elem(&w)) == 1; j++) {
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("refusal")};
+    px_fv_t f[3];
+    unsigned seen = 0;
+    int obj = AT_OBJ(w);
+    if (obj && px_fw_kfields(&w, keys, 3, f, &seen) != 0) return DECLINE;
+    px_fpart_t *p;
+    int t = !obj || !HAS(0) || f[0].kind != PX_FV_STR ? 0
+            : is_val(f[0].s, "text")                  ? 1
+            : is_val(f[0].s, "refusal")               ? 2
+                                                      : 0;
+    if (t == 1 && HAS(1) && f[1].kind == PX_FV_STR) {
+      p = px_fpart_text(a, f[1].s);
+    } else if (t == 2 && HAS(2) && f[2].kind == PX_FV_STR) {
+      if ((p = px_fpart_new(a, PX_FP_REFUSAL)) != NULL) p->text = f[2].s;
+    } else {
+      part_path(q, sizeof(q), mi, j);
+      return REFUSE(err, q, "%s: assistant content parts must be text or refusal", q);
+    }
+    if (p == NULL) return DECLINE;
+    px_fpart_push(&m->parts, &m->last, p);
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* arguments px_fast_args_object did not take (path: theirs), as chat.c's
+ * check_arguments judges them (jansson's own words on invalid JSON: the
+ * error path, and JSON that is no object): 0 when taken (JSON of another
+ * kind toward an upstream that holds any: args only, no input), a refusal,
+ * or a decline (an object the scanner's limits keep out) */
+static int args_check(const px_tr_ctx_t *ctx, px_fstr_t args, const char *path,
+                      px_arena_t *a, px_tr_err_t *err) {
+  const char *s = cstr(a, args);
+  if (s == NULL) return DECLINE;
+  json_error_t je;
+  json_t *v = px_jdoc_loads(s, JSON_DECODE_ANY, &je);
+  if (v == NULL) return REFUSE(err, path, "%s is not valid JSON: %s", path, je.text);
+  int obj = json_is_object(v);
+  json_decref(v);
+  if (obj) return DECLINE;
+  if (!px_tr_out_can(ctx, PX_CAP_ANY_TOOL_ARGS))
+    return REFUSE(err, path, "%s must be a JSON object", path);
+  return 0;
+}
+
+/* the tool_calls of assistant message mi (chat.c's assistant_tool_calls) */
+static int tool_calls(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m, size_t mi,
+                      px_arena_t *a, px_tr_err_t *err) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("id"), PX_FK("function"),
+                                   PX_FK("custom")};
+  static const px_fkey_t fkeys[] = {PX_FK("name"), PX_FK("arguments")};
+  static const px_fkey_t ckeys[] = {PX_FK("name"), PX_FK("input")};
+  char p[PATH_MAX_LEN];
+  if (c->kind == PX_FV_NULL) return 0;
+  if (c->kind != PX_FV_ARR) {
+    snprintf(p, sizeof(p), "messages[%zu].tool_calls", mi);
+    return REFUSE(err, p, "%s must be an array", p);
+  }
+  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
+  int r, custom_ok = px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS);
+  size_t j = 0;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  for (; (r = px_fw_elem(&w)) == 1; j++) {
+    px_fv_t f[4], g[2];
+    unsigned seen = 0, gs = 0;
+    if (elem_fields(&w, keys, 4, f, &seen) != 0) return DECLINE;
+    px_fstr_t t = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
+    px_fpart_t *pt = px_fpart_new(a, PX_FP_TOOL_CALL);
+    if (pt == NULL) return DECLINE;
+    if (t.p != NULL && custom_ok && is_val(t, "custom")) {
+      /* a custom (freeform) tool call, for an upstream that can hold it */
+      if (HAS(3) && f[3].kind == PX_FV_OBJ && px_fv_kfields(&f[3], ckeys, 2, g, &gs) != 0)
+        return DECLINE;
+      if (!HAS(1) || f[1].kind != PX_FV_STR || !(gs & 1) || g[0].kind != PX_FV_STR) {
+        snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu]", mi, j);
+        return REFUSE(err, p, "%s needs id and custom.name", p);
+      }
+      pt->custom = 1;
+      pt->id = f[1].s;
+      pt->name = g[0].s;
+      pt->text = (gs & 2) && g[1].kind == PX_FV_STR ? g[1].s : (px_fstr_t){"", 0, 0};
+      px_fpart_push(&m->parts, &m->last, pt);
+      continue;
+    }
+    if (t.p != NULL && !is_val(t, "function")) {
+      const char *tv = cstr(a, t);
+      if (tv == NULL) return DECLINE;
+      snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu]", mi, j);
+      return REFUSE(err, p, "%s: %s tool calls cannot be translated", p, tv);
+    }
+    if (HAS(2) && f[2].kind == PX_FV_OBJ && px_fv_kfields(&f[2], fkeys, 2, g, &gs) != 0)
+      return DECLINE;
+    if (!HAS(1) || f[1].kind != PX_FV_STR || !(gs & 1) || g[0].kind != PX_FV_STR) {
+      snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu]", mi, j);
+      return REFUSE(err, p, "%s needs id, function.name and function.arguments", p);
+    }
+    pt->id = f[1].s;
+    pt->name = g[0].s;
+    int blank = (gs & 2) && g[1].kind == PX_FV_STR ? px_fs_blank_value(g[1].s) : 1;
+    if (blank < 0) return DECLINE;
+    if (blank) {
+      pt->args = (px_fstr_t){"{}", 2, 0}; /* a call without arguments */
+      pt->input = (px_str_t){"{}", 2};
+    } else {
+      pt->args = g[1].s;
+      /* the jansson codec checks them as JSON (an object toward
+       * Anthropic); objects are the shape taken here */
+      if (px_fast_args_object(a, pt) != 0) {
+        snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu].function.arguments", mi, j);
+        int rc = args_check(ctx, g[1].s, p, a, err);
+        if (rc != 0) return rc;
+      }
+    }
+    px_fpart_push(&m->parts, &m->last, pt);
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* the last message if it is a user message of tool results only */
+static px_fmsg_t *tool_result_tail(px_freq_t *ir) {
+  px_fmsg_t *m = ir->msgs_last;
+  if (m == NULL || m->assistant || m->parts == NULL) return NULL;
+  for (px_fpart_t *p = m->parts; p; p = p->next)
+    if (p->type != PX_FP_TOOL_RESULT) return NULL;
   return m;
 }
 
-static int encode_user(const px_tr_ctx_t *ctx, json_t *im, size_t mi, json_t *out,
-                       px_lossy_t *lossy, px_tr_err_t *err) {
+enum { M_ROLE, M_CONTENT, M_NAME, M_TCID, M_TC, M_RC, M_REFUSAL, M_FC, M_AUDIO };
+static const px_fkey_t msg_keys[] = {PX_FK("role"), PX_FK("content"), PX_FK("name"),
+                                     PX_FK("tool_call_id"), PX_FK("tool_calls"),
+                                     PX_FK("reasoning_content"), PX_FK("refusal"),
+                                     PX_FK("function_call"), PX_FK("audio")};
+
+static int decode_assistant(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
+                            const px_fv_t *content, size_t mi, px_freq_t *ir,
+                            px_arena_t *a, px_tr_err_t *err) {
   char p[PATH_MAX_LEN];
-  json_t *parts = json_array();
-  size_t i;
-  json_t *c;
-  int only_text = 1;
-  json_array_foreach(json_object_get(im, "content"), i, c) {
-    const char *t = px_jstr(c, "type");
-    snprintf(p, sizeof(p), "messages[%zu].content[%zu]", mi, i);
-    if (t == NULL) t = "";
-    if (json_object_get(c, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
-    json_t *o = NULL;
-    if (strcmp(t, "tool_result") == 0) {
-      json_array_append_new(out, tool_msg_out(ctx, c, lossy));
-      continue;
-    } else if (strcmp(t, "text") == 0) {
-      o = json_pack("{s:s, s:O}", "type", "text", "text", json_object_get(c, "text"));
-    } else if (strcmp(t, "image") == 0) {
-      o = image_part_out(c, p, err);
-      only_text = 0;
-    } else if (strcmp(t, "file") == 0) {
-      o = file_part_out(c, p, err);
-      only_text = 0;
-    } else {
-      px_tr_fail(err, p, "%s: part type '%s' cannot be sent to openai_chat_completions",
-                 p, t);
-    }
-    if (o == NULL) {
-      json_decref(parts);
-      return PX_EINVAL;
-    }
-    json_array_append_new(parts, o);
+  int rc;
+  px_fmsg_t *m = px_fmsg_push(ir, a, 1);
+  if (m == NULL) return DECLINE;
+  if (HAS(M_RC) && f[M_RC].kind == PX_FV_STR && f[M_RC].s.n > 0) {
+    px_fpart_t *p = px_fpart_new(a, PX_FP_REASONING);
+    if (p == NULL) return DECLINE;
+    p->text = f[M_RC].s;
+    px_fpart_push(&m->parts, &m->last, p);
   }
-  if (json_array_size(parts) == 0) {
-    json_decref(parts);
+  if ((rc = assistant_parts(content, m, mi, a, err)) != 0) return rc;
+  if (HAS(M_REFUSAL) && f[M_REFUSAL].kind == PX_FV_STR && f[M_REFUSAL].s.n > 0) {
+    int has = 0;
+    for (const px_fpart_t *p = m->parts; p; p = p->next) has |= p->type == PX_FP_REFUSAL;
+    if (!has) {
+      px_fpart_t *p = px_fpart_new(a, PX_FP_REFUSAL);
+      if (p == NULL) return DECLINE;
+      p->text = f[M_REFUSAL].s;
+      px_fpart_push(&m->parts, &m->last, p);
+    }
+  }
+  if (HAS(M_FC) && f[M_FC].kind != PX_FV_NULL) {
+    snprintf(p, sizeof(p), "messages[%zu].function_call", mi);
+    return REFUSE(err, p, "%s: legacy function calls are not supported, use tool_calls",
+                  p);
+  }
+  if (HAS(M_AUDIO) && f[M_AUDIO].kind != PX_FV_NULL) {
+    snprintf(p, sizeof(p), "messages[%zu].audio", mi);
+    return REFUSE(err, p, "%s: audio cannot be translated", p);
+  }
+  return HAS(M_TC) ? tool_calls(ctx, &f[M_TC], m, mi, a, err) : 0;
+}
+
+/* message mi at the cursor (chat.c's decode_messages, one turn) */
+static int decode_message(const px_tr_ctx_t *ctx, px_fw_t *w, size_t mi, px_freq_t *ir,
+                          px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  char p[PATH_MAX_LEN];
+  px_fv_t f[NKEYS(msg_keys)];
+  unsigned seen = 0;
+  int obj = AT_OBJ(*w), rc;
+  if (obj && px_fw_kfields(w, msg_keys, NKEYS(msg_keys), f, &seen) != 0) return DECLINE;
+  if (!obj && px_fw_value(w, &f[0]) < 0)
+    return DECLINE; /* past it (the caller goes on) */
+  if (!obj || !HAS(M_ROLE) || f[M_ROLE].kind != PX_FV_STR) {
+    snprintf(p, sizeof(p), "messages[%zu].role", mi);
+    return REFUSE(err, p, "%s is required", p);
+  }
+  if (HAS(M_NAME)) px_lossy_add(lossy, "messages[].name");
+  px_fstr_t role = f[M_ROLE].s;
+  px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
+  const px_fv_t *content = HAS(M_CONTENT) ? &f[M_CONTENT] : &none;
+  px_fmsg_t *m;
+  int dev = is_val(role, "developer");
+  if (dev || is_val(role, "system"))
+    return text_content(content, &ir->system, &ir->system_last, dev, mi, a, err);
+  if (is_val(role, "user")) {
+    if (content->kind != PX_FV_STR && content->kind != PX_FV_ARR) {
+      content_path(p, sizeof(p), mi);
+      return REFUSE(err, p, "%s must be a string or an array", p);
+    }
+    if ((m = px_fmsg_push(ir, a, 0)) == NULL) return DECLINE;
+    if (content->kind == PX_FV_ARR) return user_parts(ctx, content, m, mi, a, lossy, err);
+    px_fpart_t *pt = px_fpart_text(a, content->s);
+    if (pt == NULL) return DECLINE;
+    px_fpart_push(&m->parts, &m->last, pt);
     return 0;
   }
-  json_t *content = parts;
-  if (only_text && json_array_size(parts) == 1) {
-    content = json_incref(json_object_get(json_array_get(parts, 0), "text"));
-    json_decref(parts);
+  if (is_val(role, "assistant"))
+    return decode_assistant(ctx, f, seen, content, mi, ir, a, err);
+  if (is_val(role, "tool")) {
+    if (!HAS(M_TCID) || f[M_TCID].kind != PX_FV_STR) {
+      snprintf(p, sizeof(p), "messages[%zu].tool_call_id", mi);
+      return REFUSE(err, p, "%s is required", p);
+    }
+    px_fpart_t *res = px_fpart_new(a, PX_FP_TOOL_RESULT), *tail = NULL;
+    if (res == NULL) return DECLINE;
+    res->id = f[M_TCID].s;
+    if ((rc = text_content(content, &res->content, &tail, 0, mi, a, err)) != 0) return rc;
+    /* consecutive tool results share one user message */
+    m = tool_result_tail(ir);
+    if (m == NULL && (m = px_fmsg_push(ir, a, 0)) == NULL) return DECLINE;
+    px_fpart_push(&m->parts, &m->last, res);
+    return 0;
   }
-  json_array_append_new(out, json_pack("{s:s, s:o}", "role", "user", "content", content));
-  return 0;
+  snprintf(p, sizeof(p), "messages[%zu].role", mi);
+  if (is_val(role, "function"))
+    return REFUSE(err, p,
+                  "%s: the legacy 'function' role cannot be translated "
+                  "(it has no tool_call_id); use 'tool'",
+                  p);
+  const char *rv = cstr(a, role);
+  return rv == NULL ? DECLINE : REFUSE(err, p, "%s: unknown role '%s'", p, rv);
 }
 
-/* An IR system note (a system turn in the middle of the conversation) ->
- * a system message at its place. */
-static int system_note_out(json_t *m, json_t *out, px_lossy_t *lossy) {
+/* a string or null JSON value as raw JSON ("null" when absent), into b */
+static int put_str_or_null(px_buf_t *b, const px_fv_t *v, int has) {
+  return has && v->kind == PX_FV_STR ? px_fb_str(b, v->s) : px_fb_lit(b, "null");
+}
+
+/* a Chat custom tool's format -> the IR shape (chat.c's format_in), built
+ * in the arena; *out ptr NULL when it has no type */
+static int format_in(const px_fv_t *fv, px_str_t *out, px_arena_t *a) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("grammar")};
+  static const px_fkey_t gkeys[] = {PX_FK("syntax"), PX_FK("definition")};
+  px_fv_t f[2], g[2];
+  unsigned seen = 0, gs = 0;
+  out->ptr = NULL;
+  if (fv->kind != PX_FV_OBJ) return 0;
+  if (px_fv_kfields(fv, keys, 2, f, &seen) != 0) return DECLINE;
+  if (!HAS(0) || f[0].kind != PX_FV_STR) return 0;
+  int grammar = px_fs_is(f[0].s, "grammar");
+  if (f[0].s.esc) return DECLINE;
+  if (grammar && HAS(1) && f[1].kind == PX_FV_OBJ &&
+      px_fv_kfields(&f[1], gkeys, 2, g, &gs) != 0)
+    return DECLINE;
   px_buf_t b;
   px_buf_init(&b, SIZE_MAX);
-  size_t i;
-  json_t *p;
-  json_array_foreach(json_object_get(m, "content"), i, p) {
-    const char *tx = px_jstr(p, "text");
-    if (json_object_get(p, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
-    if (tx == NULL) continue;
-    if ((b.len > 0 && px_buf_puts(&b, "\n\n") < 0) || px_buf_puts(&b, tx) < 0) {
-      px_buf_free(&b);
-      return PX_ENOMEM;
-    }
+  int rc = px_fb_lit(&b, "{\"type\":");
+  if (rc == 0) rc = px_fb_str(&b, f[0].s);
+  if (rc == 0 && grammar) {
+    rc = px_fb_lit(&b, ",\"syntax\":");
+    if (rc == 0) rc = put_str_or_null(&b, &g[0], (int)(gs & 1));
+    if (rc == 0) rc = px_fb_lit(&b, ",\"definition\":");
+    if (rc == 0) rc = put_str_or_null(&b, &g[1], (int)(gs & 2));
   }
-  json_array_append_new(out, json_pack("{s:s, s:s%}", "role", "system", "content",
-                                       b.data ? b.data : "", b.len));
+  if (rc == 0) rc = px_fb_lit(&b, "}");
+  char *s = rc == 0 ? px_arena_alloc(a, b.len) : NULL;
+  if (s != NULL) {
+    memcpy(s, b.data, b.len);
+    *out = (px_str_t){s, b.len};
+  }
   px_buf_free(&b);
+  return s != NULL ? 0 : DECLINE;
+}
+
+static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir,
+                        px_arena_t *a, px_tr_err_t *err) {
+  char p[PATH_MAX_LEN];
+  if (tv->kind != PX_FV_ARR) return REFUSE(err, "tools", "tools must be an array");
+  px_fw_t w = {tv->raw.ptr, tv->raw.len, 0};
+  int r, custom_ok = px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS);
+  size_t i = 0;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  for (; (r = px_fw_elem(&w)) == 1; i++) {
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("function"), PX_FK("custom")};
+    static const px_fkey_t fkeys[] = {PX_FK("name"), PX_FK("description"),
+                                      PX_FK("parameters"), PX_FK("strict")};
+    static const px_fkey_t ckeys[] = {PX_FK("name"), PX_FK("description"),
+                                      PX_FK("format")};
+    px_fv_t f[3], g[4];
+    unsigned seen = 0, fseen = 0;
+    int obj = AT_OBJ(w);
+    if (obj && px_fw_kfields(&w, keys, 3, f, &seen) != 0) return DECLINE;
+    px_fstr_t t =
+        obj && HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
+    int custom = is_val(t, "custom");
+    if (custom && custom_ok) {
+      if (HAS(2) && f[2].kind == PX_FV_OBJ &&
+          px_fv_kfields(&f[2], ckeys, 3, g, &fseen) != 0)
+        return DECLINE;
+      if (!(fseen & 1) || g[0].kind != PX_FV_STR) {
+        snprintf(p, sizeof(p), "tools[%zu].custom.name", i);
+        return REFUSE(err, p, "%s is required", p);
+      }
+      px_ftool_t *tl = px_ftool_push(ir, a, g[0].s, (fseen & 2) ? &g[1] : NULL, NULL,
+                                     NULL, PX_FAST_OPENAI_PARAMS);
+      if (tl == NULL) return DECLINE;
+      tl->custom = 1;
+      if ((fseen & 4) && format_in(&g[2], &tl->format, a) != 0) return DECLINE;
+      continue;
+    }
+    snprintf(p, sizeof(p), "tools[%zu].type", i);
+    if (custom)
+      return REFUSE(err, p, "%s: custom (freeform text) tools cannot be translated to %s",
+                    p, px_proto_get(ctx->out)->name);
+    if (!is_val(t, "function")) return REFUSE(err, p, "%s: unsupported tool type", p);
+    if (HAS(1) && f[1].kind == PX_FV_OBJ &&
+        px_fv_kfields(&f[1], fkeys, 4, g, &fseen) != 0)
+      return DECLINE;
+    if (!(fseen & 1) || g[0].kind != PX_FV_STR) {
+      snprintf(p, sizeof(p), "tools[%zu].function.name", i);
+      return REFUSE(err, p, "%s is required", p);
+    }
+    if (px_ftool_push(ir, a, g[0].s, (fseen & 2) ? &g[1] : NULL,
+                      (fseen & 4) ? &g[2] : NULL, (fseen & 8) ? &g[3] : NULL,
+                      PX_FAST_OPENAI_PARAMS) == NULL)
+      return DECLINE;
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_t *ir,
+                              px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  if (v->kind == PX_FV_STR) {
+    if (is_val(v->s, "auto") || is_val(v->s, "none") || is_val(v->s, "required"))
+      return px_fast_openai_tc(v->s, ir);
+    const char *s = cstr(a, v->s);
+    return s ? REFUSE(err, "tool_choice", "tool_choice: unknown value '%s'", s) : DECLINE;
+  }
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("function"), PX_FK("custom"),
+                                   PX_FK("allowed_tools")};
+  static const px_fkey_t nkeys[] = {PX_FK("name")};
+  static const px_fkey_t akeys[] = {PX_FK("mode")};
+  px_fv_t f[4], g[1];
+  unsigned seen = 0, gs = 0;
+  if (v->kind == PX_FV_OBJ && px_fv_kfields(v, keys, 4, f, &seen) != 0) return DECLINE;
+  px_fstr_t t = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
+  int k = is_val(t, "function")                                            ? 1
+          : is_val(t, "custom") && px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS) ? 2
+          : is_val(t, "allowed_tools")                                     ? 3
+                                                                           : -1;
+  if (k < 0) {
+    const char *s = t.p ? cstr(a, t) : "?";
+    return s ? REFUSE(err, "tool_choice", "tool_choice: type '%s' cannot be translated",
+                      s)
+             : DECLINE;
+  }
+  if (HAS(k) && f[k].kind == PX_FV_OBJ &&
+      px_fv_kfields(&f[k], k == 3 ? akeys : nkeys, 1, g, &gs) != 0)
+    return DECLINE;
+  if (k == 3) {
+    /* the restriction to a subset cannot be carried; the mode can */
+    px_lossy_add(lossy, "tool_choice.allowed_tools");
+    ir->tool_choice = gs && g[0].kind == PX_FV_STR && is_val(g[0].s, "required")
+                          ? PX_FTC_REQUIRED
+                          : PX_FTC_AUTO;
+    return 0;
+  }
+  if (!gs || g[0].kind != PX_FV_STR)
+    return k == 1 ? REFUSE(err, "tool_choice.function.name",
+                           "tool_choice.function.name is required")
+                  : REFUSE(err, "tool_choice.custom.name",
+                           "tool_choice.custom.name is required");
+  ir->tool_choice = PX_FTC_TOOL;
+  ir->tc_name = g[0].s;
   return 0;
 }
 
-/* IR tool_call part -> Chat tool call (function, or custom with free input). */
-static json_t *tool_call_out(json_t *c) {
-  const char *id = px_jstr(c, "id") ? px_jstr(c, "id") : "";
-  const char *name = px_jstr(c, "name") ? px_jstr(c, "name") : "";
-  if (json_is_true(json_object_get(c, "custom")))
-    return json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "custom", "custom",
-                     "name", name, "input",
-                     px_jstr(c, "input") ? px_jstr(c, "input") : "");
-  const char *args = px_jstr(c, "arguments");
-  return json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function",
-                   "name", name, "arguments", args ? args : "{}");
+/* an array of strings, checked */
+static int strings_only(const px_fv_t *v) {
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return 0;
+  while ((r = px_fw_elem(&w)) == 1) {
+    px_fv_t x;
+    if (px_fw_value(&w, &x) < 0 || x.kind != PX_FV_STR) return 0;
+  }
+  return r == 0;
 }
 
-static int encode_assistant(const px_tr_ctx_t *ctx, json_t *im, size_t mi, json_t *out,
-                            px_lossy_t *lossy, px_tr_err_t *err) {
-  char p[PATH_MAX_LEN];
-  px_buf_t text, refusal, reasoning;
-  px_buf_init(&text, SIZE_MAX);
-  px_buf_init(&refusal, SIZE_MAX);
-  px_buf_init(&reasoning, SIZE_MAX);
-  int ntext = 0, nref = 0, nreason = 0, rc = 0;
-  json_t *tcs = json_array();
-  size_t i;
-  json_t *c;
-  json_array_foreach(json_object_get(im, "content"), i, c) {
-    const char *t = px_jstr(c, "type");
-    json_t *tx = json_object_get(c, "text");
-    snprintf(p, sizeof(p), "messages[%zu].content[%zu]", mi, i);
-    if (t == NULL) t = "";
-    if (json_object_get(c, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
-    if (strcmp(t, "text") == 0) {
-      if (json_is_string(tx))
-        px_buf_append(&text, json_string_value(tx), json_string_length(tx));
-      ntext++;
-    } else if (strcmp(t, "refusal") == 0) {
-      if (json_is_string(tx))
-        px_buf_append(&refusal, json_string_value(tx), json_string_length(tx));
-      nref++;
-    } else if (strcmp(t, "reasoning") == 0) {
-      if (json_is_string(tx) && json_string_length(tx) > 0) {
-        px_buf_append(&reasoning, json_string_value(tx), json_string_length(tx));
-        nreason++;
+/* modalities: a list of "text" only (anything else than an array: no
+ * list, as chat.c reads it) */
+static int text_modalities(const px_fv_t *v) {
+  if (v->kind != PX_FV_ARR) return 1;
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return 0;
+  while ((r = px_fw_elem(&w)) == 1) {
+    px_fv_t x;
+    if (px_fw_value(&w, &x) < 0 || x.kind != PX_FV_STR || !is_val(x.s, "text")) return 0;
+  }
+  return r == 0;
+}
+
+/* response_format: text, json_object, json_schema {name?, description?,
+ * schema, strict?} (chat.c's decode_response_format) */
+static int response_format(const px_fv_t *v, px_freq_t *ir, px_arena_t *a,
+                           px_tr_err_t *err) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("json_schema")};
+  static const px_fkey_t skeys[] = {PX_FK("schema"), PX_FK("name"), PX_FK("description"),
+                                    PX_FK("strict")};
+  px_fv_t f[2], g[4];
+  unsigned seen = 0, gs = 0;
+  if (v->kind == PX_FV_OBJ && px_fv_kfields(v, keys, 2, f, &seen) != 0) return DECLINE;
+  if (!HAS(0) || f[0].kind != PX_FV_STR)
+    return REFUSE(err, "response_format", "response_format.type is required");
+  if (is_val(f[0].s, "text")) {
+    ir->rf_text = 1;
+    return 0;
+  }
+  if (is_val(f[0].s, "json_object")) {
+    ir->rf_json = 1;
+    return 0;
+  }
+  if (!is_val(f[0].s, "json_schema")) {
+    const char *s = cstr(a, f[0].s);
+    return s ? REFUSE(err, "response_format.type", "response_format.type '%s' is unknown",
+                      s)
+             : DECLINE;
+  }
+  if (HAS(1) && f[1].kind == PX_FV_OBJ && px_fv_kfields(&f[1], skeys, 4, g, &gs) != 0)
+    return DECLINE;
+  if (!(gs & 1) || g[0].kind != PX_FV_OBJ)
+    return REFUSE(err, "response_format.json_schema.schema",
+                  "response_format.json_schema.schema is required");
+  ir->rf_schema = g[0].raw;
+  if ((gs & 2) && g[1].kind == PX_FV_STR) ir->rf_name = g[1].s;
+  if ((gs & 4) && g[2].kind == PX_FV_STR) ir->rf_desc = g[2].s;
+  if ((gs & 8) && g[3].kind == PX_FV_TRUE) ir->rf_strict = 1;
+  if ((gs & 8) && g[3].kind == PX_FV_FALSE) ir->rf_strict = 0;
+  return 0;
+}
+
+enum {
+  K_MODEL,
+  K_MESSAGES,
+  K_TOOLS,
+  K_TC,
+  K_PAR,
+  K_MAX,
+  K_MCT,
+  K_TEMP,
+  K_TOPP,
+  K_STOP,
+  K_USER,
+  K_META,
+  K_STREAM,
+  K_N,
+  K_LOGPROBS,
+  K_RF,
+  K_SO,
+  K_EFFORT,
+  K_SAFETY,
+  K_PCK,
+  K_VERB,
+  K_MODALITIES,
+  K_AUDIO,
+  K_FUNCS,
+  K_FCALL,
+  K_DROPPED
+};
+static const px_fkey_t top_keys[] = {
+    PX_FK("model"), PX_FK("messages"), PX_FK("tools"), PX_FK("tool_choice"),
+    PX_FK("parallel_tool_calls"), PX_FK("max_tokens"), PX_FK("max_completion_tokens"),
+    PX_FK("temperature"), PX_FK("top_p"), PX_FK("stop"), PX_FK("user"), PX_FK("metadata"),
+    PX_FK("stream"), PX_FK("n"), PX_FK("logprobs"), PX_FK("response_format"),
+    PX_FK("stream_options"), PX_FK("reasoning_effort"), PX_FK("safety_identifier"),
+    PX_FK("prompt_cache_key"), PX_FK("verbosity"), PX_FK("modalities"), PX_FK("audio"),
+    PX_FK("functions"), PX_FK("function_call"),
+    /* dropped when set (chat.c's decode_dropped), named by themselves */
+    PX_FK("top_logprobs"), PX_FK("logit_bias"), PX_FK("seed"), PX_FK("presence_penalty"),
+    PX_FK("frequency_penalty"), PX_FK("service_tier"), PX_FK("prediction"),
+    PX_FK("store"), PX_FK("prompt_cache_retention"), PX_FK("web_search_options")};
+
+/* an unknown member, named by itself when set (chat.c: never silently
+ * dropped); a repeated one declines (jansson names it where it first
+ * stood, with its last value) */
+typedef struct unknown_key {
+  struct unknown_key *next;
+  px_fstr_t k;
+} unknown_key_t;
+
+static int unknown_member(px_fstr_t k, const px_fv_t *v, unknown_key_t **seen_keys,
+                          px_arena_t *a, px_lossy_t *lossy) {
+  if (px_fast_lossy_key(NULL, k) != 0) return DECLINE; /* one a list cannot hold */
+  for (const unknown_key_t *u = *seen_keys; u; u = u->next)
+    if (u->k.n == k.n && memcmp(u->k.p, k.p, k.n) == 0) return DECLINE;
+  unknown_key_t *u = px_arena_alloc(a, sizeof(*u));
+  if (u == NULL) return DECLINE;
+  u->k = k;
+  u->next = *seen_keys;
+  *seen_keys = u;
+  if (v->kind == PX_FV_NULL) return 0;
+  return px_fast_lossy_key(lossy, k);
+}
+
+/* max_tokens / max_completion_tokens (key: its name): a positive integer
+ * (chat.c's decode_limits) -> *v; null: nothing */
+static int limit(const char *key, const px_fv_t *v, int64_t *n, px_tr_err_t *err) {
+  *n = 0;
+  if (v->kind == PX_FV_NULL) return 0;
+  if (v->kind == PX_FV_NUM && px_fw_is_int(v->raw) && v->raw.ptr[0] != '-' &&
+      px_fw_uint(v->raw, n) < 0)
+    return REFUSE(err, key, "%s must be a positive integer of at most 18 digits", key);
+  if (*n < 1) return REFUSE(err, key, "%s must be a positive integer", key);
+  return 0;
+}
+
+/* One top-level member, as chat.c's decode_request reads it where it
+ * stands (its lossy names in the body's order). */
+static int decode_member(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_t *ir,
+                         px_arena_t *a, px_lossy_t *lossy, int *user_from_safety,
+                         px_tr_err_t *err) {
+  switch (ki) {
+    case K_MODEL:
+      return v->kind == PX_FV_STR ? 0 : REFUSE(err, "model", "model must be a string");
+    case K_TOOLS:
+      return v->kind == PX_FV_NULL ? 0 : decode_tools(ctx, v, ir, a, err);
+    case K_TC:
+      return v->kind == PX_FV_NULL ? 0 : decode_tool_choice(ctx, v, ir, a, lossy, err);
+    case K_PAR:
+      if (v->kind == PX_FV_TRUE || v->kind == PX_FV_FALSE)
+        ir->parallel = v->kind == PX_FV_TRUE;
+      return 0;
+    case K_MAX:
+    case K_MCT: {
+      int64_t n;
+      int rc = limit(top_keys[ki].s, v, &n, err);
+      /* max_completion_tokens wins over the deprecated max_tokens */
+      if (rc == 0 && n > 0 && (ki == K_MCT || ir->max_tokens.ptr == NULL)) {
+        ir->max_tokens = v->raw;
+        ir->max_tokens_v = n;
       }
-      lossy_reasoning_tokens(ctx, c, lossy);
-    } else if (strcmp(t, "tool_call") == 0) {
-      json_array_append_new(tcs, tool_call_out(c));
-    } else {
-      rc = px_tr_fail(
-          err, p, "%s: part type '%s' cannot be sent to openai_chat_completions", p, t);
-      goto done;
+      return rc;
+    }
+    case K_TEMP:
+      if (v->kind == PX_FV_NUM) ir->temperature = v->raw;
+      return 0;
+    case K_TOPP:
+      if (v->kind == PX_FV_NUM) ir->top_p = v->raw;
+      return 0;
+    case K_STOP:
+      if (v->kind == PX_FV_STR) {
+        ir->stop1 = v->s;
+      } else if (v->kind == PX_FV_ARR && strings_only(v)) {
+        if (!px_fw_empty(v->raw)) ir->stop = v->raw;
+      } else if (v->kind != PX_FV_NULL) {
+        return REFUSE(err, "stop", "stop must be a string or an array of strings");
+      }
+      return 0;
+    case K_USER:
+      if (v->kind != PX_FV_STR) return 0;
+      if (*user_from_safety) return DECLINE; /* named where safety_identifier stood */
+      ir->user = v->s;
+      return 0;
+    case K_SAFETY:
+      if (v->kind != PX_FV_STR) return 0;
+      if (ir->user.p != NULL) {
+        px_lossy_add(lossy, "safety_identifier");
+      } else {
+        ir->user = v->s;
+        *user_from_safety = 1;
+      }
+      return 0;
+    case K_META:
+      if (v->kind == PX_FV_OBJ) {
+        ir->metadata = v->raw;
+        ir->metadata_empty = px_fw_empty(v->raw);
+      }
+      return 0;
+    case K_STREAM:
+      if (v->kind == PX_FV_TRUE) ir->stream_true = 1;
+      if (v->kind == PX_FV_FALSE) ir->stream_false = 1;
+      return 0;
+    case K_SO:
+      if (v->kind == PX_FV_OBJ) {
+        /* include_usage is the context's (the encoders ask for usage) */
+        static const px_fkey_t so_keys[] = {PX_FK("include_obfuscation")};
+        px_fv_t so[1];
+        unsigned so_seen = 0;
+        if (px_fv_kfields(v, so_keys, 1, so, &so_seen) != 0) return DECLINE;
+        if (so_seen) px_lossy_add(lossy, "stream_options.include_obfuscation");
+      }
+      return 0;
+    case K_RF:
+      return v->kind == PX_FV_NULL ? 0 : response_format(v, ir, a, err);
+    case K_EFFORT:
+      if (v->kind == PX_FV_STR) {
+        ir->has_reasoning = 1;
+        ir->effort = v->s;
+      }
+      return 0;
+    case K_PCK:
+    case K_VERB:
+      if (v->kind == PX_FV_STR)
+        *(ki == K_PCK ? &ir->prompt_cache_key : &ir->verbosity) = v->s;
+      else if (v->kind != PX_FV_NULL)
+        px_lossy_add(lossy, ki == K_PCK ? "prompt_cache_key" : "verbosity");
+      return 0;
+    case K_N:
+      return v->kind == PX_FV_NULL ||
+                     (v->kind == PX_FV_NUM && v->raw.len == 1 && v->raw.ptr[0] == '1')
+                 ? 0
+                 : REFUSE(err, "n", "n: only one choice can be translated to %s",
+                          px_proto_get(ctx->out)->name);
+    case K_LOGPROBS:
+      if (v->kind == PX_FV_TRUE) px_lossy_add(lossy, "logprobs");
+      return 0;
+    case K_MODALITIES:
+      return text_modalities(v)
+                 ? 0
+                 : REFUSE(err, "modalities",
+                          "modalities: only text output can be translated");
+    case K_AUDIO:
+      return v->kind == PX_FV_NULL
+                 ? 0
+                 : REFUSE(err, "audio", "audio: audio output cannot be translated");
+    case K_FUNCS:
+    case K_FCALL:
+      return v->kind == PX_FV_NULL
+                 ? 0
+                 : REFUSE(err, top_keys[ki].s,
+                          "%s: legacy function calling is not supported, use tools",
+                          top_keys[ki].s);
+    default: /* dropped when set */
+      if (v->kind != PX_FV_NULL) px_lossy_add(lossy, top_keys[ki].s);
+      return 0;
+  }
+}
+
+/* After a refusal at a member: the rest of the object read for what would
+ * move it (jansson keeps a repeated member where it first stood, with its
+ * last value): a repeated member seen up to the refusal (or an escaped
+ * key, which might spell one) declines. */
+static int refused_rest(px_fw_t *w, uint64_t seen) {
+  px_fstr_t k;
+  px_fv_t v;
+  int r;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
+    if (k.esc || (ki >= 0 && (seen & ((uint64_t)1 << ki))) || px_fw_value(w, &v) < 0)
+      return DECLINE;
+  }
+  return r < 0 ? DECLINE : PX_FAST_REFUSE;
+}
+
+static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                    px_tr_err_t *err) {
+  px_fw_t w = {body, len, 0};
+  px_fstr_t k;
+  unknown_key_t *unknown = NULL;
+  uint64_t seen = 0;
+  int r, rc, user_from_safety = 0;
+  if (px_fw_open(&w, '{') < 0)
+    return REFUSE(err, "", "request body must be a JSON object");
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    int ki = px_fk_of(k, top_keys, NKEYS(top_keys));
+    if (ki >= 0) {
+      if (seen & ((uint64_t)1 << ki)) return DECLINE; /* jansson keeps the last */
+      seen |= (uint64_t)1 << ki;
+    }
+    if (ki == K_MESSAGES) {
+      /* messages are read in place, in body order */
+      int re;
+      size_t mi = 0;
+      if (px_fw_peek(&w) != PX_FV_ARR) {
+        rc = REFUSE(err, "messages", "messages must be an array");
+        if (px_fw_value(&w, &(px_fv_t){0}) < 0) return DECLINE;
+        return refused_rest(&w, seen);
+      }
+      if (px_fw_open(&w, '[') < 0) return DECLINE;
+      while ((re = px_fw_elem(&w)) == 1) {
+        rc = decode_message(ctx, &w, mi++, ir, a, lossy, err);
+        if (rc == PX_FAST_REFUSE) {
+          px_fv_t skip; /* the rest of the messages, to the members after */
+          while ((re = px_fw_elem(&w)) == 1)
+            if (px_fw_value(&w, &skip) < 0) return DECLINE;
+          return re < 0 ? DECLINE : refused_rest(&w, seen);
+        }
+        if (rc != 0) return DECLINE;
+      }
+      if (re < 0) return DECLINE;
+      continue;
+    }
+    px_fv_t v;
+    if (px_fw_value(&w, &v) < 0) return DECLINE;
+    if (ki < 0) {
+      if (unknown_member(k, &v, &unknown, a, lossy) != 0) return DECLINE;
+    } else if ((rc = decode_member(ctx, ki, &v, ir, a, lossy, &user_from_safety, err)) !=
+               0) {
+      return rc == PX_FAST_REFUSE ? refused_rest(&w, seen) : DECLINE;
     }
   }
-  json_t *m = json_pack("{s:s}", "role", "assistant");
-  if (ntext > 0)
-    json_object_set_new(m, "content", json_stringn(text.data ? text.data : "", text.len));
-  else
-    json_object_set_new(m, "content",
-                        json_array_size(tcs) ? json_null() : json_string(""));
-  if (nref > 0)
-    json_object_set_new(m, "refusal",
-                        json_stringn(refusal.data ? refusal.data : "", refusal.len));
-  if (nreason > 0)
-    json_object_set_new(m, "reasoning_content",
-                        json_stringn(reasoning.data, reasoning.len));
-  if (json_array_size(tcs) > 0) json_object_set(m, "tool_calls", tcs);
-  json_array_append_new(out, m);
-done:
-  json_decref(tcs);
-  px_buf_free(&text);
-  px_buf_free(&refusal);
-  px_buf_free(&reasoning);
+  if (r < 0) return DECLINE;
+  if (!(seen & ((uint64_t)1 << K_MESSAGES)))
+    return REFUSE(err, "messages", "messages is required");
+  return 0;
+}
+
+/* ======================================================================== */
+/* Request encode                                                            */
+
+/* the texts of the parts of type t in a list, one after the other */
+static int put_texts_of(px_buf_t *b, const px_fpart_t *p, px_fpart_type_t t) {
+  int rc = 0;
+  for (; p && rc == 0; p = p->next)
+    if (p->type == t && p->text.n) rc = px_fb_put(b, p->text.p, p->text.n);
   return rc;
 }
 
-/* system and conversation messages, in order */
-static int messages_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *msgs,
-                        px_lossy_t *lossy, px_tr_err_t *err) {
-  size_t i;
-  json_t *c;
-  json_array_foreach(json_object_get(ir, "system"), i, c) {
-    const char *role = px_jstr(c, "role");
-    if (role == NULL || strcmp(role, "developer") != 0) role = "system";
-    if (json_object_get(c, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
-    json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", role, "content",
-                                          json_object_get(c, "text")));
+/* an IR tool result -> a tool message: its texts joined (images and files
+ * named as the client spelled them) */
+static int put_tool_msg(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fpart_t *p,
+                        px_lossy_t *lossy) {
+  for (const px_fpart_t *c = p->content; c; c = c->next) {
+    if (c->type == PX_FP_IMAGE)
+      px_lossy_add(lossy, px_in_names(ctx)->tool_result_image);
+    else if (c->type == PX_FP_FILE)
+      px_lossy_add(lossy, px_in_names(ctx)->tool_result_file);
+    else if (c->type != PX_FP_TEXT)
+      return DECLINE;
   }
-  json_t *irm = json_object_get(ir, "messages");
-  for (i = 0; i < json_array_size(irm); i++) {
-    c = json_array_get(irm, i);
-    const char *role = px_jstr(c, "role");
-    int rc;
-    if (role && strcmp(role, "assistant") == 0) {
-      /* consecutive assistant turns become ONE Chat message: tool calls split
-       * over several would each need their tool messages right after */
-      json_t *merged = json_pack("{s:s, s:[]}", "role", "assistant", "content");
-      size_t first = i;
-      for (; i < json_array_size(irm); i++) {
-        json_t *m = json_array_get(irm, i);
-        if (px_jstr(m, "role") == NULL || strcmp(px_jstr(m, "role"), "assistant") != 0)
-          break;
-        json_array_extend(json_object_get(merged, "content"),
-                          json_object_get(m, "content"));
+  if (p->is_error) px_lossy_add(lossy, "messages[].content[].is_error");
+  int rc = px_fb_lit(b, "{\"role\":\"tool\",\"tool_call_id\":");
+  if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : (px_fstr_t){"", 0, 0});
+  if (rc == 0) rc = px_fb_lit(b, ",\"content\":\"");
+  if (rc == 0) rc = px_fb_texts(b, p->content);
+  if (rc == 0) rc = px_fb_lit(b, "\"}");
+  return rc;
+}
+
+static int put_call(px_buf_t *b, const px_fpart_t *p) {
+  static const px_fstr_t none = {"", 0, 0};
+  int rc = px_fb_lit(b, "{\"id\":");
+  if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : none);
+  if (p->custom) {
+    if (rc == 0) rc = px_fb_lit(b, ",\"type\":\"custom\",\"custom\":{\"name\":");
+    if (rc == 0) rc = px_fb_str(b, p->name.p ? p->name : none);
+    if (rc == 0) rc = px_fb_lit(b, ",\"input\":");
+    if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : none);
+    if (rc == 0) rc = px_fb_lit(b, "}}");
+    return rc;
+  }
+  if (rc == 0) rc = px_fb_lit(b, ",\"type\":\"function\",\"function\":{\"name\":");
+  if (rc == 0) rc = px_fb_str(b, p->name.p ? p->name : none);
+  if (rc == 0) rc = px_fb_lit(b, ",\"arguments\":");
+  if (rc == 0) rc = px_fb_str(b, p->args.p ? p->args : (px_fstr_t){"{}", 2, 0});
+  if (rc == 0) rc = px_fb_lit(b, "}}");
+  return rc;
+}
+
+/* Which opaque tokens reasoning part p carries, as chat.c reads them:
+ * *sig a signature, encrypted_content or thought_signature, *red redacted
+ * data (the fields' indexes found once) */
+static void reasoning_tokens(const px_fpart_t *p, int *sig, int *red) {
+  static int k[4] = {-2, -2, -2, -2};
+  if (k[0] == -2) {
+    k[0] = px_frtok_index("signature");
+    k[1] = px_frtok_index("encrypted_content");
+    k[2] = px_frtok_index("thought_signature");
+    k[3] = px_frtok_index("redacted_data");
+  }
+  *sig = 0;
+  for (int i = 0; i < 3; i++) *sig |= k[i] >= 0 && p->tok[k[i]].p != NULL;
+  *red = k[3] >= 0 && p->tok[k[3]].p != NULL;
+}
+
+/* the IR's name of a part kind (chat.c's words name it) */
+static const char *part_name(px_fpart_type_t t) {
+  static const char *const names[] = {"text",  "tool_call", "tool_result", "reasoning",
+                                      "image", "file",      "refusal"};
+  return (unsigned)t < sizeof(names) / sizeof(names[0]) ? names[t] : "";
+}
+
+/* part j of IR message mi that a Chat message cannot hold: chat.c's
+ * refusal (an image without its data, a file by URL, a part of another
+ * kind); 0 when it can */
+static int cannot_send(const px_fpart_t *p, size_t mi, size_t j, int user,
+                       px_tr_err_t *err) {
+  char q[PATH_MAX_LEN];
+  const char *why = NULL;
+  if (p->type == PX_FP_IMAGE && user && !p->url.p && !(p->media_type.p && p->data.p))
+    why = "%s: image needs url or media_type and data";
+  else if (p->type == PX_FP_FILE && user && !p->file_id.p &&
+           !(p->media_type.p && p->data.p))
+    why = "%s: files by URL cannot be sent to openai_chat_completions";
+  else if (user ? p->type != PX_FP_TEXT && p->type != PX_FP_IMAGE &&
+                      p->type != PX_FP_FILE && p->type != PX_FP_TOOL_RESULT
+                : p->type != PX_FP_TEXT && p->type != PX_FP_TOOL_CALL &&
+                      p->type != PX_FP_REFUSAL && p->type != PX_FP_REASONING) {
+    snprintf(q, sizeof(q), "messages[%zu].content[%zu]", mi, j);
+    return REFUSE(err, q, "%s: part type '%s' cannot be sent to openai_chat_completions",
+                  q, part_name(p->type));
+  }
+  if (why == NULL) return 0;
+  snprintf(q, sizeof(q), "messages[%zu].content[%zu]", mi, j);
+  return REFUSE(err, q, why, q);
+}
+
+/* consecutive assistant messages [m, end) -> one Chat message: texts,
+ * refusals and reasoning texts joined, tool calls; opaque reasoning tokens
+ * named as the client spelled them */
+static int put_assistant(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fmsg_t *m,
+                         const px_fmsg_t *end, size_t mi, px_lossy_t *lossy,
+                         px_tr_err_t *err) {
+  const px_lossy_names_t *n = px_in_names(ctx);
+  int ntext = 0, ncalls = 0, nref = 0, nreason = 0;
+  size_t j = 0; /* the index in the merged message */
+  for (const px_fmsg_t *x = m; x != end; x = x->next)
+    for (const px_fpart_t *p = x->parts; p; p = p->next, j++) {
+      if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+      if (p->type == PX_FP_TEXT) {
+        ntext++;
+      } else if (p->type == PX_FP_TOOL_CALL) {
+        ncalls++;
+      } else if (p->type == PX_FP_REFUSAL) {
+        nref++;
+      } else if (p->type == PX_FP_REASONING) {
+        nreason += p->text.n > 0;
+        int sig, red;
+        reasoning_tokens(p, &sig, &red);
+        if (sig) px_lossy_add(lossy, n->reasoning_token);
+        if (red) px_lossy_add(lossy, n->reasoning_redacted);
+      } else {
+        return cannot_send(p, mi, j, 0, err);
       }
-      i--;
-      rc = encode_assistant(ctx, merged, first, msgs, lossy, err);
-      json_decref(merged);
-    } else if (json_is_true(json_object_get(c, "system_note"))) {
-      rc = system_note_out(c, msgs, lossy);
+    }
+  int rc = px_fb_lit(b, "{\"role\":\"assistant\",\"content\":");
+  if (rc == 0 && ntext > 0) {
+    rc = px_fb_lit(b, "\"");
+    for (const px_fmsg_t *x = m; x != end && rc == 0; x = x->next)
+      rc = px_fb_texts(b, x->parts);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  } else if (rc == 0) {
+    rc = px_fb_lit(b, ncalls ? "null" : "\"\"");
+  }
+  if (rc == 0 && nref > 0) {
+    rc = px_fb_lit(b, ",\"refusal\":\"");
+    for (const px_fmsg_t *x = m; x != end && rc == 0; x = x->next)
+      rc = put_texts_of(b, x->parts, PX_FP_REFUSAL);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  }
+  if (rc == 0 && nreason > 0) {
+    rc = px_fb_lit(b, ",\"reasoning_content\":\"");
+    for (const px_fmsg_t *x = m; x != end && rc == 0; x = x->next)
+      rc = put_texts_of(b, x->parts, PX_FP_REASONING);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  }
+  if (rc == 0 && ncalls) {
+    rc = px_fb_lit(b, ",\"tool_calls\":[");
+    int first = 1;
+    for (const px_fmsg_t *x = m; x != end && rc == 0; x = x->next)
+      for (const px_fpart_t *p = x->parts; p && rc == 0; p = p->next) {
+        if (p->type != PX_FP_TOOL_CALL) continue;
+        if (!first) rc = px_fb_lit(b, ",");
+        first = 0;
+        if (rc == 0) rc = put_call(b, p);
+      }
+    if (rc == 0) rc = px_fb_lit(b, "]");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* "data:<media type>;base64,<data>" as a quoted string (the parts'
+ * escaped contents one after the other: the value is theirs joined) */
+static int put_data_url(px_buf_t *b, px_fstr_t mt, px_fstr_t data) {
+  int rc = px_fb_lit(b, "\"data:");
+  if (rc == 0) rc = px_fb_put(b, mt.p, mt.n);
+  if (rc == 0) rc = px_fb_lit(b, ";base64,");
+  if (rc == 0) rc = px_fb_put(b, data.p, data.n);
+  if (rc == 0) rc = px_fb_lit(b, "\"");
+  return rc;
+}
+
+/* an IR image or file part (cannot_send let it through) -> a Chat
+ * content part */
+static int put_media(px_buf_t *b, const px_fpart_t *p) {
+  int rc;
+  if (p->type == PX_FP_IMAGE) {
+    rc = px_fb_lit(b, "{\"type\":\"image_url\",\"image_url\":{\"url\":");
+    if (rc == 0 && p->url.p)
+      rc = px_fb_str(b, p->url);
+    else if (rc == 0 && p->media_type.p && p->data.p)
+      rc = put_data_url(b, p->media_type, p->data);
+    else if (rc == 0)
+      return DECLINE; /* cannot_send refused it */
+    return rc == 0 ? px_fb_lit(b, "}}") : rc;
+  }
+  rc = px_fb_lit(b, "{\"type\":\"file\",\"file\":{");
+  if (rc == 0 && p->file_id.p) {
+    rc = px_fb_lit(b, "\"file_id\":");
+    if (rc == 0) rc = px_fb_str(b, p->file_id);
+    if (rc == 0) rc = px_fb_opt_str(b, ",\"filename\":", p->filename);
+  } else if (rc == 0 && p->media_type.p && p->data.p) {
+    rc = px_fb_lit(b, "\"file_data\":");
+    if (rc == 0) rc = put_data_url(b, p->media_type, p->data);
+    /* OpenAI wants a filename with inline file data (px_inline_filename) */
+    if (rc == 0) rc = px_fb_lit(b, ",\"filename\":");
+    if (rc == 0 && p->filename.p && p->filename.n > 0)
+      rc = px_fb_str(b, p->filename);
+    else if (rc == 0)
+      rc = px_fb_lit(b, is_val(p->media_type, "text/plain") ? "\"document.txt\""
+                                                            : "\"document.pdf\"");
+  } else if (rc == 0) {
+    return DECLINE; /* a file by URL: cannot_send refused it */
+  }
+  return rc == 0 ? px_fb_lit(b, "}}") : rc;
+}
+
+/* a system turn met mid-conversation -> a system message in place: its
+ * texts joined by blank lines (chat.c's system_note_out) */
+static int put_system_note(px_buf_t *b, const px_fmsg_t *m, int *first,
+                           px_lossy_t *lossy) {
+  int rc = px_fb_lit(b, *first ? "{\"role\":\"system\",\"content\":\""
+                               : ",{\"role\":\"system\",\"content\":\"");
+  int any = 0;
+  *first = 0;
+  for (const px_fpart_t *p = m->parts; p && rc == 0; p = p->next) {
+    if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+    if (p->type != PX_FP_TEXT) return DECLINE;
+    if (any) rc = px_fb_lit(b, "\\n\\n"); /* after anything written */
+    if (rc == 0 && p->text.n > 0) rc = px_fb_put(b, p->text.p, p->text.n);
+    any |= p->text.n > 0;
+  }
+  return rc == 0 ? px_fb_lit(b, "\"}") : rc;
+}
+
+static int put_user(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fmsg_t *m, size_t mi,
+                    int *first, px_lossy_t *lossy, px_tr_err_t *err) {
+  if (m->system_note) return put_system_note(b, m, first, lossy);
+  int nparts = 0, only_text = 1, rc = 0;
+  const px_fpart_t *one = NULL;
+  size_t j = 0;
+  for (const px_fpart_t *p = m->parts; p; p = p->next, j++) {
+    if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+    if ((rc = cannot_send(p, mi, j, 1, err)) != 0) return rc;
+    if (p->type == PX_FP_TOOL_RESULT) {
+      if (!*first) rc = px_fb_lit(b, ",");
+      *first = 0;
+      if (rc == 0) rc = put_tool_msg(ctx, b, p, lossy);
+      if (rc != 0) return rc;
+    } else if (p->type == PX_FP_TEXT || p->type == PX_FP_IMAGE || p->type == PX_FP_FILE) {
+      nparts++;
+      only_text &= p->type == PX_FP_TEXT;
+      one = p;
     } else {
-      rc = encode_user(ctx, c, i, msgs, lossy, err);
+      return DECLINE;
     }
-    if (rc < 0) return PX_EINVAL;
+  }
+  if (nparts == 0) return 0;
+  if (!*first) rc = px_fb_lit(b, ",");
+  *first = 0;
+  if (rc == 0) rc = px_fb_lit(b, "{\"role\":\"user\",\"content\":");
+  if (rc == 0 && nparts == 1 && only_text) {
+    rc = px_fb_str(b, one->text);
+  } else if (rc == 0) {
+    rc = px_fb_lit(b, "[");
+    int f = 1;
+    for (const px_fpart_t *p = m->parts; p && rc == 0; p = p->next) {
+      if (p->type == PX_FP_TOOL_RESULT) continue;
+      if (!f) rc = px_fb_lit(b, ",");
+      f = 0;
+      if (rc == 0 && p->type != PX_FP_TEXT) {
+        rc = put_media(b, p);
+        continue;
+      }
+      if (rc == 0) rc = px_fb_lit(b, "{\"type\":\"text\",\"text\":");
+      if (rc == 0) rc = px_fb_str(b, p->text);
+      if (rc == 0) rc = px_fb_lit(b, "}");
+    }
+    if (rc == 0) rc = px_fb_lit(b, "]");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* whether the first IR tool named s is a custom one (px_ir_is_custom_tool);
+ * -1 when escapes keep the names from being compared as they are */
+static int custom_tool(const px_freq_t *ir, px_fstr_t s) {
+  for (const px_ftool_t *t = ir->tools; t; t = t->next) {
+    if (s.esc || t->name.esc) return -1;
+    if (t->name.n == s.n && memcmp(t->name.p, s.p, s.n) == 0) return t->custom;
   }
   return 0;
 }
 
-/* IR tools -> function and custom tools */
-static void tools_out(json_t *v, json_t *body, px_lossy_t *lossy) {
-  size_t i;
-  json_t *c;
-  json_t *tools = json_array();
-  json_object_set_new(body, "tools", tools);
-  json_array_foreach(v, i, c) {
-    if (px_jstr(c, "type") != NULL && strcmp(px_jstr(c, "type"), "custom") == 0) {
-      json_t *cu = json_pack("{s:O?}", "name", json_object_get(c, "name"));
-      json_t *x;
-      if ((x = json_object_get(c, "description")) != NULL)
-        json_object_set(cu, "description", x);
-      if ((x = format_out(json_object_get(c, "format"))) != NULL)
-        json_object_set_new(cu, "format", x);
-      json_array_append_new(tools,
-                            json_pack("{s:s, s:o}", "type", "custom", "custom", cu));
-      continue;
+/* an IR custom tool format -> the Chat shape ({"type":"grammar","grammar":
+ * {syntax, definition}} or {"type": t}), as chat.c's format_out */
+static int put_format(px_buf_t *b, px_str_t raw) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("syntax"), PX_FK("definition")};
+  px_fv_t v = {PX_FV_OBJ, {0}, raw}, f[3];
+  unsigned seen = 0;
+  if (px_fv_kfields(&v, keys, 3, f, &seen) != 0) return DECLINE;
+  if (!HAS(0) || f[0].kind != PX_FV_STR) return 0; /* no type: no format */
+  if (f[0].s.esc) return DECLINE;
+  int rc = px_fb_lit(b, ",\"format\":{\"type\":");
+  if (rc == 0) rc = px_fb_str(b, f[0].s);
+  if (rc == 0 && px_fs_is(f[0].s, "grammar")) {
+    rc = px_fb_lit(b, ",\"grammar\":{\"syntax\":");
+    for (int i = 1; i <= 2 && rc == 0; i++) {
+      if (i == 2) rc = px_fb_lit(b, ",\"definition\":");
+      if (rc == 0 && HAS(i) && f[i].kind == PX_FV_STR)
+        rc = px_fb_str(b, f[i].s);
+      else if (rc == 0)
+        rc = px_fb_lit(b, "null");
     }
-    json_t *fn = json_pack("{s:O?}", "name", json_object_get(c, "name"));
-    json_t *x;
-    if ((x = json_object_get(c, "description")) != NULL)
-      json_object_set(fn, "description", x);
-    if ((x = json_object_get(c, "parameters")) != NULL)
-      json_object_set(fn, "parameters", x);
-    if ((x = json_object_get(c, "strict")) != NULL) json_object_set(fn, "strict", x);
-    if (json_object_get(c, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
-    json_array_append_new(tools,
-                          json_pack("{s:s, s:o}", "type", "function", "function", fn));
+    if (rc == 0) rc = px_fb_lit(b, "}");
   }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
 }
 
-/* tool_choice and parallel_tool_calls (OpenAI rejects both without tools) */
-static void tool_choice_out(json_t *ir, json_t *body, px_lossy_t *lossy) {
-  json_t *v;
-  int has_tools = json_object_get(body, "tools") != NULL;
-  if ((v = json_object_get(ir, "tool_choice")) != NULL && !has_tools) {
-    const char *t = px_jstr(v, "type");
-    if (t != NULL && strcmp(t, "auto") != 0 && strcmp(t, "none") != 0)
-      px_lossy_add(lossy, "tool_choice");
-  } else if (v != NULL) {
-    const char *t = px_jstr(v, "type");
-    if (t != NULL && strcmp(t, "tool") == 0 &&
-        px_ir_is_custom_tool(json_object_get(ir, "tools"), px_jstr(v, "name")))
-      json_object_set_new(body, "tool_choice",
-                          json_pack("{s:s, s:{s:O?}}", "type", "custom", "custom", "name",
-                                    json_object_get(v, "name")));
-    else if (t != NULL && strcmp(t, "tool") == 0)
-      json_object_set_new(body, "tool_choice",
-                          json_pack("{s:s, s:{s:O?}}", "type", "function", "function",
-                                    "name", json_object_get(v, "name")));
-    else if (t != NULL)
-      add_str(body, "tool_choice", t);
+static int put_tools(px_buf_t *b, const px_freq_t *ir, px_lossy_t *lossy) {
+  int rc = px_fb_lit(b, ",\"tools\":[");
+  for (const px_ftool_t *t = ir->tools; t && rc == 0; t = t->next) {
+    if (t != ir->tools) rc = px_fb_lit(b, ",");
+    if (rc == 0 && t->custom) {
+      rc = px_fb_lit(b, "{\"type\":\"custom\",\"custom\":{\"name\":");
+      if (rc == 0) rc = px_fb_str(b, t->name);
+      if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", t->desc);
+      if (rc == 0 && t->format.ptr) rc = put_format(b, t->format);
+      if (rc == 0) rc = px_fb_lit(b, "}}");
+      continue; /* chat.c names no cache_control of a custom tool */
+    }
+    if (rc == 0) rc = px_fb_lit(b, "{\"type\":\"function\",\"function\":{\"name\":");
+    if (rc == 0) rc = px_fb_str(b, t->name);
+    if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", t->desc);
+    if (rc == 0) rc = px_fb_opt_raw(b, ",\"parameters\":", t->params);
+    if (rc == 0 && t->strict >= 0)
+      rc = px_fb_lit(b, t->strict ? ",\"strict\":true" : ",\"strict\":false");
+    if (rc == 0) rc = px_fb_lit(b, "}}");
+    if (t->cache_control.ptr) px_lossy_add(lossy, "cache_control");
   }
-  if ((v = json_object_get(ir, "parallel_tool_calls")) != NULL && has_tools)
-    json_object_set(body, "parallel_tool_calls", v);
+  if (rc == 0) rc = px_fb_lit(b, "]");
+  if (rc == 0 && ir->tool_choice == PX_FTC_TOOL) {
+    int cu = custom_tool(ir, ir->tc_name);
+    if (cu < 0) return DECLINE;
+    rc = px_fb_lit(
+        b, cu ? ",\"tool_choice\":{\"type\":\"custom\",\"custom\":{\"name\":"
+              : ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":");
+    if (rc == 0) rc = px_fb_str(b, ir->tc_name);
+    if (rc == 0) rc = px_fb_lit(b, "}}");
+  }
+  if (rc == 0) rc = px_fb_openai_tc(b, ir->tool_choice, ir->parallel);
+  return rc;
 }
 
-static void response_format_out(json_t *v, json_t *body) {
-  const char *t = px_jstr(v, "type");
-  if (t != NULL && strcmp(t, "json_schema") == 0) {
-    json_t *js = json_pack("{s:s, s:O?}", "name",
-                           px_jstr(v, "name") ? px_jstr(v, "name") : "response", "schema",
-                           json_object_get(v, "schema"));
-    json_t *x;
-    if ((x = json_object_get(v, "description")) != NULL)
-      json_object_set(js, "description", x);
-    if ((x = json_object_get(v, "strict")) != NULL) json_object_set(js, "strict", x);
-    json_object_set_new(
-        body, "response_format",
-        json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", js));
-  } else if (t != NULL) {
-    json_object_set_new(body, "response_format", json_pack("{s:s}", "type", t));
+/* response_format as chat.c's response_format_out writes it */
+static int put_response_format(px_buf_t *b, const px_freq_t *ir) {
+  if (ir->rf_schema.ptr) {
+    int rc = px_fb_lit(b,
+                       ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+                       "{\"name\":");
+    if (rc == 0)
+      rc = px_fb_str(b, ir->rf_name.p ? ir->rf_name : (px_fstr_t){"response", 8, 0});
+    if (rc == 0) rc = px_fb_opt_raw(b, ",\"schema\":", ir->rf_schema);
+    if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", ir->rf_desc);
+    if (rc == 0 && ir->rf_strict >= 0)
+      rc = px_fb_lit(b, ir->rf_strict ? ",\"strict\":true" : ",\"strict\":false");
+    return rc == 0 ? px_fb_lit(b, "}}") : rc;
   }
+  if (ir->rf_json) return px_fb_lit(b, ",\"response_format\":{\"type\":\"json_object\"}");
+  if (ir->rf_text) return px_fb_lit(b, ",\"response_format\":{\"type\":\"text\"}");
+  return 0;
 }
 
-/* reasoning effort (from a budget when only that is given) */
-static void reasoning_out(const px_tr_ctx_t *ctx, json_t *v, json_t *body,
-                          px_lossy_t *lossy) {
-  const char *effort = px_jstr(v, "effort");
-  json_t *budget = json_object_get(v, "budget_tokens");
-  if (effort == NULL && json_is_integer(budget))
-    effort = px_effort_of_budget(json_integer_value(budget));
-  if (effort == NULL && json_is_false(json_object_get(v, "enabled"))) effort = NULL;
-  if (effort != NULL) add_str(body, "reasoning_effort", effort);
-  /* Anthropic adaptive thinking (on, no budget): the model's default
-   * effort is the adaptive one, but Chat cannot ask for visible thinking */
-  if (effort == NULL && json_is_true(json_object_get(v, "enabled")))
+/* the reasoning effort (from a budget when only that is given), as chat.c's
+ * reasoning_out */
+static int put_reasoning(const px_tr_ctx_t *ctx, px_buf_t *b, const px_freq_t *ir,
+                         px_lossy_t *lossy) {
+  if (!ir->has_reasoning) return 0;
+  int rc = 0;
+  if (ir->effort.p) {
+    rc = px_fb_lit(b, ",\"reasoning_effort\":");
+    if (rc == 0) rc = px_fb_str(b, ir->effort);
+  } else if (ir->budget.ptr) {
+    rc = px_fb_lit(b, ",\"reasoning_effort\":\"");
+    if (rc == 0) rc = px_fb_lit(b, px_effort_of_budget(ir->budget_v));
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  } else if (ir->reasoning_enabled == 1) {
+    /* Anthropic adaptive thinking: Chat cannot ask for visible thinking */
     px_lossy_add(lossy, px_in_names(ctx)->reasoning_config);
-  if (px_jstr(v, "summary") != NULL) px_lossy_add(lossy, "reasoning.summary");
+  }
+  if (ir->summary.p) px_lossy_add(lossy, "reasoning.summary");
+  return rc;
 }
 
-static int chat_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp,
-                               px_lossy_t *lossy, px_tr_err_t *err) {
-  json_t *body = json_object();
-  json_t *msgs = json_array();
-  json_t *v;
-  const char *model = ctx->upstream_model ? ctx->upstream_model : px_jstr(ir, "model");
-  if (model) add_str(body, "model", model);
-  json_object_set_new(body, "messages", msgs);
+static int chat_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
+                                    px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  (void)a;
+  int rc = px_fb_lit(b, "{\"model\":");
+  if (rc == 0) rc = px_buf_json_str(b, ctx->upstream_model, strlen(ctx->upstream_model));
+  if (rc == 0) rc = px_fb_lit(b, ",\"messages\":[");
+  int first = 1;
+  for (const px_fpart_t *p = ir->system; p && rc == 0; p = p->next) {
+    if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+    rc = px_fb_lit(b, first ? "{\"role\":" : ",{\"role\":");
+    first = 0;
+    if (rc == 0) rc = px_fb_lit(b, p->developer ? "\"developer\"" : "\"system\"");
+    if (rc == 0) rc = px_fb_lit(b, ",\"content\":");
+    if (rc == 0) rc = px_fb_str(b, p->text);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  const px_fmsg_t *m = ir->msgs;
+  size_t mi = 0; /* the IR message's index (chat.c's words name it) */
+  while (rc == 0 && m != NULL) {
+    if (m->assistant) {
+      const px_fmsg_t *end = m->next;
+      size_t n = 1;
+      for (; end != NULL && end->assistant; end = end->next) n++;
+      if (!first) rc = px_fb_lit(b, ",");
+      first = 0;
+      if (rc == 0) rc = put_assistant(ctx, b, m, end, mi, lossy, err);
+      m = end;
+      mi += n;
+    } else {
+      rc = put_user(ctx, b, m, mi++, &first, lossy, err);
+      m = m->next;
+    }
+  }
+  if (rc == 0) rc = px_fb_lit(b, "]");
+  if (rc != 0) return rc;
+  if (ir->tools != NULL) {
+    rc = put_tools(b, ir, lossy);
+  } else if (ir->tool_choice == PX_FTC_REQUIRED || ir->tool_choice == PX_FTC_TOOL) {
+    px_lossy_add(lossy, "tool_choice");
+  }
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"max_completion_tokens\":", ir->max_tokens);
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"temperature\":", ir->temperature);
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"top_p\":", ir->top_p);
+  if (ir->top_k.ptr) px_lossy_add(lossy, "top_k");
+  if (rc == 0 && ir->stop1.p) {
+    rc = px_fb_lit(b, ",\"stop\":[");
+    if (rc == 0) rc = px_fb_str(b, ir->stop1);
+    if (rc == 0) rc = px_fb_lit(b, "]");
+  } else if (rc == 0) {
+    rc = px_fb_opt_raw(b, ",\"stop\":", ir->stop);
+  }
+  if (rc == 0) rc = put_response_format(b, ir);
+  if (rc == 0) rc = put_reasoning(ctx, b, ir, lossy);
+  if (rc == 0) rc = px_fb_opt_str(b, ",\"user\":", ir->user);
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"metadata\":", ir->metadata);
+  if (rc == 0) rc = px_fb_opt_str(b, ",\"prompt_cache_key\":", ir->prompt_cache_key);
+  if (rc == 0) rc = px_fb_opt_str(b, ",\"verbosity\":", ir->verbosity);
+  /* a stream always asks for its usage (SPEC 5: the final usage is real) */
+  if (rc == 0 && (ctx->stream || ir->stream_true))
+    rc = px_fb_lit(b, ",\"stream\":true,\"stream_options\":{\"include_usage\":true}");
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
 
-  if (px_jstr(ir, "previous_response_id") != NULL) {
-    px_tr_fail(
-        err, "previous_response_id",
-        "previous_response_id cannot be sent to an openai_chat_completions upstream");
-    goto fail;
-  }
-  if (messages_out(ctx, ir, msgs, lossy, err) < 0) goto fail;
-  if ((v = json_object_get(ir, "tools")) != NULL && json_array_size(v) > 0)
-    tools_out(v, body, lossy);
-  tool_choice_out(ir, body, lossy);
-  if ((v = json_object_get(ir, "max_tokens")) != NULL)
-    json_object_set(body, "max_completion_tokens", v);
-  if ((v = json_object_get(ir, "temperature")) != NULL)
-    json_object_set(body, "temperature", v);
-  if ((v = json_object_get(ir, "top_p")) != NULL) json_object_set(body, "top_p", v);
-  if (json_object_get(ir, "top_k") != NULL) px_lossy_add(lossy, "top_k");
-  if ((v = json_object_get(ir, "stop")) != NULL && json_array_size(v) > 0)
-    json_object_set(body, "stop", v);
-  if ((v = json_object_get(ir, "response_format")) != NULL) response_format_out(v, body);
-  if ((v = json_object_get(ir, "reasoning")) != NULL) reasoning_out(ctx, v, body, lossy);
-  if ((v = json_object_get(ir, "user")) != NULL) json_object_set(body, "user", v);
-  if ((v = json_object_get(ir, "metadata")) != NULL) json_object_set(body, "metadata", v);
-  if ((v = json_object_get(ir, "prompt_cache_key")) != NULL)
-    json_object_set(body, "prompt_cache_key", v);
-  if ((v = json_object_get(ir, "verbosity")) != NULL)
-    json_object_set(body, "verbosity", v);
-  if (ctx->stream || json_is_true(json_object_get(ir, "stream"))) {
-    json_object_set_new(body, "stream", json_true());
-    /* always: the final usage must be real whatever the client asked */
-    json_object_set_new(body, "stream_options", json_pack("{s:b}", "include_usage", 1));
-  }
-  *bodyp = body;
+/* ======================================================================== */
+/* Response decode                                                           */
+
+/* A string built in the arena from b (escaped content) */
+static int arena_fstr(px_arena_t *a, const px_buf_t *b, int esc, px_fstr_t *out) {
+  char *s = px_arena_alloc(a, b->len + 1);
+  if (s == NULL) return DECLINE;
+  if (b->len) memcpy(s, b->data, b->len);
+  *out = (px_fstr_t){s, b->len, esc};
   return 0;
-fail:
-  json_decref(body);
-  return PX_EINVAL;
 }
 
-/* ------------------------------------------------------------------------ */
-/* decode_response: Chat upstream body -> IR                                */
+/* The members of object v written into b after what b holds (",k":v each,
+ * raw), as jansson's json_object_set of each would leave them: an escaped
+ * key, a repeated one or one named skip (jansson would replace the one
+ * written before) declines. */
+static int copy_members(px_buf_t *b, const px_fv_t *v, const char *skip) {
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  px_fstr_t k, keys[32];
+  px_fv_t x;
+  int r, n = 0;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    if (k.esc || n == 32 || px_fs_is(k, skip) || px_fw_value(&w, &x) < 0) return DECLINE;
+    for (int i = 0; i < n; i++)
+      if (keys[i].n == k.n && memcmp(keys[i].p, k.p, k.n) == 0) return DECLINE;
+    keys[n++] = k;
+    if (px_fb_lit(b, ",\"") < 0 || px_fb_put(b, k.p, k.n) < 0 ||
+        px_fb_lit(b, "\":") < 0 || px_fb_raw(b, x.raw) < 0)
+      return DECLINE;
+  }
+  return r < 0 ? DECLINE : 0;
+}
 
-/* Chat url_citation {type, url_citation:{...}} -> flat IR annotation. */
-static json_t *annotations_in(json_t *anns, px_lossy_t *lossy) {
-  json_t *out = json_array();
-  size_t i;
-  json_t *a;
-  json_array_foreach(anns, i, a) {
-    json_t *uc = json_object_get(a, "url_citation");
-    const char *t = px_jstr(a, "type");
-    if (t == NULL || strcmp(t, "url_citation") != 0 || !json_is_object(uc)) {
+/* Chat url_citation {type, url_citation:{...}} -> the flat IR annotations
+ * (chat.c's annotations_in) as raw JSON in the arena (ptr NULL when none
+ * is kept); others named */
+static int annotations_in(const px_fv_t *anns, px_str_t *out, px_arena_t *a,
+                          px_lossy_t *lossy) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("url_citation")};
+  px_fw_t w = {anns->raw.ptr, anns->raw.len, 0};
+  px_buf_t b;
+  px_buf_init(&b, SIZE_MAX);
+  int r, rc = px_fb_lit(&b, "["), n = 0;
+  if (px_fw_open(&w, '[') < 0) rc = DECLINE;
+  while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[2];
+    unsigned seen = 0;
+    if ((rc = elem_fields(&w, keys, 2, f, &seen)) != 0) break;
+    if (!HAS(0) || f[0].kind != PX_FV_STR || !is_val(f[0].s, "url_citation") || !HAS(1) ||
+        f[1].kind != PX_FV_OBJ) {
       px_lossy_add(lossy, "choices[].message.annotations");
       continue;
     }
-    json_t *o = json_pack("{s:s}", "type", "url_citation");
-    const char *k;
-    json_t *x;
-    json_object_foreach(uc, k, x) json_object_set(o, k, x);
-    json_array_append_new(out, o);
+    rc =
+        px_fb_lit(&b, n++ ? ",{\"type\":\"url_citation\"" : "{\"type\":\"url_citation\"");
+    if (rc == 0) rc = copy_members(&b, &f[1], "type");
+    if (rc == 0) rc = px_fb_lit(&b, "}");
   }
-  return out;
+  if (rc == 0 && r < 0) rc = DECLINE;
+  if (rc == 0) rc = px_fb_lit(&b, "]");
+  px_fstr_t s;
+  /* none kept: none (an empty IR list writes nothing anywhere) */
+  if (rc == 0 && n > 0) rc = arena_fstr(a, &b, 0, &s);
+  if (rc == 0 && n > 0) *out = (px_str_t){s.p, s.n};
+  px_buf_free(&b);
+  return rc == 0 ? 0 : DECLINE;
 }
 
-static int chat_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **irp,
-                                px_lossy_t *lossy, px_tr_err_t *err) {
-  json_t *choices = json_object_get(body, "choices");
-  if (!json_is_object(body) || !json_is_array(choices) || json_array_size(choices) != 1) {
-    px_tr_fail(err, "choices",
-               "upstream returned %zu choices; exactly one can be translated to %s",
-               json_array_size(choices), px_proto_get(ctx->in)->name);
-    if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
-    return PX_EPROTO;
-  }
-  json_t *ch = json_array_get(choices, 0);
-  json_t *msg = json_object_get(ch, "message");
-  if (!json_is_object(msg)) {
-    px_tr_fail(err, "choices[0].message", "upstream choice has no message");
-    if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
-    return PX_EPROTO;
-  }
-  json_t *ir = json_object();
-  json_t *content = json_array();
-  json_t *v;
-  if ((v = json_object_get(body, "id")) != NULL && json_is_string(v))
-    json_object_set(ir, "id", v);
-  if ((v = json_object_get(body, "model")) != NULL && json_is_string(v))
-    json_object_set(ir, "model", v);
-  if ((v = json_object_get(body, "created")) != NULL && json_is_integer(v))
-    json_object_set(ir, "created", v);
-  json_object_set_new(ir, "content", content);
-
-  v = json_object_get(msg, "reasoning_content");
-  if (json_is_string(v) && json_string_length(v) > 0)
-    json_array_append_new(content,
-                          json_pack("{s:s, s:O}", "type", "reasoning", "text", v));
-  v = json_object_get(msg, "content");
-  json_t *text = NULL;
-  if (json_is_string(v) && json_string_length(v) > 0) {
-    text = json_pack("{s:s, s:O}", "type", "text", "text", v);
-  } else if (json_is_array(v)) {
-    char *j = join_parts(v, "text", NULL);
-    if (j != NULL && *j) text = json_pack("{s:s, s:s}", "type", "text", "text", j);
-    free(j);
-  }
-  json_t *anns = json_object_get(msg, "annotations");
-  if (json_array_size(anns) > 0) {
-    if (text == NULL) text = json_pack("{s:s, s:s}", "type", "text", "text", "");
-    json_object_set_new(text, "annotations", annotations_in(anns, lossy));
-  }
-  if (text != NULL) json_array_append_new(content, text);
-  v = json_object_get(msg, "refusal");
-  if (json_is_string(v) && json_string_length(v) > 0)
-    json_array_append_new(content, json_pack("{s:s, s:O}", "type", "refusal", "text", v));
-  size_t i;
-  json_t *tc;
-  json_array_foreach(json_object_get(msg, "tool_calls"), i, tc) {
-    json_t *fn = json_object_get(tc, "function");
-    const char *type = px_jstr(tc, "type");
-    json_t *cu = json_object_get(tc, "custom");
-    if (type != NULL && strcmp(type, "custom") == 0 &&
-        px_tr_in_can(ctx, PX_CAP_CUSTOM_TOOLS) && json_is_object(cu)) {
-      /* a custom tool call, for a client that can hold it */
-      json_array_append_new(
-          content, json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id",
-                             px_jstr(tc, "id") ? px_jstr(tc, "id") : "", "name",
-                             px_jstr(cu, "name") ? px_jstr(cu, "name") : "", "custom", 1,
-                             "input", px_jstr(cu, "input") ? px_jstr(cu, "input") : ""));
+/* content parts: the texts of the "text" ones joined (chat.c's join_parts)
+ * -> *out (p NULL: none) */
+static int join_texts(const px_fv_t *c, px_fstr_t *out, px_arena_t *a) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text")};
+  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
+  px_buf_t b;
+  px_buf_init(&b, SIZE_MAX);
+  int r, rc = 0, n = 0, esc = 0;
+  out->p = NULL;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[2];
+    unsigned seen = 0;
+    if (!AT_OBJ(w)) {
+      rc = px_fw_value(&w, &f[0]) < 0 ? DECLINE : 0;
       continue;
     }
-    if ((type != NULL && strcmp(type, "function") != 0) || !json_is_object(fn)) {
+    if (px_fw_kfields(&w, keys, 2, f, &seen) != 0) rc = DECLINE;
+    if (rc != 0 || !HAS(0) || f[0].kind != PX_FV_STR || !is_val(f[0].s, "text")) continue;
+    n++;
+    if (HAS(1) && f[1].kind == PX_FV_STR) {
+      rc = px_fb_put(&b, f[1].s.p, f[1].s.n);
+      esc |= f[1].s.esc;
+    }
+  }
+  if (rc == 0 && r < 0) rc = DECLINE;
+  if (rc == 0 && n > 0) rc = arena_fstr(a, &b, esc, out);
+  px_buf_free(&b);
+  return rc;
+}
+
+/* the tool calls of an answer (chat.c's decode_response): function calls,
+ * custom ones for a client that holds them; another kind refuses */
+static int calls_out(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_fresp_t *ir,
+                     px_arena_t *a, px_tr_err_t *err, int *refused) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("id"), PX_FK("function"),
+                                   PX_FK("custom")};
+  static const px_fkey_t fkeys[] = {PX_FK("name"), PX_FK("arguments")};
+  static const px_fkey_t ckeys[] = {PX_FK("name"), PX_FK("input")};
+  static const px_fstr_t none = {"", 0, 0};
+  px_fw_t w = {tv->raw.ptr, tv->raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[4], g[2];
+    unsigned seen = 0, gs = 0;
+    if (elem_fields(&w, keys, 4, f, &seen) != 0) return DECLINE;
+    px_fstr_t t = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
+    int custom = t.p && is_val(t, "custom") && px_tr_in_can(ctx, PX_CAP_CUSTOM_TOOLS) &&
+                 HAS(3) && f[3].kind == PX_FV_OBJ;
+    int k = custom ? 3 : 2;
+    if (!custom &&
+        ((t.p && !is_val(t, "function")) || !HAS(2) || f[2].kind != PX_FV_OBJ)) {
       px_tr_fail(err, "choices[0].message.tool_calls",
                  "upstream returned a tool call that cannot be translated");
       if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
-      goto fail;
+      *refused = 1;
+      return PX_FAST_REFUSE;
     }
-    const char *args = px_jstr(fn, "arguments");
-    json_array_append_new(
-        content, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id",
-                           px_jstr(tc, "id") ? px_jstr(tc, "id") : "", "name",
-                           px_jstr(fn, "name") ? px_jstr(fn, "name") : "", "arguments",
-                           args && !is_blank(args) ? args : "{}"));
+    if (px_fv_kfields(&f[k], custom ? ckeys : fkeys, 2, g, &gs) != 0) return DECLINE;
+    px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
+    if (p == NULL) return DECLINE;
+    p->id = HAS(1) && f[1].kind == PX_FV_STR ? f[1].s : none;
+    p->name = (gs & 1) && g[0].kind == PX_FV_STR ? g[0].s : none;
+    if (custom) {
+      p->custom = 1;
+      p->text = (gs & 2) && g[1].kind == PX_FV_STR ? g[1].s : none;
+    } else if (!(gs & 2) || g[1].kind != PX_FV_STR) {
+      p->args = (px_fstr_t){"{}", 2, 0};
+    } else {
+      int blank = px_fs_blank_value(g[1].s);
+      if (blank < 0) return DECLINE;
+      p->args = blank ? (px_fstr_t){"{}", 2, 0} : g[1].s;
+    }
+    px_fpart_push(&ir->content, &ir->last, p);
   }
-  if (json_object_get(msg, "audio") != NULL &&
-      !json_is_null(json_object_get(msg, "audio")))
-    px_lossy_add(lossy, "choices[].message.audio");
-  v = json_object_get(ch, "logprobs");
-  if (v != NULL && !json_is_null(v)) px_lossy_add(lossy, "choices[].logprobs");
-
-  px_stop_t st = px_stop_from_chat(px_jstr(ch, "finish_reason"));
-  if (st != PX_STOP_NONE) add_str(ir, "stop_reason", px_stop_name(st));
-
-  json_t *u = json_object_get(body, "usage");
-  if (json_is_object(u)) {
-    json_t *iu = json_pack("{s:I, s:I}", "input_tokens",
-                           (json_int_t)px_jint(u, "prompt_tokens", 0), "output_tokens",
-                           (json_int_t)px_jint(u, "completion_tokens", 0));
-    int64_t cached =
-        px_jint(json_object_get(u, "prompt_tokens_details"), "cached_tokens", -1);
-    int64_t reason =
-        px_jint(json_object_get(u, "completion_tokens_details"), "reasoning_tokens", -1);
-    if (cached >= 0) json_object_set_new(iu, "cache_read_tokens", json_integer(cached));
-    if (reason >= 0) json_object_set_new(iu, "reasoning_tokens", json_integer(reason));
-    json_object_set_new(ir, "usage", iu);
-  }
-  *irp = ir;
-  return 0;
-fail:
-  json_decref(ir);
-  return PX_EPROTO;
+  return r < 0 ? DECLINE : 0;
 }
 
-/* ------------------------------------------------------------------------ */
-/* encode_response: IR -> Chat client body                                  */
+/* the one choice's message (chat.c's decode_response, in its order):
+ * reasoning, text (with annotations), refusal, tool calls */
+static int decode_message_out(const px_tr_ctx_t *ctx, const px_fv_t *mv, px_fresp_t *ir,
+                              px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  static const px_fkey_t keys[] = {PX_FK("content"),           PX_FK("refusal"),
+                                   PX_FK("reasoning_content"), PX_FK("tool_calls"),
+                                   PX_FK("annotations"),       PX_FK("audio")};
+  px_fv_t f[6];
+  unsigned seen = 0;
+  int refused = 0;
+  px_fpart_t *p;
+  if (px_fv_kfields(mv, keys, 6, f, &seen) != 0) return DECLINE;
+  if (HAS(2) && f[2].kind == PX_FV_STR && f[2].s.n > 0) {
+    if ((p = px_fpart_new(a, PX_FP_REASONING)) == NULL) return DECLINE;
+    p->text = f[2].s;
+    px_fpart_push(&ir->content, &ir->last, p);
+  }
+  px_fstr_t text = {NULL, 0, 0};
+  if (HAS(0) && f[0].kind == PX_FV_STR && f[0].s.n > 0)
+    text = f[0].s;
+  else if (HAS(0) && f[0].kind == PX_FV_ARR && join_texts(&f[0], &text, a) != 0)
+    return DECLINE;
+  if (text.p != NULL && text.n == 0) text.p = NULL; /* joined, empty: none */
+  px_str_t anns = {NULL, 0};
+  if (HAS(4) && f[4].kind == PX_FV_ARR && !px_fw_empty(f[4].raw)) {
+    if (text.p == NULL) text = (px_fstr_t){"", 0, 0};
+    if (annotations_in(&f[4], &anns, a, lossy) != 0) return DECLINE;
+  }
+  if (text.p != NULL) {
+    if ((p = px_fpart_text(a, text)) == NULL) return DECLINE;
+    p->annotations = anns;
+    px_fpart_push(&ir->content, &ir->last, p);
+  }
+  if (HAS(1) && f[1].kind == PX_FV_STR && f[1].s.n > 0) {
+    if ((p = px_fpart_new(a, PX_FP_REFUSAL)) == NULL) return DECLINE;
+    p->text = f[1].s;
+    px_fpart_push(&ir->content, &ir->last, p);
+  }
+  if (HAS(3) && f[3].kind == PX_FV_ARR) {
+    int rc = calls_out(ctx, &f[3], ir, a, err, &refused);
+    if (rc != 0) return rc;
+  }
+  if (HAS(5) && f[5].kind != PX_FV_NULL) px_lossy_add(lossy, "choices[].message.audio");
+  return 0;
+}
+
+/* The body is read once and checked as it is read (px_fc_*: the hub scans
+ * nothing before); the one choice's message is walked again from its span
+ * (checked by then), the usage is read where it stands. */
+enum { C_ID, C_MODEL, C_CREATED, C_CHOICES, C_USAGE };
+static const px_fkey_t resp_keys[] = {PX_FK("id"), PX_FK("model"), PX_FK("created"),
+                                      PX_FK("choices"), PX_FK("usage")};
+
+/* what decode_choices read */
+typedef struct {
+  size_t n;        /* choices */
+  int has_msg;     /* the first one's message is an object */
+  px_fv_t msg, fr; /* its message and finish_reason (kind NULL: absent) */
+  int logprobs;    /* its logprobs are set (not null) */
+} choices_t;
+
+/* choices at the cursor, checked: how many, and the first one's message,
+ * finish_reason and logprobs */
+static int decode_choices(px_fw_t *w, choices_t *ch) {
+  static const px_fkey_t ckeys[] = {PX_FK("message"), PX_FK("finish_reason"),
+                                    PX_FK("logprobs")};
+  px_fv_t g[3], v;
+  int first = 1, r;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fc_elem(w, &first)) == 1) {
+    unsigned gs = 0;
+    if (ch->n++ > 0 || w->p[w->i] != '{') {
+      if (px_fc_value(w, &v) < 0) return DECLINE;
+      continue;
+    }
+    if (px_fc_fields(w, ckeys, 3, g, &gs) != 0) return DECLINE;
+    ch->has_msg = (gs & 1) && g[0].kind == PX_FV_OBJ;
+    if (ch->has_msg) ch->msg = g[0];
+    if (gs & 2) ch->fr = g[1];
+    ch->logprobs = (gs & 4) && g[2].kind != PX_FV_NULL;
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* finish_reason -> ir->stop (chat.c: px_stop_from_chat of the string) */
+static int finish(const px_fv_t *fr, px_fresp_t *ir) {
+  char buf[40];
+  ir->stop = PX_STOP_NONE;
+  if (fr->kind != PX_FV_STR) return 0;
+  if (fr->s.esc) return DECLINE;
+  ir->finish = fr->s;
+  if (fr->s.n >= sizeof(buf)) {
+    ir->stop = PX_STOP_END_TURN;
+    return 0;
+  }
+  memcpy(buf, fr->s.p, fr->s.n);
+  buf[fr->s.n] = 0;
+  ir->stop = px_stop_from_chat(buf);
+  return 0;
+}
+
+static int chat_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                     px_tr_err_t *err) {
+  px_fv_t f[NKEYS(resp_keys)];
+  choices_t ch;
+  memset(&ch, 0, sizeof(ch));
+  ch.fr.kind = PX_FV_NULL;
+  px_fw_t w = {body, len, 0};
+  px_fstr_t k;
+  unsigned seen = 0;
+  int r, first = 1;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fc_member(&w, &k, &first)) == 1) {
+    int ki = px_fk_of(k, resp_keys, NKEYS(resp_keys));
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+    if (ki == C_CHOICES && w.p[w.i] == '[') {
+      if (decode_choices(&w, &ch) != 0) return DECLINE;
+    } else if (ki == C_USAGE && w.p[w.i] == '{') {
+      static const px_fkey_t ukeys[] = {PX_FK("prompt_tokens"), PX_FK("completion_tokens"),
+                                        PX_FK("prompt_tokens_details"),
+                                        PX_FK("completion_tokens_details")};
+      if (px_fc_openai_usage(&w, ukeys, ir) != 0) return DECLINE;
+    } else {
+      px_fv_t v;
+      if (px_fc_value(&w, &v) < 0) return DECLINE;
+      if (ki >= 0) f[ki] = v;
+    }
+  }
+  if (r < 0 || px_fc_end(&w) < 0) return DECLINE;
+  /* one JSON object, as jansson reads it: chat.c's refusals */
+  if (ch.n != 1) {
+    px_tr_fail(err, "choices",
+               "upstream returned %zu choices; exactly one can be translated to %s", ch.n,
+               px_proto_get(ctx->in)->name);
+    if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+    return PX_FAST_REFUSE;
+  }
+  if (!ch.has_msg) {
+    px_tr_fail(err, "choices[0].message", "upstream choice has no message");
+    if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+    return PX_FAST_REFUSE;
+  }
+  if (!HAS(C_USAGE)) ir->usage_known = 1, ir->usage_in = ir->usage_out = -1;
+  if (HAS(C_ID) && f[C_ID].kind == PX_FV_STR) ir->id = f[C_ID].s;
+  if (HAS(C_MODEL) && f[C_MODEL].kind == PX_FV_STR) ir->model = f[C_MODEL].s;
+  if (px_fast_created(HAS(C_CREATED) ? &f[C_CREATED] : NULL, ir) != 0) return DECLINE;
+  int rc = decode_message_out(ctx, &ch.msg, ir, a, lossy, err);
+  if (rc != 0) return rc;
+  if (ch.logprobs) px_lossy_add(lossy, "choices[].logprobs");
+  return finish(&ch.fr, ir);
+}
+
+/* ======================================================================== */
+/* Response encode                                                           */
+
+/* Code points of the value of string content s (px_utf8_chars of its
+ * unescaped text; escapes as the scanner checked them: surrogates in
+ * pairs). */
+static size_t esc_chars(px_fstr_t s) {
+  if (!s.esc) return px_utf8_chars(s.p, s.n);
+  size_t n = 0, i = 0;
+  while (i < s.n) {
+    unsigned char c = (unsigned char)s.p[i];
+    if (c != '\\') {
+      n += (c & 0xC0) != 0x80;
+      i++;
+    } else if (s.p[i + 1] == 'u') {
+      long cp = px_hex4((const unsigned char *)s.p + i + 2);
+      i += cp >= 0xD800 && cp <= 0xDBFF ? 12 : 6; /* a pair: one code point */
+      n++;
+    } else {
+      i += 2;
+      n++;
+    }
+  }
+  return n;
+}
+
+/* IR annotations (raw array) -> Chat's, after the *nann written to b
+ * (chat.c's px_chat_annotations): a url_citation with a url as {type,
+ * url_citation: its other members, start_index / end_index shifted by the
+ * code points of the texts before}; others named (px_lossy_annotations) */
+static int put_annotations(const px_tr_ctx_t *ctx, px_buf_t *b, px_str_t raw,
+                           int64_t shift, int *nann, px_lossy_t *lossy) {
+  px_fw_t w = {raw.ptr, raw.len, 0};
+  int r;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    px_fstr_t keys[32];
+    px_fv_t vals[32], x;
+    int n = 0, type = -1, url = -1, rm;
+    if (!AT_OBJ(w)) {
+      if (px_fw_value(&w, &x) < 0) return DECLINE;
+      px_lossy_add(lossy, px_lossy_annotations(ctx));
+      continue;
+    }
+    px_fw_open(&w, '{');
+    while ((rm = px_fw_member(&w, &keys[n])) == 1) {
+      /* jansson keeps one of a repeated member: not this walk */
+      if (keys[n].esc || n == 31 || px_fw_value(&w, &vals[n]) < 0) return DECLINE;
+      for (int i = 0; i < n; i++)
+        if (keys[i].n == keys[n].n && memcmp(keys[i].p, keys[n].p, keys[n].n) == 0)
+          return DECLINE;
+      if (px_fs_is(keys[n], "type")) type = n;
+      if (px_fs_is(keys[n], "url")) url = n;
+      n++;
+    }
+    if (rm < 0) return DECLINE;
+    if (type < 0 || vals[type].kind != PX_FV_STR ||
+        !is_val(vals[type].s, "url_citation") || url < 0 || vals[url].kind != PX_FV_STR) {
+      px_lossy_add(lossy, px_lossy_annotations(ctx));
+      continue;
+    }
+    int rc = px_fb_lit(b, (*nann)++ ? ",{\"type\":\"url_citation\",\"url_citation\":{"
+                                    : "{\"type\":\"url_citation\",\"url_citation\":{");
+    for (int i = 0, f = 1; i < n && rc == 0; i++) {
+      if (i == type) continue;
+      rc = px_fb_lit(b, f ? "\"" : ",\"");
+      f = 0;
+      if (rc == 0) rc = px_fb_put(b, keys[i].p, keys[i].n);
+      if (rc == 0) rc = px_fb_lit(b, "\":");
+      if (rc == 0 && vals[i].kind == PX_FV_NUM && px_fw_is_int(vals[i].raw) &&
+          (px_fs_is(keys[i], "start_index") || px_fs_is(keys[i], "end_index"))) {
+        int64_t v;
+        if (vals[i].raw.ptr[0] == '-' || px_fw_uint(vals[i].raw, &v) < 0) return DECLINE;
+        rc = px_fb_i64(b, v + shift);
+      } else if (rc == 0) {
+        rc = px_fb_raw(b, vals[i].raw);
+      }
+    }
+    if (rc == 0) rc = px_fb_lit(b, "}}");
+    if (rc != 0) return rc;
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* a tool call of an answer, its id made unique among the message's
+ * (px_idset_unique, the nth call) */
+static int put_answer_call(px_buf_t *b, const px_fpart_t *p, px_idset_t *ids, int nth,
+                           px_arena_t *a) {
+  if (ids == NULL) return put_call(b, p);
+  const char *id = p->id.p ? cstr(a, p->id) : "";
+  if (id == NULL || (id = px_idset_unique(ids, px_str(id), nth)) == NULL) return DECLINE;
+  px_fpart_t q = *p;
+  q.id = (px_fstr_t){NULL, 0, 0};
+  px_buf_t idb;
+  px_buf_init(&idb, SIZE_MAX);
+  int rc = px_buf_json_escape(&idb, id, strlen(id));
+  px_fstr_t s;
+  if (rc == 0) rc = arena_fstr(a, &idb, 1, &s);
+  px_buf_free(&idb);
+  if (rc != 0) return DECLINE;
+  q.id = s;
+  return put_call(b, &q);
+}
+
+static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
+                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy,
+                                     px_tr_err_t *err) {
+  (void)err;
+  /* an escape where "chatcmpl-" would stand might spell it */
+  if (ir->id.esc && memchr(ir->id.p, '\\', ir->id.n < 9 ? ir->id.n : 9) != NULL)
+    return DECLINE;
+  /* what chat.c's encoder reads of the content, in order (the lossy names
+   * of annotations and opaque reasoning as it meets them) */
+  int ntext = 0, ncalls = 0, nref = 0, nreason = 0, nann = 0, rc = 0;
+  size_t chars = 0;
+  px_buf_t anns;
+  px_buf_init(&anns, SIZE_MAX);
+  const px_fpart_t *last_ann = NULL; /* the texts before it are counted */
+  for (const px_fpart_t *p = ir->content; p; p = p->next)
+    if (p->type == PX_FP_TEXT && p->annotations.ptr != NULL) last_ann = p;
+  for (const px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
+    if (p->type == PX_FP_TEXT) {
+      ntext++;
+      if (p->annotations.ptr != NULL)
+        rc = put_annotations(ctx, &anns, p->annotations, (int64_t)chars, &nann, lossy);
+      if (last_ann != NULL) chars += esc_chars(p->text);
+      if (p == last_ann) last_ann = NULL;
+    } else if (p->type == PX_FP_REASONING) {
+      nreason += p->text.n > 0;
+      int sig, red;
+      reasoning_tokens(p, &sig, &red);
+      if (sig) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
+      if (red) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 1));
+    } else if (p->type == PX_FP_TOOL_CALL) {
+      ncalls++;
+    } else if (p->type == PX_FP_REFUSAL) {
+      nref++;
+    } /* other parts: not in a Chat message (chat.c skips them) */
+  }
+  px_fstr_t expl = ir->refusal_explanation;
+  int worded = nref > 0 || ntext > 0; /* text words a refusal */
+  int expl_as_refusal = nref == 0 && expl.p != NULL && ntext == 0;
+  if (expl_as_refusal) /* Anthropic refusal without visible wording */
+    worded = 1;
+  else if (expl.p != NULL)
+    px_lossy_add(lossy, px_out_names(ctx)->refusal_explanation);
+  if (ir->stop_sequence.p) px_lossy_add(lossy, "stop_sequence");
+  if (rc == 0) rc = px_fb_lit(b, "{\"id\":\"");
+  size_t id_at = b->len; /* traces: the id and the model as written */
+  if (rc == 0 && ir->id.p == NULL)
+    rc = px_fb_lit(b, "chatcmpl-proxai");
+  else if (rc == 0) {
+    if (!(ir->id.n >= 9 && memcmp(ir->id.p, "chatcmpl-", 9) == 0))
+      rc = px_fb_lit(b, "chatcmpl-");
+    if (rc == 0 && ir->id.n) rc = px_fb_put(b, ir->id.p, ir->id.n);
+  }
+  size_t id_end = b->len;
+  if (rc == 0) rc = px_fb_lit(b, "\",\"object\":\"chat.completion\",\"created\":");
+  if (rc == 0) rc = px_fb_i64(b, ir->has_created ? ir->created : ctx->created);
+  if (rc == 0) rc = px_fb_lit(b, ",\"model\":"); /* null when nothing names it */
+  size_t model_at = b->len;
+  if (rc == 0 && ctx->client_model)
+    rc = px_buf_json_str(b, ctx->client_model, strlen(ctx->client_model));
+  else if (rc == 0)
+    rc = ir->model.p ? px_fb_str(b, ir->model) : px_fb_lit(b, "null");
+  size_t model_end = b->len;
+  if (rc == 0)
+    rc = px_fb_lit(b,
+                   ",\"choices\":[{\"index\":0,\"message\":{\"role\":"
+                   "\"assistant\",\"content\":");
+  if (rc == 0 && ntext) {
+    rc = px_fb_lit(b, "\"");
+    if (rc == 0) rc = px_fb_texts(b, ir->content);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  } else if (rc == 0) {
+    rc = px_fb_lit(b, "null");
+  }
+  if (rc == 0 && expl_as_refusal) {
+    rc = px_fb_lit(b, ",\"refusal\":");
+    if (rc == 0) rc = px_fb_str(b, expl);
+  } else if (rc == 0 && nref > 0) {
+    rc = px_fb_lit(b, ",\"refusal\":\"");
+    if (rc == 0) rc = put_texts_of(b, ir->content, PX_FP_REFUSAL);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  }
+  if (rc == 0 && nreason > 0) {
+    rc = px_fb_lit(b, ",\"reasoning_content\":\"");
+    if (rc == 0) rc = put_texts_of(b, ir->content, PX_FP_REASONING);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  }
+  if (rc == 0 && ncalls) {
+    /* ids unique in the message: a missing or repeated one minted */
+    px_idset_t set = {0};
+    px_idset_t *ids = px_fast_ids_plain(ir->content) ? NULL : &set;
+    rc = px_fb_lit(b, ",\"tool_calls\":[");
+    int nth = 0;
+    for (const px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
+      if (p->type != PX_FP_TOOL_CALL) continue;
+      if (nth) rc = px_fb_lit(b, ",");
+      if (rc == 0) rc = put_answer_call(b, p, ids, nth, a);
+      nth++;
+    }
+    if (rc == 0) rc = px_fb_lit(b, "]");
+    px_idset_free(&set);
+  }
+  if (rc == 0 && nann > 0) {
+    rc = px_fb_lit(b, ",\"annotations\":[");
+    if (rc == 0) rc = px_fb_put(b, anns.data, anns.len);
+    if (rc == 0) rc = px_fb_lit(b, "]");
+  }
+  px_buf_free(&anns);
+  /* a refusal with nothing at all to show (no text, no refusal, no
+   * explanation) must not read as a normal stop */
+  px_stop_t st = ir->stop == PX_STOP_NONE                 ? PX_STOP_END_TURN
+                 : ir->stop == PX_STOP_REFUSAL && !worded ? PX_STOP_CONTENT_FILTER
+                                                          : ir->stop;
+  if (rc == 0) rc = px_fb_lit(b, "},\"logprobs\":null,\"finish_reason\":\"");
+  const char *fr = px_stop_to_chat(st);
+  if (rc == 0) rc = px_fb_lit(b, fr);
+  if (rc == 0) rc = px_fb_lit(b, "\"}]");
+  if (rc == 0 && ir->has_usage) {
+    int64_t in = ir->in < 0 ? 0 : ir->in, out = ir->out < 0 ? 0 : ir->out;
+    rc = px_fb_lit(b, ",\"usage\":{\"prompt_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, in);
+    if (rc == 0) rc = px_fb_lit(b, ",\"completion_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, out);
+    if (rc == 0) rc = px_fb_lit(b, ",\"total_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, in + out);
+    if (rc == 0) rc = px_fb_lit(b, ",\"prompt_tokens_details\":{\"cached_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, ir->cache_read < 0 ? 0 : ir->cache_read);
+    if (rc == 0) rc = px_fb_lit(b, "},\"completion_tokens_details\":{\"reasoning_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, ir->reasoning < 0 ? 0 : ir->reasoning);
+    if (rc == 0) rc = px_fb_lit(b, "}}");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  if (rc == 0) px_answer_wrote(ctx->client, b, id_at, id_end, model_at, model_end, fr);
+  return rc;
+}
+
+const px_fast_ops_t px_chat_fast = {
+    .decode_request = chat_fast_decode_request,
+    .encode_request = chat_fast_encode_request,
+    .decode_response = chat_fast_decode_response,
+    .encode_response = chat_fast_encode_response,
+    .encodes = PX_FU_ALL | PX_FU_SYSTEM_NOTE,
+    .response_checked = 1,
+    .resp_encodes = PX_FU_REASONING | PX_FU_REFUSAL | PX_FU_CUSTOM | PX_FU_MEDIA |
+                    PX_FU_ANNOTATIONS | PX_FU_REFUSAL_EXPL,
+};
+
+/* ======================================================================== */
+/* The wire: errors, token counts, model lists, the protocol table          */
 
 /* Flat IR url_citation -> Chat {type, url_citation:{...}}; indexes shifted
  * by the characters of the text parts joined before this one. */
@@ -1319,117 +2039,6 @@ json_t *px_chat_annotations(const px_tr_ctx_t *ctx, json_t *anns, json_int_t shi
         out, json_pack("{s:s, s:o}", "type", "url_citation", "url_citation", uc));
   }
   return out;
-}
-
-static int chat_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp,
-                                px_lossy_t *lossy, px_tr_err_t *err) {
-  (void)err;
-  json_t *content = json_object_get(ir, "content");
-  px_buf_t text, reasoning;
-  px_buf_init(&text, SIZE_MAX);
-  px_buf_init(&reasoning, SIZE_MAX);
-  int ntext = 0, nreason = 0;
-  json_t *tcs = json_array(), *anns = json_array();
-  px_idset_t ids = {0};
-  size_t i;
-  json_t *c;
-  json_array_foreach(content, i, c) {
-    const char *t = px_jstr(c, "type");
-    json_t *tx = json_object_get(c, "text");
-    if (t == NULL) continue;
-    if (strcmp(t, "text") == 0) {
-      json_int_t shift = (json_int_t)px_utf8_chars(text.data, text.len);
-      if (json_is_string(tx))
-        px_buf_append(&text, json_string_value(tx), json_string_length(tx));
-      ntext++;
-      json_t *a = json_object_get(c, "annotations");
-      if (json_array_size(a) > 0) {
-        json_t *conv = px_chat_annotations(ctx, a, shift, lossy);
-        json_array_extend(anns, conv);
-        json_decref(conv);
-      }
-    } else if (strcmp(t, "reasoning") == 0) {
-      if (json_is_string(tx) && json_string_length(tx) > 0) {
-        px_buf_append(&reasoning, json_string_value(tx), json_string_length(tx));
-        nreason++;
-      }
-      int sig = px_jstr(c, "signature") != NULL ||
-                px_jstr(c, "encrypted_content") != NULL ||
-                px_jstr(c, "thought_signature") != NULL;
-      int red = px_jstr(c, "redacted_data") != NULL;
-      if (sig) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 0));
-      if (red) px_lossy_add(lossy, px_lossy_opaque_reasoning(ctx, 1));
-    } else if (strcmp(t, "tool_call") == 0) {
-      json_t *tc = tool_call_out(c);
-      const char *uid =
-          px_idset_unique(&ids, px_str(px_jstr(c, "id")), (int)json_array_size(tcs));
-      if (tc != NULL && uid != NULL) json_object_set_new(tc, "id", json_string(uid));
-      json_array_append_new(tcs, tc);
-    }
-  }
-  px_idset_free(&ids);
-  int nref = 0;
-  char *refusal = join_parts(content, "refusal", &nref);
-  json_t *msg = json_pack("{s:s}", "role", "assistant");
-  if (ntext > 0)
-    json_object_set_new(msg, "content",
-                        json_stringn(text.data ? text.data : "", text.len));
-  else
-    json_object_set_new(msg, "content", json_null());
-  const char *expl = px_jstr(ir, "refusal_explanation");
-  int worded = refusal != NULL || ntext > 0; /* seed 000: text words a refusal */
-  if (refusal == NULL && expl != NULL && ntext == 0) {
-    add_str(msg, "refusal", expl); /* Anthropic refusal without visible wording */
-    worded = 1;
-  } else if (expl != NULL) {
-    px_lossy_add(lossy, px_out_names(ctx)->refusal_explanation);
-  }
-  if (refusal != NULL) add_str(msg, "refusal", refusal);
-  free(refusal);
-  if (nreason > 0)
-    json_object_set_new(msg, "reasoning_content",
-                        json_stringn(reasoning.data, reasoning.len));
-  if (json_array_size(tcs) > 0) json_object_set(msg, "tool_calls", tcs);
-  if (json_array_size(anns) > 0) json_object_set(msg, "annotations", anns);
-  px_buf_free(&text);
-  px_buf_free(&reasoning);
-  json_decref(tcs);
-  json_decref(anns);
-
-  px_stop_t st = px_stop_parse(px_jstr(ir, "stop_reason"));
-  /* a refusal with nothing at all to show (no text, no refusal, no
-   * explanation) must not read as a normal stop */
-  const char *fr =
-      px_stop_to_chat(st == PX_STOP_NONE                 ? PX_STOP_END_TURN
-                      : st == PX_STOP_REFUSAL && !worded ? PX_STOP_CONTENT_FILTER
-                                                         : st);
-  if (px_jstr(ir, "stop_sequence") != NULL) px_lossy_add(lossy, "stop_sequence");
-
-  const char *id = px_jstr(ir, "id");
-  json_t *jid = id == NULL                         ? json_string("chatcmpl-proxai")
-                : strncmp(id, "chatcmpl-", 9) == 0 ? json_string(id)
-                                                   : json_sprintf("chatcmpl-%s", id);
-  json_t *created = json_object_get(ir, "created");
-  json_t *body = json_pack(
-      "{s:o, s:s, s:I, s:s?, s:[{s:i, s:o, s:n, s:s}]}", "id", jid, "object",
-      "chat.completion", "created",
-      (json_int_t)(json_is_integer(created) ? json_integer_value(created) : ctx->created),
-      "model", ctx->client_model ? ctx->client_model : px_jstr(ir, "model"), "choices",
-      "index", 0, "message", msg, "logprobs", "finish_reason", fr);
-  json_t *u = json_object_get(ir, "usage");
-  if (json_is_object(u)) {
-    int64_t in = px_jint(u, "input_tokens", 0), out = px_jint(u, "output_tokens", 0);
-    json_object_set_new(
-        body, "usage",
-        json_pack("{s:I, s:I, s:I, s:{s:I}, s:{s:I}}", "prompt_tokens", (json_int_t)in,
-                  "completion_tokens", (json_int_t)out, "total_tokens",
-                  (json_int_t)(in + out), "prompt_tokens_details", "cached_tokens",
-                  (json_int_t)px_jint(u, "cache_read_tokens", 0),
-                  "completion_tokens_details", "reasoning_tokens",
-                  (json_int_t)px_jint(u, "reasoning_tokens", 0)));
-  }
-  *bodyp = body;
-  return 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1489,10 +2098,6 @@ const px_proto_ops_t px_proto_chat = {
     .otel_operation = "chat",
     .inbound_path = "/chat/completions",
     .upstream_path = "/chat/completions",
-    .decode_request = chat_decode_request,
-    .encode_request = chat_encode_request,
-    .decode_response = chat_decode_response,
-    .encode_response = chat_encode_response,
     .decode_error = chat_decode_error,
     .encode_error = chat_encode_error,
     .encode_stream_error = chat_encode_stream_error,

@@ -1140,6 +1140,101 @@ int px_fc_tree_memo(px_fw_t *w, const px_ftab_t *t, px_fv_t *f, unsigned *seen,
 }
 
 /* ------------------------------------------------------------------------ */
+/* What the one reader's rule refuses in a body a fast codec declined        */
+
+typedef struct odd {
+  int found;  /* PX_ODD_REPEATED, else the first PX_ODD_ESCAPED_NAME seen */
+  char *path; /* the caller's buffer */
+  size_t cap;
+} odd_t;
+
+static int key_cmp(const void *a, const void *b) {
+  const px_fstr_t *x = a, *y = b;
+  if (x->n != y->n) return x->n < y->n ? -1 : 1;
+  return memcmp(x->p, y->p, x->n);
+}
+
+/* base.name into the caller's buffer, cut at its size */
+static void odd_path(odd_t *o, const char *base, size_t blen, const char *name,
+                     size_t n) {
+  snprintf(o->path, o->cap, "%.*s%s%.*s", (int)blen, base, blen && n ? "." : "",
+           (int)(n > 96 ? 96 : n), name);
+}
+
+static int odd_value(px_fw_t *w, odd_t *o, const char *path, size_t plen, int depth) {
+  px_fv_kind_t kind = px_fw_peek(w);
+  if (depth > PX_JSON_MAX_DEPTH) return -1;
+  char sub[192];
+  if (kind == PX_FV_ARR) {
+    if (px_fw_open(w, '[') < 0) return -1;
+    int r;
+    for (long i = 0; (r = px_fw_elem(w)) == 1; i++) {
+      int k = snprintf(sub, sizeof(sub), "%.*s[%ld]", (int)plen, path, i);
+      if (odd_value(w, o, sub, k < (int)sizeof(sub) ? (size_t)k : sizeof(sub) - 1,
+                    depth + 1) < 0)
+        return -1;
+      if (o->found == PX_ODD_REPEATED) return 0;
+    }
+    return r;
+  }
+  if (kind != PX_FV_OBJ) {
+    px_fv_t v;
+    return px_fw_value(w, &v);
+  }
+  if (px_fw_open(w, '{') < 0) return -1;
+  px_fstr_t *keys = NULL;
+  size_t nk = 0, ck = 0;
+  int r;
+  px_fstr_t k;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    if (nk == ck) {
+      size_t nc = ck ? ck * 2 : 16;
+      px_fstr_t *g = realloc(keys, nc * sizeof(*g));
+      if (g == NULL) {
+        r = -1;
+        break;
+      }
+      keys = g;
+      ck = nc;
+    }
+    keys[nk++] = k;
+    int kl = snprintf(sub, sizeof(sub), "%.*s%s%.*s", (int)plen, path, plen ? "." : "",
+                      (int)(k.n > 96 ? 96 : k.n), k.p);
+    size_t sl = kl < (int)sizeof(sub) ? (size_t)kl : sizeof(sub) - 1;
+    /* the first of a kind, the kinds in their order */
+    int kind = k.esc                             ? PX_ODD_ESCAPED_NAME
+               : px_fast_lossy_key(NULL, k) != 0 ? PX_ODD_UNNAMED
+                                                 : 0;
+    if (kind && (!o->found || o->found > kind)) {
+      o->found = kind;
+      odd_path(o, sub, sl, "", 0);
+    }
+    if (odd_value(w, o, sub, sl, depth + 1) < 0) {
+      r = -1;
+      break;
+    }
+    if (o->found == PX_ODD_REPEATED) break;
+  }
+  if (r == 0 && nk > 1) {
+    qsort(keys, nk, sizeof(*keys), key_cmp);
+    for (size_t i = 1; i < nk; i++)
+      if (key_cmp(&keys[i - 1], &keys[i]) == 0) {
+        o->found = PX_ODD_REPEATED;
+        odd_path(o, path, plen, keys[i].p, keys[i].n);
+        break;
+      }
+  }
+  free(keys);
+  return r < 0 ? -1 : 0;
+}
+
+int px_fast_odd_member(const char *p, size_t n, char *path, size_t cap) {
+  odd_t o = {0, path, cap};
+  path[0] = 0;
+  px_fw_t w = {p, n, 0};
+  if (odd_value(&w, &o, "", 0, 0) < 0) return -1;
+  return o.found;
+}
 /* Checked views (the stream codecs' events): a value checked whole once,   */
 /* then read where it lies, as jansson would read its document             */
 

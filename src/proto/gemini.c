@@ -1,22 +1,24 @@
-/*
- * gemini.c - Gemini generateContent <-> IR (SPEC section 11): request,
- * non-streaming response and errors. The stream half is gemini_stream.c.
- *
- * Gemini has no tool call ids. Toward the other protocols the gateway mints
- * them: in a request, the n-th functionCall of the conversation is "call_<n>"
- * (unless the client sent an id) and each functionResponse takes the id of
- * the earliest unanswered call of the same name; in a response, a call is
- * "call_<responseId>_<n>". Toward Gemini the ids are dropped and the calls
- * and responses keep their order.
- *
- * Gemini's thoughtSignature is opaque and belongs to Gemini: it is kept in
- * the IR as "thought_signature" of a reasoning part (a part with empty text
- * when the signature rode on a functionCall or text part), and written back
- * on the part that follows when the history returns to a Gemini upstream.
- * Toward Gemini clients the thoughtSignature also carries other families'
- * reasoning tokens behind their tags ("pxa1:sig:", "pxa1:red:", "pxo1:enc:";
- * px_rtok_* in protoutil.h), told back into their IR fields on replay.
- */
+/* gemini.c - the Gemini generateContent codec
+ * (include/proxai/fastir.h), without a jansson document, in all four
+ * roles: a request (system instruction, user and model turns of text,
+ * thoughts, thought signatures, blobs, function calls and function
+ * responses with the ids gemini.c mints, function declarations and the
+ * other tools gemini.c drops, tool config, generationConfig with
+ * thinkingConfig and JSON output) both ways, and an answer (one candidate
+ * or a blocked prompt: text or refusal wording, function calls, thoughts
+ * and signatures, the refusal's explanation, usageMetadata) both ways.
+ * Then the wire: errors, token counts, model lists, the path with the
+ * model in it, the protocol table (streams: gemini_stream.c). Every rule
+ * here is the reference's (test/reference/gemini.c) for the same shape,
+ * and what it refuses is refused in its words (PX_FAST_REFUSE); what
+ * cannot be proved the same as written (escaped or repeated member names,
+ * escapes in values that decide something) declines to the hub's one
+ * reader's rule (translate_fast.c: respelled, else refused). jansson stays
+ * only where the reference's rule is its dump (function call args and
+ * structured function responses made strings) or its parse (arguments
+ * that are no object, on the way to a refusal), and in the error and count
+ * bodies. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,671 +26,1798 @@
 
 #include "proxai/fastir.h"
 #include "proxai/jdoc.h"
-#include "proxai/proto.h"
 #include "proxai/protoutil.h"
+#include "proxai/usage.h"
 
-static json_t *jstr(const char *s) { return json_string(s ? s : ""); }
+#define DECLINE PX_FAST_DECLINE
+#define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define HAS(x) (seen & (1u << (x)))
+#define SCHEMA_DEPTH 64
 
-static int bad_gateway(px_tr_err_t *err, const char *param, const char *msg) {
-  px_tr_fail(err, param, "%s", msg);
-  if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
-  return PX_EPROTO;
+/* an arena copy of "<prefix><n>" or "<prefix><mid>_<n>" (plain ASCII) */
+static int mint_id(px_arena_t *a, const char *prefix, px_fstr_t mid, int n,
+                   px_fstr_t *out) {
+  size_t pl = strlen(prefix);
+  char *s = px_arena_alloc(a, pl + mid.n + 24);
+  if (s == NULL) return DECLINE;
+  memcpy(s, prefix, pl);
+  size_t k = pl;
+  if (mid.p != NULL) {
+    if (mid.n) memcpy(s + k, mid.p, mid.n);
+    k += mid.n;
+    s[k++] = '_';
+  }
+  k += (size_t)snprintf(s + k, 24, "%d", n);
+  *out = (px_fstr_t){s, k, 0};
+  return 0;
 }
 
-/* ---- schemas: Gemini's OpenAPI subset uses upper-case type names ---- */
-
-/* A copy of schema s with every "type" string lower-cased (OBJECT -> object). */
-static json_t *schema_lower(json_t *s) {
-  if (json_is_array(s)) {
-    json_t *a = json_array();
-    size_t i;
-    json_t *v;
-    json_array_foreach(s, i, v) json_array_append_new(a, schema_lower(v));
-    return a;
-  }
-  if (!json_is_object(s)) return json_deep_copy(s);
-  json_t *o = json_object();
-  const char *k;
-  json_t *v;
-  json_object_foreach(s, k, v) {
-    if (strcmp(k, "type") == 0 && json_is_string(v)) {
-      char t[32];
-      snprintf(t, sizeof(t), "%s", json_string_value(v));
-      for (char *p = t; *p; p++)
-        if (*p >= 'A' && *p <= 'Z') *p = (char)(*p - 'A' + 'a');
-      json_object_set_new(o, k, json_string(t));
-    } else if (strcmp(k, "properties") == 0 && json_is_object(v)) {
-      json_t *props = json_object();
-      const char *pk;
-      json_t *pv;
-      json_object_foreach(v, pk, pv) json_object_set_new(props, pk, schema_lower(pv));
-      json_object_set_new(o, k, props);
-    } else {
-      json_object_set_new(o, k, schema_lower(v));
-    }
-  }
-  return o;
+static int fs_eq(px_fstr_t x, px_fstr_t y) {
+  return x.n == y.n && (x.n == 0 || memcmp(x.p, y.p, x.n) == 0);
 }
 
-/* ---- request: Gemini -> IR ---- */
-
-/* Ids minted for the calls of one conversation, matched by name and order. */
-typedef struct call_ids {
-  json_t *open; /* [{"id","name"}] calls not answered yet, in order */
-  json_t *done; /* the answered ones (their ids stay valid) */
-  int n;        /* calls seen */
-} call_ids_t;
-
-static const char *call_open(call_ids_t *c, const char *id, const char *name, char *buf,
-                             size_t n) {
-  c->n++;
-  if (id == NULL || *id == 0) {
-    snprintf(buf, n, "call_%d", c->n);
-    id = buf;
-  }
-  json_array_append_new(c->open, json_pack("{s:s, s:s}", "id", id, "name", name));
-  return id;
+/* the unescaped value of string content s, NUL-ended, in the arena */
+static const char *fs_cstr(px_arena_t *a, px_fstr_t s) {
+  px_buf_t u;
+  px_str_t v;
+  px_buf_init(&u, s.n + 1);
+  char *c = NULL;
+  if (px_json_unescape(s.p, s.n, s.esc, &u, &v) == 0 &&
+      (c = px_arena_alloc(a, v.len + 1)))
+    memcpy(c, v.ptr, v.len);
+  px_buf_free(&u);
+  return c;
 }
 
-/* The id of the open call a functionResponse answers; the call is closed.
- * The entry moves to c->done so the returned id lives as long as c (an id of
- * any length, as the fast path keeps it). */
-static const char *call_answer(call_ids_t *c, const char *id, const char *name) {
-  size_t i;
-  json_t *e;
-  json_array_foreach(c->open, i, e) {
-    const char *eid = px_jstr(e, "id");
-    if (id != NULL && *id ? strcmp(eid, id) == 0 : strcmp(px_jstr(e, "name"), name) == 0) {
-      if (json_array_append(c->done, e) < 0) return NULL;
-      json_array_remove(c->open, i);
-      return eid;
-    }
-  }
-  return id != NULL && *id ? id : NULL;
+/* a C string as string content (escaped) in the arena */
+static int fs_of_cstr(px_arena_t *a, const char *s, px_fstr_t *out) {
+  px_buf_t b;
+  px_buf_init(&b, SIZE_MAX);
+  int rc = px_buf_json_escape(&b, s, strlen(s));
+  char *c = rc == 0 ? px_arena_alloc(a, b.len + 1) : NULL;
+  if (c != NULL && b.len) memcpy(c, b.data, b.len);
+  *out = (px_fstr_t){c, b.len, c != NULL && memchr(c, '\\', b.len) != NULL};
+  px_buf_free(&b);
+  return c != NULL ? 0 : DECLINE;
 }
 
-static int decode_blob(json_t *blob, int is_file, const char *path, json_t *parts,
-                       px_tr_err_t *err) {
-  const char *mt = px_jstr(blob, "mimeType");
-  const char *data = px_jstr(blob, is_file ? "fileUri" : "data");
-  if (mt == NULL || data == NULL)
-    return px_tr_fail(err, path, "%s needs mimeType and %s", path,
-                      is_file ? "fileUri" : "data");
-  int image = strncmp(mt, "image/", 6) == 0;
-  json_t *p = json_pack("{s:s}", "type", image ? "image" : "file");
-  if (is_file) {
-    json_object_set_new(p, "url", json_string(data));
+/* a functionCall's args (NULL: absent) -> the call's arguments: an object's
+ * compact JSON (as gemini.c dumps it), anything else {} */
+static int args_in(px_arena_t *a, const px_fv_t *args, px_fpart_t *p) {
+  if (args != NULL && args->kind == PX_FV_OBJ) {
+    if (px_fast_dump_value(a, args->raw, &p->args) != 0) return DECLINE;
+    p->input = args->raw;
   } else {
-    json_object_set_new(p, "media_type", json_string(mt));
-    json_object_set_new(p, "data", json_string(data));
-    if (!image) json_object_set_new(p, "filename", json_string("document.pdf"));
+    p->args = (px_fstr_t){"{}", 2, 0};
+    p->input = (px_str_t){"{}", 2};
   }
-  json_array_append_new(parts, p);
   return 0;
 }
 
-/* functionResponse.response -> tool_result content text: a lone "output" or
- * "content" string is the text itself, anything else its JSON. */
-static json_t *response_text(json_t *resp) {
-  json_t *out = json_object_get(resp, "output");
-  if (!json_is_string(out)) out = json_object_get(resp, "content");
-  if (json_is_string(out) && json_object_size(resp) == 1)
-    return json_pack("[{s:s, s:O}]", "type", "text", "text", out);
-  char *j = px_jdoc_dump(resp ? resp : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
-  json_t *r = json_pack("[{s:s, s:s}]", "type", "text", "text", j ? j : "{}");
-  free(j);
-  return r;
+/* ======================================================================== */
+/* Request decode                                                            */
+
+/* A schema with every "type" string lower-cased, as schema_lower in
+ * gemini.c: the raw text is copied once and its type names patched in
+ * place (same length). Property names are not schemas: a string directly
+ * in "properties" would be kept there, and declines here. */
+static int lower_types(const px_fv_t *v, char *copy, const char *base, int in_props,
+                       int depth) {
+  if (depth > SCHEMA_DEPTH) return DECLINE;
+  if (v->kind != PX_FV_OBJ && v->kind != PX_FV_ARR) return 0;
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  int r;
+  if (v->kind == PX_FV_ARR) {
+    if (px_fw_open(&w, '[') < 0) return DECLINE;
+    while ((r = px_fw_elem(&w)) == 1) {
+      px_fv_t x;
+      if (px_fw_value(&w, &x) < 0 || lower_types(&x, copy, base, 0, depth + 1) != 0)
+        return DECLINE;
+    }
+    return r < 0 ? DECLINE : 0;
+  }
+  px_fstr_t k;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    px_fv_t x;
+    if (k.esc || px_fw_value(&w, &x) < 0) return DECLINE;
+    if (in_props) {
+      if (x.kind == PX_FV_STR) return DECLINE;
+      if (lower_types(&x, copy, base, 0, depth + 1) != 0) return DECLINE;
+      continue;
+    }
+    if (x.kind == PX_FV_STR && k.n == 4 && memcmp(k.p, "type", 4) == 0) {
+      /* snprintf into char[32] there: longer names are cut */
+      if (x.s.esc || x.s.n >= 32) return DECLINE;
+      char *t = copy + (x.s.p - base);
+      for (size_t i = 0; i < x.s.n; i++)
+        if (t[i] >= 'A' && t[i] <= 'Z') t[i] = (char)(t[i] - 'A' + 'a');
+      continue;
+    }
+    int props = x.kind == PX_FV_OBJ && k.n == 10 && memcmp(k.p, "properties", 10) == 0;
+    if (lower_types(&x, copy, base, props, depth + 1) != 0) return DECLINE;
+  }
+  return r < 0 ? DECLINE : 0;
 }
 
-/* A thoughtSignature on a call or text part of a client's model turn: a
- * reasoning part of its own, in its family's field (protoutil.h). Another
- * family's signature the stream encoder put on the part after the thought
- * text it signs (it came after that text) joins that thought again. */
-static int sig_part(json_t *parts, const char *sig) {
-  json_t *r = json_pack("{s:s, s:s}", "type", "reasoning", "text", "");
-  if (r == NULL || px_rtok_in(PX_PROTO_GEMINI, r, sig) < 0) {
-    json_decref(r);
-    return PX_ENOMEM;
-  }
-  json_t *prev = json_array_get(parts, json_array_size(parts) - 1);
-  const char *pt = px_jstr(prev, "text");
-  if ((json_object_get(r, "signature") || json_object_get(r, "encrypted_content")) &&
-      strcmp(px_jstr(prev, "type") ? px_jstr(prev, "type") : "", "reasoning") == 0 &&
-      pt != NULL && *pt != 0 && json_object_size(prev) == 2) {
-    json_object_del(r, "type");
-    json_object_del(r, "text");
-    json_object_update(prev, r);
-    json_decref(r);
-    return 0;
-  }
-  return json_array_append_new(parts, r) == 0 ? 0 : PX_ENOMEM;
+static int schema_lower(const px_fv_t *v, px_arena_t *a, px_str_t *out) {
+  if (v->kind != PX_FV_OBJ) return DECLINE;
+  char *copy = px_arena_alloc(a, v->raw.len + 1);
+  if (copy == NULL) return DECLINE;
+  memcpy(copy, v->raw.ptr, v->raw.len);
+  if (lower_types(v, copy, v->raw.ptr, 0, 0) != 0) return DECLINE;
+  *out = (px_str_t){copy, v->raw.len};
+  return 0;
 }
 
-static int decode_part(json_t *pt, int model, const char *path, json_t *parts,
-                       call_ids_t *calls, px_lossy_t *lossy, px_tr_err_t *err) {
-  json_t *v;
-  int rc;
-  char idbuf[96], p2[128];
-  const char *sig = px_jstr(pt, "thoughtSignature");
-  int thought = json_is_true(json_object_get(pt, "thought"));
-  if (!json_is_object(pt)) return px_tr_fail(err, path, "%s must be an object", path);
-  if (sig != NULL && model && !thought && (rc = sig_part(parts, sig)) < 0) return rc;
-  if ((v = json_object_get(pt, "text")) != NULL) {
-    if (!json_is_string(v)) return px_tr_fail(err, path, "%s.text must be a string", path);
-    if (thought) {
-      if (!model) return 0; /* thoughts belong to model turns */
-      json_t *r = json_pack("{s:s, s:O}", "type", "reasoning", "text", v);
-      if (r == NULL || px_rtok_in(PX_PROTO_GEMINI, r, sig) < 0) {
-        json_decref(r);
-        return PX_ENOMEM;
+/* The calls of the conversation not answered yet, in order: a function
+ * response takes the id of the earliest open call of its name. */
+typedef struct open_call {
+  struct open_call *next;
+  const px_fpart_t *call;
+} open_call_t;
+
+/* A member of a tool gemini.c drops (googleSearch, codeExecution ...). */
+typedef struct tool_drop {
+  struct tool_drop *next;
+  px_fstr_t key;
+} tool_drop_t;
+
+/* gemini.c's refusals, by the order it checks them: the first one it
+ * would meet is the answer, wherever the body holds it */
+enum { E_CONTENTS = 1, E_CACHED, E_SYSTEM, E_TURNS, E_TOOLS, E_TC, E_GEN };
+
+/* What the decoding of a request keeps from member to member. */
+typedef struct gdec {
+  open_call_t *open, **open_tail;
+  int n;            /* calls seen */
+  int k_sig, k_enc; /* the IR fields "signature" and "encrypted_content" */
+  int exec;         /* code execution parts were dropped (lossy) */
+  tool_drop_t *drops, **drops_tail;
+  int prio; /* the refusal held (E_*), 0: none */
+  px_tr_err_t e;
+} gdec_t;
+
+/* a refusal of gemini.c at order prio: kept unless one before it is */
+__attribute__((format(printf, 4, 5))) static int gfail(gdec_t *d, int prio,
+                                                       const char *param, const char *fmt,
+                                                       ...) {
+  if (d->prio != 0 && d->prio <= prio) return PX_FAST_REFUSE;
+  d->prio = prio;
+  d->e.kind = PX_ERR_INVALID;
+  snprintf(d->e.param, sizeof(d->e.param), "%s", param);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(d->e.message, sizeof(d->e.message), fmt, ap);
+  va_end(ap);
+  return PX_FAST_REFUSE;
+}
+
+/* systemInstruction: {parts: [{text}, ...]}, read in place; gemini.c
+ * reads nothing of a value of another shape, and refuses a part without a
+ * text string */
+static int decode_system(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) {
+  px_fstr_t k;
+  px_fv_t v;
+  int r, nparts = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ) return px_fw_value(w, &v) < 0 ? DECLINE : 0;
+  if (px_fw_open(w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    if (k.esc) return DECLINE;
+    if (!px_fs_is(k, "parts") || px_fw_peek(w) != PX_FV_ARR) {
+      if (px_fs_is(k, "parts") && nparts++) return DECLINE;
+      if (px_fw_value(w, &v) < 0) return DECLINE;
+      continue;
+    }
+    /* repeated: the last there */
+    if (nparts++ || px_fw_open(w, '[') < 0) return DECLINE;
+    int rp;
+    while ((rp = px_fw_elem(w)) == 1) {
+      static const char *const pkeys[] = {"text"};
+      px_fv_t g[1];
+      unsigned gs = 0;
+      if (px_fw_peek(w) != PX_FV_OBJ) {
+        if (px_fw_value(w, &v) < 0) return DECLINE;
+        gs = 0;
+      } else if (px_fw_fields(w, pkeys, 1, g, &gs) != 0) {
+        return DECLINE;
       }
-      json_array_append_new(parts, r);
-    } else {
-      json_array_append_new(parts, json_pack("{s:s, s:O}", "type", "text", "text", v));
-    }
-    return 0;
-  }
-  if ((v = json_object_get(pt, "inlineData")) != NULL) {
-    snprintf(p2, sizeof(p2), "%s.inlineData", path);
-    return decode_blob(v, 0, p2, parts, err);
-  }
-  if ((v = json_object_get(pt, "fileData")) != NULL) {
-    snprintf(p2, sizeof(p2), "%s.fileData", path);
-    return decode_blob(v, 1, p2, parts, err);
-  }
-  if ((v = json_object_get(pt, "functionCall")) != NULL) {
-    const char *name = px_jstr(v, "name");
-    if (!model || name == NULL)
-      return px_tr_fail(err, path, "%s.functionCall needs a name in a model turn", path);
-    json_t *args = json_object_get(v, "args");
-    char *a = json_is_object(args) ? px_jdoc_dump(args, JSON_COMPACT) : strdup("{}");
-    const char *id = call_open(calls, px_jstr(v, "id"), name, idbuf, sizeof(idbuf));
-    json_array_append_new(parts, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call",
-                                           "id", id, "name", name, "arguments", a ? a : "{}"));
-    free(a);
-    return 0;
-  }
-  if ((v = json_object_get(pt, "functionResponse")) != NULL) {
-    const char *name = px_jstr(v, "name");
-    const char *id = call_answer(calls, px_jstr(v, "id"), name ? name : "");
-    if (model || id == NULL)
-      return px_tr_fail(err, path,
-                        "%s.functionResponse does not answer a preceding functionCall", path);
-    json_array_append_new(parts, json_pack("{s:s, s:s, s:o}", "type", "tool_result",
-                                           "tool_call_id", id, "content",
-                                           response_text(json_object_get(v, "response"))));
-    return 0;
-  }
-  if (json_object_get(pt, "executableCode") || json_object_get(pt, "codeExecutionResult")) {
-    px_lossy_add(lossy, "contents[].parts[].executableCode");
-    return 0;
-  }
-  if (sig != NULL) return 0; /* a signature-only part */
-  return px_tr_fail(err, path, "%s: unsupported part", path);
-}
-
-static int decode_contents(json_t *contents, json_t *ir_msgs, px_lossy_t *lossy,
-                           px_tr_err_t *err) {
-  call_ids_t calls = {json_array(), json_array(), 0};
-  size_t i, k;
-  json_t *c, *pt;
-  char path[96];
-  int rc = 0;
-  json_array_foreach(contents, i, c) {
-    const char *role = px_jstr(c, "role");
-    int model = role != NULL && strcmp(role, "model") == 0;
-    json_t *ps = json_object_get(c, "parts");
-    if ((role != NULL && !model && strcmp(role, "user") != 0) || !json_is_array(ps)) {
-      snprintf(path, sizeof(path), "contents[%zu]", i);
-      rc = px_tr_fail(err, path, "contents[%zu] needs role user or model and parts", i);
-      break;
-    }
-    json_t *parts = json_array();
-    json_array_foreach(ps, k, pt) {
-      snprintf(path, sizeof(path), "contents[%zu].parts[%zu]", i, k);
-      if ((rc = decode_part(pt, model, path, parts, &calls, lossy, err)) < 0) break;
-    }
-    if (rc < 0) {
-      json_decref(parts);
-      break;
-    }
-    json_array_append_new(ir_msgs, json_pack("{s:s, s:o}", "role",
-                                             model ? "assistant" : "user", "content", parts));
-  }
-  json_decref(calls.open);
-  json_decref(calls.done);
-  return rc;
-}
-
-static int decode_tools(json_t *tools, json_t *ir, px_lossy_t *lossy, px_tr_err_t *err) {
-  json_t *out = json_array();
-  size_t i, k;
-  json_t *t, *fd;
-  json_array_foreach(tools, i, t) {
-    json_t *decls = json_object_get(t, "functionDeclarations");
-    const char *key;
-    json_t *v;
-    json_object_foreach(t, key, v) if (strcmp(key, "functionDeclarations") != 0) {
-      char p[64];
-      snprintf(p, sizeof(p), "tools[].%s", key);
-      px_lossy_add(lossy, p);
-    }
-    json_array_foreach(decls, k, fd) {
-      const char *name = px_jstr(fd, "name");
-      if (name == NULL) {
-        json_decref(out);
-        return px_tr_fail(err, "tools[].functionDeclarations[].name",
-                          "a function declaration needs a name");
+      if (!gs || g[0].kind != PX_FV_STR) {
+        gfail(d, E_SYSTEM, "systemInstruction.parts", "system parts must be text");
+        continue;
       }
-      json_t *tool = json_pack("{s:s}", "name", name);
-      if (px_jstr(fd, "description"))
-        json_object_set(tool, "description", json_object_get(fd, "description"));
-      json_t *js = json_object_get(fd, "parametersJsonSchema");
-      json_t *ps = json_object_get(fd, "parameters");
-      json_object_set_new(tool, "parameters",
-                          js ? json_deep_copy(js)
-                             : ps ? schema_lower(ps)
-                                  : json_pack("{s:s, s:{}}", "type", "object", "properties"));
-      json_array_append_new(out, tool);
+      px_fpart_t *p = px_fpart_text(a, g[0].s);
+      if (p == NULL) return DECLINE;
+      px_fpart_push(&ir->system, &ir->system_last, p);
     }
+    if (rp < 0) return DECLINE;
   }
-  if (json_array_size(out) > 0) json_object_set_new(ir, "tools", out);
-  else json_decref(out);
-  return 0;
+  return r < 0 ? DECLINE : 0;
 }
 
-static int decode_tool_config(json_t *tc, json_t *ir, px_tr_err_t *err) {
-  json_t *fc = json_object_get(tc, "functionCallingConfig");
-  const char *mode = px_jstr(fc, "mode");
-  if (mode == NULL) return 0;
-  json_t *names = json_object_get(fc, "allowedFunctionNames");
-  if (strcmp(mode, "AUTO") == 0 || strcmp(mode, "VALIDATED") == 0)
-    json_object_set_new(ir, "tool_choice", json_pack("{s:s}", "type", "auto"));
-  else if (strcmp(mode, "NONE") == 0)
-    json_object_set_new(ir, "tool_choice", json_pack("{s:s}", "type", "none"));
-  else if (strcmp(mode, "ANY") == 0 && json_array_size(names) == 1 &&
-           json_is_string(json_array_get(names, 0)))
-    json_object_set_new(ir, "tool_choice", json_pack("{s:s, s:O}", "type", "tool", "name",
-                                                     json_array_get(names, 0)));
-  else if (strcmp(mode, "ANY") == 0 && json_array_size(names) <= 1)
-    json_object_set_new(ir, "tool_choice", json_pack("{s:s}", "type", "required"));
-  else
-    return px_tr_fail(err, "toolConfig.functionCallingConfig",
-                      "function calling mode %s with several allowedFunctionNames cannot be "
-                      "translated",
-                      mode);
-  return 0;
-}
+/* A functionResponse read where it stands (its response is the large
+ * member of an agent's history: walked once). */
+typedef struct fresp {
+  px_fv_t name, id;
+  int has_resp;
+  px_str_t resp;  /* the response value, raw */
+  px_fstr_t lone; /* a lone "output" or "content" string of it (p NULL: none) */
+} fresp_t;
 
-static const char *effort_of_level(const char *l) {
-  if (l == NULL) return NULL;
-  if (strcmp(l, "minimal") == 0 || strcmp(l, "MINIMAL") == 0) return "minimal";
-  if (strcmp(l, "low") == 0 || strcmp(l, "LOW") == 0) return "low";
-  if (strcmp(l, "medium") == 0 || strcmp(l, "MEDIUM") == 0) return "medium";
-  return "high";
-}
-
-static int decode_generation(json_t *gc, json_t *ir, px_lossy_t *lossy, px_tr_err_t *err) {
-  json_t *v;
-  if ((v = json_object_get(gc, "temperature")) && json_is_number(v))
-    json_object_set(ir, "temperature", v);
-  if ((v = json_object_get(gc, "topP")) && json_is_number(v)) json_object_set(ir, "top_p", v);
-  if ((v = json_object_get(gc, "topK")) && json_is_number(v))
-    json_object_set_new(ir, "top_k", json_integer((json_int_t)json_number_value(v)));
-  if ((v = json_object_get(gc, "maxOutputTokens")) && json_is_integer(v))
-    json_object_set(ir, "max_tokens", v);
-  if ((v = json_object_get(gc, "stopSequences")) && json_is_array(v))
-    json_object_set(ir, "stop", v);
-  if ((v = json_object_get(gc, "candidateCount")) && json_integer_value(v) > 1)
-    return px_tr_fail(err, "generationConfig.candidateCount",
-                      "candidateCount above 1 cannot be translated");
-  const char *mime = px_jstr(gc, "responseMimeType");
-  json_t *schema = json_object_get(gc, "responseJsonSchema");
-  if (schema == NULL) schema = json_object_get(gc, "responseSchema");
-  if (mime != NULL && strcmp(mime, "application/json") == 0) {
-    if (json_is_object(schema))
-      json_object_set_new(ir, "response_format",
-                          json_pack("{s:s, s:s, s:o}", "type", "json_schema", "name",
-                                    "response", "schema", schema_lower(schema)));
+/* response {..}: its raw span, and its lone "output" / "content" string */
+static int read_response(px_fw_t *w, fresp_t *fr) {
+  px_fv_t x;
+  fr->has_resp = 1;
+  if (px_fw_peek(w) != PX_FV_OBJ) {
+    if (px_fw_value(w, &x) < 0) return DECLINE;
+    fr->resp = x.raw;
+    return 0;
+  }
+  size_t start = w->i;
+  px_fstr_t k, k0 = {0};
+  px_fv_t one = {0};
+  int r, n = 0, same = 1, lone = 0;
+  if (px_fw_open(w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    if (k.esc || px_fw_value(w, &x) < 0) return DECLINE;
+    if (n++ == 0)
+      k0 = k, lone = px_fs_is(k, "output") || px_fs_is(k, "content");
     else
-      json_object_set_new(ir, "response_format", json_pack("{s:s}", "type", "json_object"));
-  } else if (mime != NULL && strcmp(mime, "text/plain") != 0) {
-    px_lossy_add(lossy, "generationConfig.responseMimeType");
+      same &= fs_eq(k, k0);
+    one = x; /* jansson keeps the last of repeated members */
   }
-  json_t *tc = json_object_get(gc, "thinkingConfig");
-  if (json_is_object(tc)) {
-    json_t *budget = json_object_get(tc, "thinkingBudget");
-    const char *level = effort_of_level(px_jstr(tc, "thinkingLevel"));
-    json_t *r = json_object();
-    if (json_is_integer(budget) && json_integer_value(budget) == 0) {
-      json_object_set_new(r, "effort", json_string("none"));
-    } else {
-      json_object_set_new(r, "enabled", json_true());
-      if (json_is_integer(budget) && json_integer_value(budget) > 0) {
-        json_object_set(r, "budget_tokens", budget);
-        json_object_set_new(r, "effort",
-                            json_string(px_effort_of_budget(json_integer_value(budget))));
-      } else if (level != NULL) {
-        json_object_set_new(r, "effort", json_string(level));
-      }
+  if (r < 0 || (n > 1 && same)) return DECLINE; /* one member there, repeated */
+  fr->resp = (px_str_t){w->p + start, w->i - start};
+  if (lone && n == 1 && one.kind == PX_FV_STR) fr->lone = one.s;
+  return 0;
+}
+
+/* functionResponse {name, id, response} at the cursor */
+static int read_fresp(px_fw_t *w, fresp_t *fr) {
+  static const px_fkey_t keys[] = {PX_FK("name"), PX_FK("id"), PX_FK("response")};
+  px_fstr_t k;
+  unsigned seen = 0;
+  int r;
+  memset(fr, 0, sizeof(*fr));
+  if (px_fw_open(w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    int ki = px_fk_of(k, keys, 3);
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+    if (ki == 2) {
+      if (read_response(w, fr) != 0) return DECLINE;
+      continue;
     }
-    json_object_set_new(ir, "reasoning", r);
+    px_fv_t x;
+    if (px_fw_value(w, &x) < 0) return DECLINE;
+    if (ki == 0) fr->name = x;
+    if (ki == 1) fr->id = x;
   }
-  static const char *const dropped[] = {"presencePenalty", "frequencyPenalty", "seed",
-                                        "responseLogprobs", "logprobs", "mediaResolution",
-                                        "speechConfig", "responseModalities"};
-  for (size_t i = 0; i < sizeof(dropped) / sizeof(dropped[0]); i++)
-    if (json_object_get(gc, dropped[i]) != NULL) {
+  if (!(seen & 1)) fr->name.kind = PX_FV_NULL;
+  if (!(seen & 2)) fr->id.kind = PX_FV_NULL;
+  return r < 0 ? DECLINE : 0;
+}
+
+/* functionResponse.response -> the tool result's text: a lone "output" or
+ * "content" string is the text itself, anything else its compact JSON */
+static int response_text(const fresp_t *fr, px_fpart_t *res, px_arena_t *a) {
+  px_fstr_t text = fr->lone;
+  if (!fr->has_resp)
+    text = (px_fstr_t){"null", 4, 0};
+  else if (text.p == NULL && px_fast_dump_value(a, fr->resp, &text) != 0)
+    return DECLINE;
+  px_fpart_t *t = px_fpart_text(a, text);
+  if (t == NULL) return DECLINE;
+  res->content = t;
+  return 0;
+}
+
+/* A thoughtSignature on a call, text or blob part of a model turn: a
+ * reasoning part of its own, the token in its family's field (sig_part in
+ * gemini.c). Another family's signature joins the thought text before it
+ * when that thought has no token yet. */
+static int sig_part(px_fmsg_t *m, px_fstr_t sig, const gdec_t *d, px_arena_t *a) {
+  px_fpart_t *r = px_fpart_new(a, PX_FP_REASONING);
+  if (r == NULL) return DECLINE;
+  r->text = (px_fstr_t){"", 0, 0};
+  if (px_frtok_in(PX_PROTO_GEMINI, r, sig) != 0) return DECLINE;
+  px_fpart_t *prev = m->last;
+  if ((r->tok[d->k_sig].p || r->tok[d->k_enc].p) && prev != NULL &&
+      prev->type == PX_FP_REASONING && prev->text.n > 0 && prev->id.p == NULL) {
+    int bare = 1;
+    for (int k = 0; k < PX_FRTOKS; k++) bare &= prev->tok[k].p == NULL;
+    if (bare) {
+      memcpy(prev->tok, r->tok, sizeof(prev->tok));
+      return 0;
+    }
+  }
+  px_fpart_push(&m->parts, &m->last, r);
+  return 0;
+}
+
+/* A part's place, its path "contents[i].parts[n]" written only for a
+ * refusal (the path of a part is gemini.c's words then). */
+typedef struct ppath {
+  size_t i, n;
+  char s[128];
+} ppath_t;
+
+static const char *pp_str(ppath_t *pp) {
+  snprintf(pp->s, sizeof(pp->s), "contents[%zu].parts[%zu]", pp->i, pp->n);
+  return pp->s;
+}
+
+/* A refusal of gemini.c's decode_part, at the part's path. */
+#define PART_FAIL(d, pp, fmt) gfail(d, E_TURNS, pp_str(pp), fmt, (pp)->s)
+
+/* inlineData {mimeType, data} / fileData {mimeType, fileUri} -> an image or
+ * file part (decode_blob in gemini.c) */
+static int decode_blob(const px_fv_t *v, int is_file, px_fmsg_t *m, gdec_t *d,
+                       ppath_t *path, px_arena_t *a) {
+  static const char *const keys[] = {"mimeType", "data", "fileUri"};
+  px_fv_t g[3];
+  unsigned gs = 0;
+  int dk = is_file ? 2 : 1;
+  char p2[160]; /* never cut: a path is at most 58 bytes */
+  if (v->kind == PX_FV_OBJ && px_fv_fields(v, keys, 3, g, &gs) != 0) return DECLINE;
+  if (!(gs & 1) || !(gs & (1u << dk)) || g[0].kind != PX_FV_STR ||
+      g[dk].kind != PX_FV_STR) {
+    snprintf(p2, sizeof(p2), "%s.%s", pp_str(path), is_file ? "fileData" : "inlineData");
+    return gfail(d, E_TURNS, p2, "%s needs mimeType and %s", p2,
+                 is_file ? "fileUri" : "data");
+  }
+  /* an escaped type may spell image/: read unescaped */
+  const char *mt = g[0].s.esc ? fs_cstr(a, g[0].s) : NULL;
+  if (g[0].s.esc && mt == NULL) return DECLINE;
+  int image = mt != NULL ? strncmp(mt, "image/", 6) == 0
+                         : g[0].s.n >= 6 && memcmp(g[0].s.p, "image/", 6) == 0;
+  px_fpart_t *p = px_fpart_new(a, image ? PX_FP_IMAGE : PX_FP_FILE);
+  if (p == NULL) return DECLINE;
+  if (is_file) {
+    p->url = g[dk].s;
+  } else {
+    p->media_type = g[0].s;
+    p->data = g[dk].s;
+    if (!image) p->filename = (px_fstr_t){"document.pdf", 12, 0};
+  }
+  px_fpart_push(&m->parts, &m->last, p);
+  return 0;
+}
+
+static int decode_call(const px_fv_t *v, px_fmsg_t *m, int model, gdec_t *d,
+                       ppath_t *path, px_arena_t *a) {
+  static const char *const keys[] = {"name", "args", "id"};
+  px_fv_t g[3];
+  unsigned gs = 0;
+  if (v->kind == PX_FV_OBJ && px_fv_fields(v, keys, 3, g, &gs) != 0) return DECLINE;
+  if (!model || !(gs & 1) || g[0].kind != PX_FV_STR)
+    return PART_FAIL(d, path, "%s.functionCall needs a name in a model turn");
+  if (g[0].s.esc) return DECLINE;
+  px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
+  open_call_t *o = px_arena_alloc(a, sizeof(*o));
+  if (p == NULL || o == NULL) return DECLINE;
+  p->name = g[0].s;
+  d->n++;
+  if ((gs & 4) && g[2].kind == PX_FV_STR && g[2].s.n > 0) {
+    if (g[2].s.esc) return DECLINE;
+    p->id = g[2].s;
+  } else if (mint_id(a, "call_", (px_fstr_t){0}, d->n, &p->id) != 0) {
+    return DECLINE;
+  }
+  if (args_in(a, (gs & 2) ? &g[1] : NULL, p) != 0) return DECLINE;
+  o->call = p;
+  *d->open_tail = o;
+  d->open_tail = &o->next;
+  px_fpart_push(&m->parts, &m->last, p);
+  return 0;
+}
+
+static int decode_fresp(const fresp_t *fr, px_fmsg_t *m, int model, gdec_t *d,
+                        ppath_t *path, px_arena_t *a) {
+  px_fstr_t name = fr->name.kind == PX_FV_STR ? fr->name.s : (px_fstr_t){"", 0, 0};
+  px_fstr_t id = fr->id.kind == PX_FV_STR ? fr->id.s : (px_fstr_t){0};
+  int by_id = id.n > 0;
+  if (name.esc || (by_id && id.esc)) return DECLINE;
+  px_fpart_t *res = px_fpart_new(a, PX_FP_TOOL_RESULT);
+  if (res == NULL) return DECLINE;
+  open_call_t **pp = &d->open;
+  while (*pp && !(by_id ? fs_eq((*pp)->call->id, id) : fs_eq((*pp)->call->name, name)))
+    pp = &(*pp)->next;
+  if (*pp && !model) {
+    res->id = (*pp)->call->id;
+    if (d->open_tail == &(*pp)->next) d->open_tail = pp;
+    *pp = (*pp)->next;
+  } else if (by_id && !model) {
+    res->id = id;
+  } else {
+    return PART_FAIL(d, path,
+                     "%s.functionResponse does not answer a preceding functionCall");
+  }
+  if (response_text(fr, res, a) != 0) return DECLINE;
+  px_fpart_push(&m->parts, &m->last, res);
+  return 0;
+}
+
+enum { P_TEXT, P_THOUGHT, P_SIG, P_FC, P_FR, P_INLINE, P_FILE, P_EXEC, P_EXECR };
+static const char *const part_keys[] = {
+    "text",         "thought",          "thoughtSignature",
+    "functionCall", "functionResponse", "inlineData",
+    "fileData",     "executableCode",   "codeExecutionResult"};
+static const px_fkey_t part_fkeys[] = {
+    PX_FK("text"),         PX_FK("thought"),          PX_FK("thoughtSignature"),
+    PX_FK("functionCall"), PX_FK("functionResponse"), PX_FK("inlineData"),
+    PX_FK("fileData"),     PX_FK("executableCode"),   PX_FK("codeExecutionResult")};
+
+/* one part of a turn, in gemini.c's order of checks (decode_part there);
+ * path: "contents[i].parts[k]" */
+static int decode_part(px_fw_t *w, px_fmsg_t *m, int model, gdec_t *d, ppath_t *path,
+                       px_arena_t *a) {
+  px_fv_t f[NKEYS(part_keys)];
+  fresp_t fr;
+  px_fstr_t k;
+  unsigned seen = 0;
+  int r;
+  if (px_fw_peek(w) != PX_FV_OBJ) return PART_FAIL(d, path, "%s must be an object");
+  if (px_fw_open(w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    int ki = px_fk_of(k, part_fkeys, NKEYS(part_fkeys));
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+    if (ki == P_FR) { /* read where it stands */
+      memset(&fr, 0, sizeof(fr));
+      fr.name.kind = fr.id.kind = PX_FV_NULL;
+      if (px_fw_peek(w) == PX_FV_OBJ) {
+        if (read_fresp(w, &fr) != 0) return DECLINE;
+      } else if (px_fw_value(w, &f[P_FR]) < 0) {
+        return DECLINE;
+      }
+      continue;
+    }
+    px_fv_t v;
+    if (px_fw_value(w, &v) < 0) return DECLINE;
+    if (ki >= 0) f[ki] = v;
+  }
+  if (r < 0) return DECLINE;
+  int sig = HAS(P_SIG) && f[P_SIG].kind == PX_FV_STR;
+  int thought = HAS(P_THOUGHT) && f[P_THOUGHT].kind == PX_FV_TRUE;
+  if (sig && model && !thought && sig_part(m, f[P_SIG].s, d, a) != 0) return DECLINE;
+  if (HAS(P_TEXT)) {
+    if (f[P_TEXT].kind != PX_FV_STR)
+      return PART_FAIL(d, path, "%s.text must be a string");
+    px_fpart_t *p;
+    if (!thought) {
+      p = px_fpart_text(a, f[P_TEXT].s);
+    } else if (!model) {
+      return 0; /* thoughts belong to model turns */
+    } else {
+      p = px_fpart_new(a, PX_FP_REASONING);
+      if (p == NULL) return DECLINE;
+      p->text = f[P_TEXT].s;
+      if (sig && px_frtok_in(PX_PROTO_GEMINI, p, f[P_SIG].s) != 0) return DECLINE;
+    }
+    if (p == NULL) return DECLINE;
+    px_fpart_push(&m->parts, &m->last, p);
+    return 0;
+  }
+  if (HAS(P_INLINE)) return decode_blob(&f[P_INLINE], 0, m, d, path, a);
+  if (HAS(P_FILE)) return decode_blob(&f[P_FILE], 1, m, d, path, a);
+  if (HAS(P_FC)) return decode_call(&f[P_FC], m, model, d, path, a);
+  if (HAS(P_FR)) return decode_fresp(&fr, m, model, d, path, a);
+  if (HAS(P_EXEC) || HAS(P_EXECR)) {
+    d->exec = 1;
+    return 0;
+  }
+  if (sig) return 0; /* a signature-only part */
+  return PART_FAIL(d, path, "%s: unsupported part");
+}
+
+/* a turn's role as gemini.c reads it: 1 model, 0 user (or none), -1 another
+ * one, ROLE_UNREAD when this walker cannot tell */
+#define ROLE_UNREAD (-3)
+static int role_of(const px_fv_t *v, px_arena_t *a) {
+  if (v->kind != PX_FV_STR) return 0;
+  const char *r = v->s.esc ? fs_cstr(a, v->s) : NULL;
+  if (v->s.esc && r == NULL) return ROLE_UNREAD;
+  px_fstr_t s = r ? (px_fstr_t){r, strlen(r), 0} : v->s;
+  if (px_fs_is(s, "model")) return 1;
+  return px_fs_is(s, "user") ? 0 : -1;
+}
+
+/* the role of a turn whose parts come first: the members after them */
+static int role_ahead(px_fw_t w, px_arena_t *a) {
+  px_fv_t v;
+  px_fstr_t k;
+  int r, role = 0, n = 0;
+  if (px_fw_value(&w, &v) < 0) return ROLE_UNREAD; /* the parts */
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    if (k.esc || px_fw_value(&w, &v) < 0) return ROLE_UNREAD;
+    if (px_fs_is(k, "role") && n++) return ROLE_UNREAD;
+    if (px_fs_is(k, "role")) role = role_of(&v, a);
+  }
+  return r < 0 ? ROLE_UNREAD : role;
+}
+
+/* gemini.c's refusal of turn i */
+static int turn_fail(gdec_t *d, size_t i) {
+  char path[48];
+  snprintf(path, sizeof(path), "contents[%zu]", i);
+  return gfail(d, E_TURNS, path, "contents[%zu] needs role user or model and parts", i);
+}
+
+/* contents, each turn read in place, its parts by its role; 0, DECLINE, or
+ * PX_FAST_REFUSE (a refusal held in d: the rest of contents unread) */
+static int decode_contents(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) {
+  int r;
+  size_t i = 0;
+  if (px_fw_peek(w) != PX_FV_ARR)
+    return gfail(d, E_CONTENTS, "contents", "contents must be an array");
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  for (; (r = px_fw_elem(w)) == 1; i++) {
+    px_fstr_t k;
+    px_fv_t v;
+    int rk, model = -2, arr = 0; /* -2: not read yet */
+    unsigned seen = 0;
+    px_fmsg_t *m = px_fmsg_push(ir, a, 0);
+    if (m == NULL) return DECLINE;
+    if (px_fw_peek(w) != PX_FV_OBJ) return turn_fail(d, i);
+    if (px_fw_open(w, '{') < 0) return DECLINE;
+    while ((rk = px_fw_member(w, &k)) == 1) {
+      if (k.esc) return DECLINE;
+      if (px_fs_is(k, "parts")) {
+        if (px_fw_seen_twice(&seen, 1)) return DECLINE;
+        if (px_fw_peek(w) != PX_FV_ARR) { /* an error there, told at the end */
+          if (px_fw_value(w, &v) < 0) return DECLINE;
+          continue;
+        }
+        arr = 1;
+        if (model == -2) model = role_ahead(*w, a);
+        if (model == ROLE_UNREAD) return DECLINE;
+        if (model < 0) return turn_fail(d, i);
+        if (px_fw_open(w, '[') < 0) return DECLINE;
+        int rp;
+        ppath_t pp = {i, 0, ""};
+        for (; (rp = px_fw_elem(w)) == 1; pp.n++)
+          if ((rp = decode_part(w, m, model, d, &pp, a)) != 0) return rp;
+        if (rp < 0) return DECLINE;
+        continue;
+      }
+      if (px_fw_value(w, &v) < 0) return DECLINE;
+      if (!px_fs_is(k, "role")) continue;
+      if (px_fw_seen_twice(&seen, 0)) return DECLINE;
+      if ((model = role_of(&v, a)) == ROLE_UNREAD) return DECLINE;
+      if (model < 0) return turn_fail(d, i);
+    }
+    if (rk < 0) return DECLINE;
+    if (!arr) return turn_fail(d, i);
+    if (m->parts == NULL) return DECLINE; /* none kept: an empty turn */
+    m->assistant = model;
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* tools: function declarations; another member of a tool (googleSearch,
+ * codeExecution, urlContext ...) is dropped there, named "tools[].<key>" */
+static int decode_tools(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) {
+  int r;
+  px_fv_t v;
+  if (px_fw_peek(w) != PX_FV_ARR) return px_fw_value(w, &v) < 0 ? DECLINE : 0;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(w)) == 1) {
+    px_fstr_t k;
+    int rk, ndecl = 0;
+    if (px_fw_peek(w) != PX_FV_OBJ) { /* nothing of it read there */
+      if (px_fw_value(w, &v) < 0) return DECLINE;
+      continue;
+    }
+    if (px_fw_open(w, '{') < 0) return DECLINE;
+    while ((rk = px_fw_member(w, &k)) == 1) {
+      if (k.esc) return DECLINE;
+      if (!px_fs_is(k, "functionDeclarations")) {
+        tool_drop_t *t = px_arena_alloc(a, sizeof(*t));
+        if (t == NULL || px_fast_lossy_key(NULL, k) != 0 || px_fw_value(w, &v) < 0)
+          return DECLINE;
+        t->key = k;
+        *d->drops_tail = t;
+        d->drops_tail = &t->next;
+        continue;
+      }
+      if (ndecl++) return DECLINE; /* repeated: read once there */
+      if (px_fw_peek(w) != PX_FV_ARR) {
+        if (px_fw_value(w, &v) < 0) return DECLINE;
+        continue;
+      }
+      if (px_fw_open(w, '[') < 0) return DECLINE;
+      int rd;
+      while ((rd = px_fw_elem(w)) == 1) {
+        static const char *const keys[] = {"name", "description", "parametersJsonSchema",
+                                           "parameters"};
+        px_fv_t f[4];
+        unsigned seen = 0;
+        if (px_fw_peek(w) != PX_FV_OBJ) {
+          if (px_fw_value(w, &v) < 0) return DECLINE;
+        } else if (px_fw_fields(w, keys, 4, f, &seen) != 0) {
+          return DECLINE;
+        }
+        if (!HAS(0) || f[0].kind != PX_FV_STR) {
+          gfail(d, E_TOOLS, "tools[].functionDeclarations[].name",
+                "a function declaration needs a name");
+          continue;
+        }
+        px_fv_t params;
+        params.kind = PX_FV_OBJ;
+        if (HAS(2)) {
+          if (f[2].kind != PX_FV_OBJ) return DECLINE;
+          params.raw = f[2].raw;
+        } else if (HAS(3)) {
+          if (schema_lower(&f[3], a, &params.raw) != 0) return DECLINE;
+        } else {
+          params.raw = PX_FAST_OPENAI_PARAMS;
+        }
+        if (px_ftool_push(ir, a, f[0].s, HAS(1) ? &f[1] : NULL, &params, NULL,
+                          PX_FAST_OPENAI_PARAMS) == NULL)
+          return DECLINE;
+      }
+      if (rd < 0) return DECLINE;
+    }
+    if (rk < 0) return DECLINE;
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* toolConfig.functionCallingConfig {mode, allowedFunctionNames} */
+static int decode_tool_config(const px_fv_t *tc, px_freq_t *ir, gdec_t *d,
+                              px_arena_t *a) {
+  static const char *const keys[] = {"functionCallingConfig"};
+  static const char *const fkeys[] = {"mode", "allowedFunctionNames"};
+  px_fv_t f[1], g[2];
+  unsigned seen = 0, gs = 0;
+  if (tc->kind != PX_FV_OBJ) return 0;
+  if (px_fv_fields(tc, keys, 1, f, &seen) != 0) return DECLINE;
+  if (!seen || f[0].kind != PX_FV_OBJ) return 0;
+  if (px_fv_fields(&f[0], fkeys, 2, g, &gs) != 0) return DECLINE;
+  if (!(gs & 1) || g[0].kind != PX_FV_STR) return 0;
+  const char *m = g[0].s.esc ? fs_cstr(a, g[0].s) : NULL;
+  if (g[0].s.esc && m == NULL) return DECLINE;
+  px_fstr_t mode = m ? (px_fstr_t){m, strlen(m), 0} : g[0].s;
+  if (px_fs_is(mode, "AUTO") || px_fs_is(mode, "VALIDATED")) {
+    ir->tool_choice = PX_FTC_AUTO;
+    return 0;
+  }
+  if (px_fs_is(mode, "NONE")) {
+    ir->tool_choice = PX_FTC_NONE;
+    return 0;
+  }
+  /* ANY: one allowed name is that tool; none (or one not a string) is any */
+  int n = 0;
+  px_fv_t x = {0}, y;
+  if (px_fs_is(mode, "ANY") && (gs & 2) && g[1].kind == PX_FV_ARR) {
+    px_fw_t w = {g[1].raw.ptr, g[1].raw.len, 0};
+    int r;
+    if (px_fw_open(&w, '[') < 0) return DECLINE;
+    while ((r = px_fw_elem(&w)) == 1)
+      if (px_fw_value(&w, n++ ? &y : &x) < 0) return DECLINE;
+    if (r < 0) return DECLINE;
+  }
+  if (px_fs_is(mode, "ANY") && n <= 1) {
+    ir->tool_choice = n == 1 && x.kind == PX_FV_STR ? PX_FTC_TOOL : PX_FTC_REQUIRED;
+    if (ir->tool_choice == PX_FTC_TOOL) ir->tc_name = x.s;
+    return 0;
+  }
+  if (m == NULL && (m = fs_cstr(a, mode)) == NULL) return DECLINE;
+  gfail(d, E_TC, "toolConfig.functionCallingConfig",
+        "function calling mode %s with several allowedFunctionNames cannot be translated",
+        m);
+  return 0;
+}
+
+/* the generationConfig members dropped (lossy), in gemini.c's order */
+static const char *const gen_dropped[] = {
+    "presencePenalty", "frequencyPenalty", "seed",         "responseLogprobs",
+    "logprobs",        "mediaResolution",  "speechConfig", "responseModalities"};
+#define N_DROPPED NKEYS(gen_dropped)
+
+enum {
+  G_TEMP,
+  G_TOPP,
+  G_TOPK,
+  G_MAX,
+  G_STOP,
+  G_CAND,
+  G_MIME,
+  G_JSCHEMA,
+  G_SCHEMA,
+  G_THINK,
+  G_DROP0
+};
+#define N_GEN (G_DROP0 + N_DROPPED)
+
+/* effort_of_level in gemini.c: a thinkingLevel's effort */
+static int effort_of_level(px_fstr_t l, px_fstr_t *out, px_arena_t *a) {
+  static const char *const lv[][2] = {
+      {"minimal", "MINIMAL"}, {"low", "LOW"}, {"medium", "MEDIUM"}};
+  if (l.esc) { /* compared unescaped */
+    const char *u = fs_cstr(a, l);
+    if (u == NULL) return DECLINE;
+    l = (px_fstr_t){u, strlen(u), 0};
+  }
+  for (size_t i = 0; i < 3; i++)
+    if (px_fs_is(l, lv[i][0]) || px_fs_is(l, lv[i][1])) {
+      *out = (px_fstr_t){lv[i][0], strlen(lv[i][0]), 0};
+      return 0;
+    }
+  *out = (px_fstr_t){"high", 4, 0};
+  return 0;
+}
+
+/* thinkingConfig -> the IR reasoning, as decode_generation in gemini.c */
+static int decode_thinking(const px_fv_t *tc, px_freq_t *ir, px_arena_t *a) {
+  static const char *const keys[] = {"thinkingBudget", "thinkingLevel"};
+  px_fv_t g[2];
+  unsigned gs = 0;
+  if (tc->kind != PX_FV_OBJ) return 0;
+  if (px_fv_fields(tc, keys, 2, g, &gs) != 0) return DECLINE;
+  /* thinkingBudget: an integer's sign (0, > 0, < 0) and value */
+  int sign = 0, is_int = (gs & 1) && g[0].kind == PX_FV_NUM && px_fw_is_int(g[0].raw);
+  int64_t v = 0;
+  if (is_int) {
+    px_str_t raw = g[0].raw;
+    int neg = raw.len > 0 && raw.ptr[0] == '-';
+    if (neg) raw.ptr++, raw.len--;
+    if (px_fw_uint(raw, &v) < 0) return DECLINE;
+    sign = v == 0 ? 0 : neg ? -1 : 1;
+  }
+  ir->has_reasoning = 1;
+  if (is_int && sign == 0) {
+    ir->effort = (px_fstr_t){"none", 4, 0};
+    return 0;
+  }
+  ir->reasoning_enabled = 1;
+  if (sign > 0) {
+    const char *e = px_effort_of_budget(v);
+    ir->budget = g[0].raw;
+    ir->budget_v = v;
+    ir->effort = (px_fstr_t){e, strlen(e), 0};
+  } else if ((gs & 2) && g[1].kind == PX_FV_STR) {
+    return effort_of_level(g[1].s, &ir->effort, a);
+  }
+  return 0;
+}
+
+/* lossy marks of generationConfig, added when the request is read */
+#define L_MIME (1u << 0)
+
+static int decode_generation(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a,
+                             unsigned *dropped, unsigned *marks) {
+  static const char *const keys[N_GEN] = {
+      "temperature", "topP", "topK", "maxOutputTokens", "stopSequences", "candidateCount",
+      "responseMimeType", "responseJsonSchema", "responseSchema", "thinkingConfig",
+      /* gen_dropped[] */
+      "presencePenalty", "frequencyPenalty", "seed", "responseLogprobs", "logprobs",
+      "mediaResolution", "speechConfig", "responseModalities"};
+  px_fv_t f[N_GEN];
+  unsigned seen = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ) return px_fw_value(w, &f[0]) < 0 ? DECLINE : 0;
+  if (px_fw_fields(w, keys, N_GEN, f, &seen) != 0) return DECLINE;
+  if (HAS(G_TEMP) && f[G_TEMP].kind == PX_FV_NUM) ir->temperature = f[G_TEMP].raw;
+  if (HAS(G_TOPP) && f[G_TOPP].kind == PX_FV_NUM) ir->top_p = f[G_TOPP].raw;
+  if (HAS(G_TOPK) && f[G_TOPK].kind == PX_FV_NUM) {
+    /* an integer there (a real is cut): integers of a double's precision */
+    if (!px_fw_is_int(f[G_TOPK].raw) || f[G_TOPK].raw.len > 15) return DECLINE;
+    ir->top_k = f[G_TOPK].raw;
+  }
+  if (HAS(G_MAX) && f[G_MAX].kind == PX_FV_NUM && px_fw_is_int(f[G_MAX].raw)) {
+    if (px_fw_uint(f[G_MAX].raw, &ir->max_tokens_v) < 0 || ir->max_tokens_v < 1)
+      gfail(d, E_GEN, "generationConfig.maxOutputTokens",
+            "maxOutputTokens must be a positive integer of at most 18 digits");
+    else
+      ir->max_tokens = f[G_MAX].raw;
+  }
+  if (HAS(G_STOP) && f[G_STOP].kind == PX_FV_ARR) {
+    px_fw_t sw = {f[G_STOP].raw.ptr, f[G_STOP].raw.len, 0};
+    int r, n = 0;
+    if (px_fw_open(&sw, '[') < 0) return DECLINE;
+    while ((r = px_fw_elem(&sw)) == 1) {
+      px_fv_t x;
+      if (px_fw_value(&sw, &x) < 0 || x.kind != PX_FV_STR) return DECLINE;
+      n++;
+    }
+    if (r < 0 || n == 0) return DECLINE;
+    ir->stop = f[G_STOP].raw;
+  }
+  if (HAS(G_CAND) && f[G_CAND].kind == PX_FV_NUM && px_fw_is_int(f[G_CAND].raw) &&
+      f[G_CAND].raw.ptr[0] != '-') {
+    /* an integer above 1 (any other value reads as 0 there) */
+    int64_t n;
+    if (px_fw_uint(f[G_CAND].raw, &n) < 0) return DECLINE;
+    if (n > 1)
+      gfail(d, E_GEN, "generationConfig.candidateCount",
+            "candidateCount above 1 cannot be translated");
+  }
+  if (HAS(G_MIME) && f[G_MIME].kind == PX_FV_STR) {
+    px_fstr_t mime = f[G_MIME].s;
+    if (mime.esc) return DECLINE;
+    if (px_fs_is(mime, "application/json")) {
+      /* responseJsonSchema, else responseSchema: an object is the schema */
+      const px_fv_t *s = HAS(G_JSCHEMA)  ? &f[G_JSCHEMA]
+                         : HAS(G_SCHEMA) ? &f[G_SCHEMA]
+                                         : NULL;
+      if (s != NULL && s->kind == PX_FV_OBJ) {
+        if (schema_lower(s, a, &ir->rf_schema) != 0) return DECLINE;
+        ir->rf_name = (px_fstr_t){"response", 8, 0};
+      } else {
+        ir->rf_json = 1;
+      }
+    } else if (!px_fs_is(mime, "text/plain")) {
+      *marks |= L_MIME;
+    }
+  }
+  if (HAS(G_THINK) && decode_thinking(&f[G_THINK], ir, a) != 0) return DECLINE;
+  *dropped = seen >> G_DROP0;
+  return 0;
+}
+
+enum { K_CONTENTS, K_SYS, K_TOOLS, K_TC, K_GEN, K_SAFETY, K_LABELS, K_CACHED, K_WRAPPED };
+static const char *const top_keys[] = {
+    "contents",   "systemInstruction", "tools",
+    "toolConfig", "generationConfig",  "safetySettings",
+    "labels",     "cachedContent",     "generateContentRequest"};
+
+static int gem_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                                   px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                   px_tr_err_t *err) {
+  px_fw_t w = {body, len, 0};
+  px_fstr_t k;
+  px_fv_t f[NKEYS(top_keys)];
+  unsigned seen = 0, dropped = 0, marks = 0;
+  gdec_t d;
+  int r;
+  memset(&d, 0, sizeof(d));
+  d.k_sig = px_frtok_index("signature");
+  d.k_enc = px_frtok_index("encrypted_content");
+  d.open_tail = &d.open;
+  d.drops_tail = &d.drops;
+  if (d.k_sig < 0 || d.k_enc < 0 || px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    if (k.esc) return DECLINE;
+    int ki = px_fw_key_of(k, top_keys, NKEYS(top_keys));
+    if (ki >= 0 && px_fw_seen_twice(&seen, ki)) return DECLINE;
+    /* the large members are read in place, in body order */
+    int rc = 0, inplace = 1;
+    px_fw_t at = w;
+    switch (ki) {
+      case K_CONTENTS:
+        rc = decode_contents(&w, ir, &d, a);
+        break;
+      case K_SYS:
+        rc = decode_system(&w, ir, &d, a);
+        break;
+      case K_TOOLS:
+        rc = decode_tools(&w, ir, &d, a);
+        break;
+      case K_GEN:
+        rc = decode_generation(&w, ir, &d, a, &dropped, &marks);
+        break;
+      default:
+        inplace = 0;
+        break;
+    }
+    if (rc == PX_FAST_REFUSE) { /* refused there: the rest of it unread */
+      w = at;
+      inplace = 0;
+    } else if (rc != 0) {
+      return DECLINE;
+    }
+    if (inplace) continue;
+    px_fv_t v;
+    if (px_fw_value(&w, &v) < 0) return DECLINE;
+    if (ki >= 0) f[ki] = v; /* other members are not read there */
+  }
+  if (r < 0) return DECLINE;
+  /* a wrapped countTokens body: the inner request is read there */
+  if (HAS(K_WRAPPED) && f[K_WRAPPED].kind == PX_FV_OBJ) return DECLINE;
+  if (!HAS(K_CONTENTS)) gfail(&d, E_CONTENTS, "contents", "contents must be an array");
+  if (HAS(K_CACHED))
+    gfail(&d, E_CACHED, "cachedContent", "cachedContent cannot be translated");
+  if (HAS(K_TC) && decode_tool_config(&f[K_TC], ir, &d, a) != 0) return DECLINE;
+  if (d.prio != 0) {
+    if (err != NULL) *err = d.e;
+    return PX_FAST_REFUSE;
+  }
+  /* the method of the path decides, as the IR says there */
+  if (ctx->stream)
+    ir->stream_true = 1;
+  else
+    ir->stream_false = 1;
+  if (d.exec) px_lossy_add(lossy, "contents[].parts[].executableCode");
+  for (const tool_drop_t *t = d.drops; t; t = t->next) {
+    char p[64];
+    snprintf(p, sizeof(p), "tools[].%.*s", (int)t->key.n, t->key.p);
+    px_lossy_add(lossy, p);
+  }
+  if (marks & L_MIME) px_lossy_add(lossy, "generationConfig.responseMimeType");
+  for (int i = 0; i < N_DROPPED; i++)
+    if (dropped & (1u << i)) {
       char p[64];
-      snprintf(p, sizeof(p), "generationConfig.%s", dropped[i]);
+      snprintf(p, sizeof(p), "generationConfig.%s", gen_dropped[i]);
       px_lossy_add(lossy, p);
     }
+  if (HAS(K_SAFETY)) px_lossy_add(lossy, "safetySettings");
+  if (HAS(K_LABELS)) px_lossy_add(lossy, "labels");
   return 0;
 }
 
-static int gem_decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **irp,
-                              px_lossy_t *lossy, px_tr_err_t *err) {
-  if (!json_is_object(body)) return px_tr_fail(err, "", "the request body must be an object");
-  json_t *wrapped = json_object_get(body, "generateContentRequest"); /* countTokens */
-  if (json_is_object(wrapped)) body = wrapped;
-  json_t *contents = json_object_get(body, "contents");
-  if (!json_is_array(contents))
-    return px_tr_fail(err, "contents", "contents must be an array");
-  if (json_object_get(body, "cachedContent") != NULL)
-    return px_tr_fail(err, "cachedContent", "cachedContent cannot be translated");
-  json_t *ir = json_object(), *msgs = json_array(), *sys = json_array();
-  json_object_set_new(ir, "model", jstr(ctx->client_model));
-  json_object_set_new(ir, "messages", msgs);
-  json_object_set_new(ir, "stream", json_boolean(ctx->stream));
-  json_t *si = json_object_get(body, "systemInstruction");
-  size_t i;
-  json_t *p;
-  json_array_foreach(json_object_get(si, "parts"), i, p) {
-    if (!json_is_string(json_object_get(p, "text"))) {
-      json_decref(sys);
-      json_decref(ir);
-      return px_tr_fail(err, "systemInstruction.parts", "system parts must be text");
-    }
-    json_array_append_new(sys, json_pack("{s:s, s:O, s:s}", "type", "text", "text",
-                                         json_object_get(p, "text"), "role", "system"));
+/* ======================================================================== */
+/* Request encode                                                            */
+
+/* args as an object: the JSON text, or the string checked to be one;
+ * blank_ok: blank is {} (px_tool_args_object, a client's call; an
+ * upstream's must be an object) */
+static int call_args(px_arena_t *a, const px_fpart_t *p, int blank_ok, px_str_t *out) {
+  if (p->input.ptr != NULL) {
+    *out = p->input;
+    return 0;
   }
-  if (json_array_size(sys) > 0) json_object_set_new(ir, "system", sys);
-  else json_decref(sys);
-  int rc = decode_contents(contents, msgs, lossy, err);
-  if (rc == 0) rc = decode_tools(json_object_get(body, "tools"), ir, lossy, err);
-  if (rc == 0) rc = decode_tool_config(json_object_get(body, "toolConfig"), ir, err);
-  if (rc == 0) rc = decode_generation(json_object_get(body, "generationConfig"), ir, lossy, err);
-  if (rc < 0) {
-    json_decref(ir);
-    return rc;
+  if (p->args.p == NULL && !blank_ok) return DECLINE; /* an error there */
+  int blank = p->args.p == NULL ? 1 : blank_ok ? px_fs_blank_value(p->args) : 0;
+  if (blank < 0) return DECLINE;
+  if (blank) {
+    *out = (px_str_t){"{}", 2};
+    return 0;
   }
-  if (json_object_get(body, "safetySettings") != NULL) px_lossy_add(lossy, "safetySettings");
-  if (json_object_get(body, "labels") != NULL) px_lossy_add(lossy, "labels");
-  *irp = ir;
+  px_fpart_t tmp = *p;
+  /* a string that is no object is the client's error there */
+  if (px_fast_args_object(a, &tmp) != 0) return DECLINE;
+  *out = tmp.input;
   return 0;
 }
 
-/* ---- request: IR -> Gemini ---- */
+/* a client's call's arguments as an object (px_tool_args_object): blank is
+ * {}, anything else that is no object the client's error, named by its
+ * own field; 0, DECLINE, or PX_FAST_REFUSE with err set */
+static int client_args(const px_tr_ctx_t *ctx, px_arena_t *a, const px_fpart_t *p,
+                       px_str_t *args, px_tr_err_t *err) {
+  if (call_args(a, p, 1, args) == 0) return 0;
+  if (p->args.p == NULL || px_fs_blank_value(p->args) < 0) return DECLINE;
+  /* what the scanner does not take, jansson may: the reference decides */
+  const char *s = fs_cstr(a, p->args), *id = p->id.p ? fs_cstr(a, p->id) : "";
+  if (s == NULL || id == NULL) return DECLINE;
+  json_t *j = px_jdoc_loads(s, JSON_DECODE_ANY, NULL);
+  int obj = json_is_object(j);
+  json_decref(j);
+  if (obj) return DECLINE;
+  const char *pa = px_in_names(ctx)->tool_args_param;
+  px_tr_fail(err, pa, "%s: arguments of tool call '%s' are not a JSON object", pa, id);
+  return PX_FAST_REFUSE;
+}
 
-static const char *tool_name_of(json_t *msgs, const char *id) {
-  size_t i, k;
-  json_t *m, *p;
-  json_array_foreach(msgs, i, m) json_array_foreach(json_object_get(m, "content"), k, p) {
-    const char *pid = px_jstr(p, "id");
-    if (pid != NULL && id != NULL && strcmp(pid, id) == 0 && px_jstr(p, "name") != NULL)
-      return px_jstr(p, "name");
-  }
+/* the name of the call a result answers (the first part with that id) */
+static const px_fpart_t *call_of(const px_freq_t *ir, px_fstr_t id) {
+  for (const px_fmsg_t *m = ir->msgs; m; m = m->next)
+    for (const px_fpart_t *p = m->parts; p; p = p->next)
+      if (p->type == PX_FP_TOOL_CALL && p->id.p != NULL && p->name.p != NULL &&
+          fs_eq(p->id, id))
+        return p;
   return NULL;
 }
 
-static json_t *result_response(json_t *part, px_lossy_t *lossy) {
-  json_t *content = json_object_get(part, "content");
-  px_buf_t text;
-  px_buf_init(&text, (size_t)1 << 30);
-  size_t i;
-  json_t *c;
-  json_array_foreach(content, i, c) {
-    const char *t = px_jstr(c, "text");
-    if (t != NULL) px_buf_append(&text, t, strlen(t));
-    else px_lossy_add(lossy, "messages[].content[].tool_result.content[].image");
+/* Whether the texts of a list, unescaped, start with '{' after whitespace:
+ * 1, 0, or -1 when an escape hides it (\uXXXX). */
+static int texts_open_brace(const px_fpart_t *parts) {
+  for (const px_fpart_t *c = parts; c; c = c->next) {
+    if (c->type != PX_FP_TEXT) continue;
+    for (size_t i = 0; i < c->text.n; i++) {
+      char ch = c->text.p[i];
+      if (ch == ' ') continue;
+      if (ch != '\\') return ch == '{';
+      if (++i >= c->text.n) return -1;
+      ch = c->text.p[i];
+      if (ch != 'n' && ch != 't' && ch != 'r') return ch == 'u' ? -1 : 0;
+    }
   }
-  json_t *parsed = text.len ? px_jdoc_load(text.data, text.len, 0, NULL) : NULL;
-  json_t *r;
-  if (json_is_object(parsed)) {
-    r = parsed;
-  } else {
-    json_decref(parsed);
-    r = json_object();
-    json_object_set_new(r, json_is_true(json_object_get(part, "is_error")) ? "error" : "output",
-                        json_stringn(text.data ? text.data : "", text.len));
-  }
-  px_buf_free(&text);
-  return r;
+  return 0;
 }
 
-/* fileData needs a concrete mimeType: guessed from the URL's extension. */
-static const char *mime_of_url(const char *url, int image) {
-  static const char *const ext[][2] = {{".png", "image/png"},   {".jpg", "image/jpeg"},
-                                       {".jpeg", "image/jpeg"}, {".webp", "image/webp"},
-                                       {".gif", "image/gif"},   {".heic", "image/heic"},
-                                       {".pdf", "application/pdf"}};
-  size_t n = strcspn(url, "?#");
-  for (size_t i = 0; i < sizeof(ext) / sizeof(ext[0]); i++) {
+/* the response object of a tool result (result_response in gemini.c): its
+ * text when that is a JSON object, else {"output"|"error": text}; other
+ * than text is dropped */
+static int put_result(px_buf_t *b, const px_fpart_t *res, px_arena_t *a,
+                      px_lossy_t *lossy) {
+  size_t n = 0;
+  int esc = 0;
+  for (const px_fpart_t *c = res->content; c; c = c->next) {
+    if (c->type != PX_FP_TEXT) {
+      px_lossy_add(lossy, "messages[].content[].tool_result.content[].image");
+      continue;
+    }
+    n += c->text.n;
+    esc |= c->text.esc;
+  }
+  if (n > 0 && texts_open_brace(res->content) != 0) {
+    /* the unescaped text, checked to be one object as jansson reads it */
+    px_buf_t t;
+    px_buf_init(&t, n + 1);
+    int rc = 0;
+    for (const px_fpart_t *c = res->content; c && rc == 0; c = c->next) {
+      if (c->type != PX_FP_TEXT || c->text.n == 0) continue;
+      if (!esc) {
+        rc = px_buf_append(&t, c->text.p, c->text.n);
+      } else {
+        px_str_t v;
+        px_buf_t u;
+        px_buf_init(&u, c->text.n + 1);
+        rc = px_json_unescape(c->text.p, c->text.n, c->text.esc, &u, &v);
+        if (rc == 0) rc = px_buf_append(&t, v.ptr, v.len);
+        px_buf_free(&u);
+      }
+    }
+    char *copy = rc == 0 ? px_arena_alloc(a, t.len + 1) : NULL;
+    if (copy != NULL) memcpy(copy, t.data, t.len);
+    size_t tl = t.len;
+    px_buf_free(&t);
+    if (copy == NULL) return DECLINE;
+    size_t i = 0;
+    while (i < tl &&
+           (copy[i] == ' ' || copy[i] == '\n' || copy[i] == '\t' || copy[i] == '\r'))
+      i++;
+    if (i < tl && copy[i] == '{') {
+      /* an object as jansson reads it is spliced; text that only opens
+       * with a brace (not JSON) is the output, as jansson refuses it; a
+       * repeated "model" or "stream" there is the tool's, carried as is
+       * once the whole is checked; deeper than the scanner's limit: not
+       * taken */
+      px_json_req_t scan;
+      if (px_json_request(copy, tl, &scan) == 0) return px_buf_append(b, copy, tl);
+      if (scan.err == PX_JREQ_DUPLICATE) {
+        px_fw_t w = {copy, tl, 0};
+        px_fv_t v;
+        if (px_fc_value(&w, &v) < 0 || px_fc_end(&w) < 0) return DECLINE;
+        return px_buf_append(b, copy, tl);
+      }
+      if (scan.err != PX_JREQ_SYNTAX) return DECLINE;
+    }
+  }
+  int rc = px_fb_lit(b, res->is_error ? "{\"error\":\"" : "{\"output\":\"");
+  if (rc == 0) rc = px_fb_texts(b, res->content);
+  if (rc == 0) rc = px_fb_lit(b, "\"}");
+  return rc;
+}
+
+/* mime_of_url in gemini.c: fileData's mimeType by the URL's extension */
+static const char *mime_of_url(px_fstr_t url, int image) {
+  static const char *const ext[][2] = {
+      {".png", "image/png"},      {".jpg", "image/jpeg"}, {".jpeg", "image/jpeg"},
+      {".webp", "image/webp"},    {".gif", "image/gif"},  {".heic", "image/heic"},
+      {".pdf", "application/pdf"}};
+  size_t n = 0;
+  while (n < url.n && url.p[n] != '?' && url.p[n] != '#') n++;
+  for (size_t i = 0; i < NKEYS(ext); i++) {
     size_t el = strlen(ext[i][0]);
-    if (n > el && strncasecmp(url + n - el, ext[i][0], el) == 0) return ext[i][1];
+    if (n > el && strncasecmp(url.p + n - el, ext[i][0], el) == 0) return ext[i][1];
   }
   return image ? "image/jpeg" : "application/pdf";
 }
 
-static json_t *blob_out(json_t *part, px_lossy_t *lossy) {
-  const char *url = px_jstr(part, "url");
-  if (url != NULL) {
-    char mt[64];
-    const char *data;
-    if (px_data_url_split(url, mt, sizeof(mt), &data) == 0)
-      return json_pack("{s:{s:s, s:s}}", "inlineData", "mimeType", mt, "data", data);
-    return json_pack("{s:{s:s, s:s}}", "fileData", "mimeType",
-                     mime_of_url(url, strcmp(px_jstr(part, "type"), "image") == 0),
-                     "fileUri", url);
-  }
-  if (px_jstr(part, "data") != NULL)
-    return json_pack("{s:{s:s, s:s}}", "inlineData", "mimeType",
-                     px_jstr(part, "media_type") ? px_jstr(part, "media_type")
-                                                 : "application/octet-stream",
-                     "data", px_jstr(part, "data"));
-  px_lossy_add(lossy, "messages[].content[].file_id");
-  return NULL;
-}
-
-/* One IR part -> Gemini part(s) appended to out. *sig carries a Gemini
- * thought signature to put on the next part. */
-static int part_out(const px_tr_ctx_t *ctx, json_t *msgs, json_t *part, int model,
-                    json_t *out, const char **sig, px_lossy_t *lossy, px_tr_err_t *err) {
-  const char *type = px_jstr(part, "type");
-  json_t *o = NULL;
-  if (type == NULL) return 0;
-  if (strcmp(type, "reasoning") == 0) {
-    const char *ts = px_jstr(part, "thought_signature");
-    const char *text = px_jstr(part, "text");
-    if (ts == NULL) {
-      if (px_jstr(part, "signature") || px_jstr(part, "encrypted_content") ||
-          px_jstr(part, "redacted_data"))
-        px_lossy_add(lossy, "messages[].content[].reasoning.signature");
-      return 0; /* thoughts of another family mean nothing to Gemini */
+/* an image or file part with a URL or data (blob_out in gemini.c; one
+ * with neither, an OpenAI file id, is dropped by put_contents) */
+static int put_blob(px_buf_t *b, const px_fpart_t *p) {
+  px_fstr_t mt, data;
+  int file = 0;
+  if (p->url.p != NULL) {
+    /* an escape may hide "data:" or the URL's extension */
+    if (p->url.esc) return DECLINE;
+    const char *u = p->url.p, *semi;
+    size_t n = p->url.n;
+    if (n > 5 && memcmp(u, "data:", 5) == 0 &&
+        (semi = memmem(u + 5, n - 5, ";base64,", 8)) != NULL && semi > u + 5 &&
+        semi - (u + 5) < 64) {
+      mt = (px_fstr_t){u + 5, (size_t)(semi - (u + 5)), 0};
+      data = (px_fstr_t){semi + 8, n - (size_t)(semi + 8 - u), 0};
+    } else {
+      const char *m = mime_of_url(p->url, p->type == PX_FP_IMAGE);
+      mt = (px_fstr_t){m, strlen(m), 0};
+      data = p->url;
+      file = 1;
     }
-    if (text == NULL || *text == 0) {
-      *sig = ts;
-      return 0;
-    }
-    o = json_pack("{s:s, s:b, s:s}", "text", text, "thought", 1, "thoughtSignature", ts);
-    json_array_append_new(out, o);
-    return 0;
-  }
-  if (strcmp(type, "text") == 0 || strcmp(type, "refusal") == 0) {
-    o = json_pack("{s:s}", "text", px_jstr(part, "text") ? px_jstr(part, "text") : "");
-  } else if (strcmp(type, "image") == 0 || strcmp(type, "file") == 0) {
-    if ((o = blob_out(part, lossy)) == NULL) return 0;
-  } else if (strcmp(type, "tool_call") == 0) {
-    if (json_is_true(json_object_get(part, "custom")))
-      return px_tr_fail(err, "tools", "custom tools cannot be sent to a Gemini upstream");
-    json_t *args = px_tool_args_object(ctx, part, err);
-    if (args == NULL) return PX_EINVAL;
-    o = json_pack("{s:{s:s, s:o}}", "functionCall", "name", px_jstr(part, "name"), "args",
-                  args);
-  } else if (strcmp(type, "tool_result") == 0) {
-    const char *name = tool_name_of(msgs, px_jstr(part, "tool_call_id"));
-    if (name == NULL)
-      return px_tr_fail(err, "messages[].content[].tool_result",
-                        "a tool result has no preceding tool call");
-    o = json_pack("{s:{s:s, s:o}}", "functionResponse", "name", name, "response",
-                  result_response(part, lossy));
   } else {
-    return 0;
+    mt = p->media_type.p ? p->media_type : (px_fstr_t){"application/octet-stream", 24, 0};
+    data = p->data;
   }
-  if (*sig != NULL && model) {
-    json_object_set_new(o, "thoughtSignature", json_string(*sig));
-    *sig = NULL;
-  }
-  json_array_append_new(out, o);
-  return 0;
+  int rc = px_fb_lit(
+      b, file ? "\"fileData\":{\"mimeType\":" : "\"inlineData\":{\"mimeType\":");
+  if (rc == 0) rc = px_fb_str(b, mt);
+  if (rc == 0) rc = px_fb_lit(b, file ? ",\"fileUri\":" : ",\"data\":");
+  if (rc == 0) rc = px_fb_str(b, data);
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
 }
 
-static int contents_out(const px_tr_ctx_t *ctx, json_t *msgs, json_t *contents,
-                        px_lossy_t *lossy, px_tr_err_t *err) {
-  size_t i, k;
-  json_t *m, *p;
-  json_array_foreach(msgs, i, m) {
-    int model = strcmp(px_jstr(m, "role") ? px_jstr(m, "role") : "", "assistant") == 0;
-    json_t *parts = json_array();
-    const char *sig = NULL;
-    json_array_foreach(json_object_get(m, "content"), k, p) {
-      if (px_jstr(p, "cache_control") || json_object_get(p, "cache_control"))
-        px_lossy_add(lossy, "messages[].content[].cache_control");
-      if (part_out(ctx, msgs, p, model, parts, &sig, lossy, err) < 0) {
-        json_decref(parts);
-        return PX_EINVAL;
+/* What the encoding of contents keeps: the IR fields of reasoning tokens. */
+typedef struct genc {
+  int k_ts, k_sig, k_enc, k_red;
+} genc_t;
+
+/* One IR part's members into the Gemini part already open (part_out in
+ * gemini.c); the parts that write nothing are put_contents' */
+static int put_part(const px_tr_ctx_t *ctx, px_buf_t *b, const px_freq_t *ir,
+                    const px_fpart_t *p, px_arena_t *a, px_lossy_t *lossy,
+                    px_tr_err_t *err) {
+  int rc;
+  switch (p->type) {
+    case PX_FP_TEXT:
+    case PX_FP_REFUSAL:
+      rc = px_fb_lit(b, "\"text\":");
+      if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : (px_fstr_t){"", 0, 0});
+      break;
+    case PX_FP_IMAGE:
+    case PX_FP_FILE:
+      return put_blob(b, p);
+    case PX_FP_TOOL_CALL: {
+      px_str_t args;
+      if (p->custom) {
+        px_tr_fail(err, "tools", "custom tools cannot be sent to a Gemini upstream");
+        return PX_FAST_REFUSE;
       }
+      if (p->name.p == NULL) return DECLINE;
+      if ((rc = client_args(ctx, a, p, &args, err)) != 0) return rc;
+      rc = px_fb_lit(b, "\"functionCall\":{\"name\":");
+      if (rc == 0) rc = px_fb_str(b, p->name);
+      if (rc == 0) rc = px_fb_lit(b, ",\"args\":");
+      if (rc == 0) rc = px_fb_raw(b, args);
+      if (rc == 0) rc = px_fb_lit(b, "}");
+      break;
     }
-    if (json_array_size(parts) == 0) {
-      json_decref(parts);
-      continue;
+    case PX_FP_TOOL_RESULT: {
+      const px_fpart_t *call = p->id.p != NULL ? call_of(ir, p->id) : NULL;
+      if (call == NULL) {
+        px_tr_fail(err, "messages[].content[].tool_result",
+                   "a tool result has no preceding tool call");
+        return PX_FAST_REFUSE;
+      }
+      rc = px_fb_lit(b, "\"functionResponse\":{\"name\":");
+      if (rc == 0) rc = px_fb_str(b, call->name);
+      if (rc == 0) rc = px_fb_lit(b, ",\"response\":");
+      if (rc == 0) rc = put_result(b, p, a, lossy);
+      if (rc == 0) rc = px_fb_lit(b, "}");
+      break;
     }
-    /* Gemini wants alternating turns: merge into the previous turn of the same role */
-    json_t *last = json_array_get(contents, json_array_size(contents) - 1);
-    const char *role = model ? "model" : "user";
-    if (last != NULL && strcmp(px_jstr(last, "role"), role) == 0)
-      json_array_extend(json_object_get(last, "parts"), parts), json_decref(parts);
-    else
-      json_array_append_new(contents, json_pack("{s:s, s:o}", "role", role, "parts", parts));
+    default:
+      return DECLINE;
   }
-  return 0;
+  return rc;
 }
 
-static json_int_t budget_of_effort(const char *e) {
-  if (e == NULL) return -1; /* dynamic */
-  if (strcmp(e, "minimal") == 0 || strcmp(e, "low") == 0) return 1024;
-  if (strcmp(e, "medium") == 0) return 8192;
+/* contents (contents_out in gemini.c): a turn per message, merged into the
+ * turn before of the same role, none for a message that writes no part; a
+ * Gemini signature of a reasoning part without text rides on the next part
+ * of a model message; other families' tokens are dropped */
+static int put_contents(const px_tr_ctx_t *ctx, px_buf_t *b, const px_freq_t *ir,
+                        const genc_t *g, px_arena_t *a, px_lossy_t *lossy,
+                        px_tr_err_t *err) {
+  int rc = px_fb_lit(b, "{\"contents\":[");
+  int open = -1; /* the role of the turn open */
+  for (const px_fmsg_t *m = ir->msgs; m && rc == 0; m = m->next) {
+    px_fstr_t sig = {0}; /* a signature waiting for the next part */
+    for (const px_fpart_t *p = m->parts; p && rc == 0; p = p->next) {
+      if (p->cache_control.ptr) px_lossy_add(lossy, "messages[].content[].cache_control");
+      int thought = 0;
+      if (p->type == PX_FP_REASONING) {
+        px_fstr_t ts = p->tok[g->k_ts];
+        if (ts.p == NULL) {
+          if (p->tok[g->k_sig].p || p->tok[g->k_enc].p || p->tok[g->k_red].p)
+            px_lossy_add(lossy, "messages[].content[].reasoning.signature");
+          continue; /* thoughts of another family mean nothing to Gemini */
+        }
+        if (p->text.p == NULL || p->text.n == 0) {
+          sig = ts;
+          continue;
+        }
+        thought = 1;
+      } else if ((p->type == PX_FP_IMAGE || p->type == PX_FP_FILE) && p->url.p == NULL &&
+                 p->data.p == NULL) {
+        px_lossy_add(lossy, "messages[].content[].file_id");
+        continue;
+      }
+      if (open != m->assistant) {
+        if (open >= 0) rc = px_fb_lit(b, "]},");
+        if (rc == 0)
+          rc = px_fb_lit(b, m->assistant ? "{\"role\":\"model\",\"parts\":[{"
+                                         : "{\"role\":\"user\",\"parts\":[{");
+        open = m->assistant;
+      } else {
+        rc = px_fb_lit(b, ",{");
+      }
+      if (rc != 0) break;
+      if (thought) {
+        rc = px_fb_lit(b, "\"text\":");
+        if (rc == 0) rc = px_fb_str(b, p->text);
+        if (rc == 0) rc = px_fb_lit(b, ",\"thought\":true,\"thoughtSignature\":");
+        if (rc == 0) rc = px_fb_str(b, p->tok[g->k_ts]);
+      } else {
+        if (sig.p != NULL && m->assistant) {
+          rc = px_fb_lit(b, "\"thoughtSignature\":");
+          if (rc == 0) rc = px_fb_str(b, sig);
+          if (rc == 0) rc = px_fb_lit(b, ",");
+          sig.p = NULL;
+        }
+        if (rc == 0) rc = put_part(ctx, b, ir, p, a, lossy, err);
+      }
+      if (rc == 0) rc = px_fb_lit(b, "}");
+    }
+  }
+  if (rc == 0) rc = px_fb_lit(b, open >= 0 ? "]}]" : "]");
+  return rc;
+}
+
+/* budget_of_effort in gemini.c: -1 is dynamic */
+static int64_t budget_of_effort(px_fstr_t e) {
+  if (e.p == NULL) return -1;
+  if (px_fs_is(e, "minimal") || px_fs_is(e, "low")) return 1024;
+  if (px_fs_is(e, "medium")) return 8192;
   return 24576;
 }
 
-static void generation_out(const px_tr_ctx_t *ctx, json_t *ir, json_t *body, px_lossy_t *lossy) {
-  json_t *gc = json_object(), *v;
-  if ((v = json_object_get(ir, "max_tokens"))) json_object_set(gc, "maxOutputTokens", v);
-  else if (ctx->default_max_tokens > 0)
-    json_object_set_new(gc, "maxOutputTokens", json_integer(ctx->default_max_tokens));
-  if ((v = json_object_get(ir, "temperature"))) json_object_set(gc, "temperature", v);
-  if ((v = json_object_get(ir, "top_p"))) json_object_set(gc, "topP", v);
-  if ((v = json_object_get(ir, "top_k"))) json_object_set(gc, "topK", v);
-  if ((v = json_object_get(ir, "stop"))) json_object_set(gc, "stopSequences", v);
-  json_t *rf = json_object_get(ir, "response_format");
-  const char *rft = px_jstr(rf, "type");
-  if (rft != NULL && strcmp(rft, "text") != 0) {
-    json_object_set_new(gc, "responseMimeType", json_string("application/json"));
-    if (strcmp(rft, "json_schema") == 0 && json_object_get(rf, "schema"))
-      json_object_set(gc, "responseJsonSchema", json_object_get(rf, "schema"));
-  }
-  json_t *r = json_object_get(ir, "reasoning");
-  if (json_is_object(r)) {
-    const char *effort = px_jstr(r, "effort");
-    json_int_t budget = px_jint(r, "budget_tokens", -2);
-    if (effort != NULL && strcmp(effort, "none") == 0)
-      json_object_set_new(gc, "thinkingConfig", json_pack("{s:i}", "thinkingBudget", 0));
-    else
-      json_object_set_new(gc, "thinkingConfig",
-                          json_pack("{s:b, s:I}", "includeThoughts", 1, "thinkingBudget",
-                                    budget > 0 ? budget : budget_of_effort(effort)));
-    if (px_jstr(r, "summary")) px_lossy_add(lossy, "reasoning.summary");
-  }
-  if (json_object_size(gc) > 0) json_object_set_new(body, "generationConfig", gc);
-  else json_decref(gc);
+/* ,"<name>": opening generationConfig with its first member */
+static int gen_key(px_buf_t *b, int *first, const char *name) {
+  int rc = px_fb_lit(b, *first ? ",\"generationConfig\":{\"" : ",\"");
+  *first = 0;
+  if (rc == 0) rc = px_fb_lit(b, name);
+  if (rc == 0) rc = px_fb_lit(b, "\":");
+  return rc;
 }
 
-static void tools_out(json_t *ir, json_t *body) {
-  json_t *decls = json_array();
-  size_t i;
-  json_t *t;
-  json_array_foreach(json_object_get(ir, "tools"), i, t) {
-    json_t *d = json_pack("{s:s}", "name", px_jstr(t, "name") ? px_jstr(t, "name") : "");
-    if (px_jstr(t, "description"))
-      json_object_set(d, "description", json_object_get(t, "description"));
-    if (json_object_get(t, "parameters"))
-      json_object_set(d, "parametersJsonSchema", json_object_get(t, "parameters"));
-    json_array_append_new(decls, d);
+/* generationConfig (generation_out in gemini.c), omitted when empty */
+static int put_generation(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
+                          px_lossy_t *lossy) {
+  int rc = 0, first = 1;
+  if (ir->max_tokens.ptr) {
+    rc = gen_key(b, &first, "maxOutputTokens");
+    if (rc == 0) rc = px_fb_raw(b, ir->max_tokens);
+  } else if (ctx->default_max_tokens > 0) {
+    rc = gen_key(b, &first, "maxOutputTokens");
+    if (rc == 0) rc = px_fb_i64(b, ctx->default_max_tokens);
   }
-  if (json_array_size(decls) > 0)
-    json_object_set_new(body, "tools", json_pack("[{s:o}]", "functionDeclarations", decls));
-  else
-    json_decref(decls);
-  json_t *tc = json_object_get(ir, "tool_choice");
-  const char *tct = px_jstr(tc, "type");
-  if (tct == NULL) return;
-  json_t *fc;
-  if (strcmp(tct, "tool") == 0)
-    fc = json_pack("{s:s, s:[s]}", "mode", "ANY", "allowedFunctionNames",
-                   px_jstr(tc, "name") ? px_jstr(tc, "name") : "");
-  else
-    fc = json_pack("{s:s}", "mode", strcmp(tct, "required") == 0 ? "ANY"
-                                    : strcmp(tct, "none") == 0   ? "NONE"
-                                                                 : "AUTO");
-  json_object_set_new(body, "toolConfig", json_pack("{s:o}", "functionCallingConfig", fc));
+  static const char *const gk[] = {"temperature", "topP", "topK"};
+  px_str_t gv[3] = {ir->temperature, ir->top_p, ir->top_k};
+  for (int i = 0; i < 3 && rc == 0; i++) {
+    if (gv[i].ptr == NULL) continue;
+    rc = gen_key(b, &first, gk[i]);
+    if (rc == 0) rc = px_fb_raw(b, gv[i]);
+  }
+  if (rc == 0 && (ir->stop.ptr || ir->stop1.p)) {
+    rc = gen_key(b, &first, "stopSequences");
+    if (rc == 0 && ir->stop.ptr) {
+      rc = px_fb_raw(b, ir->stop);
+    } else if (rc == 0) {
+      rc = px_fb_lit(b, "[");
+      if (rc == 0) rc = px_fb_str(b, ir->stop1);
+      if (rc == 0) rc = px_fb_lit(b, "]");
+    }
+  }
+  if (rc == 0 && (ir->rf_json || ir->rf_schema.ptr)) {
+    rc = gen_key(b, &first, "responseMimeType");
+    if (rc == 0) rc = px_fb_lit(b, "\"application/json\"");
+    if (rc == 0 && ir->rf_schema.ptr) {
+      rc = px_fb_lit(b, ",\"responseJsonSchema\":");
+      if (rc == 0) rc = px_fb_raw(b, ir->rf_schema);
+    }
+  }
+  if (rc == 0 && ir->has_reasoning) {
+    if (ir->effort.esc) return DECLINE;
+    rc = gen_key(b, &first, "thinkingConfig");
+    if (rc == 0 && px_fs_is(ir->effort, "none")) {
+      rc = px_fb_lit(b, "{\"thinkingBudget\":0}");
+    } else if (rc == 0) {
+      rc = px_fb_lit(b, "{\"includeThoughts\":true,\"thinkingBudget\":");
+      if (rc == 0)
+        rc = px_fb_i64(b, ir->budget.ptr && ir->budget_v > 0
+                              ? ir->budget_v
+                              : budget_of_effort(ir->effort));
+      if (rc == 0) rc = px_fb_lit(b, "}");
+    }
+    if (ir->summary.p) px_lossy_add(lossy, "reasoning.summary");
+  }
+  if (rc == 0 && !first) rc = px_fb_lit(b, "}");
+  return rc;
 }
 
-static int gem_encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp,
-                              px_lossy_t *lossy, px_tr_err_t *err) {
-  json_t *body = json_object(), *contents = json_array();
-  json_object_set_new(body, "contents", contents);
-  if (contents_out(ctx, json_object_get(ir, "messages"), contents, lossy, err) < 0) {
-    json_decref(body);
-    return PX_EINVAL;
+static int gem_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
+                                   px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  genc_t g = {px_frtok_index("thought_signature"), px_frtok_index("signature"),
+              px_frtok_index("encrypted_content"), px_frtok_index("redacted_data")};
+  if (g.k_ts < 0 || g.k_sig < 0 || g.k_enc < 0 || g.k_red < 0) return DECLINE;
+  /* results find their call by id: compared as written, so unescaped */
+  for (const px_fmsg_t *m = ir->msgs; m; m = m->next)
+    for (const px_fpart_t *p = m->parts; p; p = p->next)
+      if ((p->type == PX_FP_TOOL_CALL && p->id.esc) ||
+          (p->type == PX_FP_TOOL_RESULT && p->id.esc))
+        return DECLINE;
+  int rc = put_contents(ctx, b, ir, &g, a, lossy, err);
+  if (rc == 0 && ir->system != NULL) {
+    rc = px_fb_lit(b, ",\"systemInstruction\":{\"parts\":[");
+    for (const px_fpart_t *p = ir->system; p && rc == 0; p = p->next) {
+      rc = px_fb_lit(b, p == ir->system ? "{\"text\":" : ",{\"text\":");
+      if (rc == 0) rc = px_fb_str(b, p->text);
+      if (rc == 0) rc = px_fb_lit(b, "}");
+    }
+    if (rc == 0) rc = px_fb_lit(b, "]}");
   }
-  json_t *sp = json_array();
-  size_t i;
-  json_t *s;
-  json_array_foreach(json_object_get(ir, "system"), i, s)
-    json_array_append_new(sp, json_pack("{s:s}", "text", px_jstr(s, "text") ? px_jstr(s, "text") : ""));
-  if (json_array_size(sp) > 0)
-    json_object_set_new(body, "systemInstruction", json_pack("{s:o}", "parts", sp));
-  else
-    json_decref(sp);
-  tools_out(ir, body);
-  generation_out(ctx, ir, body, lossy);
-  static const char *const dropped[] = {"user", "metadata", "parallel_tool_calls",
-                                        "previous_response_id", "prompt_cache_key",
-                                        "verbosity"};
-  for (size_t k = 0; k < sizeof(dropped) / sizeof(dropped[0]); k++)
-    if (json_object_get(ir, dropped[k]) != NULL) px_lossy_add(lossy, dropped[k]);
-  *bodyp = body;
+  if (rc == 0 && ir->tools != NULL) {
+    rc = px_fb_lit(b, ",\"tools\":[{\"functionDeclarations\":[");
+    for (const px_ftool_t *t = ir->tools; t && rc == 0; t = t->next) {
+      rc = px_fb_lit(b, t == ir->tools ? "{\"name\":" : ",{\"name\":");
+      if (rc == 0) rc = px_fb_str(b, t->name);
+      if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", t->desc);
+      /* a custom tool holds no parameters */
+      if (rc == 0 && !t->custom)
+        rc = px_fb_opt_raw(b, ",\"parametersJsonSchema\":", t->params);
+      if (rc == 0) rc = px_fb_lit(b, "}");
+    }
+    if (rc == 0) rc = px_fb_lit(b, "]}]");
+  }
+  if (rc == 0 && ir->tool_choice != PX_FTC_UNSET) {
+    rc = px_fb_lit(b, ",\"toolConfig\":{\"functionCallingConfig\":{\"mode\":");
+    switch (ir->tool_choice) {
+      case PX_FTC_TOOL:
+        if (rc == 0) rc = px_fb_lit(b, "\"ANY\",\"allowedFunctionNames\":[");
+        if (rc == 0)
+          rc = px_fb_str(b, ir->tc_name.p ? ir->tc_name : (px_fstr_t){"", 0, 0});
+        if (rc == 0) rc = px_fb_lit(b, "]");
+        break;
+      case PX_FTC_REQUIRED:
+        if (rc == 0) rc = px_fb_lit(b, "\"ANY\"");
+        break;
+      case PX_FTC_NONE:
+        if (rc == 0) rc = px_fb_lit(b, "\"NONE\"");
+        break;
+      default:
+        if (rc == 0) rc = px_fb_lit(b, "\"AUTO\"");
+        break;
+    }
+    if (rc == 0) rc = px_fb_lit(b, "}}");
+  }
+  if (rc == 0) rc = put_generation(ctx, ir, b, lossy);
+  if (ir->user.p) px_lossy_add(lossy, "user");
+  if (ir->metadata.ptr) px_lossy_add(lossy, "metadata");
+  if (ir->parallel >= 0) px_lossy_add(lossy, "parallel_tool_calls");
+  /* none after the fit: Gemini holds neither */
+  if (ir->prompt_cache_key.p) px_lossy_add(lossy, "prompt_cache_key");
+  if (ir->verbosity.p) px_lossy_add(lossy, "verbosity");
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* ======================================================================== */
+/* Response decode                                                           */
+
+/* The answer is walked once, in place: each container is read where it
+ * stands instead of skipped first and read again (a generateContent answer
+ * is nested four deep). What gemini.c reads with px_jstr is read here only
+ * when a string, unescaped where its value decides something. */
+
+/* usageMetadata as px_gemini_usage_in reads it */
+static int decode_usage(px_fw_t *w, px_fresp_t *ir) {
+  static const char *const keys[] = {"promptTokenCount", "candidatesTokenCount",
+                                     "thoughtsTokenCount", "cachedContentTokenCount"};
+  px_fv_t f[4];
+  int64_t v[4] = {-1, -1, -1, -1};
+  unsigned seen = 0;
+  if (px_fw_fields(w, keys, 4, f, &seen) != 0) return DECLINE;
+  for (int i = 0; i < 4; i++)
+    if (HAS(i) && px_fw_jint(&f[i], -1, &v[i]) != 0) return DECLINE;
+  int64_t out = v[1] < 0 && v[2] < 0 ? -1 : (v[1] > 0 ? v[1] : 0) + (v[2] > 0 ? v[2] : 0);
+  ir->has_usage = 1;
+  ir->in = v[0] > 0 ? v[0] : 0;
+  ir->out = out > 0 ? out : 0;
+  ir->cache_read = v[3] >= 0 ? v[3] : -1;
+  ir->cache_creation = -1;
+  ir->reasoning = v[2] >= 0 ? v[2] : -1;
   return 0;
 }
 
-/* ---- response: Gemini -> IR ---- */
+/* What the walk of an answer keeps for the end (the finish reason may come
+ * after the parts, the response id after the calls). */
+typedef struct gresp {
+  px_lossy_t *lossy;
+  int k_ts;          /* the IR field "thought_signature" */
+  int ncand;         /* candidates: its length (0: no array) */
+  unsigned cseen;    /* the first candidate's members seen (C_*) */
+  px_fstr_t fr, fm;  /* its finishReason, finishMessage (strings) */
+  px_fstr_t br, brm; /* promptFeedback.blockReason, blockReasonMessage */
+  px_fstr_t rid;     /* responseId (a string) */
+  int rid_set, model_set;
+} gresp_t;
+
+/* one part of the candidate's content (gem_decode_response's loop) */
+static int decode_part_out(px_fw_t *w, px_fresp_t *ir, gresp_t *g, px_arena_t *a) {
+  px_fv_t f[NKEYS(part_keys)];
+  unsigned seen = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ) { /* no member of it is read there */
+    px_fv_t v;
+    return px_fw_value(w, &v) < 0 ? DECLINE : 0;
+  }
+  if (px_fw_kfields(w, part_fkeys, NKEYS(part_fkeys), f, &seen) != 0) return DECLINE;
+  int sig = HAS(P_SIG) && f[P_SIG].kind == PX_FV_STR;
+  int text = HAS(P_TEXT) && f[P_TEXT].kind == PX_FV_STR;
+  px_fpart_t *p;
+  if (HAS(P_THOUGHT) && f[P_THOUGHT].kind == PX_FV_TRUE) {
+    if ((p = px_fpart_new(a, PX_FP_REASONING)) == NULL) return DECLINE;
+    p->text = text ? f[P_TEXT].s : (px_fstr_t){"", 0, 0};
+    if (sig) p->tok[g->k_ts] = f[P_SIG].s;
+    px_fpart_push(&ir->content, &ir->last, p);
+    return 0;
+  }
+  if (sig) {
+    if ((p = px_fpart_new(a, PX_FP_REASONING)) == NULL) return DECLINE;
+    p->text = (px_fstr_t){"", 0, 0};
+    p->tok[g->k_ts] = f[P_SIG].s;
+    px_fpart_push(&ir->content, &ir->last, p);
+  }
+  if (text) {
+    /* a refusal's words when the finish says so: told at the end */
+    if ((p = px_fpart_text(a, f[P_TEXT].s)) == NULL) return DECLINE;
+  } else if (HAS(P_FC) && f[P_FC].kind == PX_FV_OBJ) {
+    static const char *const keys[] = {"name", "args", "id"};
+    px_fv_t c[3];
+    unsigned cs = 0;
+    if (px_fv_fields(&f[P_FC], keys, 3, c, &cs) != 0) return DECLINE;
+    if ((p = px_fpart_new(a, PX_FP_TOOL_CALL)) == NULL) return DECLINE;
+    p->name = (cs & 1) && c[0].kind == PX_FV_STR ? c[0].s : (px_fstr_t){"", 0, 0};
+    if ((cs & 4) && c[2].kind == PX_FV_STR) p->id = c[2].s; /* else minted */
+    if (args_in(a, (cs & 2) ? &c[1] : NULL, p) != 0) return DECLINE;
+  } else {
+    if (HAS(P_INLINE) || HAS(P_FILE))
+      px_lossy_add(g->lossy, "candidates[].content.parts[].inlineData");
+    else if (HAS(P_EXEC) || HAS(P_EXECR))
+      px_lossy_add(g->lossy, "candidates[].content.parts[].executableCode");
+    return 0;
+  }
+  px_fpart_push(&ir->content, &ir->last, p);
+  return 0;
+}
+
+/* content {parts: [...], role} */
+static int decode_content(px_fw_t *w, px_fresp_t *ir, gresp_t *g, px_arena_t *a) {
+  px_fstr_t k;
+  px_fv_t v;
+  int r, nparts = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ) return px_fw_value(w, &v) < 0 ? DECLINE : 0;
+  if (px_fw_open(w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(w, &k)) == 1) {
+    if (k.esc) return DECLINE;
+    if (!px_fs_is(k, "parts")) {
+      if (px_fw_value(w, &v) < 0) return DECLINE;
+      continue;
+    }
+    if (nparts++) return DECLINE; /* repeated: the last there */
+    if (px_fw_peek(w) != PX_FV_ARR) {
+      if (px_fw_value(w, &v) < 0) return DECLINE;
+      continue;
+    }
+    if (px_fw_open(w, '[') < 0) return DECLINE;
+    int rp;
+    while ((rp = px_fw_elem(w)) == 1)
+      if (decode_part_out(w, ir, g, a) != 0) return DECLINE;
+    if (rp < 0) return DECLINE;
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+enum { C_CONTENT, C_FINISH, C_SAFETY, C_GROUND, C_CITE, C_FMSG };
+static const char *const cand_keys[] = {"content",          "finishReason",
+                                        "safetyRatings",    "groundingMetadata",
+                                        "citationMetadata", "finishMessage"};
+
+/* candidates: the first one read, the others counted (gemini.c answers
+ * one candidate, or a blocked prompt) */
+static int decode_candidates(px_fw_t *w, px_fresp_t *ir, gresp_t *g, px_arena_t *a) {
+  px_fstr_t k;
+  px_fv_t v;
+  int r;
+  if (px_fw_peek(w) != PX_FV_ARR) return px_fw_value(w, &v) < 0 ? DECLINE : 0;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(w)) == 1) {
+    if (g->ncand++ || px_fw_peek(w) != PX_FV_OBJ) {
+      if (px_fw_value(w, &v) < 0) return DECLINE;
+      continue;
+    }
+    if (px_fw_open(w, '{') < 0) return DECLINE;
+    int rk;
+    while ((rk = px_fw_member(w, &k)) == 1) {
+      if (k.esc) return DECLINE;
+      int ki = px_fw_key_of(k, cand_keys, NKEYS(cand_keys));
+      if (ki >= 0 && px_fw_seen_twice(&g->cseen, ki)) return DECLINE;
+      if (ki == C_CONTENT) {
+        if (decode_content(w, ir, g, a) != 0) return DECLINE;
+        continue;
+      }
+      if (px_fw_value(w, &v) < 0) return DECLINE;
+      if (ki == C_FINISH && v.kind == PX_FV_STR) g->fr = v.s;
+      if (ki == C_FMSG && v.kind == PX_FV_STR) g->fm = v.s;
+    }
+    if (rk < 0) return DECLINE;
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+/* promptFeedback {blockReason, blockReasonMessage} */
+static int decode_feedback(px_fw_t *w, gresp_t *g) {
+  static const char *const keys[] = {"blockReason", "blockReasonMessage"};
+  px_fv_t f[2];
+  unsigned seen = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ) return px_fw_value(w, &f[0]) < 0 ? DECLINE : 0;
+  if (px_fw_fields(w, keys, 2, f, &seen) != 0) return DECLINE;
+  if (HAS(0) && f[0].kind == PX_FV_STR) g->br = f[0].s;
+  if (HAS(1) && f[1].kind == PX_FV_STR) g->brm = f[1].s;
+  return 0;
+}
+
+enum { R_CANDS, R_ID, R_MODEL, R_USAGE, R_FEEDBACK };
+static const char *const resp_keys[] = {"candidates", "responseId", "modelVersion",
+                                        "usageMetadata", "promptFeedback"};
+
+static int gem_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                                    px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                    px_tr_err_t *err) {
+  px_fw_t w = {body, len, 0};
+  px_fstr_t k;
+  unsigned seen = 0;
+  gresp_t g = {.lossy = lossy, .k_ts = px_frtok_index("thought_signature")};
+  int r;
+  if (g.k_ts < 0 || px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    if (k.esc) return DECLINE;
+    int ki = px_fw_key_of(k, resp_keys, NKEYS(resp_keys));
+    if (ki >= 0 && px_fw_seen_twice(&seen, ki)) return DECLINE;
+    if (ki == R_CANDS) {
+      if (decode_candidates(&w, ir, &g, a) != 0) return DECLINE;
+      continue;
+    }
+    if (ki == R_FEEDBACK) {
+      if (decode_feedback(&w, &g) != 0) return DECLINE;
+      continue;
+    }
+    if (ki == R_USAGE && px_fw_peek(&w) == PX_FV_OBJ) {
+      if (decode_usage(&w, ir) != 0) return DECLINE;
+      continue;
+    }
+    px_fv_t v;
+    if (px_fw_value(&w, &v) < 0) return DECLINE;
+    if (ki == R_ID && v.kind == PX_FV_STR) g.rid = v.s, g.rid_set = 1;
+    if (ki == R_MODEL && v.kind == PX_FV_STR) ir->model = v.s, g.model_set = 1;
+  }
+  if (r < 0) return DECLINE;
+  if (g.ncand != 1 && g.br.p == NULL) {
+    px_tr_fail(err, "candidates", "%s", "upstream returned no single candidate");
+    if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+    return PX_FAST_REFUSE;
+  }
+  /* the first candidate's finish, else the blocked prompt's */
+  px_fstr_t frs = g.ncand > 0 ? g.fr : g.br, fms = g.ncand > 0 ? g.fm : g.brm;
+  const char *fr = frs.p != NULL ? fs_cstr(a, frs) : "STOP";
+  if (g.ncand > 0) ir->finish = g.fr; /* a candidate's, as the wire has it */
+  if (fr == NULL) return DECLINE;
+  int refused = px_stop_refused(px_gemini_stop(fr, 0));
+  ir->id = g.rid_set ? g.rid : (px_fstr_t){"gemini", 6, 0};
+  if (!g.model_set &&
+      fs_of_cstr(a, ctx->upstream_model ? ctx->upstream_model : "", &ir->model) != 0)
+    return DECLINE;
+  /* minted call ids: px_gemini_call_id, call_<responseId or "gemini">_<n> */
+  const char *rid = g.rid_set ? fs_cstr(a, g.rid) : "";
+  if (rid == NULL) return DECLINE;
+  int calls = 0;
+  for (px_fpart_t *p = ir->content; p; p = p->next) {
+    if (p->type == PX_FP_TEXT && refused) p->type = PX_FP_REFUSAL;
+    if (p->type != PX_FP_TOOL_CALL) continue;
+    if (p->id.p == NULL) {
+      char id[160];
+      int n = snprintf(id, sizeof(id), "call_%s_%d", *rid ? rid : "gemini", calls);
+      if (n < 0 || (size_t)n >= sizeof(id) || fs_of_cstr(a, id, &p->id) != 0)
+        return DECLINE; /* cut there, maybe inside a character */
+    }
+    calls++;
+  }
+  if (g.cseen & (1u << C_SAFETY)) px_lossy_add(lossy, "candidates[].safetyRatings");
+  if (g.cseen & (1u << C_GROUND)) px_lossy_add(lossy, "candidates[].groundingMetadata");
+  if (g.cseen & (1u << C_CITE)) px_lossy_add(lossy, "candidates[].citationMetadata");
+  ir->stop = px_gemini_stop(fr, calls > 0);
+  /* a refusal's own words (Vertex: promptFeedback.blockReasonMessage) */
+  if (fms.p != NULL && fms.n > 0 && px_stop_refused(ir->stop))
+    ir->refusal_explanation = fms;
+  return 0;
+}
+
+/* ======================================================================== */
+/* Response encode                                                           */
+
+/* a Gemini part {"text":"","thoughtSignature":<sig>} holding a signature */
+static int put_sig_part(px_buf_t *b, int *first, const px_fpart_t *sig) {
+  int rc = px_fb_lit(b, *first ? "{\"text\":\"\",\"thoughtSignature\":"
+                               : ",{\"text\":\"\",\"thoughtSignature\":");
+  *first = 0;
+  if (rc == 0) rc = px_fb_rtok(b, PX_PROTO_GEMINI, sig);
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* an upstream call's arguments as an object (gem_encode_response: parsed
+ * by jansson, anything else is the upstream's fault): 0, DECLINE, or
+ * PX_FAST_REFUSE with err set */
+static int answer_args(px_arena_t *a, const px_fpart_t *p, px_str_t *args,
+                       px_tr_err_t *err) {
+  if (!p->custom && call_args(a, p, 0, args) == 0) return 0;
+  if (!p->custom && p->input.ptr == NULL && p->args.p != NULL) {
+    /* what the scanner does not take, jansson may: the reference decides */
+    const char *s = fs_cstr(a, p->args);
+    if (s == NULL) return DECLINE;
+    json_t *j = px_jdoc_loads(s, 0, NULL);
+    int obj = json_is_object(j);
+    json_decref(j);
+    if (obj) return DECLINE;
+  }
+  px_tr_fail(err, "content[].arguments", "%s",
+             "upstream tool call arguments are not a JSON object");
+  if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+  return PX_FAST_REFUSE;
+}
+
+static int gem_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
+                                    px_buf_t *b, px_arena_t *a, px_lossy_t *lossy,
+                                    px_tr_err_t *err) {
+  const px_fpart_t *sig = NULL; /* a signature waiting for the next part */
+  int refused = 0, texted = 0, first = 1, rc;
+  rc = px_fb_lit(b, "{\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[");
+  for (const px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
+    const char *tag;
+    px_fstr_t tok;
+    if (p->type == PX_FP_REASONING) {
+      /* Gemini's own signature as is, another family's behind its tag */
+      int ts = px_frtok_out(PX_PROTO_GEMINI, p, &tag, &tok);
+      if (p->text.p != NULL && p->text.n > 0) {
+        rc = px_fb_lit(b, first ? "{\"text\":" : ",{\"text\":");
+        first = 0;
+        if (rc == 0) rc = px_fb_str(b, p->text);
+        if (rc == 0) rc = px_fb_lit(b, ",\"thought\":true");
+        if (rc == 0 && ts) {
+          rc = px_fb_lit(b, ",\"thoughtSignature\":");
+          if (rc == 0) rc = px_fb_rtok(b, PX_PROTO_GEMINI, p);
+        }
+        if (rc == 0) rc = px_fb_lit(b, "}");
+      } else if (ts) {
+        /* two signatures in a row: the first on an empty part */
+        if (sig != NULL) rc = put_sig_part(b, &first, sig);
+        sig = p;
+      }
+      continue;
+    }
+    if (p->type != PX_FP_TEXT && p->type != PX_FP_REFUSAL && p->type != PX_FP_TOOL_CALL)
+      continue; /* nothing there */
+    px_str_t args = {0};
+    if (p->type == PX_FP_TOOL_CALL && (rc = answer_args(a, p, &args, err)) != 0)
+      return rc;
+    rc = px_fb_lit(b, first ? "{" : ",{");
+    first = 0;
+    if (rc == 0 && sig != NULL) {
+      rc = px_fb_lit(b, "\"thoughtSignature\":");
+      if (rc == 0) rc = px_fb_rtok(b, PX_PROTO_GEMINI, sig);
+      if (rc == 0) rc = px_fb_lit(b, ",");
+      sig = NULL;
+    }
+    if (rc != 0) break;
+    if (p->type == PX_FP_TOOL_CALL) {
+      rc = px_fb_lit(b, "\"functionCall\":{\"id\":");
+      if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : (px_fstr_t){"", 0, 0});
+      if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
+      if (rc == 0) rc = px_fb_str(b, p->name.p ? p->name : (px_fstr_t){"", 0, 0});
+      if (rc == 0) rc = px_fb_lit(b, ",\"args\":");
+      if (rc == 0) rc = px_fb_raw(b, args);
+      if (rc == 0) rc = px_fb_lit(b, "}}");
+      continue;
+    }
+    refused |= p->type == PX_FP_REFUSAL;
+    texted = 1;
+    if (p->type == PX_FP_TEXT && p->annotations.ptr != NULL &&
+        !px_fw_empty(p->annotations))
+      px_lossy_add(lossy, px_lossy_annotations(ctx));
+    rc = px_fb_lit(b, "\"text\":");
+    if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : (px_fstr_t){"", 0, 0});
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  /* a signature nothing followed: an empty part holds it */
+  if (rc == 0 && sig != NULL) rc = put_sig_part(b, &first, sig);
+  /* SPEC 11: toward Gemini clients any refusal is SAFETY, its wording a
+   * text part, an explanation its finishMessage (and the only text part
+   * when there is no other wording) */
+  px_stop_t st = ir->stop;
+  px_fstr_t expl = ir->refusal_explanation;
+  if (refused && !px_stop_refused(st)) st = PX_STOP_REFUSAL;
+  if (rc == 0 && px_stop_refused(st) && expl.p != NULL && !texted) {
+    rc = px_fb_lit(b, first ? "{\"text\":" : ",{\"text\":");
+    if (rc == 0) rc = px_fb_str(b, expl);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  const char *fin = px_gemini_finish(st);
+  if (rc == 0) rc = px_fb_lit(b, "]},\"finishReason\":\"");
+  if (rc == 0) rc = px_fb_lit(b, fin ? fin : "STOP");
+  if (rc == 0) rc = px_fb_lit(b, "\",\"index\":0");
+  if (rc == 0) rc = px_fb_opt_str(b, ",\"finishMessage\":", expl);
+  if (rc == 0) rc = px_fb_lit(b, "}]");
+  if (rc == 0 && ir->has_usage) {
+    int64_t in = ir->in > 0 ? ir->in : 0, out = ir->out > 0 ? ir->out : 0;
+    int64_t th = ir->reasoning > 0 ? ir->reasoning : 0;
+    if (th > out) th = out;
+    rc = px_fb_lit(b, ",\"usageMetadata\":{\"promptTokenCount\":");
+    if (rc == 0) rc = px_fb_i64(b, in);
+    if (rc == 0) rc = px_fb_lit(b, ",\"candidatesTokenCount\":");
+    if (rc == 0) rc = px_fb_i64(b, out - th);
+    if (rc == 0) rc = px_fb_lit(b, ",\"totalTokenCount\":");
+    if (rc == 0) rc = px_fb_i64(b, in + out);
+    if (rc == 0 && th > 0) {
+      rc = px_fb_lit(b, ",\"thoughtsTokenCount\":");
+      if (rc == 0) rc = px_fb_i64(b, th);
+    }
+    if (rc == 0 && ir->cache_read > 0) {
+      rc = px_fb_lit(b, ",\"cachedContentTokenCount\":");
+      if (rc == 0) rc = px_fb_i64(b, ir->cache_read);
+    }
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  if (rc == 0) rc = px_fb_lit(b, ",\"modelVersion\":");
+  size_t model_at = b->len; /* traces: the model and the id as written */
+  if (rc == 0)
+    rc = px_buf_json_str(b, ctx->client_model ? ctx->client_model : "",
+                         ctx->client_model ? strlen(ctx->client_model) : 0);
+  size_t model_end = b->len;
+  if (rc == 0) rc = px_fb_lit(b, ",\"responseId\":");
+  size_t id_at = b->len + 1; /* its content, within the quotes */
+  if (rc == 0) rc = px_fb_str(b, ir->id.p ? ir->id : (px_fstr_t){"", 0, 0});
+  size_t id_end = b->len - 1;
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  if (rc == 0)
+    px_answer_wrote(ctx->client, b, id_at, id_end, model_at, model_end, fin ? fin : "STOP");
+  return rc;
+}
+
+/* gemini.c's gem_count_request: the request wrapped as countTokens takes
+ * it, {"generateContentRequest": {..., "model": "models/MODEL"}} */
+static int gem_fast_count(px_buf_t *b, size_t start, const char *model) {
+  static const char head[] = "{\"generateContentRequest\":";
+  const size_t hl = sizeof(head) - 1;
+  size_t n = b->len - start, i = 1;
+  if (n < 2 || b->data[start] != '{' || b->data[b->len - 1] != '}') return -1;
+  while (i < n - 1 && (b->data[start + i] == ' ' || b->data[start + i] == '\n')) i++;
+  int empty = i == n - 1;
+  /* in place: the body moves right by the head, its closing brace goes */
+  int rc = px_buf_reserve(b, hl + 32 + (model ? strlen(model) : 0));
+  if (rc != 0) return rc;
+  memmove(b->data + start + hl, b->data + start, n - 1);
+  memcpy(b->data + start, head, hl);
+  b->len = start + hl + n - 1;
+  rc = px_buf_puts(b, empty ? "\"model\":\"models/" : ",\"model\":\"models/");
+  if (rc == 0 && model) rc = px_buf_json_escape(b, model, strlen(model));
+  if (rc == 0) rc = px_buf_puts(b, "\"}}");
+  return rc;
+}
+
+const px_fast_ops_t px_gemini_fast = {
+    .count_request = gem_fast_count,
+    .decode_request = gem_fast_decode_request,
+    .encode_request = gem_fast_encode_request,
+    .decode_response = gem_fast_decode_response,
+    .encode_response = gem_fast_encode_response,
+    /* a system note is a user turn there */
+    .encodes = PX_FU_ALL | PX_FU_SYSTEM_NOTE,
+    .resp_encodes = PX_FU_REASONING | PX_FU_REFUSAL | PX_FU_CUSTOM | PX_FU_MEDIA |
+                    PX_FU_ANNOTATIONS | PX_FU_REFUSAL_EXPL,
+};
+
+/* ======================================================================== */
+/* The wire: errors, token counts, model lists, the protocol table          */
 
 px_stop_t px_gemini_stop(const char *fr, int has_tool_call) {
   if (fr == NULL) return PX_STOP_NONE;
   if (strcmp(fr, "STOP") == 0) return has_tool_call ? PX_STOP_TOOL_USE : PX_STOP_END_TURN;
   if (strcmp(fr, "MAX_TOKENS") == 0) return PX_STOP_MAX_TOKENS;
   if (strcmp(fr, "MALFORMED_FUNCTION_CALL") == 0 || strcmp(fr, "OTHER") == 0 ||
-      strcmp(fr, "FINISH_REASON_UNSPECIFIED") == 0 || strcmp(fr, "UNEXPECTED_TOOL_CALL") == 0)
+      strcmp(fr, "FINISH_REASON_UNSPECIFIED") == 0 ||
+      strcmp(fr, "UNEXPECTED_TOOL_CALL") == 0)
     return PX_STOP_END_TURN;
   /* SAFETY, RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII, a blocked prompt's
    * reason, ...: the output was filtered (SPEC 11: a refusal) */
@@ -697,18 +1826,24 @@ px_stop_t px_gemini_stop(const char *fr, int has_tool_call) {
 
 const char *px_gemini_finish(px_stop_t s) {
   switch (s) {
-  case PX_STOP_NONE: return NULL;
-  case PX_STOP_MAX_TOKENS: return "MAX_TOKENS";
-  case PX_STOP_REFUSAL:
-  case PX_STOP_CONTENT_FILTER: return "SAFETY";
-  default: return "STOP";
+    case PX_STOP_NONE:
+      return NULL;
+    case PX_STOP_MAX_TOKENS:
+      return "MAX_TOKENS";
+    case PX_STOP_REFUSAL:
+    case PX_STOP_CONTENT_FILTER:
+      return "SAFETY";
+    default:
+      return "STOP";
   }
 }
 
 void px_gemini_usage_of(px_usage_t *u, int64_t prompt, int64_t cand, int64_t thoughts,
                         int64_t cached) {
   u->input_tokens = prompt;
-  u->output_tokens = cand < 0 && thoughts < 0 ? -1 : (cand > 0 ? cand : 0) + (thoughts > 0 ? thoughts : 0);
+  u->output_tokens = cand < 0 && thoughts < 0
+                         ? -1
+                         : (cand > 0 ? cand : 0) + (thoughts > 0 ? thoughts : 0);
   u->cache_read_tokens = cached;
   u->reasoning_tokens = thoughts;
 }
@@ -723,182 +1858,19 @@ void px_gemini_call_id(const char *resp_id, int n, char *out, size_t size) {
   snprintf(out, size, "call_%s_%d", resp_id && *resp_id ? resp_id : "gemini", n);
 }
 
-static int gem_decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **irp,
-                               px_lossy_t *lossy, px_tr_err_t *err) {
-  json_t *cands = json_object_get(body, "candidates");
-  json_t *fb = json_object_get(body, "promptFeedback");
-  if (!json_is_object(body) || (json_array_size(cands) != 1 && !px_jstr(fb, "blockReason")))
-    return bad_gateway(err, "candidates", "upstream returned no single candidate");
-  json_t *cand = json_array_get(cands, 0);
-  const char *rid = px_jstr(body, "responseId");
-  json_t *ir = json_object(), *content = json_array();
-  json_object_set_new(ir, "id", jstr(rid ? rid : "gemini"));
-  json_object_set_new(ir, "model", jstr(px_jstr(body, "modelVersion") ? px_jstr(body, "modelVersion") : ctx->upstream_model));
-  json_object_set_new(ir, "content", content);
-  int calls = 0, refused;
-  const char *fr = cand ? px_jstr(cand, "finishReason") : px_jstr(fb, "blockReason");
-  refused = px_stop_refused(px_gemini_stop(fr ? fr : "STOP", 0));
-  size_t i;
-  json_t *pt;
-  json_array_foreach(json_object_get(json_object_get(cand, "content"), "parts"), i, pt) {
-    const char *sig = px_jstr(pt, "thoughtSignature");
-    json_t *fc = json_object_get(pt, "functionCall");
-    const char *text = px_jstr(pt, "text");
-    if (json_is_true(json_object_get(pt, "thought"))) {
-      json_t *r = json_pack("{s:s, s:s}", "type", "reasoning", "text", text ? text : "");
-      if (sig) json_object_set_new(r, "thought_signature", json_string(sig));
-      json_array_append_new(content, r);
-      continue;
-    }
-    if (sig != NULL)
-      json_array_append_new(content, json_pack("{s:s, s:s, s:s}", "type", "reasoning", "text",
-                                               "", "thought_signature", sig));
-    if (text != NULL) {
-      json_array_append_new(content, json_pack("{s:s, s:s}", "type", refused ? "refusal" : "text",
-                                               "text", text));
-    } else if (json_is_object(fc)) {
-      char id[160];
-      const char *cid = px_jstr(fc, "id");
-      if (cid == NULL) px_gemini_call_id(rid, calls, id, sizeof(id));
-      calls++;
-      json_t *args = json_object_get(fc, "args");
-      char *a = json_is_object(args) ? px_jdoc_dump(args, JSON_COMPACT) : strdup("{}");
-      json_array_append_new(content, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call",
-                                               "id", cid ? cid : id, "name",
-                                               px_jstr(fc, "name") ? px_jstr(fc, "name") : "",
-                                               "arguments", a ? a : "{}"));
-      free(a);
-    } else if (json_object_get(pt, "inlineData") || json_object_get(pt, "fileData")) {
-      px_lossy_add(lossy, "candidates[].content.parts[].inlineData");
-    } else if (json_object_get(pt, "executableCode") || json_object_get(pt, "codeExecutionResult")) {
-      px_lossy_add(lossy, "candidates[].content.parts[].executableCode");
-    }
-  }
-  if (json_object_get(cand, "safetyRatings")) px_lossy_add(lossy, "candidates[].safetyRatings");
-  if (json_object_get(cand, "groundingMetadata"))
-    px_lossy_add(lossy, "candidates[].groundingMetadata");
-  if (json_object_get(cand, "citationMetadata"))
-    px_lossy_add(lossy, "candidates[].citationMetadata");
-  px_stop_t st = px_gemini_stop(fr ? fr : "STOP", calls > 0);
-  json_object_set_new(ir, "stop_reason", json_string(px_stop_name(st)));
-  /* a refusal's own words (Vertex: promptFeedback.blockReasonMessage) */
-  const char *fm =
-      cand ? px_jstr(cand, "finishMessage") : px_jstr(fb, "blockReasonMessage");
-  if (fm != NULL && *fm && px_stop_refused(st))
-    json_object_set_new(ir, "refusal_explanation", json_string(fm));
-  json_t *um = json_object_get(body, "usageMetadata");
-  if (json_is_object(um)) {
-    px_usage_t u;
-    px_gemini_usage_in(um, &u);
-    json_t *iu = json_pack("{s:I, s:I}", "input_tokens", (json_int_t)(u.input_tokens > 0 ? u.input_tokens : 0),
-                           "output_tokens", (json_int_t)(u.output_tokens > 0 ? u.output_tokens : 0));
-    if (u.cache_read_tokens >= 0)
-      json_object_set_new(iu, "cache_read_tokens", json_integer(u.cache_read_tokens));
-    if (u.reasoning_tokens >= 0)
-      json_object_set_new(iu, "reasoning_tokens", json_integer(u.reasoning_tokens));
-    json_object_set_new(ir, "usage", iu);
-  }
-  *irp = ir;
-  return 0;
-}
-
-/* ---- response: IR -> Gemini ---- */
-
 json_t *px_gemini_usage_out(const px_usage_t *u) {
   int64_t in = u->input_tokens > 0 ? u->input_tokens : 0;
   int64_t out = u->output_tokens > 0 ? u->output_tokens : 0;
   int64_t th = u->reasoning_tokens > 0 ? u->reasoning_tokens : 0;
   if (th > out) th = out;
   json_t *um = json_pack("{s:I, s:I, s:I}", "promptTokenCount", (json_int_t)in,
-                         "candidatesTokenCount", (json_int_t)(out - th), "totalTokenCount",
-                         (json_int_t)(in + out));
+                         "candidatesTokenCount", (json_int_t)(out - th),
+                         "totalTokenCount", (json_int_t)(in + out));
   if (th > 0) json_object_set_new(um, "thoughtsTokenCount", json_integer(th));
   if (u->cache_read_tokens > 0)
-    json_object_set_new(um, "cachedContentTokenCount", json_integer(u->cache_read_tokens));
+    json_object_set_new(um, "cachedContentTokenCount",
+                        json_integer(u->cache_read_tokens));
   return um;
-}
-
-static int gem_encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **bodyp,
-                               px_lossy_t *lossy, px_tr_err_t *err) {
-  json_t *parts = json_array();
-  size_t i;
-  json_t *p;
-  json_t *sig = NULL; /* a signature waiting for the next part */
-  int refused = 0;    /* a refusal part (a Chat refusal stops end_turn) */
-  int texted = 0;     /* any text or refusal part */
-  json_array_foreach(json_object_get(ir, "content"), i, p) {
-    const char *type = px_jstr(p, "type");
-    if (type == NULL) continue;
-    if (strcmp(type, "reasoning") == 0) {
-      /* Gemini's own signature as is, another family's behind its tag */
-      json_t *ts = px_rtok_out(PX_PROTO_GEMINI, p);
-      const char *text = px_jstr(p, "text");
-      if (text != NULL && *text) {
-        json_t *o = json_pack("{s:s, s:b}", "text", text, "thought", 1);
-        if (ts) json_object_set_new(o, "thoughtSignature", ts); /* takes ts, o or not */
-        json_array_append_new(parts, o);
-      } else if (ts != NULL) {
-        if (sig != NULL) /* two signatures in a row: the first on an empty part */
-          json_array_append_new(parts, json_pack("{s:s, s:o}", "text", "",
-                                                 "thoughtSignature", sig));
-        sig = ts;
-      }
-      continue;
-    }
-    json_t *o = NULL;
-    if (strcmp(type, "text") == 0 || strcmp(type, "refusal") == 0) {
-      if (type[0] == 'r') refused = 1;
-      texted = 1;
-      o = json_pack("{s:s}", "text", px_jstr(p, "text") ? px_jstr(p, "text") : "");
-      if (json_array_size(json_object_get(p, "annotations")) > 0)
-        px_lossy_add(lossy, px_lossy_annotations(ctx));
-    } else if (strcmp(type, "tool_call") == 0) {
-      const char *a = px_jstr(p, "arguments");
-      json_t *args = a ? px_jdoc_loads(a, 0, NULL) : NULL;
-      if (!json_is_object(args)) {
-        json_decref(args);
-        json_decref(parts);
-        json_decref(sig);
-        return bad_gateway(err, "content[].arguments",
-                           "upstream tool call arguments are not a JSON object");
-      }
-      o = json_pack("{s:{s:s, s:s, s:o}}", "functionCall", "id",
-                    px_jstr(p, "id") ? px_jstr(p, "id") : "", "name",
-                    px_jstr(p, "name") ? px_jstr(p, "name") : "", "args", args);
-    }
-    if (o == NULL) continue;
-    if (sig != NULL) {
-      json_object_set_new(o, "thoughtSignature", sig);
-      sig = NULL;
-    }
-    json_array_append_new(parts, o);
-  }
-  if (sig != NULL) /* a signature nothing followed: an empty part holds it */
-    json_array_append_new(parts, json_pack("{s:s, s:o}", "text", "", "thoughtSignature", sig));
-  px_stop_t st = px_stop_parse(px_jstr(ir, "stop_reason"));
-  /* SPEC 11: toward Gemini clients any refusal is SAFETY, its wording a
-   * text part, an explanation its finishMessage (and the only text part
-   * when there is no other wording) */
-  const char *expl = px_jstr(ir, "refusal_explanation");
-  if (refused && !px_stop_refused(st)) st = PX_STOP_REFUSAL;
-  if (px_stop_refused(st) && expl != NULL && !texted)
-    json_array_append_new(parts, json_pack("{s:s}", "text", expl));
-  json_t *cand = json_pack("{s:{s:s, s:o}, s:s, s:i}", "content", "role", "model", "parts",
-                           parts, "finishReason", px_gemini_finish(st) ? px_gemini_finish(st) : "STOP",
-                           "index", 0);
-  if (expl != NULL) json_object_set_new(cand, "finishMessage", json_string(expl));
-  json_t *body = json_pack("{s:[o]}", "candidates", cand);
-  json_t *u = json_object_get(ir, "usage");
-  if (json_is_object(u)) {
-    px_usage_t pu = {px_jint(u, "input_tokens", 0), px_jint(u, "output_tokens", 0),
-                     px_jint(u, "cache_read_tokens", -1), px_jint(u, "cache_creation_tokens", -1),
-                     px_jint(u, "reasoning_tokens", -1)};
-    json_object_set_new(body, "usageMetadata", px_gemini_usage_out(&pu));
-  }
-  json_object_set_new(body, "modelVersion", jstr(ctx->client_model));
-  json_object_set_new(body, "responseId", jstr(px_jstr(ir, "id")));
-  *bodyp = body;
-  return 0;
 }
 
 /* ---- errors ---- */
@@ -907,13 +1879,20 @@ static const struct {
   px_errkind_t kind;
   const char *status;
 } gstatus[] = {
-    {PX_ERR_INVALID, "INVALID_ARGUMENT"},     {PX_ERR_AUTH, "UNAUTHENTICATED"},
-    {PX_ERR_PERMISSION, "PERMISSION_DENIED"}, {PX_ERR_NOT_FOUND, "NOT_FOUND"},
-    {PX_ERR_TOO_LARGE, "INVALID_ARGUMENT"},   {PX_ERR_RATE_LIMIT, "RESOURCE_EXHAUSTED"},
-    {PX_ERR_API, "INTERNAL"},                 {PX_ERR_BAD_GATEWAY, "UNAVAILABLE"},
-    {PX_ERR_TIMEOUT, "DEADLINE_EXCEEDED"},    {PX_ERR_OVERLOADED, "UNAVAILABLE"},
-    {PX_ERR_UNAVAILABLE, "UNAVAILABLE"},      {PX_ERR_NOT_IMPL, "UNIMPLEMENTED"},
-    {PX_ERR_METHOD, "INVALID_ARGUMENT"},      {PX_ERR_QUOTA, "RESOURCE_EXHAUSTED"},
+    {PX_ERR_INVALID, "INVALID_ARGUMENT"},
+    {PX_ERR_AUTH, "UNAUTHENTICATED"},
+    {PX_ERR_PERMISSION, "PERMISSION_DENIED"},
+    {PX_ERR_NOT_FOUND, "NOT_FOUND"},
+    {PX_ERR_TOO_LARGE, "INVALID_ARGUMENT"},
+    {PX_ERR_RATE_LIMIT, "RESOURCE_EXHAUSTED"},
+    {PX_ERR_API, "INTERNAL"},
+    {PX_ERR_BAD_GATEWAY, "UNAVAILABLE"},
+    {PX_ERR_TIMEOUT, "DEADLINE_EXCEEDED"},
+    {PX_ERR_OVERLOADED, "UNAVAILABLE"},
+    {PX_ERR_UNAVAILABLE, "UNAVAILABLE"},
+    {PX_ERR_NOT_IMPL, "UNIMPLEMENTED"},
+    {PX_ERR_METHOD, "INVALID_ARGUMENT"},
+    {PX_ERR_QUOTA, "RESOURCE_EXHAUSTED"},
 };
 
 static const char *status_of_kind(px_errkind_t k) {
@@ -924,7 +1903,8 @@ static const char *status_of_kind(px_errkind_t k) {
 
 static px_errkind_t kind_of_status(const char *s, int http) {
   if (s != NULL) {
-    if (strcmp(s, "UNAVAILABLE") == 0) return http == 503 ? PX_ERR_OVERLOADED : PX_ERR_UNAVAILABLE;
+    if (strcmp(s, "UNAVAILABLE") == 0)
+      return http == 503 ? PX_ERR_OVERLOADED : PX_ERR_UNAVAILABLE;
     if (strcmp(s, "FAILED_PRECONDITION") == 0 || strcmp(s, "OUT_OF_RANGE") == 0)
       return PX_ERR_INVALID;
     for (size_t i = 0; i < sizeof(gstatus) / sizeof(gstatus[0]); i++)
@@ -933,7 +1913,8 @@ static px_errkind_t kind_of_status(const char *s, int http) {
   return px_errkind_from_type(NULL, http);
 }
 
-static int gem_decode_error(int status, const char *body, size_t len, px_upstream_err_t *out) {
+static int gem_decode_error(int status, const char *body, size_t len,
+                            px_upstream_err_t *out) {
   json_t *j = px_jdoc_load(body, len, 0, NULL);
   if (json_is_array(j) && json_array_size(j) == 1) { /* streams may wrap it in an array */
     json_t *first = json_incref(json_array_get(j, 0));
@@ -955,7 +1936,8 @@ static int gem_decode_error(int status, const char *body, size_t len, px_upstrea
 }
 
 /* The error object {"error":{"code","message","status"}} (no newline). */
-int px_gemini_error_body(px_buf_t *out, px_errkind_t kind, const char *message, size_t len) {
+int px_gemini_error_body(px_buf_t *out, px_errkind_t kind, const char *message,
+                         size_t len) {
   char code[16];
   snprintf(code, sizeof(code), "%d", px_errkind_status(kind));
   const char *st = status_of_kind(kind);
@@ -970,14 +1952,17 @@ int px_gemini_error_body(px_buf_t *out, px_errkind_t kind, const char *message, 
 }
 
 static int gem_encode_error(px_buf_t *out, px_errkind_t kind, const char *type,
-                            const char *message, const char *param, const char *request_id) {
+                            const char *message, const char *param,
+                            const char *request_id) {
   (void)type, (void)param, (void)request_id; /* Gemini errors carry neither */
   return px_gemini_error_body(out, kind, message, message ? strlen(message) : 0);
 }
 
-static int gem_encode_stream_error(px_buf_t *out, px_errkind_t kind, const char *message) {
+static int gem_encode_stream_error(px_buf_t *out, px_errkind_t kind,
+                                   const char *message) {
   int rc = px_buf_puts(out, "data: ");
-  if (rc == 0) rc = px_gemini_error_body(out, kind, message, message ? strlen(message) : 0);
+  if (rc == 0)
+    rc = px_gemini_error_body(out, kind, message, message ? strlen(message) : 0);
   if (rc == 0) rc = px_buf_puts(out, "\r\n\r\n");
   return rc;
 }
@@ -1001,10 +1986,14 @@ static int gem_match(const char *path, size_t len, px_inbound_t *in) {
     if (colon == NULL || colon == m || memchr(m, '/', (size_t)(colon - m))) return 0;
     px_str_t method = {colon + 1, (size_t)(end - colon - 1)};
     in->model = (px_str_t){m, (size_t)(colon - m)};
-    if (px_str_eq(method, "generateContent")) in->stream = 0;
-    else if (px_str_eq(method, "streamGenerateContent")) in->stream = 1;
-    else if (px_str_eq(method, "countTokens")) in->ep = PX_EP_COUNT_TOKENS, in->stream = 0;
-    else return 0;
+    if (px_str_eq(method, "generateContent"))
+      in->stream = 0;
+    else if (px_str_eq(method, "streamGenerateContent"))
+      in->stream = 1;
+    else if (px_str_eq(method, "countTokens"))
+      in->ep = PX_EP_COUNT_TOKENS, in->stream = 0;
+    else
+      return 0;
     return 1;
   }
   return 0;
@@ -1031,37 +2020,24 @@ static int put_encoded(px_buf_t *out, const char *s) {
   return rc;
 }
 
-static int gem_upstream_url(px_buf_t *out, const char *model, int stream, px_endpoint_t ep) {
+static int gem_upstream_url(px_buf_t *out, const char *model, int stream,
+                            px_endpoint_t ep) {
   if (ep == PX_EP_MODELS) return PX_EINVAL;
   int rc = px_buf_puts(out, "/v1beta/models/");
   if (rc == 0) rc = put_encoded(out, model ? model : "");
   if (rc == 0)
     rc = px_buf_puts(out, ep == PX_EP_COUNT_TOKENS ? ":countTokens"
-                          : stream                  ? ":streamGenerateContent?alt=sse"
-                                                    : ":generateContent");
+                          : stream                 ? ":streamGenerateContent?alt=sse"
+                                                   : ":generateContent");
   return rc;
 }
 
-static int64_t gem_count_decode(json_t *body) { return px_jint(body, "totalTokens", -1); }
+static int64_t gem_count_decode(json_t *body) {
+  return px_jint(body, "totalTokens", -1);
+}
 
 static int gem_count_encode(px_buf_t *out, int64_t n) {
   return px_count_body(out, "{\"totalTokens\":", n);
-}
-
-/* countTokens takes {"generateContentRequest": {"model": "models/X", ...}} */
-static void gem_count_request(json_t *body, const char *model) {
-  json_t *inner = json_deep_copy(body);
-  json_object_clear(body);
-  /* the model of the URL, whole: any length (no fixed buffer) */
-  size_t ml = model ? strlen(model) : 0;
-  char *m = malloc(ml + 8);
-  if (m != NULL) {
-    memcpy(m, "models/", 7);
-    memcpy(m + 7, model ? model : "", ml + 1);
-    json_object_set_new(inner, "model", json_stringn(m, ml + 7));
-    free(m);
-  }
-  json_object_set_new(body, "generateContentRequest", inner);
 }
 
 static int gem_models(px_buf_t *out, const char *const *ids, const char *const *owners,
@@ -1074,8 +2050,9 @@ static int gem_models(px_buf_t *out, const char *const *ids, const char *const *
     if (rc == 0) rc = px_buf_puts(out, "\",\"displayName\":");
     if (rc == 0) rc = px_buf_json_str(out, ids[i], strlen(ids[i]));
     if (rc == 0)
-      rc = px_buf_puts(out, ",\"supportedGenerationMethods\":[\"generateContent\","
-                            "\"streamGenerateContent\",\"countTokens\"]}");
+      rc = px_buf_puts(out,
+                       ",\"supportedGenerationMethods\":[\"generateContent\","
+                       "\"streamGenerateContent\",\"countTokens\"]}");
   }
   if (rc == 0) rc = px_buf_puts(out, "]}");
   return rc;
@@ -1090,10 +2067,6 @@ const px_proto_ops_t px_proto_gemini = {
     .otel_operation = "generate_content",
     .inbound_path = "/models/",
     .upstream_path = "/v1beta/models/",
-    .decode_request = gem_decode_request,
-    .encode_request = gem_encode_request,
-    .decode_response = gem_decode_response,
-    .encode_response = gem_encode_response,
     .decode_error = gem_decode_error,
     .encode_error = gem_encode_error,
     .encode_stream_error = gem_encode_stream_error,
@@ -1108,7 +2081,6 @@ const px_proto_ops_t px_proto_gemini = {
     .upstream_url = gem_upstream_url,
     .count_decode = gem_count_decode,
     .count_encode = gem_count_encode,
-    .count_request = gem_count_request,
     .encode_models = gem_models,
     .forward_headers = gem_forward,
     .auth_header = "x-goog-api-key: ",

@@ -497,10 +497,10 @@ static int sd_call(px_sdec_t *d, const px_fv_t *fc, px_arena_t *ar) {
 
 static int sd_part(px_sdec_t *d, const px_fv_t *pt, int refused, px_arena_t *ar) {
   enum { P_TEXT, P_SIG, P_CALL, P_THOUGHT, P_INLINE, P_FILE, P_CODE, P_CODE_RESULT, P_N };
-  static const px_fkey_t keys[] = {
-      PX_FK("text"),       PX_FK("thoughtSignature"), PX_FK("functionCall"),
-      PX_FK("thought"),    PX_FK("inlineData"),       PX_FK("fileData"),
-      PX_FK("executableCode"), PX_FK("codeExecutionResult")};
+  static const px_fkey_t keys[] = {PX_FK("text"),           PX_FK("thoughtSignature"),
+                                   PX_FK("functionCall"),   PX_FK("thought"),
+                                   PX_FK("inlineData"),     PX_FK("fileData"),
+                                   PX_FK("executableCode"), PX_FK("codeExecutionResult")};
   px_fv_t f[P_N];
   px_jv_fields(pt, keys, P_N, f);
   int rc = 0;
@@ -567,19 +567,19 @@ static int sd_finish_reason(px_sdec_t *d, const char *fr, const px_usage_t *u,
 /* What the general path reads of a chunk and of its candidate (each in one
  * walk, px_jv_fields). */
 enum { G_ERROR, G_USAGE, G_RID, G_MODEL, G_CANDS, G_FEEDBACK, G_N };
-static const px_fkey_t chunk_keys[] = {PX_FK("error"),        PX_FK("usageMetadata"),
-                                       PX_FK("responseId"),   PX_FK("modelVersion"),
-                                       PX_FK("candidates"),   PX_FK("promptFeedback")};
+static const px_fkey_t chunk_keys[] = {PX_FK("error"),      PX_FK("usageMetadata"),
+                                       PX_FK("responseId"), PX_FK("modelVersion"),
+                                       PX_FK("candidates"), PX_FK("promptFeedback")};
 /* the first three are cand_drops[] */
 enum { CA_SAFETY, CA_GROUNDING, CA_CITATION, CA_FINISH, CA_MESSAGE, CA_CONTENT, CA_N };
-static const px_fkey_t cand_keys[] = {PX_FK("safetyRatings"),    PX_FK("groundingMetadata"),
-                                      PX_FK("citationMetadata"), PX_FK("finishReason"),
-                                      PX_FK("finishMessage"),    PX_FK("content")};
+static const px_fkey_t cand_keys[] = {
+    PX_FK("safetyRatings"), PX_FK("groundingMetadata"), PX_FK("citationMetadata"),
+    PX_FK("finishReason"),  PX_FK("finishMessage"),     PX_FK("content")};
 
 static int sd_chunk(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
-  static const px_fkey_t um_keys[] = {PX_FK("promptTokenCount"), PX_FK("candidatesTokenCount"),
-                                      PX_FK("thoughtsTokenCount"),
-                                      PX_FK("cachedContentTokenCount")};
+  static const px_fkey_t um_keys[] = {
+      PX_FK("promptTokenCount"), PX_FK("candidatesTokenCount"),
+      PX_FK("thoughtsTokenCount"), PX_FK("cachedContentTokenCount")};
   px_fv_t g[G_N], c[CA_N], cand, pt, x[4];
   px_jv_fields(j, chunk_keys, G_N, g);
   const px_fv_t *e = &g[G_ERROR], *fb = &g[G_FEEDBACK];
@@ -596,7 +596,8 @@ static int sd_chunk(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
     px_gemini_usage_of(up = &u, n[0], n[1], n[2], n[3]);
   }
   size_t rl = 0, ml = 0;
-  const char *rid = px_jv_str(ar, &g[G_RID], &rl), *model = px_jv_str(ar, &g[G_MODEL], &ml);
+  const char *rid = px_jv_str(ar, &g[G_RID], &rl),
+             *model = px_jv_str(ar, &g[G_MODEL], &ml);
   int rc = sd_start(d, rid ? (px_str_t){rid, rl} : PX_STR_NULL,
                     model ? (px_str_t){model, ml} : PX_STR_NULL, up);
   if (rc < 0) return rc;
@@ -882,7 +883,8 @@ static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
 __attribute__((noinline)) static int general_chunk(px_sdec_t *d, px_str_t data) {
   px_fv_t j;
   if (px_jv_parse(data.ptr, data.len, &j) < 0 || !px_jv_is(&j, PX_FV_OBJ))
-    return sd_fail(d, PX_ERR_BAD_GATEWAY, "upstream sent a chunk that is not a JSON object");
+    return sd_fail(d, PX_ERR_BAD_GATEWAY,
+                   "upstream sent a chunk that is not a JSON object");
   px_arena_t ar; /* the chunk's strings, unescaped */
   px_arena_init(&ar);
   int rc = sd_chunk(d, &j, &ar);

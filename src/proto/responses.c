@@ -1,1449 +1,1951 @@
-/* responses.c - OpenAI Responses (`openai_responses`) translator:
- * request decode/encode, response decode/encode, error bodies (item ids and
- * the Response object, shared with responses_stream.c: responses_common.c).
- *
- * Client side (decode_request / encode_response) is built for Codex: items
- * (message, function_call, function_call_output, reasoning), function tools,
- * hosted and namespace tools (dropped toward the other protocols and named in
- * x-proxai-lossy), reasoning items carrying encrypted_content.
- *
- * Anthropic thinking signatures and Gemini thought signatures have no
- * Responses field; they travel to a Responses client inside
- * reasoning.encrypted_content behind their family tag ("pxa1:sig:",
- * "pxa1:red:" for redacted thinking data, "pxg1:sig:"; px_rtok_* in
- * protoutil.h), so that Codex, which replays encrypted_content verbatim,
- * hands them back and the next request to that family carries them whole.
- * See docs/translation-responses.md.
- */
+/* responses.c - the OpenAI Responses codec
+ * (include/proxai/fastir.h) without a jansson document, in its four roles:
+ * client requests (instructions; message, reasoning, function and custom
+ * tool call and output items with text, images and files; function, custom
+ * and hosted tools; reasoning, text, include, store, prompt_cache_key and
+ * the sampling parameters), upstream requests from the whole fast IR,
+ * upstream answers (message text with annotations, refusals, function and
+ * custom tool calls, reasoning items with their tokens; other items and
+ * parts dropped and named) and answers to Responses clients; then the
+ * wire: errors, token counts, the protocol table (streams:
+ * responses_stream.c, stored responses: responses_store.c). What the
+ * reference (test/reference/responses.c) refuses is refused in its words
+ * (PX_FAST_REFUSE); what this codec cannot tell exactly as written
+ * (escapes where a value decides, repeated members) declines to the hub's
+ * one reader's rule (translate_fast.c: respelled, else refused); every
+ * rule here is the reference's for the same shape, its lossy names added
+ * in the same order. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "proxai/fastir.h"
 #include "proxai/jdoc.h"
-#include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
+#include "proxai/usage.h"
 
-/* ---------------------------------------------------------------------- */
-/* small helpers                                                           */
+#define DECLINE PX_FAST_DECLINE
+#define REFUSE PX_FAST_REFUSE
+#define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define HAS(x) (seen & (1u << (x)))
 
-static int set_str(json_t *o, const char *k, const char *v) {
-  return json_object_set_new(o, k, json_string(v));
+static const px_fstr_t EMPTY = {"", 0, 0};
+
+/* member x of f as a string, p NULL when absent or not a string (px_jstr) */
+#define FSTR(x) (HAS(x) && f[x].kind == PX_FV_STR ? f[x].s : (px_fstr_t){0})
+
+static int is_text_type(px_fstr_t t) {
+  return px_fs_is(t, "input_text") || px_fs_is(t, "text") || px_fs_is(t, "output_text");
 }
 
-static char *data_url(const char *mt, const char *data) {
-  size_t n = strlen(mt) + strlen(data) + 16;
-  char *s = malloc(n);
-  if (s != NULL) snprintf(s, n, "data:%s;base64,%s", mt, data);
-  return s;
-}
-
-static int is_valid_json_text(const char *s) {
-  json_error_t e;
-  json_t *v = px_jdoc_loads(s, JSON_DECODE_ANY, &e);
-  if (v == NULL) return 0;
-  json_decref(v);
-  return 1;
-}
-
-/* ---------------------------------------------------------------------- */
-/* decode_request: Responses client body -> IR                             */
-
-typedef struct dec {
-  const px_tr_ctx_t *ctx;
-  json_t *ir;
-  json_t *system;   /* IR system array */
-  json_t *messages; /* IR messages array */
-  px_lossy_t *lossy;
-  px_tr_err_t *err;
-} dec_t;
-
-static json_t *text_part(const char *t) {
-  return px_ir_text(t);
-}
-
-/* An input_image / input_file / input_text part of user content (also used
- * for function_call_output content lists). */
-static int dec_user_part(dec_t *d, json_t *p, const char *path, json_t *out) {
-  char pp[256];
-  const char *type = px_jstr(p, "type");
-  if (!json_is_object(p) || type == NULL) {
-    snprintf(pp, sizeof(pp), "%s.type", path);
-    return px_tr_fail(d->err, pp, "%s: content part without a type", path);
-  }
-  if (strcmp(type, "input_text") == 0 || strcmp(type, "output_text") == 0 ||
-      strcmp(type, "text") == 0) {
-    const char *t = px_jstr(p, "text");
-    if (t == NULL) {
-      snprintf(pp, sizeof(pp), "%s.text", path);
-      return px_tr_fail(d->err, pp, "%s.text must be a string", path);
+/* A data URL "data:<mt>;base64,<data>" (unescaped span) split as
+ * px_data_url_split does: 0, or -1 when it is not one. */
+static int data_url_split(px_fstr_t url, px_fstr_t *mt, px_fstr_t *data) {
+  static const char sep[] = ";base64,";
+  if (url.n < 5 || memcmp(url.p, "data:", 5) != 0) return -1;
+  for (size_t i = 5; i + 8 <= url.n; i++)
+    if (url.p[i] == ';' && memcmp(url.p + i, sep, 8) == 0) {
+      size_t n = i - 5;
+      if (n == 0 || n >= 128) return -1; /* its media type buffer */
+      *mt = (px_fstr_t){url.p + 5, n, 0};
+      *data = (px_fstr_t){url.p + i + 8, url.n - i - 8, 0};
+      return 0;
     }
-    return json_array_append_new(out, text_part(t));
-  }
-  if (strcmp(type, "input_image") == 0) {
-    const char *url = px_jstr(p, "image_url");
-    const char *detail = px_jstr(p, "detail");
-    if (detail != NULL && strcmp(detail, "auto") != 0)
-      px_lossy_add(d->lossy, "input[].content[].detail");
-    if (url == NULL) {
-      snprintf(pp, sizeof(pp), "%s.file_id", path);
-      if (px_jstr(p, "file_id") != NULL)
-        return px_tr_fail(d->err, pp,
-                          "%s.file_id: image file ids cannot be sent to this "
-                          "upstream; send image_url",
-                          path);
-      snprintf(pp, sizeof(pp), "%s.image_url", path);
-      return px_tr_fail(d->err, pp, "%s.image_url is required", path);
-    }
-    char mt[128];
-    const char *data;
-    if (px_data_url_split(url, mt, sizeof(mt), &data) == 0)
-      return json_array_append_new(out, json_pack("{s:s, s:s, s:s}", "type", "image",
-                                                  "media_type", mt, "data", data));
-    if (strncmp(url, "data:", 5) == 0) {
-      snprintf(pp, sizeof(pp), "%s.image_url", path);
-      return px_tr_fail(d->err, pp, "%s.image_url: not a base64 data URL", path);
-    }
-    return json_array_append_new(out,
-                                 json_pack("{s:s, s:s}", "type", "image", "url", url));
-  }
-  if (strcmp(type, "input_file") == 0) {
-    const char *fd = px_jstr(p, "file_data");
-    const char *fu = px_jstr(p, "file_url");
-    const char *fid = px_jstr(p, "file_id");
-    const char *fname = px_jstr(p, "filename");
-    json_t *f = NULL;
-    if (fd != NULL) {
-      char mt[128];
-      const char *data;
-      if (px_data_url_split(fd, mt, sizeof(mt), &data) == 0)
-        f = json_pack("{s:s, s:s, s:s}", "type", "file", "media_type", mt, "data", data);
-      else /* raw base64 without a data URL: Responses documents PDFs */
-        f = json_pack("{s:s, s:s, s:s}", "type", "file", "media_type", "application/pdf",
-                      "data", fd);
-      if (f != NULL && fname != NULL) set_str(f, "filename", fname);
-    } else if (fu != NULL) {
-      f = json_pack("{s:s, s:s}", "type", "file", "url", fu);
-    } else if (fid != NULL) {
-      snprintf(pp, sizeof(pp), "%s.file_id", path);
-      if (px_file_id_check(d->ctx, pp, d->err) < 0) return PX_EINVAL;
-      f = json_pack("{s:s, s:s}", "type", "file", "file_id", fid);
-    } else {
-      snprintf(pp, sizeof(pp), "%s.file_data", path);
-      return px_tr_fail(d->err, pp, "%s: input_file needs file_data, file_url or file_id",
-                        path);
-    }
-    if (f == NULL) return PX_ENOMEM;
-    return json_array_append_new(out, f);
-  }
-  if (strcmp(type, "input_audio") == 0) {
-    snprintf(pp, sizeof(pp), "%s.type", path);
-    return px_tr_fail(d->err, pp, "%s: audio input is not supported", path);
-  }
-  snprintf(pp, sizeof(pp), "%s.type", path);
-  return px_tr_fail(d->err, pp, "%s.type: unsupported content part '%s'", path, type);
+  return -1;
 }
 
-static json_t *last_msg(dec_t *d, const char *role) {
-  size_t n = json_array_size(d->messages);
-  if (n == 0) return NULL;
-  json_t *m = json_array_get(d->messages, n - 1);
-  const char *r = px_jstr(m, "role");
-  return r && strcmp(r, role) == 0 ? m : NULL;
-}
+/* ======================================================================== */
+/* Request decode                                                            */
 
-static json_t *new_msg(dec_t *d, const char *role) {
-  json_t *m = json_pack("{s:s, s:[]}", "role", role, "content");
-  if (m == NULL || json_array_append_new(d->messages, m) != 0) return NULL;
-  return m;
-}
+/* what a content part may be (responses.c: dec_system_msg, dec_message's
+ * assistant parts, dec_user_part) */
+enum { PM_SYSTEM, PM_USER, PM_ASSISTANT };
 
-static json_t *asst_content(dec_t *d) {
-  json_t *m = last_msg(d, "assistant");
-  if (m == NULL) m = new_msg(d, "assistant");
-  return m ? json_object_get(m, "content") : NULL;
-}
+enum {
+  P_TYPE,
+  P_TEXT,
+  P_ANN,
+  P_REFUSAL,
+  P_IMAGE_URL,
+  P_DETAIL,
+  P_FILE_DATA,
+  P_FILE_URL,
+  P_FILE_ID,
+  P_FILENAME
+};
+static const px_fkey_t part_keys[] = {
+    PX_FK("type"),      PX_FK("text"),    PX_FK("annotations"), PX_FK("refusal"),
+    PX_FK("image_url"), PX_FK("detail"),  PX_FK("file_data"),   PX_FK("file_url"),
+    PX_FK("file_id"),   PX_FK("filename")};
 
-static int dec_system_msg(dec_t *d, json_t *item, const char *role, const char *path) {
-  json_t *c = json_object_get(item, "content");
-  char pp[256];
-  if (json_is_string(c)) {
-    json_t *p = json_pack("{s:s, s:s, s:s}", "type", "text", "text", json_string_value(c),
-                          "role", role);
-    return json_array_append_new(d->system, p);
-  }
-  if (!json_is_array(c)) {
-    snprintf(pp, sizeof(pp), "%s.content", path);
-    return px_tr_fail(d->err, pp, "%s.content must be a string or a list", path);
-  }
+/* The reference's refusal: px_tr_fail's words, PX_FAST_REFUSE. */
+#define FAIL(err, param, ...) (px_tr_fail((err), (param), __VA_ARGS__), REFUSE)
+
+/* An input item's path ("input[2]") for the reference's words, written
+ * only when a refusal needs it. */
+typedef struct {
   size_t i;
-  json_t *p;
-  json_array_foreach(c, i, p) {
-    const char *t = px_jstr(p, "type");
-    const char *txt = px_jstr(p, "text");
-    if (t == NULL || txt == NULL ||
-        (strcmp(t, "input_text") != 0 && strcmp(t, "text") != 0 &&
-         strcmp(t, "output_text") != 0)) {
-      snprintf(pp, sizeof(pp), "%s.content[%zu].type", path, i);
-      return px_tr_fail(d->err, pp,
-                        "%s.content[%zu]: only text is allowed in %s messages", path, i,
-                        role);
-    }
-    if (json_array_append_new(d->system, json_pack("{s:s, s:s, s:s}", "type", "text",
-                                                   "text", txt, "role", role)) != 0)
-      return PX_ENOMEM;
-  }
-  return 0;
+  char s[64];
+} ipath_t;
+
+static const char *ipath(ipath_t *ip) {
+  if (ip->s[0] == 0) snprintf(ip->s, sizeof(ip->s), "input[%zu]", ip->i);
+  return ip->s;
 }
 
-static int dec_message(dec_t *d, json_t *item, const char *path) {
-  const char *role = px_jstr(item, "role");
-  char pp[256];
-  if (role == NULL) {
-    snprintf(pp, sizeof(pp), "%s.role", path);
-    return px_tr_fail(d->err, pp, "%s.role is required", path);
-  }
-  if (strcmp(role, "system") == 0 || strcmp(role, "developer") == 0)
-    return dec_system_msg(d, item, role, path);
-  json_t *c = json_object_get(item, "content");
-  if (strcmp(role, "user") == 0) {
-    json_t *m = new_msg(d, "user");
-    if (m == NULL) return PX_ENOMEM;
-    json_t *out = json_object_get(m, "content");
-    if (json_is_string(c))
-      return json_array_append_new(out, text_part(json_string_value(c)));
-    if (!json_is_array(c)) {
-      snprintf(pp, sizeof(pp), "%s.content", path);
-      return px_tr_fail(d->err, pp, "%s.content must be a string or a list", path);
-    }
-    size_t i;
-    json_t *p;
-    json_array_foreach(c, i, p) {
-      char sub[128];
-      snprintf(sub, sizeof(sub), "%s.content[%zu]", path, i);
-      int rc = dec_user_part(d, p, sub, out);
-      if (rc != 0) return rc;
-    }
-    return 0;
-  }
-  if (strcmp(role, "assistant") == 0) {
-    json_t *out = asst_content(d);
-    if (out == NULL) return PX_ENOMEM;
-    if (json_is_string(c))
-      return json_array_append_new(out, text_part(json_string_value(c)));
-    if (!json_is_array(c)) {
-      snprintf(pp, sizeof(pp), "%s.content", path);
-      return px_tr_fail(d->err, pp, "%s.content must be a string or a list", path);
-    }
-    size_t i;
-    json_t *p;
-    json_array_foreach(c, i, p) {
-      const char *t = px_jstr(p, "type");
-      snprintf(pp, sizeof(pp), "%s.content[%zu].type", path, i);
-      if (t == NULL)
-        return px_tr_fail(d->err, pp, "%s.content[%zu] has no type", path, i);
-      if (strcmp(t, "output_text") == 0 || strcmp(t, "input_text") == 0 ||
-          strcmp(t, "text") == 0) {
-        const char *txt = px_jstr(p, "text");
-        if (txt == NULL)
-          return px_tr_fail(d->err, pp, "%s.content[%zu].text is required", path, i);
-        json_t *ann = json_object_get(p, "annotations");
-        if (json_array_size(ann) > 0)
-          px_lossy_add(d->lossy, "input[].content[].annotations");
-        if (json_array_append_new(out, text_part(txt)) != 0) return PX_ENOMEM;
-      } else if (strcmp(t, "refusal") == 0) {
-        const char *txt = px_jstr(p, "refusal");
-        if (txt == NULL)
-          return px_tr_fail(d->err, pp, "%s.content[%zu].refusal is required", path, i);
-        if (json_array_append_new(
-                out, json_pack("{s:s, s:s}", "type", "refusal", "text", txt)) != 0)
-          return PX_ENOMEM;
-      } else {
-        return px_tr_fail(d->err, pp,
-                          "%s.content[%zu].type: unsupported assistant "
-                          "content part '%s'",
-                          path, i, t);
-      }
-    }
-    return 0;
-  }
-  snprintf(pp, sizeof(pp), "%s.role", path);
-  return px_tr_fail(d->err, pp, "%s.role: unsupported role '%s'", path, role);
+/* What a content list belongs to, for the parts' rules and the reference's
+ * words: the item's path, the list's name ("content" or "output") and, for
+ * a system message, its role. */
+typedef struct {
+  ipath_t *path;
+  const char *list, *role;
+} plist_t;
+
+/* a user part's path ("input[1].content[0]"), for the reference's words */
+static const char *part_path(char *sub, size_t n, const plist_t *pl, size_t j) {
+  snprintf(sub, n, "%s.%s[%zu]", ipath(pl->path), pl->list, j);
+  return sub;
 }
 
-static int dec_function_call(dec_t *d, json_t *item, const char *path) {
-  char pp[256];
-  const char *call_id = px_jstr(item, "call_id");
-  const char *name = px_jstr(item, "name");
-  const char *args = px_jstr(item, "arguments");
-  if (call_id == NULL) {
-    snprintf(pp, sizeof(pp), "%s.call_id", path);
-    return px_tr_fail(d->err, pp, "%s.call_id is required", path);
+/* an input_image part (part j of pl) -> an IMAGE part */
+static int image_part(const px_fv_t *f, unsigned seen, const plist_t *pl, size_t j,
+                      px_fpart_t **out, px_arena_t *a, px_lossy_t *lossy,
+                      px_tr_err_t *err) {
+  char pp[256], sub[128];
+  px_fstr_t url = FSTR(P_IMAGE_URL), detail = FSTR(P_DETAIL), mt, data;
+  if (detail.p != NULL && !px_fs_is(detail, "auto")) {
+    if (detail.esc) return DECLINE;
+    px_lossy_add(lossy, "input[].content[].detail");
   }
-  if (name == NULL) {
-    snprintf(pp, sizeof(pp), "%s.name", path);
-    return px_tr_fail(d->err, pp, "%s.name is required", path);
-  }
-  if (args == NULL) {
-    snprintf(pp, sizeof(pp), "%s.arguments", path);
-    return px_tr_fail(d->err, pp, "%s.arguments must be a JSON string", path);
-  }
-  if (!is_valid_json_text(args)) {
-    snprintf(pp, sizeof(pp), "%s.arguments", path);
-    return px_tr_fail(d->err, pp, "%s.arguments is not valid JSON", path);
-  }
-  if (px_jstr(item, "namespace") != NULL) px_lossy_add(d->lossy, "input[].namespace");
-  json_t *out = asst_content(d);
-  if (out == NULL) return PX_ENOMEM;
-  return json_array_append_new(
-      out, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id", call_id, "name",
-                     name, "arguments", args));
-}
-
-/* custom_tool_call: toward Chat a custom tool_call part; toward Anthropic
- * (no freeform tools) a function-style call with arguments {"input": text},
- * so that the history and its tool result still pair up. */
-static int dec_custom_call(dec_t *d, json_t *item, const char *path) {
-  char pp[256];
-  const char *call_id = px_jstr(item, "call_id");
-  const char *name = px_jstr(item, "name");
-  const char *in = px_jstr(item, "input");
-  if (call_id == NULL || name == NULL || in == NULL) {
-    snprintf(pp, sizeof(pp), "%s.%s", path,
-             call_id == NULL ? "call_id"
-             : name == NULL  ? "name"
-                             : "input");
-    return px_tr_fail(d->err, pp, "%s is required (a string)", pp);
-  }
-  json_t *out = asst_content(d);
-  if (out == NULL) return PX_ENOMEM;
-  if (px_tr_out_can(d->ctx, PX_CAP_CUSTOM_TOOLS))
-    return json_array_append_new(
-        out, json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id", call_id,
-                       "name", name, "custom", 1, "input", in));
-  px_lossy_add(d->lossy, "input[].custom_tool_call");
-  json_t *args = json_pack("{s:s}", "input", in);
-  char *a = args ? px_jdoc_dump(args, JSON_COMPACT) : NULL;
-  json_decref(args);
-  if (a == NULL) return PX_ENOMEM;
-  int rc =
-      json_array_append_new(out, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call",
-                                           "id", call_id, "name", name, "arguments", a));
-  free(a);
-  return rc;
-}
-
-static int dec_function_output(dec_t *d, json_t *item, const char *path) {
-  char pp[256];
-  const char *call_id = px_jstr(item, "call_id");
-  if (call_id == NULL) {
-    snprintf(pp, sizeof(pp), "%s.call_id", path);
-    return px_tr_fail(d->err, pp, "%s.call_id is required", path);
-  }
-  json_t *o = json_object_get(item, "output");
-  json_t *content = json_array();
-  if (content == NULL) return PX_ENOMEM;
-  int rc = 0;
-  if (json_is_string(o)) {
-    if (json_string_length(o) > 0)
-      rc = json_array_append_new(content, text_part(json_string_value(o)));
-  } else if (json_is_array(o)) {
-    size_t i;
-    json_t *p;
-    json_array_foreach(o, i, p) {
-      char sub[128];
-      snprintf(sub, sizeof(sub), "%s.output[%zu]", path, i);
-      rc = dec_user_part(d, p, sub, content);
-      if (rc != 0) break;
+  if (url.p == NULL) {
+    part_path(sub, sizeof(sub), pl, j);
+    if (FSTR(P_FILE_ID).p != NULL) {
+      snprintf(pp, sizeof(pp), "%s.file_id", sub);
+      return FAIL(err, pp,
+                  "%s.file_id: image file ids cannot be sent to this upstream; send "
+                  "image_url",
+                  sub);
     }
+    snprintf(pp, sizeof(pp), "%s.image_url", sub);
+    return FAIL(err, pp, "%s.image_url is required", sub);
+  }
+  /* whether it is a data URL: its first five bytes say when they hold no
+   * escape (a URL written with "\/" is common) */
+  int data_head = url.n >= 5 && memcmp(url.p, "data:", 5) == 0;
+  if (url.esc && (data_head || memchr(url.p, '\\', url.n < 5 ? url.n : 5) != NULL))
+    return DECLINE;
+  px_fpart_t *p = px_fpart_new(a, PX_FP_IMAGE);
+  if (p == NULL) return DECLINE;
+  if (url.esc) {
+    p->url = url;
+  } else if (data_url_split(url, &mt, &data) == 0) {
+    p->media_type = mt;
+    p->data = data;
+  } else if (data_head) {
+    part_path(sub, sizeof(sub), pl, j);
+    snprintf(pp, sizeof(pp), "%s.image_url", sub);
+    return FAIL(err, pp, "%s.image_url: not a base64 data URL", sub);
   } else {
-    snprintf(pp, sizeof(pp), "%s.output", path);
-    rc = px_tr_fail(d->err, pp, "%s.output must be a string or a list", path);
+    p->url = url;
   }
-  if (rc != 0) {
-    json_decref(content);
-    return rc;
-  }
-  json_t *m = last_msg(d, "user");
-  json_t *mc = m ? json_object_get(m, "content") : NULL;
-  json_t *lastp = mc ? json_array_get(mc, json_array_size(mc) - 1) : NULL;
-  const char *lt = lastp ? px_jstr(lastp, "type") : NULL;
-  if (lt == NULL || strcmp(lt, "tool_result") != 0) {
-    m = new_msg(d, "user");
-    if (m == NULL) {
-      json_decref(content);
-      return PX_ENOMEM;
-    }
-    mc = json_object_get(m, "content");
-  }
-  json_t *tr = json_pack("{s:s, s:s, s:o}", "type", "tool_result", "tool_call_id",
-                         call_id, "content", content);
-  if (tr == NULL) return PX_ENOMEM;
-  return json_array_append_new(mc, tr);
-}
-
-static int append_texts(px_buf_t *b, json_t *arr, const char *want) {
-  size_t i;
-  json_t *p;
-  json_array_foreach(arr, i, p) {
-    const char *t = px_jstr(p, "type");
-    const char *txt = px_jstr(p, "text");
-    if (t == NULL || txt == NULL || strcmp(t, want) != 0) continue;
-    if (b->len > 0 && px_buf_puts(b, "\n\n") != 0) return PX_ENOMEM;
-    if (px_buf_puts(b, txt) != 0) return PX_ENOMEM;
-  }
+  *out = p;
   return 0;
 }
 
-static int dec_reasoning(dec_t *d, json_t *item, const char *path) {
-  px_buf_t b;
-  px_buf_init(&b, 64u << 20);
-  int rc = append_texts(&b, json_object_get(item, "content"), "reasoning_text");
-  if (rc == 0 && b.len == 0)
-    rc = append_texts(&b, json_object_get(item, "summary"), "summary_text");
-  if (rc != 0) {
-    px_buf_free(&b);
-    return rc;
+/* an input_file part -> a FILE part */
+static int file_part(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
+                     const plist_t *pl, size_t j, px_fpart_t **out, px_arena_t *a,
+                     px_tr_err_t *err) {
+  char pp[256], sub[128];
+  px_fstr_t fd = FSTR(P_FILE_DATA), fu = FSTR(P_FILE_URL), fid = FSTR(P_FILE_ID);
+  px_fpart_t *p = px_fpart_new(a, PX_FP_FILE);
+  if (p == NULL) return DECLINE;
+  if (fd.p != NULL) {
+    if (fd.esc) return DECLINE;
+    if (data_url_split(fd, &p->media_type, &p->data) != 0) {
+      /* raw base64 without a data URL: Responses documents PDFs */
+      p->media_type = (px_fstr_t){"application/pdf", 15, 0};
+      p->data = fd;
+    }
+    p->filename = FSTR(P_FILENAME);
+  } else if (fu.p != NULL) {
+    p->url = fu;
+  } else if (fid.p != NULL) {
+    if (!px_tr_out_can(ctx, PX_CAP_FILE_ID)) {
+      snprintf(pp, sizeof(pp), "%s.file_id", part_path(sub, sizeof(sub), pl, j));
+      px_file_id_check(ctx, pp, err);
+      return REFUSE;
+    }
+    p->file_id = fid;
+  } else {
+    snprintf(pp, sizeof(pp), "%s.file_data", part_path(sub, sizeof(sub), pl, j));
+    return FAIL(err, pp, "%s: input_file needs file_data, file_url or file_id", sub);
   }
-  json_t *part =
-      json_pack("{s:s, s:s#}", "type", "reasoning", "text", b.data ? b.data : "", b.len);
-  px_buf_free(&b);
-  if (part == NULL) return PX_ENOMEM;
-  const char *enc = px_jstr(item, "encrypted_content");
-  const char *id = px_jstr(item, "id");
-  /* tagged tokens of other families go back to their fields (protoutil.h) */
-  if (enc != NULL && *enc != 0 && px_rtok_in(PX_PROTO_RESPONSES, part, enc) < 0) {
-    json_decref(part);
-    return PX_ENOMEM;
-  }
-  if (id != NULL) set_str(part, "id", id);
-  (void)path;
-  json_t *out = asst_content(d);
-  if (out == NULL) {
-    json_decref(part);
-    return PX_ENOMEM;
-  }
-  return json_array_append_new(out, part);
+  *out = p;
+  return 0;
 }
 
-static int dec_input(dec_t *d, json_t *input) {
-  if (json_is_string(input)) {
-    json_t *m = new_msg(d, "user");
-    if (m == NULL) return PX_ENOMEM;
-    return json_array_append_new(json_object_get(m, "content"),
-                                 text_part(json_string_value(input)));
+/* the content part j at the cursor -> a part appended to head .. tail
+ * (responses.c: dec_system_msg, dec_message's assistant parts,
+ * dec_user_part) */
+static int dec_part(const px_tr_ctx_t *ctx, px_fw_t *w, int mode, const plist_t *pl,
+                    size_t j, px_fpart_t **head, px_fpart_t **tail, px_arena_t *a,
+                    px_lossy_t *lossy, px_tr_err_t *err) {
+  char pp[256], sub[128];
+  px_fv_t f[NKEYS(part_keys)];
+  unsigned seen = 0;
+  if (px_fw_peek(w) == PX_FV_OBJ) {
+    if (px_fw_kfields(w, part_keys, NKEYS(part_keys), f, &seen) != 0) return DECLINE;
+  } else if (px_fw_value(w, &f[0]) < 0) { /* not an object: no type */
+    return DECLINE;
   }
-  if (!json_is_array(input))
-    return px_tr_fail(d->err, "input", "input must be a string or a list");
-  size_t i;
-  json_t *item;
-  json_array_foreach(input, i, item) {
-    char path[64];
-    snprintf(path, sizeof(path), "input[%zu]", i);
-    if (!json_is_object(item))
-      return px_tr_fail(d->err, path, "%s must be an object", path);
-    const char *type = px_jstr(item, "type");
-    int rc;
-    if (type == NULL || strcmp(type, "message") == 0)
-      rc = dec_message(d, item, path);
-    else if (strcmp(type, "function_call") == 0)
-      rc = dec_function_call(d, item, path);
-    else if (strcmp(type, "function_call_output") == 0 ||
-             strcmp(type, "custom_tool_call_output") == 0)
-      rc = dec_function_output(d, item, path);
-    else if (strcmp(type, "custom_tool_call") == 0)
-      rc = dec_custom_call(d, item, path);
-    else if (strcmp(type, "reasoning") == 0)
-      rc = dec_reasoning(d, item, path);
-    else {
-      char pp[256];
-      snprintf(pp, sizeof(pp), "%s.type", path);
-      rc = px_tr_fail(d->err, pp,
-                      "%s.type: input item '%s' cannot be sent to this "
-                      "upstream",
-                      path, type);
+  px_fstr_t type = FSTR(P_TYPE), text = FSTR(P_TEXT);
+  if (type.esc) return DECLINE;
+  px_fpart_t *p = NULL;
+  int rc = 0;
+  if (mode == PM_SYSTEM) {
+    if (type.p == NULL || text.p == NULL || !is_text_type(type)) {
+      snprintf(pp, sizeof(pp), "%s.content[%zu].type", ipath(pl->path), j);
+      return FAIL(err, pp, "%s.content[%zu]: only text is allowed in %s messages",
+                  ipath(pl->path), j, pl->role);
     }
+    if ((p = px_fpart_text(a, text)) != NULL) p->developer = pl->role[0] == 'd';
+  } else if (mode == PM_ASSISTANT) {
+    /* the part's path (ipath: idempotent, any argument order gives the
+     * same words) */
+#define APP (snprintf(pp, sizeof(pp), "%s.content[%zu].type", ipath(pl->path), j), pp)
+    if (type.p == NULL)
+      return FAIL(err, APP, "%s.content[%zu] has no type", ipath(pl->path), j);
+    if (is_text_type(type)) {
+      if (text.p == NULL)
+        return FAIL(err, APP, "%s.content[%zu].text is required", ipath(pl->path), j);
+      if (HAS(P_ANN) && f[P_ANN].kind == PX_FV_ARR && !px_fw_empty(f[P_ANN].raw))
+        px_lossy_add(lossy, "input[].content[].annotations");
+      p = px_fpart_text(a, text);
+    } else if (px_fs_is(type, "refusal")) {
+      px_fstr_t r = FSTR(P_REFUSAL);
+      if (r.p == NULL)
+        return FAIL(err, APP, "%s.content[%zu].refusal is required", ipath(pl->path), j);
+      if ((p = px_fpart_new(a, PX_FP_REFUSAL)) != NULL) p->text = r;
+    } else {
+      return FAIL(err, APP,
+                  "%s.content[%zu].type: unsupported assistant content part '%.*s'",
+                  ipath(pl->path), j, (int)type.n, type.p);
+    }
+#undef APP
+  } else { /* a user part, or a part of a tool output: its path sub */
+#define SUB(field) \
+  (snprintf(pp, sizeof(pp), "%s" field, part_path(sub, sizeof(sub), pl, j)), pp)
+    if (type.p == NULL)
+      return FAIL(err, SUB(".type"), "%s: content part without a type", sub);
+    if (is_text_type(type)) {
+      if (text.p == NULL) return FAIL(err, SUB(".text"), "%s.text must be a string", sub);
+      p = px_fpart_text(a, text);
+    } else if (px_fs_is(type, "input_image")) {
+      rc = image_part(f, seen, pl, j, &p, a, lossy, err);
+    } else if (px_fs_is(type, "input_file")) {
+      rc = file_part(ctx, f, seen, pl, j, &p, a, err);
+    } else if (px_fs_is(type, "input_audio")) {
+      return FAIL(err, SUB(".type"), "%s: audio input is not supported", sub);
+    } else {
+      return FAIL(err, SUB(".type"), "%s.type: unsupported content part '%.*s'", sub,
+                  (int)type.n, type.p);
+    }
+#undef SUB
+  }
+  if (rc != 0) return rc;
+  if (p == NULL) return DECLINE;
+  px_fpart_push(head, tail, p);
+  return 0;
+}
+
+/* a message's content (string or list) -> parts */
+static int dec_content(const px_tr_ctx_t *ctx, const px_fv_t *c, int mode,
+                       const plist_t *pl, px_fpart_t **head, px_fpart_t **tail,
+                       px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  if (c->kind == PX_FV_STR) {
+    px_fpart_t *p = px_fpart_text(a, c->s);
+    if (p == NULL) return DECLINE;
+    p->developer = mode == PM_SYSTEM && pl->role[0] == 'd';
+    px_fpart_push(head, tail, p);
+    return 0;
+  }
+  if (c->kind != PX_FV_ARR) {
+    char pp[256];
+    const char *path = ipath(pl->path);
+    snprintf(pp, sizeof(pp), "%s.%s", path, pl->list);
+    return FAIL(err, pp, "%s.%s must be a string or a list", path, pl->list);
+  }
+  px_fw_t w = {c->raw.ptr, c->raw.len, 0};
+  int r;
+  size_t j = 0;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(&w)) == 1) {
+    int rc = dec_part(ctx, &w, mode, pl, j++, head, tail, a, lossy, err);
     if (rc != 0) return rc;
   }
+  return r < 0 ? DECLINE : 0;
+}
+
+static px_fmsg_t *asst_msg(px_freq_t *ir, px_arena_t *a) {
+  if (ir->msgs_last != NULL && ir->msgs_last->assistant) return ir->msgs_last;
+  return px_fmsg_push(ir, a, 1);
+}
+
+static int push_asst(px_freq_t *ir, px_arena_t *a, px_fpart_t *p) {
+  px_fmsg_t *m = p != NULL ? asst_msg(ir, a) : NULL;
+  if (m == NULL) return DECLINE;
+  px_fpart_push(&m->parts, &m->last, p);
   return 0;
 }
 
-static void lossy_hosted_tool(px_lossy_t *l, const char *type) {
-  if (strcmp(type, "web_search") == 0 || strncmp(type, "web_search_preview", 18) == 0)
+enum {
+  I_TYPE,
+  I_ROLE,
+  I_CONTENT,
+  I_CALL_ID,
+  I_NAME,
+  I_ARGS,
+  I_OUTPUT,
+  I_NS,
+  I_INPUT,
+  I_ID,
+  I_SUMMARY,
+  I_ENC
+};
+static const px_fkey_t item_keys[] = {
+    PX_FK("type"),  PX_FK("role"),      PX_FK("content"), PX_FK("call_id"),
+    PX_FK("name"),  PX_FK("arguments"), PX_FK("output"),  PX_FK("namespace"),
+    PX_FK("input"), PX_FK("id"),        PX_FK("summary"), PX_FK("encrypted_content")};
+
+static int dec_message(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
+                       ipath_t *ip, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                       px_tr_err_t *err) {
+  char pp[256];
+  px_fstr_t role = FSTR(I_ROLE);
+  px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
+  const px_fv_t *c = HAS(I_CONTENT) ? &f[I_CONTENT] : &none;
+  plist_t pl = {ip, "content", NULL};
+  if (role.p == NULL) {
+    snprintf(pp, sizeof(pp), "%s.role", ipath(ip));
+    return FAIL(err, pp, "%s.role is required", ipath(ip));
+  }
+  if (role.esc) return DECLINE;
+  int dev = px_fs_is(role, "developer");
+  if (dev || px_fs_is(role, "system")) {
+    pl.role = dev ? "developer" : "system";
+    return dec_content(ctx, c, PM_SYSTEM, &pl, &ir->system, &ir->system_last, a, lossy,
+                       err);
+  }
+  px_fmsg_t *m;
+  int mode;
+  if (px_fs_is(role, "user")) {
+    m = px_fmsg_push(ir, a, 0);
+    mode = PM_USER;
+  } else if (px_fs_is(role, "assistant")) {
+    m = asst_msg(ir, a);
+    mode = PM_ASSISTANT;
+  } else {
+    snprintf(pp, sizeof(pp), "%s.role", ipath(ip));
+    return FAIL(err, pp, "%s.role: unsupported role '%.*s'", ipath(ip), (int)role.n,
+                role.p);
+  }
+  if (m == NULL) return DECLINE;
+  return dec_content(ctx, c, mode, &pl, &m->parts, &m->last, a, lossy, err);
+}
+
+/* The texts of the parts of list v whose type is want, joined by blank
+ * lines (responses.c append_texts): *out, "" when none. */
+static int join_texts(const px_fv_t *v, const char *want, px_fstr_t *out, px_arena_t *a) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text")};
+  *out = EMPTY;
+  if (v == NULL || v->kind != PX_FV_ARR) return 0;
+  px_fw_t w = {v->raw.ptr, v->raw.len, 0};
+  px_buf_t b; /* only when two or more texts are joined */
+  px_buf_init(&b, SIZE_MAX);
+  int r, rc = 0;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[2];
+    unsigned seen = 0;
+    if (px_fw_peek(&w) != PX_FV_OBJ) { /* no type there: skipped */
+      px_fv_t skip;
+      if (px_fw_value(&w, &skip) < 0) rc = DECLINE;
+      continue;
+    }
+    if (px_fw_kfields(&w, keys, 2, f, &seen) != 0) {
+      rc = DECLINE;
+      break;
+    }
+    px_fstr_t t = FSTR(0), s = FSTR(1);
+    if (t.p == NULL || s.p == NULL) continue;
+    if (t.esc) {
+      rc = DECLINE;
+      break;
+    }
+    if (!px_fs_is(t, want)) continue;
+    if (out->n == 0) { /* the first text, or after empty ones */
+      *out = s;
+      continue;
+    }
+    if (b.len == 0) rc = px_buf_append(&b, out->p, out->n);
+    if (rc == 0) rc = px_buf_append(&b, "\\n\\n", 4);
+    if (rc == 0 && s.n > 0) rc = px_buf_append(&b, s.p, s.n);
+  }
+  if (rc == 0 && r < 0) rc = DECLINE;
+  if (rc == 0 && b.len > 0) {
+    char *copy = px_arena_alloc(a, b.len);
+    if (copy == NULL)
+      rc = DECLINE;
+    else {
+      memcpy(copy, b.data, b.len);
+      *out = (px_fstr_t){copy, b.len, 1};
+    }
+  }
+  px_buf_free(&b);
+  return rc == 0 ? 0 : DECLINE;
+}
+
+/* a reasoning item: its text the reasoning_text contents joined, else the
+ * summaries; encrypted_content to its field by its tag (px_frtok_in) */
+static int dec_reasoning(const px_fv_t *f, unsigned seen, px_freq_t *ir, px_arena_t *a) {
+  px_fpart_t *p = px_fpart_new(a, PX_FP_REASONING);
+  if (p == NULL || join_texts(HAS(I_CONTENT) ? &f[I_CONTENT] : NULL, "reasoning_text",
+                              &p->text, a) != 0)
+    return DECLINE;
+  if (p->text.n == 0 &&
+      join_texts(HAS(I_SUMMARY) ? &f[I_SUMMARY] : NULL, "summary_text", &p->text, a) != 0)
+    return DECLINE;
+  if (px_frtok_in(PX_PROTO_RESPONSES, p, FSTR(I_ENC)) != 0) return DECLINE;
+  p->id = FSTR(I_ID);
+  return push_asst(ir, a, p);
+}
+
+/* Tool-call arguments as responses.c takes them: valid JSON text of any
+ * kind (is_valid_json_text). An object is kept as input too; another value
+ * stays a string (an upstream that takes only objects refuses it, naming
+ * the client's field: px_tool_args_object). */
+static int call_args(px_arena_t *a, px_fpart_t *p, ipath_t *ip, px_tr_err_t *err) {
+  px_buf_t b;
+  px_str_t v;
+  px_buf_init(&b, p->args.n + 1);
+  if (px_json_unescape(p->args.p, p->args.n, p->args.esc, &b, &v) < 0) {
+    px_buf_free(&b);
+    return DECLINE;
+  }
+  char *copy = px_arena_alloc(a, v.len + 1);
+  if (copy != NULL && v.len) memcpy(copy, v.ptr, v.len);
+  px_buf_free(&b);
+  if (copy == NULL) return DECLINE;
+  px_json_req_t r; /* the scanner takes exactly what jansson reads, objects only */
+  if (px_json_request(copy, v.len, &r) == 0) {
+    p->input = (px_str_t){copy, v.len};
+    return 0;
+  }
+  json_t *j = px_jdoc_load(copy, v.len, JSON_DECODE_ANY, NULL);
+  if (j != NULL) {
+    int obj = json_is_object(j);
+    json_decref(j);
+    return obj ? DECLINE : 0; /* an object the scanner refused: its limits */
+  }
+  char pp[256];
+  snprintf(pp, sizeof(pp), "%s.arguments", ipath(ip));
+  return FAIL(err, pp, "%s.arguments is not valid JSON", ipath(ip));
+}
+
+static int dec_function_call(const px_fv_t *f, unsigned seen, ipath_t *ip, px_freq_t *ir,
+                             px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  char pp[256];
+  px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
+  if (p == NULL) return DECLINE;
+  p->id = FSTR(I_CALL_ID);
+  p->name = FSTR(I_NAME);
+  p->args = FSTR(I_ARGS);
+  if (p->id.p == NULL) {
+    snprintf(pp, sizeof(pp), "%s.call_id", ipath(ip));
+    return FAIL(err, pp, "%s.call_id is required", ipath(ip));
+  }
+  if (p->name.p == NULL) {
+    snprintf(pp, sizeof(pp), "%s.name", ipath(ip));
+    return FAIL(err, pp, "%s.name is required", ipath(ip));
+  }
+  if (p->args.p == NULL) {
+    snprintf(pp, sizeof(pp), "%s.arguments", ipath(ip));
+    return FAIL(err, pp, "%s.arguments must be a JSON string", ipath(ip));
+  }
+  int rc = call_args(a, p, ip, err);
+  if (rc != 0) return rc;
+  if (FSTR(I_NS).p != NULL) px_lossy_add(lossy, "input[].namespace");
+  return push_asst(ir, a, p);
+}
+
+/* custom_tool_call: a custom call for an upstream with freeform tools, else
+ * a function call of arguments {"input": text}, as jansson dumps it */
+static int dec_custom_call(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
+                           ipath_t *ip, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                           px_tr_err_t *err) {
+  px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
+  px_fstr_t in = FSTR(I_INPUT);
+  if (p == NULL) return DECLINE;
+  p->id = FSTR(I_CALL_ID);
+  p->name = FSTR(I_NAME);
+  if (p->id.p == NULL || p->name.p == NULL || in.p == NULL) {
+    char pp[256];
+    snprintf(pp, sizeof(pp), "%s.%s", ipath(ip),
+             p->id.p == NULL     ? "call_id"
+             : p->name.p == NULL ? "name"
+                                 : "input");
+    return FAIL(err, pp, "%s is required (a string)", pp);
+  }
+  if (px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
+    p->custom = 1;
+    p->text = in;
+    return push_asst(ir, a, p);
+  }
+  px_lossy_add(lossy, "input[].custom_tool_call");
+  char *raw = px_arena_alloc(a, in.n + 13);
+  if (raw == NULL) return DECLINE;
+  memcpy(raw, "{\"input\":\"", 10);
+  memcpy(raw + 10, in.p, in.n);
+  memcpy(raw + 10 + in.n, "\"}", 2);
+  if (px_fast_dump_value(a, (px_str_t){raw, in.n + 12}, &p->args) != 0 ||
+      px_fast_args_object(a, p) != 0)
+    return DECLINE;
+  return push_asst(ir, a, p);
+}
+
+/* function_call_output / custom_tool_call_output: a tool result, joining
+ * the user message whose last part is one */
+static int dec_output(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
+                      ipath_t *ip, px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                      px_tr_err_t *err) {
+  char pp[256];
+  px_fpart_t *res = px_fpart_new(a, PX_FP_TOOL_RESULT), *tail = NULL;
+  if (res == NULL) return DECLINE;
+  if ((res->id = FSTR(I_CALL_ID)).p == NULL) {
+    snprintf(pp, sizeof(pp), "%s.call_id", ipath(ip));
+    return FAIL(err, pp, "%s.call_id is required", ipath(ip));
+  }
+  px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
+  const px_fv_t *o = HAS(I_OUTPUT) ? &f[I_OUTPUT] : &none;
+  plist_t pl = {ip, "output", NULL};
+  if (o->kind == PX_FV_STR) {
+    if (o->s.n > 0 && (res->content = px_fpart_text(a, o->s)) == NULL) return DECLINE;
+  } else {
+    int rc = dec_content(ctx, o, PM_USER, &pl, &res->content, &tail, a, lossy, err);
+    if (rc != 0) return rc;
+  }
+  px_fmsg_t *m = ir->msgs_last;
+  if (m == NULL || m->assistant || m->last == NULL || m->last->type != PX_FP_TOOL_RESULT)
+    m = px_fmsg_push(ir, a, 0);
+  if (m == NULL) return DECLINE;
+  px_fpart_push(&m->parts, &m->last, res);
+  return 0;
+}
+
+/* input item i at the cursor */
+static int decode_item(const px_tr_ctx_t *ctx, px_fw_t *w, size_t i, px_freq_t *ir,
+                       px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  char pp[256];
+  ipath_t path; /* its text written on a refusal only */
+  path.i = i;
+  path.s[0] = 0;
+  px_fv_t f[NKEYS(item_keys)];
+  unsigned seen = 0;
+  if (px_fw_peek(w) != PX_FV_OBJ)
+    return FAIL(err, ipath(&path), "%s must be an object", ipath(&path));
+  if (px_fw_kfields(w, item_keys, NKEYS(item_keys), f, &seen) != 0) return DECLINE;
+  px_fstr_t type = FSTR(I_TYPE);
+  if (type.esc) return DECLINE;
+  if (type.p == NULL || px_fs_is(type, "message"))
+    return dec_message(ctx, f, seen, &path, ir, a, lossy, err);
+  if (px_fs_is(type, "function_call"))
+    return dec_function_call(f, seen, &path, ir, a, lossy, err);
+  if (px_fs_is(type, "function_call_output") || px_fs_is(type, "custom_tool_call_output"))
+    return dec_output(ctx, f, seen, &path, ir, a, lossy, err);
+  if (px_fs_is(type, "custom_tool_call"))
+    return dec_custom_call(ctx, f, seen, &path, ir, a, lossy, err);
+  if (px_fs_is(type, "reasoning")) return dec_reasoning(f, seen, ir, a);
+  snprintf(pp, sizeof(pp), "%s.type", ipath(&path));
+  return FAIL(err, pp, "%s.type: input item '%.*s' cannot be sent to this upstream",
+              path.s, (int)type.n, type.p);
+}
+
+/* a hosted tool, dropped and named (responses.c lossy_hosted_tool) */
+static void lossy_hosted_tool(px_lossy_t *l, px_fstr_t type) {
+  static const struct {
+    const char *type, *lossy;
+  } hosted[] = {
+      {"web_search", "tools[].web_search"},
+      {"file_search", "tools[].file_search"},
+      {"code_interpreter", "tools[].code_interpreter"},
+      {"image_generation", "tools[].image_generation"},
+      {"computer_use_preview", "tools[].computer"},
+      {"computer", "tools[].computer"},
+      {"mcp", "tools[].mcp"},
+      {"local_shell", "tools[].shell"},
+      {"shell", "tools[].shell"},
+      {"apply_patch", "tools[].apply_patch"},
+      {"custom", "tools[].custom"},
+      {"namespace", "tools[].namespace"},
+  };
+  if (type.n >= 18 && memcmp(type.p, "web_search_preview", 18) == 0) {
     px_lossy_add(l, "tools[].web_search");
-  else if (strcmp(type, "file_search") == 0)
-    px_lossy_add(l, "tools[].file_search");
-  else if (strcmp(type, "code_interpreter") == 0)
-    px_lossy_add(l, "tools[].code_interpreter");
-  else if (strcmp(type, "image_generation") == 0)
-    px_lossy_add(l, "tools[].image_generation");
-  else if (strcmp(type, "computer_use_preview") == 0 || strcmp(type, "computer") == 0)
-    px_lossy_add(l, "tools[].computer");
-  else if (strcmp(type, "mcp") == 0)
-    px_lossy_add(l, "tools[].mcp");
-  else if (strcmp(type, "local_shell") == 0 || strcmp(type, "shell") == 0)
-    px_lossy_add(l, "tools[].shell");
-  else if (strcmp(type, "apply_patch") == 0)
-    px_lossy_add(l, "tools[].apply_patch");
-  else if (strcmp(type, "custom") == 0)
-    px_lossy_add(l, "tools[].custom");
-  else if (strcmp(type, "namespace") == 0)
-    px_lossy_add(l, "tools[].namespace");
-  else
-    px_lossy_add(l, "tools[].other");
+    return;
+  }
+  for (size_t i = 0; i < sizeof(hosted) / sizeof(hosted[0]); i++)
+    if (px_fs_is(type, hosted[i].type)) {
+      px_lossy_add(l, hosted[i].lossy);
+      return;
+    }
+  px_lossy_add(l, "tools[].other");
 }
 
-static int dec_tools(dec_t *d, json_t *tools) {
-  if (!json_is_array(tools)) return px_tr_fail(d->err, "tools", "tools must be a list");
-  json_t *out = json_array();
-  if (out == NULL) return PX_ENOMEM;
-  size_t i;
-  json_t *t;
-  json_array_foreach(tools, i, t) {
-    const char *type = px_jstr(t, "type");
+static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir,
+                        px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  if (tv->kind != PX_FV_ARR) return FAIL(err, "tools", "tools must be a list");
+  px_fw_t w = {tv->raw.ptr, tv->raw.len, 0};
+  int r;
+  size_t i = 0;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  for (; (r = px_fw_elem(&w)) == 1; i++) {
+    enum { T_TYPE, T_NAME, T_DESC, T_PARAMS, T_STRICT, T_DEFER, T_FORMAT };
+    static const px_fkey_t keys[] = {PX_FK("type"),        PX_FK("name"),
+                                     PX_FK("description"), PX_FK("parameters"),
+                                     PX_FK("strict"),      PX_FK("defer_loading"),
+                                     PX_FK("format")};
+    px_fv_t f[NKEYS(keys)];
+    unsigned seen = 0;
     char pp[64];
-    snprintf(pp, sizeof(pp), "tools[%zu].type", i);
-    if (type == NULL) {
-      json_decref(out);
-      return px_tr_fail(d->err, pp, "%s is required", pp);
+    if (px_fw_peek(&w) == PX_FV_OBJ) {
+      if (px_fw_kfields(&w, keys, NKEYS(keys), f, &seen) != 0) return DECLINE;
+    } else if (px_fw_value(&w, &f[0]) < 0) {
+      return DECLINE;
     }
-    if (strcmp(type, "custom") == 0 && px_tr_out_can(d->ctx, PX_CAP_CUSTOM_TOOLS) &&
-        px_jstr(t, "name") != NULL) {
+    px_fstr_t type = FSTR(T_TYPE), name = FSTR(T_NAME);
+    if (type.p == NULL) {
+      snprintf(pp, sizeof(pp), "tools[%zu].type", i);
+      return FAIL(err, pp, "%s is required", pp);
+    }
+    if (type.esc) return DECLINE;
+    if (px_fs_is(type, "custom") && name.p != NULL &&
+        px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
       /* freeform tool, for an upstream that has them */
-      json_t *o = json_pack("{s:s, s:s}", "type", "custom", "name", px_jstr(t, "name"));
-      if (px_jstr(t, "description") != NULL)
-        set_str(o, "description", px_jstr(t, "description"));
-      json_t *f = json_object_get(t, "format");
-      if (json_is_object(f)) json_object_set(o, "format", f);
-      json_array_append_new(out, o);
+      px_ftool_t *t = px_ftool_push(ir, a, name, HAS(T_DESC) ? &f[T_DESC] : NULL, NULL,
+                                    NULL, PX_FAST_OPENAI_PARAMS);
+      if (t == NULL) return DECLINE;
+      t->custom = 1;
+      if (HAS(T_FORMAT) && f[T_FORMAT].kind == PX_FV_OBJ) t->format = f[T_FORMAT].raw;
       continue;
     }
-    if (strcmp(type, "function") != 0) {
-      lossy_hosted_tool(d->lossy, type);
+    if (!px_fs_is(type, "function")) {
+      lossy_hosted_tool(lossy, type);
       continue;
     }
-    const char *name = px_jstr(t, "name");
-    if (name == NULL) {
-      json_decref(out);
+    if (name.p == NULL) {
       snprintf(pp, sizeof(pp), "tools[%zu].name", i);
-      return px_tr_fail(d->err, pp, "%s is required", pp);
+      return FAIL(err, pp, "%s is required", pp);
     }
-    json_t *o = json_pack("{s:s}", "name", name);
-    const char *desc = px_jstr(t, "description");
-    if (desc != NULL) set_str(o, "description", desc);
-    json_t *params = json_object_get(t, "parameters");
-    if (json_is_object(params))
-      json_object_set(o, "parameters", params);
-    else
-      json_object_set_new(o, "parameters",
-                          json_pack("{s:s, s:{}}", "type", "object", "properties"));
-    json_t *strict = json_object_get(t, "strict");
-    if (json_is_boolean(strict)) json_object_set(o, "strict", strict);
-    if (json_is_true(json_object_get(t, "defer_loading")))
-      px_lossy_add(d->lossy, "tools[].defer_loading");
-    json_array_append_new(out, o);
+    if (px_ftool_push(ir, a, name, HAS(T_DESC) ? &f[T_DESC] : NULL,
+                      HAS(T_PARAMS) ? &f[T_PARAMS] : NULL,
+                      HAS(T_STRICT) ? &f[T_STRICT] : NULL, PX_FAST_OPENAI_PARAMS) == NULL)
+      return DECLINE;
+    if (HAS(T_DEFER) && f[T_DEFER].kind == PX_FV_TRUE)
+      px_lossy_add(lossy, "tools[].defer_loading");
   }
-  if (json_array_size(out) > 0)
-    json_object_set_new(d->ir, "tools", out);
-  else
-    json_decref(out);
-  return 0;
+  return r < 0 ? DECLINE : 0;
 }
 
-static int dec_tool_choice(dec_t *d, json_t *tc) {
-  if (json_is_string(tc)) {
-    const char *s = json_string_value(tc);
-    if (strcmp(s, "auto") == 0 || strcmp(s, "none") == 0 || strcmp(s, "required") == 0)
-      return json_object_set_new(d->ir, "tool_choice", json_pack("{s:s}", "type", s));
-    return px_tr_fail(d->err, "tool_choice", "tool_choice: unknown value '%s'", s);
+static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_t *ir,
+                              px_lossy_t *lossy, px_tr_err_t *err) {
+  if (v->kind == PX_FV_STR) {
+    if (px_fast_openai_tc(v->s, ir) == 0) return 0;
+    if (v->s.esc) return DECLINE;
+    return FAIL(err, "tool_choice", "tool_choice: unknown value '%.*s'", (int)v->s.n,
+                v->s.p);
   }
-  const char *type = px_jstr(tc, "type");
-  if (type != NULL && px_jstr(tc, "name") != NULL &&
-      (strcmp(type, "function") == 0 ||
-       (strcmp(type, "custom") == 0 && px_tr_out_can(d->ctx, PX_CAP_CUSTOM_TOOLS))))
-    return json_object_set_new(
-        d->ir, "tool_choice",
-        json_pack("{s:s, s:s}", "type", "tool", "name", px_jstr(tc, "name")));
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("name")};
+  px_fv_t f[2];
+  unsigned seen = 0;
+  if (v->kind == PX_FV_OBJ && px_fv_kfields(v, keys, 2, f, &seen) != 0) return DECLINE;
+  px_fstr_t type = FSTR(0), name = FSTR(1);
+  if (type.esc) return DECLINE;
+  if (type.p != NULL && name.p != NULL &&
+      (px_fs_is(type, "function") ||
+       (px_fs_is(type, "custom") && px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)))) {
+    ir->tool_choice = PX_FTC_TOOL;
+    ir->tc_name = name;
+    return 0;
+  }
   /* allowed_tools, hosted tool types, custom, mcp: no equivalent */
-  px_lossy_add(d->lossy, "tool_choice");
+  px_lossy_add(lossy, "tool_choice");
   return 0;
 }
 
-static int dec_text(dec_t *d, json_t *text) {
-  if (!json_is_object(text)) return px_tr_fail(d->err, "text", "text must be an object");
-  json_t *verb = json_object_get(text, "verbosity");
-  if (verb != NULL && !json_is_null(verb)) {
-    if (json_is_string(verb)) /* px_ir_fit_request */
-      json_object_set(d->ir, "verbosity", verb);
+/* text: {format, verbosity} */
+static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy,
+                       px_tr_err_t *err) {
+  enum { X_FORMAT, X_VERBOSITY };
+  static const px_fkey_t keys[] = {PX_FK("format"), PX_FK("verbosity")};
+  enum { F_TYPE, F_NAME, F_SCHEMA, F_STRICT, F_DESC };
+  static const px_fkey_t fkeys[] = {PX_FK("type"), PX_FK("name"), PX_FK("schema"),
+                                    PX_FK("strict"), PX_FK("description")};
+  px_fv_t f[5];
+  unsigned seen = 0;
+  if (v->kind != PX_FV_OBJ) return FAIL(err, "text", "text must be an object");
+  if (px_fv_kfields(v, keys, 2, f, &seen) != 0) return DECLINE;
+  if (HAS(X_VERBOSITY) && f[X_VERBOSITY].kind != PX_FV_NULL) {
+    if (f[X_VERBOSITY].kind == PX_FV_STR)
+      ir->verbosity = f[X_VERBOSITY].s;
     else
-      px_lossy_add(d->lossy, "text.verbosity");
+      px_lossy_add(lossy, "text.verbosity");
   }
-  json_t *f = json_object_get(text, "format");
-  if (f == NULL || json_is_null(f)) return 0;
-  const char *type = px_jstr(f, "type");
-  if (type == NULL)
-    return px_tr_fail(d->err, "text.format.type", "text.format.type is required");
-  if (strcmp(type, "text") == 0 || strcmp(type, "json_object") == 0)
-    return json_object_set_new(d->ir, "response_format",
-                               json_pack("{s:s}", "type", type));
-  if (strcmp(type, "json_schema") == 0) {
-    json_t *schema = json_object_get(f, "schema");
-    if (!json_is_object(schema))
-      return px_tr_fail(d->err, "text.format.schema",
-                        "text.format.schema must be an object");
-    json_t *rf =
-        json_pack("{s:s, s:s, s:O}", "type", "json_schema", "name",
-                  px_jstr(f, "name") ? px_jstr(f, "name") : "response", "schema", schema);
-    if (rf == NULL) return PX_ENOMEM;
-    json_t *strict = json_object_get(f, "strict");
-    if (json_is_boolean(strict)) json_object_set(rf, "strict", strict);
-    if (px_jstr(f, "description") != NULL)
-      set_str(rf, "description", px_jstr(f, "description"));
-    return json_object_set_new(d->ir, "response_format", rf);
-  }
-  return px_tr_fail(d->err, "text.format.type",
-                    "text.format.type: unsupported format '%s'", type);
-}
-
-static int dec_reasoning_cfg(dec_t *d, json_t *r) {
-  if (json_is_null(r)) return 0;
-  if (!json_is_object(r))
-    return px_tr_fail(d->err, "reasoning", "reasoning must be an object");
-  json_t *o = json_object();
-  if (o == NULL) return PX_ENOMEM;
-  const char *effort = px_jstr(r, "effort");
-  const char *summary = px_jstr(r, "summary");
-  if (summary == NULL) summary = px_jstr(r, "generate_summary");
-  if (effort != NULL) set_str(o, "effort", effort);
-  if (summary != NULL) set_str(o, "summary", summary);
-  if (json_object_size(o) > 0) return json_object_set_new(d->ir, "reasoning", o);
-  json_decref(o);
-  return 0;
-}
-
-/* instructions, generation settings, user, metadata, stream -> IR: 0, <0
- * when invalid, 1 when key is none of them. */
-static int dec_settings(dec_t *d, const char *key, json_t *v) {
-  if (strcmp(key, "instructions") == 0) {
-    if (json_is_string(v)) {
-      if (json_string_length(v) > 0)
-        return json_array_append_new(d->system,
-                                     json_pack("{s:s, s:s, s:s}", "type", "text", "text",
-                                               json_string_value(v), "role", "system"));
-    } else if (!json_is_null(v)) {
-      return px_tr_fail(d->err, "instructions", "instructions must be a string");
-    }
-  } else if (strcmp(key, "parallel_tool_calls") == 0) {
-    if (json_is_boolean(v)) json_object_set(d->ir, "parallel_tool_calls", v);
-  } else if (strcmp(key, "max_output_tokens") == 0) {
-    if (json_is_integer(v))
-      json_object_set(d->ir, "max_tokens", v);
-    else if (!json_is_null(v))
-      return px_tr_fail(d->err, "max_output_tokens",
-                        "max_output_tokens must be an integer");
-  } else if (strcmp(key, "temperature") == 0 || strcmp(key, "top_p") == 0) {
-    if (json_is_number(v))
-      json_object_set(d->ir, key, v);
-    else if (!json_is_null(v))
-      return px_tr_fail(d->err, key, "%s must be a number", key);
-  } else if (strcmp(key, "user") == 0) {
-    if (json_is_string(v)) json_object_set(d->ir, "user", v);
-  } else if (strcmp(key, "metadata") == 0) {
-    if (json_is_object(v) && json_object_size(v) > 0)
-      json_object_set(d->ir, "metadata", v);
-  } else if (strcmp(key, "stream") == 0) {
-    if (json_is_boolean(v)) json_object_set(d->ir, "stream", v);
-  } else if (strcmp(key, "stream_options") == 0) {
-    if (json_object_size(v) > 0) px_lossy_add(d->lossy, "stream_options");
+  if (!HAS(X_FORMAT) || f[X_FORMAT].kind == PX_FV_NULL) return 0;
+  px_fv_t fmt = f[X_FORMAT];
+  seen = 0;
+  if (fmt.kind == PX_FV_OBJ && px_fv_kfields(&fmt, fkeys, 5, f, &seen) != 0)
+    return DECLINE;
+  px_fstr_t type = FSTR(F_TYPE);
+  if (type.p == NULL)
+    return FAIL(err, "text.format.type", "text.format.type is required");
+  if (type.esc) return DECLINE;
+  if (px_fs_is(type, "text")) {
+    ir->rf_text = 1;
+  } else if (px_fs_is(type, "json_object")) {
+    ir->rf_json = 1;
+  } else if (px_fs_is(type, "json_schema")) {
+    if (!HAS(F_SCHEMA) || f[F_SCHEMA].kind != PX_FV_OBJ)
+      return FAIL(err, "text.format.schema", "text.format.schema must be an object");
+    ir->rf_schema = f[F_SCHEMA].raw;
+    ir->rf_name = FSTR(F_NAME);
+    if (ir->rf_name.p == NULL) ir->rf_name = (px_fstr_t){"response", 8, 0};
+    if (HAS(F_STRICT) && f[F_STRICT].kind == PX_FV_TRUE) ir->rf_strict = 1;
+    if (HAS(F_STRICT) && f[F_STRICT].kind == PX_FV_FALSE) ir->rf_strict = 0;
+    ir->rf_desc = FSTR(F_DESC);
   } else {
-    return 1;
+    return FAIL(err, "text.format.type", "text.format.type: unsupported format '%.*s'",
+                (int)type.n, type.p);
   }
   return 0;
 }
 
-/* Fields that need an openai_responses upstream (stored state, background,
- * prompt templates): <0 when used, 0 when not, 1 when key is none of them. */
-static int dec_stateful(const char *key, json_t *v, px_tr_err_t *err) {
-  if (strcmp(key, "previous_response_id") == 0) {
-    if (!json_is_null(v))
-      return px_tr_fail(err, "previous_response_id",
-                        "previous_response_id needs an openai_responses upstream or "
-                        "[responses] store = on (it is off); send the full "
-                        "conversation in input");
-  } else if (strcmp(key, "conversation") == 0) {
-    if (!json_is_null(v))
-      return px_tr_fail(err, "conversation",
-                        "conversation needs an openai_responses upstream; send "
-                        "the full conversation in input");
-  } else if (strcmp(key, "background") == 0) {
-    if (json_is_true(v))
-      return px_tr_fail(err, "background",
-                        "background mode needs an openai_responses upstream");
-  } else if (strcmp(key, "prompt") == 0) {
-    if (!json_is_null(v))
-      return px_tr_fail(err, "prompt",
-                        "prompt templates need an openai_responses upstream");
-  } else {
-    return 1;
-  }
+/* reasoning: {effort, summary (or generate_summary)} */
+static int decode_reasoning_cfg(const px_fv_t *v, px_freq_t *ir, px_tr_err_t *err) {
+  static const px_fkey_t keys[] = {PX_FK("effort"), PX_FK("summary"),
+                                   PX_FK("generate_summary")};
+  px_fv_t f[3];
+  unsigned seen = 0;
+  if (v->kind != PX_FV_OBJ) return FAIL(err, "reasoning", "reasoning must be an object");
+  if (px_fv_kfields(v, keys, 3, f, &seen) != 0) return DECLINE;
+  ir->effort = FSTR(0);
+  ir->summary = FSTR(1);
+  if (ir->summary.p == NULL) ir->summary = FSTR(2);
+  /* values the encoders compare */
+  if (ir->effort.esc || ir->summary.esc) return DECLINE;
+  ir->has_reasoning = ir->effort.p != NULL || ir->summary.p != NULL;
   return 0;
 }
 
-/* Fields dropped by name (and prompt_cache_key, which the hub may keep:
- * px_ir_fit_request): 0, or 1 when key is none of them. */
-static int dec_dropped(dec_t *d, const char *key, json_t *v) {
-  if (strcmp(key, "store") == 0) {
-    if (json_is_true(v) && d->ctx->resp_id == NULL) px_lossy_add(d->lossy, "store");
-  } else if (strcmp(key, "include") == 0) {
-    if (json_array_size(v) > 0) px_lossy_add(d->lossy, "include");
-  } else if (strcmp(key, "truncation") == 0) {
-    if (json_is_string(v) && strcmp(json_string_value(v), "disabled") != 0)
-      px_lossy_add(d->lossy, "truncation");
-  } else if (strcmp(key, "prompt_cache_key") == 0) {
-    if (json_is_string(v))
-      json_object_set(d->ir, "prompt_cache_key", v); /* px_ir_fit_request */
-    else
-      px_lossy_add(d->lossy, "prompt_cache_key");
-  } else if (strcmp(key, "prompt_cache_retention") == 0) {
-    if (!json_is_null(v)) px_lossy_add(d->lossy, "prompt_cache_retention");
-  } else if (strcmp(key, "service_tier") == 0) {
-    if (!json_is_null(v)) px_lossy_add(d->lossy, "service_tier");
-  } else if (strcmp(key, "client_metadata") == 0) {
-    if (!json_is_null(v)) px_lossy_add(d->lossy, "client_metadata");
-  } else if (strcmp(key, "max_tool_calls") == 0) {
-    if (!json_is_null(v)) px_lossy_add(d->lossy, "max_tool_calls");
-  } else if (strcmp(key, "top_logprobs") == 0) {
-    if (!json_is_null(v)) px_lossy_add(d->lossy, "top_logprobs");
-  } else {
-    return 1;
-  }
-  return 0;
-}
+/* the top-level members responses.c reads (decode_request and its
+ * dec_settings, dec_stateful, dec_dropped); any other is dropped and named
+ * as itself */
+enum {
+  K_MODEL,
+  K_INPUT,
+  K_TOOLS,
+  K_TC,
+  K_TEXT,
+  K_REASONING,
+  K_SAFETY,
+  K_INSTR,
+  K_PAR,
+  K_MAX,
+  K_TEMP,
+  K_TOPP,
+  K_USER,
+  K_META,
+  K_STREAM,
+  K_STREAM_OPT,
+  K_PREV,
+  K_CONV,
+  K_BG,
+  K_PROMPT,
+  K_STORE,
+  K_INCLUDE,
+  K_TRUNC,
+  K_CACHE_KEY,
+  K_CACHE_RET,
+  K_TIER,
+  K_CLIENT_META,
+  K_MAX_CALLS,
+  K_LOGPROBS
+};
+static const px_fkey_t top_keys[] = {PX_FK("model"),
+                                     PX_FK("input"),
+                                     PX_FK("tools"),
+                                     PX_FK("tool_choice"),
+                                     PX_FK("text"),
+                                     PX_FK("reasoning"),
+                                     PX_FK("safety_identifier"),
+                                     PX_FK("instructions"),
+                                     PX_FK("parallel_tool_calls"),
+                                     PX_FK("max_output_tokens"),
+                                     PX_FK("temperature"),
+                                     PX_FK("top_p"),
+                                     PX_FK("user"),
+                                     PX_FK("metadata"),
+                                     PX_FK("stream"),
+                                     PX_FK("stream_options"),
+                                     PX_FK("previous_response_id"),
+                                     PX_FK("conversation"),
+                                     PX_FK("background"),
+                                     PX_FK("prompt"),
+                                     PX_FK("store"),
+                                     PX_FK("include"),
+                                     PX_FK("truncation"),
+                                     PX_FK("prompt_cache_key"),
+                                     PX_FK("prompt_cache_retention"),
+                                     PX_FK("service_tier"),
+                                     PX_FK("client_metadata"),
+                                     PX_FK("max_tool_calls"),
+                                     PX_FK("top_logprobs")};
 
-/* Only hosted/namespace tools (all dropped): OpenAI rejects tool_choice and
- * parallel_tool_calls without tools, and they mean nothing then. */
-static void drop_toolless_choice(dec_t *d) {
-  if (json_object_get(d->ir, "tools") != NULL) return;
-  json_t *tc = json_object_get(d->ir, "tool_choice");
-  const char *tct = px_jstr(tc, "type");
-  if (tct != NULL && strcmp(tct, "auto") != 0 && strcmp(tct, "none") != 0)
-    px_lossy_add(d->lossy, "tool_choice");
-  json_object_del(d->ir, "tool_choice");
-  json_object_del(d->ir, "parallel_tool_calls");
-}
-
-static int decode_request(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
-                          px_lossy_t *lossy, px_tr_err_t *err) {
-  if (!json_is_object(body))
-    return px_tr_fail(err, "", "request body must be a JSON object");
-  dec_t d = {.ctx = ctx, .lossy = lossy, .err = err};
-  d.ir = json_object();
-  d.system = json_array();
-  d.messages = json_array();
-  int rc = PX_ENOMEM;
-  if (d.ir == NULL || d.system == NULL || d.messages == NULL) goto fail;
-
-  const char *key;
-  json_t *v;
-  json_object_foreach(body, key, v) {
-    rc = 0;
-    if (json_is_null(v)) continue; /* null = not given, for every field */
-    if (strcmp(key, "model") == 0) {
-      if (!json_is_string(v)) {
-        rc = px_tr_fail(err, "model", "model must be a string");
-      } else {
-        json_object_set(d.ir, "model", v);
+/* one top-level member (not null) as responses.c's decode_request takes it */
+static int decode_top(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_t *ir,
+                      px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  switch (ki) {
+    case K_MODEL:
+      return v->kind == PX_FV_STR ? 0 : FAIL(err, "model", "model must be a string");
+    case K_INPUT:
+    case K_SAFETY:
+      return 0; /* after the other members */
+    case K_TOOLS:
+      return decode_tools(ctx, v, ir, a, lossy, err);
+    case K_TC:
+      return decode_tool_choice(ctx, v, ir, lossy, err);
+    case K_TEXT:
+      return decode_text(v, ir, lossy, err);
+    case K_REASONING:
+      return decode_reasoning_cfg(v, ir, err);
+    case K_INSTR: /* the caller puts it first */
+      return v->kind == PX_FV_STR
+                 ? 0
+                 : FAIL(err, "instructions", "instructions must be a string");
+    case K_PAR:
+      if (v->kind == PX_FV_TRUE || v->kind == PX_FV_FALSE)
+        ir->parallel = v->kind == PX_FV_TRUE;
+      return 0;
+    case K_MAX: /* an integer; the positive ones taken here */
+      if (v->kind != PX_FV_NUM || !px_fw_is_int(v->raw))
+        return FAIL(err, "max_output_tokens", "max_output_tokens must be an integer");
+      if (px_fw_uint(v->raw, &ir->max_tokens_v) < 0 || ir->max_tokens_v < 1)
+        return FAIL(err, "max_output_tokens",
+                    "max_output_tokens must be a positive integer of at most 18 digits");
+      ir->max_tokens = v->raw;
+      return 0;
+    case K_TEMP:
+    case K_TOPP:
+      if (v->kind != PX_FV_NUM)
+        return FAIL(err, top_keys[ki].s, "%s must be a number", top_keys[ki].s);
+      *(ki == K_TEMP ? &ir->temperature : &ir->top_p) = v->raw;
+      return 0;
+    case K_USER:
+      if (v->kind == PX_FV_STR) ir->user = v->s;
+      return 0;
+    case K_META:
+      if (v->kind == PX_FV_OBJ && !px_fw_empty(v->raw)) ir->metadata = v->raw;
+      return 0;
+    case K_STREAM:
+      if (v->kind == PX_FV_TRUE) ir->stream_true = 1;
+      if (v->kind == PX_FV_FALSE) ir->stream_false = 1;
+      return 0;
+    case K_STREAM_OPT:
+      if (v->kind == PX_FV_OBJ && !px_fw_empty(v->raw))
+        px_lossy_add(lossy, "stream_options");
+      return 0;
+    /* a Responses upstream's (stored state, background, prompt templates) */
+    case K_PREV:
+      return FAIL(
+          err, "previous_response_id",
+          "previous_response_id needs an openai_responses upstream or [responses] "
+          "store = on (it is off); send the full conversation in input");
+    case K_CONV:
+      return FAIL(err, "conversation",
+                  "conversation needs an openai_responses upstream; send the full "
+                  "conversation in input");
+    case K_BG:
+      return v->kind == PX_FV_TRUE ? FAIL(err, "background",
+                                          "background mode needs an openai_responses "
+                                          "upstream")
+                                   : 0;
+    case K_PROMPT:
+      return FAIL(err, "prompt", "prompt templates need an openai_responses upstream");
+    case K_STORE:
+      if (v->kind == PX_FV_TRUE && ctx->resp_id == NULL) px_lossy_add(lossy, "store");
+      return 0;
+    case K_INCLUDE:
+      if (v->kind == PX_FV_ARR && !px_fw_empty(v->raw)) px_lossy_add(lossy, "include");
+      return 0;
+    case K_TRUNC:
+      if (v->kind == PX_FV_STR && !px_fs_is(v->s, "disabled")) {
+        if (v->s.esc) return DECLINE;
+        px_lossy_add(lossy, "truncation");
       }
-    } else if (strcmp(key, "input") == 0) {
-      /* handled after the loop so that instructions come first */
-    } else if (strcmp(key, "tools") == 0) {
-      rc = dec_tools(&d, v);
-    } else if (strcmp(key, "tool_choice") == 0) {
-      rc = dec_tool_choice(&d, v);
-    } else if (strcmp(key, "text") == 0) {
-      rc = dec_text(&d, v);
-    } else if (strcmp(key, "reasoning") == 0) {
-      rc = dec_reasoning_cfg(&d, v);
-    } else if (strcmp(key, "safety_identifier") == 0) {
-      /* user wins when both are given; handled below */
-    } else {
-      rc = dec_settings(&d, key, v);
-      if (rc == 1) rc = dec_stateful(key, v, err);
-      if (rc == 1) rc = dec_dropped(&d, key, v);
-      if (rc == 1) {
-        /* unknown top-level field: dropped, named as itself */
-        px_lossy_add(lossy, key);
-        rc = 0;
-      }
-    }
-    if (rc != 0) goto fail;
+      return 0;
+    case K_CACHE_KEY: /* kept for the hub's fit (px_fit_fast_request) */
+      if (v->kind == PX_FV_STR)
+        ir->prompt_cache_key = v->s;
+      else
+        px_lossy_add(lossy, "prompt_cache_key");
+      return 0;
+    default: /* dropped by name */
+      px_lossy_add(lossy, top_keys[ki].s);
+      return 0;
   }
-  const char *sid = px_jstr(body, "safety_identifier");
-  if (sid != NULL) {
-    if (json_object_get(d.ir, "user") == NULL)
-      set_str(d.ir, "user", sid);
+}
+
+/* the input list at the cursor, read where it stands (no second walk of
+ * the body's bulk): its items' lossy names go to in_lossy, which the
+ * caller adds after the other members' (responses.c reads input last) */
+static int decode_input(const px_tr_ctx_t *ctx, px_fw_t *w, px_freq_t *ir, px_arena_t *a,
+                        px_lossy_t *in_lossy, px_tr_err_t *err) {
+  int r;
+  size_t i = 0;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fw_elem(w)) == 1) {
+    int rc = decode_item(ctx, w, i++, ir, a, in_lossy, err);
+    if (rc != 0) return rc;
+  }
+  return r < 0 ? DECLINE : 0;
+}
+
+static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                                    px_freq_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                    px_tr_err_t *err) {
+  px_fw_t w = {body, len, 0};
+  px_fstr_t k, unknown[32];
+  px_fv_t in = {PX_FV_NULL, {0}, {NULL, 0}}, sid = in, instr = in;
+  px_lossy_t in_lossy;
+  /* A refusal is told once the whole body is read: a member repeated
+   * later (jansson keeps its last value, in the first one's place) would
+   * change what the reference sees. The input's comes after every other
+   * member's (the reference reads input last). */
+  px_tr_err_t top_err, in_err;
+  unsigned seen = 0; /* also the null ones (repeats) */
+  int r, nunknown = 0, input_read = 0, input_refused = 0, refused = 0;
+  px_lossy_init(&in_lossy);
+  ir->parallel = -1;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fw_member(&w, &k)) == 1) {
+    int ki = px_fk_of(k, top_keys, NKEYS(top_keys)), rc;
+    px_fv_t v;
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+    if (ki == K_INPUT && !refused && px_fw_peek(&w) == PX_FV_ARR) {
+      size_t at = w.i;
+      rc = decode_input(ctx, &w, ir, a, &in_lossy, &in_err);
+      if (rc == REFUSE) { /* the rest of the list skipped */
+        w.i = at;
+        if (px_fw_value(&w, &v) < 0) return DECLINE;
+        input_refused = 1;
+      } else if (rc != 0) {
+        return DECLINE;
+      }
+      input_read = 1;
+      continue;
+    }
+    if (px_fw_value(&w, &v) < 0) return DECLINE;
+    if (refused) continue; /* only the repeats looked for */
+    if (ki < 0) { /* named as itself when not null; a repeat would keep its place */
+      for (int i = 0; i < nunknown; i++)
+        if (unknown[i].n == k.n && memcmp(unknown[i].p, k.p, k.n) == 0) return DECLINE;
+      if (nunknown == NKEYS(unknown)) return DECLINE;
+      unknown[nunknown++] = k;
+      if (v.kind == PX_FV_NULL) continue;
+      if (px_fast_lossy_key(lossy, k) != 0) return DECLINE;
+      continue;
+    }
+    if (ki == K_INPUT) input_read = -1; /* given, not a list */
+    if (v.kind == PX_FV_NULL) continue; /* null = not given, for every field */
+    if (ki == K_INPUT) in = v;
+    if (ki == K_SAFETY) sid = v;
+    if (ki == K_INSTR) instr = v;
+    rc = decode_top(ctx, ki, &v, ir, a, lossy, &top_err);
+    if (rc == REFUSE)
+      refused = 1;
+    else if (rc != 0)
+      return DECLINE;
+  }
+  if (r < 0) return DECLINE;
+  if (refused || input_refused) {
+    if (err != NULL) *err = refused ? top_err : in_err;
+    return REFUSE;
+  }
+  if (input_read == 0) return FAIL(err, "input", "input is required");
+  if (input_read < 0 && in.kind != PX_FV_STR)
+    return FAIL(err, "input", "input must be a string or a list");
+  if (sid.kind == PX_FV_STR) { /* user wins when both are given */
+    if (ir->user.p == NULL)
+      ir->user = sid.s;
     else
       px_lossy_add(lossy, "safety_identifier");
   }
-  drop_toolless_choice(&d);
-  json_t *input = json_object_get(body, "input");
-  if (input == NULL) {
-    rc = px_tr_fail(err, "input", "input is required");
-    goto fail;
+  if (ir->tools == NULL) {
+    /* only hosted tools (dropped): tool_choice and parallel_tool_calls
+     * mean nothing without tools */
+    if (ir->tool_choice == PX_FTC_REQUIRED || ir->tool_choice == PX_FTC_TOOL)
+      px_lossy_add(lossy, "tool_choice");
+    ir->tool_choice = PX_FTC_UNSET;
+    ir->parallel = -1;
   }
-  rc = dec_input(&d, input);
-  if (rc != 0) goto fail;
-  if (json_array_size(d.system) > 0) json_object_set(d.ir, "system", d.system);
-  json_object_set(d.ir, "messages", d.messages);
-  json_decref(d.system);
-  json_decref(d.messages);
-  *ir = d.ir;
-  return 0;
-fail:
-  json_decref(d.ir);
-  json_decref(d.system);
-  json_decref(d.messages);
-  return rc < 0 ? rc : PX_EINVAL;
-}
-
-/* ---------------------------------------------------------------------- */
-/* encode_request: IR -> Responses upstream body                           */
-
-static json_t *enc_user_part(json_t *p, px_lossy_t *lossy) {
-  const char *t = px_jstr(p, "type");
-  if (t == NULL) return NULL;
-  if (json_object_get(p, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
-  if (strcmp(t, "text") == 0)
-    return json_pack("{s:s, s:s}", "type", "input_text", "text",
-                     px_jstr(p, "text") ? px_jstr(p, "text") : "");
-  if (strcmp(t, "image") == 0) {
-    if (px_jstr(p, "url") != NULL)
-      return json_pack("{s:s, s:s}", "type", "input_image", "image_url",
-                       px_jstr(p, "url"));
-    if (px_jstr(p, "data") != NULL) {
-      char *u =
-          data_url(px_jstr(p, "media_type") ? px_jstr(p, "media_type") : "image/png",
-                   px_jstr(p, "data"));
-      if (u == NULL) return NULL;
-      json_t *o = json_pack("{s:s, s:s}", "type", "input_image", "image_url", u);
-      free(u);
-      return o;
-    }
-    return NULL;
+  /* the instructions before the input's system and developer messages */
+  if (instr.kind == PX_FV_STR && instr.s.n > 0) {
+    px_fpart_t *p = px_fpart_text(a, instr.s);
+    if (p == NULL) return DECLINE;
+    p->next = ir->system;
+    ir->system = p;
+    if (ir->system_last == NULL) ir->system_last = p;
   }
-  if (strcmp(t, "file") == 0) {
-    json_t *o = NULL;
-    if (px_jstr(p, "data") != NULL) {
-      char *u = data_url(
-          px_jstr(p, "media_type") ? px_jstr(p, "media_type") : "application/pdf",
-          px_jstr(p, "data"));
-      if (u == NULL) return NULL;
-      o = json_pack("{s:s, s:s}", "type", "input_file", "file_data", u);
-      free(u);
-      /* OpenAI rejects inline file data without a filename */
-      if (o != NULL) set_str(o, "filename", px_inline_filename(p));
-    } else if (px_jstr(p, "url") != NULL) {
-      o = json_pack("{s:s, s:s}", "type", "input_file", "file_url", px_jstr(p, "url"));
-    } else if (px_jstr(p, "file_id") != NULL) {
-      o = json_pack("{s:s, s:s}", "type", "input_file", "file_id", px_jstr(p, "file_id"));
-    }
-    return o;
-  }
-  return NULL;
-}
-
-static int flush_msg(json_t *input, const char *role, json_t **content) {
-  if (*content == NULL) return 0;
-  int rc = 0;
-  if (json_array_size(*content) > 0)
-    rc = json_array_append_new(input, json_pack("{s:s, s:s, s:O}", "type", "message",
-                                                "role", role, "content", *content));
-  json_decref(*content);
-  *content = NULL;
-  return rc;
-}
-
-/* Whether an earlier IR tool_call part with this id was a custom call. */
-static int custom_call_id(json_t *msgs, const char *id) {
-  size_t i, j;
-  json_t *m, *p;
-  json_array_foreach(msgs, i, m) {
-    json_array_foreach(json_object_get(m, "content"), j, p) {
-      const char *t = px_jstr(p, "type"), *pid = px_jstr(p, "id");
-      if (t != NULL && pid != NULL && strcmp(t, "tool_call") == 0 && strcmp(pid, id) == 0)
-        return json_is_true(json_object_get(p, "custom"));
-    }
-  }
-  return 0;
-}
-
-static int enc_tool_output(json_t *input, json_t *p, const char *path, px_lossy_t *lossy,
-                           px_tr_err_t *err, int custom) {
-  const char *id = px_jstr(p, "tool_call_id");
-  if (id == NULL) return px_tr_fail(err, path, "%s: tool result without a call id", path);
-  if (json_is_true(json_object_get(p, "is_error")))
-    px_lossy_add(lossy, "messages[].content[].is_error");
-  json_t *c = json_object_get(p, "content");
-  int only_text = 1;
-  size_t i;
-  json_t *q;
-  json_array_foreach(c, i, q) {
-    const char *t = px_jstr(q, "type");
-    if (t == NULL || strcmp(t, "text") != 0) only_text = 0;
-  }
-  json_t *out;
-  if (only_text) {
-    px_buf_t b;
-    px_buf_init(&b, 64u << 20);
-    json_array_foreach(c, i, q) {
-      if (px_buf_puts(&b, px_jstr(q, "text") ? px_jstr(q, "text") : "") != 0) {
-        px_buf_free(&b);
-        return PX_ENOMEM;
-      }
-    }
-    out = json_stringn(b.data ? b.data : "", b.len);
-    px_buf_free(&b);
-  } else {
-    out = json_array();
-    json_array_foreach(c, i, q) {
-      json_t *e = enc_user_part(q, lossy);
-      if (e == NULL) {
-        json_decref(out);
-        return px_tr_fail(err, path, "%s: unsupported tool result content", path);
-      }
-      json_array_append_new(out, e);
-    }
-  }
-  if (out == NULL) return PX_ENOMEM;
-  return json_array_append_new(
-      input, json_pack("{s:s, s:s, s:o}", "type",
-                       custom ? "custom_tool_call_output" : "function_call_output",
-                       "call_id", id, "output", out));
-}
-
-/* An IR reasoning part: a reasoning item when it carries encrypted_content
- * (the pending message is flushed first), else dropped and named as the
- * client spelled it. */
-static int enc_reasoning(json_t *input, const char *role, json_t **content, json_t *p,
-                         const px_lossy_names_t *names, px_lossy_t *lossy) {
-  const char *enc = px_jstr(p, "encrypted_content");
-  if (enc == NULL) {
-    if (px_jstr(p, "redacted_data") != NULL && names->reasoning_redacted != NULL)
-      px_lossy_add(lossy, names->reasoning_redacted);
-    else
-      px_lossy_add(lossy, names->reasoning_text);
+  if (input_read > 0) {
+    px_lossy_merge(lossy, &in_lossy);
     return 0;
   }
-  int rc = flush_msg(input, role, content);
-  json_t *r = json_pack("{s:s, s:[], s:s}", "type", "reasoning", "summary",
-                        "encrypted_content", enc);
-  if (r == NULL) return PX_ENOMEM;
-  const char *txt = px_jstr(p, "text");
-  if (txt != NULL && *txt != 0)
-    json_array_append_new(json_object_get(r, "summary"),
-                          json_pack("{s:s, s:s}", "type", "summary_text", "text", txt));
-  if (px_jstr(p, "id") != NULL) set_str(r, "id", px_jstr(p, "id"));
-  if (rc == 0)
-    rc = json_array_append_new(input, r);
-  else
-    json_decref(r);
+  px_fmsg_t *m = px_fmsg_push(ir, a, 0);
+  px_fpart_t *p = px_fpart_text(a, in.s);
+  if (m == NULL || p == NULL) return DECLINE;
+  px_fpart_push(&m->parts, &m->last, p);
+  return 0;
+}
+
+/* ======================================================================== */
+/* Request encode                                                            */
+
+/* Whether two string spans hold the same value: 1, 0, or -1 when escapes
+ * leave it open. */
+static int fs_same(px_fstr_t x, px_fstr_t y) {
+  if (x.n == y.n && (x.n == 0 || memcmp(x.p, y.p, x.n) == 0)) return 1;
+  return x.esc || y.esc ? -1 : 0;
+}
+
+/* Whether the first tool call of the request with this id is a custom one
+ * (responses.c custom_call_id): 1, 0, or -1 (undecided: decline). */
+static int custom_call_id(const px_freq_t *ir, px_fstr_t id) {
+  if (id.p == NULL) return 0;
+  for (const px_fmsg_t *m = ir->msgs; m; m = m->next)
+    for (const px_fpart_t *p = m->parts; p; p = p->next) {
+      if (p->type != PX_FP_TOOL_CALL || p->id.p == NULL) continue;
+      int same = fs_same(p->id, id);
+      if (same != 0) return same < 0 ? -1 : p->custom;
+    }
+  return 0;
+}
+
+/* Whether the first tool named name is a custom one (px_ir_is_custom_tool):
+ * 1, 0, or -1. */
+static int custom_tool_named(const px_freq_t *ir, px_fstr_t name) {
+  for (const px_ftool_t *t = ir->tools; t; t = t->next) {
+    int same = fs_same(t->name, name);
+    if (same != 0) return same < 0 ? -1 : t->custom;
+  }
+  return 0;
+}
+
+/* "data:<mt>;base64,<data>" as one string */
+static int put_data_url(px_buf_t *b, px_fstr_t mt, const char *dflt, px_fstr_t data) {
+  int rc = px_fb_lit(b, "\"data:");
+  if (rc == 0) rc = mt.p ? px_fb_put(b, mt.p, mt.n) : px_fb_lit(b, dflt);
+  if (rc == 0) rc = px_fb_lit(b, ";base64,");
+  if (rc == 0) rc = px_fb_put(b, data.p, data.n);
+  if (rc == 0) rc = px_fb_lit(b, "\"");
   return rc;
 }
 
-/* A text / refusal (assistant) or user part -> the pending message content */
-static int enc_content_part(json_t **content, json_t *p, const char *t, int asst,
-                            const char *path, px_lossy_t *lossy, px_tr_err_t *err) {
-  if (*content == NULL && (*content = json_array()) == NULL) return PX_ENOMEM;
-  json_t *e = NULL;
-  if (asst && strcmp(t, "text") == 0) {
-    if (json_object_get(p, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
-    e = json_pack("{s:s, s:s, s:[]}", "type", "output_text", "text",
-                  px_jstr(p, "text") ? px_jstr(p, "text") : "", "annotations");
-  } else if (asst && strcmp(t, "refusal") == 0) {
-    e = json_pack("{s:s, s:s}", "type", "refusal", "refusal",
-                  px_jstr(p, "text") ? px_jstr(p, "text") : "");
-  } else if (!asst) {
-    e = enc_user_part(p, lossy);
-  }
-  if (e == NULL) /* the caller frees the pending content */
-    return px_tr_fail(err, path, "%s: unsupported content part '%s'", path, t);
-  return json_array_append_new(*content, e);
+/* What responses.c's enc_user_part cannot write (it refuses the request):
+ * put_user_part's answer, the caller's words. */
+#define UNWRITABLE 2
+
+/* The IR name of a part kind (the reference's error quotes it). */
+static const char *ir_type(px_fpart_type_t t) {
+  static const char *const names[] = {"text",  "tool_call", "tool_result", "reasoning",
+                                      "image", "file",      "refusal"};
+  return (unsigned)t < sizeof(names) / sizeof(names[0]) ? names[t] : "";
 }
 
-/* names: the client's, for what Responses cannot hold */
-static int enc_messages(json_t *msgs, json_t *input, const px_lossy_names_t *names,
-                        px_lossy_t *lossy, px_tr_err_t *err) {
-  size_t i;
-  json_t *m;
-  json_array_foreach(msgs, i, m) {
-    const char *role = px_jstr(m, "role");
-    if (json_is_true(json_object_get(m, "system_note"))) role = "system"; /* in place */
-    int asst = role != NULL && strcmp(role, "assistant") == 0;
-    json_t *content = NULL; /* pending message content parts */
-    size_t j;
-    json_t *p;
-    json_array_foreach(json_object_get(m, "content"), j, p) {
-      char path[64];
-      snprintf(path, sizeof(path), "messages[%zu].content[%zu]", i, j);
-      const char *t = px_jstr(p, "type");
-      if (t == NULL) return px_tr_fail(err, path, "%s has no type", path);
-      int rc = 0;
-      if (strcmp(t, "tool_result") == 0) {
-        rc = flush_msg(input, role, &content);
+/* a user part (text, image, file) -> its input item part (responses.c
+ * enc_user_part); UNWRITABLE for what it cannot write */
+static int put_user_part(px_buf_t *b, const px_fpart_t *p, px_lossy_t *lossy) {
+  int rc;
+  if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+  switch (p->type) {
+    case PX_FP_TEXT:
+      rc = px_fb_lit(b, "{\"type\":\"input_text\",\"text\":");
+      if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : EMPTY);
+      break;
+    case PX_FP_IMAGE:
+      rc = px_fb_lit(b, "{\"type\":\"input_image\",\"image_url\":");
+      if (rc == 0 && p->url.p)
+        rc = px_fb_str(b, p->url);
+      else if (rc == 0 && p->data.p)
+        rc = put_data_url(b, p->media_type, "image/png", p->data);
+      else if (rc == 0)
+        rc = UNWRITABLE;
+      break;
+    case PX_FP_FILE:
+      rc = px_fb_lit(b, "{\"type\":\"input_file\",");
+      if (rc == 0 && p->data.p) {
+        rc = px_fb_lit(b, "\"file_data\":");
+        if (rc == 0) rc = put_data_url(b, p->media_type, "application/pdf", p->data);
+        /* OpenAI rejects inline file data without a filename */
+        if (rc == 0) rc = px_fb_lit(b, ",\"filename\":");
+        if (rc == 0 && p->filename.n > 0)
+          rc = px_fb_str(b, p->filename);
+        else if (rc == 0)
+          rc = px_fb_lit(b, px_fs_is(p->media_type, "text/plain") ? "\"document.txt\""
+                                                                  : "\"document.pdf\"");
+        if (rc == 0 && p->media_type.esc && p->filename.n == 0) rc = DECLINE;
+      } else if (rc == 0 && p->url.p) {
+        rc = px_fb_lit(b, "\"file_url\":");
+        if (rc == 0) rc = px_fb_str(b, p->url);
+      } else if (rc == 0 && p->file_id.p) {
+        rc = px_fb_lit(b, "\"file_id\":");
+        if (rc == 0) rc = px_fb_str(b, p->file_id);
+      } else if (rc == 0) {
+        rc = UNWRITABLE;
+      }
+      break;
+    default:
+      return UNWRITABLE;
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* A tool result -> function_call_output or custom_tool_call_output: its
+ * output the texts joined, or a list when it holds other parts. */
+/* an IR part's path ("messages[i].content[j]"), for the reference's words */
+static const char *msg_path(char *path, size_t n, size_t i, size_t j) {
+  snprintf(path, n, "messages[%zu].content[%zu]", i, j);
+  return path;
+}
+
+static int put_output(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p, size_t i,
+                      size_t j, px_lossy_t *lossy, px_tr_err_t *err) {
+  char path[64];
+  if (p->id.p == NULL)
+    return FAIL(err, msg_path(path, sizeof(path), i, j),
+                "%s: tool result without a call id", path);
+  int custom = custom_call_id(ir, p->id), only_text = 1, rc;
+  if (custom < 0) return DECLINE;
+  if (p->is_error) px_lossy_add(lossy, "messages[].content[].is_error");
+  for (const px_fpart_t *c = p->content; c; c = c->next)
+    if (c->type != PX_FP_TEXT) only_text = 0;
+  rc = px_fb_lit(b, custom ? "{\"type\":\"custom_tool_call_output\",\"call_id\":"
+                           : "{\"type\":\"function_call_output\",\"call_id\":");
+  if (rc == 0) rc = px_fb_str(b, p->id);
+  if (only_text) {
+    if (rc == 0) rc = px_fb_lit(b, ",\"output\":\"");
+    if (rc == 0) rc = px_fb_texts(b, p->content);
+    if (rc == 0) rc = px_fb_lit(b, "\"}");
+    return rc;
+  }
+  if (rc == 0) rc = px_fb_lit(b, ",\"output\":[");
+  for (const px_fpart_t *c = p->content; c && rc == 0; c = c->next) {
+    if (c != p->content) rc = px_fb_lit(b, ",");
+    if (rc == 0) rc = put_user_part(b, c, lossy);
+  }
+  if (rc == UNWRITABLE)
+    return FAIL(err, msg_path(path, sizeof(path), i, j),
+                "%s: unsupported tool result content", path);
+  if (rc == 0) rc = px_fb_lit(b, "]}");
+  return rc;
+}
+
+static int put_call(px_buf_t *b, const px_fpart_t *p, px_arena_t *a) {
+  int rc;
+  if (p->custom) {
+    rc = px_fb_lit(b, "{\"type\":\"custom_tool_call\",\"call_id\":");
+    if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : EMPTY);
+    if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
+    if (rc == 0) rc = px_fb_str(b, p->name.p ? p->name : EMPTY);
+    if (rc == 0) rc = px_fb_lit(b, ",\"input\":");
+    if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : EMPTY);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+    return rc;
+  }
+  px_fstr_t args = p->args;
+  if (args.p == NULL && p->input.ptr != NULL &&
+      px_fast_dump_value(a, p->input, &args) != 0)
+    return DECLINE;
+  rc = px_fb_lit(b, "{\"type\":\"function_call\",\"call_id\":");
+  if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : EMPTY);
+  if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
+  if (rc == 0) rc = px_fb_str(b, p->name.p ? p->name : EMPTY);
+  if (rc == 0) rc = px_fb_lit(b, ",\"arguments\":");
+  if (rc == 0) rc = px_fb_str(b, args.p ? args : (px_fstr_t){"{}", 2, 0});
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* a reasoning part with encrypted_content -> a reasoning item (its text
+ * the one summary, its id kept) */
+static int put_reasoning(px_buf_t *b, const px_fpart_t *p, px_fstr_t enc) {
+  int rc = px_fb_lit(b, "{\"type\":\"reasoning\",\"summary\":[");
+  if (rc == 0 && p->text.n > 0) {
+    rc = px_fb_lit(b, "{\"type\":\"summary_text\",\"text\":");
+    if (rc == 0) rc = px_fb_str(b, p->text);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "],\"encrypted_content\":");
+  if (rc == 0) rc = px_fb_str(b, enc);
+  if (rc == 0 && p->id.p) {
+    rc = px_fb_lit(b, ",\"id\":");
+    if (rc == 0) rc = px_fb_str(b, p->id);
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* The IR messages -> input items (responses.c enc_messages): a message's
+ * content parts gather into one message item, which a call, a result or a
+ * reasoning item ends. *reasoning_items: whether one was written. */
+static int put_input(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
+                     px_arena_t *a, px_lossy_t *lossy, int *reasoning_items,
+                     px_tr_err_t *err) {
+  static int k_enc = -2, k_red;
+  if (k_enc == -2) {
+    k_red = px_frtok_index("redacted_data");
+    k_enc = px_frtok_index("encrypted_content");
+  }
+  if (k_enc < 0) return DECLINE;
+  const px_lossy_names_t *names = px_in_names(ctx);
+  int first = 1, rc = 0;
+  size_t i = 0;
+  for (const px_fmsg_t *m = ir->msgs; m && rc == 0; m = m->next, i++) {
+    int open = 0; /* a message item is open, its content being written */
+    size_t j = 0;
+    char path[64];
+    for (const px_fpart_t *p = m->parts; p && rc == 0; p = p->next, j++) {
+      int item = p->type == PX_FP_TOOL_RESULT || p->type == PX_FP_TOOL_CALL;
+      if (p->type == PX_FP_REASONING) {
+        if (p->tok[k_enc].p == NULL) { /* dropped: named as the client spells it */
+          px_lossy_add(lossy,
+                       k_red >= 0 && p->tok[k_red].p != NULL && names->reasoning_redacted
+                           ? names->reasoning_redacted
+                           : names->reasoning_text);
+          continue;
+        }
+        item = 1;
+      }
+      if (item) {
+        if (open) rc = px_fb_lit(b, "]}");
+        open = 0;
+        if (rc == 0 && !first) rc = px_fb_lit(b, ",");
+        first = 0;
+        if (rc != 0) break;
+        if (p->type == PX_FP_TOOL_RESULT) {
+          rc = put_output(b, ir, p, i, j, lossy, err);
+        } else if (p->type == PX_FP_TOOL_CALL) {
+          rc = put_call(b, p, a);
+        } else {
+          rc = put_reasoning(b, p, p->tok[k_enc]);
+          *reasoning_items = 1;
+        }
+        continue;
+      }
+      /* a content part of the pending message */
+      if (!open) {
+        rc = px_fb_lit(b, first ? "{\"type\":\"message\",\"role\":"
+                                : ",{\"type\":\"message\",\"role\":");
         if (rc == 0)
-          rc = enc_tool_output(input, p, path, lossy, err,
-                               px_jstr(p, "tool_call_id") != NULL &&
-                                   custom_call_id(msgs, px_jstr(p, "tool_call_id")));
-      } else if (strcmp(t, "tool_call") == 0 &&
-                 json_is_true(json_object_get(p, "custom"))) {
-        rc = flush_msg(input, role, &content);
-        if (rc == 0)
-          rc = json_array_append_new(
-              input, json_pack("{s:s, s:s, s:s, s:s}", "type", "custom_tool_call",
-                               "call_id", px_jstr(p, "id") ? px_jstr(p, "id") : "",
-                               "name", px_jstr(p, "name") ? px_jstr(p, "name") : "",
-                               "input", px_jstr(p, "input") ? px_jstr(p, "input") : ""));
-      } else if (strcmp(t, "tool_call") == 0) {
-        rc = flush_msg(input, role, &content);
-        if (rc == 0)
-          rc = json_array_append_new(
-              input, json_pack("{s:s, s:s, s:s, s:s}", "type", "function_call", "call_id",
-                               px_jstr(p, "id") ? px_jstr(p, "id") : "", "name",
-                               px_jstr(p, "name") ? px_jstr(p, "name") : "", "arguments",
-                               px_jstr(p, "arguments") ? px_jstr(p, "arguments") : "{}"));
-      } else if (strcmp(t, "reasoning") == 0) {
-        rc = enc_reasoning(input, role, &content, p, names, lossy);
+          rc = px_fb_lit(b, m->assistant     ? "\"assistant\",\"content\":["
+                            : m->system_note ? "\"system\",\"content\":[" /* in place */
+                                             : "\"user\",\"content\":[");
+        first = 0;
+        open = 1;
       } else {
-        rc = enc_content_part(&content, p, t, asst, path, lossy, err);
+        rc = px_fb_lit(b, ",");
       }
-      if (rc != 0) {
-        json_decref(content);
-        return rc;
+      if (rc != 0) break;
+      if (!m->assistant) {
+        rc = put_user_part(b, p, lossy);
+      } else if (p->type == PX_FP_TEXT) {
+        if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+        rc = px_fb_lit(b, "{\"type\":\"output_text\",\"text\":");
+        if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : EMPTY);
+        if (rc == 0) rc = px_fb_lit(b, ",\"annotations\":[]}");
+      } else if (p->type == PX_FP_REFUSAL) {
+        rc = px_fb_lit(b, "{\"type\":\"refusal\",\"refusal\":");
+        if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : EMPTY);
+        if (rc == 0) rc = px_fb_lit(b, "}");
+      } else {
+        rc = UNWRITABLE;
       }
+      if (rc == UNWRITABLE)
+        return FAIL(err, msg_path(path, sizeof(path), i, j),
+                    "%s: unsupported content part '%s'", path, ir_type(p->type));
     }
-    int rc = flush_msg(input, role ? role : "user", &content);
-    if (rc != 0) return rc;
+    if (rc == 0 && open) rc = px_fb_lit(b, "]}");
   }
-  return 0;
+  return rc;
 }
 
-/* Reasoning can occur: reasoning controls that do not switch it off, or
- * reasoning items replayed in the input. */
-static int reasoning_possible(json_t *b) {
-  json_t *r = json_object_get(b, "reasoning");
-  const char *effort = px_jstr(r, "effort");
-  if (json_object_size(r) > 0 && (effort == NULL || strcmp(effort, "none") != 0))
-    return 1;
-  size_t i;
-  json_t *it;
-  json_array_foreach(json_object_get(b, "input"), i, it) {
-    const char *t = px_jstr(it, "type");
-    if (t != NULL && strcmp(t, "reasoning") == 0) return 1;
-  }
-  return 0;
-}
-
-/* IR system -> instructions (joined by blank lines) */
-static int instructions_out(json_t *sys, json_t *b, px_lossy_t *lossy) {
-  px_buf_t sb;
-  px_buf_init(&sb, 64u << 20);
-  size_t i;
-  json_t *p;
-  json_array_foreach(sys, i, p) {
-    if (json_object_get(p, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
-    if ((i > 0 && px_buf_puts(&sb, "\n\n") != 0) ||
-        px_buf_puts(&sb, px_jstr(p, "text") ? px_jstr(p, "text") : "") != 0) {
-      px_buf_free(&sb);
-      return PX_ENOMEM;
-    }
-  }
-  json_object_set_new(b, "instructions", json_stringn(sb.data ? sb.data : "", sb.len));
-  px_buf_free(&sb);
-  return 0;
-}
-
-/* IR tools -> function and custom tools */
-static void tools_out(json_t *tools, json_t *b, px_lossy_t *lossy) {
-  json_t *ot = json_array();
-  size_t i;
-  json_t *t;
-  json_array_foreach(tools, i, t) {
-    if (px_jstr(t, "type") != NULL && strcmp(px_jstr(t, "type"), "custom") == 0) {
-      json_t *o = json_pack("{s:s, s:s}", "type", "custom", "name",
-                            px_jstr(t, "name") ? px_jstr(t, "name") : "");
-      if (px_jstr(t, "description") != NULL)
-        set_str(o, "description", px_jstr(t, "description"));
-      json_t *f = json_object_get(t, "format");
-      if (json_is_object(f)) json_object_set(o, "format", f);
-      json_array_append_new(ot, o);
+static int put_tools(const px_freq_t *ir, px_buf_t *b, px_lossy_t *lossy) {
+  int rc = px_fb_lit(b, ",\"tools\":[");
+  for (const px_ftool_t *t = ir->tools; t && rc == 0; t = t->next) {
+    if (t != ir->tools) rc = px_fb_lit(b, ",");
+    if (rc == 0)
+      rc = px_fb_lit(b, t->custom ? "{\"type\":\"custom\",\"name\":"
+                                  : "{\"type\":\"function\",\"name\":");
+    if (rc == 0) rc = px_fb_str(b, t->name.p ? t->name : EMPTY);
+    if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", t->desc);
+    if (t->custom) {
+      if (rc == 0) rc = px_fb_opt_raw(b, ",\"format\":", t->format);
+      if (rc == 0) rc = px_fb_lit(b, "}");
       continue;
     }
-    json_t *o = json_pack("{s:s, s:s}", "type", "function", "name",
-                          px_jstr(t, "name") ? px_jstr(t, "name") : "");
-    if (px_jstr(t, "description") != NULL)
-      set_str(o, "description", px_jstr(t, "description"));
-    json_t *params = json_object_get(t, "parameters");
-    json_object_set_new(o, "parameters",
-                        params
-                            ? json_incref(params)
-                            : json_pack("{s:s, s:{}}", "type", "object", "properties"));
-    /* Responses defaults strict to true, which rejects most schemas: say
-     * false unless the client asked for strict. */
-    json_t *strict = json_object_get(t, "strict");
-    json_object_set_new(o, "strict", json_boolean(json_is_true(strict)));
-    if (json_object_get(t, "cache_control") != NULL) px_lossy_add(lossy, "cache_control");
-    json_array_append_new(ot, o);
+    if (rc == 0) rc = px_fb_lit(b, ",\"parameters\":");
+    if (rc == 0) rc = px_fb_raw(b, t->params.ptr ? t->params : PX_FAST_OPENAI_PARAMS);
+    /* Responses defaults strict to true, which rejects most schemas: false
+     * unless the client asked for strict */
+    if (rc == 0)
+      rc = px_fb_lit(b, t->strict == 1 ? ",\"strict\":true}" : ",\"strict\":false}");
+    if (t->cache_control.ptr) px_lossy_add(lossy, "cache_control");
   }
-  json_object_set_new(b, "tools", ot);
+  if (rc == 0) rc = px_fb_lit(b, "]");
+  return rc;
 }
 
-static void tool_choice_out(json_t *tc, json_t *tools, json_t *b) {
-  const char *t = px_jstr(tc, "type");
-  if (t != NULL && strcmp(t, "tool") == 0)
-    json_object_set_new(
-        b, "tool_choice",
-        json_pack(
-            "{s:s, s:s}", "type",
-            px_ir_is_custom_tool(tools, px_jstr(tc, "name")) ? "custom" : "function",
-            "name", px_jstr(tc, "name") ? px_jstr(tc, "name") : ""));
-  else if (t != NULL)
-    set_str(b, "tool_choice", t);
+/* text {format, verbosity} from the IR response format and verbosity */
+static int put_text(const px_freq_t *ir, px_buf_t *b) {
+  int has_rf = ir->rf_text || ir->rf_json || ir->rf_schema.ptr != NULL;
+  if (!has_rf && ir->verbosity.p == NULL) return 0;
+  int rc = px_fb_lit(b, ",\"text\":{");
+  if (rc == 0 && has_rf) {
+    if (ir->rf_schema.ptr != NULL) {
+      rc = px_fb_lit(b, "\"format\":{\"type\":\"json_schema\",\"schema\":");
+      if (rc == 0) rc = px_fb_raw(b, ir->rf_schema);
+      if (rc == 0) rc = px_fb_opt_str(b, ",\"name\":", ir->rf_name);
+      if (rc == 0 && ir->rf_strict >= 0)
+        rc = px_fb_lit(b, ir->rf_strict ? ",\"strict\":true" : ",\"strict\":false");
+      if (rc == 0) rc = px_fb_opt_str(b, ",\"description\":", ir->rf_desc);
+      if (rc == 0) rc = px_fb_lit(b, "}");
+    } else {
+      rc = px_fb_lit(b, ir->rf_json ? "\"format\":{\"type\":\"json_object\"}"
+                                    : "\"format\":{\"type\":\"text\"}");
+    }
+  }
+  if (rc == 0 && ir->verbosity.p != NULL) {
+    rc = px_fb_lit(b, has_rf ? ",\"verbosity\":" : "\"verbosity\":");
+    if (rc == 0) rc = px_fb_str(b, ir->verbosity);
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
 }
 
-/* IR reasoning -> reasoning {effort, summary} */
-static void reasoning_out(const px_tr_ctx_t *ctx, json_t *r, json_t *b,
-                          px_lossy_t *lossy) {
-  json_t *o = json_object();
-  const char *effort = px_jstr(r, "effort");
-  json_t *bt = json_object_get(r, "budget_tokens");
-  if (effort != NULL)
-    set_str(o, "effort", effort);
-  else if (json_is_false(json_object_get(r, "enabled")))
-    ; /* thinking disabled: leave the model default */
-  else if (json_is_integer(bt))
-    set_str(o, "effort", px_effort_of_budget(json_integer_value(bt)));
-  if (px_jstr(r, "summary") != NULL) set_str(o, "summary", px_jstr(r, "summary"));
-  /* Anthropic adaptive thinking (on, no budget): the model's own effort,
-   * with its reasoning shown (summaries, as Anthropic shows thinking);
-   * Responses has no adaptive mode (the model reasons at its default
-   * effort whatever the prompt), so the setting itself is declared */
-  if (json_object_size(o) == 0 && json_is_true(json_object_get(r, "enabled"))) {
-    set_str(o, "summary", "auto");
+/* IR reasoning -> reasoning {effort, summary} (responses.c reasoning_out);
+ * *possible: it asks for reasoning (an effort other than none) */
+static int put_reasoning_cfg(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t *b,
+                             px_lossy_t *lossy, int *possible) {
+  px_fstr_t effort = ir->effort, summary = ir->summary;
+  if (effort.p == NULL && ir->reasoning_enabled != 0 && ir->budget.ptr != NULL) {
+    const char *e = px_effort_of_budget(ir->budget_v);
+    effort = (px_fstr_t){e, strlen(e), 0};
+  }
+  if (effort.p == NULL && summary.p == NULL && ir->reasoning_enabled == 1) {
+    /* Anthropic adaptive thinking: the model's own effort, its reasoning
+     * shown; the setting itself is declared */
+    summary = (px_fstr_t){"auto", 4, 0};
     px_lossy_add(lossy, px_in_names(ctx)->reasoning_config);
   }
-  if (json_object_size(o) > 0)
-    json_object_set_new(b, "reasoning", o);
-  else
-    json_decref(o);
+  if (effort.p == NULL && summary.p == NULL) return 0;
+  if (effort.esc) return DECLINE; /* "none" decides the include */
+  *possible = !px_fs_is(effort, "none");
+  int rc = px_fb_lit(b, ",\"reasoning\":{");
+  if (rc == 0 && effort.p) {
+    rc = px_fb_lit(b, "\"effort\":");
+    if (rc == 0) rc = px_fb_str(b, effort);
+  }
+  if (rc == 0 && summary.p) {
+    rc = px_fb_lit(b, effort.p ? ",\"summary\":" : "\"summary\":");
+    if (rc == 0) rc = px_fb_str(b, summary);
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
 }
 
-static int encode_request(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
-                          px_lossy_t *lossy, px_tr_err_t *err) {
-  json_t *b = json_object();
-  json_t *input = json_array();
-  int rc = PX_ENOMEM;
-  if (b == NULL || input == NULL) goto fail;
-  set_str(b, "model",
-          ctx->upstream_model ? ctx->upstream_model
-                              : (px_jstr(ir, "model") ? px_jstr(ir, "model") : ""));
-  json_t *sys = json_object_get(ir, "system");
-  if (json_array_size(sys) > 0 && instructions_out(sys, b, lossy) < 0) goto fail;
-  rc = enc_messages(json_object_get(ir, "messages"), input, px_in_names(ctx), lossy, err);
-  if (rc != 0) goto fail;
-  json_object_set(b, "input", input);
-
-  json_t *tools = json_object_get(ir, "tools");
-  if (json_array_size(tools) > 0) tools_out(tools, b, lossy);
-  json_t *tc = json_object_get(ir, "tool_choice");
-  if (json_is_object(tc)) tool_choice_out(tc, tools, b);
-  json_t *v;
-  if ((v = json_object_get(ir, "parallel_tool_calls")) != NULL)
-    json_object_set(b, "parallel_tool_calls", v);
-  if ((v = json_object_get(ir, "max_tokens")) != NULL)
-    json_object_set(b, "max_output_tokens", v);
-  if ((v = json_object_get(ir, "temperature")) != NULL)
-    json_object_set(b, "temperature", v);
-  if ((v = json_object_get(ir, "top_p")) != NULL) json_object_set(b, "top_p", v);
-  if (json_object_get(ir, "top_k") != NULL) px_lossy_add(lossy, "top_k");
-  if (json_array_size(json_object_get(ir, "stop")) > 0)
-    px_lossy_add(lossy, px_in_names(ctx)->stop);
-  json_t *rf = json_object_get(ir, "response_format");
-  json_t *verb = json_object_get(ir, "verbosity");
-  if (json_is_object(rf) || json_is_string(verb)) {
-    json_t *text = json_object();
-    if (json_is_object(rf)) json_object_set_new(text, "format", json_deep_copy(rf));
-    if (json_is_string(verb)) json_object_set(text, "verbosity", verb);
-    json_object_set_new(b, "text", text);
-  }
-  if ((v = json_object_get(ir, "prompt_cache_key")) != NULL)
-    json_object_set(b, "prompt_cache_key", v);
-  json_t *r = json_object_get(ir, "reasoning");
-  if (json_is_object(r)) reasoning_out(ctx, r, b, lossy);
-  if ((v = json_object_get(ir, "user")) != NULL) json_object_set(b, "user", v);
-  if ((v = json_object_get(ir, "metadata")) != NULL) json_object_set(b, "metadata", v);
-  if ((v = json_object_get(ir, "stream")) != NULL) json_object_set(b, "stream", v);
-  if ((v = json_object_get(ir, "previous_response_id")) != NULL)
-    json_object_set(b, "previous_response_id", v);
-  if (!px_tr_in_can(ctx, PX_CAP_STORED_RESPONSES)) {
-    /* A client that cannot name a stored response (no previous_response_id)
-     * makes the gateway stateless toward Responses: never store, and ask for
-     * the encrypted reasoning whenever reasoning can occur, so the next turn
-     * can replay it (Anthropic clients carry it as a pxo1:enc: tagged
-     * thinking signature; Chat clients cannot hold it). */
-    json_object_set_new(b, "store", json_false());
-    if (reasoning_possible(b))
-      json_object_set_new(b, "include", json_pack("[s]", "reasoning.encrypted_content"));
-  }
-  json_decref(input);
-  *body = b;
-  return 0;
-fail:
-  json_decref(b);
-  json_decref(input);
-  return rc < 0 ? rc : PX_EINVAL;
-}
-
-/* ---------------------------------------------------------------------- */
-/* decode_response: Responses upstream body -> IR                          */
-
-static int bad_gateway(px_tr_err_t *err, const char *fmt, const char *arg) {
-  px_tr_fail(err, "", fmt, arg);
-  if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
-  return PX_EPROTO;
-}
-
-static int decode_response(const px_tr_ctx_t *ctx, json_t *body, json_t **ir,
-                           px_lossy_t *lossy, px_tr_err_t *err) {
-  if (!json_is_object(body) || !json_is_array(json_object_get(body, "output")))
-    return bad_gateway(err, "upstream response has no output%s", "");
-  const char *status = px_jstr(body, "status");
-  if (status == NULL) status = "completed";
-  json_t *error = json_object_get(body, "error");
-  if (strcmp(status, "failed") == 0 && json_is_object(error)) {
-    const char *msg = px_jstr(error, "message");
-    return bad_gateway(err, "upstream response failed: %s", msg ? msg : "(no message)");
-  }
-  if (strcmp(status, "completed") != 0 && strcmp(status, "incomplete") != 0 &&
-      strcmp(status, "failed") != 0)
-    return bad_gateway(err, "upstream response is not finished (status %s)", status);
-  json_t *out = json_object();
-  json_t *content = json_array();
-  if (out == NULL || content == NULL) goto nomem;
-  set_str(out, "id", px_jstr(body, "id") ? px_jstr(body, "id") : "");
-  if (px_jstr(body, "model") != NULL) set_str(out, "model", px_jstr(body, "model"));
-  json_t *ca = json_object_get(body, "created_at");
-  if (json_is_integer(ca)) json_object_set(out, "created", ca);
-  int has_tool = 0;
-  size_t i;
-  json_t *it;
-  json_array_foreach(json_object_get(body, "output"), i, it) {
-    const char *type = px_jstr(it, "type");
-    if (type == NULL) continue;
-    if (strcmp(type, "message") == 0) {
-      size_t j;
-      json_t *p;
-      json_array_foreach(json_object_get(it, "content"), j, p) {
-        const char *pt = px_jstr(p, "type");
-        if (pt == NULL) continue;
-        if (strcmp(pt, "output_text") == 0) {
-          json_t *tp = text_part(px_jstr(p, "text") ? px_jstr(p, "text") : "");
-          json_t *ann = json_object_get(p, "annotations");
-          if (json_array_size(ann) > 0) json_object_set(tp, "annotations", ann);
-          if (json_array_size(json_object_get(p, "logprobs")) > 0)
-            px_lossy_add(lossy, "output[].content[].logprobs");
-          json_array_append_new(content, tp);
-        } else if (strcmp(pt, "refusal") == 0) {
-          json_array_append_new(
-              content, json_pack("{s:s, s:s}", "type", "refusal", "text",
-                                 px_jstr(p, "refusal") ? px_jstr(p, "refusal") : ""));
-        } else {
-          px_lossy_add(lossy, "output[].content[].other");
-        }
-      }
-    } else if (strcmp(type, "function_call") == 0) {
-      has_tool = 1;
-      json_array_append_new(
-          content, json_pack("{s:s, s:s, s:s, s:s}", "type", "tool_call", "id",
-                             px_jstr(it, "call_id") ? px_jstr(it, "call_id") : "", "name",
-                             px_jstr(it, "name") ? px_jstr(it, "name") : "", "arguments",
-                             px_jstr(it, "arguments") ? px_jstr(it, "arguments") : ""));
-      if (px_jstr(it, "namespace") != NULL) px_lossy_add(lossy, "output[].namespace");
-    } else if (strcmp(type, "custom_tool_call") == 0 &&
-               px_tr_in_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
-      /* for a client that has custom tools too */
-      has_tool = 1;
-      json_array_append_new(
-          content, json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "tool_call", "id",
-                             px_jstr(it, "call_id") ? px_jstr(it, "call_id") : "", "name",
-                             px_jstr(it, "name") ? px_jstr(it, "name") : "", "custom", 1,
-                             "input", px_jstr(it, "input") ? px_jstr(it, "input") : ""));
-    } else if (strcmp(type, "reasoning") == 0) {
-      px_buf_t b;
-      px_buf_init(&b, 64u << 20);
-      int rc = append_texts(&b, json_object_get(it, "content"), "reasoning_text");
-      if (rc == 0 && b.len == 0)
-        rc = append_texts(&b, json_object_get(it, "summary"), "summary_text");
-      if (rc != 0) {
-        px_buf_free(&b);
-        goto nomem;
-      }
-      json_t *rp = json_pack("{s:s, s:s#}", "type", "reasoning", "text",
-                             b.data ? b.data : "", b.len);
-      px_buf_free(&b);
-      if (rp == NULL) goto nomem;
-      if (px_jstr(it, "encrypted_content") != NULL)
-        set_str(rp, "encrypted_content", px_jstr(it, "encrypted_content"));
-      if (px_jstr(it, "id") != NULL) set_str(rp, "id", px_jstr(it, "id"));
-      json_array_append_new(content, rp);
-    } else {
-      px_responses_lossy_item(lossy, type);
+static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
+                                    px_buf_t *b, px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
+  int rc = px_fb_lit(b, "{\"model\":");
+  if (rc == 0) rc = px_buf_json_str(b, ctx->upstream_model, strlen(ctx->upstream_model));
+  if (rc == 0 && ir->system != NULL) {
+    rc = px_fb_lit(b, ",\"instructions\":\"");
+    for (const px_fpart_t *p = ir->system; p && rc == 0; p = p->next) {
+      if (p->cache_control.ptr) px_lossy_add(lossy, "cache_control");
+      if (p != ir->system) rc = px_fb_lit(b, "\\n\\n");
+      if (rc == 0 && p->text.n) rc = px_fb_put(b, p->text.p, p->text.n);
     }
+    if (rc == 0) rc = px_fb_lit(b, "\"");
   }
-  json_object_set_new(out, "content", content);
-  content = NULL;
-  const char *reason = px_jstr(json_object_get(body, "incomplete_details"), "reason");
-  px_stop_t stop = px_stop_from_responses(status, reason, has_tool);
-  set_str(out, "stop_reason", px_stop_name(stop));
-  json_t *u = json_object_get(body, "usage");
-  if (json_is_object(u)) {
-    json_t *iu =
-        json_pack("{s:I, s:I}", "input_tokens",
-                  json_integer_value(json_object_get(u, "input_tokens")), "output_tokens",
-                  json_integer_value(json_object_get(u, "output_tokens")));
-    json_t *c =
-        json_object_get(json_object_get(u, "input_tokens_details"), "cached_tokens");
-    if (json_is_integer(c)) json_object_set(iu, "cache_read_tokens", c);
-    json_t *r =
-        json_object_get(json_object_get(u, "output_tokens_details"), "reasoning_tokens");
-    if (json_is_integer(r)) json_object_set(iu, "reasoning_tokens", r);
-    json_object_set_new(out, "usage", iu);
+  int reasoning_items = 0, possible = 0;
+  if (rc == 0) rc = px_fb_lit(b, ",\"input\":[");
+  if (rc == 0) rc = put_input(ctx, ir, b, a, lossy, &reasoning_items, err);
+  if (rc == REFUSE) return rc;
+  if (rc == 0) rc = px_fb_lit(b, "]");
+  if (rc == 0 && ir->tools != NULL) rc = put_tools(ir, b, lossy);
+  if (rc == 0 && ir->tool_choice == PX_FTC_TOOL) {
+    int custom = custom_tool_named(ir, ir->tc_name);
+    if (custom < 0) return DECLINE;
+    rc = px_fb_lit(b, custom ? ",\"tool_choice\":{\"type\":\"custom\",\"name\":"
+                             : ",\"tool_choice\":{\"type\":\"function\",\"name\":");
+    if (rc == 0) rc = px_fb_str(b, ir->tc_name.p ? ir->tc_name : EMPTY);
+    if (rc == 0) rc = px_fb_lit(b, "}");
   }
-  *ir = out;
-  return 0;
-nomem:
-  json_decref(out);
-  json_decref(content);
-  return PX_ENOMEM;
+  if (rc == 0) rc = px_fb_openai_tc(b, ir->tool_choice, ir->parallel);
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"max_output_tokens\":", ir->max_tokens);
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"temperature\":", ir->temperature);
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"top_p\":", ir->top_p);
+  if (ir->top_k.ptr) px_lossy_add(lossy, "top_k");
+  if (ir->stop.ptr || ir->stop1.p) px_lossy_add(lossy, px_in_names(ctx)->stop);
+  if (rc == 0) rc = put_text(ir, b);
+  if (rc == 0) rc = px_fb_opt_str(b, ",\"prompt_cache_key\":", ir->prompt_cache_key);
+  if (rc == 0 && ir->has_reasoning) rc = put_reasoning_cfg(ctx, ir, b, lossy, &possible);
+  if (rc == 0) rc = px_fb_opt_str(b, ",\"user\":", ir->user);
+  if (rc == 0) rc = px_fb_opt_raw(b, ",\"metadata\":", ir->metadata);
+  if (rc == 0 && ir->stream_false) rc = px_fb_lit(b, ",\"stream\":false");
+  if (rc == 0 && ir->stream_true) rc = px_fb_lit(b, ",\"stream\":true");
+  /* A client that cannot name a stored response makes the gateway
+   * stateless toward Responses: never store, and ask for the encrypted
+   * reasoning whenever reasoning can occur (responses.c encode_request) */
+  if (rc == 0 && !px_tr_in_can(ctx, PX_CAP_STORED_RESPONSES)) {
+    rc = px_fb_lit(b, ",\"store\":false");
+    if (rc == 0 && (possible || reasoning_items))
+      rc = px_fb_lit(b, ",\"include\":[\"reasoning.encrypted_content\"]");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
 }
 
-/* ---------------------------------------------------------------------- */
-/* encode_response: IR -> Responses client body                            */
+/* ======================================================================== */
+/* Response decode                                                           */
 
-static int encode_response(const px_tr_ctx_t *ctx, json_t *ir, json_t **body,
-                           px_lossy_t *lossy, px_tr_err_t *err) {
-  (void)err;
-  const char *uid = px_jstr(ir, "id");
-  char rid[160], mid[160], iid[200];
-  if (ctx->resp_id != NULL)
-    snprintf(rid, sizeof(rid), "%s", ctx->resp_id);
-  else
-    px_responses_resp_id(uid, rid, sizeof(rid));
-  json_t *content = json_object_get(ir, "content");
-  px_stop_t stop = px_stop_parse(px_jstr(ir, "stop_reason"));
-  if (stop == PX_STOP_NONE) stop = PX_STOP_END_TURN;
-  int has_refusal = 0;
-  size_t i;
-  json_t *p;
-  json_array_foreach(content, i, p) {
-    const char *t = px_jstr(p, "type");
-    if (t != NULL && strcmp(t, "refusal") == 0) has_refusal = 1;
+/* a message item's content array at the cursor (checked reads): output
+ * text (its annotations kept), refusals; other parts dropped and named */
+static int decode_message_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a,
+                                  px_lossy_t *lossy) {
+  int r, first = 1;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fc_elem(w, &first)) == 1) {
+    static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("text"), PX_FK("annotations"),
+                                     PX_FK("logprobs"), PX_FK("refusal")};
+    px_fv_t f[5];
+    unsigned seen = 0;
+    if (px_fw_peek(w) != PX_FV_OBJ) { /* no type: skipped there */
+      if (px_fc_value(w, &f[0]) < 0) return DECLINE;
+      continue;
+    }
+    if (px_fc_fields(w, keys, 5, f, &seen) != 0) return DECLINE;
+    px_fstr_t type = FSTR(0);
+    if (type.p == NULL) continue; /* skipped there */
+    if (type.esc) return DECLINE;
+    px_fpart_t *p;
+    if (px_fs_is(type, "output_text")) {
+      if ((p = px_fpart_text(a, FSTR(1).p ? FSTR(1) : EMPTY)) == NULL) return DECLINE;
+      if (HAS(2) && f[2].kind == PX_FV_ARR && !px_fw_empty(f[2].raw))
+        p->annotations = f[2].raw;
+      if (HAS(3) && f[3].kind == PX_FV_ARR && !px_fw_empty(f[3].raw))
+        px_lossy_add(lossy, "output[].content[].logprobs");
+    } else if (px_fs_is(type, "refusal")) {
+      if ((p = px_fpart_new(a, PX_FP_REFUSAL)) == NULL) return DECLINE;
+      p->text = FSTR(4).p ? FSTR(4) : EMPTY;
+    } else {
+      px_lossy_add(lossy, "output[].content[].other");
+      continue;
+    }
+    px_fpart_push(&ir->content, &ir->last, p);
   }
-  const char *reason = NULL;
-  const char *status = px_stop_to_responses(stop, has_refusal, &reason);
-  json_t *created = json_object_get(ir, "created");
-  int64_t ts =
-      json_is_integer(created) ? (int64_t)json_integer_value(created) : ctx->created;
-  json_t *o = px_responses_object(ctx, rid, ts, status, reason);
-  if (o == NULL) return PX_ENOMEM;
-  json_t *output = json_object_get(o, "output");
-  json_t *msg = NULL; /* current message item content */
-  int nmsg = 0;
-  const char *expl = px_jstr(ir, "refusal_explanation");
-  json_array_foreach(content, i, p) {
-    const char *t = px_jstr(p, "type");
-    if (t == NULL) continue;
-    int oi = (int)json_array_size(output);
-    if (strcmp(t, "text") == 0 || strcmp(t, "refusal") == 0) {
-      if (msg == NULL) {
-        px_responses_msg_id(uid, nmsg++, mid, sizeof(mid));
-        json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:[]}", "id", mid, "type", "message",
-                              "status", "completed", "role", "assistant", "content");
-        json_array_append_new(output, m);
-        msg = json_object_get(m, "content");
+  return r < 0 ? DECLINE : 0;
+}
+
+/* An output item no other protocol carries, named (px_responses_lossy_item). */
+static int lossy_item(px_lossy_t *lossy, px_fstr_t type) {
+  char t[32];
+  if (type.esc) return DECLINE;
+  /* the names it knows are short: a longer one is "other" there too */
+  snprintf(t, sizeof(t), "%.*s", type.n < sizeof(t) ? (int)type.n : 0, type.p);
+  px_responses_lossy_item(lossy, type.n < sizeof(t) ? t : "");
+  return 0;
+}
+
+/* the output array at the cursor, checked as it is read; a message's
+ * content is decoded where it stands when its type came first (as
+ * OpenAI writes it), else from its span after the item */
+enum {
+  O_TYPE,
+  O_CONTENT,
+  O_CALL_ID,
+  O_NAME,
+  O_ARGS,
+  O_NS,
+  O_INPUT,
+  O_ID,
+  O_SUMMARY,
+  O_ENC
+};
+static const px_fkey_t out_keys[] = {
+    PX_FK("type"),      PX_FK("content"),          PX_FK("call_id"), PX_FK("name"),
+    PX_FK("arguments"), PX_FK("namespace"),        PX_FK("input"),   PX_FK("id"),
+    PX_FK("summary"),   PX_FK("encrypted_content")};
+
+static int decode_output(const px_tr_ctx_t *ctx, px_fw_t *w, px_fresp_t *ir,
+                         px_arena_t *a, px_lossy_t *lossy, int *has_tool) {
+  int r, first = 1;
+  if (px_fw_open(w, '[') < 0) return DECLINE;
+  while ((r = px_fc_elem(w, &first)) == 1) {
+    px_fv_t f[NKEYS(out_keys)];
+    px_fstr_t k;
+    unsigned seen = 0;
+    int ri, ifirst = 1, content_done = 0;
+    if (px_fw_peek(w) != PX_FV_OBJ) { /* no type: skipped there */
+      if (px_fc_value(w, &f[0]) < 0) return DECLINE;
+      continue;
+    }
+    if (px_fw_open(w, '{') < 0) return DECLINE;
+    while ((ri = px_fc_member(w, &k, &ifirst)) == 1) {
+      int ki = px_fk_of(k, out_keys, NKEYS(out_keys));
+      if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+      if (ki == O_CONTENT && FSTR(O_TYPE).p != NULL && px_fs_is(f[O_TYPE].s, "message") &&
+          w->p[w->i] == '[') {
+        if (decode_message_content(w, ir, a, lossy) != 0) return DECLINE;
+        content_done = 1;
+        continue;
       }
-      if (strcmp(t, "text") == 0) {
-        json_t *ann = px_responses_annotations(json_object_get(p, "annotations"), lossy);
-        json_array_append_new(
-            msg,
-            json_pack("{s:s, s:s, s:o}", "type", "output_text", "text",
-                      px_jstr(p, "text") ? px_jstr(p, "text") : "", "annotations", ann));
-      } else {
-        json_array_append_new(msg,
-                              json_pack("{s:s, s:s}", "type", "refusal", "refusal",
-                                        px_jstr(p, "text") ? px_jstr(p, "text") : ""));
+      px_fv_t v;
+      if (px_fc_value(w, &v) < 0) return DECLINE;
+      if (ki >= 0) f[ki] = v;
+    }
+    if (ri < 0) return DECLINE;
+    px_fstr_t type = FSTR(O_TYPE);
+    if (type.p == NULL) continue; /* skipped there */
+    if (type.esc) return DECLINE;
+    if (px_fs_is(type, "message")) {
+      if (HAS(O_CONTENT) && !content_done && f[O_CONTENT].kind == PX_FV_ARR) {
+        px_fw_t cw = {f[O_CONTENT].raw.ptr, f[O_CONTENT].raw.len, 0};
+        if (decode_message_content(&cw, ir, a, lossy) != 0) return DECLINE;
       }
       continue;
     }
-    msg = NULL;
-    if (strcmp(t, "tool_call") == 0 && json_is_true(json_object_get(p, "custom"))) {
-      px_responses_ctc_id(uid, px_jstr(p, "id"), oi, iid, sizeof(iid));
-      json_array_append_new(
-          output, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", iid, "type",
-                            "custom_tool_call", "status", "completed", "call_id",
-                            px_jstr(p, "id") ? px_jstr(p, "id") : "", "name",
-                            px_jstr(p, "name") ? px_jstr(p, "name") : "", "input",
-                            px_jstr(p, "input") ? px_jstr(p, "input") : ""));
-    } else if (strcmp(t, "tool_call") == 0) {
-      px_responses_fc_id(uid, px_jstr(p, "id"), oi, iid, sizeof(iid));
-      json_array_append_new(
-          output, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", iid, "type",
-                            "function_call", "status", "completed", "call_id",
-                            px_jstr(p, "id") ? px_jstr(p, "id") : "", "name",
-                            px_jstr(p, "name") ? px_jstr(p, "name") : "", "arguments",
-                            px_jstr(p, "arguments") ? px_jstr(p, "arguments") : ""));
-    } else if (strcmp(t, "reasoning") == 0) {
-      px_responses_rs_id(uid, px_jstr(p, "id"), oi, iid, sizeof(iid));
-      json_t *r =
-          json_pack("{s:s, s:s, s:[]}", "id", iid, "type", "reasoning", "summary");
-      const char *txt = px_jstr(p, "text");
-      if (txt != NULL && *txt != 0)
-        json_array_append_new(
-            json_object_get(r, "summary"),
-            json_pack("{s:s, s:s}", "type", "summary_text", "text", txt));
-      json_t *enc = px_rtok_out(PX_PROTO_RESPONSES, p);
-      if (enc != NULL) json_object_set_new(r, "encrypted_content", enc);
-      json_array_append_new(output, r);
+    int fc = px_fs_is(type, "function_call");
+    if (fc ||
+        (px_fs_is(type, "custom_tool_call") && px_tr_in_can(ctx, PX_CAP_CUSTOM_TOOLS))) {
+      px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
+      if (p == NULL) return DECLINE;
+      p->id = FSTR(O_CALL_ID).p ? FSTR(O_CALL_ID) : EMPTY;
+      p->name = FSTR(O_NAME).p ? FSTR(O_NAME) : EMPTY;
+      if (fc) {
+        p->args = FSTR(O_ARGS).p ? FSTR(O_ARGS) : EMPTY;
+      } else { /* for a client that has custom tools too */
+        p->custom = 1;
+        p->text = FSTR(O_INPUT).p ? FSTR(O_INPUT) : EMPTY;
+      }
+      *has_tool = 1;
+      px_fpart_push(&ir->content, &ir->last, p);
+      if (fc && FSTR(O_NS).p != NULL) px_lossy_add(lossy, "output[].namespace");
+    } else if (px_fs_is(type, "reasoning")) {
+      /* the reasoning_text contents joined, else the summaries; its token
+       * and id as they are */
+      static int k_enc = -2;
+      if (k_enc == -2) k_enc = px_frtok_index("encrypted_content");
+      px_fpart_t *p = px_fpart_new(a, PX_FP_REASONING);
+      if (p == NULL || k_enc < 0 ||
+          join_texts(HAS(O_CONTENT) ? &f[O_CONTENT] : NULL, "reasoning_text", &p->text,
+                     a) != 0)
+        return DECLINE;
+      if (p->text.n == 0 && join_texts(HAS(O_SUMMARY) ? &f[O_SUMMARY] : NULL,
+                                       "summary_text", &p->text, a) != 0)
+        return DECLINE;
+      p->tok[k_enc] = FSTR(O_ENC);
+      p->id = FSTR(O_ID);
+      px_fpart_push(&ir->content, &ir->last, p);
+    } else if (lossy_item(lossy, type) != 0) {
+      return DECLINE;
     }
   }
-  if (px_stop_refused(stop) && expl != NULL) {
+  return r < 0 ? DECLINE : 0;
+}
+
+/* responses.c bad_gateway: the upstream's answer is no answer */
+static int bad_gateway(px_tr_err_t *err, const char *fmt, px_fstr_t arg) {
+  char s[256];
+  if (arg.esc) return DECLINE; /* its value is quoted */
+  snprintf(s, sizeof(s), "%.*s", (int)(arg.n < sizeof(s) ? arg.n : sizeof(s) - 1), arg.p);
+  px_tr_fail(err, "", fmt, s);
+  if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
+  return REFUSE;
+}
+
+/* The body is read once and checked as it is read (px_fc_*: the hub scans
+ * nothing before): output and usage are decoded where they stand, every
+ * other member is checked and skipped. */
+enum { R_ID, R_MODEL, R_CREATED, R_STATUS, R_OUTPUT, R_USAGE, R_INCOMPLETE, R_ERROR };
+static const px_fkey_t resp_keys[] = {
+    PX_FK("id"),     PX_FK("model"), PX_FK("created_at"),         PX_FK("status"),
+    PX_FK("output"), PX_FK("usage"), PX_FK("incomplete_details"), PX_FK("error")};
+
+static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                                     px_fresp_t *ir, px_arena_t *a, px_lossy_t *lossy,
+                                     px_tr_err_t *err) {
+  px_fv_t f[NKEYS(resp_keys)];
+  px_fw_t w = {body, len, 0};
+  px_fstr_t k;
+  unsigned seen = 0;
+  int r, first = 1, has_tool = 0, output = 0;
+  if (px_fw_open(&w, '{') < 0) return DECLINE;
+  while ((r = px_fc_member(&w, &k, &first)) == 1) {
+    int ki = px_fk_of(k, resp_keys, NKEYS(resp_keys));
+    if (k.esc || (ki >= 0 && px_fw_seen_twice(&seen, ki))) return DECLINE;
+    if (ki == R_OUTPUT && px_fw_peek(&w) == PX_FV_ARR) {
+      if (decode_output(ctx, &w, ir, a, lossy, &has_tool) != 0) return DECLINE;
+      output = 1;
+    } else if (ki == R_USAGE && px_fw_peek(&w) == PX_FV_OBJ) {
+      static const px_fkey_t ukeys[] = {PX_FK("input_tokens"), PX_FK("output_tokens"),
+                                        PX_FK("input_tokens_details"),
+                                        PX_FK("output_tokens_details")};
+      if (px_fc_openai_usage(&w, ukeys, ir) != 0) return DECLINE;
+    } else {
+      px_fv_t v;
+      if (px_fc_value(&w, &v) < 0) return DECLINE;
+      if (ki >= 0) f[ki] = v;
+    }
+  }
+  if (r < 0 || px_fc_end(&w) < 0) return DECLINE;
+  /* the whole body read and valid: the reference's refusals */
+  if (!output) return bad_gateway(err, "upstream response has no output%s", EMPTY);
+  px_fstr_t status = FSTR(R_STATUS);
+  if (status.p == NULL) status = (px_fstr_t){"completed", 9, 0};
+  if (status.esc) return DECLINE;
+  if (px_fs_is(status, "failed") && HAS(R_ERROR) && f[R_ERROR].kind == PX_FV_OBJ) {
+    static const px_fkey_t ekeys[] = {PX_FK("message")};
+    px_fv_t g[1];
+    unsigned es = 0;
+    if (px_fv_kfields(&f[R_ERROR], ekeys, 1, g, &es) != 0) return DECLINE;
+    px_fstr_t msg =
+        es && g[0].kind == PX_FV_STR ? g[0].s : (px_fstr_t){"(no message)", 12, 0};
+    return bad_gateway(err, "upstream response failed: %s", msg);
+  }
+  if (!px_fs_is(status, "completed") && !px_fs_is(status, "incomplete") &&
+      !px_fs_is(status, "failed"))
+    return bad_gateway(err, "upstream response is not finished (status %s)", status);
+  if (!HAS(R_USAGE)) ir->usage_known = 1, ir->usage_in = ir->usage_out = -1;
+  ir->id = FSTR(R_ID).p ? FSTR(R_ID) : EMPTY;
+  if (FSTR(R_MODEL).p != NULL) ir->model = f[R_MODEL].s;
+  if (px_fast_created(HAS(R_CREATED) ? &f[R_CREATED] : NULL, ir) != 0) return DECLINE;
+  ir->finish = status;
+  if (px_fs_is(status, "incomplete")) {
+    /* the reason decides content_filter / max_tokens */
+    static const px_fkey_t dkeys[] = {PX_FK("reason")};
+    px_fstr_t reason = {0};
+    px_fv_t g[1];
+    unsigned ds = 0;
+    if (HAS(R_INCOMPLETE) && f[R_INCOMPLETE].kind == PX_FV_OBJ) {
+      if (px_fv_kfields(&f[R_INCOMPLETE], dkeys, 1, g, &ds) != 0) return DECLINE;
+      if (ds && g[0].kind == PX_FV_STR) reason = g[0].s;
+      if (reason.esc) return DECLINE;
+    }
+    ir->stop = px_fs_is(reason, "content_filter") ? PX_STOP_CONTENT_FILTER
+                                                  : PX_STOP_MAX_TOKENS;
+  } else if (px_fs_is(status, "failed")) {
+    ir->stop = PX_STOP_REFUSAL;
+  } else {
+    ir->stop = has_tool ? PX_STOP_TOOL_USE : PX_STOP_END_TURN;
+  }
+  return 0;
+}
+
+/* ======================================================================== */
+/* Response encode                                                           */
+
+/* ids as responses.c makes them: prefix + id unless id has it already */
+static int put_prefixed(px_buf_t *b, const char *prefix, px_fstr_t id) {
+  size_t pl = strlen(prefix);
+  int rc = 0;
+  if (!(id.n >= pl && memcmp(id.p, prefix, pl) == 0)) rc = px_fb_lit(b, prefix);
+  if (rc == 0 && id.n) rc = px_fb_put(b, id.p, id.n);
+  return rc;
+}
+
+/* A text part's annotations in the Responses shape (responses_common.c
+ * px_responses_annotations): the kinds Responses has as they are, others
+ * dropped and named; Chat's nested url_citation declines (the IR's are
+ * flat). */
+static int put_annotations(px_buf_t *b, px_str_t ann, px_lossy_t *lossy) {
+  static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("url_citation")};
+  int r, rc = px_fb_lit(b, "["), n = 0;
+  px_fw_t w = {ann.ptr, ann.len, 0};
+  if (ann.ptr == NULL) return rc == 0 ? px_fb_lit(b, "]") : rc;
+  if (px_fw_open(&w, '[') < 0) return DECLINE;
+  while (rc == 0 && (r = px_fw_elem(&w)) == 1) {
+    px_fv_t f[2], el;
+    unsigned seen = 0;
+    size_t at = w.i;
+    if (px_fw_peek(&w) != PX_FV_OBJ) { /* no type: skipped */
+      if (px_fw_value(&w, &el) < 0) return DECLINE;
+      continue;
+    }
+    if (px_fw_kfields(&w, keys, 2, f, &seen) != 0) return DECLINE;
+    px_fstr_t t = FSTR(0);
+    if (t.p == NULL) continue;
+    if (t.esc) return DECLINE;
+    int url = px_fs_is(t, "url_citation");
+    if (url && HAS(1) && f[1].kind == PX_FV_OBJ) return DECLINE;
+    if (url || px_fs_is(t, "file_citation") || px_fs_is(t, "container_file_citation") ||
+        px_fs_is(t, "file_path")) {
+      if (n++ > 0) rc = px_fb_lit(b, ",");
+      if (rc == 0) rc = px_fb_raw(b, (px_str_t){ann.ptr + at, w.i - at});
+    } else {
+      px_lossy_add(lossy, "output[].content[].annotations");
+    }
+  }
+  if (rc == 0 && r < 0) return DECLINE;
+  return rc == 0 ? px_fb_lit(b, "]") : rc;
+}
+
+/* a message item's head: its id the n-th message's (responses_common.c
+ * px_responses_msg_id) */
+static int put_msg_head(px_buf_t *b, px_fstr_t base, int n) {
+  int rc = px_fb_lit(b, "{\"id\":\"");
+  if (rc == 0) rc = put_prefixed(b, "msg_", base);
+  if (rc == 0 && n > 0) {
+    rc = px_fb_lit(b, "_");
+    if (rc == 0) rc = px_fb_i64(b, n);
+  }
+  if (rc == 0)
+    rc = px_fb_lit(b,
+                   "\",\"type\":\"message\",\"status\":\"completed\",\"role\":"
+                   "\"assistant\",\"content\":[");
+  return rc;
+}
+
+/* a call's item id: prefix + its call id, or prefix + base + "_" + the
+ * output index when it has none (px_responses_fc_id, _ctc_id) */
+static int put_call_id(px_buf_t *b, const char *prefix, px_fstr_t id, px_fstr_t base,
+                       int oi) {
+  if (id.n) return put_prefixed(b, prefix, id);
+  int rc = px_fb_lit(b, prefix);
+  if (rc == 0) rc = px_fb_put(b, base.p, base.n);
+  if (rc == 0) rc = px_fb_lit(b, "_");
+  if (rc == 0) rc = px_fb_i64(b, oi);
+  return rc;
+}
+
+/* a tool call -> a function_call or custom_tool_call item */
+static int put_call_item(px_buf_t *b, const px_fpart_t *p, px_fstr_t base, int oi) {
+  int rc = px_fb_lit(b, "{\"id\":\"");
+  if (rc == 0) rc = put_call_id(b, p->custom ? "ctc_" : "fc_", p->id, base, oi);
+  if (rc == 0)
+    rc = px_fb_lit(b, p->custom
+                          ? "\",\"type\":\"custom_tool_call\",\"status\":\"completed\","
+                            "\"call_id\":"
+                          : "\",\"type\":\"function_call\",\"status\":\"completed\","
+                            "\"call_id\":");
+  if (rc == 0) rc = px_fb_str(b, p->id.p ? p->id : EMPTY);
+  if (rc == 0) rc = px_fb_lit(b, ",\"name\":");
+  if (rc == 0) rc = px_fb_str(b, p->name.p ? p->name : EMPTY);
+  if (rc == 0) rc = px_fb_lit(b, p->custom ? ",\"input\":" : ",\"arguments\":");
+  if (rc == 0)
+    rc = px_fb_str(
+        b, p->custom ? (p->text.p ? p->text : EMPTY) : (p->args.p ? p->args : EMPTY));
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+/* a reasoning part -> a reasoning item: its id the upstream's, else "rs_"
+ * + base + output index (px_responses_rs_id); its text the one summary;
+ * the token it carries for a Responses client (px_rtok_out) */
+static int put_reasoning_item(px_buf_t *b, const px_fpart_t *p, px_fstr_t base, int oi) {
+  int rc = px_fb_lit(b, "{\"id\":");
+  if (rc == 0 && p->id.n) {
+    rc = px_fb_str(b, p->id);
+  } else if (rc == 0) {
+    rc = px_fb_lit(b, "\"rs_");
+    if (rc == 0) rc = px_fb_put(b, base.p, base.n);
+    if (rc == 0) rc = px_fb_lit(b, "_");
+    if (rc == 0) rc = px_fb_i64(b, oi);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  }
+  if (rc == 0) rc = px_fb_lit(b, ",\"type\":\"reasoning\",\"summary\":[");
+  if (rc == 0 && p->text.n > 0) {
+    rc = px_fb_lit(b, "{\"type\":\"summary_text\",\"text\":");
+    if (rc == 0) rc = px_fb_str(b, p->text);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  if (rc == 0) rc = px_fb_lit(b, "]");
+  if (rc == 0) {
+    size_t at = b->len;
+    rc = px_fb_lit(b, ",\"encrypted_content\":");
+    int t = rc == 0 ? px_fb_rtok(b, PX_PROTO_RESPONSES, p) : rc;
+    if (t == 1) b->len = at; /* none for a Responses client */
+    rc = t < 0 ? t : 0;
+  }
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  return rc;
+}
+
+static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
+                                     px_buf_t *b, px_arena_t *a, px_lossy_t *lossy,
+                                     px_tr_err_t *err) {
+  (void)a;
+  (void)err;
+  /* ids go through fixed buffers there (long ones are cut): short plain ones here */
+  px_fstr_t uid = ir->id.p && ir->id.n ? ir->id : (px_fstr_t){"proxai", 6, 0};
+  if (uid.esc || uid.n > 100) return DECLINE;
+  for (const px_fpart_t *p = ir->content; p; p = p->next)
+    if ((p->type == PX_FP_TOOL_CALL && p->id.esc) || p->id.n > 100) return DECLINE;
+  px_fstr_t base = uid; /* item ids: the id without "resp_" */
+  if (base.n > 5 && memcmp(base.p, "resp_", 5) == 0) {
+    base.p += 5;
+    base.n -= 5;
+  }
+  int has_refusal = 0;
+  for (const px_fpart_t *p = ir->content; p; p = p->next)
+    if (p->type == PX_FP_REFUSAL) has_refusal = 1;
+  px_stop_t stop = ir->stop == PX_STOP_NONE ? PX_STOP_END_TURN : ir->stop;
+  const char *reason = NULL;
+  const char *status = px_stop_to_responses(stop, has_refusal, &reason);
+  int rc = px_fb_lit(b, "{\"id\":\"");
+  size_t id_at = b->len; /* traces: the id and the model as written */
+  if (rc == 0 && ctx->resp_id != NULL) /* ids of kept responses are plain */
+    rc = px_fb_lit(b, ctx->resp_id);
+  else if (rc == 0)
+    rc = put_prefixed(b, "resp_", uid);
+  size_t id_end = b->len;
+  if (rc == 0) rc = px_fb_lit(b, "\",\"object\":\"response\",\"created_at\":");
+  if (rc == 0) rc = px_fb_i64(b, ir->has_created ? ir->created : ctx->created);
+  if (rc == 0) rc = px_fb_lit(b, ",\"status\":\"");
+  if (rc == 0) rc = px_fb_lit(b, status);
+  if (rc == 0) rc = px_fb_lit(b, "\",\"error\":null,\"incomplete_details\":");
+  if (rc == 0 && reason != NULL) {
+    rc = px_fb_lit(b, "{\"reason\":\"");
+    if (rc == 0) rc = px_fb_lit(b, reason);
+    if (rc == 0) rc = px_fb_lit(b, "\"}");
+  } else if (rc == 0) {
+    rc = px_fb_lit(b, "null");
+  }
+  if (rc == 0) rc = px_fb_lit(b, ",\"instructions\":null,\"max_output_tokens\":null,\"model\":");
+  size_t model_at = b->len;
+  /* the client's model, else the upstream's (as the hub's pipeline sets it) */
+  if (rc == 0)
+    rc = ctx->client_model ? px_buf_json_str(b, ctx->client_model, strlen(ctx->client_model))
+         : ir->model.p     ? px_fb_str(b, ir->model)
+                           : px_fb_lit(b, "\"\"");
+  size_t model_end = b->len;
+  if (rc == 0) rc = px_fb_lit(b, ",\"output\":[");
+  int oi = 0, nmsg = 0, in_msg = 0;
+  for (const px_fpart_t *p = ir->content; p && rc == 0; p = p->next) {
+    if (p->type == PX_FP_TEXT || p->type == PX_FP_REFUSAL) {
+      if (!in_msg) { /* a message item, open until a call or reasoning */
+        if (oi > 0) rc = px_fb_lit(b, ",");
+        if (rc == 0) rc = put_msg_head(b, base, nmsg++);
+        in_msg = 1;
+        oi++;
+      } else {
+        rc = px_fb_lit(b, ",");
+      }
+      if (rc == 0 && p->type == PX_FP_REFUSAL) {
+        rc = px_fb_lit(b, "{\"type\":\"refusal\",\"refusal\":");
+        if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : EMPTY);
+        if (rc == 0) rc = px_fb_lit(b, "}");
+        continue;
+      }
+      if (rc == 0) rc = px_fb_lit(b, "{\"type\":\"output_text\",\"text\":");
+      if (rc == 0) rc = px_fb_str(b, p->text.p ? p->text : EMPTY);
+      if (rc == 0) rc = px_fb_lit(b, ",\"annotations\":");
+      if (rc == 0) rc = put_annotations(b, p->annotations, lossy);
+      if (rc == 0) rc = px_fb_lit(b, "}");
+      continue;
+    }
+    if (in_msg) rc = px_fb_lit(b, "]}"); /* any other part ends the message */
+    in_msg = 0;
+    if (p->type != PX_FP_TOOL_CALL && p->type != PX_FP_REASONING)
+      continue; /* not there */
+    if (rc == 0 && oi > 0) rc = px_fb_lit(b, ",");
+    if (rc == 0)
+      rc = p->type == PX_FP_TOOL_CALL ? put_call_item(b, p, base, oi)
+                                      : put_reasoning_item(b, p, base, oi);
+    oi++;
+  }
+  if (rc == 0 && in_msg) rc = px_fb_lit(b, "]}");
+  if (rc == 0 && px_stop_refused(stop) && ir->refusal_explanation.p != NULL) {
     if (!has_refusal) {
-      /* an Anthropic refusal with no visible wording: the explanation is the
-       * only wording there is */
-      px_responses_msg_id(uid, nmsg++, mid, sizeof(mid));
-      json_array_append_new(
-          output, json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:s}]}", "id", mid, "type",
-                            "message", "status", "completed", "role", "assistant",
-                            "content", "type", "refusal", "refusal", expl));
+      /* a refusal with no visible wording: the explanation is the only
+       * wording there is */
+      if (oi > 0) rc = px_fb_lit(b, ",");
+      if (rc == 0) rc = put_msg_head(b, base, nmsg++);
+      if (rc == 0) rc = px_fb_lit(b, "{\"type\":\"refusal\",\"refusal\":");
+      if (rc == 0) rc = px_fb_str(b, ir->refusal_explanation);
+      if (rc == 0) rc = px_fb_lit(b, "}]}");
     } else {
       px_lossy_add(lossy, px_out_names(ctx)->refusal_explanation);
     }
   }
-  json_t *u = json_object_get(ir, "usage");
-  if (json_is_object(u)) {
-    px_usage_t us = {
-        .input_tokens = json_integer_value(json_object_get(u, "input_tokens")),
-        .output_tokens = json_integer_value(json_object_get(u, "output_tokens")),
-        .cache_read_tokens = json_integer_value(json_object_get(u, "cache_read_tokens")),
-        .cache_creation_tokens = 0,
-        .reasoning_tokens = json_integer_value(json_object_get(u, "reasoning_tokens")),
-    };
-    json_object_set_new(o, "usage", px_responses_usage(&us));
+  if (rc == 0)
+    rc = px_fb_lit(b, "],\"parallel_tool_calls\":true,\"previous_response_id\":");
+  if (rc == 0 && ctx->prev_id != NULL &&
+      ctx->prev_id[0]) { /* plain: checked at admission */
+    rc = px_fb_lit(b, "\"");
+    if (rc == 0) rc = px_fb_lit(b, ctx->prev_id);
+    if (rc == 0) rc = px_fb_lit(b, "\"");
+  } else if (rc == 0) {
+    rc = px_fb_lit(b, "null");
   }
-  if (px_jstr(ir, "stop_sequence") != NULL) px_lossy_add(lossy, "stop_sequence");
-  *body = o;
-  return 0;
+  if (rc == 0 && ctx->resp_id != NULL) rc = px_fb_lit(b, ",\"store\":true");
+  if (rc == 0)
+    rc = px_fb_lit(b,
+                   ",\"temperature\":null,\"tool_choice\":\"auto\",\"tools\":[],"
+                   "\"top_p\":null,\"metadata\":{}");
+  if (rc == 0 && ir->has_usage) {
+    int64_t in = ir->in < 0 ? 0 : ir->in, out = ir->out < 0 ? 0 : ir->out;
+    int64_t cr = ir->cache_read < 0 ? 0 : ir->cache_read;
+    int64_t rt = ir->reasoning < 0 ? 0 : ir->reasoning;
+    rc = px_fb_lit(b, ",\"usage\":{\"input_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, in);
+    if (rc == 0) rc = px_fb_lit(b, ",\"input_tokens_details\":{\"cached_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, cr);
+    if (rc == 0) rc = px_fb_lit(b, "},\"output_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, out);
+    if (rc == 0) rc = px_fb_lit(b, ",\"output_tokens_details\":{\"reasoning_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, rt);
+    if (rc == 0) rc = px_fb_lit(b, "},\"total_tokens\":");
+    if (rc == 0) rc = px_fb_i64(b, in + out);
+    if (rc == 0) rc = px_fb_lit(b, "}");
+  }
+  if (ir->stop_sequence.p) px_lossy_add(lossy, "stop_sequence");
+  if (rc == 0) rc = px_fb_lit(b, "}");
+  if (rc == 0) px_answer_wrote(ctx->client, b, id_at, id_end, model_at, model_end, status);
+  return rc;
 }
+
+/* responses.c's responses_count_request: the members a count does not take */
+static int resp_fast_count(px_buf_t *b, size_t start, const char *model) {
+  static const px_fkey_t drop[] = {PX_FK("stream"), PX_FK("max_output_tokens"),
+                                   PX_FK("stream_options")};
+  (void)model;
+  return px_fb_drop_members(b, start, drop, (int)(sizeof(drop) / sizeof(drop[0])));
+}
+
+const px_fast_ops_t px_responses_fast = {
+    .count_request = resp_fast_count,
+    .decode_request = resp_fast_decode_request,
+    .encode_request = resp_fast_encode_request,
+    .decode_response = resp_fast_decode_response,
+    .encode_response = resp_fast_encode_response,
+    .encodes = PX_FU_ALL | PX_FU_SYSTEM_NOTE,
+    .response_checked = 1,
+    .resp_encodes = PX_FU_REASONING | PX_FU_REFUSAL | PX_FU_CUSTOM | PX_FU_ANNOTATIONS |
+                    PX_FU_REFUSAL_EXPL,
+};
+
+/* ======================================================================== */
+/* The wire: errors, token counts, model lists, the protocol table          */
 
 /* ---------------------------------------------------------------------- */
 /* errors                                                                  */
@@ -1511,14 +2013,6 @@ static int responses_count_encode(px_buf_t *out, int64_t n) {
   return px_count_body(out, "{\"object\":\"response.input_tokens\",\"input_tokens\":", n);
 }
 
-/* input_tokens takes the request minus generation controls */
-static void responses_count_request(json_t *body, const char *model) {
-  (void)model;
-  json_object_del(body, "stream");
-  json_object_del(body, "max_output_tokens");
-  json_object_del(body, "stream_options");
-}
-
 const px_proto_ops_t px_proto_responses = {
     .id = PX_PROTO_RESPONSES,
     .name = "openai_responses",
@@ -1526,10 +2020,6 @@ const px_proto_ops_t px_proto_responses = {
     .otel_operation = "chat",
     .inbound_path = "/responses",
     .upstream_path = "/responses",
-    .decode_request = decode_request,
-    .encode_request = encode_request,
-    .decode_response = decode_response,
-    .encode_response = encode_response,
     .decode_error = decode_error,
     .encode_error = encode_error,
     .encode_stream_error = encode_stream_error,
@@ -1543,7 +2033,6 @@ const px_proto_ops_t px_proto_responses = {
     .count_upstream_path = "/responses/input_tokens",
     .count_decode = px_count_input_tokens,
     .count_encode = responses_count_encode,
-    .count_request = responses_count_request,
     .forward_headers = px_openai_forward_headers,
     .tenancy_headers = px_openai_tenancy_headers,
     .auth_header = "Authorization: Bearer ",

@@ -70,8 +70,7 @@ int px_fast_request_steps(const px_tr_ctx_t *dc, const px_tr_ctx_t *ec, const px
 int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
                               int flags, char **out, size_t *out_len, px_lossy_t *lossy,
                               px_tr_err_t *err) {
-  if (ctx->reference || (flags & ~PX_TR_COUNT_TOKENS) != 0 || ctx->in == ctx->out)
-    return PX_FAST_DECLINE;
+  if ((flags & ~PX_TR_COUNT_TOKENS) != 0 || ctx->in == ctx->out) return PX_FAST_DECLINE;
   const px_fast_ops_t *in = fast_of(ctx->in), *op = fast_of(ctx->out);
   if (in == NULL || op == NULL || in->decode_request == NULL || op->encode_request == NULL)
     return PX_FAST_DECLINE;
@@ -119,7 +118,7 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
 int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                px_buf_t *out, px_lossy_t *lossy, px_usage_t *usage,
                                px_tr_err_t *err) {
-  if (ctx->reference || ctx->in == ctx->out) return PX_FAST_DECLINE;
+  if (ctx->in == ctx->out) return PX_FAST_DECLINE;
   const px_fast_ops_t *up = fast_of(ctx->out), *cl = fast_of(ctx->in);
   if (up == NULL || cl == NULL || up->decode_response == NULL || cl->encode_response == NULL)
     return PX_FAST_DECLINE;
@@ -163,4 +162,117 @@ int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t 
   if (ir.cache_read >= 0) usage->cache_read_tokens = ir.cache_read;
   if (ir.cache_creation >= 0) usage->cache_creation_tokens = ir.cache_creation;
   return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The gateway's translation: the codecs, and the one reader's rule for what
+ * they do not take as it is written                                        */
+
+/* What no codec takes, refused in words: a member an object holds twice
+ * (the rule admission applies to the members it acts on, for every member
+ * a codec reads), a member name no codec can read or no lossy list can
+ * name, or, failing all, the pair. what: "request body" / "upstream answer"; from -> to:
+ * the codecs' direction. */
+static int odd_refusal(const char *what, const char *p, size_t n, px_proto_t from,
+                       px_proto_t to, px_tr_err_t *err) {
+  char path[sizeof(err->param)];
+  int o = px_fast_odd_member(p, n, path, sizeof(path));
+  if (o == PX_ODD_REPEATED)
+    return px_tr_fail(err, path, "%s has '%s' more than once", what, path);
+  if (o == PX_ODD_ESCAPED_NAME)
+    return px_tr_fail(err, path,
+                      "%s has a member name with a quote, a backslash or a control "
+                      "character ('%s'), which cannot be translated",
+                      what, path);
+  if (o == PX_ODD_UNNAMED)
+    return px_tr_fail(
+        err, path,
+        "%s has a member name the x-proxai-lossy header cannot list ('%s': "
+        "empty, with a comma, \"...\" or 256 bytes and more), which cannot be "
+        "translated",
+        what, path);
+  return px_tr_fail(err, "",
+                    "%s cannot be translated from %s to %s: it has a value of a form the "
+                    "translator does not take",
+                    what, px_proto_get(from)->name, px_proto_get(to)->name);
+}
+
+/* The text p[0..n) respelled (px_json_respell) into *b: 1 when that changed
+ * it, 0 when it was plain already, <0 out of memory. */
+static int respell(const char *p, size_t n, px_buf_t *b) {
+  px_buf_init(b, n + 1); /* a plain spelling is never longer */
+  return px_json_respell(p, n, b);
+}
+
+static int out_of_memory(px_tr_err_t *err) {
+  px_tr_fail(err, "", "out of memory");
+  if (err) err->kind = PX_ERR_API;
+  return PX_ENOMEM;
+}
+
+int px_translate_request_body(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                              int flags, char **out, size_t *out_len, px_lossy_t *lossy,
+                              px_tr_err_t *err) {
+  if ((unsigned)ctx->in >= PX_PROTO_COUNT || (unsigned)ctx->out >= PX_PROTO_COUNT)
+    return px_tr_fail(err, "", "unknown protocol");
+  if (ctx->client_model == NULL) return px_tr_fail(err, "", "no client model");
+  if (ctx->in == ctx->out)
+    return px_tr_fail(err, "", "same protocol: nothing to translate");
+  int rc = px_translate_request_fast(ctx, body, len, flags, out, out_len, lossy, err);
+  if (rc == 0) return 0;
+  if (rc == PX_FAST_REFUSE) return PX_EINVAL;
+  /* names and values compared unescaped: the body in its plain spelling */
+  px_buf_t b;
+  int ch = respell(body, len, &b);
+  if (ch > 0) {
+    px_tr_ctx_t c = *ctx;
+    c.spans = NULL; /* the respelled body is gone once written: written whole */
+    rc = px_translate_request_fast(&c, b.data, b.len, flags, out, out_len, lossy, err);
+    if (rc == 0 || rc == PX_FAST_REFUSE) {
+      px_buf_free(&b);
+      return rc == 0 ? 0 : PX_EINVAL;
+    }
+  }
+  rc = ch < 0 ? out_of_memory(err)
+              : odd_refusal("request body", ch > 0 ? b.data : body, ch > 0 ? b.len : len,
+                            ctx->in, ctx->out, err);
+  px_buf_free(&b);
+  return rc;
+}
+
+int px_translate_response_body(const px_tr_ctx_t *ctx, const char *body, size_t len,
+                               px_buf_t *out, px_lossy_t *lossy, px_usage_t *usage,
+                               px_tr_err_t *err) {
+  int rc = px_translate_response_fast(ctx, body, len, out, lossy, usage, err);
+  if (rc != PX_FAST_DECLINE) return rc;
+  if (ctx->in == ctx->out || body == NULL) {
+    px_tr_fail(err, "", "no translation of this answer");
+    return PX_FAST_REFUSE;
+  }
+  /* checked whole by jansson's rules (a repeated member is the rule's to
+   * name below) */
+  px_fw_t w = {body, len, 0};
+  px_fv_t v;
+  if (px_fc_value(&w, &v) < 0 || px_fc_end(&w) < 0 || v.kind != PX_FV_OBJ) {
+    px_tr_fail(err, "", "upstream returned invalid JSON or JSON that is not an object");
+    if (err) err->kind = PX_ERR_BAD_GATEWAY;
+    return PX_FAST_REFUSE;
+  }
+  px_buf_t b;
+  int ch = respell(body, len, &b);
+  if (ch > 0) {
+    rc = px_translate_response_fast(ctx, b.data, b.len, out, lossy, usage, err);
+    if (rc != PX_FAST_DECLINE) {
+      px_buf_free(&b);
+      return rc;
+    }
+  }
+  if (ch < 0)
+    out_of_memory(err);
+  else
+    odd_refusal("upstream answer", ch > 0 ? b.data : body, ch > 0 ? b.len : len, ctx->out,
+                ctx->in, err);
+  px_buf_free(&b);
+  if (err && err->kind == PX_ERR_INVALID) err->kind = PX_ERR_BAD_GATEWAY;
+  return PX_FAST_REFUSE;
 }

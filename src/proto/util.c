@@ -17,37 +17,9 @@ const char *px_effort_of_budget(json_int_t b) {
   return "high";
 }
 
-int px_data_url_split(const char *url, char *mt, size_t mtsz, const char **data) {
-  if (strncmp(url, "data:", 5) != 0) return -1;
-  const char *semi = strstr(url + 5, ";base64,");
-  if (semi == NULL) return -1;
-  size_t n = (size_t)(semi - (url + 5));
-  if (n == 0 || n >= mtsz) return -1;
-  memcpy(mt, url + 5, n);
-  mt[n] = 0;
-  *data = semi + 8;
-  return 0;
-}
-
 const char *px_id_prefix(const char *prefix, const char **id) {
   if (*id == NULL || **id == 0) *id = "proxai";
   return strncmp(*id, prefix, strlen(prefix)) == 0 ? "" : prefix;
-}
-
-/* A tool call's arguments for an upstream that takes only an object: blank
- * is a call without arguments, anything else that is not a JSON object is
- * the client's error, named by the client's own field. */
-json_t *px_tool_args_object(const px_tr_ctx_t *ctx, json_t *part, px_tr_err_t *err) {
-  const char *args = px_jstr(part, "arguments");
-  if (args == NULL || args[strspn(args, " \t\r\n")] == 0) return json_object();
-  json_t *v = px_jdoc_loads(args, JSON_DECODE_ANY, NULL);
-  if (json_is_object(v)) return v;
-  json_decref(v);
-  const char *p = px_in_names(ctx)->tool_args_param;
-  const char *id = px_jstr(part, "id");
-  px_tr_fail(err, p, "%s: arguments of tool call '%s' are not a JSON object", p,
-             id != NULL ? id : "");
-  return NULL;
 }
 
 /* An OpenAI file id reaches only an upstream that can resolve it
@@ -57,11 +29,6 @@ int px_file_id_check(const px_tr_ctx_t *ctx, const char *param, px_tr_err_t *err
   return px_tr_fail(err, param,
                     "%s: uploaded OpenAI files cannot be sent to %s; send the file data",
                     param, px_proto_get(ctx->out)->name);
-}
-
-json_t *px_mint_id(const char *prefix, const char *id) {
-  const char *pfx = px_id_prefix(prefix, &id);
-  return json_sprintf("%s%s", pfx, id);
 }
 
 int px_buf_mint_id(px_buf_t *b, const char *prefix, px_str_t id) {
@@ -98,17 +65,6 @@ void px_usage_merge(px_usage_t *d, const px_usage_t *s) {
   if (s->cache_read_tokens >= 0) d->cache_read_tokens = s->cache_read_tokens;
   if (s->cache_creation_tokens >= 0) d->cache_creation_tokens = s->cache_creation_tokens;
   if (s->reasoning_tokens >= 0) d->reasoning_tokens = s->reasoning_tokens;
-}
-
-int px_ir_is_custom_tool(json_t *tools, const char *name) {
-  size_t i;
-  json_t *t;
-  if (name == NULL) return 0;
-  json_array_foreach(tools, i, t) {
-    const char *n = px_jstr(t, "name"), *ty = px_jstr(t, "type");
-    if (n != NULL && strcmp(n, name) == 0) return ty != NULL && strcmp(ty, "custom") == 0;
-  }
-  return 0;
 }
 
 /* ---- the wire pieces the OpenAI protocols share ---- */
@@ -205,14 +161,6 @@ json_t *px_annotation_parse(px_str_t text) {
   return a;
 }
 
-const char *px_inline_filename(json_t *part) {
-  const char *f = px_jstr(part, "filename");
-  if (f != NULL && *f != 0) return f;
-  const char *mt = px_jstr(part, "media_type");
-  if (mt != NULL && strcmp(mt, "text/plain") == 0) return "document.txt";
-  return "document.pdf";
-}
-
 /* ------------------------------------------------------------------------ */
 /* Opaque reasoning tokens across families                                   */
 
@@ -282,15 +230,4 @@ int px_rtok_in(px_proto_t client, json_t *p, const char *tok) {
   }
   if (*tok == 0) return 0;
   return json_object_set_new(p, field, json_string(tok)) == 0 ? 0 : PX_ENOMEM;
-}
-
-json_t *px_ir_text(const char *text) {
-  if (text == NULL) return NULL;
-  json_t *p = json_pack("{s:s}", "type", "text");
-  if (p != NULL &&
-      json_object_set_new_nocheck(p, "text", json_string_nocheck(text)) < 0) {
-    json_decref(p);
-    return NULL;
-  }
-  return p;
 }

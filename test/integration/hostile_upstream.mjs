@@ -483,6 +483,21 @@ test('translated: an Anthropic error body over the cap keeps 529, in the Chat sh
   assert.match(m, /truncated/);
 });
 
+// the one reader's rule on answers (issue 21): names read unescaped, a
+// member the codec reads given twice is a 502 naming it (no other reader)
+test('translated: an answer\'s escaped member names are read unescaped', async () => {
+  const body = claudeJson('plain text').replace('"content"', '"c\\u006fntent"').replace('"text":"plain', '"t\\u0065xt":"plain');
+  const r = await onePlusHealthy('chat', 'xclaude-a', http(200, JSON_CT, body));
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.choices[0].message.content, 'plain text');
+});
+
+test('translated: an answer with a member twice is a 502 naming it, in the Chat shape', async () => {
+  const body = claudeJson('first').replace('"stop_reason"', '"content":[{"type":"text","text":"second"}],"stop_reason"');
+  const r = await onePlusHealthy('chat', 'xclaude-a', http(200, JSON_CT, body));
+  badGateway(r, 'chat', /'content' more than once/);
+});
+
 test('translated: an invalid chunk is a 502 in the Chat shape', async () => {
   const r = await onePlusHealthy('chat', 'xclaude-a', `HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nq\r\n{}\r\n0\r\n\r\n`);
   badGateway(r, 'chat');

@@ -52,6 +52,7 @@
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
+#include "ref.h"
 
 #define OUT_CAP (64u << 20)
 
@@ -792,7 +793,7 @@ static void check_body(px_proto_t up, json_t *body, json_t *req, const char *nam
   px_lossy_init(&l0);
   px_tr_err_t err;
   json_t *ir = NULL;
-  if (px_proto_get(up)->decode_response(&c0, body, &ir, &l0, &err) < 0) {
+  if (px_ref_get(up)->decode_response(&c0, body, &ir, &l0, &err) < 0) {
     fail("%s: the recorded %s body does not decode: %s", name, pnames[up], err.message);
     oc_free(&ou);
     return;
@@ -821,7 +822,7 @@ static void check_body(px_proto_t up, json_t *body, json_t *req, const char *nam
     json_t *ir2 = NULL;
     outcome_t oc;
     oc_init(&oc);
-    if (px_proto_get((px_proto_t)c)->decode_response(&cr, cb, &ir2, &l2, &err) < 0) {
+    if (px_ref_get((px_proto_t)c)->decode_response(&cr, cb, &ir2, &l2, &err) < 0) {
       fail("%s: client body does not decode as %s: %s", what, pnames[c], err.message);
     } else {
       oc_from_ir(&oc, ir2);
@@ -992,7 +993,7 @@ static void check_stream(px_proto_t up, const char *s, size_t n, json_t *req, co
         px_lossy_init(&l2);
         outcome_t ob;
         oc_init(&ob);
-        if (px_proto_get((px_proto_t)c)->decode_response(&cr, cb, &ir2, &l2, &err) == 0) {
+        if (px_ref_get((px_proto_t)c)->decode_response(&cr, cb, &ir2, &l2, &err) == 0) {
           oc_from_ir(&ob, ir2);
           char w2[700];
           snprintf(w2, sizeof(w2), "%s (stream vs body)", what);
@@ -1178,7 +1179,7 @@ static void check_request(px_proto_t up, json_t *req, const char *name) {
   px_lossy_init(&l0);
   px_tr_err_t err;
   json_t *ir0 = NULL;
-  if (px_proto_get(up)->decode_request(&c0, req, &ir0, &l0, &err) < 0) {
+  if (px_ref_get(up)->decode_request(&c0, req, &ir0, &l0, &err) < 0) {
     /* server-side state (conversation, previous_response_id) only its own
      * upstream holds: a clear refusal toward the others is the answer */
     checks++;
@@ -1214,7 +1215,7 @@ static void check_request(px_proto_t up, json_t *req, const char *name) {
     px_lossy_t l2;
     px_lossy_init(&l2);
     json_t *ir1 = NULL;
-    if (px_proto_get((px_proto_t)t)->decode_request(&cb, ub, &ir1, &l2, &err) < 0) {
+    if (px_ref_get((px_proto_t)t)->decode_request(&cb, ub, &ir1, &l2, &err) < 0) {
       fail("%s: the translated body does not decode as %s: %s", what, pnames[t], err.message);
     } else {
       req_sum_t s1;

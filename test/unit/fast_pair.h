@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "proxai/fastir.h"
+#include "ref.h"
 
 static inline void ctx_of(px_tr_ctx_t *c, int in, int out) {
   memset(c, 0, sizeof(*c));
@@ -78,13 +79,13 @@ static inline void fast_same(const char *what, px_buf_t *b, const px_lossy_t *lf
 static inline void encoder_same(const char *what, const px_tr_ctx_t *c,
                                 const px_freq_t *ir, json_t *jir, px_lossy_t *lf,
                                 px_lossy_t *ls, const char *want) {
-  const px_proto_ops_t *ops = px_proto_get(c->out);
+  const px_ref_ops_t *ops = px_ref_get(c->out);
   px_arena_t a;
   px_arena_init(&a);
   px_buf_t b;
   px_buf_init(&b, 1 << 20);
-  CHECK((px_freq_uses(ir) & ~ops->fast->encodes) == 0);
-  CHECK(ops->fast->encode_request(c, ir, &b, &a, lf, NULL) == 0);
+  CHECK((px_freq_uses(ir) & ~px_proto_get(c->out)->fast->encodes) == 0);
+  CHECK(px_proto_get(c->out)->fast->encode_request(c, ir, &b, &a, lf, NULL) == 0);
   json_t *out = NULL;
   px_tr_err_t err;
   CHECK(jir != NULL && ops->encode_request(c, jir, &out, ls, &err) == 0);
@@ -102,7 +103,7 @@ static inline void encoder_same(const char *what, const px_tr_ctx_t *c,
 static inline void answer_encoder_same(const char *what, int p, const px_tr_ctx_t *c,
                                        const px_fresp_t *ir, json_t *jir,
                                        const char *want) {
-  const px_proto_ops_t *ops = px_proto_get((px_proto_t)p);
+  const px_ref_ops_t *ops = px_ref_get((px_proto_t)p);
   px_arena_t a;
   px_arena_init(&a);
   px_buf_t b;
@@ -110,8 +111,9 @@ static inline void answer_encoder_same(const char *what, int p, const px_tr_ctx_
   px_lossy_t lf, ls;
   px_lossy_init(&lf);
   px_lossy_init(&ls);
-  CHECK((px_fresp_uses(ir) & ~ops->fast->resp_encodes) == 0);
-  CHECK(ops->fast->encode_response(c, ir, &b, &a, &lf, NULL) == 0);
+  CHECK((px_fresp_uses(ir) & ~px_proto_get((px_proto_t)p)->fast->resp_encodes) == 0);
+  CHECK(px_proto_get((px_proto_t)p)->fast->encode_response(c, ir, &b, &a, &lf, NULL) ==
+        0);
   json_t *out = NULL;
   px_tr_err_t err;
   CHECK(jir != NULL && ops->encode_response(c, jir, &out, &ls, &err) == 0);
@@ -204,8 +206,7 @@ static inline void request_refused(int in, int out, const char *body, const char
   int rc = px_translate_request_fast(&r.c, body, len, 0, &fo, &fl, &r.lf, &r.ef);
   CHECK(fo == NULL);
   px_tr_ctx_t ref = r.c;
-  ref.reference = 1;
-  int rs = px_translate_request_body(&ref, body, len, 0, &so, &sl, &r.ls, &r.es);
+  int rs = px_translate_request_ref(&ref, body, len, 0, &so, &sl, &r.ls, &r.es);
   refusal_same("request refusal", &r, rc == PX_FAST_REFUSE && rs != 0, param, body);
   free(fo);
   free(so);
@@ -244,8 +245,9 @@ static inline void encoder_refused(px_freq_t *ir, int in, int out, const char *d
   sides_init(&r, in, out);
   px_arena_t a;
   px_arena_init(&a);
-  const px_proto_ops_t *ops = px_proto_get((px_proto_t)out);
-  int rc = ops->fast->encode_request(&r.c, ir, &r.b, &a, &r.lf, &r.ef);
+  const px_ref_ops_t *ops = px_ref_get((px_proto_t)out);
+  int rc = px_proto_get((px_proto_t)out)
+               ->fast->encode_request(&r.c, ir, &r.b, &a, &r.lf, &r.ef);
   json_t *jir = json_loads(doc, 0, NULL), *o = NULL;
   int rs = jir != NULL ? ops->encode_request(&r.c, jir, &o, &r.ls, &r.es) : 0;
   refusal_same("encoder refusal", &r, rc == PX_FAST_REFUSE && rs != 0, param, NULL);
@@ -271,8 +273,7 @@ static inline void request_pair_s(int in, int out, const char *body, const char 
   px_lossy_init(&ls);
   CHECK(px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf, NULL) == 0);
   px_tr_ctx_t ref = c;
-  ref.reference = 1;
-  CHECK(px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &err) == 0);
+  CHECK(px_translate_request_ref(&ref, body, len, 0, &so, &sl, &ls, &err) == 0);
   if (fo != NULL && so != NULL) {
     int eq = same_json(fo, fl, so, sl) && strcmp(lf.buf, ls.buf) == 0;
     CHECK(eq);

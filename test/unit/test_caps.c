@@ -2,8 +2,8 @@
  * upstream's caps cannot hold, in one place, named as the client spelled
  * it; every protocol names what its caps promise; no codec in src/proto
  * tests which protocol is on the other side. */
-#include <jansson.h>
 #include <dirent.h>
+#include <jansson.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "proxai/protoutil.h"
+#include "ref.h"
 
 static px_tr_ctx_t ctx_of(px_proto_t in, px_proto_t out) {
   px_tr_ctx_t c;

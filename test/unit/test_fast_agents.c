@@ -78,7 +78,7 @@ static void body_case(const char *what, int in, const char *body, size_t len,
     if (out == in) continue;
     for (int count = 0; count < 2; count++) {
       int flags = count ? PX_TR_COUNT_TOKENS : 0;
-      if (count && px_proto_get(out)->count_request == NULL) continue;
+      if (count && px_ref_get(out)->count_request == NULL) continue;
       px_tr_ctx_t c;
       request_ctx(&c, in, out, body, len, stream);
       char *fo = NULL, *so = NULL;
@@ -97,9 +97,7 @@ static void body_case(const char *what, int in, const char *body, size_t len,
       }
       if (rc == 0) {
         px_tr_ctx_t ref = c;
-        ref.reference = 1;
-        CHECK(px_translate_request_body(&ref, body, len, flags, &so, &sl, &ls, &err) ==
-              0);
+        CHECK(px_translate_request_ref(&ref, body, len, flags, &so, &sl, &ls, &err) == 0);
         int eq = so != NULL && same_json(fo, fl, so, sl) && strcmp(lf.buf, ls.buf) == 0;
         CHECK(eq);
         if (!eq)

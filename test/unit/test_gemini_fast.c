@@ -1,5 +1,5 @@
 /* test_gemini_fast.c - the fast path of non-streaming translation with a
- * Gemini client or a Gemini upstream (src/proto/gemini_fast.c): it takes
+ * Gemini client or a Gemini upstream (src/proto/gemini.c): it takes
  * the common shape of a generateContent request and answer toward and from
  * Chat, Responses and Anthropic, its body is JSON-equal to the jansson
  * path's (gemini.c) with the same lossy list, and it declines what it does
@@ -211,7 +211,7 @@ static void gem_answer_halves(const char *body, const char *want) {
   sides_init(&r, GEM, GEM);
   int rc = fast_answer_halves(&r.c, &px_gemini_fast, &px_gemini_fast, body, strlen(body),
                               &r.b, &r.lf, &r.ef);
-  const px_proto_ops_t *ops = px_proto_get(PX_PROTO_GEMINI);
+  const px_ref_ops_t *ops = px_ref_get(PX_PROTO_GEMINI);
   json_t *src = json_loadb(body, strlen(body), 0, NULL), *jir = NULL, *out = NULL;
   int rs = ops->decode_response(&r.c, src, &jir, &r.ls, &r.es);
   if (rs == 0) rs = ops->encode_response(&r.c, jir, &out, &r.ls, &r.es);

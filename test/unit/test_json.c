@@ -11,6 +11,7 @@
 #include "proxai/fastir.h"
 #include "proxai/json.h"
 #include "proxai/proto.h"
+#include "ref.h"
 
 static int scan(const char *s, px_json_req_t *r) { return px_json_request(s, strlen(s), r); }
 
@@ -157,8 +158,13 @@ static void test_budget(void) {
   size_t len = 0;
   px_lossy_init(&lossy);
   memset(&err, 0, sizeof(err));
-  CHECK(px_translate_request_body(&ctx, b.data, b.len, 0, &out, &len, &lossy, &err) < 0);
+  /* the reference's budget */
+  CHECK(px_translate_request_ref(&ctx, b.data, b.len, 0, &out, &len, &lossy, &err) < 0);
   CHECK(err.kind == PX_ERR_TOO_LARGE && out == NULL);
+  /* the codecs take it (no document: memory of the order of the body) */
+  CHECK(px_translate_request_body(&ctx, b.data, b.len, 0, &out, &len, &lossy, &err) == 0);
+  free(out);
+  out = NULL;
   const char *small = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
                       "\"stream\":true}";
   memset(&err, 0, sizeof(err));
@@ -204,24 +210,26 @@ static void test_budget_sweep(void) {
         fclose(f);
         px_json_req_t r;
         if (px_json_request(body, len, &r) < 0) continue;
-        px_tr_ctx_t ctx = {.in = (px_proto_t)in, .out = (px_proto_t)out,
-                           .client_model = "client-model", .upstream_model = "up-model",
-                           .created = 1700000000, .max_accum = 1 << 20,
-                           .reference = 1}; /* the budget is the jansson path's */
+        px_tr_ctx_t ctx = {.in = (px_proto_t)in,
+                           .out = (px_proto_t)out,
+                           .client_model = "client-model",
+                           .upstream_model = "up-model",
+                           .created = 1700000000,
+                           .max_accum = 1 << 20};
         px_lossy_t lossy;
         px_tr_err_t err;
         char *want = NULL, *got;
         size_t wl = 0, gl;
         px_lossy_init(&lossy);
         memset(&err, 0, sizeof(err));
-        if (px_translate_request_body(&ctx, body, len, 0, &want, &wl, &lossy, &err) < 0)
+        if (px_translate_request_ref(&ctx, body, len, 0, &want, &wl, &lossy, &err) < 0)
           continue; /* a request the translation refuses anyway */
         cases++;
         for (long long lim = 0;; lim += 97) {
           ctx.mem_limit = &lim;
           got = NULL;
           memset(&err, 0, sizeof(err));
-          int rc = px_translate_request_body(&ctx, body, len, 0, &got, &gl, &lossy, &err);
+          int rc = px_translate_request_ref(&ctx, body, len, 0, &got, &gl, &lossy, &err);
           ctx.mem_limit = NULL;
           if (rc < 0) {
             CHECK(err.kind == PX_ERR_TOO_LARGE && got == NULL);

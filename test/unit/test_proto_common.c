@@ -11,6 +11,7 @@
 #include "proxai/buf.h"
 #include "proxai/proto.h"
 #include "proxai/sse.h"
+#include "ref.h"
 
 static int streq(const char *a, const char *b) {
   if (a == NULL || b == NULL) return a == b;

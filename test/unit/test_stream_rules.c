@@ -13,6 +13,7 @@
 #include "check.h"
 #include "proxai/buf.h"
 #include "proxai/proto.h"
+#include "ref.h"
 
 static void translate(px_proto_t in, px_proto_t out, const char *sse, px_buf_t *o) {
   px_tr_ctx_t ctx;

@@ -163,11 +163,10 @@ static void anth_self(const char *body, const char *want, const char *lossy) {
   CHECK(rc == 0);
   px_arena_free(&a);
   px_tr_ctx_t ref = c;
-  ref.reference = 1;
   char *so = NULL;
   size_t sl = 0;
   px_tr_err_t err;
-  CHECK(px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &err) == 0);
+  CHECK(px_translate_request_ref(&ref, body, len, 0, &so, &sl, &ls, &err) == 0);
   if (rc == 0 && so != NULL) {
     fast_same("anthropic self", &b, &lf, so, &ls, want);
     if (lossy != NULL && strcmp(lf.buf, lossy) != 0) {
@@ -361,6 +360,97 @@ static void responses_refusals(void);
 static void responses_answers(void);
 static void responses_encoder_refusals(void);
 
+/* ------------------------------------------------------------------------ */
+/* The one reader's rule (issue 21): what the codecs decline as written is
+ * read in its plain spelling, and what they still decline is a refusal in
+ * words, never another reader's guess                                      */
+
+static void one_reader(void) {
+  px_tr_ctx_t c;
+  ctx_of(&c, PX_PROTO_CHAT, PX_PROTO_ANTHROPIC);
+  px_lossy_t l;
+  px_tr_err_t err;
+  char *out = NULL;
+  size_t n = 0;
+  /* escaped member names and enum values: read unescaped, translated as
+   * their plain spelling is (the reference's body) */
+  const char *esc =
+      "{\"model\":\"m\",\"m\\u0065ssages\":[{\"r\\u006fle\":\"us\\u0065r\","
+      "\"content\":\"caf\\u00e9\"}],\"temp\\u0065rature\":0.5}";
+  const char *plain =
+      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\","
+      "\"content\":\"caf\xc3\xa9\"}],\"temperature\":0.5}";
+  px_lossy_init(&l);
+  CHECK(px_translate_request_body(&c, esc, strlen(esc), 0, &out, &n, &l, &err) == 0);
+  char *want = NULL;
+  size_t wn = 0;
+  px_lossy_t lw;
+  px_lossy_init(&lw);
+  CHECK(px_translate_request_body(&c, plain, strlen(plain), 0, &want, &wn, &lw, &err) ==
+        0);
+  CHECK(out && want && n == wn && memcmp(out, want, n) == 0 &&
+        strcmp(l.buf, lw.buf) == 0);
+  free(out);
+  free(want);
+  /* a member a codec reads, twice: a 400 naming it where it stands */
+  const char *twice =
+      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\","
+      "\"r\\u006fle\":\"assistant\"}]}";
+  memset(&err, 0, sizeof(err));
+  out = NULL;
+  CHECK(px_translate_request_body(&c, twice, strlen(twice), 0, &out, &n, &l, &err) < 0);
+  CHECK(out == NULL && err.kind == PX_ERR_INVALID &&
+        strcmp(err.param, "messages[0].role") == 0 &&
+        strstr(err.message, "'messages[0].role' more than once") != NULL);
+  /* a member name no codec reads (a quote in it) where a name decides */
+  const char *odd =
+      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+      "\"text\",\"text\":\"a\",\"x\\\"y\":1}]}]}";
+  memset(&err, 0, sizeof(err));
+  int rc = px_translate_request_body(&c, odd, strlen(odd), 0, &out, &n, &l, &err);
+  if (rc == 0) free(out);
+  CHECK(rc == 0 || (err.kind == PX_ERR_INVALID && err.message[0]));
+  /* an output-token cap past 18 digits: refused by the codec, as by the
+   * reference */
+  const char *big =
+      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+      "\"max_tokens\":1000000000000000000}";
+  memset(&err, 0, sizeof(err));
+  CHECK(px_translate_request_body(&c, big, strlen(big), 0, &out, &n, &l, &err) < 0);
+  CHECK(strcmp(err.param, "max_tokens") == 0 && strstr(err.message, "at most 18 digits"));
+  px_tr_ctx_t r = c;
+  memset(&err, 0, sizeof(err));
+  CHECK(px_translate_request_ref(&r, big, strlen(big), 0, &out, &n, &l, &err) < 0);
+  CHECK(strcmp(err.param, "max_tokens") == 0 && strstr(err.message, "at most 18 digits"));
+  /* answers: an escaped name is read unescaped; a member twice is a 502
+   * naming it; invalid JSON is a 502 */
+  ctx_of(&c, PX_PROTO_ANTHROPIC, PX_PROTO_CHAT);
+  const char *ans =
+      "{\"id\":\"c1\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"u\","
+      "\"ch\\u006fices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+      "\"content\":\"Hello\"},\"finish_reason\":\"stop\"}]}";
+  px_buf_t b;
+  px_buf_init(&b, 1 << 20);
+  px_lossy_init(&l);
+  rc = px_translate_response_body(&c, ans, strlen(ans), &b, &l, NULL, &err);
+  CHECK(rc == 0 && b.len > 0 && px_buf_append(&b, "", 1) == 0 && strstr(b.data, "Hello"));
+  const char *ans2 =
+      "{\"id\":\"c1\",\"object\":\"chat.completion\",\"created\":1,"
+      "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+      "\"content\":\"Hello\",\"content\":\"Bye\"},\"finish_reason\":\"stop\"}]}";
+  px_buf_reset(&b);
+  memset(&err, 0, sizeof(err));
+  CHECK(px_translate_response_body(&c, ans2, strlen(ans2), &b, &l, NULL, &err) ==
+        PX_FAST_REFUSE);
+  CHECK(b.len == 0 && err.kind == PX_ERR_BAD_GATEWAY &&
+        strstr(err.message, "'choices[0].message.content' more than once") != NULL);
+  memset(&err, 0, sizeof(err));
+  CHECK(px_translate_response_body(&c, "{\"id\":", 6, &b, &l, NULL, &err) ==
+        PX_FAST_REFUSE);
+  CHECK(err.kind == PX_ERR_BAD_GATEWAY && strstr(err.message, "invalid JSON") != NULL);
+  px_buf_free(&b);
+}
+
 int main(void) {
   for (int in = 0; in < 3; in++)
     for (int out = 0; out < 3; out++)
@@ -393,11 +483,12 @@ int main(void) {
   responses_refusals();
   responses_answers();
   responses_encoder_refusals();
+  one_reader();
   return check_report("translate_fast");
 }
 
 /* ------------------------------------------------------------------------ */
-/* Chat clients: the fast Chat codec (src/proto/chat_fast.c) against chat.c   */
+/* Chat clients: the fast Chat codec (src/proto/chat.c) against chat.c   */
 
 /* a body written with ' for " (readability), made JSON */
 static char *chat_body(const char *q) {
@@ -432,7 +523,6 @@ static void codec_round(int p, const px_fast_ops_t *ops, const char *q, int stre
   px_buf_init(&b, 1 << 20);
   CHECK(px_fast_request_steps(&c, &c, ops, ops, body, len, &ir, &a, &b, &lf, NULL) == 0);
   px_tr_ctx_t ref = c;
-  ref.reference = 1;
   json_t *src = json_loadb(body, len, 0, NULL), *ub = NULL;
   px_tr_err_t err;
   CHECK(px_translate_request(&ref, src, &ub, &ls, &err) == 0);
@@ -473,8 +563,7 @@ static void client_pairs(int in, const px_fast_ops_t *dec, const char *q, int st
     px_lossy_init(&ls);
     int rc = px_translate_request_fast(&c, body, len, 0, &fo, &fl, &lf, NULL);
     px_tr_ctx_t ref = c;
-    ref.reference = 1;
-    int rr = px_translate_request_body(&ref, body, len, 0, &so, &sl, &ls, &err);
+    int rr = px_translate_request_ref(&ref, body, len, 0, &so, &sl, &ls, &err);
     if (rc == 0) {
       int eq = rr == 0 && same_json(fo, fl, so, sl) && strcmp(lf.buf, ls.buf) == 0;
       CHECK(eq);
@@ -693,7 +782,7 @@ static void resp_halves(const char *body, size_t len, int dout, int ein,
   CHECK(rc == 0);
   json_t *src = json_loadb(body, len, 0, NULL), *jir = NULL, *out = NULL;
   px_tr_err_t err;
-  const px_proto_ops_t *ops = px_proto_get(PX_PROTO_RESPONSES);
+  const px_ref_ops_t *ops = px_ref_get(PX_PROTO_RESPONSES);
   CHECK(src != NULL && ops->decode_request(&d, src, &jir, &ls, &err) == 0);
   if (jir != NULL) {
     json_object_set_new(jir, "model", json_string(e.upstream_model));
@@ -1421,7 +1510,7 @@ static void chat_self_answer(const char *q) {
   px_buf_init(&b, 1 << 20);
   CHECK(fast_answer_halves(&c, &px_chat_fast, &px_chat_fast, body, strlen(body), &b, &lf,
                            NULL) == 0);
-  const px_proto_ops_t *ops = px_proto_get(PX_PROTO_CHAT);
+  const px_ref_ops_t *ops = px_ref_get(PX_PROTO_CHAT);
   json_t *up = json_loads(body, 0, NULL), *jir = NULL, *cb = NULL;
   px_tr_err_t err;
   CHECK(up != NULL && ops->decode_response(&c, up, &jir, &ls, &err) == 0 &&
@@ -1509,7 +1598,7 @@ static void resp_refuses(const char *body) {
     px_arena_free(&a);
     json_t *src = json_loads(body, 0, NULL), *jir = NULL;
     int sr =
-        px_proto_get(PX_PROTO_RESPONSES)->decode_request(&r.c, src, &jir, &r.ls, &r.es);
+        px_ref_get(PX_PROTO_RESPONSES)->decode_request(&r.c, src, &jir, &r.ls, &r.es);
     if (sr == 0) { /* an upstream that takes it (a file id) */
       CHECK(rc == 0);
       if (rc != 0)
@@ -1635,7 +1724,7 @@ static void resp_answer(const char *q, const char *expl, const char *want) {
   px_arena_init(&a);
   px_fresp_t ir;
   fresp_init(&ir);
-  const px_proto_ops_t *ops = px_proto_get(PX_PROTO_RESPONSES);
+  const px_ref_ops_t *ops = px_ref_get(PX_PROTO_RESPONSES);
   int rc = px_responses_fast.decode_response(&r.c, body, len, &ir, &a, &r.lf, &r.ef);
   json_t *up = json_loadb(body, len, 0, NULL), *jir = NULL, *cb = NULL;
   int sr = up != NULL ? ops->decode_response(&r.c, up, &jir, &r.ls, &r.es) : -1;
