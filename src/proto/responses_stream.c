@@ -1740,10 +1740,10 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
 }
 
 /* The IR annotation a in the Responses shape (flat), as the non-streaming
- * encoder's px_responses_annotations makes it, written into o: a
- * url_citation's nested object with its type (set in its place, else
- * last); the other citation kinds as they are. 0, 1 when it has none
- * (named in the lossy list), <0 on failure. */
+ * reference codec's px_responses_annotations (responses_common.c) makes it, written into
+ * o: a url_citation's nested object with its type (set in its place, else last); the
+ * other citation kinds as they are. 0, 1 when it has none (named in the lossy list), <0
+ * on failure. */
 static int wannotation(px_senc_t *e, px_buf_t *o, const px_fv_t *a, const char *t,
                        px_arena_t *ar) {
   px_fv_t nested, x;
