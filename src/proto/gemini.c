@@ -819,8 +819,8 @@ static int decode_generation(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a
       if (px_fw_value(&sw, &x) < 0 || x.kind != PX_FV_STR) return DECLINE;
       n++;
     }
-    if (r < 0 || n == 0) return DECLINE;
-    ir->stop = f[G_STOP].raw;
+    if (r < 0) return DECLINE;
+    if (n > 0) ir->stop = f[G_STOP].raw; /* an empty list stops nothing */
   }
   if (HAS(G_CAND) && f[G_CAND].kind == PX_FV_NUM && px_fw_is_int(f[G_CAND].raw) &&
       f[G_CAND].raw.ptr[0] != '-') {
