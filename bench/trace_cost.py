@@ -9,6 +9,11 @@ Measures, on loopback:
   * instructions per request in proxai (callgrind, N1 and N2 sequential
     requests, the difference: span encoding and the exports of the run
     included), when valgrind is installed;
+  * instructions per request inside the tracing functions (callgrind's
+    inclusive cost of the trace entry points, TRACE_ROOTS, the part one
+    calls of another not counted twice): the steadier view, as the totals
+    move by several hundred instructions between runs of the same binary
+    (the loop's grouping of reads, malloc's state);
   * latency of N sequential keep-alive requests, p50 / p99 in us.
 
 Usage: bench/trace_cost.py [--build build] [--requests 3000] [--cg 200,600]
@@ -121,6 +126,46 @@ class Collector(http.server.BaseHTTPRequestHandler):
         pass
 
 
+# The entry points of the traced work: the context and the upstream
+# traceparent (px_trace_begin, px_exch_trace_attempt), the answer's reading
+# (px_exch_trace_answer, px_exch_trace_stream), the spans' records and
+# encoding (emit_attempt, px_trace_emit) and the exporter's batches
+# (send_batch). Not in them: the span records' glue inlined into the
+# exchange's finalize, the pass-through watcher's own event checks, the
+# exporter's transfer once started (the loop's I/O).
+TRACE_ROOTS = ("px_trace_begin", "px_exch_trace_attempt", "px_exch_trace_answer",
+               "px_exch_trace_stream", "emit_attempt", "px_trace_emit", "send_batch")
+
+
+def trace_inclusive(path):
+    """{root: inclusive instructions} of TRACE_ROOTS in a callgrind output,
+    the cost of calls from one root to another counted in the caller only."""
+    try:
+        out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--tree=caller",
+                              "--threshold=100", path], capture_output=True, text=True,
+                             check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    res, callers = {}, []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) < 3 or not parts[0][0].isdigit():
+            callers = [] if not line.strip() else callers
+            continue
+        cost = int(parts[0].replace(",", ""))
+        rest = [w for w in parts[1:] if w in ("<", "*") or ":" in w]
+        if len(rest) < 2:
+            continue
+        if rest[0] == "<":
+            callers.append((rest[1].rsplit(":", 1)[-1], cost))
+        elif rest[0] == "*":
+            fn = rest[1].rsplit(":", 1)[-1]
+            if fn in TRACE_ROOTS:
+                res[fn] = res.get(fn, 0) + cost - sum(c for f, c in callers if f in TRACE_ROOTS)
+            callers = []
+    return res
+
+
 def callgrind_total(path):
     with open(path) as f:
         for line in f:
@@ -176,7 +221,7 @@ def main():
             for label, proxai in bins:
                 for case in cases:
                     for mode, _ in modes:
-                        irs = []
+                        irs, incl = [], []
                         for n in (n1, n2):
                             port = free_port()
                             name = "cg-%s-%s-%s-%d.out" % (label, case.replace(">", "-").replace(
@@ -194,22 +239,41 @@ def main():
                             time.sleep(1.5)  # the last batch leaves before the stop
                             stop(p, timeout=120)
                             irs.append(callgrind_total(out))
+                            incl.append(trace_inclusive(out))
+                        r = rows[(label, case, mode)]
                         if None not in irs:
-                            rows[(label, case, mode)]["ir"] = (irs[1] - irs[0]) / (n2 - n1)
+                            r["ir"] = (irs[1] - irs[0]) / (n2 - n1)
+                        if None not in incl:
+                            r["fn"] = {f: (incl[1].get(f, 0) - incl[0].get(f, 0)) / (n2 - n1)
+                                       for f in TRACE_ROOTS}
         head = "| binary " if len(bins) > 1 else ""
         print(head + "| case | tracing | p50 us | p99 us | proxai instructions/request "
-              "| vs no [trace] |")
-        print("|---" * (6 + (len(bins) > 1)) + "|")
+              "| vs no [trace] | in tracing functions | vs no [trace] |")
+        print("|---" * (8 + (len(bins) > 1)) + "|")
         for label, _ in bins:
             for case in cases:
                 base = rows[(label, case, "off")].get("ir")
+                fn_off = rows[(label, case, "off")].get("fn")
                 for mode, mlabel in modes:
                     r = rows[(label, case, mode)]
                     ir = "%.0f" % r["ir"] if "ir" in r else "-"
                     rel = "%+.1f%%" % (100 * (r["ir"] - base) / base) if "ir" in r and base else "-"
                     lat = ("%.1f | %.1f" % (r["p50"], r["p99"])) if "p50" in r else "- | -"
+                    tf = sum(r["fn"].values()) if "fn" in r else None
+                    tfs = "%.0f" % tf if tf is not None else "-"
+                    trel = ("%+.1f%%" % (100 * (tf - sum(fn_off.values())) / base)
+                            if tf is not None and fn_off and base else "-")
                     print(("| %s " % label if len(bins) > 1 else "") +
-                          "| %s | %s | %s | %s | %s |" % (case, mlabel, lat, ir, rel))
+                          "| %s | %s | %s | %s | %s | %s | %s |" % (case, mlabel, lat, ir, rel,
+                                                                   tfs, trel))
+        print("\ninstructions/request inside each tracing entry point (inclusive):")
+        for label, _ in bins:
+            for case in cases:
+                for mode, mlabel in modes[1:]:
+                    r = rows[(label, case, mode)]
+                    if "fn" in r:
+                        print("  %s%s, %s: %s" % (label + " " if label else "", case, mlabel,
+                              ", ".join("%s %.0f" % (f, c) for f, c in r["fn"].items() if c)))
         print("\nspans received by the collector: %d" % Collector.spans)
     finally:
         srv.shutdown()

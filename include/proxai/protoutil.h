@@ -97,9 +97,6 @@ const px_lossy_names_t *px_out_names(const px_tr_ctx_t *ctx);
  *  otherwise a 400 at param, the client's field. */
 int px_file_id_check(const px_tr_ctx_t *ctx, const char *param, px_tr_err_t *err);
 
-/** The annotation of a DELTA_ANNOTATION event as JSON (NULL if malformed). */
-json_t *px_annotation_parse(px_str_t text);
-
 /** Usage fields of s that are known (>= 0) overwrite those of d. */
 void px_usage_merge(px_usage_t *d, const px_usage_t *s);
 

@@ -569,11 +569,13 @@ static int format_in(const px_fv_t *fv, px_str_t *out, px_arena_t *a) {
   return s != NULL ? 0 : DECLINE;
 }
 
-static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir,
-                        px_arena_t *a, px_tr_err_t *err) {
+/* the tools array at the cursor, read where it stands (its bulk, the
+ * parameters schemas, not skipped whole first); the cursor moves past it
+ * on success only */
+static int decode_tools(const px_tr_ctx_t *ctx, px_fw_t *tw, px_freq_t *ir, px_arena_t *a,
+                        px_tr_err_t *err) {
   char p[PATH_MAX_LEN];
-  if (tv->kind != PX_FV_ARR) return REFUSE(err, "tools", "tools must be an array");
-  px_fw_t w = {tv->raw.ptr, tv->raw.len, 0};
+  px_fw_t w = *tw;
   int r, custom_ok = px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS);
   size_t i = 0;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
@@ -622,7 +624,9 @@ static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir
                       PX_FAST_OPENAI_PARAMS) == NULL)
       return DECLINE;
   }
-  return r < 0 ? DECLINE : 0;
+  if (r < 0) return DECLINE;
+  tw->i = w.i;
+  return 0;
 }
 
 static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_t *ir,
@@ -820,8 +824,8 @@ static int decode_member(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_fr
   switch (ki) {
     case K_MODEL:
       return v->kind == PX_FV_STR ? 0 : REFUSE(err, "model", "model must be a string");
-    case K_TOOLS:
-      return v->kind == PX_FV_NULL ? 0 : decode_tools(ctx, v, ir, a, err);
+    case K_TOOLS: /* an array is read in place (the caller) */
+      return v->kind == PX_FV_NULL ? 0 : REFUSE(err, "tools", "tools must be an array");
     case K_TC:
       return v->kind == PX_FV_NULL ? 0 : decode_tool_choice(ctx, v, ir, a, lossy, err);
     case K_PAR:
@@ -990,6 +994,12 @@ static int chat_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
       continue;
     }
     px_fv_t v;
+    if (ki == K_TOOLS && px_fw_peek(&w) == PX_FV_ARR) {
+      rc = decode_tools(ctx, &w, ir, a, err);
+      if (rc == 0) continue;
+      if (rc != PX_FAST_REFUSE || px_fw_value(&w, &v) < 0) return DECLINE;
+      return refused_rest(&w, seen); /* w was at the array's start */
+    }
     if (px_fw_value(&w, &v) < 0) return DECLINE;
     if (ki < 0) {
       if (unknown_member(k, &v, &unknown, a, lossy) != 0) return DECLINE;

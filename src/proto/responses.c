@@ -602,10 +602,11 @@ static void lossy_hosted_tool(px_lossy_t *l, px_fstr_t type) {
   px_lossy_add(l, "tools[].other");
 }
 
-static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir,
-                        px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
-  if (tv->kind != PX_FV_ARR) return FAIL(err, "tools", "tools must be a list");
-  px_fw_t w = {tv->raw.ptr, tv->raw.len, 0};
+/* the tools list at the cursor, read where it stands (its bulk, the
+ * parameters schemas, walked once) */
+static int decode_tools(const px_tr_ctx_t *ctx, px_fw_t *tw, px_freq_t *ir, px_arena_t *a,
+                        px_lossy_t *lossy, px_tr_err_t *err) {
+  px_fw_t w = *tw;
   int r;
   size_t i = 0;
   if (px_fw_open(&w, '[') < 0) return DECLINE;
@@ -654,7 +655,9 @@ static int decode_tools(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_freq_t *ir
     if (HAS(T_DEFER) && f[T_DEFER].kind == PX_FV_TRUE)
       px_lossy_add(lossy, "tools[].defer_loading");
   }
-  return r < 0 ? DECLINE : 0;
+  if (r < 0) return DECLINE;
+  tw->i = w.i;
+  return 0;
 }
 
 static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_t *ir,
@@ -820,8 +823,8 @@ static int decode_top(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_
     case K_INPUT:
     case K_SAFETY:
       return 0; /* after the other members */
-    case K_TOOLS:
-      return decode_tools(ctx, v, ir, a, lossy, err);
+    case K_TOOLS: /* a list is read in place (the caller) */
+      return FAIL(err, "tools", "tools must be a list");
     case K_TC:
       return decode_tool_choice(ctx, v, ir, lossy, err);
     case K_TEXT:
@@ -952,6 +955,16 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
         return DECLINE;
       }
       input_read = 1;
+      continue;
+    }
+    if (ki == K_TOOLS && !refused && px_fw_peek(&w) == PX_FV_ARR) {
+      rc = decode_tools(ctx, &w, ir, a, lossy, &top_err);
+      if (rc == REFUSE) { /* the rest of the list skipped (w at its start) */
+        if (px_fw_value(&w, &v) < 0) return DECLINE;
+        refused = 1;
+      } else if (rc != 0) {
+        return DECLINE;
+      }
       continue;
     }
     if (px_fw_value(&w, &v) < 0) return DECLINE;

@@ -22,12 +22,11 @@
  *   ctx->max_accum.
  */
 #include <stdio.h>
-#include <sys/random.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "proxai/fastir.h"
-#include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 #include "proxai/sse.h"
@@ -165,43 +164,49 @@ static int dstop_all(px_sdec_t *d, int oi) {
   return 0;
 }
 
-static int oindex(json_t *j) {
-  json_t *v = json_object_get(j, "output_index");
-  return json_is_integer(v) ? (int)json_integer_value(v) : -1;
+/* The general path reads an event checked whole (px_jv_parse), members
+ * looked up where they lie (fastir.h's checked views: the last of a
+ * repeated name), strings unescaped into the event's arena. */
+static const char *jstr(px_arena_t *ar, const px_fv_t *o, const char *key) {
+  return px_jv_sget(ar, o, key).ptr;
 }
 
-static int cindex(json_t *j) {
-  json_t *v = json_object_get(j, "content_index");
-  return json_is_integer(v) ? (int)json_integer_value(v) : 0;
+static int oindex(const px_fv_t *j) {
+  return (int)px_jv_iget(j, "output_index", -1);
 }
 
-static int d_item_added(px_sdec_t *d, json_t *j) {
-  json_t *item = json_object_get(j, "item");
-  const char *t = px_jstr(item, "type");
+static int cindex(const px_fv_t *j) {
+  return (int)px_jv_iget(j, "content_index", 0);
+}
+
+static int d_item_added(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
+  px_fv_t item;
+  px_jv_get(j, "item", &item);
+  const char *t = jstr(ar, &item, "type");
   int oi = oindex(j);
   if (t == NULL || oi < 0)
     return derror(d, PX_ERR_BAD_GATEWAY, "upstream sent a malformed output item");
   if (strcmp(t, "function_call") == 0) {
     d->has_tool = 1;
-    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, px_jstr(item, "call_id"),
-                         px_jstr(item, "name"), 0);
+    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, jstr(ar, &item, "call_id"),
+                         jstr(ar, &item, "name"), 0);
     if (b == NULL) return PX_ENOMEM;
-    const char *a = px_jstr(item, "arguments");
-    if (a != NULL && *a != 0) return ddelta(d, b, PX_DELTA_TOOL_ARGS, a, strlen(a));
+    px_str_t a = px_jv_sget(ar, &item, "arguments");
+    if (a.len > 0) return ddelta(d, b, PX_DELTA_TOOL_ARGS, a.ptr, a.len);
     return 0;
   }
   if (strcmp(t, "custom_tool_call") == 0 && px_tr_in_can(&d->ctx, PX_CAP_CUSTOM_TOOLS)) {
     /* freeform tool call, for a client that has custom tools too */
     d->has_tool = 1;
-    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, px_jstr(item, "call_id"),
-                         px_jstr(item, "name"), 1);
+    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_TOOL_CALL, jstr(ar, &item, "call_id"),
+                         jstr(ar, &item, "name"), 1);
     if (b == NULL) return PX_ENOMEM;
-    const char *a = px_jstr(item, "input");
-    if (a != NULL && *a != 0) return ddelta(d, b, PX_DELTA_TOOL_ARGS, a, strlen(a));
+    px_str_t a = px_jv_sget(ar, &item, "input");
+    if (a.len > 0) return ddelta(d, b, PX_DELTA_TOOL_ARGS, a.ptr, a.len);
     return 0;
   }
   if (strcmp(t, "reasoning") == 0) {
-    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_THINKING, px_jstr(item, "id"), NULL, 0);
+    dblock_t *b = dstart(d, oi, -1, PX_BLOCK_THINKING, jstr(ar, &item, "id"), NULL, 0);
     return b ? 0 : PX_ENOMEM;
   }
   /* message: its parts open blocks; hosted tool items are not carried
@@ -212,26 +217,33 @@ static int d_item_added(px_sdec_t *d, json_t *j) {
   return 0;
 }
 
-/* response.output_text.annotation.added: an annotation of a text part */
-static int d_annotation(px_sdec_t *d, json_t *j) {
-  json_t *a = json_object_get(j, "annotation");
+/* response.output_text.annotation.added: an annotation of a text part,
+ * handed on re-written as json_dumps wrote jansson's document of it */
+static int d_annotation(px_sdec_t *d, const px_fv_t *j, size_t n) {
+  px_fv_t a;
+  px_jv_get(j, "annotation", &a);
   dblock_t *b = dfind(d, oindex(j), cindex(j));
-  if (!json_is_object(a) || b == NULL || !b->open || b->kind != PX_BLOCK_TEXT) return 0;
-  char *s = px_jdoc_dump(a, JSON_COMPACT);
-  if (s == NULL) return PX_ENOMEM;
-  px_ev_t ev;
-  px_ev_init(&ev, PX_EV_DELTA);
-  ev.index = b->index;
-  ev.delta = PX_DELTA_ANNOTATION;
-  ev.text = px_str(s);
-  int rc = demit(d, &ev);
-  free(s);
+  if (!px_jv_is(&a, PX_FV_OBJ) || b == NULL || !b->open || b->kind != PX_BLOCK_TEXT)
+    return 0;
+  px_buf_t o;
+  px_buf_init(&o, PX_JV_GROWTH * n + 64);
+  int rc = px_fb_jdump(&o, &a) == 0 ? 0 : PX_ENOMEM;
+  if (rc == 0) {
+    px_ev_t ev;
+    px_ev_init(&ev, PX_EV_DELTA);
+    ev.index = b->index;
+    ev.delta = PX_DELTA_ANNOTATION;
+    ev.text = (px_str_t){o.data, o.len};
+    rc = demit(d, &ev);
+  }
+  px_buf_free(&o);
   return rc;
 }
 
-static int d_part_added(px_sdec_t *d, json_t *j) {
-  json_t *part = json_object_get(j, "part");
-  const char *t = px_jstr(part, "type");
+static int d_part_added(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
+  px_fv_t part;
+  px_jv_get(j, "part", &part);
+  const char *t = jstr(ar, &part, "type");
   int oi = oindex(j), ci = cindex(j);
   if (t == NULL) return 0;
   px_block_t kind;
@@ -243,24 +255,25 @@ static int d_part_added(px_sdec_t *d, json_t *j) {
     return 0; /* reasoning_text parts belong to the reasoning block */
   dblock_t *b = dstart(d, oi, ci, kind, NULL, NULL, 0);
   if (b == NULL) return PX_ENOMEM;
-  const char *init = px_jstr(part, kind == PX_BLOCK_TEXT ? "text" : "refusal");
-  if (init != NULL && *init != 0)
-    return ddelta(d, b, kind == PX_BLOCK_TEXT ? PX_DELTA_TEXT : PX_DELTA_REFUSAL, init,
-                  strlen(init));
+  px_str_t init = px_jv_sget(ar, &part, kind == PX_BLOCK_TEXT ? "text" : "refusal");
+  if (init.len > 0)
+    return ddelta(d, b, kind == PX_BLOCK_TEXT ? PX_DELTA_TEXT : PX_DELTA_REFUSAL,
+                  init.ptr, init.len);
   return 0;
 }
 
-static int d_item_done(px_sdec_t *d, json_t *j) {
-  json_t *item = json_object_get(j, "item");
-  const char *t = px_jstr(item, "type");
+static int d_item_done(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
+  px_fv_t item;
+  px_jv_get(j, "item", &item);
+  const char *t = jstr(ar, &item, "type");
   int oi = oindex(j);
   if (t == NULL) return 0;
   dblock_t *b = dfind(d, oi, -1);
   int custom = strcmp(t, "custom_tool_call") == 0;
   if ((strcmp(t, "function_call") == 0 || custom) && b != NULL) {
-    const char *a = px_jstr(item, custom ? "input" : "arguments");
-    if (!b->got_delta && a != NULL && *a != 0) {
-      int rc = ddelta(d, b, PX_DELTA_TOOL_ARGS, a, strlen(a));
+    px_str_t a = px_jv_sget(ar, &item, custom ? "input" : "arguments");
+    if (!b->got_delta && a.len > 0) {
+      int rc = ddelta(d, b, PX_DELTA_TOOL_ARGS, a.ptr, a.len);
       if (rc < 0) return rc;
     }
     return dstop(d, b);
@@ -268,22 +281,23 @@ static int d_item_done(px_sdec_t *d, json_t *j) {
   if (strcmp(t, "reasoning") == 0 && b != NULL) {
     if (!b->got_delta) {
       /* no deltas streamed: take the text from the finished item */
-      json_t *arr = json_object_get(item, "summary");
-      size_t i;
-      json_t *p;
+      px_fv_t arr, p;
+      px_jv_get(&item, "summary", &arr);
+      px_jv_it_t it;
+      px_jv_iter(&it, &arr);
       int first = 1;
-      json_array_foreach(arr, i, p) {
-        const char *s = px_jstr(p, "text");
-        if (s == NULL) continue;
+      while (px_jv_elem(&it, &p)) {
+        px_str_t s = px_jv_sget(ar, &p, "text");
+        if (s.ptr == NULL) continue;
         if (!first) ddelta(d, b, PX_DELTA_THINKING, "\n\n", 2);
         first = 0;
-        int rc = ddelta(d, b, PX_DELTA_THINKING, s, strlen(s));
+        int rc = ddelta(d, b, PX_DELTA_THINKING, s.ptr, s.len);
         if (rc < 0) return rc;
       }
     }
-    const char *enc = px_jstr(item, "encrypted_content");
-    if (enc != NULL && *enc != 0) {
-      int rc = ddelta(d, b, PX_DELTA_SIGNATURE, enc, strlen(enc));
+    px_str_t enc = px_jv_sget(ar, &item, "encrypted_content");
+    if (enc.len > 0) {
+      int rc = ddelta(d, b, PX_DELTA_SIGNATURE, enc.ptr, enc.len);
       if (rc < 0) return rc;
     }
     return dstop(d, b);
@@ -291,9 +305,23 @@ static int d_item_done(px_sdec_t *d, json_t *j) {
   return dstop_all(d, oi);
 }
 
-static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
-  json_t *r = json_object_get(j, "response");
-  const char *status = px_jstr(r, "status");
+/* element i of array a (absent past its end or when a is no array) */
+static void jv_at(const px_fv_t *a, size_t i, px_fv_t *out) {
+  px_jv_it_t it;
+  px_jv_iter(&it, a);
+  while (px_jv_elem(&it, out))
+    if (i-- == 0) return;
+  memset(out, 0, sizeof(*out));
+}
+
+static int d_terminal(px_sdec_t *d, const px_fv_t *j, const char *type, px_arena_t *ar) {
+  enum { R_STATUS, R_ERROR, R_OUTPUT, R_INCOMPLETE, R_USAGE, R_N };
+  static const px_fkey_t rkeys[] = {PX_FK("status"), PX_FK("error"), PX_FK("output"),
+                                    PX_FK("incomplete_details"), PX_FK("usage")};
+  px_fv_t r, f[R_N];
+  px_jv_get(j, "response", &r);
+  px_jv_fields(&r, rkeys, R_N, f);
+  const char *status = px_jv_str(ar, &f[R_STATUS], NULL);
   if (status == NULL) {
     if (strcmp(type, "response.completed") == 0)
       status = "completed";
@@ -302,10 +330,9 @@ static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
     else
       status = "failed";
   }
-  json_t *err = json_object_get(r, "error");
-  if (strcmp(status, "failed") == 0 && json_is_object(err)) {
-    const char *code = px_jstr(err, "code");
-    const char *msg = px_jstr(err, "message");
+  if (strcmp(status, "failed") == 0 && px_jv_is(&f[R_ERROR], PX_FV_OBJ)) {
+    const char *code = jstr(ar, &f[R_ERROR], "code");
+    const char *msg = jstr(ar, &f[R_ERROR], "message");
     px_errkind_t k = px_errkind_from_type(code, 0);
     return derror(d, k, msg ? msg : "upstream response failed");
   }
@@ -314,11 +341,11 @@ static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
   for (size_t i = 0; i < d->nblocks; i++) {
     dblock_t *b = &d->blocks[i];
     if (!b->open || b->kind != PX_BLOCK_THINKING) continue;
-    const char *enc =
-        px_jstr(json_array_get(json_object_get(r, "output"), (size_t)b->output_index),
-                "encrypted_content");
-    if (enc != NULL && *enc != 0) {
-      int rc = ddelta(d, b, PX_DELTA_SIGNATURE, enc, strlen(enc));
+    px_fv_t it;
+    jv_at(&f[R_OUTPUT], (size_t)b->output_index, &it);
+    px_str_t enc = px_jv_sget(ar, &it, "encrypted_content");
+    if (enc.len > 0) {
+      int rc = ddelta(d, b, PX_DELTA_SIGNATURE, enc.ptr, enc.len);
       if (rc < 0) return rc;
     }
   }
@@ -327,24 +354,23 @@ static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
   px_ev_t ev;
   px_ev_init(&ev, PX_EV_MESSAGE_DELTA);
   ev.finish = px_str(status);
-  ev.stop = px_stop_from_responses(
-      status, px_jstr(json_object_get(r, "incomplete_details"), "reason"), d->has_tool);
+  ev.stop =
+      px_stop_from_responses(status, jstr(ar, &f[R_INCOMPLETE], "reason"), d->has_tool);
   if (ev.stop == PX_STOP_NONE)
     return derror(d, PX_ERR_BAD_GATEWAY,
                   "upstream ended the response without a final status");
-  json_t *u = json_object_get(r, "usage");
-  if (json_is_object(u)) {
-    json_t *v;
-    if (json_is_integer(v = json_object_get(u, "input_tokens")))
-      ev.usage.input_tokens = json_integer_value(v);
-    if (json_is_integer(v = json_object_get(u, "output_tokens")))
-      ev.usage.output_tokens = json_integer_value(v);
-    if (json_is_integer(v = json_object_get(json_object_get(u, "input_tokens_details"),
-                                            "cached_tokens")))
-      ev.usage.cache_read_tokens = json_integer_value(v);
-    if (json_is_integer(v = json_object_get(json_object_get(u, "output_tokens_details"),
-                                            "reasoning_tokens")))
-      ev.usage.reasoning_tokens = json_integer_value(v);
+  if (px_jv_is(&f[R_USAGE], PX_FV_OBJ)) {
+    static const px_fkey_t ukeys[] = {PX_FK("input_tokens"), PX_FK("output_tokens"),
+                                      PX_FK("input_tokens_details"),
+                                      PX_FK("output_tokens_details")};
+    px_fv_t u[4];
+    px_jv_fields(&f[R_USAGE], ukeys, 4, u);
+    px_jv_int(&u[0], &ev.usage.input_tokens);
+    px_jv_int(&u[1], &ev.usage.output_tokens);
+    ev.usage.cache_read_tokens =
+        px_jv_iget(&u[2], "cached_tokens", ev.usage.cache_read_tokens);
+    ev.usage.reasoning_tokens =
+        px_jv_iget(&u[3], "reasoning_tokens", ev.usage.reasoning_tokens);
   }
   rc = demit(d, &ev);
   if (rc < 0) return rc;
@@ -353,9 +379,10 @@ static int d_terminal(px_sdec_t *d, json_t *j, const char *type) {
   return demit(d, &ev);
 }
 
-static int d_delta(px_sdec_t *d, json_t *j, px_delta_t kind, int item_level) {
-  const char *s = px_jstr(j, "delta");
-  if (s == NULL) return 0;
+static int d_delta(px_sdec_t *d, const px_fv_t *j, px_delta_t kind, int item_level,
+                   px_arena_t *ar) {
+  px_str_t s = px_jv_sget(ar, j, "delta");
+  if (s.ptr == NULL) return 0;
   dblock_t *b = dfind(d, oindex(j), item_level ? -1 : cindex(j));
   if (b == NULL && !item_level && oindex(j) >= 0) {
     /* a server that skips response.content_part.added: the part starts
@@ -367,25 +394,25 @@ static int d_delta(px_sdec_t *d, json_t *j, px_delta_t kind, int item_level) {
   if (b == NULL || !b->open)
     return derror(d, PX_ERR_BAD_GATEWAY,
                   "upstream sent a delta for an unknown output item");
-  return ddelta(d, b, kind, s, json_string_length(json_object_get(j, "delta")));
+  return ddelta(d, b, kind, s.ptr, s.len);
 }
 
 /* Fast path. Nearly every upstream event is a text / arguments / reasoning
  * delta: response.output_text.delta, response.refusal.delta,
  * response.function_call_arguments.delta,
  * response.custom_tool_call_input.delta, response.reasoning_summary_text.delta,
- * response.reasoning_text.delta. Building a jansson tree for each dominates
- * the translation, so those events are read by the validating scanner of
+ * response.reasoning_text.delta. Reading each checked whole (the general
+ * path) dominates the translation, so those events are read by the validating scanner of
  * json.h (px_fj_*, shared with the other stream decoders): it accepts only what it
  * can prove jansson would accept and read the same way, with no escaped or
  * repeated keys where the fields are read. Anything else (other events,
  * errors, unexpected states, odd shapes) returns "not handled" and goes to
- * the jansson path, which stays the arbiter. Nothing is emitted before the
+ * the general path, which stays the arbiter. Nothing is emitted before the
  * whole event has been checked. */
 
-/* Returns 1 when the event was handled, 0 to use the jansson path, <0 on a
+/* Returns 1 when the event was handled, 0 to use the general path, <0 on a
  * sink error. Only a delta for a block that is open is handled here; the
- * jansson path decides everything else (unknown items, a part that starts
+ * general path decides everything else (unknown items, a part that starts
  * with its first delta, errors). */
 /* A delta that repeats the memo's bytes, its holes aside: an integer where
  * the memo skipped one, the delta's string where the memo's was (both
@@ -536,8 +563,8 @@ static int fast_event(px_sdec_t *d, const char *data, size_t n) {
  * read where they stand, every other value checked and skipped. The shapes
  * read here are the common ones; the others (tool and reasoning items, a
  * text part that starts with text, failures, errors, annotations) go to
- * the jansson path, the arbiter. Returns 1 when handled, 0 to use the
- * jansson path, <0 on a sink error. */
+ * the general path, the arbiter. Returns 1 when handled, 0 to use the
+ * general path, <0 on a sink error. */
 
 /* the members read, one slot each (bit of the seen mask): the event's; the
  * item's; the part's; the response's, its incomplete_details' and usage's,
@@ -879,7 +906,7 @@ static int life_event(px_sdec_t *d, const char *data, size_t n) {
 }
 
 /* The lifecycle event read into f (see life_event): 1 when handled, 0 to
- * use the jansson path, <0 on a sink error. */
+ * use the general path, <0 on a sink error. */
 static int life_act(px_sdec_t *d, const px_fv_t *f, unsigned seen) {
   px_fstr_t type, t;
   int oi, ci;
@@ -940,7 +967,7 @@ static int life_act(px_sdec_t *d, const px_fv_t *f, unsigned seen) {
   }
   if (PX_FS_IS(type, "response.completed") || PX_FS_IS(type, "response.incomplete"))
     return life_terminal(d, f, seen, PX_FS_IS(type, "response.incomplete"));
-  /* what the jansson path acts on (the deltas: when fast_event left them) */
+  /* what the general path acts on (the deltas: when fast_event left them) */
   static const px_fkey_t acted[] = {PX_FK("error"),
                                     PX_FK("response.created"),
                                     PX_FK("response.failed"),
@@ -980,24 +1007,16 @@ long px_responses_sdec_fast(px_sdec_t *d, int on) {
   return d->fast_hits;
 }
 
-int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
-  if (d->state == D_DONE || d->state == D_ERROR) return 0;
-  if (px_str_eq(sse->data, "[DONE]") || sse->data.len == 0) return 0;
-  if (d->fast) {
-    int frc = fast_event(d, sse->data.ptr, sse->data.len);
-    if (frc == 0) frc = life_event(d, sse->data.ptr, sse->data.len);
-    if (frc != 0) {
-      d->fast_hits++;
-      return frc < 0 ? frc : 0;
-    }
-  }
-  json_error_t e;
-  json_t *j = px_jdoc_load(sse->data.ptr, sse->data.len, 0, &e);
-  if (!json_is_object(j)) {
-    json_decref(j);
+/* The general path: the event checked whole, then read where it lies. Out
+ * of line: its arena is no weight on the fast path's frame. */
+__attribute__((noinline)) static int general_event(px_sdec_t *d,
+                                                   const px_sse_event_t *sse) {
+  px_fv_t j;
+  if (px_jv_parse(sse->data.ptr, sse->data.len, &j) < 0 || !px_jv_is(&j, PX_FV_OBJ))
     return derror(d, PX_ERR_BAD_GATEWAY, "upstream sent a non-JSON event");
-  }
-  const char *type = px_jstr(j, "type");
+  px_arena_t ar; /* the event's strings, unescaped */
+  px_arena_init(&ar);
+  const char *type = jstr(&ar, &j, "type");
   char tbuf[96];
   if (type == NULL && sse->event.len > 0 && sse->event.len < sizeof(tbuf)) {
     memcpy(tbuf, sse->event.ptr, sse->event.len);
@@ -1008,12 +1027,13 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
   if (type == NULL) {
     rc = derror(d, PX_ERR_BAD_GATEWAY, "upstream sent an event without a type");
   } else if (strcmp(type, "error") == 0) {
-    const char *msg = px_jstr(j, "message");
-    const char *code = px_jstr(j, "code");
-    json_t *inner = json_object_get(j, "error");
-    if (msg == NULL && json_is_object(inner)) {
-      msg = px_jstr(inner, "message");
-      code = px_jstr(inner, "code") ? px_jstr(inner, "code") : px_jstr(inner, "type");
+    const char *msg = jstr(&ar, &j, "message");
+    const char *code = jstr(&ar, &j, "code");
+    px_fv_t inner;
+    if (msg == NULL && px_jv_get(&j, "error", &inner) && px_jv_is(&inner, PX_FV_OBJ)) {
+      msg = jstr(&ar, &inner, "message");
+      code = jstr(&ar, &inner, "code") ? jstr(&ar, &inner, "code")
+                                       : jstr(&ar, &inner, "type");
     }
     px_errkind_t k = PX_ERR_API;
     if (code != NULL && (strcmp(code, "rate_limit_exceeded") == 0 ||
@@ -1026,11 +1046,12 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
     if (strcmp(type, "response.created") == 0 ||
         strcmp(type, "response.in_progress") == 0 ||
         strcmp(type, "response.queued") == 0) {
-      json_t *r = json_object_get(j, "response");
+      px_fv_t r;
+      px_jv_get(&j, "response", &r);
       px_ev_t ev;
       px_ev_init(&ev, PX_EV_MESSAGE_START);
-      ev.id = px_str(px_jstr(r, "id"));
-      ev.model = px_str(px_jstr(r, "model"));
+      ev.id = px_str(jstr(&ar, &r, "id"));
+      ev.model = px_str(jstr(&ar, &r, "model"));
       dset(d, D_RUNNING);
       rc = demit(d, &ev);
     } else {
@@ -1038,44 +1059,58 @@ int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
                   "upstream stream did not start with response.created");
     }
   } else if (strcmp(type, "response.output_item.added") == 0) {
-    rc = d_item_added(d, j);
+    rc = d_item_added(d, &j, &ar);
   } else if (strcmp(type, "response.content_part.added") == 0) {
-    rc = d_part_added(d, j);
+    rc = d_part_added(d, &j, &ar);
   } else if (strcmp(type, "response.output_text.delta") == 0) {
-    rc = d_delta(d, j, PX_DELTA_TEXT, 0);
+    rc = d_delta(d, &j, PX_DELTA_TEXT, 0, &ar);
   } else if (strcmp(type, "response.refusal.delta") == 0) {
-    rc = d_delta(d, j, PX_DELTA_REFUSAL, 0);
+    rc = d_delta(d, &j, PX_DELTA_REFUSAL, 0, &ar);
   } else if (strcmp(type, "response.function_call_arguments.delta") == 0) {
-    rc = d_delta(d, j, PX_DELTA_TOOL_ARGS, 1);
+    rc = d_delta(d, &j, PX_DELTA_TOOL_ARGS, 1, &ar);
   } else if (strcmp(type, "response.custom_tool_call_input.delta") == 0) {
     /* not carried toward clients without freeform tools: ignored */
     if (px_tr_in_can(&d->ctx, PX_CAP_CUSTOM_TOOLS))
-      rc = d_delta(d, j, PX_DELTA_TOOL_ARGS, 1);
+      rc = d_delta(d, &j, PX_DELTA_TOOL_ARGS, 1, &ar);
   } else if (strcmp(type, "response.reasoning_summary_text.delta") == 0 ||
              strcmp(type, "response.reasoning_text.delta") == 0) {
-    rc = d_delta(d, j, PX_DELTA_THINKING, 1);
+    rc = d_delta(d, &j, PX_DELTA_THINKING, 1, &ar);
   } else if (strcmp(type, "response.reasoning_summary_part.added") == 0) {
-    dblock_t *b = dfind(d, oindex(j), -1);
+    dblock_t *b = dfind(d, oindex(&j), -1);
     if (b != NULL && b->nsummary++ > 0 && b->got_delta)
       rc = ddelta(d, b, PX_DELTA_THINKING, "\n\n", 2);
   } else if (strcmp(type, "response.output_text.annotation.added") == 0) {
-    rc = d_annotation(d, j);
+    rc = d_annotation(d, &j, sse->data.len);
   } else if (strcmp(type, "response.content_part.done") == 0) {
-    dblock_t *b = dfind(d, oindex(j), cindex(j));
+    dblock_t *b = dfind(d, oindex(&j), cindex(&j));
     if (b != NULL) rc = dstop(d, b);
   } else if (strcmp(type, "response.output_item.done") == 0) {
-    rc = d_item_done(d, j);
+    rc = d_item_done(d, &j, &ar);
   } else if (strcmp(type, "response.completed") == 0 ||
              strcmp(type, "response.incomplete") == 0 ||
              strcmp(type, "response.failed") == 0) {
-    rc = d_terminal(d, j, type);
+    rc = d_terminal(d, &j, type, &ar);
   } else if (strcmp(type, "response.created") == 0) {
     rc = derror(d, PX_ERR_BAD_GATEWAY, "upstream sent response.created twice");
   }
   /* everything else (.done echoes, in_progress, annotations, hosted tool
    * progress) carries nothing the event model needs */
-  json_decref(j);
+  px_arena_free(&ar);
   return rc < 0 ? rc : 0;
+}
+
+int px_responses_sdec_feed(px_sdec_t *d, const px_sse_event_t *sse) {
+  if (d->state == D_DONE || d->state == D_ERROR) return 0;
+  if (px_str_eq(sse->data, "[DONE]") || sse->data.len == 0) return 0;
+  if (d->fast) {
+    int frc = fast_event(d, sse->data.ptr, sse->data.len);
+    if (frc == 0) frc = life_event(d, sse->data.ptr, sse->data.len);
+    if (frc != 0) {
+      d->fast_hits++;
+      return frc < 0 ? frc : 0;
+    }
+  }
+  return general_event(d, sse);
 }
 
 int px_responses_sdec_finish(px_sdec_t *d) {
@@ -1114,7 +1149,8 @@ typedef struct eblock {
   char *call_id;
   char *name;
   px_buf_t enc; /* reasoning encrypted content */
-  json_t *anns; /* text: annotations so far (Responses shape) */
+  px_buf_t anns; /* text: annotations so far (Responses shape), comma-separated */
+  int nanns;
 } eblock_t;
 
 /* An output item of the response: its bytes as written (text placeholders,
@@ -1151,7 +1187,7 @@ struct px_senc {
   px_buf_t scratch;
   /* Text slots: the text of every block, JSON-escaped once as its deltas
    * go out. Events, items and the final response are written with a
-   * placeholder string for a slot (jansson trees of the rare events too);
+   * placeholder string for a slot (the rare events' too);
    * ewrite() splices the escaped bytes in while writing, so a text is never
    * copied nor escaped again (the closing events repeat it four times). */
   px_buf_t *texts;
@@ -1217,17 +1253,25 @@ static int wtext(px_senc_t *e, px_buf_t *b, int tix) {
   return wlit(b, "\"") || wlit(b, e->marker) || wint(b, tix) || wlit(b, "\\u0001\"");
 }
 
-/* The real text of a slot as a jansson string (slow path: error output). */
-static json_t *etext_value(px_senc_t *e, int tix) {
+/* The real text of a slot (slow path: error output), re-written as
+ * json_dumps writes a string (the slot holds it escaped as its deltas went
+ * out): 0, 1 when it does not read as one string (left out), <0 on failure. */
+static int wtext_value(px_senc_t *e, px_buf_t *o, int tix) {
   px_buf_t *t = &e->texts[tix];
   px_buf_t q;
   px_buf_init(&q, SIZE_MAX);
-  json_t *v = NULL;
-  if (px_buf_append(&q, "\"", 1) == 0 && px_buf_append(&q, t->data, t->len) == 0 &&
-      px_buf_append(&q, "\"", 1) == 0)
-    v = px_jdoc_load(q.data, q.len, JSON_DECODE_ANY, NULL);
+  px_fv_t a, v;
+  px_jv_it_t it;
+  int rc = 1;
+  if (px_buf_append(&q, "[\"", 2) == 0 && px_buf_append(&q, t->data, t->len) == 0 &&
+      px_buf_append(&q, "\"]", 2) == 0 && px_jv_parse(q.data, q.len, &a) == 0 &&
+      px_jv_size(&a) == 1) {
+    px_jv_iter(&it, &a);
+    if (px_jv_elem(&it, &v) && px_jv_is(&v, PX_FV_STR))
+      rc = px_fb_jdump(o, &v) != 0 ? PX_ENOMEM : 0;
+  }
   px_buf_free(&q);
-  return v;
+  return rc;
 }
 
 /* The first place of the marker m (ml bytes) in p[0..n), or NULL: its
@@ -1296,16 +1340,6 @@ static char *utoa(char *end, unsigned long long v) {
   return end;
 }
 
-/* Dump an event's members (obj, a jansson object: its reference is taken)
- * into e->scratch, placeholders and all. */
-static int edump(px_senc_t *e, json_t *obj) {
-  if (obj == NULL) return PX_ENOMEM;
-  px_buf_reset(&e->scratch);
-  int rc = px_jdoc_dump_buf(obj, &e->scratch);
-  json_decref(obj);
-  return rc == PX_EINVAL ? PX_ENOMEM : rc; /* as before: jansson refused to write it */
-}
-
 /* Write the event dumped in e->scratch into the out buffer: type and
  * sequence_number first (written here: no wrapper object), then its
  * members with the text placeholders spliced. On failure the out buffer
@@ -1347,13 +1381,6 @@ static int esend(px_senc_t *e, const char *type, int fail) {
   px_buf_reset(&e->scratch); /* kept for the IR event's next one, then freed */
   if (rc == 0) eflush(e);
   return rc;
-}
-
-/* Emit a jansson event (its members in obj, whose reference is taken): the
- * rare ones (annotations, errors). */
-static int eemit(px_senc_t *e, const char *type, json_t *obj) {
-  int rc = edump(e, obj);
-  return rc < 0 ? (px_buf_free(&e->scratch), rc) : esend(e, type, 0);
 }
 
 /* The scratch emptied for an event's members, with room for a usual one
@@ -1589,7 +1616,7 @@ static void efree_block(eblock_t *b) {
   free(b->name);
   px_buf_free(&b->dpre);
   px_buf_free(&b->enc);
-  json_decref(b->anns);
+  px_buf_free(&b->anns);
   memset(b, 0, sizeof(*b));
 }
 
@@ -1603,7 +1630,8 @@ static int wpart(px_senc_t *e, px_buf_t *o, const eblock_t *b, int empty) {
     return 1;
   if (b->kind != PX_BLOCK_TEXT) return wlit(o, "}");
   if (wlit(o, ",\"annotations\":")) return 1;
-  if (!empty && b->anns != NULL ? px_jdoc_dump_buf(b->anns, o) != 0 : wlit(o, "[]"))
+  if (wlit(o, "[") || (!empty && px_buf_append(o, b->anns.data, b->anns.len)) ||
+      wlit(o, "]"))
     return 1;
   return wlit(o, "}");
 }
@@ -1647,6 +1675,7 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
   b->used = 1;
   b->kind = ev->block;
   px_buf_init(&b->enc, SIZE_MAX);
+  px_buf_init(&b->anns, SIZE_MAX);
   px_buf_init(&b->dpre, 1024);
   b->tix = etext_new(e);
   if (b->tix < 0) return PX_ENOMEM;
@@ -1710,32 +1739,78 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
   return PX_EPROTO;
 }
 
-/* An annotation of a text part: response.output_text.annotation.added, and
- * kept for the part's closing events (as the non-streaming encoder). */
-static int eannotation(px_senc_t *e, eblock_t *b, px_str_t text) {
-  if (b->kind != PX_BLOCK_TEXT) return PX_EPROTO;
-  json_t *a = px_annotation_parse(text);
-  if (a == NULL) return 0;
-  json_t *arr = json_pack("[o]", a);
+/* The IR annotation a in the Responses shape (flat), as the non-streaming
+ * reference codec's px_responses_annotations (responses_common.c) makes it, written into
+ * o: a url_citation's nested object with its type (set in its place, else last); the
+ * other citation kinds as they are. 0, 1 when it has none (named in the lossy list), <0
+ * on failure. */
+static int wannotation(px_senc_t *e, px_buf_t *o, const px_fv_t *a, const char *t,
+                       px_arena_t *ar) {
+  px_fv_t nested, x;
+  px_fstr_t k;
+  px_jv_get(a, t, &nested);
+  if (strcmp(t, "url_citation") == 0 && px_jv_is(&nested, PX_FV_OBJ)) {
+    px_jv_it_t it;
+    px_jv_iter(&it, &nested);
+    int rc = wlit(o, "{") ? PX_ENOMEM : 0, first = 1, typed = 0;
+    while (rc == 0 && px_jv_member(&it, &k, &x)) {
+      px_fv_t kv = {.kind = PX_FV_STR, .s = k, .raw = {k.p, k.n}};
+      const char *ks = px_jv_str(ar, &kv, NULL);
+      if (ks == NULL) return PX_ENOMEM;
+      int type = strcmp(ks, "type") == 0;
+      typed |= type;
+      if ((!first && wlit(o, ",")) || wstr(o, ks) || wlit(o, ":") ||
+          (type ? wlit(o, "\"url_citation\"") : px_fb_jdump(o, &x) != 0))
+        rc = PX_ENOMEM;
+      first = 0;
+    }
+    if (rc == 0 && !typed &&
+        wlit(o, first ? "\"type\":\"url_citation\"" : ",\"type\":\"url_citation\""))
+      rc = PX_ENOMEM;
+    return rc == 0 && wlit(o, "}") ? PX_ENOMEM : rc;
+  }
+  if (strcmp(t, "url_citation") == 0 || strcmp(t, "file_citation") == 0 ||
+      strcmp(t, "container_file_citation") == 0 || strcmp(t, "file_path") == 0)
+    return px_fb_jdump(o, a) != 0 ? PX_ENOMEM : 0;
   px_lossy_t scratch;
   px_lossy_init(&scratch);
-  json_t *conv = px_responses_annotations(arr, e->ctx.dropped ? e->ctx.dropped : &scratch);
-  json_decref(arr);
-  if (b->anns == NULL) b->anns = json_array();
-  size_t i;
-  json_t *x;
+  px_lossy_add(e->ctx.dropped ? e->ctx.dropped : &scratch,
+               "output[].content[].annotations");
+  return 1;
+}
+
+/* An annotation of a text part: response.output_text.annotation.added, and
+ * kept for the part's closing events (as the non-streaming encoder). The
+ * IR annotation is read with the checked views, re-written (px_fb_jdump). */
+static int eannotation(px_senc_t *e, eblock_t *b, px_str_t text) {
+  if (b->kind != PX_BLOCK_TEXT) return PX_EPROTO;
+  px_fv_t a;
+  if (text.ptr == NULL || text.len == 0 || px_jv_parse(text.ptr, text.len, &a) < 0 ||
+      !px_jv_is(&a, PX_FV_OBJ))
+    return 0;
+  px_arena_t ar;
+  px_arena_init(&ar);
+  const char *t = jstr(&ar, &a, "type");
   int rc = 0;
-  json_array_foreach(conv, i, x) {
-    if (rc < 0) break;
-    size_t ai = json_array_size(b->anns);
-    json_array_append(b->anns, x);
-    rc = eemit(e, "response.output_text.annotation.added",
-               json_pack("{s:s, s:i, s:i, s:i, s:O}", "item_id", b->item_id,
-                         "output_index", b->output_index, "content_index",
-                         b->content_index, "annotation_index", (int)ai, "annotation", x));
+  if (t != NULL) {
+    px_buf_t *s = escratch(e);
+    int fail = ehead(e, b->item_id, b->output_index) || wlit(s, ",\"content_index\":") ||
+               wint(s, b->content_index) || wlit(s, ",\"annotation_index\":") ||
+               wint(s, b->nanns) || wlit(s, ",\"annotation\":");
+    size_t at = s->len;
+    rc = fail ? PX_ENOMEM : wannotation(e, s, &a, t, &ar);
+    if (rc == 0 && (wlit(s, "}") || (b->nanns > 0 && wlit(&b->anns, ",")) ||
+                    px_buf_append(&b->anns, s->data + at, s->len - at - 1)))
+      rc = PX_ENOMEM;
+    if (rc == 0) {
+      b->nanns++;
+      rc = esend(e, "response.output_text.annotation.added", 0);
+    } else {
+      px_buf_free(&e->scratch);
+    }
   }
-  json_decref(conv);
-  return rc;
+  px_arena_free(&ar);
+  return rc < 0 ? rc : 0;
 }
 
 static int e_delta(px_senc_t *e, const px_ev_t *ev) {
@@ -1920,35 +1995,50 @@ static int e_finish_items(px_senc_t *e) {
  * object still tells the truth: the wording becomes refusal parts there, as
  * in the non-streaming translation. */
 static void erefusal_parts(px_senc_t *e) {
+  px_buf_t o;
+  px_buf_init(&o, SIZE_MAX);
   for (size_t i = 0; i < e->nitems; i++) {
     px_buf_t *ib = &e->items[i].b;
     if (!e->items[i].done) continue;
-    json_t *it = px_jdoc_load(ib->data, ib->len, 0, NULL); /* rare: jansson */
-    const char *t = px_jstr(it, "type");
-    if (t == NULL || strcmp(t, "message") != 0) {
-      json_decref(it);
-      continue;
-    }
-    size_t j;
-    json_t *p;
-    json_t *c = json_object_get(it, "content");
-    json_array_foreach(c, j, p) {
-      const char *pt = px_jstr(p, "type");
-      if (pt == NULL || strcmp(pt, "output_text") != 0) continue;
-      json_t *r = json_pack("{s:s, s:O}", "type", "refusal", "refusal",
-                            json_object_get(p, "text"));
-      if (r != NULL) json_array_set_new(c, j, r);
-      e->has_refusal = 1;
-    }
-    size_t mark = ib->len;
-    if (px_jdoc_dump_buf(it, ib) == 0) {
-      memmove(ib->data, ib->data + mark, ib->len - mark);
-      ib->len -= mark;
+    px_fv_t it, c, p, tv;
+    px_arena_t ar;
+    px_arena_init(&ar);
+    const char *t = NULL;
+    if (px_jv_parse(ib->data, ib->len, &it) == 0) t = jstr(&ar, &it, "type");
+    px_arena_free(&ar);
+    if (t == NULL || strcmp(t, "message") != 0) continue;
+    /* the item is as its writer wrote it; its content array re-written */
+    px_buf_reset(&o);
+    int fail = 0;
+    if (px_jv_get(&it, "content", &c) && px_jv_is(&c, PX_FV_ARR)) {
+      size_t head = (size_t)(c.raw.ptr - ib->data);
+      fail = px_buf_append(&o, ib->data, head) != 0 || wlit(&o, "[");
+      px_jv_it_t el;
+      px_jv_iter(&el, &c);
+      for (int n = 0; !fail && px_jv_elem(&el, &p); n++) {
+        if (n > 0 && wlit(&o, ",")) fail = 1;
+        px_arena_init(&ar);
+        const char *pt = jstr(&ar, &p, "type");
+        int text = pt != NULL && strcmp(pt, "output_text") == 0;
+        px_arena_free(&ar);
+        if (text) e->has_refusal = 1;
+        if (!fail && text && px_jv_get(&p, "text", &tv))
+          fail = wlit(&o, "{\"type\":\"refusal\",\"refusal\":") ||
+                 px_fb_jdump(&o, &tv) != 0 || wlit(&o, "}");
+        else if (!fail)
+          fail = px_fb_jdump(&o, &p) != 0;
+      }
+      size_t tail = head + c.raw.len;
+      fail = fail || wlit(&o, "]") || px_buf_append(&o, ib->data + tail, ib->len - tail);
     } else {
-      ib->len = mark;
+      fail = px_fb_jdump(&o, &it) != 0;
     }
-    json_decref(it);
+    if (!fail) {
+      px_buf_reset(ib);
+      if (px_buf_append(ib, o.data, o.len) != 0) ib->len = 0;
+    }
   }
+  px_buf_free(&o);
 }
 
 static int e_stop(px_senc_t *e) {
@@ -1989,51 +2079,105 @@ static int e_stop(px_senc_t *e) {
   return esend(e, type, wresponse(e, status, reason, 1));
 }
 
-/* An item that has not finished, as far as it got (status incomplete). */
-static json_t *epartial_item(px_senc_t *e, int oi) {
-  json_t *item = NULL;
+/* An item that has not finished, as far as it got (status incomplete),
+ * written into o: 0, 1 when there is none, <0 on failure. As its jansson
+ * document was: a part or an item whose text does not read as a string is
+ * left out, so is one whose names or ids are no UTF-8. */
+static int wpartial_item(px_senc_t *e, px_buf_t *o, int oi) {
+  enum { NONE, MESSAGE, OTHER } item = NONE;
+  size_t start = o->len;
+  int nparts = 0, rc = 0;
   if (oi == e->msg_oi) {
-    px_buf_t m; /* the parts closed so far, read back */
-    px_buf_init(&m, SIZE_MAX);
-    json_t *content = NULL;
-    if (wlit(&m, "[") == 0 &&
-        px_buf_append(&m, e->msg_parts.data, e->msg_parts.len) == 0 && wlit(&m, "]") == 0)
-      content = px_jdoc_load(m.data, m.len, 0, NULL);
-    px_buf_free(&m);
-    item = json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", e->msg_id, "type", "message",
-                     "status", "incomplete", "role", "assistant", "content",
-                     content ? content : json_array());
+    /* the parts closed so far as written, placeholders and all */
+    if (wlit(o, "{\"id\":") || wstr(o, e->msg_id) ||
+        wlit(o,
+             ",\"type\":\"message\",\"status\":\"incomplete\",\"role\":\"assistant\","
+             "\"content\":[") ||
+        px_buf_append(o, e->msg_parts.data, e->msg_parts.len))
+      return PX_ENOMEM;
+    nparts = e->msg_parts.len > 0;
+    item = MESSAGE;
   }
-  for (size_t i = 0; i < e->nblocks; i++) {
+  px_buf_t tv;
+  px_buf_init(&tv, SIZE_MAX);
+  for (size_t i = 0; rc >= 0 && i < e->nblocks; i++) {
     eblock_t *b = &e->blocks[i];
     if (!b->used || b->output_index != oi) continue;
-    json_t *text = etext_value(e, b->tix);
-    if (text == NULL) continue;
-    if ((b->kind == PX_BLOCK_TEXT || b->kind == PX_BLOCK_REFUSAL) && item != NULL) {
-      json_t *part = b->kind == PX_BLOCK_TEXT
-                         ? json_pack("{s:s, s:O, s:[]}", "type", "output_text", "text",
-                                     text, "annotations")
-                         : json_pack("{s:s, s:O}", "type", "refusal", "refusal", text);
-      json_array_append_new(json_object_get(item, "content"), part);
-    } else if (b->kind == PX_BLOCK_TOOL_CALL && item == NULL) {
-      item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:O}", "id", b->item_id, "type",
-                       b->custom ? "custom_tool_call" : "function_call", "status",
-                       "incomplete", "call_id", b->call_id, "name", b->name,
-                       b->custom ? "input" : "arguments", text);
-    } else if (item == NULL) {
-      item = json_pack("{s:s, s:s, s:s, s:[]}", "id", b->item_id, "type", "reasoning",
-                       "status", "incomplete", "summary");
-      if (item != NULL && json_string_length(text) > 0)
-        json_array_append_new(
-            json_object_get(item, "summary"),
-            json_pack("{s:s, s:O}", "type", "summary_text", "text", text));
-      if (item != NULL && b->enc.len > 0)
-        json_object_set_new(item, "encrypted_content",
-                            json_stringn(b->enc.data, b->enc.len));
+    px_buf_reset(&tv);
+    int r = wtext_value(e, &tv, b->tix);
+    if (r != 0) {
+      rc = r < 0 ? r : rc;
+      continue;
     }
-    json_decref(text);
+    size_t mark = o->len;
+    int fail;
+    int part = b->kind == PX_BLOCK_TEXT || b->kind == PX_BLOCK_REFUSAL;
+    if (part && item == MESSAGE) {
+      fail = (nparts > 0 && wlit(o, ",")) ||
+             wlit(o, b->kind == PX_BLOCK_TEXT ? "{\"type\":\"output_text\",\"text\":"
+                                              : "{\"type\":\"refusal\",\"refusal\":") ||
+             px_buf_append(o, tv.data, tv.len) ||
+             wlit(o, b->kind == PX_BLOCK_TEXT ? ",\"annotations\":[]}" : "}");
+      if (!fail) nparts++;
+    } else if (item != NONE) {
+      continue; /* one item: a part of another item is left out */
+    } else if (b->kind == PX_BLOCK_TOOL_CALL) {
+      fail =
+          wlit(o, "{\"id\":") || wstr(o, b->item_id) ||
+          wlit(o, b->custom ? ",\"type\":\"custom_tool_call\",\"status\":\"incomplete\""
+                            : ",\"type\":\"function_call\",\"status\":\"incomplete\"") ||
+          wlit(o, ",\"call_id\":") || wstr(o, b->call_id) || wlit(o, ",\"name\":") ||
+          wstr(o, b->name) || wlit(o, b->custom ? ",\"input\":" : ",\"arguments\":") ||
+          px_buf_append(o, tv.data, tv.len) || wlit(o, "}");
+    } else {
+      fail = wlit(o, "{\"id\":") || wstr(o, b->item_id) ||
+             wlit(o, ",\"type\":\"reasoning\",\"status\":\"incomplete\",\"summary\":[") ||
+             (tv.len > 2 && (wlit(o, "{\"type\":\"summary_text\",\"text\":") ||
+                             px_buf_append(o, tv.data, tv.len) || wlit(o, "}"))) ||
+             wlit(o, "]");
+      if (!fail && b->enc.len > 0) {
+        size_t em = o->len; /* left out when it is no UTF-8 */
+        if (wlit(o, ",\"encrypted_content\":") ||
+            px_buf_json_str_as(o, b->enc.data, b->enc.len, PX_ESC_JANSSON) != 0)
+          o->len = em;
+      }
+      fail = fail || wlit(o, "}");
+    }
+    if (fail)
+      o->len = mark;
+    else if (item == NONE)
+      item = OTHER;
   }
-  return item;
+  px_buf_free(&tv);
+  if (rc >= 0 && item == MESSAGE && wlit(o, "]}")) rc = PX_ENOMEM;
+  if (rc < 0) o->len = start;
+  return rc < 0 ? rc : item == NONE;
+}
+
+/* The skeleton's "error":null (px_responses_object_head, in s from head on)
+ * given the error {"code":..,"message":..}; left null when the message is
+ * no UTF-8, as jansson's document left it. */
+static int werror_member(px_buf_t *s, size_t head, const char *code, px_str_t msg) {
+  static const char nul[] = ",\"error\":null,";
+  const char *at = memmem(s->data + head, s->len - head, nul, sizeof(nul) - 1);
+  if (at == NULL) return 1;
+  px_buf_t x;
+  px_buf_init(&x, SIZE_MAX);
+  size_t pos = (size_t)(at - s->data) + 9; /* at the null */
+  int fail = wlit(&x, "{\"code\":") || wstr(&x, code) || wlit(&x, ",\"message\":");
+  if (!fail &&
+      px_buf_json_str_as(&x, msg.ptr ? msg.ptr : "", msg.len, PX_ESC_JANSSON) != 0)
+    x.len = 0; /* no UTF-8: null stays */
+  else
+    fail = fail || wlit(&x, "}");
+  if (!fail && x.len > 0)
+    fail = px_buf_append(&x, s->data + pos + 4, s->len - pos - 4) != 0;
+  if (!fail && x.len > 0) {
+    s->len = pos;
+    fail = px_buf_append(s, x.data, x.len) != 0;
+  }
+  px_buf_free(&x);
+  return fail;
 }
 
 static int e_error(px_senc_t *e, px_errkind_t kind, px_str_t msg) {
@@ -2048,20 +2192,31 @@ static int e_error(px_senc_t *e, px_errkind_t kind, px_str_t msg) {
   /* the output so far, unfinished items included; if that does not fit
    * the out buffer, the error alone */
   for (int with_output = 1; with_output >= 0; with_output--) {
-    json_t *r = px_responses_object(&e->ctx, e->resp_id, e->ctx.created, "failed", NULL);
-    if (r == NULL) return PX_ENOMEM;
-    json_t *out = json_object_get(r, "output");
-    for (size_t i = 0; with_output && i < e->nitems; i++) {
-      json_t *it = e->items[i].done
-                       ? px_jdoc_load(e->items[i].b.data, e->items[i].b.len, 0, NULL)
-                       : epartial_item(e, (int)i);
-      if (it != NULL) json_array_append_new(out, it);
+    px_buf_t *s = escratch(e);
+    int fail = wlit(s, "{\"response\":") ||
+               px_responses_object_head(s, &e->ctx, e->resp_id, e->ctx.created, "failed",
+                                        NULL) ||
+               werror_member(s, 0, code, msg);
+    int first = 1;
+    for (size_t i = 0; !fail && with_output && i < e->nitems; i++) {
+      size_t mark = s->len;
+      if (!first && wlit(s, ",")) fail = 1;
+      int r =
+          fail ? 0
+          : e->items[i].done
+              ? (px_buf_append(s, e->items[i].b.data, e->items[i].b.len) != 0 ? -1 : 0)
+              : wpartial_item(e, s, (int)i);
+      if (r < 0) fail = 1;
+      if (r == 1) s->len = mark; /* none: not even its comma */
+      if (r == 0) first = 0;
     }
-    json_object_set_new(r, "usage", px_responses_usage(&e->usage));
-    json_object_set_new(r, "error",
-                        json_pack("{s:s, s:s#}", "code", code, "message",
-                                  msg.ptr ? msg.ptr : "", msg.len));
-    rc = eemit(e, "response.failed", json_pack("{s:o}", "response", r));
+    fail = fail || px_responses_object_tail(s, &e->ctx) || wlit(s, ",\"usage\":") ||
+           px_responses_usage_write(s, &e->usage) != 0 || wlit(s, "}}");
+    if (fail) {
+      px_buf_free(&e->scratch);
+      return PX_ENOMEM;
+    }
+    rc = esend(e, "response.failed", 0);
     if (rc != PX_ETOOBIG) break;
   }
   return rc;

@@ -151,16 +151,6 @@ const char *px_idset_unique(px_idset_t *s, px_str_t id, int nth) {
   return copy;
 }
 
-json_t *px_annotation_parse(px_str_t text) {
-  if (text.ptr == NULL || text.len == 0) return NULL;
-  json_t *a = px_jdoc_load(text.ptr, text.len, 0, NULL);
-  if (!json_is_object(a) || px_jstr(a, "type") == NULL) {
-    json_decref(a);
-    return NULL;
-  }
-  return a;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Opaque reasoning tokens across families                                   */
 

@@ -1335,6 +1335,10 @@ static void chat_refusals(void) {
       M "[],'tools':[{'type':'web_search'}]}",
       M "[],'tools':[{'type':'function','function':{}}]}",
       M "[],'tools':[5]}",
+      /* refused mid-list (read in place): the rest skipped, the members
+       * after it looked at for repeats */
+      M "[],'tools':[{'type':'function','function':{'name':'f','parameters':{'a':[{}]}}},"
+        "{'type':'web_search'},{'type':'function'}],'n':2}",
       M "[],'tool_choice':'any'}",
       M "[],'tool_choice':{'type':'web'}}",
       M "[],'tool_choice':5}",
@@ -1685,6 +1689,12 @@ static void responses_refusals(void) {
       "{'model':'m','input':[{'type':'item_reference'}],'tools':5}",
       "{'model':'m','text':5,'input':[{'type':'item_reference'}],'tools':5}",
       "{'model':'m','input':[{'role':'user','content':'a'},{'type':'x'},{'type':'y'}]}",
+      /* a tools list refused mid-way (read in place): the rest of it
+       * skipped, the members after it still read, its refusal the first */
+      "{'model':'m','tools':[{'type':'function','name':'f','parameters':{'a':[{}]}},"
+      "{'type':'function'},{'type':'function','name':'g'}],'temperature':'hot',"
+      "'input':'hi'}",
+      "{'model':'m','text':5,'tools':[{'type':'function'}],'input':'hi'}",
   };
   for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
     char body[512];
