@@ -1226,6 +1226,19 @@ static int put_tool_use(px_buf_t *b, px_fpart_t *p, px_arena_t *a) {
 /* a data URL "data:<media type>;base64,<data>" (px_data_url_split on a
  * span): 0 with *mt and *data set, -1 when url is not one; declines on
  * escapes */
+/* An escaped URL that is no data URL however it is read (its value does
+ * not start with "data:"): written as it is; one that is, declined (its
+ * pieces would need unescaping). */
+static int url_escaped_data(px_fstr_t url) {
+  px_buf_t u;
+  px_str_t v;
+  px_buf_init(&u, url.n + 1);
+  int r = px_json_unescape(url.p, url.n, url.esc, &u, &v) != 0 ||
+          (v.len >= 5 && memcmp(v.ptr, "data:", 5) == 0);
+  px_buf_free(&u);
+  return r;
+}
+
 static int data_url(px_fstr_t url, px_fstr_t *mt, px_fstr_t *data) {
   static const char marker[] = ";base64,";
   const size_t m = sizeof(marker) - 1;
@@ -1262,8 +1275,8 @@ static int put_source(px_buf_t *b, const char *type, px_fstr_t mt, px_fstr_t dat
 static int put_media(px_buf_t *b, const px_fpart_t *p) {
   px_fstr_t mt = p->media_type, data = p->data, url = p->url;
   if (url.p != NULL) {
-    if (url.esc) return DECLINE;
-    if (data_url(url, &mt, &data) == 0) url = (px_fstr_t){0};
+    if (url.esc && url_escaped_data(url)) return DECLINE;
+    if (!url.esc && data_url(url, &mt, &data) == 0) url = (px_fstr_t){0};
   }
   int rc;
   if (p->type == PX_FP_IMAGE) {
@@ -1287,8 +1300,8 @@ static int check_media(const px_fpart_t *p, px_tr_err_t *err) {
   px_fstr_t mt = p->media_type, data = p->data, url = p->url;
   char b[300];
   if (url.p != NULL) {
-    if (url.esc) return DECLINE;
-    if (data_url(url, &mt, &data) == 0) url = (px_fstr_t){0};
+    if (url.esc && url_escaped_data(url)) return DECLINE;
+    if (!url.esc && data_url(url, &mt, &data) == 0) url = (px_fstr_t){0};
   }
   if (url.p != NULL) return 0;
   if (p->type == PX_FP_IMAGE)

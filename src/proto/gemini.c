@@ -851,8 +851,11 @@ static int decode_generation(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a
   }
   if (HAS(G_MIME) && f[G_MIME].kind == PX_FV_STR) {
     px_fstr_t mime = f[G_MIME].s;
-    if (mime.esc) return DECLINE;
-    if (px_fs_is(mime, "application/json")) {
+    /* an escaped type is read unescaped, as a C string (the reference's
+     * strcmp): it may spell either name, or keep a control character */
+    const char *mu = mime.esc ? fs_cstr(a, mime) : NULL;
+    if (mime.esc && mu == NULL) return DECLINE;
+    if (mu ? strcmp(mu, "application/json") == 0 : px_fs_is(mime, "application/json")) {
       /* responseJsonSchema, else responseSchema: an object is the schema */
       const px_fv_t *s = HAS(G_JSCHEMA)  ? &f[G_JSCHEMA]
                          : HAS(G_SCHEMA) ? &f[G_SCHEMA]
@@ -863,7 +866,7 @@ static int decode_generation(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a
       } else {
         ir->rf_json = 1;
       }
-    } else if (!px_fs_is(mime, "text/plain")) {
+    } else if (mu ? strcmp(mu, "text/plain") != 0 : !px_fs_is(mime, "text/plain")) {
       *marks |= L_MIME;
     }
   }
