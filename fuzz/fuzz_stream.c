@@ -52,7 +52,7 @@ static int run(const px_tr_ctx_t *ctx, const uint8_t *p, size_t n, uint32_t seed
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 2) return 0;
   /* a configured secret: upstream error events go through the scrubber */
-  static const char key[] = "fake-key-TESTONLYnotArealKEY0placeholderFAKEnowxyz";
+  static const char key[] = "fake-key-test-only-not-a-real-key-placeholder-wxyz";
   px_scrub_add(key, sizeof(key) - 1);
   px_tr_ctx_t ctx;
   memset(&ctx, 0, sizeof(ctx));

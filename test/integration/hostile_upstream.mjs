@@ -30,9 +30,9 @@ process.on('exit', () => fs.rmSync(logDir, { recursive: true, force: true }));
 // a path with '%' goes by curl, which does not read SSL_CERT_FILE: under
 // hostile_upstream_tls its CA is named.)
 const LEAK = {
-  chat: 'fake-openai-TESTONLYnotArealKEYplaceholder0wxyz',
-  ant: 'fake-anthropic-TESTONLYnotArealKEYplaceholderAnt9',
-  gem: 'fake-gemini-TESTONLYnotArealKEYplaceholGem7',
+  chat: 'fake-openai-test-only-not-a-real-key-placeholder-wxyz',
+  ant: 'fake-anthropic-test-only-not-a-real-key-placeholder-mnop',
+  gem: 'fake-gemini-test-only-not-a-real-key-placeholder-ghij',
 };
 // [upstream name] on the scripted upstream
 const upstream = (name, proto, keys = {}) => C.upstream(name, proto, up.url, { api_key: 'up-key', ...keys });
