@@ -461,6 +461,10 @@ int px_jv_member(px_jv_it_t *it, px_fstr_t *key, px_fv_t *val);
 int px_jv_elem(px_jv_it_t *it, px_fv_t *v);
 /** json_array_size: elements of array a, 0 when not an array. */
 size_t px_jv_size(const px_fv_t *a);
+/** A string's value (content as written, escaped when f.esc) unescaped and
+ *  NUL-terminated in the arena (*len its length, when len is not NULL);
+ *  NULL out of memory. */
+const char *px_fs_cstr(px_arena_t *a, px_fstr_t f, size_t *len);
 /** json_string_value: the string's value unescaped and NUL-terminated in
  *  the arena (*len its length, when len is not NULL); NULL when v is not a
  *  string (or out of memory). */

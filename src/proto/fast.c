@@ -1393,17 +1393,20 @@ size_t px_jv_size(const px_fv_t *a) {
   return n;
 }
 
-const char *px_jv_str(px_arena_t *a, const px_fv_t *v, size_t *len) {
-  if (!px_jv_is(v, PX_FV_STR)) return NULL;
-  char *s = px_arena_alloc(a, v->s.n + 1);
+const char *px_fs_cstr(px_arena_t *a, px_fstr_t f, size_t *len) {
+  char *s = px_arena_alloc(a, f.n + 1);
   if (s == NULL) return NULL;
-  px_buf_t b = {s, 0, v->s.n + 1, v->s.n + 1};
+  px_buf_t b = {s, 0, f.n + 1, f.n + 1};
   px_str_t out;
-  if (px_json_unescape(v->s.p, v->s.n, v->s.esc, &b, &out) < 0) return NULL;
+  if (px_json_unescape(f.p, f.n, f.esc, &b, &out) < 0) return NULL;
   if (out.ptr != s) memcpy(s, out.ptr, out.len);
   s[out.len] = 0;
   if (len) *len = out.len;
   return s;
+}
+
+const char *px_jv_str(px_arena_t *a, const px_fv_t *v, size_t *len) {
+  return px_jv_is(v, PX_FV_STR) ? px_fs_cstr(a, v->s, len) : NULL;
 }
 
 px_str_t px_jv_sget(px_arena_t *a, const px_fv_t *o, const char *key) {

@@ -56,19 +56,6 @@ static int fs_eq(px_fstr_t x, px_fstr_t y) {
   return x.n == y.n && (x.n == 0 || memcmp(x.p, y.p, x.n) == 0);
 }
 
-/* the unescaped value of string content s, NUL-ended, in the arena */
-static const char *fs_cstr(px_arena_t *a, px_fstr_t s) {
-  px_buf_t u;
-  px_str_t v;
-  px_buf_init(&u, s.n + 1);
-  char *c = NULL;
-  if (px_json_unescape(s.p, s.n, s.esc, &u, &v) == 0 &&
-      (c = px_arena_alloc(a, v.len + 1)))
-    memcpy(c, v.ptr, v.len);
-  px_buf_free(&u);
-  return c;
-}
-
 /* a C string as string content (escaped) in the arena */
 static int fs_of_cstr(px_arena_t *a, const char *s, px_fstr_t *out) {
   px_buf_t b;
@@ -366,7 +353,7 @@ static int decode_blob(const px_fv_t *v, int is_file, px_fmsg_t *m, gdec_t *d,
                  is_file ? "fileUri" : "data");
   }
   /* an escaped type may spell image/: read unescaped */
-  const char *mt = g[0].s.esc ? fs_cstr(a, g[0].s) : NULL;
+  const char *mt = g[0].s.esc ? px_fs_cstr(a, g[0].s, NULL) : NULL;
   if (g[0].s.esc && mt == NULL) return DECLINE;
   int image = mt != NULL ? strncmp(mt, "image/", 6) == 0
                          : g[0].s.n >= 6 && memcmp(g[0].s.p, "image/", 6) == 0;
@@ -514,7 +501,7 @@ static int decode_part(px_fw_t *w, px_fmsg_t *m, int model, gdec_t *d, ppath_t *
 #define ROLE_UNREAD (-3)
 static int role_of(const px_fv_t *v, px_arena_t *a) {
   if (v->kind != PX_FV_STR) return 0;
-  const char *r = v->s.esc ? fs_cstr(a, v->s) : NULL;
+  const char *r = v->s.esc ? px_fs_cstr(a, v->s, NULL) : NULL;
   if (v->s.esc && r == NULL) return ROLE_UNREAD;
   px_fstr_t s = r ? (px_fstr_t){r, strlen(r), 0} : v->s;
   if (px_fs_is(s, "model")) return 1;
@@ -673,7 +660,7 @@ static int decode_tool_config(const px_fv_t *tc, px_freq_t *ir, gdec_t *d,
   if (!seen || f[0].kind != PX_FV_OBJ) return 0;
   if (px_fv_fields(&f[0], fkeys, 2, g, &gs) != 0) return DECLINE;
   if (!(gs & 1) || g[0].kind != PX_FV_STR) return 0;
-  const char *m = g[0].s.esc ? fs_cstr(a, g[0].s) : NULL;
+  const char *m = g[0].s.esc ? px_fs_cstr(a, g[0].s, NULL) : NULL;
   if (g[0].s.esc && m == NULL) return DECLINE;
   px_fstr_t mode = m ? (px_fstr_t){m, strlen(m), 0} : g[0].s;
   if (px_fs_is(mode, "AUTO") || px_fs_is(mode, "VALIDATED")) {
@@ -700,7 +687,7 @@ static int decode_tool_config(const px_fv_t *tc, px_freq_t *ir, gdec_t *d,
     if (ir->tool_choice == PX_FTC_TOOL) ir->tc_name = x.s;
     return 0;
   }
-  if (m == NULL && (m = fs_cstr(a, mode)) == NULL) return DECLINE;
+  if (m == NULL && (m = px_fs_cstr(a, mode, NULL)) == NULL) return DECLINE;
   gfail(d, E_TC, "toolConfig.functionCallingConfig",
         "function calling mode %s with several allowedFunctionNames cannot be translated",
         m);
@@ -733,7 +720,7 @@ static int effort_of_level(px_fstr_t l, px_fstr_t *out, px_arena_t *a) {
   static const char *const lv[][2] = {
       {"minimal", "MINIMAL"}, {"low", "LOW"}, {"medium", "MEDIUM"}};
   if (l.esc) { /* compared unescaped */
-    const char *u = fs_cstr(a, l);
+    const char *u = px_fs_cstr(a, l, NULL);
     if (u == NULL) return DECLINE;
     l = (px_fstr_t){u, strlen(u), 0};
   }
@@ -853,7 +840,7 @@ static int decode_generation(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a
     px_fstr_t mime = f[G_MIME].s;
     /* an escaped type is read unescaped, as a C string (the reference's
      * strcmp): it may spell either name, or keep a control character */
-    const char *mu = mime.esc ? fs_cstr(a, mime) : NULL;
+    const char *mu = mime.esc ? px_fs_cstr(a, mime, NULL) : NULL;
     if (mime.esc && mu == NULL) return DECLINE;
     if (mu ? strcmp(mu, "application/json") == 0 : px_fs_is(mime, "application/json")) {
       /* responseJsonSchema, else responseSchema: an object is the schema */
@@ -998,7 +985,8 @@ static int client_args(const px_tr_ctx_t *ctx, px_arena_t *a, const px_fpart_t *
   if (call_args(a, p, 1, args) == 0) return 0;
   if (p->args.p == NULL || px_fs_blank_value(p->args) < 0) return DECLINE;
   /* what the scanner does not take, jansson may: the reference decides */
-  const char *s = fs_cstr(a, p->args), *id = p->id.p ? fs_cstr(a, p->id) : "";
+  const char *s = px_fs_cstr(a, p->args, NULL),
+             *id = p->id.p ? px_fs_cstr(a, p->id, NULL) : "";
   if (s == NULL || id == NULL) return DECLINE;
   json_t *j = px_jdoc_loads(s, JSON_DECODE_ANY, NULL);
   int obj = json_is_object(j);
@@ -1612,7 +1600,7 @@ static int gem_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, si
   }
   /* the first candidate's finish, else the blocked prompt's */
   px_fstr_t frs = g.ncand > 0 ? g.fr : g.br, fms = g.ncand > 0 ? g.fm : g.brm;
-  const char *fr = frs.p != NULL ? fs_cstr(a, frs) : "STOP";
+  const char *fr = frs.p != NULL ? px_fs_cstr(a, frs, NULL) : "STOP";
   if (g.ncand > 0) ir->finish = g.fr; /* a candidate's, as the wire has it */
   if (fr == NULL) return DECLINE;
   int refused = px_stop_refused(px_gemini_stop(fr, 0));
@@ -1621,7 +1609,7 @@ static int gem_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, si
       fs_of_cstr(a, ctx->upstream_model ? ctx->upstream_model : "", &ir->model) != 0)
     return DECLINE;
   /* minted call ids: px_gemini_call_id, call_<responseId or "gemini">_<n> */
-  const char *rid = g.rid_set ? fs_cstr(a, g.rid) : "";
+  const char *rid = g.rid_set ? px_fs_cstr(a, g.rid, NULL) : "";
   if (rid == NULL) return DECLINE;
   int calls = 0;
   for (px_fpart_t *p = ir->content; p; p = p->next) {
@@ -1666,7 +1654,7 @@ static int answer_args(px_arena_t *a, const px_fpart_t *p, px_str_t *args,
   if (!p->custom && call_args(a, p, 0, args) == 0) return 0;
   if (!p->custom && p->input.ptr == NULL && p->args.p != NULL) {
     /* what the scanner does not take, jansson may: the reference decides */
-    const char *s = fs_cstr(a, p->args);
+    const char *s = px_fs_cstr(a, p->args, NULL);
     if (s == NULL) return DECLINE;
     json_t *j = px_jdoc_loads(s, 0, NULL);
     int obj = json_is_object(j);
