@@ -2246,24 +2246,6 @@ const px_fast_ops_t px_anthropic_fast = {
 /* ======================================================================== */
 /* The wire: errors, token counts, model lists, the protocol table          */
 
-json_t *px_anthropic_citation(json_t *ann, const char *text, size_t n, int64_t base) {
-  const char *t = px_jstr(ann, "type"), *url = px_jstr(ann, "url");
-  if (t == NULL || strcmp(t, "url_citation") != 0 || url == NULL || *url == 0)
-    return NULL;
-  json_int_t si = px_jint(ann, "start_index", 0), ei = px_jint(ann, "end_index", -1);
-  si -= base; /* text starts at character base of the block */
-  if (ei >= 0) ei = ei > base ? ei - base : 0;
-  size_t a = si > 0 ? utf8_offset(text, n, si) : 0;
-  size_t b = ei >= 0 ? utf8_offset(text, n, ei) : n;
-  if (b < a) b = a;
-  json_t *cited = json_stringn(text + a, b - a);
-  if (cited == NULL) cited = json_string(""); /* a span cutting a sequence */
-  json_t *title = json_object_get(ann, "title");
-  return json_pack("{s:s,s:s,s:O,s:o,s:s}", "type", "web_search_result_location", "url",
-                   url, "title", json_is_string(title) ? title : json_null(),
-                   "cited_text", cited, "encrypted_index", "");
-}
-
 /* ======================================================================== */
 /* Errors                                                                     */
 

@@ -1857,29 +1857,8 @@ void px_gemini_usage_of(px_usage_t *u, int64_t prompt, int64_t cand, int64_t tho
   u->reasoning_tokens = thoughts;
 }
 
-void px_gemini_usage_in(json_t *um, px_usage_t *u) {
-  px_gemini_usage_of(
-      u, px_jint(um, "promptTokenCount", -1), px_jint(um, "candidatesTokenCount", -1),
-      px_jint(um, "thoughtsTokenCount", -1), px_jint(um, "cachedContentTokenCount", -1));
-}
-
 void px_gemini_call_id(const char *resp_id, int n, char *out, size_t size) {
   snprintf(out, size, "call_%s_%d", resp_id && *resp_id ? resp_id : "gemini", n);
-}
-
-json_t *px_gemini_usage_out(const px_usage_t *u) {
-  int64_t in = u->input_tokens > 0 ? u->input_tokens : 0;
-  int64_t out = u->output_tokens > 0 ? u->output_tokens : 0;
-  int64_t th = u->reasoning_tokens > 0 ? u->reasoning_tokens : 0;
-  if (th > out) th = out;
-  json_t *um = json_pack("{s:I, s:I, s:I}", "promptTokenCount", (json_int_t)in,
-                         "candidatesTokenCount", (json_int_t)(out - th),
-                         "totalTokenCount", (json_int_t)(in + out));
-  if (th > 0) json_object_set_new(um, "thoughtsTokenCount", json_integer(th));
-  if (u->cache_read_tokens > 0)
-    json_object_set_new(um, "cachedContentTokenCount",
-                        json_integer(u->cache_read_tokens));
-  return um;
 }
 
 /* ---- errors ---- */
