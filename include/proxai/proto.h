@@ -199,6 +199,12 @@ typedef struct px_tr_ctx {
                                   is refused (PX_ERR_TOO_LARGE). 0: unbounded */
 } px_tr_ctx_t;
 
+/** The default memory budget of a translated request's decoded form
+ *  (px_tr_ctx_t.ir_budget; [server] translate_memory and
+ *  translate_memory_base): PX_TR_IR_FACTOR times the body plus PX_TR_IR_BASE. */
+#define PX_TR_IR_FACTOR 4
+#define PX_TR_IR_BASE (1u << 20)
+
 /** Bytes of out after which a stream encoder calls ctx->flush. */
 #define PX_FLUSH_AT (64u << 10)
 

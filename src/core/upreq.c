@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "proxai/jdoc.h"
+#include "proxai/metrics.h"
 #include "stored.h"
 
 static int value_ok(const char *v) { return px_header_value_ok(v, strlen(v)); }
@@ -263,6 +264,17 @@ static void tr_ctx_init(px_exch_t *x) {
   px_stored_ctx(x, ctx);
 }
 
+/* The bytes a translation of a body of len bytes may decode it into
+ * (px_tr_ctx_t.ir_budget): translate_memory times len plus
+ * translate_memory_base; 0 (no bound) when translate_memory is 0. */
+static size_t ir_budget(const px_server_conf_t *s, size_t len) {
+  if (s->translate_memory == 0) return 0;
+  uint64_t b = (uint64_t)len * s->translate_memory;
+  if (s->translate_memory_base > UINT64_MAX - b) return SIZE_MAX;
+  b += s->translate_memory_base;
+  return b > SIZE_MAX ? SIZE_MAX : (size_t)b;
+}
+
 /* Another protocol's upstream body: the translation of the client's. Its
  * long strings stay in the client's body (alive until the exchange ends):
  * the body goes upstream in parts, the client's bytes not copied. */
@@ -270,6 +282,7 @@ static int translate_body(px_exch_t *x) {
   px_tr_err_t err;
   memset(&err, 0, sizeof(err));
   x->ctx.spans = &x->up_spans;
+  x->ctx.ir_budget = ir_budget(&x->cfg->server, x->req->body.len);
   int rc = px_translate_request_body(&x->ctx, x->req->body.data ? x->req->body.data : "",
                                      x->req->body.len,
                                      x->ep == PX_EP_COUNT_TOKENS ? PX_TR_COUNT_TOKENS : 0,
@@ -283,6 +296,8 @@ static int translate_body(px_exch_t *x) {
     rc = -1;
   }
   if (rc < 0) {
+    if (err.kind == PX_ERR_TOO_LARGE)
+      px_metrics_over_budget(px_proto_get(x->in)->name, x->up->name);
     px_exch_error(x, err.kind, err.message[0] ? err.message : "request cannot be translated",
                   err.param[0] ? err.param : NULL);
     return -1;

@@ -55,6 +55,7 @@ enum {
   F_TRACE_DROP,
   F_ROUTE,
   F_SPEND,
+  F_OVER_BUDGET,
   F_COUNT
 };
 
@@ -287,6 +288,12 @@ void px_metrics_lossy(const char *inbound, const char *upstream, const char *fie
   if (s) add(&s->value, 1);
 }
 
+void px_metrics_over_budget(const char *inbound, const char *upstream) {
+  const char *l[NLABELS] = {inbound ? inbound : "none", upstream ? upstream : "none", NULL};
+  series_t *s = get_series(F_OVER_BUDGET, l);
+  if (s) add(&s->value, 1);
+}
+
 void px_metrics_state(const char *backend, const char *event) {
   const char *l[NLABELS] = {backend, event, NULL};
   series_t *s = get_series(F_STATE, l);
@@ -513,6 +520,12 @@ int px_metrics_render(px_buf_t *out) {
   if (rc == 0)
     rc = render_counter(out, F_LOSSY, "proxai_lossy_fields_total",
                         "Translated requests that dropped a field, by field.", lossy_l);
+  static const char *const budget_l[] = {"inbound", "upstream", NULL};
+  if (rc == 0)
+    rc = render_counter(out, F_OVER_BUDGET, "proxai_translate_over_budget_total",
+                        "Requests refused (413) because their translation needed more "
+                        "memory than [server] translate_memory allows.",
+                        budget_l);
   static const char *const none_l[] = {NULL, NULL, NULL};
   static const char *const reason_l[] = {"reason", NULL, NULL};
   if (rc == 0)

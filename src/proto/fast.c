@@ -26,6 +26,8 @@ void px_arena_init(px_arena_t *a) {
   a->cur = a->first;
   a->end = a->first + sizeof(a->first);
   a->blocks = NULL;
+  a->used = a->limit = 0;
+  a->over = 0;
 }
 
 void *px_arena_alloc(px_arena_t *a, size_t n) {
@@ -33,10 +35,15 @@ void *px_arena_alloc(px_arena_t *a, size_t n) {
   size_t pad = (size_t)(-(uintptr_t)a->cur & 7);
   if ((size_t)(a->end - a->cur) < n + pad) {
     size_t sz = n > 8192 ? n : 8192;
+    if (a->limit != 0 && (sz > a->limit || a->used > a->limit - sz)) {
+      a->over = 1;
+      return NULL;
+    }
     px_arena_blk_t *b = malloc(sizeof(*b) + sz + 8);
     if (b == NULL) return NULL;
     b->next = a->blocks;
     b->size = sz;
+    a->used += sz;
     a->blocks = b;
     a->cur = b->data;
     a->end = b->data + sz + 8;
