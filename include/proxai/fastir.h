@@ -568,8 +568,9 @@ px_ftool_t *px_ftool_push(px_freq_t *ir, px_arena_t *a, px_fstr_t name,
  *  text checked to be one object as jansson reads it (into part->input).
  *  0 or decline. */
 int px_fast_args_object(px_arena_t *a, px_fpart_t *part);
-/** A raw JSON value -> jansson's compact dump of it as escaped string
- *  content (what the jansson codecs put in IR arguments). 0 or decline. */
+/** A raw JSON value -> its compact dump as json_dumps writes it
+ *  (px_fb_jdump: no document) as escaped string content (what the jansson
+ *  codecs put in IR arguments). 0 or decline. */
 int px_fast_dump_value(px_arena_t *a, px_str_t raw, px_fstr_t *out);
 
 /* ---- opaque reasoning tokens (protoutil.h px_rtok_*, on fast parts) ---- */

@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "proxai/fastir.h"
-#include "proxai/jdoc.h"
 #include "proxai/protoutil.h"
 
 /* ------------------------------------------------------------------------ */
@@ -728,15 +727,18 @@ int px_fast_args_object(px_arena_t *a, px_fpart_t *part) {
 }
 
 int px_fast_dump_value(px_arena_t *a, px_str_t raw, px_fstr_t *out) {
-  json_t *j = px_jdoc_load(raw.ptr, raw.len, JSON_DECODE_ANY, NULL);
-  if (j == NULL) return PX_FAST_DECLINE;
-  char *s = px_jdoc_dump(j, JSON_COMPACT | JSON_ENCODE_ANY);
-  json_decref(j);
-  if (s == NULL) return PX_FAST_DECLINE;
-  px_buf_t b;
+  /* checked by the one reader and written as json_dumps(JSON_COMPACT)
+   * writes it (px_fb_jdump): no document */
+  px_fw_t w = {raw.ptr, raw.len, 0};
+  px_fv_t v;
+  if (raw.ptr == NULL || px_fc_value(&w, &v) < 0 || px_fc_end(&w) < 0)
+    return PX_FAST_DECLINE;
+  px_buf_t d, b;
+  px_buf_init(&d, SIZE_MAX);
   px_buf_init(&b, SIZE_MAX);
-  int rc = px_buf_json_escape(&b, s, strlen(s));
-  free(s);
+  int rc = px_fb_jdump(&d, &v);
+  if (rc == 0) rc = px_buf_json_escape(&b, d.data, d.len);
+  px_buf_free(&d);
   char *copy = rc == 0 ? px_arena_alloc(a, b.len + 1) : NULL;
   if (copy != NULL && b.len) memcpy(copy, b.data, b.len);
   out->p = copy;
