@@ -564,9 +564,16 @@ px_ftool_t *px_ftool_push(px_freq_t *ir, px_arena_t *a, px_fstr_t name,
 /** OpenAI's (Chat, Responses) parameters of a function tool without them. */
 #define PX_FAST_OPENAI_PARAMS ((px_str_t){"{\"type\":\"object\",\"properties\":{}}", 33})
 
+/** px_fast_args_object: the arguments are no JSON object (another JSON
+ *  value, or no JSON), as the reference reads them. */
+#define PX_FAST_ARGS_NONE 4
 /** Tool-call arguments as escaped string content -> the unescaped JSON
- *  text checked to be one object as jansson reads it (into part->input).
- *  0 or decline. */
+ *  text checked to be one object as the reference reads it (jansson's
+ *  rules) into
+ *  part->input, to be spliced as written (a member twice included, as in
+ *  any object the codecs carry). 0; PX_FAST_ARGS_NONE: no object;
+ *  PX_FAST_DECLINE: out of memory, or nested deeper than the one reader
+ *  takes (PX_JSON_MAX_DEPTH; jansson reads it). */
 int px_fast_args_object(px_arena_t *a, px_fpart_t *part);
 /** A raw JSON value -> its compact dump as json_dumps writes it
  *  (px_fb_jdump: no document) as escaped string content (what the jansson

@@ -718,11 +718,21 @@ int px_fast_args_object(px_arena_t *a, px_fpart_t *part) {
   if (copy != NULL) memcpy(copy, v.ptr, v.len);
   px_buf_free(&b);
   if (copy == NULL) return PX_FAST_DECLINE;
-  /* the scanner accepts exactly what jansson reads, objects only */
+  size_t n = v.len; /* no NUL: the one reader refuses \u0000 in a string */
+  /* the scanner accepts exactly what jansson reads, objects only; the
+   * members it refuses twice in a request body (model, stream) are the
+   * tool's here: the text checked whole and taken as written */
   px_json_req_t r;
-  if (px_json_request(copy, v.len, &r) < 0) return PX_FAST_DECLINE;
+  if (px_json_request(copy, n, &r) < 0) {
+    if (r.err == PX_JREQ_DEPTH) return PX_FAST_DECLINE;
+    if (r.err != PX_JREQ_DUPLICATE) return PX_FAST_ARGS_NONE;
+    px_fw_t w = {copy, n, 0};
+    px_fv_t o;
+    if (px_fc_value(&w, &o) < 0 || px_fc_end(&w) < 0)
+      return PX_FAST_DECLINE; /* invalid, or too deep: not told apart here */
+  }
   part->input.ptr = copy;
-  part->input.len = v.len;
+  part->input.len = n;
   return 0;
 }
 
