@@ -199,7 +199,8 @@ void px_responses_fc_id(const char *resp_id, const char *call_id, int oi, char *
                         size_t n);
 void px_responses_ctc_id(const char *resp_id, const char *call_id, int oi, char *out,
                          size_t n);
-void px_responses_rs_id(const char *resp_id, const char *rid, int oi, char *out, size_t n);
+void px_responses_rs_id(const char *resp_id, const char *rid, int oi, char *out,
+                        size_t n);
 int px_responses_usage_write(px_buf_t *b, const px_usage_t *u);
 int px_responses_object_head(px_buf_t *b, const px_tr_ctx_t *ctx, const char *resp_id,
                              int64_t created, const char *status,
@@ -208,7 +209,6 @@ int px_responses_object_tail(px_buf_t *b, const px_tr_ctx_t *ctx);
 /** Stateless mid-stream error (responses_stream.c): a response.failed event
  *  carrying a failed response object. */
 int px_responses_stream_error(px_buf_t *out, px_errkind_t kind, const char *message);
-
 
 /** The lossy name of a Responses output item the IR cannot hold (hosted
  *  tool calls ...); streams and bodies share it. */

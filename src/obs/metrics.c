@@ -289,7 +289,8 @@ void px_metrics_lossy(const char *inbound, const char *upstream, const char *fie
 }
 
 void px_metrics_over_budget(const char *inbound, const char *upstream) {
-  const char *l[NLABELS] = {inbound ? inbound : "none", upstream ? upstream : "none", NULL};
+  const char *l[NLABELS] = {inbound ? inbound : "none", upstream ? upstream : "none",
+                            NULL};
   series_t *s = get_series(F_OVER_BUDGET, l);
   if (s) add(&s->value, 1);
 }

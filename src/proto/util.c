@@ -193,4 +193,3 @@ const char *px_rtok_at(size_t k) {
   }
   return NULL;
 }
-

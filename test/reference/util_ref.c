@@ -88,11 +88,13 @@ void px_ir_fit_request(const px_tr_ctx_t *ctx, json_t *ir, px_lossy_t *lossy) {
   /* the hub's one table, applied to the fields the document holds */
   px_freq_t f;
   px_freq_init(&f);
-  json_t *pck = json_object_get(ir, "prompt_cache_key"), *verb = json_object_get(ir, "verbosity");
+  json_t *pck = json_object_get(ir, "prompt_cache_key"),
+         *verb = json_object_get(ir, "verbosity");
   if (pck != NULL) f.prompt_cache_key.p = "";
   if (verb != NULL) f.verbosity.p = "";
   px_fit_fast_request(ctx, &f, lossy);
-  if (pck != NULL && f.prompt_cache_key.p == NULL) json_object_del(ir, "prompt_cache_key");
+  if (pck != NULL && f.prompt_cache_key.p == NULL)
+    json_object_del(ir, "prompt_cache_key");
   if (verb != NULL && f.verbosity.p == NULL) json_object_del(ir, "verbosity");
 }
 
