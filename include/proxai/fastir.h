@@ -569,9 +569,9 @@ px_ftool_t *px_ftool_push(px_freq_t *ir, px_arena_t *a, px_fstr_t name,
 #define PX_FAST_ARGS_NONE 4
 /** Tool-call arguments as escaped string content -> the unescaped JSON
  *  text checked to be one object as the reference reads it (jansson's
- *  rules) into
- *  part->input, to be spliced as written (a member twice included, as in
- *  any object the codecs carry). 0; PX_FAST_ARGS_NONE: no object;
+ *  rules) into part->input, to be spliced as written (a member twice
+ *  included, as in any object the codecs carry). 0; PX_FAST_ARGS_NONE: no
+ *  object;
  *  PX_FAST_DECLINE: out of memory, or nested deeper than the one reader
  *  takes (PX_JSON_MAX_DEPTH; jansson reads it). */
 int px_fast_args_object(px_arena_t *a, px_fpart_t *part);

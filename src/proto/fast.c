@@ -718,7 +718,7 @@ int px_fast_args_object(px_arena_t *a, px_fpart_t *part) {
   if (copy != NULL) memcpy(copy, v.ptr, v.len);
   px_buf_free(&b);
   if (copy == NULL) return PX_FAST_DECLINE;
-  size_t n = v.len; /* no NUL: the one reader refuses \u0000 in a string */
+  size_t n = v.len;
   /* the scanner accepts exactly what jansson reads, objects only; the
    * members it refuses twice in a request body (model, stream) are the
    * tool's here: the text checked whole and taken as written */
