@@ -3,7 +3,9 @@
  * (include/proxai/fastir.h): the client protocol's fast decoder reads the
  * body into the C IR, the upstream protocol's fast encoder writes the
  * upstream body; the same for an upstream answer. When either side
- * declines, nothing is changed and the caller takes the jansson path. */
+ * declines, the body is respelled and asked again, else refused in words
+ * (the one reader's rule, px_translate_request_body); a request whose IR
+ * goes past its memory budget (ctx->ir_budget) is refused as too large. */
 #include <stdlib.h>
 #include <string.h>
 
