@@ -702,6 +702,36 @@ static int last_member_fast(const char *p, size_t n, const char *name, const cha
 }
 #endif
 
+/* The finish reason when its member is the last one before p[e] in
+ * compact JSON (a finish chunk's "name":"stop"}]}, a body's
+ * "name":"stop"}],"usage"): "name" then ':', a string value without a
+ * backslash or null, then closing brackets (and one comma) up to e. 1: it
+ * is (*s as last_member_fast sets it: the last "name": there is this one,
+ * no other name ends in the bytes after it), 0: another shape (the caller
+ * walks back as before). */
+static int finish_at_end(const char *p, size_t e, const char *name, size_t *s, size_t *l) {
+  static const char *last_name; /* the protocols' literals: the length kept */
+  static size_t nl;
+  if (name != last_name) nl = strlen(name), last_name = name;
+  size_t j = e, v;
+  if (j > 0 && p[j - 1] == ',') j--;
+  while (j > 0 && (p[j - 1] == '}' || p[j - 1] == ']')) j--;
+  if (j >= 4 && memcmp(p + j - 4, "null", 4) == 0) {
+    v = j - 4;
+    *s = END;
+  } else if (j >= 2 && p[j - 1] == '"') {
+    size_t k = j - 1; /* back to the opening quote: finish words are short */
+    while (k > 0 && j - k < 64 && p[k - 1] != '"' && p[k - 1] != '\\') k--;
+    if (k == 0 || p[k - 1] != '"') return 0;
+    v = k - 1;
+    *s = v, *l = j - v;
+  } else {
+    return 0;
+  }
+  return v >= nl + 3 && p[v - 1] == ':' && p[v - 2] == '"' && p[v - nl - 3] == '"' &&
+         memcmp(p + v - nl - 2, name, nl) == 0 && !(v >= nl + 4 && p[v - nl - 4] == '\\');
+}
+
 /* The finish reason of answer_read: the last member of its name (Chat and
  * Gemini: before their list's name, back from the end; Anthropic: after
  * the content), else the one under outer */
@@ -710,11 +740,14 @@ static void answer_finish(const px_wire_watch_t *w, const char *p, size_t n,
   size_t s, l;
   if (!w->finish_key) return;
   if (w->finish_list || w->finish_last) { /* only the usage and the like follow */
-#if defined(__SSE2__)
     /* before the usage member first: what follows it was walked already */
-    if (!(tail != END &&
-          last_member_fast(p, tail, w->finish_key, w->finish_list, &s, &l)) &&
-        !last_member_fast(p, n, w->finish_key, w->finish_list, &s, &l))
+    if (finish_at_end(p, tail != END ? tail : n, w->finish_key, &s, &l)) {
+      /* the member just before the end (usage): decided in a few bytes */
+    } else
+#if defined(__SSE2__)
+        if (!(tail != END &&
+              last_member_fast(p, tail, w->finish_key, w->finish_list, &s, &l)) &&
+            !last_member_fast(p, n, w->finish_key, w->finish_list, &s, &l))
 #endif
       last_member(p, n, w->finish_key, w->finish_list, &s, &l);
   } else {
