@@ -254,6 +254,52 @@ static void test_repeated_usage(void) {
   }
 }
 
+/* A traced Chat stream: the finish reason is read from the chunk that has
+ * it (its name among the keys the watcher tests: the usage-only chunk, and
+ * any chunk without the name, is not read), and testing for it never makes
+ * a stream look complete without [DONE]. */
+static void test_traced_finish(void) {
+#define CHUNK(rest) "data: {\"id\":\"c1\",\"model\":\"up\",\"choices\":" rest "}\n\n"
+  static const struct {
+    const char *in, *finish;
+    int terminal;
+  } cases[] = {
+      {CHUNK("[{\"delta\":{\"content\":\"a\"},\"finish_reason\":null}]")
+           CHUNK("[{\"delta\":{},\"finish_reason\":\"stop\"}]")
+               CHUNK("[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}")
+                   "data: [DONE]\n\n",
+       "stop", 1},
+      /* the finish reason and usage on one chunk */
+      {CHUNK("[{\"delta\":{},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3}")
+           "data: [DONE]\n\n",
+       "length", 1},
+      /* a finish reason, no [DONE]: not complete */
+      {CHUNK("[{\"delta\":{},\"finish_reason\":\"stop\"}]"), "stop", 0},
+      /* chunks without the name: none */
+      {CHUNK("[{\"delta\":{\"content\":\"a\"}}]") "data: [DONE]\n\n", "", 1},
+  };
+#undef CHUNK
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    size_t n = strlen(cases[i].in);
+    for (size_t cut = 0; cut <= n; cut += 7) {
+      px_passthru_t pt;
+      px_answer_t a;
+      px_buf_t out;
+      memset(&a, 0, sizeof(a));
+      px_buf_init(&out, 1 << 20);
+      px_passthru_init(&pt, PX_PROTO_CHAT, NULL);
+      px_passthru_answer(&pt, &a);
+      CHECK(px_passthru_feed(&pt, cases[i].in, cut, &out) == 0);
+      CHECK(px_passthru_feed(&pt, cases[i].in + cut, n - cut, &out) == 0);
+      CHECK(px_passthru_finish(&pt) == cases[i].terminal);
+      CHECK(strcmp(a.finish, cases[i].finish) == 0);
+      CHECK(strcmp(a.id, "c1") == 0 && strcmp(a.model, "up") == 0);
+      px_passthru_done(&pt);
+      px_buf_free(&out);
+    }
+  }
+}
+
 int main(void) {
   test_find();
   test_replace();
@@ -262,5 +308,6 @@ int main(void) {
   test_oversize();
   test_strip_usage();
   test_repeated_usage();
+  test_traced_finish();
   return check_report("test_passthru");
 }
