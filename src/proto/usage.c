@@ -720,10 +720,28 @@ static int finish_at_end(const char *p, size_t e, const char *name, size_t *s, s
     v = j - 4;
     *s = END;
   } else if (j >= 2 && p[j - 1] == '"') {
-    size_t k = j - 1; /* back to the opening quote: finish words are short */
-    while (k > 0 && j - k < 64 && p[k - 1] != '"' && p[k - 1] != '\\') k--;
-    if (k == 0 || p[k - 1] != '"') return 0;
-    v = k - 1;
+    /* back to the opening quote (finish words are short): the last quote
+     * or backslash before the closing one, sixteen bytes at a time */
+    size_t k = j - 1, q = END;
+#if defined(__SSE2__)
+    for (; k >= 16 && j - k < 64; k -= 16) {
+      __m128i c = _mm_loadu_si128((const __m128i *)(p + k - 16));
+      unsigned m = (unsigned)_mm_movemask_epi8(
+          _mm_or_si128(_mm_cmpeq_epi8(c, _mm_set1_epi8('"')), _mm_cmpeq_epi8(c, _mm_set1_epi8('\\'))));
+      if (m) {
+        q = k - 16 + (size_t)(31 - __builtin_clz(m));
+        break;
+      }
+    }
+    if (q == END)
+#endif
+      for (; k > 0 && j - k < 64; k--)
+        if (p[k - 1] == '"' || p[k - 1] == '\\') {
+          q = k - 1;
+          break;
+        }
+    if (q == END || p[q] != '"') return 0;
+    v = q;
     *s = v, *l = j - v;
   } else {
     return 0;
@@ -798,6 +816,52 @@ static int lead_ids(const char *p, size_t n, size_t o, const char *const *nm,
   }
 }
 
+#if defined(__SSE2__)
+/* lead_ids by the names' bytes rather than a walk of the members: an
+ * unescaped quote, a name, then ":" and a quote opens a member of that
+ * name holding a string (inside a string the quotes would be escaped),
+ * and before the first '{' or '[' (in a string or not) that member is one
+ * of the object's leading ones. Sixteen places at a time where a quote is
+ * followed by a name's first byte; only those are compared. 1 with both
+ * plain string values set as lead_ids sets them; 0 when a container, the
+ * text's last bytes or an escaped value come first (lead_ids walks). */
+static int lead_find(const char *p, size_t n, size_t o, const char *const *nm,
+                     const size_t *nl, size_t *at, size_t *len) {
+  const __m128i qt = _mm_set1_epi8('"'), f0 = _mm_set1_epi8(nm[0][0]),
+                f1 = _mm_set1_epi8(nm[1][0]), ob = _mm_set1_epi8('{'),
+                sb = _mm_set1_epi8('[');
+  unsigned left = 3;
+  at[0] = at[1] = END;
+  for (size_t b = o + 1; b + 17 <= n; b += 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(p + b)),
+            w = _mm_loadu_si128((const __m128i *)(p + b + 1));
+    unsigned stop = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, ob),
+                                                             _mm_cmpeq_epi8(v, sb)));
+    unsigned m = (unsigned)_mm_movemask_epi8(_mm_and_si128(
+        _mm_cmpeq_epi8(v, qt), _mm_or_si128(_mm_cmpeq_epi8(w, f0), _mm_cmpeq_epi8(w, f1))));
+    if (stop) m &= (1u << __builtin_ctz(stop)) - 1; /* the leading members only */
+    for (; m; m &= m - 1) {
+      size_t i = b + (size_t)__builtin_ctz(m);
+      if (p[i - 1] == '\\') continue; /* escaped: inside a string */
+      for (size_t k = 0; k < 2; k++) {
+        size_t e = i + nl[k] + 1; /* the name's closing quote */
+        if (!(left >> k & 1) || e + 2 >= n || p[e] != '"' || p[e + 1] != ':' ||
+            p[e + 2] != '"' || memcmp(p + i + 1, nm[k], nl[k]) != 0)
+          continue;
+        size_t q = plain_end(p, e + 2, n);
+        if (q == END) return 0; /* escaped or cut: walked */
+        at[k] = e + 2;
+        len[k] = q + 1 - (e + 2);
+        if ((left &= ~(1u << k)) == 0) return 1;
+        break;
+      }
+    }
+    if (stop) return 0;
+  }
+  return 0;
+}
+#endif
+
 static void answer_read(const px_wire_watch_t *w, const char *p, size_t n,
                         const char *outer, size_t tail, px_answer_t *a, int finish) {
   const char *path[2];
@@ -815,7 +879,13 @@ static void answer_read(const px_wire_watch_t *w, const char *p, size_t n,
     static size_t nl[2];
     size_t at[2], len[2], o = px_json_ws((const unsigned char *)p, n, 0);
     if (w != lw) nl[0] = strlen(names[0]), nl[1] = strlen(names[1]), lw = w;
-    if (o < n && p[o] == '{' && lead_ids(p, n, o, names, nl, at, len)) {
+    if (o < n && p[o] == '{' &&
+#if defined(__SSE2__)
+        (lead_find(p, n, o, names, nl, at, len) ||
+         lead_ids(p, n, o, names, nl, at, len))) {
+#else
+        lead_ids(p, n, o, names, nl, at, len)) {
+#endif
       copy_str(p, at[0], len[0], a->id, sizeof(a->id), &a->id_len);
       copy_str(p, at[1], len[1], a->model, sizeof(a->model), &a->model_len);
     }

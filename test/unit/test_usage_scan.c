@@ -250,6 +250,8 @@ static void test_finish(void) {
       {"[{\"index\":0,\"finish_reason\":\"stop\"}]", "stop"},
       {"[{\"index\":0,\"finish_reason\":null}]", ""},
       {"[{\"finish_reason\":\"\"}]", ""},
+      {"[{\"finish_reason\":\"MALFORMED_FUNCTION_CALL\"}]", "MALFORMED_FUNCTION_CALL"},
+      {"[{\"finish_reason\":\"0123456789abcdef\"}]", "0123456789abcdef"},
       {"[{\"finish_reason\":\"st\\\"op\"}]", "st\\\"op"},        /* escaped: walked */
       {"[{\"finish_reason\": \"stop\" } ]", "stop"},             /* spaced: walked */
       {"[{\"finish_reason\":\"stop\",\"logprobs\":null}]", "stop"}, /* not last: walked */
@@ -289,8 +291,49 @@ static void test_finish(void) {
                "stop") == 0);
 }
 
+/* The id and model px_answer_read finds leading a Chat answer or chunk: the
+ * first top-level members of those names, as spelled (escapes kept), at
+ * every alignment of the names across sixteen-byte blocks, whatever comes
+ * before them (the names as values, escaped inside strings, containers). */
+static void test_lead(void) {
+  static const struct {
+    const char *lead, *id, *model;
+  } cases[] = {
+      {"\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"gpt\"",
+       "chatcmpl-1", "gpt"},
+      {"\"model\":\"m\",\"id\":\"i\"", "i", "m"},
+      {"\"object\":\"id\",\"x\":\"model\",\"id\":\"i\",\"model\":\"m\"", "i", "m"},
+      {"\"s\":\"\\\"id\\\":\\\"no\\\",\\\"model\\\":\\\"no\\\"\",\"id\":\"i\",\"model\":\"m\"",
+       "i", "m"},
+      {"\"id\":\"a\\\"b\",\"model\":\"m\\\\n\"", "a\\\"b", "m\\\\n"}, /* escaped: walked */
+      {"\"id\":\"{x}\",\"model\":\"[m]\"", "{x}", "[m]"},               /* brackets: walked */
+      {"\"id\" : \"i\" , \"model\" : \"m\"", "i", "m"},                 /* spaced: walked */
+      {"\"n\":{\"id\":\"no\"},\"id\":\"i\",\"model\":\"m\"", "i", "m"}, /* after a container */
+      {"\"n\":[],\"id\":\"i\",\"model\":null", "i", ""},
+      {"\"ids\":\"no\",\"id\":\"i\",\"models\":\"no\",\"model\":\"m\"", "i", "m"},
+  };
+  const px_wire_watch_t *w = &px_proto_get(PX_PROTO_CHAT)->watch;
+  char body[600];
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    for (int pad = 0; pad < 40; pad++)
+      for (int tail = 0; tail < 2; tail++) {
+        char pads[48];
+        memset(pads, 'p', (size_t)pad);
+        pads[pad] = 0;
+        snprintf(body, sizeof(body), "{\"pad\":\"%s\",%s%s}", pads, cases[i].lead,
+                 tail ? ",\"choices\":[{\"index\":0,\"finish_reason\":\"stop\"}]" : "");
+        px_answer_t a;
+        memset(&a, 0, sizeof(a));
+        px_answer_read(w, body, strlen(body), NULL, &a);
+        int ok = strcmp(a.id, cases[i].id) == 0 && strcmp(a.model, cases[i].model) == 0;
+        if (!ok) fprintf(stderr, "%s: id '%s', model '%s'\n", body, a.id, a.model);
+        CHECK(ok);
+      }
+}
+
 int main(void) {
   test_cases();
+  test_lead();
   test_finish();
   test_generated();
   return check_report("usage_scan");
