@@ -442,6 +442,120 @@ static void test_times(void) {
   px_trace_reset();
 }
 
+/* the intValue (a decimal string) of a span's attribute, -1 when absent */
+static long long int_of(json_t *spans, size_t i, const char *key) {
+  json_t *attrs = json_object_get(json_array_get(spans, i), "attributes"), *a;
+  size_t k;
+  json_array_foreach(attrs, k, a) {
+    if (strcmp(json_string_value(json_object_get(a, "key")), key) == 0) {
+      const char *v =
+          json_string_value(json_object_get(json_object_get(a, "value"), "intValue"));
+      return v ? strtoll(v, NULL, 10) : -2;
+    }
+  }
+  return -1;
+}
+
+/* the finish reason (the only element of the string array), or NULL */
+static const char *finish_of(json_t *spans, size_t i) {
+  json_t *attrs = json_object_get(json_array_get(spans, i), "attributes"), *a;
+  size_t k;
+  json_array_foreach(attrs, k, a) {
+    if (strcmp(json_string_value(json_object_get(a, "key")),
+               "gen_ai.response.finish_reasons") == 0)
+      return json_string_value(json_object_get(
+          json_array_get(json_object_get(json_object_get(json_object_get(a, "value"),
+                                                         "arrayValue"),
+                                         "values"),
+                         0),
+          "stringValue"));
+  }
+  return NULL;
+}
+
+/* A request's SERVER span after its CLIENT span (pass-through: the same
+ * answer strings and numbers): each carries its own values, whether the
+ * SERVER span's text is copied from the CLIENT span's or written (a value
+ * differing, another request's span, a span between, the batch taken). */
+static void test_answer_run(void) {
+  px_trace_conf_t c = conf(1);
+  char model[] = "gpt-\"x\"\n", id[] = "chatcmpl-1", fin[] = "stop", fin2[] = "stop";
+  enum { SAME, OTHER_FIN, OTHER_OUT, OTHER_STATUS, OTHER_REQUEST, BETWEEN, TAKEN, NCASES };
+  for (int k = 0; k < NCASES; k++) {
+    px_trace_ctx_t t, u;
+    strcpy(id, "chatcmpl-1");
+    px_trace_begin(&t, &c, px_str(""), px_str(""));
+    px_trace_begin(&u, &c, px_str(""), px_str(""));
+    px_trace_attempt(&t, NULL);
+    px_span_t cl = {.kind = PX_SPAN_CLIENT,
+                    .id = t.att_hex,
+                    .parent = t.span_hex,
+                    .start = 1,
+                    .end = 2,
+                    .operation = "chat",
+                    .name_model = "m",
+                    .request_model = "m",
+                    .provider = "openai",
+                    .response_model = {model, strlen(model)},
+                    .response_id = {id, strlen(id)},
+                    .finish_reason = {fin, strlen(fin)},
+                    .max_tokens = -1,
+                    .input_tokens = 25,
+                    .output_tokens = 14,
+                    .status = 200,
+                    .cost_nano = -1,
+                    .attempt = 1};
+    px_span_t sv = cl;
+    sv.kind = PX_SPAN_SERVER;
+    sv.id = (k == OTHER_REQUEST ? &u : &t)->span_hex;
+    sv.parent = NULL;
+    sv.max_tokens = 16;
+    sv.attempt = 0;
+    if (k == OTHER_FIN) sv.finish_reason = (px_str_t){fin2, strlen(fin2)}; /* same bytes */
+    if (k == OTHER_FIN) strcpy(fin2, "stoq");
+    if (k == OTHER_OUT) sv.output_tokens = 15;
+    if (k == OTHER_STATUS) sv.status = 502;
+    px_trace_emit(&t, &cl);
+    size_t n = 2;
+    json_t *first = NULL;
+    /* the same strings' bytes changed (an address used again): the
+     * SERVER span must show what they hold now */
+    int changed = k == OTHER_REQUEST || k == BETWEEN || k == TAKEN;
+    if (changed) strcpy(id, "chatcmpl-2");
+    if (k == BETWEEN) { /* another request's span */
+      px_span_t other = sv;
+      other.id = u.span_hex;
+      px_trace_emit(&u, &other);
+      n = 3;
+    }
+    if (k == TAKEN) {
+      first = take_doc(1);
+      n = 1;
+    }
+    px_trace_emit(k == OTHER_REQUEST ? &u : &t, &sv);
+    json_t *doc = take_doc(n), *js = spans_of(doc);
+    size_t s = n - 1; /* the SERVER span */
+    CHECK_STR(attr_of(js, s, "gen_ai.response.model"), model);
+    CHECK_STR(attr_of(js, s, "gen_ai.response.id"), changed ? "chatcmpl-2" : "chatcmpl-1");
+    CHECK_STR(finish_of(js, s), k == OTHER_FIN ? "stoq" : "stop");
+    CHECK(int_of(js, s, "gen_ai.usage.input_tokens") == 25);
+    CHECK(int_of(js, s, "gen_ai.usage.output_tokens") == (k == OTHER_OUT ? 15 : 14));
+    CHECK(int_of(js, s, "http.response.status_code") == (k == OTHER_STATUS ? 502 : 200));
+    CHECK(int_of(js, s, "gen_ai.request.max_tokens") == 16);
+    CHECK(int_of(js, s, "proxai.attempt") == -1);
+    json_t *cls = first ? spans_of(first) : js;
+    CHECK_STR(attr_of(cls, 0, "gen_ai.response.model"), model);
+    CHECK_STR(finish_of(cls, 0), "stop");
+    CHECK_STR(attr_of(cls, 0, "gen_ai.response.id"), "chatcmpl-1");
+    CHECK(int_of(cls, 0, "gen_ai.usage.output_tokens") == 14);
+    CHECK(int_of(cls, 0, "proxai.attempt") == 1);
+    CHECK(int_of(cls, 0, "gen_ai.request.max_tokens") == -1);
+    json_decref(doc);
+    json_decref(first);
+  }
+  px_trace_reset();
+}
+
 int main(void) {
   test_traceparent();
   test_sampling();
@@ -449,5 +563,6 @@ int main(void) {
   test_names();
   test_fixed_attrs();
   test_times();
+  test_answer_run();
   return check_report("test_trace");
 }
