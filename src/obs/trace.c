@@ -397,22 +397,21 @@ ENC char *put_u64(char *w, uint64_t v) {
   return v < 100000000 ? put_small(w, (uint32_t)v) : put_big(w, v);
 }
 
-/* a wall-clock time in ns: seconds (10 digits until 2286), their digits
- * kept from the last time (spans end within the same second, as a rule),
- * and 9 digits */
+/* a wall-clock time in ns: seconds (10 digits until 2286, at most 11),
+ * their digits kept from the last time with the second's first ns (spans
+ * end within the same second, as a rule: no division then), and 9 digits */
 ENC char *put_time(char *w, uint64_t hr) {
-  static uint64_t last_sec = UINT64_MAX;
+  static uint64_t sec_ns; /* the kept second, in ns */
   static char sec_text[24];
-  static size_t sec_len;
-  uint64_t v = hr + wall_offset, sec = v / 1000000000;
-  uint32_t ns = (uint32_t)(v - sec * 1000000000);
-  if (sec != last_sec) {
+  static size_t sec_len; /* 0: none kept yet */
+  uint64_t v = hr + wall_offset;
+  if (v - sec_ns >= 1000000000 || sec_len == 0) { /* another second (or before it) */
+    uint64_t sec = v / 1000000000;
     sec_len = (size_t)(put_u64(sec_text, sec) - sec_text);
-    last_sec = sec;
+    sec_ns = sec * 1000000000;
   }
   memcpy(w, sec_text, 16); /* a fixed-length copy: the room has it */
-  if (sec_len > 16) memcpy(w + 16, sec_text + 16, sec_len - 16);
-  return put9(w + sec_len, ns);
+  return put9(w + sec_len, (uint32_t)(v - sec_ns));
 }
 
 /* ,{"key":"K","value":{"stringValue":"V"}} */
@@ -734,6 +733,10 @@ static char *put_span(char *w, const char *base, const px_trace_ctx_t *t, const 
   return w;
 }
 
+static inline int batch_ready(void) {
+  return nspans >= READY_SPANS || batch.len >= READY_BYTES;
+}
+
 void px_trace_emit(const px_trace_ctx_t *t, const px_span_t *s) {
   if (!t->sampled) return;
   if (batch.cap == 0) {
@@ -759,7 +762,7 @@ void px_trace_emit(const px_trace_ctx_t *t, const px_span_t *s) {
   if (!fixed) strings += f[1].n + f[2].n + f[3].n;
   size_t bound = SPAN_FIXED + ESC_MAX * strings + (s->lossy ? 32 * strlen(s->lossy) : 0);
   if (nspans >= BATCH_SPANS_MAX || (nspans == 0 && put_prefix(&batch) < 0) ||
-      px_buf_reserve(&batch, bound) < 0) {
+      (batch.size - batch.len < bound && px_buf_reserve(&batch, bound) < 0)) {
     if (nspans == 0) batch.len = 0;
     run.len = 0;
     px_trace_dropped(1, "queue_full");
@@ -768,7 +771,7 @@ void px_trace_emit(const px_trace_ctx_t *t, const px_span_t *s) {
   char *w = put_span(batch.data + batch.len, batch.data, t, s, v, fixed, fk, f);
   batch.len = (size_t)(w - batch.data);
   nspans++;
-  if (!ready_signalled && ready_cb && px_trace_ready()) {
+  if (!ready_signalled && ready_cb && batch_ready()) {
     ready_signalled = 1;
     ready_cb();
   }
@@ -779,7 +782,7 @@ size_t px_trace_pending(void) {
 }
 
 int px_trace_ready(void) {
-  return nspans >= READY_SPANS || batch.len >= READY_BYTES;
+  return batch_ready();
 }
 
 size_t px_trace_take(px_buf_t *body) {

@@ -440,6 +440,65 @@ static void test_times(void) {
   }
   json_decref(doc);
   px_trace_reset();
+  /* times back and forth across seconds (the kept one and others), the
+   * first ones near 0: each as far from the first as it is */
+  uint64_t at[300], x = 1, off = 0;
+  { /* the wall clock's offset: second boundaries where they fall */
+    px_span_t s = {.kind = PX_SPAN_SERVER,
+                   .id = t.span_hex,
+                   .start = 5000000000ull,
+                   .end = 5000000000ull,
+                   .operation = "chat",
+                   .max_tokens = -1,
+                   .input_tokens = -1,
+                   .output_tokens = -1,
+                   .cost_nano = -1};
+    px_trace_emit(&t, &s);
+    doc = take_doc(1);
+    const char *v = json_string_value(
+        json_object_get(json_array_get(spans_of(doc), 0), "startTimeUnixNano"));
+    CHECK(v != NULL);
+    if (v) off = strtoull(v, NULL, 10) - 5000000000ull;
+    json_decref(doc);
+  }
+  static const int64_t edge[] = {0, 1, -1, 999999999, 1000000000, 1000000001, -1000000000};
+  uint64_t sec0 = (off + 9000000000ull) / 1000000000 * 1000000000 - off; /* hr at a second */
+  for (size_t i = 0; i < 4; i++) at[i] = i; /* near 0 */
+  for (size_t i = 4; i < 60; i++)
+    at[i] = sec0 + (uint64_t)(i / 7) * 1000000000u + (uint64_t)edge[i % 7];
+  for (size_t i = 60; i < 300; i++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    uint64_t step = (x >> 33) % 3000000000u;
+    at[i] = (x >> 20) & 1 && at[i - 1] > step ? at[i - 1] - step : at[i - 1] + step;
+    if (i % 50 == 0) at[i] += 3600000000000ull; /* an hour on */
+  }
+  for (size_t i = 0; i < 300; i += 2) {
+    px_span_t s = {.kind = PX_SPAN_SERVER,
+                   .id = t.span_hex,
+                   .start = at[i],
+                   .end = at[i + 1],
+                   .operation = "chat",
+                   .max_tokens = -1,
+                   .input_tokens = -1,
+                   .output_tokens = -1,
+                   .cost_nano = -1};
+    px_trace_emit(&t, &s);
+  }
+  doc = take_doc(150);
+  js = spans_of(doc);
+  const char *t0 =
+      doc ? json_string_value(json_object_get(json_array_get(js, 0), "startTimeUnixNano")) : NULL;
+  CHECK(t0 != NULL);
+  for (size_t i = 0; doc && t0 && i < 300; i++) {
+    const char *v = json_string_value(
+        json_object_get(json_array_get(js, i / 2), i % 2 ? "endTimeUnixNano" : "startTimeUnixNano"));
+    char want[32];
+    CHECK(v && strspn(v, "0123456789") == strlen(v) && (v[0] != '0' || v[1] == 0));
+    if (v) snprintf(want, sizeof(want), "%llu", (unsigned long long)(strtoull(t0, NULL, 10) - at[0] + at[i]));
+    if (v) CHECK_STR(v, want);
+  }
+  json_decref(doc);
+  px_trace_reset();
 }
 
 /* the intValue (a decimal string) of a span's attribute, -1 when absent */
