@@ -40,7 +40,6 @@ typedef struct px_passthru {
   unsigned char klen[4];              /**< lengths of the keys data chunks are tested
                                            for (0: not tested; passthru.c) */
   int keys;                           /**< any of them tested */
-  unsigned term_bits;                 /**< those whose key ends the stream (finish_keys) */
   unsigned char name_len[PX_N_COUNT]; /**< lengths of the event names (PX_N_*) */
   px_buf_t utail;                     /**< the bytes the last usage read depended on */
   int cr_end;         /**< the last event ended on CR (1 passed on, 2 dropped):

@@ -216,7 +216,7 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
   /* the keys this protocol's data chunks are tested for, in one pass
    * (their lengths set at init: 0 for a key not tested) */
   const char *keys[PX_WATCH_KEYS] = {"error", w->usage_obj, w->finish_keys[0],
-                                     w->finish_keys[1] ? w->finish_keys[1] : w->finish_key};
+                                     w->finish_keys[1]};
   unsigned has = 0;
   if (n > 0 && pt->keys) {
     unsigned char kl[PX_WATCH_KEYS];
@@ -241,7 +241,7 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
   } else if (has >> PX_K_USAGE & 1) {
     chunk_usage(pt, d, n);
   }
-  if (has & pt->term_bits) pt->terminal = 1;
+  if (has >> PX_K_FINISH) pt->terminal = 1;
   if (pt->fin_null_len) chunk_answer(pt, d, n, has);
   return 0;
 }
@@ -261,13 +261,6 @@ void px_passthru_answer(px_passthru_t *pt, px_answer_t *a) {
   for (size_t k = 0; k < 2 && w->finish_keys[k]; k++)
     if (strcmp(w->finish_keys[k], w->finish_key) == 0)
       pt->fin_bit = 1u << (PX_K_FINISH + k);
-  if (!pt->fin_bit && !w->finish_keys[1]) {
-    /* the last key slot free (Chat): the finish reason's name tested
-     * there too, so a chunk without it (the usage-only one) is not read */
-    pt->klen[PX_K_FINISH + 1] = (unsigned char)fl;
-    pt->keys = 1;
-    pt->fin_bit = 1u << (PX_K_FINISH + 1);
-  }
 }
 
 static int on_event_end(void *arg, size_t end);
@@ -282,10 +275,8 @@ void px_passthru_init(px_passthru_t *pt, px_proto_t proto, const char *model) {
   if (w->error_data) pt->klen[PX_K_ERROR] = 5;
   if (!w->start_event && !w->terminal_events[0])
     pt->klen[PX_K_USAGE] = (unsigned char)strlen(w->usage_obj);
-  for (size_t k = 0; k < 2 && w->finish_keys[k]; k++) {
+  for (size_t k = 0; k < 2 && w->finish_keys[k]; k++)
     pt->klen[PX_K_FINISH + k] = (unsigned char)strlen(w->finish_keys[k]);
-    pt->term_bits |= 1u << (PX_K_FINISH + k);
-  }
   for (size_t k = 0; k < PX_WATCH_KEYS; k++) pt->keys |= pt->klen[k] > 0;
   const char *names[PX_N_COUNT] = {
       w->terminal_events[0], w->terminal_events[1], w->terminal_events[2], w->error_event,

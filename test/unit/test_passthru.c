@@ -254,10 +254,10 @@ static void test_repeated_usage(void) {
   }
 }
 
-/* A traced Chat stream: the finish reason is read from the chunk that has
- * it (its name among the keys the watcher tests: the usage-only chunk, and
- * any chunk without the name, is not read), and testing for it never makes
- * a stream look complete without [DONE]. */
+/* A traced Chat stream: the finish reason of the chunk that has it (null
+ * ones and the usage-only one say none), with usage on the same chunk,
+ * whatever the split; a finish reason never makes a stream look complete
+ * without [DONE]. */
 static void test_traced_finish(void) {
 #define CHUNK(rest) "data: {\"id\":\"c1\",\"model\":\"up\",\"choices\":" rest "}\n\n"
   static const struct {
