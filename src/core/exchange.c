@@ -213,7 +213,8 @@ static void trace_begin(px_exch_t *x) {
  * route rewrites it */
 static const px_answer_t *answer_client(px_exch_t *x) {
   if (!x->ans_pass && !x->pt_init) return &x->ans_cl;
-  if (!(x->up_model && x->model && strcmp(x->up_model, x->model) != 0)) return &x->ans_up;
+  if (!(x->up_model && x->model && x->up_model != x->model && strcmp(x->up_model, x->model) != 0))
+    return &x->ans_up;
   x->ans_cl = x->ans_up;
   px_copy_cut(x->ans_cl.model, sizeof(x->ans_cl.model), px_str(x->model), PX_STR(""));
   x->ans_cl.model_len = (unsigned char)strlen(x->ans_cl.model);
