@@ -109,6 +109,27 @@ static void test_sampling(void) {
     if (ratio == 1) CHECK(kept == n);
     if (ratio == 0.25) CHECK(kept > n / 4 - 600 && kept < n / 4 + 600);
   }
+  /* new ids: all distinct, every bit set in about half of them */
+  {
+    px_trace_conf_t c1 = conf(1);
+    enum { N = 2000 };
+    static char ids[3 * N][33];
+    unsigned ones[128] = {0};
+    for (int i = 0; i < N; i++) {
+      px_trace_ctx_t t;
+      px_trace_begin(&t, &c1, px_str(""), px_str(""));
+      px_trace_attempt(&t, NULL);
+      memcpy(ids[3 * i], t.trace_hex, 32);
+      memcpy(ids[3 * i + 1], t.span_hex, 16);
+      memcpy(ids[3 * i + 2], t.att_hex, 16);
+      for (int b = 0; b < 128; b++) ones[b] += t.trace_id[b / 8] >> (b % 8) & 1;
+    }
+    qsort(ids, 3 * N, sizeof(ids[0]), (int (*)(const void *, const void *))strcmp);
+    int dup = 0;
+    for (int i = 1; i < 3 * N; i++) dup += strcmp(ids[i - 1], ids[i]) == 0;
+    CHECK(dup == 0);
+    for (int b = 0; b < 128; b++) CHECK(ones[b] > N / 2 - 150 && ones[b] < N / 2 + 150);
+  }
   /* the same trace id is kept or not alike on every gateway */
   px_trace_conf_t c = conf(0.5);
   for (int i = 0; i < 200; i++) {
