@@ -605,12 +605,12 @@ static void fixed_keep(const px_span_t *s, const char **k, const char *w, size_t
  * span may use it: a note is dropped at each span and when the batch is
  * taken. */
 static struct {
-  char parent[16];     /* the SERVER span's id */
-  const char *p[3];    /* the response's model, id and finish reason */
+  char parent[16];  /* the SERVER span's id */
+  const char *p[3]; /* the response's model, id and finish reason */
   size_t n[3];
   int64_t in, out;
   int status;
-  size_t at, len;      /* the text in the batch; len 0: none */
+  size_t at, len; /* the text in the batch; len 0: none */
 } run;
 
 /* the answer's attributes of s (v: its strings from RESP on) at w */
@@ -621,7 +621,8 @@ ENC char *put_answer(char *w, const px_span_t *s, const sv_t *v, const char *bas
     if (s->kind == PX_SPAN_SERVER && memcmp(run.parent, s->id, 16) == 0 &&
         run.p[0] == v[0].p && run.p[1] == v[1].p && run.p[2] == v[2].p &&
         run.n[0] == v[0].n && run.n[1] == v[1].n && run.n[2] == v[2].n &&
-        run.in == s->input_tokens && run.out == s->output_tokens && run.status == s->status) {
+        run.in == s->input_tokens && run.out == s->output_tokens &&
+        run.status == s->status) {
       memcpy(w, base + run.at, len);
       return w + len;
     }
@@ -649,8 +650,9 @@ ENC char *put_answer(char *w, const px_span_t *s, const sv_t *v, const char *bas
 }
 
 /* Writes the span at w (room for its bound reserved); returns the end. */
-static char *put_span(char *w, const char *base, const px_trace_ctx_t *t, const px_span_t *s,
-                      const sv_t *v, const frag_t *fixed, const char **fk, const sv_t *f) {
+static char *put_span(char *w, const char *base, const px_trace_ctx_t *t,
+                      const px_span_t *s, const sv_t *v, const frag_t *fixed,
+                      const char **fk, const sv_t *f) {
   enum { NAME, REQ, RESP, RID, FIN, USER, ERR };
   const sv_t op = f[0];
   if (nspans) *w++ = ',';

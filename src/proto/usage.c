@@ -709,7 +709,8 @@ static int last_member_fast(const char *p, size_t n, const char *name, const cha
  * is (*s as last_member_fast sets it: the last "name": there is this one,
  * no other name ends in the bytes after it), 0: another shape (the caller
  * walks back as before). */
-static int finish_at_end(const char *p, size_t e, const char *name, size_t *s, size_t *l) {
+static int finish_at_end(const char *p, size_t e, const char *name, size_t *s,
+                         size_t *l) {
   static const char *last_name; /* the protocols' literals: the length kept */
   static size_t nl;
   if (name != last_name) nl = strlen(name), last_name = name;
@@ -726,8 +727,8 @@ static int finish_at_end(const char *p, size_t e, const char *name, size_t *s, s
 #if defined(__SSE2__)
     for (; k >= 16 && j - k < 64; k -= 16) {
       __m128i c = _mm_loadu_si128((const __m128i *)(p + k - 16));
-      unsigned m = (unsigned)_mm_movemask_epi8(
-          _mm_or_si128(_mm_cmpeq_epi8(c, _mm_set1_epi8('"')), _mm_cmpeq_epi8(c, _mm_set1_epi8('\\'))));
+      unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(
+          _mm_cmpeq_epi8(c, _mm_set1_epi8('"')), _mm_cmpeq_epi8(c, _mm_set1_epi8('\\'))));
       if (m) {
         q = k - 16 + (size_t)(31 - __builtin_clz(m));
         break;
@@ -835,10 +836,11 @@ static int lead_find(const char *p, size_t n, size_t o, const char *const *nm,
   for (size_t b = o + 1; b + 17 <= n; b += 16) {
     __m128i v = _mm_loadu_si128((const __m128i *)(p + b)),
             w = _mm_loadu_si128((const __m128i *)(p + b + 1));
-    unsigned stop = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, ob),
-                                                             _mm_cmpeq_epi8(v, sb)));
-    unsigned m = (unsigned)_mm_movemask_epi8(_mm_and_si128(
-        _mm_cmpeq_epi8(v, qt), _mm_or_si128(_mm_cmpeq_epi8(w, f0), _mm_cmpeq_epi8(w, f1))));
+    unsigned stop = (unsigned)_mm_movemask_epi8(
+        _mm_or_si128(_mm_cmpeq_epi8(v, ob), _mm_cmpeq_epi8(v, sb)));
+    unsigned m = (unsigned)_mm_movemask_epi8(
+        _mm_and_si128(_mm_cmpeq_epi8(v, qt),
+                      _mm_or_si128(_mm_cmpeq_epi8(w, f0), _mm_cmpeq_epi8(w, f1))));
     if (stop) m &= (1u << __builtin_ctz(stop)) - 1; /* the leading members only */
     for (; m; m &= m - 1) {
       size_t i = b + (size_t)__builtin_ctz(m);

@@ -260,25 +260,24 @@ static void test_repeated_usage(void) {
  * without [DONE]. */
 static void test_traced_finish(void) {
 #define CHUNK(rest) "data: {\"id\":\"c1\",\"model\":\"up\",\"choices\":" rest "}\n\n"
+#define DONE "data: [DONE]\n\n"
+#define NULL_FIN "[{\"delta\":{\"content\":\"a\"},\"finish_reason\":null}]"
+#define FIN(f) "[{\"delta\":{},\"finish_reason\":\"" f "\"}]"
+#define USAGE "\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}"
   static const struct {
     const char *in, *finish;
     int terminal;
   } cases[] = {
-      {CHUNK("[{\"delta\":{\"content\":\"a\"},\"finish_reason\":null}]")
-           CHUNK("[{\"delta\":{},\"finish_reason\":\"stop\"}]")
-               CHUNK("[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}")
-                   "data: [DONE]\n\n",
-       "stop", 1},
-      /* the finish reason and usage on one chunk */
-      {CHUNK("[{\"delta\":{},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3}")
-           "data: [DONE]\n\n",
-       "length", 1},
-      /* a finish reason, no [DONE]: not complete */
-      {CHUNK("[{\"delta\":{},\"finish_reason\":\"stop\"}]"), "stop", 0},
-      /* chunks without the name: none */
-      {CHUNK("[{\"delta\":{\"content\":\"a\"}}]") "data: [DONE]\n\n", "", 1},
+      {CHUNK(NULL_FIN) CHUNK(FIN("stop")) CHUNK("[]," USAGE) DONE, "stop", 1},
+      {CHUNK(FIN("length") "," USAGE) DONE, "length", 1}, /* with usage */
+      {CHUNK(FIN("stop")), "stop", 0},                     /* no [DONE]: not complete */
+      {CHUNK("[{\"delta\":{\"content\":\"a\"}}]") DONE, "", 1}, /* without the name */
   };
 #undef CHUNK
+#undef DONE
+#undef NULL_FIN
+#undef FIN
+#undef USAGE
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     size_t n = strlen(cases[i].in);
     for (size_t cut = 0; cut <= n; cut += 7) {

@@ -482,9 +482,11 @@ static void test_times(void) {
     if (v) off = strtoull(v, NULL, 10) - 5000000000ull;
     json_decref(doc);
   }
-  static const int64_t edge[] = {0, 1, -1, 999999999, 1000000000, 1000000001, -1000000000};
-  uint64_t sec0 = (off + 9000000000ull) / 1000000000 * 1000000000 - off; /* hr at a second */
-  for (size_t i = 0; i < 4; i++) at[i] = i; /* near 0 */
+  static const int64_t edge[] = {0,          1,          -1,         999999999,
+                                 1000000000, 1000000001, -1000000000};
+  uint64_t sec0 =
+      (off + 9000000000ull) / 1000000000 * 1000000000 - off; /* hr at a second */
+  for (size_t i = 0; i < 4; i++) at[i] = i;                  /* near 0 */
   for (size_t i = 4; i < 60; i++)
     at[i] = sec0 + (uint64_t)(i / 7) * 1000000000u + (uint64_t)edge[i % 7];
   for (size_t i = 60; i < 300; i++) {
@@ -508,14 +510,17 @@ static void test_times(void) {
   doc = take_doc(150);
   js = spans_of(doc);
   const char *t0 =
-      doc ? json_string_value(json_object_get(json_array_get(js, 0), "startTimeUnixNano")) : NULL;
+      doc ? json_string_value(json_object_get(json_array_get(js, 0), "startTimeUnixNano"))
+          : NULL;
   CHECK(t0 != NULL);
   for (size_t i = 0; doc && t0 && i < 300; i++) {
-    const char *v = json_string_value(
-        json_object_get(json_array_get(js, i / 2), i % 2 ? "endTimeUnixNano" : "startTimeUnixNano"));
+    const char *v = json_string_value(json_object_get(
+        json_array_get(js, i / 2), i % 2 ? "endTimeUnixNano" : "startTimeUnixNano"));
     char want[32];
     CHECK(v && strspn(v, "0123456789") == strlen(v) && (v[0] != '0' || v[1] == 0));
-    if (v) snprintf(want, sizeof(want), "%llu", (unsigned long long)(strtoull(t0, NULL, 10) - at[0] + at[i]));
+    if (v)
+      snprintf(want, sizeof(want), "%llu",
+               (unsigned long long)(strtoull(t0, NULL, 10) - at[0] + at[i]));
     if (v) CHECK_STR(v, want);
   }
   json_decref(doc);
@@ -544,10 +549,10 @@ static const char *finish_of(json_t *spans, size_t i) {
     if (strcmp(json_string_value(json_object_get(a, "key")),
                "gen_ai.response.finish_reasons") == 0)
       return json_string_value(json_object_get(
-          json_array_get(json_object_get(json_object_get(json_object_get(a, "value"),
-                                                         "arrayValue"),
-                                         "values"),
-                         0),
+          json_array_get(
+              json_object_get(json_object_get(json_object_get(a, "value"), "arrayValue"),
+                              "values"),
+              0),
           "stringValue"));
   }
   return NULL;
@@ -560,7 +565,16 @@ static const char *finish_of(json_t *spans, size_t i) {
 static void test_answer_run(void) {
   px_trace_conf_t c = conf(1);
   char model[] = "gpt-\"x\"\n", id[] = "chatcmpl-1", fin[] = "stop", fin2[] = "stop";
-  enum { SAME, OTHER_FIN, OTHER_OUT, OTHER_STATUS, OTHER_REQUEST, BETWEEN, TAKEN, NCASES };
+  enum {
+    SAME,
+    OTHER_FIN,
+    OTHER_OUT,
+    OTHER_STATUS,
+    OTHER_REQUEST,
+    BETWEEN,
+    TAKEN,
+    NCASES
+  };
   for (int k = 0; k < NCASES; k++) {
     px_trace_ctx_t t, u;
     strcpy(id, "chatcmpl-1");
@@ -591,7 +605,8 @@ static void test_answer_run(void) {
     sv.parent = NULL;
     sv.max_tokens = 16;
     sv.attempt = 0;
-    if (k == OTHER_FIN) sv.finish_reason = (px_str_t){fin2, strlen(fin2)}; /* same bytes */
+    if (k == OTHER_FIN)
+      sv.finish_reason = (px_str_t){fin2, strlen(fin2)}; /* same bytes */
     if (k == OTHER_FIN) strcpy(fin2, "stoq");
     if (k == OTHER_OUT) sv.output_tokens = 15;
     if (k == OTHER_STATUS) sv.status = 502;
@@ -616,7 +631,8 @@ static void test_answer_run(void) {
     json_t *doc = take_doc(n), *js = spans_of(doc);
     size_t s = n - 1; /* the SERVER span */
     CHECK_STR(attr_of(js, s, "gen_ai.response.model"), model);
-    CHECK_STR(attr_of(js, s, "gen_ai.response.id"), changed ? "chatcmpl-2" : "chatcmpl-1");
+    CHECK_STR(attr_of(js, s, "gen_ai.response.id"),
+              changed ? "chatcmpl-2" : "chatcmpl-1");
     CHECK_STR(finish_of(js, s), k == OTHER_FIN ? "stoq" : "stop");
     CHECK(int_of(js, s, "gen_ai.usage.input_tokens") == 25);
     CHECK(int_of(js, s, "gen_ai.usage.output_tokens") == (k == OTHER_OUT ? 15 : 14));

@@ -252,25 +252,26 @@ static void test_finish(void) {
       {"[{\"finish_reason\":\"\"}]", ""},
       {"[{\"finish_reason\":\"MALFORMED_FUNCTION_CALL\"}]", "MALFORMED_FUNCTION_CALL"},
       {"[{\"finish_reason\":\"0123456789abcdef\"}]", "0123456789abcdef"},
-      {"[{\"finish_reason\":\"st\\\"op\"}]", "st\\\"op"},        /* escaped: walked */
-      {"[{\"finish_reason\": \"stop\" } ]", "stop"},             /* spaced: walked */
+      {"[{\"finish_reason\":\"st\\\"op\"}]", "st\\\"op"},           /* escaped: walked */
+      {"[{\"finish_reason\": \"stop\" } ]", "stop"},                /* spaced: walked */
       {"[{\"finish_reason\":\"stop\",\"logprobs\":null}]", "stop"}, /* not last: walked */
       {"[{\"finish_reason\":\"stop\"},{\"finish_reason\":\"length\"}]", "length"},
       {"[{\"finish_reason\":\"stop\"},{\"finish_reason\":null}]", ""},
-      {"[{\"xfinish_reason\":\"stop\"}]", ""},                 /* another name */
-      {"[{\"c\":\"\\\"finish_reason\\\":\\\"x\\\"\"}]", ""},    /* in a string */
-      {"[{\"reason\":\"finish_reason\"}]", ""},                /* a value, not a name */
-      {"[{\"finish_reason\":[\"stop\"]}]", ""},                /* not a string */
+      {"[{\"xfinish_reason\":\"stop\"}]", ""},               /* another name */
+      {"[{\"c\":\"\\\"finish_reason\\\":\\\"x\\\"\"}]", ""}, /* in a string */
+      {"[{\"reason\":\"finish_reason\"}]", ""},              /* a value, not a name */
+      {"[{\"finish_reason\":[\"stop\"]}]", ""},              /* not a string */
       {"[{\"finish_reason\":\"0123456789012345678901234567890123456789012345678901234567"
        "89012345\"}]",
        "0123456789012345678901234567890"}, /* over 64 bytes back: walked, cut to fit */
   };
   char body[512];
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-    snprintf(body, sizeof(body),
-             "{\"id\":\"c1\",\"model\":\"m\",\"choices\":%s,\"usage\":{\"prompt_tokens\":1,"
-             "\"completion_tokens\":2}}",
-             cases[i].choices);
+    snprintf(
+        body, sizeof(body),
+        "{\"id\":\"c1\",\"model\":\"m\",\"choices\":%s,\"usage\":{\"prompt_tokens\":1,"
+        "\"completion_tokens\":2}}",
+        cases[i].choices);
     const char *got = finish_of(body, 0);
     if (strcmp(got, cases[i].want) != 0)
       fprintf(stderr, "body %s: finish '%s', want '%s'\n", body, got, cases[i].want);
@@ -283,12 +284,14 @@ static void test_finish(void) {
     CHECK(strcmp(got, cases[i].want) == 0);
   }
   /* a usage-only chunk, and a body whose choices come after usage */
-  CHECK(strcmp(finish_of("{\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":1}}", 1),
-               "") == 0);
-  CHECK(strcmp(finish_of("{\"usage\":{\"prompt_tokens\":1},\"choices\":[{\"finish_reason\":"
-                         "\"stop\"}]}",
-                         0),
-               "stop") == 0);
+  CHECK(strcmp(
+            finish_of("{\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":1}}", 1),
+            "") == 0);
+  CHECK(
+      strcmp(finish_of("{\"usage\":{\"prompt_tokens\":1},\"choices\":[{\"finish_reason\":"
+                       "\"stop\"}]}",
+                       0),
+             "stop") == 0);
 }
 
 /* The id and model px_answer_read finds leading a Chat answer or chunk: the
@@ -299,16 +302,20 @@ static void test_lead(void) {
   static const struct {
     const char *lead, *id, *model;
   } cases[] = {
-      {"\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"gpt\"",
+      {"\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1,\"model\":"
+       "\"gpt\"",
        "chatcmpl-1", "gpt"},
       {"\"model\":\"m\",\"id\":\"i\"", "i", "m"},
       {"\"object\":\"id\",\"x\":\"model\",\"id\":\"i\",\"model\":\"m\"", "i", "m"},
-      {"\"s\":\"\\\"id\\\":\\\"no\\\",\\\"model\\\":\\\"no\\\"\",\"id\":\"i\",\"model\":\"m\"",
+      {"\"s\":\"\\\"id\\\":\\\"no\\\",\\\"model\\\":\\\"no\\\"\",\"id\":\"i\",\"model\":"
+       "\"m\"",
        "i", "m"},
-      {"\"id\":\"a\\\"b\",\"model\":\"m\\\\n\"", "a\\\"b", "m\\\\n"}, /* escaped: walked */
-      {"\"id\":\"{x}\",\"model\":\"[m]\"", "{x}", "[m]"},               /* brackets: walked */
-      {"\"id\" : \"i\" , \"model\" : \"m\"", "i", "m"},                 /* spaced: walked */
-      {"\"n\":{\"id\":\"no\"},\"id\":\"i\",\"model\":\"m\"", "i", "m"}, /* after a container */
+      {"\"id\":\"a\\\"b\",\"model\":\"m\\\\n\"", "a\\\"b",
+       "m\\\\n"},                                         /* escaped: walked */
+      {"\"id\":\"{x}\",\"model\":\"[m]\"", "{x}", "[m]"}, /* brackets: walked */
+      {"\"id\" : \"i\" , \"model\" : \"m\"", "i", "m"},   /* spaced: walked */
+      {"\"n\":{\"id\":\"no\"},\"id\":\"i\",\"model\":\"m\"", "i",
+       "m"}, /* after a container */
       {"\"n\":[],\"id\":\"i\",\"model\":null", "i", ""},
       {"\"ids\":\"no\",\"id\":\"i\",\"models\":\"no\",\"model\":\"m\"", "i", "m"},
   };
