@@ -267,39 +267,48 @@ static int top_object_member_blocks(const char *text, size_t n, const char *name
 }
 #endif
 
-/* The opening quote of the string whose closing quote is p[j], or END: the
- * nearest quote before it that no odd run of backslashes escapes. */
-static size_t string_open(const char *p, size_t j) {
-  while (j > 0) {
-    const char *q = memrchr(p, '"', j);
-    if (q == NULL) return END;
-    j = (size_t)(q - p);
-    size_t b = j;
-    while (b > 0 && p[b - 1] == '\\') b--;
-    if (((j - b) & 1) == 0) return j;
-  }
-  return END;
-}
+/* The marks (quotes and brackets: next_mark's test) of p[lo..i), walked
+ * down from i: sixteen bytes are tested at once (SSE2, else one at a time
+ * into the same mask) and their marks taken from the mask, highest first,
+ * with no reload per mark. */
+typedef struct rmarks {
+  const unsigned char *p;
+  size_t lo, base; /* the bytes below base are still to test */
+  unsigned m;      /* the marks of p[base..base + 16) not taken yet */
+} rmarks_t;
 
-/* The last index j < i (j >= lo) where p[j] may be a quote or a bracket
- * (next_mark's test, backwards), else END. */
-static size_t prev_mark(const unsigned char *p, size_t lo, size_t i) {
+static inline unsigned mark_mask16(const unsigned char *p) {
 #if defined(__SSE2__)
   const __m128i mask = _mm_set1_epi8((char)~0x26), br = _mm_set1_epi8(0x59),
                 qt = _mm_set1_epi8('"');
-  for (; i >= lo + 16; i -= 16) {
-    __m128i v = _mm_loadu_si128((const __m128i *)(p + i - 16));
-    __m128i hit =
-        _mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(v, mask), br), _mm_cmpeq_epi8(v, qt));
-    unsigned m = (unsigned)_mm_movemask_epi8(hit);
-    if (m) return i - 16 + (size_t)(31 - __builtin_clz(m));
-  }
+  __m128i v = _mm_loadu_si128((const __m128i *)p);
+  return (unsigned)_mm_movemask_epi8(
+      _mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(v, mask), br), _mm_cmpeq_epi8(v, qt)));
+#else
+  unsigned m = 0;
+  for (unsigned k = 0; k < 16; k++)
+    if ((p[k] & ~0x26) == 0x59 || p[k] == '"') m |= 1u << k;
+  return m;
 #endif
-  while (i > lo) {
-    unsigned char c = p[--i];
-    if (c == '"' || c == '{' || c == '}' || c == '[' || c == ']') return i;
+}
+
+/* The next mark below the last one taken, else END. */
+static inline size_t rmark(rmarks_t *r) {
+  while (r->m == 0) {
+    if (r->base <= r->lo) return END;
+    if (r->base - r->lo >= 16) {
+      r->base -= 16;
+      r->m = mark_mask16(r->p + r->base);
+    } else { /* the last few bytes */
+      size_t k = r->base - r->lo;
+      r->base = r->lo;
+      for (unsigned b = 0; b < k; b++)
+        if ((r->p[r->lo + b] & ~0x26) == 0x59 || r->p[r->lo + b] == '"') r->m |= 1u << b;
+    }
   }
-  return END;
+  unsigned b = 31 - (unsigned)__builtin_clz(r->m);
+  r->m &= ~(1u << b);
+  return r->base + b;
 }
 
 /* Every protocol puts usage last: the top-level member `name` found walking
@@ -323,13 +332,20 @@ static int top_member_from_end(const char *text, size_t n, const char *name,
     j--;
   if (j <= first || p[j - 1] != '}' || p[first] != '{') return -1;
   size_t depth = 0, open = END;
+  rmarks_t r = {p, first, j, 0};
   for (;;) {
-    j = prev_mark(p, first, j);
+    j = rmark(&r);
     if (j == END) return -1;
     unsigned char c = p[j];
-    if (c == '"') {
-      size_t k = string_open(text, j);
-      if (k == END || k < first) return -1;
+    if (c == '"') { /* the string's opening quote: the next quote no odd run
+                     * of backslashes escapes */
+      size_t k, b;
+      do {
+        do
+          if ((k = rmark(&r)) == END) return -1;
+        while (p[k] != '"');
+        for (b = k; b > 0 && p[b - 1] == '\\';) b--;
+      } while ((k - b) & 1);
       size_t kl = j - k - 1, e = skip_ws(text, j + 1, n);
       if (depth == 2 && e < n && p[e] == ':') { /* a member of a second-level object */
         for (size_t m = 0; m < pk->n; m++)
@@ -344,7 +360,6 @@ static int top_member_from_end(const char *text, size_t n, const char *name,
         if (at) *at = k;
         return 1;
       }
-      j = k;
     } else if (c == '}' || c == ']') {
       if (++depth == 2) /* a new second-level container: forget the last */
         for (size_t m = 0; m < pk->n; m++) pk->at[m] = END;
