@@ -73,7 +73,10 @@ void px_usage_read(const px_wire_watch_t *w, const char *p, size_t n, const char
 static int64_t int_at(const char *p, size_t n) {
   if (n == 0 || p[0] < '0' || p[0] > '9') return -1;
   int64_t v = 0;
-  for (size_t i = 0; i < n && p[i] >= '0' && p[i] <= '9'; i++) {
+  size_t i = 0;
+  for (; i < n && i < 18 && p[i] >= '0' && p[i] <= '9'; i++) /* 18 digits fit */
+    v = v * 10 + (p[i] - '0');
+  for (; i < n && p[i] >= '0' && p[i] <= '9'; i++) {
     if (v > (INT64_MAX - (p[i] - '0')) / 10) return INT64_MAX; /* as strtoll saturates */
     v = v * 10 + (p[i] - '0');
   }
@@ -154,6 +157,16 @@ static int top_object_member(const char *text, size_t n, const char *name, size_
   }
 }
 
+#if defined(__SSE2__)
+/* Bit k set when byte k of the 64 bytes at v equals c. */
+static inline uint64_t eq64(const __m128i v[4], char c) {
+  const __m128i cv = _mm_set1_epi8(c);
+  uint64_t m = 0;
+  for (int k = 0; k < 4; k++)
+    m |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v[k], cv)) << (16 * k);
+  return m;
+}
+
 /* Bit k = parity of the bits 0..k of x: inside a string, from its opening
  * quote (set) to its closing one (clear). */
 static inline uint64_t prefix_xor(uint64_t x) {
@@ -164,16 +177,6 @@ static inline uint64_t prefix_xor(uint64_t x) {
   x ^= x << 16;
   x ^= x << 32;
   return x;
-}
-
-#if defined(__SSE2__)
-/* Bit k set when byte k of the 64 bytes at v equals c. */
-static inline uint64_t eq64(const __m128i v[4], char c) {
-  const __m128i cv = _mm_set1_epi8(c);
-  uint64_t m = 0;
-  for (int k = 0; k < 4; k++)
-    m |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v[k], cv)) << (16 * k);
-  return m;
 }
 
 /* Bit k set when byte k of the 64 bytes at v may be a bracket: masking off
@@ -267,24 +270,62 @@ static int top_object_member_blocks(const char *text, size_t n, const char *name
 }
 #endif
 
-/* The 64 bytes at p: bit k of *qt, *bs, *bk set when byte k is a quote, a
- * backslash, or may be a bracket (brackets64's test). */
-static inline void masks64(const unsigned char *p, uint64_t *qt, uint64_t *bs,
-                           uint64_t *bk) {
+/* The marks of p[lo..i) walked down from i: quotes, and the bytes that may
+ * be brackets (next_mark's test), 32 bytes tested at once (SSE2, else
+ * one at a time into the same masks) and taken from the masks, highest
+ * first, with no reload per mark. */
+typedef struct rmarks {
+  const unsigned char *p;
+  size_t lo, base; /* the bytes below base are still to test */
+  unsigned q, b;   /* the quotes and bracket-likes of p[base..base + 32) not taken */
+} rmarks_t;
+
+/* The next 32 bytes below (fewer at lo): 0 when there are none. */
+static inline int rmarks_load(rmarks_t *r) {
+  if (r->base <= r->lo) return 0;
+  size_t k = r->base - r->lo < 32 ? r->base - r->lo : 32;
+  r->base -= k;
+  const unsigned char *p = r->p + r->base;
 #if defined(__SSE2__)
-  __m128i v[4];
-  for (int k = 0; k < 4; k++) v[k] = _mm_loadu_si128((const __m128i *)(p + 16 * k));
-  *qt = eq64(v, '"');
-  *bs = eq64(v, '\\');
-  *bk = brackets64(v);
-#else
-  *qt = *bs = *bk = 0;
-  for (unsigned k = 0; k < 64; k++) {
-    *qt |= (uint64_t)(p[k] == '"') << k;
-    *bs |= (uint64_t)(p[k] == '\\') << k;
-    *bk |= (uint64_t)((p[k] & ~0x26) == 0x59) << k;
+  if (k == 32) {
+    const __m128i mask = _mm_set1_epi8((char)~0x26), br = _mm_set1_epi8(0x59),
+                  qt = _mm_set1_epi8('"');
+    __m128i v0 = _mm_loadu_si128((const __m128i *)p),
+            v1 = _mm_loadu_si128((const __m128i *)(p + 16));
+    r->q = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v0, qt)) |
+           (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v1, qt)) << 16;
+    r->b = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(v0, mask), br)) |
+           (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(v1, mask), br)) << 16;
+    return 1;
   }
 #endif
+  r->q = r->b = 0;
+  for (unsigned i = 0; i < k; i++) {
+    r->q |= (unsigned)(p[i] == '"') << i;
+    r->b |= (unsigned)((p[i] & ~0x26) == 0x59) << i;
+  }
+  return 1;
+}
+
+/* The next mark below the last one taken, else END. */
+static inline size_t rmark(rmarks_t *r) {
+  while ((r->q | r->b) == 0)
+    if (!rmarks_load(r)) return END;
+  unsigned bit = 31 - (unsigned)__builtin_clz(r->q | r->b), keep = ~(1u << bit);
+  r->q &= keep;
+  r->b &= keep;
+  return r->base + bit;
+}
+
+/* The next quote below the last mark taken, else END; the marks between
+ * (inside a string) are dropped. */
+static inline size_t rquote(rmarks_t *r) {
+  while (r->q == 0)
+    if (!rmarks_load(r)) return END;
+  unsigned bit = 31 - (unsigned)__builtin_clz(r->q), keep = (1u << bit) - 1;
+  r->q &= keep;
+  r->b &= keep;
+  return r->base + bit;
 }
 
 /* Every protocol puts usage last: the top-level member `name` found walking
@@ -302,80 +343,47 @@ static inline void masks64(const unsigned char *p, uint64_t *qt, uint64_t *bs,
 static int top_member_from_end(const char *text, size_t n, const char *name,
                                px_json_pick_t *pk, size_t *at) {
   const unsigned char *p = (const unsigned char *)text;
-  size_t nl = strlen(name), first = skip_ws(text, 0, n), top = n;
-  while (top > first && (p[top - 1] == ' ' || p[top - 1] == '\t' || p[top - 1] == '\n' ||
-                         p[top - 1] == '\r'))
-    top--;
-  if (top <= first || p[top - 1] != '}' || p[first] != '{') return -1;
-  size_t depth = 0, open = END, close = END; /* close: a closing quote, its opening ahead */
-  int in = 0; /* inside a string at top (after the last '}': not) */
-  /* 64-byte blocks from the end, as simdjson finds structure: escaped
-   * quotes dropped, the inside of strings from a prefix XOR of the quotes
-   * (the state at a block's start is the one at its end and the parity of
-   * its quotes), then only the quotes and the brackets outside strings
-   * visited, highest first */
-  for (; top > first; top = top > 64 ? top - 64 : 0) {
-    unsigned char pad[64];
-    const unsigned char *bp = p + top - 64;
-    if (top < 64) { /* the first bytes, after spaces */
-      memset(pad, ' ', sizeof(pad));
-      memcpy(pad + 64 - top, p, top);
-      bp = pad;
-    }
-    size_t base = top - 64; /* bit k is byte base + k (wraps for the spaces) */
-    uint64_t qt, bs, bk, escaped = 0;
-    masks64(bp, &qt, &bs, &bk);
-    if (top > 64) { /* an odd run of backslashes before the block escapes its first byte */
-      size_t r = base;
-      while (r > 0 && p[r - 1] == '\\') r--;
-      escaped = (base - r) & 1;
-    }
-    for (uint64_t m = bs; m; m &= m - 1) {
-      unsigned k = (unsigned)__builtin_ctzll(m);
-      if ((escaped >> k) & 1) continue; /* an escaped backslash escapes nothing */
-      if (k < 63) escaped |= 1ull << (k + 1);
-    }
-    qt &= ~escaped;
-    in ^= __builtin_parityll(qt); /* now: at the block's start */
-    uint64_t instr = prefix_xor(qt) ^ (in ? ~0ull : 0); /* set from an opening quote on */
-    for (uint64_t marks = qt | (bk & ~instr); marks;) {
-      unsigned bit = 63 - (unsigned)__builtin_clzll(marks);
-      marks &= ~(1ull << bit);
-      size_t j = base + bit;
-      unsigned char c = p[j];
-      if (c == '"') {
-        if (!((instr >> bit) & 1)) { /* a closing quote */
-          if (close != END) return -1;
-          close = j;
-          continue;
-        }
-        if (close == END) return -1;
-        size_t k = j, kl = close - k - 1, e = skip_ws(text, close + 1, n);
-        close = END;
-        if (depth == 2 && e < n && p[e] == ':') { /* a member of a second-level object */
-          for (size_t m = 0; m < pk->n; m++)
-            if (pk->at[m] == END && pk->nlen[m] == kl &&
-                memcmp(p + k + 1, pk->name[m], kl) == 0) {
-              pk->at[m] = skip_ws(text, e + 1, n);
-              break;
-            }
-        } else if (depth == 1 && kl == nl && e < n && p[e] == ':' &&
-                   memcmp(p + k + 1, name, nl) == 0) {    /* a top-level member name */
-          if (skip_ws(text, e + 1, n) != open) pk->n = 0; /* not an object */
-          if (at) *at = k;
-          return 1;
-        }
-      } else if (c == '}' || c == ']') {
-        if (++depth == 2) /* a new second-level container: forget the last */
-          for (size_t m = 0; m < pk->n; m++) pk->at[m] = END;
-      } else if (c == '{' || c == '[') {
-        if (depth == 0) return -1;
-        if (depth == 2) open = c == '{' ? j : END;
-        if (--depth == 0) return j == first ? 0 : -1;
+  size_t nl = strlen(name), first = skip_ws(text, 0, n), j = n;
+  while (j > first &&
+         (p[j - 1] == ' ' || p[j - 1] == '\t' || p[j - 1] == '\n' || p[j - 1] == '\r'))
+    j--;
+  if (j <= first || p[j - 1] != '}' || p[first] != '{') return -1;
+  size_t depth = 0, open = END;
+  rmarks_t r = {p, first, j, 0, 0};
+  for (;;) {
+    j = rmark(&r);
+    if (j == END) return -1;
+    unsigned char c = p[j];
+    if (c == '"') { /* the string's opening quote: the next quote no odd run
+                     * of backslashes escapes */
+      size_t k, b;
+      do {
+        if ((k = rquote(&r)) == END) return -1;
+        for (b = k; b > 0 && p[b - 1] == '\\';) b--;
+      } while ((k - b) & 1);
+      size_t kl = j - k - 1, e = skip_ws(text, j + 1, n);
+      if (depth == 2 && e < n && p[e] == ':') { /* a member of a second-level object */
+        for (size_t m = 0; m < pk->n; m++)
+          if (pk->at[m] == END && pk->nlen[m] == kl &&
+              memcmp(p + k + 1, pk->name[m], kl) == 0) {
+            pk->at[m] = skip_ws(text, e + 1, n);
+            break;
+          }
+      } else if (depth == 1 && kl == nl && e < n && p[e] == ':' &&
+                 memcmp(p + k + 1, name, nl) == 0) {    /* a top-level member name */
+        if (skip_ws(text, e + 1, n) != open) pk->n = 0; /* not an object */
+        if (at) *at = k;
+        return 1;
       }
+    } else if (c == '}' || c == ']') {
+      if (++depth == 2) /* a new second-level container: forget the last */
+        for (size_t m = 0; m < pk->n; m++) pk->at[m] = END;
+    } else if (c == '{' || c == '[') {
+      if (depth == 0) return -1;
+      if (depth == 2) open = c == '{' ? j : END;
+      if (--depth == 0) return j == first ? 0 : -1;
     }
   }
-  return -1;
 }
 
 int px_usage_scan_at(px_proto_t proto, const char *p, size_t n, px_usage_t *u,
