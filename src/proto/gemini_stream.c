@@ -653,11 +653,14 @@ static int sd_chunk(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
  * its text whatever the text, and a stream's chunks repeat the bytes after
  * it (the rest of the candidate, usageMetadata, modelVersion, responseId),
  * but for the counts when the usage is live. So the decoder keeps the last
- * accepted tail with its integers as holes and what the walk read in it: a
- * chunk whose tail is the same bytes around valid integers (of any length)
- * is read from the memo, validated exactly as if walked again (the same
- * tokens but for integers the walk accepts, which it only reads or
- * passes). */
+ * walked tail with its integers as holes and the members the walk met in
+ * it: a chunk whose tail is the same bytes around valid integers (of any
+ * length) is validated exactly as if walked again (the same tokens but for
+ * integers, which the walk accepts the same way) and handled as that one
+ * was, with its own text. What else the walk reads in a tail (the id, the
+ * model, the counts, a finishReason) only the first chunk and the finish
+ * use: the memo is read once the message has started, and a tail with a
+ * finishReason is not kept. */
 
 #define GF_MEMO_MAX 512 /* longest tail kept */
 #define GF_HOLES 12     /* most integers in it */
@@ -667,20 +670,15 @@ typedef struct gf {
   size_t n, i;
   unsigned seen; /* GF_* members read (a repeat declines) */
   px_fj_str_t text, fr, model, rid;
-  int64_t um[4];  /* prompt, candidates, thoughts, cached; -1 */
-  size_t um_at[4]; /* where each was read */
+  int64_t um[4]; /* prompt, candidates, thoughts, cached; -1 */
 } gf_t;
 
-/* A tail: bytes, integers at hole_at[k]..hole_end[k] (offsets in it),
- * what the walk read there (strings: offsets in the tail, in segment
- * *_seg, the bytes between two holes) */
+/* A tail: its bytes, integers at hole_at[k]..hole_end[k] (offsets in it),
+ * the members the walk of its chunk met (gf_t.seen) */
 typedef struct gf_memo {
-  size_t len, cap;
-  unsigned seen, nholes;
+  uint16_t len, cap, nholes;
   uint16_t hole_at[GF_HOLES], hole_end[GF_HOLES];
-  int8_t hole_um[GF_HOLES]; /* the usage count it is (um index), or -1 */
-  px_fj_str_t fr, model, rid;
-  uint8_t fr_seg, model_seg, rid_seg;
+  unsigned seen;
   unsigned char tail[];
 } gf_memo_t;
 
@@ -854,7 +852,6 @@ static int gf_usage(gf_t *g) {
     size_t e = px_fj_int_end(g->p, g->n, g->i);
     if (e == 0 || gf_once(g, GF_UM0 << c) < 0) return -1;
     g->um[c] = px_fj_int_value(g->p, g->i, e);
-    g->um_at[c] = g->i;
     g->i = e;
   }
   return r;
@@ -886,37 +883,19 @@ static int gf_walk(gf_t *g, int resume) {
   return 0;
 }
 
-/* The segment (the bytes between two holes) of memo m holding offset at. */
-static uint8_t gf_seg(const gf_memo_t *m, size_t at) {
-  uint8_t k = 0;
-  while (k < m->nholes && m->hole_at[k] <= at) k++;
-  return k;
-}
-
-/* A string the walk read at tail offset t, into the memo (offsets in the
- * tail, its segment) */
-static void gf_keep_str(gf_memo_t *m, const px_fj_str_t *s, size_t t, px_fj_str_t *ms,
-                        uint8_t *seg) {
-  *ms = *s;
-  if (!s->set) return;
-  ms->s -= t;
-  ms->e -= t;
-  *seg = gf_seg(m, ms->s);
-}
-
 /* The tail p[t..n) of a chunk walked from the usual head, kept as the
- * memo with what the walk read in it (no memo when it is too long or has
- * too many integers). */
+ * memo (none when it is too long, has too many integers or a
+ * finishReason). */
 static void gf_memo_keep(px_sdec_t *d, const gf_t *g, size_t t) {
   size_t len = g->n - t;
   gf_memo_t *m = d->memo;
-  if (m != NULL) m->len = 0, m->nholes = 0; /* none until complete */
-  if (len > GF_MEMO_MAX) return;
+  if (m != NULL) m->len = 0; /* none until complete */
+  if (len > GF_MEMO_MAX || g->fr.set) return;
   if (m == NULL || m->cap < len) {
     gf_memo_t *nm = realloc(m, sizeof(*m) + len);
     if (nm == NULL) return;
     d->memo = m = nm;
-    m->cap = len;
+    m->cap = (uint16_t)len;
     m->len = 0;
   }
   /* the integers: outside strings, a '-' or a digit opens one (the walk
@@ -933,59 +912,33 @@ static void gf_memo_keep(px_sdec_t *d, const gf_t *g, size_t t) {
       size_t e = px_fj_int_end(p, len, i);
       if (e == 0 || nh == GF_HOLES) return;
       m->hole_at[nh] = (uint16_t)i;
-      m->hole_end[nh] = (uint16_t)e;
-      m->hole_um[nh] = -1;
-      for (int u = 0; u < 4; u++)
-        if ((g->seen & (GF_UM0 << u)) && g->um_at[u] == t + i) m->hole_um[nh] = (int8_t)u;
-      nh++;
+      m->hole_end[nh++] = (uint16_t)e;
       i = e;
     } else {
       i++;
     }
   }
   memcpy(m->tail, p, len);
-  m->nholes = nh;
+  m->nholes = (uint16_t)nh;
   m->seen = g->seen;
-  gf_keep_str(m, &g->fr, t, &m->fr, &m->fr_seg);
-  gf_keep_str(m, &g->model, t, &m->model, &m->model_seg);
-  gf_keep_str(m, &g->rid, t, &m->rid, &m->rid_seg);
-  m->len = len;
+  m->len = (uint16_t)len;
 }
 
-/* A string the memo holds, placed in the chunk: tail at t, each segment
- * moved by shift[] */
-static void gf_memo_str(px_fj_str_t *s, const px_fj_str_t *ms, uint8_t seg, size_t t,
-                        const size_t *shift) {
-  *s = *ms;
-  if (!ms->set) return;
-  s->s += t + shift[seg];
-  s->e += t + shift[seg];
-}
-
-/* The chunk's tail g->p[g->i..n) read from the memo: 1 when it is the
- * memo's bytes around valid integers (g then holds what the walk would
- * read), 0 else. */
+/* The chunk's tail g->p[g->i..n) against memo m: 1 when it is the memo's
+ * bytes around valid integers (g->seen then what the walk meets), 0 else. */
 static int gf_memo_read(const gf_memo_t *m, gf_t *g) {
   const unsigned char *p = g->p;
-  size_t n = g->n, t = g->i, q = t, from = 0;
-  size_t shift[GF_HOLES + 1]; /* chunk offset - memo offset, by segment */
+  size_t n = g->n, q = g->i, from = 0;
   for (unsigned k = 0;; k++) {
     size_t to = k < m->nholes ? m->hole_at[k] : m->len, sl = to - from;
     if (n - q < sl || memcmp(p + q, m->tail + from, sl) != 0) return 0;
-    shift[k] = q - t - from; /* wraps when the chunk's integers are shorter */
     q += sl;
     if (k == m->nholes) break;
-    size_t e = px_fj_int_end(p, n, q);
-    if (e == 0) return 0;
-    if (m->hole_um[k] >= 0) g->um[m->hole_um[k]] = px_fj_int_value(p, q, e);
-    q = e;
+    if ((q = px_fj_int_end(p, n, q)) == 0) return 0;
     from = m->hole_end[k];
   }
   if (q != n) return 0;
   g->seen = m->seen;
-  gf_memo_str(&g->fr, &m->fr, m->fr_seg, t, shift);
-  gf_memo_str(&g->model, &m->model, m->model_seg, t, shift);
-  gf_memo_str(&g->rid, &m->rid, m->rid_seg, t, shift);
   return 1;
 }
 
@@ -1000,7 +953,8 @@ static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
     g.seen = GF_HEAD_SEEN;
     if (gf_str(&g, &g.text) < 0) return 0;
     size_t t = g.i;
-    if (d->memo == NULL || d->memo->len == 0 || !gf_memo_read(d->memo, &g)) {
+    if (!d->started || d->memo == NULL || d->memo->len == 0 ||
+        !gf_memo_read(d->memo, &g)) {
       if (gf_cands(&g, 1) < 0 || gf_walk(&g, 1) < 0) return 0;
       gf_memo_keep(d, &g, t);
     }
