@@ -151,7 +151,8 @@ static char *url_decode(px_str_t s) {
   if (o == NULL) return NULL;
   size_t k = 0;
   for (size_t i = 0; i < s.len; i++) {
-    const char *pc = memchr(s.ptr + i, '%', s.len - i); /* the bytes up to it: as they are */
+    /* the bytes up to the next '%': as they are */
+    const char *pc = memchr(s.ptr + i, '%', s.len - i);
     size_t run = pc ? (size_t)(pc - s.ptr) - i : s.len - i;
     memcpy(o + k, s.ptr + i, run);
     k += run;

@@ -2016,8 +2016,8 @@ static int gem_match(const char *path, size_t len, px_inbound_t *in) {
 
 /* RFC 3986 unreserved bytes: written as they are in a path */
 static const unsigned char unreserved[256] = {
-    ['a' ... 'z'] = 1, ['A' ... 'Z'] = 1, ['0' ... '9'] = 1,
-    ['-'] = 1,         ['.'] = 1,         ['_'] = 1,         ['~'] = 1};
+    ['a' ... 'z'] = 1, ['A' ... 'Z'] = 1, ['0' ... '9'] = 1, ['-'] = 1,
+    ['.'] = 1,         ['_'] = 1,         ['~'] = 1};
 
 static int gem_upstream_url(px_buf_t *out, const char *model, int stream,
                             px_endpoint_t ep) {

@@ -745,8 +745,9 @@ static const char gf_head[] = "{\"candidates\":[{\"content\":{\"parts\":[{\"text
  * else 0. */
 static size_t gf_head_end(const unsigned char *p, size_t n) {
   if (n > GF_HEAD_LEN && memcmp(p, gf_head, GF_HEAD_LEN) == 0) return GF_HEAD_LEN;
-  static const char *const tok[] = {"{", "\"candidates\"", ":", "[", "{", "\"content\"", ":",
-                                    "{", "\"parts\"",      ":", "[", "{", "\"text\"",    ":"};
+  static const char *const tok[] = {
+      "{", "\"candidates\"", ":", "[", "{", "\"content\"", ":",
+      "{", "\"parts\"",      ":", "[", "{", "\"text\"",    ":"};
   size_t i = 0;
   for (size_t k = 0; k < sizeof(tok) / sizeof(tok[0]); k++) {
     size_t l = strlen(tok[k]);

@@ -361,6 +361,7 @@ static int top_member_from_end(const char *text, size_t n, const char *name,
         if ((k = rquote(&r)) == END) return -1;
         for (b = k; b > 0 && p[b - 1] == '\\';) b--;
       } while ((k - b) & 1);
+      if (depth > 2) continue; /* no name the walk reads */
       size_t kl = j - k - 1, e = skip_ws(text, j + 1, n);
       if (depth == 2 && e < n && p[e] == ':') { /* a member of a second-level object */
         for (size_t m = 0; m < pk->n; m++)
