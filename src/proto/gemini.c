@@ -1980,38 +1980,32 @@ static int gem_encode_stream_error(px_buf_t *out, px_errkind_t kind,
 
 /* /v1beta/models/{model}:{method} or /v1/models/{model}:{method} */
 static int gem_match(const char *path, size_t len, px_inbound_t *in) {
-  static const char beta[] = "/v1beta/models", v1[] = "/v1/models";
-  size_t rl;
-  if (len >= sizeof(beta) - 1 && memcmp(path, beta, sizeof(beta) - 1) == 0) {
-    rl = sizeof(beta) - 1;
+  static const char *const roots[] = {"/v1beta/models", "/v1/models"};
+  for (size_t r = 0; r < 2; r++) {
+    size_t rl = strlen(roots[r]);
+    if (len < rl || memcmp(path, roots[r], rl) != 0) continue;
     if (len == rl) {
+      if (r == 1) return 0; /* GET /v1/models is every protocol's list */
       in->ep = PX_EP_MODELS;
       return 1;
     }
-  } else if (len >= sizeof(v1) - 1 && memcmp(path, v1, sizeof(v1) - 1) == 0) {
-    rl = sizeof(v1) - 1;
-    if (len == rl) return 0; /* GET /v1/models is every protocol's list */
-  } else {
-    return 0;
+    if (path[rl] != '/') return 0;
+    const char *m = path + rl + 1, *end = path + len;
+    const char *colon = memrchr(m, ':', (size_t)(end - m)); /* methods hold none */
+    if (colon == NULL || colon == m || memchr(m, '/', (size_t)(colon - m))) return 0;
+    px_str_t method = {colon + 1, (size_t)(end - colon - 1)};
+    in->model = (px_str_t){m, (size_t)(colon - m)};
+    if (px_str_eq(method, "generateContent"))
+      in->stream = 0;
+    else if (px_str_eq(method, "streamGenerateContent"))
+      in->stream = 1;
+    else if (px_str_eq(method, "countTokens"))
+      in->ep = PX_EP_COUNT_TOKENS, in->stream = 0;
+    else
+      return 0;
+    return 1;
   }
-  if (path[rl] != '/') return 0;
-  const char *m = path + rl + 1, *end = path + len, *colon = end;
-  while (colon > m && colon[-1] != ':') colon--; /* methods hold none */
-  if (colon <= m + 1) return 0;                  /* no ':', or no model before it */
-  colon--;
-  for (const char *c = m; c < colon; c++)
-    if (*c == '/') return 0;
-  px_str_t method = {colon + 1, (size_t)(end - colon - 1)};
-  in->model = (px_str_t){m, (size_t)(colon - m)};
-  if (px_str_eq(method, "generateContent"))
-    in->stream = 0;
-  else if (px_str_eq(method, "streamGenerateContent"))
-    in->stream = 1;
-  else if (px_str_eq(method, "countTokens"))
-    in->ep = PX_EP_COUNT_TOKENS, in->stream = 0;
-  else
-    return 0;
-  return 1;
+  return 0;
 }
 
 /* RFC 3986 unreserved bytes: written as they are in a path */
