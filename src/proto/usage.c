@@ -73,7 +73,10 @@ void px_usage_read(const px_wire_watch_t *w, const char *p, size_t n, const char
 static int64_t int_at(const char *p, size_t n) {
   if (n == 0 || p[0] < '0' || p[0] > '9') return -1;
   int64_t v = 0;
-  for (size_t i = 0; i < n && p[i] >= '0' && p[i] <= '9'; i++) {
+  size_t i = 0;
+  for (; i < n && i < 18 && p[i] >= '0' && p[i] <= '9'; i++) /* 18 digits fit */
+    v = v * 10 + (p[i] - '0');
+  for (; i < n && p[i] >= '0' && p[i] <= '9'; i++) {
     if (v > (INT64_MAX - (p[i] - '0')) / 10) return INT64_MAX; /* as strtoll saturates */
     v = v * 10 + (p[i] - '0');
   }
@@ -267,39 +270,62 @@ static int top_object_member_blocks(const char *text, size_t n, const char *name
 }
 #endif
 
-/* The opening quote of the string whose closing quote is p[j], or END: the
- * nearest quote before it that no odd run of backslashes escapes. */
-static size_t string_open(const char *p, size_t j) {
-  while (j > 0) {
-    const char *q = memrchr(p, '"', j);
-    if (q == NULL) return END;
-    j = (size_t)(q - p);
-    size_t b = j;
-    while (b > 0 && p[b - 1] == '\\') b--;
-    if (((j - b) & 1) == 0) return j;
-  }
-  return END;
-}
+/* The marks of p[lo..i) walked down from i: quotes, and the bytes that may
+ * be brackets (next_mark's test), 32 bytes tested at once (SSE2, else
+ * one at a time into the same masks) and taken from the masks, highest
+ * first, with no reload per mark. */
+typedef struct rmarks {
+  const unsigned char *p;
+  size_t lo, base; /* the bytes below base are still to test */
+  unsigned q, b;   /* the quotes and bracket-likes of p[base..base + 32) not taken */
+} rmarks_t;
 
-/* The last index j < i (j >= lo) where p[j] may be a quote or a bracket
- * (next_mark's test, backwards), else END. */
-static size_t prev_mark(const unsigned char *p, size_t lo, size_t i) {
+/* The next 32 bytes below (fewer at lo): 0 when there are none. */
+static inline int rmarks_load(rmarks_t *r) {
+  if (r->base <= r->lo) return 0;
+  size_t k = r->base - r->lo < 32 ? r->base - r->lo : 32;
+  r->base -= k;
+  const unsigned char *p = r->p + r->base;
 #if defined(__SSE2__)
-  const __m128i mask = _mm_set1_epi8((char)~0x26), br = _mm_set1_epi8(0x59),
-                qt = _mm_set1_epi8('"');
-  for (; i >= lo + 16; i -= 16) {
-    __m128i v = _mm_loadu_si128((const __m128i *)(p + i - 16));
-    __m128i hit =
-        _mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(v, mask), br), _mm_cmpeq_epi8(v, qt));
-    unsigned m = (unsigned)_mm_movemask_epi8(hit);
-    if (m) return i - 16 + (size_t)(31 - __builtin_clz(m));
+  if (k == 32) {
+    const __m128i mask = _mm_set1_epi8((char)~0x26), br = _mm_set1_epi8(0x59),
+                  qt = _mm_set1_epi8('"');
+    __m128i v0 = _mm_loadu_si128((const __m128i *)p),
+            v1 = _mm_loadu_si128((const __m128i *)(p + 16));
+    r->q = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v0, qt)) |
+           (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v1, qt)) << 16;
+    r->b = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(v0, mask), br)) |
+           (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(v1, mask), br)) << 16;
+    return 1;
   }
 #endif
-  while (i > lo) {
-    unsigned char c = p[--i];
-    if (c == '"' || c == '{' || c == '}' || c == '[' || c == ']') return i;
+  r->q = r->b = 0;
+  for (unsigned i = 0; i < k; i++) {
+    r->q |= (unsigned)(p[i] == '"') << i;
+    r->b |= (unsigned)((p[i] & ~0x26) == 0x59) << i;
   }
-  return END;
+  return 1;
+}
+
+/* The next mark below the last one taken, else END. */
+static inline size_t rmark(rmarks_t *r) {
+  while ((r->q | r->b) == 0)
+    if (!rmarks_load(r)) return END;
+  unsigned bit = 31 - (unsigned)__builtin_clz(r->q | r->b), keep = ~(1u << bit);
+  r->q &= keep;
+  r->b &= keep;
+  return r->base + bit;
+}
+
+/* The next quote below the last mark taken, else END; the marks between
+ * (inside a string) are dropped. */
+static inline size_t rquote(rmarks_t *r) {
+  while (r->q == 0)
+    if (!rmarks_load(r)) return END;
+  unsigned bit = 31 - (unsigned)__builtin_clz(r->q), keep = (1u << bit) - 1;
+  r->q &= keep;
+  r->b &= keep;
+  return r->base + bit;
 }
 
 /* Every protocol puts usage last: the top-level member `name` found walking
@@ -323,13 +349,19 @@ static int top_member_from_end(const char *text, size_t n, const char *name,
     j--;
   if (j <= first || p[j - 1] != '}' || p[first] != '{') return -1;
   size_t depth = 0, open = END;
+  rmarks_t r = {p, first, j, 0, 0};
   for (;;) {
-    j = prev_mark(p, first, j);
+    j = rmark(&r);
     if (j == END) return -1;
     unsigned char c = p[j];
-    if (c == '"') {
-      size_t k = string_open(text, j);
-      if (k == END || k < first) return -1;
+    if (c == '"') { /* the string's opening quote: the next quote no odd run
+                     * of backslashes escapes */
+      size_t k, b;
+      do {
+        if ((k = rquote(&r)) == END) return -1;
+        for (b = k; b > 0 && p[b - 1] == '\\';) b--;
+      } while ((k - b) & 1);
+      if (depth > 2) continue; /* no name the walk reads */
       size_t kl = j - k - 1, e = skip_ws(text, j + 1, n);
       if (depth == 2 && e < n && p[e] == ':') { /* a member of a second-level object */
         for (size_t m = 0; m < pk->n; m++)
@@ -344,7 +376,6 @@ static int top_member_from_end(const char *text, size_t n, const char *name,
         if (at) *at = k;
         return 1;
       }
-      j = k;
     } else if (c == '}' || c == ']') {
       if (++depth == 2) /* a new second-level container: forget the last */
         for (size_t m = 0; m < pk->n; m++) pk->at[m] = END;

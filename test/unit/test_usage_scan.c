@@ -4,6 +4,7 @@
  * with escapes, brackets and the usage name inside strings and nested
  * objects, at every alignment across the scanner's 64-byte blocks. */
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +195,22 @@ static void test_cases(void) {
              w->usage_obj, w->usage_in, w->usage_obj, w->usage_in);
     CHECK(px_usage_scan((px_proto_t)p, body, strlen(body), &u) == 1);
     CHECK(u.input_tokens == 4);
+    /* long counts: read exactly up to INT64_MAX, past it saturated (as strtoll) */
+    static const struct {
+      const char *digits;
+      int64_t want;
+    } big[] = {{"123456789012345678", 123456789012345678},
+               {"9223372036854775806", INT64_MAX - 1},
+               {"9223372036854775807", INT64_MAX},
+               {"9223372036854775808", INT64_MAX},
+               {"99999999999999999999999", INT64_MAX}};
+    for (size_t i = 0; i < sizeof(big) / sizeof(big[0]); i++) {
+      px_usage_t b = {.input_tokens = -1, .output_tokens = -1};
+      snprintf(body, sizeof(body), "{\"%s\":{\"%s\":%s}}", w->usage_obj, w->usage_in,
+               big[i].digits);
+      CHECK(px_usage_scan((px_proto_t)p, body, strlen(body), &b) == 1);
+      CHECK(b.input_tokens == big[i].want);
+    }
     /* not one object */
     CHECK(px_usage_scan((px_proto_t)p, "[1]", 3, &u) == 0);
     CHECK(px_usage_scan((px_proto_t)p, "{} {}", 5, &u) == 0);
