@@ -978,6 +978,170 @@ static inline int walk_string(const unsigned char *p, size_t n, size_t i, size_t
   return px_json_string(p, n, i, end, esc);
 }
 
+#if defined(__SSE2__)
+/* The vector constants of tree_hits, read from memory where they are
+ * compared: no register keeps a vector across the walk's calls, and were
+ * they const (or static), GCC would build each anew with two instructions
+ * every string. Never written. */
+typedef union {
+  unsigned char b[16];
+  __m128i v;
+} tree_vec_t;
+#define TREE_VEC(c)                                    \
+  {                                                    \
+    { c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c } \
+  }
+__attribute__((visibility("hidden"))) tree_vec_t px_json_tree_ctl = TREE_VEC(0x1f),
+                                                 px_json_tree_qt = TREE_VEC('"'),
+                                                 px_json_tree_bs = TREE_VEC('\\');
+/* Where the 16 bytes at b have a quote, a backslash, a control or a
+ * non-ASCII byte (one bit a byte). */
+static inline __attribute__((always_inline)) unsigned tree_hits(const unsigned char *b) {
+  __m128i v = _mm_loadu_si128((const __m128i *)b);
+  /* signed: the bytes above 0x1f are the plain ASCII but the quote and the
+   * backslash */
+  __m128i plain = _mm_andnot_si128(_mm_or_si128(_mm_cmpeq_epi8(v, px_json_tree_qt.v),
+                                                _mm_cmpeq_epi8(v, px_json_tree_bs.v)),
+                                   _mm_cmpgt_epi8(v, px_json_tree_ctl.v));
+  return (unsigned)_mm_movemask_epi8(plain) ^ 0xffffu;
+}
+#endif
+
+/* The string whose content starts at p[i] for the tree walk: the first 16
+ * bytes in one step, the plain ASCII run after them 16 bytes a step, the
+ * rest by the string check `rest`. The index of the closing quote, or 0
+ * (no string: its content starts at 1 at least). */
+typedef int string_fn(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc);
+static inline __attribute__((always_inline)) size_t tree_string(const unsigned char *p,
+                                                                size_t n, size_t i,
+                                                                string_fn *rest) {
+  size_t end;
+  int esc;
+#if defined(__SSE2__)
+  unsigned m;
+  if (i + 16 <= n) {
+    if ((m = tree_hits(p + i)) != 0) goto hit; /* most names and many values */
+    for (i += 16; i + 16 <= n; i += 16)
+      if ((m = tree_hits(p + i)) != 0) goto hit;
+  }
+#endif
+  i = px_json_plain(p, n, i);
+  if (i < n && p[i] == '"') return i;
+  return rest(p, n, i, &end, &esc) < 0 ? 0 : end;
+#if defined(__SSE2__)
+hit:
+  i += (size_t)__builtin_ctz(m);
+  if (p[i] == '"') return i;
+  return rest(p, n, i, &end, &esc) < 0 ? 0 : end;
+#endif
+}
+
+static inline uint32_t word4(const void *s) {
+  uint32_t w;
+  memcpy(&w, s, 4);
+  return w;
+}
+/* The literal true, false or null at p[i] (its first letter checked): its
+ * length, or 0. */
+static inline size_t tree_literal(const unsigned char *p, size_t n, size_t i) {
+  if (n - i < 4) return 0;
+  uint32_t w = word4(p + i);
+  if (w == word4("true") || w == word4("null")) return 4;
+  return w == word4("fals") && n - i > 4 && p[i + 4] == 'e' ? 5 : 0;
+}
+
+/* A container in which nothing is watched (most of a body: the messages,
+ * tools, contents), at p[i] ('{' or '['), opening at depth + 1: the request
+ * walk's rules and cost (px_json_request_watch) in a loop of its own with
+ * nothing to look up. The index past its end, with *cost grown; 0 for
+ * anything the request walk is to report (it walks the container itself
+ * then, for the same answer as ever). */
+static inline __attribute__((always_inline)) size_t tree_walk(const unsigned char *p,
+                                                              size_t n, size_t i,
+                                                              size_t depth, size_t *cost,
+                                                              string_fn *rest) {
+  unsigned char closer[PX_JSON_MAX_DEPTH + 1]; /* per level: '}' or ']' */
+  size_t room = PX_JSON_MAX_DEPTH - depth, d = 0, c = 0, e, l;
+open:
+  if (d >= room) return 0;
+  closer[++d] = p[i] == '{' ? '}' : ']';
+  c += closer[d] == '}' ? COST_OBJECT : COST_ARRAY;
+  i = px_json_ws(p, n, i + 1);
+  if (i < n && p[i] == closer[d]) {
+    i++;
+    goto close;
+  }
+  if (closer[d] == '}') goto key;
+  c += COST_ELEMENT;
+value:
+  if (i >= n) return 0;
+  if (p[i] == '"') {
+    if ((e = tree_string(p, n, i + 1, rest)) == 0) return 0;
+    c += COST_STRING + (e - i);
+    i = e + 1;
+  } else if (p[i] == '{' || p[i] == '[') {
+    goto open;
+  } else if (p[i] == 't' || p[i] == 'f' || p[i] == 'n') {
+    if ((l = tree_literal(p, n, i)) == 0) return 0;
+    i += l;
+  } else {
+    if ((p[i] != '-' && (p[i] < '0' || p[i] > '9')) || scan_number(p, n, &i) < 0)
+      return 0;
+    c += COST_NUMBER;
+  }
+after:
+  if (i >= n) return 0;
+  if (p[i] <= ' ') {
+    i = px_json_ws_run(p, n, i);
+    if (i >= n) return 0;
+  }
+  if (p[i] == ',') {
+    i = px_json_ws(p, n, i + 1);
+    if (closer[d] == '}') goto key;
+    c += COST_ELEMENT;
+    goto value;
+  }
+  if (p[i] != closer[d]) return 0;
+  i++;
+close:
+  if (--d == 0) {
+    *cost += c;
+    return i;
+  }
+  goto after;
+key:
+  if (i >= n || p[i] != '"' || (e = tree_string(p, n, i + 1, rest)) == 0) return 0;
+  c += COST_MEMBER + (e - i);
+  /* the usual: the colon right after the name, the value right after it */
+  if (e + 2 < n && p[e + 1] == ':' && p[e + 2] > ' ') {
+    i = e + 2;
+    goto value;
+  }
+  i = px_json_ws(p, n, e + 1);
+  if (i >= n || p[i] != ':') return 0;
+  i = px_json_ws(p, n, i + 1);
+  goto value;
+}
+
+typedef size_t tree_walk_fn(const unsigned char *p, size_t n, size_t i, size_t depth,
+                            size_t *cost);
+static size_t tree_walk_any(const unsigned char *p, size_t n, size_t i, size_t depth,
+                            size_t *cost) {
+  return tree_walk(p, n, i, depth, cost, px_json_string_at);
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+/* with AVX2: the 16-byte steps in VEX form, and the blocks straight on */
+AVX2 static int tree_rest_avx2(const unsigned char *p, size_t n, size_t i, size_t *end,
+                               int *esc) {
+  *esc = 0;
+  return i + 64 <= n ? string_avx2(p, n, i, end, esc) : string_tail(p, n, i, end, esc);
+}
+AVX2 static size_t tree_walk_avx2(const unsigned char *p, size_t n, size_t i,
+                                  size_t depth, size_t *cost) {
+  return tree_walk(p, n, i, depth, cost, tree_rest_avx2);
+}
+#endif
+
 static int req_fail(px_json_req_t *r, px_jreq_err_t err, size_t at, const char *reason) {
   r->err = err;
   r->err_at = at;
@@ -1000,6 +1164,12 @@ int px_json_request_watch(const char *text, size_t n, const char *const (*caps)[
   unsigned char is_obj[PX_JSON_MAX_DEPTH + 1]; /* per depth: object (1) or array */
   is_obj[0] = 0;
   const watch_t *w = watch_get(caps, members);
+  if (simd_level < 0) simd_level = simd_best();
+#if defined(__x86_64__) && defined(__GNUC__)
+  tree_walk_fn *tree = simd_level == 2 ? tree_walk_avx2 : tree_walk_any;
+#else
+  tree_walk_fn *tree = tree_walk_any;
+#endif
   int seen[W_MAX] = {0};
   size_t at[W_MAX] = {0}, len[W_MAX] = {0}; /* value token of each member */
   /* the watched member whose object is open at depth 2 (its members are
@@ -1025,6 +1195,16 @@ value:
     switch (p[i]) {
     case '{':
     case '[':
+      /* below the top, a container nothing in which is watched (all but
+       * the watched top-level members' objects) by the tree walk */
+      if (depth > 0 && (rec == W_NONE || w->parent[rec] != W_TOP || p[i] == '[')) {
+        size_t e = tree(p, n, i, depth, &cost);
+        if (e != 0) {
+          if (rec != W_NONE) at[rec] = s, len[rec] = w->mem[rec] >= 0 ? e - s : 1;
+          i = e;
+          goto after;
+        }
+      }
       if (depth >= PX_JSON_MAX_DEPTH)
         return req_fail(r, PX_JREQ_DEPTH, i,
                         "nested too deeply (more than " DEPTH_TEXT " levels)");
