@@ -450,6 +450,24 @@ AVX2 __attribute__((noinline)) static int blk_rare_avx2(const unsigned char *p, 
   return blk_rare(p, n, &m, escaped, st, end, avx2_utf8);
 }
 
+/* blk_step out of string_avx2's loop (which takes the usual blocks itself)
+ * with the masks of the block at `at` and the loop's state, given and
+ * returned by value (kept in registers on the loop's usual path) */
+typedef struct blk_out {
+  size_t at;
+  uint64_t carry, bs;
+  int rc;
+} blk_out_t;
+AVX2 __attribute__((noinline)) static blk_out_t blk_slow_avx2(
+    const unsigned char *p, size_t n, uint64_t q, uint64_t b, uint64_t ok, uint64_t c,
+    size_t at, uint64_t carry, uint64_t bs, size_t *end) {
+  const blk_t m = {q, b, ok, c};
+  blk_out_t o;
+  o.rc = blk_step(p, n, &m, &at, &carry, &bs, end, blk_rare_avx2);
+  o.at = at, o.carry = carry, o.bs = bs;
+  return o;
+}
+
 AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *end,
                             int *esc) {
   avx2_k_t k = AVX2_K;
@@ -457,13 +475,54 @@ AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *
   __asm__("" : "+x"(k.qt), "+x"(k.bs), "+x"(k.sp), "+x"(k.let));
   uint64_t carry = 0, any_bs = 0;
   int rc = 0;
-  while (i + 64 <= n) {
+  /* (a pointer, the end of the last whole block: fewer steps a block) */
+  const unsigned char *at = p + i, *last = p + n - 64;
+  while (at <= last) {
     __m256i c0, c1;
-    blk_t m = avx2_masks(p + i, &k, &c0, &c1);
+    blk_t m = avx2_masks(at, &k, &c0, &c1);
     __m256i c = _mm256_or_si256(c0, c1);
-    if (!_mm256_testz_si256(c, c)) m.c = avx2_bits(c0, c1); /* mostly none */
-    if ((rc = blk_step(p, n, &m, &i, &carry, &any_bs, end, blk_rare_avx2)) != 0) break;
+    /* blk_step's usual block, in fewer steps: as the backslashes are
+     * letters of ok, the escaped bytes that are not letters are the codes
+     * of blk_escaped (with the byte the block before escapes) that are not */
+    uint64_t starts = m.b & ~carry;
+    uint64_t codes = (((starts << 1) | ODD_BITS) - starts) ^ ODD_BITS;
+    /* (one movemask and a test: GCC makes vptest's answer a value first) */
+    if (__builtin_expect(_mm256_movemask_epi8(c) == 0, 1)) { /* no control or non-ASCII */
+      if (__builtin_expect(((codes | carry) & ~m.ok) == m.q, 1)) {
+        carry = (codes & m.b) >> 63;
+        any_bs |= m.b;
+        at += 64;
+        continue;
+      }
+      /* the string's end after one-letter escapes */
+      uint64_t escaped = codes ^ (m.b | carry), closing = m.q & ~escaped;
+      uint64_t in = (closing & (0 - closing)) - 1;
+      if (closing != 0 && (escaped & ~(m.ok | m.q) & in) == 0) {
+        any_bs |= m.b & in;
+        *end = (size_t)(at - p) + (size_t)__builtin_ctzll(closing);
+        rc = 1;
+        break;
+      }
+    } else if (((codes | carry) & ~m.ok) == m.q) {
+      uint64_t cm = avx2_bits(c0, c1);
+      if (__builtin_popcountll(cm) <= 16) {
+        size_t nb = (size_t)(at - p) + 64;
+        if (blk_utf8(p, n, (size_t)(at - p), cm, &nb) < 0) return -1;
+        /* (a sequence running over the block ends it in a non-ASCII byte,
+         * so the escape carry is 0 already) */
+        carry = (codes & m.b) >> 63;
+        any_bs |= m.b;
+        at = p + nb;
+        continue;
+      }
+    }
+    m.c = avx2_bits(c0, c1);
+    blk_out_t o =
+        blk_slow_avx2(p, n, m.q, m.b, m.ok, m.c, (size_t)(at - p), carry, any_bs, end);
+    at = p + o.at, carry = o.carry, any_bs = o.bs;
+    if ((rc = o.rc) != 0) break;
   }
+  i = (size_t)(at - p);
   if (any_bs != 0) *esc = 1;
   if (rc != 0) return rc < 0 ? -1 : 0;
   /* an escape the last block's backslash starts is the tail's */
