@@ -179,12 +179,13 @@ static inline size_t utf8_seq_at(const unsigned char *s, size_t n) {
  * control byte refused, a UTF-8 sequence starting at each non-ASCII byte
  * checked (utf8_seq_at); *next moves past one running over the block.
  * 0, or -1. */
-static inline __attribute__((always_inline)) int blk_utf8(const unsigned char *p,
-                                                          size_t n, size_t base,
-                                                          uint64_t c, size_t *next) {
+static inline __attribute__((always_inline)) int blk_utf8_run(const unsigned char *p,
+                                                              size_t n, size_t base,
+                                                              uint64_t c, size_t *next,
+                                                              int wide) {
   while (c != 0) {
     unsigned j = (unsigned)__builtin_ctzll(c);
-    size_t l = utf8_seq_at(p + base + j, n - base - j);
+    size_t l = utf8_seq_at(p + base + j, wide ? 4 : n - base - j);
     if (l == 0) return -1;
     size_t stop = j + l;
     if (stop >= 64) {
@@ -194,6 +195,14 @@ static inline __attribute__((always_inline)) int blk_utf8(const unsigned char *p
     c &= ~0ull << stop;
   }
   return 0;
+}
+static inline __attribute__((always_inline)) int blk_utf8(const unsigned char *p,
+                                                          size_t n, size_t base,
+                                                          uint64_t c, size_t *next) {
+  /* four bytes readable at every byte of the block (mostly): no bound to
+   * test at each sequence */
+  if (n - base >= 64 + 3) return blk_utf8_run(p, n, base, c, next, 1);
+  return blk_utf8_run(p, n, base, c, next, 0);
 }
 
 /* The escapes of the block at base that the masks do not clear (bits of
