@@ -1129,7 +1129,8 @@ static inline __attribute__((always_inline)) size_t tree_walk(const unsigned cha
                                                               size_t depth, size_t *cost,
                                                               string_fn *rest) {
   unsigned char closer[PX_JSON_MAX_DEPTH + 1]; /* per level: '}' or ']' */
-  size_t room = PX_JSON_MAX_DEPTH - depth, d = 0, c = 0, e, l;
+  size_t room = PX_JSON_MAX_DEPTH - depth, d = 0, c = 0, e, l, end;
+  int esc;
 open:
   if (d >= room) return 0;
   closer[++d] = p[i] == '{' ? '}' : ']';
@@ -1178,8 +1179,36 @@ close:
   }
   goto after;
 key:
-  if (i >= n || p[i] != '"' || (e = tree_string(p, n, i + 1, rest)) == 0) return 0;
+  if (i >= n || p[i] != '"') return 0;
+#if defined(__SSE2__)
+  /* the usual member, its name plain: the name, the colon and the start of
+   * the value (a string's end too, when near) from one probe of the 32
+   * bytes after the quote */
+  if (i + 33 <= n) {
+    uint64_t m = tree_hits(p + i + 1) | (uint64_t)tree_hits(p + i + 17) << 16;
+    size_t k = (size_t)__builtin_ctzll(m | 1u << 31); /* (k < 30 below) */
+    e = i + 1 + k;
+    if (k < 30 && p[e] == '"') {
+      c += COST_MEMBER + (e - i);
+      if (p[e + 1] != ':' || p[e + 2] != '"') goto colon;
+      /* "name":"value: the value's quote is bit k + 2 */
+      i = e + 2;
+      m >>= k + 3;
+      if (m != 0) {
+        e = i + 1 + (size_t)__builtin_ctzll(m);
+        if (p[e] != '"' && (e = rest(p, n, e, &end, &esc) < 0 ? 0 : end) == 0) return 0;
+      } else if ((e = tree_string(p, n, i + 1 + (31 - (k + 2)), rest)) == 0) {
+        return 0;
+      }
+      c += COST_STRING + (e - i);
+      i = e + 1;
+      goto after;
+    }
+  }
+#endif
+  if ((e = tree_string(p, n, i + 1, rest)) == 0) return 0;
   c += COST_MEMBER + (e - i);
+colon:
   /* the usual: the colon right after the name, the value right after it */
   if (e + 2 < n && p[e + 1] == ':' && p[e + 2] > ' ') {
     i = e + 2;

@@ -457,15 +457,19 @@ static void test_documents(void) {
   char doc[256], s[128];
   for (size_t k = 0; k < STR_NPARTS; k++)
     for (size_t pre = 0; pre < 40; pre++)
-      for (int where = 0; where < 5; where++) {
+      for (int where = 0; where < 6; where++) {
         memset(s, 'p', pre);
         strcpy(s + pre, str_parts[k]);
         /* at the top, and below it (the tree walk: names, values, blanks) */
         static const char *const shape[] = {
             "{\"model\":\"m\",\"%s\":1}", "{\"model\":\"m\",\"k\":[\"%s\"]}",
             "{\"%s\" : \"%s\" }", "{\"k\":[{\"%s\":\"%s\"},1]}",
-            "{\"k\":[ { \"%s\" :\t\"%s\" } ] }"};
-        int n = snprintf(doc, sizeof(doc), shape[where], s, s);
+            "{\"k\":[ { \"%s\" :\t\"%s\" } ] }",
+            /* a plain name and more after the member: the walk's probe of
+             * the 32 bytes after a name's quote */
+            "{\"k\":[{\"n\":\"%s\",\"x\":\"%-40s\"}]}"};
+        int n = where == 5 ? snprintf(doc, sizeof(doc), shape[where], s, "")
+                           : snprintf(doc, sizeof(doc), shape[where], s, s);
         unsigned char *b = malloc((size_t)n);
         memcpy(b, doc, (size_t)n);
         json_t *j = json_loadb(doc, (size_t)n, 0, NULL);
