@@ -477,8 +477,11 @@ AVX2 __attribute__((noinline)) static blk_out_t blk_slow_avx2(
   return o;
 }
 
-AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *end,
-                            int *esc) {
+/* px_json_string_at with AVX2; *esc only when esc is not NULL (the tree
+ * walk has no use for it: one step a block less) */
+AVX2 static inline __attribute__((always_inline)) int string_avx2_at(const unsigned char *p,
+                                                                     size_t n, size_t i,
+                                                                     size_t *end, int *esc) {
   avx2_k_t k = AVX2_K;
   /* the constants stay in registers, and the compare with sp one step */
   __asm__("" : "+x"(k.qt), "+x"(k.bs), "+x"(k.sp), "+x"(k.let));
@@ -499,7 +502,7 @@ AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *
     if (__builtin_expect(_mm256_movemask_epi8(c) == 0, 1)) { /* no control or non-ASCII */
       if (__builtin_expect(((codes | carry) & ~m.ok) == m.q, 1)) {
         carry = (codes & m.b) >> 63;
-        any_bs |= m.b;
+        if (esc != NULL) any_bs |= m.b;
         at += 64;
         continue;
       }
@@ -507,7 +510,7 @@ AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *
       uint64_t escaped = codes ^ (m.b | carry), closing = m.q & ~escaped;
       uint64_t in = (closing & (0 - closing)) - 1;
       if (closing != 0 && (escaped & ~(m.ok | m.q) & in) == 0) {
-        any_bs |= m.b & in;
+        if (esc != NULL) any_bs |= m.b & in;
         *end = (size_t)(at - p) + (size_t)__builtin_ctzll(closing);
         rc = 1;
         break;
@@ -520,7 +523,7 @@ AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *
         /* (a sequence running over the block ends it in a non-ASCII byte,
          * so the escape carry is 0 already) */
         carry = (codes & m.b) >> 63;
-        any_bs |= m.b;
+        if (esc != NULL) any_bs |= m.b;
         at = p + nb;
         continue;
       }
@@ -532,10 +535,16 @@ AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *
     if ((rc = o.rc) != 0) break;
   }
   i = (size_t)(at - p);
+  int unused;
+  if (esc == NULL) esc = &unused;
   if (any_bs != 0) *esc = 1;
   if (rc != 0) return rc < 0 ? -1 : 0;
   /* an escape the last block's backslash starts is the tail's */
   return string_tail(p, n, i - carry, end, esc);
+}
+AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *end,
+                            int *esc) {
+  return string_avx2_at(p, n, i, end, esc);
 }
 
 static uint64_t sse2_bits(__m128i a, __m128i b, __m128i c, __m128i d) {
@@ -1231,7 +1240,7 @@ static size_t tree_walk_any(const unsigned char *p, size_t n, size_t i, size_t d
 AVX2 static int tree_rest_avx2(const unsigned char *p, size_t n, size_t i, size_t *end,
                                int *esc) {
   *esc = 0;
-  return i + 64 <= n ? string_avx2(p, n, i, end, esc) : string_tail(p, n, i, end, esc);
+  return i + 64 <= n ? string_avx2_at(p, n, i, end, NULL) : string_tail(p, n, i, end, esc);
 }
 AVX2 static size_t tree_walk_avx2(const unsigned char *p, size_t n, size_t i,
                                   size_t depth, size_t *cost) {
