@@ -479,9 +479,8 @@ AVX2 __attribute__((noinline)) static blk_out_t blk_slow_avx2(
 
 /* px_json_string_at with AVX2; *esc only when esc is not NULL (the tree
  * walk has no use for it: one step a block less) */
-AVX2 static inline __attribute__((always_inline)) int string_avx2_at(const unsigned char *p,
-                                                                     size_t n, size_t i,
-                                                                     size_t *end, int *esc) {
+AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
+    const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
   avx2_k_t k = AVX2_K;
   /* the constants stay in registers, and the compare with sp one step */
   __asm__("" : "+x"(k.qt), "+x"(k.bs), "+x"(k.sp), "+x"(k.let));
@@ -1240,7 +1239,8 @@ static size_t tree_walk_any(const unsigned char *p, size_t n, size_t i, size_t d
 AVX2 static int tree_rest_avx2(const unsigned char *p, size_t n, size_t i, size_t *end,
                                int *esc) {
   *esc = 0;
-  return i + 64 <= n ? string_avx2_at(p, n, i, end, NULL) : string_tail(p, n, i, end, esc);
+  return i + 64 <= n ? string_avx2_at(p, n, i, end, NULL)
+                     : string_tail(p, n, i, end, esc);
 }
 AVX2 static size_t tree_walk_avx2(const unsigned char *p, size_t n, size_t i,
                                   size_t depth, size_t *cost) {
