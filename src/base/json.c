@@ -1055,17 +1055,20 @@ static inline int walk_string(const unsigned char *p, size_t n, size_t i, size_t
 }
 
 #if defined(__SSE2__)
-/* The vector constants of tree_hits, read from memory where they are
- * compared: no register keeps a vector across the walk's calls, and were
- * they const (or static), GCC would build each anew with two instructions
- * every string. Never written. */
+/* The vector constants of tree_hits and tree_probe_avx2 (32 bytes), read
+ * from memory where they are compared: no register keeps a vector across
+ * the walk's calls, and were they const (or static), GCC would build each
+ * anew with two instructions every string. Never written. */
 typedef union {
-  unsigned char b[16];
+  unsigned char b[32];
   __m128i v;
 } tree_vec_t;
-#define TREE_VEC(c)                                    \
-  {                                                    \
-    { c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c } \
+#define TREE_VEC(c)                                                                    \
+  {                                                                                    \
+    {                                                                                  \
+      c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, \
+          c, c, c, c, c                                                                \
+    }                                                                                  \
   }
 __attribute__((visibility("hidden"))) tree_vec_t px_json_tree_ctl = TREE_VEC(0x1f),
                                                  px_json_tree_qt = TREE_VEC('"'),
@@ -1081,6 +1084,11 @@ static inline __attribute__((always_inline)) unsigned tree_hits(const unsigned c
                                    _mm_cmpgt_epi8(v, px_json_tree_ctl.v));
   return (unsigned)_mm_movemask_epi8(plain) ^ 0xffffu;
 }
+/* The same of the 32 bytes at b (the tree walk's probe after a name) */
+typedef uint64_t tree_probe_fn(const unsigned char *b);
+static inline __attribute__((always_inline)) uint64_t tree_probe(const unsigned char *b) {
+  return tree_hits(b) | (uint64_t)tree_hits(b + 16) << 16;
+}
 #endif
 
 /* The string whose content starts at p[i] for the tree walk: the first 16
@@ -1090,15 +1098,16 @@ static inline __attribute__((always_inline)) unsigned tree_hits(const unsigned c
 typedef int string_fn(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc);
 static inline __attribute__((always_inline)) size_t tree_string(const unsigned char *p,
                                                                 size_t n, size_t i,
-                                                                string_fn *rest) {
+                                                                string_fn *rest,
+                                                                tree_probe_fn *probe) {
   size_t end;
   int esc;
 #if defined(__SSE2__)
-  unsigned m;
-  if (i + 16 <= n) {
-    if ((m = tree_hits(p + i)) != 0) goto hit; /* most names and many values */
-    for (i += 16; i + 16 <= n; i += 16)
-      if ((m = tree_hits(p + i)) != 0) goto hit;
+  uint64_t m;
+  if (i + 32 <= n) {
+    if ((m = probe(p + i)) != 0) goto hit; /* most names and many values */
+    for (i += 32; i + 32 <= n; i += 32)
+      if ((m = probe(p + i)) != 0) goto hit;
   }
 #endif
   i = px_json_plain(p, n, i);
@@ -1106,7 +1115,7 @@ static inline __attribute__((always_inline)) size_t tree_string(const unsigned c
   return rest(p, n, i, &end, &esc) < 0 ? 0 : end;
 #if defined(__SSE2__)
 hit:
-  i += (size_t)__builtin_ctz(m);
+  i += (size_t)__builtin_ctzll(m);
   if (p[i] == '"') return i;
   return rest(p, n, i, &end, &esc) < 0 ? 0 : end;
 #endif
@@ -1135,7 +1144,8 @@ static inline size_t tree_literal(const unsigned char *p, size_t n, size_t i) {
 static inline __attribute__((always_inline)) size_t tree_walk(const unsigned char *p,
                                                               size_t n, size_t i,
                                                               size_t depth, size_t *cost,
-                                                              string_fn *rest) {
+                                                              string_fn *rest,
+                                                              tree_probe_fn *probe) {
   unsigned char closer[PX_JSON_MAX_DEPTH + 1]; /* per level: '}' or ']' */
   size_t room = PX_JSON_MAX_DEPTH - depth, d = 0, c = 0, e, l, end;
   int esc;
@@ -1153,7 +1163,7 @@ open:
 value:
   if (i >= n) return 0;
   if (p[i] == '"') {
-    if ((e = tree_string(p, n, i + 1, rest)) == 0) return 0;
+    if ((e = tree_string(p, n, i + 1, rest, probe)) == 0) return 0;
     c += COST_STRING + (e - i);
     i = e + 1;
   } else if (p[i] == '{' || p[i] == '[') {
@@ -1193,7 +1203,7 @@ key:
    * the value (a string's end too, when near) from one probe of the 32
    * bytes after the quote */
   if (i + 33 <= n) {
-    uint64_t m = tree_hits(p + i + 1) | (uint64_t)tree_hits(p + i + 17) << 16;
+    uint64_t m = probe(p + i + 1);
     size_t k = (size_t)__builtin_ctzll(m | 1u << 31); /* (k < 30 below) */
     e = i + 1 + k;
     if (k < 30 && p[e] == '"') {
@@ -1205,7 +1215,7 @@ key:
       if (m != 0) {
         e = i + 1 + (size_t)__builtin_ctzll(m);
         if (p[e] != '"' && (e = rest(p, n, e, &end, &esc) < 0 ? 0 : end) == 0) return 0;
-      } else if ((e = tree_string(p, n, i + 1 + (31 - (k + 2)), rest)) == 0) {
+      } else if ((e = tree_string(p, n, i + 1 + (31 - (k + 2)), rest, probe)) == 0) {
         return 0;
       }
       c += COST_STRING + (e - i);
@@ -1214,7 +1224,7 @@ key:
     }
   }
 #endif
-  if ((e = tree_string(p, n, i + 1, rest)) == 0) return 0;
+  if ((e = tree_string(p, n, i + 1, rest, probe)) == 0) return 0;
   c += COST_MEMBER + (e - i);
 colon:
   /* the usual: the colon right after the name, the value right after it */
@@ -1228,11 +1238,16 @@ colon:
   goto value;
 }
 
+#if defined(__SSE2__)
+#define TREE_PROBE tree_probe
+#else
+#define TREE_PROBE NULL
+#endif
 typedef size_t tree_walk_fn(const unsigned char *p, size_t n, size_t i, size_t depth,
                             size_t *cost);
 static size_t tree_walk_any(const unsigned char *p, size_t n, size_t i, size_t depth,
                             size_t *cost) {
-  return tree_walk(p, n, i, depth, cost, px_json_string_at);
+  return tree_walk(p, n, i, depth, cost, px_json_string_at, TREE_PROBE);
 }
 #if defined(__x86_64__) && defined(__GNUC__)
 /* with AVX2: the 16-byte steps in VEX form, and the blocks straight on */
@@ -1242,9 +1257,19 @@ AVX2 static int tree_rest_avx2(const unsigned char *p, size_t n, size_t i, size_
   return i + 64 <= n ? string_avx2_at(p, n, i, end, NULL)
                      : string_tail(p, n, i, end, esc);
 }
+AVX2 static inline __attribute__((always_inline)) uint64_t tree_probe_avx2(
+    const unsigned char *b) {
+  __m256i v = _mm256_loadu_si256((const __m256i *)b);
+  __m256i plain = _mm256_andnot_si256(
+      _mm256_or_si256(
+          _mm256_cmpeq_epi8(v, _mm256_loadu_si256((const __m256i *)px_json_tree_qt.b)),
+          _mm256_cmpeq_epi8(v, _mm256_loadu_si256((const __m256i *)px_json_tree_bs.b))),
+      _mm256_cmpgt_epi8(v, _mm256_loadu_si256((const __m256i *)px_json_tree_ctl.b)));
+  return (uint32_t)~_mm256_movemask_epi8(plain);
+}
 AVX2 static size_t tree_walk_avx2(const unsigned char *p, size_t n, size_t i,
                                   size_t depth, size_t *cost) {
-  return tree_walk(p, n, i, depth, cost, tree_rest_avx2);
+  return tree_walk(p, n, i, depth, cost, tree_rest_avx2, tree_probe_avx2);
 }
 #endif
 
