@@ -494,19 +494,21 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
     __m256i c = _mm256_or_si256(c0, c1);
     /* blk_step's usual block, in fewer steps: as the backslashes are
      * letters of ok, the escaped bytes that are not letters are the codes
-     * of blk_escaped (with the byte the block before escapes) that are not */
+     * of blk_escaped that are not; with the carry in bit 0 of the shifted
+     * starts the codes have the byte the block before escapes too (no
+     * borrow: bit 0 of starts is 0 then) */
     uint64_t starts = m.b & ~carry;
-    uint64_t codes = (((starts << 1) | ODD_BITS) - starts) ^ ODD_BITS;
+    uint64_t codes = (((starts << 1) | carry | ODD_BITS) - starts) ^ ODD_BITS;
     /* (one movemask and a test: GCC makes vptest's answer a value first) */
     if (__builtin_expect(_mm256_movemask_epi8(c) == 0, 1)) { /* no control or non-ASCII */
-      if (__builtin_expect(((codes | carry) & ~m.ok) == m.q, 1)) {
+      if (__builtin_expect((codes & ~m.ok) == m.q, 1)) {
         carry = (codes & m.b) >> 63;
         if (esc != NULL) any_bs |= m.b;
         at += 64;
         continue;
       }
       /* the string's end after one-letter escapes */
-      uint64_t escaped = codes ^ (m.b | carry), closing = m.q & ~escaped;
+      uint64_t escaped = (codes ^ m.b) | carry, closing = m.q & ~escaped;
       uint64_t in = (closing & (0 - closing)) - 1;
       if (closing != 0 && (escaped & ~(m.ok | m.q) & in) == 0) {
         if (esc != NULL) any_bs |= m.b & in;
@@ -514,7 +516,7 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
         rc = 1;
         break;
       }
-    } else if (((codes | carry) & ~m.ok) == m.q) {
+    } else if ((codes & ~m.ok) == m.q) {
       uint64_t cm = avx2_bits(c0, c1);
       if (__builtin_popcountll(cm) <= 16) {
         size_t nb = (size_t)(at - p) + 64;
