@@ -853,7 +853,7 @@ static int scan_number(const unsigned char *p, size_t n, size_t *i) {
   }
   if (k == d0) return -1;
   size_t nint = k - d0;
-  int real = 0;
+  int real = 0, exp = 0;
   if (k < n && p[k] == '.') {
     real = 1;
     size_t f = ++k;
@@ -861,7 +861,7 @@ static int scan_number(const unsigned char *p, size_t n, size_t *i) {
     if (k == f) return -1;
   }
   if (k < n && (p[k] == 'e' || p[k] == 'E')) {
-    real = 1;
+    real = exp = 1;
     k++;
     if (k < n && (p[k] == '+' || p[k] == '-')) k++;
     size_t e = k;
@@ -881,8 +881,7 @@ static int scan_number(const unsigned char *p, size_t n, size_t *i) {
     return memcmp(p + d0, lim, 19) <= 0 ? 0 : -1;
   }
   /* a plain real with few integer digits and no exponent cannot overflow */
-  if (nint <= 300 && memchr(p + s, 'e', k - s) == NULL && memchr(p + s, 'E', k - s) == NULL)
-    return 0;
+  if (nint <= 300 && !exp) return 0;
   char small[64], *t = k - s < sizeof(small) ? small : malloc(k - s + 1);
   if (t == NULL) return -1;
   memcpy(t, p + s, k - s);
@@ -922,7 +921,14 @@ typedef struct watch {
   int mem[W_MAX];    /* the caller's top-level member it is (its whole span), or -1 */
   int once[W_MAX];   /* a repeat refuses the body */
   int n;
+  uint64_t names; /* watch_bit of every name: most names watched nowhere miss it */
 } watch_t;
+
+/* A name's bit in watch_t.names (from its length and end bytes) */
+static inline uint64_t watch_bit(const char *k, size_t l) {
+  return l == 0 ? 1
+                : 1ull << (((unsigned char)k[0] * 7u + (unsigned char)k[l - 1] + l) & 63);
+}
 
 static int watch_add(watch_t *w, const char *name, int parent, int once) {
   size_t len = strlen(name);
@@ -938,12 +944,14 @@ static int watch_add(watch_t *w, const char *name, int parent, int once) {
   w->cap[w->n] = -1;
   w->mem[w->n] = -1;
   w->once[w->n] = once;
+  w->names |= watch_bit(name, len);
   return w->n++;
 }
 
 static void watch_init(watch_t *w, const char *const (*caps)[2],
                        const char *const *members) {
   w->n = 0;
+  w->names = 0;
   watch_add(w, "model", W_TOP, 1);
   watch_add(w, "stream", W_TOP, 1);
   watch_add(w, "stream_options", W_TOP, 1);
@@ -1008,6 +1016,7 @@ static int watched_key(const watch_t *w, const unsigned char *p, size_t s, size_
     k = v.ptr;
     l = v.len;
   }
+  if ((w->names & watch_bit(k, l)) == 0) return W_NONE;
   for (int x = 0; x < w->n; x++)
     if (w->parent[x] == parent && w->len[x] == l && memcmp(w->name[x], k, l) == 0)
       return x;
