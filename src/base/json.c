@@ -1158,18 +1158,20 @@ static inline __attribute__((always_inline)) size_t tree_walk(const unsigned cha
                                                               string_fn *rest,
                                                               tree_probe_fn *probe) {
   unsigned char closer[PX_JSON_MAX_DEPTH + 1]; /* per level: '}' or ']' */
-  size_t room = PX_JSON_MAX_DEPTH - depth, d = 0, c = 0, e, l, end;
+  unsigned char *cl = closer,
+                *last = closer + (PX_JSON_MAX_DEPTH - depth); /* *cl: this level's */
+  size_t c = 0, e, l, end;
   int esc;
 open:
-  if (d >= room) return 0;
-  closer[++d] = p[i] == '{' ? '}' : ']';
-  c += closer[d] == '}' ? COST_OBJECT : COST_ARRAY;
+  if (cl >= last) return 0;
+  *++cl = p[i] == '{' ? '}' : ']';
+  c += *cl == '}' ? COST_OBJECT : COST_ARRAY;
   i = px_json_ws(p, n, i + 1);
-  if (i < n && p[i] == closer[d]) {
+  if (i < n && p[i] == *cl) {
     i++;
     goto close;
   }
-  if (closer[d] == '}') goto key;
+  if (*cl == '}') goto key;
   c += COST_ELEMENT;
 value:
   if (i >= n) return 0;
@@ -1195,14 +1197,14 @@ after:
   }
   if (p[i] == ',') {
     i = px_json_ws(p, n, i + 1);
-    if (closer[d] == '}') goto key;
+    if (*cl == '}') goto key;
     c += COST_ELEMENT;
     goto value;
   }
-  if (p[i] != closer[d]) return 0;
+  if (p[i] != *cl) return 0;
   i++;
 close:
-  if (--d == 0) {
+  if (--cl == closer) {
     *cost += c;
     return i;
   }
