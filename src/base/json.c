@@ -1272,13 +1272,21 @@ AVX2 static int tree_rest_avx2(const unsigned char *p, size_t n, size_t i, size_
 }
 AVX2 static inline __attribute__((always_inline)) uint64_t tree_probe_avx2(
     const unsigned char *b) {
-  __m256i v = _mm256_loadu_si256((const __m256i *)b);
-  __m256i plain = _mm256_andnot_si256(
-      _mm256_or_si256(
-          _mm256_cmpeq_epi8(v, _mm256_loadu_si256((const __m256i *)px_json_tree_qt.b)),
-          _mm256_cmpeq_epi8(v, _mm256_loadu_si256((const __m256i *)px_json_tree_bs.b))),
-      _mm256_cmpgt_epi8(v, _mm256_loadu_si256((const __m256i *)px_json_tree_ctl.b)));
-  return (uint32_t)~_mm256_movemask_epi8(plain);
+  /* (in assembly: GCC loads the constants into registers first, three
+   * steps every probe) */
+  __m256i v = _mm256_loadu_si256((const __m256i *)b), x, y;
+  unsigned m;
+  __asm__(
+      "vpcmpeqb %[qt], %[v], %[x]\n\t"
+      "vpcmpeqb %[bs], %[v], %[y]\n\t"
+      "vpor %[y], %[x], %[x]\n\t"
+      "vpcmpgtb %[ctl], %[v], %[y]\n\t"
+      "vpandn %[y], %[x], %[x]\n\t"
+      "vpmovmskb %[x], %[m]"
+      : [x] "=&x"(x), [y] "=&x"(y), [m] "=r"(m)
+      : [v] "x"(v), [qt] "m"(px_json_tree_qt), [bs] "m"(px_json_tree_bs),
+        [ctl] "m"(px_json_tree_ctl));
+  return (uint32_t)~m;
 }
 AVX2 static size_t tree_walk_avx2(const unsigned char *p, size_t n, size_t i,
                                   size_t depth, size_t *cost) {
