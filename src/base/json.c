@@ -426,11 +426,15 @@ AVX2 __attribute__((noinline)) static void avx2_utf8(const unsigned char *p, siz
 typedef struct avx2_k {
   __m256i qt, bs, sp, let;
 } avx2_k_t;
-#define AVX2_K                                                             \
-  {                                                                        \
-    _mm256_set1_epi8('"'), _mm256_set1_epi8('\\'), _mm256_set1_epi8(0x20), \
-        _mm256_setr_epi8(LETTERS, LETTERS)                                 \
-  }
+/* ... read from memory once a string (a writable global: were they const,
+ * GCC would build each with three steps) */
+__attribute__((visibility("hidden"))) union {
+  unsigned char b[4][32];
+  __m256i v[4];
+} px_json_avx2_k = {
+    {{[0 ... 31] = '"'}, {[0 ... 31] = '\\'}, {[0 ... 31] = 0x20}, {LETTERS, LETTERS}}};
+#define AVX2_K \
+  { px_json_avx2_k.v[0], px_json_avx2_k.v[1], px_json_avx2_k.v[2], px_json_avx2_k.v[3] }
 AVX2 static inline __attribute__((always_inline)) blk_t avx2_masks(const unsigned char *b,
                                                                    const avx2_k_t *k,
                                                                    __m256i *c0,
