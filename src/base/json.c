@@ -426,8 +426,9 @@ AVX2 __attribute__((noinline)) static void avx2_utf8(const unsigned char *p, siz
 typedef struct avx2_k {
   __m256i qt, bs, sp, let;
 } avx2_k_t;
-/* ... read from memory once a string (a writable global: were they const,
- * GCC would build each with three steps) */
+/* The constants of avx2_masks (AVX2_K), read from memory once a string (a
+ * writable global: were they const, GCC would build each in three steps).
+ * Never written. */
 __attribute__((visibility("hidden"))) union {
   unsigned char b[4][32];
   __m256i v[4];
@@ -531,6 +532,20 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
         if (esc != NULL) any_bs |= m.b;
         at = p + nb;
         continue;
+      }
+    } else {
+      /* the string's end after one-letter escapes and a few non-ASCII
+       * bytes (as blk_rare takes it) */
+      uint64_t escaped = (codes ^ m.b) | carry, closing = m.q & ~escaped;
+      uint64_t in = (closing & (0 - closing)) - 1, cm = avx2_bits(c0, c1) & in;
+      if (closing != 0 && (escaped & ~(m.ok | m.q) & in) == 0 &&
+          __builtin_popcountll(cm) <= 16) {
+        size_t nb = (size_t)(at - p) + 64;
+        if (blk_utf8(p, n, (size_t)(at - p), cm, &nb) < 0) return -1;
+        if (esc != NULL) any_bs |= m.b & in;
+        *end = (size_t)(at - p) + (size_t)__builtin_ctzll(closing);
+        rc = 1;
+        break;
       }
     }
     m.c = avx2_bits(c0, c1);
