@@ -1209,6 +1209,11 @@ value:
     c += COST_NUMBER;
   }
 after:
+  /* the usual in an object: the next member's name right after a comma */
+  if (i + 1 < n && p[i] == ',' && p[i + 1] == '"' && *cl == '}') {
+    i++;
+    goto key;
+  }
   if (i >= n) return 0;
   if (p[i] <= ' ') {
     i = px_json_ws_run(p, n, i);
