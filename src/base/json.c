@@ -1093,12 +1093,9 @@ typedef union {
   unsigned char b[32];
   __m128i v;
 } tree_vec_t;
-#define TREE_VEC(c)                                                                    \
-  {                                                                                    \
-    {                                                                                  \
-      c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, \
-          c, c, c, c, c                                                                \
-    }                                                                                  \
+#define TREE_VEC(c)           \
+  {                           \
+    .b = { [0 ... 31] = (c) } \
   }
 __attribute__((visibility("hidden"))) tree_vec_t px_json_tree_ctl = TREE_VEC(0x1f),
                                                  px_json_tree_qt = TREE_VEC('"'),
@@ -1121,10 +1118,10 @@ static inline __attribute__((always_inline)) uint64_t tree_probe(const unsigned 
 }
 #endif
 
-/* The string whose content starts at p[i] for the tree walk: the first 16
- * bytes in one step, the plain ASCII run after them 16 bytes a step, the
- * rest by the string check `rest`. The index of the closing quote, or 0
- * (no string: its content starts at 1 at least). */
+/* The string whose content starts at p[i] for the tree walk: its plain
+ * ASCII start 32 bytes a step (probe: most names and many values end in
+ * the first), the rest by the string check `rest`. The index of the
+ * closing quote, or 0 (no string: its content starts at 1 at least). */
 typedef int string_fn(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc);
 static inline __attribute__((always_inline)) size_t tree_string(const unsigned char *p,
                                                                 size_t n, size_t i,
@@ -1135,7 +1132,7 @@ static inline __attribute__((always_inline)) size_t tree_string(const unsigned c
 #if defined(__SSE2__)
   uint64_t m;
   if (i + 32 <= n) {
-    if ((m = probe(p + i)) != 0) goto hit; /* most names and many values */
+    if ((m = probe(p + i)) != 0) goto hit;
     for (i += 32; i + 32 <= n; i += 32)
       if ((m = probe(p + i)) != 0) goto hit;
   }
@@ -1179,8 +1176,7 @@ static inline __attribute__((always_inline)) size_t tree_walk(const unsigned cha
   unsigned char closer[PX_JSON_MAX_DEPTH + 1]; /* per level: '}' or ']' */
   unsigned char *cl = closer,
                 *last = closer + (PX_JSON_MAX_DEPTH - depth); /* *cl: this level's */
-  size_t c = 0, e, l, end;
-  int esc;
+  size_t c = 0, e, l;
 open:
   if (cl >= last) return 0;
   *++cl = p[i] == '{' ? '}' : ']';
@@ -1241,7 +1237,10 @@ key:
    * bytes after the quote */
   if (i + 33 <= n) {
     uint64_t m = probe(p + i + 1);
-    size_t k = (size_t)__builtin_ctzll(m | 1u << 31); /* (k < 30 below) */
+    /* (bit 31 bounds k where nothing is found; k < 30 keeps the colon and
+     * the value's quote in the probe) */
+    size_t k = (size_t)__builtin_ctzll(m | 1u << 31), end;
+    int esc;
     e = i + 1 + k;
     if (k < 30 && p[e] == '"') {
       c += COST_MEMBER + (e - i);
@@ -1287,7 +1286,8 @@ static size_t tree_walk_any(const unsigned char *p, size_t n, size_t i, size_t d
   return tree_walk(p, n, i, depth, cost, px_json_string_at, TREE_PROBE);
 }
 #if defined(__x86_64__) && defined(__GNUC__)
-/* with AVX2: the 16-byte steps in VEX form, and the blocks straight on */
+/* The tree walk with AVX2: its probes of 32 bytes in one step, and its
+ * strings' blocks straight on (without *esc: the walk has no use for it) */
 AVX2 static int tree_rest_avx2(const unsigned char *p, size_t n, size_t i, size_t *end,
                                int *esc) {
   *esc = 0;
