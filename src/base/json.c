@@ -1176,7 +1176,9 @@ static inline __attribute__((always_inline)) size_t tree_walk(const unsigned cha
   unsigned char closer[PX_JSON_MAX_DEPTH + 1]; /* per level: '}' or ']' */
   unsigned char *cl = closer,
                 *last = closer + (PX_JSON_MAX_DEPTH - depth); /* *cl: this level's */
-  size_t c = 0, e, l;
+  size_t c = 0, e, l, end;
+  int esc;
+  (void)end, (void)esc; /* (without SSE2: unused) */
 open:
   if (cl >= last) return 0;
   *++cl = p[i] == '{' ? '}' : ']';
@@ -1239,8 +1241,7 @@ key:
     uint64_t m = probe(p + i + 1);
     /* (bit 31 bounds k where nothing is found; k < 30 keeps the colon and
      * the value's quote in the probe) */
-    size_t k = (size_t)__builtin_ctzll(m | 1u << 31), end;
-    int esc;
+    size_t k = (size_t)__builtin_ctzll(m | 1u << 31);
     e = i + 1 + k;
     if (k < 30 && p[e] == '"') {
       c += COST_MEMBER + (e - i);
