@@ -135,6 +135,31 @@ static inline int escaped_id(json_t *v, int in_fresp) {
   return 0;
 }
 
+/* an "arguments" string anywhere in v holding brackets nested deeper than
+ * the one reader takes (PX_JSON_MAX_DEPTH), counted as if no bracket were
+ * in a string: jansson reads such arguments to its own limit */
+static inline int deep_arguments(json_t *v) {
+  const char *key;
+  json_t *m;
+  size_t i;
+  if (json_is_array(v)) {
+    json_array_foreach(v, i, m) if (deep_arguments(m)) return 1;
+    return 0;
+  }
+  json_object_foreach(v, key, m) {
+    if (!strcmp(key, "arguments") && json_is_string(m)) {
+      int d = 0, top = 0;
+      for (const char *t = json_string_value(m); *t; t++) {
+        if (*t == '[' || *t == '{') top = ++d > top ? d : top;
+        if (*t == ']' || *t == '}') d--;
+      }
+      if (top > PX_JSON_MAX_DEPTH) return 1;
+    }
+    if (deep_arguments(m)) return 1;
+  }
+  return 0;
+}
+
 /* The deliberate differences: what the gateway refuses (in the hub's
  * words) and the reference translated. By the refusal's path: a member
  * held twice, a member name with a quote, a backslash or a control
@@ -148,7 +173,8 @@ static inline int escaped_id(json_t *v, int in_fresp) {
  * tool_use_id) or a Gemini functionResponse name escaped in every spelling
  * (a quote, a backslash, a control character: the codecs match a call and
  * its result by the bytes as written); a schema "type" escaped so or of 32
- * bytes and more. */
+ * bytes and more; a tool call's arguments nested deeper than the one
+ * reader's limit (deep_arguments). */
 static inline int declined_on_purpose(const char *body, size_t len,
                                       const px_tr_err_t *e) {
   if (strstr(e->message, " more than once") != NULL ||
@@ -165,7 +191,7 @@ static inline int declined_on_purpose(const char *body, size_t len,
   v = json_object_get(json_object_get(doc, "generationConfig"), "topK");
   if (json_is_number(v) && !(json_number_value(v) < 1e15 && json_number_value(v) > -1e15))
     yes = 1;
-  if (escaped_id(doc, 0)) yes = 1;
+  if (escaped_id(doc, 0) || deep_arguments(doc)) yes = 1;
   json_decref(doc);
   return yes;
 }

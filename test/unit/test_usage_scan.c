@@ -222,8 +222,126 @@ static void test_cases(void) {
   }
 }
 
+/* The finish reason px_answer_body reads from a Chat body (its usage member
+ * found by px_usage_scan_at first, as the pass-through does), and
+ * px_answer_read from a chunk: the last choice's, as the protocol spells it
+ * (escapes kept), "" when null or absent; the shapes read in a few bytes
+ * back from usage and those walked back further give the same. */
+static const char *finish_of(const char *body, int chunk) {
+  static px_answer_t a;
+  const px_wire_watch_t *w = &px_proto_get(PX_PROTO_CHAT)->watch;
+  memset(&a, 0, sizeof(a));
+  size_t n = strlen(body), tail = PX_JSON_NPOS;
+  px_usage_t u = {.input_tokens = -1, .output_tokens = -1};
+  if (chunk) {
+    px_answer_read(w, body, n, NULL, &a);
+  } else {
+    CHECK(px_usage_scan_at(PX_PROTO_CHAT, body, n, &u, &tail) == 1);
+    px_answer_body(w, body, n, tail, &a);
+  }
+  CHECK(strlen(a.finish) == a.finish_len);
+  return a.finish;
+}
+
+static void test_finish(void) {
+  static const struct {
+    const char *choices, *want;
+  } cases[] = {
+      {"[{\"index\":0,\"finish_reason\":\"stop\"}]", "stop"},
+      {"[{\"index\":0,\"finish_reason\":null}]", ""},
+      {"[{\"finish_reason\":\"\"}]", ""},
+      {"[{\"finish_reason\":\"MALFORMED_FUNCTION_CALL\"}]", "MALFORMED_FUNCTION_CALL"},
+      {"[{\"finish_reason\":\"0123456789abcdef\"}]", "0123456789abcdef"},
+      {"[{\"finish_reason\":\"st\\\"op\"}]", "st\\\"op"},           /* escaped: walked */
+      {"[{\"finish_reason\": \"stop\" } ]", "stop"},                /* spaced: walked */
+      {"[{\"finish_reason\":\"stop\",\"logprobs\":null}]", "stop"}, /* not last: walked */
+      {"[{\"finish_reason\":\"stop\"},{\"finish_reason\":\"length\"}]", "length"},
+      {"[{\"finish_reason\":\"stop\"},{\"finish_reason\":null}]", ""},
+      {"[{\"xfinish_reason\":\"stop\"}]", ""},               /* another name */
+      {"[{\"c\":\"\\\"finish_reason\\\":\\\"x\\\"\"}]", ""}, /* in a string */
+      {"[{\"reason\":\"finish_reason\"}]", ""},              /* a value, not a name */
+      {"[{\"finish_reason\":[\"stop\"]}]", ""},              /* not a string */
+      {"[{\"finish_reason\":\"0123456789012345678901234567890123456789012345678901234567"
+       "89012345\"}]",
+       "0123456789012345678901234567890"}, /* over 64 bytes back: walked, cut to fit */
+  };
+  char body[512];
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    snprintf(
+        body, sizeof(body),
+        "{\"id\":\"c1\",\"model\":\"m\",\"choices\":%s,\"usage\":{\"prompt_tokens\":1,"
+        "\"completion_tokens\":2}}",
+        cases[i].choices);
+    const char *got = finish_of(body, 0);
+    if (strcmp(got, cases[i].want) != 0)
+      fprintf(stderr, "body %s: finish '%s', want '%s'\n", body, got, cases[i].want);
+    CHECK(strcmp(got, cases[i].want) == 0);
+    snprintf(body, sizeof(body), "{\"id\":\"c1\",\"model\":\"m\",\"choices\":%s}",
+             cases[i].choices);
+    got = finish_of(body, 1);
+    if (strcmp(got, cases[i].want) != 0)
+      fprintf(stderr, "chunk %s: finish '%s', want '%s'\n", body, got, cases[i].want);
+    CHECK(strcmp(got, cases[i].want) == 0);
+  }
+  /* a usage-only chunk, and a body whose choices come after usage */
+  CHECK(strcmp(
+            finish_of("{\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":1}}", 1),
+            "") == 0);
+  CHECK(
+      strcmp(finish_of("{\"usage\":{\"prompt_tokens\":1},\"choices\":[{\"finish_reason\":"
+                       "\"stop\"}]}",
+                       0),
+             "stop") == 0);
+}
+
+/* The id and model px_answer_read finds leading a Chat answer or chunk: the
+ * first top-level members of those names, as spelled (escapes kept), at
+ * every alignment of the names across sixteen-byte blocks, whatever comes
+ * before them (the names as values, escaped inside strings, containers). */
+static void test_lead(void) {
+  static const struct {
+    const char *lead, *id, *model;
+  } cases[] = {
+      {"\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1,\"model\":"
+       "\"gpt\"",
+       "chatcmpl-1", "gpt"},
+      {"\"model\":\"m\",\"id\":\"i\"", "i", "m"},
+      {"\"object\":\"id\",\"x\":\"model\",\"id\":\"i\",\"model\":\"m\"", "i", "m"},
+      {"\"s\":\"\\\"id\\\":\\\"no\\\",\\\"model\\\":\\\"no\\\"\",\"id\":\"i\",\"model\":"
+       "\"m\"",
+       "i", "m"},
+      {"\"id\":\"a\\\"b\",\"model\":\"m\\\\n\"", "a\\\"b",
+       "m\\\\n"},                                         /* escaped: walked */
+      {"\"id\":\"{x}\",\"model\":\"[m]\"", "{x}", "[m]"}, /* brackets: walked */
+      {"\"id\" : \"i\" , \"model\" : \"m\"", "i", "m"},   /* spaced: walked */
+      {"\"n\":{\"id\":\"no\"},\"id\":\"i\",\"model\":\"m\"", "i",
+       "m"}, /* after a container */
+      {"\"n\":[],\"id\":\"i\",\"model\":null", "i", ""},
+      {"\"ids\":\"no\",\"id\":\"i\",\"models\":\"no\",\"model\":\"m\"", "i", "m"},
+  };
+  const px_wire_watch_t *w = &px_proto_get(PX_PROTO_CHAT)->watch;
+  char body[600];
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    for (int pad = 0; pad < 40; pad++)
+      for (int tail = 0; tail < 2; tail++) {
+        char pads[48];
+        memset(pads, 'p', (size_t)pad);
+        pads[pad] = 0;
+        snprintf(body, sizeof(body), "{\"pad\":\"%s\",%s%s}", pads, cases[i].lead,
+                 tail ? ",\"choices\":[{\"index\":0,\"finish_reason\":\"stop\"}]" : "");
+        px_answer_t a;
+        memset(&a, 0, sizeof(a));
+        px_answer_read(w, body, strlen(body), NULL, &a);
+        int ok = strcmp(a.id, cases[i].id) == 0 && strcmp(a.model, cases[i].model) == 0;
+        if (!ok) fprintf(stderr, "%s: id '%s', model '%s'\n", body, a.id, a.model);
+        CHECK(ok);
+      }
+}
+
 int main(void) {
   test_cases();
+  test_lead();
+  test_finish();
   test_generated();
   return check_report("usage_scan");
 }
