@@ -89,6 +89,7 @@ struct px_exch {
   px_endpoint_t ep;
   px_proto_t in, out;
   px_json_req_t jreq;    /* the request scan: model/stream spans in req->body */
+  px_json_jumps_t jumps; /* the scan's container ends (jreq.jumps; v malloc'd) */
   const char *model;     /* client's model (model_buf) */
   char *model_buf;
   int stream;
@@ -113,6 +114,8 @@ struct px_exch {
   int metric_status;     /* status for /metrics when a started response failed */
   int attempt_open;      /* a 2xx attempt, counted in /metrics when it ends */
   const px_route_conf_t *route;
+  const px_route_conf_t *scan_route; /* x->model's, looked up during the scan
+                                        (admit.c jumps_wanted), or NULL */
   size_t target;         /* 0 = the route's deployments, k = fallback k-1 */
   unsigned attempt;      /* attempts on this target */
   unsigned attempts;     /* attempts in all */
