@@ -32,10 +32,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jumps_check.h"
 #include "proxai/fastir.h"
 #include "proxai/json.h"
 #include "proxai/proto.h"
-#include "jumps_check.h"
 #include "ref.h"
 
 static size_t depth_of(const json_t *j) {
@@ -83,7 +83,8 @@ static int same_kind(const char *p, size_t at, size_t len, const json_t *v) {
 }
 
 /* The raw and the DOM translation of an accepted body agree. */
-static void translate_both(const char *p, size_t size, json_t *j, const px_json_req_t *scan) {
+static void translate_both(const char *p, size_t size, json_t *j,
+                           const px_json_req_t *scan) {
   for (int k = 0; k < PX_PROTO_COUNT * PX_PROTO_COUNT; k++) {
     px_tr_ctx_t ctx;
     memset(&ctx, 0, sizeof(ctx));

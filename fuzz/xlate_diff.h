@@ -18,11 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jumps_check.h"
 #include "proxai/fastir.h"
 #include "proxai/passthru.h"
 #include "proxai/proto.h"
 #include "proxai/usage.h"
-#include "jumps_check.h"
 #include "ref.h"
 
 static inline void diff_fail(const char *what, const px_tr_ctx_t *c, const char *body,

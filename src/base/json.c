@@ -1000,8 +1000,9 @@ typedef struct watch_slot {
   watch_t w;
 } watch_slot_t;
 
-static const watch_t *watch_get(const char *const (*caps)[2],
-                                const char *const *members) {
+/* (inline: the request walk is built twice, and this is its usual start) */
+static inline __attribute__((always_inline)) const watch_t *watch_get(
+    const char *const (*caps)[2], const char *const *members) {
   static _Thread_local watch_slot_t slot[WATCH_CACHED];
   static _Thread_local unsigned used, next;
   const char *key[WATCH_KEYS] = {NULL};
@@ -1168,12 +1169,9 @@ static inline size_t tree_literal(const unsigned char *p, size_t n, size_t i) {
  * nothing to look up. The index past its end, with *cost grown; 0 for
  * anything the request walk is to report (it walks the container itself
  * then, for the same answer as ever). */
-static inline __attribute__((always_inline)) size_t tree_walk(const unsigned char *p,
-                                                              size_t n, size_t i,
-                                                              size_t depth, size_t *cost,
-                                                              string_fn *rest,
-                                                              tree_probe_fn *probe,
-                                                              px_json_jumps_t *jt) {
+static inline __attribute__((always_inline)) size_t tree_walk(
+    const unsigned char *p, size_t n, size_t i, size_t depth, size_t *cost,
+    string_fn *rest, tree_probe_fn *probe, px_json_jumps_t *jt) {
   unsigned char closer[PX_JSON_MAX_DEPTH + 1]; /* per level: '}' or ']' */
   unsigned char *cl = closer,
                 *last = closer + (PX_JSON_MAX_DEPTH - depth); /* *cl: this level's */
@@ -1304,8 +1302,8 @@ static size_t tree_walk_any(const unsigned char *p, size_t n, size_t i, size_t d
   (void)jt;
   return tree_walk(p, n, i, depth, cost, px_json_string_at, TREE_PROBE, NULL);
 }
-static size_t tree_walk_any_jumps(const unsigned char *p, size_t n, size_t i, size_t depth,
-                                  size_t *cost, px_json_jumps_t *jt) {
+static size_t tree_walk_any_jumps(const unsigned char *p, size_t n, size_t i,
+                                  size_t depth, size_t *cost, px_json_jumps_t *jt) {
   return tree_walk(p, n, i, depth, cost, px_json_string_at, TREE_PROBE, jt);
 }
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -1362,14 +1360,12 @@ int px_json_request_caps(const char *text, size_t n, const char *const (*caps)[2
   return px_json_request_watch(text, n, caps, NULL, r);
 }
 
-int px_json_request_watch(const char *text, size_t n, const char *const (*caps)[2],
-                          const char *const *members, px_json_req_t *r) {
-  return px_json_request_jumps(text, n, caps, members, NULL, r);
-}
-
-int px_json_request_jumps(const char *text, size_t n, const char *const (*caps)[2],
-                          const char *const *members, px_json_jumps_t *jt,
-                          px_json_req_t *r) {
+/* The request walk (px_json_request_watch), recording containers' ends in
+ * jt when not NULL (px_json_request_jumps): one walk, built twice, so that
+ * the walk without a table pays nothing for it. */
+static inline __attribute__((always_inline)) int request_walk(
+    const char *text, size_t n, const char *const (*caps)[2], const char *const *members,
+    px_json_jumps_t *jt, px_json_req_t *r) {
   const unsigned char *p = (const unsigned char *)text;
   unsigned char is_obj[PX_JSON_MAX_DEPTH + 1]; /* per depth: object (1) or array */
   is_obj[0] = 0;
@@ -1560,6 +1556,17 @@ close:
     r->jumps = jt;
   }
   return 0;
+}
+
+int px_json_request_watch(const char *text, size_t n, const char *const (*caps)[2],
+                          const char *const *members, px_json_req_t *r) {
+  return request_walk(text, n, caps, members, NULL, r);
+}
+
+int px_json_request_jumps(const char *text, size_t n, const char *const (*caps)[2],
+                          const char *const *members, px_json_jumps_t *jt,
+                          px_json_req_t *r) {
+  return request_walk(text, n, caps, members, jt, r);
 }
 
 char *px_json_req_model(const char *p, const px_json_req_t *r) {

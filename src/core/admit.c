@@ -456,8 +456,10 @@ static int read_request(px_exch_t *x, const px_inbound_t *in) {
     else if (in->model.len == 0)
       jt->want = want_jumps;
   }
-  if (px_json_request_jumps(bd, r->body.len, ops->max_tokens_keys,
-                            ops->store ? ops->store->members : NULL, jt, &x->jreq) < 0) {
+  const char *const *mem = ops->store ? ops->store->members : NULL;
+  if ((jt ? px_json_request_jumps(bd, r->body.len, ops->max_tokens_keys, mem, jt, &x->jreq)
+          : px_json_request_watch(bd, r->body.len, ops->max_tokens_keys, mem, &x->jreq)) <
+      0) {
     const px_json_req_t *jr = &x->jreq;
     char msg[300];
     if (jr->err == PX_JREQ_DUPLICATE)

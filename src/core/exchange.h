@@ -89,7 +89,6 @@ struct px_exch {
   px_endpoint_t ep;
   px_proto_t in, out;
   px_json_req_t jreq;    /* the request scan: model/stream spans in req->body */
-  px_json_jumps_t jumps; /* the scan's container ends (jreq.jumps; v malloc'd) */
   const char *model;     /* client's model (model_buf) */
   char *model_buf;
   int stream;
@@ -183,6 +182,9 @@ struct px_exch {
    * it (the last attempt's span) and as the client got it (the request's) */
   px_answer_t ans_up, ans_cl;
   int ans_pass; /**< a whole answer passed through: the client's is ans_up */
+  /* the scan's container ends (jreq.jumps; v malloc'd, NULL from
+   * exch_alloc on; the rest set by admit.c before the scan reads it) */
+  px_json_jumps_t jumps;
 };
 
 /* The answer's id, model and finish reason for the spans, read from the

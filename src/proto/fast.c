@@ -318,6 +318,19 @@ static size_t jump_end(const char *q) {
   return k < n && v[k][0] == o ? v[k][1] : 0;
 }
 
+/* skip_container by the table: 1 when it knew the container (skipped), 0
+ * when not, -1 when its end is past the walker's text. (Out of line: the
+ * usual skip keeps its few registers.) */
+static __attribute__((noinline)) int skip_by_jump(px_fw_t *w) {
+  const char *q = w->p + w->i;
+  size_t e = jump_end(q);
+  if (e == 0) return 0;
+  size_t end = w->i + (e - (size_t)(q - px_fw_jumps.table->base)); /* e - o: its length */
+  if (end > w->n) return -1;
+  w->i = end;
+  return 1;
+}
+
 /* The container at the cursor skipped: strings (their escapes), brackets.
  * With SSE2 sixteen bytes at a time, every quote, backslash and bracket of
  * a block handled from its masks (a validated body: nothing else counts);
@@ -327,14 +340,8 @@ static int skip_container(px_fw_t *w) {
   const unsigned char *p = (const unsigned char *)w->p;
   size_t n = w->n, i = w->i;
   if (px_fw_jumps.table) {
-    size_t e = jump_end(w->p + i);
-    if (e != 0) {
-      /* (e - o: the container's length, within the walker's text) */
-      size_t end = i + (e - (size_t)(w->p + i - px_fw_jumps.table->base));
-      if (end > n) return -1;
-      w->i = end;
-      return 0;
-    }
+    int j = skip_by_jump(w);
+    if (j != 0) return j > 0 ? 0 : -1;
   }
   int depth = 0, in_str = 0;
 #if defined(__SSE2__)

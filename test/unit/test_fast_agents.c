@@ -238,9 +238,10 @@ int main(int argc, char **argv) {
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
     CHECK(system(cmd) == 0);
   }
-  printf("fast_agents: the fast path took %d of %d agent requests (%d sent in parts; "
-         "%d of %d bodies with container ends)\n",
-         taken, cases, spanned, jumped, bodies);
+  printf(
+      "fast_agents: the fast path took %d of %d agent requests (%d sent in parts; "
+      "%d of %d bodies with container ends)\n",
+      taken, cases, spanned, jumped, bodies);
   CHECK(jumped == bodies); /* an agent's tools and turns are long */
   CHECK(cases >= 24 + 36);
   CHECK(spanned >= cases / 2); /* agents' long texts stay in their bodies */

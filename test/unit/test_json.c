@@ -502,7 +502,8 @@ static int want_yes(px_json_jumps_t *j, const char *tok, size_t len) {
 }
 static void test_jumps(void) {
   char body[4096];
-  int n = snprintf(body, sizeof(body), "{\"a\":[\"%0100d\"],\"model\":\"m-1\",\"input\":[", 0);
+  int n = snprintf(body, sizeof(body),
+                   "{\"a\":[\"%0100d\"],\"model\":\"m-1\",\"input\":[", 0);
   for (int k = 0; k < 20; k++)
     n += snprintf(body + n, sizeof(body) - n,
                   "%s{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
@@ -516,7 +517,8 @@ static void test_jumps(void) {
   CHECK(r.jumps == &all && jumps_sound(body, (size_t)n, &all));
   /* "a" (before the model), "input", its 20 items and the contents of the
    * longer ones; not the small ones, not the top */
-  CHECK(all.n > 22 && all.v[0][0] == 5 && all.v[1][0] == (uint32_t)(strstr(body, "[{") - body));
+  CHECK(all.n > 22 && all.v[0][0] == 5 &&
+        all.v[1][0] == (uint32_t)(strstr(body, "[{") - body));
   px_json_jumps_t from = {.v = w, .cap = 64, .want = want_yes};
   CHECK(px_json_request_jumps(body, (size_t)n, NULL, NULL, &from, &r) == 0);
   CHECK(wanted_model == strstr(body, "\"m-1\""));
@@ -529,7 +531,8 @@ static void test_jumps(void) {
   CHECK(px_json_request_jumps(body, (size_t)n, NULL, NULL, &few, &r) == 0);
   CHECK(few.n == 3 && memcmp(few.v, all.v, 3 * sizeof(*v)) == 0);
   const char *bad = "{\"a\":[1,}";
-  CHECK(px_json_request_jumps(bad, strlen(bad), NULL, NULL, &few, &r) < 0 && r.jumps == NULL);
+  CHECK(px_json_request_jumps(bad, strlen(bad), NULL, NULL, &few, &r) < 0 &&
+        r.jumps == NULL);
 }
 
 int main(void) {
