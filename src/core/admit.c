@@ -430,6 +430,14 @@ static int jumps_wanted(px_exch_t *x, const char *m, size_t n) {
   return x->jumps.v != NULL;
 }
 
+/* Whether some upstream speaks another protocol than the client's: none,
+ * and no route translates (a gateway that passes through asks no more). */
+static int any_other_protocol(const px_exch_t *x) {
+  for (size_t k = 0; k < x->cfg->nupstreams; k++)
+    if (x->cfg->upstreams[k].protocol != x->in) return 1;
+  return 0;
+}
+
 static int want_jumps(px_json_jumps_t *j, const char *tok, size_t len) {
   return len >= 2 && jumps_wanted(j->arg, tok + 1, len - 2);
 }
@@ -447,7 +455,7 @@ static int read_request(px_exch_t *x, const px_inbound_t *in) {
    * (px_fw_jumps): decided by the model in the path, else by the body's
    * (the scan asks when it reads it) */
   px_json_jumps_t *jt = NULL;
-  if (r->body.len >= JUMPS_BODY_MIN) {
+  if (r->body.len >= JUMPS_BODY_MIN && any_other_protocol(x)) {
     jt = &x->jumps;
     jt->want = NULL, jt->arg = x;
     if (in->model.len > 0 && (memchr(in->model.ptr, '%', in->model.len) ||
