@@ -360,17 +360,58 @@ typedef struct px_fmemo {
 int px_fc_tree_memo(px_fw_t *w, const px_ftab_t *t, px_fv_t *f, unsigned *seen,
                     const px_fmemo_t *memo);
 
-/** Whether raw string content s equals the n bytes of lit (escaped:
- *  never). */
+/** px_fs_isn of content with escapes: its value, unescaped on the fly (no
+ *  copy), equals the n bytes of lit. */
+int px_fs_isn_esc(px_fstr_t s, const char *lit, size_t n);
+/** Whether the value of string content s (its escapes read as jansson
+ *  reads them: "us\u0065r" is user) equals the n bytes of lit: how a codec
+ *  compares a deciding value (a role, a type, an enum) as the reference's
+ *  strcmp does. Content with no escape is compared as it stands (the plain
+ *  path: one length test and a memcmp). */
 static inline int px_fs_isn(px_fstr_t s, const char *lit, size_t n) {
-  return s.p != NULL && !s.esc && s.n == n && memcmp(s.p, lit, n) == 0;
+  if (s.p == NULL) return 0;
+  if (s.esc) return px_fs_isn_esc(s, lit, n);
+  return s.n == n && memcmp(s.p, lit, n) == 0;
 }
-/** Whether raw string content s equals the literal lit (escaped: never). */
+/** px_fs_isn with a NUL-terminated lit. */
 static inline int px_fs_is(px_fstr_t s, const char *lit) {
   return px_fs_isn(s, lit, strlen(lit));
 }
+/** Whether the value of string content s (escapes read) begins with the
+ *  n bytes of lit. */
+int px_fs_starts(px_fstr_t s, const char *lit, size_t n);
+/** Index of the value of string content s (escapes read) in
+ *  names[0..n), -1 when none: a lookup of an enum value. */
+int px_fs_of(px_fstr_t s, const char *const *names, int n);
+/** A data URL "data:<media type>;base64,<data>" split as the reference's
+ *  px_data_url_split splits its value (the first ";base64,"; a media type
+ *  of 1 to mtsz - 1 bytes): 0 with *mt and *data (spans of url, keeping
+ *  their escapes), -1 when it is none, PX_FAST_DECLINE when its value is
+ *  one but not in the plain spelling (px_fs_plain: "\u003b" may be a ';';
+ *  the respelled body's is). */
+int px_fs_data_url(px_fstr_t url, size_t mtsz, px_fstr_t *mt, px_fstr_t *data);
+/** Whether two string contents have the same value (escapes read), as the
+ *  reference's strcmp of both (NULL p: an absent string equals no string). */
+int px_fs_same(px_fstr_t a, px_fstr_t b);
+/** Whether the first tool of the request named name (by value) is a
+ *  custom one (the reference's px_ir_is_custom_tool). */
+int px_ftool_custom(const px_freq_t *ir, px_fstr_t name);
 /** px_fs_is with a string literal: its length known where it is written. */
 #define PX_FS_IS(s, lit) px_fs_isn((s), "" lit, sizeof(lit) - 1)
+/** The value of string content s (escapes read) NUL-terminated into buf
+ *  (for a lookup by C string: a finish reason, a stop word; for a
+ *  message): its length, or size when it does not fit (buf then holds the
+ *  value cut to size - 1 bytes). */
+size_t px_fs_value(px_fstr_t s, char *buf, size_t size);
+/** The value of s as a message's "%s" reads it: unescaped into the char
+ *  array vb (cut to its size: the refusal's message is cut anyway). */
+#define PX_FS_MSG(vb, s) (px_fs_value((s), (vb), sizeof(vb)), (const char *)(vb))
+/** Whether the content s is in its plain spelling (what px_json_respell
+ *  writes: the only escapes are of a quote, a backslash or a control
+ *  character), so that every other character (the ',' ';' ':' '/' a codec
+ *  splits a value at) stands where it is written. A codec that must split
+ *  a value declines one that is not (the hub's respelling makes it so). */
+int px_fs_plain(px_fstr_t s);
 /** A raw integer token with no sign, fraction or exponent -> *v (>= 0). */
 int px_fw_uint(px_str_t raw, int64_t *v);
 /** Whether a raw JSON array / object is empty. */
