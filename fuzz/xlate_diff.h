@@ -106,7 +106,8 @@ static inline int codec_refusal(const px_tr_ctx_t *c, const char *body, size_t l
 /* Whether the fast codecs refused the answer (in their own words, the
  * reference's) as written or in its plain spelling, rather than both
  * declining it (the hub's 502 then, odd_refusal). */
-static inline int answer_codec_refusal(const px_tr_ctx_t *c, const char *body, size_t len) {
+static inline int answer_codec_refusal(const px_tr_ctx_t *c, const char *body,
+                                       size_t len) {
   int r = PX_FAST_DECLINE;
   for (int pass = 0; pass < 2 && r == PX_FAST_DECLINE; pass++) {
     px_buf_t b, out;

@@ -80,8 +80,8 @@ static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
     unsigned seen = 0;
     int obj = AT_OBJ(w);
     if (obj && px_fw_kfields(&w, keys, 2, f, &seen) != 0) return DECLINE;
-    if (!obj || !HAS(0) || f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "text") || !HAS(1) ||
-        f[1].kind != PX_FV_STR) {
+    if (!obj || !HAS(0) || f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "text") ||
+        !HAS(1) || f[1].kind != PX_FV_STR) {
       snprintf(q, sizeof(q), "%s[%zu]", content_path(cp, sizeof(cp), mi), i);
       return REFUSE(err, q, "%s: only text parts are allowed here", q);
     }
@@ -110,7 +110,8 @@ static int data_url(px_fstr_t u, px_fstr_t *media, px_fstr_t *data) {
   const char *semi = memchr(m, ';', (size_t)(comma - m));
   if (semi == NULL || semi == m) return -1;
   if ((size_t)(comma - m) < 7 || memcmp(comma - 7, ";base64", 7) != 0) return -1;
-  *media = (px_fstr_t){m, (size_t)(semi - m), u.esc && memchr(m, '\\', (size_t)(semi - m))};
+  *media =
+      (px_fstr_t){m, (size_t)(semi - m), u.esc && memchr(m, '\\', (size_t)(semi - m))};
   *data = (px_fstr_t){comma + 1, (size_t)(end - comma - 1), u.esc};
   return 0;
 }
@@ -272,8 +273,8 @@ static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, size_t mi, px_arena_t
     if (obj && px_fw_kfields(&w, keys, 3, f, &seen) != 0) return DECLINE;
     px_fpart_t *p;
     int t = !obj || !HAS(0) || f[0].kind != PX_FV_STR ? 0
-            : px_fs_is(f[0].s, "text")                  ? 1
-            : px_fs_is(f[0].s, "refusal")               ? 2
+            : px_fs_is(f[0].s, "text")                ? 1
+            : px_fs_is(f[0].s, "refusal")             ? 2
                                                       : 0;
     if (t == 1 && HAS(1) && f[1].kind == PX_FV_STR) {
       p = px_fpart_text(a, f[1].s);
@@ -613,7 +614,7 @@ static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_
   int k = px_fs_is(t, "function")                                            ? 1
           : px_fs_is(t, "custom") && px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS) ? 2
           : px_fs_is(t, "allowed_tools")                                     ? 3
-                                                                           : -1;
+                                                                             : -1;
   if (k < 0) {
     const char *s = t.p ? px_fs_cstr(a, t, NULL) : "?";
     return s ? REFUSE(err, "tool_choice", "tool_choice: type '%s' cannot be translated",
@@ -662,7 +663,8 @@ static int text_modalities(const px_fv_t *v) {
   if (px_fw_open(&w, '[') < 0) return 0;
   while ((r = px_fw_elem(&w)) == 1) {
     px_fv_t x;
-    if (px_fw_value(&w, &x) < 0 || x.kind != PX_FV_STR || !px_fs_is(x.s, "text")) return 0;
+    if (px_fw_value(&w, &x) < 0 || x.kind != PX_FV_STR || !px_fs_is(x.s, "text"))
+      return 0;
   }
   return r == 0;
 }
@@ -1183,7 +1185,7 @@ static int put_media(px_buf_t *b, const px_fpart_t *p) {
       rc = px_fb_str(b, p->filename);
     else if (rc == 0)
       rc = px_fb_lit(b, px_fs_is(p->media_type, "text/plain") ? "\"document.txt\""
-                                                            : "\"document.pdf\"");
+                                                              : "\"document.pdf\"");
   } else if (rc == 0) {
     return DECLINE; /* a file by URL: cannot_send refused it */
   }
@@ -1469,8 +1471,8 @@ static int annotations_in(const px_fv_t *anns, px_str_t *out, px_arena_t *a,
     px_fv_t f[2];
     unsigned seen = 0;
     if ((rc = elem_fields(&w, keys, 2, f, &seen)) != 0) break;
-    if (!HAS(0) || f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "url_citation") || !HAS(1) ||
-        f[1].kind != PX_FV_OBJ) {
+    if (!HAS(0) || f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "url_citation") ||
+        !HAS(1) || f[1].kind != PX_FV_OBJ) {
       px_lossy_add(lossy, "choices[].message.annotations");
       continue;
     }
@@ -1507,7 +1509,8 @@ static int join_texts(const px_fv_t *c, px_fstr_t *out, px_arena_t *a) {
       continue;
     }
     if (px_fw_kfields(&w, keys, 2, f, &seen) != 0) rc = DECLINE;
-    if (rc != 0 || !HAS(0) || f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "text")) continue;
+    if (rc != 0 || !HAS(0) || f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "text"))
+      continue;
     n++;
     if (HAS(1) && f[1].kind == PX_FV_STR) {
       rc = px_fb_put(&b, f[1].s.p, f[1].s.n);
@@ -1772,7 +1775,8 @@ static int put_annotations(const px_tr_ctx_t *ctx, px_buf_t *b, px_str_t raw,
     }
     if (rm < 0) return DECLINE;
     if (type < 0 || vals[type].kind != PX_FV_STR ||
-        !px_fs_is(vals[type].s, "url_citation") || url < 0 || vals[url].kind != PX_FV_STR) {
+        !px_fs_is(vals[type].s, "url_citation") || url < 0 ||
+        vals[url].kind != PX_FV_STR) {
       px_lossy_add(lossy, px_lossy_annotations(ctx));
       continue;
     }
@@ -1864,8 +1868,7 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   if (rc == 0 && ir->id.p == NULL)
     rc = px_fb_lit(b, "chatcmpl-proxai");
   else if (rc == 0) {
-    if (!px_fs_starts(ir->id, "chatcmpl-", 9))
-      rc = px_fb_lit(b, "chatcmpl-");
+    if (!px_fs_starts(ir->id, "chatcmpl-", 9)) rc = px_fb_lit(b, "chatcmpl-");
     if (rc == 0 && ir->id.n) rc = px_fb_put(b, ir->id.p, ir->id.n);
   }
   size_t id_end = b->len;

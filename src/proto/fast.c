@@ -608,13 +608,26 @@ static size_t fs_next(fs_rd_t *r) {
   }
   r->p = p + 2;
   switch (p[1]) {
-    case 'b': r->u[0] = '\b'; return 1;
-    case 'f': r->u[0] = '\f'; return 1;
-    case 'n': r->u[0] = '\n'; return 1;
-    case 'r': r->u[0] = '\r'; return 1;
-    case 't': r->u[0] = '\t'; return 1;
-    case 'u': break;
-    default: r->u[0] = (unsigned char)p[1]; return 1; /* " \\ / */
+    case 'b':
+      r->u[0] = '\b';
+      return 1;
+    case 'f':
+      r->u[0] = '\f';
+      return 1;
+    case 'n':
+      r->u[0] = '\n';
+      return 1;
+    case 'r':
+      r->u[0] = '\r';
+      return 1;
+    case 't':
+      r->u[0] = '\t';
+      return 1;
+    case 'u':
+      break;
+    default:
+      r->u[0] = (unsigned char)p[1];
+      return 1; /* " \\ / */
   }
   if (e - p < 6) return 0;
   uint32_t c = fs_hex4(p + 2);
@@ -693,7 +706,8 @@ int px_fs_data_url(px_fstr_t url, size_t mtsz, px_fstr_t *mt, px_fstr_t *data) {
   size_t n = t.n;
   if (t.esc) { /* its value's length */
     fs_rd_t r = {t.p, t.p + t.n, {0}, 0, 0};
-    for (n = 0; fs_byte(&r) >= 0; n++) {}
+    for (n = 0; fs_byte(&r) >= 0; n++) {
+    }
   }
   if (n == 0 || n >= mtsz) return -1;
   *mt = t;
@@ -1428,7 +1442,6 @@ int px_jv_parse(const char *p, size_t n, px_fv_t *v) {
   }
   return 0;
 }
-
 
 /* the last member of o from w's place on whose name is `key` */
 static int last_of(px_fw_t *w, const char *key, size_t kn, px_fv_t *out) {

@@ -543,8 +543,8 @@ static int decode_item(const px_tr_ctx_t *ctx, px_fw_t *w, size_t i, px_freq_t *
     return dec_custom_call(ctx, f, seen, &path, ir, a, lossy, err);
   if (px_fs_is(type, "reasoning")) return dec_reasoning(f, seen, ir, a);
   snprintf(pp, sizeof(pp), "%s.type", ipath(&path));
-  return FAIL(err, pp, "%s.type: input item '%s' cannot be sent to this upstream",
-              path.s, PX_FS_MSG(vb, type));
+  return FAIL(err, pp, "%s.type: input item '%s' cannot be sent to this upstream", path.s,
+              PX_FS_MSG(vb, type));
 }
 
 /* a hosted tool, dropped and named (responses.c lossy_hosted_tool) */
@@ -639,7 +639,8 @@ static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_
   if (v->kind == PX_FV_STR) {
     char vb[256];
     if (px_fast_openai_tc(v->s, ir) == 0) return 0;
-    return FAIL(err, "tool_choice", "tool_choice: unknown value '%s'", PX_FS_MSG(vb, v->s));
+    return FAIL(err, "tool_choice", "tool_choice: unknown value '%s'",
+                PX_FS_MSG(vb, v->s));
   }
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("name")};
   px_fv_t f[2];

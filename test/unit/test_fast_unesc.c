@@ -116,7 +116,8 @@ static void req_same(int in, int out, const char *qp, const char *qe) {
   request_ctx(&c, in, out, be, strlen(be), -1);
   px_lossy_init(&lsr);
   CHECK(px_translate_request_ref(&c, be, strlen(be), 0, &os, &ls, &lsr, &e) == 0);
-  int ref = re == 0 && os != NULL && same_json(oe, le, os, ls) && !strcmp(lfe.buf, lsr.buf);
+  int ref =
+      re == 0 && os != NULL && same_json(oe, le, os, ls) && !strcmp(lfe.buf, lsr.buf);
   CHECK(ref);
   if (!eq || !ref)
     fprintf(stderr, "%d -> %d: %s (%d)\n plain: %s [%s]\n escaped: %s [%s]\n ref: %s\n",
@@ -142,8 +143,8 @@ static void req_refused(int in, int out, const char *qp, const char *qe) {
   px_lossy_init(&l);
   memset(&es, 0, sizeof(es));
   int rs = px_translate_request_ref(&c, be, strlen(be), 0, &os, &ls, &l, &es);
-  int ok = rp == PX_FAST_REFUSE && re == PX_FAST_REFUSE && rs != 0 && same_words(&ep, &ee) &&
-           same_words(&ee, &es);
+  int ok = rp == PX_FAST_REFUSE && re == PX_FAST_REFUSE && rs != 0 &&
+           same_words(&ep, &ee) && same_words(&ee, &es);
   CHECK(ok);
   if (!ok)
     fprintf(stderr, "%d -> %d: %s (%d %d %d)\n plain: %s\n escaped: %s\n ref: %s\n", in,
@@ -210,7 +211,8 @@ static void requests(void) {
        "'content':'hi'}]}",
        "{'model':'m','messages':[{'role':'syst\\u0065m','content':'s'},{'role':"
        "'\\u0075ser','content':'hi'}]}"},
-      {"{'model':'m','messages':[{'role':'user','content':[{'type':'text','text':'hi'}]}]}",
+      {"{'model':'m','messages':[{'role':'user','content':[{'type':'text','text':'hi'}]}]"
+       "}",
        "{'model':'m','messages':[{'role':'user','content':[{'type':'t\\u0065xt','text':"
        "'hi'}]}]}"},
       {"{'model':'m','messages':[{'role':'user','content':'hi'}],'tools':[{'type':"
@@ -271,7 +273,8 @@ static void requests(void) {
        "[{'functionResponse':{'name':'get','response':{'x':1}}}]}],'toolConfig':"
        "{'functionCallingConfig':{'mode':'ANY'}},'tools':[{'functionDeclarations':"
        "[{'name':'get'}]}]}",
-       "{'contents':[{'role':'user','parts':[{'text':'hi'}]},{'role':'m\\u006fdel','parts':"
+       "{'contents':[{'role':'user','parts':[{'text':'hi'}]},{'role':'m\\u006fdel','"
+       "parts':"
        "[{'functionCall':{'name':'g\\u0065t','args':{}}}]},{'role':'user','parts':"
        "[{'functionResponse':{'name':'get','response':{'x':1}}}]}],'toolConfig':"
        "{'functionCallingConfig':{'mode':'AN\\u0059'}},'tools':[{'functionDeclarations':"
@@ -328,7 +331,8 @@ static void answers(void) {
       "'text':'Hi','annotations':[]}]}],'usage':{'input_tokens':3,'output_tokens':1}}";
   const char *resp_e =
       "{'id':'resp_1','object':'response','created_at':1,'status':'inc\\u006fmplete',"
-      "'incomplete_details':{'reason':'content_filt\\u0065r'},'model':'u','output':[{'id':"
+      "'incomplete_details':{'reason':'content_filt\\u0065r'},'model':'u','output':[{'id'"
+      ":"
       "'msg_1','type':'m\\u0065ssage','role':'assistant','content':[{'type':"
       "'output_t\\u0065xt','text':'Hi','annotations':[]}]}],'usage':{'input_tokens':3,"
       "'output_tokens':1}}";
