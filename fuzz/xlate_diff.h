@@ -133,36 +133,19 @@ static inline int answer_codec_refusal(const px_tr_ctx_t *c, const char *body,
   return r == PX_FAST_REFUSE;
 }
 
-/* a string with a quote, a backslash or a control character: escaped
- * in every spelling */
-static inline int escaped_always(json_t *v) {
-  const char *t = json_string_value(v);
-  for (; t != NULL && *t; t++)
-    if (*t == '"' || *t == '\\' || (unsigned char)*t < 0x20) return 1;
-  return 0;
-}
-
-/* a tool call's id (call_id, id, tool_call_id, tool_use_id) or a Gemini
- * functionResponse's name (what matches it to its call) escaped in every
- * spelling, anywhere in v; or a "type" so (a Gemini schema's type is
- * lower-cased in place) or of 32 bytes and more (the reference cuts it to
- * 31) */
-static inline int escaped_id(json_t *v, int in_fresp) {
+/* a schema "type" of 32 bytes and more anywhere in v (the reference cuts
+ * it to 31 before lower-casing it for Gemini) */
+static inline int long_type(json_t *v) {
   const char *key;
   json_t *m;
   size_t i;
   if (json_is_array(v)) {
-    json_array_foreach(v, i, m) if (escaped_id(m, 0)) return 1;
+    json_array_foreach(v, i, m) if (long_type(m)) return 1;
     return 0;
   }
   json_object_foreach(v, key, m) {
-    if ((!strcmp(key, "call_id") || !strcmp(key, "id") || !strcmp(key, "tool_call_id") ||
-         !strcmp(key, "tool_use_id") || !strcmp(key, "type") ||
-         (in_fresp && !strcmp(key, "name"))) &&
-        escaped_always(m))
-      return 1;
     if (!strcmp(key, "type") && json_string_length(m) >= 32) return 1;
-    if (escaped_id(m, !strcmp(key, "functionResponse"))) return 1;
+    if (long_type(m)) return 1;
   }
   return 0;
 }
@@ -175,12 +158,9 @@ static inline int escaped_id(json_t *v, int in_fresp) {
  * for the catch-all: numbers the codecs read only in range, where the
  * reference read a double or a wrapped integer: thinking.budget_tokens
  * negative or of 19 digits and more, generationConfig.topK of 1e15 and
- * more in magnitude (past a double's integer precision). By the body's
- * field, for the catch-all: a tool call's id (call_id, id, tool_call_id,
- * tool_use_id) or a Gemini functionResponse name escaped in every spelling
- * (a quote, a backslash, a control character: the codecs match a call and
- * its result by the bytes as written); a schema "type" escaped so or of 32
- * bytes and more. */
+ * more in magnitude (past a double's integer precision); a schema "type"
+ * of 32 bytes and more. (Values escaped in every spelling, ids and names
+ * included, are read by their value: px_fs_is, px_fs_same.) */
 static inline int declined_on_purpose(const char *body, size_t len,
                                       const px_tr_err_t *e) {
   if (strstr(e->message, " more than once") != NULL ||
@@ -197,7 +177,7 @@ static inline int declined_on_purpose(const char *body, size_t len,
   v = json_object_get(json_object_get(doc, "generationConfig"), "topK");
   if (json_is_number(v) && !(json_number_value(v) < 1e15 && json_number_value(v) > -1e15))
     yes = 1;
-  if (escaped_id(doc, 0)) yes = 1;
+  if (long_type(doc)) yes = 1;
   json_decref(doc);
   return yes;
 }
