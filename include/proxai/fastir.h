@@ -368,13 +368,13 @@ int px_fs_isn_esc(px_fstr_t s, const char *lit, size_t n);
  *  compares a deciding value (a role, a type, an enum) as the reference's
  *  strcmp does. Content with no escape is compared as it stands (the plain
  *  path: one length test and a memcmp). */
-static inline int px_fs_isn(px_fstr_t s, const char *lit, size_t n) {
-  if (s.p == NULL) return 0;
-  if (s.esc) return px_fs_isn_esc(s, lit, n);
-  return s.n == n && memcmp(s.p, lit, n) == 0;
+static inline __attribute__((always_inline)) int px_fs_isn(px_fstr_t s, const char *lit,
+                                                             size_t n) {
+  if (s.esc) return px_fs_isn_esc(s, lit, n); /* the rare one: out of line */
+  return s.p != NULL && s.n == n && memcmp(s.p, lit, n) == 0;
 }
 /** px_fs_isn with a NUL-terminated lit. */
-static inline int px_fs_is(px_fstr_t s, const char *lit) {
+static inline __attribute__((always_inline)) int px_fs_is(px_fstr_t s, const char *lit) {
   return px_fs_isn(s, lit, strlen(lit));
 }
 /** Whether the value of string content s (escapes read) begins with the
@@ -403,15 +403,20 @@ int px_ftool_custom(const px_freq_t *ir, px_fstr_t name);
  *  message): its length, or size when it does not fit (buf then holds the
  *  value cut to size - 1 bytes). */
 size_t px_fs_value(px_fstr_t s, char *buf, size_t size);
-/** The value of s as a message's "%s" reads it: unescaped into the char
- *  array vb (cut to its size: the refusal's message is cut anyway). */
-#define PX_FS_MSG(vb, s) (px_fs_value((s), (vb), sizeof(vb)), (const char *)(vb))
+/** The value of s for a refusal's message ("%s"): unescaped into a buffer
+ *  of the thread's, valid until the next call (cut at the message's size,
+ *  where the message is cut anyway); no buffer on the decoders' stacks. */
+const char *px_fs_msg(px_fstr_t s);
+/** px_fs_plain of content with escapes. */
+int px_fs_plain_esc(px_fstr_t s);
 /** Whether the content s is in its plain spelling (what px_json_respell
  *  writes: the only escapes are of a quote, a backslash or a control
  *  character), so that every other character (the ',' ';' ':' '/' a codec
  *  splits a value at) stands where it is written. A codec that must split
  *  a value declines one that is not (the hub's respelling makes it so). */
-int px_fs_plain(px_fstr_t s);
+static inline int px_fs_plain(px_fstr_t s) {
+  return !s.esc || px_fs_plain_esc(s);
+}
 /** A raw integer token with no sign, fraction or exponent -> *v (>= 0). */
 int px_fw_uint(px_str_t raw, int64_t *v);
 /** Whether a raw JSON array / object is empty. */

@@ -672,7 +672,7 @@ static int fs_byte(fs_rd_t *r) {
 }
 
 int px_fs_isn_esc(px_fstr_t s, const char *lit, size_t n) {
-  if (s.n < n || s.n > 6 * n) return 0; /* an escape spells 1 byte in 6 at most */
+  if (s.p == NULL || s.n < n || s.n > 6 * n) return 0; /* an escape spells 1 byte in 6 at most */
   fs_rd_t r = {s.p, s.p + s.n, {0}, 0, 0};
   for (size_t k = 0; k < n; k++)
     if (fs_byte(&r) != (unsigned char)lit[k]) return 0;
@@ -733,6 +733,12 @@ int px_ftool_custom(const px_freq_t *ir, px_fstr_t name) {
 }
 
 size_t px_fs_value(px_fstr_t s, char *buf, size_t size) {
+  if (!s.esc) { /* the plain path: a copy */
+    size_t k = s.n < size ? s.n : size - 1;
+    if (k) memcpy(buf, s.p, k);
+    buf[k] = 0;
+    return s.n < size ? k : size;
+  }
   fs_rd_t r = {s.p, s.p + s.n, {0}, 0, 0};
   size_t k = 0;
   for (int c; (c = fs_byte(&r)) >= 0; buf[k++] = (char)c)
@@ -744,8 +750,13 @@ size_t px_fs_value(px_fstr_t s, char *buf, size_t size) {
   return k;
 }
 
-int px_fs_plain(px_fstr_t s) {
-  if (!s.esc) return 1;
+const char *px_fs_msg(px_fstr_t s) {
+  static _Thread_local char buf[256]; /* px_tr_err_t's message */
+  px_fs_value(s, buf, sizeof(buf));
+  return buf;
+}
+
+int px_fs_plain_esc(px_fstr_t s) {
   for (const char *p = s.p, *e = s.p + s.n; (p = memchr(p, '\\', (size_t)(e - p)));) {
     fs_rd_t r = {p, e, {0}, 0, 0};
     size_t n = fs_next(&r);

@@ -181,7 +181,6 @@ static int dec_part(const px_tr_ctx_t *ctx, px_fw_t *w, int mode, const plist_t 
     return DECLINE;
   }
   px_fstr_t type = FSTR(P_TYPE), text = FSTR(P_TEXT);
-  char vb[256];
   px_fpart_t *p = NULL;
   int rc = 0;
   if (mode == PM_SYSTEM) {
@@ -211,7 +210,7 @@ static int dec_part(const px_tr_ctx_t *ctx, px_fw_t *w, int mode, const plist_t 
     } else {
       return FAIL(err, APP,
                   "%s.content[%zu].type: unsupported assistant content part '%s'",
-                  ipath(pl->path), j, PX_FS_MSG(vb, type));
+                  ipath(pl->path), j, px_fs_msg(type));
     }
 #undef APP
   } else { /* a user part, or a part of a tool output: its path sub */
@@ -230,7 +229,7 @@ static int dec_part(const px_tr_ctx_t *ctx, px_fw_t *w, int mode, const plist_t 
       return FAIL(err, SUB(".type"), "%s: audio input is not supported", sub);
     } else {
       return FAIL(err, SUB(".type"), "%s.type: unsupported content part '%s'", sub,
-                  PX_FS_MSG(vb, type));
+                  px_fs_msg(type));
     }
 #undef SUB
   }
@@ -532,7 +531,6 @@ static int decode_item(const px_tr_ctx_t *ctx, px_fw_t *w, size_t i, px_freq_t *
     return FAIL(err, ipath(&path), "%s must be an object", ipath(&path));
   if (px_fw_kfields(w, item_keys, NKEYS(item_keys), f, &seen) != 0) return DECLINE;
   px_fstr_t type = FSTR(I_TYPE);
-  char vb[256];
   if (type.p == NULL || px_fs_is(type, "message"))
     return dec_message(ctx, f, seen, &path, ir, a, lossy, err);
   if (px_fs_is(type, "function_call"))
@@ -544,7 +542,7 @@ static int decode_item(const px_tr_ctx_t *ctx, px_fw_t *w, size_t i, px_freq_t *
   if (px_fs_is(type, "reasoning")) return dec_reasoning(f, seen, ir, a);
   snprintf(pp, sizeof(pp), "%s.type", ipath(&path));
   return FAIL(err, pp, "%s.type: input item '%s' cannot be sent to this upstream", path.s,
-              PX_FS_MSG(vb, type));
+              px_fs_msg(type));
 }
 
 /* a hosted tool, dropped and named (responses.c lossy_hosted_tool) */
@@ -637,10 +635,9 @@ static int decode_tools(const px_tr_ctx_t *ctx, px_fw_t *tw, px_freq_t *ir, px_a
 static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_t *ir,
                               px_lossy_t *lossy, px_tr_err_t *err) {
   if (v->kind == PX_FV_STR) {
-    char vb[256];
-    if (px_fast_openai_tc(v->s, ir) == 0) return 0;
+      if (px_fast_openai_tc(v->s, ir) == 0) return 0;
     return FAIL(err, "tool_choice", "tool_choice: unknown value '%s'",
-                PX_FS_MSG(vb, v->s));
+                px_fs_msg(v->s));
   }
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("name")};
   px_fv_t f[2];
@@ -685,7 +682,6 @@ static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy,
   px_fstr_t type = FSTR(F_TYPE);
   if (type.p == NULL)
     return FAIL(err, "text.format.type", "text.format.type is required");
-  char vb[256];
   if (px_fs_is(type, "text")) {
     ir->rf_text = 1;
   } else if (px_fs_is(type, "json_object")) {
@@ -701,7 +697,7 @@ static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy,
     ir->rf_desc = FSTR(F_DESC);
   } else {
     return FAIL(err, "text.format.type", "text.format.type: unsupported format '%s'",
-                PX_FS_MSG(vb, type));
+                px_fs_msg(type));
   }
   return 0;
 }
@@ -1531,8 +1527,7 @@ static int decode_output(const px_tr_ctx_t *ctx, px_fw_t *w, px_fresp_t *ir,
 
 /* responses.c bad_gateway: the upstream's answer is no answer */
 static int bad_gateway(px_tr_err_t *err, const char *fmt, px_fstr_t arg) {
-  char s[256];
-  px_tr_fail(err, "", fmt, PX_FS_MSG(s, arg));
+  px_tr_fail(err, "", fmt, px_fs_msg(arg));
   if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
   return REFUSE;
 }
