@@ -18,9 +18,10 @@
  * (test/reference) fills the document, an encoder writes from it what the
  * reference's encoder writes. Everything the agents send takes it
  * (test/unit/test_fast_agents.c). A decoder or encoder DECLINES (returns
- * PX_FAST_DECLINE) on what it cannot tell exactly as written: escaped keys
- * or enum values where they decide something, repeated members, names a
- * lossy list cannot hold. The hub then applies the one reader's rule
+ * PX_FAST_DECLINE) on what it cannot tell exactly as written: escaped keys,
+ * values it must split at a place that are not in the plain spelling
+ * (px_fs_plain), repeated members, names a lossy list cannot hold (values
+ * that decide are read by their value: px_fs_is). The hub then applies the one reader's rule
  * (px_translate_request_body, px_translate_response_body): the body in its
  * plain spelling (px_json_respell) is asked again, and what is still
  * declined is refused in words (px_fast_odd_member); nothing else reads it.

@@ -11,9 +11,10 @@
  * codec in test/reference/anthropic.c is the reference: every rule here is
  * that codec's rule for the same shape, its lossy names included, in its
  * order, and its refusals in its words (PX_FAST_REFUSE); what this codec
- * cannot tell exactly as written (escaped keys or values where they
- * decide, repeated members) declines to the hub's one reader's rule
- * (translate_fast.c: respelled, else refused). */
+ * cannot tell exactly as written (escaped keys, repeated members, a data
+ * URL not in the plain spelling) declines to the hub's one reader's rule
+ * (translate_fast.c: respelled, else refused); values that decide are
+ * read by their value (px_fs_is). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

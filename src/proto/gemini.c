@@ -12,8 +12,9 @@
  * here is the reference's (test/reference/gemini.c) for the same shape,
  * and what it refuses is refused in its words (PX_FAST_REFUSE); what
  * cannot be proved the same as written (escaped or repeated member names,
- * escapes in values that decide something) declines to the hub's one
- * reader's rule (translate_fast.c: respelled, else refused). jansson stays
+ * a value split at a place not in the plain spelling: px_fs_plain)
+ * declines to the hub's one reader's rule (translate_fast.c: respelled,
+ * else refused); values that decide are read by their value (px_fs_is). jansson stays
  * only where the reference's rule is its dump (function call args and
  * structured function responses made strings) or its parse (arguments
  * that are no object, on the way to a refusal), and in the error and count

@@ -11,8 +11,8 @@
  * responses_stream.c, stored responses: responses_store.c). What the
  * reference (test/reference/responses.c) refuses is refused in its words
  * (PX_FAST_REFUSE); what this codec cannot tell exactly as written
- * (escapes where a value decides, repeated members) declines to the hub's
- * one reader's rule (translate_fast.c: respelled, else refused); every
+ * (escaped member names, repeated members, an id or a data URL not in the
+ * plain spelling: px_fs_plain) declines to the hub's one reader's rule (translate_fast.c: respelled, else refused); every
  * rule here is the reference's for the same shape, its lossy names added
  * in the same order. */
 #include <stdio.h>
