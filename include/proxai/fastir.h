@@ -381,6 +381,9 @@ static inline __attribute__((always_inline)) int px_fs_is(px_fstr_t s, const cha
 /** Whether the value of string content s (escapes read) begins with the
  *  n bytes of lit. */
 int px_fs_starts(px_fstr_t s, const char *lit, size_t n);
+/** Whether the value of string content s (escapes read) ends with the n
+ *  bytes of lit. */
+int px_fs_ends(px_fstr_t s, const char *lit, size_t n);
 /** Index of the value of string content s (escapes read) in
  *  names[0..n), -1 when none: a lookup of an enum value. */
 int px_fs_of(px_fstr_t s, const char *const *names, int n);

@@ -449,8 +449,7 @@ static int tool_result_content(const block_t *blk, const fpath_t *path, px_fpart
 /* server-side tools' blocks: dropped and named there */
 static int server_result_type(px_fstr_t t) {
   static const char suffix[] = "_tool_result";
-  size_t n = sizeof(suffix) - 1;
-  return t.n > n && memcmp(t.p + t.n - n, suffix, n) == 0;
+  return !px_fs_is(t, suffix) && px_fs_ends(t, suffix, sizeof(suffix) - 1);
 }
 
 /* One content block of a message at the cursor -> 0..n parts of m. */

@@ -688,6 +688,20 @@ int px_fs_starts(px_fstr_t s, const char *lit, size_t n) {
   return 1;
 }
 
+int px_fs_ends(px_fstr_t s, const char *lit, size_t n) {
+  if (s.p == NULL) return 0;
+  if (!s.esc) return s.n >= n && memcmp(s.p + s.n - n, lit, n) == 0;
+  fs_rd_t r = {s.p, s.p + s.n, {0}, 0, 0};
+  size_t len = 0, k = 0;
+  while (fs_byte(&r) >= 0) len++;
+  if (len < n) return 0;
+  r = (fs_rd_t){s.p, s.p + s.n, {0}, 0, 0};
+  for (; k < len - n; k++) fs_byte(&r);
+  for (k = 0; k < n; k++)
+    if (fs_byte(&r) != (unsigned char)lit[k]) return 0;
+  return 1;
+}
+
 int px_fs_of(px_fstr_t s, const char *const *names, int n) {
   if (!s.esc) return px_fw_key_of(s, names, n);
   for (int i = 0; i < n; i++)

@@ -51,6 +51,10 @@ static void mechanism(void) {
   /* a prefix, an enum */
   CHECK(px_fs_starts(fs("d\\u0061ta:image/png;base64,AA"), "data:", 5));
   CHECK(!px_fs_starts(fs("dat"), "data:", 5));
+  CHECK(px_fs_ends(fs("web_search_tool_resul\\u0074"), "_tool_result", 12));
+  CHECK(px_fs_ends(fs("x_tool_result"), "_tool_result", 12));
+  CHECK(!px_fs_ends(fs("_tool_resul\\u0074s"), "_tool_result", 12));
+  CHECK(!px_fs_ends(fs("\\u0074"), "_tool_result", 12));
   static const char *const efforts[] = {"low", "medium", "high"};
   CHECK(px_fs_of(fs("medium"), efforts, 3) == 1);
   CHECK(px_fs_of(fs("hi\\u0067h"), efforts, 3) == 2);
