@@ -671,6 +671,14 @@ static int fs_byte(fs_rd_t *r) {
   return r->u[r->i++];
 }
 
+/* the length of the value of content with escapes */
+static size_t fs_len(px_fstr_t s) {
+  fs_rd_t r = {s.p, s.p + s.n, {0}, 0, 0};
+  size_t n = 0;
+  while (fs_byte(&r) >= 0) n++;
+  return n;
+}
+
 int px_fs_isn_esc(px_fstr_t s, const char *lit, size_t n) {
   if (s.p == NULL || s.n < n || s.n > 6 * n) return 0; /* an escape spells 1 byte in 6 at most */
   fs_rd_t r = {s.p, s.p + s.n, {0}, 0, 0};
@@ -691,13 +699,11 @@ int px_fs_starts(px_fstr_t s, const char *lit, size_t n) {
 int px_fs_ends(px_fstr_t s, const char *lit, size_t n) {
   if (s.p == NULL) return 0;
   if (!s.esc) return s.n >= n && memcmp(s.p + s.n - n, lit, n) == 0;
-  fs_rd_t r = {s.p, s.p + s.n, {0}, 0, 0};
-  size_t len = 0, k = 0;
-  while (fs_byte(&r) >= 0) len++;
+  size_t len = fs_len(s);
   if (len < n) return 0;
-  r = (fs_rd_t){s.p, s.p + s.n, {0}, 0, 0};
-  for (; k < len - n; k++) fs_byte(&r);
-  for (k = 0; k < n; k++)
+  fs_rd_t r = {s.p, s.p + s.n, {0}, 0, 0};
+  for (size_t k = 0; k < len - n; k++) fs_byte(&r);
+  for (size_t k = 0; k < n; k++)
     if (fs_byte(&r) != (unsigned char)lit[k]) return 0;
   return 1;
 }
@@ -717,12 +723,7 @@ int px_fs_data_url(px_fstr_t url, size_t mtsz, px_fstr_t *mt, px_fstr_t *data) {
   const char *semi = memmem(m, (size_t)(end - m), sep, 8);
   if (semi == NULL) return -1;
   px_fstr_t t = {m, (size_t)(semi - m), url.esc && memchr(m, '\\', (size_t)(semi - m))};
-  size_t n = t.n;
-  if (t.esc) { /* its value's length */
-    fs_rd_t r = {t.p, t.p + t.n, {0}, 0, 0};
-    for (n = 0; fs_byte(&r) >= 0; n++) {
-    }
-  }
+  size_t n = t.esc ? fs_len(t) : t.n; /* its value's length */
   if (n == 0 || n >= mtsz) return -1;
   *mt = t;
   *data = (px_fstr_t){semi + 8, (size_t)(end - semi - 8), url.esc};
