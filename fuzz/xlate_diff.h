@@ -150,6 +150,21 @@ static inline int long_type(json_t *v) {
   return 0;
 }
 
+/* the nesting depth of v (a scalar: 0) */
+static inline int doc_depth(json_t *v) {
+  const char *key;
+  json_t *m;
+  size_t i;
+  int d = 0, k;
+  if (json_is_array(v)) {
+    json_array_foreach(v, i, m) if ((k = doc_depth(m)) > d) d = k;
+    return d + 1;
+  }
+  if (!json_is_object(v)) return 0;
+  json_object_foreach(v, key, m) if ((k = doc_depth(m)) > d) d = k;
+  return d + 1;
+}
+
 /* The deliberate differences: what the gateway refuses (in the hub's
  * words) and the reference translated. By the refusal's path: a member
  * held twice, a member name with a quote, a backslash or a control
@@ -159,7 +174,9 @@ static inline int long_type(json_t *v) {
  * reference read a double or a wrapped integer: thinking.budget_tokens
  * negative or of 19 digits and more, generationConfig.topK of 1e15 and
  * more in magnitude (past a double's integer precision); a schema "type"
- * of 32 bytes and more. (Values escaped in every spelling, ids and names
+ * of 32 bytes and more. By the body: nesting deeper than the one reader's
+ * limit (PX_JSON_MAX_DEPTH; an upstream answer meets it in the hub, a
+ * client body at admission). (Values escaped in every spelling, ids and names
  * included, are read by their value: px_fs_is, px_fs_same.) */
 static inline int declined_on_purpose(const char *body, size_t len,
                                       const px_tr_err_t *e) {
@@ -169,6 +186,10 @@ static inline int declined_on_purpose(const char *body, size_t len,
     return 1;
   if (e->param[0] != 0) return 0;
   json_t *doc = json_loadb(body, len, 0, NULL);
+  if (doc_depth(doc) > PX_JSON_MAX_DEPTH) { /* the one reader's limit (jansson's: 2048) */
+    json_decref(doc);
+    return 1;
+  }
   const json_int_t huge = 1000000000000000000LL; /* 19 digits */
   int yes = 0;
   json_t *v = json_object_get(json_object_get(doc, "thinking"), "budget_tokens");
