@@ -381,6 +381,15 @@ static inline __attribute__((always_inline)) int px_fs_is(px_fstr_t s, const cha
 /** Whether the value of string content s (escapes read) begins with the
  *  n bytes of lit. */
 int px_fs_starts(px_fstr_t s, const char *lit, size_t n);
+/** px_fs_len of content with escapes. */
+size_t px_fs_len_esc(px_fstr_t s);
+/** The length of the value of string content s (escapes read). */
+static inline size_t px_fs_len(px_fstr_t s) {
+  return s.esc ? px_fs_len_esc(s) : s.n;
+}
+/** The content of s after the first n bytes of its value (n ends at a
+ *  character of the value: a prefix px_fs_starts found). */
+px_fstr_t px_fs_after(px_fstr_t s, size_t n);
 /** Whether the value of string content s (escapes read) ends with the n
  *  bytes of lit. */
 int px_fs_ends(px_fstr_t s, const char *lit, size_t n);

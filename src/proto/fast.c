@@ -679,6 +679,18 @@ static size_t fs_len(px_fstr_t s) {
   return n;
 }
 
+size_t px_fs_len_esc(px_fstr_t s) {
+  return fs_len(s);
+}
+
+px_fstr_t px_fs_after(px_fstr_t s, size_t n) {
+  if (!s.esc) return n <= s.n ? (px_fstr_t){s.p + n, s.n - n, 0} : (px_fstr_t){s.p + s.n, 0, 0};
+  fs_rd_t r = {s.p, s.p + s.n, {0}, 0, 0};
+  for (size_t k = 0; k < n && fs_byte(&r) >= 0; k++) {
+  }
+  return (px_fstr_t){r.p, (size_t)(r.e - r.p), 1};
+}
+
 int px_fs_isn_esc(px_fstr_t s, const char *lit, size_t n) {
   if (s.p == NULL || s.n < n || s.n > 6 * n) return 0; /* an escape spells 1 byte in 6 at most */
   fs_rd_t r = {s.p, s.p + s.n, {0}, 0, 0};
@@ -1111,38 +1123,19 @@ int px_frtok_index(const char *field) {
   return -1;
 }
 
-/* the field whose tag (of client's spelling) begins t[0..n), its length
- * in *tn; NULL when none does */
-static const char *rtok_tagged(px_proto_t client, const char *t, size_t n, size_t *tn) {
-  const char *f;
-  for (size_t k = 0; (f = px_rtok_at(k)) != NULL; k++) {
-    const char *tag = px_rtok_tag(client, f);
-    *tn = tag != NULL ? strlen(tag) : 0;
-    if (*tn > 0 && n >= *tn && memcmp(t, tag, *tn) == 0) return f;
-  }
-  return NULL;
-}
-
 int px_frtok_in(px_proto_t client, px_fpart_t *p, px_fstr_t tok) {
   const char *own = px_rtok_field(client), *field = own, *f;
   if (tok.p == NULL || tok.n == 0 || own == NULL) return 0;
-  size_t tn = 0;
-  /* a tag is plain ASCII: its raw bytes are its unescaped bytes */
-  if ((f = rtok_tagged(client, tok.p, tok.n, &tn)) != NULL) {
-    field = f;
-    tok.p += tn;
-    tok.n -= tn;
-  } else if (tok.esc) {
-    /* an escape might spell a tag the raw bytes do not show: read
-     * unescaped (a token with a control character is escaped however it is
-     * spelled) */
-    px_buf_t b;
-    px_str_t u;
-    px_buf_init(&b, tok.n + 1);
-    int rc = px_json_unescape(tok.p, tok.n, 1, &b, &u);
-    if (rc == 0) rc = rtok_tagged(client, u.ptr, u.len, &tn) != NULL ? -1 : 0;
-    px_buf_free(&b);
-    if (rc != 0) return PX_FAST_DECLINE;
+  /* the field whose tag (of client's spelling) begins the token's value
+   * (px_fs_starts: an escape may spell it) */
+  for (size_t k = 0; (f = px_rtok_at(k)) != NULL; k++) {
+    const char *tag = px_rtok_tag(client, f);
+    size_t tn = tag != NULL ? strlen(tag) : 0;
+    if (tn > 0 && px_fs_starts(tok, tag, tn)) {
+      field = f;
+      tok = px_fs_after(tok, tn);
+      break;
+    }
   }
   if (tok.n == 0) return 0;
   int k = px_frtok_index(field);

@@ -1615,7 +1615,7 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
 static int put_prefixed(px_buf_t *b, const char *prefix, px_fstr_t id) {
   size_t pl = strlen(prefix);
   int rc = 0;
-  if (!(id.n >= pl && memcmp(id.p, prefix, pl) == 0)) rc = px_fb_lit(b, prefix);
+  if (!px_fs_starts(id, prefix, pl)) rc = px_fb_lit(b, prefix);
   if (rc == 0 && id.n) rc = px_fb_put(b, id.p, id.n);
   return rc;
 }
@@ -1742,18 +1742,15 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   (void)a;
   (void)err;
   /* ids go through fixed buffers there (long ones are cut): short ones
-   * here, in the plain spelling (px_fs_plain: their prefixes, "resp_",
-   * "fc_", are compared as written; the respelled answer's are plain) */
+   * here (their values' lengths; their prefixes, "resp_", "fc_", compared
+   * by value) */
   px_fstr_t uid = ir->id.p && ir->id.n ? ir->id : (px_fstr_t){"proxai", 6, 0};
-  if (!px_fs_plain(uid) || uid.n > 100) return DECLINE;
+  if (px_fs_len(uid) > 100) return DECLINE;
   for (const px_fpart_t *p = ir->content; p; p = p->next)
-    if ((p->type == PX_FP_TOOL_CALL && !px_fs_plain(p->id)) || p->id.n > 100)
-      return DECLINE;
-  px_fstr_t base = uid; /* item ids: the id without "resp_" */
-  if (base.n > 5 && memcmp(base.p, "resp_", 5) == 0) {
-    base.p += 5;
-    base.n -= 5;
-  }
+    if (px_fs_len(p->id) > 100) return DECLINE;
+  /* item ids: the id without "resp_" (one longer than it) */
+  px_fstr_t base = uid;
+  if (px_fs_starts(uid, "resp_", 5) && px_fs_len(uid) > 5) base = px_fs_after(uid, 5);
   int has_refusal = 0;
   for (const px_fpart_t *p = ir->content; p; p = p->next)
     if (p->type == PX_FP_REFUSAL) has_refusal = 1;

@@ -55,6 +55,9 @@ static void mechanism(void) {
   CHECK(px_fs_ends(fs("x_tool_result"), "_tool_result", 12));
   CHECK(!px_fs_ends(fs("_tool_resul\\u0074s"), "_tool_result", 12));
   CHECK(!px_fs_ends(fs("\\u0074"), "_tool_result", 12));
+  CHECK(px_fs_len(fs("a\\u00e9\\n")) == 4 && px_fs_len(fs("abc")) == 3);
+  CHECK(px_fs_is(px_fs_after(fs("r\\u0065sp_x\\u0031"), 5), "x1"));
+  CHECK(px_fs_is(px_fs_after(fs("resp_x1"), 5), "x1"));
   static const char *const efforts[] = {"low", "medium", "high"};
   CHECK(px_fs_of(fs("medium"), efforts, 3) == 1);
   CHECK(px_fs_of(fs("hi\\u0067h"), efforts, 3) == 2);
@@ -316,15 +319,14 @@ static void answers(void) {
       "[{'index':0,'message':{'role':'assistant','content':'Hi'},'finish_reason':"
       "'l\\u0065ngth'}],'usage':{'prompt_tokens':3,'completion_tokens':1,"
       "'total_tokens':4}}";
-  /* Anthropic: a block type, a stop reason (an id not in the plain spelling
-   * is the hub's to respell: the Responses encoder reads its prefix as
-   * written) */
+  /* Anthropic: a block type, a stop reason, an id (the Responses encoder
+   * reads its prefix by value) */
   const char *anth_p =
       "{'id':'msg_1','type':'message','role':'assistant','model':'u','content':[{'type':"
       "'text','text':'Hi'}],'stop_reason':'max_tokens','usage':{'input_tokens':3,"
       "'output_tokens':1}}";
   const char *anth_e =
-      "{'id':'msg_1','type':'message','role':'assistant','model':'u','content':"
+      "{'id':'msg_\\u0031','type':'message','role':'assistant','model':'u','content':"
       "[{'type':'t\\u0065xt','text':'Hi'}],'stop_reason':'max_t\\u006fkens','usage':"
       "{'input_tokens':3,'output_tokens':1}}";
   /* Responses: a status, its reason, an item and a part type */
@@ -348,6 +350,18 @@ static void answers(void) {
       "{'candidates':[{'content':{'role':'model','parts':[{'text':'Hi'}]},'finishReason':"
       "'MAX_T\\u004fKENS'}],'usageMetadata':{'promptTokenCount':3,"
       "'candidatesTokenCount':1}}";
+  /* Responses: its id and a call's, escaped (prefixes read by value) */
+  const char *chat_call_p =
+      "{'id':'resp_9','object':'chat.completion','created':1,'model':'u','choices':"
+      "[{'index':0,'message':{'role':'assistant','content':null,'tool_calls':[{'id':"
+      "'fc_1','type':'function','function':{'name':'f','arguments':'{}'}}]},"
+      "'finish_reason':'tool_calls'}]}";
+  const char *chat_call_e =
+      "{'id':'r\\u0065sp_9','object':'chat.completion','created':1,'model':'u','choices':"
+      "[{'index':0,'message':{'role':'assistant','content':null,'tool_calls':[{'id':"
+      "'f\\u0063_1','type':'function','function':{'name':'f','arguments':'{}'}}]},"
+      "'finish_reason':'tool_c\\u0061lls'}]}";
+  ans_same(RESP, CHAT, chat_call_p, chat_call_e);
   for (int cl = 0; cl < PX_PROTO_COUNT; cl++) {
     if (cl != CHAT) ans_same(cl, CHAT, chat_p, chat_e);
     if (cl != ANTH) ans_same(cl, ANTH, anth_p, anth_e);
