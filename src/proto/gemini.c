@@ -1089,16 +1089,19 @@ static const char *mime_of_url(px_fstr_t url, int image) {
 
 /* an image or file part with a URL or data (blob_out in gemini.c; one
  * with neither, an OpenAI file id, is dropped by put_contents) */
-static int put_blob(px_buf_t *b, const px_fpart_t *p) {
+static int put_blob(px_buf_t *b, const px_fpart_t *p, px_arena_t *a) {
   px_fstr_t mt, data;
   int file = 0;
   if (p->url.p != NULL) {
-    /* an escape not in the plain spelling may hide "data:", its ';' or the
-     * URL's extension (the respelled body's: none); plain escapes (a
-     * control character) spell none of them */
-    if (!px_fs_plain(p->url)) return DECLINE;
-    if (px_fs_data_url(p->url, 64, &mt, &data) != 0) { /* the reference's buffer: 64 */
-      const char *m = mime_of_url(p->url, p->type == PX_FP_IMAGE);
+    /* a data URL split (one not in the plain spelling declines: its ';'
+     * may be an escape); another's type by its value's extension */
+    int d = px_fs_data_url(p->url, 64, &mt, &data); /* the reference's buffer: 64 */
+    if (d == DECLINE) return DECLINE;
+    if (d != 0) {
+      size_t n = p->url.n;
+      const char *v = p->url.esc ? px_fs_cstr(a, p->url, &n) : p->url.p;
+      if (v == NULL) return DECLINE;
+      const char *m = mime_of_url((px_fstr_t){v, n, 0}, p->type == PX_FP_IMAGE);
       mt = (px_fstr_t){m, strlen(m), 0};
       data = p->url;
       file = 1;
@@ -1135,7 +1138,7 @@ static int put_part(const px_tr_ctx_t *ctx, px_buf_t *b, const px_freq_t *ir,
       break;
     case PX_FP_IMAGE:
     case PX_FP_FILE:
-      return put_blob(b, p);
+      return put_blob(b, p, a);
     case PX_FP_TOOL_CALL: {
       px_str_t args;
       if (p->custom) {

@@ -6,7 +6,10 @@
  * type, an enum, a finish reason, a MIME type) are escaped are taken by the
  * fast codecs as written (no respelling), into the same body as their plain
  * spelling and the reference's; a wrong value escaped is refused in the
- * words of its plain spelling and of the reference. */
+ * words of its plain spelling and of the reference. And every fixture's
+ * request and answer the fast path takes, with every letter of its string
+ * values escaped (\u00XX), is taken as written into the same body. */
+#include <dirent.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -378,9 +381,147 @@ static void answers(void) {
     if (cl != ANTH) ans_same(cl, ANTH, anth_odd, anth_odd);
 }
 
+
+/* ---- every fixture, its values' letters escaped ------------------------ */
+
+/* the body b[0..n) with every ASCII letter of its string values written
+ * \u00XX (keys kept). Kept as written, as a codec must split them at a
+ * place (px_fs_plain, the hub's respelling): data URLs, and, for a Gemini
+ * client, schema types (lowered in place). *o malloc'd. */
+static char *escape_values(const char *b, size_t n, int gemini) {
+  char *o = malloc(n * 6 + 1), *w = o;
+  char key[32] = "";
+  for (size_t i = 0; i < n;) {
+    if (b[i] != '"') {
+      *w++ = b[i++];
+      continue;
+    }
+    size_t j = i + 1; /* the string's end quote */
+    while (b[j] != '"') j += b[j] == '\\' ? 2 : 1;
+    size_t k = j + 1;
+    while (k < n && (b[k] == ' ' || b[k] == '\n' || b[k] == '\t' || b[k] == '\r')) k++;
+    int is_key = k < n && b[k] == ':';
+    int keep = is_key || (j - i > 5 && memcmp(b + i + 1, "data:", 5) == 0) ||
+               (gemini && strcmp(key, "type") == 0);
+    if (is_key) snprintf(key, sizeof(key), "%.*s", (int)(j - i - 1), b + i + 1);
+    *w++ = '"';
+    for (size_t x = i + 1; x < j; x++) {
+      char c = b[x];
+      if (c == '\\') { /* an escape as it is */
+        size_t l = b[x + 1] == 'u' ? 6 : 2;
+        memcpy(w, b + x, l);
+        w += l;
+        x += l - 1;
+      } else if (!keep && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))) {
+        w += sprintf(w, "\\u%04x", (unsigned)c);
+      } else {
+        *w++ = c;
+      }
+    }
+    *w++ = '"';
+    i = j + 1;
+  }
+  *w = 0;
+  return o;
+}
+
+static char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) return NULL;
+  char *b = malloc(1 << 22);
+  *n = b ? fread(b, 1, (1 << 22) - 1, f) : 0;
+  fclose(f);
+  if (b) b[*n] = 0;
+  return b;
+}
+
+static int proto_of(const char *name, size_t n) {
+  static const char *const names[] = {"chat", "responses", "anthropic", "gemini"};
+  for (int p = 0; p < 4; p++)
+    if (strlen(names[p]) == n && memcmp(names[p], name, n) == 0) return p;
+  return -1;
+}
+
+static int taken_as_written, fixture_bodies;
+
+/* a fixture's request (in -> out) and answer (of out, for in) */
+static void fixture_escaped(const char *dir, int in, int out) {
+  char path[2048];
+  size_t n;
+  snprintf(path, sizeof(path), "%s/client_request.json", dir);
+  char *b = slurp(path, &n);
+  px_json_req_t scan;
+  if (b != NULL && px_json_request(b, n, &scan) == 0) {
+    char *e = escape_values(b, n, in == GEM);
+    char *op, *oe;
+    size_t lp, le;
+    px_lossy_t lfp, lfe;
+    px_tr_err_t er;
+    if (req_fast(in, out, b, &op, &lp, &lfp, &er) == 0) {
+      fixture_bodies++;
+      int re = req_fast(in, out, e, &oe, &le, &lfe, &er);
+      int eq = re == 0 && same_json(op, lp, oe, le) && !strcmp(lfp.buf, lfe.buf);
+      CHECK(eq);
+      if (!eq) fprintf(stderr, "%s: escaped request (%d): %s\n", dir, re, e);
+      taken_as_written += eq;
+      free(oe);
+    }
+    free(op);
+    free(e);
+  }
+  free(b);
+  snprintf(path, sizeof(path), "%s/upstream_response.json", dir);
+  if ((b = slurp(path, &n)) != NULL) {
+    char *e = escape_values(b, n, 0);
+    px_buf_t op, oe;
+    px_lossy_t lp, le;
+    px_tr_err_t er;
+    if (ans_fast(in, out, b, &op, &lp, &er) == 0) {
+      fixture_bodies++;
+      int re = ans_fast(in, out, e, &oe, &le, &er);
+      int eq = re == 0 && same_json(op.data, op.len, oe.data, oe.len) && !strcmp(lp.buf, le.buf);
+      CHECK(eq);
+      if (!eq) fprintf(stderr, "%s: escaped answer (%d): %s\n", dir, re, e);
+      taken_as_written += eq;
+      px_buf_free(&oe);
+    }
+    px_buf_free(&op);
+    free(e);
+  }
+  free(b);
+}
+
+static void fixtures(void) {
+  const char *src = getenv("PROXAI_TEST_SRCDIR");
+  char root[512], pair[1024], dir[1536];
+  snprintf(root, sizeof(root), "%s/test/fixtures", src ? src : ".");
+  DIR *d = opendir(root);
+  CHECK(d != NULL);
+  for (struct dirent *p; d && (p = readdir(d));) {
+    const char *sep = strstr(p->d_name, "__");
+    if (sep == NULL) continue;
+    int in = proto_of(p->d_name, (size_t)(sep - p->d_name)), out = proto_of(sep + 2, strlen(sep + 2));
+    if (in < 0 || out < 0 || in == out) continue;
+    snprintf(pair, sizeof(pair), "%s/%s", root, p->d_name);
+    DIR *c = opendir(pair);
+    for (struct dirent *q; c && (q = readdir(c));) {
+      if (q->d_name[0] == '.') continue;
+      snprintf(dir, sizeof(dir), "%s/%s", pair, q->d_name);
+      fixture_escaped(dir, in, out);
+    }
+    if (c) closedir(c);
+  }
+  if (d) closedir(d);
+  /* a check that checks: most fixtures take the fast path */
+  CHECK(fixture_bodies > 200);
+  printf("fast_unesc: %d fixture bodies escaped, %d taken as written\n", fixture_bodies,
+         taken_as_written);
+}
+
 int main(void) {
   mechanism();
   requests();
   answers();
+  fixtures();
   return check_report("fast_unesc");
 }
