@@ -165,6 +165,31 @@ static inline int doc_depth(json_t *v) {
   return d + 1;
 }
 
+/* an "arguments" string anywhere in v holding brackets nested deeper than
+ * the one reader takes (PX_JSON_MAX_DEPTH), counted as if no bracket were
+ * in a string: jansson reads such arguments to its own limit */
+static inline int deep_arguments(json_t *v) {
+  const char *key;
+  json_t *m;
+  size_t i;
+  if (json_is_array(v)) {
+    json_array_foreach(v, i, m) if (deep_arguments(m)) return 1;
+    return 0;
+  }
+  json_object_foreach(v, key, m) {
+    if (!strcmp(key, "arguments") && json_is_string(m)) {
+      int d = 0, top = 0;
+      for (const char *t = json_string_value(m); *t; t++) {
+        if (*t == '[' || *t == '{') top = ++d > top ? d : top;
+        if (*t == ']' || *t == '}') d--;
+      }
+      if (top > PX_JSON_MAX_DEPTH) return 1;
+    }
+    if (deep_arguments(m)) return 1;
+  }
+  return 0;
+}
+
 /* The deliberate differences: what the gateway refuses (in the hub's
  * words) and the reference translated. By the refusal's path: a member
  * held twice, a member name with a quote, a backslash or a control
@@ -174,10 +199,11 @@ static inline int doc_depth(json_t *v) {
  * reference read a double or a wrapped integer: thinking.budget_tokens
  * negative or of 19 digits and more, generationConfig.topK of 1e15 and
  * more in magnitude (past a double's integer precision); a schema "type"
- * of 32 bytes and more. By the body: nesting deeper than the one reader's
+ * of 32 bytes and more; a tool call's arguments nested deeper than the one
+ * reader's limit (deep_arguments). By the body: nesting deeper than that
  * limit (PX_JSON_MAX_DEPTH; an upstream answer meets it in the hub, a
- * client body at admission). (Values escaped in every spelling, ids and names
- * included, are read by their value: px_fs_is, px_fs_same.) */
+ * client body at admission). (Values escaped in every spelling, ids and
+ * names included, are read by their value: px_fs_is, px_fs_same.) */
 static inline int declined_on_purpose(const char *body, size_t len,
                                       const px_tr_err_t *e) {
   if (strstr(e->message, " more than once") != NULL ||
@@ -198,7 +224,7 @@ static inline int declined_on_purpose(const char *body, size_t len,
   v = json_object_get(json_object_get(doc, "generationConfig"), "topK");
   if (json_is_number(v) && !(json_number_value(v) < 1e15 && json_number_value(v) > -1e15))
     yes = 1;
-  if (long_type(doc)) yes = 1;
+  if (long_type(doc) || deep_arguments(doc)) yes = 1;
   json_decref(doc);
   return yes;
 }

@@ -120,6 +120,10 @@ typedef struct px_server_conf {
   unsigned workers;         /**< default 1; 0 = one per core */
   unsigned max_connections; /**< default 10000 */
   uint64_t max_body;        /**< default 16m */
+  unsigned translate_memory;      /**< a translated request's decoded form may
+                                       take this many times its body ... */
+  uint64_t translate_memory_base; /**< ... plus this many bytes (default 4
+                                       and 1m; translate_memory 0: no bound) */
   uint64_t max_header;      /**< default 64k */
   uint64_t header_timeout_ms;   /**< default 10s */
   uint64_t idle_timeout_ms;     /**< default 75s */

@@ -52,11 +52,16 @@ typedef struct px_arena_blk px_arena_blk_t;
 typedef struct px_arena {
   char *cur, *end;
   px_arena_blk_t *blocks;
+  size_t used;  /**< bytes of the blocks taken from the heap */
+  size_t limit; /**< at most this many (the request's budget, px_tr_ctx_t
+                     ir_budget); 0: unbounded (px_arena_init) */
+  int over;     /**< an allocation went past limit */
   char first[2048];
 } px_arena_t;
 
 void px_arena_init(px_arena_t *a);
-/** n bytes, 8-aligned, zeroed; NULL when out of memory. */
+/** n bytes, 8-aligned, zeroed; NULL when out of memory or past the arena's
+ *  limit (then over is set). */
 void *px_arena_alloc(px_arena_t *a, size_t n);
 void px_arena_free(px_arena_t *a);
 
@@ -618,12 +623,20 @@ px_ftool_t *px_ftool_push(px_freq_t *ir, px_arena_t *a, px_fstr_t name,
 /** OpenAI's (Chat, Responses) parameters of a function tool without them. */
 #define PX_FAST_OPENAI_PARAMS ((px_str_t){"{\"type\":\"object\",\"properties\":{}}", 33})
 
+/** px_fast_args_object: the arguments are no JSON object (another JSON
+ *  value, or no JSON), as the reference reads them. */
+#define PX_FAST_ARGS_NONE 4
 /** Tool-call arguments as escaped string content -> the unescaped JSON
- *  text checked to be one object as jansson reads it (into part->input).
- *  0 or decline. */
+ *  text checked to be one object as the reference reads it (jansson's
+ *  rules) into part->input, to be spliced as written (a member twice
+ *  included, as in any object the codecs carry). 0; PX_FAST_ARGS_NONE: no
+ *  object;
+ *  PX_FAST_DECLINE: out of memory, or nested deeper than the one reader
+ *  takes (PX_JSON_MAX_DEPTH; jansson reads it). */
 int px_fast_args_object(px_arena_t *a, px_fpart_t *part);
-/** A raw JSON value -> jansson's compact dump of it as escaped string
- *  content (what the jansson codecs put in IR arguments). 0 or decline. */
+/** A raw JSON value -> its compact dump as json_dumps writes it
+ *  (px_fb_jdump: no document) as escaped string content (what the jansson
+ *  codecs put in IR arguments). 0 or decline. */
 int px_fast_dump_value(px_arena_t *a, px_str_t raw, px_fstr_t *out);
 
 /* ---- opaque reasoning tokens (protoutil.h px_rtok_*, on fast parts) ---- */
@@ -648,7 +661,10 @@ int px_fb_rtok(px_buf_t *b, px_proto_t client, const px_fpart_t *p);
  *  a name a lossy list cannot hold as one element (escapes, a comma, "...",
  *  empty or 256 bytes and more). */
 int px_fast_lossy_key(px_lossy_t *lossy, px_fstr_t k);
-/** px_ir_fit_request on the fast IR (src/proto/common.c: one table). */
+/** The one place where a decoded request is fitted to the upstream's
+ *  capabilities: IR fields the upstream's caps cannot hold (prompt_cache_key,
+ *  verbosity) are cleared and named in lossy by the client's names (the hub,
+ *  between decode and encode; src/proto/common.c: one table). */
 void px_fit_fast_request(const px_tr_ctx_t *ctx, px_freq_t *ir, px_lossy_t *lossy);
 /** Whether the IR asks for reasoning (px_lossy_predict's rule): an IR
  *  reasoning object, not enabled false, effort not "none". */

@@ -38,6 +38,9 @@ void px_metrics_spend(const char *key, const char *team, const char *upstream_mo
 /** Count one translated request that dropped `field` (x-proxai-lossy plus
  *  what a stream dropped). */
 void px_metrics_lossy(const char *inbound, const char *upstream, const char *field);
+/** proxai_translate_over_budget_total: a request refused because its
+ *  translation went past its memory budget ([server] translate_memory). */
+void px_metrics_over_budget(const char *inbound, const char *upstream);
 void px_metrics_gauge_add(px_gauge_t g, int64_t delta);
 /** n trace spans exported (reason NULL) or dropped for reason
  *  (proxai_trace_spans_exported_total, proxai_trace_spans_dropped_total). */

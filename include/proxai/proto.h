@@ -192,7 +192,18 @@ typedef struct px_tr_ctx {
                                   the body in parts (px_spans_parts) and
                                   keeps the client's body alive meanwhile.
                                   NULL: one contiguous body */
+  size_t ir_budget;          /**< requests: bytes the decoded request (the
+                                  IR arena) may take, [server]
+                                  translate_memory times the body plus
+                                  translate_memory_base; past it the request
+                                  is refused (PX_ERR_TOO_LARGE). 0: unbounded */
 } px_tr_ctx_t;
+
+/** The default memory budget of a translated request's decoded form
+ *  (px_tr_ctx_t.ir_budget; [server] translate_memory and
+ *  translate_memory_base): PX_TR_IR_FACTOR times the body plus PX_TR_IR_BASE. */
+#define PX_TR_IR_FACTOR 4
+#define PX_TR_IR_BASE (1u << 20)
 
 /** Bytes of out after which a stream encoder calls ctx->flush. */
 #define PX_FLUSH_AT (64u << 10)
@@ -241,7 +252,7 @@ typedef struct px_tr_ctx {
  *   "verbosity": "low"|"medium"|"high"       // Chat verbosity / Responses text.verbosity
  * }
  * (decoders put prompt_cache_key and verbosity in the IR whenever the client
- * sent them; the hub's px_ir_fit_request drops them, named by the client's
+ * sent them; the reference's px_ir_fit_request drops them, named by the client's
  * px_lossy_names_t, when the upstream lacks PX_CAP_PROMPT_CACHE_KEY /
  * PX_CAP_VERBOSITY.)
  *
@@ -726,14 +737,6 @@ PX_PROTO_MAP(XX)
  *  content). Called by px_translate_request and the fast path when
  *  ctx->stream. */
 void px_lossy_predict(const px_tr_ctx_t *ctx, int reasoning, px_lossy_t *lossy);
-/** Whether an IR request asks for reasoning: a reasoning object, not
- *  enabled false, effort not "none". */
-int px_ir_reasoning_on(json_t *ir_request);
-/** The one place where a decoded request is fitted to the upstream's
- *  capabilities: IR fields the upstream's caps cannot hold (prompt_cache_key,
- *  verbosity) are removed and named in lossy by the client's names. Called by
- *  the hub between decode_request and encode_request. */
-void px_ir_fit_request(const px_tr_ctx_t *ctx, json_t *ir_request, px_lossy_t *lossy);
 /** The lossy name of opaque reasoning (a token, or a redacted block) a
  *  client without PX_CAP_REASONING_TOKENS cannot hold: the upstream's name. */
 const char *px_lossy_opaque_reasoning(const px_tr_ctx_t *ctx, int redacted);

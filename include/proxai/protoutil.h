@@ -129,15 +129,6 @@ const char *px_rtok_tag(px_proto_t client, const char *field);
  *  a `client` client (the delta is the upstream family's token); "" for a
  *  Chat upstream, NULL when the client cannot carry it. */
 const char *px_rtok_stream_tag(px_proto_t client, px_proto_t upstream);
-/** The token a `client` client carries for IR reasoning part p: a new JSON
- *  string, tagged; the client's own field first, then signature,
- *  redacted_data, encrypted_content, thought_signature. NULL when p has
- *  none the client can carry (or on allocation failure). */
-json_t *px_rtok_out(px_proto_t client, json_t *p);
-/** A token a `client` client replayed -> the IR field of its family, set on
- *  reasoning part p (tag removed; untagged = the client's own field). An
- *  empty token or tag body sets nothing. 0 or PX_ENOMEM. */
-int px_rtok_in(px_proto_t client, json_t *p, const char *tok);
 
 /* ------------------------------------------------------------------------ */
 /* Cross-file prototypes of the translators                                 */
@@ -182,13 +173,10 @@ void px_gemini_senc_free(px_senc_t *e);
 px_stop_t px_gemini_stop(const char *finish_reason, int has_tool_call);
 /** finishReason of a stop reason; NULL for NONE. */
 const char *px_gemini_finish(px_stop_t s);
-/** usageMetadata -> usage (output includes thoughts; cached is part of input). */
-void px_gemini_usage_in(json_t *usage_metadata, px_usage_t *u);
-/** The same from the four counts (-1: absent or not an integer). */
+/** usageMetadata's four counts -> usage (output includes thoughts; cached
+ *  is part of input; -1: absent or not an integer). */
 void px_gemini_usage_of(px_usage_t *u, int64_t prompt, int64_t candidates,
                         int64_t thoughts, int64_t cached);
-/** usage -> a new usageMetadata object. */
-json_t *px_gemini_usage_out(const px_usage_t *u);
 /** The id minted for the n-th (0-based) functionCall of a response. */
 void px_gemini_call_id(const char *resp_id, int n, char *out, size_t size);
 /** {"error":{"code","message","status"}} of an error kind. */
@@ -211,35 +199,16 @@ void px_responses_fc_id(const char *resp_id, const char *call_id, int oi, char *
                         size_t n);
 void px_responses_ctc_id(const char *resp_id, const char *call_id, int oi, char *out,
                          size_t n);
-void px_responses_rs_id(const char *resp_id, const char *rid, int oi, char *out, size_t n);
-json_t *px_responses_usage(const px_usage_t *u);
+void px_responses_rs_id(const char *resp_id, const char *rid, int oi, char *out,
+                        size_t n);
 int px_responses_usage_write(px_buf_t *b, const px_usage_t *u);
 int px_responses_object_head(px_buf_t *b, const px_tr_ctx_t *ctx, const char *resp_id,
                              int64_t created, const char *status,
                              const char *incomplete_reason);
 int px_responses_object_tail(px_buf_t *b, const px_tr_ctx_t *ctx);
-json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id, int64_t created,
-                            const char *status, const char *incomplete_reason);
 /** Stateless mid-stream error (responses_stream.c): a response.failed event
  *  carrying a failed response object. */
 int px_responses_stream_error(px_buf_t *out, px_errkind_t kind, const char *message);
-
-/** IR annotations -> Chat message annotations (url_citation nested),
- *  character indexes shifted by shift; others named in lossy. */
-json_t *px_chat_annotations(const px_tr_ctx_t *ctx, json_t *anns, json_int_t shift,
-                            px_lossy_t *lossy);
-
-/** One IR annotation -> an Anthropic text-block citation
- *  (anthropic.c): a url_citation becomes web_search_result_location {url,
- *  title (null when absent), cited_text = the annotated span, encrypted_index
- *  ""} (the one citation kind with a URL; the index is Anthropic's own and
- *  unknown here). text[0..n) is the block's text from its character base
- *  on (0: all of it); the part of the span before it is not cited. NULL for
- *  other kinds. */
-json_t *px_anthropic_citation(json_t *ann, const char *text, size_t n, int64_t base);
-
-/** IR annotations -> Responses annotations (flat); others named in lossy. */
-json_t *px_responses_annotations(json_t *ann, px_lossy_t *lossy);
 
 /** The lossy name of a Responses output item the IR cannot hold (hosted
  *  tool calls ...); streams and bodies share it. */

@@ -861,6 +861,8 @@ static const directive_t directives[] = {
     {SEC_SERVER, "workers", set_uint, SRV(workers), 0, 1024, 0},
     {SEC_SERVER, "max_connections", set_uint, SRV(max_connections), 1, 1000000, 0},
     {SEC_SERVER, "max_body", set_size, SRV(max_body), 1, 0, 0},
+    {SEC_SERVER, "translate_memory", set_uint, SRV(translate_memory), 0, 1000, 0},
+    {SEC_SERVER, "translate_memory_base", set_size, SRV(translate_memory_base), 0, 0, 0},
     {SEC_SERVER, "max_header", set_size, SRV(max_header), 1024, 0, 0},
     {SEC_SERVER, "header_timeout", set_duration, SRV(header_timeout_ms), 0, 0, 0},
     {SEC_SERVER, "idle_timeout", set_duration, SRV(idle_timeout_ms), 0, 0, 0},
@@ -1001,6 +1003,8 @@ static px_config_t *config_new(void) {
   s->workers = 1;
   s->max_connections = 10000;
   s->max_body = 16u << 20;
+  s->translate_memory = PX_TR_IR_FACTOR;
+  s->translate_memory_base = PX_TR_IR_BASE;
   s->max_header = 64u << 10;
   s->header_timeout_ms = 10000;
   s->idle_timeout_ms = 75000;
@@ -1950,6 +1954,8 @@ void px_config_print(const px_config_t *c, FILE *out) {
           s->workers, s->max_connections);
   fprintf(out, "  max_body: %llu\n  max_header: %llu\n", (unsigned long long)s->max_body,
           (unsigned long long)s->max_header);
+  fprintf(out, "  translate_memory: %u\n  translate_memory_base: %llu\n",
+          s->translate_memory, (unsigned long long)s->translate_memory_base);
   print_ms(out, "header_timeout", s->header_timeout_ms);
   print_ms(out, "idle_timeout", s->idle_timeout_ms);
   print_ms(out, "shutdown_timeout", s->shutdown_timeout_ms);

@@ -9,14 +9,14 @@
  */
 #include "upreq.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
 
-#include "proxai/jdoc.h"
+#include "proxai/fastir.h"
+#include "proxai/metrics.h"
 #include "stored.h"
 
 static int value_ok(const char *v) { return px_header_value_ok(v, strlen(v)); }
@@ -179,10 +179,25 @@ static char **build_upstream_headers(px_exch_t *x) {
  * extra chunk for a client that did not ask), for protocols whose streams
  * carry usage only on request. Without stream_options (as the body scan
  * read it: any spelling of the name) the member is put first, bytes
- * otherwise untouched; with one (include_usage not true), the body is
- * parsed and include_usage set. NULL: nothing to change. */
-static char *usage_body(const char *bd, size_t n, int has_so, size_t *len) {
-  if (!has_so) {
+ * otherwise untouched; with one (include_usage not true), its value is
+ * rewritten where it lies: an object's members but include_usage (any
+ * spelling) copied, then "include_usage":true; another value replaced by
+ * {"include_usage":true}. No document: the scan checked the body, the
+ * walker reads it. NULL: nothing to change (or out of memory). */
+static int is_include_usage(px_fstr_t k) {
+  if (!k.esc) return PX_FS_IS(k, "include_usage");
+  px_buf_t t;
+  px_str_t v;
+  px_buf_init(&t, k.n + 1);
+  int is = px_json_unescape(k.p, k.n, 1, &t, &v) == 0 && v.len == 13 &&
+           memcmp(v.ptr, "include_usage", 13) == 0;
+  px_buf_free(&t);
+  return is;
+}
+
+static char *usage_body(const char *bd, size_t n, size_t so_at, size_t so_len,
+                        size_t *len) {
+  if (so_len == 0) {
     static const char ins[] = "\"stream_options\":{\"include_usage\":true},";
     size_t i = 0;
     while (i < n && bd[i] != '{') i++;
@@ -196,18 +211,41 @@ static char *usage_body(const char *bd, size_t n, int has_so, size_t *len) {
     b[*len] = 0;
     return b;
   }
-  json_t *body = px_jdoc_load(bd, n, 0, NULL);
-  json_t *so = json_object_get(body, "stream_options");
-  char *out = NULL;
-  if (json_is_object(body)) {
-    json_t *nso = json_is_object(so) ? json_copy(so) : json_object();
-    json_object_set_new(nso, "include_usage", json_true());
-    json_object_set_new(body, "stream_options", nso);
-    out = px_jdoc_dump(body, JSON_COMPACT);
-    if (out) *len = strlen(out);
+  px_fw_t w = {bd, n, so_at};
+  px_fv_t so;
+  if (so_at >= n || px_fw_value(&w, &so) < 0) return NULL;
+  px_buf_t b;
+  px_buf_init(&b, SIZE_MAX);
+  int rc = px_buf_append(&b, bd, so_at);
+  if (rc == 0) rc = px_buf_puts(&b, "{");
+  if (rc == 0 && so.kind == PX_FV_OBJ) {
+    px_fw_t m = {so.raw.ptr, so.raw.len, 0};
+    px_fstr_t k;
+    px_fv_t v;
+    int more = px_fw_open(&m, '{') < 0 ? -1 : 1;
+    while (rc == 0 && (more = px_fw_member(&m, &k)) == 1) {
+      if (px_fw_value(&m, &v) < 0) {
+        more = -1;
+        break;
+      }
+      if (is_include_usage(k)) continue;
+      if (px_buf_puts(&b, "\"") || px_buf_append(&b, k.p, k.n) ||
+          px_buf_puts(&b, "\":") || px_buf_append(&b, v.raw.ptr, v.raw.len) ||
+          px_buf_puts(&b, ","))
+        rc = PX_ENOMEM;
+    }
+    if (more < 0) rc = PX_EINVAL;
   }
-  json_decref(body);
-  return out;
+  if (rc == 0) rc = px_buf_puts(&b, "\"include_usage\":true}");
+  size_t end = (size_t)(so.raw.ptr - bd) + so.raw.len;
+  if (rc == 0) rc = px_buf_append(&b, bd + end, n - end);
+  if (rc == 0) rc = px_buf_append(&b, "", 1);
+  if (rc != 0) {
+    px_buf_free(&b);
+    return NULL;
+  }
+  *len = b.len - 1;
+  return px_buf_steal(&b, NULL);
 }
 
 /* Same-protocol upstream body: the client's bytes, with the route's model
@@ -217,6 +255,7 @@ static int pass_body(px_exch_t *x) {
   const char *bd = x->req->body.data ? x->req->body.data : "";
   size_t n = x->req->body.len;
   char *owned = NULL;
+  size_t so_at = x->jreq.so_at; /* where the scan found stream_options */
   if (strcmp(x->up_model, x->model) != 0 && !px_exch_client_ops(x)->model_in_path) {
     px_buf_t b;
     px_buf_init(&b, n + strlen(x->up_model) * 6 + 64);
@@ -225,13 +264,14 @@ static int pass_body(px_exch_t *x) {
       px_exch_error(x, PX_ERR_API, "out of memory", NULL);
       return -1;
     }
+    if (so_at > x->jreq.model_at) so_at = so_at + b.len - n; /* after the model */
     n = b.len;
     bd = owned = px_buf_steal(&b, NULL);
   }
   if (px_exch_client_ops(x)->stream_usage_opt_in && x->stream && x->ep == PX_EP_GENERATE &&
       !x->include_usage) {
     size_t l = 0;
-    char *u = usage_body(bd, n, x->jreq.so_len > 0, &l);
+    char *u = usage_body(bd, n, so_at, x->jreq.so_len, &l);
     if (u != NULL) {
       free(owned);
       bd = owned = u;
@@ -263,6 +303,17 @@ static void tr_ctx_init(px_exch_t *x) {
   px_stored_ctx(x, ctx);
 }
 
+/* The bytes a translation of a body of len bytes may decode it into
+ * (px_tr_ctx_t.ir_budget): translate_memory times len plus
+ * translate_memory_base; 0 (no bound) when translate_memory is 0. */
+static size_t ir_budget(const px_server_conf_t *s, size_t len) {
+  if (s->translate_memory == 0) return 0;
+  uint64_t b = (uint64_t)len * s->translate_memory;
+  if (s->translate_memory_base > UINT64_MAX - b) return SIZE_MAX;
+  b += s->translate_memory_base;
+  return b > SIZE_MAX ? SIZE_MAX : (size_t)b;
+}
+
 /* Another protocol's upstream body: the translation of the client's. Its
  * long strings stay in the client's body (alive until the exchange ends):
  * the body goes upstream in parts, the client's bytes not copied. */
@@ -270,6 +321,7 @@ static int translate_body(px_exch_t *x) {
   px_tr_err_t err;
   memset(&err, 0, sizeof(err));
   x->ctx.spans = &x->up_spans;
+  x->ctx.ir_budget = ir_budget(&x->cfg->server, x->req->body.len);
   int rc = px_translate_request_body(&x->ctx, x->req->body.data ? x->req->body.data : "",
                                      x->req->body.len,
                                      x->ep == PX_EP_COUNT_TOKENS ? PX_TR_COUNT_TOKENS : 0,
@@ -283,6 +335,8 @@ static int translate_body(px_exch_t *x) {
     rc = -1;
   }
   if (rc < 0) {
+    if (err.kind == PX_ERR_TOO_LARGE)
+      px_metrics_over_budget(px_proto_get(x->in)->name, x->up->name);
     px_exch_error(x, err.kind, err.message[0] ? err.message : "request cannot be translated",
                   err.param[0] ? err.param : NULL);
     return -1;

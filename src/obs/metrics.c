@@ -55,6 +55,7 @@ enum {
   F_TRACE_DROP,
   F_ROUTE,
   F_SPEND,
+  F_OVER_BUDGET,
   F_COUNT
 };
 
@@ -141,7 +142,10 @@ static series_t *probe(mshm_t *m, uint32_t fam, uint64_t h, const labels_t *l,
  * pointers and confirmed by the label texts (a reloaded configuration may
  * reuse an address), which costs a few byte compares instead of hashing and
  * probing. Series are never removed (only px_metrics_reset clears the
- * table, and the memo with it), so a confirmed entry stays valid. */
+ * table, and the memo with it), so a confirmed entry stays valid. Two ways
+ * per slot pair (slot and slot ^ 1): two series a request touches whose
+ * pointers hash alike (the addresses of static texts move with any build)
+ * both stay memoized. */
 #define MEMO_SIZE 256
 typedef struct memo {
   const char *p[NLABELS];
@@ -169,9 +173,12 @@ static series_t *lookup(uint32_t fam, const char *const *in);
 /* The series with these labels, created at zero if new; NULL when the
  * table is full (or there is no mapping). */
 static series_t *get_series(uint32_t fam, const char *const *in) {
-  memo_t *e = &memo[memo_slot(fam, in)];
+  size_t k = memo_slot(fam, in);
+  memo_t *e = &memo[k], *o = &memo[k ^ 1];
   if (memo_hit(e, fam, in)) return e->s;
+  if (memo_hit(o, fam, in)) return o->s;
   series_t *s = lookup(fam, in);
+  if (s && e->s != NULL && o->s == NULL) e = o; /* the pair's free way */
   if (s) {
     for (int i = 0; i < NLABELS; i++) e->p[i] = in[i];
     e->fam = fam;
@@ -284,6 +291,13 @@ void px_metrics_lossy(const char *inbound, const char *upstream, const char *fie
   const char *l[NLABELS] = {inbound ? inbound : "none", upstream ? upstream : "none",
                             field};
   series_t *s = get_series(F_LOSSY, l);
+  if (s) add(&s->value, 1);
+}
+
+void px_metrics_over_budget(const char *inbound, const char *upstream) {
+  const char *l[NLABELS] = {inbound ? inbound : "none", upstream ? upstream : "none",
+                            NULL};
+  series_t *s = get_series(F_OVER_BUDGET, l);
   if (s) add(&s->value, 1);
 }
 
@@ -513,6 +527,12 @@ int px_metrics_render(px_buf_t *out) {
   if (rc == 0)
     rc = render_counter(out, F_LOSSY, "proxai_lossy_fields_total",
                         "Translated requests that dropped a field, by field.", lossy_l);
+  static const char *const budget_l[] = {"inbound", "upstream", NULL};
+  if (rc == 0)
+    rc = render_counter(out, F_OVER_BUDGET, "proxai_translate_over_budget_total",
+                        "Requests refused (413) because their translation needed more "
+                        "memory than [server] translate_memory allows.",
+                        budget_l);
   static const char *const none_l[] = {NULL, NULL, NULL};
   static const char *const reason_l[] = {"reason", NULL, NULL};
   if (rc == 0)

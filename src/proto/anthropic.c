@@ -1279,30 +1279,6 @@ static int check_media(const px_fpart_t *p, px_tr_err_t *err) {
               mt.p != NULL ? cstr(mt, b, sizeof(b)) : "no media type");
 }
 
-/* Whether tool-call arguments that are no object as the fast reader sees
- * them are refused by jansson (px_jdoc_loads of the C string, as
- * px_tool_args_object reads it): 1 refused, 0 taken there (this path
- * declines), <0 unreadable. */
-static int args_not_object(px_fstr_t args) {
-  px_buf_t b;
-  px_str_t v;
-  px_buf_init(&b, args.n + 1);
-  int rc = -1;
-  if (px_json_unescape(args.p, args.n, args.esc, &b, &v) == 0) {
-    char *c = malloc(v.len + 1);
-    if (c != NULL) {
-      memcpy(c, v.ptr, v.len);
-      c[v.len] = 0;
-      json_t *j = px_jdoc_loads(c, JSON_DECODE_ANY, NULL);
-      rc = !json_is_object(j);
-      json_decref(j);
-      free(c);
-    }
-  }
-  px_buf_free(&b);
-  return rc;
-}
-
 /* A tool call's input made (an object), or the reference's refusal. */
 static int call_input(px_fpart_t *p, px_arena_t *a) {
   if (p->input.ptr != NULL) return 0;
@@ -1311,8 +1287,10 @@ static int call_input(px_fpart_t *p, px_arena_t *a) {
     p->input = (px_str_t){"{}", 2};
     return 0;
   }
-  if (blank == 0 && px_fast_args_object(a, p) == 0) return 0;
-  return blank < 0 || args_not_object(p->args) != 1 ? DECLINE : REFUSE;
+  if (blank < 0) return DECLINE;
+  int rc = px_fast_args_object(a, p); /* no object as the reference reads it: */
+  if (rc == 0) return 0;              /* refused, naming the call by its id */
+  return rc == PX_FAST_ARGS_NONE ? REFUSE : DECLINE;
 }
 
 static int check_parts(const enc_t *e, const px_freq_t *ir, px_tr_err_t *err) {
@@ -2199,24 +2177,6 @@ const px_fast_ops_t px_anthropic_fast = {
 
 /* ======================================================================== */
 /* The wire: errors, token counts, model lists, the protocol table          */
-
-json_t *px_anthropic_citation(json_t *ann, const char *text, size_t n, int64_t base) {
-  const char *t = px_jstr(ann, "type"), *url = px_jstr(ann, "url");
-  if (t == NULL || strcmp(t, "url_citation") != 0 || url == NULL || *url == 0)
-    return NULL;
-  json_int_t si = px_jint(ann, "start_index", 0), ei = px_jint(ann, "end_index", -1);
-  si -= base; /* text starts at character base of the block */
-  if (ei >= 0) ei = ei > base ? ei - base : 0;
-  size_t a = si > 0 ? utf8_offset(text, n, si) : 0;
-  size_t b = ei >= 0 ? utf8_offset(text, n, ei) : n;
-  if (b < a) b = a;
-  json_t *cited = json_stringn(text + a, b - a);
-  if (cited == NULL) cited = json_string(""); /* a span cutting a sequence */
-  json_t *title = json_object_get(ann, "title");
-  return json_pack("{s:s,s:s,s:O,s:o,s:s}", "type", "web_search_result_location", "url",
-                   url, "title", json_is_string(title) ? title : json_null(),
-                   "cited_text", cited, "encrypted_index", "");
-}
 
 /* ======================================================================== */
 /* Errors                                                                     */

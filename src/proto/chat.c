@@ -1968,36 +1968,6 @@ const px_fast_ops_t px_chat_fast = {
 /* ======================================================================== */
 /* The wire: errors, token counts, model lists, the protocol table          */
 
-/* Flat IR url_citation -> Chat {type, url_citation:{...}}; indexes shifted
- * by the characters of the text parts joined before this one. */
-json_t *px_chat_annotations(const px_tr_ctx_t *ctx, json_t *anns, json_int_t shift,
-                            px_lossy_t *lossy) {
-  json_t *out = json_array();
-  size_t i;
-  json_t *a;
-  json_array_foreach(anns, i, a) {
-    const char *t = px_jstr(a, "type");
-    if (t == NULL || strcmp(t, "url_citation") != 0 || px_jstr(a, "url") == NULL) {
-      px_lossy_add(lossy, px_lossy_annotations(ctx));
-      continue;
-    }
-    json_t *uc = json_object();
-    const char *k;
-    json_t *x;
-    json_object_foreach(a, k, x) {
-      if (strcmp(k, "type") == 0) continue;
-      if ((strcmp(k, "start_index") == 0 || strcmp(k, "end_index") == 0) &&
-          json_is_integer(x))
-        json_object_set_new(uc, k, json_integer(json_integer_value(x) + shift));
-      else
-        json_object_set(uc, k, x);
-    }
-    json_array_append_new(
-        out, json_pack("{s:s, s:o}", "type", "url_citation", "url_citation", uc));
-  }
-  return out;
-}
-
 /* ------------------------------------------------------------------------ */
 /* errors                                                                    */
 

@@ -279,13 +279,6 @@ int px_proto_upstream_url(const px_proto_ops_t *ops, px_buf_t *out, const char *
  * those of the non-streaming encoders (chat.c, anthropic.c), which name the
  * same content when it is actually present; what a stream actually drops
  * goes to px_stream_tr_dropped (the access log). */
-int px_ir_reasoning_on(json_t *ir) {
-  json_t *r = json_object_get(ir, "reasoning");
-  const char *effort = px_jstr(r, "effort");
-  return json_is_object(r) && !json_is_false(json_object_get(r, "enabled")) &&
-         !(effort != NULL && strcmp(effort, "none") == 0);
-}
-
 void px_lossy_predict(const px_tr_ctx_t *ctx, int reasoning, px_lossy_t *lossy) {
   /* A client without a carrier for opaque reasoning cannot hold the
    * upstream's (Anthropic thinking signatures / redacted thinking, Responses
@@ -300,31 +293,21 @@ void px_lossy_predict(const px_tr_ctx_t *ctx, int reasoning, px_lossy_t *lossy) 
 }
 
 /* What the hub drops of a decoded request, in one place: IR fields whose
- * capability the upstream lacks, named as the client spelled them. The
- * same table fits the fast IR (translate_fast.c, px_fit_fast_request). */
+ * capability the upstream lacks, named as the client spelled them
+ * (translate_fast.c; the reference's px_ir_fit_request goes through it). */
 static const struct {
-  const char *key;
   unsigned cap;
   size_t name; /* offset in px_lossy_names_t */
   size_t fast; /* offset of the px_fstr_t in px_freq_t */
 } fits[] = {
-    {"prompt_cache_key", PX_CAP_PROMPT_CACHE_KEY,
-     offsetof(px_lossy_names_t, prompt_cache_key), offsetof(px_freq_t, prompt_cache_key)},
-    {"verbosity", PX_CAP_VERBOSITY, offsetof(px_lossy_names_t, verbosity),
+    {PX_CAP_PROMPT_CACHE_KEY, offsetof(px_lossy_names_t, prompt_cache_key),
+     offsetof(px_freq_t, prompt_cache_key)},
+    {PX_CAP_VERBOSITY, offsetof(px_lossy_names_t, verbosity),
      offsetof(px_freq_t, verbosity)},
 };
 
 static const char *fit_name(const px_tr_ctx_t *ctx, size_t i) {
   return *(const char *const *)((const char *)px_in_names(ctx) + fits[i].name);
-}
-
-void px_ir_fit_request(const px_tr_ctx_t *ctx, json_t *ir, px_lossy_t *lossy) {
-  for (size_t i = 0; i < sizeof(fits) / sizeof(fits[0]); i++) {
-    if (px_tr_out_can(ctx, fits[i].cap) || json_object_get(ir, fits[i].key) == NULL)
-      continue;
-    json_object_del(ir, fits[i].key);
-    px_lossy_add(lossy, fit_name(ctx, i));
-  }
 }
 
 void px_fit_fast_request(const px_tr_ctx_t *ctx, px_freq_t *ir, px_lossy_t *lossy) {

@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "proxai/fastir.h"
-#include "proxai/jdoc.h"
 #include "proxai/protoutil.h"
 
 /* ------------------------------------------------------------------------ */
@@ -26,6 +25,8 @@ void px_arena_init(px_arena_t *a) {
   a->cur = a->first;
   a->end = a->first + sizeof(a->first);
   a->blocks = NULL;
+  a->used = a->limit = 0;
+  a->over = 0;
 }
 
 void *px_arena_alloc(px_arena_t *a, size_t n) {
@@ -33,10 +34,15 @@ void *px_arena_alloc(px_arena_t *a, size_t n) {
   size_t pad = (size_t)(-(uintptr_t)a->cur & 7);
   if ((size_t)(a->end - a->cur) < n + pad) {
     size_t sz = n > 8192 ? n : 8192;
+    if (a->limit != 0 && (sz > a->limit || a->used > a->limit - sz)) {
+      a->over = 1;
+      return NULL;
+    }
     px_arena_blk_t *b = malloc(sizeof(*b) + sz + 8);
     if (b == NULL) return NULL;
     b->next = a->blocks;
     b->size = sz;
+    a->used += sz;
     a->blocks = b;
     a->cur = b->data;
     a->end = b->data + sz + 8;
@@ -928,24 +934,37 @@ int px_fast_args_object(px_arena_t *a, px_fpart_t *part) {
   if (copy != NULL) memcpy(copy, v.ptr, v.len);
   px_buf_free(&b);
   if (copy == NULL) return PX_FAST_DECLINE;
-  /* the scanner accepts exactly what jansson reads, objects only */
+  size_t n = v.len;
+  /* the scanner accepts exactly what jansson reads, objects only; the
+   * members it refuses twice in a request body (model, stream) are the
+   * tool's here: the text checked whole and taken as written */
   px_json_req_t r;
-  if (px_json_request(copy, v.len, &r) < 0) return PX_FAST_DECLINE;
+  if (px_json_request(copy, n, &r) < 0) {
+    if (r.err == PX_JREQ_DEPTH) return PX_FAST_DECLINE;
+    if (r.err != PX_JREQ_DUPLICATE) return PX_FAST_ARGS_NONE;
+    px_fw_t w = {copy, n, 0};
+    px_fv_t o;
+    if (px_fc_value(&w, &o) < 0 || px_fc_end(&w) < 0)
+      return PX_FAST_DECLINE; /* invalid, or too deep: not told apart here */
+  }
   part->input.ptr = copy;
-  part->input.len = v.len;
+  part->input.len = n;
   return 0;
 }
 
 int px_fast_dump_value(px_arena_t *a, px_str_t raw, px_fstr_t *out) {
-  json_t *j = px_jdoc_load(raw.ptr, raw.len, JSON_DECODE_ANY, NULL);
-  if (j == NULL) return PX_FAST_DECLINE;
-  char *s = px_jdoc_dump(j, JSON_COMPACT | JSON_ENCODE_ANY);
-  json_decref(j);
-  if (s == NULL) return PX_FAST_DECLINE;
-  px_buf_t b;
+  /* checked by the one reader and written as json_dumps(JSON_COMPACT)
+   * writes it (px_fb_jdump): no document */
+  px_fw_t w = {raw.ptr, raw.len, 0};
+  px_fv_t v;
+  if (raw.ptr == NULL || px_fc_value(&w, &v) < 0 || px_fc_end(&w) < 0)
+    return PX_FAST_DECLINE;
+  px_buf_t d, b;
+  px_buf_init(&d, SIZE_MAX);
   px_buf_init(&b, SIZE_MAX);
-  int rc = px_buf_json_escape(&b, s, strlen(s));
-  free(s);
+  int rc = px_fb_jdump(&d, &v);
+  if (rc == 0) rc = px_buf_json_escape(&b, d.data, d.len);
+  px_buf_free(&d);
   char *copy = rc == 0 ? px_arena_alloc(a, b.len + 1) : NULL;
   if (copy != NULL && b.len) memcpy(copy, b.data, b.len);
   out->p = copy;

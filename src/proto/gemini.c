@@ -938,15 +938,16 @@ static int gem_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, siz
 /* ======================================================================== */
 /* Request encode                                                            */
 
-/* args as an object: the JSON text, or the string checked to be one;
- * blank_ok: blank is {} (px_tool_args_object, a client's call; an
- * upstream's must be an object) */
+/* args as an object: the JSON text, or the string checked to be one (as
+ * the reference reads it: px_fast_args_object); blank_ok: blank is {}
+ * (px_tool_args_object, a client's call; an upstream's must be an object).
+ * 0, PX_FAST_ARGS_NONE (no object: the caller's error to name), DECLINE */
 static int call_args(px_arena_t *a, const px_fpart_t *p, int blank_ok, px_str_t *out) {
   if (p->input.ptr != NULL) {
     *out = p->input;
     return 0;
   }
-  if (p->args.p == NULL && !blank_ok) return DECLINE; /* an error there */
+  if (p->args.p == NULL && !blank_ok) return PX_FAST_ARGS_NONE;
   int blank = p->args.p == NULL ? 1 : blank_ok ? px_fs_blank_value(p->args) : 0;
   if (blank < 0) return DECLINE;
   if (blank) {
@@ -954,8 +955,8 @@ static int call_args(px_arena_t *a, const px_fpart_t *p, int blank_ok, px_str_t 
     return 0;
   }
   px_fpart_t tmp = *p;
-  /* a string that is no object is the client's error there */
-  if (px_fast_args_object(a, &tmp) != 0) return DECLINE;
+  int rc = px_fast_args_object(a, &tmp);
+  if (rc != 0) return rc;
   *out = tmp.input;
   return 0;
 }
@@ -965,16 +966,10 @@ static int call_args(px_arena_t *a, const px_fpart_t *p, int blank_ok, px_str_t 
  * own field; 0, DECLINE, or PX_FAST_REFUSE with err set */
 static int client_args(const px_tr_ctx_t *ctx, px_arena_t *a, const px_fpart_t *p,
                        px_str_t *args, px_tr_err_t *err) {
-  if (call_args(a, p, 1, args) == 0) return 0;
-  if (p->args.p == NULL || px_fs_blank_value(p->args) < 0) return DECLINE;
-  /* what the scanner does not take, jansson may: the reference decides */
-  const char *s = px_fs_cstr(a, p->args, NULL),
-             *id = p->id.p ? px_fs_cstr(a, p->id, NULL) : "";
-  if (s == NULL || id == NULL) return DECLINE;
-  json_t *j = px_jdoc_loads(s, JSON_DECODE_ANY, NULL);
-  int obj = json_is_object(j);
-  json_decref(j);
-  if (obj) return DECLINE;
+  int rc = call_args(a, p, 1, args);
+  if (rc != PX_FAST_ARGS_NONE) return rc;
+  const char *id = p->id.p ? px_fs_cstr(a, p->id, NULL) : "";
+  if (id == NULL) return DECLINE;
   const char *pa = px_in_names(ctx)->tool_args_param;
   px_tr_fail(err, pa, "%s: arguments of tool call '%s' are not a JSON object", pa, id);
   return PX_FAST_REFUSE;
@@ -1625,16 +1620,8 @@ static int put_sig_part(px_buf_t *b, int *first, const px_fpart_t *sig) {
  * PX_FAST_REFUSE with err set */
 static int answer_args(px_arena_t *a, const px_fpart_t *p, px_str_t *args,
                        px_tr_err_t *err) {
-  if (!p->custom && call_args(a, p, 0, args) == 0) return 0;
-  if (!p->custom && p->input.ptr == NULL && p->args.p != NULL) {
-    /* what the scanner does not take, jansson may: the reference decides */
-    const char *s = px_fs_cstr(a, p->args, NULL);
-    if (s == NULL) return DECLINE;
-    json_t *j = px_jdoc_loads(s, 0, NULL);
-    int obj = json_is_object(j);
-    json_decref(j);
-    if (obj) return DECLINE;
-  }
+  int rc = p->custom ? PX_FAST_ARGS_NONE : call_args(a, p, 0, args);
+  if (rc != PX_FAST_ARGS_NONE) return rc;
   px_tr_fail(err, "content[].arguments", "%s",
              "upstream tool call arguments are not a JSON object");
   if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
@@ -1831,29 +1818,8 @@ void px_gemini_usage_of(px_usage_t *u, int64_t prompt, int64_t cand, int64_t tho
   u->reasoning_tokens = thoughts;
 }
 
-void px_gemini_usage_in(json_t *um, px_usage_t *u) {
-  px_gemini_usage_of(
-      u, px_jint(um, "promptTokenCount", -1), px_jint(um, "candidatesTokenCount", -1),
-      px_jint(um, "thoughtsTokenCount", -1), px_jint(um, "cachedContentTokenCount", -1));
-}
-
 void px_gemini_call_id(const char *resp_id, int n, char *out, size_t size) {
   snprintf(out, size, "call_%s_%d", resp_id && *resp_id ? resp_id : "gemini", n);
-}
-
-json_t *px_gemini_usage_out(const px_usage_t *u) {
-  int64_t in = u->input_tokens > 0 ? u->input_tokens : 0;
-  int64_t out = u->output_tokens > 0 ? u->output_tokens : 0;
-  int64_t th = u->reasoning_tokens > 0 ? u->reasoning_tokens : 0;
-  if (th > out) th = out;
-  json_t *um = json_pack("{s:I, s:I, s:I}", "promptTokenCount", (json_int_t)in,
-                         "candidatesTokenCount", (json_int_t)(out - th),
-                         "totalTokenCount", (json_int_t)(in + out));
-  if (th > 0) json_object_set_new(um, "thoughtsTokenCount", json_integer(th));
-  if (u->cache_read_tokens > 0)
-    json_object_set_new(um, "cachedContentTokenCount",
-                        json_integer(u->cache_read_tokens));
-  return um;
 }
 
 /* ---- errors ---- */

@@ -401,27 +401,18 @@ static int dec_reasoning(const px_fv_t *f, unsigned seen, px_freq_t *ir, px_aren
  * stays a string (an upstream that takes only objects refuses it, naming
  * the client's field: px_tool_args_object). */
 static int call_args(px_arena_t *a, px_fpart_t *p, ipath_t *ip, px_tr_err_t *err) {
-  px_buf_t b;
-  px_str_t v;
-  px_buf_init(&b, p->args.n + 1);
-  if (px_json_unescape(p->args.p, p->args.n, p->args.esc, &b, &v) < 0) {
-    px_buf_free(&b);
-    return DECLINE;
-  }
-  char *copy = px_arena_alloc(a, v.len + 1);
-  if (copy != NULL && v.len) memcpy(copy, v.ptr, v.len);
-  px_buf_free(&b);
+  int rc = px_fast_args_object(a, p);
+  if (rc != PX_FAST_ARGS_NONE) return rc == 0 ? 0 : DECLINE;
+  /* no object: JSON of another kind stays a string, and what is no JSON
+   * is refused (jansson's verdict on a value of any kind) */
+  size_t n;
+  const char *copy = px_fs_cstr(a, p->args, &n);
   if (copy == NULL) return DECLINE;
-  px_json_req_t r; /* the scanner takes exactly what jansson reads, objects only */
-  if (px_json_request(copy, v.len, &r) == 0) {
-    p->input = (px_str_t){copy, v.len};
-    return 0;
-  }
-  json_t *j = px_jdoc_load(copy, v.len, JSON_DECODE_ANY, NULL);
+  json_t *j = px_jdoc_load(copy, n, JSON_DECODE_ANY, NULL);
   if (j != NULL) {
     int obj = json_is_object(j);
     json_decref(j);
-    return obj ? DECLINE : 0; /* an object the scanner refused: its limits */
+    return obj ? DECLINE : 0; /* (an object px_fast_args_object declined) */
   }
   char pp[256];
   snprintf(pp, sizeof(pp), "%s.arguments", ipath(ip));

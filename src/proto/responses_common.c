@@ -1,11 +1,10 @@
 /* responses_common.c - what both halves of the OpenAI Responses codec
  * build (responses.c for whole bodies, responses_stream.c for events): item
- * ids, the Response object, its usage and annotations, the lossy names of
- * output items no other protocol carries. */
+ * ids, the Response object's skeleton, its usage, the lossy names of output
+ * items no other protocol carries. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "proxai/jdoc.h"
 #include "proxai/proto.h"
 #include "proxai/protoutil.h"
 
@@ -103,29 +102,6 @@ void px_responses_lossy_item(px_lossy_t *l, const char *type) {
     px_lossy_add(l, "output[].other");
 }
 
-/** Annotations in the Responses shape (Chat nests url_citation). */
-json_t *px_responses_annotations(json_t *ann, px_lossy_t *lossy) {
-  json_t *out = json_array();
-  size_t i;
-  json_t *a;
-  json_array_foreach(ann, i, a) {
-    const char *t = px_jstr(a, "type");
-    if (t == NULL) continue;
-    json_t *nested = json_object_get(a, t);
-    if (strcmp(t, "url_citation") == 0 && json_is_object(nested)) {
-      json_t *o = json_deep_copy(nested);
-      json_object_set_new(o, "type", json_string("url_citation"));
-      json_array_append_new(out, o);
-    } else if (strcmp(t, "url_citation") == 0 || strcmp(t, "file_citation") == 0 ||
-               strcmp(t, "container_file_citation") == 0 || strcmp(t, "file_path") == 0) {
-      json_array_append(out, a);
-    } else {
-      px_lossy_add(lossy, "output[].content[].annotations");
-    }
-  }
-  return out;
-}
-
 /* A string member value as jansson's dump writes it; <0 on invalid UTF-8. */
 static int wstr(px_buf_t *b, const char *s) {
   if (s == NULL) return PX_ENOMEM; /* never a member's value here */
@@ -151,20 +127,6 @@ int px_responses_usage_write(px_buf_t *b, const px_usage_t *u) {
       px_buf_puts(b, "}"))
     return PX_ENOMEM;
   return 0;
-}
-
-/* Read back what a writer of this file wrote (NULL on failure). */
-static json_t *wload(px_buf_t *b, int rc) {
-  json_t *v = rc == 0 ? px_jdoc_load(b->data, b->len, 0, NULL) : NULL;
-  px_buf_free(b);
-  return v;
-}
-
-/** Usage object of the Responses shape (jansson). */
-json_t *px_responses_usage(const px_usage_t *u) {
-  px_buf_t b;
-  px_buf_init(&b, SIZE_MAX);
-  return wload(&b, px_responses_usage_write(&b, u));
 }
 
 /** The Response object skeleton shared by bodies and stream events, up to
@@ -206,16 +168,4 @@ int px_responses_object_tail(px_buf_t *b, const px_tr_ctx_t *ctx) {
       px_buf_puts(b, ",\"metadata\":{}"))
     return PX_ENOMEM;
   return 0;
-}
-
-/** The Response object skeleton as a jansson object (the non-streaming
- *  encoder's), read back from the writers above. */
-json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id, int64_t created,
-                            const char *status, const char *incomplete_reason) {
-  px_buf_t b;
-  px_buf_init(&b, SIZE_MAX);
-  int rc = px_responses_object_head(&b, ctx, resp_id, created, status, incomplete_reason);
-  if (rc == 0) rc = px_responses_object_tail(&b, ctx);
-  if (rc == 0 && px_buf_puts(&b, "}")) rc = PX_ENOMEM;
-  return wload(&b, rc);
 }

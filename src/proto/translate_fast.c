@@ -3,7 +3,9 @@
  * (include/proxai/fastir.h): the client protocol's fast decoder reads the
  * body into the C IR, the upstream protocol's fast encoder writes the
  * upstream body; the same for an upstream answer. When either side
- * declines, nothing is changed and the caller takes the jansson path. */
+ * declines, the body is respelled and asked again, else refused in words
+ * (the one reader's rule, px_translate_request_body); a request whose IR
+ * goes past its memory budget (ctx->ir_budget) is refused as too large. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,6 +69,19 @@ int px_fast_request_steps(const px_tr_ctx_t *dc, const px_tr_ctx_t *ec, const px
   return rc;
 }
 
+/* A request whose decoded form would take more than its budget (the IR
+ * arena's limit, ctx->ir_budget): refused as too large (413), not declined,
+ * since no other spelling of it is smaller. */
+static int over_budget(const px_tr_ctx_t *ctx, size_t len, px_tr_err_t *err) {
+  px_tr_fail(err, "",
+             "request body cannot be translated within the gateway's memory budget "
+             "(%zu bytes for a body of %zu bytes, [server] translate_memory): send "
+             "fewer, longer messages or a smaller body",
+             ctx->ir_budget, len);
+  if (err) err->kind = PX_ERR_TOO_LARGE;
+  return PX_FAST_REFUSE;
+}
+
 int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t len,
                               int flags, char **out, size_t *out_len, px_lossy_t *lossy,
                               px_tr_err_t *err) {
@@ -79,6 +94,7 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
   if (c.upstream_model == NULL) return PX_FAST_DECLINE;
   px_arena_t a;
   px_arena_init(&a);
+  a.limit = ctx->ir_budget;
   px_freq_t ir;
   px_lossy_t l;
   px_lossy_init(&l);
@@ -98,6 +114,7 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
   if (rc == 0 && (flags & PX_TR_COUNT_TOKENS) && op->count_request != NULL)
     rc = op->count_request(&b, 0, c.upstream_model) == 0 ? 0 : PX_FAST_DECLINE;
   if (rc == 0) rc = px_buf_append(&b, "", 1);
+  if (a.over) rc = over_budget(ctx, len, err);
   px_arena_free(&a);
   if (rc != 0) {
     px_buf_free(&b);

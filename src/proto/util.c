@@ -193,31 +193,3 @@ const char *px_rtok_at(size_t k) {
   }
   return NULL;
 }
-
-json_t *px_rtok_out(px_proto_t client, json_t *p) {
-  const char *own = px_rtok_field(client);
-  if (own == NULL) return NULL;
-  const char *f = own;
-  for (size_t k = 0; f != NULL; f = px_rtok_at(k++)) {
-    const char *v = px_jstr(p, f), *tag = px_rtok_tag(client, f);
-    if (v != NULL && *v != 0 && tag != NULL) return json_sprintf("%s%s", tag, v);
-  }
-  return NULL;
-}
-
-int px_rtok_in(px_proto_t client, json_t *p, const char *tok) {
-  const char *own = px_rtok_field(client), *field = own;
-  if (tok == NULL || *tok == 0 || own == NULL) return 0;
-  const char *f;
-  for (size_t k = 0; (f = px_rtok_at(k)) != NULL; k++) {
-    const char *tag = px_rtok_tag(client, f);
-    size_t n = tag != NULL ? strlen(tag) : 0;
-    if (n > 0 && strncmp(tok, tag, n) == 0) {
-      field = f;
-      tok += n;
-      break;
-    }
-  }
-  if (*tok == 0) return 0;
-  return json_object_set_new(p, field, json_string(tok)) == 0 ? 0 : PX_ENOMEM;
-}

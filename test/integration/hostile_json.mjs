@@ -259,22 +259,32 @@ function procStatus(pid, field) {
   return Number(m[1]) * 1024;
 }
 
-test('a translated request uses memory within a fixed multiple of its body (VmHWM)', async () => {
+const metric = async (url, name) => {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  let n = 0;
+  for (const m of text.matchAll(new RegExp(`^${name}\\{[^}]*\\} (\\d+)$`, 'gm'))) n += Number(m[1]);
+  return n;
+};
+
+test('a translated request uses memory within a fixed multiple of its body (VmHWM); past its budget a 413', async () => {
   const gw = await startProxai(CONFIG);
   try {
     // warm up, then the baseline
     const p = PATHS[0];
     assert.equal((await send(p, p.body('"anth-x"', 'warm up'))).status, 200);
     const base = procStatus(gw.pid, 'VmHWM');
-    // 100,000 tiny messages (the shape that drove RSS to 50x the body),
-    // translated from every client protocol: refused or answered, bounded
+    // 100,000 tiny messages (the shape that drove RSS to 50x the body: its
+    // decoded form is ~16x the body), translated from every client
+    // protocol: past the default budget (translate_memory = 4 times the
+    // body plus 1 MiB), a 413 in the client's protocol, nothing sent upstream
+    const before = (await mock.stats()).requests;
     const msgs = [];
     for (let i = 0; i < 100000; i++) msgs.push({ role: i % 2 ? 'assistant' : 'user', content: `message ${i}` });
     const cases = PATHS.map((q) => {
       const model = `${q.other}-x`;
       const b = q.name === 'responses' ? { model, input: msgs } : { model, max_tokens: 16, messages: msgs };
       if (q.name === 'count_tokens') delete b.max_tokens;
-      return [q, JSON.stringify(b), [413, 200]];
+      return [q, JSON.stringify(b), [413]];
     });
     // a large body of long texts, the usual shape of a big request: answered
     const long = 'lorem ipsum dolor sit amet '.repeat(20000);
@@ -288,18 +298,52 @@ test('a translated request uses memory within a fixed multiple of its body (VmHW
       const res = await fetch(gw.url + q.path, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
       const text = await res.text();
       assert.ok(want.includes(res.status), `${q.name}: status ${res.status}: ${text.slice(0, 300)}`);
-      if (res.status === 413) assertShape(q, { json: JSON.parse(text), text }, q.shape === 'openai' ? 'invalid_request_error' : 'request_too_large', q.name);
+      if (res.status === 413) {
+        assertShape(q, { json: JSON.parse(text), text }, q.shape === 'openai' ? 'invalid_request_error' : 'request_too_large', q.name);
+        assert.match(text, /memory budget/);
+      }
       const grew = procStatus(gw.pid, 'VmHWM') - base;
       worst = Math.max(worst, grew / longest);
-      console.log(`# ${q.name}: ${body.length} bytes -> ${res.status}`);
-      // the budget (16x + 4 MiB of jansson memory) plus the body buffers
-      // and the allocator's overhead; before the bound this was about 50x
-      if (!SANITIZED) assert.ok(grew <= 24 * longest + (16 << 20), `${q.name}: VmHWM grew by ${grew} bytes for a ${longest}-byte body (${(grew / longest).toFixed(1)}x)`);
+      console.log(`# ${q.name}: ${body.length} bytes -> ${res.status}, VmHWM +${(grew / longest).toFixed(1)}x`);
+      // the budget (4x + 1 MiB) plus the body buffers, the upstream body
+      // and the allocator's overhead; before the budget this was about 19x
+      if (!SANITIZED) assert.ok(grew <= 8 * longest + (16 << 20), `${q.name}: VmHWM grew by ${grew} bytes for a ${longest}-byte body (${(grew / longest).toFixed(1)}x)`);
     }
     console.log(`# worst VmHWM growth: ${worst.toFixed(1)}x the body`);
+    assert.equal((await mock.stats()).requests, before + 1, 'only the long texts reached the upstream');
+    assert.equal(await metric(gw.url, 'proxai_translate_over_budget_total'), PATHS.length);
     assert.equal((await send(PATHS[0], PATHS[0].body('"anth-x"', 'after'))).status, 200);
   } finally {
     await gw.stop();
+  }
+}, { timeout: 120000 });
+
+test('300 KB agent bodies (Claude Code, Codex, Gemini CLI shapes) are translated within the default budget', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxai-agents-'));
+  const gw = await startProxai(CONFIG);
+  try {
+    const gen = spawnSync('python3', [path.join(repoRoot, 'bench/agents.py'), 'gen', dir, '--sizes', '300'], { encoding: 'utf8' });
+    assert.equal(gen.status, 0, gen.stderr);
+    const cases = [
+      ['claude_code-300k-stream.json', '/v1/messages', 'chat-x'],
+      ['codex-300k-stream.json', '/v1/responses', 'anth-x'],
+      ['gemini_cli-300k.json', '/v1beta/models/resp-x:generateContent', null],
+    ];
+    const before = (await mock.stats()).requests;
+    for (const [file, p, model] of cases) {
+      const b = JSON.parse(fs.readFileSync(path.join(dir, file), 'utf8'));
+      if (model) b.model = model;
+      const body = JSON.stringify(b);
+      assert.ok(body.length > 300000, `${file}: ${body.length} bytes`);
+      const res = await fetch(gw.url + p, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+      const text = await res.text();
+      assert.equal(res.status, 200, `${file}: ${text.slice(0, 300)}`);
+    }
+    assert.equal((await mock.stats()).requests, before + cases.length);
+    assert.equal(await metric(gw.url, 'proxai_translate_over_budget_total'), 0);
+  } finally {
+    await gw.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
   }
 }, { timeout: 120000 });
 

@@ -606,6 +606,23 @@ test('chat stream with include_usage: false and another option: usage asked, the
   assert.ok(!parseSSE(r.text).some((e) => e.data !== '[DONE]' && JSON.parse(e.data).usage));
 });
 
+test('chat stream with include_usage: false on a route that rewrites the model: both edits, before and after the model', async () => {
+  for (const first of [false, true]) {
+    up.reset();
+    up.script(http(200, SSE_CT, sse(chatEvents())), healthy('chat'));
+    const so = '"stream_options":{"include_obfuscation":false,"incl\\u0075de_usage":false}';
+    const rest = `"messages":${JSON.stringify(msgs)},"stream":true`;
+    const raw = first ? `{${so},"model":"rw-x",${rest}}` : `{"model":"rw-x",${rest},${so}}`;
+    const { responses } = await exchange(px.port, [post(PATH.chat, raw, { ...KEY, 'x-request-id': nextId() }, { close: true })]);
+    assert.equal(responses[0].status, 200, responses[0].text);
+    const sent = up.requests[0];
+    assert.equal(sent.json.model, 'up-model', sent.body);
+    assert.deepEqual(sent.json.stream_options, { include_obfuscation: false, include_usage: true }, sent.body);
+    assert.equal(sent.body.match(/incl(ude|\\u0075de)_usage/g).length, 1, sent.body);
+    assert.deepEqual(sent.json.messages, msgs);
+  }
+});
+
 test('chat stream with stream_options under an escaped name: read as the scan reads it, never a second member (issue 21)', async () => {
   up.reset();
   up.script(http(200, SSE_CT, sse(chatEvents())), healthy('chat'));

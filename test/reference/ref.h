@@ -79,6 +79,49 @@ int px_ir_is_custom_tool(json_t *tools, const char *name);
  *  usual extension. */
 const char *px_inline_filename(json_t *part);
 
+/** Whether an IR request asks for reasoning: a reasoning object, not
+ *  enabled false, effort not "none". */
+int px_ir_reasoning_on(json_t *ir_request);
+/** A decoded request fitted to the upstream's capabilities: IR fields the
+ *  upstream's caps cannot hold (prompt_cache_key, verbosity) removed and
+ *  named in lossy by the client's names, by the hub's one table
+ *  (px_fit_fast_request). Called between decode_request and encode_request. */
+void px_ir_fit_request(const px_tr_ctx_t *ctx, json_t *ir_request, px_lossy_t *lossy);
+
+/** The token a `client` client carries for IR reasoning part p: a new JSON
+ *  string, tagged; the client's own field first, then signature,
+ *  redacted_data, encrypted_content, thought_signature. NULL when p has
+ *  none the client can carry (or on allocation failure). */
+json_t *px_rtok_out(px_proto_t client, json_t *p);
+/** A token a `client` client replayed -> the IR field of its family, set on
+ *  reasoning part p (tag removed; untagged = the client's own field). An
+ *  empty token or tag body sets nothing. 0 or PX_ENOMEM. */
+int px_rtok_in(px_proto_t client, json_t *p, const char *tok);
+
+/** The Responses usage object (px_responses_usage_write's bytes, read back). */
+json_t *px_responses_usage(const px_usage_t *u);
+/** The Response object skeleton (px_responses_object_head and _tail's
+ *  bytes, read back). */
+json_t *px_responses_object(const px_tr_ctx_t *ctx, const char *resp_id, int64_t created,
+                            const char *status, const char *incomplete_reason);
+/** IR annotations -> Responses annotations (flat); others named in lossy. */
+json_t *px_responses_annotations(json_t *ann, px_lossy_t *lossy);
+/** IR annotations -> Chat message annotations (url_citation nested),
+ *  character indexes shifted by shift; others named in lossy. */
+json_t *px_chat_annotations(const px_tr_ctx_t *ctx, json_t *anns, json_int_t shift,
+                            px_lossy_t *lossy);
+/** One IR annotation -> an Anthropic text-block citation: a url_citation
+ *  becomes web_search_result_location {url, title (null when absent),
+ *  cited_text = the annotated span, encrypted_index ""} (the one citation
+ *  kind with a URL; the index is Anthropic's own and unknown here).
+ *  text[0..n) is the block's text from its character base on (0: all of
+ *  it); the part of the span before it is not cited. NULL for other kinds. */
+json_t *px_anthropic_citation(json_t *ann, const char *text, size_t n, int64_t base);
+/** usageMetadata -> usage (px_gemini_usage_of of its four counts). */
+void px_gemini_usage_in(json_t *usage_metadata, px_usage_t *u);
+/** usage -> a new usageMetadata object. */
+json_t *px_gemini_usage_out(const px_usage_t *u);
+
 /** The IR text part {"type":"text","text":text} of a document's string
  *  (valid UTF-8 already: copied without jansson's check); NULL when text
  *  is NULL or out of memory. */

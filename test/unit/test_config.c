@@ -351,6 +351,8 @@ static void test_defaults_in_file(void) {
     CHECK(c->server.workers == 1);
     CHECK(c->server.max_connections == 10000);
     CHECK(c->server.max_body == 16u * 1024 * 1024);
+    CHECK(c->server.translate_memory == 4);
+    CHECK(c->server.translate_memory_base == 1024 * 1024);
     CHECK(c->server.max_header == 64 * 1024);
     CHECK(c->server.header_timeout_ms == 10000);
     CHECK(c->server.idle_timeout_ms == 75000);
@@ -504,6 +506,14 @@ static void test_errors(void) {
   EXPECT_ERR(
       "[server]\nmax_body = 16q\n",
       "t.conf:2: invalid size '16q' for 'max_body' (examples: 1000, 64k, 16m, 1g)");
+  EXPECT_ERR("[server]\ntranslate_memory = 1001\n",
+             "t.conf:2: invalid value '1001' for 'translate_memory' (expected an integer "
+             "from 0 to 1000)");
+  px_config_t *tm = PARSE_OK("[server]\ntranslate_memory = 0\ntranslate_memory_base = 2m\n");
+  if (tm != NULL) {
+    CHECK(tm->server.translate_memory == 0 && tm->server.translate_memory_base == 2u << 20);
+    px_config_unref(tm);
+  }
   EXPECT_ERR(
       "[server]\nworkers = -1\n",
       "t.conf:2: invalid value '-1' for 'workers' (expected an integer from 0 to 1024)");

@@ -81,6 +81,7 @@ static void body_case(const char *what, int in, const char *body, size_t len,
       if (count && px_ref_get(out)->count_request == NULL) continue;
       px_tr_ctx_t c;
       request_ctx(&c, in, out, body, len, stream);
+      c.ir_budget = (size_t)PX_TR_IR_FACTOR * len + PX_TR_IR_BASE; /* the default */
       char *fo = NULL, *so = NULL;
       size_t fl = 0, sl = 0;
       px_lossy_t lf, ls;

@@ -1,11 +1,13 @@
-/* test_rtok.c - reasoning tokens across protocol families (px_rtok_*,
- * protoutil.h): every family's token reaches every other non-Chat client
- * tagged and comes back, on replay, into its own IR field (SPEC 5). */
+/* test_rtok.c - reasoning tokens across protocol families (protoutil.h's
+ * rules, through the reference's px_rtok_in / _out): every family's token
+ * reaches every other non-Chat client tagged and comes back, on replay, into
+ * its own IR field (SPEC 5). */
 #include <jansson.h>
 #include <string.h>
 
 #include "check.h"
 #include "proxai/protoutil.h"
+#include "ref.h"
 
 static const char *const fields[] = {"signature", "redacted_data", "encrypted_content",
                                      "thought_signature"};

@@ -359,6 +359,7 @@ static void gemini_codec(void);
 static void responses_refusals(void);
 static void responses_answers(void);
 static void responses_encoder_refusals(void);
+static void memory_budget(void);
 
 /* ------------------------------------------------------------------------ */
 /* The one reader's rule (issue 21): what the codecs decline as written is
@@ -484,7 +485,78 @@ int main(void) {
   responses_answers();
   responses_encoder_refusals();
   one_reader();
+  memory_budget();
   return check_report("translate_fast");
+}
+
+/* ------------------------------------------------------------------------ */
+/* The memory budget of a request's decoded form (px_tr_ctx_t.ir_budget)     */
+
+/* n tiny messages {"role":..,"content":"a"} in the client protocol in's
+ * shape (Gemini: contents with one text part each) */
+static char *tiny_messages(int in, int n, size_t *len) {
+  px_buf_t b;
+  px_buf_init(&b, SIZE_MAX);
+  const char *open = in == PX_PROTO_GEMINI      ? "{\"contents\":["
+                     : in == PX_PROTO_RESPONSES ? "{\"model\":\"m\",\"input\":["
+                                                : "{\"model\":\"m\",\"max_tokens\":16,"
+                                                  "\"messages\":[";
+  CHECK(px_buf_puts(&b, open) == 0);
+  for (int i = 0; i < n; i++) {
+    const char *m = in == PX_PROTO_GEMINI
+                        ? (i % 2 ? "{\"role\":\"model\",\"parts\":[{\"text\":\"a\"}]}"
+                                 : "{\"role\":\"user\",\"parts\":[{\"text\":\"a\"}]}")
+                        : (i % 2 ? "{\"role\":\"assistant\",\"content\":\"a\"}"
+                                 : "{\"role\":\"user\",\"content\":\"a\"}");
+    CHECK(px_buf_puts(&b, i ? "," : "") == 0 && px_buf_puts(&b, m) == 0);
+  }
+  CHECK(px_buf_puts(&b, "]}") == 0);
+  *len = b.len;
+  return px_buf_steal(&b, NULL);
+}
+
+/* 100,000 tiny messages decode into far more than 4 times their body: under
+ * the default budget every client protocol's body is refused as too large
+ * (413), toward every other upstream, the error saying why; the same body
+ * without a budget is translated (the budget is what refuses it), and so
+ * is a body of a few of them under the budget's floor. */
+static void memory_budget(void) {
+  for (int in = 0; in < PX_PROTO_COUNT; in++) {
+    size_t len, small_len;
+    char *body = tiny_messages(in, 100000, &len);
+    char *small = tiny_messages(in, 200, &small_len);
+    for (int out = 0; out < PX_PROTO_COUNT; out++) {
+      if (out == in) continue;
+      px_tr_ctx_t c;
+      request_ctx(&c, in, out, body, len, 0);
+      c.ir_budget = (size_t)PX_TR_IR_FACTOR * len + PX_TR_IR_BASE;
+      char *o = NULL;
+      size_t ol = 0;
+      px_lossy_t l;
+      px_lossy_init(&l);
+      px_tr_err_t err;
+      memset(&err, 0, sizeof(err));
+      int rc = px_translate_request_body(&c, body, len, 0, &o, &ol, &l, &err);
+      CHECK(rc != 0 && o == NULL && err.kind == PX_ERR_TOO_LARGE);
+      CHECK(strstr(err.message, "memory budget") != NULL);
+      if (rc == 0 || err.kind != PX_ERR_TOO_LARGE)
+        fprintf(stderr, "memory_budget: %d -> %d: rc %d, %s\n", in, out, rc, err.message);
+      free(o);
+      o = NULL;
+      if (out == (in + 1) % PX_PROTO_COUNT) { /* unbounded: taken */
+        c.ir_budget = 0;
+        CHECK(px_translate_request_body(&c, body, len, 0, &o, &ol, &l, &err) == 0);
+        free(o);
+        o = NULL;
+      }
+      request_ctx(&c, in, out, small, small_len, 0);
+      c.ir_budget = (size_t)PX_TR_IR_FACTOR * small_len + PX_TR_IR_BASE;
+      CHECK(px_translate_request_body(&c, small, small_len, 0, &o, &ol, &l, &err) == 0);
+      free(o);
+    }
+    free(body);
+    free(small);
+  }
 }
 
 /* ------------------------------------------------------------------------ */
