@@ -307,6 +307,14 @@ static void requests(void) {
               "'video'}]}]}",
               "{'model':'m','max_tokens':9,'messages':[{'role':'user','content':[{'type':"
               "'vide\\u006f'}]}]}");
+  /* the refusal of a call's arguments names its escaped id by value */
+  req_refused(CHAT, ANTH,
+              "{'model':'m','messages':[{'role':'assistant','content':null,'tool_calls':"
+              "[{'id':'call_1','type':'function','function':{'name':'f','arguments':"
+              "'[1]'}}]}]}",
+              "{'model':'m','messages':[{'role':'assistant','content':null,'tool_calls':"
+              "[{'id':'c\\u0061ll_1','type':'function','function':{'name':'f','arguments':"
+              "'[1]'}}]}]}");
   req_refused(RESP, GEM, "{'model':'m','input':[{'type':'video'}]}",
               "{'model':'m','input':[{'type':'v\\u0069deo'}]}");
 }
