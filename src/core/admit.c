@@ -151,8 +151,14 @@ static char *url_decode(px_str_t s) {
   if (o == NULL) return NULL;
   size_t k = 0;
   for (size_t i = 0; i < s.len; i++) {
+    /* the bytes up to the next '%': as they are */
+    const char *pc = memchr(s.ptr + i, '%', s.len - i);
+    size_t run = pc ? (size_t)(pc - s.ptr) - i : s.len - i;
+    memcpy(o + k, s.ptr + i, run);
+    k += run;
+    if ((i += run) == s.len) break;
     int hi = -1, lo = -1;
-    if (s.ptr[i] == '%' && i + 2 < s.len) hi = hexval(s.ptr[i + 1]), lo = hexval(s.ptr[i + 2]);
+    if (i + 2 < s.len) hi = hexval(s.ptr[i + 1]), lo = hexval(s.ptr[i + 2]);
     if (hi >= 0 && lo >= 0) {
       o[k++] = (char)(hi * 16 + lo);
       i += 2;
@@ -161,8 +167,14 @@ static char *url_decode(px_str_t s) {
     }
   }
   int ok = px_header_value_ok(o, k);
-  for (size_t i = 0, l; ok && i < k; i += l)
+  for (size_t i = 0, l; ok && i < k; i += l) {
+    uint64_t w; /* eight ASCII bytes at once */
+    if (i + 8 <= k && (memcpy(&w, o + i, 8), (w & 0x8080808080808080ull) == 0)) {
+      l = 8;
+      continue;
+    }
     ok = (l = px_utf8_seq((unsigned char *)o + i, k - i)) > 0;
+  }
   if (!ok) {
     free(o);
     return NULL;

@@ -195,6 +195,8 @@ static void trace_begin(px_exch_t *x) {
   px_str_t tp = PX_STR(""), ts = PX_STR("");
   for (size_t i = 0; i < x->req->nhdrs; i++) {
     const px_hdr_t *h = &x->req->hdrs[i];
+    if (h->name.len < 10 || (h->name.ptr[0] | 0x20) != 't')
+      continue; /* most differ here */
     if (h->name.len == 11 && strncasecmp(h->name.ptr, "traceparent", 11) == 0)
       tp = h->value;
     else if (h->name.len == 10 && strncasecmp(h->name.ptr, "tracestate", 10) == 0)
@@ -212,7 +214,9 @@ static void trace_begin(px_exch_t *x) {
  * route rewrites it */
 static const px_answer_t *answer_client(px_exch_t *x) {
   if (!x->ans_pass && !x->pt_init) return &x->ans_cl;
-  if (!(x->up_model && x->model && strcmp(x->up_model, x->model) != 0)) return &x->ans_up;
+  if (!(x->up_model && x->model && x->up_model != x->model &&
+        strcmp(x->up_model, x->model) != 0))
+    return &x->ans_up;
   x->ans_cl = x->ans_up;
   px_copy_cut(x->ans_cl.model, sizeof(x->ans_cl.model), px_str(x->model), PX_STR(""));
   x->ans_cl.model_len = (unsigned char)strlen(x->ans_cl.model);

@@ -397,22 +397,21 @@ ENC char *put_u64(char *w, uint64_t v) {
   return v < 100000000 ? put_small(w, (uint32_t)v) : put_big(w, v);
 }
 
-/* a wall-clock time in ns: seconds (10 digits until 2286), their digits
- * kept from the last time (spans end within the same second, as a rule),
- * and 9 digits */
+/* a wall-clock time in ns: seconds (10 digits until 2286, at most 11),
+ * their digits kept from the last time with the second's first ns (spans
+ * end within the same second, as a rule: no division then), and 9 digits */
 ENC char *put_time(char *w, uint64_t hr) {
-  static uint64_t last_sec = UINT64_MAX;
+  static uint64_t sec_ns; /* the kept second, in ns */
   static char sec_text[24];
-  static size_t sec_len;
-  uint64_t v = hr + wall_offset, sec = v / 1000000000;
-  uint32_t ns = (uint32_t)(v - sec * 1000000000);
-  if (sec != last_sec) {
+  static size_t sec_len; /* 0: none kept yet */
+  uint64_t v = hr + wall_offset;
+  if (v - sec_ns >= 1000000000 || sec_len == 0) { /* another second (or before it) */
+    uint64_t sec = v / 1000000000;
     sec_len = (size_t)(put_u64(sec_text, sec) - sec_text);
-    last_sec = sec;
+    sec_ns = sec * 1000000000;
   }
   memcpy(w, sec_text, 16); /* a fixed-length copy: the room has it */
-  if (sec_len > 16) memcpy(w + 16, sec_text + 16, sec_len - 16);
-  return put9(w + sec_len, ns);
+  return put9(w + sec_len, (uint32_t)(v - sec_ns));
 }
 
 /* ,{"key":"K","value":{"stringValue":"V"}} */
@@ -594,9 +593,66 @@ static void fixed_keep(const px_span_t *s, const char **k, const char *w, size_t
   c->op_len = strlen(k[0]);
 }
 
+/* ---------------------------------------------------------------------- */
+/* the answer's attributes: a SERVER span copies its CLIENT span's         */
+
+/* A CLIENT span's answer attributes (the response's model, id and finish
+ * reason, the token counts, the status) as written, noted for the SERVER
+ * span its parent id names, emitted next at the request's end: in a
+ * pass-through request the two hold the same values, read from the one
+ * answer, and the SERVER span copies the text when its values are those
+ * (the strings by address and length, the numbers equal). Only the next
+ * span may use it: a note is dropped at each span and when the batch is
+ * taken. */
+static struct {
+  char parent[16];  /* the SERVER span's id */
+  const char *p[3]; /* the response's model, id and finish reason */
+  size_t n[3];
+  int64_t in, out;
+  int status;
+  size_t at, len; /* the text in the batch; len 0: none */
+} run;
+
+/* the answer's attributes of s (v: its strings from RESP on) at w */
+ENC char *put_answer(char *w, const px_span_t *s, const sv_t *v, const char *base) {
+  if (run.len) {
+    size_t len = run.len;
+    run.len = 0;
+    if (s->kind == PX_SPAN_SERVER && memcmp(run.parent, s->id, 16) == 0 &&
+        run.p[0] == v[0].p && run.p[1] == v[1].p && run.p[2] == v[2].p &&
+        run.n[0] == v[0].n && run.n[1] == v[1].n && run.n[2] == v[2].n &&
+        run.in == s->input_tokens && run.out == s->output_tokens &&
+        run.status == s->status) {
+      memcpy(w, base + run.at, len);
+      return w + len;
+    }
+  }
+  char *at = w;
+  if (v[0].p) ATTR_STR(w, "gen_ai.response.model", v[0].p, v[0].n);
+  if (v[1].p) ATTR_STR(w, "gen_ai.response.id", v[1].p, v[1].n);
+  if (v[2].p) {
+    LIT(w,
+        ",{\"key\":\"gen_ai.response.finish_reasons\",\"value\":{\"arrayValue\":{"
+        "\"values\":[{\"stringValue\":\"");
+    w = put_text(w, v[2].p, v[2].n);
+    LIT(w, "\"}]}}}");
+  }
+  if (s->input_tokens >= 0) ATTR_INT(w, "gen_ai.usage.input_tokens", s->input_tokens);
+  if (s->output_tokens >= 0) ATTR_INT(w, "gen_ai.usage.output_tokens", s->output_tokens);
+  if (s->status > 0) ATTR_INT(w, "http.response.status_code", s->status);
+  if (s->kind == PX_SPAN_CLIENT && s->parent && w > at) {
+    memcpy(run.parent, s->parent, 16);
+    for (int k = 0; k < 3; k++) run.p[k] = v[k].p, run.n[k] = v[k].n;
+    run.in = s->input_tokens, run.out = s->output_tokens, run.status = s->status;
+    run.at = (size_t)(at - base), run.len = (size_t)(w - at);
+  }
+  return w;
+}
+
 /* Writes the span at w (room for its bound reserved); returns the end. */
-static char *put_span(char *w, const px_trace_ctx_t *t, const px_span_t *s, const sv_t *v,
-                      const frag_t *fixed, const char **fk, const sv_t *f) {
+static char *put_span(char *w, const char *base, const px_trace_ctx_t *t,
+                      const px_span_t *s, const sv_t *v, const frag_t *fixed,
+                      const char **fk, const sv_t *f) {
   enum { NAME, REQ, RESP, RID, FIN, USER, ERR };
   const sv_t op = f[0];
   if (nspans) *w++ = ',';
@@ -650,19 +706,9 @@ static char *put_span(char *w, const px_trace_ctx_t *t, const px_span_t *s, cons
     }
     LIT(w, "\"}}");
   }
-  if (v[RESP].p) ATTR_STR(w, "gen_ai.response.model", v[RESP].p, v[RESP].n);
-  if (v[RID].p) ATTR_STR(w, "gen_ai.response.id", v[RID].p, v[RID].n);
-  if (v[FIN].p) {
-    LIT(w,
-        ",{\"key\":\"gen_ai.response.finish_reasons\",\"value\":{\"arrayValue\":{"
-        "\"values\":[{\"stringValue\":\"");
-    w = put_text(w, v[FIN].p, v[FIN].n);
-    LIT(w, "\"}]}}}");
-  }
   if (s->max_tokens >= 0) ATTR_INT(w, "gen_ai.request.max_tokens", s->max_tokens);
-  if (s->input_tokens >= 0) ATTR_INT(w, "gen_ai.usage.input_tokens", s->input_tokens);
-  if (s->output_tokens >= 0) ATTR_INT(w, "gen_ai.usage.output_tokens", s->output_tokens);
-  if (s->status > 0) ATTR_INT(w, "http.response.status_code", s->status);
+  _Static_assert(RID == RESP + 1 && FIN == RESP + 2, "the answer's strings in a row");
+  w = put_answer(w, s, v + RESP, base);
   if (v[ERR].p) ATTR_STR(w, "error.type", v[ERR].p, v[ERR].n);
   if (v[USER].p) ATTR_STR(w, "proxai.user", v[USER].p, v[USER].n);
   if (s->attempt) ATTR_INT(w, "proxai.attempt", s->attempt);
@@ -687,6 +733,10 @@ static char *put_span(char *w, const px_trace_ctx_t *t, const px_span_t *s, cons
   if (v[ERR].p) LIT(w, ",\"status\":{\"code\":2}");
   *w++ = '}';
   return w;
+}
+
+static inline int batch_ready(void) {
+  return nspans >= READY_SPANS || batch.len >= READY_BYTES;
 }
 
 void px_trace_emit(const px_trace_ctx_t *t, const px_span_t *s) {
@@ -714,15 +764,16 @@ void px_trace_emit(const px_trace_ctx_t *t, const px_span_t *s) {
   if (!fixed) strings += f[1].n + f[2].n + f[3].n;
   size_t bound = SPAN_FIXED + ESC_MAX * strings + (s->lossy ? 32 * strlen(s->lossy) : 0);
   if (nspans >= BATCH_SPANS_MAX || (nspans == 0 && put_prefix(&batch) < 0) ||
-      px_buf_reserve(&batch, bound) < 0) {
+      (batch.size - batch.len < bound && px_buf_reserve(&batch, bound) < 0)) {
     if (nspans == 0) batch.len = 0;
+    run.len = 0;
     px_trace_dropped(1, "queue_full");
     return;
   }
-  char *w = put_span(batch.data + batch.len, t, s, v, fixed, fk, f);
+  char *w = put_span(batch.data + batch.len, batch.data, t, s, v, fixed, fk, f);
   batch.len = (size_t)(w - batch.data);
   nspans++;
-  if (!ready_signalled && ready_cb && px_trace_ready()) {
+  if (!ready_signalled && ready_cb && batch_ready()) {
     ready_signalled = 1;
     ready_cb();
   }
@@ -733,7 +784,7 @@ size_t px_trace_pending(void) {
 }
 
 int px_trace_ready(void) {
-  return nspans >= READY_SPANS || batch.len >= READY_BYTES;
+  return batch_ready();
 }
 
 size_t px_trace_take(px_buf_t *body) {
@@ -754,6 +805,7 @@ size_t px_trace_take(px_buf_t *body) {
   size_t n = nspans;
   nspans = 0;
   ready_signalled = 0;
+  run.len = 0;
   return n;
 }
 
@@ -773,6 +825,7 @@ void px_trace_clock(void) {
 
 void px_trace_reset(void) {
   frags_drop();
+  run.len = 0;
   px_buf_free(&batch);
   memset(&batch, 0, sizeof(batch));
   nspans = 0;

@@ -1948,37 +1948,40 @@ static int gem_match(const char *path, size_t len, px_inbound_t *in) {
   return 0;
 }
 
-/* percent-encode everything but RFC 3986 unreserved characters */
-static int put_encoded(px_buf_t *out, const char *s) {
-  static const char hex[] = "0123456789ABCDEF";
-  int rc = 0;
-  const unsigned char *p = (const unsigned char *)s;
-  while (*p && rc == 0) {
-    const unsigned char *run =
-        p; /* the unreserved bytes up to the next other: one append */
-    while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-           (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' || *p == '_' || *p == '~')
-      p++;
-    if (p > run) rc = px_buf_append(out, run, (size_t)(p - run));
-    if (*p && rc == 0) {
-      char e[3] = {'%', hex[*p >> 4], hex[*p & 15]};
-      rc = px_buf_append(out, e, 3);
-      p++;
-    }
-  }
-  return rc;
-}
+/* RFC 3986 unreserved bytes: written as they are in a path */
+static const unsigned char unreserved[256] = {
+    ['a' ... 'z'] = 1, ['A' ... 'Z'] = 1, ['0' ... '9'] = 1, ['-'] = 1,
+    ['.'] = 1,         ['_'] = 1,         ['~'] = 1};
 
 static int gem_upstream_url(px_buf_t *out, const char *model, int stream,
                             px_endpoint_t ep) {
+  static const char root[] = "/v1beta/models/";
   if (ep == PX_EP_MODELS) return PX_EINVAL;
-  int rc = px_buf_puts(out, "/v1beta/models/");
-  if (rc == 0) rc = put_encoded(out, model ? model : "");
-  if (rc == 0)
-    rc = px_buf_puts(out, ep == PX_EP_COUNT_TOKENS ? ":countTokens"
-                          : stream                 ? ":streamGenerateContent?alt=sse"
-                                                   : ":generateContent");
-  return rc;
+  const char *tail = ep == PX_EP_COUNT_TOKENS ? ":countTokens"
+                     : stream                 ? ":streamGenerateContent?alt=sse"
+                                              : ":generateContent";
+  const unsigned char *m = (const unsigned char *)(model ? model : "");
+  size_t ml = strlen((const char *)m), tl = strlen(tail);
+  /* room for the longest: every byte of the model percent-encoded */
+  int rc = px_buf_reserve(out, sizeof(root) - 1 + 3 * ml + tl);
+  if (rc < 0) return rc;
+  char *o = out->data + out->len;
+  memcpy(o, root, sizeof(root) - 1);
+  o += sizeof(root) - 1;
+  for (size_t i = 0; i < ml;) {
+    size_t r = i; /* a run of unreserved bytes: one copy */
+    while (r < ml && unreserved[m[r]]) r++;
+    memcpy(o, m + i, r - i);
+    o += r - i;
+    if ((i = r) < ml) { /* percent-encoded */
+      *o++ = '%';
+      *o++ = "0123456789ABCDEF"[m[i] >> 4];
+      *o++ = "0123456789ABCDEF"[m[i++] & 15];
+    }
+  }
+  memcpy(o, tail, tl);
+  out->len = (size_t)(o + tl - out->data);
+  return 0;
 }
 
 static int64_t gem_count_decode(json_t *body) {

@@ -169,6 +169,7 @@ struct px_sdec {
   size_t pargs_held; /* bytes the streaming call's arguments hold (max_accum) */
   px_usage_t usage; /* an event's usage as px_ev_init leaves it */
   px_buf_t scratch; /* the fast path's unescaped text */
+  struct gf_memo *memo; /* the fast path's tail memo (see fast_chunk), or NULL */
 };
 
 px_sdec_t *px_gemini_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *arg) {
@@ -189,6 +190,7 @@ px_sdec_t *px_gemini_sdec_new(const px_tr_ctx_t *ctx, px_ev_sink_fn sink, void *
 void px_gemini_sdec_free(px_sdec_t *d) {
   if (d == NULL) return;
   px_buf_free(&d->scratch);
+  free(d->memo);
   pa_free(d->pargs);
   free(d->run_path);
   px_buf_free(&d->run);
@@ -644,7 +646,24 @@ static int sd_chunk(px_sdec_t *d, const px_fv_t *j, px_arena_t *ar) {
  * signatures, calls, errors, promptFeedback, several candidates or parts,
  * escaped ids or finish reasons, chunks after the finish) returns "not
  * handled" and goes to the general path, which stays the arbiter. Nothing
- * is emitted before the whole chunk has been checked. */
+ * is emitted before the whole chunk has been checked.
+ *
+ * Tail memo: a chunk that opens the usual way (`{"candidates":[{"content":
+ * {"parts":[{"text":`, blanks allowed) has the walk in the same state after
+ * its text whatever the text, and a stream's chunks repeat the bytes after
+ * it (the rest of the candidate, usageMetadata, modelVersion, responseId),
+ * but for the counts when the usage is live. So the decoder keeps the last
+ * walked tail with its integers as holes and the members the walk met in
+ * it: a chunk whose tail is the same bytes around valid integers (of any
+ * length) is validated exactly as if walked again (the same tokens but for
+ * integers, which the walk accepts the same way) and handled as that one
+ * was, with its own text. What else the walk reads in a tail (the id, the
+ * model, the counts, a finishReason) only the first chunk and the finish
+ * use: the memo is read once the message has started, and a tail with a
+ * finishReason is not kept. */
+
+#define GF_MEMO_MAX 512 /* longest tail kept */
+#define GF_HOLES 12     /* most integers in it */
 
 typedef struct gf {
   const unsigned char *p;
@@ -653,6 +672,15 @@ typedef struct gf {
   px_fj_str_t text, fr, model, rid;
   int64_t um[4]; /* prompt, candidates, thoughts, cached; -1 */
 } gf_t;
+
+/* A tail: its bytes, integers at hole_at[k]..hole_end[k] (offsets in it),
+ * the members the walk of its chunk met (gf_t.seen) */
+typedef struct gf_memo {
+  uint16_t len, cap, nholes;
+  uint16_t hole_at[GF_HOLES], hole_end[GF_HOLES];
+  unsigned seen;
+  unsigned char tail[];
+} gf_memo_t;
 
 enum {
   GF_CANDS = 1u << 0,
@@ -666,6 +694,8 @@ enum {
   GF_UM0 = 1u << 8,   /* .. 1u << 11: the four counts */
   GF_DROP0 = 1u << 12 /* .. 1u << 14: cand_drops[] */
 };
+/* what the usual head reads */
+#define GF_HEAD_SEEN (GF_CANDS | GF_CONTENT | GF_PARTS | GF_TEXT)
 
 #define GF_IS(k, kl, lit) \
   ((kl) == sizeof(lit) - 1 && memcmp((k), lit, sizeof(lit) - 1) == 0)
@@ -710,18 +740,35 @@ static inline int gf_key(gf_t *g, const unsigned char **k, size_t *kl) {
 static const char gf_head[] = "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"";
 #define GF_HEAD_LEN (sizeof(gf_head) - 2) /* up to the quote */
 
-/* The one part: {"text":".."} and nothing else. resume: g->i on the text. */
+/* The index of the text's opening quote when p[0..n) opens with the usual
+ * head (blanks between its tokens, as the real API writes it, allowed),
+ * else 0. */
+static size_t gf_head_end(const unsigned char *p, size_t n) {
+  if (n > GF_HEAD_LEN && memcmp(p, gf_head, GF_HEAD_LEN) == 0) return GF_HEAD_LEN;
+  static const char *const tok[] = {
+      "{", "\"candidates\"", ":", "[", "{", "\"content\"", ":",
+      "{", "\"parts\"",      ":", "[", "{", "\"text\"",    ":"};
+  size_t i = 0;
+  for (size_t k = 0; k < sizeof(tok) / sizeof(tok[0]); k++) {
+    size_t l = strlen(tok[k]);
+    i = px_json_ws(p, n, i);
+    if (n - i < l || memcmp(p + i, tok[k], l) != 0) return 0;
+    i += l;
+  }
+  i = px_json_ws(p, n, i);
+  return i < n && p[i] == '"' ? i : 0;
+}
+
+/* The one part: {"text":".."} and nothing else. resume: g->i past the
+ * text. */
 static int gf_part(gf_t *g, int resume) {
   const unsigned char *k;
   size_t kl;
   int r = 1;
-  if (resume) {
-    g->seen |= GF_TEXT;
-    if (gf_str(g, &g->text) < 0) return -1;
+  if (resume)
     r = px_fj_next(g->p, g->n, &g->i, '}');
-  } else if ((r = gf_open(g, '{', '}')) <= 0) {
+  else if ((r = gf_open(g, '{', '}')) <= 0)
     return -1;
-  }
   for (; r > 0; r = px_fj_next(g->p, g->n, &g->i, '}')) {
     if (gf_key(g, &k, &kl) < 0 || !GF_IS(k, kl, "text") || gf_once(g, GF_TEXT) < 0 ||
         gf_str(g, &g->text) < 0)
@@ -736,7 +783,6 @@ static int gf_content(gf_t *g, int resume) {
   size_t kl;
   int r;
   if (resume) {
-    g->seen |= GF_PARTS;
     if (gf_part(g, 1) < 0 || px_fj_next(g->p, g->n, &g->i, ']') != 0) return -1;
     r = px_fj_next(g->p, g->n, &g->i, '}');
   } else {
@@ -763,7 +809,6 @@ static int gf_cands(gf_t *g, int resume) {
   size_t kl;
   int r;
   if (resume) {
-    g->seen |= GF_CONTENT;
     if (gf_content(g, 1) < 0) return -1;
     r = px_fj_next(g->p, g->n, &g->i, '}');
   } else {
@@ -813,41 +858,111 @@ static int gf_usage(gf_t *g) {
   return r;
 }
 
+/* The members of the chunk from g->i: after the candidates when resumed,
+ * else from its '{'. 0 when the chunk is one the fast path reads, -1 else. */
+static int gf_walk(gf_t *g, int resume) {
+  const unsigned char *k;
+  size_t kl;
+  int r = resume ? px_fj_next(g->p, g->n, &g->i, '}') : gf_open(g, '{', '}');
+  for (; r > 0; r = px_fj_next(g->p, g->n, &g->i, '}')) {
+    if (gf_key(g, &k, &kl) < 0) return -1;
+    if (GF_IS(k, kl, "candidates")) {
+      if (gf_once(g, GF_CANDS) < 0 || gf_cands(g, 0) < 0) return -1;
+    } else if (GF_IS(k, kl, "usageMetadata")) {
+      if (gf_once(g, GF_USAGE) < 0 || gf_usage(g) < 0) return -1;
+    } else if (GF_IS(k, kl, "modelVersion")) {
+      if (gf_once(g, GF_MODEL) < 0 || gf_str(g, &g->model) < 0) return -1;
+    } else if (GF_IS(k, kl, "responseId")) {
+      if (gf_once(g, GF_RID) < 0 || gf_str(g, &g->rid) < 0) return -1;
+    } else if (GF_IS(k, kl, "error") || GF_IS(k, kl, "promptFeedback")) {
+      return -1;
+    } else if (px_fj_pass(g->p, g->n, &g->i, 1) < 0) {
+      return -1;
+    }
+  }
+  if (r < 0 || px_json_ws(g->p, g->n, g->i) != g->n || !(g->seen & GF_CANDS)) return -1;
+  return 0;
+}
+
+/* The tail p[t..n) of a chunk walked from the usual head, kept as the
+ * memo (none when it is too long, has too many integers or a
+ * finishReason). */
+static void gf_memo_keep(px_sdec_t *d, const gf_t *g, size_t t) {
+  size_t len = g->n - t;
+  gf_memo_t *m = d->memo;
+  if (m != NULL) m->len = 0; /* none until complete */
+  if (len > GF_MEMO_MAX || g->fr.set) return;
+  if (m == NULL || m->cap < len) {
+    gf_memo_t *nm = realloc(m, sizeof(*m) + len);
+    if (nm == NULL) return;
+    d->memo = m = nm;
+    m->cap = (uint16_t)len;
+    m->len = 0;
+  }
+  /* the integers: outside strings, a '-' or a digit opens one (the walk
+   * checked every byte: strings end before n, numbers are integers) */
+  const unsigned char *p = g->p + t;
+  unsigned nh = 0;
+  for (size_t i = 0; i < len;) {
+    unsigned char c = p[i];
+    if (c == '"') {
+      for (i++; i < len && p[i] != '"'; i++)
+        if (p[i] == '\\') i++;
+      i++;
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+      size_t e = px_fj_int_end(p, len, i);
+      if (e == 0 || nh == GF_HOLES) return;
+      m->hole_at[nh] = (uint16_t)i;
+      m->hole_end[nh++] = (uint16_t)e;
+      i = e;
+    } else {
+      i++;
+    }
+  }
+  memcpy(m->tail, p, len);
+  m->nholes = (uint16_t)nh;
+  m->seen = g->seen;
+  m->len = (uint16_t)len;
+}
+
+/* The chunk's tail g->p[g->i..n) against memo m: 1 when it is the memo's
+ * bytes around valid integers (g->seen then what the walk meets), 0 else. */
+static int gf_memo_read(const gf_memo_t *m, gf_t *g) {
+  const unsigned char *p = g->p;
+  size_t n = g->n, q = g->i, from = 0;
+  for (unsigned k = 0;; k++) {
+    size_t to = k < m->nholes ? m->hole_at[k] : m->len, sl = to - from;
+    if (n - q < sl || memcmp(p + q, m->tail + from, sl) != 0) return 0;
+    q += sl;
+    if (k == m->nholes) break;
+    if ((q = px_fj_int_end(p, n, q)) == 0) return 0;
+    from = m->hole_end[k];
+  }
+  if (q != n) return 0;
+  g->seen = m->seen;
+  return 1;
+}
+
 /* Returns 1 when the chunk was handled, 0 to use the general path, <0 on a
  * sink error. */
 static int fast_chunk(px_sdec_t *d, const char *data, size_t n) {
   gf_t g = {.p = (const unsigned char *)data, .n = n, .um = {-1, -1, -1, -1}};
-  const unsigned char *k;
-  size_t kl;
   if (d->ended || d->pargs != NULL) return 0; /* late usage, a call streaming: rare */
-  int r;
-  if (n > GF_HEAD_LEN && memcmp(data, gf_head, GF_HEAD_LEN) == 0) {
-    g.i = GF_HEAD_LEN; /* the text's opening quote */
-    g.seen = GF_CANDS;
-    if (gf_cands(&g, 1) < 0) return 0;
-    r = px_fj_next(g.p, n, &g.i, '}');
+  size_t h = gf_head_end(g.p, n);
+  if (h > 0) { /* the text, then the tail: from the memo or walked */
+    g.i = h;
+    g.seen = GF_HEAD_SEEN;
+    if (gf_str(&g, &g.text) < 0) return 0;
+    size_t t = g.i;
+    if (!d->started || d->memo == NULL || d->memo->len == 0 ||
+        !gf_memo_read(d->memo, &g)) {
+      if (gf_cands(&g, 1) < 0 || gf_walk(&g, 1) < 0) return 0;
+      gf_memo_keep(d, &g, t);
+    }
   } else {
     g.i = px_json_ws(g.p, n, 0);
-    if (g.i >= n) return 0;
-    r = gf_open(&g, '{', '}');
+    if (g.i >= n || gf_walk(&g, 0) < 0) return 0;
   }
-  for (; r > 0; r = px_fj_next(g.p, n, &g.i, '}')) {
-    if (gf_key(&g, &k, &kl) < 0) return 0;
-    if (GF_IS(k, kl, "candidates")) {
-      if (gf_once(&g, GF_CANDS) < 0 || gf_cands(&g, 0) < 0) return 0;
-    } else if (GF_IS(k, kl, "usageMetadata")) {
-      if (gf_once(&g, GF_USAGE) < 0 || gf_usage(&g) < 0) return 0;
-    } else if (GF_IS(k, kl, "modelVersion")) {
-      if (gf_once(&g, GF_MODEL) < 0 || gf_str(&g, &g.model) < 0) return 0;
-    } else if (GF_IS(k, kl, "responseId")) {
-      if (gf_once(&g, GF_RID) < 0 || gf_str(&g, &g.rid) < 0) return 0;
-    } else if (GF_IS(k, kl, "error") || GF_IS(k, kl, "promptFeedback")) {
-      return 0;
-    } else if (px_fj_pass(g.p, n, &g.i, 1) < 0) {
-      return 0;
-    }
-  }
-  if (r < 0 || px_json_ws(g.p, n, g.i) != n || !(g.seen & GF_CANDS)) return 0;
   /* the members read, as the general path reads them */
   char fr[32];
   size_t frl = g.fr.e - g.fr.s;

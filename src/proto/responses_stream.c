@@ -34,6 +34,7 @@
 #define MAX_BLOCKS 4096
 #define DEFAULT_ACCUM (64u << 20)
 #define MEMO_HOLES 4
+#define UP_ID_MAX 159 /* bytes of the upstream's id kept for the ids */
 
 /* ====================================================================== */
 /* Decoder                                                                 */
@@ -110,7 +111,7 @@ static dblock_t *dstart(px_sdec_t *d, int oi, int ci, px_block_t kind, const cha
                         const char *name, int custom) {
   if (d->nblocks >= MAX_BLOCKS) return NULL;
   if (d->nblocks == d->cap) {
-    size_t nc = d->cap ? d->cap * 2 : 8;
+    size_t nc = d->cap ? d->cap * 2 : 2; /* most streams hold one or two */
     dblock_t *nb = realloc(d->blocks, nc * sizeof(*nb));
     if (nb == NULL) return NULL;
     d->blocks = nb;
@@ -1165,13 +1166,16 @@ struct px_senc {
   px_buf_t *out;
   estate_t state;
   int64_t seq;
-  char resp_id[160];
-  char up_id[160];
+  /* the ids, each allocated to its length (a stream idles holding them):
+   * the response's (NULL: none yet, see eresp_id), the upstream's the item
+   * ids derive from (at most UP_ID_MAX bytes of it), the open message's */
+  char *resp_id;
+  char *up_id;
   int next_oi;
   int nmsg;
   /* open message item */
   int msg_oi;
-  char msg_id[200];
+  char *msg_id;
   px_buf_t msg_parts; /* its content parts so far, comma-separated */
   int msg_nparts;
   int has_refusal;
@@ -1205,6 +1209,17 @@ static __thread px_senc_t *live;
 
 static void eset(px_senc_t *e, estate_t s) {
   e->state = s;
+}
+
+/* The response id: none before the stream starts (an error then names the
+ * response resp_proxai_error). */
+static const char *eresp_id(const px_senc_t *e) {
+  return e->resp_id != NULL ? e->resp_id : "resp_proxai_error";
+}
+
+/* The upstream id the item ids derive from ("" when there is none yet). */
+static const char *eup_id(const px_senc_t *e) {
+  return e->up_id != NULL ? e->up_id : "";
 }
 
 /* Accumulated text is bounded by max_accum. The closing events repeat a
@@ -1489,7 +1504,7 @@ static int wresponse(px_senc_t *e, const char *status, const char *reason,
                      int with_output) {
   px_buf_t *s = escratch(e);
   if (wlit(s, "{\"response\":") ||
-      px_responses_object_head(s, &e->ctx, e->resp_id, e->ctx.created, status, reason))
+      px_responses_object_head(s, &e->ctx, eresp_id(e), e->ctx.created, status, reason))
     return 1;
   int first = 1;
   for (size_t i = 0; with_output && i < e->nitems; i++) {
@@ -1578,7 +1593,10 @@ static int eitem_added(px_senc_t *e, int oi, int fail) {
 
 static int eopen_msg(px_senc_t *e) {
   if (e->msg_oi >= 0) return 0;
-  px_responses_msg_id(e->up_id, e->nmsg++, e->msg_id, sizeof(e->msg_id));
+  char id[200];
+  px_responses_msg_id(eup_id(e), e->nmsg++, id, sizeof(id));
+  free(e->msg_id);
+  if ((e->msg_id = strdup(id)) == NULL) return PX_ENOMEM;
   px_buf_init(&e->msg_parts, SIZE_MAX);
   e->msg_nparts = 0;
   int oi = enew_item(e);
@@ -1592,7 +1610,9 @@ static int eopen_msg(px_senc_t *e) {
 static eblock_t *eblock(px_senc_t *e, int index) {
   if (index < 0 || index >= MAX_BLOCKS) return NULL;
   if ((size_t)index >= e->nblocks) {
-    size_t n = (size_t)index + 8;
+    /* most streams use one or two blocks: exact, then doubling */
+    size_t n = e->nblocks * 2 > (size_t)index ? e->nblocks * 2 : (size_t)index + 1;
+    if (n > MAX_BLOCKS) n = MAX_BLOCKS;
     eblock_t *nb = realloc(e->blocks, n * sizeof(*nb));
     if (nb == NULL) return NULL;
     memset(nb + e->nblocks, 0, (n - e->nblocks) * sizeof(*nb));
@@ -1697,7 +1717,7 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
       rc = eclose_msg(e);
       if (rc < 0) return rc;
       char *rid = dupn(ev->id);
-      px_responses_rs_id(e->up_id, rid, e->next_oi, id, sizeof(id));
+      px_responses_rs_id(eup_id(e), rid, e->next_oi, id, sizeof(id));
       free(rid);
       b->item_id = strdup(id);
       b->content_index = -1;
@@ -1723,9 +1743,9 @@ static int e_block_start(px_senc_t *e, const px_ev_t *ev) {
       if (b->call_id == NULL || b->name == NULL) return PX_ENOMEM;
       b->custom = ev->custom;
       if (b->custom)
-        px_responses_ctc_id(e->up_id, b->call_id, e->next_oi, id, sizeof(id));
+        px_responses_ctc_id(eup_id(e), b->call_id, e->next_oi, id, sizeof(id));
       else
-        px_responses_fc_id(e->up_id, b->call_id, e->next_oi, id, sizeof(id));
+        px_responses_fc_id(eup_id(e), b->call_id, e->next_oi, id, sizeof(id));
       b->item_id = strdup(id);
       b->content_index = -1;
       int oi = enew_item(e);
@@ -1962,16 +1982,16 @@ static int e_block_stop(px_senc_t *e, const px_ev_t *ev) {
 }
 
 static int e_start(px_senc_t *e, const px_ev_t *ev) {
-  char idb[160];
-  size_t n = ev->id.len < sizeof(idb) - 1 ? ev->id.len : sizeof(idb) - 1;
+  char idb[UP_ID_MAX + 1], rid[UP_ID_MAX + 1];
+  size_t n = ev->id.len < UP_ID_MAX ? ev->id.len : UP_ID_MAX;
   if (n) memcpy(idb, ev->id.ptr, n);
   idb[n] = 0;
-  memcpy(e->up_id, idb, n < sizeof(e->up_id) - 1 ? n + 1 : sizeof(e->up_id) - 1);
-  e->up_id[sizeof(e->up_id) - 1] = 0;
   if (e->ctx.resp_id != NULL)
-    snprintf(e->resp_id, sizeof(e->resp_id), "%s", e->ctx.resp_id);
+    snprintf(rid, sizeof(rid), "%s", e->ctx.resp_id);
   else
-    px_responses_resp_id(idb, e->resp_id, sizeof(e->resp_id));
+    px_responses_resp_id(idb, rid, sizeof(rid));
+  if ((e->up_id = strdup(idb)) == NULL || (e->resp_id = strdup(rid)) == NULL)
+    return PX_ENOMEM;
   if (ev->usage.input_tokens >= 0) e->usage.input_tokens = ev->usage.input_tokens;
   if (ev->usage.cache_read_tokens >= 0)
     e->usage.cache_read_tokens = ev->usage.cache_read_tokens;
@@ -2183,7 +2203,8 @@ static int werror_member(px_buf_t *s, size_t head, const char *code, px_str_t ms
 static int e_error(px_senc_t *e, px_errkind_t kind, px_str_t msg) {
   int rc = 0;
   if (e->state == E_INIT) {
-    snprintf(e->resp_id, sizeof(e->resp_id), "resp_proxai_error");
+    free(e->resp_id); /* eresp_id: resp_proxai_error */
+    e->resp_id = NULL;
     rc = esend(e, "response.created", wresponse(e, "in_progress", NULL, 0));
     if (rc < 0) return rc;
   }
@@ -2194,7 +2215,7 @@ static int e_error(px_senc_t *e, px_errkind_t kind, px_str_t msg) {
   for (int with_output = 1; with_output >= 0; with_output--) {
     px_buf_t *s = escratch(e);
     int fail = wlit(s, "{\"response\":") ||
-               px_responses_object_head(s, &e->ctx, e->resp_id, e->ctx.created, "failed",
+               px_responses_object_head(s, &e->ctx, eresp_id(e), e->ctx.created, "failed",
                                         NULL) ||
                werror_member(s, 0, code, msg);
     int first = 1;
@@ -2348,5 +2369,8 @@ void px_responses_senc_free(px_senc_t *e) {
   px_buf_free(&e->msg_parts);
   free(e->explanation);
   px_buf_free(&e->scratch);
+  free(e->resp_id);
+  free(e->up_id);
+  free(e->msg_id);
   free(e);
 }

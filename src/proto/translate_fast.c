@@ -122,8 +122,11 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
     return rc == PX_FAST_REFUSE ? PX_FAST_REFUSE : PX_FAST_DECLINE;
   }
   *out_len = b.len - 1;
+  size_t room = b.size - b.len;
   *out = px_buf_steal(&b, NULL);
-  if (sp && sp->bytes) { /* the room reserved for the spans' bytes goes */
+  /* the room reserved and not used (the spans' bytes, the doubling) goes:
+   * the body is held while its request is in flight (a stream's life) */
+  if (room >= 64) {
     char *o = realloc(*out, *out_len + 1);
     if (o) *out = o;
   }

@@ -73,7 +73,10 @@ void px_usage_read(const px_wire_watch_t *w, const char *p, size_t n, const char
 static int64_t int_at(const char *p, size_t n) {
   if (n == 0 || p[0] < '0' || p[0] > '9') return -1;
   int64_t v = 0;
-  for (size_t i = 0; i < n && p[i] >= '0' && p[i] <= '9'; i++) {
+  size_t i = 0;
+  for (; i < n && i < 18 && p[i] >= '0' && p[i] <= '9'; i++) /* 18 digits fit */
+    v = v * 10 + (p[i] - '0');
+  for (; i < n && p[i] >= '0' && p[i] <= '9'; i++) {
     if (v > (INT64_MAX - (p[i] - '0')) / 10) return INT64_MAX; /* as strtoll saturates */
     v = v * 10 + (p[i] - '0');
   }
@@ -267,39 +270,62 @@ static int top_object_member_blocks(const char *text, size_t n, const char *name
 }
 #endif
 
-/* The opening quote of the string whose closing quote is p[j], or END: the
- * nearest quote before it that no odd run of backslashes escapes. */
-static size_t string_open(const char *p, size_t j) {
-  while (j > 0) {
-    const char *q = memrchr(p, '"', j);
-    if (q == NULL) return END;
-    j = (size_t)(q - p);
-    size_t b = j;
-    while (b > 0 && p[b - 1] == '\\') b--;
-    if (((j - b) & 1) == 0) return j;
-  }
-  return END;
-}
+/* The marks of p[lo..i) walked down from i: quotes, and the bytes that may
+ * be brackets (next_mark's test), 32 bytes tested at once (SSE2, else
+ * one at a time into the same masks) and taken from the masks, highest
+ * first, with no reload per mark. */
+typedef struct rmarks {
+  const unsigned char *p;
+  size_t lo, base; /* the bytes below base are still to test */
+  unsigned q, b;   /* the quotes and bracket-likes of p[base..base + 32) not taken */
+} rmarks_t;
 
-/* The last index j < i (j >= lo) where p[j] may be a quote or a bracket
- * (next_mark's test, backwards), else END. */
-static size_t prev_mark(const unsigned char *p, size_t lo, size_t i) {
+/* The next 32 bytes below (fewer at lo): 0 when there are none. */
+static inline int rmarks_load(rmarks_t *r) {
+  if (r->base <= r->lo) return 0;
+  size_t k = r->base - r->lo < 32 ? r->base - r->lo : 32;
+  r->base -= k;
+  const unsigned char *p = r->p + r->base;
 #if defined(__SSE2__)
-  const __m128i mask = _mm_set1_epi8((char)~0x26), br = _mm_set1_epi8(0x59),
-                qt = _mm_set1_epi8('"');
-  for (; i >= lo + 16; i -= 16) {
-    __m128i v = _mm_loadu_si128((const __m128i *)(p + i - 16));
-    __m128i hit =
-        _mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(v, mask), br), _mm_cmpeq_epi8(v, qt));
-    unsigned m = (unsigned)_mm_movemask_epi8(hit);
-    if (m) return i - 16 + (size_t)(31 - __builtin_clz(m));
+  if (k == 32) {
+    const __m128i mask = _mm_set1_epi8((char)~0x26), br = _mm_set1_epi8(0x59),
+                  qt = _mm_set1_epi8('"');
+    __m128i v0 = _mm_loadu_si128((const __m128i *)p),
+            v1 = _mm_loadu_si128((const __m128i *)(p + 16));
+    r->q = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v0, qt)) |
+           (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v1, qt)) << 16;
+    r->b = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(v0, mask), br)) |
+           (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(v1, mask), br)) << 16;
+    return 1;
   }
 #endif
-  while (i > lo) {
-    unsigned char c = p[--i];
-    if (c == '"' || c == '{' || c == '}' || c == '[' || c == ']') return i;
+  r->q = r->b = 0;
+  for (unsigned i = 0; i < k; i++) {
+    r->q |= (unsigned)(p[i] == '"') << i;
+    r->b |= (unsigned)((p[i] & ~0x26) == 0x59) << i;
   }
-  return END;
+  return 1;
+}
+
+/* The next mark below the last one taken, else END. */
+static inline size_t rmark(rmarks_t *r) {
+  while ((r->q | r->b) == 0)
+    if (!rmarks_load(r)) return END;
+  unsigned bit = 31 - (unsigned)__builtin_clz(r->q | r->b), keep = ~(1u << bit);
+  r->q &= keep;
+  r->b &= keep;
+  return r->base + bit;
+}
+
+/* The next quote below the last mark taken, else END; the marks between
+ * (inside a string) are dropped. */
+static inline size_t rquote(rmarks_t *r) {
+  while (r->q == 0)
+    if (!rmarks_load(r)) return END;
+  unsigned bit = 31 - (unsigned)__builtin_clz(r->q), keep = (1u << bit) - 1;
+  r->q &= keep;
+  r->b &= keep;
+  return r->base + bit;
 }
 
 /* Every protocol puts usage last: the top-level member `name` found walking
@@ -323,13 +349,19 @@ static int top_member_from_end(const char *text, size_t n, const char *name,
     j--;
   if (j <= first || p[j - 1] != '}' || p[first] != '{') return -1;
   size_t depth = 0, open = END;
+  rmarks_t r = {p, first, j, 0, 0};
   for (;;) {
-    j = prev_mark(p, first, j);
+    j = rmark(&r);
     if (j == END) return -1;
     unsigned char c = p[j];
-    if (c == '"') {
-      size_t k = string_open(text, j);
-      if (k == END || k < first) return -1;
+    if (c == '"') { /* the string's opening quote: the next quote no odd run
+                     * of backslashes escapes */
+      size_t k, b;
+      do {
+        if ((k = rquote(&r)) == END) return -1;
+        for (b = k; b > 0 && p[b - 1] == '\\';) b--;
+      } while ((k - b) & 1);
+      if (depth > 2) continue; /* no name the walk reads */
       size_t kl = j - k - 1, e = skip_ws(text, j + 1, n);
       if (depth == 2 && e < n && p[e] == ':') { /* a member of a second-level object */
         for (size_t m = 0; m < pk->n; m++)
@@ -344,7 +376,6 @@ static int top_member_from_end(const char *text, size_t n, const char *name,
         if (at) *at = k;
         return 1;
       }
-      j = k;
     } else if (c == '}' || c == ']') {
       if (++depth == 2) /* a new second-level container: forget the last */
         for (size_t m = 0; m < pk->n; m++) pk->at[m] = END;
@@ -702,6 +733,55 @@ static int last_member_fast(const char *p, size_t n, const char *name, const cha
 }
 #endif
 
+/* The finish reason when its member is the last one before p[e] in
+ * compact JSON (a finish chunk's "name":"stop"}]}, a body's
+ * "name":"stop"}],"usage"): "name" then ':', a string value without a
+ * backslash or null, then closing brackets (and one comma) up to e. 1: it
+ * is (*s as last_member_fast sets it: the last "name": there is this one,
+ * no other name ends in the bytes after it), 0: another shape (the caller
+ * walks back as before). */
+static int finish_at_end(const char *p, size_t e, const char *name, size_t *s,
+                         size_t *l) {
+  static const char *last_name; /* the protocols' literals: the length kept */
+  static size_t nl;
+  if (name != last_name) nl = strlen(name), last_name = name;
+  size_t j = e, v;
+  if (j > 0 && p[j - 1] == ',') j--;
+  while (j > 0 && (p[j - 1] == '}' || p[j - 1] == ']')) j--;
+  if (j >= 4 && memcmp(p + j - 4, "null", 4) == 0) {
+    v = j - 4;
+    *s = END;
+  } else if (j >= 2 && p[j - 1] == '"') {
+    /* back to the opening quote (finish words are short): the last quote
+     * or backslash before the closing one, sixteen bytes at a time */
+    size_t k = j - 1, q = END;
+#if defined(__SSE2__)
+    for (; k >= 16 && j - k < 64; k -= 16) {
+      __m128i c = _mm_loadu_si128((const __m128i *)(p + k - 16));
+      unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(
+          _mm_cmpeq_epi8(c, _mm_set1_epi8('"')), _mm_cmpeq_epi8(c, _mm_set1_epi8('\\'))));
+      if (m) {
+        q = k - 16 + (size_t)(31 - __builtin_clz(m));
+        break;
+      }
+    }
+    if (q == END)
+#endif
+      for (; k > 0 && j - k < 64; k--)
+        if (p[k - 1] == '"' || p[k - 1] == '\\') {
+          q = k - 1;
+          break;
+        }
+    if (q == END || p[q] != '"') return 0;
+    v = q;
+    *s = v, *l = j - v;
+  } else {
+    return 0;
+  }
+  return v >= nl + 3 && p[v - 1] == ':' && p[v - 2] == '"' && p[v - nl - 3] == '"' &&
+         memcmp(p + v - nl - 2, name, nl) == 0 && !(v >= nl + 4 && p[v - nl - 4] == '\\');
+}
+
 /* The finish reason of answer_read: the last member of its name (Chat and
  * Gemini: before their list's name, back from the end; Anthropic: after
  * the content), else the one under outer */
@@ -710,11 +790,14 @@ static void answer_finish(const px_wire_watch_t *w, const char *p, size_t n,
   size_t s, l;
   if (!w->finish_key) return;
   if (w->finish_list || w->finish_last) { /* only the usage and the like follow */
-#if defined(__SSE2__)
     /* before the usage member first: what follows it was walked already */
-    if (!(tail != END &&
-          last_member_fast(p, tail, w->finish_key, w->finish_list, &s, &l)) &&
-        !last_member_fast(p, n, w->finish_key, w->finish_list, &s, &l))
+    if (finish_at_end(p, tail != END ? tail : n, w->finish_key, &s, &l)) {
+      /* the member just before the end (usage): decided in a few bytes */
+    } else
+#if defined(__SSE2__)
+        if (!(tail != END &&
+              last_member_fast(p, tail, w->finish_key, w->finish_list, &s, &l)) &&
+            !last_member_fast(p, n, w->finish_key, w->finish_list, &s, &l))
 #endif
       last_member(p, n, w->finish_key, w->finish_list, &s, &l);
   } else {
@@ -765,6 +848,53 @@ static int lead_ids(const char *p, size_t n, size_t o, const char *const *nm,
   }
 }
 
+#if defined(__SSE2__)
+/* lead_ids by the names' bytes rather than a walk of the members: an
+ * unescaped quote, a name, then ":" and a quote opens a member of that
+ * name holding a string (inside a string the quotes would be escaped),
+ * and before the first '{' or '[' (in a string or not) that member is one
+ * of the object's leading ones. Sixteen places at a time where a quote is
+ * followed by a name's first byte; only those are compared. 1 with both
+ * plain string values set as lead_ids sets them; 0 when a container, the
+ * text's last bytes or an escaped value come first (lead_ids walks). */
+static int lead_find(const char *p, size_t n, size_t o, const char *const *nm,
+                     const size_t *nl, size_t *at, size_t *len) {
+  const __m128i qt = _mm_set1_epi8('"'), f0 = _mm_set1_epi8(nm[0][0]),
+                f1 = _mm_set1_epi8(nm[1][0]), ob = _mm_set1_epi8('{'),
+                sb = _mm_set1_epi8('[');
+  unsigned left = 3;
+  at[0] = at[1] = END;
+  for (size_t b = o + 1; b + 17 <= n; b += 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(p + b)),
+            w = _mm_loadu_si128((const __m128i *)(p + b + 1));
+    unsigned stop = (unsigned)_mm_movemask_epi8(
+        _mm_or_si128(_mm_cmpeq_epi8(v, ob), _mm_cmpeq_epi8(v, sb)));
+    unsigned m = (unsigned)_mm_movemask_epi8(
+        _mm_and_si128(_mm_cmpeq_epi8(v, qt),
+                      _mm_or_si128(_mm_cmpeq_epi8(w, f0), _mm_cmpeq_epi8(w, f1))));
+    if (stop) m &= (1u << __builtin_ctz(stop)) - 1; /* the leading members only */
+    for (; m; m &= m - 1) {
+      size_t i = b + (size_t)__builtin_ctz(m);
+      if (p[i - 1] == '\\') continue; /* escaped: inside a string */
+      for (size_t k = 0; k < 2; k++) {
+        size_t e = i + nl[k] + 1; /* the name's closing quote */
+        if (!(left >> k & 1) || e + 2 >= n || p[e] != '"' || p[e + 1] != ':' ||
+            p[e + 2] != '"' || memcmp(p + i + 1, nm[k], nl[k]) != 0)
+          continue;
+        size_t q = plain_end(p, e + 2, n);
+        if (q == END) return 0; /* escaped or cut: walked */
+        at[k] = e + 2;
+        len[k] = q + 1 - (e + 2);
+        if ((left &= ~(1u << k)) == 0) return 1;
+        break;
+      }
+    }
+    if (stop) return 0;
+  }
+  return 0;
+}
+#endif
+
 static void answer_read(const px_wire_watch_t *w, const char *p, size_t n,
                         const char *outer, size_t tail, px_answer_t *a, int finish) {
   const char *path[2];
@@ -782,7 +912,13 @@ static void answer_read(const px_wire_watch_t *w, const char *p, size_t n,
     static size_t nl[2];
     size_t at[2], len[2], o = px_json_ws((const unsigned char *)p, n, 0);
     if (w != lw) nl[0] = strlen(names[0]), nl[1] = strlen(names[1]), lw = w;
-    if (o < n && p[o] == '{' && lead_ids(p, n, o, names, nl, at, len)) {
+    if (o < n && p[o] == '{' &&
+#if defined(__SSE2__)
+        (lead_find(p, n, o, names, nl, at, len) ||
+         lead_ids(p, n, o, names, nl, at, len))) {
+#else
+        lead_ids(p, n, o, names, nl, at, len)) {
+#endif
       copy_str(p, at[0], len[0], a->id, sizeof(a->id), &a->id_len);
       copy_str(p, at[1], len[1], a->model, sizeof(a->model), &a->model_len);
     }

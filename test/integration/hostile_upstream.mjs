@@ -851,18 +851,21 @@ test('a translated stream with a 3.9 MB event of small objects: bounded memory, 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
 test('a Gemini path model of invalid UTF-8 (%FF): 400 in the Gemini shape, valid UTF-8 everywhere', async () => {
-  up.reset();
-  const id = nextId();
-  const body = { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] };
-  const { responses } = await exchange(px.port, [post('/v1beta/models/gem-%FF%FE:generateContent', body, { ...KEY, 'x-request-id': id }, { close: true })]);
-  const r = responses[0];
-  assert.equal(r.status, 400, r.text);
-  assert.equal(r.json.error.status, 'INVALID_ARGUMENT');
-  assert.match(r.json.error.message, /model/);
-  assert.equal(up.requests.length, 0);
-  utf8.decode(r.body);
-  await waitRecord(id);
-  utf8.decode(fs.readFileSync(accessLog));
+  // the bad bytes first, and after a run of ASCII (read eight bytes at a time)
+  for (const model of ['gem-%FF%FE', 'gem-long-ascii-run-%FF', 'gem-long-ascii-run-%C3']) {
+    up.reset();
+    const id = nextId();
+    const body = { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] };
+    const { responses } = await exchange(px.port, [post(`/v1beta/models/${model}:generateContent`, body, { ...KEY, 'x-request-id': id }, { close: true })]);
+    const r = responses[0];
+    assert.equal(r.status, 400, `${model}: ${r.text}`);
+    assert.equal(r.json.error.status, 'INVALID_ARGUMENT');
+    assert.match(r.json.error.message, /model/);
+    assert.equal(up.requests.length, 0);
+    utf8.decode(r.body);
+    await waitRecord(id);
+    utf8.decode(fs.readFileSync(accessLog));
+  }
 });
 
 test('a Gemini path model with %C3%A9 (valid UTF-8) is served, percent-encoded upstream', async () => {
@@ -873,6 +876,12 @@ test('a Gemini path model with %C3%A9 (valid UTF-8) is served, percent-encoded u
   const { responses } = await exchange(px.port, [post('/v1beta/models/gem-%C3%A9:generateContent', { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }, { ...KEY, 'x-request-id': id }, { close: true })]);
   assert.equal(responses[0].status, 200, responses[0].text);
   assert.equal(up.requests[0].path, '/v1beta/models/gem-%C3%A9:generateContent');
+  // an unreserved run, then bytes the upstream path percent-encodes ('%', ' ', '/', '~' kept)
+  up.reset();
+  up.script(http(200, JSON_CT, gemJson));
+  const r2 = await exchange(px.port, [post('/v1beta/models/gem-a.b_c~d%25e%20f%2Fg%C3%A9h:generateContent', { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }, { ...KEY, 'x-request-id': nextId() }, { close: true })]);
+  assert.equal(r2.responses[0].status, 200, r2.responses[0].text);
+  assert.equal(up.requests[0].path, '/v1beta/models/gem-a.b_c~d%25e%20f%2Fg%C3%A9h:generateContent');
 });
 
 test('an error message with a long multibyte model is cut at a character, valid UTF-8 (body and access log)', async () => {

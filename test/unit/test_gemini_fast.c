@@ -327,7 +327,108 @@ static void streamed_partial_args(void) {
   px_buf_free(&s.args);
 }
 
+/* ---- the stream decoder's tail memo: a chunk whose tail repeats the
+ * last one's bytes around other integers is read from the memo as the walk
+ * reads it; anything else in the tail is walked (the fast path against the
+ * general one, event by event) ---- */
+static int ev_log(void *arg, const px_ev_t *ev) {
+  px_buf_t *b = arg;
+  char line[256];
+  snprintf(line, sizeof(line), "%d %d %d %d %d %lld %lld %lld %lld|", (int)ev->type,
+           ev->index, (int)ev->block, (int)ev->delta, (int)ev->stop,
+           (long long)ev->usage.input_tokens, (long long)ev->usage.output_tokens,
+           (long long)ev->usage.reasoning_tokens, (long long)ev->usage.cache_read_tokens);
+  const px_str_t s[] = {ev->text, ev->id, ev->model, ev->finish};
+  int rc = px_buf_puts(b, line);
+  for (size_t i = 0; rc == 0 && i < sizeof(s) / sizeof(s[0]); i++) {
+    if (s[i].len) rc = px_buf_append(b, s[i].ptr, s[i].len);
+    if (rc == 0) rc = px_buf_puts(b, "|");
+  }
+  CHECK(rc == 0);
+  return 0;
+}
+
+/* chunks fed to a decoder with the fast path and one without: the same
+ * return codes and events; the fast path handles `hits` of them */
+static void memo_stream(const char *const *chunks, size_t n, long hits) {
+  px_tr_ctx_t c;
+  ctx_of(&c, CHAT, GEM);
+  px_buf_t log[2];
+  px_sdec_t *d[2];
+  for (int k = 0; k < 2; k++) {
+    px_buf_init(&log[k], 1u << 20);
+    d[k] = px_gemini_sdec_new(&c, ev_log, &log[k]);
+  }
+  px_gemini_sdec_fast(d[1], 0);
+  for (size_t i = 0; i < n; i++) {
+    px_sse_event_t e = {PX_STR_NULL, px_str(chunks[i]), PX_STR_NULL};
+    int r0 = px_gemini_sdec_feed(d[0], &e), r1 = px_gemini_sdec_feed(d[1], &e);
+    CHECK(r0 == r1);
+    CHECK(log[0].len == log[1].len && memcmp(log[0].data, log[1].data, log[0].len) == 0);
+  }
+  CHECK(px_gemini_sdec_finish(d[0]) == px_gemini_sdec_finish(d[1]));
+  CHECK(log[0].len == log[1].len && memcmp(log[0].data, log[1].data, log[0].len) == 0);
+  CHECK(px_gemini_sdec_fast(d[0], -1) == hits);
+  for (int k = 0; k < 2; k++) {
+    px_gemini_sdec_free(d[k]);
+    px_buf_free(&log[k]);
+  }
+}
+
+#define MHEAD "{\"candidates\": [{\"content\": {\"parts\": [{\"text\": \""
+#define MPART "\"}],\"role\": \"model\"},\"index\": 0}],"
+#define MIDS ",\"modelVersion\": \"gemini-2.5-flash\",\"responseId\": \"r1\"}"
+#define MUSAGE(c, t)                                                          \
+  "\"usageMetadata\": {\"promptTokenCount\": 18,\"candidatesTokenCount\": " c \
+  ",\"totalTokenCount\": " t                                                  \
+  ",\"promptTokensDetails\": [{\"modality\": \"TEXT\",\"tokenCount\": 18}]}"
+
+static void stream_memo(void) {
+  static const char *const live[] = {
+      MHEAD "One" MPART MUSAGE("9", "27") MIDS,
+      /* the counts grow (a digit more), the text has escapes */
+      MHEAD " \\\"two\\\" \\u00e9\\ud83d\\ude00" MPART MUSAGE("10", "28") MIDS,
+      MHEAD "3" MPART MUSAGE("11", "-29") MIDS,
+      /* the same tail but another id (bytes, not a count): walked */
+      MHEAD "4" MPART MUSAGE("12", "30") ",\"modelVersion\": \"gemini-2.5-flash\","
+                                        "\"responseId\": \"r2\"}",
+      /* compact, a count where none was, the cached count */
+      "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"5\"}],\"role\":\"model\"},"
+      "\"index\":0}],\"usageMetadata\":{\"promptTokenCount\":18,"
+      "\"cachedContentTokenCount\":4,\"thoughtsTokenCount\":7}}",
+      "{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"6\"}],\"role\":\"model\"},"
+      "\"index\":0}],\"usageMetadata\":{\"promptTokenCount\":180,"
+      "\"cachedContentTokenCount\":0,\"thoughtsTokenCount\":70}}",
+      MHEAD "" "\"}],\"role\": \"model\"},\"finishReason\": \"STOP\",\"index\": 0}],"
+            MUSAGE("13", "31") MIDS};
+  memo_stream(live, sizeof(live) / sizeof(live[0]), 7);
+  static const char *const bad[] = {
+      MHEAD "a" MPART MUSAGE("9", "27") MIDS,
+      /* where the memo has an integer: a leading zero, a fraction, none */
+      MHEAD "b" MPART MUSAGE("09", "27") MIDS,
+      MHEAD "b" MPART MUSAGE("9.5", "27") MIDS,
+      MHEAD "b" MPART MUSAGE("\"9\"", "27") MIDS,
+      /* the memo's bytes, then more */
+      MHEAD "b" MPART MUSAGE("9", "27") MIDS "}",
+  };
+  for (size_t k = 1; k < sizeof(bad) / sizeof(bad[0]); k++) {
+    const char *pair[2] = {bad[0], bad[k]};
+    memo_stream(pair, 2, 1);
+  }
+  /* a tail with more to it than the memo: walked, and what it reads counts */
+  static const char *const more[] = {
+      MHEAD "a" MPART MUSAGE("9", "27") MIDS,
+      MHEAD "b" MPART MUSAGE("9", "27") MIDS " ",
+      MHEAD "c" MPART MUSAGE("9", "27") ",\"modelVersion\": \"gemini-2.5-flash\","
+                                        "\"responseId\": \"r1\",\"responseId\": \"r1\"}",
+      MHEAD "d\"}],\"role\": \"model\"},\"safetyRatings\": [],\"index\": 0}],"
+            MUSAGE("9", "27") MIDS,
+      MHEAD "e\"}],\"role\": \"model\"},\"finishReason\": \"SAFETY\",\"index\": 0}]" MIDS};
+  memo_stream(more, sizeof(more) / sizeof(more[0]), 4);
+}
+
 int main(void) {
+  stream_memo();
   streamed_partial_args();
   for (int o = 0; o < 3; o++) {
     /* a Gemini client: its request out, the other's answer back */

@@ -254,6 +254,51 @@ static void test_repeated_usage(void) {
   }
 }
 
+/* A traced Chat stream: the finish reason of the chunk that has it (null
+ * ones and the usage-only one say none), with usage on the same chunk,
+ * whatever the split; a finish reason never makes a stream look complete
+ * without [DONE]. */
+static void test_traced_finish(void) {
+#define CHUNK(rest) "data: {\"id\":\"c1\",\"model\":\"up\",\"choices\":" rest "}\n\n"
+#define DONE "data: [DONE]\n\n"
+#define NULL_FIN "[{\"delta\":{\"content\":\"a\"},\"finish_reason\":null}]"
+#define FIN(f) "[{\"delta\":{},\"finish_reason\":\"" f "\"}]"
+#define USAGE "\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}"
+  static const struct {
+    const char *in, *finish;
+    int terminal;
+  } cases[] = {
+      {CHUNK(NULL_FIN) CHUNK(FIN("stop")) CHUNK("[]," USAGE) DONE, "stop", 1},
+      {CHUNK(FIN("length") "," USAGE) DONE, "length", 1}, /* with usage */
+      {CHUNK(FIN("stop")), "stop", 0},                     /* no [DONE]: not complete */
+      {CHUNK("[{\"delta\":{\"content\":\"a\"}}]") DONE, "", 1}, /* without the name */
+  };
+#undef CHUNK
+#undef DONE
+#undef NULL_FIN
+#undef FIN
+#undef USAGE
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    size_t n = strlen(cases[i].in);
+    for (size_t cut = 0; cut <= n; cut += 7) {
+      px_passthru_t pt;
+      px_answer_t a;
+      px_buf_t out;
+      memset(&a, 0, sizeof(a));
+      px_buf_init(&out, 1 << 20);
+      px_passthru_init(&pt, PX_PROTO_CHAT, NULL);
+      px_passthru_answer(&pt, &a);
+      CHECK(px_passthru_feed(&pt, cases[i].in, cut, &out) == 0);
+      CHECK(px_passthru_feed(&pt, cases[i].in + cut, n - cut, &out) == 0);
+      CHECK(px_passthru_finish(&pt) == cases[i].terminal);
+      CHECK(strcmp(a.finish, cases[i].finish) == 0);
+      CHECK(strcmp(a.id, "c1") == 0 && strcmp(a.model, "up") == 0);
+      px_passthru_done(&pt);
+      px_buf_free(&out);
+    }
+  }
+}
+
 int main(void) {
   test_find();
   test_replace();
@@ -262,5 +307,6 @@ int main(void) {
   test_oversize();
   test_strip_usage();
   test_repeated_usage();
+  test_traced_finish();
   return check_report("test_passthru");
 }

@@ -223,6 +223,31 @@ static void test_paths(void) {
   CHECK(px_proto_by_path("/v1/messagesXYZ", 12) == PX_PROTO_ANTHROPIC);
 }
 
+/* Gemini's model-in-path: the model (still encoded), the method, the list */
+static int gem_path(const char *s, const char *model, int stream, px_endpoint_t ep) {
+  px_inbound_t in;
+  if (!px_proto_match(s, strlen(s), &in)) return model == NULL;
+  return model != NULL && in.proto == PX_PROTO_GEMINI && in.ep == ep &&
+         (ep == PX_EP_MODELS || (in.stream == stream && px_str_eq(in.model, model)));
+}
+
+static void test_gemini_paths(void) {
+  CHECK(gem_path("/v1beta/models/gemini-2.5-flash:generateContent", "gemini-2.5-flash", 0,
+                 PX_EP_GENERATE));
+  CHECK(gem_path("/v1/models/g%3Ax:streamGenerateContent?alt=sse", "g%3Ax", 1,
+                 PX_EP_GENERATE));
+  CHECK(gem_path("/v1beta/models/a:b:countTokens", "a:b", 0, PX_EP_COUNT_TOKENS));
+  CHECK(gem_path("/v1beta/models", "", 0, PX_EP_MODELS));
+  CHECK(gem_path("/v1/models", NULL, 0, PX_EP_GENERATE)); /* every protocol's list */
+  CHECK(gem_path("/v1beta/models/:generateContent", NULL, 0, PX_EP_GENERATE));
+  CHECK(gem_path("/v1beta/models/x:", NULL, 0, PX_EP_GENERATE));
+  CHECK(gem_path("/v1beta/models/x", NULL, 0, PX_EP_GENERATE));
+  CHECK(gem_path("/v1beta/models/a/b:generateContent", NULL, 0, PX_EP_GENERATE));
+  CHECK(gem_path("/v1beta/models/x:embedContent", NULL, 0, PX_EP_GENERATE));
+  CHECK(gem_path("/v1beta/modelsx/y:generateContent", NULL, 0, PX_EP_GENERATE));
+  CHECK(gem_path("/v1beta/model", NULL, 0, PX_EP_GENERATE));
+}
+
 /* ---- error kinds (SPEC 6 table) ---- */
 
 static void test_errkinds(void) {
@@ -535,6 +560,7 @@ int main(void) {
   test_lossy();
   test_table();
   test_paths();
+  test_gemini_paths();
   test_errkinds();
   test_json_escape();
   test_hub_errors();

@@ -109,6 +109,27 @@ static void test_sampling(void) {
     if (ratio == 1) CHECK(kept == n);
     if (ratio == 0.25) CHECK(kept > n / 4 - 600 && kept < n / 4 + 600);
   }
+  /* new ids: all distinct, every bit set in about half of them */
+  {
+    px_trace_conf_t c1 = conf(1);
+    enum { N = 2000 };
+    static char ids[3 * N][33];
+    unsigned ones[128] = {0};
+    for (int i = 0; i < N; i++) {
+      px_trace_ctx_t t;
+      px_trace_begin(&t, &c1, px_str(""), px_str(""));
+      px_trace_attempt(&t, NULL);
+      memcpy(ids[3 * i], t.trace_hex, 32);
+      memcpy(ids[3 * i + 1], t.span_hex, 16);
+      memcpy(ids[3 * i + 2], t.att_hex, 16);
+      for (int b = 0; b < 128; b++) ones[b] += t.trace_id[b / 8] >> (b % 8) & 1;
+    }
+    qsort(ids, 3 * N, sizeof(ids[0]), (int (*)(const void *, const void *))strcmp);
+    int dup = 0;
+    for (int i = 1; i < 3 * N; i++) dup += strcmp(ids[i - 1], ids[i]) == 0;
+    CHECK(dup == 0);
+    for (int b = 0; b < 128; b++) CHECK(ones[b] > N / 2 - 150 && ones[b] < N / 2 + 150);
+  }
   /* the same trace id is kept or not alike on every gateway */
   px_trace_conf_t c = conf(0.5);
   for (int i = 0; i < 200; i++) {
@@ -440,6 +461,195 @@ static void test_times(void) {
   }
   json_decref(doc);
   px_trace_reset();
+  /* times back and forth across seconds (the kept one and others), the
+   * first ones near 0: each as far from the first as it is */
+  uint64_t at[300], x = 1, off = 0;
+  { /* the wall clock's offset: second boundaries where they fall */
+    px_span_t s = {.kind = PX_SPAN_SERVER,
+                   .id = t.span_hex,
+                   .start = 5000000000ull,
+                   .end = 5000000000ull,
+                   .operation = "chat",
+                   .max_tokens = -1,
+                   .input_tokens = -1,
+                   .output_tokens = -1,
+                   .cost_nano = -1};
+    px_trace_emit(&t, &s);
+    doc = take_doc(1);
+    const char *v = json_string_value(
+        json_object_get(json_array_get(spans_of(doc), 0), "startTimeUnixNano"));
+    CHECK(v != NULL);
+    if (v) off = strtoull(v, NULL, 10) - 5000000000ull;
+    json_decref(doc);
+  }
+  static const int64_t edge[] = {0,          1,          -1,         999999999,
+                                 1000000000, 1000000001, -1000000000};
+  uint64_t sec0 =
+      (off + 9000000000ull) / 1000000000 * 1000000000 - off; /* hr at a second */
+  for (size_t i = 0; i < 4; i++) at[i] = i;                  /* near 0 */
+  for (size_t i = 4; i < 60; i++)
+    at[i] = sec0 + (uint64_t)(i / 7) * 1000000000u + (uint64_t)edge[i % 7];
+  for (size_t i = 60; i < 300; i++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    uint64_t step = (x >> 33) % 3000000000u;
+    at[i] = (x >> 20) & 1 && at[i - 1] > step ? at[i - 1] - step : at[i - 1] + step;
+    if (i % 50 == 0) at[i] += 3600000000000ull; /* an hour on */
+  }
+  for (size_t i = 0; i < 300; i += 2) {
+    px_span_t s = {.kind = PX_SPAN_SERVER,
+                   .id = t.span_hex,
+                   .start = at[i],
+                   .end = at[i + 1],
+                   .operation = "chat",
+                   .max_tokens = -1,
+                   .input_tokens = -1,
+                   .output_tokens = -1,
+                   .cost_nano = -1};
+    px_trace_emit(&t, &s);
+  }
+  doc = take_doc(150);
+  js = spans_of(doc);
+  const char *t0 =
+      doc ? json_string_value(json_object_get(json_array_get(js, 0), "startTimeUnixNano"))
+          : NULL;
+  CHECK(t0 != NULL);
+  for (size_t i = 0; doc && t0 && i < 300; i++) {
+    const char *v = json_string_value(json_object_get(
+        json_array_get(js, i / 2), i % 2 ? "endTimeUnixNano" : "startTimeUnixNano"));
+    char want[32];
+    CHECK(v && strspn(v, "0123456789") == strlen(v) && (v[0] != '0' || v[1] == 0));
+    if (v)
+      snprintf(want, sizeof(want), "%llu",
+               (unsigned long long)(strtoull(t0, NULL, 10) - at[0] + at[i]));
+    if (v) CHECK_STR(v, want);
+  }
+  json_decref(doc);
+  px_trace_reset();
+}
+
+/* the intValue (a decimal string) of a span's attribute, -1 when absent */
+static long long int_of(json_t *spans, size_t i, const char *key) {
+  json_t *attrs = json_object_get(json_array_get(spans, i), "attributes"), *a;
+  size_t k;
+  json_array_foreach(attrs, k, a) {
+    if (strcmp(json_string_value(json_object_get(a, "key")), key) == 0) {
+      const char *v =
+          json_string_value(json_object_get(json_object_get(a, "value"), "intValue"));
+      return v ? strtoll(v, NULL, 10) : -2;
+    }
+  }
+  return -1;
+}
+
+/* the finish reason (the only element of the string array), or NULL */
+static const char *finish_of(json_t *spans, size_t i) {
+  json_t *attrs = json_object_get(json_array_get(spans, i), "attributes"), *a;
+  size_t k;
+  json_array_foreach(attrs, k, a) {
+    if (strcmp(json_string_value(json_object_get(a, "key")),
+               "gen_ai.response.finish_reasons") == 0)
+      return json_string_value(json_object_get(
+          json_array_get(
+              json_object_get(json_object_get(json_object_get(a, "value"), "arrayValue"),
+                              "values"),
+              0),
+          "stringValue"));
+  }
+  return NULL;
+}
+
+/* A request's SERVER span after its CLIENT span (pass-through: the same
+ * answer strings and numbers): each carries its own values, whether the
+ * SERVER span's text is copied from the CLIENT span's or written (a value
+ * differing, another request's span, a span between, the batch taken). */
+static void test_answer_run(void) {
+  px_trace_conf_t c = conf(1);
+  char model[] = "gpt-\"x\"\n", id[] = "chatcmpl-1", fin[] = "stop", fin2[] = "stop";
+  enum {
+    SAME,
+    OTHER_FIN,
+    OTHER_OUT,
+    OTHER_STATUS,
+    OTHER_REQUEST,
+    BETWEEN,
+    TAKEN,
+    NCASES
+  };
+  for (int k = 0; k < NCASES; k++) {
+    px_trace_ctx_t t, u;
+    strcpy(id, "chatcmpl-1");
+    px_trace_begin(&t, &c, px_str(""), px_str(""));
+    px_trace_begin(&u, &c, px_str(""), px_str(""));
+    px_trace_attempt(&t, NULL);
+    px_span_t cl = {.kind = PX_SPAN_CLIENT,
+                    .id = t.att_hex,
+                    .parent = t.span_hex,
+                    .start = 1,
+                    .end = 2,
+                    .operation = "chat",
+                    .name_model = "m",
+                    .request_model = "m",
+                    .provider = "openai",
+                    .response_model = {model, strlen(model)},
+                    .response_id = {id, strlen(id)},
+                    .finish_reason = {fin, strlen(fin)},
+                    .max_tokens = -1,
+                    .input_tokens = 25,
+                    .output_tokens = 14,
+                    .status = 200,
+                    .cost_nano = -1,
+                    .attempt = 1};
+    px_span_t sv = cl;
+    sv.kind = PX_SPAN_SERVER;
+    sv.id = (k == OTHER_REQUEST ? &u : &t)->span_hex;
+    sv.parent = NULL;
+    sv.max_tokens = 16;
+    sv.attempt = 0;
+    if (k == OTHER_FIN)
+      sv.finish_reason = (px_str_t){fin2, strlen(fin2)}; /* same bytes */
+    if (k == OTHER_FIN) strcpy(fin2, "stoq");
+    if (k == OTHER_OUT) sv.output_tokens = 15;
+    if (k == OTHER_STATUS) sv.status = 502;
+    px_trace_emit(&t, &cl);
+    size_t n = 2;
+    json_t *first = NULL;
+    /* the same strings' bytes changed (an address used again): the
+     * SERVER span must show what they hold now */
+    int changed = k == OTHER_REQUEST || k == BETWEEN || k == TAKEN;
+    if (changed) strcpy(id, "chatcmpl-2");
+    if (k == BETWEEN) { /* another request's span */
+      px_span_t other = sv;
+      other.id = u.span_hex;
+      px_trace_emit(&u, &other);
+      n = 3;
+    }
+    if (k == TAKEN) {
+      first = take_doc(1);
+      n = 1;
+    }
+    px_trace_emit(k == OTHER_REQUEST ? &u : &t, &sv);
+    json_t *doc = take_doc(n), *js = spans_of(doc);
+    size_t s = n - 1; /* the SERVER span */
+    CHECK_STR(attr_of(js, s, "gen_ai.response.model"), model);
+    CHECK_STR(attr_of(js, s, "gen_ai.response.id"),
+              changed ? "chatcmpl-2" : "chatcmpl-1");
+    CHECK_STR(finish_of(js, s), k == OTHER_FIN ? "stoq" : "stop");
+    CHECK(int_of(js, s, "gen_ai.usage.input_tokens") == 25);
+    CHECK(int_of(js, s, "gen_ai.usage.output_tokens") == (k == OTHER_OUT ? 15 : 14));
+    CHECK(int_of(js, s, "http.response.status_code") == (k == OTHER_STATUS ? 502 : 200));
+    CHECK(int_of(js, s, "gen_ai.request.max_tokens") == 16);
+    CHECK(int_of(js, s, "proxai.attempt") == -1);
+    json_t *cls = first ? spans_of(first) : js;
+    CHECK_STR(attr_of(cls, 0, "gen_ai.response.model"), model);
+    CHECK_STR(finish_of(cls, 0), "stop");
+    CHECK_STR(attr_of(cls, 0, "gen_ai.response.id"), "chatcmpl-1");
+    CHECK(int_of(cls, 0, "gen_ai.usage.output_tokens") == 14);
+    CHECK(int_of(cls, 0, "proxai.attempt") == 1);
+    CHECK(int_of(cls, 0, "gen_ai.request.max_tokens") == -1);
+    json_decref(doc);
+    json_decref(first);
+  }
+  px_trace_reset();
 }
 
 int main(void) {
@@ -449,5 +659,6 @@ int main(void) {
   test_names();
   test_fixed_attrs();
   test_times();
+  test_answer_run();
   return check_report("test_trace");
 }

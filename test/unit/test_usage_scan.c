@@ -4,6 +4,7 @@
  * with escapes, brackets and the usage name inside strings and nested
  * objects, at every alignment across the scanner's 64-byte blocks. */
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +195,22 @@ static void test_cases(void) {
              w->usage_obj, w->usage_in, w->usage_obj, w->usage_in);
     CHECK(px_usage_scan((px_proto_t)p, body, strlen(body), &u) == 1);
     CHECK(u.input_tokens == 4);
+    /* long counts: read exactly up to INT64_MAX, past it saturated (as strtoll) */
+    static const struct {
+      const char *digits;
+      int64_t want;
+    } big[] = {{"123456789012345678", 123456789012345678},
+               {"9223372036854775806", INT64_MAX - 1},
+               {"9223372036854775807", INT64_MAX},
+               {"9223372036854775808", INT64_MAX},
+               {"99999999999999999999999", INT64_MAX}};
+    for (size_t i = 0; i < sizeof(big) / sizeof(big[0]); i++) {
+      px_usage_t b = {.input_tokens = -1, .output_tokens = -1};
+      snprintf(body, sizeof(body), "{\"%s\":{\"%s\":%s}}", w->usage_obj, w->usage_in,
+               big[i].digits);
+      CHECK(px_usage_scan((px_proto_t)p, body, strlen(body), &b) == 1);
+      CHECK(b.input_tokens == big[i].want);
+    }
     /* not one object */
     CHECK(px_usage_scan((px_proto_t)p, "[1]", 3, &u) == 0);
     CHECK(px_usage_scan((px_proto_t)p, "{} {}", 5, &u) == 0);
@@ -222,8 +239,126 @@ static void test_cases(void) {
   }
 }
 
+/* The finish reason px_answer_body reads from a Chat body (its usage member
+ * found by px_usage_scan_at first, as the pass-through does), and
+ * px_answer_read from a chunk: the last choice's, as the protocol spells it
+ * (escapes kept), "" when null or absent; the shapes read in a few bytes
+ * back from usage and those walked back further give the same. */
+static const char *finish_of(const char *body, int chunk) {
+  static px_answer_t a;
+  const px_wire_watch_t *w = &px_proto_get(PX_PROTO_CHAT)->watch;
+  memset(&a, 0, sizeof(a));
+  size_t n = strlen(body), tail = PX_JSON_NPOS;
+  px_usage_t u = {.input_tokens = -1, .output_tokens = -1};
+  if (chunk) {
+    px_answer_read(w, body, n, NULL, &a);
+  } else {
+    CHECK(px_usage_scan_at(PX_PROTO_CHAT, body, n, &u, &tail) == 1);
+    px_answer_body(w, body, n, tail, &a);
+  }
+  CHECK(strlen(a.finish) == a.finish_len);
+  return a.finish;
+}
+
+static void test_finish(void) {
+  static const struct {
+    const char *choices, *want;
+  } cases[] = {
+      {"[{\"index\":0,\"finish_reason\":\"stop\"}]", "stop"},
+      {"[{\"index\":0,\"finish_reason\":null}]", ""},
+      {"[{\"finish_reason\":\"\"}]", ""},
+      {"[{\"finish_reason\":\"MALFORMED_FUNCTION_CALL\"}]", "MALFORMED_FUNCTION_CALL"},
+      {"[{\"finish_reason\":\"0123456789abcdef\"}]", "0123456789abcdef"},
+      {"[{\"finish_reason\":\"st\\\"op\"}]", "st\\\"op"},           /* escaped: walked */
+      {"[{\"finish_reason\": \"stop\" } ]", "stop"},                /* spaced: walked */
+      {"[{\"finish_reason\":\"stop\",\"logprobs\":null}]", "stop"}, /* not last: walked */
+      {"[{\"finish_reason\":\"stop\"},{\"finish_reason\":\"length\"}]", "length"},
+      {"[{\"finish_reason\":\"stop\"},{\"finish_reason\":null}]", ""},
+      {"[{\"xfinish_reason\":\"stop\"}]", ""},               /* another name */
+      {"[{\"c\":\"\\\"finish_reason\\\":\\\"x\\\"\"}]", ""}, /* in a string */
+      {"[{\"reason\":\"finish_reason\"}]", ""},              /* a value, not a name */
+      {"[{\"finish_reason\":[\"stop\"]}]", ""},              /* not a string */
+      {"[{\"finish_reason\":\"0123456789012345678901234567890123456789012345678901234567"
+       "89012345\"}]",
+       "0123456789012345678901234567890"}, /* over 64 bytes back: walked, cut to fit */
+  };
+  char body[512];
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    snprintf(
+        body, sizeof(body),
+        "{\"id\":\"c1\",\"model\":\"m\",\"choices\":%s,\"usage\":{\"prompt_tokens\":1,"
+        "\"completion_tokens\":2}}",
+        cases[i].choices);
+    const char *got = finish_of(body, 0);
+    if (strcmp(got, cases[i].want) != 0)
+      fprintf(stderr, "body %s: finish '%s', want '%s'\n", body, got, cases[i].want);
+    CHECK(strcmp(got, cases[i].want) == 0);
+    snprintf(body, sizeof(body), "{\"id\":\"c1\",\"model\":\"m\",\"choices\":%s}",
+             cases[i].choices);
+    got = finish_of(body, 1);
+    if (strcmp(got, cases[i].want) != 0)
+      fprintf(stderr, "chunk %s: finish '%s', want '%s'\n", body, got, cases[i].want);
+    CHECK(strcmp(got, cases[i].want) == 0);
+  }
+  /* a usage-only chunk, and a body whose choices come after usage */
+  CHECK(strcmp(
+            finish_of("{\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":1}}", 1),
+            "") == 0);
+  CHECK(
+      strcmp(finish_of("{\"usage\":{\"prompt_tokens\":1},\"choices\":[{\"finish_reason\":"
+                       "\"stop\"}]}",
+                       0),
+             "stop") == 0);
+}
+
+/* The id and model px_answer_read finds leading a Chat answer or chunk: the
+ * first top-level members of those names, as spelled (escapes kept), at
+ * every alignment of the names across sixteen-byte blocks, whatever comes
+ * before them (the names as values, escaped inside strings, containers). */
+static void test_lead(void) {
+  static const struct {
+    const char *lead, *id, *model;
+  } cases[] = {
+      {"\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1,\"model\":"
+       "\"gpt\"",
+       "chatcmpl-1", "gpt"},
+      {"\"model\":\"m\",\"id\":\"i\"", "i", "m"},
+      {"\"object\":\"id\",\"x\":\"model\",\"id\":\"i\",\"model\":\"m\"", "i", "m"},
+      {"\"s\":\"\\\"id\\\":\\\"no\\\",\\\"model\\\":\\\"no\\\"\",\"id\":\"i\",\"model\":"
+       "\"m\"",
+       "i", "m"},
+      {"\"id\":\"a\\\"b\",\"model\":\"m\\\\n\"", "a\\\"b",
+       "m\\\\n"},                                         /* escaped: walked */
+      {"\"id\":\"{x}\",\"model\":\"[m]\"", "{x}", "[m]"}, /* brackets: walked */
+      {"\"id\" : \"i\" , \"model\" : \"m\"", "i", "m"},   /* spaced: walked */
+      {"\"n\":{\"id\":\"no\"},\"id\":\"i\",\"model\":\"m\"", "i",
+       "m"}, /* after a container */
+      {"\"n\":[],\"id\":\"i\",\"model\":null", "i", ""},
+      {"\"ids\":\"no\",\"id\":\"i\",\"models\":\"no\",\"model\":\"m\"", "i", "m"},
+  };
+  const px_wire_watch_t *w = &px_proto_get(PX_PROTO_CHAT)->watch;
+  char body[600];
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    for (int pad = 0; pad < 40; pad++)
+      for (int tail = 0; tail < 2; tail++) {
+        char pads[48];
+        memset(pads, 'p', (size_t)pad);
+        pads[pad] = 0;
+        snprintf(body, sizeof(body), "{\"pad\":\"%s\",%s%s}", pads, cases[i].lead,
+                 tail ? ",\"choices\":[{\"index\":0,\"finish_reason\":\"stop\"}]" : "");
+        px_answer_t a;
+        memset(&a, 0, sizeof(a));
+        px_answer_read(w, body, strlen(body), NULL, &a);
+        int ok = strcmp(a.id, cases[i].id) == 0 && strcmp(a.model, cases[i].model) == 0;
+        if (!ok) fprintf(stderr, "%s: id '%s', model '%s'\n", body, a.id, a.model);
+        CHECK(ok);
+      }
+}
+
 int main(void) {
   test_cases();
+  test_lead();
+  test_finish();
   test_generated();
   return check_report("usage_scan");
 }
