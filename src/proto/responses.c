@@ -326,8 +326,7 @@ static int dec_message(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
     mode = PM_ASSISTANT;
   } else {
     snprintf(pp, sizeof(pp), "%s.role", ipath(ip));
-    return FAIL(err, pp, "%s.role: unsupported role '%.*s'", ipath(ip), (int)role.n,
-                role.p);
+    return FAIL(err, pp, "%s.role: unsupported role '%s'", ipath(ip), px_fs_msg(role));
   }
   if (m == NULL) return DECLINE;
   return dec_content(ctx, c, mode, &pl, &m->parts, &m->last, a, lossy, err);

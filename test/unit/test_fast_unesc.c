@@ -315,6 +315,8 @@ static void requests(void) {
               "{'model':'m','messages':[{'role':'assistant','content':null,'tool_calls':"
               "[{'id':'c\\u0061ll_1','type':'function','function':{'name':'f','arguments':"
               "'[1]'}}]}]}");
+  req_refused(RESP, CHAT, "{'model':'m','input':[{'role':'usar','content':'hi'}]}",
+              "{'model':'m','input':[{'role':'usa\\u0072','content':'hi'}]}");
   req_refused(RESP, GEM, "{'model':'m','input':[{'type':'video'}]}",
               "{'model':'m','input':[{'type':'v\\u0069deo'}]}");
 }
