@@ -471,7 +471,8 @@ static inline int px_fw_seen_twice(unsigned *seen, int k) {
  *  fraction, no exponent). */
 int px_fw_is_int(px_str_t raw);
 /** An integer member as px_jint reads it: *out = dflt when v is not an
- *  integer; declines on one this walker cannot read (negative, huge). */
+ *  integer, else its value (negative ones too: an upstream's usage of -1
+ *  is the reference's to clamp, not a decline). */
 int px_fw_jint(const px_fv_t *v, int64_t dflt, int64_t *out);
 /** {"<key>": n} of a usage details object v: *out = the integer, -1
  *  when v is no object or has no integer there. 0 or decline. */

@@ -1107,7 +1107,10 @@ int px_fw_is_int(px_str_t raw) {
 int px_fw_jint(const px_fv_t *v, int64_t dflt, int64_t *out) {
   *out = dflt;
   if (v->kind != PX_FV_NUM || !px_fw_is_int(v->raw)) return 0;
-  return px_fw_uint(v->raw, out) < 0 ? PX_FAST_DECLINE : 0;
+  if (px_fw_uint(v->raw, out) == 0) return 0; /* the common one */
+  /* a negative or long one, as px_jint reads it (json_integer_value: the
+   * checked read held it to int64) */
+  return px_jv_int(v, out) ? 0 : PX_FAST_DECLINE;
 }
 
 int px_fast_ids_plain(const px_fpart_t *parts) {
