@@ -179,12 +179,13 @@ static inline size_t utf8_seq_at(const unsigned char *s, size_t n) {
  * control byte refused, a UTF-8 sequence starting at each non-ASCII byte
  * checked (utf8_seq_at); *next moves past one running over the block.
  * 0, or -1. */
-static inline __attribute__((always_inline)) int blk_utf8(const unsigned char *p,
-                                                          size_t n, size_t base,
-                                                          uint64_t c, size_t *next) {
+static inline __attribute__((always_inline)) int blk_utf8_run(const unsigned char *p,
+                                                              size_t n, size_t base,
+                                                              uint64_t c, size_t *next,
+                                                              int wide) {
   while (c != 0) {
     unsigned j = (unsigned)__builtin_ctzll(c);
-    size_t l = utf8_seq_at(p + base + j, n - base - j);
+    size_t l = utf8_seq_at(p + base + j, wide ? 4 : n - base - j);
     if (l == 0) return -1;
     size_t stop = j + l;
     if (stop >= 64) {
@@ -194,6 +195,14 @@ static inline __attribute__((always_inline)) int blk_utf8(const unsigned char *p
     c &= ~0ull << stop;
   }
   return 0;
+}
+static inline __attribute__((always_inline)) int blk_utf8(const unsigned char *p,
+                                                          size_t n, size_t base,
+                                                          uint64_t c, size_t *next) {
+  /* four bytes readable at every byte of the block (mostly): no bound to
+   * test at each sequence */
+  if (n - base >= 64 + 3) return blk_utf8_run(p, n, base, c, next, 1);
+  return blk_utf8_run(p, n, base, c, next, 0);
 }
 
 /* The escapes of the block at base that the masks do not clear (bits of
@@ -417,11 +426,16 @@ AVX2 __attribute__((noinline)) static void avx2_utf8(const unsigned char *p, siz
 typedef struct avx2_k {
   __m256i qt, bs, sp, let;
 } avx2_k_t;
-#define AVX2_K                                                             \
-  {                                                                        \
-    _mm256_set1_epi8('"'), _mm256_set1_epi8('\\'), _mm256_set1_epi8(0x20), \
-        _mm256_setr_epi8(LETTERS, LETTERS)                                 \
-  }
+/* The constants of avx2_masks (AVX2_K), read from memory once a string (a
+ * writable global: were they const, GCC would build each in three steps).
+ * Never written. */
+__attribute__((visibility("hidden"))) union {
+  unsigned char b[4][32];
+  __m256i v[4];
+} px_json_avx2_k = {
+    {{[0 ... 31] = '"'}, {[0 ... 31] = '\\'}, {[0 ... 31] = 0x20}, {LETTERS, LETTERS}}};
+#define AVX2_K \
+  { px_json_avx2_k.v[0], px_json_avx2_k.v[1], px_json_avx2_k.v[2], px_json_avx2_k.v[3] }
 AVX2 static inline __attribute__((always_inline)) blk_t avx2_masks(const unsigned char *b,
                                                                    const avx2_k_t *k,
                                                                    __m256i *c0,
@@ -450,24 +464,107 @@ AVX2 __attribute__((noinline)) static int blk_rare_avx2(const unsigned char *p, 
   return blk_rare(p, n, &m, escaped, st, end, avx2_utf8);
 }
 
-AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *end,
-                            int *esc) {
+/* blk_step out of string_avx2's loop (which takes the usual blocks itself)
+ * with the masks of the block at `at` and the loop's state, given and
+ * returned by value (kept in registers on the loop's usual path) */
+typedef struct blk_out {
+  size_t at;
+  uint64_t carry, bs;
+  int rc;
+} blk_out_t;
+AVX2 __attribute__((noinline)) static blk_out_t blk_slow_avx2(
+    const unsigned char *p, size_t n, uint64_t q, uint64_t b, uint64_t ok, uint64_t c,
+    size_t at, uint64_t carry, uint64_t bs, size_t *end) {
+  const blk_t m = {q, b, ok, c};
+  blk_out_t o;
+  o.rc = blk_step(p, n, &m, &at, &carry, &bs, end, blk_rare_avx2);
+  o.at = at, o.carry = carry, o.bs = bs;
+  return o;
+}
+
+/* px_json_string_at with AVX2; *esc only when esc is not NULL (the tree
+ * walk has no use for it: one step a block less) */
+AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
+    const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
   avx2_k_t k = AVX2_K;
   /* the constants stay in registers, and the compare with sp one step */
   __asm__("" : "+x"(k.qt), "+x"(k.bs), "+x"(k.sp), "+x"(k.let));
   uint64_t carry = 0, any_bs = 0;
   int rc = 0;
-  while (i + 64 <= n) {
+  /* (a pointer, the end of the last whole block: fewer steps a block) */
+  const unsigned char *at = p + i, *last = p + n - 64;
+  while (at <= last) {
     __m256i c0, c1;
-    blk_t m = avx2_masks(p + i, &k, &c0, &c1);
+    blk_t m = avx2_masks(at, &k, &c0, &c1);
     __m256i c = _mm256_or_si256(c0, c1);
-    if (!_mm256_testz_si256(c, c)) m.c = avx2_bits(c0, c1); /* mostly none */
-    if ((rc = blk_step(p, n, &m, &i, &carry, &any_bs, end, blk_rare_avx2)) != 0) break;
+    /* blk_step's usual block, in fewer steps: as the backslashes are
+     * letters of ok, the escaped bytes that are not letters are the codes
+     * of blk_escaped that are not; with the carry in bit 0 of the shifted
+     * starts the codes have the byte the block before escapes too (no
+     * borrow: bit 0 of starts is 0 then) */
+    uint64_t starts = m.b & ~carry;
+    uint64_t codes = (((starts << 1) | carry | ODD_BITS) - starts) ^ ODD_BITS;
+    /* (one movemask and a test: GCC makes vptest's answer a value first) */
+    if (__builtin_expect(_mm256_movemask_epi8(c) == 0, 1)) { /* no control or non-ASCII */
+      if (__builtin_expect((codes & ~m.ok) == m.q, 1)) {
+        carry = (codes & m.b) >> 63;
+        if (esc != NULL) any_bs |= m.b;
+        at += 64;
+        continue;
+      }
+      /* the string's end after one-letter escapes */
+      uint64_t escaped = (codes ^ m.b) | carry, closing = m.q & ~escaped;
+      uint64_t in = (closing & (0 - closing)) - 1;
+      if (closing != 0 && (escaped & ~(m.ok | m.q) & in) == 0) {
+        if (esc != NULL) any_bs |= m.b & in;
+        *end = (size_t)(at - p) + (size_t)__builtin_ctzll(closing);
+        rc = 1;
+        break;
+      }
+    } else if ((codes & ~m.ok) == m.q) {
+      uint64_t cm = avx2_bits(c0, c1);
+      if (__builtin_popcountll(cm) <= 16) {
+        size_t nb = (size_t)(at - p) + 64;
+        if (blk_utf8(p, n, (size_t)(at - p), cm, &nb) < 0) return -1;
+        /* (a sequence running over the block ends it in a non-ASCII byte,
+         * so the escape carry is 0 already) */
+        carry = (codes & m.b) >> 63;
+        if (esc != NULL) any_bs |= m.b;
+        at = p + nb;
+        continue;
+      }
+    } else {
+      /* the string's end after one-letter escapes and a few non-ASCII
+       * bytes (as blk_rare takes it) */
+      uint64_t escaped = (codes ^ m.b) | carry, closing = m.q & ~escaped;
+      uint64_t in = (closing & (0 - closing)) - 1, cm = avx2_bits(c0, c1) & in;
+      if (closing != 0 && (escaped & ~(m.ok | m.q) & in) == 0 &&
+          __builtin_popcountll(cm) <= 16) {
+        size_t nb = (size_t)(at - p) + 64;
+        if (blk_utf8(p, n, (size_t)(at - p), cm, &nb) < 0) return -1;
+        if (esc != NULL) any_bs |= m.b & in;
+        *end = (size_t)(at - p) + (size_t)__builtin_ctzll(closing);
+        rc = 1;
+        break;
+      }
+    }
+    m.c = avx2_bits(c0, c1);
+    blk_out_t o =
+        blk_slow_avx2(p, n, m.q, m.b, m.ok, m.c, (size_t)(at - p), carry, any_bs, end);
+    at = p + o.at, carry = o.carry, any_bs = o.bs;
+    if ((rc = o.rc) != 0) break;
   }
+  i = (size_t)(at - p);
+  int unused;
+  if (esc == NULL) esc = &unused;
   if (any_bs != 0) *esc = 1;
   if (rc != 0) return rc < 0 ? -1 : 0;
   /* an escape the last block's backslash starts is the tail's */
   return string_tail(p, n, i - carry, end, esc);
+}
+AVX2 static int string_avx2(const unsigned char *p, size_t n, size_t i, size_t *end,
+                            int *esc) {
+  return string_avx2_at(p, n, i, end, esc);
 }
 
 static uint64_t sse2_bits(__m128i a, __m128i b, __m128i c, __m128i d) {
@@ -775,7 +872,7 @@ static int scan_number(const unsigned char *p, size_t n, size_t *i) {
   }
   if (k == d0) return -1;
   size_t nint = k - d0;
-  int real = 0;
+  int real = 0, exp = 0;
   if (k < n && p[k] == '.') {
     real = 1;
     size_t f = ++k;
@@ -783,7 +880,7 @@ static int scan_number(const unsigned char *p, size_t n, size_t *i) {
     if (k == f) return -1;
   }
   if (k < n && (p[k] == 'e' || p[k] == 'E')) {
-    real = 1;
+    real = exp = 1;
     k++;
     if (k < n && (p[k] == '+' || p[k] == '-')) k++;
     size_t e = k;
@@ -803,8 +900,7 @@ static int scan_number(const unsigned char *p, size_t n, size_t *i) {
     return memcmp(p + d0, lim, 19) <= 0 ? 0 : -1;
   }
   /* a plain real with few integer digits and no exponent cannot overflow */
-  if (nint <= 300 && memchr(p + s, 'e', k - s) == NULL && memchr(p + s, 'E', k - s) == NULL)
-    return 0;
+  if (nint <= 300 && !exp) return 0;
   char small[64], *t = k - s < sizeof(small) ? small : malloc(k - s + 1);
   if (t == NULL) return -1;
   memcpy(t, p + s, k - s);
@@ -844,7 +940,14 @@ typedef struct watch {
   int mem[W_MAX];    /* the caller's top-level member it is (its whole span), or -1 */
   int once[W_MAX];   /* a repeat refuses the body */
   int n;
+  uint64_t names; /* watch_bit of every name: most names watched nowhere miss it */
 } watch_t;
+
+/* A name's bit in watch_t.names (from its length and end bytes) */
+static inline uint64_t watch_bit(const char *k, size_t l) {
+  return l == 0 ? 1
+                : 1ull << (((unsigned char)k[0] * 7u + (unsigned char)k[l - 1] + l) & 63);
+}
 
 static int watch_add(watch_t *w, const char *name, int parent, int once) {
   size_t len = strlen(name);
@@ -860,12 +963,14 @@ static int watch_add(watch_t *w, const char *name, int parent, int once) {
   w->cap[w->n] = -1;
   w->mem[w->n] = -1;
   w->once[w->n] = once;
+  w->names |= watch_bit(name, len);
   return w->n++;
 }
 
 static void watch_init(watch_t *w, const char *const (*caps)[2],
                        const char *const *members) {
   w->n = 0;
+  w->names = 0;
   watch_add(w, "model", W_TOP, 1);
   watch_add(w, "stream", W_TOP, 1);
   watch_add(w, "stream_options", W_TOP, 1);
@@ -930,6 +1035,7 @@ static int watched_key(const watch_t *w, const unsigned char *p, size_t s, size_
     k = v.ptr;
     l = v.len;
   }
+  if ((w->names & watch_bit(k, l)) == 0) return W_NONE;
   for (int x = 0; x < w->n; x++)
     if (w->parent[x] == parent && w->len[x] == l && memcmp(w->name[x], k, l) == 0)
       return x;
@@ -978,6 +1084,241 @@ static inline int walk_string(const unsigned char *p, size_t n, size_t i, size_t
   return px_json_string(p, n, i, end, esc);
 }
 
+#if defined(__SSE2__)
+/* The vector constants of tree_hits and tree_probe_avx2 (32 bytes), read
+ * from memory where they are compared: no register keeps a vector across
+ * the walk's calls, and were they const (or static), GCC would build each
+ * anew with two instructions every string. Never written. */
+typedef union {
+  unsigned char b[32];
+  __m128i v;
+} tree_vec_t;
+#define TREE_VEC(c)           \
+  {                           \
+    .b = { [0 ... 31] = (c) } \
+  }
+__attribute__((visibility("hidden"))) tree_vec_t px_json_tree_ctl = TREE_VEC(0x1f),
+                                                 px_json_tree_qt = TREE_VEC('"'),
+                                                 px_json_tree_bs = TREE_VEC('\\');
+/* Where the 16 bytes at b have a quote, a backslash, a control or a
+ * non-ASCII byte (one bit a byte). */
+static inline __attribute__((always_inline)) unsigned tree_hits(const unsigned char *b) {
+  __m128i v = _mm_loadu_si128((const __m128i *)b);
+  /* signed: the bytes above 0x1f are the plain ASCII but the quote and the
+   * backslash */
+  __m128i plain = _mm_andnot_si128(_mm_or_si128(_mm_cmpeq_epi8(v, px_json_tree_qt.v),
+                                                _mm_cmpeq_epi8(v, px_json_tree_bs.v)),
+                                   _mm_cmpgt_epi8(v, px_json_tree_ctl.v));
+  return (unsigned)_mm_movemask_epi8(plain) ^ 0xffffu;
+}
+/* The same of the 32 bytes at b (the tree walk's probe after a name) */
+typedef uint64_t tree_probe_fn(const unsigned char *b);
+static inline __attribute__((always_inline)) uint64_t tree_probe(const unsigned char *b) {
+  return tree_hits(b) | (uint64_t)tree_hits(b + 16) << 16;
+}
+#endif
+
+/* The string whose content starts at p[i] for the tree walk: its plain
+ * ASCII start 32 bytes a step (probe: most names and many values end in
+ * the first), the rest by the string check `rest`. The index of the
+ * closing quote, or 0 (no string: its content starts at 1 at least). */
+typedef int string_fn(const unsigned char *p, size_t n, size_t i, size_t *end, int *esc);
+static inline __attribute__((always_inline)) size_t tree_string(const unsigned char *p,
+                                                                size_t n, size_t i,
+                                                                string_fn *rest,
+                                                                tree_probe_fn *probe) {
+  size_t end;
+  int esc;
+#if defined(__SSE2__)
+  uint64_t m;
+  if (i + 32 <= n) {
+    if ((m = probe(p + i)) != 0) goto hit;
+    for (i += 32; i + 32 <= n; i += 32)
+      if ((m = probe(p + i)) != 0) goto hit;
+  }
+#endif
+  i = px_json_plain(p, n, i);
+  if (i < n && p[i] == '"') return i;
+  return rest(p, n, i, &end, &esc) < 0 ? 0 : end;
+#if defined(__SSE2__)
+hit:
+  i += (size_t)__builtin_ctzll(m);
+  if (p[i] == '"') return i;
+  return rest(p, n, i, &end, &esc) < 0 ? 0 : end;
+#endif
+}
+
+static inline uint32_t word4(const void *s) {
+  uint32_t w;
+  memcpy(&w, s, 4);
+  return w;
+}
+/* The literal true, false or null at p[i] (its first letter checked): its
+ * length, or 0. */
+static inline size_t tree_literal(const unsigned char *p, size_t n, size_t i) {
+  if (n - i < 4) return 0;
+  uint32_t w = word4(p + i);
+  if (w == word4("true") || w == word4("null")) return 4;
+  return w == word4("fals") && n - i > 4 && p[i + 4] == 'e' ? 5 : 0;
+}
+
+/* A container in which nothing is watched (most of a body: the messages,
+ * tools, contents), at p[i] ('{' or '['), opening at depth + 1: the request
+ * walk's rules and cost (px_json_request_watch) in a loop of its own with
+ * nothing to look up. The index past its end, with *cost grown; 0 for
+ * anything the request walk is to report (it walks the container itself
+ * then, for the same answer as ever). */
+static inline __attribute__((always_inline)) size_t tree_walk(const unsigned char *p,
+                                                              size_t n, size_t i,
+                                                              size_t depth, size_t *cost,
+                                                              string_fn *rest,
+                                                              tree_probe_fn *probe) {
+  unsigned char closer[PX_JSON_MAX_DEPTH + 1]; /* per level: '}' or ']' */
+  unsigned char *cl = closer,
+                *last = closer + (PX_JSON_MAX_DEPTH - depth); /* *cl: this level's */
+  size_t c = 0, e, l, end;
+  int esc;
+  (void)end, (void)esc; /* (without SSE2: unused) */
+open:
+  if (cl >= last) return 0;
+  *++cl = p[i] == '{' ? '}' : ']';
+  c += *cl == '}' ? COST_OBJECT : COST_ARRAY;
+  i = px_json_ws(p, n, i + 1);
+  if (i < n && p[i] == *cl) {
+    i++;
+    goto close;
+  }
+  if (*cl == '}') goto key;
+  c += COST_ELEMENT;
+value:
+  if (i >= n) return 0;
+  if (p[i] == '"') {
+    if ((e = tree_string(p, n, i + 1, rest, probe)) == 0) return 0;
+    c += COST_STRING + (e - i);
+    i = e + 1;
+  } else if (p[i] == '{' || p[i] == '[') {
+    goto open;
+  } else if (p[i] == 't' || p[i] == 'f' || p[i] == 'n') {
+    if ((l = tree_literal(p, n, i)) == 0) return 0;
+    i += l;
+  } else {
+    if ((p[i] != '-' && (p[i] < '0' || p[i] > '9')) || scan_number(p, n, &i) < 0)
+      return 0;
+    c += COST_NUMBER;
+  }
+after:
+  /* the usual in an object: the next member's name right after a comma */
+  if (i + 1 < n && p[i] == ',' && p[i + 1] == '"' && *cl == '}') {
+    i++;
+    goto key;
+  }
+  if (i >= n) return 0;
+  if (p[i] <= ' ') {
+    i = px_json_ws_run(p, n, i);
+    if (i >= n) return 0;
+  }
+  if (p[i] == ',') {
+    i = px_json_ws(p, n, i + 1);
+    if (*cl == '}') goto key;
+    c += COST_ELEMENT;
+    goto value;
+  }
+  if (p[i] != *cl) return 0;
+  i++;
+close:
+  if (--cl == closer) {
+    *cost += c;
+    return i;
+  }
+  goto after;
+key:
+  if (i >= n || p[i] != '"') return 0;
+#if defined(__SSE2__)
+  /* the usual member, its name plain: the name, the colon and the start of
+   * the value (a string's end too, when near) from one probe of the 32
+   * bytes after the quote */
+  if (i + 33 <= n) {
+    uint64_t m = probe(p + i + 1);
+    /* (bit 31 bounds k where nothing is found; k < 30 keeps the colon and
+     * the value's quote in the probe) */
+    size_t k = (size_t)__builtin_ctzll(m | 1u << 31);
+    e = i + 1 + k;
+    if (k < 30 && p[e] == '"') {
+      c += COST_MEMBER + (e - i);
+      if (p[e + 1] != ':' || p[e + 2] != '"') goto colon;
+      /* "name":"value: the value's quote is bit k + 2 */
+      i = e + 2;
+      m >>= k + 3;
+      if (m != 0) {
+        e = i + 1 + (size_t)__builtin_ctzll(m);
+        if (p[e] != '"' && (e = rest(p, n, e, &end, &esc) < 0 ? 0 : end) == 0) return 0;
+      } else if ((e = tree_string(p, n, i + 1 + (31 - (k + 2)), rest, probe)) == 0) {
+        return 0;
+      }
+      c += COST_STRING + (e - i);
+      i = e + 1;
+      goto after;
+    }
+  }
+#endif
+  if ((e = tree_string(p, n, i + 1, rest, probe)) == 0) return 0;
+  c += COST_MEMBER + (e - i);
+colon:
+  /* the usual: the colon right after the name, the value right after it */
+  if (e + 2 < n && p[e + 1] == ':' && p[e + 2] > ' ') {
+    i = e + 2;
+    goto value;
+  }
+  i = px_json_ws(p, n, e + 1);
+  if (i >= n || p[i] != ':') return 0;
+  i = px_json_ws(p, n, i + 1);
+  goto value;
+}
+
+#if defined(__SSE2__)
+#define TREE_PROBE tree_probe
+#else
+#define TREE_PROBE NULL
+#endif
+typedef size_t tree_walk_fn(const unsigned char *p, size_t n, size_t i, size_t depth,
+                            size_t *cost);
+static size_t tree_walk_any(const unsigned char *p, size_t n, size_t i, size_t depth,
+                            size_t *cost) {
+  return tree_walk(p, n, i, depth, cost, px_json_string_at, TREE_PROBE);
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+/* The tree walk with AVX2: its probes of 32 bytes in one step, and its
+ * strings' blocks straight on (without *esc: the walk has no use for it) */
+AVX2 static int tree_rest_avx2(const unsigned char *p, size_t n, size_t i, size_t *end,
+                               int *esc) {
+  *esc = 0;
+  return i + 64 <= n ? string_avx2_at(p, n, i, end, NULL)
+                     : string_tail(p, n, i, end, esc);
+}
+AVX2 static inline __attribute__((always_inline)) uint64_t tree_probe_avx2(
+    const unsigned char *b) {
+  /* (in assembly: GCC loads the constants into registers first, three
+   * steps every probe) */
+  __m256i v = _mm256_loadu_si256((const __m256i *)b), x, y;
+  unsigned m;
+  __asm__(
+      "vpcmpeqb %[qt], %[v], %[x]\n\t"
+      "vpcmpeqb %[bs], %[v], %[y]\n\t"
+      "vpor %[y], %[x], %[x]\n\t"
+      "vpcmpgtb %[ctl], %[v], %[y]\n\t"
+      "vpandn %[y], %[x], %[x]\n\t"
+      "vpmovmskb %[x], %[m]"
+      : [x] "=&x"(x), [y] "=&x"(y), [m] "=r"(m)
+      : [v] "x"(v), [qt] "m"(px_json_tree_qt), [bs] "m"(px_json_tree_bs),
+        [ctl] "m"(px_json_tree_ctl));
+  return (uint32_t)~m;
+}
+AVX2 static size_t tree_walk_avx2(const unsigned char *p, size_t n, size_t i,
+                                  size_t depth, size_t *cost) {
+  return tree_walk(p, n, i, depth, cost, tree_rest_avx2, tree_probe_avx2);
+}
+#endif
+
 static int req_fail(px_json_req_t *r, px_jreq_err_t err, size_t at, const char *reason) {
   r->err = err;
   r->err_at = at;
@@ -1000,6 +1341,12 @@ int px_json_request_watch(const char *text, size_t n, const char *const (*caps)[
   unsigned char is_obj[PX_JSON_MAX_DEPTH + 1]; /* per depth: object (1) or array */
   is_obj[0] = 0;
   const watch_t *w = watch_get(caps, members);
+  if (simd_level < 0) simd_level = simd_best();
+#if defined(__x86_64__) && defined(__GNUC__)
+  tree_walk_fn *tree = simd_level == 2 ? tree_walk_avx2 : tree_walk_any;
+#else
+  tree_walk_fn *tree = tree_walk_any;
+#endif
   int seen[W_MAX] = {0};
   size_t at[W_MAX] = {0}, len[W_MAX] = {0}; /* value token of each member */
   /* the watched member whose object is open at depth 2 (its members are
@@ -1025,6 +1372,16 @@ value:
     switch (p[i]) {
     case '{':
     case '[':
+      /* below the top, a container nothing in which is watched (all but
+       * the watched top-level members' objects) by the tree walk */
+      if (depth > 0 && (rec == W_NONE || w->parent[rec] != W_TOP || p[i] == '[')) {
+        size_t e = tree(p, n, i, depth, &cost);
+        if (e != 0) {
+          if (rec != W_NONE) at[rec] = s, len[rec] = w->mem[rec] >= 0 ? e - s : 1;
+          i = e;
+          goto after;
+        }
+      }
       if (depth >= PX_JSON_MAX_DEPTH)
         return req_fail(r, PX_JREQ_DEPTH, i,
                         "nested too deeply (more than " DEPTH_TEXT " levels)");

@@ -15,14 +15,40 @@
 
 static int scan(const char *s, px_json_req_t *r) { return px_json_request(s, strlen(s), r); }
 
-/* rc of the scan and of jansson agree, and the refusal has this reason */
+/* rc of the scan and of jansson agree, and the refusal has this reason;
+ * an object refused for its syntax is refused as an element of a member's
+ * array too (the walk of the containers below the top), with the same
+ * reason at the same byte */
 static void refused(int line, const char *s, size_t n, px_jreq_err_t why) {
   px_json_req_t r;
   if (px_json_request(s, n, &r) == 0 || r.err != why) {
     fprintf(stderr, "test line %d: want refusal %d, got rc/err %d\n", line, (int)why,
             (int)r.err);
     failures++;
+    return;
   }
+  if (why != PX_JREQ_SYNTAX || n == 0 || s[0] != '{' || n > 200) return;
+  json_t *first = json_loadb(s, n, JSON_DISABLE_EOF_CHECK, NULL);
+  json_decref(first);
+  if (first != NULL) return; /* refused for what follows the object: {} x */
+  static const char pre[] = "{\"m\":[1,", post[] = "]}";
+  char *b = malloc(n + sizeof(pre) + sizeof(post));
+  memcpy(b, pre, sizeof(pre) - 1);
+  memcpy(b + sizeof(pre) - 1, s, n);
+  memcpy(b + sizeof(pre) - 1 + n, post, sizeof(post) - 1);
+  px_json_req_t in;
+  size_t bn = n + sizeof(pre) + sizeof(post) - 2;
+  int rc = px_json_request(b, bn, &in);
+  json_t *j = json_loadb(b, bn, 0, NULL);
+  if (rc == 0 || j != NULL || in.err != why || in.err_at != r.err_at + sizeof(pre) - 1 ||
+      strcmp(in.reason, r.reason) != 0) {
+    fprintf(stderr, "test line %d: nested: rc %d err %d at %zu (%s), top at %zu (%s)\n",
+            line, rc, (int)in.err, in.err_at, rc < 0 ? in.reason : "-", r.err_at,
+            r.reason);
+    failures++;
+  }
+  json_decref(j);
+  free(b);
 }
 #define REFUSED(s, why) refused(__LINE__, s, sizeof(s) - 1, why)
 
@@ -431,13 +457,19 @@ static void test_documents(void) {
   char doc[256], s[128];
   for (size_t k = 0; k < STR_NPARTS; k++)
     for (size_t pre = 0; pre < 40; pre++)
-      for (int where = 0; where < 3; where++) {
+      for (int where = 0; where < 6; where++) {
         memset(s, 'p', pre);
         strcpy(s + pre, str_parts[k]);
-        static const char *const shape[] = {"{\"model\":\"m\",\"%s\":1}",
-                                            "{\"model\":\"m\",\"k\":[\"%s\"]}",
-                                            "{\"%s\" : \"%s\" }"};
-        int n = snprintf(doc, sizeof(doc), shape[where], s, s);
+        /* at the top, and below it (the tree walk: names, values, blanks) */
+        static const char *const shape[] = {
+            "{\"model\":\"m\",\"%s\":1}", "{\"model\":\"m\",\"k\":[\"%s\"]}",
+            "{\"%s\" : \"%s\" }", "{\"k\":[{\"%s\":\"%s\"},1]}",
+            "{\"k\":[ { \"%s\" :\t\"%s\" } ] }",
+            /* a plain name and more after the member: the walk's probe of
+             * the 32 bytes after a name's quote */
+            "{\"k\":[{\"n\":\"%s\",\"x\":\"%-40s\"}]}"};
+        int n = where == 5 ? snprintf(doc, sizeof(doc), shape[where], s, "")
+                           : snprintf(doc, sizeof(doc), shape[where], s, s);
         unsigned char *b = malloc((size_t)n);
         memcpy(b, doc, (size_t)n);
         json_t *j = json_loadb(doc, (size_t)n, 0, NULL);
