@@ -1601,13 +1601,39 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
 /* ======================================================================== */
 /* Response encode                                                           */
 
-/* ids as responses.c makes them: prefix + id unless id has it already */
-static int put_prefixed(px_buf_t *b, const char *prefix, px_fstr_t id) {
-  size_t pl = strlen(prefix);
-  int rc = 0;
-  if (!px_fs_starts(id, prefix, pl)) rc = px_fb_lit(b, prefix);
-  if (rc == 0 && id.n) rc = px_fb_put(b, id.p, id.n);
+/* The reference's buffers of the ids it makes (encode_response: rid, mid
+ * 160 bytes, iid 200) */
+#define RID_SIZE 160
+#define IID_SIZE 200
+
+/* An id as responses_common.c's id_cat makes it: pfx, the id, and "_" +
+ * num (with_num), cut to size - 1 bytes. An id that fits is written as it
+ * is (escapes kept); one cut is cut by its bytes: one with escapes, or cut
+ * inside a UTF-8 character (the reference's string would not be one),
+ * declines. */
+static int put_id(px_buf_t *b, const char *pfx, px_fstr_t id, int with_num, int num,
+                  size_t size) {
+  char d[24];
+  size_t dl = with_num ? (size_t)snprintf(d, sizeof(d), "_%d", num) : 0;
+  size_t pl = strlen(pfx), room = size - 1;
+  int rc = px_fb_lit(b, pfx);
+  if (pl + px_fs_len(id) + dl <= room) {
+    if (rc == 0 && id.n) rc = px_fb_put(b, id.p, id.n);
+    if (rc == 0 && dl) rc = px_fb_put(b, d, dl);
+    return rc;
+  }
+  size_t in = id.n < room - pl ? id.n : room - pl; /* pfx is short: it fits */
+  if (id.esc || (in < id.n && ((unsigned char)id.p[in] & 0xC0) == 0x80)) return DECLINE;
+  if (rc == 0) rc = px_fb_put(b, id.p, in);
+  size_t left = room - pl - in;
+  if (rc == 0 && dl && left) rc = px_fb_put(b, d, dl < left ? dl : left);
   return rc;
+}
+
+/* ids as responses.c makes them: prefix + id unless its value has it
+ * already (px_id_prefix), cut to size - 1 bytes */
+static int put_prefixed(px_buf_t *b, const char *prefix, px_fstr_t id, size_t size) {
+  return put_id(b, px_fs_starts(id, prefix, strlen(prefix)) ? "" : prefix, id, 0, 0, size);
 }
 
 /* A text part's annotations in the Responses shape (responses_common.c
@@ -1649,11 +1675,8 @@ static int put_annotations(px_buf_t *b, px_str_t ann, px_lossy_t *lossy) {
  * px_responses_msg_id) */
 static int put_msg_head(px_buf_t *b, px_fstr_t base, int n) {
   int rc = px_fb_lit(b, "{\"id\":\"");
-  if (rc == 0) rc = put_prefixed(b, "msg_", base);
-  if (rc == 0 && n > 0) {
-    rc = px_fb_lit(b, "_");
-    if (rc == 0) rc = px_fb_i64(b, n);
-  }
+  if (rc == 0)
+    rc = put_id(b, px_fs_starts(base, "msg_", 4) ? "" : "msg_", base, n != 0, n, RID_SIZE);
   if (rc == 0)
     rc = px_fb_lit(b,
                    "\",\"type\":\"message\",\"status\":\"completed\",\"role\":"
@@ -1665,12 +1688,8 @@ static int put_msg_head(px_buf_t *b, px_fstr_t base, int n) {
  * output index when it has none (px_responses_fc_id, _ctc_id) */
 static int put_call_id(px_buf_t *b, const char *prefix, px_fstr_t id, px_fstr_t base,
                        int oi) {
-  if (id.n) return put_prefixed(b, prefix, id);
-  int rc = px_fb_lit(b, prefix);
-  if (rc == 0) rc = px_fb_put(b, base.p, base.n);
-  if (rc == 0) rc = px_fb_lit(b, "_");
-  if (rc == 0) rc = px_fb_i64(b, oi);
-  return rc;
+  if (id.n) return put_prefixed(b, prefix, id, IID_SIZE);
+  return put_id(b, prefix, base, 1, oi, IID_SIZE);
 }
 
 /* a tool call -> a function_call or custom_tool_call item */
@@ -1698,16 +1717,10 @@ static int put_call_item(px_buf_t *b, const px_fpart_t *p, px_fstr_t base, int o
  * + base + output index (px_responses_rs_id); its text the one summary;
  * the token it carries for a Responses client (px_rtok_out) */
 static int put_reasoning_item(px_buf_t *b, const px_fpart_t *p, px_fstr_t base, int oi) {
-  int rc = px_fb_lit(b, "{\"id\":");
-  if (rc == 0 && p->id.n) {
-    rc = px_fb_str(b, p->id);
-  } else if (rc == 0) {
-    rc = px_fb_lit(b, "\"rs_");
-    if (rc == 0) rc = px_fb_put(b, base.p, base.n);
-    if (rc == 0) rc = px_fb_lit(b, "_");
-    if (rc == 0) rc = px_fb_i64(b, oi);
-    if (rc == 0) rc = px_fb_lit(b, "\"");
-  }
+  int rc = px_fb_lit(b, "{\"id\":\"");
+  if (rc == 0) rc = p->id.n ? put_id(b, "", p->id, 0, 0, IID_SIZE)
+                            : put_id(b, "rs_", base, 1, oi, IID_SIZE);
+  if (rc == 0) rc = px_fb_lit(b, "\"");
   if (rc == 0) rc = px_fb_lit(b, ",\"type\":\"reasoning\",\"summary\":[");
   if (rc == 0 && p->text.n > 0) {
     rc = px_fb_lit(b, "{\"type\":\"summary_text\",\"text\":");
@@ -1731,13 +1744,9 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
                                      px_tr_err_t *err) {
   (void)a;
   (void)err;
-  /* ids go through fixed buffers there (long ones are cut): short ones
-   * here (their values' lengths; their prefixes, "resp_", "fc_", compared
-   * by value) */
+  /* ids go through fixed buffers there (long ones are cut as there:
+   * put_id; their prefixes, "resp_", "fc_", compared by value) */
   px_fstr_t uid = ir->id.p && ir->id.n ? ir->id : (px_fstr_t){"proxai", 6, 0};
-  if (px_fs_len(uid) > 100) return DECLINE;
-  for (const px_fpart_t *p = ir->content; p; p = p->next)
-    if (px_fs_len(p->id) > 100) return DECLINE;
   /* item ids: the id without "resp_" (one longer than it) */
   px_fstr_t base = uid;
   if (px_fs_starts(uid, "resp_", 5) && px_fs_len(uid) > 5) base = px_fs_after(uid, 5);
@@ -1752,7 +1761,7 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   if (rc == 0 && ctx->resp_id != NULL) /* ids of kept responses are plain */
     rc = px_fb_lit(b, ctx->resp_id);
   else if (rc == 0)
-    rc = put_prefixed(b, "resp_", uid);
+    rc = put_prefixed(b, "resp_", uid, RID_SIZE);
   size_t id_end = b->len;
   if (rc == 0) rc = px_fb_lit(b, "\",\"object\":\"response\",\"created_at\":");
   if (rc == 0) rc = px_fb_i64(b, ir->has_created ? ir->created : ctx->created);

@@ -375,6 +375,19 @@ static void answers(void) {
       "'f\\u0063_1','type':'function','function':{'name':'f','arguments':'{}'}}]},"
       "'finish_reason':'tool_c\\u0061lls'}]}";
   ans_same(RESP, CHAT, chat_call_p, chat_call_e);
+  /* ids longer than the reference's buffers: cut as it cuts them (a
+   * response id to 159 bytes, a call's item id to 199) */
+  char *long_id = malloc(8192), x[400];
+  memset(x, 'a', 300);
+  x[300] = 0;
+  snprintf(long_id, 8192,
+           "{'id':'%.150s','object':'chat.completion','created':1,'model':'u','choices':"
+           "[{'index':0,'message':{'role':'assistant','content':'x','tool_calls':[{'id':"
+           "'%s','type':'function','function':{'name':'f','arguments':'{}'}}]},"
+           "'finish_reason':'tool_calls'}]}",
+           x, x);
+  ans_same(RESP, CHAT, long_id, long_id);
+  free(long_id);
   for (int cl = 0; cl < PX_PROTO_COUNT; cl++) {
     if (cl != CHAT) ans_same(cl, CHAT, chat_p, chat_e);
     if (cl != ANTH) ans_same(cl, ANTH, anth_p, anth_e);
