@@ -484,7 +484,7 @@ int px_fw_detail(const px_fv_t *v, const char *key, int64_t *out);
 int px_fc_openai_usage(px_fw_t *w, const px_fkey_t keys[4], px_fresp_t *ir);
 /** A response's creation time (Chat created, Responses created_at; v NULL:
  *  absent): an integer sets ir->created; other values are ignored, as
- *  px_jint would; one this walker cannot read declines. */
+ *  px_jint would (any int64, as px_fw_jint). */
 int px_fast_created(const px_fv_t *v, px_fresp_t *ir);
 /** OpenAI's (Chat, Responses) string tool_choice: auto, none, required. */
 int px_fast_openai_tc(px_fstr_t s, px_freq_t *ir);

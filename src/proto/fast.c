@@ -1085,7 +1085,7 @@ int px_fast_usage_count(const px_fv_t *v, int64_t *out) {
 
 int px_fast_created(const px_fv_t *v, px_fresp_t *ir) {
   if (v == NULL || v->kind != PX_FV_NUM || !px_fw_is_int(v->raw)) return 0;
-  if (px_fw_uint(v->raw, &ir->created) < 0) return PX_FAST_DECLINE;
+  if (px_fw_jint(v, 0, &ir->created) != 0) return PX_FAST_DECLINE;
   ir->has_created = 1;
   return 0;
 }

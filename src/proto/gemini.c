@@ -501,18 +501,34 @@ static int role_of(const px_fv_t *v) {
   return px_fs_is(v->s, "user") ? 0 : -1;
 }
 
-/* the role of a turn whose parts come first: the members after them */
-static int role_ahead(px_fw_t w) {
+/* the members of a turn after its parts (w at the parts): the role there
+ * (0 when none: *has says whether one is), ROLE_UNREAD when the walker
+ * cannot tell or a member read is there again ("parts", a second "role":
+ * jansson keeps the last, the hub's rule) */
+static int role_ahead(px_fw_t w, int *has) {
   px_fv_t v;
   px_fstr_t k;
-  int r, role = 0, n = 0;
+  int r, role = 0;
+  *has = 0;
   if (px_fw_value(&w, &v) < 0) return ROLE_UNREAD; /* the parts */
   while ((r = px_fw_member(&w, &k)) == 1) {
-    if (k.esc || px_fw_value(&w, &v) < 0) return ROLE_UNREAD;
-    if (px_fs_is(k, "role") && n++) return ROLE_UNREAD;
+    if (k.esc || px_fw_value(&w, &v) < 0 || px_fs_is(k, "parts")) return ROLE_UNREAD;
+    if (px_fs_is(k, "role") && (*has)++) return ROLE_UNREAD;
     if (px_fs_is(k, "role")) role = role_of(&v);
   }
   return r < 0 ? ROLE_UNREAD : role;
+}
+
+/* whether a member named key comes in the rest of the object at w (or the
+ * walker cannot tell): a value refused now may not be the one jansson
+ * keeps */
+static int member_later(px_fw_t w, const char *key) {
+  px_fstr_t k;
+  px_fv_t v;
+  int r;
+  while ((r = px_fw_member(&w, &k)) == 1)
+    if (k.esc || px_fw_value(&w, &v) < 0 || px_fs_is(k, key)) return 1;
+  return r < 0;
 }
 
 /* gemini.c's refusal of turn i */
@@ -548,14 +564,24 @@ static int decode_contents(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) 
           continue;
         }
         arr = 1;
-        if (model == -2) model = role_ahead(*w);
+        px_fw_t at = *w; /* the parts */
+        int has_role, role_before = model != -2;
+        if (model == -2) model = role_ahead(*w, &has_role);
         if (model == ROLE_UNREAD) return DECLINE;
         if (model < 0) return turn_fail(d, i);
         if (px_fw_open(w, '[') < 0) return DECLINE;
         int rp;
         ppath_t pp = {i, 0, ""};
         for (; (rp = px_fw_elem(w)) == 1; pp.n++)
-          if ((rp = decode_part(w, m, model, d, &pp, a)) != 0) return rp;
+          if ((rp = decode_part(w, m, model, d, &pp, a)) != 0) {
+            /* a part refused is the reference's refusal when no role or
+             * parts after these would be read instead (jansson keeps the
+             * last): else the hub's rule */
+            if (rp == PX_FAST_REFUSE &&
+                (role_ahead(at, &has_role) == ROLE_UNREAD || (has_role && role_before)))
+              return DECLINE;
+            return rp;
+          }
         if (rp < 0) return DECLINE;
         continue;
       }
@@ -563,7 +589,7 @@ static int decode_contents(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) 
       if (!px_fs_is(k, "role")) continue;
       if (px_fw_seen_twice(&seen, 0)) return DECLINE;
       if ((model = role_of(&v)) == ROLE_UNREAD) return DECLINE;
-      if (model < 0) return turn_fail(d, i);
+      if (model < 0) return member_later(*w, "role") ? DECLINE : turn_fail(d, i);
     }
     if (rk < 0) return DECLINE;
     if (!arr) return turn_fail(d, i);
