@@ -9,7 +9,9 @@
  * Where the gateway refuses a body, the reference refuses it too: in the
  * same words when a codec refused it, in any words when the codecs declined
  * it (the hub's refusal), but for the deliberate differences
- * (declined_on_purpose). Else the target aborts. */
+ * (declined_on_purpose); an upstream answer the codecs decline as written
+ * and in its plain spelling (the hub's 502) is one the reference refuses
+ * too, but for the same differences. Else the target aborts. */
 #ifndef PX_FUZZ_XLATE_DIFF_H
 #define PX_FUZZ_XLATE_DIFF_H
 
@@ -102,38 +104,66 @@ static inline int codec_refusal(const px_tr_ctx_t *c, const char *body, size_t l
   return r == PX_FAST_REFUSE;
 }
 
-/* a string with a quote, a backslash or a control character: escaped
- * in every spelling */
-static inline int escaped_always(json_t *v) {
-  const char *t = json_string_value(v);
-  for (; t != NULL && *t; t++)
-    if (*t == '"' || *t == '\\' || (unsigned char)*t < 0x20) return 1;
-  return 0;
+/* Whether the fast codecs refused the answer (in their own words, the
+ * reference's) as written or in its plain spelling, rather than both
+ * declining it (the hub's 502 then, odd_refusal). */
+static inline int answer_codec_refusal(const px_tr_ctx_t *c, const char *body,
+                                       size_t len) {
+  int r = PX_FAST_DECLINE;
+  for (int pass = 0; pass < 2 && r == PX_FAST_DECLINE; pass++) {
+    px_buf_t b, out;
+    px_buf_init(&b, len + 1);
+    px_buf_init(&out, len * 4 + 65536);
+    const char *p = body;
+    size_t n = len;
+    if (pass == 1 && px_json_respell(body, len, &b) <= 0) {
+      px_buf_free(&b);
+      px_buf_free(&out);
+      break;
+    }
+    if (pass == 1) p = b.data, n = b.len;
+    px_lossy_t l;
+    px_lossy_init(&l);
+    px_usage_t u = {-1, -1, -1, -1, -1};
+    px_tr_err_t e;
+    memset(&e, 0, sizeof(e));
+    r = px_translate_response_fast(c, p, n, &out, &l, &u, &e);
+    px_buf_free(&out);
+    px_buf_free(&b);
+  }
+  return r == PX_FAST_REFUSE;
 }
 
-/* a tool call's id (call_id, id, tool_call_id, tool_use_id) or a Gemini
- * functionResponse's name (what matches it to its call) escaped in every
- * spelling, anywhere in v; or a "type" so (a Gemini schema's type is
- * lower-cased in place) or of 32 bytes and more (the reference cuts it to
- * 31) */
-static inline int escaped_id(json_t *v, int in_fresp) {
+/* a schema "type" of 32 bytes and more anywhere in v (the reference cuts
+ * it to 31 before lower-casing it for Gemini) */
+static inline int long_type(json_t *v) {
   const char *key;
   json_t *m;
   size_t i;
   if (json_is_array(v)) {
-    json_array_foreach(v, i, m) if (escaped_id(m, 0)) return 1;
+    json_array_foreach(v, i, m) if (long_type(m)) return 1;
     return 0;
   }
   json_object_foreach(v, key, m) {
-    if ((!strcmp(key, "call_id") || !strcmp(key, "id") || !strcmp(key, "tool_call_id") ||
-         !strcmp(key, "tool_use_id") || !strcmp(key, "type") ||
-         (in_fresp && !strcmp(key, "name"))) &&
-        escaped_always(m))
-      return 1;
     if (!strcmp(key, "type") && json_string_length(m) >= 32) return 1;
-    if (escaped_id(m, !strcmp(key, "functionResponse"))) return 1;
+    if (long_type(m)) return 1;
   }
   return 0;
+}
+
+/* the nesting depth of v (a scalar: 0) */
+static inline int doc_depth(json_t *v) {
+  const char *key;
+  json_t *m;
+  size_t i;
+  int d = 0, k;
+  if (json_is_array(v)) {
+    json_array_foreach(v, i, m) if ((k = doc_depth(m)) > d) d = k;
+    return d + 1;
+  }
+  if (!json_is_object(v)) return 0;
+  json_object_foreach(v, key, m) if ((k = doc_depth(m)) > d) d = k;
+  return d + 1;
 }
 
 /* an "arguments" string anywhere in v holding brackets nested deeper than
@@ -169,13 +199,12 @@ static inline int deep_arguments(json_t *v) {
  * for the catch-all: numbers the codecs read only in range, where the
  * reference read a double or a wrapped integer: thinking.budget_tokens
  * negative or of 19 digits and more, generationConfig.topK of 1e15 and
- * more in magnitude (past a double's integer precision). By the body's
- * field, for the catch-all: a tool call's id (call_id, id, tool_call_id,
- * tool_use_id) or a Gemini functionResponse name escaped in every spelling
- * (a quote, a backslash, a control character: the codecs match a call and
- * its result by the bytes as written); a schema "type" escaped so or of 32
- * bytes and more; a tool call's arguments nested deeper than the one
- * reader's limit (deep_arguments). */
+ * more in magnitude (past a double's integer precision); a schema "type"
+ * of 32 bytes and more; a tool call's arguments nested deeper than the one
+ * reader's limit (deep_arguments). By the body: nesting deeper than that
+ * limit (PX_JSON_MAX_DEPTH; an upstream answer meets it in the hub, a
+ * client body at admission). (Values escaped in every spelling, ids and
+ * names included, are read by their value: px_fs_is, px_fs_same.) */
 static inline int declined_on_purpose(const char *body, size_t len,
                                       const px_tr_err_t *e) {
   if (strstr(e->message, " more than once") != NULL ||
@@ -184,6 +213,10 @@ static inline int declined_on_purpose(const char *body, size_t len,
     return 1;
   if (e->param[0] != 0) return 0;
   json_t *doc = json_loadb(body, len, 0, NULL);
+  if (doc_depth(doc) > PX_JSON_MAX_DEPTH) { /* the one reader's limit (jansson's: 2048) */
+    json_decref(doc);
+    return 1;
+  }
   const json_int_t huge = 1000000000000000000LL; /* 19 digits */
   int yes = 0;
   json_t *v = json_object_get(json_object_get(doc, "thinking"), "budget_tokens");
@@ -192,7 +225,7 @@ static inline int declined_on_purpose(const char *body, size_t len,
   v = json_object_get(json_object_get(doc, "generationConfig"), "topK");
   if (json_is_number(v) && !(json_number_value(v) < 1e15 && json_number_value(v) > -1e15))
     yes = 1;
-  if (escaped_id(doc, 0) || deep_arguments(doc)) yes = 1;
+  if (long_type(doc) || deep_arguments(doc)) yes = 1;
   json_decref(doc);
   return yes;
 }
@@ -290,7 +323,23 @@ static inline void response(const px_tr_ctx_t *c, const char *body, size_t len) 
     fr = px_translate_response_body(c, body, len, &fb, &lf, &uf, &ef);
     if (fr == PX_FAST_REFUSE && ef.kind != PX_ERR_BAD_GATEWAY)
       diff_fail("response (not a 502)", c, body, len, ef.message, "", "", "");
-    if (fr == PX_FAST_REFUSE) fr = PX_FAST_DECLINE; /* its own words */
+    if (fr == PX_FAST_REFUSE && !answer_codec_refusal(c, body, len)) {
+      /* the codecs declined it as written and in its plain spelling: the
+       * hub's 502, and the reference refuses it too, but for the
+       * deliberate differences (declined_on_purpose) */
+      json_t *ub = json_loadb(body, len, 0, NULL), *cb = NULL;
+      px_tr_err_t es;
+      memset(&es, 0, sizeof(es));
+      if (ub != NULL && px_translate_response(c, ub, &cb, &ls, &es) == 0 &&
+          !declined_on_purpose(body, len, &ef)) {
+        char *s = json_dumps(cb, JSON_COMPACT);
+        diff_fail("response (declined, the reference takes it)", c, body, len, ef.message,
+                  s, ef.param, "");
+      }
+      json_decref(cb);
+      json_decref(ub);
+      fr = PX_FAST_DECLINE; /* checked */
+    }
   }
   if (fr == PX_FAST_REFUSE) {
     /* the reference refuses it too, in the same words */

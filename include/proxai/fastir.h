@@ -18,9 +18,10 @@
  * (test/reference) fills the document, an encoder writes from it what the
  * reference's encoder writes. Everything the agents send takes it
  * (test/unit/test_fast_agents.c). A decoder or encoder DECLINES (returns
- * PX_FAST_DECLINE) on what it cannot tell exactly as written: escaped keys
- * or enum values where they decide something, repeated members, names a
- * lossy list cannot hold. The hub then applies the one reader's rule
+ * PX_FAST_DECLINE) on what it cannot tell exactly as written: escaped keys,
+ * values it must split at a place that are not in the plain spelling
+ * (px_fs_plain), repeated members, names a lossy list cannot hold (values
+ * that decide are read by their value: px_fs_is). The hub then applies the one reader's rule
  * (px_translate_request_body, px_translate_response_body): the body in its
  * plain spelling (px_json_respell) is asked again, and what is still
  * declined is refused in words (px_fast_odd_member); nothing else reads it.
@@ -376,17 +377,75 @@ typedef struct px_fmemo {
 int px_fc_tree_memo(px_fw_t *w, const px_ftab_t *t, px_fv_t *f, unsigned *seen,
                     const px_fmemo_t *memo);
 
-/** Whether raw string content s equals the n bytes of lit (escaped:
- *  never). */
-static inline int px_fs_isn(px_fstr_t s, const char *lit, size_t n) {
-  return s.p != NULL && !s.esc && s.n == n && memcmp(s.p, lit, n) == 0;
+/** px_fs_isn of content with escapes: its value, unescaped on the fly (no
+ *  copy), equals the n bytes of lit. */
+int px_fs_isn_esc(px_fstr_t s, const char *lit, size_t n);
+/** Whether the value of string content s (its escapes read as jansson
+ *  reads them: "us\u0065r" is user) equals the n bytes of lit: how a codec
+ *  compares a deciding value (a role, a type, an enum) as the reference's
+ *  strcmp does. Content with no escape is compared as it stands (the plain
+ *  path: one length test and a memcmp). */
+static inline __attribute__((always_inline)) int px_fs_isn(px_fstr_t s, const char *lit,
+                                                             size_t n) {
+  if (s.esc) return px_fs_isn_esc(s, lit, n); /* the rare one: out of line */
+  return s.p != NULL && s.n == n && memcmp(s.p, lit, n) == 0;
 }
-/** Whether raw string content s equals the literal lit (escaped: never). */
-static inline int px_fs_is(px_fstr_t s, const char *lit) {
+/** px_fs_isn with a NUL-terminated lit. */
+static inline __attribute__((always_inline)) int px_fs_is(px_fstr_t s, const char *lit) {
   return px_fs_isn(s, lit, strlen(lit));
 }
+/** Whether the value of string content s (escapes read) begins with the
+ *  n bytes of lit. */
+int px_fs_starts(px_fstr_t s, const char *lit, size_t n);
+/** px_fs_len of content with escapes. */
+size_t px_fs_len_esc(px_fstr_t s);
+/** The length of the value of string content s (escapes read). */
+static inline size_t px_fs_len(px_fstr_t s) {
+  return s.esc ? px_fs_len_esc(s) : s.n;
+}
+/** The content of s after the first n bytes of its value (n ends at a
+ *  character of the value: a prefix px_fs_starts found). */
+px_fstr_t px_fs_after(px_fstr_t s, size_t n);
+/** Whether the value of string content s (escapes read) ends with the n
+ *  bytes of lit. */
+int px_fs_ends(px_fstr_t s, const char *lit, size_t n);
+/** Index of the value of string content s (escapes read) in
+ *  names[0..n), -1 when none: a lookup of an enum value. */
+int px_fs_of(px_fstr_t s, const char *const *names, int n);
+/** A data URL "data:<media type>;base64,<data>" split as the reference's
+ *  px_data_url_split splits its value (the first ";base64,"; a media type
+ *  of 1 to mtsz - 1 bytes): 0 with *mt and *data (spans of url, keeping
+ *  their escapes), -1 when it is none, PX_FAST_DECLINE when its value is
+ *  one but not in the plain spelling (px_fs_plain: "\u003b" may be a ';';
+ *  the respelled body's is). */
+int px_fs_data_url(px_fstr_t url, size_t mtsz, px_fstr_t *mt, px_fstr_t *data);
+/** Whether two string contents have the same value (escapes read), as the
+ *  reference's strcmp of both (NULL p: an absent string equals no string). */
+int px_fs_same(px_fstr_t a, px_fstr_t b);
+/** Whether the first tool of the request named name (by value) is a
+ *  custom one (the reference's px_ir_is_custom_tool). */
+int px_ftool_custom(const px_freq_t *ir, px_fstr_t name);
 /** px_fs_is with a string literal: its length known where it is written. */
 #define PX_FS_IS(s, lit) px_fs_isn((s), "" lit, sizeof(lit) - 1)
+/** The value of string content s (escapes read) NUL-terminated into buf
+ *  (for a lookup by C string: a finish reason, a stop word; for a
+ *  message): its length, or size when it does not fit (buf then holds the
+ *  value cut to size - 1 bytes). */
+size_t px_fs_value(px_fstr_t s, char *buf, size_t size);
+/** The value of s for a refusal's message ("%s"): unescaped into a buffer
+ *  of the thread's, valid until the next call (cut at the message's size,
+ *  where the message is cut anyway); no buffer on the decoders' stacks. */
+const char *px_fs_msg(px_fstr_t s);
+/** px_fs_plain of content with escapes. */
+int px_fs_plain_esc(px_fstr_t s);
+/** Whether the content s is in its plain spelling (what px_json_respell
+ *  writes: the only escapes are of a quote, a backslash or a control
+ *  character), so that every other character (the ',' ';' ':' '/' a codec
+ *  splits a value at) stands where it is written. A codec that must split
+ *  a value declines one that is not (the hub's respelling makes it so). */
+static inline int px_fs_plain(px_fstr_t s) {
+  return !s.esc || px_fs_plain_esc(s);
+}
 /** A raw integer token with no sign, fraction or exponent -> *v (>= 0). */
 int px_fw_uint(px_str_t raw, int64_t *v);
 /** Whether a raw JSON array / object is empty. */
@@ -423,7 +482,8 @@ static inline int px_fw_seen_twice(unsigned *seen, int k) {
  *  fraction, no exponent). */
 int px_fw_is_int(px_str_t raw);
 /** An integer member as px_jint reads it: *out = dflt when v is not an
- *  integer; declines on one this walker cannot read (negative, huge). */
+ *  integer, else its value (negative ones too: an upstream's usage of -1
+ *  is the reference's to clamp, not a decline). */
 int px_fw_jint(const px_fv_t *v, int64_t dflt, int64_t *out);
 /** {"<key>": n} of a usage details object v: *out = the integer, -1
  *  when v is no object or has no integer there. 0 or decline. */
@@ -435,7 +495,7 @@ int px_fw_detail(const px_fv_t *v, const char *key, int64_t *out);
 int px_fc_openai_usage(px_fw_t *w, const px_fkey_t keys[4], px_fresp_t *ir);
 /** A response's creation time (Chat created, Responses created_at; v NULL:
  *  absent): an integer sets ir->created; other values are ignored, as
- *  px_jint would; one this walker cannot read declines. */
+ *  px_jint would (any int64, as px_fw_jint). */
 int px_fast_created(const px_fv_t *v, px_fresp_t *ir);
 /** OpenAI's (Chat, Responses) string tool_choice: auto, none, required. */
 int px_fast_openai_tc(px_fstr_t s, px_freq_t *ir);

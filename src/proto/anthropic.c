@@ -11,9 +11,10 @@
  * codec in test/reference/anthropic.c is the reference: every rule here is
  * that codec's rule for the same shape, its lossy names included, in its
  * order, and its refusals in its words (PX_FAST_REFUSE); what this codec
- * cannot tell exactly as written (escaped keys or values where they
- * decide, repeated members) declines to the hub's one reader's rule
- * (translate_fast.c: respelled, else refused). */
+ * cannot tell exactly as written (escaped keys, repeated members, a data
+ * URL not in the plain spelling) declines to the hub's one reader's rule
+ * (translate_fast.c: respelled, else refused); values that decide are
+ * read by their value (px_fs_is). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,21 +43,17 @@ typedef struct {
 } dec_lossy_t;
 
 /* A string member the reference compares (px_jstr): 1 with *s set when it
- * is a plain string, 0 when it is no string (NULL there), -1 when it has
- * escapes (its value is not read here: the caller declines). f NULL:
- * absent. */
+ * is a string (compared by its value: px_fs_is), 0 when it is no string
+ * (NULL there). f NULL: absent. */
 static int plain_str(const px_fv_t *f, px_fstr_t *s) {
   if (f == NULL || f->kind != PX_FV_STR) return 0;
-  if (f->s.esc) return -1;
   *s = f->s;
   return 1;
 }
 
-/* a plain string's value for a message (NUL-ended, cut as the message is) */
+/* a string's value for a message (NUL-ended, cut as the message is) */
 static const char *cstr(px_fstr_t s, char *buf, size_t n) {
-  size_t k = s.n < n - 1 ? s.n : n - 1;
-  memcpy(buf, s.p, k);
-  buf[k] = 0;
+  px_fs_value(s, buf, n);
   return buf;
 }
 
@@ -142,7 +139,6 @@ static int text_block(px_fw_t *w, const char *path, size_t i, px_arena_t *a,
   if (px_fw_kfields(w, text_block_keys, NKEYS(text_block_keys), f, &seen) != 0)
     return DECLINE;
   int rc = plain_str(HAS(TB_TYPE) ? &f[TB_TYPE] : NULL, &t);
-  if (rc < 0) return DECLINE;
   if (rc == 0 || !px_fs_is(t, "text") || !HAS(TB_TEXT) || f[TB_TEXT].kind != PX_FV_STR)
     goto bad;
   px_fpart_t *p = px_fpart_text(a, f[TB_TEXT].s);
@@ -207,7 +203,6 @@ static int image_part(const px_fv_t *src, const fpath_t *path, px_arena_t *a,
   }
   if (px_fv_kfields(src, keys, 4, f, &seen) != 0) return DECLINE;
   int rc = plain_str((seen & 1) ? &f[0] : NULL, &st);
-  if (rc < 0) return DECLINE;
   if (rc == 1 && px_fs_is(st, "base64")) {
     if (!(seen & 2) || f[1].kind != PX_FV_STR || !(seen & 4) || f[2].kind != PX_FV_STR) {
       path_sfx(path, ".source", p);
@@ -298,7 +293,6 @@ static int document(const block_t *blk, const fpath_t *path, px_fpart_t **head,
   }
   if (px_fv_kfields(&blk->f[B_SOURCE], keys, NKEYS(keys), f, &seen) != 0) return DECLINE;
   int rs = plain_str(HAS(S_TYPE) ? &f[S_TYPE] : NULL, &st);
-  if (rs < 0) return DECLINE;
   int titled = BHAS(blk, B_TITLE) && blk->f[B_TITLE].kind == PX_FV_STR;
   if (BHAS(blk, B_CONTEXT)) px_lossy_add(lossy, "messages[].content[].context");
   if (BHAS(blk, B_CIT)) px_lossy_add(lossy, "messages[].content[].citations");
@@ -344,7 +338,6 @@ static int document(const block_t *blk, const fpath_t *path, px_fpart_t **head,
         fpath_t q = {path, 1, i++, 0};
         if (read_block(&cw, &e) != 0) return DECLINE;
         int rt = plain_str(BHAS(&e, B_TYPE) ? &e.f[B_TYPE] : NULL, &et);
-        if (rt < 0) return DECLINE;
         if (rt == 1 && px_fs_is(et, "text") && BHAS(&e, B_TEXT) &&
             e.f[B_TEXT].kind == PX_FV_STR) {
           if (push_new(head, tail, px_fpart_text(a, e.f[B_TEXT].s)) != 0) return DECLINE;
@@ -426,7 +419,6 @@ static int tool_result_content(const block_t *blk, const fpath_t *path, px_fpart
     int rc;
     if (read_block(&w, &b) != 0) return DECLINE;
     int rt = plain_str(BHAS(&b, B_TYPE) ? &b.f[B_TYPE] : NULL, &t);
-    if (rt < 0) return DECLINE;
     if (rt == 1 && px_fs_is(t, "text") && BHAS(&b, B_TEXT) &&
         b.f[B_TEXT].kind == PX_FV_STR) {
       if ((pt = px_fpart_text(a, b.f[B_TEXT].s)) == NULL) return DECLINE;
@@ -457,8 +449,7 @@ static int tool_result_content(const block_t *blk, const fpath_t *path, px_fpart
 /* server-side tools' blocks: dropped and named there */
 static int server_result_type(px_fstr_t t) {
   static const char suffix[] = "_tool_result";
-  size_t n = sizeof(suffix) - 1;
-  return t.n > n && memcmp(t.p + t.n - n, suffix, n) == 0;
+  return !px_fs_is(t, suffix) && px_fs_ends(t, suffix, sizeof(suffix) - 1);
 }
 
 /* One content block of a message at the cursor -> 0..n parts of m. */
@@ -471,7 +462,6 @@ static int decode_block(px_fw_t *w, const fpath_t *path, px_fmsg_t *m, px_arena_
   int rc, assistant = m->assistant;
   if (read_block(w, &blk) != 0) return DECLINE;
   rc = plain_str(BHAS(&blk, B_TYPE) ? &f[B_TYPE] : NULL, &t);
-  if (rc < 0) return DECLINE;
   if (rc == 0) {
     path_sfx(path, ".type", p);
     return FAIL(err, p, "%s: content block without a type", p);
@@ -669,7 +659,6 @@ static int decode_messages(px_fw_t *w, px_freq_t *ir, px_fpart_t **fold,
       if (px_fw_value(w, &v) < 0) return DECLINE;
       px_fstr_t rs;
       int rc = plain_str(&v, &rs);
-      if (rc < 0) return DECLINE;
       if (rc == 1 && px_fs_is(rs, "user")) {
         role = 0;
       } else if (rc == 1 && px_fs_is(rs, "assistant")) {
@@ -790,7 +779,6 @@ static int decode_tools(px_fw_t *w, px_freq_t *ir, px_arena_t *a, px_lossy_t *lo
 #define HAS(x) (seen & (1u << (x)))
     if (rm < 0) return DECLINE;
     if (HAS(T_TYPE) && f[T_TYPE].kind == PX_FV_STR) {
-      if (f[T_TYPE].s.esc) return DECLINE;
       if (!px_fs_is(f[T_TYPE].s, "custom")) { /* a server tool, run at Anthropic */
         px_lossy_add(lossy, "tools[].server_tool");
         continue;
@@ -823,9 +811,10 @@ static int decode_tool_choice(px_fw_t *w, px_freq_t *ir, px_tr_err_t *err) {
   int rt = 0;
   if (px_fw_peek(w) != PX_FV_OBJ) {
     if (skip_value(w) != 0) return DECLINE;
-  } else if (px_fw_kfields(w, keys, 3, f, &seen) != 0 ||
-             (rt = plain_str((seen & 1) ? &f[0] : NULL, &type)) < 0) {
+  } else if (px_fw_kfields(w, keys, 3, f, &seen) != 0) {
     return DECLINE;
+  } else {
+    rt = plain_str((seen & 1) ? &f[0] : NULL, &type);
   }
   if (rt == 0) return FAIL(err, "tool_choice.type", "tool_choice.type: missing");
   px_fstr_t name = (seen & 2) && f[1].kind == PX_FV_STR ? f[1].s : (px_fstr_t){0};
@@ -893,9 +882,10 @@ static int decode_thinking(px_fw_t *w, px_freq_t *ir, px_lossy_t *lossy,
   int rt = 0;
   if (px_fw_peek(w) != PX_FV_OBJ) {
     if (skip_value(w) != 0) return DECLINE;
-  } else if (px_fw_kfields(w, keys, 3, f, &seen) != 0 ||
-             (rt = plain_str((seen & 1) ? &f[0] : NULL, &t)) < 0) {
+  } else if (px_fw_kfields(w, keys, 3, f, &seen) != 0) {
     return DECLINE;
+  } else {
+    rt = plain_str((seen & 1) ? &f[0] : NULL, &t);
   }
   if (rt == 1 && px_fs_is(t, "enabled")) {
     ir->reasoning_enabled = 1;
@@ -930,9 +920,10 @@ static int decode_json_format(const px_fv_t *v, const char *path, px_freq_t *ir,
   px_fstr_t t = {0};
   char p[96];
   int rt = 0;
-  if (v->kind == PX_FV_OBJ && (px_fv_kfields(v, keys, 2, f, &seen) != 0 ||
-                               (rt = plain_str((seen & 1) ? &f[0] : NULL, &t)) < 0))
-    return DECLINE;
+  if (v->kind == PX_FV_OBJ) {
+    if (px_fv_kfields(v, keys, 2, f, &seen) != 0) return DECLINE;
+    rt = plain_str((seen & 1) ? &f[0] : NULL, &t);
+  }
   if (rt == 0 || !px_fs_is(t, "json_schema")) {
     snprintf(p, sizeof(p), "%s.type", path);
     return FAIL(err, p, "%s: only json_schema output formats are supported", p);
@@ -952,8 +943,7 @@ static int output_config_member(px_fstr_t k, const px_fv_t *v, px_freq_t *ir,
   static const char *const efforts[] = {"low", "medium", "high", "max", "xhigh"};
   if (v->kind == PX_FV_NULL) return 0;
   if (px_fs_is(k, "effort")) {
-    if (v->kind == PX_FV_STR && v->s.esc) return DECLINE;
-    int e = v->kind == PX_FV_STR ? px_fw_key_of(v->s, efforts, 5) : -1;
+    int e = v->kind == PX_FV_STR ? px_fs_of(v->s, efforts, 5) : -1;
     if (e < 0)
       return FAIL(err, "output_config.effort", "output_config.effort: unknown value");
     const char *ie = e >= 3 ? "xhigh" : efforts[e];
@@ -1223,37 +1213,6 @@ static int put_tool_use(px_buf_t *b, px_fpart_t *p, px_arena_t *a) {
   return rc;
 }
 
-/* a data URL "data:<media type>;base64,<data>" (px_data_url_split on a
- * span): 0 with *mt and *data set, -1 when url is not one; declines on
- * escapes */
-/* An escaped URL that is no data URL however it is read (its value does
- * not start with "data:"): written as it is; one that is, declined (its
- * pieces would need unescaping). */
-static int url_escaped_data(px_fstr_t url) {
-  px_buf_t u;
-  px_str_t v;
-  px_buf_init(&u, url.n + 1);
-  int r = px_json_unescape(url.p, url.n, url.esc, &u, &v) != 0 ||
-          (v.len >= 5 && memcmp(v.ptr, "data:", 5) == 0);
-  px_buf_free(&u);
-  return r;
-}
-
-static int data_url(px_fstr_t url, px_fstr_t *mt, px_fstr_t *data) {
-  static const char marker[] = ";base64,";
-  const size_t m = sizeof(marker) - 1;
-  if (url.n < 5 || memcmp(url.p, "data:", 5) != 0) return -1;
-  for (size_t i = 5; i + m <= url.n; i++)
-    if (memcmp(url.p + i, marker, m) == 0) {
-      size_t n = i - 5;
-      if (n == 0 || n >= 64) return -1; /* px_data_url_split's media type buffer */
-      *mt = (px_fstr_t){url.p + 5, n, 0};
-      *data = (px_fstr_t){url.p + i + m, url.n - i - m, 0};
-      return 0;
-    }
-  return -1;
-}
-
 static int put_source(px_buf_t *b, const char *type, px_fstr_t mt, px_fstr_t data,
                       px_fstr_t url) {
   int rc = px_fb_lit(b, type);
@@ -1274,9 +1233,10 @@ static int put_source(px_buf_t *b, const char *type, px_fstr_t mt, px_fstr_t dat
  * data or a URL; the others are the reference's errors) */
 static int put_media(px_buf_t *b, const px_fpart_t *p) {
   px_fstr_t mt = p->media_type, data = p->data, url = p->url;
-  if (url.p != NULL) {
-    if (url.esc && url_escaped_data(url)) return DECLINE;
-    if (!url.esc && data_url(url, &mt, &data) == 0) url = (px_fstr_t){0};
+  if (url.p != NULL) { /* a data URL: its pieces (the reference's buffer: 64) */
+    int d = px_fs_data_url(url, 64, &mt, &data);
+    if (d == DECLINE) return DECLINE;
+    if (d == 0) url = (px_fstr_t){0};
   }
   int rc;
   if (p->type == PX_FP_IMAGE) {
@@ -1299,16 +1259,16 @@ static int put_media(px_buf_t *b, const px_fpart_t *p) {
 static int check_media(const px_fpart_t *p, px_tr_err_t *err) {
   px_fstr_t mt = p->media_type, data = p->data, url = p->url;
   char b[300];
-  if (url.p != NULL) {
-    if (url.esc && url_escaped_data(url)) return DECLINE;
-    if (!url.esc && data_url(url, &mt, &data) == 0) url = (px_fstr_t){0};
+  if (url.p != NULL) { /* a data URL: its pieces (the reference's buffer: 64) */
+    int d = px_fs_data_url(url, 64, &mt, &data);
+    if (d == DECLINE) return DECLINE;
+    if (d == 0) url = (px_fstr_t){0};
   }
   if (url.p != NULL) return 0;
   if (p->type == PX_FP_IMAGE)
     return data.p != NULL && mt.p != NULL
                ? 0
                : FAIL(err, "image", "image part without url or data");
-  if (mt.p != NULL && mt.esc) return DECLINE;
   if (data.p != NULL && px_fs_is(mt, "application/pdf")) return 0;
   if (p->file_id.p != NULL)
     return FAIL(err, "file_id",
@@ -1330,7 +1290,7 @@ static int call_input(px_fpart_t *p, px_arena_t *a) {
   if (blank < 0) return DECLINE;
   int rc = px_fast_args_object(a, p); /* no object as the reference reads it: */
   if (rc == 0) return 0;              /* refused, naming the call by its id */
-  return rc == PX_FAST_ARGS_NONE && !p->id.esc ? REFUSE : DECLINE;
+  return rc == PX_FAST_ARGS_NONE ? REFUSE : DECLINE;
 }
 
 static int check_parts(const enc_t *e, const px_freq_t *ir, px_tr_err_t *err) {
@@ -1489,7 +1449,6 @@ static int thinking_out(px_buf_t *b, const enc_t *e, const px_freq_t *ir, int *t
   }
   int64_t max_in = max_tokens;
   if (ir->has_reasoning) {
-    if (ir->effort.esc) return DECLINE;
     int asks =
         ir->reasoning_enabled == 1 || ir->effort.p != NULL || ir->budget.ptr != NULL;
     /* with thinking on, Anthropic wants the assistant turn a tool loop
@@ -1819,7 +1778,6 @@ static int decode_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a, px_lossy_t 
   (HAS(x) && f[x].kind == PX_FV_STR ? f[x].s : (px_fstr_t){"", 0, 0})
     if (!HAS(0) || f[0].kind != PX_FV_STR) continue; /* no type: skipped there */
     px_fstr_t t = f[0].s;
-    if (t.esc) return DECLINE;
     px_fpart_t *p;
     if (px_fs_is(t, "text")) {
       p = px_fpart_text(a, STR_OR_EMPTY(1));
@@ -1916,13 +1874,10 @@ static int anth_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
   if (HAS(R_STOP) && f[R_STOP].kind == PX_FV_STR) {
     char sr[40];
     px_fstr_t s = f[R_STOP].s;
-    if (s.esc) return DECLINE;
     ir->finish = s;
-    if (s.n >= sizeof(sr)) {
+    if (px_fs_value(s, sr, sizeof(sr)) == sizeof(sr)) {
       ir->stop = PX_STOP_END_TURN;
     } else {
-      memcpy(sr, s.p, s.n);
-      sr[s.n] = 0;
       ir->stop = strcmp(sr, "model_context_window_exceeded") == 0 ? PX_STOP_MAX_TOKENS
                                                                    : px_stop_parse(sr);
       refusal = strcmp(sr, "refusal") == 0;
@@ -1986,25 +1941,22 @@ static int put_reasoning(px_buf_t *b, const px_fpart_t *p) {
 /* A tool call's id as the reference makes it unique (px_idset_unique):
  * its own when non-empty and not taken by an earlier call of the answer,
  * else call_proxai_<n>[_<k>] (the call's id made so: the next calls
- * compare with it). Escaped ids decline. */
-static int id_taken(const px_fpart_t *parts, const px_fpart_t *call, const char *s,
-                    size_t len) {
+ * compare with it). Ids are compared by value (px_fs_same). */
+static int id_taken(const px_fpart_t *parts, const px_fpart_t *call, px_fstr_t id) {
   for (const px_fpart_t *q = parts; q != call; q = q->next)
-    if (q->type == PX_FP_TOOL_CALL && q->id.n == len && memcmp(q->id.p, s, len) == 0)
-      return 1;
+    if (q->type == PX_FP_TOOL_CALL && px_fs_same(q->id, id)) return 1;
   return 0;
 }
 
 static int unique_id(px_arena_t *a, const px_fpart_t *parts, px_fpart_t *call, int n) {
-  if (call->id.esc) return DECLINE;
-  if (call->id.n > 0 && !id_taken(parts, call, call->id.p, call->id.n)) return 0;
+  if (call->id.n > 0 && !id_taken(parts, call, call->id)) return 0;
   char minted[48];
   for (int k = 0;; k++) {
     if (k == 0)
       snprintf(minted, sizeof(minted), "call_proxai_%d", n);
     else
       snprintf(minted, sizeof(minted), "call_proxai_%d_%d", n, k);
-    if (!id_taken(parts, call, minted, strlen(minted))) break;
+    if (!id_taken(parts, call, (px_fstr_t){minted, strlen(minted), 0})) break;
   }
   size_t len = strlen(minted);
   char *c = px_arena_alloc(a, len + 1);
@@ -2057,7 +2009,7 @@ static int put_citations(px_buf_t *b, const px_tr_ctx_t *ctx, const px_fpart_t *
       break;
     }
     int rt = plain_str((seen & 1) ? &f[0] : NULL, &t);
-    if (rt < 0 || ((seen & 2) && f[1].kind == PX_FV_STR && esc_nul(f[1].s))) {
+    if ((seen & 2) && f[1].kind == PX_FV_STR && esc_nul(f[1].s)) {
       rc = DECLINE;
       break;
     }
@@ -2104,11 +2056,13 @@ static int put_citations(px_buf_t *b, const px_tr_ctx_t *ctx, const px_fpart_t *
 static int anth_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *ir,
                                      px_buf_t *b, px_arena_t *a, px_lossy_t *lossy,
                                      px_tr_err_t *err) {
-  if (ir->id.esc) return DECLINE;
+  /* the id's value (px_buf_mint_id escapes it) */
+  px_str_t idv = {ir->id.p, ir->id.n};
+  if (ir->id.esc && (idv.ptr = px_fs_cstr(a, ir->id, &idv.len)) == NULL) return DECLINE;
   const px_fpart_t *refusal = NULL; /* the first refusal: its wording */
   int rc = px_fb_lit(b, "{\"id\":\"");
   size_t id_at = b->len; /* traces: the id and the model as written */
-  if (rc == 0) rc = px_buf_mint_id(b, "msg_", (px_str_t){ir->id.p, ir->id.n});
+  if (rc == 0) rc = px_buf_mint_id(b, "msg_", idv);
   size_t id_end = b->len;
   if (rc == 0) rc = px_fb_lit(b, "\",\"type\":\"message\",\"role\":\"assistant\",\"model\":");
   size_t model_at = b->len;

@@ -26,41 +26,6 @@
 #define PATH_MAX_LEN 96
 #define SUBPATH_LEN 128
 
-/* The value of string s as a C string in the arena (what chat.c prints
- * with %s: JSON strings hold no NUL); NULL when out of memory. */
-static const char *cstr(px_arena_t *a, px_fstr_t s) {
-  px_buf_t b;
-  px_str_t v;
-  px_buf_init(&b, SIZE_MAX);
-  char *c = NULL;
-  if (px_json_unescape(s.p, s.n, s.esc, &b, &v) == 0 &&
-      (c = px_arena_alloc(a, v.len + 1)))
-    memcpy(c, v.ptr, v.len);
-  px_buf_free(&b);
-  return c;
-}
-
-/* is_val of an escaped s */
-static int esc_is(px_fstr_t s, const char *lit, size_t n) {
-  if (s.n > 6 * n) return 0; /* an escape spells one byte in 6 at most */
-  px_buf_t b;
-  px_str_t v;
-  px_buf_init(&b, s.n + 1);
-  int eq = px_json_unescape(s.p, s.n, 1, &b, &v) == 0 && v.len == n &&
-           memcmp(v.ptr, lit, n) == 0;
-  px_buf_free(&b);
-  return eq;
-}
-
-/* Whether the value of string s (escaped or not) is lit, as chat.c's
- * strcmp on it decides (inline: lit's length folds). */
-static inline int is_val(px_fstr_t s, const char *lit) {
-  size_t n = strlen(lit);
-  if (s.p == NULL) return 0;
-  if (s.esc) return esc_is(s, lit, n);
-  return s.n == n && memcmp(s.p, lit, n) == 0;
-}
-
 /* the array element at the cursor (px_fw_elem left it there) is an
  * object */
 #define AT_OBJ(w) ((w).i < (w).n && (w).p[(w).i] == '{')
@@ -115,8 +80,8 @@ static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
     unsigned seen = 0;
     int obj = AT_OBJ(w);
     if (obj && px_fw_kfields(&w, keys, 2, f, &seen) != 0) return DECLINE;
-    if (!obj || !HAS(0) || f[0].kind != PX_FV_STR || !is_val(f[0].s, "text") || !HAS(1) ||
-        f[1].kind != PX_FV_STR) {
+    if (!obj || !HAS(0) || f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "text") ||
+        !HAS(1) || f[1].kind != PX_FV_STR) {
       snprintf(q, sizeof(q), "%s[%zu]", content_path(cp, sizeof(cp), mi), i);
       return REFUSE(err, q, "%s: only text parts are allowed here", q);
     }
@@ -131,29 +96,31 @@ static int text_content(const px_fv_t *c, px_fpart_t **head, px_fpart_t **tail,
 /* "data:<media>;base64,<data>" (u begins with "data:" as it is: is_data)
  * -> media, data spans, as chat.c's parse_data_url (and a media type
  * required): 0; -1 when not one (chat.c names the error); DECLINE when
- * escapes in its header keep it from being read as it is (the data's are
- * kept: base64's "\/") */
+ * escapes in its header are not in the plain spelling (px_fs_plain: "\u003b"
+ * may be its ';'; the respelled body has none). The media type keeps the
+ * header's plain escapes (a control character: the reference carries it),
+ * the data its own (base64's "\/"). */
 static int data_url(px_fstr_t u, px_fstr_t *media, px_fstr_t *data) {
   const char *m = u.p + 5, *end = u.p + u.n;
   const char *comma = memchr(m, ',', (size_t)(end - m));
-  if (u.esc && memchr(u.p, '\\', comma ? (size_t)(comma - u.p) : u.n) != NULL)
+  if (u.esc && memchr(u.p, '\\', comma ? (size_t)(comma - u.p) : u.n) != NULL &&
+      !px_fs_plain(u))
     return DECLINE;
   if (comma == NULL) return -1;
   const char *semi = memchr(m, ';', (size_t)(comma - m));
   if (semi == NULL || semi == m) return -1;
   if ((size_t)(comma - m) < 7 || memcmp(comma - 7, ";base64", 7) != 0) return -1;
-  *media = (px_fstr_t){m, (size_t)(semi - m), 0};
+  *media =
+      (px_fstr_t){m, (size_t)(semi - m), u.esc && memchr(m, '\\', (size_t)(semi - m))};
   *data = (px_fstr_t){comma + 1, (size_t)(end - comma - 1), u.esc};
   return 0;
 }
 
-/* Whether the value of s begins with "data:": 1, 0, or -1 when an escape
- * where it would stand keeps it from being told as it is */
+/* Whether the value of s begins with "data:": 1, 0, or -1 when it does
+ * but escaped (the split at its header reads it as it is written) */
 static int is_data(px_fstr_t s) {
-  size_t k = 0;
-  for (; k < 5 && k < s.n && s.p[k] != '\\'; k++)
-    if (s.p[k] != "data:"[k]) return 0;
-  return k == 5 ? 1 : k == s.n ? 0 : -1;
+  if (!px_fs_starts(s, "data:", 5)) return 0;
+  return memcmp(s.p, "data:", 5) == 0 ? 1 : -1;
 }
 
 /* {type:"image_url", image_url: url | {url, detail}} (has: the member is
@@ -173,7 +140,7 @@ static int image_part(const px_fv_t *iu, int has, px_fpart_t *p, size_t mi, size
   }
   snprintf(q, sizeof(q), "%s.image_url.url", part_path(pp, sizeof(pp), mi, j));
   if (url.p == NULL) return REFUSE(err, q, "%s is required", q);
-  if (HAS(1) && f[1].kind == PX_FV_STR && !is_val(f[1].s, "auto"))
+  if (HAS(1) && f[1].kind == PX_FV_STR && !px_fs_is(f[1].s, "auto"))
     px_lossy_add(lossy, "messages[].content[].image_url.detail");
   int d = is_data(url);
   if (d < 0) return DECLINE;
@@ -250,24 +217,24 @@ static int user_parts(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m, si
     }
     px_fstr_t t = f[0].s;
     px_fpart_t *p;
-    if (is_val(t, "text")) {
+    if (px_fs_is(t, "text")) {
       if (!HAS(1) || f[1].kind != PX_FV_STR) {
         part_path(pp, sizeof(pp), mi, j);
         return REFUSE(err, pp, "%s.text must be a string", pp);
       }
       if ((p = px_fpart_text(a, f[1].s)) == NULL) return DECLINE;
-    } else if (is_val(t, "image_url")) {
+    } else if (px_fs_is(t, "image_url")) {
       if ((p = px_fpart_new(a, PX_FP_IMAGE)) == NULL) return DECLINE;
       if ((rc = image_part(&f[2], HAS(2), p, mi, j, lossy, err)) != 0) return rc;
-    } else if (is_val(t, "input_audio")) {
+    } else if (px_fs_is(t, "input_audio")) {
       part_path(pp, sizeof(pp), mi, j);
       return REFUSE(err, pp, "%s: audio parts cannot be translated to %s", pp,
                     px_proto_get(ctx->out)->name);
-    } else if (is_val(t, "file")) {
+    } else if (px_fs_is(t, "file")) {
       if ((p = px_fpart_new(a, PX_FP_FILE)) == NULL) return DECLINE;
       if ((rc = file_part(ctx, &f[3], HAS(3), p, mi, j, err)) != 0) return rc;
     } else {
-      const char *tv = cstr(a, t);
+      const char *tv = px_fs_cstr(a, t, NULL);
       if (tv == NULL) return DECLINE;
       snprintf(q, sizeof(q), "%s.type", part_path(pp, sizeof(pp), mi, j));
       return REFUSE(err, q, "%s: unknown content part type '%s'", q, tv);
@@ -306,8 +273,8 @@ static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, size_t mi, px_arena_t
     if (obj && px_fw_kfields(&w, keys, 3, f, &seen) != 0) return DECLINE;
     px_fpart_t *p;
     int t = !obj || !HAS(0) || f[0].kind != PX_FV_STR ? 0
-            : is_val(f[0].s, "text")                  ? 1
-            : is_val(f[0].s, "refusal")               ? 2
+            : px_fs_is(f[0].s, "text")                ? 1
+            : px_fs_is(f[0].s, "refusal")             ? 2
                                                       : 0;
     if (t == 1 && HAS(1) && f[1].kind == PX_FV_STR) {
       p = px_fpart_text(a, f[1].s);
@@ -330,7 +297,7 @@ static int assistant_parts(const px_fv_t *c, px_fmsg_t *m, size_t mi, px_arena_t
  * or a decline (an object the scanner's limits keep out) */
 static int args_check(const px_tr_ctx_t *ctx, px_fstr_t args, const char *path,
                       px_arena_t *a, px_tr_err_t *err) {
-  const char *s = cstr(a, args);
+  const char *s = px_fs_cstr(a, args, NULL);
   if (s == NULL) return DECLINE;
   json_error_t je;
   json_t *v = px_jdoc_loads(s, JSON_DECODE_ANY, &je);
@@ -367,7 +334,7 @@ static int tool_calls(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m, si
     px_fstr_t t = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
     px_fpart_t *pt = px_fpart_new(a, PX_FP_TOOL_CALL);
     if (pt == NULL) return DECLINE;
-    if (t.p != NULL && custom_ok && is_val(t, "custom")) {
+    if (t.p != NULL && custom_ok && px_fs_is(t, "custom")) {
       /* a custom (freeform) tool call, for an upstream that can hold it */
       if (HAS(3) && f[3].kind == PX_FV_OBJ && px_fv_kfields(&f[3], ckeys, 2, g, &gs) != 0)
         return DECLINE;
@@ -382,8 +349,8 @@ static int tool_calls(const px_tr_ctx_t *ctx, const px_fv_t *c, px_fmsg_t *m, si
       px_fpart_push(&m->parts, &m->last, pt);
       continue;
     }
-    if (t.p != NULL && !is_val(t, "function")) {
-      const char *tv = cstr(a, t);
+    if (t.p != NULL && !px_fs_is(t, "function")) {
+      const char *tv = px_fs_cstr(a, t, NULL);
       if (tv == NULL) return DECLINE;
       snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu]", mi, j);
       return REFUSE(err, p, "%s: %s tool calls cannot be translated", p, tv);
@@ -486,10 +453,10 @@ static int decode_message(const px_tr_ctx_t *ctx, px_fw_t *w, size_t mi, px_freq
   px_fv_t none = {PX_FV_NULL, {0}, {NULL, 0}};
   const px_fv_t *content = HAS(M_CONTENT) ? &f[M_CONTENT] : &none;
   px_fmsg_t *m;
-  int dev = is_val(role, "developer");
-  if (dev || is_val(role, "system"))
+  int dev = px_fs_is(role, "developer");
+  if (dev || px_fs_is(role, "system"))
     return text_content(content, &ir->system, &ir->system_last, dev, mi, a, err);
-  if (is_val(role, "user")) {
+  if (px_fs_is(role, "user")) {
     if (content->kind != PX_FV_STR && content->kind != PX_FV_ARR) {
       content_path(p, sizeof(p), mi);
       return REFUSE(err, p, "%s must be a string or an array", p);
@@ -501,9 +468,9 @@ static int decode_message(const px_tr_ctx_t *ctx, px_fw_t *w, size_t mi, px_freq
     px_fpart_push(&m->parts, &m->last, pt);
     return 0;
   }
-  if (is_val(role, "assistant"))
+  if (px_fs_is(role, "assistant"))
     return decode_assistant(ctx, f, seen, content, mi, ir, a, err);
-  if (is_val(role, "tool")) {
+  if (px_fs_is(role, "tool")) {
     if (!HAS(M_TCID) || f[M_TCID].kind != PX_FV_STR) {
       snprintf(p, sizeof(p), "messages[%zu].tool_call_id", mi);
       return REFUSE(err, p, "%s is required", p);
@@ -519,12 +486,12 @@ static int decode_message(const px_tr_ctx_t *ctx, px_fw_t *w, size_t mi, px_freq
     return 0;
   }
   snprintf(p, sizeof(p), "messages[%zu].role", mi);
-  if (is_val(role, "function"))
+  if (px_fs_is(role, "function"))
     return REFUSE(err, p,
                   "%s: the legacy 'function' role cannot be translated "
                   "(it has no tool_call_id); use 'tool'",
                   p);
-  const char *rv = cstr(a, role);
+  const char *rv = px_fs_cstr(a, role, NULL);
   return rv == NULL ? DECLINE : REFUSE(err, p, "%s: unknown role '%s'", p, rv);
 }
 
@@ -545,7 +512,6 @@ static int format_in(const px_fv_t *fv, px_str_t *out, px_arena_t *a) {
   if (px_fv_kfields(fv, keys, 2, f, &seen) != 0) return DECLINE;
   if (!HAS(0) || f[0].kind != PX_FV_STR) return 0;
   int grammar = px_fs_is(f[0].s, "grammar");
-  if (f[0].s.esc) return DECLINE;
   if (grammar && HAS(1) && f[1].kind == PX_FV_OBJ &&
       px_fv_kfields(&f[1], gkeys, 2, g, &gs) != 0)
     return DECLINE;
@@ -591,7 +557,7 @@ static int decode_tools(const px_tr_ctx_t *ctx, px_fw_t *tw, px_freq_t *ir, px_a
     if (obj && px_fw_kfields(&w, keys, 3, f, &seen) != 0) return DECLINE;
     px_fstr_t t =
         obj && HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
-    int custom = is_val(t, "custom");
+    int custom = px_fs_is(t, "custom");
     if (custom && custom_ok) {
       if (HAS(2) && f[2].kind == PX_FV_OBJ &&
           px_fv_kfields(&f[2], ckeys, 3, g, &fseen) != 0)
@@ -611,7 +577,7 @@ static int decode_tools(const px_tr_ctx_t *ctx, px_fw_t *tw, px_freq_t *ir, px_a
     if (custom)
       return REFUSE(err, p, "%s: custom (freeform text) tools cannot be translated to %s",
                     p, px_proto_get(ctx->out)->name);
-    if (!is_val(t, "function")) return REFUSE(err, p, "%s: unsupported tool type", p);
+    if (!px_fs_is(t, "function")) return REFUSE(err, p, "%s: unsupported tool type", p);
     if (HAS(1) && f[1].kind == PX_FV_OBJ &&
         px_fv_kfields(&f[1], fkeys, 4, g, &fseen) != 0)
       return DECLINE;
@@ -632,9 +598,9 @@ static int decode_tools(const px_tr_ctx_t *ctx, px_fw_t *tw, px_freq_t *ir, px_a
 static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_t *ir,
                               px_arena_t *a, px_lossy_t *lossy, px_tr_err_t *err) {
   if (v->kind == PX_FV_STR) {
-    if (is_val(v->s, "auto") || is_val(v->s, "none") || is_val(v->s, "required"))
+    if (px_fs_is(v->s, "auto") || px_fs_is(v->s, "none") || px_fs_is(v->s, "required"))
       return px_fast_openai_tc(v->s, ir);
-    const char *s = cstr(a, v->s);
+    const char *s = px_fs_cstr(a, v->s, NULL);
     return s ? REFUSE(err, "tool_choice", "tool_choice: unknown value '%s'", s) : DECLINE;
   }
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("function"), PX_FK("custom"),
@@ -645,12 +611,12 @@ static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_
   unsigned seen = 0, gs = 0;
   if (v->kind == PX_FV_OBJ && px_fv_kfields(v, keys, 4, f, &seen) != 0) return DECLINE;
   px_fstr_t t = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
-  int k = is_val(t, "function")                                            ? 1
-          : is_val(t, "custom") && px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS) ? 2
-          : is_val(t, "allowed_tools")                                     ? 3
-                                                                           : -1;
+  int k = px_fs_is(t, "function")                                            ? 1
+          : px_fs_is(t, "custom") && px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS) ? 2
+          : px_fs_is(t, "allowed_tools")                                     ? 3
+                                                                             : -1;
   if (k < 0) {
-    const char *s = t.p ? cstr(a, t) : "?";
+    const char *s = t.p ? px_fs_cstr(a, t, NULL) : "?";
     return s ? REFUSE(err, "tool_choice", "tool_choice: type '%s' cannot be translated",
                       s)
              : DECLINE;
@@ -661,7 +627,7 @@ static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_
   if (k == 3) {
     /* the restriction to a subset cannot be carried; the mode can */
     px_lossy_add(lossy, "tool_choice.allowed_tools");
-    ir->tool_choice = gs && g[0].kind == PX_FV_STR && is_val(g[0].s, "required")
+    ir->tool_choice = gs && g[0].kind == PX_FV_STR && px_fs_is(g[0].s, "required")
                           ? PX_FTC_REQUIRED
                           : PX_FTC_AUTO;
     return 0;
@@ -697,7 +663,8 @@ static int text_modalities(const px_fv_t *v) {
   if (px_fw_open(&w, '[') < 0) return 0;
   while ((r = px_fw_elem(&w)) == 1) {
     px_fv_t x;
-    if (px_fw_value(&w, &x) < 0 || x.kind != PX_FV_STR || !is_val(x.s, "text")) return 0;
+    if (px_fw_value(&w, &x) < 0 || x.kind != PX_FV_STR || !px_fs_is(x.s, "text"))
+      return 0;
   }
   return r == 0;
 }
@@ -714,16 +681,16 @@ static int response_format(const px_fv_t *v, px_freq_t *ir, px_arena_t *a,
   if (v->kind == PX_FV_OBJ && px_fv_kfields(v, keys, 2, f, &seen) != 0) return DECLINE;
   if (!HAS(0) || f[0].kind != PX_FV_STR)
     return REFUSE(err, "response_format", "response_format.type is required");
-  if (is_val(f[0].s, "text")) {
+  if (px_fs_is(f[0].s, "text")) {
     ir->rf_text = 1;
     return 0;
   }
-  if (is_val(f[0].s, "json_object")) {
+  if (px_fs_is(f[0].s, "json_object")) {
     ir->rf_json = 1;
     return 0;
   }
-  if (!is_val(f[0].s, "json_schema")) {
-    const char *s = cstr(a, f[0].s);
+  if (!px_fs_is(f[0].s, "json_schema")) {
+    const char *s = px_fs_cstr(a, f[0].s, NULL);
     return s ? REFUSE(err, "response_format.type", "response_format.type '%s' is unknown",
                       s)
              : DECLINE;
@@ -1217,8 +1184,8 @@ static int put_media(px_buf_t *b, const px_fpart_t *p) {
     if (rc == 0 && p->filename.p && p->filename.n > 0)
       rc = px_fb_str(b, p->filename);
     else if (rc == 0)
-      rc = px_fb_lit(b, is_val(p->media_type, "text/plain") ? "\"document.txt\""
-                                                            : "\"document.pdf\"");
+      rc = px_fb_lit(b, px_fs_is(p->media_type, "text/plain") ? "\"document.txt\""
+                                                              : "\"document.pdf\"");
   } else if (rc == 0) {
     return DECLINE; /* a file by URL: cannot_send refused it */
   }
@@ -1292,16 +1259,6 @@ static int put_user(const px_tr_ctx_t *ctx, px_buf_t *b, const px_fmsg_t *m, siz
   return rc;
 }
 
-/* whether the first IR tool named s is a custom one (px_ir_is_custom_tool);
- * -1 when escapes keep the names from being compared as they are */
-static int custom_tool(const px_freq_t *ir, px_fstr_t s) {
-  for (const px_ftool_t *t = ir->tools; t; t = t->next) {
-    if (s.esc || t->name.esc) return -1;
-    if (t->name.n == s.n && memcmp(t->name.p, s.p, s.n) == 0) return t->custom;
-  }
-  return 0;
-}
-
 /* an IR custom tool format -> the Chat shape ({"type":"grammar","grammar":
  * {syntax, definition}} or {"type": t}), as chat.c's format_out */
 static int put_format(px_buf_t *b, px_str_t raw) {
@@ -1310,7 +1267,6 @@ static int put_format(px_buf_t *b, px_str_t raw) {
   unsigned seen = 0;
   if (px_fv_kfields(&v, keys, 3, f, &seen) != 0) return DECLINE;
   if (!HAS(0) || f[0].kind != PX_FV_STR) return 0; /* no type: no format */
-  if (f[0].s.esc) return DECLINE;
   int rc = px_fb_lit(b, ",\"format\":{\"type\":");
   if (rc == 0) rc = px_fb_str(b, f[0].s);
   if (rc == 0 && px_fs_is(f[0].s, "grammar")) {
@@ -1351,8 +1307,7 @@ static int put_tools(px_buf_t *b, const px_freq_t *ir, px_lossy_t *lossy) {
   }
   if (rc == 0) rc = px_fb_lit(b, "]");
   if (rc == 0 && ir->tool_choice == PX_FTC_TOOL) {
-    int cu = custom_tool(ir, ir->tc_name);
-    if (cu < 0) return DECLINE;
+    int cu = px_ftool_custom(ir, ir->tc_name);
     rc = px_fb_lit(
         b, cu ? ",\"tool_choice\":{\"type\":\"custom\",\"custom\":{\"name\":"
               : ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":");
@@ -1516,8 +1471,8 @@ static int annotations_in(const px_fv_t *anns, px_str_t *out, px_arena_t *a,
     px_fv_t f[2];
     unsigned seen = 0;
     if ((rc = elem_fields(&w, keys, 2, f, &seen)) != 0) break;
-    if (!HAS(0) || f[0].kind != PX_FV_STR || !is_val(f[0].s, "url_citation") || !HAS(1) ||
-        f[1].kind != PX_FV_OBJ) {
+    if (!HAS(0) || f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "url_citation") ||
+        !HAS(1) || f[1].kind != PX_FV_OBJ) {
       px_lossy_add(lossy, "choices[].message.annotations");
       continue;
     }
@@ -1554,7 +1509,8 @@ static int join_texts(const px_fv_t *c, px_fstr_t *out, px_arena_t *a) {
       continue;
     }
     if (px_fw_kfields(&w, keys, 2, f, &seen) != 0) rc = DECLINE;
-    if (rc != 0 || !HAS(0) || f[0].kind != PX_FV_STR || !is_val(f[0].s, "text")) continue;
+    if (rc != 0 || !HAS(0) || f[0].kind != PX_FV_STR || !px_fs_is(f[0].s, "text"))
+      continue;
     n++;
     if (HAS(1) && f[1].kind == PX_FV_STR) {
       rc = px_fb_put(&b, f[1].s.p, f[1].s.n);
@@ -1584,11 +1540,11 @@ static int calls_out(const px_tr_ctx_t *ctx, const px_fv_t *tv, px_fresp_t *ir,
     unsigned seen = 0, gs = 0;
     if (elem_fields(&w, keys, 4, f, &seen) != 0) return DECLINE;
     px_fstr_t t = HAS(0) && f[0].kind == PX_FV_STR ? f[0].s : (px_fstr_t){NULL, 0, 0};
-    int custom = t.p && is_val(t, "custom") && px_tr_in_can(ctx, PX_CAP_CUSTOM_TOOLS) &&
+    int custom = t.p && px_fs_is(t, "custom") && px_tr_in_can(ctx, PX_CAP_CUSTOM_TOOLS) &&
                  HAS(3) && f[3].kind == PX_FV_OBJ;
     int k = custom ? 3 : 2;
     if (!custom &&
-        ((t.p && !is_val(t, "function")) || !HAS(2) || f[2].kind != PX_FV_OBJ)) {
+        ((t.p && !px_fs_is(t, "function")) || !HAS(2) || f[2].kind != PX_FV_OBJ)) {
       px_tr_fail(err, "choices[0].message.tool_calls",
                  "upstream returned a tool call that cannot be translated");
       if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
@@ -1704,15 +1660,9 @@ static int finish(const px_fv_t *fr, px_fresp_t *ir) {
   char buf[40];
   ir->stop = PX_STOP_NONE;
   if (fr->kind != PX_FV_STR) return 0;
-  if (fr->s.esc) return DECLINE;
   ir->finish = fr->s;
-  if (fr->s.n >= sizeof(buf)) {
-    ir->stop = PX_STOP_END_TURN;
-    return 0;
-  }
-  memcpy(buf, fr->s.p, fr->s.n);
-  buf[fr->s.n] = 0;
-  ir->stop = px_stop_from_chat(buf);
+  ir->stop = px_fs_value(fr->s, buf, sizeof(buf)) == sizeof(buf) ? PX_STOP_END_TURN
+                                                                 : px_stop_from_chat(buf);
   return 0;
 }
 
@@ -1825,7 +1775,8 @@ static int put_annotations(const px_tr_ctx_t *ctx, px_buf_t *b, px_str_t raw,
     }
     if (rm < 0) return DECLINE;
     if (type < 0 || vals[type].kind != PX_FV_STR ||
-        !is_val(vals[type].s, "url_citation") || url < 0 || vals[url].kind != PX_FV_STR) {
+        !px_fs_is(vals[type].s, "url_citation") || url < 0 ||
+        vals[url].kind != PX_FV_STR) {
       px_lossy_add(lossy, px_lossy_annotations(ctx));
       continue;
     }
@@ -1857,7 +1808,7 @@ static int put_annotations(const px_tr_ctx_t *ctx, px_buf_t *b, px_str_t raw,
 static int put_answer_call(px_buf_t *b, const px_fpart_t *p, px_idset_t *ids, int nth,
                            px_arena_t *a) {
   if (ids == NULL) return put_call(b, p);
-  const char *id = p->id.p ? cstr(a, p->id) : "";
+  const char *id = p->id.p ? px_fs_cstr(a, p->id, NULL) : "";
   if (id == NULL || (id = px_idset_unique(ids, px_str(id), nth)) == NULL) return DECLINE;
   px_fpart_t q = *p;
   q.id = (px_fstr_t){NULL, 0, 0};
@@ -1876,9 +1827,6 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
                                      px_buf_t *b, px_arena_t *a, px_lossy_t *lossy,
                                      px_tr_err_t *err) {
   (void)err;
-  /* an escape where "chatcmpl-" would stand might spell it */
-  if (ir->id.esc && memchr(ir->id.p, '\\', ir->id.n < 9 ? ir->id.n : 9) != NULL)
-    return DECLINE;
   /* what chat.c's encoder reads of the content, in order (the lossy names
    * of annotations and opaque reasoning as it meets them) */
   int ntext = 0, ncalls = 0, nref = 0, nreason = 0, nann = 0, rc = 0;
@@ -1920,8 +1868,7 @@ static int chat_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   if (rc == 0 && ir->id.p == NULL)
     rc = px_fb_lit(b, "chatcmpl-proxai");
   else if (rc == 0) {
-    if (!(ir->id.n >= 9 && memcmp(ir->id.p, "chatcmpl-", 9) == 0))
-      rc = px_fb_lit(b, "chatcmpl-");
+    if (!px_fs_starts(ir->id, "chatcmpl-", 9)) rc = px_fb_lit(b, "chatcmpl-");
     if (rc == 0 && ir->id.n) rc = px_fb_put(b, ir->id.p, ir->id.n);
   }
   size_t id_end = b->len;

@@ -631,6 +631,222 @@ int px_fw_empty(px_str_t raw) {
   return 0;
 }
 
+/* A reader of a string's value byte by byte, its escapes unescaped on the
+ * fly (the content passed the reader: valid escapes, surrogate escapes in
+ * pairs; a truncated escape ends it) */
+typedef struct fs_rd {
+  const char *p, *e;
+  unsigned char u[4];
+  size_t n, i;
+} fs_rd_t;
+
+static uint32_t fs_hex4(const char *p) {
+  uint32_t v = 0;
+  for (int k = 0; k < 4; k++) {
+    char c = p[k];
+    v = v << 4 | (uint32_t)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+  }
+  return v;
+}
+
+/* the bytes the content at r->p spells next into r->u: their count, 0 at
+ * the end */
+static size_t fs_next(fs_rd_t *r) {
+  const char *p = r->p, *e = r->e;
+  if (p >= e) return 0;
+  if (*p != '\\' || e - p < 2) {
+    r->u[0] = (unsigned char)*p;
+    r->p = p + 1;
+    return 1;
+  }
+  r->p = p + 2;
+  switch (p[1]) {
+    case 'b':
+      r->u[0] = '\b';
+      return 1;
+    case 'f':
+      r->u[0] = '\f';
+      return 1;
+    case 'n':
+      r->u[0] = '\n';
+      return 1;
+    case 'r':
+      r->u[0] = '\r';
+      return 1;
+    case 't':
+      r->u[0] = '\t';
+      return 1;
+    case 'u':
+      break;
+    default:
+      r->u[0] = (unsigned char)p[1];
+      return 1; /* " \\ / */
+  }
+  if (e - p < 6) return 0;
+  uint32_t c = fs_hex4(p + 2);
+  r->p = p + 6;
+  if (c >= 0xD800 && c < 0xDC00 && e - p >= 12 && p[6] == '\\' && p[7] == 'u') {
+    uint32_t lo = fs_hex4(p + 8);
+    if (lo >= 0xDC00 && lo < 0xE000) {
+      c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
+      r->p = p + 12;
+    }
+  }
+  if (c < 0x80) {
+    r->u[0] = (unsigned char)c;
+    return 1;
+  }
+  if (c < 0x800) {
+    r->u[0] = (unsigned char)(0xC0 | c >> 6);
+    r->u[1] = (unsigned char)(0x80 | (c & 0x3F));
+    return 2;
+  }
+  if (c < 0x10000) {
+    r->u[0] = (unsigned char)(0xE0 | c >> 12);
+    r->u[1] = (unsigned char)(0x80 | (c >> 6 & 0x3F));
+    r->u[2] = (unsigned char)(0x80 | (c & 0x3F));
+    return 3;
+  }
+  r->u[0] = (unsigned char)(0xF0 | c >> 18);
+  r->u[1] = (unsigned char)(0x80 | (c >> 12 & 0x3F));
+  r->u[2] = (unsigned char)(0x80 | (c >> 6 & 0x3F));
+  r->u[3] = (unsigned char)(0x80 | (c & 0x3F));
+  return 4;
+}
+
+/* the next byte of the value, -1 at its end */
+static int fs_byte(fs_rd_t *r) {
+  if (r->i == r->n) {
+    r->n = fs_next(r);
+    r->i = 0;
+    if (r->n == 0) return -1;
+  }
+  return r->u[r->i++];
+}
+
+/* the length of the value of content with escapes */
+static size_t fs_len(px_fstr_t s) {
+  fs_rd_t r = {s.p, s.p + s.n, {0}, 0, 0};
+  size_t n = 0;
+  while (fs_byte(&r) >= 0) n++;
+  return n;
+}
+
+size_t px_fs_len_esc(px_fstr_t s) {
+  return fs_len(s);
+}
+
+px_fstr_t px_fs_after(px_fstr_t s, size_t n) {
+  if (!s.esc) return n <= s.n ? (px_fstr_t){s.p + n, s.n - n, 0} : (px_fstr_t){s.p + s.n, 0, 0};
+  fs_rd_t r = {s.p, s.p + s.n, {0}, 0, 0};
+  for (size_t k = 0; k < n && fs_byte(&r) >= 0; k++) {
+  }
+  return (px_fstr_t){r.p, (size_t)(r.e - r.p), 1};
+}
+
+int px_fs_isn_esc(px_fstr_t s, const char *lit, size_t n) {
+  if (s.p == NULL || s.n < n || s.n > 6 * n) return 0; /* an escape spells 1 byte in 6 at most */
+  fs_rd_t r = {s.p, s.p + s.n, {0}, 0, 0};
+  for (size_t k = 0; k < n; k++)
+    if (fs_byte(&r) != (unsigned char)lit[k]) return 0;
+  return fs_byte(&r) < 0;
+}
+
+int px_fs_starts(px_fstr_t s, const char *lit, size_t n) {
+  if (s.p == NULL) return 0;
+  if (!s.esc) return s.n >= n && memcmp(s.p, lit, n) == 0;
+  fs_rd_t r = {s.p, s.p + s.n, {0}, 0, 0};
+  for (size_t k = 0; k < n; k++)
+    if (fs_byte(&r) != (unsigned char)lit[k]) return 0;
+  return 1;
+}
+
+int px_fs_ends(px_fstr_t s, const char *lit, size_t n) {
+  if (s.p == NULL) return 0;
+  if (!s.esc) return s.n >= n && memcmp(s.p + s.n - n, lit, n) == 0;
+  size_t len = fs_len(s);
+  if (len < n) return 0;
+  fs_rd_t r = {s.p, s.p + s.n, {0}, 0, 0};
+  for (size_t k = 0; k < len - n; k++) fs_byte(&r);
+  for (size_t k = 0; k < n; k++)
+    if (fs_byte(&r) != (unsigned char)lit[k]) return 0;
+  return 1;
+}
+
+int px_fs_of(px_fstr_t s, const char *const *names, int n) {
+  if (!s.esc) return px_fw_key_of(s, names, n);
+  for (int i = 0; i < n; i++)
+    if (px_fs_is(s, names[i])) return i;
+  return -1;
+}
+
+int px_fs_data_url(px_fstr_t url, size_t mtsz, px_fstr_t *mt, px_fstr_t *data) {
+  static const char sep[] = ";base64,";
+  if (!px_fs_starts(url, "data:", 5)) return -1;
+  if (url.esc && !px_fs_plain(url)) return PX_FAST_DECLINE;
+  const char *m = url.p + 5, *end = url.p + url.n;
+  const char *semi = memmem(m, (size_t)(end - m), sep, 8);
+  if (semi == NULL) return -1;
+  px_fstr_t t = {m, (size_t)(semi - m), url.esc && memchr(m, '\\', (size_t)(semi - m))};
+  size_t n = t.esc ? fs_len(t) : t.n; /* its value's length */
+  if (n == 0 || n >= mtsz) return -1;
+  *mt = t;
+  *data = (px_fstr_t){semi + 8, (size_t)(end - semi - 8), url.esc};
+  return 0;
+}
+
+int px_fs_same(px_fstr_t a, px_fstr_t b) {
+  if (a.p == NULL || b.p == NULL) return a.p == b.p;
+  if (!a.esc && !b.esc) return a.n == b.n && memcmp(a.p, b.p, a.n) == 0;
+  fs_rd_t x = {a.p, a.p + a.n, {0}, 0, 0}, y = {b.p, b.p + b.n, {0}, 0, 0};
+  for (;;) {
+    int c = fs_byte(&x);
+    if (c != fs_byte(&y)) return 0;
+    if (c < 0) return 1;
+  }
+}
+
+int px_ftool_custom(const px_freq_t *ir, px_fstr_t name) {
+  for (const px_ftool_t *t = ir->tools; t; t = t->next)
+    if (px_fs_same(t->name, name)) return t->custom;
+  return 0;
+}
+
+size_t px_fs_value(px_fstr_t s, char *buf, size_t size) {
+  if (!s.esc) { /* the plain path: a copy */
+    size_t k = s.n < size ? s.n : size - 1;
+    if (k) memcpy(buf, s.p, k);
+    buf[k] = 0;
+    return s.n < size ? k : size;
+  }
+  fs_rd_t r = {s.p, s.p + s.n, {0}, 0, 0};
+  size_t k = 0;
+  for (int c; (c = fs_byte(&r)) >= 0; buf[k++] = (char)c)
+    if (k + 1 >= size) {
+      buf[k] = 0;
+      return size;
+    }
+  buf[k] = 0;
+  return k;
+}
+
+const char *px_fs_msg(px_fstr_t s) {
+  static _Thread_local char buf[256]; /* px_tr_err_t's message */
+  px_fs_value(s, buf, sizeof(buf));
+  return buf;
+}
+
+int px_fs_plain_esc(px_fstr_t s) {
+  for (const char *p = s.p, *e = s.p + s.n; (p = memchr(p, '\\', (size_t)(e - p)));) {
+    fs_rd_t r = {p, e, {0}, 0, 0};
+    size_t n = fs_next(&r);
+    unsigned char c = r.u[0];
+    if (n != 1 || !(c < 0x20 || c == '"' || c == '\\')) return 0;
+    p = r.p;
+  }
+  return 1;
+}
+
 int px_fs_blank(px_fstr_t s) {
   /* escaped whitespace (\n, \t, \r, \u0020 ...) is blank too: decided on
    * the unescaped value by the callers that care; here a raw check */
@@ -916,7 +1132,7 @@ int px_fast_usage_count(const px_fv_t *v, int64_t *out) {
 
 int px_fast_created(const px_fv_t *v, px_fresp_t *ir) {
   if (v == NULL || v->kind != PX_FV_NUM || !px_fw_is_int(v->raw)) return 0;
-  if (px_fw_uint(v->raw, &ir->created) < 0) return PX_FAST_DECLINE;
+  if (px_fw_jint(v, 0, &ir->created) != 0) return PX_FAST_DECLINE;
   ir->has_created = 1;
   return 0;
 }
@@ -938,7 +1154,10 @@ int px_fw_is_int(px_str_t raw) {
 int px_fw_jint(const px_fv_t *v, int64_t dflt, int64_t *out) {
   *out = dflt;
   if (v->kind != PX_FV_NUM || !px_fw_is_int(v->raw)) return 0;
-  return px_fw_uint(v->raw, out) < 0 ? PX_FAST_DECLINE : 0;
+  if (px_fw_uint(v->raw, out) == 0) return 0; /* the common one */
+  /* a negative or long one, as px_jint reads it (json_integer_value: the
+   * checked read held it to int64) */
+  return px_jv_int(v, out) ? 0 : PX_FAST_DECLINE;
 }
 
 int px_fast_ids_plain(const px_fpart_t *parts) {
@@ -973,38 +1192,19 @@ int px_frtok_index(const char *field) {
   return -1;
 }
 
-/* the field whose tag (of client's spelling) begins t[0..n), its length
- * in *tn; NULL when none does */
-static const char *rtok_tagged(px_proto_t client, const char *t, size_t n, size_t *tn) {
-  const char *f;
-  for (size_t k = 0; (f = px_rtok_at(k)) != NULL; k++) {
-    const char *tag = px_rtok_tag(client, f);
-    *tn = tag != NULL ? strlen(tag) : 0;
-    if (*tn > 0 && n >= *tn && memcmp(t, tag, *tn) == 0) return f;
-  }
-  return NULL;
-}
-
 int px_frtok_in(px_proto_t client, px_fpart_t *p, px_fstr_t tok) {
   const char *own = px_rtok_field(client), *field = own, *f;
   if (tok.p == NULL || tok.n == 0 || own == NULL) return 0;
-  size_t tn = 0;
-  /* a tag is plain ASCII: its raw bytes are its unescaped bytes */
-  if ((f = rtok_tagged(client, tok.p, tok.n, &tn)) != NULL) {
-    field = f;
-    tok.p += tn;
-    tok.n -= tn;
-  } else if (tok.esc) {
-    /* an escape might spell a tag the raw bytes do not show: read
-     * unescaped (a token with a control character is escaped however it is
-     * spelled) */
-    px_buf_t b;
-    px_str_t u;
-    px_buf_init(&b, tok.n + 1);
-    int rc = px_json_unescape(tok.p, tok.n, 1, &b, &u);
-    if (rc == 0) rc = rtok_tagged(client, u.ptr, u.len, &tn) != NULL ? -1 : 0;
-    px_buf_free(&b);
-    if (rc != 0) return PX_FAST_DECLINE;
+  /* the field whose tag (of client's spelling) begins the token's value
+   * (px_fs_starts: an escape may spell it) */
+  for (size_t k = 0; (f = px_rtok_at(k)) != NULL; k++) {
+    const char *tag = px_rtok_tag(client, f);
+    size_t tn = tag != NULL ? strlen(tag) : 0;
+    if (tn > 0 && px_fs_starts(tok, tag, tn)) {
+      field = f;
+      tok = px_fs_after(tok, tn);
+      break;
+    }
   }
   if (tok.n == 0) return 0;
   int k = px_frtok_index(field);
@@ -1331,39 +1531,6 @@ int px_jv_parse(const char *p, size_t n, px_fv_t *v) {
   return 0;
 }
 
-/* a member name's value (unescaped) into tmp when it has escapes */
-static int key_text(px_fstr_t k, px_buf_t *tmp, px_str_t *out) {
-  if (!k.esc) {
-    *out = (px_str_t){k.p, k.n};
-    return 0;
-  }
-  return px_json_unescape(k.p, k.n, 1, tmp, out);
-}
-
-static int key_is(px_fstr_t k, const char *key, size_t kn) {
-  if (!k.esc) return k.n == kn && memcmp(k.p, key, kn) == 0;
-  if (k.n < kn) return 0; /* escapes only lengthen */
-  px_buf_t tmp;
-  px_str_t v;
-  px_buf_init(&tmp, k.n + 1);
-  int eq = key_text(k, &tmp, &v) == 0 && v.len == kn && memcmp(v.ptr, key, kn) == 0;
-  px_buf_free(&tmp);
-  return eq;
-}
-
-static int keys_equal(px_fstr_t a, px_fstr_t b) {
-  if (!a.esc && !b.esc) return a.n == b.n && memcmp(a.p, b.p, a.n) == 0;
-  px_buf_t ta, tb;
-  px_str_t va, vb;
-  px_buf_init(&ta, a.n + 1);
-  px_buf_init(&tb, b.n + 1);
-  int eq = key_text(a, &ta, &va) == 0 && key_text(b, &tb, &vb) == 0 && va.len == vb.len &&
-           memcmp(va.ptr, vb.ptr, va.len) == 0;
-  px_buf_free(&ta);
-  px_buf_free(&tb);
-  return eq;
-}
-
 /* the last member of o from w's place on whose name is `key` */
 static int last_of(px_fw_t *w, const char *key, size_t kn, px_fv_t *out) {
   px_fstr_t k;
@@ -1371,7 +1538,7 @@ static int last_of(px_fw_t *w, const char *key, size_t kn, px_fv_t *out) {
   int found = 0;
   while (fw_member(w, &k) == 1) {
     if (fw_value(w, &v) < 0) break;
-    if (key_is(k, key, kn)) {
+    if (px_fs_isn(k, key, kn)) {
       *out = v;
       found = 1;
     }
@@ -1400,9 +1567,7 @@ unsigned px_jv_fields(const px_fv_t *o, const px_fkey_t *keys, int n, px_fv_t *o
   while (fw_member(&w, &k) == 1) {
     int ki = -1;
     for (int i = 0; ki < 0 && i < n; i++)
-      if (k.esc ? key_is(k, keys[i].s, keys[i].n)
-                : keys[i].n == k.n && memcmp(keys[i].s, k.p, k.n) == 0)
-        ki = i;
+      if (px_fs_isn(k, keys[i].s, keys[i].n)) ki = i;
     if (fw_value(&w, ki >= 0 ? &out[ki] : &skip) < 0) break;
     if (ki >= 0) found |= 1u << ki;
   }
@@ -1420,7 +1585,7 @@ int px_jv_member(px_jv_it_t *it, px_fstr_t *key, px_fv_t *val) {
     int before = 0;
     px_fv_t skip;
     while (!before && fw_member(&b, &e) == 1 && b.i < at) {
-      before = keys_equal(e, k);
+      before = px_fs_same(e, k);
       if (fw_value(&b, &skip) < 0) return 0;
     }
     if (before) continue;
@@ -1432,7 +1597,7 @@ int px_jv_member(px_jv_it_t *it, px_fstr_t *key, px_fv_t *val) {
     px_fv_t rv;
     while (fw_member(&r, &rk) == 1) {
       if (fw_value(&r, &rv) < 0) return 0;
-      if (keys_equal(rk, k)) *val = rv;
+      if (px_fs_same(rk, k)) *val = rv;
     }
     return 1;
   }

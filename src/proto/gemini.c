@@ -12,8 +12,9 @@
  * here is the reference's (test/reference/gemini.c) for the same shape,
  * and what it refuses is refused in its words (PX_FAST_REFUSE); what
  * cannot be proved the same as written (escaped or repeated member names,
- * escapes in values that decide something) declines to the hub's one
- * reader's rule (translate_fast.c: respelled, else refused). jansson stays
+ * a value split at a place not in the plain spelling: px_fs_plain)
+ * declines to the hub's one reader's rule (translate_fast.c: respelled,
+ * else refused); values that decide are read by their value (px_fs_is). jansson stays
  * only where the reference's rule is its dump (function call args and
  * structured function responses made strings) or its parse (arguments
  * that are no object, on the way to a refusal), and in the error and count
@@ -50,10 +51,6 @@ static int mint_id(px_arena_t *a, const char *prefix, px_fstr_t mid, int n,
   k += (size_t)snprintf(s + k, 24, "%d", n);
   *out = (px_fstr_t){s, k, 0};
   return 0;
-}
-
-static int fs_eq(px_fstr_t x, px_fstr_t y) {
-  return x.n == y.n && (x.n == 0 || memcmp(x.p, y.p, x.n) == 0);
 }
 
 /* a C string as string content (escaped) in the arena */
@@ -114,8 +111,13 @@ static int lower_types(const px_fv_t *v, char *copy, const char *base, int in_pr
       continue;
     }
     if (x.kind == PX_FV_STR && k.n == 4 && memcmp(k.p, "type", 4) == 0) {
-      /* snprintf into char[32] there: longer names are cut */
-      if (x.s.esc || x.s.n >= 32) return DECLINE;
+      /* snprintf into char[32] there: longer names are cut. An escaped
+       * one in the plain spelling (px_fs_plain) is lowered as written: its
+       * escapes keep their value (a \u001F is a \u001f) */
+      char tv[32];
+      if (x.s.esc ? !px_fs_plain(x.s) || px_fs_value(x.s, tv, sizeof(tv)) == sizeof(tv)
+                  : x.s.n >= 32)
+        return DECLINE;
       char *t = copy + (x.s.p - base);
       for (size_t i = 0; i < x.s.n; i++)
         if (t[i] >= 'A' && t[i] <= 'Z') t[i] = (char)(t[i] - 'A' + 'a');
@@ -250,7 +252,7 @@ static int read_response(px_fw_t *w, fresp_t *fr) {
     if (n++ == 0)
       k0 = k, lone = px_fs_is(k, "output") || px_fs_is(k, "content");
     else
-      same &= fs_eq(k, k0);
+      same &= px_fs_same(k, k0);
     one = x; /* jansson keeps the last of repeated members */
   }
   if (r < 0 || (n > 1 && same)) return DECLINE; /* one member there, repeated */
@@ -352,11 +354,7 @@ static int decode_blob(const px_fv_t *v, int is_file, px_fmsg_t *m, gdec_t *d,
     return gfail(d, E_TURNS, p2, "%s needs mimeType and %s", p2,
                  is_file ? "fileUri" : "data");
   }
-  /* an escaped type may spell image/: read unescaped */
-  const char *mt = g[0].s.esc ? px_fs_cstr(a, g[0].s, NULL) : NULL;
-  if (g[0].s.esc && mt == NULL) return DECLINE;
-  int image = mt != NULL ? strncmp(mt, "image/", 6) == 0
-                         : g[0].s.n >= 6 && memcmp(g[0].s.p, "image/", 6) == 0;
+  int image = px_fs_starts(g[0].s, "image/", 6);
   px_fpart_t *p = px_fpart_new(a, image ? PX_FP_IMAGE : PX_FP_FILE);
   if (p == NULL) return DECLINE;
   if (is_file) {
@@ -378,14 +376,12 @@ static int decode_call(const px_fv_t *v, px_fmsg_t *m, int model, gdec_t *d,
   if (v->kind == PX_FV_OBJ && px_fv_fields(v, keys, 3, g, &gs) != 0) return DECLINE;
   if (!model || !(gs & 1) || g[0].kind != PX_FV_STR)
     return PART_FAIL(d, path, "%s.functionCall needs a name in a model turn");
-  if (g[0].s.esc) return DECLINE;
   px_fpart_t *p = px_fpart_new(a, PX_FP_TOOL_CALL);
   open_call_t *o = px_arena_alloc(a, sizeof(*o));
   if (p == NULL || o == NULL) return DECLINE;
   p->name = g[0].s;
   d->n++;
   if ((gs & 4) && g[2].kind == PX_FV_STR && g[2].s.n > 0) {
-    if (g[2].s.esc) return DECLINE;
     p->id = g[2].s;
   } else if (mint_id(a, "call_", (px_fstr_t){0}, d->n, &p->id) != 0) {
     return DECLINE;
@@ -403,11 +399,11 @@ static int decode_fresp(const fresp_t *fr, px_fmsg_t *m, int model, gdec_t *d,
   px_fstr_t name = fr->name.kind == PX_FV_STR ? fr->name.s : (px_fstr_t){"", 0, 0};
   px_fstr_t id = fr->id.kind == PX_FV_STR ? fr->id.s : (px_fstr_t){0};
   int by_id = id.n > 0;
-  if (name.esc || (by_id && id.esc)) return DECLINE;
   px_fpart_t *res = px_fpart_new(a, PX_FP_TOOL_RESULT);
   if (res == NULL) return DECLINE;
   open_call_t **pp = &d->open;
-  while (*pp && !(by_id ? fs_eq((*pp)->call->id, id) : fs_eq((*pp)->call->name, name)))
+  while (*pp &&
+         !(by_id ? px_fs_same((*pp)->call->id, id) : px_fs_same((*pp)->call->name, name)))
     pp = &(*pp)->next;
   if (*pp && !model) {
     res->id = (*pp)->call->id;
@@ -496,30 +492,43 @@ static int decode_part(px_fw_t *w, px_fmsg_t *m, int model, gdec_t *d, ppath_t *
   return PART_FAIL(d, path, "%s: unsupported part");
 }
 
-/* a turn's role as gemini.c reads it: 1 model, 0 user (or none), -1 another
- * one, ROLE_UNREAD when this walker cannot tell */
+/* a turn's role as gemini.c reads it (by its value): 1 model, 0 user (or
+ * none), -1 another one; ROLE_UNREAD when the walker cannot tell */
 #define ROLE_UNREAD (-3)
-static int role_of(const px_fv_t *v, px_arena_t *a) {
+static int role_of(const px_fv_t *v) {
   if (v->kind != PX_FV_STR) return 0;
-  const char *r = v->s.esc ? px_fs_cstr(a, v->s, NULL) : NULL;
-  if (v->s.esc && r == NULL) return ROLE_UNREAD;
-  px_fstr_t s = r ? (px_fstr_t){r, strlen(r), 0} : v->s;
-  if (px_fs_is(s, "model")) return 1;
-  return px_fs_is(s, "user") ? 0 : -1;
+  if (px_fs_is(v->s, "model")) return 1;
+  return px_fs_is(v->s, "user") ? 0 : -1;
 }
 
-/* the role of a turn whose parts come first: the members after them */
-static int role_ahead(px_fw_t w, px_arena_t *a) {
+/* the members of a turn after its parts (w at the parts): the role there
+ * (0 when none: *has says whether one is), ROLE_UNREAD when the walker
+ * cannot tell or a member read is there again ("parts", a second "role":
+ * jansson keeps the last, the hub's rule) */
+static int role_ahead(px_fw_t w, int *has) {
   px_fv_t v;
   px_fstr_t k;
-  int r, role = 0, n = 0;
+  int r, role = 0;
+  *has = 0;
   if (px_fw_value(&w, &v) < 0) return ROLE_UNREAD; /* the parts */
   while ((r = px_fw_member(&w, &k)) == 1) {
-    if (k.esc || px_fw_value(&w, &v) < 0) return ROLE_UNREAD;
-    if (px_fs_is(k, "role") && n++) return ROLE_UNREAD;
-    if (px_fs_is(k, "role")) role = role_of(&v, a);
+    if (k.esc || px_fw_value(&w, &v) < 0 || px_fs_is(k, "parts")) return ROLE_UNREAD;
+    if (px_fs_is(k, "role") && (*has)++) return ROLE_UNREAD;
+    if (px_fs_is(k, "role")) role = role_of(&v);
   }
   return r < 0 ? ROLE_UNREAD : role;
+}
+
+/* whether a member named key comes in the rest of the object at w (or the
+ * walker cannot tell): a value refused now may not be the one jansson
+ * keeps */
+static int member_later(px_fw_t w, const char *key) {
+  px_fstr_t k;
+  px_fv_t v;
+  int r;
+  while ((r = px_fw_member(&w, &k)) == 1)
+    if (k.esc || px_fw_value(&w, &v) < 0 || px_fs_is(k, key)) return 1;
+  return r < 0;
 }
 
 /* gemini.c's refusal of turn i */
@@ -555,22 +564,32 @@ static int decode_contents(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a) 
           continue;
         }
         arr = 1;
-        if (model == -2) model = role_ahead(*w, a);
+        px_fw_t at = *w; /* the parts */
+        int has_role, role_before = model != -2;
+        if (model == -2) model = role_ahead(*w, &has_role);
         if (model == ROLE_UNREAD) return DECLINE;
         if (model < 0) return turn_fail(d, i);
         if (px_fw_open(w, '[') < 0) return DECLINE;
         int rp;
         ppath_t pp = {i, 0, ""};
         for (; (rp = px_fw_elem(w)) == 1; pp.n++)
-          if ((rp = decode_part(w, m, model, d, &pp, a)) != 0) return rp;
+          if ((rp = decode_part(w, m, model, d, &pp, a)) != 0) {
+            /* a part refused is the reference's refusal when no role or
+             * parts after these would be read instead (jansson keeps the
+             * last): else the hub's rule */
+            if (rp == PX_FAST_REFUSE &&
+                (role_ahead(at, &has_role) == ROLE_UNREAD || (has_role && role_before)))
+              return DECLINE;
+            return rp;
+          }
         if (rp < 0) return DECLINE;
         continue;
       }
       if (px_fw_value(w, &v) < 0) return DECLINE;
       if (!px_fs_is(k, "role")) continue;
       if (px_fw_seen_twice(&seen, 0)) return DECLINE;
-      if ((model = role_of(&v, a)) == ROLE_UNREAD) return DECLINE;
-      if (model < 0) return turn_fail(d, i);
+      if ((model = role_of(&v)) == ROLE_UNREAD) return DECLINE;
+      if (model < 0) return member_later(*w, "role") ? DECLINE : turn_fail(d, i);
     }
     if (rk < 0) return DECLINE;
     if (!arr) return turn_fail(d, i);
@@ -660,9 +679,7 @@ static int decode_tool_config(const px_fv_t *tc, px_freq_t *ir, gdec_t *d,
   if (!seen || f[0].kind != PX_FV_OBJ) return 0;
   if (px_fv_fields(&f[0], fkeys, 2, g, &gs) != 0) return DECLINE;
   if (!(gs & 1) || g[0].kind != PX_FV_STR) return 0;
-  const char *m = g[0].s.esc ? px_fs_cstr(a, g[0].s, NULL) : NULL;
-  if (g[0].s.esc && m == NULL) return DECLINE;
-  px_fstr_t mode = m ? (px_fstr_t){m, strlen(m), 0} : g[0].s;
+  px_fstr_t mode = g[0].s;
   if (px_fs_is(mode, "AUTO") || px_fs_is(mode, "VALIDATED")) {
     ir->tool_choice = PX_FTC_AUTO;
     return 0;
@@ -687,7 +704,8 @@ static int decode_tool_config(const px_fv_t *tc, px_freq_t *ir, gdec_t *d,
     if (ir->tool_choice == PX_FTC_TOOL) ir->tc_name = x.s;
     return 0;
   }
-  if (m == NULL && (m = px_fs_cstr(a, mode, NULL)) == NULL) return DECLINE;
+  const char *m = px_fs_cstr(a, mode, NULL);
+  if (m == NULL) return DECLINE;
   gfail(d, E_TC, "toolConfig.functionCallingConfig",
         "function calling mode %s with several allowedFunctionNames cannot be translated",
         m);
@@ -719,11 +737,6 @@ enum {
 static int effort_of_level(px_fstr_t l, px_fstr_t *out, px_arena_t *a) {
   static const char *const lv[][2] = {
       {"minimal", "MINIMAL"}, {"low", "LOW"}, {"medium", "MEDIUM"}};
-  if (l.esc) { /* compared unescaped */
-    const char *u = px_fs_cstr(a, l, NULL);
-    if (u == NULL) return DECLINE;
-    l = (px_fstr_t){u, strlen(u), 0};
-  }
   for (size_t i = 0; i < 3; i++)
     if (px_fs_is(l, lv[i][0]) || px_fs_is(l, lv[i][1])) {
       *out = (px_fstr_t){lv[i][0], strlen(lv[i][0]), 0};
@@ -838,11 +851,7 @@ static int decode_generation(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a
   }
   if (HAS(G_MIME) && f[G_MIME].kind == PX_FV_STR) {
     px_fstr_t mime = f[G_MIME].s;
-    /* an escaped type is read unescaped, as a C string (the reference's
-     * strcmp): it may spell either name, or keep a control character */
-    const char *mu = mime.esc ? px_fs_cstr(a, mime, NULL) : NULL;
-    if (mime.esc && mu == NULL) return DECLINE;
-    if (mu ? strcmp(mu, "application/json") == 0 : px_fs_is(mime, "application/json")) {
+    if (px_fs_is(mime, "application/json")) {
       /* responseJsonSchema, else responseSchema: an object is the schema */
       const px_fv_t *s = HAS(G_JSCHEMA)  ? &f[G_JSCHEMA]
                          : HAS(G_SCHEMA) ? &f[G_SCHEMA]
@@ -853,7 +862,7 @@ static int decode_generation(px_fw_t *w, px_freq_t *ir, gdec_t *d, px_arena_t *a
       } else {
         ir->rf_json = 1;
       }
-    } else if (mu ? strcmp(mu, "text/plain") != 0 : !px_fs_is(mime, "text/plain")) {
+    } else if (!px_fs_is(mime, "text/plain")) {
       *marks |= L_MIME;
     }
   }
@@ -997,7 +1006,7 @@ static const px_fpart_t *call_of(const px_freq_t *ir, px_fstr_t id) {
   for (const px_fmsg_t *m = ir->msgs; m; m = m->next)
     for (const px_fpart_t *p = m->parts; p; p = p->next)
       if (p->type == PX_FP_TOOL_CALL && p->id.p != NULL && p->name.p != NULL &&
-          fs_eq(p->id, id))
+          px_fs_same(p->id, id))
         return p;
   return NULL;
 }
@@ -1101,21 +1110,19 @@ static const char *mime_of_url(px_fstr_t url, int image) {
 
 /* an image or file part with a URL or data (blob_out in gemini.c; one
  * with neither, an OpenAI file id, is dropped by put_contents) */
-static int put_blob(px_buf_t *b, const px_fpart_t *p) {
+static int put_blob(px_buf_t *b, const px_fpart_t *p, px_arena_t *a) {
   px_fstr_t mt, data;
   int file = 0;
   if (p->url.p != NULL) {
-    /* an escape may hide "data:" or the URL's extension */
-    if (p->url.esc) return DECLINE;
-    const char *u = p->url.p, *semi;
-    size_t n = p->url.n;
-    if (n > 5 && memcmp(u, "data:", 5) == 0 &&
-        (semi = memmem(u + 5, n - 5, ";base64,", 8)) != NULL && semi > u + 5 &&
-        semi - (u + 5) < 64) {
-      mt = (px_fstr_t){u + 5, (size_t)(semi - (u + 5)), 0};
-      data = (px_fstr_t){semi + 8, n - (size_t)(semi + 8 - u), 0};
-    } else {
-      const char *m = mime_of_url(p->url, p->type == PX_FP_IMAGE);
+    /* a data URL split (one not in the plain spelling declines: its ';'
+     * may be an escape); another's type by its value's extension */
+    int d = px_fs_data_url(p->url, 64, &mt, &data); /* the reference's buffer: 64 */
+    if (d == DECLINE) return DECLINE;
+    if (d != 0) {
+      size_t n = p->url.n;
+      const char *v = p->url.esc ? px_fs_cstr(a, p->url, &n) : p->url.p;
+      if (v == NULL) return DECLINE;
+      const char *m = mime_of_url((px_fstr_t){v, n, 0}, p->type == PX_FP_IMAGE);
       mt = (px_fstr_t){m, strlen(m), 0};
       data = p->url;
       file = 1;
@@ -1152,7 +1159,7 @@ static int put_part(const px_tr_ctx_t *ctx, px_buf_t *b, const px_freq_t *ir,
       break;
     case PX_FP_IMAGE:
     case PX_FP_FILE:
-      return put_blob(b, p);
+      return put_blob(b, p, a);
     case PX_FP_TOOL_CALL: {
       px_str_t args;
       if (p->custom) {
@@ -1304,7 +1311,6 @@ static int put_generation(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf_t 
     }
   }
   if (rc == 0 && ir->has_reasoning) {
-    if (ir->effort.esc) return DECLINE;
     rc = gen_key(b, &first, "thinkingConfig");
     if (rc == 0 && px_fs_is(ir->effort, "none")) {
       rc = px_fb_lit(b, "{\"thinkingBudget\":0}");
@@ -1327,12 +1333,6 @@ static int gem_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
   genc_t g = {px_frtok_index("thought_signature"), px_frtok_index("signature"),
               px_frtok_index("encrypted_content"), px_frtok_index("redacted_data")};
   if (g.k_ts < 0 || g.k_sig < 0 || g.k_enc < 0 || g.k_red < 0) return DECLINE;
-  /* results find their call by id: compared as written, so unescaped */
-  for (const px_fmsg_t *m = ir->msgs; m; m = m->next)
-    for (const px_fpart_t *p = m->parts; p; p = p->next)
-      if ((p->type == PX_FP_TOOL_CALL && p->id.esc) ||
-          (p->type == PX_FP_TOOL_RESULT && p->id.esc))
-        return DECLINE;
   int rc = put_contents(ctx, b, ir, &g, a, lossy, err);
   if (rc == 0 && ir->system != NULL) {
     rc = px_fb_lit(b, ",\"systemInstruction\":{\"parts\":[");

@@ -11,8 +11,8 @@
  * responses_stream.c, stored responses: responses_store.c). What the
  * reference (test/reference/responses.c) refuses is refused in its words
  * (PX_FAST_REFUSE); what this codec cannot tell exactly as written
- * (escapes where a value decides, repeated members) declines to the hub's
- * one reader's rule (translate_fast.c: respelled, else refused); every
+ * (escaped member names, repeated members, an id or a data URL not in the
+ * plain spelling: px_fs_plain) declines to the hub's one reader's rule (translate_fast.c: respelled, else refused); every
  * rule here is the reference's for the same shape, its lossy names added
  * in the same order. */
 #include <stdio.h>
@@ -37,22 +37,6 @@ static const px_fstr_t EMPTY = {"", 0, 0};
 
 static int is_text_type(px_fstr_t t) {
   return px_fs_is(t, "input_text") || px_fs_is(t, "text") || px_fs_is(t, "output_text");
-}
-
-/* A data URL "data:<mt>;base64,<data>" (unescaped span) split as
- * px_data_url_split does: 0, or -1 when it is not one. */
-static int data_url_split(px_fstr_t url, px_fstr_t *mt, px_fstr_t *data) {
-  static const char sep[] = ";base64,";
-  if (url.n < 5 || memcmp(url.p, "data:", 5) != 0) return -1;
-  for (size_t i = 5; i + 8 <= url.n; i++)
-    if (url.p[i] == ';' && memcmp(url.p + i, sep, 8) == 0) {
-      size_t n = i - 5;
-      if (n == 0 || n >= 128) return -1; /* its media type buffer */
-      *mt = (px_fstr_t){url.p + 5, n, 0};
-      *data = (px_fstr_t){url.p + i + 8, url.n - i - 8, 0};
-      return 0;
-    }
-  return -1;
 }
 
 /* ======================================================================== */
@@ -115,7 +99,6 @@ static int image_part(const px_fv_t *f, unsigned seen, const plist_t *pl, size_t
   char pp[256], sub[128];
   px_fstr_t url = FSTR(P_IMAGE_URL), detail = FSTR(P_DETAIL), mt, data;
   if (detail.p != NULL && !px_fs_is(detail, "auto")) {
-    if (detail.esc) return DECLINE;
     px_lossy_add(lossy, "input[].content[].detail");
   }
   if (url.p == NULL) {
@@ -130,19 +113,15 @@ static int image_part(const px_fv_t *f, unsigned seen, const plist_t *pl, size_t
     snprintf(pp, sizeof(pp), "%s.image_url", sub);
     return FAIL(err, pp, "%s.image_url is required", sub);
   }
-  /* whether it is a data URL: its first five bytes say when they hold no
-   * escape (a URL written with "\/" is common) */
-  int data_head = url.n >= 5 && memcmp(url.p, "data:", 5) == 0;
-  if (url.esc && (data_head || memchr(url.p, '\\', url.n < 5 ? url.n : 5) != NULL))
-    return DECLINE;
+  /* a data URL (px_data_url_split's media type buffer: 128) */
+  int d = px_fs_data_url(url, 128, &mt, &data);
+  if (d == DECLINE) return DECLINE;
   px_fpart_t *p = px_fpart_new(a, PX_FP_IMAGE);
   if (p == NULL) return DECLINE;
-  if (url.esc) {
-    p->url = url;
-  } else if (data_url_split(url, &mt, &data) == 0) {
+  if (d == 0) {
     p->media_type = mt;
     p->data = data;
-  } else if (data_head) {
+  } else if (px_fs_starts(url, "data:", 5)) {
     part_path(sub, sizeof(sub), pl, j);
     snprintf(pp, sizeof(pp), "%s.image_url", sub);
     return FAIL(err, pp, "%s.image_url: not a base64 data URL", sub);
@@ -162,8 +141,9 @@ static int file_part(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
   px_fpart_t *p = px_fpart_new(a, PX_FP_FILE);
   if (p == NULL) return DECLINE;
   if (fd.p != NULL) {
-    if (fd.esc) return DECLINE;
-    if (data_url_split(fd, &p->media_type, &p->data) != 0) {
+    int d = px_fs_data_url(fd, 128, &p->media_type, &p->data);
+    if (d == DECLINE) return DECLINE;
+    if (d != 0) {
       /* raw base64 without a data URL: Responses documents PDFs */
       p->media_type = (px_fstr_t){"application/pdf", 15, 0};
       p->data = fd;
@@ -201,7 +181,6 @@ static int dec_part(const px_tr_ctx_t *ctx, px_fw_t *w, int mode, const plist_t 
     return DECLINE;
   }
   px_fstr_t type = FSTR(P_TYPE), text = FSTR(P_TEXT);
-  if (type.esc) return DECLINE;
   px_fpart_t *p = NULL;
   int rc = 0;
   if (mode == PM_SYSTEM) {
@@ -230,8 +209,8 @@ static int dec_part(const px_tr_ctx_t *ctx, px_fw_t *w, int mode, const plist_t 
       if ((p = px_fpart_new(a, PX_FP_REFUSAL)) != NULL) p->text = r;
     } else {
       return FAIL(err, APP,
-                  "%s.content[%zu].type: unsupported assistant content part '%.*s'",
-                  ipath(pl->path), j, (int)type.n, type.p);
+                  "%s.content[%zu].type: unsupported assistant content part '%s'",
+                  ipath(pl->path), j, px_fs_msg(type));
     }
 #undef APP
   } else { /* a user part, or a part of a tool output: its path sub */
@@ -249,8 +228,8 @@ static int dec_part(const px_tr_ctx_t *ctx, px_fw_t *w, int mode, const plist_t 
     } else if (px_fs_is(type, "input_audio")) {
       return FAIL(err, SUB(".type"), "%s: audio input is not supported", sub);
     } else {
-      return FAIL(err, SUB(".type"), "%s.type: unsupported content part '%.*s'", sub,
-                  (int)type.n, type.p);
+      return FAIL(err, SUB(".type"), "%s.type: unsupported content part '%s'", sub,
+                  px_fs_msg(type));
     }
 #undef SUB
   }
@@ -331,7 +310,6 @@ static int dec_message(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
     snprintf(pp, sizeof(pp), "%s.role", ipath(ip));
     return FAIL(err, pp, "%s.role is required", ipath(ip));
   }
-  if (role.esc) return DECLINE;
   int dev = px_fs_is(role, "developer");
   if (dev || px_fs_is(role, "system")) {
     pl.role = dev ? "developer" : "system";
@@ -348,8 +326,7 @@ static int dec_message(const px_tr_ctx_t *ctx, const px_fv_t *f, unsigned seen,
     mode = PM_ASSISTANT;
   } else {
     snprintf(pp, sizeof(pp), "%s.role", ipath(ip));
-    return FAIL(err, pp, "%s.role: unsupported role '%.*s'", ipath(ip), (int)role.n,
-                role.p);
+    return FAIL(err, pp, "%s.role: unsupported role '%s'", ipath(ip), px_fs_msg(role));
   }
   if (m == NULL) return DECLINE;
   return dec_content(ctx, c, mode, &pl, &m->parts, &m->last, a, lossy, err);
@@ -380,10 +357,6 @@ static int join_texts(const px_fv_t *v, const char *want, px_fstr_t *out, px_are
     }
     px_fstr_t t = FSTR(0), s = FSTR(1);
     if (t.p == NULL || s.p == NULL) continue;
-    if (t.esc) {
-      rc = DECLINE;
-      break;
-    }
     if (!px_fs_is(t, want)) continue;
     if (out->n == 0) { /* the first text, or after empty ones */
       *out = s;
@@ -548,7 +521,6 @@ static int decode_item(const px_tr_ctx_t *ctx, px_fw_t *w, size_t i, px_freq_t *
     return FAIL(err, ipath(&path), "%s must be an object", ipath(&path));
   if (px_fw_kfields(w, item_keys, NKEYS(item_keys), f, &seen) != 0) return DECLINE;
   px_fstr_t type = FSTR(I_TYPE);
-  if (type.esc) return DECLINE;
   if (type.p == NULL || px_fs_is(type, "message"))
     return dec_message(ctx, f, seen, &path, ir, a, lossy, err);
   if (px_fs_is(type, "function_call"))
@@ -559,8 +531,8 @@ static int decode_item(const px_tr_ctx_t *ctx, px_fw_t *w, size_t i, px_freq_t *
     return dec_custom_call(ctx, f, seen, &path, ir, a, lossy, err);
   if (px_fs_is(type, "reasoning")) return dec_reasoning(f, seen, ir, a);
   snprintf(pp, sizeof(pp), "%s.type", ipath(&path));
-  return FAIL(err, pp, "%s.type: input item '%.*s' cannot be sent to this upstream",
-              path.s, (int)type.n, type.p);
+  return FAIL(err, pp, "%s.type: input item '%s' cannot be sent to this upstream", path.s,
+              px_fs_msg(type));
 }
 
 /* a hosted tool, dropped and named (responses.c lossy_hosted_tool) */
@@ -581,7 +553,7 @@ static void lossy_hosted_tool(px_lossy_t *l, px_fstr_t type) {
       {"custom", "tools[].custom"},
       {"namespace", "tools[].namespace"},
   };
-  if (type.n >= 18 && memcmp(type.p, "web_search_preview", 18) == 0) {
+  if (px_fs_starts(type, "web_search_preview", 18)) {
     px_lossy_add(l, "tools[].web_search");
     return;
   }
@@ -620,7 +592,6 @@ static int decode_tools(const px_tr_ctx_t *ctx, px_fw_t *tw, px_freq_t *ir, px_a
       snprintf(pp, sizeof(pp), "tools[%zu].type", i);
       return FAIL(err, pp, "%s is required", pp);
     }
-    if (type.esc) return DECLINE;
     if (px_fs_is(type, "custom") && name.p != NULL &&
         px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)) {
       /* freeform tool, for an upstream that has them */
@@ -654,17 +625,15 @@ static int decode_tools(const px_tr_ctx_t *ctx, px_fw_t *tw, px_freq_t *ir, px_a
 static int decode_tool_choice(const px_tr_ctx_t *ctx, const px_fv_t *v, px_freq_t *ir,
                               px_lossy_t *lossy, px_tr_err_t *err) {
   if (v->kind == PX_FV_STR) {
-    if (px_fast_openai_tc(v->s, ir) == 0) return 0;
-    if (v->s.esc) return DECLINE;
-    return FAIL(err, "tool_choice", "tool_choice: unknown value '%.*s'", (int)v->s.n,
-                v->s.p);
+      if (px_fast_openai_tc(v->s, ir) == 0) return 0;
+    return FAIL(err, "tool_choice", "tool_choice: unknown value '%s'",
+                px_fs_msg(v->s));
   }
   static const px_fkey_t keys[] = {PX_FK("type"), PX_FK("name")};
   px_fv_t f[2];
   unsigned seen = 0;
   if (v->kind == PX_FV_OBJ && px_fv_kfields(v, keys, 2, f, &seen) != 0) return DECLINE;
   px_fstr_t type = FSTR(0), name = FSTR(1);
-  if (type.esc) return DECLINE;
   if (type.p != NULL && name.p != NULL &&
       (px_fs_is(type, "function") ||
        (px_fs_is(type, "custom") && px_tr_out_can(ctx, PX_CAP_CUSTOM_TOOLS)))) {
@@ -703,7 +672,6 @@ static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy,
   px_fstr_t type = FSTR(F_TYPE);
   if (type.p == NULL)
     return FAIL(err, "text.format.type", "text.format.type is required");
-  if (type.esc) return DECLINE;
   if (px_fs_is(type, "text")) {
     ir->rf_text = 1;
   } else if (px_fs_is(type, "json_object")) {
@@ -718,8 +686,8 @@ static int decode_text(const px_fv_t *v, px_freq_t *ir, px_lossy_t *lossy,
     if (HAS(F_STRICT) && f[F_STRICT].kind == PX_FV_FALSE) ir->rf_strict = 0;
     ir->rf_desc = FSTR(F_DESC);
   } else {
-    return FAIL(err, "text.format.type", "text.format.type: unsupported format '%.*s'",
-                (int)type.n, type.p);
+    return FAIL(err, "text.format.type", "text.format.type: unsupported format '%s'",
+                px_fs_msg(type));
   }
   return 0;
 }
@@ -735,8 +703,7 @@ static int decode_reasoning_cfg(const px_fv_t *v, px_freq_t *ir, px_tr_err_t *er
   ir->effort = FSTR(0);
   ir->summary = FSTR(1);
   if (ir->summary.p == NULL) ir->summary = FSTR(2);
-  /* values the encoders compare */
-  if (ir->effort.esc || ir->summary.esc) return DECLINE;
+  /* values the encoders compare (px_fs_is: escapes read) */
   ir->has_reasoning = ir->effort.p != NULL || ir->summary.p != NULL;
   return 0;
 }
@@ -882,10 +849,8 @@ static int decode_top(const px_tr_ctx_t *ctx, int ki, const px_fv_t *v, px_freq_
       if (v->kind == PX_FV_ARR && !px_fw_empty(v->raw)) px_lossy_add(lossy, "include");
       return 0;
     case K_TRUNC:
-      if (v->kind == PX_FV_STR && !px_fs_is(v->s, "disabled")) {
-        if (v->s.esc) return DECLINE;
+      if (v->kind == PX_FV_STR && !px_fs_is(v->s, "disabled"))
         px_lossy_add(lossy, "truncation");
-      }
       return 0;
     case K_CACHE_KEY: /* kept for the hub's fit (px_fit_fast_request) */
       if (v->kind == PX_FV_STR)
@@ -1024,33 +989,14 @@ static int resp_fast_decode_request(const px_tr_ctx_t *ctx, const char *body, si
 /* ======================================================================== */
 /* Request encode                                                            */
 
-/* Whether two string spans hold the same value: 1, 0, or -1 when escapes
- * leave it open. */
-static int fs_same(px_fstr_t x, px_fstr_t y) {
-  if (x.n == y.n && (x.n == 0 || memcmp(x.p, y.p, x.n) == 0)) return 1;
-  return x.esc || y.esc ? -1 : 0;
-}
-
 /* Whether the first tool call of the request with this id is a custom one
- * (responses.c custom_call_id): 1, 0, or -1 (undecided: decline). */
+ * (responses.c custom_call_id; ids compared by value) */
 static int custom_call_id(const px_freq_t *ir, px_fstr_t id) {
   if (id.p == NULL) return 0;
   for (const px_fmsg_t *m = ir->msgs; m; m = m->next)
-    for (const px_fpart_t *p = m->parts; p; p = p->next) {
-      if (p->type != PX_FP_TOOL_CALL || p->id.p == NULL) continue;
-      int same = fs_same(p->id, id);
-      if (same != 0) return same < 0 ? -1 : p->custom;
-    }
-  return 0;
-}
-
-/* Whether the first tool named name is a custom one (px_ir_is_custom_tool):
- * 1, 0, or -1. */
-static int custom_tool_named(const px_freq_t *ir, px_fstr_t name) {
-  for (const px_ftool_t *t = ir->tools; t; t = t->next) {
-    int same = fs_same(t->name, name);
-    if (same != 0) return same < 0 ? -1 : t->custom;
-  }
+    for (const px_fpart_t *p = m->parts; p; p = p->next)
+      if (p->type == PX_FP_TOOL_CALL && p->id.p != NULL && px_fs_same(p->id, id))
+        return p->custom;
   return 0;
 }
 
@@ -1106,7 +1052,6 @@ static int put_user_part(px_buf_t *b, const px_fpart_t *p, px_lossy_t *lossy) {
         else if (rc == 0)
           rc = px_fb_lit(b, px_fs_is(p->media_type, "text/plain") ? "\"document.txt\""
                                                                   : "\"document.pdf\"");
-        if (rc == 0 && p->media_type.esc && p->filename.n == 0) rc = DECLINE;
       } else if (rc == 0 && p->url.p) {
         rc = px_fb_lit(b, "\"file_url\":");
         if (rc == 0) rc = px_fb_str(b, p->url);
@@ -1139,7 +1084,6 @@ static int put_output(px_buf_t *b, const px_freq_t *ir, const px_fpart_t *p, siz
     return FAIL(err, msg_path(path, sizeof(path), i, j),
                 "%s: tool result without a call id", path);
   int custom = custom_call_id(ir, p->id), only_text = 1, rc;
-  if (custom < 0) return DECLINE;
   if (p->is_error) px_lossy_add(lossy, "messages[].content[].is_error");
   for (const px_fpart_t *c = p->content; c; c = c->next)
     if (c->type != PX_FP_TEXT) only_text = 0;
@@ -1362,7 +1306,6 @@ static int put_reasoning_cfg(const px_tr_ctx_t *ctx, const px_freq_t *ir, px_buf
     px_lossy_add(lossy, px_in_names(ctx)->reasoning_config);
   }
   if (effort.p == NULL && summary.p == NULL) return 0;
-  if (effort.esc) return DECLINE; /* "none" decides the include */
   *possible = !px_fs_is(effort, "none");
   int rc = px_fb_lit(b, ",\"reasoning\":{");
   if (rc == 0 && effort.p) {
@@ -1397,8 +1340,7 @@ static int resp_fast_encode_request(const px_tr_ctx_t *ctx, const px_freq_t *ir,
   if (rc == 0) rc = px_fb_lit(b, "]");
   if (rc == 0 && ir->tools != NULL) rc = put_tools(ir, b, lossy);
   if (rc == 0 && ir->tool_choice == PX_FTC_TOOL) {
-    int custom = custom_tool_named(ir, ir->tc_name);
-    if (custom < 0) return DECLINE;
+    int custom = px_ftool_custom(ir, ir->tc_name);
     rc = px_fb_lit(b, custom ? ",\"tool_choice\":{\"type\":\"custom\",\"name\":"
                              : ",\"tool_choice\":{\"type\":\"function\",\"name\":");
     if (rc == 0) rc = px_fb_str(b, ir->tc_name.p ? ir->tc_name : EMPTY);
@@ -1450,7 +1392,6 @@ static int decode_message_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a,
     if (px_fc_fields(w, keys, 5, f, &seen) != 0) return DECLINE;
     px_fstr_t type = FSTR(0);
     if (type.p == NULL) continue; /* skipped there */
-    if (type.esc) return DECLINE;
     px_fpart_t *p;
     if (px_fs_is(type, "output_text")) {
       if ((p = px_fpart_text(a, FSTR(1).p ? FSTR(1) : EMPTY)) == NULL) return DECLINE;
@@ -1473,10 +1414,8 @@ static int decode_message_content(px_fw_t *w, px_fresp_t *ir, px_arena_t *a,
 /* An output item no other protocol carries, named (px_responses_lossy_item). */
 static int lossy_item(px_lossy_t *lossy, px_fstr_t type) {
   char t[32];
-  if (type.esc) return DECLINE;
   /* the names it knows are short: a longer one is "other" there too */
-  snprintf(t, sizeof(t), "%.*s", type.n < sizeof(t) ? (int)type.n : 0, type.p);
-  px_responses_lossy_item(lossy, type.n < sizeof(t) ? t : "");
+  px_responses_lossy_item(lossy, px_fs_value(type, t, sizeof(t)) < sizeof(t) ? t : "");
   return 0;
 }
 
@@ -1530,7 +1469,6 @@ static int decode_output(const px_tr_ctx_t *ctx, px_fw_t *w, px_fresp_t *ir,
     if (ri < 0) return DECLINE;
     px_fstr_t type = FSTR(O_TYPE);
     if (type.p == NULL) continue; /* skipped there */
-    if (type.esc) return DECLINE;
     if (px_fs_is(type, "message")) {
       if (HAS(O_CONTENT) && !content_done && f[O_CONTENT].kind == PX_FV_ARR) {
         px_fw_t cw = {f[O_CONTENT].raw.ptr, f[O_CONTENT].raw.len, 0};
@@ -1579,10 +1517,7 @@ static int decode_output(const px_tr_ctx_t *ctx, px_fw_t *w, px_fresp_t *ir,
 
 /* responses.c bad_gateway: the upstream's answer is no answer */
 static int bad_gateway(px_tr_err_t *err, const char *fmt, px_fstr_t arg) {
-  char s[256];
-  if (arg.esc) return DECLINE; /* its value is quoted */
-  snprintf(s, sizeof(s), "%.*s", (int)(arg.n < sizeof(s) ? arg.n : sizeof(s) - 1), arg.p);
-  px_tr_fail(err, "", fmt, s);
+  px_tr_fail(err, "", fmt, px_fs_msg(arg));
   if (err != NULL) err->kind = PX_ERR_BAD_GATEWAY;
   return REFUSE;
 }
@@ -1626,7 +1561,6 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
   if (!output) return bad_gateway(err, "upstream response has no output%s", EMPTY);
   px_fstr_t status = FSTR(R_STATUS);
   if (status.p == NULL) status = (px_fstr_t){"completed", 9, 0};
-  if (status.esc) return DECLINE;
   if (px_fs_is(status, "failed") && HAS(R_ERROR) && f[R_ERROR].kind == PX_FV_OBJ) {
     static const px_fkey_t ekeys[] = {PX_FK("message")};
     px_fv_t g[1];
@@ -1653,7 +1587,6 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
     if (HAS(R_INCOMPLETE) && f[R_INCOMPLETE].kind == PX_FV_OBJ) {
       if (px_fv_kfields(&f[R_INCOMPLETE], dkeys, 1, g, &ds) != 0) return DECLINE;
       if (ds && g[0].kind == PX_FV_STR) reason = g[0].s;
-      if (reason.esc) return DECLINE;
     }
     ir->stop = px_fs_is(reason, "content_filter") ? PX_STOP_CONTENT_FILTER
                                                   : PX_STOP_MAX_TOKENS;
@@ -1668,13 +1601,39 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
 /* ======================================================================== */
 /* Response encode                                                           */
 
-/* ids as responses.c makes them: prefix + id unless id has it already */
-static int put_prefixed(px_buf_t *b, const char *prefix, px_fstr_t id) {
-  size_t pl = strlen(prefix);
-  int rc = 0;
-  if (!(id.n >= pl && memcmp(id.p, prefix, pl) == 0)) rc = px_fb_lit(b, prefix);
-  if (rc == 0 && id.n) rc = px_fb_put(b, id.p, id.n);
+/* The reference's buffers of the ids it makes (encode_response: rid, mid
+ * 160 bytes, iid 200) */
+#define RID_SIZE 160
+#define IID_SIZE 200
+
+/* An id as responses_common.c's id_cat makes it: pfx, the id, and "_" +
+ * num (with_num), cut to size - 1 bytes. An id that fits is written as it
+ * is (escapes kept); one cut is cut by its bytes: one with escapes, or cut
+ * inside a UTF-8 character (the reference's string would not be one),
+ * declines. */
+static int put_id(px_buf_t *b, const char *pfx, px_fstr_t id, int with_num, int num,
+                  size_t size) {
+  char d[24];
+  size_t dl = with_num ? (size_t)snprintf(d, sizeof(d), "_%d", num) : 0;
+  size_t pl = strlen(pfx), room = size - 1;
+  int rc = px_fb_lit(b, pfx);
+  if (pl + px_fs_len(id) + dl <= room) {
+    if (rc == 0 && id.n) rc = px_fb_put(b, id.p, id.n);
+    if (rc == 0 && dl) rc = px_fb_put(b, d, dl);
+    return rc;
+  }
+  size_t in = id.n < room - pl ? id.n : room - pl; /* pfx is short: it fits */
+  if (id.esc || (in < id.n && ((unsigned char)id.p[in] & 0xC0) == 0x80)) return DECLINE;
+  if (rc == 0) rc = px_fb_put(b, id.p, in);
+  size_t left = room - pl - in;
+  if (rc == 0 && dl && left) rc = px_fb_put(b, d, dl < left ? dl : left);
   return rc;
+}
+
+/* ids as responses.c makes them: prefix + id unless its value has it
+ * already (px_id_prefix), cut to size - 1 bytes */
+static int put_prefixed(px_buf_t *b, const char *prefix, px_fstr_t id, size_t size) {
+  return put_id(b, px_fs_starts(id, prefix, strlen(prefix)) ? "" : prefix, id, 0, 0, size);
 }
 
 /* A text part's annotations in the Responses shape (responses_common.c
@@ -1698,7 +1657,6 @@ static int put_annotations(px_buf_t *b, px_str_t ann, px_lossy_t *lossy) {
     if (px_fw_kfields(&w, keys, 2, f, &seen) != 0) return DECLINE;
     px_fstr_t t = FSTR(0);
     if (t.p == NULL) continue;
-    if (t.esc) return DECLINE;
     int url = px_fs_is(t, "url_citation");
     if (url && HAS(1) && f[1].kind == PX_FV_OBJ) return DECLINE;
     if (url || px_fs_is(t, "file_citation") || px_fs_is(t, "container_file_citation") ||
@@ -1717,11 +1675,8 @@ static int put_annotations(px_buf_t *b, px_str_t ann, px_lossy_t *lossy) {
  * px_responses_msg_id) */
 static int put_msg_head(px_buf_t *b, px_fstr_t base, int n) {
   int rc = px_fb_lit(b, "{\"id\":\"");
-  if (rc == 0) rc = put_prefixed(b, "msg_", base);
-  if (rc == 0 && n > 0) {
-    rc = px_fb_lit(b, "_");
-    if (rc == 0) rc = px_fb_i64(b, n);
-  }
+  if (rc == 0)
+    rc = put_id(b, px_fs_starts(base, "msg_", 4) ? "" : "msg_", base, n != 0, n, RID_SIZE);
   if (rc == 0)
     rc = px_fb_lit(b,
                    "\",\"type\":\"message\",\"status\":\"completed\",\"role\":"
@@ -1733,12 +1688,8 @@ static int put_msg_head(px_buf_t *b, px_fstr_t base, int n) {
  * output index when it has none (px_responses_fc_id, _ctc_id) */
 static int put_call_id(px_buf_t *b, const char *prefix, px_fstr_t id, px_fstr_t base,
                        int oi) {
-  if (id.n) return put_prefixed(b, prefix, id);
-  int rc = px_fb_lit(b, prefix);
-  if (rc == 0) rc = px_fb_put(b, base.p, base.n);
-  if (rc == 0) rc = px_fb_lit(b, "_");
-  if (rc == 0) rc = px_fb_i64(b, oi);
-  return rc;
+  if (id.n) return put_prefixed(b, prefix, id, IID_SIZE);
+  return put_id(b, prefix, base, 1, oi, IID_SIZE);
 }
 
 /* a tool call -> a function_call or custom_tool_call item */
@@ -1766,16 +1717,10 @@ static int put_call_item(px_buf_t *b, const px_fpart_t *p, px_fstr_t base, int o
  * + base + output index (px_responses_rs_id); its text the one summary;
  * the token it carries for a Responses client (px_rtok_out) */
 static int put_reasoning_item(px_buf_t *b, const px_fpart_t *p, px_fstr_t base, int oi) {
-  int rc = px_fb_lit(b, "{\"id\":");
-  if (rc == 0 && p->id.n) {
-    rc = px_fb_str(b, p->id);
-  } else if (rc == 0) {
-    rc = px_fb_lit(b, "\"rs_");
-    if (rc == 0) rc = px_fb_put(b, base.p, base.n);
-    if (rc == 0) rc = px_fb_lit(b, "_");
-    if (rc == 0) rc = px_fb_i64(b, oi);
-    if (rc == 0) rc = px_fb_lit(b, "\"");
-  }
+  int rc = px_fb_lit(b, "{\"id\":\"");
+  if (rc == 0) rc = p->id.n ? put_id(b, "", p->id, 0, 0, IID_SIZE)
+                            : put_id(b, "rs_", base, 1, oi, IID_SIZE);
+  if (rc == 0) rc = px_fb_lit(b, "\"");
   if (rc == 0) rc = px_fb_lit(b, ",\"type\":\"reasoning\",\"summary\":[");
   if (rc == 0 && p->text.n > 0) {
     rc = px_fb_lit(b, "{\"type\":\"summary_text\",\"text\":");
@@ -1799,16 +1744,12 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
                                      px_tr_err_t *err) {
   (void)a;
   (void)err;
-  /* ids go through fixed buffers there (long ones are cut): short plain ones here */
+  /* ids go through fixed buffers there (long ones are cut as there:
+   * put_id; their prefixes, "resp_", "fc_", compared by value) */
   px_fstr_t uid = ir->id.p && ir->id.n ? ir->id : (px_fstr_t){"proxai", 6, 0};
-  if (uid.esc || uid.n > 100) return DECLINE;
-  for (const px_fpart_t *p = ir->content; p; p = p->next)
-    if ((p->type == PX_FP_TOOL_CALL && p->id.esc) || p->id.n > 100) return DECLINE;
-  px_fstr_t base = uid; /* item ids: the id without "resp_" */
-  if (base.n > 5 && memcmp(base.p, "resp_", 5) == 0) {
-    base.p += 5;
-    base.n -= 5;
-  }
+  /* item ids: the id without "resp_" (one longer than it) */
+  px_fstr_t base = uid;
+  if (px_fs_starts(uid, "resp_", 5) && px_fs_len(uid) > 5) base = px_fs_after(uid, 5);
   int has_refusal = 0;
   for (const px_fpart_t *p = ir->content; p; p = p->next)
     if (p->type == PX_FP_REFUSAL) has_refusal = 1;
@@ -1820,7 +1761,7 @@ static int resp_fast_encode_response(const px_tr_ctx_t *ctx, const px_fresp_t *i
   if (rc == 0 && ctx->resp_id != NULL) /* ids of kept responses are plain */
     rc = px_fb_lit(b, ctx->resp_id);
   else if (rc == 0)
-    rc = put_prefixed(b, "resp_", uid);
+    rc = put_prefixed(b, "resp_", uid, RID_SIZE);
   size_t id_end = b->len;
   if (rc == 0) rc = px_fb_lit(b, "\",\"object\":\"response\",\"created_at\":");
   if (rc == 0) rc = px_fb_i64(b, ir->has_created ? ir->created : ctx->created);
