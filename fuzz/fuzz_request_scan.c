@@ -22,13 +22,17 @@
  * list, or the same refusal; where the fast codecs decline the body as it
  * is written, the gateway's refusal is its own (a repeated member, a name
  * no codec reads), and a body it takes in its plain spelling is still the
- * reference's. */
+ * reference's. The scan records its containers' ends too
+ * (px_json_request_jumps, a small table: its cap is reached), each sound
+ * by the walker's own skip (jumps_check.h), and the gateway's path reads
+ * the body with them, as it does after admission. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "jumps_check.h"
 #include "proxai/fastir.h"
 #include "proxai/json.h"
 #include "proxai/proto.h"
@@ -79,7 +83,8 @@ static int same_kind(const char *p, size_t at, size_t len, const json_t *v) {
 }
 
 /* The raw and the DOM translation of an accepted body agree. */
-static void translate_both(const char *p, size_t size, json_t *j) {
+static void translate_both(const char *p, size_t size, json_t *j,
+                           const px_json_req_t *scan) {
   for (int k = 0; k < PX_PROTO_COUNT * PX_PROTO_COUNT; k++) {
     px_tr_ctx_t ctx;
     memset(&ctx, 0, sizeof(ctx));
@@ -90,6 +95,7 @@ static void translate_both(const char *p, size_t size, json_t *j) {
     ctx.upstream_model = "upstream-model";
     ctx.created = 1700000000;
     ctx.max_accum = 1 << 20;
+    ctx.scan = scan;
     px_lossy_t l1, l2;
     px_tr_err_t e1, e2;
     px_lossy_init(&l1);
@@ -145,7 +151,14 @@ static void translate_both(const char *p, size_t size, json_t *j) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *p = (const char *)data;
   px_json_req_t r;
-  int rc = px_json_request(p, size, &r);
+  uint32_t v[16][2];
+  px_json_jumps_t jt = {.v = v, .cap = 16};
+  int rc = px_json_request_jumps(p, size, NULL, NULL, &jt, &r);
+  {
+    px_json_req_t plain;
+    CHECK(px_json_request(p, size, &plain) == rc);
+  }
+  if (rc == 0) CHECK(r.jumps == &jt && jumps_sound(p, size, &jt));
   json_error_t je;
   json_t *j = json_loadb(p, size, 0, &je);
   if (rc == 0) {
@@ -176,7 +189,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       px_buf_free(&b);
       json_object_set_new(j, "model", m); /* back to the client's */
     }
-    translate_both(p, size, j);
+    translate_both(p, size, j, &r);
   } else {
     switch (r.err) {
     case PX_JREQ_SYNTAX:

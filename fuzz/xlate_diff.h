@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jumps_check.h"
 #include "proxai/fastir.h"
 #include "proxai/passthru.h"
 #include "proxai/proto.h"
@@ -281,16 +282,30 @@ static inline void request_one(const px_tr_ctx_t *c, const char *body, size_t le
 
 /* as the gateway sets the context: the request streams as the body's
  * `stream` says, or, where the path names the model and the method (Gemini),
- * either way */
+ * either way; the admission scan's container ends handed to the decoder
+ * (px_json_request_jumps, sound: jumps_check.h) */
 static inline void request(const px_tr_ctx_t *c, const char *body, size_t len) {
   px_json_req_t scan;
-  if (px_json_request(body, len, &scan) < 0) return;
+  px_json_jumps_t jt = {.cap = len / (PX_JSON_JUMP_MIN / 2) + 1};
+  jt.v = malloc(jt.cap * sizeof(*jt.v));
+  if (jt.v == NULL) abort();
+  if (px_json_request_jumps(body, len, NULL, NULL, &jt, &scan) < 0) {
+    free(jt.v);
+    return;
+  }
+  if (!jumps_sound(body, len, &jt)) {
+    fprintf(stderr, "the scan's container ends are not the walker's\nbody: %.*s\n",
+            (int)len, body);
+    abort();
+  }
   px_tr_ctx_t s = *c;
+  s.scan = &scan;
   for (int st = 0; st < 2; st++) {
     if (!px_proto_get(c->in)->model_in_path && st != scan.stream) continue;
     s.stream = st;
     request_one(&s, body, len);
   }
+  free(jt.v);
 }
 
 static inline void response(const px_tr_ctx_t *c, const char *body, size_t len) {

@@ -288,6 +288,17 @@ typedef struct px_fw {
   size_t n, i;
 } px_fw_t;
 
+/** The request walk's table of container ends (json.h's px_json_jumps_t)
+ *  of the body being decoded, while a hub decodes it (else table NULL):
+ *  any walker over that body, or over a part of it, skips a container in
+ *  it by its entry, the rest by reading. at: the entry the last jump used
+ *  (a decoder goes forward). */
+typedef struct px_fw_jumps {
+  const px_json_jumps_t *table;
+  size_t at;
+} px_fw_jumps_t;
+extern px_fw_jumps_t px_fw_jumps;
+
 /** A value: STR: s = the content (escaped); other kinds: raw = the token or
  *  the whole container. */
 typedef struct px_fv {

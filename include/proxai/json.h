@@ -186,6 +186,30 @@ typedef enum {
 
 /** What px_json_request found. Spans are byte ranges of the body; a
  *  member's len is 0 when it is absent. */
+/** The smallest container whose end the request walk records
+ *  (px_json_jumps_t): a smaller one costs a decoder little to skip. */
+#define PX_JSON_JUMP_MIN 64
+
+/** Where the larger containers of a body the request walk accepted end
+ *  (px_json_request_jumps): for each container of at least
+ *  PX_JSON_JUMP_MIN bytes inside a top-level member (the walk's unwatched
+ *  containers), its opening offset and the offset past its close, in
+ *  opening order; the first cap of them (v: the caller's, cap entries). A
+ *  container missing from it is simply not known (a reader skips it
+ *  itself). base and len: the body walked.
+ *  want (the caller's, or NULL: the walk records from the start): the walk
+ *  records from the top-level `model` on, when want says 1 for its token (a
+ *  string, with its quotes; want may set v and cap then), else nothing:
+ *  what the gateway passes through pays no recording. */
+typedef struct px_json_jumps {
+  const char *base;
+  size_t len;
+  uint32_t (*v)[2];
+  size_t n, cap;
+  int (*want)(struct px_json_jumps *j, const char *tok, size_t len);
+  void *arg; /**< want's */
+} px_json_jumps_t;
+
 typedef struct px_json_req {
   size_t model_at, model_len;   /**< `model` value token (a string with its quotes) */
   int model_esc;                /**< the model string has escapes */
@@ -209,6 +233,8 @@ typedef struct px_json_req {
   size_t err_at;                /**< byte offset of the fault */
   const char *reason;           /**< static text for the client, with err */
   const char *key;              /**< PX_JREQ_DUPLICATE: the member name */
+  const px_json_jumps_t *jumps; /**< px_json_request_jumps: its table, filled
+                                     (NULL for the other scans) */
 } px_json_req_t;
 
 /**
@@ -252,6 +278,17 @@ int px_json_request_caps(const char *p, size_t n, const char *const (*caps)[2],
  */
 int px_json_request_watch(const char *p, size_t n, const char *const (*caps)[2],
                           const char *const *members, px_json_req_t *r);
+
+/**
+ * px_json_request_watch recording also where its containers end (j: the
+ * caller's table, j->v and j->cap set; its base, len and n set here), for a
+ * decoder to skip a container without reading it again (fastir.h's
+ * px_fw_jumps). r->jumps = j on success when it recorded (want NULL, or
+ * saying 1). A body of 4 GiB or more records nothing.
+ */
+int px_json_request_jumps(const char *p, size_t n, const char *const (*caps)[2],
+                          const char *const *members, px_json_jumps_t *j,
+                          px_json_req_t *r);
 
 /** The model of a scanned request as a NUL-terminated malloc'd string
  *  (unescaped), or NULL: absent, not a string, or out of memory. */

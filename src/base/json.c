@@ -1000,8 +1000,9 @@ typedef struct watch_slot {
   watch_t w;
 } watch_slot_t;
 
-static const watch_t *watch_get(const char *const (*caps)[2],
-                                const char *const *members) {
+/* (inline: the request walk is built twice, and this is its usual start) */
+static inline __attribute__((always_inline)) const watch_t *watch_get(
+    const char *const (*caps)[2], const char *const *members) {
   static _Thread_local watch_slot_t slot[WATCH_CACHED];
   static _Thread_local unsigned used, next;
   const char *key[WATCH_KEYS] = {NULL};
@@ -1168,20 +1169,27 @@ static inline size_t tree_literal(const unsigned char *p, size_t n, size_t i) {
  * nothing to look up. The index past its end, with *cost grown; 0 for
  * anything the request walk is to report (it walks the container itself
  * then, for the same answer as ever). */
-static inline __attribute__((always_inline)) size_t tree_walk(const unsigned char *p,
-                                                              size_t n, size_t i,
-                                                              size_t depth, size_t *cost,
-                                                              string_fn *rest,
-                                                              tree_probe_fn *probe) {
+static inline __attribute__((always_inline)) size_t tree_walk(
+    const unsigned char *p, size_t n, size_t i, size_t depth, size_t *cost,
+    string_fn *rest, tree_probe_fn *probe, px_json_jumps_t *jt) {
   unsigned char closer[PX_JSON_MAX_DEPTH + 1]; /* per level: '}' or ']' */
   unsigned char *cl = closer,
                 *last = closer + (PX_JSON_MAX_DEPTH - depth); /* *cl: this level's */
+  /* jt: per level, the container's opening offset and its entry in jt
+   * (every container has one while open; a small one's goes at its close,
+   * the last entry then: what it holds is smaller still) */
+  uint32_t opened[PX_JSON_MAX_DEPTH + 1], slot[PX_JSON_MAX_DEPTH + 1];
   size_t c = 0, e, l, end;
   int esc;
   (void)end, (void)esc; /* (without SSE2: unused) */
 open:
   if (cl >= last) return 0;
   *++cl = p[i] == '{' ? '}' : ']';
+  if (jt) {
+    size_t k = jt->n++;
+    opened[cl - closer] = (uint32_t)i, slot[cl - closer] = (uint32_t)k;
+    if (k < jt->cap) jt->v[k][0] = (uint32_t)i;
+  }
   c += *cl == '}' ? COST_OBJECT : COST_ARRAY;
   i = px_json_ws(p, n, i + 1);
   if (i < n && p[i] == *cl) {
@@ -1226,6 +1234,13 @@ after:
   if (p[i] != *cl) return 0;
   i++;
 close:
+  if (jt) {
+    size_t k = slot[cl - closer];
+    if (i - opened[cl - closer] < PX_JSON_JUMP_MIN)
+      jt->n--;
+    else if (k < jt->cap)
+      jt->v[k][1] = (uint32_t)i;
+  }
   if (--cl == closer) {
     *cost += c;
     return i;
@@ -1281,10 +1296,15 @@ colon:
 #define TREE_PROBE NULL
 #endif
 typedef size_t tree_walk_fn(const unsigned char *p, size_t n, size_t i, size_t depth,
-                            size_t *cost);
+                            size_t *cost, px_json_jumps_t *jt);
 static size_t tree_walk_any(const unsigned char *p, size_t n, size_t i, size_t depth,
-                            size_t *cost) {
-  return tree_walk(p, n, i, depth, cost, px_json_string_at, TREE_PROBE);
+                            size_t *cost, px_json_jumps_t *jt) {
+  (void)jt;
+  return tree_walk(p, n, i, depth, cost, px_json_string_at, TREE_PROBE, NULL);
+}
+static size_t tree_walk_any_jumps(const unsigned char *p, size_t n, size_t i,
+                                  size_t depth, size_t *cost, px_json_jumps_t *jt) {
+  return tree_walk(p, n, i, depth, cost, px_json_string_at, TREE_PROBE, jt);
 }
 #if defined(__x86_64__) && defined(__GNUC__)
 /* The tree walk with AVX2: its probes of 32 bytes in one step, and its
@@ -1314,8 +1334,13 @@ AVX2 static inline __attribute__((always_inline)) uint64_t tree_probe_avx2(
   return (uint32_t)~m;
 }
 AVX2 static size_t tree_walk_avx2(const unsigned char *p, size_t n, size_t i,
-                                  size_t depth, size_t *cost) {
-  return tree_walk(p, n, i, depth, cost, tree_rest_avx2, tree_probe_avx2);
+                                  size_t depth, size_t *cost, px_json_jumps_t *jt) {
+  (void)jt;
+  return tree_walk(p, n, i, depth, cost, tree_rest_avx2, tree_probe_avx2, NULL);
+}
+AVX2 static size_t tree_walk_avx2_jumps(const unsigned char *p, size_t n, size_t i,
+                                        size_t depth, size_t *cost, px_json_jumps_t *jt) {
+  return tree_walk(p, n, i, depth, cost, tree_rest_avx2, tree_probe_avx2, jt);
 }
 #endif
 
@@ -1335,18 +1360,28 @@ int px_json_request_caps(const char *text, size_t n, const char *const (*caps)[2
   return px_json_request_watch(text, n, caps, NULL, r);
 }
 
-int px_json_request_watch(const char *text, size_t n, const char *const (*caps)[2],
-                          const char *const *members, px_json_req_t *r) {
+/* The request walk (px_json_request_watch), recording containers' ends in
+ * jt when not NULL (px_json_request_jumps): one walk, built twice, so that
+ * the walk without a table pays nothing for it. */
+static inline __attribute__((always_inline)) int request_walk(
+    const char *text, size_t n, const char *const (*caps)[2], const char *const *members,
+    px_json_jumps_t *jt, px_json_req_t *r) {
   const unsigned char *p = (const unsigned char *)text;
   unsigned char is_obj[PX_JSON_MAX_DEPTH + 1]; /* per depth: object (1) or array */
   is_obj[0] = 0;
   const watch_t *w = watch_get(caps, members);
   if (simd_level < 0) simd_level = simd_best();
+  if (jt && n > UINT32_MAX) jt = NULL;
+  if (jt) jt->base = text, jt->len = n, jt->n = 0;
+  px_json_jumps_t *jw = NULL; /* recording from the model on, if it wants */
+  if (jt && jt->want) jw = jt, jt = NULL;
 #if defined(__x86_64__) && defined(__GNUC__)
-  tree_walk_fn *tree = simd_level == 2 ? tree_walk_avx2 : tree_walk_any;
+  tree_walk_fn *tree = simd_level == 2 ? tree_walk_avx2 : tree_walk_any,
+               *tree_jumps = simd_level == 2 ? tree_walk_avx2_jumps : tree_walk_any_jumps;
 #else
-  tree_walk_fn *tree = tree_walk_any;
+  tree_walk_fn *tree = tree_walk_any, *tree_jumps = tree_walk_any_jumps;
 #endif
+  if (jt) tree = tree_jumps;
   int seen[W_MAX] = {0};
   size_t at[W_MAX] = {0}, len[W_MAX] = {0}; /* value token of each member */
   /* the watched member whose object is open at depth 2 (its members are
@@ -1375,7 +1410,9 @@ value:
       /* below the top, a container nothing in which is watched (all but
        * the watched top-level members' objects) by the tree walk */
       if (depth > 0 && (rec == W_NONE || w->parent[rec] != W_TOP || p[i] == '[')) {
-        size_t e = tree(p, n, i, depth, &cost);
+        size_t jn = jt ? jt->n : 0;
+        size_t e = tree(p, n, i, depth, &cost, jt);
+        if (e == 0 && jt) jt->n = jn; /* (walked again below: by the walk's own rules) */
         if (e != 0) {
           if (rec != W_NONE) at[rec] = s, len[rec] = w->mem[rec] >= 0 ? e - s : 1;
           i = e;
@@ -1407,6 +1444,10 @@ value:
                         "invalid string (a raw control character, invalid UTF-8, a bad "
                         "escape or no closing quote)");
       if (rec == TOP_MODEL) r->model_esc = esc;
+      if (rec == TOP_MODEL && jw) {
+        if (jw->want(jw, text + i, e + 1 - i)) jt = jw, tree = tree_jumps;
+        jw = NULL;
+      }
       cost += COST_STRING + (e - i);
       i = e + 1;
       break;
@@ -1510,7 +1551,22 @@ close:
     }
   }
   r->cost = cost;
+  if (jt) {
+    if (jt->n > jt->cap) jt->n = jt->cap;
+    r->jumps = jt;
+  }
   return 0;
+}
+
+int px_json_request_watch(const char *text, size_t n, const char *const (*caps)[2],
+                          const char *const *members, px_json_req_t *r) {
+  return request_walk(text, n, caps, members, NULL, r);
+}
+
+int px_json_request_jumps(const char *text, size_t n, const char *const (*caps)[2],
+                          const char *const *members, px_json_jumps_t *jt,
+                          px_json_req_t *r) {
+  return request_walk(text, n, caps, members, jt, r);
 }
 
 char *px_json_req_model(const char *p, const px_json_req_t *r) {

@@ -354,7 +354,8 @@ static void after_admission(px_exch_t *x) {
     px_exch_error(x, PX_ERR_OVERLOADED, "the gateway is shutting down", NULL);
     return;
   }
-  if (x->route == NULL) x->route = px_config_route(cfg, x->model); /* once */
+  if (x->route == NULL) /* once; the scan's lookup (jumps_wanted) of x->model */
+    x->route = x->scan_route ? x->scan_route : px_config_route(cfg, x->model);
   if (x->route == NULL) {
     if (cfg->unconfigured_message) {
       px_exch_error(x, PX_ERR_UNAVAILABLE, cfg->unconfigured_message, NULL);
@@ -399,6 +400,48 @@ static void end_user(px_exch_t *x) {
   if (h && *h) x->user = x->user_buf = strndup(h, PX_MAX_USER);
 }
 
+/* The smallest body whose containers' ends its scan records (px_fw_jumps):
+ * a smaller one has little to skip. */
+#define JUMPS_BODY_MIN 2048
+
+/* Whether the route of model m (n bytes, no escape in it: x->model to be)
+ * sends some requests to another protocol than the client's: its body is
+ * translated then, and its scan keeps the containers' ends for the decoder
+ * (x->jumps, its table allocated here: an entry per PX_JSON_JUMP_MIN / 2
+ * bytes at most). The route found is kept (x->scan_route), not looked up
+ * again. */
+static int jumps_wanted(px_exch_t *x, const char *m, size_t n) {
+  char name[256];
+  if (n == 0 || n >= sizeof(name) || memchr(m, '\\', n)) return 0;
+  memcpy(name, m, n);
+  name[n] = 0;
+  const px_route_conf_t *rt = x->scan_route = px_config_route(x->cfg, name);
+  int other = 0;
+  for (size_t k = 0; rt && !other && k < rt->ndeployments + rt->nfallbacks; k++) {
+    const px_target_t *t =
+        k < rt->ndeployments ? &rt->deployments[k] : &rt->fallbacks[k - rt->ndeployments];
+    other = x->cfg->upstreams[t->upstream].protocol != x->in;
+  }
+  if (!other) return 0;
+  if (x->jumps.v == NULL) {
+    x->jumps.cap = x->req->body.len / (PX_JSON_JUMP_MIN / 2);
+    x->jumps.v = malloc(x->jumps.cap * sizeof(*x->jumps.v));
+  }
+  return x->jumps.v != NULL;
+}
+
+/* Whether some upstream speaks another protocol than the client's: none,
+ * and no route translates (a gateway that passes through asks no more). */
+static int any_other_protocol(const px_exch_t *x) {
+  for (size_t k = 0; k < x->cfg->nupstreams; k++)
+    if (x->cfg->upstreams[k].protocol != x->in) return 1;
+  return 0;
+}
+
+static int want_jumps(px_json_jumps_t *j, const char *tok, size_t len) {
+  return len >= 2 && jumps_wanted(j->arg, tok + 1, len - 2);
+}
+
 /* The body's one scan and what the gateway acts on: model, stream,
  * include_usage. <0 when the request was answered. */
 static int read_request(px_exch_t *x, const px_inbound_t *in) {
@@ -408,8 +451,23 @@ static int read_request(px_exch_t *x, const px_inbound_t *in) {
   const px_req_t *r = x->req;
   const char *bd = r->body.data ? r->body.data : "";
   const px_proto_ops_t *ops = px_exch_client_ops(x);
-  if (px_json_request_watch(bd, r->body.len, ops->max_tokens_keys,
-                            ops->store ? ops->store->members : NULL, &x->jreq) < 0) {
+  /* a larger body's containers' ends kept for a translation's decoder
+   * (px_fw_jumps): decided by the model in the path, else by the body's
+   * (the scan asks when it reads it) */
+  px_json_jumps_t *jt = NULL;
+  if (r->body.len >= JUMPS_BODY_MIN && any_other_protocol(x)) {
+    jt = &x->jumps;
+    jt->want = NULL, jt->arg = x;
+    if (in->model.len > 0 && (memchr(in->model.ptr, '%', in->model.len) ||
+                              !jumps_wanted(x, in->model.ptr, in->model.len)))
+      jt = NULL; /* (a model with a %-escape: decoded later, not here) */
+    else if (in->model.len == 0)
+      jt->want = want_jumps;
+  }
+  const char *const *mem = ops->store ? ops->store->members : NULL;
+  if ((jt ? px_json_request_jumps(bd, r->body.len, ops->max_tokens_keys, mem, jt, &x->jreq)
+          : px_json_request_watch(bd, r->body.len, ops->max_tokens_keys, mem, &x->jreq)) <
+      0) {
     const px_json_req_t *jr = &x->jreq;
     char msg[300];
     if (jr->err == PX_JREQ_DUPLICATE)

@@ -513,6 +513,7 @@ static px_exch_t *exch_alloc(void) {
   }
   memset(x, 0, offsetof(px_exch_t, retry_reason));
   x->passhdrs = keep[0], x->acc = keep[1], x->obuf = keep[2];
+  x->jumps.v = NULL;
   return x;
 }
 
@@ -564,6 +565,7 @@ void px_exch_drop_upreq(px_exch_t *x) {
 /* The exchange's memory (freed here, or when its timer has closed). */
 static void exch_free(px_exch_t *x) {
   free(x->model_buf);
+  if (x->jumps.v) free(x->jumps.v);
   if (x->rs) x->rs_part->free(x);
   free(x->user_buf);
   px_keys_free(x->rkey);

@@ -113,6 +113,8 @@ struct px_exch {
   int metric_status;     /* status for /metrics when a started response failed */
   int attempt_open;      /* a 2xx attempt, counted in /metrics when it ends */
   const px_route_conf_t *route;
+  const px_route_conf_t *scan_route; /* x->model's, looked up during the scan
+                                        (admit.c jumps_wanted), or NULL */
   size_t target;         /* 0 = the route's deployments, k = fallback k-1 */
   unsigned attempt;      /* attempts on this target */
   unsigned attempts;     /* attempts in all */
@@ -180,6 +182,9 @@ struct px_exch {
    * it (the last attempt's span) and as the client got it (the request's) */
   px_answer_t ans_up, ans_cl;
   int ans_pass; /**< a whole answer passed through: the client's is ans_up */
+  /* the scan's container ends (jreq.jumps; v malloc'd, NULL from
+   * exch_alloc on; the rest set by admit.c before the scan reads it) */
+  px_json_jumps_t jumps;
 };
 
 /* The answer's id, model and finish reason for the spans, read from the

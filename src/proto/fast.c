@@ -289,13 +289,60 @@ FC_INLINE px_fv_kind_t fw_peek(px_fw_t *w) {
 
 px_fv_kind_t px_fw_peek(px_fw_t *w) { return fw_peek(w); }
 
+px_fw_jumps_t px_fw_jumps;
+
+/* The end of the container opening at q by the request walk's table, or 0:
+ * q not in its body, or no entry (a small container). The entries are in
+ * opening order: from the last one used forward, else (a walker back in
+ * what a jump passed) by halves. */
+static size_t jump_end(const char *q) {
+  const px_json_jumps_t *t = px_fw_jumps.table;
+  if (q < t->base || (size_t)(q - t->base) >= t->len) return 0;
+  uint32_t o = (uint32_t)(q - t->base);
+  const uint32_t(*v)[2] = (const uint32_t(*)[2])t->v;
+  size_t k = px_fw_jumps.at, n = t->n;
+  if (k < n && v[k][0] <= o) {
+    while (k < n && v[k][0] < o) k++;
+  } else {
+    size_t lo = 0, hi = k < n ? k : n; /* the first entry at or after o */
+    while (lo < hi) {
+      size_t m = lo + (hi - lo) / 2;
+      if (v[m][0] < o)
+        lo = m + 1;
+      else
+        hi = m;
+    }
+    k = lo;
+  }
+  px_fw_jumps.at = k;
+  return k < n && v[k][0] == o ? v[k][1] : 0;
+}
+
+/* skip_container by the table: 1 when it knew the container (skipped), 0
+ * when not, -1 when its end is past the walker's text. (Out of line: the
+ * usual skip keeps its few registers.) */
+static __attribute__((noinline)) int skip_by_jump(px_fw_t *w) {
+  const char *q = w->p + w->i;
+  size_t e = jump_end(q);
+  if (e == 0) return 0;
+  size_t end = w->i + (e - (size_t)(q - px_fw_jumps.table->base)); /* e - o: its length */
+  if (end > w->n) return -1;
+  w->i = end;
+  return 1;
+}
+
 /* The container at the cursor skipped: strings (their escapes), brackets.
  * With SSE2 sixteen bytes at a time, every quote, backslash and bracket of
  * a block handled from its masks (a validated body: nothing else counts);
- * the rest of a string longer than its block by string_end. */
+ * the rest of a string longer than its block by string_end; a container the
+ * request walk recorded (px_fw_jumps), by its entry. */
 static int skip_container(px_fw_t *w) {
   const unsigned char *p = (const unsigned char *)w->p;
   size_t n = w->n, i = w->i;
+  if (px_fw_jumps.table) {
+    int j = skip_by_jump(w);
+    if (j != 0) return j > 0 ? 0 : -1;
+  }
   int depth = 0, in_str = 0;
 #if defined(__SSE2__)
   const __m128i q = _mm_set1_epi8('"'), b = _mm_set1_epi8('\\'), o1 = _mm_set1_epi8('{'),

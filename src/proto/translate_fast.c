@@ -108,7 +108,13 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
     sp->n = sp->bytes = 0;
     px_fb_spanning = (px_fb_spanning_t){&b, body, body + len, sp};
   }
+  /* the containers' ends the admission walk found, when it walked these
+   * very bytes */
+  const px_json_jumps_t *jt = ctx->scan ? ctx->scan->jumps : NULL;
+  if (jt && (jt->base != body || jt->len != len)) jt = NULL;
+  if (jt) px_fw_jumps = (px_fw_jumps_t){jt, 0};
   if (rc == 0) rc = px_fast_request_steps(&c, &c, in, op, body, len, &ir, &a, &b, &l, err);
+  if (jt) px_fw_jumps.table = NULL;
   px_fb_spanning.b = NULL;
   /* a token count: the body the upstream's count endpoint takes */
   if (rc == 0 && (flags & PX_TR_COUNT_TOKENS) && op->count_request != NULL)

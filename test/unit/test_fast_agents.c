@@ -6,7 +6,10 @@
  * fast path, and the fast body is JSON-equal to the jansson path's (the
  * reference), with the same lossy list; and sent in parts (the client
  * body's long strings as spans of it, as the gateway sends it), byte for
- * byte the body written whole.
+ * byte the body written whole. The fast path reads each body with the
+ * admission walk's table of container ends (px_json_request_jumps, as the
+ * gateway does): the table is checked against the walker's own skip, and
+ * the body it gives byte for byte the body read without it.
  *
  * A pair must take the fast path once its client's fast decoder and its
  * upstream's fast encoder know the agents' shapes (dec_ready / enc_ready);
@@ -21,6 +24,7 @@
 
 #include "check.h"
 #include "fast_pair.h"
+#include "jumps_check.h"
 
 /* by PX_PROTO_ value: chat, responses, anthropic, gemini */
 static const int dec_ready[PX_PROTO_COUNT] = {
@@ -36,7 +40,24 @@ static const int enc_ready[PX_PROTO_COUNT] = {
     [PX_PROTO_GEMINI] = 1,
 };
 
-static int cases, taken, spanned;
+static int cases, taken, spanned, bodies, jumped;
+
+/* The same translation read without the admission walk's table (c0->scan):
+ * byte for byte the body read with it. */
+static void same_without_jumps(const px_tr_ctx_t *c0, const char *what, const char *body,
+                               size_t len, int flags, const char *with, size_t wl) {
+  px_tr_ctx_t c = *c0;
+  c.scan = NULL;
+  char *t = NULL;
+  size_t tl = 0;
+  px_lossy_t l;
+  px_lossy_init(&l);
+  CHECK(px_translate_request_fast(&c, body, len, flags, &t, &tl, &l, NULL) == 0);
+  int eq = t != NULL && tl == wl && memcmp(t, with, wl) == 0;
+  if (!eq) fprintf(stderr, "%s: the body read with the jumps differs\n", what);
+  CHECK(eq);
+  free(t);
+}
 
 /* The same translation with the client's long strings as spans of its body
  * (what the gateway sends upstream, in parts): byte for byte the body the
@@ -74,6 +95,14 @@ static void same_in_parts(const px_tr_ctx_t *c0, const char *what, const char *b
  * token count (the count_tokens endpoints) where the upstream counts */
 static void body_case(const char *what, int in, const char *body, size_t len,
                       int stream) {
+  /* the admission walk's table, as the gateway keeps it */
+  px_json_jumps_t jt = {.cap = len / (PX_JSON_JUMP_MIN / 2)};
+  jt.v = malloc((jt.cap + 1) * sizeof(*jt.v));
+  px_json_req_t scan;
+  CHECK(jt.v != NULL && px_json_request_jumps(body, len, NULL, NULL, &jt, &scan) == 0);
+  CHECK(scan.jumps == &jt && jumps_sound(body, len, &jt));
+  bodies++;
+  if (jt.n > 0) jumped++;
   for (int out = 0; out < PX_PROTO_COUNT; out++) {
     if (out == in) continue;
     for (int count = 0; count < 2; count++) {
@@ -81,6 +110,7 @@ static void body_case(const char *what, int in, const char *body, size_t len,
       if (count && px_ref_get(out)->count_request == NULL) continue;
       px_tr_ctx_t c;
       request_ctx(&c, in, out, body, len, stream);
+      c.scan = &scan;
       c.ir_budget = (size_t)PX_TR_IR_FACTOR * len + PX_TR_IR_BASE; /* the default */
       char *fo = NULL, *so = NULL;
       size_t fl = 0, sl = 0;
@@ -106,11 +136,13 @@ static void body_case(const char *what, int in, const char *body, size_t len,
                   "%s: %d -> %d%s differ\nfast: %.2000s [%s]\nslow: %.2000s [%s]\n", what,
                   in, out, count ? " (count)" : "", fo, lf.buf, so ? so : "", ls.buf);
         if (!count) same_in_parts(&c, what, body, len, fo, fl);
+        same_without_jumps(&c, what, body, len, flags, fo, fl);
       }
       free(fo);
       free(so);
     }
   }
+  free(jt.v);
 }
 
 static int proto_of_path(const char *path) {
@@ -206,8 +238,11 @@ int main(int argc, char **argv) {
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
     CHECK(system(cmd) == 0);
   }
-  printf("fast_agents: the fast path took %d of %d agent requests (%d sent in parts)\n",
-         taken, cases, spanned);
+  printf(
+      "fast_agents: the fast path took %d of %d agent requests (%d sent in parts; "
+      "%d of %d bodies with container ends)\n",
+      taken, cases, spanned, jumped, bodies);
+  CHECK(jumped == bodies); /* an agent's tools and turns are long */
   CHECK(cases >= 24 + 36);
   CHECK(spanned >= cases / 2); /* agents' long texts stay in their bodies */
   return check_report("fast_agents");

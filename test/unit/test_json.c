@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "jumps_check.h"
 #include "proxai/fastir.h"
 #include "proxai/json.h"
 #include "proxai/proto.h"
@@ -489,7 +490,53 @@ static void test_documents(void) {
       }
 }
 
+/* px_json_request_jumps: the larger containers' ends, in opening order,
+ * where the walker ends them (jumps_check.h); recorded from the model on
+ * when the caller's want says so (the gateway: when the route translates),
+ * none when it says no; a full table keeps its first entries. */
+static const char *wanted_model;
+static int want_yes(px_json_jumps_t *j, const char *tok, size_t len) {
+  (void)j;
+  wanted_model = tok;
+  return len == 5 && memcmp(tok, "\"m-1\"", 5) == 0;
+}
+static void test_jumps(void) {
+  char body[4096];
+  int n = snprintf(body, sizeof(body),
+                   "{\"a\":[\"%0100d\"],\"model\":\"m-1\",\"input\":[", 0);
+  for (int k = 0; k < 20; k++)
+    n += snprintf(body + n, sizeof(body) - n,
+                  "%s{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+                  "\"%0*d\\n\"},{\"x\":[1,{}]}]}",
+                  k ? "," : "", 40 + k * 7, k);
+  n += snprintf(body + n, sizeof(body) - n, "],\"small\":{\"b\":[1,2]}}");
+  px_json_req_t r;
+  uint32_t v[64][2], w[64][2];
+  px_json_jumps_t all = {.v = v, .cap = 64};
+  CHECK(px_json_request_jumps(body, (size_t)n, NULL, NULL, &all, &r) == 0);
+  CHECK(r.jumps == &all && jumps_sound(body, (size_t)n, &all));
+  /* "a" (before the model), "input", its 20 items and the contents of the
+   * longer ones; not the small ones, not the top */
+  CHECK(all.n > 22 && all.v[0][0] == 5 &&
+        all.v[1][0] == (uint32_t)(strstr(body, "[{") - body));
+  px_json_jumps_t from = {.v = w, .cap = 64, .want = want_yes};
+  CHECK(px_json_request_jumps(body, (size_t)n, NULL, NULL, &from, &r) == 0);
+  CHECK(wanted_model == strstr(body, "\"m-1\""));
+  CHECK(r.jumps == &from && from.n == all.n - 1 && jumps_sound(body, (size_t)n, &from));
+  CHECK(memcmp(from.v, all.v + 1, from.n * sizeof(*v)) == 0);
+  body[strstr(body, "m-1") - body] = 'n'; /* another model: nothing */
+  CHECK(px_json_request_jumps(body, (size_t)n, NULL, NULL, &from, &r) == 0);
+  CHECK(r.jumps == NULL && from.n == 0);
+  px_json_jumps_t few = {.v = w, .cap = 3};
+  CHECK(px_json_request_jumps(body, (size_t)n, NULL, NULL, &few, &r) == 0);
+  CHECK(few.n == 3 && memcmp(few.v, all.v, 3 * sizeof(*v)) == 0);
+  const char *bad = "{\"a\":[1,}";
+  CHECK(px_json_request_jumps(bad, strlen(bad), NULL, NULL, &few, &r) < 0 &&
+        r.jumps == NULL);
+}
+
 int main(void) {
+  test_jumps();
   test_strings();
   test_documents();
   test_members();
