@@ -1608,9 +1608,9 @@ static int resp_fast_decode_response(const px_tr_ctx_t *ctx, const char *body, s
 
 /* An id as responses_common.c's id_cat makes it: pfx, the id, and "_" +
  * num (with_num), cut to size - 1 bytes. An id that fits is written as it
- * is (escapes kept); one cut is cut by its bytes: one with escapes, or cut
- * inside a UTF-8 character (the reference's string would not be one),
- * declines. */
+ * is (escapes kept); one cut is cut by its value's bytes (one with escapes
+ * unescaped, cut, written escaped); one cut inside a UTF-8 character (the
+ * reference's string would not be one) declines. */
 static int put_id(px_buf_t *b, const char *pfx, px_fstr_t id, int with_num, int num,
                   size_t size) {
   char d[24];
@@ -1622,9 +1622,20 @@ static int put_id(px_buf_t *b, const char *pfx, px_fstr_t id, int with_num, int 
     if (rc == 0 && dl) rc = px_fb_put(b, d, dl);
     return rc;
   }
-  size_t in = id.n < room - pl ? id.n : room - pl; /* pfx is short: it fits */
-  if (id.esc || (in < id.n && ((unsigned char)id.p[in] & 0xC0) == 0x80)) return DECLINE;
-  if (rc == 0) rc = px_fb_put(b, id.p, in);
+  /* cut by the value's bytes: an id with escapes unescaped first (its
+   * first room - pl bytes and the one after them) and written escaped */
+  char v[IID_SIZE + 1];
+  const char *ip = id.p;
+  size_t iv = id.n;
+  if (id.esc) {
+    iv = px_fs_value(id, v, room - pl + 2 <= sizeof(v) ? room - pl + 2 : sizeof(v));
+    ip = v;
+  }
+  size_t in = iv < room - pl ? iv : room - pl; /* pfx is short: it fits */
+  if (in < iv && ((unsigned char)ip[in] & 0xC0) == 0x80) return DECLINE;
+  if (rc == 0)
+    rc = id.esc ? (px_buf_json_escape_as(b, ip, in, PX_ESC_JANSSON) < 0 ? -1 : 0)
+                : px_fb_put(b, ip, in);
   size_t left = room - pl - in;
   if (rc == 0 && dl && left) rc = px_fb_put(b, d, dl < left ? dl : left);
   return rc;

@@ -387,6 +387,21 @@ static void answers(void) {
            "'finish_reason':'tool_calls'}]}",
            x, x);
   ans_same(RESP, CHAT, long_id, long_id);
+  /* the same, the ids with escapes: cut by their value's bytes (an escape
+   * is one byte of the value, not six of the id) */
+  char *long_esc = malloc(8192), y[1000];
+  int k = 0;
+  for (int j = 0; j < 100; j++) k += snprintf(y + k, sizeof(y) - (size_t)k, "\\u0061a");
+  const char *calls =
+      "{'id':'%s','object':'chat.completion','created':1,'model':'u','choices':"
+      "[{'index':0,'message':{'role':'assistant','content':'x','tool_calls':[{'id':"
+      "'%s','type':'function','function':{'name':'f','arguments':'{}'}}]},"
+      "'finish_reason':'tool_calls'}]}";
+  snprintf(long_esc, 8192, calls, y, y); /* 200 bytes of value each */
+  x[200] = 0;
+  snprintf(long_id, 8192, calls, x, x);
+  ans_same(RESP, CHAT, long_id, long_esc);
+  free(long_esc);
   free(long_id);
   for (int cl = 0; cl < PX_PROTO_COUNT; cl++) {
     if (cl != CHAT) ans_same(cl, CHAT, chat_p, chat_e);
