@@ -421,10 +421,6 @@ static int decode_fresp(const fresp_t *fr, px_fmsg_t *m, int model, gdec_t *d,
 }
 
 enum { P_TEXT, P_THOUGHT, P_SIG, P_FC, P_FR, P_INLINE, P_FILE, P_EXEC, P_EXECR };
-static const char *const part_keys[] = {
-    "text",         "thought",          "thoughtSignature",
-    "functionCall", "functionResponse", "inlineData",
-    "fileData",     "executableCode",   "codeExecutionResult"};
 static const px_fkey_t part_fkeys[] = {
     PX_FK("text"),         PX_FK("thought"),          PX_FK("thoughtSignature"),
     PX_FK("functionCall"), PX_FK("functionResponse"), PX_FK("inlineData"),
@@ -434,7 +430,7 @@ static const px_fkey_t part_fkeys[] = {
  * path: "contents[i].parts[k]" */
 static int decode_part(px_fw_t *w, px_fmsg_t *m, int model, gdec_t *d, ppath_t *path,
                        px_arena_t *a) {
-  px_fv_t f[NKEYS(part_keys)];
+  px_fv_t f[NKEYS(part_fkeys)];
   fresp_t fr;
   px_fstr_t k;
   unsigned seen = 0;
@@ -1431,7 +1427,7 @@ typedef struct gresp {
 
 /* one part of the candidate's content (gem_decode_response's loop) */
 static int decode_part_out(px_fw_t *w, px_fresp_t *ir, gresp_t *g, px_arena_t *a) {
-  px_fv_t f[NKEYS(part_keys)];
+  px_fv_t f[NKEYS(part_fkeys)];
   unsigned seen = 0;
   if (px_fw_peek(w) != PX_FV_OBJ) { /* no member of it is read there */
     px_fv_t v;
