@@ -342,87 +342,6 @@ AVX2 static inline uint64_t avx2_bits(__m256i lo, __m256i hi) {
   return l | h << 32;
 }
 
-/* The UTF-8 of a block with many non-ASCII bytes, all at once (after
- * Keiser and Lemire, "Validating UTF-8 in less than one instruction per
- * byte"): each byte with the one before it falls in one of the classes
- * below, by three lookups (the high and low half of the byte before, the
- * high half of this one) whose AND is non-zero only for a wrong pair; a
- * continuation byte after a continuation byte is wrong unless a lead two
- * or three bytes before asks for it. Leads that are never valid (C0, C1,
- * F5 and above) and control bytes are refused directly. The block starts
- * fresh (the bytes before it count as ASCII). */
-enum {
-  U8_SHORT = 0x01,     /* a lead not followed by a continuation byte */
-  U8_LONG = 0x02,      /* a continuation byte after ASCII */
-  U8_OVER3 = 0x04,     /* E0 80..9F */
-  U8_SURR = 0x08,      /* ED A0..BF */
-  U8_OVER4 = 0x10,     /* F0 80..8F */
-  U8_LARGE = 0x20,     /* F4 90..BF */
-  U8_TWO_CONTS = 0x80, /* a continuation byte after a continuation byte */
-};
-#define U8_PREV_HIGH                                                                    \
-  U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_TWO_CONTS, \
-      U8_TWO_CONTS, U8_TWO_CONTS, U8_TWO_CONTS, U8_SHORT, U8_SHORT,                     \
-      U8_SHORT | U8_OVER3 | U8_SURR, U8_SHORT | U8_OVER4 | U8_LARGE
-#define U8_ANY (U8_SHORT | U8_LONG | U8_TWO_CONTS)
-#define U8_PREV_LOW                                                                     \
-  U8_ANY | U8_OVER3 | U8_OVER4, U8_ANY, U8_ANY, U8_ANY, U8_ANY | U8_LARGE, U8_ANY,      \
-      U8_ANY, U8_ANY, U8_ANY, U8_ANY, U8_ANY, U8_ANY, U8_ANY, U8_ANY | U8_SURR, U8_ANY, \
-      U8_ANY
-#define U8_CONT (U8_LONG | U8_TWO_CONTS)
-#define U8_HIGH                                                                       \
-  U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT,     \
-      U8_CONT | U8_OVER3 | U8_OVER4, U8_CONT | U8_OVER3 | U8_LARGE,                   \
-      U8_CONT | U8_SURR | U8_LARGE, U8_CONT | U8_SURR | U8_LARGE, U8_SHORT, U8_SHORT, \
-      U8_SHORT, U8_SHORT
-
-/* The wrong bytes of one half (v, prev: the 32 bytes before it, zero at
- * the block's start) as 0 (fine) or not. */
-AVX2 static inline __m256i avx2_utf8_half(__m256i v, __m256i before) {
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
-  const __m256i t1 = _mm256_setr_epi8(U8_PREV_HIGH, U8_PREV_HIGH),
-                t2 = _mm256_setr_epi8(U8_PREV_LOW, U8_PREV_LOW),
-                t3 = _mm256_setr_epi8(U8_HIGH, U8_HIGH);
-  __m256i prev1 = _mm256_alignr_epi8(v, before, 15);
-  __m256i prev2 = _mm256_alignr_epi8(v, before, 14);
-  __m256i prev3 = _mm256_alignr_epi8(v, before, 13);
-  __m256i cls = _mm256_and_si256(
-      _mm256_and_si256(
-          _mm256_shuffle_epi8(t1, _mm256_and_si256(_mm256_srli_epi16(prev1, 4), low4)),
-          _mm256_shuffle_epi8(t2, _mm256_and_si256(prev1, low4))),
-      _mm256_shuffle_epi8(t3, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4)));
-  /* a third or fourth byte of a sequence: the continuation there is due */
-  __m256i due = _mm256_and_si256(
-      _mm256_or_si256(_mm256_subs_epu8(prev2, _mm256_set1_epi8(0xe0 - 0x80)),
-                      _mm256_subs_epu8(prev3, _mm256_set1_epi8((char)(0xf0 - 0x80)))),
-      _mm256_set1_epi8((char)0x80));
-  __m256i never =
-      _mm256_or_si256(_mm256_subs_epu8(v, _mm256_set1_epi8((char)0xf4)),
-                      _mm256_cmpeq_epi8(_mm256_and_si256(v, _mm256_set1_epi8((char)0xfe)),
-                                        _mm256_set1_epi8((char)0xc0)));
-  __m256i ctl = _mm256_cmpeq_epi8(_mm256_max_epu8(v, _mm256_set1_epi8(0x1f)),
-                                  _mm256_set1_epi8(0x1f));
-  return _mm256_or_si256(_mm256_xor_si256(cls, due), _mm256_or_si256(never, ctl));
-}
-
-/* blk_utf8_fn with AVX2 */
-AVX2 __attribute__((noinline)) static void avx2_utf8(const unsigned char *p, size_t base,
-                                                     uint64_t *bad, size_t *cut) {
-  const __m256i zero = _mm256_setzero_si256();
-  __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + base));
-  __m256i v1 = _mm256_loadu_si256((const __m256i *)(p + base + 32));
-  __m256i e0 = avx2_utf8_half(v0, _mm256_permute2x128_si256(v0, v0, 0x08));
-  __m256i e1 = avx2_utf8_half(v1, _mm256_permute2x128_si256(v0, v1, 0x21));
-  *bad = ~avx2_bits(_mm256_cmpeq_epi8(e0, zero), _mm256_cmpeq_epi8(e1, zero));
-  const unsigned char *e = p + base + 64;
-  *cut = e[-1] >= 0xc0   ? base + 63
-         : e[-2] >= 0xe0 ? base + 62
-         : e[-3] >= 0xf0 ? base + 61
-                         : 0;
-}
-
-/* The masks of the block at b but c; *c0 and *c1 get its control and
- * non-ASCII bytes (k: the constants, AVX2_K) */
 typedef struct avx2_k {
   __m256i qt, bs, sp, let;
 } avx2_k_t;
@@ -436,17 +355,130 @@ __attribute__((visibility("hidden"))) union {
     {{[0 ... 31] = '"'}, {[0 ... 31] = '\\'}, {[0 ... 31] = 0x20}, {LETTERS, LETTERS}}};
 #define AVX2_K \
   { px_json_avx2_k.v[0], px_json_avx2_k.v[1], px_json_avx2_k.v[2], px_json_avx2_k.v[3] }
+/* The UTF-8 and the controls of a block, all at once (after Keiser and
+ * Lemire, "Validating UTF-8 in less than one instruction per byte"): each
+ * byte with the one before it falls in one of the classes below, by three
+ * lookups (the high and low half of the byte before, the high half of this
+ * one) whose AND is non-zero only for a wrong pair; a continuation byte
+ * after a continuation byte is wrong unless a lead two or three bytes
+ * before asks for it. The block starts fresh (the bytes before it count as
+ * ASCII). */
+enum {
+  U8_SHORT = 0x01,     /* a lead not followed by a continuation byte */
+  U8_LONG = 0x02,      /* a continuation byte after ASCII */
+  U8_OVER3 = 0x04,     /* E0 80..9F */
+  U8_SURR = 0x08,      /* ED A0..BF */
+  U8_OVER2 = 0x10,     /* C0 or C1 (never valid) before a continuation byte */
+  U8_LARGE = 0x20,     /* F4 90..BF; F5 and above 90..BF */
+  U8_OVER4 = 0x40,     /* F0 80..8F; F5 and above 80..8F */
+  U8_TWO_CONTS = 0x80, /* a continuation byte after a continuation byte */
+};
+#define U8_PREV_HIGH                                                                    \
+  U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_LONG, U8_TWO_CONTS, \
+      U8_TWO_CONTS, U8_TWO_CONTS, U8_TWO_CONTS, U8_SHORT | U8_OVER2, U8_SHORT,          \
+      U8_SHORT | U8_OVER3 | U8_SURR, U8_SHORT | U8_OVER4 | U8_LARGE
+#define U8_ANY (U8_SHORT | U8_LONG | U8_TWO_CONTS)
+#define U8_F5 (U8_ANY | U8_LARGE | U8_OVER4)
+#define U8_PREV_LOW                                                                     \
+  U8_ANY | U8_OVER2 | U8_OVER3 | U8_OVER4, U8_ANY | U8_OVER2, U8_ANY, U8_ANY,           \
+      U8_ANY | U8_LARGE, U8_F5, U8_F5, U8_F5, U8_F5, U8_F5, U8_F5, U8_F5, U8_F5,        \
+      U8_F5 | U8_SURR, U8_F5, U8_F5
+#define U8_CONT (U8_LONG | U8_TWO_CONTS | U8_OVER2)
+#define U8_HIGH                                                                        \
+  U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT,      \
+      U8_CONT | U8_OVER3 | U8_OVER4, U8_CONT | U8_OVER3 | U8_LARGE,                    \
+      U8_CONT | U8_SURR | U8_LARGE, U8_CONT | U8_SURR | U8_LARGE, U8_SHORT, U8_SHORT, \
+      U8_SHORT, U8_SHORT
+
+/* The constants of avx2_utf8_half and of the cut test (read from memory
+ * where used, as px_json_avx2_k; never written) */
+__attribute__((visibility("hidden"))) union {
+  unsigned char b[8][32];
+  __m256i v[8];
+} px_json_avx2_u8 = {{{U8_PREV_HIGH, U8_PREV_HIGH},
+                      {U8_PREV_LOW, U8_PREV_LOW},
+                      {U8_HIGH, U8_HIGH},
+                      {[0 ... 31] = 0x0f},
+                      {[0 ... 31] = 0xe0 - 0x80},
+                      {[0 ... 31] = 0xf0 - 0x80},
+                      {[0 ... 31] = 0x80},
+                      /* a lead in the last three bytes whose sequence the
+                       * block's end cuts: 0x80 or more less these */
+                      {[0 ... 28] = 0xff, [29] = 0x70, [30] = 0x60, [31] = 0x40}}};
+
+/* The wrong bytes of the half v of a block (before: the 32 bytes before
+ * it, zero at the block's start; sp: 0x20 each) as 0 (fine) or not; a
+ * sequence the block's end cuts is not wrong. (In assembly: GCC's code for
+ * it kept the tables in memory and spilled, 60 steps a block where these
+ * are 50.) */
+AVX2 static inline __attribute__((always_inline)) __m256i avx2_utf8_half(__m256i v,
+                                                                         __m256i before,
+                                                                         __m256i sp) {
+  const __m256i *u = px_json_avx2_u8.v;
+  __m256i p, t, a;
+  /* cls: the AND of the three lookups; due: a third or fourth byte of a
+   * sequence, where the continuation is; a control byte (sp - v > 0)
+   * wrong whatever it follows */
+  __asm__("vpalignr $15, %[b], %[v], %[p]\n\t"
+          "vpsrlw $4, %[p], %[t]\n\t"
+          "vpand %[k0f], %[t], %[t]\n\t"
+          "vpshufb %[t], %[t1], %[a]\n\t"
+          "vpand %[k0f], %[p], %[t]\n\t"
+          "vpshufb %[t], %[t2], %[t]\n\t"
+          "vpand %[t], %[a], %[a]\n\t"
+          "vpsrlw $4, %[v], %[t]\n\t"
+          "vpand %[k0f], %[t], %[t]\n\t"
+          "vpshufb %[t], %[t3], %[t]\n\t"
+          "vpand %[t], %[a], %[a]\n\t"
+          "vpalignr $14, %[b], %[v], %[p]\n\t"
+          "vpsubusb %[k60], %[p], %[p]\n\t"
+          "vpalignr $13, %[b], %[v], %[b]\n\t"
+          "vpsubusb %[k70], %[b], %[b]\n\t"
+          "vpor %[b], %[p], %[p]\n\t"
+          "vpand %[k80], %[p], %[p]\n\t"
+          "vpxor %[p], %[a], %[a]\n\t"
+          "vpsubusb %[v], %[sp], %[t]\n\t"
+          "vpor %[t], %[a], %[a]"
+          : [a] "=&x"(a), [p] "=&x"(p), [t] "=&x"(t), [b] "+x"(before)
+          : [v] "x"(v), [sp] "x"(sp), [t1] "x"(u[0]), [t2] "x"(u[1]), [t3] "x"(u[2]),
+            [k0f] "m"(u[3]), [k60] "m"(u[4]), [k70] "m"(u[5]), [k80] "m"(u[6]));
+  return a;
+}
+AVX2 static inline __attribute__((always_inline)) __m256i avx2_utf8_lo(__m256i v0,
+                                                                       __m256i sp) {
+  return avx2_utf8_half(v0, _mm256_permute2x128_si256(v0, v0, 0x08), sp);
+}
+AVX2 static inline __attribute__((always_inline)) __m256i avx2_utf8_hi(__m256i v0,
+                                                                       __m256i v1,
+                                                                       __m256i sp) {
+  return avx2_utf8_half(v1, _mm256_permute2x128_si256(v0, v1, 0x21), sp);
+}
+
+/* blk_utf8_fn with AVX2 */
+AVX2 __attribute__((noinline)) static void avx2_utf8(const unsigned char *p, size_t base,
+                                                     uint64_t *bad, size_t *cut) {
+  const __m256i zero = _mm256_setzero_si256(), sp = px_json_avx2_k.v[2];
+  __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + base));
+  __m256i v1 = _mm256_loadu_si256((const __m256i *)(p + base + 32));
+  __m256i e0 = avx2_utf8_lo(v0, sp), e1 = avx2_utf8_hi(v0, v1, sp);
+  *bad = ~avx2_bits(_mm256_cmpeq_epi8(e0, zero), _mm256_cmpeq_epi8(e1, zero));
+  const unsigned char *e = p + base + 64;
+  *cut = e[-1] >= 0xc0   ? base + 63
+         : e[-2] >= 0xe0 ? base + 62
+         : e[-3] >= 0xf0 ? base + 61
+                         : 0;
+}
+
+/* The masks of the block at b but c; *v0 and *v1 get its bytes (k: the
+ * constants, AVX2_K) */
 AVX2 static inline __attribute__((always_inline)) blk_t avx2_masks(const unsigned char *b,
                                                                    const avx2_k_t *k,
-                                                                   __m256i *c0,
-                                                                   __m256i *c1) {
-  __m256i v0 = _mm256_loadu_si256((const __m256i *)b);
-  __m256i v1 = _mm256_loadu_si256((const __m256i *)(b + 32));
-  __m256i q0 = _mm256_cmpeq_epi8(v0, k->qt), q1 = _mm256_cmpeq_epi8(v1, k->qt);
-  /* signed: a control and a non-ASCII byte are both below 0x20 */
-  *c0 = _mm256_cmpgt_epi8(k->sp, v0), *c1 = _mm256_cmpgt_epi8(k->sp, v1);
+                                                                   __m256i *v0p,
+                                                                   __m256i *v1p) {
+  __m256i v0 = *v0p = _mm256_loadu_si256((const __m256i *)b);
+  __m256i v1 = *v1p = _mm256_loadu_si256((const __m256i *)(b + 32));
   blk_t m;
-  m.q = avx2_bits(q0, q1);
+  m.q = avx2_bits(_mm256_cmpeq_epi8(v0, k->qt), _mm256_cmpeq_epi8(v1, k->qt));
   m.b = avx2_bits(_mm256_cmpeq_epi8(v0, k->bs), _mm256_cmpeq_epi8(v1, k->bs));
   m.ok = avx2_bits(_mm256_cmpeq_epi8(_mm256_shuffle_epi8(k->let, v0), v0),
                    _mm256_cmpeq_epi8(_mm256_shuffle_epi8(k->let, v1), v1));
@@ -494,9 +526,8 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
   /* (a pointer, the end of the last whole block: fewer steps a block) */
   const unsigned char *at = p + i, *last = p + n - 64;
   while (at <= last) {
-    __m256i c0, c1;
-    blk_t m = avx2_masks(at, &k, &c0, &c1);
-    __m256i c = _mm256_or_si256(c0, c1);
+    __m256i v0, v1;
+    blk_t m = avx2_masks(at, &k, &v0, &v1);
     /* blk_step's usual block, in fewer steps: as the backslashes are
      * letters of ok, the escaped bytes that are not letters are the codes
      * of blk_escaped that are not; with the carry in bit 0 of the shifted
@@ -504,44 +535,49 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
      * borrow: bit 0 of starts is 0 then) */
     uint64_t starts = m.b & ~carry;
     uint64_t codes = (((starts << 1) | carry | ODD_BITS) - starts) ^ ODD_BITS;
-    /* (one movemask and a test: GCC makes vptest's answer a value first) */
-    if (__builtin_expect(_mm256_movemask_epi8(c) == 0, 1)) { /* no control or non-ASCII */
-      if (__builtin_expect((codes & ~m.ok) == m.q, 1)) {
+    /* 0 when every escape is a one-letter one and the string goes on */
+    uint64_t odd = (codes & ~m.ok) ^ m.q;
+    /* (q again from odd where it is needed: GCC would keep a copy of q
+     * for it, one step a block) */
+    __asm__("" : "+r"(odd));
+    /* the control and non-ASCII bytes (signed, both are below 0x20) of
+     * both halves at once: the lesser byte of the two is one when either
+     * is */
+    uint64_t cz =
+        (uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(k.sp, _mm256_min_epi8(v0, v1)));
+    if (__builtin_expect((odd | cz) == 0, 1)) {
+      carry = (codes & m.b) >> 63;
+      if (esc != NULL) any_bs |= m.b;
+      at += 64;
+      continue;
+    }
+    if (odd == 0) {
+      /* the UTF-8 and the controls at once (a wrong one: blk_step says
+       * where); the next block starts at a sequence the block's end cuts
+       * (its lead's bit in cut; the escape carry is 0 then: the last byte
+       * is not a backslash) */
+      __m256i bad = _mm256_or_si256(avx2_utf8_lo(v0, k.sp), avx2_utf8_hi(v0, v1, k.sp));
+      if (__builtin_expect(_mm256_testz_si256(bad, bad), 1)) {
         carry = (codes & m.b) >> 63;
         if (esc != NULL) any_bs |= m.b;
-        at += 64;
+        unsigned cut = (unsigned)_mm256_movemask_epi8(
+            _mm256_subs_epu8(v1, px_json_avx2_u8.v[7]));
+        at += 32 + _tzcnt_u32(cut); /* (64 without: tzcnt of 0 is 32) */
         continue;
       }
-      /* the string's end after one-letter escapes */
+    }
+    __m256i c0 = _mm256_cmpgt_epi8(k.sp, v0), c1 = _mm256_cmpgt_epi8(k.sp, v1);
+    m.q = odd ^ (codes & ~m.ok);
+    if (odd != 0) {
+      /* the string's end after one-letter escapes (and a few non-ASCII
+       * bytes, as blk_rare takes them) */
       uint64_t escaped = (codes ^ m.b) | carry, closing = m.q & ~escaped;
       uint64_t in = (closing & (0 - closing)) - 1;
-      if (closing != 0 && (escaped & ~(m.ok | m.q) & in) == 0) {
-        if (esc != NULL) any_bs |= m.b & in;
-        *end = (size_t)(at - p) + (size_t)__builtin_ctzll(closing);
-        rc = 1;
-        break;
-      }
-    } else if ((codes & ~m.ok) == m.q) {
-      uint64_t cm = avx2_bits(c0, c1);
-      if (__builtin_popcountll(cm) <= 16) {
-        size_t nb = (size_t)(at - p) + 64;
-        if (blk_utf8(p, n, (size_t)(at - p), cm, &nb) < 0) return -1;
-        /* (a sequence running over the block ends it in a non-ASCII byte,
-         * so the escape carry is 0 already) */
-        carry = (codes & m.b) >> 63;
-        if (esc != NULL) any_bs |= m.b;
-        at = p + nb;
-        continue;
-      }
-    } else {
-      /* the string's end after one-letter escapes and a few non-ASCII
-       * bytes (as blk_rare takes it) */
-      uint64_t escaped = (codes ^ m.b) | carry, closing = m.q & ~escaped;
-      uint64_t in = (closing & (0 - closing)) - 1, cm = avx2_bits(c0, c1) & in;
+      uint64_t cm = avx2_bits(c0, c1) & in;
       if (closing != 0 && (escaped & ~(m.ok | m.q) & in) == 0 &&
           __builtin_popcountll(cm) <= 16) {
         size_t nb = (size_t)(at - p) + 64;
-        if (blk_utf8(p, n, (size_t)(at - p), cm, &nb) < 0) return -1;
+        if (cm != 0 && blk_utf8(p, n, (size_t)(at - p), cm, &nb) < 0) return -1;
         if (esc != NULL) any_bs |= m.b & in;
         *end = (size_t)(at - p) + (size_t)__builtin_ctzll(closing);
         rc = 1;
