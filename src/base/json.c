@@ -327,11 +327,15 @@ static inline __attribute__((always_inline)) int blk_step(const unsigned char *p
 }
 
 /* The bytes that may follow an escaping backslash, by their low four bits
- * (the lookup of string_avx2; '"' has the quote mask, 'b' and 'u' are
+ * (a lookup of string_avx2; '"' has the quote mask, 'b' and 'u' are
  * blk_escapes' business); 0x80 matches no byte the lookup indexes. */
 #define LETTERS                                                                         \
   0x80, 0x80, 'r', 0x80, 't', 0x80, 'f', 0x80, 0x80, 0x80, 0x80, 0x80, '\\', 0x80, 'n', \
       '/'
+/* The quote and the backslash, the same way (string_avx2's other lookup) */
+#define QUOTE_BS                                                                     \
+  0x80, 0x80, '"', 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, '\\', 0x80, \
+      0x80, 0x80
 
 /* every CPU with AVX2 has BMI1, BMI2 and POPCNT (andn, blsi, tzcnt, shlx) */
 #define AVX2 __attribute__((target("avx2,bmi,bmi2,popcnt")))
@@ -343,18 +347,17 @@ AVX2 static inline uint64_t avx2_bits(__m256i lo, __m256i hi) {
 }
 
 typedef struct avx2_k {
-  __m256i qt, bs, sp, let;
+  __m256i qb, sp, let;
 } avx2_k_t;
 /* The constants of avx2_masks (AVX2_K), read from memory once a string (a
  * writable global: were they const, GCC would build each in three steps).
  * Never written. */
 __attribute__((visibility("hidden"))) union {
-  unsigned char b[4][32];
-  __m256i v[4];
-} px_json_avx2_k = {
-    {{[0 ... 31] = '"'}, {[0 ... 31] = '\\'}, {[0 ... 31] = 0x20}, {LETTERS, LETTERS}}};
+  unsigned char b[3][32];
+  __m256i v[3];
+} px_json_avx2_k = {{{QUOTE_BS, QUOTE_BS}, {[0 ... 31] = 0x20}, {LETTERS, LETTERS}}};
 #define AVX2_K \
-  { px_json_avx2_k.v[0], px_json_avx2_k.v[1], px_json_avx2_k.v[2], px_json_avx2_k.v[3] }
+  { px_json_avx2_k.v[0], px_json_avx2_k.v[1], px_json_avx2_k.v[2] }
 /* The UTF-8 and the controls of a block, all at once (after Keiser and
  * Lemire, "Validating UTF-8 in less than one instruction per byte"): each
  * byte with the one before it falls in one of the classes below, by three
@@ -379,18 +382,18 @@ enum {
       U8_SHORT | U8_OVER3 | U8_SURR, U8_SHORT | U8_OVER4 | U8_LARGE
 #define U8_ANY (U8_SHORT | U8_LONG | U8_TWO_CONTS)
 #define U8_F5 (U8_ANY | U8_LARGE | U8_OVER4)
-#define U8_PREV_LOW                                                                     \
-  U8_ANY | U8_OVER2 | U8_OVER3 | U8_OVER4, U8_ANY | U8_OVER2, U8_ANY, U8_ANY,           \
-      U8_ANY | U8_LARGE, U8_F5, U8_F5, U8_F5, U8_F5, U8_F5, U8_F5, U8_F5, U8_F5,        \
+#define U8_PREV_LOW                                                              \
+  U8_ANY | U8_OVER2 | U8_OVER3 | U8_OVER4, U8_ANY | U8_OVER2, U8_ANY, U8_ANY,    \
+      U8_ANY | U8_LARGE, U8_F5, U8_F5, U8_F5, U8_F5, U8_F5, U8_F5, U8_F5, U8_F5, \
       U8_F5 | U8_SURR, U8_F5, U8_F5
 #define U8_CONT (U8_LONG | U8_TWO_CONTS | U8_OVER2)
-#define U8_HIGH                                                                        \
-  U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT,      \
-      U8_CONT | U8_OVER3 | U8_OVER4, U8_CONT | U8_OVER3 | U8_LARGE,                    \
+#define U8_HIGH                                                                       \
+  U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT, U8_SHORT,     \
+      U8_CONT | U8_OVER3 | U8_OVER4, U8_CONT | U8_OVER3 | U8_LARGE,                   \
       U8_CONT | U8_SURR | U8_LARGE, U8_CONT | U8_SURR | U8_LARGE, U8_SHORT, U8_SHORT, \
       U8_SHORT, U8_SHORT
 
-/* The constants of avx2_utf8_half and of the cut test (read from memory
+/* The constants of U8_HALF and of the cut test (read from memory
  * where used, as px_json_avx2_k; never written) */
 __attribute__((visibility("hidden"))) union {
   unsigned char b[8][32];
@@ -406,84 +409,81 @@ __attribute__((visibility("hidden"))) union {
                        * block's end cuts: 0x80 or more less these */
                       {[0 ... 28] = 0xff, [29] = 0x70, [30] = 0x60, [31] = 0x40}}};
 
-/* The wrong bytes of the half v of a block (before: the 32 bytes before
- * it, zero at the block's start; sp: 0x20 each) as 0 (fine) or not; a
- * sequence the block's end cuts is not wrong. (In assembly: GCC's code for
- * it kept the tables in memory and spilled, 60 steps a block where these
- * are 50.) */
-AVX2 static inline __attribute__((always_inline)) __m256i avx2_utf8_half(__m256i v,
-                                                                         __m256i before,
-                                                                         __m256i sp) {
-  const __m256i *u = px_json_avx2_u8.v;
-  __m256i p, t, a;
-  /* cls: the AND of the three lookups; due: a third or fourth byte of a
-   * sequence, where the continuation is; a control byte (sp - v > 0)
-   * wrong whatever it follows */
-  __asm__("vpalignr $15, %[b], %[v], %[p]\n\t"
-          "vpsrlw $4, %[p], %[t]\n\t"
-          "vpand %[k0f], %[t], %[t]\n\t"
-          "vpshufb %[t], %[t1], %[a]\n\t"
-          "vpand %[k0f], %[p], %[t]\n\t"
-          "vpshufb %[t], %[t2], %[t]\n\t"
-          "vpand %[t], %[a], %[a]\n\t"
-          "vpsrlw $4, %[v], %[t]\n\t"
-          "vpand %[k0f], %[t], %[t]\n\t"
-          "vpshufb %[t], %[t3], %[t]\n\t"
-          "vpand %[t], %[a], %[a]\n\t"
-          "vpalignr $14, %[b], %[v], %[p]\n\t"
-          "vpsubusb %[k60], %[p], %[p]\n\t"
-          "vpalignr $13, %[b], %[v], %[b]\n\t"
-          "vpsubusb %[k70], %[b], %[b]\n\t"
-          "vpor %[b], %[p], %[p]\n\t"
-          "vpand %[k80], %[p], %[p]\n\t"
-          "vpxor %[p], %[a], %[a]\n\t"
-          "vpsubusb %[v], %[sp], %[t]\n\t"
-          "vpor %[t], %[a], %[a]"
-          : [a] "=&x"(a), [p] "=&x"(p), [t] "=&x"(t), [b] "+x"(before)
-          : [v] "x"(v), [sp] "x"(sp), [t1] "x"(u[0]), [t2] "x"(u[1]), [t3] "x"(u[2]),
-            [k0f] "m"(u[3]), [k60] "m"(u[4]), [k70] "m"(u[5]), [k80] "m"(u[6]));
-  return a;
-}
-AVX2 static inline __attribute__((always_inline)) __m256i avx2_utf8_lo(__m256i v0,
-                                                                       __m256i sp) {
-  return avx2_utf8_half(v0, _mm256_permute2x128_si256(v0, v0, 0x08), sp);
-}
-AVX2 static inline __attribute__((always_inline)) __m256i avx2_utf8_hi(__m256i v0,
-                                                                       __m256i v1,
-                                                                       __m256i sp) {
-  return avx2_utf8_half(v1, _mm256_permute2x128_si256(v0, v1, 0x21), sp);
-}
+/* The check of one half V of a block into A (0: fine; a sequence the
+ * block's end cuts is not wrong), in assembly (GCC's code for it kept the
+ * tables in memory and spilled: 60 steps a block where these are 47). B:
+ * the 32 bytes before V (zero at the block's start), P, T: scratch (B
+ * too); %[u1], %[u2], %[u3]: the tables, at %[u8] the other constants
+ * (px_json_avx2_u8: 0x0f at 96, 0x60 at 128, 0x70 at 160, 0x80 at 192).
+ * cls: the AND of the three lookups; due: a third or fourth byte of a
+ * sequence, where the continuation is. */
+#define U8_HALF(V, A, B, P, T)     \
+  "vpalignr $15, " B ", " V ", " P \
+  "\n\t"                           \
+  "vpsrlw $4, " P ", " T           \
+  "\n\t"                           \
+  "vpand 96(%[u8]), " T ", " T     \
+  "\n\t"                           \
+  "vpshufb " T ", %[u1], " A       \
+  "\n\t"                           \
+  "vpand 96(%[u8]), " P ", " T     \
+  "\n\t"                           \
+  "vpshufb " T ", %[u2], " T       \
+  "\n\t"                           \
+  "vpand " T ", " A ", " A         \
+  "\n\t"                           \
+  "vpsrlw $4, " V ", " T           \
+  "\n\t"                           \
+  "vpand 96(%[u8]), " T ", " T     \
+  "\n\t"                           \
+  "vpshufb " T ", %[u3], " T       \
+  "\n\t"                           \
+  "vpand " T ", " A ", " A         \
+  "\n\t"                           \
+  "vpalignr $14, " B ", " V ", " P \
+  "\n\t"                           \
+  "vpsubusb 128(%[u8]), " P ", " P \
+  "\n\t"                           \
+  "vpalignr $13, " B ", " V ", " B \
+  "\n\t"                           \
+  "vpsubusb 160(%[u8]), " B ", " B \
+  "\n\t"                           \
+  "vpor " B ", " P ", " P          \
+  "\n\t"                           \
+  "vpand 192(%[u8]), " P ", " P    \
+  "\n\t"                           \
+  "vpxor " P ", " A ", " A "\n\t"
+#define U8_IN                                                     \
+  [u1] "x"(px_json_avx2_u8.v[0]), [u2] "x"(px_json_avx2_u8.v[1]), \
+      [u3] "x"(px_json_avx2_u8.v[2]), [u8] "r"(px_json_avx2_u8.v), "m"(px_json_avx2_u8)
 
 /* blk_utf8_fn with AVX2 */
 AVX2 __attribute__((noinline)) static void avx2_utf8(const unsigned char *p, size_t base,
                                                      uint64_t *bad, size_t *cut) {
-  const __m256i zero = _mm256_setzero_si256(), sp = px_json_avx2_k.v[2];
+  const __m256i zero = _mm256_setzero_si256();
   __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + base));
   __m256i v1 = _mm256_loadu_si256((const __m256i *)(p + base + 32));
-  __m256i e0 = avx2_utf8_lo(v0, sp), e1 = avx2_utf8_hi(v0, v1, sp);
+  __m256i e0, e1, b, q, t;
+  /* the control bytes: sp - v > 0 */
+#define U8_TEXT \
+  "vperm2i128 $0x08, %[v0], %[v0], %[b]\n\t" U8_HALF("%[v0]", "%[e0]", "%[b]", "%[q]", \
+                                                     "%[t]")                          \
+  "vpsubusb %[v0], %[sp], %[t]\n\t"                                                 \
+  "vpor %[t], %[e0], %[e0]\n\t"                                                     \
+  "vperm2i128 $0x21, %[v1], %[v0], %[b]\n\t" U8_HALF("%[v1]", "%[e1]", "%[b]", "%[q]", \
+                                                     "%[t]")                          \
+  "vpsubusb %[v1], %[sp], %[t]\n\t"                                                 \
+  "vpor %[t], %[e1], %[e1]"
+  __asm__(U8_TEXT
+          : [e0] "=&x"(e0), [e1] "=&x"(e1), [b] "=&x"(b), [q] "=&x"(q), [t] "=&x"(t)
+          : [v0] "x"(v0), [v1] "x"(v1), [sp] "x"(px_json_avx2_k.v[1]), U8_IN);
+#undef U8_TEXT
   *bad = ~avx2_bits(_mm256_cmpeq_epi8(e0, zero), _mm256_cmpeq_epi8(e1, zero));
   const unsigned char *e = p + base + 64;
   *cut = e[-1] >= 0xc0   ? base + 63
          : e[-2] >= 0xe0 ? base + 62
          : e[-3] >= 0xf0 ? base + 61
                          : 0;
-}
-
-/* The masks of the block at b but c; *v0 and *v1 get its bytes (k: the
- * constants, AVX2_K) */
-AVX2 static inline __attribute__((always_inline)) blk_t avx2_masks(const unsigned char *b,
-                                                                   const avx2_k_t *k,
-                                                                   __m256i *v0p,
-                                                                   __m256i *v1p) {
-  __m256i v0 = *v0p = _mm256_loadu_si256((const __m256i *)b);
-  __m256i v1 = *v1p = _mm256_loadu_si256((const __m256i *)(b + 32));
-  blk_t m;
-  m.q = avx2_bits(_mm256_cmpeq_epi8(v0, k->qt), _mm256_cmpeq_epi8(v1, k->qt));
-  m.b = avx2_bits(_mm256_cmpeq_epi8(v0, k->bs), _mm256_cmpeq_epi8(v1, k->bs));
-  m.ok = avx2_bits(_mm256_cmpeq_epi8(_mm256_shuffle_epi8(k->let, v0), v0),
-                   _mm256_cmpeq_epi8(_mm256_shuffle_epi8(k->let, v1), v1));
-  m.c = 0;
-  return m;
 }
 
 /* blk_rare_fn with AVX2 */
@@ -520,54 +520,117 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
     const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
   avx2_k_t k = AVX2_K;
   /* the constants stay in registers, and the compare with sp one step */
-  __asm__("" : "+x"(k.qt), "+x"(k.bs), "+x"(k.sp), "+x"(k.let));
+  __asm__("" : "+x"(k.qb), "+x"(k.sp), "+x"(k.let));
   uint64_t carry = 0, any_bs = 0;
   int rc = 0;
   /* (a pointer, the end of the last whole block: fewer steps a block) */
   const unsigned char *at = p + i, *last = p + n - 64;
-  while (at <= last) {
-    __m256i v0, v1;
-    blk_t m = avx2_masks(at, &k, &v0, &v1);
-    /* blk_step's usual block, in fewer steps: as the backslashes are
-     * letters of ok, the escaped bytes that are not letters are the codes
-     * of blk_escaped that are not; with the carry in bit 0 of the shifted
-     * starts the codes have the byte the block before escapes too (no
-     * borrow: bit 0 of starts is 0 then) */
-    uint64_t starts = m.b & ~carry;
-    uint64_t codes = (((starts << 1) | carry | ODD_BITS) - starts) ^ ODD_BITS;
-    /* 0 when every escape is a one-letter one and the string goes on */
-    uint64_t odd = (codes & ~m.ok) ^ m.q;
-    /* (q again from odd where it is needed: GCC would keep a copy of q
-     * for it, one step a block) */
-    __asm__("" : "+r"(odd));
-    /* the control and non-ASCII bytes (signed, both are below 0x20) of
-     * both halves at once: the lesser byte of the two is one when either
-     * is */
-    uint64_t cz =
-        (uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(k.sp, _mm256_min_epi8(v0, v1)));
-    if (__builtin_expect((odd | cz) == 0, 1)) {
-      carry = (codes & m.b) >> 63;
-      if (esc != NULL) any_bs |= m.b;
-      at += 64;
-      continue;
-    }
-    if (odd == 0) {
-      /* the UTF-8 and the controls at once (a wrong one: blk_step says
-       * where); the next block starts at a sequence the block's end cuts
-       * (its lead's bit in cut; the escape carry is 0 then: the last byte
-       * is not a backslash) */
-      __m256i bad = _mm256_or_si256(avx2_utf8_lo(v0, k.sp), avx2_utf8_hi(v0, v1, k.sp));
-      if (__builtin_expect(_mm256_testz_si256(bad, bad), 1)) {
-        carry = (codes & m.b) >> 63;
-        if (esc != NULL) any_bs |= m.b;
-        unsigned cut = (unsigned)_mm256_movemask_epi8(
-            _mm256_subs_epu8(v1, px_json_avx2_u8.v[7]));
-        at += 32 + _tzcnt_u32(cut); /* (64 without: tzcnt of 0 is 32) */
-        continue;
-      }
-    }
+  for (;;) {
+    uint64_t qb, ok, b, codes, t, cz;
+    __m256i v0, v1, t0, t1, kb, kp, kt;
+    /* The usual blocks until one that is not, or the last whole block:
+     * blk_step's usual block in fewer steps. Two lookups give the quotes
+     * and backslashes (qb) and the letters (ok; the backslashes are the
+     * letters among qb); the codes are blk_escaped's, with the carry in
+     * bit 0 of the shifted starts (no borrow: bit 0 of starts is 0 then);
+     * as the backslashes are letters, the escaped bytes that are not
+     * letters are the codes that are not, and these must be the quotes:
+     * (codes ^ qb) & ~ok is 0 when every escape is a one-letter one and
+     * the string goes on. The control and non-ASCII bytes (signed, both
+     * below 0x20) of both halves at once: the lesser byte of the two is
+     * one when either is. With some, the UTF-8 and the controls of the
+     * block at once (U8_HALF; a control byte: 0x20 - v > 0), and the next
+     * block starts at a sequence the block's end cuts (its lead's bit in
+     * the cut test's mask; tzcnt of 0 is 32; the escape carry is 0 then:
+     * the last byte is not a backslash). Out: at, the block not taken (or
+     * past last), its bytes v0, v1, its masks qb ^ codes, ok, b, codes,
+     * and the carry into it. (In assembly: GCC's code for it copied masks
+     * and spilled, 6 steps a usual block more, 10 a non-ASCII one.) */
+#define USUAL_BLOCKS(BS) \
+  "jmp 2f\n"                                                                        \
+  "1:\n\t"                                                                          \
+  "mov %[b], %[carry]\n\t"                                                          \
+  "and %[codes], %[carry]\n\t"                                                      \
+  "shr $63, %[carry]\n\t" BS "add $64, %[at]\n"                                     \
+  "2:\n\t"                                                                          \
+  "cmp %[last], %[at]\n\t"                                                          \
+  "ja 3f\n\t"                                                                       \
+  "vmovdqu (%[at]), %[v0]\n\t"                                                      \
+  "vmovdqu 32(%[at]), %[v1]\n\t"                                                    \
+  "vpshufb %[v0], %[kqb], %[t0]\n\t"                                                \
+  "vpshufb %[v1], %[kqb], %[t1]\n\t"                                                \
+  "vpcmpeqb %[t0], %[v0], %[t0]\n\t"                                                \
+  "vpcmpeqb %[t1], %[v1], %[t1]\n\t"                                                \
+  "vpmovmskb %[t0], %k[qb]\n\t"                                                     \
+  "vpmovmskb %[t1], %k[t]\n\t"                                                      \
+  "shl $32, %[t]\n\t"                                                               \
+  "or %[t], %[qb]\n\t"                                                              \
+  "vpshufb %[v0], %[klet], %[t0]\n\t"                                               \
+  "vpshufb %[v1], %[klet], %[t1]\n\t"                                               \
+  "vpcmpeqb %[t0], %[v0], %[t0]\n\t"                                                \
+  "vpcmpeqb %[t1], %[v1], %[t1]\n\t"                                                \
+  "vpmovmskb %[t0], %k[ok]\n\t"                                                     \
+  "vpmovmskb %[t1], %k[t]\n\t"                                                      \
+  "shl $32, %[t]\n\t"                                                               \
+  "or %[t], %[ok]\n\t"                                                              \
+  "vpminsb %[v1], %[v0], %[t0]\n\t"                                                 \
+  "vpcmpgtb %[t0], %[ksp], %[t0]\n\t"                                               \
+  "vpmovmskb %[t0], %k[cz]\n\t"                                                     \
+  "mov %[qb], %[b]\n\t"                                                             \
+  "and %[ok], %[b]\n\t"                                                             \
+  "andn %[b], %[carry], %[t]\n\t"                                                   \
+  "lea (%[t],%[t]), %[codes]\n\t"                                                   \
+  "or %[carry], %[codes]\n\t"                                                       \
+  "or %[kodd], %[codes]\n\t"                                                        \
+  "sub %[t], %[codes]\n\t"                                                          \
+  "xor %[kodd], %[codes]\n\t"                                                       \
+  "xor %[codes], %[qb]\n\t"                                                         \
+  "andn %[qb], %[ok], %[t]\n\t"                                                     \
+  "or %[t], %[cz]\n\t"                                                              \
+  "jz 1b\n\t"                                                                       \
+  "test %[t], %[t]\n\t"                                                             \
+  "jnz 3f\n\t"                                                                      \
+  "vperm2i128 $0x08, %[v0], %[v0], %[kb]\n\t" U8_HALF("%[v0]", "%[t0]", "%[kb]",    \
+                                                      "%[kp]", "%[kt]")             \
+  "vperm2i128 $0x21, %[v1], %[v0], %[kb]\n\t" U8_HALF("%[v1]", "%[t1]", "%[kb]",    \
+                                                      "%[kp]", "%[kt]")             \
+  "vpor %[t1], %[t0], %[t0]\n\t"                                                    \
+  "vpminub %[v1], %[v0], %[t1]\n\t"                                                 \
+  "vpsubusb %[t1], %[ksp], %[t1]\n\t"                                               \
+  "vpor %[t1], %[t0], %[t0]\n\t"                                                    \
+  "vptest %[t0], %[t0]\n\t"                                                         \
+  "jnz 3f\n\t"                                                                      \
+  "vpsubusb 224(%[u8]), %[v1], %[t0]\n\t"                                              \
+  "vpmovmskb %[t0], %k[t]\n\t"                                                      \
+  "tzcnt %k[t], %k[t]\n\t"                                                          \
+  "mov %[b], %[carry]\n\t"                                                          \
+  "and %[codes], %[carry]\n\t"                                                      \
+  "shr $63, %[carry]\n\t" BS "lea 32(%[at],%[t]), %[at]\n\t"                        \
+  "jmp 2b\n"                                                                        \
+  "3:"
+#define USUAL_OUT                                                                        \
+  [at] "+r"(at), [carry] "+r"(carry), [bs] "+r"(any_bs), [qb] "=&r"(qb), [ok] "=&r"(ok), \
+      [b] "=&r"(b), [codes] "=&r"(codes), [t] "=&r"(t), [cz] "=&r"(cz), [v0] "=&x"(v0),  \
+      [v1] "=&x"(v1), [t0] "=&x"(t0), [t1] "=&x"(t1), [kb] "=&x"(kb), [kp] "=&x"(kp),    \
+      [kt] "=&x"(kt)
+#define USUAL_IN                                                         \
+  [last] "r"(last), [kqb] "x"(k.qb), [klet] "x"(k.let), [ksp] "x"(k.sp), \
+      [kodd] "r"(ODD_BITS), U8_IN
+    if (esc != NULL)
+      __asm__(USUAL_BLOCKS("or %[b], %[bs]\n\t") : USUAL_OUT:USUAL_IN : "cc", "memory");
+    else
+      __asm__(USUAL_BLOCKS("") : USUAL_OUT:USUAL_IN : "cc", "memory");
+#undef USUAL_BLOCKS
+#undef USUAL_OUT
+#undef USUAL_IN
+    (void)cz, (void)t, (void)t0, (void)t1, (void)kb, (void)kp, (void)kt;
+    if (at > last) break;
+    uint64_t odd = qb & ~ok;
+    qb ^= codes;
+    blk_t m;
+    m.b = b, m.ok = ok;
     __m256i c0 = _mm256_cmpgt_epi8(k.sp, v0), c1 = _mm256_cmpgt_epi8(k.sp, v1);
-    m.q = odd ^ (codes & ~m.ok);
+    m.q = qb & ~m.ok;
     if (odd != 0) {
       /* the string's end after one-letter escapes (and a few non-ASCII
        * bytes, as blk_rare takes them) */
