@@ -525,8 +525,10 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
   int rc = 0;
   /* (a pointer, the end of the last whole block: fewer steps a block) */
   const unsigned char *at = p + i, *last = p + n - 64;
+  /* (the block at last + off: the step a block and the loop's test in one) */
+  ptrdiff_t off = at - last;
   for (;;) {
-    uint64_t qb, ok, b, codes, t, cz;
+    uint64_t qb, ok, codes, t, cz;
     __m256i v0, v1, t0, t1, kb, kp, kt;
     /* The usual blocks until one that is not, or the last whole block:
      * blk_step's usual block in fewer steps. Two lookups give the quotes
@@ -546,17 +548,12 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
      * past last), its bytes v0, v1, its masks qb ^ codes, ok, b, codes,
      * and the carry into it. (In assembly: GCC's code for it copied masks
      * and spilled, 6 steps a usual block more, 10 a non-ASCII one.) */
-#define USUAL_BLOCKS(BS) \
-  "jmp 2f\n"                                                                        \
-  "1:\n\t"                                                                          \
-  "mov %[b], %[carry]\n\t"                                                          \
-  "and %[codes], %[carry]\n\t"                                                      \
-  "shr $63, %[carry]\n\t" BS "add $64, %[at]\n"                                     \
+#define USUAL_BLOCKS(BS)                                                            \
+  "test %[off], %[off]\n\t"                                                             \
+  "jg 3f\n"                                                                         \
   "2:\n\t"                                                                          \
-  "cmp %[last], %[at]\n\t"                                                          \
-  "ja 3f\n\t"                                                                       \
-  "vmovdqu (%[at]), %[v0]\n\t"                                                      \
-  "vmovdqu 32(%[at]), %[v1]\n\t"                                                    \
+  "vmovdqu (%[last],%[off]), %[v0]\n\t"                                               \
+  "vmovdqu 32(%[last],%[off]), %[v1]\n\t"                                             \
   "vpshufb %[v0], %[kqb], %[t0]\n\t"                                                \
   "vpshufb %[v1], %[kqb], %[t1]\n\t"                                                \
   "vpcmpeqb %[t0], %[v0], %[t0]\n\t"                                                \
@@ -576,9 +573,8 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
   "vpminsb %[v1], %[v0], %[t0]\n\t"                                                 \
   "vpcmpgtb %[t0], %[ksp], %[t0]\n\t"                                               \
   "vpmovmskb %[t0], %k[cz]\n\t"                                                     \
-  "mov %[qb], %[b]\n\t"                                                             \
-  "and %[ok], %[b]\n\t"                                                             \
-  "andn %[b], %[carry], %[t]\n\t"                                                   \
+  "andn %[ok], %[carry], %[t]\n\t"                                                  \
+  "and %[qb], %[t]\n\t"                                                             \
   "lea (%[t],%[t]), %[codes]\n\t"                                                   \
   "or %[carry], %[codes]\n\t"                                                       \
   "or %[kodd], %[codes]\n\t"                                                        \
@@ -587,7 +583,14 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
   "xor %[codes], %[qb]\n\t"                                                         \
   "andn %[qb], %[ok], %[t]\n\t"                                                     \
   "or %[t], %[cz]\n\t"                                                              \
-  "jz 1b\n\t"                                                                       \
+  "jnz 4f\n\t"                                                                      \
+  "andn %[codes], %[qb], %[carry]\n\t"                                              \
+  "and %[ok], %[carry]\n\t" BS                                                      \
+  "shr $63, %[carry]\n\t"                                                           \
+  "add $64, %[off]\n\t"                                                               \
+  "jle 2b\n\t"                                                                      \
+  "jmp 3f\n"                                                                        \
+  "4:\n\t"                                                                          \
   "test %[t], %[t]\n\t"                                                             \
   "jnz 3f\n\t"                                                                      \
   "vperm2i128 $0x08, %[v0], %[v0], %[kb]\n\t" U8_HALF("%[v0]", "%[t0]", "%[kb]",    \
@@ -600,35 +603,43 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
   "vpor %[t1], %[t0], %[t0]\n\t"                                                    \
   "vptest %[t0], %[t0]\n\t"                                                         \
   "jnz 3f\n\t"                                                                      \
-  "vpsubusb 224(%[u8]), %[v1], %[t0]\n\t"                                              \
+  "vpsubusb 224(%[u8]), %[v1], %[t0]\n\t"                                           \
   "vpmovmskb %[t0], %k[t]\n\t"                                                      \
   "tzcnt %k[t], %k[t]\n\t"                                                          \
-  "mov %[b], %[carry]\n\t"                                                          \
-  "and %[codes], %[carry]\n\t"                                                      \
-  "shr $63, %[carry]\n\t" BS "lea 32(%[at],%[t]), %[at]\n\t"                        \
-  "jmp 2b\n"                                                                        \
+  "andn %[codes], %[qb], %[carry]\n\t"                                              \
+  "and %[ok], %[carry]\n\t" BS                                                      \
+  "shr $63, %[carry]\n\t"                                                           \
+  "add $32, %[t]\n\t"                                                               \
+  "add %[t], %[off]\n\t"                                                              \
+  "jle 2b\n"                                                                        \
   "3:"
-#define USUAL_OUT                                                                        \
-  [at] "+r"(at), [carry] "+r"(carry), [bs] "+r"(any_bs), [qb] "=&r"(qb), [ok] "=&r"(ok), \
-      [b] "=&r"(b), [codes] "=&r"(codes), [t] "=&r"(t), [cz] "=&r"(cz), [v0] "=&x"(v0),  \
-      [v1] "=&x"(v1), [t0] "=&x"(t0), [t1] "=&x"(t1), [kb] "=&x"(kb), [kp] "=&x"(kp),    \
+#define USUAL_OUT                                                                       \
+  [off] "+r"(off), [carry] "+r"(carry), [bs] "+r"(any_bs), [qb] "=&r"(qb), [ok] "=&r"(ok), \
+      [codes] "=&r"(codes), [t] "=&r"(t), [cz] "=&r"(cz), [v0] "=&x"(v0),               \
+      [v1] "=&x"(v1), [t0] "=&x"(t0), [t1] "=&x"(t1), [kb] "=&x"(kb), [kp] "=&x"(kp),   \
       [kt] "=&x"(kt)
-#define USUAL_IN                                                         \
-  [last] "r"(last), [kqb] "x"(k.qb), [klet] "x"(k.let), [ksp] "x"(k.sp), \
+#define USUAL_IN                                                                       \
+  [last] "r"(last), [kqb] "x"(k.qb), [klet] "x"(k.let), [ksp] "x"(k.sp),               \
       [kodd] "r"(ODD_BITS), U8_IN
+    /* (the usual path with *esc: the backslashes, carry's AND before the
+     * shift, gathered) */
     if (esc != NULL)
-      __asm__(USUAL_BLOCKS("or %[b], %[bs]\n\t") : USUAL_OUT:USUAL_IN : "cc", "memory");
+      __asm__(USUAL_BLOCKS("or %[carry], %[bs]\n\t")
+              : USUAL_OUT
+              : USUAL_IN
+              : "cc", "memory");
     else
-      __asm__(USUAL_BLOCKS("") : USUAL_OUT:USUAL_IN : "cc", "memory");
+      __asm__(USUAL_BLOCKS("") : USUAL_OUT : USUAL_IN : "cc", "memory");
 #undef USUAL_BLOCKS
 #undef USUAL_OUT
 #undef USUAL_IN
     (void)cz, (void)t, (void)t0, (void)t1, (void)kb, (void)kp, (void)kt;
-    if (at > last) break;
+    at = last + off;
+    if (off > 0) break;
     uint64_t odd = qb & ~ok;
     qb ^= codes;
     blk_t m;
-    m.b = b, m.ok = ok;
+    m.b = qb & ok, m.ok = ok;
     __m256i c0 = _mm256_cmpgt_epi8(k.sp, v0), c1 = _mm256_cmpgt_epi8(k.sp, v1);
     m.q = qb & ~m.ok;
     if (odd != 0) {
@@ -651,6 +662,7 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
     blk_out_t o =
         blk_slow_avx2(p, n, m.q, m.b, m.ok, m.c, (size_t)(at - p), carry, any_bs, end);
     at = p + o.at, carry = o.carry, any_bs = o.bs;
+    off = at - last;
     if ((rc = o.rc) != 0) break;
   }
   i = (size_t)(at - p);
