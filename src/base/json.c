@@ -346,18 +346,15 @@ AVX2 static inline uint64_t avx2_bits(__m256i lo, __m256i hi) {
   return l | h << 32;
 }
 
-typedef struct avx2_k {
-  __m256i qb, sp, let;
-} avx2_k_t;
-/* The constants of avx2_masks (AVX2_K), read from memory once a string (a
- * writable global: were they const, GCC would build each in three steps).
- * Never written. */
+/* The constants of the block loop, read from memory where used (a writable
+ * global: were they const, GCC would build each in three steps): the
+ * lookups of the quote and backslash (QUOTE_BS) and of the letters
+ * (LETTERS), 0x20 each. Never written. */
+enum { K_QB, K_SP, K_LET };
 __attribute__((visibility("hidden"))) union {
   unsigned char b[3][32];
   __m256i v[3];
 } px_json_avx2_k = {{{QUOTE_BS, QUOTE_BS}, {[0 ... 31] = 0x20}, {LETTERS, LETTERS}}};
-#define AVX2_K \
-  { px_json_avx2_k.v[0], px_json_avx2_k.v[1], px_json_avx2_k.v[2] }
 /* The UTF-8 and the controls of a block, all at once (after Keiser and
  * Lemire, "Validating UTF-8 in less than one instruction per byte"): each
  * byte with the one before it falls in one of the classes below, by three
@@ -476,7 +473,7 @@ AVX2 __attribute__((noinline)) static void avx2_utf8(const unsigned char *p, siz
   "vpor %[t], %[e1], %[e1]"
   __asm__(U8_TEXT
           : [e0] "=&x"(e0), [e1] "=&x"(e1), [b] "=&x"(b), [q] "=&x"(q), [t] "=&x"(t)
-          : [v0] "x"(v0), [v1] "x"(v1), [sp] "x"(px_json_avx2_k.v[1]), U8_IN);
+          : [v0] "x"(v0), [v1] "x"(v1), [sp] "x"(px_json_avx2_k.v[K_SP]), U8_IN);
 #undef U8_TEXT
   *bad = ~avx2_bits(_mm256_cmpeq_epi8(e0, zero), _mm256_cmpeq_epi8(e1, zero));
   const unsigned char *e = p + base + 64;
@@ -518,9 +515,7 @@ AVX2 __attribute__((noinline)) static blk_out_t blk_slow_avx2(
  * walk has no use for it: one step a block less) */
 AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
     const unsigned char *p, size_t n, size_t i, size_t *end, int *esc) {
-  avx2_k_t k = AVX2_K;
-  /* the constants stay in registers, and the compare with sp one step */
-  __asm__("" : "+x"(k.qb), "+x"(k.sp), "+x"(k.let));
+  const __m256i *k = px_json_avx2_k.v;
   uint64_t carry = 0, any_bs = 0;
   int rc = 0;
   /* (a pointer, the end of the last whole block: fewer steps a block) */
@@ -528,7 +523,7 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
   /* (the block at last + off: the step a block and the loop's test in one) */
   ptrdiff_t off = at - last;
   for (;;) {
-    uint64_t qb, ok, codes, t, cz;
+    uint64_t qb, ok, codes, t, cz, j;
     __m256i v0, v1, t0, t1, kb, kp, kt;
     /* The usual blocks until one that is not, or the last whole block:
      * blk_step's usual block in fewer steps. Two lookups give the quotes
@@ -544,11 +539,13 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
      * block at once (U8_HALF; a control byte: 0x20 - v > 0), and the next
      * block starts at a sequence the block's end cuts (its lead's bit in
      * the cut test's mask; tzcnt of 0 is 32; the escape carry is 0 then:
-     * the last byte is not a backslash). Out: at, the block not taken (or
-     * past last), its bytes v0, v1, its masks qb ^ codes, ok, b, codes,
-     * and the carry into it. (In assembly: GCC's code for it copied masks
+     * the last byte is not a backslash). The string's end (its quote the
+     * lowest of the codes that are not letters, no control or non-ASCII
+     * byte before it) too: cz 0, the quote at j. Out: at, the block not
+     * taken (or past last), its bytes v0, v1, its masks qb ^ codes, ok,
+     * codes, and the carry into it. (In assembly: GCC's code for it copied masks
      * and spilled, 6 steps a usual block more, 10 a non-ASCII one.) */
-#define USUAL_BLOCKS(BS)                                                            \
+#define USUAL_BLOCKS(BS, BSEND) \
   "test %[off], %[off]\n\t"                                                             \
   "jg 3f\n"                                                                         \
   "2:\n\t"                                                                          \
@@ -592,7 +589,7 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
   "jmp 3f\n"                                                                        \
   "4:\n\t"                                                                          \
   "test %[t], %[t]\n\t"                                                             \
-  "jnz 3f\n\t"                                                                      \
+  "jnz 6f\n\t"                                                                      \
   "vperm2i128 $0x08, %[v0], %[v0], %[kb]\n\t" U8_HALF("%[v0]", "%[t0]", "%[kb]",    \
                                                       "%[kp]", "%[kt]")             \
   "vperm2i128 $0x21, %[v1], %[v0], %[kb]\n\t" U8_HALF("%[v1]", "%[t1]", "%[kb]",    \
@@ -611,36 +608,58 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
   "shr $63, %[carry]\n\t"                                                           \
   "add $32, %[t]\n\t"                                                               \
   "add %[t], %[off]\n\t"                                                              \
-  "jle 2b\n"                                                                        \
+  "jle 2b\n\t"                                                                        \
+  "jmp 3f\n"                                                                        \
+  "6:\n\t"                                                                          \
+  "tzcnt %[t], %[j]\n\t"                                                            \
+  "bt %[j], %[codes]\n\t"                                                           \
+  "jc 3f\n\t"                                                                       \
+  "vpcmpgtb %[v0], %[ksp], %[t0]\n\t"                                               \
+  "vpcmpgtb %[v1], %[ksp], %[t1]\n\t"                                               \
+  "vpmovmskb %[t0], %k[t]\n\t"                                                      \
+  "vpmovmskb %[t1], %k[cz]\n\t"                                                     \
+  "shl $32, %[cz]\n\t"                                                              \
+  "or %[t], %[cz]\n\t"                                                              \
+  "bzhi %[j], %[cz], %[cz]\n\t"                                                     \
+  "jnz 3f\n\t" BSEND                                                                \
   "3:"
 #define USUAL_OUT                                                                       \
-  [off] "+r"(off), [carry] "+r"(carry), [bs] "+r"(any_bs), [qb] "=&r"(qb), [ok] "=&r"(ok), \
-      [codes] "=&r"(codes), [t] "=&r"(t), [cz] "=&r"(cz), [v0] "=&x"(v0),               \
-      [v1] "=&x"(v1), [t0] "=&x"(t0), [t1] "=&x"(t1), [kb] "=&x"(kb), [kp] "=&x"(kp),   \
-      [kt] "=&x"(kt)
-#define USUAL_IN                                                                       \
-  [last] "r"(last), [kqb] "x"(k.qb), [klet] "x"(k.let), [ksp] "x"(k.sp),               \
+  [off] "+r"(off), [carry] "+r"(carry), [bs] "+r"(any_bs), [qb] "=&r"(qb),              \
+      [ok] "=&r"(ok), [codes] "=&r"(codes), [t] "=&r"(t), [cz] "=&r"(cz), [j] "=&r"(j), \
+      [v0] "=&x"(v0), [v1] "=&x"(v1), [t0] "=&x"(t0), [t1] "=&x"(t1), [kb] "=&x"(kb),   \
+      [kp] "=&x"(kp), [kt] "=&x"(kt)
+#define USUAL_IN                                                                  \
+  [last] "r"(last), [kqb] "x"(k[K_QB]), [klet] "x"(k[K_LET]), [ksp] "x"(k[K_SP]), \
       [kodd] "r"(ODD_BITS), U8_IN
     /* (the usual path with *esc: the backslashes, carry's AND before the
      * shift, gathered) */
     if (esc != NULL)
-      __asm__(USUAL_BLOCKS("or %[carry], %[bs]\n\t")
-              : USUAL_OUT
-              : USUAL_IN
+      __asm__(USUAL_BLOCKS("or %[carry], %[bs]\n\t",
+                           "mov %[qb], %[t]\n\t"
+                           "xor %[codes], %[t]\n\t"
+                           "and %[ok], %[t]\n\t"
+                           "bzhi %[j], %[t], %[t]\n\t"
+                           "or %[t], %[bs]\n\t")
+              : USUAL_OUT:USUAL_IN
               : "cc", "memory");
     else
-      __asm__(USUAL_BLOCKS("") : USUAL_OUT : USUAL_IN : "cc", "memory");
+      __asm__(USUAL_BLOCKS("", "") : USUAL_OUT:USUAL_IN : "cc", "memory");
 #undef USUAL_BLOCKS
 #undef USUAL_OUT
 #undef USUAL_IN
-    (void)cz, (void)t, (void)t0, (void)t1, (void)kb, (void)kp, (void)kt;
+    (void)t, (void)t0, (void)t1, (void)kb, (void)kp, (void)kt;
     at = last + off;
     if (off > 0) break;
+    if (cz == 0) { /* the string's end, after one-letter escapes only */
+      *end = (size_t)(at - p) + j;
+      rc = 1;
+      break;
+    }
     uint64_t odd = qb & ~ok;
     qb ^= codes;
     blk_t m;
     m.b = qb & ok, m.ok = ok;
-    __m256i c0 = _mm256_cmpgt_epi8(k.sp, v0), c1 = _mm256_cmpgt_epi8(k.sp, v1);
+    __m256i c0 = _mm256_cmpgt_epi8(k[K_SP], v0), c1 = _mm256_cmpgt_epi8(k[K_SP], v1);
     m.q = qb & ~m.ok;
     if (odd != 0) {
       /* the string's end after one-letter escapes (and a few non-ASCII
