@@ -449,6 +449,93 @@ static void test_strings(void) {
   CHECK(str_cases == 80000);
 }
 
+/* The block loop's paths, directed: after a first escape (where the block
+ * check starts), plain text, then one part at every offset of the next
+ * three blocks (a one-letter escape, a backslash run across a block's end,
+ * a \u escape, good UTF-8 of every length and wrong UTF-8 at and across
+ * block ends, a control byte, DEL, a quote), then more plain text, a
+ * second part (or none) and the end: against jansson as a string
+ * (px_json_string, *esc too) and inside a request body (the tree walk's
+ * string check), with every instruction set. */
+static void test_string_blocks(void) {
+  static const char *const parts[] = {"\\n",
+                                      "\\\"",
+                                      "\\\\",
+                                      "\\\\\\\\\\\"",
+                                      "\\\\\\",
+                                      "\\u00e9",
+                                      "\\ud83d\\ude00",
+                                      "\\b",
+                                      "\\x",
+                                      "\xc3\xa9",
+                                      "\xe6\x97\xa5",
+                                      "\xf0\x9f\x98\x80",
+                                      "\xe4\xb8\xad\xe6\x96\x87",
+                                      "\xc3",
+                                      "\xe6\x97",
+                                      "\xf0\x9f\x98",
+                                      "\x80",
+                                      "\xc0\xaf",
+                                      "\xe0\x9f\xbf",
+                                      "\xed\xa0\x80",
+                                      "\xf4\x90\x80\x80",
+                                      "\xf5\x80\x80\x80",
+                                      "\xff",
+                                      "\\\xc3\xa9",
+                                      "\x01",
+                                      "\x1f",
+                                      "\n",
+                                      "\x7f",
+                                      "\""};
+  enum { NP = sizeof(parts) / sizeof(parts[0]) };
+  char t[512], doc[600];
+  unsigned cases = 0;
+  for (size_t a = 0; a < NP; a++)
+    for (size_t k = 0; k < 200; k++) {
+      size_t b = (a * 7 + k) % (NP + 1); /* the second part (NP: none) */
+      size_t n = 0;
+      t[n++] = '"';
+      memcpy(t + n, "\\n", 2);
+      n += 2;
+      memset(t + n, 'p', k);
+      n += k;
+      size_t l = strlen(parts[a]);
+      memcpy(t + n, parts[a], l);
+      n += l;
+      size_t more = (k * 13) % 70;
+      memset(t + n, 'q', more);
+      n += more;
+      if (b < NP) {
+        l = strlen(parts[b]);
+        memcpy(t + n, parts[b], l);
+        n += l;
+      }
+      t[n++] = '"';
+      str_case(t, n, 0);
+      /* the same string as an element below the top (the tree walk) */
+      int dn =
+          snprintf(doc, sizeof(doc), "{\"model\":\"m\",\"k\":[{\"v\":%.*s}]}", (int)n, t);
+      unsigned char *d = malloc((size_t)dn);
+      memcpy(d, doc, (size_t)dn);
+      json_t *j = json_loadb(doc, (size_t)dn, 0, NULL);
+      for (int level = px_json_simd(-1); level >= 0; level--) {
+        px_json_simd(level);
+        px_json_req_t r;
+        int rc = px_json_request((const char *)d, (size_t)dn, &r);
+        if ((rc == 0) != (j != NULL)) {
+          fprintf(stderr, "request scan (level %d) %d, jansson %d: %s\n", level, rc,
+                  j != NULL, doc);
+          failures++;
+        }
+      }
+      px_json_simd(-1);
+      json_decref(j);
+      free(d);
+      cases++;
+    }
+  CHECK(cases == NP * 200);
+}
+
 /* Whole request bodies with each string part above as a member name and as
  * a value, after plain runs of every length 0-39 (so that it falls in the
  * walk's first 16-byte step of a string, at its edge, and past it), the
@@ -538,6 +625,7 @@ static void test_jumps(void) {
 int main(void) {
   test_jumps();
   test_strings();
+  test_string_blocks();
   test_documents();
   test_members();
   test_caps();
