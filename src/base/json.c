@@ -536,7 +536,9 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
      * the string goes on. The control and non-ASCII bytes (signed, both
      * below 0x20) of both halves at once: the lesser byte of the two is
      * one when either is. With some, the UTF-8 and the controls of the
-     * block at once (U8_HALF; a control byte: 0x20 - v > 0), and the next
+     * block at once (U8_HALF; a control byte: 0x20 - v > 0; a half of
+     * ASCII only is not looked at, nor is the second half after ASCII
+     * only when the first ends in ASCII: no sequence crosses), and the next
      * block starts at a sequence the block's end cuts (its lead's bit in
      * the cut test's mask; tzcnt of 0 is 32; the escape carry is 0 then:
      * the last byte is not a backslash). The string's end (its quote the
@@ -590,11 +592,25 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
   "4:\n\t"                                                                          \
   "test %[t], %[t]\n\t"                                                             \
   "jnz 6f\n\t"                                                                      \
+  "vpmovmskb %[v0], %k[t]\n\t"                                                      \
+  "vpmovmskb %[v1], %k[j]\n\t"                                                      \
+  "test %k[t], %k[t]\n\t"                                                           \
+  "jz 7f\n\t"                                                                       \
   "vperm2i128 $0x08, %[v0], %[v0], %[kb]\n\t" U8_HALF("%[v0]", "%[t0]", "%[kb]",    \
                                                       "%[kp]", "%[kt]")             \
+  "test %k[j], %k[j]\n\t"                                                           \
+  "jnz 8f\n\t"                                                                      \
+  "test %k[t], %k[t]\n\t"                                                                \
+  "jns 9f\n"                                                                        \
+  "8:\n\t"                                                                          \
   "vperm2i128 $0x21, %[v1], %[v0], %[kb]\n\t" U8_HALF("%[v1]", "%[t1]", "%[kb]",    \
                                                       "%[kp]", "%[kt]")             \
   "vpor %[t1], %[t0], %[t0]\n\t"                                                    \
+  "jmp 9f\n"                                                                        \
+  "7:\n\t"                                                                          \
+  "vperm2i128 $0x21, %[v1], %[v0], %[kb]\n\t" U8_HALF("%[v1]", "%[t0]", "%[kb]",    \
+                                                      "%[kp]", "%[kt]")             \
+  "9:\n\t"                                                                          \
   "vpminub %[v1], %[v0], %[t1]\n\t"                                                 \
   "vpsubusb %[t1], %[ksp], %[t1]\n\t"                                               \
   "vpor %[t1], %[t0], %[t0]\n\t"                                                    \
