@@ -529,7 +529,8 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
      * blk_step's usual block in fewer steps. Two lookups give the quotes
      * and backslashes (qb) and the letters (ok; the backslashes are the
      * letters among qb); the codes are blk_escaped's, with the carry in
-     * bit 0 of the shifted starts (no borrow: bit 0 of starts is 0 then);
+     * bit 0 of the shifted starts (carry + 2 starts; no borrow: bit 0 of
+     * starts is 0 then);
      * as the backslashes are letters, the escaped bytes that are not
      * letters are the codes that are not, and these must be the quotes:
      * (codes ^ qb) & ~ok is 0 when every escape is a one-letter one and
@@ -574,8 +575,7 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
   "vpmovmskb %[t0], %k[cz]\n\t"                                                     \
   "andn %[ok], %[carry], %[t]\n\t"                                                  \
   "and %[qb], %[t]\n\t"                                                             \
-  "lea (%[t],%[t]), %[codes]\n\t"                                                   \
-  "or %[carry], %[codes]\n\t"                                                       \
+  "lea (%[carry],%[t],2), %[codes]\n\t"                                             \
   "or %[kodd], %[codes]\n\t"                                                        \
   "sub %[t], %[codes]\n\t"                                                          \
   "xor %[kodd], %[codes]\n\t"                                                       \
