@@ -1405,9 +1405,13 @@ key:
     size_t k = (size_t)__builtin_ctzll(m | 1u << 31);
     e = i + 1 + k;
     if (k < 30 && p[e] == '"') {
-      c += COST_MEMBER + (e - i);
-      if (p[e + 1] != ':' || p[e + 2] != '"') goto colon;
-      /* "name":"value: the value's quote is bit k + 2 */
+      if (p[e + 1] != ':' || p[e + 2] != '"') {
+        c += COST_MEMBER + (e - i);
+        goto colon;
+      }
+      /* "name":"value: the value's quote is bit k + 2; the member's cost
+       * and the value's at once, (e - name) + (end - (e + 2)) */
+      size_t name = i;
       i = e + 2;
       m >>= k + 3;
       if (m != 0) {
@@ -1416,7 +1420,7 @@ key:
       } else if ((e = tree_string(p, n, i + 1 + (31 - (k + 2)), rest, probe)) == 0) {
         return 0;
       }
-      c += COST_STRING + (e - i);
+      c += COST_MEMBER + COST_STRING + (e - name) - 2;
       i = e + 1;
       goto after;
     }
