@@ -540,10 +540,10 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
      * block at once (U8_HALF; a control byte: 0x20 - v > 0; a half of
      * ASCII only is not looked at, nor is the second half after ASCII
      * only when the first ends in ASCII: no sequence crosses), and the next
-     * block starts at a sequence the block's end cuts (its lead's bit in
-     * the cut test's mask; tzcnt of 0 is 32; the escape carry is 0 then:
-     * the last byte is not a backslash). The string's end (its quote the
-     * lowest of the codes that are not letters, no control or non-ASCII
+     * block starts at a sequence the block's end cuts (one ending in
+     * non-ASCII: its lead's bit in the cut test's mask; tzcnt of 0 is 32;
+     * the escape carry is 0 then: the last byte is not a backslash). The string's end
+     * (its quote the lowest of the codes that are not letters, no control or non-ASCII
      * byte before it) too: cz 0, the quote at j. Out: at, the block not
      * taken (or past last), its bytes v0, v1, its masks qb ^ codes, ok,
      * codes, and the carry into it. (In assembly: GCC's code for it copied masks
@@ -616,15 +616,21 @@ AVX2 static inline __attribute__((always_inline)) int string_avx2_at(
   "vpor %[t1], %[t0], %[t0]\n\t"                                                    \
   "vptest %[t0], %[t0]\n\t"                                                         \
   "jnz 3f\n\t"                                                                      \
-  "vpsubusb 224(%[u8]), %[v1], %[t0]\n\t"                                           \
-  "vpmovmskb %[t0], %k[t]\n\t"                                                      \
-  "tzcnt %k[t], %k[t]\n\t"                                                          \
   "andn %[codes], %[qb], %[carry]\n\t"                                              \
   "and %[ok], %[carry]\n\t" BS                                                      \
   "shr $63, %[carry]\n\t"                                                           \
+  "test %k[j], %k[j]\n\t"                                                           \
+  "js 5f\n\t"                                                                       \
+  "add $64, %[off]\n\t"                                                             \
+  "jle 2b\n\t"                                                                      \
+  "jmp 3f\n"                                                                        \
+  "5:\n\t"                                                                          \
+  "vpsubusb 224(%[u8]), %[v1], %[t0]\n\t"                                           \
+  "vpmovmskb %[t0], %k[t]\n\t"                                                      \
+  "tzcnt %k[t], %k[t]\n\t"                                                          \
   "add $32, %[t]\n\t"                                                               \
-  "add %[t], %[off]\n\t"                                                              \
-  "jle 2b\n\t"                                                                        \
+  "add %[t], %[off]\n\t"                                                            \
+  "jle 2b\n\t"                                                                      \
   "jmp 3f\n"                                                                        \
   "6:\n\t"                                                                          \
   "tzcnt %[t], %[j]\n\t"                                                            \
