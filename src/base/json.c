@@ -1336,7 +1336,7 @@ static inline __attribute__((always_inline)) size_t tree_walk(
   (void)end, (void)esc; /* (without SSE2: unused) */
 open:
   if (cl >= last) return 0;
-  *++cl = p[i] == '{' ? '}' : ']';
+  *++cl = (unsigned char)(p[i] + 2); /* '}' or ']' */
   if (jt) {
     size_t k = jt->n++;
     opened[cl - closer] = (uint32_t)i, slot[cl - closer] = (uint32_t)k;
