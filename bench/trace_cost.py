@@ -8,7 +8,13 @@ client translated to a Chat upstream, against bench/fastmock.
 Measures, on loopback:
   * instructions per request in proxai (callgrind, N1 and N2 sequential
     requests, the difference: span encoding and the exports of the run
-    included), when valgrind is installed;
+    included), when valgrind is installed. The requests are --pause ms
+    apart (3 by default): back to back, how the loop groups the reads of
+    the client, the upstream and the collector depends on timing under
+    valgrind, and the libuv and read work a request took moved by +-1.5k
+    instructions between runs of the same binary (sample = 0 measured
+    +6 % over no [trace] in one run); spaced, each request meets an idle
+    loop, and the totals repeat within ~100 instructions;
   * instructions per request inside the tracing functions (callgrind's
     inclusive cost of the trace entry points, TRACE_ROOTS, the part one
     calls of another not counted twice): the steadier view, as the totals
@@ -18,6 +24,7 @@ Measures, on loopback:
 
 Usage: bench/trace_cost.py [--build build] [--requests 3000] [--cg 200,600]
                            [--binary LABEL=PATH ...] [--cases CASE,...]
+                           [--pause MS] [--keep DIR]
 --binary (repeatable) measures each given proxai binary in the same run
 (e.g. before=/tmp/old/proxai after=build/proxai); --requests 0 skips the
 latency rounds.
@@ -91,11 +98,13 @@ CASES = {
 }
 
 
-def run_requests(port, n, case):
+def run_requests(port, n, case, pause=0.0):
     path, body, headers = CASES[case]
     c = http.client.HTTPConnection("127.0.0.1", port)
     lat = []
     for _ in range(n):
+        if pause:
+            time.sleep(pause)
         t = time.perf_counter_ns()
         c.request("POST", path, body, headers)
         r = c.getresponse()
@@ -183,6 +192,8 @@ def main():
                     help="LABEL=PATH of a proxai to measure (default: BUILD/proxai)")
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated")
     ap.add_argument("--keep", help="a directory to keep the callgrind outputs in")
+    ap.add_argument("--pause", type=float, default=3,
+                    help="ms between requests under callgrind (0: none)")
     a = ap.parse_args()
     bins = [b.split("=", 1) for b in a.binary] or [["", os.path.join(a.build, "proxai")]]
     cases = a.cases.split(",")
@@ -235,7 +246,7 @@ def main():
                             procs.append(p)
                             if not wait_port(port, p, 120):
                                 sys.exit("proxai under valgrind did not start")
-                            run_requests(port, n, case)
+                            run_requests(port, n, case, a.pause / 1000)
                             time.sleep(1.5)  # the last batch leaves before the stop
                             stop(p, timeout=120)
                             irs.append(callgrind_total(out))

@@ -203,10 +203,15 @@ static inline int deep_arguments(json_t *v) {
  * of 32 bytes and more; a tool call's arguments nested deeper than the one
  * reader's limit (deep_arguments). By the body: nesting deeper than that
  * limit (PX_JSON_MAX_DEPTH; an upstream answer meets it in the hub, a
- * client body at admission). (Values escaped in every spelling, ids and
- * names included, are read by their value: px_fs_is, px_fs_same.) */
+ * client body at admission), and a raw NUL byte (jansson's lexer drops
+ * one that directly follows a number or a literal, so `[1<NUL>,2]` loads;
+ * in a string it refuses it: any NUL in a body it took is that one; the
+ * one reader refuses every raw NUL, as RFC 8259 has it). (Values escaped
+ * in every spelling, ids and names included, are read by their value:
+ * px_fs_is, px_fs_same.) */
 static inline int declined_on_purpose(const char *body, size_t len,
                                       const px_tr_err_t *e) {
+  if (memchr(body, 0, len) != NULL) return 1;
   if (strstr(e->message, " more than once") != NULL ||
       strstr(e->message, "has a member name with a quote") != NULL ||
       strstr(e->message, "has a member name the x-proxai-lossy header") != NULL)

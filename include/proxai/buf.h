@@ -111,6 +111,54 @@ typedef struct px_te {
  */
 void px_te_scan(px_te_t *te, const char *v, size_t n);
 
+/** a[0..n) == b[0..n), a short run (a name, a model) compared inline in
+ *  two overlapping words, a longer one by memcmp; nothing is read past
+ *  either's n bytes. */
+static inline int px_mem_eq(const char *a, const char *b, size_t n) {
+  if (n > 16) return memcmp(a, b, n) == 0;
+  if (n >= 8) {
+    uint64_t x, y, z, u;
+    memcpy(&x, a, 8);
+    memcpy(&y, b, 8);
+    memcpy(&z, a + n - 8, 8);
+    memcpy(&u, b + n - 8, 8);
+    return ((x ^ y) | (z ^ u)) == 0;
+  }
+  if (n >= 4) {
+    uint32_t x, y, z, u;
+    memcpy(&x, a, 4);
+    memcpy(&y, b, 4);
+    memcpy(&z, a + n - 4, 4);
+    memcpy(&u, b + n - 4, 4);
+    return ((x ^ y) | (z ^ u)) == 0;
+  }
+  return n == 0 || (a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1]);
+}
+
+/** Copies n bytes from s to d (not overlapping), a short run inline in two
+ *  overlapping words, a longer one by memcpy. */
+static inline void px_mem_cpy(char *d, const char *s, size_t n) {
+  if (n > 16) {
+    memcpy(d, s, n);
+  } else if (n >= 8) {
+    uint64_t x, y;
+    memcpy(&x, s, 8);
+    memcpy(&y, s + n - 8, 8);
+    memcpy(d, &x, 8);
+    memcpy(d + n - 8, &y, 8);
+  } else if (n >= 4) {
+    uint32_t x, y;
+    memcpy(&x, s, 4);
+    memcpy(&y, s + n - 4, 4);
+    memcpy(d, &x, 4);
+    memcpy(d + n - 4, &y, 4);
+  } else if (n) {
+    d[0] = s[0];
+    d[n / 2] = s[n / 2];
+    d[n - 1] = s[n - 1];
+  }
+}
+
 static inline int px_str_eq(px_str_t a, const char *lit) {
   size_t n = strlen(lit);
   return a.len == n && memcmp(a.ptr, lit, n) == 0;

@@ -527,8 +527,11 @@ typedef struct frag {
 static frag_t frags[2]; /* SERVER, CLIENT */
 static px_config_t *frag_cfg;
 
+static void heads_drop(void);
+
 static void frags_drop(void) {
   frags[0].len = frags[1].len = 0;
+  heads_drop(); /* keyed by the fixed strings too */
   if (frag_cfg) px_config_unref(frag_cfg);
   frag_cfg = NULL;
 }
@@ -594,68 +597,103 @@ static void fixed_keep(const px_span_t *s, const char **k, const char *w, size_t
 }
 
 /* ---------------------------------------------------------------------- */
-/* the answer's attributes: a SERVER span copies its CLIENT span's         */
+/* a span's head: kept as text, its ids written into it                    */
 
-/* A CLIENT span's answer attributes (the response's model, id and finish
- * reason, the token counts, the status) as written, noted for the SERVER
- * span its parent id names, emitted next at the request's end: in a
- * pass-through request the two hold the same values, read from the one
- * answer, and the SERVER span copies the text when its values are those
- * (the strings by address and length, the numbers equal). Only the next
- * span may use it: a note is dropped at each span and when the batch is
- * taken. */
-static struct {
-  char parent[16];  /* the SERVER span's id */
-  const char *p[3]; /* the response's model, id and finish reason */
-  size_t n[3];
-  int64_t in, out;
-  int status;
-  size_t at, len; /* the text in the batch; len 0: none */
-} run;
+/* A span is written in two parts (the order of a span's members and of its
+ * attributes carries no meaning in OTLP):
+ *   head  {"traceId":"T","spanId":"S"[,"parentSpanId":"P"],"name":"op model",
+ *         "kind":K,"attributes":[ the configuration's, the request model,
+ *         max_tokens, the response model, the finish reason, the status,
+ *         the attempt
+ *   tail  the response id, the token counts, error.type, proxai.user,
+ *         proxai.lossy, proxai.cost_usd ], the times, the tracestate, the
+ *         first token's event, the status }
+ * Spans of a kind follow one another with the same head but for its ids (one
+ * route and upstream, one model, "stop", 200): the last head of each kind is
+ * kept as text with what it was written from (the fixed strings by address,
+ * their configuration referenced as for the fixed attributes; the models and
+ * the finish reason by their bytes; the numbers), and a span whose values
+ * are those copies it and writes its ids in place. The tail's values differ
+ * request by request: always written. */
+#define HEAD_MAX 2048
+#define HEAD_KEYS 256  /* the model's, the response model's, the finish reason's bytes */
+#define AT_TRACE_ID 12 /* {"traceId":" */
+#define AT_SPAN_ID 56  /* ...<32>","spanId":" */
+#define AT_PARENT 90   /* ...<16>","parentSpanId":" */
+enum { V_NAME, V_REQ, V_RESP, V_RID, V_FIN, V_USER, V_ERR, V_N };
+#define NO_NAME ((size_t)-1)
 
-/* the answer's attributes of s (v: its strings from RESP on) at w */
-ENC char *put_answer(char *w, const px_span_t *s, const sv_t *v, const char *base) {
-  if (run.len) {
-    size_t len = run.len;
-    run.len = 0;
-    if (s->kind == PX_SPAN_SERVER && memcmp(run.parent, s->id, 16) == 0 &&
-        run.p[0] == v[0].p && run.p[1] == v[1].p && run.p[2] == v[2].p &&
-        run.n[0] == v[0].n && run.n[1] == v[1].n && run.n[2] == v[2].n &&
-        run.in == s->input_tokens && run.out == s->output_tokens &&
-        run.status == s->status) {
-      memcpy(w, base + run.at, len);
-      return w + len;
-    }
-  }
-  char *at = w;
-  if (v[0].p) ATTR_STR(w, "gen_ai.response.model", v[0].p, v[0].n);
-  if (v[1].p) ATTR_STR(w, "gen_ai.response.id", v[1].p, v[1].n);
-  if (v[2].p) {
-    LIT(w,
-        ",{\"key\":\"gen_ai.response.finish_reasons\",\"value\":{\"arrayValue\":{"
-        "\"values\":[{\"stringValue\":\"");
-    w = put_text(w, v[2].p, v[2].n);
-    LIT(w, "\"}]}}}");
-  }
-  if (s->input_tokens >= 0) ATTR_INT(w, "gen_ai.usage.input_tokens", s->input_tokens);
-  if (s->output_tokens >= 0) ATTR_INT(w, "gen_ai.usage.output_tokens", s->output_tokens);
-  if (s->status > 0) ATTR_INT(w, "http.response.status_code", s->status);
-  if (s->kind == PX_SPAN_CLIENT && s->parent && w > at) {
-    memcpy(run.parent, s->parent, 16);
-    for (int k = 0; k < 3; k++) run.p[k] = v[k].p, run.n[k] = v[k].n;
-    run.in = s->input_tokens, run.out = s->output_tokens, run.status = s->status;
-    run.at = (size_t)(at - base), run.len = (size_t)(w - at);
-  }
-  return w;
+typedef struct head {
+  size_t len;       /* 0: none kept */
+  const char *k[4]; /* the fixed strings (frag_cfg holds them) */
+  int parent, status;
+  int64_t max_tokens;
+  unsigned attempt;
+  size_t n[3]; /* the lengths of the model (NO_NAME: none), the response's
+                  model, the finish reason; their bytes in keys, in a row */
+  char keys[HEAD_KEYS];
+  char text[HEAD_MAX];
+} head_t;
+static head_t heads[2]; /* SERVER, CLIENT */
+
+static void heads_drop(void) {
+  heads[0].len = heads[1].len = 0;
 }
 
-/* Writes the span at w (room for its bound reserved); returns the end. */
-static char *put_span(char *w, const char *base, const px_trace_ctx_t *t,
-                      const px_span_t *s, const sv_t *v, const frag_t *fixed,
-                      const char **fk, const sv_t *f) {
-  enum { NAME, REQ, RESP, RID, FIN, USER, ERR };
+/* the kept head of s's kind when s's is the same, else NULL */
+static const head_t *head_find(const px_span_t *s, const char **fk, const sv_t *v) {
+  const head_t *h = &heads[s->kind == PX_SPAN_CLIENT];
+  /* a head is kept only under frag_cfg: the same configuration, the same
+   * fixed strings' addresses are the same strings */
+  if (h->len == 0 || s->cfg != frag_cfg || h->k[0] != fk[0] || h->k[1] != fk[1] ||
+      h->k[2] != fk[2] || h->k[3] != fk[3] || h->parent != (s->parent != NULL) ||
+      h->status != s->status || h->max_tokens != s->max_tokens ||
+      h->attempt != s->attempt || s->request_model != s->name_model ||
+      h->n[0] != (v[V_NAME].p ? v[V_NAME].n : NO_NAME) || h->n[1] != v[V_RESP].n ||
+      h->n[2] != v[V_FIN].n)
+    return NULL;
+  const char *k = h->keys;
+  size_t n0 = v[V_NAME].n;
+  if (!px_mem_eq(k, v[V_NAME].p, n0) || !px_mem_eq(k + n0, v[V_RESP].p, h->n[1]) ||
+      !px_mem_eq(k + n0 + h->n[1], v[V_FIN].p, h->n[2]))
+    return NULL;
+  return h;
+}
+
+/* Keeps the head just written at w[0..len) for the next span of its kind
+ * (one whose request model is its name's, its configuration referenced by
+ * the fixed attributes). */
+static void head_keep(const px_span_t *s, const char **fk, const sv_t *v, const char *w,
+                      size_t len) {
+  head_t *h = &heads[s->kind == PX_SPAN_CLIENT];
+  h->len = 0;
+  size_t n0 = v[V_NAME].n;
+  if (s->cfg == NULL || s->cfg != frag_cfg || s->request_model != s->name_model ||
+      len > HEAD_MAX || n0 + v[V_RESP].n + v[V_FIN].n > HEAD_KEYS)
+    return;
+  memcpy(h->k, fk, sizeof(h->k));
+  h->parent = s->parent != NULL;
+  h->status = s->status;
+  h->max_tokens = s->max_tokens;
+  h->attempt = s->attempt;
+  h->n[0] = v[V_NAME].p ? n0 : NO_NAME;
+  h->n[1] = v[V_RESP].n;
+  h->n[2] = v[V_FIN].n;
+  if (n0) memcpy(h->keys, v[V_NAME].p, n0);
+  if (h->n[1]) memcpy(h->keys + n0, v[V_RESP].p, h->n[1]);
+  if (h->n[2]) memcpy(h->keys + n0 + h->n[1], v[V_FIN].p, h->n[2]);
+  memcpy(h->text, w, len);
+  h->len = len;
+}
+
+/* Writes the head of s at w (room for its bound reserved); returns its end. */
+static char *put_head(char *w, const px_trace_ctx_t *t, const px_span_t *s, const sv_t *v,
+                      const frag_t *fixed, const char **fk, const sv_t *f) {
   const sv_t op = f[0];
-  if (nspans) *w++ = ',';
+  _Static_assert(sizeof("{\"traceId\":\"") - 1 == AT_TRACE_ID &&
+                     AT_TRACE_ID + 32 + sizeof("\",\"spanId\":\"") - 1 == AT_SPAN_ID &&
+                     AT_SPAN_ID + 16 + sizeof("\",\"parentSpanId\":\"") - 1 == AT_PARENT,
+                 "the ids' places in a head");
   LIT(w, "{\"traceId\":\"");
   memcpy(w, t->trace_hex, 32);
   w += 32;
@@ -667,27 +705,19 @@ static char *put_span(char *w, const char *base, const px_trace_ctx_t *t,
     memcpy(w, s->parent, 16);
     w += 16;
   }
-  if (t->tracestate.len && t->tracestate.len <= PX_TRACESTATE_MAX) {
-    LIT(w, "\",\"traceState\":\"");
-    w = put_text(w, t->tracestate.ptr, t->tracestate.len);
-  }
   LIT(w, "\",\"name\":\"");
   memcpy(w, op.p, op.n); /* the protocols' own literals, plain */
   w += op.n;
   const char *name = w + 1; /* the model's escaped text */
-  if (v[NAME].p) {
+  if (v[V_NAME].p) {
     *w++ = ' ';
-    w = put_text(w, v[NAME].p, v[NAME].n);
+    w = put_text(w, v[V_NAME].p, v[V_NAME].n);
   }
-  size_t name_len = v[NAME].p ? (size_t)(w - name) : 0;
+  size_t name_len = v[V_NAME].p ? (size_t)(w - name) : 0;
   if (s->kind == PX_SPAN_SERVER)
-    LIT(w, "\",\"kind\":2,\"startTimeUnixNano\":\"");
+    LIT(w, "\",\"kind\":2,\"attributes\":[");
   else
-    LIT(w, "\",\"kind\":3,\"startTimeUnixNano\":\"");
-  w = put_time(w, s->start);
-  LIT(w, "\",\"endTimeUnixNano\":\"");
-  w = put_time(w, s->end);
-  LIT(w, "\",\"attributes\":[");
+    LIT(w, "\",\"kind\":3,\"attributes\":[");
   if (fixed) {
     memcpy(w, fixed->text, fixed->len);
     w += fixed->len;
@@ -696,22 +726,37 @@ static char *put_span(char *w, const char *base, const px_trace_ctx_t *t,
     w = put_fixed(w, s, f);
     fixed_keep(s, fk, at, (size_t)(w - at));
   }
-  if (v[REQ].p) {
+  if (v[V_REQ].p) {
     LIT(w, ",{\"key\":\"gen_ai.request.model\",\"value\":{\"stringValue\":\"");
-    if (v[REQ].p == v[NAME].p) { /* the name's model: escaped there */
+    if (v[V_REQ].p == v[V_NAME].p) { /* the name's model: escaped there */
       memcpy(w, name, name_len);
       w += name_len;
     } else {
-      w = put_text(w, v[REQ].p, v[REQ].n);
+      w = put_text(w, v[V_REQ].p, v[V_REQ].n);
     }
     LIT(w, "\"}}");
   }
   if (s->max_tokens >= 0) ATTR_INT(w, "gen_ai.request.max_tokens", s->max_tokens);
-  _Static_assert(RID == RESP + 1 && FIN == RESP + 2, "the answer's strings in a row");
-  w = put_answer(w, s, v + RESP, base);
-  if (v[ERR].p) ATTR_STR(w, "error.type", v[ERR].p, v[ERR].n);
-  if (v[USER].p) ATTR_STR(w, "proxai.user", v[USER].p, v[USER].n);
+  if (v[V_RESP].p) ATTR_STR(w, "gen_ai.response.model", v[V_RESP].p, v[V_RESP].n);
+  if (v[V_FIN].p) {
+    LIT(w,
+        ",{\"key\":\"gen_ai.response.finish_reasons\",\"value\":{\"arrayValue\":{"
+        "\"values\":[{\"stringValue\":\"");
+    w = put_text(w, v[V_FIN].p, v[V_FIN].n);
+    LIT(w, "\"}]}}}");
+  }
+  if (s->status > 0) ATTR_INT(w, "http.response.status_code", s->status);
   if (s->attempt) ATTR_INT(w, "proxai.attempt", s->attempt);
+  return w;
+}
+
+/* Writes the tail of s at w; returns the span's end. */
+ENC char *put_tail(char *w, const px_trace_ctx_t *t, const px_span_t *s, const sv_t *v) {
+  if (v[V_RID].p) ATTR_STR(w, "gen_ai.response.id", v[V_RID].p, v[V_RID].n);
+  if (s->input_tokens >= 0) ATTR_INT(w, "gen_ai.usage.input_tokens", s->input_tokens);
+  if (s->output_tokens >= 0) ATTR_INT(w, "gen_ai.usage.output_tokens", s->output_tokens);
+  if (v[V_ERR].p) ATTR_STR(w, "error.type", v[V_ERR].p, v[V_ERR].n);
+  if (v[V_USER].p) ATTR_STR(w, "proxai.user", v[V_USER].p, v[V_USER].n);
   if (s->lossy && *s->lossy) w = attr_lossy(w, s->lossy);
   if (s->cost_nano >= 0) { /* the exact decimal, as the access log's cost_usd */
     char usd[32];
@@ -722,7 +767,16 @@ static char *put_span(char *w, const char *base, const px_trace_ctx_t *t,
     w += ul;
     LIT(w, "}}");
   }
-  *w++ = ']';
+  LIT(w, "],\"startTimeUnixNano\":\"");
+  w = put_time(w, s->start);
+  LIT(w, "\",\"endTimeUnixNano\":\"");
+  w = put_time(w, s->end);
+  *w++ = '"';
+  if (t->tracestate.len && t->tracestate.len <= PX_TRACESTATE_MAX) {
+    LIT(w, ",\"traceState\":\"");
+    w = put_text(w, t->tracestate.ptr, t->tracestate.len);
+    *w++ = '"';
+  }
   if (s->first_token) {
     LIT(w, ",\"events\":[{\"timeUnixNano\":\"");
     w = put_time(w, s->first_token);
@@ -730,7 +784,7 @@ static char *put_span(char *w, const char *base, const px_trace_ctx_t *t,
   }
   /* status: ERROR with error.type, never a message (it could carry the
    * upstream's error text) */
-  if (v[ERR].p) LIT(w, ",\"status\":{\"code\":2}");
+  if (v[V_ERR].p) LIT(w, ",\"status\":{\"code\":2}");
   *w++ = '}';
   return w;
 }
@@ -746,31 +800,53 @@ void px_trace_emit(const px_trace_ctx_t *t, const px_span_t *s) {
     px_buf_reserve(&batch, BATCH_START); /* else it grows as it can */
   }
   const char *fk[4];
-  sv_t f[4];
   fixed_of(s, fk);
-  const frag_t *fixed = fixed_find(s, fk, f);
   sv_t name = sv(s->name_model);
-  const sv_t v[] = {name,
-                    s->request_model == s->name_model ? name : sv(s->request_model),
-                    str_sv(s->response_model),
-                    str_sv(s->response_id),
-                    str_sv(s->finish_reason),
-                    sv(s->user),
-                    sv(s->error_type)};
-  size_t strings = t->tracestate.len + (s->lossy ? 2 * strlen(s->lossy) : 0) +
-                   (fixed ? fixed->len : 0);
-  for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) strings += v[i].n;
-  strings += 2 * f[0].n; /* the operation: in the name and an attribute */
-  if (!fixed) strings += f[1].n + f[2].n + f[3].n;
-  size_t bound = SPAN_FIXED + ESC_MAX * strings + (s->lossy ? 32 * strlen(s->lossy) : 0);
+  const sv_t v[V_N] = {
+      [V_NAME] = name,
+      [V_REQ] = s->request_model == s->name_model ? name : sv(s->request_model),
+      [V_RESP] = str_sv(s->response_model),
+      [V_RID] = str_sv(s->response_id),
+      [V_FIN] = str_sv(s->finish_reason),
+      [V_USER] = sv(s->user),
+      [V_ERR] = sv(s->error_type)};
+  const head_t *h = head_find(s, fk, v);
+  const frag_t *fixed = NULL;
+  sv_t f[4];
+  size_t lossy = s->lossy ? strlen(s->lossy) : 0;
+  /* the tail's strings, escaped at worst */
+  size_t strings = t->tracestate.len + 2 * lossy + v[V_RID].n + v[V_USER].n + v[V_ERR].n;
+  size_t head = 0; /* the kept head's length */
+  if (h) {
+    head = h->len;
+  } else {
+    fixed = fixed_find(s, fk, f);
+    strings +=
+        v[V_NAME].n + v[V_REQ].n + v[V_RESP].n + v[V_FIN].n + (fixed ? fixed->len : 0);
+    strings += 2 * f[0].n; /* the operation: in the name and an attribute */
+    if (!fixed) strings += f[1].n + f[2].n + f[3].n;
+  }
+  size_t bound = SPAN_FIXED + head + ESC_MAX * strings + 32 * lossy;
   if (nspans >= BATCH_SPANS_MAX || (nspans == 0 && put_prefix(&batch) < 0) ||
       (batch.size - batch.len < bound && px_buf_reserve(&batch, bound) < 0)) {
     if (nspans == 0) batch.len = 0;
-    run.len = 0;
     px_trace_dropped(1, "queue_full");
     return;
   }
-  char *w = put_span(batch.data + batch.len, batch.data, t, s, v, fixed, fk, f);
+  char *w = batch.data + batch.len;
+  if (nspans) *w++ = ',';
+  if (h) { /* the kept head, this span's ids in place */
+    memcpy(w, h->text, head);
+    memcpy(w + AT_TRACE_ID, t->trace_hex, 32);
+    memcpy(w + AT_SPAN_ID, s->id, 16);
+    if (s->parent) memcpy(w + AT_PARENT, s->parent, 16);
+    w += head;
+  } else {
+    char *at = w;
+    w = put_head(w, t, s, v, fixed, fk, f);
+    head_keep(s, fk, v, at, (size_t)(w - at));
+  }
+  w = put_tail(w, t, s, v);
   batch.len = (size_t)(w - batch.data);
   nspans++;
   if (!ready_signalled && ready_cb && batch_ready()) {
@@ -778,7 +854,6 @@ void px_trace_emit(const px_trace_ctx_t *t, const px_span_t *s) {
     ready_cb();
   }
 }
-
 size_t px_trace_pending(void) {
   return nspans;
 }
@@ -805,7 +880,6 @@ size_t px_trace_take(px_buf_t *body) {
   size_t n = nspans;
   nspans = 0;
   ready_signalled = 0;
-  run.len = 0;
   return n;
 }
 
@@ -825,7 +899,6 @@ void px_trace_clock(void) {
 
 void px_trace_reset(void) {
   frags_drop();
-  run.len = 0;
   px_buf_free(&batch);
   memset(&batch, 0, sizeof(batch));
   nspans = 0;

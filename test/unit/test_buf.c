@@ -49,5 +49,23 @@ int main(void) {
   CHECK(px_buf_append(&b, "a", 1) == PX_ETOOBIG);
   CHECK(px_buf_append(&b, "", 0) == 0);
   px_buf_free(&b);
+  /* px_mem_eq / px_mem_cpy: every length to 40, each byte differing alone
+   * (the inline words overlap: none may be skipped), exactly n bytes
+   * written (heap copies: ASan sees a byte read or written past n) */
+  for (size_t n = 0; n <= 40; n++) {
+    char *a = malloc(n ? n : 1), *c = malloc(n ? n : 1), d[48];
+    for (size_t i = 0; i < n; i++) a[i] = c[i] = (char)('a' + i % 26);
+    CHECK(px_mem_eq(a, c, n));
+    for (size_t i = 0; i < n; i++) {
+      c[i] ^= 0x20;
+      CHECK(!px_mem_eq(a, c, n) && !px_mem_eq(c, a, n));
+      c[i] ^= 0x20;
+    }
+    memset(d, '#', sizeof(d));
+    px_mem_cpy(d + 1, a, n);
+    CHECK(d[0] == '#' && memcmp(d + 1, a, n) == 0 && d[n + 1] == '#');
+    free(a);
+    free(c);
+  }
   return check_report("test_buf");
 }

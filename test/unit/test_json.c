@@ -111,6 +111,9 @@ static void test_syntax(void) {
   REFUSED("{\"a\":1,}", PX_JREQ_SYNTAX);
   REFUSED("{\"a\" 1}", PX_JREQ_SYNTAX);
   REFUSED("{\"a\":\"x\0y\"}", PX_JREQ_SYNTAX);
+  /* a raw NUL after a token too (jansson's lexer drops that one) */
+  REFUSED("{\"a\":1\0}", PX_JREQ_SYNTAX);
+  REFUSED("{\"a\":true\0,\"b\":2}", PX_JREQ_SYNTAX);
   REFUSED("{\"a\":\"x\ny\"}", PX_JREQ_SYNTAX);
   REFUSED("{\"a\":\"\\u0000\"}", PX_JREQ_SYNTAX);
   REFUSED("{\"a\":\"\\ud800\"}", PX_JREQ_SYNTAX);

@@ -559,8 +559,7 @@ static const char *finish_of(json_t *spans, size_t i) {
 }
 
 /* A request's SERVER span after its CLIENT span (pass-through: the same
- * answer strings and numbers): each carries its own values, whether the
- * SERVER span's text is copied from the CLIENT span's or written (a value
+ * answer strings and numbers): each carries its own values (a value
  * differing, another request's span, a span between, the batch taken). */
 static void test_answer_run(void) {
   px_trace_conf_t c = conf(1);
@@ -652,6 +651,309 @@ static void test_answer_run(void) {
   px_trace_reset();
 }
 
+/* A span's head (ids, name, kind, the configuration's attributes, the
+ * models, max_tokens, the finish reason, the status, the attempt) is kept
+ * per kind and copied into the next span whose values are the same, its ids
+ * written in place: each span still carries its own values when any one of
+ * them differs from the last span's (the strings' bytes changed at the same
+ * addresses too), and its own ids always. */
+static void test_kept_head(void) {
+  px_trace_conf_t c = conf(1);
+  px_config_t a, b;
+  memset(&a, 0, sizeof(a));
+  memset(&b, 0, sizeof(b));
+  a.refs = b.refs = 1;
+  char model[] = "gpt-4o-mini", rmodel[] = "gpt-4o-mini-2024", fin[] = "stop",
+       other[] = "gpt-4o-mini";
+  char key1[] = "k1", key2[] = "k2";
+  enum {
+    SAME,
+    MODEL_BYTE,
+    MODEL_LEN,
+    NO_MODEL,
+    EMPTY_MODEL,
+    RMODEL_BYTE,
+    NO_RMODEL,
+    FIN_BYTE,
+    NO_FIN,
+    STATUS,
+    MAX_TOKENS,
+    ATTEMPT,
+    NO_PARENT,
+    ERROR,
+    REQUEST_MODEL,
+    OTHER_OP,
+    OTHER_K1,
+    OTHER_K2,
+    OTHER_K3,
+    OTHER_CFG,
+    NO_CFG,
+    NCASES
+  };
+  for (int kind = PX_SPAN_SERVER; kind <= PX_SPAN_CLIENT; kind++) {
+    for (int k = 0; k < NCASES; k++) {
+      strcpy(model, "gpt-4o-mini");
+      strcpy(rmodel, "gpt-4o-mini-2024");
+      strcpy(fin, "stop");
+      strcpy(key1, "k1");
+      px_trace_ctx_t t[3];
+      char ids[3][16];
+      px_span_t sp[3];
+      for (int i = 0; i < 3; i++) {
+        px_trace_begin(&t[i], &c, px_str(""), px_str(""));
+        px_trace_attempt(&t[i], NULL);
+        memcpy(ids[i], kind == PX_SPAN_SERVER ? t[i].span_hex : t[i].att_hex, 16);
+        sp[i] = (px_span_t){.kind = kind,
+                            .id = ids[i],
+                            .parent = kind == PX_SPAN_CLIENT ? t[i].span_hex : NULL,
+                            .start = 1000 + (uint64_t)i,
+                            .end = 2000 + (uint64_t)i,
+                            .operation = "chat",
+                            .name_model = model,
+                            .request_model = model,
+                            .provider = "openai",
+                            .server_url = "http://up.example/v1",
+                            .upstream = "up",
+                            .key = key1,
+                            .team = "t1",
+                            .route = "*",
+                            .response_model = {rmodel, strlen(rmodel)},
+                            .response_id = {"chatcmpl-1", 10},
+                            .finish_reason = {fin, strlen(fin)},
+                            .max_tokens = 16,
+                            .input_tokens = 25 + i,
+                            .output_tokens = 14 + i,
+                            .status = 200,
+                            .cost_nano = -1,
+                            .attempt = kind == PX_SPAN_CLIENT ? 1 : 0,
+                            .cfg = &a};
+      }
+      /* span 1 differs from span 0 by case k; span 2 is span 0 again */
+      px_trace_emit(&t[0], &sp[0]);
+      px_span_t *v = &sp[1];
+      const char *want_model = "gpt-4o-mini", *want_rmodel = "gpt-4o-mini-2024",
+                 *want_fin = "stop";
+      long long want_status = 200, want_max = 16, want_attempt = kind == PX_SPAN_CLIENT;
+      switch (k) {
+        case MODEL_BYTE: /* the same address, another byte */
+          strcpy(model, "gpt-4o-mimi");
+          want_model = "gpt-4o-mimi";
+          break;
+        case MODEL_LEN:
+          strcpy(model, "gpt-4o-min");
+          want_model = "gpt-4o-min";
+          break;
+        case NO_MODEL:
+          v->name_model = v->request_model = NULL;
+          want_model = NULL;
+          break;
+        case EMPTY_MODEL:
+          v->name_model = v->request_model = "";
+          want_model = "";
+          break;
+        case RMODEL_BYTE:
+          rmodel[0] = 'G';
+          want_rmodel = "Gpt-4o-mini-2024";
+          break;
+        case NO_RMODEL:
+          v->response_model = (px_str_t){NULL, 0};
+          want_rmodel = NULL;
+          break;
+        case FIN_BYTE:
+          strcpy(fin, "stoq");
+          want_fin = "stoq";
+          break;
+        case NO_FIN:
+          v->finish_reason = (px_str_t){NULL, 0};
+          want_fin = NULL;
+          break;
+        case STATUS:
+          v->status = 201;
+          want_status = 201;
+          break;
+        case MAX_TOKENS:
+          v->max_tokens = 17;
+          want_max = 17;
+          break;
+        case ATTEMPT:
+          v->attempt = 2;
+          want_attempt = 2;
+          break;
+        case NO_PARENT:
+          v->parent = NULL;
+          break;
+        case ERROR:
+          v->error_type = "server_error";
+          break;
+        case REQUEST_MODEL: /* the name's model and another request model */
+          v->request_model = other;
+          strcpy(other, "gpt-other");
+          break;
+        case OTHER_OP:
+          v->operation = "generate_content";
+          break;
+        case OTHER_K1: /* the fixed strings: another one each */
+          v->key = v->provider = key2;
+          break;
+        case OTHER_K2:
+          v->team = "t2";
+          v->server_url = "http://two.example/v1";
+          break;
+        case OTHER_K3:
+          v->route = "r2";
+          v->upstream = "up2";
+          break;
+        case OTHER_CFG:
+          v->cfg = &b;
+          break;
+        case NO_CFG: /* a runtime key's name: its bytes may change in place */
+          v->cfg = NULL;
+          strcpy(key1, "k9");
+          break;
+      }
+      px_trace_emit(&t[1], v);
+      if (k == MODEL_BYTE || k == MODEL_LEN) strcpy(model, "gpt-4o-mini");
+      if (k == RMODEL_BYTE) rmodel[0] = 'g';
+      if (k == FIN_BYTE) strcpy(fin, "stop");
+      if (k == NO_CFG) strcpy(key1, "k1");
+      px_trace_emit(&t[2], &sp[2]);
+      json_t *doc = take_doc(3), *js = spans_of(doc);
+      for (size_t i = 0; doc && i < 3; i++) {
+        json_t *o = json_array_get(js, i);
+        int var = i == 1;
+        char id[17], tid[33], name[64];
+        memcpy(id, ids[i], 16);
+        id[16] = 0;
+        px_trace_id_hex(&t[i], tid);
+        CHECK_STR(json_string_value(json_object_get(o, "spanId")), id);
+        CHECK_STR(json_string_value(json_object_get(o, "traceId")), tid);
+        if (kind == PX_SPAN_CLIENT && !(var && k == NO_PARENT)) {
+          memcpy(id, t[i].span_hex, 16);
+          CHECK_STR(json_string_value(json_object_get(o, "parentSpanId")), id);
+        } else {
+          CHECK(json_object_get(o, "parentSpanId") == NULL);
+        }
+        CHECK(json_integer_value(json_object_get(o, "kind")) == kind);
+        const char *m = var ? want_model : "gpt-4o-mini";
+        const char *op = var && k == OTHER_OP ? "generate_content" : "chat";
+        if (m)
+          snprintf(name, sizeof(name), "%s %s", op, m);
+        else
+          snprintf(name, sizeof(name), "%s", op);
+        CHECK_STR(attr_of(js, i, "gen_ai.operation.name"), op);
+        CHECK_STR(json_string_value(json_object_get(o, "name")), name);
+        const char *rq = attr_of(js, i, "gen_ai.request.model");
+        if (var && k == REQUEST_MODEL)
+          CHECK_STR(rq, "gpt-other");
+        else if (m)
+          CHECK_STR(rq, m);
+        else
+          CHECK(rq == NULL);
+        const char *rm = attr_of(js, i, "gen_ai.response.model");
+        if (var && !want_rmodel)
+          CHECK(rm == NULL);
+        else
+          CHECK_STR(rm, var ? want_rmodel : "gpt-4o-mini-2024");
+        const char *f = finish_of(js, i);
+        if (var && !want_fin)
+          CHECK(f == NULL);
+        else
+          CHECK_STR(f, var ? want_fin : "stop");
+        CHECK(int_of(js, i, "http.response.status_code") == (var ? want_status : 200));
+        CHECK(int_of(js, i, "gen_ai.request.max_tokens") == (var ? want_max : 16));
+        long long att = var ? want_attempt : kind == PX_SPAN_CLIENT;
+        CHECK(int_of(js, i, "proxai.attempt") == (att ? att : -1));
+        CHECK_STR(attr_of(js, i, "gen_ai.response.id"), "chatcmpl-1");
+        CHECK(int_of(js, i, "gen_ai.usage.input_tokens") == 25 + (long long)i);
+        CHECK(int_of(js, i, "gen_ai.usage.output_tokens") == 14 + (long long)i);
+        const char *err = attr_of(js, i, "error.type");
+        if (var && k == ERROR) {
+          CHECK_STR(err, "server_error");
+          CHECK(json_integer_value(
+                    json_object_get(json_object_get(o, "status"), "code")) == 2);
+        } else {
+          CHECK(err == NULL && json_object_get(o, "status") == NULL);
+        }
+        if (kind == PX_SPAN_SERVER) {
+          CHECK_STR(attr_of(js, i, "proxai.key"), !var            ? "k1"
+                                                  : k == OTHER_K1 ? "k2"
+                                                  : k == NO_CFG   ? "k9"
+                                                                  : "k1");
+          CHECK_STR(attr_of(js, i, "proxai.team"), var && k == OTHER_K2 ? "t2" : "t1");
+          CHECK_STR(attr_of(js, i, "proxai.route"), var && k == OTHER_K3 ? "r2" : "*");
+        } else {
+          CHECK_STR(attr_of(js, i, "gen_ai.provider.name"),
+                    var && k == OTHER_K1 ? "k2" : "openai");
+          CHECK_STR(attr_of(js, i, "server.address"),
+                    var && k == OTHER_K2 ? "two.example" : "up.example");
+          CHECK_STR(attr_of(js, i, "proxai.upstream"),
+                    var && k == OTHER_K3 ? "up2" : "up");
+        }
+        const char *t0 = json_string_value(json_object_get(o, "startTimeUnixNano"));
+        const char *t1 = json_string_value(json_object_get(o, "endTimeUnixNano"));
+        CHECK(t0 && t1 && strtoull(t1, NULL, 10) - strtoull(t0, NULL, 10) == 1000);
+      }
+      json_decref(doc);
+    }
+  }
+  /* no model, then an empty one (and back): "chat", "chat " */
+  const char *names[] = {NULL, "", NULL};
+  for (int i = 0; i < 3; i++) {
+    px_trace_ctx_t t;
+    px_trace_begin(&t, &c, px_str(""), px_str(""));
+    px_span_t s = {.kind = PX_SPAN_SERVER,
+                   .id = t.span_hex,
+                   .start = 1,
+                   .end = 2,
+                   .operation = "chat",
+                   .name_model = names[i],
+                   .request_model = names[i],
+                   .key = "k",
+                   .max_tokens = -1,
+                   .input_tokens = -1,
+                   .output_tokens = -1,
+                   .cost_nano = -1,
+                   .cfg = &a};
+    px_trace_emit(&t, &s);
+  }
+  json_t *doc = take_doc(3), *js = spans_of(doc);
+  for (size_t i = 0; doc && i < 3; i++)
+    CHECK_STR(json_string_value(json_object_get(json_array_get(js, i), "name")),
+              names[i] ? "chat " : "chat");
+  json_decref(doc);
+  /* another configuration: the heads kept under the last one go (its
+   * strings' addresses may hold another's now) */
+  char up[] = "up";
+  for (int i = 0; i < 3; i++) {
+    px_trace_ctx_t t;
+    px_trace_begin(&t, &c, px_str(""), px_str(""));
+    px_trace_attempt(&t, NULL);
+    px_span_t s = {.kind = i == 1 ? PX_SPAN_SERVER : PX_SPAN_CLIENT,
+                   .id = t.att_hex,
+                   .parent = t.span_hex,
+                   .start = 1,
+                   .end = 2,
+                   .operation = "chat",
+                   .name_model = "m",
+                   .request_model = "m",
+                   .upstream = up,
+                   .max_tokens = -1,
+                   .input_tokens = -1,
+                   .output_tokens = -1,
+                   .cost_nano = -1,
+                   .cfg = i ? &b : &a};
+    if (i == 2) strcpy(up, "uq");
+    px_trace_emit(&t, &s);
+  }
+  doc = take_doc(3);
+  js = spans_of(doc);
+  CHECK_STR(attr_of(js, 0, "proxai.upstream"), "up");
+  CHECK_STR(attr_of(js, 2, "proxai.upstream"), "uq");
+  json_decref(doc);
+  px_trace_reset();
+  CHECK(a.refs == 1 && b.refs == 1);
+}
+
 int main(void) {
   test_traceparent();
   test_sampling();
@@ -660,5 +962,6 @@ int main(void) {
   test_fixed_attrs();
   test_times();
   test_answer_run();
+  test_kept_head();
   return check_report("test_trace");
 }
