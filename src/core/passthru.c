@@ -27,40 +27,13 @@
  * compared (the last places in a block overlapping the one before). */
 #define PX_WATCH_KEYS 4
 enum { PX_K_ERROR, PX_K_USAGE, PX_K_FINISH };
-/* a[0..n) == b[0..n) for short names: a word at a time (the last one
- * overlapping), no call */
-static inline int same_bytes(const char *a, const char *b, size_t n) {
-  if (n >= 8) {
-    uint64_t x, y, diff = 0;
-    for (size_t i = 0; i + 8 < n; i += 8) {
-      memcpy(&x, a + i, 8);
-      memcpy(&y, b + i, 8);
-      diff |= x ^ y;
-    }
-    memcpy(&x, a + n - 8, 8);
-    memcpy(&y, b + n - 8, 8);
-    return (diff | (x ^ y)) == 0;
-  }
-  if (n >= 4) {
-    uint32_t x, y, u, v;
-    memcpy(&x, a, 4);
-    memcpy(&y, b, 4);
-    memcpy(&u, a + n - 4, 4);
-    memcpy(&v, b + n - 4, 4);
-    return ((x ^ y) | (u ^ v)) == 0;
-  }
-  for (size_t i = 0; i < n; i++)
-    if (a[i] != b[i]) return 0;
-  return 1;
-}
-
 /* the keys held at the quote d[j] (j + 1 < n) */
 static unsigned key_at(const char *d, size_t n, size_t j, const char *const *keys,
                        const unsigned char *kl) {
   unsigned found = 0;
   for (size_t k = 0; k < PX_WATCH_KEYS; k++)
     if (kl[k] > 0 && d[j + 1] == keys[k][0] && n - j > kl[k] + 1u &&
-        d[j + kl[k] + 1] == '"' && same_bytes(d + j + 2, keys[k] + 1, kl[k] - 1u))
+        d[j + kl[k] + 1] == '"' && px_mem_eq(d + j + 2, keys[k] + 1, kl[k] - 1u))
       found |= 1u << k;
   return found;
 }
@@ -194,7 +167,7 @@ static void chunk_answer(px_passthru_t *pt, const char *d, size_t n, unsigned ha
   if (pt->fin_bit && !(has & pt->fin_bit)) return;
   size_t e = n, nl = pt->fin_null_len;
   while (e > 0 && (d[e - 1] == '}' || d[e - 1] == ']')) e--;
-  if (e > nl && d[e - nl - 1] != '\\' && same_bytes(d + e - nl, pt->fin_null, nl)) return;
+  if (e > nl && d[e - nl - 1] != '\\' && px_mem_eq(d + e - nl, pt->fin_null, nl)) return;
   px_answer_finish(pt->w, d, n, a);
 }
 

@@ -460,6 +460,28 @@ static void test_strings(void) {
  * second part (or none) and the end: against jansson as a string
  * (px_json_string, *esc too) and inside a request body (the tree walk's
  * string check), with every instruction set. */
+/* The request body doc[0..n) (copied to an exact-size buffer: nothing
+ * after it is readable) is taken by px_json_request exactly when jansson
+ * reads it, with every instruction set. */
+static void document_agrees(const char *doc, size_t n) {
+  unsigned char *d = malloc(n);
+  memcpy(d, doc, n);
+  json_t *j = json_loadb(doc, n, 0, NULL);
+  for (int level = px_json_simd(-1); level >= 0; level--) {
+    px_json_simd(level);
+    px_json_req_t r;
+    int rc = px_json_request((const char *)d, n, &r);
+    if ((rc == 0) != (j != NULL)) {
+      fprintf(stderr, "request scan (level %d) %d, jansson %d: %.*s\n", level, rc,
+              j != NULL, (int)n, doc);
+      failures++;
+    }
+  }
+  px_json_simd(-1);
+  json_decref(j);
+  free(d);
+}
+
 static void test_string_blocks(void) {
   static const char *const parts[] = {"\\n",
                                       "\\\"",
@@ -518,22 +540,7 @@ static void test_string_blocks(void) {
       /* the same string as an element below the top (the tree walk) */
       int dn =
           snprintf(doc, sizeof(doc), "{\"model\":\"m\",\"k\":[{\"v\":%.*s}]}", (int)n, t);
-      unsigned char *d = malloc((size_t)dn);
-      memcpy(d, doc, (size_t)dn);
-      json_t *j = json_loadb(doc, (size_t)dn, 0, NULL);
-      for (int level = px_json_simd(-1); level >= 0; level--) {
-        px_json_simd(level);
-        px_json_req_t r;
-        int rc = px_json_request((const char *)d, (size_t)dn, &r);
-        if ((rc == 0) != (j != NULL)) {
-          fprintf(stderr, "request scan (level %d) %d, jansson %d: %s\n", level, rc,
-                  j != NULL, doc);
-          failures++;
-        }
-      }
-      px_json_simd(-1);
-      json_decref(j);
-      free(d);
+      document_agrees(doc, (size_t)dn);
       cases++;
     }
   CHECK(cases == NP * 200);
@@ -561,22 +568,7 @@ static void test_documents(void) {
             "{\"k\":[{\"n\":\"%s\",\"x\":\"%-40s\"}]}"};
         int n = where == 5 ? snprintf(doc, sizeof(doc), shape[where], s, "")
                            : snprintf(doc, sizeof(doc), shape[where], s, s);
-        unsigned char *b = malloc((size_t)n);
-        memcpy(b, doc, (size_t)n);
-        json_t *j = json_loadb(doc, (size_t)n, 0, NULL);
-        for (int level = px_json_simd(-1); level >= 0; level--) {
-          px_json_simd(level);
-          px_json_req_t r;
-          int rc = px_json_request((const char *)b, (size_t)n, &r);
-          if ((rc == 0) != (j != NULL)) {
-            fprintf(stderr, "request scan (level %d) %d, jansson %d: %s\n", level, rc,
-                    j != NULL, doc);
-            failures++;
-          }
-        }
-        px_json_simd(-1);
-        json_decref(j);
-        free(b);
+        document_agrees(doc, (size_t)n);
       }
 }
 
