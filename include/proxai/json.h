@@ -184,8 +184,6 @@ typedef enum {
   PX_JREQ_DUPLICATE, /**< a member the gateway acts on appears twice */
 } px_jreq_err_t;
 
-/** What px_json_request found. Spans are byte ranges of the body; a
- *  member's len is 0 when it is absent. */
 /** The smallest container whose end the request walk records
  *  (px_json_jumps_t): a smaller one costs a decoder little to skip. */
 #define PX_JSON_JUMP_MIN 64
@@ -210,6 +208,8 @@ typedef struct px_json_jumps {
   void *arg; /**< want's */
 } px_json_jumps_t;
 
+/** What px_json_request found. Spans are byte ranges of the body; a
+ *  member's len is 0 when it is absent. */
 typedef struct px_json_req {
   size_t model_at, model_len;   /**< `model` value token (a string with its quotes) */
   int model_esc;                /**< the model string has escapes */

@@ -565,7 +565,7 @@ void px_exch_drop_upreq(px_exch_t *x) {
 /* The exchange's memory (freed here, or when its timer has closed). */
 static void exch_free(px_exch_t *x) {
   free(x->model_buf);
-  if (x->jumps.v) free(x->jumps.v);
+  free(x->jumps.v);
   if (x->rs) x->rs_part->free(x);
   free(x->user_buf);
   px_keys_free(x->rkey);

@@ -854,6 +854,7 @@ void px_trace_emit(const px_trace_ctx_t *t, const px_span_t *s) {
     ready_cb();
   }
 }
+
 size_t px_trace_pending(void) {
   return nspans;
 }
