@@ -162,7 +162,9 @@ struct px_exch {
    * ended last or is running, written out when the next attempt starts or
    * at finalize */
   px_trace_ctx_t tr;
-  char *tr_hdr; /* the traceparent value inside up_hdrs */
+  char *tr_hdr; /* the traceparent value inside tr_line; NULL: none sent */
+  char tr_line[PX_XFER_TRACE_LINE_LEN + 1]; /* its header line (the lanes
+                                               send it after up_hdrs) */
   const px_upstream_conf_t *tr_up;
   const char *tr_model;
   unsigned tr_n;             /* the attempt's number, 1-based */

@@ -166,7 +166,10 @@ static void chunk_answer(px_passthru_t *pt, const char *d, size_t n, unsigned ha
   if (!a->id[0] || !a->model[0]) px_answer_ids(pt->w, d, n, a);
   if (pt->fin_bit && !(has & pt->fin_bit)) return;
   size_t e = n, nl = pt->fin_null_len;
-  while (e > 0 && (d[e - 1] == '}' || d[e - 1] == ']')) e--;
+  if (n > 4 && memcmp(d + n - 3, "}]}", 3) == 0 && d[n - 4] != '}' && d[n - 4] != ']')
+    e = n - 3; /* a choice's end, as Chat's chunks end */
+  else
+    while (e > 0 && (d[e - 1] == '}' || d[e - 1] == ']')) e--;
   if (e > nl && d[e - nl - 1] != '\\' && px_mem_eq(d + e - nl, pt->fin_null, nl)) return;
   px_answer_finish(pt->w, d, n, a);
 }
@@ -187,15 +190,13 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
       return 0;
     }
   /* the keys this protocol's data chunks are tested for, in one pass
-   * (their lengths set at init: 0 for a key not tested) */
-  const char *keys[PX_WATCH_KEYS] = {"error", w->usage_obj, w->finish_keys[0],
-                                     w->finish_keys[1]};
+   * (set at init: length 0 for a key not tested) */
   unsigned has = 0;
   if (n > 0 && pt->keys) {
     unsigned char kl[PX_WATCH_KEYS];
     memcpy(kl, pt->klen, sizeof(kl));
     if (n <= 9 || d[0] != '{') kl[PX_K_ERROR] = 0;
-    has = keys_in(d, n, keys, kl);
+    has = keys_in(d, n, pt->kname, kl);
   }
   if (name_is(ev->event, w->error_event, nl[PX_N_ERROR])) {
     pt->upstream_error = 1;
@@ -214,7 +215,7 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
   } else if (has >> PX_K_USAGE & 1) {
     chunk_usage(pt, d, n);
   }
-  if (has >> PX_K_FINISH) pt->terminal = 1;
+  if (has & pt->term_bits) pt->terminal = 1;
   if (pt->fin_null_len) chunk_answer(pt, d, n, has);
   return 0;
 }
@@ -234,6 +235,16 @@ void px_passthru_answer(px_passthru_t *pt, px_answer_t *a) {
   for (size_t k = 0; k < 2 && w->finish_keys[k]; k++)
     if (strcmp(w->finish_keys[k], w->finish_key) == 0)
       pt->fin_bit = 1u << (PX_K_FINISH + k);
+  /* not one of them (Chat's): tested for in a free place all the same, in
+   * the same pass; a chunk without it (the usage-only one) has none, and is
+   * not walked back for it (it never ends the stream: not in term_bits) */
+  for (size_t k = PX_K_FINISH; k < PX_WATCH_KEYS && !pt->fin_bit; k++)
+    if (pt->klen[k] == 0) {
+      pt->kname[k] = w->finish_key;
+      pt->klen[k] = (unsigned char)fl;
+      pt->keys = 1;
+      pt->fin_bit = (unsigned char)(1u << k);
+    }
 }
 
 static int on_event_end(void *arg, size_t end);
@@ -248,8 +259,13 @@ void px_passthru_init(px_passthru_t *pt, px_proto_t proto, const char *model) {
   if (w->error_data) pt->klen[PX_K_ERROR] = 5;
   if (!w->start_event && !w->terminal_events[0])
     pt->klen[PX_K_USAGE] = (unsigned char)strlen(w->usage_obj);
-  for (size_t k = 0; k < 2 && w->finish_keys[k]; k++)
+  for (size_t k = 0; k < 2 && w->finish_keys[k]; k++) {
     pt->klen[PX_K_FINISH + k] = (unsigned char)strlen(w->finish_keys[k]);
+    pt->term_bits |= (unsigned char)(1u << (PX_K_FINISH + k));
+  }
+  const char *kname[PX_WATCH_KEYS] = {"error", w->usage_obj, w->finish_keys[0],
+                                      w->finish_keys[1]};
+  memcpy(pt->kname, kname, sizeof(kname));
   for (size_t k = 0; k < PX_WATCH_KEYS; k++) pt->keys |= pt->klen[k] > 0;
   const char *names[PX_N_COUNT] = {
       w->terminal_events[0], w->terminal_events[1], w->terminal_events[2], w->error_event,

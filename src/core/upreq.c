@@ -147,17 +147,21 @@ static char **build_upstream_headers(px_exch_t *x) {
     if (own && header_in(rh->name, ops->tenancy_headers)) continue;
     ADD(rh->name, PX_STR(": "), rh->value);
   }
-  /* the trace context: the value is written per attempt
-   * (px_trace_attempt, in place, hex digits); the client's tracestate goes
-   * on as is (px_trace_begin checked it) */
-  size_t tp_line = (size_t)-1;
+  /* the trace context: the traceparent line is the exchange's own
+   * (tr_line, the lanes send it after these: it is known good and of a
+   * known length), its value written per attempt (px_trace_attempt, in
+   * place, hex digits); the client's tracestate goes on as is
+   * (px_trace_begin checked it) */
+  int tp_line = 0;
   if (x->tr.on) {
-    static const char zeros[PX_TRACEPARENT_LEN + 1] =
-        "00-00000000000000000000000000000000-0000000000000000-00";
-    size_t before = n;
-    ADD_CHECKED(PX_STR("traceparent"), PX_STR(": "),
-                ((px_str_t){zeros, PX_TRACEPARENT_LEN}));
-    if (n > before) tp_line = before;
+    _Static_assert(PX_XFER_TRACE_LINE_LEN == sizeof("traceparent: ") - 1 + PX_TRACEPARENT_LEN,
+                   "the traceparent line's length");
+    if (!configured(up, PX_STR("traceparent"))) {
+      memcpy(x->tr_line, "traceparent: ", sizeof("traceparent: ") - 1);
+      memset(x->tr_line + sizeof("traceparent: ") - 1, '0', PX_TRACEPARENT_LEN);
+      x->tr_line[PX_XFER_TRACE_LINE_LEN] = 0;
+      tp_line = 1;
+    }
     if (x->tr.tracestate.len)
       ADD_CHECKED(PX_STR("tracestate"), PX_STR(": "), x->tr.tracestate);
   }
@@ -169,8 +173,7 @@ static char **build_upstream_headers(px_exch_t *x) {
       parts[n++] = (hdr_parts_t){px_str(up->headers[i]), PX_STR(""), PX_STR("")};
   char **h = join_lines(parts, n, joined);
   if (parts != stack) free(parts);
-  x->tr_hdr =
-      h && tp_line != (size_t)-1 ? h[tp_line] + sizeof("traceparent: ") - 1 : NULL;
+  x->tr_hdr = h && tp_line ? x->tr_line + sizeof("traceparent: ") - 1 : NULL;
   return h;
 }
 

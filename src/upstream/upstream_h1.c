@@ -293,6 +293,7 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
     if (k != HL_SKIP) total += n + 3;
     if (hi < KEEP) kinds[hi] = (unsigned char)k, lens[hi] = n;
   }
+  if (o->trace_line) total += PX_XFER_TRACE_LINE_LEN + 2;
   j = sizeof(num);
   for (size_t v = o->body_len; j == sizeof(num) || v; v /= 10)
     num[--j] = (char)('0' + v % 10);
@@ -322,6 +323,10 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
     if (k == HL_SKIP || (hi >= KEEP && HDR_NAMED(*h, strlen(*h), "accept-encoding"))) continue;
     memcpy(w, *h, n), w += n;
     if (k == HL_EMPTY) *w++ = ':';
+    CPY("\r\n");
+  }
+  if (o->trace_line) { /* the caller's, of its known length */
+    memcpy(w, o->trace_line, PX_XFER_TRACE_LINE_LEN), w += PX_XFER_TRACE_LINE_LEN;
     CPY("\r\n");
   }
   if (post) {
