@@ -293,11 +293,12 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
     if (k != HL_SKIP) total += n + 3;
     if (hi < KEEP) kinds[hi] = (unsigned char)k, lens[hi] = n;
   }
-  if (o->trace_line) total += PX_XFER_TRACE_LINE_LEN + 2;
   j = sizeof(num);
   for (size_t v = o->body_len; j == sizeof(num) || v; v /= 10)
     num[--j] = (char)('0' + v % 10);
-  total += 8 + u.auth_len + 2 + 13 + 27 + 16 + (sizeof(num) - j) + 2 + 50;
+  /* the trace line's room always (its CRLF too): no test for it here */
+  total += 8 + u.auth_len + 2 + 13 + 27 + 16 + (sizeof(num) - j) + 2 + 50 +
+           PX_XFER_TRACE_LINE_LEN + 2;
   char *head = malloc(total), *w = head;
   if (!head) return -1;
   memcpy(w, m, ml), w += ml;
