@@ -37,10 +37,9 @@ typedef struct px_passthru {
   px_buf_t raw;       /**< bytes of the unfinished event, not passed on yet */
   px_pt_feed_t *feed; /**< the feed under way (its SSE parser's hooks) */
   const px_wire_watch_t *w;           /**< the protocol's watch descriptor */
-  const char *kname[4];               /**< the keys data chunks are tested for */
-  unsigned char klen[4];              /**< their lengths (0: not tested; passthru.c) */
+  unsigned char klen[4];              /**< lengths of the keys data chunks are tested
+                                           for (0: not tested; passthru.c) */
   int keys;                           /**< any of them tested */
-  unsigned char term_bits;            /**< the bits of the keys that end a stream */
   unsigned char name_len[PX_N_COUNT]; /**< lengths of the event names (PX_N_*) */
   px_buf_t utail;                     /**< the bytes the last usage read depended on */
   int cr_end;         /**< the last event ended on CR (1 passed on, 2 dropped):
@@ -54,8 +53,7 @@ typedef struct px_passthru {
                                    reason kept here (px_passthru_answer) */
   char fin_null[40];          /**< a data-only stream's "finish name":null */
   unsigned char fin_null_len; /**< its length; 0: not a data-only stream */
-  unsigned char fin_bit; /**< the finish name's bit among the keys tested (one
-                              of them, or tested for the trace alone); 0: none */
+  unsigned char fin_bit; /**< the finish name's bit among the keys tested; 0: not one */
 } px_passthru_t;
 
 void px_passthru_init(px_passthru_t *pt, px_proto_t proto, const char *model);

@@ -159,8 +159,12 @@ static void answer_in(px_passthru_t *pt, const char *d, size_t n, const char *ou
  * model from the first that has them; the finish reason of a chunk that
  * holds its name (has: the keys the scan found, when the name is one of
  * them) and does not end in it being null ("finish_reason":null}]}: the
- * last one, as the read back from the end meets it first, says none) */
-static void chunk_answer(px_passthru_t *pt, const char *d, size_t n, unsigned has) {
+ * last one, as the read back from the end meets it first, says none),
+ * read back from its usage member when its usage was just read (used: the
+ * bytes the read depended on, from the member's name on, are kept in
+ * utail) */
+static void chunk_answer(px_passthru_t *pt, const char *d, size_t n, unsigned has,
+                         int used) {
   px_answer_t *a = pt->answer;
   if (n == 0 || d[0] != '{') return; /* [DONE] and the like */
   if (!a->id[0] || !a->model[0]) px_answer_ids(pt->w, d, n, a);
@@ -171,7 +175,8 @@ static void chunk_answer(px_passthru_t *pt, const char *d, size_t n, unsigned ha
   else
     while (e > 0 && (d[e - 1] == '}' || d[e - 1] == ']')) e--;
   if (e > nl && d[e - nl - 1] != '\\' && px_mem_eq(d + e - nl, pt->fin_null, nl)) return;
-  px_answer_finish(pt->w, d, n, a);
+  size_t at = used && pt->utail.len > 0 ? n + 1 - pt->utail.len : n;
+  px_answer_finish_from(pt->w, d, n, at, a);
 }
 
 /* One event, judged by the protocol's watch descriptor: terminal, error,
@@ -190,13 +195,16 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
       return 0;
     }
   /* the keys this protocol's data chunks are tested for, in one pass
-   * (set at init: length 0 for a key not tested) */
+   * (their lengths set at init: 0 for a key not tested) */
+  const char *keys[PX_WATCH_KEYS] = {"error", w->usage_obj, w->finish_keys[0],
+                                     w->finish_keys[1]};
   unsigned has = 0;
+  int used = 0; /* usage read on this chunk (chunk_usage) */
   if (n > 0 && pt->keys) {
     unsigned char kl[PX_WATCH_KEYS];
     memcpy(kl, pt->klen, sizeof(kl));
     if (n <= 9 || d[0] != '{') kl[PX_K_ERROR] = 0;
-    has = keys_in(d, n, pt->kname, kl);
+    has = keys_in(d, n, keys, kl);
   }
   if (name_is(ev->event, w->error_event, nl[PX_N_ERROR])) {
     pt->upstream_error = 1;
@@ -214,9 +222,10 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
     pt->upstream_error = 1;
   } else if (has >> PX_K_USAGE & 1) {
     chunk_usage(pt, d, n);
+    used = 1;
   }
-  if (has & pt->term_bits) pt->terminal = 1;
-  if (pt->fin_null_len) chunk_answer(pt, d, n, has);
+  if (has >> PX_K_FINISH) pt->terminal = 1;
+  if (pt->fin_null_len) chunk_answer(pt, d, n, has, used);
   return 0;
 }
 
@@ -235,16 +244,6 @@ void px_passthru_answer(px_passthru_t *pt, px_answer_t *a) {
   for (size_t k = 0; k < 2 && w->finish_keys[k]; k++)
     if (strcmp(w->finish_keys[k], w->finish_key) == 0)
       pt->fin_bit = 1u << (PX_K_FINISH + k);
-  /* not one of them (Chat's): tested for in a free place all the same, in
-   * the same pass; a chunk without it (the usage-only one) has none, and is
-   * not walked back for it (it never ends the stream: not in term_bits) */
-  for (size_t k = PX_K_FINISH; k < PX_WATCH_KEYS && !pt->fin_bit; k++)
-    if (pt->klen[k] == 0) {
-      pt->kname[k] = w->finish_key;
-      pt->klen[k] = (unsigned char)fl;
-      pt->keys = 1;
-      pt->fin_bit = (unsigned char)(1u << k);
-    }
 }
 
 static int on_event_end(void *arg, size_t end);
@@ -259,13 +258,8 @@ void px_passthru_init(px_passthru_t *pt, px_proto_t proto, const char *model) {
   if (w->error_data) pt->klen[PX_K_ERROR] = 5;
   if (!w->start_event && !w->terminal_events[0])
     pt->klen[PX_K_USAGE] = (unsigned char)strlen(w->usage_obj);
-  for (size_t k = 0; k < 2 && w->finish_keys[k]; k++) {
+  for (size_t k = 0; k < 2 && w->finish_keys[k]; k++)
     pt->klen[PX_K_FINISH + k] = (unsigned char)strlen(w->finish_keys[k]);
-    pt->term_bits |= (unsigned char)(1u << (PX_K_FINISH + k));
-  }
-  const char *kname[PX_WATCH_KEYS] = {"error", w->usage_obj, w->finish_keys[0],
-                                      w->finish_keys[1]};
-  memcpy(pt->kname, kname, sizeof(kname));
   for (size_t k = 0; k < PX_WATCH_KEYS; k++) pt->keys |= pt->klen[k] > 0;
   const char *names[PX_N_COUNT] = {
       w->terminal_events[0], w->terminal_events[1], w->terminal_events[2], w->error_event,

@@ -272,9 +272,14 @@ static void test_traced_finish(void) {
       {CHUNK(FIN("length") "," USAGE) DONE, "length", 1}, /* with usage */
       {CHUNK(FIN("stop")), "stop", 0},                     /* no [DONE]: not complete */
       {CHUNK("[{\"delta\":{\"content\":\"a\"}}]") DONE, "", 1}, /* without the name */
-      /* the usage-only chunk is passed over for the name only when it does
-       * not hold it: one in its usage object (or after it) is read, as the
-       * reference reading from the end reads it */
+      /* a chunk with usage is read back from its usage member only when
+       * the bytes from there hold neither the name nor its list's: one in
+       * its usage object (or after it) is read, and the list's name there
+       * ends the walk, as the reference reading from the end reads them */
+      {CHUNK(FIN("stop")) CHUNK(FIN("length") "," USAGE) DONE, "length", 1},
+      {CHUNK(FIN("stop")) CHUNK(FIN("q") ",\"usage\":{\"choices\":1,\"prompt_tokens\":3}")
+           DONE,
+       "stop", 1},
       {CHUNK(FIN("stop")) CHUNK("[],\"usage\":{\"finish_reason\":\"x\",\"prompt_tokens\":3}")
            DONE,
        "x", 1},
