@@ -61,13 +61,6 @@ void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const cha
 void px_answer_ids(const px_wire_watch_t *w, const char *p, size_t n, px_answer_t *a);
 /** ... and the finish reason alone. */
 void px_answer_finish(const px_wire_watch_t *w, const char *p, size_t n, px_answer_t *a);
-/** px_answer_finish, read as it reads it, walking back from p[from]
- *  rather than from the end when it may: from is where a name's opening
- *  quote is (the usage member's, px_usage_scan_at's *at) and the bytes
- *  from there hold neither the finish reason's name nor its list's (else,
- *  or from >= n: px_answer_finish). */
-void px_answer_finish_from(const px_wire_watch_t *w, const char *p, size_t n, size_t from,
-                           px_answer_t *a);
 
 /** Sets a's id, model and finish reason (JSON string contents; len 0: not
  *  set), cut to fit as px_answer_read cuts them. */

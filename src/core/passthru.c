@@ -159,12 +159,8 @@ static void answer_in(px_passthru_t *pt, const char *d, size_t n, const char *ou
  * model from the first that has them; the finish reason of a chunk that
  * holds its name (has: the keys the scan found, when the name is one of
  * them) and does not end in it being null ("finish_reason":null}]}: the
- * last one, as the read back from the end meets it first, says none),
- * read back from its usage member when its usage was just read (used: the
- * bytes the read depended on, from the member's name on, are kept in
- * utail) */
-static void chunk_answer(px_passthru_t *pt, const char *d, size_t n, unsigned has,
-                         int used) {
+ * last one, as the read back from the end meets it first, says none) */
+static void chunk_answer(px_passthru_t *pt, const char *d, size_t n, unsigned has) {
   px_answer_t *a = pt->answer;
   if (n == 0 || d[0] != '{') return; /* [DONE] and the like */
   if (!a->id[0] || !a->model[0]) px_answer_ids(pt->w, d, n, a);
@@ -175,8 +171,7 @@ static void chunk_answer(px_passthru_t *pt, const char *d, size_t n, unsigned ha
   else
     while (e > 0 && (d[e - 1] == '}' || d[e - 1] == ']')) e--;
   if (e > nl && d[e - nl - 1] != '\\' && px_mem_eq(d + e - nl, pt->fin_null, nl)) return;
-  size_t at = used && pt->utail.len > 0 ? n + 1 - pt->utail.len : n;
-  px_answer_finish_from(pt->w, d, n, at, a);
+  px_answer_finish(pt->w, d, n, a);
 }
 
 /* One event, judged by the protocol's watch descriptor: terminal, error,
@@ -199,7 +194,6 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
   const char *keys[PX_WATCH_KEYS] = {"error", w->usage_obj, w->finish_keys[0],
                                      w->finish_keys[1]};
   unsigned has = 0;
-  int used = 0; /* usage read on this chunk (chunk_usage) */
   if (n > 0 && pt->keys) {
     unsigned char kl[PX_WATCH_KEYS];
     memcpy(kl, pt->klen, sizeof(kl));
@@ -222,10 +216,9 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
     pt->upstream_error = 1;
   } else if (has >> PX_K_USAGE & 1) {
     chunk_usage(pt, d, n);
-    used = 1;
   }
   if (has >> PX_K_FINISH) pt->terminal = 1;
-  if (pt->fin_null_len) chunk_answer(pt, d, n, has, used);
+  if (pt->fin_null_len) chunk_answer(pt, d, n, has);
   return 0;
 }
 

@@ -686,18 +686,17 @@ static int lead_pick(const char *p, size_t n, size_t o, px_json_pick_t *pk) {
 #if defined(__SSE2__)
 /* last_member for compact JSON: walks back sixteen bytes at a time to the
  * places where a quote is followed by ':' (the end of a member's name) and
- * compares only those, from the place before p[from] (from <= n; values
- * are read within n). 1 when it decided (*s as last_member sets it); 0
+ * compares only those. 1 when it decided (*s as last_member sets it); 0
  * when it met neither the name nor the list (a name spaced from its colon,
  * or none): the caller walks with last_member. */
-static int last_member_fast(const char *p, size_t n, size_t from, const char *name,
-                            const char *list, size_t *s, size_t *l) {
+static int last_member_fast(const char *p, size_t n, const char *name, const char *list,
+                            size_t *s, size_t *l) {
   /* the names are the protocols' descriptors' literals: their lengths kept */
   static const char *last_name, *last_list;
   static size_t nl, ll;
   if (name != last_name) nl = strlen(name), last_name = name;
   if (list != last_list) ll = list ? strlen(list) : 0, last_list = list;
-  size_t j = from > 0 ? from - 1 : 0;
+  size_t j = n > 0 ? n - 1 : 0;
   const __m128i qt = _mm_set1_epi8('"'), co = _mm_set1_epi8(':');
   /* the last bytes of the names: most places fail on them */
   const char nz = name[nl - 1], lz = ll ? list[ll - 1] : 0;
@@ -798,8 +797,8 @@ static void answer_finish(const px_wire_watch_t *w, const char *p, size_t n,
     } else
 #if defined(__SSE2__)
         if (!(tail != END &&
-              last_member_fast(p, tail, tail, w->finish_key, w->finish_list, &s, &l)) &&
-            !last_member_fast(p, n, n, w->finish_key, w->finish_list, &s, &l))
+              last_member_fast(p, tail, w->finish_key, w->finish_list, &s, &l)) &&
+            !last_member_fast(p, n, w->finish_key, w->finish_list, &s, &l))
 #endif
       last_member(p, n, w->finish_key, w->finish_list, &s, &l);
   } else {
@@ -977,58 +976,6 @@ void px_answer_ids(const px_wire_watch_t *w, const char *p, size_t n, px_answer_
 }
 
 void px_answer_finish(const px_wire_watch_t *w, const char *p, size_t n, px_answer_t *a) {
-  answer_finish(w, p, n, NULL, END, a);
-}
-
-#if defined(__SSE2__)
-/* Whether a quote at p[from..n) opens `a` or `b` (b NULL: none), as far as
- * p holds them (a name cut at n counts): sixteen places at a time where a
- * quote is followed by either's first byte; only those are compared. */
-static int names_from(const char *p, size_t from, size_t n, const char *a, const char *b) {
-  static const char *la, *lb; /* the protocols' literals: their lengths kept */
-  static size_t al, bl;
-  if (a != la) al = strlen(a), la = a;
-  if (b != lb) bl = b ? strlen(b) : 0, lb = b;
-  const __m128i qt = _mm_set1_epi8('"'), fa = _mm_set1_epi8(a[0]),
-                fb = _mm_set1_epi8(b ? b[0] : a[0]);
-  size_t i = from;
-  for (; i + 17 <= n; i += 16) {
-    __m128i v = _mm_loadu_si128((const __m128i *)(p + i)),
-            w = _mm_loadu_si128((const __m128i *)(p + i + 1));
-    unsigned m = (unsigned)_mm_movemask_epi8(_mm_and_si128(
-        _mm_cmpeq_epi8(v, qt), _mm_or_si128(_mm_cmpeq_epi8(w, fa), _mm_cmpeq_epi8(w, fb))));
-    for (; m; m &= m - 1) {
-      size_t q = i + 1 + (size_t)__builtin_ctz(m), r = n - q; /* the name's first byte */
-      if (px_mem_eq(p + q, a, r < al ? r : al) || (bl && px_mem_eq(p + q, b, r < bl ? r : bl)))
-        return 1;
-    }
-  }
-  for (; i + 1 < n; i++)
-    if (p[i] == '"') {
-      size_t q = i + 1, r = n - q;
-      if (px_mem_eq(p + q, a, r < al ? r : al) || (bl && px_mem_eq(p + q, b, r < bl ? r : bl)))
-        return 1;
-    }
-  return 0;
-}
-#endif
-
-void px_answer_finish_from(const px_wire_watch_t *w, const char *p, size_t n, size_t from,
-                           px_answer_t *a) {
-#if defined(__SSE2__)
-  size_t s, l;
-  /* from: a name's opening quote (no name closes there), the bytes on
-   * holding neither name: the walk back from the end passes them without
-   * deciding anything, and starts there. As answer_finish reads it: the
-   * member just before the end first, then the walk. */
-  if (w->finish_key && (w->finish_list || w->finish_last) && from + 1 < n && p[from] == '"' &&
-      p[from + 1] != ':' && !names_from(p, from, n, w->finish_key, w->finish_list) &&
-      (finish_at_end(p, n, w->finish_key, &s, &l) ||
-       last_member_fast(p, n, from, w->finish_key, w->finish_list, &s, &l))) {
-    copy_str(p, s, l, a->finish, sizeof(a->finish), &a->finish_len);
-    return;
-  }
-#endif
   answer_finish(w, p, n, NULL, END, a);
 }
 

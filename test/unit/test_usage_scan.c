@@ -355,40 +355,7 @@ static void test_lead(void) {
       }
 }
 
-/* px_answer_finish_from reads what px_answer_finish reads, from any place
- * (a name's opening quote or not, with the names after it or not) */
-static void test_finish_from(void) {
-  static const char *const bodies[] = {
-      "{\"choices\":[],\"usage\":{\"prompt_tokens\":3}}",
-      "{\"choices\":[{\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3}}",
-      "{\"choices\":[{\"finish_reason\":\"stop\"}],\"usage\":{\"finish_reason\":\"x\"}}",
-      "{\"choices\":[{\"finish_reason\":\"q\"}],\"usage\":{\"choices\":1}}",
-      "{\"choices\":[{\"finish_reason\":\"q\"}],\"usage\":{\"a\":1},\"finish_reason\":\"y\"}",
-      "{\"choices\":[{\"finish_reason\":\"q\",\"z\":{\"finish_reason\":null}}],\"u\":{}}",
-      "{\"choices\" : [{\"finish_reason\" : \"spaced\"}], \"usage\" : {\"t\":1}}",
-      "{\"finish_reason\":\"top\",\"choices\":[],\"usage\":{\"t\":\"finish_reason\"}}",
-  };
-  const px_wire_watch_t *w = &px_proto_get(PX_PROTO_CHAT)->watch;
-  for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
-    size_t n = strlen(bodies[i]);
-    px_answer_t ref;
-    memset(&ref, 0, sizeof(ref));
-    px_answer_finish(w, bodies[i], n, &ref);
-    for (size_t from = 0; from <= n + 1; from++) {
-      px_answer_t a;
-      memset(&a, 0, sizeof(a));
-      px_answer_finish_from(w, bodies[i], n, from, &a);
-      if (strcmp(a.finish, ref.finish) != 0 || a.finish_len != ref.finish_len) {
-        fprintf(stderr, "body %zu from %zu: \"%s\", expected \"%s\"\n", i, from, a.finish,
-                ref.finish);
-        CHECK(0);
-      }
-    }
-  }
-}
-
 int main(void) {
-  test_finish_from();
   test_cases();
   test_lead();
   test_finish();
