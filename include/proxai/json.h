@@ -439,10 +439,6 @@ static inline int px_json_name_is(const char *s, size_t n, const char *lit, size
 int px_json_find(const char *p, size_t n, const char *const *path, size_t depth,
                  size_t *start, size_t *len);
 
-/** Whether p is one balanced JSON object with nothing after it (strings
- *  closed, brackets matched). A cheap structural check, not a full parse. */
-int px_json_complete(const char *p, size_t n);
-
 /** Append p with the string value at path replaced by `value` (escaped) to
  *  out. Returns PX_JSON_FOUND when replaced, else appends p unchanged and
  *  returns the px_json_find result; <0 only for buffer errors. */

@@ -1953,14 +1953,6 @@ size_t px_json_pick(const char *p, size_t n, size_t i, px_json_pick_t *pk) {
   }
 }
 
-int px_json_complete(const char *p, size_t n) {
-  size_t i = skip_ws(p, 0, n);
-  if (i >= n || p[i] != '{') return 0;
-  i = skip_value(p, i, n);
-  if (i == MORE || i == END) return 0;
-  return skip_ws(p, i, n) == n;
-}
-
 int px_json_replace_str(px_buf_t *out, const char *p, size_t n, const char *const *path,
                         size_t depth, const char *value) {
   size_t s, l;

@@ -48,15 +48,6 @@ static void test_find(void) {
   CHECK(px_json_name_is("mod\\u00\"", 7, "mod", 3) == 0);
   CHECK(px_json_name_is("\\ud800\"", 6, "x", 1) == 0);
   CHECK(px_json_find("{\"x\":1,}", 8, TOP, 1, &s, &l) == PX_JSON_BAD);
-  /* structural completeness */
-  CHECK(px_json_complete(j, strlen(j)) == 1);
-  CHECK(px_json_complete("{\"model\": \"gpt-4o\", ", 20) == 0);
-  CHECK(px_json_complete("{\"a\":\"}\"} x", 12) == 0);
-  {
-    const char *ok = " {\"a\":[1,{}]} \n";
-    CHECK(px_json_complete(ok, strlen(ok)) == 1);
-  }
-  CHECK(px_json_complete("[1]", 3) == 0);
 }
 
 static void test_replace(void) {
