@@ -8,7 +8,7 @@
  * body, used both as a client request and as an upstream answer. Wherever
  * the fast path takes a body, the jansson path must succeed too, with a
  * JSON-equal body (json_equal of both parses) and the same lossy list,
- * and the usage it hands over must be what px_usage_from_body reads;
+ * and the usage it hands over must be what px_usage_scan reads;
  * else the target aborts. */
 #include <stdint.h>
 #include <string.h>

@@ -5,7 +5,7 @@
  * the fast path takes a body (as written, or in its plain spelling:
  * px_json_respell), the jansson path must succeed too, with a
  * JSON-equal body (json_equal of both parses) and the same lossy list,
- * and the usage it hands over must be what px_usage_from_body reads.
+ * and the usage it hands over must be what px_usage_scan reads.
  * Where the gateway refuses a body, the reference refuses it too: in the
  * same words when a codec refused it, in any words when the codecs declined
  * it (the hub's refusal), but for the deliberate differences
@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jdepth.h"
 #include "jumps_check.h"
 #include "proxai/fastir.h"
 #include "proxai/passthru.h"
@@ -149,21 +150,6 @@ static inline int long_type(json_t *v) {
     if (long_type(m)) return 1;
   }
   return 0;
-}
-
-/* the nesting depth of v (a scalar: 0) */
-static inline int doc_depth(json_t *v) {
-  const char *key;
-  json_t *m;
-  size_t i;
-  int d = 0, k;
-  if (json_is_array(v)) {
-    json_array_foreach(v, i, m) if ((k = doc_depth(m)) > d) d = k;
-    return d + 1;
-  }
-  if (!json_is_object(v)) return 0;
-  json_object_foreach(v, key, m) if ((k = doc_depth(m)) > d) d = k;
-  return d + 1;
 }
 
 /* an "arguments" string anywhere in v holding brackets nested deeper than
@@ -360,7 +346,7 @@ static inline void response(const px_tr_ctx_t *c, const char *body, size_t len) 
   }
   if (fr == 0 || fr == PX_FAST_USAGE) {
     /* the usage handed over is what the scan of the body finds */
-    px_usage_from_body(c->out, body, len, &us);
+    px_usage_scan(c->out, body, len, &us);
     if (fr == PX_FAST_USAGE) uf = us;
     if (uf.input_tokens != us.input_tokens || uf.output_tokens != us.output_tokens) {
       fprintf(stderr, "usage differs: fast %lld/%lld, scan %lld/%lld\nbody: %.*s\n",

@@ -720,7 +720,7 @@ int px_translate_request_fast(const px_tr_ctx_t *ctx, const char *body, size_t l
                               px_tr_err_t *err);
 /** The fast path of a non-streaming upstream body -> client body: 0 with
  *  out filled and lossy merged and, when usage is not NULL, the body's
- *  usage merged into *usage as px_usage_from_body would read it (the
+ *  usage merged into *usage as px_usage_scan would read it (the
  *  decoder read it exactly: no second walk); PX_FAST_USAGE when taken the
  *  same way but the usage was not read (the caller scans the body);
  *  PX_FAST_REFUSE with *err set (err may be NULL) when a codec refuses the
@@ -740,11 +740,10 @@ int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t 
 int px_translate_response_body(const px_tr_ctx_t *ctx, const char *body, size_t len,
                                px_buf_t *out, px_lossy_t *lossy, px_usage_t *usage,
                                px_tr_err_t *err);
-/** An OpenAI usage counter (v: the member, NULL when absent) for
- *  px_fresp_t.usage_in / usage_out: its value, -1 when absent; 0 when it
- *  is a value px_usage_scan might read differently (not a plain integer).
- *  1 when known. */
-int px_fast_usage_count(const px_fv_t *v, int64_t *out);
+/** A usage counter (v: the member, NULL when absent) for
+ *  px_fresp_t.usage_in / usage_out as px_usage_scan counts it: a
+ *  non-negative integer as jansson reads it, else -1. */
+void px_fast_usage_count(const px_fv_t *v, int64_t *out);
 /** Tests only: how many requests / responses the fast path took. */
 void px_translate_fast_counts(unsigned long *requests, unsigned long *responses);
 

@@ -415,17 +415,29 @@ static inline int px_fj_next(const unsigned char *p, size_t n, size_t *ip,
 
 enum { PX_JSON_FOUND = 1, PX_JSON_ABSENT = 0, PX_JSON_BAD = -1, PX_JSON_MORE = -2 };
 
+/** Whether the raw content s[0..n) of a member name (escaped as written;
+ *  s[n] its closing quote) names lit (ln bytes), escapes decoded: the one
+ *  reader's comparison of names. An escaped name is checked first (a name
+ *  jansson would refuse names nothing): px_json_name_esc, called only when
+ *  the bytes before the first backslash are lit's first bytes. */
+int px_json_name_esc(const char *s, size_t n, const char *lit, size_t ln);
+static inline int px_json_name_is(const char *s, size_t n, const char *lit, size_t ln) {
+  if (n == ln) return memcmp(s, lit, n) == 0; /* an escape makes a name longer */
+  if (n < ln) return 0;
+  size_t b = 0;
+  while (b < ln && s[b] == lit[b]) b++;
+  return s[b] == '\\' && px_json_name_esc(s, n, lit, ln);
+}
+
 /**
  * Locate the value of member path[0], path[1], ... (objects only) in the JSON
- * text p of length n. On PX_JSON_FOUND sets *start and *len to the value token (a
- * string includes its quotes). PX_JSON_MORE: the text ended first (a prefix).
+ * text p of length n: names compared unescaped (px_json_name_is), the last
+ * member of a repeated name at each level (as jansson keeps it). On
+ * PX_JSON_FOUND sets *start and *len to the value token (a string includes
+ * its quotes). PX_JSON_MORE: the text ended first (a prefix).
  */
 int px_json_find(const char *p, size_t n, const char *const *path, size_t depth,
                  size_t *start, size_t *len);
-
-/** Whether p is one balanced JSON object with nothing after it (strings
- *  closed, brackets matched). A cheap structural check, not a full parse. */
-int px_json_complete(const char *p, size_t n);
 
 /** Append p with the string value at path replaced by `value` (escaped) to
  *  out. Returns PX_JSON_FOUND when replaced, else appends p unchanged and

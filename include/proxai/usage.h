@@ -1,6 +1,8 @@
 /**
  * usage.h - token usage read from an answer's raw JSON, by the member names
- * of the protocol's watch descriptor (px_wire_watch_t), without parsing it.
+ * of the protocol's watch descriptor (px_wire_watch_t): the usage object
+ * and its counts found by the answer's structure, by the one reader's
+ * rules for names and numbers.
  */
 #ifndef PROXAI_USAGE_H
 #define PROXAI_USAGE_H
@@ -10,12 +12,13 @@
 #include "proxai/proto.h"
 
 /** Usage of a non-streaming response body of protocol p: 1 when p[0..n)
- *  reads as one JSON object (its usage, if any, read into u), else 0 (u
- *  untouched). Every protocol puts usage last, so a body ending in '}' is
- *  read back from its end to the top-level usage member (the last one when
- *  the name repeats, as JSON parsers keep): the bytes after usage are
- *  walked, not the whole answer, and the part before usage is not checked.
- *  Other bodies get one forward walk (px_json_complete's answer). */
+ *  reads back as one JSON object (its usage, if any, read into u), else 0
+ *  (u untouched). Every protocol puts usage last, so the body is read back
+ *  from its end to the top-level usage member, structure only, by the one
+ *  reader's rules for names (compared unescaped; the last of a repeated
+ *  one, as jansson keeps it) and counts (a non-negative integer as jansson
+ *  reads the number token): the bytes after usage are walked, not the
+ *  whole answer, and the part before usage is not checked. */
 int px_usage_scan(px_proto_t p, const char *body, size_t len, px_usage_t *u);
 
 /** px_usage_scan, and *at: where the top-level usage member's name starts
@@ -24,15 +27,14 @@ int px_usage_scan(px_proto_t p, const char *body, size_t len, px_usage_t *u);
 int px_usage_scan_at(px_proto_t p, const char *body, size_t len, px_usage_t *u,
                      size_t *at);
 
-/** Read usage from a non-streaming response body of protocol p. */
-void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *u);
-/** The same, and *at as px_usage_scan_at sets it. */
-void px_usage_from_body_at(px_proto_t p, const char *body, size_t len, px_usage_t *u,
-                           size_t *at);
+/** px_usage_scan on the last bytes of a body whose front was cut away (a
+ *  pass-through answer too large to hold: its tail). */
+void px_usage_tail(px_proto_t p, const char *tail, size_t len, px_usage_t *u);
 
-/** Usage in a body or one stream event of the protocol of w: its usage
- *  object under member outer (NULL: at the top); a prefix cut inside the
- *  usage object gives what is there. Fields found are set in u. */
+/** Usage in one stream event of the protocol of w: its usage object under
+ *  member outer (NULL: at the top), each found back from the end as
+ *  px_usage_scan finds it and read the same way. Counts found are set in
+ *  u. */
 void px_usage_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
                    px_usage_t *u);
 

@@ -1751,9 +1751,9 @@ int px_json_number(const char *p, size_t n, size_t *i) {
 }
 
 /* ---------------------------------------------------------------------- */
-/* the path finder: members located in raw JSON text without parsing it.
- * It never decodes strings: member names are compared byte for byte (the
- * names looked for need no escaping). */
+/* the path finder: members located in raw JSON text without parsing it,
+ * by the one reader's rule for names: compared unescaped, the last of a
+ * repeated one (strings are skipped, not checked). */
 
 #define END PX_JSON_NPOS
 #define MORE PX_JSON_CUT
@@ -1815,49 +1815,97 @@ static size_t skip_value(const char *p, size_t i, size_t n) {
   return i > s ? i : END;
 }
 
+int px_json_name_esc(const char *s, size_t n, const char *lit, size_t ln) {
+  /* an escape spells one byte in 6 at most; the name is checked (its
+   * closing quote at s[n]) before it is decoded */
+  size_t end;
+  int esc;
+  if (n > 6 * ln || px_json_string_at((const unsigned char *)s, n + 1, 0, &end, &esc) < 0 ||
+      end != n)
+    return 0;
+  char tmp[256];
+  px_buf_t b = {.data = tmp, .len = 0, .size = sizeof(tmp), .cap = sizeof(tmp)};
+  if (n > sizeof(tmp)) px_buf_init(&b, n); /* a long one: on the heap */
+  px_str_t v;
+  int is = px_json_unescape(s, n, 1, &b, &v) == 0 && v.len == ln && memcmp(v.ptr, lit, ln) == 0;
+  if (b.data != tmp) px_buf_free(&b);
+  return is;
+}
+
+/* Whether p[i..n) may hold another member named like a name whose first
+ * byte is c: a quote followed by c or a backslash (an escaped spelling) at
+ * one of the places i .. n - 2 (a quote at n - 1 opens no name), a block
+ * at a time, the last block overlapping the one before. 0: the member
+ * found is the last of its name. */
+#if defined(__x86_64__) && defined(__GNUC__)
+AVX2 static int name_may_follow_avx2(const char *p, size_t i, size_t n, char c) {
+  const __m256i qt = _mm256_set1_epi8('"'), f = _mm256_set1_epi8(c), bs = _mm256_set1_epi8('\\');
+  for (size_t last = n - 33;; i = i + 32 > last ? last : i + 32) {
+    __m256i q = _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(p + i)), qt),
+            v = _mm256_loadu_si256((const __m256i *)(p + i + 1));
+    if (!_mm256_testz_si256(q, _mm256_or_si256(_mm256_cmpeq_epi8(v, f), _mm256_cmpeq_epi8(v, bs))))
+      return 1;
+    if (i == last) return 0;
+  }
+}
+#endif
+
+static int name_may_follow(const char *p, size_t i, size_t n, char c) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (n >= 33 && i + 33 <= n && simd_level == 2) return name_may_follow_avx2(p, i, n, c);
+#endif
+  for (; i + 1 < n; i++)
+    if (p[i] == '"' && (p[i + 1] == c || p[i + 1] == '\\')) return 1;
+  return 0;
+}
+
 int px_json_find(const char *p, size_t n, const char *const *path, size_t depth,
                  size_t *start, size_t *len) {
+  if (simd_level < 0) simd_level = simd_best();
   size_t i = skip_ws(p, 0, n);
-  size_t level = 0;
-  for (;;) {
+  for (size_t level = 0;; level++) {
     if (i >= n) return PX_JSON_MORE;
     if (p[i] != '{') return level == 0 ? PX_JSON_BAD : PX_JSON_ABSENT;
     i = skip_ws(p, i + 1, n);
     if (i >= n) return PX_JSON_MORE;
-    if (p[i] == '}') return PX_JSON_ABSENT;
     const char *want = path[level];
-    size_t wl = strlen(want);
-    for (;;) {
-      if (i >= n) return PX_JSON_MORE;
+    size_t wl = strlen(want), hit = END, hl = 0;
+    /* every member of the object: the last of that name is the one (as
+     * jansson keeps it), so the walk goes on to the closing brace unless
+     * no other can follow */
+    while (p[i] != '}') {
       if (p[i] != '"') return PX_JSON_BAD;
       size_t ke = skip_string(p, i, n);
       if (ke == MORE) return PX_JSON_MORE;
-      int match = ke - i - 2 == wl && memcmp(p + i + 1, want, wl) == 0;
+      int match = px_json_name_is(p + i + 1, ke - i - 2, want, wl);
       i = skip_ws(p, ke, n);
       if (i >= n) return PX_JSON_MORE;
       if (p[i] != ':') return PX_JSON_BAD;
       i = skip_ws(p, i + 1, n);
-      if (match) {
-        if (level + 1 == depth) {
-          size_t ve = skip_value(p, i, n);
-          if (ve == MORE) return PX_JSON_MORE;
-          if (ve == END) return PX_JSON_BAD;
-          *start = i;
-          *len = ve - i;
-          return PX_JSON_FOUND;
-        }
-        level++;
-        break; /* descend into this value */
-      }
       size_t ve = skip_value(p, i, n);
       if (ve == MORE) return PX_JSON_MORE;
       if (ve == END) return PX_JSON_BAD;
+      if (match) {
+        hit = i, hl = ve - i;
+        if (!name_may_follow(p, ve, n, want[0])) break; /* the last: the usual case */
+      }
       i = skip_ws(p, ve, n);
       if (i >= n) return PX_JSON_MORE;
-      if (p[i] == '}') return PX_JSON_ABSENT;
-      if (p[i] != ',') return PX_JSON_BAD;
-      i = skip_ws(p, i + 1, n);
+      if (p[i] == ',') {
+        i = skip_ws(p, i + 1, n);
+        if (i >= n) return PX_JSON_MORE;
+        if (p[i] == '}') return PX_JSON_BAD;
+      } else if (p[i] != '}') {
+        return PX_JSON_BAD;
+      }
     }
+    if (hit == END) return PX_JSON_ABSENT;
+    if (level + 1 == depth) {
+      *start = hit;
+      *len = hl;
+      return PX_JSON_FOUND;
+    }
+    i = hit; /* descend into the last one */
   }
 }
 
@@ -1903,14 +1951,6 @@ size_t px_json_pick(const char *p, size_t n, size_t i, px_json_pick_t *pk) {
     i = skip_ws(p, i + 1, n);
     if (i >= n) return MORE;
   }
-}
-
-int px_json_complete(const char *p, size_t n) {
-  size_t i = skip_ws(p, 0, n);
-  if (i >= n || p[i] != '{') return 0;
-  i = skip_value(p, i, n);
-  if (i == MORE || i == END) return 0;
-  return skip_ws(p, i, n) == n;
 }
 
 int px_json_replace_str(px_buf_t *out, const char *p, size_t n, const char *const *path,

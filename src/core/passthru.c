@@ -21,13 +21,15 @@
 #include "proxai/usage.h"
 
 /* Which of keys[0..PX_WATCH_KEYS) d[0..n) holds as "key" (bit k for
- * keys[k]; a key of length 0 is never held): a quick test before a scan,
- * one pass for all of them. With SSE2, sixteen places at a time where a
- * quote is followed by one of the keys' first bytes; only those are
- * compared (the last places in a block overlapping the one before). */
+ * keys[k]; a key of length 0 is never held), as written or with escapes: a
+ * quick test before a scan, one pass for all of them. With SSE2, sixteen
+ * places at a time where a quote is followed by one of the keys' first
+ * bytes; only those are compared (the last places in a block overlapping
+ * the one before). The same pass notes whether "\u" occurs: only then may
+ * a key be spelled with escapes (escaped_keys). */
 #define PX_WATCH_KEYS 4
 enum { PX_K_ERROR, PX_K_USAGE, PX_K_FINISH };
-/* the keys held at the quote d[j] (j + 1 < n) */
+/* the keys held at the quote d[j] (j + 1 < n), as written */
 static unsigned key_at(const char *d, size_t n, size_t j, const char *const *keys,
                        const unsigned char *kl) {
   unsigned found = 0;
@@ -38,14 +40,48 @@ static unsigned key_at(const char *d, size_t n, size_t j, const char *const *key
   return found;
 }
 
+/* Whether the string at the quote d[j] spells key (kl bytes) with an
+ * escape: its raw bytes to the first backslash are key's first bytes, and
+ * its content, to its closing quote, names it unescaped (an escape spells
+ * one byte in 6 at most) */
+static int escaped_key_at(const char *d, size_t n, size_t j, const char *key, size_t kl) {
+  size_t b = j + 1;
+  while (b < n && b - j - 1 < kl && d[b] == key[b - j - 1]) b++;
+  if (b >= n || b - j - 1 == kl || d[b] != '\\') return 0;
+  for (size_t e = b; e < n && e <= j + 1 + 6 * kl; e++) {
+    if (d[e] == '\\') e++;
+    else if (d[e] == '"') return px_json_name_esc(d + j + 1, e - j - 1, key, kl);
+  }
+  return 0;
+}
+
+/* The keys of want (bits) d[0..n) holds spelled with escapes: at every
+ * quote, for a chunk with "\u" in it (the keys are letters and '_', which
+ * only \u00XX escapes) */
+__attribute__((noinline, cold)) static unsigned escaped_keys(const char *d, size_t n,
+                                                             const char *const *keys,
+                                                             const unsigned char *kl,
+                                                             unsigned want) {
+  unsigned found = 0;
+  for (const char *q = d; (q = memchr(q, '"', (size_t)(d + n - q))) != NULL; q++) {
+    size_t j = (size_t)(q - d);
+    for (size_t k = 0; k < PX_WATCH_KEYS && j + 1 < n; k++)
+      if ((want >> k & 1) && (d[j + 1] == keys[k][0] || d[j + 1] == '\\') &&
+          escaped_key_at(d, n, j, keys[k], kl[k]))
+        found |= 1u << k;
+  }
+  return found;
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 /* keys_in's test thirty-two places at a time, where the CPU has AVX2 */
 __attribute__((target("avx2"))) static unsigned keys_in_avx2(const char *d, size_t n,
                                                              const char *const *keys,
                                                              const unsigned char *kl,
                                                              unsigned all) {
-  const __m256i qt = _mm256_set1_epi8('"');
-  __m256i f[PX_WATCH_KEYS];
+  const __m256i qt = _mm256_set1_epi8('"'), bs = _mm256_set1_epi8('\\'),
+                u = _mm256_set1_epi8('u');
+  __m256i f[PX_WATCH_KEYS], bu = _mm256_setzero_si256();
   unsigned found = 0;
   for (size_t k = 0; k < PX_WATCH_KEYS; k++)
     f[k] = _mm256_set1_epi8(kl[k] ? keys[k][0] : 0);
@@ -58,14 +94,17 @@ __attribute__((target("avx2"))) static unsigned keys_in_avx2(const char *d, size
       i = last;
       done = 1;
     }
-    __m256i q = _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(d + i)), qt);
+    __m256i r = _mm256_loadu_si256((const __m256i *)(d + i)), q = _mm256_cmpeq_epi8(r, qt);
     __m256i v = _mm256_loadu_si256((const __m256i *)(d + i + 1));
     __m256i b = _mm256_or_si256(
         _mm256_or_si256(_mm256_cmpeq_epi8(v, f[0]), _mm256_cmpeq_epi8(v, f[1])),
         _mm256_or_si256(_mm256_cmpeq_epi8(v, f[2]), _mm256_cmpeq_epi8(v, f[3])));
+    bu = _mm256_or_si256(bu, _mm256_and_si256(_mm256_cmpeq_epi8(r, bs), _mm256_cmpeq_epi8(v, u)));
     uint64_t m = (uint32_t)_mm256_movemask_epi8(_mm256_and_si256(q, b)) >> skip << skip;
     for (; m; m &= m - 1) found |= key_at(d, n, i + (size_t)__builtin_ctzll(m), keys, kl);
   }
+  if (found != all && !_mm256_testz_si256(bu, bu))
+    found |= escaped_keys(d, n, keys, kl, all & ~found);
   return found;
 }
 #define PX_HAVE_AVX2_KEYS 1
@@ -75,6 +114,7 @@ static unsigned keys_in(const char *d, size_t n, const char *const *keys,
                         const unsigned char *kl) {
   size_t i = 0;
   unsigned all = 0, found = 0;
+  int esc = 0; /* "\u" seen */
   for (size_t k = 0; k < PX_WATCH_KEYS; k++)
     if (kl[k] > 0) all |= 1u << k;
 #if defined(PX_HAVE_AVX2_KEYS)
@@ -82,8 +122,8 @@ static unsigned keys_in(const char *d, size_t n, const char *const *keys,
 #endif
 #if defined(__SSE2__)
   if (n >= 17) {
-    const __m128i qt = _mm_set1_epi8('"');
-    __m128i f[PX_WATCH_KEYS];
+    const __m128i qt = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'), u = _mm_set1_epi8('u');
+    __m128i f[PX_WATCH_KEYS], bu = _mm_setzero_si128();
     for (size_t k = 0; k < PX_WATCH_KEYS; k++)
       f[k] = _mm_set1_epi8(kl[k] ? keys[k][0] : 0);
     /* a quote at n - 1 opens no key: places up to n - 2 are tested */
@@ -94,19 +134,24 @@ static unsigned keys_in(const char *d, size_t n, const char *const *keys,
         i = last;
         done = 1;
       }
-      __m128i q = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(d + i)), qt);
+      __m128i r = _mm_loadu_si128((const __m128i *)(d + i)), q = _mm_cmpeq_epi8(r, qt);
       __m128i v = _mm_loadu_si128((const __m128i *)(d + i + 1));
       __m128i b =
           _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, f[0]), _mm_cmpeq_epi8(v, f[1])),
                        _mm_or_si128(_mm_cmpeq_epi8(v, f[2]), _mm_cmpeq_epi8(v, f[3])));
+      bu = _mm_or_si128(bu, _mm_and_si128(_mm_cmpeq_epi8(r, bs), _mm_cmpeq_epi8(v, u)));
       unsigned m = (unsigned)_mm_movemask_epi8(_mm_and_si128(q, b)) >> skip << skip;
       for (; m; m &= m - 1) found |= key_at(d, n, i + (size_t)__builtin_ctz(m), keys, kl);
     }
-    return found;
+    esc = _mm_movemask_epi8(bu) != 0;
+    i = n;
   }
 #endif
-  for (; i + 1 < n && found != all; i++) /* a quote at n - 1 opens no key */
+  for (; i + 1 < n && found != all; i++) { /* a quote at n - 1 opens no key */
     if (d[i] == '"') found |= key_at(d, n, i, keys, kl);
+    esc |= d[i] == '\\' && d[i + 1] == 'u';
+  }
+  if (esc && found != all) found |= escaped_keys(d, n, keys, kl, all & ~found);
   return found;
 }
 
@@ -133,10 +178,7 @@ static void chunk_usage(px_passthru_t *pt, const char *d, size_t n) {
     return;
   px_buf_reset(t);
   size_t at;
-  if (!px_usage_scan_at(pt->proto, d, n, &pt->usage, &at)) {
-    px_usage_read(pt->w, d, n, NULL, &pt->usage); /* a prefix */
-    return;
-  }
+  if (!px_usage_scan_at(pt->proto, d, n, &pt->usage, &at)) return;
   if (at != PX_JSON_NPOS && at > 0 && at < n && d[at - 1] != '\\' && d[0] == '{' &&
       n - at < PX_USAGE_TAIL_MAX)
     (void)px_buf_append(t, d + at - 1, n - at + 1); /* none kept if it fails */

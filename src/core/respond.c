@@ -210,35 +210,16 @@ static int pass_json_data(px_exch_t *x, const char *p, size_t n) {
   return 0;
 }
 
-/* Usage of a pass-through JSON answer from the last 64 KiB of its body: the
- * whole body when it fits, else the top-level "usage" member found in the
- * tail, read as if it opened an object of its own. */
-static void usage_from_tail(px_exch_t *x) {
-  const char *d = x->acc.data;
-  size_t n = x->acc.len;
-  if (d == NULL || n == 0) return;
-  if (px_usage_scan(x->out, d, n, &x->usage)) return; /* complete: one walk */
-  const char *u = NULL;
-  for (const char *q = d; (q = memmem(q, (size_t)(d + n - q), "\"usage\"", 7)) != NULL; q += 7)
-    u = q;
-  if (u == NULL) return;
-  px_buf_t b;
-  px_buf_init(&b, n + 2);
-  if (px_buf_append(&b, "{", 1) == 0 && px_buf_append(&b, u, (size_t)(d + n - u)) == 0)
-    px_usage_from_body(x->out, b.data, b.len, &x->usage);
-  px_buf_free(&b);
-}
-
 static void pass_json_done(px_exch_t *x) {
   if (!x->started) { /* held whole: sent with our own Content-Length */
     size_t tail;     /* where usage starts: a trace's reading of the answer stops there */
-    px_usage_from_body_at(x->out, x->acc.data ? x->acc.data : "", x->acc.len, &x->usage,
-                          &tail);
+    px_usage_scan_at(x->out, x->acc.data ? x->acc.data : "", x->acc.len, &x->usage, &tail);
     px_exch_trace_answer(x, x->acc.data, x->acc.len, tail, NULL, 0);
     if (px_exch_respond(x, x->up_status, up_ctype(x), 0, (int64_t)x->acc.len) == 0)
       px_exch_write(x, x->acc.data, x->acc.len);
   } else {
-    usage_from_tail(x);
+    /* usage from the last 64 KiB of the body: found back from its end */
+    if (x->acc.data != NULL) px_usage_tail(x->out, x->acc.data, x->acc.len, &x->usage);
     px_exch_trace_answer(x, x->acc.data, x->acc.len, PX_JSON_NPOS, NULL,
                          0); /* its tail's */
   }
@@ -262,7 +243,7 @@ static void pass_rewrite_done(px_exch_t *x) {
   px_buf_t b;
   px_buf_init(&b, PX_MAX_UPSTREAM_JSON + 4096);
   px_json_replace_str(&b, x->acc.data, x->acc.len, top, 1, x->model);
-  px_usage_from_body(x->out, b.data, b.len, &x->usage);
+  px_usage_scan(x->out, b.data, b.len, &x->usage);
   px_exch_trace_answer(x, x->acc.data, x->acc.len, PX_JSON_NPOS, NULL,
                        0); /* its model written back */
   if (px_exch_respond(x, x->up_status, up_ctype(x), 0, (int64_t)b.len) == 0)
@@ -305,14 +286,14 @@ static void tr_json_done(px_exch_t *x) {
   int fr = px_translate_response_body(&x->ctx, x->acc.data, x->acc.len, &fb, &x->lossy,
                                       &x->usage, &err);
   if (fr == 0 || fr == PX_FAST_USAGE) {
-    if (fr == PX_FAST_USAGE) px_usage_from_body(x->out, x->acc.data, x->acc.len, &x->usage);
+    if (fr == PX_FAST_USAGE) px_usage_scan(x->out, x->acc.data, x->acc.len, &x->usage);
     tr_json_answer(x, fb.data, fb.len);
     px_buf_free(&fb);
     return;
   }
   px_buf_free(&fb);
   /* the tokens were spent all the same */
-  px_usage_from_body(x->out, x->acc.data, x->acc.len, &x->usage);
+  px_usage_scan(x->out, x->acc.data, x->acc.len, &x->usage);
   if (err.kind == PX_ERR_BAD_GATEWAY) x->error_type = "bad_gateway";
   tr_json_refused(x, &err);
 }

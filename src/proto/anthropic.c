@@ -1655,14 +1655,13 @@ static int decode_usage(px_fw_t *w, px_fresp_t *ir) {
   unsigned seen = 0;
   if (px_fc_fields(w, keys, 4, f, &seen) != 0) return DECLINE;
   int64_t cnt[4];
-  int known = 1;
   for (int i = 0; i < 4; i++) {
     if ((seen & (1u << i)) && px_fw_jint(&f[i], -1, &val[i]) != 0) return DECLINE;
-    known &= px_fast_usage_count((seen & (1u << i)) ? &f[i] : NULL, &cnt[i]);
+    px_fast_usage_count((seen & (1u << i)) ? &f[i] : NULL, &cnt[i]);
   }
   int64_t in = val[0], out = val[1], cr = val[2], cc = val[3];
   /* as px_usage_scan counts: input with the cache counts added */
-  ir->usage_known = known;
+  ir->usage_known = 1;
   ir->usage_in = cnt[0] < 0 ? -1 : cnt[0] + (cnt[2] > 0 ? cnt[2] : 0) + (cnt[3] > 0 ? cnt[3] : 0);
   ir->usage_out = cnt[1];
   ir->has_usage = 1;

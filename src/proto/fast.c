@@ -1102,8 +1102,9 @@ int px_fc_openai_usage(px_fw_t *w, const px_fkey_t keys[4], px_fresp_t *ir) {
   }
   if (r < 0) return PX_FAST_DECLINE;
   ir->has_usage = 1;
-  ir->usage_known = px_fast_usage_count((seen & 1) ? &f[0] : NULL, &ir->usage_in) &&
-                    px_fast_usage_count((seen & 2) ? &f[1] : NULL, &ir->usage_out);
+  px_fast_usage_count((seen & 1) ? &f[0] : NULL, &ir->usage_in);
+  px_fast_usage_count((seen & 2) ? &f[1] : NULL, &ir->usage_out);
+  ir->usage_known = 1;
   if (px_fw_jint((seen & 1) ? &f[0] : &none, 0, &ir->in) != 0 ||
       px_fw_jint((seen & 2) ? &f[1] : &none, 0, &ir->out) != 0)
     return PX_FAST_DECLINE;
@@ -1122,12 +1123,9 @@ int px_fw_detail(const px_fv_t *v, const char *key, int64_t *out) {
   return seen ? px_fw_jint(&x, -1, out) : 0;
 }
 
-int px_fast_usage_count(const px_fv_t *v, int64_t *out) {
-  *out = -1;
-  if (v == NULL) return 1;
-  /* px_usage_scan reads the leading digits of the token */
-  if (v->kind != PX_FV_NUM || !px_fw_is_int(v->raw) || px_fw_uint(v->raw, out) < 0) return 0;
-  return 1;
+void px_fast_usage_count(const px_fv_t *v, int64_t *out) {
+  /* as px_usage_scan counts: a non-negative integer as jansson reads it */
+  if (v == NULL || !px_jv_int(v, out) || *out < 0) *out = -1;
 }
 
 int px_fast_created(const px_fv_t *v, px_fresp_t *ir) {

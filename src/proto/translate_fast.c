@@ -181,7 +181,7 @@ int px_translate_response_fast(const px_tr_ctx_t *ctx, const char *body, size_t 
                   (px_str_t){ir.finish.p, ir.finish.p ? ir.finish.n : 0});
   if (usage == NULL) return 0;
   if (!ir.usage_known) return PX_FAST_USAGE;
-  /* what px_usage_from_body would find: no second walk */
+  /* what px_usage_scan would find: no second walk */
   if (ir.usage_in >= 0) usage->input_tokens = ir.usage_in;
   if (ir.usage_out >= 0) usage->output_tokens = ir.usage_out;
   /* parts of the input, priced apart (money.h) */

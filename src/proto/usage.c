@@ -1,7 +1,10 @@
-/* usage.c - the token usage of an answer, read from its raw JSON without
- * parsing it, by the member names of the protocol's watch descriptor: in a
- * whole body (read back from its end, where every protocol puts usage) and
- * in one stream event (the pass-through watcher's).
+/* usage.c - the token usage of an answer, read from its raw JSON by the
+ * member names of the protocol's watch descriptor: in a whole body and in
+ * one stream event (the pass-through watcher's), the usage object and its
+ * counts found by the answer's structure back from its end (where every
+ * protocol puts usage) by the one reader's rules (names compared
+ * unescaped, the last of a repeated one, a count as jansson reads it);
+ * and, for traces, the answer's id, model and finish reason.
  */
 #include "proxai/usage.h"
 
@@ -21,254 +24,21 @@ static size_t skip_ws(const char *p, size_t i, size_t n) {
   return px_json_ws((const unsigned char *)p, n, i);
 }
 
-static int64_t find_int(const char *p, size_t n, const char *const *path, size_t depth) {
-  size_t s, l;
-  if (px_json_find(p, n, path, depth, &s, &l) != PX_JSON_FOUND) return -1;
-  if (p[s] < '0' || p[s] > '9') return -1;
-  return strtoll(p + s, NULL, 10);
-}
-
-/* Usage in a body or event of a protocol, its usage object under outer (or
- * at the top): the member names come from the protocol's watch descriptor.
- * The usage object is located once; its members are read inside it. */
-void px_usage_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
-                   px_usage_t *u) {
-  const char *in_name = w->usage_in, *out_name = w->usage_out;
-  const char *path[2];
-  size_t d = 0, s, l;
-  if (outer) path[d++] = outer;
-  path[d++] = w->usage_obj;
-  int rc = px_json_find(p, n, path, d, &s, &l);
-  if (rc == PX_JSON_MORE) { /* a prefix cut inside usage: read what is there */
-    const char *pin[3] = {path[0], path[1], NULL}, *pout[3] = {path[0], path[1], NULL};
-    pin[d] = in_name;
-    pout[d] = out_name;
-    int64_t v = find_int(p, n, pin, d + 1);
-    if (v >= 0) u->input_tokens = v;
-    v = find_int(p, n, pout, d + 1);
-    if (v >= 0) u->output_tokens = v;
-    return;
-  }
-  if (rc != PX_JSON_FOUND || p[s] != '{') return;
-  p += s;
-  n = l;
-  int64_t v = find_int(p, n, &in_name, 1);
-  if (v >= 0) {
-    u->input_tokens = v;
-    for (size_t k = 0; k < 2 && w->usage_in_extra[k]; k++) {
-      int64_t c = find_int(p, n, &w->usage_in_extra[k], 1);
-      if (c > 0) u->input_tokens += c;
-      /* the extras are the cache reads, then the cache writes (proto.h) */
-      if (c >= 0) *(k ? &u->cache_creation_tokens : &u->cache_read_tokens) = c;
-    }
-  }
-  v = find_int(p, n, &out_name, 1);
-  if (v >= 0) {
-    int64_t c = w->usage_out_extra ? find_int(p, n, &w->usage_out_extra, 1) : -1;
-    u->output_tokens = v + (c > 0 ? c : 0);
-  }
-}
-
-/* A non-negative integer value at p[0..n), else -1. */
-static int64_t int_at(const char *p, size_t n) {
-  if (n == 0 || p[0] < '0' || p[0] > '9') return -1;
+/* The count at p[i] (a member's value): a non-negative integer as jansson
+ * reads it (its number token by jansson's grammar and range, no fraction
+ * or exponent; "-0" is 0), else -1 (a real, a string, null, a negative
+ * number, a token jansson refuses). */
+static int64_t count_at(const char *p, size_t n, size_t i) {
+  size_t e = i;
+  if (i >= n || px_json_number(p, n, &e) < 0) return -1;
+  int neg = p[i] == '-';
   int64_t v = 0;
-  size_t i = 0;
-  for (; i < n && i < 18 && p[i] >= '0' && p[i] <= '9'; i++) /* 18 digits fit */
-    v = v * 10 + (p[i] - '0');
-  for (; i < n && p[i] >= '0' && p[i] <= '9'; i++) {
-    if (v > (INT64_MAX - (p[i] - '0')) / 10) return INT64_MAX; /* as strtoll saturates */
-    v = v * 10 + (p[i] - '0');
+  for (size_t k = i + (size_t)neg; k < e; k++) {
+    if (p[k] < '0' || p[k] > '9') return -1; /* '.', 'e', 'E': a real */
+    v = v * 10 + (p[k] - '0');                /* in range: px_json_number */
   }
-  return v;
+  return neg && v != 0 ? -1 : v;
 }
-
-/* The first index j >= i (or n) where p[j] may be a quote or a bracket,
- * sixteen (SSE2) or eight bytes at a time. Masking off bits 0x26 maps the
- * four brackets to 0x59 (so do 'Y', 'y', '_' and DEL: the caller checks the
- * byte). */
-static size_t next_mark(const unsigned char *p, size_t i, size_t n) {
-#if defined(__SSE2__)
-  const __m128i mask = _mm_set1_epi8((char)~0x26), br = _mm_set1_epi8(0x59),
-                qt = _mm_set1_epi8('"');
-  for (; i + 16 <= n; i += 16) {
-    __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
-    __m128i hit =
-        _mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(v, mask), br), _mm_cmpeq_epi8(v, qt));
-    unsigned m = (unsigned)_mm_movemask_epi8(hit);
-    if (m) return i + (size_t)__builtin_ctz(m);
-  }
-#elif defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t v, b, q;
-    memcpy(&v, p + i, 8);
-    b = (v & ~(ones * 0x26)) ^ (ones * 0x59);
-    q = v ^ (ones * '"');
-    uint64_t t = ((b - ones) & ~b & high) | ((q - ones) & ~q & high);
-    if (t) return i + (size_t)(__builtin_ctzll(t) >> 3);
-  }
-#endif
-  while (i < n && p[i] != '"' && p[i] != '{' && p[i] != '}' && p[i] != '[' && p[i] != ']')
-    i++;
-  return i;
-}
-
-/* One walk of the object text p[0..n): 1 when it is one complete object
- * (brackets balanced outside strings, only whitespace after it), with
- * *vs, *vl the value of the first top-level member named `name` when that
- * value is an object (*vs = END otherwise); else 0. Structure only, as
- * px_json_complete: strings are skipped, not checked. */
-static int top_object_member(const char *text, size_t n, const char *name, size_t *vs,
-                             size_t *vl) {
-  const unsigned char *p = (const unsigned char *)text;
-  size_t nl = strlen(name), i = skip_ws(text, 0, n), depth = 0, open = END;
-  int seen = 0; /* the first member of that name decides, as px_json_find */
-  *vs = END;
-  if (i >= n || p[i] != '{') return 0;
-  for (;; i++) {
-    i = next_mark(p, i, n);
-    if (i >= n) return 0;
-    unsigned char c = p[i];
-    if (c == '"') {
-      size_t s = i;
-      for (i++;; i++) { /* to the closing quote; an escape takes the next byte */
-        i = px_json_plain(p, n, i);
-        if (i >= n) return 0;
-        if (p[i] == '"') break;
-        if (p[i] == '\\') i++;
-      }
-      if (depth == 1 && !seen && i - s - 1 == nl && memcmp(p + s + 1, name, nl) == 0) {
-        size_t j = skip_ws(text, i + 1, n);
-        if (j < n && p[j] == ':') { /* a member name, not a value */
-          seen = 1;
-          j = skip_ws(text, j + 1, n);
-          if (j < n && p[j] == '{') open = j;
-        }
-      }
-    } else if (c == '{' || c == '[') {
-      if (i == open) *vs = i;
-      depth++;
-    } else if (c == '}' || c == ']') {
-      if (depth == 0) return 0;
-      if (--depth == 0) return skip_ws(text, i + 1, n) == n;
-      if (depth == 1 && *vs != END && *vl == 0) *vl = i + 1 - *vs;
-    } /* else a byte that only looked like a bracket */
-  }
-}
-
-#if defined(__SSE2__)
-/* Bit k set when byte k of the 64 bytes at v equals c. */
-static inline uint64_t eq64(const __m128i v[4], char c) {
-  const __m128i cv = _mm_set1_epi8(c);
-  uint64_t m = 0;
-  for (int k = 0; k < 4; k++)
-    m |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v[k], cv)) << (16 * k);
-  return m;
-}
-
-/* Bit k = parity of the bits 0..k of x: inside a string, from its opening
- * quote (set) to its closing one (clear). */
-static inline uint64_t prefix_xor(uint64_t x) {
-  x ^= x << 1;
-  x ^= x << 2;
-  x ^= x << 4;
-  x ^= x << 8;
-  x ^= x << 16;
-  x ^= x << 32;
-  return x;
-}
-
-/* Bit k set when byte k of the 64 bytes at v may be a bracket: masking off
- * bits 0x26 maps all four to 0x59 (so do 'Y', 'y', '_' and DEL: the caller
- * checks the byte). */
-static inline uint64_t brackets64(const __m128i v[4]) {
-  const __m128i mask = _mm_set1_epi8((char)~0x26), br = _mm_set1_epi8(0x59);
-  uint64_t m = 0;
-  for (int k = 0; k < 4; k++)
-    m |= (uint64_t)(uint32_t)_mm_movemask_epi8(
-             _mm_cmpeq_epi8(_mm_and_si128(v[k], mask), br))
-         << (16 * k);
-  return m;
-}
-
-/* top_object_member() over 64-byte blocks, as simdjson finds structure:
- * masks of quotes, backslashes and brackets; escaped quotes dropped; the
- * inside of strings from a prefix XOR of the quotes; then only brackets
- * and opening quotes outside strings are visited, never the bytes of a
- * string. */
-static int top_object_member_blocks(const char *text, size_t n, const char *name,
-                                    size_t *vs, size_t *vl) {
-  const unsigned char *p = (const unsigned char *)text;
-  size_t nl = strlen(name), i = skip_ws(text, 0, n);
-  *vs = END;
-  if (i >= n || p[i] != '{' || nl == 0) return 0;
-  size_t depth = 0, open = END;
-  int seen = 0; /* the first member of that name decides, as px_json_find */
-  uint64_t esc_carry = 0, str_carry = 0;
-  for (size_t b = 0; b < n; b += 64) {
-    __m128i v[4];
-    if (b + 64 <= n) {
-      for (int k = 0; k < 4; k++)
-        v[k] = _mm_loadu_si128((const __m128i *)(p + b + 16 * k));
-    } else { /* the last piece, padded with spaces */
-      unsigned char tail[64];
-      memset(tail, ' ', sizeof(tail));
-      memcpy(tail, p + b, n - b);
-      for (int k = 0; k < 4; k++)
-        v[k] = _mm_loadu_si128((const __m128i *)(tail + 16 * k));
-    }
-    uint64_t bs = eq64(v, '\\'), qt = eq64(v, '"'), bk = brackets64(v);
-    uint64_t escaped = esc_carry; /* bytes taken by a backslash before them */
-    esc_carry = 0;
-    for (uint64_t m = bs; m; m &= m - 1) {
-      unsigned j = (unsigned)__builtin_ctzll(m);
-      if ((escaped >> j) & 1) continue; /* an escaped backslash escapes nothing */
-      if (j == 63)
-        esc_carry = 1;
-      else
-        escaped |= 1ull << (j + 1);
-    }
-    qt &= ~escaped;
-    uint64_t instr = prefix_xor(qt) ^ str_carry; /* set from an opening quote on */
-    str_carry = (uint64_t)((int64_t)instr >> 63);
-    /* opening quotes whose next byte is the name's first (the last one's
-     * next byte is in the next block: kept, checked below) */
-    uint64_t oq = qt & instr & ((eq64(v, name[0]) >> 1) | (1ull << 63));
-    for (uint64_t ev = bk & ~instr;; ev &= ev - 1) {
-      unsigned k = ev ? (unsigned)__builtin_ctzll(ev) : 64;
-      /* strings before this bracket: only the top object's member names
-       * matter, so only at depth 1 are they looked at */
-      uint64_t before = k == 64 ? oq : oq & ((1ull << k) - 1);
-      oq &= ~before;
-      for (; depth == 1 && !seen && before; before &= before - 1) {
-        size_t at = b + (size_t)__builtin_ctzll(before);
-        if (at + nl + 1 >= n || p[at + 1] != (unsigned char)name[0] ||
-            p[at + nl + 1] != '"' || memcmp(p + at + 1, name, nl) != 0)
-          continue;
-        size_t j = skip_ws(text, at + nl + 2, n);
-        if (j < n && p[j] == ':') { /* a name, not a value */
-          seen = 1;
-          j = skip_ws(text, j + 1, n);
-          if (j < n && p[j] == '{') open = j;
-        }
-      }
-      if (k == 64) break;
-      size_t at = b + k;
-      unsigned char c = p[at];
-      if (c == '{' || c == '[') {
-        if (at == open) *vs = at;
-        depth++;
-      } else if (c == '}' || c == ']') {
-        if (depth == 0) return 0;
-        if (--depth == 0) return skip_ws(text, at + 1, n) == n;
-        if (depth == 1 && *vs != END && *vl == 0) *vl = at + 1 - *vs;
-      } /* else a byte that only looked like a bracket */
-    }
-  }
-  return 0;
-}
-#endif
 
 /* The marks of p[lo..i) walked down from i: quotes, and the bytes that may
  * be brackets (next_mark's test), 32 bytes tested at once (SSE2, else
@@ -328,27 +98,30 @@ static inline size_t rquote(rmarks_t *r) {
   return r->base + bit;
 }
 
-/* Every protocol puts usage last: the top-level member `name` found walking
- * back from the closing brace, structure only (strings skipped, as the
- * forward walk). On the way back, the members of the current second-level
- * object named in pk are noted (pk->at: their values' first bytes, the last
- * of a repeated name). 1 when found: its value is an object and pk holds
- * its members, or it is not (pk->n = 0: nothing to read); 0 when the walk
- * reached the opening brace without meeting it (one object, no usage); -1
- * when the text does not read back as one object (not ending in '}',
- * unbalanced, a stray quote): the caller walks forward instead. Reading
- * from the end costs the bytes after usage, not the whole answer; when a
- * name repeats at the top, the last one counts, as in jansson and the
- * clients' JSON parsers. */
-static int top_member_from_end(const char *text, size_t n, const char *name,
-                               px_json_pick_t *pk, size_t *at) {
+/* The top-level member `name` of the object text[lo..n) found walking back
+ * from its closing brace (every protocol puts usage last), structure only:
+ * strings are skipped, not checked; names are compared unescaped
+ * (px_json_name_is). On the way back the members of the current
+ * second-level object named in pk (NULL: none) are noted (pk->at: their
+ * values' first bytes; the last of a repeated name, met first). 1 when
+ * found: *vs, *ve its value's span when that is an object (pk holds its
+ * members), else *vs = END; *at where its name starts; 0 when the walk
+ * reached the opening brace at lo without meeting it (one object, no such
+ * member); -1 when the text does not read back as one object (not ending
+ * in '}', unbalanced, a stray quote), or with cut (the text is the tail of
+ * a larger one, its front cut away) when the walk ran out of bytes.
+ * Reading from the end costs the bytes after the member, not the whole
+ * text; when a name repeats at the top the last one is met first, as
+ * jansson keeps it. */
+static int member_from_end(const char *text, size_t lo, size_t n, const char *name, int cut,
+                           px_json_pick_t *pk, size_t *vs, size_t *ve, size_t *at) {
   const unsigned char *p = (const unsigned char *)text;
-  size_t nl = strlen(name), first = skip_ws(text, 0, n), j = n;
+  size_t nl = strlen(name), first = skip_ws(text, lo, n), j = n, names = pk ? pk->n : 0;
   while (j > first &&
          (p[j - 1] == ' ' || p[j - 1] == '\t' || p[j - 1] == '\n' || p[j - 1] == '\r'))
     j--;
-  if (j <= first || p[j - 1] != '}' || p[first] != '{') return -1;
-  size_t depth = 0, open = END;
+  if (j <= first || p[j - 1] != '}' || (!cut && p[first] != '{')) return -1;
+  size_t depth = 0, open = END, close = END;
   rmarks_t r = {p, first, j, 0, 0};
   for (;;) {
     j = rmark(&r);
@@ -359,26 +132,30 @@ static int top_member_from_end(const char *text, size_t n, const char *name,
       size_t k, b;
       do {
         if ((k = rquote(&r)) == END) return -1;
-        for (b = k; b > 0 && p[b - 1] == '\\';) b--;
+        for (b = k; b > lo && p[b - 1] == '\\';) b--;
       } while ((k - b) & 1);
-      if (depth > 2) continue; /* no name the walk reads */
-      size_t kl = j - k - 1, e = skip_ws(text, j + 1, n);
-      if (depth == 2 && e < n && p[e] == ':') { /* a member of a second-level object */
-        for (size_t m = 0; m < pk->n; m++)
-          if (pk->at[m] == END && pk->nlen[m] == kl &&
-              memcmp(p + k + 1, pk->name[m], kl) == 0) {
+      if (depth > 2 || (depth == 2 && names == 0)) continue; /* no name the walk reads */
+      size_t e = skip_ws(text, j + 1, n);
+      if (e >= n || p[e] != ':') continue; /* a value, not a name */
+      if (depth == 2) { /* a member of a second-level object */
+        for (size_t m = 0; m < names; m++)
+          if (pk->at[m] == END && px_json_name_is(text + k + 1, j - k - 1, pk->name[m],
+                                                  pk->nlen[m])) {
             pk->at[m] = skip_ws(text, e + 1, n);
             break;
           }
-      } else if (depth == 1 && kl == nl && e < n && p[e] == ':' &&
-                 memcmp(p + k + 1, name, nl) == 0) {    /* a top-level member name */
-        if (skip_ws(text, e + 1, n) != open) pk->n = 0; /* not an object */
+      } else if (px_json_name_is(text + k + 1, j - k - 1, name, nl)) {
+        size_t v = skip_ws(text, e + 1, n);
+        *vs = v == open ? open : END; /* an object, else nothing to read */
+        *ve = close + 1;
         if (at) *at = k;
         return 1;
       }
     } else if (c == '}' || c == ']') {
-      if (++depth == 2) /* a new second-level container: forget the last */
-        for (size_t m = 0; m < pk->n; m++) pk->at[m] = END;
+      if (++depth == 2) { /* a top-level member's value ends here: a new one */
+        close = j;
+        for (size_t m = 0; m < names; m++) pk->at[m] = END;
+      }
     } else if (c == '{' || c == '[') {
       if (depth == 0) return -1;
       if (depth == 2) open = c == '{' ? j : END;
@@ -387,70 +164,74 @@ static int top_member_from_end(const char *text, size_t n, const char *name,
   }
 }
 
+/* The usage object's counters, by the watch descriptor's names (the input
+ * count, the output count, the output's extra (reasoning), the input's
+ * extras: cache reads, then cache writes, proto.h), to be noted by
+ * member_from_end: the last protocol's pick kept (the names' lengths). */
+enum { U_IN, U_OUT, U_OUT_X, U_IN_X };
+static px_json_pick_t usage_pick(const px_wire_watch_t *w) {
+  static const px_wire_watch_t *lw;
+  static px_json_pick_t pk;
+  if (lw != w) {
+    pk.n = 0;
+    px_json_pick_add(&pk, w->usage_in);
+    px_json_pick_add(&pk, w->usage_out);
+    px_json_pick_add(&pk, w->usage_out_extra ? w->usage_out_extra : "");
+    if (!w->usage_out_extra) pk.nlen[U_OUT_X] = (size_t)-1; /* never matches */
+    for (size_t k = 0; k < 2 && w->usage_in_extra[k]; k++)
+      px_json_pick_add(&pk, w->usage_in_extra[k]);
+    lw = w;
+  }
+  return pk;
+}
+
+/* The usage object under the top-level member outer (NULL: at the top) of
+ * the object p[0..n), found back from its end and its counters read into u
+ * (count_at). The return and *at as member_from_end's for the outermost
+ * walk. */
+static int usage_from_end(const px_wire_watch_t *w, const char *p, size_t n,
+                          const char *outer, int cut, px_usage_t *u, size_t *at) {
+  size_t lo = 0, vs, ve;
+  if (outer) { /* the object that holds usage: found the same way */
+    int rc = member_from_end(p, 0, n, outer, cut, NULL, &vs, &ve, at);
+    if (rc != 1 || vs == END) return rc;
+    lo = vs;
+    n = ve;
+    cut = 0;
+  }
+  px_json_pick_t pk = usage_pick(w);
+  int rc = member_from_end(p, lo, n, w->usage_obj, cut, &pk, &vs, &ve, outer ? NULL : at);
+  if (rc != 1 || vs == END) return rc;
+  int64_t c[PX_JSON_PICK_MAX] = {-1, -1, -1, -1, -1, -1};
+  for (size_t k = 0; k < pk.n; k++) c[k] = pk.at[k] == END ? -1 : count_at(p, n, pk.at[k]);
+  if (c[U_IN] >= 0) {
+    u->input_tokens = c[U_IN];
+    for (size_t k = U_IN_X; k < pk.n; k++) {
+      if (c[k] > 0) u->input_tokens += c[k];
+      if (c[k] >= 0) *(k > U_IN_X ? &u->cache_creation_tokens : &u->cache_read_tokens) = c[k];
+    }
+  }
+  if (c[U_OUT] >= 0) u->output_tokens = c[U_OUT] + (c[U_OUT_X] > 0 ? c[U_OUT_X] : 0);
+  return rc;
+}
+
 int px_usage_scan_at(px_proto_t proto, const char *p, size_t n, px_usage_t *u,
                      size_t *at) {
-  const px_wire_watch_t *w = &px_proto_get(proto)->watch;
-  /* the usage object's counters */
-  enum { IN, OUT, OUT_X, IN_X };
-  px_json_pick_t us = {.n = 0};
-  px_json_pick_add(&us, w->usage_in);
-  px_json_pick_add(&us, w->usage_out);
-  px_json_pick_add(&us, w->usage_out_extra ? w->usage_out_extra : "");
-  for (size_t k = 0; k < 2 && w->usage_in_extra[k]; k++)
-    px_json_pick_add(&us, w->usage_in_extra[k]);
-  if (!w->usage_out_extra) us.nlen[OUT_X] = (size_t)-1; /* never matches */
-  size_t names = us.n;
   if (at) *at = END;
-  int rc = top_member_from_end(p, n, w->usage_obj, &us, at);
-  if (rc == 0 || (rc == 1 && us.n == 0)) return 1;
-  if (rc < 0) { /* forward: the whole body once, then the usage object */
-    px_json_pick_t top = {.n = 1};
-    top.len[0] = 0;
-#if defined(__SSE2__)
-    rc = top_object_member_blocks(p, n, w->usage_obj, &top.at[0], &top.len[0]);
-#endif
-    if (rc < 0) {
-      top.len[0] = 0;
-      rc = top_object_member(p, n, w->usage_obj, &top.at[0], &top.len[0]);
-    }
-    if (!rc) return 0;
-    if (top.at[0] == END) return 1;
-    us.n = names;
-    for (size_t k = 0; k < us.n; k++) us.at[k] = END;
-    px_json_pick(p, top.at[0] + top.len[0], top.at[0], &us);
-  }
-  for (size_t k = 0; k < us.n; k++) /* int_at reads to the first non-digit */
-    if (us.at[k] != END) us.len[k] = n - us.at[k];
-  int64_t v = us.at[IN] == END ? -1 : int_at(p + us.at[IN], us.len[IN]);
-  if (v >= 0) {
-    u->input_tokens = v;
-    for (size_t k = IN_X; k < us.n; k++) {
-      int64_t c = us.at[k] == END ? -1 : int_at(p + us.at[k], us.len[k]);
-      if (c > 0) u->input_tokens += c;
-      /* the extras are the cache reads, then the cache writes (proto.h) */
-      if (c >= 0) *(k > IN_X ? &u->cache_creation_tokens : &u->cache_read_tokens) = c;
-    }
-  }
-  v = us.at[OUT] == END ? -1 : int_at(p + us.at[OUT], us.len[OUT]);
-  if (v >= 0) {
-    int64_t c = us.at[OUT_X] == END ? -1 : int_at(p + us.at[OUT_X], us.len[OUT_X]);
-    u->output_tokens = v + (c > 0 ? c : 0);
-  }
-  return 1;
+  return usage_from_end(&px_proto_get(proto)->watch, p, n, NULL, 0, u, at) >= 0;
 }
 
 int px_usage_scan(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
   return px_usage_scan_at(proto, p, n, u, NULL);
 }
 
-void px_usage_from_body_at(px_proto_t p, const char *body, size_t len, px_usage_t *u,
-                           size_t *at) {
-  if (px_usage_scan_at(p, body, len, u, at)) return; /* the usual case: one walk */
-  px_usage_read(&px_proto_get(p)->watch, body, len, NULL, u); /* a prefix */
+void px_usage_tail(px_proto_t proto, const char *p, size_t n, px_usage_t *u) {
+  usage_from_end(&px_proto_get(proto)->watch, p, n, NULL, 1, u, NULL);
 }
 
-void px_usage_from_body(px_proto_t p, const char *body, size_t len, px_usage_t *u) {
-  px_usage_from_body_at(p, body, len, u, NULL);
+void px_usage_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
+                   px_usage_t *u) {
+  usage_from_end(w, p, n, outer, 0, u, NULL);
 }
 
 /* The string token p[s..s+l) (quotes included) copied into dst without

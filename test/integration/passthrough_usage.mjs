@@ -17,9 +17,11 @@ const px = await startProxai(
   C.upstream('oc', 'chat', mock.url, { api_key: undefined }) +
   C.upstream('or', 'responses', mock.url, { api_key: undefined }) +
   C.upstream('an', 'anthropic', mock.url, { api_key: undefined }) +
+  C.upstream('ge', 'gemini', mock.url, { api_key: undefined }) +
   C.route('chat-*', { upstream: 'oc' }) +
   C.route('resp-*', { upstream: 'or' }) +
-  C.route('claude-*', { upstream: 'an' }));
+  C.route('claude-*', { upstream: 'an' }) +
+  C.route('gem-*', { upstream: 'ge' }));
 
 const CASES = [
   {
@@ -86,7 +88,41 @@ for (const c of CASES) {
     assert.equal(tokens(after, c.up, 'in') - tokens(before, c.up, 'in'), 3);
     assert.equal(tokens(after, c.up, 'out') - tokens(before, c.up, 'out'), 4);
   });
+
+  test(`${c.name}: member names spelled with escapes count as the client's JSON parser reads them`, async () => {
+    await mock.reset();
+    // "usage" and a counter's name escaped, and an escaped usage after a plain one (the last)
+    const esc = (name) => `\\u${name.charCodeAt(0).toString(16).padStart(4, '0')}${name.slice(1)}`;
+    const answer = c.answer(`"usage":{"${c.in}":1000},"${esc('usage')}":{"${esc(c.in)}":5,"${c.out}":6}`);
+    assert.equal(JSON.parse(answer).usage[c.in], 5); // what a client sees
+    await mock.script([{ raw: rawAnswer(answer) }]);
+    const before = await metrics();
+    const res = await fetch(`${px.url}${c.path}`, {
+      method: 'POST', headers: { 'content-type': 'application/json', ...(c.headers || {}) }, body: JSON.stringify(c.body(c.model)),
+    });
+    assert.equal(res.status, 200);
+    assert.equal(await res.text(), answer);
+    const after = await metrics();
+    assert.equal(tokens(after, c.up, 'in') - tokens(before, c.up, 'in'), 5);
+    assert.equal(tokens(after, c.up, 'out') - tokens(before, c.up, 'out'), 6);
+  });
 }
+
+test('gemini: an answer too large to hold counts the usageMetadata at its end', async () => {
+  await mock.reset();
+  const text = 'g'.repeat(400 * 1024); // past what the gateway holds: streamed on, its tail read
+  const answer = `{"candidates":[{"content":{"parts":[{"text":"${text}"}],"role":"model"},"finishReason":"STOP","index":0}],"usageMetadata":{"promptTokenCount":31,"candidatesTokenCount":41,"totalTokenCount":72},"modelVersion":"gem-m"}`;
+  await mock.script([{ raw: rawAnswer(answer) }]);
+  const before = await metrics();
+  const res = await fetch(`${px.url}/v1beta/models/gem-m:generateContent`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }),
+  });
+  assert.equal(res.status, 200);
+  assert.equal(await res.text(), answer);
+  const after = await metrics();
+  assert.equal(tokens(after, 'ge', 'in') - tokens(before, 'ge', 'in'), 31);
+  assert.equal(tokens(after, 'ge', 'out') - tokens(before, 'ge', 'out'), 41);
+});
 
 // one connection, several requests in a row, through node's http with a
 // keep-alive agent of one socket

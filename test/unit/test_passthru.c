@@ -33,15 +33,21 @@ static void test_find(void) {
   CHECK(px_json_find("{\"a\" 1}", 7, TOP, 1, &s, &l) == PX_JSON_BAD);
   CHECK(px_json_find("{}", 2, TOP, 1, &s, &l) == PX_JSON_ABSENT);
   CHECK(px_json_find("{\"model\":12}", 12, TOP, 1, &s, &l) == PX_JSON_FOUND && l == 2);
-  /* structural completeness */
-  CHECK(px_json_complete(j, strlen(j)) == 1);
-  CHECK(px_json_complete("{\"model\": \"gpt-4o\", ", 20) == 0);
-  CHECK(px_json_complete("{\"a\":\"}\"} x", 12) == 0);
-  {
-    const char *ok = " {\"a\":[1,{}]} \n";
-    CHECK(px_json_complete(ok, strlen(ok)) == 1);
-  }
-  CHECK(px_json_complete("[1]", 3) == 0);
+  /* the one reader's names: the last of a repeated one (at every level of
+   * the path), compared unescaped; an escape jansson refuses names nothing */
+  const char *rep = "{\"message\":{\"model\":\"a\"},\"x\":1,\"m\\u0065ssage\":{\"model\":\"b\","
+                    "\"mod\\u0065l\":\"c\",\"mod\\x65l\":\"d\"}}";
+  CHECK(px_json_find(rep, strlen(rep), MSG, 2, &s, &l) == PX_JSON_FOUND);
+  CHECK(l == 3 && memcmp(rep + s, "\"c\"", 3) == 0);
+  /* cut inside the last one: need more */
+  CHECK(px_json_find(rep, strlen(rep) - 4, MSG, 2, &s, &l) == PX_JSON_MORE);
+  /* (the name's closing quote after its content) */
+  CHECK(px_json_name_is("mod\\u0065l\"", 10, "model", 5) == 1);
+  CHECK(px_json_name_is("mod\\u0065\"", 9, "mode", 4) == 1);
+  CHECK(px_json_name_is("mod\\u0065\"", 9, "model", 5) == 0);
+  CHECK(px_json_name_is("mod\\u00\"", 7, "mod", 3) == 0);
+  CHECK(px_json_name_is("\\ud800\"", 6, "x", 1) == 0);
+  CHECK(px_json_find("{\"x\":1,}", 8, TOP, 1, &s, &l) == PX_JSON_BAD);
 }
 
 static void test_replace(void) {
@@ -214,7 +220,7 @@ static void test_usage(void) {
   px_usage_t u = {-1, -1, -1, -1, -1};
   const char *b =
       "{\"id\":\"x\",\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":22}}";
-  px_usage_from_body(PX_PROTO_CHAT, b, strlen(b), &u);
+  px_usage_scan(PX_PROTO_CHAT, b, strlen(b), &u);
   CHECK(u.input_tokens == 11 && u.output_tokens == 22);
 }
 
@@ -321,8 +327,59 @@ static void test_traced_finish(void) {
   }
 }
 
+/* Member names an upstream spells with escapes are the names they decode
+ * to, as for the client's JSON parser: a Chat stream's usage chunk, its
+ * error frame and its finish reason; Anthropic's usage events. Whatever
+ * the split. */
+static void test_escaped_names(void) {
+  static const struct {
+    px_proto_t p;
+    const char *in;
+    int64_t in_tok, out_tok;
+    int fin;
+  } cases[] = {
+      {PX_PROTO_CHAT,
+       "data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"content\":\"\\nx\"},"
+       "\"finish_reason\":\"stop\"}]}\n\n"
+       "data: {\"id\":\"c\",\"choices\":[],\"\\u0075sage\":{\"prompt_t\\u006fkens\":7,"
+       "\"completion_tokens\":3,\"completion_tokens\":4}}\n\ndata: [DONE]\n\n",
+       7, 4, 1},
+      {PX_PROTO_GEMINI,
+       "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"\\\"a\"}]}}],"
+       "\"us\\u0061geMetadata\":{\"promptTokenCount\":5,\"candidatesTokenCount\":1}}\n\n"
+       "data: {\"candidates\":[{\"\\u0066inishReason\":\"STOP\"}],\"usageMetadata\":"
+       "{\"promptTokenCount\":5,\"candidatesTokenCount\":2}}\n\n",
+       5, 2, 1},
+      {PX_PROTO_CHAT, "data: {\"\\u0065rror\":{\"message\":\"overloaded\"}}\n\n", -1, -1, 1},
+      {PX_PROTO_ANTHROPIC,
+       "event: message_start\ndata: {\"type\":\"message_start\",\"m\\u0065ssage\":{\"id\":"
+       "\"m\",\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\n"
+       "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{"
+       "\"output_tok\\u0065ns\":12}}\n\n"
+       "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+       9, 12, 1},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    size_t n = strlen(cases[i].in);
+    for (size_t cut = 0; cut <= n; cut++) {
+      px_passthru_t pt;
+      px_buf_t out;
+      px_buf_init(&out, 1 << 20);
+      px_passthru_init(&pt, cases[i].p, NULL);
+      CHECK(px_passthru_feed(&pt, cases[i].in, cut, &out) == 0);
+      CHECK(px_passthru_feed(&pt, cases[i].in + cut, n - cut, &out) == 0);
+      CHECK(px_passthru_finish(&pt) == cases[i].fin);
+      CHECK(pt.usage.input_tokens == cases[i].in_tok);
+      CHECK(pt.usage.output_tokens == cases[i].out_tok);
+      px_passthru_done(&pt);
+      px_buf_free(&out);
+    }
+  }
+}
+
 int main(void) {
   test_find();
+  test_escaped_names();
   test_replace();
   test_streams();
   test_usage();
