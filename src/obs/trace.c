@@ -757,7 +757,8 @@ static char *put_head(char *w, const px_trace_ctx_t *t, const px_span_t *s, cons
  * into: batch_epoch) and what it was written from: the counts, and the id
  * by its bytes, which the run holds as they are (written without an escape:
  * else none is kept). */
-#define RID_AT (sizeof(",{\"key\":\"gen_ai.response.id\",\"value\":{\"stringValue\":\"") - 1)
+#define RID_AT \
+  (sizeof(",{\"key\":\"gen_ai.response.id\",\"value\":{\"stringValue\":\"") - 1)
 static struct {
   size_t at, len; /* len 0: none kept */
   uint64_t epoch;
@@ -787,7 +788,8 @@ ENC char *put_tail(char *w, const px_trace_ctx_t *t, const px_span_t *s, const s
     /* the id written as it is: its attribute is no longer than its bytes */
     int plain = (size_t)(w - r) == (v[V_RID].p ? RID_AT + v[V_RID].n + 3 : 0);
     if (s->input_tokens >= 0) ATTR_INT(w, "gen_ai.usage.input_tokens", s->input_tokens);
-    if (s->output_tokens >= 0) ATTR_INT(w, "gen_ai.usage.output_tokens", s->output_tokens);
+    if (s->output_tokens >= 0)
+      ATTR_INT(w, "gen_ai.usage.output_tokens", s->output_tokens);
     run.len = 0;
     if (s->kind == PX_SPAN_CLIENT && plain) {
       run.at = (size_t)(r - batch.data);

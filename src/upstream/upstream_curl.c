@@ -577,7 +577,8 @@ static int curl_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
     size_t k = 0;
     l[k++].data = (char *)fixed_hdrs[0];
     if (o->body_len >= PX_CURL_EXPECT_FROM) l[k++].data = (char *)fixed_hdrs[1];
-    for (size_t i = 0; i < n - (o->trace_line != NULL); i++) /* never a second line (SPEC 10) */
+    /* never a second line (SPEC section 10) */
+    for (size_t i = 0; i < n - (o->trace_line != NULL); i++)
       if (o->headers_checked || px_header_value_ok(o->headers[i], strlen(o->headers[i])))
         l[k++].data = (char *)o->headers[i];
     if (o->trace_line) l[k++].data = (char *)o->trace_line;

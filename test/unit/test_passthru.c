@@ -276,18 +276,17 @@ static void test_traced_finish(void) {
   } cases[] = {
       {CHUNK(NULL_FIN) CHUNK(FIN("stop")) CHUNK("[]," USAGE) DONE, "stop", 1},
       {CHUNK(FIN("length") "," USAGE) DONE, "length", 1}, /* with usage */
-      {CHUNK(FIN("stop")), "stop", 0},                     /* no [DONE]: not complete */
+      {CHUNK(FIN("stop")), "stop", 0},                    /* no [DONE]: not complete */
       {CHUNK("[{\"delta\":{\"content\":\"a\"}}]") DONE, "", 1}, /* without the name */
-      /* a chunk with usage is read back from its usage member only when
-       * the bytes from there hold neither the name nor its list's: one in
-       * its usage object (or after it) is read, and the list's name there
-       * ends the walk, as the reference reading from the end reads them */
+      /* a chunk with usage: the name in its usage object (or after it) is
+       * read, and the list's name there ends the walk, as the reference
+       * reading from the end reads them */
       {CHUNK(FIN("stop")) CHUNK(FIN("length") "," USAGE) DONE, "length", 1},
       {CHUNK(FIN("stop")) CHUNK(FIN("q") ",\"usage\":{\"choices\":1,\"prompt_tokens\":3}")
            DONE,
        "stop", 1},
-      {CHUNK(FIN("stop")) CHUNK("[],\"usage\":{\"finish_reason\":\"x\",\"prompt_tokens\":3}")
-           DONE,
+      {CHUNK(FIN("stop"))
+           CHUNK("[],\"usage\":{\"finish_reason\":\"x\",\"prompt_tokens\":3}") DONE,
        "x", 1},
       {CHUNK(FIN("stop")) CHUNK("[]," USAGE ",\"finish_reason\":\"y\"") DONE, "y", 1},
       /* the name inside a string only: not a member, none read */
