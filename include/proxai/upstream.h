@@ -74,6 +74,10 @@ typedef struct px_xfer_cbs {
   void (*on_done)(void *arg, px_xfer_result_t result, const char *errmsg);
 } px_xfer_cbs_t;
 
+/** Length of px_xfer_opts_t.trace_line: "traceparent: " and a version-00
+ *  value (trace.h's PX_TRACEPARENT_LEN). */
+#define PX_XFER_TRACE_LINE_LEN 68
+
 typedef struct px_xfer_opts {
   const char *method; /**< "POST" or "GET" */
   const char *url;
@@ -81,6 +85,11 @@ typedef struct px_xfer_opts {
                                    caller keeps them alive until on_done/cancel */
   int headers_checked;        /**< 1: every line passes px_header_value_ok (the
                                    caller checked it): not checked again */
+  const char *trace_line;     /**< NULL, or a "traceparent: <value>" line of
+                                   PX_XFER_TRACE_LINE_LEN bytes (NUL-terminated)
+                                   the caller wrote and keeps alive as the
+                                   headers: sent after them as it is (its
+                                   value may be written until the start) */
   const char *body;           /**< caller keeps it alive until on_done/cancel */
   size_t body_len;            /**< the whole body's length (parts included) */
   const px_str_t *body_parts; /**< NULL: the body is body; else it is these

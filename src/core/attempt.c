@@ -395,6 +395,7 @@ static void send_upstream(px_exch_t *x) {
       .url = x->url,
       .headers = (const char *const *)x->up_hdrs,
       .headers_checked = 1, /* build_upstream_headers checks every line */
+      .trace_line = x->tr_hdr ? x->tr_line : NULL,
       .body = x->up_body,
       .body_len = x->up_body_len,
       .body_parts = x->up_parts,

@@ -162,7 +162,7 @@ struct px_exch {
    * ended last or is running, written out when the next attempt starts or
    * at finalize */
   px_trace_ctx_t tr;
-  char *tr_hdr; /* the traceparent value inside up_hdrs */
+  char *tr_hdr; /* the traceparent value inside tr_line; NULL: none sent */
   const px_upstream_conf_t *tr_up;
   const char *tr_model;
   unsigned tr_n;             /* the attempt's number, 1-based */
@@ -177,6 +177,8 @@ struct px_exch {
   char bad_msg[200];     /* bad mode: the 502 message */
   char content_type[128];
   char label[256];       /* x-proxai-upstream value */
+  char tr_line[PX_XFER_TRACE_LINE_LEN + 1]; /* the traceparent line (tr_hdr;
+                                               the lanes send it after up_hdrs) */
   px_lossy_t lossy;
   /* a traced request's answer (emptied when sampled): as the upstream wrote
    * it (the last attempt's span) and as the client got it (the request's) */

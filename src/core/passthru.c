@@ -208,7 +208,10 @@ static void chunk_answer(px_passthru_t *pt, const char *d, size_t n, unsigned ha
   if (!a->id[0] || !a->model[0]) px_answer_ids(pt->w, d, n, a);
   if (pt->fin_bit && !(has & pt->fin_bit)) return;
   size_t e = n, nl = pt->fin_null_len;
-  while (e > 0 && (d[e - 1] == '}' || d[e - 1] == ']')) e--;
+  if (n > 4 && memcmp(d + n - 3, "}]}", 3) == 0 && d[n - 4] != '}' && d[n - 4] != ']')
+    e = n - 3; /* a choice's end, as Chat's chunks end */
+  else
+    while (e > 0 && (d[e - 1] == '}' || d[e - 1] == ']')) e--;
   if (e > nl && d[e - nl - 1] != '\\' && px_mem_eq(d + e - nl, pt->fin_null, nl)) return;
   px_answer_finish(pt->w, d, n, a);
 }

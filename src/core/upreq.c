@@ -103,6 +103,22 @@ static char **join_lines(const hdr_parts_t *parts, size_t n, size_t joined) {
   return h;
 }
 
+/* The traceparent line of a traced request, unless the upstream configures
+ * its own: the exchange's (tr_line), sent by the lanes after the header
+ * lines as it is (px_xfer_opts_t.trace_line: known good, of a known
+ * length), its value written per attempt (px_trace_attempt, in place, hex
+ * digits). Returns where the value goes, or NULL. */
+static char *trace_line(px_exch_t *x) {
+  static const char tp[] = "traceparent: ";
+  _Static_assert(PX_XFER_TRACE_LINE_LEN == sizeof(tp) - 1 + PX_TRACEPARENT_LEN,
+                 "the traceparent line's length");
+  if (configured(x->up, PX_STR("traceparent"))) return NULL;
+  memcpy(x->tr_line, tp, sizeof(tp) - 1);
+  memset(x->tr_line + sizeof(tp) - 1, '0', PX_TRACEPARENT_LEN);
+  x->tr_line[PX_XFER_TRACE_LINE_LEN] = 0;
+  return x->tr_line + sizeof(tp) - 1;
+}
+
 /* The header lines, as NULL-terminated array of strings in one allocation
  * (pointers first, then the lines): no allocation and no printf per line.
  * Every line passes px_header_value_ok (the lanes do not check again:
@@ -147,17 +163,11 @@ static char **build_upstream_headers(px_exch_t *x) {
     if (own && header_in(rh->name, ops->tenancy_headers)) continue;
     ADD(rh->name, PX_STR(": "), rh->value);
   }
-  /* the trace context: the value is written per attempt
-   * (px_trace_attempt, in place, hex digits); the client's tracestate goes
-   * on as is (px_trace_begin checked it) */
-  size_t tp_line = (size_t)-1;
-  if (x->tr.on) {
-    static const char zeros[PX_TRACEPARENT_LEN + 1] =
-        "00-00000000000000000000000000000000-0000000000000000-00";
-    size_t before = n;
-    ADD_CHECKED(PX_STR("traceparent"), PX_STR(": "),
-                ((px_str_t){zeros, PX_TRACEPARENT_LEN}));
-    if (n > before) tp_line = before;
+  /* the trace context: the traceparent line is the exchange's own
+   * (tr_line: trace_line), the client's tracestate goes on as is
+   * (px_trace_begin checked it) */
+  if (x->tr.on) { /* (tr_hdr NULL from px_exch_new on, else set here) */
+    x->tr_hdr = trace_line(x);
     if (x->tr.tracestate.len)
       ADD_CHECKED(PX_STR("tracestate"), PX_STR(": "), x->tr.tracestate);
   }
@@ -169,8 +179,7 @@ static char **build_upstream_headers(px_exch_t *x) {
       parts[n++] = (hdr_parts_t){px_str(up->headers[i]), PX_STR(""), PX_STR("")};
   char **h = join_lines(parts, n, joined);
   if (parts != stack) free(parts);
-  x->tr_hdr =
-      h && tp_line != (size_t)-1 ? h[tp_line] + sizeof("traceparent: ") - 1 : NULL;
+  if (h == NULL) x->tr_hdr = NULL;
   return h;
 }
 

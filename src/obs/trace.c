@@ -750,11 +750,56 @@ static char *put_head(char *w, const px_trace_ctx_t *t, const px_span_t *s, cons
   return w;
 }
 
+/* The answer's run of a tail (the response id and the token counts) as a
+ * CLIENT span last wrote it: a request's SERVER span that follows its last
+ * attempt's says the same as a rule (a pass-through answer), and copies it.
+ * Where it lies in the batch (while the batch is the one it was written
+ * into: batch_epoch) and what it was written from: the counts, and the id
+ * by its bytes, which the run holds as they are (written without an escape:
+ * else none is kept). */
+#define RID_AT \
+  (sizeof(",{\"key\":\"gen_ai.response.id\",\"value\":{\"stringValue\":\"") - 1)
+static struct {
+  size_t at, len; /* len 0: none kept */
+  uint64_t epoch;
+  int64_t in, out;
+  size_t idn; /* the id's length (0: none) */
+} run;
+static uint64_t batch_epoch; /* a batch taken or reset: another one */
+
+/* the kept run, when s's would be the same */
+ENC const char *run_find(const px_span_t *s, const sv_t *v) {
+  if (run.len == 0 || run.epoch != batch_epoch || run.idn != v[V_RID].n ||
+      run.in != s->input_tokens || run.out != s->output_tokens)
+    return NULL;
+  const char *r = batch.data + run.at;
+  return run.idn == 0 || px_mem_eq(r + RID_AT, v[V_RID].p, run.idn) ? r : NULL;
+}
+
 /* Writes the tail of s at w; returns the span's end. */
 ENC char *put_tail(char *w, const px_trace_ctx_t *t, const px_span_t *s, const sv_t *v) {
-  if (v[V_RID].p) ATTR_STR(w, "gen_ai.response.id", v[V_RID].p, v[V_RID].n);
-  if (s->input_tokens >= 0) ATTR_INT(w, "gen_ai.usage.input_tokens", s->input_tokens);
-  if (s->output_tokens >= 0) ATTR_INT(w, "gen_ai.usage.output_tokens", s->output_tokens);
+  const char *kept = s->kind == PX_SPAN_SERVER ? run_find(s, v) : NULL;
+  if (kept) {
+    memcpy(w, kept, run.len);
+    w += run.len;
+  } else {
+    char *r = w;
+    if (v[V_RID].p) ATTR_STR(w, "gen_ai.response.id", v[V_RID].p, v[V_RID].n);
+    /* the id written as it is: its attribute is no longer than its bytes */
+    int plain = (size_t)(w - r) == (v[V_RID].p ? RID_AT + v[V_RID].n + 3 : 0);
+    if (s->input_tokens >= 0) ATTR_INT(w, "gen_ai.usage.input_tokens", s->input_tokens);
+    if (s->output_tokens >= 0)
+      ATTR_INT(w, "gen_ai.usage.output_tokens", s->output_tokens);
+    run.len = 0;
+    if (s->kind == PX_SPAN_CLIENT && plain) {
+      run.at = (size_t)(r - batch.data);
+      run.len = (size_t)(w - r);
+      run.epoch = batch_epoch;
+      run.in = s->input_tokens;
+      run.out = s->output_tokens;
+      run.idn = v[V_RID].n;
+    }
+  }
   if (v[V_ERR].p) ATTR_STR(w, "error.type", v[V_ERR].p, v[V_ERR].n);
   if (v[V_USER].p) ATTR_STR(w, "proxai.user", v[V_USER].p, v[V_USER].n);
   if (s->lossy && *s->lossy) w = attr_lossy(w, s->lossy);
@@ -873,6 +918,7 @@ size_t px_trace_take(px_buf_t *body) {
     return 0;
   }
   px_buf_t tmp = *body;
+  batch_epoch++; /* the kept run is in the batch taken */
   *body = batch;
   batch = tmp; /* the caller's old buffer becomes the next batch */
   batch.cap = BATCH_MAX;
@@ -900,6 +946,7 @@ void px_trace_clock(void) {
 
 void px_trace_reset(void) {
   frags_drop();
+  batch_epoch++;
   px_buf_free(&batch);
   memset(&batch, 0, sizeof(batch));
   nspans = 0;

@@ -641,12 +641,25 @@ static int lead_ids(const char *p, size_t n, size_t o, const char *const *nm,
  * text's last bytes or an escaped value come first (lead_ids walks). */
 static int lead_find(const char *p, size_t n, size_t o, const char *const *nm,
                      const size_t *nl, size_t *at, size_t *len) {
-  const __m128i qt = _mm_set1_epi8('"'), f0 = _mm_set1_epi8(nm[0][0]),
+  unsigned left = 3;
+  size_t b = o + 1, c = b + nl[0] + 1; /* the first name's closing quote */
+  at[0] = at[1] = END;
+  /* the first member named nm[0] (the id: most answers begin with it) is
+   * the first match there would be: taken at once, the other name looked
+   * for after it (a bracket in the id's string opens nothing) */
+  if (c + 2 < n && p[b] == '"' && p[c] == '"' && p[c + 1] == ':' && p[c + 2] == '"' &&
+      px_mem_eq(p + b + 1, nm[0], nl[0])) {
+    size_t q = plain_end(p, c + 2, n);
+    if (q == END) return 0; /* escaped or cut: walked */
+    at[0] = c + 2;
+    len[0] = q + 1 - (c + 2);
+    left = 2;
+    b = q + 1;
+  }
+  const __m128i qt = _mm_set1_epi8('"'), f0 = _mm_set1_epi8(nm[left & 1 ? 0 : 1][0]),
                 f1 = _mm_set1_epi8(nm[1][0]), ob = _mm_set1_epi8('{'),
                 sb = _mm_set1_epi8('[');
-  unsigned left = 3;
-  at[0] = at[1] = END;
-  for (size_t b = o + 1; b + 17 <= n; b += 16) {
+  for (; b + 17 <= n; b += 16) {
     __m128i v = _mm_loadu_si128((const __m128i *)(p + b)),
             w = _mm_loadu_si128((const __m128i *)(p + b + 1));
     unsigned stop = (unsigned)_mm_movemask_epi8(

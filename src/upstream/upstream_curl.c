@@ -569,6 +569,7 @@ static int curl_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
    * them alive until on_done or cancel. */
   size_t n = 0;
   for (const char *const *h = o->headers; h && *h; h++) n++;
+  n += o->trace_line != NULL;
   struct curl_slist *l = x->u.cu.hl;
   if (n + NFIXED > PX_CURL_INLINE_HDRS && !(l = malloc((n + NFIXED) * sizeof(*l)))) {
     rc = CURLE_OUT_OF_MEMORY;
@@ -576,9 +577,11 @@ static int curl_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
     size_t k = 0;
     l[k++].data = (char *)fixed_hdrs[0];
     if (o->body_len >= PX_CURL_EXPECT_FROM) l[k++].data = (char *)fixed_hdrs[1];
-    for (size_t i = 0; i < n; i++) /* never a second line (SPEC section 10) */
+    /* never a second line (SPEC section 10) */
+    for (size_t i = 0; i < n - (o->trace_line != NULL); i++)
       if (o->headers_checked || px_header_value_ok(o->headers[i], strlen(o->headers[i])))
         l[k++].data = (char *)o->headers[i];
+    if (o->trace_line) l[k++].data = (char *)o->trace_line;
     for (size_t i = 0; i < k; i++) l[i].next = i + 1 < k ? &l[i + 1] : NULL;
     x->u.cu.hdrs = l;
     SET(CURLOPT_HTTPHEADER, l);

@@ -296,7 +296,9 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
   j = sizeof(num);
   for (size_t v = o->body_len; j == sizeof(num) || v; v /= 10)
     num[--j] = (char)('0' + v % 10);
-  total += 8 + u.auth_len + 2 + 13 + 27 + 16 + (sizeof(num) - j) + 2 + 50;
+  /* the trace line's room always (its CRLF too): no test for it here */
+  total += 8 + u.auth_len + 2 + 13 + 27 + 16 + (sizeof(num) - j) + 2 + 50 +
+           PX_XFER_TRACE_LINE_LEN + 2;
   char *head = malloc(total), *w = head;
   if (!head) return -1;
   memcpy(w, m, ml), w += ml;
@@ -322,6 +324,10 @@ static int h1_prepare(px_xfer_t *x, const px_xfer_opts_t *o) {
     if (k == HL_SKIP || (hi >= KEEP && HDR_NAMED(*h, strlen(*h), "accept-encoding"))) continue;
     memcpy(w, *h, n), w += n;
     if (k == HL_EMPTY) *w++ = ':';
+    CPY("\r\n");
+  }
+  if (o->trace_line) { /* the caller's, of its known length */
+    memcpy(w, o->trace_line, PX_XFER_TRACE_LINE_LEN), w += PX_XFER_TRACE_LINE_LEN;
     CPY("\r\n");
   }
   if (post) {

@@ -519,6 +519,26 @@ test('a draining proxai sends the spans of its last requests before it exits', a
   }
 });
 
+test('an upstream that configures its own traceparent gets that one alone', async () => {
+  const c0 = await startCollector();
+  const u0 = await startFaultUpstream();
+  const own = `00-${'1'.repeat(32)}-${'2'.repeat(16)}-01`;
+  const cfg = config(u0.url, C.trace({ endpoint: c0.url }))
+    .replace(C.upstream('a', 'chat', u0.url, { api_key: UP_KEY, retries: 1, eject_after: 0 }),
+      C.upstream('a', 'chat', u0.url, { api_key: UP_KEY, retries: 1, eject_after: 0, header: `traceparent: ${own}` }));
+  assert.ok(cfg.includes(own), 'the configured line is in the configuration');
+  const p0 = await startProxai(cfg);
+  try {
+    u0.script(chatJson());
+    assert.equal((await chat(p0, { headers: { traceparent: TRACEPARENT } })).status, 200);
+    assert.equal(u0.requests[0].headers.traceparent, own, 'the configured value, sent once');
+  } finally {
+    await p0.stop();
+    await u0.close();
+    await c0.close();
+  }
+});
+
 test('without [trace], traceparent and tracestate go upstream unchanged', async () => {
   const u0 = await startFaultUpstream();
   const p0 = await startProxai(config(u0.url, ''));

@@ -276,8 +276,29 @@ static void test_traced_finish(void) {
   } cases[] = {
       {CHUNK(NULL_FIN) CHUNK(FIN("stop")) CHUNK("[]," USAGE) DONE, "stop", 1},
       {CHUNK(FIN("length") "," USAGE) DONE, "length", 1}, /* with usage */
-      {CHUNK(FIN("stop")), "stop", 0},                     /* no [DONE]: not complete */
+      {CHUNK(FIN("stop")), "stop", 0},                    /* no [DONE]: not complete */
       {CHUNK("[{\"delta\":{\"content\":\"a\"}}]") DONE, "", 1}, /* without the name */
+      /* a chunk with usage: the name in its usage object (or after it) is
+       * read, and the list's name there ends the walk, as the reference
+       * reading from the end reads them */
+      {CHUNK(FIN("stop")) CHUNK(FIN("length") "," USAGE) DONE, "length", 1},
+      {CHUNK(FIN("stop")) CHUNK(FIN("q") ",\"usage\":{\"choices\":1,\"prompt_tokens\":3}")
+           DONE,
+       "stop", 1},
+      {CHUNK(FIN("stop"))
+           CHUNK("[],\"usage\":{\"finish_reason\":\"x\",\"prompt_tokens\":3}") DONE,
+       "x", 1},
+      {CHUNK(FIN("stop")) CHUNK("[]," USAGE ",\"finish_reason\":\"y\"") DONE, "y", 1},
+      /* the name inside a string only: not a member, none read */
+      {CHUNK(FIN("stop")) CHUNK("[]," USAGE ",\"note\":\"\\\"finish_reason\\\"\"") DONE,
+       "stop", 1},
+      /* a choice's end and longer ones: the finish reason after null ones */
+      {CHUNK("[{\"delta\":{},\"finish_reason\":null}],\"x\":[{}]") CHUNK(FIN("length"))
+           DONE,
+       "length", 1},
+      {CHUNK("[{\"delta\":{},\"finish_reason\":\"stop\",\"z\":{\"finish_reason\":null}}]")
+           DONE,
+       "", 1},
   };
 #undef CHUNK
 #undef DONE

@@ -559,8 +559,10 @@ static const char *finish_of(json_t *spans, size_t i) {
 }
 
 /* A request's SERVER span after its CLIENT span (pass-through: the same
- * answer strings and numbers): each carries its own values (a value
- * differing, another request's span, a span between, the batch taken). */
+ * answer strings and numbers, the SERVER span's id and counts copied from
+ * the CLIENT span's): each carries its own values (a value differing, an id
+ * of the same bytes but escaped in one of them, none, another request's
+ * span, a span between, the batch taken). */
 static void test_answer_run(void) {
   px_trace_conf_t c = conf(1);
   char model[] = "gpt-\"x\"\n", id[] = "chatcmpl-1", fin[] = "stop", fin2[] = "stop";
@@ -568,6 +570,9 @@ static void test_answer_run(void) {
     SAME,
     OTHER_FIN,
     OTHER_OUT,
+    OTHER_IN,
+    ESCAPED,
+    NO_ID,
     OTHER_STATUS,
     OTHER_REQUEST,
     BETWEEN,
@@ -608,6 +613,12 @@ static void test_answer_run(void) {
       sv.finish_reason = (px_str_t){fin2, strlen(fin2)}; /* same bytes */
     if (k == OTHER_FIN) strcpy(fin2, "stoq");
     if (k == OTHER_OUT) sv.output_tokens = 15;
+    if (k == OTHER_IN) sv.input_tokens = 26;
+    if (k == ESCAPED) { /* x" is written x\", as x\ would be at first */
+      cl.response_id = PX_STR("x\"");
+      sv.response_id = PX_STR("x\\");
+    }
+    if (k == NO_ID) sv.response_id = PX_STR("");
     if (k == OTHER_STATUS) sv.status = 502;
     px_trace_emit(&t, &cl);
     size_t n = 2;
@@ -630,10 +641,14 @@ static void test_answer_run(void) {
     json_t *doc = take_doc(n), *js = spans_of(doc);
     size_t s = n - 1; /* the SERVER span */
     CHECK_STR(attr_of(js, s, "gen_ai.response.model"), model);
-    CHECK_STR(attr_of(js, s, "gen_ai.response.id"),
-              changed ? "chatcmpl-2" : "chatcmpl-1");
+    if (k == NO_ID)
+      CHECK(attr_of(js, s, "gen_ai.response.id") == NULL);
+    else
+      CHECK_STR(attr_of(js, s, "gen_ai.response.id"), k == ESCAPED ? "x\\"
+                                                      : changed    ? "chatcmpl-2"
+                                                                   : "chatcmpl-1");
     CHECK_STR(finish_of(js, s), k == OTHER_FIN ? "stoq" : "stop");
-    CHECK(int_of(js, s, "gen_ai.usage.input_tokens") == 25);
+    CHECK(int_of(js, s, "gen_ai.usage.input_tokens") == (k == OTHER_IN ? 26 : 25));
     CHECK(int_of(js, s, "gen_ai.usage.output_tokens") == (k == OTHER_OUT ? 15 : 14));
     CHECK(int_of(js, s, "http.response.status_code") == (k == OTHER_STATUS ? 502 : 200));
     CHECK(int_of(js, s, "gen_ai.request.max_tokens") == 16);
@@ -641,13 +656,70 @@ static void test_answer_run(void) {
     json_t *cls = first ? spans_of(first) : js;
     CHECK_STR(attr_of(cls, 0, "gen_ai.response.model"), model);
     CHECK_STR(finish_of(cls, 0), "stop");
-    CHECK_STR(attr_of(cls, 0, "gen_ai.response.id"), "chatcmpl-1");
+    CHECK_STR(attr_of(cls, 0, "gen_ai.response.id"), k == ESCAPED ? "x\"" : "chatcmpl-1");
     CHECK(int_of(cls, 0, "gen_ai.usage.output_tokens") == 14);
     CHECK(int_of(cls, 0, "proxai.attempt") == 1);
     CHECK(int_of(cls, 0, "gen_ai.request.max_tokens") == -1);
     json_decref(doc);
     json_decref(first);
   }
+  px_trace_reset();
+}
+
+/* The CLIENT span's answer run is copied only from the batch it was written
+ * into: a batch taken, the next one may be memory that held an earlier
+ * batch (the caller's buffer, given back), with another run of the same
+ * id at the same place. */
+static void test_answer_run_taken(void) {
+  px_trace_conf_t c = conf(1);
+  px_buf_t body;
+  px_buf_init(&body, 0);
+  px_trace_ctx_t t;
+  px_trace_begin(&t, &c, px_str(""), px_str(""));
+  px_trace_attempt(&t, NULL);
+  px_span_t cl = {.kind = PX_SPAN_CLIENT,
+                  .id = t.att_hex,
+                  .parent = t.span_hex,
+                  .start = 1,
+                  .end = 2,
+                  .operation = "chat",
+                  .name_model = "m",
+                  .request_model = "m",
+                  .response_id = PX_STR("chatcmpl-1"),
+                  .max_tokens = -1,
+                  .input_tokens = 25,
+                  .output_tokens = 99,
+                  .cost_nano = -1,
+                  .attempt = 1};
+  px_trace_emit(&t, &cl); /* 25 and 99 in the first batch */
+  CHECK(px_trace_take(&body) == 1);
+  cl.output_tokens = 14; /* the same place in the second */
+  px_trace_emit(&t, &cl);
+  CHECK(px_trace_take(&body) == 1); /* the first batch's memory: the next */
+  px_span_t sv = cl;
+  sv.kind = PX_SPAN_SERVER;
+  sv.id = t.span_hex;
+  sv.parent = NULL;
+  sv.attempt = 0;
+  px_trace_emit(&t, &sv);
+  json_t *doc = take_doc(1), *js = spans_of(doc);
+  CHECK_STR(attr_of(js, 0, "gen_ai.response.id"), "chatcmpl-1");
+  CHECK(int_of(js, 0, "gen_ai.usage.input_tokens") == 25);
+  CHECK(int_of(js, 0, "gen_ai.usage.output_tokens") == 14);
+  json_decref(doc);
+  /* a SERVER span written in full lets the run go: the next one that
+   * would have matched it is written in full too */
+  px_trace_emit(&t, &cl);
+  sv.response_id = PX_STR("chatcmpl-2");
+  px_trace_emit(&t, &sv);
+  sv.response_id = PX_STR("chatcmpl-1");
+  px_trace_emit(&t, &sv);
+  doc = take_doc(3), js = spans_of(doc);
+  CHECK_STR(attr_of(js, 1, "gen_ai.response.id"), "chatcmpl-2");
+  CHECK_STR(attr_of(js, 2, "gen_ai.response.id"), "chatcmpl-1");
+  CHECK(int_of(js, 2, "gen_ai.usage.output_tokens") == 14);
+  json_decref(doc);
+  px_buf_free(&body);
   px_trace_reset();
 }
 
@@ -962,6 +1034,7 @@ int main(void) {
   test_fixed_attrs();
   test_times();
   test_answer_run();
+  test_answer_run_taken();
   test_kept_head();
   return check_report("test_trace");
 }

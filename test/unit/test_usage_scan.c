@@ -350,16 +350,27 @@ static void test_lead(void) {
        "m"}, /* after a container */
       {"\"n\":[],\"id\":\"i\",\"model\":null", "i", ""},
       {"\"ids\":\"no\",\"id\":\"i\",\"models\":\"no\",\"model\":\"m\"", "i", "m"},
+      /* the id first, then: the model after a bracket in the id's string,
+       * after a container, inside a string only, an escaped id; names
+       * that begin as the id's does */
+      {"\"id\":\"a[b{\",\"object\":\"x\",\"model\":\"m\"", "a[b{", "m"},
+      {"\"id\":\"i\",\"n\":{\"model\":\"no\"},\"model\":\"m\"", "i", "m"},
+      {"\"id\":\"i\",\"s\":\"\\\"model\\\":\\\"no\\\"\",\"model\":\"m\"", "i", "m"},
+      {"\"id\":\"i\\\"j\",\"model\":\"m\"", "i\\\"j", "m"},
+      {"\"idx:\":\"v\",\"id\":\"i\",\"model\":\"m\"", "i", "m"},
+      {"\"id__\":\"x\",\"id\":\"i\",\"model\":\"m\"", "i", "m"},
   };
   const px_wire_watch_t *w = &px_proto_get(PX_PROTO_CHAT)->watch;
   char body[600];
+  /* pad -1: no member before the case's (the id first: taken at once) */
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-    for (int pad = 0; pad < 40; pad++)
+    for (int pad = -1; pad < 40; pad++)
       for (int tail = 0; tail < 2; tail++) {
-        char pads[48];
-        memset(pads, 'p', (size_t)pad);
-        pads[pad] = 0;
-        snprintf(body, sizeof(body), "{\"pad\":\"%s\",%s%s}", pads, cases[i].lead,
+        char pads[48], lead[64];
+        memset(pads, 'p', (size_t)(pad > 0 ? pad : 0));
+        pads[pad > 0 ? pad : 0] = 0;
+        snprintf(lead, sizeof(lead), pad < 0 ? "" : "\"pad\":\"%s\",", pads);
+        snprintf(body, sizeof(body), "{%s%s%s}", lead, cases[i].lead,
                  tail ? ",\"choices\":[{\"index\":0,\"finish_reason\":\"stop\"}]" : "");
         px_answer_t a;
         memset(&a, 0, sizeof(a));
