@@ -417,16 +417,16 @@ enum { PX_JSON_FOUND = 1, PX_JSON_ABSENT = 0, PX_JSON_BAD = -1, PX_JSON_MORE = -
 
 /** Whether the raw content s[0..n) of a member name (escaped as written;
  *  s[n] its closing quote) names lit (ln bytes), escapes decoded: the one
- *  reader's comparison of names. An escaped name is checked first (a name
- *  jansson would refuse names nothing): px_json_name_esc, called only when
- *  the bytes before the first backslash are lit's first bytes. */
+ *  reader's comparison of names. An escaped name (longer than what it
+ *  spells, with lit's first byte or a backslash first) is told out of line
+ *  (px_json_name_esc: checked first, a name jansson would refuse names
+ *  nothing). */
 int px_json_name_esc(const char *s, size_t n, const char *lit, size_t ln);
 static inline int px_json_name_is(const char *s, size_t n, const char *lit, size_t ln) {
-  if (n == ln) return memcmp(s, lit, n) == 0; /* an escape makes a name longer */
-  if (n < ln) return 0;
-  size_t b = 0;
-  while (b < ln && s[b] == lit[b]) b++;
-  return s[b] == '\\' && px_json_name_esc(s, n, lit, ln);
+  if (n == ln) return px_mem_eq(s, lit, n); /* an escape makes a name longer */
+  /* (a longer name that begins with lit's bytes is another one) */
+  if (n < ln || (s[0] != lit[0] && s[0] != '\\') || px_mem_eq(s, lit, ln)) return 0;
+  return px_json_name_esc(s, n, lit, ln);
 }
 
 /**

@@ -1816,8 +1816,11 @@ static size_t skip_value(const char *p, size_t i, size_t n) {
 }
 
 int px_json_name_esc(const char *s, size_t n, const char *lit, size_t ln) {
-  /* an escape spells one byte in 6 at most; the name is checked (its
-   * closing quote at s[n]) before it is decoded */
+  /* the bytes before the first backslash are lit's (else another name,
+   * e.g. a longer one lit begins); an escape spells one byte in 6 at most;
+   * the name is checked (its closing quote at s[n]) before it is decoded */
+  const char *bs = memchr(s, '\\', ln);
+  if (bs == NULL || memcmp(s, lit, (size_t)(bs - s)) != 0) return 0;
   size_t end;
   int esc;
   if (n > 6 * ln || px_json_string_at((const unsigned char *)s, n + 1, 0, &end, &esc) < 0 ||

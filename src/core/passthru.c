@@ -40,17 +40,13 @@ static unsigned key_at(const char *d, size_t n, size_t j, const char *const *key
   return found;
 }
 
-/* Whether the string at the quote d[j] spells key (kl bytes) with an
- * escape: its raw bytes to the first backslash are key's first bytes, and
- * its content, to its closing quote, names it unescaped (an escape spells
- * one byte in 6 at most) */
+/* Whether the string at the quote d[j] names key (kl bytes), escapes
+ * decoded: its content to its closing quote (an escape spells one byte in
+ * 6 at most) */
 static int escaped_key_at(const char *d, size_t n, size_t j, const char *key, size_t kl) {
-  size_t b = j + 1;
-  while (b < n && b - j - 1 < kl && d[b] == key[b - j - 1]) b++;
-  if (b >= n || b - j - 1 == kl || d[b] != '\\') return 0;
-  for (size_t e = b; e < n && e <= j + 1 + 6 * kl; e++) {
+  for (size_t e = j + 1; e < n && e <= j + 1 + 6 * kl; e++) {
     if (d[e] == '\\') e++;
-    else if (d[e] == '"') return px_json_name_esc(d + j + 1, e - j - 1, key, kl);
+    else if (d[e] == '"') return px_json_name_is(d + j + 1, e - j - 1, key, kl);
   }
   return 0;
 }

@@ -29,7 +29,11 @@ static size_t skip_ws(const char *p, size_t i, size_t n) {
  * or exponent; "-0" is 0), else -1 (a real, a string, null, a negative
  * number, a token jansson refuses). */
 static int64_t count_at(const char *p, size_t n, size_t i) {
-  size_t e = i;
+  const unsigned char *u = (const unsigned char *)p;
+  size_t e = px_fj_int_end(u, n, i); /* the usual: a short plain integer */
+  if (e != 0 && (e == n || (p[e] != '+' && p[e] != '-')))
+    return p[i] == '-' ? (px_fj_int_value(u, i, e) == 0 ? 0 : -1) : px_fj_int_value(u, i, e);
+  e = i;
   if (i >= n || px_json_number(p, n, &e) < 0) return -1;
   int neg = p[i] == '-';
   int64_t v = 0;
@@ -102,10 +106,10 @@ static inline size_t rquote(rmarks_t *r) {
  * from its closing brace (every protocol puts usage last), structure only:
  * strings are skipped, not checked; names are compared unescaped
  * (px_json_name_is). On the way back the members of the current
- * second-level object named in pk (NULL: none) are noted (pk->at: their
- * values' first bytes; the last of a repeated name, met first). 1 when
- * found: *vs, *ve its value's span when that is an object (pk holds its
- * members), else *vs = END; *at where its name starts; 0 when the walk
+ * second-level object named in pk (NULL: none) are noted (pat[k] for
+ * pk's name k: their values' first bytes; the last of a repeated name,
+ * met first). 1 when found: *vs, *ve its value's span when that is an
+ * object (pat holds its members), else *vs = END; *at where its name starts; 0 when the walk
  * reached the opening brace at lo without meeting it (one object, no such
  * member); -1 when the text does not read back as one object (not ending
  * in '}', unbalanced, a stray quote), or with cut (the text is the tail of
@@ -114,7 +118,8 @@ static inline size_t rquote(rmarks_t *r) {
  * text; when a name repeats at the top the last one is met first, as
  * jansson keeps it. */
 static int member_from_end(const char *text, size_t lo, size_t n, const char *name, int cut,
-                           px_json_pick_t *pk, size_t *vs, size_t *ve, size_t *at) {
+                           const px_json_pick_t *pk, size_t *pat, size_t *vs, size_t *ve,
+                           size_t *at) {
   const unsigned char *p = (const unsigned char *)text;
   size_t nl = strlen(name), first = skip_ws(text, lo, n), j = n, names = pk ? pk->n : 0;
   while (j > first &&
@@ -139,9 +144,9 @@ static int member_from_end(const char *text, size_t lo, size_t n, const char *na
       if (e >= n || p[e] != ':') continue; /* a value, not a name */
       if (depth == 2) { /* a member of a second-level object */
         for (size_t m = 0; m < names; m++)
-          if (pk->at[m] == END && px_json_name_is(text + k + 1, j - k - 1, pk->name[m],
-                                                  pk->nlen[m])) {
-            pk->at[m] = skip_ws(text, e + 1, n);
+          if (pat[m] == END &&
+              px_json_name_is(text + k + 1, j - k - 1, pk->name[m], pk->nlen[m])) {
+            pat[m] = skip_ws(text, e + 1, n);
             break;
           }
       } else if (px_json_name_is(text + k + 1, j - k - 1, name, nl)) {
@@ -154,7 +159,7 @@ static int member_from_end(const char *text, size_t lo, size_t n, const char *na
     } else if (c == '}' || c == ']') {
       if (++depth == 2) { /* a top-level member's value ends here: a new one */
         close = j;
-        for (size_t m = 0; m < names; m++) pk->at[m] = END;
+        for (size_t m = 0; m < names; m++) pat[m] = END;
       }
     } else if (c == '{' || c == '[') {
       if (depth == 0) return -1;
@@ -169,7 +174,7 @@ static int member_from_end(const char *text, size_t lo, size_t n, const char *na
  * extras: cache reads, then cache writes, proto.h), to be noted by
  * member_from_end: the last protocol's pick kept (the names' lengths). */
 enum { U_IN, U_OUT, U_OUT_X, U_IN_X };
-static px_json_pick_t usage_pick(const px_wire_watch_t *w) {
+static const px_json_pick_t *usage_pick(const px_wire_watch_t *w) {
   static const px_wire_watch_t *lw;
   static px_json_pick_t pk;
   if (lw != w) {
@@ -182,7 +187,7 @@ static px_json_pick_t usage_pick(const px_wire_watch_t *w) {
       px_json_pick_add(&pk, w->usage_in_extra[k]);
     lw = w;
   }
-  return pk;
+  return &pk;
 }
 
 /* The usage object under the top-level member outer (NULL: at the top) of
@@ -193,20 +198,21 @@ static int usage_from_end(const px_wire_watch_t *w, const char *p, size_t n,
                           const char *outer, int cut, px_usage_t *u, size_t *at) {
   size_t lo = 0, vs, ve;
   if (outer) { /* the object that holds usage: found the same way */
-    int rc = member_from_end(p, 0, n, outer, cut, NULL, &vs, &ve, at);
+    int rc = member_from_end(p, 0, n, outer, cut, NULL, NULL, &vs, &ve, at);
     if (rc != 1 || vs == END) return rc;
     lo = vs;
     n = ve;
     cut = 0;
   }
-  px_json_pick_t pk = usage_pick(w);
-  int rc = member_from_end(p, lo, n, w->usage_obj, cut, &pk, &vs, &ve, outer ? NULL : at);
+  const px_json_pick_t *pk = usage_pick(w);
+  size_t pat[PX_JSON_PICK_MAX];
+  int rc = member_from_end(p, lo, n, w->usage_obj, cut, pk, pat, &vs, &ve, outer ? NULL : at);
   if (rc != 1 || vs == END) return rc;
   int64_t c[PX_JSON_PICK_MAX] = {-1, -1, -1, -1, -1, -1};
-  for (size_t k = 0; k < pk.n; k++) c[k] = pk.at[k] == END ? -1 : count_at(p, n, pk.at[k]);
+  for (size_t k = 0; k < pk->n; k++) c[k] = pat[k] == END ? -1 : count_at(p, n, pat[k]);
   if (c[U_IN] >= 0) {
     u->input_tokens = c[U_IN];
-    for (size_t k = U_IN_X; k < pk.n; k++) {
+    for (size_t k = U_IN_X; k < pk->n; k++) {
       if (c[k] > 0) u->input_tokens += c[k];
       if (c[k] >= 0) *(k > U_IN_X ? &u->cache_creation_tokens : &u->cache_read_tokens) = c[k];
     }
