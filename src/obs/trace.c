@@ -171,9 +171,16 @@ static int sample_keep(const uint8_t *tid, double sample) {
 
 void px_trace_begin(px_trace_ctx_t *t, const px_trace_conf_t *conf, px_str_t traceparent,
                     px_str_t tracestate) {
-  memset(t, 0, sizeof(*t));
-  if (conf->endpoint == NULL) return;
+  if (conf->endpoint == NULL) {
+    memset(t, 0, sizeof(*t));
+    return;
+  }
+  /* each member set here or before it is read (not the whole context
+   * cleared first): ids are written whole, the client's only with
+   * has_parent */
   t->on = 1;
+  t->has_parent = 0;
+  t->tracestate = (px_str_t){NULL, 0};
   if (traceparent.len && parse_traceparent(t, traceparent)) {
     t->has_parent = 1;
     if (tracestate.len && px_header_value_ok(tracestate.ptr, tracestate.len))
