@@ -1931,8 +1931,7 @@ size_t px_json_pick(const char *p, size_t n, size_t i, px_json_pick_t *pk) {
     if (ke == MORE) return MORE;
     size_t kl = ke - i - 2, hit = PX_JSON_PICK_MAX;
     for (size_t k = 0; k < pk->n; k++)
-      if (pk->at[k] == END && pk->nlen[k] == kl && (kl == 0 || pk->name[k][0] == p[i + 1]) &&
-          memcmp(p + i + 1, pk->name[k], kl) == 0) {
+      if (pk->at[k] == END && px_json_name_is(p + i + 1, kl, pk->name[k], pk->nlen[k])) {
         hit = k;
         break;
       }

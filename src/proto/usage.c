@@ -315,6 +315,37 @@ static inline size_t str_end(const char *p, size_t i, size_t n) {
   }
 }
 
+/* The last quote before p[j] that no odd run of backslashes escapes, else
+ * END. */
+static size_t quote_before(const char *p, size_t j) {
+  for (;;) {
+    const char *q = memrchr(p, '"', j);
+    if (q == NULL) return END;
+    size_t k = (size_t)(q - p), b = k;
+    while (b > 0 && p[b - 1] == '\\') b--;
+    if (((k - b) & 1) == 0) return k;
+    j = b;
+  }
+}
+
+/* last_member by the one reader's rule for names, for an answer that may
+ * spell them with escapes ("\u" in it): the strings walked back from the
+ * end, each named compared unescaped (px_json_name_is). */
+static void last_member_esc(const char *p, size_t n, const char *name, const char *list,
+                            size_t *s, size_t *l) {
+  size_t nl = strlen(name), ll = list ? strlen(list) : 0, j = n, k;
+  *s = END;
+  for (; (j = quote_before(p, j)) != END && (k = quote_before(p, j)) != END; j = k) {
+    size_t c = skip_ws(p, j + 1, n); /* the string p[k..j]: a name when ':' follows */
+    if (c >= n || p[c] != ':') continue;
+    if (ll && px_json_name_is(p + k + 1, j - k - 1, list, ll)) return; /* the list's */
+    if (!px_json_name_is(p + k + 1, j - k - 1, name, nl)) continue;
+    size_t v = skip_ws(p, c + 1, n), e;
+    if (v < n && p[v] == '"' && (e = str_end(p, v, n)) != END) *s = v, *l = e - v;
+    return; /* null: no finish reason (yet) */
+  }
+}
+
 /* the bytes that end a number or a literal */
 static const unsigned char scalar_end[256] = {
     [','] = 1, ['}'] = 1, [']'] = 1, [' '] = 1, ['\n'] = 1, ['\r'] = 1, ['\t'] = 1};
@@ -381,6 +412,14 @@ static inline size_t pick_hit(const char *p, size_t i, size_t kl,
   return PX_JSON_PICK_MAX;
 }
 
+/* pick_hit for a name spelled with escapes: compared unescaped */
+static size_t pick_hit_esc(const char *p, size_t i, size_t kl, const px_json_pick_t *pk) {
+  for (size_t k = 0; k < pk->n; k++)
+    if (pk->at[k] == END && px_json_name_is(p + i + 1, kl, pk->name[k], pk->nlen[k]))
+      return k;
+  return PX_JSON_PICK_MAX;
+}
+
 /* lead_pick over compact JSON (no space, no escape among the leading
  * members): one check per byte class, each string's end in one load as a
  * rule. -1 when it meets anything else before deciding (pk as it was: the
@@ -440,6 +479,8 @@ static int lead_pick(const char *p, size_t n, size_t o, px_json_pick_t *pk) {
     size_t ke = str_end(p, i, n);
     if (ke == END) return 0;
     size_t hit = pick_hit(p, i, ke - i - 2, pk, lens);
+    if (hit == PX_JSON_PICK_MAX && memchr(p + i + 1, '\\', ke - i - 2) != NULL)
+      hit = pick_hit_esc(p, i, ke - i - 2, pk);
     i = skip_ws(p, ke, n);
     if (i >= n || p[i] != ':') return 0;
     size_t vs = skip_ws(p, i + 1, n), ve = vs;
@@ -588,6 +629,10 @@ static void answer_finish(const px_wire_watch_t *w, const char *p, size_t n,
             !last_member_fast(p, n, w->finish_key, w->finish_list, &s, &l))
 #endif
       last_member(p, n, w->finish_key, w->finish_list, &s, &l);
+    /* none by the names as written: spelled with escapes? (rare: only then
+     * are the answer's strings walked) */
+    if (s == END && memmem(p, n, "\\u", 2) != NULL)
+      last_member_esc(p, n, w->finish_key, w->finish_list, &s, &l);
   } else {
     const char *path[2] = {outer, w->finish_key};
     size_t d = outer ? 2 : 1;

@@ -293,6 +293,9 @@ static void test_finish(void) {
       {"[{\"c\":\"\\\"finish_reason\\\":\\\"x\\\"\"}]", ""}, /* in a string */
       {"[{\"reason\":\"finish_reason\"}]", ""},              /* a value, not a name */
       {"[{\"finish_reason\":[\"stop\"]}]", ""},              /* not a string */
+      /* the name spelled with escapes */
+      {"[{\"fin\\u0069sh_reason\":\"stop\"}]", "stop"},
+      {"[{\"fin\\u0069sh_reason\":null,\"c\":\"\\\"finish_reason\\\":\\\"x\\\"\"}]", ""},
       {"[{\"finish_reason\":\"0123456789012345678901234567890123456789012345678901234567"
        "89012345\"}]",
        "0123456789012345678901234567890"}, /* over 64 bytes back: walked, cut to fit */
@@ -359,6 +362,11 @@ static void test_lead(void) {
       {"\"id\":\"i\\\"j\",\"model\":\"m\"", "i\\\"j", "m"},
       {"\"idx:\":\"v\",\"id\":\"i\",\"model\":\"m\"", "i", "m"},
       {"\"id__\":\"x\",\"id\":\"i\",\"model\":\"m\"", "i", "m"},
+      /* names spelled with escapes: the names they decode to */
+      {"\"\\u0069d\":\"i\",\"mod\\u0065l\":\"m\"", "i", "m"},
+      {"\"object\":\"x\",\"mod\\u0065l\":\"m\",\"n\":{},\"i\\u0064\":\"i\"", "i", "m"},
+      {"\"\\u0069d\":\"i\",\"n\":{\"model\":\"no\"},\"m\\u006fdel\":\"m\"", "i", "m"},
+      {"\"\\u0069\":\"no\",\"i\\u0064x\":\"no\",\"id\":\"i\",\"model\":\"m\"", "i", "m"},
   };
   const px_wire_watch_t *w = &px_proto_get(PX_PROTO_CHAT)->watch;
   char body[600];
