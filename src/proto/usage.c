@@ -106,17 +106,17 @@ static inline size_t rquote(rmarks_t *r) {
  * from its closing brace (every protocol puts usage last), structure only:
  * strings are skipped, not checked; names are compared unescaped
  * (px_json_name_is). On the way back the members of the current
- * second-level object named in pk (NULL: none) are noted (pat[k] for
- * pk's name k: their values' first bytes; the last of a repeated name,
- * met first). 1 when found: *vs, *ve its value's span when that is an
- * object (pat holds its members), else *vs = END; *at where its name starts; 0 when the walk
- * reached the opening brace at lo without meeting it (one object, no such
- * member); -1 when the text does not read back as one object (not ending
- * in '}', unbalanced, a stray quote), or with cut (the text is the tail of
- * a larger one, its front cut away) when the walk ran out of bytes.
- * Reading from the end costs the bytes after the member, not the whole
- * text; when a name repeats at the top the last one is met first, as
- * jansson keeps it. */
+ * second-level object named in pk (NULL: none) are noted (pat[k] for pk's
+ * name k: their values' first bytes; the last of a repeated name, met
+ * first). 1 when found: *vs, *ve its value's span when that is an object
+ * (pat holds its members), else *vs = END; *at where its name starts. 0
+ * when the walk reached the opening brace at lo without meeting it (one
+ * object, no such member); -1 when the text does not read back as one
+ * object (not ending in '}', unbalanced, a stray quote), or with cut (the
+ * text is the tail of a larger one, its front cut away) when the walk ran
+ * out of bytes. Reading from the end costs the bytes after the member,
+ * not the whole text; when a name repeats at the top the last one is met
+ * first, as jansson keeps it. */
 static int member_from_end(const char *text, size_t lo, size_t n, const char *name, int cut,
                            const px_json_pick_t *pk, size_t *pat, size_t *vs, size_t *ve,
                            size_t *at) {
@@ -192,8 +192,8 @@ static const px_json_pick_t *usage_pick(const px_wire_watch_t *w) {
 
 /* The usage object under the top-level member outer (NULL: at the top) of
  * the object p[0..n), found back from its end and its counters read into u
- * (count_at). The return and *at as member_from_end's for the outermost
- * walk. */
+ * (count_at). The return as member_from_end's (the outer object's walk's
+ * when that does not find it), *at where the outermost name starts. */
 static int usage_from_end(const px_wire_watch_t *w, const char *p, size_t n,
                           const char *outer, int cut, px_usage_t *u, size_t *at) {
   size_t lo = 0, vs, ve;
