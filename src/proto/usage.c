@@ -32,14 +32,15 @@ static int64_t count_at(const char *p, size_t n, size_t i) {
   const unsigned char *u = (const unsigned char *)p;
   size_t e = px_fj_int_end(u, n, i); /* the usual: a short plain integer */
   if (e != 0 && (e == n || (p[e] != '+' && p[e] != '-')))
-    return p[i] == '-' ? (px_fj_int_value(u, i, e) == 0 ? 0 : -1) : px_fj_int_value(u, i, e);
+    return p[i] == '-' ? (px_fj_int_value(u, i, e) == 0 ? 0 : -1)
+                       : px_fj_int_value(u, i, e);
   e = i;
   if (i >= n || px_json_number(p, n, &e) < 0) return -1;
   int neg = p[i] == '-';
   int64_t v = 0;
   for (size_t k = i + (size_t)neg; k < e; k++) {
     if (p[k] < '0' || p[k] > '9') return -1; /* '.', 'e', 'E': a real */
-    v = v * 10 + (p[k] - '0');                /* in range: px_json_number */
+    v = v * 10 + (p[k] - '0');               /* in range: px_json_number */
   }
   return neg && v != 0 ? -1 : v;
 }
@@ -117,9 +118,9 @@ static inline size_t rquote(rmarks_t *r) {
  * out of bytes. Reading from the end costs the bytes after the member,
  * not the whole text; when a name repeats at the top the last one is met
  * first, as jansson keeps it. */
-static int member_from_end(const char *text, size_t lo, size_t n, const char *name, int cut,
-                           const px_json_pick_t *pk, size_t *pat, size_t *vs, size_t *ve,
-                           size_t *at) {
+static int member_from_end(const char *text, size_t lo, size_t n, const char *name,
+                           int cut, const px_json_pick_t *pk, size_t *pat, size_t *vs,
+                           size_t *ve, size_t *at) {
   const unsigned char *p = (const unsigned char *)text;
   size_t nl = strlen(name), first = skip_ws(text, lo, n), j = n, names = pk ? pk->n : 0;
   while (j > first &&
@@ -142,7 +143,7 @@ static int member_from_end(const char *text, size_t lo, size_t n, const char *na
       if (depth > 2 || (depth == 2 && names == 0)) continue; /* no name the walk reads */
       size_t e = skip_ws(text, j + 1, n);
       if (e >= n || p[e] != ':') continue; /* a value, not a name */
-      if (depth == 2) { /* a member of a second-level object */
+      if (depth == 2) {                    /* a member of a second-level object */
         for (size_t m = 0; m < names; m++)
           if (pat[m] == END &&
               px_json_name_is(text + k + 1, j - k - 1, pk->name[m], pk->nlen[m])) {
@@ -206,7 +207,8 @@ static int usage_from_end(const px_wire_watch_t *w, const char *p, size_t n,
   }
   const px_json_pick_t *pk = usage_pick(w);
   size_t pat[PX_JSON_PICK_MAX];
-  int rc = member_from_end(p, lo, n, w->usage_obj, cut, pk, pat, &vs, &ve, outer ? NULL : at);
+  int rc =
+      member_from_end(p, lo, n, w->usage_obj, cut, pk, pat, &vs, &ve, outer ? NULL : at);
   if (rc != 1 || vs == END) return rc;
   int64_t c[PX_JSON_PICK_MAX] = {-1, -1, -1, -1, -1, -1};
   for (size_t k = 0; k < pk->n; k++) c[k] = pat[k] == END ? -1 : count_at(p, n, pat[k]);
@@ -214,7 +216,8 @@ static int usage_from_end(const px_wire_watch_t *w, const char *p, size_t n,
     u->input_tokens = c[U_IN];
     for (size_t k = U_IN_X; k < pk->n; k++) {
       if (c[k] > 0) u->input_tokens += c[k];
-      if (c[k] >= 0) *(k > U_IN_X ? &u->cache_creation_tokens : &u->cache_read_tokens) = c[k];
+      if (c[k] >= 0)
+        *(k > U_IN_X ? &u->cache_creation_tokens : &u->cache_read_tokens) = c[k];
     }
   }
   if (c[U_OUT] >= 0) u->output_tokens = c[U_OUT] + (c[U_OUT_X] > 0 ? c[U_OUT_X] : 0);

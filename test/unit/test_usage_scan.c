@@ -83,8 +83,10 @@ static void gen_name(px_buf_t *b, const char *name) {
   size_t n = strlen(name), at = rnd(5) == 0 ? rnd((unsigned)n) : n;
   px_buf_append(b, "\"", 1);
   for (size_t i = 0; i < n; i++) {
-    if (i == at) px_buf_printf(b, "\\u%04x", (unsigned char)name[i]);
-    else px_buf_append(b, name + i, 1);
+    if (i == at)
+      px_buf_printf(b, "\\u%04x", (unsigned char)name[i]);
+    else
+      px_buf_append(b, name + i, 1);
   }
   px_buf_append(b, "\"", 1);
 }
@@ -105,7 +107,8 @@ static void gen_usage(px_buf_t *b, const px_wire_watch_t *w) {
     if (rnd(4) == 0) px_buf_puts(b, "\"other\":{\"x\":[1,\"}\"]},");
     gen_name(b, nm);
     px_buf_append(b, ":", 1);
-    if (rnd(6) == 0) px_buf_puts(b, odd[rnd(sizeof(odd) / sizeof(odd[0]))]);
+    if (rnd(6) == 0)
+      px_buf_puts(b, odd[rnd(sizeof(odd) / sizeof(odd[0]))]);
     else px_buf_printf(b, "%u", rnd(1000000));
   }
   px_buf_append(b, "}", 1);
@@ -149,7 +152,7 @@ static void test_generated(void) {
         if (i) px_buf_append(&b, ",", 1);
         gen_ws(&b);
         if (i == at || (i > at && rnd(8) == 0)) { /* the top-level usage member
-                                                    * (or something else of that name) */
+                                                   * (or something else of that name) */
           gen_name(&b, w->usage_obj);
           px_buf_append(&b, ":", 1);
           if (rnd(6) == 0) gen_value(&b, w->usage_obj, 1);
@@ -416,7 +419,8 @@ static void test_events(void) {
       /* Anthropic's message_start: message.usage, cache counts added */
       {&an, "message",
        "{\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"content\":[],\"usage\":{"
-       "\"input_tokens\":10,\"cache_read_input_tokens\":4,\"cache_creation_input_tokens\":2,"
+       "\"input_tokens\":10,\"cache_read_input_tokens\":4,\"cache_creation_input_"
+       "tokens\":2,"
        "\"output_tokens\":1}}}",
        16, 1},
       /* Anthropic's message_delta: usage at the top, a name escaped */
@@ -442,8 +446,10 @@ static void test_events(void) {
   /* the tail of a body: usage found back from the end, whatever the cut
    * left at the front (Gemini's name, not Chat's) */
   static const char *const tails[] = {
-      "Text\"}]}}],\"usageMetadata\":{\"promptTokenCount\":8,\"candidatesTokenCount\":2}}",
-      "\":1}],\"us\\u0061geMetadata\":{\"promptTokenCount\":8,\"candidatesTokenCount\":2}}\n"};
+      "Text\"}]}}],\"usageMetadata\":{\"promptTokenCount\":8,\"candidatesTokenCount\":2}"
+      "}",
+      "\":1}],\"us\\u0061geMetadata\":{\"promptTokenCount\":8,\"candidatesTokenCount\":2}"
+      "}\n"};
   for (size_t i = 0; i < 2; i++) {
     px_usage_t u = {.input_tokens = -1, .output_tokens = -1};
     px_usage_tail(PX_PROTO_GEMINI, tails[i], strlen(tails[i]), &u);
