@@ -63,7 +63,8 @@ static void usage_oracle(px_proto_t proto, const char *p, size_t n,
     }
   }
   json_decref(doc);
-  if (want.input_tokens != got->input_tokens || want.output_tokens != got->output_tokens) {
+  if (want.input_tokens != got->input_tokens ||
+      want.output_tokens != got->output_tokens) {
     fprintf(stderr, "fuzz_upstream_response: usage %lld/%lld, jansson reads %lld/%lld\n",
             (long long)got->input_tokens, (long long)got->output_tokens,
             (long long)want.input_tokens, (long long)want.output_tokens);

@@ -468,7 +468,7 @@ static inline void px_json_pick_add(px_json_pick_t *pk, const char *name) {
   pk->len[pk->n++] = 0;
 }
 /** One walk over the object at p[i] ('{'): the value span of the first
- *  member named like each of pk's names (compared byte for byte). Returns
+ *  member named like each of pk's names (compared unescaped). Returns
  *  the index after the closing brace (with until_found, after the value of
  *  the last name found, when all are: the rest is not walked), PX_JSON_CUT
  *  (cut short) or PX_JSON_NPOS (not an object, or broken). */

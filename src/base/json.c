@@ -1823,14 +1823,15 @@ int px_json_name_esc(const char *s, size_t n, const char *lit, size_t ln) {
   if (bs == NULL || memcmp(s, lit, (size_t)(bs - s)) != 0) return 0;
   size_t end;
   int esc;
-  if (n > 6 * ln || px_json_string_at((const unsigned char *)s, n + 1, 0, &end, &esc) < 0 ||
-      end != n)
+  if (n > 6 * ln ||
+      px_json_string_at((const unsigned char *)s, n + 1, 0, &end, &esc) < 0 || end != n)
     return 0;
   char tmp[256];
   px_buf_t b = {.data = tmp, .len = 0, .size = sizeof(tmp), .cap = sizeof(tmp)};
   if (n > sizeof(tmp)) px_buf_init(&b, n); /* a long one: on the heap */
   px_str_t v;
-  int is = px_json_unescape(s, n, 1, &b, &v) == 0 && v.len == ln && memcmp(v.ptr, lit, ln) == 0;
+  int is = px_json_unescape(s, n, 1, &b, &v) == 0 && v.len == ln &&
+           memcmp(v.ptr, lit, ln) == 0;
   if (b.data != tmp) px_buf_free(&b);
   return is;
 }
@@ -1842,11 +1843,13 @@ int px_json_name_esc(const char *s, size_t n, const char *lit, size_t ln) {
  * found is the last of its name. */
 #if defined(__x86_64__) && defined(__GNUC__)
 AVX2 static int name_may_follow_avx2(const char *p, size_t i, size_t n, char c) {
-  const __m256i qt = _mm256_set1_epi8('"'), f = _mm256_set1_epi8(c), bs = _mm256_set1_epi8('\\');
+  const __m256i qt = _mm256_set1_epi8('"'), f = _mm256_set1_epi8(c),
+                bs = _mm256_set1_epi8('\\');
   for (size_t last = n - 33;; i = i + 32 > last ? last : i + 32) {
     __m256i q = _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(p + i)), qt),
             v = _mm256_loadu_si256((const __m256i *)(p + i + 1));
-    if (!_mm256_testz_si256(q, _mm256_or_si256(_mm256_cmpeq_epi8(v, f), _mm256_cmpeq_epi8(v, bs))))
+    if (!_mm256_testz_si256(
+            q, _mm256_or_si256(_mm256_cmpeq_epi8(v, f), _mm256_cmpeq_epi8(v, bs))))
       return 1;
     if (i == last) return 0;
   }
@@ -1931,8 +1934,7 @@ size_t px_json_pick(const char *p, size_t n, size_t i, px_json_pick_t *pk) {
     if (ke == MORE) return MORE;
     size_t kl = ke - i - 2, hit = PX_JSON_PICK_MAX;
     for (size_t k = 0; k < pk->n; k++)
-      if (pk->at[k] == END && pk->nlen[k] == kl && (kl == 0 || pk->name[k][0] == p[i + 1]) &&
-          memcmp(p + i + 1, pk->name[k], kl) == 0) {
+      if (pk->at[k] == END && px_json_name_is(p + i + 1, kl, pk->name[k], pk->nlen[k])) {
         hit = k;
         break;
       }

@@ -45,8 +45,10 @@ static unsigned key_at(const char *d, size_t n, size_t j, const char *const *key
  * 6 at most) */
 static int escaped_key_at(const char *d, size_t n, size_t j, const char *key, size_t kl) {
   for (size_t e = j + 1; e < n && e <= j + 1 + 6 * kl; e++) {
-    if (d[e] == '\\') e++;
-    else if (d[e] == '"') return px_json_name_is(d + j + 1, e - j - 1, key, kl);
+    if (d[e] == '\\')
+      e++;
+    else if (d[e] == '"')
+      return px_json_name_is(d + j + 1, e - j - 1, key, kl);
   }
   return 0;
 }
@@ -90,12 +92,14 @@ __attribute__((target("avx2"))) static unsigned keys_in_avx2(const char *d, size
       i = last;
       done = 1;
     }
-    __m256i r = _mm256_loadu_si256((const __m256i *)(d + i)), q = _mm256_cmpeq_epi8(r, qt);
+    __m256i r = _mm256_loadu_si256((const __m256i *)(d + i)),
+            q = _mm256_cmpeq_epi8(r, qt);
     __m256i v = _mm256_loadu_si256((const __m256i *)(d + i + 1));
     __m256i b = _mm256_or_si256(
         _mm256_or_si256(_mm256_cmpeq_epi8(v, f[0]), _mm256_cmpeq_epi8(v, f[1])),
         _mm256_or_si256(_mm256_cmpeq_epi8(v, f[2]), _mm256_cmpeq_epi8(v, f[3])));
-    bu = _mm256_or_si256(bu, _mm256_and_si256(_mm256_cmpeq_epi8(r, bs), _mm256_cmpeq_epi8(v, u)));
+    bu = _mm256_or_si256(
+        bu, _mm256_and_si256(_mm256_cmpeq_epi8(r, bs), _mm256_cmpeq_epi8(v, u)));
     uint64_t m = (uint32_t)_mm256_movemask_epi8(_mm256_and_si256(q, b)) >> skip << skip;
     for (; m; m &= m - 1) found |= key_at(d, n, i + (size_t)__builtin_ctzll(m), keys, kl);
   }
@@ -118,7 +122,8 @@ static unsigned keys_in(const char *d, size_t n, const char *const *keys,
 #endif
 #if defined(__SSE2__)
   if (n >= 17) {
-    const __m128i qt = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'), u = _mm_set1_epi8('u');
+    const __m128i qt = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'),
+                  u = _mm_set1_epi8('u');
     __m128i f[PX_WATCH_KEYS], bu = _mm_setzero_si128();
     for (size_t k = 0; k < PX_WATCH_KEYS; k++)
       f[k] = _mm_set1_epi8(kl[k] ? keys[k][0] : 0);

@@ -213,7 +213,8 @@ static int pass_json_data(px_exch_t *x, const char *p, size_t n) {
 static void pass_json_done(px_exch_t *x) {
   if (!x->started) { /* held whole: sent with our own Content-Length */
     size_t tail;     /* where usage starts: a trace's reading of the answer stops there */
-    px_usage_scan_at(x->out, x->acc.data ? x->acc.data : "", x->acc.len, &x->usage, &tail);
+    px_usage_scan_at(x->out, x->acc.data ? x->acc.data : "", x->acc.len, &x->usage,
+                     &tail);
     px_exch_trace_answer(x, x->acc.data, x->acc.len, tail, NULL, 0);
     if (px_exch_respond(x, x->up_status, up_ctype(x), 0, (int64_t)x->acc.len) == 0)
       px_exch_write(x, x->acc.data, x->acc.len);

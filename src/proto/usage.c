@@ -32,14 +32,15 @@ static int64_t count_at(const char *p, size_t n, size_t i) {
   const unsigned char *u = (const unsigned char *)p;
   size_t e = px_fj_int_end(u, n, i); /* the usual: a short plain integer */
   if (e != 0 && (e == n || (p[e] != '+' && p[e] != '-')))
-    return p[i] == '-' ? (px_fj_int_value(u, i, e) == 0 ? 0 : -1) : px_fj_int_value(u, i, e);
+    return p[i] == '-' ? (px_fj_int_value(u, i, e) == 0 ? 0 : -1)
+                       : px_fj_int_value(u, i, e);
   e = i;
   if (i >= n || px_json_number(p, n, &e) < 0) return -1;
   int neg = p[i] == '-';
   int64_t v = 0;
   for (size_t k = i + (size_t)neg; k < e; k++) {
     if (p[k] < '0' || p[k] > '9') return -1; /* '.', 'e', 'E': a real */
-    v = v * 10 + (p[k] - '0');                /* in range: px_json_number */
+    v = v * 10 + (p[k] - '0');               /* in range: px_json_number */
   }
   return neg && v != 0 ? -1 : v;
 }
@@ -106,20 +107,20 @@ static inline size_t rquote(rmarks_t *r) {
  * from its closing brace (every protocol puts usage last), structure only:
  * strings are skipped, not checked; names are compared unescaped
  * (px_json_name_is). On the way back the members of the current
- * second-level object named in pk (NULL: none) are noted (pat[k] for
- * pk's name k: their values' first bytes; the last of a repeated name,
- * met first). 1 when found: *vs, *ve its value's span when that is an
- * object (pat holds its members), else *vs = END; *at where its name starts; 0 when the walk
- * reached the opening brace at lo without meeting it (one object, no such
- * member); -1 when the text does not read back as one object (not ending
- * in '}', unbalanced, a stray quote), or with cut (the text is the tail of
- * a larger one, its front cut away) when the walk ran out of bytes.
- * Reading from the end costs the bytes after the member, not the whole
- * text; when a name repeats at the top the last one is met first, as
- * jansson keeps it. */
-static int member_from_end(const char *text, size_t lo, size_t n, const char *name, int cut,
-                           const px_json_pick_t *pk, size_t *pat, size_t *vs, size_t *ve,
-                           size_t *at) {
+ * second-level object named in pk (NULL: none) are noted (pat[k] for pk's
+ * name k: their values' first bytes; the last of a repeated name, met
+ * first). 1 when found: *vs, *ve its value's span when that is an object
+ * (pat holds its members), else *vs = END; *at where its name starts. 0
+ * when the walk reached the opening brace at lo without meeting it (one
+ * object, no such member); -1 when the text does not read back as one
+ * object (not ending in '}', unbalanced, a stray quote), or with cut (the
+ * text is the tail of a larger one, its front cut away) when the walk ran
+ * out of bytes. Reading from the end costs the bytes after the member,
+ * not the whole text; when a name repeats at the top the last one is met
+ * first, as jansson keeps it. */
+static int member_from_end(const char *text, size_t lo, size_t n, const char *name,
+                           int cut, const px_json_pick_t *pk, size_t *pat, size_t *vs,
+                           size_t *ve, size_t *at) {
   const unsigned char *p = (const unsigned char *)text;
   size_t nl = strlen(name), first = skip_ws(text, lo, n), j = n, names = pk ? pk->n : 0;
   while (j > first &&
@@ -142,7 +143,7 @@ static int member_from_end(const char *text, size_t lo, size_t n, const char *na
       if (depth > 2 || (depth == 2 && names == 0)) continue; /* no name the walk reads */
       size_t e = skip_ws(text, j + 1, n);
       if (e >= n || p[e] != ':') continue; /* a value, not a name */
-      if (depth == 2) { /* a member of a second-level object */
+      if (depth == 2) {                    /* a member of a second-level object */
         for (size_t m = 0; m < names; m++)
           if (pat[m] == END &&
               px_json_name_is(text + k + 1, j - k - 1, pk->name[m], pk->nlen[m])) {
@@ -192,8 +193,8 @@ static const px_json_pick_t *usage_pick(const px_wire_watch_t *w) {
 
 /* The usage object under the top-level member outer (NULL: at the top) of
  * the object p[0..n), found back from its end and its counters read into u
- * (count_at). The return and *at as member_from_end's for the outermost
- * walk. */
+ * (count_at). The return as member_from_end's (the outer object's walk's
+ * when that does not find it), *at where the outermost name starts. */
 static int usage_from_end(const px_wire_watch_t *w, const char *p, size_t n,
                           const char *outer, int cut, px_usage_t *u, size_t *at) {
   size_t lo = 0, vs, ve;
@@ -206,7 +207,8 @@ static int usage_from_end(const px_wire_watch_t *w, const char *p, size_t n,
   }
   const px_json_pick_t *pk = usage_pick(w);
   size_t pat[PX_JSON_PICK_MAX];
-  int rc = member_from_end(p, lo, n, w->usage_obj, cut, pk, pat, &vs, &ve, outer ? NULL : at);
+  int rc =
+      member_from_end(p, lo, n, w->usage_obj, cut, pk, pat, &vs, &ve, outer ? NULL : at);
   if (rc != 1 || vs == END) return rc;
   int64_t c[PX_JSON_PICK_MAX] = {-1, -1, -1, -1, -1, -1};
   for (size_t k = 0; k < pk->n; k++) c[k] = pat[k] == END ? -1 : count_at(p, n, pat[k]);
@@ -214,7 +216,8 @@ static int usage_from_end(const px_wire_watch_t *w, const char *p, size_t n,
     u->input_tokens = c[U_IN];
     for (size_t k = U_IN_X; k < pk->n; k++) {
       if (c[k] > 0) u->input_tokens += c[k];
-      if (c[k] >= 0) *(k > U_IN_X ? &u->cache_creation_tokens : &u->cache_read_tokens) = c[k];
+      if (c[k] >= 0)
+        *(k > U_IN_X ? &u->cache_creation_tokens : &u->cache_read_tokens) = c[k];
     }
   }
   if (c[U_OUT] >= 0) u->output_tokens = c[U_OUT] + (c[U_OUT_X] > 0 ? c[U_OUT_X] : 0);
@@ -315,6 +318,37 @@ static inline size_t str_end(const char *p, size_t i, size_t n) {
   }
 }
 
+/* The last quote before p[j] that no odd run of backslashes escapes, else
+ * END. */
+static size_t quote_before(const char *p, size_t j) {
+  for (;;) {
+    const char *q = memrchr(p, '"', j);
+    if (q == NULL) return END;
+    size_t k = (size_t)(q - p), b = k;
+    while (b > 0 && p[b - 1] == '\\') b--;
+    if (((k - b) & 1) == 0) return k;
+    j = b;
+  }
+}
+
+/* last_member by the one reader's rule for names, for an answer that may
+ * spell them with escapes ("\u" in it): the strings walked back from the
+ * end, each named compared unescaped (px_json_name_is). */
+static void last_member_esc(const char *p, size_t n, const char *name, const char *list,
+                            size_t *s, size_t *l) {
+  size_t nl = strlen(name), ll = list ? strlen(list) : 0, j = n, k;
+  *s = END;
+  for (; (j = quote_before(p, j)) != END && (k = quote_before(p, j)) != END; j = k) {
+    size_t c = skip_ws(p, j + 1, n); /* the string p[k..j]: a name when ':' follows */
+    if (c >= n || p[c] != ':') continue;
+    if (ll && px_json_name_is(p + k + 1, j - k - 1, list, ll)) return; /* the list's */
+    if (!px_json_name_is(p + k + 1, j - k - 1, name, nl)) continue;
+    size_t v = skip_ws(p, c + 1, n), e;
+    if (v < n && p[v] == '"' && (e = str_end(p, v, n)) != END) *s = v, *l = e - v;
+    return; /* null: no finish reason (yet) */
+  }
+}
+
 /* the bytes that end a number or a literal */
 static const unsigned char scalar_end[256] = {
     [','] = 1, ['}'] = 1, [']'] = 1, [' '] = 1, ['\n'] = 1, ['\r'] = 1, ['\t'] = 1};
@@ -381,6 +415,14 @@ static inline size_t pick_hit(const char *p, size_t i, size_t kl,
   return PX_JSON_PICK_MAX;
 }
 
+/* pick_hit for a name spelled with escapes: compared unescaped */
+static size_t pick_hit_esc(const char *p, size_t i, size_t kl, const px_json_pick_t *pk) {
+  for (size_t k = 0; k < pk->n; k++)
+    if (pk->at[k] == END && px_json_name_is(p + i + 1, kl, pk->name[k], pk->nlen[k]))
+      return k;
+  return PX_JSON_PICK_MAX;
+}
+
 /* lead_pick over compact JSON (no space, no escape among the leading
  * members): one check per byte class, each string's end in one load as a
  * rule. -1 when it meets anything else before deciding (pk as it was: the
@@ -440,6 +482,8 @@ static int lead_pick(const char *p, size_t n, size_t o, px_json_pick_t *pk) {
     size_t ke = str_end(p, i, n);
     if (ke == END) return 0;
     size_t hit = pick_hit(p, i, ke - i - 2, pk, lens);
+    if (hit == PX_JSON_PICK_MAX && memchr(p + i + 1, '\\', ke - i - 2) != NULL)
+      hit = pick_hit_esc(p, i, ke - i - 2, pk);
     i = skip_ws(p, ke, n);
     if (i >= n || p[i] != ':') return 0;
     size_t vs = skip_ws(p, i + 1, n), ve = vs;
@@ -588,6 +632,10 @@ static void answer_finish(const px_wire_watch_t *w, const char *p, size_t n,
             !last_member_fast(p, n, w->finish_key, w->finish_list, &s, &l))
 #endif
       last_member(p, n, w->finish_key, w->finish_list, &s, &l);
+    /* none by the names as written: spelled with escapes? (rare: only then
+     * are the answer's strings walked) */
+    if (s == END && memmem(p, n, "\\u", 2) != NULL)
+      last_member_esc(p, n, w->finish_key, w->finish_list, &s, &l);
   } else {
     const char *path[2] = {outer, w->finish_key};
     size_t d = outer ? 2 : 1;

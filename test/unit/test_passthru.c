@@ -35,8 +35,9 @@ static void test_find(void) {
   CHECK(px_json_find("{\"model\":12}", 12, TOP, 1, &s, &l) == PX_JSON_FOUND && l == 2);
   /* the one reader's names: the last of a repeated one (at every level of
    * the path), compared unescaped; an escape jansson refuses names nothing */
-  const char *rep = "{\"message\":{\"model\":\"a\"},\"x\":1,\"m\\u0065ssage\":{\"model\":\"b\","
-                    "\"mod\\u0065l\":\"c\",\"mod\\x65l\":\"d\"}}";
+  const char *rep =
+      "{\"message\":{\"model\":\"a\"},\"x\":1,\"m\\u0065ssage\":{\"model\":\"b\","
+      "\"mod\\u0065l\":\"c\",\"mod\\x65l\":\"d\"}}";
   CHECK(px_json_find(rep, strlen(rep), MSG, 2, &s, &l) == PX_JSON_FOUND);
   CHECK(l == 3 && memcmp(rep + s, "\"c\"", 3) == 0);
   /* cut inside the last one: need more */
@@ -349,9 +350,11 @@ static void test_escaped_names(void) {
        "data: {\"candidates\":[{\"\\u0066inishReason\":\"STOP\"}],\"usageMetadata\":"
        "{\"promptTokenCount\":5,\"candidatesTokenCount\":2}}\n\n",
        5, 2, 1},
-      {PX_PROTO_CHAT, "data: {\"\\u0065rror\":{\"message\":\"overloaded\"}}\n\n", -1, -1, 1},
+      {PX_PROTO_CHAT, "data: {\"\\u0065rror\":{\"message\":\"overloaded\"}}\n\n", -1, -1,
+       1},
       {PX_PROTO_ANTHROPIC,
-       "event: message_start\ndata: {\"type\":\"message_start\",\"m\\u0065ssage\":{\"id\":"
+       "event: message_start\ndata: "
+       "{\"type\":\"message_start\",\"m\\u0065ssage\":{\"id\":"
        "\"m\",\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\n"
        "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{"
        "\"output_tok\\u0065ns\":12}}\n\n"

@@ -83,8 +83,10 @@ static void gen_name(px_buf_t *b, const char *name) {
   size_t n = strlen(name), at = rnd(5) == 0 ? rnd((unsigned)n) : n;
   px_buf_append(b, "\"", 1);
   for (size_t i = 0; i < n; i++) {
-    if (i == at) px_buf_printf(b, "\\u%04x", (unsigned char)name[i]);
-    else px_buf_append(b, name + i, 1);
+    if (i == at)
+      px_buf_printf(b, "\\u%04x", (unsigned char)name[i]);
+    else
+      px_buf_append(b, name + i, 1);
   }
   px_buf_append(b, "\"", 1);
 }
@@ -105,7 +107,8 @@ static void gen_usage(px_buf_t *b, const px_wire_watch_t *w) {
     if (rnd(4) == 0) px_buf_puts(b, "\"other\":{\"x\":[1,\"}\"]},");
     gen_name(b, nm);
     px_buf_append(b, ":", 1);
-    if (rnd(6) == 0) px_buf_puts(b, odd[rnd(sizeof(odd) / sizeof(odd[0]))]);
+    if (rnd(6) == 0)
+      px_buf_puts(b, odd[rnd(sizeof(odd) / sizeof(odd[0]))]);
     else px_buf_printf(b, "%u", rnd(1000000));
   }
   px_buf_append(b, "}", 1);
@@ -149,7 +152,7 @@ static void test_generated(void) {
         if (i) px_buf_append(&b, ",", 1);
         gen_ws(&b);
         if (i == at || (i > at && rnd(8) == 0)) { /* the top-level usage member
-                                                    * (or something else of that name) */
+                                                   * (or something else of that name) */
           gen_name(&b, w->usage_obj);
           px_buf_append(&b, ":", 1);
           if (rnd(6) == 0) gen_value(&b, w->usage_obj, 1);
@@ -293,6 +296,9 @@ static void test_finish(void) {
       {"[{\"c\":\"\\\"finish_reason\\\":\\\"x\\\"\"}]", ""}, /* in a string */
       {"[{\"reason\":\"finish_reason\"}]", ""},              /* a value, not a name */
       {"[{\"finish_reason\":[\"stop\"]}]", ""},              /* not a string */
+      /* the name spelled with escapes */
+      {"[{\"fin\\u0069sh_reason\":\"stop\"}]", "stop"},
+      {"[{\"fin\\u0069sh_reason\":null,\"c\":\"\\\"finish_reason\\\":\\\"x\\\"\"}]", ""},
       {"[{\"finish_reason\":\"0123456789012345678901234567890123456789012345678901234567"
        "89012345\"}]",
        "0123456789012345678901234567890"}, /* over 64 bytes back: walked, cut to fit */
@@ -359,6 +365,11 @@ static void test_lead(void) {
       {"\"id\":\"i\\\"j\",\"model\":\"m\"", "i\\\"j", "m"},
       {"\"idx:\":\"v\",\"id\":\"i\",\"model\":\"m\"", "i", "m"},
       {"\"id__\":\"x\",\"id\":\"i\",\"model\":\"m\"", "i", "m"},
+      /* names spelled with escapes: the names they decode to */
+      {"\"\\u0069d\":\"i\",\"mod\\u0065l\":\"m\"", "i", "m"},
+      {"\"object\":\"x\",\"mod\\u0065l\":\"m\",\"n\":{},\"i\\u0064\":\"i\"", "i", "m"},
+      {"\"\\u0069d\":\"i\",\"n\":{\"model\":\"no\"},\"m\\u006fdel\":\"m\"", "i", "m"},
+      {"\"\\u0069\":\"no\",\"i\\u0064x\":\"no\",\"id\":\"i\",\"model\":\"m\"", "i", "m"},
   };
   const px_wire_watch_t *w = &px_proto_get(PX_PROTO_CHAT)->watch;
   char body[600];
@@ -408,7 +419,8 @@ static void test_events(void) {
       /* Anthropic's message_start: message.usage, cache counts added */
       {&an, "message",
        "{\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"content\":[],\"usage\":{"
-       "\"input_tokens\":10,\"cache_read_input_tokens\":4,\"cache_creation_input_tokens\":2,"
+       "\"input_tokens\":10,\"cache_read_input_tokens\":4,\"cache_creation_input_"
+       "tokens\":2,"
        "\"output_tokens\":1}}}",
        16, 1},
       /* Anthropic's message_delta: usage at the top, a name escaped */
@@ -434,8 +446,10 @@ static void test_events(void) {
   /* the tail of a body: usage found back from the end, whatever the cut
    * left at the front (Gemini's name, not Chat's) */
   static const char *const tails[] = {
-      "Text\"}]}}],\"usageMetadata\":{\"promptTokenCount\":8,\"candidatesTokenCount\":2}}",
-      "\":1}],\"us\\u0061geMetadata\":{\"promptTokenCount\":8,\"candidatesTokenCount\":2}}\n"};
+      "Text\"}]}}],\"usageMetadata\":{\"promptTokenCount\":8,\"candidatesTokenCount\":2}"
+      "}",
+      "\":1}],\"us\\u0061geMetadata\":{\"promptTokenCount\":8,\"candidatesTokenCount\":2}"
+      "}\n"};
   for (size_t i = 0; i < 2; i++) {
     px_usage_t u = {.input_tokens = -1, .output_tokens = -1};
     px_usage_tail(PX_PROTO_GEMINI, tails[i], strlen(tails[i]), &u);
