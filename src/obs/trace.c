@@ -352,18 +352,20 @@ static inline char *put8(char *w, uint32_t v) {
  * lane before; checked against division for every v < 10^8 */
 static inline char *put8_sse2(char *w, uint32_t v) {
   const __m128i x = _mm_cvtsi32_si128((int)v);
-  const __m128i abcd = _mm_srli_epi64(_mm_mul_epu32(x, _mm_set1_epi32((int)0xd1b71759)), 45);
+  const __m128i abcd =
+      _mm_srli_epi64(_mm_mul_epu32(x, _mm_set1_epi32((int)0xd1b71759)), 45);
   const __m128i efgh = _mm_sub_epi32(x, _mm_mul_epu32(abcd, _mm_set1_epi32(10000)));
   __m128i q = _mm_slli_epi64(_mm_unpacklo_epi16(abcd, efgh), 2);
   q = _mm_unpacklo_epi16(q, q);
   q = _mm_unpacklo_epi32(q, q); /* abcd * 4 in four lanes, efgh * 4 in four */
-  q = _mm_mulhi_epu16(
-      q, _mm_setr_epi16(8389, 5243, 13108, (short)32768, 8389, 5243, 13108, (short)32768));
-  q = _mm_mulhi_epu16(q, _mm_setr_epi16(1 << 7, 1 << 11, 1 << 13, (short)(1 << 15), 1 << 7,
-                                         1 << 11, 1 << 13, (short)(1 << 15)));
+  q = _mm_mulhi_epu16(q, _mm_setr_epi16(8389, 5243, 13108, (short)32768, 8389, 5243,
+                                        13108, (short)32768));
+  q = _mm_mulhi_epu16(q, _mm_setr_epi16(1 << 7, 1 << 11, 1 << 13, (short)(1 << 15),
+                                        1 << 7, 1 << 11, 1 << 13, (short)(1 << 15)));
   const __m128i d =
       _mm_sub_epi16(q, _mm_slli_epi64(_mm_mullo_epi16(q, _mm_set1_epi16(10)), 16));
-  _mm_storel_epi64((__m128i *)w, _mm_add_epi8(_mm_packus_epi16(d, d), _mm_set1_epi8('0')));
+  _mm_storel_epi64((__m128i *)w,
+                   _mm_add_epi8(_mm_packus_epi16(d, d), _mm_set1_epi8('0')));
   return w + 8;
 }
 
