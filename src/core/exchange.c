@@ -195,8 +195,8 @@ static void trace_begin(px_exch_t *x) {
   px_str_t tp = PX_STR(""), ts = PX_STR("");
   for (size_t i = 0; i < x->req->nhdrs; i++) {
     const px_hdr_t *h = &x->req->hdrs[i];
-    if (h->name.len < 10 || (h->name.ptr[0] | 0x20) != 't')
-      continue; /* most differ here */
+    if (h->name.len - 10 > 1 || (h->name.ptr[0] | 0x20) != 't')
+      continue; /* most differ here (the length: 10 or 11) */
     if (h->name.len == 11 && strncasecmp(h->name.ptr, "traceparent", 11) == 0)
       tp = h->value;
     else if (h->name.len == 10 && strncasecmp(h->name.ptr, "tracestate", 10) == 0)

@@ -58,6 +58,22 @@ static void test_traceparent(void) {
   CHECK(!continues(""));
 
   px_trace_conf_t c = conf(1);
+  { /* a context begun over another one (or over any bytes: it is not
+       cleared first) holds nothing of it */
+    px_trace_ctx_t r;
+    memset(&r, 0xa5, sizeof(r));
+    px_trace_begin(&r, &c, px_str(""), px_str("a=b"));
+    CHECK(r.on && r.sampled && !r.has_parent && r.tracestate.len == 0);
+    px_trace_begin(&r, &c,
+                   px_str("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+                   px_str("a=b"));
+    CHECK(r.has_parent && r.tracestate.len == 3);
+    px_trace_begin(&r, &c,
+                   px_str("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0g"),
+                   px_str("a=b"));
+    CHECK(r.on && !r.has_parent && r.tracestate.len == 0);
+    CHECK(memcmp(r.trace_hex, tid, 32) != 0); /* a new trace */
+  }
   px_trace_ctx_t t;
   px_trace_begin(&t, &c,
                  px_str("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"),
