@@ -331,6 +331,15 @@ static size_t quote_before(const char *p, size_t j) {
   }
 }
 
+/* Whether p[0..n) holds a \u escape: its backslashes found by memchr (a
+ * vector search; memmem's for two bytes is a byte loop) */
+static int has_u_escape(const char *p, size_t n) {
+  for (const char *e = p + n, *q = memchr(p, '\\', n); q && q + 1 < e;
+       q = memchr(q + 2, '\\', q + 2 < e ? (size_t)(e - q - 2) : 0))
+    if (q[1] == 'u') return 1;
+  return 0;
+}
+
 /* last_member by the one reader's rule for names, for an answer that may
  * spell them with escapes ("\u" in it): the strings walked back from the
  * end, each named compared unescaped (px_json_name_is). */
@@ -634,7 +643,7 @@ static void answer_finish(const px_wire_watch_t *w, const char *p, size_t n,
       last_member(p, n, w->finish_key, w->finish_list, &s, &l);
     /* none by the names as written: spelled with escapes? (rare: only then
      * are the answer's strings walked) */
-    if (s == END && memmem(p, n, "\\u", 2) != NULL)
+    if (s == END && has_u_escape(p, n))
       last_member_esc(p, n, w->finish_key, w->finish_list, &s, &l);
   } else {
     const char *path[2] = {outer, w->finish_key};
