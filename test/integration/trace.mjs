@@ -17,10 +17,10 @@ const UP_KEY = 'upstream-key-never-in-a-span';
 const ANT_KEY = 'anthropic-key-never-in-a-span';
 const EXPORT_HEADER = 'collector-token-never-in-a-span';
 
-const CLIENT_TRACE = '0af7651916cd43dd8448eb211c80319c';
-const CLIENT_SPAN = 'b7ad6b7169203331';
+const CLIENT_TRACE = '4a4a4a4a4a4a4a4a5b5b5b5b5b5b5b5b';
+const CLIENT_SPAN = '6c6c6c6c7d7d7d7d';
 const TRACEPARENT = `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01`;
-const TRACESTATE = 'congo=t61rcWkgMzE,rojo=00f067aa0ba902b7';
+const TRACESTATE = 'congo=lorem1ipsum,rojo=00f0f0f0f0f0f0f0';
 
 function config(upUrl, trace) {
   return C.server({ access_log: 'stderr' })
