@@ -41,16 +41,15 @@ static unsigned key_at(const char *d, size_t n, size_t j, const char *const *key
 }
 
 /* Whether the string at the quote d[j] names key (kl bytes), escapes
- * decoded: its content to its closing quote (an escape spells one byte in
- * 6 at most) */
+ * decoded: its closing quote within the 6 bytes an escape spells one byte
+ * in at most (px_json_string_at: a string jansson would refuse names
+ * nothing) */
 static int escaped_key_at(const char *d, size_t n, size_t j, const char *key, size_t kl) {
-  for (size_t e = j + 1; e < n && e <= j + 1 + 6 * kl; e++) {
-    if (d[e] == '\\')
-      e++;
-    else if (d[e] == '"')
-      return px_json_name_is(d + j + 1, e - j - 1, key, kl);
-  }
-  return 0;
+  size_t e, lim = j + 2 + 6 * kl;
+  int esc;
+  if (px_json_string_at((const unsigned char *)d, lim < n ? lim : n, j + 1, &e, &esc) < 0)
+    return 0;
+  return px_json_name_is(d + j + 1, e - j - 1, key, kl);
 }
 
 /* The keys of want (bits) d[0..n) holds spelled with escapes: at every

@@ -18,7 +18,6 @@
 #include "proxai/json.h"
 
 #define END PX_JSON_NPOS
-#define MORE PX_JSON_CUT
 
 static size_t skip_ws(const char *p, size_t i, size_t n) {
   return px_json_ws((const unsigned char *)p, n, i);
