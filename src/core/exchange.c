@@ -190,19 +190,9 @@ static void answer_clear(px_answer_t *a) {
 }
 
 /* The request's trace context: the client's traceparent and tracestate
- * continued (one pass over its headers). */
+ * (noted by the server's pass over the head) continued. */
 static void trace_begin(px_exch_t *x) {
-  px_str_t tp = PX_STR(""), ts = PX_STR("");
-  for (size_t i = 0; i < x->req->nhdrs; i++) {
-    const px_hdr_t *h = &x->req->hdrs[i];
-    if (h->name.len - 10 > 1 || (h->name.ptr[0] | 0x20) != 't')
-      continue; /* most differ here (the length: 10 or 11) */
-    if (h->name.len == 11 && strncasecmp(h->name.ptr, "traceparent", 11) == 0)
-      tp = h->value;
-    else if (h->name.len == 10 && strncasecmp(h->name.ptr, "tracestate", 10) == 0)
-      ts = h->value;
-  }
-  px_trace_begin(&x->tr, &x->cfg->trace, tp, ts);
+  px_trace_begin(&x->tr, &x->cfg->trace, x->req->traceparent, x->req->tracestate);
   if (!x->tr.sampled) return;
   x->ans_pass = 0;
   answer_clear(&x->ans_up);
