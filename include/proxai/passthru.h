@@ -51,7 +51,7 @@ typedef struct px_passthru {
   px_usage_t usage;   /**< usage seen so far, for logs and tpm */
   px_answer_t *answer;        /**< NULL, or the answer's id, model and finish
                                    reason kept here (px_passthru_answer) */
-  char fin_null[40];          /**< a data-only stream's "finish name":null */
+  const char *fin_null;       /**< a data-only stream's "finish name":null */
   unsigned char fin_null_len; /**< its length; 0: not a data-only stream */
   unsigned char fin_bit; /**< the finish name's bit among the keys tested; 0: not one */
 } px_passthru_t;

@@ -44,6 +44,9 @@ typedef struct px_req {
   int keep_alive;
   char request_id[72];
   uint64_t start_ns;   /**< uv_hrtime() at first byte */
+  /** The W3C trace context headers (SPEC 15), the last of each, noted by
+   *  the head's one pass over its fields; len 0: absent. */
+  px_str_t traceparent, tracestate;
 } px_req_t;
 
 /** Header value by case-insensitive name, or NULL. NUL-terminated. */

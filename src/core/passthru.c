@@ -265,20 +265,32 @@ static int on_event(void *arg, const px_sse_event_t *ev) {
 }
 
 void px_passthru_answer(px_passthru_t *pt, px_answer_t *a) {
+  /* a data-only stream's "name":null and the finish reason's bit when its
+   * name is one of the keys the scan tests for (then a chunk without it
+   * has none): the protocol's, made at its first traced stream */
+  static struct {
+    char null_text[40];
+    unsigned char len, bit, made;
+  } fin[PX_PROTO_COUNT];
   const px_wire_watch_t *w = pt->w;
   pt->answer = a;
   if (a == NULL || w->start_event || w->terminal_events[0] || !w->finish_key) return;
-  /* a data-only stream: "name":null, the finish reason's name when one of
-   * the keys the scan tests for (then a chunk without it has none) */
-  size_t fl = strlen(w->finish_key);
-  if (fl + 7 > sizeof(pt->fin_null)) return; /* never: the protocols' names are short */
-  pt->fin_null[0] = '"';
-  memcpy(pt->fin_null + 1, w->finish_key, fl);
-  memcpy(pt->fin_null + 1 + fl, "\":null", 6);
-  pt->fin_null_len = (unsigned char)(fl + 7);
-  for (size_t k = 0; k < 2 && w->finish_keys[k]; k++)
-    if (strcmp(w->finish_keys[k], w->finish_key) == 0)
-      pt->fin_bit = 1u << (PX_K_FINISH + k);
+  if (!fin[pt->proto].made) {
+    size_t fl = strlen(w->finish_key);
+    if (fl + 7 > sizeof(fin[0].null_text)) return; /* never: the names are short */
+    char *t = fin[pt->proto].null_text;
+    t[0] = '"';
+    memcpy(t + 1, w->finish_key, fl);
+    memcpy(t + 1 + fl, "\":null", 6);
+    fin[pt->proto].len = (unsigned char)(fl + 7);
+    for (size_t k = 0; k < 2 && w->finish_keys[k]; k++)
+      if (strcmp(w->finish_keys[k], w->finish_key) == 0)
+        fin[pt->proto].bit = (unsigned char)(1u << (PX_K_FINISH + k));
+    fin[pt->proto].made = 1;
+  }
+  pt->fin_null = fin[pt->proto].null_text;
+  pt->fin_null_len = fin[pt->proto].len;
+  pt->fin_bit = fin[pt->proto].bit;
 }
 
 static int on_event_end(void *arg, size_t end);

@@ -435,17 +435,29 @@ static int host_ok(const char *v, size_t n) {
  * connection (conn_error): nothing behind a refused framing is read as a
  * request. */
 static int head_rules(px_conn_t *c, llhttp_t *p) {
-  const px_req_t *r = &c->req;
+  px_req_t *r = &c->req;
   size_t hosts = 0, tes = 0;
   px_te_t te = {0};
+  r->traceparent = r->tracestate = (px_str_t){NULL, 0};
   for (size_t i = 0; i < r->nhdrs; i++) {
     px_str_t nm = r->hdrs[i].name, v = r->hdrs[i].value;
-    if (nm.len == 4 && strncasecmp(nm.ptr, "host", 4) == 0) {
+    switch (nm.len) { /* the fields the gateway reads here, by length first */
+    case 4:
+      if (strncasecmp(nm.ptr, "host", 4) != 0) break;
       hosts++;
       if (!host_ok(v.ptr, v.len)) return parse_fail(c, 400, "invalid Host header");
-    } else if (nm.len == 17 && strncasecmp(nm.ptr, "transfer-encoding", 17) == 0) {
+      break;
+    case 10:
+      if (strncasecmp(nm.ptr, "tracestate", 10) == 0) r->tracestate = v;
+      break;
+    case 11:
+      if (strncasecmp(nm.ptr, "traceparent", 11) == 0) r->traceparent = v;
+      break;
+    case 17:
+      if (strncasecmp(nm.ptr, "transfer-encoding", 17) != 0) break;
       tes++;
       px_te_scan(&te, v.ptr, v.len);
+      break;
     }
   }
   if (hosts > 1) return parse_fail(c, 400, "more than one Host header");

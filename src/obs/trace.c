@@ -59,11 +59,11 @@ static uint64_t wall_offset; /* wall clock ns - uv_hrtime() */
 static uint64_t rs[4];
 static int seeded;
 
-static uint64_t rotl(uint64_t x, int k) {
+static inline uint64_t rotl(uint64_t x, int k) {
   return (x << k) | (x >> (64 - k));
 }
 
-static uint64_t next64(void) {
+static inline uint64_t next64(void) {
   if (!seeded) {
     if (getrandom(rs, sizeof(rs), 0) != (ssize_t)sizeof(rs)) {
       struct timespec ts;
