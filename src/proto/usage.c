@@ -588,6 +588,16 @@ static inline void copy_bytes(char *d, const char *s, size_t l) {
   px_mem_cpy(d, s, l);
 }
 
+/* The string token p[s..s+l) with no backslash in it (lead_find's,
+ * finish_at_end's) into dst, cut to fit: copy_str without its checks */
+static inline void copy_plain(const char *p, size_t s, size_t l, char *dst, size_t cap,
+                              unsigned char *len) {
+  l = l - 2 < cap ? l - 2 : cap - 1;
+  copy_bytes(dst, p + s + 1, l);
+  dst[l] = 0;
+  *len = (unsigned char)l;
+}
+
 /* finish_at_end's name: the protocols' literals, its length kept, and
  * (SSE2) "name": as the last bytes of sixteen when it fits (every
  * protocol's does) to compare the bytes before the value at once; set out
@@ -683,10 +693,7 @@ static inline __attribute__((always_inline)) int finish_usual(const px_wire_watc
   if (w->finish_key != fin.name || !(w->finish_list || w->finish_last) ||
       !finish_at_end(p, e, &s, &l) || s == END)
     return 0;
-  l = l - 2 < sizeof(a->finish) ? l - 2 : sizeof(a->finish) - 1;
-  copy_bytes(a->finish, p + s + 1, l);
-  a->finish[l] = 0;
-  a->finish_len = (unsigned char)l;
+  copy_plain(p, s, l, a->finish, sizeof(a->finish), &a->finish_len);
   return 1;
 }
 
@@ -885,16 +892,6 @@ static inline __attribute__((always_inline)) int lead_find(const char *p, size_t
   return lead_scan(p, n, o + 1, 3, at, len);
 }
 #endif
-
-/* The string token p[s..s+l) that lead_find found (no backslash in it)
- * into dst, cut to fit: copy_str without its checks */
-static inline void copy_plain(const char *p, size_t s, size_t l, char *dst, size_t cap,
-                              unsigned char *len) {
-  l = l - 2 < cap ? l - 2 : cap - 1;
-  copy_bytes(dst, p + s + 1, l);
-  dst[l] = 0;
-  *len = (unsigned char)l;
-}
 
 /* answer_read's id and model by the walks (the object under outer, an
  * answer that does not lead with them, the one still missing), out of
