@@ -680,37 +680,45 @@ static inline int finish_at_end(const char *p, size_t e, size_t *s, size_t *l) {
          px_mem_eq(p + v - nl - 2, fin.name, nl);
 }
 
+/* What finish_usual found (answer_finish goes on from there) */
+enum { FIN_DONE, FIN_UNREAD, FIN_OTHER, FIN_AT_END };
+
 /* The usual finish reason of answer_finish, read without a call: a
  * string just before the usage (e: where it starts) or the end, whose
  * bytes hold no quote or backslash (finish_at_end), copied as they are,
- * cut to fit. 1 when it is one (or the protocol has none), 0 when
- * answer_finish reads it. */
+ * cut to fit. FIN_DONE when it is one (or the protocol has none), else
+ * what answer_finish is told: FIN_AT_END (null there), FIN_OTHER (another
+ * shape), FIN_UNREAD (not looked at: the name not kept yet, or a finish
+ * reason that is not the last). */
 static inline __attribute__((always_inline)) int finish_usual(const px_wire_watch_t *w,
                                                               const char *p, size_t e,
                                                               px_answer_t *a) {
   size_t s, l;
-  if (!w->finish_key) return 1;
-  if (w->finish_key != fin.name || !(w->finish_list || w->finish_last) ||
-      !finish_at_end(p, e, &s, &l) || s == END)
-    return 0;
+  if (!w->finish_key) return FIN_DONE;
+  if (w->finish_key != fin.name || !(w->finish_list || w->finish_last)) return FIN_UNREAD;
+  if (!finish_at_end(p, e, &s, &l)) return FIN_OTHER;
+  if (s == END) return FIN_AT_END;
   copy_plain(p, s, l, a->finish, sizeof(a->finish), &a->finish_len);
-  return 1;
+  return FIN_DONE;
 }
 
 /* The finish reason of answer_read: the last member of its name (Chat and
  * Gemini: before their list's name, back from the end; Anthropic: after
- * the content), else the one under outer. Out of line: finish_usual
- * reads the usual one. */
+ * the content), else the one under outer. Out of line, after finish_usual
+ * (usual: what it found). */
 static __attribute__((noinline)) void answer_finish(const px_wire_watch_t *w,
                                                     const char *p, size_t n,
                                                     const char *outer, size_t tail,
-                                                    px_answer_t *a) {
+                                                    px_answer_t *a, int usual) {
   size_t s = END, l;
   if (!w->finish_key) return;
   if (w->finish_list || w->finish_last) { /* only the usage and the like follow */
-    if (w->finish_key != fin.name) fin_name(w->finish_key);
     /* before the usage member first: what follows it was walked already */
-    if (finish_at_end(p, tail != END ? tail : n, &s, &l)) {
+    if (usual == FIN_UNREAD) {
+      if (w->finish_key != fin.name) fin_name(w->finish_key);
+      usual = finish_at_end(p, tail != END ? tail : n, &s, &l) ? FIN_AT_END : FIN_OTHER;
+    }
+    if (usual == FIN_AT_END) {
       /* the member just before the end (usage): decided in a few bytes */
     } else
 #if defined(__SSE2__)
@@ -971,17 +979,17 @@ static __attribute__((noinline)) void answer_rest(const px_wire_watch_t *w, cons
     }
   }
   if (!a->id[0] || !a->model[0]) ids_walk(w, p, n, outer, a);
-  if (finish && !finish_usual(w, p, tail != END ? tail : n, a))
-    answer_finish(w, p, n, outer, tail, a);
+  int usual;
+  if (finish && (usual = finish_usual(w, p, tail != END ? tail : n, a)) != FIN_DONE)
+    answer_finish(w, p, n, outer, tail, a, usual);
 }
 
-/* The usual answer at the top, read without a call: compact, its id and
- * model (not empty) leading it (lead_find), its finish reason (finish
- * asked) as finish_usual reads it, the protocol's names kept. 0 when
- * anything else comes: answer_rest reads it (the id and model set here
- * are the ones it would set). */
-static inline int answer_usual(const px_wire_watch_t *w, const char *p, size_t n,
-                               size_t tail, px_answer_t *a, int finish) {
+/* The usual id and model at the top, read without a call: a compact
+ * answer led by them (lead_find), neither empty, the protocol's names
+ * kept. 0 when anything else comes: answer_rest reads them (the id and
+ * model set here are the ones it would set). */
+static inline int ids_usual(const px_wire_watch_t *w, const char *p, size_t n,
+                            px_answer_t *a) {
 #if defined(__SSE2__)
   size_t at[2], len[2];
   if (w != lead.w || n == 0 || p[0] != '{' || a->id[0] || a->model[0] ||
@@ -989,8 +997,7 @@ static inline int answer_usual(const px_wire_watch_t *w, const char *p, size_t n
     return 0;
   copy_plain(p, at[0], len[0], a->id, sizeof(a->id), &a->id_len);
   copy_plain(p, at[1], len[1], a->model, sizeof(a->model), &a->model_len);
-  return a->id[0] && a->model[0] &&
-         (!finish || finish_usual(w, p, tail != END ? tail : n, a));
+  return a->id[0] && a->model[0];
 #else
   return 0;
 #endif
@@ -998,13 +1005,17 @@ static inline int answer_usual(const px_wire_watch_t *w, const char *p, size_t n
 
 /* The id, model and (finish) finish reason of the answer p[0..n) (outer:
  * of its member of that name), a whole body's usage starting at tail
- * (END: not known): answer_usual, else answer_rest */
+ * (END: not known): the usual ones read here (ids_usual, finish_usual),
+ * else by answer_rest and answer_finish */
 static __attribute__((noinline)) void answer_read(const px_wire_watch_t *w, const char *p,
                                                   size_t n, const char *outer,
                                                   size_t tail, px_answer_t *a,
                                                   int finish) {
-  if (outer || !answer_usual(w, p, n, tail, a, finish))
+  int usual;
+  if (outer || !ids_usual(w, p, n, a))
     answer_rest(w, p, n, outer, tail, a, finish);
+  else if (finish && (usual = finish_usual(w, p, tail != END ? tail : n, a)) != FIN_DONE)
+    answer_finish(w, p, n, NULL, tail, a, usual);
 }
 
 void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
@@ -1017,7 +1028,8 @@ void px_answer_ids(const px_wire_watch_t *w, const char *p, size_t n, px_answer_
 }
 
 void px_answer_finish(const px_wire_watch_t *w, const char *p, size_t n, px_answer_t *a) {
-  if (!finish_usual(w, p, n, a)) answer_finish(w, p, n, NULL, END, a);
+  int usual = finish_usual(w, p, n, a);
+  if (usual != FIN_DONE) answer_finish(w, p, n, NULL, END, a, usual);
 }
 
 /* a string's content into dst as copy_str cuts it */
