@@ -574,7 +574,8 @@ static int last_member_fast(const char *p, size_t n, const char *name, const cha
 #endif
 
 /* px_mem_cpy of a short string (an id, a model, a finish reason) without
- * a call for one over 16 bytes: no registers kept for one on the way */
+ * its call to memcpy over 16 bytes (a call on the usual read's way makes
+ * its caller keep registers) */
 static inline void copy_bytes(char *d, const char *s, size_t l) {
 #if defined(__SSE2__)
   if (l > 16) {
