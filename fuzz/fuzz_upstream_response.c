@@ -8,11 +8,13 @@
  * (b / PX_PROTO_COUNT % 4:
  * watch, rewrite, strip, rewrite+strip); byte 1 a chunking seed; byte 2 the
  * upstream status (400 + b % 200); the rest is the upstream body.
- * Properties: never a crash or leak; the watcher's output, result and usage
- * do not depend on how the bytes were chunked; the output only ever ends at
- * an event boundary (so an error event can always follow it); an unchanged
- * watch passes on a prefix of its input; an error body always becomes a
- * client error with a status from 400 to 599. */
+ * Properties: never a crash or leak; the watcher's output, result, usage
+ * and a traced answer's id, model and finish reason (read from the
+ * events) do not depend on how the bytes were chunked; the output only ever
+ * ends at an event boundary (so an error event can always follow it); an
+ * unchanged watch passes on a prefix of its input; the id, model and
+ * finish reason read from a body end at the lengths noted; an error body
+ * always becomes a client error with a status from 400 to 599. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -75,6 +77,7 @@ static void usage_oracle(px_proto_t proto, const char *p, size_t n,
 typedef struct {
   int rc, fin;
   px_usage_t usage;
+  px_answer_t answer;
 } result_t;
 
 static void watch(px_proto_t proto, int mode, const uint8_t *p, size_t n, uint32_t seed,
@@ -82,6 +85,8 @@ static void watch(px_proto_t proto, int mode, const uint8_t *p, size_t n, uint32
   px_passthru_t pt;
   px_passthru_init(&pt, proto, (mode & 1) ? "client-model" : NULL);
   pt.strip_usage = (mode & 2) != 0;
+  memset(&r->answer, 0, sizeof(r->answer));
+  px_passthru_answer(&pt, &r->answer);
   px_buf_init(out, 64u << 20);
   r->rc = 0;
   size_t at = 0;
@@ -141,7 +146,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (ra.rc != rb.rc || ra.fin != rb.fin || a.len != b.len ||
       (a.len && memcmp(a.data, b.data, a.len) != 0) ||
       ra.usage.input_tokens != rb.usage.input_tokens ||
-      ra.usage.output_tokens != rb.usage.output_tokens) {
+      ra.usage.output_tokens != rb.usage.output_tokens ||
+      memcmp(&ra.answer, &rb.answer, sizeof(ra.answer)) != 0) {
     fprintf(stderr,
             "fuzz_upstream_response: chunking changed the result (rc %d/%d fin %d/%d len "
             "%zu/%zu)\n",
@@ -166,6 +172,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   u.input_tokens = u.output_tokens = -1;
   px_usage_scan(proto, (const char *)p, n, &u);
   usage_oracle(proto, (const char *)p, n, &u);
+
+  /* a traced answer's id, model and finish reason from the body (after
+   * the usage, as the pass-through reads them), and as an event's */
+  size_t tail = PX_JSON_NPOS;
+  px_usage_scan_at(proto, (const char *)p, n, &u, &tail);
+  const px_wire_watch_t *w = &px_proto_get(proto)->watch;
+  px_answer_t ans[2];
+  memset(ans, 0, sizeof(ans));
+  px_answer_body(w, (const char *)p, n, tail, &ans[0]);
+  px_answer_read(w, (const char *)p, n, NULL, &ans[1]);
+  for (int k = 0; k < 2; k++) /* (a raw NUL in a string is copied as it is) */
+    if (ans[k].id_len >= sizeof(ans[k].id) || ans[k].id[ans[k].id_len] ||
+        ans[k].model_len >= sizeof(ans[k].model) || ans[k].model[ans[k].model_len] ||
+        ans[k].finish_len >= sizeof(ans[k].finish) || ans[k].finish[ans[k].finish_len]) {
+      fprintf(stderr, "fuzz_upstream_response: an answer's string ends elsewhere\n");
+      abort();
+    }
 
   /* the error body, toward every client protocol */
   for (int in = 0; in < 3; in++) {

@@ -586,18 +586,70 @@ static int last_member_fast(const char *p, size_t n, const char *name, const cha
 }
 #endif
 
+/* px_mem_cpy of a short string (an id, a model, a finish reason) without
+ * its call to memcpy over 16 bytes (a call on the usual read's way makes
+ * its caller keep registers) */
+static inline void copy_bytes(char *d, const char *s, size_t l) {
+#if defined(__SSE2__)
+  if (l > 16) {
+    for (size_t i = 0; i + 16 < l; i += 16)
+      _mm_storeu_si128((__m128i *)(d + i), _mm_loadu_si128((const __m128i *)(s + i)));
+    _mm_storeu_si128((__m128i *)(d + l - 16),
+                     _mm_loadu_si128((const __m128i *)(s + l - 16)));
+    return;
+  }
+#endif
+  px_mem_cpy(d, s, l);
+}
+
+/* The string token p[s..s+l) with no backslash in it (lead_find's,
+ * finish_at_end's) into dst, cut to fit: copy_str without its checks */
+static inline void copy_plain(const char *p, size_t s, size_t l, char *dst, size_t cap,
+                              unsigned char *len) {
+  l = l - 2 < cap ? l - 2 : cap - 1;
+  copy_bytes(dst, p + s + 1, l);
+  dst[l] = 0;
+  *len = (unsigned char)l;
+}
+
+/* finish_at_end's name: the protocols' literals, its length kept, and
+ * (SSE2) "name": as the last bytes of sixteen when it fits (every
+ * protocol's does) to compare the bytes before the value at once; set out
+ * of line (no call on the way of the usual read) */
+static struct {
+  const char *name;
+  size_t nl;
+#if defined(__SSE2__)
+  __m128i pat;
+  unsigned want;
+#endif
+} fin;
+
+static __attribute__((noinline)) void fin_name(const char *name) {
+  fin.nl = strlen(name), fin.name = name;
+#if defined(__SSE2__)
+  char b[16] = {0};
+  fin.want = 0;
+  if (fin.nl <= 13) {
+    b[13 - fin.nl] = '"';
+    memcpy(b + 14 - fin.nl, name, fin.nl);
+    b[14] = '"';
+    b[15] = ':';
+    fin.want = 0xffffu << (13 - fin.nl) & 0xffffu;
+  }
+  fin.pat = _mm_loadu_si128((const __m128i *)b);
+#endif
+}
+
 /* The finish reason when its member is the last one before p[e] in
  * compact JSON (a finish chunk's "name":"stop"}]}, a body's
  * "name":"stop"}],"usage"): "name" then ':', a string value without a
  * backslash or null, then closing brackets (and one comma) up to e. 1: it
  * is (*s as last_member_fast sets it: the last "name": there is this one,
  * no other name ends in the bytes after it), 0: another shape (the caller
- * walks back as before). */
-static int finish_at_end(const char *p, size_t e, const char *name, size_t *s,
-                         size_t *l) {
-  static const char *last_name; /* the protocols' literals: the length kept */
-  static size_t nl;
-  if (name != last_name) nl = strlen(name), last_name = name;
+ * walks back as before). The name: fin's (fin_name). */
+static inline int finish_at_end(const char *p, size_t e, size_t *s, size_t *l) {
+  size_t nl = fin.nl;
   size_t j = e, v;
   if (j > 0 && p[j - 1] == ',') j--;
   while (j > 0 && (p[j - 1] == '}' || p[j - 1] == ']')) j--;
@@ -631,20 +683,56 @@ static int finish_at_end(const char *p, size_t e, const char *name, size_t *s,
   } else {
     return 0;
   }
+  if (v >= nl + 4 && p[v - nl - 4] == '\\') return 0; /* the name's quote escaped */
+#if defined(__SSE2__)
+  if (fin.want && v >= 16)
+    return ((unsigned)_mm_movemask_epi8(
+                _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + v - 16)), fin.pat)) &
+            fin.want) == fin.want;
+#endif
   return v >= nl + 3 && p[v - 1] == ':' && p[v - 2] == '"' && p[v - nl - 3] == '"' &&
-         px_mem_eq(p + v - nl - 2, name, nl) && !(v >= nl + 4 && p[v - nl - 4] == '\\');
+         px_mem_eq(p + v - nl - 2, fin.name, nl);
+}
+
+/* What finish_usual found (answer_finish goes on from there) */
+enum { FIN_DONE, FIN_UNREAD, FIN_OTHER, FIN_AT_END };
+
+/* The usual finish reason of answer_finish, read without a call: a
+ * string just before the usage (e: where it starts) or the end, whose
+ * bytes hold no quote or backslash (finish_at_end), copied as they are,
+ * cut to fit. FIN_DONE when it is one (or the protocol has none), else
+ * what answer_finish is told: FIN_AT_END (null there), FIN_OTHER (another
+ * shape), FIN_UNREAD (not looked at: the name not kept yet, or a finish
+ * reason that is not the last). */
+static inline __attribute__((always_inline)) int finish_usual(const px_wire_watch_t *w,
+                                                              const char *p, size_t e,
+                                                              px_answer_t *a) {
+  size_t s, l;
+  if (!w->finish_key) return FIN_DONE;
+  if (w->finish_key != fin.name || !(w->finish_list || w->finish_last)) return FIN_UNREAD;
+  if (!finish_at_end(p, e, &s, &l)) return FIN_OTHER;
+  if (s == END) return FIN_AT_END;
+  copy_plain(p, s, l, a->finish, sizeof(a->finish), &a->finish_len);
+  return FIN_DONE;
 }
 
 /* The finish reason of answer_read: the last member of its name (Chat and
  * Gemini: before their list's name, back from the end; Anthropic: after
- * the content), else the one under outer */
-static void answer_finish(const px_wire_watch_t *w, const char *p, size_t n,
-                          const char *outer, size_t tail, px_answer_t *a) {
-  size_t s, l;
+ * the content), else the one under outer. Out of line, after finish_usual
+ * (usual: what it found). */
+static __attribute__((noinline)) void answer_finish(const px_wire_watch_t *w,
+                                                    const char *p, size_t n,
+                                                    const char *outer, size_t tail,
+                                                    px_answer_t *a, int usual) {
+  size_t s = END, l;
   if (!w->finish_key) return;
   if (w->finish_list || w->finish_last) { /* only the usage and the like follow */
     /* before the usage member first: what follows it was walked already */
-    if (finish_at_end(p, tail != END ? tail : n, w->finish_key, &s, &l)) {
+    if (usual == FIN_UNREAD) {
+      if (w->finish_key != fin.name) fin_name(w->finish_key);
+      usual = finish_at_end(p, tail != END ? tail : n, &s, &l) ? FIN_AT_END : FIN_OTHER;
+    }
+    if (usual == FIN_AT_END) {
       /* the member just before the end (usage): decided in a few bytes */
     } else
 #if defined(__SSE2__)
@@ -705,134 +793,243 @@ static int lead_ids(const char *p, size_t n, size_t o, const char *const *nm,
   }
 }
 
+/* The names lead_find and lead_ids look for (the id's, the model's) of the
+ * last protocol read, their lengths and (SSE2) their members' first bytes
+ * "name":" as a pattern to compare sixteen bytes with (want: the bits of
+ * its bytes; 0 when it is longer): set out of line when the protocol
+ * changes */
+static struct {
+  const px_wire_watch_t *w;
+  const char *nm[2];
+  size_t nl[2];
 #if defined(__SSE2__)
-/* lead_ids by the names' bytes rather than a walk of the members: an
- * unescaped quote, a name, then ":" and a quote opens a member of that
+  __m128i pat[2];
+  unsigned want[2];
+#endif
+} lead;
+
+static __attribute__((noinline)) void lead_names(const px_wire_watch_t *w) {
+  lead.nm[0] = w->answer_id ? w->answer_id : "id";
+  lead.nm[1] = w->body_model ? w->body_model : "model";
+  for (size_t k = 0; k < 2; k++) {
+    lead.nl[k] = strlen(lead.nm[k]);
+#if defined(__SSE2__)
+    char b[16] = {0};
+    lead.want[k] = 0;
+    if (lead.nl[k] <= 12) {
+      b[0] = '"';
+      memcpy(b + 1, lead.nm[k], lead.nl[k]);
+      memcpy(b + 1 + lead.nl[k], "\":\"", 3);
+      lead.want[k] = (1u << (lead.nl[k] + 4)) - 1;
+    }
+    lead.pat[k] = _mm_loadu_si128((const __m128i *)b);
+#endif
+  }
+  lead.w = w;
+}
+
+#if defined(__SSE2__)
+/* Whether p[i] opens "name":" for lead's name k (the member's name, then a
+ * string value) */
+static inline int lead_name_at(const char *p, size_t n, size_t i, size_t k) {
+  if (lead.want[k] && i + 16 <= n)
+    return ((unsigned)_mm_movemask_epi8(
+                _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + i)), lead.pat[k])) &
+            lead.want[k]) == lead.want[k];
+  size_t e = i + lead.nl[k] + 1; /* the name's closing quote */
+  return e + 2 < n && p[i] == '"' && p[e] == '"' && p[e + 1] == ':' && p[e + 2] == '"' &&
+         px_mem_eq(p + i + 1, lead.nm[k], lead.nl[k]);
+}
+
+/* lead_scan's places in p[0..16): the quotes followed by f (f0's first
+ * byte, or f1's too with both), and the brackets */
+static inline unsigned lead_mask(const char *p, __m128i f0, __m128i f1, int both) {
+  __m128i v = _mm_loadu_si128((const __m128i *)p),
+          f = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + 1)), f0);
+  if (both)
+    f = _mm_or_si128(f, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + 1)), f1));
+  return (unsigned)_mm_movemask_epi8(
+      _mm_or_si128(_mm_and_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), f),
+                   _mm_cmpeq_epi8(_mm_or_si128(v, _mm_set1_epi8(0x20)),
+                                  _mm_set1_epi8('{')))); /* '[' | 0x20 is '{' too */
+}
+
+/* lead_find's search from p[b] for lead's names in left (1: the first, 2:
+ * the second, 3: both; a constant: one compare a block when one is left):
+ * an unescaped quote, a name, then ":" and a quote opens a member of that
  * name holding a string (inside a string the quotes would be escaped),
  * and before the first '{' or '[' (in a string or not) that member is one
- * of the object's leading ones. Sixteen places at a time where a quote is
- * followed by a name's first byte; only those are compared. 1 with both
- * plain string values set as lead_ids sets them; 0 when a container, the
- * text's last bytes or an escaped value come first (lead_ids walks). */
-static int lead_find(const char *p, size_t n, size_t o, const char *const *nm,
-                     const size_t *nl, size_t *at, size_t *len) {
-  unsigned left = 3;
-  size_t b = o + 1, c = b + nl[0] + 1; /* the first name's closing quote */
-  at[0] = at[1] = END;
-  /* the first member named nm[0] (the id: most answers begin with it) is
-   * the first match there would be: taken at once, the other name looked
-   * for after it (a bracket in the id's string opens nothing) */
-  if (c + 2 < n && p[b] == '"' && p[c] == '"' && p[c + 1] == ':' && p[c + 2] == '"' &&
-      px_mem_eq(p + b + 1, nm[0], nl[0])) {
-    size_t q = plain_end(p, c + 2, n);
-    if (q == END) return 0; /* escaped or cut: walked */
-    at[0] = c + 2;
-    len[0] = q + 1 - (c + 2);
-    left = 2;
-    b = q + 1;
-  }
-  const __m128i qt = _mm_set1_epi8('"'), f0 = _mm_set1_epi8(nm[left & 1 ? 0 : 1][0]),
-                f1 = _mm_set1_epi8(nm[1][0]), ob = _mm_set1_epi8('{'),
-                sb = _mm_set1_epi8('[');
-  for (; b + 17 <= n; b += 16) {
-    __m128i v = _mm_loadu_si128((const __m128i *)(p + b)),
-            w = _mm_loadu_si128((const __m128i *)(p + b + 1));
-    unsigned stop = (unsigned)_mm_movemask_epi8(
-        _mm_or_si128(_mm_cmpeq_epi8(v, ob), _mm_cmpeq_epi8(v, sb)));
-    unsigned m = (unsigned)_mm_movemask_epi8(
-        _mm_and_si128(_mm_cmpeq_epi8(v, qt),
-                      _mm_or_si128(_mm_cmpeq_epi8(w, f0), _mm_cmpeq_epi8(w, f1))));
-    if (stop) m &= (1u << __builtin_ctz(stop)) - 1; /* the leading members only */
+ * of the object's leading ones. The places where a quote is followed by a
+ * name's first byte, and the brackets, in one mask of 32 bytes (16 at the
+ * end; none in the last 16), taken in order up to the first bracket. */
+static inline __attribute__((always_inline)) int lead_scan(const char *p, size_t n,
+                                                           size_t b, unsigned left,
+                                                           size_t *at, size_t *len) {
+  const __m128i f0 = _mm_set1_epi8(lead.nm[left & 1 ? 0 : 1][0]),
+                f1 = _mm_set1_epi8(lead.nm[left & 2 ? 1 : 0][0]);
+  const int both = left == 3; /* the places of both names, to the end */
+  for (;; b += 32) {
+    unsigned m;
+    if (b + 33 <= n)
+      m = lead_mask(p + b, f0, f1, both) | lead_mask(p + b + 16, f0, f1, both) << 16;
+    else if (b + 17 <= n)
+      m = lead_mask(p + b, f0, f1, both);
+    else
+      return 0;
     for (; m; m &= m - 1) {
       size_t i = b + (size_t)__builtin_ctz(m);
+      if (p[i] != '"') return 0;      /* a bracket: the leading members end */
       if (p[i - 1] == '\\') continue; /* escaped: inside a string */
       for (size_t k = 0; k < 2; k++) {
-        size_t e = i + nl[k] + 1; /* the name's closing quote */
-        if (!(left >> k & 1) || e + 2 >= n || p[e] != '"' || p[e + 1] != ':' ||
-            p[e + 2] != '"' || !px_mem_eq(p + i + 1, nm[k], nl[k]))
-          continue;
-        size_t q = plain_end(p, e + 2, n);
+        if (!(left >> k & 1) || !lead_name_at(p, n, i, k)) continue;
+        size_t vs = i + lead.nl[k] + 3, q = plain_end(p, vs, n);
         if (q == END) return 0; /* escaped or cut: walked */
-        at[k] = e + 2;
-        len[k] = q + 1 - (e + 2);
+        at[k] = vs;
+        len[k] = q + 1 - vs;
         if ((left &= ~(1u << k)) == 0) return 1;
         break;
       }
     }
-    if (stop) return 0;
   }
-  return 0;
+}
+
+/* lead_ids by the names' bytes rather than a walk of the members
+ * (lead_scan). 1 with both plain string values set as lead_ids sets them;
+ * 0 when a container, the text's last bytes or an escaped value come
+ * first (lead_ids walks). */
+static inline __attribute__((always_inline)) int lead_find(const char *p, size_t n,
+                                                           size_t o, size_t *at,
+                                                           size_t *len) {
+  at[0] = at[1] = END;
+  /* the first member named nm[0] (the id: most answers begin with it) is
+   * the first match there would be: taken at once, the other name looked
+   * for after it (a bracket in the id's string opens nothing) */
+  if (lead_name_at(p, n, o + 1, 0)) {
+    size_t vs = o + lead.nl[0] + 4, q = plain_end(p, vs, n);
+    if (q == END) return 0; /* escaped or cut: walked */
+    at[0] = vs;
+    len[0] = q + 1 - vs;
+    return lead_scan(p, n, q + 1, 2, at, len);
+  }
+  return lead_scan(p, n, o + 1, 3, at, len);
 }
 #endif
 
-static void answer_read(const px_wire_watch_t *w, const char *p, size_t n,
-                        const char *outer, size_t tail, px_answer_t *a, int finish) {
+/* answer_read's id and model by the walks (the object under outer, an
+ * answer that does not lead with them, the one still missing), out of
+ * line */
+static __attribute__((noinline)) void ids_walk(const px_wire_watch_t *w, const char *p,
+                                               size_t n, const char *outer,
+                                               px_answer_t *a) {
   const char *path[2];
   size_t d = 0, s, l;
   if (outer) path[d++] = outer;
-  /* the id and the model lead the answer in every protocol but Gemini's:
-   * one walk of the members stops at them */
   const char *names[2] = {w->answer_id ? w->answer_id : "id",
                           w->body_model ? w->body_model : "model"};
   char *dst[2] = {a->id, a->model};
   unsigned char *dlen[2] = {&a->id_len, &a->model_len};
   _Static_assert(sizeof(a->id) == sizeof(a->model), "one size for both");
-  if (!outer && !a->id[0] && !a->model[0]) { /* both leading a compact answer */
-    static const px_wire_watch_t *lw; /* the names' lengths, kept */
-    static size_t nl[2];
-    size_t at[2], len[2], o = px_json_ws((const unsigned char *)p, n, 0);
-    if (w != lw) nl[0] = strlen(names[0]), nl[1] = strlen(names[1]), lw = w;
-    if (o < n && p[o] == '{' &&
-#if defined(__SSE2__)
-        (lead_find(p, n, o, names, nl, at, len) ||
-         lead_ids(p, n, o, names, nl, at, len))) {
-#else
-        lead_ids(p, n, o, names, nl, at, len)) {
-#endif
-      copy_str(p, at[0], len[0], a->id, sizeof(a->id), &a->id_len);
-      copy_str(p, at[1], len[1], a->model, sizeof(a->model), &a->model_len);
-    }
+  /* the object that holds them: the answer, or an event's inner object
+   * (found once, then walked as the answer is) */
+  size_t o = 0, e = n;
+  while (o < n && (p[o] == ' ' || p[o] == '\t' || p[o] == '\n' || p[o] == '\r')) o++;
+  if (outer) { /* its start: the walk stops at its closing brace */
+    px_json_pick_t in = {.n = 0, .until_found = 1};
+    px_json_pick_add(&in, outer);
+    if (!lead_pick(p, n, o, &in) && in.at[0] == END &&
+        px_json_find(p, n, path, 1, &s, &l) == PX_JSON_FOUND)
+      in.at[0] = s;
+    if (in.at[0] != END && p[in.at[0]] == '{')
+      o = in.at[0];
+    else
+      e = 0; /* no such object: nothing to walk */
   }
-  if (!a->id[0] || !a->model[0]) {
-    /* the object that holds them: the answer, or an event's inner object
-     * (found once, then walked as the answer is) */
-    size_t o = 0, e = n;
-    while (o < n && (p[o] == ' ' || p[o] == '\t' || p[o] == '\n' || p[o] == '\r')) o++;
-    if (outer) { /* its start: the walk stops at its closing brace */
-      px_json_pick_t in = {.n = 0, .until_found = 1};
-      px_json_pick_add(&in, outer);
-      if (!lead_pick(p, n, o, &in) && in.at[0] == END &&
-          px_json_find(p, n, path, 1, &s, &l) == PX_JSON_FOUND)
-        in.at[0] = s;
-      if (in.at[0] != END && p[in.at[0]] == '{')
-        o = in.at[0];
-      else
-        e = 0; /* no such object: nothing to walk */
+  px_json_pick_t pk = {.n = 0, .until_found = 1};
+  char *to[2];
+  unsigned char *tlen[2];
+  for (size_t k = 0; k < 2; k++)
+    if (!dst[k][0]) {
+      to[pk.n] = dst[k];
+      tlen[pk.n] = dlen[k];
+      px_json_pick_add(&pk, names[k]);
     }
-    px_json_pick_t pk = {.n = 0, .until_found = 1};
-    char *to[2];
-    unsigned char *tlen[2];
-    for (size_t k = 0; k < 2; k++)
-      if (!dst[k][0]) {
-        to[pk.n] = dst[k];
-        tlen[pk.n] = dlen[k];
-        px_json_pick_add(&pk, names[k]);
-      }
-    if (o < e && !lead_pick(p, e, o, &pk)) { /* the names still missing, walked */
-      px_json_pick_t rest = {.n = 0, .until_found = 1};
-      size_t of[2];
-      for (size_t k = 0; k < pk.n; k++)
-        if (pk.at[k] == END) {
-          of[rest.n] = k;
-          px_json_pick_add(&rest, pk.name[k]);
-        }
-      px_json_pick(p, e, o, &rest);
-      for (size_t k = 0; k < rest.n; k++) pk.at[of[k]] = rest.at[k], pk.len[of[k]] = rest.len[k];
-    }
+  if (o < e && !lead_pick(p, e, o, &pk)) { /* the names still missing, walked */
+    px_json_pick_t rest = {.n = 0, .until_found = 1};
+    size_t of[2];
     for (size_t k = 0; k < pk.n; k++)
-      copy_str(p, pk.at[k], pk.len[k], to[k], sizeof(a->id), tlen[k]);
+      if (pk.at[k] == END) {
+        of[rest.n] = k;
+        px_json_pick_add(&rest, pk.name[k]);
+      }
+    px_json_pick(p, e, o, &rest);
+    for (size_t k = 0; k < rest.n; k++)
+      pk.at[of[k]] = rest.at[k], pk.len[of[k]] = rest.len[k];
   }
-  if (finish) answer_finish(w, p, n, outer, tail, a);
+  for (size_t k = 0; k < pk.n; k++)
+    copy_str(p, pk.at[k], pk.len[k], to[k], sizeof(a->id), tlen[k]);
+}
+
+/* answer_read but for the usual answer (answer_usual) */
+static __attribute__((noinline)) void answer_rest(const px_wire_watch_t *w, const char *p,
+                                                  size_t n, const char *outer,
+                                                  size_t tail, px_answer_t *a,
+                                                  int finish) {
+  /* the id and the model lead the answer in every protocol but Gemini's:
+   * both found at once (lead_find, else a walk of the leading members) */
+  if (!outer && !a->id[0] && !a->model[0]) { /* both leading a compact answer */
+    size_t at[2], len[2], o = px_json_ws((const unsigned char *)p, n, 0);
+    if (w != lead.w) lead_names(w);
+    if (o < n && p[o] == '{') {
+#if defined(__SSE2__)
+      if (lead_find(p, n, o, at, len)) { /* two strings */
+        copy_plain(p, at[0], len[0], a->id, sizeof(a->id), &a->id_len);
+        copy_plain(p, at[1], len[1], a->model, sizeof(a->model), &a->model_len);
+      } else
+#endif
+          if (lead_ids(p, n, o, lead.nm, lead.nl, at, len)) {
+        copy_str(p, at[0], len[0], a->id, sizeof(a->id), &a->id_len);
+        copy_str(p, at[1], len[1], a->model, sizeof(a->model), &a->model_len);
+      }
+    }
+  }
+  if (!a->id[0] || !a->model[0]) ids_walk(w, p, n, outer, a);
+  int usual;
+  if (finish && (usual = finish_usual(w, p, tail != END ? tail : n, a)) != FIN_DONE)
+    answer_finish(w, p, n, outer, tail, a, usual);
+}
+
+/* The usual id and model at the top, read without a call: a compact
+ * answer led by them (lead_find), neither empty, the protocol's names
+ * kept. 0 when anything else comes: answer_rest reads them (the id and
+ * model set here are the ones it would set). */
+static inline int ids_usual(const px_wire_watch_t *w, const char *p, size_t n,
+                            px_answer_t *a) {
+#if defined(__SSE2__)
+  size_t at[2], len[2];
+  if (w != lead.w || n == 0 || p[0] != '{' || a->id[0] || a->model[0] ||
+      !lead_find(p, n, 0, at, len))
+    return 0;
+  copy_plain(p, at[0], len[0], a->id, sizeof(a->id), &a->id_len);
+  copy_plain(p, at[1], len[1], a->model, sizeof(a->model), &a->model_len);
+  return a->id[0] && a->model[0];
+#else
+  return 0;
+#endif
+}
+
+/* The id, model and (finish) finish reason of the answer p[0..n) (outer:
+ * of its member of that name), a whole body's usage starting at tail
+ * (END: not known): the usual ones read here (ids_usual, finish_usual),
+ * else by answer_rest and answer_finish */
+static __attribute__((noinline)) void answer_read(const px_wire_watch_t *w, const char *p,
+                                                  size_t n, const char *outer,
+                                                  size_t tail, px_answer_t *a,
+                                                  int finish) {
+  int usual;
+  if (outer || !ids_usual(w, p, n, a))
+    answer_rest(w, p, n, outer, tail, a, finish);
+  else if (finish && (usual = finish_usual(w, p, tail != END ? tail : n, a)) != FIN_DONE)
+    answer_finish(w, p, n, NULL, tail, a, usual);
 }
 
 void px_answer_read(const px_wire_watch_t *w, const char *p, size_t n, const char *outer,
@@ -845,7 +1042,8 @@ void px_answer_ids(const px_wire_watch_t *w, const char *p, size_t n, px_answer_
 }
 
 void px_answer_finish(const px_wire_watch_t *w, const char *p, size_t n, px_answer_t *a) {
-  answer_finish(w, p, n, NULL, END, a);
+  int usual = finish_usual(w, p, n, a);
+  if (usual != FIN_DONE) answer_finish(w, p, n, NULL, END, a, usual);
 }
 
 /* a string's content into dst as copy_str cuts it */

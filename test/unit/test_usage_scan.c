@@ -370,6 +370,10 @@ static void test_lead(void) {
       {"\"object\":\"x\",\"mod\\u0065l\":\"m\",\"n\":{},\"i\\u0064\":\"i\"", "i", "m"},
       {"\"\\u0069d\":\"i\",\"n\":{\"model\":\"no\"},\"m\\u006fdel\":\"m\"", "i", "m"},
       {"\"\\u0069\":\"no\",\"i\\u0064x\":\"no\",\"id\":\"i\",\"model\":\"m\"", "i", "m"},
+      /* a name repeated: the first; an empty model read as written: the
+       * first of its name as it reads unescaped */
+      {"\"id\":\"a\",\"id\":\"b\",\"model\":\"m\",\"model\":\"n\"", "a", "m"},
+      {"\"id\":\"i\",\"mod\\u0065l\":\"x\",\"model\":\"\"", "i", "x"},
   };
   const px_wire_watch_t *w = &px_proto_get(PX_PROTO_CHAT)->watch;
   char body[600];
@@ -459,11 +463,93 @@ static void test_events(void) {
   }
 }
 
+/* The readers of the id, model and finish reason never look past an
+ * answer's last byte nor before its first, wherever their blocks of
+ * sixteen and thirty-two bytes fall: every prefix of each answer read from
+ * a heap copy of exactly its size (the sanitizer build finds a read past
+ * it) and from one followed by bytes that would complete a member, the
+ * same; the whole answers read as they are (an id and model compared near
+ * the end, a finish reason in the first sixteen bytes). */
+static void test_bounds(void) {
+  static const struct {
+    px_proto_t proto;
+    const char *body, *id, *model, *finish;
+  } cases[] = {
+      {PX_PROTO_CHAT, "{\"id\":\"i\",\"model\":\"m\"}", "i", "m", ""},
+      {PX_PROTO_CHAT, "{\"model\":\"m\",\"id\":\"i\"}", "i", "m", ""},
+      {PX_PROTO_CHAT,
+       "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1700000000,"
+       "\"model\":\"gpt\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+       "\"content\":\"Hi.\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":2,"
+       "\"completion_tokens\":1}}",
+       "chatcmpl-1", "gpt", "stop"},
+      {PX_PROTO_CHAT,
+       "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":"
+       "1700000000,"
+       "\"model\":\"gpt\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":"
+       "\"length\"}]}",
+       "chatcmpl-1", "gpt", "length"},
+      {PX_PROTO_ANTHROPIC, "{\"stop_reason\":\"x\"}", "", "", "x"},
+      {PX_PROTO_ANTHROPIC,
+       "{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":"
+       "\"claude\","
+       "\"content\":[{\"type\":\"text\",\"text\":\"Hi.\"}],\"stop_reason\":\"end_turn\","
+       "\"stop_sequence\":null,\"usage\":{\"input_tokens\":2,\"output_tokens\":1}}",
+       "msg_1", "claude", "end_turn"},
+      {PX_PROTO_GEMINI, "{\"modelVersion\":\"m\",\"responseId\":\"r\"}", "r", "m", ""},
+  };
+  static const char more[] = "\":\"x\"}],\"model\":\"y\",\"finish_reason\":\"z\"}";
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    const px_wire_watch_t *w = &px_proto_get(cases[i].proto)->watch;
+    size_t n = strlen(cases[i].body);
+    for (size_t k = 0; k <= n; k++) {
+      char *exact = malloc(k ? k : 1), *longer = malloc(k + sizeof(more));
+      CHECK(exact && longer);
+      memcpy(exact, cases[i].body, k);
+      memcpy(longer, cases[i].body, k);
+      memcpy(longer + k, more, sizeof(more));
+      px_answer_t a[4], b[4];
+      memset(a, 0, sizeof(a));
+      memset(b, 0, sizeof(b));
+      px_usage_t u = {.input_tokens = -1, .output_tokens = -1};
+      size_t tail = PX_JSON_NPOS, tail2 = PX_JSON_NPOS;
+      px_usage_scan_at(cases[i].proto, exact, k, &u, &tail);
+      px_usage_scan_at(cases[i].proto, longer, k, &u, &tail2);
+      CHECK(tail == tail2);
+      px_answer_read(w, exact, k, NULL, &a[0]);
+      px_answer_read(w, longer, k, NULL, &b[0]);
+      px_answer_ids(w, exact, k, &a[1]);
+      px_answer_ids(w, longer, k, &b[1]);
+      px_answer_finish(w, exact, k, &a[2]);
+      px_answer_finish(w, longer, k, &b[2]);
+      px_answer_body(w, exact, k, tail, &a[3]);
+      px_answer_body(w, longer, k, tail, &b[3]);
+      int same = memcmp(a, b, sizeof(a)) == 0;
+      if (!same) fprintf(stderr, "case %zu, %zu bytes: read past them\n", i, k);
+      CHECK(same);
+      if (k == n) {
+        int ok = strcmp(a[0].id, cases[i].id) == 0 &&
+                 strcmp(a[0].model, cases[i].model) == 0 &&
+                 strcmp(a[0].finish, cases[i].finish) == 0 &&
+                 strcmp(a[2].finish, cases[i].finish) == 0 &&
+                 memcmp(&a[0], &a[3], sizeof(a[0])) == 0;
+        if (!ok)
+          fprintf(stderr, "case %zu: '%s' '%s' '%s'\n", i, a[0].id, a[0].model,
+                  a[0].finish);
+        CHECK(ok);
+      }
+      free(exact);
+      free(longer);
+    }
+  }
+}
+
 int main(void) {
   test_cases();
   test_events();
   test_lead();
   test_finish();
+  test_bounds();
   test_generated();
   return check_report("usage_scan");
 }
