@@ -250,8 +250,10 @@ static inline __attribute__((always_inline)) int copy_str(const char *p, size_t 
                                                           unsigned char *len) {
   if (s == END || l < 2 || p[s] != '"') return 0;
   l -= 2;
-  if (l >= cap) l = cap - 1;
-  while (l > 0 && p[s + l] == '\\') l--;
+  if (l >= cap) { /* cut: never half an escape (as set_str) */
+    l = cap - 1;
+    while (l > 0 && p[s + l] == '\\') l--;
+  }
   px_mem_cpy(dst, p + s + 1, l);
   dst[l] = 0;
   *len = (unsigned char)l;

@@ -363,6 +363,8 @@ static void test_lead(void) {
       {"\"id\":\"i\",\"n\":{\"model\":\"no\"},\"model\":\"m\"", "i", "m"},
       {"\"id\":\"i\",\"s\":\"\\\"model\\\":\\\"no\\\"\",\"model\":\"m\"", "i", "m"},
       {"\"id\":\"i\\\"j\",\"model\":\"m\"", "i\\\"j", "m"},
+      /* an escaped backslash ends them: kept whole (only a cut drops one) */
+      {"\"id\":\"i\\\\\",\"model\":\"m\\\\\"", "i\\\\", "m\\\\"},
       {"\"idx:\":\"v\",\"id\":\"i\",\"model\":\"m\"", "i", "m"},
       {"\"id__\":\"x\",\"id\":\"i\",\"model\":\"m\"", "i", "m"},
       /* names spelled with escapes: the names they decode to */
