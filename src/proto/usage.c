@@ -588,28 +588,12 @@ static int last_member_fast(const char *p, size_t n, const char *name, const cha
 }
 #endif
 
-/* px_mem_cpy of a short string (an id, a model, a finish reason) without
- * its call to memcpy over 16 bytes (a call on the usual read's way makes
- * its caller keep registers) */
-static inline void copy_bytes(char *d, const char *s, size_t l) {
-#if defined(__SSE2__)
-  if (l > 16) {
-    for (size_t i = 0; i + 16 < l; i += 16)
-      _mm_storeu_si128((__m128i *)(d + i), _mm_loadu_si128((const __m128i *)(s + i)));
-    _mm_storeu_si128((__m128i *)(d + l - 16),
-                     _mm_loadu_si128((const __m128i *)(s + l - 16)));
-    return;
-  }
-#endif
-  px_mem_cpy(d, s, l);
-}
-
 /* The string token p[s..s+l) with no backslash in it (lead_find's,
  * finish_at_end's) into dst, cut to fit: copy_str without its checks */
 static inline void copy_plain(const char *p, size_t s, size_t l, char *dst, size_t cap,
                               unsigned char *len) {
   l = l - 2 < cap ? l - 2 : cap - 1;
-  copy_bytes(dst, p + s + 1, l);
+  px_mem_cpy(dst, p + s + 1, l);
   dst[l] = 0;
   *len = (unsigned char)l;
 }
